@@ -1,0 +1,143 @@
+"""Tables of the cost ledger (SQLAlchemy Core), shared by SQLite and PostgreSQL.
+
+Money columns hold whole micro-dollars (BigInteger): exact sums on both databases, where SQLite would
+store a ``Numeric`` as a float. Bump ``SCHEMA_VERSION`` and add a step to ``MIGRATIONS`` for any change.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.types import TypeDecorator
+
+SCHEMA_VERSION = 1
+
+metadata = MetaData()
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware datetimes in, aware UTC datetimes out, on SQLite (which keeps no zone) and PostgreSQL alike."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value.isoformat()} given to the ledger: pass an aware one")
+        value = value.astimezone(timezone.utc)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+
+
+meta = Table(
+    "costaware_meta",
+    metadata,
+    Column("key", String(64), primary_key=True),
+    Column("value", String(256), nullable=False),
+)
+
+entries = Table(
+    "costaware_entries",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("entry_uid", String(64), nullable=False, unique=True),
+    Column("incurred_at", UTCDateTime, nullable=False, index=True),
+    Column("dag_id", String(250), nullable=False),
+    Column("run_id", String(250), nullable=False),
+    Column("task_id", String(250), nullable=False),
+    Column("try_number", Integer, nullable=False),
+    Column("map_index", Integer, nullable=False),
+    Column("trial", String(250)),
+    Column("kind", String(16), nullable=False),
+    Column("instance_type", String(64)),
+    Column("region", String(64)),
+    Column("market", String(16)),
+    Column("quantity_micros", BigInteger, nullable=False),
+    Column("unit", String(16), nullable=False),
+    Column("unit_price_usd", String(40), nullable=False),
+    Column("usd_micros", BigInteger, nullable=False),
+    Column("on_demand_usd_micros", BigInteger),
+    Column("gpu_hours_micros", BigInteger, nullable=False),
+    Column("estimated", Boolean, nullable=False),
+    Column("team", String(128)),
+    Column("project", String(128)),
+    Column("owner", String(128)),
+    Column("tags", JSON, nullable=False),
+    Column("outcome", String(16), nullable=False),
+    Column("cause", String(32), nullable=False),
+    Column("price_source", String(32), nullable=False),
+    Column("note", Text, nullable=False),
+    Column("reservation_id", String(64)),
+    Index("ix_costaware_entries_dag_run", "dag_id", "run_id"),
+    Index("ix_costaware_entries_project_time", "project", "incurred_at"),
+    Index("ix_costaware_entries_team_time", "team", "incurred_at"),
+)
+
+budgets = Table(
+    "costaware_budgets",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("scope", String(512), nullable=False),
+    Column("period", String(8), nullable=False),
+    Column("cap_usd_micros", BigInteger, nullable=False),
+    Column("cap_gpu_hours_micros", BigInteger),
+    Column("timezone", String(64), nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    UniqueConstraint("scope", "period", name="uq_costaware_budgets_scope_period"),
+)
+
+reservations = Table(
+    "costaware_reservations",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("scope", String(512), nullable=False),
+    Column("holder", String(1024)),
+    Column("usd_micros", BigInteger, nullable=False),
+    Column("gpu_hours_micros", BigInteger, nullable=False),
+    Column("status", String(10), nullable=False, index=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("expires_at", UTCDateTime, nullable=False),
+    Column("settled_at", UTCDateTime),
+    Column("settled_usd_micros", BigInteger),
+    Column("budgets", JSON, nullable=False),
+    Index("ix_costaware_reservations_holder", "holder", "status"),
+)
+
+# One row per (reservation, budget it counts against): the budget's usage is a sum over its open holds.
+holds = Table(
+    "costaware_holds",
+    metadata,
+    Column("reservation_id", String(64), ForeignKey("costaware_reservations.id"), primary_key=True),
+    Column("budget_id", Integer, ForeignKey("costaware_budgets.id"), primary_key=True),
+    Column("period_key", String(300), nullable=False),
+    Column("usd_micros", BigInteger, nullable=False),
+    Column("gpu_hours_micros", BigInteger, nullable=False),
+    Column("expires_at", UTCDateTime, nullable=False),
+    Column("open", Boolean, nullable=False),
+    Index("ix_costaware_holds_budget_open", "budget_id", "period_key", "open"),
+)
+
+#: version -> DDL statements that bring a ledger from version-1 to version (none yet).
+MIGRATIONS: dict[int, list[str]] = {}

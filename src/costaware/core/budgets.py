@@ -1,0 +1,183 @@
+"""Budgets: a scope (a tag filter), a period, and a cap in USD (and optionally GPU-hours)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from enum import Enum
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from costaware.core.errors import InvalidBudgetError
+from costaware.core.money import parse_usd
+
+_TAG_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
+_ALL = "*"
+
+
+class Period(str, Enum):
+    """How often a budget's cap starts afresh."""
+
+    RUN = "run"  # each DAG run has its own cap
+    DAY = "day"
+    MONTH = "month"
+    TOTAL = "total"  # never resets
+
+    @classmethod
+    def parse(cls, value: str | Period) -> Period:
+        try:
+            return cls(value.value if isinstance(value, Period) else str(value).strip().lower())
+        except ValueError as e:
+            choices = ", ".join(p.value for p in cls)
+            raise InvalidBudgetError(f"unknown budget period {value!r}: use one of {choices}") from e
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """A conjunction of ``key=value`` tag filters; the empty scope (``*``) matches everything.
+
+    ``Scope.parse("project=churn,team=ml")`` matches every ledger entry tagged both ``project=churn``
+    and ``team=ml``.
+    """
+
+    tags: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def parse(cls, text: str | Scope | Mapping[str, str]) -> Scope:
+        """Parse ``"key=value,key=value"``; ``"*"`` or ``""`` is the scope of everything."""
+        if isinstance(text, Scope):
+            return text
+        if isinstance(text, Mapping):
+            return cls.of(text)
+        raw = str(text).strip()
+        if raw in ("", _ALL):
+            return cls()
+        pairs: dict[str, str] = {}
+        for part in raw.split(","):
+            key, sep, value = part.partition("=")
+            key, value = key.strip(), value.strip()
+            if not sep or not value:
+                raise InvalidBudgetError(
+                    f"scope part {part.strip()!r} of {raw!r} is not key=value: write e.g. 'project=churn,team=ml'"
+                )
+            if key in pairs and pairs[key] != value:
+                raise InvalidBudgetError(f"scope {raw!r} names tag {key!r} twice with different values")
+            pairs[key] = value
+        return cls.of(pairs)
+
+    @classmethod
+    def of(cls, tags: Mapping[str, str]) -> Scope:
+        for key, value in tags.items():
+            if not _TAG_KEY.match(key):
+                raise InvalidBudgetError(
+                    f"tag name {key!r} is not allowed: start with a letter, then letters, digits, '_', '.', '-'"
+                )
+            if not str(value).strip() or any(c in str(value) for c in ",="):
+                raise InvalidBudgetError(f"tag {key!r} has value {value!r}: it must be non-empty, without ',' or '='")
+        return cls(tuple(sorted((k, str(v).strip()) for k, v in tags.items())))
+
+    def as_dict(self) -> dict[str, str]:
+        return dict(self.tags)
+
+    def matches(self, tags: Mapping[str, str]) -> bool:
+        """Whether an entry with these tags falls inside this scope."""
+        return all(tags.get(key) == value for key, value in self.tags)
+
+    def covers(self, other: Scope) -> bool:
+        """Whether every entry of ``other`` falls inside this scope (this scope's filters are a subset)."""
+        return set(self.tags) <= set(other.tags)
+
+    def __str__(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in self.tags) or _ALL
+
+
+def parse_timezone(name: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as e:
+        raise InvalidBudgetError(f"unknown time zone {name!r}: use an IANA name such as 'Europe/Berlin' or 'UTC'") from e
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """A USD cap (and optional GPU-hour cap) on what a scope may spend in one period."""
+
+    scope: Scope
+    period: Period
+    cap_usd: Decimal
+    cap_gpu_hours: Decimal | None = None
+    timezone: str = "UTC"
+
+    def __post_init__(self) -> None:
+        parse_usd(self.cap_usd, name=f"cap of budget '{self.scope}/{self.period.value}'")
+        if self.cap_gpu_hours is not None and (not self.cap_gpu_hours.is_finite() or self.cap_gpu_hours < 0):
+            raise InvalidBudgetError(
+                f"GPU-hour cap of budget '{self.scope}/{self.period.value}' must be zero or more, "
+                f"got {self.cap_gpu_hours}"
+            )
+        parse_timezone(self.timezone)
+
+    @classmethod
+    def create(
+        cls,
+        scope: str | Scope,
+        period: str | Period,
+        cap_usd: object,
+        cap_gpu_hours: object | None = None,
+        timezone: str = "UTC",
+    ) -> Budget:
+        """Build a budget from user input, with errors that name the bad value."""
+        parsed_scope, parsed_period = Scope.parse(scope), Period.parse(period)
+        label = f"budget '{parsed_scope}/{parsed_period.value}'"
+        try:
+            cap = parse_usd(cap_usd, name=f"cap of {label}")
+            gpu = None if cap_gpu_hours is None else parse_usd(cap_gpu_hours, name=f"GPU-hour cap of {label}")
+        except ValueError as e:
+            raise InvalidBudgetError(str(e)) from e
+        return cls(parsed_scope, parsed_period, cap, gpu, timezone)
+
+    @property
+    def label(self) -> str:
+        return f"{self.scope}/{self.period.value}"
+
+
+@dataclass(frozen=True, slots=True)
+class PeriodWindow:
+    """One period of one budget: ``key`` names it in the ledger, start/end bound it in UTC (open for run/total)."""
+
+    key: str
+    start: datetime | None
+    end: datetime | None
+
+
+def period_window(period: Period, at: datetime, tz_name: str = "UTC", run_id: str | None = None) -> PeriodWindow:
+    """The period of ``period`` that contains instant ``at``, in the budget's time zone.
+
+    Day and month boundaries are local midnights, so a month in ``America/New_York`` starts at 04:00 or
+    05:00 UTC depending on DST.
+
+    Raises:
+        InvalidBudgetError: ``at`` is naive, or a run period is asked for without a run id.
+    """
+    if at.tzinfo is None:
+        raise InvalidBudgetError(f"time {at.isoformat()} has no time zone: pass an aware datetime")
+    if period is Period.TOTAL:
+        return PeriodWindow("total", None, None)
+    if period is Period.RUN:
+        if not run_id:
+            raise InvalidBudgetError("a budget with period 'run' needs the DAG run id of the spend")
+        return PeriodWindow(f"run:{run_id}", None, None)
+    tz = parse_timezone(tz_name)
+    local = at.astimezone(tz)
+    if period is Period.DAY:
+        start = datetime(local.year, local.month, local.day, tzinfo=tz)
+        tomorrow = local.date() + timedelta(days=1)
+        nxt = datetime(tomorrow.year, tomorrow.month, tomorrow.day, tzinfo=tz)
+        key = start.strftime("%Y-%m-%d")
+    else:
+        start = datetime(local.year, local.month, 1, tzinfo=tz)
+        nxt = datetime(local.year + (local.month == 12), local.month % 12 + 1, 1, tzinfo=tz)
+        key = start.strftime("%Y-%m")
+    return PeriodWindow(key, start.astimezone(timezone.utc), nxt.astimezone(timezone.utc))

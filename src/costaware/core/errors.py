@@ -1,0 +1,55 @@
+"""The costaware error tree: one root, a few leaves.
+
+The Airflow layer (``costaware.operators.errors``) maps them to task outcomes: user or configuration
+errors fail the task without retry, transient ones are retried.
+"""
+
+from __future__ import annotations
+
+
+class CostawareError(Exception):
+    """Raised for any costaware failure; the root of every error below."""
+
+
+class ConfigurationError(CostawareError, ValueError):
+    """Raised when an argument or setting has a value that can never work; fix the value and re-run."""
+
+
+class InvalidBudgetError(ConfigurationError):
+    """Raised when a budget cap, period or scope is malformed (negative, NaN, unknown period, ...)."""
+
+
+class BudgetNotFoundError(ConfigurationError):
+    """Raised when a spend gate asks about a scope that has no budget."""
+
+
+class BudgetExceededError(CostawareError):
+    """Raised when reserving an amount would pass a budget's cap."""
+
+    def __init__(self, message: str, *, scope: str = "", spent_usd: str = "", cap_usd: str = "",
+                 needed_usd: str = "") -> None:
+        super().__init__(message)
+        self.scope = scope
+        self.spent_usd = spent_usd
+        self.cap_usd = cap_usd
+        self.needed_usd = needed_usd
+
+
+class PriceNotFoundError(ConfigurationError, LookupError):
+    """Raised when no price is known for an instance type, region or region pair."""
+
+
+class InvalidPriceDataError(ConfigurationError):
+    """Raised when a price table or price series is malformed (missing columns, bad numbers, bad order)."""
+
+
+class CrossRegionEgressError(CostawareError):
+    """Raised when data would cross regions without an explicit allowance."""
+
+
+class LedgerUnavailableError(CostawareError):
+    """Raised when the ledger database cannot be reached or written; transient, so the task is retried."""
+
+
+class ReservationNotFoundError(CostawareError, LookupError):
+    """Raised when settling or releasing a reservation id that the ledger does not hold."""

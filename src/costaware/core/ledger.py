@@ -1,0 +1,154 @@
+"""Ledger values: what one cost entry, one reservation and one report row hold.
+
+Storage lives in ``costaware.adapters.ledger_store``; this module is pure.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from decimal import Decimal
+from enum import Enum
+
+from costaware.core.budgets import Scope
+from costaware.core.errors import ConfigurationError
+from costaware.core.money import parse_usd
+
+SECONDS_PER_HOUR = Decimal(3600)
+#: Tags with their own indexed column in the store; any other tag lives in a JSON column.
+INDEXED_TAGS = ("team", "project", "owner")
+
+
+class Kind(str, Enum):
+    """What the money paid for."""
+
+    COMPUTE = "compute"
+    STORAGE = "storage"
+    EGRESS = "egress"
+
+
+class Market(str, Enum):
+    """How compute was bought: spot, on-demand, or local (the team's own hardware at a configured rate)."""
+
+    SPOT = "spot"
+    ON_DEMAND = "on_demand"
+    LOCAL = "local"
+
+    @classmethod
+    def parse(cls, value: str | Market) -> Market:
+        text = value.value if isinstance(value, Market) else str(value).strip().lower().replace("-", "_")
+        try:
+            return cls(text)
+        except ValueError as e:
+            raise ConfigurationError(
+                f"unknown market {value!r}: use one of {', '.join(m.value for m in cls)}"
+            ) from e
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    """One cost: who incurred it (dag, run, task, try, trial), for what, how much, and under which tags.
+
+    ``estimated`` entries are forecasts or avoided costs; only actual entries count as spend.
+    ``on_demand_usd`` prices the same quantity at on-demand rates, so savings are ``on_demand_usd - usd``.
+    """
+
+    dag_id: str
+    run_id: str
+    task_id: str
+    kind: Kind
+    usd: Decimal
+    try_number: int = 1
+    map_index: int = -1
+    trial: str | None = None
+    instance_type: str | None = None
+    region: str | None = None
+    market: Market | None = None
+    quantity: Decimal = Decimal(0)
+    unit: str = "hour"
+    unit_price_usd: Decimal = Decimal(0)
+    on_demand_usd: Decimal | None = None
+    gpu_hours: Decimal = Decimal(0)
+    estimated: bool = False
+    tags: Mapping[str, str] = field(default_factory=dict)
+    incurred_at: datetime = field(default_factory=utcnow)
+    outcome: str = "success"
+    cause: str = ""
+    price_source: str = ""
+    note: str = ""
+    reservation_id: str | None = None
+    entry_uid: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", Kind(self.kind))
+        if self.market is not None:
+            object.__setattr__(self, "market", Market.parse(self.market))
+        parse_usd(self.usd, name=f"usd of entry {self.dag_id}/{self.task_id}", allow_negative=True)
+        if self.incurred_at.tzinfo is None:
+            raise ConfigurationError(f"incurred_at {self.incurred_at.isoformat()} has no time zone")
+        Scope.of(self.tags)  # validates tag names and values
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Money set aside for a task before it runs; settled with the actual cost or released after."""
+
+    id: str
+    scope: Scope
+    usd: Decimal
+    gpu_hours: Decimal
+    holder: str | None
+    created_at: datetime
+    expires_at: datetime
+    status: str  # open | settled | released | expired
+    budgets: tuple[str, ...]  # labels of the budgets it counts against, e.g. "project=churn/month"
+    settled_usd: Decimal | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetUsage:
+    """Where one budget stands in its current period."""
+
+    label: str
+    period_key: str
+    cap_usd: Decimal
+    spent_usd: Decimal
+    reserved_usd: Decimal
+    cap_gpu_hours: Decimal | None
+    spent_gpu_hours: Decimal
+    reserved_gpu_hours: Decimal
+
+    @property
+    def left_usd(self) -> Decimal:
+        return self.cap_usd - self.spent_usd - self.reserved_usd
+
+
+@dataclass(frozen=True, slots=True)
+class ReportRow:
+    """Spend of one group (a dag, a task, a tag value, ...)."""
+
+    group: str
+    entries: int
+    usd: Decimal
+    estimated_usd: Decimal
+    on_demand_usd: Decimal
+    hours: Decimal
+
+    @property
+    def savings_usd(self) -> Decimal:
+        return self.on_demand_usd - self.usd
+
+
+def compute_cost(seconds: float | Decimal, usd_per_hour: Decimal) -> tuple[Decimal, Decimal]:
+    """Hours and USD for ``seconds`` of compute at ``usd_per_hour``, exact to the micro-dollar."""
+    if Decimal(seconds) < 0:
+        raise ConfigurationError(f"runtime must be zero or more seconds, got {seconds}")
+    exact_hours = Decimal(str(seconds)) / SECONDS_PER_HOUR
+    micro = Decimal("0.000001")
+    return exact_hours.quantize(micro), (exact_hours * usd_per_hour).quantize(micro)

@@ -1,0 +1,61 @@
+"""Money is ``Decimal`` USD. Stores keep whole micro-dollars (1e-6 USD) so sums are exact on every database."""
+
+from __future__ import annotations
+
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+
+from costaware.core.errors import ConfigurationError
+
+MICROS_PER_USD = 1_000_000
+_MICRO = Decimal("0.000001")
+
+
+def parse_usd(value: object, *, name: str = "amount", allow_negative: bool = False) -> Decimal:
+    """Turn user input into a finite USD ``Decimal``.
+
+    Args:
+        value: A ``Decimal``, ``int``, ``float`` or string such as ``"4.20"`` or ``"$4.20"``.
+        name: What the value is, for the error message.
+        allow_negative: Whether amounts below zero are accepted (refunds, credits).
+
+    Raises:
+        ConfigurationError: The value is not a number, is NaN or infinite, or is negative when not allowed.
+    """
+    if isinstance(value, bool):
+        raise ConfigurationError(f"{name} must be a number of USD, got the boolean {value!r}")
+    try:
+        if isinstance(value, Decimal):
+            amount = value
+        elif isinstance(value, int):
+            amount = Decimal(value)
+        elif isinstance(value, float):
+            amount = Decimal(repr(value))
+        elif isinstance(value, str):
+            amount = Decimal(value.strip().removeprefix("$").replace(",", ""))
+        else:
+            raise ConfigurationError(f"{name} must be a number of USD, got {type(value).__name__} {value!r}")
+    except InvalidOperation as e:
+        raise ConfigurationError(f"{name} must be a number of USD such as '4.20', got {value!r}") from e
+    if not amount.is_finite():
+        raise ConfigurationError(f"{name} must be a finite number of USD, got {value!r}")
+    if amount < 0 and not allow_negative:
+        raise ConfigurationError(f"{name} must be zero or more USD, got {value!r}")
+    return amount
+
+
+def to_micros(amount: Decimal) -> int:
+    """USD to whole micro-dollars, rounding half to even (banker's rounding, no drift over many rows)."""
+    return int(amount.quantize(_MICRO, rounding=ROUND_HALF_EVEN) * MICROS_PER_USD)
+
+
+def from_micros(micros: int | None) -> Decimal:
+    """Whole micro-dollars back to USD; ``None`` (an empty SQL sum) is zero."""
+    return (Decimal(micros or 0) / MICROS_PER_USD).quantize(_MICRO)
+
+
+def format_usd(amount: Decimal, *, places: int | None = None) -> str:
+    """``$1,234.56`` for amounts of a cent or more, six places below that so small task costs stay visible."""
+    if places is None:
+        places = 2 if amount == 0 or abs(amount) >= Decimal("0.01") else 6
+    sign = "-" if amount < 0 else ""
+    return f"{sign}${abs(amount):,.{places}f}"

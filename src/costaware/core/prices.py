@@ -1,0 +1,235 @@
+"""The price catalog: pure look-ups over tables of on-demand prices, spot advice and transfer prices.
+
+Fetching and caching the tables lives in ``costaware.adapters.price_files``; this module only parses
+text it is given and answers questions about it.
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import io
+from collections.abc import Iterable
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+
+from costaware.core.errors import InvalidPriceDataError, PriceNotFoundError
+
+ONDEMAND_COLUMNS = ("region", "instance_type", "vcpus", "memory_gib", "gpus", "usd_per_hour")
+ADVISOR_COLUMNS = ("region", "instance_type", "savings_pct", "interruption_range")
+TRANSFER_COLUMNS = ("src_region", "dst_region", "usd_per_gb")
+INTERNET = "internet"
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceOffer:
+    """One instance type in one region at its on-demand price."""
+
+    instance_type: str
+    region: str
+    vcpus: int
+    memory_gib: Decimal
+    gpus: Decimal
+    gpu_model: str
+    gpu_memory_gib: Decimal
+    usd_per_hour: Decimal
+
+
+@dataclass(frozen=True, slots=True)
+class SpotAdvice:
+    """What the AWS Spot Instance Advisor says of a type in a region: typical savings and interruption rate."""
+
+    savings_pct: int
+    interruption_range: str
+
+
+def _rows(text: str, required: Iterable[str], what: str) -> list[tuple[int, dict[str, str]]]:
+    reader = csv.DictReader(io.StringIO(text))
+    missing = [c for c in required if c not in (reader.fieldnames or [])]
+    if missing:
+        raise InvalidPriceDataError(
+            f"{what} lacks column(s) {', '.join(missing)}; its header is {reader.fieldnames!r}"
+        )
+    return [(number, row) for number, row in enumerate(reader, start=2)]
+
+
+def _decimal(row: dict[str, str], column: str, line: int, what: str, *, default: str | None = None) -> Decimal:
+    raw = (row.get(column) or "").strip() or default
+    try:
+        value = Decimal(raw) if raw is not None else None
+    except InvalidOperation:
+        value = None
+    if value is None or not value.is_finite() or value < 0:
+        raise InvalidPriceDataError(
+            f"{what} line {line}: column {column!r} must be a number >= 0, got {row.get(column)!r}"
+        )
+    return value
+
+
+class PriceCatalog:
+    """On-demand prices, spot advice and transfer prices, queried by (instance type, region).
+
+    Build it with :meth:`from_csv_text` or, for the bundled snapshot,
+    ``costaware.adapters.price_files.bundled_catalog()``.
+    """
+
+    def __init__(
+        self,
+        offers: Iterable[InstanceOffer],
+        spot_advice: dict[tuple[str, str], SpotAdvice] | None = None,
+        transfer_usd_per_gb: dict[tuple[str, str], Decimal] | None = None,
+    ) -> None:
+        self._offers: dict[tuple[str, str], InstanceOffer] = {}
+        for offer in offers:
+            self._offers[(offer.instance_type, offer.region)] = offer
+        self._spot = dict(spot_advice or {})
+        self._transfer = dict(transfer_usd_per_gb or {})
+        self._types = sorted({t for t, _ in self._offers})
+        self._regions = sorted({r for _, r in self._offers} | {s for s, _ in self._transfer})
+
+    @classmethod
+    def from_csv_text(
+        cls, ondemand_csv: str, spot_advisor_csv: str | None = None, transfer_csv: str | None = None
+    ) -> PriceCatalog:
+        """Parse the three tables; see ``costaware/data/SOURCES.md`` for their columns.
+
+        Raises:
+            InvalidPriceDataError: a column is missing, a number is malformed or negative, or a
+                (type, region) pair appears twice with different prices.
+        """
+        offers: dict[tuple[str, str], InstanceOffer] = {}
+        what = "on-demand price table"
+        for line, row in _rows(ondemand_csv, ONDEMAND_COLUMNS, what):
+            key = (row["instance_type"].strip(), row["region"].strip())
+            if not all(key):
+                raise InvalidPriceDataError(f"{what} line {line}: instance_type and region must be set, got {key}")
+            vcpus = _decimal(row, "vcpus", line, what)
+            offer = InstanceOffer(
+                instance_type=key[0],
+                region=key[1],
+                vcpus=int(vcpus),
+                memory_gib=_decimal(row, "memory_gib", line, what),
+                gpus=_decimal(row, "gpus", line, what, default="0"),
+                gpu_model=(row.get("gpu_model") or "").strip(),
+                gpu_memory_gib=_decimal(row, "gpu_memory_gib", line, what, default="0"),
+                usd_per_hour=_decimal(row, "usd_per_hour", line, what),
+            )
+            if key in offers and offers[key].usd_per_hour != offer.usd_per_hour:
+                raise InvalidPriceDataError(
+                    f"{what} line {line}: {key[0]} in {key[1]} is listed twice, at "
+                    f"{offers[key].usd_per_hour} and {offer.usd_per_hour} USD/hour"
+                )
+            offers[key] = offer
+        if not offers:
+            raise InvalidPriceDataError(f"{what} has no rows")
+        spot: dict[tuple[str, str], SpotAdvice] = {}
+        if spot_advisor_csv is not None:
+            what = "spot advisor table"
+            for line, row in _rows(spot_advisor_csv, ADVISOR_COLUMNS, what):
+                if (row.get("os") or "Linux") != "Linux":
+                    continue
+                savings = _decimal(row, "savings_pct", line, what)
+                if savings > 100:
+                    raise InvalidPriceDataError(f"{what} line {line}: savings_pct {savings} is above 100")
+                spot[(row["instance_type"].strip(), row["region"].strip())] = SpotAdvice(
+                    int(savings), row["interruption_range"].strip()
+                )
+        transfer: dict[tuple[str, str], Decimal] = {}
+        if transfer_csv is not None:
+            what = "transfer price table"
+            for line, row in _rows(transfer_csv, TRANSFER_COLUMNS, what):
+                transfer[(row["src_region"].strip(), row["dst_region"].strip())] = _decimal(
+                    row, "usd_per_gb", line, what
+                )
+        return cls(offers.values(), spot, transfer)
+
+    # -- look-ups ---------------------------------------------------------------------------------
+
+    @property
+    def instance_types(self) -> list[str]:
+        return list(self._types)
+
+    @property
+    def regions(self) -> list[str]:
+        return list(self._regions)
+
+    def offer(self, instance_type: str, region: str) -> InstanceOffer:
+        """The on-demand offer of a type in a region.
+
+        Raises:
+            PriceNotFoundError: unknown type, unknown region, or the type is not sold there; the
+                message suggests the closest names.
+        """
+        found = self._offers.get((instance_type, region))
+        if found is not None:
+            return found
+        if instance_type not in self._types:
+            hint = _suggest(instance_type, self._types)
+            raise PriceNotFoundError(f"unknown instance type {instance_type!r}{hint}")
+        if region not in self._regions:
+            raise PriceNotFoundError(f"unknown region {region!r}{_suggest(region, self._regions)}")
+        sold_in = sorted(r for t, r in self._offers if t == instance_type)
+        raise PriceNotFoundError(
+            f"no on-demand price for {instance_type} in {region}; it is priced in {', '.join(sold_in[:8])}"
+            + (" ..." if len(sold_in) > 8 else "")
+        )
+
+    def on_demand_usd_per_hour(self, instance_type: str, region: str) -> Decimal:
+        return self.offer(instance_type, region).usd_per_hour
+
+    def spot_advice(self, instance_type: str, region: str) -> SpotAdvice:
+        """Spot Instance Advisor figures; raises ``PriceNotFoundError`` when the advisor has no entry."""
+        self.offer(instance_type, region)  # same errors as on-demand for unknown names
+        advice = self._spot.get((instance_type, region))
+        if advice is None:
+            raise PriceNotFoundError(f"the spot advisor has no entry for {instance_type} in {region}")
+        return advice
+
+    def spot_estimate_usd_per_hour(self, instance_type: str, region: str) -> Decimal:
+        """On-demand price less the advisor's typical savings: an estimate when no spot price is recorded."""
+        advice = self.spot_advice(instance_type, region)
+        on_demand = self.on_demand_usd_per_hour(instance_type, region)
+        return (on_demand * (100 - advice.savings_pct) / 100).quantize(Decimal("0.000001"))
+
+    def transfer_usd_per_gb(self, src_region: str, dst_region: str) -> Decimal:
+        """USD per GB moved from ``src_region`` to ``dst_region`` (or ``"internet"``); same region is free."""
+        if src_region == dst_region:
+            return Decimal(0)
+        price = self._transfer.get((src_region, dst_region))
+        if price is not None:
+            return price
+        known_src = sorted({s for s, _ in self._transfer})
+        if src_region not in known_src:
+            raise PriceNotFoundError(f"no transfer prices from region {src_region!r}{_suggest(src_region, known_src)}")
+        known_dst = sorted({d for s, d in self._transfer if s == src_region})
+        raise PriceNotFoundError(
+            f"no transfer price from {src_region} to {dst_region!r}{_suggest(dst_region, known_dst)}"
+        )
+
+    def instances(
+        self,
+        *,
+        region: str | None = None,
+        min_vcpus: int = 0,
+        min_memory_gib: Decimal | int = 0,
+        min_gpus: Decimal | int = 0,
+        gpu_model: str | None = None,
+    ) -> list[InstanceOffer]:
+        """Offers that meet every lower bound, cheapest first (ties broken by name for stable output)."""
+        if region is not None and region not in self._regions:
+            raise PriceNotFoundError(f"unknown region {region!r}{_suggest(region, self._regions)}")
+        chosen = [
+            o
+            for o in self._offers.values()
+            if (region is None or o.region == region)
+            and o.vcpus >= min_vcpus
+            and o.memory_gib >= Decimal(min_memory_gib)
+            and o.gpus >= Decimal(min_gpus)
+            and (gpu_model is None or o.gpu_model.lower() == gpu_model.lower())
+        ]
+        return sorted(chosen, key=lambda o: (o.usd_per_hour, o.instance_type, o.region))
+
+
+def _suggest(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    return f"; did you mean {', '.join(close)}?" if close else "; see `costaware prices list` for the known names"

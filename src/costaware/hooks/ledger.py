@@ -1,0 +1,63 @@
+"""``CostLedgerHook``: finds the ledger from the ``costaware_ledger`` connection, else the environment."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import AirflowNotFoundException
+
+from costaware.adapters.ledger_url import url_from_connection_fields
+
+if TYPE_CHECKING:
+    from costaware.adapters.ledger_store import Ledger
+
+_LEDGERS: dict[str, Ledger] = {}
+_LOCK = threading.Lock()
+
+
+class CostLedgerHook(BaseHook):
+    """Opens the cost ledger.
+
+    The URL comes from the Airflow connection ``ledger_conn_id`` (a ``postgres`` or ``sqlite`` connection,
+    or any connection with ``{"url": ...}`` in its extra); when that connection does not exist, from
+    ``COSTAWARE_LEDGER_URL``; else a SQLite file at ``$AIRFLOW_HOME/costaware/ledger.db``.
+
+    Args:
+        ledger_conn_id: Airflow connection id of the ledger database.
+    """
+
+    conn_name_attr = "ledger_conn_id"
+    default_conn_name = "costaware_ledger"
+    conn_type = "postgres"
+    hook_name = "Costaware ledger"
+
+    def __init__(self, ledger_conn_id: str = default_conn_name, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.ledger_conn_id = ledger_conn_id
+
+    def get_url(self) -> str:
+        from costaware.adapters.ledger_store import default_ledger_url
+
+        try:
+            conn = self.get_connection(self.ledger_conn_id)
+        except AirflowNotFoundException:
+            return default_ledger_url()
+        return url_from_connection_fields(
+            conn.conn_id, conn.conn_type, conn.host, conn.login, conn.password, conn.port, conn.schema, conn.extra
+        )
+
+    def get_conn(self) -> Ledger:
+        """The ledger, opened once per process and URL (engines pool their connections)."""
+        from costaware.adapters.ledger_store import Ledger
+
+        url = self.get_url()
+        with _LOCK:
+            if url not in _LEDGERS:
+                _LEDGERS[url] = Ledger.from_url(url)
+            return _LEDGERS[url]
+
+    @property
+    def ledger(self) -> Ledger:
+        return self.get_conn()
