@@ -1,0 +1,53 @@
+"""Test set-up: Airflow settings go into the environment before anything imports airflow."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TEST_HOME = ROOT / ".airflow-test"
+os.environ["AIRFLOW_HOME"] = str(TEST_HOME)
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(ROOT / "dags")
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "True"
+os.environ["AIRFLOW__CORE__PARALLELISM"] = "4"
+os.environ["GX_ANALYTICS_ENABLED"] = "False"
+os.environ["COSTAWARE_LEDGER_URL"] = f"sqlite:///{TEST_HOME / 'costaware' / 'ledger.db'}"
+for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+    os.environ.setdefault(key, "testing")
+sys.path.insert(0, str(ROOT / "tests"))
+
+from services import moto_server, postgres_server  # noqa: E402
+
+
+@pytest.fixture
+def ledger_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'ledger.db'}"
+
+
+@pytest.fixture
+def ledger(ledger_url: str):  # type: ignore[no-untyped-def]
+    from costaware import Ledger
+
+    opened = Ledger.from_url(ledger_url)
+    yield opened
+    opened.dispose()
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A real PostgreSQL server for the whole session (never skipped: CI must exercise it)."""
+    with postgres_server() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    """moto's AWS server on 127.0.0.1 for the whole session."""
+    with moto_server() as url:
+        yield url

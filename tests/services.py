@@ -1,0 +1,107 @@
+"""Real local servers for tests: PostgreSQL (Debian's binaries) and moto's AWS server, on free localhost ports.
+
+``scripts/ensure_services.sh`` installs PostgreSQL when it is missing; these helpers never skip silently.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout:.0f} s")
+
+
+def postgres_bin_dir() -> Path:
+    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"), reverse=True)
+    if candidates:
+        return Path(candidates[0]).parent
+    found = shutil.which("pg_ctl")
+    if found:
+        return Path(found).parent
+    raise RuntimeError("PostgreSQL server binaries not found: run `bash scripts/ensure_services.sh` (make test does)")
+
+
+@contextmanager
+def postgres_server() -> Iterator[str]:
+    """Start a throw-away PostgreSQL cluster; yields a SQLAlchemy URL to database ``costaware``."""
+    bindir = postgres_bin_dir()
+    as_root = os.geteuid() == 0
+    # initdb refuses to run as root, so the cluster belongs to the 'postgres' user that Debian's package creates.
+    prefix = ["runuser", "-u", "postgres", "--"] if as_root else []
+    data = Path(tempfile.mkdtemp(prefix="costaware-pg-"))
+    if as_root:
+        shutil.chown(data, "postgres", "postgres")
+    port = free_port()
+    log_file = data / "server.log"
+    subprocess.run(
+        [*prefix, str(bindir / "initdb"), "-D", str(data / "db"), "-A", "trust", "-U", "postgres", "-E", "UTF8"],
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(
+        [
+            *prefix,
+            str(bindir / "pg_ctl"),
+            "-D",
+            str(data / "db"),
+            "-l",
+            str(log_file),
+            "-w",
+            "-o",
+            f"-p {port} -k {data} -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=off",
+            "start",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    try:
+        subprocess.run(
+            [*prefix, str(bindir.parent / "bin" / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres",
+             "costaware"],
+            check=True,
+            capture_output=True,
+        )
+        yield f"postgresql+psycopg2://postgres@127.0.0.1:{port}/costaware"
+    finally:
+        subprocess.run([*prefix, str(bindir / "pg_ctl"), "-D", str(data / "db"), "-m", "fast", "stop"],
+                       capture_output=True)
+        shutil.rmtree(data, ignore_errors=True)
+
+
+@contextmanager
+def moto_server() -> Iterator[str]:
+    """Start moto's AWS server on 127.0.0.1; yields its endpoint URL."""
+    port = free_port()
+    exe = Path(sys.executable).with_name("moto_server")
+    proc = subprocess.Popen(
+        [str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        wait_for_port(port)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
