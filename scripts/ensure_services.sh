@@ -5,8 +5,6 @@ set -euo pipefail
 
 missing=()
 ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || missing+=(postgresql)
-command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
-command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
@@ -21,4 +19,3 @@ $SUDO apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 # Debian's package starts a cluster on port 5432; the tests start their own on free ports, so stop it.
 $SUDO service postgresql stop >/dev/null 2>&1 || true
-$SUDO service redis-server stop >/dev/null 2>&1 || true
