@@ -64,6 +64,10 @@ def _safe(url: str) -> str:
         return "<unparsable URL>"
 
 
+def _reason(error: DBAPIError) -> str:
+    return " ".join(str(error.orig or error).split())
+
+
 class Ledger:
     """Cost entries, budgets and reservations in one database.
 
@@ -90,6 +94,9 @@ class Ledger:
             parsed = make_url(url)
         except ArgumentError as e:
             raise ConfigurationError(f"ledger URL {url!r} is not a database URL such as 'sqlite:///ledger.db'") from e
+        if parsed.drivername in ("postgres", "postgresql"):
+            # The bare name means psycopg 3 in SQLAlchemy 2.1; costaware ships psycopg2.
+            parsed = parsed.set(drivername="postgresql+psycopg2")
         if parsed.get_backend_name() not in ("sqlite", "postgresql"):
             raise ConfigurationError(
                 f"ledger URL {_safe(url)} uses {parsed.get_backend_name()!r}: use sqlite:/// or postgresql://"
@@ -141,7 +148,7 @@ class Ledger:
             if isinstance(e, IntegrityError):
                 raise
             raise LedgerUnavailableError(
-                f"cannot write the cost ledger at {_safe(str(self.engine.url))}: {e.orig or e}. Check the "
+                f"cannot write the cost ledger at {_safe(str(self.engine.url))}: {_reason(e)}. Check the "
                 f"'costaware_ledger' connection or {ENV_LEDGER_URL}; nothing was recorded or reserved"
             ) from e
 
@@ -153,7 +160,7 @@ class Ledger:
                     yield conn
         except (OperationalError, DBAPIError) as e:
             raise LedgerUnavailableError(
-                f"cannot read the cost ledger at {_safe(str(self.engine.url))}: {e.orig or e}"
+                f"cannot read the cost ledger at {_safe(str(self.engine.url))}: {_reason(e)}"
             ) from e
 
     # -- entries ----------------------------------------------------------------------------------

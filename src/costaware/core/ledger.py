@@ -152,3 +152,33 @@ def compute_cost(seconds: float | Decimal, usd_per_hour: Decimal) -> tuple[Decim
     exact_hours = Decimal(str(seconds)) / SECONDS_PER_HOUR
     micro = Decimal("0.000001")
     return exact_hours.quantize(micro), (exact_hours * usd_per_hour).quantize(micro)
+
+
+def reservation_holder(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> str:
+    """The holder key of the reservation made for one task instance (sensor reserves, listener settles)."""
+    return f"{dag_id}/{run_id}/{task_id}/{map_index}"
+
+
+def entry_to_json(entry: LedgerEntry) -> dict[str, object]:
+    """A JSON-safe dict of an entry (money as strings), e.g. for the spool of entries not yet written."""
+    out: dict[str, object] = {}
+    for name in LedgerEntry.__slots__:
+        value = getattr(entry, name)
+        if isinstance(value, Enum):
+            value = value.value
+        elif isinstance(value, (Decimal, datetime)):
+            value = value.isoformat() if isinstance(value, datetime) else str(value)
+        elif isinstance(value, Mapping):
+            value = dict(value)
+        out[name] = value
+    return out
+
+
+def entry_from_json(data: Mapping[str, object]) -> LedgerEntry:
+    """Inverse of :func:`entry_to_json`."""
+    values = dict(data)
+    for name in ("usd", "quantity", "unit_price_usd", "gpu_hours", "on_demand_usd"):
+        if values.get(name) is not None:
+            values[name] = Decimal(str(values[name]))
+    values["incurred_at"] = datetime.fromisoformat(str(values["incurred_at"]))
+    return LedgerEntry(**values)  # type: ignore[arg-type]

@@ -53,15 +53,17 @@ def _rows(text: str, required: Iterable[str], what: str) -> list[tuple[int, dict
     return [(number, row) for number, row in enumerate(reader, start=2)]
 
 
-def _decimal(row: dict[str, str], column: str, line: int, what: str, *, default: str | None = None) -> Decimal:
+def _decimal(
+    row: dict[str, str], column: str, line: int, what: str, *, default: str | None = None, minimum: int = 0
+) -> Decimal:
     raw = (row.get(column) or "").strip() or default
     try:
         value = Decimal(raw) if raw is not None else None
     except InvalidOperation:
         value = None
-    if value is None or not value.is_finite() or value < 0:
+    if value is None or not value.is_finite() or value < minimum:
         raise InvalidPriceDataError(
-            f"{what} line {line}: column {column!r} must be a number >= 0, got {row.get(column)!r}"
+            f"{what} line {line}: column {column!r} must be a number >= {minimum}, got {row.get(column)!r}"
         )
     return value
 
@@ -128,7 +130,8 @@ class PriceCatalog:
             for line, row in _rows(spot_advisor_csv, ADVISOR_COLUMNS, what):
                 if (row.get("os") or "Linux") != "Linux":
                     continue
-                savings = _decimal(row, "savings_pct", line, what)
+                # Negative savings are real: spot sometimes costs more than on-demand.
+                savings = _decimal(row, "savings_pct", line, what, minimum=-1000)
                 if savings > 100:
                     raise InvalidPriceDataError(f"{what} line {line}: savings_pct {savings} is above 100")
                 spot[(row["instance_type"].strip(), row["region"].strip())] = SpotAdvice(

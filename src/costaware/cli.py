@@ -1,0 +1,273 @@
+"""The ``costaware`` command: budgets, cost reports and price look-ups for MLOps leads.
+
+The ledger URL comes from ``--ledger-url``, else ``COSTAWARE_LEDGER_URL``, else the SQLite file at
+``$AIRFLOW_HOME/costaware/ledger.db`` (the same default the Airflow side uses).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+from collections.abc import Sequence
+from datetime import date, datetime, timezone
+from decimal import Decimal
+from typing import Any
+
+from costaware.core.errors import CostawareError
+from costaware.core.money import format_usd
+
+FORMATS = ("table", "json", "csv")
+
+
+def _when(text: str) -> datetime:
+    """An ISO date (UTC midnight) or an ISO datetime with an offset."""
+    try:
+        if len(text) == 10:
+            return datetime.combine(date.fromisoformat(text), datetime.min.time(), tzinfo=timezone.utc)
+        value = datetime.fromisoformat(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an ISO date (2026-11-01) or datetime") from e
+    if value.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"{text!r} has no time zone: add one, e.g. {text}+00:00")
+    return value
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[str(c) for c in headers], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = []
+    for n, row in enumerate(cells):
+        lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _emit(fmt: str, headers: Sequence[str], rows: Sequence[Sequence[Any]], payload: Any) -> None:
+    if fmt == "json":
+        print(json.dumps(payload, indent=2, default=str))
+    elif fmt == "csv":
+        out = io.StringIO()
+        writer = csv.writer(out)
+        writer.writerow(headers)
+        writer.writerows(rows)
+        print(out.getvalue(), end="")
+    else:
+        print(_table(headers, rows))
+
+
+def _ledger(args: argparse.Namespace) -> Any:
+    from costaware.adapters.ledger_store import Ledger
+
+    return Ledger.from_url(args.ledger_url)
+
+
+# -- budget ---------------------------------------------------------------------------------------
+
+
+def _budget_set(args: argparse.Namespace) -> int:
+    budget = _ledger(args).set_budget(
+        args.scope, args.period, args.cap_usd, cap_gpu_hours=args.cap_gpu_hours, timezone=args.timezone
+    )
+    gpu = f", {budget.cap_gpu_hours} GPU-hours" if budget.cap_gpu_hours is not None else ""
+    print(f"budget '{budget.label}' set: {format_usd(budget.cap_usd)} per {budget.period.value}{gpu}")
+    return 0
+
+
+def _budget_list(args: argparse.Namespace) -> int:
+    budgets = _ledger(args).budgets()
+    rows = [
+        [str(b.scope), b.period.value, format_usd(b.cap_usd), "" if b.cap_gpu_hours is None else b.cap_gpu_hours,
+         b.timezone]
+        for b in budgets
+    ]
+    payload = [dict(zip(("scope", "period", "cap_usd", "cap_gpu_hours", "timezone"),
+                        (str(b.scope), b.period.value, str(b.cap_usd), b.cap_gpu_hours, b.timezone)))
+               for b in budgets]
+    if not budgets and args.format == "table":
+        print("no budgets; set one with `costaware budget set --scope project=<name> --period month --cap-usd 100`")
+        return 0
+    _emit(args.format, ["scope", "period", "cap", "GPU-hour cap", "time zone"], rows, payload)
+    return 0
+
+
+def _budget_show(args: argparse.Namespace) -> int:
+    usages = _ledger(args).usage(args.scope, run_id=args.run_id)
+    headers = ["budget", "period", "cap", "spent", "reserved", "left"]
+    rows = [
+        [u.label, u.period_key, format_usd(u.cap_usd), format_usd(u.spent_usd), format_usd(u.reserved_usd),
+         format_usd(u.left_usd)]
+        for u in usages
+    ]
+    payload = [
+        {"budget": u.label, "period": u.period_key, "cap_usd": str(u.cap_usd), "spent_usd": str(u.spent_usd),
+         "reserved_usd": str(u.reserved_usd), "left_usd": str(u.left_usd)}
+        for u in usages
+    ]
+    _emit(args.format, headers, rows, payload)
+    return 0
+
+
+# -- report ---------------------------------------------------------------------------------------
+
+
+def _report(args: argparse.Namespace) -> int:
+    ledger = _ledger(args)
+    run_id = args.run_id
+    if args.last_run:
+        if not args.dag_id:
+            raise CostawareError("--last-run needs --dag-id")
+        run_id = ledger.last_run_id(args.dag_id)
+        if run_id is None:
+            raise CostawareError(f"the ledger has no entries for DAG {args.dag_id!r} yet")
+    rows = ledger.report(
+        group_by=args.group_by, since=args.since, until=args.until, dag_id=args.dag_id, run_id=run_id,
+        scope=args.scope,
+    )
+    total_usd = sum((r.usd for r in rows), Decimal(0))
+    total_od = sum((r.on_demand_usd for r in rows), Decimal(0))
+    total_est = sum((r.estimated_usd for r in rows), Decimal(0))
+    total_hours = sum((r.hours for r in rows), Decimal(0))
+    headers = [args.group_by, "entries", "hours", "actual", "estimated", "on-demand", "savings"]
+    prefix = f"{args.dag_id}." if args.dag_id and args.group_by == "task" else ""
+    table = [
+        [r.group.removeprefix(prefix), r.entries, f"{r.hours:.4f}", format_usd(r.usd, places=6), format_usd(r.estimated_usd, places=6),
+         format_usd(r.on_demand_usd, places=6), format_usd(r.savings_usd, places=6)]
+        for r in rows
+    ]
+    payload = {
+        "group_by": args.group_by,
+        "dag_id": args.dag_id,
+        "run_id": run_id,
+        "rows": [
+            {"group": r.group, "entries": r.entries, "hours": str(r.hours), "usd": str(r.usd),
+             "estimated_usd": str(r.estimated_usd), "on_demand_usd": str(r.on_demand_usd),
+             "savings_usd": str(r.savings_usd)}
+            for r in rows
+        ],
+        "total": {"usd": str(total_usd), "estimated_usd": str(total_est), "on_demand_usd": str(total_od),
+                  "savings_usd": str(total_od - total_usd), "hours": str(total_hours)},
+    }
+    if args.format == "table":
+        title = "cost report"
+        if args.dag_id:
+            title += f" for DAG {args.dag_id}"
+        if run_id:
+            title += f", run {run_id}"
+        print(title)
+        if not rows:
+            print("(no entries)")
+            return 0
+        table.append(["TOTAL", sum(r.entries for r in rows), f"{total_hours:.4f}", format_usd(total_usd, places=6),
+                      format_usd(total_est, places=6), format_usd(total_od, places=6),
+                      format_usd(total_od - total_usd, places=6)])
+    _emit(args.format, headers, table, payload)
+    return 0
+
+
+# -- prices ---------------------------------------------------------------------------------------
+
+
+def _prices_list(args: argparse.Namespace) -> int:
+    from costaware.adapters.price_files import bundled_catalog
+
+    offers = bundled_catalog().instances(
+        region=args.region, min_vcpus=args.min_vcpus, min_memory_gib=Decimal(str(args.min_memory_gib)),
+        min_gpus=Decimal(str(args.min_gpus)),
+    )[: args.limit]
+    headers = ["instance type", "region", "vCPUs", "memory GiB", "GPUs", "GPU model", "USD/hour"]
+    rows = [[o.instance_type, o.region, o.vcpus, o.memory_gib, o.gpus, o.gpu_model or "-", o.usd_per_hour]
+            for o in offers]
+    payload = [dict(zip(("instance_type", "region", "vcpus", "memory_gib", "gpus", "gpu_model", "usd_per_hour"),
+                        map(str, row))) for row in rows]
+    _emit(args.format, headers, rows, payload)
+    return 0
+
+
+def _prices_show(args: argparse.Namespace) -> int:
+    from costaware.adapters.price_files import bundled_catalog
+
+    catalog = bundled_catalog()
+    offer = catalog.offer(args.instance_type, args.region)
+    print(f"{offer.instance_type} in {offer.region}: {offer.vcpus} vCPUs, {offer.memory_gib} GiB, "
+          f"{offer.gpus} GPU(s) {offer.gpu_model}".rstrip())
+    print(f"  on-demand: ${offer.usd_per_hour}/hour")
+    try:
+        advice = catalog.spot_advice(args.instance_type, args.region)
+        estimate = catalog.spot_estimate_usd_per_hour(args.instance_type, args.region)
+        print(f"  spot (advisor estimate): ${estimate}/hour, {advice.savings_pct}% saving, "
+              f"interruptions {advice.interruption_range} per month")
+    except CostawareError as e:
+        print(f"  spot: {e}")
+    return 0
+
+
+# -- wiring ---------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="costaware", description="Budgets, cost reports and prices for ML retrains.")
+    parser.add_argument("--ledger-url", help="SQLAlchemy URL of the ledger (default: $COSTAWARE_LEDGER_URL, "
+                                             "else $AIRFLOW_HOME/costaware/ledger.db)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    budget = sub.add_parser("budget", help="set and inspect budgets").add_subparsers(dest="action", required=True)
+    b_set = budget.add_parser("set", help="create or change a budget")
+    b_set.add_argument("--scope", required=True, help="tags the budget covers, e.g. project=churn,team=ml")
+    b_set.add_argument("--period", required=True, help="run, day, month or total")
+    b_set.add_argument("--cap-usd", required=True, help="the cap in USD, e.g. 250")
+    b_set.add_argument("--cap-gpu-hours", default=None, help="optional cap in GPU-hours")
+    b_set.add_argument("--timezone", default="UTC", help="where days and months start (IANA name)")
+    b_set.set_defaults(func=_budget_set)
+    b_list = budget.add_parser("list", help="list budgets")
+    b_list.add_argument("--format", choices=FORMATS, default="table")
+    b_list.set_defaults(func=_budget_list)
+    b_show = budget.add_parser("show", help="spent, reserved and left for the budgets covering a scope")
+    b_show.add_argument("--scope", required=True)
+    b_show.add_argument("--run-id", default=None, help="the DAG run, for budgets with period 'run'")
+    b_show.add_argument("--format", choices=FORMATS, default="table")
+    b_show.set_defaults(func=_budget_show)
+
+    report = sub.add_parser("report", help="spend, estimates and savings versus on-demand")
+    report.add_argument("--dag-id")
+    report.add_argument("--run-id")
+    report.add_argument("--last-run", action="store_true", help="the DAG's most recent run (needs --dag-id)")
+    report.add_argument("--since", type=_when, help="ISO date or datetime, inclusive")
+    report.add_argument("--until", type=_when, help="ISO date or datetime, exclusive")
+    report.add_argument("--scope", default="*", help="only entries with these tags, e.g. project=churn")
+    report.add_argument("--group-by", default="task",
+                        help="dag, task, run, trial, kind, market or tag:<name> (default: task)")
+    report.add_argument("--format", choices=FORMATS, default="table")
+    report.set_defaults(func=_report)
+
+    prices = sub.add_parser("prices", help="look up bundled AWS prices").add_subparsers(dest="action", required=True)
+    p_list = prices.add_parser("list", help="instance types that fit, cheapest first")
+    p_list.add_argument("--region")
+    p_list.add_argument("--min-vcpus", type=int, default=0)
+    p_list.add_argument("--min-memory-gib", type=float, default=0)
+    p_list.add_argument("--min-gpus", type=float, default=0)
+    p_list.add_argument("--limit", type=int, default=20)
+    p_list.add_argument("--format", choices=FORMATS, default="table")
+    p_list.set_defaults(func=_prices_list)
+    p_show = prices.add_parser("show", help="on-demand and spot price of one type in one region")
+    p_show.add_argument("instance_type")
+    p_show.add_argument("--region", default="us-east-1")
+    p_show.set_defaults(func=_prices_show)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``costaware`` command; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except CostawareError as e:
+        print(f"costaware: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

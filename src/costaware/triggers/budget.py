@@ -1,0 +1,87 @@
+"""``BudgetAvailableTrigger``: waits in the triggerer until a budget has room for an amount."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from decimal import Decimal
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+
+class BudgetAvailableTrigger(BaseTrigger):
+    """Fires once every budget covering ``scope`` has ``usd`` (and ``gpu_hours``) left.
+
+    That happens when the cap is raised, money is released, or a new budget period starts. It only
+    checks: the sensor reserves when it resumes, so a trigger that fires twice cannot reserve twice.
+
+    Args:
+        scope: Tag filter, e.g. ``project=churn``.
+        usd: Amount needed, as a string (money crosses trigger boundaries as strings).
+        gpu_hours: GPU-hours needed, as a string.
+        run_id: The DAG run, for budgets with period ``run``.
+        ledger_conn_id: Airflow connection of the ledger.
+        poll_interval: Seconds between checks.
+    """
+
+    def __init__(
+        self,
+        scope: str,
+        usd: str,
+        gpu_hours: str = "0",
+        run_id: str | None = None,
+        ledger_conn_id: str = "costaware_ledger",
+        poll_interval: float = 60.0,
+    ) -> None:
+        super().__init__()
+        self.scope = scope
+        self.usd = usd
+        self.gpu_hours = gpu_hours
+        self.run_id = run_id
+        self.ledger_conn_id = ledger_conn_id
+        self.poll_interval = poll_interval
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "scope": self.scope,
+                "usd": self.usd,
+                "gpu_hours": self.gpu_hours,
+                "run_id": self.run_id,
+                "ledger_conn_id": self.ledger_conn_id,
+                "poll_interval": self.poll_interval,
+            },
+        )
+
+    def _shortfall(self) -> str | None:
+        """None when there is room, else a sentence saying which budget is short (blocking IO: run in a thread)."""
+        from costaware.hooks.ledger import CostLedgerHook
+
+        ledger = CostLedgerHook(self.ledger_conn_id).get_conn()
+        need, gpu = Decimal(self.usd), Decimal(self.gpu_hours)
+        for usage in ledger.usage(self.scope, run_id=self.run_id):
+            if usage.left_usd < need:
+                return f"budget '{usage.label}' ({usage.period_key}) has ${usage.left_usd} left, need ${need}"
+            if usage.cap_gpu_hours is not None:
+                left_gpu = usage.cap_gpu_hours - usage.spent_gpu_hours - usage.reserved_gpu_hours
+                if left_gpu < gpu:
+                    return f"budget '{usage.label}' has {left_gpu} GPU-hours left, need {gpu}"
+        return None
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        last = ""
+        while True:
+            try:
+                shortfall = await asyncio.to_thread(self._shortfall)
+            except Exception as e:
+                yield TriggerEvent({"status": "error", "message": f"{type(e).__name__}: {e}"})
+                return
+            if shortfall is None:
+                yield TriggerEvent({"status": "success", "message": f"budget for '{self.scope}' has room"})
+                return
+            if shortfall != last:
+                self.log.info("waiting for budget: %s", shortfall)
+                last = shortfall
+            await asyncio.sleep(self.poll_interval)
