@@ -17,7 +17,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, case, create_engine, event, func, select, text
+from sqlalchemy import Connection, Engine, and_, case, create_engine, event, func, select, text, true
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.sql.elements import ColumnElement
@@ -310,7 +310,7 @@ class Ledger:
         ).where(h.c.budget_id == budget_id, h.c.period_key == window.key, h.c.open.is_(True), h.c.expires_at > at)
         spent = select(
             func.coalesce(func.sum(e.c.usd_micros), 0), func.coalesce(func.sum(e.c.gpu_hours_micros), 0)
-        ).where(and_(*conditions))
+        ).where(and_(true(), *conditions))
         # One statement, so PostgreSQL's READ COMMITTED sees spent and held at the same instant.
         spent_cte, held_cte = spent.cte("spent"), held.cte("held")
         both = spent_cte.join(held_cte, text("1 = 1"))
@@ -497,7 +497,7 @@ class Ledger:
         if run_id:
             conditions.append(e.c.run_id == run_id)
         with self._read() as conn:
-            total = conn.execute(select(func.sum(e.c.usd_micros)).where(and_(*conditions))).scalar()
+            total = conn.execute(select(func.sum(e.c.usd_micros)).where(and_(true(), *conditions))).scalar()
         return from_micros(total)
 
     def report(
@@ -542,7 +542,7 @@ class Ledger:
                 func.sum(case((actual, func.coalesce(e.c.on_demand_usd_micros, e.c.usd_micros)), else_=0)).label("od"),
                 func.sum(case((and_(actual, e.c.unit == "hour"), e.c.quantity_micros), else_=0)).label("hours"),
             )
-            .where(and_(*conditions))
+            .where(and_(true(), *conditions))
             .group_by(key)
             .order_by(usd.desc())
         )

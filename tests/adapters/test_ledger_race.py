@@ -1,0 +1,56 @@
+"""Many processes race for one budget: the cap is never passed and no row is lost (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import uuid
+from decimal import Decimal
+
+import pytest
+from race_worker import reserve_until_refused
+from sqlalchemy import create_engine, func, select, text
+
+from costaware import Ledger
+from costaware.adapters import ledger_schema as schema
+
+PROCESSES = 12
+ATTEMPTS = 12
+AMOUNT = "0.70"
+CAP = Decimal("25.00")  # 35 reservations of $0.70 fit in $24.50; 144 are attempted
+
+
+def _fresh_postgres(base: str) -> str:
+    name = f"race_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(base, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE DATABASE {name}"))
+    admin.dispose()
+    return base.rsplit("/", 1)[0] + f"/{name}"
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_parallel_reservations_never_overspend(backend: str, tmp_path, request) -> None:  # type: ignore[no-untyped-def]
+    url = f"sqlite:///{tmp_path / 'race.db'}" if backend == "sqlite" else _fresh_postgres(
+        request.getfixturevalue("postgres_url"))
+    ledger = Ledger.from_url(url)
+    ledger.set_budget("project=race", "month", CAP)
+
+    with multiprocessing.get_context("spawn").Pool(PROCESSES) as pool:
+        results = pool.starmap(reserve_until_refused, [(url, w, AMOUNT, ATTEMPTS) for w in range(PROCESSES)])
+
+    granted = sum(g for g, _ in results)
+    refused = sum(r for _, r in results)
+    assert granted + refused == PROCESSES * ATTEMPTS
+    assert granted == int(CAP / Decimal(AMOUNT))  # every dollar that fits is handed out, no more
+    with ledger.engine.connect() as conn:
+        reservations = conn.execute(select(func.count()).select_from(schema.reservations)).scalar_one()
+        entries = conn.execute(select(func.count()).select_from(schema.entries)).scalar_one()
+        settled = conn.execute(
+            select(func.count()).select_from(schema.reservations).where(schema.reservations.c.status == "settled")
+        ).scalar_one()
+    assert reservations == granted
+    assert entries == settled  # every settled reservation left exactly one entry
+    (usage,) = ledger.usage("project=race")
+    assert usage.spent_usd + usage.reserved_usd == granted * Decimal(AMOUNT)
+    assert usage.spent_usd + usage.reserved_usd <= CAP
+    ledger.dispose()

@@ -1,0 +1,198 @@
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+
+import pytest
+from sqlalchemy import create_engine, func, select, text
+
+from costaware import Ledger
+from costaware.adapters import ledger_schema as schema
+from costaware.core.errors import (
+    BudgetExceededError,
+    BudgetNotFoundError,
+    ConfigurationError,
+    InvalidBudgetError,
+    LedgerUnavailableError,
+    ReservationNotFoundError,
+)
+from costaware.core.ledger import Kind, LedgerEntry
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def any_ledger(request: pytest.FixtureRequest, tmp_path) -> Iterator[Ledger]:  # type: ignore[no-untyped-def]
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    else:
+        base = request.getfixturevalue("postgres_url")
+        name = f"t_{uuid.uuid4().hex[:10]}"
+        admin = create_engine(base, isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.execute(text(f"CREATE DATABASE {name}"))
+        admin.dispose()
+        url = base.rsplit("/", 1)[0] + f"/{name}"
+    ledger = Ledger.from_url(url)
+    yield ledger
+    ledger.dispose()
+
+
+def entry(usd: str, **overrides: object) -> LedgerEntry:
+    values: dict[str, object] = {
+        "dag_id": "d", "run_id": "r1", "task_id": "train", "kind": Kind.COMPUTE, "usd": Decimal(usd),
+        "quantity": Decimal("1"), "tags": {"project": "churn", "team": "ml"},
+    }
+    values.update(overrides)
+    return LedgerEntry(**values)  # type: ignore[arg-type]
+
+
+def count(ledger: Ledger, table: object) -> int:
+    with ledger.engine.connect() as conn:
+        return int(conn.execute(select(func.count()).select_from(table)).scalar_one())  # type: ignore[arg-type]
+
+
+def test_budget_set_replaces_and_lists(any_ledger: Ledger) -> None:
+    any_ledger.set_budget("project=churn", "month", "100")
+    any_ledger.set_budget("project=churn", "month", "150", cap_gpu_hours="10")
+    (budget,) = any_ledger.budgets()
+    assert (str(budget.scope), budget.period.value, budget.cap_usd, budget.cap_gpu_hours) == (
+        "project=churn", "month", Decimal("150"), Decimal("10"))
+
+
+@pytest.mark.parametrize(("cap", "message"), [("-1", "zero or more"), ("nan", "finite"), ("x", "'x'")])
+def test_bad_budget_writes_nothing(any_ledger: Ledger, cap: str, message: str) -> None:
+    with pytest.raises(InvalidBudgetError, match=message):
+        any_ledger.set_budget("project=churn", "month", cap)
+    assert count(any_ledger, schema.budgets) == 0
+
+
+def test_reserve_settle_release_and_usage(any_ledger: Ledger) -> None:
+    any_ledger.set_budget("project=churn", "month", "10")
+    first = any_ledger.reserve("project=churn,team=ml", "4", purpose="task 'train'")
+    second = any_ledger.reserve("project=churn", "5")
+    (usage,) = any_ledger.usage("project=churn")
+    assert (usage.spent_usd, usage.reserved_usd, usage.left_usd) == (0, Decimal(9), Decimal(1))
+    with pytest.raises(BudgetExceededError, match=r"has \$1.00 left .* task 'x' needs an estimated \$2.00") as info:
+        any_ledger.reserve("project=churn", "2", purpose="task 'x'")
+    assert info.value.cap_usd == "10.000000"
+    any_ledger.settle(first.id, "3.5", entry=entry("3.5"))
+    any_ledger.release(second.id)
+    (usage,) = any_ledger.usage("project=churn")
+    assert (usage.spent_usd, usage.reserved_usd) == (Decimal("3.5"), 0)
+    assert any_ledger.settle(first.id, "99").settled_usd == Decimal("3.5")  # settling twice changes nothing
+    assert count(any_ledger, schema.entries) == 1
+    with pytest.raises(ReservationNotFoundError, match="nope"):
+        any_ledger.release("nope")
+
+
+def test_holder_makes_reserve_idempotent(any_ledger: Ledger) -> None:
+    any_ledger.set_budget("project=churn", "month", "10")
+    a = any_ledger.reserve("project=churn", "6", holder="d/r/train/-1")
+    b = any_ledger.reserve("project=churn", "6", holder="d/r/train/-1")
+    assert a.id == b.id
+    assert any_ledger.usage("project=churn")[0].reserved_usd == 6
+
+
+def test_every_covering_budget_is_checked(any_ledger: Ledger) -> None:
+    any_ledger.set_budget("project=churn", "month", "100")
+    any_ledger.set_budget("team=ml", "day", "3")
+    with pytest.raises(BudgetExceededError, match="team=ml/"):
+        any_ledger.reserve("project=churn,team=ml", "5")
+    reservation = any_ledger.reserve("project=churn,team=other", "5")  # team=ml's cap does not apply
+    assert reservation.budgets == ("project=churn/month",)
+    assert count(any_ledger, schema.reservations) == 1
+
+
+def test_no_budget_is_an_error_naming_the_scope(any_ledger: Ledger) -> None:
+    any_ledger.set_budget("project=churn", "month", "1")
+    with pytest.raises(BudgetNotFoundError, match="no budget covers scope 'project=fraud'.*costaware budget set"):
+        any_ledger.reserve("project=fraud", "1")
+
+
+def test_run_budget_is_per_run(any_ledger: Ledger) -> None:
+    any_ledger.set_budget("project=churn", "run", "5")
+    any_ledger.reserve("project=churn", "5", run_id="r1")
+    any_ledger.reserve("project=churn", "5", run_id="r2")
+    with pytest.raises(BudgetExceededError):
+        any_ledger.reserve("project=churn", "1", run_id="r1")
+
+
+def test_gpu_hour_cap(any_ledger: Ledger) -> None:
+    any_ledger.set_budget("project=churn", "month", "1000", cap_gpu_hours="8")
+    any_ledger.reserve("project=churn", "1", gpu_hours="6")
+    with pytest.raises(BudgetExceededError, match="GPU-hours"):
+        any_ledger.reserve("project=churn", "1", gpu_hours="3")
+
+
+def test_spent_counts_actual_entries_of_the_period_only(any_ledger: Ledger) -> None:
+    any_ledger.set_budget("project=churn", "month", "10")
+    any_ledger.record(entry("4"))
+    any_ledger.record(entry("50", estimated=True))  # forecasts do not count as spend
+    any_ledger.record(entry("50", incurred_at=datetime.now(timezone.utc) - timedelta(days=40)))  # last period
+    any_ledger.record(entry("50", tags={"project": "fraud"}))  # another scope
+    assert any_ledger.usage("project=churn")[0].spent_usd == 4
+    with pytest.raises(BudgetExceededError):
+        any_ledger.reserve("project=churn", "6.01")
+
+
+def test_expired_reservations_stop_counting(any_ledger: Ledger) -> None:
+    any_ledger.set_budget("project=churn", "month", "10")
+    any_ledger.reserve("project=churn", "10", ttl=timedelta(milliseconds=1))
+    import time
+
+    time.sleep(0.01)
+    assert any_ledger.usage("project=churn")[0].reserved_usd == 0
+    assert any_ledger.expire_stale() == 1
+    assert any_ledger.reserve("project=churn", "10").status == "open"
+
+
+def test_record_is_idempotent_on_entry_uid(any_ledger: Ledger) -> None:
+    e = entry("1.25")
+    assert any_ledger.record(e) is True
+    assert any_ledger.record(e) is False
+    assert any_ledger.spent("project=churn") == Decimal("1.25")
+
+
+def test_report_groupings(any_ledger: Ledger) -> None:
+    any_ledger.record(entry("3", on_demand_usd=Decimal("10"), market="spot"))
+    any_ledger.record(entry("1", task_id="prep", tags={"project": "churn", "team": "data", "cost_center": "42"}))
+    any_ledger.record(entry("7", estimated=True))
+    rows = {r.group: r for r in any_ledger.report(group_by="task")}
+    assert rows["d.train"].usd == 3 and rows["d.train"].estimated_usd == 7
+    assert rows["d.train"].savings_usd == 7
+    assert rows["d.train"].hours == 1  # the estimate's hours are not compute spent
+    by_team = {r.group: r.usd for r in any_ledger.report(group_by="tag:team")}
+    assert by_team == {"ml": 3, "data": 1}
+    by_free_tag = {r.group: r.usd for r in any_ledger.report(group_by="tag:cost_center")}
+    assert by_free_tag == {"(none)": 3, "42": 1}
+    assert [r.group for r in any_ledger.report(group_by="market")] == ["spot", "(none)"]
+    assert sum(r.usd for r in any_ledger.report(group_by="dag", scope="team=data")) == 1
+    with pytest.raises(ConfigurationError, match="cannot group by 'week'"):
+        any_ledger.report(group_by="week")
+
+
+def test_newer_schema_is_refused(any_ledger: Ledger) -> None:
+    with any_ledger.engine.begin() as conn:
+        conn.execute(schema.meta.update().values(value="99"))
+    with pytest.raises(ConfigurationError, match="schema v99, newer than this costaware"):
+        any_ledger.create_schema()
+
+
+def test_unreachable_ledger_fails_closed() -> None:
+    with pytest.raises(LedgerUnavailableError, match=r"cannot write the cost ledger at .*127.0.0.1:1.*nothing was"):
+        Ledger.from_url("postgresql://nobody:secret@127.0.0.1:1/ledger")
+
+
+def test_password_is_masked_in_errors() -> None:
+    with pytest.raises(LedgerUnavailableError) as info:
+        Ledger.from_url("postgresql://nobody:s3cret@127.0.0.1:1/ledger")
+    assert "s3cret" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "message"), [("mysql://u@h/db", "uses 'mysql'"), ("not a url", "is not a database URL")]
+)
+def test_bad_ledger_urls(url: str, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        Ledger.from_url(url)

@@ -1,0 +1,112 @@
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from costaware import Ledger
+from costaware.plugins import listener as listener_module
+from costaware.plugins.listener import CostListener, tags_for
+
+
+def fake_ti(task_id: str = "train", try_number: int = 1, **task_attrs: Any) -> SimpleNamespace:
+    """The fields Airflow's RuntimeTaskInstance gives a listener; the task carries its DAG's tags."""
+    dag = SimpleNamespace(tags=["costaware", "team:ml", "project=churn", "untagged"])
+    task = SimpleNamespace(dag=dag, params={}, **task_attrs)
+    params = {"owner": "ana", "project": "churn"}
+    return SimpleNamespace(dag_id="retrain", run_id="run1", task_id=task_id, map_index=-1, try_number=try_number,
+                           task=task, start_date=None, end_date=None,
+                           get_template_context=lambda: {"params": params})
+
+
+@pytest.fixture
+def ledger_env(ledger_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path) -> Ledger:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+    monkeypatch.setattr(listener_module, "spool_dir", lambda: tmp_path / "spool")
+    return Ledger.from_url(ledger_url)
+
+
+def test_tags_from_dag_tags_and_params() -> None:
+    dag = SimpleNamespace(tags=["team:ml", "project=churn", "plain"])
+    assert tags_for(dag, {"project": "fraud", "owner": "ana", "other": "x"}) == {
+        "team": "ml", "project": "fraud", "owner": "ana"}
+
+
+def test_success_is_priced_on_the_declared_instance(ledger_env: Ledger) -> None:
+    ti = fake_ti(instance_type="c5.xlarge", region="us-east-1", market="spot")
+    listener = CostListener()
+    listener.on_task_instance_running(None, ti)
+    listener.on_task_instance_success(None, ti)
+    (row,) = ledger_env.entries(dag_id="retrain")
+    assert (row["task_id"], row["instance_type"], row["market"], row["outcome"]) == (
+        "train", "c5.xlarge", "spot", "success")
+    assert row["price_source"] == "spot-advisor-estimate"
+    assert row["tags"] == {"team": "ml", "project": "churn", "owner": "ana"}
+    assert row["on_demand_usd"] >= row["usd"]
+
+
+def test_failed_try_is_recorded_with_its_cause(ledger_env: Ledger) -> None:
+    class Preempted(Exception):
+        ledger_cause = "preemption"
+
+    listener = CostListener()
+    for try_number, error in ((1, Preempted("spot notice")), (2, ValueError("bad column"))):
+        ti = fake_ti(try_number=try_number)
+        listener.on_task_instance_running(None, ti)
+        listener.on_task_instance_failed(None, ti, error)
+    rows = sorted(ledger_env.entries(dag_id="retrain"), key=lambda r: r["try_number"])
+    assert [(r["outcome"], r["cause"]) for r in rows] == [("failed", "preemption"), ("failed", "error")]
+    assert rows[1]["note"] == "ValueError: bad column"
+    assert rows[0]["instance_type"] == "m5.large"  # the worker default
+
+
+def test_listener_settles_the_tasks_reservation(ledger_env: Ledger) -> None:
+    ledger_env.set_budget("project=churn", "month", "5")
+    reservation = ledger_env.reserve("project=churn", "2", holder="retrain/run1/train/-1")
+    ti = fake_ti()
+    ti.start_date = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    ti.end_date = ti.start_date + timedelta(hours=1)
+    CostListener().on_task_instance_success(None, ti)
+    (usage,) = ledger_env.usage("project=churn")
+    assert (usage.reserved_usd, usage.spent_usd) == (0, Decimal("0.096"))
+    (row,) = ledger_env.entries(dag_id="retrain")
+    assert row["reservation_id"] == reservation.id
+
+
+def test_unpriced_instance_is_recorded_at_zero_with_a_note(ledger_env: Ledger) -> None:
+    ti = fake_ti(instance_type="m5.lrage")
+    CostListener().on_task_instance_running(None, ti)
+    CostListener().on_task_instance_success(None, ti)
+    (row,) = ledger_env.entries(dag_id="retrain")
+    assert row["usd"] == 0 and row["price_source"] == "unpriced" and "did you mean m5.large" in row["note"]
+
+
+def test_unreachable_ledger_spools_and_the_next_entry_drains_it(
+    ledger_env: Ledger, monkeypatch: pytest.MonkeyPatch, tmp_path  # type: ignore[no-untyped-def]
+) -> None:
+    good_url = str(ledger_env.engine.url)
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", "postgresql://nobody@127.0.0.1:1/ledger")
+    ti = fake_ti(task_id="prep")
+    CostListener().on_task_instance_running(None, ti)
+    CostListener().on_task_instance_success(None, ti)
+    assert len(list((tmp_path / "spool").glob("*.json"))) == 1
+    assert ledger_env.entries(dag_id="retrain") == []
+
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", good_url)
+    ti = fake_ti(task_id="train")
+    CostListener().on_task_instance_running(None, ti)
+    CostListener().on_task_instance_success(None, ti)
+    assert sorted(r["task_id"] for r in ledger_env.entries(dag_id="retrain")) == ["prep", "train"]
+    assert list((tmp_path / "spool").glob("*.json")) == []
+
+
+def test_runtime_falls_back_to_start_and_end_dates(ledger_env: Ledger) -> None:
+    ti = fake_ti()
+    ti.start_date = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    ti.end_date = ti.start_date + timedelta(hours=2)
+    CostListener().on_task_instance_success(None, ti)  # no running hook seen in this process
+    (row,) = ledger_env.entries(dag_id="retrain")
+    assert row["quantity"] == Decimal("2") and row["usd"] == Decimal("0.192")

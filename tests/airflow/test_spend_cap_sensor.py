@@ -1,0 +1,150 @@
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, TaskDeferred
+
+from costaware import Ledger
+from costaware.adapters import ledger_schema as schema
+from costaware.core.errors import LedgerUnavailableError
+from costaware.sensors.spend_cap import SpendCapSensor
+from costaware.triggers.budget import BudgetAvailableTrigger
+
+
+@pytest.fixture
+def env_ledger(ledger_url: str, monkeypatch: pytest.MonkeyPatch) -> Ledger:
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=churn", "month", "10")
+    return ledger
+
+
+def context(run_id: str = "manual__1") -> dict[str, Any]:
+    return {"ti": SimpleNamespace(dag_id="retrain", run_id=run_id, task_id="spend_gate", map_index=-1)}
+
+
+def sensor(**kwargs: Any) -> SpendCapSensor:
+    args: dict[str, Any] = {"task_id": "spend_gate", "scope": "project=churn", "estimated_usd": "4",
+                            "for_task_id": "train", "poke_interval": 0.01, "timeout": 5}
+    args.update(kwargs)
+    return SpendCapSensor(**args)
+
+
+def test_poke_reserves_for_the_downstream_task(env_ledger: Ledger) -> None:
+    result = sensor(deferrable=False).poke(context())
+    assert result and result.is_done  # type: ignore[union-attr]
+    payload = result.xcom_value  # type: ignore[union-attr]
+    assert payload["usd"] == "4.000000" and payload["for_task_id"] == "train"
+    (reservation,) = env_ledger.open_reservations()
+    assert reservation.holder == "retrain/manual__1/train/-1"
+    # A retried sensor gets the same reservation back instead of reserving twice.
+    again = sensor(deferrable=False).poke(context())
+    assert again.xcom_value["reservation_id"] == payload["reservation_id"]  # type: ignore[union-attr]
+    assert env_ledger.usage("project=churn")[0].reserved_usd == 4
+
+
+def test_poke_waits_while_the_budget_is_short(env_ledger: Ledger) -> None:
+    assert sensor(estimated_usd="11", deferrable=False).poke(context()) is False
+    assert env_ledger.open_reservations() == []
+
+
+def test_skip_and_fail_policies_name_the_budget(env_ledger: Ledger) -> None:
+    with pytest.raises(AirflowSkipException, match=r"project=churn/\d{4}-\d{2}' has \$10.00 left"):
+        sensor(estimated_usd="11", on_exceeded="skip").execute(context())
+    with pytest.raises(AirflowFailException, match=r"task 'train' needs an estimated \$11.00"):
+        sensor(estimated_usd="11", on_exceeded="fail").execute(context())
+    assert env_ledger.open_reservations() == []
+
+
+@pytest.mark.parametrize(("usd", "message"), [("-3", "zero or more"), ("nan", "finite"), ("lots", "'lots'")])
+def test_bad_estimate_fails_without_retry_and_reserves_nothing(env_ledger: Ledger, usd: str, message: str) -> None:
+    with pytest.raises(AirflowFailException, match=message):
+        sensor(estimated_usd=usd, deferrable=False).poke(context())
+    assert env_ledger.open_reservations() == []
+
+
+def test_unknown_on_exceeded_is_rejected_at_parse_time() -> None:
+    with pytest.raises(ValueError, match="on_exceeded='later'"):
+        sensor(on_exceeded="later")
+
+
+def test_unreachable_ledger_fails_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", "postgresql://nobody@127.0.0.1:1/ledger")
+    with pytest.raises(LedgerUnavailableError, match="nothing was recorded or reserved"):
+        sensor(deferrable=False).poke(context())
+
+
+def test_reschedule_mode_pokes_the_same_way(env_ledger: Ledger) -> None:
+    gate = sensor(deferrable=False, mode="reschedule")
+    assert gate.poke(context()).xcom_value["usd"] == "4.000000"  # type: ignore[union-attr]
+
+
+def test_deferral_waits_for_a_raised_cap_then_reserves(env_ledger: Ledger) -> None:
+    gate = sensor(estimated_usd="12", deferrable=True)
+    with pytest.raises(TaskDeferred) as deferred:
+        gate.execute(context())
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, BudgetAvailableTrigger)
+    assert deferred.value.method_name == "execute_complete"
+
+    async def first_event() -> Any:
+        events = trigger.run()
+        waiting = asyncio.ensure_future(events.__anext__())
+        await asyncio.sleep(0.2)
+        assert not waiting.done()  # still short: the trigger keeps waiting
+        await asyncio.to_thread(env_ledger.set_budget, "project=churn", "month", "20")
+        return await asyncio.wait_for(waiting, timeout=10)
+
+    event = asyncio.run(first_event())
+    assert event.payload["status"] == "success"
+    result = gate.execute_complete(context(), event=event.payload)
+    assert result["usd"] == "12.000000"
+    assert env_ledger.usage("project=churn")[0].reserved_usd == 12
+
+
+def test_resume_defers_again_when_someone_else_took_the_money(env_ledger: Ledger) -> None:
+    env_ledger.reserve("project=churn", "8")
+    with pytest.raises(TaskDeferred):
+        sensor().execute_complete(context(), event={"status": "success", "message": "room"})
+
+
+def test_trigger_error_event_fails_the_task(env_ledger: Ledger) -> None:
+    with pytest.raises(Exception, match="budget wait failed: boom"):
+        sensor().execute_complete(context(), event={"status": "error", "message": "boom"})
+
+
+def test_trigger_reports_a_missing_budget_as_error(env_ledger: Ledger) -> None:
+    trigger = BudgetAvailableTrigger(scope="project=fraud", usd="1", poll_interval=0.01)
+    event = asyncio.run(trigger.run().__anext__())  # type: ignore[attr-defined]
+    assert event.payload["status"] == "error"
+    assert "no budget covers scope 'project=fraud'" in event.payload["message"]
+
+
+def test_trigger_round_trips_by_class_path_without_dags_on_the_path(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    classpath, kwargs = BudgetAvailableTrigger(scope="project=churn", usd="4.2", run_id="r").serialize()
+    code = (
+        "import json, sys\n"
+        "from airflow._shared.module_loading import import_string  # what the triggerer uses\n"
+        f"cls = import_string({classpath!r})\n"
+        f"trigger = cls(**json.loads({json.dumps(json.dumps(kwargs))}))\n"
+        "print(json.dumps(trigger.serialize()[1], sort_keys=True))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == kwargs
+    assert all(isinstance(v, (str, float, int, type(None))) for v in kwargs.values())
+
+
+def test_nothing_is_reserved_without_a_budget(ledger_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+    with pytest.raises(AirflowFailException, match="no budget covers scope 'project=churn'"):
+        sensor(deferrable=False).poke(context())
+    ledger = Ledger.from_url(ledger_url)
+    with ledger.engine.connect() as conn:
+        assert conn.execute(schema.reservations.select()).first() is None

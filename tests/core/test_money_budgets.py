@@ -1,0 +1,102 @@
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from decimal import Decimal
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from costaware.core.budgets import Budget, Period, Scope, period_window
+from costaware.core.errors import ConfigurationError, InvalidBudgetError
+from costaware.core.money import format_usd, from_micros, parse_usd, to_micros
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [("4.20", Decimal("4.20")), ("$1,200.50", Decimal("1200.50")), (3, Decimal(3)), (0.1, Decimal("0.1")),
+     (Decimal("7"), Decimal("7"))],
+)
+def test_parse_usd_accepts(raw: object, expected: Decimal) -> None:
+    assert parse_usd(raw) == expected
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [("abc", "'abc'"), ("nan", "finite"), (float("inf"), "finite"), ("-1", "zero or more"), (True, "boolean"),
+     (None, "NoneType")],
+)
+def test_parse_usd_rejects_with_the_value(raw: object, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        parse_usd(raw, name="cap")
+
+
+def test_micros_round_trip_and_half_even() -> None:
+    assert to_micros(Decimal("1.2345675")) == 1_234_568
+    assert to_micros(Decimal("1.2345665")) == 1_234_566
+    assert from_micros(to_micros(Decimal("0.000001"))) == Decimal("0.000001")
+    assert from_micros(None) == 0
+
+
+@pytest.mark.parametrize(
+    ("amount", "text"),
+    [(Decimal("1234.5"), "$1,234.50"), (Decimal("0.000128"), "$0.000128"), (Decimal(0), "$0.00"),
+     (Decimal("-2"), "-$2.00")],
+)
+def test_format_usd(amount: Decimal, text: str) -> None:
+    assert format_usd(amount) == text
+
+
+def test_scope_parse_canonical_and_matching() -> None:
+    scope = Scope.parse(" team=ml , project=churn ")
+    assert str(scope) == "project=churn,team=ml"
+    assert scope.matches({"project": "churn", "team": "ml", "owner": "x"})
+    assert not scope.matches({"project": "churn"})
+    assert Scope.parse("project=churn").covers(scope)
+    assert not scope.covers(Scope.parse("project=churn"))
+    assert str(Scope.parse("*")) == "*" and Scope.parse("").matches({})
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("project", "not key=value"), ("project=", "not key=value"), ("1x=a", "tag name '1x'"),
+     ("a=1,a=2", "twice")],
+)
+def test_scope_rejects(text: str, message: str) -> None:
+    with pytest.raises(InvalidBudgetError, match=message):
+        Scope.parse(text)
+
+
+@pytest.mark.parametrize(
+    ("cap", "period", "tz", "message"),
+    [("-5", "month", "UTC", "zero or more"), ("nan", "month", "UTC", "finite"), ("5", "weekly", "UTC", "weekly"),
+     ("5", "month", "Mars/Olympus", "Mars/Olympus")],
+)
+def test_budget_create_rejects(cap: str, period: str, tz: str, message: str) -> None:
+    with pytest.raises(InvalidBudgetError, match=message):
+        Budget.create("project=churn", period, cap, timezone=tz)
+
+
+def test_month_window_in_a_zone_with_dst() -> None:
+    # 1 March 2026 00:00 in New York is 05:00 UTC (EST); 1 April is 04:00 UTC (EDT).
+    at = datetime(2026, 3, 15, 12, tzinfo=timezone.utc)
+    window = period_window(Period.MONTH, at, "America/New_York")
+    assert window.key == "2026-03"
+    assert window.start == datetime(2026, 3, 1, 5, tzinfo=timezone.utc)
+    assert window.end == datetime(2026, 4, 1, 4, tzinfo=timezone.utc)
+
+
+def test_day_window_on_a_23_hour_day() -> None:
+    at = datetime(2026, 3, 8, 12, tzinfo=ZoneInfo("America/New_York"))
+    window = period_window(Period.DAY, at, "America/New_York")
+    assert window.end is not None and window.start is not None
+    assert (window.end - window.start).total_seconds() == 23 * 3600
+
+
+def test_run_and_total_windows() -> None:
+    at = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    assert period_window(Period.TOTAL, at).key == "total"
+    assert period_window(Period.RUN, at, run_id="r1").key == "run:r1"
+    with pytest.raises(InvalidBudgetError, match="run id"):
+        period_window(Period.RUN, at)
+    with pytest.raises(InvalidBudgetError, match="no time zone"):
+        period_window(Period.DAY, datetime(2026, 1, 1))

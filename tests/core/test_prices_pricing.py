@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from costaware.adapters.price_files import bundled_catalog, catalog_from_files
+from costaware.core.errors import ConfigurationError, InvalidPriceDataError, PriceNotFoundError
+from costaware.core.ledger import compute_cost
+from costaware.core.prices import PriceCatalog
+from costaware.core.pricing import price_compute
+
+HEADER = "provider,region,instance_type,vcpus,memory_gib,gpus,gpu_model,gpu_memory_gib,usd_per_hour\n"
+
+
+def test_bundled_catalog_prices() -> None:
+    catalog = bundled_catalog()
+    assert catalog.on_demand_usd_per_hour("m5.large", "us-east-1") == Decimal("0.096")
+    # The advisor says m5.large in us-east-1 saves 66%: 0.096 * 0.34.
+    assert catalog.spot_estimate_usd_per_hour("m5.large", "us-east-1") == Decimal("0.032640")
+    assert catalog.transfer_usd_per_gb("us-east-1", "eu-west-1") == Decimal("0.02")
+    assert catalog.transfer_usd_per_gb("us-east-1", "internet") == Decimal("0.09")
+    assert catalog.transfer_usd_per_gb("eu-west-1", "eu-west-1") == 0
+
+
+def test_instances_filter_cheapest_first() -> None:
+    offers = bundled_catalog().instances(region="us-east-1", min_memory_gib=64, min_gpus=1)
+    assert offers and all(o.memory_gib >= 64 and o.gpus >= 1 and o.region == "us-east-1" for o in offers)
+    prices = [o.usd_per_hour for o in offers]
+    assert prices == sorted(prices)
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "region", "message"),
+    [("m5.lrage", "us-east-1", "did you mean m5.large"), ("m5.large", "us-east-9", "did you mean us-east-"),
+     ("p3.2xlarge", "us-east-1-atl-1", "it is priced in")],
+)
+def test_unknown_names_suggest(instance_type: str, region: str, message: str) -> None:
+    with pytest.raises(PriceNotFoundError, match=message):
+        bundled_catalog().offer(instance_type, region)
+
+
+def test_transfer_unknown_region() -> None:
+    with pytest.raises(PriceNotFoundError, match="us-eats-1"):
+        bundled_catalog().transfer_usd_per_gb("us-eats-1", "eu-west-1")
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("aws,us-east-1,m5.large,2,8,0,,0,abc\n", "line 2: column 'usd_per_hour'"),
+        ("aws,us-east-1,m5.large,2,8,0,,0,-1\n", "must be a number >= 0"),
+        ("aws,us-east-1,m5.large,2,8,0,,0,1\naws,us-east-1,m5.large,2,8,0,,0,2\n", "listed twice"),
+        ("", "has no rows"),
+    ],
+)
+def test_malformed_price_csv(body: str, message: str) -> None:
+    with pytest.raises(InvalidPriceDataError, match=message):
+        PriceCatalog.from_csv_text(HEADER + body)
+
+
+def test_missing_column_named(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    bad = tmp_path / "prices.csv"
+    bad.write_text("region,instance_type,usd\nus-east-1,m5.large,1\n")
+    with pytest.raises(InvalidPriceDataError, match=r"prices.csv: .*lacks column\(s\) vcpus"):
+        catalog_from_files(bad)
+    with pytest.raises(InvalidPriceDataError, match="cannot read price file"):
+        catalog_from_files(tmp_path / "missing.csv")
+
+
+def test_compute_cost_exact() -> None:
+    assert compute_cost(3600, Decimal("0.096")) == (Decimal("1.000000"), Decimal("0.096000"))
+    assert compute_cost(1, Decimal("36")) == (Decimal("0.000278"), Decimal("0.010000"))
+
+
+@pytest.mark.parametrize(
+    ("market", "rate", "usd", "on_demand", "source"),
+    [
+        ("on_demand", None, Decimal("0.192000"), Decimal("0.192000"), "on-demand-list"),
+        ("spot", None, Decimal("0.065280"), Decimal("0.192000"), "spot-advisor-estimate"),
+        ("spot", Decimal("0.05"), Decimal("0.100000"), Decimal("0.192000"), "given"),
+        ("local", Decimal("0.5"), Decimal("1.000000"), None, "local-rate"),
+    ],
+)
+def test_price_compute(market: str, rate: Decimal | None, usd: Decimal, on_demand: Decimal | None,
+                       source: str) -> None:
+    charge = price_compute(bundled_catalog(), instance_type="m5.large", region="us-east-1", market=market,
+                           seconds=7200, usd_per_hour=rate)
+    assert (charge.usd, charge.on_demand_usd, charge.price_source) == (usd, on_demand, source)
+
+
+def test_price_compute_gpu_hours_and_errors() -> None:
+    charge = price_compute(bundled_catalog(), instance_type="p3.8xlarge", region="us-east-1",
+                           market="on_demand", seconds=1800)
+    assert charge.gpu_hours == Decimal("2.000000")  # 4 GPUs for half an hour
+    with pytest.raises(ConfigurationError, match="usd_per_hour rate"):
+        price_compute(bundled_catalog(), instance_type="x", region="y", market="local", seconds=1)
+    with pytest.raises(ConfigurationError, match="unknown market 'reserved'"):
+        price_compute(bundled_catalog(), instance_type="m5.large", region="us-east-1", market="reserved", seconds=1)

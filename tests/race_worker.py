@@ -1,0 +1,31 @@
+"""A worker process for the ledger race test: reserve until the cap says no, settle each reservation."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+
+def reserve_until_refused(url: str, worker: int, amount: str, attempts: int) -> tuple[int, int]:
+    """Returns (reservations granted, refusals). Each grant is settled with an entry of the same amount."""
+    from costaware import Ledger
+    from costaware.core.errors import BudgetExceededError
+    from costaware.core.ledger import Kind, LedgerEntry
+
+    ledger = Ledger.from_url(url)
+    granted = refused = 0
+    for n in range(attempts):
+        try:
+            reservation = ledger.reserve("project=race", amount, purpose=f"worker {worker} try {n}")
+        except BudgetExceededError:
+            refused += 1
+            continue
+        granted += 1
+        if n % 2:  # half settle (spend), half stay open (held): both count against the cap
+            ledger.settle(
+                reservation.id,
+                amount,
+                entry=LedgerEntry(dag_id="race", run_id=f"w{worker}", task_id=f"t{n}", kind=Kind.COMPUTE,
+                                  usd=Decimal(amount), tags={"project": "race"}),
+            )
+    ledger.dispose()
+    return granted, refused
