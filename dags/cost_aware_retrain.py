@@ -42,15 +42,20 @@ def _data_root(params: dict[str, Any]) -> Path:
         "project": Param(PROJECT, type="string", description="Project charged; its budget gates training."),
         "owner": Param("data-science", type="string", description="Person or group that owns the model."),
         "estimated_train_usd": Param(
-            "0.05", type="string", pattern=r"^\d+(\.\d+)?$",
+            "0.05",
+            type="string",
+            pattern=r"^\d+(\.\d+)?$",
             description="USD reserved from the project budget before training starts.",
         ),
         "replay_date": Param(
-            None, type=["null", "string"], format="date",
+            None,
+            type=["null", "string"],
+            format="date",
             description="2013 day to replay (YYYY-MM-DD); empty: the run's month and day in 2013.",
         ),
         "data_root": Param(
-            None, type=["null", "string"],
+            None,
+            type=["null", "string"],
             description="Folder for landed data and models; empty: $AIRFLOW_HOME/costaware/flights.",
         ),
     },
@@ -66,8 +71,9 @@ def cost_aware_retrain() -> None:
 
         context = get_current_context()
         params = context["params"]
-        day = flights.replay_date(context.get("logical_date") or context["dag_run"].run_after,
-                                  params.get("replay_date"))
+        day = flights.replay_date(
+            context.get("logical_date") or context["dag_run"].run_after, params.get("replay_date")
+        )
         landing = _data_root(params) / "landing"
         written = flights.land_days(landing, day + timedelta(days=1))
         print(f"replaying {day}; landed {len(written)} new daily file(s) in {landing}")
@@ -85,11 +91,17 @@ def cost_aware_retrain() -> None:
         out = _data_root(context["params"]) / "features" / context["run_id"].replace(":", "_")
         out.mkdir(parents=True, exist_ok=True)
         train = flights.make_features(flights.load_days(landed["landing"], flights.FIRST_DAY, day))
-        holdout = flights.make_features(flights.load_days(landed["landing"], day + timedelta(1), day + timedelta(1)))
+        holdout = flights.make_features(
+            flights.load_days(landed["landing"], day + timedelta(1), day + timedelta(1))
+        )
         train.to_parquet(out / "train.parquet", index=False)
         holdout.to_parquet(out / "holdout.parquet", index=False)
-        return {"train": str(out / "train.parquet"), "holdout": str(out / "holdout.parquet"),
-                "train_rows": len(train), "holdout_rows": len(holdout)}
+        return {
+            "train": str(out / "train.parquet"),
+            "holdout": str(out / "holdout.parquet"),
+            "train_rows": len(train),
+            "holdout_rows": len(holdout),
+        }
 
     spend_gate = SpendCapSensor(
         task_id="spend_gate",
@@ -137,7 +149,9 @@ def cost_aware_retrain() -> None:
         def load(path: str) -> Any:
             untrusted = sio.get_untrusted_types(file=path)
             # sklearn's own types and the functools.partial it wraps its losses in; anything else is refused.
-            unexpected = [t for t in untrusted if not t.startswith(("sklearn.", "numpy.")) and t != "functools.partial"]
+            unexpected = [
+                t for t in untrusted if not t.startswith(("sklearn.", "numpy.")) and t != "functools.partial"
+            ]
             if unexpected:
                 raise ValueError(f"refusing to load {path}: unexpected types {unexpected}")
             return sio.load(path, trusted=untrusted)
@@ -149,11 +163,17 @@ def cost_aware_retrain() -> None:
         promote = old_auc is None or new_auc >= old_auc
         if promote:
             temp = pointer.with_suffix(".tmp")
-            temp.write_text(json.dumps({"model": candidate["candidate"], "run_id": context["run_id"],
-                                        "holdout_auc": new_auc}))
+            temp.write_text(
+                json.dumps(
+                    {"model": candidate["candidate"], "run_id": context["run_id"], "holdout_auc": new_auc}
+                )
+            )
             temp.replace(pointer)  # atomic switch: readers see the old or the new champion, never half
         verdict = "promoted" if promote else "kept the champion"
-        print(f"candidate AUC {new_auc:.4f} vs champion {old_auc if old_auc is None else round(old_auc, 4)}: {verdict}")
+        print(
+            f"candidate AUC {new_auc:.4f} vs champion "
+            f"{'none yet' if old_auc is None else format(old_auc, '.4f')}: {verdict}"
+        )
         return {"candidate_auc": new_auc, "champion_auc": old_auc, "promoted": promote}
 
     landed = land_new_data()

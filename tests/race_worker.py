@@ -24,8 +24,14 @@ def reserve_until_refused(url: str, worker: int, amount: str, attempts: int) -> 
             ledger.settle(
                 reservation.id,
                 amount,
-                entry=LedgerEntry(dag_id="race", run_id=f"w{worker}", task_id=f"t{n}", kind=Kind.COMPUTE,
-                                  usd=Decimal(amount), tags={"project": "race"}),
+                entry=LedgerEntry(
+                    dag_id="race",
+                    run_id=f"w{worker}",
+                    task_id=f"t{n}",
+                    kind=Kind.COMPUTE,
+                    usd=Decimal(amount),
+                    tags={"project": "race"},
+                ),
             )
     ledger.dispose()
     return granted, refused

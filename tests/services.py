@@ -1,11 +1,10 @@
-"""Real local servers for tests: PostgreSQL (Debian's binaries) and moto's AWS server, on free localhost ports.
+"""Real local servers for tests: PostgreSQL (Debian's binaries) and moto's AWS server on free local ports.
 
 ``scripts/ensure_services.sh`` installs PostgreSQL when it is missing; these helpers never skip silently.
 """
 
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 import socket
@@ -35,13 +34,15 @@ def wait_for_port(port: int, timeout: float = 30.0) -> None:
 
 
 def postgres_bin_dir() -> Path:
-    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"), reverse=True)
+    candidates = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"), reverse=True)
     if candidates:
         return Path(candidates[0]).parent
     found = shutil.which("pg_ctl")
     if found:
         return Path(found).parent
-    raise RuntimeError("PostgreSQL server binaries not found: run `bash scripts/ensure_services.sh` (make test does)")
+    raise RuntimeError(
+        "PostgreSQL server binaries not found: run `bash scripts/ensure_services.sh` (make test does)"
+    )
 
 
 @contextmanager
@@ -49,7 +50,7 @@ def postgres_server() -> Iterator[str]:
     """Start a throw-away PostgreSQL cluster; yields a SQLAlchemy URL to database ``costaware``."""
     bindir = postgres_bin_dir()
     as_root = os.geteuid() == 0
-    # initdb refuses to run as root, so the cluster belongs to the 'postgres' user that Debian's package creates.
+    # initdb refuses to run as root: the cluster belongs to the 'postgres' user Debian's package creates.
     prefix = ["runuser", "-u", "postgres", "--"] if as_root else []
     data = Path(tempfile.mkdtemp(prefix="costaware-pg-"))
     if as_root:
@@ -57,7 +58,18 @@ def postgres_server() -> Iterator[str]:
     port = free_port()
     log_file = data / "server.log"
     subprocess.run(
-        [*prefix, str(bindir / "initdb"), "-D", str(data / "db"), "-A", "trust", "-U", "postgres", "-E", "UTF8"],
+        [
+            *prefix,
+            str(bindir / "initdb"),
+            "-D",
+            str(data / "db"),
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "-E",
+            "UTF8",
+        ],
         check=True,
         capture_output=True,
     )
@@ -79,15 +91,26 @@ def postgres_server() -> Iterator[str]:
     )
     try:
         subprocess.run(
-            [*prefix, str(bindir.parent / "bin" / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres",
-             "costaware"],
+            [
+                *prefix,
+                str(bindir.parent / "bin" / "createdb"),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "-U",
+                "postgres",
+                "costaware",
+            ],
             check=True,
             capture_output=True,
         )
         yield f"postgresql+psycopg2://postgres@127.0.0.1:{port}/costaware"
     finally:
-        subprocess.run([*prefix, str(bindir / "pg_ctl"), "-D", str(data / "db"), "-m", "fast", "stop"],
-                       capture_output=True)
+        subprocess.run(
+            [*prefix, str(bindir / "pg_ctl"), "-D", str(data / "db"), "-m", "fast", "stop"],
+            capture_output=True,
+        )
         shutil.rmtree(data, ignore_errors=True)
 
 

@@ -40,7 +40,11 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = []
     for n, row in enumerate(cells):
-        lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+        lines.append(
+            "  ".join(
+                c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
@@ -80,15 +84,30 @@ def _budget_set(args: argparse.Namespace) -> int:
 def _budget_list(args: argparse.Namespace) -> int:
     budgets = _ledger(args).budgets()
     rows = [
-        [str(b.scope), b.period.value, format_usd(b.cap_usd), "" if b.cap_gpu_hours is None else b.cap_gpu_hours,
-         b.timezone]
+        [
+            str(b.scope),
+            b.period.value,
+            format_usd(b.cap_usd),
+            "" if b.cap_gpu_hours is None else b.cap_gpu_hours,
+            b.timezone,
+        ]
         for b in budgets
     ]
-    payload = [dict(zip(("scope", "period", "cap_usd", "cap_gpu_hours", "timezone"),
-                        (str(b.scope), b.period.value, str(b.cap_usd), b.cap_gpu_hours, b.timezone)))
-               for b in budgets]
+    payload = [
+        dict(
+            zip(
+                ("scope", "period", "cap_usd", "cap_gpu_hours", "timezone"),
+                (str(b.scope), b.period.value, str(b.cap_usd), b.cap_gpu_hours, b.timezone),
+                strict=True,
+            )
+        )
+        for b in budgets
+    ]
     if not budgets and args.format == "table":
-        print("no budgets; set one with `costaware budget set --scope project=<name> --period month --cap-usd 100`")
+        print(
+            "no budgets; set one with "
+            "`costaware budget set --scope project=<name> --period month --cap-usd 100`"
+        )
         return 0
     _emit(args.format, ["scope", "period", "cap", "GPU-hour cap", "time zone"], rows, payload)
     return 0
@@ -98,13 +117,25 @@ def _budget_show(args: argparse.Namespace) -> int:
     usages = _ledger(args).usage(args.scope, run_id=args.run_id)
     headers = ["budget", "period", "cap", "spent", "reserved", "left"]
     rows = [
-        [u.label, u.period_key, format_usd(u.cap_usd), format_usd(u.spent_usd), format_usd(u.reserved_usd),
-         format_usd(u.left_usd)]
+        [
+            u.label,
+            u.period_key,
+            format_usd(u.cap_usd),
+            format_usd(u.spent_usd),
+            format_usd(u.reserved_usd),
+            format_usd(u.left_usd),
+        ]
         for u in usages
     ]
     payload = [
-        {"budget": u.label, "period": u.period_key, "cap_usd": str(u.cap_usd), "spent_usd": str(u.spent_usd),
-         "reserved_usd": str(u.reserved_usd), "left_usd": str(u.left_usd)}
+        {
+            "budget": u.label,
+            "period": u.period_key,
+            "cap_usd": str(u.cap_usd),
+            "spent_usd": str(u.spent_usd),
+            "reserved_usd": str(u.reserved_usd),
+            "left_usd": str(u.left_usd),
+        }
         for u in usages
     ]
     _emit(args.format, headers, rows, payload)
@@ -124,7 +155,11 @@ def _report(args: argparse.Namespace) -> int:
         if run_id is None:
             raise CostawareError(f"the ledger has no entries for DAG {args.dag_id!r} yet")
     rows = ledger.report(
-        group_by=args.group_by, since=args.since, until=args.until, dag_id=args.dag_id, run_id=run_id,
+        group_by=args.group_by,
+        since=args.since,
+        until=args.until,
+        dag_id=args.dag_id,
+        run_id=run_id,
         scope=args.scope,
     )
     total_usd = sum((r.usd for r in rows), Decimal(0))
@@ -134,8 +169,15 @@ def _report(args: argparse.Namespace) -> int:
     headers = [args.group_by, "entries", "hours", "actual", "estimated", "on-demand", "savings"]
     prefix = f"{args.dag_id}." if args.dag_id and args.group_by == "task" else ""
     table = [
-        [r.group.removeprefix(prefix), r.entries, f"{r.hours:.4f}", format_usd(r.usd, places=6), format_usd(r.estimated_usd, places=6),
-         format_usd(r.on_demand_usd, places=6), format_usd(r.savings_usd, places=6)]
+        [
+            r.group.removeprefix(prefix),
+            r.entries,
+            f"{r.hours:.4f}",
+            format_usd(r.usd, places=6),
+            format_usd(r.estimated_usd, places=6),
+            format_usd(r.on_demand_usd, places=6),
+            format_usd(r.savings_usd, places=6),
+        ]
         for r in rows
     ]
     payload = {
@@ -143,13 +185,24 @@ def _report(args: argparse.Namespace) -> int:
         "dag_id": args.dag_id,
         "run_id": run_id,
         "rows": [
-            {"group": r.group, "entries": r.entries, "hours": str(r.hours), "usd": str(r.usd),
-             "estimated_usd": str(r.estimated_usd), "on_demand_usd": str(r.on_demand_usd),
-             "savings_usd": str(r.savings_usd)}
+            {
+                "group": r.group,
+                "entries": r.entries,
+                "hours": str(r.hours),
+                "usd": str(r.usd),
+                "estimated_usd": str(r.estimated_usd),
+                "on_demand_usd": str(r.on_demand_usd),
+                "savings_usd": str(r.savings_usd),
+            }
             for r in rows
         ],
-        "total": {"usd": str(total_usd), "estimated_usd": str(total_est), "on_demand_usd": str(total_od),
-                  "savings_usd": str(total_od - total_usd), "hours": str(total_hours)},
+        "total": {
+            "usd": str(total_usd),
+            "estimated_usd": str(total_est),
+            "on_demand_usd": str(total_od),
+            "savings_usd": str(total_od - total_usd),
+            "hours": str(total_hours),
+        },
     }
     if args.format == "table":
         title = "cost report"
@@ -161,9 +214,17 @@ def _report(args: argparse.Namespace) -> int:
         if not rows:
             print("(no entries)")
             return 0
-        table.append(["TOTAL", sum(r.entries for r in rows), f"{total_hours:.4f}", format_usd(total_usd, places=6),
-                      format_usd(total_est, places=6), format_usd(total_od, places=6),
-                      format_usd(total_od - total_usd, places=6)])
+        table.append(
+            [
+                "TOTAL",
+                sum(r.entries for r in rows),
+                f"{total_hours:.4f}",
+                format_usd(total_usd, places=6),
+                format_usd(total_est, places=6),
+                format_usd(total_od, places=6),
+                format_usd(total_od - total_usd, places=6),
+            ]
+        )
     _emit(args.format, headers, table, payload)
     return 0
 
@@ -175,14 +236,26 @@ def _prices_list(args: argparse.Namespace) -> int:
     from costaware.adapters.price_files import bundled_catalog
 
     offers = bundled_catalog().instances(
-        region=args.region, min_vcpus=args.min_vcpus, min_memory_gib=Decimal(str(args.min_memory_gib)),
+        region=args.region,
+        min_vcpus=args.min_vcpus,
+        min_memory_gib=Decimal(str(args.min_memory_gib)),
         min_gpus=Decimal(str(args.min_gpus)),
     )[: args.limit]
     headers = ["instance type", "region", "vCPUs", "memory GiB", "GPUs", "GPU model", "USD/hour"]
-    rows = [[o.instance_type, o.region, o.vcpus, o.memory_gib, o.gpus, o.gpu_model or "-", o.usd_per_hour]
-            for o in offers]
-    payload = [dict(zip(("instance_type", "region", "vcpus", "memory_gib", "gpus", "gpu_model", "usd_per_hour"),
-                        map(str, row))) for row in rows]
+    rows = [
+        [o.instance_type, o.region, o.vcpus, o.memory_gib, o.gpus, o.gpu_model or "-", o.usd_per_hour]
+        for o in offers
+    ]
+    payload = [
+        dict(
+            zip(
+                ("instance_type", "region", "vcpus", "memory_gib", "gpus", "gpu_model", "usd_per_hour"),
+                map(str, row),
+                strict=True,
+            )
+        )
+        for row in rows
+    ]
     _emit(args.format, headers, rows, payload)
     return 0
 
@@ -192,14 +265,18 @@ def _prices_show(args: argparse.Namespace) -> int:
 
     catalog = bundled_catalog()
     offer = catalog.offer(args.instance_type, args.region)
-    print(f"{offer.instance_type} in {offer.region}: {offer.vcpus} vCPUs, {offer.memory_gib} GiB, "
-          f"{offer.gpus} GPU(s) {offer.gpu_model}".rstrip())
+    print(
+        f"{offer.instance_type} in {offer.region}: {offer.vcpus} vCPUs, {offer.memory_gib} GiB, "
+        f"{offer.gpus} GPU(s) {offer.gpu_model}".rstrip()
+    )
     print(f"  on-demand: ${offer.usd_per_hour}/hour")
     try:
         advice = catalog.spot_advice(args.instance_type, args.region)
         estimate = catalog.spot_estimate_usd_per_hour(args.instance_type, args.region)
-        print(f"  spot (advisor estimate): ${estimate}/hour, {advice.savings_pct}% saving, "
-              f"interruptions {advice.interruption_range} per month")
+        print(
+            f"  spot (advisor estimate): ${estimate}/hour, {advice.savings_pct}% saving, "
+            f"interruptions {advice.interruption_range} per month"
+        )
     except CostawareError as e:
         print(f"  spot: {e}")
     return 0
@@ -209,12 +286,20 @@ def _prices_show(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="costaware", description="Budgets, cost reports and prices for ML retrains.")
-    parser.add_argument("--ledger-url", help="SQLAlchemy URL of the ledger (default: $COSTAWARE_LEDGER_URL, "
-                                             "else $AIRFLOW_HOME/costaware/ledger.db)")
+    """The argument parser of every ``costaware`` subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="costaware", description="Budgets, cost reports and prices for ML retrains."
+    )
+    parser.add_argument(
+        "--ledger-url",
+        help="SQLAlchemy URL of the ledger (default: $COSTAWARE_LEDGER_URL, "
+        "else $AIRFLOW_HOME/costaware/ledger.db)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    budget = sub.add_parser("budget", help="set and inspect budgets").add_subparsers(dest="action", required=True)
+    budget = sub.add_parser("budget", help="set and inspect budgets").add_subparsers(
+        dest="action", required=True
+    )
     b_set = budget.add_parser("set", help="create or change a budget")
     b_set.add_argument("--scope", required=True, help="tags the budget covers, e.g. project=churn,team=ml")
     b_set.add_argument("--period", required=True, help="run, day, month or total")
@@ -238,12 +323,15 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--since", type=_when, help="ISO date or datetime, inclusive")
     report.add_argument("--until", type=_when, help="ISO date or datetime, exclusive")
     report.add_argument("--scope", default="*", help="only entries with these tags, e.g. project=churn")
-    report.add_argument("--group-by", default="task",
-                        help="dag, task, run, trial, kind, market or tag:<name> (default: task)")
+    report.add_argument(
+        "--group-by", default="task", help="dag, task, run, trial, kind, market or tag:<name> (default: task)"
+    )
     report.add_argument("--format", choices=FORMATS, default="table")
     report.set_defaults(func=_report)
 
-    prices = sub.add_parser("prices", help="look up bundled AWS prices").add_subparsers(dest="action", required=True)
+    prices = sub.add_parser("prices", help="look up bundled AWS prices").add_subparsers(
+        dest="action", required=True
+    )
     p_list = prices.add_parser("list", help="instance types that fit, cheapest first")
     p_list.add_argument("--region")
     p_list.add_argument("--min-vcpus", type=int, default=0)

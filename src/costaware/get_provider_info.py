@@ -6,12 +6,13 @@ from typing import Any
 
 
 def get_provider_info() -> dict[str, Any]:
+    """What ``airflow providers list`` shows for this package."""
     from costaware import __version__
 
     return {
         "package-name": "airflow-provider-costaware",
         "name": "costaware",
-        "description": "Scheduled, cost-aware ML retraining: budgets, spend caps, a cost ledger and cheap windows.",
+        "description": "Scheduled, cost-aware ML retraining: budgets, spend caps, a cost ledger.",
         "versions": [__version__],
         "hook-class-names": [],
         "sensors": [

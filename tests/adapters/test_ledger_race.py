@@ -30,8 +30,11 @@ def _fresh_postgres(base: str) -> str:
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_parallel_reservations_never_overspend(backend: str, tmp_path, request) -> None:  # type: ignore[no-untyped-def]
-    url = f"sqlite:///{tmp_path / 'race.db'}" if backend == "sqlite" else _fresh_postgres(
-        request.getfixturevalue("postgres_url"))
+    url = (
+        f"sqlite:///{tmp_path / 'race.db'}"
+        if backend == "sqlite"
+        else _fresh_postgres(request.getfixturevalue("postgres_url"))
+    )
     ledger = Ledger.from_url(url)
     ledger.set_budget("project=race", "month", CAP)
 
@@ -46,7 +49,9 @@ def test_parallel_reservations_never_overspend(backend: str, tmp_path, request) 
         reservations = conn.execute(select(func.count()).select_from(schema.reservations)).scalar_one()
         entries = conn.execute(select(func.count()).select_from(schema.entries)).scalar_one()
         settled = conn.execute(
-            select(func.count()).select_from(schema.reservations).where(schema.reservations.c.status == "settled")
+            select(func.count())
+            .select_from(schema.reservations)
+            .where(schema.reservations.c.status == "settled")
         ).scalar_one()
     assert reservations == granted
     assert entries == settled  # every settled reservation left exactly one entry

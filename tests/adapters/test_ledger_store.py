@@ -40,8 +40,13 @@ def any_ledger(request: pytest.FixtureRequest, tmp_path) -> Iterator[Ledger]:  #
 
 def entry(usd: str, **overrides: object) -> LedgerEntry:
     values: dict[str, object] = {
-        "dag_id": "d", "run_id": "r1", "task_id": "train", "kind": Kind.COMPUTE, "usd": Decimal(usd),
-        "quantity": Decimal("1"), "tags": {"project": "churn", "team": "ml"},
+        "dag_id": "d",
+        "run_id": "r1",
+        "task_id": "train",
+        "kind": Kind.COMPUTE,
+        "usd": Decimal(usd),
+        "quantity": Decimal("1"),
+        "tags": {"project": "churn", "team": "ml"},
     }
     values.update(overrides)
     return LedgerEntry(**values)  # type: ignore[arg-type]
@@ -57,7 +62,11 @@ def test_budget_set_replaces_and_lists(any_ledger: Ledger) -> None:
     any_ledger.set_budget("project=churn", "month", "150", cap_gpu_hours="10")
     (budget,) = any_ledger.budgets()
     assert (str(budget.scope), budget.period.value, budget.cap_usd, budget.cap_gpu_hours) == (
-        "project=churn", "month", Decimal("150"), Decimal("10"))
+        "project=churn",
+        "month",
+        Decimal("150"),
+        Decimal("10"),
+    )
 
 
 @pytest.mark.parametrize(("cap", "message"), [("-1", "zero or more"), ("nan", "finite"), ("x", "'x'")])
@@ -73,7 +82,9 @@ def test_reserve_settle_release_and_usage(any_ledger: Ledger) -> None:
     second = any_ledger.reserve("project=churn", "5")
     (usage,) = any_ledger.usage("project=churn")
     assert (usage.spent_usd, usage.reserved_usd, usage.left_usd) == (0, Decimal(9), Decimal(1))
-    with pytest.raises(BudgetExceededError, match=r"has \$1.00 left .* task 'x' needs an estimated \$2.00") as info:
+    with pytest.raises(
+        BudgetExceededError, match=r"has \$1.00 left .* task 'x' needs an estimated \$2.00"
+    ) as info:
         any_ledger.reserve("project=churn", "2", purpose="task 'x'")
     assert info.value.cap_usd == "10.000000"
     any_ledger.settle(first.id, "3.5", entry=entry("3.5"))
@@ -106,7 +117,9 @@ def test_every_covering_budget_is_checked(any_ledger: Ledger) -> None:
 
 def test_no_budget_is_an_error_naming_the_scope(any_ledger: Ledger) -> None:
     any_ledger.set_budget("project=churn", "month", "1")
-    with pytest.raises(BudgetNotFoundError, match="no budget covers scope 'project=fraud'.*costaware budget set"):
+    with pytest.raises(
+        BudgetNotFoundError, match=r"no budget covers scope 'project=fraud'.*costaware budget set"
+    ):
         any_ledger.reserve("project=fraud", "1")
 
 
@@ -156,7 +169,9 @@ def test_record_is_idempotent_on_entry_uid(any_ledger: Ledger) -> None:
 
 def test_report_groupings(any_ledger: Ledger) -> None:
     any_ledger.record(entry("3", on_demand_usd=Decimal("10"), market="spot"))
-    any_ledger.record(entry("1", task_id="prep", tags={"project": "churn", "team": "data", "cost_center": "42"}))
+    any_ledger.record(
+        entry("1", task_id="prep", tags={"project": "churn", "team": "data", "cost_center": "42"})
+    )
     any_ledger.record(entry("7", estimated=True))
     rows = {r.group: r for r in any_ledger.report(group_by="task")}
     assert rows["d.train"].usd == 3 and rows["d.train"].estimated_usd == 7
@@ -180,7 +195,9 @@ def test_newer_schema_is_refused(any_ledger: Ledger) -> None:
 
 
 def test_unreachable_ledger_fails_closed() -> None:
-    with pytest.raises(LedgerUnavailableError, match=r"cannot write the cost ledger at .*127.0.0.1:1.*nothing was"):
+    with pytest.raises(
+        LedgerUnavailableError, match=r"cannot write the cost ledger at .*127\.0\.0\.1:1.*nothing was"
+    ):
         Ledger.from_url("postgresql://nobody:secret@127.0.0.1:1/ledger")
 
 

@@ -17,9 +17,17 @@ def fake_ti(task_id: str = "train", try_number: int = 1, **task_attrs: Any) -> S
     dag = SimpleNamespace(tags=["costaware", "team:ml", "project=churn", "untagged"])
     task = SimpleNamespace(dag=dag, params={}, **task_attrs)
     params = {"owner": "ana", "project": "churn"}
-    return SimpleNamespace(dag_id="retrain", run_id="run1", task_id=task_id, map_index=-1, try_number=try_number,
-                           task=task, start_date=None, end_date=None,
-                           get_template_context=lambda: {"params": params})
+    return SimpleNamespace(
+        dag_id="retrain",
+        run_id="run1",
+        task_id=task_id,
+        map_index=-1,
+        try_number=try_number,
+        task=task,
+        start_date=None,
+        end_date=None,
+        get_template_context=lambda: {"params": params},
+    )
 
 
 @pytest.fixture
@@ -32,7 +40,10 @@ def ledger_env(ledger_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path) -> Le
 def test_tags_from_dag_tags_and_params() -> None:
     dag = SimpleNamespace(tags=["team:ml", "project=churn", "plain"])
     assert tags_for(dag, {"project": "fraud", "owner": "ana", "other": "x"}) == {
-        "team": "ml", "project": "fraud", "owner": "ana"}
+        "team": "ml",
+        "project": "fraud",
+        "owner": "ana",
+    }
 
 
 def test_success_is_priced_on_the_declared_instance(ledger_env: Ledger) -> None:
@@ -42,7 +53,11 @@ def test_success_is_priced_on_the_declared_instance(ledger_env: Ledger) -> None:
     listener.on_task_instance_success(None, ti)
     (row,) = ledger_env.entries(dag_id="retrain")
     assert (row["task_id"], row["instance_type"], row["market"], row["outcome"]) == (
-        "train", "c5.xlarge", "spot", "success")
+        "train",
+        "c5.xlarge",
+        "spot",
+        "success",
+    )
     assert row["price_source"] == "spot-advisor-estimate"
     assert row["tags"] == {"team": "ml", "project": "churn", "owner": "ana"}
     assert row["on_demand_usd"] >= row["usd"]
@@ -85,7 +100,9 @@ def test_unpriced_instance_is_recorded_at_zero_with_a_note(ledger_env: Ledger) -
 
 
 def test_unreachable_ledger_spools_and_the_next_entry_drains_it(
-    ledger_env: Ledger, monkeypatch: pytest.MonkeyPatch, tmp_path  # type: ignore[no-untyped-def]
+    ledger_env: Ledger,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path,  # type: ignore[no-untyped-def]
 ) -> None:
     good_url = str(ledger_env.engine.url)
     monkeypatch.setenv("COSTAWARE_LEDGER_URL", "postgresql://nobody@127.0.0.1:1/ledger")

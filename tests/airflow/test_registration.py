@@ -12,7 +12,9 @@ AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 
 
 def _airflow_json(*args: str) -> list[dict[str, object]]:
-    out = subprocess.run([AIRFLOW, *args, "-o", "json"], capture_output=True, text=True, env=os.environ.copy())
+    out = subprocess.run(
+        [AIRFLOW, *args, "-o", "json"], capture_output=True, text=True, env=os.environ.copy()
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     # Log lines may come first; the JSON document is the last line that starts a list.
     document = next(line for line in reversed(out.stdout.splitlines()) if line.startswith("["))

@@ -30,8 +30,14 @@ def context(run_id: str = "manual__1") -> dict[str, Any]:
 
 
 def sensor(**kwargs: Any) -> SpendCapSensor:
-    args: dict[str, Any] = {"task_id": "spend_gate", "scope": "project=churn", "estimated_usd": "4",
-                            "for_task_id": "train", "poke_interval": 0.01, "timeout": 5}
+    args: dict[str, Any] = {
+        "task_id": "spend_gate",
+        "scope": "project=churn",
+        "estimated_usd": "4",
+        "for_task_id": "train",
+        "poke_interval": 0.01,
+        "timeout": 5,
+    }
     args.update(kwargs)
     return SpendCapSensor(**args)
 
@@ -63,7 +69,9 @@ def test_skip_and_fail_policies_name_the_budget(env_ledger: Ledger) -> None:
 
 
 @pytest.mark.parametrize(("usd", "message"), [("-3", "zero or more"), ("nan", "finite"), ("lots", "'lots'")])
-def test_bad_estimate_fails_without_retry_and_reserves_nothing(env_ledger: Ledger, usd: str, message: str) -> None:
+def test_bad_estimate_fails_without_retry_and_reserves_nothing(
+    env_ledger: Ledger, usd: str, message: str
+) -> None:
     with pytest.raises(AirflowFailException, match=message):
         sensor(estimated_usd=usd, deferrable=False).poke(context())
     assert env_ledger.open_reservations() == []

@@ -13,8 +13,13 @@ from costaware.core.money import format_usd, from_micros, parse_usd, to_micros
 
 @pytest.mark.parametrize(
     ("raw", "expected"),
-    [("4.20", Decimal("4.20")), ("$1,200.50", Decimal("1200.50")), (3, Decimal(3)), (0.1, Decimal("0.1")),
-     (Decimal("7"), Decimal("7"))],
+    [
+        ("4.20", Decimal("4.20")),
+        ("$1,200.50", Decimal("1200.50")),
+        (3, Decimal(3)),
+        (0.1, Decimal("0.1")),
+        (Decimal("7"), Decimal("7")),
+    ],
 )
 def test_parse_usd_accepts(raw: object, expected: Decimal) -> None:
     assert parse_usd(raw) == expected
@@ -22,8 +27,14 @@ def test_parse_usd_accepts(raw: object, expected: Decimal) -> None:
 
 @pytest.mark.parametrize(
     ("raw", "message"),
-    [("abc", "'abc'"), ("nan", "finite"), (float("inf"), "finite"), ("-1", "zero or more"), (True, "boolean"),
-     (None, "NoneType")],
+    [
+        ("abc", "'abc'"),
+        ("nan", "finite"),
+        (float("inf"), "finite"),
+        ("-1", "zero or more"),
+        (True, "boolean"),
+        (None, "NoneType"),
+    ],
 )
 def test_parse_usd_rejects_with_the_value(raw: object, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
@@ -39,8 +50,12 @@ def test_micros_round_trip_and_half_even() -> None:
 
 @pytest.mark.parametrize(
     ("amount", "text"),
-    [(Decimal("1234.5"), "$1,234.50"), (Decimal("0.000128"), "$0.000128"), (Decimal(0), "$0.00"),
-     (Decimal("-2"), "-$2.00")],
+    [
+        (Decimal("1234.5"), "$1,234.50"),
+        (Decimal("0.000128"), "$0.000128"),
+        (Decimal(0), "$0.00"),
+        (Decimal("-2"), "-$2.00"),
+    ],
 )
 def test_format_usd(amount: Decimal, text: str) -> None:
     assert format_usd(amount) == text
@@ -58,8 +73,12 @@ def test_scope_parse_canonical_and_matching() -> None:
 
 @pytest.mark.parametrize(
     ("text", "message"),
-    [("project", "not key=value"), ("project=", "not key=value"), ("1x=a", "tag name '1x'"),
-     ("a=1,a=2", "twice")],
+    [
+        ("project", "not key=value"),
+        ("project=", "not key=value"),
+        ("1x=a", "tag name '1x'"),
+        ("a=1,a=2", "twice"),
+    ],
 )
 def test_scope_rejects(text: str, message: str) -> None:
     with pytest.raises(InvalidBudgetError, match=message):
@@ -68,8 +87,12 @@ def test_scope_rejects(text: str, message: str) -> None:
 
 @pytest.mark.parametrize(
     ("cap", "period", "tz", "message"),
-    [("-5", "month", "UTC", "zero or more"), ("nan", "month", "UTC", "finite"), ("5", "weekly", "UTC", "weekly"),
-     ("5", "month", "Mars/Olympus", "Mars/Olympus")],
+    [
+        ("-5", "month", "UTC", "zero or more"),
+        ("nan", "month", "UTC", "finite"),
+        ("5", "weekly", "UTC", "weekly"),
+        ("5", "month", "Mars/Olympus", "Mars/Olympus"),
+    ],
 )
 def test_budget_create_rejects(cap: str, period: str, tz: str, message: str) -> None:
     with pytest.raises(InvalidBudgetError, match=message):

@@ -32,8 +32,11 @@ def test_instances_filter_cheapest_first() -> None:
 
 @pytest.mark.parametrize(
     ("instance_type", "region", "message"),
-    [("m5.lrage", "us-east-1", "did you mean m5.large"), ("m5.large", "us-east-9", "did you mean us-east-"),
-     ("p3.2xlarge", "us-east-1-atl-1", "it is priced in")],
+    [
+        ("m5.lrage", "us-east-1", "did you mean m5.large"),
+        ("m5.large", "us-east-9", "did you mean us-east-"),
+        ("p3.2xlarge", "us-east-1-atl-1", "it is priced in"),
+    ],
 )
 def test_unknown_names_suggest(instance_type: str, region: str, message: str) -> None:
     with pytest.raises(PriceNotFoundError, match=message):
@@ -82,18 +85,28 @@ def test_compute_cost_exact() -> None:
         ("local", Decimal("0.5"), Decimal("1.000000"), None, "local-rate"),
     ],
 )
-def test_price_compute(market: str, rate: Decimal | None, usd: Decimal, on_demand: Decimal | None,
-                       source: str) -> None:
-    charge = price_compute(bundled_catalog(), instance_type="m5.large", region="us-east-1", market=market,
-                           seconds=7200, usd_per_hour=rate)
+def test_price_compute(
+    market: str, rate: Decimal | None, usd: Decimal, on_demand: Decimal | None, source: str
+) -> None:
+    charge = price_compute(
+        bundled_catalog(),
+        instance_type="m5.large",
+        region="us-east-1",
+        market=market,
+        seconds=7200,
+        usd_per_hour=rate,
+    )
     assert (charge.usd, charge.on_demand_usd, charge.price_source) == (usd, on_demand, source)
 
 
 def test_price_compute_gpu_hours_and_errors() -> None:
-    charge = price_compute(bundled_catalog(), instance_type="p3.8xlarge", region="us-east-1",
-                           market="on_demand", seconds=1800)
+    charge = price_compute(
+        bundled_catalog(), instance_type="p3.8xlarge", region="us-east-1", market="on_demand", seconds=1800
+    )
     assert charge.gpu_hours == Decimal("2.000000")  # 4 GPUs for half an hour
     with pytest.raises(ConfigurationError, match="usd_per_hour rate"):
         price_compute(bundled_catalog(), instance_type="x", region="y", market="local", seconds=1)
     with pytest.raises(ConfigurationError, match="unknown market 'reserved'"):
-        price_compute(bundled_catalog(), instance_type="m5.large", region="us-east-1", market="reserved", seconds=1)
+        price_compute(
+            bundled_catalog(), instance_type="m5.large", region="us-east-1", market="reserved", seconds=1
+        )

@@ -1,4 +1,4 @@
-"""`airflow dags test` of the example DAG in a fresh Airflow home: it runs end to end and every task is priced."""
+"""`airflow dags test` of the example DAG in a fresh Airflow home: it runs, and every task is priced."""
 
 from __future__ import annotations
 
@@ -19,25 +19,42 @@ BIN = Path(sys.executable).parent
 def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     home = tmp_path_factory.mktemp("airflow-home")
     env = os.environ.copy()
-    env.update({
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "COSTAWARE_LEDGER_URL": f"sqlite:///{home / 'ledger.db'}",
-    })
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "COSTAWARE_LEDGER_URL": f"sqlite:///{home / 'ledger.db'}",
+        }
+    )
     env.pop("AIRFLOW__CORE__UNIT_TEST_MODE", None)
     subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True)
     return env
 
 
 def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(BIN / args[0]), *args[1:]], env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [str(BIN / args[0]), *args[1:]], env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 @pytest.mark.slow
 def test_retrain_dag_runs_and_every_task_is_in_the_ledger(airflow_env: dict[str, str]) -> None:
-    assert _run(airflow_env, "costaware", "budget", "set", "--scope", "project=flight-delays", "--period", "month",
-                "--cap-usd", "25").returncode == 0
+    assert (
+        _run(
+            airflow_env,
+            "costaware",
+            "budget",
+            "set",
+            "--scope",
+            "project=flight-delays",
+            "--period",
+            "month",
+            "--cap-usd",
+            "25",
+        ).returncode
+        == 0
+    )
     run = _run(airflow_env, "airflow", "dags", "test", "cost_aware_retrain", "2013-02-01")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "candidate AUC" in run.stdout + run.stderr
@@ -46,7 +63,12 @@ def test_retrain_dag_runs_and_every_task_is_in_the_ledger(airflow_env: dict[str,
     run_id = ledger.last_run_id("cost_aware_retrain")
     rows = ledger.entries(dag_id="cost_aware_retrain", run_id=run_id)
     assert sorted(r["task_id"] for r in rows) == [
-        "build_features", "evaluate_and_promote", "land_new_data", "spend_gate", "train"]
+        "build_features",
+        "evaluate_and_promote",
+        "land_new_data",
+        "spend_gate",
+        "train",
+    ]
     assert all(r["kind"] == "compute" and r["outcome"] == "success" for r in rows)
     assert all(r["tags"]["project"] == "flight-delays" and r["tags"]["team"] == "ml-platform" for r in rows)
     (usage,) = ledger.usage("project=flight-delays")
@@ -64,8 +86,21 @@ def test_retrain_dag_runs_and_every_task_is_in_the_ledger(airflow_env: dict[str,
 
 @pytest.mark.slow
 def test_run_fails_before_training_when_the_budget_is_spent(airflow_env: dict[str, str]) -> None:
-    assert _run(airflow_env, "costaware", "budget", "set", "--scope", "project=flight-delays", "--period", "month",
-                "--cap-usd", "0").returncode == 0
+    assert (
+        _run(
+            airflow_env,
+            "costaware",
+            "budget",
+            "set",
+            "--scope",
+            "project=flight-delays",
+            "--period",
+            "month",
+            "--cap-usd",
+            "0",
+        ).returncode
+        == 0
+    )
     run = _run(airflow_env, "airflow", "dags", "test", "cost_aware_retrain", "2013-02-02")
     output = run.stdout + run.stderr
     assert "budget 'project=flight-delays/" in output and "needs an estimated $0.05" in output

@@ -10,14 +10,26 @@ from __future__ import annotations
 import logging
 import os
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, case, create_engine, event, func, select, text, true
+from sqlalchemy import (
+    Connection,
+    Engine,
+    RowMapping,
+    and_,
+    case,
+    create_engine,
+    event,
+    func,
+    select,
+    text,
+    true,
+)
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.sql.elements import ColumnElement
@@ -93,7 +105,9 @@ class Ledger:
         try:
             parsed = make_url(url)
         except ArgumentError as e:
-            raise ConfigurationError(f"ledger URL {url!r} is not a database URL such as 'sqlite:///ledger.db'") from e
+            raise ConfigurationError(
+                f"ledger URL {url!r} is not a database URL such as 'sqlite:///ledger.db'"
+            ) from e
         if parsed.drivername in ("postgres", "postgresql"):
             # The bare name means psycopg 3 in SQLAlchemy 2.1; costaware ships psycopg2.
             parsed = parsed.set(drivername="postgresql+psycopg2")
@@ -116,18 +130,23 @@ class Ledger:
             if not self._is_sqlite:
                 conn.execute(text("SELECT pg_advisory_xact_lock(74210031)"))  # one creator at a time
             schema.metadata.create_all(conn, checkfirst=True)
-            row = conn.execute(select(schema.meta.c.value).where(schema.meta.c.key == "schema_version")).first()
+            row = conn.execute(
+                select(schema.meta.c.value).where(schema.meta.c.key == "schema_version")
+            ).first()
             version = int(row[0]) if row else 0
             if version > schema.SCHEMA_VERSION:
                 raise ConfigurationError(
-                    f"the ledger at {_safe(str(self.engine.url))} has schema v{version}, newer than this costaware "
+                    f"the ledger at {_safe(str(self.engine.url))} has schema v{version}, newer than this "
+                    "costaware "
                     f"(v{schema.SCHEMA_VERSION}): upgrade airflow-provider-costaware"
                 )
             for step in range(max(version, 1) + 1, schema.SCHEMA_VERSION + 1):
                 for statement in schema.MIGRATIONS[step]:
                     conn.execute(text(statement))
             if row is None:
-                conn.execute(schema.meta.insert().values(key="schema_version", value=str(schema.SCHEMA_VERSION)))
+                conn.execute(
+                    schema.meta.insert().values(key="schema_version", value=str(schema.SCHEMA_VERSION))
+                )
             elif version != schema.SCHEMA_VERSION:
                 conn.execute(
                     schema.meta.update()
@@ -155,9 +174,8 @@ class Ledger:
     @contextmanager
     def _read(self) -> Iterator[Connection]:
         try:
-            with self.engine.connect().execution_options(costaware_read=True) as conn:
-                with conn.begin():
-                    yield conn
+            with self.engine.connect().execution_options(costaware_read=True) as conn, conn.begin():
+                yield conn
         except (OperationalError, DBAPIError) as e:
             raise LedgerUnavailableError(
                 f"cannot read the cost ledger at {_safe(str(self.engine.url))}: {_reason(e)}"
@@ -183,7 +201,9 @@ class Ledger:
         self, *, dag_id: str | None = None, run_id: str | None = None, limit: int | None = None
     ) -> list[dict[str, Any]]:
         """Raw entries, newest first, money as ``Decimal``."""
-        query = select(schema.entries).order_by(schema.entries.c.incurred_at.desc(), schema.entries.c.id.desc())
+        query = select(schema.entries).order_by(
+            schema.entries.c.incurred_at.desc(), schema.entries.c.id.desc()
+        )
         if dag_id:
             query = query.where(schema.entries.c.dag_id == dag_id)
         if run_id:
@@ -251,7 +271,9 @@ class Ledger:
             found = conn.execute(select(t.c.id).where(t.c.scope == key[0], t.c.period == key[1])).first()
             if not found:
                 return False
-            if conn.execute(select(schema.holds.c.budget_id).where(schema.holds.c.budget_id == found[0])).first():
+            if conn.execute(
+                select(schema.holds.c.budget_id).where(schema.holds.c.budget_id == found[0])
+            ).first():
                 raise ConfigurationError(
                     f"budget '{key[0]}/{key[1]}' has reservations; set its cap to 0 instead of deleting it"
                 )
@@ -307,7 +329,9 @@ class Ledger:
         h = schema.holds
         held = select(
             func.coalesce(func.sum(h.c.usd_micros), 0), func.coalesce(func.sum(h.c.gpu_hours_micros), 0)
-        ).where(h.c.budget_id == budget_id, h.c.period_key == window.key, h.c.open.is_(True), h.c.expires_at > at)
+        ).where(
+            h.c.budget_id == budget_id, h.c.period_key == window.key, h.c.open.is_(True), h.c.expires_at > at
+        )
         spent = select(
             func.coalesce(func.sum(e.c.usd_micros), 0), func.coalesce(func.sum(e.c.gpu_hours_micros), 0)
         ).where(and_(true(), *conditions))
@@ -400,7 +424,9 @@ class Ledger:
             log.info("reserved %s in %s for %s", format_usd(amount), ", ".join(labels), purpose)
             return self._reservation(conn, reservation_id)
 
-    def settle(self, reservation_id: str, actual_usd: object, *, entry: LedgerEntry | None = None) -> Reservation:
+    def settle(
+        self, reservation_id: str, actual_usd: object, *, entry: LedgerEntry | None = None
+    ) -> Reservation:
         """Close a reservation with what was actually spent; ``entry`` (the actual cost) is recorded with it.
 
         Settling twice is harmless: the second call returns the settled reservation and records nothing.
@@ -435,11 +461,14 @@ class Ledger:
             return [self._reservation(conn, rid) for rid in ids]
 
     def expire_stale(self) -> int:
-        """Mark open reservations past their TTL as expired (they already stopped counting); returns how many."""
+        """Mark open reservations past their TTL as expired (they no longer count); return how many."""
         r, h = schema.reservations, schema.holds
         now = utcnow()
         with self._write() as conn:
-            stale = [row[0] for row in conn.execute(select(r.c.id).where(r.c.status == "open", r.c.expires_at <= now))]
+            stale = [
+                row[0]
+                for row in conn.execute(select(r.c.id).where(r.c.status == "open", r.c.expires_at <= now))
+            ]
             if stale:
                 conn.execute(r.update().where(r.c.id.in_(stale)).values(status="expired"))
                 conn.execute(h.update().where(h.c.reservation_id.in_(stale)).values(open=False))
@@ -461,7 +490,11 @@ class Ledger:
         conn.execute(h.update().where(h.c.reservation_id == reservation_id).values(open=False))
 
     def _reservation(self, conn: Connection, reservation_id: str) -> Reservation:
-        row = conn.execute(select(schema.reservations).where(schema.reservations.c.id == reservation_id)).mappings().first()
+        row = (
+            conn.execute(select(schema.reservations).where(schema.reservations.c.id == reservation_id))
+            .mappings()
+            .first()
+        )
         if row is None:
             raise ReservationNotFoundError(f"the ledger holds no reservation {reservation_id!r}")
         return Reservation(
@@ -487,7 +520,7 @@ class Ledger:
         until: datetime | None = None,
         run_id: str | None = None,
     ) -> Decimal:
-        """Actual USD spent by entries in ``scope`` between ``since`` (inclusive) and ``until`` (exclusive)."""
+        """Actual USD spent by entries in ``scope`` from ``since`` (inclusive) to ``until`` (exclusive)."""
         e = schema.entries
         conditions = [e.c.estimated.is_(False), *_scope_conditions(Scope.parse(scope))]
         if since:
@@ -539,8 +572,12 @@ class Ledger:
                 func.count().label("n"),
                 usd.label("usd"),
                 func.sum(case((actual, 0), else_=e.c.usd_micros)).label("est"),
-                func.sum(case((actual, func.coalesce(e.c.on_demand_usd_micros, e.c.usd_micros)), else_=0)).label("od"),
-                func.sum(case((and_(actual, e.c.unit == "hour"), e.c.quantity_micros), else_=0)).label("hours"),
+                func.sum(
+                    case((actual, func.coalesce(e.c.on_demand_usd_micros, e.c.usd_micros)), else_=0)
+                ).label("od"),
+                func.sum(case((and_(actual, e.c.unit == "hour"), e.c.quantity_micros), else_=0)).label(
+                    "hours"
+                ),
             )
             .where(and_(true(), *conditions))
             .group_by(key)
@@ -580,7 +617,9 @@ def _sqlite_engine(database: str | None) -> Engine:
     @event.listens_for(engine, "begin")
     def _begin(conn: Connection) -> None:
         # IMMEDIATE takes the write lock at once, so check-then-insert cannot interleave between processes.
-        conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get("costaware_read") else "BEGIN IMMEDIATE")
+        conn.exec_driver_sql(
+            "BEGIN" if conn.get_execution_options().get("costaware_read") else "BEGIN IMMEDIATE"
+        )
 
     return engine
 
@@ -598,7 +637,13 @@ def _scope_conditions(scope: Scope) -> list[ColumnElement[bool]]:
 
 def _group_column(group_by: str) -> ColumnElement[Any]:
     e = schema.entries
-    simple = {"dag": e.c.dag_id, "run": e.c.run_id, "trial": e.c.trial, "kind": e.c.kind, "market": e.c.market}
+    simple = {
+        "dag": e.c.dag_id,
+        "run": e.c.run_id,
+        "trial": e.c.trial,
+        "kind": e.c.kind,
+        "market": e.c.market,
+    }
     if group_by in simple:
         return simple[group_by]
     if group_by == "task":
@@ -616,16 +661,21 @@ def _check_cap(usage: BudgetUsage, amount: Decimal, gpu: Decimal, purpose: str, 
         raise BudgetExceededError(
             f"budget '{label}' has {format_usd(max(usage.left_usd, Decimal(0)))} left "
             f"(cap {format_usd(usage.cap_usd)}, spent {format_usd(usage.spent_usd)}, reserved "
-            f"{format_usd(usage.reserved_usd)}); {purpose} needs an estimated {format_usd(amount)}: raise the cap "
+            f"{format_usd(usage.reserved_usd)}); {purpose} needs an estimated {format_usd(amount)}: "
+            "raise the cap "
             f"with `costaware budget set` or lower the estimate",
             scope=label,
             spent_usd=str(usage.spent_usd + usage.reserved_usd),
             cap_usd=str(usage.cap_usd),
             needed_usd=str(amount),
         )
-    if usage.cap_gpu_hours is not None and usage.spent_gpu_hours + usage.reserved_gpu_hours + gpu > usage.cap_gpu_hours:
+    if (
+        usage.cap_gpu_hours is not None
+        and usage.spent_gpu_hours + usage.reserved_gpu_hours + gpu > usage.cap_gpu_hours
+    ):
         raise BudgetExceededError(
-            f"budget '{label}' has {usage.cap_gpu_hours - usage.spent_gpu_hours - usage.reserved_gpu_hours} GPU-hours "
+            f"budget '{label}' has "
+            f"{usage.cap_gpu_hours - usage.spent_gpu_hours - usage.reserved_gpu_hours} GPU-hours "
             f"left of {usage.cap_gpu_hours}; {purpose} needs {gpu}: raise the GPU-hour cap",
             scope=label,
             spent_usd=str(usage.spent_usd),
@@ -666,7 +716,7 @@ def _entry_row(entry: LedgerEntry) -> dict[str, Any]:
     }
 
 
-def _entry_dict(row: Mapping[str, Any]) -> dict[str, Any]:
+def _entry_dict(row: RowMapping) -> dict[str, Any]:
     out = dict(row)
     for column in ("usd", "on_demand_usd", "gpu_hours", "quantity"):
         micros = out.pop(f"{column}_micros")
@@ -675,11 +725,13 @@ def _entry_dict(row: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _budget(row: Mapping[str, Any]) -> Budget:
+def _budget(row: RowMapping) -> Budget:
     return Budget(
         scope=Scope.parse(row["scope"]),
         period=Period(row["period"]),
         cap_usd=from_micros(row["cap_usd_micros"]),
-        cap_gpu_hours=None if row["cap_gpu_hours_micros"] is None else from_micros(row["cap_gpu_hours_micros"]),
+        cap_gpu_hours=None
+        if row["cap_gpu_hours_micros"] is None
+        else from_micros(row["cap_gpu_hours_micros"]),
         timezone=row["timezone"],
     )

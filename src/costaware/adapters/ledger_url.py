@@ -41,6 +41,7 @@ def url_from_connection_fields(
     if kind == "sqlite":
         return f"sqlite:///{host or schema}"
     raise ConfigurationError(
-        f"connection {conn_id!r} has type {conn_type!r}: the ledger needs a 'postgres' or 'sqlite' connection, "
-        "or any connection whose extra holds {\"url\": \"postgresql+psycopg2://...\"}"
+        f"connection {conn_id!r} has type {conn_type!r}: the ledger needs a 'postgres' or 'sqlite' "
+        "connection, "
+        'or any connection whose extra holds {"url": "postgresql+psycopg2://..."}'
     )

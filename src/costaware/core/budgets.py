@@ -60,7 +60,8 @@ class Scope:
             key, value = key.strip(), value.strip()
             if not sep or not value:
                 raise InvalidBudgetError(
-                    f"scope part {part.strip()!r} of {raw!r} is not key=value: write e.g. 'project=churn,team=ml'"
+                    f"scope part {part.strip()!r} of {raw!r} is not key=value: "
+                    "write e.g. 'project=churn,team=ml'"
                 )
             if key in pairs and pairs[key] != value:
                 raise InvalidBudgetError(f"scope {raw!r} names tag {key!r} twice with different values")
@@ -72,10 +73,13 @@ class Scope:
         for key, value in tags.items():
             if not _TAG_KEY.match(key):
                 raise InvalidBudgetError(
-                    f"tag name {key!r} is not allowed: start with a letter, then letters, digits, '_', '.', '-'"
+                    f"tag name {key!r} is not allowed: start with a letter, "
+                    "then letters, digits, '_', '.', '-'"
                 )
             if not str(value).strip() or any(c in str(value) for c in ",="):
-                raise InvalidBudgetError(f"tag {key!r} has value {value!r}: it must be non-empty, without ',' or '='")
+                raise InvalidBudgetError(
+                    f"tag {key!r} has value {value!r}: it must be non-empty, without ',' or '='"
+                )
         return cls(tuple(sorted((k, str(v).strip()) for k, v in tags.items())))
 
     def as_dict(self) -> dict[str, str]:
@@ -94,10 +98,13 @@ class Scope:
 
 
 def parse_timezone(name: str) -> ZoneInfo:
+    """The IANA time zone ``name``; raises ``InvalidBudgetError`` naming it when unknown."""
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError) as e:
-        raise InvalidBudgetError(f"unknown time zone {name!r}: use an IANA name such as 'Europe/Berlin' or 'UTC'") from e
+        raise InvalidBudgetError(
+            f"unknown time zone {name!r}: use an IANA name such as 'Europe/Berlin' or 'UTC'"
+        ) from e
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,14 +152,16 @@ class Budget:
 
 @dataclass(frozen=True, slots=True)
 class PeriodWindow:
-    """One period of one budget: ``key`` names it in the ledger, start/end bound it in UTC (open for run/total)."""
+    """One period of a budget: ``key`` names it in the ledger; start/end bound it in UTC (None: unbounded)."""
 
     key: str
     start: datetime | None
     end: datetime | None
 
 
-def period_window(period: Period, at: datetime, tz_name: str = "UTC", run_id: str | None = None) -> PeriodWindow:
+def period_window(
+    period: Period, at: datetime, tz_name: str = "UTC", run_id: str | None = None
+) -> PeriodWindow:
     """The period of ``period`` that contains instant ``at``, in the budget's time zone.
 
     Day and month boundaries are local midnights, so a month in ``America/New_York`` starts at 04:00 or

@@ -26,8 +26,9 @@ class BudgetNotFoundError(ConfigurationError):
 class BudgetExceededError(CostawareError):
     """Raised when reserving an amount would pass a budget's cap."""
 
-    def __init__(self, message: str, *, scope: str = "", spent_usd: str = "", cap_usd: str = "",
-                 needed_usd: str = "") -> None:
+    def __init__(
+        self, message: str, *, scope: str = "", spent_usd: str = "", cap_usd: str = "", needed_usd: str = ""
+    ) -> None:
         super().__init__(message)
         self.scope = scope
         self.spent_usd = spent_usd

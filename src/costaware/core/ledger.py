@@ -48,6 +48,7 @@ class Market(str, Enum):
 
 
 def utcnow() -> datetime:
+    """The current instant, timezone-aware, in UTC."""
     return datetime.now(timezone.utc)
 
 

@@ -1,4 +1,4 @@
-"""Money is ``Decimal`` USD. Stores keep whole micro-dollars (1e-6 USD) so sums are exact on every database."""
+"""Money is ``Decimal`` USD; stores keep whole micro-dollars (1e-6 USD) so sums are exact on any database."""
 
 from __future__ import annotations
 

@@ -37,7 +37,7 @@ class InstanceOffer:
 
 @dataclass(frozen=True, slots=True)
 class SpotAdvice:
-    """What the AWS Spot Instance Advisor says of a type in a region: typical savings and interruption rate."""
+    """What the AWS Spot Instance Advisor says of a type in a region: typical saving and interruption rate."""
 
     savings_pct: int
     interruption_range: str
@@ -104,7 +104,9 @@ class PriceCatalog:
         for line, row in _rows(ondemand_csv, ONDEMAND_COLUMNS, what):
             key = (row["instance_type"].strip(), row["region"].strip())
             if not all(key):
-                raise InvalidPriceDataError(f"{what} line {line}: instance_type and region must be set, got {key}")
+                raise InvalidPriceDataError(
+                    f"{what} line {line}: instance_type and region must be set, got {key}"
+                )
             vcpus = _decimal(row, "vcpus", line, what)
             offer = InstanceOffer(
                 instance_type=key[0],
@@ -203,7 +205,9 @@ class PriceCatalog:
             return price
         known_src = sorted({s for s, _ in self._transfer})
         if src_region not in known_src:
-            raise PriceNotFoundError(f"no transfer prices from region {src_region!r}{_suggest(src_region, known_src)}")
+            raise PriceNotFoundError(
+                f"no transfer prices from region {src_region!r}{_suggest(src_region, known_src)}"
+            )
         known_dst = sorted({d for s, d in self._transfer if s == src_region})
         raise PriceNotFoundError(
             f"no transfer price from {src_region} to {dst_region!r}{_suggest(dst_region, known_dst)}"
@@ -235,4 +239,8 @@ class PriceCatalog:
 
 def _suggest(name: str, known: list[str]) -> str:
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
-    return f"; did you mean {', '.join(close)}?" if close else "; see `costaware prices list` for the known names"
+    return (
+        f"; did you mean {', '.join(close)}?"
+        if close
+        else "; see `costaware prices list` for the known names"
+    )

@@ -47,7 +47,8 @@ def price_compute(
     if market is Market.LOCAL:
         if usd_per_hour is None:
             raise ConfigurationError(
-                f"local compute on {instance_type!r} needs a usd_per_hour rate (the team's own cost of the machine)"
+                f"local compute on {instance_type!r} needs a usd_per_hour rate "
+                "(the team's own cost of the machine)"
             )
         hours, usd = compute_cost(seconds, usd_per_hour)
         return ComputeCharge(hours, usd, usd_per_hour, None, Decimal(0), "local-rate")
@@ -60,4 +61,6 @@ def price_compute(
         rate, source = offer.usd_per_hour, "on-demand-list"
     hours, usd = compute_cost(seconds, rate)
     _, on_demand = compute_cost(seconds, offer.usd_per_hour)
-    return ComputeCharge(hours, usd, rate, on_demand, (hours * offer.gpus).quantize(Decimal("0.000001")), source)
+    return ComputeCharge(
+        hours, usd, rate, on_demand, (hours * offer.gpus).quantize(Decimal("0.000001")), source
+    )

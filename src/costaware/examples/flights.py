@@ -115,6 +115,7 @@ def new_model(random_state: int = 0) -> Any:
 
 
 def roc_auc(model: Any, frame: pd.DataFrame) -> float:
+    """ROC AUC of ``model`` on ``frame`` (features and label as made by :func:`make_features`)."""
     from sklearn.metrics import roc_auc_score
 
     return float(roc_auc_score(frame[LABEL], model.predict_proba(frame[FEATURES])[:, 1]))

@@ -45,7 +45,14 @@ class CostLedgerHook(BaseHook):
         except AirflowNotFoundException:
             return default_ledger_url()
         return url_from_connection_fields(
-            conn.conn_id, conn.conn_type, conn.host, conn.login, conn.password, conn.port, conn.schema, conn.extra
+            conn.conn_id,
+            conn.conn_type,
+            conn.host,
+            conn.login,
+            conn.password,
+            conn.port,
+            conn.schema,
+            conn.extra,
         )
 
     def get_conn(self) -> Ledger:

@@ -32,6 +32,7 @@ def _key(ti: Any) -> tuple[str, str, str, int, int]:
 
 
 def spool_dir() -> Path:
+    """Where entries wait when the ledger cannot be written: ``$AIRFLOW_HOME/costaware/spool``."""
     home = Path(os.environ.get("AIRFLOW_HOME", Path.home() / "airflow"))
     return home / "costaware" / "spool"
 
@@ -43,18 +44,18 @@ def _setting(name: str, default: str) -> str:
 
 
 def tags_for(dag: Any, params: Mapping[str, Any]) -> dict[str, str]:
-    """Allocation tags of a run: DAG tags written ``key:value`` or ``key=value``, then params team/project/owner."""
+    """Allocation tags of a run: DAG tags ``key:value`` or ``key=value``, then params team/project/owner."""
     tags: dict[str, str] = {}
     for tag in sorted(getattr(dag, "tags", None) or []):
         for sep in (":", "="):
-            key, found, value = str(tag).partition(sep)
+            key, found, value = str(tag).partition(sep)  # e.g. "team:ml" or "project=churn"
             if found and key.strip() and value.strip():
                 tags[key.strip()] = value.strip()
                 break
     for name in TAG_NAMES:
-        value = params.get(name)
-        if value not in (None, ""):
-            tags[name] = str(value)
+        param = params.get(name)
+        if param not in (None, ""):
+            tags[name] = str(param)
     return tags
 
 
@@ -191,7 +192,9 @@ class CostListener:
         self._record(task_instance, "success", None)
 
     @hookimpl
-    def on_task_instance_failed(self, previous_state: Any, task_instance: Any, error: BaseException | None) -> None:
+    def on_task_instance_failed(
+        self, previous_state: Any, task_instance: Any, error: BaseException | None
+    ) -> None:
         self._record(task_instance, "failed", error)
 
     @hookimpl

@@ -30,7 +30,7 @@ class SpendCapSensor(BaseSensorOperator):
         on_exceeded: ``wait``, ``skip`` or ``fail``.
         reservation_ttl: How long the reservation holds if never settled.
         ledger_conn_id: Airflow connection of the ledger (falls back to ``COSTAWARE_LEDGER_URL``).
-        deferrable: Wait in the triggerer instead of a worker slot; default ``[operators] default_deferrable``.
+        deferrable: Wait in the triggerer, not a worker slot; default ``[operators] default_deferrable``.
         **kwargs: Sensor arguments: ``poke_interval``, ``timeout``, ``mode``, ``soft_fail``, ...
     """
 
@@ -104,8 +104,13 @@ class SpendCapSensor(BaseSensorOperator):
                     raise AirflowFailException(str(e)) from e
                 self.log.info("Budget has no room yet, waiting: %s", e)
                 return None
-        self.log.info("Reserved $%s of %s for task %r (reservation %s)", usd, reservation.budgets, target,
-                      reservation.id)
+        self.log.info(
+            "Reserved $%s of %s for task %r (reservation %s)",
+            usd,
+            reservation.budgets,
+            target,
+            reservation.id,
+        )
         return {
             "reservation_id": reservation.id,
             "usd": str(reservation.usd),

@@ -56,7 +56,7 @@ class BudgetAvailableTrigger(BaseTrigger):
         )
 
     def _shortfall(self) -> str | None:
-        """None when there is room, else a sentence saying which budget is short (blocking IO: run in a thread)."""
+        """None when there is room, else which budget is short (blocking IO: run it in a thread)."""
         from costaware.hooks.ledger import CostLedgerHook
 
         ledger = CostLedgerHook(self.ledger_conn_id).get_conn()
