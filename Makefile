@@ -24,7 +24,7 @@ demo: $(BIN)/.installed
 	$(BIN)/costaware budget set --scope project=flight-delays --period month --cap-usd 25
 	$(BIN)/airflow dags test cost_aware_retrain $(DEMO_DATE) > $(AIRFLOW_HOME)/demo-run.log 2>&1 \
 		|| (tail -n 60 $(AIRFLOW_HOME)/demo-run.log; exit 1)
-	@grep -E "replaying|landed|candidate AUC|Reserved" $(AIRFLOW_HOME)/demo-run.log | sed -E 's/^.*(replaying|landed|candidate AUC|Reserved)/\1/' || true
+	@grep -oE "(replaying 2013|Reserved \$$|candidate AUC).*" $(AIRFLOW_HOME)/demo-run.log | sed -E 's/ \[airflow.*$$//' || true
 	@echo
 	$(BIN)/costaware report --dag-id cost_aware_retrain --last-run
 	@echo

@@ -1,0 +1,138 @@
+"""Start a real `airflow standalone` (scheduler, dag-processor, triggerer, api-server) on a free port."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from services import free_port
+
+BIN = Path(sys.executable).parent
+
+
+class AirflowServer:
+    """REST client of a running standalone Airflow (JWT from /auth/token)."""
+
+    def __init__(self, base: str, home: Path, env: dict[str, str]) -> None:
+        self.base, self.home, self.env = base, home, env
+        self._token = ""
+
+    def login(self) -> None:
+        passwords = json.loads((self.home / "simple_auth_manager_passwords.json.generated").read_text())
+        body = self.call(
+            "POST", "/auth/token", {"username": "admin", "password": passwords["admin"]}, auth=False
+        )
+        self._token = body["access_token"]
+
+    def call(self, method: str, path: str, body: Any = None, *, auth: bool = True) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.base + path, data=data, method=method)
+        request.add_header("Content-Type", "application/json")
+        if auth:
+            request.add_header("Authorization", f"Bearer {self._token}")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            text = response.read().decode()
+        return json.loads(text) if text else None
+
+    def wait_for_dag(self, dag_id: str, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                self.call("GET", f"/api/v2/dags/{dag_id}")
+                return
+            except urllib.error.HTTPError:
+                time.sleep(1)
+        raise TimeoutError(f"DAG {dag_id} was not parsed within {timeout} s")
+
+    def trigger(self, dag_id: str, conf: dict[str, Any] | None = None) -> str:
+        self.call("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+        run = self.call("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf or {}})
+        return str(run["dag_run_id"])
+
+    def task_states(self, dag_id: str, run_id: str) -> dict[str, str]:
+        body = self.call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
+        return {ti["task_id"]: ti["state"] for ti in body["task_instances"]}
+
+    def wait_for_run(self, dag_id: str, run_id: str, timeout: float = 300) -> str:
+        deadline = time.monotonic() + timeout
+        state = ""
+        while time.monotonic() < deadline:
+            state = self.call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")["state"]
+            if state in ("success", "failed"):
+                return state
+            time.sleep(2)
+        raise TimeoutError(
+            f"run {run_id} still {state} after {timeout} s: {self.task_states(dag_id, run_id)}"
+        )
+
+
+@contextmanager
+def airflow_standalone(dags: list[Path], ledger_url: str, home: Path) -> Iterator[AirflowServer]:
+    dags_folder = home / "dags"
+    dags_folder.mkdir(parents=True)
+    for dag_file in dags:
+        shutil.copy(dag_file, dags_folder / dag_file.name)
+    port = free_port()
+    env = os.environ.copy()
+    env.pop("AIRFLOW__CORE__UNIT_TEST_MODE", None)
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__PARALLELISM": "4",
+            "AIRFLOW__API__PORT": str(port),
+            "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+            "AIRFLOW__API__WORKERS": "1",
+            "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "1",
+            "COSTAWARE_LEDGER_URL": ledger_url,
+            # standalone starts its components as `airflow ...` from PATH
+            "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+        }
+    )
+    log = (home / "standalone.log").open("w")
+    proc = subprocess.Popen(
+        [str(BIN / "airflow"), "standalone"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    server = AirflowServer(f"http://127.0.0.1:{port}", home, env)
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(
+                    f"airflow standalone exited: {(home / 'standalone.log').read_text()[-3000:]}"
+                )
+            try:
+                health = server.call("GET", "/api/v2/monitor/health", auth=False)
+                if all(health.get(c, {}).get("status") == "healthy" for c in ("scheduler", "triggerer")):
+                    break
+            except (urllib.error.URLError, ConnectionError, KeyError, TimeoutError):
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError("airflow standalone was not healthy within 180 s")
+            time.sleep(1)
+        server.login()
+        yield server
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()

@@ -1,0 +1,60 @@
+"""The example DAG under a real `airflow standalone`, and a spend gate that waits in the real triggerer."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from airflow_server import AirflowServer, airflow_standalone
+
+from costaware import Ledger
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AirflowServer, Ledger]]:
+    home = tmp_path_factory.mktemp("standalone")
+    ledger_url = f"sqlite:///{home / 'ledger.db'}"
+    ledger = Ledger.from_url(ledger_url)
+    dags = [ROOT / "dags" / "cost_aware_retrain.py", Path(__file__).parent / "dags" / "budget_wait.py"]
+    with airflow_standalone(dags, ledger_url, home) as running:
+        yield running, ledger
+    ledger.dispose()
+
+
+def test_retrain_dag_triggered_through_the_api(server: tuple[AirflowServer, Ledger]) -> None:
+    airflow, ledger = server
+    ledger.set_budget("project=flight-delays", "month", "25")
+    airflow.wait_for_dag("cost_aware_retrain")
+    run_id = airflow.trigger("cost_aware_retrain", {"replay_date": "2013-03-01"})
+    assert airflow.wait_for_run("cost_aware_retrain", run_id) == "success", airflow.task_states(
+        "cost_aware_retrain", run_id
+    )
+    tasks = {r["task_id"] for r in ledger.entries(dag_id="cost_aware_retrain", run_id=run_id)}
+    assert tasks == {"land_new_data", "build_features", "spend_gate", "train", "evaluate_and_promote"}
+
+
+def test_spend_gate_waits_in_the_triggerer_until_the_cap_is_raised(
+    server: tuple[AirflowServer, Ledger],
+) -> None:
+    airflow, ledger = server
+    ledger.set_budget("project=wait-test", "month", "0")
+    airflow.wait_for_dag("budget_wait")
+    run_id = airflow.trigger("budget_wait")
+    deadline = time.monotonic() + 120
+    while airflow.task_states("budget_wait", run_id).get("spend_gate") != "deferred":
+        assert time.monotonic() < deadline, airflow.task_states("budget_wait", run_id)
+        time.sleep(1)
+    assert ledger.open_reservations() == []  # nothing reserved while the budget is short
+    ledger.set_budget("project=wait-test", "month", "5")
+    assert airflow.wait_for_run("budget_wait", run_id) == "success"
+    trigger_logs = list(airflow.home.glob("logs/dag_id=budget_wait/**/task_id=spend_gate/*trigger*"))
+    assert trigger_logs and any("has room" in p.read_text() for p in trigger_logs)
+    (usage,) = ledger.usage("project=wait-test")
+    assert usage.reserved_usd == 0 and usage.spent_usd >= 0  # the gate's reservation was settled by 'train'
+    train = [r for r in ledger.entries(dag_id="budget_wait", run_id=run_id) if r["task_id"] == "train"]
+    assert train and train[0]["reservation_id"] is not None
