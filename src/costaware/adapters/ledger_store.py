@@ -297,15 +297,19 @@ class Ledger:
     def _applicable(
         self, conn: Connection, wanted: Scope, run_id: str | None, *, lock: bool = False
     ) -> list[tuple[int, Budget, PeriodWindow]]:
-        query = select(schema.budgets).order_by(schema.budgets.c.id)
-        if lock and not self._is_sqlite:
-            query = query.with_for_update()
-        rows = conn.execute(query).mappings().all()
+        t = schema.budgets
+        rows = conn.execute(select(t).order_by(t.c.id)).mappings().all()
+        covering = [row for row in rows if _budget(row).scope.covers(wanted)]
+        if lock and covering and not self._is_sqlite:
+            # Lock only the budgets this reservation counts against, in id order (no deadlocks), and
+            # re-read them under the lock: unrelated projects never wait for each other.
+            ids = [row["id"] for row in covering]
+            covering = list(
+                conn.execute(select(t).where(t.c.id.in_(ids)).order_by(t.c.id).with_for_update()).mappings()
+            )
         found: list[tuple[int, Budget, PeriodWindow]] = []
-        for row in rows:
+        for row in covering:
             budget = _budget(row)
-            if not budget.scope.covers(wanted):
-                continue
             if budget.period is Period.RUN and not run_id:
                 continue  # per-run caps need a run; spend outside a run is not capped by them
             found.append((row["id"], budget, period_window(budget.period, utcnow(), budget.timezone, run_id)))
