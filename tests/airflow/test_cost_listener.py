@@ -127,3 +127,20 @@ def test_runtime_falls_back_to_start_and_end_dates(ledger_env: Ledger) -> None:
     CostListener().on_task_instance_success(None, ti)  # no running hook seen in this process
     (row,) = ledger_env.entries(dag_id="retrain")
     assert row["quantity"] == Decimal("2") and row["usd"] == Decimal("0.192")
+
+
+def test_annotations_from_the_running_task_win(ledger_env: Ledger) -> None:
+    ti = fake_ti()
+    CostListener().on_task_instance_running(None, ti)
+    listener_module.annotate_task(ti, trial="7", market="spot", usd_per_hour="0.03", tags={"study": "s1"})
+    CostListener().on_task_instance_success(None, ti)
+    (row,) = ledger_env.entries(dag_id="retrain")
+    assert (row["trial"], row["market"], row["price_source"], row["unit_price_usd"]) == (
+        "7",
+        "spot",
+        "given",
+        "0.03",
+    )
+    assert row["tags"]["study"] == "s1"
+    with pytest.raises(ValueError, match=r"unknown field\(s\) \['colour'\]"):
+        listener_module.annotate_task(ti, colour="red")

@@ -24,7 +24,30 @@ from airflow.listeners import hookimpl
 log = logging.getLogger(__name__)
 
 _STARTS: dict[tuple[str, str, str, int, int], float] = {}
+_ANNOTATIONS: dict[tuple[str, str, str, int, int], dict[str, Any]] = {}
 TAG_NAMES = ("team", "project", "owner")
+ANNOTATION_FIELDS = ("trial", "instance_type", "region", "market", "usd_per_hour", "cause", "note", "tags")
+
+
+def annotate_task(ti: Any, **fields: Any) -> None:
+    """Tell the listener, from inside a running task, what this try really ran on or was.
+
+    Operators learn things at run time that the DAG does not say: the tuning trial a mapped task ran,
+    the market and live price a spot decision chose, the cause of a failure. The listener runs in the
+    same process right after ``execute``, so it reads these before it prices the try.
+
+    Args:
+        ti: The running task instance (``context["ti"]``).
+        **fields: Any of ``trial``, ``instance_type``, ``region``, ``market``, ``usd_per_hour``,
+            ``cause``, ``note``, and ``tags`` (a dict merged into the entry's tags).
+
+    Raises:
+        ValueError: an unknown field name.
+    """
+    unknown = sorted(set(fields) - set(ANNOTATION_FIELDS))
+    if unknown:
+        raise ValueError(f"annotate_task got unknown field(s) {unknown}: use {', '.join(ANNOTATION_FIELDS)}")
+    _ANNOTATIONS.setdefault(_key(ti), {}).update(fields)
 
 
 def _key(ti: Any) -> tuple[str, str, str, int, int]:
@@ -89,11 +112,17 @@ def build_entry(ti: Any, outcome: str, error: BaseException | None, seconds: flo
         params = dict(ti.get_template_context().get("params") or {})
     except Exception:  # the context is a convenience here; the task's own params still apply
         params = dict(getattr(task, "params", None) or {})
+    told = _ANNOTATIONS.pop(_key(ti), {})
     compute = _compute_of(task, params)
-    note, cause = "", ""
+    for name in ("instance_type", "region", "market"):
+        if told.get(name):
+            compute[name] = str(told[name])
+    if told.get("usd_per_hour") is not None:
+        compute["usd_per_hour"] = Decimal(str(told["usd_per_hour"]))
+    note, cause = str(told.get("note", "")), str(told.get("cause", ""))
     if outcome == "failed":
-        cause = str(getattr(error, "ledger_cause", "error"))
-        note = f"{type(error).__name__}: {error}"[:500] if error else ""
+        cause = cause or str(getattr(error, "ledger_cause", "error"))
+        note = f"{type(error).__name__}: {error}"[:500] if error else note
     try:
         charge = price_compute(bundled_catalog(), seconds=seconds, **compute)
         usd, hours, rate, on_demand = charge.usd, charge.hours, charge.usd_per_hour, charge.on_demand_usd
@@ -109,7 +138,7 @@ def build_entry(ti: Any, outcome: str, error: BaseException | None, seconds: flo
         task_id=ti.task_id,
         try_number=int(ti.try_number),
         map_index=int(ti.map_index),
-        trial=getattr(task, "trial", None),
+        trial=told.get("trial") or getattr(task, "trial", None),
         kind=Kind.COMPUTE,
         usd=usd,
         instance_type=compute["instance_type"],
@@ -120,7 +149,7 @@ def build_entry(ti: Any, outcome: str, error: BaseException | None, seconds: flo
         unit_price_usd=rate,
         on_demand_usd=on_demand,
         gpu_hours=gpu_hours,
-        tags=tags_for(getattr(task, "dag", None), params),
+        tags={**tags_for(getattr(task, "dag", None), params), **dict(told.get("tags") or {})},
         incurred_at=datetime.now(timezone.utc),
         outcome=outcome,
         cause=cause,
