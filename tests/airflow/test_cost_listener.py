@@ -139,7 +139,7 @@ def test_annotations_from_the_running_task_win(ledger_env: Ledger) -> None:
         "7",
         "spot",
         "given",
-        "0.03",
+        Decimal("0.03"),
     )
     assert row["tags"]["study"] == "s1"
     with pytest.raises(ValueError, match=r"unknown field\(s\) \['colour'\]"):
