@@ -344,6 +344,10 @@ def build_parser() -> argparse.ArgumentParser:
     p_show.add_argument("instance_type")
     p_show.add_argument("--region", default="us-east-1")
     p_show.set_defaults(func=_prices_show)
+
+    from costaware import cli_simulate
+
+    cli_simulate.add_parser(sub)
     return parser
 
 

@@ -26,6 +26,7 @@ def test_airflow_plugins_lists_the_cost_listener() -> None:
     costaware = plugins["costaware"]
     assert costaware["listeners"] == ["costaware.plugins.listener.CostListener"]
     assert "airflow-provider-costaware" in str(costaware["source"])
+    assert costaware["timetables"] == ["costaware.timetables.off_peak.OffPeakTimetable"]
 
 
 def test_airflow_providers_lists_the_package() -> None:

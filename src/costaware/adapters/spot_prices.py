@@ -1,0 +1,399 @@
+"""Price sources: recorded and live spot prices, hourly electricity prices, spot availability traces.
+
+Recorded spot price history comes as EC2 ``DescribeSpotPriceHistory`` JSON or as a tidy CSV; live prices
+come from EC2 through the Amazon provider's hook. Everything here reads or fetches; the checking and the
+step-function reading live in ``costaware.core.series``. Only Linux/UNIX rows are kept unless other product
+descriptions are asked for ("Linux/UNIX" also matches EC2-Classic's "Linux/UNIX (Amazon VPC)").
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import io
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from costaware.core.errors import ConfigurationError, InvalidPriceDataError, PriceNotFoundError
+from costaware.core.series import AvailabilityTrace, PriceSeries
+
+LINUX = ("Linux/UNIX",)
+SPOT_CSV_COLUMNS = ("timestamp", "availability_zone", "instance_type", "product_description", "usd_per_hour")
+ELECTRICITY_COLUMNS = ("timestamp_utc", "usd_per_mwh")
+_RECORD_KEYS = ("AvailabilityZone", "InstanceType", "ProductDescription", "SpotPrice", "Timestamp")
+
+
+def region_of(availability_zone: str) -> str:
+    """``us-east-1a`` -> ``us-east-1`` (also local zones such as ``us-east-1-bos-1a``)."""
+    return availability_zone.rstrip("abcdefghijklmnopqrstuvwxyz") if availability_zone else availability_zone
+
+
+def _wanted(product: str, products: Sequence[str]) -> bool:
+    return any(product == p or product.startswith(f"{p} (") for p in products)
+
+
+class SpotPriceHistory:
+    """Spot price records, one step-function series per (instance type, availability zone).
+
+    Build it with :meth:`from_records`, :func:`load_spot_history` or :meth:`LiveSpotPrices.history`.
+    """
+
+    def __init__(self, series: Mapping[tuple[str, str], PriceSeries], *, source: str) -> None:
+        self._series = dict(series)
+        self._combined: dict[tuple[str, str], PriceSeries] = {}
+        self.source = source
+
+    @classmethod
+    def from_records(
+        cls, records: Iterable[Mapping[str, Any]], *, source: str, products: Sequence[str] = LINUX
+    ) -> SpotPriceHistory:
+        """Group ``DescribeSpotPriceHistory`` records by type and zone, keeping ``products`` only.
+
+        Raises:
+            InvalidPriceDataError: a record lacks a key or has a bad time or price; no record is left.
+        """
+        grouped: dict[tuple[str, str], list[tuple[object, object]]] = {}
+        seen_products: set[str] = set()
+        for number, record in enumerate(records):
+            missing = [k for k in _RECORD_KEYS if k not in record]
+            if missing:
+                raise InvalidPriceDataError(
+                    f"{source}: record {number} lacks {', '.join(missing)}: {dict(record)!r}"
+                )
+            product = str(record["ProductDescription"])
+            seen_products.add(product)
+            if not _wanted(product, products):
+                continue
+            key = (str(record["InstanceType"]), str(record["AvailabilityZone"]))
+            grouped.setdefault(key, []).append((record["Timestamp"], record["SpotPrice"]))
+        if not grouped:
+            raise InvalidPriceDataError(
+                f"{source} has no {' / '.join(products)} records (products present: "
+                f"{', '.join(sorted(seen_products)) or 'none'})"
+            )
+        series = {
+            key: PriceSeries.from_points(points, name=f"spot {key[0]} {key[1]} ({source})")
+            for key, points in grouped.items()
+        }
+        return cls(series, source=source)
+
+    @property
+    def instance_types(self) -> list[str]:
+        """Instance types with records."""
+        return sorted({t for t, _ in self._series})
+
+    def zones(self, instance_type: str, region: str) -> list[str]:
+        """Availability zones of ``region`` with records for ``instance_type``."""
+        return sorted(z for t, z in self._series if t == instance_type and region_of(z) == region)
+
+    @property
+    def notes(self) -> list[str]:
+        """What was fixed while reading (sorting, duplicates), per series."""
+        return [f"{s.name}: {note}" for s in self._series.values() for note in s.notes]
+
+    def series(self, instance_type: str, region: str, availability_zone: str | None = None) -> PriceSeries:
+        """The spot price of a type in one zone, or the cheapest zone of the region at each instant.
+
+        Raises:
+            PriceNotFoundError: unknown type, region or zone; the message says what is known.
+        """
+        if instance_type not in self.instance_types:
+            close = difflib.get_close_matches(instance_type, self.instance_types, n=3, cutoff=0.6)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise PriceNotFoundError(
+                f"unknown instance type {instance_type!r}: {self.source} has spot prices for "
+                f"{', '.join(self.instance_types)}{hint}"
+            )
+        zones = self.zones(instance_type, region)
+        if not zones:
+            regions = sorted({region_of(z) for t, z in self._series if t == instance_type})
+            raise PriceNotFoundError(
+                f"no spot prices for {instance_type} in region {region!r} in {self.source}; "
+                f"it has {', '.join(regions)}"
+            )
+        if availability_zone is not None:
+            if availability_zone not in zones:
+                raise PriceNotFoundError(
+                    f"no spot prices for {instance_type} in zone {availability_zone!r}; "
+                    f"zones: {', '.join(zones)}"
+                )
+            return self._series[(instance_type, availability_zone)]
+        key = (instance_type, region)
+        if key not in self._combined:
+            self._combined[key] = PriceSeries.pointwise_min(
+                [self._series[(instance_type, z)] for z in zones],
+                name=f"spot {instance_type} {region} (cheapest zone, {self.source})",
+            )
+        return self._combined[key]
+
+
+# -- recorded files -----------------------------------------------------------------------------------------
+
+
+def _read(path: str | Path, what: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise InvalidPriceDataError(f"cannot read {what} {str(path)!r}: {e.strerror}") from e
+
+
+def _json_documents(text: str, source: str) -> list[Any]:
+    """All JSON documents in ``text`` (the AWS CLI's paged output can hold several back to back)."""
+    decoder = json.JSONDecoder()
+    documents: list[Any] = []
+    index = 0
+    while True:
+        while index < len(text) and text[index].isspace():
+            index += 1
+        if index >= len(text):
+            return documents
+        try:
+            document, index = decoder.raw_decode(text, index)
+        except json.JSONDecodeError as e:
+            raise InvalidPriceDataError(f"{source} is not valid JSON at line {e.lineno}: {e.msg}") from e
+        documents.append(document)
+
+
+def spot_history_from_text(text: str, *, source: str, products: Sequence[str] = LINUX) -> SpotPriceHistory:
+    """Parse recorded spot prices: ``DescribeSpotPriceHistory`` JSON or the tidy CSV (see module docs).
+
+    Raises:
+        InvalidPriceDataError: neither format, missing columns or keys, bad values, no matching rows.
+    """
+    stripped = text.lstrip()
+    if stripped.startswith(("{", "[")):
+        records: list[Mapping[str, Any]] = []
+        for document in _json_documents(text, source):
+            if isinstance(document, dict) and isinstance(document.get("SpotPriceHistory"), list):
+                records.extend(document["SpotPriceHistory"])
+            else:
+                raise InvalidPriceDataError(
+                    f'{source}: expected {{"SpotPriceHistory": [...]}} as DescribeSpotPriceHistory returns it'
+                )
+        return SpotPriceHistory.from_records(records, source=source, products=products)
+    reader = csv.DictReader(io.StringIO(text))
+    missing = [c for c in SPOT_CSV_COLUMNS if c not in (reader.fieldnames or [])]
+    if missing:
+        raise InvalidPriceDataError(
+            f"{source}: spot CSV lacks column(s) {', '.join(missing)}; its header is {reader.fieldnames!r}"
+        )
+    rows = (
+        {
+            "AvailabilityZone": row["availability_zone"],
+            "InstanceType": row["instance_type"],
+            "ProductDescription": row["product_description"],
+            "SpotPrice": row["usd_per_hour"],
+            "Timestamp": row["timestamp"],
+        }
+        for row in reader
+    )
+    return SpotPriceHistory.from_records(rows, source=source, products=products)
+
+
+def load_spot_history(path: str | Path, *, products: Sequence[str] = LINUX) -> SpotPriceHistory:
+    """Read a recorded spot price file (JSON or CSV)."""
+    return spot_history_from_text(_read(path, "spot price file"), source=Path(path).name, products=products)
+
+
+def is_electricity_csv(text: str) -> bool:
+    """Whether ``text`` is an hourly electricity price CSV (``timestamp_utc,usd_per_mwh``)."""
+    header = text.lstrip("\ufeff").split("\n", 1)[0]
+    return all(column in header for column in ELECTRICITY_COLUMNS)
+
+
+def electricity_from_text(text: str, *, source: str) -> PriceSeries:
+    """Hourly electricity prices in USD/MWh as a series (gaps over one hour are rejected; may be negative).
+
+    Raises:
+        InvalidPriceDataError: missing columns, bad values, duplicate hours with two prices, gaps.
+    """
+    reader = csv.DictReader(io.StringIO(text.lstrip("\ufeff")))
+    missing = [c for c in ELECTRICITY_COLUMNS if c not in (reader.fieldnames or [])]
+    if missing:
+        raise InvalidPriceDataError(
+            f"{source}: electricity CSV lacks column(s) {', '.join(missing)}; "
+            f"its header is {reader.fieldnames!r}"
+        )
+    points = [(row["timestamp_utc"], row["usd_per_mwh"]) for row in reader]
+    return PriceSeries.from_points(
+        points, name=f"electricity {source} (USD/MWh)", max_gap=timedelta(hours=1), allow_negative=True
+    )
+
+
+def load_electricity(path: str | Path) -> PriceSeries:
+    """Read an hourly electricity price CSV (``timestamp_utc,usd_per_mwh``)."""
+    return electricity_from_text(_read(path, "electricity price file"), source=Path(path).name)
+
+
+def electricity_usd_per_hour(usd_per_mwh: PriceSeries, power_kw: Decimal) -> PriceSeries:
+    """USD per hour of a job drawing ``power_kw``: USD/MWh x kW / 1000."""
+    if power_kw <= 0:
+        raise ConfigurationError(f"power_kw must be > 0, got {power_kw}")
+    return usd_per_mwh.scaled(power_kw / 1000, name=f"{usd_per_mwh.name} x {power_kw} kW")
+
+
+def availability_from_text(text: str, *, source: str, start: datetime) -> AvailabilityTrace:
+    """Parse a spot availability trace: ``{"metadata": {"gap_seconds": 600}, "data": [0 or 1, ...]}``.
+
+    Raises:
+        InvalidPriceDataError: not that shape, an empty ``data`` list, a sample other than 0/1.
+    """
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InvalidPriceDataError(f"{source} is not valid JSON at line {e.lineno}: {e.msg}") from e
+    if not isinstance(document, dict) or not isinstance(document.get("data"), list):
+        raise InvalidPriceDataError(
+            f'{source}: expected {{"metadata": {{"gap_seconds": ...}}, "data": [0, 1, ...]}}'
+        )
+    gap = (document.get("metadata") or {}).get("gap_seconds")
+    if not isinstance(gap, int | float) or isinstance(gap, bool):
+        raise InvalidPriceDataError(f"{source}: metadata.gap_seconds must be a number, got {gap!r}")
+    return AvailabilityTrace(document["data"], gap_seconds=gap, start=start, name=source)
+
+
+def load_availability(path: str | Path, *, start: datetime) -> AvailabilityTrace:
+    """Read a spot availability trace; ``start`` is the instant of its first sample."""
+    return availability_from_text(_read(path, "availability trace"), source=Path(path).name, start=start)
+
+
+# -- live prices --------------------------------------------------------------------------------------------
+
+_CACHE: dict[tuple[Any, ...], tuple[float, SpotPriceHistory]] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+class LiveSpotPrices:
+    """Spot prices from EC2 ``DescribeSpotPriceHistory`` through the Amazon provider's ``AwsBaseHook``.
+
+    Responses are paginated (``NextToken``) and cached in the process for ``ttl_seconds``, so sensors and
+    triggers that poll every minute ask AWS at most once per TTL per query.
+
+    Args:
+        aws_conn_id: Airflow AWS connection (its ``endpoint_url`` extra points it at moto in tests).
+        region_name: Region to query; default the connection's.
+        ttl_seconds: How long a response is reused.
+        page_size: ``MaxResults`` per request (AWS allows up to 1000).
+        clock: Monotonic seconds, replaceable in tests.
+    """
+
+    def __init__(
+        self,
+        *,
+        aws_conn_id: str | None = "aws_default",
+        region_name: str | None = None,
+        ttl_seconds: float = 300.0,
+        page_size: int = 1000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if ttl_seconds < 0:
+            raise ConfigurationError(f"ttl_seconds must be >= 0, got {ttl_seconds!r}")
+        if not 5 <= page_size <= 1000:
+            raise ConfigurationError(f"page_size must be between 5 and 1000 (AWS limits), got {page_size!r}")
+        self.aws_conn_id = aws_conn_id
+        self.region_name = region_name
+        self.ttl_seconds = ttl_seconds
+        self.page_size = page_size
+        self.clock = clock
+        self.requests = 0  # pages fetched by this instance, for logs and tests
+
+    def _client(self) -> Any:
+        try:
+            from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+        except ImportError as e:  # pragma: no cover - the provider is a dependency
+            raise ConfigurationError(
+                "live spot prices need the Amazon provider: pip install apache-airflow-providers-amazon"
+            ) from e
+        return AwsBaseHook(
+            aws_conn_id=self.aws_conn_id, client_type="ec2", region_name=self.region_name
+        ).get_conn()
+
+    def fetch_records(
+        self,
+        instance_types: Sequence[str],
+        *,
+        start: datetime | None = None,
+        end: datetime | None = None,
+        products: Sequence[str] = LINUX,
+    ) -> list[dict[str, Any]]:
+        """Every record of the query, following ``NextToken`` until the last page (not cached)."""
+        client = self._client()
+        request: dict[str, Any] = {
+            "InstanceTypes": list(instance_types),
+            "ProductDescriptions": list(products),
+            "MaxResults": self.page_size,
+        }
+        if start is not None:
+            request["StartTime"] = start
+        if end is not None:
+            request["EndTime"] = end
+        records: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            page = client.describe_spot_price_history(**request, **({"NextToken": token} if token else {}))
+            self.requests += 1
+            records.extend(page.get("SpotPriceHistory", []))
+            token = page.get("NextToken") or None
+            if not token:
+                return records
+
+    def history(
+        self,
+        instance_types: Sequence[str],
+        *,
+        start: datetime | None = None,
+        end: datetime | None = None,
+        products: Sequence[str] = LINUX,
+    ) -> SpotPriceHistory:
+        """The records of ``instance_types`` between ``start`` and ``end`` (default: the current prices).
+
+        Raises:
+            ConfigurationError: naive ``start``/``end``.
+            InvalidPriceDataError: AWS returned no matching record.
+        """
+        for name, value in (("start", start), ("end", end)):
+            if value is not None and (value.tzinfo is None or value.utcoffset() is None):
+                raise ConfigurationError(
+                    f"{name} {value.isoformat()} has no time zone; pass an aware datetime"
+                )
+        key = (
+            self.aws_conn_id,
+            self.region_name,
+            tuple(sorted(instance_types)),
+            tuple(products),
+            start.astimezone(timezone.utc).isoformat() if start else None,
+            end.astimezone(timezone.utc).isoformat() if end else None,
+        )
+        now = self.clock()
+        with _CACHE_LOCK:
+            hit = _CACHE.get(key)
+            if hit is not None and hit[0] > now:
+                return hit[1]
+        # Without times, ask AWS for the price in force now (StartTime = EndTime = now); cached as "now".
+        if start is None and end is None:
+            start = end = datetime.now(timezone.utc)
+        records = self.fetch_records(instance_types, start=start, end=end, products=products)
+        source = f"EC2 {self.region_name or 'default region'} via {self.aws_conn_id}"
+        history = SpotPriceHistory.from_records(records, source=source, products=products)
+        with _CACHE_LOCK:
+            _CACHE[key] = (now + self.ttl_seconds, history)
+        return history
+
+
+def current_spot_price(
+    history: SpotPriceHistory, instance_type: str, region: str, availability_zone: str | None, at: datetime
+) -> Decimal:
+    """The spot price in force at ``at`` (the last record at or before it)."""
+    return history.series(instance_type, region, availability_zone).price_at(at)
+
+
+def clear_cache() -> None:
+    """Forget every cached live response."""
+    with _CACHE_LOCK:
+        _CACHE.clear()

@@ -1,0 +1,72 @@
+"""The policy interface: at each tick of a job's life, say whether to wait, run on spot or run on-demand.
+
+Shaped like Optuna's pruners: one abstract method, one strategy per module, arguments checked in the
+constructor. Policies are pure and see floats: the replay simulator asks them thousands of times per job, so
+prices here are ``float`` USD/hour; money becomes ``Decimal`` again where results leave the simulator.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import ClassVar
+
+
+class Action(str, Enum):
+    """What the job does during one tick."""
+
+    WAIT = "wait"
+    SPOT = "spot"
+    ON_DEMAND = "on_demand"
+
+
+@dataclass(frozen=True, slots=True)
+class Hindsight:
+    """Every price and availability of a job's horizon, per tick; only clairvoyant policies get it."""
+
+    spot: Sequence[float] | None
+    available: Sequence[bool] | None
+    on_demand: Sequence[float]
+
+
+@dataclass(frozen=True, slots=True)
+class Situation:
+    """What a policy knows at the start of tick ``tick`` (ticks count from the job's submit time).
+
+    Work, deadline, overhead and checkpoint spacing are in ticks. ``progress`` is the work done and kept;
+    ``running`` is the market the job ran on during the last tick (``WAIT`` when idle) and ``overhead_left``
+    the restart ticks it still has to pay there before progress resumes. ``spot_usd_per_hour`` is ``None``
+    when the job has no spot market (on-premises power). Forecasts hold one value per tick from submit time,
+    fitted on history before submit.
+    """
+
+    tick: int
+    tick_hours: float
+    work_ticks: int
+    deadline_tick: int
+    overhead_ticks: int
+    checkpoint_ticks: int
+    progress: int
+    running: Action
+    overhead_left: int
+    spot_usd_per_hour: float | None
+    spot_available: bool
+    on_demand_usd_per_hour: float
+    spot_forecast: Sequence[float] | None
+    on_demand_forecast: Sequence[float]
+    hindsight: Hindsight | None = None
+
+
+class Policy(abc.ABC):
+    """A scheduling strategy for one job; the simulator makes a fresh instance per job."""
+
+    #: Name used by ``costaware simulate --policy``.
+    name: ClassVar[str]
+    #: Whether the policy may read :attr:`Situation.hindsight` (only the oracle).
+    clairvoyant: ClassVar[bool] = False
+
+    @abc.abstractmethod
+    def decide(self, situation: Situation) -> Action:
+        """The action for this tick."""

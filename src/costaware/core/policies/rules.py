@@ -1,0 +1,46 @@
+"""Deadline rules shared by the policies: when is it still safe to wait, or to stay on spot?
+
+"Safe" means: if the worst happens next (the job is preempted right after this tick and loses its work back to
+the last checkpoint), on-demand capacity started at the next tick still finishes by the deadline, paying the
+restart overhead once more. Keeping to these two rules is what guarantees zero missed deadlines.
+"""
+
+from __future__ import annotations
+
+from costaware.core.policies.base import Action, Situation
+
+
+def checkpointed(progress: int, checkpoint_ticks: int) -> int:
+    """Work kept after a preemption: progress down to the last checkpoint (0 when there are none)."""
+    if checkpoint_ticks <= 0:
+        return 0
+    return progress - progress % checkpoint_ticks
+
+
+def safe_to_wait(s: Situation) -> bool:
+    """Whether idling this tick still leaves time to finish on on-demand from the next tick."""
+    return s.tick + 1 + (s.work_ticks - s.progress) + s.overhead_ticks <= s.deadline_tick
+
+
+def progress_after_spot_tick(s: Situation) -> int:
+    """Progress at the end of this tick if the job runs it on spot."""
+    productive = s.overhead_left == 0 if s.running is Action.SPOT else s.overhead_ticks == 0
+    return s.progress + (1 if productive else 0)
+
+
+def safe_on_spot(s: Situation) -> bool:
+    """Whether running this tick on spot still leaves time to finish on on-demand after a preemption."""
+    after = progress_after_spot_tick(s)
+    if after >= s.work_ticks:
+        return True
+    lost_to = checkpointed(after, s.checkpoint_ticks)
+    return s.tick + 1 + (s.work_ticks - lost_to) + s.overhead_ticks <= s.deadline_tick
+
+
+def spot_usable(s: Situation) -> bool:
+    """Spot exists, has capacity now, and is cheaper than on-demand."""
+    return (
+        s.spot_usd_per_hour is not None
+        and s.spot_available
+        and s.spot_usd_per_hour < s.on_demand_usd_per_hour
+    )

@@ -1,0 +1,380 @@
+"""``SpotWindowSensor``: in the off-peak window, wait for the best spot start; fall back to on-demand in time.
+
+Its decision ``{"market", "usd_per_hour", "reason", ...}`` (money as text) is the task's XCom and an estimated
+compute entry in the cost ledger; the training task downstream reads ``market`` to choose spot or on-demand.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal, InvalidOperation
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from costaware.core.errors import ConfigurationError
+from costaware.operators.errors import airflow_errors
+from costaware.triggers.spot_window import (
+    LIVE,
+    SpotWindowTrigger,
+    observe_spot,
+    parse_instant,
+    window_decision,
+)
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from costaware.hooks.ledger import CostLedgerHook
+
+_MICRO = Decimal("0.000001")
+
+
+def _decimal(value: object, *, name: str, positive: bool = False) -> Decimal:
+    try:
+        number = Decimal(str(value).strip())
+    except (InvalidOperation, ValueError):
+        number = Decimal("NaN")
+    if not number.is_finite() or number < 0 or (positive and number == 0):
+        raise ConfigurationError(f"{name} must be a number {'> 0' if positive else '>= 0'}, got {value!r}")
+    return number
+
+
+class SpotWindowSensor(BaseSensorOperator):
+    """Waits for a good spot start; falls back to on-demand when waiting longer would miss the deadline.
+
+    It starts on spot when spot has capacity and its price is at or below ``target_usd_per_hour`` or the
+    lowest forecast mean price of any later start in the window (an hour-of-week profile of the price history,
+    see ``costaware.core.forecast``). At ``deadline - expected_runtime_hours - restart_overhead_minutes`` it
+    stops waiting and chooses on-demand. With ``deferrable=True`` it waits in the triggerer.
+
+    Args:
+        instance_type: EC2 instance type (templated).
+        region: AWS region (templated).
+        expected_runtime_hours: Expected training time (templated).
+        availability_zone: Zone whose price to use; default the region's cheapest zone (templated).
+        prices: ``"live"`` for EC2 ``DescribeSpotPriceHistory`` through ``aws_conn_id``, or the path of a
+            recorded price file (JSON or CSV) (templated).
+        deadline: When training must be done, ISO text or datetime; default the run's ``data_interval_end``
+            (with ``OffPeakTimetable``, the end of the window) (templated).
+        earliest_start: Nothing starts before this; default the run's ``data_interval_start`` (templated).
+        target_usd_per_hour: Start on spot at once at or below this price (templated).
+        on_demand_usd_per_hour: On-demand price; default the bundled AWS price list (templated).
+        restart_overhead_minutes: Time to (re)start training, kept free before the deadline.
+        history_days: Days of live price history for the forecast.
+        aws_conn_id: Airflow AWS connection for live prices.
+        cache_seconds: How long live price responses are reused.
+        products: Spot product descriptions to keep (default Linux/UNIX).
+        availability: Path of a spot availability trace, for replays and tests (templated).
+        availability_start: ISO time of the trace's first sample (templated).
+        ledger_conn_id: Connection of the cost ledger.
+        record_decision: Write the decision to the ledger as an estimated compute entry.
+        tags: Allocation tags of the ledger entry (team, project, owner, ...).
+        deferrable: Wait in the triggerer instead of a worker slot.
+    """
+
+    template_fields: Sequence[str] = (
+        "instance_type",
+        "region",
+        "availability_zone",
+        "expected_runtime_hours",
+        "prices",
+        "deadline",
+        "earliest_start",
+        "target_usd_per_hour",
+        "on_demand_usd_per_hour",
+        "availability",
+        "availability_start",
+    )
+    ui_color = "#fff4d6"
+
+    def __init__(
+        self,
+        *,
+        instance_type: str,
+        region: str,
+        expected_runtime_hours: float | str | Decimal,
+        availability_zone: str | None = None,
+        prices: str = LIVE,
+        deadline: str | datetime | None = None,
+        earliest_start: str | datetime | None = None,
+        target_usd_per_hour: float | str | Decimal | None = None,
+        on_demand_usd_per_hour: float | str | Decimal | None = None,
+        restart_overhead_minutes: float = 10.0,
+        history_days: int = 28,
+        aws_conn_id: str | None = "aws_default",
+        cache_seconds: float = 300.0,
+        products: Sequence[str] = ("Linux/UNIX",),
+        availability: str | None = None,
+        availability_start: str | None = None,
+        ledger_conn_id: str = "costaware_ledger",
+        record_decision: bool = True,
+        tags: dict[str, str] | None = None,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if restart_overhead_minutes < 0:
+            raise ConfigurationError(
+                f"restart_overhead_minutes must be >= 0, got {restart_overhead_minutes!r}"
+            )
+        if history_days < 7:
+            raise ConfigurationError(
+                f"history_days must be 7 or more (one week of prices), got {history_days!r}"
+            )
+        self.instance_type = instance_type
+        self.region = region
+        self.expected_runtime_hours = expected_runtime_hours
+        self.availability_zone = availability_zone
+        self.prices = prices
+        self.deadline = deadline
+        self.earliest_start = earliest_start
+        self.target_usd_per_hour = target_usd_per_hour
+        self.on_demand_usd_per_hour = on_demand_usd_per_hour
+        self.restart_overhead_minutes = restart_overhead_minutes
+        self.history_days = history_days
+        self.aws_conn_id = aws_conn_id
+        self.cache_seconds = cache_seconds
+        self.products = list(products)
+        self.availability = availability
+        self.availability_start = availability_start
+        self.ledger_conn_id = ledger_conn_id
+        self.record_decision = record_decision
+        self.tags = dict(tags or {})
+        self.deferrable = deferrable
+
+    @cached_property
+    def ledger_hook(self) -> CostLedgerHook:
+        """The cost ledger hook (built on first use, not at parse time)."""
+        from costaware.hooks.ledger import CostLedgerHook
+
+        return CostLedgerHook(ledger_conn_id=self.ledger_conn_id)
+
+    # -- planning -------------------------------------------------------------------------------------
+
+    def _plan(self, context: Context, now: datetime) -> dict[str, Any]:
+        """Everything the decision needs, as JSON primitives (they also become the trigger's kwargs)."""
+        runtime = _decimal(self.expected_runtime_hours, name="expected_runtime_hours", positive=True)
+        deadline_value = (
+            self.deadline if self.deadline not in (None, "", "None") else context.get("data_interval_end")
+        )
+        if deadline_value is None:
+            raise ConfigurationError(
+                "no deadline: pass deadline= or run the DAG on a schedule with data intervals"
+            )
+        deadline = parse_instant(deadline_value, name="deadline")
+        start_value = self.earliest_start if self.earliest_start not in (None, "", "None") else None
+        start_value = start_value or context.get("data_interval_start")
+        not_before = parse_instant(start_value, name="earliest_start") if start_value else None
+        latest_start = deadline - timedelta(hours=float(runtime), minutes=self.restart_overhead_minutes)
+        if self.on_demand_usd_per_hour not in (None, ""):
+            on_demand = _decimal(self.on_demand_usd_per_hour, name="on_demand_usd_per_hour", positive=True)
+        else:
+            from costaware.adapters.price_files import bundled_catalog
+
+            on_demand = bundled_catalog().on_demand_usd_per_hour(self.instance_type, self.region)
+        target = None
+        if self.target_usd_per_hour not in (None, ""):
+            target = str(_decimal(self.target_usd_per_hour, name="target_usd_per_hour"))
+        return {
+            "runtime_hours": str(runtime),
+            "deadline": deadline.isoformat(),
+            "latest_start": latest_start.isoformat(),
+            "not_before": not_before.isoformat() if not_before else None,
+            "on_demand_usd_per_hour": str(on_demand),
+            "target_usd_per_hour": target,
+            "forecast_starts": self._forecast_starts(now, latest_start, runtime),
+        }
+
+    def _history(self, now: datetime) -> Any:
+        from costaware.adapters import spot_prices
+
+        if self.prices == LIVE:
+            live = spot_prices.LiveSpotPrices(
+                aws_conn_id=self.aws_conn_id, region_name=self.region, ttl_seconds=self.cache_seconds
+            )
+            return live.history(
+                [self.instance_type],
+                start=now - timedelta(days=self.history_days),
+                end=now,
+                products=self.products,
+            )
+        return spot_prices.load_spot_history(self.prices, products=self.products)
+
+    def _forecast_starts(self, now: datetime, latest_start: datetime, runtime: Decimal) -> list[list[str]]:
+        """Forecast mean price of a run starting at each whole hour from now to the latest start."""
+        from costaware.core.forecast import PriceForecast
+
+        if latest_start <= now:
+            return []
+        series = self._history(now).series(self.instance_type, self.region, self.availability_zone)
+        forecast = PriceForecast.fit(series, at=now, weeks=max(1, self.history_days // 7))
+        first = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+        hours = int((latest_start - first) / timedelta(hours=1)) + 1
+        if hours <= 0:
+            return []
+        span = max(1, round(float(runtime)))
+        hourly = forecast.hourly_usd_per_hour(first, hours + span - 1)
+        return [
+            [
+                (first + timedelta(hours=i)).isoformat(),
+                str((sum(hourly[i : i + span], Decimal(0)) / span).quantize(_MICRO)),
+            ]
+            for i in range(hours)
+        ]
+
+    def _decide_now(self, plan: dict[str, Any], now: datetime) -> dict[str, str] | None:
+        latest_start = parse_instant(plan["latest_start"], name="latest_start")
+        not_before = parse_instant(plan["not_before"], name="not_before") if plan["not_before"] else None
+        on_demand = Decimal(plan["on_demand_usd_per_hour"])
+        price: Decimal | None = None
+        available, source = False, ""
+        if now < latest_start and (not_before is None or now >= not_before):
+            price, available, source = observe_spot(
+                prices=self.prices,
+                instance_type=self.instance_type,
+                region=self.region,
+                availability_zone=self.availability_zone,
+                aws_conn_id=self.aws_conn_id,
+                ttl_seconds=self.cache_seconds,
+                products=self.products,
+                on_demand_usd_per_hour=on_demand,
+                availability=self.availability,
+                availability_start=self.availability_start,
+                now=now,
+            )
+        decision = window_decision(
+            now=now,
+            usd_per_hour=price,
+            available=available,
+            on_demand_usd_per_hour=on_demand,
+            forecast_starts=plan["forecast_starts"],
+            target_usd_per_hour=Decimal(plan["target_usd_per_hour"]) if plan["target_usd_per_hour"] else None,
+            latest_start=latest_start,
+            not_before=not_before,
+        )
+        if decision is not None:
+            decision["decided_at"] = now.isoformat()
+            decision["price_source"] = source if decision["market"] == "spot" else "on-demand price"
+        return decision
+
+    # -- Airflow entry points -------------------------------------------------------------------------
+
+    def execute(self, context: Context) -> Any:
+        """Decide at once if possible; else defer to the trigger (or poke, when not deferrable)."""
+        if not self.deferrable:
+            return super().execute(context)
+        now = datetime.now(timezone.utc)
+        with airflow_errors():
+            plan = self._plan(context, now)
+            decision = self._decide_now(plan, now)
+            if decision is not None:
+                return self._finish(context, plan, decision)
+        latest_start = parse_instant(plan["latest_start"], name="latest_start")
+        self.log.info("deferring: waiting for a spot start until %s at the latest", plan["latest_start"])
+        self.defer(
+            trigger=SpotWindowTrigger(
+                instance_type=self.instance_type,
+                region=self.region,
+                availability_zone=self.availability_zone,
+                prices=self.prices,
+                on_demand_usd_per_hour=plan["on_demand_usd_per_hour"],
+                forecast_starts=plan["forecast_starts"],
+                latest_start=plan["latest_start"],
+                not_before=plan["not_before"],
+                target_usd_per_hour=plan["target_usd_per_hour"],
+                aws_conn_id=self.aws_conn_id,
+                ttl_seconds=self.cache_seconds,
+                products=self.products,
+                availability=self.availability,
+                availability_start=self.availability_start,
+                poll_interval=self.poke_interval,
+            ),
+            method_name="execute_complete",
+            kwargs={"plan": plan},
+            timeout=max(latest_start - now, timedelta(0)) + timedelta(minutes=15),
+        )
+
+    def poke(self, context: Context) -> bool | PokeReturnValue:
+        """One look at price and capacity (non-deferrable mode)."""
+        now = datetime.now(timezone.utc)
+        with airflow_errors():
+            plan = self._plan(context, now)
+            decision = self._decide_now(plan, now)
+            if decision is None:
+                return False
+            return PokeReturnValue(is_done=True, xcom_value=self._finish(context, plan, decision))
+
+    def execute_complete(
+        self, context: Context, event: dict[str, Any] | None = None, plan: dict[str, Any] | None = None
+    ) -> dict[str, str]:
+        """Resume after the trigger: record and return its decision, or fail with its message."""
+        if not event or plan is None:
+            raise AirflowException(f"spot window trigger ended without a decision: {event!r}")
+        if event.get("status") != "success":
+            message = f"spot window wait failed: {event.get('message')}"
+            if event.get("retry"):
+                raise AirflowException(message)
+            raise AirflowFailException(message)
+        with airflow_errors():
+            return self._finish(context, plan, dict(event["decision"]))
+
+    def _finish(self, context: Context, plan: dict[str, Any], decision: dict[str, str]) -> dict[str, str]:
+        runtime = Decimal(plan["runtime_hours"])
+        price = Decimal(decision["usd_per_hour"])
+        on_demand = Decimal(plan["on_demand_usd_per_hour"])
+        result = {
+            **decision,
+            "instance_type": self.instance_type,
+            "region": self.region,
+            "availability_zone": self.availability_zone or "",
+            "on_demand_usd_per_hour": str(on_demand),
+            "estimated_usd": str((price * runtime).quantize(_MICRO)),
+            "expected_runtime_hours": str(runtime),
+            "latest_start": plan["latest_start"],
+            "deadline": plan["deadline"],
+        }
+        self.log.info(
+            "decision: %s at %s USD/hour: %s", result["market"], result["usd_per_hour"], result["reason"]
+        )
+        if self.record_decision:
+            self._record(context, result, runtime, price, on_demand)
+        return result
+
+    def _record(
+        self, context: Context, result: dict[str, str], runtime: Decimal, price: Decimal, on_demand: Decimal
+    ) -> None:
+        from costaware.core.ledger import Kind, LedgerEntry
+
+        ti = context.get("ti")
+        dag_id = str(getattr(ti, "dag_id", None) or self.dag_id)
+        run_id = str(getattr(ti, "run_id", None) or context.get("run_id") or "manual")
+        try_number = int(getattr(ti, "try_number", None) or 1)
+        map_index = int(getattr(ti, "map_index", -1) if getattr(ti, "map_index", None) is not None else -1)
+        key = f"spot-window:{dag_id}:{run_id}:{self.task_id}:{map_index}:{try_number}"
+        entry = LedgerEntry(
+            dag_id=dag_id,
+            run_id=run_id,
+            task_id=self.task_id,
+            kind=Kind.COMPUTE,
+            usd=Decimal(result["estimated_usd"]),
+            try_number=try_number,
+            map_index=map_index,
+            instance_type=self.instance_type,
+            region=self.region,
+            market=result["market"],  # type: ignore[arg-type]  # LedgerEntry parses the text
+            quantity=runtime,
+            unit="hour",
+            unit_price_usd=price,
+            on_demand_usd=(on_demand * runtime).quantize(_MICRO),
+            estimated=True,
+            tags=self.tags,
+            price_source=result.get("price_source", ""),
+            note=f"spot window decision: {result['reason']}",
+            entry_uid=uuid.uuid5(uuid.NAMESPACE_URL, key).hex,
+        )
+        self.ledger_hook.get_conn().record(entry)

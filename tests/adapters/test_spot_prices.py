@@ -1,0 +1,278 @@
+from __future__ import annotations
+
+import json
+import threading
+import urllib.parse
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from costaware.adapters import spot_prices
+from costaware.adapters.spot_prices import (
+    LiveSpotPrices,
+    electricity_from_text,
+    load_availability,
+    load_electricity,
+    load_spot_history,
+    spot_history_from_text,
+)
+from costaware.core.errors import ConfigurationError, InvalidPriceDataError, PriceNotFoundError
+
+SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+HISTORY = SHARED / "aws_spot_price_history"
+needs_shared = pytest.mark.skipif(not HISTORY.exists(), reason="shared data folder not beside the repo")
+T0 = datetime(2021, 3, 1, tzinfo=timezone.utc)
+
+
+@needs_shared
+def test_recorded_json_and_csv_agree_and_keep_only_linux() -> None:
+    from_json = load_spot_history(HISTORY / "g4dn.8xlarge.json")
+    from_csv = load_spot_history(HISTORY / "spot_prices_us-east-1_2021.csv")
+    assert from_json.instance_types == ["g4dn.8xlarge"]
+    assert set(from_csv.instance_types) == {
+        "c5.4xlarge",
+        "g3.8xlarge",
+        "g4dn.8xlarge",
+        "m5.4xlarge",
+        "p3.16xlarge",
+        "r5.2xlarge",
+    }
+    a = from_json.series("g4dn.8xlarge", "us-east-1", "us-east-1b")
+    b = from_csv.series("g4dn.8xlarge", "us-east-1", "us-east-1b")
+    assert a.points == b.points
+    # SOURCES.md: 932 Linux/UNIX records for g4dn.8xlarge across zones.
+    zones = from_json.zones("g4dn.8xlarge", "us-east-1")
+    assert sum(len(from_json.series("g4dn.8xlarge", "us-east-1", z)) for z in zones) == 932
+    windows = load_spot_history(HISTORY / "g4dn.8xlarge.json", products=["Windows"])
+    assert windows.series("g4dn.8xlarge", "us-east-1").price_at(T0 + timedelta(days=30)) > Decimal("1")
+
+
+@needs_shared
+def test_electricity_prices_become_usd_per_hour() -> None:
+    caiso = load_electricity(SHARED / "electricity_prices" / "US-CAL-CISO_2023.csv")
+    assert len(caiso) == 8760
+    per_hour = spot_prices.electricity_usd_per_hour(caiso, Decimal(8))  # an 8 kW GPU node
+    t = datetime(2023, 6, 1, 12, tzinfo=timezone.utc)
+    assert per_hour.price_at(t) == (caiso.price_at(t) * Decimal(8) / 1000).quantize(Decimal("0.000001"))
+    de = load_electricity(SHARED / "electricity_prices" / "DE-LU_2023.csv")
+    assert min(p for _, p in de.points) < 0  # negative wholesale prices are kept
+
+
+def test_availability_trace(tmp_path: Path) -> None:
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [1, 0, 1]}))
+    trace = load_availability(path, start=T0)
+    assert trace.ticks(T0, timedelta(minutes=10), 3) == [True, False, True]
+    path.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": []}))
+    with pytest.raises(InvalidPriceDataError, match=r"trace\.json' is empty"):
+        load_availability(path, start=T0)
+    path.write_text('{"data": [1]}')
+    with pytest.raises(InvalidPriceDataError, match="gap_seconds must be a number, got None"):
+        load_availability(path, start=T0)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("timestamp,instance_type\n", "spot CSV lacks column"),
+        ('{"Prices": []}', 'expected {"SpotPriceHistory"'),
+        ('{"SpotPriceHistory": [{"InstanceType": "x"}]}', "record 0 lacks AvailabilityZone"),
+        (
+            '{"SpotPriceHistory": [{"AvailabilityZone": "us-east-1a", "InstanceType": "m5.large", '
+            '"ProductDescription": "Windows", "SpotPrice": "0.1", "Timestamp": "2021-03-01T00:00:00Z"}]}',
+            r"has no Linux/UNIX records \(products present: Windows\)",
+        ),
+        (
+            '{"SpotPriceHistory": [{"AvailabilityZone": "us-east-1a", "InstanceType": "m5.large", '
+            '"ProductDescription": "Linux/UNIX", "SpotPrice": "0.1", "Timestamp": "2021-03-01T00:00:00"}]}',
+            "has no time zone",
+        ),
+        ("{not json", "is not valid JSON"),
+    ],
+)
+def test_bad_spot_files(text: str, message: str) -> None:
+    with pytest.raises(InvalidPriceDataError, match=message):
+        spot_history_from_text(text, source="prices")
+
+
+def test_unsorted_and_duplicated_csv_rows_are_fixed_and_reported() -> None:
+    rows = [
+        "2021-03-01T02:00:00Z,us-east-1,us-east-1a,m5.large,Linux/UNIX,0.30",
+        "2021-03-01T00:00:00Z,us-east-1,us-east-1a,m5.large,Linux/UNIX,0.10",
+        "2021-03-01T00:00:00Z,us-east-1,us-east-1a,m5.large,Linux/UNIX,0.10",
+    ]
+    text = "timestamp,region,availability_zone,instance_type,product_description,usd_per_hour\n" + "\n".join(
+        rows
+    )
+    history = spot_history_from_text(text, source="p.csv")
+    assert [str(p) for _, p in history.series("m5.large", "us-east-1").points] == ["0.10", "0.30"]
+    assert any("out of order" in n for n in history.notes) and any("duplicate" in n for n in history.notes)
+
+
+def test_unknown_names_are_reported_with_what_is_known() -> None:
+    text = "timestamp,region,availability_zone,instance_type,product_description,usd_per_hour\n"
+    text += "2021-03-01T00:00:00Z,us-east-1,us-east-1a,m5.large,Linux/UNIX,0.1\n"
+    history = spot_history_from_text(text, source="p.csv")
+    with pytest.raises(PriceNotFoundError, match=r"unknown instance type 'm5\.larg'.*did you mean m5\.large"):
+        history.series("m5.larg", "us-east-1")
+    with pytest.raises(PriceNotFoundError, match=r"in region 'eu-west-1'.*it has us-east-1"):
+        history.series("m5.large", "eu-west-1")
+    with pytest.raises(PriceNotFoundError, match="zone 'us-east-1b'; zones: us-east-1a"):
+        history.series("m5.large", "us-east-1", "us-east-1b")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("time,price\n", "electricity CSV lacks column"),
+        (
+            "timestamp_utc,usd_per_mwh\n2023-01-01T00:00:00Z,10\n2023-01-01T03:00:00Z,10\n",
+            r"\(3 h, more than",
+        ),
+        ("timestamp_utc,usd_per_mwh\n2023-01-01T00:00:00Z,1\n2023-01-01T00:00:00Z,2\n", "two prices at"),
+    ],
+)
+def test_bad_electricity_files(text: str, message: str) -> None:
+    with pytest.raises(InvalidPriceDataError, match=message):
+        electricity_from_text(text, source="power.csv")
+
+
+# -- live prices ----------------------------------------------------------------------------------------
+
+
+def aws_connection(monkeypatch: pytest.MonkeyPatch, conn_id: str, endpoint: str) -> None:
+    conn = {
+        "conn_type": "aws",
+        "login": "testing",
+        "password": "testing",
+        "extra": {"region_name": "us-east-1", "endpoint_url": endpoint},
+    }
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(conn))
+
+
+def test_live_prices_from_moto(monkeypatch: pytest.MonkeyPatch, moto_endpoint: str) -> None:
+    aws_connection(monkeypatch, "moto_live", moto_endpoint)
+    spot_prices.clear_cache()
+    live = LiveSpotPrices(aws_conn_id="moto_live", region_name="us-east-1", ttl_seconds=60)
+    history = live.history(["g4dn.8xlarge"])
+    # moto describes every zone offering the type, as "Linux/UNIX (Amazon VPC)": kept by the Linux filter.
+    assert history.zones("g4dn.8xlarge", "us-east-1") == [
+        "us-east-1a",
+        "us-east-1b",
+        "us-east-1c",
+        "us-east-1d",
+        "us-east-1f",
+    ]
+    now = datetime.now(timezone.utc)
+    assert history.series("g4dn.8xlarge", "us-east-1").price_at(now) == Decimal("0.00001")
+    assert live.requests == 1
+    assert live.history(["g4dn.8xlarge"]) is history and live.requests == 1  # cached
+
+
+class RecordedEc2(BaseHTTPRequestHandler):
+    """Answers EC2 DescribeSpotPriceHistory from recorded records, a few per page, like AWS does."""
+
+    records: list[dict[str, Any]] = []
+    page_size = 7
+    requests = 0
+
+    def do_POST(self) -> None:
+        length = int(self.headers["Content-Length"])
+        form = urllib.parse.parse_qs(self.rfile.read(length).decode())
+        type(self).requests += 1
+        assert form["Action"] == ["DescribeSpotPriceHistory"]
+        wanted = {v[0] for k, v in form.items() if k.startswith("InstanceType.")}
+        start = int(form.get("NextToken", ["0"])[0])
+        matching = [r for r in self.records if r["InstanceType"] in wanted]
+        page = matching[start : start + self.page_size]
+        items = "".join(
+            "<item><availabilityZone>{AvailabilityZone}</availabilityZone><instanceType>{InstanceType}"
+            "</instanceType><productDescription>{ProductDescription}</productDescription><spotPrice>{SpotPrice}"
+            "</spotPrice><timestamp>{Timestamp}</timestamp></item>".format(**r)
+            for r in page
+        )
+        token = (
+            f"<nextToken>{start + self.page_size}</nextToken>"
+            if start + self.page_size < len(matching)
+            else ""
+        )
+        body = (
+            '<DescribeSpotPriceHistoryResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">'
+            f"<requestId>r{start}</requestId><spotPriceHistorySet>{items}</spotPriceHistorySet>{token}"
+            "</DescribeSpotPriceHistoryResponse>"
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/xml")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        return
+
+
+@pytest.fixture
+def recorded_ec2() -> Iterator[str]:
+    records = []
+    for hour in range(20):
+        for product, price in (("Linux/UNIX", 0.5 + hour / 100), ("Windows", 1.5), ("SUSE Linux", 0.9)):
+            records.append(
+                {
+                    "AvailabilityZone": "us-east-1a",
+                    "InstanceType": "m5.large",
+                    "ProductDescription": product,
+                    "SpotPrice": f"{price:.4f}",
+                    "Timestamp": (T0 + timedelta(hours=hour)).strftime("%Y-%m-%dT%H:%M:%S.000Z"),
+                }
+            )
+    RecordedEc2.records = records
+    RecordedEc2.requests = 0
+    server = ThreadingHTTPServer(("127.0.0.1", 0), RecordedEc2)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_live_prices_follow_next_token_cache_and_keep_linux(
+    monkeypatch: pytest.MonkeyPatch, recorded_ec2: str
+) -> None:
+    aws_connection(monkeypatch, "recorded_ec2", recorded_ec2)
+    spot_prices.clear_cache()
+    clock = [1000.0]
+    live = LiveSpotPrices(
+        aws_conn_id="recorded_ec2", region_name="us-east-1", ttl_seconds=300, clock=lambda: clock[0]
+    )
+    start, end = T0, T0 + timedelta(days=1)
+    history = live.history(["m5.large"], start=start, end=end)
+    assert live.requests == RecordedEc2.requests == 9  # 60 records, 7 per page
+    series = history.series("m5.large", "us-east-1")
+    assert len(series) == 20  # only the Linux/UNIX records, from every page
+    assert series.price_at(T0 + timedelta(hours=19, minutes=30)) == Decimal("0.6900")
+    clock[0] += 299
+    assert live.history(["m5.large"], start=start, end=end) is history and RecordedEc2.requests == 9
+    clock[0] += 2  # past the TTL
+    assert live.history(["m5.large"], start=start, end=end) is not history and RecordedEc2.requests == 18
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"ttl_seconds": -1}, "ttl_seconds must be >= 0"),
+        ({"page_size": 2000}, "page_size must be between 5 and 1000"),
+    ],
+)
+def test_live_argument_checks(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        LiveSpotPrices(**kwargs)
+
+
+def test_live_rejects_naive_times() -> None:
+    with pytest.raises(ConfigurationError, match="has no time zone"):
+        LiveSpotPrices(aws_conn_id="unused").history(["m5.large"], start=datetime(2021, 1, 1))

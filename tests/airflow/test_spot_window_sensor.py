@@ -1,0 +1,269 @@
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow.sdk import DAG
+from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
+
+from costaware.adapters import spot_prices
+from costaware.adapters.ledger_store import Ledger
+from costaware.sensors.spot_window import SpotWindowSensor
+from costaware.triggers.spot_window import SpotWindowTrigger
+
+ROOT = Path(__file__).resolve().parents[2]
+HEADER = "timestamp,region,availability_zone,instance_type,product_description,usd_per_hour\n"
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc).replace(microsecond=0)
+
+
+def write_history(path: Path, *, current: str, cheap_hour_utc: int = 3, weeks: int = 4) -> None:
+    """Hourly records for ``weeks`` weeks: 1.00 USD/h, 0.50 at ``cheap_hour_utc``; ``current`` since 1 min."""
+    start = now().replace(minute=0, second=0) - timedelta(weeks=weeks)
+    lines = [HEADER]
+    t = start
+    while t < now() - timedelta(minutes=1):
+        price = "0.50" if t.hour == cheap_hour_utc else "1.00"
+        lines.append(f"{t.isoformat()},us-east-1,us-east-1a,p3.2xlarge,Linux/UNIX,{price}\n")
+        t += timedelta(hours=1)
+    lines.append(
+        f"{(now() - timedelta(minutes=1)).isoformat()},us-east-1,us-east-1a,p3.2xlarge,Linux/UNIX,{current}\n"
+    )
+    # Rows the sensor must ignore: another product, another type.
+    lines.append(f"{now().isoformat()},us-east-1,us-east-1a,p3.2xlarge,Windows,0.01\n")
+    path.write_text("".join(lines))
+
+
+def append(path: Path, price: str) -> None:
+    with path.open("a") as f:
+        f.write(f"{now().isoformat()},us-east-1,us-east-1a,p3.2xlarge,Linux/UNIX,{price}\n")
+
+
+@pytest.fixture
+def ledger_env(monkeypatch: pytest.MonkeyPatch, ledger_url: str) -> Ledger:
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+    return Ledger.from_url(ledger_url)
+
+
+def make_sensor(**kwargs: Any) -> SpotWindowSensor:
+    with DAG("spot_window_test", schedule=None, start_date=datetime(2025, 1, 1, tzinfo=timezone.utc)):
+        defaults: dict[str, Any] = {
+            "task_id": "spot_window",
+            "instance_type": "p3.2xlarge",
+            "region": "us-east-1",
+            "expected_runtime_hours": 1,
+            "on_demand_usd_per_hour": "3.06",
+            "restart_overhead_minutes": 0,
+            "deferrable": True,
+            "poke_interval": 0.2,
+        }
+        return SpotWindowSensor(**{**defaults, **kwargs})
+
+
+def context(**extra: Any) -> dict[str, Any]:
+    return {"run_id": "manual__test", **extra}
+
+
+def run_trigger(trigger: SpotWindowTrigger, *, during: Any = None, timeout: float = 30) -> dict[str, Any]:
+    async def go() -> dict[str, Any]:
+        task = asyncio.ensure_future(trigger.run().__anext__())
+        if during is not None:
+            await asyncio.sleep(0.5)
+            assert not task.done(), "the trigger decided before the price changed"
+            during()
+        event = await asyncio.wait_for(task, timeout)
+        return dict(event.payload)
+
+    return asyncio.run(go())
+
+
+def test_defers_then_starts_on_spot_when_the_price_drops(tmp_path: Path, ledger_env: Ledger) -> None:
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="1.00")
+    sensor = make_sensor(prices=str(prices), deadline=(now() + timedelta(hours=30)).isoformat())
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute(context())
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, SpotWindowTrigger)
+    assert deferred.value.method_name == "execute_complete"
+    forecast_min = min(Decimal(v) for _, v in trigger.forecast_starts)
+    assert forecast_min < Decimal("1.00")  # the nightly cheap hour is in the forecast
+    event = run_trigger(trigger, during=lambda: append(prices, "0.40"))
+    assert event["status"] == "success"
+    assert event["decision"]["market"] == "spot"
+    assert event["decision"]["usd_per_hour"] == "0.40"
+    result = sensor.execute_complete(context(), event=event, **deferred.value.kwargs)
+    assert result["market"] == "spot" and result["estimated_usd"] == "0.400000"
+    assert "forecast minimum" in result["reason"]
+    entries = ledger_env.entries(dag_id="spot_window_test")
+    assert len(entries) == 1
+    entry = entries[0]
+    assert entry["estimated"] and entry["market"] == "spot" and entry["kind"] == "compute"
+    assert Decimal(str(entry["usd"])) == Decimal("0.4")
+    # Resuming twice (e.g. a retried execute_complete) records the decision once.
+    sensor.execute_complete(context(), event=event, **deferred.value.kwargs)
+    assert len(ledger_env.entries(dag_id="spot_window_test")) == 1
+
+
+def test_falls_back_to_on_demand_before_the_deadline(tmp_path: Path, ledger_env: Ledger) -> None:
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="5.00")  # above on-demand: no useful spot capacity
+    # One hour of work, deadline in 1 h 3 s: the latest safe start is 3 s away, and spot never comes back.
+    sensor = make_sensor(prices=str(prices), deadline=(now() + timedelta(hours=1, seconds=3)).isoformat())
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute(context())
+    event = run_trigger(deferred.value.trigger)
+    assert event["decision"]["market"] == "on_demand"
+    assert "miss the deadline" in event["decision"]["reason"]
+    result = sensor.execute_complete(context(), event=event, **deferred.value.kwargs)
+    assert result["usd_per_hour"] == "3.06" and result["estimated_usd"] == "3.060000"
+    assert ledger_env.entries(dag_id="spot_window_test")[0]["market"] == "on_demand"
+
+
+def test_target_price_starts_at_once_without_deferring(tmp_path: Path, ledger_env: Ledger) -> None:
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="0.90")
+    sensor = make_sensor(
+        prices=str(prices), deadline=(now() + timedelta(hours=12)).isoformat(), target_usd_per_hour="0.95"
+    )
+    result = sensor.execute(context())
+    assert result["market"] == "spot" and "target" in result["reason"]
+
+
+def test_poke_mode_returns_the_decision(tmp_path: Path, ledger_env: Ledger) -> None:
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="0.30")
+    sensor = make_sensor(
+        prices=str(prices), deadline=(now() + timedelta(hours=12)).isoformat(), deferrable=False
+    )
+    poked = sensor.poke(context())
+    assert not isinstance(poked, bool)
+    assert poked.is_done and poked.xcom_value["market"] == "spot"
+
+
+def test_waits_for_the_window_to_open(tmp_path: Path, ledger_env: Ledger) -> None:
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="0.10")  # cheap now, but the window has not opened
+    sensor = make_sensor(
+        prices=str(prices),
+        earliest_start=(now() + timedelta(seconds=2)).isoformat(),
+        deadline=(now() + timedelta(hours=8)).isoformat(),
+    )
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute(context())
+    started = now()
+    event = run_trigger(deferred.value.trigger)
+    assert event["decision"]["market"] == "spot"
+    assert datetime.fromisoformat(event["decision"]["decided_at"]) >= started
+
+
+def test_live_prices_from_ec2_through_the_amazon_hook(
+    monkeypatch: pytest.MonkeyPatch, moto_endpoint: str, ledger_env: Ledger
+) -> None:
+    conn = {
+        "conn_type": "aws",
+        "login": "testing",
+        "password": "testing",
+        "extra": {"region_name": "us-east-1", "endpoint_url": moto_endpoint},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_MOTO_AWS", json.dumps(conn))
+    spot_prices.clear_cache()
+    sensor = make_sensor(
+        instance_type="g4dn.8xlarge",  # moto offers it in us-east-1 (it has no p3.2xlarge there)
+        prices="live",
+        aws_conn_id="moto_aws",
+        deadline=(now() + timedelta(hours=8)).isoformat(),
+    )
+    # moto returns one generated price (0.00001 USD/h) per zone: at the forecast minimum, so spot at once.
+    result = sensor.execute(context())
+    assert result["market"] == "spot" and Decimal(result["usd_per_hour"]) == Decimal("0.00001")
+    assert "live EC2" in ledger_env.entries(dag_id="spot_window_test")[0]["price_source"]
+
+
+def test_trigger_round_trips_by_class_path_in_a_fresh_interpreter(tmp_path: Path) -> None:
+    trigger = SpotWindowTrigger(
+        instance_type="p3.2xlarge",
+        region="us-east-1",
+        availability_zone=None,
+        prices="live",
+        on_demand_usd_per_hour="3.06",
+        forecast_starts=[["2025-01-01T00:00:00+00:00", "0.9"]],
+        latest_start="2025-01-01T05:00:00+00:00",
+        not_before=None,
+        target_usd_per_hour="1.1",
+        poll_interval=30,
+    )
+    classpath, kwargs = trigger.serialize()
+    assert classpath == "costaware.triggers.spot_window.SpotWindowTrigger"
+    json.dumps(kwargs)  # JSON primitives only
+    script = (
+        "import json, sys\n"
+        "assert not any(p.rstrip('/').endswith('dags') for p in sys.path), sys.path\n"
+        "from airflow.sdk._shared.module_loading import import_string\n"
+        f"cls = import_string({classpath!r})\n"
+        f"kwargs = json.loads({json.dumps(json.dumps(kwargs))})\n"
+        "print(json.dumps(cls(**kwargs).serialize()[1], sort_keys=True))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == json.loads(json.dumps(kwargs, sort_keys=True))
+
+
+def test_trigger_reports_bad_input_as_an_error_event(tmp_path: Path) -> None:
+    trigger = SpotWindowTrigger(
+        instance_type="p9.mega",
+        region="us-east-1",
+        availability_zone=None,
+        prices=str(tmp_path / "missing.csv"),
+        on_demand_usd_per_hour="3.06",
+        forecast_starts=[],
+        latest_start=(now() + timedelta(hours=2)).isoformat(),
+    )
+    event = run_trigger(trigger)
+    assert event["status"] == "error" and event["retry"] is False
+    assert "missing.csv" in event["message"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"instance_type": "p9.mega"}, "unknown instance type 'p9.mega'"),
+        ({"deadline": "2030-01-01T00:00:00"}, "has no time zone"),
+        ({"expected_runtime_hours": "abc"}, "expected_runtime_hours must be a number > 0, got 'abc'"),
+        ({"target_usd_per_hour": "-1"}, "target_usd_per_hour must be a number >= 0"),
+    ],
+)
+def test_bad_inputs_fail_without_retry_and_write_nothing(
+    tmp_path: Path, ledger_env: Ledger, kwargs: dict[str, Any], message: str
+) -> None:
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="1.00")
+    sensor = make_sensor(
+        **{"prices": str(prices), "deadline": (now() + timedelta(hours=8)).isoformat(), **kwargs}
+    )
+    with pytest.raises(AirflowFailException, match=message):
+        sensor.execute(context())
+    assert ledger_env.entries(dag_id="spot_window_test") == []
+
+
+def test_constructor_rejects_bad_static_arguments() -> None:
+    with pytest.raises(ValueError, match="history_days must be 7 or more"):
+        make_sensor(history_days=2)
+
+
+def test_no_dags_folder_import_is_needed() -> None:
+    assert SpotWindowSensor.__module__ == "costaware.sensors.spot_window"
+    assert str(ROOT / "dags") not in [str(Path(p)) for p in sys.path if p]

@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+
+import pytest
+
+from costaware.core.errors import ConfigurationError, PriceNotFoundError
+from costaware.core.forecast import PriceForecast
+from costaware.core.series import PriceSeries
+
+MONDAY = datetime(2021, 3, 1, tzinfo=timezone.utc)
+
+
+def hourly(weeks: int, price: callable) -> PriceSeries:  # type: ignore[valid-type]
+    points = [(MONDAY + timedelta(hours=h), str(price(h))) for h in range(weeks * 168)]
+    return PriceSeries.from_points(points, name="hourly")
+
+
+def test_constant_history_forecasts_the_constant() -> None:
+    s = hourly(2, lambda h: "0.5")
+    f = PriceForecast.fit(s, at=MONDAY + timedelta(weeks=2))
+    assert f.hourly_usd_per_hour(MONDAY + timedelta(weeks=2), 48) == [Decimal("0.5")] * 48
+
+
+def test_daily_cycle_is_learned() -> None:
+    s = hourly(3, lambda h: 0.2 if h % 24 in (2, 3, 4) else 1.0)
+    at = MONDAY + timedelta(weeks=3, hours=12)  # noon, price 1.0, equal to its profile: no persistence pull
+    f = PriceForecast.fit(s, at=at)
+    night = f.expected_usd_per_hour(MONDAY + timedelta(weeks=3, days=1, hours=3))
+    day = f.expected_usd_per_hour(MONDAY + timedelta(weeks=3, days=1, hours=15))
+    assert night == Decimal("0.2") and day == Decimal("1.0")
+    cheapest = f.minimum_usd_per_hour(at, at + timedelta(hours=20), run_hours=3)
+    assert cheapest == Decimal("0.2")  # a 3-hour run starting at 02:00
+
+
+def test_recent_weeks_weigh_more() -> None:
+    s = hourly(4, lambda h: 2.0 if h < 3 * 168 else 1.0)  # the last week is cheaper
+    at = MONDAY + timedelta(weeks=4)
+    recent = PriceForecast.fit(s, at=at, half_life_weeks=0.5, persistence_hours=0)
+    flat = PriceForecast.fit(s, at=at, half_life_weeks=1000, persistence_hours=0)
+    expected_recent = recent.expected_usd_per_hour(at + timedelta(hours=5))
+    assert Decimal(1) < expected_recent < flat.expected_usd_per_hour(at + timedelta(hours=5)) < Decimal(2)
+
+
+def test_persistence_pulls_towards_the_present_price_and_fades() -> None:
+    points = [(MONDAY + timedelta(hours=h), "1.0") for h in range(2 * 168)]
+    points.append((MONDAY + timedelta(weeks=2), "3.0"))  # a jump right now
+    s = PriceSeries.from_points(points, name="jump")
+    at = MONDAY + timedelta(weeks=2, minutes=30)
+    f = PriceForecast.fit(s, at=at, persistence_hours=24)
+    soon = f.expected_usd_per_hour(at)
+    day_later = f.expected_usd_per_hour(at + timedelta(hours=24))
+    assert soon > day_later > Decimal("1.0")
+    assert day_later == pytest.approx(Decimal("1.0") + (soon - Decimal("1.0")) / 2, abs=Decimal("0.05"))
+
+
+def test_forecast_never_reads_the_future() -> None:
+    s = hourly(3, lambda h: 1.0 if h < 2 * 168 else 50.0)
+    f = PriceForecast.fit(s, at=MONDAY + timedelta(weeks=2) - timedelta(seconds=1), persistence_hours=0)
+    assert f.expected_usd_per_hour(MONDAY + timedelta(weeks=2, hours=5)) == Decimal("1.0")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"at": datetime(2021, 3, 20)}, ConfigurationError, "has no time zone"),
+        ({"weeks": 0}, ConfigurationError, "weeks must be 1 or more, got 0"),
+        ({"half_life_weeks": 0}, ConfigurationError, "half_life_weeks must be > 0"),
+        ({"at": MONDAY - timedelta(days=1)}, PriceNotFoundError, "no price at"),
+    ],
+)
+def test_bad_arguments(kwargs: dict, error: type, message: str) -> None:
+    with pytest.raises(error, match=message):
+        PriceForecast.fit(hourly(1, lambda h: 1), **{"at": MONDAY + timedelta(days=3), **kwargs})

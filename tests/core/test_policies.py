@@ -1,0 +1,155 @@
+from __future__ import annotations
+
+import itertools
+from decimal import Decimal
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from costaware.core.errors import ConfigurationError
+from costaware.core.policies import POLICIES, Action, CheapestWindowPolicy, OraclePolicy, policy_class
+from costaware.core.policies.cheapest_window import start_rule
+from costaware.core.policies.rules import checkpointed
+from costaware.core.simulate import TickMarket, TickPlan, run_job
+
+DT = 1 / 6
+
+
+def market(spot: list[float] | None, available: list[bool] | None, on_demand: list[float]) -> TickMarket:
+    forecast = [sum(spot) / len(spot)] * len(spot) if spot else None
+    return TickMarket(
+        on_demand=on_demand,
+        on_demand_forecast=on_demand,
+        spot=spot,
+        spot_forecast=forecast,
+        available=available,
+        local=spot is None,
+    )
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> tuple[TickMarket, TickPlan]:
+    work = draw(st.integers(1, 6))
+    overhead = draw(st.integers(0, 2))
+    deadline = work + overhead + draw(st.integers(0, 8))
+    checkpoint = draw(st.integers(0, 4))
+    horizon = deadline + work + overhead + 1
+    local = draw(st.booleans())
+    prices = st.floats(0.05, 3.0, allow_nan=False)
+    on_demand = draw(st.lists(prices, min_size=horizon, max_size=horizon)) if local else [2.0] * horizon
+    spot = None if local else draw(st.lists(st.floats(0.1, 2.5), min_size=horizon, max_size=horizon))
+    available = None if local else draw(st.lists(st.booleans(), min_size=horizon, max_size=horizon))
+    return market(spot, available, on_demand), TickPlan(DT, work, deadline, overhead, checkpoint)
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(scenarios())
+def test_no_policy_beats_the_oracle(case: tuple[TickMarket, TickPlan]) -> None:
+    m, plan = case
+    oracle = OraclePolicy()
+    best = run_job(oracle, m, plan)
+    assert best.met_deadline
+    assert float(best.usd) == pytest.approx(oracle.optimal_usd, abs=2e-6)  # the replay costs what was solved
+    for name, cls in POLICIES.items():
+        outcome = run_job(cls(), m, plan)
+        if outcome.met_deadline:
+            assert outcome.usd >= best.usd - Decimal("0.000002"), name
+        if name in ("deadline_aware", "cheapest_window", "on_demand_now"):
+            assert outcome.met_deadline, name  # the safe policies never miss a feasible deadline
+
+
+def brute_force(m: TickMarket, plan: TickPlan) -> float:
+    """Cheapest action sequence that finishes in time, by trying them all (tiny cases only)."""
+
+    class Fixed(OraclePolicy):
+        def __init__(self, actions: tuple[Action, ...]) -> None:
+            super().__init__()
+            self._plan = list(actions)
+
+    best = float("inf")
+    for actions in itertools.product(list(Action), repeat=plan.deadline):
+        outcome = run_job(Fixed(actions), m, plan)
+        if outcome.met_deadline:
+            best = min(best, float(outcome.usd))
+    return best
+
+
+@settings(max_examples=40, deadline=None, database=None)
+@given(
+    st.lists(st.floats(0.1, 2.5), min_size=12, max_size=12),
+    st.lists(st.booleans(), min_size=12, max_size=12),
+    st.integers(1, 3),
+    st.integers(0, 1),
+    st.integers(0, 2),
+)
+def test_oracle_matches_brute_force(
+    spot: list[float], available: list[bool], work: int, overhead: int, checkpoint: int
+) -> None:
+    plan = TickPlan(DT, work, min(6, work + overhead + 2), overhead, checkpoint)
+    m = market(spot, available, [2.0] * 12)
+    oracle = OraclePolicy()
+    run_job(oracle, m, plan)
+    assert oracle.optimal_usd == pytest.approx(brute_force(m, plan), abs=2e-6)  # usd is rounded to 1e-6
+
+
+def test_deadline_aware_switches_to_on_demand_when_spot_is_gone() -> None:
+    n = 30
+    m = market([0.5] * n, [True] * 3 + [False] * (n - 3), [2.0] * n)
+    outcome = run_job(policy_class("deadline_aware")(), m, TickPlan(DT, 6, 12, 1, 2))
+    assert outcome.met_deadline and outcome.preemptions == 1
+    assert 0 < outcome.spot_hours < outcome.run_hours
+
+
+def test_spot_now_misses_when_capacity_never_returns() -> None:
+    n = 30
+    m = market([0.5] * n, [True] * 2 + [False] * (n - 2), [2.0] * n)
+    outcome = run_job(policy_class("spot_now")(), m, TickPlan(DT, 6, 10, 0, 3))
+    assert not outcome.met_deadline
+
+
+def test_cheapest_window_waits_for_the_forecast_dip() -> None:
+    spot = [1.0] * 6 + [0.3] * 10 + [1.0] * 20
+    m = TickMarket(on_demand=[2.0] * 36, on_demand_forecast=[2.0] * 36, spot=spot, spot_forecast=spot)
+    outcome = run_job(CheapestWindowPolicy(), m, TickPlan(DT, 4, 24, 0, 2))
+    assert float(outcome.usd) == pytest.approx(4 * 0.3 * DT)
+
+
+def test_local_power_policies_shift_to_cheap_hours() -> None:
+    power = [1.0] * 4 + [0.2] * 4 + [1.0] * 20
+    m = market(None, None, power)
+    plan = TickPlan(DT, 3, 12, 0, 1)
+    costs = {name: float(run_job(POLICIES[name](), m, plan).usd) for name in POLICIES}
+    assert costs["on_demand_now"] == pytest.approx(3 * DT)
+    assert (
+        costs["cheapest_window"] == costs["deadline_aware"] == costs["oracle"] == pytest.approx(3 * 0.2 * DT)
+    )
+
+
+@pytest.mark.parametrize(
+    ("now", "forecast_min", "target", "starts"),
+    [(1.0, 0.9, None, False), (0.9, 0.9, None, True), (1.0, None, None, True), (1.0, 0.5, 1.2, True)],
+)
+def test_start_rule(now: float, forecast_min: float | None, target: float | None, starts: bool) -> None:
+    assert (start_rule(now, forecast_min, target) is not None) is starts
+
+
+@pytest.mark.parametrize(("progress", "every", "kept"), [(7, 3, 6), (7, 0, 0), (6, 3, 6), (2, 5, 0)])
+def test_checkpointed(progress: int, every: int, kept: int) -> None:
+    assert checkpointed(progress, every) == kept
+
+
+def test_unknown_policy_and_bad_arguments() -> None:
+    with pytest.raises(ConfigurationError, match="unknown policy 'greedy'; choose from on_demand_now"):
+        policy_class("greedy")
+    with pytest.raises(ConfigurationError, match="target_usd_per_hour must be >= 0, got -1"):
+        CheapestWindowPolicy(target_usd_per_hour=-1)
+
+
+def test_oracle_rejects_an_impossible_deadline() -> None:
+    from costaware.core.policies import Hindsight, Situation
+    from costaware.core.policies.oracle import solve
+
+    s = Situation(0, DT, 5, 4, 0, 0, 0, Action.WAIT, 0, None, False, 1.0, None, [1.0] * 10)
+    with pytest.raises(ConfigurationError, match=r"needs 5 ticks .* deadline is 4 ticks away"):
+        solve(s, Hindsight(None, None, [1.0] * 10))

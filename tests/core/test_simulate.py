@@ -1,0 +1,197 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from costaware.cli_simulate import main
+from costaware.core.errors import ConfigurationError, PriceNotFoundError
+from costaware.core.series import AvailabilityTrace, PriceSeries
+from costaware.core.simulate import Job, MarketData, TickPlan, simulate
+
+T0 = datetime(2021, 3, 1, tzinfo=timezone.utc)
+SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+
+
+def job(name: str = "j", **kwargs: object) -> Job:
+    fields: dict[str, object] = {
+        "name": name,
+        "instance_type": "p3.2xlarge",
+        "region": "us-east-1",
+        "submit_time": T0 + timedelta(days=8),
+        "runtime_hours": Decimal(2),
+        "deadline_hours": Decimal(8),
+        "checkpoint_minutes": Decimal(30),
+        "restart_overhead_minutes": Decimal(10),
+    }
+    fields.update(kwargs)
+    return Job(**fields)  # type: ignore[arg-type]
+
+
+def spot_series(pattern: list[str]) -> PriceSeries:
+    points = [(T0 + timedelta(hours=h), pattern[h % len(pattern)]) for h in range(24 * 14)]
+    return PriceSeries.from_points(points, name="spot")
+
+
+def data(series: PriceSeries, availability: AvailabilityTrace | None = None) -> MarketData:
+    def lookup(instance_type: str, region: str, zone: str | None) -> PriceSeries:
+        if instance_type != "p3.2xlarge":
+            raise PriceNotFoundError(f"unknown instance type {instance_type!r}")
+        return series
+
+    return MarketData(
+        on_demand_usd_per_hour=lambda t, r: Decimal("3.06"), spot_series=lookup, availability=availability
+    )
+
+
+def test_report_has_every_figure_and_the_oracle_is_cheapest() -> None:
+    prices = spot_series(["1.0"] * 20 + ["0.5"] * 4)
+    trace = AvailabilityTrace([1, 1, 1, 0] * 2000, gap_seconds=600, start=T0 + timedelta(days=7), name="t")
+    jobs = [job(f"j{i}", submit_time=T0 + timedelta(days=8 + i, hours=i)) for i in range(5)]
+    report = simulate(jobs, data(prices, trace))
+    names = list(report.summaries)
+    assert names == ["on_demand_now", "spot_now", "cheapest_window", "deadline_aware", "oracle"]
+    oracle = report.summaries["oracle"]
+    assert oracle.vs_oracle == Decimal(1) and oracle.deadline_misses == 0
+    for summary in report.summaries.values():
+        assert summary.jobs == 5
+        if summary.deadline_misses == 0:
+            assert summary.usd >= oracle.usd
+    assert report.summaries["on_demand_now"].vs_on_demand == Decimal(1)
+    assert report.summaries["on_demand_now"].spot_share == 0
+    assert report.summaries["deadline_aware"].preemptions > 0  # capacity drops every 40 minutes
+    assert report.summaries["deadline_aware"].deadline_misses == 0
+    payload = report.to_json()
+    assert set(payload["policies"]["oracle"]) == {  # type: ignore[index]
+        "usd",
+        "vs_oracle",
+        "vs_on_demand",
+        "deadline_misses",
+        "preemptions",
+        "spot_share",
+    }
+
+
+def test_preemption_loses_work_back_to_the_checkpoint() -> None:
+    prices = spot_series(["1.0"])
+    # Capacity for 50 minutes, then gone for an hour: 5 ticks of work, checkpoint every 2 ticks keeps 4.
+    trace = AvailabilityTrace(
+        ([1] * 5 + [0] * 6) + [1] * 200, gap_seconds=600, start=T0 + timedelta(days=8), name="t"
+    )
+    j = job(restart_overhead_minutes=Decimal(0), checkpoint_minutes=Decimal(20))
+    report = simulate([j], data(prices, trace), ["spot_now"])
+    outcome = report.outcomes[[o.policy for o in report.outcomes].index("spot_now")]
+    assert outcome.preemptions == 1
+    # 12 ticks of work; 5 run, 1 lost, then 8 more after capacity returns: 13 spot ticks paid.
+    assert outcome.spot_hours == pytest.approx(13 / 6)
+    assert outcome.finished_hours == pytest.approx((5 + 6 + 8) / 6)
+
+
+def test_electricity_jobs_use_power_draw() -> None:
+    power = PriceSeries.from_points(
+        [(T0 + timedelta(hours=h), "100" if h % 24 < 20 else "20") for h in range(24 * 14)],
+        name="power",
+        max_gap=timedelta(hours=1),
+    )
+    market = MarketData(on_demand_usd_per_hour=lambda t, r: Decimal(0), electricity_usd_per_mwh=power)
+    j = job(
+        power_kw=Decimal(10),
+        submit_time=T0 + timedelta(days=8, hours=12),
+        deadline_hours=Decimal(16),
+        runtime_hours=Decimal(3),
+        restart_overhead_minutes=Decimal(0),
+    )
+    report = simulate([j], market)
+    # Now: 3 h x 10 kW x 100 USD/MWh = 3 USD; in the cheap night hours: 3 h x 10 kW x 20 USD/MWh = 0.60 USD.
+    assert report.summaries["on_demand_now"].usd == Decimal("3.000000")
+    assert report.summaries["oracle"].usd == Decimal("0.600000")
+    assert report.summaries["cheapest_window"].usd == Decimal("0.600000")
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ({"deadline_hours": "1"}, "deadline_hours 1 is shorter than runtime_hours 2"),
+        ({"submit_time": "2021-03-09T00:00:00"}, "submit_time 2021-03-09T00:00:00 has no time zone"),
+        ({"runtime_hours": "0"}, "runtime_hours must be a number > 0, got '0'"),
+        ({"checkpoint_minutes": "abc"}, "checkpoint_minutes must be a number >= 0, got 'abc'"),
+        ({"region": ""}, "lacks region"),
+    ],
+)
+def test_bad_jobs_name_the_value(row: dict[str, str], message: str) -> None:
+    base = {
+        "name": "nightly",
+        "instance_type": "p3.2xlarge",
+        "region": "us-east-1",
+        "submit_time": "2021-03-09T00:00:00Z",
+        "runtime_hours": "2",
+        "deadline_hours": "8",
+        "checkpoint_minutes": "30",
+        "restart_overhead_minutes": "10",
+    }
+    with pytest.raises(ConfigurationError, match=message):
+        Job.from_mapping({**base, **row})
+
+
+def test_unknown_instance_type_and_duplicate_names() -> None:
+    with pytest.raises(PriceNotFoundError, match=r"unknown instance type 'p9\.mega'"):
+        simulate([job(instance_type="p9.mega")], data(spot_series(["1"])))
+    with pytest.raises(ConfigurationError, match="repeated: j"):
+        simulate([job(), job()], data(spot_series(["1"])))
+    with pytest.raises(ConfigurationError, match="needs 13 ticks but its deadline is 12"):
+        TickPlan.of(
+            job(
+                runtime_hours=Decimal("1.95"),
+                deadline_hours=Decimal("2.05"),
+                restart_overhead_minutes=Decimal(6),
+            ),
+            timedelta(minutes=10),
+        )
+
+
+def test_core_imports_no_airflow() -> None:
+    code = "import sys, costaware.core.simulate, costaware.cli_simulate; print('airflow' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "False", done.stderr
+
+
+@pytest.mark.skipif(
+    not (SHARED / "aws_spot_price_history").exists(), reason="shared data folder not beside the repo"
+)
+def test_cli_on_recorded_prices(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    jobs = [
+        {
+            "name": f"n{i}",
+            "instance_type": "g4dn.8xlarge",
+            "region": "us-east-1",
+            "submit_time": f"2021-04-{i + 1:02d}T02:00:00Z",
+            "runtime_hours": 3,
+            "deadline_hours": 12,
+            "checkpoint_minutes": 30,
+            "restart_overhead_minutes": 10,
+        }
+        for i in range(5)
+    ]
+    jobs_file = tmp_path / "jobs.json"
+    jobs_file.write_text(json.dumps(jobs))
+    prices = str(SHARED / "aws_spot_price_history" / "g4dn.8xlarge.json")
+    assert main(["simulate", "--prices", prices, "--jobs", str(jobs_file), "--format", "json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    policies = payload["policies"]
+    assert policies["oracle"]["vs_oracle"] == 1.0
+    assert policies["deadline_aware"]["deadline_misses"] == 0
+    assert policies["deadline_aware"]["vs_on_demand"] < 0.4  # g4dn.8xlarge spot is ~70% below on-demand
+    assert main(["simulate", "--prices", prices, "--jobs", str(jobs_file), "--policy", "oracle"]) == 0
+    assert "oracle" in capsys.readouterr().out
+    csv_jobs = tmp_path / "jobs.csv"
+    csv_jobs.write_text(
+        "name,instance_type,region,submit_time,runtime_hours,deadline_hours,checkpoint_minutes,"
+        "restart_overhead_minutes\nx,p9.mega,us-east-1,2021-04-01T00:00:00Z,1,8,30,5\n"
+    )
+    assert main(["simulate", "--prices", prices, "--jobs", str(csv_jobs)]) == 2
+    assert "unknown instance type 'p9.mega'" in capsys.readouterr().err
