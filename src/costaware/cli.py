@@ -345,9 +345,10 @@ def build_parser() -> argparse.ArgumentParser:
     p_show.add_argument("--region", default="us-east-1")
     p_show.set_defaults(func=_prices_show)
 
-    from costaware import cli_simulate
+    from costaware import cli_cache, cli_simulate
 
     cli_simulate.add_parser(sub)
+    cli_cache.add_parser(sub)
     return parser
 
 

@@ -1,15 +1,8 @@
-"""Object stores through pyarrow's filesystems (local and S3) and fingerprints of the data in them.
+"""Object stores through pyarrow's filesystems and boto3: local folders and ``s3://bucket/prefix``.
 
 S3 access takes an :class:`S3Options` (credentials, region, endpoint); the Airflow layer builds it from an
 AWS connection (``costaware.hooks.aws``), so this module never imports airflow. pyarrow, boto3 and
-xxhash are imported where they are used.
-
-Fingerprints read metadata by default: size and modification time of local files, ETag (and version id
-of a single object) of S3 objects from one listing or HEAD, never the bytes. Content is hashed (XXH3-128,
-streamed) when asked, and in ``auto`` mode where metadata cannot be trusted: local files with whole-second
-mtimes (coarse filesystems such as FAT/HFS+, or files unpacked from archives; two writes in one second
-keep size and mtime) and S3 objects without an ETag (some S3-compatible stores). Files modified in the
-last ``RACY_SECONDS`` are waited for, so a write in the same timestamp tick cannot go unseen.
+xxhash are imported where they are used. Input fingerprints live in ``costaware.adapters.input_data``.
 """
 
 from __future__ import annotations
@@ -17,22 +10,18 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from costaware.core.errors import ConfigurationError
-from costaware.core.fingerprint import FileStat, InputFingerprint, fingerprint_input, safe_relative_path
+from costaware.core.fingerprint import safe_relative_path
 
 if TYPE_CHECKING:
     import pyarrow.fs
 
-#: A file modified this recently may change again within the same timestamp tick: wait it out.
-RACY_SECONDS = 0.1
 CHUNK_BYTES = 8 << 20
-MODES = ("auto", "metadata", "content")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
 
@@ -55,6 +44,7 @@ class S3Options:
     endpoint_url: str | None = None
 
     def boto3_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``boto3.client('s3', ...)``, unset ones left out."""
         out = {
             "aws_access_key_id": self.access_key,
             "aws_secret_access_key": self.secret_key,
@@ -81,6 +71,7 @@ class Location:
 
     @property
     def uri(self) -> str:
+        """The location as a URI (``s3://bucket/key``) or an absolute path."""
         if self.scheme == "s3":
             return f"s3://{self.bucket}/{self.path}" if self.path else f"s3://{self.bucket}"
         return self.path
@@ -148,7 +139,9 @@ def s3_filesystem(options: S3Options | None = None) -> pyarrow.fs.S3FileSystem:
         kwargs["endpoint_override"] = parsed.netloc or parsed.path
         kwargs["scheme"] = parsed.scheme or "https"
     if opts.access_key:
-        kwargs.update(access_key=opts.access_key, secret_key=opts.secret_key, session_token=opts.session_token)
+        kwargs.update(
+            access_key=opts.access_key, secret_key=opts.secret_key, session_token=opts.session_token
+        )
     return fs.S3FileSystem(region=opts.region or "us-east-1", **kwargs)
 
 
@@ -161,90 +154,11 @@ def filesystem(location: Location, options: S3Options | None = None) -> tuple[py
     return fs.LocalFileSystem(), location.path
 
 
-# -- listing --------------------------------------------------------------------------------------
-
-
-def _visible(name: str) -> bool:
-    # The same names pyarrow.dataset skips by default, so we fingerprint what a reader would read.
-    return not name.startswith((".", "_"))
-
-
-def _walk_local(root: Path) -> Iterator[tuple[str, os.stat_result]]:
-    if root.is_file():
-        yield "", root.stat()
-        return
-    if not root.is_dir():
-        raise ConfigurationError(f"input {str(root)!r} does not exist: check the path or the upstream task")
-    stack = [root]
-    while stack:
-        folder = stack.pop()
-        with os.scandir(folder) as it:
-            for item in it:
-                if not _visible(item.name):
-                    continue
-                if item.is_dir(follow_symlinks=True):
-                    stack.append(Path(item.path))
-                elif item.is_file(follow_symlinks=True):
-                    yield Path(item.path).relative_to(root).as_posix(), item.stat()
-
-
-def _list_s3(location: Location, options: S3Options | None) -> list[dict[str, Any]]:
-    """Objects of an S3 object or prefix: ``Key``, ``Size``, ``ETag`` and, for a single object, ``VersionId``."""
-    from botocore.exceptions import ClientError
-
-    client = s3_client(options)
-    if location.path and not location.path.endswith("/"):
-        try:
-            head = client.head_object(Bucket=location.bucket, Key=location.path)
-            return [
-                {
-                    "Key": location.path,
-                    "Size": head["ContentLength"],
-                    "ETag": head.get("ETag", ""),
-                    "VersionId": head.get("VersionId") or "",
-                }
-            ]
-        except ClientError as e:
-            if e.response.get("Error", {}).get("Code") not in ("404", "NoSuchKey", "NotFound"):
-                raise
-    prefix = f"{location.path}/" if location.path else ""
-    found: list[dict[str, Any]] = []
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=location.bucket, Prefix=prefix):
-        for obj in page.get("Contents", []):
-            rel = obj["Key"][len(prefix) :]
-            if rel and not obj["Key"].endswith("/") and all(_visible(p) for p in rel.split("/")):
-                found.append({"Key": obj["Key"], "Size": obj["Size"], "ETag": obj.get("ETag", ""), "VersionId": ""})
-    return found
-
-
-def total_bytes(uri: str, options: S3Options | None = None) -> tuple[int, int]:
-    """(bytes, number of files) of a local file/folder or an S3 object/prefix, from metadata only."""
-    location = parse_uri(uri, what="input")
-    if location.scheme == "s3":
-        objects = _list_s3(location, options)
-        return sum(int(o["Size"]) for o in objects), len(objects)
-    stats = [st for _, st in _walk_local(Path(location.path))]
-    return sum(st.st_size for st in stats), len(stats)
-
-
-def _settled(root: Path, now: float) -> list[tuple[str, os.stat_result]]:
-    """Stats of every file, waiting out the racy window when a file was modified a moment ago.
-
-    A second write within the filesystem's timestamp granularity would not change the mtime; once
-    ``RACY_SECONDS`` have passed since the newest mtime, any later write shows.
-    """
-    found = list(_walk_local(root))
-    newest = max((st.st_mtime for _, st in found), default=0.0)
-    if newest > now - RACY_SECONDS:
-        time.sleep(min(newest - now + RACY_SECONDS, RACY_SECONDS))
-        found = list(_walk_local(root))
-    return found
-
-
 # -- hashing --------------------------------------------------------------------------------------
 
 
-def _hasher() -> Any:
+def new_hasher() -> Any:
+    """A fresh XXH3-128 hasher (fast, non-cryptographic: for change detection, not security)."""
     try:
         import xxhash
     except ImportError as e:  # pragma: no cover - a declared dependency
@@ -252,67 +166,348 @@ def _hasher() -> Any:
     return xxhash.xxh3_128()
 
 
-def hash_local_file(path: Path) -> str:
-    """XXH3-128 of a local file, streamed in 8 MiB chunks into one reused buffer."""
-    h = _hasher()
-    buffer = bytearray(CHUNK_BYTES)
-    view = memoryview(buffer)
-    with open(path, "rb", buffering=0) as f:
-        while n := f.readinto(buffer):
-            h.update(view[:n])
-    return f"xxh3_128={h.hexdigest()}"
-
-
 def hash_bytes(data: bytes | memoryview) -> str:
     """XXH3-128 of bytes in memory."""
-    h = _hasher()
+    h = new_hasher()
     h.update(data)
     return f"xxh3_128={h.hexdigest()}"
 
 
-def _hash_s3_object(client: Any, bucket: str, key: str) -> str:
-    h = _hasher()
-    body = client.get_object(Bucket=bucket, Key=key)["Body"]
-    for chunk in body.iter_chunks(CHUNK_BYTES):
-        h.update(chunk)
-    return f"xxh3_128={h.hexdigest()}"
+# -- stores: small atomic primitives over a root folder or bucket/prefix --------------------------
 
 
-def fingerprint_uri(
-    name: str, uri: str, options: S3Options | None = None, *, mode: str = "auto", now: float | None = None
-) -> InputFingerprint:
-    """Fingerprint one input: a local Parquet/CSV file or folder, an S3 object or prefix.
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    """One stored file: path relative to the store root, size, modification time (epoch seconds)."""
 
-    Args:
-        name: The name the transform sees the input under.
-        uri: Absolute path, ``file://`` or ``s3://`` URI.
-        options: How to reach S3.
-        mode: ``auto`` (metadata, content where metadata cannot be trusted), ``metadata`` or ``content``.
-        now: The current time (seconds since the epoch), for tests.
+    path: str
+    size: int
+    mtime: float
+
+
+class ObjectStore:
+    """Files under a root (an absolute local folder or ``s3://bucket/prefix``), with atomic primitives.
+
+    Every path argument is relative to the root and checked with ``safe_relative_path``, so no caller
+    can reach outside the root. Tokens returned by :meth:`read` identify one version of a file (the
+    ETag on S3, a content digest locally) for the conditional :meth:`replace` and :meth:`delete`.
+
+    Use :func:`open_store` to build one.
+    """
+
+    scheme = ""
+
+    def __init__(self, root: Location) -> None:
+        self.root = root
+
+    def uri(self, rel: str = "") -> str:
+        """The URI of ``rel`` under the root."""
+        return self.root.child(rel).uri
+
+    def read(self, rel: str) -> tuple[bytes, str] | None:
+        """(bytes, version token) of a file, or ``None`` when it does not exist."""
+        raise NotImplementedError
+
+    def write(self, rel: str, data: bytes) -> None:
+        """Write a whole file; readers see the old or the new bytes, never a mix."""
+        raise NotImplementedError
+
+    def create(self, rel: str, data: bytes) -> str | None:
+        """Write a file only if none exists; returns its token, or ``None`` when another one was there."""
+        raise NotImplementedError
+
+    def replace(self, rel: str, data: bytes, token: str) -> str | None:
+        """Overwrite a file only if it is still the version ``token``; returns the new token or ``None``."""
+        raise NotImplementedError
+
+    def delete(self, rel: str, token: str | None = None) -> bool:
+        """Delete a file (only if it is still version ``token``, when given); returns whether it did."""
+        raise NotImplementedError
+
+    def stat(self, rel: str) -> ObjectInfo | None:
+        """Size and modification time of a file, or ``None`` when it does not exist."""
+        raise NotImplementedError
+
+    def children(self, rel: str) -> list[str]:
+        """Names of the immediate children (files and folders) of a folder."""
+        raise NotImplementedError
+
+    def files(self, rel: str) -> list[ObjectInfo]:
+        """Every file under a folder, recursively, with paths relative to the store root."""
+        raise NotImplementedError
+
+    def delete_tree(self, rel: str) -> None:
+        """Delete a folder and everything under it (missing is fine)."""
+        raise NotImplementedError
+
+
+class LocalObjectStore(ObjectStore):
+    """An :class:`ObjectStore` in a local (or network-mounted) folder."""
+
+    scheme = "local"
+
+    def path(self, rel: str) -> Path:
+        """The absolute local path of ``rel``."""
+        return Path(self.root.child(rel).path)
+
+    def read(self, rel: str) -> tuple[bytes, str] | None:
+        """See :meth:`ObjectStore.read`."""
+        try:
+            data = self.path(rel).read_bytes()
+        except FileNotFoundError:
+            return None
+        return data, hash_bytes(data)
+
+    def _staged(self, rel: str, data: bytes) -> Path:
+        target = self.path(rel)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staged = target.with_name(f".{target.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
+        with open(staged, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        return staged
+
+    def write(self, rel: str, data: bytes) -> None:
+        """See :meth:`ObjectStore.write`."""
+        staged = self._staged(rel, data)
+        staged.replace(self.path(rel))
+
+    def create(self, rel: str, data: bytes) -> str | None:
+        """See :meth:`ObjectStore.create`."""
+        staged = self._staged(rel, data)
+        try:
+            os.link(staged, self.path(rel))  # atomic, fails if the name exists, and the content is complete
+        except FileExistsError:
+            return None
+        finally:
+            staged.unlink(missing_ok=True)
+        return hash_bytes(data)
+
+    def replace(self, rel: str, data: bytes, token: str) -> str | None:
+        """See :meth:`ObjectStore.replace`."""
+        current = self.read(rel)
+        if current is None or current[1] != token:
+            return None
+        self.write(rel, data)
+        return hash_bytes(data)
+
+    def delete(self, rel: str, token: str | None = None) -> bool:
+        """See :meth:`ObjectStore.delete`."""
+        target = self.path(rel)
+        if token is not None:
+            current = self.read(rel)
+            if current is None or current[1] != token:
+                return False
+            # Move it aside first, then check it is still the version we meant to delete.
+            aside = target.with_name(f".{target.name}.{os.getpid()}.{time.monotonic_ns()}.del")
+            try:
+                target.rename(aside)
+            except FileNotFoundError:
+                return False
+            if hash_bytes(aside.read_bytes()) != token:
+                aside.rename(target)
+                return False
+            aside.unlink()
+            return True
+        try:
+            target.unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
+    def stat(self, rel: str) -> ObjectInfo | None:
+        """Size and modification time of a file, or ``None`` when it does not exist."""
+        try:
+            st = self.path(rel).stat()
+        except FileNotFoundError:
+            return None
+        return ObjectInfo(safe_relative_path(rel), st.st_size, st.st_mtime)
+
+    def children(self, rel: str) -> list[str]:
+        """See :meth:`ObjectStore.children`."""
+        try:
+            return sorted(p.name for p in self.path(rel).iterdir())
+        except FileNotFoundError:
+            return []
+
+    def files(self, rel: str) -> list[ObjectInfo]:
+        """See :meth:`ObjectStore.files`."""
+        base = self.path(rel)
+        if not base.is_dir():
+            return []
+        root = Path(self.root.path)
+        return [
+            ObjectInfo(p.relative_to(root).as_posix(), p.stat().st_size, p.stat().st_mtime)
+            for p in sorted(base.rglob("*"))
+            if p.is_file()
+        ]
+
+    def delete_tree(self, rel: str) -> None:
+        """See :meth:`ObjectStore.delete_tree`."""
+        import shutil
+
+        shutil.rmtree(self.path(rel), ignore_errors=True)
+
+
+def _s3_error_code(error: Exception) -> str:
+    response = getattr(error, "response", None) or {}
+    return str(response.get("Error", {}).get("Code", ""))
+
+
+class S3ObjectStore(ObjectStore):
+    """An :class:`ObjectStore` under ``s3://bucket/prefix``.
+
+    Conditional writes use S3's ``If-None-Match`` and ``If-Match`` (supported by AWS S3 since 2024 and by
+    moto); large files go through pyarrow's multipart upload.
+    """
+
+    scheme = "s3"
+
+    def __init__(self, root: Location, options: S3Options | None = None) -> None:
+        super().__init__(root)
+        self.options = options or S3Options()
+        self._client: Any = None
+        self._fs: Any = None
+
+    @property
+    def client(self) -> Any:
+        """The boto3 S3 client, made on first use."""
+        if self._client is None:
+            self._client = s3_client(self.options)
+        return self._client
+
+    @property
+    def fs(self) -> pyarrow.fs.S3FileSystem:
+        """The pyarrow S3 filesystem, made on first use."""
+        if self._fs is None:
+            self._fs = s3_filesystem(self.options)
+        return self._fs
+
+    def key(self, rel: str) -> str:
+        """The S3 key of ``rel``."""
+        return self.root.child(rel).path
+
+    def read(self, rel: str) -> tuple[bytes, str] | None:
+        """See :meth:`ObjectStore.read`."""
+        from botocore.exceptions import ClientError
+
+        try:
+            got = self.client.get_object(Bucket=self.root.bucket, Key=self.key(rel))
+        except ClientError as e:
+            if _s3_error_code(e) in ("NoSuchKey", "404", "NotFound"):
+                return None
+            raise
+        return got["Body"].read(), str(got["ETag"])
+
+    def write(self, rel: str, data: bytes) -> None:
+        """See :meth:`ObjectStore.write`."""
+        if len(data) < 8 << 20:
+            self.client.put_object(Bucket=self.root.bucket, Key=self.key(rel), Body=data)
+            return
+        with self.fs.open_output_stream(f"{self.root.bucket}/{self.key(rel)}") as out:  # multipart upload
+            out.write(data)
+
+    def _conditional_put(self, rel: str, data: bytes, **condition: str) -> str | None:
+        from botocore.exceptions import ClientError
+
+        try:
+            put = self.client.put_object(Bucket=self.root.bucket, Key=self.key(rel), Body=data, **condition)
+        except ClientError as e:
+            if _s3_error_code(e) in (
+                "PreconditionFailed",
+                "ConditionalRequestConflict",
+                "412",
+                "409",
+                "NoSuchKey",
+            ):
+                return None
+            raise
+        return str(put["ETag"])
+
+    def create(self, rel: str, data: bytes) -> str | None:
+        """See :meth:`ObjectStore.create`."""
+        return self._conditional_put(rel, data, IfNoneMatch="*")
+
+    def replace(self, rel: str, data: bytes, token: str) -> str | None:
+        """See :meth:`ObjectStore.replace`."""
+        return self._conditional_put(rel, data, IfMatch=token)
+
+    def delete(self, rel: str, token: str | None = None) -> bool:
+        """See :meth:`ObjectStore.delete`."""
+        from botocore.exceptions import ClientError
+
+        if token is None:
+            self.client.delete_object(Bucket=self.root.bucket, Key=self.key(rel))
+            return True
+        try:
+            self.client.delete_object(Bucket=self.root.bucket, Key=self.key(rel), IfMatch=token)
+        except ClientError as e:
+            if _s3_error_code(e) in ("PreconditionFailed", "NoSuchKey", "404", "412"):
+                return False
+            raise
+        return True
+
+    def stat(self, rel: str) -> ObjectInfo | None:
+        """Size and modification time of a file, or ``None`` when it does not exist."""
+        from botocore.exceptions import ClientError
+
+        try:
+            head = self.client.head_object(Bucket=self.root.bucket, Key=self.key(rel))
+        except ClientError as e:
+            if _s3_error_code(e) in ("NoSuchKey", "404", "NotFound"):
+                return None
+            raise
+        return ObjectInfo(
+            safe_relative_path(rel), int(head["ContentLength"]), head["LastModified"].timestamp()
+        )
+
+    def _prefix(self, rel: str) -> str:
+        key = self.key(rel)
+        return f"{key}/" if key else ""
+
+    def children(self, rel: str) -> list[str]:
+        """See :meth:`ObjectStore.children`."""
+        prefix = self._prefix(rel)
+        names: set[str] = set()
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.root.bucket, Prefix=prefix, Delimiter="/"
+        )
+        for page in pages:
+            names |= {p["Prefix"][len(prefix) :].rstrip("/") for p in page.get("CommonPrefixes", [])}
+            names |= {o["Key"][len(prefix) :] for o in page.get("Contents", [])}
+        return sorted(n for n in names if n)
+
+    def files(self, rel: str) -> list[ObjectInfo]:
+        """See :meth:`ObjectStore.files`."""
+        prefix = self._prefix(rel)
+        base = self._prefix("")
+        found: list[ObjectInfo] = []
+        for page in self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.root.bucket, Prefix=prefix
+        ):
+            for obj in page.get("Contents", []):
+                found.append(
+                    ObjectInfo(obj["Key"][len(base) :], int(obj["Size"]), obj["LastModified"].timestamp())
+                )
+        return found
+
+    def delete_tree(self, rel: str) -> None:
+        """See :meth:`ObjectStore.delete_tree`."""
+        keys = [{"Key": self._prefix("") + info.path} for info in self.files(rel)]
+        for start in range(0, len(keys), 1000):
+            self.client.delete_objects(
+                Bucket=self.root.bucket, Delete={"Objects": keys[start : start + 1000]}
+            )
+
+
+def open_store(uri: str, options: S3Options | None = None) -> ObjectStore:
+    """An :class:`ObjectStore` for an absolute local folder or ``s3://bucket/prefix``.
 
     Raises:
-        ConfigurationError: unknown mode, bad URI, or the input does not exist or is empty.
+        ConfigurationError: the URI is relative, has ``..`` segments, or another scheme.
     """
-    if mode not in MODES:
-        raise ConfigurationError(f"fingerprint mode {mode!r} is unknown: use one of {', '.join(MODES)}")
-    location = parse_uri(uri, what=f"input {name!r}")
-    stats: list[FileStat] = []
-    hashed = False
+    location = parse_uri(uri, what="store")
     if location.scheme == "s3":
-        client = s3_client(options) if mode != "metadata" else None
-        for obj in _list_s3(location, options):
-            rel = obj["Key"][len(location.path) :].lstrip("/")
-            version = f"etag={obj['ETag']};version={obj['VersionId']}"
-            if mode == "content" or (mode == "auto" and not obj["ETag"]):
-                version, hashed = _hash_s3_object(client, location.bucket, obj["Key"]), True
-            stats.append(FileStat(rel, int(obj["Size"]), version))
-    else:
-        root = Path(location.path)
-        for rel, st in _settled(root, time.time() if now is None else now):
-            version = f"mtime_ns={st.st_mtime_ns}"
-            if mode == "content" or (mode == "auto" and st.st_mtime_ns % 1_000_000_000 == 0):
-                # Whole-second mtimes come from coarse filesystems or archives: two writes in one second
-                # keep size and mtime, so only the bytes tell.
-                version, hashed = hash_local_file(root / rel if rel else root), True
-            stats.append(FileStat(rel, st.st_size, version))
-    return fingerprint_input(name, location.uri, stats, mode="content" if hashed else "metadata")
+        return S3ObjectStore(location, options)
+    return LocalObjectStore(location)

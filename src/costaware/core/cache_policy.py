@@ -70,6 +70,7 @@ class MaxAgePolicy(EvictionPolicy):
         self.max_age = max_age
 
     def select(self, entries: Sequence[EntryStats], now: datetime) -> list[str]:
+        """Entries older than ``max_age``."""
         return [e.key for e in _lru_first(entries) if now - e.created_at > self.max_age]
 
 
@@ -86,6 +87,7 @@ class MaxTotalSizePolicy(EvictionPolicy):
         self.max_bytes = max_bytes
 
     def select(self, entries: Sequence[EntryStats], now: datetime) -> list[str]:
+        """The least recently used entries whose removal brings the total to ``max_bytes`` or less."""
         total = sum(e.bytes for e in entries)
         chosen: list[str] = []
         for entry in _lru_first(entries):
@@ -109,6 +111,7 @@ class LeastRecentlyUsedPolicy(EvictionPolicy):
         self.max_entries = max_entries
 
     def select(self, entries: Sequence[EntryStats], now: datetime) -> list[str]:
+        """All but the ``max_entries`` most recently used entries."""
         ordered = _lru_first(entries)
         return [e.key for e in ordered[: max(len(ordered) - self.max_entries, 0)]]
 
@@ -126,6 +129,7 @@ class CombinedPolicy(EvictionPolicy):
         self.policies = tuple(policies)
 
     def select(self, entries: Sequence[EntryStats], now: datetime) -> list[str]:
+        """What any policy selects, each applied to what the ones before it left."""
         remaining = list(entries)
         chosen: list[str] = []
         for policy in self.policies:
@@ -143,8 +147,12 @@ def gb_months(size_bytes: int, start: datetime, end: datetime) -> Decimal:
     return (Decimal(size_bytes) / BYTES_PER_GB * seconds / SECONDS_PER_MONTH).quantize(Decimal("0.000001"))
 
 
-def storage_usd(quantity_gb_months: Decimal, usd_per_gb_month: Decimal = S3_STANDARD_USD_PER_GB_MONTH) -> Decimal:
+def storage_usd(
+    quantity_gb_months: Decimal, usd_per_gb_month: Decimal = S3_STANDARD_USD_PER_GB_MONTH
+) -> Decimal:
     """USD for a quantity of GB-months at a price, exact to the micro-dollar."""
     if usd_per_gb_month < 0:
-        raise ConfigurationError(f"storage price must be zero or more USD per GB-month, got {usd_per_gb_month}")
+        raise ConfigurationError(
+            f"storage price must be zero or more USD per GB-month, got {usd_per_gb_month}"
+        )
     return (quantity_gb_months * usd_per_gb_month).quantize(Decimal("0.000001"))

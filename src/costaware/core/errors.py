@@ -54,3 +54,7 @@ class LedgerUnavailableError(CostawareError):
 
 class ReservationNotFoundError(CostawareError, LookupError):
     """Raised when settling or releasing a reservation id that the ledger does not hold."""
+
+
+class CorruptEntryError(CostawareError):
+    """Raised when a cache entry's manifest is unreadable or does not match its data; it is recomputed."""

@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import hashlib
 import importlib.metadata
+import importlib.util
 import inspect
 import json
 import re
@@ -90,6 +91,7 @@ class InputFingerprint:
     mode: str
 
     def to_dict(self) -> dict[str, Any]:
+        """The fingerprint as a JSON-ready dict (for manifests)."""
         return dataclasses.asdict(self)
 
 
@@ -104,7 +106,8 @@ def fingerprint_input(name: str, uri: str, stats: Iterable[FileStat], *, mode: s
     ordered = sorted(stats, key=lambda s: s.path)
     if not ordered:
         raise ConfigurationError(
-            f"input {name!r} at {uri} has no files: check the path or prefix, or that the upstream task wrote it"
+            f"input {name!r} at {uri} has no files: check the path or prefix, or that the upstream task "
+            "wrote it"
         )
     parts: list[str] = []
     for stat in ordered:
@@ -141,16 +144,54 @@ def _library_roots() -> tuple[str, ...]:
     return tuple(str(Path(r).resolve()) for r in roots if r)
 
 
-def is_project_module(module: types.ModuleType) -> bool:
-    """Whether a module is the user's own code: not built in, not stdlib, not installed in site-packages."""
-    top = module.__name__.partition(".")[0]
-    if top in sys.stdlib_module_names:
-        return False
-    file = getattr(module, "__file__", None)
-    if not file or not file.endswith(".py"):
+def _is_project_file(name: str, file: str | None) -> bool:
+    if name.partition(".")[0] in sys.stdlib_module_names or not file or not file.endswith(".py"):
         return False
     resolved = str(Path(file).resolve())
     return not any(resolved.startswith(root + "/") for root in _library_roots())
+
+
+def is_project_module(module: types.ModuleType) -> bool:
+    """Whether a module is the user's own code: not built in, not stdlib, not installed in site-packages."""
+    return _is_project_file(module.__name__, getattr(module, "__file__", None))
+
+
+def _module_file(name: str) -> str | None:
+    """The source file of a project module ``name``; ``None`` for library, missing or non-module names.
+
+    Modules not yet imported (imports inside a function run only when it runs) are found with
+    ``importlib.util.find_spec``, which imports no library: the top-level package is checked first.
+    """
+    loaded = sys.modules.get(name)
+    if loaded is not None:
+        file = getattr(loaded, "__file__", None)
+        return file if _is_project_file(name, file) else None
+    top = name.partition(".")[0]
+    try:
+        top_spec = sys.modules.get(top) or importlib.util.find_spec(top)
+        top_file = getattr(top_spec, "__file__", None) or getattr(top_spec, "origin", None)
+        if not _is_project_file(top, top_file):
+            return None
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError, AttributeError):
+        return None
+    file = spec.origin if spec is not None and spec.has_location else None
+    return file if _is_project_file(name, file) else None
+
+
+def _imports(source: str, package: str) -> list[str]:
+    """Dotted names that ``source`` imports (``from a import b`` gives ``a`` and ``a.b``)."""
+    names: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{parent}.{base}" if base else parent
+            names += [base] + [f"{base}.{alias.name}" for alias in node.names]
+    return names
 
 
 class _Collector:
@@ -182,6 +223,8 @@ class _Collector:
             ) from e
         self.parts[f"source:{name}"] = source
         module = sys.modules.get(getattr(target, "__module__", "") or "")
+        # Imports inside the function (the Airflow way: heavy imports where they are used).
+        self._modules(_imports(source, getattr(module, "__package__", None) or ""))
         if inspect.isfunction(target):
             self._function_references(target, module)
         elif inspect.isclass(target):
@@ -201,10 +244,9 @@ class _Collector:
 
     def _reference(self, name: str, value: Any, home: types.ModuleType | None) -> None:
         if isinstance(value, types.ModuleType):
-            if is_project_module(value):
-                self.module(value)
+            self._modules([value.__name__])
             return
-        if isinstance(value, _PRIMITIVES) or isinstance(value, (tuple, frozenset)) and len(value) <= 64:
+        if isinstance(value, _PRIMITIVES) or (isinstance(value, (tuple, frozenset)) and len(value) <= 64):
             self.parts[f"global:{getattr(home, '__name__', '?')}.{name}"] = repr(value)
             return
         owner = sys.modules.get(getattr(value, "__module__", None) or "")
@@ -212,18 +254,22 @@ class _Collector:
             return
         if home is not None and owner is home:
             self.callable(value, name)  # a helper in the same file: its own source, not the whole file
-        elif is_project_module(owner):
-            self.module(owner)
+        else:
+            self._modules([owner.__name__])
 
-    def module(self, module: types.ModuleType) -> None:
-        label = f"module:{module.__name__}"
-        if label in self.parts or not module.__file__:
-            return
-        source = Path(module.__file__).read_text(encoding="utf-8")
-        self.parts[label] = source
-        for imported in _imported_modules(source, module):
-            if is_project_module(imported):
-                self.module(imported)
+    def _modules(self, names: list[str]) -> None:
+        """Add the whole source of each project module named, and of the project modules it imports."""
+        for name in names:
+            label = f"module:{name}"
+            if label in self.parts:
+                continue
+            file = _module_file(name)
+            if file is None:
+                continue
+            source = Path(file).read_text(encoding="utf-8")
+            self.parts[label] = source
+            package = name if file.endswith("__init__.py") else name.rpartition(".")[0]
+            self._modules(_imports(source, package))
 
 
 def _code_names(code: types.CodeType) -> set[str]:
@@ -232,27 +278,6 @@ def _code_names(code: types.CodeType) -> set[str]:
         if isinstance(const, types.CodeType):
             names |= _code_names(const)
     return names
-
-
-def _imported_modules(source: str, module: types.ModuleType) -> list[types.ModuleType]:
-    """Modules that ``module`` imports, as far as they are loaded (a transform can only use loaded ones)."""
-    found: list[types.ModuleType] = []
-    package = module.__package__ or ""
-    for node in ast.walk(ast.parse(source)):
-        names: list[str] = []
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parent = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
-                base = f"{parent}.{base}" if base else parent
-            names = [base] + [f"{base}.{alias.name}" for alias in node.names]
-        for name in names:
-            loaded = sys.modules.get(name)
-            if loaded is not None:
-                found.append(loaded)
-    return found
 
 
 def code_fingerprint(transform: Callable[..., Any], *, version: str | None = None) -> CodeFingerprint:
@@ -275,7 +300,9 @@ def code_fingerprint(transform: Callable[..., Any], *, version: str | None = Non
             raise ConfigurationError("version must be a non-empty string such as '2026-11-22.1', got ''")
         return CodeFingerprint(_digest("version", str(version)), (f"version:{version}",))
     if not callable(transform):
-        raise ConfigurationError(f"transform must be a callable, got {type(transform).__name__} {transform!r}")
+        raise ConfigurationError(
+            f"transform must be a callable, got {type(transform).__name__} {transform!r}"
+        )
     collector = _Collector()
     collector.callable(transform, getattr(transform, "__qualname__", "transform"))
     ordered = sorted(collector.parts.items())
@@ -385,9 +412,9 @@ def validate_key(key: str) -> str:
 
 
 def safe_relative_path(value: str, *, what: str = "path") -> str:
-    """Normalise a relative path or prefix (``a/b/``) and reject anything that could leave its root.
+    r"""Normalise a relative path or prefix (``a/b/``) and reject anything that could leave its root.
 
-    Rejected: empty segments (``a//b``), ``.`` or ``..`` segments, absolute paths (``/x``, ``C:\\x``),
+    Rejected: empty segments (``a//b``), ``.`` or ``..`` segments, absolute paths (``/x``, ``C:\x``),
     backslashes and NUL bytes. A trailing ``/`` is dropped.
 
     Raises:

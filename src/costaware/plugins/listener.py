@@ -149,13 +149,20 @@ def build_entry(ti: Any, outcome: str, error: BaseException | None, seconds: flo
         unit_price_usd=rate,
         on_demand_usd=on_demand,
         gpu_hours=gpu_hours,
-        tags={**tags_for(getattr(task, "dag", None), params), **dict(told.get("tags") or {})},
+        tags={**tags_for(_dag_of(task), params), **dict(told.get("tags") or {})},
         incurred_at=datetime.now(timezone.utc),
         outcome=outcome,
         cause=cause,
         price_source=source,
         note=note,
     )
+
+
+def _dag_of(task: Any) -> Any:
+    try:
+        return task.dag
+    except (AttributeError, RuntimeError):  # an operator run outside any DAG (tests, ad-hoc execute)
+        return None
 
 
 def _runtime_seconds(ti: Any) -> float | None:

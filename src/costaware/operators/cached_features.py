@@ -1,0 +1,352 @@
+"""``CachedFeaturesOperator``: build features once; reuse them until the data, code or parameters change."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+
+from costaware.operators.errors import airflow_errors
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from costaware.adapters.feature_manifest import Computed, Outcome
+    from costaware.adapters.object_store import S3Options
+    from costaware.core.fingerprint import InputFingerprint
+
+ENV_FEATURE_CACHE = "COSTAWARE_FEATURE_CACHE"
+
+
+def default_store_uri() -> str:
+    """``$COSTAWARE_FEATURE_CACHE``, else ``$AIRFLOW_HOME/costaware/features``."""
+    if os.environ.get(ENV_FEATURE_CACHE):
+        return os.environ[ENV_FEATURE_CACHE]
+    return str(Path(os.environ.get("AIRFLOW_HOME", Path.home() / "airflow")) / "costaware" / "features")
+
+
+def run_identity(context: Mapping[str, Any], task_id: str) -> dict[str, Any]:
+    """dag_id, run_id, task_id, try_number and map_index of the running task, from its context."""
+    ti = context.get("ti") or context.get("task_instance")
+    dag = context.get("dag")
+    return {
+        "dag_id": str(getattr(ti, "dag_id", None) or getattr(dag, "dag_id", None) or "adhoc"),
+        "run_id": str(context.get("run_id") or getattr(ti, "run_id", None) or "manual"),
+        "task_id": str(getattr(ti, "task_id", None) or task_id),
+        "try_number": int(getattr(ti, "try_number", None) or 1),
+        "map_index": int(getattr(ti, "map_index", -1) if getattr(ti, "map_index", None) is not None else -1),
+    }
+
+
+def _asset_uri(value: Any) -> str:
+    """An input's URI: Airflow Assets by their ``uri``, strings as they are."""
+    uri = getattr(value, "uri", value)
+    if not isinstance(uri, str) or not uri:
+        raise ValueError(f"input {value!r} is neither a URI string nor an Airflow Asset")
+    return uri
+
+
+def fingerprint_inputs(
+    inputs: Mapping[str, Any], context: Mapping[str, Any], options: S3Options, mode: str
+) -> list[InputFingerprint]:
+    """Fingerprint every input: local and S3 data by metadata/content, other Assets by their latest event.
+
+    Raises:
+        ConfigurationError: an input cannot be fingerprinted (no data and no Asset event to go by).
+    """
+    from costaware.adapters.input_data import fingerprint_uri
+    from costaware.core.errors import ConfigurationError
+    from costaware.core.fingerprint import FileStat, fingerprint_input
+
+    out = []
+    for name, value in sorted(inputs.items()):
+        try:
+            uri = _asset_uri(value)
+        except ValueError as e:
+            raise ConfigurationError(f"input {name!r}: {e}") from e
+        if "://" not in uri or uri.startswith(("s3://", "file://")):
+            out.append(fingerprint_uri(name, uri, options, mode=mode))
+            continue
+        # Another kind of Asset (a table, an API): its latest event is what says the data changed.
+        events: Any = None
+        if not isinstance(value, str):
+            try:
+                events = (context.get("inlet_events") or {})[value]
+            except (LookupError, TypeError):
+                events = None
+        last = events[-1] if events else None
+        if last is None:
+            raise ConfigurationError(
+                f"input {name!r} ({uri}) is neither a local path nor s3://, and the task has no event of "
+                "it in inlet_events: add the Asset to the task's inlets, or point the input at its data"
+            )
+        version = ";".join(f"{attr}={getattr(last, attr, '')}" for attr in ("id", "timestamp", "extra"))
+        out.append(fingerprint_input(name, uri, [FileStat("", 0, version)], mode="declared"))
+    return out
+
+
+class CachedFeaturesOperator(BaseOperator):
+    """Build features with a transform, or reuse the stored result when nothing it depends on changed.
+
+    The cache key is a fingerprint of: every input (size, mtime / ETag, or content), the transform's
+    source and the sources of the project modules it uses (or ``version``), its parameters, and the
+    versions of pandas and pyarrow. On a hit the stored Parquet's URI is returned at once and the avoided
+    cost is written to the ledger; on a miss the transform runs, its result is committed atomically, and its
+    cost is written to the ledger. Two runs asking for the same key at once compute it once.
+
+    The transform is a plain function ``transform(inputs, **transform_params) -> pandas.DataFrame`` where
+    ``inputs`` maps each input name to a ``pandas.DataFrame`` (read with pyarrow from Parquet or CSV), or
+    to its URI string when ``pass_paths=True``. It may also return a ``pyarrow.Table``.
+
+    Returns (XCom): ``{"uri", "key", "hit", "rows", "bytes", "created_at", "producer", "cost_usd",
+    "avoided_usd"}``; money as strings.
+
+    Args:
+        transform: The feature transform (see above).
+        inputs: Input name to a local path, ``s3://`` URI or Airflow Asset (templated).
+        transform_params: Keyword arguments of the transform; part of the key (templated).
+        store_uri: Where entries live: an absolute folder or ``s3://bucket/prefix`` (templated); default
+            ``$COSTAWARE_FEATURE_CACHE`` or ``$AIRFLOW_HOME/costaware/features``.
+        version: Key the code by this string instead of by its source (templated).
+        pass_paths: Hand the transform URIs instead of DataFrames (for transforms that read lazily).
+        fingerprint_mode: ``auto`` (metadata; content where metadata cannot be trusted), ``metadata``
+            or ``content``.
+        libraries: Libraries whose versions are part of the key.
+        aws_conn_id: Airflow AWS connection for S3 inputs and an S3 store; ``None`` for the default chain.
+        ledger_conn_id: Airflow connection of the cost ledger.
+        instance_type: Instance type the transform runs on, to price a miss from the catalog (templated).
+        region: Region of that instance (templated).
+        usd_per_hour: Price of the worker per hour, when it is not a catalog instance (templated).
+        tags: Allocation tags (team, project, owner) of the ledger entries.
+        wait_timeout_seconds: How long to wait for another run computing the same key.
+        bill_storage: Record the cache's storage cost (kind ``storage``) up to the current hour.
+        storage_usd_per_gb_month: Storage price; default S3 Standard.
+    """
+
+    template_fields: Sequence[str] = (
+        "inputs",
+        "transform_params",
+        "store_uri",
+        "version",
+        "instance_type",
+        "region",
+        "usd_per_hour",
+    )
+    template_fields_renderers = {"inputs": "json", "transform_params": "json"}
+    ui_color = "#e3f2fd"
+
+    def __init__(
+        self,
+        *,
+        transform: Callable[..., Any],
+        inputs: Mapping[str, Any],
+        transform_params: Mapping[str, Any] | None = None,
+        store_uri: str | None = None,
+        version: str | None = None,
+        pass_paths: bool = False,
+        fingerprint_mode: str = "auto",
+        libraries: Sequence[str] = ("pandas", "pyarrow"),
+        aws_conn_id: str | None = None,
+        ledger_conn_id: str = "costaware_ledger",
+        instance_type: str | None = None,
+        region: str | None = None,
+        usd_per_hour: str | None = None,
+        tags: Mapping[str, str] | None = None,
+        wait_timeout_seconds: float = 7200,
+        bill_storage: bool = True,
+        storage_usd_per_gb_month: str = "0.023",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.transform = transform
+        self.inputs = inputs
+        self.transform_params = transform_params or {}
+        self.store_uri = store_uri
+        self.version = version
+        self.pass_paths = pass_paths
+        self.fingerprint_mode = fingerprint_mode
+        self.libraries = tuple(libraries)
+        self.aws_conn_id = aws_conn_id
+        self.ledger_conn_id = ledger_conn_id
+        self.instance_type = instance_type
+        self.region = region
+        self.usd_per_hour = usd_per_hour
+        self.tags = dict(tags or {})
+        self.wait_timeout_seconds = wait_timeout_seconds
+        self.bill_storage = bill_storage
+        self.storage_usd_per_gb_month = storage_usd_per_gb_month
+
+    def _usd_per_hour(self, options: S3Options) -> Decimal:
+        from costaware.core.money import parse_usd
+
+        if self.usd_per_hour is not None:
+            return parse_usd(self.usd_per_hour, name="usd_per_hour")
+        if self.instance_type:
+            from costaware.adapters.price_files import bundled_catalog
+            from costaware.core.errors import ConfigurationError
+
+            region = self.region or options.region
+            if not region:
+                raise ConfigurationError(
+                    f"instance_type={self.instance_type!r} needs region= to look up its price, e.g. us-east-1"
+                )
+            return bundled_catalog().on_demand_usd_per_hour(self.instance_type, region)
+        self.log.warning("neither instance_type nor usd_per_hour is set: misses are recorded at $0")
+        return Decimal(0)
+
+    def _compute(self, options: S3Options, usd_per_hour: Decimal) -> Callable[[], Computed]:
+        import pandas as pd
+        import pyarrow as pa
+
+        from costaware.adapters.feature_manifest import Computed, to_parquet
+        from costaware.adapters.input_data import read_frame
+        from costaware.core.errors import ConfigurationError
+        from costaware.core.ledger import compute_cost
+
+        def run() -> Computed:
+            started = time.monotonic()
+            loaded = {
+                name: _asset_uri(value) if self.pass_paths else read_frame(_asset_uri(value), options)
+                for name, value in self.inputs.items()
+            }
+            result = self.transform(loaded, **self.transform_params)
+            if not isinstance(result, (pd.DataFrame, pa.Table)):
+                raise ConfigurationError(
+                    f"transform {getattr(self.transform, '__qualname__', self.transform)!r} returned "
+                    f"{type(result).__name__}: it must return a pandas.DataFrame or a pyarrow.Table"
+                )
+            parquet, schema, rows = to_parquet(result)
+            seconds = time.monotonic() - started
+            return Computed(parquet, schema, rows, seconds, compute_cost(seconds, usd_per_hour)[1])
+
+        return run
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        """Fingerprint, then reuse or compute the features; record the cost in the ledger."""
+        from datetime import timedelta
+
+        from costaware.adapters.feature_manifest import Manifest
+        from costaware.adapters.feature_store import FeatureStore
+        from costaware.core.fingerprint import cache_key, canonical_params, code_fingerprint, library_versions
+        from costaware.hooks.aws import s3_options
+        from costaware.hooks.ledger import CostLedgerHook
+
+        who = run_identity(context, self.task_id)
+        with airflow_errors():
+            options = s3_options(self.aws_conn_id)
+            fingerprints = fingerprint_inputs(self.inputs, context, options, self.fingerprint_mode)
+            code = code_fingerprint(self.transform, version=self.version)
+            libraries = library_versions(self.libraries)
+            key = cache_key(fingerprints, code, self.transform_params, libraries)
+            store = FeatureStore(self.store_uri or default_store_uri(), s3=options)
+            template = Manifest(
+                key=key,
+                data_path="",
+                data_hash="",
+                schema=[],
+                rows=0,
+                bytes=0,
+                created_at="",
+                producer={k: who[k] for k in ("dag_id", "run_id", "task_id")},
+                inputs=[f.to_dict() for f in fingerprints],
+                code_parts=list(code.parts),
+                params=canonical_params(self.transform_params),
+                libraries=libraries,
+            )
+            rate = self._usd_per_hour(options)
+            outcome = store.get_or_compute(
+                key,
+                self._compute(options, rate),
+                template,
+                wait_timeout=timedelta(seconds=self.wait_timeout_seconds),
+            )
+            ledger = CostLedgerHook(self.ledger_conn_id).get_conn()
+            entry = self._ledger_entry(outcome, who, rate)
+            if outcome.hit:
+                ledger.record(entry)  # the avoided cost, as an estimate
+            # A miss's compute is this try's runtime, which the cost listener prices like any task's;
+            # recording it here too would count it twice. The listener's entry carries the note and tags.
+            from costaware.plugins.listener import annotate_task
+
+            annotate_task(context["ti"], note=entry.note, tags=self.tags)
+            if self.bill_storage:
+                from costaware.core.money import parse_usd
+
+                price = parse_usd(self.storage_usd_per_gb_month, name="storage_usd_per_gb_month")
+                store.bill_storage(ledger.record, usd_per_gb_month=price, tags=self.tags)
+        return self._report(outcome)
+
+    def _ledger_entry(self, outcome: Outcome, who: dict[str, Any], rate: Decimal) -> Any:
+        """The avoided-cost entry of a hit; for a miss, the entry whose note the listener's entry takes."""
+        from costaware.core.ledger import SECONDS_PER_HOUR, Kind, LedgerEntry, Market
+        from costaware.core.money import format_usd
+
+        manifest = outcome.entry.manifest
+        hours = (Decimal(str(manifest.compute_seconds)) / SECONDS_PER_HOUR).quantize(Decimal("0.000001"))
+        common = {
+            "dag_id": who["dag_id"],
+            "run_id": who["run_id"],
+            "task_id": who["task_id"],
+            "try_number": who["try_number"],
+            "map_index": who["map_index"],
+            "kind": Kind.COMPUTE,
+            "usd": Decimal(manifest.cost_usd),
+            "quantity": hours,
+            "unit": "hour",
+            "instance_type": self.instance_type,
+            "region": self.region,
+            "market": Market.ON_DEMAND if self.instance_type and self.usd_per_hour is None else Market.LOCAL,
+            "tags": self.tags,
+        }
+        if outcome.hit:
+            self.log.info(
+                "reused features computed by %s on %s (key %s, %d rows): avoided %s",
+                manifest.producer_label,
+                manifest.created.date().isoformat(),
+                manifest.key,
+                manifest.rows,
+                format_usd(Decimal(manifest.cost_usd)),
+            )
+            return LedgerEntry(
+                **common,
+                estimated=True,
+                outcome="cache_hit",
+                cause="feature_cache",
+                note=f"avoided: reused features {manifest.key} computed by {manifest.producer_label} "
+                f"on {manifest.created_at}",
+            )
+        self.log.info(
+            "computed features in %.1f s (%d rows, %d bytes) and stored them as %s",
+            manifest.compute_seconds,
+            manifest.rows,
+            manifest.bytes,
+            outcome.entry.uri,
+        )
+        return LedgerEntry(
+            **common,
+            unit_price_usd=rate,
+            estimated=False,
+            outcome="cache_miss",
+            cause="feature_cache",
+            note=f"computed features {manifest.key} into {outcome.entry.uri}",
+        )
+
+    @staticmethod
+    def _report(outcome: Outcome) -> dict[str, Any]:
+        manifest = outcome.entry.manifest
+        return {
+            "uri": outcome.entry.uri,
+            "key": manifest.key,
+            "hit": outcome.hit,
+            "rows": manifest.rows,
+            "bytes": manifest.bytes,
+            "created_at": manifest.created_at,
+            "producer": manifest.producer_label,
+            "cost_usd": "0" if outcome.hit else manifest.cost_usd,
+            "avoided_usd": manifest.cost_usd if outcome.hit else "0",
+        }

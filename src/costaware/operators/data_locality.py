@@ -1,0 +1,295 @@
+"""``DataLocalityCheckOperator``: stop a run before it drags data across regions without paying for it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+
+from costaware.operators.cached_features import run_identity
+from costaware.operators.errors import airflow_errors
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from costaware.adapters.ledger_store import Ledger
+    from costaware.adapters.object_store import S3Options
+    from costaware.adapters.regions import EgressEstimate
+    from costaware.core.ledger import LedgerEntry
+
+POLICIES = ("block", "warn", "allow_within_budget")
+ENV_WORKER_REGION = "COSTAWARE_WORKER_REGION"
+
+
+def _describe(estimate: EgressEstimate) -> str:
+    where = estimate.placement.uri
+    if where.startswith("s3://"):
+        where = f"bucket '{where[5:].split('/', 1)[0]}' ({where})"
+    return (
+        f"{where} in {estimate.placement.region} -> compute in {estimate.compute_region}: "
+        f"{estimate.placement.bytes:,} bytes at ${estimate.usd_per_gb}/GB = ${estimate.usd}"
+    )
+
+
+class DataLocalityCheckOperator(BaseOperator):
+    """Check that the data lives where the compute runs; estimate, gate and record cross-region egress.
+
+    For each input it finds the region (S3: the bucket's region from HeadBucket/GetBucketLocation; local
+    paths: ``worker_region``; other URIs: ``declared_regions``) and the bytes (listing metadata only), and
+    prices the transfer to ``compute_region`` with the bundled transfer prices. Then, by ``policy``:
+
+    * ``block`` (default): any cross-region input fails the run, before any transfer, with
+      ``CrossRegionEgressError`` naming the bucket, both regions, the bytes and the USD.
+    * ``warn``: logs the estimate and records it as egress spend.
+    * ``allow_within_budget``: reserves the estimate from the ledger budget covering ``budget_scope``
+      (failing when the budget cannot cover it) and records it as egress spend against that reservation.
+
+    An input with a same-region replica in ``replicas`` is switched to the replica (said in the log and
+    in the result) and its egress recorded as avoided. Every estimate goes to the ledger as kind
+    ``egress``: actual when data will move, estimated (avoided) when nothing moves.
+
+    Returns (XCom, one key per item with ``multiple_outputs``): ``{"compute_region", "policy",
+    "egress_usd", "uris": {name: URI to read}, "inputs": [...]}``; money as strings.
+
+    Args:
+        inputs: Input URIs or Airflow Assets, as a list or as ``{name: URI}`` (templated).
+        compute_region: Where the compute runs, e.g. ``{{ ti.xcom_pull('choose_compute')['region'] }}``
+            (templated).
+        policy: ``block``, ``warn`` or ``allow_within_budget``.
+        budget_scope: Budget scope to reserve from with ``allow_within_budget``, e.g. ``project=churn``
+            (templated); default: the scope of ``tags``.
+        worker_region: Region of local paths (templated); default ``$COSTAWARE_WORKER_REGION``.
+        declared_regions: Regions by URI prefix, for other URIs or to override a lookup.
+        declared_bytes: Sizes by URI, for inputs that cannot be listed.
+        replicas: Same-data copies by source URI and region, e.g.
+            ``{"s3://data-eu/flights": {"us-east-1": "s3://data-us/flights"}}``.
+        aws_conn_id: Airflow AWS connection for S3 look-ups; ``None`` for the default chain.
+        ledger_conn_id: Airflow connection of the cost ledger.
+        tags: Allocation tags (team, project, owner) of the ledger entries.
+    """
+
+    template_fields: Sequence[str] = ("inputs", "compute_region", "budget_scope", "worker_region")
+    ui_color = "#fff3e0"
+
+    def __init__(
+        self,
+        *,
+        inputs: Sequence[Any] | Mapping[str, Any],
+        compute_region: str,
+        policy: str = "block",
+        budget_scope: str | None = None,
+        worker_region: str | None = None,
+        declared_regions: Mapping[str, str] | None = None,
+        declared_bytes: Mapping[str, int] | None = None,
+        replicas: Mapping[str, Mapping[str, str]] | None = None,
+        aws_conn_id: str | None = None,
+        ledger_conn_id: str = "costaware_ledger",
+        tags: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("multiple_outputs", True)
+        super().__init__(**kwargs)
+        if policy not in POLICIES:
+            from costaware.core.errors import ConfigurationError
+
+            raise ConfigurationError(f"policy {policy!r} is unknown: use one of {', '.join(POLICIES)}")
+        self.inputs = inputs
+        self.compute_region = compute_region
+        self.policy = policy
+        self.budget_scope = budget_scope
+        self.worker_region = worker_region
+        self.declared_regions = dict(declared_regions or {})
+        self.declared_bytes = dict(declared_bytes or {})
+        self.replicas = {k: dict(v) for k, v in (replicas or {}).items()}
+        self.aws_conn_id = aws_conn_id
+        self.ledger_conn_id = ledger_conn_id
+        self.tags = dict(tags or {})
+
+    def _named_inputs(self) -> dict[str, str]:
+        items = self.inputs.items() if isinstance(self.inputs, Mapping) else enumerate(self.inputs)
+        return {str(name): str(getattr(value, "uri", value)) for name, value in items}
+
+    def _estimates(self, options: S3Options) -> list[tuple[str, EgressEstimate, EgressEstimate | None]]:
+        """(name, estimate of the input, estimate of its same-region replica or None) per input."""
+        from costaware.adapters.price_files import bundled_catalog
+        from costaware.adapters.regions import estimate_egress, locate
+        from costaware.core.errors import ConfigurationError
+
+        catalog = bundled_catalog()
+        worker = self.worker_region or os.environ.get(ENV_WORKER_REGION)
+        found = []
+        for name, uri in self._named_inputs().items():
+            where = locate(
+                uri,
+                worker_region=worker,
+                declared=self.declared_regions,
+                declared_bytes=self.declared_bytes,
+                options=options,
+            )
+            estimate = estimate_egress(where, self.compute_region, catalog.transfer_usd_per_gb)
+            replica_uri = self.replicas.get(uri, {}).get(self.compute_region)
+            replica = None
+            if estimate.cross_region and replica_uri:
+                replica_at = locate(
+                    replica_uri,
+                    worker_region=worker,
+                    declared=self.declared_regions,
+                    declared_bytes=self.declared_bytes,
+                    options=options,
+                )
+                if replica_at.region != self.compute_region:
+                    raise ConfigurationError(
+                        f"replica {replica_uri} of {uri} is configured for {self.compute_region} but lives "
+                        f"in {replica_at.region}: fix replicas="
+                    )
+                replica = estimate_egress(replica_at, self.compute_region, catalog.transfer_usd_per_gb)
+            found.append((name, estimate, replica))
+        return found
+
+    def _entry(
+        self,
+        who: dict[str, Any],
+        estimate: EgressEstimate,
+        *,
+        actual: bool,
+        outcome: str,
+        note: str,
+        reservation_id: str | None = None,
+    ) -> LedgerEntry:
+        from costaware.core.ledger import Kind, LedgerEntry
+
+        return LedgerEntry(
+            dag_id=who["dag_id"],
+            run_id=who["run_id"],
+            task_id=who["task_id"],
+            try_number=who["try_number"],
+            map_index=who["map_index"],
+            kind=Kind.EGRESS,
+            usd=estimate.usd,
+            quantity=(Decimal(estimate.placement.bytes) / Decimal(2**30)).quantize(Decimal("0.000001")),
+            unit="gb",
+            unit_price_usd=estimate.usd_per_gb,
+            region=estimate.compute_region,
+            estimated=not actual,
+            outcome=outcome,
+            cause="data_locality",
+            price_source="bundled AWS transfer prices",
+            note=f"{note}: {_describe(estimate)}",
+            tags=self.tags,
+            reservation_id=reservation_id,
+        )
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        """Locate every input, price its egress, apply the policy and record the estimates."""
+        from costaware.hooks.aws import s3_options
+        from costaware.hooks.ledger import CostLedgerHook
+
+        who = run_identity(context, self.task_id)
+        with airflow_errors():
+            found = self._estimates(s3_options(self.aws_conn_id))
+            ledger = CostLedgerHook(self.ledger_conn_id).get_conn()
+            self._gate(ledger, who, found)
+        return self._report(found)
+
+    def _gate(
+        self,
+        ledger: Ledger,
+        who: dict[str, Any],
+        found: list[tuple[str, EgressEstimate, EgressEstimate | None]],
+    ) -> None:
+        """Apply the policy; records every estimate in the ledger, then raises when the run must stop."""
+        from costaware.core.errors import BudgetExceededError, CrossRegionEgressError
+
+        moving = [e for _, e, replica in found if e.cross_region and replica is None]
+        for _, estimate, replica in found:
+            if replica is not None:
+                self.log.info(
+                    "using the same-region replica %s instead of %s",
+                    replica.placement.uri,
+                    estimate.placement.uri,
+                )
+                ledger.record(
+                    self._entry(
+                        who,
+                        estimate,
+                        actual=False,
+                        outcome="avoided",
+                        note=f"replica {replica.placement.uri} used",
+                    )
+                )
+            elif not estimate.cross_region:
+                ledger.record(
+                    self._entry(who, estimate, actual=False, outcome="same_region", note="no transfer")
+                )
+        if not moving:
+            return
+        total = sum((e.usd for e in moving), Decimal(0))
+        what = "; ".join(_describe(e) for e in moving)
+        if self.policy == "block":
+            for e in moving:
+                ledger.record(
+                    self._entry(who, e, actual=False, outcome="blocked", note="avoided egress, run blocked")
+                )
+            raise CrossRegionEgressError(
+                f"cross-region egress blocked: {what}. Run the compute in {moving[0].placement.region}, "
+                f"configure a replica in {self.compute_region} (replicas=), or set "
+                f"policy='allow_within_budget' to pay ${total} from a budget"
+            )
+        if self.policy == "warn":
+            self.log.warning("cross-region egress of an estimated $%s: %s", total, what)
+            for e in moving:
+                ledger.record(
+                    self._entry(who, e, actual=True, outcome="warned", note="cross-region egress allowed")
+                )
+            return
+        holder = f"{who['dag_id']}/{who['run_id']}/{who['task_id']}/{who['map_index']}/egress"
+        scope = self.budget_scope or ",".join(f"{k}={v}" for k, v in sorted(self.tags.items())) or "*"
+        try:
+            reservation = ledger.reserve(
+                scope, total, holder=holder, run_id=who["run_id"], purpose=f"cross-region egress ({what})"
+            )
+        except BudgetExceededError:
+            for e in moving:
+                ledger.record(
+                    self._entry(who, e, actual=False, outcome="blocked", note="avoided egress, over budget")
+                )
+            raise
+        for e in moving:
+            note = f"egress paid from budget '{scope}'"
+            ledger.record(
+                self._entry(who, e, actual=True, outcome="allowed", note=note, reservation_id=reservation.id)
+            )
+        ledger.settle(reservation.id, total)
+        self.log.info(
+            "reserved and recorded $%s of cross-region egress from budget '%s': %s", total, scope, what
+        )
+
+    def _report(self, found: list[tuple[str, EgressEstimate, EgressEstimate | None]]) -> dict[str, Any]:
+        rows: list[dict[str, Any]] = []
+        total = Decimal(0)
+        for name, estimate, replica in found:
+            use = replica.placement.uri if replica else estimate.placement.uri
+            total += Decimal("0.000000") if replica else estimate.usd
+            rows.append(
+                {
+                    "name": name,
+                    "uri": estimate.placement.uri,
+                    "use_uri": use,
+                    "region": estimate.placement.region,
+                    "bytes": estimate.placement.bytes,
+                    "how": estimate.placement.how,
+                    "usd_per_gb": str(estimate.usd_per_gb),
+                    "egress_usd": str(Decimal("0.000000") if replica else estimate.usd),
+                    "replica": replica is not None,
+                }
+            )
+        return {
+            "compute_region": self.compute_region,
+            "policy": self.policy,
+            "egress_usd": str(total),
+            "uris": {r["name"]: r["use_uri"] for r in rows},
+            "inputs": rows,
+        }

@@ -1,0 +1,279 @@
+"""CachedFeaturesOperator.execute on a local folder and on moto's S3, with a real SQLite ledger."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import uuid
+from decimal import Decimal
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import boto3
+import pandas as pd
+import pytest
+from airflow.sdk.exceptions import AirflowFailException
+
+from costaware.adapters.input_data import read_frame
+from costaware.adapters.ledger_store import Ledger
+from costaware.adapters.object_store import S3Options
+from costaware.core.errors import ConfigurationError
+from costaware.operators.cached_features import CachedFeaturesOperator
+
+T0 = 1_700_000_000_123_456_789
+
+TRANSFORM_MODULE = """
+import pandas as pd
+
+def route_delays(inputs, *, min_flights=1):
+    flights = inputs["flights"]
+    grouped = flights.groupby("route", as_index=False).agg(
+        flights=("delay", "size"), mean_delay=("delay", "mean")
+    )
+    return grouped[grouped.flights >= min_flights].reset_index(drop=True){suffix}
+"""
+
+
+@pytest.fixture
+def transform_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """A transform in its own .py file; write(suffix) edits the file and re-imports it."""
+    name = f"cf_transform_{uuid.uuid4().hex[:8]}"
+    folder = tmp_path / "code"
+    folder.mkdir()
+    monkeypatch.syspath_prepend(str(folder))
+
+    def write(suffix: str = "") -> Any:
+        (folder / f"{name}.py").write_text(TRANSFORM_MODULE.format(suffix=suffix))
+        sys.modules.pop(name, None)
+        importlib.invalidate_caches()
+        return importlib.import_module(name).route_delays
+
+    yield write
+    sys.modules.pop(name, None)
+
+
+@pytest.fixture
+def flights_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "flights"
+    folder.mkdir()
+    frame = pd.DataFrame({"route": ["JFK-LAX", "JFK-LAX", "LGA-ORD"], "delay": [10.0, 20.0, 5.0]})
+    frame.to_parquet(folder / "2013-01-01.parquet", index=False)
+    os.utime(folder / "2013-01-01.parquet", ns=(T0, T0))
+    return folder
+
+
+@pytest.fixture
+def ledger_conn(ledger_url: str, monkeypatch: pytest.MonkeyPatch) -> Ledger:
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_TEST_LEDGER", json.dumps({"conn_type": "sqlite", "host": ledger_url[10:]})
+    )
+    return Ledger.from_url(ledger_url)
+
+
+def context(run_id: str = "manual__1") -> dict[str, Any]:
+    ti = SimpleNamespace(dag_id="retrain", task_id="features", run_id=run_id, try_number=1, map_index=-1)
+    return {"ti": ti, "run_id": run_id}
+
+
+def run_with_listener(op: CachedFeaturesOperator, ctx: dict[str, Any]) -> dict[str, Any]:
+    """execute() between the cost listener's hooks, as the task runner calls them."""
+    from costaware.plugins.listener import CostListener
+
+    ti = ctx["ti"]
+    ti.task, ti.start_date, ti.end_date = op, None, None
+    ti.get_template_context = lambda: {"params": {}}
+    CostListener().on_task_instance_running(None, ti)
+    result = op.execute(ctx)
+    CostListener().on_task_instance_success(None, ti)
+    return result
+
+
+def operator(transform: Any, inputs: dict[str, Any], store: str, **kwargs: Any) -> CachedFeaturesOperator:
+    args = {"ledger_conn_id": "test_ledger", "usd_per_hour": "3.60", "tags": {"project": "flights"}, **kwargs}
+    return CachedFeaturesOperator(
+        task_id="features", transform=transform, inputs=inputs, store_uri=store, **args
+    )
+
+
+def test_miss_then_hit_locally(
+    transform_module: Any,
+    flights_dir: Path,
+    tmp_path: Path,
+    ledger_conn: Ledger,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    transform = transform_module()
+    store = str(tmp_path / "cache")
+    first = run_with_listener(operator(transform, {"flights": str(flights_dir)}, store), context("run_1"))
+    assert first["hit"] is False and first["rows"] == 2 and Decimal(first["cost_usd"]) >= 0
+    assert read_frame(first["uri"])["mean_delay"].tolist() == [15.0, 5.0]
+    second = run_with_listener(operator(transform, {"flights": str(flights_dir)}, store), context("run_2"))
+    assert second["hit"] is True and second["uri"] == first["uri"] and second["key"] == first["key"]
+    assert second["avoided_usd"] == first["cost_usd"] and second["cost_usd"] == "0"
+    assert "reused features computed by retrain/run_1 on " in capsys.readouterr().out
+    # The miss is one compute entry, written by the listener (no double count); the hit adds an estimate
+    # of the avoided cost beside its own (short) runtime.
+    (miss,) = ledger_conn.entries(run_id="run_1")
+    assert (miss["kind"], miss["estimated"], miss["outcome"]) == ("compute", False, "success")
+    assert miss["note"].startswith("computed features ") and miss["project"] == "flights"
+    assert miss["unit_price_usd"] == Decimal("3.60")
+    second_run = {e["outcome"]: e for e in ledger_conn.entries(run_id="run_2")}
+    hit = second_run["cache_hit"]
+    assert (hit["kind"], hit["estimated"]) == ("compute", True)
+    assert hit["usd"] == Decimal(first["cost_usd"])
+    assert "computed by retrain/run_1" in hit["note"]
+    assert second_run["success"]["estimated"] is False
+
+
+def test_what_invalidates_and_what_does_not(
+    transform_module: Any, flights_dir: Path, tmp_path: Path, ledger_conn: Ledger
+) -> None:
+    store = str(tmp_path / "cache")
+    inputs = {"flights": str(flights_dir)}
+    base = operator(transform_module(), inputs, store).execute(context())
+    # Same code re-imported, same data, same params: a hit.
+    assert operator(transform_module(), inputs, store).execute(context())["key"] == base["key"]
+    # Editing the transform: a miss.
+    edited = operator(transform_module(".head(1)"), inputs, store).execute(context())
+    assert edited["hit"] is False and edited["key"] != base["key"] and edited["rows"] == 1
+    # Other parameters: a miss.
+    other = operator(transform_module(), inputs, store, transform_params={"min_flights": 2}).execute(
+        context()
+    )
+    assert other["hit"] is False and other["rows"] == 1
+    # An explicit version keys by the version, not the source.
+    v1 = operator(transform_module(), inputs, store, version="v1").execute(context())
+    v1_edited = operator(transform_module(".copy()"), inputs, store, version="v1").execute(context())
+    assert v1_edited["hit"] is True and v1_edited["key"] == v1["key"]
+    # Touching the data: a miss.
+    os.utime(flights_dir / "2013-01-01.parquet", ns=(T0 + 10**6, T0 + 10**6))
+    touched = operator(transform_module(), inputs, store).execute(context())
+    assert touched["hit"] is False and touched["key"] != base["key"]
+
+
+def test_pass_paths_and_bad_transform_output(flights_dir: Path, tmp_path: Path, ledger_conn: Ledger) -> None:
+    store = str(tmp_path / "cache")
+    got = operator(_paths_transform, {"flights": str(flights_dir)}, store, pass_paths=True).execute(context())
+    assert read_frame(got["uri"])["path"].tolist() == [str(flights_dir)]
+    with pytest.raises(AirflowFailException, match=r"returned dict: it must return a pandas\.DataFrame"):
+        operator(_bad_transform, {"flights": str(flights_dir)}, store).execute(context())
+    assert ledger_conn.entries(run_id="manual__2") == []
+
+
+def _paths_transform(inputs: dict[str, str]) -> pd.DataFrame:
+    return pd.DataFrame({"path": [inputs["flights"]]})
+
+
+def _bad_transform(inputs: dict[str, pd.DataFrame]) -> dict[str, int]:
+    return {"rows": len(inputs["flights"])}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"store_uri": "s3://bucket/../elsewhere"}, r"'\.\.' segment"),
+        ({"store_uri": "cache/relative"}, "is a relative path"),
+        ({"inputs": {"flights": "relative/flights"}}, "is a relative path"),
+        ({"inputs": {"flights": "/data/../../etc"}}, r"'\.\.' segment"),
+        ({"transform_params": {"model": object()}}, "has no stable fingerprint"),
+        ({"fingerprint_mode": "quick"}, "fingerprint mode 'quick' is unknown"),
+        ({"inputs": {"t": "bigquery://proj/ds/t"}}, "no event of it in inlet_events"),
+        ({"instance_type": "m5.2xlarge", "usd_per_hour": None}, "needs region= to look up its price"),
+        (
+            {"instance_type": "m5.huge", "region": "us-east-1", "usd_per_hour": None},
+            "unknown instance type 'm5.huge'",
+        ),
+    ],
+)
+def test_bad_arguments_fail_without_writing(
+    kwargs: dict[str, Any], message: str, flights_dir: Path, tmp_path: Path, ledger_conn: Ledger
+) -> None:
+    args = {"inputs": {"flights": str(flights_dir)}, "store_uri": str(tmp_path / "cache"), **kwargs}
+    op = operator(_paths_transform, args.pop("inputs"), args.pop("store_uri"), **args)
+    with pytest.raises(AirflowFailException, match=message) as info:
+        op.execute(context())
+    assert isinstance(info.value.__cause__, ConfigurationError)
+    assert not (tmp_path / "cache").exists()
+    assert ledger_conn.entries() == []
+
+
+def test_miss_is_priced_from_the_catalog(flights_dir: Path, tmp_path: Path, ledger_conn: Ledger) -> None:
+    from costaware.adapters.price_files import bundled_catalog
+
+    op = operator(
+        _paths_transform,
+        {"flights": str(flights_dir)},
+        str(tmp_path / "cache"),
+        instance_type="m5.2xlarge",
+        region="us-east-1",
+        usd_per_hour=None,
+        pass_paths=True,
+    )
+    run_with_listener(op, context())
+    [entry] = ledger_conn.entries()
+    assert entry["unit_price_usd"] == bundled_catalog().on_demand_usd_per_hour("m5.2xlarge", "us-east-1")
+    assert (entry["instance_type"], entry["market"]) == ("m5.2xlarge", "on_demand")
+
+
+def test_asset_inputs_by_uri_and_by_event(flights_dir: Path, tmp_path: Path, ledger_conn: Ledger) -> None:
+    from airflow.sdk import Asset
+
+    store = str(tmp_path / "cache")
+    on_disk = Asset(name="flights", uri=f"file://{flights_dir}")
+    got = operator(_paths_transform, {"flights": on_disk}, store, pass_paths=True).execute(context())
+    assert got["hit"] is False
+    table = Asset(name="warehouse", uri="bigquery://proj/ds/flights")
+    events = {table: [SimpleNamespace(id=7, timestamp="2026-11-22T00:00:00+00:00", extra={})]}
+    first = operator(_paths_transform, {"flights": table}, store, pass_paths=True).execute(
+        {**context(), "inlet_events": events}
+    )
+    again = operator(_paths_transform, {"flights": table}, store, pass_paths=True).execute(
+        {**context(), "inlet_events": events}
+    )
+    newer = {table: [*events[table], SimpleNamespace(id=8, timestamp="2026-11-23T00:00:00+00:00", extra={})]}
+    changed = operator(_paths_transform, {"flights": table}, store, pass_paths=True).execute(
+        {**context(), "inlet_events": newer}
+    )
+    assert (first["hit"], again["hit"], changed["hit"]) == (False, True, False)
+
+
+def test_s3_inputs_and_s3_store_through_an_airflow_connection(
+    moto_endpoint: str,
+    transform_module: Any,
+    tmp_path: Path,
+    ledger_conn: Ledger,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    conn = {
+        "conn_type": "aws",
+        "login": "testing",
+        "password": "testing",
+        "extra": {"region_name": "us-east-1", "endpoint_url": moto_endpoint},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_MOTO_AWS", json.dumps(conn))
+    client = boto3.client(
+        "s3", **S3Options("testing", "testing", None, "us-east-1", moto_endpoint).boto3_kwargs()
+    )
+    bucket = f"ml-{uuid.uuid4().hex[:10]}"
+    client.create_bucket(Bucket=bucket)
+    local = tmp_path / "f.parquet"
+    pd.DataFrame({"route": ["A-B", "A-B", "C-D"], "delay": [1.0, 3.0, 2.0]}).to_parquet(local, index=False)
+    client.put_object(Bucket=bucket, Key="raw/flights/part-0.parquet", Body=local.read_bytes())
+    store = f"s3://{bucket}/feature-cache"
+    inputs = {"flights": f"s3://{bucket}/raw/flights"}
+    transform = transform_module()
+    first = operator(transform, inputs, store, aws_conn_id="moto_aws").execute(context("s3_1"))
+    second = operator(transform, inputs, store, aws_conn_id="moto_aws").execute(context("s3_2"))
+    assert (first["hit"], second["hit"]) == (False, True)
+    assert first["uri"].startswith(f"{store}/entries/{first['key']}/")
+    options = S3Options("testing", "testing", None, "us-east-1", moto_endpoint)
+    assert read_frame(first["uri"], options)["mean_delay"].tolist() == [2.0, 2.0]
+    client.put_object(
+        Bucket=bucket, Key="raw/flights/part-0.parquet", Body=local.read_bytes() + b""
+    )  # same bytes
+    client.put_object(Bucket=bucket, Key="raw/flights/part-1.parquet", Body=local.read_bytes())  # new data
+    third = operator(transform, inputs, store, aws_conn_id="moto_aws").execute(context("s3_3"))
+    assert third["hit"] is False and third["key"] != first["key"]

@@ -1,0 +1,205 @@
+"""DataLocalityCheckOperator.execute against moto's S3 (buckets in two regions) and a SQLite ledger."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from decimal import Decimal
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import boto3
+import pytest
+from airflow.sdk.exceptions import AirflowFailException
+
+from costaware.adapters.ledger_store import Ledger
+from costaware.adapters.object_store import S3Options
+from costaware.adapters.price_files import bundled_catalog
+from costaware.core.errors import (
+    BudgetExceededError,
+    ConfigurationError,
+    CrossRegionEgressError,
+    PriceNotFoundError,
+)
+from costaware.operators.data_locality import DataLocalityCheckOperator
+
+SIZE = 3 * 2**20  # 3 MiB in two objects
+
+
+@pytest.fixture
+def buckets(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    conn = {
+        "conn_type": "aws",
+        "login": "testing",
+        "password": "testing",
+        "extra": {"region_name": "us-east-1", "endpoint_url": moto_endpoint},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_MOTO_AWS", json.dumps(conn))
+    client = boto3.client(
+        "s3", **S3Options("testing", "testing", None, "us-east-1", moto_endpoint).boto3_kwargs()
+    )
+    names = {"eu": f"data-eu-{uuid.uuid4().hex[:8]}", "us": f"data-us-{uuid.uuid4().hex[:8]}"}
+    client.create_bucket(Bucket=names["eu"], CreateBucketConfiguration={"LocationConstraint": "eu-west-1"})
+    client.create_bucket(Bucket=names["us"])
+    for bucket in names.values():
+        client.put_object(Bucket=bucket, Key="flights/a.parquet", Body=b"a" * (2 * 2**20))
+        client.put_object(Bucket=bucket, Key="flights/b.parquet", Body=b"b" * 2**20)
+    return names
+
+
+@pytest.fixture
+def ledger_conn(ledger_url: str, monkeypatch: pytest.MonkeyPatch) -> Ledger:
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_TEST_LEDGER", json.dumps({"conn_type": "sqlite", "host": ledger_url[10:]})
+    )
+    return Ledger.from_url(ledger_url)
+
+
+CONTEXT = {
+    "ti": SimpleNamespace(dag_id="retrain", task_id="locality", run_id="r1", try_number=1, map_index=-1),
+    "run_id": "r1",
+}
+
+
+def check(inputs: Any, compute_region: str = "us-east-1", **kwargs: Any) -> DataLocalityCheckOperator:
+    return DataLocalityCheckOperator(
+        task_id="locality",
+        inputs=inputs,
+        compute_region=compute_region,
+        aws_conn_id="moto_aws",
+        ledger_conn_id="test_ledger",
+        tags={"project": "flights"},
+        **kwargs,
+    )
+
+
+def expected_usd(src: str, dst: str, size: int = SIZE) -> Decimal:
+    price = bundled_catalog().transfer_usd_per_gb(src, dst)
+    return (Decimal(size) / Decimal(2**30) * price).quantize(Decimal("0.000001"))
+
+
+def test_cross_region_is_blocked_with_the_numbers(buckets: dict[str, str], ledger_conn: Ledger) -> None:
+    usd = expected_usd("eu-west-1", "us-east-1")
+    assert usd > 0
+    with pytest.raises(AirflowFailException) as info:
+        check({"flights": f"s3://{buckets['eu']}/flights"}).execute(CONTEXT)
+    cause = info.value.__cause__
+    assert isinstance(cause, CrossRegionEgressError)
+    message = str(cause)
+    for part in (f"bucket '{buckets['eu']}'", "eu-west-1", "us-east-1", f"{SIZE:,} bytes", f"${usd}"):
+        assert part in message, part
+    [entry] = ledger_conn.entries()
+    assert (entry["kind"], entry["estimated"], entry["outcome"], entry["usd"]) == (
+        "egress",
+        True,
+        "blocked",
+        usd,
+    )
+    assert entry["unit"] == "gb" and entry["project"] == "flights"
+    assert ledger_conn.spent() == 0  # avoided egress is not spend
+
+
+def test_same_region_passes(buckets: dict[str, str], ledger_conn: Ledger) -> None:
+    result = check({"flights": f"s3://{buckets['us']}/flights"}).execute(CONTEXT)
+    assert result["egress_usd"] == "0.000000" and result["uris"] == {
+        "flights": f"s3://{buckets['us']}/flights"
+    }
+    [row] = result["inputs"]
+    assert (row["region"], row["bytes"], row["how"]) == ("us-east-1", SIZE, "head_bucket")
+    [entry] = ledger_conn.entries()
+    assert (entry["outcome"], entry["usd"], entry["estimated"]) == ("same_region", Decimal(0), True)
+
+
+def test_warn_records_the_egress_as_spend(buckets: dict[str, str], ledger_conn: Ledger, capsys: Any) -> None:
+    result = check([f"s3://{buckets['eu']}/flights"], policy="warn").execute(CONTEXT)
+    usd = expected_usd("eu-west-1", "us-east-1")
+    assert (
+        Decimal(result["egress_usd"]) == usd
+        and "cross-region egress of an estimated" in capsys.readouterr().out
+    )
+    [entry] = ledger_conn.entries()
+    assert (entry["outcome"], entry["estimated"], entry["usd"]) == ("warned", False, usd)
+
+
+def test_allow_within_budget_reserves_and_records(buckets: dict[str, str], ledger_conn: Ledger) -> None:
+    ledger_conn.set_budget("project=flights", "month", "1.00")
+    usd = expected_usd("eu-west-1", "us-east-1")
+    result = check({"flights": f"s3://{buckets['eu']}/flights"}, policy="allow_within_budget").execute(
+        CONTEXT
+    )
+    assert Decimal(result["egress_usd"]) == usd
+    [entry] = ledger_conn.entries()
+    assert (entry["outcome"], entry["estimated"], entry["usd"]) == ("allowed", False, usd)
+    assert entry["reservation_id"] and ledger_conn.spent("project=flights") == usd
+    [usage] = ledger_conn.usage("project=flights")
+    assert usage.reserved_usd == 0 and usage.spent_usd == usd  # settled, not held twice
+
+
+def test_allow_within_budget_fails_when_the_budget_cannot_cover_it(
+    buckets: dict[str, str], ledger_conn: Ledger
+) -> None:
+    ledger_conn.set_budget("project=flights", "month", "0.00001")
+    with pytest.raises(AirflowFailException, match="budget 'project=flights/") as info:
+        check({"flights": f"s3://{buckets['eu']}/flights"}, policy="allow_within_budget").execute(CONTEXT)
+    assert isinstance(info.value.__cause__, BudgetExceededError)
+    [entry] = ledger_conn.entries()
+    assert (entry["outcome"], entry["estimated"]) == ("blocked", True)
+    assert ledger_conn.spent("project=flights") == 0
+
+
+def test_same_region_replica_is_used(buckets: dict[str, str], ledger_conn: Ledger, capsys: Any) -> None:
+    source, replica = f"s3://{buckets['eu']}/flights", f"s3://{buckets['us']}/flights"
+    result = check({"flights": source}, replicas={source: {"us-east-1": replica}}).execute(CONTEXT)
+    assert result["uris"] == {"flights": replica} and result["egress_usd"] == "0.000000"
+    assert f"using the same-region replica {replica} instead of {source}" in capsys.readouterr().out
+    [entry] = ledger_conn.entries()
+    assert (entry["outcome"], entry["estimated"]) == ("avoided", True)
+    assert entry["usd"] == expected_usd("eu-west-1", "us-east-1")
+
+
+def test_replica_in_the_wrong_region_is_a_configuration_error(
+    buckets: dict[str, str], ledger_conn: Ledger
+) -> None:
+    source = f"s3://{buckets['eu']}/flights"
+    with pytest.raises(AirflowFailException, match="is configured for us-east-1 but lives in eu-west-1"):
+        check({"flights": source}, replicas={source: {"us-east-1": source}}).execute(CONTEXT)
+    assert ledger_conn.entries() == []
+
+
+def test_local_inputs_use_the_worker_region(tmp_path: Path, ledger_conn: Ledger, monkeypatch: Any) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.parquet").write_bytes(b"x" * 4096)
+    monkeypatch.setenv("COSTAWARE_WORKER_REGION", "eu-west-1")
+    with pytest.raises(AirflowFailException, match=r"in eu-west-1 -> compute in us-east-1: 4,096 bytes"):
+        check({"local": str(data)}).execute(CONTEXT)
+    result = check({"local": str(data)}, compute_region="eu-west-1").execute(CONTEXT)
+    assert result["egress_usd"] == "0.000000"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        (
+            {"compute_region": "mars-north-1"},
+            PriceNotFoundError,
+            "no transfer price from eu-west-1 to 'mars-north-1'",
+        ),
+        ({"inputs": ["s3://bucket/../x"]}, ConfigurationError, r"'\.\.' segment"),
+        ({"inputs": ["bigquery://p/d/t"]}, ConfigurationError, "declare its region in declared_regions"),
+    ],
+)
+def test_bad_inputs_fail_without_writing(
+    buckets: dict[str, str], ledger_conn: Ledger, kwargs: dict[str, Any], error: type, message: str
+) -> None:
+    args = {"inputs": [f"s3://{buckets['eu']}/flights"], **kwargs}
+    with pytest.raises(AirflowFailException, match=message) as info:
+        check(**args).execute(CONTEXT)
+    assert isinstance(info.value.__cause__, error)
+    assert ledger_conn.entries() == []
+
+
+def test_unknown_policy_is_rejected_at_parse_time() -> None:
+    with pytest.raises(ConfigurationError, match="policy 'maybe' is unknown: use one of block, warn"):
+        check(["s3://b/x"], policy="maybe")

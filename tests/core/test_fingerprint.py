@@ -1,0 +1,245 @@
+from __future__ import annotations
+
+import functools
+import importlib
+import subprocess
+import sys
+import textwrap
+from datetime import date
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from costaware.core.errors import ConfigurationError
+from costaware.core.fingerprint import (
+    CodeFingerprint,
+    FileStat,
+    cache_key,
+    canonical_params,
+    code_fingerprint,
+    fingerprint_input,
+    library_versions,
+    safe_relative_path,
+    validate_key,
+)
+
+CODE = CodeFingerprint("0" * 32, ("version:1",))
+LIBS = {"pandas": "3.1.1", "pyarrow": "26.0.1"}
+
+
+def _input(name: str = "flights", version: str = "mtime_ns=1") -> object:
+    return fingerprint_input(name, "/data/flights", [FileStat("a.parquet", 10, version)], mode="metadata")
+
+
+def test_key_is_stable_and_order_independent() -> None:
+    a = fingerprint_input("x", "/d", [FileStat("a", 1, "v1"), FileStat("b", 2, "v2")], mode="metadata")
+    b = fingerprint_input("x", "/d", [FileStat("b", 2, "v2"), FileStat("a", 1, "v1")], mode="metadata")
+    assert a.digest == b.digest and a.bytes == 3 and a.files == 2
+    assert cache_key([a], CODE, {"w": 7, "q": [1, 2]}, LIBS) == cache_key(
+        [b], CODE, {"q": [1, 2], "w": 7}, LIBS
+    )
+    assert len(cache_key([a], CODE, {}, LIBS)) == 32
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"inputs": [_input(version="mtime_ns=2")]},
+        {"inputs": [_input(name="other")]},
+        {"code": CodeFingerprint("1" * 32, ("version:2",))},
+        {"params": {"window": 8}},
+        {"libraries": {"pandas": "3.1.2", "pyarrow": "26.0.1"}},
+    ],
+)
+def test_each_component_changes_the_key(change: dict[str, object]) -> None:
+    base = {"inputs": [_input()], "code": CODE, "params": {"window": 7}, "libraries": LIBS}
+    assert cache_key(**base) != cache_key(**{**base, **change})  # type: ignore[arg-type]
+
+
+def test_file_stats_are_length_prefixed() -> None:
+    one = fingerprint_input("x", "/d", [FileStat("ab", 1, "c")], mode="metadata")
+    two = fingerprint_input("x", "/d", [FileStat("a", 1, "bc")], mode="metadata")
+    assert one.digest != two.digest
+
+
+def test_empty_input_and_duplicate_names_are_rejected() -> None:
+    with pytest.raises(ConfigurationError, match="input 'x' at /d has no files"):
+        fingerprint_input("x", "/d", [], mode="metadata")
+    with pytest.raises(ConfigurationError, match="input names must be unique"):
+        cache_key([_input(), _input()], CODE, {}, LIBS)
+    with pytest.raises(ConfigurationError, match="fingerprint mode 'fast'"):
+        fingerprint_input("x", "/d", [FileStat("a", 1, "v")], mode="fast")
+
+
+def test_canonical_params() -> None:
+    assert canonical_params({"b": 1, "a": Decimal("0.10")}) == '{"a":{"__decimal__":"0.10"},"b":1}'
+    assert canonical_params({"d": date(2013, 1, 2), "s": {3, 1}}) == canonical_params(
+        {"s": {1, 3}, "d": date(2013, 1, 2)}
+    )
+    assert canonical_params({"t": (1, 2)}) == canonical_params({"t": [1, 2]})
+    with pytest.raises(
+        ConfigurationError, match=r"parameter params.model is a object .*no stable fingerprint"
+    ):
+        canonical_params({"model": object()})
+    with pytest.raises(ConfigurationError, match="non-string key 1"):
+        canonical_params({"m": {1: "a"}})
+
+
+def test_library_versions() -> None:
+    found = library_versions(["pandas", "no-such-library-xyz"])
+    assert found["no-such-library-xyz"] == "absent"
+    assert found["pandas"] == importlib.import_module("pandas").__version__
+
+
+# -- code fingerprints ---------------------------------------------------------------------------
+
+HELPER = """
+SCALE = {scale}
+
+def helper(x):
+    return x * SCALE
+"""
+
+TRANSFORM = """
+import {pkg}.helpers as helpers
+from {pkg}.helpers import helper
+import json
+
+THRESHOLD = {threshold}
+
+def local_helper(x):
+    return x + {local}
+
+def transform(inputs, **params):
+    return helper(local_helper(THRESHOLD)) + len(json.dumps(params))
+
+def lazy_transform(inputs):
+    from {pkg} import lazy  # imported where it is used, as Airflow tasks do
+    return lazy.work(inputs)
+
+def unrelated():
+    return {unrelated}
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """A throw-away project package on sys.path; write(...) rewrites it and re-imports it."""
+    pkg = f"fpproj_{tmp_path.name.replace('-', '_')}"
+    root = tmp_path / pkg
+    root.mkdir()
+    (root / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def write(
+        *,
+        scale: int = 2,
+        threshold: int = 5,
+        local: int = 1,
+        unrelated: int = 0,
+        lazy: int = 1,
+        name: str = "transform",
+    ):  # type: ignore[no-untyped-def]
+        (root / "helpers.py").write_text(HELPER.format(scale=scale))
+        (root / "lazy.py").write_text(f"def work(inputs):\n    return inputs * {lazy}\n")
+        (root / "features.py").write_text(
+            TRANSFORM.format(pkg=pkg, threshold=threshold, local=local, unrelated=unrelated)
+        )
+        for module in (f"{pkg}.features", f"{pkg}.helpers", f"{pkg}.lazy"):
+            sys.modules.pop(module, None)
+        importlib.invalidate_caches()
+        return getattr(importlib.import_module(f"{pkg}.features"), name)
+
+    yield write
+    for name in [n for n in sys.modules if n.startswith(pkg)]:
+        del sys.modules[name]
+
+
+def test_code_fingerprint_covers_source_helpers_constants_and_project_modules(project) -> None:  # type: ignore[no-untyped-def]
+    base = code_fingerprint(project())
+    assert base == code_fingerprint(project())  # re-importing the same code: same fingerprint
+    assert any(p.startswith("module:") and p.endswith(".helpers") for p in base.parts)
+    assert any(p.endswith(".local_helper") for p in base.parts)
+    assert not any("json" in p for p in base.parts)  # stdlib is covered by nothing but the Python version
+    assert code_fingerprint(project(scale=3)).digest != base.digest  # imported project module edited
+    assert code_fingerprint(project(threshold=6)).digest != base.digest  # module constant edited
+    assert code_fingerprint(project(local=2)).digest != base.digest  # same-file helper edited
+    assert code_fingerprint(project(unrelated=1)).digest == base.digest  # unrelated function edited
+
+
+def test_imports_inside_the_transform_are_followed(project) -> None:  # type: ignore[no-untyped-def]
+    base = code_fingerprint(project(name="lazy_transform"))
+    assert any(p.startswith("module:") and p.endswith(".lazy") for p in base.parts)
+    assert not any(p.endswith(".lazy") for p in code_fingerprint(project()).parts)
+    assert code_fingerprint(project(name="lazy_transform", lazy=2)).digest != base.digest
+    assert code_fingerprint(project(name="lazy_transform", scale=9)).digest == base.digest
+
+
+def test_code_fingerprint_of_partial_and_explicit_version(project) -> None:  # type: ignore[no-untyped-def]
+    transform = project()
+    a = code_fingerprint(functools.partial(transform, window=3))
+    b = code_fingerprint(functools.partial(transform, window=4))
+    assert a.digest != b.digest
+    assert code_fingerprint(transform, version="v1") == code_fingerprint(print, version="v1")
+    assert (
+        code_fingerprint(transform, version="v1").digest != code_fingerprint(transform, version="v2").digest
+    )
+    with pytest.raises(ConfigurationError, match="version must be a non-empty string"):
+        code_fingerprint(transform, version=" ")
+
+
+def test_code_without_source_needs_a_version() -> None:
+    namespace: dict[str, object] = {}
+    exec("def made_up(inputs):\n    return inputs\n", namespace)  # no file behind it
+    with pytest.raises(
+        ConfigurationError, match=r"cannot read the source of transform .*made_up.*pass version="
+    ):
+        code_fingerprint(namespace["made_up"])  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="transform must be a callable, got int 3"):
+        code_fingerprint(3)  # type: ignore[arg-type]
+
+
+# -- path safety ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["team/features", "a", "a/b/c/", ""])
+def test_safe_relative_paths(value: str) -> None:
+    assert safe_relative_path(value) == value.rstrip("/")
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("../etc", "'..' segment"),
+        ("a/../../b", "'..' segment"),
+        ("a/./b", "'..' segment"),
+        ("a//b", "empty"),
+        ("/etc/passwd", "is absolute"),
+        ("C:/x", "is absolute"),
+        ("a\\..\\b", "backslash"),
+        ("a\x00b", "NUL"),
+    ],
+)
+def test_unsafe_paths_are_rejected(value: str, problem: str) -> None:
+    with pytest.raises(ConfigurationError, match=problem) as info:
+        safe_relative_path(value, what="prefix")
+    assert repr(value) in str(info.value)
+
+
+@pytest.mark.parametrize("key", ["../x", "/abs", "ABCDEF0123456789", "abc", "0" * 129, "0123456789abcdef/.."])
+def test_bad_keys_are_rejected(key: str) -> None:
+    with pytest.raises(ConfigurationError, match="is not a key"):
+        validate_key(key)
+    assert validate_key("0123456789abcdef") == "0123456789abcdef"
+
+
+def test_fingerprint_module_keeps_core_free_of_airflow() -> None:
+    code = textwrap.dedent(
+        """
+        import sys
+        import costaware.core.fingerprint, costaware.core.cache_policy
+        assert "airflow" not in sys.modules and "boto3" not in sys.modules and "pandas" not in sys.modules
+        """
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
