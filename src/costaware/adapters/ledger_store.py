@@ -172,7 +172,8 @@ class Ledger:
             ) from e
 
     @contextmanager
-    def _read(self) -> Iterator[Connection]:
+    def reading(self) -> Iterator[Connection]:
+        """A read-only transaction (on SQLite it does not take the write lock)."""
         try:
             with self.engine.connect().execution_options(costaware_read=True) as conn, conn.begin():
                 yield conn
@@ -210,7 +211,7 @@ class Ledger:
             query = query.where(schema.entries.c.run_id == run_id)
         if limit:
             query = query.limit(limit)
-        with self._read() as conn:
+        with self.reading() as conn:
             rows = conn.execute(query).mappings().all()
         return [_entry_dict(row) for row in rows]
 
@@ -222,7 +223,7 @@ class Ledger:
             .order_by(schema.entries.c.incurred_at.desc(), schema.entries.c.id.desc())
             .limit(1)
         )
-        with self._read() as conn:
+        with self.reading() as conn:
             row = conn.execute(query).first()
         return row[0] if row else None
 
@@ -260,7 +261,7 @@ class Ledger:
         return budget
 
     def budgets(self) -> list[Budget]:
-        with self._read() as conn:
+        with self.reading() as conn:
             rows = conn.execute(select(schema.budgets).order_by(schema.budgets.c.scope)).mappings().all()
         return [_budget(row) for row in rows]
 
@@ -290,7 +291,7 @@ class Ledger:
         """
         wanted = Scope.parse(scope)
         at = at or utcnow()
-        with self._read() as conn:
+        with self.reading() as conn:
             found = self._applicable(conn, wanted, run_id)
             return [self._usage(conn, bid, budget, window, at) for bid, budget, window in found]
 
@@ -325,7 +326,7 @@ class Ledger:
         self, conn: Connection, budget_id: int, budget: Budget, window: PeriodWindow, at: datetime
     ) -> BudgetUsage:
         e = schema.entries
-        conditions = [e.c.estimated.is_(False), *_scope_conditions(budget.scope)]
+        conditions = [e.c.estimated.is_(False), *scope_conditions(budget.scope)]
         if window.key.startswith("run:"):
             conditions.append(e.c.run_id == window.key[4:])
         if window.start is not None and window.end is not None:
@@ -460,7 +461,7 @@ class Ledger:
         query = select(r.c.id).where(r.c.status == "open", r.c.expires_at > utcnow())
         if holder_prefix:
             query = query.where(r.c.holder.startswith(holder_prefix, autoescape=True))
-        with self._read() as conn:
+        with self.reading() as conn:
             ids = [row[0] for row in conn.execute(query.order_by(r.c.created_at))]
             return [self._reservation(conn, rid) for rid in ids]
 
@@ -526,14 +527,14 @@ class Ledger:
     ) -> Decimal:
         """Actual USD spent by entries in ``scope`` from ``since`` (inclusive) to ``until`` (exclusive)."""
         e = schema.entries
-        conditions = [e.c.estimated.is_(False), *_scope_conditions(Scope.parse(scope))]
+        conditions = [e.c.estimated.is_(False), *scope_conditions(Scope.parse(scope))]
         if since:
             conditions.append(e.c.incurred_at >= since)
         if until:
             conditions.append(e.c.incurred_at < until)
         if run_id:
             conditions.append(e.c.run_id == run_id)
-        with self._read() as conn:
+        with self.reading() as conn:
             total = conn.execute(select(func.sum(e.c.usd_micros)).where(and_(true(), *conditions))).scalar()
         return from_micros(total)
 
@@ -558,8 +559,8 @@ class Ledger:
             scope: Only entries with these tags, e.g. ``project=churn``.
         """
         e = schema.entries
-        key = _group_column(group_by)
-        conditions: list[ColumnElement[bool]] = list(_scope_conditions(Scope.parse(scope)))
+        key = group_column(group_by)
+        conditions: list[ColumnElement[bool]] = list(scope_conditions(Scope.parse(scope)))
         if since:
             conditions.append(e.c.incurred_at >= since)
         if until:
@@ -587,7 +588,7 @@ class Ledger:
             .group_by(key)
             .order_by(usd.desc())
         )
-        with self._read() as conn:
+        with self.reading() as conn:
             rows = conn.execute(query).all()
         return [
             ReportRow(
@@ -628,7 +629,8 @@ def _sqlite_engine(database: str | None) -> Engine:
     return engine
 
 
-def _scope_conditions(scope: Scope) -> list[ColumnElement[bool]]:
+def scope_conditions(scope: Scope) -> list[ColumnElement[bool]]:
+    """SQL conditions selecting the entries inside ``scope`` (indexed columns for team/project/owner)."""
     e = schema.entries
     out: list[ColumnElement[bool]] = []
     for key, value in scope.tags:
@@ -639,7 +641,8 @@ def _scope_conditions(scope: Scope) -> list[ColumnElement[bool]]:
     return out
 
 
-def _group_column(group_by: str) -> ColumnElement[Any]:
+def group_column(group_by: str) -> ColumnElement[Any]:
+    """The SQL expression a report groups by; raises ``ConfigurationError`` for an unknown grouping."""
     e = schema.entries
     simple = {
         "dag": e.c.dag_id,

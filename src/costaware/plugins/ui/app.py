@@ -1,0 +1,352 @@
+"""The Cost page (``/costaware/``) and its JSON API (``/costaware/api/...``) inside the Airflow api-server.
+
+Every route, the OpenAPI schema included, requires an authenticated Airflow user: a ``Bearer`` token or
+the UI's session cookie. Query parameters are typed and pattern-checked by FastAPI before any query runs,
+and reach the database only as bound parameters.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from html import escape
+from importlib import resources
+from string import Template
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse
+
+from costaware.core.errors import ConfigurationError, CostawareError, LedgerUnavailableError
+from costaware.core.money import format_usd
+from costaware.plugins.ui import charts
+
+log = logging.getLogger(__name__)
+
+GROUP_BY_PATTERN = r"^(dag|task|run|trial|kind|market|tag:[A-Za-z][A-Za-z0-9_.-]{0,63})$"
+DAG_ID_PATTERN = r"^[A-Za-z0-9_.-]{1,250}$"
+SCOPE_PATTERN = (
+    r"^(\*|[A-Za-z][A-Za-z0-9_.-]{0,63}=[^,=]{1,128}(,[A-Za-z][A-Za-z0-9_.-]{0,63}=[^,=]{1,128})*)$"
+)
+
+
+async def require_login(request: Request) -> None:
+    """Airflow's own check (Bearer token, else the UI's session cookie); 401/403 when it fails.
+
+    Airflow's security module is imported here, at request time, not when the plugin loads: every
+    task process loads plugins (for the listener) and should not pay for the api-server's imports.
+    """
+    from airflow.api_fastapi.core_api.security import get_user
+    from fastapi.security import HTTPAuthorizationCredentials
+
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    credentials = HTTPAuthorizationCredentials(scheme=scheme, credentials=token) if token else None
+    await get_user(request, None, credentials)
+
+
+cost_app = FastAPI(
+    title="costaware Cost API",
+    version="1",
+    description="Spend, budgets and savings from the costaware ledger. Every route needs an Airflow login.",
+    openapi_url=None,  # served below, behind the same authentication as the data
+    docs_url=None,
+    redoc_url=None,
+    dependencies=[Depends(require_login)],
+)
+
+Days = Annotated[int, Query(ge=1, le=366, description="How many days back from now (default 30).")]
+Since = Annotated[datetime | None, Query(description="ISO datetime with a zone; overrides `days`.")]
+Until = Annotated[datetime | None, Query(description="ISO datetime with a zone (exclusive).")]
+DagId = Annotated[str | None, Query(pattern=DAG_ID_PATTERN, description="Only this DAG.")]
+ScopeQ = Annotated[str, Query(pattern=SCOPE_PATTERN, description="Tag filter such as project=churn,team=ml.")]
+GroupBy = Annotated[
+    str, Query(pattern=GROUP_BY_PATTERN, description="dag, task, run, trial, kind, market, tag:<name>")
+]
+
+
+def _ledger() -> Any:
+    from costaware.hooks.ledger import CostLedgerHook
+
+    return CostLedgerHook().get_conn()
+
+
+def _filters(
+    days: int, since: datetime | None, until: datetime | None, dag_id: str | None, scope: str
+) -> Any:
+    from costaware.adapters.ledger_reports import Filters
+
+    for name, value in (("since", since), ("until", until)):
+        if value is not None and value.tzinfo is None:
+            raise HTTPException(422, f"{name}={value.isoformat()} has no time zone: add one, e.g. +00:00")
+    start = since or datetime.now(timezone.utc) - timedelta(days=days)
+    return Filters(since=start, until=until, dag_id=dag_id, scope=scope)
+
+
+def _guard(call: Any) -> Any:
+    """Run a ledger call; bad filters are 422, an unreachable ledger is 503."""
+    try:
+        return call()
+    except LedgerUnavailableError as e:
+        raise HTTPException(503, str(e)) from e
+    except ConfigurationError as e:
+        raise HTTPException(422, str(e)) from e
+    except CostawareError as e:
+        raise HTTPException(400, str(e)) from e
+
+
+def _usd(value: Decimal) -> str:
+    return str(value)
+
+
+@cost_app.get("/openapi.json", include_in_schema=False)
+def openapi_schema() -> dict[str, Any]:
+    """The OpenAPI schema of this API."""
+    return cost_app.openapi()
+
+
+@cost_app.get("/api/summary", summary="Spend, on-demand equivalent, savings, cache reuse and egress")
+def api_summary(
+    days: Days = 30, since: Since = None, until: Until = None, dag_id: DagId = None, scope: ScopeQ = "*"
+) -> dict[str, Any]:
+    """Totals of the entries in range: spend, on-demand equivalent, savings, cache hits, egress."""
+    from costaware.adapters.ledger_reports import summary
+
+    s = _guard(lambda: summary(_ledger(), _filters(days, since, until, dag_id, scope)))
+    return {
+        "usd": _usd(s.usd),
+        "on_demand_usd": _usd(s.on_demand_usd),
+        "savings_usd": _usd(s.savings_usd),
+        "estimated_usd": _usd(s.estimated_usd),
+        "entries": s.entries,
+        "failed_tries": s.failed_tries,
+        "preempted_tries": s.preempted_tries,
+        "cache_hits": s.cache_hits,
+        "cache_avoided_usd": _usd(s.cache_avoided_usd),
+        "egress_usd": _usd(s.egress_usd),
+        "egress_avoided_usd": _usd(s.egress_avoided_usd),
+    }
+
+
+@cost_app.get("/api/spend", summary="Spend per group (DAG, task, run, trial, tag, ...), costliest first")
+def api_spend(
+    group_by: GroupBy = "dag",
+    days: Days = 30,
+    since: Since = None,
+    until: Until = None,
+    dag_id: DagId = None,
+    scope: ScopeQ = "*",
+) -> dict[str, Any]:
+    """Spend per group, costliest first."""
+    f = _filters(days, since, until, dag_id, scope)
+    rows = _guard(
+        lambda: _ledger().report(group_by=group_by, since=f.since, until=f.until, dag_id=dag_id, scope=scope)
+    )
+    return {
+        "group_by": group_by,
+        "rows": [
+            {
+                "group": r.group,
+                "entries": r.entries,
+                "hours": _usd(r.hours),
+                "usd": _usd(r.usd),
+                "estimated_usd": _usd(r.estimated_usd),
+                "on_demand_usd": _usd(r.on_demand_usd),
+                "savings_usd": _usd(r.savings_usd),
+            }
+            for r in rows
+        ],
+    }
+
+
+@cost_app.get("/api/daily", summary="Actual spend per UTC day and group")
+def api_daily(
+    group_by: GroupBy = "dag",
+    days: Days = 30,
+    since: Since = None,
+    until: Until = None,
+    dag_id: DagId = None,
+    scope: ScopeQ = "*",
+) -> dict[str, Any]:
+    """Actual spend per UTC day and group, for charts."""
+    from costaware.adapters.ledger_reports import daily_spend
+
+    points = _guard(lambda: daily_spend(_ledger(), _filters(days, since, until, dag_id, scope), group_by))
+    return {
+        "group_by": group_by,
+        "points": [{"day": d.isoformat(), "group": g, "usd": _usd(u)} for d, g, u in points],
+    }
+
+
+@cost_app.get("/api/budgets", summary="Each budget's cap, spend and reservations this period, with burn-down")
+def api_budgets() -> dict[str, Any]:
+    """Every budget with its cap, spend, reservations and burn-down this period."""
+    from costaware.adapters.ledger_reports import burn_down
+
+    found = _guard(lambda: burn_down(_ledger()))
+    return {
+        "budgets": [
+            {
+                "budget": b.usage.label,
+                "period": b.usage.period_key,
+                "cap_usd": _usd(b.usage.cap_usd),
+                "spent_usd": _usd(b.usage.spent_usd),
+                "reserved_usd": _usd(b.usage.reserved_usd),
+                "left_usd": _usd(b.usage.left_usd),
+                "burn_down": [{"day": d.isoformat(), "spent_usd": _usd(v)} for d, v in b.cumulative],
+            }
+            for b in found
+        ]
+    }
+
+
+@cost_app.get("/api/top-tries", summary="The most expensive task tries")
+def api_top_tries(
+    limit: Annotated[int, Query(ge=1, le=100)] = 10,
+    days: Days = 30,
+    since: Since = None,
+    until: Until = None,
+    dag_id: DagId = None,
+    scope: ScopeQ = "*",
+) -> dict[str, Any]:
+    """The most expensive task tries in range."""
+    from costaware.adapters.ledger_reports import costliest_tries
+
+    tries = _guard(lambda: costliest_tries(_ledger(), _filters(days, since, until, dag_id, scope), limit))
+    return {
+        "tries": [
+            {
+                **t,
+                "usd": _usd(t["usd"]),
+                "on_demand_usd": _usd(t["on_demand_usd"]),
+                "hours": _usd(t["hours"]),
+                "incurred_at": t["incurred_at"].isoformat(),
+            }
+            for t in tries
+        ]
+    }
+
+
+@cost_app.get("/", response_class=HTMLResponse, summary="The Cost page")
+def cost_page(days: Days = 30, dag_id: DagId = None, group_by: GroupBy = "dag", scope: ScopeQ = "*") -> str:
+    """The Cost page: cards, spend over time, budget burn-down, spend by tag and run, costliest tries."""
+    from costaware.adapters.ledger_reports import burn_down, costliest_tries, daily_spend, summary
+
+    def build() -> str:
+        ledger = _ledger()
+        f = _filters(days, None, None, dag_id, scope)
+        s = summary(ledger, f)
+        per_day = daily_spend(ledger, f, group_by)
+        by_group = ledger.report(group_by=group_by, since=f.since, dag_id=dag_id, scope=scope)
+        by_team = ledger.report(group_by="tag:team", since=f.since, dag_id=dag_id, scope=scope)
+        by_project = ledger.report(group_by="tag:project", since=f.since, dag_id=dag_id, scope=scope)
+        by_run = ledger.report(group_by="run", since=f.since, dag_id=dag_id, scope=scope)[:10]
+        tries = costliest_tries(ledger, f, 10)
+        budgets = burn_down(ledger)
+        return _page(
+            days, dag_id, group_by, scope, s, per_day, by_group, by_team, by_project, by_run, tries, budgets
+        )
+
+    return str(_guard(build))
+
+
+def _card(label: str, value: str, note: str = "") -> str:
+    return (
+        f'<div class="card"><div class="label">{escape(label)}</div><div class="value">{escape(value)}</div>'
+        f'<div class="note">{escape(note)}</div></div>'
+    )
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+    body = body or "<tr><td>no entries</td></tr>"
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _page(
+    days: int,
+    dag_id: str | None,
+    group_by: str,
+    scope: str,
+    s: Any,
+    per_day: Any,
+    by_group: Any,
+    by_team: Any,
+    by_project: Any,
+    by_run: Any,
+    tries: Any,
+    budgets: Any,
+) -> str:
+    cards = "".join(
+        [
+            _card("Spent", format_usd(s.usd), f"{s.entries} entries, last {days} days"),
+            _card("On-demand equivalent", format_usd(s.on_demand_usd), "the same compute at list price"),
+            _card("Savings vs on-demand", format_usd(s.savings_usd), "spot, local and cheaper windows"),
+            _card("Cache hits", str(s.cache_hits), f"{format_usd(s.cache_avoided_usd)} of compute avoided"),
+            _card(
+                "Egress avoided", format_usd(s.egress_avoided_usd), f"{format_usd(s.egress_usd)} egress paid"
+            ),
+            _card("Failed tries", str(s.failed_tries), f"{s.preempted_tries} preempted"),
+        ]
+    )
+    budget_charts = (
+        "".join(
+            charts.burn_down_line(
+                b.cumulative,
+                b.usage.cap_usd,
+                f"Budget {b.usage.label} ({b.usage.period_key}): {format_usd(b.usage.left_usd)} left",
+            )
+            for b in budgets
+        )
+        or '<p class="empty">No budgets yet: set one with <code>costaware budget set</code>.</p>'
+    )
+    group_table = _table(
+        [group_by, "entries", "hours", "actual", "estimated", "on-demand", "savings"],
+        [
+            [
+                r.group,
+                str(r.entries),
+                f"{r.hours:.4f}",
+                format_usd(r.usd),
+                format_usd(r.estimated_usd),
+                format_usd(r.on_demand_usd),
+                format_usd(r.savings_usd),
+            ]
+            for r in by_group
+        ],
+    )
+    tries_table = _table(
+        ["DAG", "run", "task", "try", "instance", "market", "outcome", "hours", "cost"],
+        [
+            [
+                t["dag_id"],
+                t["run_id"],
+                t["task_id"],
+                str(t["try_number"]),
+                t["instance_type"] or "-",
+                t["market"] or "-",
+                t["outcome"],
+                f"{t['hours']:.4f}",
+                format_usd(t["usd"]),
+            ]
+            for t in tries
+        ],
+    )
+    return _TEMPLATE.substitute(
+        days=days,
+        dag_id=escape(dag_id or ""),
+        group_by=escape(group_by),
+        scope=escape(scope),
+        cards=cards,
+        spend_chart=charts.stacked_bars(per_day, f"Spend per day by {group_by}"),
+        budget_charts=budget_charts,
+        team_chart=charts.horizontal_bars([(r.group, r.usd) for r in by_team], "By team"),
+        project_chart=charts.horizontal_bars([(r.group, r.usd) for r in by_project], "By project"),
+        group_table=group_table,
+        run_chart=charts.horizontal_bars([(r.group, r.usd) for r in by_run], "Spend per run (top 10)"),
+        tries_table=tries_table,
+    )
+
+
+_TEMPLATE = Template((resources.files("costaware.plugins.ui") / "templates" / "cost.html").read_text("utf-8"))

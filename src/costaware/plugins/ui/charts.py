@@ -1,0 +1,110 @@
+"""Plain SVG charts, rendered on the server: no JavaScript, nothing fetched from a CDN."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import date
+from decimal import Decimal
+from html import escape
+
+PALETTE = ("#2563eb", "#16a34a", "#d97706", "#9333ea", "#dc2626", "#0891b2", "#4b5563", "#db2777")
+WIDTH, HEIGHT, PAD = 720, 240, 48
+
+
+def _money(value: Decimal) -> str:
+    return f"${value:,.2f}" if abs(value) >= 1 else f"${value:.6f}".rstrip("0").rstrip(".")
+
+
+def stacked_bars(days: Sequence[tuple[date, str, Decimal]], title: str) -> str:
+    """Spend per day, one stacked bar per day, one colour per group (legend below)."""
+    if not days:
+        return f'<p class="empty">{escape(title)}: no spend in this range.</p>'
+    dates = sorted({d for d, _, _ in days})
+    groups = sorted({g for _, g, _ in days})
+    colour = {g: PALETTE[i % len(PALETTE)] for i, g in enumerate(groups)}
+    totals = {d: sum((usd for day, _, usd in days if day == d), Decimal(0)) for d in dates}
+    top = max(totals.values()) or Decimal(1)
+    slot = (WIDTH - 2 * PAD) / len(dates)
+    bar = max(2.0, slot * 0.7)
+    parts = [_frame(title, top)]
+    for i, d in enumerate(dates):
+        x = PAD + i * slot + (slot - bar) / 2
+        y = float(HEIGHT - PAD)
+        for day, group, usd in days:
+            if day != d or usd <= 0:
+                continue
+            h = float(usd / top) * (HEIGHT - 2 * PAD)
+            y -= h
+            parts.append(
+                f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar:.1f}" height="{h:.1f}" fill="{colour[group]}">'
+                f"<title>{escape(group)} on {d.isoformat()}: {_money(usd)}</title></rect>"
+            )
+        if len(dates) <= 14 or i % max(1, len(dates) // 7) == 0:
+            parts.append(
+                f'<text x="{x + bar / 2:.1f}" y="{HEIGHT - PAD + 16}" class="tick">'
+                f"{d.strftime('%m-%d')}</text>"
+            )
+    parts.append("</svg>")
+    legend = "".join(
+        f'<span class="key"><i style="background:{colour[g]}"></i>{escape(g)}</span>' for g in groups
+    )
+    return "".join(parts) + f'<div class="legend">{legend}</div>'
+
+
+def horizontal_bars(rows: Sequence[tuple[str, Decimal]], title: str) -> str:
+    """One bar per group, longest first."""
+    if not rows:
+        return f'<p class="empty">{escape(title)}: no spend in this range.</p>'
+    rows = sorted(rows, key=lambda r: r[1], reverse=True)[:12]
+    top = max(usd for _, usd in rows) or Decimal(1)
+    line = 22
+    height = PAD + line * len(rows)
+    parts = [
+        f'<svg role="img" aria-label="{escape(title)}" viewBox="0 0 {WIDTH} {height}" class="chart">',
+        f'<text x="0" y="16" class="title">{escape(title)}</text>',
+    ]
+    for i, (name, usd) in enumerate(rows):
+        y = 32 + i * line
+        w = float(usd / top) * (WIDTH - 260)
+        parts.append(f'<text x="0" y="{y + 13}" class="label">{escape(name[:28])}</text>')
+        parts.append(
+            f'<rect x="180" y="{y}" width="{max(w, 1):.1f}" height="16" fill="{PALETTE[i % len(PALETTE)]}"/>'
+        )
+        parts.append(f'<text x="{186 + w:.1f}" y="{y + 13}" class="value">{_money(usd)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def burn_down_line(cumulative: Sequence[tuple[date, Decimal]], cap: Decimal, title: str) -> str:
+    """Running spend of a budget period against its cap (dashed line)."""
+    top = max([cap, *[v for _, v in cumulative]]) or Decimal(1)
+    parts = [_frame(title, top)]
+    cap_y = HEIGHT - PAD - float(cap / top) * (HEIGHT - 2 * PAD)
+    parts.append(f'<line x1="{PAD}" x2="{WIDTH - PAD}" y1="{cap_y:.1f}" y2="{cap_y:.1f}" class="cap"/>')
+    parts.append(
+        f'<text x="{WIDTH - PAD}" y="{cap_y - 4:.1f}" class="value" text-anchor="end">'
+        f"cap {_money(cap)}</text>"
+    )
+    if cumulative:
+        step = (WIDTH - 2 * PAD) / max(1, len(cumulative) - 1)
+        points = " ".join(
+            f"{PAD + i * step:.1f},{HEIGHT - PAD - float(v / top) * (HEIGHT - 2 * PAD):.1f}"
+            for i, (_, v) in enumerate(cumulative)
+        )
+        parts.append(f'<polyline points="{points}" class="spent"/>')
+        last_day, last = cumulative[-1]
+        parts.append(
+            f'<text x="{PAD}" y="{HEIGHT - 8}" class="tick">'
+            f"spent {_money(last)} by {last_day.isoformat()}</text>"
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _frame(title: str, top: Decimal) -> str:
+    return (
+        f'<svg role="img" aria-label="{escape(title)}" viewBox="0 0 {WIDTH} {HEIGHT}" class="chart">'
+        f'<text x="0" y="16" class="title">{escape(title)}</text>'
+        f'<line x1="{PAD}" x2="{WIDTH - PAD}" y1="{HEIGHT - PAD}" y2="{HEIGHT - PAD}" class="axis"/>'
+        f'<text x="{PAD - 4}" y="{PAD + 4}" class="tick" text-anchor="end">{_money(top)}</text>'
+    )

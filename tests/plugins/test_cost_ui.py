@@ -1,0 +1,120 @@
+"""The Cost page and API routes; authentication is tested against a real api-server in tests/integration."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+
+import pytest
+from fastapi.testclient import TestClient
+
+from costaware import Ledger
+from costaware.adapters.ledger_reports import Filters, burn_down, costliest_tries, daily_spend, summary
+from costaware.core.ledger import Kind, LedgerEntry
+from costaware.plugins.ui.app import cost_app, require_login
+
+
+def entry(usd: str, **overrides: object) -> LedgerEntry:
+    values: dict[str, object] = {
+        "dag_id": "retrain",
+        "run_id": "r1",
+        "task_id": "train",
+        "kind": Kind.COMPUTE,
+        "usd": Decimal(usd),
+        "quantity": Decimal("0.5"),
+        "tags": {"project": "churn", "team": "ml"},
+        "market": "on_demand",
+        "instance_type": "m5.large",
+    }
+    values.update(overrides)
+    return LedgerEntry(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def filled(ledger_url: str, monkeypatch: pytest.MonkeyPatch) -> Ledger:
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=churn", "month", "100")
+    now = datetime.now(timezone.utc)
+    ledger.record(entry("3.00", on_demand_usd=Decimal("10"), market="spot"))
+    ledger.record(entry("1.50", task_id="prep", run_id="r2", tags={"project": "churn", "team": "data"}))
+    ledger.record(entry("2.00", task_id="train", outcome="failed", cause="preemption"))
+    ledger.record(entry("0.40", task_id="features", estimated=True, outcome="cache_hit"))
+    ledger.record(entry("0.90", kind=Kind.EGRESS, estimated=True, unit="gb"))
+    ledger.record(entry("99", incurred_at=now - timedelta(days=90)))  # outside the 30-day window
+    return ledger
+
+
+@pytest.fixture
+def client(filled: Ledger) -> Iterator[TestClient]:
+    cost_app.dependency_overrides[require_login] = lambda: None
+    yield TestClient(cost_app)
+    cost_app.dependency_overrides.clear()
+
+
+def test_summary_figures(filled: Ledger) -> None:
+    s = summary(filled, Filters(since=datetime.now(timezone.utc) - timedelta(days=30)))
+    assert (s.usd, s.on_demand_usd, s.savings_usd) == (Decimal("6.5"), Decimal("13.5"), Decimal("7"))
+    assert (s.cache_hits, s.cache_avoided_usd, s.egress_avoided_usd) == (1, Decimal("0.4"), Decimal("0.9"))
+    assert (s.failed_tries, s.preempted_tries) == (1, 1)
+
+
+def test_daily_tries_and_burn_down(filled: Ledger) -> None:
+    recent = Filters(since=datetime.now(timezone.utc) - timedelta(days=30))
+    (point,) = daily_spend(filled, recent, "dag")
+    assert point[1:] == ("retrain", Decimal("6.5"))
+    assert [t["usd"] for t in costliest_tries(filled, recent, 2)] == [Decimal("3"), Decimal("2")]
+    (budget,) = burn_down(filled)
+    assert budget.usage.cap_usd == 100 and budget.cumulative[-1][1] == budget.usage.spent_usd
+
+
+def test_api_summary_and_spend(client: TestClient) -> None:
+    body = client.get("/api/summary").json()
+    assert body["usd"] == "6.500000" and body["savings_usd"] == "7.000000" and body["cache_hits"] == 1
+    rows = client.get("/api/spend", params={"group_by": "tag:team"}).json()["rows"]
+    assert {r["group"]: r["usd"] for r in rows} == {"ml": "5.000000", "data": "1.500000"}
+    assert client.get("/api/budgets").json()["budgets"][0]["left_usd"] == "93.500000"
+    assert client.get("/api/top-tries", params={"limit": 1}).json()["tries"][0]["usd"] == "3.000000"
+    assert client.get("/api/daily").json()["points"][0]["group"] == "retrain"
+
+
+@pytest.mark.parametrize(
+    ("path", "params"),
+    [
+        ("/api/spend", {"group_by": "dag; DROP TABLE costaware_entries"}),
+        ("/api/spend", {"group_by": "tag:"}),
+        ("/api/summary", {"days": 0}),
+        ("/api/summary", {"dag_id": "a b"}),
+        ("/api/summary", {"scope": "project"}),
+        ("/api/summary", {"since": "2026-01-01T00:00:00"}),
+        ("/api/top-tries", {"limit": 1000}),
+    ],
+)
+def test_bad_filters_are_rejected_before_any_query(
+    client: TestClient, filled: Ledger, path: str, params: dict[str, object]
+) -> None:
+    response = client.get(path, params=params)
+    assert response.status_code == 422, response.text
+    assert filled.spent("*") == Decimal("105.5")  # the table is intact
+
+
+def test_page_renders_svg_charts_and_numbers(client: TestClient) -> None:
+    page = client.get("/", params={"group_by": "task"})
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    html = page.text
+    assert html.count("<svg") >= 4
+    assert "$6.50" in html and "Savings vs on-demand" in html and "$7.00" in html
+    assert "Budget project=churn/month" in html
+    assert "retrain.train" in html and "http" not in html.split("<body>")[1].replace("http-equiv", "")
+
+
+def test_openapi_lists_the_routes(client: TestClient) -> None:
+    paths = client.get("/openapi.json").json()["paths"]
+    assert {"/api/summary", "/api/spend", "/api/daily", "/api/budgets", "/api/top-tries", "/"} <= set(paths)
+
+
+def test_unreachable_ledger_is_503(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", "postgresql://nobody@127.0.0.1:1/ledger")
+    response = client.get("/api/summary")
+    assert response.status_code == 503 and "cannot" in response.json()["detail"]
