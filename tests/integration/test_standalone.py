@@ -3,27 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from airflow_server import AirflowServer, airflow_standalone
+from airflow_server import AirflowServer
 
 from costaware import Ledger
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AirflowServer, Ledger]]:
-    home = tmp_path_factory.mktemp("standalone")
-    ledger_url = f"sqlite:///{home / 'ledger.db'}"
-    ledger = Ledger.from_url(ledger_url)
-    dags = [ROOT / "dags" / "cost_aware_retrain.py", Path(__file__).parent / "dags" / "budget_wait.py"]
-    with airflow_standalone(dags, ledger_url, home) as running:
-        yield running, ledger
-    ledger.dispose()
 
 
 def test_retrain_dag_triggered_through_the_api(server: tuple[AirflowServer, Ledger]) -> None:

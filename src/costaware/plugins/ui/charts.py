@@ -9,6 +9,7 @@ from html import escape
 
 PALETTE = ("#2563eb", "#16a34a", "#d97706", "#9333ea", "#dc2626", "#0891b2", "#4b5563", "#db2777")
 WIDTH, HEIGHT, PAD = 720, 240, 48
+LEFT = 84  # room for the y-axis amount
 
 
 def _money(value: Decimal) -> str:
@@ -24,11 +25,11 @@ def stacked_bars(days: Sequence[tuple[date, str, Decimal]], title: str) -> str:
     colour = {g: PALETTE[i % len(PALETTE)] for i, g in enumerate(groups)}
     totals = {d: sum((usd for day, _, usd in days if day == d), Decimal(0)) for d in dates}
     top = max(totals.values()) or Decimal(1)
-    slot = (WIDTH - 2 * PAD) / len(dates)
+    slot = (WIDTH - LEFT - PAD) / len(dates)
     bar = max(2.0, slot * 0.7)
     parts = [_frame(title, top)]
     for i, d in enumerate(dates):
-        x = PAD + i * slot + (slot - bar) / 2
+        x = LEFT + i * slot + (slot - bar) / 2
         y = float(HEIGHT - PAD)
         for day, group, usd in days:
             if day != d or usd <= 0:
@@ -80,21 +81,22 @@ def burn_down_line(cumulative: Sequence[tuple[date, Decimal]], cap: Decimal, tit
     top = max([cap, *[v for _, v in cumulative]]) or Decimal(1)
     parts = [_frame(title, top)]
     cap_y = HEIGHT - PAD - float(cap / top) * (HEIGHT - 2 * PAD)
-    parts.append(f'<line x1="{PAD}" x2="{WIDTH - PAD}" y1="{cap_y:.1f}" y2="{cap_y:.1f}" class="cap"/>')
+    parts.append(f'<line x1="{LEFT}" x2="{WIDTH - PAD}" y1="{cap_y:.1f}" y2="{cap_y:.1f}" class="cap"/>')
     parts.append(
         f'<text x="{WIDTH - PAD}" y="{cap_y - 4:.1f}" class="value" text-anchor="end">'
         f"cap {_money(cap)}</text>"
     )
     if cumulative:
-        step = (WIDTH - 2 * PAD) / max(1, len(cumulative) - 1)
-        points = " ".join(
-            f"{PAD + i * step:.1f},{HEIGHT - PAD - float(v / top) * (HEIGHT - 2 * PAD):.1f}"
+        step = (WIDTH - LEFT - PAD) / max(1, len(cumulative) - 1)
+        xy = [
+            (LEFT + i * step, HEIGHT - PAD - float(v / top) * (HEIGHT - 2 * PAD))
             for i, (_, v) in enumerate(cumulative)
-        )
-        parts.append(f'<polyline points="{points}" class="spent"/>')
+        ]
+        parts.append(f'<polyline points="{" ".join(f"{x:.1f},{y:.1f}" for x, y in xy)}" class="spent"/>')
+        parts += [f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" class="point"/>' for x, y in xy]
         last_day, last = cumulative[-1]
         parts.append(
-            f'<text x="{PAD}" y="{HEIGHT - 8}" class="tick">'
+            f'<text x="{LEFT}" y="{HEIGHT - 8}" class="tick">'
             f"spent {_money(last)} by {last_day.isoformat()}</text>"
         )
     parts.append("</svg>")
@@ -105,6 +107,6 @@ def _frame(title: str, top: Decimal) -> str:
     return (
         f'<svg role="img" aria-label="{escape(title)}" viewBox="0 0 {WIDTH} {HEIGHT}" class="chart">'
         f'<text x="0" y="16" class="title">{escape(title)}</text>'
-        f'<line x1="{PAD}" x2="{WIDTH - PAD}" y1="{HEIGHT - PAD}" y2="{HEIGHT - PAD}" class="axis"/>'
-        f'<text x="{PAD - 4}" y="{PAD + 4}" class="tick" text-anchor="end">{_money(top)}</text>'
+        f'<line x1="{LEFT}" x2="{WIDTH - PAD}" y1="{HEIGHT - PAD}" y2="{HEIGHT - PAD}" class="axis"/>'
+        f'<text x="{LEFT - 4}" y="{PAD + 4}" class="tick" text-anchor="end">{_money(top)}</text>'
     )
