@@ -10,9 +10,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from airflow_server import AirflowServer, airflow_standalone  # noqa: E402
+from airflow_server import AirflowServer, airflow_standalone
 
-from costaware import Ledger  # noqa: E402
+from costaware import Ledger
 
 ROOT = Path(__file__).resolve().parents[2]
 
