@@ -2,7 +2,6 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
-DEMO_DATE ?= 2013-02-01
 
 # Airflow runs from this checkout: its home, DAGs and small worker pool (a 2-core machine).
 export AIRFLOW_HOME := $(CURDIR)/.airflow
@@ -19,14 +18,29 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $@
 
+# The demo replays two days: day one retrains in full on on-demand prices; day two starts on spot (its
+# price is under the given maximum) and warm-starts the champion; day two again reuses the cached features.
+DEMO_LOG := $(AIRFLOW_HOME)/demo-run.log
+HIGHLIGHTS := (replaying 2013|computed features in|reused features computed|decision: |retrain mode|promotion: ).*
+
 demo: $(BIN)/.installed
+	rm -rf $(AIRFLOW_HOME) && mkdir -p $(AIRFLOW_HOME)
 	$(BIN)/airflow db migrate >/dev/null
 	$(BIN)/costaware budget set --scope project=flight-delays --period month --cap-usd 25
-	$(BIN)/airflow dags test cost_aware_retrain $(DEMO_DATE) > $(AIRFLOW_HOME)/demo-run.log 2>&1 \
-		|| (tail -n 60 $(AIRFLOW_HOME)/demo-run.log; exit 1)
-	@grep -oE "(replaying 2013|Reserved \$$|candidate AUC).*" $(AIRFLOW_HOME)/demo-run.log | sed -E 's/ \[airflow.*$$//' || true
+	@for run in "2013-02-01" "2013-02-02 spot" "2013-02-02"; do \
+	  set -- $$run; conf='{}'; \
+	  if [ "$$2" = spot ]; then \
+	    conf="{\"spot_deadline\": \"$$(date -u -d '+2 hours' +%Y-%m-%dT%H:%M:%S+00:00)\", \"spot_max_usd_per_hour\": \"0.40\"}"; \
+	  fi; \
+	  echo; echo "== airflow dags test cost_aware_retrain $$1 -c '$$conf'"; \
+	  $(BIN)/airflow dags test cost_aware_retrain $$1 -c "$$conf" > $(DEMO_LOG) 2>&1 \
+	    || { tail -n 80 $(DEMO_LOG); exit 1; }; \
+	  grep -oE "$(HIGHLIGHTS)" $(DEMO_LOG) | sed -E 's/ \[(airflow|costaware)\..*$$//' | cut -c1-160; \
+	done
 	@echo
 	$(BIN)/costaware report --dag-id cost_aware_retrain --last-run
+	@echo
+	$(BIN)/costaware report --dag-id cost_aware_retrain --group-by run
 	@echo
 	$(BIN)/costaware budget show --scope project=flight-delays
 

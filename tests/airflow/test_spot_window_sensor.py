@@ -187,7 +187,8 @@ def test_live_prices_from_ec2_through_the_amazon_hook(
     # moto returns one generated price (0.00001 USD/h) per zone: at the forecast minimum, so spot at once.
     result = sensor.execute(context())
     assert result["market"] == "spot" and Decimal(result["usd_per_hour"]) == Decimal("0.00001")
-    assert "live EC2" in ledger_env.entries(dag_id="spot_window_test")[0]["price_source"]
+    (row,) = ledger_env.entries(dag_id="spot_window_test")
+    assert row["price_source"] == "live-ec2" and "live EC2" in row["note"]
 
 
 def test_trigger_round_trips_by_class_path_in_a_fresh_interpreter(tmp_path: Path) -> None:
@@ -267,3 +268,12 @@ def test_constructor_rejects_bad_static_arguments() -> None:
 def test_no_dags_folder_import_is_needed() -> None:
     assert SpotWindowSensor.__module__ == "costaware.sensors.spot_window"
     assert str(ROOT / "dags") not in [str(Path(p)) for p in sys.path if p]
+
+
+def test_manual_run_without_data_interval_decides_at_once(tmp_path: Path, ledger_env: Ledger) -> None:
+    # An API-triggered Airflow 3 run with no logical date has no data interval, and here no deadline: it
+    # decides at once, on-demand, since no slack is left to absorb a spot interruption.
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="0.10")
+    result = make_sensor(prices=str(prices), target_usd_per_hour="1.50").execute(context())
+    assert result["market"] == "on_demand" and "miss the deadline" in result["reason"]

@@ -15,6 +15,8 @@ def test_example_dags_import_without_errors() -> None:
 
 def test_retrain_dag_shape() -> None:
     dag = DagBag(dag_folder=str(DAGS)).dags["cost_aware_retrain"]  # parsed only, no metadata DB needed
-    gate = dag.get_task("spend_gate")
-    assert gate.downstream_task_ids == {"train"}
+    assert dag.get_task("spend_gate").downstream_task_ids == {"spot_window"}
+    assert dag.get_task("spend_gate").for_task_id == "retrain"
+    assert dag.get_task("retrain").upstream_task_ids == {"spot_window"}
+    assert type(dag.timetable).__name__ == "OffPeakTimetable"
     assert {"team:ml-platform", "project:flight-delays"} <= set(dag.tags)

@@ -1,10 +1,12 @@
-"""`airflow dags test` of the example DAG in a fresh Airflow home: it runs, and every task is priced."""
+"""`airflow dags test` of the example DAG in a fresh Airflow home, replaying two days like `make demo`."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,18 @@ from costaware import Ledger
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
+TASKS = {
+    "land_new_data",
+    "check_locality",
+    "quality_gate",
+    "build_features",
+    "split_features",
+    "spend_gate",
+    "spot_window",
+    "retrain",
+    "promote",
+}
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +52,17 @@ def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.slow
-def test_retrain_dag_runs_and_every_task_is_in_the_ledger(airflow_env: dict[str, str]) -> None:
+def _dags_test(env: dict[str, str], day: str, conf: dict[str, str] | None = None) -> tuple[str, list[dict]]:  # type: ignore[type-arg]
+    run = _run(env, "airflow", "dags", "test", "cost_aware_retrain", day, "-c", json.dumps(conf or {}))
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-4000:]
+    ledger = Ledger.from_url(env["COSTAWARE_LEDGER_URL"])
+    rows = ledger.entries(dag_id="cost_aware_retrain", run_id=ledger.last_run_id("cost_aware_retrain"))
+    ledger.dispose()
+    return output, rows
+
+
+def test_two_days_full_then_warm_spot_and_a_cache_hit(airflow_env: dict[str, str]) -> None:
     assert (
         _run(
             airflow_env,
@@ -55,36 +78,40 @@ def test_retrain_dag_runs_and_every_task_is_in_the_ledger(airflow_env: dict[str,
         ).returncode
         == 0
     )
-    run = _run(airflow_env, "airflow", "dags", "test", "cost_aware_retrain", "2013-02-01")
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "candidate AUC" in run.stdout + run.stderr
+
+    output, rows = _dags_test(airflow_env, "2013-02-01")
+    actual = [r for r in rows if not r["estimated"]]
+    assert {r["task_id"] for r in actual} == TASKS  # every task try is priced
+    assert all(r["tags"]["project"] == "flight-delays" and r["tags"]["team"] == "ml-platform" for r in actual)
+    assert "retrain mode: full; reason: no champion yet" in output
+    assert "computed features in" in output
+    retrain = next(r for r in actual if r["task_id"] == "retrain")
+    assert (retrain["instance_type"], retrain["market"]) == ("c5.4xlarge", "on_demand")
+    assert retrain["reservation_id"] is not None  # the spend gate's reservation, settled by the listener
+
+    deadline = (datetime.now(timezone.utc) + timedelta(hours=2)).isoformat()
+    output, rows = _dags_test(
+        airflow_env, "2013-02-02", {"spot_deadline": deadline, "spot_max_usd_per_hour": "0.40"}
+    )
+    assert "retrain mode: warm; reason: warm start:" in output
+    assert "decision: spot at" in output
+    retrain = next(r for r in rows if r["task_id"] == "retrain" and not r["estimated"])
+    assert retrain["market"] == "spot" and retrain["on_demand_usd"] > retrain["usd"]
+
+    output, rows = _dags_test(airflow_env, "2013-02-02")
+    assert "reused features computed by cost_aware_retrain/" in output
+    assert any(r["outcome"] == "cache_hit" and r["estimated"] for r in rows)
 
     ledger = Ledger.from_url(airflow_env["COSTAWARE_LEDGER_URL"])
-    run_id = ledger.last_run_id("cost_aware_retrain")
-    rows = ledger.entries(dag_id="cost_aware_retrain", run_id=run_id)
-    assert sorted(r["task_id"] for r in rows) == [
-        "build_features",
-        "evaluate_and_promote",
-        "land_new_data",
-        "spend_gate",
-        "train",
-    ]
-    assert all(r["kind"] == "compute" and r["outcome"] == "success" for r in rows)
-    assert all(r["tags"]["project"] == "flight-delays" and r["tags"]["team"] == "ml-platform" for r in rows)
     (usage,) = ledger.usage("project=flight-delays")
-    assert usage.reserved_usd == 0  # the listener settled the gate's reservation for 'train'
-    train = next(r for r in rows if r["task_id"] == "train")
-    assert train["reservation_id"] is not None
-
+    assert usage.reserved_usd == 0 and usage.spent_usd > 0
     report = _run(airflow_env, "costaware", "report", "--dag-id", "cost_aware_retrain", "--last-run")
-    assert report.returncode == 0
     lines = report.stdout.splitlines()
     assert any(line.startswith("TOTAL") for line in lines)
-    for task in ("land_new_data", "build_features", "spend_gate", "train", "evaluate_and_promote"):
-        assert any(line.startswith(task) for line in lines), report.stdout
+    for name in TASKS:
+        assert any(line.startswith(name) for line in lines), report.stdout
 
 
-@pytest.mark.slow
 def test_run_fails_before_training_when_the_budget_is_spent(airflow_env: dict[str, str]) -> None:
     assert (
         _run(
@@ -101,10 +128,10 @@ def test_run_fails_before_training_when_the_budget_is_spent(airflow_env: dict[st
         ).returncode
         == 0
     )
-    run = _run(airflow_env, "airflow", "dags", "test", "cost_aware_retrain", "2013-02-02")
+    run = _run(airflow_env, "airflow", "dags", "test", "cost_aware_retrain", "2013-02-03")
     output = run.stdout + run.stderr
     assert "budget 'project=flight-delays/" in output and "needs an estimated $0.05" in output
     ledger = Ledger.from_url(airflow_env["COSTAWARE_LEDGER_URL"])
     rows = ledger.entries(dag_id="cost_aware_retrain", run_id=ledger.last_run_id("cost_aware_retrain"))
-    assert "train" not in {r["task_id"] for r in rows}  # no training was paid for
+    assert "retrain" not in {r["task_id"] for r in rows}  # no training was paid for
     assert {r["task_id"]: r["outcome"] for r in rows}["spend_gate"] == "failed"

@@ -87,7 +87,7 @@ entries = Table(
     Column("tags", JSON, nullable=False),
     Column("outcome", String(16), nullable=False),
     Column("cause", String(32), nullable=False),
-    Column("price_source", String(32), nullable=False),
+    Column("price_source", String(64), nullable=False),
     Column("note", Text, nullable=False),
     Column("reservation_id", String(64)),
     Index("ix_costaware_entries_dag_run", "dag_id", "run_id"),

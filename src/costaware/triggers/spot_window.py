@@ -125,6 +125,15 @@ def observe_spot(
     return price, available, source
 
 
+def label_decision(decision: dict[str, str], source: str) -> None:
+    """Name where the decision's price came from: a short ``price_source`` and the full ``price_detail``."""
+    spot = decision["market"] == "spot"
+    decision["price_source"] = (
+        ("live-ec2" if source.startswith("live") else "recorded") if spot else "on-demand-list"
+    )
+    decision["price_detail"] = source
+
+
 class SpotWindowTrigger(BaseTrigger):
     """Polls spot price and capacity until :func:`window_decision` says start (spot) or fall back (on-demand).
 
@@ -256,7 +265,7 @@ class SpotWindowTrigger(BaseTrigger):
             )
             if decision is not None:
                 decision["decided_at"] = now.isoformat()
-                decision["price_source"] = source if decision["market"] == "spot" else "on-demand price"
+                label_decision(decision, source)
                 yield TriggerEvent({"status": "success", "message": decision["reason"], "decision": decision})
                 return
             self.log.info(

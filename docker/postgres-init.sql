@@ -1,0 +1,2 @@
+-- A second database in the same PostgreSQL server: the costaware ledger (budgets, reservations, costs).
+CREATE DATABASE costaware;

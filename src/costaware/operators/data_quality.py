@@ -1,0 +1,224 @@
+"""``DataQualityOperator``: a Great Expectations 1.x suite on a batch; bad data fails before money is spent.
+
+Great Expectations is called directly (its Airflow provider cannot be installed with Airflow 3.3) and
+imported inside ``execute`` only: importing it takes seconds, which DAG parsing must never pay.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+
+from costaware.core.errors import ConfigurationError
+from costaware.operators.errors import airflow_errors
+from costaware.operators.warm_start import default_store, run_facts, storage_options
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+#: Result keys worth showing as "seen", in order of preference.
+_SEEN_KEYS = (
+    "observed_value",
+    "unexpected_count",
+    "unexpected_percent",
+    "partial_unexpected_list",
+    "missing_count",
+)
+
+
+class DataQualityError(ConfigurationError):
+    """Raised when a batch fails expectations; retrying the same data cannot help, so the task fails."""
+
+
+SuiteSpec = Mapping[str, Any] | Sequence[Mapping[str, Any]] | str | Callable[[], Any]
+
+
+def _suite_json(suite: SuiteSpec, name: str) -> dict[str, Any] | None:
+    """A suite given as JSON (dict, list, JSON text or a .json path) as a dict; None if it is code."""
+    if callable(suite):
+        return None
+    if isinstance(suite, str):
+        text = suite.strip()
+        if text.endswith(".json") and not text.startswith(("{", "[")):
+            try:
+                text = Path(text).read_text()
+            except OSError as e:
+                raise ConfigurationError(f"cannot read the expectation suite file {suite!r}: {e}") from e
+        try:
+            loaded = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ConfigurationError(f"expectation suite is not valid JSON ({e}): {text[:80]!r}") from e
+        return _suite_json(loaded, name)
+    if isinstance(suite, Mapping):
+        if not isinstance(suite.get("expectations"), list):
+            raise ConfigurationError(
+                "expectation suite JSON needs an 'expectations' list of {type, kwargs} objects"
+            )
+        return {"name": suite.get("name") or name, "expectations": list(suite["expectations"])}
+    return {"name": name, "expectations": list(suite)}
+
+
+def build_suite(suite: SuiteSpec, name: str) -> Any:
+    """A ``gx.ExpectationSuite`` from a JSON form (see ``DataQualityOperator``) or a callable."""
+    import great_expectations as gx
+    from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
+
+    spec = _suite_json(suite, name)
+    if spec is None:
+        built = suite()  # type: ignore[operator]
+        if isinstance(built, gx.ExpectationSuite):
+            return built
+        return gx.ExpectationSuite(name=name, expectations=list(built))
+    expectations = []
+    for i, item in enumerate(spec["expectations"]):
+        if not isinstance(item, Mapping) or "type" not in item:
+            raise ConfigurationError(
+                f"expectation #{i} must be an object with 'type' and 'kwargs', got {item!r}"
+            )
+        try:
+            config = ExpectationConfiguration(type=item["type"], kwargs=dict(item.get("kwargs") or {}))
+            expectations.append(config.to_domain_obj())
+        except Exception as e:
+            raise ConfigurationError(f"expectation #{i} ({item['type']!r}) is not valid: {e}") from e
+    if not expectations:
+        raise ConfigurationError("expectation suite has no expectations: add at least one")
+    return gx.ExpectationSuite(name=spec["name"], expectations=expectations)
+
+
+def validate_frame(frame: Any, suite: Any) -> dict[str, Any]:
+    """Validate a pandas DataFrame against a suite in an ephemeral (in-memory) GX context; JSON result."""
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    context = gx.get_context(mode="ephemeral")
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)
+    batch_definition = (
+        context.data_sources.add_pandas(name="costaware")
+        .add_dataframe_asset(name="batch")
+        .add_batch_definition_whole_dataframe("all_rows")
+    )
+    result = batch_definition.get_batch(batch_parameters={"dataframe": frame}).validate(suite)
+    return dict(result.to_json_dict())
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = json.dumps(value, default=str) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def failure_lines(result: Mapping[str, Any]) -> list[str]:
+    """One readable line per failed expectation: which column, what was expected, what was seen."""
+    lines = []
+    for item in result.get("results", []):
+        if item.get("success"):
+            continue
+        config = item.get("expectation_config") or {}
+        kwargs = {
+            k: v for k, v in (config.get("kwargs") or {}).items() if k not in ("batch_id", "result_format")
+        }
+        column = kwargs.pop("column", None)
+        where = f"column {column!r}" if column is not None else "table"
+        expected = ", ".join(f"{k}={_short(v)}" for k, v in kwargs.items()) or "(no arguments)"
+        details = item.get("result") or {}
+        seen = [f"{k}={_short(details[k])}" for k in _SEEN_KEYS if k in details]
+        info = item.get("exception_info") or {}
+        if info.get("raised_exception"):
+            seen.append(f"error: {info.get('exception_message')}")
+        lines.append(
+            f"{where}: {config.get('type')} expected {expected}; "
+            f"seen {', '.join(seen) or 'nothing (no result)'}"
+        )
+    return lines
+
+
+class DataQualityOperator(BaseOperator):
+    """Validates a batch with a Great Expectations suite before any training is paid for.
+
+    The suite is JSON (a dict ``{"name": ..., "expectations": [{"type": ..., "kwargs": {...}}, ...]}``, just
+    the list of expectations, JSON text, or a ``.json`` file path) or code (a callable that returns a
+    ``gx.ExpectationSuite`` or a list of GX expectations; import GX inside it). The result is stored as JSON
+    under ``results_path``; when any expectation fails the task fails (no retry) with one line per failure:
+    the column, what was expected and what was seen.
+
+    Returns (XCom) ``{"success", "statistics", "results_uri", "failures"}``.
+
+    Args:
+        data_path: Parquet file or folder to validate (local or ``s3://``) (templated).
+        suite: The expectation suite (JSON forms or a callable; see above) (templated when a string).
+        suite_name: Name of the suite when the JSON gives none.
+        results_path: Folder or ``s3://`` URI for results; one file per run and task (templated; default
+            ``$AIRFLOW_HOME/costaware/quality``).
+        columns: Only read these columns (default: all).
+        aws_conn_id: Airflow AWS connection for ``s3://`` locations (None: the default credential chain).
+        **kwargs: ``BaseOperator`` arguments.
+    """
+
+    template_fields: Sequence[str] = ("data_path", "suite", "results_path")
+    template_ext: Sequence[str] = ()
+    ui_color = "#eaf6e6"
+
+    def __init__(
+        self,
+        *,
+        data_path: str,
+        suite: SuiteSpec,
+        suite_name: str = "costaware_suite",
+        results_path: str | None = None,
+        columns: Sequence[str] | None = None,
+        aws_conn_id: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.data_path = data_path
+        self.suite = suite
+        self.suite_name = suite_name
+        self.results_path = results_path
+        self.columns = None if columns is None else list(columns)
+        self.aws_conn_id = aws_conn_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from costaware.adapters.checkpoint_store import checkpoint_key
+        from costaware.adapters.model_store import BlobDir
+        from costaware.training.runner import read_parquet
+
+        os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
+        facts = run_facts(context)
+        with airflow_errors():
+            options = storage_options(self.aws_conn_id)
+            suite = build_suite(self.suite, self.suite_name)
+            frame, fingerprint = read_parquet(self.data_path, self.columns, options)
+            result = validate_frame(frame, suite)
+            failures = failure_lines(result)
+            name = checkpoint_key(facts["dag_id"], facts["run_id"], f"{facts['task_id']}.json")
+            record = {
+                "data_path": self.data_path,
+                "data_fingerprint": fingerprint,
+                "rows": len(frame),
+                "validated_at": datetime.now(timezone.utc).isoformat(),
+                "run": facts,
+                "failures": failures,
+                "result": result,
+            }
+            results = BlobDir.from_uri(self.results_path or default_store("quality"), **options)
+            results.write_bytes(name, json.dumps(record, indent=2, default=str).encode())
+            uri = f"{results.uri}/{name}"
+            stats = result.get("statistics", {})
+            if failures:
+                raise DataQualityError(
+                    f"{len(failures)} of {stats.get('evaluated_expectations', '?')} expectations failed on "
+                    f"{self.data_path} ({len(frame)} rows); results in {uri}:\n"
+                    + "\n".join(f"- {x}" for x in failures)
+                )
+        self.log.info(
+            "all %s expectations passed on %s (%d rows)",
+            stats.get("evaluated_expectations"),
+            self.data_path,
+            len(frame),
+        )
+        return {"success": True, "statistics": stats, "results_uri": uri, "failures": []}

@@ -1,0 +1,84 @@
+"""``ModelPromoteOperator``: a candidate replaces the champion only when it is as good on holdout."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+
+from costaware.operators.errors import airflow_errors
+from costaware.operators.warm_start import run_facts, storage_options
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+class ModelPromoteOperator(BaseOperator):
+    """Compares a candidate version with the champion on holdout data and promotes it when it is good enough.
+
+    The candidate is promoted when its metric is at least the champion's minus ``margin`` (higher-is-better
+    metrics; plus ``margin`` for log loss and Brier), or when there is no champion. A candidate whose run did
+    not complete (status ``interrupted``/``failed``, or files without metadata) is never promoted. Every
+    decision is stored in the model store with both metrics; the champion switch is one atomic write.
+
+    Returns (XCom) the decision: ``promote``, ``reason``, ``metric``, ``candidate_metric``,
+    ``champion_metric``, ``margin``, ``candidate``, ``champion``, ...
+
+    Args:
+        model_store: Model store, a local folder or ``s3://bucket/prefix`` (templated).
+        candidate: The version to judge (templated), e.g.
+            ``"{{ ti.xcom_pull(task_ids='retrain')['version'] }}"``.
+        holdout_path: Parquet file or folder with holdout rows the candidate never trained on (templated).
+        label_column: Label column: 0/1 or boolean, or numeric with ``label_threshold``.
+        label_threshold: When set, the label is ``label_column > label_threshold``.
+        metric: ``roc_auc`` (default), ``average_precision``, ``accuracy``, ``log_loss`` or ``brier``.
+        margin: How much worse than the champion the candidate may be and still be promoted (templated).
+        aws_conn_id: Airflow AWS connection for ``s3://`` locations (None: the default credential chain).
+        **kwargs: ``BaseOperator`` arguments.
+    """
+
+    template_fields: Sequence[str] = ("model_store", "candidate", "holdout_path", "margin")
+    ui_color = "#fdf1d8"
+
+    def __init__(
+        self,
+        *,
+        model_store: str,
+        candidate: str,
+        holdout_path: str,
+        label_column: str,
+        label_threshold: float | None = None,
+        metric: str = "roc_auc",
+        margin: float | str = 0.0,
+        aws_conn_id: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.model_store = model_store
+        self.candidate = candidate
+        self.holdout_path = holdout_path
+        self.label_column = label_column
+        self.label_threshold = label_threshold
+        self.metric = metric
+        self.margin = margin
+        self.aws_conn_id = aws_conn_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from costaware.core.promotion import validate_margin
+        from costaware.training.runner import promote_candidate
+
+        with airflow_errors():
+            decision = promote_candidate(
+                model_store=self.model_store,
+                candidate=str(self.candidate),
+                holdout_path=self.holdout_path,
+                label_column=self.label_column,
+                label_threshold=self.label_threshold,
+                metric=self.metric,
+                margin=validate_margin(float(self.margin)),
+                run=run_facts(context),
+                storage_options=storage_options(self.aws_conn_id),
+            )
+        self.log.info("%s: %s", "promoted" if decision["promote"] else "not promoted", decision["reason"])
+        return decision

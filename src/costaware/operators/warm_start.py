@@ -1,0 +1,214 @@
+"""``WarmStartRetrainOperator``: continue the champion on new data, or retrain in full when told to."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+
+from costaware.core.errors import ConfigurationError
+from costaware.operators.errors import airflow_errors
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from costaware.core.retrain_policy import RetrainPolicy
+    from costaware.training.checkpointing import Checkpointer
+
+
+def default_store(name: str) -> str:
+    """``$AIRFLOW_HOME/costaware/<name>`` (the embedded default for models, checkpoints, quality results)."""
+    home = os.environ.get("AIRFLOW_HOME") or str(Path.home() / "airflow")
+    return str(Path(home) / "costaware" / name)
+
+
+def storage_options(aws_conn_id: str | None) -> dict[str, Any]:
+    """S3 credentials, region and endpoint from an Airflow AWS connection (empty: the default chain)."""
+    if not aws_conn_id:
+        return {}
+    from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+
+    hook = AwsBaseHook(aws_conn_id=aws_conn_id, client_type="s3")
+    credentials = hook.get_credentials()
+    return {
+        "access_key": credentials.access_key,
+        "secret_key": credentials.secret_key,
+        "session_token": credentials.token,
+        "region": hook.conn_region_name,
+        "endpoint_url": hook.conn_config.get_service_endpoint_url("s3"),
+    }
+
+
+def as_bool(value: object, name: str) -> bool:
+    """A templated flag: a bool, or the strings true/false/1/0/yes/no."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no", "", "none"):
+        return False
+    raise ConfigurationError(f"{name} must be true or false, got {value!r}")
+
+
+def run_facts(context: Context) -> dict[str, Any]:
+    """Where this task runs: dag, run, task, try and map index."""
+    ti = context["ti"]
+    return {
+        "dag_id": ti.dag_id,
+        "run_id": ti.run_id,
+        "task_id": ti.task_id,
+        "try_number": getattr(ti, "try_number", 1),
+        "map_index": getattr(ti, "map_index", -1),
+    }
+
+
+class WarmStartRetrainOperator(BaseOperator):
+    """Retrains a model: warm-starts the champion on new data, or retrains in full when the policy says so.
+
+    The policy (default ``DriftRetrainPolicy``) looks at the drift of features and label between the data the
+    champion was fully trained on and the new batch, the warm steps since the last full retrain and the
+    champion's recent holdout quality; its reason is logged. Training is checkpointed every
+    ``checkpoint_every_seconds`` / ``checkpoint_every_steps``; on SIGTERM (spot notice) it checkpoints at the
+    end of the current step and raises ``PreemptedError``, which Airflow retries; the retry resumes. The new
+    version is stored with its metadata; promoting it is ``ModelPromoteOperator``'s job.
+
+    Returns (XCom) a summary: ``version``, ``mode``, ``reason``, ``parent``, ``steps``, ``resumed_from_step``,
+    ``seconds``, ``drift``, ...
+
+    Args:
+        data_path: Parquet file or folder with all training data so far, for a full retrain (templated).
+        label_column: Label column: 0/1 or boolean, or numeric with ``label_threshold``.
+        feature_columns: Feature columns, in model order.
+        model_store: Model store, a local folder or ``s3://bucket/prefix`` (templated).
+        new_data_path: Parquet file or folder with only the new batch, for a warm start and the drift check
+            (templated; default ``data_path``).
+        checkpoint_store: Checkpoint store, local folder or ``s3://`` URI (templated; default
+            ``$AIRFLOW_HOME/costaware/checkpoints``).
+        trainer: ``sklearn-sgd``, ``sklearn-hgb``, ``xgboost``, ``lightgbm`` or the dotted path of a class
+            that implements ``costaware.training.trainers.Trainer``.
+        trainer_params: Keyword arguments of the trainer (templated).
+        label_threshold: When set, the label is ``label_column > label_threshold``.
+        policy: ``drift`` (default), ``always-full``, ``always-warm``, or a ``RetrainPolicy`` instance.
+        policy_params: Keyword arguments of a policy given by name (e.g. ``max_warm_steps``).
+        drift_columns: Features to check for drift (default: all features). Leave out columns that vary by
+            design between batches, such as the day of week of a daily batch.
+        force_full: Retrain in full whatever the policy says (templated, e.g. ``"{{ params.force_full }}"``).
+        checkpoint_every_seconds: Checkpoint at least this often (None: not by time).
+        checkpoint_every_steps: Checkpoint every this many steps (None: not by steps).
+        usd_per_hour: Price of the worker, to store the training's cost with the version (templated).
+        instance_type: Instance type the training runs on, for the cost listener (templated).
+        region: Its region (templated).
+        market: ``on_demand``, ``spot`` or ``local``, e.g. a ``SpotWindowSensor``'s decision (templated).
+        aws_conn_id: Airflow AWS connection for ``s3://`` stores and data (None: default credential chain).
+        **kwargs: ``BaseOperator`` arguments (set ``retries`` so preemptions are retried).
+    """
+
+    template_fields: Sequence[str] = (
+        "data_path",
+        "new_data_path",
+        "model_store",
+        "checkpoint_store",
+        "trainer_params",
+        "force_full",
+        "usd_per_hour",
+        "instance_type",
+        "region",
+        "market",
+    )
+    template_fields_renderers = {"trainer_params": "json"}
+    ui_color = "#e3f0fb"
+
+    def __init__(
+        self,
+        *,
+        data_path: str,
+        label_column: str,
+        feature_columns: Sequence[str],
+        model_store: str,
+        new_data_path: str | None = None,
+        checkpoint_store: str | None = None,
+        trainer: str = "sklearn-sgd",
+        trainer_params: Mapping[str, Any] | None = None,
+        label_threshold: float | None = None,
+        policy: str | RetrainPolicy | None = None,
+        policy_params: Mapping[str, Any] | None = None,
+        drift_columns: Sequence[str] | None = None,
+        force_full: bool | str = False,
+        checkpoint_every_seconds: float | None = 300.0,
+        checkpoint_every_steps: int | None = None,
+        usd_per_hour: str | None = None,
+        instance_type: str | None = None,
+        region: str | None = None,
+        market: str | None = None,
+        aws_conn_id: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        # Where the training runs (e.g. the Celery queue of a spot node group): the cost listener prices
+        # this task's runtime on it. None: the worker defaults.
+        self.instance_type = instance_type
+        self.region = region
+        self.market = market
+        self.data_path = data_path
+        self.label_column = label_column
+        self.feature_columns = list(feature_columns)
+        self.model_store = model_store
+        self.new_data_path = new_data_path
+        self.checkpoint_store = checkpoint_store
+        self.trainer = trainer
+        self.trainer_params = dict(trainer_params or {})
+        self.label_threshold = label_threshold
+        self.policy = policy
+        self.policy_params = dict(policy_params or {})
+        self.drift_columns = None if drift_columns is None else list(drift_columns)
+        self.force_full = force_full
+        self.checkpoint_every_seconds = checkpoint_every_seconds
+        self.checkpoint_every_steps = checkpoint_every_steps
+        self.usd_per_hour = usd_per_hour
+        self.aws_conn_id = aws_conn_id
+        self._checkpointer: Checkpointer | None = None
+
+    def _remember(self, checkpointer: Checkpointer) -> None:
+        self._checkpointer = checkpointer
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from costaware.adapters.checkpoint_store import checkpoint_key
+        from costaware.training.runner import RetrainJob, run_retrain
+
+        facts = run_facts(context)
+        with airflow_errors():
+            job = RetrainJob(
+                data_path=self.data_path,
+                new_data_path=self.new_data_path,
+                label_column=self.label_column,
+                feature_columns=self.feature_columns,
+                label_threshold=self.label_threshold,
+                model_store=self.model_store,
+                checkpoint_store=self.checkpoint_store or default_store("checkpoints"),
+                checkpoint_key=checkpoint_key(
+                    facts["dag_id"], facts["task_id"], facts["run_id"], facts["map_index"]
+                ),
+                trainer=self.trainer,
+                trainer_params=self.trainer_params,
+                policy=self.policy,
+                policy_params=self.policy_params,
+                drift_columns=self.drift_columns,
+                force_full=as_bool(self.force_full, "force_full"),
+                checkpoint_every_seconds=self.checkpoint_every_seconds,
+                checkpoint_every_steps=self.checkpoint_every_steps,
+                usd_per_hour=self.usd_per_hour or None,
+                run=facts,
+                storage_options=storage_options(self.aws_conn_id),
+            )
+            result = run_retrain(job, on_checkpointer=self._remember)
+        self.log.info("stored %s model version %s: %s", result["mode"], result["version"], result["reason"])
+        return result
+
+    def on_kill(self) -> None:
+        """Airflow's SIGTERM path: ask the training to checkpoint and stop after the current step."""
+        if self._checkpointer is not None:
+            self._checkpointer.request_preemption("task is being killed")

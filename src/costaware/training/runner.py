@@ -1,0 +1,465 @@
+"""One warm-start-or-full retrain with checkpoints, and one evaluate-and-promote step.
+
+The operators call ``run_retrain`` and ``promote_candidate``; ``python -m costaware.training.runner
+--config job.json`` runs a retrain outside Airflow (e.g. on a spot instance) and exits with code 75 after
+a preemption, so any scheduler can retry it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import hashlib
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from costaware.adapters.checkpoint_store import CheckpointStore
+from costaware.adapters.model_store import (
+    BlobDir,
+    IncompleteVersionError,
+    ModelStore,
+    ModelVersion,
+    new_version_id,
+)
+from costaware.core.errors import ConfigurationError
+from costaware.core.ledger import compute_cost
+from costaware.core.money import parse_usd
+from costaware.core.promotion import COMPLETE, decide_promotion, higher_is_better
+from costaware.core.retrain_policy import (
+    AlwaysFullRetrainPolicy,
+    AlwaysWarmRetrainPolicy,
+    DataProfile,
+    DriftRetrainPolicy,
+    RetrainContext,
+    RetrainPolicy,
+    drift_report,
+    profile_frame,
+)
+from costaware.training.checkpointing import PREEMPTED_EXIT_CODE, Checkpointer, PreemptedError
+from costaware.training.trainers import Trainer, TrainingData, resolve_trainer, trainer_path
+
+log = logging.getLogger(__name__)
+
+POLICIES: dict[str, type[RetrainPolicy]] = {
+    "drift": DriftRetrainPolicy,
+    "always-full": AlwaysFullRetrainPolicy,
+    "always-warm": AlwaysWarmRetrainPolicy,
+}
+
+
+def make_policy(policy: str | RetrainPolicy | None, params: Mapping[str, Any] | None = None) -> RetrainPolicy:
+    """A policy instance from a name (``drift``, ``always-full``, ``always-warm``) and parameters."""
+    if isinstance(policy, RetrainPolicy):
+        return policy
+    name = policy or "drift"
+    if name not in POLICIES:
+        raise ConfigurationError(f"unknown retrain policy {name!r}: use one of {', '.join(POLICIES)}")
+    try:
+        return POLICIES[name](**dict(params or {}))
+    except TypeError as e:
+        raise ConfigurationError(f"retrain policy {name!r} does not take these parameters: {e}") from e
+
+
+# -- data ----------------------------------------------------------------------------------------------------
+
+
+def read_parquet(
+    uri: str, columns: Sequence[str] | None, storage_options: Mapping[str, Any] | None = None
+) -> tuple[Any, str]:
+    """Read ``columns`` (None: all) of one Parquet file or every ``*.parquet`` under a folder (local or S3).
+
+    Returns the DataFrame and a fingerprint: SHA-256 over each file's relative name and content.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyarrow import fs
+
+    blobs = BlobDir.from_uri(uri, create=False, **dict(storage_options or {}))
+    info = blobs.fs.get_file_info(blobs.root)
+    if info.type == fs.FileType.File:
+        paths = [blobs.root]
+        base = blobs.root.rsplit("/", 1)[0]
+    elif info.type == fs.FileType.Directory:
+        selector = fs.FileSelector(blobs.root, recursive=True)
+        paths = sorted(
+            i.path
+            for i in blobs.fs.get_file_info(selector)
+            if i.type == fs.FileType.File
+            and i.path.endswith(".parquet")
+            and not i.base_name.startswith((".", "_"))
+        )
+        base = blobs.root
+    else:
+        raise ConfigurationError(
+            f"training data {uri!r} does not exist: check the path (a Parquet file or folder)"
+        )
+    if not paths:
+        raise ConfigurationError(f"no .parquet files under {uri!r}: land the data first or fix the path")
+    digest = hashlib.sha256()
+    tables = []
+    for path in paths:
+        with blobs.fs.open_input_stream(path) as stream:
+            raw = bytes(stream.read())
+        digest.update(path[len(base) :].encode() + b"\0" + hashlib.sha256(raw).digest())
+        table = pq.read_table(pa.BufferReader(raw))
+        if columns is None:
+            tables.append(table)
+            continue
+        missing = [c for c in columns if c not in table.column_names]
+        if missing:
+            raise ConfigurationError(
+                f"columns {missing} are not in {path} (it has {table.column_names}): "
+                "fix feature_columns/label_column"
+            )
+        tables.append(table.select(list(columns)))
+    frame = pa.concat_tables(tables, promote_options="permissive").to_pandas()
+    return frame, digest.hexdigest()
+
+
+def training_data(
+    frame: Any, features: Sequence[str], label: str, label_threshold: float | None
+) -> TrainingData:
+    """Features and a 0/1 label; rows without a label are dropped (e.g. cancelled flights)."""
+    import numpy as np
+    import pandas as pd
+
+    known = frame[frame[label].notna()]
+    if len(known) < len(frame):
+        log.info("dropped %d rows without a value in label column %r", len(frame) - len(known), label)
+    if not len(known):
+        raise ConfigurationError(
+            f"no rows with a value in label column {label!r}: nothing to train or evaluate on"
+        )
+    values = known[label]
+    if label_threshold is not None:
+        y = (pd.to_numeric(values, errors="raise") > float(label_threshold)).astype(int).to_numpy()
+    else:
+        seen = set(pd.unique(values.astype(float)))
+        if not seen <= {0.0, 1.0}:
+            raise ConfigurationError(
+                f"label column {label!r} has values {sorted(seen)[:5]}, not 0/1: "
+                "set label_threshold or fix the label"
+            )
+        y = values.astype(float).astype(int).to_numpy()
+    return TrainingData(features=known[list(features)].reset_index(drop=True), label=np.asarray(y))
+
+
+def score_metric(metric: str, label: Any, scores: Any) -> float:
+    """The value of ``metric`` for 0/1 labels and positive-class scores (NaN when undefined)."""
+    import numpy as np
+    from sklearn import metrics as m
+
+    higher_is_better(metric)  # validates the name
+    y, p = np.asarray(label), np.clip(np.asarray(scores, dtype=float), 1e-7, 1 - 1e-7)
+    if metric in ("roc_auc", "average_precision") and len(set(y.tolist())) < 2:
+        return float("nan")
+    if metric == "roc_auc":
+        return float(m.roc_auc_score(y, p))
+    if metric == "average_precision":
+        return float(m.average_precision_score(y, p))
+    if metric == "accuracy":
+        return float(m.accuracy_score(y, p >= 0.5))
+    if metric == "log_loss":
+        return float(m.log_loss(y, p, labels=[0, 1]))
+    return float(m.brier_score_loss(y, p))
+
+
+# -- retrain -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RetrainJob:
+    """Everything one retrain needs; see ``WarmStartRetrainOperator`` for each field's meaning."""
+
+    data_path: str
+    label_column: str
+    feature_columns: Sequence[str]
+    model_store: str
+    checkpoint_store: str
+    checkpoint_key: str
+    trainer: str | Trainer = "sklearn-sgd"
+    trainer_params: Mapping[str, Any] = field(default_factory=dict)
+    new_data_path: str | None = None
+    label_threshold: float | None = None
+    policy: str | RetrainPolicy | None = None
+    policy_params: Mapping[str, Any] = field(default_factory=dict)
+    drift_columns: Sequence[str] | None = None
+    force_full: bool = False
+    checkpoint_every_seconds: float | None = 300.0
+    checkpoint_every_steps: int | None = None
+    usd_per_hour: str | None = None
+    quality_window: int = 10
+    run: Mapping[str, Any] = field(default_factory=dict)
+    storage_options: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _incompatibility(champion: ModelVersion, trainer: str, features: Sequence[str], label: str) -> str:
+    if champion.trainer != trainer:
+        return f"it was trained by {champion.trainer!r}, this run uses {trainer!r}"
+    if list(champion.features) != list(features):
+        return f"its features {list(champion.features)} differ from {list(features)}"
+    if champion.label != label:
+        return f"its label {champion.label!r} differs from {label!r}"
+    if not champion.reference_profile:
+        return "it has no reference data profile"
+    return ""
+
+
+def run_retrain(
+    job: RetrainJob, *, on_checkpointer: Callable[[Checkpointer], None] | None = None
+) -> dict[str, Any]:
+    """Choose warm or full, train with checkpoints (resuming one if present), store the new version.
+
+    Returns a JSON-able summary: version, mode, reason, parent, steps, resumed_from_step, seconds, ...
+    Raises ``PreemptedError`` after saving a checkpoint when a preemption notice arrived.
+    """
+    started, cpu_started = time.perf_counter(), time.process_time()
+    if not job.feature_columns:
+        raise ConfigurationError("feature_columns is empty: name the columns the model learns from")
+    if job.label_column in job.feature_columns:
+        raise ConfigurationError(
+            f"label column {job.label_column!r} is also a feature: remove it from feature_columns"
+        )
+    rate = parse_usd(job.usd_per_hour, name="usd_per_hour") if job.usd_per_hour is not None else None
+    opts = dict(job.storage_options)
+    policy = make_policy(job.policy, job.policy_params)
+    trainer = resolve_trainer(job.trainer, job.trainer_params)
+    name = trainer_path(trainer)
+    features = list(job.feature_columns)
+    drift_columns = list(job.drift_columns) if job.drift_columns is not None else features
+    store = ModelStore.open(job.model_store, **opts)
+    columns = [*features, job.label_column]
+
+    new_frame, new_fingerprint = read_parquet(job.new_data_path or job.data_path, columns, opts)
+    new_data = training_data(new_frame, features, job.label_column, job.label_threshold)
+    labelled = new_data.features.assign(__label__=new_data.label)
+    champion = store.champion()
+    incompatible = _incompatibility(champion, name, features, job.label_column) if champion else ""
+    drift = None
+    if champion and not incompatible and champion.reference_profile:
+        reference = DataProfile.from_dict(champion.reference_profile)
+        current = profile_frame(labelled, drift_columns, label="__label__", reference=reference)
+        drift = drift_report(reference, current, columns=drift_columns)
+    decision = policy.decide(
+        RetrainContext(
+            has_champion=champion is not None,
+            drift=drift,
+            warm_steps_since_full=champion.warm_steps_since_full if champion else 0,
+            recent_quality=store.recent_quality(job.quality_window),
+            force_full=bool(job.force_full),
+            incompatible=incompatible,
+        )
+    )
+    log.info("retrain mode: %s; reason: %s", decision.mode.value, decision.reason)
+
+    if decision.warm and champion:
+        data, fingerprint, reference_profile = new_data, new_fingerprint, champion.reference_profile
+        start_model = trainer.load(store.model_bytes(champion))
+        parent, warm_steps = champion.version, champion.warm_steps_since_full + 1
+    else:
+        if job.new_data_path and job.new_data_path != job.data_path:
+            frame, fingerprint = read_parquet(job.data_path, columns, opts)
+            data = training_data(frame, features, job.label_column, job.label_threshold)
+        else:
+            data, fingerprint = new_data, new_fingerprint
+        reference_profile = profile_frame(
+            data.features.assign(__label__=data.label), drift_columns, label="__label__"
+        ).to_dict()
+        start_model, parent, warm_steps = None, None, 0
+
+    plan = {
+        "mode": decision.mode.value,
+        "parent": parent,
+        "data_fingerprint": fingerprint,
+        "trainer": name,
+        "params": hashlib.sha256(
+            json.dumps(dict(job.trainer_params), sort_keys=True, default=str).encode()
+        ).hexdigest()[:16],
+    }
+    checkpointer = Checkpointer(
+        CheckpointStore.open(job.checkpoint_store, **opts),
+        job.checkpoint_key,
+        every_seconds=job.checkpoint_every_seconds,
+        every_steps=job.checkpoint_every_steps,
+        meta=plan,
+    )
+    if on_checkpointer:
+        on_checkpointer(checkpointer)
+    total = trainer.n_steps(data, warm=decision.warm)
+    fit_started = time.perf_counter()
+    with checkpointer:
+        checkpoint = checkpointer.resume()
+        if checkpoint:
+            model, first = trainer.load(checkpoint.state), checkpoint.step
+        else:
+            model, first = trainer.init_model(data, champion=start_model), 0
+        for step in range(first, total):
+            model = trainer.fit_step(model, data, step=step)
+            checkpointer.step_done(step + 1, functools.partial(trainer.save, model), last=step + 1 == total)
+    fit_seconds = time.perf_counter() - fit_started
+    blob = trainer.save(model)
+    seconds = time.perf_counter() - started
+    cost = str(compute_cost(seconds, rate)[1]) if rate is not None else None
+    metrics = {
+        "rows": data.rows,
+        "steps": total,
+        "resumed_from_step": checkpoint.step if checkpoint else None,
+        "checkpoints_saved": checkpointer.saves,
+        "fit_seconds": round(fit_seconds, 4),
+        "seconds": round(seconds, 4),
+        "cpu_seconds": round(time.process_time() - cpu_started, 4),
+    }
+    stored = store.save(
+        ModelVersion(
+            version=new_version_id(),
+            trainer=name,
+            model_format=trainer.model_format,
+            mode=decision.mode.value,
+            parent=parent,
+            data_fingerprint=fingerprint,
+            features=tuple(features),
+            label=job.label_column,
+            params=dict(job.trainer_params),
+            metrics=metrics,
+            cost_usd=cost,
+            warm_steps_since_full=warm_steps,
+            reference_profile=reference_profile,
+            reason=decision.reason,
+            run=dict(job.run),
+        ),
+        blob,
+    )
+    checkpointer.finish()
+    return {
+        "version": stored.version,
+        "mode": stored.mode,
+        "reason": decision.reason,
+        "parent": parent,
+        "model_store": store.uri,
+        "drift": drift.to_dict() if drift else None,
+        "cost_usd": cost,
+        **metrics,
+        "seconds": round(time.perf_counter() - started, 4),
+        "cpu_seconds": round(time.process_time() - cpu_started, 4),
+    }
+
+
+# -- promote -------------------------------------------------------------------------------------------------
+
+
+def promote_candidate(
+    *,
+    model_store: str,
+    candidate: str,
+    holdout_path: str,
+    label_column: str,
+    label_threshold: float | None = None,
+    metric: str = "roc_auc",
+    margin: float = 0.0,
+    run: Mapping[str, Any] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Score the candidate and the champion on the holdout, decide, record the decision, switch if promoted.
+
+    A candidate whose run did not complete (incomplete files, status ``interrupted`` or ``failed``) is
+    never loaded and never promoted; the refusal is recorded like any other decision.
+    """
+    higher_is_better(metric)
+    opts = dict(storage_options or {})
+    store = ModelStore.open(model_store, **opts)
+    if not candidate or candidate == "None":
+        raise ConfigurationError("no candidate version given: pass the retrain task's 'version' (its XCom)")
+    meta: ModelVersion | None
+    try:
+        meta = store.get(candidate)
+        status = meta.status
+    except IncompleteVersionError:
+        meta, status = None, "incomplete"
+    champion = store.champion()
+    if champion and champion.version == candidate:
+        raise ConfigurationError(
+            f"candidate {candidate!r} is already the champion of {store.uri}: pass a new version"
+        )
+    candidate_metric = champion_metric = None
+    holdout_rows, holdout_fingerprint = 0, ""
+    if meta is not None and status == COMPLETE:
+        columns = sorted({*meta.features, *(champion.features if champion else ()), label_column})
+        frame, holdout_fingerprint = read_parquet(holdout_path, columns, opts)
+        for version in (meta, champion):
+            if version is None:
+                continue
+            data = training_data(frame, version.features, label_column, label_threshold)
+            holdout_rows = data.rows
+            trainer = resolve_trainer(version.trainer, version.params)
+            value = score_metric(
+                metric, data.label, trainer.predict(trainer.load(store.model_bytes(version)), data.features)
+            )
+            if version is meta:
+                candidate_metric = value
+            else:
+                champion_metric = value
+    decision = decide_promotion(
+        metric=metric,
+        candidate_metric=candidate_metric,
+        champion_metric=champion_metric,
+        candidate_status=status,
+        has_champion=champion is not None,
+        margin=margin,
+    )
+    record = {
+        **decision.to_dict(),
+        "candidate": candidate,
+        "champion": champion.version if champion else None,
+        "holdout_rows": holdout_rows,
+        "holdout_fingerprint": holdout_fingerprint,
+        "decided_at": datetime.now(timezone.utc).isoformat(),
+        "run": dict(run or {}),
+    }
+    record["decision_file"] = store.record_decision(record)
+    if decision.promote:
+        store.set_champion(candidate)
+    log.info("promotion: %s", decision.reason)
+    return record
+
+
+# -- command line --------------------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m costaware.training.runner --config job.json``: one retrain; exit 75 when preempted."""
+    parser = argparse.ArgumentParser(prog="python -m costaware.training.runner", description=main.__doc__)
+    parser.add_argument("--config", required=True, help="JSON file with the RetrainJob fields")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
+    with open(args.config) as f:
+        fields = json.load(f)
+    try:
+        result = run_retrain(RetrainJob(**fields))
+    except PreemptedError as e:
+        print(
+            json.dumps(
+                {
+                    "preempted": True,
+                    "step": e.step,
+                    "notice_to_save_seconds": e.notice_to_save_seconds,
+                    "message": str(e),
+                }
+            ),
+            flush=True,
+        )
+        return PREEMPTED_EXIT_CODE
+    except (ConfigurationError, TypeError) as e:
+        print(json.dumps({"error": str(e)}), flush=True)
+        return 2
+    print(json.dumps(result, default=str), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

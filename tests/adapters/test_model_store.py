@@ -1,0 +1,199 @@
+from __future__ import annotations
+
+import io
+import json
+import threading
+import uuid
+import zipfile
+from pathlib import Path
+
+import boto3
+import numpy as np
+import pytest
+from sklearn.linear_model import SGDClassifier
+
+from costaware.adapters.model_store import (
+    BlobDir,
+    IncompleteVersionError,
+    ModelStore,
+    ModelVersion,
+    UntrustedModelError,
+    VersionNotFoundError,
+    dump_skops,
+    load_skops,
+    new_version_id,
+)
+from costaware.core.errors import ConfigurationError
+
+
+def _model(seed: int = 0) -> SGDClassifier:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(200, 3))
+    return SGDClassifier(loss="log_loss", random_state=seed).fit(x, (x[:, 0] > 0).astype(int))
+
+
+def _meta(status: str = "complete", **kw: object) -> ModelVersion:
+    values: dict[str, object] = {
+        "version": new_version_id(),
+        "trainer": "sklearn-sgd",
+        "model_format": "skops",
+        "mode": "full",
+        "parent": None,
+        "data_fingerprint": "f" * 64,
+        "features": ("a", "b", "c"),
+        "label": "y",
+        "status": status,
+        "params": {"alpha": 1e-4},
+        "metrics": {"rows": 200},
+        "cost_usd": "0.000100",
+    }
+    values.update(kw)
+    return ModelVersion(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture(params=["local", "s3"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> ModelStore:
+    if request.param == "local":
+        return ModelStore.open(str(tmp_path / "models"))
+    endpoint = request.getfixturevalue("moto_endpoint")
+    bucket = f"models-{uuid.uuid4().hex[:10]}"
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
+    return ModelStore.open(
+        f"s3://{bucket}/team/churn",
+        endpoint_url=endpoint,
+        region="us-east-1",
+        access_key="testing",
+        secret_key="testing",
+    )
+
+
+def test_versions_metadata_and_champion_switch(store: ModelStore) -> None:
+    model = _model()
+    first = store.save(_meta(), dump_skops(model))
+    second = store.save(
+        _meta(mode="warm", parent=first.version, warm_steps_since_full=1), dump_skops(_model(1))
+    )
+    assert store.champion() is None
+    got = store.get(second.version)
+    assert (got.mode, got.parent, got.warm_steps_since_full, got.cost_usd) == (
+        "warm",
+        first.version,
+        1,
+        "0.000100",
+    )
+    assert (
+        got.features == ("a", "b", "c") and got.data_fingerprint == "f" * 64 and got.params == {"alpha": 1e-4}
+    )
+    assert [v.version for v in store.versions()] == [first.version, second.version]
+
+    store.set_champion(first.version)
+    pointer = store.set_champion(second.version)
+    assert pointer.previous == first.version
+    assert store.champion() == got
+    loaded = load_skops(store.model_bytes(got))
+    x = np.random.default_rng(2).normal(size=(5, 3))
+    np.testing.assert_allclose(loaded.predict_proba(x), _model(1).predict_proba(x))
+
+    store.record_decision({"promote": True, "candidate_metric": 0.7, "champion_metric": 0.6})
+    store.record_decision({"promote": False, "candidate_metric": 0.5, "champion_metric": 0.65})
+    assert store.recent_quality() == (0.7, 0.65)
+
+
+def test_unknown_version_and_immutable_versions(store: ModelStore) -> None:
+    blob = dump_skops(_model())
+    meta = store.save(_meta(), blob)
+    with pytest.raises(VersionNotFoundError, match="model version 'v-nope' is not in"):
+        store.get("v-nope")
+    with pytest.raises(ConfigurationError, match="already exists"):
+        store.save(meta, b"other bytes")
+    assert store.model_bytes(store.get(meta.version)) == blob
+
+
+def test_interrupted_or_half_written_versions_never_become_champion(store: ModelStore) -> None:
+    good = store.save(_meta(), dump_skops(_model()))
+    store.set_champion(good.version)
+    interrupted = store.save(_meta(status="interrupted"), dump_skops(_model(1)))
+    with pytest.raises(ConfigurationError, match="status 'interrupted': only complete versions"):
+        store.set_champion(interrupted.version)
+    half = new_version_id()
+    store.blobs.write_bytes(f"versions/{half}/model.skops", dump_skops(_model(2)))  # metadata never written
+    with pytest.raises(IncompleteVersionError, match="has no metadata"):
+        store.set_champion(half)
+    assert store.champion_pointer().version == good.version  # type: ignore[union-attr]
+    assert half not in [v.version for v in store.versions()]
+
+
+def test_changed_model_file_is_refused(store: ModelStore) -> None:
+    meta = store.save(_meta(), dump_skops(_model()))
+    store.blobs.write_bytes(f"versions/{meta.version}/model.skops", dump_skops(_model(5)))
+    with pytest.raises(UntrustedModelError, match="changed after it was saved; it is not loaded"):
+        store.model_bytes(store.get(meta.version))
+
+
+def _tampered_skops() -> bytes:
+    """A skops file whose estimator node was rewritten to build ``subprocess.Popen``."""
+    original = dump_skops(_model())
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(original)) as src, zipfile.ZipFile(out, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item.filename)
+            if item.filename == "schema.json":
+                schema = json.loads(data)
+                schema["__module__"], schema["__class__"] = "subprocess", "Popen"
+                data = json.dumps(schema).encode()
+            dst.writestr(item, data)
+    return out.getvalue()
+
+
+def test_tampered_skops_file_is_refused_even_with_a_matching_checksum(store: ModelStore) -> None:
+    tampered = _tampered_skops()
+    with pytest.raises(UntrustedModelError, match=r"types nobody trusted: \['subprocess.Popen'\]"):
+        load_skops(tampered)
+    # An attacker who can write the bucket may also rewrite the checksum: skops' type check still refuses.
+    meta = store.save(_meta(), tampered)
+    with pytest.raises(UntrustedModelError, match=r"subprocess\.Popen"):
+        load_skops(store.model_bytes(store.get(meta.version)), trusted_types=store.trusted_types)
+    with pytest.raises(UntrustedModelError, match="not a valid skops file"):
+        load_skops(b"not a zip file")
+
+
+def test_champion_switch_is_atomic_for_concurrent_readers(tmp_path: Path) -> None:
+    store = ModelStore.open(str(tmp_path / "models"))
+    versions = [store.save(_meta(), dump_skops(_model(i))).version for i in range(3)]
+    store.set_champion(versions[0])
+    seen: set[str] = set()
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        while not stop.is_set():
+            try:
+                seen.add(store.champion_pointer().version)  # type: ignore[union-attr]
+            except BaseException as e:  # a torn or missing pointer would surface here
+                errors.append(e)
+                return
+
+    readers = [threading.Thread(target=read) for _ in range(3)]
+    for t in readers:
+        t.start()
+    for i in range(150):
+        store.set_champion(versions[i % 3])
+    stop.set()
+    for t in readers:
+        t.join()
+    assert errors == []
+    assert seen <= set(versions) and len(seen) >= 2
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == [
+        "champion.json",
+        "versions",
+    ]  # no temp files
+
+
+def test_bad_locations_are_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="store location is empty"):
+        BlobDir.from_uri("  ")
+    with pytest.raises(ConfigurationError, match="has no bucket"):
+        BlobDir.from_uri("s3:///prefix")
+    with pytest.raises(ConfigurationError, match=r"version id '\.\./x' is not a plain name"):
+        ModelStore.open(str(tmp_path / "m")).save(_meta(version="../x"), b"x")
+    assert not (tmp_path / "x").exists()

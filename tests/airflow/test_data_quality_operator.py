@@ -1,0 +1,167 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pandas as pd
+import pytest
+from airflow.sdk.exceptions import AirflowFailException
+
+from costaware.operators.data_quality import DataQualityOperator
+
+SUITE = {
+    "name": "flights_batch",
+    "expectations": [
+        {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "carrier"}},
+        {
+            "type": "expect_column_values_to_be_between",
+            "kwargs": {"column": "distance", "min_value": 0, "max_value": 5000},
+        },
+        {
+            "type": "expect_column_values_to_be_in_set",
+            "kwargs": {"column": "origin", "value_set": ["EWR", "JFK", "LGA"]},
+        },
+        {"type": "expect_table_row_count_to_be_between", "kwargs": {"min_value": 3}},
+    ],
+}
+
+
+def _batch(tmp: Path, **overrides: list[Any]) -> Path:
+    frame = pd.DataFrame(
+        {
+            "carrier": ["UA", "AA", "B6", "DL"],
+            "distance": [1400, 1089, 1576, 762],
+            "origin": ["EWR", "LGA", "JFK", "JFK"],
+            **overrides,
+        }
+    )
+    path = tmp / "landing" / "flights_2013-01-01.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frame.to_parquet(path, index=False)
+    return path
+
+
+def _context() -> dict[str, Any]:
+    ti = SimpleNamespace(
+        dag_id="retrain_dag",
+        task_id="quality_gate",
+        run_id="scheduled__2013-01-01",
+        try_number=1,
+        map_index=-1,
+    )
+    return {"ti": ti, "run_id": ti.run_id}
+
+
+def _run(tmp: Path, suite: Any, **kwargs: Any) -> dict[str, Any]:
+    op = DataQualityOperator(
+        task_id="quality_gate",
+        data_path=str(tmp / "landing"),
+        suite=suite,
+        results_path=str(tmp / "quality"),
+        **kwargs,
+    )
+    return op.execute(_context())
+
+
+def _stored(tmp: Path) -> dict[str, Any]:
+    files = list((tmp / "quality").rglob("*.json"))
+    assert len(files) == 1
+    return json.loads(files[0].read_text())
+
+
+def test_good_batch_passes_and_results_are_stored(tmp_path: Path) -> None:
+    _batch(tmp_path)
+    result = _run(tmp_path, SUITE)
+    assert result["success"] and result["statistics"]["successful_expectations"] == 4
+    stored = _stored(tmp_path)
+    assert result["results_uri"].endswith("retrain_dag/scheduled__2013-01-01/quality_gate.json")
+    assert stored["rows"] == 4 and stored["result"]["success"] is True and stored["failures"] == []
+
+
+def test_bad_batch_fails_with_a_readable_summary(tmp_path: Path) -> None:
+    _batch(
+        tmp_path,
+        carrier=["UA", None, "B6", "DL"],
+        distance=[1400, -5, 1576, 9999],
+        origin=["EWR", "LGA", "XXX", "JFK"],
+    )
+    with pytest.raises(AirflowFailException) as caught:
+        _run(tmp_path, json.dumps(SUITE))
+    message = str(caught.value)
+    assert message.startswith("3 of 4 expectations failed on ")
+    assert "(4 rows); results in " in message
+    assert (
+        "- column 'carrier': expect_column_values_to_not_be_null expected (no arguments); "
+        "seen unexpected_count=1, unexpected_percent=25.0, partial_unexpected_list=[null]"
+    ) in message
+    assert (
+        "- column 'distance': expect_column_values_to_be_between expected min_value=0.0, max_value=5000.0; "
+        "seen unexpected_count=2, unexpected_percent=50.0, partial_unexpected_list=[-5, 9999]"
+    ) in message
+    assert "- column 'origin': expect_column_values_to_be_in_set expected value_set=" in message
+    assert 'partial_unexpected_list=["XXX"]' in message
+    stored = _stored(tmp_path)  # stored with the run even though the task failed
+    assert stored["result"]["success"] is False and len(stored["failures"]) == 3
+
+
+def test_suite_from_json_file_and_from_code(tmp_path: Path) -> None:
+    _batch(tmp_path)
+    suite_file = tmp_path / "suite.json"
+    suite_file.write_text(
+        json.dumps(
+            {
+                "name": "n",
+                "expectations": [
+                    {"type": "expect_table_row_count_to_be_between", "kwargs": {"min_value": 10}}
+                ],
+            }
+        )
+    )
+    with pytest.raises(
+        AirflowFailException,
+        match=r"- table: expect_table_row_count_to_be_between expected "
+        r"min_value=10; seen observed_value=4",
+    ):
+        _run(tmp_path, str(suite_file))
+
+    def in_code() -> list[Any]:
+        import great_expectations as gx
+
+        return [gx.expectations.ExpectColumnToExist(column="carrier")]
+
+    assert _run(tmp_path, in_code, suite_name="coded")["success"]
+
+
+@pytest.mark.parametrize(
+    ("suite", "message"),
+    [
+        (
+            {"expectations": [{"type": "expect_nonsense", "kwargs": {}}]},
+            r"expectation #0 \('expect_nonsense'\)",
+        ),
+        ({"expectations": []}, "has no expectations"),
+        ({"name": "x"}, "needs an 'expectations' list"),
+        ("{not json", "not valid JSON"),
+        ("/missing/suite.json", "cannot read the expectation suite file '/missing/suite.json'"),
+        ([{"kwargs": {"column": "a"}}], "expectation #0 must be an object with 'type' and 'kwargs'"),
+    ],
+)
+def test_bad_suite_fails_before_reading_and_stores_nothing(tmp_path: Path, suite: Any, message: str) -> None:
+    _batch(tmp_path)
+    with pytest.raises(AirflowFailException, match=message):
+        _run(tmp_path, suite)
+    assert not (tmp_path / "quality").exists()
+
+
+def test_great_expectations_is_not_imported_at_parse_time() -> None:
+    code = (
+        "import sys; import costaware.operators.data_quality, costaware.operators.warm_start, "
+        "costaware.operators.promote; "
+        "print(sorted(m for m in ('great_expectations', 'sklearn', 'pandas', 'skops') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]"

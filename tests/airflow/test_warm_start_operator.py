@@ -1,0 +1,206 @@
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from airflow.sdk.exceptions import AirflowFailException
+
+from costaware.adapters.model_store import ModelStore
+from costaware.operators.warm_start import WarmStartRetrainOperator
+from costaware.training.checkpointing import PreemptedError
+from costaware.training.trainers import SGDTrainer, TrainingData
+
+FEATURES = ["x1", "x2", "c"]
+
+
+def _day(folder: Path, day: int, rows: int = 1500, shift: float = 0.0) -> Path:
+    rng = np.random.default_rng(day)
+    frame = pd.DataFrame(
+        {
+            "x1": rng.normal(shift, 1, rows),
+            "x2": rng.normal(size=rows),
+            "c": rng.choice(["a", "b", "c"], rows),
+        }
+    )
+    frame["delay"] = 20 * (frame.x1 - frame.x2) + rng.normal(0, 15, rows)  # label: delay > 15
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"day-{day:03d}.parquet"
+    frame.to_parquet(path, index=False)
+    return path
+
+
+def _context(run_id: str = "scheduled__2026-01-01", try_number: int = 1) -> dict[str, Any]:
+    ti = SimpleNamespace(
+        dag_id="retrain_dag", task_id="retrain", run_id=run_id, try_number=try_number, map_index=-1
+    )
+    return {"ti": ti, "run_id": run_id, "params": {}}
+
+
+def _operator(tmp: Path, day: int, **kwargs: Any) -> WarmStartRetrainOperator:
+    args: dict[str, Any] = {
+        "task_id": "retrain",
+        "data_path": str(tmp / "landing"),
+        "new_data_path": str(tmp / "landing" / f"day-{day:03d}.parquet"),
+        "label_column": "delay",
+        "label_threshold": 15,
+        "feature_columns": FEATURES,
+        "model_store": str(tmp / "models"),
+        "checkpoint_store": str(tmp / "ckpt"),
+        "checkpoint_every_steps": 2,
+        "usd_per_hour": "0.40",
+        "policy_params": {"max_warm_steps": 3},
+        **kwargs,
+    }
+    return WarmStartRetrainOperator(**args)
+
+
+def test_full_retrain_on_day_one_then_warm_starts_with_reasons(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = ModelStore.open(str(tmp_path / "models"))
+    modes, parents = [], []
+    for day in range(1, 6):
+        _day(tmp_path / "landing", day)
+        with caplog.at_level(logging.INFO):
+            result = _operator(tmp_path, day).execute(_context(f"run-{day}"))
+        store.set_champion(result["version"])
+        modes.append(result["mode"])
+        parents.append(result["parent"])
+        assert f"retrain mode: {result['mode']}; reason: {result['reason']}" in caplog.text
+    assert modes == ["full", "warm", "warm", "warm", "full"]  # max_warm_steps=3 forces day five
+    assert parents[0] is None and parents[4] is None and all(parents[1:4])
+    meta = store.champion()
+    assert meta is not None and meta.reason.startswith("3 warm steps since the last full retrain")
+    day2 = store.get(parents[2])
+    assert (day2.mode, day2.warm_steps_since_full, day2.metrics["rows"]) == ("warm", 1, 1500)
+    assert day2.run["run_id"] == "run-2" and day2.cost_usd is not None and float(day2.cost_usd) > 0
+    assert store.get(parents[1]).metrics["rows"] == 1500 and store.get(parents[1]).mode == "full"
+    assert meta.metrics["rows"] == 5 * 1500  # the full retrain read the whole landing folder
+    assert not any((tmp_path / "ckpt").rglob("*.ckpt"))
+
+
+def test_force_full_and_drift_trigger_full_retrains(tmp_path: Path) -> None:
+    store = ModelStore.open(str(tmp_path / "models"))
+    _day(tmp_path / "landing", 1)
+    store.set_champion(_operator(tmp_path, 1).execute(_context("r1"))["version"])
+    _day(tmp_path / "landing", 2)
+    forced = _operator(tmp_path, 2, force_full="{{ params.force_full }}")
+    forced.force_full = "True"  # as rendered from the template
+    assert forced.execute(_context("r2"))["reason"] == "full retrain requested (force_full)"
+    _day(tmp_path / "landing", 3, shift=2.5)
+    result = _operator(tmp_path, 3).execute(_context("r3"))
+    assert result["mode"] == "full" and "feature 'x1' drifted" in result["reason"]
+    assert result["drift"]["psi"]["x1"] > 0.25
+
+
+class PreemptedOnceTrainer(SGDTrainer):
+    """Receives a real SIGTERM (the spot notice) while its third step runs, once per process."""
+
+    fired = False
+
+    def fit_step(self, model: Any, data: TrainingData, *, step: int) -> Any:
+        if step == 2 and not PreemptedOnceTrainer.fired:
+            PreemptedOnceTrainer.fired = True
+            os.kill(os.getpid(), signal.SIGTERM)
+        return super().fit_step(model, data, step=step)
+
+
+def test_sigterm_raises_a_retryable_preemption_and_the_retry_resumes(tmp_path: Path) -> None:
+    _day(tmp_path / "landing", 1)
+    op = _operator(tmp_path, 1, trainer=f"{__name__}.PreemptedOnceTrainer", trainer_params={"epochs": 6})
+    previous = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(PreemptedError) as caught:
+        op.execute(_context("r1", try_number=1))
+    assert not isinstance(caught.value, AirflowFailException)
+    assert caught.value.ledger_cause == "preemption" and caught.value.step == 3
+    assert signal.getsignal(signal.SIGTERM) == previous  # handler restored
+    retry = _operator(tmp_path, 1, trainer=f"{__name__}.PreemptedOnceTrainer", trainer_params={"epochs": 6})
+    result = retry.execute(_context("r1", try_number=2))
+    assert result["resumed_from_step"] == 3 and result["steps"] == 6
+    assert (
+        ModelStore.open(str(tmp_path / "models"))
+        .get(result["version"])
+        .trainer.endswith("PreemptedOnceTrainer")
+    )
+
+
+def test_on_kill_requests_a_checkpoint(tmp_path: Path) -> None:
+    _day(tmp_path / "landing", 1)
+    op = _operator(tmp_path, 1, trainer_params={"epochs": 4})
+    original = op._remember
+
+    def remember_and_kill(checkpointer: Any) -> None:
+        original(checkpointer)
+        op.on_kill()  # as Airflow's task runner does on SIGTERM
+
+    op._remember = remember_and_kill  # type: ignore[method-assign]
+    with pytest.raises(PreemptedError, match="after step 1 saved"):
+        op.execute(_context())
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"trainer": "tensorflow-magic"}, "unknown trainer 'tensorflow-magic'"),
+        ({"trainer": "no.such.Trainer"}, "cannot import trainer 'no.such.Trainer'"),
+        ({"trainer_params": {"epochs": 0}}, "epochs must be an integer >= 1, got 0"),
+        ({"feature_columns": ["x1", "delay"]}, "label column 'delay' is also a feature"),
+        ({"feature_columns": ["x1", "nope"]}, r"columns \['nope'\] are not in"),
+        ({"policy": "sometimes"}, "unknown retrain policy 'sometimes'"),
+        ({"force_full": "maybe"}, "force_full must be true or false, got 'maybe'"),
+        (
+            {"new_data_path": "/does/not/exist.parquet"},
+            "training data '/does/not/exist.parquet' does not exist",
+        ),
+        ({"label_threshold": None}, r"label column 'delay' has values .* not 0/1"),
+    ],
+)
+def test_bad_configuration_fails_without_retry_and_writes_nothing(
+    tmp_path: Path, kwargs: dict[str, Any], message: str
+) -> None:
+    _day(tmp_path / "landing", 1)
+    with pytest.raises(AirflowFailException, match=message):
+        _operator(tmp_path, 1, **kwargs).execute(_context())
+    assert ModelStore.open(str(tmp_path / "models")).version_ids() == []
+    assert not any((tmp_path / "ckpt").rglob("*.ckpt"))
+
+
+@pytest.mark.parametrize("trainer", ["xgboost", "lightgbm", "sklearn-hgb"])
+def test_native_boosters_warm_start_and_round_trip(tmp_path: Path, trainer: str) -> None:
+    if trainer != "sklearn-hgb":
+        pytest.importorskip(trainer)
+    store = ModelStore.open(str(tmp_path / "models"))
+    params = {"sklearn-hgb": {"max_iter": 20, "warm_iter": 10, "trees_per_step": 5}}.get(
+        trainer, {"num_boost_round": 20, "warm_rounds": 10, "rounds_per_step": 5}
+    )
+    for day in (1, 2):
+        _day(tmp_path / "landing", day)
+        result = _operator(tmp_path, day, trainer=trainer, trainer_params=params).execute(_context(f"r{day}"))
+        store.set_champion(result["version"])
+    assert result["mode"] == "warm" and result["steps"] == 2
+    from costaware.training.trainers import resolve_trainer
+
+    champion = store.champion()
+    assert champion is not None and champion.model_format == {
+        "xgboost": "xgboost-ubj",
+        "lightgbm": "lightgbm-txt",
+    }.get(trainer, "skops")
+    loaded = resolve_trainer(trainer, params)
+    model = loaded.load(store.model_bytes(champion))
+    holdout = pd.read_parquet(_day(tmp_path / "holdout", 9))
+    scores = np.asarray(loaded.predict(model, holdout[FEATURES]))
+    assert scores.shape == (1500,) and scores.min() >= 0 and scores.max() <= 1
+    from sklearn.metrics import roc_auc_score
+
+    assert roc_auc_score(holdout.delay > 15, scores) > 0.8
+    if trainer == "xgboost":
+        assert model.booster.num_boosted_rounds() == 30
+    if trainer == "lightgbm":
+        assert model.booster.current_iteration() == 30

@@ -1,0 +1,103 @@
+"""docker-compose.yaml and Dockerfile checked for structure (no Docker engine runs on the CI machine)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomllib
+import yaml
+
+from costaware.adapters.ledger_url import url_from_connection_fields
+
+ROOT = Path(__file__).resolve().parents[2]
+AIRFLOW_SERVICES = (
+    "airflow-apiserver",
+    "airflow-scheduler",
+    "airflow-dag-processor",
+    "airflow-worker",
+    "airflow-triggerer",
+    "airflow-init",
+)
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return dict(yaml.safe_load((ROOT / "docker-compose.yaml").read_text()))
+
+
+def test_services_of_the_official_topology(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    assert {"postgres", "redis", *AIRFLOW_SERVICES} <= set(services)
+    assert services["postgres"]["image"].startswith("postgres:")
+    assert services["redis"]["image"].startswith("redis:")
+    commands = {name: services[name].get("command") for name in AIRFLOW_SERVICES[:-1]}
+    assert commands == {
+        "airflow-apiserver": "api-server",
+        "airflow-scheduler": "scheduler",
+        "airflow-dag-processor": "dag-processor",
+        "airflow-worker": "celery worker",
+        "airflow-triggerer": "triggerer",
+    }
+    for name in (*AIRFLOW_SERVICES, "postgres", "redis"):
+        if name != "airflow-init":
+            assert "healthcheck" in services[name], name
+
+
+def test_airflow_services_build_the_extended_image(compose: dict[str, Any]) -> None:
+    for name in AIRFLOW_SERVICES:
+        service = compose["services"][name]
+        assert service["build"] == "." and service["image"] == "costaware-airflow:latest", name
+        assert "_PIP_ADDITIONAL_REQUIREMENTS" not in service["environment"], name
+
+
+def test_environment_celery_postgres_ledger(compose: dict[str, Any]) -> None:
+    env = compose["services"]["airflow-scheduler"]["environment"]
+    assert env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
+    assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("postgresql+psycopg2://")
+    assert env["AIRFLOW__CELERY__BROKER_URL"].startswith("redis://")
+    assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == "http://airflow-apiserver:8080/execution/"
+    assert int(re.sub(r"\$\{[A-Z_]+:-(\d+)\}", r"\1", str(env["AIRFLOW__CORE__PARALLELISM"]))) <= 8
+    ledger = env["AIRFLOW_CONN_COSTAWARE_LEDGER"]
+    scheme, rest = ledger.split("://", 1)
+    login, host_part = rest.split("@", 1)
+    user, password = login.split(":", 1)
+    host_port, database = host_part.split("/", 1)
+    host, port = host_port.split(":")
+    url = url_from_connection_fields(
+        "costaware_ledger", scheme, host, user, password, int(port), database, None
+    )
+    assert url == "postgresql+psycopg2://airflow:airflow@postgres:5432/costaware"
+    init_sql = (ROOT / "docker" / "postgres-init.sql").read_text()
+    assert "CREATE DATABASE costaware" in init_sql
+    mounts = compose["services"]["postgres"]["volumes"]
+    assert any(m.startswith("./docker/postgres-init.sql:/docker-entrypoint-initdb.d/") for m in mounts)
+
+
+def test_dags_logs_config_plugins_are_mounted(compose: dict[str, Any]) -> None:
+    volumes = compose["services"]["airflow-worker"]["volumes"]
+    for folder in ("dags", "logs", "config", "plugins"):
+        assert f"./{folder}:/opt/airflow/{folder}" in volumes
+    assert (ROOT / "dags" / "cost_aware_retrain.py").exists()
+
+
+def test_workers_and_triggerer_wait_for_their_dependencies(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    assert services["airflow-worker"]["depends_on"]["airflow-apiserver"]["condition"] == "service_healthy"
+    assert services["airflow-worker"]["deploy"]["replicas"] == "${AIRFLOW_WORKERS:-2}"
+    for name in AIRFLOW_SERVICES[:-1]:
+        assert services[name]["depends_on"]["airflow-init"]["condition"] == "service_completed_successfully"
+
+
+def test_dockerfile_extends_the_pinned_airflow_image() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    base = re.search(r"^FROM apache/airflow:(\d+\.\d+\.\d+)", dockerfile, re.M)
+    assert base, dockerfile
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    airflow_pin = next(d for d in pyproject["project"]["dependencies"] if d.startswith("apache-airflow>="))
+    low = re.search(r">=(\d+\.\d+)\.\d+", airflow_pin)
+    assert low and base.group(1).startswith(low.group(1))
+    assert '"apache-airflow==${AIRFLOW_VERSION}"' in dockerfile  # pip must not change Airflow's version
+    assert "/opt/airflow/costaware" in dockerfile

@@ -1,0 +1,264 @@
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from costaware.adapters.checkpoint_store import CheckpointStore, checkpoint_key
+from costaware.adapters.model_store import ModelStore
+from costaware.core.errors import ConfigurationError
+from costaware.training.checkpointing import PREEMPTED_EXIT_CODE, Checkpointer, PreemptedError
+from costaware.training.runner import RetrainJob, run_retrain
+from costaware.training.trainers import resolve_trainer
+
+HERE = Path(__file__).resolve().parent
+SPOT_NOTICE_SECONDS = 120
+STEPS, EVERY_STEPS, STEP_SECONDS = 12, 3, 0.25
+
+
+def _data(folder: Path, rows: int = 4000, seed: int = 0) -> Path:
+    rng = np.random.default_rng(seed)
+    frame = pd.DataFrame(
+        {
+            "x1": rng.normal(size=rows),
+            "x2": rng.normal(size=rows),
+            "c": rng.choice(["a", "b", "c", "d"], rows),
+        }
+    )
+    logit = 1.5 * frame.x1 - frame.x2 + frame.c.map({"a": 0.5, "b": -0.5, "c": 0.0, "d": 1.0})
+    frame["y"] = (rng.random(rows) < 1 / (1 + np.exp(-logit))).astype(int)
+    folder.mkdir(parents=True, exist_ok=True)
+    frame.to_parquet(folder / "day-001.parquet", index=False)
+    return folder
+
+
+def _fields(tmp: Path, name: str, **trainer: Any) -> dict[str, Any]:
+    return {
+        "data_path": str(tmp / "data"),
+        "label_column": "y",
+        "feature_columns": ["x1", "x2", "c"],
+        "model_store": str(tmp / name / "models"),
+        "checkpoint_store": str(tmp / name / "ckpt"),
+        "checkpoint_key": "dag/retrain/run-1",
+        "trainer": "slow_trainer.SlowSGDTrainer",
+        "trainer_params": {"epochs": STEPS, "batch_size": 256, **trainer},
+        "checkpoint_every_steps": EVERY_STEPS,
+        "checkpoint_every_seconds": None,
+    }
+
+
+def _start(tmp: Path, fields: dict[str, Any]) -> subprocess.Popen[str]:
+    config = tmp / f"job-{time.monotonic_ns()}.json"
+    config.write_text(json.dumps(fields))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.Popen(
+        [sys.executable, "-m", "costaware.training.runner", "--config", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def _steps_done(progress: Path) -> int:
+    lines = progress.read_text().split() if progress.exists() else []
+    return int(lines[-2]) if lines else 0
+
+
+def _wait_for_steps(proc: subprocess.Popen[str], progress: Path, steps: int) -> None:
+    deadline = time.monotonic() + 60
+    while _steps_done(progress) < steps:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "training made no progress"
+        time.sleep(0.02)
+
+
+def _interrupt(
+    proc: subprocess.Popen[str], progress: Path, sig: signal.Signals
+) -> tuple[int, float, str, str]:
+    """Send ``sig``; return the exit code, seconds from signal to exit, stdout and stderr."""
+    sent = time.monotonic()
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=SPOT_NOTICE_SECONDS)
+    return proc.returncode, time.monotonic() - sent, out, err
+
+
+@pytest.fixture
+def uninterrupted(tmp_path: Path) -> np.ndarray:
+    """Coefficients of the same training run in one go (in this process)."""
+    _data(tmp_path / "data")
+    fields = _fields(tmp_path, "reference")
+    sys.path.insert(0, str(HERE))
+    try:
+        result = run_retrain(RetrainJob(**fields))
+    finally:
+        sys.path.remove(str(HERE))
+    assert result["resumed_from_step"] is None and result["steps"] == STEPS
+    return _coefficients(tmp_path / "reference" / "models", result["version"])
+
+
+def _coefficients(store_path: Path, version: str) -> np.ndarray:
+    store = ModelStore.open(str(store_path))
+    meta = store.get(version)
+    model = resolve_trainer("sklearn-sgd").load(store.model_bytes(meta))
+    clf = model.named_steps["clf"]
+    return np.concatenate([clf.coef_.ravel(), clf.intercept_])
+
+
+def test_sigterm_twice_then_resume_matches_an_uninterrupted_run(
+    tmp_path: Path, uninterrupted: np.ndarray
+) -> None:
+    progress = tmp_path / "progress.txt"
+    fields = _fields(tmp_path, "spot", step_seconds=STEP_SECONDS, progress_file=str(progress))
+    ckpts = CheckpointStore.open(fields["checkpoint_store"])
+
+    # First spot notice, mid-run.
+    proc = _start(tmp_path, fields)
+    _wait_for_steps(proc, progress, 4)
+    rc, seconds, out, err = _interrupt(proc, progress, signal.SIGTERM)
+    done_first = _steps_done(progress)
+    assert rc == PREEMPTED_EXIT_CODE, err
+    assert seconds < SPOT_NOTICE_SECONDS and seconds < 10  # checkpoint written well within the notice
+    report = json.loads(out.strip().splitlines()[-1])
+    assert report["preempted"] is True and report["step"] == done_first
+    assert "SIGTERM (spot interruption notice)" in err
+    saved = ckpts.steps(fields["checkpoint_key"])
+    assert saved[0] == done_first  # nothing finished was lost: the in-flight step completed and was saved
+    assert done_first - saved[0] <= EVERY_STEPS
+
+    # The retry resumes and is interrupted a second time.
+    proc = _start(tmp_path, fields)
+    _wait_for_steps(proc, progress, done_first + 2)
+    rc, seconds, out, err = _interrupt(proc, progress, signal.SIGTERM)
+    done_second = _steps_done(progress)
+    assert rc == PREEMPTED_EXIT_CODE, err
+    assert f"resuming {fields['checkpoint_key']} from the checkpoint after step {done_first}" in err
+    assert ckpts.steps(fields["checkpoint_key"])[0] == done_second
+
+    # The third attempt finishes from the second checkpoint.
+    proc = _start(tmp_path, fields)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["resumed_from_step"] == done_second and result["steps"] == STEPS
+    steps_run = [int(line.split()[0]) for line in progress.read_text().splitlines()]
+    assert steps_run == list(range(1, STEPS + 1))  # every step ran exactly once over three attempts
+    assert ckpts.steps(fields["checkpoint_key"]) == []  # checkpoints removed after success
+    np.testing.assert_allclose(
+        _coefficients(tmp_path / "spot" / "models", result["version"]), uninterrupted, rtol=1e-9, atol=1e-12
+    )
+
+
+def test_hard_kill_loses_at_most_one_checkpoint_interval(tmp_path: Path, uninterrupted: np.ndarray) -> None:
+    progress = tmp_path / "progress.txt"
+    fields = _fields(tmp_path, "killed", step_seconds=STEP_SECONDS, progress_file=str(progress))
+    proc = _start(tmp_path, fields)
+    _wait_for_steps(proc, progress, 5)
+    rc, _, _, _ = _interrupt(proc, progress, signal.SIGKILL)  # no notice at all
+    assert rc == -signal.SIGKILL
+    done = _steps_done(progress)
+    saved = CheckpointStore.open(fields["checkpoint_store"]).steps(fields["checkpoint_key"])
+    assert saved and 0 <= done - saved[0] <= EVERY_STEPS
+    proc = _start(tmp_path, fields)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["resumed_from_step"] == saved[0]
+    np.testing.assert_allclose(
+        _coefficients(tmp_path / "killed" / "models", result["version"]), uninterrupted, rtol=1e-9, atol=1e-12
+    )
+
+
+def test_corrupt_checkpoint_is_ignored_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = CheckpointStore.open(str(tmp_path / "ckpt"), keep=3)
+    key = checkpoint_key("dag", "task", "manual__2026-01-01T00:00:00+00:00")
+    assert key == "dag/task/manual__2026-01-01T00_00_00_00_00"
+    for step in (2, 4, 6):
+        store.save(key, step, f"state-{step}".encode(), {"plan": "p"})
+    newest = tmp_path / "ckpt" / key / "step-000000006.ckpt"
+    newest.write_bytes(newest.read_bytes()[:-3])  # cut off, as by a kill during a non-atomic copy
+    middle = tmp_path / "ckpt" / key / "step-000000004.ckpt"
+    middle.write_bytes(middle.read_bytes().replace(b"state-4", b"state-X"))
+    with caplog.at_level(logging.WARNING):
+        found = store.latest(key, meta={"plan": "p"})
+    assert found is not None and (found.step, found.state) == (2, b"state-2")
+    messages = " ".join(r.getMessage() for r in caplog.records)
+    assert "step-000000006.ckpt is unusable (state has 4 bytes, header says 7)" in messages
+    assert "step-000000004.ckpt is unusable (state does not match its SHA-256)" in messages
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert store.latest(key, meta={"plan": "other"}) is None
+    assert "saved for another plan" in caplog.text
+    (tmp_path / "ckpt" / key / "step-000000002.ckpt").write_bytes(b"garbage")
+    assert store.latest(key, meta={"plan": "p"}) is None
+
+
+def test_training_resumes_past_a_corrupt_checkpoint(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    _data(tmp_path / "data")
+    fields = {**_fields(tmp_path, "run"), "trainer": "sklearn-sgd", "checkpoint_every_steps": 2}
+    checkpointers: list[Checkpointer] = []
+
+    def preempt_at_step_7(c: Checkpointer) -> None:
+        checkpointers.append(c)
+        real = c.step_done
+
+        def step_done(step: int, state: Any, *, last: bool = False) -> None:
+            if step == 7:
+                c.request_preemption("test notice")
+            real(step, state, last=last)
+
+        c.step_done = step_done  # type: ignore[method-assign]
+
+    with pytest.raises(PreemptedError, match="checkpoint after step 7 saved"):
+        run_retrain(RetrainJob(**fields), on_checkpointer=preempt_at_step_7)
+    assert PreemptedError.ledger_cause == "preemption"
+    key_dir = tmp_path / "run" / "ckpt" / fields["checkpoint_key"]
+    assert sorted(p.name for p in key_dir.iterdir()) == ["step-000000006.ckpt", "step-000000007.ckpt"]
+    (key_dir / "step-000000007.ckpt").write_bytes(b"CWCKPT1\n{not json")
+    with caplog.at_level(logging.INFO):
+        result = run_retrain(RetrainJob(**fields))
+    assert result["resumed_from_step"] == 6
+    assert "step-000000007.ckpt is unusable (header is cut off)" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"every_seconds": 0}, "every_seconds must be a number > 0 or None, got 0"),
+        ({"every_steps": 0}, "every_steps must be an integer >= 1 or None, got 0"),
+        ({"every_seconds": None, "every_steps": None}, "set checkpoint every_seconds or every_steps"),
+    ],
+)
+def test_checkpointer_rejects_bad_intervals(tmp_path: Path, kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        Checkpointer(CheckpointStore.open(str(tmp_path / "c")), "k", **kwargs)
+
+
+def test_checkpoint_store_rejects_unsafe_keys(tmp_path: Path) -> None:
+    store = CheckpointStore.open(str(tmp_path / "c"))
+    with pytest.raises(ConfigurationError, match=r"checkpoint key '\.\./escape' is not a safe relative path"):
+        store.save("../escape", 1, b"x")
+    assert not (tmp_path / "escape").exists()
+
+
+def test_time_based_checkpoints_use_the_clock(tmp_path: Path) -> None:
+    now = [0.0]
+    c = Checkpointer(CheckpointStore.open(str(tmp_path / "c")), "k", every_seconds=60, clock=lambda: now[0])
+    c.step_done(1, lambda: b"one")
+    now[0] = 61.0
+    c.step_done(2, lambda: b"two")
+    now[0] = 90.0
+    c.step_done(3, lambda: b"three")
+    assert c.store.steps("k") == [2] and c.saves == 1
