@@ -96,7 +96,7 @@ def test_person_logs_in_and_reads_the_cost_page(server: tuple[AirflowServer, Led
         page.wait_for_selector("svg.chart")
         text = page.inner_text("body")
         assert "Spend over time" in text and "Budget project=flight-delays/month" in text
-        assert "cost_aware_retrain.train" in text
+        assert "cost_aware_retrain.retrain" in text
         assert page.locator("svg.chart rect").count() > 0  # bars drawn from the ledger
         page.screenshot(path=str(OUTPUT / "cost_page.png"), full_page=True)
 
