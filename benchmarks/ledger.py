@@ -20,17 +20,16 @@ import tempfile
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
-from decimal import Decimal
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import emit, table  # noqa: E402
-from services import postgres_server  # noqa: E402
-from sqlalchemy import create_engine, text  # noqa: E402
+from _common import emit, table
+from services import postgres_server
+from sqlalchemy import create_engine, text
 
-from costaware import Ledger  # noqa: E402
-from costaware.adapters import ledger_schema as schema  # noqa: E402
+from costaware import Ledger
+from costaware.adapters import ledger_schema as schema
 
 REPORT_TARGET_MS = 200.0
 TEAMS = [f"team-{n}" for n in range(20)]
@@ -56,8 +55,14 @@ def _insert_worker(url: str, count: int, barrier) -> tuple[float, float]:  # typ
         with ledger.engine.begin() as conn:
             conn.execute(
                 schema.reservations.insert().values(
-                    id=uuid.uuid4().hex, scope="project=bench", holder=None, usd_micros=10_000,
-                    gpu_hours_micros=0, status="open", created_at=now, expires_at=now + timedelta(hours=1),
+                    id=uuid.uuid4().hex,
+                    scope="project=bench",
+                    holder=None,
+                    usd_micros=10_000,
+                    gpu_hours_micros=0,
+                    status="open",
+                    created_at=now,
+                    expires_at=now + timedelta(hours=1),
                     budgets=[],
                 )
             )
@@ -91,16 +96,38 @@ def fill(url: str, rows: int) -> None:
     batch = []
     for n in range(rows):
         team = TEAMS[n % len(TEAMS)]
-        batch.append({
-            "entry_uid": uuid.uuid4().hex, "incurred_at": now - timedelta(minutes=(n * 525_600) // rows),
-            "dag_id": f"dag{n % 50}", "run_id": f"run{n // 10}", "task_id": f"task{n % 7}", "try_number": 1,
-            "map_index": -1, "trial": None, "kind": "compute", "instance_type": "m5.large",
-            "region": "us-east-1", "market": "on_demand", "quantity_micros": 100_000, "unit": "hour",
-            "unit_price_usd": "0.096", "usd_micros": 9_600, "on_demand_usd_micros": 9_600,
-            "gpu_hours_micros": 0, "estimated": False, "team": team, "project": f"p{n % 9}", "owner": None,
-            "tags": {"team": team}, "outcome": "success", "cause": "", "price_source": "on-demand-list",
-            "note": "", "reservation_id": None,
-        })
+        batch.append(
+            {
+                "entry_uid": uuid.uuid4().hex,
+                "incurred_at": now - timedelta(minutes=(n * 525_600) // rows),
+                "dag_id": f"dag{n % 50}",
+                "run_id": f"run{n // 10}",
+                "task_id": f"task{n % 7}",
+                "try_number": 1,
+                "map_index": -1,
+                "trial": None,
+                "kind": "compute",
+                "instance_type": "m5.large",
+                "region": "us-east-1",
+                "market": "on_demand",
+                "quantity_micros": 100_000,
+                "unit": "hour",
+                "unit_price_usd": "0.096",
+                "usd_micros": 9_600,
+                "on_demand_usd_micros": 9_600,
+                "gpu_hours_micros": 0,
+                "estimated": False,
+                "team": team,
+                "project": f"p{n % 9}",
+                "owner": None,
+                "tags": {"team": team},
+                "outcome": "success",
+                "cause": "",
+                "price_source": "on-demand-list",
+                "note": "",
+                "reservation_id": None,
+            }
+        )
         if len(batch) == 20_000:
             with ledger.engine.begin() as conn:
                 conn.execute(schema.entries.insert(), batch)
@@ -129,9 +156,7 @@ def report_latency(url: str, repeats: int) -> tuple[float, float, int]:
         timings.append((time.perf_counter() - t0) * 1000)
         t0 = time.perf_counter()
         with ledger.engine.connect() as conn:
-            frame = pd.read_sql(
-                schema.entries.select().where(schema.entries.c.incurred_at >= since), conn
-            )
+            frame = pd.read_sql(schema.entries.select().where(schema.entries.c.incurred_at >= since), conn)
         frame.groupby("team")["usd_micros"].sum()
         baseline.append((time.perf_counter() - t0) * 1000)
     ledger.dispose()
@@ -167,7 +192,8 @@ def main() -> int:
                 atomic = throughput(factory, processes, per_process, _reserve_worker)
                 plain = throughput(factory, processes, per_process, _insert_worker)
                 throughput_result[f"{backend}_{processes}"] = {
-                    "reservations_per_s": round(atomic, 1), "baseline_inserts_per_s": round(plain, 1),
+                    "reservations_per_s": round(atomic, 1),
+                    "baseline_inserts_per_s": round(plain, 1),
                     "ratio": round(atomic / plain, 3),
                 }
                 rows.append([backend, processes, f"{atomic:.0f}", f"{plain:.0f}", f"{atomic / plain:.2f}"])
@@ -184,22 +210,41 @@ def main() -> int:
             fill_s = time.perf_counter() - t0
             ms, base_ms, month_entries = report_latency(url, repeats=7)
             report_result[backend] = {
-                "entries": report_rows, "month_entries": month_entries, "report_ms": round(ms, 1),
-                "baseline_pandas_ms": round(base_ms, 1), "ratio": round(ms / base_ms, 3),
+                "entries": report_rows,
+                "month_entries": month_entries,
+                "report_ms": round(ms, 1),
+                "baseline_pandas_ms": round(base_ms, 1),
+                "ratio": round(ms / base_ms, 3),
             }
-            report_rows_out.append([backend, report_rows, month_entries, f"{ms:.1f}", f"{base_ms:.1f}",
-                                    f"{ms / base_ms:.3f}", f"{fill_s:.0f}"])
+            report_rows_out.append(
+                [
+                    backend,
+                    report_rows,
+                    month_entries,
+                    f"{ms:.1f}",
+                    f"{base_ms:.1f}",
+                    f"{ms / base_ms:.3f}",
+                    f"{fill_s:.0f}",
+                ]
+            )
         admin.dispose()
     print()
     print("Month report grouped by tag:team (median of 7) vs fetching the month into pandas and grouping")
-    print(table(["database", "entries", "month entries", "report ms", "pandas ms", "ratio", "fill s"],
-                report_rows_out))
+    print(
+        table(
+            ["database", "entries", "month entries", "report ms", "pandas ms", "ratio", "fill s"],
+            report_rows_out,
+        )
+    )
     pg_ms = report_result["postgresql"]["report_ms"]
     result["report"] = report_result
     result["target"] = {"postgresql_month_report_ms_below": REPORT_TARGET_MS, "entries": 1_000_000}
     result["target_met"] = bool(pg_ms < REPORT_TARGET_MS and report_rows >= 1_000_000)
-    print(f"\nPostgreSQL month report: {pg_ms:.1f} ms over {report_rows:,} entries "
-          f"(target < {REPORT_TARGET_MS:.0f} ms over 1,000,000{'' if report_rows >= 1_000_000 else '; --quick cannot meet it'})")
+    caveat = "" if report_rows >= 1_000_000 else "; --quick cannot meet it"
+    print(
+        f"\nPostgreSQL month report: {pg_ms:.1f} ms over {report_rows:,} entries "
+        f"(target < {REPORT_TARGET_MS:.0f} ms over 1,000,000{caveat})"
+    )
     emit(result, args.json)
     return 0
 
