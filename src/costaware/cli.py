@@ -225,7 +225,20 @@ def _report(args: argparse.Namespace) -> int:
                 format_usd(total_od - total_usd, places=6),
             ]
         )
+    from costaware.adapters.ledger_reports import Filters, summary
+
+    totals = summary(ledger, Filters(args.since, args.until, args.dag_id, args.scope, run_id))
+    payload["failed_tries"] = {
+        "preemption": totals.preempted_tries,
+        "other": totals.failed_tries - totals.preempted_tries,
+    }
     _emit(args.format, headers, table, payload)
+    if args.format == "table" and totals.failed_tries:
+        print(
+            f"failed tries: {totals.preempted_tries} after a spot preemption, "
+            f"{totals.failed_tries - totals.preempted_tries} after other errors "
+            "(--group-by cause splits their cost)"
+        )
     return 0
 
 
@@ -324,7 +337,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--until", type=_when, help="ISO date or datetime, exclusive")
     report.add_argument("--scope", default="*", help="only entries with these tags, e.g. project=churn")
     report.add_argument(
-        "--group-by", default="task", help="dag, task, run, trial, kind, market or tag:<name> (default: task)"
+        "--group-by",
+        default="task",
+        help="dag, task, run, trial, kind, market, cause, outcome or tag:<name> (default: task)",
     )
     report.add_argument("--format", choices=FORMATS, default="table")
     report.set_defaults(func=_report)

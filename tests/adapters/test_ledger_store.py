@@ -220,3 +220,11 @@ def test_over_long_fields_are_refused_before_the_database(any_ledger: Ledger) ->
     with pytest.raises(ConfigurationError, match="field price_source is 81 characters, over its limit of 64"):
         entry("1", price_source="x" * 81)
     assert count(any_ledger, schema.entries) == 0
+
+
+def test_preemption_retries_are_counted_apart_from_code_errors(any_ledger: Ledger) -> None:
+    any_ledger.record(entry("2", try_number=1, outcome="failed", cause="preemption"))
+    any_ledger.record(entry("1", try_number=2, outcome="failed", cause="error"))
+    any_ledger.record(entry("3", try_number=3))
+    by_cause = {r.group: (r.entries, r.usd) for r in any_ledger.report(group_by="cause")}
+    assert by_cause == {"preemption": (1, 2), "error": (1, 1), "": (1, 3)}

@@ -28,6 +28,7 @@ class Filters:
     until: datetime | None = None
     dag_id: str | None = None
     scope: str = "*"
+    run_id: str | None = None
 
     def conditions(self) -> list[ColumnElement[bool]]:
         e = schema.entries
@@ -38,6 +39,8 @@ class Filters:
             out.append(e.c.incurred_at < self.until)
         if self.dag_id:
             out.append(e.c.dag_id == self.dag_id)
+        if self.run_id:
+            out.append(e.c.run_id == self.run_id)
         return out
 
 

@@ -57,7 +57,7 @@ log = logging.getLogger(__name__)
 
 ENV_LEDGER_URL = "COSTAWARE_LEDGER_URL"
 DEFAULT_RESERVATION_TTL = timedelta(hours=6)
-GROUP_BYS = ("dag", "task", "run", "trial", "kind", "market")
+GROUP_BYS = ("dag", "task", "run", "trial", "kind", "market", "cause", "outcome")
 
 
 def default_ledger_url() -> str:
@@ -551,7 +551,8 @@ class Ledger:
         """Spend per group, most expensive first.
 
         Args:
-            group_by: ``dag``, ``task``, ``run``, ``trial``, ``kind``, ``market`` or ``tag:<name>``.
+            group_by: ``dag``, ``task``, ``run``, ``trial``, ``kind``, ``market``, ``cause``, ``outcome``
+                or ``tag:<name>``.
             since: Entries incurred at or after this instant.
             until: Entries incurred before this instant.
             dag_id: Only this DAG.
@@ -650,6 +651,8 @@ def group_column(group_by: str) -> ColumnElement[Any]:
         "trial": e.c.trial,
         "kind": e.c.kind,
         "market": e.c.market,
+        "cause": e.c.cause,
+        "outcome": e.c.outcome,
     }
     if group_by in simple:
         return simple[group_by]

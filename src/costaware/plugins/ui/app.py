@@ -24,7 +24,7 @@ from costaware.plugins.ui import charts
 
 log = logging.getLogger(__name__)
 
-GROUP_BY_PATTERN = r"^(dag|task|run|trial|kind|market|tag:[A-Za-z][A-Za-z0-9_.-]{0,63})$"
+GROUP_BY_PATTERN = r"^(dag|task|run|trial|kind|market|cause|outcome|tag:[A-Za-z][A-Za-z0-9_.-]{0,63})$"
 DAG_ID_PATTERN = r"^[A-Za-z0-9_.-]{1,250}$"
 SCOPE_PATTERN = (
     r"^(\*|[A-Za-z][A-Za-z0-9_.-]{0,63}=[^,=]{1,128}(,[A-Za-z][A-Za-z0-9_.-]{0,63}=[^,=]{1,128})*)$"

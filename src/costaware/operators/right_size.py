@@ -1,0 +1,174 @@
+"""``RightSizeOperator``: the cheapest (instance type, market) that fits the job and meets its deadline."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+
+from costaware.operators.errors import airflow_errors
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from costaware.hooks.ledger import CostLedgerHook
+
+#: How many of the DAG's newest ledger entries are read for recorded runtimes.
+HISTORY_LIMIT = 5000
+
+
+class RightSizeOperator(BaseOperator):
+    """Picks the instance type and market with the least expected cost for a job, from the price catalog.
+
+    Expected cost is price x predicted runtime (+ the expected rework after spot interruptions). Candidates
+    with less memory than ``memory_gib`` or an expected runtime past ``deadline_hours`` are rejected.
+    Predicted runtime comes from this DAG's recorded runs of ``for_task_id`` in the ledger (same type: their
+    median; other types: scaled by the throughput profile); before the first run, from ``fallback_hours``.
+
+    Returns (XCom) the choice: ``instance_type``, ``market``, ``region``, ``usd_per_hour``,
+    ``expected_hours``, ``expected_usd``, ``runtime_basis``, ``reason``, ``runners_up`` (each with its
+    costs) and ``rejected`` (each with why). Money is a string.
+
+    Args:
+        for_task_id: The task whose compute is being sized; its recorded runs predict the runtime (templated).
+        memory_gib: Memory the job needs (templated).
+        deadline_hours: Hours from now by which the job must finish; None for no deadline (templated).
+        region: Region to run in (templated).
+        fallback_hours: Runtime assumed before the task has a recorded run (templated).
+        reference_type: Instance type ``fallback_hours`` was measured on (None: same on every type).
+        instance_types: Only consider these types (default: every type in the region).
+        markets: Markets to consider: ``on_demand`` and/or ``spot``.
+        min_gpus: GPUs the job needs.
+        gpu_model: GPU model the job needs (None: any).
+        min_vcpus: vCPUs the job needs.
+        throughput: Measured relative speeds by instance type (others: by vCPUs or GPUs, see below).
+        throughput_basis: ``vcpus`` (CPU-bound job) or ``gpus``.
+        throughput_exponent: How well the job scales with the basis (1.0: linearly, 0.0: not at all).
+        checkpoint_minutes: How often the job checkpoints (for the cost of spot interruptions).
+        history_dag_id: DAG whose runs are read (default: this DAG).
+        ledger_conn_id: Airflow connection of the cost ledger.
+        **kwargs: ``BaseOperator`` arguments.
+    """
+
+    template_fields: Sequence[str] = (
+        "for_task_id",
+        "memory_gib",
+        "deadline_hours",
+        "region",
+        "fallback_hours",
+    )
+    ui_color = "#e3f1fb"
+
+    def __init__(
+        self,
+        *,
+        for_task_id: str,
+        memory_gib: float | str,
+        deadline_hours: float | str | None = None,
+        region: str = "us-east-1",
+        fallback_hours: float | str | None = None,
+        reference_type: str | None = None,
+        instance_types: Sequence[str] | None = None,
+        markets: Sequence[str] = ("on_demand", "spot"),
+        min_gpus: float = 0,
+        gpu_model: str | None = None,
+        min_vcpus: int = 0,
+        throughput: Mapping[str, float] | None = None,
+        throughput_basis: str = "vcpus",
+        throughput_exponent: float = 0.8,
+        checkpoint_minutes: float | None = None,
+        history_dag_id: str | None = None,
+        ledger_conn_id: str = "costaware_ledger",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.for_task_id = for_task_id
+        self.memory_gib = memory_gib
+        self.deadline_hours = deadline_hours
+        self.region = region
+        self.fallback_hours = fallback_hours
+        self.reference_type = reference_type
+        self.instance_types = list(instance_types) if instance_types is not None else None
+        self.markets = tuple(markets)
+        self.min_gpus = min_gpus
+        self.gpu_model = gpu_model
+        self.min_vcpus = min_vcpus
+        self.throughput = dict(throughput or {})
+        self.throughput_basis = throughput_basis
+        self.throughput_exponent = throughput_exponent
+        self.checkpoint_minutes = checkpoint_minutes
+        self.history_dag_id = history_dag_id
+        self.ledger_conn_id = ledger_conn_id
+
+    @cached_property
+    def hook(self) -> CostLedgerHook:
+        from costaware.hooks.ledger import CostLedgerHook
+
+        return CostLedgerHook(self.ledger_conn_id)
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from costaware.adapters.price_files import bundled_catalog
+        from costaware.core.rightsize import (
+            RightSizeJob,
+            ThroughputProfile,
+            observations_from_entries,
+            right_size,
+        )
+
+        dag_id = self.history_dag_id or context["ti"].dag_id
+        with airflow_errors():
+            job = RightSizeJob(
+                memory_gib=_decimal(self.memory_gib, "memory_gib"),
+                deadline_hours=_optional_float(self.deadline_hours, "deadline_hours"),
+                min_gpus=_decimal(self.min_gpus, "min_gpus"),
+                gpu_model=self.gpu_model,
+                min_vcpus=int(self.min_vcpus),
+                fallback_hours=_optional_float(self.fallback_hours, "fallback_hours"),
+                reference_type=self.reference_type,
+                markets=tuple(self.markets),  # type: ignore[arg-type]  # parsed to Market by the job
+                checkpoint_minutes=self.checkpoint_minutes,
+            )
+            profile = ThroughputProfile(self.throughput, self.throughput_basis, self.throughput_exponent)
+            runs = observations_from_entries(
+                self.hook.get_conn().entries(dag_id=dag_id, limit=HISTORY_LIMIT), self.for_task_id
+            )
+            decision = right_size(
+                bundled_catalog(),
+                job,
+                region=self.region,
+                observations=runs,
+                profile=profile,
+                instance_types=self.instance_types,
+            )
+        self.log.info("right-size for %s.%s: %s", dag_id, self.for_task_id, decision.reason)
+        for candidate in decision.runners_up:
+            self.log.info(
+                "  runner-up %s %s: $%s (%.2f h)",
+                candidate.instance_type,
+                candidate.market.value,
+                candidate.expected_usd,
+                candidate.expected_hours,
+            )
+        return decision.to_json()
+
+
+def _decimal(value: object, name: str) -> Any:
+    from decimal import Decimal, InvalidOperation
+
+    from costaware.core.errors import ConfigurationError
+
+    try:
+        number = Decimal(str(value).strip())
+    except InvalidOperation as e:
+        raise ConfigurationError(f"{name} must be a number, got {value!r}") from e
+    if not number.is_finite():
+        raise ConfigurationError(f"{name} must be a finite number, got {value!r}")
+    return number
+
+
+def _optional_float(value: object, name: str) -> float | None:
+    if value in (None, "", "None"):
+        return None
+    return float(_decimal(value, name))

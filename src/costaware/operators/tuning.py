@@ -1,0 +1,495 @@
+"""Budget-capped multi-fidelity tuning as Airflow tasks: create the study, trials as mapped tasks, summarize.
+
+``budgeted_tuning(...)`` builds the three tasks in a task group, one call in a DAG::
+
+    tune = budgeted_tuning(
+        group_id="tune", study_name="delays-{{ run_id }}", trainer=boosting_trainer,
+        trainer_kwargs={"train_path": ..., "valid_path": ..., "label": "delayed"},
+        search_space={"learning_rate": {"type": "float", "low": 0.02, "high": 0.3, "log": True}},
+        min_resource=10, max_resource=80, max_usd="100", max_trials=24,
+    )
+
+``plan`` (:class:`TuningStudyCreateOperator`) -> ``trial`` (:class:`BudgetedTuningOperator`, mapped over the
+plan's slots, one trial per task instance, as many in parallel as workers allow) -> ``summarize``
+(:class:`TuningStudySummarizeOperator`, runs whatever the trials did).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator, TaskGroup
+from airflow.sdk.exceptions import AirflowSkipException
+
+from costaware.operators.errors import airflow_errors
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from costaware.hooks.ledger import CostLedgerHook
+
+
+class _StudyOperator(BaseOperator):
+    """Shared arguments of the study tasks: where the study and the ledger are."""
+
+    def __init__(
+        self,
+        *,
+        study_name: str,
+        storage_url: str | None = None,
+        ledger_conn_id: str = "costaware_ledger",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.study_name = study_name
+        self.storage_url = storage_url
+        self.ledger_conn_id = ledger_conn_id
+
+    @cached_property
+    def hook(self) -> CostLedgerHook:
+        from costaware.hooks.ledger import CostLedgerHook
+
+        return CostLedgerHook(self.ledger_conn_id)
+
+    def study_storage(self) -> str:
+        """The study's storage URL: ``storage_url``, else the ledger's own database."""
+        return self.storage_url or self.hook.get_url()
+
+
+class TuningStudyCreateOperator(_StudyOperator):
+    """Creates (or reopens) a budget-capped study in the RDB storage and sets its budget in the ledger.
+
+    The study's settings are stored with it, so every trial task reads the same ones. The budget is
+    ``max_usd`` (and ``max_gpu_hours``) for scope ``study=<study_name>`` plus ``scope``, for all time;
+    each trial reserves from it (and from any wider budget covering ``scope``, e.g. the project's month).
+
+    Returns (XCom) the list of trial slots to map over: ``max_trials`` less the trials the study already has.
+
+    Args:
+        study_name: Name of the study (templated); a name used before continues that study.
+        search_space: Parameters to tune, e.g. ``{"learning_rate": {"type": "float", "low": 0.01,
+            "high": 0.3, "log": True}, "max_leaf_nodes": {"type": "categorical", "choices": [15, 31]}}``
+            (templated).
+        min_resource: Fidelity of the first rung (epochs, boosting rounds, data percent) (templated).
+        max_resource: Full fidelity, the last rung (templated).
+        reduction_factor: At each rung the top ``1/reduction_factor`` move up (templated).
+        max_rungs: At most this many rungs (the last is ``max_resource``); None: every ``min * eta^k``.
+        max_usd: USD cap of the study (templated).
+        max_trials: Most trials the study runs (templated).
+        max_gpu_hours: GPU-hour cap of the study (templated).
+        max_wall_seconds: No trial starts after the study has run this long; running ones stop (templated).
+        plateau_trials: Stop after this many trials without the best value improving (templated).
+        plateau_min_delta: What counts as an improvement for the plateau rule (templated).
+        direction: ``maximize`` or ``minimize``.
+        pruner: ``successive_halving`` (at the rungs), ``hyperband`` (Optuna's) or ``none``.
+        sampler: ``tpe`` or ``random``.
+        seed: Seed of the sampler (each slot adds its number).
+        scope: Ledger tags the trials are charged to, e.g. ``{"project": "churn"}`` (templated).
+        instance_type: Instance the trials run on, for the estimate and the ledger (templated).
+        region: Region of that instance (templated).
+        market: ``on_demand`` or ``spot`` (templated).
+        usd_per_hour: Price of that compute; None: the catalog's (templated).
+        fallback_trial_seconds: Seconds one full-fidelity trial is assumed to take until one has finished
+            (templated).
+        safety_factor: Estimates from finished trials are multiplied by this before reserving.
+        slack_seconds: Seconds added to every trial's reservation for scheduling noise (returned if unused).
+        storage_url: Optuna storage URL (templated); None: the ledger's database.
+        ledger_conn_id: Airflow connection of the cost ledger.
+        **kwargs: ``BaseOperator`` arguments.
+    """
+
+    template_fields: Sequence[str] = (
+        "study_name",
+        "search_space",
+        "min_resource",
+        "max_resource",
+        "reduction_factor",
+        "max_usd",
+        "max_trials",
+        "max_gpu_hours",
+        "max_wall_seconds",
+        "plateau_trials",
+        "plateau_min_delta",
+        "scope",
+        "instance_type",
+        "region",
+        "market",
+        "usd_per_hour",
+        "fallback_trial_seconds",
+        "storage_url",
+    )
+    ui_color = "#efe6fb"
+
+    def __init__(
+        self,
+        *,
+        study_name: str,
+        search_space: Mapping[str, Mapping[str, Any]],
+        min_resource: int | str,
+        max_resource: int | str,
+        max_usd: str | float,
+        max_trials: int | str,
+        reduction_factor: int | str = 2,
+        max_rungs: int | None = None,
+        max_gpu_hours: str | float | None = None,
+        max_wall_seconds: float | str | None = None,
+        plateau_trials: int | str | None = None,
+        plateau_min_delta: float | str = 0.0,
+        direction: str = "maximize",
+        pruner: str = "successive_halving",
+        sampler: str = "tpe",
+        seed: int = 0,
+        scope: Mapping[str, str] | None = None,
+        instance_type: str = "m5.large",
+        region: str = "us-east-1",
+        market: str = "on_demand",
+        usd_per_hour: str | float | None = None,
+        fallback_trial_seconds: float | str = 600.0,
+        safety_factor: float = 1.5,
+        slack_seconds: float = 2.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(study_name=study_name, **kwargs)
+        self.search_space = search_space
+        self.min_resource = min_resource
+        self.max_resource = max_resource
+        self.reduction_factor = reduction_factor
+        self.max_rungs = max_rungs
+        self.max_usd = max_usd
+        self.max_trials = max_trials
+        self.max_gpu_hours = max_gpu_hours
+        self.max_wall_seconds = max_wall_seconds
+        self.plateau_trials = plateau_trials
+        self.plateau_min_delta = plateau_min_delta
+        self.direction = direction
+        self.pruner = pruner
+        self.sampler = sampler
+        self.seed = seed
+        self.scope = scope if scope is not None else {}
+        self.instance_type = instance_type
+        self.region = region
+        self.market = market
+        self.usd_per_hour = usd_per_hour
+        self.fallback_trial_seconds = fallback_trial_seconds
+        self.safety_factor = safety_factor
+        self.slack_seconds = slack_seconds
+
+    def execute(self, context: Context) -> list[int]:
+        from costaware.training.tuning import create_study
+
+        with airflow_errors():
+            spec = self.spec()
+            plan = create_study(self.study_storage(), self.hook.get_conn(), spec)
+        self.log.info(
+            "study %s: %d slot(s) (%d trial(s) already started), rungs %s, cap $%s on %s %s at $%s/h",
+            plan["study_name"],
+            len(plan["slots"]),
+            plan["trials_already_started"],
+            plan["rungs"],
+            plan["max_usd"],
+            spec.instance_type,
+            spec.market,
+            spec.usd_per_hour,
+        )
+        return list(plan["slots"])
+
+    def spec(self) -> Any:
+        """The study's settings from the (rendered) arguments; prices from the catalog when not given."""
+        from decimal import Decimal
+
+        from costaware.adapters.price_files import bundled_catalog
+        from costaware.core.ledger import Market
+        from costaware.core.money import parse_usd
+        from costaware.core.tuning import RungSchedule, StudySpec, TuningCaps, parse_search_space
+
+        catalog = bundled_catalog()
+        market = Market.parse(self.market)
+        if self.usd_per_hour in (None, "", "None"):
+            rate = (
+                catalog.spot_estimate_usd_per_hour(self.instance_type, self.region)
+                if market is Market.SPOT
+                else catalog.on_demand_usd_per_hour(self.instance_type, self.region)
+            )
+        else:
+            rate = parse_usd(self.usd_per_hour, name="usd_per_hour")
+        gpus = (
+            catalog.offer(self.instance_type, self.region).gpus if market is not Market.LOCAL else Decimal(0)
+        )
+        return StudySpec(
+            study_name=str(self.study_name),
+            direction=self.direction,
+            search_space=parse_search_space(_mapping(self.search_space, "search_space")),
+            schedule=RungSchedule.geometric(
+                _int(self.min_resource, "min_resource"),
+                _int(self.max_resource, "max_resource"),
+                _int(self.reduction_factor, "reduction_factor"),
+                self.max_rungs,
+            ),
+            caps=TuningCaps.create(
+                max_usd=self.max_usd,
+                max_trials=self.max_trials,
+                max_gpu_hours=self.max_gpu_hours,
+                max_wall_seconds=self.max_wall_seconds,
+                plateau_trials=self.plateau_trials,
+                plateau_min_delta=self.plateau_min_delta,
+            ),
+            pruner=self.pruner,
+            sampler=self.sampler,
+            seed=int(self.seed),
+            scope={str(k): str(v) for k, v in _mapping(self.scope, "scope").items()},
+            instance_type=self.instance_type,
+            region=self.region,
+            market=market.value,
+            usd_per_hour=rate,
+            gpus=gpus,
+            fallback_trial_seconds=float(self.fallback_trial_seconds),
+            safety_factor=float(self.safety_factor),
+            slack_seconds=float(self.slack_seconds),
+        )
+
+
+class BudgetedTuningOperator(_StudyOperator):
+    """Runs one trial of a budget-capped study; map it over the plan's slots to run trials in parallel.
+
+    Before the trial it checks the study's stop rules (max trials, wall clock, plateau) and reserves the
+    trial's estimated full-fidelity cost in the ledger with holder ``dag/run/task/map_index``; when that
+    reservation is refused the study stops for good and this task (and every later slot) is skipped. The
+    trial then trains rung by rung, reports each rung to Optuna and stops when successive halving prunes
+    it, or before a rung its reservation cannot pay for. The cost listener prices this task try, settles
+    the reservation and writes one compute entry whose trial is ``#<number> <state>@<fidelity>`` (e.g.
+    ``#3 pruned@10``) with tags ``study``, ``trial_state``, ``fidelity`` and the rung results in its note.
+
+    A retry of this task resumes the trial its earlier try left running; a trial whose worker was killed
+    without a retry is marked failed once its reservation expired (by the next slot or the summary).
+
+    Returns (XCom) the trial: ``number``, ``label``, ``state``, ``value``, ``fidelity``, ``rungs``,
+    ``decision``, ``params``, ``seconds``, ``reserved_usd``, ...
+
+    Args:
+        study_name: The study (templated).
+        trainer: ``trainer(params, **trainer_kwargs)`` returning an object whose ``advance(resource)``
+            trains up to that fidelity and returns the score; a callable or ``"module:function"``.
+        trainer_kwargs: Keyword arguments for the trainer, e.g. data paths (templated).
+        slot: The slot number (set by ``expand(slot=...)``).
+        storage_url: Optuna storage URL (templated); None: the ledger's database.
+        ledger_conn_id: Airflow connection of the cost ledger.
+        **kwargs: ``BaseOperator`` arguments.
+    """
+
+    template_fields: Sequence[str] = ("study_name", "trainer_kwargs", "storage_url")
+    ui_color = "#efe6fb"
+
+    def __init__(
+        self,
+        *,
+        study_name: str,
+        trainer: Callable[..., Any] | str,
+        trainer_kwargs: Mapping[str, Any] | None = None,
+        slot: int = 0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(study_name=study_name, **kwargs)
+        self.trainer = trainer
+        self.trainer_kwargs = dict(trainer_kwargs or {})
+        self.slot = slot
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from costaware.core.ledger import reservation_holder
+        from costaware.plugins.listener import annotate_task
+        from costaware.training.tuning import load_study, run_trial
+
+        ti = context["ti"]
+        with airflow_errors():
+            trainer = resolve_trainer(self.trainer)
+            _, spec = load_study(self.study_storage(), str(self.study_name))
+
+            def label(trial: str, tags: dict[str, str], note: str) -> None:
+                annotate_task(
+                    ti,
+                    trial=trial,
+                    tags=tags,
+                    note=note,
+                    instance_type=spec.instance_type,
+                    region=spec.region,
+                    market=spec.market,
+                    usd_per_hour=spec.usd_per_hour,
+                )
+
+            result = run_trial(
+                storage_url=self.study_storage(),
+                ledger=self.hook.get_conn(),
+                study_name=str(self.study_name),
+                trainer=trainer,
+                trainer_kwargs=self.trainer_kwargs,
+                holder=reservation_holder(
+                    ti.dag_id, ti.run_id, ti.task_id, -1 if ti.map_index is None else int(ti.map_index)
+                ),
+                slot=int(self.slot),
+                run_id=ti.run_id,
+                on_label=label,
+            )
+        if not result.ran:
+            why = result.stop.value if result.stop is not None else "stopped"
+            raise AirflowSkipException(f"study {self.study_name} stopped ({why}): {result.reason}")
+        assert result.trial is not None
+        self.log.info("trial %s %s: %s", result.trial.label, result.trial.params, result.trial.decision)
+        return result.trial.to_json()
+
+
+class TuningStudySummarizeOperator(_StudyOperator):
+    """Ends a study's DAG run: fails trials left running, logs the best trial, stop reason and costs.
+
+    Runs after every trial task whatever their state (``trigger_rule="all_done"``). Trials of this run still
+    ``RUNNING`` (their task died without telling) are marked failed.
+
+    Returns (XCom) the summary: ``best`` (number, value, params), ``trials`` (state, fidelity, value and
+    decision of each), ``states`` (counts), ``stop``, ``spent_usd``, ``cost_per_trial_usd``,
+    ``cost_per_successful_trial_usd``, ``cost_by_trial``.
+
+    Args:
+        study_name: The study (templated).
+        trial_task_id: Task id of the trial tasks, to find the trials of this run.
+        storage_url: Optuna storage URL (templated); None: the ledger's database.
+        ledger_conn_id: Airflow connection of the cost ledger.
+        **kwargs: ``BaseOperator`` arguments (``trigger_rule`` defaults to ``all_done``).
+    """
+
+    template_fields: Sequence[str] = ("study_name", "storage_url")
+    ui_color = "#efe6fb"
+
+    def __init__(self, *, study_name: str, trial_task_id: str, **kwargs: Any) -> None:
+        kwargs.setdefault("trigger_rule", "all_done")
+        super().__init__(study_name=study_name, **kwargs)
+        self.trial_task_id = trial_task_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from costaware.core.ledger import reservation_holder
+        from costaware.training.tuning import summarize_study
+
+        ti = context["ti"]
+        prefix = reservation_holder(ti.dag_id, ti.run_id, self.trial_task_id, 0).rsplit("/", 1)[0] + "/"
+        with airflow_errors():
+            summary = summarize_study(
+                self.study_storage(), self.hook.get_conn(), str(self.study_name), holder_prefix=prefix
+            )
+        best = summary["best"]
+        self.log.info(
+            "study %s: %s; best %s; spent $%s of $%s; per trial $%s, per successful trial $%s; stop: %s",
+            summary["study_name"],
+            ", ".join(f"{n} {s}" for s, n in sorted(summary["states"].items())),
+            "none" if best is None else f"#{best['number']} = {best['value']:.4f} {best['params']}",
+            summary["spent_usd"],
+            summary["cap_usd"],
+            summary["cost_per_trial_usd"],
+            summary["cost_per_successful_trial_usd"],
+            summary["stop"]["message"] if summary["stop"] else "no stop rule fired",
+        )
+        for row in summary["trials"]:
+            self.log.info(
+                "  #%s %s@%s %s %s",
+                row["number"],
+                row["state"],
+                row["fidelity"],
+                row["value"],
+                row["decision"],
+            )
+        return summary
+
+
+def resolve_trainer(trainer: Callable[..., Any] | str) -> Callable[..., Any]:
+    """The trainer callable itself, or imported from ``"package.module:function"``.
+
+    Raises:
+        ConfigurationError: the string is not ``module:function`` or does not import.
+    """
+    from costaware.core.errors import ConfigurationError
+
+    if callable(trainer):
+        return trainer
+    module_name, sep, attr = str(trainer).partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigurationError(f"trainer must be a callable or 'package.module:function', got {trainer!r}")
+    try:
+        found = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as e:
+        raise ConfigurationError(f"cannot import trainer {trainer!r}: {e}") from e
+    if not callable(found):
+        raise ConfigurationError(f"trainer {trainer!r} is not callable")
+    return found  # type: ignore[no-any-return]
+
+
+def budgeted_tuning(
+    *,
+    group_id: str = "tuning",
+    study_name: str,
+    trainer: Callable[..., Any] | str,
+    trainer_kwargs: Mapping[str, Any] | None = None,
+    storage_url: str | None = None,
+    ledger_conn_id: str = "costaware_ledger",
+    trial_retries: int = 1,
+    max_active_trials: int | None = None,
+    **study: Any,
+) -> TaskGroup:
+    """A task group ``plan -> trial (mapped) -> summarize`` that runs one budget-capped study.
+
+    Args:
+        group_id: Id of the task group.
+        study_name: The study (templated), e.g. ``"churn-{{ ds }}"``.
+        trainer: See :class:`BudgetedTuningOperator`.
+        trainer_kwargs: See :class:`BudgetedTuningOperator` (templated).
+        storage_url: Optuna storage URL; None: the ledger's database.
+        ledger_conn_id: Airflow connection of the cost ledger.
+        trial_retries: Retries of each trial task (a retry resumes the trial).
+        max_active_trials: Most trial tasks running at once in a DAG run (None: as workers allow).
+        **study: The study's settings, passed to :class:`TuningStudyCreateOperator` (``search_space``,
+            ``min_resource``, ``max_resource``, ``max_usd``, ``max_trials``, ...).
+    """
+    shared: dict[str, Any] = {
+        "study_name": study_name,
+        "storage_url": storage_url,
+        "ledger_conn_id": ledger_conn_id,
+    }
+    with TaskGroup(group_id=group_id) as group:
+        plan = TuningStudyCreateOperator(task_id="plan", **shared, **study)
+        trial_args: dict[str, Any] = {"retries": trial_retries}
+        if max_active_trials is not None:
+            trial_args["max_active_tis_per_dagrun"] = max_active_trials
+        trials = BudgetedTuningOperator.partial(
+            task_id="trial",
+            trainer=trainer,
+            trainer_kwargs=dict(trainer_kwargs or {}),
+            **shared,
+            **trial_args,
+        ).expand(slot=plan.output)
+        summary = TuningStudySummarizeOperator(
+            task_id="summarize", trial_task_id=f"{group_id}.trial", **shared
+        )
+        trials >> summary
+    return group
+
+
+def _mapping(value: Any, name: str) -> Mapping[str, Any]:
+    import json
+
+    from costaware.core.errors import ConfigurationError
+
+    if isinstance(value, str):  # a rendered template of a JSON object
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise ConfigurationError(f"{name} must be a mapping or a JSON object, got {value!r}") from e
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(f"{name} must be a mapping, got {value!r}")
+    return value
+
+
+def _int(value: Any, name: str) -> int:
+    from costaware.core.errors import ConfigurationError
+
+    try:
+        return int(str(value).strip())
+    except ValueError as e:
+        raise ConfigurationError(f"{name} must be a whole number, got {value!r}") from e

@@ -1,0 +1,474 @@
+"""Adaptive batch size for PyTorch training loops, within the time (money) left in the budget.
+
+The largest batch that fits, a learning rate scaled with it, and a batch size that follows the gradient
+noise scale.
+
+Three pieces, usable alone or through :class:`AdaptiveBatchTrainer`:
+
+* :func:`probe_max_batch_size` doubles the batch until a training step runs out of memory (a real
+  ``torch.OutOfMemoryError`` on a GPU, or the measured step memory passing ``memory_limit_bytes``), then
+  backs off by bisection to the largest batch that fits.
+* :func:`scale_learning_rate` scales the learning rate with the batch: ``linear`` (Goyal et al. 2017, for
+  SGD) or ``sqrt`` (Krizhevsky 2014; Hoffer et al. 2017; common for Adam).
+* :class:`GradientNoiseScale` estimates the simple noise scale ``B_noise = tr(Sigma) / |G|^2`` (McCandlish
+  et al. 2018) from two gradient norms every step, and :func:`choose_batch_size` picks the batch that makes
+  the most progress in the time left: progress(B) = min(examples left, seconds left x throughput(B)) x
+  efficiency(B), with efficiency(B) = (B_noise + B0) / (B_noise + B) (Pollux, Qiao et al. 2021). With time to
+  spare, small efficient batches win; when time is short, larger batches get through more data.
+
+torch is imported where it is used; this module imports without it.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from costaware.core.errors import ConfigurationError
+
+log = logging.getLogger(__name__)
+
+LR_RULES = ("linear", "sqrt")
+_OOM_MESSAGES = ("out of memory", "can't allocate memory", "cannot allocate memory")
+
+
+class BatchMemoryExceeded(RuntimeError):
+    """Raised by a probe step whose measured memory passes the limit (CPU, or a cap below the device's)."""
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` says a batch did not fit: torch's OOM error, an allocator failure, or our limit."""
+    import torch
+
+    if isinstance(error, (torch.OutOfMemoryError, BatchMemoryExceeded)):
+        return True
+    return isinstance(error, RuntimeError) and any(m in str(error).lower() for m in _OOM_MESSAGES)
+
+
+def scale_learning_rate(base_lr: float, base_batch: int, batch: int, rule: str = "linear") -> float:
+    """The learning rate for ``batch`` when ``base_lr`` was tuned at ``base_batch``.
+
+    Raises:
+        ConfigurationError: unknown rule, or a batch size or learning rate that is not positive.
+    """
+    if rule not in LR_RULES:
+        raise ConfigurationError(f"lr_rule must be one of {', '.join(LR_RULES)}, got {rule!r}")
+    if base_batch < 1 or batch < 1:
+        raise ConfigurationError(f"batch sizes must be >= 1, got base {base_batch} and {batch}")
+    if not (base_lr > 0 and math.isfinite(base_lr)):
+        raise ConfigurationError(f"base learning rate must be > 0, got {base_lr}")
+    ratio = batch / base_batch
+    return base_lr * (ratio if rule == "linear" else math.sqrt(ratio))
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeResult:
+    """The largest batch that fits, each batch tried (size, fitted), and step seconds of those that fit."""
+
+    max_batch_size: int
+    attempts: tuple[tuple[int, bool], ...]
+    step_seconds: dict[int, float]
+
+
+def probe_max_batch_size(
+    try_batch: Callable[[int], float],
+    *,
+    start: int = 1,
+    limit: int = 1 << 16,
+    granularity: int = 1,
+    on_oom: Callable[[], None] | None = None,
+) -> ProbeResult:
+    """Largest batch in ``[start, limit]`` for which ``try_batch`` runs without running out of memory.
+
+    Doubles from ``start`` until a step fails, then bisects between the last batch that fit and the first
+    that did not, to ``granularity``. ``try_batch(b)`` runs one real step and returns its seconds.
+
+    Raises:
+        ConfigurationError: even ``start`` does not fit, or bad arguments.
+    """
+    if start < 1 or limit < start or granularity < 1:
+        raise ConfigurationError(
+            f"need 1 <= start <= limit and granularity >= 1, got start={start}, limit={limit}, "
+            f"granularity={granularity}"
+        )
+    attempts: list[tuple[int, bool]] = []
+    seconds: dict[int, float] = {}
+
+    def fits(batch: int) -> bool:
+        try:
+            seconds[batch] = try_batch(batch)
+        except Exception as e:
+            if not is_out_of_memory(e):
+                raise
+            attempts.append((batch, False))
+            gc.collect()
+            if on_oom is not None:
+                on_oom()
+            return False
+        attempts.append((batch, True))
+        return True
+
+    good, bad, batch = 0, 0, start
+    while batch <= limit:
+        if not fits(batch):
+            bad = batch
+            break
+        good = batch
+        if batch == limit:
+            break
+        batch = min(batch * 2, limit)
+    if good == 0:
+        raise ConfigurationError(
+            f"a batch of {start} does not fit in memory: lower start, shrink the model or raise the limit"
+        )
+    while bad and bad - good > granularity:
+        middle = (good + bad) // 2 // granularity * granularity
+        if middle <= good:
+            break
+        if fits(middle):
+            good = middle
+        else:
+            bad = middle
+    return ProbeResult(good, tuple(attempts), dict(seconds))
+
+
+class GradientNoiseScale:
+    """Running estimate of the simple gradient noise scale from small- and big-batch gradient norms.
+
+    With ``|G_s|^2`` measured at batch ``B_s`` and ``|G_b|^2`` at ``B_b`` (McCandlish et al. 2018, App. A.1):
+    ``|G|^2 ~ (B_b |G_b|^2 - B_s |G_s|^2) / (B_b - B_s)`` and
+    ``tr(Sigma) ~ (|G_s|^2 - |G_b|^2) / (1/B_s - 1/B_b)``; each is smoothed by an exponential moving average
+    before their ratio is taken, as single-step estimates are very noisy.
+    """
+
+    def __init__(self, smoothing: float = 0.95) -> None:
+        if not 0 <= smoothing < 1:
+            raise ConfigurationError(f"smoothing must be in [0, 1), got {smoothing}")
+        self.smoothing = smoothing
+        self._g2: float | None = None
+        self._trace: float | None = None
+        self.updates = 0
+
+    def update(self, small_sq_norm: float, small_batch: int, big_sq_norm: float, big_batch: int) -> None:
+        if big_batch <= small_batch:
+            raise ConfigurationError(
+                f"the big batch ({big_batch}) must be larger than the small ({small_batch})"
+            )
+        g2 = (big_batch * big_sq_norm - small_batch * small_sq_norm) / (big_batch - small_batch)
+        trace = (small_sq_norm - big_sq_norm) / (1 / small_batch - 1 / big_batch)
+        a = self.smoothing
+        self._g2 = g2 if self._g2 is None else a * self._g2 + (1 - a) * g2
+        self._trace = trace if self._trace is None else a * self._trace + (1 - a) * trace
+        self.updates += 1
+
+    @property
+    def value(self) -> float | None:
+        """``tr(Sigma) / |G|^2`` in examples; None until it is positive and finite (early, noisy steps)."""
+        if self._g2 is None or self._trace is None or self._g2 <= 0 or self._trace <= 0:
+            return None
+        return self._trace / self._g2
+
+
+def efficiency(batch: int, base_batch: int, noise_scale: float) -> float:
+    """Progress per example at ``batch`` relative to ``base_batch``: (B_noise + B0) / (B_noise + B)."""
+    return (noise_scale + base_batch) / (noise_scale + batch)
+
+
+def choose_batch_size(
+    candidates: Iterable[int],
+    *,
+    throughput: Callable[[int], float],
+    noise_scale: float,
+    base_batch: int,
+    examples_left: float,
+    seconds_left: float,
+    tolerance: float = 0.05,
+) -> tuple[int, str]:
+    """The batch that makes the most progress in the time left, and why.
+
+    progress(B) = min(examples_left, seconds_left x throughput(B)) x efficiency(B). Of the batches within
+    ``tolerance`` of the best progress, the largest is taken: it finishes soonest, so it costs least.
+    """
+    options = sorted(set(candidates))
+    if not options:
+        raise ConfigurationError("no candidate batch sizes")
+    scored = []
+    for batch in options:
+        examples = min(examples_left, max(seconds_left, 0.0) * throughput(batch))
+        scored.append((examples * efficiency(batch, base_batch, noise_scale), batch, examples))
+    best = max(score for score, _, _ in scored)
+    chosen = max(batch for score, batch, _ in scored if score >= (1 - tolerance) * best)
+    _, _, examples = next(s for s in scored if s[1] == chosen)
+    bound = "the data left" if examples >= examples_left else f"the {seconds_left:.1f} s left"
+    return chosen, (
+        f"batch {chosen}: noise scale {noise_scale:.0f}, {throughput(chosen):.0f} examples/s, "
+        f"efficiency {efficiency(chosen, base_batch, noise_scale):.2f}, progress bounded by {bound}"
+    )
+
+
+# -- the training loop ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BatchChange:
+    """One change of batch size during training."""
+
+    step: int
+    batch_size: int
+    learning_rate: float
+    noise_scale: float | None
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingReport:
+    """What :meth:`AdaptiveBatchTrainer.fit` did."""
+
+    steps: int
+    examples: int
+    epochs: float
+    seconds: float
+    stopped_by: str  # "epochs" or "budget"
+    max_batch_size: int
+    changes: tuple[BatchChange, ...]
+    losses: tuple[float, ...] = field(default=())
+    noise_scale: float | None = None
+
+
+class AdaptiveBatchTrainer:
+    """Trains a model with a batch size that fits the device and adapts to the gradient noise scale.
+
+    Args:
+        model: The ``torch.nn.Module``.
+        optimizer: Its optimizer; the learning rate of every parameter group is rescaled on a batch change.
+        loss_fn: ``loss_fn(model(inputs), targets)`` returns the mean loss of a batch.
+        base_batch_size: The batch the learning rate ``base_lr`` was tuned for (and the first one used).
+        base_lr: Learning rate at ``base_batch_size``.
+        lr_rule: ``linear`` or ``sqrt`` scaling of the learning rate with the batch size.
+        budget_seconds: Training time the budget pays for (e.g. what is left of the reservation).
+        max_batch_size: Never use a larger batch, even if it fits.
+        memory_limit_bytes: Memory a step may use (model, gradients, optimizer state, activations); on a
+            GPU the device's own out-of-memory error also stops the probe. None: no measured limit.
+        adapt_every: Re-choose the batch size every this many steps.
+        tolerance: Take the largest batch within this fraction of the best expected progress.
+        clock: Seconds clock (time.monotonic).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        optimizer: Any,
+        loss_fn: Callable[[Any, Any], Any],
+        *,
+        base_batch_size: int,
+        base_lr: float,
+        lr_rule: str = "sqrt",
+        budget_seconds: float,
+        max_batch_size: int = 1 << 14,
+        memory_limit_bytes: int | None = None,
+        adapt_every: int = 20,
+        tolerance: float = 0.05,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        scale_learning_rate(base_lr, base_batch_size, base_batch_size, lr_rule)  # validates all three
+        if not (budget_seconds > 0 and math.isfinite(budget_seconds)):
+            raise ConfigurationError(f"budget_seconds must be > 0, got {budget_seconds}")
+        if max_batch_size < base_batch_size:
+            raise ConfigurationError(
+                f"max_batch_size ({max_batch_size}) must be >= base_batch_size ({base_batch_size})"
+            )
+        if memory_limit_bytes is not None and memory_limit_bytes <= 0:
+            raise ConfigurationError(f"memory_limit_bytes must be > 0, got {memory_limit_bytes}")
+        if adapt_every < 1:
+            raise ConfigurationError(f"adapt_every must be >= 1, got {adapt_every}")
+        self.model, self.optimizer, self.loss_fn = model, optimizer, loss_fn
+        self.base_batch_size, self.base_lr, self.lr_rule = base_batch_size, base_lr, lr_rule
+        self.budget_seconds, self.max_batch_size = budget_seconds, max_batch_size
+        self.memory_limit_bytes, self.adapt_every, self.tolerance = memory_limit_bytes, adapt_every, tolerance
+        self.clock = clock
+        self.noise = GradientNoiseScale()
+        self._seconds_per_step: dict[int, float] = {}
+
+    # -- memory ---------------------------------------------------------------------------------------
+
+    def step_bytes(self, inputs: Any, targets: Any) -> int:
+        """Memory of one training step on this batch, measured.
+
+        Parameters, gradients, optimizer state, the batch and every tensor autograd keeps for the backward
+        pass, each tensor counted once.
+        """
+        import torch
+
+        sizes: dict[tuple[int, int, str], int] = {}
+
+        def keep(t: torch.Tensor) -> None:
+            # A batch sliced from the data set is a view: count the batch, not the whole data set.
+            sizes[(t.data_ptr(), t.numel(), str(t.dtype))] = t.numel() * t.element_size()
+
+        def pack(t: torch.Tensor) -> torch.Tensor:
+            keep(t)
+            return t
+
+        for p in self.model.parameters():
+            keep(p)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            out = self.model(inputs)
+            loss = self.loss_fn(out, targets)
+        keep(inputs)
+        keep(targets)
+        keep(out)
+        loss.backward()
+        for p in self.model.parameters():
+            if p.grad is not None:
+                keep(p.grad)
+        for state in self.optimizer.state.values():
+            for value in state.values():
+                if isinstance(value, torch.Tensor):
+                    keep(value)
+        self.optimizer.zero_grad(set_to_none=True)
+        return sum(sizes.values())
+
+    def probe(self, inputs: Any, targets: Any) -> ProbeResult:
+        """The largest batch (up to ``max_batch_size`` and the data) whose training step fits in memory."""
+        import torch
+
+        def try_batch(batch: int) -> float:
+            x, y = inputs[:batch], targets[:batch]
+            tick = self.clock()
+            if self.memory_limit_bytes is not None:
+                needed = self.step_bytes(x, y)
+                if needed > self.memory_limit_bytes:
+                    raise BatchMemoryExceeded(
+                        f"a batch of {batch} needs {needed} bytes, the limit is {self.memory_limit_bytes}"
+                    )
+            else:
+                self.loss_fn(self.model(x), y).backward()
+                self.optimizer.zero_grad(set_to_none=True)
+            return self.clock() - tick
+
+        def release() -> None:
+            self.optimizer.zero_grad(set_to_none=True)
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+
+        limit = min(self.max_batch_size, len(inputs))
+        result = probe_max_batch_size(try_batch, start=1, limit=limit, on_oom=release)
+        self._seconds_per_step.update(result.step_seconds)
+        log.info("largest batch that fits: %d (tried %s)", result.max_batch_size, result.attempts)
+        return result
+
+    # -- training -------------------------------------------------------------------------------------
+
+    def _throughput(self, batch: int) -> float:
+        """Examples per second at ``batch``: measured, else from a line through the measured step times."""
+        known = sorted(self._seconds_per_step.items())
+        if batch in self._seconds_per_step and self._seconds_per_step[batch] > 0:
+            return batch / self._seconds_per_step[batch]
+        if len(known) >= 2:
+            (b0, t0), (b1, t1) = known[0], known[-1]
+            slope = max((t1 - t0) / (b1 - b0), 0.0)
+            seconds = max(t0 + slope * (batch - b0), 1e-9)
+        else:
+            b0, t0 = known[0] if known else (1, 1e-3)
+            seconds = max(t0 * batch / b0, 1e-9)
+        return batch / seconds
+
+    def _set_lr(self, batch: int) -> float:
+        lr = scale_learning_rate(self.base_lr, self.base_batch_size, batch, self.lr_rule)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
+    def _step(self, x: Any, y: Any) -> float:
+        """One step on the batch as two halves: their gradient norms feed the noise scale."""
+        import torch
+
+        half = len(x) // 2
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer.zero_grad(set_to_none=True)
+        first = self.loss_fn(self.model(x[:half]), y[:half])
+        first.backward()
+        g1 = [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in params]
+        self.optimizer.zero_grad(set_to_none=True)
+        second = self.loss_fn(self.model(x[half:]), y[half:])
+        second.backward()
+        g2 = [p.grad.detach() if p.grad is not None else torch.zeros_like(p) for p in params]
+        n1 = sum(float((g * g).sum()) for g in g1)
+        n2 = sum(float((g * g).sum()) for g in g2)
+        w1, w2 = half / len(x), (len(x) - half) / len(x)
+        for p, a, b in zip(params, g1, g2, strict=True):
+            p.grad = w1 * a + w2 * b
+        big = sum(float((p.grad * p.grad).sum()) for p in params)
+        if half >= 1 and len(x) - half >= 1:
+            self.noise.update((n1 + n2) / 2, len(x) // 2, big, len(x))
+        self.optimizer.step()
+        return float(w1 * first.detach() + w2 * second.detach())
+
+    def fit(self, inputs: Any, targets: Any, *, epochs: float, seed: int = 0) -> TrainingReport:
+        """Train for ``epochs`` passes over the data or until the budget's time is spent, adapting the batch.
+
+        The batch starts at ``base_batch_size`` (at least 2, so each step has two halves); every
+        ``adapt_every`` steps it is re-chosen among powers of two up to the largest that fits.
+        """
+        import torch
+
+        if epochs <= 0:
+            raise ConfigurationError(f"epochs must be > 0, got {epochs}")
+        started = self.clock()
+        probe = self.probe(inputs, targets)
+        top = probe.max_batch_size
+        candidates = sorted({b for b in (2**k for k in range(1, 31)) if b <= top} | {top, 2})
+        batch = max(2, min(self.base_batch_size, top))
+        changes = [BatchChange(0, batch, self._set_lr(batch), None, "start at the base batch size")]
+        generator = torch.Generator().manual_seed(seed)
+        n, total = len(inputs), int(epochs * len(inputs))
+        order, cursor, examples, steps, losses = torch.randperm(n, generator=generator), 0, 0, 0, []
+        stopped_by = "epochs"
+        while examples < total:
+            elapsed = self.clock() - started
+            step_time = batch / self._throughput(batch)
+            if elapsed + step_time > self.budget_seconds:
+                stopped_by = "budget"
+                break
+            if cursor + batch > n:
+                order, cursor = torch.randperm(n, generator=generator), 0
+            index = order[cursor : cursor + batch]
+            cursor += batch
+            tick = self.clock()
+            losses.append(self._step(inputs[index], targets[index]))
+            seconds = self.clock() - tick
+            previous = self._seconds_per_step.get(batch)
+            self._seconds_per_step[batch] = seconds if previous is None else 0.8 * previous + 0.2 * seconds
+            examples += batch
+            steps += 1
+            noise = self.noise.value
+            if steps % self.adapt_every == 0 and noise is not None:
+                chosen, reason = choose_batch_size(
+                    candidates,
+                    throughput=self._throughput,
+                    noise_scale=noise,
+                    base_batch=self.base_batch_size,
+                    examples_left=total - examples,
+                    seconds_left=self.budget_seconds - (self.clock() - started),
+                    tolerance=self.tolerance,
+                )
+                if chosen != batch:
+                    batch = chosen
+                    changes.append(BatchChange(steps, batch, self._set_lr(batch), noise, reason))
+                    log.info("step %d: %s", steps, reason)
+        return TrainingReport(
+            steps=steps,
+            examples=examples,
+            epochs=examples / n,
+            seconds=self.clock() - started,
+            stopped_by=stopped_by,
+            max_batch_size=top,
+            changes=tuple(changes),
+            losses=tuple(losses),
+            noise_scale=self.noise.value,
+        )

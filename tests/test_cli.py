@@ -1,0 +1,87 @@
+"""The costaware command against a real SQLite ledger."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+import pytest
+
+from costaware import Ledger
+from costaware.cli import main
+from costaware.core.ledger import Kind, LedgerEntry
+
+
+def test_report_splits_preemption_from_other_failures(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ledger = Ledger.from_url(ledger_url)
+    for try_number, outcome, cause in (
+        (1, "failed", "preemption"),
+        (2, "failed", "error"),
+        (3, "success", ""),
+    ):
+        ledger.record(
+            LedgerEntry(
+                dag_id="d",
+                run_id="r",
+                task_id="train",
+                kind=Kind.COMPUTE,
+                usd=Decimal("1"),
+                try_number=try_number,
+                outcome=outcome,
+                cause=cause,
+            )
+        )
+    assert main(["--ledger-url", ledger_url, "report", "--dag-id", "d"]) == 0
+    out = capsys.readouterr().out
+    assert "failed tries: 1 after a spot preemption, 1 after other errors" in out
+    assert main(["--ledger-url", ledger_url, "report", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["failed_tries"] == {"preemption": 1, "other": 1}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["budget", "set", "--scope", "project=x", "--period", "month", "--cap-usd", "-1"], "zero or more"),
+        (["budget", "set", "--scope", "project=x", "--period", "month", "--cap-usd", "nan"], "finite"),
+        (["budget", "set", "--scope", "project", "--period", "month", "--cap-usd", "1"], "not key=value"),
+        (["report", "--group-by", "week"], "cannot group by 'week'"),
+        (["report", "--last-run"], "--last-run needs --dag-id"),
+        (["prices", "show", "m5.lrage"], "did you mean m5.large"),
+    ],
+)
+def test_bad_input_is_a_clear_error_and_writes_nothing(
+    ledger_url: str, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    assert main(["--ledger-url", ledger_url, *argv]) == 2
+    assert message in capsys.readouterr().err
+    assert Ledger.from_url(ledger_url).budgets() == []
+
+
+def test_budget_round_trip(ledger_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        main(
+            [
+                "--ledger-url",
+                ledger_url,
+                "budget",
+                "set",
+                "--scope",
+                "project=x",
+                "--period",
+                "month",
+                "--cap-usd",
+                "100",
+                "--timezone",
+                "Europe/Berlin",
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(["--ledger-url", ledger_url, "budget", "show", "--scope", "project=x", "--format", "json"]) == 0
+    )
+    out = capsys.readouterr().out
+    (usage,) = json.loads(out[out.index("[") :])
+    assert usage["cap_usd"] == "100.000000" and usage["left_usd"] == "100.000000"
