@@ -85,3 +85,26 @@ def test_budget_round_trip(ledger_url: str, capsys: pytest.CaptureFixture[str]) 
     out = capsys.readouterr().out
     (usage,) = json.loads(out[out.index("[") :])
     assert usage["cap_usd"] == "100.000000" and usage["left_usd"] == "100.000000"
+
+
+def test_trial_report_shows_cost_per_successful_trial(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ledger = Ledger.from_url(ledger_url)
+    for n, (label, usd) in enumerate(
+        (("#0 promoted@15", "3"), ("#1 pruned@3", "1"), ("#2 promoted@15", "2"))
+    ):
+        ledger.record(
+            LedgerEntry(
+                dag_id="tune",
+                run_id="r",
+                task_id="trial",
+                map_index=n,
+                kind=Kind.COMPUTE,
+                usd=Decimal(usd),
+                trial=label,
+            )
+        )
+    assert main(["--ledger-url", ledger_url, "report", "--dag-id", "tune", "--group-by", "trial"]) == 0
+    out = capsys.readouterr().out
+    assert "3 trials, 2 trained to full fidelity: $2.00 per trial, $3.00 per successful trial" in out

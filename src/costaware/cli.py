@@ -232,7 +232,25 @@ def _report(args: argparse.Namespace) -> int:
         "preemption": totals.preempted_tries,
         "other": totals.failed_tries - totals.preempted_tries,
     }
+    per_trial = _trial_costs(rows) if args.group_by == "trial" else None
+    if per_trial is not None:
+        payload["trials"] = {
+            "trials": per_trial.trials,
+            "successful": per_trial.successful,
+            "per_trial_usd": str(per_trial.per_trial_usd),
+            "per_successful_trial_usd": str(per_trial.per_successful_trial_usd),
+        }
     _emit(args.format, headers, table, payload)
+    if args.format == "table" and per_trial is not None:
+        each = (
+            "-"
+            if per_trial.per_successful_trial_usd is None
+            else format_usd(per_trial.per_successful_trial_usd)
+        )
+        print(
+            f"{per_trial.trials} trials, {per_trial.successful} trained to full fidelity: "
+            f"{format_usd(per_trial.per_trial_usd or Decimal(0))} per trial, {each} per successful trial"
+        )
     if args.format == "table" and totals.failed_tries:
         print(
             f"failed tries: {totals.preempted_tries} after a spot preemption, "
@@ -240,6 +258,20 @@ def _report(args: argparse.Namespace) -> int:
             "(--group-by cause splits their cost)"
         )
     return 0
+
+
+def _trial_costs(rows: Sequence[Any]) -> Any:
+    """Cost per trial and per successful trial, from the ``#<n> <state>@<fidelity>`` trial labels."""
+    import re
+
+    from costaware.core.tuning import TrialState, trial_costs
+
+    costs = []
+    for row in rows:
+        found = re.match(r"^#\d+ ([a-z]+)@\d+$", row.group)
+        if found and found.group(1) in {s.value for s in TrialState}:
+            costs.append((TrialState(found.group(1)), row.usd))
+    return trial_costs(costs) if costs else None
 
 
 # -- prices ---------------------------------------------------------------------------------------

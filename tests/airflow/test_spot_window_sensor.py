@@ -277,3 +277,15 @@ def test_manual_run_without_data_interval_decides_at_once(tmp_path: Path, ledger
     write_history(prices, current="0.10")
     result = make_sensor(prices=str(prices), target_usd_per_hour="1.50").execute(context())
     assert result["market"] == "on_demand" and "miss the deadline" in result["reason"]
+
+
+def test_deadline_from_the_run_s_pendulum_data_interval(tmp_path: Path, ledger_env: Ledger) -> None:
+    import pendulum
+
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="1.00")
+    end = pendulum.now("UTC").subtract(hours=1)  # a past window, as a replayed run has: on-demand at once
+    result = make_sensor(prices=str(prices), deadline="").execute(
+        context(data_interval_start=end.subtract(hours=8), data_interval_end=end)
+    )
+    assert result["market"] == "on_demand" and "miss the deadline" in result["reason"]

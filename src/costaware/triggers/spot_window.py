@@ -34,7 +34,8 @@ def parse_instant(value: object, *, name: str) -> datetime:
         raise ConfigurationError(f"{name} must be a datetime or ISO-8601 text, got {value!r}")
     if value.tzinfo is None or value.utcoffset() is None:
         raise ConfigurationError(f"{name} {value.isoformat()} has no time zone; add one, e.g. '+00:00'")
-    return value.astimezone(timezone.utc)
+    # Airflow's context holds pendulum DateTimes, which do not compare with stdlib ones: make it plain.
+    return datetime.fromisoformat(value.isoformat()).astimezone(timezone.utc)
 
 
 def forecast_min(

@@ -1,0 +1,108 @@
+from __future__ import annotations
+
+from decimal import Decimal
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import AirflowFailException
+
+from costaware import Ledger
+from costaware.adapters.price_files import bundled_catalog
+from costaware.core.ledger import Kind, LedgerEntry
+from costaware.operators.right_size import RightSizeOperator
+
+TYPES = ["m5.large", "c5.xlarge", "m5.2xlarge"]
+
+
+@pytest.fixture
+def env_ledger(ledger_url: str, monkeypatch: pytest.MonkeyPatch) -> Ledger:
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+    ledger = Ledger.from_url(ledger_url)
+    for run, hours in (("r1", "0.9"), ("r2", "1.0"), ("r3", "1.2")):  # three recorded runs on m5.2xlarge
+        ledger.record(
+            LedgerEntry(
+                dag_id="retrain",
+                run_id=run,
+                task_id="train",
+                kind=Kind.COMPUTE,
+                usd=Decimal("0.4"),
+                instance_type="m5.2xlarge",
+                quantity=Decimal(hours),
+            )
+        )
+    return ledger
+
+
+def _context() -> dict[str, Any]:
+    return {"ti": SimpleNamespace(dag_id="retrain", run_id="manual__9", task_id="right_size", map_index=-1)}
+
+
+def _operator(**kwargs: Any) -> RightSizeOperator:
+    args: dict[str, Any] = {
+        "task_id": "right_size",
+        "for_task_id": "train",
+        "memory_gib": "6",
+        "instance_types": TYPES,
+        "markets": ["on_demand"],
+        "throughput_exponent": 0.8,
+    }
+    args.update(kwargs)
+    return RightSizeOperator(**args)
+
+
+def _expected(instance_type: str) -> tuple[float, Decimal]:
+    """Hours and USD of the job on a type: the median recorded run (1.0 h on 8 vCPUs) scaled by vCPUs^0.8."""
+    offer = bundled_catalog().offer(instance_type, "us-east-1")
+    hours = 1.0 * 8**0.8 / offer.vcpus**0.8
+    return hours, (offer.usd_per_hour * Decimal(str(hours))).quantize(Decimal("0.000001"))
+
+
+def test_picks_the_cheapest_expected_cost_from_recorded_runs(env_ledger: Ledger) -> None:
+    result = _operator(deadline_hours="4").execute(_context())
+    costs = {t: _expected(t)[1] for t in TYPES}
+    cheapest = min(costs, key=costs.__getitem__)
+    assert result["instance_type"] == cheapest and result["market"] == "on_demand"
+    assert Decimal(result["expected_usd"]) == costs[cheapest]
+    assert result["runtime_basis"].startswith("median of 3 recorded run(s) on m5.2xlarge")
+    assert [r["instance_type"] for r in result["runners_up"]] == sorted(
+        (t for t in TYPES if t != cheapest), key=costs.__getitem__
+    )
+    assert "finishes within the 4.00 h deadline" in result["reason"]
+
+
+def test_deadline_and_memory_push_to_faster_or_bigger_types(env_ledger: Ledger) -> None:
+    tight = _operator(deadline_hours="2").execute(_context())
+    assert _expected(tight["instance_type"])[0] <= 2 < _expected("m5.large")[0]
+    assert {
+        "candidate": "m5.large on_demand",
+        "why": f"needs {_expected('m5.large')[0]:.2f} h, misses the 2.00 h deadline",
+    } in tight["rejected"]
+    big = _operator(memory_gib="16", deadline_hours="4").execute(_context())
+    assert big["instance_type"] == "m5.2xlarge" and big["runners_up"] == []
+    assert {"candidate": "c5.xlarge", "why": "8 GiB < 16 GiB needed"} in big["rejected"]
+
+
+def test_fallback_before_the_first_run(env_ledger: Ledger) -> None:
+    result = _operator(for_task_id="never_ran", fallback_hours="0.5", reference_type="m5.large").execute(
+        _context()
+    )
+    assert result["runtime_basis"] == "fallback_hours on m5.large, scaled by throughput (no recorded run)"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"memory_gib": "lots"}, "memory_gib must be a number, got 'lots'"),
+        ({"deadline_hours": "-1"}, "deadline_hours must be a positive number of hours from now, got -1.0"),
+        ({"deadline_hours": "0.1"}, "no instance in us-east-1 with >= 6 GiB finishes within 0.10 h"),
+        ({"for_task_id": "never_ran"}, "no recorded run on a type in the catalog and no fallback_hours"),
+        ({"instance_types": ["m5.lrage"]}, "unknown instance type 'm5.lrage'; did you mean m5.large"),
+        ({"markets": ["cheapest"]}, "unknown market 'cheapest'"),
+    ],
+)
+def test_bad_inputs_fail_without_writing(env_ledger: Ledger, kwargs: dict, message: str) -> None:  # type: ignore[type-arg]
+    before = env_ledger.entries()
+    with pytest.raises(AirflowFailException, match=message):
+        _operator(**kwargs).execute(_context())
+    assert env_ledger.entries() == before and env_ledger.open_reservations() == []

@@ -1,0 +1,293 @@
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from types import SimpleNamespace
+from typing import Any
+
+import optuna
+import pytest
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from costaware import Ledger
+from costaware.core.errors import ConfigurationError
+from costaware.operators.tuning import (
+    BudgetedTuningOperator,
+    TuningStudyCreateOperator,
+    TuningStudySummarizeOperator,
+    budgeted_tuning,
+    resolve_trainer,
+)
+from costaware.plugins import listener
+
+DAG_ID, RUN_ID = "tune_dag", "manual__1"
+SPACE = {"lr": {"type": "float", "low": 0.05, "high": 1.0, "log": True}}
+
+
+class QuadraticTrainer:
+    """Gradient descent on (w - 3)^2 from 0; one unit of resource is one step. Score: minus the distance."""
+
+    def __init__(self, params: dict[str, Any], fail_at: int | None = None) -> None:
+        self.lr, self.w, self.steps, self.fail_at = float(params["lr"]), 0.0, 0, fail_at
+
+    def advance(self, resource: int) -> float:
+        for _ in range(resource - self.steps):
+            if self.fail_at is not None and self.steps >= self.fail_at:
+                raise RuntimeError(f"diverged at step {self.steps}")
+            self.w -= self.lr * 2 * (self.w - 3)
+            self.steps += 1
+        return -abs(self.w - 3)
+
+
+class Interrupted(BaseException):
+    """What a worker sees when it is killed mid-trial (SIGTERM, spot notice)."""
+
+
+class KilledTrainer(QuadraticTrainer):
+    def advance(self, resource: int) -> float:
+        raise Interrupted
+
+
+@pytest.fixture
+def env(ledger_url: str, monkeypatch: pytest.MonkeyPatch) -> Ledger:
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+    return Ledger.from_url(ledger_url)
+
+
+def _ti(task: Any, map_index: int = -1, try_number: int = 1) -> SimpleNamespace:
+    return SimpleNamespace(
+        dag_id=DAG_ID,
+        run_id=RUN_ID,
+        task_id=task.task_id,
+        map_index=map_index,
+        try_number=try_number,
+        task=task,
+        get_template_context=lambda: {"params": {}},
+    )
+
+
+def _plan(**kwargs: Any) -> TuningStudyCreateOperator:
+    args: dict[str, Any] = {
+        "task_id": "plan",
+        "study_name": "s1",
+        "search_space": SPACE,
+        "min_resource": 2,
+        "max_resource": 16,
+        "max_usd": "5",
+        "max_trials": 6,
+        "scope": {"project": "churn"},
+        "instance_type": "m5.large",
+        "usd_per_hour": "36",
+        "fallback_trial_seconds": 5,
+        "sampler": "random",
+        "seed": 3,
+    }
+    args.update(kwargs)
+    return TuningStudyCreateOperator(**args)
+
+
+def _run_slot(
+    slot: int, trainer: Any = QuadraticTrainer, try_number: int = 1, study_name: str = "s1", **kwargs: Any
+) -> dict[str, Any]:
+    """Execute one mapped trial task the way a worker does: the cost listener around execute."""
+    op = BudgetedTuningOperator(task_id="trial", study_name=study_name, trainer=trainer, slot=slot, **kwargs)
+    ti = _ti(op, map_index=slot, try_number=try_number)
+    listener.cost_listener.on_task_instance_running(None, ti)
+    try:
+        result = op.execute({"ti": ti})
+    except AirflowSkipException:
+        listener.cost_listener.on_task_instance_skipped(None, ti)
+        raise
+    except BaseException as e:
+        listener.cost_listener.on_task_instance_failed(None, ti, e)
+        raise
+    listener.cost_listener.on_task_instance_success(None, ti)
+    return result
+
+
+def test_plan_trials_and_summary_record_every_trial_in_the_ledger(env: Ledger) -> None:
+    plan = _plan()
+    slots = plan.execute({"ti": _ti(plan)})
+    assert slots == [0, 1, 2, 3, 4, 5]
+    (budget,) = [b for b in env.budgets() if str(b.scope) == "project=churn,study=s1"]
+    assert (budget.cap_usd, budget.period.value) == (Decimal(5), "total")
+
+    results = [_run_slot(slot) for slot in slots]
+    assert [r["number"] for r in results] == list(range(6))
+    assert {r["state"] for r in results} == {"promoted", "pruned"}
+    for r in results:
+        assert r["fidelity"] == (16 if r["state"] == "promoted" else r["rungs"][-1][0])
+        assert r["label"] == f"#{r['number']} {r['state']}@{r['fidelity']}"
+
+    rows = {row["trial"]: row for row in env.entries(dag_id=DAG_ID)}
+    assert set(rows) == {r["label"] for r in results}  # one compute entry per trial, labelled by the listener
+    for r in results:
+        row = rows[r["label"]]
+        assert row["tags"]["study"] == "s1" and row["tags"]["project"] == "churn"
+        assert row["tags"]["trial_state"] == r["state"] and row["tags"]["fidelity"] == str(r["fidelity"])
+        assert row["reservation_id"] == r["reservation_id"] and row["unit_price_usd"] == Decimal(36)
+        assert row["note"].startswith(f"{r['rungs'][0][0]}:")
+    assert env.open_reservations() == []  # the listener settled every trial's reservation
+    (trial_report,) = [u for u in env.usage("project=churn,study=s1")]
+    assert trial_report.reserved_usd == 0 and trial_report.spent_usd == sum(
+        row["usd"] for row in rows.values()
+    )
+
+    summary_op = TuningStudySummarizeOperator(task_id="summarize", study_name="s1", trial_task_id="trial")
+    summary = summary_op.execute({"ti": _ti(summary_op)})
+    assert summary["states"] == {s: sum(r["state"] == s for r in results) for s in ("promoted", "pruned")}
+    best = max((r for r in results if r["state"] == "promoted"), key=lambda r: r["value"])
+    assert summary["best"]["number"] == best["number"]
+    assert Decimal(summary["spent_usd"]) == trial_report.spent_usd
+    promoted = summary["states"]["promoted"]
+    assert Decimal(summary["cost_per_successful_trial_usd"]) == (trial_report.spent_usd / promoted).quantize(
+        Decimal("0.000001")
+    )
+    assert summary["stop"] is None
+    # max_trials: a seventh slot finds the study full and stops it.
+    with pytest.raises(AirflowSkipException, match="6 trials started, max_trials is 6"):
+        _run_slot(6)
+
+
+def test_the_study_stops_cleanly_when_the_next_trial_cannot_be_reserved(env: Ledger) -> None:
+    plan = _plan(max_usd="0.04", fallback_trial_seconds=5)  # a trial reserves 5 + 2 s at $36/h = $0.07
+    plan.execute({"ti": _ti(plan)})
+    with pytest.raises(AirflowSkipException, match=r"stopped \(budget\): budget 'project=churn,study=s1/"):
+        _run_slot(0)
+    with pytest.raises(AirflowSkipException, match=r"needs an estimated \$0\.07"):
+        _run_slot(1)  # the stop is sticky: later slots do not try again
+    study = optuna.load_study(study_name="s1", storage=env.engine.url.render_as_string(hide_password=False))
+    assert study.get_trials() == []  # no trial was asked, nothing reserved
+    assert env.open_reservations() == []
+    assert study.user_attrs["costaware_stop"]["reason"] == "budget"
+
+
+def test_trainer_errors_fail_the_trial_and_are_retried_by_airflow(env: Ledger) -> None:
+    plan = _plan()
+    plan.execute({"ti": _ti(plan)})
+    with pytest.raises(RuntimeError, match="diverged at step 4"):
+        _run_slot(0, trainer_kwargs={"fail_at": 4})
+    study = optuna.load_study(study_name="s1", storage=env.engine.url.render_as_string(hide_password=False))
+    (trial,) = study.get_trials()
+    assert trial.state == optuna.trial.TrialState.FAIL
+    assert trial.user_attrs["costaware"]["decision"] == "failed: RuntimeError: diverged at step 4"
+    (row,) = env.entries(dag_id=DAG_ID)
+    assert (row["trial"], row["outcome"], row["tags"]["trial_state"]) == ("#0 failed@4", "failed", "failed")
+    assert env.open_reservations() == []
+
+
+def test_a_killed_trial_is_resumed_by_its_retry_or_failed_when_its_lease_expires(env: Ledger) -> None:
+    plan = _plan()
+    plan.execute({"ti": _ti(plan)})
+    with pytest.raises(Interrupted):
+        _run_slot(0, trainer=KilledTrainer)
+    url = env.engine.url.render_as_string(hide_password=False)
+    study = optuna.load_study(study_name="s1", storage=url)
+    (left,) = study.get_trials()
+    assert left.state == optuna.trial.TrialState.RUNNING  # killed, not failed: the retry may resume it
+
+    resumed = _run_slot(0, try_number=2)  # Airflow retries the same task instance (same holder)
+    assert resumed["number"] == left.number and resumed["resumed"] is True
+    assert resumed["params"] == left.params
+
+    with pytest.raises(Interrupted):
+        _run_slot(1, trainer=KilledTrainer)  # killed, and no retry comes
+    orphan = next(t for t in study.get_trials() if t.state == optuna.trial.TrialState.RUNNING)
+    past = (datetime.now(timezone.utc) - timedelta(seconds=1)).isoformat()
+    info = {**orphan.user_attrs["costaware"], "lease_until": past}
+    study._storage.set_trial_user_attr(orphan._trial_id, "costaware", info)  # its lease ran out
+    fresh = _run_slot(2)
+    assert fresh["number"] != orphan.number
+    after = optuna.load_study(study_name="s1", storage=url).trials[orphan.number]
+    assert after.state == optuna.trial.TrialState.FAIL
+    assert after.user_attrs["costaware"]["decision"] == "failed: its lease expired (the worker was killed)"
+
+
+def test_summary_fails_trials_of_this_run_left_running(env: Ledger) -> None:
+    plan = _plan()
+    plan.execute({"ti": _ti(plan)})
+    with pytest.raises(Interrupted):
+        _run_slot(3, trainer=KilledTrainer)
+    summary_op = TuningStudySummarizeOperator(task_id="summarize", study_name="s1", trial_task_id="trial")
+    summary = summary_op.execute({"ti": _ti(summary_op)})
+    assert summary["failed_now"] == [0] and summary["states"] == {"failed": 1} and summary["best"] is None
+    url = env.engine.url.render_as_string(hide_password=False)
+    assert not optuna.load_study(study_name="s1", storage=url).get_trials(
+        states=(optuna.trial.TrialState.RUNNING,)
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"search_space": {"lr": {"type": "float", "low": 1, "high": 0}}}, r"'lr' has an empty range"),
+        ({"max_usd": "0"}, r"max_usd must be more than \$0, got '0'"),
+        ({"max_trials": "many"}, "max_trials must be a whole number >= 1, got 'many'"),
+        (
+            {"min_resource": 20},
+            "need 1 <= min_resource <= max_resource, got min_resource=20, max_resource=16",
+        ),
+        ({"instance_type": "m5.lrage", "usd_per_hour": None}, "unknown instance type 'm5.lrage'"),
+        ({"pruner": "median"}, "pruner must be one of successive_halving, hyperband, none, got 'median'"),
+        ({"scope": "project"}, "scope must be a mapping or a JSON object"),
+    ],
+)
+def test_bad_study_settings_fail_without_writing(env: Ledger, kwargs: dict, message: str) -> None:  # type: ignore[type-arg]
+    plan = _plan(**kwargs)
+    with pytest.raises(AirflowFailException, match=message):
+        plan.execute({"ti": _ti(plan)})
+    assert env.budgets() == []
+    url = env.engine.url.render_as_string(hide_password=False)
+    assert optuna.get_all_study_names(storage=url) == []
+
+
+def test_trials_of_a_missing_study_fail_with_a_hint(env: Ledger) -> None:
+    with pytest.raises(
+        AirflowFailException, match="no tuning study named 's1' in the study storage: run the plan"
+    ):
+        _run_slot(0)
+
+
+def test_trainers_resolve_from_dotted_paths() -> None:
+    from costaware.training.tuning import boosting_trainer
+
+    assert resolve_trainer("costaware.training.tuning:boosting_trainer") is boosting_trainer
+    assert resolve_trainer(QuadraticTrainer) is QuadraticTrainer
+    with pytest.raises(ConfigurationError, match=r"trainer must be a callable or 'package\.module:function'"):
+        resolve_trainer("costaware.training.tuning.boosting_trainer")
+    with pytest.raises(ConfigurationError, match=r"cannot import trainer 'costaware\.nothing:f'"):
+        resolve_trainer("costaware.nothing:f")
+
+
+def test_task_group_wires_plan_trials_and_summary() -> None:
+    from airflow.sdk import DAG
+
+    with DAG("g", schedule=None):
+        group = budgeted_tuning(
+            group_id="tune",
+            study_name="s",
+            trainer=QuadraticTrainer,
+            search_space=SPACE,
+            min_resource=1,
+            max_resource=4,
+            max_usd="1",
+            max_trials=3,
+            max_active_trials=2,
+        )
+    tasks = {t.task_id: t for t in group.children.values()}
+    assert set(tasks) == {"tune.plan", "tune.trial", "tune.summarize"}
+    assert tasks["tune.trial"].upstream_task_ids == {"tune.plan"}
+    assert tasks["tune.summarize"].upstream_task_ids == {"tune.trial"}
+    assert tasks["tune.summarize"].trigger_rule == "all_done"
+    assert tasks["tune.summarize"].trial_task_id == "tune.trial"
+
+
+def test_hyperband_and_no_pruning_run_the_same_way(env: Ledger) -> None:
+    for pruner, name in (("hyperband", "hb"), ("none", "np")):
+        plan = _plan(study_name=name, pruner=pruner, max_trials=4)
+        plan.execute({"ti": _ti(plan)})
+        results = [_run_slot(slot, study_name=name) for slot in range(4)]
+        assert all(r["fidelity"] == 16 for r in results if r["state"] == "promoted")
+        if pruner == "none":
+            assert {r["state"] for r in results} == {"promoted"}  # every trial trains in full
+    assert env.open_reservations() == []

@@ -1,0 +1,159 @@
+"""Many trial processes race for one study's USD cap: never passed, no row lost (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+import uuid
+from collections import Counter
+from decimal import Decimal
+from typing import Any
+
+import numpy as np
+import pytest
+from sqlalchemy import create_engine, func, select, text
+
+from costaware import Ledger
+from costaware.adapters import ledger_schema as schema
+from costaware.core.tuning import RungSchedule, StudySpec, TuningCaps, parse_search_space
+
+PROCESSES = 4
+CAP = Decimal("10.00")
+USD_PER_HOUR = Decimal(3600)  # $1 a second, so a few seconds of real training meet the cap
+
+
+class LogisticTrainer:
+    """Logistic regression by full-batch gradient descent; one unit of resource is one epoch."""
+
+    def __init__(self, params: dict[str, Any], seed: int = 0) -> None:
+        rng = np.random.default_rng(seed)
+        self.x = rng.normal(size=(2000, 20))
+        w = rng.normal(size=20)
+        self.y = (self.x @ w + rng.normal(scale=2.0, size=2000) > 0).astype(float)
+        self.lr, self.l2 = float(params["learning_rate"]), float(params["l2"])
+        self.w = np.zeros(20)
+        self.epochs = 0
+
+    def advance(self, resource: int) -> float:
+        for _ in range(resource - self.epochs):
+            p = 1 / (1 + np.exp(-self.x[:1500] @ self.w))
+            grad = self.x[:1500].T @ (p - self.y[:1500]) / 1500 + self.l2 * self.w
+            self.w -= self.lr * grad
+            time.sleep(0.004)  # a bigger model would take longer per epoch; keeps the cap in reach
+        self.epochs = resource
+        p = np.clip(1 / (1 + np.exp(-self.x[1500:] @ self.w)), 1e-9, 1 - 1e-9)
+        y = self.y[1500:]
+        return float(np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))  # higher is better
+
+
+def _spec(name: str) -> StudySpec:
+    return StudySpec(
+        study_name=name,
+        direction="maximize",
+        search_space=parse_search_space(
+            {
+                "learning_rate": {"type": "float", "low": 0.01, "high": 1.0, "log": True},
+                "l2": {"type": "float", "low": 0.0, "high": 0.1},
+            }
+        ),
+        schedule=RungSchedule.geometric(4, 32, 2),
+        caps=TuningCaps.create(max_usd=CAP, max_trials=500),
+        sampler="random",
+        scope={"project": "race"},
+        usd_per_hour=USD_PER_HOUR,
+        fallback_trial_seconds=2.0,
+        slack_seconds=0.5,
+    )
+
+
+def run_slots(url: str, study: str, worker: int) -> list[dict[str, Any]]:
+    """One worker: run trials until the study stops; returns what each slot did."""
+    import optuna  # noqa: F401  # a worker imports it once; trials are charged for training, not imports
+
+    from costaware.training.tuning import EntryOwner, open_storage, run_trial
+
+    ledger = Ledger.from_url(url)
+    open_storage(url)  # once per worker process, like its imports
+    out = []
+    for n in range(200):
+        result = run_trial(
+            storage_url=url,
+            ledger=ledger,
+            study_name=study,
+            trainer=LogisticTrainer,
+            holder=f"race/{worker}/{n}",
+            wait_poll_seconds=0.1,
+            slot=worker * 1000 + n,
+            settle_as=EntryOwner(dag_id="race", run_id=f"w{worker}", map_index=n),
+        )
+        out.append(result.to_json())
+        if not result.ran:
+            break
+    ledger.dispose()
+    return out
+
+
+def _fresh_postgres(base: str) -> str:
+    name = f"tune_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(base, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE DATABASE {name}"))
+    admin.dispose()
+    return base.rsplit("/", 1)[0] + f"/{name}"
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_parallel_trials_never_pass_the_study_cap(backend: str, tmp_path, request) -> None:  # type: ignore[no-untyped-def]
+    import optuna
+
+    from costaware.training.tuning import create_study, summarize_study
+
+    url = (
+        f"sqlite:///{tmp_path / 'study.db'}"
+        if backend == "sqlite"
+        else _fresh_postgres(request.getfixturevalue("postgres_url"))
+    )
+    ledger = Ledger.from_url(url)
+    spec = _spec(f"race-{backend}")
+    create_study(url, ledger, spec)
+
+    with multiprocessing.get_context("spawn").Pool(PROCESSES) as pool:
+        results = pool.starmap(run_slots, [(url, spec.study_name, w) for w in range(PROCESSES)])
+
+    slots = [slot for worker in results for slot in worker]
+    ran = [s["trial"] for s in slots if s["ran"]]
+    assert all(not worker[-1]["ran"] and worker[-1]["stop"] == "budget" for worker in results)
+    assert len(ran) >= 8  # the cap, not a crash, ended the study
+
+    spent = ledger.spent(spec.budget_scope)
+    (usage,) = ledger.usage(spec.budget_scope)
+    assert spent <= CAP, f"spent {spent} past the cap {CAP}"
+    assert usage.reserved_usd == 0 and usage.spent_usd == spent
+    assert spent == sum(Decimal(t["settled_usd"]) for t in ran)
+    # The last refused reservation really did not fit: what was left could not pay for a trial.
+    assert CAP - spent < max(Decimal(t["reserved_usd"]) for t in ran)
+
+    with ledger.engine.connect() as conn:
+        reservations = dict(
+            conn.execute(
+                select(schema.reservations.c.status, func.count()).group_by(schema.reservations.c.status)
+            ).all()
+        )
+        entries = conn.execute(select(func.count()).select_from(schema.entries)).scalar_one()
+    assert reservations == {"settled": len(ran)}  # one reservation per trial, every one settled
+    assert entries == len(ran)  # and exactly one ledger entry each: no row lost, none doubled
+
+    study = optuna.load_study(study_name=spec.study_name, storage=url)
+    trials = study.get_trials(deepcopy=False)
+    assert len(trials) == len(ran) and sorted(t.number for t in trials) == sorted(t["number"] for t in ran)
+    assert not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
+    states = Counter(t["state"] for t in ran)
+    assert states["promoted"] >= 1 and states["pruned"] >= 1, states
+
+    summary = summarize_study(url, ledger, spec.study_name)
+    assert Decimal(summary["spent_usd"]) == spent
+    assert summary["stop"]["reason"] == "budget"
+    assert summary["successful_trials"] == states["promoted"]
+    per_success = Decimal(summary["cost_per_successful_trial_usd"])
+    assert per_success == (spent / states["promoted"]).quantize(Decimal("0.000001"))
+    ledger.dispose()
