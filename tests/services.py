@@ -128,3 +128,41 @@ def moto_server() -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+BIN = Path(sys.executable).parent
+
+
+def airflow_env(home: Path, dags_folder: Path, **extra: str) -> dict[str, str]:
+    """The environment of an Airflow command run by a test: its own home, DAGs and ledger, examples off."""
+    env = os.environ.copy()
+    env.pop("AIRFLOW__CORE__UNIT_TEST_MODE", None)
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__PARALLELISM": "4",
+            "COSTAWARE_LEDGER_URL": f"sqlite:///{home / 'ledger.db'}",
+            # `airflow standalone` and friends start their components as `airflow ...` from PATH
+            "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+            **extra,
+        }
+    )
+    return env
+
+
+def run_command(env: dict[str, str], *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """Run a console script of this virtualenv (``airflow``, ``costaware``) with ``env``."""
+    return subprocess.run(
+        [str(BIN / args[0]), *args[1:]], env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def migrated_airflow_env(home: Path, dags_folder: Path, **extra: str) -> dict[str, str]:
+    """:func:`airflow_env` with the metadata database migrated."""
+    env = airflow_env(home, dags_folder, **extra)
+    migrate = run_command(env, "airflow", "db", "migrate")
+    if migrate.returncode != 0:
+        raise RuntimeError(f"airflow db migrate failed: {migrate.stderr[-2000:]}")
+    return env

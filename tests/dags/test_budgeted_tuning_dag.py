@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -10,6 +9,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from services import migrated_airflow_env, run_command
 
 from costaware import Ledger
 
@@ -19,25 +19,11 @@ BIN = Path(sys.executable).parent
 
 @pytest.fixture(scope="module")
 def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    home = tmp_path_factory.mktemp("tuning-home")
-    env = os.environ.copy()
-    env.update(
-        {
-            "AIRFLOW_HOME": str(home),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "COSTAWARE_LEDGER_URL": f"sqlite:///{home / 'ledger.db'}",
-        }
-    )
-    env.pop("AIRFLOW__CORE__UNIT_TEST_MODE", None)
-    subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True)
-    return env
+    return migrated_airflow_env(tmp_path_factory.mktemp("tuning-home"), ROOT / "dags")
 
 
 def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(BIN / args[0]), *args[1:]], env=env, capture_output=True, text=True, timeout=600
-    )
+    return run_command(env, *args)
 
 
 @pytest.mark.slow

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from services import migrated_airflow_env, run_command
 
 from costaware import Ledger
 
@@ -31,25 +31,11 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    home = tmp_path_factory.mktemp("airflow-home")
-    env = os.environ.copy()
-    env.update(
-        {
-            "AIRFLOW_HOME": str(home),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "COSTAWARE_LEDGER_URL": f"sqlite:///{home / 'ledger.db'}",
-        }
-    )
-    env.pop("AIRFLOW__CORE__UNIT_TEST_MODE", None)
-    subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True)
-    return env
+    return migrated_airflow_env(tmp_path_factory.mktemp("airflow-home"), ROOT / "dags")
 
 
 def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(BIN / args[0]), *args[1:]], env=env, capture_output=True, text=True, timeout=600
-    )
+    return run_command(env, *args)
 
 
 def _dags_test(env: dict[str, str], day: str, conf: dict[str, str] | None = None) -> tuple[str, list[dict]]:  # type: ignore[type-arg]

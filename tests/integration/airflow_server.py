@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from services import free_port
+from services import airflow_env, free_port
 
 BIN = Path(sys.executable).parent
 
@@ -84,23 +84,15 @@ def airflow_standalone(dags: list[Path], ledger_url: str, home: Path) -> Iterato
     for dag_file in dags:
         shutil.copy(dag_file, dags_folder / dag_file.name)
     port = free_port()
-    env = os.environ.copy()
-    env.pop("AIRFLOW__CORE__UNIT_TEST_MODE", None)
-    env.update(
-        {
-            "AIRFLOW_HOME": str(home),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__PARALLELISM": "4",
-            "AIRFLOW__API__PORT": str(port),
-            "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
-            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-            "AIRFLOW__API__WORKERS": "1",
-            "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "1",
-            "COSTAWARE_LEDGER_URL": ledger_url,
-            # standalone starts its components as `airflow ...` from PATH
-            "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
-        }
+    env = airflow_env(
+        home,
+        dags_folder,
+        COSTAWARE_LEDGER_URL=ledger_url,
+        AIRFLOW__API__PORT=str(port),
+        AIRFLOW__API__BASE_URL=f"http://127.0.0.1:{port}",
+        AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"http://127.0.0.1:{port}/execution/",
+        AIRFLOW__API__WORKERS="1",
+        AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME="1",
     )
     log = (home / "standalone.log").open("w")
     proc = subprocess.Popen(

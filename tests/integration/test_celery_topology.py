@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from airflow_server import AirflowServer
-from services import free_port, postgres_server, wait_for_port
+from services import airflow_env, free_port, postgres_server, wait_for_port
 from sqlalchemy import create_engine, text
 
 from costaware import Ledger
@@ -99,35 +99,29 @@ def topology(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Airflow
         redis_port = _redis(stack, home)
         api_port = free_port()
         (home / "passwords.json").write_text(json.dumps({"admin": PASSWORD}))
-        env = os.environ.copy()
-        env.pop("AIRFLOW__CORE__UNIT_TEST_MODE", None)
-        env.pop("COSTAWARE_LEDGER_URL", None)  # the connection below must be what the workers use
-        env.update(
-            {
-                "AIRFLOW_HOME": str(home),
-                "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
-                "PYTHONPATH": str(HERE),
-                "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
-                "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-                "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
-                "AIRFLOW__CORE__PARALLELISM": "4",
-                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"{pg_root}/airflow",
-                "AIRFLOW__CELERY__BROKER_URL": f"redis://127.0.0.1:{redis_port}/0",
-                "AIRFLOW__CELERY__RESULT_BACKEND": f"db+{pg_root}/airflow",  # postgresql+psycopg2
-                "AIRFLOW__CELERY__WORKER_CONCURRENCY": "1",
-                "AIRFLOW__CORE__FERNET_KEY": "VrE2Hjz4w9uT8cQF1Wq4OmOhKq8O1GfE7pYQfU3s5aA=",
-                "AIRFLOW__API_AUTH__JWT_SECRET": "celery-topology-test-secret",
-                "AIRFLOW__API__PORT": str(api_port),
-                "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{api_port}",
-                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{api_port}/execution/",
-                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
-                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
-                "AIRFLOW__CORE__HOSTNAME_CALLABLE": "worker_name.hostname",
-                "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
-                "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "1",
-                "AIRFLOW_CONN_COSTAWARE_LEDGER": pg.replace("postgresql+psycopg2://", "postgres://"),
-            }
+        env = airflow_env(
+            home,
+            dags,
+            PYTHONPATH=str(HERE),
+            AIRFLOW__CORE__EXECUTOR="CeleryExecutor",
+            AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"{pg_root}/airflow",
+            AIRFLOW__CELERY__BROKER_URL=f"redis://127.0.0.1:{redis_port}/0",
+            AIRFLOW__CELERY__RESULT_BACKEND=f"db+{pg_root}/airflow",  # postgresql+psycopg2
+            AIRFLOW__CELERY__WORKER_CONCURRENCY="1",
+            AIRFLOW__CORE__FERNET_KEY="VrE2Hjz4w9uT8cQF1Wq4OmOhKq8O1GfE7pYQfU3s5aA=",
+            AIRFLOW__API_AUTH__JWT_SECRET="celery-topology-test-secret",
+            AIRFLOW__API__PORT=str(api_port),
+            AIRFLOW__API__BASE_URL=f"http://127.0.0.1:{api_port}",
+            AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"http://127.0.0.1:{api_port}/execution/",
+            AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="admin:admin",
+            AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE=str(home / "passwords.json"),
+            AIRFLOW__CORE__HOSTNAME_CALLABLE="worker_name.hostname",
+            AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT=str(free_port()),
+            AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME="1",
         )
+        # The connection, not COSTAWARE_LEDGER_URL, is what the workers must use.
+        env.pop("COSTAWARE_LEDGER_URL")
+        env["AIRFLOW_CONN_COSTAWARE_LEDGER"] = pg.replace("postgresql+psycopg2://", "postgres://")
         migrate = subprocess.run(
             [str(BIN / "airflow"), "db", "migrate"], env=env, capture_output=True, text=True
         )

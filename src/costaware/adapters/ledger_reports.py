@@ -14,8 +14,8 @@ from sqlalchemy import and_, case, func, select, true
 from sqlalchemy.sql.elements import ColumnElement
 
 from costaware.adapters import ledger_schema as schema
-from costaware.adapters.ledger_store import Ledger, group_column, scope_conditions
-from costaware.core.budgets import Period, Scope, period_window
+from costaware.adapters.ledger_store import Ledger, entry_conditions, group_column
+from costaware.core.budgets import Period, period_window
 from costaware.core.ledger import BudgetUsage, utcnow
 from costaware.core.money import from_micros
 
@@ -31,17 +31,7 @@ class Filters:
     run_id: str | None = None
 
     def conditions(self) -> list[ColumnElement[bool]]:
-        e = schema.entries
-        out: list[ColumnElement[bool]] = list(scope_conditions(Scope.parse(self.scope)))
-        if self.since:
-            out.append(e.c.incurred_at >= self.since)
-        if self.until:
-            out.append(e.c.incurred_at < self.until)
-        if self.dag_id:
-            out.append(e.c.dag_id == self.dag_id)
-        if self.run_id:
-            out.append(e.c.run_id == self.run_id)
-        return out
+        return entry_conditions(self.since, self.until, self.dag_id, self.run_id, self.scope)
 
 
 @dataclass(frozen=True, slots=True)

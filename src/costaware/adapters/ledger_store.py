@@ -527,13 +527,7 @@ class Ledger:
     ) -> Decimal:
         """Actual USD spent by entries in ``scope`` from ``since`` (inclusive) to ``until`` (exclusive)."""
         e = schema.entries
-        conditions = [e.c.estimated.is_(False), *scope_conditions(Scope.parse(scope))]
-        if since:
-            conditions.append(e.c.incurred_at >= since)
-        if until:
-            conditions.append(e.c.incurred_at < until)
-        if run_id:
-            conditions.append(e.c.run_id == run_id)
+        conditions = [e.c.estimated.is_(False), *entry_conditions(since, until, None, run_id, scope)]
         with self.reading() as conn:
             total = conn.execute(select(func.sum(e.c.usd_micros)).where(and_(true(), *conditions))).scalar()
         return from_micros(total)
@@ -561,15 +555,7 @@ class Ledger:
         """
         e = schema.entries
         key = group_column(group_by)
-        conditions: list[ColumnElement[bool]] = list(scope_conditions(Scope.parse(scope)))
-        if since:
-            conditions.append(e.c.incurred_at >= since)
-        if until:
-            conditions.append(e.c.incurred_at < until)
-        if dag_id:
-            conditions.append(e.c.dag_id == dag_id)
-        if run_id:
-            conditions.append(e.c.run_id == run_id)
+        conditions = entry_conditions(since, until, dag_id, run_id, scope)
         actual = e.c.estimated.is_(False)
         usd = func.sum(case((actual, e.c.usd_micros), else_=0))
         query = (
@@ -628,6 +614,23 @@ def _sqlite_engine(database: str | None) -> Engine:
         )
 
     return engine
+
+
+def entry_conditions(
+    since: datetime | None, until: datetime | None, dag_id: str | None, run_id: str | None, scope: str | Scope
+) -> list[ColumnElement[bool]]:
+    """SQL conditions of the usual report filters, each a bound parameter (``None`` filters nothing)."""
+    e = schema.entries
+    out = scope_conditions(Scope.parse(scope))
+    if since:
+        out.append(e.c.incurred_at >= since)
+    if until:
+        out.append(e.c.incurred_at < until)
+    if dag_id:
+        out.append(e.c.dag_id == dag_id)
+    if run_id:
+        out.append(e.c.run_id == run_id)
+    return out
 
 
 def scope_conditions(scope: Scope) -> list[ColumnElement[bool]]:

@@ -6,11 +6,11 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
+from costaware.operators.common import default_store, run_identity
 from costaware.operators.errors import airflow_errors
 
 if TYPE_CHECKING:
@@ -25,22 +25,7 @@ ENV_FEATURE_CACHE = "COSTAWARE_FEATURE_CACHE"
 
 def default_store_uri() -> str:
     """``$COSTAWARE_FEATURE_CACHE``, else ``$AIRFLOW_HOME/costaware/features``."""
-    if os.environ.get(ENV_FEATURE_CACHE):
-        return os.environ[ENV_FEATURE_CACHE]
-    return str(Path(os.environ.get("AIRFLOW_HOME", Path.home() / "airflow")) / "costaware" / "features")
-
-
-def run_identity(context: Mapping[str, Any], task_id: str) -> dict[str, Any]:
-    """dag_id, run_id, task_id, try_number and map_index of the running task, from its context."""
-    ti = context.get("ti") or context.get("task_instance")
-    dag = context.get("dag")
-    return {
-        "dag_id": str(getattr(ti, "dag_id", None) or getattr(dag, "dag_id", None) or "adhoc"),
-        "run_id": str(context.get("run_id") or getattr(ti, "run_id", None) or "manual"),
-        "task_id": str(getattr(ti, "task_id", None) or task_id),
-        "try_number": int(getattr(ti, "try_number", None) or 1),
-        "map_index": int(getattr(ti, "map_index", -1) if getattr(ti, "map_index", None) is not None else -1),
-    }
+    return os.environ.get(ENV_FEATURE_CACHE) or default_store("features")
 
 
 def _asset_uri(value: Any) -> str:

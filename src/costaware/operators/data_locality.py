@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from costaware.operators.cached_features import run_identity
+from costaware.operators.common import run_identity
 from costaware.operators.errors import airflow_errors
 
 if TYPE_CHECKING:

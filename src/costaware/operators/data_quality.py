@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from costaware.core.errors import ConfigurationError
+from costaware.operators.common import default_store, run_identity, storage_options
 from costaware.operators.errors import airflow_errors
-from costaware.operators.warm_start import default_store, run_facts, storage_options
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -188,7 +188,7 @@ class DataQualityOperator(BaseOperator):
         from costaware.training.runner import read_parquet
 
         os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
-        facts = run_facts(context)
+        facts = run_identity(context, self.task_id)
         with airflow_errors():
             options = storage_options(self.aws_conn_id)
             suite = build_suite(self.suite, self.suite_name)

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
+from costaware.operators.common import run_identity, storage_options
 from costaware.operators.errors import airflow_errors
-from costaware.operators.warm_start import run_facts, storage_options
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -77,7 +77,7 @@ class ModelPromoteOperator(BaseOperator):
                 label_threshold=self.label_threshold,
                 metric=self.metric,
                 margin=validate_margin(float(self.margin)),
-                run=run_facts(context),
+                run=run_identity(context, self.task_id),
                 storage_options=storage_options(self.aws_conn_id),
             )
         self.log.info("%s: %s", "promoted" if decision["promote"] else "not promoted", decision["reason"])

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from costaware.core.errors import ConfigurationError
+from costaware.operators.common import as_bool, default_store, run_identity, storage_options
 from costaware.operators.errors import airflow_errors
 
 if TYPE_CHECKING:
@@ -17,53 +15,6 @@ if TYPE_CHECKING:
 
     from costaware.core.retrain_policy import RetrainPolicy
     from costaware.training.checkpointing import Checkpointer
-
-
-def default_store(name: str) -> str:
-    """``$AIRFLOW_HOME/costaware/<name>`` (the embedded default for models, checkpoints, quality results)."""
-    home = os.environ.get("AIRFLOW_HOME") or str(Path.home() / "airflow")
-    return str(Path(home) / "costaware" / name)
-
-
-def storage_options(aws_conn_id: str | None) -> dict[str, Any]:
-    """S3 credentials, region and endpoint from an Airflow AWS connection (empty: the default chain)."""
-    if not aws_conn_id:
-        return {}
-    from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
-
-    hook = AwsBaseHook(aws_conn_id=aws_conn_id, client_type="s3")
-    credentials = hook.get_credentials()
-    return {
-        "access_key": credentials.access_key,
-        "secret_key": credentials.secret_key,
-        "session_token": credentials.token,
-        "region": hook.conn_region_name,
-        "endpoint_url": hook.conn_config.get_service_endpoint_url("s3"),
-    }
-
-
-def as_bool(value: object, name: str) -> bool:
-    """A templated flag: a bool, or the strings true/false/1/0/yes/no."""
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "1", "yes"):
-        return True
-    if text in ("false", "0", "no", "", "none"):
-        return False
-    raise ConfigurationError(f"{name} must be true or false, got {value!r}")
-
-
-def run_facts(context: Context) -> dict[str, Any]:
-    """Where this task runs: dag, run, task, try and map index."""
-    ti = context["ti"]
-    return {
-        "dag_id": ti.dag_id,
-        "run_id": ti.run_id,
-        "task_id": ti.task_id,
-        "try_number": getattr(ti, "try_number", 1),
-        "map_index": getattr(ti, "map_index", -1),
-    }
 
 
 class WarmStartRetrainOperator(BaseOperator):
@@ -179,7 +130,7 @@ class WarmStartRetrainOperator(BaseOperator):
         from costaware.adapters.checkpoint_store import checkpoint_key
         from costaware.training.runner import RetrainJob, run_retrain
 
-        facts = run_facts(context)
+        facts = run_identity(context, self.task_id)
         with airflow_errors():
             job = RetrainJob(
                 data_path=self.data_path,
