@@ -22,7 +22,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AirflowSe
     home = tmp_path_factory.mktemp("standalone")
     ledger_url = f"sqlite:///{home / 'ledger.db'}"
     ledger = Ledger.from_url(ledger_url)
-    dags = [ROOT / "dags" / "cost_aware_retrain.py", Path(__file__).parent / "dags" / "budget_wait.py"]
+    here = Path(__file__).parent / "dags"
+    dags = [ROOT / "dags" / "cost_aware_retrain.py", here / "budget_wait.py", here / "spot_wait.py"]
     with airflow_standalone(dags, ledger_url, home) as running:
         yield running, ledger
     ledger.dispose()

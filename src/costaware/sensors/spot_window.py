@@ -157,7 +157,7 @@ class SpotWindowSensor(BaseSensorOperator):
 
     # -- planning -------------------------------------------------------------------------------------
 
-    def _plan(self, context: Context, now: datetime) -> dict[str, Any]:
+    def _plan(self, context: Context, now: datetime, *, forecast: bool = True) -> dict[str, Any]:
         """Everything the decision needs, as JSON primitives (they also become the trigger's kwargs)."""
         runtime = _decimal(self.expected_runtime_hours, name="expected_runtime_hours", positive=True)
         deadline_value = (
@@ -193,7 +193,7 @@ class SpotWindowSensor(BaseSensorOperator):
             "not_before": not_before.isoformat() if not_before else None,
             "on_demand_usd_per_hour": str(on_demand),
             "target_usd_per_hour": target,
-            "forecast_starts": self._forecast_starts(now, latest_start, runtime),
+            "forecast_starts": self._forecast_starts(now, latest_start, runtime) if forecast else [],
         }
 
     def _history(self, now: datetime) -> Any:
@@ -319,8 +319,13 @@ class SpotWindowSensor(BaseSensorOperator):
         self, context: Context, event: dict[str, Any] | None = None, plan: dict[str, Any] | None = None
     ) -> dict[str, str]:
         """Resume after the trigger: record and return its decision, or fail with its message."""
-        if not event or plan is None:
+        if not event:
             raise AirflowException(f"spot window trigger ended without a decision: {event!r}")
+        if plan is None:
+            # `airflow dags test` resumes with the event alone; the plan (but its forecast, not needed
+            # any more) follows from the task's arguments and the run, so it is rebuilt.
+            with airflow_errors():
+                plan = self._plan(context, datetime.now(timezone.utc), forecast=False)
         if event.get("status") != "success":
             message = f"spot window wait failed: {event.get('message')}"
             if event.get("retry"):
