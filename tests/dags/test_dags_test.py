@@ -98,7 +98,8 @@ def test_two_days_full_then_warm_spot_and_a_cache_hit(airflow_env: dict[str, str
         assert any(line.startswith(name) for line in lines), report.stdout
 
 
-def test_run_fails_before_training_when_the_budget_is_spent(airflow_env: dict[str, str]) -> None:
+def test_a_budget_override_beyond_the_cap_is_refused_before_training(airflow_env: dict[str, str]) -> None:
+    # A person raises the training budget in the trigger form past what the project's budget has left.
     assert (
         _run(
             airflow_env,
@@ -110,14 +111,27 @@ def test_run_fails_before_training_when_the_budget_is_spent(airflow_env: dict[st
             "--period",
             "month",
             "--cap-usd",
-            "0",
+            "25",
         ).returncode
         == 0
     )
-    run = _run(airflow_env, "airflow", "dags", "test", "cost_aware_retrain", "2013-02-03")
+    run = _run(
+        airflow_env,
+        "airflow",
+        "dags",
+        "test",
+        "cost_aware_retrain",
+        "2013-02-03",
+        "-c",
+        json.dumps({"train_budget_usd": "500"}),
+    )
     output = run.stdout + run.stderr
-    assert "budget 'project=flight-delays/" in output and "needs an estimated $0.05" in output
+    assert (
+        "budget 'project=flight-delays/" in output and "task 'retrain' needs an estimated $500.00" in output
+    )
+    assert "raise the cap with `costaware budget set`" in output
     ledger = Ledger.from_url(airflow_env["COSTAWARE_LEDGER_URL"])
     rows = ledger.entries(dag_id="cost_aware_retrain", run_id=ledger.last_run_id("cost_aware_retrain"))
     assert "retrain" not in {r["task_id"] for r in rows}  # no training was paid for
     assert {r["task_id"]: r["outcome"] for r in rows}["spend_gate"] == "failed"
+    assert all(r.status != "open" for r in ledger.open_reservations())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import urllib.error
 
 import pytest
 from airflow_server import AirflowServer
@@ -55,3 +56,21 @@ def test_spend_gate_waits_in_the_triggerer_until_the_cap_is_raised(
     assert usage.reserved_usd == 0 and usage.spent_usd >= 0  # the gate's reservation was settled by 'train'
     train = [r for r in ledger.entries(dag_id="budget_wait", run_id=run_id) if r["task_id"] == "train"]
     assert train and train[0]["reservation_id"] is not None
+
+
+@pytest.mark.parametrize(
+    ("conf", "field"),
+    [
+        ({"train_budget_usd": "lots"}, "train_budget_usd"),
+        ({"train_instance_type": "not a type"}, "train_instance_type"),
+    ],
+)
+def test_trigger_form_params_are_validated(
+    server: tuple[AirflowServer, Ledger], conf: dict[str, str], field: str
+) -> None:
+    airflow, _ = server
+    airflow.wait_for_dag("cost_aware_retrain")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        airflow.call("POST", "/api/v2/dags/cost_aware_retrain/dagRuns", {"logical_date": None, "conf": conf})
+    assert refused.value.code in (400, 422)
+    assert field in refused.value.read().decode()
