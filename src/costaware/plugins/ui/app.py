@@ -71,9 +71,10 @@ def _ledger() -> Any:
     return CostLedgerHook().get_conn()
 
 
-def _filters(
-    days: int, since: datetime | None, until: datetime | None, dag_id: str | None, scope: str
+def report_filters(
+    days: Days = 30, since: Since = None, until: Until = None, dag_id: DagId = None, scope: ScopeQ = "*"
 ) -> Any:
+    """The filters every report route takes, validated: a ``ledger_reports.Filters``."""
     from costaware.adapters.ledger_reports import Filters
 
     for name, value in (("since", since), ("until", until)):
@@ -81,6 +82,9 @@ def _filters(
             raise HTTPException(422, f"{name}={value.isoformat()} has no time zone: add one, e.g. +00:00")
     start = since or datetime.now(timezone.utc) - timedelta(days=days)
     return Filters(since=start, until=until, dag_id=dag_id, scope=scope)
+
+
+ReportFilters = Annotated[Any, Depends(report_filters)]
 
 
 def _guard(call: Any) -> Any:
@@ -106,13 +110,11 @@ def openapi_schema() -> dict[str, Any]:
 
 
 @cost_app.get("/api/summary", summary="Spend, on-demand equivalent, savings, cache reuse and egress")
-def api_summary(
-    days: Days = 30, since: Since = None, until: Until = None, dag_id: DagId = None, scope: ScopeQ = "*"
-) -> dict[str, Any]:
+def api_summary(filters: ReportFilters) -> dict[str, Any]:
     """Totals of the entries in range: spend, on-demand equivalent, savings, cache hits, egress."""
     from costaware.adapters.ledger_reports import summary
 
-    s = _guard(lambda: summary(_ledger(), _filters(days, since, until, dag_id, scope)))
+    s = _guard(lambda: summary(_ledger(), filters))
     return {
         "usd": _usd(s.usd),
         "on_demand_usd": _usd(s.on_demand_usd),
@@ -129,18 +131,13 @@ def api_summary(
 
 
 @cost_app.get("/api/spend", summary="Spend per group (DAG, task, run, trial, tag, ...), costliest first")
-def api_spend(
-    group_by: GroupBy = "dag",
-    days: Days = 30,
-    since: Since = None,
-    until: Until = None,
-    dag_id: DagId = None,
-    scope: ScopeQ = "*",
-) -> dict[str, Any]:
+def api_spend(filters: ReportFilters, group_by: GroupBy = "dag") -> dict[str, Any]:
     """Spend per group, costliest first."""
-    f = _filters(days, since, until, dag_id, scope)
+    f = filters
     rows = _guard(
-        lambda: _ledger().report(group_by=group_by, since=f.since, until=f.until, dag_id=dag_id, scope=scope)
+        lambda: _ledger().report(
+            group_by=group_by, since=f.since, until=f.until, dag_id=f.dag_id, scope=f.scope
+        )
     )
     return {
         "group_by": group_by,
@@ -160,18 +157,11 @@ def api_spend(
 
 
 @cost_app.get("/api/daily", summary="Actual spend per UTC day and group")
-def api_daily(
-    group_by: GroupBy = "dag",
-    days: Days = 30,
-    since: Since = None,
-    until: Until = None,
-    dag_id: DagId = None,
-    scope: ScopeQ = "*",
-) -> dict[str, Any]:
+def api_daily(filters: ReportFilters, group_by: GroupBy = "dag") -> dict[str, Any]:
     """Actual spend per UTC day and group, for charts."""
     from costaware.adapters.ledger_reports import daily_spend
 
-    points = _guard(lambda: daily_spend(_ledger(), _filters(days, since, until, dag_id, scope), group_by))
+    points = _guard(lambda: daily_spend(_ledger(), filters, group_by))
     return {
         "group_by": group_by,
         "points": [{"day": d.isoformat(), "group": g, "usd": _usd(u)} for d, g, u in points],
@@ -201,18 +191,11 @@ def api_budgets() -> dict[str, Any]:
 
 
 @cost_app.get("/api/top-tries", summary="The most expensive task tries")
-def api_top_tries(
-    limit: Annotated[int, Query(ge=1, le=100)] = 10,
-    days: Days = 30,
-    since: Since = None,
-    until: Until = None,
-    dag_id: DagId = None,
-    scope: ScopeQ = "*",
-) -> dict[str, Any]:
+def api_top_tries(filters: ReportFilters, limit: Annotated[int, Query(ge=1, le=100)] = 10) -> dict[str, Any]:
     """The most expensive task tries in range."""
     from costaware.adapters.ledger_reports import costliest_tries
 
-    tries = _guard(lambda: costliest_tries(_ledger(), _filters(days, since, until, dag_id, scope), limit))
+    tries = _guard(lambda: costliest_tries(_ledger(), filters, limit))
     return {
         "tries": [
             {
@@ -228,13 +211,15 @@ def api_top_tries(
 
 
 @cost_app.get("/", response_class=HTMLResponse, summary="The Cost page")
-def cost_page(days: Days = 30, dag_id: DagId = None, group_by: GroupBy = "dag", scope: ScopeQ = "*") -> str:
+def cost_page(filters: ReportFilters, group_by: GroupBy = "dag") -> str:
     """The Cost page: cards, spend over time, budget burn-down, spend by tag and run, costliest tries."""
     from costaware.adapters.ledger_reports import burn_down, costliest_tries, daily_spend, summary
 
     def build() -> str:
         ledger = _ledger()
-        f = _filters(days, None, None, dag_id, scope)
+        f = filters
+        dag_id, scope = f.dag_id, f.scope
+        days = max(1, round((datetime.now(timezone.utc) - f.since).total_seconds() / 86400))
         s = summary(ledger, f)
         per_day = daily_spend(ledger, f, group_by)
         by_group = ledger.report(group_by=group_by, since=f.since, dag_id=dag_id, scope=scope)
