@@ -367,6 +367,14 @@ class SpotWindowSensor(BaseSensorOperator):
         try_number = int(getattr(ti, "try_number", None) or 1)
         map_index = int(getattr(ti, "map_index", -1) if getattr(ti, "map_index", None) is not None else -1)
         key = f"spot-window:{dag_id}:{run_id}:{self.task_id}:{map_index}:{try_number}"
+        # The run's allocation tags, as the cost listener gives its entries, then the sensor's own.
+        from costaware.plugins.listener import tags_for
+
+        try:
+            dag = self.dag
+        except RuntimeError:  # a sensor run outside any DAG (tests, ad-hoc execute)
+            dag = None
+        tags = {**tags_for(dag, dict(context.get("params") or {})), **(self.tags or {})}
         entry = LedgerEntry(
             dag_id=dag_id,
             run_id=run_id,
@@ -383,7 +391,7 @@ class SpotWindowSensor(BaseSensorOperator):
             unit_price_usd=price,
             on_demand_usd=(on_demand * runtime).quantize(_MICRO),
             estimated=True,
-            tags=self.tags,
+            tags=tags,
             price_source=result.get("price_source", ""),
             note=f"spot window decision: {result['reason']} (prices: {result.get('price_detail', '-')})",
             entry_uid=uuid.uuid5(uuid.NAMESPACE_URL, key).hex,
