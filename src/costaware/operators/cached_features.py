@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from costaware.operators.common import default_store, run_identity
+from costaware.operators.common import default_store, run_identity, run_tags
 from costaware.operators.errors import airflow_errors
 
 if TYPE_CHECKING:
@@ -221,7 +221,7 @@ class CachedFeaturesOperator(BaseOperator):
         from costaware.hooks.aws import s3_options
         from costaware.hooks.ledger import CostLedgerHook
 
-        who = run_identity(context, self.task_id)
+        who = {**run_identity(context, self.task_id), "tags": run_tags(self, context, self.tags)}
         with airflow_errors():
             options = s3_options(self.aws_conn_id)
             fingerprints = fingerprint_inputs(self.inputs, context, options, self.fingerprint_mode)
@@ -286,7 +286,7 @@ class CachedFeaturesOperator(BaseOperator):
             "instance_type": self.instance_type,
             "region": self.region,
             "market": Market.ON_DEMAND if self.instance_type and self.usd_per_hour is None else Market.LOCAL,
-            "tags": self.tags,
+            "tags": who["tags"],
         }
         if outcome.hit:
             self.log.info(

@@ -49,3 +49,20 @@ def as_bool(value: object, name: str) -> bool:
     if text in ("false", "0", "no", "", "none"):
         return False
     raise ConfigurationError(f"{name} must be true or false, got {value!r}")
+
+
+def run_tags(
+    operator: Any, context: Mapping[str, Any], own: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The run's allocation tags as the cost listener sees them, then the operator's own ``tags``.
+
+    Every entry an operator writes itself then carries the same tags as the listener's entries: the DAG's
+    ``key:value`` tags and the run's team/project/owner params.
+    """
+    from costaware.plugins.listener import tags_for
+
+    try:
+        dag = operator.dag
+    except RuntimeError:  # an operator run outside any DAG (tests, ad-hoc execute)
+        dag = None
+    return {**tags_for(dag, dict(context.get("params") or {})), **dict(own or {})}

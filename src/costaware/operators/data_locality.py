@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from costaware.operators.common import run_identity
+from costaware.operators.common import run_identity, run_tags
 from costaware.operators.errors import airflow_errors
 
 if TYPE_CHECKING:
@@ -178,7 +178,7 @@ class DataLocalityCheckOperator(BaseOperator):
             cause="data_locality",
             price_source="bundled AWS transfer prices",
             note=f"{note}: {_describe(estimate)}",
-            tags=self.tags,
+            tags=who["tags"],
             reservation_id=reservation_id,
         )
 
@@ -187,7 +187,7 @@ class DataLocalityCheckOperator(BaseOperator):
         from costaware.hooks.aws import s3_options
         from costaware.hooks.ledger import CostLedgerHook
 
-        who = run_identity(context, self.task_id)
+        who = {**run_identity(context, self.task_id), "tags": run_tags(self, context, self.tags)}
         with airflow_errors():
             found = self._estimates(s3_options(self.aws_conn_id))
             ledger = CostLedgerHook(self.ledger_conn_id).get_conn()

@@ -367,14 +367,9 @@ class SpotWindowSensor(BaseSensorOperator):
         try_number = int(getattr(ti, "try_number", None) or 1)
         map_index = int(getattr(ti, "map_index", -1) if getattr(ti, "map_index", None) is not None else -1)
         key = f"spot-window:{dag_id}:{run_id}:{self.task_id}:{map_index}:{try_number}"
-        # The run's allocation tags, as the cost listener gives its entries, then the sensor's own.
-        from costaware.plugins.listener import tags_for
+        from costaware.operators.common import run_tags
 
-        try:
-            dag = self.dag
-        except RuntimeError:  # a sensor run outside any DAG (tests, ad-hoc execute)
-            dag = None
-        tags = {**tags_for(dag, dict(context.get("params") or {})), **(self.tags or {})}
+        tags = run_tags(self, context, self.tags)
         entry = LedgerEntry(
             dag_id=dag_id,
             run_id=run_id,
