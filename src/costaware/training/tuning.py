@@ -529,7 +529,9 @@ def run_trial(
                 rate = marginal
             else:
                 rate = train_seconds / previous if previous else (estimate.seconds_per_unit or 0.0)
-            needed = rate * (rung - previous)
+            # A busy worker runs a rung slower than the trial's speed so far: the same safety factor as the
+            # reservation's estimate keeps a slow rung from running past what was reserved.
+            needed = rate * (rung - previous) * spec.safety_factor
             if (meter() - started) + needed > limit:
                 state = TrialState.CUT
                 decision = (
