@@ -16,6 +16,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+#: The tasks of dags/cost_aware_retrain.py, which several end-to-end tests expect in the ledger.
+RETRAIN_TASKS = frozenset(
+    {
+        "land_new_data",
+        "check_locality",
+        "quality_gate",
+        "build_features",
+        "split_features",
+        "spend_gate",
+        "spot_window",
+        "retrain",
+        "promote",
+    }
+)
+
 
 def free_port() -> int:
     with socket.socket() as s:

@@ -9,23 +9,13 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from services import migrated_airflow_env, run_command
+from services import RETRAIN_TASKS, migrated_airflow_env, run_command
 
 from costaware import Ledger
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-TASKS = {
-    "land_new_data",
-    "check_locality",
-    "quality_gate",
-    "build_features",
-    "split_features",
-    "spend_gate",
-    "spot_window",
-    "retrain",
-    "promote",
-}
+TASKS = RETRAIN_TASKS
 pytestmark = pytest.mark.slow
 
 

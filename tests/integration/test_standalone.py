@@ -7,6 +7,7 @@ import urllib.error
 
 import pytest
 from airflow_server import AirflowServer
+from services import RETRAIN_TASKS
 
 from costaware import Ledger
 
@@ -22,17 +23,7 @@ def test_retrain_dag_triggered_through_the_api(server: tuple[AirflowServer, Ledg
         "cost_aware_retrain", run_id
     )
     tasks = {r["task_id"] for r in ledger.entries(dag_id="cost_aware_retrain", run_id=run_id)}
-    assert tasks == {
-        "land_new_data",
-        "check_locality",
-        "quality_gate",
-        "build_features",
-        "split_features",
-        "spend_gate",
-        "spot_window",
-        "retrain",
-        "promote",
-    }
+    assert tasks == RETRAIN_TASKS
 
 
 def test_spend_gate_waits_in_the_triggerer_until_the_cap_is_raised(
