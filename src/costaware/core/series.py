@@ -44,20 +44,28 @@ def _price(value: object, *, what: str, index: int, allow_negative: bool) -> Dec
     return price
 
 
-def _instant(value: object, *, what: str, index: int) -> datetime:
+def parse_instant(
+    value: object, *, name: str, error: type[ConfigurationError] = ConfigurationError
+) -> datetime:
+    """An aware UTC datetime from a datetime or ISO-8601 text; naive values are rejected with ``error``."""
     if isinstance(value, str):
         try:
             value = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
         except ValueError as e:
-            raise InvalidPriceDataError(f"{what} record {index}: time {value!r} is not ISO-8601") from e
+            raise error(f"{name} {value!r} is not ISO-8601") from e
     if not isinstance(value, datetime):
-        raise InvalidPriceDataError(f"{what} record {index}: time {value!r} is not a datetime")
+        raise error(f"{name} must be a datetime or ISO-8601 text, got {value!r}")
     if value.tzinfo is None or value.utcoffset() is None:
-        raise InvalidPriceDataError(
-            f"{what} record {index}: time {value.isoformat()} has no time zone; write it with one, e.g. "
-            f"'{value.isoformat()}Z' for UTC"
+        raise error(
+            f"{name} {value.isoformat()} has no time zone; write it with one, "
+            f"e.g. '{value.isoformat()}Z' for UTC"
         )
-    return value.astimezone(timezone.utc)
+    # Airflow's context holds pendulum DateTimes, which do not compare with stdlib ones: make it plain.
+    return datetime.fromisoformat(value.isoformat()).astimezone(timezone.utc)
+
+
+def _instant(value: object, *, what: str, index: int) -> datetime:
+    return parse_instant(value, name=f"{what} record {index}: time", error=InvalidPriceDataError)
 
 
 class PriceSeries:

@@ -17,13 +17,13 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from costaware.core.errors import ConfigurationError
+from costaware.core.series import parse_instant
 from costaware.operators.errors import airflow_errors
 from costaware.triggers.spot_window import (
     LIVE,
     SpotWindowTrigger,
     label_decision,
     observe_spot,
-    parse_instant,
     window_decision,
 )
 

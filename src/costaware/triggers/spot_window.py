@@ -19,23 +19,9 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from costaware.core.errors import ConfigurationError, CostawareError
 from costaware.core.policies.cheapest_window import start_rule
+from costaware.core.series import parse_instant
 
 LIVE = "live"
-
-
-def parse_instant(value: object, *, name: str) -> datetime:
-    """An aware UTC datetime from a datetime or ISO-8601 text; naive values are rejected."""
-    if isinstance(value, str):
-        try:
-            value = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-        except ValueError as e:
-            raise ConfigurationError(f"{name} {value!r} is not an ISO-8601 time") from e
-    if not isinstance(value, datetime):
-        raise ConfigurationError(f"{name} must be a datetime or ISO-8601 text, got {value!r}")
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise ConfigurationError(f"{name} {value.isoformat()} has no time zone; add one, e.g. '+00:00'")
-    # Airflow's context holds pendulum DateTimes, which do not compare with stdlib ones: make it plain.
-    return datetime.fromisoformat(value.isoformat()).astimezone(timezone.utc)
 
 
 def forecast_min(
