@@ -181,3 +181,17 @@ def migrated_airflow_env(home: Path, dags_folder: Path, **extra: str) -> dict[st
     if migrate.returncode != 0:
         raise RuntimeError(f"airflow db migrate failed: {migrate.stderr[-2000:]}")
     return env
+
+
+def fresh_postgres_database(base_url: str, prefix: str = "t") -> str:
+    """Create an empty database on the test server of ``base_url``; returns its URL."""
+    import uuid
+
+    from sqlalchemy import create_engine, text
+
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(base_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE DATABASE {name}"))
+    admin.dispose()
+    return base_url.rsplit("/", 1)[0] + f"/{name}"

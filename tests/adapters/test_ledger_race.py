@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import multiprocessing
-import uuid
 from decimal import Decimal
 
 import pytest
 from race_worker import reserve_until_refused
-from sqlalchemy import create_engine, func, select, text
+from services import fresh_postgres_database
+from sqlalchemy import func, select
 
 from costaware import Ledger
 from costaware.adapters import ledger_schema as schema
@@ -19,21 +19,12 @@ AMOUNT = "0.70"
 CAP = Decimal("25.00")  # 35 reservations of $0.70 fit in $24.50; 144 are attempted
 
 
-def _fresh_postgres(base: str) -> str:
-    name = f"race_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(base, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f"CREATE DATABASE {name}"))
-    admin.dispose()
-    return base.rsplit("/", 1)[0] + f"/{name}"
-
-
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_parallel_reservations_never_overspend(backend: str, tmp_path, request) -> None:  # type: ignore[no-untyped-def]
     url = (
         f"sqlite:///{tmp_path / 'race.db'}"
         if backend == "sqlite"
-        else _fresh_postgres(request.getfixturevalue("postgres_url"))
+        else fresh_postgres_database(request.getfixturevalue("postgres_url"), "race")
     )
     ledger = Ledger.from_url(url)
     ledger.set_budget("project=race", "month", CAP)

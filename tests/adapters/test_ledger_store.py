@@ -1,12 +1,12 @@
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
 import pytest
-from sqlalchemy import create_engine, func, select, text
+from services import fresh_postgres_database
+from sqlalchemy import func, select
 
 from costaware import Ledger
 from costaware.adapters import ledger_schema as schema
@@ -26,13 +26,7 @@ def any_ledger(request: pytest.FixtureRequest, tmp_path) -> Iterator[Ledger]:  #
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'ledger.db'}"
     else:
-        base = request.getfixturevalue("postgres_url")
-        name = f"t_{uuid.uuid4().hex[:10]}"
-        admin = create_engine(base, isolation_level="AUTOCOMMIT")
-        with admin.connect() as conn:
-            conn.execute(text(f"CREATE DATABASE {name}"))
-        admin.dispose()
-        url = base.rsplit("/", 1)[0] + f"/{name}"
+        url = fresh_postgres_database(request.getfixturevalue("postgres_url"))
     ledger = Ledger.from_url(url)
     yield ledger
     ledger.dispose()

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import multiprocessing
 import time
-import uuid
 from collections import Counter
 from decimal import Decimal
 from typing import Any
 
 import numpy as np
 import pytest
-from sqlalchemy import create_engine, func, select, text
+from services import fresh_postgres_database
+from sqlalchemy import func, select
 
 from costaware import Ledger
 from costaware.adapters import ledger_schema as schema
@@ -93,15 +93,6 @@ def run_slots(url: str, study: str, worker: int) -> list[dict[str, Any]]:
     return out
 
 
-def _fresh_postgres(base: str) -> str:
-    name = f"tune_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(base, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f"CREATE DATABASE {name}"))
-    admin.dispose()
-    return base.rsplit("/", 1)[0] + f"/{name}"
-
-
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_parallel_trials_never_pass_the_study_cap(backend: str, tmp_path, request) -> None:  # type: ignore[no-untyped-def]
     import optuna
@@ -111,7 +102,7 @@ def test_parallel_trials_never_pass_the_study_cap(backend: str, tmp_path, reques
     url = (
         f"sqlite:///{tmp_path / 'study.db'}"
         if backend == "sqlite"
-        else _fresh_postgres(request.getfixturevalue("postgres_url"))
+        else fresh_postgres_database(request.getfixturevalue("postgres_url"), "tune")
     )
     ledger = Ledger.from_url(url)
     spec = _spec(f"race-{backend}")
