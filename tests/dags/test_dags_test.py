@@ -28,6 +28,22 @@ def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return run_command(env, *args)
 
 
+def _set_monthly_cap(env: dict[str, str], usd: str) -> None:
+    done = _run(
+        env,
+        "costaware",
+        "budget",
+        "set",
+        "--scope",
+        "project=flight-delays",
+        "--period",
+        "month",
+        "--cap-usd",
+        usd,
+    )
+    assert done.returncode == 0, done.stderr
+
+
 def _dags_test(env: dict[str, str], day: str, conf: dict[str, str] | None = None) -> tuple[str, list[dict]]:  # type: ignore[type-arg]
     run = _run(env, "airflow", "dags", "test", "cost_aware_retrain", day, "-c", json.dumps(conf or {}))
     output = run.stdout + run.stderr
@@ -39,21 +55,7 @@ def _dags_test(env: dict[str, str], day: str, conf: dict[str, str] | None = None
 
 
 def test_two_days_full_then_warm_spot_and_a_cache_hit(airflow_env: dict[str, str]) -> None:
-    assert (
-        _run(
-            airflow_env,
-            "costaware",
-            "budget",
-            "set",
-            "--scope",
-            "project=flight-delays",
-            "--period",
-            "month",
-            "--cap-usd",
-            "25",
-        ).returncode
-        == 0
-    )
+    _set_monthly_cap(airflow_env, "25")
 
     output, rows = _dags_test(airflow_env, "2013-02-01")
     actual = [r for r in rows if not r["estimated"]]
@@ -91,21 +93,7 @@ def test_two_days_full_then_warm_spot_and_a_cache_hit(airflow_env: dict[str, str
 
 def test_a_budget_override_beyond_the_cap_is_refused_before_training(airflow_env: dict[str, str]) -> None:
     # A person raises the training budget in the trigger form past what the project's budget has left.
-    assert (
-        _run(
-            airflow_env,
-            "costaware",
-            "budget",
-            "set",
-            "--scope",
-            "project=flight-delays",
-            "--period",
-            "month",
-            "--cap-usd",
-            "25",
-        ).returncode
-        == 0
-    )
+    _set_monthly_cap(airflow_env, "25")
     run = _run(
         airflow_env,
         "airflow",
