@@ -22,7 +22,22 @@ for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
     os.environ.setdefault(key, "testing")
 sys.path.insert(0, str(ROOT / "tests"))
 
+from clocks import CLOCKS  # noqa: E402
 from services import moto_server, postgres_server  # noqa: E402
+
+
+@pytest.fixture(params=CLOCKS, ids=lambda instant: f"clock-{instant[:16]}")
+def clock(request: pytest.FixtureRequest) -> Iterator[object]:
+    """The wall clock set to each of :data:`CLOCKS` in turn; it ticks on from there (triggers need time).
+
+    Every test whose outcome depends on the hour or the date uses it (``pytestmark =
+    pytest.mark.usefixtures("clock")``), so the suite passes at any hour on any day. Only this process's
+    clock moves: a test that starts Airflow in a subprocess must not depend on the hour.
+    """
+    import time_machine
+
+    with time_machine.travel(request.param, tick=True) as traveller:
+        yield traveller
 
 
 @pytest.fixture

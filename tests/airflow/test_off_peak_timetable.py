@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pendulum
 import pytest
+import time_machine
 from airflow.timetables.base import DataInterval, TimeRestriction
+from clocks import CLOCKS
 
 from costaware.core.errors import ConfigurationError
 from costaware.timetables import OffPeakTimetable, off_peak
@@ -84,12 +86,14 @@ def test_window_starting_in_the_spring_gap_opens_when_the_clock_jumps() -> None:
     assert (first.start, first.end) == (utc("2025-03-09T07:00:00Z"), utc("2025-03-09T08:00:00Z"))
 
 
-def test_catchup_false_starts_from_the_current_or_next_window() -> None:
+@pytest.mark.parametrize("instant", [*CLOCKS, "2026-11-24T23:59:59.999+00:00"])
+def test_catchup_false_starts_from_the_current_or_next_window(instant: str) -> None:
     tt = OffPeakTimetable(windows=["00:00-24:00"], days="daily", timezone="UTC")
     restriction = TimeRestriction(earliest=utc("2020-01-01T00:00:00Z"), latest=None, catchup=False)
-    info = tt.next_dagrun_info(last_automated_data_interval=None, restriction=restriction)
+    with time_machine.travel(instant, tick=False):  # frozen: the window cannot close mid-test
+        info = tt.next_dagrun_info(last_automated_data_interval=None, restriction=restriction)
+        now = pendulum.now("UTC")
     assert info is not None and info.data_interval is not None
-    now = pendulum.now("UTC")
     assert info.data_interval.start <= now < info.data_interval.end  # today's window, not 2020's
     caught_up = runs(tt, "2020-01-01T00:00:00Z", 2, catchup=True)
     assert caught_up[0].start == utc("2020-01-01T00:00:00Z")

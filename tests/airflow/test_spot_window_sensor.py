@@ -22,6 +22,10 @@ from costaware.triggers.spot_window import SpotWindowTrigger
 
 ROOT = Path(__file__).resolve().parents[2]
 
+# The window, the forecast and the fallback all depend on the hour: every test here runs under each of the
+# suite's clocks (tests/conftest.py), so that none passes only at some hours of the day.
+pytestmark = pytest.mark.usefixtures("clock")
+
 
 @pytest.fixture
 def ledger_env(monkeypatch: pytest.MonkeyPatch, ledger_url: str) -> Ledger:

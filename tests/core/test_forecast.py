@@ -4,6 +4,8 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from costaware.core.errors import ConfigurationError, PriceNotFoundError
 from costaware.core.forecast import PriceForecast
@@ -73,3 +75,53 @@ def test_forecast_never_reads_the_future() -> None:
 def test_bad_arguments(kwargs: dict, error: type, message: str) -> None:
     with pytest.raises(error, match=message):
         PriceForecast.fit(hourly(1, lambda h: 1), **{"at": MONDAY + timedelta(days=3), **kwargs})
+
+
+def test_a_low_price_now_never_forecasts_a_negative_price() -> None:
+    # The case that broke CI at 01:27 UTC: 1.00 USD/h with a cheap 0.50 hour at 03:00, 0.30 now. The additive
+    # pull (0.30 - 1.00) took the 03:00 forecast to -0.169; the forecast now stops at the lowest price seen.
+    points = [(MONDAY + timedelta(hours=h), "0.50" if h % 24 == 3 else "1.00") for h in range(4 * 168)]
+    at = MONDAY + timedelta(weeks=4, hours=1, minutes=27)
+    points.append((at - timedelta(minutes=1), "0.30"))
+    f = PriceForecast.fit(PriceSeries.from_points(points, name="cheap-now"), at=at)
+    three_am = f.expected_usd_per_hour(MONDAY + timedelta(weeks=4, hours=3))
+    assert three_am == Decimal("0.3")
+    assert f.minimum_usd_per_hour(at, at + timedelta(hours=10), run_hours=1) == Decimal("0.3")
+
+
+# A few price levels far apart (as spot and power prices jump) make the pull large next to the profile.
+prices = st.one_of(
+    st.sampled_from([Decimal("0"), Decimal("0.3"), Decimal("0.5"), Decimal("1"), Decimal("50")]),
+    st.decimals(min_value="0", max_value="50", places=4, allow_nan=False, allow_infinity=False),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    day=st.lists(prices, min_size=24, max_size=24),
+    days=st.integers(min_value=1, max_value=21),
+    now_price=prices,
+    minutes_after=st.integers(min_value=0, max_value=600),
+    persistence_hours=st.sampled_from([0.0, 1.0, 6.0, 24.0, 96.0]),
+    ahead_hours=st.integers(min_value=0, max_value=200),
+)
+def test_forecast_stays_within_the_prices_seen(
+    day: list[Decimal],
+    days: int,
+    now_price: Decimal,
+    minutes_after: int,
+    persistence_hours: float,
+    ahead_hours: int,
+) -> None:
+    # A daily cycle repeated for some days, as real histories have, then any price now.
+    history = day * days
+    points = [(MONDAY + timedelta(hours=h), str(p)) for h, p in enumerate(history)]
+    at = MONDAY + timedelta(hours=len(history), minutes=minutes_after)
+    points.append((at, str(now_price)))
+    f = PriceForecast.fit(
+        PriceSeries.from_points(points, name="any"), at=at, persistence_hours=persistence_hours
+    )
+    seen = [*history, now_price]
+    expected = f.expected_usd_per_hour(at + timedelta(hours=ahead_hours))
+    assert expected >= 0
+    assert min(seen) - Decimal("0.000001") <= expected <= max(seen) + Decimal("0.000001")

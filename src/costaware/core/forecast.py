@@ -11,8 +11,14 @@ The model is deliberately simple, so a person can check it by hand:
    the gap between the price in force at ``at`` and the profile's value for that hour is added to the forecast
    and fades with a half-life of ``persistence_hours``.
 
-So ``expected(t) = profile[slot(t)] + (price(at) - profile[slot(at)]) * 0.5 ** (h / persistence_hours)``
-where ``h`` is the number of hours from ``at`` to ``t``.
+3. **Bounds.** The forecast stays within the range of prices seen: the lowest and highest hourly mean of the
+   history and the price in force at ``at``. The additive pull alone can leave that range (a price of 0.30
+   now, in an hour whose profile is 1.00, pulls a cheap 0.50 hour 0.70 down, to a negative price); a
+   forecast below anything ever observed would make a sensor wait for a price that cannot come.
+
+So ``expected(t) = clamp(profile[slot(t)] + (price(at) - profile[slot(at)]) * 0.5 ** (h / half_life))``
+where ``h`` is the number of hours from ``at`` to ``t``, ``half_life`` is ``persistence_hours`` and ``clamp``
+bounds the value to the observed range.
 
 A daily electricity cycle shows up in the profile; a spot price that drifts shows up in the persistence term.
 The forecast never looks at prices after ``at``. Values are computed with floats (thousands of hours per fit)
@@ -55,6 +61,8 @@ class PriceForecast:
         persistence_hours: Half-life of the present price's pull on the forecast.
         timezone: Zone of the hour-of-week slots.
         observed_hours: Hours of history that went into the profile.
+        floor_usd_per_hour: Lowest price observed (hourly means and the price now); no forecast is lower.
+        ceiling_usd_per_hour: Highest price observed; no forecast is higher.
     """
 
     profile: tuple[float, ...]
@@ -63,6 +71,8 @@ class PriceForecast:
     persistence_hours: float
     timezone: str
     observed_hours: int
+    floor_usd_per_hour: float
+    ceiling_usd_per_hour: float
 
     @classmethod
     def fit(
@@ -106,6 +116,7 @@ class PriceForecast:
         hours = int((at - first) / _HOUR)
         sums = [0.0] * HOURS_PER_WEEK
         weights = [0.0] * HOURS_PER_WEEK
+        means: list[float] = []
         if hours > 0:
             means = series.tick_means(first, _HOUR, hours)
             for i, price in enumerate(means):
@@ -118,14 +129,17 @@ class PriceForecast:
         total_weight = sum(weights)
         overall = sum(sums) / total_weight if total_weight else now_price
         profile = tuple(s / w if w else overall for s, w in zip(sums, weights, strict=True))
-        return cls(profile, now_price, at, persistence_hours, timezone, max(hours, 0))
+        observed = [*means, now_price]
+        return cls(
+            profile, now_price, at, persistence_hours, timezone, max(hours, 0), min(observed), max(observed)
+        )
 
     def _expected(self, instant: datetime, tz: ZoneInfo, pull: float) -> float:
-        base = self.profile[_slot(instant, tz)]
-        if self.persistence_hours <= 0:
-            return base
-        ahead = max((instant - self.fitted_at) / _HOUR, 0.0)
-        return base + pull * float(0.5 ** (ahead / self.persistence_hours))
+        expected = self.profile[_slot(instant, tz)]
+        if self.persistence_hours > 0:
+            ahead = max((instant - self.fitted_at) / _HOUR, 0.0)
+            expected += pull * float(0.5 ** (ahead / self.persistence_hours))
+        return min(max(expected, self.floor_usd_per_hour), self.ceiling_usd_per_hour)
 
     def ticks(self, start: datetime, tick: timedelta, count: int) -> list[float]:
         """Expected USD/hour at the start of each of ``count`` ticks from ``start`` (floats: simulator)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -17,6 +17,7 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from costaware.core.errors import ConfigurationError
+from costaware.core.ledger import utcnow
 from costaware.core.series import parse_instant
 from costaware.operators.errors import airflow_errors
 from costaware.triggers.spot_window import (
@@ -274,7 +275,7 @@ class SpotWindowSensor(BaseSensorOperator):
         """Decide at once if possible; else defer to the trigger (or poke, when not deferrable)."""
         if not self.deferrable:
             return super().execute(context)
-        now = datetime.now(timezone.utc)
+        now = utcnow()
         with airflow_errors():
             plan = self._plan(context, now)
             decision = self._decide_now(plan, now)
@@ -307,7 +308,7 @@ class SpotWindowSensor(BaseSensorOperator):
 
     def poke(self, context: Context) -> bool | PokeReturnValue:
         """One look at price and capacity (non-deferrable mode)."""
-        now = datetime.now(timezone.utc)
+        now = utcnow()
         with airflow_errors():
             plan = self._plan(context, now)
             decision = self._decide_now(plan, now)
@@ -325,7 +326,7 @@ class SpotWindowSensor(BaseSensorOperator):
             # `airflow dags test` resumes with the event alone; the plan (but its forecast, not needed
             # any more) follows from the task's arguments and the run, so it is rebuilt.
             with airflow_errors():
-                plan = self._plan(context, datetime.now(timezone.utc), forecast=False)
+                plan = self._plan(context, utcnow(), forecast=False)
         if event.get("status") != "success":
             message = f"spot window wait failed: {event.get('message')}"
             if event.get("retry"):

@@ -19,6 +19,7 @@ from typing import Any
 import pendulum
 from airflow.timetables.base import DagRunInfo, DataInterval, TimeRestriction, Timetable
 
+from costaware.core.ledger import utcnow
 from costaware.core.windows import Window, WindowSchedule
 
 
@@ -100,7 +101,7 @@ class OffPeakTimetable(Timetable):
         else:
             window = self._schedule.next_window(restriction.earliest)
         if not restriction.catchup:
-            now = pendulum.now("UTC")
+            now = pendulum.instance(utcnow())
             if window.end <= now:
                 window = self._schedule.next_window(now, include_open=True)
         if restriction.earliest is not None and window.start < restriction.earliest:

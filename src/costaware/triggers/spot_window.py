@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
-from datetime import datetime, timezone
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from costaware.core.errors import ConfigurationError, CostawareError
+from costaware.core.ledger import utcnow
 from costaware.core.policies.cheapest_window import start_rule
 from costaware.core.series import parse_instant
 
@@ -212,7 +213,7 @@ class SpotWindowTrigger(BaseTrigger):
             yield TriggerEvent({"status": "error", "message": str(e), "retry": False})
             return
         while True:
-            now = datetime.now(timezone.utc)
+            now = utcnow()
             price: Decimal | None = None
             available, source = False, ""
             if now < latest_start and (not_before is None or now >= not_before):
