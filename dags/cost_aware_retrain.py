@@ -259,6 +259,7 @@ def cost_aware_retrain() -> None:
         region=REGION,
         market="{{ ti.xcom_pull(task_ids='spot_window')['market'] }}",
         usd_per_hour="{{ ti.xcom_pull(task_ids='spot_window')['usd_per_hour'] }}",
+        features_key="{{ ti.xcom_pull(task_ids='build_features')['key'] }}",  # reproducibility record
         retries=3,
         retry_delay=timedelta(seconds=30),
     )

@@ -146,6 +146,10 @@ def _budget_show(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
+    if args.efficiency:
+        from costaware.cli_efficiency import report_efficiency
+
+        return report_efficiency(args)
     ledger = _ledger(args)
     run_id = args.run_id
     if args.last_run:
@@ -375,6 +379,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     report.add_argument("--format", choices=FORMATS, default="table")
     report.set_defaults(func=_report)
+    from costaware import cli_efficiency
+
+    cli_efficiency.add_report_options(report)
 
     prices = sub.add_parser("prices", help="look up bundled AWS prices").add_subparsers(
         dest="action", required=True
@@ -392,10 +399,11 @@ def build_parser() -> argparse.ArgumentParser:
     p_show.add_argument("--region", default="us-east-1")
     p_show.set_defaults(func=_prices_show)
 
-    from costaware import cli_cache, cli_simulate
+    from costaware import cli_cache, cli_runs, cli_simulate
 
     cli_simulate.add_parser(sub)
     cli_cache.add_parser(sub)
+    cli_runs.add_parser(sub)
     return parser
 
 

@@ -15,6 +15,7 @@ from sqlalchemy import (
     Boolean,
     Column,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -137,6 +138,51 @@ holds = Table(
     Column("expires_at", UTCDateTime, nullable=False),
     Column("open", Boolean, nullable=False),
     Index("ix_costaware_holds_budget_open", "budget_id", "period_key", "open"),
+)
+
+# What a task try used (issue 14): one row per compute entry, joined on entry_uid. Not a cost.
+utilization = Table(
+    "costaware_utilization",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("entry_uid", String(64), nullable=False, unique=True),
+    Column("dag_id", String(250), nullable=False),
+    Column("run_id", String(250), nullable=False),
+    Column("task_id", String(250), nullable=False),
+    Column("try_number", Integer, nullable=False),
+    Column("map_index", Integer, nullable=False),
+    Column("measured_at", UTCDateTime, nullable=False),
+    Column("wall_seconds", Float, nullable=False),
+    Column("cpu_seconds", Float, nullable=False),
+    Column("peak_rss_bytes", BigInteger, nullable=False),
+    Column("vcpus", Integer),
+    Column("memory_gib", String(40)),
+    Column("runs_per_month", Float),
+    Column("source", String(64), nullable=False),
+    Column("backend_metrics", JSON, nullable=False),
+    Index("ix_costaware_utilization_task", "dag_id", "task_id", "measured_at"),
+)
+
+# What each retrain run produced (issue 14): the model, its metric, promotion, and how to reproduce it.
+run_outcomes = Table(
+    "costaware_run_outcomes",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("dag_id", String(250), nullable=False),
+    Column("run_id", String(250), nullable=False),
+    Column("model_version", String(128), nullable=False),
+    Column("task_id", String(250), nullable=False),
+    Column("metric", String(32), nullable=False),
+    Column("metric_value", Float),
+    Column("champion_metric", Float),
+    Column("promoted", Boolean),
+    Column("training_rows", BigInteger, nullable=False),
+    Column("iterations", Integer, nullable=False),
+    Column("iteration_unit", String(16), nullable=False),
+    Column("record", JSON, nullable=False),
+    Column("recorded_at", UTCDateTime, nullable=False),
+    UniqueConstraint("dag_id", "run_id", "model_version", name="uq_costaware_run_outcomes_version"),
+    Index("ix_costaware_run_outcomes_run", "run_id"),
 )
 
 #: version -> DDL statements that bring a ledger from version-1 to version (none yet).

@@ -35,6 +35,7 @@ class ModelPromoteOperator(BaseOperator):
         metric: ``roc_auc`` (default), ``average_precision``, ``accuracy``, ``log_loss`` or ``brier``.
         margin: How much worse than the champion the candidate may be and still be promoted (templated).
         aws_conn_id: Airflow AWS connection for ``s3://`` locations (None: the default credential chain).
+        ledger_conn_id: Airflow connection of the cost ledger, where the run's outcome is recorded.
         **kwargs: ``BaseOperator`` arguments.
     """
 
@@ -52,9 +53,11 @@ class ModelPromoteOperator(BaseOperator):
         metric: str = "roc_auc",
         margin: float | str = 0.0,
         aws_conn_id: str | None = None,
+        ledger_conn_id: str = "costaware_ledger",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.ledger_conn_id = ledger_conn_id
         self.model_store = model_store
         self.candidate = candidate
         self.holdout_path = holdout_path
@@ -81,4 +84,22 @@ class ModelPromoteOperator(BaseOperator):
                 storage_options=storage_options(self.aws_conn_id),
             )
         self.log.info("%s: %s", "promoted" if decision["promote"] else "not promoted", decision["reason"])
+        self._record_outcome(context, decision)
         return decision
+
+    def _record_outcome(self, context: Context, decision: dict[str, Any]) -> None:
+        """The candidate's metric, the champion's and the decision, on the candidate run's outcome."""
+        from costaware.adapters.model_store import ModelStore
+        from costaware.core.errors import CostawareError
+        from costaware.operators.run_record import promotion_outcome, write_outcome
+
+        try:
+            meta = ModelStore.open(self.model_store, **storage_options(self.aws_conn_id)).get(
+                decision["candidate"]
+            )
+        except (CostawareError, OSError):
+            meta = None  # an incomplete candidate: the decision is still worth recording
+        write_outcome(
+            promotion_outcome(identity=run_identity(context, self.task_id), decision=decision, meta=meta),
+            self.ledger_conn_id,
+        )

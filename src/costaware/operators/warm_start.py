@@ -55,6 +55,9 @@ class WarmStartRetrainOperator(BaseOperator):
         region: Its region (templated).
         market: ``on_demand``, ``spot`` or ``local``, e.g. a ``SpotWindowSensor``'s decision (templated).
         aws_conn_id: Airflow AWS connection for ``s3://`` stores and data (None: default credential chain).
+        features_key: The feature cache's key of the training features, for the run's reproducibility
+            record (templated), e.g. ``"{{ ti.xcom_pull(task_ids='build_features')['key'] }}"``.
+        ledger_conn_id: Airflow connection of the cost ledger, where the run's outcome is recorded.
         **kwargs: ``BaseOperator`` arguments (set ``retries`` so preemptions are retried).
     """
 
@@ -69,6 +72,7 @@ class WarmStartRetrainOperator(BaseOperator):
         "instance_type",
         "region",
         "market",
+        "features_key",
     )
     template_fields_renderers = {"trainer_params": "json"}
     ui_color = "#e3f0fb"
@@ -96,9 +100,13 @@ class WarmStartRetrainOperator(BaseOperator):
         region: str | None = None,
         market: str | None = None,
         aws_conn_id: str | None = None,
+        features_key: str | None = None,
+        ledger_conn_id: str = "costaware_ledger",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.features_key = features_key
+        self.ledger_conn_id = ledger_conn_id
         # Where the training runs (e.g. the Celery queue of a spot node group): the cost listener prices
         # this task's runtime on it. None: the worker defaults.
         self.instance_type = instance_type
@@ -157,7 +165,27 @@ class WarmStartRetrainOperator(BaseOperator):
             )
             result = run_retrain(job, on_checkpointer=self._remember)
         self.log.info("stored %s model version %s: %s", result["mode"], result["version"], result["reason"])
+        self._record_outcome(context, facts, result)
         return result
+
+    def _record_outcome(self, context: Context, facts: dict[str, Any], result: dict[str, Any]) -> None:
+        """The run's outcome and reproducibility record, in the ledger next to its cost."""
+        from costaware.adapters.model_store import ModelStore
+        from costaware.operators.run_record import retrain_outcome, write_outcome
+        from costaware.training.trainers import resolve_trainer
+
+        meta = ModelStore.open(self.model_store, **storage_options(self.aws_conn_id)).get(result["version"])
+        outcome = retrain_outcome(
+            context=context,
+            identity=facts,
+            result=result,
+            trainer=resolve_trainer(self.trainer, self.trainer_params),
+            trainer_params=self.trainer_params,
+            data_fingerprint=meta.data_fingerprint,
+            features_key=str(self.features_key or ""),
+        )
+        if write_outcome(outcome, self.ledger_conn_id):
+            self.log.info("recorded the run's outcome; reproducibility record %s", outcome.record.digest[:16])
 
     def on_kill(self) -> None:
         """Airflow's SIGTERM path: ask the training to checkpoint and stop after the current step."""

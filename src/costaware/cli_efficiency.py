@@ -1,0 +1,166 @@
+"""``costaware report --efficiency``: measured utilization per task, idle cost, and right-sizing advice."""
+
+from __future__ import annotations
+
+import argparse
+from collections import defaultdict
+from decimal import Decimal
+from typing import Any
+
+from costaware.core.money import format_usd
+
+
+def add_report_options(report: argparse.ArgumentParser) -> None:
+    """The ``--efficiency`` switch of ``costaware report`` and its options."""
+    group = report.add_argument_group("efficiency (--efficiency)")
+    group.add_argument(
+        "--efficiency",
+        action="store_true",
+        help="measured CPU and memory per task, idle cost, and cheaper instance types that fit",
+    )
+    group.add_argument(
+        "--runs-per-month",
+        type=float,
+        default=None,
+        help="run frequency for the monthly saving (default: from each DAG's schedule)",
+    )
+    group.add_argument(
+        "--min-tries", type=int, default=3, help="measured tries a task needs before advice (default: 3)"
+    )
+    group.add_argument(
+        "--memory-margin",
+        type=float,
+        default=0.25,
+        help="headroom over the measured peak memory (default: 0.25 = 25%%)",
+    )
+
+
+def efficiency_rows(measured: list[Any]) -> list[dict[str, Any]]:
+    """One row per (DAG, task): tries, CPU utilization, busy cores, peak memory, headroom, cost, idle cost."""
+    by_task: dict[tuple[str, str], list[Any]] = defaultdict(list)
+    for m in measured:
+        by_task[(m.dag_id, m.task_id)].append(m)
+    rows = []
+    for (dag_id, task_id), tries in by_task.items():
+        newest = max(tries, key=lambda m: (m.measured_at is not None, m.measured_at, m.try_number))
+        sized = [m for m in tries if m.vcpus]
+        capacity = sum(m.wall_seconds * (m.vcpus or 0) for m in sized)
+        utilization = sum(m.cpu_seconds for m in sized) / capacity if capacity > 0 else None
+        idle = [m.idle_usd for m in tries if m.idle_usd is not None]
+        headroom = [m.memory_headroom_gib for m in tries if m.memory_headroom_gib is not None]
+        rows.append(
+            {
+                "dag_id": dag_id,
+                "task_id": task_id,
+                "tries": len(tries),
+                "instance_type": newest.instance_type,
+                "vcpus": newest.vcpus,
+                "memory_gib": None if newest.memory_gib is None else str(newest.memory_gib),
+                "wall_seconds": round(sum(m.wall_seconds for m in tries) / len(tries), 3),
+                "cpu_seconds": round(sum(m.cpu_seconds for m in tries) / len(tries), 3),
+                "cpu_utilization": None if utilization is None else round(min(utilization, 1.0), 4),
+                "peak_cores_used": round(max(m.cores_used for m in tries), 3),
+                "peak_memory_gib": round(max(m.peak_memory_gib for m in tries), 4),
+                "min_headroom_gib": round(min(headroom), 4) if headroom else None,
+                "usd": str(sum((m.usd for m in tries), Decimal(0))),
+                "idle_usd": str(sum(idle, Decimal(0))) if idle else None,
+                "sources": sorted({m.source for m in tries}),
+            }
+        )
+    return sorted(rows, key=lambda r: (Decimal(r["idle_usd"] or 0), r["dag_id"], r["task_id"]), reverse=True)
+
+
+def advice_for(measured: list[Any], args: argparse.Namespace) -> list[Any]:
+    """Right-sizing advice per task with enough measured tries, largest monthly saving first."""
+    from costaware.adapters.price_files import bundled_catalog
+    from costaware.core.efficiency import advise
+
+    catalog = bundled_catalog()
+    by_task: dict[tuple[str, str], list[Any]] = defaultdict(list)
+    for m in measured:
+        by_task[(m.dag_id, m.task_id)].append(m)
+    found = []
+    for tries in by_task.values():
+        advice = advise(
+            catalog,
+            tries,
+            runs_per_month=args.runs_per_month,
+            min_tries=args.min_tries,
+            memory_margin=args.memory_margin,
+        )
+        if advice is not None:
+            found.append(advice)
+    return sorted(found, key=lambda a: a.monthly_saving_usd, reverse=True)
+
+
+def report_efficiency(args: argparse.Namespace) -> int:
+    """Print measured utilization per task and the right-sizing advice."""
+    from costaware.adapters.efficiency_store import measurements
+    from costaware.adapters.ledger_store import Ledger
+    from costaware.cli import _emit
+
+    ledger = Ledger.from_url(args.ledger_url)
+    measured = measurements(ledger, dag_id=args.dag_id, since=args.since)
+    if args.until:
+        measured = [m for m in measured if m.measured_at is None or m.measured_at < args.until]
+    rows = efficiency_rows(measured)
+    advice = advice_for(measured, args)
+    if args.format == "json":
+        _emit("json", [], [], {"tasks": rows, "advice": [a.to_json() for a in advice]})
+        return 0
+    headers = [
+        "task",
+        "tries",
+        "instance",
+        "wall s",
+        "CPU s",
+        "CPU util",
+        "peak GiB",
+        "of GiB",
+        "cost",
+        "idle cost",
+    ]
+    table = [
+        [
+            r["task_id"] if args.dag_id else f"{r['dag_id']}.{r['task_id']}",
+            r["tries"],
+            r["instance_type"] or "-",
+            f"{r['wall_seconds']:.2f}",
+            f"{r['cpu_seconds']:.2f}",
+            "-" if r["cpu_utilization"] is None else f"{r['cpu_utilization']:.1%}",
+            f"{r['peak_memory_gib']:.3f}",
+            r["memory_gib"] or "-",
+            format_usd(Decimal(r["usd"]), places=6),
+            "-" if r["idle_usd"] is None else format_usd(Decimal(r["idle_usd"]), places=6),
+        ]
+        for r in rows
+    ]
+    if args.format == "csv":
+        _emit("csv", headers, table, None)
+        return 0
+    print("efficiency" + (f" of DAG {args.dag_id}" if args.dag_id else "") + " (measured successful tries)")
+    if not rows:
+        print("(no measured tries: the costaware listener measures each task try it prices)")
+        return 0
+    _emit("table", headers, table, None)
+    total = sum((Decimal(r["usd"]) for r in rows), Decimal(0))
+    idle = sum((Decimal(r["idle_usd"] or 0) for r in rows), Decimal(0))
+    print(f"idle cost: {format_usd(idle, places=6)} of {format_usd(total, places=6)} (vCPU time left unused)")
+    print()
+    if not advice:
+        print(
+            f"right-sizing: no cheaper type fits (tasks need {args.min_tries}+ measured tries; "
+            "local and unknown instance types are not sized)"
+        )
+        return 0
+    print("right-sizing (cheapest catalog type that fits the measured peak memory and busy cores):")
+    for a in advice:
+        print(
+            f"  {a.dag_id}.{a.task_id}: {a.current.instance_type} -> {a.suggested.instance_type} "
+            f"({a.suggested.vcpus} vCPUs, {a.suggested.memory_gib} GiB): saves "
+            f"{format_usd(a.saving_per_run_usd, places=6)} per run, "
+            f"{format_usd(a.monthly_saving_usd, places=6)}/month at {a.runs_per_month:g} runs/month "
+            f"({a.frequency_basis})"
+        )
+        print(f"      {a.requirements.describe()}")
+    return 0

@@ -1,0 +1,137 @@
+"""``costaware runs``: what each retrain run produced, what it cost, and how to reproduce it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from costaware.core.money import format_usd
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``costaware runs list`` and ``costaware runs show RUN_ID``."""
+    runs = sub.add_parser("runs", help="retrain runs: model outcome, cost and reproducibility record")
+    actions = runs.add_subparsers(dest="action", required=True)
+    listing = actions.add_parser("list", help="runs with their metric, promotion and cost, oldest first")
+    listing.add_argument("--dag-id")
+    listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    listing.set_defaults(func=_list)
+    show = actions.add_parser("show", help="one run's outcome, cost and reproducibility record")
+    show.add_argument("run_id")
+    show.add_argument("--dag-id")
+    show.add_argument("--format", choices=("text", "json"), default="text")
+    show.set_defaults(func=_show)
+
+
+def _ledger(args: argparse.Namespace) -> Any:
+    from costaware.adapters.ledger_store import Ledger
+
+    return Ledger.from_url(args.ledger_url)
+
+
+def _metric(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def outcome_json(o: Any) -> dict[str, Any]:
+    """One run outcome as JSON (money as strings)."""
+    return {
+        "dag_id": o.dag_id,
+        "run_id": o.run_id,
+        "model_version": o.model_version,
+        "task_id": o.task_id,
+        "metric": o.metric,
+        "metric_value": o.metric_value,
+        "champion_metric": o.champion_metric,
+        "gain": o.gain,
+        "promoted": o.promoted,
+        "training_rows": o.training_rows,
+        "iterations": o.iterations,
+        "iteration_unit": o.iteration_unit,
+        "usd": None if o.usd is None else str(o.usd),
+        "usd_per_unit_gain": None if o.usd_per_unit_gain is None else str(o.usd_per_unit_gain),
+        "recorded_at": o.recorded_at.isoformat() if o.recorded_at else None,
+        "record": o.record.to_json() if o.record else None,
+        "record_digest": o.record.digest if o.record else None,
+    }
+
+
+def _list(args: argparse.Namespace) -> int:
+    from costaware.adapters.efficiency_store import outcomes
+    from costaware.cli import _emit
+    from costaware.core.outcomes import summarize
+
+    found = outcomes(_ledger(args), dag_id=args.dag_id, limit=args.limit)
+    headers = ["run", "model", "metric", "value", "champion", "promoted", "rows", "trained", "cost"]
+    table = [
+        [
+            o.run_id,
+            o.model_version,
+            o.metric or "-",
+            _metric(o.metric_value),
+            _metric(o.champion_metric),
+            {True: "yes", False: "no", None: "-"}[o.promoted],
+            o.training_rows,
+            f"{o.iterations} {o.iteration_unit}",
+            "-" if o.usd is None else format_usd(o.usd, places=6),
+        ]
+        for o in found
+    ]
+    metrics = {o.metric for o in found if o.metric}
+    summary = summarize(found) if len(metrics) <= 1 else None
+    payload = {"runs": [outcome_json(o) for o in found], "summary": summary.to_json() if summary else None}
+    if args.format != "table":
+        _emit(args.format, headers, table, payload)
+        return 0
+    if not found:
+        print("no retrain outcomes yet: WarmStartRetrainOperator and ModelPromoteOperator record them")
+        return 0
+    _emit("table", headers, table, None)
+    if summary is not None:
+        print(_summary_line(summary))
+    return 0
+
+
+def _summary_line(s: Any) -> str:
+    def usd(value: Any) -> str:
+        return "-" if value is None else format_usd(value, places=6)
+
+    gain = f", {usd(s.usd_per_unit_gain)} per unit of {s.metric} gained" if s.metric else ""
+    return (
+        f"{s.runs} run(s), {s.promoted} promoted: {usd(s.per_run_usd)} per run, "
+        f"{usd(s.per_promoted_usd)} per promoted model{gain}"
+    )
+
+
+def _show(args: argparse.Namespace) -> int:
+    from costaware.adapters.efficiency_store import run_outcome
+
+    found = run_outcome(_ledger(args), args.run_id, dag_id=args.dag_id)
+    if args.format == "json":
+        print(json.dumps([outcome_json(o) for o in found], indent=2, default=str))
+        return 0
+    for o in found:
+        print(f"run {o.run_id} of DAG {o.dag_id}: model {o.model_version} (task {o.task_id or '-'})")
+        print("outcome")
+        if o.metric:
+            gain = "" if o.gain is None else f", gain {o.gain:+.4f} over the previous champion"
+            print(f"  {o.metric}: {_metric(o.metric_value)} (champion {_metric(o.champion_metric)}){gain}")
+        else:
+            print("  not scored yet (no promotion step has judged it)")
+        print(f"  promoted: {({True: 'yes', False: 'no', None: 'not decided'})[o.promoted]}")
+        print(f"  trained on {o.training_rows} rows, {o.iterations} {o.iteration_unit}")
+        print("cost")
+        total = "-" if o.usd is None else format_usd(o.usd, places=6)
+        print(f"  run total: {total} (every actual ledger entry of the run)")
+        if o.usd_per_unit_gain is not None:
+            print(f"  {format_usd(o.usd_per_unit_gain, places=6)} per unit of {o.metric} gained")
+        print("reproducibility record" + (f" (digest {o.record.digest[:16]})" if o.record else ""))
+        if o.record is None:
+            print("  none: the retrain did not record one (ledger unreachable, or an older costaware)")
+            continue
+        for name, value in o.record.to_json().items():
+            text = json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else str(value)
+            print(f"  {name}: {text}")
+    return 0

@@ -1,0 +1,335 @@
+"""Efficiency of task tries: measured utilization, idle cost, memory headroom and right-sizing advice.
+
+A try's utilization is what its process tree really used (CPU seconds, peak resident memory) against what
+the instance it was priced on offers (vCPUs x wall seconds, memory). Idle cost is the share of the try's
+cost its vCPUs spent idle: ``usd x (1 - CPU utilization)``. Right-sizing advice turns the measurements of
+a task's tries into the cheapest catalog type that would have fit them, with the saving per month at the
+task's run frequency. Pure: callers pass the catalog and the measurements.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from decimal import Decimal
+from typing import Any
+
+from costaware.core.errors import ConfigurationError, PriceNotFoundError
+from costaware.core.ledger import Market
+from costaware.core.money import format_usd
+from costaware.core.prices import InstanceOffer, PriceCatalog
+
+GIB = 1024**3
+DAYS_PER_MONTH = 730 / 24
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+#: Families whose CPU is burstable (credits): a sustained retrain would be throttled, so not suggested.
+BURSTABLE = re.compile(r"^t\d[a-z]*\.")
+_MICRO = Decimal("0.000001")
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """What one task try used and cost, as the cost listener measured it.
+
+    Args:
+        dag_id: The try's DAG.
+        task_id: The try's task.
+        run_id: The try's DAG run.
+        try_number: The try.
+        instance_type: Instance type the try was priced on.
+        region: Its region.
+        market: ``on_demand``, ``spot`` or ``local``.
+        usd: Actual cost of the try.
+        wall_seconds: Wall time of the try.
+        cpu_seconds: CPU time (user + system) of its process tree.
+        peak_memory_bytes: Peak resident memory of its process tree.
+        vcpus: vCPUs of the instance (None: unknown type).
+        memory_gib: Memory of the instance (None: unknown type).
+        runs_per_month: How often the task's DAG runs, from its schedule (None: not scheduled).
+        source: ``local`` (measured in the task process) or the remote backend that reported it.
+        backend_metrics: The backend's own metrics, as it reported them.
+        measured_at: When the try ended.
+    """
+
+    dag_id: str
+    task_id: str
+    run_id: str
+    try_number: int
+    instance_type: str | None
+    region: str | None
+    market: str | None
+    usd: Decimal
+    wall_seconds: float
+    cpu_seconds: float
+    peak_memory_bytes: int
+    vcpus: int | None = None
+    memory_gib: Decimal | None = None
+    runs_per_month: float | None = None
+    source: str = "local"
+    backend_metrics: Mapping[str, Any] = field(default_factory=dict)
+    measured_at: datetime | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("wall_seconds", "cpu_seconds"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < 0:
+                raise ConfigurationError(f"{name} of a measurement must be >= 0 seconds, got {value}")
+        if self.peak_memory_bytes < 0:
+            raise ConfigurationError(f"peak_memory_bytes must be >= 0, got {self.peak_memory_bytes}")
+
+    @property
+    def peak_memory_gib(self) -> float:
+        return self.peak_memory_bytes / GIB
+
+    @property
+    def cores_used(self) -> float:
+        """Average number of cores busy during the try (CPU seconds per wall second)."""
+        return self.cpu_seconds / self.wall_seconds if self.wall_seconds > 0 else 0.0
+
+    @property
+    def cpu_utilization(self) -> float | None:
+        """Share of the instance's vCPU time the try used, 0..1 (None: instance size unknown)."""
+        if not self.vcpus or self.wall_seconds <= 0:
+            return None
+        return min(1.0, self.cpu_seconds / (self.wall_seconds * self.vcpus))
+
+    @property
+    def idle_usd(self) -> Decimal | None:
+        """Cost of the vCPU time left idle: ``usd x (1 - CPU utilization)``."""
+        share = self.cpu_utilization
+        if share is None:
+            return None
+        return (self.usd * (Decimal(1) - Decimal(str(round(share, 6))))).quantize(_MICRO)
+
+    @property
+    def memory_headroom_gib(self) -> float | None:
+        """Instance memory the try never touched (None: instance size unknown)."""
+        if self.memory_gib is None:
+            return None
+        return float(self.memory_gib) - self.peak_memory_gib
+
+
+@dataclass(frozen=True, slots=True)
+class Requirements:
+    """What a task needs, from its measured tries: memory with a margin, whole vCPUs, and how many tries."""
+
+    memory_gib: Decimal
+    vcpus: int
+    tries: int
+    peak_memory_gib: float
+    peak_cores_used: float
+
+    def describe(self) -> str:
+        return (
+            f"peak {self.peak_memory_gib:.2f} GiB and {self.peak_cores_used:.2f} busy cores over "
+            f"{self.tries} tries -> needs {self.memory_gib} GiB, {self.vcpus} vCPU(s)"
+        )
+
+
+def measured_requirements(
+    measurements: Sequence[Measurement], *, memory_margin: float = 0.25, cpu_margin: float = 0.25
+) -> Requirements:
+    """The memory and vCPUs the task needs: the worst try's peak memory and busy cores, plus margins.
+
+    Raises:
+        ConfigurationError: no measurement, or a margin below 0.
+    """
+    _check_margin(memory_margin, "memory_margin")
+    _check_margin(cpu_margin, "cpu_margin")
+    if not measurements:
+        raise ConfigurationError("no measured tries: run the task with the costaware listener first")
+    peak = max(m.peak_memory_gib for m in measurements)
+    cores = max(m.cores_used for m in measurements)
+    memory = Decimal(str(peak * (1 + memory_margin))).quantize(Decimal("0.001"), rounding="ROUND_CEILING")
+    vcpus = max(1, math.ceil(round(cores * (1 + cpu_margin), 6)))
+    return Requirements(memory, vcpus, len(measurements), peak, cores)
+
+
+@dataclass(frozen=True, slots=True)
+class Advice:
+    """A cheaper instance type for one task, and what it saves.
+
+    ``saving_per_run_usd`` prices the task's mean hours per run on both types at the market it ran on;
+    ``monthly_saving_usd`` multiplies that by ``runs_per_month`` (its source in ``frequency_basis``).
+    """
+
+    dag_id: str
+    task_id: str
+    current: InstanceOffer
+    suggested: InstanceOffer
+    market: Market
+    requirements: Requirements
+    hours_per_run: float
+    current_usd_per_run: Decimal
+    suggested_usd_per_run: Decimal
+    runs_per_month: float
+    frequency_basis: str
+
+    @property
+    def saving_per_run_usd(self) -> Decimal:
+        return self.current_usd_per_run - self.suggested_usd_per_run
+
+    @property
+    def monthly_saving_usd(self) -> Decimal:
+        return (self.saving_per_run_usd * Decimal(str(round(self.runs_per_month, 4)))).quantize(_MICRO)
+
+    def reason(self) -> str:
+        c, s = self.current, self.suggested
+        return (
+            f"{self.dag_id}.{self.task_id}: {self.requirements.describe()}; it runs on {c.instance_type} "
+            f"({c.vcpus} vCPUs, {c.memory_gib} GiB). {s.instance_type} ({s.vcpus} vCPUs, {s.memory_gib} GiB) "
+            f"fits: {format_usd(self.suggested_usd_per_run)} instead of "
+            f"{format_usd(self.current_usd_per_run)} per run, saving {format_usd(self.monthly_saving_usd)}"
+            f"/month at {self.runs_per_month:g} runs/month ({self.frequency_basis})"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dag_id": self.dag_id,
+            "task_id": self.task_id,
+            "current_instance_type": self.current.instance_type,
+            "suggested_instance_type": self.suggested.instance_type,
+            "region": self.current.region,
+            "market": self.market.value,
+            "needed_memory_gib": str(self.requirements.memory_gib),
+            "needed_vcpus": self.requirements.vcpus,
+            "peak_memory_gib": round(self.requirements.peak_memory_gib, 4),
+            "peak_cores_used": round(self.requirements.peak_cores_used, 4),
+            "tries": self.requirements.tries,
+            "hours_per_run": round(self.hours_per_run, 6),
+            "current_usd_per_run": str(self.current_usd_per_run),
+            "suggested_usd_per_run": str(self.suggested_usd_per_run),
+            "saving_per_run_usd": str(self.saving_per_run_usd),
+            "runs_per_month": round(self.runs_per_month, 4),
+            "frequency_basis": self.frequency_basis,
+            "monthly_saving_usd": str(self.monthly_saving_usd),
+            "reason": self.reason(),
+        }
+
+
+def hourly_price(catalog: PriceCatalog, offer: InstanceOffer, market: Market) -> Decimal:
+    """The type's price on ``market``: the spot advisor's estimate for spot (on-demand when it has none)."""
+    if market is Market.SPOT:
+        try:
+            return catalog.spot_estimate_usd_per_hour(offer.instance_type, offer.region)
+        except PriceNotFoundError:
+            return offer.usd_per_hour
+    return offer.usd_per_hour
+
+
+def advise(
+    catalog: PriceCatalog,
+    measurements: Sequence[Measurement],
+    *,
+    runs_per_month: float | None = None,
+    min_tries: int = 3,
+    memory_margin: float = 0.25,
+    cpu_margin: float = 0.25,
+    allow_burstable: bool = False,
+) -> Advice | None:
+    """The cheapest catalog type that fits a task's measured tries, when cheaper than its current type.
+
+    The task's current type, region and market are those of its newest try. Candidates have at least the
+    measured memory and busy cores (plus margins), no fewer GPUs than the current type (and none when it has
+    none), and are not burstable unless ``allow_burstable``. The runtime per run is assumed unchanged: the
+    candidate has every core the task kept busy.
+
+    Args:
+        catalog: Prices and sizes.
+        measurements: Successful tries of one task (of one DAG), any order.
+        runs_per_month: How often the task runs; None: the newest schedule-derived frequency measured, else
+            the frequency its runs were seen at.
+        min_tries: Fewer measured tries than this: no advice (the sample is too small).
+        memory_margin: Headroom added to the peak memory (0.25 = 25 %).
+        cpu_margin: Headroom added to the busy cores.
+        allow_burstable: Also suggest burstable (``t*``) types.
+
+    Returns:
+        The advice, or None when too few tries, the instance is local or unknown, or nothing cheaper fits.
+
+    Raises:
+        ConfigurationError: measurements of several tasks, a bad margin, ``min_tries`` < 1 or a negative
+            ``runs_per_month``.
+    """
+    if min_tries < 1:
+        raise ConfigurationError(f"min_tries must be at least 1, got {min_tries}")
+    if runs_per_month is not None and not (math.isfinite(runs_per_month) and runs_per_month >= 0):
+        raise ConfigurationError(f"runs_per_month must be a number >= 0, got {runs_per_month}")
+    tasks = {(m.dag_id, m.task_id) for m in measurements}
+    if len(tasks) > 1:
+        raise ConfigurationError(f"advise() takes the tries of one task, got {sorted(tasks)}")
+    requirements = measured_requirements(measurements, memory_margin=memory_margin, cpu_margin=cpu_margin)
+    if len(measurements) < min_tries:
+        return None
+    newest = max(measurements, key=_recency)
+    if not newest.instance_type or not newest.region:
+        return None
+    market = Market.parse(newest.market or "on_demand")
+    if market is Market.LOCAL:
+        return None  # the team's own hardware: nothing to buy smaller
+    try:
+        current = catalog.offer(newest.instance_type, newest.region)
+    except PriceNotFoundError:
+        return None
+    same = [m for m in measurements if m.instance_type == current.instance_type]
+    runs = {m.run_id for m in same}
+    hours_per_run = sum(m.wall_seconds for m in same) / 3600 / len(runs)
+    rate_now = hourly_price(catalog, current, market)
+    best: tuple[Decimal, InstanceOffer] | None = None
+    for offer in catalog.instances(
+        region=current.region,
+        min_vcpus=requirements.vcpus,
+        min_memory_gib=requirements.memory_gib,
+        min_gpus=current.gpus,
+        gpu_model=current.gpu_model or None,
+    ):
+        if offer.instance_type == current.instance_type or (current.gpus == 0 and offer.gpus > 0):
+            continue
+        if not allow_burstable and BURSTABLE.match(offer.instance_type):
+            continue
+        rate = hourly_price(catalog, offer, market)
+        if best is None or (rate, offer.instance_type) < (best[0], best[1].instance_type):
+            best = (rate, offer)
+    if best is None or best[0] >= rate_now:
+        return None
+    frequency, basis = _frequency(measurements, runs_per_month)
+    hours = Decimal(str(round(hours_per_run, 9)))
+    return Advice(
+        dag_id=newest.dag_id,
+        task_id=newest.task_id,
+        current=current,
+        suggested=best[1],
+        market=market,
+        requirements=requirements,
+        hours_per_run=hours_per_run,
+        current_usd_per_run=(rate_now * hours).quantize(_MICRO),
+        suggested_usd_per_run=(best[0] * hours).quantize(_MICRO),
+        runs_per_month=frequency,
+        frequency_basis=basis,
+    )
+
+
+def _frequency(measurements: Sequence[Measurement], given: float | None) -> tuple[float, str]:
+    if given is not None:
+        return given, "given"
+    scheduled = [m for m in measurements if m.runs_per_month is not None]
+    if scheduled:
+        return float(max(scheduled, key=_recency).runs_per_month or 0.0), "from the DAG's schedule"
+    # Unscheduled (manual or Asset-triggered): runs seen per month, over at least one month, so a burst
+    # of runs on one day is not taken for a daily habit.
+    times = [m.measured_at for m in measurements if m.measured_at is not None]
+    days = (max(times) - min(times)).total_seconds() / 86400 if times else 0.0
+    runs = len({m.run_id for m in measurements})
+    return runs * DAYS_PER_MONTH / max(days, DAYS_PER_MONTH), "runs seen; the DAG has no schedule"
+
+
+def _recency(m: Measurement) -> tuple[datetime, int]:
+    return (m.measured_at or _EPOCH, m.try_number)
+
+
+def _check_margin(value: float, name: str) -> None:
+    if not (math.isfinite(value) and 0 <= value <= 10):
+        raise ConfigurationError(f"{name} must be between 0 and 10 (0.25 = 25 % headroom), got {value}")
