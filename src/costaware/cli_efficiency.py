@@ -33,6 +33,11 @@ def add_report_options(report: argparse.ArgumentParser) -> None:
         default=0.25,
         help="headroom over the measured peak memory (default: 0.25 = 25%%)",
     )
+    group.add_argument(
+        "--min-saving-usd",
+        default="0.01",
+        help="hide suggestions that save less than this per month (default: 0.01)",
+    )
 
 
 def efficiency_rows(measured: list[Any]) -> list[dict[str, Any]]:
@@ -90,7 +95,7 @@ def advice_for(measured: list[Any], args: argparse.Namespace) -> list[Any]:
         )
         if advice is not None:
             found.append(advice)
-    return sorted(found, key=lambda a: a.monthly_saving_usd, reverse=True)
+    return sorted(found, key=lambda a: (a.monthly_saving_usd, a.task_id), reverse=True)
 
 
 def report_efficiency(args: argparse.Namespace) -> int:
@@ -103,10 +108,16 @@ def report_efficiency(args: argparse.Namespace) -> int:
     measured = measurements(ledger, dag_id=args.dag_id, since=args.since)
     if args.until:
         measured = [m for m in measured if m.measured_at is None or m.measured_at < args.until]
+    from costaware.core.money import parse_usd
+
+    floor = parse_usd(args.min_saving_usd, name="--min-saving-usd")
     rows = efficiency_rows(measured)
-    advice = advice_for(measured, args)
+    every = advice_for(measured, args)
+    advice = [a for a in every if a.monthly_saving_usd >= floor]
+    hidden = len(every) - len(advice)
     if args.format == "json":
-        _emit("json", [], [], {"tasks": rows, "advice": [a.to_json() for a in advice]})
+        payload = {"tasks": rows, "advice": [a.to_json() for a in advice], "advice_under_min_saving": hidden}
+        _emit("json", [], [], payload)
         return 0
     headers = [
         "task",
@@ -147,10 +158,15 @@ def report_efficiency(args: argparse.Namespace) -> int:
     idle = sum((Decimal(r["idle_usd"] or 0) for r in rows), Decimal(0))
     print(f"idle cost: {format_usd(idle, places=6)} of {format_usd(total, places=6)} (vCPU time left unused)")
     print()
+    small = (
+        f"; {hidden} suggestion(s) under {format_usd(floor)}/month hidden (--min-saving-usd 0 shows them)"
+        if hidden
+        else ""
+    )
     if not advice:
         print(
             f"right-sizing: no cheaper type fits (tasks need {args.min_tries}+ measured tries; "
-            "local and unknown instance types are not sized)"
+            f"local and unknown instance types are not sized){small}"
         )
         return 0
     print("right-sizing (cheapest catalog type that fits the measured peak memory and busy cores):")
@@ -163,4 +179,6 @@ def report_efficiency(args: argparse.Namespace) -> int:
             f"({a.frequency_basis})"
         )
         print(f"      {a.requirements.describe()}")
+    if small:
+        print(small[2:])
     return 0

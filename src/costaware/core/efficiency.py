@@ -333,3 +333,29 @@ def _recency(m: Measurement) -> tuple[datetime, int]:
 def _check_margin(value: float, name: str) -> None:
     if not (math.isfinite(value) and 0 <= value <= 10):
         raise ConfigurationError(f"{name} must be between 0 and 10 (0.25 = 25 % headroom), got {value}")
+
+
+def sized_needs(
+    declared_memory_gib: Decimal,
+    declared_vcpus: int,
+    measurements: Sequence[Measurement],
+    *,
+    min_tries: int = 3,
+    memory_margin: float = 0.25,
+    cpu_margin: float = 0.25,
+) -> tuple[Decimal, int, str]:
+    """Memory and vCPUs to size a job for: measured (plus margins) after ``min_tries`` tries, else declared.
+
+    Returns:
+        ``(memory_gib, vcpus, basis)`` where basis says which it was and why.
+    """
+    if min_tries < 1:
+        raise ConfigurationError(f"min_tries must be at least 1, got {min_tries}")
+    if len(measurements) < min_tries:
+        return (
+            declared_memory_gib,
+            declared_vcpus,
+            f"declared ({len(measurements)} measured tries, {min_tries} needed to size from measurements)",
+        )
+    needs = measured_requirements(measurements, memory_margin=memory_margin, cpu_margin=cpu_margin)
+    return needs.memory_gib, needs.vcpus, f"measured: {needs.describe()}"

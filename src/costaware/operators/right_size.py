@@ -48,6 +48,11 @@ class RightSizeOperator(BaseOperator):
         throughput_exponent: How well the job scales with the basis (1.0: linearly, 0.0: not at all).
         checkpoint_minutes: How often the job checkpoints (for the cost of spot interruptions).
         history_dag_id: DAG whose runs are read (default: this DAG).
+        sizing: ``declared`` (default): size for ``memory_gib`` and ``min_vcpus``; ``measured``: size for
+            the peak memory and busy cores the cost listener measured in ``for_task_id``'s successful tries
+            (plus ``memory_margin``), once it has ``min_measured_tries`` of them; declared until then.
+        memory_margin: Headroom over the measured peak memory (0.25 = 25 %), and over the busy cores.
+        min_measured_tries: Measured tries needed before ``sizing="measured"`` uses them.
         ledger_conn_id: Airflow connection of the cost ledger.
         **kwargs: ``BaseOperator`` arguments.
     """
@@ -80,10 +85,18 @@ class RightSizeOperator(BaseOperator):
         throughput_exponent: float = 0.8,
         checkpoint_minutes: float | None = None,
         history_dag_id: str | None = None,
+        sizing: str = "declared",
+        memory_margin: float = 0.25,
+        min_measured_tries: int = 3,
         ledger_conn_id: str = "costaware_ledger",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if sizing not in ("declared", "measured"):
+            raise ValueError(f"sizing must be 'declared' or 'measured', got {sizing!r}")
+        self.sizing = sizing
+        self.memory_margin = memory_margin
+        self.min_measured_tries = min_measured_tries
         self.for_task_id = for_task_id
         self.memory_gib = memory_gib
         self.deadline_hours = deadline_hours
@@ -119,12 +132,13 @@ class RightSizeOperator(BaseOperator):
 
         dag_id = self.history_dag_id or context["ti"].dag_id
         with airflow_errors():
+            memory_gib, min_vcpus, sizing = self._needs(dag_id)
             job = RightSizeJob(
-                memory_gib=_decimal(self.memory_gib, "memory_gib"),
+                memory_gib=memory_gib,
                 deadline_hours=_optional_float(self.deadline_hours, "deadline_hours"),
                 min_gpus=_decimal(self.min_gpus, "min_gpus"),
                 gpu_model=self.gpu_model,
-                min_vcpus=int(self.min_vcpus),
+                min_vcpus=min_vcpus,
                 fallback_hours=_optional_float(self.fallback_hours, "fallback_hours"),
                 reference_type=self.reference_type,
                 markets=tuple(self.markets),  # type: ignore[arg-type]  # parsed to Market by the job
@@ -142,7 +156,9 @@ class RightSizeOperator(BaseOperator):
                 profile=profile,
                 instance_types=self.instance_types,
             )
-        self.log.info("right-size for %s.%s: %s", dag_id, self.for_task_id, decision.reason)
+        self.log.info(
+            "right-size for %s.%s (sized %s): %s", dag_id, self.for_task_id, sizing, decision.reason
+        )
         for candidate in decision.runners_up:
             self.log.info(
                 "  runner-up %s %s: $%s (%.2f h)",
@@ -151,7 +167,24 @@ class RightSizeOperator(BaseOperator):
                 candidate.expected_usd,
                 candidate.expected_hours,
             )
-        return decision.to_json()
+        return {**decision.to_json(), "sizing": sizing}
+
+    def _needs(self, dag_id: str) -> tuple[Any, int, str]:
+        """Memory and vCPUs to size for: declared, or measured in the task's tries (``sizing="measured"``)."""
+        declared = _decimal(self.memory_gib, "memory_gib"), int(self.min_vcpus)
+        if self.sizing == "declared":
+            return (*declared, "declared")
+        from costaware.adapters.efficiency_store import measurements
+        from costaware.core.efficiency import sized_needs
+
+        tries = measurements(self.hook.get_conn(), dag_id=dag_id, task_id=self.for_task_id)
+        return sized_needs(
+            *declared,
+            tries,
+            min_tries=self.min_measured_tries,
+            memory_margin=self.memory_margin,
+            cpu_margin=self.memory_margin,
+        )
 
 
 def _decimal(value: object, name: str) -> Any:

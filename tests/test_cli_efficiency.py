@@ -1,0 +1,151 @@
+"""``costaware report --efficiency`` and ``costaware runs`` against a real SQLite ledger."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+
+import pytest
+
+from costaware import Ledger
+from costaware.adapters.efficiency_store import record_outcome, record_utilization
+from costaware.cli import main
+from costaware.core.efficiency import GIB, Measurement
+from costaware.core.ledger import Kind, LedgerEntry
+from costaware.core.outcomes import ReproRecord, RunOutcome
+
+T0 = datetime(2026, 11, 1, 3, 0, tzinfo=timezone.utc)
+
+
+def try_of(ledger: Ledger, task: str, run: int, instance: str, cores: float, peak_gib: float) -> None:
+    """One hour-long successful try that kept ``cores`` busy and peaked at ``peak_gib``."""
+    rate = {"c5.4xlarge": Decimal("0.68"), "c5.xlarge": Decimal("0.17")}[instance]
+    entry = LedgerEntry(
+        dag_id="nightly",
+        run_id=f"run{run}",
+        task_id=task,
+        kind=Kind.COMPUTE,
+        usd=rate,
+        instance_type=instance,
+        region="us-east-1",
+        market="on_demand",
+        quantity=Decimal(1),
+        incurred_at=T0 + timedelta(days=run),
+    )
+    ledger.record(entry)
+    vcpus, memory = {"c5.4xlarge": (16, 32), "c5.xlarge": (4, 8)}[instance]
+    record_utilization(
+        ledger,
+        entry.entry_uid,
+        Measurement(
+            "nightly",
+            task,
+            entry.run_id,
+            1,
+            None,
+            None,
+            None,
+            Decimal(0),
+            3600.0,
+            cores * 3600,
+            int(peak_gib * GIB),
+            vcpus=vcpus,
+            memory_gib=Decimal(memory),
+            runs_per_month=30.0,
+            measured_at=entry.incurred_at,
+        ),
+    )
+
+
+@pytest.fixture
+def measured(ledger_url: str) -> Ledger:
+    ledger = Ledger.from_url(ledger_url)
+    for run in range(3):
+        try_of(ledger, "train", run, "c5.4xlarge", cores=1.0, peak_gib=1.5)  # deliberately oversized
+        try_of(ledger, "features", run, "c5.xlarge", cores=3.6, peak_gib=6.0)  # uses what it has
+    return ledger
+
+
+def test_efficiency_report_flags_the_oversized_task(
+    measured: Ledger, ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--ledger-url", ledger_url, "report", "--efficiency", "--dag-id", "nightly"]) == 0
+    out = capsys.readouterr().out
+    lines = {
+        line.split()[0]: line.split() for line in out.splitlines() if line.startswith(("train", "features"))
+    }
+    assert lines["train"][1:4] == ["3", "c5.4xlarge", "3600.00"]
+    assert lines["train"][5] == "6.2%"  # 1 busy core of 16
+    assert lines["features"][5] == "90.0%"
+    assert "idle cost: $1.963500 of $2.550000" in out  # 3 x 0.68 x 15/16 + 3 x 0.17 x 0.1
+    assert (
+        "nightly.train: c5.4xlarge -> c6i.large (2 vCPUs, 4 GiB): saves $0.595000 per run, "
+        "$17.850000/month at 30 runs/month (from the DAG's schedule)" in out
+    )
+    assert "nightly.features" not in out.split("right-sizing")[1]  # it is right-sized
+
+
+def test_efficiency_json_and_options(
+    measured: Ledger, ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["--ledger-url", ledger_url, "report", "--efficiency", "--format", "json", "--runs-per-month", "4"]
+    assert main(args) == 0
+    payload = json.loads(capsys.readouterr().out)
+    (advice,) = payload["advice"]
+    assert (advice["task_id"], advice["suggested_instance_type"]) == ("train", "c6i.large")
+    assert advice["monthly_saving_usd"] == "2.380000" and advice["frequency_basis"] == "given"
+    assert main([*args, "--min-saving-usd", "5"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["advice"] == [] and payload["advice_under_min_saving"] == 1
+    assert main([*args, "--min-tries", "4"]) == 0
+    assert json.loads(capsys.readouterr().out)["advice"] == []
+
+
+def test_bad_min_saving_is_refused(
+    measured: Ledger, ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--ledger-url", ledger_url, "report", "--efficiency", "--min-saving-usd", "lots"]) == 2
+    assert "--min-saving-usd" in capsys.readouterr().err
+
+
+def test_runs_show_prints_outcome_cost_and_record(
+    measured: Ledger, ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    record = ReproRecord(
+        data_fingerprint="ab" * 32, features_key="k" * 32, trainer="sklearn-sgd", seeds={"seed": 0}
+    )
+    record_outcome(
+        measured, RunOutcome("nightly", "run0", "v0", task_id="train", training_rows=900, iterations=5)
+    )
+    record_outcome(
+        measured, RunOutcome("nightly", "run0", "v0", metric="roc_auc", metric_value=0.70, promoted=True)
+    )
+    record_outcome(
+        measured,
+        RunOutcome("nightly", "run1", "v1", task_id="train", training_rows=950, iterations=5, record=record),
+    )
+    record_outcome(
+        measured,
+        RunOutcome(
+            "nightly", "run1", "v1", metric="roc_auc", metric_value=0.72, champion_metric=0.70, promoted=True
+        ),
+    )
+    assert main(["--ledger-url", ledger_url, "runs", "show", "run1"]) == 0
+    out = capsys.readouterr().out
+    assert "run run1 of DAG nightly: model v1 (task train)" in out
+    assert "roc_auc: 0.7200 (champion 0.7000), gain +0.0200 over the previous champion" in out
+    assert "promoted: yes" in out and "trained on 950 rows, 5 epochs" in out
+    assert "run total: $0.850000" in out  # train 0.68 + features 0.17
+    assert f"data_fingerprint: {'ab' * 32}" in out and 'seeds: {"seed": 0}' in out
+    assert main(["--ledger-url", ledger_url, "runs", "list", "--dag-id", "nightly"]) == 0
+    out = capsys.readouterr().out
+    assert "2 run(s), 2 promoted: $0.850000 per run, $0.850000 per promoted model" in out
+    assert "$85.000000 per unit of roc_auc gained" in out  # $1.70 for a 0.02 gain
+
+
+def test_runs_show_of_an_unknown_run_is_an_error(
+    measured: Ledger, ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--ledger-url", ledger_url, "runs", "show", "nope"]) == 2
+    assert "no retrain outcome for run 'nope'" in capsys.readouterr().err
