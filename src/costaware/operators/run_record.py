@@ -139,7 +139,7 @@ def write_outcome(outcome: Any, ledger_conn_id: str = "costaware_ledger") -> boo
 
     try:
         record_outcome(CostLedgerHook(ledger_conn_id).get_conn(), outcome)
-    except CostawareError as e:
+    except (CostawareError, OSError) as e:  # unreachable database, or a ledger folder that cannot be made
         log.error(
             "costaware: could not record the outcome of run %s (model %s): %s",
             outcome.run_id,
