@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from collections import defaultdict
 from decimal import Decimal
-from typing import Any
 
 from costaware.core.money import format_usd
 
@@ -40,69 +38,13 @@ def add_report_options(report: argparse.ArgumentParser) -> None:
     )
 
 
-def efficiency_rows(measured: list[Any]) -> list[dict[str, Any]]:
-    """One row per (DAG, task): tries, CPU utilization, busy cores, peak memory, headroom, cost, idle cost."""
-    by_task: dict[tuple[str, str], list[Any]] = defaultdict(list)
-    for m in measured:
-        by_task[(m.dag_id, m.task_id)].append(m)
-    rows = []
-    for (dag_id, task_id), tries in by_task.items():
-        newest = max(tries, key=lambda m: (m.measured_at is not None, m.measured_at, m.try_number))
-        sized = [m for m in tries if m.vcpus]
-        capacity = sum(m.wall_seconds * (m.vcpus or 0) for m in sized)
-        utilization = sum(m.cpu_seconds for m in sized) / capacity if capacity > 0 else None
-        idle = [m.idle_usd for m in tries if m.idle_usd is not None]
-        headroom = [m.memory_headroom_gib for m in tries if m.memory_headroom_gib is not None]
-        rows.append(
-            {
-                "dag_id": dag_id,
-                "task_id": task_id,
-                "tries": len(tries),
-                "instance_type": newest.instance_type,
-                "vcpus": newest.vcpus,
-                "memory_gib": None if newest.memory_gib is None else str(newest.memory_gib),
-                "wall_seconds": round(sum(m.wall_seconds for m in tries) / len(tries), 3),
-                "cpu_seconds": round(sum(m.cpu_seconds for m in tries) / len(tries), 3),
-                "cpu_utilization": None if utilization is None else round(min(utilization, 1.0), 4),
-                "peak_cores_used": round(max(m.cores_used for m in tries), 3),
-                "peak_memory_gib": round(max(m.peak_memory_gib for m in tries), 4),
-                "min_headroom_gib": round(min(headroom), 4) if headroom else None,
-                "usd": str(sum((m.usd for m in tries), Decimal(0))),
-                "idle_usd": str(sum(idle, Decimal(0))) if idle else None,
-                "sources": sorted({m.source for m in tries}),
-            }
-        )
-    return sorted(rows, key=lambda r: (Decimal(r["idle_usd"] or 0), r["dag_id"], r["task_id"]), reverse=True)
-
-
-def advice_for(measured: list[Any], args: argparse.Namespace) -> list[Any]:
-    """Right-sizing advice per task with enough measured tries, largest monthly saving first."""
-    from costaware.adapters.price_files import bundled_catalog
-    from costaware.core.efficiency import advise
-
-    catalog = bundled_catalog()
-    by_task: dict[tuple[str, str], list[Any]] = defaultdict(list)
-    for m in measured:
-        by_task[(m.dag_id, m.task_id)].append(m)
-    found = []
-    for tries in by_task.values():
-        advice = advise(
-            catalog,
-            tries,
-            runs_per_month=args.runs_per_month,
-            min_tries=args.min_tries,
-            memory_margin=args.memory_margin,
-        )
-        if advice is not None:
-            found.append(advice)
-    return sorted(found, key=lambda a: (a.monthly_saving_usd, a.task_id), reverse=True)
-
-
 def report_efficiency(args: argparse.Namespace) -> int:
     """Print measured utilization per task and the right-sizing advice."""
     from costaware.adapters.efficiency_store import measurements
     from costaware.adapters.ledger_store import Ledger
+    from costaware.adapters.price_files import bundled_catalog
     from costaware.cli import _emit
+    from costaware.core.efficiency import advise_tasks, utilization_by_task
 
     ledger = Ledger.from_url(args.ledger_url)
     measured = measurements(ledger, dag_id=args.dag_id, since=args.since)
@@ -111,8 +53,14 @@ def report_efficiency(args: argparse.Namespace) -> int:
     from costaware.core.money import parse_usd
 
     floor = parse_usd(args.min_saving_usd, name="--min-saving-usd")
-    rows = efficiency_rows(measured)
-    every = advice_for(measured, args)
+    rows = utilization_by_task(measured)
+    every = advise_tasks(
+        bundled_catalog(),
+        measured,
+        runs_per_month=args.runs_per_month,
+        min_tries=args.min_tries,
+        memory_margin=args.memory_margin,
+    )
     advice = [a for a in every if a.monthly_saving_usd >= floor]
     hidden = len(every) - len(advice)
     if args.format == "json":

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -359,3 +360,65 @@ def sized_needs(
         )
     needs = measured_requirements(measurements, memory_margin=memory_margin, cpu_margin=cpu_margin)
     return needs.memory_gib, needs.vcpus, f"measured: {needs.describe()}"
+
+
+def _by_task(measured: Sequence[Measurement]) -> dict[tuple[str, str], list[Measurement]]:
+    groups: dict[tuple[str, str], list[Measurement]] = defaultdict(list)
+    for m in measured:
+        groups[(m.dag_id, m.task_id)].append(m)
+    return groups
+
+
+def utilization_by_task(measured: Sequence[Measurement]) -> list[dict[str, Any]]:
+    """One row per (DAG, task): tries, CPU utilization, busy cores, peak memory, headroom, cost and idle cost.
+
+    CPU utilization is the tries' CPU seconds over their vCPU seconds (wall x vCPUs); rows come costliest
+    idle first. Money is a string.
+    """
+    rows = []
+    for (dag_id, task_id), tries in _by_task(measured).items():
+        newest = max(tries, key=_recency)
+        sized = [m for m in tries if m.vcpus]
+        capacity = sum(m.wall_seconds * (m.vcpus or 0) for m in sized)
+        utilization = sum(m.cpu_seconds for m in sized) / capacity if capacity > 0 else None
+        idle = [m.idle_usd for m in tries if m.idle_usd is not None]
+        headroom = [m.memory_headroom_gib for m in tries if m.memory_headroom_gib is not None]
+        rows.append(
+            {
+                "dag_id": dag_id,
+                "task_id": task_id,
+                "tries": len(tries),
+                "instance_type": newest.instance_type,
+                "vcpus": newest.vcpus,
+                "memory_gib": None if newest.memory_gib is None else str(newest.memory_gib),
+                "wall_seconds": round(sum(m.wall_seconds for m in tries) / len(tries), 3),
+                "cpu_seconds": round(sum(m.cpu_seconds for m in tries) / len(tries), 3),
+                "cpu_utilization": None if utilization is None else round(min(utilization, 1.0), 4),
+                "peak_cores_used": round(max(m.cores_used for m in tries), 3),
+                "peak_memory_gib": round(max(m.peak_memory_gib for m in tries), 4),
+                "min_headroom_gib": round(min(headroom), 4) if headroom else None,
+                "usd": str(sum((m.usd for m in tries), Decimal(0))),
+                "idle_usd": str(sum(idle, Decimal(0))) if idle else None,
+                "sources": sorted({m.source for m in tries}),
+            }
+        )
+    return sorted(rows, key=lambda r: (Decimal(r["idle_usd"] or 0), r["dag_id"], r["task_id"]), reverse=True)
+
+
+def advise_tasks(
+    catalog: PriceCatalog,
+    measured: Sequence[Measurement],
+    *,
+    runs_per_month: float | None = None,
+    min_tries: int = 3,
+    memory_margin: float = 0.25,
+) -> list[Advice]:
+    """Advice for every task in ``measured`` that has enough tries and a cheaper fit, largest saving first."""
+    found = []
+    for tries in _by_task(measured).values():
+        advice = advise(
+            catalog, tries, runs_per_month=runs_per_month, min_tries=min_tries, memory_margin=memory_margin
+        )
+        if advice is not None:
+            found.append(advice)
+    return sorted(found, key=lambda a: (a.monthly_saving_usd, a.task_id), reverse=True)

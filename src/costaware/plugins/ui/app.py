@@ -228,8 +228,23 @@ def cost_page(filters: ReportFilters, group_by: GroupBy = "dag") -> str:
         by_run = ledger.report(group_by="run", since=f.since, dag_id=dag_id, scope=scope)[:10]
         tries = costliest_tries(ledger, f, 10)
         budgets = burn_down(ledger)
+        from costaware.plugins.ui.efficiency import efficiency_panel
+
+        efficiency = efficiency_panel(ledger, f)
         return _page(
-            days, dag_id, group_by, scope, s, per_day, by_group, by_team, by_project, by_run, tries, budgets
+            days,
+            dag_id,
+            group_by,
+            scope,
+            s,
+            per_day,
+            by_group,
+            by_team,
+            by_project,
+            by_run,
+            tries,
+            budgets,
+            efficiency,
         )
 
     return str(_guard(build))
@@ -262,6 +277,7 @@ def _page(
     by_run: Any,
     tries: Any,
     budgets: Any,
+    efficiency: str = "",
 ) -> str:
     cards = "".join(
         [
@@ -331,7 +347,12 @@ def _page(
         group_table=group_table,
         run_chart=charts.horizontal_bars([(r.group, r.usd) for r in by_run], "Spend per run (top 10)"),
         tries_table=tries_table,
+        efficiency=efficiency,
     )
 
+
+from costaware.plugins.ui import efficiency as _efficiency  # noqa: E402  (routes need the names above)
+
+_efficiency.add_routes(cost_app, report_filters, _guard, _ledger)
 
 _TEMPLATE = Template((resources.files("costaware.plugins.ui") / "templates" / "cost.html").read_text("utf-8"))

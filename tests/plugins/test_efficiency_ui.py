@@ -1,0 +1,98 @@
+"""The Cost page's efficiency panel and its routes, over a real SQLite ledger."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+
+import pytest
+from fastapi.testclient import TestClient
+
+from costaware import Ledger
+from costaware.adapters.efficiency_store import record_outcome, record_utilization
+from costaware.core.efficiency import GIB, Measurement
+from costaware.core.ledger import Kind, LedgerEntry
+from costaware.core.outcomes import RunOutcome
+from costaware.plugins.ui.app import cost_app, require_login
+
+
+@pytest.fixture
+def client(ledger_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+    ledger = Ledger.from_url(ledger_url)
+    now = datetime.now(timezone.utc)
+    for n in range(3):  # an oversized training task: 1 busy core and 1.5 GiB on a c5.4xlarge
+        entry = LedgerEntry(
+            dag_id="nightly",
+            run_id=f"run{n}",
+            task_id="train",
+            kind=Kind.COMPUTE,
+            usd=Decimal("0.68"),
+            instance_type="c5.4xlarge",
+            region="us-east-1",
+            market="on_demand",
+            quantity=Decimal(1),
+            incurred_at=now - timedelta(days=3 - n),
+        )
+        ledger.record(entry)
+        record_utilization(
+            ledger,
+            entry.entry_uid,
+            Measurement(
+                "nightly",
+                "train",
+                entry.run_id,
+                1,
+                None,
+                None,
+                None,
+                Decimal(0),
+                3600.0,
+                3600.0,
+                int(1.5 * GIB),
+                vcpus=16,
+                memory_gib=Decimal(32),
+                runs_per_month=30.0,
+                measured_at=entry.incurred_at,
+            ),
+        )
+        record_outcome(
+            ledger,
+            RunOutcome(
+                "nightly",
+                entry.run_id,
+                f"v{n}",
+                task_id="train",
+                metric="roc_auc",
+                metric_value=0.70 + n / 100,
+                champion_metric=None if n == 0 else 0.69 + n / 100,
+                promoted=True,
+                recorded_at=entry.incurred_at,
+            ),
+        )
+    cost_app.dependency_overrides[require_login] = lambda: None
+    yield TestClient(cost_app)
+    cost_app.dependency_overrides.clear()
+
+
+def test_cost_page_has_the_efficiency_panel(client: TestClient) -> None:
+    page = client.get("/", params={"days": 30})
+    assert page.status_code == 200
+    html = page.text
+    assert "<h2>Efficiency</h2>" in html
+    assert "<td>nightly.train</td><td>3</td><td>c5.4xlarge</td><td>6.2%</td>" in html
+    assert "c5.4xlarge &rarr; c6i.large saves $17.85/month" in html
+    assert "Cost per run (bars) and holdout roc_auc (line)" in html
+    assert html.count("<title>run") == 3 and "roc_auc 0.7200 (promoted)" in html
+
+
+def test_efficiency_and_outcome_routes(client: TestClient) -> None:
+    body = client.get("/api/efficiency", params={"dag_id": "nightly"}).json()
+    assert body["tasks"][0]["cpu_utilization"] == pytest.approx(1 / 16, abs=1e-4)
+    (advice,) = body["advice"]
+    assert (advice["suggested_instance_type"], advice["monthly_saving_usd"]) == ("c6i.large", "17.850000")
+    runs = client.get("/api/outcomes").json()
+    assert [r["run_id"] for r in runs["runs"]] == ["run0", "run1", "run2"]
+    assert runs["summary"]["per_run_usd"] == "0.680000" and runs["summary"]["promoted"] == 3
+    assert client.get("/api/efficiency", params={"runs_per_month": -1}).status_code == 422
