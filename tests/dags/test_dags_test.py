@@ -90,6 +90,32 @@ def test_two_days_full_then_warm_spot_and_a_cache_hit(airflow_env: dict[str, str
     for name in TASKS:
         assert any(line.startswith(name) for line in lines), report.stdout
 
+    # Three runs measured: utilization of every task, and the oversized training is flagged (issue 14).
+    efficiency = _run(
+        airflow_env,
+        "costaware",
+        "report",
+        "--efficiency",
+        "--dag-id",
+        "cost_aware_retrain",
+        "--format",
+        "json",
+    )
+    assert efficiency.returncode == 0, efficiency.stderr
+    found = json.loads(efficiency.stdout)
+    assert {t["task_id"] for t in found["tasks"]} == TASKS and all(t["tries"] == 3 for t in found["tasks"])
+    train = next(t for t in found["tasks"] if t["task_id"] == "retrain")
+    assert 0 < train["cpu_utilization"] < 0.5 and train["peak_memory_gib"] > 0.05
+    advice = next(a for a in found["advice"] if a["task_id"] == "retrain")
+    assert advice["current_instance_type"] == "c5.4xlarge" and float(advice["monthly_saving_usd"]) > 0
+    assert advice["frequency_basis"] == "from the DAG's schedule" and advice["runs_per_month"] >= 28
+    last = ledger.last_run_id("cost_aware_retrain")
+    assert last is not None
+    shown = _run(airflow_env, "costaware", "runs", "show", last)
+    assert shown.returncode == 0, shown.stderr
+    assert "roc_auc: " in shown.stdout and "promoted: " in shown.stdout and "run total: $" in shown.stdout
+    assert "data_fingerprint: " in shown.stdout and 'seeds: {"seed": 0}' in shown.stdout
+
 
 def test_a_budget_override_beyond_the_cap_is_refused_before_training(airflow_env: dict[str, str]) -> None:
     # A person raises the training budget in the trigger form past what the project's budget has left.
