@@ -121,3 +121,19 @@ def test_unknown_run_is_a_clear_error(any_ledger: Ledger) -> None:
         ConfigurationError, match="no retrain outcome for run 'nope'; recent runs with outcomes: r1"
     ):
         run_outcome(any_ledger, "nope")
+
+
+def test_a_metric_of_zero_and_a_refusal_are_kept(any_ledger: Ledger) -> None:
+    record_outcome(
+        any_ledger,
+        RunOutcome("nightly", "r1", "v1", task_id="retrain", iterations=40, iteration_unit="rounds"),
+    )
+    record_outcome(
+        any_ledger,
+        RunOutcome(
+            "nightly", "r1", "v1", metric="brier", metric_value=0.0, champion_metric=0.1, promoted=False
+        ),
+    )
+    (o,) = run_outcome(any_ledger, "r1")
+    assert (o.metric_value, o.champion_metric, o.promoted) == (0.0, 0.1, False)
+    assert (o.iterations, o.iteration_unit, o.task_id) == (40, "rounds", "retrain")

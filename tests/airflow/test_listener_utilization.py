@@ -11,7 +11,8 @@ import pytest
 from costaware import Ledger
 from costaware.adapters.efficiency_store import measurements
 from costaware.plugins import listener as listener_module
-from costaware.plugins.listener import CostListener, annotate_utilization, runs_per_month
+from costaware.plugins.listener import CostListener
+from costaware.plugins.utilization import annotate_utilization, runs_per_month
 
 # A child that keeps one core busy for about 0.6 s while holding 300 MiB resident.
 HOG = (

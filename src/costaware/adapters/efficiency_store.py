@@ -159,13 +159,25 @@ def record_outcome(ledger: Ledger, outcome: RunOutcome) -> None:
                 )
             )
             return
-        keep = {k: v for k, v in values.items() if v not in (None, "", {}, 0) or k == "promoted"}
-        if outcome.promoted is None:
-            keep.pop("promoted")
-        if not outcome.metric:
-            keep.pop("champion_metric", None)
-        keep.pop("recorded_at", None)
-        conn.execute(t.update().where(t.c.id == found["id"]).values(**keep))
+        keep: dict[str, Any] = {}
+        if outcome.task_id:
+            keep["task_id"] = outcome.task_id
+        if outcome.metric:  # a promotion's judgement: metric, both values and the decision together
+            keep.update(
+                metric=outcome.metric,
+                metric_value=values["metric_value"],
+                champion_metric=values["champion_metric"],
+            )
+        if outcome.promoted is not None:
+            keep["promoted"] = outcome.promoted
+        if outcome.training_rows:
+            keep["training_rows"] = outcome.training_rows
+        if outcome.iterations:
+            keep.update(iterations=outcome.iterations, iteration_unit=outcome.iteration_unit)
+        if outcome.record is not None:
+            keep["record"] = values["record"]
+        if keep:
+            conn.execute(t.update().where(t.c.id == found["id"]).values(**keep))
 
 
 def outcomes(

@@ -1,0 +1,189 @@
+"""What each task try used, measured by the cost listener and stored next to the try's ledger entry.
+
+The listener calls :func:`start_probe` when a try starts running and :func:`stop_probe` then
+:func:`record_utilization` when it ends, all in the task process. Remote training reports the backend's own
+figures with :func:`annotate_utilization`. See docs/efficiency.md.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+def _key(ti: Any) -> tuple[str, str, str, int, int]:
+    return (ti.dag_id, ti.run_id, ti.task_id, int(ti.map_index), int(ti.try_number))
+
+
+def _dag_of(task: Any) -> Any:
+    try:
+        return task.dag
+    except (AttributeError, RuntimeError):  # an operator run outside any DAG (tests, ad-hoc execute)
+        return None
+
+
+_PROBES: dict[tuple[str, str, str, int, int], Any] = {}
+_REMOTE: dict[tuple[str, str, str, int, int], dict[str, Any]] = {}
+
+
+def annotate_utilization(
+    ti: Any,
+    *,
+    backend: str,
+    cpu_seconds: float | None = None,
+    wall_seconds: float | None = None,
+    peak_memory_gib: float | None = None,
+    metrics: Mapping[str, Any] | None = None,
+) -> None:
+    """Tell the listener what a remote backend measured for this try's training (the hook for remote runs).
+
+    When the work runs elsewhere (SageMaker, Batch, Kubernetes) the task process only waits, so its own
+    measurement says nothing about the training: the figures given here replace it in the try's
+    utilization record. Figures left out keep the local measurement.
+
+    Args:
+        ti: The running task instance (``context["ti"]``).
+        backend: The backend's name, e.g. ``sagemaker`` (stored as the record's source).
+        cpu_seconds: CPU seconds the remote job used.
+        wall_seconds: Wall seconds the remote job ran.
+        peak_memory_gib: The remote job's peak memory.
+        metrics: The backend's own metrics, stored as given (JSON-able values).
+    """
+    if not backend:
+        raise ValueError("annotate_utilization needs the backend's name, e.g. backend='sagemaker'")
+    _REMOTE[_key(ti)] = {
+        "backend": str(backend),
+        "cpu_seconds": cpu_seconds,
+        "wall_seconds": wall_seconds,
+        "peak_memory_gib": peak_memory_gib,
+        "metrics": dict(metrics or {}),
+    }
+
+
+def start_probe(ti: Any) -> None:
+    """Start measuring the try's process tree (a resumed deferred try starts a fresh measurement)."""
+    try:
+        from costaware.adapters.process_probe import ProcessTreeProbe
+
+        old = _PROBES.pop(_key(ti), None)
+        if old is not None:
+            old.stop()
+        _PROBES[_key(ti)] = ProcessTreeProbe().start()
+    except Exception as e:  # measuring is a bonus: the try and its cost must not depend on it
+        log.warning("costaware: cannot measure the utilization of %s: %s", getattr(ti, "task_id", "?"), e)
+
+
+def stop_probe(ti: Any) -> Any:
+    """Stop the try's probe and return its ``ProbeReading`` (None when it was never started or failed)."""
+    probe = _PROBES.pop(_key(ti), None)
+    if probe is None:
+        return None
+    try:
+        return probe.stop()
+    except Exception as e:
+        log.warning("costaware: cannot read the utilization of %s: %s", ti.task_id, e)
+        return None
+
+
+def runs_per_month(dag: Any, after: datetime | None = None) -> float | None:
+    """How many runs the DAG's timetable schedules in the 730 hours after ``after`` (None: no schedule)."""
+    from datetime import timedelta
+
+    timetable = getattr(dag, "timetable", None)
+    if timetable is None or not getattr(timetable, "can_be_scheduled", True):
+        return None
+    try:
+        import pendulum
+        from airflow.timetables.base import TimeRestriction
+
+        if not hasattr(timetable, "next_dagrun_info"):
+            # A Task SDK timetable (e.g. from a cron string) only describes the schedule; the scheduler's
+            # own conversion gives the class that computes runs.
+            from airflow.serialization.encoders import coerce_to_core_timetable
+
+            timetable = coerce_to_core_timetable(timetable)
+        start = pendulum.instance(after or datetime.now(timezone.utc))
+        end = start + timedelta(hours=730)
+        restriction = TimeRestriction(earliest=start, latest=end, catchup=True)
+        last, count = None, 0
+        while count < 100_000:
+            info = timetable.next_dagrun_info(last_automated_data_interval=last, restriction=restriction)
+            if info is None or info.run_after > end or (last is not None and info.data_interval == last):
+                break
+            count, last = count + 1, info.data_interval
+        return float(count) if count else None
+    except Exception as e:  # an exotic timetable: the frequency falls back to the runs seen
+        log.info("costaware: cannot count the runs of %s per month: %s", getattr(dag, "dag_id", "?"), e)
+        return None
+
+
+def measurement_of(ti: Any, entry: Any, reading: Any) -> Any:
+    """The try's utilization record: the local reading, overridden by what a remote backend reported."""
+    from decimal import Decimal
+
+    from costaware.adapters.price_files import bundled_catalog
+    from costaware.core.efficiency import GIB, Measurement
+    from costaware.core.errors import PriceNotFoundError
+
+    remote = _REMOTE.pop(_key(ti), None) or {}
+    vcpus = memory = None
+    if entry.instance_type and entry.region:
+        try:
+            offer = bundled_catalog().offer(entry.instance_type, entry.region)
+            vcpus, memory = offer.vcpus, offer.memory_gib
+        except PriceNotFoundError:
+            pass
+    wall = float(remote.get("wall_seconds") or (reading.wall_seconds if reading else 0.0))
+    cpu = float(remote.get("cpu_seconds") or (reading.cpu_seconds if reading else 0.0))
+    peak = remote.get("peak_memory_gib")
+    peak_bytes = (
+        int(Decimal(str(peak)) * GIB) if peak is not None else (reading.peak_rss_bytes if reading else 0)
+    )
+    return Measurement(
+        dag_id=entry.dag_id,
+        task_id=entry.task_id,
+        run_id=entry.run_id,
+        try_number=entry.try_number,
+        instance_type=entry.instance_type,
+        region=entry.region,
+        market=entry.market.value if entry.market else None,
+        usd=entry.usd,
+        wall_seconds=wall,
+        cpu_seconds=cpu,
+        peak_memory_bytes=peak_bytes,
+        vcpus=vcpus,
+        memory_gib=memory,
+        runs_per_month=runs_per_month(_dag_of(ti.task), entry.incurred_at),
+        source=str(remote.get("backend") or "local"),
+        backend_metrics=remote.get("metrics") or {},
+        measured_at=entry.incurred_at,
+    )
+
+
+def record_utilization(ti: Any, entry: Any, reading: Any, ledger_conn_id: str = "costaware_ledger") -> None:
+    """Store the try's utilization next to its entry; a failure is logged, never raised."""
+    if reading is None and _key(ti) not in _REMOTE:
+        return
+    try:
+        from costaware.adapters.efficiency_store import record_utilization as store
+        from costaware.hooks.ledger import CostLedgerHook
+
+        measurement = measurement_of(ti, entry, reading)
+        store(
+            CostLedgerHook(ledger_conn_id).get_conn(), entry.entry_uid, measurement, map_index=entry.map_index
+        )
+        log.info(
+            "costaware: %s try %s used %.2f CPU s in %.2f s, peak %.3f GiB (%s)",
+            entry.task_id,
+            entry.try_number,
+            measurement.cpu_seconds,
+            measurement.wall_seconds,
+            measurement.peak_memory_gib,
+            measurement.source,
+        )
+    except Exception as e:
+        log.error("costaware: could not record the utilization of %s.%s: %s", entry.dag_id, entry.task_id, e)
