@@ -43,6 +43,7 @@ class RightSizeOperator(BaseOperator):
         min_gpus: GPUs the job needs.
         gpu_model: GPU model the job needs (None: any).
         min_vcpus: vCPUs the job needs.
+        arch: Processor architecture the job's image runs on: ``x86_64`` or ``arm64`` (None: any).
         throughput: Measured relative speeds by instance type (others: by vCPUs or GPUs, see below).
         throughput_basis: ``vcpus`` (CPU-bound job) or ``gpus``.
         throughput_exponent: How well the job scales with the basis (1.0: linearly, 0.0: not at all).
@@ -75,6 +76,7 @@ class RightSizeOperator(BaseOperator):
         min_gpus: float = 0,
         gpu_model: str | None = None,
         min_vcpus: int = 0,
+        arch: str | None = None,
         throughput: Mapping[str, float] | None = None,
         throughput_basis: str = "vcpus",
         throughput_exponent: float = 0.8,
@@ -95,6 +97,7 @@ class RightSizeOperator(BaseOperator):
         self.min_gpus = min_gpus
         self.gpu_model = gpu_model
         self.min_vcpus = min_vcpus
+        self.arch = arch
         self.throughput = dict(throughput or {})
         self.throughput_basis = throughput_basis
         self.throughput_exponent = throughput_exponent
@@ -129,6 +132,7 @@ class RightSizeOperator(BaseOperator):
                 reference_type=self.reference_type,
                 markets=tuple(self.markets),  # type: ignore[arg-type]  # parsed to Market by the job
                 checkpoint_minutes=self.checkpoint_minutes,
+                arch=self.arch,
             )
             profile = ThroughputProfile(self.throughput, self.throughput_basis, self.throughput_exponent)
             runs = observations_from_entries(
