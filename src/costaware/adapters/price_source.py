@@ -36,6 +36,7 @@ from costaware.core.price_list import (
 
 if TYPE_CHECKING:
     from costaware.adapters.ledger_store import Ledger
+    from costaware.core.discounts import Discount
     from costaware.core.prices import PriceCatalog
 
 log = logging.getLogger(__name__)
@@ -347,3 +348,14 @@ def on_demand_usd_per_hour(
         PriceNotFoundError: no source has the price (the message says how to fetch or import it).
     """
     return (prices or configured_prices()).usd_per_hour(instance_type, region, service)
+
+
+def discounts_from_settings() -> tuple[Discount, ...]:
+    """The ``[costaware] discounts`` rules (see :mod:`costaware.core.discounts`).
+
+    Raises:
+        ConfigurationError: the setting is malformed.
+    """
+    from costaware.core.discounts import parse_discounts
+
+    return parse_discounts(_setting("discounts", ""))

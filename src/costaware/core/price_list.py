@@ -263,9 +263,10 @@ def prices_from_offer_json(
     return _selected(found.values(), types, regions)
 
 
-def _csv_rows(text: str) -> Iterator[tuple[int, list[str]]]:
+def _csv_rows(source: str | Iterable[str]) -> Iterator[tuple[int, list[str]]]:
     """(line number, fields) of each record; the number is the record's last line, as ``csv`` counts."""
-    reader = csv.reader(io.StringIO(text.lstrip("\ufeff")))
+    lines = io.StringIO(source) if isinstance(source, str) else iter(source)
+    reader = csv.reader(line.lstrip("\ufeff") if n == 0 else line for n, line in enumerate(lines))
     try:
         for row in reader:
             yield reader.line_num, row
@@ -274,11 +275,16 @@ def _csv_rows(text: str) -> Iterator[tuple[int, list[str]]]:
 
 
 def prices_from_offer_csv(
-    text: str, *, region: str | None = None, types: str | None = None, regions: Iterable[str] | None = None
+    text: str | Iterable[str],
+    *,
+    region: str | None = None,
+    types: str | None = None,
+    regions: Iterable[str] | None = None,
 ) -> list[ListPrice]:
     """On-demand prices in a bulk offer file in CSV (``.../current/<region>/index.csv``).
 
-    Arguments as :func:`prices_from_offer_json`.
+    ``text`` is the file's text or its lines (an open file: read as a stream). Other arguments as
+    :func:`prices_from_offer_json`.
 
     Raises:
         InvalidPriceDataError: no ``OfferCode`` or header row, a row shorter than the header, or a bad
