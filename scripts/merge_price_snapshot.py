@@ -1,8 +1,8 @@
 """Rebuild ``src/costaware/data/aws_ondemand_prices.csv`` from the project's shared price tables.
 
-Inputs (see ``src/costaware/data/SOURCES.md``): the multi-region table ``aws_ondemand_prices.csv`` (vantage and
-SkyPilot figures) and the complete us-east-1 table ``aws_ec2_us-east-1.csv`` (Karpenter's generated prices and
-instance-type reference). Run: ``python scripts/merge_price_snapshot.py SHARED_DATA_DIR OUT_CSV``.
+Inputs (see ``src/costaware/data/SOURCES.md``): the multi-region table ``aws_ondemand_prices.csv`` (vantage
+and SkyPilot figures) and the complete us-east-1 table ``aws_ec2_us-east-1.csv`` (Karpenter's generated prices
+and instance-type reference). Run: ``python scripts/merge_price_snapshot.py SHARED_DATA_DIR OUT_CSV``.
 
 Rules: us-east-1 has one row per type of the us-east-1 table (its price; an empty price when that table has
 none). Specs come from the multi-region table where it knows the type (its GPU names and GPU memory are the
@@ -47,6 +47,7 @@ ARCH = {"amd64": "x86_64", "arm64": "arm64", "": ""}
 
 
 def main(shared: Path, out: Path) -> None:
+    """Write the merged table to ``out`` from the two tables in ``shared``."""
     multi = list(csv.DictReader((shared / "aws_ondemand_prices.csv").open(encoding="utf-8")))
     east = list(csv.DictReader((shared / "aws_ec2_us-east-1.csv").open(encoding="utf-8")))
     specs: dict[str, dict[str, str]] = {}
