@@ -220,3 +220,23 @@ def test_moto_server_without_pricing_falls_back(  # type: ignore[no-untyped-def]
     figure = prices.figure("c7g.xlarge", "us-east-1")
     assert (figure.price_source, figure.usd_per_hour) == ("on-demand-list", Decimal("0.145"))
     assert PriceCache(ledger).rows() == []
+
+
+def test_settings(monkeypatch: pytest.MonkeyPatch, ledger) -> None:  # type: ignore[no-untyped-def]
+    from costaware.adapters.price_source import configured_prices, ttl_from_settings
+
+    assert ttl_from_settings() == timedelta(hours=168)
+    monkeypatch.setenv("AIRFLOW__COSTAWARE__PRICE_TTL_HOURS", "12")
+    assert ttl_from_settings() == timedelta(hours=12)
+    for bad in ("0", "-3", "soon", "inf"):
+        monkeypatch.setenv("AIRFLOW__COSTAWARE__PRICE_TTL_HOURS", bad)
+        with pytest.raises(
+            ConfigurationError, match=f"price_ttl_hours must be a positive number of hours, got '{bad}'"
+        ):
+            ttl_from_settings()
+    monkeypatch.setenv("AIRFLOW__COSTAWARE__PRICE_TTL_HOURS", "12")
+    assert configured_prices(ledger).fetcher is None  # no price_aws_conn_id: no live look-ups
+    monkeypatch.setenv("AIRFLOW__COSTAWARE__PRICE_AWS_CONN_ID", "aws_default")
+    configured = configured_prices(ledger)
+    assert isinstance(configured.fetcher, PriceListFetcher) and configured.ttl == timedelta(hours=12)
+    assert configured_prices(cache=False).cache is None

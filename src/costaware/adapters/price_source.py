@@ -321,15 +321,22 @@ def configured_prices(
     return OnDemandPrices(ledger=ledger if cache else None, fetcher=fetcher, ttl=ttl_from_settings())
 
 
+_LEDGERS: dict[str, Ledger] = {}
+
+
 def _default_ledger() -> Ledger | None:
-    from costaware.adapters.ledger_store import Ledger
+    """The ledger at the default URL, opened once per process (its engine pools connections)."""
+    from costaware.adapters.ledger_store import Ledger, default_ledger_url
     from costaware.core.errors import LedgerUnavailableError
 
-    try:
-        return Ledger.from_url()
-    except LedgerUnavailableError as e:
-        log.warning("costaware: price cache unavailable (%s); using live and bundled prices", e)
-        return None
+    url = default_ledger_url()
+    if url not in _LEDGERS:
+        try:
+            _LEDGERS[url] = Ledger.from_url(url)
+        except LedgerUnavailableError as e:
+            log.warning("costaware: price cache unavailable (%s); using live and bundled prices", e)
+            return None
+    return _LEDGERS[url]
 
 
 def on_demand_usd_per_hour(
