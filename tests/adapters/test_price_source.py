@@ -240,3 +240,27 @@ def test_settings(monkeypatch: pytest.MonkeyPatch, ledger) -> None:  # type: ign
     configured = configured_prices(ledger)
     assert isinstance(configured.fetcher, PriceListFetcher) and configured.ttl == timedelta(hours=12)
     assert configured_prices(cache=False).cache is None
+
+
+def test_cache_on_postgresql(postgres_url: str) -> None:
+    from services import fresh_postgres_database
+
+    from costaware import Ledger
+
+    ledger = Ledger.from_url(fresh_postgres_database(postgres_url, "prices"))
+    try:
+        cache = PriceCache(ledger)
+        sm = prices_from_products(fixture_items("sagemaker_get_products.json"), service="sagemaker")
+        cache.put(sm, origin="aws-price-list", fetched_at=T0)
+        cache.put(sm[:1], origin="offer-file", fetched_at=T0 + timedelta(hours=2))  # replaces one row
+        rows = cache.rows(service="sagemaker")
+        assert [(r.price.instance_type, r.origin, r.fetched_at) for r in rows] == [
+            ("ml.g5.xlarge", "offer-file", T0 + timedelta(hours=2)),
+            ("ml.m5.large", "aws-price-list", T0),
+        ]
+        figure = OnDemandPrices(ledger=ledger, ttl=TTL, now=Clock(T0 + timedelta(hours=3))).figure(
+            "ml.m5.large", "us-east-1", "sagemaker"
+        )
+        assert (figure.usd_per_hour, figure.price_source) == (Decimal("0.1150000000"), "aws-price-list-cache")
+    finally:
+        ledger.dispose()
