@@ -119,3 +119,19 @@ def test_arch_keeps_graviton_types_of_the_full_snapshot(env_ledger: Ledger) -> N
     assert cheaper_x86 and all(o.arch == "x86_64" for o in cheaper_x86)
     with pytest.raises(AirflowFailException, match="unknown architecture 'risc-v'"):
         _operator(arch="risc-v").execute(_context())
+
+
+def test_fresh_cached_prices_replace_the_snapshot(env_ledger: Ledger) -> None:
+    from costaware.adapters.price_source import PriceCache
+    from costaware.core.ledger import utcnow
+    from costaware.core.price_list import ListPrice
+
+    before = _operator(deadline_hours="4").execute(_context())
+    assert before["instance_type"] != "c5.xlarge"
+    # A refresh says c5.xlarge now costs a tenth of the snapshot's price: it wins.
+    cheap = bundled_catalog().on_demand_usd_per_hour("c5.xlarge", "us-east-1") / 10
+    PriceCache(env_ledger).put(
+        [ListPrice("ec2", "c5.xlarge", "us-east-1", cheap)], origin="aws-price-list", fetched_at=utcnow()
+    )
+    after = _operator(deadline_hours="4").execute(_context())
+    assert (after["instance_type"], Decimal(after["usd_per_hour"])) == ("c5.xlarge", cheap)

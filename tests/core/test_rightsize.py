@@ -245,3 +245,21 @@ def test_arch_filter_and_types_without_specs() -> None:
         catalog.offer("unpriced", "us-east-1")
     with pytest.raises(ConfigurationError, match="unknown architecture 'ppc64'"):
         RightSizeJob(memory_gib=Decimal(1), arch="ppc64")
+
+
+def test_with_on_demand_overlays_prices(catalog: PriceCatalog) -> None:
+    updated = catalog.with_on_demand(
+        {
+            ("type-a", "us-east-1"): Decimal("0.1"),
+            ("type-b", "eu-west-1"): Decimal("2"),
+            ("new", "us-east-1"): Decimal(1),
+        }
+    )
+    assert updated.on_demand_usd_per_hour("type-a", "us-east-1") == Decimal("0.1")
+    assert catalog.on_demand_usd_per_hour("type-a", "us-east-1") == Decimal(
+        "4.00"
+    )  # the original is unchanged
+    moved = updated.offer("type-b", "eu-west-1")  # specs borrowed from us-east-1
+    assert (moved.vcpus, moved.memory_gib, moved.usd_per_hour) == (8, Decimal(32), Decimal(2))
+    assert updated.offer("new", "us-east-1").specs_known is False
+    assert updated.spot_advice("type-a", "us-east-1") == catalog.spot_advice("type-a", "us-east-1")

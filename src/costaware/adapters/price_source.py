@@ -257,6 +257,29 @@ class OnDemandPrices:
         return None
 
 
+def current_catalog(
+    ledger: Ledger | None, *, ttl: timedelta | None = None, now: datetime | None = None
+) -> PriceCatalog:
+    """The bundled catalog with the price cache's fresh EC2 figures in place of the snapshot's.
+
+    For whole-catalog questions (right-sizing compares every type): live look-ups per type would be too
+    many, so only the cache (filled by ``costaware prices refresh``) updates the snapshot here.
+    """
+    from costaware.adapters.price_files import bundled_catalog
+
+    catalog = bundled_catalog()
+    if ledger is None:
+        return catalog
+    ttl = ttl if ttl is not None else ttl_from_settings()
+    now = now or utcnow()
+    fresh = {
+        (r.price.instance_type, r.price.region): r.price.usd_per_hour
+        for r in PriceCache(ledger).rows(service="ec2")
+        if not is_stale(r.fetched_at, ttl, now)
+    }
+    return catalog.with_on_demand(fresh) if fresh else catalog
+
+
 def _figure(cached: CachedPrice, *, stale: bool) -> PriceFigure:
     p = cached.price
     return PriceFigure(

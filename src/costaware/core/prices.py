@@ -9,8 +9,8 @@ from __future__ import annotations
 import csv
 import difflib
 import io
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 
 from costaware.core.errors import ConfigurationError, InvalidPriceDataError, PriceNotFoundError
@@ -199,6 +199,26 @@ class PriceCatalog:
                     row, "usd_per_gb", line, what
                 )
         return cls(offers.values(), spot, transfer, unpriced=unpriced - offers.keys())
+
+    def with_on_demand(self, prices: Mapping[tuple[str, str], Decimal]) -> PriceCatalog:
+        """A copy whose on-demand prices are replaced or added: ``{(instance_type, region): usd_per_hour}``.
+
+        A type priced in a region the snapshot lacks takes its specs from another region; a type the
+        snapshot does not know at all gets an offer without specs (``specs_known=False``).
+        """
+        offers = dict(self._offers)
+        specs = {t: o for (t, _), o in self._offers.items()}
+        for (instance_type, region), usd in prices.items():
+            base = offers.get((instance_type, region)) or specs.get(instance_type)
+            if base is not None:
+                offers[(instance_type, region)] = replace(base, region=region, usd_per_hour=usd)
+            else:
+                offers[(instance_type, region)] = InstanceOffer(
+                    instance_type, region, 0, Decimal(0), Decimal(0), "", Decimal(0), usd, specs_known=False
+                )
+        return PriceCatalog(
+            offers.values(), self._spot, self._transfer, unpriced=self._unpriced - set(prices)
+        )
 
     # -- look-ups ---------------------------------------------------------------------------------
 

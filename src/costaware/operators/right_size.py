@@ -26,6 +26,8 @@ class RightSizeOperator(BaseOperator):
     with less memory than ``memory_gib`` or an expected runtime past ``deadline_hours`` are rejected.
     Predicted runtime comes from this DAG's recorded runs of ``for_task_id`` in the ledger (same type: their
     median; other types: scaled by the throughput profile); before the first run, from ``fallback_hours``.
+    Prices: the bundled snapshot (every EC2 type) with the price cache's fresh figures in its place
+    (``costaware prices refresh``; see docs/prices.md).
 
     Returns (XCom) the choice: ``instance_type``, ``market``, ``region``, ``usd_per_hour``,
     ``expected_hours``, ``expected_usd``, ``runtime_basis``, ``reason``, ``runners_up`` (each with its
@@ -112,7 +114,7 @@ class RightSizeOperator(BaseOperator):
         return CostLedgerHook(self.ledger_conn_id)
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from costaware.adapters.price_files import bundled_catalog
+        from costaware.adapters.price_source import current_catalog
         from costaware.core.rightsize import (
             RightSizeJob,
             ThroughputProfile,
@@ -139,7 +141,7 @@ class RightSizeOperator(BaseOperator):
                 self.hook.get_conn().entries(dag_id=dag_id, limit=HISTORY_LIMIT), self.for_task_id
             )
             decision = right_size(
-                bundled_catalog(),
+                current_catalog(self.hook.get_conn()),  # the snapshot, updated by fresh cached prices
                 job,
                 region=self.region,
                 observations=runs,
