@@ -180,3 +180,12 @@ def test_list_filters_by_architecture(ledger_url: str, capsys: pytest.CaptureFix
     assert {"c7g.xlarge", "m6g.xlarge", "r8g.2xlarge"} <= names and "m5.xlarge" not in names
     assert len(rows) > 300 and {r["arch"] for r in rows} == {"arm64"}
     assert all(int(r["vcpus"]) >= 4 for r in rows)
+
+
+def test_import_a_file_saved_with_a_byte_order_mark(
+    ledger_url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    bom = tmp_path / "index.json"
+    bom.write_text("\ufeff" + (FIXTURES / "ec2_offer_us-east-1.json").read_text(), encoding="utf-8")
+    assert run(ledger_url, "prices", "import", str(bom), "--types", "g6*") == 0
+    assert "imported 1 ec2 price(s) for us-east-1 from index.json" in capsys.readouterr().out

@@ -273,10 +273,11 @@ def _import(args: argparse.Namespace) -> int:
         _check_region(args.region)
     try:
         with path.open(encoding="utf-8", newline="") as handle:
-            first = handle.read(1)
+            head = handle.read(256).lstrip("\ufeff \t\r\n")
             handle.seek(0)
-            if first in ("{", "\ufeff") and path.suffix.lower() != ".csv":
-                prices = prices_from_offer_json(handle.read(), region=args.region, types=args.types)
+            if head.startswith("{"):
+                text = handle.read().lstrip("\ufeff")
+                prices = prices_from_offer_json(text, region=args.region, types=args.types)
             else:  # streamed: a region's EC2 offer CSV is hundreds of MB
                 prices = prices_from_offer_csv(handle, region=args.region, types=args.types)
     except OSError as e:

@@ -237,7 +237,7 @@ def prices_from_offer_json(
         InvalidPriceDataError: not JSON (the message names the line), not an offer file, or a bad price.
     """
     try:
-        document = json.loads(text)
+        document = json.loads(text.lstrip("\ufeff"))
     except json.JSONDecodeError as e:
         raise InvalidPriceDataError(f"offer file is not valid JSON at line {e.lineno}: {e.msg}") from e
     if not isinstance(document, Mapping) or not isinstance(document.get("products"), Mapping):
