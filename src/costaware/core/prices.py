@@ -247,7 +247,7 @@ class PriceCatalog:
             raise PriceNotFoundError(f"unknown region {region!r}{_suggest(region, self._regions)}")
         if (instance_type, region) in self._unpriced:
             raise PriceNotFoundError(
-                f"the bundled snapshot lists {instance_type} in {region} without an on-demand price: run "
+                f"the price table lists {instance_type} in {region} without an on-demand price: run "
                 f"`costaware prices refresh --region {region} --types {instance_type}` (AWS access) or "
                 "`costaware prices import FILE` (an offline Price List offer file)"
             )
