@@ -232,6 +232,10 @@ def _report(args: argparse.Namespace) -> int:
     from costaware.adapters.ledger_reports import Filters, summary
 
     totals = summary(ledger, Filters(args.since, args.until, args.dag_id, args.scope, run_id))
+    from costaware.adapters.discount_report import discounts_by_rule
+
+    discounts = discounts_by_rule(ledger, Filters(args.since, args.until, args.dag_id, args.scope, run_id))
+    payload["discounts"] = {rule: str(usd) for rule, usd in discounts.items()}
     payload["failed_tries"] = {
         "preemption": totals.preempted_tries,
         "other": totals.failed_tries - totals.preempted_tries,
@@ -255,6 +259,9 @@ def _report(args: argparse.Namespace) -> int:
             f"{per_trial.trials} trials, {per_trial.successful} trained to full fidelity: "
             f"{format_usd(per_trial.per_trial_usd or Decimal(0))} per trial, {each} per successful trial"
         )
+    if args.format == "table" and discounts:
+        listed = ", ".join(f"{rule} {format_usd(usd, places=6)}" for rule, usd in discounts.items())
+        print(f"discounts on on-demand prices (part of the savings): {listed}")
     if args.format == "table" and totals.failed_tries:
         print(
             f"failed tries: {totals.preempted_tries} after a spot preemption, "
@@ -276,59 +283,6 @@ def _trial_costs(rows: Sequence[Any]) -> Any:
         if found and found.group(1) in {s.value for s in TrialState}:
             costs.append((TrialState(found.group(1)), row.usd))
     return trial_costs(costs) if costs else None
-
-
-# -- prices ---------------------------------------------------------------------------------------
-
-
-def _prices_list(args: argparse.Namespace) -> int:
-    from costaware.adapters.price_files import bundled_catalog
-
-    offers = bundled_catalog().instances(
-        region=args.region,
-        min_vcpus=args.min_vcpus,
-        min_memory_gib=Decimal(str(args.min_memory_gib)),
-        min_gpus=Decimal(str(args.min_gpus)),
-    )[: args.limit]
-    headers = ["instance type", "region", "vCPUs", "memory GiB", "GPUs", "GPU model", "USD/hour"]
-    rows = [
-        [o.instance_type, o.region, o.vcpus, o.memory_gib, o.gpus, o.gpu_model or "-", o.usd_per_hour]
-        for o in offers
-    ]
-    payload = [
-        dict(
-            zip(
-                ("instance_type", "region", "vcpus", "memory_gib", "gpus", "gpu_model", "usd_per_hour"),
-                map(str, row),
-                strict=True,
-            )
-        )
-        for row in rows
-    ]
-    _emit(args.format, headers, rows, payload)
-    return 0
-
-
-def _prices_show(args: argparse.Namespace) -> int:
-    from costaware.adapters.price_files import bundled_catalog
-
-    catalog = bundled_catalog()
-    offer = catalog.offer(args.instance_type, args.region)
-    print(
-        f"{offer.instance_type} in {offer.region}: {offer.vcpus} vCPUs, {offer.memory_gib} GiB, "
-        f"{offer.gpus} GPU(s) {offer.gpu_model}".rstrip()
-    )
-    print(f"  on-demand: ${offer.usd_per_hour}/hour")
-    try:
-        advice = catalog.spot_advice(args.instance_type, args.region)
-        estimate = catalog.spot_estimate_usd_per_hour(args.instance_type, args.region)
-        print(
-            f"  spot (advisor estimate): ${estimate}/hour, {advice.savings_pct}% saving, "
-            f"interruptions {advice.interruption_range} per month"
-        )
-    except CostawareError as e:
-        print(f"  spot: {e}")
-    return 0
 
 
 # -- wiring ---------------------------------------------------------------------------------------
@@ -383,24 +337,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_efficiency.add_report_options(report)
 
-    prices = sub.add_parser("prices", help="look up bundled AWS prices").add_subparsers(
-        dest="action", required=True
-    )
-    p_list = prices.add_parser("list", help="instance types that fit, cheapest first")
-    p_list.add_argument("--region")
-    p_list.add_argument("--min-vcpus", type=int, default=0)
-    p_list.add_argument("--min-memory-gib", type=float, default=0)
-    p_list.add_argument("--min-gpus", type=float, default=0)
-    p_list.add_argument("--limit", type=int, default=20)
-    p_list.add_argument("--format", choices=FORMATS, default="table")
-    p_list.set_defaults(func=_prices_list)
-    p_show = prices.add_parser("show", help="on-demand and spot price of one type in one region")
-    p_show.add_argument("instance_type")
-    p_show.add_argument("--region", default="us-east-1")
-    p_show.set_defaults(func=_prices_show)
+    from costaware import cli_cache, cli_prices, cli_runs, cli_simulate
 
-    from costaware import cli_cache, cli_runs, cli_simulate
-
+    cli_prices.add_parser(sub)
     cli_simulate.add_parser(sub)
     cli_cache.add_parser(sub)
     cli_runs.add_parser(sub)

@@ -144,3 +144,53 @@ def test_annotations_from_the_running_task_win(ledger_env: Ledger) -> None:
     assert row["tags"]["study"] == "s1"
     with pytest.raises(ValueError, match=r"unknown field\(s\) \['colour'\]"):
         listener_module.annotate_task(ti, colour="red")
+
+
+def test_price_cache_and_discount_price_the_entry(  # type: ignore[no-untyped-def]
+    ledger_env: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from costaware.adapters.price_source import PriceCache
+    from costaware.core.ledger import utcnow
+    from costaware.core.price_list import ListPrice
+
+    PriceCache(ledger_env).put(
+        [ListPrice("ec2", "m5n.2xlarge", "us-east-1", Decimal("0.5"))],
+        origin="aws-price-list",
+        fetched_at=utcnow(),
+    )
+    monkeypatch.setenv("AIRFLOW__COSTAWARE__DISCOUNTS", "team:ml=20, family:p4d=30")
+    ti = fake_ti(instance_type="m5n.2xlarge", region="us-east-1", market="on_demand")
+    listener = CostListener()
+    listener.on_task_instance_running(None, ti)
+    listener.on_task_instance_success(None, ti)
+    (row,) = ledger_env.entries(dag_id="retrain")
+    # The DAG is tagged team:ml: 20% off the cached 0.5 USD/h; on_demand_usd keeps the list figure.
+    assert row["price_source"] == "aws-price-list-cache+discount:team:ml"
+    assert Decimal(row["unit_price_usd"]) == Decimal("0.4")
+    assert row["on_demand_usd"] >= row["usd"]
+
+
+def test_report_shows_discounts_separately(ledger_env: Ledger, ledger_url: str, capsys) -> None:  # type: ignore[no-untyped-def]
+    from costaware.cli import main
+    from costaware.core.ledger import Kind, LedgerEntry
+
+    for n, source in enumerate(
+        ("on-demand-list+discount:team:ml", "on-demand-list", "spot-advisor-estimate")
+    ):
+        ledger_env.record(
+            LedgerEntry(
+                dag_id="d",
+                run_id="r",
+                task_id=f"t{n}",
+                kind=Kind.COMPUTE,
+                usd=Decimal("0.8"),
+                on_demand_usd=Decimal("1.0"),
+                price_source=source,
+            )
+        )
+    assert main(["--ledger-url", ledger_url, "report", "--dag-id", "d"]) == 0
+    assert "discounts on on-demand prices (part of the savings): team:ml $0.200000" in capsys.readouterr().out
+    assert main(["--ledger-url", ledger_url, "report", "--format", "json"]) == 0
+    import json
+
+    assert json.loads(capsys.readouterr().out)["discounts"] == {"team:ml": "0.200000"}

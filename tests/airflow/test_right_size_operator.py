@@ -106,3 +106,32 @@ def test_bad_inputs_fail_without_writing(env_ledger: Ledger, kwargs: dict, messa
     with pytest.raises(AirflowFailException, match=message):
         _operator(**kwargs).execute(_context())
     assert env_ledger.entries() == before and env_ledger.open_reservations() == []
+
+
+def test_arch_keeps_graviton_types_of_the_full_snapshot(env_ledger: Ledger) -> None:
+    # Every us-east-1 type is a candidate (no instance_types): the choice is arm64, e.g. m7g/c7g/r8g.
+    result = _operator(
+        instance_types=None, arch="arm64", memory_gib="64", fallback_hours="1", for_task_id="never_ran"
+    ).execute(_context())
+    offer = bundled_catalog().offer(result["instance_type"], "us-east-1")
+    assert offer.arch == "arm64" and offer.memory_gib >= 64
+    cheaper_x86 = bundled_catalog().instances(region="us-east-1", min_memory_gib=64, arch="x86_64")
+    assert cheaper_x86 and all(o.arch == "x86_64" for o in cheaper_x86)
+    with pytest.raises(AirflowFailException, match="unknown architecture 'risc-v'"):
+        _operator(arch="risc-v").execute(_context())
+
+
+def test_fresh_cached_prices_replace_the_snapshot(env_ledger: Ledger) -> None:
+    from costaware.adapters.price_source import PriceCache
+    from costaware.core.ledger import utcnow
+    from costaware.core.price_list import ListPrice
+
+    before = _operator(deadline_hours="4").execute(_context())
+    assert before["instance_type"] != "c5.xlarge"
+    # A refresh says c5.xlarge now costs a tenth of the snapshot's price: it wins.
+    cheap = bundled_catalog().on_demand_usd_per_hour("c5.xlarge", "us-east-1") / 10
+    PriceCache(env_ledger).put(
+        [ListPrice("ec2", "c5.xlarge", "us-east-1", cheap)], origin="aws-price-list", fetched_at=utcnow()
+    )
+    after = _operator(deadline_hours="4").execute(_context())
+    assert (after["instance_type"], Decimal(after["usd_per_hour"])) == ("c5.xlarge", cheap)

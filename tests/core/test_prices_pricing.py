@@ -52,7 +52,11 @@ def test_transfer_unknown_region() -> None:
     ("body", "message"),
     [
         ("aws,us-east-1,m5.large,2,8,0,,0,abc\n", "line 2: column 'usd_per_hour'"),
-        ("aws,us-east-1,m5.large,2,8,0,,0,-1\n", "must be a number >= 0"),
+        (
+            "aws,us-east-1,m5.large,2,8,0,,0,-1\n",
+            "line 2: column 'usd_per_hour' must be a number > 0, got '-1'",
+        ),
+        ("aws,us-east-1,m5.large,2,8,0,,0,0.0000000000\n", "must be a number > 0, got '0.0000000000'"),
         ("aws,us-east-1,m5.large,2,8,0,,0,1\naws,us-east-1,m5.large,2,8,0,,0,2\n", "listed twice"),
         ("", "has no rows"),
     ],

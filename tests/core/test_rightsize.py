@@ -223,3 +223,43 @@ def test_recorded_runs_come_from_successful_compute_entries() -> None:
         RuntimeObservation("m5.large", 0.5),
         RuntimeObservation("c5.xlarge", 0.25),
     ]
+
+
+def test_arch_filter_and_types_without_specs() -> None:
+    table = (
+        "region,instance_type,vcpus,memory_gib,gpus,arch,usd_per_hour\n"
+        "us-east-1,x-big,16,64,0,x86_64,2.0\n"
+        "us-east-1,g-big,16,64,0,arm64,1.6\n"
+        "us-east-1,mystery,,,0,,0.1\n"
+        "us-east-1,unpriced,8,32,0,arm64,\n"
+    )
+    catalog = PriceCatalog.from_csv_text(table)
+    job = {"memory_gib": Decimal(0), "fallback_hours": 1.0, "markets": ON_DEMAND}
+    x86 = right_size(catalog, RightSizeJob(**job, arch="amd64"), region="us-east-1")  # type: ignore[arg-type]
+    assert x86.choice.instance_type == "x-big"
+    anyarch = right_size(catalog, RightSizeJob(**job), region="us-east-1")  # type: ignore[arg-type]
+    # mystery is cheapest but has no vCPU or memory figures: never chosen, and the reason says so.
+    assert anyarch.choice.instance_type == "g-big"
+    assert ("mystery", "the price snapshot has no vCPU and memory figures for it") in anyarch.rejected
+    with pytest.raises(PriceNotFoundError, match="lists unpriced in us-east-1 without an on-demand price"):
+        catalog.offer("unpriced", "us-east-1")
+    with pytest.raises(ConfigurationError, match="unknown architecture 'ppc64'"):
+        RightSizeJob(memory_gib=Decimal(1), arch="ppc64")
+
+
+def test_with_on_demand_overlays_prices(catalog: PriceCatalog) -> None:
+    updated = catalog.with_on_demand(
+        {
+            ("type-a", "us-east-1"): Decimal("0.1"),
+            ("type-b", "eu-west-1"): Decimal("2"),
+            ("new", "us-east-1"): Decimal(1),
+        }
+    )
+    assert updated.on_demand_usd_per_hour("type-a", "us-east-1") == Decimal("0.1")
+    assert catalog.on_demand_usd_per_hour("type-a", "us-east-1") == Decimal(
+        "4.00"
+    )  # the original is unchanged
+    moved = updated.offer("type-b", "eu-west-1")  # specs borrowed from us-east-1
+    assert (moved.vcpus, moved.memory_gib, moved.usd_per_hour) == (8, Decimal(32), Decimal(2))
+    assert updated.offer("new", "us-east-1").specs_known is False
+    assert updated.spot_advice("type-a", "us-east-1") == catalog.spot_advice("type-a", "us-east-1")

@@ -185,5 +185,19 @@ run_outcomes = Table(
     Index("ix_costaware_run_outcomes_run", "run_id"),
 )
 
+# On-demand prices fetched from the AWS Price List API or imported from an offer file (issue 12).
+price_cache = Table(
+    "costaware_price_cache",
+    metadata,
+    Column("service", String(16), primary_key=True),
+    Column("region", String(64), primary_key=True),
+    Column("instance_type", String(64), primary_key=True),
+    Column("usd_per_hour", String(40), nullable=False),
+    Column("source", String(64), nullable=False),
+    Column("sku", String(64), nullable=False),
+    Column("effective_date", String(40), nullable=False),
+    Column("fetched_at", UTCDateTime, nullable=False),
+)
+
 #: version -> DDL statements that bring a ledger from version-1 to version (none yet).
 MIGRATIONS: dict[int, list[str]] = {}

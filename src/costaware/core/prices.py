@@ -9,16 +9,30 @@ from __future__ import annotations
 import csv
 import difflib
 import io
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 
-from costaware.core.errors import InvalidPriceDataError, PriceNotFoundError
+from costaware.core.errors import ConfigurationError, InvalidPriceDataError, PriceNotFoundError
 
 ONDEMAND_COLUMNS = ("region", "instance_type", "vcpus", "memory_gib", "gpus", "usd_per_hour")
 ADVISOR_COLUMNS = ("region", "instance_type", "savings_pct", "interruption_range")
 TRANSFER_COLUMNS = ("src_region", "dst_region", "usd_per_gb")
 INTERNET = "internet"
+#: Processor architectures as EC2 names them, with the other spellings users type.
+ARCH_ALIASES = {"x86_64": "x86_64", "amd64": "x86_64", "x86": "x86_64", "arm64": "arm64", "aarch64": "arm64"}
+
+
+def normalize_arch(arch: str) -> str:
+    """``x86_64`` or ``arm64`` for any common spelling (``amd64``, ``aarch64``).
+
+    Raises:
+        ConfigurationError: an architecture EC2 does not sell.
+    """
+    found = ARCH_ALIASES.get(arch.strip().lower())
+    if found is None:
+        raise ConfigurationError(f"unknown architecture {arch!r}: use x86_64 (amd64) or arm64 (aarch64)")
+    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +47,8 @@ class InstanceOffer:
     gpu_model: str
     gpu_memory_gib: Decimal
     usd_per_hour: Decimal
+    arch: str = ""
+    specs_known: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,26 +60,42 @@ class SpotAdvice:
 
 
 def _rows(text: str, required: Iterable[str], what: str) -> list[tuple[int, dict[str, str]]]:
-    reader = csv.DictReader(io.StringIO(text))
-    missing = [c for c in required if c not in (reader.fieldnames or [])]
+    # csv.reader + zip: a third of DictReader's cost, which matters for the 15k-row advisor table.
+    reader = csv.reader(io.StringIO(text))
+    header = next(reader, [])
+    missing = [c for c in required if c not in header]
     if missing:
-        raise InvalidPriceDataError(
-            f"{what} lacks column(s) {', '.join(missing)}; its header is {reader.fieldnames!r}"
+        raise InvalidPriceDataError(f"{what} lacks column(s) {', '.join(missing)}; its header is {header!r}")
+    width = len(header)
+    return [
+        (
+            number,
+            dict(zip(header, row if len(row) >= width else [*row, *[""] * (width - len(row))], strict=False)),
         )
-    return [(number, row) for number, row in enumerate(reader, start=2)]
+        for number, row in enumerate(reader, start=2)
+        if row
+    ]
 
 
 def _decimal(
-    row: dict[str, str], column: str, line: int, what: str, *, default: str | None = None, minimum: int = 0
+    row: dict[str, str],
+    column: str,
+    line: int,
+    what: str,
+    *,
+    default: str | None = None,
+    minimum: int = 0,
+    positive: bool = False,
 ) -> Decimal:
     raw = (row.get(column) or "").strip() or default
     try:
         value = Decimal(raw) if raw is not None else None
     except InvalidOperation:
         value = None
-    if value is None or not value.is_finite() or value < minimum:
+    if value is None or not value.is_finite() or value < minimum or (positive and value <= 0):
+        bound = "> 0" if positive else f">= {minimum}"
         raise InvalidPriceDataError(
-            f"{what} line {line}: column {column!r} must be a number >= {minimum}, got {row.get(column)!r}"
+            f"{what} line {line}: column {column!r} must be a number {bound}, got {row.get(column)!r}"
         )
     return value
 
@@ -80,14 +112,19 @@ class PriceCatalog:
         offers: Iterable[InstanceOffer],
         spot_advice: dict[tuple[str, str], SpotAdvice] | None = None,
         transfer_usd_per_gb: dict[tuple[str, str], Decimal] | None = None,
+        *,
+        unpriced: Iterable[tuple[str, str]] = (),
     ) -> None:
         self._offers: dict[tuple[str, str], InstanceOffer] = {}
         for offer in offers:
             self._offers[(offer.instance_type, offer.region)] = offer
         self._spot = dict(spot_advice or {})
         self._transfer = dict(transfer_usd_per_gb or {})
-        self._types = sorted({t for t, _ in self._offers})
-        self._regions = sorted({r for _, r in self._offers} | {s for s, _ in self._transfer})
+        self._unpriced = set(unpriced)
+        self._types = sorted({t for t, _ in self._offers} | {t for t, _ in self._unpriced})
+        self._regions = sorted(
+            {r for _, r in self._offers} | {r for _, r in self._unpriced} | {s for s, _ in self._transfer}
+        )
 
     @classmethod
     def from_csv_text(
@@ -100,6 +137,7 @@ class PriceCatalog:
                 (type, region) pair appears twice with different prices.
         """
         offers: dict[tuple[str, str], InstanceOffer] = {}
+        unpriced: set[tuple[str, str]] = set()
         what = "on-demand price table"
         for line, row in _rows(ondemand_csv, ONDEMAND_COLUMNS, what):
             key = (row["instance_type"].strip(), row["region"].strip())
@@ -107,16 +145,22 @@ class PriceCatalog:
                 raise InvalidPriceDataError(
                     f"{what} line {line}: instance_type and region must be set, got {key}"
                 )
-            vcpus = _decimal(row, "vcpus", line, what)
+            if not (row.get("usd_per_hour") or "").strip():
+                unpriced.add(key)  # a type the snapshot knows of but has no price for (yet)
+                continue
+            # Empty vCPUs and memory: the snapshot has a price but no specs for the type.
+            specs_known = bool((row.get("vcpus") or "").strip() and (row.get("memory_gib") or "").strip())
             offer = InstanceOffer(
                 instance_type=key[0],
                 region=key[1],
-                vcpus=int(vcpus),
-                memory_gib=_decimal(row, "memory_gib", line, what),
+                vcpus=int(_decimal(row, "vcpus", line, what, default="0")),
+                memory_gib=_decimal(row, "memory_gib", line, what, default="0"),
                 gpus=_decimal(row, "gpus", line, what, default="0"),
                 gpu_model=(row.get("gpu_model") or "").strip(),
                 gpu_memory_gib=_decimal(row, "gpu_memory_gib", line, what, default="0"),
-                usd_per_hour=_decimal(row, "usd_per_hour", line, what),
+                usd_per_hour=_decimal(row, "usd_per_hour", line, what, positive=True),
+                arch=(row.get("arch") or "").strip(),
+                specs_known=specs_known,
             )
             if key in offers and offers[key].usd_per_hour != offer.usd_per_hour:
                 raise InvalidPriceDataError(
@@ -129,16 +173,24 @@ class PriceCatalog:
         spot: dict[tuple[str, str], SpotAdvice] = {}
         if spot_advisor_csv is not None:
             what = "spot advisor table"
+            shared: dict[tuple[int, str], SpotAdvice] = {}  # ~15k rows share a few dozen distinct values
             for line, row in _rows(spot_advisor_csv, ADVISOR_COLUMNS, what):
                 if (row.get("os") or "Linux") != "Linux":
                     continue
-                # Negative savings are real: spot sometimes costs more than on-demand.
-                savings = _decimal(row, "savings_pct", line, what, minimum=-1000)
-                if savings > 100:
-                    raise InvalidPriceDataError(f"{what} line {line}: savings_pct {savings} is above 100")
-                spot[(row["instance_type"].strip(), row["region"].strip())] = SpotAdvice(
-                    int(savings), row["interruption_range"].strip()
+                raw = row["savings_pct"]
+                # Whole percentages are the norm: skip Decimal parsing for them (load time).
+                savings = (
+                    int(raw)
+                    if raw.isdigit()
+                    else int(_decimal(row, "savings_pct", line, what, minimum=-1000))
                 )
+                if savings > 100:  # negative savings are real: spot sometimes costs more than on-demand
+                    raise InvalidPriceDataError(f"{what} line {line}: savings_pct {savings} is above 100")
+                value = (savings, row["interruption_range"].strip())
+                advice = shared.get(value)
+                if advice is None:
+                    advice = shared[value] = SpotAdvice(*value)
+                spot[(row["instance_type"].strip(), row["region"].strip())] = advice
         transfer: dict[tuple[str, str], Decimal] = {}
         if transfer_csv is not None:
             what = "transfer price table"
@@ -146,7 +198,27 @@ class PriceCatalog:
                 transfer[(row["src_region"].strip(), row["dst_region"].strip())] = _decimal(
                     row, "usd_per_gb", line, what
                 )
-        return cls(offers.values(), spot, transfer)
+        return cls(offers.values(), spot, transfer, unpriced=unpriced - offers.keys())
+
+    def with_on_demand(self, prices: Mapping[tuple[str, str], Decimal]) -> PriceCatalog:
+        """A copy whose on-demand prices are replaced or added: ``{(instance_type, region): usd_per_hour}``.
+
+        A type priced in a region the snapshot lacks takes its specs from another region; a type the
+        snapshot does not know at all gets an offer without specs (``specs_known=False``).
+        """
+        offers = dict(self._offers)
+        specs = {t: o for (t, _), o in self._offers.items()}
+        for (instance_type, region), usd in prices.items():
+            base = offers.get((instance_type, region)) or specs.get(instance_type)
+            if base is not None:
+                offers[(instance_type, region)] = replace(base, region=region, usd_per_hour=usd)
+            else:
+                offers[(instance_type, region)] = InstanceOffer(
+                    instance_type, region, 0, Decimal(0), Decimal(0), "", Decimal(0), usd, specs_known=False
+                )
+        return PriceCatalog(
+            offers.values(), self._spot, self._transfer, unpriced=self._unpriced - set(prices)
+        )
 
     # -- look-ups ---------------------------------------------------------------------------------
 
@@ -173,6 +245,12 @@ class PriceCatalog:
             raise PriceNotFoundError(f"unknown instance type {instance_type!r}{hint}")
         if region not in self._regions:
             raise PriceNotFoundError(f"unknown region {region!r}{_suggest(region, self._regions)}")
+        if (instance_type, region) in self._unpriced:
+            raise PriceNotFoundError(
+                f"the price table lists {instance_type} in {region} without an on-demand price: run "
+                f"`costaware prices refresh --region {region} --types {instance_type}` (AWS access) or "
+                "`costaware prices import FILE` (an offline Price List offer file)"
+            )
         sold_in = sorted(r for t, r in self._offers if t == instance_type)
         raise PriceNotFoundError(
             f"no on-demand price for {instance_type} in {region}; it is priced in {', '.join(sold_in[:8])}"
@@ -221,8 +299,14 @@ class PriceCatalog:
         min_memory_gib: Decimal | int = 0,
         min_gpus: Decimal | int = 0,
         gpu_model: str | None = None,
+        arch: str | None = None,
     ) -> list[InstanceOffer]:
-        """Offers that meet every lower bound, cheapest first (ties broken by name for stable output)."""
+        """Offers that meet every lower bound, cheapest first (ties broken by name for stable output).
+
+        ``arch`` (``x86_64`` or ``arm64``, aliases ``amd64``, ``aarch64``) keeps the types of that
+        architecture; types whose architecture the snapshot does not know are left out then.
+        """
+        wanted_arch = normalize_arch(arch) if arch is not None else None
         if region is not None and region not in self._regions:
             raise PriceNotFoundError(f"unknown region {region!r}{_suggest(region, self._regions)}")
         chosen = [
@@ -233,6 +317,7 @@ class PriceCatalog:
             and o.memory_gib >= Decimal(min_memory_gib)
             and o.gpus >= Decimal(min_gpus)
             and (gpu_model is None or o.gpu_model.lower() == gpu_model.lower())
+            and (wanted_arch is None or o.arch == wanted_arch)
         ]
         return sorted(chosen, key=lambda o: (o.usd_per_hour, o.instance_type, o.region))
 

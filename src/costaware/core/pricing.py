@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
-from costaware.core.errors import ConfigurationError
+from costaware.core.discounts import Discount, apply_discount
+from costaware.core.errors import ConfigurationError, PriceNotFoundError
 from costaware.core.ledger import Market, compute_cost
+from costaware.core.price_list import BUNDLED_PRICE_SOURCE
 from costaware.core.prices import PriceCatalog
 
 
@@ -20,6 +22,7 @@ class ComputeCharge:
     on_demand_usd: Decimal | None
     gpu_hours: Decimal
     price_source: str
+    discount_usd: Decimal = Decimal(0)
 
 
 def price_compute(
@@ -30,20 +33,27 @@ def price_compute(
     market: Market | str,
     seconds: float | Decimal,
     usd_per_hour: Decimal | None = None,
+    on_demand_usd_per_hour: Decimal | None = None,
+    on_demand_source: str = BUNDLED_PRICE_SOURCE,
+    discount: Discount | None = None,
 ) -> ComputeCharge:
     """Charge ``seconds`` of compute.
 
     The unit price is ``usd_per_hour`` when the caller knows it (a live spot price, a local rate);
-    otherwise the catalog's on-demand price, or for spot the on-demand price less the Spot Instance
-    Advisor's typical saving. Local compute (the team's own machines) has no on-demand twin, so no savings.
+    otherwise the on-demand price (``on_demand_usd_per_hour`` when the caller looked it up, e.g. from the
+    price cache, else the catalog's), less ``discount`` when one applies; for spot, the on-demand price less
+    the Spot Instance Advisor's typical saving. ``on_demand_usd`` is always the undiscounted list figure, so
+    a report's savings include the discount; ``discount_usd`` says how much of them it is. Local compute
+    (the team's own machines) has no on-demand twin, so no savings.
 
     Raises:
-        PriceNotFoundError: the catalog does not know the type or region.
-        ConfigurationError: ``usd_per_hour`` is negative, or local compute has no rate.
+        PriceNotFoundError: neither the caller nor the catalog knows the type or region.
+        ConfigurationError: a price is negative, or local compute has no rate.
     """
     market = Market.parse(market)
-    if usd_per_hour is not None and (not usd_per_hour.is_finite() or usd_per_hour < 0):
-        raise ConfigurationError(f"usd_per_hour must be a number >= 0, got {usd_per_hour}")
+    for name, value in (("usd_per_hour", usd_per_hour), ("on_demand_usd_per_hour", on_demand_usd_per_hour)):
+        if value is not None and (not value.is_finite() or value < 0):
+            raise ConfigurationError(f"{name} must be a number >= 0, got {value}")
     if market is Market.LOCAL:
         if usd_per_hour is None:
             raise ConfigurationError(
@@ -52,15 +62,32 @@ def price_compute(
             )
         hours, usd = compute_cost(seconds, usd_per_hour)
         return ComputeCharge(hours, usd, usd_per_hour, None, Decimal(0), "local-rate")
-    offer = catalog.offer(instance_type, region)
+    try:
+        offer = catalog.offer(instance_type, region)
+        gpus = offer.gpus
+        list_price = offer.usd_per_hour if on_demand_usd_per_hour is None else on_demand_usd_per_hour
+    except PriceNotFoundError:
+        if on_demand_usd_per_hour is None:
+            raise
+        gpus, list_price = Decimal(0), on_demand_usd_per_hour  # a type only the price cache knows
+    if on_demand_usd_per_hour is None:
+        on_demand_source = BUNDLED_PRICE_SOURCE
+    discount_rate = Decimal(0)
     if usd_per_hour is not None:
         rate, source = usd_per_hour, "given"
     elif market is Market.SPOT:
-        rate, source = catalog.spot_estimate_usd_per_hour(instance_type, region), "spot-advisor-estimate"
+        advice = catalog.spot_advice(instance_type, region)
+        rate = (list_price * (100 - advice.savings_pct) / 100).quantize(Decimal("0.000001"))
+        source = "spot-advisor-estimate"
+    elif discount is not None:
+        rate = apply_discount(list_price, discount)
+        discount_rate = list_price - rate
+        source = f"{on_demand_source}+discount:{discount.label}"[:64]
     else:
-        rate, source = offer.usd_per_hour, "on-demand-list"
+        rate, source = list_price, on_demand_source
     hours, usd = compute_cost(seconds, rate)
-    _, on_demand = compute_cost(seconds, offer.usd_per_hour)
+    _, on_demand = compute_cost(seconds, list_price)
+    discount_usd = compute_cost(seconds, discount_rate)[1] if discount_rate else Decimal(0)
     return ComputeCharge(
-        hours, usd, rate, on_demand, (hours * offer.gpus).quantize(Decimal("0.000001")), source
+        hours, usd, rate, on_demand, (hours * gpus).quantize(Decimal("0.000001")), source, discount_usd
     )

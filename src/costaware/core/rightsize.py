@@ -18,7 +18,7 @@ from typing import Any
 
 from costaware.core.errors import ConfigurationError, PriceNotFoundError
 from costaware.core.ledger import Market
-from costaware.core.prices import InstanceOffer, PriceCatalog
+from costaware.core.prices import InstanceOffer, PriceCatalog, normalize_arch
 
 HOURS_PER_MONTH = 730.0
 #: Mid-points of the Spot Instance Advisor's monthly interruption ranges.
@@ -82,6 +82,7 @@ class RightSizeJob:
         checkpoint_minutes: How often the job checkpoints (None: it does not; a spot interruption loses
             half the run on average).
         restart_minutes: Time to get a new spot instance and resume after an interruption.
+        arch: Processor architecture the job needs: ``x86_64`` or ``arm64`` (None: any).
     """
 
     memory_gib: Decimal
@@ -94,8 +95,11 @@ class RightSizeJob:
     markets: tuple[Market, ...] = (Market.ON_DEMAND, Market.SPOT)
     checkpoint_minutes: float | None = None
     restart_minutes: float = 5.0
+    arch: str | None = None
 
     def __post_init__(self) -> None:
+        if self.arch is not None:
+            object.__setattr__(self, "arch", normalize_arch(self.arch))
         if not self.memory_gib.is_finite() or self.memory_gib < 0:
             raise ConfigurationError(f"memory_gib must be a number >= 0, got {self.memory_gib}")
         if self.deadline_hours is not None and not (
@@ -265,7 +269,7 @@ def right_size(
     profile = profile or ThroughputProfile()
     runs = list(observations)
     offers = catalog.instances(
-        region=region, min_vcpus=job.min_vcpus, min_gpus=job.min_gpus, gpu_model=job.gpu_model
+        region=region, min_vcpus=job.min_vcpus, min_gpus=job.min_gpus, gpu_model=job.gpu_model, arch=job.arch
     )
     if instance_types is not None:
         wanted = set(instance_types)
@@ -276,6 +280,9 @@ def right_size(
     rejected: list[tuple[str, str]] = []
     fastest: tuple[float, str] | None = None
     for offer in offers:
+        if not offer.specs_known:
+            rejected.append((offer.instance_type, "the price snapshot has no vCPU and memory figures for it"))
+            continue
         if offer.memory_gib < job.memory_gib:
             rejected.append((offer.instance_type, f"{offer.memory_gib} GiB < {job.memory_gib} GiB needed"))
             continue
@@ -316,6 +323,7 @@ def right_size(
         raise ConfigurationError(
             f"no instance in {region} with >= {job.memory_gib} GiB"
             + (f" and >= {job.min_gpus} GPU(s)" if job.min_gpus else "")
+            + (f" on {job.arch}" if job.arch else "")
             + (f" finishes within {job.deadline_hours:.2f} h" if job.deadline_hours is not None else " fits")
             + f"{closest}: move the deadline, lower memory_gib or widen instance_types"
         )

@@ -26,6 +26,8 @@ class RightSizeOperator(BaseOperator):
     with less memory than ``memory_gib`` or an expected runtime past ``deadline_hours`` are rejected.
     Predicted runtime comes from this DAG's recorded runs of ``for_task_id`` in the ledger (same type: their
     median; other types: scaled by the throughput profile); before the first run, from ``fallback_hours``.
+    Prices: the bundled snapshot (every EC2 type) with the price cache's fresh figures in its place
+    (``costaware prices refresh``; see docs/prices.md).
 
     Returns (XCom) the choice: ``instance_type``, ``market``, ``region``, ``usd_per_hour``,
     ``expected_hours``, ``expected_usd``, ``runtime_basis``, ``reason``, ``runners_up`` (each with its
@@ -43,6 +45,7 @@ class RightSizeOperator(BaseOperator):
         min_gpus: GPUs the job needs.
         gpu_model: GPU model the job needs (None: any).
         min_vcpus: vCPUs the job needs.
+        arch: Processor architecture the job's image runs on: ``x86_64`` or ``arm64`` (None: any).
         throughput: Measured relative speeds by instance type (others: by vCPUs or GPUs, see below).
         throughput_basis: ``vcpus`` (CPU-bound job) or ``gpus``.
         throughput_exponent: How well the job scales with the basis (1.0: linearly, 0.0: not at all).
@@ -80,6 +83,7 @@ class RightSizeOperator(BaseOperator):
         min_gpus: float = 0,
         gpu_model: str | None = None,
         min_vcpus: int = 0,
+        arch: str | None = None,
         throughput: Mapping[str, float] | None = None,
         throughput_basis: str = "vcpus",
         throughput_exponent: float = 0.8,
@@ -108,6 +112,7 @@ class RightSizeOperator(BaseOperator):
         self.min_gpus = min_gpus
         self.gpu_model = gpu_model
         self.min_vcpus = min_vcpus
+        self.arch = arch
         self.throughput = dict(throughput or {})
         self.throughput_basis = throughput_basis
         self.throughput_exponent = throughput_exponent
@@ -122,7 +127,7 @@ class RightSizeOperator(BaseOperator):
         return CostLedgerHook(self.ledger_conn_id)
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from costaware.adapters.price_files import bundled_catalog
+        from costaware.adapters.price_source import current_catalog
         from costaware.core.rightsize import (
             RightSizeJob,
             ThroughputProfile,
@@ -143,13 +148,14 @@ class RightSizeOperator(BaseOperator):
                 reference_type=self.reference_type,
                 markets=tuple(self.markets),  # type: ignore[arg-type]  # parsed to Market by the job
                 checkpoint_minutes=self.checkpoint_minutes,
+                arch=self.arch,
             )
             profile = ThroughputProfile(self.throughput, self.throughput_basis, self.throughput_exponent)
             runs = observations_from_entries(
                 self.hook.get_conn().entries(dag_id=dag_id, limit=HISTORY_LIMIT), self.for_task_id
             )
             decision = right_size(
-                bundled_catalog(),
+                current_catalog(self.hook.get_conn()),  # the snapshot, updated by fresh cached prices
                 job,
                 region=self.region,
                 observations=runs,

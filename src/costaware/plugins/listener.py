@@ -125,8 +125,9 @@ def build_entry(ti: Any, outcome: str, error: BaseException | None, seconds: flo
     if outcome == "failed":
         cause = cause or str(getattr(error, "ledger_cause", "error"))
         note = f"{type(error).__name__}: {error}"[:500] if error else note
+    tags = {**tags_for(_dag_of(task), params), **dict(told.get("tags") or {})}
     try:
-        charge = price_compute(bundled_catalog(), seconds=seconds, **compute)
+        charge = price_compute(bundled_catalog(), seconds=seconds, **compute, **_list_price(compute, tags))
         usd, hours, rate, on_demand = charge.usd, charge.hours, charge.usd_per_hour, charge.on_demand_usd
         gpu_hours, source = charge.gpu_hours, charge.price_source
     except CostawareError as e:
@@ -151,13 +152,37 @@ def build_entry(ti: Any, outcome: str, error: BaseException | None, seconds: flo
         unit_price_usd=rate,
         on_demand_usd=on_demand,
         gpu_hours=gpu_hours,
-        tags={**tags_for(_dag_of(task), params), **dict(told.get("tags") or {})},
+        tags=tags,
         incurred_at=datetime.now(timezone.utc),
         outcome=outcome,
         cause=cause,
         price_source=source,
         note=note,
     )
+
+
+def _list_price(compute: Mapping[str, Any], tags: Mapping[str, str]) -> dict[str, Any]:
+    """On-demand figure (price cache -> live -> snapshot) and discount, as ``price_compute`` arguments."""
+    from costaware.adapters.price_source import configured_prices, discounts_from_settings
+    from costaware.core.discounts import discount_for
+    from costaware.hooks.ledger import CostLedgerHook
+
+    if compute["market"] == "local" or compute["usd_per_hour"] is not None:
+        return {}
+    instance_type = str(compute["instance_type"])
+    extra: dict[str, Any] = {}
+    try:
+        extra["discount"] = discount_for(discounts_from_settings(), instance_type, tags)
+    except Exception as e:  # a bad setting must not lose the entry: priced without the discount
+        log.error("costaware: [costaware] discounts ignored: %s", e)
+    try:
+        prices = configured_prices(CostLedgerHook().get_conn())
+        service = "sagemaker" if instance_type.startswith("ml.") else "ec2"
+        figure = prices.figure(instance_type, str(compute["region"]), service)
+    except Exception as e:  # no figure anywhere, or the cache is unreachable: the snapshot's rules apply
+        log.warning("costaware: on-demand price of %s from the price sources: %s", instance_type, e)
+        return extra
+    return {**extra, "on_demand_usd_per_hour": figure.usd_per_hour, "on_demand_source": figure.price_source}
 
 
 def _dag_of(task: Any) -> Any:

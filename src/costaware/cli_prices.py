@@ -1,0 +1,356 @@
+"""``costaware prices``: look up, refresh and import on-demand prices.
+
+``list`` and ``show`` read the bundled snapshot and the price cache; ``refresh`` fills the cache from the AWS
+Price List Query API (an Airflow AWS connection); ``import`` fills it from an offline offer file.
+"""
+
+from __future__ import annotations
+
+import argparse
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from costaware.core.errors import (
+    ConfigurationError,
+    CostawareError,
+    InvalidPriceDataError,
+    PriceNotFoundError,
+)
+
+if TYPE_CHECKING:
+    from costaware.adapters.price_source import CachedPrice, OnDemandPrices
+    from costaware.core.price_list import PriceFigure
+
+FORMATS = ("table", "json", "csv")
+ORIGINS = {
+    "aws-price-list": "the AWS Price List API",
+    "offer-file": "an imported offer file",
+    "bundled-snapshot": "the bundled snapshot",
+}
+
+
+def plain(value: Decimal) -> str:
+    """``0.476`` for ``0.4760000000``; ``2`` for ``2.000``."""
+    return format(value.normalize(), "f")
+
+
+def _ledger(args: argparse.Namespace) -> Any:
+    from costaware.adapters.ledger_store import Ledger
+
+    return Ledger.from_url(args.ledger_url)
+
+
+def _prices(args: argparse.Namespace) -> OnDemandPrices:
+    import sys
+
+    from costaware.adapters.price_source import configured_prices
+    from costaware.core.errors import LedgerUnavailableError
+
+    try:
+        ledger = _ledger(args)
+    except LedgerUnavailableError as e:  # the snapshot still answers
+        print(f"costaware: warning: price cache unavailable ({e})", file=sys.stderr)
+        return configured_prices(aws_conn_id=args.aws_conn_id, cache=False)
+    return configured_prices(ledger, aws_conn_id=args.aws_conn_id)
+
+
+def _check_region(region: str) -> None:
+    from costaware.adapters.price_files import bundled_catalog
+    from costaware.core.prices import _suggest
+
+    known = bundled_catalog().regions
+    if region not in known:
+        raise ConfigurationError(f"unknown region {region!r}{_suggest(region, known)}")
+
+
+def describe(figure: PriceFigure, now: datetime, ttl_hours: float) -> str:
+    """Where a figure came from and how old it is, e.g. ``from the AWS Price List API, fetched ... ago``."""
+    from costaware.core.price_list import format_age
+
+    text = f"from {ORIGINS.get(figure.origin, figure.origin)}"
+    age = figure.age(now)
+    if figure.fetched_at is not None and age is not None:
+        text += f", fetched {figure.fetched_at:%Y-%m-%d %H:%M} UTC ({format_age(age)} ago)"
+    if figure.stale:
+        text += f"; STALE: older than the {ttl_hours:g} h TTL, run `costaware prices refresh`"
+    return text
+
+
+# -- list -----------------------------------------------------------------------------------------
+
+
+def _list(args: argparse.Namespace) -> int:
+    from costaware.adapters.price_files import bundled_catalog
+    from costaware.cli import _emit
+
+    offers = bundled_catalog().instances(
+        region=args.region,
+        min_vcpus=args.min_vcpus,
+        min_memory_gib=Decimal(str(args.min_memory_gib)),
+        min_gpus=Decimal(str(args.min_gpus)),
+        arch=args.arch,
+    )[: args.limit]
+    headers = ["instance type", "region", "vCPUs", "memory GiB", "GPUs", "GPU model", "arch", "USD/hour"]
+    rows = [
+        [
+            o.instance_type,
+            o.region,
+            o.vcpus if o.specs_known else "?",
+            o.memory_gib if o.specs_known else "?",
+            o.gpus,
+            o.gpu_model or "-",
+            o.arch or "?",
+            plain(o.usd_per_hour),
+        ]
+        for o in offers
+    ]
+    keys = ("instance_type", "region", "vcpus", "memory_gib", "gpus", "gpu_model", "arch", "usd_per_hour")
+    payload = [dict(zip(keys, map(str, row), strict=True)) for row in rows]
+    _emit(args.format, headers, rows, payload)
+    return 0
+
+
+# -- show -----------------------------------------------------------------------------------------
+
+
+def _show(args: argparse.Namespace) -> int:
+    from costaware.adapters.price_source import ttl_from_settings
+    from costaware.core.ledger import utcnow
+
+    if args.instance_type is None:
+        return _show_cache(args)
+    _check_region(args.region)
+    prices = _prices(args)
+    now, ttl_hours = utcnow(), ttl_from_settings().total_seconds() / 3600
+    figure = prices.figure(args.instance_type, args.region, args.service)
+    catalog = prices.catalog
+    if args.service == "ec2":
+        try:
+            offer = catalog.offer(args.instance_type, args.region)
+            specs = f"{offer.vcpus} vCPUs, {offer.memory_gib} GiB" if offer.specs_known else "specs unknown"
+            gpus = f", {offer.gpus} GPU(s) {offer.gpu_model}".rstrip() if offer.gpus else ""
+            arch = f", {offer.arch}" if offer.arch else ""
+            print(f"{args.instance_type} in {args.region}: {specs}{gpus}{arch}")
+        except PriceNotFoundError:
+            print(f"{args.instance_type} in {args.region}:")
+    else:
+        print(f"{args.instance_type} in {args.region} (SageMaker training):")
+    print(f"  on-demand: {plain(figure.usd_per_hour)} USD/h {describe(figure, now, ttl_hours)}")
+    discount = _discount(args)
+    if discount is not None:
+        from costaware.core.discounts import apply_discount
+
+        print(
+            f"  after the {discount.label} discount ({plain(discount.pct)}%): "
+            f"{plain(apply_discount(figure.usd_per_hour, discount))} USD/h"
+        )
+    if args.service == "ec2":
+        try:
+            advice = catalog.spot_advice(args.instance_type, args.region)
+            saving = Decimal(100 - advice.savings_pct) / 100
+            estimate = (figure.usd_per_hour * saving).quantize(Decimal("0.000001"))
+            print(
+                f"  spot (advisor estimate): {plain(estimate)} USD/h, {advice.savings_pct}% saving, "
+                f"interruptions {advice.interruption_range} per month"
+            )
+        except CostawareError as e:
+            print(f"  spot: {e}")
+    return 0
+
+
+def _discount(args: argparse.Namespace) -> Any:
+    from costaware.adapters.price_source import discounts_from_settings
+    from costaware.core.discounts import discount_for
+
+    rules = discounts_from_settings()
+    if not rules:
+        return None
+    return discount_for(rules, args.instance_type or "", {"team": args.team} if args.team else {})
+
+
+def _show_cache(args: argparse.Namespace) -> int:
+    from costaware.adapters.price_source import PriceCache, ttl_from_settings
+    from costaware.cli import _emit
+    from costaware.core.ledger import utcnow
+    from costaware.core.price_list import format_age, is_stale
+
+    rows: list[CachedPrice] = PriceCache(_ledger(args)).rows(
+        service=args.service if args.service_given else None, region=args.region_given
+    )
+    now, ttl = utcnow(), ttl_from_settings()
+    if not rows and args.format == "table":
+        print(
+            "the price cache is empty: prices come from the bundled snapshot. Fill it with "
+            "`costaware prices refresh` (AWS access) or `costaware prices import FILE`."
+        )
+        return 0
+    headers = ["service", "region", "instance type", "USD/hour", "source", "fetched (UTC)", "age", "stale"]
+    table = [
+        [
+            r.price.service,
+            r.price.region,
+            r.price.instance_type,
+            plain(r.price.usd_per_hour),
+            r.origin,
+            f"{r.fetched_at:%Y-%m-%d %H:%M}",
+            format_age(now - r.fetched_at),
+            "STALE" if is_stale(r.fetched_at, ttl, now) else "",
+        ]
+        for r in rows
+    ]
+    payload = [
+        {
+            "service": r.price.service,
+            "region": r.price.region,
+            "instance_type": r.price.instance_type,
+            "usd_per_hour": str(r.price.usd_per_hour),
+            "source": r.origin,
+            "fetched_at": r.fetched_at.isoformat(),
+            "age_seconds": int((now - r.fetched_at).total_seconds()),
+            "stale": is_stale(r.fetched_at, ttl, now),
+        }
+        for r in rows
+    ]
+    _emit(args.format, headers, table, payload)
+    stale = sum(1 for p in payload if p["stale"])
+    if stale and args.format == "table":
+        print(
+            f"{stale} figure(s) older than the {ttl.total_seconds() / 3600:g} h TTL: used only when no "
+            "fresher source has the type; run `costaware prices refresh`"
+        )
+    return 0
+
+
+# -- refresh and import ---------------------------------------------------------------------------
+
+
+def _refresh(args: argparse.Namespace) -> int:
+    from costaware.adapters.aws_pricing import PriceListFetcher
+    from costaware.adapters.price_source import PriceCache, _setting
+    from costaware.core.ledger import utcnow
+    from costaware.core.price_list import LIVE
+
+    regions = args.region or ["us-east-1"]
+    for region in regions:
+        _check_region(region)
+    conn_id = args.aws_conn_id or _setting("price_aws_conn_id", "") or "aws_default"
+    fetcher = PriceListFetcher.from_connection(conn_id)
+    cache = PriceCache(_ledger(args))
+    exact = args.types if args.types and not any(c in args.types for c in "*?[") else None
+    total = 0
+    for region in regions:
+        try:
+            prices = fetcher.fetch(args.service, region, instance_type=exact, types=args.types)
+        except CostawareError:
+            raise
+        except Exception as e:  # botocore: credentials, endpoint, throttling
+            raise CostawareError(
+                f"the AWS Price List API refused the request for {region} through connection {conn_id!r}: "
+                f"{e}; check the connection's credentials (pricing:GetProducts), or use "
+                "`costaware prices import FILE` on a machine without AWS access"
+            ) from e
+        written = cache.put(prices, origin=LIVE, fetched_at=utcnow())
+        total += written
+        print(
+            f"{region}: {written} {args.service} price(s) cached"
+            + (f" matching {args.types}" if args.types else "")
+        )
+    if total == 0:
+        print(f"no prices found: check --types {args.types!r}" if args.types else "no prices found")
+        return 1
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    from costaware.adapters.price_source import PriceCache
+    from costaware.core.ledger import utcnow
+    from costaware.core.price_list import OFFER_FILE, prices_from_offer_csv, prices_from_offer_json
+
+    path = Path(args.file)
+    if args.region:
+        _check_region(args.region)
+    try:
+        with path.open(encoding="utf-8", newline="") as handle:
+            head = handle.read(256).lstrip("\ufeff \t\r\n")
+            handle.seek(0)
+            if head.startswith("{"):
+                text = handle.read().lstrip("\ufeff")
+                prices = prices_from_offer_json(text, region=args.region, types=args.types)
+            else:  # streamed: a region's EC2 offer CSV is hundreds of MB
+                prices = prices_from_offer_csv(handle, region=args.region, types=args.types)
+    except OSError as e:
+        raise ConfigurationError(f"cannot read offer file {str(path)!r}: {e.strerror}") from e
+    except UnicodeDecodeError as e:
+        raise InvalidPriceDataError(f"{path}: not a UTF-8 text offer file ({e.reason})") from e
+    except InvalidPriceDataError as e:
+        raise InvalidPriceDataError(f"{path}: {e}") from e
+    if not prices:
+        raise InvalidPriceDataError(
+            f"{path}: no Linux on-demand instance prices"
+            + (f" matching {args.types!r}" if args.types else "")
+            + " (an AmazonEC2 or AmazonSageMaker offer file is expected); nothing was imported"
+        )
+    written = PriceCache(_ledger(args)).put(prices, origin=OFFER_FILE, fetched_at=utcnow())
+    regions = sorted({p.region for p in prices})
+    services = sorted({p.service for p in prices})
+    print(f"imported {written} {'/'.join(services)} price(s) for {', '.join(regions)} from {path.name}")
+    return 0
+
+
+# -- wiring ---------------------------------------------------------------------------------------
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``costaware prices list|show|refresh|import``."""
+    prices = sub.add_parser("prices", help="look up, refresh and import on-demand prices").add_subparsers(
+        dest="action", required=True
+    )
+    p_list = prices.add_parser("list", help="instance types of the bundled snapshot that fit, cheapest first")
+    p_list.add_argument("--region")
+    p_list.add_argument("--min-vcpus", type=int, default=0)
+    p_list.add_argument("--min-memory-gib", type=float, default=0)
+    p_list.add_argument("--min-gpus", type=float, default=0)
+    p_list.add_argument("--arch", help="x86_64 or arm64")
+    p_list.add_argument("--limit", type=int, default=20)
+    p_list.add_argument("--format", choices=FORMATS, default="table")
+    p_list.set_defaults(func=_list)
+
+    p_show = prices.add_parser(
+        "show", help="a type's on-demand price with its source and age; without a type, the price cache"
+    )
+    p_show.add_argument("instance_type", nargs="?")
+    p_show.add_argument("--region", default=None)
+    p_show.add_argument("--service", choices=("ec2", "sagemaker"), default=None)
+    p_show.add_argument("--team", help="show the price after this team's discount")
+    p_show.add_argument(
+        "--aws-conn-id", help="look the price up live through this connection when not cached"
+    )
+    p_show.add_argument("--format", choices=FORMATS, default="table", help="for the cache listing")
+    p_show.set_defaults(func=_show_defaults)
+
+    p_refresh = prices.add_parser("refresh", help="fetch on-demand prices from the AWS Price List API")
+    p_refresh.add_argument("--region", action="append", help="region code, repeatable (default us-east-1)")
+    p_refresh.add_argument("--service", choices=("ec2", "sagemaker"), default="ec2")
+    p_refresh.add_argument(
+        "--types", help="instance types to keep: a name or a glob such as 'm5*' or 'ml.g5.*'"
+    )
+    p_refresh.add_argument(
+        "--aws-conn-id",
+        help="Airflow AWS connection (default [costaware] price_aws_conn_id, else aws_default)",
+    )
+    p_refresh.set_defaults(func=_refresh)
+
+    p_import = prices.add_parser("import", help="load an AWS Price List offer file (JSON or CSV)")
+    p_import.add_argument("file", help="index.json or index.csv of AmazonEC2 or AmazonSageMaker")
+    p_import.add_argument("--region", help="region of the file, for files whose rows name no region code")
+    p_import.add_argument("--types", help="instance types to keep: a name or a glob")
+    p_import.set_defaults(func=_import)
+
+
+def _show_defaults(args: argparse.Namespace) -> int:
+    args.service_given, args.region_given = args.service is not None, args.region
+    args.service = args.service or ("sagemaker" if (args.instance_type or "").startswith("ml.") else "ec2")
+    args.region = args.region or "us-east-1"
+    return _show(args)

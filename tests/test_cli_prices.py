@@ -1,0 +1,191 @@
+"""``costaware prices list|show|refresh|import`` against a real SQLite ledger."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+from costaware import Ledger
+from costaware.adapters import aws_pricing
+from costaware.adapters.price_source import PriceCache
+from costaware.cli import main
+from costaware.core.ledger import utcnow
+from costaware.core.price_list import ListPrice
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "price_list"
+
+
+def run(ledger_url: str, *argv: str) -> int:
+    return main(["--ledger-url", ledger_url, *argv])
+
+
+def test_show_names_the_bundled_snapshot(ledger_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(ledger_url, "prices", "show", "m5n.2xlarge", "--region", "us-east-1") == 0
+    out = capsys.readouterr().out
+    assert "m5n.2xlarge in us-east-1: 8 vCPUs, 32 GiB, x86_64" in out
+    assert "on-demand: 0.476 USD/h from the bundled snapshot" in out
+
+
+@pytest.mark.parametrize("name", ["ec2_offer_us-east-1.json", "ec2_offer_us-east-1.csv"])
+def test_import_then_show_source_and_age(
+    ledger_url: str, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    assert run(ledger_url, "prices", "import", str(FIXTURES / name)) == 0
+    assert f"imported 2 ec2 price(s) for us-east-1 from {name}" in capsys.readouterr().out
+    assert run(ledger_url, "prices", "show", "r7i.large") == 0
+    out = capsys.readouterr().out
+    assert "on-demand: 0.1323 USD/h from an imported offer file, fetched " in out
+    assert "(0 min ago)" in out and "STALE" not in out
+    assert run(ledger_url, "prices", "show", "--format", "json") == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["instance_type"], r["usd_per_hour"], r["source"], r["stale"]) for r in rows] == [
+        ("g6.xlarge", "0.8048000000", "offer-file", False),
+        ("r7i.large", "0.1323000000", "offer-file", False),
+    ]
+
+
+def test_stale_figures_are_flagged(ledger_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    old = utcnow() - timedelta(days=8)
+    PriceCache(Ledger.from_url(ledger_url)).put(
+        [ListPrice("sagemaker", "ml.g5.xlarge", "us-east-1", Decimal("1.408"))],
+        origin="aws-price-list",
+        fetched_at=old,
+    )
+    assert run(ledger_url, "prices", "show") == 0
+    out = capsys.readouterr().out
+    assert "ml.g5.xlarge" in out and "8 d 0 h" in out and "STALE" in out
+    assert "1 figure(s) older than the 168 h TTL" in out
+    assert run(ledger_url, "prices", "show", "ml.g5.xlarge") == 0
+    out = capsys.readouterr().out
+    assert "on-demand: 1.408 USD/h from the AWS Price List API" in out
+    assert "STALE: older than the 168 h TTL, run `costaware prices refresh`" in out
+
+
+def test_refresh_through_the_connection(
+    ledger_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = boto3.client(
+        "pricing", region_name="us-east-1", aws_access_key_id="k", aws_secret_access_key="s"
+    )
+    stubber = Stubber(client)
+    items = [json.dumps(i) for i in json.loads((FIXTURES / "sagemaker_get_products.json").read_text())]
+    stubber.add_response("get_products", {"PriceList": items})
+    seen: list[str | None] = []
+
+    def client_for(aws_conn_id: str | None, **_: object) -> object:
+        seen.append(aws_conn_id)
+        return client
+
+    monkeypatch.setattr(aws_pricing, "pricing_client", client_for)
+    with stubber:
+        code = run(
+            ledger_url,
+            "prices",
+            "refresh",
+            "--service",
+            "sagemaker",
+            "--types",
+            "ml.g5.*",
+            "--aws-conn-id",
+            "prices_conn",
+        )
+    assert code == 0 and seen == ["prices_conn"]
+    assert "us-east-1: 1 sagemaker price(s) cached matching ml.g5.*" in capsys.readouterr().out
+    rows = PriceCache(Ledger.from_url(ledger_url)).rows()
+    assert [(r.price.instance_type, r.origin) for r in rows] == [("ml.g5.xlarge", "aws-price-list")]
+
+
+def test_refresh_refused_by_aws_is_a_clear_error(
+    ledger_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, moto_endpoint: str
+) -> None:
+    conn = {"conn_type": "aws", "login": "t", "password": "t", "extra": {"endpoint_url": moto_endpoint}}
+    monkeypatch.setenv("AIRFLOW_CONN_MOTO_PRICING", json.dumps(conn))
+    # moto's server has no Price List API: it answers with an error, as an AWS outage would.
+    assert run(ledger_url, "prices", "refresh", "--aws-conn-id", "moto_pricing") == 2
+    err = capsys.readouterr().err
+    assert "the AWS Price List API refused the request for us-east-1 through connection 'moto_pricing'" in err
+    assert PriceCache(Ledger.from_url(ledger_url)).rows() == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["prices", "refresh", "--region", "us-east-9"],
+            "unknown region 'us-east-9'; did you mean us-east-2, us-east-1",
+        ),
+        (["prices", "show", "m5.large", "--region", "eu-wset-1"], "unknown region 'eu-wset-1'"),
+        (["prices", "import", "missing.json"], "cannot read offer file 'missing.json'"),
+        (["prices", "list", "--arch", "sparc"], "unknown architecture 'sparc'"),
+    ],
+)
+def test_bad_input(
+    ledger_url: str, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    assert run(ledger_url, *argv) == 2
+    assert message in capsys.readouterr().err
+    assert PriceCache(Ledger.from_url(ledger_url)).rows() == []
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            '{"offerCode": "AmazonEC2",\n"products": {\n"x": [1,]}}',
+            "bad.json: offer file is not valid JSON at line 3",
+        ),
+        (
+            (FIXTURES / "ec2_offer_us-east-1.csv").read_text().replace('"0.8048000000"', '"-0.8"'),
+            "bad.json: offer CSV line 11: price -0.8 is negative",
+        ),
+        (
+            (FIXTURES / "ec2_offer_us-east-1.json").read_text().replace("0.8048000000", "-0.8"),
+            "SKU BBBG6XLARGE001, term BBBG6XLARGE001.JRTCKXETXF, dimension",
+        ),
+        ('{"offerCode": "AmazonEC2", "products": {}}', "no Linux on-demand instance prices"),
+    ],
+)
+def test_malformed_offer_file_writes_nothing(
+    ledger_url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path, body: str, message: str
+) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(body)
+    assert run(ledger_url, "prices", "import", str(bad)) == 2
+    assert message in capsys.readouterr().err
+    assert PriceCache(Ledger.from_url(ledger_url)).rows() == []
+
+
+def test_list_filters_by_architecture(ledger_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = (
+        "prices",
+        "list",
+        "--region",
+        "us-east-1",
+        "--arch",
+        "aarch64",
+        "--min-vcpus",
+        "4",
+        "--format",
+        "json",
+    )
+    assert run(ledger_url, *argv, "--limit", "500") == 0
+    rows = json.loads(capsys.readouterr().out)
+    names = {r["instance_type"] for r in rows}
+    assert {"c7g.xlarge", "m6g.xlarge", "r8g.2xlarge"} <= names and "m5.xlarge" not in names
+    assert len(rows) > 300 and {r["arch"] for r in rows} == {"arm64"}
+    assert all(int(r["vcpus"]) >= 4 for r in rows)
+
+
+def test_import_a_file_saved_with_a_byte_order_mark(
+    ledger_url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    bom = tmp_path / "index.json"
+    bom.write_text("\ufeff" + (FIXTURES / "ec2_offer_us-east-1.json").read_text(), encoding="utf-8")
+    assert run(ledger_url, "prices", "import", str(bom), "--types", "g6*") == 0
+    assert "imported 1 ec2 price(s) for us-east-1 from index.json" in capsys.readouterr().out
