@@ -80,8 +80,8 @@ def test_efficiency_report_flags_the_oversized_task(
     assert lines["features"][5] == "90.0%"
     assert "idle cost: $1.963500 of $2.550000" in out  # 3 x 0.68 x 15/16 + 3 x 0.17 x 0.1
     assert (
-        "nightly.train: c5.4xlarge -> c6i.large (2 vCPUs, 4 GiB): saves $0.595000 per run, "
-        "$17.850000/month at 30 runs/month (from the DAG's schedule)" in out
+        "nightly.train: c5.4xlarge -> c6a.large (2 vCPUs, 4 GiB): saves $0.603500 per run, "
+        "$18.105000/month at 30 runs/month (from the DAG's schedule)" in out
     )
     assert "nightly.features" not in out.split("right-sizing")[1]  # it is right-sized
 
@@ -93,8 +93,8 @@ def test_efficiency_json_and_options(
     assert main(args) == 0
     payload = json.loads(capsys.readouterr().out)
     (advice,) = payload["advice"]
-    assert (advice["task_id"], advice["suggested_instance_type"]) == ("train", "c6i.large")
-    assert advice["monthly_saving_usd"] == "2.380000" and advice["frequency_basis"] == "given"
+    assert (advice["task_id"], advice["suggested_instance_type"]) == ("train", "c6a.large")
+    assert advice["monthly_saving_usd"] == "2.414000" and advice["frequency_basis"] == "given"
     assert main([*args, "--min-saving-usd", "5"]) == 0
     payload = json.loads(capsys.readouterr().out)
     assert payload["advice"] == [] and payload["advice_under_min_saving"] == 1

@@ -68,13 +68,13 @@ def test_deliberately_oversized_task_is_flagged() -> None:
     advice = advise(bundled_catalog(), tries())
     assert advice is not None
     assert advice.current.instance_type == "c5.4xlarge"
-    assert advice.suggested.instance_type == "c6i.large"  # 2 vCPUs, 4 GiB, $0.085/h: cheapest that fits
+    assert advice.suggested.instance_type == "c6a.large"  # 2 vCPUs, 4 GiB, x86_64 like c5: cheapest fit
     assert advice.requirements.vcpus == 2  # 1 busy core + 25 % -> 2 whole vCPUs
     assert advice.requirements.memory_gib == Decimal("1.875")
     assert advice.current_usd_per_run == Decimal("0.68")
-    assert advice.suggested_usd_per_run == Decimal("0.085")
-    assert advice.monthly_saving_usd == Decimal("17.85")  # (0.68 - 0.085) x 30 runs
-    assert "c6i.large" in advice.reason() and "$17.85/month" in advice.reason()
+    assert advice.suggested_usd_per_run == Decimal("0.0765")
+    assert advice.monthly_saving_usd == Decimal("18.105")  # (0.68 - 0.0765) x 30 runs
+    assert "c6a.large" in advice.reason() and "$18.10/month" in advice.reason()
 
 
 def test_right_sized_task_gets_no_advice() -> None:
@@ -88,11 +88,11 @@ def test_too_few_tries_give_no_advice() -> None:
 
 
 def test_memory_margin_can_rule_out_the_cheapest_type() -> None:
-    # 3.5 GiB x 1.25 = 4.375 GiB no longer fits c6i.large's 4 GiB; m5.large (8 GiB) is next.
+    # 3.5 GiB x 1.25 = 4.375 GiB no longer fits c6a.large's 4 GiB; m5a.large (8 GiB) is next.
     advice = advise(bundled_catalog(), tries(peak_gib=3.5))
-    assert advice is not None and advice.suggested.instance_type == "m5.large"
+    assert advice is not None and advice.suggested.instance_type == "m5a.large"
     advice = advise(bundled_catalog(), tries(peak_gib=3.5), memory_margin=0.1)
-    assert advice is not None and advice.suggested.instance_type == "c6i.large"
+    assert advice is not None and advice.suggested.instance_type == "c6a.large"
 
 
 def test_spot_tries_are_compared_at_spot_prices() -> None:
@@ -114,7 +114,7 @@ def test_frequency_falls_back_to_runs_seen_over_at_least_a_month() -> None:
     assert advice.runs_per_month == pytest.approx(3.0)  # 3 runs over 2 days counts as 3 per month
     assert advice.frequency_basis.startswith("runs seen")
     given = advise(bundled_catalog(), tries(), runs_per_month=4)
-    assert given is not None and given.monthly_saving_usd == Decimal("2.38")
+    assert given is not None and given.monthly_saving_usd == Decimal("2.414")
 
 
 def test_gpu_task_keeps_its_gpus() -> None:

@@ -82,7 +82,7 @@ def test_cost_page_has_the_efficiency_panel(client: TestClient) -> None:
     html = page.text
     assert "<h2>Efficiency</h2>" in html
     assert "<td>nightly.train</td><td>3</td><td>c5.4xlarge</td><td>6.2%</td>" in html
-    assert "c5.4xlarge &rarr; c6i.large saves $17.85/month" in html
+    assert "c5.4xlarge &rarr; c6a.large saves $18.10/month" in html
     assert "Cost per run (bars) and holdout roc_auc (line)" in html
     assert html.count("<title>run") == 3 and "roc_auc 0.7200 (promoted)" in html
 
@@ -91,7 +91,7 @@ def test_efficiency_and_outcome_routes(client: TestClient) -> None:
     body = client.get("/api/efficiency", params={"dag_id": "nightly"}).json()
     assert body["tasks"][0]["cpu_utilization"] == pytest.approx(1 / 16, abs=1e-4)
     (advice,) = body["advice"]
-    assert (advice["suggested_instance_type"], advice["monthly_saving_usd"]) == ("c6i.large", "17.850000")
+    assert (advice["suggested_instance_type"], advice["monthly_saving_usd"]) == ("c6a.large", "18.105000")
     runs = client.get("/api/outcomes").json()
     assert [r["run_id"] for r in runs["runs"]] == ["run0", "run1", "run2"]
     assert runs["summary"]["per_run_usd"] == "0.680000" and runs["summary"]["promoted"] == 3

@@ -235,8 +235,9 @@ def advise(
 
     The task's current type, region and market are those of its newest try. Candidates have at least the
     measured memory and busy cores (plus margins), no fewer GPUs than the current type (and none when it has
-    none), and are not burstable unless ``allow_burstable``. The runtime per run is assumed unchanged: the
-    candidate has every core the task kept busy.
+    none), the current type's processor architecture (a task measured on x86_64 may not run on arm64: its
+    wheels or container image may not exist there), and are not burstable unless ``allow_burstable``. The
+    runtime per run is assumed unchanged: the candidate has every core the task kept busy.
 
     Args:
         catalog: Prices and sizes.
@@ -286,6 +287,7 @@ def advise(
         min_memory_gib=requirements.memory_gib,
         min_gpus=current.gpus,
         gpu_model=current.gpu_model or None,
+        arch=current.arch or None,
     ):
         if offer.instance_type == current.instance_type or (current.gpus == 0 and offer.gpus > 0):
             continue
