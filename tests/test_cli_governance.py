@@ -30,7 +30,9 @@ def spend(ledger: Ledger, run: str, usd: str) -> None:
     )
 
 
-def test_budget_show_json_has_the_forecast_fields(ledger_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_budget_show_json_has_the_forecast_fields(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     ledger = Ledger.from_url(ledger_url)
     assert main(["--ledger-url", ledger_url, "budget", "set", "--scope", "project=churn", "--period", "month",
                  "--cap-usd", "100"]) == 0  # fmt: skip
@@ -56,7 +58,8 @@ def test_forecast_rows_count_the_timetable_runs(ledger_url: str) -> None:
     runs = row["runs_left"]
     assert 1 <= runs <= 4  # the 6-hourly runs still to come today
     assert Decimal(row["forecast_usd"]) == 10 + 5 * runs
-    assert (Decimal(row["forecast_low_usd"]), Decimal(row["forecast_high_usd"])) == (10 + 4 * runs, 10 + 6 * runs)
+    low, high = Decimal(row["forecast_low_usd"]), Decimal(row["forecast_high_usd"])
+    assert (low, high) == (10 + 4 * runs, 10 + 6 * runs)
 
 
 def test_audit_lists_who_did_what(ledger_url: str, capsys: pytest.CaptureFixture[str]) -> None:
