@@ -235,3 +235,23 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_jsonable(v) for v in value]
     return value
+
+
+def budget_dags(ledger: Ledger, budget: Budget) -> set[str]:
+    """Every DAG that has ever had an entry inside the budget's scope."""
+    e = schema.entries
+    query = select(e.c.dag_id).where(and_(true(), *scope_conditions(budget.scope))).distinct()
+    with ledger.reading() as conn:
+        return {row[0] for row in conn.execute(query)}
+
+
+def visible_budgets(ledger: Ledger, dag_ids: frozenset[str] | None) -> list[Budget]:
+    """The budgets a user who may read ``dag_ids`` may see: those whose spending DAGs are all readable.
+
+    ``None`` means every DAG (all budgets are visible). A budget nothing has spent in yet reveals no DAG's
+    cost, so it is visible to every user.
+    """
+    budgets = ledger.budgets()
+    if dag_ids is None:
+        return budgets
+    return [b for b in budgets if budget_dags(ledger, b) <= dag_ids]

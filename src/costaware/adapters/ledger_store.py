@@ -592,6 +592,7 @@ class Ledger:
         dag_id: str | None = None,
         run_id: str | None = None,
         scope: str | Scope = "*",
+        dag_ids: frozenset[str] | None = None,
     ) -> list[ReportRow]:
         """Spend per group, most expensive first.
 
@@ -603,10 +604,11 @@ class Ledger:
             dag_id: Only this DAG.
             run_id: Only this DAG run.
             scope: Only entries with these tags, e.g. ``project=churn``.
+            dag_ids: Only these DAGs (those the asking user may read).
         """
         e = schema.entries
         key = group_column(group_by)
-        conditions = entry_conditions(since, until, dag_id, run_id, scope)
+        conditions = entry_conditions(since, until, dag_id, run_id, scope, dag_ids=dag_ids)
         actual = e.c.estimated.is_(False)
         usd = func.sum(case((actual, e.c.usd_micros), else_=0))
         query = (
@@ -668,11 +670,22 @@ def _sqlite_engine(database: str | None) -> Engine:
 
 
 def entry_conditions(
-    since: datetime | None, until: datetime | None, dag_id: str | None, run_id: str | None, scope: str | Scope
+    since: datetime | None,
+    until: datetime | None,
+    dag_id: str | None,
+    run_id: str | None,
+    scope: str | Scope,
+    *,
+    dag_ids: frozenset[str] | None = None,
 ) -> list[ColumnElement[bool]]:
-    """SQL conditions of the usual report filters, each a bound parameter (``None`` filters nothing)."""
+    """SQL conditions of the usual report filters, each a bound parameter (``None`` filters nothing).
+
+    ``dag_ids`` keeps only those DAGs (the ones a user may read); an empty set keeps nothing.
+    """
     e = schema.entries
     out = scope_conditions(Scope.parse(scope))
+    if dag_ids is not None:
+        out.append(e.c.dag_id.in_(sorted(dag_ids)))
     if since:
         out.append(e.c.incurred_at >= since)
     if until:
