@@ -95,3 +95,37 @@ def test_audit_rejects_a_bad_since(ledger_url: str, capsys: pytest.CaptureFixtur
     with pytest.raises(SystemExit):
         main(["--ledger-url", ledger_url, "audit", "--since", "yesterday"])
     assert "'yesterday' is not an ISO date" in capsys.readouterr().err
+
+
+def test_alerts_set_and_list(ledger_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=churn", "month", "100")
+    spec = '[{"class": "airflow.providers.smtp.notifications.smtp.SmtpNotifier", "kwargs": {"to": "a@b.c"}}]'
+    base = ["--ledger-url", ledger_url, "alerts"]
+    assert main([*base, "set", "--scope", "project=churn", "--period", "month", "--thresholds", "80,forecast",
+                 "--notifiers", spec]) == 0  # fmt: skip
+    assert "80%, forecast; 1 notifier(s)" in capsys.readouterr().out
+    assert main([*base, "list", "--format", "json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row == {"budget": "project=churn/month", "thresholds": "80%,forecast", "notifiers": "SmtpNotifier",
+                   "sent": "-"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--notifiers", "{not json"], "--notifiers '{not json' is not JSON"),
+        (["--notifiers", '{"class": "a.B"}'], "--notifiers must be a JSON list"),
+        (["--thresholds", "lots"], "alert threshold 'lots'"),
+    ],
+)
+def test_alerts_set_refuses_bad_input(
+    ledger_url: str, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    Ledger.from_url(ledger_url).set_budget("project=churn", "month", "100")
+    args = ["--ledger-url", ledger_url, "alerts", "set", "--scope", "project=churn", "--period", "month"]
+    assert main([*args, *extra]) == 2
+    assert message in capsys.readouterr().err
+    from costaware.adapters.ledger_governance import alert_rules
+
+    assert alert_rules(Ledger.from_url(ledger_url)) == {}

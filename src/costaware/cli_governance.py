@@ -107,8 +107,61 @@ def _audit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _alerts_set(args: argparse.Namespace) -> int:
+    from costaware.adapters.ledger_governance import set_alert_rule
+    from costaware.adapters.ledger_store import Ledger
+    from costaware.core.budgets import Period, Scope
+    from costaware.core.errors import ConfigurationError
+
+    try:
+        notifiers = None if args.notifiers is None else json.loads(args.notifiers)
+    except json.JSONDecodeError as e:
+        raise ConfigurationError(
+            f"--notifiers {args.notifiers!r} is not JSON: give e.g. "
+            '\'[{"class": "airflow.providers.smtp.notifications.smtp.SmtpNotifier", '
+            '"kwargs": {"to": "a@b.c"}}]\''
+        ) from e
+    if notifiers is not None and not isinstance(notifiers, list):
+        raise ConfigurationError(f"--notifiers must be a JSON list, got {args.notifiers!r}")
+    label = f"{Scope.parse(args.scope)}/{Period.parse(args.period).value}"
+    rule = set_alert_rule(
+        Ledger.from_url(args.ledger_url),
+        label,
+        thresholds=args.thresholds,
+        notifiers=notifiers,
+        actor=current_actor(),
+    )
+    thresholds = ", ".join(rule.thresholds) if rule.thresholds else "the [costaware] defaults"
+    print(f"alerts of budget '{label}': {thresholds}; {len(rule.notifiers or [])} notifier(s)")
+    return 0
+
+
+def _alerts_list(args: argparse.Namespace) -> int:
+    from costaware.adapters.ledger_governance import alert_rules, alerts_sent
+    from costaware.adapters.ledger_store import Ledger
+    from costaware.cli import _emit
+
+    ledger = Ledger.from_url(args.ledger_url)
+    rules = alert_rules(ledger)
+    sent = alerts_sent(ledger)
+    rows = [
+        [
+            b.label,
+            ",".join(rules[b.label].thresholds or ()) if b.label in rules else "(defaults)",
+            ", ".join(n["class"].rsplit(".", 1)[-1] for n in (rules[b.label].notifiers or []))
+            if b.label in rules
+            else "(defaults)",
+            ", ".join(f"{t}@{p}" for name, p, t in sent if name == b.label) or "-",
+        ]
+        for b in ledger.budgets()
+    ]
+    payload = [dict(zip(("budget", "thresholds", "notifiers", "sent"), row, strict=True)) for row in rows]
+    _emit(args.format, ["budget", "thresholds", "notifiers", "sent"], rows, payload)
+    return 0
+
+
 def add_parser(subparsers: Any) -> None:
-    """Register ``audit`` on an ``argparse`` subparsers object."""
+    """Register ``audit`` and ``alerts`` on an ``argparse`` subparsers object."""
     from costaware.adapters.ledger_governance import AUDIT_ACTIONS
     from costaware.cli import FORMATS, _when
 
@@ -119,3 +172,20 @@ def add_parser(subparsers: Any) -> None:
     audit.add_argument("--action", choices=AUDIT_ACTIONS, help="only this kind of entry")
     audit.add_argument("--format", choices=FORMATS, default="table")
     audit.set_defaults(func=_audit)
+
+    alerts = subparsers.add_parser("alerts", help="budget alert thresholds and notifiers").add_subparsers(
+        dest="action", required=True
+    )
+    a_set = alerts.add_parser("set", help="a budget's own alert thresholds and notifiers")
+    a_set.add_argument("--scope", required=True, help="the budget's scope, e.g. project=churn")
+    a_set.add_argument("--period", required=True, help="the budget's period: day, month or total")
+    a_set.add_argument("--thresholds", default=None, help="e.g. 50%%,80%%,100%%,forecast")
+    a_set.add_argument(
+        "--notifiers",
+        default=None,
+        help='JSON list of {"class": "<module.Notifier>", "kwargs": {...}} (any Airflow BaseNotifier)',
+    )
+    a_set.set_defaults(func=_alerts_set)
+    a_list = alerts.add_parser("list", help="every budget's alert settings and the alerts sent")
+    a_list.add_argument("--format", choices=FORMATS, default="table")
+    a_list.set_defaults(func=_alerts_list)

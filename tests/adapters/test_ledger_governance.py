@@ -195,3 +195,56 @@ def test_forecast_without_a_schedule_is_what_is_committed(ledger: Ledger) -> Non
     run_cost(ledger, 1, "7")
     f = budget_outlook(ledger, ledger.budgets()[0], NoSchedule()).forecast
     assert (f.forecast_usd, f.low_usd, f.high_usd, f.runs_left) == (D(7), D(7), D(7), 0)
+
+
+def test_a_budget_rule_picks_its_own_thresholds_and_notifier(ledger: Ledger, tmp_path: Path) -> None:
+    from costaware.adapters.ledger_governance import set_alert_rule
+
+    ledger.set_budget("project=churn", "month", "10", actor="lead")
+    ledger.set_budget("*", "month", "1000", actor="lead")
+    out = tmp_path / "alerts.txt"
+    set_alert_rule(
+        ledger,
+        "project=churn/month",
+        thresholds="90%",
+        notifiers=[{"class": "file_notifier.FileNotifier", "kwargs": {"path": str(out)}}],
+        actor="lead",
+    )
+    run_cost(ledger, 1, "6")
+    assert check_budget_alerts(ledger, TAGS, notifiers=[]) == []  # 60 %: below its only threshold
+    run_cost(ledger, 2, "3")
+    (alert,) = check_budget_alerts(ledger, TAGS, notifiers=[])
+    assert (alert.budget, alert.threshold) == ("project=churn/month", "90%")
+    assert out.read_text().splitlines() == [alert.message]
+    assert [e.action for e in audit_log(ledger)][-2:] == ["alert_rule", "alert"]
+
+
+@pytest.mark.parametrize(
+    ("budget", "thresholds", "notifiers", "match"),
+    [
+        ("project=nope/month", None, None, "no budget 'project=nope/month'"),
+        ("project=churn/month", "ninety", None, "alert threshold 'ninety'"),
+        ("project=churn/month", None, [{"kwargs": {}}], "is not {'class'"),
+        ("project=churn/month", None, [{"class": "a.B", "kwargs": [1]}], "kwargs of alert notifier 'a.B'"),
+    ],
+)
+def test_bad_alert_rules_are_refused(
+    ledger: Ledger, budget: str, thresholds: str | None, notifiers: Any, match: str
+) -> None:
+    from costaware.adapters.ledger_governance import alert_rules, set_alert_rule
+
+    ledger.set_budget("project=churn", "month", "10", actor="lead")
+    with pytest.raises(ConfigurationError, match=match):
+        set_alert_rule(ledger, budget, thresholds=thresholds, notifiers=notifiers, actor="lead")
+    assert alert_rules(ledger) == {} and [e.action for e in audit_log(ledger)] == ["budget_set"]
+
+
+def test_a_failing_notifier_does_not_stop_the_alert_record(ledger: Ledger) -> None:
+    class Broken(BaseNotifier):
+        def notify(self, context: Any) -> None:
+            raise ConnectionError("smtp down")
+
+    ledger.set_budget("project=churn", "month", "10", actor="lead")
+    run_cost(ledger, 1, "6")
+    (alert,) = check_budget_alerts(ledger, TAGS, notifiers=[Broken()])
+    assert alert.threshold == "50%" and alerts_sent(ledger)[0][2] == "50%"

@@ -27,7 +27,7 @@ from costaware.core.money import from_micros
 
 log = logging.getLogger(__name__)
 
-AUDIT_ACTIONS = ("budget_set", "approval", "rejection", "override", "alert")
+AUDIT_ACTIONS = ("budget_set", "alert_rule", "approval", "rejection", "override", "alert")
 RECENT_RUNS = 10
 LOOKBACK = timedelta(days=60)
 
@@ -255,3 +255,82 @@ def visible_budgets(ledger: Ledger, dag_ids: frozenset[str] | None) -> list[Budg
     if dag_ids is None:
         return budgets
     return [b for b in budgets if budget_dags(ledger, b) <= dag_ids]
+
+
+# -- per-budget alert rules ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AlertRule:
+    """A budget's own alert thresholds and notifiers (``None``: use the ``[costaware]`` settings)."""
+
+    budget: str
+    thresholds: tuple[str, ...] | None
+    notifiers: list[dict[str, Any]] | None
+
+
+def set_alert_rule(
+    ledger: Ledger,
+    budget: str,
+    *,
+    thresholds: str | None,
+    notifiers: list[dict[str, Any]] | None,
+    actor: str,
+) -> AlertRule:
+    """Set the alert thresholds and notifiers of one budget (``scope/period``); audited.
+
+    Raises:
+        ConfigurationError: no such budget, bad thresholds, or notifiers not
+            ``[{"class": ..., "kwargs": {}}]``.
+    """
+    from costaware.core.budget_forecast import parse_thresholds
+
+    known = {b.label for b in ledger.budgets()}
+    if budget not in known:
+        raise ConfigurationError(
+            f"no budget {budget!r} (budgets: {', '.join(sorted(known)) or 'none'}); set it first with "
+            "`costaware budget set`"
+        )
+    parsed = None if thresholds is None else parse_thresholds(thresholds)
+    for spec in notifiers or []:
+        if not isinstance(spec, dict) or not isinstance(spec.get("class"), str) or "." not in spec["class"]:
+            raise ConfigurationError(
+                f"alert notifier {spec!r} is not {{'class': '<module.Class>', 'kwargs': {{...}}}}"
+            )
+        if not isinstance(spec.get("kwargs", {}), dict):
+            raise ConfigurationError(f"kwargs of alert notifier {spec['class']!r} must be an object")
+    values = {
+        "thresholds": None if parsed is None else ",".join(parsed),
+        "notifiers": notifiers,
+        "updated_at": utcnow(),
+    }
+    t = schema.alert_rules
+    with ledger._write() as conn:
+        found = conn.execute(select(t.c.id).where(t.c.budget == budget)).first()
+        if found:
+            conn.execute(t.update().where(t.c.id == found[0]).values(**values))
+        else:
+            conn.execute(t.insert().values(budget=budget, **values))
+        append_audit(
+            conn,
+            actor=actor,
+            action="alert_rule",
+            target=budget,
+            details={"thresholds": values["thresholds"], "notifiers": [n["class"] for n in notifiers or []]},
+        )
+    return AlertRule(budget, parsed, notifiers)
+
+
+def alert_rules(ledger: Ledger) -> dict[str, AlertRule]:
+    """Every budget's own alert rule, by budget label."""
+    t = schema.alert_rules
+    with ledger.reading() as conn:
+        rows = conn.execute(select(t).order_by(t.c.budget)).mappings().all()
+    return {
+        r["budget"]: AlertRule(
+            r["budget"],
+            None if r["thresholds"] is None else tuple(r["thresholds"].split(",")),
+            None if r["notifiers"] is None else list(r["notifiers"]),
+        )
+        for r in rows
+    }

@@ -166,6 +166,17 @@ alerts_sent = Table(
     UniqueConstraint("budget", "period_key", "threshold", name="uq_costaware_alerts_sent"),
 )
 
+# Per-budget alert settings (thresholds, notifiers as [{"class", "kwargs"}]); absent: the [costaware] ones.
+alert_rules = Table(
+    "costaware_alert_rules",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("budget", String(600), nullable=False, unique=True),
+    Column("thresholds", String(256)),
+    Column("notifiers", JSON),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+
 # The database itself refuses to change or remove an audit row, whatever code connects to it.
 for _verb in ("UPDATE", "DELETE"):
     event.listen(

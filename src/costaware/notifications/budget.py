@@ -1,10 +1,11 @@
 """Budget alerts: each threshold of each budget fires at most once per period, through Airflow notifiers.
 
 The thresholds (default ``50%, 80%, 100%`` of the cap and ``forecast``: the period-end forecast passes the
-cap) come from the caller (``SpendCapSensor(alert_thresholds=...)``), else ``[costaware] alert_thresholds``.
-The notifiers are any ``airflow.sdk.BaseNotifier`` instances (SMTP, Slack, your own), from the caller, else
-``[costaware] alert_notifiers``: a JSON list of ``{"class": "<import path>", "kwargs": {...}}``. Every alert
-is also written to the log of the task that saw it.
+cap) and the notifiers are set per budget in the ledger (``costaware alerts set``), else come from
+``[costaware] alert_thresholds`` and ``[costaware] alert_notifiers``. A notifier is any
+``airflow.sdk.BaseNotifier`` (SMTP, Slack, your own), given as
+``{"class": "<import path>", "kwargs": {...}}``.
+Every alert is also written to the log of the task that saw it.
 
 Which worker sends is decided in the ledger: the first to record (budget, period, threshold) sends; the
 others see the row and stay quiet. A notifier that fails is logged; the task goes on.
@@ -124,8 +125,10 @@ def check_budget_alerts(
         ledger: The ledger.
         tags: Tags of the spend just made (or a scope string): every budget covering them is checked.
         context: The task's context, passed on to the notifiers (with ``costaware_alert`` added).
-        thresholds: Default: ``[costaware] alert_thresholds``, else 50 %, 80 %, 100 % and forecast.
-        notifiers: ``BaseNotifier`` instances; default: ``[costaware] alert_notifiers``.
+        thresholds: For budgets without their own rule; default: ``[costaware] alert_thresholds``, else
+            50 %, 80 %, 100 % and forecast.
+        notifiers: ``BaseNotifier`` instances for budgets without their own notifiers; default:
+            ``[costaware] alert_notifiers``.
         schedule: ``RunSchedule`` for the forecast; default: no scheduled runs known.
         task_log: Where each alert is also written (the task's logger).
         at: The instant to check at; default now.
@@ -133,11 +136,12 @@ def check_budget_alerts(
     Returns:
         The alerts this call sent (those another worker sent first are not repeated).
     """
-    from costaware.adapters.ledger_governance import NoSchedule, budget_outlook, claim_alert
+    from costaware.adapters.ledger_governance import NoSchedule, alert_rules, budget_outlook, claim_alert
     from costaware.core.budgets import Period, Scope
 
-    chosen = configured_thresholds() if thresholds is None else parse_thresholds(thresholds)
-    targets = configured_notifiers() if notifiers is None else list(notifiers)
+    default_thresholds = configured_thresholds() if thresholds is None else parse_thresholds(thresholds)
+    default_targets = configured_notifiers() if notifiers is None else list(notifiers)
+    rules = alert_rules(ledger)
     out_log = task_log or log
     scope = Scope.parse(tags)
     sent: list[BudgetAlert] = []
@@ -146,6 +150,9 @@ def check_budget_alerts(
     except BudgetNotFoundError:
         return sent
     for budget in covering:
+        rule = rules.get(budget.label)
+        chosen = rule.thresholds if rule and rule.thresholds else default_thresholds
+        targets = notifiers_from_spec(rule.notifiers) if rule and rule.notifiers else default_targets
         outlook = budget_outlook(ledger, budget, schedule or NoSchedule(), at=at)
         usage, forecast = outlook.usage, outlook.forecast
         for threshold in crossed_thresholds(
@@ -197,8 +204,6 @@ def alerts_after_spend(ti: Any, tags: Mapping[str, str], ledger_conn_id: str = "
             CostLedgerHook(ledger_conn_id).get_conn(),
             tags,
             context=context,
-            thresholds=getattr(task, "alert_thresholds", None),
-            notifiers=getattr(task, "alert_notifiers", None),
             schedule=schedule,
             task_log=getattr(ti, "log", None) or log,
         )
