@@ -205,7 +205,7 @@ def alerts_after_spend(ti: Any, tags: Mapping[str, str], ledger_conn_id: str = "
             tags,
             context=context,
             schedule=schedule,
-            task_log=getattr(ti, "log", None) or log,
+            task_log=getattr(task, "log", None) or log,  # the operator's logger writes to the task log
         )
     except Exception as e:
         log.error("costaware: budget alerts for %s.%s not checked: %s", ti.dag_id, ti.task_id, e)
