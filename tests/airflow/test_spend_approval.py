@@ -132,3 +132,21 @@ def test_the_request_shows_budget_spent_cap_need_and_forecast() -> None:
     for text in ("project=churn/2026-11", "$8", "cap: $10", "needs an estimated $4", "period: $31"):
         assert text in body
     assert gate().approval_timeout == timedelta(hours=12)
+
+
+def test_trigger_params_that_override_the_defaults_are_audited_once(env_ledger: Ledger) -> None:
+    from airflow.sdk import DAG, Param
+
+    with DAG("retrain", schedule=None, params={"train_budget_usd": Param(2.0), "team": Param("ml")}):
+        spend_gate = SpendCapSensor(
+            task_id="spend_gate", scope="project=churn", estimated_usd="1", for_task_id="train", timeout=5
+        )
+    ctx = {
+        **context(),
+        "dag_run": SimpleNamespace(conf={"train_budget_usd": 9.0, "team": "ml"}, triggering_user_name="ann"),
+    }
+    assert spend_gate.poke(ctx)
+    assert spend_gate.poke(ctx)  # a retried gate does not record the run twice
+    (override,) = audit_log(env_ledger, action="override")
+    assert (override.actor, override.target) == ("ann", "retrain/manual__1")
+    assert override.details == {"train_budget_usd": {"default": 2.0, "given": 9.0}}

@@ -334,3 +334,19 @@ def alert_rules(ledger: Ledger) -> dict[str, AlertRule]:
         )
         for r in rows
     }
+
+
+def record_run_overrides(ledger: Ledger, *, target: str, actor: str, overrides: Mapping[str, Any]) -> bool:
+    """Audit the trigger params of a run that differ from the DAG's defaults, once per run (``target``).
+
+    Returns whether a line was added (False: nothing overridden, or this run was recorded already).
+    """
+    if not overrides:
+        return False
+    a = schema.audit
+    with ledger._write() as conn:
+        seen = conn.execute(select(a.c.id).where(a.c.action == "override", a.c.target == target)).first()
+        if seen:
+            return False
+        append_audit(conn, actor=actor, action="override", target=target, details=dict(overrides))
+    return True
