@@ -201,8 +201,9 @@ class SpendCapSensor(BaseSensorOperator):
             from costaware.hooks.ledger import CostLedgerHook
 
             ledger = CostLedgerHook(self.ledger_conn_id).get_conn()
-            name = label.rsplit("/", 1)[0]
-            budget = next(b for b in ledger.budgets() if str(b.scope) == name and b.period.value != "run")
+            name, _, key = label.rpartition("/")  # e.g. project=churn/2026-11: the scope and the period key
+            period = "total" if key == "total" else "day" if len(key) == 10 else "month"
+            budget = next(b for b in ledger.budgets() if str(b.scope) == name and b.period.value == period)
             schedule = TimetableSchedule({self.dag_id: self.dag.timetable} if self.has_dag() else {})
             return str(budget_outlook(ledger, budget, schedule).forecast.forecast_usd)
         except Exception as e:  # the forecast is a help for the approver, not a condition
