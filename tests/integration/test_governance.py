@@ -106,6 +106,30 @@ def page(server: AirflowServer, path: str) -> str:
         return str(response.read().decode())
 
 
+def browser_page_text(server: AirflowServer, name: str) -> str:
+    """The Cost page as ``name`` sees it in headless Chromium after logging in through Airflow's form."""
+    import shutil
+
+    from playwright.sync_api import sync_playwright
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium, "Chromium not found: run `bash scripts/ensure_services.sh` (make test does)"
+    passwords = json.loads((server.home / "simple_auth_manager_passwords.json.generated").read_text())
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
+        tab = browser.new_page()
+        tab.goto(server.base + "/auth/login/")
+        tab.fill("input[name=username]", name)
+        tab.fill("input[name=password]", passwords[name])
+        tab.click("button[type=submit]")
+        tab.wait_for_url(lambda url: "/auth/login" not in url, timeout=30_000)
+        tab.goto(server.base + "/costaware/?group_by=dag")
+        tab.wait_for_selector("svg.chart")
+        text = tab.inner_text("body")
+        browser.close()
+    return text
+
+
 def status(server: AirflowServer, method: str, path: str, body: object = None) -> int:
     try:
         server.call(method, path, body)
@@ -188,6 +212,8 @@ def check_the_approval_alerts_and_access(
     assert "fraud_retrain" in vera_page and "churn_retrain" not in vera_page
     assert "churn_retrain" in ann_page and "fraud_retrain" not in ann_page
     assert "forecast $" in ann_page  # the burn-down chart's period-end forecast
+    seen_by_vera = browser_page_text(vera, "vera")
+    assert "fraud_retrain" in seen_by_vera and "churn_retrain" not in seen_by_vera
     assert status(vera, "POST", "/costaware/api/budgets", {"scope": "project=churn", "period": "month",
                                                            "cap_usd": "99"}) == 403  # fmt: skip
     admin = as_user(AirflowServer(ann.base, ann.home, ann.env), "admin")
