@@ -73,8 +73,15 @@ def _ledger(args: argparse.Namespace) -> Any:
 
 
 def _budget_set(args: argparse.Namespace) -> int:
+    from costaware.cli_governance import current_actor
+
     budget = _ledger(args).set_budget(
-        args.scope, args.period, args.cap_usd, cap_gpu_hours=args.cap_gpu_hours, timezone=args.timezone
+        args.scope,
+        args.period,
+        args.cap_usd,
+        cap_gpu_hours=args.cap_gpu_hours,
+        timezone=args.timezone,
+        actor=current_actor(),
     )
     gpu = f", {budget.cap_gpu_hours} GPU-hours" if budget.cap_gpu_hours is not None else ""
     print(f"budget '{budget.label}' set: {format_usd(budget.cap_usd)} per {budget.period.value}{gpu}")
@@ -114,8 +121,13 @@ def _budget_list(args: argparse.Namespace) -> int:
 
 
 def _budget_show(args: argparse.Namespace) -> int:
-    usages = _ledger(args).usage(args.scope, run_id=args.run_id)
-    headers = ["budget", "period", "cap", "spent", "reserved", "left"]
+    from costaware.adapters.ledger_governance import NoSchedule
+    from costaware.cli_governance import forecast_cell, forecast_rows
+
+    ledger = _ledger(args)
+    usages = ledger.usage(args.scope, run_id=args.run_id)
+    forecasts = forecast_rows(ledger, usages, schedule=NoSchedule() if args.no_schedule else None)
+    headers = ["budget", "period", "cap", "spent", "reserved", "left", "forecast (low-high)"]
     rows = [
         [
             u.label,
@@ -124,8 +136,9 @@ def _budget_show(args: argparse.Namespace) -> int:
             format_usd(u.spent_usd),
             format_usd(u.reserved_usd),
             format_usd(u.left_usd),
+            forecast_cell(f),
         ]
-        for u in usages
+        for u, f in zip(usages, forecasts, strict=True)
     ]
     payload = [
         {
@@ -135,8 +148,9 @@ def _budget_show(args: argparse.Namespace) -> int:
             "spent_usd": str(u.spent_usd),
             "reserved_usd": str(u.reserved_usd),
             "left_usd": str(u.left_usd),
+            **f,
         }
-        for u in usages
+        for u, f in zip(usages, forecasts, strict=True)
     ]
     _emit(args.format, headers, rows, payload)
     return 0
@@ -317,6 +331,11 @@ def build_parser() -> argparse.ArgumentParser:
     b_show.add_argument("--scope", required=True)
     b_show.add_argument("--run-id", default=None, help="the DAG run, for budgets with period 'run'")
     b_show.add_argument("--format", choices=FORMATS, default="table")
+    b_show.add_argument(
+        "--no-schedule",
+        action="store_true",
+        help="forecast without reading DAG timetables from Airflow (committed spend only)",
+    )
     b_show.set_defaults(func=_budget_show)
 
     report = sub.add_parser("report", help="spend, estimates and savings versus on-demand")
@@ -337,7 +356,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_efficiency.add_report_options(report)
 
-    from costaware import cli_cache, cli_prices, cli_runs, cli_simulate
+    from costaware import cli_cache, cli_governance, cli_prices, cli_runs, cli_simulate
+
+    cli_governance.add_parser(sub)
 
     cli_prices.add_parser(sub)
     cli_simulate.add_parser(sub)

@@ -78,7 +78,9 @@ class AirflowServer:
 
 
 @contextmanager
-def airflow_standalone(dags: list[Path], ledger_url: str, home: Path) -> Iterator[AirflowServer]:
+def airflow_standalone(
+    dags: list[Path], ledger_url: str, home: Path, extra_env: dict[str, str] | None = None
+) -> Iterator[AirflowServer]:
     dags_folder = home / "dags"
     dags_folder.mkdir(parents=True)
     for dag_file in dags:
@@ -93,6 +95,7 @@ def airflow_standalone(dags: list[Path], ledger_url: str, home: Path) -> Iterato
         AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"http://127.0.0.1:{port}/execution/",
         AIRFLOW__API__WORKERS="1",
         AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME="1",
+        **(extra_env or {}),
     )
     log = (home / "standalone.log").open("w")
     proc = subprocess.Popen(

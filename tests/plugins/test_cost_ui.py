@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from costaware import Ledger
 from costaware.adapters.ledger_reports import Filters, burn_down, costliest_tries, daily_spend, summary
 from costaware.core.ledger import Kind, LedgerEntry
-from costaware.plugins.ui.app import cost_app, require_login
+from costaware.plugins.ui.app import cost_app, readable_dags, require_login
 
 
 def entry(usd: str, **overrides: object) -> LedgerEntry:
@@ -49,6 +49,7 @@ def filled(ledger_url: str, monkeypatch: pytest.MonkeyPatch) -> Ledger:
 @pytest.fixture
 def client(filled: Ledger) -> Iterator[TestClient]:
     cost_app.dependency_overrides[require_login] = lambda: None
+    cost_app.dependency_overrides[readable_dags] = lambda: None  # every DAG; see test_cost_access.py
     yield TestClient(cost_app)
     cost_app.dependency_overrides.clear()
 

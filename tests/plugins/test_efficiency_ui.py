@@ -14,7 +14,7 @@ from costaware.adapters.efficiency_store import record_outcome, record_utilizati
 from costaware.core.efficiency import GIB, Measurement
 from costaware.core.ledger import Kind, LedgerEntry
 from costaware.core.outcomes import RunOutcome
-from costaware.plugins.ui.app import cost_app, require_login
+from costaware.plugins.ui.app import cost_app, readable_dags, require_login
 
 
 @pytest.fixture
@@ -72,6 +72,7 @@ def client(ledger_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestCli
             ),
         )
     cost_app.dependency_overrides[require_login] = lambda: None
+    cost_app.dependency_overrides[readable_dags] = lambda: None  # every DAG; narrowed in the access test
     yield TestClient(cost_app)
     cost_app.dependency_overrides.clear()
 
@@ -96,3 +97,12 @@ def test_efficiency_and_outcome_routes(client: TestClient) -> None:
     assert [r["run_id"] for r in runs["runs"]] == ["run0", "run1", "run2"]
     assert runs["summary"]["per_run_usd"] == "0.680000" and runs["summary"]["promoted"] == 3
     assert client.get("/api/efficiency", params={"runs_per_month": -1}).status_code == 422
+
+
+def test_a_user_who_may_not_read_the_dag_sees_none_of_its_efficiency(client: TestClient) -> None:
+    cost_app.dependency_overrides[readable_dags] = lambda: frozenset({"another_dag"})
+    body = client.get("/api/efficiency").json()
+    assert body == {"tasks": [], "advice": []}
+    assert client.get("/api/outcomes").json() == {"runs": [], "summary": None}
+    html = client.get("/", params={"days": 30}).text
+    assert "nightly.train" not in html and "c6a.large" not in html

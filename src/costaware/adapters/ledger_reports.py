@@ -29,9 +29,12 @@ class Filters:
     dag_id: str | None = None
     scope: str = "*"
     run_id: str | None = None
+    dag_ids: frozenset[str] | None = None  # only these DAGs (a user's readable ones); None: every DAG
 
     def conditions(self) -> list[ColumnElement[bool]]:
-        return entry_conditions(self.since, self.until, self.dag_id, self.run_id, self.scope)
+        return entry_conditions(
+            self.since, self.until, self.dag_id, self.run_id, self.scope, dag_ids=self.dag_ids
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import (
+    DDL,
     JSON,
     BigInteger,
     Boolean,
@@ -24,6 +25,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    event,
 )
 from sqlalchemy.types import TypeDecorator
 
@@ -197,6 +199,63 @@ price_cache = Table(
     Column("sku", String(64), nullable=False),
     Column("effective_date", String(40), nullable=False),
     Column("fetched_at", UTCDateTime, nullable=False),
+)
+
+# Governance: an append-only audit trail, and one row per alert sent. The unique key of
+# ``costaware_alerts_sent`` decides which of many workers sends a threshold's alert: the one whose insert
+# wins.
+audit = Table(
+    "costaware_audit",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("at", UTCDateTime, nullable=False, index=True),
+    Column("actor", String(256), nullable=False),
+    Column("action", String(32), nullable=False),
+    Column("target", String(1024), nullable=False),
+    Column("details", JSON, nullable=False),
+)
+
+alerts_sent = Table(
+    "costaware_alerts_sent",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("budget", String(600), nullable=False),
+    Column("period_key", String(300), nullable=False),
+    Column("threshold", String(16), nullable=False),
+    Column("sent_at", UTCDateTime, nullable=False),
+    UniqueConstraint("budget", "period_key", "threshold", name="uq_costaware_alerts_sent"),
+)
+
+# Per-budget alert settings (thresholds, notifiers as [{"class", "kwargs"}]); absent: the [costaware] ones.
+alert_rules = Table(
+    "costaware_alert_rules",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("budget", String(600), nullable=False, unique=True),
+    Column("thresholds", String(256)),
+    Column("notifiers", JSON),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+
+# The database itself refuses to change or remove an audit row, whatever code connects to it.
+for _verb in ("UPDATE", "DELETE"):
+    event.listen(
+        audit,
+        "after_create",
+        DDL(
+            f"CREATE TRIGGER costaware_audit_no_{_verb.lower()} BEFORE {_verb} ON costaware_audit "
+            "BEGIN SELECT RAISE(ABORT, 'costaware_audit is append-only'); END"
+        ).execute_if(dialect="sqlite"),
+    )
+event.listen(
+    audit,
+    "after_create",
+    DDL(
+        "CREATE OR REPLACE FUNCTION costaware_audit_append_only() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$ BEGIN RAISE EXCEPTION 'costaware_audit is append-only'; END $$; "
+        "CREATE TRIGGER costaware_audit_append_only BEFORE UPDATE OR DELETE ON costaware_audit "
+        "FOR EACH STATEMENT EXECUTE FUNCTION costaware_audit_append_only()"
+    ).execute_if(dialect="postgresql"),
 )
 
 #: version -> DDL statements that bring a ledger from version-1 to version (none yet).

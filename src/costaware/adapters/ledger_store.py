@@ -237,8 +237,14 @@ class Ledger:
         *,
         cap_gpu_hours: object | None = None,
         timezone: str = "UTC",
+        actor: str = "costaware",
     ) -> Budget:
-        """Create or replace the budget of (scope, period). Invalid input raises ``InvalidBudgetError``."""
+        """Create or replace the budget of (scope, period). Invalid input raises ``InvalidBudgetError``.
+
+        The change goes to the audit trail in the same transaction: ``actor``, the old cap and the new one.
+        """
+        from costaware.adapters.ledger_governance import append_audit
+
         budget = Budget.create(scope, period, cap_usd, cap_gpu_hours, timezone)
         values = {
             "cap_usd_micros": to_micros(budget.cap_usd),
@@ -251,12 +257,26 @@ class Ledger:
             if not self._is_sqlite:
                 conn.execute(text("SELECT pg_advisory_xact_lock(74210032)"))  # serialise upserts
             found = conn.execute(
-                select(t.c.id).where(t.c.scope == str(budget.scope), t.c.period == budget.period.value)
+                select(t.c.id, t.c.cap_usd_micros).where(
+                    t.c.scope == str(budget.scope), t.c.period == budget.period.value
+                )
             ).first()
             if found:
                 conn.execute(t.update().where(t.c.id == found[0]).values(**values))
             else:
                 conn.execute(t.insert().values(scope=str(budget.scope), period=budget.period.value, **values))
+            append_audit(
+                conn,
+                actor=actor,
+                action="budget_set",
+                target=budget.label,
+                details={
+                    "old_cap_usd": None if found is None else str(from_micros(found[1])),
+                    "new_cap_usd": str(from_micros(to_micros(budget.cap_usd))),
+                    "cap_gpu_hours": None if budget.cap_gpu_hours is None else str(budget.cap_gpu_hours),
+                    "timezone": budget.timezone,
+                },
+            )
         log.info("budget %s set to %s", budget.label, format_usd(budget.cap_usd))
         return budget
 
@@ -367,8 +387,14 @@ class Ledger:
         run_id: str | None = None,
         ttl: timedelta = DEFAULT_RESERVATION_TTL,
         purpose: str = "the next task",
+        approved_by: str | None = None,
+        approval: dict[str, Any] | None = None,
     ) -> Reservation:
         """Set ``usd`` aside in every budget that covers ``scope``, or raise if any cap would be passed.
+
+        With ``approved_by`` (a person who approved the overage) the caps are not checked, and the approval
+        (who, ``approval`` details, the amount and each budget's standing) goes to the audit trail in the
+        same transaction as the reservation.
 
         Atomic across processes: two workers racing for the last dollars cannot both get them.
         With ``holder`` set (e.g. ``dag/run/task/map_index``), asking again while that holder's
@@ -393,10 +419,35 @@ class Ledger:
                 if existing:
                     return self._reservation(conn, existing[0])
             applicable = self._applicable(conn, wanted, run_id, lock=True)
+            standing = []
             for budget_id, budget, window in applicable:
                 usage = self._usage(conn, budget_id, budget, window, now)
-                _check_cap(usage, amount, gpu, purpose, window)
+                if approved_by is None:
+                    _check_cap(usage, amount, gpu, purpose, window)
+                standing.append(usage)
             reservation_id = uuid.uuid4().hex
+            if approved_by is not None:
+                from costaware.adapters.ledger_governance import append_audit
+
+                append_audit(
+                    conn,
+                    actor=approved_by,
+                    action="approval",
+                    target=holder or str(wanted),
+                    details={
+                        **(approval or {}),
+                        "reservation_id": reservation_id,
+                        "usd": str(amount),
+                        "budgets": [
+                            {
+                                "budget": u.label,
+                                "cap_usd": str(u.cap_usd),
+                                "committed_usd": str(u.spent_usd + u.reserved_usd),
+                            }
+                            for u in standing
+                        ],
+                    },
+                )
             labels = [b.label for _, b, _ in applicable]
             conn.execute(
                 r.insert().values(
@@ -541,6 +592,7 @@ class Ledger:
         dag_id: str | None = None,
         run_id: str | None = None,
         scope: str | Scope = "*",
+        dag_ids: frozenset[str] | None = None,
     ) -> list[ReportRow]:
         """Spend per group, most expensive first.
 
@@ -552,10 +604,11 @@ class Ledger:
             dag_id: Only this DAG.
             run_id: Only this DAG run.
             scope: Only entries with these tags, e.g. ``project=churn``.
+            dag_ids: Only these DAGs (those the asking user may read).
         """
         e = schema.entries
         key = group_column(group_by)
-        conditions = entry_conditions(since, until, dag_id, run_id, scope)
+        conditions = entry_conditions(since, until, dag_id, run_id, scope, dag_ids=dag_ids)
         actual = e.c.estimated.is_(False)
         usd = func.sum(case((actual, e.c.usd_micros), else_=0))
         query = (
@@ -617,11 +670,22 @@ def _sqlite_engine(database: str | None) -> Engine:
 
 
 def entry_conditions(
-    since: datetime | None, until: datetime | None, dag_id: str | None, run_id: str | None, scope: str | Scope
+    since: datetime | None,
+    until: datetime | None,
+    dag_id: str | None,
+    run_id: str | None,
+    scope: str | Scope,
+    *,
+    dag_ids: frozenset[str] | None = None,
 ) -> list[ColumnElement[bool]]:
-    """SQL conditions of the usual report filters, each a bound parameter (``None`` filters nothing)."""
+    """SQL conditions of the usual report filters, each a bound parameter (``None`` filters nothing).
+
+    ``dag_ids`` keeps only those DAGs (the ones a user may read); an empty set keeps nothing.
+    """
     e = schema.entries
     out = scope_conditions(Scope.parse(scope))
+    if dag_ids is not None:
+        out.append(e.c.dag_id.in_(sorted(dag_ids)))
     if since:
         out.append(e.c.incurred_at >= since)
     if until:

@@ -278,6 +278,9 @@ class CostListener:
         entry = build_entry(ti, outcome, error, seconds)
         write_entry(entry, getattr(ti.task, "ledger_conn_id", "costaware_ledger"))
         record_utilization(ti, entry, reading, getattr(ti.task, "ledger_conn_id", "costaware_ledger"))
+        from costaware.notifications.budget import alerts_after_spend
+
+        alerts_after_spend(ti, dict(entry.tags), getattr(ti.task, "ledger_conn_id", "costaware_ledger"))
 
 
 cost_listener = CostListener()

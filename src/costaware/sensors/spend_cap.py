@@ -11,7 +11,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 
 from costaware.triggers.budget import BudgetAvailableTrigger
 
-ON_EXCEEDED = ("wait", "skip", "fail")
+ON_EXCEEDED = ("wait", "skip", "fail", "approve")
 
 
 class SpendCapSensor(BaseSensorOperator):
@@ -20,7 +20,10 @@ class SpendCapSensor(BaseSensorOperator):
     The reservation is settled with the actual cost by the costaware listener when that task ends (or
     expires after ``reservation_ttl``). When the budget has too little left, ``on_exceeded`` decides:
     ``wait`` until the cap is raised or the next budget period starts (deferred by default, so no worker
-    slot is held), ``skip`` the run's downstream tasks, or ``fail`` with a message naming the budget.
+    slot is held), ``skip`` the run's downstream tasks, ``fail`` with a message naming the budget, or
+    ``approve``: ask ``approvers`` in the Airflow UI (human-in-the-loop, "Required actions") whether to spend
+    past the cap; an approval reserves the overage and is written to the audit trail with the approver's
+    name, the time and the amount; a rejection or a timeout fails or skips, as ``on_rejected`` says.
 
     Args:
         scope: Budget scope as ``key=value`` tags, e.g. ``project=churn`` (templated).
@@ -31,6 +34,10 @@ class SpendCapSensor(BaseSensorOperator):
         reservation_ttl: How long the reservation holds if never settled.
         ledger_conn_id: Airflow connection of the ledger (falls back to ``COSTAWARE_LEDGER_URL``).
         deferrable: Wait in the triggerer, not a worker slot; default ``[operators] default_deferrable``.
+        approvers: With ``on_exceeded="approve"``: the Airflow user ids who may approve (empty: any user
+            allowed to answer the DAG's required actions).
+        approval_timeout: With ``on_exceeded="approve"``: how long to wait for an answer (then: rejected).
+        on_rejected: With ``on_exceeded="approve"``: ``fail`` or ``skip`` after a rejection or timeout.
         **kwargs: Sensor arguments: ``poke_interval``, ``timeout``, ``mode``, ``soft_fail``, ...
     """
 
@@ -48,11 +55,15 @@ class SpendCapSensor(BaseSensorOperator):
         reservation_ttl: timedelta = timedelta(hours=6),
         ledger_conn_id: str = "costaware_ledger",
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        approvers: Sequence[str] = (),
+        approval_timeout: timedelta | None = timedelta(hours=12),
+        on_rejected: str = "fail",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         if on_exceeded not in ON_EXCEEDED:
             raise ValueError(f"on_exceeded={on_exceeded!r}: use one of {', '.join(ON_EXCEEDED)}")
+        self._init_governance(on_exceeded, approvers, approval_timeout, on_rejected)
         self.scope = scope
         self.estimated_usd = estimated_usd
         self.estimated_gpu_hours = estimated_gpu_hours
@@ -61,6 +72,25 @@ class SpendCapSensor(BaseSensorOperator):
         self.reservation_ttl = reservation_ttl
         self.ledger_conn_id = ledger_conn_id
         self.deferrable = deferrable
+
+    def _init_governance(
+        self,
+        on_exceeded: str,
+        approvers: Sequence[str],
+        approval_timeout: timedelta | None,
+        on_rejected: str,
+    ) -> None:
+        from costaware.sensors.spend_approval import ON_REJECTED, require_hitl
+
+        if on_exceeded == "approve":
+            require_hitl()
+        if on_rejected not in ON_REJECTED:
+            raise ValueError(f"on_rejected={on_rejected!r}: use one of {', '.join(ON_REJECTED)}")
+        if isinstance(approvers, str) or not all(isinstance(a, str) and a.strip() for a in approvers):
+            raise ValueError(f"approvers={approvers!r}: give a list of Airflow user ids, e.g. ['ann']")
+        self.approvers = list(approvers)
+        self.approval_timeout = approval_timeout
+        self.on_rejected = on_rejected
 
     def _target(self) -> str:
         if self.for_task_id:
@@ -87,6 +117,7 @@ class SpendCapSensor(BaseSensorOperator):
             usd = parse_usd(self.estimated_usd, name="estimated_usd")
             gpu_hours = parse_usd(self.estimated_gpu_hours, name="estimated_gpu_hours")
             ledger = CostLedgerHook(self.ledger_conn_id).get_conn()
+            self._audit_overrides(context, ledger)
             try:
                 reservation = ledger.reserve(
                     self.scope,
@@ -98,6 +129,8 @@ class SpendCapSensor(BaseSensorOperator):
                     purpose=f"task {target!r}",
                 )
             except BudgetExceededError as e:
+                if self.on_exceeded == "approve":
+                    self._ask_approval(context, e, target)
                 if self.on_exceeded == "skip":
                     raise AirflowSkipException(f"skipping: {e}") from e
                 if self.on_exceeded == "fail":
@@ -119,11 +152,122 @@ class SpendCapSensor(BaseSensorOperator):
             "for_task_id": target,
         }
 
+    def _audit_overrides(self, context: Any, ledger: Any) -> None:
+        """Record in the audit trail, once per run, the trigger params that differ from the DAG's defaults."""
+        from costaware.adapters.ledger_governance import record_run_overrides
+
+        dag_run = context.get("dag_run")
+        given = dict(getattr(dag_run, "conf", None) or {})
+        if not given or not self.has_dag():
+            return
+        defaults = dict(self.dag.params.dump())
+        changed = {
+            key: {"default": defaults.get(key), "given": value}
+            for key, value in sorted(given.items())
+            if defaults.get(key) != value
+        }
+        actor = getattr(dag_run, "triggering_user_name", None) or "unknown"
+        ti = context["ti"]
+        if record_run_overrides(ledger, target=f"{ti.dag_id}/{ti.run_id}", actor=actor, overrides=changed):
+            self.log.info("Run params that override the DAG's defaults (audited): %s", changed)
+
+    def _ask_approval(self, context: Any, error: Any, target: str) -> None:
+        """Ask the approvers whether to spend past the cap; parks the task (``TaskAwaitingInput``)."""
+        from costaware.sensors.spend_approval import approval_body, ask
+
+        forecast = self._forecast_text(error.scope)
+        self.log.warning("Budget exceeded, asking %s for approval: %s", self.approvers or "any user", error)
+        ask(
+            context,
+            subject=f"Approve spending past budget '{error.scope}'?",
+            body=approval_body(
+                budget=error.scope,
+                spent_usd=error.spent_usd,
+                cap_usd=error.cap_usd,
+                needed_usd=error.needed_usd,
+                forecast_usd=forecast,
+                task=target,
+            ),
+            approvers=self.approvers,
+            timeout=self.approval_timeout,
+            method_name="approval_complete",
+        )
+
+    def _forecast_text(self, label: str) -> str | None:
+        """The period-end forecast of the exceeded budget, from this DAG's timetable; None if unknown."""
+        try:
+            from costaware.adapters.airflow_schedule import TimetableSchedule
+            from costaware.adapters.ledger_governance import budget_outlook
+            from costaware.hooks.ledger import CostLedgerHook
+
+            ledger = CostLedgerHook(self.ledger_conn_id).get_conn()
+            name, _, key = label.rpartition("/")  # e.g. project=churn/2026-11: the scope and the period key
+            period = "total" if key == "total" else "day" if len(key) == 10 else "month"
+            budget = next(b for b in ledger.budgets() if str(b.scope) == name and b.period.value == period)
+            schedule = TimetableSchedule({self.dag_id: self.dag.timetable} if self.has_dag() else {})
+            return str(budget_outlook(ledger, budget, schedule).forecast.forecast_usd)
+        except Exception as e:  # the forecast is a help for the approver, not a condition
+            self.log.info("No forecast for budget %s: %s", label, e)
+            return None
+
+    def approval_complete(self, context: Any, event: dict[str, Any] | None = None) -> Any:
+        """Resume after a person answered (or the wait timed out): reserve the overage, or fail/skip."""
+        from costaware.adapters.ledger_governance import record_audit
+        from costaware.core.ledger import reservation_holder
+        from costaware.core.money import parse_usd
+        from costaware.hooks.ledger import CostLedgerHook
+        from costaware.operators.errors import airflow_errors
+        from costaware.sensors.spend_approval import decision
+
+        ti = context["ti"]
+        target = self._target()
+        holder = reservation_holder(ti.dag_id, ti.run_id, target, ti.map_index)
+        with airflow_errors():
+            approved, who, details = decision(event or {"error_type": "no answer"})
+            usd = parse_usd(self.estimated_usd, name="estimated_usd")
+            ledger = CostLedgerHook(self.ledger_conn_id).get_conn()
+            if not approved:
+                record_audit(
+                    ledger,
+                    actor=who,
+                    action="rejection",
+                    target=holder,
+                    details={**details, "usd": str(usd), "scope": str(self.scope)},
+                )
+                message = f"spending ${usd} past the budget of {self.scope!r} was not approved ({who})"
+                if self.on_rejected == "skip":
+                    raise AirflowSkipException(message)
+                raise AirflowFailException(message)
+            reservation = ledger.reserve(
+                self.scope,
+                usd,
+                gpu_hours=parse_usd(self.estimated_gpu_hours, name="estimated_gpu_hours"),
+                holder=holder,
+                run_id=ti.run_id,
+                ttl=self.reservation_ttl,
+                purpose=f"task {target!r}",
+                approved_by=who,
+                approval=details,
+            )
+        self.log.warning(
+            "%s approved $%s past the cap of %s (reservation %s)", who, usd, self.scope, reservation.id
+        )
+        return {
+            "reservation_id": reservation.id,
+            "usd": str(reservation.usd),
+            "scope": str(reservation.scope),
+            "budgets": list(reservation.budgets),
+            "for_task_id": target,
+            "approved_by": who,
+        }
+
     def poke(self, context: Any) -> bool | PokeReturnValue:
         result = self._try_reserve(context)
         return PokeReturnValue(is_done=True, xcom_value=result) if result else False
 
     def execute(self, context: Any) -> Any:
+        if self.on_exceeded == "approve":
+            return self._try_reserve(context)  # reserves, or asks a person (never waits for room)
         if not self.deferrable:
             return super().execute(context)
         result = self._try_reserve(context)

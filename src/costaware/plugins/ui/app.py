@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
+from pydantic import BaseModel, Field
 
 from costaware.core.errors import ConfigurationError, CostawareError, LedgerUnavailableError
 from costaware.core.money import format_usd
@@ -31,8 +32,10 @@ SCOPE_PATTERN = (
 )
 
 
-async def require_login(request: Request) -> None:
+async def require_login(request: Request) -> Any:
     """Airflow's own check (Bearer token, else the UI's session cookie); 401/403 when it fails.
+
+    Returns the logged-in user (an auth manager ``BaseUser``).
 
     Airflow's security module is imported here, at request time, not when the plugin loads: every
     task process loads plugins (for the listener) and should not pay for the api-server's imports.
@@ -42,7 +45,7 @@ async def require_login(request: Request) -> None:
 
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
     credentials = HTTPAuthorizationCredentials(scheme=scheme, credentials=token) if token else None
-    await get_user(request, None, credentials)
+    return await get_user(request, None, credentials)
 
 
 cost_app = FastAPI(
@@ -84,7 +87,36 @@ def report_filters(
     return Filters(since=start, until=until, dag_id=dag_id, scope=scope)
 
 
-ReportFilters = Annotated[Any, Depends(report_filters)]
+def readable_dags(user: Annotated[Any, Depends(require_login)]) -> frozenset[str]:
+    """The DAGs in the ledger that the logged-in user may read (the auth manager decides)."""
+    from costaware.plugins.ui.access import readable_dag_ids
+
+    def find() -> frozenset[str]:
+        return readable_dag_ids(user, _ledger_dag_ids())
+
+    return frozenset(_guard(find))
+
+
+def _ledger_dag_ids() -> set[str]:
+    from sqlalchemy import select
+
+    from costaware.adapters import ledger_schema as schema
+
+    with _ledger().reading() as conn:
+        return {row[0] for row in conn.execute(select(schema.entries.c.dag_id).distinct())}
+
+
+Readable = Annotated[frozenset[str], Depends(readable_dags)]
+
+
+def visible_filters(filters: Annotated[Any, Depends(report_filters)], readable: Readable) -> Any:
+    """The report filters narrowed to the DAGs the user may read."""
+    from dataclasses import replace
+
+    return replace(filters, dag_ids=readable)
+
+
+ReportFilters = Annotated[Any, Depends(visible_filters)]
 
 
 def _guard(call: Any) -> Any:
@@ -136,7 +168,7 @@ def api_spend(filters: ReportFilters, group_by: GroupBy = "dag") -> dict[str, An
     f = filters
     rows = _guard(
         lambda: _ledger().report(
-            group_by=group_by, since=f.since, until=f.until, dag_id=f.dag_id, scope=f.scope
+            group_by=group_by, since=f.since, until=f.until, dag_id=f.dag_id, scope=f.scope, dag_ids=f.dag_ids
         )
     )
     return {
@@ -169,11 +201,9 @@ def api_daily(filters: ReportFilters, group_by: GroupBy = "dag") -> dict[str, An
 
 
 @cost_app.get("/api/budgets", summary="Each budget's cap, spend and reservations this period, with burn-down")
-def api_budgets() -> dict[str, Any]:
-    """Every budget with its cap, spend, reservations and burn-down this period."""
-    from costaware.adapters.ledger_reports import burn_down
-
-    found = _guard(lambda: burn_down(_ledger()))
+def api_budgets(readable: Readable) -> dict[str, Any]:
+    """Every budget the user may see with its cap, spend, reservations, burn-down and period-end forecast."""
+    found, forecasts = _guard(lambda: _budgets_with_forecasts(readable))
     return {
         "budgets": [
             {
@@ -184,10 +214,54 @@ def api_budgets() -> dict[str, Any]:
                 "reserved_usd": _usd(b.usage.reserved_usd),
                 "left_usd": _usd(b.usage.left_usd),
                 "burn_down": [{"day": d.isoformat(), "spent_usd": _usd(v)} for d, v in b.cumulative],
+                "forecast_usd": _usd(forecasts[b.usage.label].forecast_usd),
+                "forecast_low_usd": _usd(forecasts[b.usage.label].low_usd),
+                "forecast_high_usd": _usd(forecasts[b.usage.label].high_usd),
+                "runs_left": forecasts[b.usage.label].runs_left,
             }
             for b in found
         ]
     }
+
+
+def _budgets_with_forecasts(readable: frozenset[str]) -> tuple[list[Any], dict[str, Any]]:
+    """The burn-down of each budget the user may see, and its forecast (timetables from Airflow's DB)."""
+    from costaware.adapters.airflow_schedule import AirflowSchedule
+    from costaware.adapters.ledger_governance import budget_outlook, visible_budgets
+    from costaware.adapters.ledger_reports import burn_down
+
+    ledger = _ledger()
+    visible = {b.label: b for b in visible_budgets(ledger, readable)}
+    found = [b for b in burn_down(ledger) if b.usage.label in visible]
+    schedule = AirflowSchedule()
+    forecasts = {
+        b.usage.label: budget_outlook(ledger, visible[b.usage.label], schedule).forecast for b in found
+    }
+    return found, forecasts
+
+
+class BudgetChange(BaseModel):
+    """A budget to create or change from the UI."""
+
+    scope: str = Field(pattern=SCOPE_PATTERN, description="Tags the budget covers, e.g. project=churn.")
+    period: str = Field(pattern=r"^(run|day|month|total)$")
+    cap_usd: str = Field(pattern=r"^[0-9]{1,12}(\.[0-9]{1,6})?$", description="The cap in USD, e.g. 250.")
+    timezone: str = Field(default="UTC", max_length=64)
+
+
+@cost_app.post("/api/budgets", summary="Create or change a budget (needs the budget permission); audited")
+def api_set_budget(change: BudgetChange, user: Annotated[Any, Depends(require_login)]) -> dict[str, Any]:
+    """Create or change a budget; 403 without the permission. The audit trail records who and the caps."""
+    from costaware.plugins.ui.access import may_set_budgets, user_name
+
+    if not _guard(lambda: may_set_budgets(user)):
+        raise HTTPException(403, f"user {user_name(user)!r} may not set budgets: ask an admin")
+    budget = _guard(
+        lambda: _ledger().set_budget(
+            change.scope, change.period, change.cap_usd, timezone=change.timezone, actor=user_name(user)
+        )
+    )
+    return {"budget": budget.label, "cap_usd": _usd(budget.cap_usd), "set_by": user_name(user)}
 
 
 @cost_app.get("/api/top-tries", summary="The most expensive task tries")
@@ -211,9 +285,9 @@ def api_top_tries(filters: ReportFilters, limit: Annotated[int, Query(ge=1, le=1
 
 
 @cost_app.get("/", response_class=HTMLResponse, summary="The Cost page")
-def cost_page(filters: ReportFilters, group_by: GroupBy = "dag") -> str:
+def cost_page(filters: ReportFilters, readable: Readable, group_by: GroupBy = "dag") -> str:
     """The Cost page: cards, spend over time, budget burn-down, spend by tag and run, costliest tries."""
-    from costaware.adapters.ledger_reports import burn_down, costliest_tries, daily_spend, summary
+    from costaware.adapters.ledger_reports import costliest_tries, daily_spend, summary
 
     def build() -> str:
         ledger = _ledger()
@@ -222,12 +296,15 @@ def cost_page(filters: ReportFilters, group_by: GroupBy = "dag") -> str:
         days = max(1, round((datetime.now(timezone.utc) - f.since).total_seconds() / 86400))
         s = summary(ledger, f)
         per_day = daily_spend(ledger, f, group_by)
-        by_group = ledger.report(group_by=group_by, since=f.since, dag_id=dag_id, scope=scope)
-        by_team = ledger.report(group_by="tag:team", since=f.since, dag_id=dag_id, scope=scope)
-        by_project = ledger.report(group_by="tag:project", since=f.since, dag_id=dag_id, scope=scope)
-        by_run = ledger.report(group_by="run", since=f.since, dag_id=dag_id, scope=scope)[:10]
+        seen = f.dag_ids
+        by_group = ledger.report(group_by=group_by, since=f.since, dag_id=dag_id, scope=scope, dag_ids=seen)
+        by_team = ledger.report(group_by="tag:team", since=f.since, dag_id=dag_id, scope=scope, dag_ids=seen)
+        by_project = ledger.report(
+            group_by="tag:project", since=f.since, dag_id=dag_id, scope=scope, dag_ids=seen
+        )
+        by_run = ledger.report(group_by="run", since=f.since, dag_id=dag_id, scope=scope, dag_ids=seen)[:10]
         tries = costliest_tries(ledger, f, 10)
-        budgets = burn_down(ledger)
+        budgets, forecasts = _budgets_with_forecasts(readable)
         from costaware.plugins.ui.efficiency import efficiency_panel
 
         efficiency = efficiency_panel(ledger, f)
@@ -245,9 +322,16 @@ def cost_page(filters: ReportFilters, group_by: GroupBy = "dag") -> str:
             tries,
             budgets,
             efficiency,
+            forecasts,
         )
 
     return str(_guard(build))
+
+
+def _forecast_triple(forecast: Any) -> tuple[Decimal, Decimal, Decimal] | None:
+    if forecast is None:
+        return None
+    return (forecast.forecast_usd, forecast.low_usd, forecast.high_usd)
 
 
 def _card(label: str, value: str, note: str = "") -> str:
@@ -278,6 +362,7 @@ def _page(
     tries: Any,
     budgets: Any,
     efficiency: str = "",
+    forecasts: Any = None,
 ) -> str:
     cards = "".join(
         [
@@ -297,6 +382,7 @@ def _page(
                 b.cumulative,
                 b.usage.cap_usd,
                 f"Budget {b.usage.label} ({b.usage.period_key}): {format_usd(b.usage.left_usd)} left",
+                _forecast_triple((forecasts or {}).get(b.usage.label)),
             )
             for b in budgets
         )
@@ -353,6 +439,6 @@ def _page(
 
 from costaware.plugins.ui import efficiency as _efficiency  # noqa: E402  (routes need the names above)
 
-_efficiency.add_routes(cost_app, report_filters, _guard, _ledger)
+_efficiency.add_routes(cost_app, visible_filters, _guard, _ledger)
 
 _TEMPLATE = Template((resources.files("costaware.plugins.ui") / "templates" / "cost.html").read_text("utf-8"))

@@ -76,9 +76,18 @@ def horizontal_bars(rows: Sequence[tuple[str, Decimal]], title: str) -> str:
     return "".join(parts)
 
 
-def burn_down_line(cumulative: Sequence[tuple[date, Decimal]], cap: Decimal, title: str) -> str:
-    """Running spend of a budget period against its cap (dashed line)."""
-    top = max([cap, *[v for _, v in cumulative]]) or Decimal(1)
+def burn_down_line(
+    cumulative: Sequence[tuple[date, Decimal]],
+    cap: Decimal,
+    title: str,
+    forecast: tuple[Decimal, Decimal, Decimal] | None = None,
+) -> str:
+    """Running spend of a budget period against its cap (dashed line).
+
+    With ``forecast`` (central, low, high at the period end) the last slot on the right is the period end:
+    a dotted line runs from the spend so far to the forecast, with its low-high interval as a bar.
+    """
+    top = max([cap, *[v for _, v in cumulative], *(forecast or ())]) or Decimal(1)
     parts = [_frame(title, top)]
     cap_y = HEIGHT - PAD - float(cap / top) * (HEIGHT - 2 * PAD)
     parts.append(f'<line x1="{LEFT}" x2="{WIDTH - PAD}" y1="{cap_y:.1f}" y2="{cap_y:.1f}" class="cap"/>')
@@ -86,8 +95,11 @@ def burn_down_line(cumulative: Sequence[tuple[date, Decimal]], cap: Decimal, tit
         f'<text x="{WIDTH - PAD}" y="{cap_y - 4:.1f}" class="value" text-anchor="end">'
         f"cap {_money(cap)}</text>"
     )
+    slots = len(cumulative) - 1 + (forecast is not None)
+    if forecast is not None:
+        parts.append(_forecast_marks(cumulative, forecast, top))
     if cumulative:
-        step = (WIDTH - LEFT - PAD) / max(1, len(cumulative) - 1)
+        step = (WIDTH - LEFT - PAD) / max(1, slots)
         xy = [
             (LEFT + i * step, HEIGHT - PAD - float(v / top) * (HEIGHT - 2 * PAD))
             for i, (_, v) in enumerate(cumulative)
@@ -101,6 +113,28 @@ def burn_down_line(cumulative: Sequence[tuple[date, Decimal]], cap: Decimal, tit
         )
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _forecast_marks(
+    cumulative: Sequence[tuple[date, Decimal]], forecast: tuple[Decimal, Decimal, Decimal], top: Decimal
+) -> str:
+    def y(v: Decimal) -> float:
+        return HEIGHT - PAD - float(v / top) * (HEIGHT - 2 * PAD)
+
+    central, low, high = forecast
+    end_x = WIDTH - PAD
+    start_x = (
+        LEFT + (WIDTH - LEFT - PAD) * (len(cumulative) - 1) / max(1, len(cumulative)) if cumulative else LEFT
+    )
+    start_v = cumulative[-1][1] if cumulative else Decimal(0)
+    return (
+        f'<line x1="{end_x:.1f}" x2="{end_x:.1f}" y1="{y(low):.1f}" y2="{y(high):.1f}" '
+        f'class="forecast-band"/>'
+        f'<line x1="{start_x:.1f}" x2="{end_x:.1f}" y1="{y(start_v):.1f}" y2="{y(central):.1f}" '
+        f'class="forecast"/>'
+        f'<text x="{end_x - 4:.1f}" y="{y(central) + 14:.1f}" class="value" text-anchor="end">'
+        f"forecast {_money(central)} ({_money(low)}-{_money(high)})</text>"
+    )
 
 
 def _frame(title: str, top: Decimal) -> str:

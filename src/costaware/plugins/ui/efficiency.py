@@ -28,6 +28,7 @@ def efficiency_data(ledger: Any, filters: Any, runs_per_month: float | None = No
     measured = measurements(ledger, dag_id=filters.dag_id, since=filters.since)
     if filters.until is not None:
         measured = [m for m in measured if m.measured_at is None or m.measured_at < filters.until]
+    measured = [m for m in measured if _readable(filters, m.dag_id)]
     advice = advise_tasks(bundled_catalog(), measured, runs_per_month=runs_per_month)
     return {
         "tasks": utilization_by_task(measured),
@@ -43,9 +44,18 @@ def run_outcomes(ledger: Any, filters: Any) -> list[Any]:
     return [
         o
         for o in outcomes(ledger, dag_id=filters.dag_id)
-        if o.recorded_at is None
-        or (o.recorded_at >= filters.since and (filters.until is None or o.recorded_at < filters.until))
+        if _readable(filters, o.dag_id)
+        and (
+            o.recorded_at is None
+            or (o.recorded_at >= filters.since and (filters.until is None or o.recorded_at < filters.until))
+        )
     ]
+
+
+def _readable(filters: Any, dag_id: str) -> bool:
+    """Whether the user behind ``filters`` may read ``dag_id`` (``dag_ids`` None: no restriction)."""
+    allowed = getattr(filters, "dag_ids", None)
+    return allowed is None or dag_id in allowed
 
 
 def efficiency_panel(ledger: Any, filters: Any) -> str:

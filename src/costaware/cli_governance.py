@@ -1,0 +1,191 @@
+"""``costaware audit`` and the forecast columns of ``costaware budget show``.
+
+The forecast counts the runs still to come from the DAGs' timetables in the Airflow metadata database when
+Airflow and its database are reachable from where the command runs; elsewhere it forecasts what is
+committed (spent + reserved) only, and says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from costaware.core.money import format_usd
+
+
+def current_actor() -> str:
+    """Who runs this command, for the audit trail (``$USER``, else ``unknown``)."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
+
+
+def forecast_rows(ledger: Any, usages: Sequence[Any], *, schedule: Any = None) -> list[dict[str, Any]]:
+    """For each usage (of ``Ledger.usage``), its forecast fields; ``None`` for per-run budgets.
+
+    Args:
+        ledger: The ledger.
+        usages: ``BudgetUsage`` rows, as ``budget show`` prints them.
+        schedule: A ``RunSchedule``; default: the Airflow metadata database's timetables.
+    """
+    from costaware.adapters.ledger_governance import budget_outlook
+    from costaware.core.budgets import Period
+
+    if schedule is None:
+        from costaware.adapters.airflow_schedule import AirflowSchedule
+
+        schedule = AirflowSchedule()
+    by_label = {b.label: b for b in ledger.budgets()}
+    out: list[dict[str, Any]] = []
+    for usage in usages:
+        budget = by_label.get(usage.label)
+        if budget is None or budget.period is Period.RUN:
+            out.append({"forecast_usd": None, "forecast_low_usd": None, "forecast_high_usd": None})
+            continue
+        f = budget_outlook(ledger, budget, schedule).forecast
+        out.append(
+            {
+                "forecast_usd": str(f.forecast_usd),
+                "forecast_low_usd": str(f.low_usd),
+                "forecast_high_usd": str(f.high_usd),
+                "runs_left": f.runs_left,
+                "forecast_above_cap": f.crosses(usage.cap_usd),
+            }
+        )
+    return out
+
+
+def forecast_cell(row: dict[str, Any]) -> str:
+    """``$12.00 ($10.00-$15.00)``, or ``-`` without a forecast."""
+    if row.get("forecast_usd") is None:
+        return "-"
+    from decimal import Decimal
+
+    mark = " !" if row.get("forecast_above_cap") else ""
+    return (
+        f"{format_usd(Decimal(row['forecast_usd']))} ({format_usd(Decimal(row['forecast_low_usd']))}"
+        f"-{format_usd(Decimal(row['forecast_high_usd']))}){mark}"
+    )
+
+
+def _audit(args: argparse.Namespace) -> int:
+    from costaware.adapters.ledger_governance import audit_log
+    from costaware.adapters.ledger_store import Ledger
+    from costaware.cli import _emit
+
+    entries = audit_log(Ledger.from_url(args.ledger_url), since=args.since, action=args.action)
+    if not entries and args.format == "table":
+        print("no audit entries" + (f" since {args.since.isoformat()}" if args.since else ""))
+        return 0
+    headers = ["when (UTC)", "who", "action", "target", "details"]
+    rows = [
+        [
+            e.at.strftime("%Y-%m-%d %H:%M:%S"),
+            e.actor,
+            e.action,
+            e.target,
+            json.dumps(e.details, sort_keys=True, default=str),
+        ]
+        for e in entries
+    ]
+    payload = [
+        {
+            "id": e.id,
+            "at": e.at.isoformat(),
+            "actor": e.actor,
+            "action": e.action,
+            "target": e.target,
+            "details": e.details,
+        }
+        for e in entries
+    ]
+    _emit(args.format, headers, rows, payload)
+    return 0
+
+
+def _alerts_set(args: argparse.Namespace) -> int:
+    from costaware.adapters.ledger_governance import set_alert_rule
+    from costaware.adapters.ledger_store import Ledger
+    from costaware.core.budgets import Period, Scope
+    from costaware.core.errors import ConfigurationError
+
+    try:
+        notifiers = None if args.notifiers is None else json.loads(args.notifiers)
+    except json.JSONDecodeError as e:
+        raise ConfigurationError(
+            f"--notifiers {args.notifiers!r} is not JSON: give e.g. "
+            '\'[{"class": "airflow.providers.smtp.notifications.smtp.SmtpNotifier", '
+            '"kwargs": {"to": "a@b.c"}}]\''
+        ) from e
+    if notifiers is not None and not isinstance(notifiers, list):
+        raise ConfigurationError(f"--notifiers must be a JSON list, got {args.notifiers!r}")
+    label = f"{Scope.parse(args.scope)}/{Period.parse(args.period).value}"
+    rule = set_alert_rule(
+        Ledger.from_url(args.ledger_url),
+        label,
+        thresholds=args.thresholds,
+        notifiers=notifiers,
+        actor=current_actor(),
+    )
+    thresholds = ", ".join(rule.thresholds) if rule.thresholds else "the [costaware] defaults"
+    print(f"alerts of budget '{label}': {thresholds}; {len(rule.notifiers or [])} notifier(s)")
+    return 0
+
+
+def _alerts_list(args: argparse.Namespace) -> int:
+    from costaware.adapters.ledger_governance import alert_rules, alerts_sent
+    from costaware.adapters.ledger_store import Ledger
+    from costaware.cli import _emit
+
+    ledger = Ledger.from_url(args.ledger_url)
+    rules = alert_rules(ledger)
+    sent = alerts_sent(ledger)
+    rows = [
+        [
+            b.label,
+            ",".join(rules[b.label].thresholds or ()) if b.label in rules else "(defaults)",
+            ", ".join(n["class"].rsplit(".", 1)[-1] for n in (rules[b.label].notifiers or []))
+            if b.label in rules
+            else "(defaults)",
+            ", ".join(f"{t}@{p}" for name, p, t in sent if name == b.label) or "-",
+        ]
+        for b in ledger.budgets()
+    ]
+    payload = [dict(zip(("budget", "thresholds", "notifiers", "sent"), row, strict=True)) for row in rows]
+    _emit(args.format, ["budget", "thresholds", "notifiers", "sent"], rows, payload)
+    return 0
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``audit`` and ``alerts`` on an ``argparse`` subparsers object."""
+    from costaware.adapters.ledger_governance import AUDIT_ACTIONS
+    from costaware.cli import FORMATS, _when
+
+    audit = subparsers.add_parser(
+        "audit", help="budget changes, approvals, overrides and alerts sent: who, when, what"
+    )
+    audit.add_argument("--since", type=_when, help="ISO date or datetime, inclusive")
+    audit.add_argument("--action", choices=AUDIT_ACTIONS, help="only this kind of entry")
+    audit.add_argument("--format", choices=FORMATS, default="table")
+    audit.set_defaults(func=_audit)
+
+    alerts = subparsers.add_parser("alerts", help="budget alert thresholds and notifiers").add_subparsers(
+        dest="action", required=True
+    )
+    a_set = alerts.add_parser("set", help="a budget's own alert thresholds and notifiers")
+    a_set.add_argument("--scope", required=True, help="the budget's scope, e.g. project=churn")
+    a_set.add_argument("--period", required=True, help="the budget's period: day, month or total")
+    a_set.add_argument("--thresholds", default=None, help="e.g. 50%%,80%%,100%%,forecast")
+    a_set.add_argument(
+        "--notifiers",
+        default=None,
+        help='JSON list of {"class": "<module.Notifier>", "kwargs": {...}} (any Airflow BaseNotifier)',
+    )
+    a_set.set_defaults(func=_alerts_set)
+    a_list = alerts.add_parser("list", help="every budget's alert settings and the alerts sent")
+    a_list.add_argument("--format", choices=FORMATS, default="table")
+    a_list.set_defaults(func=_alerts_list)

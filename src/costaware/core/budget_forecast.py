@@ -1,0 +1,159 @@
+"""Where a budget's period will end: the spend so far plus the scheduled runs still to come.
+
+The method is deliberately simple, so a team lead can check it by hand:
+
+1. **Committed.** What the budget has spent this period plus what is reserved (``spent + reserved``): that
+   money is gone or promised whatever happens next.
+2. **Still to come.** For every DAG that spends in the budget's scope, the number of runs its timetable
+   schedules between now and the end of the period (``runs_left``), times its cost per run over its
+   recent runs. The forecast uses the mean cost per run, the low end of the interval the cheapest recent run
+   and the high end the dearest one.
+
+So ``forecast = committed + sum(runs_left[d] * mean(cost_per_run[d]))``, ``low`` uses ``min`` and ``high``
+uses ``max`` in place of ``mean``. A DAG with no recent run (nothing to learn a cost from) adds nothing and is
+counted in ``unpriced_dags``; a manual-only DAG has no scheduled runs and adds nothing either. The interval
+is the spread of what recent runs actually cost, not a statistical confidence interval: with one recent run
+it is a single point.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+
+from costaware.core.errors import ConfigurationError
+
+_MICRO = Decimal("0.000001")
+
+
+@dataclass(frozen=True, slots=True)
+class DagOutlook:
+    """One DAG's share of a forecast: runs still to come this period and what its recent runs cost."""
+
+    dag_id: str
+    runs_left: int
+    recent_run_usd: tuple[Decimal, ...]
+
+    def __post_init__(self) -> None:
+        if self.runs_left < 0:
+            raise ConfigurationError(f"DAG {self.dag_id!r} has runs_left={self.runs_left}: it must be >= 0")
+        bad = [usd for usd in self.recent_run_usd if not usd.is_finite() or usd < 0]
+        if bad:
+            raise ConfigurationError(f"DAG {self.dag_id!r} has recent run costs {bad}: each must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class SpendForecast:
+    """Projected spend of one budget at the end of its period, with a low-high interval."""
+
+    committed_usd: Decimal
+    forecast_usd: Decimal
+    low_usd: Decimal
+    high_usd: Decimal
+    runs_left: int
+    unpriced_dags: tuple[str, ...] = ()
+
+    def crosses(self, cap_usd: Decimal) -> bool:
+        """Whether the central forecast ends the period above ``cap_usd``."""
+        return self.forecast_usd > cap_usd
+
+
+def forecast_spend(committed_usd: Decimal, outlooks: Sequence[DagOutlook]) -> SpendForecast:
+    """The period-end forecast of a budget (see the module docstring for the method).
+
+    Args:
+        committed_usd: Spent plus reserved this period.
+        outlooks: One per DAG spending in the budget's scope.
+
+    Raises:
+        ConfigurationError: a negative or non-finite committed amount.
+    """
+    if not committed_usd.is_finite() or committed_usd < 0:
+        raise ConfigurationError(f"committed spend {committed_usd} must be a finite amount >= 0")
+    mean = low = high = Decimal(0)
+    runs = 0
+    unpriced: list[str] = []
+    for outlook in outlooks:
+        if outlook.runs_left == 0:
+            continue
+        if not outlook.recent_run_usd:
+            unpriced.append(outlook.dag_id)
+            continue
+        costs = outlook.recent_run_usd
+        runs += outlook.runs_left
+        mean += outlook.runs_left * sum(costs, Decimal(0)) / len(costs)
+        low += outlook.runs_left * min(costs)
+        high += outlook.runs_left * max(costs)
+    return SpendForecast(
+        committed_usd=committed_usd,
+        forecast_usd=(committed_usd + mean).quantize(_MICRO),
+        low_usd=(committed_usd + low).quantize(_MICRO),
+        high_usd=(committed_usd + high).quantize(_MICRO),
+        runs_left=runs,
+        unpriced_dags=tuple(sorted(unpriced)),
+    )
+
+
+def outlooks_from(
+    recent_costs: Mapping[str, Sequence[Decimal]], runs_left: Mapping[str, int]
+) -> list[DagOutlook]:
+    """Join per-DAG recent run costs and per-DAG runs left into outlooks (a DAG in either map counts)."""
+    return [
+        DagOutlook(dag_id, int(runs_left.get(dag_id, 0)), tuple(recent_costs.get(dag_id, ())))
+        for dag_id in sorted(set(recent_costs) | set(runs_left))
+    ]
+
+
+# -- alert thresholds ------------------------------------------------------------------------------
+
+FORECAST = "forecast"
+DEFAULT_THRESHOLDS = ("50%", "80%", "100%", FORECAST)
+
+
+def parse_thresholds(spec: str | Sequence[str | int]) -> tuple[str, ...]:
+    """Normalise thresholds such as ``"50%,80%,100%,forecast"`` or ``[50, 80, "forecast"]``.
+
+    A number is a percentage of the cap (``50`` and ``"50%"`` are the same); ``forecast`` fires when the
+    period-end forecast passes the cap. Returns them as ``("50%", "80%", "forecast")``, percentages ascending.
+
+    Raises:
+        ConfigurationError: an empty list, a percentage that is not a whole number in 1..1000, or an
+            unknown word.
+    """
+    parts = [p.strip() for p in spec.split(",")] if isinstance(spec, str) else [str(p).strip() for p in spec]
+    parts = [p for p in parts if p]
+    if not parts:
+        raise ConfigurationError(f"alert thresholds {spec!r} are empty: use e.g. '50%,80%,100%,forecast'")
+    percents: set[int] = set()
+    forecast = False
+    for part in parts:
+        if part.lower() == FORECAST:
+            forecast = True
+            continue
+        digits = part.removesuffix("%")
+        if not digits.isdigit() or not 1 <= int(digits) <= 1000:
+            raise ConfigurationError(
+                f"alert threshold {part!r} is neither a percentage of the cap (1..1000, e.g. '80%') "
+                f"nor 'forecast'"
+            )
+        percents.add(int(digits))
+    return tuple(f"{p}%" for p in sorted(percents)) + ((FORECAST,) if forecast else ())
+
+
+def crossed_thresholds(
+    thresholds: Sequence[str], *, spent_usd: Decimal, cap_usd: Decimal, forecast_usd: Decimal | None
+) -> list[str]:
+    """The thresholds that spend (or the forecast, for ``forecast``) has reached, in order.
+
+    A percentage threshold is reached when ``spent >= cap * percent / 100``; ``forecast`` when the forecast
+    is above the cap. A zero cap reaches every percentage at once.
+    """
+    out = []
+    for threshold in thresholds:
+        if threshold == FORECAST:
+            if forecast_usd is not None and forecast_usd > cap_usd:
+                out.append(threshold)
+        elif spent_usd >= cap_usd * Decimal(threshold.removesuffix("%")) / 100:
+            out.append(threshold)
+    return out

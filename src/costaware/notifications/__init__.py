@@ -1,0 +1,1 @@
+"""Budget alerts through Airflow notifiers."""

@@ -1,0 +1,211 @@
+"""Budget alerts: each threshold of each budget fires at most once per period, through Airflow notifiers.
+
+The thresholds (default ``50%, 80%, 100%`` of the cap and ``forecast``: the period-end forecast passes the
+cap) and the notifiers are set per budget in the ledger (``costaware alerts set``), else come from
+``[costaware] alert_thresholds`` and ``[costaware] alert_notifiers``. A notifier is any
+``airflow.sdk.BaseNotifier`` (SMTP, Slack, your own), given as
+``{"class": "<import path>", "kwargs": {...}}``.
+Every alert is also written to the log of the task that saw it.
+
+Which worker sends is decided in the ledger: the first to record (budget, period, threshold) sends; the
+others see the row and stay quiet. A notifier that fails is logged; the task goes on.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from costaware.core.budget_forecast import DEFAULT_THRESHOLDS, FORECAST, crossed_thresholds, parse_thresholds
+from costaware.core.errors import BudgetNotFoundError, ConfigurationError
+from costaware.core.money import format_usd
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetAlert:
+    """One threshold crossed by one budget in one period."""
+
+    budget: str
+    period_key: str
+    threshold: str
+    spent_usd: Decimal
+    cap_usd: Decimal
+    forecast_usd: Decimal
+
+    @property
+    def message(self) -> str:
+        if self.threshold == FORECAST:
+            what = f"is forecast to end the period at {format_usd(self.forecast_usd)}, above its cap"
+        else:
+            what = f"passed {self.threshold} of its cap"
+        return (
+            f"costaware budget '{self.budget}' ({self.period_key}) {what}: spent "
+            f"{format_usd(self.spent_usd)} of {format_usd(self.cap_usd)}, "
+            f"forecast {format_usd(self.forecast_usd)}"
+        )
+
+    def as_dict(self) -> dict[str, str]:
+        return {
+            "budget": self.budget,
+            "period": self.period_key,
+            "threshold": self.threshold,
+            "spent_usd": str(self.spent_usd),
+            "cap_usd": str(self.cap_usd),
+            "forecast_usd": str(self.forecast_usd),
+            "message": self.message,
+        }
+
+
+def configured_thresholds() -> tuple[str, ...]:
+    """``[costaware] alert_thresholds``, else the defaults."""
+    from airflow.sdk import conf
+
+    raw = conf.get("costaware", "alert_thresholds", fallback=None)
+    return parse_thresholds(raw) if raw else DEFAULT_THRESHOLDS
+
+
+def configured_notifiers() -> list[Any]:
+    """Notifiers built from ``[costaware] alert_notifiers`` (a JSON list of ``{"class", "kwargs"}``).
+
+    Raises:
+        ConfigurationError: the setting is not such a list, or a class cannot be imported.
+    """
+    from airflow.sdk import conf
+
+    raw = conf.get("costaware", "alert_notifiers", fallback=None)
+    return notifiers_from_spec(raw) if raw else []
+
+
+def notifiers_from_spec(raw: str | Sequence[Mapping[str, Any]]) -> list[Any]:
+    """Build notifiers from ``[{"class": "pkg.mod.Notifier", "kwargs": {...}}, ...]`` (JSON or a list)."""
+    try:
+        specs = json.loads(raw) if isinstance(raw, str) else list(raw)
+    except json.JSONDecodeError as e:
+        raise ConfigurationError(f"alert_notifiers {raw!r} is not JSON: {e}") from e
+    out = []
+    for spec in specs:
+        if not isinstance(spec, Mapping) or not isinstance(spec.get("class"), str):
+            raise ConfigurationError(
+                f"alert notifier {spec!r} is not {{'class': '<module.Class>', 'kwargs': {{...}}}}"
+            )
+        module, _, name = spec["class"].rpartition(".")
+        try:
+            cls = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError, ValueError) as e:
+            raise ConfigurationError(
+                f"alert notifier class {spec['class']!r} cannot be imported: {e}; install its provider"
+            ) from e
+        out.append(cls(**dict(spec.get("kwargs") or {})))
+    return out
+
+
+def check_budget_alerts(
+    ledger: Any,
+    tags: Mapping[str, str] | str,
+    *,
+    context: Mapping[str, Any] | None = None,
+    thresholds: Sequence[str] | str | None = None,
+    notifiers: Sequence[Any] | None = None,
+    schedule: Any = None,
+    task_log: logging.Logger | Any = None,
+    at: datetime | None = None,
+) -> list[BudgetAlert]:
+    """Send the alerts newly due for every day-, month- and total-period budget covering ``tags``.
+
+    Args:
+        ledger: The ledger.
+        tags: Tags of the spend just made (or a scope string): every budget covering them is checked.
+        context: The task's context, passed on to the notifiers (with ``costaware_alert`` added).
+        thresholds: For budgets without their own rule; default: ``[costaware] alert_thresholds``, else
+            50 %, 80 %, 100 % and forecast.
+        notifiers: ``BaseNotifier`` instances for budgets without their own notifiers; default:
+            ``[costaware] alert_notifiers``.
+        schedule: ``RunSchedule`` for the forecast; default: no scheduled runs known.
+        task_log: Where each alert is also written (the task's logger).
+        at: The instant to check at; default now.
+
+    Returns:
+        The alerts this call sent (those another worker sent first are not repeated).
+    """
+    from costaware.adapters.ledger_governance import NoSchedule, alert_rules, budget_outlook, claim_alert
+    from costaware.core.budgets import Period, Scope
+
+    default_thresholds = configured_thresholds() if thresholds is None else parse_thresholds(thresholds)
+    default_targets = configured_notifiers() if notifiers is None else list(notifiers)
+    rules = alert_rules(ledger)
+    out_log = task_log or log
+    scope = Scope.parse(tags)
+    sent: list[BudgetAlert] = []
+    try:
+        covering = [b for b in ledger.budgets() if b.scope.covers(scope) and b.period is not Period.RUN]
+    except BudgetNotFoundError:
+        return sent
+    for budget in covering:
+        rule = rules.get(budget.label)
+        chosen = rule.thresholds if rule and rule.thresholds else default_thresholds
+        targets = notifiers_from_spec(rule.notifiers) if rule and rule.notifiers else default_targets
+        outlook = budget_outlook(ledger, budget, schedule or NoSchedule(), at=at)
+        usage, forecast = outlook.usage, outlook.forecast
+        for threshold in crossed_thresholds(
+            chosen, spent_usd=usage.spent_usd, cap_usd=usage.cap_usd, forecast_usd=forecast.forecast_usd
+        ):
+            alert = BudgetAlert(
+                budget.label,
+                usage.period_key,
+                threshold,
+                usage.spent_usd,
+                usage.cap_usd,
+                forecast.forecast_usd,
+            )
+            if not claim_alert(ledger, budget.label, usage.period_key, threshold, details=alert.as_dict()):
+                continue
+            out_log.warning("%s", alert.message)
+            sent.append(alert)
+            notify_context = {**(context or {}), "costaware_alert": alert.as_dict()}
+            for notifier in targets:
+                try:
+                    # A notifier renders its templates in place: each alert gets a fresh copy.
+                    copy.copy(notifier)(notify_context)
+                except Exception as e:  # a broken mail server must not fail the task that spent
+                    out_log.error(
+                        "costaware: notifier %s failed for %s: %s", type(notifier).__name__, alert, e
+                    )
+    return sent
+
+
+def alerts_after_spend(ti: Any, tags: Mapping[str, str], ledger_conn_id: str = "costaware_ledger") -> None:
+    """The listener's call after a try's cost is recorded: check the budgets its tags fall in.
+
+    The forecast counts the runs the task's own DAG schedules (a worker cannot read other DAGs' timetables
+    in Airflow 3). Errors are logged: an alert never fails the task.
+    """
+    from costaware.adapters.airflow_schedule import TimetableSchedule
+    from costaware.hooks.ledger import CostLedgerHook
+
+    task = getattr(ti, "task", None)
+    try:
+        dag = getattr(task, "dag", None)
+        timetable = getattr(dag, "timetable", None)
+        schedule = TimetableSchedule({ti.dag_id: timetable} if timetable is not None else {})
+        try:
+            context: Mapping[str, Any] = ti.get_template_context()
+        except Exception:  # the context only feeds the notifiers' templates
+            context = {}
+        check_budget_alerts(
+            CostLedgerHook(ledger_conn_id).get_conn(),
+            tags,
+            context=context,
+            schedule=schedule,
+            task_log=getattr(task, "log", None) or log,  # the operator's logger writes to the task log
+        )
+    except Exception as e:
+        log.error("costaware: budget alerts for %s.%s not checked: %s", ti.dag_id, ti.task_id, e)

@@ -1,0 +1,250 @@
+"""Governance in the ledger: forecasts from real timetables, alerts once per period, approvals, the audit."""
+
+from __future__ import annotations
+
+import threading
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow.sdk import BaseNotifier
+from airflow.timetables.trigger import CronTriggerTimetable
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
+
+from costaware import Ledger
+from costaware.adapters.airflow_schedule import TimetableSchedule, count_runs
+from costaware.adapters.ledger_governance import (
+    NoSchedule,
+    alerts_sent,
+    audit_log,
+    budget_outlook,
+    claim_alert,
+    record_audit,
+)
+from costaware.core.errors import BudgetExceededError, ConfigurationError
+from costaware.core.ledger import Kind, LedgerEntry, utcnow
+from costaware.notifications.budget import check_budget_alerts
+
+pytestmark = pytest.mark.usefixtures("clock")
+
+D = Decimal
+TAGS = {"project": "churn"}
+
+
+class ListNotifier(BaseNotifier):
+    """A user's own notifier: keeps the rendered subject of every alert it is asked to send."""
+
+    template_fields = ("subject",)
+
+    def __init__(self, sink: list[str], subject: str = "{{ costaware_alert.message }}") -> None:
+        super().__init__()
+        self.sink, self.subject = sink, subject
+
+    def notify(self, context: Any) -> None:
+        self.sink.append(self.subject)
+
+
+def run_cost(ledger: Ledger, run: int, usd: str = "10") -> None:
+    """One finished run of DAG 'retrain': the sensor reserves, the listener settles with the actual cost."""
+    holder = f"retrain/run{run}/train/-1"
+    reservation = ledger.reserve("project=churn", usd, holder=holder, run_id=f"run{run}")
+    entry = LedgerEntry(
+        dag_id="retrain",
+        run_id=f"run{run}",
+        task_id="train",
+        kind=Kind.COMPUTE,
+        usd=D(usd),
+        quantity=D(1),
+        tags=TAGS,
+        reservation_id=reservation.id,
+    )
+    ledger.settle(reservation.id, usd, entry=entry)
+
+
+def test_budget_from_zero_past_its_cap(ledger: Ledger) -> None:
+    """Alerts at each threshold exactly once, the forecast crossing the cap before the spend, an approval."""
+    ledger.set_budget("project=churn", "month", "100", actor="lead")
+    hourly = CronTriggerTimetable("0 * * * *", timezone="UTC")
+    schedule = TimetableSchedule({"retrain": hourly})
+    sent: list[str] = []
+    notifier = ListNotifier(sent)
+    forecast_crossed_at = spend_crossed_at = None
+    fired: dict[int, list[str]] = {}
+    for run in range(1, 11):
+        run_cost(ledger, run)
+        now = utcnow()
+        outlook = budget_outlook(ledger, ledger.budgets()[0], schedule, at=now)
+        f = outlook.forecast
+        assert f.runs_left == count_runs(hourly, now, outlook.window.end)  # type: ignore[arg-type]
+        assert f.forecast_usd == D(10 * run) + 10 * f.runs_left
+        assert f.low_usd == f.forecast_usd == f.high_usd  # every run cost the same
+        if forecast_crossed_at is None and f.crosses(D(100)):
+            forecast_crossed_at = run
+        if spend_crossed_at is None and outlook.usage.spent_usd >= 100:
+            spend_crossed_at = run
+        alerts = check_budget_alerts(ledger, TAGS, notifiers=[notifier], schedule=schedule)
+        fired[run] = [a.threshold for a in alerts]
+        # a second worker checking right after sends nothing again
+        assert check_budget_alerts(ledger, TAGS, notifiers=[notifier], schedule=schedule) == []
+    assert forecast_crossed_at == 1 and spend_crossed_at == 10
+    assert fired == {1: ["forecast"], 5: ["50%"], 8: ["80%"], 10: ["100%"]} | {
+        r: [] for r in (2, 3, 4, 6, 7, 9)
+    }
+    assert len(sent) == 4 and "above its cap" in sent[0] and "passed 50% of its cap" in sent[1]
+    assert "spent $100.00 of $100.00" in sent[3]
+    assert [t for _, _, t in alerts_sent(ledger)] == ["forecast", "50%", "80%", "100%"]
+
+    # Run 11 does not fit any more; a person approves the overage.
+    with pytest.raises(BudgetExceededError):
+        ledger.reserve("project=churn", "10", holder="retrain/run11/train/-1", run_id="run11")
+    reservation = ledger.reserve(
+        "project=churn",
+        "10",
+        holder="retrain/run11/train/-1",
+        run_id="run11",
+        approved_by="ann",
+        approval={"responded_at": "2026-11-24T00:31:00+00:00"},
+    )
+    assert reservation.usd == 10 and ledger.usage("project=churn")[0].left_usd == D(-10)
+    (approval,) = audit_log(ledger, action="approval")
+    assert approval.actor == "ann" and approval.target == "retrain/run11/train/-1"
+    assert approval.details["usd"] == "10" and approval.details["reservation_id"] == reservation.id
+    assert approval.details["budgets"] == [
+        {"budget": "project=churn/month", "cap_usd": "100.000000", "committed_usd": "100.000000"}
+    ]
+    actions = [e.action for e in audit_log(ledger)]
+    assert actions == ["budget_set"] + ["alert"] * 4 + ["approval"]
+
+
+def test_budget_changes_are_audited_with_old_and_new_cap(ledger: Ledger) -> None:
+    ledger.set_budget("project=churn", "month", "100", actor="lead")
+    ledger.set_budget("project=churn", "month", "150", actor="ann")
+    first, second = audit_log(ledger, action="budget_set")
+    old_new = [(e.actor, e.details["old_cap_usd"], e.details["new_cap_usd"]) for e in (first, second)]
+    assert old_new == [("lead", None, "100.000000"), ("ann", "100.000000", "150.000000")]
+    assert second.target == "project=churn/month"
+    assert audit_log(ledger, since=second.at)[-1] == second
+
+
+def test_a_refused_budget_leaves_no_audit_entry(ledger: Ledger) -> None:
+    with pytest.raises(ConfigurationError, match="-5"):
+        ledger.set_budget("project=churn", "month", "-5", actor="lead")
+    with pytest.raises(ConfigurationError, match="audit action 'erase'"):
+        record_audit(ledger, actor="x", action="erase", target="t")
+    with pytest.raises(ConfigurationError, match="empty actor"):
+        record_audit(ledger, actor=" ", action="override", target="t")
+    assert audit_log(ledger) == []
+
+
+def test_the_database_refuses_to_change_or_delete_audit_rows(ledger: Ledger) -> None:
+    ledger.set_budget("project=churn", "month", "100", actor="lead")
+    for statement in ("UPDATE costaware_audit SET actor = 'mallory'", "DELETE FROM costaware_audit"):
+        with pytest.raises(DBAPIError, match="append-only"), ledger.engine.begin() as conn:
+            conn.execute(text(statement))
+    assert [e.actor for e in audit_log(ledger)] == ["lead"]
+
+
+def test_the_audit_trail_is_append_only_on_postgresql(postgres_url: str) -> None:
+    from services import fresh_postgres_database
+
+    ledger = Ledger.from_url(fresh_postgres_database(postgres_url, "audit"))
+    ledger.set_budget("project=churn", "month", "100", actor="lead")
+    with pytest.raises(DBAPIError, match="append-only"), ledger.engine.begin() as conn:
+        conn.execute(text("DELETE FROM costaware_audit"))
+    assert len(audit_log(ledger)) == 1
+    ledger.dispose()
+
+
+def test_no_code_path_updates_or_deletes_audit_rows() -> None:
+    src = Path(__file__).resolve().parents[2] / "src" / "costaware"
+    offenders = [
+        path
+        for path in src.rglob("*.py")
+        for needle in ("audit.update(", "audit.delete(", "alerts_sent.update(", "alerts_sent.delete(")
+        if needle in path.read_text()
+    ]
+    assert offenders == []
+
+
+def test_many_workers_send_each_alert_once(ledger: Ledger) -> None:
+    ledger.set_budget("project=churn", "month", "10", actor="lead")
+    run_cost(ledger, 1, "9")
+    sent: list[str] = []
+    results: list[int] = []
+    barrier = threading.Barrier(6)
+
+    def worker() -> None:
+        barrier.wait()
+        results.append(len(check_budget_alerts(ledger, TAGS, notifiers=[ListNotifier(sent)])))
+
+    threads = [threading.Thread(target=worker) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # 50 % and 80 % of $10, each sent once, by whichever worker recorded it first
+    assert sum(results) == 2 and len(sent) == 2
+    assert sorted(t for _, _, t in alerts_sent(ledger)) == ["50%", "80%"]
+    assert not claim_alert(ledger, "project=churn/month", alerts_sent(ledger)[0][1], "50%", details={})
+
+
+def test_forecast_without_a_schedule_is_what_is_committed(ledger: Ledger) -> None:
+    ledger.set_budget("project=churn", "month", "100", actor="lead")
+    run_cost(ledger, 1, "7")
+    f = budget_outlook(ledger, ledger.budgets()[0], NoSchedule()).forecast
+    assert (f.forecast_usd, f.low_usd, f.high_usd, f.runs_left) == (D(7), D(7), D(7), 0)
+
+
+def test_a_budget_rule_picks_its_own_thresholds_and_notifier(ledger: Ledger, tmp_path: Path) -> None:
+    from costaware.adapters.ledger_governance import set_alert_rule
+
+    ledger.set_budget("project=churn", "month", "10", actor="lead")
+    ledger.set_budget("*", "month", "1000", actor="lead")
+    out = tmp_path / "alerts.txt"
+    set_alert_rule(
+        ledger,
+        "project=churn/month",
+        thresholds="90%",
+        notifiers=[{"class": "file_notifier.FileNotifier", "kwargs": {"path": str(out)}}],
+        actor="lead",
+    )
+    run_cost(ledger, 1, "6")
+    assert check_budget_alerts(ledger, TAGS, notifiers=[]) == []  # 60 %: below its only threshold
+    run_cost(ledger, 2, "3")
+    (alert,) = check_budget_alerts(ledger, TAGS, notifiers=[])
+    assert (alert.budget, alert.threshold) == ("project=churn/month", "90%")
+    assert out.read_text().splitlines() == [alert.message]
+    assert [e.action for e in audit_log(ledger)][-2:] == ["alert_rule", "alert"]
+
+
+@pytest.mark.parametrize(
+    ("budget", "thresholds", "notifiers", "match"),
+    [
+        ("project=nope/month", None, None, "no budget 'project=nope/month'"),
+        ("project=churn/month", "ninety", None, "alert threshold 'ninety'"),
+        ("project=churn/month", None, [{"kwargs": {}}], "is not {'class'"),
+        ("project=churn/month", None, [{"class": "a.B", "kwargs": [1]}], "kwargs of alert notifier 'a.B'"),
+    ],
+)
+def test_bad_alert_rules_are_refused(
+    ledger: Ledger, budget: str, thresholds: str | None, notifiers: Any, match: str
+) -> None:
+    from costaware.adapters.ledger_governance import alert_rules, set_alert_rule
+
+    ledger.set_budget("project=churn", "month", "10", actor="lead")
+    with pytest.raises(ConfigurationError, match=match):
+        set_alert_rule(ledger, budget, thresholds=thresholds, notifiers=notifiers, actor="lead")
+    assert alert_rules(ledger) == {} and [e.action for e in audit_log(ledger)] == ["budget_set"]
+
+
+def test_a_failing_notifier_does_not_stop_the_alert_record(ledger: Ledger) -> None:
+    class Broken(BaseNotifier):
+        def notify(self, context: Any) -> None:
+            raise ConnectionError("smtp down")
+
+    ledger.set_budget("project=churn", "month", "10", actor="lead")
+    run_cost(ledger, 1, "6")
+    (alert,) = check_budget_alerts(ledger, TAGS, notifiers=[Broken()])
+    assert alert.threshold == "50%" and alerts_sent(ledger)[0][2] == "50%"

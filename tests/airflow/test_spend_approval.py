@@ -1,0 +1,152 @@
+"""``SpendCapSensor(on_exceeded="approve")``: the HITL answer turns into a reservation or a failure/skip.
+
+The request itself (``upsert_hitl_detail`` + ``TaskAwaitingInput``) needs a running task supervisor: it is
+driven end to end, with a real approval through the REST API, in tests/integration/test_governance.py.
+Here ``approval_complete`` gets the events Airflow's HITL sends on resume.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from costaware import Ledger
+from costaware.adapters.ledger_governance import audit_log
+from costaware.core.errors import BudgetExceededError
+from costaware.sensors.spend_approval import approval_body, decision
+from costaware.sensors.spend_cap import SpendCapSensor
+
+ANSWERED = datetime(2026, 11, 24, 0, 31, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def env_ledger(ledger_url: str, monkeypatch: pytest.MonkeyPatch) -> Ledger:
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=churn", "month", "10", actor="lead")
+    ledger.reserve("project=churn", "8", holder="retrain/earlier/train/-1")
+    return ledger
+
+
+def context() -> dict[str, Any]:
+    return {"ti": SimpleNamespace(dag_id="retrain", run_id="manual__1", task_id="spend_gate", map_index=-1)}
+
+
+def gate(**kwargs: Any) -> SpendCapSensor:
+    args: dict[str, Any] = {
+        "task_id": "spend_gate",
+        "scope": "project=churn",
+        "estimated_usd": "4",
+        "for_task_id": "train",
+        "on_exceeded": "approve",
+        "approvers": ["ann"],
+    }
+    return SpendCapSensor(**{**args, **kwargs})
+
+
+def event(option: str, user: str | None = "ann", timedout: bool = False) -> dict[str, Any]:
+    return {
+        "chosen_options": [option],
+        "params_input": {},
+        "responded_at": ANSWERED,
+        "responded_by_user": None if user is None else {"id": user, "name": user},
+        "timedout": timedout,
+    }
+
+
+def test_an_approval_reserves_the_overage_and_is_audited(env_ledger: Ledger) -> None:
+    with pytest.raises(BudgetExceededError):  # $8 of $10 reserved: $4 more does not fit
+        env_ledger.reserve("project=churn", "4")
+    result = gate().approval_complete(context(), event("Approve"))
+    assert result["approved_by"] == "ann" and result["usd"] == "4.000000"
+    (usage,) = env_ledger.usage("project=churn")
+    assert usage.reserved_usd == 12 and usage.left_usd == -2
+    (approval,) = audit_log(env_ledger, action="approval")
+    assert (approval.actor, approval.target) == ("ann", "retrain/manual__1/train/-1")
+    assert approval.details["usd"] == "4"
+    assert approval.details["responded_at"] == ANSWERED.isoformat()
+    assert approval.details["reservation_id"] == result["reservation_id"]
+
+
+@pytest.mark.parametrize(
+    ("on_rejected", "answer", "raised", "who"),
+    [
+        ("fail", event("Reject"), AirflowFailException, "ann"),
+        ("skip", event("Reject"), AirflowSkipException, "ann"),
+        ("fail", event("Reject", user=None, timedout=True), AirflowFailException, "timeout"),
+        ("skip", {"error": "timed out", "error_type": "timeout"}, AirflowSkipException, "timeout"),
+    ],
+)
+def test_a_rejection_or_timeout_fails_or_skips_and_is_audited(
+    env_ledger: Ledger, on_rejected: str, answer: dict[str, Any], raised: type[Exception], who: str
+) -> None:
+    with pytest.raises(raised, match=rf"not approved \({who}\)"):
+        gate(on_rejected=on_rejected).approval_complete(context(), answer)
+    assert env_ledger.usage("project=churn")[0].reserved_usd == 8  # nothing more reserved
+    (rejection,) = audit_log(env_ledger, action="rejection")
+    assert rejection.actor == who and rejection.details["usd"] == "4"
+
+
+def test_an_answer_outside_the_options_fails_without_reserving(env_ledger: Ledger) -> None:
+    with pytest.raises(ValueError, match="approval answer \\['Maybe'\\]"):
+        decision(event("Maybe"))
+    assert env_ledger.usage("project=churn")[0].reserved_usd == 8
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"on_rejected": "retry"}, "on_rejected='retry': use one of fail, skip"),
+        ({"approvers": "ann"}, "approvers='ann': give a list"),
+        ({"approvers": ["ann", ""]}, "approvers=\\['ann', ''\\]"),
+        ({"on_exceeded": "ask"}, "on_exceeded='ask': use one of wait, skip, fail, approve"),
+    ],
+)
+def test_bad_arguments_fail_at_parse_time(kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        gate(**kwargs)
+
+
+def test_without_hitl_the_dag_does_not_parse(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "airflow.sdk.execution_time.hitl", None)  # as on Airflow < 3.3
+    with pytest.raises(ValueError, match="needs Airflow's human-in-the-loop tasks"):
+        gate()
+    gate(on_exceeded="fail")  # the other policies do not need it
+
+
+def test_the_request_shows_budget_spent_cap_need_and_forecast() -> None:
+    body = approval_body(
+        budget="project=churn/2026-11",
+        spent_usd="8",
+        cap_usd="10",
+        needed_usd="4",
+        forecast_usd="31",
+        task="t",
+    )
+    for text in ("project=churn/2026-11", "$8", "cap: $10", "needs an estimated $4", "period: $31"):
+        assert text in body
+    assert gate().approval_timeout == timedelta(hours=12)
+
+
+def test_trigger_params_that_override_the_defaults_are_audited_once(env_ledger: Ledger) -> None:
+    from airflow.sdk import DAG, Param
+
+    with DAG("retrain", schedule=None, params={"train_budget_usd": Param(2.0), "team": Param("ml")}):
+        spend_gate = SpendCapSensor(
+            task_id="spend_gate", scope="project=churn", estimated_usd="1", for_task_id="train", timeout=5
+        )
+    ctx = {
+        **context(),
+        "dag_run": SimpleNamespace(conf={"train_budget_usd": 9.0, "team": "ml"}, triggering_user_name="ann"),
+    }
+    assert spend_gate.poke(ctx)
+    assert spend_gate.poke(ctx)  # a retried gate does not record the run twice
+    (override,) = audit_log(env_ledger, action="override")
+    assert (override.actor, override.target) == ("ann", "retrain/manual__1")
+    assert override.details == {"train_budget_usd": {"default": 2.0, "given": 9.0}}

@@ -1,0 +1,101 @@
+"""The period-end forecast and alert thresholds: pure arithmetic, checked by hand."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from costaware.core.budget_forecast import (
+    DEFAULT_THRESHOLDS,
+    DagOutlook,
+    crossed_thresholds,
+    forecast_spend,
+    outlooks_from,
+    parse_thresholds,
+)
+from costaware.core.errors import ConfigurationError
+
+D = Decimal
+
+
+def test_forecast_is_committed_plus_runs_left_times_cost_per_run() -> None:
+    # retrain: 3 runs left, recent runs 2, 4, 6 -> mean 4, min 2, max 6; tune: 1 run left at 10.
+    f = forecast_spend(
+        D("20"),
+        [DagOutlook("retrain", 3, (D(2), D(4), D(6))), DagOutlook("tune", 1, (D(10),))],
+    )
+    assert (f.forecast_usd, f.low_usd, f.high_usd) == (D("42"), D("36"), D("48"))
+    assert f.runs_left == 4 and f.unpriced_dags == ()
+    assert f.crosses(D("41")) and not f.crosses(D("42"))
+
+
+@pytest.mark.parametrize(
+    ("outlooks", "expected_unpriced"),
+    [
+        ([], ()),
+        ([DagOutlook("manual_only", 0, (D(5),))], ()),
+        ([DagOutlook("new_dag", 4, ())], ("new_dag",)),
+    ],
+)
+def test_nothing_to_add_leaves_the_committed_spend(
+    outlooks: list[DagOutlook], expected_unpriced: tuple[str, ...]
+) -> None:
+    f = forecast_spend(D("7.5"), outlooks)
+    assert (f.forecast_usd, f.low_usd, f.high_usd) == (D("7.5"), D("7.5"), D("7.5"))
+    assert f.unpriced_dags == expected_unpriced
+
+
+def test_outlooks_join_costs_and_schedules() -> None:
+    joined = outlooks_from({"a": [D(1)], "b": [D(2)]}, {"b": 3, "c": 1})
+    assert [(o.dag_id, o.runs_left, o.recent_run_usd) for o in joined] == [
+        ("a", 0, (D(1),)),
+        ("b", 3, (D(2),)),
+        ("c", 1, ()),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("build", "match"),
+    [
+        (lambda: forecast_spend(D("-1"), []), "committed spend -1"),
+        (lambda: forecast_spend(D("NaN"), []), "committed spend NaN"),
+        (lambda: DagOutlook("x", -2, ()), "runs_left=-2"),
+        (lambda: DagOutlook("x", 1, (D("-3"),)), "recent run costs"),
+    ],
+)
+def test_bad_inputs_name_the_value(build: object, match: str) -> None:
+    with pytest.raises(ConfigurationError, match=match):
+        build()  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("50%,80%,100%,forecast", DEFAULT_THRESHOLDS),
+        ([100, "50", "forecast", "50%"], ("50%", "100%", "forecast")),
+        (" 90% ", ("90%",)),
+    ],
+)
+def test_thresholds_parse(spec: object, expected: tuple[str, ...]) -> None:
+    assert parse_thresholds(spec) == expected  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("spec", ["", "0%", "eighty", "50%,soon", "1001"])
+def test_bad_thresholds_are_refused(spec: str) -> None:
+    with pytest.raises(ConfigurationError, match="threshold"):
+        parse_thresholds(spec)
+
+
+def test_crossed_thresholds() -> None:
+    cap = D(100)
+    assert crossed_thresholds(DEFAULT_THRESHOLDS, spent_usd=D(49), cap_usd=cap, forecast_usd=D(90)) == []
+    assert crossed_thresholds(DEFAULT_THRESHOLDS, spent_usd=D(50), cap_usd=cap, forecast_usd=D(101)) == [
+        "50%",
+        "forecast",
+    ]
+    assert crossed_thresholds(DEFAULT_THRESHOLDS, spent_usd=D(100), cap_usd=cap, forecast_usd=None) == [
+        "50%",
+        "80%",
+        "100%",
+    ]

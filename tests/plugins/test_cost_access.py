@@ -1,0 +1,138 @@
+"""Who sees which costs: the Cost API asks Airflow's auth manager (a real one) about every DAG and budget.
+
+Authentication (tokens, cookies) is tested against a real api-server in tests/integration; here the
+logged-in user is given, and the authorization is Airflow's own, per user.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from decimal import Decimal
+
+import pytest
+from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+from fastapi.testclient import TestClient
+
+from costaware import Ledger
+from costaware.adapters.ledger_governance import audit_log
+from costaware.core.ledger import Kind, LedgerEntry
+from costaware.plugins.ui.app import cost_app, require_login
+
+USERS = {
+    "ann": SimpleAuthManagerUser(username="ann", role="user"),  # may read churn_retrain only
+    "vera": SimpleAuthManagerUser(username="vera", role="viewer"),  # may read fraud_retrain only
+    "adm": SimpleAuthManagerUser(username="adm", role="admin"),  # every DAG
+}
+
+
+def spend(ledger: Ledger, dag_id: str, usd: str, project: str) -> None:
+    ledger.record(
+        LedgerEntry(
+            dag_id=dag_id,
+            run_id="r1",
+            task_id="train",
+            kind=Kind.COMPUTE,
+            usd=Decimal(usd),
+            tags={"project": project},
+        )
+    )
+
+
+@pytest.fixture
+def ledger_with_two_teams(ledger_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ledger]:
+    from airflow.api_fastapi import app as airflow_app
+
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+    monkeypatch.setenv("AIRFLOW__CORE__AUTH_MANAGER", "dag_scoped_auth.DagScopedAuthManager")
+    airflow_app.purge_cached_app()
+    airflow_app.create_auth_manager()
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=churn", "month", "100", actor="lead")
+    ledger.set_budget("project=fraud", "month", "50", actor="lead")
+    ledger.set_budget("*", "month", "1000", actor="lead")
+    spend(ledger, "churn_retrain", "3", "churn")
+    spend(ledger, "fraud_retrain", "5", "fraud")
+    yield ledger
+    airflow_app.purge_cached_app()
+    ledger.dispose()
+
+
+def client_for(name: str) -> TestClient:
+    cost_app.dependency_overrides[require_login] = lambda: USERS[name]
+    return TestClient(cost_app)
+
+
+@pytest.fixture(autouse=True)
+def _clear_overrides() -> Iterator[None]:
+    yield
+    cost_app.dependency_overrides.clear()
+
+
+def test_each_user_sees_only_the_dags_they_may_read(ledger_with_two_teams: Ledger) -> None:
+    ann, vera, adm = client_for("ann"), client_for("vera"), client_for("adm")
+    cost_app.dependency_overrides[require_login] = lambda: USERS["ann"]
+    rows = ann.get("/api/spend").json()["rows"]
+    assert {r["group"]: r["usd"] for r in rows} == {"churn_retrain": "3.000000"}
+    assert ann.get("/api/summary").json()["usd"] == "3.000000"
+    assert ann.get("/api/summary", params={"dag_id": "fraud_retrain"}).json()["usd"] == "0.000000"
+    assert [t["dag_id"] for t in ann.get("/api/top-tries").json()["tries"]] == ["churn_retrain"]
+    assert {p["group"] for p in ann.get("/api/daily").json()["points"]} == {"churn_retrain"}
+    page = ann.get("/", params={"group_by": "dag"}).text
+    assert "churn_retrain" in page and "fraud_retrain" not in page
+
+    cost_app.dependency_overrides[require_login] = lambda: USERS["vera"]
+    rows = vera.get("/api/spend").json()["rows"]
+    assert {r["group"]: r["usd"] for r in rows} == {"fraud_retrain": "5.000000"}
+
+    cost_app.dependency_overrides[require_login] = lambda: USERS["adm"]
+    rows = adm.get("/api/spend").json()["rows"]
+    assert {r["group"] for r in rows} == {"churn_retrain", "fraud_retrain"}
+
+
+def test_budgets_whose_dags_a_user_cannot_read_are_hidden(ledger_with_two_teams: Ledger) -> None:
+    cost_app.dependency_overrides[require_login] = lambda: USERS["ann"]
+    budgets = TestClient(cost_app).get("/api/budgets").json()["budgets"]
+    assert [b["budget"] for b in budgets] == ["project=churn/month"]  # '*' covers fraud_retrain too
+    assert set(budgets[0]) >= {"forecast_usd", "forecast_low_usd", "forecast_high_usd"}
+    assert budgets[0]["forecast_usd"] == "3.000000"  # no Airflow schedule known here: what is committed
+    cost_app.dependency_overrides[require_login] = lambda: USERS["adm"]
+    budgets = TestClient(cost_app).get("/api/budgets").json()["budgets"]
+    assert sorted(b["budget"] for b in budgets) == ["*/month", "project=churn/month", "project=fraud/month"]
+
+
+def test_only_the_budget_role_may_set_a_budget_and_it_is_audited(ledger_with_two_teams: Ledger) -> None:
+    change = {"scope": "project=churn", "period": "month", "cap_usd": "150"}
+    for name in ("ann", "vera"):
+        cost_app.dependency_overrides[require_login] = lambda name=name: USERS[name]  # type: ignore[misc]
+        response = TestClient(cost_app).post("/api/budgets", json=change)
+        assert response.status_code == 403 and f"user {name!r} may not set budgets" in response.text
+    assert [b.cap_usd for b in ledger_with_two_teams.budgets() if str(b.scope) == "project=churn"] == [100]
+    cost_app.dependency_overrides[require_login] = lambda: USERS["adm"]
+    response = TestClient(cost_app).post("/api/budgets", json=change)
+    assert response.status_code == 200 and response.json()["set_by"] == "adm"
+    last = audit_log(ledger_with_two_teams, action="budget_set")[-1]
+    assert (last.actor, last.target, last.details["old_cap_usd"], last.details["new_cap_usd"]) == (
+        "adm",
+        "project=churn/month",
+        "100.000000",
+        "150.000000",
+    )
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"scope": "project", "period": "month", "cap_usd": "1"},
+        {"scope": "project=churn", "period": "week", "cap_usd": "1"},
+        {"scope": "project=churn", "period": "month", "cap_usd": "-1"},
+        {"scope": "project=churn", "period": "month", "cap_usd": "1", "timezone": "Mars/Base"},
+    ],
+)
+def test_bad_budget_changes_are_refused_and_not_recorded(
+    ledger_with_two_teams: Ledger, body: dict[str, str]
+) -> None:
+    before = len(audit_log(ledger_with_two_teams))
+    cost_app.dependency_overrides[require_login] = lambda: USERS["adm"]
+    response = TestClient(cost_app).post("/api/budgets", json=body)
+    assert response.status_code == 422, response.text
+    assert len(audit_log(ledger_with_two_teams)) == before

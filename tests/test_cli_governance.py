@@ -1,0 +1,131 @@
+"""``costaware budget show`` forecasts and ``costaware audit`` against a real SQLite ledger."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+import pytest
+from airflow.timetables.trigger import CronTriggerTimetable
+
+from costaware import Ledger
+from costaware.adapters.airflow_schedule import TimetableSchedule
+from costaware.cli import main
+from costaware.cli_governance import forecast_rows
+from costaware.core.ledger import Kind, LedgerEntry
+
+pytestmark = pytest.mark.usefixtures("clock")
+
+
+def spend(ledger: Ledger, run: str, usd: str) -> None:
+    ledger.record(
+        LedgerEntry(
+            dag_id="retrain",
+            run_id=run,
+            task_id="train",
+            kind=Kind.COMPUTE,
+            usd=Decimal(usd),
+            tags={"project": "churn"},
+        )
+    )
+
+
+def test_budget_show_json_has_the_forecast_fields(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ledger = Ledger.from_url(ledger_url)
+    assert main(["--ledger-url", ledger_url, "budget", "set", "--scope", "project=churn", "--period", "month",
+                 "--cap-usd", "100"]) == 0  # fmt: skip
+    spend(ledger, "r1", "4")
+    spend(ledger, "r2", "6")
+    capsys.readouterr()
+    args = ["--ledger-url", ledger_url, "budget", "show", "--scope", "project=churn", "--no-schedule"]
+    assert main([*args, "--format", "json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert (row["forecast_usd"], row["forecast_low_usd"], row["forecast_high_usd"]) == ("10.000000",) * 3
+    assert row["forecast_above_cap"] is False and row["runs_left"] == 0
+    assert main(args) == 0
+    assert "$10.00 ($10.00-$10.00)" in capsys.readouterr().out
+
+
+def test_forecast_rows_count_the_timetable_runs(ledger_url: str) -> None:
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=churn", "day", "100")
+    spend(ledger, "r1", "4")
+    spend(ledger, "r2", "6")
+    six_hourly = TimetableSchedule({"retrain": CronTriggerTimetable("0 */6 * * *", timezone="UTC")})
+    (row,) = forecast_rows(ledger, ledger.usage("project=churn"), schedule=six_hourly)
+    runs = row["runs_left"]
+    assert 1 <= runs <= 4  # the 6-hourly runs still to come today
+    assert Decimal(row["forecast_usd"]) == 10 + 5 * runs
+    low, high = Decimal(row["forecast_low_usd"]), Decimal(row["forecast_high_usd"])
+    assert (low, high) == (10 + 4 * runs, 10 + 6 * runs)
+
+
+def test_audit_lists_who_did_what(ledger_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=churn", "month", "100", actor="lead")
+    ledger.set_budget("project=churn", "month", "120", actor="ann")
+    capsys.readouterr()
+    assert main(["--ledger-url", ledger_url, "audit", "--format", "json"]) == 0
+    entries = json.loads(capsys.readouterr().out)
+    assert [(e["actor"], e["action"], e["details"]["new_cap_usd"]) for e in entries] == [
+        ("lead", "budget_set", "100.000000"),
+        ("ann", "budget_set", "120.000000"),
+    ]
+    assert main(["--ledger-url", ledger_url, "audit", "--since", "2999-01-01"]) == 0
+    assert "no audit entries since 2999-01-01" in capsys.readouterr().out
+    assert main(["--ledger-url", ledger_url, "audit", "--action", "budget_set"]) == 0
+    out = capsys.readouterr().out
+    assert "ann" in out and "budget_set" in out and "project=churn/month" in out
+
+
+def test_cli_budget_set_records_the_user(ledger_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("USER", "carol")
+    monkeypatch.setenv("LOGNAME", "carol")
+    assert main(["--ledger-url", ledger_url, "budget", "set", "--scope", "team=ml", "--period", "day",
+                 "--cap-usd", "5"]) == 0  # fmt: skip
+    from costaware.adapters.ledger_governance import audit_log
+
+    (entry,) = audit_log(Ledger.from_url(ledger_url))
+    assert entry.actor == "carol" and entry.details["old_cap_usd"] is None
+
+
+def test_audit_rejects_a_bad_since(ledger_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--ledger-url", ledger_url, "audit", "--since", "yesterday"])
+    assert "'yesterday' is not an ISO date" in capsys.readouterr().err
+
+
+def test_alerts_set_and_list(ledger_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=churn", "month", "100")
+    spec = '[{"class": "airflow.providers.smtp.notifications.smtp.SmtpNotifier", "kwargs": {"to": "a@b.c"}}]'
+    base = ["--ledger-url", ledger_url, "alerts"]
+    assert main([*base, "set", "--scope", "project=churn", "--period", "month", "--thresholds", "80,forecast",
+                 "--notifiers", spec]) == 0  # fmt: skip
+    assert "80%, forecast; 1 notifier(s)" in capsys.readouterr().out
+    assert main([*base, "list", "--format", "json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row == {"budget": "project=churn/month", "thresholds": "80%,forecast", "notifiers": "SmtpNotifier",
+                   "sent": "-"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--notifiers", "{not json"], "--notifiers '{not json' is not JSON"),
+        (["--notifiers", '{"class": "a.B"}'], "--notifiers must be a JSON list"),
+        (["--thresholds", "lots"], "alert threshold 'lots'"),
+    ],
+)
+def test_alerts_set_refuses_bad_input(
+    ledger_url: str, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    Ledger.from_url(ledger_url).set_budget("project=churn", "month", "100")
+    args = ["--ledger-url", ledger_url, "alerts", "set", "--scope", "project=churn", "--period", "month"]
+    assert main([*args, *extra]) == 2
+    assert message in capsys.readouterr().err
+    from costaware.adapters.ledger_governance import alert_rules
+
+    assert alert_rules(Ledger.from_url(ledger_url)) == {}
