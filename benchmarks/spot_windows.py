@@ -35,7 +35,11 @@ from costaware.adapters import spot_prices  # noqa: E402
 from costaware.adapters.price_files import bundled_catalog  # noqa: E402
 from costaware.core.simulate import DEFAULT_POLICIES, Job, JobOutcome, MarketData, simulate, summarize  # noqa: E402
 
-SHARED = ROOT / ".." / "shared" / "data"
+# ``shared/data`` beside the repository (or beside the directory holding a git worktree of it).
+SHARED = next(
+    (p / "shared" / "data" for p in (ROOT.parent, ROOT.parent.parent) if (p / "shared" / "data").exists()),
+    ROOT.parent / "shared" / "data",
+)
 HISTORIES = ["c5.4xlarge", "g3.8xlarge", "g4dn.8xlarge", "m5.4xlarge", "p3.16xlarge", "r5.2xlarge"]
 TRACES = [
     f"availability_1-node_aws-10-26-2022_us-west-{zone}_{gpu}.json"
