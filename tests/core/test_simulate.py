@@ -15,7 +15,11 @@ from costaware.core.series import AvailabilityTrace, PriceSeries
 from costaware.core.simulate import Job, MarketData, TickPlan, simulate
 
 T0 = datetime(2021, 3, 1, tzinfo=timezone.utc)
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+ROOT = Path(__file__).resolve().parents[2]
+SHARED = next(
+    (p / "shared" / "data" for p in (ROOT.parent, ROOT.parent.parent) if (p / "shared" / "data").exists()),
+    ROOT.parent / "shared" / "data",
+)
 
 
 def job(name: str = "j", **kwargs: object) -> Job:

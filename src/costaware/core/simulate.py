@@ -10,6 +10,10 @@ tick:
 3. a running tick costs its price; after each (re)start the first ``restart_overhead_minutes`` make no
    progress. Stopping on purpose keeps the work.
 
+Priority classes: a ``critical`` job is never paused once running and keeps room for one preemption; a
+``best_effort`` job's deadline is soft, the hard one is ``runtime_hours`` later (finishing between the two
+counts as ``late``, not as a miss). The oracle gets the same hard deadline, so it stays a lower bound.
+
 Prices are per-tick means of the step-function series. Jobs with ``power_kw`` run on the team's own hardware:
 their "on-demand" price is the hourly electricity price times the power draw, and they have no spot market.
 
@@ -21,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 
@@ -74,6 +78,8 @@ class Job:
         restart_overhead_minutes: Minutes lost at each (re)start.
         power_kw: Power draw on the team's own hardware; set for electricity-priced jobs.
         availability_zone: Use this zone's spot price; by default the region's cheapest zone at each instant.
+        priority: ``critical`` (never paused, keeps room for one preemption), ``normal`` or ``best_effort``
+            (its deadline is soft: it may finish up to ``runtime_hours`` after it, and that is not a miss).
     """
 
     name: str
@@ -86,8 +92,12 @@ class Job:
     restart_overhead_minutes: Decimal = Decimal(0)
     power_kw: Decimal | None = None
     availability_zone: str | None = None
+    priority: str = "normal"
 
     def __post_init__(self) -> None:
+        from costaware.core.spot_window import check_priority
+
+        object.__setattr__(self, "priority", check_priority(self.priority))
         if self.submit_time.tzinfo is None or self.submit_time.utcoffset() is None:
             raise ConfigurationError(
                 f"job {self.name!r}: submit_time {self.submit_time.isoformat()} has no time zone; "
@@ -121,6 +131,13 @@ class Job:
             raise ConfigurationError(f"job {name!r}: submit_time {raw_time!r} is not an ISO-8601 time") from e
         power = row.get("power_kw")
         zone = str(row.get("availability_zone") or "").strip() or None
+        priority = str(row.get("priority") or "").strip() or "normal"
+        from costaware.core.spot_window import PRIORITIES
+
+        if priority.lower().replace("-", "_") not in PRIORITIES:
+            raise ConfigurationError(
+                f"job {name!r}: priority {priority!r} is unknown; choose one of {', '.join(PRIORITIES)}"
+            )
         return cls(
             name=name,
             instance_type=str(row["instance_type"]).strip(),
@@ -134,6 +151,7 @@ class Job:
             ),
             power_kw=None if power in (None, "") else _number(name, "power_kw", power, positive=True),
             availability_zone=zone,
+            priority=priority,
         )
 
 
@@ -157,7 +175,8 @@ class TickPlan:
         minutes = Decimal(tick.total_seconds()) / 60
         work = math.ceil(job.runtime_hours * 60 / minutes)
         overhead = math.ceil(job.restart_overhead_minutes / minutes)
-        deadline = math.floor(job.deadline_hours * 60 / minutes)
+        hard_hours = job.deadline_hours + (job.runtime_hours if job.priority == "best_effort" else 0)
+        deadline = math.floor(hard_hours * 60 / minutes)
         checkpoint = max(1, round(job.checkpoint_minutes / minutes)) if job.checkpoint_minutes > 0 else 0
         if work + overhead > deadline:
             raise ConfigurationError(
@@ -182,6 +201,7 @@ class TickMarket:
     spot_forecast: Sequence[float] | None = None
     available: Sequence[bool] | None = None
     local: bool = False
+    available_before: Sequence[bool] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,9 +216,12 @@ class JobOutcome:
     run_hours: float
     spot_hours: float
     finished_hours: float
+    late: bool = False
 
 
-def run_job(policy: Policy, market: TickMarket, plan: TickPlan, *, job: str = "job") -> JobOutcome:
+def run_job(
+    policy: Policy, market: TickMarket, plan: TickPlan, *, job: str = "job", priority: str = "normal"
+) -> JobOutcome:
     """Replay one job under one policy (see the module docstring for the rules)."""
     dt = plan.tick_hours
     hindsight = Hindsight(market.spot, market.available, market.on_demand) if policy.clairvoyant else None
@@ -231,6 +254,8 @@ def run_job(policy: Policy, market: TickMarket, plan: TickPlan, *, job: str = "j
                     spot_forecast=market.spot_forecast,
                     on_demand_forecast=market.on_demand_forecast,
                     hindsight=hindsight,
+                    availability_history=market.available_before,
+                    priority=priority,
                 )
             )
         if action is Action.SPOT and not available:
@@ -320,12 +345,19 @@ def market_for(job: Job, data: MarketData, plan: TickPlan, tick: timedelta) -> T
         )
     fitted = PriceForecast.fit(series, at=start, weeks=data.forecast_weeks)
     available = data.availability.ticks(start, tick, count) if data.availability is not None else None
+    before = None
+    if data.availability is not None:
+        # The capacity seen before submit (up to a week), for policies that learn the capacity process.
+        seen = min(int((start - data.availability.start) / tick), int(timedelta(weeks=1) / tick))
+        if seen > 0:
+            before = data.availability.ticks(start - seen * tick, tick, seen)
     return TickMarket(
         on_demand=[on_demand] * count,
         on_demand_forecast=[on_demand] * count,
         spot=series.tick_means(start, tick, count),
         spot_forecast=fitted.ticks(start, tick, count),
         available=available,
+        available_before=before,
     )
 
 
@@ -430,7 +462,10 @@ def simulate(
         market = market_for(job, data, plan, tick)
         for cls in classes.values():
             policy = cls()
-            outcome = run_job(policy, market, plan, job=job.name)
+            outcome = run_job(policy, market, plan, job=job.name, priority=job.priority)
+            if outcome.finished_hours > float(job.deadline_hours):
+                # Only a best-effort job can get here without a miss: past its soft deadline.
+                outcome = replace(outcome, late=True)
             # The oracle's replay must cost what its solver promised; anything else is a simulator bug.
             if (
                 isinstance(policy, OraclePolicy)
