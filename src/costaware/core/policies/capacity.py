@@ -98,7 +98,7 @@ class CapacityModel:
         return expected + alive * last / (1 - last) if last < 1 else float("inf")
 
     def transition_matrix(self) -> list[list[float]]:
-        """``P[i][j]``: chance of moving from state-age ``i`` to ``j`` in a tick (index: state * ages + age)."""
+        """Chance ``P[i][j]`` of going from state-age ``i`` to ``j`` in a tick, ``i = state * ages + age``."""
         size = 2 * self.max_age
         matrix = [[0.0] * size for _ in range(size)]
         for state in (0, 1):
