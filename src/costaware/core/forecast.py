@@ -4,9 +4,11 @@ The model is deliberately simple, so a person can check it by hand:
 
 1. **Hour-of-week profile.** Take the last ``weeks`` weeks of history before the forecast time ``at``, cut it
    into whole hours and take each hour's time-weighted mean price. Each of the 168 hours of the week (Monday
-   00:00 is slot 0, in ``timezone``) gets the weighted mean of its observations, weight ``0.5 ** (age_weeks /
-   half_life_weeks)``, so last week counts twice as much as the week before with the default half-life of one
-   week. A slot with no observation takes the weighted mean of all hours.
+   00:00 is slot 0, in ``timezone``) gets the **weighted median** of its observations, weight ``0.5 **
+   (age_weeks / half_life_weeks)``, so last week counts twice as much as the week before with the default
+   half-life of one week. A median, not a mean: one $2,000/MWh hour in an hour slot does not drag the
+   expected price of that hour in every later week up with it (it moves the median at most to the next
+   observation). A slot with no observation takes the weighted median of all hours.
 2. **Persistence.** Prices move slowly, so the present says more about the next hours than the profile does:
    the gap between the price in force at ``at`` and the profile's value for that hour is added to the forecast
    and fades with a half-life of ``persistence_hours``.
@@ -27,6 +29,7 @@ and returned as ``Decimal`` rounded to a micro-dollar by the public ``*_usd*`` m
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -44,6 +47,26 @@ _MICRO = Decimal("0.000001")
 def _slot(instant: datetime, tz: ZoneInfo) -> int:
     local = instant.astimezone(tz)
     return local.weekday() * 24 + local.hour
+
+
+def weighted_median(pairs: Sequence[tuple[float, float]]) -> float:
+    """The value with half of the total weight on each side (the two middle values' mean on an exact tie).
+
+    One huge value moves it no further than to the next observation, where it would drag a mean anywhere.
+
+    Args:
+        pairs: ``(value, weight)`` with weights > 0; not empty.
+    """
+    ordered = sorted(pairs)
+    half = sum(w for _, w in ordered) / 2
+    running = 0.0
+    for i, (value, weight) in enumerate(ordered):
+        running += weight
+        if running > half * (1 + 1e-12):
+            return value
+        if running >= half * (1 - 1e-12) and i + 1 < len(ordered):
+            return (value + ordered[i + 1][0]) / 2
+    return ordered[-1][0]
 
 
 def _usd(value: float) -> Decimal:
@@ -114,21 +137,17 @@ class PriceForecast:
         if first < series.start:
             first += _HOUR
         hours = int((at - first) / _HOUR)
-        sums = [0.0] * HOURS_PER_WEEK
-        weights = [0.0] * HOURS_PER_WEEK
+        samples: list[list[tuple[float, float]]] = [[] for _ in range(HOURS_PER_WEEK)]
         means: list[float] = []
         if hours > 0:
             means = series.tick_means(first, _HOUR, hours)
             for i, price in enumerate(means):
                 start = first + i * _HOUR
                 age_weeks = (at - start) / timedelta(weeks=1)
-                weight = 0.5 ** (age_weeks / half_life_weeks)
-                slot = _slot(start, tz)
-                sums[slot] += weight * price
-                weights[slot] += weight
-        total_weight = sum(weights)
-        overall = sum(sums) / total_weight if total_weight else now_price
-        profile = tuple(s / w if w else overall for s, w in zip(sums, weights, strict=True))
+                samples[_slot(start, tz)].append((price, 0.5 ** (age_weeks / half_life_weeks)))
+        every = [pair for slot in samples for pair in slot]
+        overall = weighted_median(every) if every else now_price
+        profile = tuple(weighted_median(slot) if slot else overall for slot in samples)
         observed = [*means, now_price]
         return cls(
             profile, now_price, at, persistence_hours, timezone, max(hours, 0), min(observed), max(observed)

@@ -235,16 +235,19 @@ class SpotWindowSensor(BaseSensorOperator):
 
         if latest_start <= now:
             return []
-        # With several zones the forecast follows the region's cheapest zone at each instant.
-        zone_name = None if self.availability_zones else self.availability_zone
-        series = self._history(now).series(self.instance_type, self.region, zone_name)
-        forecast = PriceForecast.fit(series, at=now, weeks=max(1, self.history_days // 7))
         first = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
         hours = int((latest_start - first) / timedelta(hours=1)) + 1
         if hours <= 0:
             return []
         span = max(1, round(float(runtime)))
-        hourly = forecast.hourly_usd_per_hour(first, hours + span - 1)
+        history = self._history(now)
+        # With several zones a run may start in any of them: each hour's forecast is the cheapest zone's.
+        hourly: list[Decimal] = []
+        for zone_name in self.availability_zones or [self.availability_zone]:
+            series = history.series(self.instance_type, self.region, zone_name)
+            forecast = PriceForecast.fit(series, at=now, weeks=max(1, self.history_days // 7))
+            zone_hourly = forecast.hourly_usd_per_hour(first, hours + span - 1)
+            hourly = [min(a, b) for a, b in zip(hourly, zone_hourly, strict=True)] if hourly else zone_hourly
         return [
             [
                 (first + timedelta(hours=i)).isoformat(),
