@@ -243,7 +243,8 @@ class SpotWindowSensor(BaseSensorOperator):
         history = self._history(now)
         # With several zones a run may start in any of them: each hour's forecast is the cheapest zone's.
         hourly: list[Decimal] = []
-        for zone_name in self.availability_zones or [self.availability_zone]:
+        zones: list[str | None] = list(self.availability_zones or [self.availability_zone])
+        for zone_name in zones:
             series = history.series(self.instance_type, self.region, zone_name)
             forecast = PriceForecast.fit(series, at=now, weeks=max(1, self.history_days // 7))
             zone_hourly = forecast.hourly_usd_per_hour(first, hours + span - 1)
