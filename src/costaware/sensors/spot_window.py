@@ -243,7 +243,9 @@ class SpotWindowSensor(BaseSensorOperator):
         history = self._history(now)
         # With several zones a run may start in any of them: each hour's forecast is the cheapest zone's.
         hourly: list[Decimal] = []
-        zones: list[str | None] = list(self.availability_zones or [self.availability_zone])
+        zones: list[str | None] = (
+            [*self.availability_zones] if self.availability_zones else [self.availability_zone]
+        )
         for zone_name in zones:
             series = history.series(self.instance_type, self.region, zone_name)
             forecast = PriceForecast.fit(series, at=now, weeks=max(1, self.history_days // 7))
