@@ -78,6 +78,7 @@ def test_report_has_every_figure_and_the_oracle_is_cheapest() -> None:
         "deadline_misses",
         "preemptions",
         "spot_share",
+        "late",
     }
 
 
@@ -125,6 +126,7 @@ def test_electricity_jobs_use_power_draw() -> None:
         ({"runtime_hours": "0"}, "runtime_hours must be a number > 0, got '0'"),
         ({"checkpoint_minutes": "abc"}, "checkpoint_minutes must be a number >= 0, got 'abc'"),
         ({"region": ""}, "lacks region"),
+        ({"priority": "urgent"}, "job 'nightly': priority 'urgent' is unknown; choose one of critical"),
     ],
 )
 def test_bad_jobs_name_the_value(row: dict[str, str], message: str) -> None:
@@ -140,6 +142,43 @@ def test_bad_jobs_name_the_value(row: dict[str, str], message: str) -> None:
     }
     with pytest.raises(ConfigurationError, match=message):
         Job.from_mapping({**base, **row})
+
+
+def test_best_effort_jobs_may_finish_after_their_soft_deadline() -> None:
+    # Spot has capacity only from hour 3 on; the job needs 2 h, its deadline is 4 h after submit.
+    prices = spot_series(["1.0"])
+    start = T0 + timedelta(days=8)
+    trace = AvailabilityTrace([0] * 18 + [1] * 2000, gap_seconds=600, start=start, name="late capacity")
+    common = {
+        "runtime_hours": Decimal(2),
+        "deadline_hours": Decimal(4),
+        "restart_overhead_minutes": Decimal(0),
+    }
+    jobs = [job("normal", **common), job("best", priority="best_effort", **common)]
+    report = simulate(jobs, data(prices, trace), ["deadline_aware"])
+    by_job = {o.job: o for o in report.outcomes if o.policy == "deadline_aware"}
+    assert by_job["normal"].met_deadline and not by_job["normal"].late and by_job["normal"].spot_hours < 2
+    # The best-effort job waits for spot past its soft deadline (hard: 4 h + 2 h), all on spot, not a miss.
+    best = by_job["best"]
+    assert best.met_deadline and best.late and best.spot_hours == pytest.approx(2)
+    assert best.usd < by_job["normal"].usd
+    assert report.summaries["deadline_aware"].late == 1
+    assert (
+        Job.from_mapping(
+            {
+                "name": "n",
+                "instance_type": "p3.2xlarge",
+                "region": "us-east-1",
+                "submit_time": "2021-03-09T00:00:00Z",
+                "runtime_hours": "2",
+                "deadline_hours": "8",
+                "checkpoint_minutes": "30",
+                "restart_overhead_minutes": "10",
+                "priority": "Best-Effort",
+            }
+        ).priority
+        == "best_effort"
+    )
 
 
 def test_unknown_instance_type_and_duplicate_names() -> None:

@@ -373,6 +373,7 @@ class PolicySummary:
     deadline_misses: int
     preemptions: int
     spot_share: float
+    late: int = 0
 
     def to_json(self) -> dict[str, object]:
         """The ``--format json`` shape of one policy."""
@@ -383,6 +384,7 @@ class PolicySummary:
             "deadline_misses": self.deadline_misses,
             "preemptions": self.preemptions,
             "spot_share": round(self.spot_share, 4),
+            "late": self.late,
         }
 
 
@@ -423,6 +425,7 @@ def summarize(outcomes: Iterable[JobOutcome], policies: Sequence[str]) -> dict[s
             deadline_misses=sum(1 for o in rows if not o.met_deadline),
             preemptions=sum(o.preemptions for o in rows),
             spot_share=sum(o.spot_hours for o in rows) / run_hours if run_hours else 0.0,
+            late=sum(1 for o in rows if o.late),
         )
     return summaries
 
