@@ -238,3 +238,42 @@ def test_cli_on_recorded_prices(tmp_path: Path, capsys: pytest.CaptureFixture[st
     )
     assert main(["simulate", "--prices", prices, "--jobs", str(csv_jobs)]) == 2
     assert "unknown instance type 'p9.mega'" in capsys.readouterr().err
+
+
+def test_cli_by_trace_with_priorities(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    prices = tmp_path / "prices.csv"
+    rows = ["timestamp,region,availability_zone,instance_type,product_description,usd_per_hour"]
+    rows += [
+        f"{(T0 + timedelta(hours=h)).isoformat()},us-east-1,us-east-1a,p3.2xlarge,Linux/UNIX,0.92"
+        for h in range(24 * 14)
+    ]
+    prices.write_text("\n".join(rows) + "\n")
+    steady = tmp_path / "steady.json"
+    steady.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [1] * 2000}))
+    scarce = tmp_path / "scarce.json"
+    scarce.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": ([1] * 3 + [0] * 9) * 200}))
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text(
+        "name,instance_type,region,submit_time,runtime_hours,deadline_hours,checkpoint_minutes,"
+        "restart_overhead_minutes,priority\n"
+        "a,p3.2xlarge,us-east-1,2021-03-09T00:00:00Z,2,6,30,10,critical\n"
+        "b,p3.2xlarge,us-east-1,2021-03-09T06:00:00Z,2,6,30,10,best_effort\n"
+        "c,p3.2xlarge,us-east-1,2021-03-09T12:00:00Z,2,6,30,10,\n"
+    )
+    base = ["simulate", "--prices", str(prices), "--jobs", str(jobs)]
+    traces = ["--availability", str(steady), "--availability", str(scarce)]
+    assert main([*base, *traces, "--by-trace", "--format", "json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert set(payload["traces"]) == {"steady", "scarce"}
+    steady_da = payload["traces"]["steady"]["policies"]["deadline_aware"]
+    scarce_da = payload["traces"]["scarce"]["policies"]["deadline_aware"]
+    assert steady_da["spot_share"] == 1.0 and scarce_da["spot_share"] < 1.0
+    assert steady_da["deadline_misses"] == scarce_da["deadline_misses"] == 0
+    assert main([*base, *traces, "--by-trace"]) == 0
+    table = capsys.readouterr().out
+    assert table.splitlines()[0].split()[:3] == ["trace", "policy", "usd"]
+    assert sum(line.startswith("scarce") for line in table.splitlines()) == 5
+    assert main([*base, *traces]) == 2
+    assert "2 availability traces given; add --by-trace" in capsys.readouterr().err
+    assert main([*base, "--by-trace"]) == 2
+    assert "--by-trace needs at least one --availability" in capsys.readouterr().err
