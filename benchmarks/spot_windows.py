@@ -163,6 +163,45 @@ def power_group(nights: int, rng: random.Random) -> dict[str, list[JobOutcome]]:
     return per_market
 
 
+def markov_group(jobs: int, rng: random.Random) -> dict[str, dict[str, float]]:
+    """Cost vs the oracle on synthetic capacity that is exactly a two-state Markov chain.
+
+    There the expected-cost plan of ``availability_aware`` (its model fitted on the chain's own past) is about
+    the best an online policy can do, so the ratios show how much of the gap to the oracle is the value of
+    knowing the future rather than a weakness of the rule.
+    """
+    from costaware.core.policies import policy_class
+    from costaware.core.simulate import TickMarket, TickPlan, run_job
+
+    results: dict[str, dict[str, float]] = {}
+    for lose, regain in ((0.05, 0.02), (0.1, 0.1), (0.3, 0.3)):
+        state, chain = True, []
+        for _ in range(jobs * 250 + 2000):
+            state = (rng.random() > lose) if state else (rng.random() < regain)
+            chain.append(state)
+        totals: dict[str, float] = {}
+        at = 1000
+        for _ in range(jobs):
+            work, overhead = rng.randint(6, 36), rng.choice([1, 2])
+            plan = TickPlan(1 / 6, work, rng.randint(max(48, work + overhead + 6), 144), overhead, 3)
+            n = plan.horizon
+            market = TickMarket(
+                on_demand=[24.48] * n,
+                on_demand_forecast=[24.48] * n,
+                spot=[7.34] * n,
+                spot_forecast=[7.34] * n,
+                available=chain[at : at + n],
+                available_before=chain[at - 1000 : at],
+            )
+            at += n
+            for name in ("deadline_aware", "availability_aware", "oracle"):
+                totals[name] = totals.get(name, 0.0) + float(run_job(policy_class(name)(), market, plan).usd)
+        results[f"lose={lose},regain={regain}"] = {
+            name: round(total / totals["oracle"], 3) for name, total in totals.items() if name != "oracle"
+        }
+    return results
+
+
 def short(trace_file: str) -> str:
     """``us-west-2a_k80_1`` from the trace's file name."""
     return trace_file.removesuffix(".json").split("aws-10-26-2022_")[-1]
@@ -250,6 +289,7 @@ def main() -> int:
     spot, spot_jobs = spot_group(nights, 2 if args.quick else None, rng)
     traces, missing = trace_group(12 if args.quick else 25, rng)
     power = power_group(nights, rng)
+    markov = markov_group(30 if args.quick else 100, rng)
     elapsed = time.perf_counter() - started
     traced = [o for rows in traces.values() for o in rows]
     powered = [o for rows in power.values() for o in rows]
@@ -264,6 +304,9 @@ def main() -> int:
     print(per_row_table(f"availability traces, fit half ({FIT_HALF}): best of {'/'.join(TARGETED)}", fit))
     print(per_row_table("availability traces, held-out half (us-west-2b)", held_out))
     print(per_row_table("power markets", power))
+    print("synthetic Markov capacity (cost vs oracle; how much of the gap hindsight alone explains):")
+    for key, ratios in markov.items():
+        print(f"  {key:<24}" + "".join(f"{name} {ratio:.3f}  " for name, ratio in ratios.items()))
     print()
     notes = []
     if missing:
@@ -311,6 +354,7 @@ def main() -> int:
                 "vs_on_demand_at_most_where_spot_available_half_the_time": float(TARGET_VS_ON_DEMAND),
             },
             "fit_half": FIT_HALF,
+            "synthetic_markov_vs_oracle": markov,
             "checks": checks,
             "notes": notes,
             "availability_traces_run": 8 - len(missing),
