@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import io
 import json
 import sys
@@ -53,6 +54,13 @@ def add_parser(subparsers: Any) -> None:
         action="append",
         metavar="FILE",
         help="spot availability trace (JSON, 0/1 per tick); repeat with --by-trace to compare traces",
+    )
+    parser.add_argument(
+        "--zones",
+        action="append",
+        metavar="ZONE=TRACE[,ZONE=TRACE...]",
+        help="zones to run in, each with its availability trace; jobs without a 'zones' column use them all "
+        "(start in the cheapest zone with capacity, fail over on preemption); repeatable",
     )
     parser.add_argument(
         "--by-trace",
@@ -160,6 +168,17 @@ def _market(
         else:
             start = min(j.submit_time for j in jobs)
         availability = spot_prices.load_availability(availability_file, start=start)
+    zone_traces = None
+    if args.zones:
+        start = (
+            datetime.fromisoformat(args.availability_start.replace("Z", "+00:00"))
+            if args.availability_start
+            else min(j.submit_time for j in jobs)
+        )
+        zone_traces = {
+            zone: spot_prices.load_availability(path, start=start)
+            for zone, path in zone_files(args.zones).items()
+        }
     notes = [note for h in histories for note in h.notes]
     if electricity is not None:
         notes += [f"{electricity.name}: {n}" for n in electricity.notes]
@@ -168,8 +187,29 @@ def _market(
         spot_series=spot_series if histories else None,
         electricity_usd_per_mwh=electricity,
         availability=availability,
+        zone_availability=zone_traces,
     )
     return data, notes
+
+
+def zone_files(values: Sequence[str]) -> dict[str, str]:
+    """``{"zone": "trace path"}`` from ``--zones`` values ``ZONE=TRACE[,ZONE=TRACE...]``.
+
+    Raises:
+        ConfigurationError: an item without ``=``, or a zone given twice.
+    """
+    found: dict[str, str] = {}
+    for value in values:
+        for item in value.split(","):
+            zone, sep, path = item.partition("=")
+            if not sep or not zone.strip() or not path.strip():
+                raise ConfigurationError(
+                    f"--zones item {item!r} must be ZONE=TRACE, e.g. us-west-2a=trace_a.json"
+                )
+            if zone.strip() in found:
+                raise ConfigurationError(f"--zones names zone {zone.strip()!r} twice")
+            found[zone.strip()] = path.strip()
+    return found
 
 
 def format_table(report: SimulationReport | dict[str, SimulationReport]) -> str:
@@ -218,6 +258,11 @@ def run(args: argparse.Namespace) -> int:
     """Run ``costaware simulate``; 0 on success, 2 on bad input (the message goes to stderr)."""
     try:
         jobs = read_jobs(args.jobs)
+        if args.zones:
+            every = tuple(zone_files(args.zones))
+            jobs = [
+                j if j.zones or j.availability_zone else dataclasses.replace(j, zones=every) for j in jobs
+            ]
         traces = list(args.availability or [])
         if args.availability_start and not traces:
             raise ConfigurationError("--availability-start needs --availability")

@@ -20,7 +20,7 @@ from costaware.core.policies import (
 )
 from costaware.core.policies.cheapest_window import start_rule
 from costaware.core.policies.rules import checkpointed
-from costaware.core.simulate import TickMarket, TickPlan, run_job
+from costaware.core.simulate import TickMarket, TickPlan, run_job, zoned_tick_market
 
 DT = 1 / 6
 
@@ -231,3 +231,45 @@ def test_critical_jobs_turn_to_on_demand_earlier() -> None:
     critical = actions(policy_class("deadline_aware")(), m, plan, "critical")
     assert normal.index("o") == 14 - 6 - 1  # waits while the slack lasts
     assert critical.index("o") == normal.index("o") - 4  # keeps a checkpoint and a restart in reserve
+
+
+@st.composite
+def zoned_scenarios(draw: st.DrawFn) -> tuple[TickMarket, TickPlan]:
+    work = draw(st.integers(1, 6))
+    overhead = draw(st.integers(0, 2))
+    deadline = work + overhead + draw(st.integers(0, 8))
+    horizon = deadline + work + overhead + 1
+    per_zone = [
+        (
+            draw(st.lists(st.floats(0.1, 2.5), min_size=horizon, max_size=horizon)),
+            draw(st.lists(st.booleans(), min_size=horizon, max_size=horizon)),
+        )
+        for _ in range(draw(st.integers(1, 3)))
+    ]
+    plan = TickPlan(DT, work, deadline, overhead, draw(st.integers(0, 4)))
+    return zoned_tick_market(per_zone, [2.0] * horizon), plan
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(zoned_scenarios())
+def test_with_several_zones_no_policy_beats_the_oracle(case: tuple[TickMarket, TickPlan]) -> None:
+    m, plan = case
+    best = run_job(OraclePolicy(), m, plan)
+    assert best.met_deadline
+    for name, cls in POLICIES.items():
+        outcome = run_job(cls(), m, plan)
+        if outcome.met_deadline:
+            assert outcome.usd >= best.usd - Decimal("0.000002"), name
+        if name in SAFE:
+            assert outcome.met_deadline, name
+
+
+def test_a_preempted_job_fails_over_to_another_zone() -> None:
+    n = 40
+    zone_a = ([0.5] * n, [True] * 4 + [False] * (n - 4))  # cheaper, but its capacity goes after 4 ticks
+    zone_b = ([0.8] * n, [True] * n)
+    plan = TickPlan(DT, 8, 14, 1, 2)
+    two = run_job(policy_class("deadline_aware")(), zoned_tick_market([zone_a, zone_b], [3.0] * n), plan)
+    one = run_job(policy_class("deadline_aware")(), zoned_tick_market([zone_a], [3.0] * n), plan)
+    assert two.preemptions == 1 and two.spot_hours == pytest.approx(two.run_hours)  # all on spot: a then b
+    assert two.met_deadline and one.met_deadline and two.usd < one.usd  # one zone ends on on-demand

@@ -277,3 +277,69 @@ def test_cli_by_trace_with_priorities(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "2 availability traces given; add --by-trace" in capsys.readouterr().err
     assert main([*base, "--by-trace"]) == 2
     assert "--by-trace needs at least one --availability" in capsys.readouterr().err
+
+
+def test_cli_zones_fail_over(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    prices = tmp_path / "prices.csv"
+    rows = ["timestamp,region,availability_zone,instance_type,product_description,usd_per_hour"]
+    for zone, price in (("us-east-1a", "0.80"), ("us-east-1b", "0.95")):
+        rows += [
+            f"{(T0 + timedelta(hours=h)).isoformat()},us-east-1,{zone},p3.2xlarge,Linux/UNIX,{price}"
+            for h in range(24 * 14)
+        ]
+    prices.write_text("\n".join(rows) + "\n")
+    # Zone a (cheaper) has capacity for 30 minutes of every 2 hours; zone b always.
+    flaky, steady = ([1] * 3 + [0] * 9) * 200, [1] * 2400
+    a = tmp_path / "a.json"
+    a.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": ([1] * 3 + [0] * 9) * 200}))
+    b = tmp_path / "b.json"
+    b.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [1] * 2400}))
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text(
+        "name,instance_type,region,submit_time,runtime_hours,deadline_hours,checkpoint_minutes,"
+        "restart_overhead_minutes,zones\n"
+        "both,p3.2xlarge,us-east-1,2021-03-09T00:00:00Z,3,6,30,10,us-east-1a|us-east-1b\n"
+        "only-a,p3.2xlarge,us-east-1,2021-03-09T08:00:00Z,3,6,30,10,us-east-1a\n"
+    )
+    zones = ["--zones", f"us-east-1a={a},us-east-1b={b}"]
+    base = ["simulate", "--prices", str(prices), "--jobs", str(jobs), "--format", "json"]
+    assert main([*base, *zones, "--policy", "deadline_aware"]) == 0
+    payload = json.loads(capsys.readouterr().out)["policies"]
+    assert payload["deadline_aware"]["deadline_misses"] == 0
+    assert payload["deadline_aware"]["vs_oracle"] >= 1.0  # the oracle plans as if moving zones were free
+    # The same jobs replayed one by one: failing over to zone b keeps the first job on spot.
+    report = simulate(
+        [
+            Job.from_mapping(
+                {
+                    "name": n,
+                    "instance_type": "p3.2xlarge",
+                    "region": "us-east-1",
+                    "submit_time": "2021-03-09T00:00:00Z",
+                    "runtime_hours": "3",
+                    "deadline_hours": "6",
+                    "checkpoint_minutes": "30",
+                    "restart_overhead_minutes": "10",
+                    "zones": z,
+                }
+            )
+            for n, z in (("both", "us-east-1a|us-east-1b"), ("a", "us-east-1a"))
+        ],
+        MarketData(
+            on_demand_usd_per_hour=lambda t, r: Decimal("3.06"),
+            spot_series=lambda t, r, z: PriceSeries.from_points(
+                [(T0 + timedelta(hours=h), "0.80" if z == "us-east-1a" else "0.95") for h in range(24 * 14)],
+                name=str(z),
+            ),
+            zone_availability={
+                "us-east-1a": AvailabilityTrace(flaky, gap_seconds=600, start=T0, name="a"),
+                "us-east-1b": AvailabilityTrace(steady, gap_seconds=600, start=T0, name="b"),
+            },
+        ),
+        ["deadline_aware"],
+    )
+    by_job = {o.job: o for o in report.outcomes if o.policy == "deadline_aware"}
+    assert by_job["both"].spot_hours == pytest.approx(by_job["both"].run_hours)
+    assert by_job["a"].spot_hours < by_job["a"].run_hours and by_job["both"].usd < by_job["a"].usd
+    assert main([*base, "--zones", "us-east-1a"]) == 2
+    assert "--zones item 'us-east-1a' must be ZONE=TRACE" in capsys.readouterr().err
