@@ -143,6 +143,46 @@ def trace_group(nights: int, rng: random.Random) -> tuple[dict[str, list[JobOutc
     return per_trace, missing
 
 
+def zone_pair_group(nights: int, rng: random.Random) -> dict[str, list[JobOutcome]]:
+    """Jobs that may run in two zones: the us-west-2a and us-west-2b traces of one GPU type as two zones.
+
+    Prices: p3.16xlarge in us-east-1a and us-east-1b (the pairing with the traces is ours, as above). Each
+    (re)start goes to the cheaper zone with capacity; a preemption fails over to the other zone.
+    """
+    catalog = bundled_catalog()
+    history = spot_prices.load_spot_history(SHARED / "aws_spot_price_history" / "p3.16xlarge.json")
+    first = max(history.series("p3.16xlarge", "us-east-1", z).start for z in ("us-east-1a", "us-east-1b"))
+    first += timedelta(days=28)
+    per_pair: dict[str, list[JobOutcome]] = {}
+    for gpu in ("k80_1", "k80_8", "v100_1", "v100_8"):
+        files = [
+            SHARED / "spot_availability" / f"availability_1-node_aws-10-26-2022_us-west-{z}_{gpu}.json"
+            for z in ("2a", "2b")
+        ]
+        if not all(f.exists() for f in files):
+            continue
+        jobs = nightly_jobs(
+            f"2zones-{gpu}",
+            first,
+            min(nights, 25),
+            rng,
+            instance_type="p3.16xlarge",
+            region="us-east-1",
+            zones=("us-east-1a", "us-east-1b"),
+        )
+        start = min(j.submit_time for j in jobs)
+        data = MarketData(
+            on_demand_usd_per_hour=catalog.on_demand_usd_per_hour,
+            spot_series=history.series,
+            zone_availability={
+                zone: spot_prices.load_availability(f, start=start)
+                for zone, f in zip(("us-east-1a", "us-east-1b"), files, strict=True)
+            },
+        )
+        per_pair[f"2a+2b_{gpu}"] = simulate(jobs, data, POLICIES, tick=timedelta(minutes=10)).outcomes
+    return per_pair
+
+
 def power_group(nights: int, rng: random.Random) -> dict[str, list[JobOutcome]]:
     """Outcomes per power market (file name without ``.csv``)."""
     per_market: dict[str, list[JobOutcome]] = {}
@@ -290,6 +330,7 @@ def main() -> int:
     traces, missing = trace_group(12 if args.quick else 25, rng)
     power = power_group(nights, rng)
     markov = markov_group(30 if args.quick else 100, rng)
+    pairs = zone_pair_group(12 if args.quick else 25, rng)
     elapsed = time.perf_counter() - started
     traced = [o for rows in traces.values() for o in rows]
     powered = [o for rows in power.values() for o in rows]
@@ -304,6 +345,12 @@ def main() -> int:
     print(per_row_table(f"availability traces, fit half ({FIT_HALF}): best of {'/'.join(TARGETED)}", fit))
     print(per_row_table("availability traces, held-out half (us-west-2b)", held_out))
     print(per_row_table("power markets", power))
+    print(
+        per_row_table(
+            "two zones (2a and 2b traces of one GPU type; vs an oracle that moves between zones for free)",
+            pairs,
+        )
+    )
     print("synthetic Markov capacity (cost vs oracle; how much of the gap hindsight alone explains):")
     for key, ratios in markov.items():
         print(f"  {key:<24}" + "".join(f"{name} {ratio:.3f}  " for name, ratio in ratios.items()))
@@ -355,6 +402,7 @@ def main() -> int:
             },
             "fit_half": FIT_HALF,
             "synthetic_markov_vs_oracle": markov,
+            "two_zones": {k: figures(v) for k, v in pairs.items()},
             "checks": checks,
             "notes": notes,
             "availability_traces_run": 8 - len(missing),
