@@ -92,6 +92,7 @@ def test_forecast_never_reads_the_future() -> None:
         ({"at": datetime(2021, 3, 20)}, ConfigurationError, "has no time zone"),
         ({"weeks": 0}, ConfigurationError, "weeks must be 1 or more, got 0"),
         ({"half_life_weeks": 0}, ConfigurationError, "half_life_weeks must be > 0"),
+        ({"period_hours": 12}, ConfigurationError, "period_hours must be 24 .* or 168 .*, got 12"),
         ({"at": MONDAY - timedelta(days=1)}, PriceNotFoundError, "no price at"),
     ],
 )
