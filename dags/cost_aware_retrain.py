@@ -136,6 +136,14 @@ def flight_delay_features(inputs: dict[str, Any], *, replay_date: str) -> Any:
             title="Training deadline",
             description="Latest finish (ISO time with zone); empty: the end of the run's off-peak window.",
         ),
+        "priority": Param(
+            "normal",
+            type="string",
+            enum=["critical", "normal", "best_effort"],
+            title="Priority class",
+            description="critical: keeps room for a spot interruption and falls back to on-demand early; "
+            "normal; best_effort: the deadline is soft, waits for spot until the deadline itself.",
+        ),
         "spot_max_usd_per_hour": Param(
             None,
             type=["null", "string"],
@@ -233,6 +241,7 @@ def cost_aware_retrain() -> None:
         prices=RECORDED_SPOT_PRICES,
         deadline="{{ params.spot_deadline or '' }}",  # empty: the end of the run's off-peak window
         target_usd_per_hour="{{ params.spot_max_usd_per_hour or '' }}",
+        priority="{{ params.priority }}",
         deferrable=True,
         poke_interval=300,
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import io
 import json
 import sys
@@ -20,7 +21,14 @@ from costaware.core.errors import ConfigurationError, CostawareError, PriceNotFo
 from costaware.core.money import format_usd
 from costaware.core.policies import POLICIES
 from costaware.core.series import PriceSeries
-from costaware.core.simulate import DEFAULT_POLICIES, Job, MarketData, SimulationReport, simulate
+from costaware.core.simulate import (
+    DEFAULT_POLICIES,
+    Job,
+    MarketData,
+    PolicySummary,
+    SimulationReport,
+    simulate,
+)
 
 
 def add_parser(subparsers: Any) -> None:
@@ -41,13 +49,35 @@ def add_parser(subparsers: Any) -> None:
         metavar="FILE",
         help="spot price history (DescribeSpotPriceHistory JSON or CSV) or hourly electricity CSV (repeat)",
     )
-    parser.add_argument("--availability", metavar="FILE", help="spot availability trace (JSON, 0/1 per tick)")
+    parser.add_argument(
+        "--availability",
+        action="append",
+        metavar="FILE",
+        help="spot availability trace (JSON, 0/1 per tick); repeat with --by-trace to compare traces",
+    )
+    parser.add_argument(
+        "--zones",
+        action="append",
+        metavar="ZONE=TRACE[,ZONE=TRACE...]",
+        help="zones to run in, each with its availability trace; jobs without a 'zones' column use them all "
+        "(start in the cheapest zone with capacity, fail over on preemption); repeatable",
+    )
+    parser.add_argument(
+        "--by-trace",
+        action="store_true",
+        help="replay the jobs once per --availability trace and print one row per trace and policy",
+    )
     parser.add_argument(
         "--availability-start",
         metavar="TIME",
         help="ISO time of the trace's first sample (default: the earliest submit time)",
     )
-    parser.add_argument("--jobs", required=True, metavar="FILE", help="jobs file, CSV or JSON")
+    parser.add_argument(
+        "--jobs",
+        required=True,
+        metavar="FILE",
+        help="jobs file, CSV or JSON; optional column 'priority': critical, normal (default) or best_effort",
+    )
     parser.add_argument(
         "--policy",
         action="append",
@@ -97,7 +127,9 @@ def read_jobs(path: str | Path) -> list[Job]:
     return [Job.from_mapping(row) for row in rows]
 
 
-def _market(args: argparse.Namespace, jobs: Sequence[Job]) -> tuple[MarketData, list[str]]:
+def _market(
+    args: argparse.Namespace, jobs: Sequence[Job], availability_file: str | None = None
+) -> tuple[MarketData, list[str]]:
     from costaware.adapters import spot_prices
     from costaware.adapters.price_files import bundled_catalog, catalog_from_files
 
@@ -130,12 +162,23 @@ def _market(args: argparse.Namespace, jobs: Sequence[Job]) -> tuple[MarketData, 
 
     catalog = catalog_from_files(args.on_demand) if args.on_demand else bundled_catalog()
     availability = None
-    if args.availability:
+    if availability_file:
         if args.availability_start:
             start = datetime.fromisoformat(args.availability_start.replace("Z", "+00:00"))
         else:
             start = min(j.submit_time for j in jobs)
-        availability = spot_prices.load_availability(args.availability, start=start)
+        availability = spot_prices.load_availability(availability_file, start=start)
+    zone_traces = None
+    if args.zones:
+        start = (
+            datetime.fromisoformat(args.availability_start.replace("Z", "+00:00"))
+            if args.availability_start
+            else min(j.submit_time for j in jobs)
+        )
+        zone_traces = {
+            zone: spot_prices.load_availability(path, start=start)
+            for zone, path in zone_files(args.zones).items()
+        }
     notes = [note for h in histories for note in h.notes]
     if electricity is not None:
         notes += [f"{electricity.name}: {n}" for n in electricity.notes]
@@ -144,43 +187,91 @@ def _market(args: argparse.Namespace, jobs: Sequence[Job]) -> tuple[MarketData, 
         spot_series=spot_series if histories else None,
         electricity_usd_per_mwh=electricity,
         availability=availability,
+        zone_availability=zone_traces,
     )
     return data, notes
 
 
-def format_table(report: SimulationReport) -> str:
-    """The per-policy table ``costaware simulate`` prints."""
-    header = ("policy", "usd", "vs_oracle", "vs_on_demand", "deadline_misses", "preemptions", "spot_share")
+def zone_files(values: Sequence[str]) -> dict[str, str]:
+    """``{"zone": "trace path"}`` from ``--zones`` values ``ZONE=TRACE[,ZONE=TRACE...]``.
+
+    Raises:
+        ConfigurationError: an item without ``=``, or a zone given twice.
+    """
+    found: dict[str, str] = {}
+    for value in values:
+        for item in value.split(","):
+            zone, sep, path = item.partition("=")
+            if not sep or not zone.strip() or not path.strip():
+                raise ConfigurationError(
+                    f"--zones item {item!r} must be ZONE=TRACE, e.g. us-west-2a=trace_a.json"
+                )
+            if zone.strip() in found:
+                raise ConfigurationError(f"--zones names zone {zone.strip()!r} twice")
+            found[zone.strip()] = path.strip()
+    return found
+
+
+def format_table(report: SimulationReport | dict[str, SimulationReport]) -> str:
+    """The table ``costaware simulate`` prints: a row per policy (and per trace, given several reports)."""
+    reports = report if isinstance(report, dict) else {"": report}
+    by_trace = isinstance(report, dict)
+    header = (
+        *(("trace",) if by_trace else ()),
+        "policy",
+        "usd",
+        "vs_oracle",
+        "vs_on_demand",
+        "deadline_misses",
+        "late",
+        "preemptions",
+        "spot_share",
+    )
     rows = [header]
-    for name, s in report.summaries.items():
-        rows.append(
-            (
-                name,
-                format_usd(s.usd.quantize(Decimal("0.01"))),
-                "-" if s.vs_oracle is None else f"{s.vs_oracle:.3f}",
-                "-" if s.vs_on_demand is None else f"{s.vs_on_demand:.3f}",
-                str(s.deadline_misses),
-                str(s.preemptions),
-                f"{s.spot_share:.1%}",
-            )
-        )
+    for trace, one in reports.items():
+        rows += [(*((trace,) if by_trace else ()), *_row(name, s)) for name, s in one.summaries.items()]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = [
         "  ".join(
-            c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
+            c.ljust(w) if i < (2 if by_trace else 1) else c.rjust(w)
+            for i, (c, w) in enumerate(zip(r, widths, strict=True))
         )
         for r in rows
     ]
     return "\n".join(lines)
 
 
+def _row(name: str, s: PolicySummary) -> tuple[str, ...]:
+    return (
+        name,
+        format_usd(s.usd.quantize(Decimal("0.01"))),
+        "-" if s.vs_oracle is None else f"{s.vs_oracle:.3f}",
+        "-" if s.vs_on_demand is None else f"{s.vs_on_demand:.3f}",
+        str(s.deadline_misses),
+        str(s.late),
+        str(s.preemptions),
+        f"{s.spot_share:.1%}",
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``costaware simulate``; 0 on success, 2 on bad input (the message goes to stderr)."""
     try:
         jobs = read_jobs(args.jobs)
-        if args.availability_start and not args.availability:
+        if args.zones:
+            every = tuple(zone_files(args.zones))
+            jobs = [
+                j if j.zones or j.availability_zone else dataclasses.replace(j, zones=every) for j in jobs
+            ]
+        traces = list(args.availability or [])
+        if args.availability_start and not traces:
             raise ConfigurationError("--availability-start needs --availability")
-        data, notes = _market(args, jobs)
+        if args.by_trace and not traces:
+            raise ConfigurationError("--by-trace needs at least one --availability trace")
+        if len(traces) > 1 and not args.by_trace:
+            raise ConfigurationError(
+                f"{len(traces)} availability traces given; add --by-trace to replay the jobs once per trace"
+            )
         tick = None
         if args.tick_minutes is not None:
             if not args.tick_minutes > 0:
@@ -188,16 +279,26 @@ def run(args: argparse.Namespace) -> int:
             from datetime import timedelta
 
             tick = timedelta(minutes=args.tick_minutes)
-        report = simulate(jobs, data, args.policy or DEFAULT_POLICIES, tick=tick)
+        reports: dict[str, SimulationReport] = {}
+        notes: list[str] = []
+        for trace in traces or [None]:
+            data, notes = _market(args, jobs, trace)
+            name = Path(trace).stem if trace else ""
+            reports[name] = simulate(jobs, data, args.policy or DEFAULT_POLICIES, tick=tick)
     except CostawareError as e:
         print(f"costaware simulate: error: {e}", file=sys.stderr)
         return 2
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
-    if args.format == "json":
-        print(json.dumps(report.to_json()))
+    if args.by_trace:
+        if args.format == "json":
+            print(json.dumps({"traces": {name: r.to_json() for name, r in reports.items()}}))
+        else:
+            print(format_table(reports))
+    elif args.format == "json":
+        print(json.dumps(reports[next(iter(reports))].to_json()))
     else:
-        print(format_table(report))
+        print(format_table(reports[next(iter(reports))]))
         print(f"\n{len(jobs)} jobs; ratios compare total USD (oracle = least cost possible with hindsight).")
     return 0
 

@@ -16,13 +16,23 @@ def get_provider_info() -> dict[str, Any]:
         "versions": [__version__],
         "hook-class-names": [],
         "sensors": [
-            {"integration-name": "costaware", "python-modules": ["costaware.sensors.spend_cap"]},
+            {
+                "integration-name": "costaware",
+                "python-modules": [
+                    "costaware.sensors.spend_cap",
+                    "costaware.sensors.spot_window",
+                    "costaware.sensors.off_peak_gate",
+                ],
+            },
         ],
         "hooks": [
             {"integration-name": "costaware", "python-modules": ["costaware.hooks.ledger"]},
         ],
         "triggers": [
-            {"integration-name": "costaware", "python-modules": ["costaware.triggers.budget"]},
+            {
+                "integration-name": "costaware",
+                "python-modules": ["costaware.triggers.budget", "costaware.triggers.spot_window"],
+            },
         ],
         "integrations": [
             {

@@ -267,3 +267,107 @@ def test_deadline_from_the_run_s_pendulum_data_interval(tmp_path: Path, ledger_e
         context(data_interval_start=end.subtract(hours=8), data_interval_end=end)
     )
     assert result["market"] == "on_demand" and "miss the deadline" in result["reason"]
+
+
+def add_zone(path: Path, zone: str, price: str, *, ago: timedelta = timedelta(minutes=1)) -> None:
+    """A record for a zone of the same region and type, in force since ``ago``."""
+    at = (now() - ago).isoformat()
+    with path.open("a") as f:
+        f.write(f"{at},us-east-1,{zone},p3.2xlarge,Linux/UNIX,{price}\n")
+
+
+def trace_file(path: Path, samples: list[int]) -> str:
+    path.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": samples}))
+    return str(path)
+
+
+def test_several_zones_start_in_the_cheapest_one_with_capacity(tmp_path: Path, ledger_env: Ledger) -> None:
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="0.90")
+    add_zone(prices, "us-east-1b", "0.40")
+    add_zone(prices, "us-east-1c", "0.20")
+    deadline = (now() + timedelta(hours=12)).isoformat()
+    zones = ["us-east-1a", "us-east-1b", "us-east-1c"]
+    result = make_sensor(
+        prices=str(prices), deadline=deadline, target_usd_per_hour="0.95", availability_zones=zones
+    ).execute(context())
+    assert result["market"] == "spot" and result["availability_zone"] == "us-east-1c"
+    assert result["usd_per_hour"] == "0.20" and "zone us-east-1c" in result["price_detail"]
+    # The cheapest zone has no capacity in its trace: the next cheapest with capacity is taken.
+    start = (now() - timedelta(minutes=1)).isoformat()
+    traces = {
+        "us-east-1a": trace_file(tmp_path / "a.json", [1] * 12),
+        "us-east-1b": trace_file(tmp_path / "b.json", [1] * 12),
+        "us-east-1c": trace_file(tmp_path / "c.json", [0] * 12),
+    }
+    result = make_sensor(
+        task_id="spot_window_traced",
+        prices=str(prices),
+        deadline=deadline,
+        target_usd_per_hour="0.95",
+        availability_zones=zones,
+        availability=traces,
+        availability_start=start,
+    ).execute(context())
+    assert result["availability_zone"] == "us-east-1b" and result["usd_per_hour"] == "0.40"
+
+
+def test_zones_defer_to_a_trigger_that_round_trips(tmp_path: Path, ledger_env: Ledger) -> None:
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="1.00")
+    add_zone(prices, "us-east-1b", "0.95")
+    sensor = make_sensor(
+        prices=str(prices),
+        deadline=(now() + timedelta(hours=30)).isoformat(),
+        availability_zones=["us-east-1a", "us-east-1b"],
+    )
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute(context())
+    trigger = deferred.value.trigger
+    _, kwargs = trigger.serialize()
+    assert kwargs["availability_zones"] == ["us-east-1a", "us-east-1b"]
+    rebuilt = SpotWindowTrigger(**json.loads(json.dumps(kwargs)))
+    event = run_trigger(rebuilt, during=lambda: add_zone(prices, "us-east-1b", "0.30", ago=timedelta(0)))
+    assert event["status"] == "success", event
+    assert event["decision"]["market"] == "spot" and event["decision"]["availability_zone"] == "us-east-1b"
+
+
+@pytest.mark.parametrize(
+    ("priority", "slack_minutes", "market"),
+    [
+        ("normal", 10, None),  # 10 minutes of slack: a normal job still waits for spot to come back
+        ("critical", 10, "on_demand"),  # a critical job keeps room for a preemption: on-demand now
+        ("normal", -10, "on_demand"),  # past the latest start
+        ("best_effort", -10, None),  # a soft deadline: a best-effort job still waits for spot
+    ],
+)
+def test_priority_moves_the_fallback(
+    tmp_path: Path, ledger_env: Ledger, priority: str, slack_minutes: int, market: str | None
+) -> None:
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="5.00")  # above on-demand: no useful spot capacity now
+    deadline = now() + timedelta(hours=1, minutes=slack_minutes)
+    sensor = make_sensor(prices=str(prices), deadline=deadline.isoformat(), priority=priority)
+    if market is None:
+        with pytest.raises(TaskDeferred):
+            sensor.execute(context())
+    else:
+        result = sensor.execute(context())
+        assert result["market"] == market and result["priority"] == priority
+
+
+def test_priority_and_zone_traces_are_checked(tmp_path: Path, ledger_env: Ledger) -> None:
+    with pytest.raises(ValueError, match="priority 'urgent' is unknown; choose one of critical, normal"):
+        make_sensor(priority="urgent")
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="1.00")
+    add_zone(prices, "us-east-1b", "0.90")
+    sensor = make_sensor(
+        prices=str(prices),
+        deadline=(now() + timedelta(hours=8)).isoformat(),
+        availability_zones=["us-east-1a", "us-east-1b"],
+        availability=str(tmp_path / "one.json"),
+    )
+    with pytest.raises(AirflowFailException, match="is one trace but availability_zones lists 2 zones"):
+        sensor.execute(context())
+    assert ledger_env.entries(dag_id="spot_window_test") == []

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from costaware.core.errors import ConfigurationError, PriceNotFoundError
-from costaware.core.forecast import PriceForecast
+from costaware.core.forecast import PriceForecast, weighted_median
 from costaware.core.series import PriceSeries
 
 MONDAY = datetime(2021, 3, 1, tzinfo=timezone.utc)
@@ -41,8 +41,31 @@ def test_recent_weeks_weigh_more() -> None:
     at = MONDAY + timedelta(weeks=4)
     recent = PriceForecast.fit(s, at=at, half_life_weeks=0.5, persistence_hours=0)
     flat = PriceForecast.fit(s, at=at, half_life_weeks=1000, persistence_hours=0)
-    expected_recent = recent.expected_usd_per_hour(at + timedelta(hours=5))
-    assert Decimal(1) < expected_recent < flat.expected_usd_per_hour(at + timedelta(hours=5)) < Decimal(2)
+    # A weighted median: the last week outweighs the three before it only when recency counts.
+    assert recent.expected_usd_per_hour(at + timedelta(hours=5)) == Decimal(1)
+    assert flat.expected_usd_per_hour(at + timedelta(hours=5)) == Decimal(2)
+
+
+def test_a_price_spike_does_not_drag_the_hour_up_in_later_weeks() -> None:
+    spike_hour = 3 * 168 + 18  # Thursday 18:00 of the last week: a $2,000/MWh-style hour
+    s = hourly(4, lambda h: 2000.0 if h == spike_hour else 0.05)
+    at = MONDAY + timedelta(weeks=4)
+    f = PriceForecast.fit(s, at=at, persistence_hours=0)
+    assert f.expected_usd_per_hour(at + timedelta(days=3, hours=18)) == Decimal("0.05")
+
+
+@pytest.mark.parametrize(
+    ("pairs", "median"),
+    [
+        ([(1.0, 1.0)], 1.0),
+        ([(1.0, 1.0), (3.0, 1.0)], 2.0),
+        ([(1.0, 1.0), (2.0, 1.0), (1000.0, 1.0)], 2.0),
+        ([(5.0, 0.1), (1.0, 1.0), (2.0, 0.2)], 1.0),
+        ([(5.0, 3.0), (1.0, 1.0), (2.0, 1.0)], 5.0),
+    ],
+)
+def test_weighted_median(pairs: list[tuple[float, float]], median: float) -> None:
+    assert weighted_median(pairs) == median
 
 
 def test_persistence_pulls_towards_the_present_price_and_fades() -> None:
@@ -69,6 +92,7 @@ def test_forecast_never_reads_the_future() -> None:
         ({"at": datetime(2021, 3, 20)}, ConfigurationError, "has no time zone"),
         ({"weeks": 0}, ConfigurationError, "weeks must be 1 or more, got 0"),
         ({"half_life_weeks": 0}, ConfigurationError, "half_life_weeks must be > 0"),
+        ({"period_hours": 12}, ConfigurationError, "period_hours must be 24 .* or 168 .*, got 12"),
         ({"at": MONDAY - timedelta(days=1)}, PriceNotFoundError, "no price at"),
     ],
 )

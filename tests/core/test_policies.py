@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from decimal import Decimal
 
@@ -8,10 +9,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from costaware.core.errors import ConfigurationError
-from costaware.core.policies import POLICIES, Action, CheapestWindowPolicy, OraclePolicy, policy_class
+from costaware.core.policies import (
+    POLICIES,
+    Action,
+    CheapestWindowPolicy,
+    OraclePolicy,
+    Policy,
+    Situation,
+    policy_class,
+)
 from costaware.core.policies.cheapest_window import start_rule
 from costaware.core.policies.rules import checkpointed
-from costaware.core.simulate import TickMarket, TickPlan, run_job
+from costaware.core.simulate import TickMarket, TickPlan, run_job, zoned_tick_market
 
 DT = 1 / 6
 
@@ -29,7 +38,7 @@ def market(spot: list[float] | None, available: list[bool] | None, on_demand: li
 
 
 @st.composite
-def scenarios(draw: st.DrawFn) -> tuple[TickMarket, TickPlan]:
+def scenarios(draw: st.DrawFn) -> tuple[TickMarket, TickPlan, str]:
     work = draw(st.integers(1, 6))
     overhead = draw(st.integers(0, 2))
     deadline = work + overhead + draw(st.integers(0, 8))
@@ -40,22 +49,29 @@ def scenarios(draw: st.DrawFn) -> tuple[TickMarket, TickPlan]:
     on_demand = draw(st.lists(prices, min_size=horizon, max_size=horizon)) if local else [2.0] * horizon
     spot = None if local else draw(st.lists(st.floats(0.1, 2.5), min_size=horizon, max_size=horizon))
     available = None if local else draw(st.lists(st.booleans(), min_size=horizon, max_size=horizon))
-    return market(spot, available, on_demand), TickPlan(DT, work, deadline, overhead, checkpoint)
+    before = None if local else draw(st.lists(st.booleans(), max_size=30))
+    priority = draw(st.sampled_from(["critical", "normal", "best_effort"]))
+    m = market(spot, available, on_demand)
+    m = dataclasses.replace(m, available_before=before)
+    return m, TickPlan(DT, work, deadline, overhead, checkpoint), priority
+
+
+SAFE = ("deadline_aware", "availability_aware", "cheapest_window", "on_demand_now")
 
 
 @settings(max_examples=300, deadline=None, database=None)
 @given(scenarios())
-def test_no_policy_beats_the_oracle(case: tuple[TickMarket, TickPlan]) -> None:
-    m, plan = case
+def test_no_policy_beats_the_oracle(case: tuple[TickMarket, TickPlan, str]) -> None:
+    m, plan, priority = case
     oracle = OraclePolicy()
-    best = run_job(oracle, m, plan)
+    best = run_job(oracle, m, plan, priority=priority)
     assert best.met_deadline
     assert float(best.usd) == pytest.approx(oracle.optimal_usd, abs=2e-6)  # the replay costs what was solved
     for name, cls in POLICIES.items():
-        outcome = run_job(cls(), m, plan)
+        outcome = run_job(cls(), m, plan, priority=priority)
         if outcome.met_deadline:
             assert outcome.usd >= best.usd - Decimal("0.000002"), name
-        if name in ("deadline_aware", "cheapest_window", "on_demand_now"):
+        if name in SAFE:
             assert outcome.met_deadline, name  # the safe policies never miss a feasible deadline
 
 
@@ -153,3 +169,107 @@ def test_oracle_rejects_an_impossible_deadline() -> None:
     s = Situation(0, DT, 5, 4, 0, 0, 0, Action.WAIT, 0, None, False, 1.0, None, [1.0] * 10)
     with pytest.raises(ConfigurationError, match=r"needs 5 ticks .* deadline is 4 ticks away"):
         solve(s, Hindsight(None, None, [1.0] * 10))
+
+
+def actions(policy: Policy, m: TickMarket, plan: TickPlan, priority: str = "normal") -> str:
+    """The policy's action per tick, one letter each (w, s, o)."""
+    taken: list[str] = []
+    decide = policy.decide
+
+    def record(s: Situation) -> Action:
+        action = decide(s)
+        taken.append(action.value[0])
+        return action
+
+    policy.decide = record  # type: ignore[method-assign]
+    run_job(policy, m, plan, priority=priority)
+    return "".join(taken)
+
+
+def test_availability_aware_pauses_through_a_power_spike_and_resumes() -> None:
+    # Power: two cheap ticks, a 50x spike for three, four cheap ones, then dear; six ticks of work, one
+    # restart tick. Best: start now, pause through the spike, resume (paying the restart again).
+    power = [0.1] * 2 + [5.0] * 3 + [0.1] * 4 + [1.0] * 20
+    m = market(None, None, power)
+    plan = TickPlan(DT, 6, 14, 1, 1)
+    taken = actions(policy_class("availability_aware")(), m, plan)
+    assert taken.startswith("oo") and taken[2:5] == "www"  # started, paused through the spike
+    assert taken[5:].startswith("ooo")  # resumed, paying the restart tick again
+    outcome = run_job(policy_class("availability_aware")(), m, plan)
+    oracle = run_job(OraclePolicy(), m, plan)
+    assert outcome.met_deadline and float(outcome.usd) == pytest.approx(float(oracle.usd))
+    # A critical job is never paused once it runs.
+    assert "w" not in actions(policy_class("availability_aware")(), m, plan, "critical").lstrip("w")
+
+
+def test_availability_aware_waits_out_capacity_that_just_came_back() -> None:
+    # The history says: capacity that has just returned is gone within a tick; capacity that held for a
+    # few ticks lasts. The policy skips a fresh blip and starts on the stable run.
+    history = ([True, False] * 3 + [True] * 20 + [False] * 4) * 10
+    available = [True, False, True, False] + [True] * 40
+    n = len(available)
+    m = TickMarket(
+        on_demand=[3.0] * n,
+        on_demand_forecast=[3.0] * n,
+        spot=[1.0] * n,
+        spot_forecast=[1.0] * n,
+        available=available,
+        available_before=history,
+    )
+    plan = TickPlan(DT, 6, 30, 1, 2)
+    greedy = run_job(policy_class("deadline_aware")(), m, plan)
+    learnt = run_job(policy_class("availability_aware")(), m, plan)
+    assert learnt.met_deadline and learnt.preemptions == 0 < greedy.preemptions
+    assert learnt.usd < greedy.usd
+
+
+def test_critical_jobs_turn_to_on_demand_earlier() -> None:
+    n = 40
+    m = market([0.5] * n, [False] * n, [2.0] * n)  # spot never has capacity
+    plan = TickPlan(DT, 6, 14, 1, 3)
+    normal = actions(policy_class("deadline_aware")(), m, plan)
+    critical = actions(policy_class("deadline_aware")(), m, plan, "critical")
+    assert normal.index("o") == 14 - 6 - 1  # waits while the slack lasts
+    assert critical.index("o") == normal.index("o") - 4  # keeps a checkpoint and a restart in reserve
+
+
+@st.composite
+def zoned_scenarios(draw: st.DrawFn) -> tuple[TickMarket, TickPlan]:
+    work = draw(st.integers(1, 6))
+    overhead = draw(st.integers(0, 2))
+    deadline = work + overhead + draw(st.integers(0, 8))
+    horizon = deadline + work + overhead + 1
+    per_zone = [
+        (
+            draw(st.lists(st.floats(0.1, 2.5), min_size=horizon, max_size=horizon)),
+            draw(st.lists(st.booleans(), min_size=horizon, max_size=horizon)),
+        )
+        for _ in range(draw(st.integers(1, 3)))
+    ]
+    plan = TickPlan(DT, work, deadline, overhead, draw(st.integers(0, 4)))
+    return zoned_tick_market(per_zone, [2.0] * horizon), plan
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(zoned_scenarios())
+def test_with_several_zones_no_policy_beats_the_oracle(case: tuple[TickMarket, TickPlan]) -> None:
+    m, plan = case
+    best = run_job(OraclePolicy(), m, plan)
+    assert best.met_deadline
+    for name, cls in POLICIES.items():
+        outcome = run_job(cls(), m, plan)
+        if outcome.met_deadline:
+            assert outcome.usd >= best.usd - Decimal("0.000002"), name
+        if name in SAFE:
+            assert outcome.met_deadline, name
+
+
+def test_a_preempted_job_fails_over_to_another_zone() -> None:
+    n = 40
+    zone_a = ([0.5] * n, [True] * 4 + [False] * (n - 4))  # cheaper, but its capacity goes after 4 ticks
+    zone_b = ([0.8] * n, [True] * n)
+    plan = TickPlan(DT, 8, 14, 1, 2)
+    two = run_job(policy_class("deadline_aware")(), zoned_tick_market([zone_a, zone_b], [3.0] * n), plan)
+    one = run_job(policy_class("deadline_aware")(), zoned_tick_market([zone_a], [3.0] * n), plan)
+    assert two.preemptions == 1 and two.spot_hours == pytest.approx(two.run_hours)  # all on spot: a then b
+    assert two.met_deadline and one.met_deadline and two.usd < one.usd  # one zone ends on on-demand

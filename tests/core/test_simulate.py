@@ -15,7 +15,11 @@ from costaware.core.series import AvailabilityTrace, PriceSeries
 from costaware.core.simulate import Job, MarketData, TickPlan, simulate
 
 T0 = datetime(2021, 3, 1, tzinfo=timezone.utc)
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+ROOT = Path(__file__).resolve().parents[2]
+SHARED = next(
+    (p / "shared" / "data" for p in (ROOT.parent, ROOT.parent.parent) if (p / "shared" / "data").exists()),
+    ROOT.parent / "shared" / "data",
+)
 
 
 def job(name: str = "j", **kwargs: object) -> Job:
@@ -74,6 +78,7 @@ def test_report_has_every_figure_and_the_oracle_is_cheapest() -> None:
         "deadline_misses",
         "preemptions",
         "spot_share",
+        "late",
     }
 
 
@@ -121,6 +126,7 @@ def test_electricity_jobs_use_power_draw() -> None:
         ({"runtime_hours": "0"}, "runtime_hours must be a number > 0, got '0'"),
         ({"checkpoint_minutes": "abc"}, "checkpoint_minutes must be a number >= 0, got 'abc'"),
         ({"region": ""}, "lacks region"),
+        ({"priority": "urgent"}, "job 'nightly': priority 'urgent' is unknown; choose one of critical"),
     ],
 )
 def test_bad_jobs_name_the_value(row: dict[str, str], message: str) -> None:
@@ -136,6 +142,43 @@ def test_bad_jobs_name_the_value(row: dict[str, str], message: str) -> None:
     }
     with pytest.raises(ConfigurationError, match=message):
         Job.from_mapping({**base, **row})
+
+
+def test_best_effort_jobs_may_finish_after_their_soft_deadline() -> None:
+    # Spot has capacity only from hour 3 on; the job needs 2 h, its deadline is 4 h after submit.
+    prices = spot_series(["1.0"])
+    start = T0 + timedelta(days=8)
+    trace = AvailabilityTrace([0] * 18 + [1] * 2000, gap_seconds=600, start=start, name="late capacity")
+    common = {
+        "runtime_hours": Decimal(2),
+        "deadline_hours": Decimal(4),
+        "restart_overhead_minutes": Decimal(0),
+    }
+    jobs = [job("normal", **common), job("best", priority="best_effort", **common)]
+    report = simulate(jobs, data(prices, trace), ["deadline_aware"])
+    by_job = {o.job: o for o in report.outcomes if o.policy == "deadline_aware"}
+    assert by_job["normal"].met_deadline and not by_job["normal"].late and by_job["normal"].spot_hours < 2
+    # The best-effort job waits for spot past its soft deadline (hard: 4 h + 2 h), all on spot, not a miss.
+    best = by_job["best"]
+    assert best.met_deadline and best.late and best.spot_hours == pytest.approx(2)
+    assert best.usd < by_job["normal"].usd
+    assert report.summaries["deadline_aware"].late == 1
+    assert (
+        Job.from_mapping(
+            {
+                "name": "n",
+                "instance_type": "p3.2xlarge",
+                "region": "us-east-1",
+                "submit_time": "2021-03-09T00:00:00Z",
+                "runtime_hours": "2",
+                "deadline_hours": "8",
+                "checkpoint_minutes": "30",
+                "restart_overhead_minutes": "10",
+                "priority": "Best-Effort",
+            }
+        ).priority
+        == "best_effort"
+    )
 
 
 def test_unknown_instance_type_and_duplicate_names() -> None:
@@ -195,3 +238,108 @@ def test_cli_on_recorded_prices(tmp_path: Path, capsys: pytest.CaptureFixture[st
     )
     assert main(["simulate", "--prices", prices, "--jobs", str(csv_jobs)]) == 2
     assert "unknown instance type 'p9.mega'" in capsys.readouterr().err
+
+
+def test_cli_by_trace_with_priorities(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    prices = tmp_path / "prices.csv"
+    rows = ["timestamp,region,availability_zone,instance_type,product_description,usd_per_hour"]
+    rows += [
+        f"{(T0 + timedelta(hours=h)).isoformat()},us-east-1,us-east-1a,p3.2xlarge,Linux/UNIX,0.92"
+        for h in range(24 * 14)
+    ]
+    prices.write_text("\n".join(rows) + "\n")
+    steady = tmp_path / "steady.json"
+    steady.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [1] * 2000}))
+    scarce = tmp_path / "scarce.json"
+    scarce.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": ([1] * 3 + [0] * 9) * 200}))
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text(
+        "name,instance_type,region,submit_time,runtime_hours,deadline_hours,checkpoint_minutes,"
+        "restart_overhead_minutes,priority\n"
+        "a,p3.2xlarge,us-east-1,2021-03-09T00:00:00Z,2,6,30,10,critical\n"
+        "b,p3.2xlarge,us-east-1,2021-03-09T06:00:00Z,2,6,30,10,best_effort\n"
+        "c,p3.2xlarge,us-east-1,2021-03-09T12:00:00Z,2,6,30,10,\n"
+    )
+    base = ["simulate", "--prices", str(prices), "--jobs", str(jobs)]
+    traces = ["--availability", str(steady), "--availability", str(scarce)]
+    assert main([*base, *traces, "--by-trace", "--format", "json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert set(payload["traces"]) == {"steady", "scarce"}
+    steady_da = payload["traces"]["steady"]["policies"]["deadline_aware"]
+    scarce_da = payload["traces"]["scarce"]["policies"]["deadline_aware"]
+    assert steady_da["spot_share"] == 1.0 and scarce_da["spot_share"] < 1.0
+    assert steady_da["deadline_misses"] == scarce_da["deadline_misses"] == 0
+    assert main([*base, *traces, "--by-trace"]) == 0
+    table = capsys.readouterr().out
+    assert table.splitlines()[0].split()[:3] == ["trace", "policy", "usd"]
+    assert sum(line.startswith("scarce") for line in table.splitlines()) == 5
+    assert main([*base, *traces]) == 2
+    assert "2 availability traces given; add --by-trace" in capsys.readouterr().err
+    assert main([*base, "--by-trace"]) == 2
+    assert "--by-trace needs at least one --availability" in capsys.readouterr().err
+
+
+def test_cli_zones_fail_over(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    prices = tmp_path / "prices.csv"
+    rows = ["timestamp,region,availability_zone,instance_type,product_description,usd_per_hour"]
+    for zone, price in (("us-east-1a", "0.80"), ("us-east-1b", "0.95")):
+        rows += [
+            f"{(T0 + timedelta(hours=h)).isoformat()},us-east-1,{zone},p3.2xlarge,Linux/UNIX,{price}"
+            for h in range(24 * 14)
+        ]
+    prices.write_text("\n".join(rows) + "\n")
+    # Zone a (cheaper) has capacity for 30 minutes of every 2 hours; zone b always.
+    flaky, steady = ([1] * 3 + [0] * 9) * 200, [1] * 2400
+    a = tmp_path / "a.json"
+    a.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": ([1] * 3 + [0] * 9) * 200}))
+    b = tmp_path / "b.json"
+    b.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [1] * 2400}))
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text(
+        "name,instance_type,region,submit_time,runtime_hours,deadline_hours,checkpoint_minutes,"
+        "restart_overhead_minutes,zones\n"
+        "both,p3.2xlarge,us-east-1,2021-03-09T00:00:00Z,3,6,30,10,us-east-1a|us-east-1b\n"
+        "only-a,p3.2xlarge,us-east-1,2021-03-09T08:00:00Z,3,6,30,10,us-east-1a\n"
+    )
+    zones = ["--zones", f"us-east-1a={a},us-east-1b={b}"]
+    base = ["simulate", "--prices", str(prices), "--jobs", str(jobs), "--format", "json"]
+    assert main([*base, *zones, "--policy", "deadline_aware"]) == 0
+    payload = json.loads(capsys.readouterr().out)["policies"]
+    assert payload["deadline_aware"]["deadline_misses"] == 0
+    assert payload["deadline_aware"]["vs_oracle"] >= 1.0  # the oracle plans as if moving zones were free
+    # The same jobs replayed one by one: failing over to zone b keeps the first job on spot.
+    report = simulate(
+        [
+            Job.from_mapping(
+                {
+                    "name": n,
+                    "instance_type": "p3.2xlarge",
+                    "region": "us-east-1",
+                    "submit_time": "2021-03-09T00:00:00Z",
+                    "runtime_hours": "3",
+                    "deadline_hours": "6",
+                    "checkpoint_minutes": "30",
+                    "restart_overhead_minutes": "10",
+                    "zones": z,
+                }
+            )
+            for n, z in (("both", "us-east-1a|us-east-1b"), ("a", "us-east-1a"))
+        ],
+        MarketData(
+            on_demand_usd_per_hour=lambda t, r: Decimal("3.06"),
+            spot_series=lambda t, r, z: PriceSeries.from_points(
+                [(T0 + timedelta(hours=h), "0.80" if z == "us-east-1a" else "0.95") for h in range(24 * 14)],
+                name=str(z),
+            ),
+            zone_availability={
+                "us-east-1a": AvailabilityTrace(flaky, gap_seconds=600, start=T0, name="a"),
+                "us-east-1b": AvailabilityTrace(steady, gap_seconds=600, start=T0, name="b"),
+            },
+        ),
+        ["deadline_aware"],
+    )
+    by_job = {o.job: o for o in report.outcomes if o.policy == "deadline_aware"}
+    assert by_job["both"].spot_hours == pytest.approx(by_job["both"].run_hours)
+    assert by_job["a"].spot_hours < by_job["a"].run_hours and by_job["both"].usd < by_job["a"].usd
+    assert main([*base, "--zones", "us-east-1a"]) == 2
+    assert "--zones item 'us-east-1a' must be ZONE=TRACE" in capsys.readouterr().err

@@ -260,3 +260,13 @@ event.listen(
 
 #: version -> DDL statements that bring a ledger from version-1 to version (none yet).
 MIGRATIONS: dict[int, list[str]] = {}
+
+# One row per (DAG, window occurrence) in which a data-triggered retrain started: the window gate's claim.
+window_claims = Table(
+    "costaware_window_claims",
+    metadata,
+    Column("dag_id", String(250), primary_key=True),
+    Column("window_start", UTCDateTime, primary_key=True),
+    Column("run_id", String(250), nullable=False),
+    Column("claimed_at", UTCDateTime, nullable=False),
+)

@@ -2,11 +2,15 @@
 
 The model is deliberately simple, so a person can check it by hand:
 
-1. **Hour-of-week profile.** Take the last ``weeks`` weeks of history before the forecast time ``at``, cut it
-   into whole hours and take each hour's time-weighted mean price. Each of the 168 hours of the week (Monday
-   00:00 is slot 0, in ``timezone``) gets the weighted mean of its observations, weight ``0.5 ** (age_weeks /
-   half_life_weeks)``, so last week counts twice as much as the week before with the default half-life of one
-   week. A slot with no observation takes the weighted mean of all hours.
+1. **Hour-of-day profile.** Take the last ``weeks`` weeks of history before the forecast time ``at``, cut it
+   into whole hours and take each hour's time-weighted mean price. Each hour of the day (in ``timezone``;
+   ``period_hours=168`` makes it hour of the week, Monday 00:00 first) gets the **weighted median** of its
+   observations, weight ``0.5 ** (age_weeks / half_life_weeks)``, so recent days count more: yesterday twice
+   as much as the same hour a week earlier with the default half-life of one week. A median, not a mean: one
+   $2,000/MWh hour does not drag the expected price of that hour on every later day up with it (it moves the
+   median at most to the next observation). Four weeks give 28 observations per hour of the day, enough for a
+   median; an hour-of-week slot would have four, and its recency-weighted median would be little more than
+   "the same hour last week". A slot with no observation takes the weighted median of all hours.
 2. **Persistence.** Prices move slowly, so the present says more about the next hours than the profile does:
    the gap between the price in force at ``at`` and the profile's value for that hour is added to the forecast
    and fades with a half-life of ``persistence_hours``.
@@ -27,6 +31,7 @@ and returned as ``Decimal`` rounded to a micro-dollar by the public ``*_usd*`` m
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -46,6 +51,26 @@ def _slot(instant: datetime, tz: ZoneInfo) -> int:
     return local.weekday() * 24 + local.hour
 
 
+def weighted_median(pairs: Sequence[tuple[float, float]]) -> float:
+    """The value with half of the total weight on each side (the two middle values' mean on an exact tie).
+
+    One huge value moves it no further than to the next observation, where it would drag a mean anywhere.
+
+    Args:
+        pairs: ``(value, weight)`` with weights > 0; not empty.
+    """
+    ordered = sorted(pairs)
+    half = sum(w for _, w in ordered) / 2
+    running = 0.0
+    for i, (value, weight) in enumerate(ordered):
+        running += weight
+        if running > half * (1 + 1e-12):
+            return value
+        if running >= half * (1 - 1e-12) and i + 1 < len(ordered):
+            return (value + ordered[i + 1][0]) / 2
+    return ordered[-1][0]
+
+
 def _usd(value: float) -> Decimal:
     return Decimal(repr(value)).quantize(_MICRO)
 
@@ -55,7 +80,8 @@ class PriceForecast:
     """A fitted forecast; build it with :meth:`fit`.
 
     Attributes:
-        profile: Expected USD/hour per hour of the week (168 values, Monday 00:00 first, in ``timezone``).
+        profile: Expected USD/hour per hour of the week (168 values, Monday 00:00 first, in ``timezone``; a
+            daily profile repeats each day).
         now_usd_per_hour: The price in force at ``fitted_at``.
         fitted_at: The forecast time; no price after it was used.
         persistence_hours: Half-life of the present price's pull on the forecast.
@@ -84,6 +110,7 @@ class PriceForecast:
         half_life_weeks: float = 1.0,
         persistence_hours: float = 24.0,
         timezone: str = "UTC",
+        period_hours: int = 24,
     ) -> PriceForecast:
         """Fit the profile on the ``weeks`` weeks of ``series`` before ``at``.
 
@@ -93,7 +120,8 @@ class PriceForecast:
             weeks: How many weeks of history the profile uses.
             half_life_weeks: Age, in weeks, at which an observation's weight halves.
             persistence_hours: Half-life, in hours, of the present price's pull (0 turns it off).
-            timezone: Zone of the hour-of-week slots (local time for electricity's daily cycle).
+            timezone: Zone of the hour slots (local time for electricity's daily cycle).
+            period_hours: 24 for an hour-of-day profile (the default), 168 for hour-of-week.
 
         Raises:
             ConfigurationError: a naive ``at`` or a non-positive ``weeks``/``half_life_weeks``.
@@ -102,6 +130,10 @@ class PriceForecast:
         at = require_aware(at, name="forecast time")
         if weeks < 1:
             raise ConfigurationError(f"weeks must be 1 or more, got {weeks!r}")
+        if period_hours not in (24, HOURS_PER_WEEK):
+            raise ConfigurationError(
+                f"period_hours must be 24 (hour of day) or 168 (hour of week), got {period_hours!r}"
+            )
         if half_life_weeks <= 0 or persistence_hours < 0:
             raise ConfigurationError(
                 f"half_life_weeks must be > 0 and persistence_hours >= 0, got {half_life_weeks!r} and "
@@ -114,21 +146,19 @@ class PriceForecast:
         if first < series.start:
             first += _HOUR
         hours = int((at - first) / _HOUR)
-        sums = [0.0] * HOURS_PER_WEEK
-        weights = [0.0] * HOURS_PER_WEEK
+        samples: list[list[tuple[float, float]]] = [[] for _ in range(period_hours)]
         means: list[float] = []
         if hours > 0:
             means = series.tick_means(first, _HOUR, hours)
             for i, price in enumerate(means):
                 start = first + i * _HOUR
                 age_weeks = (at - start) / timedelta(weeks=1)
-                weight = 0.5 ** (age_weeks / half_life_weeks)
-                slot = _slot(start, tz)
-                sums[slot] += weight * price
-                weights[slot] += weight
-        total_weight = sum(weights)
-        overall = sum(sums) / total_weight if total_weight else now_price
-        profile = tuple(s / w if w else overall for s, w in zip(sums, weights, strict=True))
+                slot = _slot(start, tz) % period_hours
+                samples[slot].append((price, 0.5 ** (age_weeks / half_life_weeks)))
+        every = [pair for slot in samples for pair in slot]
+        overall = weighted_median(every) if every else now_price
+        cycle = [weighted_median(slot) if slot else overall for slot in samples]
+        profile = tuple(cycle[h % period_hours] for h in range(HOURS_PER_WEEK))
         observed = [*means, now_price]
         return cls(
             profile, now_price, at, persistence_hours, timezone, max(hours, 0), min(observed), max(observed)

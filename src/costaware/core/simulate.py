@@ -10,6 +10,15 @@ tick:
 3. a running tick costs its price; after each (re)start the first ``restart_overhead_minutes`` make no
    progress. Stopping on purpose keeps the work.
 
+Priority classes: a ``critical`` job is never paused once running and keeps room for one preemption; a
+``best_effort`` job's deadline is soft, the hard one is ``runtime_hours`` later (finishing between the two
+counts as ``late``, not as a miss). The oracle gets the same hard deadline, so it stays a lower bound.
+
+A job that lists ``zones`` runs zone by zone: each (re)start on spot goes to the cheapest zone with capacity
+then, the job stays there while it runs, and a preemption in that zone (losing work back to the checkpoint)
+lets the next start fail over to another zone. The oracle plans on the collapsed market (the cheapest zone
+with capacity at each tick, as if moving were free), which keeps it a lower bound.
+
 Prices are per-tick means of the step-function series. Jobs with ``power_kw`` run on the team's own hardware:
 their "on-demand" price is the hourly electricity price times the power draw, and they have no spot market.
 
@@ -21,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 
@@ -74,6 +83,10 @@ class Job:
         restart_overhead_minutes: Minutes lost at each (re)start.
         power_kw: Power draw on the team's own hardware; set for electricity-priced jobs.
         availability_zone: Use this zone's spot price; by default the region's cheapest zone at each instant.
+        priority: ``critical`` (never paused, keeps room for one preemption), ``normal`` or ``best_effort``
+            (its deadline is soft: it may finish up to ``runtime_hours`` after it, and that is not a miss).
+        zones: Several zones to run in: each (re)start goes to the cheapest zone with capacity, and a job
+            preempted in one zone fails over to another (each zone has its own prices and capacity trace).
     """
 
     name: str
@@ -86,8 +99,18 @@ class Job:
     restart_overhead_minutes: Decimal = Decimal(0)
     power_kw: Decimal | None = None
     availability_zone: str | None = None
+    priority: str = "normal"
+    zones: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        from costaware.core.spot_window import check_priority
+
+        object.__setattr__(self, "priority", check_priority(self.priority))
+        if self.zones and self.availability_zone:
+            raise ConfigurationError(
+                f"job {self.name!r} sets both availability_zone {self.availability_zone!r} and zones "
+                f"{'|'.join(self.zones)}; give one zone or a list of zones"
+            )
         if self.submit_time.tzinfo is None or self.submit_time.utcoffset() is None:
             raise ConfigurationError(
                 f"job {self.name!r}: submit_time {self.submit_time.isoformat()} has no time zone; "
@@ -121,6 +144,19 @@ class Job:
             raise ConfigurationError(f"job {name!r}: submit_time {raw_time!r} is not an ISO-8601 time") from e
         power = row.get("power_kw")
         zone = str(row.get("availability_zone") or "").strip() or None
+        priority = str(row.get("priority") or "").strip() or "normal"
+        raw_zones = row.get("zones") or ()
+        zones = tuple(
+            z.strip()
+            for z in (raw_zones.split("|") if isinstance(raw_zones, str) else map(str, raw_zones))  # type: ignore[call-overload]
+            if z.strip()
+        )
+        from costaware.core.spot_window import PRIORITIES
+
+        if priority.lower().replace("-", "_") not in PRIORITIES:
+            raise ConfigurationError(
+                f"job {name!r}: priority {priority!r} is unknown; choose one of {', '.join(PRIORITIES)}"
+            )
         return cls(
             name=name,
             instance_type=str(row["instance_type"]).strip(),
@@ -134,6 +170,8 @@ class Job:
             ),
             power_kw=None if power in (None, "") else _number(name, "power_kw", power, positive=True),
             availability_zone=zone,
+            priority=priority,
+            zones=zones,
         )
 
 
@@ -157,7 +195,8 @@ class TickPlan:
         minutes = Decimal(tick.total_seconds()) / 60
         work = math.ceil(job.runtime_hours * 60 / minutes)
         overhead = math.ceil(job.restart_overhead_minutes / minutes)
-        deadline = math.floor(job.deadline_hours * 60 / minutes)
+        hard_hours = job.deadline_hours + (job.runtime_hours if job.priority == "best_effort" else 0)
+        deadline = math.floor(hard_hours * 60 / minutes)
         checkpoint = max(1, round(job.checkpoint_minutes / minutes)) if job.checkpoint_minutes > 0 else 0
         if work + overhead > deadline:
             raise ConfigurationError(
@@ -174,7 +213,12 @@ class TickPlan:
 
 @dataclass(frozen=True, slots=True)
 class TickMarket:
-    """One job's prices per tick: on-demand (or own power), spot and its capacity, and their forecasts."""
+    """One job's prices per tick: on-demand (or own power), spot and its capacity, and their forecasts.
+
+    With ``zones`` (per zone: spot prices and capacity), ``spot`` and ``available`` are the cheapest zone with
+    capacity at each tick and whether any zone has capacity: the market the oracle plans on, as if a job
+    could move between zones for free (so it stays a lower bound); the other policies run zone by zone.
+    """
 
     on_demand: Sequence[float]
     on_demand_forecast: Sequence[float]
@@ -182,6 +226,8 @@ class TickMarket:
     spot_forecast: Sequence[float] | None = None
     available: Sequence[bool] | None = None
     local: bool = False
+    available_before: Sequence[bool] | None = None
+    zones: tuple[tuple[Sequence[float], Sequence[bool]], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,21 +242,34 @@ class JobOutcome:
     run_hours: float
     spot_hours: float
     finished_hours: float
+    late: bool = False
 
 
-def run_job(policy: Policy, market: TickMarket, plan: TickPlan, *, job: str = "job") -> JobOutcome:
+def run_job(
+    policy: Policy, market: TickMarket, plan: TickPlan, *, job: str = "job", priority: str = "normal"
+) -> JobOutcome:
     """Replay one job under one policy (see the module docstring for the rules)."""
     dt = plan.tick_hours
     hindsight = Hindsight(market.spot, market.available, market.on_demand) if policy.clairvoyant else None
     progress, running, overhead_left = 0, Action.WAIT, 0
     cost, preemptions, run_ticks, spot_ticks, t = 0.0, 0, 0, 0, 0
     has_spot = market.spot is not None
+    zones = None if policy.clairvoyant else market.zones
+    zone = -1  # the zone the job runs in on spot, or the cheapest one with capacity while it does not
     while progress < plan.work:
         available = has_spot and (market.available is None or market.available[t])
+        spot_price = market.spot[t] if market.spot is not None else None
+        if zones and running is Action.SPOT and not zones[zone][1][t]:
+            available = False  # the job's own zone lost capacity: a preemption, even if others have some
         if running is Action.SPOT and not available:
             progress = checkpointed(progress, plan.checkpoint)
             running, overhead_left = Action.WAIT, 0
             preemptions += 1
+        if zones:
+            if running is not Action.SPOT:
+                zone = _cheapest_zone(zones, t)  # where a (re)start would go: fail over on preemption
+            available = zone >= 0 and zones[zone][1][t]
+            spot_price = zones[zone][0][t] if zone >= 0 else spot_price
         if t >= plan.deadline:
             action = Action.ON_DEMAND
         else:
@@ -225,12 +284,14 @@ def run_job(policy: Policy, market: TickMarket, plan: TickPlan, *, job: str = "j
                     progress=progress,
                     running=running,
                     overhead_left=overhead_left,
-                    spot_usd_per_hour=market.spot[t] if market.spot is not None else None,
+                    spot_usd_per_hour=spot_price,
                     spot_available=available,
                     on_demand_usd_per_hour=market.on_demand[t],
                     spot_forecast=market.spot_forecast,
                     on_demand_forecast=market.on_demand_forecast,
                     hindsight=hindsight,
+                    availability_history=market.available_before,
+                    priority=priority,
                 )
             )
         if action is Action.SPOT and not available:
@@ -250,8 +311,8 @@ def run_job(policy: Policy, market: TickMarket, plan: TickPlan, *, job: str = "j
                 else:
                     progress += 1
             if action is Action.SPOT:
-                assert market.spot is not None  # available implies a spot market
-                cost += market.spot[t] * dt
+                assert spot_price is not None  # available implies a spot market
+                cost += spot_price * dt
                 spot_ticks += 1
             else:
                 cost += market.on_demand[t] * dt
@@ -269,6 +330,15 @@ def run_job(policy: Policy, market: TickMarket, plan: TickPlan, *, job: str = "j
     )
 
 
+def _cheapest_zone(zones: Sequence[tuple[Sequence[float], Sequence[bool]]], t: int) -> int:
+    """Index of the cheapest zone with capacity at tick ``t`` (the first on a tie), or -1 when none has."""
+    best = -1
+    for i, (prices, available) in enumerate(zones):
+        if available[t] and (best < 0 or prices[t] < zones[best][0][t]):
+            best = i
+    return best
+
+
 @dataclass(frozen=True)
 class MarketData:
     """Where a simulation gets prices; the adapters build it from files.
@@ -279,6 +349,8 @@ class MarketData:
         electricity_usd_per_mwh: Hourly power prices for jobs with ``power_kw``.
         availability: Spot capacity trace, already placed in time.
         forecast_weeks: Weeks of history the forecasts use.
+        zone_availability: ``zone -> capacity trace`` for jobs that list ``zones`` (a zone without one is
+            always available).
     """
 
     on_demand_usd_per_hour: Callable[[str, str], Decimal]
@@ -286,6 +358,7 @@ class MarketData:
     electricity_usd_per_mwh: PriceSeries | None = None
     availability: AvailabilityTrace | None = None
     forecast_weeks: int = 4
+    zone_availability: Mapping[str, AvailabilityTrace] | None = None
 
 
 def market_for(job: Job, data: MarketData, plan: TickPlan, tick: timedelta) -> TickMarket:
@@ -312,6 +385,8 @@ def market_for(job: Job, data: MarketData, plan: TickPlan, tick: timedelta) -> T
     on_demand = float(data.on_demand_usd_per_hour(job.instance_type, job.region))
     if data.spot_series is None:
         raise ConfigurationError(f"job {job.name!r} needs spot prices: pass a spot price history as --prices")
+    if job.zones:
+        return _zoned_market(job, data, plan, tick, on_demand)
     series = data.spot_series(job.instance_type, job.region, job.availability_zone)
     if series.start > start:
         raise PriceNotFoundError(
@@ -320,12 +395,77 @@ def market_for(job: Job, data: MarketData, plan: TickPlan, tick: timedelta) -> T
         )
     fitted = PriceForecast.fit(series, at=start, weeks=data.forecast_weeks)
     available = data.availability.ticks(start, tick, count) if data.availability is not None else None
+    before = _before(data.availability, start, tick) if data.availability is not None else None
     return TickMarket(
         on_demand=[on_demand] * count,
         on_demand_forecast=[on_demand] * count,
         spot=series.tick_means(start, tick, count),
         spot_forecast=fitted.ticks(start, tick, count),
         available=available,
+        available_before=before,
+    )
+
+
+def _before(trace: AvailabilityTrace, start: datetime, tick: timedelta) -> list[bool] | None:
+    """The capacity seen before ``start`` (up to a week), for policies that learn the capacity process."""
+    seen = min(int((start - trace.start) / tick), int(timedelta(weeks=1) / tick))
+    return trace.ticks(start - seen * tick, tick, seen) if seen > 0 else None
+
+
+def _zoned_market(
+    job: Job, data: MarketData, plan: TickPlan, tick: timedelta, on_demand: float
+) -> TickMarket:
+    """A market per zone, and the collapsed market (cheapest zone with capacity) the oracle plans on."""
+    start, count = job.submit_time, plan.horizon
+    assert data.spot_series is not None  # checked by the caller
+    traces = data.zone_availability or {}
+    per_zone: list[tuple[Sequence[float], Sequence[bool]]] = []
+    forecasts: list[list[float]] = []
+    histories: list[list[bool]] = []
+    for name in job.zones:
+        series = data.spot_series(job.instance_type, job.region, name)
+        if series.start > start:
+            raise PriceNotFoundError(
+                f"job {job.name!r} is submitted at {start.isoformat()}, before the first {series.name} price "
+                f"({series.start.isoformat()})"
+            )
+        trace = traces.get(name)
+        available = trace.ticks(start, tick, count) if trace is not None else [True] * count
+        per_zone.append((series.tick_means(start, tick, count), available))
+        forecasts.append(
+            PriceForecast.fit(series, at=start, weeks=data.forecast_weeks).ticks(start, tick, count)
+        )
+        if trace is not None:
+            histories.append(_before(trace, start, tick) or [])
+    length = min((len(h) for h in histories), default=0)
+    before = [any(h[len(h) - length + i] for h in histories) for i in range(length)] if length else None
+    return zoned_tick_market(
+        per_zone,
+        [on_demand] * count,
+        spot_forecast=[min(values) for values in zip(*forecasts, strict=True)],
+        available_before=before,
+    )
+
+
+def zoned_tick_market(
+    per_zone: Sequence[tuple[Sequence[float], Sequence[bool]]],
+    on_demand: Sequence[float],
+    *,
+    spot_forecast: Sequence[float] | None = None,
+    available_before: Sequence[bool] | None = None,
+) -> TickMarket:
+    """A market over several zones (per zone: spot prices and capacity per tick), with its collapsed view."""
+    count = len(on_demand)
+    cheapest = [_cheapest_zone(per_zone, t) for t in range(count)]
+    spot = [per_zone[z][0][t] if z >= 0 else min(p[t] for p, _ in per_zone) for t, z in enumerate(cheapest)]
+    return TickMarket(
+        on_demand=on_demand,
+        on_demand_forecast=on_demand,
+        spot=spot,
+        spot_forecast=spot_forecast if spot_forecast is not None else spot,
+        available=[z >= 0 for z in cheapest],
+        available_before=available_before,
+        zones=tuple((list(p), list(a)) for p, a in per_zone),
     )
 
 
@@ -341,6 +481,7 @@ class PolicySummary:
     deadline_misses: int
     preemptions: int
     spot_share: float
+    late: int = 0
 
     def to_json(self) -> dict[str, object]:
         """The ``--format json`` shape of one policy."""
@@ -351,6 +492,7 @@ class PolicySummary:
             "deadline_misses": self.deadline_misses,
             "preemptions": self.preemptions,
             "spot_share": round(self.spot_share, 4),
+            "late": self.late,
         }
 
 
@@ -391,6 +533,7 @@ def summarize(outcomes: Iterable[JobOutcome], policies: Sequence[str]) -> dict[s
             deadline_misses=sum(1 for o in rows if not o.met_deadline),
             preemptions=sum(o.preemptions for o in rows),
             spot_share=sum(o.spot_hours for o in rows) / run_hours if run_hours else 0.0,
+            late=sum(1 for o in rows if o.late),
         )
     return summaries
 
@@ -430,7 +573,10 @@ def simulate(
         market = market_for(job, data, plan, tick)
         for cls in classes.values():
             policy = cls()
-            outcome = run_job(policy, market, plan, job=job.name)
+            outcome = run_job(policy, market, plan, job=job.name, priority=job.priority)
+            if outcome.finished_hours > float(job.deadline_hours):
+                # Only a best-effort job can get here without a miss: past its soft deadline.
+                outcome = replace(outcome, late=True)
             # The oracle's replay must cost what its solver promised; anything else is a simulator bug.
             if (
                 isinstance(policy, OraclePolicy)

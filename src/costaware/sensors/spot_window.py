@@ -16,17 +16,13 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from costaware.core import spot_window as rules
 from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import utcnow
 from costaware.core.series import parse_instant
+from costaware.core.spot_window import check_priority, label_decision, window_decision
 from costaware.operators.errors import airflow_errors
-from costaware.triggers.spot_window import (
-    LIVE,
-    SpotWindowTrigger,
-    label_decision,
-    observe_spot,
-    window_decision,
-)
+from costaware.triggers.spot_window import LIVE, SpotWindowTrigger, observe_market
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -73,6 +69,12 @@ class SpotWindowSensor(BaseSensorOperator):
         products: Spot product descriptions to keep (default Linux/UNIX).
         availability: Path of a spot availability trace, for replays and tests (templated).
         availability_start: ISO time of the trace's first sample (templated).
+        availability_zones: Several zones to choose from: at each look the cheapest zone with capacity is
+            taken, and the decision names it in ``availability_zone`` (templated). With it, ``availability``
+            may map each zone to its trace path.
+        priority: ``"critical"`` (falls back to on-demand while a preemption can still be absorbed),
+            ``"normal"`` or ``"best_effort"`` (the deadline is soft: waits for spot until the deadline
+            itself) (templated, e.g. ``"{{ params.priority }}"``).
         ledger_conn_id: Connection of the cost ledger.
         record_decision: Write the decision to the ledger as an estimated compute entry.
         tags: Allocation tags of the ledger entry (team, project, owner, ...).
@@ -91,6 +93,8 @@ class SpotWindowSensor(BaseSensorOperator):
         "on_demand_usd_per_hour",
         "availability",
         "availability_start",
+        "availability_zones",
+        "priority",
     )
     ui_color = "#fff4d6"
 
@@ -111,8 +115,10 @@ class SpotWindowSensor(BaseSensorOperator):
         aws_conn_id: str | None = "aws_default",
         cache_seconds: float = 300.0,
         products: Sequence[str] = ("Linux/UNIX",),
-        availability: str | None = None,
+        availability: str | dict[str, str] | None = None,
         availability_start: str | None = None,
+        availability_zones: Sequence[str] | None = None,
+        priority: str = "normal",
         ledger_conn_id: str = "costaware_ledger",
         record_decision: bool = True,
         tags: dict[str, str] | None = None,
@@ -144,6 +150,10 @@ class SpotWindowSensor(BaseSensorOperator):
         self.products = list(products)
         self.availability = availability
         self.availability_start = availability_start
+        self.availability_zones = list(availability_zones) if availability_zones else None
+        if "{{" not in str(priority):
+            check_priority(priority)
+        self.priority = priority
         self.ledger_conn_id = ledger_conn_id
         self.record_decision = record_decision
         self.tags = dict(tags or {})
@@ -177,7 +187,13 @@ class SpotWindowSensor(BaseSensorOperator):
         start_value = self.earliest_start if self.earliest_start not in (None, "", "None") else None
         start_value = start_value or context.get("data_interval_start")
         not_before = parse_instant(start_value, name="earliest_start") if start_value else None
-        latest_start = deadline - timedelta(hours=float(runtime), minutes=self.restart_overhead_minutes)
+        priority = check_priority(self.priority)
+        latest = rules.latest_start(
+            deadline=deadline,
+            runtime_hours=runtime,
+            restart_overhead_minutes=self.restart_overhead_minutes,
+            priority=priority,
+        )
         if self.on_demand_usd_per_hour not in (None, ""):
             on_demand = _decimal(self.on_demand_usd_per_hour, name="on_demand_usd_per_hour", positive=True)
         else:
@@ -190,11 +206,12 @@ class SpotWindowSensor(BaseSensorOperator):
         return {
             "runtime_hours": str(runtime),
             "deadline": deadline.isoformat(),
-            "latest_start": latest_start.isoformat(),
+            "latest_start": latest.isoformat(),
+            "priority": priority,
             "not_before": not_before.isoformat() if not_before else None,
             "on_demand_usd_per_hour": str(on_demand),
             "target_usd_per_hour": target,
-            "forecast_starts": self._forecast_starts(now, latest_start, runtime) if forecast else [],
+            "forecast_starts": self._forecast_starts(now, latest, runtime) if forecast else [],
         }
 
     def _history(self, now: datetime) -> Any:
@@ -218,14 +235,22 @@ class SpotWindowSensor(BaseSensorOperator):
 
         if latest_start <= now:
             return []
-        series = self._history(now).series(self.instance_type, self.region, self.availability_zone)
-        forecast = PriceForecast.fit(series, at=now, weeks=max(1, self.history_days // 7))
         first = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
         hours = int((latest_start - first) / timedelta(hours=1)) + 1
         if hours <= 0:
             return []
         span = max(1, round(float(runtime)))
-        hourly = forecast.hourly_usd_per_hour(first, hours + span - 1)
+        history = self._history(now)
+        # With several zones a run may start in any of them: each hour's forecast is the cheapest zone's.
+        hourly: list[Decimal] = []
+        zones: list[str | None] = (
+            [*self.availability_zones] if self.availability_zones else [self.availability_zone]
+        )
+        for zone_name in zones:
+            series = history.series(self.instance_type, self.region, zone_name)
+            forecast = PriceForecast.fit(series, at=now, weeks=max(1, self.history_days // 7))
+            zone_hourly = forecast.hourly_usd_per_hour(first, hours + span - 1)
+            hourly = [min(a, b) for a, b in zip(hourly, zone_hourly, strict=True)] if hourly else zone_hourly
         return [
             [
                 (first + timedelta(hours=i)).isoformat(),
@@ -239,20 +264,10 @@ class SpotWindowSensor(BaseSensorOperator):
         not_before = parse_instant(plan["not_before"], name="not_before") if plan["not_before"] else None
         on_demand = Decimal(plan["on_demand_usd_per_hour"])
         price: Decimal | None = None
-        available, source = False, ""
+        available, source, zone_name = False, "", ""
         if now < latest_start and (not_before is None or now >= not_before):
-            price, available, source = observe_spot(
-                prices=self.prices,
-                instance_type=self.instance_type,
-                region=self.region,
-                availability_zone=self.availability_zone,
-                aws_conn_id=self.aws_conn_id,
-                ttl_seconds=self.cache_seconds,
-                products=self.products,
-                on_demand_usd_per_hour=on_demand,
-                availability=self.availability,
-                availability_start=self.availability_start,
-                now=now,
+            price, available, source, zone_name = observe_market(
+                now=now, on_demand_usd_per_hour=on_demand, **self._observe_kwargs()
             )
         decision = window_decision(
             now=now,
@@ -266,8 +281,41 @@ class SpotWindowSensor(BaseSensorOperator):
         )
         if decision is not None:
             decision["decided_at"] = now.isoformat()
+            if zone_name and decision["market"] == "spot":
+                decision["availability_zone"] = zone_name
             label_decision(decision, source)
         return decision
+
+    def _observe_kwargs(self) -> dict[str, Any]:
+        """Where prices and capacity come from: the trigger's kwargs and :func:`observe_market`'s."""
+        zone_traces: dict[str, str] | None = None
+        availability = self.availability
+        if isinstance(availability, dict):
+            if not self.availability_zones:
+                raise ConfigurationError(
+                    f"availability maps zones to traces ({', '.join(availability)}) but availability_zones "
+                    "is not set; list the zones, or give one trace path"
+                )
+            zone_traces, availability = {str(k): str(v) for k, v in availability.items()}, None
+        elif availability and self.availability_zones:
+            raise ConfigurationError(
+                f"availability {availability!r} is one trace but availability_zones lists "
+                f"{len(self.availability_zones)} zones; map each zone to its trace, e.g. "
+                "{'us-east-1a': 'a.json', 'us-east-1b': 'b.json'}"
+            )
+        return {
+            "availability_zones": self.availability_zones,
+            "zone_availability": zone_traces,
+            "availability_zone": self.availability_zone,
+            "availability": availability,
+            "prices": self.prices,
+            "instance_type": self.instance_type,
+            "region": self.region,
+            "aws_conn_id": self.aws_conn_id,
+            "ttl_seconds": self.cache_seconds,
+            "products": self.products,
+            "availability_start": self.availability_start,
+        }
 
     # -- Airflow entry points -------------------------------------------------------------------------
 
@@ -285,21 +333,13 @@ class SpotWindowSensor(BaseSensorOperator):
         self.log.info("deferring: waiting for a spot start until %s at the latest", plan["latest_start"])
         self.defer(
             trigger=SpotWindowTrigger(
-                instance_type=self.instance_type,
-                region=self.region,
-                availability_zone=self.availability_zone,
-                prices=self.prices,
                 on_demand_usd_per_hour=plan["on_demand_usd_per_hour"],
                 forecast_starts=plan["forecast_starts"],
                 latest_start=plan["latest_start"],
                 not_before=plan["not_before"],
                 target_usd_per_hour=plan["target_usd_per_hour"],
-                aws_conn_id=self.aws_conn_id,
-                ttl_seconds=self.cache_seconds,
-                products=self.products,
-                availability=self.availability,
-                availability_start=self.availability_start,
                 poll_interval=self.poke_interval,
+                **self._observe_kwargs(),
             ),
             method_name="execute_complete",
             kwargs={"plan": plan},
@@ -340,10 +380,11 @@ class SpotWindowSensor(BaseSensorOperator):
         price = Decimal(decision["usd_per_hour"])
         on_demand = Decimal(plan["on_demand_usd_per_hour"])
         result = {
+            "availability_zone": self.availability_zone or "",
             **decision,
             "instance_type": self.instance_type,
             "region": self.region,
-            "availability_zone": self.availability_zone or "",
+            "priority": plan.get("priority", "normal"),
             "on_demand_usd_per_hour": str(on_demand),
             "estimated_usd": str((price * runtime).quantize(_MICRO)),
             "expected_runtime_hours": str(runtime),

@@ -10,7 +10,7 @@ Reading prices happens in a worker thread (``asyncio.to_thread``), never on the 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -19,61 +19,29 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from costaware.core.errors import ConfigurationError, CostawareError
 from costaware.core.ledger import utcnow
-from costaware.core.policies.cheapest_window import start_rule
 from costaware.core.series import parse_instant
 
+# The decision itself is pure and lives in core; it is re-exported here for existing imports.
+from costaware.core.spot_window import (
+    choose_zone,
+    forecast_min,
+    label_decision,
+    spot_capacity,
+    window_decision,
+)
+
+__all__ = [
+    "LIVE",
+    "SpotWindowTrigger",
+    "forecast_min",
+    "label_decision",
+    "observe_market",
+    "observe_spot",
+    "observe_zones",
+    "window_decision",
+]
+
 LIVE = "live"
-
-
-def forecast_min(
-    forecast_starts: Sequence[Sequence[str]], *, after: datetime, until: datetime
-) -> Decimal | None:
-    """Lowest forecast mean price of the starts in ``(after, until]``; ``None`` when none is left."""
-    values = [
-        Decimal(v) for at, v in forecast_starts if after < parse_instant(at, name="forecast start") <= until
-    ]
-    return min(values) if values else None
-
-
-def window_decision(
-    *,
-    now: datetime,
-    usd_per_hour: Decimal | None,
-    available: bool,
-    on_demand_usd_per_hour: Decimal,
-    forecast_starts: Sequence[Sequence[str]],
-    target_usd_per_hour: Decimal | None,
-    latest_start: datetime,
-    not_before: datetime | None,
-) -> dict[str, str] | None:
-    """Start on spot, fall back to on-demand, or ``None`` to keep waiting (pure; money in and out as text).
-
-    The order: past ``latest_start`` -> on-demand (waiting longer would miss the deadline); before
-    ``not_before`` -> wait; spot with capacity, cheaper than on-demand, and passing the start rule (at or
-    below the target or the forecast minimum of the rest of the window) -> spot; else wait.
-    """
-    if now >= latest_start:
-        return {
-            "market": "on_demand",
-            "usd_per_hour": str(on_demand_usd_per_hour),
-            "reason": (
-                f"waiting longer would miss the deadline: latest safe start {latest_start.isoformat()}"
-            ),
-        }
-    if not_before is not None and now < not_before:
-        return None
-    if usd_per_hour is None or not available or usd_per_hour >= on_demand_usd_per_hour:
-        return None
-    reason = start_rule(
-        usd_per_hour, forecast_min(forecast_starts, after=now, until=latest_start), target_usd_per_hour
-    )
-    if reason is None:
-        return None
-    return {
-        "market": "spot",
-        "usd_per_hour": str(usd_per_hour),
-        "reason": f"spot capacity available; {reason}",
-    }
 
 
 def observe_spot(
@@ -103,23 +71,61 @@ def observe_spot(
         history = spot_prices.load_spot_history(prices, products=products)
         source = f"recorded {prices}"
     price = spot_prices.current_spot_price(history, instance_type, region, availability_zone, now)
+    trace_available: bool | None = None
     if availability:
         start = parse_instant(availability_start, name="availability_start") if availability_start else now
-        trace = spot_prices.load_availability(availability, start=start)
-        available = trace.at(now)
-    else:
-        # Without a capacity trace, a spot price at or above on-demand is taken as "no useful capacity".
-        available = price < on_demand_usd_per_hour
-    return price, available, source
+        trace_available = spot_prices.load_availability(availability, start=start).at(now)
+    return price, spot_capacity(price, on_demand_usd_per_hour, trace_available), source
 
 
-def label_decision(decision: dict[str, str], source: str) -> None:
-    """Name where the decision's price came from: a short ``price_source`` and the full ``price_detail``."""
-    spot = decision["market"] == "spot"
-    decision["price_source"] = (
-        ("live-ec2" if source.startswith("live") else "recorded") if spot else "on-demand-list"
+def observe_zones(
+    *,
+    zones: Sequence[str],
+    availability: Mapping[str, str] | None,
+    **observe: Any,
+) -> tuple[Decimal, bool, str, str]:
+    """Observe every zone (blocking IO); keep the cheapest one with capacity (the first listed if none has).
+
+    Args:
+        zones: The job's zones, in order of preference on a tie.
+        availability: ``zone -> availability trace path``; a zone without one counts as available when its
+            spot price is below on-demand.
+        **observe: The other arguments of :func:`observe_spot`.
+
+    Returns:
+        The chosen zone's price, capacity, price source and the zone's name.
+    """
+    seen: dict[str, tuple[Decimal, bool]] = {}
+    sources: dict[str, str] = {}
+    for zone_name in zones:
+        price, available, source = observe_spot(
+            availability_zone=zone_name, availability=(availability or {}).get(zone_name), **observe
+        )
+        seen[zone_name], sources[zone_name] = (price, available), source
+    chosen = choose_zone(seen) or zones[0]
+    price, available = seen[chosen]
+    return price, available, f"{sources[chosen]}, zone {chosen}", chosen
+
+
+def observe_market(
+    *,
+    availability_zones: Sequence[str] | None,
+    zone_availability: Mapping[str, str] | None,
+    availability_zone: str | None,
+    availability: str | None,
+    **common: Any,
+) -> tuple[Decimal, bool, str, str]:
+    """Price, capacity, source and chosen zone (``""`` for a single zone) at ``now``; blocking IO.
+
+    With ``availability_zones`` every zone is observed and the cheapest one with capacity is kept
+    (:func:`observe_zones`); else the one ``availability_zone`` (or the region's cheapest zone).
+    """
+    if availability_zones:
+        return observe_zones(zones=availability_zones, availability=zone_availability, **common)
+    price, available, source = observe_spot(
+        availability_zone=availability_zone, availability=availability, **common
     )
-    decision["price_detail"] = source
+    return price, available, source, ""
 
 
 class SpotWindowTrigger(BaseTrigger):
@@ -141,6 +147,8 @@ class SpotWindowTrigger(BaseTrigger):
         availability: Path of a spot availability trace, or ``None``.
         availability_start: ISO time of the trace's first sample.
         poll_interval: Seconds between polls.
+        availability_zones: Zones to choose from at each poll (the cheapest with capacity), or ``None``.
+        zone_availability: ``zone -> availability trace path`` for ``availability_zones``.
     """
 
     def __init__(
@@ -161,6 +169,8 @@ class SpotWindowTrigger(BaseTrigger):
         availability: str | None = None,
         availability_start: str | None = None,
         poll_interval: float = 60.0,
+        availability_zones: list[str] | None = None,
+        zone_availability: dict[str, str] | None = None,
     ) -> None:
         super().__init__()
         self.instance_type = instance_type
@@ -178,6 +188,8 @@ class SpotWindowTrigger(BaseTrigger):
         self.availability = availability
         self.availability_start = availability_start
         self.poll_interval = poll_interval
+        self.availability_zones = list(availability_zones) if availability_zones else None
+        self.zone_availability = dict(zone_availability) if zone_availability else None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """Class path and JSON-primitive kwargs."""
@@ -199,7 +211,26 @@ class SpotWindowTrigger(BaseTrigger):
                 "availability": self.availability,
                 "availability_start": self.availability_start,
                 "poll_interval": self.poll_interval,
+                "availability_zones": self.availability_zones,
+                "zone_availability": self.zone_availability,
             },
+        )
+
+    def _observe(self, now: datetime, on_demand: Decimal) -> tuple[Decimal, bool, str, str]:
+        return observe_market(
+            availability_zones=self.availability_zones,
+            zone_availability=self.zone_availability,
+            availability_zone=self.availability_zone,
+            availability=self.availability,
+            prices=self.prices,
+            instance_type=self.instance_type,
+            region=self.region,
+            aws_conn_id=self.aws_conn_id,
+            ttl_seconds=self.ttl_seconds,
+            products=self.products,
+            on_demand_usd_per_hour=on_demand,
+            availability_start=self.availability_start,
+            now=now,
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -215,22 +246,11 @@ class SpotWindowTrigger(BaseTrigger):
         while True:
             now = utcnow()
             price: Decimal | None = None
-            available, source = False, ""
+            available, source, zone_name = False, "", ""
             if now < latest_start and (not_before is None or now >= not_before):
                 try:
-                    price, available, source = await asyncio.to_thread(
-                        observe_spot,
-                        prices=self.prices,
-                        instance_type=self.instance_type,
-                        region=self.region,
-                        availability_zone=self.availability_zone,
-                        aws_conn_id=self.aws_conn_id,
-                        ttl_seconds=self.ttl_seconds,
-                        products=self.products,
-                        on_demand_usd_per_hour=on_demand,
-                        availability=self.availability,
-                        availability_start=self.availability_start,
-                        now=now,
+                    price, available, source, zone_name = await asyncio.to_thread(
+                        self._observe, now, on_demand
                     )
                 except ConfigurationError as e:
                     yield TriggerEvent({"status": "error", "message": str(e), "retry": False})
@@ -253,6 +273,8 @@ class SpotWindowTrigger(BaseTrigger):
             )
             if decision is not None:
                 decision["decided_at"] = now.isoformat()
+                if zone_name and decision["market"] == "spot":
+                    decision["availability_zone"] = zone_name
                 label_decision(decision, source)
                 yield TriggerEvent({"status": "success", "message": decision["reason"], "decision": decision})
                 return

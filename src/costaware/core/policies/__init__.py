@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from costaware.core.errors import ConfigurationError
+from costaware.core.policies.availability_aware import AvailabilityAwarePolicy
 from costaware.core.policies.base import Action, Hindsight, Policy, Situation
 from costaware.core.policies.cheapest_window import CheapestWindowPolicy
 from costaware.core.policies.deadline_aware import DeadlineAwarePolicy
@@ -12,12 +13,20 @@ from costaware.core.policies.spot_now import SpotNowPolicy
 
 POLICIES: dict[str, type[Policy]] = {
     cls.name: cls
-    for cls in (OnDemandNowPolicy, SpotNowPolicy, CheapestWindowPolicy, DeadlineAwarePolicy, OraclePolicy)
+    for cls in (
+        OnDemandNowPolicy,
+        SpotNowPolicy,
+        CheapestWindowPolicy,
+        DeadlineAwarePolicy,
+        AvailabilityAwarePolicy,
+        OraclePolicy,
+    )
 }
 
 __all__ = [
     "POLICIES",
     "Action",
+    "AvailabilityAwarePolicy",
     "CheapestWindowPolicy",
     "DeadlineAwarePolicy",
     "Hindsight",

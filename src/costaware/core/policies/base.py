@@ -39,7 +39,9 @@ class Situation:
     ``running`` is the market the job ran on during the last tick (``WAIT`` when idle) and ``overhead_left``
     the restart ticks it still has to pay there before progress resumes. ``spot_usd_per_hour`` is ``None``
     when the job has no spot market (on-premises power). Forecasts hold one value per tick from submit time,
-    fitted on history before submit.
+    fitted on history before submit. ``availability_history`` is the spot capacity seen per tick before submit
+    (oldest first), for policies that learn the capacity process. ``priority`` is the job's class:
+    ``critical`` (never paused, keeps room for a preemption), ``normal`` or ``best_effort``.
     """
 
     tick: int
@@ -57,6 +59,8 @@ class Situation:
     spot_forecast: Sequence[float] | None
     on_demand_forecast: Sequence[float]
     hindsight: Hindsight | None = None
+    availability_history: Sequence[bool] | None = None
+    priority: str = "normal"
 
 
 class Policy(abc.ABC):

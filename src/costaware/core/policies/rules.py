@@ -3,6 +3,9 @@
 "Safe" means: if the worst happens next (the job is preempted right after this tick and loses its work back to
 the last checkpoint), on-demand capacity started at the next tick still finishes by the deadline, paying the
 restart overhead once more. Keeping to these two rules is what guarantees zero missed deadlines.
+
+A ``critical`` job keeps a reserve on top: room for one more preemption (a checkpoint interval of lost work
+and a restart), so it turns to on-demand while a second mishap could still be absorbed.
 """
 
 from __future__ import annotations
@@ -17,9 +20,14 @@ def checkpointed(progress: int, checkpoint_ticks: int) -> int:
     return progress - progress % checkpoint_ticks
 
 
+def reserve_ticks(s: Situation) -> int:
+    """Slack kept unused: one preemption's loss and restart for a ``critical`` job, else none."""
+    return max(s.checkpoint_ticks, 1) + s.overhead_ticks if s.priority == "critical" else 0
+
+
 def safe_to_wait(s: Situation) -> bool:
     """Whether idling this tick still leaves time to finish on on-demand from the next tick."""
-    return s.tick + 1 + (s.work_ticks - s.progress) + s.overhead_ticks <= s.deadline_tick
+    return s.tick + 1 + (s.work_ticks - s.progress) + s.overhead_ticks + reserve_ticks(s) <= s.deadline_tick
 
 
 def progress_after_spot_tick(s: Situation) -> int:
@@ -34,7 +42,7 @@ def safe_on_spot(s: Situation) -> bool:
     if after >= s.work_ticks:
         return True
     lost_to = checkpointed(after, s.checkpoint_ticks)
-    return s.tick + 1 + (s.work_ticks - lost_to) + s.overhead_ticks <= s.deadline_tick
+    return s.tick + 1 + (s.work_ticks - lost_to) + s.overhead_ticks + reserve_ticks(s) <= s.deadline_tick
 
 
 def spot_usable(s: Situation) -> bool:

@@ -1,0 +1,144 @@
+"""The spot window's decision, pure: start on spot now, fall back to on-demand, or keep waiting.
+
+``SpotWindowSensor`` (a worker) and ``SpotWindowTrigger`` (the triggerer) gather the facts (the price in
+force, capacity, the forecast) and call :func:`window_decision`; operators that must make the same call (a
+remote training operator choosing its market) import it from here. No IO, no Airflow: money in and out as
+``Decimal`` and text, times aware UTC.
+
+Priority classes (``critical``, ``normal``, ``best_effort``) move the moment at which waiting stops
+(:func:`latest_start`): a critical job keeps room for one preemption before the deadline, a best-effort job
+treats the deadline as soft and may wait for spot until the deadline itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from costaware.core.errors import ConfigurationError
+from costaware.core.policies.cheapest_window import start_rule
+from costaware.core.series import parse_instant
+
+#: Priority classes, most protected first.
+PRIORITIES = ("critical", "normal", "best_effort")
+#: Share of the run a critical job keeps in reserve for one preemption (work lost back to a checkpoint).
+CRITICAL_RESERVE_SHARE = Decimal("0.25")
+
+
+def check_priority(priority: object) -> str:
+    """``priority`` as one of :data:`PRIORITIES`.
+
+    Raises:
+        ConfigurationError: any other value; the message lists the known ones.
+    """
+    text = str(priority or "normal").strip().lower().replace("-", "_")
+    if text not in PRIORITIES:
+        raise ConfigurationError(f"priority {priority!r} is unknown; choose one of {', '.join(PRIORITIES)}")
+    return text
+
+
+def latest_start(
+    *, deadline: datetime, runtime_hours: Decimal, restart_overhead_minutes: float, priority: str = "normal"
+) -> datetime:
+    """The last moment at which the job may still wait for spot, by priority class.
+
+    * ``normal``: ``deadline - runtime - restart overhead`` (on-demand from then on just finishes in time);
+    * ``critical``: earlier, by one more restart and a quarter of the run (:data:`CRITICAL_RESERVE_SHARE`),
+      so that a preemption soon after a late spot start still leaves time to finish on on-demand;
+    * ``best_effort``: the deadline itself; the deadline is soft and the run may end after it.
+    """
+    priority = check_priority(priority)
+    overhead = timedelta(minutes=restart_overhead_minutes)
+    runtime = timedelta(hours=float(runtime_hours))
+    if priority == "best_effort":
+        return deadline
+    if priority == "critical":
+        reserve = max(overhead, timedelta(hours=float(runtime_hours * CRITICAL_RESERVE_SHARE)))
+        return deadline - runtime - overhead - overhead - reserve
+    return deadline - runtime - overhead
+
+
+def forecast_min(
+    forecast_starts: Sequence[Sequence[str]], *, after: datetime, until: datetime
+) -> Decimal | None:
+    """Lowest forecast mean price of the starts in ``(after, until]``; ``None`` when none is left."""
+    values = [
+        Decimal(v) for at, v in forecast_starts if after < parse_instant(at, name="forecast start") <= until
+    ]
+    return min(values) if values else None
+
+
+def window_decision(
+    *,
+    now: datetime,
+    usd_per_hour: Decimal | None,
+    available: bool,
+    on_demand_usd_per_hour: Decimal,
+    forecast_starts: Sequence[Sequence[str]],
+    target_usd_per_hour: Decimal | None,
+    latest_start: datetime,
+    not_before: datetime | None,
+) -> dict[str, str] | None:
+    """Start on spot, fall back to on-demand, or ``None`` to keep waiting (pure; money in and out as text).
+
+    The order: past ``latest_start`` -> on-demand (waiting longer would miss the deadline); before
+    ``not_before`` -> wait; spot with capacity, cheaper than on-demand, and passing the start rule (at or
+    below the target or the forecast minimum of the rest of the window) -> spot; else wait.
+    """
+    if now >= latest_start:
+        return {
+            "market": "on_demand",
+            "usd_per_hour": str(on_demand_usd_per_hour),
+            "reason": (
+                f"waiting longer would miss the deadline: latest safe start {latest_start.isoformat()}"
+            ),
+        }
+    if not_before is not None and now < not_before:
+        return None
+    if usd_per_hour is None or not available or usd_per_hour >= on_demand_usd_per_hour:
+        return None
+    reason = start_rule(
+        usd_per_hour, forecast_min(forecast_starts, after=now, until=latest_start), target_usd_per_hour
+    )
+    if reason is None:
+        return None
+    return {
+        "market": "spot",
+        "usd_per_hour": str(usd_per_hour),
+        "reason": f"spot capacity available; {reason}",
+    }
+
+
+def spot_capacity(
+    usd_per_hour: Decimal, on_demand_usd_per_hour: Decimal, trace_available: bool | None
+) -> bool:
+    """Whether spot has capacity: the trace's sample when there is a trace, else "spot is below on-demand".
+
+    Without a capacity trace, a spot price at or above on-demand is taken as "no useful capacity".
+    """
+    if trace_available is not None:
+        return trace_available
+    return usd_per_hour < on_demand_usd_per_hour
+
+
+def choose_zone(observations: Mapping[str, tuple[Decimal, bool]]) -> str | None:
+    """The cheapest zone that has capacity now, or ``None`` when none has (ties: the first listed).
+
+    Args:
+        observations: ``zone -> (spot USD/hour, has capacity)``, in the order the job lists its zones.
+    """
+    best: tuple[Decimal, str] | None = None
+    for name, (price, available) in observations.items():
+        if available and (best is None or price < best[0]):
+            best = (price, name)
+    return None if best is None else best[1]
+
+
+def label_decision(decision: dict[str, str], source: str) -> None:
+    """Name where the decision's price came from: a short ``price_source`` and the full ``price_detail``."""
+    spot = decision["market"] == "spot"
+    decision["price_source"] = (
+        ("live-ec2" if source.startswith("live") else "recorded") if spot else "on-demand-list"
+    )
+    decision["price_detail"] = source
