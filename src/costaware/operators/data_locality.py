@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from costaware.operators.common import run_identity, run_tags
-from costaware.operators.errors import airflow_errors
+from costaware.glue import DEFAULT_LEDGER_CONN_ID, airflow_errors, run_identity, run_tags
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -86,7 +85,7 @@ class DataLocalityCheckOperator(BaseOperator):
         declared_bytes: Mapping[str, int] | None = None,
         replicas: Mapping[str, Mapping[str, str]] | None = None,
         aws_conn_id: str | None = None,
-        ledger_conn_id: str = "costaware_ledger",
+        ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID,
         tags: Mapping[str, str] | None = None,
         **kwargs: Any,
     ) -> None:

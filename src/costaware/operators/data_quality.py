@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from costaware.core.errors import ConfigurationError
-from costaware.operators.common import default_store, run_identity, storage_options
-from costaware.operators.errors import airflow_errors
+from costaware.glue import airflow_errors, default_store, run_identity, storage_options
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

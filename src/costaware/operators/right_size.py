@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from costaware.operators.errors import airflow_errors
+from costaware.glue import DEFAULT_LEDGER_CONN_ID, airflow_errors, parse_decimal
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -80,7 +80,7 @@ class RightSizeOperator(BaseOperator):
         throughput_exponent: float = 0.8,
         checkpoint_minutes: float | None = None,
         history_dag_id: str | None = None,
-        ledger_conn_id: str = "costaware_ledger",
+        ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -120,9 +120,9 @@ class RightSizeOperator(BaseOperator):
         dag_id = self.history_dag_id or context["ti"].dag_id
         with airflow_errors():
             job = RightSizeJob(
-                memory_gib=_decimal(self.memory_gib, "memory_gib"),
+                memory_gib=parse_decimal(self.memory_gib, name="memory_gib"),
                 deadline_hours=_optional_float(self.deadline_hours, "deadline_hours"),
-                min_gpus=_decimal(self.min_gpus, "min_gpus"),
+                min_gpus=parse_decimal(self.min_gpus, name="min_gpus"),
                 gpu_model=self.gpu_model,
                 min_vcpus=int(self.min_vcpus),
                 fallback_hours=_optional_float(self.fallback_hours, "fallback_hours"),
@@ -154,21 +154,7 @@ class RightSizeOperator(BaseOperator):
         return decision.to_json()
 
 
-def _decimal(value: object, name: str) -> Any:
-    from decimal import Decimal, InvalidOperation
-
-    from costaware.core.errors import ConfigurationError
-
-    try:
-        number = Decimal(str(value).strip())
-    except InvalidOperation as e:
-        raise ConfigurationError(f"{name} must be a number, got {value!r}") from e
-    if not number.is_finite():
-        raise ConfigurationError(f"{name} must be a finite number, got {value!r}")
-    return number
-
-
 def _optional_float(value: object, name: str) -> float | None:
     if value in (None, "", "None"):
         return None
-    return float(_decimal(value, name))
+    return float(parse_decimal(value, name=name))

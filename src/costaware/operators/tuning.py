@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator, TaskGroup
 from airflow.sdk.exceptions import AirflowSkipException
 
-from costaware.operators.errors import airflow_errors
+from costaware.glue import DEFAULT_LEDGER_CONN_ID, airflow_errors
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -40,7 +40,7 @@ class _StudyOperator(BaseOperator):
         *,
         study_name: str,
         storage_url: str | None = None,
-        ledger_conn_id: str = "costaware_ledger",
+        ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -298,7 +298,7 @@ class BudgetedTuningOperator(_StudyOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from costaware.core.ledger import reservation_holder
-        from costaware.plugins.listener import annotate_task
+        from costaware.glue import annotate_task
         from costaware.training.tuning import load_study, run_trial
 
         ti = context["ti"]
@@ -428,7 +428,7 @@ def budgeted_tuning(
     trainer: Callable[..., Any] | str,
     trainer_kwargs: Mapping[str, Any] | None = None,
     storage_url: str | None = None,
-    ledger_conn_id: str = "costaware_ledger",
+    ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID,
     trial_retries: int = 1,
     max_active_trials: int | None = None,
     **study: Any,

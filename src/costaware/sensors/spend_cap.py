@@ -9,6 +9,7 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
+from costaware.glue import DEFAULT_LEDGER_CONN_ID
 from costaware.triggers.budget import BudgetAvailableTrigger
 
 ON_EXCEEDED = ("wait", "skip", "fail")
@@ -46,7 +47,7 @@ class SpendCapSensor(BaseSensorOperator):
         for_task_id: str | None = None,
         on_exceeded: str = "wait",
         reservation_ttl: timedelta = timedelta(hours=6),
-        ledger_conn_id: str = "costaware_ledger",
+        ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
     ) -> None:
@@ -78,8 +79,8 @@ class SpendCapSensor(BaseSensorOperator):
         from costaware.core.errors import BudgetExceededError
         from costaware.core.ledger import reservation_holder
         from costaware.core.money import parse_usd
+        from costaware.glue import airflow_errors
         from costaware.hooks.ledger import CostLedgerHook
-        from costaware.operators.errors import airflow_errors
 
         ti = context["ti"]
         target = self._target()

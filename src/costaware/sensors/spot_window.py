@@ -19,7 +19,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import utcnow
 from costaware.core.series import parse_instant
-from costaware.operators.errors import airflow_errors
+from costaware.glue import DEFAULT_AWS_CONN_ID, DEFAULT_LEDGER_CONN_ID, airflow_errors
 from costaware.triggers.spot_window import (
     LIVE,
     SpotWindowTrigger,
@@ -108,12 +108,12 @@ class SpotWindowSensor(BaseSensorOperator):
         on_demand_usd_per_hour: float | str | Decimal | None = None,
         restart_overhead_minutes: float = 10.0,
         history_days: int = 28,
-        aws_conn_id: str | None = "aws_default",
+        aws_conn_id: str | None = DEFAULT_AWS_CONN_ID,
         cache_seconds: float = 300.0,
         products: Sequence[str] = ("Linux/UNIX",),
         availability: str | None = None,
         availability_start: str | None = None,
-        ledger_conn_id: str = "costaware_ledger",
+        ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID,
         record_decision: bool = True,
         tags: dict[str, str] | None = None,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
@@ -368,7 +368,7 @@ class SpotWindowSensor(BaseSensorOperator):
         try_number = int(getattr(ti, "try_number", None) or 1)
         map_index = int(getattr(ti, "map_index", -1) if getattr(ti, "map_index", None) is not None else -1)
         key = f"spot-window:{dag_id}:{run_id}:{self.task_id}:{map_index}:{try_number}"
-        from costaware.operators.common import run_tags
+        from costaware.glue import run_tags
 
         tags = run_tags(self, context, self.tags)
         entry = LedgerEntry(

@@ -21,6 +21,7 @@ from costaware.core.errors import ConfigurationError, CostawareError
 from costaware.core.ledger import utcnow
 from costaware.core.policies.cheapest_window import start_rule
 from costaware.core.series import parse_instant
+from costaware.glue import DEFAULT_AWS_CONN_ID
 
 LIVE = "live"
 
@@ -155,7 +156,7 @@ class SpotWindowTrigger(BaseTrigger):
         latest_start: str,
         not_before: str | None = None,
         target_usd_per_hour: str | None = None,
-        aws_conn_id: str | None = "aws_default",
+        aws_conn_id: str | None = DEFAULT_AWS_CONN_ID,
         ttl_seconds: float = 300.0,
         products: list[str] | None = None,
         availability: str | None = None,
