@@ -283,14 +283,18 @@ def load_lightgbm(data: bytes) -> Any:
 
 
 def require(module: str, package: str) -> Any:
-    """Import an optional SDK, or fail with how to install it."""
+    """Import an optional SDK, or fail with how to install it (the costaware extra that brings it)."""
     import importlib
+
+    from costaware.extras import EXTRAS, install_hint
 
     try:
         return importlib.import_module(module)
     except ImportError as e:
+        extra = next((name for name, modules in EXTRAS.items() if module in modules), None)
+        how = install_hint(extra) if extra else f"pip install {package}"
         raise ConfigurationError(
-            f"{module} is not installed: `pip install {package}` on the workers to use this trainer"
+            f"{module} is not installed: `{how}` on the workers to use this trainer"
         ) from e
 
 

@@ -24,7 +24,10 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator, TaskGroup
 from airflow.sdk.exceptions import AirflowSkipException
 
+from costaware.extras import require
 from costaware.glue import DEFAULT_LEDGER_CONN_ID, airflow_errors
+
+require("tuning", needed_by=__name__)  # at DAG parse time, with the pip line, rather than in a trial
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
