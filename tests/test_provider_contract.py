@@ -8,6 +8,7 @@ import importlib
 import inspect
 import json
 import pkgutil
+import re
 from pathlib import Path
 
 import airflow
@@ -106,3 +107,40 @@ def test_every_config_option_is_documented_with_its_default() -> None:
         assert option["type"] in ("string", "boolean", "integer", "float")
     stale = sorted(set(documented) - set(read))
     assert not stale, f"{stale} are documented but no code reads them"
+
+
+ROOT = SRC.parents[1]
+# Pages written on other branches at the same time; the merge brings them (then this set can go).
+PAGES_FROM_OTHER_BRANCHES = {"spot-windows.md", "remote-training.md"}
+
+
+@pytest.mark.parametrize("section", ["operators", "sensors", "triggers"])
+def test_every_public_class_links_its_docs_page(section: str) -> None:
+    missing = []
+    for name in _listed(section):
+        module = importlib.import_module(name)
+        for cls_name, obj in inspect.getmembers(module, inspect.isclass):
+            if obj.__module__ != name or cls_name.startswith("_") or not issubclass(obj, KINDS[section]):
+                continue
+            pages = re.findall(r"See (docs/[\w-]+\.md)", obj.__doc__ or "")
+            if not pages:
+                missing.append(f"{name}.{cls_name}: no 'See docs/<page>.md' line")
+            for page in pages:
+                if not (ROOT / page).exists() and Path(page).name not in PAGES_FROM_OTHER_BRANCHES:
+                    missing.append(f"{name}.{cls_name}: {page} does not exist")
+    assert not missing, "\n".join(missing)
+
+
+def test_readme_is_a_short_index_that_starts_with_the_two_commands() -> None:
+    readme = (ROOT / "README.md").read_text().splitlines()
+    assert len(readme) < 250
+    assert readme[:3] == ["```bash", readme[1], readme[2]]
+    assert readme[1].startswith("make demo") and readme[2].startswith("make test")
+    for page in re.findall(r"\]\((docs/[\w-]+\.md)\)", "\n".join(readme)):
+        own = (ROOT / page).exists()
+        assert own or Path(page).name in PAGES_FROM_OTHER_BRANCHES | {
+            "prices.md",
+            "ui.md",
+            "governance.md",
+            "efficiency.md",
+        }, page

@@ -77,6 +77,8 @@ def fingerprint_inputs(
 class CachedFeaturesOperator(BaseOperator):
     """Build features with a transform, or reuse the stored result when nothing it depends on changed.
 
+    See docs/data-path.md.
+
     The cache key is a fingerprint of: every input (size, mtime / ETag, or content), the transform's
     source and the sources of the project modules it uses (or ``version``), its parameters, and the
     versions of pandas and pyarrow. On a hit the stored Parquet's URI is returned at once and the avoided

@@ -36,6 +36,8 @@ def _describe(estimate: EgressEstimate) -> str:
 class DataLocalityCheckOperator(BaseOperator):
     """Check that the data lives where the compute runs; estimate, gate and record cross-region egress.
 
+    See docs/data-path.md.
+
     For each input it finds the region (S3: the bucket's region from HeadBucket/GetBucketLocation; local
     paths: ``worker_region``; other URIs: ``declared_regions``) and the bytes (listing metadata only), and
     prices the transfer to ``compute_region`` with the bundled transfer prices. Then, by ``policy``:

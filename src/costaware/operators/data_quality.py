@@ -139,6 +139,8 @@ def failure_lines(result: Mapping[str, Any]) -> list[str]:
 class DataQualityOperator(BaseOperator):
     """Validates a batch with a Great Expectations suite before any training is paid for.
 
+    See docs/data-path.md.
+
     The suite is JSON (a dict ``{"name": ..., "expectations": [{"type": ..., "kwargs": {...}}, ...]}``, just
     the list of expectations, JSON text, or a ``.json`` file path) or code (a callable that returns a
     ``gx.ExpectationSuite`` or a list of GX expectations; import GX inside it). The result is stored as JSON

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 class ModelPromoteOperator(BaseOperator):
     """Compares a candidate version with the champion on holdout data and promotes it when it is good enough.
 
+    See docs/retraining.md.
+
     The candidate is promoted when its metric is at least the champion's minus ``margin`` (higher-is-better
     metrics; plus ``margin`` for log loss and Brier), or when there is no champion. A candidate whose run did
     not complete (status ``interrupted``/``failed``, or files without metadata) is never promoted. Every

@@ -22,6 +22,8 @@ HISTORY_LIMIT = 5000
 class RightSizeOperator(BaseOperator):
     """Picks the instance type and market with the least expected cost for a job, from the price catalog.
 
+    See docs/tuning.md.
+
     Expected cost is price x predicted runtime (+ the expected rework after spot interruptions). Candidates
     with less memory than ``memory_gib`` or an expected runtime past ``deadline_hours`` are rejected.
     Predicted runtime comes from this DAG's recorded runs of ``for_task_id`` in the ledger (same type: their

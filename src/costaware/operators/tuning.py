@@ -65,6 +65,8 @@ class _StudyOperator(BaseOperator):
 class TuningStudyCreateOperator(_StudyOperator):
     """Creates (or reopens) a budget-capped study in the RDB storage and sets its budget in the ledger.
 
+    See docs/tuning.md.
+
     The study's settings are stored with it, so every trial task reads the same ones. The budget is
     ``max_usd`` (and ``max_gpu_hours``) for scope ``study=<study_name>`` plus ``scope``, for all time;
     each trial reserves from it (and from any wider budget covering ``scope``, e.g. the project's month).
@@ -257,6 +259,8 @@ class TuningStudyCreateOperator(_StudyOperator):
 class BudgetedTuningOperator(_StudyOperator):
     """Runs one trial of a budget-capped study; map it over the plan's slots to run trials in parallel.
 
+    See docs/tuning.md.
+
     Before the trial it checks the study's stop rules (max trials, wall clock, plateau) and reserves the
     trial's estimated full-fidelity cost in the ledger with holder ``dag/run/task/map_index``; when that
     reservation is refused the study stops for good and this task (and every later slot) is skipped. The
@@ -344,6 +348,8 @@ class BudgetedTuningOperator(_StudyOperator):
 
 class TuningStudySummarizeOperator(_StudyOperator):
     """Ends a study's DAG run: fails trials left running, logs the best trial, stop reason and costs.
+
+    See docs/tuning.md.
 
     Runs after every trial task whatever their state (``trigger_rule="all_done"``). Trials of this run still
     ``RUNNING`` (their task died without telling) are marked failed.

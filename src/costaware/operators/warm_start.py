@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 class WarmStartRetrainOperator(BaseOperator):
     """Retrains a model: warm-starts the champion on new data, or retrains in full when the policy says so.
 
+    See docs/retraining.md.
+
     The policy (default ``DriftRetrainPolicy``) looks at the drift of features and label between the data the
     champion was fully trained on and the new batch, the warm steps since the last full retrain and the
     champion's recent holdout quality; its reason is logged. Training is checkpointed every

@@ -18,6 +18,8 @@ ON_EXCEEDED = ("wait", "skip", "fail")
 class SpendCapSensor(BaseSensorOperator):
     """Passes when the scope's budget has room for ``estimated_usd``, and reserves it for ``for_task_id``.
 
+    See docs/budgets.md.
+
     The reservation is settled with the actual cost by the costaware listener when that task ends (or
     expires after ``reservation_ttl``). When the budget has too little left, ``on_exceeded`` decides:
     ``wait`` until the cap is raised or the next budget period starts (deferred by default, so no worker

@@ -49,6 +49,8 @@ def _decimal(value: object, *, name: str, positive: bool = False) -> Decimal:
 class SpotWindowSensor(BaseSensorOperator):
     """Waits for a good spot start; falls back to on-demand when waiting longer would miss the deadline.
 
+    See docs/spot-windows.md.
+
     It starts on spot when spot has capacity and its price is at or below ``target_usd_per_hour`` or the
     lowest forecast mean price of any later start in the window (an hour-of-week profile of the price history,
     see ``costaware.core.forecast``). At ``deadline - expected_runtime_hours - restart_overhead_minutes`` it

@@ -15,6 +15,8 @@ from costaware.glue import DEFAULT_LEDGER_CONN_ID
 class BudgetAvailableTrigger(BaseTrigger):
     """Fires once every budget covering ``scope`` has ``usd`` (and ``gpu_hours``) left.
 
+    See docs/budgets.md.
+
     That happens when the cap is raised, money is released, or a new budget period starts. It only
     checks: the sensor reserves when it resumes, so a trigger that fires twice cannot reserve twice.
 

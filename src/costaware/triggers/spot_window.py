@@ -126,6 +126,8 @@ def label_decision(decision: dict[str, str], source: str) -> None:
 class SpotWindowTrigger(BaseTrigger):
     """Polls spot price and capacity until :func:`window_decision` says start (spot) or fall back (on-demand).
 
+    See docs/spot-windows.md.
+
     Args:
         instance_type: EC2 instance type.
         region: Region of the price.
