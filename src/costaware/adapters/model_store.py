@@ -313,7 +313,7 @@ class ModelVersion:
 
     Attributes:
         version: Id, sortable by creation time.
-        trainer: Trainer name (built-in) or dotted path of the trainer class.
+        trainer: Trainer name (built-in) or ``module:Class`` of the trainer class (older versions: dotted).
         model_format: How the model file is encoded (``skops``, ``xgboost-ubj``, ``lightgbm-txt``, ...).
         mode: ``warm`` (continued from ``parent``) or ``full``.
         parent: The version it continued from (None for a full retrain).

@@ -16,7 +16,6 @@ plan's slots, one trial per task instance, as many in parallel as workers allow)
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -411,20 +410,17 @@ class TuningStudySummarizeOperator(_StudyOperator):
 def resolve_trainer(trainer: Callable[..., Any] | str) -> Callable[..., Any]:
     """The trainer callable itself, or imported from ``"package.module:function"``.
 
+    The dotted form ``"package.module.function"`` still works, with a ``DeprecationWarning``.
+
     Raises:
-        ConfigurationError: the string is not ``module:function`` or does not import.
+        ConfigurationError: the string names no importable callable.
     """
     from costaware.core.errors import ConfigurationError
+    from costaware.importing import import_object
 
     if callable(trainer):
         return trainer
-    module_name, sep, attr = str(trainer).partition(":")
-    if not sep or not module_name or not attr:
-        raise ConfigurationError(f"trainer must be a callable or 'package.module:function', got {trainer!r}")
-    try:
-        found = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as e:
-        raise ConfigurationError(f"cannot import trainer {trainer!r}: {e}") from e
+    found = import_object(str(trainer), what="trainer")
     if not callable(found):
         raise ConfigurationError(f"trainer {trainer!r} is not callable")
     return found  # type: ignore[no-any-return]

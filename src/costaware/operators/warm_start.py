@@ -40,8 +40,8 @@ class WarmStartRetrainOperator(BaseOperator):
             (templated; default ``data_path``).
         checkpoint_store: Checkpoint store, local folder or ``s3://`` URI (templated; default
             ``$AIRFLOW_HOME/costaware/checkpoints``).
-        trainer: ``sklearn-sgd``, ``sklearn-hgb``, ``xgboost``, ``lightgbm`` or the dotted path of a class
-            that implements ``costaware.training.trainers.Trainer``.
+        trainer: ``sklearn-sgd``, ``sklearn-hgb``, ``xgboost``, ``lightgbm`` or the path
+            (``"pkg.mod:Class"``) of a class that implements ``costaware.training.trainers.Trainer``.
         trainer_params: Keyword arguments of the trainer (templated).
         label_threshold: When set, the label is ``label_column > label_threshold``.
         policy: ``drift`` (default), ``always-full``, ``always-warm``, or a ``RetrainPolicy`` instance.
