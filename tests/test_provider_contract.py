@@ -144,3 +144,15 @@ def test_readme_is_a_short_index_that_starts_with_the_two_commands() -> None:
             "governance.md",
             "efficiency.md",
         }, page
+
+
+def test_the_costaware_ledger_connection_type_takes_postgres_fields() -> None:
+    from costaware.adapters.ledger_url import url_from_connection_fields
+    from costaware.core.errors import ConfigurationError
+
+    url = url_from_connection_fields(
+        "costaware_ledger", "costaware_ledger", "db", "u", "p", 5432, "led", None
+    )
+    assert url == "postgresql+psycopg2://u:p@db:5432/led"
+    with pytest.raises(ConfigurationError, match=r"has type 'http': the ledger needs a 'costaware_ledger', "):
+        url_from_connection_fields("x", "http", "h", None, None, None, None, None)

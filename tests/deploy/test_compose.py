@@ -152,4 +152,5 @@ def test_dockerfile_extends_the_pinned_airflow_image() -> None:
     low = re.search(r">=(\d+\.\d+)\.\d+", airflow_pin)
     assert low and base.group(1).startswith(low.group(1))
     assert '"apache-airflow==${AIRFLOW_VERSION}"' in dockerfile  # pip must not change Airflow's version
-    assert "/opt/airflow/costaware" in dockerfile
+    # the executor's extra, and the extras the example DAGs in ./dags import at parse time
+    assert '"/opt/airflow/costaware[celery,tuning,examples]"' in dockerfile

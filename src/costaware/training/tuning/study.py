@@ -17,6 +17,7 @@ from costaware.core.ledger import utcnow
 from costaware.core.money import format_usd
 from costaware.core.tuning import FinishedTrial, StudySpec, TrialState, TrialTiming, trial_costs
 from costaware.training.tuning.optuna_glue import make_pruner, make_sampler, open_storage
+from costaware.training.tuning.reservations import study_usage
 
 if TYPE_CHECKING:
     from costaware.adapters.ledger_store import Ledger
@@ -225,9 +226,7 @@ def summarize_study(
     for row in rows:
         counts[row["state"]] = counts.get(row["state"], 0) + 1
     stopped = study.user_attrs.get(STOP_ATTR)
-    usage = next(
-        (u for u in ledger.usage(spec.budget_scope) if u.label.startswith(f"{spec.budget_scope}/")), None
-    )
+    usage = study_usage(ledger, spec)
     return {
         "study_name": study_name,
         "best": best,
