@@ -146,7 +146,7 @@ def test_on_kill_requests_a_checkpoint(tmp_path: Path) -> None:
     ("kwargs", "message"),
     [
         ({"trainer": "tensorflow-magic"}, "unknown trainer 'tensorflow-magic'"),
-        ({"trainer": "no.such.Trainer"}, "cannot import trainer 'no.such.Trainer'"),
+        ({"trainer": "no.such:Trainer"}, "cannot import trainer 'no.such:Trainer'"),
         ({"trainer_params": {"epochs": 0}}, "epochs must be an integer >= 1, got 0"),
         ({"feature_columns": ["x1", "delay"]}, "label column 'delay' is also a feature"),
         ({"feature_columns": ["x1", "nope"]}, r"columns \['nope'\] are not in"),
