@@ -20,6 +20,6 @@ def table(headers: list[str], rows: list[list[Any]]) -> str:
 
 
 def emit(result: dict[str, Any], as_json: bool) -> None:
-    """Print the result; with --json its last line is one JSON object (what CI and the README quote)."""
+    """Print the result; with --json its last line is one JSON object (what benchmarks/README.md quotes)."""
     if as_json:
         print(json.dumps(result, sort_keys=True, default=str))

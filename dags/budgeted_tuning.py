@@ -19,6 +19,7 @@ from typing import Any
 import pendulum
 from airflow.sdk import Param, dag, get_current_context, task
 
+import costaware.examples  # noqa: F401  # without the examples extra the DAG fails to parse, with the pip line
 from costaware.operators.right_size import RightSizeOperator
 from costaware.operators.tuning import budgeted_tuning
 

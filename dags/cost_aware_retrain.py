@@ -27,6 +27,7 @@ from typing import Any
 import pendulum
 from airflow.sdk import Param, dag, get_current_context, task
 
+import costaware.examples  # noqa: F401  # without the examples extra the DAG fails to parse, with the pip line
 from costaware.operators.cached_features import CachedFeaturesOperator
 from costaware.operators.data_locality import DataLocalityCheckOperator
 from costaware.operators.data_quality import DataQualityOperator

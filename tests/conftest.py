@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,9 +19,8 @@ os.environ["GX_ANALYTICS_ENABLED"] = "False"
 os.environ["COSTAWARE_LEDGER_URL"] = f"sqlite:///{TEST_HOME / 'costaware' / 'ledger.db'}"
 for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
     os.environ.setdefault(key, "testing")
-sys.path.insert(0, str(ROOT / "tests"))
 
-from clocks import CLOCKS  # noqa: E402
+from clocks import CLOCKS  # noqa: E402  # tests/ is on pythonpath (pyproject.toml)
 from services import moto_server, postgres_server  # noqa: E402
 
 

@@ -14,7 +14,6 @@ import os
 import sys
 from datetime import timedelta
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 from costaware.core.errors import ConfigurationError, CostawareError
@@ -26,7 +25,9 @@ ENV_FEATURE_CACHE = "COSTAWARE_FEATURE_CACHE"
 def _default_store() -> str:
     if os.environ.get(ENV_FEATURE_CACHE):
         return os.environ[ENV_FEATURE_CACHE]
-    return str(Path(os.environ.get("AIRFLOW_HOME", Path.home() / "airflow")) / "costaware" / "features")
+    from costaware.glue import default_store
+
+    return default_store("features")
 
 
 def add_parser(subparsers: Any) -> None:

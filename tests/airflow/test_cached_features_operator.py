@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import sys
 import uuid
@@ -16,6 +15,7 @@ import boto3
 import pandas as pd
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
+from contexts import task_context
 
 from costaware.adapters.input_data import read_frame
 from costaware.adapters.ledger_store import Ledger
@@ -65,17 +65,8 @@ def flights_dir(tmp_path: Path) -> Path:
     return folder
 
 
-@pytest.fixture
-def ledger_conn(ledger_url: str, monkeypatch: pytest.MonkeyPatch) -> Ledger:
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_TEST_LEDGER", json.dumps({"conn_type": "sqlite", "host": ledger_url[10:]})
-    )
-    return Ledger.from_url(ledger_url)
-
-
 def context(run_id: str = "manual__1") -> dict[str, Any]:
-    ti = SimpleNamespace(dag_id="retrain", task_id="features", run_id=run_id, try_number=1, map_index=-1)
-    return {"ti": ti, "run_id": run_id}
+    return task_context("features", run_id=run_id)
 
 
 def run_with_listener(op: CachedFeaturesOperator, ctx: dict[str, Any]) -> dict[str, Any]:
@@ -242,18 +233,11 @@ def test_asset_inputs_by_uri_and_by_event(flights_dir: Path, tmp_path: Path, led
 
 def test_s3_inputs_and_s3_store_through_an_airflow_connection(
     moto_endpoint: str,
+    moto_aws_conn: str,
     transform_module: Any,
     tmp_path: Path,
     ledger_conn: Ledger,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    conn = {
-        "conn_type": "aws",
-        "login": "testing",
-        "password": "testing",
-        "extra": {"region_name": "us-east-1", "endpoint_url": moto_endpoint},
-    }
-    monkeypatch.setenv("AIRFLOW_CONN_MOTO_AWS", json.dumps(conn))
     client = boto3.client(
         "s3", **S3Options("testing", "testing", None, "us-east-1", moto_endpoint).boto3_kwargs()
     )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from decimal import Decimal
 from pathlib import Path
@@ -28,14 +27,7 @@ SIZE = 3 * 2**20  # 3 MiB in two objects
 
 
 @pytest.fixture
-def buckets(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    conn = {
-        "conn_type": "aws",
-        "login": "testing",
-        "password": "testing",
-        "extra": {"region_name": "us-east-1", "endpoint_url": moto_endpoint},
-    }
-    monkeypatch.setenv("AIRFLOW_CONN_MOTO_AWS", json.dumps(conn))
+def buckets(moto_endpoint: str, moto_aws_conn: str) -> dict[str, str]:
     client = boto3.client(
         "s3", **S3Options("testing", "testing", None, "us-east-1", moto_endpoint).boto3_kwargs()
     )
@@ -46,14 +38,6 @@ def buckets(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, st
         client.put_object(Bucket=bucket, Key="flights/a.parquet", Body=b"a" * (2 * 2**20))
         client.put_object(Bucket=bucket, Key="flights/b.parquet", Body=b"b" * 2**20)
     return names
-
-
-@pytest.fixture
-def ledger_conn(ledger_url: str, monkeypatch: pytest.MonkeyPatch) -> Ledger:
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_TEST_LEDGER", json.dumps({"conn_type": "sqlite", "host": ledger_url[10:]})
-    )
-    return Ledger.from_url(ledger_url)
 
 
 CONTEXT = {

@@ -4,12 +4,12 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pandas as pd
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
+from contexts import task_context
 
 from costaware.operators.data_quality import DataQualityOperator
 
@@ -46,14 +46,7 @@ def _batch(tmp: Path, **overrides: list[Any]) -> Path:
 
 
 def _context() -> dict[str, Any]:
-    ti = SimpleNamespace(
-        dag_id="retrain_dag",
-        task_id="quality_gate",
-        run_id="scheduled__2013-01-01",
-        try_number=1,
-        map_index=-1,
-    )
-    return {"ti": ti, "run_id": ti.run_id}
+    return task_context("quality_gate", dag_id="retrain_dag", run_id="scheduled__2013-01-01")
 
 
 def _run(tmp: Path, suite: Any, **kwargs: Any) -> dict[str, Any]:

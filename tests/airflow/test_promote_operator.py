@@ -1,13 +1,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
+from contexts import task_context
 
 from costaware.adapters.model_store import ModelStore, ModelVersion, new_version_id
 from costaware.operators.promote import ModelPromoteOperator
@@ -45,8 +45,7 @@ def _train(tmp: Path, name: str, seed: int, shuffle_label: bool = False) -> str:
 
 
 def _context() -> dict[str, Any]:
-    ti = SimpleNamespace(dag_id="retrain_dag", task_id="promote", run_id="run-1", try_number=1, map_index=-1)
-    return {"ti": ti, "run_id": "run-1"}
+    return task_context("promote", dag_id="retrain_dag", run_id="run-1")
 
 
 def _promote(tmp: Path, candidate: str, **kwargs: Any) -> dict[str, Any]:

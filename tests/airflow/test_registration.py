@@ -32,3 +32,14 @@ def test_airflow_plugins_lists_the_cost_listener() -> None:
 def test_airflow_providers_lists_the_package() -> None:
     providers = {p["package_name"]: p for p in _airflow_json("providers", "list")}
     assert "airflow-provider-costaware" in providers
+
+
+def test_airflow_config_knows_the_costaware_options() -> None:
+    out = subprocess.run(
+        [AIRFLOW, "config", "get-value", "costaware", "worker_market"],
+        capture_output=True,
+        text=True,
+        env=os.environ.copy(),
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "on_demand"

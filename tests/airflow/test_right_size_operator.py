@@ -1,11 +1,11 @@
 from __future__ import annotations
 
 from decimal import Decimal
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
+from contexts import task_context
 
 from costaware import Ledger
 from costaware.adapters.price_files import bundled_catalog
@@ -35,7 +35,7 @@ def env_ledger(ledger_url: str, monkeypatch: pytest.MonkeyPatch) -> Ledger:
 
 
 def _context() -> dict[str, Any]:
-    return {"ti": SimpleNamespace(dag_id="retrain", run_id="manual__9", task_id="right_size", map_index=-1)}
+    return task_context("right_size", run_id="manual__9")
 
 
 def _operator(**kwargs: Any) -> RightSizeOperator:

@@ -4,11 +4,11 @@ import asyncio
 import json
 import subprocess
 import sys
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, TaskDeferred
+from contexts import task_context
 
 from costaware import Ledger
 from costaware.adapters import ledger_schema as schema
@@ -26,7 +26,7 @@ def env_ledger(ledger_url: str, monkeypatch: pytest.MonkeyPatch) -> Ledger:
 
 
 def context(run_id: str = "manual__1") -> dict[str, Any]:
-    return {"ti": SimpleNamespace(dag_id="retrain", run_id=run_id, task_id="spend_gate", map_index=-1)}
+    return task_context("spend_gate", run_id=run_id)
 
 
 def sensor(**kwargs: Any) -> SpendCapSensor:

@@ -145,16 +145,7 @@ def test_waits_for_the_window_to_open(tmp_path: Path, ledger_env: Ledger) -> Non
     assert datetime.fromisoformat(event["decision"]["decided_at"]) >= started
 
 
-def test_live_prices_from_ec2_through_the_amazon_hook(
-    monkeypatch: pytest.MonkeyPatch, moto_endpoint: str, ledger_env: Ledger
-) -> None:
-    conn = {
-        "conn_type": "aws",
-        "login": "testing",
-        "password": "testing",
-        "extra": {"region_name": "us-east-1", "endpoint_url": moto_endpoint},
-    }
-    monkeypatch.setenv("AIRFLOW_CONN_MOTO_AWS", json.dumps(conn))
+def test_live_prices_from_ec2_through_the_amazon_hook(moto_aws_conn: str, ledger_env: Ledger) -> None:
     spot_prices.clear_cache()
     sensor = make_sensor(
         instance_type="g4dn.8xlarge",  # moto offers it in us-east-1 (it has no p3.2xlarge there)

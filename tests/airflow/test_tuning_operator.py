@@ -248,13 +248,15 @@ def test_trials_of_a_missing_study_fail_with_a_hint(env: Ledger) -> None:
         _run_slot(0)
 
 
-def test_trainers_resolve_from_dotted_paths() -> None:
+def test_trainers_resolve_from_module_attr_paths() -> None:
     from costaware.training.tuning import boosting_trainer
 
     assert resolve_trainer("costaware.training.tuning:boosting_trainer") is boosting_trainer
     assert resolve_trainer(QuadraticTrainer) is QuadraticTrainer
-    with pytest.raises(ConfigurationError, match=r"trainer must be a callable or 'package\.module:function'"):
-        resolve_trainer("costaware.training.tuning.boosting_trainer")
+    with pytest.warns(DeprecationWarning, match=r"write 'costaware\.training\.tuning:boosting_trainer'"):
+        assert resolve_trainer("costaware.training.tuning.boosting_trainer") is boosting_trainer
+    with pytest.raises(ConfigurationError, match=r"trainer must be 'package\.module:name', got 'boosting'"):
+        resolve_trainer("boosting")
     with pytest.raises(ConfigurationError, match=r"cannot import trainer 'costaware\.nothing:f'"):
         resolve_trainer("costaware.nothing:f")
 

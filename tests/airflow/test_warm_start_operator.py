@@ -4,13 +4,13 @@ import logging
 import os
 import signal
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
+from contexts import task_context
 
 from costaware.adapters.model_store import ModelStore
 from costaware.operators.warm_start import WarmStartRetrainOperator
@@ -37,10 +37,7 @@ def _day(folder: Path, day: int, rows: int = 1500, shift: float = 0.0) -> Path:
 
 
 def _context(run_id: str = "scheduled__2026-01-01", try_number: int = 1) -> dict[str, Any]:
-    ti = SimpleNamespace(
-        dag_id="retrain_dag", task_id="retrain", run_id=run_id, try_number=try_number, map_index=-1
-    )
-    return {"ti": ti, "run_id": run_id, "params": {}}
+    return task_context("retrain", dag_id="retrain_dag", run_id=run_id, try_number=try_number)
 
 
 def _operator(tmp: Path, day: int, **kwargs: Any) -> WarmStartRetrainOperator:
@@ -114,14 +111,14 @@ class PreemptedOnceTrainer(SGDTrainer):
 
 def test_sigterm_raises_a_retryable_preemption_and_the_retry_resumes(tmp_path: Path) -> None:
     _day(tmp_path / "landing", 1)
-    op = _operator(tmp_path, 1, trainer=f"{__name__}.PreemptedOnceTrainer", trainer_params={"epochs": 6})
+    op = _operator(tmp_path, 1, trainer=f"{__name__}:PreemptedOnceTrainer", trainer_params={"epochs": 6})
     previous = signal.getsignal(signal.SIGTERM)
     with pytest.raises(PreemptedError) as caught:
         op.execute(_context("r1", try_number=1))
     assert not isinstance(caught.value, AirflowFailException)
     assert caught.value.ledger_cause == "preemption" and caught.value.step == 3
     assert signal.getsignal(signal.SIGTERM) == previous  # handler restored
-    retry = _operator(tmp_path, 1, trainer=f"{__name__}.PreemptedOnceTrainer", trainer_params={"epochs": 6})
+    retry = _operator(tmp_path, 1, trainer=f"{__name__}:PreemptedOnceTrainer", trainer_params={"epochs": 6})
     result = retry.execute(_context("r1", try_number=2))
     assert result["resumed_from_step"] == 3 and result["steps"] == 6
     assert (
@@ -149,7 +146,7 @@ def test_on_kill_requests_a_checkpoint(tmp_path: Path) -> None:
     ("kwargs", "message"),
     [
         ({"trainer": "tensorflow-magic"}, "unknown trainer 'tensorflow-magic'"),
-        ({"trainer": "no.such.Trainer"}, "cannot import trainer 'no.such.Trainer'"),
+        ({"trainer": "no.such:Trainer"}, "cannot import trainer 'no.such:Trainer'"),
         ({"trainer_params": {"epochs": 0}}, "epochs must be an integer >= 1, got 0"),
         ({"feature_columns": ["x1", "delay"]}, "label column 'delay' is also a feature"),
         ({"feature_columns": ["x1", "nope"]}, r"columns \['nope'\] are not in"),

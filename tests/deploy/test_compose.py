@@ -53,7 +53,51 @@ def test_airflow_services_build_the_extended_image(compose: dict[str, Any]) -> N
         assert "_PIP_ADDITIONAL_REQUIREMENTS" not in service["environment"], name
 
 
+SECRETS = ("FERNET_KEY", "AIRFLOW_JWT_SECRET", "POSTGRES_PASSWORD", "AIRFLOW_ADMIN_PASSWORD")
+_VARIABLE = re.compile(r"\$\{(?P<name>[A-Z_][A-Z0-9_]*)(?:(?P<op>:-|:\?)(?P<arg>[^}]*))?\}")
+
+
+def interpolate(text: str, env: dict[str, str]) -> str:
+    """Compose's ``${VAR}``, ``${VAR:-default}`` and ``${VAR:?message}`` (an error when unset or empty)."""
+
+    def one(match: re.Match[str]) -> str:
+        value = env.get(match["name"], "")
+        if match["op"] == ":?" and not value:
+            raise KeyError(f"required variable {match['name']} is missing a value: {match['arg']}")
+        return value or (match["arg"] if match["op"] == ":-" else "")
+
+    return _VARIABLE.sub(one, text.replace("$$", "\0")).replace("\0", "$")
+
+
+SECRET_ENV = {
+    "FERNET_KEY": "k" * 43 + "=",
+    "AIRFLOW_JWT_SECRET": "jwt",
+    "POSTGRES_PASSWORD": "pw123",
+    "AIRFLOW_ADMIN_PASSWORD": "admin",
+}
+
+
+@pytest.mark.parametrize("secret", SECRETS)
+def test_compose_refuses_to_start_without_each_secret(secret: str) -> None:
+    raw = (ROOT / "docker-compose.yaml").read_text()
+    interpolate(raw, SECRET_ENV)  # all set: fine
+    with pytest.raises(KeyError, match=rf"required variable {secret} is missing a value: set {secret}"):
+        interpolate(raw, {k: v for k, v in SECRET_ENV.items() if k != secret})
+
+
+def test_no_secret_has_a_literal_fallback() -> None:
+    raw = (ROOT / "docker-compose.yaml").read_text()
+    for match in _VARIABLE.finditer(raw):
+        if match["name"] in SECRETS or "SECRET" in match["name"] or "PASSWORD" in match["name"]:
+            assert match["op"] == ":?" and match["arg"].strip(), match.group(0)
+    assert "airflow:airflow@" not in raw and "jwt_secret}" not in raw
+    example = (ROOT / ".env.example").read_text()
+    for secret in SECRETS:
+        assert re.search(rf"^{secret}=$", example, re.M), secret  # listed, and empty
+
+
 def test_environment_celery_postgres_ledger(compose: dict[str, Any]) -> None:
+    compose = dict(yaml.safe_load(interpolate((ROOT / "docker-compose.yaml").read_text(), SECRET_ENV)))
     env = compose["services"]["airflow-scheduler"]["environment"]
     assert env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
     assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("postgresql+psycopg2://")
@@ -69,7 +113,8 @@ def test_environment_celery_postgres_ledger(compose: dict[str, Any]) -> None:
     url = url_from_connection_fields(
         "costaware_ledger", scheme, host, user, password, int(port), database, None
     )
-    assert url == "postgresql+psycopg2://airflow:airflow@postgres:5432/costaware"
+    assert url == "postgresql+psycopg2://airflow:pw123@postgres:5432/costaware"
+    assert env["AIRFLOW_CONFIG"] == "/opt/airflow/config/airflow.cfg"  # a [costaware] section there applies
     init_sql = (ROOT / "docker" / "postgres-init.sql").read_text()
     assert "CREATE DATABASE costaware" in init_sql
     mounts = compose["services"]["postgres"]["volumes"]
@@ -79,8 +124,15 @@ def test_environment_celery_postgres_ledger(compose: dict[str, Any]) -> None:
 def test_dags_logs_config_plugins_are_mounted(compose: dict[str, Any]) -> None:
     volumes = compose["services"]["airflow-worker"]["volumes"]
     for folder in ("dags", "logs", "config", "plugins"):
-        assert f"./{folder}:/opt/airflow/{folder}" in volumes
+        assert f"${{AIRFLOW_PROJ_DIR:-.}}/{folder}:/opt/airflow/{folder}" in volumes
+    assert compose["services"]["airflow-init"]["volumes"] == ["${AIRFLOW_PROJ_DIR:-.}:/sources"]
     assert (ROOT / "dags" / "cost_aware_retrain.py").exists()
+
+
+def test_plugins_folder_says_what_belongs_there() -> None:
+    readme = (ROOT / "plugins" / "README.md").read_text()
+    assert "twice" in readme and "pip install" in readme
+    assert not list((ROOT / "plugins").rglob("*.py")), "costaware must not be copied into plugins/"
 
 
 def test_workers_and_triggerer_wait_for_their_dependencies(compose: dict[str, Any]) -> None:
@@ -100,4 +152,5 @@ def test_dockerfile_extends_the_pinned_airflow_image() -> None:
     low = re.search(r">=(\d+\.\d+)\.\d+", airflow_pin)
     assert low and base.group(1).startswith(low.group(1))
     assert '"apache-airflow==${AIRFLOW_VERSION}"' in dockerfile  # pip must not change Airflow's version
-    assert "/opt/airflow/costaware" in dockerfile
+    # the executor's extra, and the extras the example DAGs in ./dags import at parse time
+    assert '"/opt/airflow/costaware[celery,tuning,examples]"' in dockerfile

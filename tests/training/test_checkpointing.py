@@ -50,7 +50,7 @@ def _fields(tmp: Path, name: str, **trainer: Any) -> dict[str, Any]:
         "model_store": str(tmp / name / "models"),
         "checkpoint_store": str(tmp / name / "ckpt"),
         "checkpoint_key": "dag/retrain/run-1",
-        "trainer": "slow_trainer.SlowSGDTrainer",
+        "trainer": "slow_trainer:SlowSGDTrainer",
         "trainer_params": {"epochs": STEPS, "batch_size": 256, **trainer},
         "checkpoint_every_steps": EVERY_STEPS,
         "checkpoint_every_seconds": None,

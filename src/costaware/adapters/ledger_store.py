@@ -64,8 +64,9 @@ def default_ledger_url() -> str:
     """``$COSTAWARE_LEDGER_URL``, else a SQLite file at ``$AIRFLOW_HOME/costaware/ledger.db``."""
     if os.environ.get(ENV_LEDGER_URL):
         return os.environ[ENV_LEDGER_URL]
-    home = Path(os.environ.get("AIRFLOW_HOME", Path.home() / "airflow"))
-    return f"sqlite:///{home / 'costaware' / 'ledger.db'}"
+    from costaware.glue import costaware_home
+
+    return f"sqlite:///{costaware_home('ledger.db')}"
 
 
 def _safe(url: str) -> str:

@@ -29,7 +29,7 @@ def url_from_connection_fields(
     if isinstance(extras, dict) and extras.get("url"):
         return str(extras["url"])
     kind = (conn_type or "").lower()
-    if kind in ("postgres", "postgresql"):
+    if kind in ("postgres", "postgresql", "costaware_ledger"):  # costaware_ledger: our own type, same fields
         return URL.create(
             "postgresql+psycopg2",
             username=login or None,
@@ -41,7 +41,7 @@ def url_from_connection_fields(
     if kind == "sqlite":
         return f"sqlite:///{host or schema}"
     raise ConfigurationError(
-        f"connection {conn_id!r} has type {conn_type!r}: the ledger needs a 'postgres' or 'sqlite' "
-        "connection, "
+        f"connection {conn_id!r} has type {conn_type!r}: the ledger needs a 'costaware_ledger', "
+        "'postgres' or 'sqlite' connection, "
         'or any connection whose extra holds {"url": "postgresql+psycopg2://..."}'
     )

@@ -283,14 +283,18 @@ def load_lightgbm(data: bytes) -> Any:
 
 
 def require(module: str, package: str) -> Any:
-    """Import an optional SDK, or fail with how to install it."""
+    """Import an optional SDK, or fail with how to install it (the costaware extra that brings it)."""
     import importlib
+
+    from costaware.extras import EXTRAS, install_hint
 
     try:
         return importlib.import_module(module)
     except ImportError as e:
+        extra = next((name for name, modules in EXTRAS.items() if module in modules), None)
+        how = install_hint(extra) if extra else f"pip install {package}"
         raise ConfigurationError(
-            f"{module} is not installed: `pip install {package}` on the workers to use this trainer"
+            f"{module} is not installed: `{how}` on the workers to use this trainer"
         ) from e
 
 
@@ -309,7 +313,7 @@ class ModelVersion:
 
     Attributes:
         version: Id, sortable by creation time.
-        trainer: Trainer name (built-in) or dotted path of the trainer class.
+        trainer: Trainer name (built-in) or ``module:Class`` of the trainer class (older versions: dotted).
         model_format: How the model file is encoded (``skops``, ``xgboost-ubj``, ``lightgbm-txt``, ...).
         mode: ``warm`` (continued from ``parent``) or ``full``.
         parent: The version it continued from (None for a full retrain).

@@ -1,6 +1,6 @@
 """The costaware error tree: one root, a few leaves.
 
-The Airflow layer (``costaware.operators.errors``) maps them to task outcomes: user or configuration
+The Airflow layer (``costaware.glue.airflow_errors``) maps them to task outcomes: user or configuration
 errors fail the task without retry, transient ones are retried.
 """
 

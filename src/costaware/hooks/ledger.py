@@ -9,6 +9,7 @@ from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from costaware.adapters.ledger_url import url_from_connection_fields
+from costaware.glue import DEFAULT_LEDGER_CONN_ID
 
 if TYPE_CHECKING:
     from costaware.adapters.ledger_store import Ledger
@@ -20,17 +21,18 @@ _LOCK = threading.Lock()
 class CostLedgerHook(BaseHook):
     """Opens the cost ledger.
 
-    The URL comes from the Airflow connection ``ledger_conn_id`` (a ``postgres`` or ``sqlite`` connection,
-    or any connection with ``{"url": ...}`` in its extra); when that connection does not exist, from
-    ``COSTAWARE_LEDGER_URL``; else a SQLite file at ``$AIRFLOW_HOME/costaware/ledger.db``.
+    The URL comes from the Airflow connection ``ledger_conn_id`` (a ``costaware_ledger`` or ``postgres``
+    connection with PostgreSQL fields, a ``sqlite`` one, or any connection with ``{"url": ...}`` in its
+    extra); when that connection does not exist, from ``COSTAWARE_LEDGER_URL``; else a SQLite file at
+    ``$AIRFLOW_HOME/costaware/ledger.db``. See docs/ledger.md.
 
     Args:
         ledger_conn_id: Airflow connection id of the ledger database.
     """
 
     conn_name_attr = "ledger_conn_id"
-    default_conn_name = "costaware_ledger"
-    conn_type = "postgres"
+    default_conn_name = DEFAULT_LEDGER_CONN_ID
+    conn_type = "costaware_ledger"
     hook_name = "Costaware ledger"
 
     def __init__(self, ledger_conn_id: str = default_conn_name, **kwargs: Any) -> None:

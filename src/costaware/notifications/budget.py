@@ -26,6 +26,7 @@ from typing import Any
 from costaware.core.budget_forecast import DEFAULT_THRESHOLDS, FORECAST, crossed_thresholds, parse_thresholds
 from costaware.core.errors import BudgetNotFoundError, ConfigurationError
 from costaware.core.money import format_usd
+from costaware.glue import DEFAULT_LEDGER_CONN_ID
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ def configured_thresholds() -> tuple[str, ...]:
     """``[costaware] alert_thresholds``, else the defaults."""
     from airflow.sdk import conf
 
-    raw = conf.get("costaware", "alert_thresholds", fallback=None)
+    raw = conf.get("costaware", "alert_thresholds", fallback="")
     return parse_thresholds(raw) if raw else DEFAULT_THRESHOLDS
 
 
@@ -81,7 +82,7 @@ def configured_notifiers() -> list[Any]:
     """
     from airflow.sdk import conf
 
-    raw = conf.get("costaware", "alert_notifiers", fallback=None)
+    raw = conf.get("costaware", "alert_notifiers", fallback="")
     return notifiers_from_spec(raw) if raw else []
 
 
@@ -182,7 +183,9 @@ def check_budget_alerts(
     return sent
 
 
-def alerts_after_spend(ti: Any, tags: Mapping[str, str], ledger_conn_id: str = "costaware_ledger") -> None:
+def alerts_after_spend(
+    ti: Any, tags: Mapping[str, str], ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID
+) -> None:
     """The listener's call after a try's cost is recorded: check the budgets its tags fall in.
 
     The forecast counts the runs the task's own DAG schedules (a worker cannot read other DAGs' timetables

@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from costaware.operators.common import default_store, run_identity, run_tags
-from costaware.operators.errors import airflow_errors
+from costaware.glue import DEFAULT_LEDGER_CONN_ID, airflow_errors, default_store, run_identity, run_tags
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -78,6 +77,8 @@ def fingerprint_inputs(
 class CachedFeaturesOperator(BaseOperator):
     """Build features with a transform, or reuse the stored result when nothing it depends on changed.
 
+    See docs/data-path.md.
+
     The cache key is a fingerprint of: every input (size, mtime / ETag, or content), the transform's
     source and the sources of the project modules it uses (or ``version``), its parameters, and the
     versions of pandas and pyarrow. On a hit the stored Parquet's URI is returned at once and the avoided
@@ -137,7 +138,7 @@ class CachedFeaturesOperator(BaseOperator):
         fingerprint_mode: str = "auto",
         libraries: Sequence[str] = ("pandas", "pyarrow"),
         aws_conn_id: str | None = None,
-        ledger_conn_id: str = "costaware_ledger",
+        ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID,
         instance_type: str | None = None,
         region: str | None = None,
         usd_per_hour: str | None = None,
@@ -256,7 +257,7 @@ class CachedFeaturesOperator(BaseOperator):
                 ledger.record(entry)  # the avoided cost, as an estimate
             # A miss's compute is this try's runtime, which the cost listener prices like any task's;
             # recording it here too would count it twice. The listener's entry carries the note and tags.
-            from costaware.plugins.listener import annotate_task
+            from costaware.glue import annotate_task
 
             annotate_task(context["ti"], note=entry.note, tags=self.tags)
             if self.bill_storage:

@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from costaware.operators.common import run_identity, run_tags
-from costaware.operators.errors import airflow_errors
+from costaware.glue import DEFAULT_LEDGER_CONN_ID, airflow_errors, run_identity, run_tags
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -36,6 +35,8 @@ def _describe(estimate: EgressEstimate) -> str:
 
 class DataLocalityCheckOperator(BaseOperator):
     """Check that the data lives where the compute runs; estimate, gate and record cross-region egress.
+
+    See docs/data-path.md.
 
     For each input it finds the region (S3: the bucket's region from HeadBucket/GetBucketLocation; local
     paths: ``worker_region``; other URIs: ``declared_regions``) and the bytes (listing metadata only), and
@@ -86,7 +87,7 @@ class DataLocalityCheckOperator(BaseOperator):
         declared_bytes: Mapping[str, int] | None = None,
         replicas: Mapping[str, Mapping[str, str]] | None = None,
         aws_conn_id: str | None = None,
-        ledger_conn_id: str = "costaware_ledger",
+        ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID,
         tags: Mapping[str, str] | None = None,
         **kwargs: Any,
     ) -> None:

@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from costaware.core.errors import ConfigurationError
-from costaware.operators.common import default_store, run_identity, storage_options
-from costaware.operators.errors import airflow_errors
+from costaware.glue import airflow_errors, default_store, run_identity, storage_options
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -139,6 +138,8 @@ def failure_lines(result: Mapping[str, Any]) -> list[str]:
 
 class DataQualityOperator(BaseOperator):
     """Validates a batch with a Great Expectations suite before any training is paid for.
+
+    See docs/data-path.md.
 
     The suite is JSON (a dict ``{"name": ..., "expectations": [{"type": ..., "kwargs": {...}}, ...]}``, just
     the list of expectations, JSON text, or a ``.json`` file path) or code (a callable that returns a

@@ -7,8 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from costaware.operators.common import run_identity, storage_options
-from costaware.operators.errors import airflow_errors
+from costaware.glue import DEFAULT_LEDGER_CONN_ID, airflow_errors, run_identity, storage_options
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -16,6 +15,8 @@ if TYPE_CHECKING:
 
 class ModelPromoteOperator(BaseOperator):
     """Compares a candidate version with the champion on holdout data and promotes it when it is good enough.
+
+    See docs/retraining.md.
 
     The candidate is promoted when its metric is at least the champion's minus ``margin`` (higher-is-better
     metrics; plus ``margin`` for log loss and Brier), or when there is no champion. A candidate whose run did
@@ -53,7 +54,7 @@ class ModelPromoteOperator(BaseOperator):
         metric: str = "roc_auc",
         margin: float | str = 0.0,
         aws_conn_id: str | None = None,
-        ledger_conn_id: str = "costaware_ledger",
+        ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from costaware.operators.errors import airflow_errors
+from costaware.glue import DEFAULT_LEDGER_CONN_ID, airflow_errors, parse_decimal
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -21,6 +21,8 @@ HISTORY_LIMIT = 5000
 
 class RightSizeOperator(BaseOperator):
     """Picks the instance type and market with the least expected cost for a job, from the price catalog.
+
+    See docs/tuning.md.
 
     Expected cost is price x predicted runtime (+ the expected rework after spot interruptions). Candidates
     with less memory than ``memory_gib`` or an expected runtime past ``deadline_hours`` are rejected.
@@ -92,7 +94,7 @@ class RightSizeOperator(BaseOperator):
         sizing: str = "declared",
         memory_margin: float = 0.25,
         min_measured_tries: int = 3,
-        ledger_conn_id: str = "costaware_ledger",
+        ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -141,7 +143,7 @@ class RightSizeOperator(BaseOperator):
             job = RightSizeJob(
                 memory_gib=memory_gib,
                 deadline_hours=_optional_float(self.deadline_hours, "deadline_hours"),
-                min_gpus=_decimal(self.min_gpus, "min_gpus"),
+                min_gpus=parse_decimal(self.min_gpus, name="min_gpus"),
                 gpu_model=self.gpu_model,
                 min_vcpus=min_vcpus,
                 fallback_hours=_optional_float(self.fallback_hours, "fallback_hours"),
@@ -177,7 +179,7 @@ class RightSizeOperator(BaseOperator):
 
     def _needs(self, dag_id: str) -> tuple[Any, int, str]:
         """Memory and vCPUs to size for: declared, or measured in the task's tries (``sizing="measured"``)."""
-        declared = _decimal(self.memory_gib, "memory_gib"), int(self.min_vcpus)
+        declared = parse_decimal(self.memory_gib, name="memory_gib"), int(self.min_vcpus)
         if self.sizing == "declared":
             return (*declared, "declared")
         from costaware.adapters.efficiency_store import measurements
@@ -193,21 +195,7 @@ class RightSizeOperator(BaseOperator):
         )
 
 
-def _decimal(value: object, name: str) -> Any:
-    from decimal import Decimal, InvalidOperation
-
-    from costaware.core.errors import ConfigurationError
-
-    try:
-        number = Decimal(str(value).strip())
-    except InvalidOperation as e:
-        raise ConfigurationError(f"{name} must be a number, got {value!r}") from e
-    if not number.is_finite():
-        raise ConfigurationError(f"{name} must be a finite number, got {value!r}")
-    return number
-
-
 def _optional_float(value: object, name: str) -> float | None:
     if value in (None, "", "None"):
         return None
-    return float(_decimal(value, name))
+    return float(parse_decimal(value, name=name))

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from costaware.glue import DEFAULT_LEDGER_CONN_ID
+
 log = logging.getLogger(__name__)
 
 PACKAGE = "airflow-provider-costaware"
@@ -131,7 +133,7 @@ def promotion_outcome(*, identity: Mapping[str, Any], decision: Mapping[str, Any
     )
 
 
-def write_outcome(outcome: Any, ledger_conn_id: str = "costaware_ledger") -> bool:
+def write_outcome(outcome: Any, ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID) -> bool:
     """Store ``outcome`` in the ledger; log and return False when the ledger cannot be written."""
     from costaware.adapters.efficiency_store import record_outcome
     from costaware.core.errors import CostawareError

@@ -16,7 +16,6 @@ plan's slots, one trial per task instance, as many in parallel as workers allow)
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -24,7 +23,10 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator, TaskGroup
 from airflow.sdk.exceptions import AirflowSkipException
 
-from costaware.operators.errors import airflow_errors
+from costaware.extras import require
+from costaware.glue import DEFAULT_LEDGER_CONN_ID, airflow_errors
+
+require("tuning", needed_by=__name__)  # at DAG parse time, with the pip line, rather than in a trial
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -40,7 +42,7 @@ class _StudyOperator(BaseOperator):
         *,
         study_name: str,
         storage_url: str | None = None,
-        ledger_conn_id: str = "costaware_ledger",
+        ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -61,6 +63,8 @@ class _StudyOperator(BaseOperator):
 
 class TuningStudyCreateOperator(_StudyOperator):
     """Creates (or reopens) a budget-capped study in the RDB storage and sets its budget in the ledger.
+
+    See docs/tuning.md.
 
     The study's settings are stored with it, so every trial task reads the same ones. The budget is
     ``max_usd`` (and ``max_gpu_hours``) for scope ``study=<study_name>`` plus ``scope``, for all time;
@@ -254,6 +258,8 @@ class TuningStudyCreateOperator(_StudyOperator):
 class BudgetedTuningOperator(_StudyOperator):
     """Runs one trial of a budget-capped study; map it over the plan's slots to run trials in parallel.
 
+    See docs/tuning.md.
+
     Before the trial it checks the study's stop rules (max trials, wall clock, plateau) and reserves the
     trial's estimated full-fidelity cost in the ledger with holder ``dag/run/task/map_index``; when that
     reservation is refused the study stops for good and this task (and every later slot) is skipped. The
@@ -298,7 +304,7 @@ class BudgetedTuningOperator(_StudyOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from costaware.core.ledger import reservation_holder
-        from costaware.plugins.listener import annotate_task
+        from costaware.glue import annotate_task
         from costaware.training.tuning import load_study, run_trial
 
         ti = context["ti"]
@@ -341,6 +347,8 @@ class BudgetedTuningOperator(_StudyOperator):
 
 class TuningStudySummarizeOperator(_StudyOperator):
     """Ends a study's DAG run: fails trials left running, logs the best trial, stop reason and costs.
+
+    See docs/tuning.md.
 
     Runs after every trial task whatever their state (``trigger_rule="all_done"``). Trials of this run still
     ``RUNNING`` (their task died without telling) are marked failed.
@@ -402,20 +410,17 @@ class TuningStudySummarizeOperator(_StudyOperator):
 def resolve_trainer(trainer: Callable[..., Any] | str) -> Callable[..., Any]:
     """The trainer callable itself, or imported from ``"package.module:function"``.
 
+    The dotted form ``"package.module.function"`` still works, with a ``DeprecationWarning``.
+
     Raises:
-        ConfigurationError: the string is not ``module:function`` or does not import.
+        ConfigurationError: the string names no importable callable.
     """
     from costaware.core.errors import ConfigurationError
+    from costaware.importing import import_object
 
     if callable(trainer):
         return trainer
-    module_name, sep, attr = str(trainer).partition(":")
-    if not sep or not module_name or not attr:
-        raise ConfigurationError(f"trainer must be a callable or 'package.module:function', got {trainer!r}")
-    try:
-        found = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as e:
-        raise ConfigurationError(f"cannot import trainer {trainer!r}: {e}") from e
+    found = import_object(str(trainer), what="trainer")
     if not callable(found):
         raise ConfigurationError(f"trainer {trainer!r} is not callable")
     return found  # type: ignore[no-any-return]
@@ -428,7 +433,7 @@ def budgeted_tuning(
     trainer: Callable[..., Any] | str,
     trainer_kwargs: Mapping[str, Any] | None = None,
     storage_url: str | None = None,
-    ledger_conn_id: str = "costaware_ledger",
+    ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID,
     trial_retries: int = 1,
     max_active_trials: int | None = None,
     **study: Any,

@@ -7,8 +7,14 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from costaware.operators.common import as_bool, default_store, run_identity, storage_options
-from costaware.operators.errors import airflow_errors
+from costaware.glue import (
+    DEFAULT_LEDGER_CONN_ID,
+    airflow_errors,
+    as_bool,
+    default_store,
+    run_identity,
+    storage_options,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -19,6 +25,8 @@ if TYPE_CHECKING:
 
 class WarmStartRetrainOperator(BaseOperator):
     """Retrains a model: warm-starts the champion on new data, or retrains in full when the policy says so.
+
+    See docs/retraining.md.
 
     The policy (default ``DriftRetrainPolicy``) looks at the drift of features and label between the data the
     champion was fully trained on and the new batch, the warm steps since the last full retrain and the
@@ -39,8 +47,8 @@ class WarmStartRetrainOperator(BaseOperator):
             (templated; default ``data_path``).
         checkpoint_store: Checkpoint store, local folder or ``s3://`` URI (templated; default
             ``$AIRFLOW_HOME/costaware/checkpoints``).
-        trainer: ``sklearn-sgd``, ``sklearn-hgb``, ``xgboost``, ``lightgbm`` or the dotted path of a class
-            that implements ``costaware.training.trainers.Trainer``.
+        trainer: ``sklearn-sgd``, ``sklearn-hgb``, ``xgboost``, ``lightgbm`` or the path
+            (``"pkg.mod:Class"``) of a class that implements ``costaware.training.trainers.Trainer``.
         trainer_params: Keyword arguments of the trainer (templated).
         label_threshold: When set, the label is ``label_column > label_threshold``.
         policy: ``drift`` (default), ``always-full``, ``always-warm``, or a ``RetrainPolicy`` instance.
@@ -101,7 +109,7 @@ class WarmStartRetrainOperator(BaseOperator):
         market: str | None = None,
         aws_conn_id: str | None = None,
         features_key: str | None = None,
-        ledger_conn_id: str = "costaware_ledger",
+        ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)

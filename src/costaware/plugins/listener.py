@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections.abc import Mapping
 from datetime import datetime, timezone
@@ -21,67 +20,29 @@ from typing import Any
 
 from airflow.listeners import hookimpl
 
+from costaware.glue import (
+    ANNOTATION_FIELDS,
+    DEFAULT_LEDGER_CONN_ID,
+    TAG_NAMES,
+    annotate_task,
+    costaware_home,
+    pop_annotations,
+    tags_for,
+)
+from costaware.glue import setting as _setting
+from costaware.glue import try_key as _key
 from costaware.plugins.utilization import record_utilization, start_probe, stop_probe
 
 log = logging.getLogger(__name__)
 
+__all__ = ["ANNOTATION_FIELDS", "TAG_NAMES", "CostListener", "annotate_task", "cost_listener", "tags_for"]
+
 _STARTS: dict[tuple[str, str, str, int, int], float] = {}
-_ANNOTATIONS: dict[tuple[str, str, str, int, int], dict[str, Any]] = {}
-TAG_NAMES = ("team", "project", "owner")
-ANNOTATION_FIELDS = ("trial", "instance_type", "region", "market", "usd_per_hour", "cause", "note", "tags")
-
-
-def annotate_task(ti: Any, **fields: Any) -> None:
-    """Tell the listener, from inside a running task, what this try really ran on or was.
-
-    Operators learn things at run time that the DAG does not say: the tuning trial a mapped task ran,
-    the market and live price a spot decision chose, the cause of a failure. The listener runs in the
-    same process right after ``execute``, so it reads these before it prices the try.
-
-    Args:
-        ti: The running task instance (``context["ti"]``).
-        **fields: Any of ``trial``, ``instance_type``, ``region``, ``market``, ``usd_per_hour``,
-            ``cause``, ``note``, and ``tags`` (a dict merged into the entry's tags).
-
-    Raises:
-        ValueError: an unknown field name.
-    """
-    unknown = sorted(set(fields) - set(ANNOTATION_FIELDS))
-    if unknown:
-        raise ValueError(f"annotate_task got unknown field(s) {unknown}: use {', '.join(ANNOTATION_FIELDS)}")
-    _ANNOTATIONS.setdefault(_key(ti), {}).update(fields)
-
-
-def _key(ti: Any) -> tuple[str, str, str, int, int]:
-    return (ti.dag_id, ti.run_id, ti.task_id, int(ti.map_index), int(ti.try_number))
 
 
 def spool_dir() -> Path:
     """Where entries wait when the ledger cannot be written: ``$AIRFLOW_HOME/costaware/spool``."""
-    home = Path(os.environ.get("AIRFLOW_HOME", Path.home() / "airflow"))
-    return home / "costaware" / "spool"
-
-
-def _setting(name: str, default: str) -> str:
-    from airflow.sdk import conf
-
-    return str(conf.get("costaware", name, fallback=default))
-
-
-def tags_for(dag: Any, params: Mapping[str, Any]) -> dict[str, str]:
-    """Allocation tags of a run: DAG tags ``key:value`` or ``key=value``, then params team/project/owner."""
-    tags: dict[str, str] = {}
-    for tag in sorted(getattr(dag, "tags", None) or []):
-        for sep in (":", "="):
-            key, found, value = str(tag).partition(sep)  # e.g. "team:ml" or "project=churn"
-            if found and key.strip() and value.strip():
-                tags[key.strip()] = value.strip()
-                break
-    for name in TAG_NAMES:
-        param = params.get(name)
-        if param not in (None, ""):
-            tags[name] = str(param)
-    return tags
+    return costaware_home("spool")
 
 
 def _compute_of(task: Any, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -114,7 +75,7 @@ def build_entry(ti: Any, outcome: str, error: BaseException | None, seconds: flo
         params = dict(ti.get_template_context().get("params") or {})
     except Exception:  # the context is a convenience here; the task's own params still apply
         params = dict(getattr(task, "params", None) or {})
-    told = _ANNOTATIONS.pop(_key(ti), {})
+    told = pop_annotations(ti)
     compute = _compute_of(task, params)
     for name in ("instance_type", "region", "market"):
         if told.get(name):
@@ -201,7 +162,7 @@ def _runtime_seconds(ti: Any) -> float | None:
     return None
 
 
-def write_entry(entry: Any, ledger_conn_id: str = "costaware_ledger") -> None:
+def write_entry(entry: Any, ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID) -> None:
     """Record ``entry`` and settle its task's reservation; spool it when the ledger is unreachable."""
     from costaware.core.ledger import entry_from_json, entry_to_json, reservation_holder
     from costaware.hooks.ledger import CostLedgerHook
@@ -276,11 +237,11 @@ class CostListener:
             log.warning("costaware: no runtime known for %s.%s; not charged", ti.dag_id, ti.task_id)
             return
         entry = build_entry(ti, outcome, error, seconds)
-        write_entry(entry, getattr(ti.task, "ledger_conn_id", "costaware_ledger"))
-        record_utilization(ti, entry, reading, getattr(ti.task, "ledger_conn_id", "costaware_ledger"))
+        write_entry(entry, getattr(ti.task, "ledger_conn_id", DEFAULT_LEDGER_CONN_ID))
+        record_utilization(ti, entry, reading, getattr(ti.task, "ledger_conn_id", DEFAULT_LEDGER_CONN_ID))
         from costaware.notifications.budget import alerts_after_spend
 
-        alerts_after_spend(ti, dict(entry.tags), getattr(ti.task, "ledger_conn_id", "costaware_ledger"))
+        alerts_after_spend(ti, dict(entry.tags), getattr(ti.task, "ledger_conn_id", DEFAULT_LEDGER_CONN_ID))
 
 
 cost_listener = CostListener()

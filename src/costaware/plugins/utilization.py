@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
+from costaware.glue import DEFAULT_LEDGER_CONN_ID
+
 log = logging.getLogger(__name__)
 
 
@@ -164,7 +166,9 @@ def measurement_of(ti: Any, entry: Any, reading: Any) -> Any:
     )
 
 
-def record_utilization(ti: Any, entry: Any, reading: Any, ledger_conn_id: str = "costaware_ledger") -> None:
+def record_utilization(
+    ti: Any, entry: Any, reading: Any, ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID
+) -> None:
     """Store the try's utilization next to its entry; a failure is logged, never raised."""
     if reading is None and _key(ti) not in _REMOTE:
         return

@@ -18,6 +18,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 from costaware.core.ledger import utcnow
 from costaware.core.window_gate import SKIP, TRAIN, GateDecision, gate_decision
 from costaware.core.windows import WindowSchedule
+from costaware.glue import DEFAULT_LEDGER_CONN_ID
 from costaware.operators.errors import airflow_errors
 
 if TYPE_CHECKING:
@@ -35,6 +36,8 @@ def newest_event_time(context: Context) -> datetime | None:
 
 class OffPeakWindowSensor(BaseSensorOperator):
     """Holds a data-triggered run until the window opens; at most one retrain per window occurrence.
+
+    See docs/spot-windows.md.
 
     Args:
         windows: Allowed windows, ``"HH:MM-HH:MM"`` in local time (one or a list).
@@ -57,7 +60,7 @@ class OffPeakWindowSensor(BaseSensorOperator):
         windows: str | Sequence[str],
         days: str | Sequence[str] = "daily",
         timezone: str = "UTC",
-        ledger_conn_id: str = "costaware_ledger",
+        ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
     ) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
+from costaware.glue import DEFAULT_LEDGER_CONN_ID
 from costaware.triggers.budget import BudgetAvailableTrigger
 
 ON_EXCEEDED = ("wait", "skip", "fail", "approve")
@@ -16,6 +17,8 @@ ON_EXCEEDED = ("wait", "skip", "fail", "approve")
 
 class SpendCapSensor(BaseSensorOperator):
     """Passes when the scope's budget has room for ``estimated_usd``, and reserves it for ``for_task_id``.
+
+    See docs/budgets.md.
 
     The reservation is settled with the actual cost by the costaware listener when that task ends (or
     expires after ``reservation_ttl``). When the budget has too little left, ``on_exceeded`` decides:
@@ -53,7 +56,7 @@ class SpendCapSensor(BaseSensorOperator):
         for_task_id: str | None = None,
         on_exceeded: str = "wait",
         reservation_ttl: timedelta = timedelta(hours=6),
-        ledger_conn_id: str = "costaware_ledger",
+        ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         approvers: Sequence[str] = (),
         approval_timeout: timedelta | None = timedelta(hours=12),
@@ -108,8 +111,8 @@ class SpendCapSensor(BaseSensorOperator):
         from costaware.core.errors import BudgetExceededError
         from costaware.core.ledger import reservation_holder
         from costaware.core.money import parse_usd
+        from costaware.glue import airflow_errors
         from costaware.hooks.ledger import CostLedgerHook
-        from costaware.operators.errors import airflow_errors
 
         ti = context["ti"]
         target = self._target()

@@ -21,7 +21,7 @@ from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import utcnow
 from costaware.core.series import parse_instant
 from costaware.core.spot_window import check_priority, label_decision, window_decision
-from costaware.operators.errors import airflow_errors
+from costaware.glue import DEFAULT_AWS_CONN_ID, DEFAULT_LEDGER_CONN_ID, airflow_errors
 from costaware.triggers.spot_window import LIVE, SpotWindowTrigger, observe_market
 
 if TYPE_CHECKING:
@@ -44,6 +44,8 @@ def _decimal(value: object, *, name: str, positive: bool = False) -> Decimal:
 
 class SpotWindowSensor(BaseSensorOperator):
     """Waits for a good spot start; falls back to on-demand when waiting longer would miss the deadline.
+
+    See docs/spot-windows.md.
 
     It starts on spot when spot has capacity and its price is at or below ``target_usd_per_hour`` or the
     lowest forecast mean price of any later start in the window (an hour-of-week profile of the price history,
@@ -112,14 +114,14 @@ class SpotWindowSensor(BaseSensorOperator):
         on_demand_usd_per_hour: float | str | Decimal | None = None,
         restart_overhead_minutes: float = 10.0,
         history_days: int = 28,
-        aws_conn_id: str | None = "aws_default",
+        aws_conn_id: str | None = DEFAULT_AWS_CONN_ID,
         cache_seconds: float = 300.0,
         products: Sequence[str] = ("Linux/UNIX",),
         availability: str | dict[str, str] | None = None,
         availability_start: str | None = None,
         availability_zones: Sequence[str] | None = None,
         priority: str = "normal",
-        ledger_conn_id: str = "costaware_ledger",
+        ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID,
         record_decision: bool = True,
         tags: dict[str, str] | None = None,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
@@ -409,7 +411,7 @@ class SpotWindowSensor(BaseSensorOperator):
         try_number = int(getattr(ti, "try_number", None) or 1)
         map_index = int(getattr(ti, "map_index", -1) if getattr(ti, "map_index", None) is not None else -1)
         key = f"spot-window:{dag_id}:{run_id}:{self.task_id}:{map_index}:{try_number}"
-        from costaware.operators.common import run_tags
+        from costaware.glue import run_tags
 
         tags = run_tags(self, context, self.tags)
         entry = LedgerEntry(

@@ -30,6 +30,8 @@ def _pendulum(instant: datetime) -> pendulum.DateTime:
 class OffPeakTimetable(Timetable):
     """Runs at the start of each allowed window; the data interval is the window.
 
+    See docs/spot-windows.md.
+
     Args:
         windows: Local wall-clock windows, e.g. ``["22:00-06:00"]`` (an end before the start is the next day).
         days: Days on which a window opens: ``"mon-fri"``, ``"sat,sun"``, ``"daily"``.

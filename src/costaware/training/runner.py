@@ -42,7 +42,14 @@ from costaware.core.retrain_policy import (
     profile_frame,
 )
 from costaware.training.checkpointing import PREEMPTED_EXIT_CODE, Checkpointer, PreemptedError
-from costaware.training.trainers import Trainer, TrainingData, resolve_trainer, trainer_path
+from costaware.training.trainers import (
+    Trainer,
+    TrainingData,
+    resolve_trainer,
+    same_trainer,
+    stored_trainer,
+    trainer_path,
+)
 
 log = logging.getLogger(__name__)
 
@@ -200,7 +207,7 @@ class RetrainJob:
 
 
 def _incompatibility(champion: ModelVersion, trainer: str, features: Sequence[str], label: str) -> str:
-    if champion.trainer != trainer:
+    if not same_trainer(champion.trainer, trainer):
         return f"it was trained by {champion.trainer!r}, this run uses {trainer!r}"
     if list(champion.features) != list(features):
         return f"its features {list(champion.features)} differ from {list(features)}"
@@ -396,7 +403,7 @@ def promote_candidate(
                 continue
             data = training_data(frame, version.features, label_column, label_threshold)
             holdout_rows = data.rows
-            trainer = resolve_trainer(version.trainer, version.params)
+            trainer = resolve_trainer(stored_trainer(version.trainer), version.params)
             value = score_metric(
                 metric, data.label, trainer.predict(trainer.load(store.model_bytes(version)), data.features)
             )

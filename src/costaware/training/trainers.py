@@ -11,12 +11,12 @@ A trainer trains in steps so the runner can checkpoint between them and resume a
   so ``fit_step`` must depend only on its arguments (seed randomness from ``step``);
 * ``predict(model, features) -> scores`` — probability of the positive class, for evaluation.
 
-Any class with these members (and ``name``, ``model_format`` attributes) plugs in by its dotted path.
+Any class with these members (and ``name``, ``model_format`` attributes) plugs in by its path,
+``"pkg.mod:Class"``.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -34,6 +34,7 @@ from costaware.adapters.model_store import (
     require,
 )
 from costaware.core.errors import ConfigurationError
+from costaware.importing import import_object
 
 MISSING = "__missing__"
 
@@ -351,27 +352,32 @@ def encode_frame(features: Any, columns: Sequence[str], vocab: Mapping[str, Sequ
 
 
 class _BoosterTrainer:
+    """Shared by the XGBoost and LightGBM trainers: rounds per step, categorical columns, parameters."""
+
     name = "booster"
     model_format = "native"
+    sdk = ""  # the module the subclass needs, checked at construction
+    default_params: Mapping[str, Any] = {}
 
     def __init__(
         self,
         *,
-        rounds: int,
-        warm_rounds: int,
-        rounds_per_step: int,
-        categorical: Sequence[str] | None,
-        params: Mapping[str, Any],
+        num_boost_round: int = 100,
+        warm_rounds: int = 10,
+        rounds_per_step: int = 10,
+        categorical: Sequence[str] | None = None,
+        params: Mapping[str, Any] | None = None,
     ) -> None:
+        require(self.sdk, self.sdk)
         for value, label in (
-            (rounds, "rounds"),
+            (num_boost_round, "num_boost_round"),
             (warm_rounds, "warm_rounds"),
             (rounds_per_step, "rounds_per_step"),
         ):
             _count(value, label)
-        self.rounds, self.warm_rounds, self.rounds_per_step = rounds, warm_rounds, rounds_per_step
+        self.rounds, self.warm_rounds, self.rounds_per_step = num_boost_round, warm_rounds, rounds_per_step
         self.categorical = None if categorical is None else list(categorical)
-        self.params = dict(params)
+        self.params = {**self.default_params, **(params or {})}
         self._cache: tuple[int, Any] | None = None
 
     def init_model(self, data: TrainingData, *, champion: Any | None) -> Any:
@@ -398,32 +404,15 @@ class XGBoostTrainer(_BoosterTrainer):
 
     name = "xgboost"
     model_format = "xgboost-ubj"
-
-    def __init__(
-        self,
-        *,
-        num_boost_round: int = 100,
-        warm_rounds: int = 10,
-        rounds_per_step: int = 10,
-        categorical: Sequence[str] | None = None,
-        params: Mapping[str, Any] | None = None,
-    ) -> None:
-        require("xgboost", "xgboost")
-        defaults = {
-            "objective": "binary:logistic",
-            "tree_method": "hist",
-            "eta": 0.1,
-            "max_depth": 6,
-            "seed": 0,
-            "nthread": 1,
-        }
-        super().__init__(
-            rounds=num_boost_round,
-            warm_rounds=warm_rounds,
-            rounds_per_step=rounds_per_step,
-            categorical=categorical,
-            params={**defaults, **(params or {})},
-        )
+    sdk = "xgboost"
+    default_params: Mapping[str, Any] = {
+        "objective": "binary:logistic",
+        "tree_method": "hist",
+        "eta": 0.1,
+        "max_depth": 6,
+        "seed": 0,
+        "nthread": 1,
+    }
 
     def fit_step(self, model: Any, data: TrainingData, *, step: int) -> Any:
         import xgboost as xgb
@@ -472,33 +461,16 @@ class LightGBMTrainer(_BoosterTrainer):
 
     name = "lightgbm"
     model_format = "lightgbm-txt"
-
-    def __init__(
-        self,
-        *,
-        num_boost_round: int = 100,
-        warm_rounds: int = 10,
-        rounds_per_step: int = 10,
-        categorical: Sequence[str] | None = None,
-        params: Mapping[str, Any] | None = None,
-    ) -> None:
-        require("lightgbm", "lightgbm")
-        defaults = {
-            "objective": "binary",
-            "learning_rate": 0.1,
-            "num_leaves": 31,
-            "seed": 0,
-            "verbosity": -1,
-            "num_threads": 1,
-            "deterministic": True,
-        }
-        super().__init__(
-            rounds=num_boost_round,
-            warm_rounds=warm_rounds,
-            rounds_per_step=rounds_per_step,
-            categorical=categorical,
-            params={**defaults, **(params or {})},
-        )
+    sdk = "lightgbm"
+    default_params: Mapping[str, Any] = {
+        "objective": "binary",
+        "learning_rate": 0.1,
+        "num_leaves": 31,
+        "seed": 0,
+        "verbosity": -1,
+        "num_threads": 1,
+        "deterministic": True,
+    }
 
     def fit_step(self, model: Any, data: TrainingData, *, step: int) -> Any:
         import lightgbm as lgb
@@ -540,15 +512,15 @@ def _lgb_categorical_flags(booster: Any) -> list[bool]:
 # -- lookup --------------------------------------------------------------------------------------------------
 
 BUILT_IN: dict[str, str] = {
-    "sklearn-sgd": "costaware.training.trainers.SGDTrainer",
-    "sklearn-hgb": "costaware.training.trainers.HistGradientBoostingTrainer",
-    "xgboost": "costaware.training.trainers.XGBoostTrainer",
-    "lightgbm": "costaware.training.trainers.LightGBMTrainer",
+    "sklearn-sgd": "costaware.training.trainers:SGDTrainer",
+    "sklearn-hgb": "costaware.training.trainers:HistGradientBoostingTrainer",
+    "xgboost": "costaware.training.trainers:XGBoostTrainer",
+    "lightgbm": "costaware.training.trainers:LightGBMTrainer",
 }
 
 
 def resolve_trainer(trainer: str | Trainer, params: Mapping[str, Any] | None = None) -> Trainer:
-    """A trainer from a built-in name, a dotted class path (built with ``params``), or an instance."""
+    """A trainer from a built-in name, a ``"pkg.mod:Class"`` path (built with ``params``), or an instance."""
     if not isinstance(trainer, str):
         if params:
             raise ConfigurationError("trainer_params only apply when the trainer is given by name")
@@ -556,16 +528,12 @@ def resolve_trainer(trainer: str | Trainer, params: Mapping[str, Any] | None = N
             raise ConfigurationError(f"trainer {trainer!r} lacks the Trainer protocol's members")
         return trainer
     path = BUILT_IN.get(trainer, trainer)
-    module_name, _, class_name = path.rpartition(".")
-    if not module_name:
+    if ":" not in path and "." not in path:
         raise ConfigurationError(
             f"unknown trainer {trainer!r}: use one of {', '.join(BUILT_IN)} "
-            "or a dotted path like 'pkg.mod.MyTrainer'"
+            "or a path like 'pkg.mod:MyTrainer'"
         )
-    try:
-        cls = getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError) as e:
-        raise ConfigurationError(f"cannot import trainer {path!r}: {e}") from e
+    cls = import_object(path, what="trainer")
     try:
         built = cls(**dict(params or {}))
     except TypeError as e:
@@ -580,6 +548,22 @@ def resolve_trainer(trainer: str | Trainer, params: Mapping[str, Any] | None = N
 
 
 def trainer_path(trainer: Trainer) -> str:
-    """How the model store names a trainer: its built-in name, else its dotted class path."""
-    path = f"{type(trainer).__module__}.{type(trainer).__qualname__}"
+    """How the model store names a trainer: its built-in name, else ``module:Class``."""
+    path = f"{type(trainer).__module__}:{type(trainer).__qualname__}"
     return next((name for name, p in BUILT_IN.items() if p == path), path)
+
+
+def stored_trainer(name: str) -> str:
+    """A trainer name read from the model store, as :func:`resolve_trainer` takes it.
+
+    Versions stored before ``module:Class`` carry the dotted form; they resolve without a warning.
+    """
+    if name in BUILT_IN or ":" in name:
+        return name
+    module, _, attr = name.rpartition(".")
+    return f"{module}:{attr}" if module else name
+
+
+def same_trainer(a: str, b: str) -> bool:
+    """Whether two stored trainer names name the same trainer (dotted and ``module:Class`` alike)."""
+    return stored_trainer(a) == stored_trainer(b)

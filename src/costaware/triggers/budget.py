@@ -9,9 +9,13 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from costaware.glue import DEFAULT_LEDGER_CONN_ID
+
 
 class BudgetAvailableTrigger(BaseTrigger):
     """Fires once every budget covering ``scope`` has ``usd`` (and ``gpu_hours``) left.
+
+    See docs/budgets.md.
 
     That happens when the cap is raised, money is released, or a new budget period starts. It only
     checks: the sensor reserves when it resumes, so a trigger that fires twice cannot reserve twice.
@@ -31,7 +35,7 @@ class BudgetAvailableTrigger(BaseTrigger):
         usd: str,
         gpu_hours: str = "0",
         run_id: str | None = None,
-        ledger_conn_id: str = "costaware_ledger",
+        ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID,
         poll_interval: float = 60.0,
     ) -> None:
         super().__init__()

@@ -29,6 +29,7 @@ from costaware.core.spot_window import (
     spot_capacity,
     window_decision,
 )
+from costaware.glue import DEFAULT_AWS_CONN_ID
 
 __all__ = [
     "LIVE",
@@ -131,6 +132,8 @@ def observe_market(
 class SpotWindowTrigger(BaseTrigger):
     """Polls spot price and capacity until :func:`window_decision` says start (spot) or fall back (on-demand).
 
+    See docs/spot-windows.md.
+
     Args:
         instance_type: EC2 instance type.
         region: Region of the price.
@@ -163,7 +166,7 @@ class SpotWindowTrigger(BaseTrigger):
         latest_start: str,
         not_before: str | None = None,
         target_usd_per_hour: str | None = None,
-        aws_conn_id: str | None = "aws_default",
+        aws_conn_id: str | None = DEFAULT_AWS_CONN_ID,
         ttl_seconds: float = 300.0,
         products: list[str] | None = None,
         availability: str | None = None,

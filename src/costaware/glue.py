@@ -1,0 +1,192 @@
+"""Internal: the Airflow glue that operators, sensors, triggers and the listener share.
+
+One place for who is running (run identity, allocation tags, the listener's annotations), where the
+embedded stores live (``$AIRFLOW_HOME/costaware``), the ``[costaware]`` settings, the default connection
+ids, decimal arguments, and how costaware errors become task outcomes. Operators, sensors and triggers
+import from here, never from ``plugins/`` (which only registers things with Airflow).
+
+The module imports no Airflow at import time: the CLI and the adapters use its path helpers too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+from costaware.core.errors import BudgetExceededError, ConfigurationError, CrossRegionEgressError
+
+DEFAULT_LEDGER_CONN_ID = "costaware_ledger"
+"""The ledger connection every operator, sensor, trigger and the listener use unless told otherwise."""
+DEFAULT_AWS_CONN_ID = "aws_default"
+"""The AWS connection that live spot prices use unless told otherwise (Airflow's own default)."""
+
+CONFIG_SECTION = "costaware"
+
+TAG_NAMES = ("team", "project", "owner")
+ANNOTATION_FIELDS = ("trial", "instance_type", "region", "market", "usd_per_hour", "cause", "note", "tags")
+
+_ANNOTATIONS: dict[tuple[str, str, str, int, int], dict[str, Any]] = {}
+
+
+def airflow_home() -> Path:
+    """``$AIRFLOW_HOME``, else ``~/airflow`` (Airflow's own default)."""
+    return Path(os.environ.get("AIRFLOW_HOME") or Path.home() / "airflow")
+
+
+def costaware_home(*parts: str) -> Path:
+    """``$AIRFLOW_HOME/costaware/<parts>``: where the embedded ledger, caches and stores live."""
+    return airflow_home().joinpath("costaware", *parts)
+
+
+def default_store(name: str) -> str:
+    """``$AIRFLOW_HOME/costaware/<name>`` (the embedded default for models, checkpoints, quality results)."""
+    return str(costaware_home(name))
+
+
+def setting(name: str, default: str) -> str:
+    """The ``[costaware] <name>`` option (or ``AIRFLOW__COSTAWARE__<NAME>``), else ``default``.
+
+    Every option read here is documented in ``get_provider_info()["config"]``; a test checks that.
+    """
+    from airflow.sdk import conf
+
+    return str(conf.get(CONFIG_SECTION, name, fallback=default))
+
+
+def parse_decimal(value: object, *, name: str, non_negative: bool = False, positive: bool = False) -> Decimal:
+    """A templated money or rate argument as a finite ``Decimal``.
+
+    Raises:
+        ConfigurationError: not a finite number, or out of the asked range; the message names ``name``.
+    """
+    try:
+        number: Decimal | None = Decimal(str(value).strip())
+    except (InvalidOperation, ValueError):
+        number = None
+    if non_negative or positive:
+        if number is None or not number.is_finite() or number < 0 or (positive and number == 0):
+            raise ConfigurationError(
+                f"{name} must be a number {'> 0' if positive else '>= 0'}, got {value!r}"
+            )
+        return number
+    if number is None:
+        raise ConfigurationError(f"{name} must be a number, got {value!r}")
+    if not number.is_finite():
+        raise ConfigurationError(f"{name} must be a finite number, got {value!r}")
+    return number
+
+
+def as_bool(value: object, name: str) -> bool:
+    """A templated flag: a bool, or the strings true/false/1/0/yes/no."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no", "", "none"):
+        return False
+    raise ConfigurationError(f"{name} must be true or false, got {value!r}")
+
+
+def run_identity(context: Mapping[str, Any], task_id: str) -> dict[str, Any]:
+    """dag_id, run_id, task_id, try_number and map_index of the running task, from its context."""
+    ti = context.get("ti") or context.get("task_instance")
+    dag = context.get("dag")
+    return {
+        "dag_id": str(getattr(ti, "dag_id", None) or getattr(dag, "dag_id", None) or "adhoc"),
+        "run_id": str(context.get("run_id") or getattr(ti, "run_id", None) or "manual"),
+        "task_id": str(getattr(ti, "task_id", None) or task_id),
+        "try_number": int(getattr(ti, "try_number", None) or 1),
+        "map_index": int(getattr(ti, "map_index", -1) if getattr(ti, "map_index", None) is not None else -1),
+    }
+
+
+def storage_options(aws_conn_id: str | None) -> dict[str, Any]:
+    """S3 credentials, region and endpoint of an Airflow AWS connection as keywords (empty: default chain)."""
+    if not aws_conn_id:
+        return {}
+    from costaware.hooks.aws import s3_options
+
+    return dataclasses.asdict(s3_options(aws_conn_id))
+
+
+def tags_for(dag: Any, params: Mapping[str, Any]) -> dict[str, str]:
+    """Allocation tags of a run: DAG tags ``key:value`` or ``key=value``, then params team/project/owner."""
+    tags: dict[str, str] = {}
+    for tag in sorted(getattr(dag, "tags", None) or []):
+        for sep in (":", "="):
+            key, found, value = str(tag).partition(sep)  # e.g. "team:ml" or "project=churn"
+            if found and key.strip() and value.strip():
+                tags[key.strip()] = value.strip()
+                break
+    for name in TAG_NAMES:
+        param = params.get(name)
+        if param not in (None, ""):
+            tags[name] = str(param)
+    return tags
+
+
+def run_tags(
+    operator: Any, context: Mapping[str, Any], own: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The run's allocation tags as the cost listener sees them, then the operator's own ``tags``.
+
+    Every entry an operator writes itself then carries the same tags as the listener's entries: the DAG's
+    ``key:value`` tags and the run's team/project/owner params.
+    """
+    try:
+        dag = operator.dag
+    except RuntimeError:  # an operator run outside any DAG (tests, ad-hoc execute)
+        dag = None
+    return {**tags_for(dag, dict(context.get("params") or {})), **dict(own or {})}
+
+
+def try_key(ti: Any) -> tuple[str, str, str, int, int]:
+    """The key of one task try: dag_id, run_id, task_id, map_index, try_number."""
+    return (ti.dag_id, ti.run_id, ti.task_id, int(ti.map_index), int(ti.try_number))
+
+
+def annotate_task(ti: Any, **fields: Any) -> None:
+    """Tell the listener, from inside a running task, what this try really ran on or was.
+
+    Operators learn things at run time that the DAG does not say: the tuning trial a mapped task ran,
+    the market and live price a spot decision chose, the cause of a failure. The listener runs in the
+    same process right after ``execute``, so it reads these before it prices the try.
+
+    Args:
+        ti: The running task instance (``context["ti"]``).
+        **fields: Any of ``trial``, ``instance_type``, ``region``, ``market``, ``usd_per_hour``,
+            ``cause``, ``note``, and ``tags`` (a dict merged into the entry's tags).
+
+    Raises:
+        ValueError: an unknown field name.
+    """
+    unknown = sorted(set(fields) - set(ANNOTATION_FIELDS))
+    if unknown:
+        raise ValueError(f"annotate_task got unknown field(s) {unknown}: use {', '.join(ANNOTATION_FIELDS)}")
+    _ANNOTATIONS.setdefault(try_key(ti), {}).update(fields)
+
+
+def pop_annotations(ti: Any) -> dict[str, Any]:
+    """What the running try told :func:`annotate_task` (read once, by the listener)."""
+    return _ANNOTATIONS.pop(try_key(ti), {})
+
+
+@contextmanager
+def airflow_errors() -> Iterator[None]:
+    """Map costaware errors raised inside the block to Airflow exceptions.
+
+    User or configuration errors fail the task without retry (retrying cannot fix a bad value); transient
+    errors (the ledger is unreachable) are re-raised so Airflow retries them.
+    """
+    from airflow.sdk.exceptions import AirflowFailException
+
+    try:
+        yield
+    except (ConfigurationError, CrossRegionEgressError, BudgetExceededError) as e:
+        raise AirflowFailException(str(e)) from e

@@ -1,0 +1,50 @@
+"""One syntax for naming a Python object in a DAG argument: ``"package.module:attr"``.
+
+Trainers, tuning objectives and policies given by name are imported with :func:`import_object`. The older
+dotted form ``"package.module.attr"`` still works and warns (``DeprecationWarning``) with the new spelling.
+"""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from typing import Any
+
+from costaware.core.errors import ConfigurationError
+
+
+def split_path(path: str, *, what: str) -> tuple[str, str]:
+    """``(module, attr)`` of ``"module:attr"``; the dotted ``"module.attr"`` with a ``DeprecationWarning``.
+
+    Raises:
+        ConfigurationError: neither form (no ``:`` and no ``.``, or an empty part).
+    """
+    module, sep, attr = path.partition(":")
+    if not sep:
+        module, _, attr = path.rpartition(".")
+        if module and attr:
+            warnings.warn(
+                f"{what} {path!r} uses the dotted form, which will stop working: write '{module}:{attr}'",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+    if not module or not attr or ":" in attr:
+        raise ConfigurationError(f"{what} must be 'package.module:name', got {path!r}")
+    return module, attr
+
+
+def import_object(path: str, *, what: str) -> Any:
+    """The object ``path`` names (``"package.module:attr"``).
+
+    Args:
+        path: ``"package.module:attr"`` (``"package.module.attr"`` is deprecated).
+        what: What the object is, for messages: ``"trainer"``, ``"objective"``.
+
+    Raises:
+        ConfigurationError: the path is malformed, or the module or attribute does not import.
+    """
+    module, attr = split_path(path, what=what)
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        raise ConfigurationError(f"cannot import {what} {path!r}: {e}") from e

@@ -1,0 +1,146 @@
+"""The Optuna side of tuning: the study storage, the sampler, the pruners and the search space.
+
+Optuna is imported here at module level; this module needs the ``tuning`` extra.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from costaware.extras import require
+
+require("tuning", needed_by=__name__)
+
+import optuna  # noqa: E402  # after the check, so a missing extra names the pip line
+from optuna.distributions import (  # noqa: E402
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
+
+from costaware.core.errors import ConfigurationError  # noqa: E402
+from costaware.core.tuning import StudySpec, promotable  # noqa: E402
+
+#: The trial user attribute where the rung pruner writes its last decision and why.
+PRUNING_ATTR = "costaware_pruning"
+
+_STORAGES: dict[str, optuna.storages.RDBStorage] = {}
+_STORAGES_LOCK = threading.Lock()
+
+
+def open_storage(url: str) -> optuna.storages.RDBStorage:
+    """An Optuna RDB storage at ``url``, opened once per process (SQLite waits for the write lock)."""
+    key = url
+    with _STORAGES_LOCK:
+        if key in _STORAGES:
+            return _STORAGES[key]
+    kwargs: dict[str, Any] = {"pool_pre_ping": True}
+    if url.startswith("sqlite"):
+        kwargs["connect_args"] = {"timeout": 60}
+    elif url.startswith("postgres"):
+        if url.startswith(("postgres://", "postgresql://")):
+            url = "postgresql+psycopg2://" + url.split("://", 1)[1]
+        kwargs["connect_args"] = {"connect_timeout": 10}
+    storage = optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+    with _STORAGES_LOCK:
+        return _STORAGES.setdefault(key, storage)
+
+
+def make_sampler(spec: StudySpec, slot: int) -> optuna.samplers.BaseSampler:
+    """The study's sampler, seeded per slot so parallel slots do not propose the same parameters."""
+    seed = spec.seed * 1_000_003 + slot
+    if spec.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    return optuna.samplers.TPESampler(seed=seed, constant_liar=True)
+
+
+def make_pruner(spec: StudySpec) -> optuna.pruners.BasePruner:
+    """Successive halving at the study's rungs, Optuna's Hyperband over them, or no pruning."""
+    if spec.pruner == "hyperband":
+        return optuna.pruners.HyperbandPruner(
+            min_resource=spec.schedule.rungs[0],
+            max_resource=spec.schedule.max_resource,
+            reduction_factor=spec.schedule.reduction_factor,
+        )
+    if spec.pruner == "none":
+        return optuna.pruners.NopPruner()
+    return RungSuccessiveHalvingPruner(spec.schedule.rungs, spec.schedule.reduction_factor, spec.direction)
+
+
+class RungSuccessiveHalvingPruner(optuna.pruners.BasePruner):
+    """Asynchronous successive halving at given rungs: the top ``1/eta`` at each rung move up.
+
+    A decision to prune, and its reason, goes into the trial's user attribute :data:`PRUNING_ATTR`, where
+    the trial runner reads it (:func:`pruning_note`): the pruner keeps no state between calls.
+
+    Args:
+        rungs: The study's rungs; the last one ends the trial, so nothing is pruned there.
+        reduction_factor: Keep the top ``1/reduction_factor`` of the results at each rung (>= 2).
+        direction: ``maximize`` or ``minimize``.
+
+    Raises:
+        ConfigurationError: no rungs, a reduction factor below 2 or an unknown direction.
+    """
+
+    def __init__(self, rungs: tuple[int, ...], reduction_factor: int, direction: str) -> None:
+        if not rungs:
+            raise ConfigurationError("RungSuccessiveHalvingPruner needs at least one rung, got none")
+        if reduction_factor < 2:
+            raise ConfigurationError(f"reduction_factor must be >= 2, got {reduction_factor}")
+        if direction not in ("maximize", "minimize"):
+            raise ConfigurationError(f"direction must be 'maximize' or 'minimize', got {direction!r}")
+        self.rungs = rungs[:-1]
+        self.reduction_factor = reduction_factor
+        self.direction = direction
+
+    def prune(self, study: optuna.study.Study, trial: optuna.trial.FrozenTrial) -> bool:
+        step = trial.last_step
+        if step is None or step not in self.rungs:
+            return False
+        value = trial.intermediate_values[step]
+        competing = _rung_results(study, step, exclude=trial.number)
+        keep = promotable(value, competing, self.reduction_factor, self.direction)
+        note = (
+            f"{'promoted' if keep else 'pruned'} at {step}: {value:.4f} is "
+            f"{'' if keep else 'not '}in the top 1/{self.reduction_factor} of {len(competing) + 1} "
+            "result(s) at this rung"
+        )
+        if not keep:  # one write, only for the decision that ends the trial (a rung costs no extra write)
+            study._storage.set_trial_user_attr(trial._trial_id, PRUNING_ATTR, note)
+        return not keep
+
+
+def _rung_results(study: optuna.study.Study, step: int, *, exclude: int) -> list[float]:
+    """The results at rung ``step`` of every other trial that reached it (finished or still running)."""
+    states = (
+        optuna.trial.TrialState.COMPLETE,
+        optuna.trial.TrialState.PRUNED,
+        optuna.trial.TrialState.RUNNING,
+    )
+    return [
+        t.intermediate_values[step]
+        for t in study.get_trials(deepcopy=False, states=states)
+        if t.number != exclude and step in t.intermediate_values
+    ]
+
+
+def pruning_note(study: optuna.study.Study, trial: optuna.trial.Trial) -> str:
+    """Why the pruner last decided as it did for ``trial`` (empty when it said nothing)."""
+    return str(study._storage.get_trial_user_attrs(trial._trial_id).get(PRUNING_ATTR, ""))
+
+
+def distributions(spec: StudySpec) -> dict[str, BaseDistribution]:
+    """The study's search space as Optuna distributions (for ``study.ask``)."""
+    out: dict[str, BaseDistribution] = {}
+    for p in spec.search_space:
+        if p.kind == "categorical":
+            out[p.name] = CategoricalDistribution(list(p.choices))
+        elif p.kind == "int":
+            assert p.low is not None and p.high is not None
+            out[p.name] = IntDistribution(int(p.low), int(p.high), log=p.log, step=int(p.step or 1))
+        else:
+            assert p.low is not None and p.high is not None
+            out[p.name] = FloatDistribution(p.low, p.high, log=p.log, step=p.step)
+    return out

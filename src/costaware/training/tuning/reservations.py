@@ -1,0 +1,106 @@
+"""A trial's money: reserve its estimated cost from the study's budget, settle it with a compute entry."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from datetime import timedelta
+from decimal import Decimal
+from typing import TYPE_CHECKING
+
+from costaware.core.errors import BudgetExceededError
+from costaware.core.ledger import Kind, LedgerEntry, Market
+from costaware.core.money import format_usd
+from costaware.core.tuning import StudySpec
+from costaware.training.tuning.results import EntryOwner
+
+if TYPE_CHECKING:
+    from costaware.adapters.ledger_store import Ledger
+    from costaware.core.ledger import BudgetUsage, Reservation
+
+log = logging.getLogger(__name__)
+
+
+def reserve_trial_cost(
+    ledger: Ledger,
+    spec: StudySpec,
+    usd: Decimal,
+    gpu_hours: Decimal,
+    seconds: float,
+    holder: str,
+    run_id: str | None,
+    slot: int,
+    poll_seconds: float,
+) -> Reservation:
+    """Reserve the trial's estimate; while refused only because other trials hold money, wait for them.
+
+    Other trials' reservations are mostly returned when they settle (pruned trials spend a fraction of
+    their estimate), so a refusal stops the study only when nothing else of the study is in flight, or
+    the money already spent leaves no room for this trial. Waiting ends when those reservations expire.
+    """
+    deadline = time.monotonic() + max(2 * seconds, 60.0)
+    while True:
+        try:
+            return ledger.reserve(
+                spec.budget_scope,
+                usd,
+                gpu_hours=gpu_hours,
+                holder=holder,
+                run_id=run_id,
+                ttl=timedelta(seconds=max(2 * seconds, 60.0)),
+                purpose=f"trial slot {slot} of study '{spec.study_name}'",
+            )
+        except BudgetExceededError:
+            own = study_usage(ledger, spec)
+            if own is None or own.reserved_usd <= 0 or own.spent_usd + usd > own.cap_usd:
+                raise
+            if time.monotonic() >= deadline:
+                raise
+            log.info("slot %d waits for %s reserved by running trials", slot, format_usd(own.reserved_usd))
+            time.sleep(poll_seconds)
+
+
+def study_usage(ledger: Ledger, spec: StudySpec) -> BudgetUsage | None:
+    """Where the study's own budget stands (other budgets may cover the study too)."""
+    label = f"{spec.budget_scope}/"
+    return next((u for u in ledger.usage(spec.budget_scope) if u.label.startswith(label)), None)
+
+
+def settle_trial(
+    ledger: Ledger,
+    spec: StudySpec,
+    reservation_id: str,
+    seconds: float,
+    owner: EntryOwner,
+    label: str,
+    tags: Mapping[str, str],
+    outcome: str,
+    note: str,
+) -> Decimal:
+    """Settle the trial's reservation with one compute entry owned by ``owner`` (outside Airflow)."""
+    from costaware.core.ledger import compute_cost
+
+    hours, usd = compute_cost(seconds, spec.usd_per_hour)
+    entry = LedgerEntry(
+        dag_id=owner.dag_id,
+        run_id=owner.run_id,
+        task_id=owner.task_id,
+        map_index=owner.map_index,
+        trial=label,
+        kind=Kind.COMPUTE,
+        usd=usd,
+        instance_type=spec.instance_type,
+        region=spec.region,
+        market=Market.parse(spec.market),
+        quantity=hours,
+        unit_price_usd=spec.usd_per_hour,
+        gpu_hours=(hours * spec.gpus).quantize(Decimal("0.000001")),
+        tags={**dict(tags), **dict(owner.extra_tags)},
+        outcome=outcome,
+        price_source="given",
+        note=note[:500],
+        reservation_id=reservation_id,
+    )
+    ledger.settle(reservation_id, usd, entry=entry)
+    return usd

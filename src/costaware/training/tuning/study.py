@@ -1,0 +1,259 @@
+"""A study's lifecycle: create it with its settings and budget, load it, fail stale trials, summarize it.
+
+The study lives in an Optuna RDB storage; costaware keeps its settings in the study's user attributes
+and each trial's state in one trial user attribute (:data:`TRIAL_ATTR`).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import optuna
+
+from costaware.core.errors import ConfigurationError
+from costaware.core.ledger import utcnow
+from costaware.core.money import format_usd
+from costaware.core.tuning import FinishedTrial, StudySpec, TrialState, TrialTiming, trial_costs
+from costaware.training.tuning.optuna_glue import make_pruner, make_sampler, open_storage
+from costaware.training.tuning.reservations import study_usage
+
+if TYPE_CHECKING:
+    from costaware.adapters.ledger_store import Ledger
+
+log = logging.getLogger(__name__)
+
+SPEC_ATTR = "costaware_spec"
+STARTED_ATTR = "costaware_started_at"
+STOP_ATTR = "costaware_stop"
+TRIAL_ATTR = "costaware"
+
+
+def create_study(storage_url: str, ledger: Ledger, spec: StudySpec) -> dict[str, Any]:
+    """Create (or reopen) the study and set its ledger budget; returns the plan as JSON.
+
+    Reopening a study with the same name keeps its trials and start time: a second DAG run continues it.
+    The study's budget is ``max_usd`` (and ``max_gpu_hours``) over scope ``study=<name>`` plus the
+    spec's tags, for all time; every trial reserves from it and from any wider budget that covers it.
+    """
+    storage = open_storage(storage_url)
+    study = optuna.create_study(
+        study_name=spec.study_name,
+        storage=storage,
+        direction=(
+            optuna.study.StudyDirection.MAXIMIZE
+            if spec.direction == "maximize"
+            else optuna.study.StudyDirection.MINIMIZE
+        ),
+        load_if_exists=True,
+    )
+    attrs = study.user_attrs
+    if STARTED_ATTR not in attrs:
+        study.set_user_attr(STARTED_ATTR, utcnow().isoformat())
+    study.set_user_attr(SPEC_ATTR, spec.to_json())
+    ledger.set_budget(spec.budget_scope, "total", spec.caps.max_usd, cap_gpu_hours=spec.caps.max_gpu_hours)
+    started = len(started_trials(study.get_trials(deepcopy=False)))
+    slots = max(spec.caps.max_trials - started, 0)
+    log.info(
+        "study %s: %d trial slot(s), cap %s, rungs %s (about %.1f of %d per trial with successive halving)",
+        spec.study_name,
+        slots,
+        format_usd(spec.caps.max_usd),
+        spec.schedule.rungs,
+        spec.schedule.expected_resource_per_trial(),
+        spec.schedule.max_resource,
+    )
+    return {
+        "study_name": spec.study_name,
+        "slots": list(range(slots)),
+        "trials_already_started": started,
+        "rungs": list(spec.schedule.rungs),
+        "max_usd": str(spec.caps.max_usd),
+    }
+
+
+def load_study(storage_url: str, study_name: str, slot: int = 0) -> tuple[optuna.study.Study, StudySpec]:
+    """The study with the sampler and pruner its stored settings name.
+
+    Raises:
+        ConfigurationError: no study of that name in the storage, or it was not created by costaware.
+    """
+    storage = open_storage(storage_url)
+    try:
+        study_id = storage.get_study_id_from_name(study_name)
+    except KeyError as e:
+        raise ConfigurationError(
+            f"no tuning study named {study_name!r} in the study storage: run the plan task "
+            "(TuningStudyCreateOperator) first"
+        ) from e
+    raw = storage.get_study_user_attrs(study_id).get(SPEC_ATTR)
+    if raw is None:
+        raise ConfigurationError(
+            f"study {study_name!r} has no costaware settings: create it with create_study"
+        )
+    spec = StudySpec.from_json(raw)
+    study = optuna.load_study(
+        study_name=study_name, storage=storage, sampler=make_sampler(spec, slot), pruner=make_pruner(spec)
+    )
+    return study, spec
+
+
+def started_trials(trials: list[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
+    """Trials that count against ``max_trials``: complete, pruned or still running."""
+    states = (
+        optuna.trial.TrialState.COMPLETE,
+        optuna.trial.TrialState.PRUNED,
+        optuna.trial.TrialState.RUNNING,
+    )
+    return [t for t in trials if t.state in states]
+
+
+def finished_trials(trials: list[optuna.trial.FrozenTrial]) -> list[FinishedTrial]:
+    """Finished trials in the order they finished, as the stop rules see them."""
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    done = [t for t in trials if t.state in states]
+    done.sort(key=lambda t: (t.datetime_complete or utcnow(), t.number))
+    return [
+        FinishedTrial(TrialState(trial_info(t).get("state", "pruned")), t.value)
+        if t.state == optuna.trial.TrialState.PRUNED
+        else FinishedTrial(TrialState.PROMOTED, t.value)
+        for t in done
+    ]
+
+
+def trial_timings(trials: list[optuna.trial.FrozenTrial]) -> list[TrialTiming]:
+    """How long each started trial trained, for the next trial's cost estimate."""
+    out = []
+    for t in started_trials(trials):
+        info = trial_info(t)
+        if "train_seconds" in info:
+            out.append(
+                TrialTiming(
+                    int(info["fidelity"]),
+                    float(info["train_seconds"]),
+                    float(info.get("overhead_seconds", 0.0)),
+                    info.get("marginal_seconds_per_unit"),
+                )
+            )
+    return out
+
+
+def fail_stale_trials(
+    study: optuna.study.Study,
+    *,
+    now: datetime | None = None,
+    holder_prefix: str | None = None,
+    trials: list[optuna.trial.FrozenTrial] | None = None,
+) -> list[int]:
+    """Mark failed the ``RUNNING`` trials whose lease expired (or, with ``holder_prefix``, held by it).
+
+    Returns the numbers of the trials failed here. Safe against another process doing the same.
+    """
+    now = now or utcnow()
+    failed = []
+    if trials is None:
+        trials = study.get_trials(deepcopy=False)
+    for trial in [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]:
+        info = trial_info(trial)
+        lease = info.get("lease_until")
+        expired = lease is not None and datetime.fromisoformat(lease) <= now
+        held = holder_prefix is not None and str(info.get("holder", "")).startswith(holder_prefix)
+        if not (expired or held):
+            continue
+        reason = "its lease expired (the worker was killed)" if expired else "its task ended without telling"
+        try:
+            info.update(state=TrialState.FAILED.value, decision=f"failed: {reason}")
+            study._storage.set_trial_user_attr(trial._trial_id, TRIAL_ATTR, info)
+            study.tell(trial.number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+        except RuntimeError:  # another process finished it between our read and write
+            continue
+        log.warning("trial %d of study %s marked failed: %s", trial.number, study.study_name, reason)
+        failed.append(trial.number)
+    return failed
+
+
+def trial_info(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
+    """What costaware keeps on a trial (one user attribute: one write per update)."""
+    return dict(trial.user_attrs.get(TRIAL_ATTR) or {})
+
+
+def finish_failed(study: optuna.study.Study, trial: Any, reason: str, fidelity: int = 0) -> None:
+    """Mark ``trial`` failed with ``reason`` (safe when another process finished it first)."""
+    storage, trial_id = study._storage, trial._trial_id
+    info = trial_info(storage.get_trial(trial_id))
+    info.update(state=TrialState.FAILED.value, decision=f"failed: {reason}", fidelity=fidelity)
+    storage.set_trial_user_attr(trial_id, TRIAL_ATTR, info)
+    study.tell(trial.number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+
+
+def summarize_study(
+    storage_url: str, ledger: Ledger, study_name: str, *, holder_prefix: str | None = None
+) -> dict[str, Any]:
+    """Close the study's loose ends and describe it: best trial, trials by state, stop reason, costs.
+
+    Trials still ``RUNNING`` whose lease expired, or held by ``holder_prefix`` (this DAG run's slots, all
+    finished by the time the summary runs), are marked failed first: none is left running.
+    """
+    study, spec = load_study(storage_url, study_name)
+    failed_now = fail_stale_trials(study, holder_prefix=holder_prefix)
+    trials = study.get_trials(deepcopy=False)
+    rows = []
+    for t in trials:
+        info = trial_info(t)
+        state = info.get("state") or (
+            "failed" if t.state == optuna.trial.TrialState.FAIL else t.state.name.lower()
+        )
+        rows.append(
+            {
+                "number": t.number,
+                "state": state,
+                "fidelity": info.get("fidelity", t.last_step or 0),
+                "value": t.value if t.value is not None else _last_value(t),
+                "decision": info.get("decision", ""),
+                "params": t.params,
+            }
+        )
+    complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    best = None
+    if complete:
+        chosen = study.best_trial
+        best = {"number": chosen.number, "value": chosen.value, "params": chosen.params}
+    report = ledger.report(group_by="trial", scope=spec.budget_scope)
+    per_label = [(r.group, r.usd) for r in report if r.group != "(none)"]
+    costs = trial_costs([(_state_of_label(label), usd) for label, usd in per_label])
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row["state"]] = counts.get(row["state"], 0) + 1
+    stopped = study.user_attrs.get(STOP_ATTR)
+    usage = study_usage(ledger, spec)
+    return {
+        "study_name": study_name,
+        "best": best,
+        "trials": sorted(rows, key=lambda r: r["number"]),
+        "states": counts,
+        "failed_now": failed_now,
+        "stop": stopped,
+        "spent_usd": str(costs.total_usd),
+        "cap_usd": str(spec.caps.max_usd),
+        "reserved_usd": None if usage is None else str(usage.reserved_usd),
+        "cost_per_trial_usd": None if costs.per_trial_usd is None else str(costs.per_trial_usd),
+        "cost_per_successful_trial_usd": None
+        if costs.per_successful_trial_usd is None
+        else str(costs.per_successful_trial_usd),
+        "successful_trials": costs.successful,
+        "cost_by_trial": [{"trial": label, "usd": str(usd)} for label, usd in per_label],
+    }
+
+
+def _last_value(trial: optuna.trial.FrozenTrial) -> float | None:
+    step = trial.last_step
+    return None if step is None else float(trial.intermediate_values[step])
+
+
+def _state_of_label(label: str) -> TrialState:
+    word = label.rpartition(" ")[2].partition("@")[0]
+    try:
+        return TrialState(word)
+    except ValueError:
+        return TrialState.FAILED

@@ -1,0 +1,382 @@
+"""One trial slot: stop rules, a reservation of the trial's cost, rung-by-rung training, the result.
+
+:func:`run_trial` runs in steps, each a function here: :func:`_open_slot` (load the study, fail stale
+trials, apply the stop rules), :func:`_reserve_trial` (estimate and reserve the trial's cost),
+:func:`_start_trial` (ask Optuna for parameters, or resume the trial this holder left running),
+:func:`_train_rungs` (train rung by rung within the money reserved, pruned by successive halving) and
+:func:`_finish_trial` (tell Optuna, label the ledger entry, settle outside Airflow).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+import optuna
+
+from costaware.core.errors import BudgetExceededError
+from costaware.core.ledger import utcnow
+from costaware.core.money import format_usd
+from costaware.core.tuning import (
+    StopReason,
+    StudySpec,
+    TrialEstimate,
+    TrialState,
+    estimate_trial_seconds,
+    seconds_for_usd,
+    stop_reason,
+    trial_label,
+    usd_for_seconds,
+    wall_clock_left,
+)
+from costaware.training.tuning.fidelity import FidelityModel, TrainerFactory
+from costaware.training.tuning.optuna_glue import distributions, pruning_note
+from costaware.training.tuning.reservations import reserve_trial_cost, settle_trial
+from costaware.training.tuning.results import EntryOwner, SlotResult, TrialResult
+from costaware.training.tuning.study import (
+    STARTED_ATTR,
+    STOP_ATTR,
+    TRIAL_ATTR,
+    fail_stale_trials,
+    finish_failed,
+    finished_trials,
+    load_study,
+    started_trials,
+    trial_info,
+    trial_timings,
+)
+
+if TYPE_CHECKING:
+    from costaware.adapters.ledger_store import Ledger
+    from costaware.core.ledger import Reservation
+
+log = logging.getLogger(__name__)
+
+#: Seconds kept back from a trial's reserved time for what follows training (tell, ledger write).
+TAIL_SECONDS = 0.5
+
+OnLabel = Callable[[str, dict[str, str], str], None]
+
+
+@dataclass(slots=True)
+class _Slot:
+    """What the steps of one slot share."""
+
+    study: optuna.study.Study
+    spec: StudySpec
+    trials: list[optuna.trial.FrozenTrial]
+    started_at: datetime
+    resumed: optuna.trial.FrozenTrial | None
+    started: float
+    meter: Callable[[], float]
+
+
+@dataclass(slots=True)
+class _Training:
+    """How the rungs went: the results, the time spent training, and how it ended."""
+
+    rungs: list[tuple[int, float]] = field(default_factory=list)
+    train_seconds: float = 0.0
+    marginal: float | None = None
+    state: TrialState = TrialState.PROMOTED
+    decision: str = ""
+
+    @property
+    def fidelity(self) -> int:
+        return self.rungs[-1][0] if self.rungs else 0
+
+    @property
+    def final(self) -> float | None:
+        return self.rungs[-1][1] if self.rungs else None
+
+
+def run_trial(
+    *,
+    storage_url: str,
+    ledger: Ledger,
+    study_name: str,
+    trainer: TrainerFactory,
+    trainer_kwargs: Mapping[str, Any] | None = None,
+    holder: str,
+    slot: int,
+    run_id: str | None = None,
+    settle_as: EntryOwner | None = None,
+    on_label: OnLabel | None = None,
+    meter: Callable[[], float] = time.monotonic,
+    wait_poll_seconds: float = 1.0,
+) -> SlotResult:
+    """Run one trial of the study in this slot, within the money it reserves.
+
+    Args:
+        storage_url: Optuna RDB storage URL of the study.
+        ledger: The ledger that holds the study's budget.
+        study_name: The study (created by :func:`~costaware.training.tuning.study.create_study`).
+        trainer: ``trainer(params, **trainer_kwargs)`` returns a :class:`FidelityModel`.
+        trainer_kwargs: Extra keyword arguments for ``trainer`` (data paths, ...).
+        holder: Reservation holder, unique per task instance (Airflow: ``dag/run/task/map_index``); a retry
+            with the same holder resumes the trial its earlier try left running.
+        slot: Slot number; seeds the sampler.
+        run_id: DAG run id, for budgets with period ``run``.
+        settle_as: Settle the reservation here with a compute entry owned by this (outside Airflow). In
+            Airflow leave it None: the cost listener prices the task try and settles the reservation.
+        on_label: Called with (trial label, ledger tags, note) when the trial starts and when it ends
+            (Airflow: ``annotate_task``), so the listener's entry carries the trial and its decision.
+        meter: The clock that measures the trial (seconds); time.monotonic by default.
+        wait_poll_seconds: When the reservation is refused while other trials of the study hold money that
+            may come back, ask again this often until they settled (then a refusal stops the study).
+
+    Returns:
+        The slot's result; ``ran=False`` with the stop reason when the study is over.
+
+    Raises:
+        ConfigurationError: the study does not exist.
+        Exception: whatever the trainer raised (the trial is marked failed first).
+    """
+    opened = _open_slot(storage_url, study_name, holder, slot, meter)
+    if isinstance(opened, SlotResult):
+        return opened
+    s = opened
+    reserved = _reserve_trial(s, ledger, holder, run_id, slot, wait_poll_seconds)
+    if isinstance(reserved, SlotResult):
+        return reserved
+    reservation, estimate = reserved
+    trial, info, tags = _start_trial(s, reservation, holder, slot, on_label)
+    training = _Training()
+    try:
+        model = trainer(dict(trial.params), **dict(trainer_kwargs or {}))
+        _train_rungs(s, trial, model, reservation, estimate, training)
+    except Exception as e:
+        _fail_trial(s, ledger, trial, reservation, tags, training.fidelity, e, on_label, settle_as)
+        raise
+    return _finish_trial(s, ledger, trial, info, tags, training, reservation, estimate, on_label, settle_as)
+
+
+def _open_slot(
+    storage_url: str, study_name: str, holder: str, slot: int, meter: Callable[[], float]
+) -> _Slot | SlotResult:
+    """Load the study, fail its stale trials, and apply the stop rules (unless this holder resumes)."""
+    started = meter()
+    study, spec = load_study(storage_url, study_name, slot)
+    trials = study.get_trials(deepcopy=False)
+    if fail_stale_trials(study, trials=trials):
+        trials = study.get_trials(deepcopy=False)
+    study_attrs = study.user_attrs
+    started_at = datetime.fromisoformat(study_attrs[STARTED_ATTR])
+    resumed = _resumable(trials, holder)
+    if resumed is None:
+        stopped = study_attrs.get(STOP_ATTR)
+        if stopped:
+            return SlotResult(ran=False, reason=stopped["message"], stop=StopReason(stopped["reason"]))
+        why = stop_reason(
+            spec.caps,
+            direction=spec.direction,
+            trials_started=len(started_trials(trials)),
+            finished=finished_trials(trials),
+            started_at=started_at,
+            now=utcnow(),
+        )
+        if why is not None:
+            return _stop(study, *why)
+    return _Slot(study, spec, trials, started_at, resumed, started, meter)
+
+
+def _reserve_trial(
+    s: _Slot, ledger: Ledger, holder: str, run_id: str | None, slot: int, wait_poll_seconds: float
+) -> tuple[Reservation, TrialEstimate] | SlotResult:
+    """Estimate the trial's full-fidelity cost and reserve it; a refusal stops the study for good."""
+    spec = s.spec
+    estimate = estimate_trial_seconds(
+        trial_timings(s.trials), spec.schedule.max_resource, spec.fallback_trial_seconds, spec.safety_factor
+    )
+    seconds = estimate.seconds + spec.slack_seconds
+    usd = usd_for_seconds(seconds, spec.usd_per_hour)
+    gpu_hours = (Decimal(str(seconds)) / 3600 * spec.gpus).quantize(Decimal("0.000001"))
+    try:
+        reservation = reserve_trial_cost(
+            ledger, spec, usd, gpu_hours, seconds, holder, run_id, slot, wait_poll_seconds
+        )
+    except BudgetExceededError as e:
+        if s.resumed is not None:
+            finish_failed(s.study, s.resumed, "no budget left to resume it")
+        return _stop(s.study, StopReason.BUDGET, str(e))
+    return reservation, estimate
+
+
+def _start_trial(
+    s: _Slot, reservation: Reservation, holder: str, slot: int, on_label: OnLabel | None
+) -> tuple[optuna.trial.Trial, dict[str, Any], dict[str, str]]:
+    """Ask Optuna for the trial's parameters (or resume this holder's trial) and record the lease on it."""
+    if s.resumed is not None:
+        trial = optuna.trial.Trial(s.study, s.resumed._trial_id)
+    else:
+        trial = s.study.ask(distributions(s.spec))
+    info = {
+        **(trial_info(s.resumed) if s.resumed is not None else {}),
+        "holder": holder,
+        "slot": slot,
+        "reservation": reservation.id,
+        "lease_until": reservation.expires_at.isoformat(),
+        "state": TrialState.RUNNING.value,
+    }
+    trial.set_user_attr(TRIAL_ATTR, info)
+    tags = s.spec.budget_scope.as_dict()
+    if on_label is not None:
+        on_label(trial_label(trial.number, TrialState.RUNNING, 0), {**tags, "trial_state": "running"}, "")
+    return trial, info, tags
+
+
+def _train_rungs(
+    s: _Slot,
+    trial: optuna.trial.Trial,
+    model: FidelityModel,
+    reservation: Reservation,
+    estimate: TrialEstimate,
+    t: _Training,
+) -> None:
+    """Train rung by rung into ``t``; stop when pruned, trained in full, or before outrunning the money.
+
+    ``t`` belongs to the caller so that it still knows the rungs reached when the trainer raises.
+    """
+    spec, meter, started = s.spec, s.meter, s.started
+    # Money decides how long the trial may train: what it reserved, less a tail for telling and settling.
+    limit = seconds_for_usd(reservation.usd, spec.usd_per_hour) - min(TAIL_SECONDS, spec.slack_seconds)
+    wall_left = wall_clock_left(spec.caps, s.started_at, utcnow())
+    if wall_left is not None:
+        limit = min(limit, (meter() - started) + wall_left)
+    previous = 0
+    for rung in spec.schedule.rungs:
+        # This trial's own speed (its last later rung, else its first); before any rung, the study's.
+        if t.marginal is not None:
+            rate = t.marginal
+        else:
+            rate = t.train_seconds / previous if previous else (estimate.seconds_per_unit or 0.0)
+        # A busy worker runs a rung slower than the trial's speed so far: the same safety factor as the
+        # reservation's estimate keeps a slow rung from running past what was reserved.
+        needed = rate * (rung - previous) * spec.safety_factor
+        if (meter() - started) + needed > limit:
+            t.state = TrialState.CUT
+            t.decision = (
+                f"cut before {rung}: its reservation of {format_usd(reservation.usd)} buys "
+                f"{seconds_for_usd(reservation.usd, spec.usd_per_hour):.1f} s, {meter() - started:.1f} s "
+                "are used and the next rung "
+                f"needs about {needed:.1f} s"
+            )
+            break
+        tick = meter()
+        value = float(model.advance(rung))
+        spent = meter() - tick
+        t.train_seconds += spent
+        if previous:
+            t.marginal = spent / (rung - previous)
+        previous = rung
+        t.rungs.append((rung, value))
+        trial.report(value, rung)
+        if rung == spec.schedule.max_resource:
+            t.decision = f"promoted to {rung}: trained in full, {value:.4f}"
+            break
+        if trial.should_prune():
+            t.state = TrialState.PRUNED
+            t.decision = pruning_note(s.study, trial) or f"pruned at {rung} with {value:.4f}"
+            break
+
+
+def _fail_trial(
+    s: _Slot,
+    ledger: Ledger,
+    trial: optuna.trial.Trial,
+    reservation: Reservation,
+    tags: dict[str, str],
+    fidelity: int,
+    error: Exception,
+    on_label: OnLabel | None,
+    settle_as: EntryOwner | None,
+) -> None:
+    """The trainer raised at ``fidelity``: mark the trial failed, label the entry, settle outside Airflow."""
+    finish_failed(s.study, trial, f"{type(error).__name__}: {error}"[:300], fidelity)
+    label = trial_label(trial.number, TrialState.FAILED, fidelity)
+    if on_label is not None:
+        on_label(label, {**tags, "trial_state": "failed", "fidelity": str(fidelity)}, str(error)[:300])
+    if settle_as is not None:
+        seconds = s.meter() - s.started
+        settle_trial(ledger, s.spec, reservation.id, seconds, settle_as, label, tags, "failed", str(error))
+
+
+def _finish_trial(
+    s: _Slot,
+    ledger: Ledger,
+    trial: optuna.trial.Trial,
+    info: dict[str, Any],
+    tags: dict[str, str],
+    t: _Training,
+    reservation: Reservation,
+    estimate: TrialEstimate,
+    on_label: OnLabel | None,
+    settle_as: EntryOwner | None,
+) -> SlotResult:
+    """Tell Optuna how the trial ended, label its ledger entry, settle outside Airflow; the slot's result."""
+    meter, started = s.meter, s.started
+    info.update(
+        state=t.state.value,
+        fidelity=t.fidelity,
+        decision=t.decision,
+        train_seconds=round(t.train_seconds, 4),
+        overhead_seconds=round(meter() - started - t.train_seconds, 4),
+        marginal_seconds_per_unit=t.marginal,
+    )
+    trial.set_user_attr(TRIAL_ATTR, info)
+    if t.state is TrialState.PROMOTED and t.final is not None:
+        s.study.tell(trial, t.final)
+    else:
+        s.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    label = trial_label(trial.number, t.state, t.fidelity)
+    note = " ".join(f"{r}:{v:.4f}" for r, v in t.rungs) + f"; {t.decision}"
+    entry_tags = {**tags, "trial_state": t.state.value, "fidelity": str(t.fidelity)}
+    if on_label is not None:
+        on_label(label, entry_tags, note)
+    settled = None
+    if settle_as is not None:
+        settled = settle_trial(
+            ledger, s.spec, reservation.id, meter() - started, settle_as, label, entry_tags, "success", note
+        )
+    log.info("trial %s (%s): %s", label, dict(trial.params), t.decision)
+    return SlotResult(
+        ran=True,
+        trial=TrialResult(
+            number=trial.number,
+            label=label,
+            state=t.state,
+            value=t.final,
+            fidelity=t.fidelity,
+            rungs=tuple(t.rungs),
+            decision=t.decision,
+            params=dict(trial.params),
+            seconds=meter() - started,
+            train_seconds=t.train_seconds,
+            reserved_usd=reservation.usd,
+            reservation_id=reservation.id,
+            resumed=s.resumed is not None,
+            estimate=estimate.source,
+            settled_usd=settled,
+        ),
+    )
+
+
+def _stop(study: optuna.study.Study, reason: StopReason, message: str) -> SlotResult:
+    if STOP_ATTR not in study.user_attrs:  # the first stop reason is the one kept
+        study.set_user_attr(
+            STOP_ATTR, {"reason": reason.value, "message": message, "at": utcnow().isoformat()}
+        )
+    log.info("study %s stops: %s (%s)", study.study_name, reason.value, message)
+    return SlotResult(ran=False, reason=message, stop=reason)
+
+
+def _resumable(trials: list[optuna.trial.FrozenTrial], holder: str) -> optuna.trial.FrozenTrial | None:
+    for trial in trials:
+        if trial.state == optuna.trial.TrialState.RUNNING and trial_info(trial).get("holder") == holder:
+            return trial
+    return None

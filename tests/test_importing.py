@@ -1,0 +1,60 @@
+"""One syntax for naming objects: ``module:attr``; the dotted form still works, with a DeprecationWarning."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from costaware.core.errors import ConfigurationError
+from costaware.importing import import_object
+from costaware.training.trainers import (
+    SGDTrainer,
+    resolve_trainer,
+    same_trainer,
+    stored_trainer,
+    trainer_path,
+)
+
+
+def test_module_attr_imports_without_a_warning() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert import_object("costaware.training.trainers:SGDTrainer", what="trainer") is SGDTrainer
+        assert isinstance(resolve_trainer("costaware.training.trainers:SGDTrainer"), SGDTrainer)
+
+
+def test_the_dotted_form_warns_with_the_new_spelling() -> None:
+    with pytest.warns(DeprecationWarning, match=r"write 'costaware\.training\.trainers:SGDTrainer'"):
+        assert isinstance(resolve_trainer("costaware.training.trainers.SGDTrainer"), SGDTrainer)
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("nodots", r"trainer must be 'package\.module:name', got 'nodots'"),
+        (":SGDTrainer", r"trainer must be 'package\.module:name', got ':SGDTrainer'"),
+        ("costaware.training.trainers:", r"trainer must be 'package\.module:name'"),
+        ("costaware.training.trainers:Nope", r"cannot import trainer 'costaware\.training\.trainers:Nope'"),
+        ("costaware.no_such_module:X", r"cannot import trainer 'costaware\.no_such_module:X'"),
+    ],
+)
+def test_bad_paths_name_the_value(path: str, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        import_object(path, what="trainer")
+
+
+def test_unknown_builtin_trainer_lists_the_choices() -> None:
+    with pytest.raises(ConfigurationError, match=r"unknown trainer 'sgd': use one of sklearn-sgd, "):
+        resolve_trainer("sgd")
+
+
+def test_stored_names_old_and_new_resolve_to_the_same_trainer_silently() -> None:
+    trainer = resolve_trainer("sklearn-sgd")
+    assert trainer_path(trainer) == "sklearn-sgd"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        old = resolve_trainer(stored_trainer("costaware.training.trainers.SGDTrainer"))
+    assert isinstance(old, SGDTrainer)
+    assert same_trainer("pkg.mod.MyTrainer", "pkg.mod:MyTrainer")
+    assert not same_trainer("pkg.mod.MyTrainer", "pkg.mod:OtherTrainer")
