@@ -11,9 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pandas as pd
 import pytest
+from remote_support import write_data
 
 from costaware.adapters.checkpoint_store import CheckpointStore
 from costaware.adapters.model_store import ModelStore
@@ -22,18 +21,6 @@ from costaware.training import entrypoint
 from costaware.training.checkpointing import PREEMPTED_EXIT_CODE
 
 HERE = Path(__file__).resolve().parent
-
-
-def write_data(folder: Path, rows: int = 3000, seed: int = 0) -> Path:
-    rng = np.random.default_rng(seed)
-    frame = pd.DataFrame(
-        {"x1": rng.normal(size=rows), "x2": rng.normal(size=rows), "c": rng.choice(["a", "b", "c"], rows)}
-    )
-    logit = 1.5 * frame.x1 - frame.x2
-    frame["y"] = (rng.random(rows) < 1 / (1 + np.exp(-logit))).astype(int)
-    folder.mkdir(parents=True, exist_ok=True)
-    frame.to_parquet(folder / "day-001.parquet", index=False)
-    return folder
 
 
 def spec_for(tmp: Path, **extra: Any) -> dict[str, Any]:
@@ -108,7 +95,7 @@ def test_checkpoint_of_another_trainer_is_refused_and_nothing_is_stored(tmp_path
         "dag/train/run-1", 3, b"state", {"trainer": "costaware.training.trainers.HGBTrainer"}
     )
     spec = spec_for(tmp_path, trainer="sklearn-sgd", trainer_params={"epochs": 2})
-    with pytest.raises(ConfigurationError, match="was written by trainer .*HGBTrainer.*this job uses") as e:
+    with pytest.raises(ConfigurationError, match=r"was written by trainer .*HGBTrainer.*this job uses") as e:
         entrypoint.run_spec(spec)
     assert "use another checkpoint key or prefix" in str(e.value)
     assert ModelStore.open(str(tmp_path / "models")).versions() == []

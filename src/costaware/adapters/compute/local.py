@@ -58,14 +58,23 @@ class LocalBackend:
         root: Folder of the job folders (default ``$AIRFLOW_HOME/costaware/jobs``).
         python: Interpreter that runs the entrypoint (default this one).
         env: Extra environment variables of every job (e.g. ``PYTHONPATH`` of a custom trainer).
+        capacity_file: A file holding ``1`` or ``0``: whether spot capacity exists now. While it holds ``0``
+            a spot job waits (``pending``) before it starts, like a spot request without capacity. A
+            preemption replay (``costaware.adapters.compute.replay``) keeps it up to date.
     """
 
     name = "local"
 
     def __init__(
-        self, *, root: str | None = None, python: str | None = None, env: Mapping[str, str] | None = None
+        self,
+        *,
+        root: str | None = None,
+        python: str | None = None,
+        env: Mapping[str, str] | None = None,
+        capacity_file: str | None = None,
     ) -> None:
         self.root = Path(root or default_root())
+        self.capacity_file = capacity_file
         self.python = python or sys.executable
         self.env = {str(k): str(v) for k, v in dict(env or {}).items()}
 
@@ -88,6 +97,7 @@ class LocalBackend:
                 "market": request.market,
                 "instance_type": request.instance_type,
                 "env": {**self.env, **dict(request.env)},
+                "capacity_file": self.capacity_file if request.market == "spot" else None,
             },
         )
         try:
@@ -154,6 +164,7 @@ class LocalBackend:
         return True
 
     def stop(self, job_id: str) -> None:
+        (self._dir(job_id) / "stop").touch()  # a job still waiting for capacity never starts
         self.signal(job_id, signal.SIGTERM)
 
     def logs(self, job_id: str, tail: int = 20) -> str:
@@ -167,6 +178,15 @@ def supervise(folder: Path) -> int:
     """Run the job in ``folder``: start the training, record its pid, wait, write ``exit.json``."""
     request = json.loads((folder / "request.json").read_text())
     env = {**os.environ, **request["env"]}
+    capacity = Path(request["capacity_file"]) if request.get("capacity_file") else None
+    while capacity is not None and capacity.exists() and capacity.read_text().strip() == "0":
+        if (folder / "stop").exists():
+            now = time.time()
+            _write_json(
+                folder / "exit.json", {"exit_code": -signal.SIGTERM, "started_at": now, "stopped_at": now}
+            )
+            return 0
+        time.sleep(0.05)
     started_at = time.time()
     with (folder / "stdout.log").open("ab") as out, (folder / "stderr.log").open("ab") as err:
         proc = subprocess.Popen(request["command"], stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env)
