@@ -2,8 +2,10 @@
 
 At every tick the injector writes the capacity (``1``/``0``) to the local backend's ``capacity_file`` (so
 spot jobs submitted without capacity wait), and at every drop of capacity (1 then 0) it signals each running
-spot job of the backend: SIGTERM (the spot notice: the training checkpoints and exits 75) or SIGKILL (no
-notice: at most one checkpoint interval of work is lost), by turns or as configured.
+spot job of the backend: SIGTERM (the spot notice: the training checkpoints and exits 75; a job still alive
+``grace_seconds`` later is SIGKILLed, as AWS reclaims the instance after its two-minute notice) or SIGKILL
+(no notice: at most one checkpoint interval of work is lost), by turns or as configured. A job is preempted
+once: a later drop does not count it again.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ class PreemptionInjector:
         tick_seconds: Real seconds per tick (compressed time, e.g. 0.25 for 10-minute ticks).
         signals: Signals to send at successive drops, cycled (default SIGTERM, SIGKILL).
         hold_last: After the trace, keep its last value (default) instead of stopping.
+        grace_seconds: Seconds from a SIGTERM to the SIGKILL of a job that has not exited.
     """
 
     def __init__(
@@ -63,6 +66,7 @@ class PreemptionInjector:
         tick_seconds: float,
         signals: Sequence[int] = (signal.SIGTERM, signal.SIGKILL),
         hold_last: bool = True,
+        grace_seconds: float = 15.0,
     ) -> None:
         if not tick_seconds > 0:
             raise ConfigurationError(f"tick_seconds must be > 0, got {tick_seconds!r}")
@@ -73,6 +77,8 @@ class PreemptionInjector:
         self.tick_seconds = float(tick_seconds)
         self.signals = list(signals)
         self.hold_last = hold_last
+        self.grace_seconds = float(grace_seconds)
+        self._kill_at: dict[str, float] = {}
         self.preemptions: list[Preemption] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="preemption-replay", daemon=True)
@@ -113,13 +119,26 @@ class PreemptionInjector:
                 continue
             available = self.samples[tick]
             self._write(available)
+            self._enforce_grace()
             if previous and not available:
+                done = {p.job_id for p in self.preemptions}
                 for job_id in self._spot_jobs_running():
+                    if job_id in done:
+                        continue
                     signum = self.signals[len(self.preemptions) % len(self.signals)]
                     if self.backend.signal(job_id, signum):
                         elapsed = time.monotonic() - self._started
                         self.preemptions.append(Preemption(tick, job_id, int(signum), elapsed))
+                        if signum == signal.SIGTERM:
+                            self._kill_at[job_id] = time.monotonic() + self.grace_seconds
             previous = available
+
+    def _enforce_grace(self) -> None:
+        now = time.monotonic()
+        for job_id, at in list(self._kill_at.items()):
+            if now >= at:
+                self.backend.signal(job_id, signal.SIGKILL)
+                del self._kill_at[job_id]
 
     def start(self) -> PreemptionInjector:
         self._started = time.monotonic()
