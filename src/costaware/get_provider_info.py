@@ -23,6 +23,10 @@ def get_provider_info() -> dict[str, Any]:
         ],
         "triggers": [
             {"integration-name": "costaware", "python-modules": ["costaware.triggers.budget"]},
+            {"integration-name": "costaware", "python-modules": ["costaware.triggers.remote_training"]},
+        ],
+        "operators": [
+            {"integration-name": "costaware", "python-modules": ["costaware.operators.remote_training"]},
         ],
         "integrations": [
             {

@@ -182,3 +182,25 @@ def test_local_backend_submit_is_idempotent_by_job_name(tmp_path: Path) -> None:
         time.sleep(0.1)
     assert status.state == JobState.FAILED and status.exit_code == 2
     assert "does not exist" in status.reason and "missing.json" in backend.logs("t-1")
+
+
+def test_listener_prices_the_worker_not_the_training(tmp_path: Path, data: Path, ledger: Any) -> None:
+    from types import SimpleNamespace
+
+    from costaware.plugins.listener import CostListener
+
+    op = operator(tmp_path, spot_decision=decision(instance_type="p3.2xlarge"), deferrable=False)
+    context = context_for()
+    ti = context["ti"]
+    ti.task, ti.start_date, ti.end_date = op, None, None
+    ti.get_template_context = lambda: {"params": {}}
+    context["ti"] = SimpleNamespace(**vars(ti))
+    CostListener().on_task_instance_running(None, context["ti"])
+    result, _ = drive(op, context)
+    CostListener().on_task_instance_success(None, context["ti"])
+    rows = {e["cause"]: e for e in ledger.entries() if e["task_id"] == "train"}
+    assert set(rows) == {"success", "orchestration"}
+    assert rows["success"]["instance_type"] == "p3.2xlarge" and rows["success"]["market"] == "spot"
+    worker = rows["orchestration"]
+    assert worker["instance_type"] != "p3.2xlarge" and worker["market"] == "on_demand"
+    assert Decimal(str(rows["success"]["usd"])) == Decimal(result["usd"])
