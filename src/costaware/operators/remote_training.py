@@ -33,8 +33,8 @@ def _maybe(value: Any) -> Any:
     return None if value in (None, "", "None") else value
 
 
-def parse_decision(value: Any) -> dict[str, Any]:
-    """A spot window decision from XCom: a dict, JSON text, or the text of a rendered Python dict."""
+def parse_mapping(value: Any, *, name: str = "spot decision") -> dict[str, Any]:
+    """A mapping given as a dict, JSON text, or the text of a rendered Python dict."""
     if _maybe(value) is None:
         return {}
     if isinstance(value, Mapping):
@@ -46,10 +46,15 @@ def parse_decision(value: Any) -> dict[str, Any]:
         try:
             parsed = ast.literal_eval(text)
         except (ValueError, SyntaxError) as e:
-            raise ConfigurationError(f"spot decision {text[:80]!r} is neither JSON nor a dict") from e
+            raise ConfigurationError(f"{name} {text[:80]!r} is neither JSON nor a dict") from e
     if not isinstance(parsed, dict):
-        raise ConfigurationError(f"spot decision must be a mapping, got {type(parsed).__name__}")
+        raise ConfigurationError(f"{name} must be a mapping, got {type(parsed).__name__}")
     return parsed
+
+
+def parse_decision(value: Any) -> dict[str, Any]:
+    """A spot window decision from XCom: a dict, JSON text, or the text of a rendered Python dict."""
+    return parse_mapping(value, name="spot decision")
 
 
 class RemoteTrainingOperator(BaseOperator):
@@ -149,7 +154,7 @@ class RemoteTrainingOperator(BaseOperator):
         checkpoint_every_seconds: float | None = 300.0,
         checkpoint_every_steps: int | None = None,
         backend: str = "local",
-        backend_options: Mapping[str, Any] | None = None,
+        backend_options: Mapping[str, Any] | str | None = None,
         spot_decision: Any = None,
         spot_task_id: str | None = None,
         market: str | None = None,
@@ -188,7 +193,9 @@ class RemoteTrainingOperator(BaseOperator):
         self.checkpoint_every_seconds = checkpoint_every_seconds
         self.checkpoint_every_steps = checkpoint_every_steps
         self.backend = backend
-        self.backend_options = dict(backend_options or {})
+        self.backend_options = (
+            backend_options if isinstance(backend_options, str) else dict(backend_options or {})
+        )
         self.spot_decision = spot_decision
         self.spot_task_id = spot_task_id
         # Not named instance_type/market/region/usd_per_hour: the cost listener reads those attributes to
@@ -244,7 +251,7 @@ class RemoteTrainingOperator(BaseOperator):
         backend = str(self.backend)
         if backend not in BACKENDS:
             raise ConfigurationError(f"unknown compute backend {backend!r}: use one of {', '.join(BACKENDS)}")
-        options = dict(self.backend_options)
+        options = parse_mapping(self.backend_options, name="backend_options")
         if backend in AWS_BACKENDS and self.aws_conn_id and "aws_conn_id" not in options:
             options["aws_conn_id"] = self.aws_conn_id
         market = str(_maybe(self.job_market) or decision.get("market") or "on_demand")
