@@ -204,7 +204,7 @@ def main() -> int:
     if missing:
         print(f"availability traces missing from {SHARED.resolve()}: {missing}", file=sys.stderr)
         return 2
-    steps, step_seconds, every = (40, 0.2, 1.0)
+    steps, step_seconds, every = (50, 0.2, 2.0)
     tick = args.tick_seconds
     with tempfile.TemporaryDirectory(prefix="cw-preempt-") as tmp:
         folder = Path(tmp)
@@ -232,7 +232,11 @@ def main() -> int:
             **common,
         )
         fit_with, fit_without = base["result"]["fit_seconds"], bare["result"]["fit_seconds"]
-        overhead = fit_with / fit_without - 1
+        # Billed seconds of the whole attempt: both runs pay the process start and the serializer's import
+        # (the final model is saved either way); only the periodic saves differ.
+        overhead = base["billed_seconds"] / bare["billed_seconds"] - 1
+        saves = int(base["result"].get("checkpoints_saved") or 0)
+        per_save = (base["billed_seconds"] - bare["billed_seconds"]) / saves if saves else 0.0
         startup = max(0.0, base["billed_seconds"] - fit_with)
         deadline_seconds = 4 * base["wall_seconds"] + 30
         rows, lost_all, preemptions, misses, completed = [], [], 0, 0, 0
@@ -282,8 +286,10 @@ def main() -> int:
         table(["trace", "attempts", "preempt", "lost/ckpt", "missed", "usd", "oracle usd", "x oracle"], rows)
     )
     print(
-        f"checkpoint overhead: fit {fit_with:.2f} s with checkpoints every {every} s vs {fit_without:.2f} s "
-        f"without ({overhead:+.1%}); uninterrupted on-demand run {base['wall_seconds']:.1f} s wall"
+        f"checkpoint overhead: {base['billed_seconds']:.2f} s billed with a checkpoint every {every} s "
+        f"({saves} saves, {per_save:.2f} s each) vs {bare['billed_seconds']:.2f} s without "
+        f"({overhead:+.1%}); "
+        f"fit {fit_with:.2f} s vs {fit_without:.2f} s"
     )
     target_met = misses == 0 and mean_lost <= TARGET_LOST and overhead <= TARGET_OVERHEAD
     emit(
@@ -296,6 +302,11 @@ def main() -> int:
             "preemptions": preemptions,
             "mean_work_lost_per_preemption_intervals": round(mean_lost, 3),
             "checkpoint_overhead": round(overhead, 4),
+            "billed_seconds_with_checkpoints": round(base["billed_seconds"], 3),
+            "billed_seconds_without_checkpoints": round(bare["billed_seconds"], 3),
+            "checkpoints_saved": saves,
+            "seconds_per_checkpoint": round(per_save, 3),
+            "checkpoint_every_seconds": every,
             "fit_seconds_with_checkpoints": fit_with,
             "fit_seconds_without_checkpoints": fit_without,
             "baseline": "uninterrupted on-demand run without checkpoints",
