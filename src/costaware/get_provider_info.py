@@ -9,6 +9,7 @@ OPERATOR_MODULES = (
     "costaware.operators.data_locality",
     "costaware.operators.data_quality",
     "costaware.operators.promote",
+    "costaware.operators.remote_training",
     "costaware.operators.right_size",
     "costaware.operators.tuning",
     "costaware.operators.warm_start",
@@ -18,7 +19,11 @@ SENSOR_MODULES = (
     "costaware.sensors.spend_cap",
     "costaware.sensors.spot_window",
 )
-TRIGGER_MODULES = ("costaware.triggers.budget", "costaware.triggers.spot_window")
+TRIGGER_MODULES = (
+    "costaware.triggers.budget",
+    "costaware.triggers.remote_training",
+    "costaware.triggers.spot_window",
+)
 HOOK_MODULES = ("costaware.hooks.ledger",)
 
 

@@ -58,3 +58,7 @@ class ReservationNotFoundError(CostawareError, LookupError):
 
 class CorruptEntryError(CostawareError):
     """Raised when a cache entry's manifest is unreadable or does not match its data; it is recomputed."""
+
+
+class ComputeBackendError(CostawareError):
+    """Raised when a compute backend cannot submit, poll or stop a training job; transient, so retried."""

@@ -218,6 +218,17 @@ def _incompatibility(champion: ModelVersion, trainer: str, features: Sequence[st
     return ""
 
 
+def _refuse_foreign_checkpoint(store: CheckpointStore, key: str, trainer: str) -> None:
+    """Refuse to train over the checkpoints of another trainer (a wrong key or a reused prefix)."""
+    newest = store.latest(key)
+    other = str(newest.meta.get("trainer", "")) if newest else ""
+    if newest and other and other != trainer:
+        raise ConfigurationError(
+            f"checkpoint {store.uri}/{key} after step {newest.step} was written by trainer {other!r}, this "
+            f"job uses {trainer!r}: use another checkpoint key or prefix, or delete that checkpoint"
+        )
+
+
 def run_retrain(
     job: RetrainJob, *, on_checkpointer: Callable[[Checkpointer], None] | None = None
 ) -> dict[str, Any]:
@@ -289,8 +300,10 @@ def run_retrain(
             json.dumps(dict(job.trainer_params), sort_keys=True, default=str).encode()
         ).hexdigest()[:16],
     }
+    checkpoints = CheckpointStore.open(job.checkpoint_store, **opts)
+    _refuse_foreign_checkpoint(checkpoints, job.checkpoint_key, name)
     checkpointer = Checkpointer(
-        CheckpointStore.open(job.checkpoint_store, **opts),
+        checkpoints,
         job.checkpoint_key,
         every_seconds=job.checkpoint_every_seconds,
         every_steps=job.checkpoint_every_steps,

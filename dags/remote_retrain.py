@@ -1,0 +1,195 @@
+"""The flight-delay retrain on ``RemoteTrainingOperator``: training leaves the worker for a compute backend.
+
+1. ``land_new_data``  the replayed 2013 day (and the next one, the holdout) land as Parquet;
+2. ``features``       train / new / holdout feature files;
+3. ``spend_gate``     the training's budget is reserved from the project's monthly budget;
+4. ``spot_window``    spot when the price is good, on-demand when waiting would miss the deadline;
+5. ``retrain``        the training runs on the backend (default ``local``: a child process of the worker),
+                      checkpointed; an interruption resubmits it from the checkpoint, on spot while slack is
+                      left, on on-demand after; every attempt is a ledger entry with its billed seconds;
+6. ``promote``        the candidate replaces the champion only if it is at least as good on the holdout.
+
+Runs as is: ``airflow dags test remote_retrain 2013-02-01``. On SageMaker: an AWS connection
+``aws_default`` and the params ``backend=sagemaker`` and ``backend_options={"role_arn": ..., "image_uri": ...,
+"output_s3_uri": ...}`` (with ``data_root`` on S3 and ``remote_instance_type`` an ``ml.*`` type); on AWS Batch
+``backend=batch`` and ``backend_options={"spot_queue": ..., "on_demand_queue": ..., "job_definition": ...}``.
+See docs/remote-training.md.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from importlib import resources
+from pathlib import Path
+
+import pendulum
+from airflow.sdk import Param, dag, get_current_context, task
+
+from costaware.operators.promote import ModelPromoteOperator
+from costaware.operators.remote_training import RemoteTrainingOperator
+from costaware.sensors.spend_cap import SpendCapSensor
+from costaware.sensors.spot_window import SpotWindowSensor
+from costaware.timetables import OffPeakTimetable
+
+TEAM = "ml-platform"
+PROJECT = "flight-delays"
+REGION = "us-east-1"
+FEATURES = ["month", "day_of_week", "sched_dep_hour", "distance", "carrier", "origin", "dest"]
+CATEGORICAL = ["month", "day_of_week", "sched_dep_hour", "carrier", "origin", "dest"]
+
+
+def from_features(name: str) -> str:
+    """A template of one path the ``features`` task returned."""
+    return "{{ ti.xcom_pull(task_ids='features')['" + name + "'] }}"
+
+
+RECORDED_SPOT_PRICES = str(resources.files("costaware") / "data" / "spot_history_c5.4xlarge_us-east-1.json")
+
+
+def data_root() -> str:
+    """The ``data_root`` param (a folder or ``s3://`` prefix), else ``$AIRFLOW_HOME/costaware/remote``."""
+    params = get_current_context()["params"]
+    if params.get("data_root"):
+        return str(params["data_root"]).rstrip("/")
+    return str(Path(os.environ.get("AIRFLOW_HOME", Path.home() / "airflow")) / "costaware" / "remote")
+
+
+@dag(
+    dag_id="remote_retrain",
+    schedule=OffPeakTimetable(windows=["22:00-06:00"], days="daily", timezone="America/New_York"),
+    start_date=pendulum.datetime(2013, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    tags=["costaware", f"team:{TEAM}", f"project:{PROJECT}"],
+    params={
+        "team": Param(TEAM, type="string", description="Team charged for this run (a ledger tag)."),
+        "project": Param(PROJECT, type="string", description="Project charged; its budget gates training."),
+        "train_budget_usd": Param("0.05", type="string", pattern=r"^\d{1,6}(\.\d{1,6})?$"),
+        "backend": Param(
+            "local",
+            enum=["local", "sagemaker", "batch", "kubernetes"],
+            description="Where the training runs: local (a child process of the worker), sagemaker, batch, "
+            "kubernetes.",
+        ),
+        "backend_options": Param(
+            {},
+            type="object",
+            description="Options of the backend (SageMaker: role_arn, image_uri, output_s3_uri; Batch: "
+            "spot_queue, on_demand_queue, job_definition; Kubernetes: image, namespace, ...).",
+        ),
+        "remote_instance_type": Param(
+            None,
+            type=["null", "string"],
+            description="Instance type of the training (an ml.* type on SageMaker); empty: the spot "
+            "window's instance type.",
+        ),
+        "spot_usd_per_hour": Param(
+            None,
+            type=["null", "string"],
+            description="Spot price of the training instance (SageMaker ml.* prices are not EC2 prices); "
+            "empty: the spot window's.",
+        ),
+        "on_demand_usd_per_hour": Param(None, type=["null", "string"]),
+        "spot_deadline": Param(None, type=["null", "string"], format="date-time"),
+        "replay_date": Param(None, type=["null", "string"], format="date"),
+        "data_root": Param(None, type=["null", "string"]),
+    },
+    doc_md=__doc__,
+)
+def remote_retrain() -> None:
+    @task
+    def land_new_data() -> dict[str, str]:
+        """Land every day up to the replayed day and the next one (the holdout), as daily Parquet files."""
+        from costaware.examples import flights
+
+        context = get_current_context()
+        day = flights.replay_date(
+            context.get("logical_date") or context["dag_run"].run_after, context["params"].get("replay_date")
+        )
+        landing = Path(os.environ.get("AIRFLOW_HOME", Path.home() / "airflow")) / "costaware" / "flights"
+        flights.land_days(landing / "landing", day + timedelta(days=1))
+        return {"replay_date": day.isoformat(), "landing": str(landing / "landing")}
+
+    @task
+    def features(landed: dict[str, str]) -> dict[str, str]:
+        """Features of the days so far (train), the replayed day (new) and the next day (holdout)."""
+        from datetime import date
+
+        import pandas as pd
+
+        from costaware.examples import flights
+
+        day = date.fromisoformat(landed["replay_date"])
+        root = data_root()
+        run = get_current_context()["run_id"].replace(":", "_").replace("+", "_")
+        paths = {"models": f"{root}/models", "checkpoints": f"{root}/checkpoints"}
+        for split, first, last in (
+            ("train", flights.FIRST_DAY, day),
+            ("new", day, day),
+            ("holdout", day + timedelta(days=1), day + timedelta(days=1)),
+        ):
+            frame = flights.make_features(flights.load_days(landed["landing"], first, last))
+            paths[split] = f"{root}/splits/{run}/{split}.parquet"
+            if not root.startswith("s3://"):
+                Path(paths[split]).parent.mkdir(parents=True, exist_ok=True)
+            pd.DataFrame(frame).to_parquet(paths[split], index=False)
+        return paths
+
+    splits = features(land_new_data())
+    spend_gate = SpendCapSensor(
+        task_id="spend_gate",
+        scope="project={{ params.project }}",
+        estimated_usd="{{ params.train_budget_usd }}",
+        for_task_id="retrain",
+        on_exceeded="fail",
+        poke_interval=30,
+        timeout=6 * 3600,
+    )
+    spot_window = SpotWindowSensor(
+        task_id="spot_window",
+        instance_type="c5.4xlarge",
+        region=REGION,
+        expected_runtime_hours=0.25,
+        prices=RECORDED_SPOT_PRICES,
+        deadline="{{ params.spot_deadline or '' }}",
+        deferrable=True,
+        poke_interval=300,
+    )
+    retrain = RemoteTrainingOperator(
+        task_id="retrain",
+        data_path=from_features("train"),
+        new_data_path=from_features("new"),
+        label_column="delayed",
+        feature_columns=FEATURES,
+        model_store=from_features("models"),
+        checkpoint_store=from_features("checkpoints"),
+        trainer="sklearn-sgd",
+        trainer_params={"epochs": 5, "warm_epochs": 5, "categorical": CATEGORICAL},
+        policy="drift",
+        policy_params={"max_feature_psi": 0.25, "max_label_shift": 0.30, "max_warm_steps": 14},
+        seed=0,
+        checkpoint_every_seconds=60,
+        backend="{{ params.backend }}",
+        backend_options="{{ params.backend_options | tojson }}",
+        spot_task_id="spot_window",
+        instance_type="{{ params.remote_instance_type or '' }}",
+        spot_usd_per_hour="{{ params.spot_usd_per_hour or '' }}",
+        on_demand_usd_per_hour="{{ params.on_demand_usd_per_hour or '' }}",
+        aws_conn_id=None,
+        poll_interval=2,
+        retries=2,
+        retry_delay=timedelta(seconds=10),
+    )
+    promote = ModelPromoteOperator(
+        task_id="promote",
+        model_store=from_features("models"),
+        candidate="{{ ti.xcom_pull(task_ids='retrain')['version'] }}",
+        holdout_path=from_features("holdout"),
+        label_column="delayed",
+        metric="roc_auc",
+    )
+    splits >> spend_gate >> spot_window >> retrain >> promote
+
+
+remote_retrain()

@@ -1,0 +1,149 @@
+"""The compute backend protocol: submit a training job, poll it, stop it, read its logs.
+
+A job runs ``python -m costaware.training.entrypoint --spec URI`` somewhere. ``submit`` is idempotent by
+job name: submitting a name that already exists returns that job, so an Airflow retry never starts a second
+job for the same attempt. ``poll`` reports one of five states plus what the backend bills for the job.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any, Protocol, runtime_checkable
+
+from costaware.core.errors import ConfigurationError
+
+#: Backend names and the class that implements each (module path, class name).
+BACKENDS: dict[str, tuple[str, str]] = {
+    "local": ("costaware.adapters.compute.local", "LocalBackend"),
+    "sagemaker": ("costaware.adapters.compute.sagemaker", "SageMakerBackend"),
+    "batch": ("costaware.adapters.compute.batch", "BatchBackend"),
+    "kubernetes": ("costaware.adapters.compute.kubernetes", "KubernetesBackend"),
+}
+MARKETS = ("spot", "on_demand")
+_JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,62}$")
+
+
+class JobState(str, Enum):
+    """Where a job stands. ``interrupted``: stopped by the capacity provider (spot reclaim); resubmit it."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    INTERRUPTED = "interrupted"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+    @property
+    def done(self) -> bool:
+        return self in (JobState.INTERRUPTED, JobState.SUCCEEDED, JobState.FAILED)
+
+
+@dataclass(frozen=True, slots=True)
+class JobRequest:
+    """One attempt of a training job.
+
+    Attributes:
+        job_name: Unique per attempt, stable across Airflow retries (letters, digits, ``-``; <= 63).
+        spec_uri: URI of the training spec the entrypoint reads.
+        market: ``spot`` or ``on_demand``.
+        instance_type: What to run on (``ml.*`` for SageMaker, EC2 for Batch and Kubernetes).
+        checkpoint_uri: Where checkpoints live (SageMaker syncs ``CheckpointConfig.S3Uri`` with it).
+        max_runtime_seconds: Longest the training may run.
+        max_wait_seconds: Longest to wait for spot capacity plus run (SageMaker managed spot).
+        env: Extra environment variables of the training process.
+    """
+
+    job_name: str
+    spec_uri: str
+    market: str
+    instance_type: str
+    checkpoint_uri: str = ""
+    max_runtime_seconds: int = 86400
+    max_wait_seconds: int | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not _JOB_NAME.match(self.job_name):
+            raise ConfigurationError(
+                f"job name {self.job_name!r} is not valid: 1-63 letters, digits or '-', starting with a "
+                "letter or digit"
+            )
+        if self.market not in MARKETS:
+            raise ConfigurationError(f"market {self.market!r} is not one of {', '.join(MARKETS)}")
+        if not self.spec_uri:
+            raise ConfigurationError("spec_uri is empty: write the training spec and pass its URI")
+        if self.max_runtime_seconds < 1:
+            raise ConfigurationError(f"max_runtime_seconds must be >= 1, got {self.max_runtime_seconds}")
+
+    def command(self) -> list[str]:
+        """The command the job runs."""
+        return ["python", "-m", "costaware.training.entrypoint", "--spec", self.spec_uri]
+
+
+@dataclass(frozen=True, slots=True)
+class JobStatus:
+    """What ``poll`` saw: state, billed seconds so far, market and instance type, a one-line reason.
+
+    ``metrics`` is free for backend-specific figures (utilization, restarts, ...), e.g. for the listener.
+    """
+
+    job_id: str
+    state: JobState
+    billable_seconds: float = 0.0
+    market: str = ""
+    instance_type: str = ""
+    reason: str = ""
+    exit_code: int | None = None
+    metrics: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON primitives (for trigger events and XCom)."""
+        out = asdict(self)
+        out["state"] = self.state.value
+        out["metrics"] = dict(self.metrics)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> JobStatus:
+        values = dict(data)
+        values["state"] = JobState(values["state"])
+        return cls(**values)
+
+
+@runtime_checkable
+class ComputeBackend(Protocol):
+    """Where training jobs run; see the module docstring for the contract."""
+
+    name: str
+
+    def submit(self, request: JobRequest) -> str:
+        """Start the job (or find the one already started under this name); returns its id."""
+        ...
+
+    def poll(self, job_id: str) -> JobStatus:
+        """The job's state, billed seconds so far, market and instance type."""
+        ...
+
+    def stop(self, job_id: str) -> None:
+        """Ask the job to stop (SIGTERM first, so it checkpoints)."""
+        ...
+
+    def logs(self, job_id: str, tail: int = 20) -> str:
+        """The last ``tail`` lines of the job's log (or the backend's status messages)."""
+        ...
+
+
+def open_backend(name: str, options: Mapping[str, Any] | None = None) -> ComputeBackend:
+    """The backend ``name`` (``local``, ``sagemaker``, ``batch``, ``kubernetes``) built with ``options``."""
+    if name not in BACKENDS:
+        raise ConfigurationError(f"unknown compute backend {name!r}: use one of {', '.join(BACKENDS)}")
+    module, cls = BACKENDS[name]
+    backend_cls = getattr(importlib.import_module(module), cls)
+    try:
+        backend: ComputeBackend = backend_cls(**dict(options or {}))
+    except TypeError as e:
+        raise ConfigurationError(f"compute backend {name!r} does not take these options: {e}") from e
+    return backend

@@ -1,0 +1,210 @@
+"""The ``batch`` backend: AWS Batch jobs through the Amazon provider's ``BatchClientHook``.
+
+Spot and on-demand are two job queues (names configured; their compute environments are SPOT and EC2).
+``retryStrategy.evaluateOnExit`` retries host reclaims (status reason ``Host EC2*``) inside Batch and exits
+on anything else, so a code error is not retried. Billed seconds are the sum over the job's attempts of
+``stoppedAt - startedAt``. A job that ended FAILED because of a host reclaim (its last attempt's reason
+starts with ``Host EC2``) is ``interrupted``: the operator resubmits it from the checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from costaware.adapters.compute.base import JobRequest, JobState, JobStatus
+from costaware.core.errors import ComputeBackendError, ConfigurationError
+
+RECLAIM_REASON = "Host EC2*"
+_PENDING = {"SUBMITTED", "PENDING", "RUNNABLE", "STARTING"}
+
+
+def submit_job_request(
+    request: JobRequest,
+    *,
+    spot_queue: str,
+    on_demand_queue: str,
+    job_definition: str,
+    reclaim_retries: int = 2,
+    tags: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The ``SubmitJob`` request of one attempt (pure)."""
+    queue = spot_queue if request.market == "spot" else on_demand_queue
+    return {
+        "jobName": request.job_name,
+        "jobQueue": queue,
+        "jobDefinition": job_definition,
+        "containerOverrides": {
+            "command": request.command(),
+            "environment": [{"name": k, "value": v} for k, v in sorted(dict(request.env).items())],
+        },
+        "retryStrategy": {
+            "attempts": 1 + int(reclaim_retries),
+            "evaluateOnExit": [
+                {"onStatusReason": RECLAIM_REASON, "action": "RETRY"},
+                {"onReason": "*", "action": "EXIT"},
+            ],
+        },
+        "timeout": {"attemptDurationSeconds": max(60, int(request.max_runtime_seconds))},
+        "tags": {
+            **dict(tags or {}),
+            "costaware:market": request.market,
+            "costaware:instance": request.instance_type,
+        },
+    }
+
+
+def status_from_description(job: Mapping[str, Any], market: str, instance_type: str) -> JobStatus:
+    """A ``JobStatus`` from ``DescribeJobs`` (pure); times are epoch milliseconds."""
+    attempts = list(job.get("attempts") or [])
+    seconds = sum(
+        max(0, int(a["stoppedAt"]) - int(a["startedAt"])) / 1000
+        for a in attempts
+        if a.get("startedAt") is not None and a.get("stoppedAt") is not None
+    )
+    if not attempts and job.get("startedAt") is not None and job.get("stoppedAt") is not None:
+        seconds = max(0, int(job["stoppedAt"]) - int(job["startedAt"])) / 1000
+    status = str(job.get("status", ""))
+    last_reason = str(attempts[-1].get("statusReason", "")) if attempts else ""
+    reason = str(job.get("statusReason") or last_reason or status)
+    if status == "SUCCEEDED":
+        state = JobState.SUCCEEDED
+    elif status == "FAILED":
+        reclaimed = last_reason.startswith("Host EC2") or reason.startswith("Host EC2")
+        state = JobState.INTERRUPTED if reclaimed else JobState.FAILED
+    elif status in _PENDING:
+        state = JobState.PENDING
+    else:
+        state = JobState.RUNNING
+    exit_code = attempts[-1].get("container", {}).get("exitCode") if attempts else None
+    return JobStatus(
+        job_id=str(job.get("jobId", "")),
+        state=state,
+        billable_seconds=float(seconds),
+        market=market,
+        instance_type=instance_type,
+        reason=reason,
+        exit_code=int(exit_code) if exit_code is not None else None,
+        metrics={"batch_attempts": len(attempts)},
+    )
+
+
+class BatchBackend:
+    """Jobs on AWS Batch.
+
+    Args:
+        spot_queue: Job queue on a SPOT compute environment.
+        on_demand_queue: Job queue on an EC2 (on-demand) compute environment.
+        job_definition: Job definition whose image has costaware and the trainer's libraries.
+        aws_conn_id: Airflow AWS connection (None: the default chain).
+        region_name: Region (default the connection's).
+        reclaim_retries: Retries inside Batch after a host reclaim, before the operator resubmits.
+        tags: Tags of the jobs.
+    """
+
+    name = "batch"
+
+    def __init__(
+        self,
+        *,
+        spot_queue: str = "",
+        on_demand_queue: str = "",
+        job_definition: str = "",
+        aws_conn_id: str | None = "aws_default",
+        region_name: str | None = None,
+        reclaim_retries: int = 2,
+        tags: Mapping[str, str] | None = None,
+    ) -> None:
+        missing = [
+            n
+            for n, v in (
+                ("spot_queue", spot_queue),
+                ("on_demand_queue", on_demand_queue),
+                ("job_definition", job_definition),
+            )
+            if not v
+        ]
+        if missing:
+            raise ConfigurationError(
+                f"Batch backend needs {', '.join(missing)}: set them in backend_options (the job queues of "
+                "a SPOT and an EC2 compute environment, and the job definition)"
+            )
+        if not isinstance(reclaim_retries, int) or not 0 <= reclaim_retries <= 9:
+            raise ConfigurationError(f"reclaim_retries must be an integer 0-9, got {reclaim_retries!r}")
+        self.spot_queue, self.on_demand_queue, self.job_definition = (
+            spot_queue,
+            on_demand_queue,
+            job_definition,
+        )
+        self.aws_conn_id, self.region_name = aws_conn_id, region_name
+        self.reclaim_retries, self.tags = reclaim_retries, dict(tags or {})
+
+    @property
+    def client(self) -> Any:
+        from airflow.providers.amazon.aws.hooks.batch_client import BatchClientHook
+
+        return BatchClientHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name).client
+
+    def _find(self, job_name: str) -> str | None:
+        """The id of a job already submitted under ``job_name`` to either queue (idempotent submit)."""
+        for queue in (self.spot_queue, self.on_demand_queue):
+            response = self.client.list_jobs(
+                jobQueue=queue, filters=[{"name": "JOB_NAME", "values": [job_name]}]
+            )
+            for summary in response.get("jobSummaryList", []):
+                if summary.get("jobName") == job_name:
+                    return str(summary["jobId"])
+        return None
+
+    def submit(self, request: JobRequest) -> str:
+        body = submit_job_request(
+            request,
+            spot_queue=self.spot_queue,
+            on_demand_queue=self.on_demand_queue,
+            job_definition=self.job_definition,
+            reclaim_retries=self.reclaim_retries,
+            tags=self.tags,
+        )
+        try:
+            found = self._find(request.job_name)
+            if found:
+                return found  # submitted before (an Airflow retry)
+            return str(self.client.submit_job(**body)["jobId"])
+        except Exception as e:
+            raise ComputeBackendError(f"cannot submit Batch job {request.job_name!r}: {e}") from e
+
+    def _describe(self, job_id: str) -> dict[str, Any]:
+        try:
+            jobs = self.client.describe_jobs(jobs=[job_id]).get("jobs", [])
+        except Exception as e:
+            raise ComputeBackendError(f"cannot describe Batch job {job_id!r}: {e}") from e
+        if not jobs:
+            raise ComputeBackendError(f"Batch job {job_id!r} does not exist")
+        job: dict[str, Any] = jobs[0]
+        return job
+
+    def poll(self, job_id: str) -> JobStatus:
+        job = self._describe(job_id)
+        tags = job.get("tags") or {}
+        queue = str(job.get("jobQueue", ""))
+        on_spot = queue == self.spot_queue or queue.endswith(f"/{self.spot_queue}")
+        market = str(tags.get("costaware:market") or ("spot" if on_spot else "on_demand"))
+        instance_type = str(
+            job.get("container", {}).get("instanceType") or tags.get("costaware:instance", "")
+        )
+        return status_from_description(job, market, instance_type)
+
+    def stop(self, job_id: str) -> None:
+        try:
+            self.client.terminate_job(jobId=job_id, reason="stopped by costaware (deadline fallback)")
+        except Exception as e:
+            raise ComputeBackendError(f"cannot stop Batch job {job_id!r}: {e}") from e
+
+    def logs(self, job_id: str, tail: int = 20) -> str:
+        job = self._describe(job_id)
+        lines = [
+            f"attempt {i + 1}: {a.get('statusReason', '')} exit {a.get('container', {}).get('exitCode')}"
+            for i, a in enumerate(job.get("attempts") or [])
+        ]
+        lines.append(f"{job.get('status')}: {job.get('statusReason', '')}")
+        return "\n".join(lines[-tail:])

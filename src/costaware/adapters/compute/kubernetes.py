@@ -1,0 +1,240 @@
+"""The ``kubernetes`` backend: one pod per attempt, on a spot or on-demand node pool.
+
+The market is a node selector: ``karpenter.sh/capacity-type: spot|on-demand`` by default, or any label (e.g.
+EKS managed node groups' ``eks.amazonaws.com/capacityType: SPOT|ON_DEMAND``). A node drain (spot reclaim,
+Karpenter or the Node Termination Handler) sends SIGTERM; the training checkpoints and exits 75 within
+``termination_grace_seconds``. Billed seconds are the container's run time; the instance type is the node's
+``node.kubernetes.io/instance-type`` label. The cncf.kubernetes provider is an optional extra, imported here
+only when the backend talks to a cluster; rendering the pod needs nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from costaware.adapters.compute.base import JobRequest, JobState, JobStatus
+from costaware.core.errors import ComputeBackendError, ConfigurationError
+from costaware.core.ledger import utcnow
+from costaware.training.checkpointing import PREEMPTED_EXIT_CODE
+
+KARPENTER_LABEL = "karpenter.sh/capacity-type"
+KARPENTER_VALUES = {"spot": "spot", "on_demand": "on-demand"}
+EKS_LABEL = "eks.amazonaws.com/capacityType"
+EKS_VALUES = {"spot": "SPOT", "on_demand": "ON_DEMAND"}
+INSTANCE_LABEL = "node.kubernetes.io/instance-type"
+_INSTALL = "pip install 'airflow-provider-costaware[kubernetes]' (apache-airflow-providers-cncf-kubernetes)"
+
+
+def render_pod(
+    request: JobRequest,
+    *,
+    image: str,
+    namespace: str = "default",
+    capacity_label: str = KARPENTER_LABEL,
+    capacity_values: Mapping[str, str] | None = None,
+    resources: Mapping[str, Any] | None = None,
+    tolerations: Sequence[Mapping[str, Any]] = (),
+    node_selector: Mapping[str, str] | None = None,
+    service_account: str | None = None,
+    termination_grace_seconds: int = 110,
+    labels: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The pod manifest of one attempt (pure): the entrypoint on a node of the attempt's market."""
+    values = dict(capacity_values or (EKS_VALUES if capacity_label == EKS_LABEL else KARPENTER_VALUES))
+    if request.market not in values:
+        raise ConfigurationError(
+            f"capacity_values {values} have no value for market {request.market!r}: give spot and on_demand"
+        )
+    if not 0 < termination_grace_seconds < 120:
+        raise ConfigurationError(
+            f"termination_grace_seconds must be 1-119 (inside the 2-minute spot notice), got "
+            f"{termination_grace_seconds!r}"
+        )
+    selector = {**dict(node_selector or {}), capacity_label: values[request.market]}
+    if request.instance_type:
+        selector.setdefault(INSTANCE_LABEL, request.instance_type)
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": int(termination_grace_seconds),
+        "activeDeadlineSeconds": int(request.max_runtime_seconds),
+        "nodeSelector": selector,
+        "tolerations": [dict(t) for t in tolerations],
+        "containers": [
+            {
+                "name": "train",
+                "image": image,
+                "command": request.command(),
+                "env": [{"name": k, "value": v} for k, v in sorted(dict(request.env).items())],
+                "resources": dict(resources or {}),
+            }
+        ],
+    }
+    if service_account:
+        spec["serviceAccountName"] = service_account
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": request.job_name,
+            "namespace": namespace,
+            "labels": {
+                **dict(labels or {}),
+                "app.kubernetes.io/managed-by": "costaware",
+                "costaware/market": request.market,
+            },
+        },
+        "spec": spec,
+    }
+
+
+def _seconds(start: Any, end: Any) -> float:
+    def instant(value: Any) -> datetime | None:
+        if value in (None, ""):
+            return None
+        if isinstance(value, datetime):
+            return value
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+
+    begin, finish = instant(start), instant(end) or utcnow()
+    return max(0.0, (finish - begin).total_seconds()) if begin else 0.0
+
+
+def status_from_pod(pod: Mapping[str, Any], node_labels: Mapping[str, str] | None = None) -> JobStatus:
+    """A ``JobStatus`` from a pod (as a dict, camelCase keys) and its node's labels (pure)."""
+    meta, status = pod.get("metadata", {}), pod.get("status", {})
+    phase = str(status.get("phase", "Pending"))
+    container: dict[str, Any] = next(iter(status.get("containerStatuses") or []), {})
+    state = container.get("state") or {}
+    terminated, running = state.get("terminated"), state.get("running")
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    disrupted = conditions.get("DisruptionTarget", {}).get("status") == "True"
+    reason = str(status.get("reason") or (terminated or {}).get("reason") or phase)
+    exit_code = (terminated or {}).get("exitCode")
+    if terminated:
+        seconds = _seconds(terminated.get("startedAt"), terminated.get("finishedAt"))
+    elif running:
+        seconds = _seconds(running.get("startedAt"), None)
+    else:
+        seconds = 0.0
+    if phase == "Succeeded":
+        job_state = JobState.SUCCEEDED
+    elif phase == "Failed":
+        preempted = (
+            exit_code in (PREEMPTED_EXIT_CODE, 137, 143) or disrupted or reason in ("Evicted", "Shutdown")
+        )
+        job_state = JobState.INTERRUPTED if preempted else JobState.FAILED
+    elif phase == "Running":
+        job_state = JobState.RUNNING
+    else:
+        job_state = JobState.PENDING
+    labels = meta.get("labels") or {}
+    return JobStatus(
+        job_id=str(meta.get("name", "")),
+        state=job_state,
+        billable_seconds=seconds,
+        market=str(labels.get("costaware/market", "")),
+        instance_type=str(dict(node_labels or {}).get(INSTANCE_LABEL, "")),
+        reason=reason,
+        exit_code=int(exit_code) if exit_code is not None else None,
+        metrics={"node": pod.get("spec", {}).get("nodeName")},
+    )
+
+
+class KubernetesBackend:
+    """Pods on a Kubernetes cluster with spot and on-demand node pools.
+
+    Args:
+        image: Image with costaware and the trainer's libraries.
+        namespace: Namespace of the pods.
+        kubernetes_conn_id: Airflow Kubernetes connection (cncf.kubernetes provider).
+        capacity_label: Node label that tells spot from on-demand.
+        capacity_values: Its value per market (default for Karpenter or EKS labels).
+        resources: Container resources, e.g. ``{"requests": {"cpu": "4", "memory": "16Gi"}}``.
+        tolerations: Pod tolerations (e.g. of a spot taint).
+        node_selector: Further node labels to require.
+        service_account: Service account (e.g. with IRSA access to the S3 stores).
+        termination_grace_seconds: SIGTERM to SIGKILL on a drain (< 120 s, the spot notice).
+    """
+
+    name = "kubernetes"
+
+    def __init__(
+        self,
+        *,
+        image: str,
+        namespace: str = "default",
+        kubernetes_conn_id: str = "kubernetes_default",
+        capacity_label: str = KARPENTER_LABEL,
+        capacity_values: Mapping[str, str] | None = None,
+        resources: Mapping[str, Any] | None = None,
+        tolerations: Sequence[Mapping[str, Any]] = (),
+        node_selector: Mapping[str, str] | None = None,
+        service_account: str | None = None,
+        termination_grace_seconds: int = 110,
+    ) -> None:
+        if not image:
+            raise ConfigurationError("Kubernetes backend needs image: set it in backend_options")
+        self.image, self.namespace, self.kubernetes_conn_id = image, namespace, kubernetes_conn_id
+        self.capacity_label, self.capacity_values = capacity_label, dict(capacity_values or {}) or None
+        self.resources, self.tolerations = dict(resources or {}), [dict(t) for t in tolerations]
+        self.node_selector, self.service_account = dict(node_selector or {}), service_account
+        self.termination_grace_seconds = termination_grace_seconds
+
+    def render(self, request: JobRequest) -> dict[str, Any]:
+        return render_pod(
+            request,
+            image=self.image,
+            namespace=self.namespace,
+            capacity_label=self.capacity_label,
+            capacity_values=self.capacity_values,
+            resources=self.resources,
+            tolerations=self.tolerations,
+            node_selector=self.node_selector,
+            service_account=self.service_account,
+            termination_grace_seconds=self.termination_grace_seconds,
+        )
+
+    def _api(self) -> Any:
+        try:
+            from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+            from kubernetes import client
+        except ImportError as e:
+            raise ConfigurationError(
+                f"the kubernetes backend needs the cncf.kubernetes provider: {_INSTALL}"
+            ) from e
+        return client.CoreV1Api(KubernetesHook(conn_id=self.kubernetes_conn_id).get_conn())
+
+    def submit(self, request: JobRequest) -> str:
+        body = self.render(request)
+        api = self._api()
+        try:
+            api.create_namespaced_pod(namespace=self.namespace, body=body)
+        except Exception as e:
+            if getattr(e, "status", None) == 409:  # AlreadyExists: submitted before (an Airflow retry)
+                return request.job_name
+            raise ComputeBackendError(f"cannot create pod {request.job_name!r}: {e}") from e
+        return request.job_name
+
+    def poll(self, job_id: str) -> JobStatus:
+        api = self._api()
+        try:
+            pod = api.api_client.sanitize_for_serialization(api.read_namespaced_pod(job_id, self.namespace))
+            node = pod.get("spec", {}).get("nodeName")
+            labels = api.read_node(node).metadata.labels if node else {}
+        except Exception as e:
+            raise ComputeBackendError(f"cannot read pod {job_id!r}: {e}") from e
+        return status_from_pod(pod, labels or {})
+
+    def stop(self, job_id: str) -> None:
+        try:
+            self._api().delete_namespaced_pod(job_id, self.namespace)
+        except Exception as e:
+            raise ComputeBackendError(f"cannot delete pod {job_id!r}: {e}") from e
+
+    def logs(self, job_id: str, tail: int = 20) -> str:
+        try:
+            return str(self._api().read_namespaced_pod_log(job_id, self.namespace, tail_lines=tail))
+        except Exception as e:
+            return f"no logs: {e}"

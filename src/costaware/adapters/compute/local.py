@@ -1,0 +1,212 @@
+"""The ``local`` backend: the training entrypoint as a child process of the worker (the default).
+
+Each job has a folder ``<root>/<job_name>/`` holding its request, the training's pid, its logs and, once it
+ended, ``exit.json`` (exit code, start and stop time). A small supervisor process (this module's ``main``)
+starts the training, waits for it and writes ``exit.json``, so any process (the worker, the triggerer, a
+retry) can poll the job from the folder alone. Creating the folder is the idempotency lock: a second submit
+of the same name finds it and returns the running job.
+
+Billed seconds are the training process's wall time; market and instance type are the requested ones (the
+local machine stands in for them, e.g. in tests and demos that replay spot interruptions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from costaware.adapters.compute.base import JobRequest, JobState, JobStatus
+from costaware.core.errors import ComputeBackendError, ConfigurationError
+from costaware.training.checkpointing import PREEMPTED_EXIT_CODE
+
+#: Exit codes that mean the capacity went away, not that the code failed.
+INTERRUPTED_CODES = (PREEMPTED_EXIT_CODE, -signal.SIGTERM, -signal.SIGKILL)
+
+
+def default_root() -> str:
+    """``$AIRFLOW_HOME/costaware/jobs``."""
+    home = os.environ.get("AIRFLOW_HOME") or str(Path.home() / "airflow")
+    return str(Path(home) / "costaware" / "jobs")
+
+
+def _write_json(path: Path, data: Mapping[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(dict(data)))
+    tmp.replace(path)
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    except FileNotFoundError:
+        return ""
+    return lines[-1].strip()[:500] if lines else ""
+
+
+class LocalBackend:
+    """Runs each job as a child process on this machine.
+
+    Args:
+        root: Folder of the job folders (default ``$AIRFLOW_HOME/costaware/jobs``).
+        python: Interpreter that runs the entrypoint (default this one).
+        env: Extra environment variables of every job (e.g. ``PYTHONPATH`` of a custom trainer).
+        capacity_file: A file holding ``1`` or ``0``: whether spot capacity exists now. While it holds ``0``
+            a spot job waits (``pending``) before it starts, like a spot request without capacity. A
+            preemption replay (``costaware.adapters.compute.replay``) keeps it up to date.
+    """
+
+    name = "local"
+
+    def __init__(
+        self,
+        *,
+        root: str | None = None,
+        python: str | None = None,
+        env: Mapping[str, str] | None = None,
+        capacity_file: str | None = None,
+    ) -> None:
+        self.root = Path(root or default_root())
+        self.capacity_file = capacity_file
+        self.python = python or sys.executable
+        self.env = {str(k): str(v) for k, v in dict(env or {}).items()}
+
+    def _dir(self, job_id: str) -> Path:
+        if not job_id or "/" in job_id or job_id in (".", ".."):
+            raise ConfigurationError(f"local job id {job_id!r} is not a job name")
+        return self.root / job_id
+
+    def submit(self, request: JobRequest) -> str:
+        folder = self._dir(request.job_name)
+        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            return request.job_name  # this attempt was submitted before (an Airflow retry): do not rerun
+        _write_json(
+            folder / "request.json",
+            {
+                "command": [self.python, *request.command()[1:]],
+                "market": request.market,
+                "instance_type": request.instance_type,
+                "env": {**self.env, **dict(request.env)},
+                "capacity_file": self.capacity_file if request.market == "spot" else None,
+            },
+        )
+        try:
+            subprocess.Popen(
+                [self.python, "-m", "costaware.adapters.compute.local", "--job-dir", str(folder)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=(folder / "supervisor.log").open("ab"),
+                start_new_session=True,  # the job outlives the worker process that submitted it
+            )
+        except OSError as e:
+            raise ComputeBackendError(f"cannot start local job {request.job_name!r}: {e}") from e
+        return request.job_name
+
+    def _request(self, folder: Path) -> dict[str, Any]:
+        try:
+            data: dict[str, Any] = json.loads((folder / "request.json").read_text())
+        except FileNotFoundError as e:
+            raise ComputeBackendError(f"local job {folder.name!r} does not exist under {self.root}") from e
+        return data
+
+    def poll(self, job_id: str) -> JobStatus:
+        folder = self._dir(job_id)
+        request = self._request(folder)
+        common = {"job_id": job_id, "market": request["market"], "instance_type": request["instance_type"]}
+        exit_file = folder / "exit.json"
+        if exit_file.exists():
+            ended = json.loads(exit_file.read_text())
+            code = int(ended["exit_code"])
+            seconds = max(0.0, float(ended["stopped_at"]) - float(ended["started_at"]))
+            reason = _last_line(folder / "stderr.log")
+            if code == 0:
+                state = JobState.SUCCEEDED
+            elif code in INTERRUPTED_CODES:
+                state = JobState.INTERRUPTED
+                reason = reason if code == PREEMPTED_EXIT_CODE else f"killed by signal {-code}"
+            else:
+                state = JobState.FAILED
+                reason = reason or f"exit code {code}"
+            return JobStatus(state=state, billable_seconds=seconds, reason=reason, exit_code=code, **common)
+        started = folder / "started"
+        if not started.exists():
+            return JobStatus(state=JobState.PENDING, **common)
+        seconds = max(0.0, time.time() - float(started.read_text() or 0))
+        return JobStatus(state=JobState.RUNNING, billable_seconds=seconds, **common)
+
+    def pid(self, job_id: str) -> int | None:
+        """The training process's pid while it runs (None before it started or after it ended)."""
+        folder = self._dir(job_id)
+        if (folder / "exit.json").exists() or not (folder / "pid").exists():
+            return None
+        text = (folder / "pid").read_text().strip()
+        return int(text) if text else None
+
+    def signal(self, job_id: str, signum: int) -> bool:
+        """Send ``signum`` to the running training; returns whether one was running."""
+        pid = self.pid(job_id)
+        if pid is None:
+            return False
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def stop(self, job_id: str) -> None:
+        (self._dir(job_id) / "stop").touch()  # a job still waiting for capacity never starts
+        self.signal(job_id, signal.SIGTERM)
+
+    def logs(self, job_id: str, tail: int = 20) -> str:
+        path = self._dir(job_id) / "stderr.log"
+        if not path.exists():
+            return ""
+        return "\n".join(path.read_text(errors="replace").splitlines()[-tail:])
+
+
+def supervise(folder: Path) -> int:
+    """Run the job in ``folder``: start the training, record its pid, wait, write ``exit.json``."""
+    request = json.loads((folder / "request.json").read_text())
+    env = {**os.environ, **request["env"]}
+    capacity = Path(request["capacity_file"]) if request.get("capacity_file") else None
+    while capacity is not None and capacity.exists() and capacity.read_text().strip() == "0":
+        if (folder / "stop").exists():
+            now = time.time()
+            _write_json(
+                folder / "exit.json", {"exit_code": -signal.SIGTERM, "started_at": now, "stopped_at": now}
+            )
+            return 0
+        time.sleep(0.05)
+    started_at = time.time()
+    with (folder / "stdout.log").open("ab") as out, (folder / "stderr.log").open("ab") as err:
+        proc = subprocess.Popen(request["command"], stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env)
+        (folder / "pid").write_text(str(proc.pid))
+        (folder / "started").write_text(repr(started_at))
+        # The training handles SIGTERM itself (checkpoint, exit 75); the supervisor only waits for it.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        code = proc.wait()
+    _write_json(
+        folder / "exit.json", {"exit_code": code, "started_at": started_at, "stopped_at": time.time()}
+    )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m costaware.adapters.compute.local --job-dir D``: the supervisor of one local job."""
+    parser = argparse.ArgumentParser(prog="python -m costaware.adapters.compute.local")
+    parser.add_argument("--job-dir", required=True)
+    return supervise(Path(parser.parse_args(argv).job_dir))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,208 @@
+"""The ``sagemaker`` backend: SageMaker training jobs through the Amazon provider's ``SageMakerHook``.
+
+Spot is SageMaker managed spot training: ``EnableManagedSpotTraining`` with ``StoppingCondition.
+MaxWaitTimeInSeconds`` (derived from the deadline; at least ``MaxRuntimeInSeconds``) and ``CheckpointConfig``
+(the checkpoint prefix, synced with ``/opt/ml/checkpoints``). The container runs the training entrypoint
+(``ContainerEntrypoint``/``ContainerArguments``), so the image needs ``airflow-provider-costaware`` and the
+trainer's libraries. Billed seconds are ``BillableTimeInSeconds`` x ``InstanceCount`` (what AWS charges:
+spot savings and interruptions are already in it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from costaware.adapters.compute.base import JobRequest, JobState, JobStatus
+from costaware.core.errors import ComputeBackendError, ConfigurationError
+
+#: SecondaryStatus values that mean "waiting for (spot) capacity", not running yet.
+_PENDING = {"Starting", "Pending", "LaunchingMLInstances", "PreparingTrainingStack"}
+
+
+def training_job_request(
+    request: JobRequest,
+    *,
+    role_arn: str,
+    image_uri: str,
+    output_s3_uri: str,
+    instance_count: int = 1,
+    volume_size_gb: int = 30,
+    environment: Mapping[str, str] | None = None,
+    tags: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The ``CreateTrainingJob`` request of one attempt (pure)."""
+    if not request.instance_type.startswith("ml."):
+        raise ConfigurationError(
+            f"SageMaker instance type {request.instance_type!r} must be an ml.* type (e.g. ml.m5.xlarge)"
+        )
+    stopping: dict[str, int] = {"MaxRuntimeInSeconds": int(request.max_runtime_seconds)}
+    config: dict[str, Any] = {
+        "TrainingJobName": request.job_name,
+        "RoleArn": role_arn,
+        "AlgorithmSpecification": {
+            "TrainingImage": image_uri,
+            "TrainingInputMode": "File",
+            "ContainerEntrypoint": request.command()[:3],
+            "ContainerArguments": request.command()[3:],
+        },
+        "OutputDataConfig": {"S3OutputPath": output_s3_uri},
+        "ResourceConfig": {
+            "InstanceType": request.instance_type,
+            "InstanceCount": int(instance_count),
+            "VolumeSizeInGB": int(volume_size_gb),
+        },
+        "StoppingCondition": stopping,
+        "Environment": {**dict(environment or {}), **dict(request.env)},
+        "Tags": [{"Key": k, "Value": v} for k, v in sorted(dict(tags or {}).items())],
+    }
+    if request.checkpoint_uri:
+        if not request.checkpoint_uri.startswith("s3://"):
+            raise ConfigurationError(
+                f"SageMaker checkpoints need an s3:// checkpoint_store, got {request.checkpoint_uri!r}"
+            )
+        config["CheckpointConfig"] = {"S3Uri": request.checkpoint_uri, "LocalPath": "/opt/ml/checkpoints"}
+    if request.market == "spot":
+        config["EnableManagedSpotTraining"] = True
+        wait = max(
+            int(request.max_wait_seconds or request.max_runtime_seconds), stopping["MaxRuntimeInSeconds"]
+        )
+        stopping["MaxWaitTimeInSeconds"] = wait
+    return config
+
+
+def status_from_description(job: Mapping[str, Any]) -> JobStatus:
+    """A ``JobStatus`` from ``DescribeTrainingJob`` (pure)."""
+    status = str(job.get("TrainingJobStatus", ""))
+    secondary = str(job.get("SecondaryStatus", ""))
+    count = int(job.get("ResourceConfig", {}).get("InstanceCount", 1) or 1)
+    billable = job.get("BillableTimeInSeconds")
+    seconds = float(billable) * count if billable is not None else 0.0
+    restarts = [
+        t
+        for t in job.get("SecondaryStatusTransitions", [])
+        if t.get("Status") in ("Interrupted", "Restarting")
+    ]
+    if status == "Completed":
+        state = JobState.SUCCEEDED
+    elif status in ("Stopped", "Stopping") or secondary == "MaxWaitTimeExceeded":
+        state = JobState.INTERRUPTED if status != "Stopping" else JobState.RUNNING
+    elif status == "Failed":
+        state = JobState.INTERRUPTED if secondary == "MaxWaitTimeExceeded" else JobState.FAILED
+    elif secondary in _PENDING:
+        state = JobState.PENDING
+    else:
+        state = JobState.RUNNING
+    return JobStatus(
+        job_id=str(job.get("TrainingJobName", "")),
+        state=state,
+        billable_seconds=seconds,
+        market="spot" if job.get("EnableManagedSpotTraining") else "on_demand",
+        instance_type=str(job.get("ResourceConfig", {}).get("InstanceType", "")),
+        reason=str(job.get("FailureReason") or secondary or status),
+        metrics={
+            "training_seconds": job.get("TrainingTimeInSeconds"),
+            "spot_interruptions": len(restarts),
+        },
+    )
+
+
+class SageMakerBackend:
+    """Training jobs on SageMaker.
+
+    Args:
+        role_arn: Execution role of the training jobs.
+        image_uri: Image with costaware and the trainer's libraries.
+        output_s3_uri: ``OutputDataConfig.S3OutputPath``.
+        aws_conn_id: Airflow AWS connection (None: the default chain).
+        region_name: Region (default the connection's).
+        instance_count: Instances per job.
+        volume_size_gb: EBS volume per instance.
+        environment: Extra environment of the container.
+        tags: Tags of the training jobs.
+    """
+
+    name = "sagemaker"
+
+    def __init__(
+        self,
+        *,
+        role_arn: str,
+        image_uri: str,
+        output_s3_uri: str,
+        aws_conn_id: str | None = "aws_default",
+        region_name: str | None = None,
+        instance_count: int = 1,
+        volume_size_gb: int = 30,
+        environment: Mapping[str, str] | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> None:
+        for name, value in (
+            ("role_arn", role_arn),
+            ("image_uri", image_uri),
+            ("output_s3_uri", output_s3_uri),
+        ):
+            if not value:
+                raise ConfigurationError(f"SageMaker backend needs {name}: set it in backend_options")
+        self.role_arn, self.image_uri, self.output_s3_uri = role_arn, image_uri, output_s3_uri
+        self.aws_conn_id, self.region_name = aws_conn_id, region_name
+        self.instance_count, self.volume_size_gb = instance_count, volume_size_gb
+        self.environment, self.tags = dict(environment or {}), dict(tags or {})
+
+    @property
+    def client(self) -> Any:
+        from airflow.providers.amazon.aws.hooks.sagemaker import SageMakerHook
+
+        return SageMakerHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name).conn
+
+    def _describe(self, job_id: str) -> dict[str, Any] | None:
+        try:
+            job: dict[str, Any] = self.client.describe_training_job(TrainingJobName=job_id)
+        except Exception as e:
+            if "ValidationException" in str(e) or "not found" in str(e).lower() or "does not exist" in str(e):
+                return None
+            raise ComputeBackendError(f"cannot describe SageMaker training job {job_id!r}: {e}") from e
+        return job
+
+    def submit(self, request: JobRequest) -> str:
+        config = training_job_request(
+            request,
+            role_arn=self.role_arn,
+            image_uri=self.image_uri,
+            output_s3_uri=self.output_s3_uri,
+            instance_count=self.instance_count,
+            volume_size_gb=self.volume_size_gb,
+            environment=self.environment,
+            tags=self.tags,
+        )
+        if self._describe(request.job_name) is not None:
+            return request.job_name  # submitted before (an Airflow retry)
+        try:
+            self.client.create_training_job(**config)
+        except Exception as e:
+            raise ComputeBackendError(
+                f"cannot create SageMaker training job {request.job_name!r}: {e}"
+            ) from e
+        return request.job_name
+
+    def poll(self, job_id: str) -> JobStatus:
+        job = self._describe(job_id)
+        if job is None:
+            raise ComputeBackendError(f"SageMaker training job {job_id!r} does not exist")
+        return status_from_description(job)
+
+    def stop(self, job_id: str) -> None:
+        try:
+            self.client.stop_training_job(TrainingJobName=job_id)
+        except Exception as e:
+            raise ComputeBackendError(f"cannot stop SageMaker training job {job_id!r}: {e}") from e
+
+    def logs(self, job_id: str, tail: int = 20) -> str:
+        job = self._describe(job_id) or {}
+        lines = [
+            f"{t.get('Status')}: {t.get('StatusMessage', '')}"
+            for t in job.get("SecondaryStatusTransitions", [])
+        ]
+        if job.get("FailureReason"):
+            lines.append(f"FailureReason: {job['FailureReason']}")
+        return "\n".join(lines[-tail:])

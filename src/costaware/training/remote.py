@@ -1,0 +1,91 @@
+"""Attempts of a remote training: stable job names, the market of the next attempt, one ledger entry each.
+
+Pure helpers the ``RemoteTrainingOperator`` calls between polls; no Airflow here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from collections.abc import Mapping
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from costaware.core.ledger import Kind, LedgerEntry, compute_cost
+
+_SLUG = re.compile(r"[^a-z0-9]+")
+#: Ledger ``cause`` of an attempt, by how its job ended.
+CAUSES = {"succeeded": "success", "interrupted": "preemption", "failed": "code_error"}
+OUTCOMES = {"succeeded": "success", "interrupted": "interrupted", "failed": "failed"}
+
+
+def job_base_name(dag_id: str, run_id: str, task_id: str, map_index: int) -> str:
+    """A name stem unique to one task instance and stable across its retries (<= 43 characters)."""
+    digest = hashlib.sha256(f"{dag_id}\0{run_id}\0{task_id}\0{map_index}".encode()).hexdigest()[:10]
+    slug = _SLUG.sub("-", task_id.lower()).strip("-")[:32] or "train"
+    return f"{slug}-{digest}"
+
+
+def job_name(base: str, attempt: int) -> str:
+    """The job name of attempt ``attempt`` (1, 2, ...): the same on every Airflow retry."""
+    return f"{base}-a{attempt}"
+
+
+def next_market(*, previous: str, now: datetime, latest_start: datetime | None) -> str:
+    """Market of the attempt after an interruption: spot while slack is left, on-demand after.
+
+    An on-demand attempt stays on-demand; a spot attempt goes back to spot until ``latest_start`` (the latest
+    start that still meets the deadline), then on-demand.
+    """
+    if previous != "spot":
+        return "on_demand"
+    if latest_start is not None and now >= latest_start:
+        return "on_demand"
+    return "spot"
+
+
+def attempt_entry(
+    *,
+    identity: Mapping[str, Any],
+    attempt: int,
+    job: Mapping[str, Any],
+    usd_per_hour: Decimal,
+    on_demand_usd_per_hour: Decimal | None,
+    region: str,
+    backend: str,
+    tags: Mapping[str, str],
+    cause: str | None = None,
+) -> LedgerEntry:
+    """The ledger entry of one finished attempt: billed seconds x the price of its market.
+
+    Its ``entry_uid`` derives from the job name, so recording it again (an Airflow retry) adds nothing.
+    """
+    seconds = Decimal(str(round(float(job["billable_seconds"]), 3)))
+    hours, usd = compute_cost(seconds, usd_per_hour)
+    on_demand = compute_cost(seconds, on_demand_usd_per_hour)[1] if on_demand_usd_per_hour else None
+    key = f"remote-attempt:{identity['dag_id']}:{identity['run_id']}:{identity['task_id']}:{job['job_id']}"
+    reason = str(job.get("reason") or "")
+    return LedgerEntry(
+        dag_id=str(identity["dag_id"]),
+        run_id=str(identity["run_id"]),
+        task_id=str(identity["task_id"]),
+        try_number=int(identity.get("try_number", 1)),
+        map_index=int(identity.get("map_index", -1)),
+        kind=Kind.COMPUTE,
+        usd=usd,
+        instance_type=str(job["instance_type"])[:64] or None,
+        region=region or None,
+        market=str(job["market"]),  # type: ignore[arg-type]  # LedgerEntry parses the text
+        quantity=hours,
+        unit="hour",
+        unit_price_usd=usd_per_hour,
+        on_demand_usd=on_demand,
+        tags=dict(tags),
+        outcome=OUTCOMES.get(str(job["state"]), "failed"),
+        cause=cause or CAUSES.get(str(job["state"]), "code_error"),
+        price_source=f"remote:{backend}",
+        note=f"attempt {attempt}, job {job['job_id']} on {backend}, {seconds} s billed: {reason}"[:500],
+        entry_uid=uuid.uuid5(uuid.NAMESPACE_URL, key).hex,
+    )

@@ -1,0 +1,283 @@
+"""SageMaker and Batch backends: request shapes and status handling against moto's server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from typing import Any
+
+import boto3
+import pytest
+
+from costaware.adapters.compute import batch, sagemaker
+from costaware.adapters.compute.base import ComputeBackend, JobRequest, JobState, open_backend
+from costaware.core.errors import ConfigurationError
+
+ROLE = "arn:aws:iam::123456789012:role/train"
+
+
+def request(market: str = "spot", **kwargs: Any) -> JobRequest:
+    args: dict[str, Any] = {
+        "job_name": f"train-0123456789-a1-{market.replace('_', '')}",
+        "spec_uri": "s3://ml/jobs/spec.json",
+        "market": market,
+        "instance_type": "ml.m5.xlarge",
+        "checkpoint_uri": "s3://ml/ckpt/dag/train/run",
+        "max_runtime_seconds": 3600,
+        "max_wait_seconds": 7200,
+        **kwargs,
+    }
+    return JobRequest(**args)
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch, moto_endpoint: str) -> str:
+    conn = {
+        "conn_type": "aws",
+        "login": "testing",
+        "password": "testing",
+        "extra": {"region_name": "us-east-1", "endpoint_url": moto_endpoint},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_MOTO_AWS", json.dumps(conn))
+    return moto_endpoint
+
+
+def client(service: str, endpoint: str) -> Any:
+    return boto3.client(
+        service,
+        region_name="us-east-1",
+        endpoint_url=endpoint,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+
+
+# -- SageMaker -------------------------------------------------------------------------------------------
+
+
+def sagemaker_backend() -> ComputeBackend:
+    return open_backend(
+        "sagemaker",
+        {
+            "role_arn": ROLE,
+            "image_uri": "123456789012.dkr.ecr.us-east-1.amazonaws.com/costaware:1",
+            "output_s3_uri": "s3://ml/out",
+            "aws_conn_id": "moto_aws",
+        },
+    )
+
+
+def test_sagemaker_spot_request_shape() -> None:
+    config = sagemaker.training_job_request(
+        request(max_wait_seconds=1800), role_arn=ROLE, image_uri="img", output_s3_uri="s3://ml/out"
+    )
+    assert config["EnableManagedSpotTraining"] is True
+    # MaxWait covers wait + run and may not be below MaxRuntime
+    assert config["StoppingCondition"] == {"MaxRuntimeInSeconds": 3600, "MaxWaitTimeInSeconds": 3600}
+    assert config["CheckpointConfig"] == {
+        "S3Uri": "s3://ml/ckpt/dag/train/run",
+        "LocalPath": "/opt/ml/checkpoints",
+    }
+    algo = config["AlgorithmSpecification"]
+    assert algo["ContainerEntrypoint"] == ["python", "-m", "costaware.training.entrypoint"]
+    assert algo["ContainerArguments"] == ["--spec", "s3://ml/jobs/spec.json"]
+    on_demand = sagemaker.training_job_request(
+        request("on_demand"), role_arn=ROLE, image_uri="img", output_s3_uri="s3://ml/out"
+    )
+    assert "EnableManagedSpotTraining" not in on_demand
+    assert "MaxWaitTimeInSeconds" not in on_demand["StoppingCondition"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"instance_type": "m5.xlarge"}, "must be an ml.* type"),
+        ({"checkpoint_uri": "/local/ckpt"}, "SageMaker checkpoints need an s3:// checkpoint_store"),
+    ],
+)
+def test_sagemaker_bad_requests(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        sagemaker.training_job_request(
+            request(**kwargs), role_arn=ROLE, image_uri="i", output_s3_uri="s3://o"
+        )
+
+
+def test_sagemaker_submit_is_idempotent_and_polls_through_moto(aws: str) -> None:
+    backend = sagemaker_backend()
+    spot = request()
+    assert backend.submit(spot) == backend.submit(spot) == spot.job_name
+    described = client("sagemaker", aws).describe_training_job(TrainingJobName=spot.job_name)
+    assert described["EnableManagedSpotTraining"] is True
+    assert described["CheckpointConfig"]["S3Uri"] == "s3://ml/ckpt/dag/train/run"
+    assert described["StoppingCondition"]["MaxWaitTimeInSeconds"] == 7200
+    status = backend.poll(spot.job_name)
+    # moto completes training jobs at once and reports no BillableTimeInSeconds
+    assert (status.state, status.market, status.instance_type) == (JobState.SUCCEEDED, "spot", "ml.m5.xlarge")
+    assert status.billable_seconds == 0.0
+
+
+@pytest.mark.parametrize(
+    ("description", "state", "seconds"),
+    [
+        ({"TrainingJobStatus": "InProgress", "SecondaryStatus": "Starting"}, JobState.PENDING, 0.0),
+        ({"TrainingJobStatus": "InProgress", "SecondaryStatus": "Training"}, JobState.RUNNING, 0.0),
+        ({"TrainingJobStatus": "InProgress", "SecondaryStatus": "Interrupted"}, JobState.RUNNING, 0.0),
+        (
+            {"TrainingJobStatus": "Completed", "SecondaryStatus": "Completed", "BillableTimeInSeconds": 300},
+            JobState.SUCCEEDED,
+            600.0,
+        ),
+        (
+            {"TrainingJobStatus": "Failed", "SecondaryStatus": "MaxWaitTimeExceeded"},
+            JobState.INTERRUPTED,
+            0.0,
+        ),
+        (
+            {"TrainingJobStatus": "Failed", "SecondaryStatus": "Failed", "FailureReason": "x"},
+            JobState.FAILED,
+            0.0,
+        ),
+        ({"TrainingJobStatus": "Stopped", "SecondaryStatus": "Stopped"}, JobState.INTERRUPTED, 0.0),
+    ],
+)
+def test_sagemaker_status_mapping(description: dict[str, Any], state: JobState, seconds: float) -> None:
+    job = {"TrainingJobName": "j", "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 2}}
+    status = sagemaker.status_from_description({**job, **description})
+    assert (status.state, status.billable_seconds) == (state, seconds)
+
+
+# -- Batch -----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def batch_queues(aws: str) -> dict[str, str]:
+    """A SPOT and an EC2 compute environment with a queue each, and a job definition, on moto (no Docker)."""
+    post = urllib.request.Request(
+        f"{aws}/moto-api/config",
+        data=json.dumps({"batch": {"use_docker": False}}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    urllib.request.urlopen(post, timeout=10).read()
+    ec2, iam, b = client("ec2", aws), client("iam", aws), client("batch", aws)
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/24")["Subnet"]["SubnetId"]
+    group = ec2.create_security_group(GroupName="batch", Description="batch", VpcId=vpc)["GroupId"]
+    trust = json.dumps({"Version": "2012-10-17", "Statement": []})
+    role = iam.create_role(RoleName=f"batch-{vpc}", AssumeRolePolicyDocument=trust)["Role"]["Arn"]
+    profile = iam.create_instance_profile(InstanceProfileName=f"batch-{vpc}")["InstanceProfile"]["Arn"]
+    names = {}
+    for kind in ("SPOT", "EC2"):
+        env = b.create_compute_environment(
+            computeEnvironmentName=f"ce-{kind}-{vpc}",
+            type="MANAGED",
+            state="ENABLED",
+            computeResources={
+                "type": kind,
+                "minvCpus": 0,
+                "maxvCpus": 4,
+                "desiredvCpus": 0,
+                "instanceTypes": ["m5.large"],
+                "subnets": [subnet],
+                "securityGroupIds": [group],
+                "instanceRole": profile,
+                **({"bidPercentage": 60, "spotIamFleetRole": role} if kind == "SPOT" else {}),
+            },
+            serviceRole=role,
+        )
+        queue = b.create_job_queue(
+            jobQueueName=f"q-{kind}-{vpc}",
+            state="ENABLED",
+            priority=1,
+            computeEnvironmentOrder=[{"order": 1, "computeEnvironment": env["computeEnvironmentArn"]}],
+        )
+        names[kind] = queue["jobQueueName"]
+    definition = b.register_job_definition(
+        jobDefinitionName=f"train-{vpc}",
+        type="container",
+        containerProperties={"image": "costaware:1", "vcpus": 1, "memory": 512, "command": ["true"]},
+    )
+    return {
+        "spot_queue": names["SPOT"],
+        "on_demand_queue": names["EC2"],
+        "job_definition": definition["jobDefinitionName"],
+    }
+
+
+def test_batch_request_shape_retries_only_host_reclaims() -> None:
+    body = batch.submit_job_request(
+        request(), spot_queue="spot-q", on_demand_queue="od-q", job_definition="train", reclaim_retries=2
+    )
+    assert body["jobQueue"] == "spot-q"
+    assert body["retryStrategy"] == {
+        "attempts": 3,
+        "evaluateOnExit": [
+            {"onStatusReason": "Host EC2*", "action": "RETRY"},
+            {"onReason": "*", "action": "EXIT"},
+        ],
+    }
+    assert body["containerOverrides"]["command"][-2:] == ["--spec", "s3://ml/jobs/spec.json"]
+    od = batch.submit_job_request(
+        request("on_demand"), spot_queue="s", on_demand_queue="od-q", job_definition="t"
+    )
+    assert od["jobQueue"] == "od-q"
+
+
+def test_batch_missing_queue_names_are_refused() -> None:
+    with pytest.raises(ConfigurationError, match="Batch backend needs spot_queue, on_demand_queue: set them"):
+        open_backend("batch", {"job_definition": "train"})
+
+
+def test_batch_submit_poll_and_idempotence_through_moto(aws: str, batch_queues: dict[str, str]) -> None:
+    backend = open_backend("batch", {**batch_queues, "aws_conn_id": "moto_aws"})
+    spot = request(instance_type="m5.large")
+    job_id = backend.submit(spot)
+    assert backend.submit(spot) == job_id  # a retry finds the job by name
+    submitted = client("batch", aws).describe_jobs(jobs=[job_id])["jobs"][0]
+    assert submitted["jobQueue"].endswith(batch_queues["spot_queue"])
+    status = backend.poll(job_id)
+    # moto's batch_simple runs the job at once and marks it SUCCEEDED
+    assert (status.state, status.market, status.instance_type) == (JobState.SUCCEEDED, "spot", "m5.large")
+    assert status.billable_seconds >= 0
+    od = backend.submit(request("on_demand", instance_type="m5.large"))
+    assert od != job_id and backend.poll(od).market == "on_demand"
+
+
+@pytest.mark.parametrize(
+    ("job", "state", "seconds"),
+    [
+        ({"status": "RUNNABLE"}, JobState.PENDING, 0.0),
+        ({"status": "RUNNING"}, JobState.RUNNING, 0.0),
+        (
+            {
+                "status": "FAILED",
+                "attempts": [
+                    {
+                        "startedAt": 1000,
+                        "stoppedAt": 61000,
+                        "statusReason": "Host EC2 (instance i-1) terminated.",
+                    },
+                    {
+                        "startedAt": 70000,
+                        "stoppedAt": 100000,
+                        "statusReason": "Host EC2 (instance i-2) terminated.",
+                    },
+                ],
+            },
+            JobState.INTERRUPTED,
+            90.0,
+        ),
+        (
+            {
+                "status": "FAILED",
+                "attempts": [{"startedAt": 0, "stoppedAt": 5000, "container": {"exitCode": 2}}],
+            },
+            JobState.FAILED,
+            5.0,
+        ),
+        ({"status": "SUCCEEDED", "startedAt": 0, "stoppedAt": 2500}, JobState.SUCCEEDED, 2.5),
+    ],
+)
+def test_batch_status_mapping(job: dict[str, Any], state: JobState, seconds: float) -> None:
+    status = batch.status_from_description({"jobId": "j", **job}, "spot", "m5.large")
+    assert (status.state, status.billable_seconds) == (state, seconds)

@@ -1,0 +1,135 @@
+"""The Kubernetes backend against the pod spec it renders and pod statuses (no cluster here)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from costaware.adapters.compute.base import JobRequest, JobState, open_backend
+from costaware.adapters.compute.kubernetes import EKS_LABEL, render_pod, status_from_pod
+from costaware.core.errors import ConfigurationError
+
+
+def request(market: str = "spot") -> JobRequest:
+    return JobRequest(
+        job_name="train-0123456789-a2",
+        spec_uri="s3://ml/jobs/spec.json",
+        market=market,
+        instance_type="g5.xlarge",
+        max_runtime_seconds=5400,
+        env={"AWS_REGION": "us-east-1"},
+    )
+
+
+def test_spot_pod_on_karpenter_spot_nodes_with_resources_and_tolerations() -> None:
+    toleration = {"key": "spot", "operator": "Exists", "effect": "NoSchedule"}
+    resources = {"requests": {"cpu": "4", "memory": "16Gi"}, "limits": {"nvidia.com/gpu": "1"}}
+    pod = render_pod(
+        request(), image="costaware:1", namespace="ml", resources=resources, tolerations=[toleration]
+    )
+    spec = pod["spec"]
+    assert spec["nodeSelector"] == {
+        "karpenter.sh/capacity-type": "spot",
+        "node.kubernetes.io/instance-type": "g5.xlarge",
+    }
+    assert spec["tolerations"] == [toleration]
+    assert spec["restartPolicy"] == "Never" and spec["terminationGracePeriodSeconds"] == 110
+    assert spec["activeDeadlineSeconds"] == 5400
+    (container,) = spec["containers"]
+    assert container["command"] == [
+        "python",
+        "-m",
+        "costaware.training.entrypoint",
+        "--spec",
+        "s3://ml/jobs/spec.json",
+    ]
+    assert container["resources"] == resources and container["env"] == [
+        {"name": "AWS_REGION", "value": "us-east-1"}
+    ]
+    assert pod["metadata"]["name"] == "train-0123456789-a2" and pod["metadata"]["namespace"] == "ml"
+
+
+def test_on_demand_pod_with_the_eks_label() -> None:
+    pod = render_pod(request("on_demand"), image="i", capacity_label=EKS_LABEL)
+    assert pod["spec"]["nodeSelector"][EKS_LABEL] == "ON_DEMAND"
+    custom = render_pod(
+        request("spot"), image="i", capacity_label="pool", capacity_values={"spot": "cheap", "on_demand": "x"}
+    )
+    assert custom["spec"]["nodeSelector"]["pool"] == "cheap"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"capacity_label": "pool", "capacity_values": {"on_demand": "x"}},
+            "have no value for market 'spot'",
+        ),
+        ({"termination_grace_seconds": 300}, "must be 1-119"),
+    ],
+)
+def test_bad_pod_options(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        render_pod(request(), image="i", **kwargs)
+
+
+def test_backend_renders_without_the_provider_and_asks_for_it_to_talk_to_a_cluster() -> None:
+    backend = open_backend("kubernetes", {"image": "costaware:1"})
+    assert backend.render(request())["spec"]["nodeSelector"]["karpenter.sh/capacity-type"] == "spot"  # type: ignore[attr-defined]
+    with pytest.raises(ConfigurationError, match=r"needs the cncf.kubernetes provider: pip install"):
+        backend.submit(request())
+
+
+def _pod(phase: str, terminated: dict[str, Any] | None = None, **status: Any) -> dict[str, Any]:
+    state = {"terminated": terminated} if terminated else {"running": {"startedAt": "2026-01-01T00:00:00Z"}}
+    return {
+        "metadata": {"name": "p", "labels": {"costaware/market": "spot"}},
+        "spec": {"nodeName": "n1"},
+        "status": {"phase": phase, "containerStatuses": [{"state": state}], **status},
+    }
+
+
+@pytest.mark.parametrize(
+    ("pod", "state", "seconds"),
+    [
+        ({"metadata": {"name": "p"}, "status": {"phase": "Pending"}}, JobState.PENDING, 0.0),
+        (
+            _pod(
+                "Succeeded",
+                {"exitCode": 0, "startedAt": "2026-01-01T00:00:00Z", "finishedAt": "2026-01-01T00:10:00Z"},
+            ),
+            JobState.SUCCEEDED,
+            600.0,
+        ),
+        (
+            _pod(
+                "Failed",
+                {"exitCode": 75, "startedAt": "2026-01-01T00:00:00Z", "finishedAt": "2026-01-01T00:01:00Z"},
+            ),
+            JobState.INTERRUPTED,
+            60.0,
+        ),
+        (
+            _pod(
+                "Failed",
+                {"exitCode": 1, "startedAt": "2026-01-01T00:00:00Z", "finishedAt": "2026-01-01T00:00:30Z"},
+            ),
+            JobState.FAILED,
+            30.0,
+        ),
+        (
+            _pod(
+                "Failed",
+                {"exitCode": 1, "startedAt": "2026-01-01T00:00:00Z", "finishedAt": "2026-01-01T00:00:30Z"},
+                conditions=[{"type": "DisruptionTarget", "status": "True"}],
+            ),
+            JobState.INTERRUPTED,
+            30.0,
+        ),
+    ],
+)
+def test_pod_status_mapping(pod: dict[str, Any], state: JobState, seconds: float) -> None:
+    status = status_from_pod(pod, {"node.kubernetes.io/instance-type": "g5.xlarge"})
+    assert (status.state, status.billable_seconds) == (state, seconds)
+    assert status.instance_type == "g5.xlarge"

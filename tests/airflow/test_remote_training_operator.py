@@ -1,0 +1,206 @@
+"""RemoteTrainingOperator on the real local backend: deferral, ledger attempts, retries, bad input."""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
+from remote_support import context_for, drive, reimported, write_data
+
+from costaware.adapters.compute.base import JobRequest, JobState, open_backend
+from costaware.adapters.model_store import ModelStore
+from costaware.core.errors import ConfigurationError
+from costaware.core.ledger import utcnow
+from costaware.operators.remote_training import RemoteTrainingOperator, parse_decision
+from costaware.triggers.remote_training import RemoteTrainingJobTrigger
+
+TRAINING = Path(__file__).resolve().parents[1] / "training"
+
+
+@pytest.fixture(autouse=True)
+def _ledger(monkeypatch: pytest.MonkeyPatch, ledger_url: str) -> None:
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    return write_data(tmp_path / "data")
+
+
+def decision(market: str = "spot", **extra: str) -> dict[str, str]:
+    now = utcnow()
+    return {
+        "market": market,
+        "usd_per_hour": "0.1" if market == "spot" else "0.4",
+        "instance_type": "m5.large",
+        "region": "us-east-1",
+        "on_demand_usd_per_hour": "0.4",
+        "estimated_usd": "0.05",
+        "deadline": (now + timedelta(minutes=10)).isoformat(),
+        "latest_start": (now + timedelta(minutes=8)).isoformat(),
+        **extra,
+    }
+
+
+def operator(tmp: Path, **kwargs: Any) -> RemoteTrainingOperator:
+    args: dict[str, Any] = {
+        "task_id": "train",
+        "data_path": str(tmp / "data"),
+        "label_column": "y",
+        "feature_columns": ["x1", "x2", "c"],
+        "model_store": str(tmp / "models"),
+        "checkpoint_store": str(tmp / "ckpt"),
+        "trainer_params": {"epochs": 3, "batch_size": 512},
+        "checkpoint_every_seconds": 1.0,
+        "backend_options": {"root": str(tmp / "jobs"), "env": {"PYTHONPATH": _pythonpath()}},
+        "spot_decision": decision(),
+        "poll_interval": 0.1,
+        **kwargs,
+    }
+    return RemoteTrainingOperator(**args)
+
+
+def _pythonpath() -> str:
+    return os.pathsep.join([str(TRAINING), os.environ.get("PYTHONPATH", "")])
+
+
+def test_trains_on_the_decided_market_defers_and_writes_one_entry_per_attempt(
+    tmp_path: Path, data: Path, ledger: Any
+) -> None:
+    op = operator(tmp_path)
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(context_for())
+    assert isinstance(deferred.value.trigger, RemoteTrainingJobTrigger)
+    assert reimported(deferred.value.trigger).serialize() == deferred.value.trigger.serialize()
+    result, deferrals = drive(operator(tmp_path), context_for())  # a retry: follows the same job
+    assert deferrals == 1
+    assert [p.name for p in (tmp_path / "jobs").iterdir()] == [result["attempts"][0]["job_id"]]
+    assert ModelStore.open(str(tmp_path / "models")).get(result["version"]).mode == "full"
+    (attempt,) = result["attempts"]
+    assert attempt["market"] == "spot" and attempt["cause"] == "success" and attempt["billable_seconds"] > 0
+    entries = [e for e in ledger.entries() if e["task_id"] == "train"]
+    assert len(entries) == 1
+    assert entries[0]["market"] == "spot" and entries[0]["cause"] == "success"
+    billed = Decimal(str(round(attempt["billable_seconds"], 3)))
+    assert Decimal(str(entries[0]["usd"])) == (billed / 3600 * Decimal("0.1")).quantize(Decimal("0.000001"))
+    assert result["usd"] == str(Decimal(str(entries[0]["usd"])))
+
+
+def test_settles_the_spend_gate_reservation_with_the_billed_total(
+    tmp_path: Path, data: Path, ledger: Any
+) -> None:
+    ledger.set_budget("project=churn", "month", "10")
+    reservation = ledger.reserve(
+        "project=churn", "1.00", holder="remote_dag/scheduled__2026-01-01/train/-1", run_id="r"
+    )
+    result, _ = drive(operator(tmp_path, tags={"project": "churn"}, deferrable=False), context_for())
+    assert ledger.open_reservations() == []
+    with ledger.reading() as conn:
+        found = ledger._reservation(conn, reservation.id)
+    assert found.status == "settled" and found.settled_usd == Decimal(result["usd"])
+
+
+def test_code_error_fails_the_task_with_its_reason_and_records_the_attempt(
+    tmp_path: Path, data: Path, ledger: Any
+) -> None:
+    op = operator(tmp_path, feature_columns=["x1", "nope"], deferrable=False)
+    with pytest.raises(AirflowFailException, match=r"training job .*-a1 failed: bad training spec or input"):
+        drive(op, context_for())
+    (entry,) = [e for e in ledger.entries() if e["task_id"] == "train"]
+    assert entry["cause"] == "code_error" and entry["outcome"] == "failed"
+    assert not (tmp_path / "models").exists() or ModelStore.open(str(tmp_path / "models")).versions() == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"backend": "mainframe"}, "unknown compute backend 'mainframe': use one of local, sagemaker"),
+        ({"market": "cheap"}, "market 'cheap' is not one of spot, on_demand"),
+        ({"spot_decision": decision("on_demand"), "market": "spot"}, "no spot price is known"),
+        ({"spot_decision": None, "instance_type": None}, "no instance type: pass instance_type"),
+    ],
+)
+def test_bad_input_fails_before_anything_runs_or_is_written(
+    tmp_path: Path, data: Path, ledger: Any, kwargs: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(AirflowFailException) as e:
+        operator(tmp_path, **kwargs).execute(context_for())
+    assert message in str(e.value)
+    assert not (tmp_path / "jobs").exists() and not (tmp_path / "ckpt").exists()
+    assert ledger.entries() == []
+
+
+def test_decision_is_read_from_xcom_in_any_rendering() -> None:
+    rendered = str(decision())  # what a Jinja template of the XCom renders to
+    assert parse_decision(rendered)["market"] == "spot"
+    assert parse_decision('{"market": "on_demand"}') == {"market": "on_demand"}
+    with pytest.raises(ConfigurationError, match="neither JSON nor a dict"):
+        parse_decision("spot please")
+
+
+def test_spot_job_without_capacity_falls_back_to_on_demand_at_the_latest_start(
+    tmp_path: Path, data: Path, ledger: Any
+) -> None:
+    capacity = tmp_path / "capacity"
+    capacity.write_text("0")
+    now = utcnow()
+    op = operator(
+        tmp_path,
+        latest_start=(now + timedelta(seconds=2)).isoformat(),
+        backend_options={
+            "root": str(tmp_path / "jobs"),
+            "env": {"PYTHONPATH": _pythonpath()},
+            "capacity_file": str(capacity),
+        },
+    )
+    result, deferrals = drive(op, context_for())
+    assert deferrals == 2
+    first, second = result["attempts"]
+    assert (first["market"], first["cause"], first["billable_seconds"]) == ("spot", "capacity_wait", 0.0)
+    assert (second["market"], second["cause"]) == ("on_demand", "success")
+    causes = sorted(e["cause"] for e in ledger.entries() if e["task_id"] == "train")
+    assert causes == ["capacity_wait", "success"]
+
+
+def test_local_backend_submit_is_idempotent_by_job_name(tmp_path: Path) -> None:
+    backend = open_backend("local", {"root": str(tmp_path / "jobs")})
+    request = JobRequest(
+        job_name="t-1", spec_uri=str(tmp_path / "missing.json"), market="on_demand", instance_type="m5.large"
+    )
+    assert backend.submit(request) == backend.submit(request) == "t-1"
+    assert len(list((tmp_path / "jobs").iterdir())) == 1
+    for _ in range(600):
+        status = backend.poll("t-1")
+        if status.state.done:
+            break
+        time.sleep(0.1)
+    assert status.state == JobState.FAILED and status.exit_code == 2
+    assert "does not exist" in status.reason and "missing.json" in backend.logs("t-1")
+
+
+def test_listener_prices_the_worker_not_the_training(tmp_path: Path, data: Path, ledger: Any) -> None:
+    from types import SimpleNamespace
+
+    from costaware.plugins.listener import CostListener
+
+    op = operator(tmp_path, spot_decision=decision(instance_type="p3.2xlarge"), deferrable=False)
+    context = context_for()
+    ti = context["ti"]
+    ti.task, ti.start_date, ti.end_date = op, None, None
+    ti.get_template_context = lambda: {"params": {}}
+    context["ti"] = SimpleNamespace(**vars(ti))
+    CostListener().on_task_instance_running(None, context["ti"])
+    result, _ = drive(op, context)
+    CostListener().on_task_instance_success(None, context["ti"])
+    rows = {e["cause"]: e for e in ledger.entries() if e["task_id"] == "train"}
+    assert set(rows) == {"success", "orchestration"}
+    assert rows["success"]["instance_type"] == "p3.2xlarge" and rows["success"]["market"] == "spot"
+    worker = rows["orchestration"]
+    assert worker["instance_type"] != "p3.2xlarge" and worker["market"] == "on_demand"
+    assert Decimal(str(rows["success"]["usd"])) == Decimal(result["usd"])

@@ -1,0 +1,66 @@
+"""Helpers for remote-training tests and the preemption benchmark: drive an operator through its deferrals."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from airflow.sdk.exceptions import TaskDeferred
+
+
+def write_data(folder: Path, rows: int = 3000, seed: int = 0) -> Path:
+    rng = np.random.default_rng(seed)
+    frame = pd.DataFrame(
+        {"x1": rng.normal(size=rows), "x2": rng.normal(size=rows), "c": rng.choice(["a", "b", "c"], rows)}
+    )
+    logit = 1.5 * frame.x1 - frame.x2
+    frame["y"] = (rng.random(rows) < 1 / (1 + np.exp(-logit))).astype(int)
+    folder.mkdir(parents=True, exist_ok=True)
+    frame.to_parquet(folder / "day-001.parquet", index=False)
+    return folder
+
+
+def context_for(run_id: str = "scheduled__2026-01-01", try_number: int = 1, **xcom: Any) -> dict[str, Any]:
+    """A task context with a task instance whose ``xcom_pull`` returns ``xcom[task_ids]``."""
+    ti = SimpleNamespace(
+        dag_id="remote_dag",
+        task_id="train",
+        run_id=run_id,
+        try_number=try_number,
+        map_index=-1,
+        xcom_pull=lambda task_ids=None, **_: xcom.get(task_ids),
+    )
+    return {"ti": ti, "run_id": run_id, "params": {}}
+
+
+def reimported(trigger: Any) -> Any:
+    """The trigger as the triggerer builds it: from its class path and JSON-round-tripped kwargs."""
+    classpath, kwargs = trigger.serialize()
+    module, _, name = classpath.rpartition(".")
+    return getattr(importlib.import_module(module), name)(**json.loads(json.dumps(kwargs)))
+
+
+async def _first_event(trigger: Any, timeout: float) -> Any:
+    return await asyncio.wait_for(trigger.run().__anext__(), timeout)
+
+
+def drive(operator: Any, context: dict[str, Any], *, timeout: float = 300.0) -> tuple[Any, int]:
+    """Run ``execute`` and every deferral to the end; returns the result and how many deferrals there were."""
+    deferrals = 0
+    try:
+        return operator.execute(context), deferrals
+    except TaskDeferred as d:
+        deferred = d
+    while True:
+        deferrals += 1
+        event = asyncio.run(_first_event(reimported(deferred.trigger), timeout))
+        try:
+            return getattr(operator, deferred.method_name)(context, event=event.payload), deferrals
+        except TaskDeferred as d:
+            deferred = d
