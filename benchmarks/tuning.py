@@ -10,9 +10,10 @@ Arms (the grid once; the others once per seed, ``--seeds`` of them, the same see
 - random: configurations drawn at random without repeats, full fidelity, until the same USD cap;
 - tpe-hyperband: Optuna's ``TPESampler`` with its ``HyperbandPruner`` used directly (``study.optimize``,
   intermediate values at the same rungs), stopped once its spend reaches the same USD cap;
-- budgeted: ``costaware.training.tuning`` (Optuna TPE sampler, successive halving at rungs of boosting rounds,
-  a study in SQLite and its cap in the cost ledger: each rung is reserved before it runs and the search
-  stops when the next rung cannot be paid), with a cap of 20 % of the grid's measured cost.
+- budgeted: ``costaware.training.search.budgeted_search`` (Optuna's TPE sampler and successive-halving
+  pruner at rungs of boosting rounds; the cap in the cost ledger: each rung is reserved before it runs and
+  settled after, and the search stops when a new trial's first rung cannot be paid), with a cap of 20 % of
+  the grid's measured cost.
 
 Cost: each arm's process CPU seconds (one thread: training, scoring, and for the budgeted arm every Optuna and
 ledger call) priced at a fixed instance, m5.large on-demand ($0.096/h). Holdout scores refit the chosen
@@ -102,57 +103,33 @@ def budgeted(
     train: Any,
     valid: Any,
     seed: int,
-) -> dict:
+) -> dict[str, Any]:
+    """``costaware.training.search.budgeted_search``: Optuna TPE + successive halving, paid rung by rung."""
+    import optuna
+
     from costaware import Ledger
-    from costaware.core.tuning import RungSchedule, StudySpec, TuningCaps, parse_search_space
-    from costaware.training.tuning import BoostingFidelityModel, EntryOwner, create_study, run_trial
+    from costaware.core.tuning import RungSchedule
+    from costaware.training.search import budgeted_search
+    from costaware.training.tuning import BoostingFidelityModel
 
-    url = f"sqlite:///{work / 'study.db'}"
-    ledger = Ledger.from_url(url)
-    spec = StudySpec(
-        study_name="flights-delay",
-        direction="maximize",
-        search_space=parse_search_space({k: {"type": "categorical", "choices": v} for k, v in GRID.items()}),
-        schedule=RungSchedule.geometric(min_rounds, rounds, 3, max_rungs=3),
-        caps=TuningCaps.create(max_usd=cap_usd, max_trials=len(list(itertools.product(*GRID.values())))),
-        sampler="tpe",
-        seed=seed,
+    rungs = RungSchedule.geometric(min_rounds, rounds, 3, max_rungs=3).rungs
+    ledger = Ledger.from_url(f"sqlite:///{work / 'ledger.db'}")
+    tick = time.process_time()
+    result = budgeted_search(
+        lambda params: BoostingFidelityModel(params, train, valid, "delayed", random_state=SEED),
+        space={k: optuna.distributions.CategoricalDistribution(v) for k, v in GRID.items()},
+        rungs=rungs,
+        ledger=ledger,
+        scope={"study": "flights-delay"},
+        cap_usd=cap_usd,
         usd_per_hour=USD_PER_HOUR,
-        fallback_trial_seconds=trial_seconds,
-        slack_seconds=0.05,  # CPU seconds of one process: no scheduling noise to absorb
+        first_rung_seconds=trial_seconds * rungs[0] / rounds,
+        seed=seed,
+        owner=("benchmark", "tuning"),
     )
-    create_study(url, ledger, spec)
-
-    def trainer(params: dict[str, Any]) -> BoostingFidelityModel:
-        return BoostingFidelityModel(params, train, valid, "delayed", random_state=SEED)
-
-    trials, stop, tick = [], "", time.process_time()
-    for slot in range(1000):
-        result = run_trial(
-            storage_url=url,
-            ledger=ledger,
-            study_name=spec.study_name,
-            trainer=trainer,
-            holder=f"bench/{slot}",
-            slot=slot,
-            settle_as=EntryOwner("benchmark", "tuning"),
-            meter=time.process_time,
-        )
-        if not result.ran:
-            stop = result.reason
-            break
-        assert result.trial is not None
-        trials.append(result.trial)
     seconds = time.process_time() - tick
-    spent = ledger.spent(spec.budget_scope)
     ledger.dispose()
-    return {
-        "trials": trials,
-        "stop": stop,
-        "ledger_usd": spent,
-        "seconds": seconds,
-        "rungs": spec.schedule.rungs,
-    }
+    return {"result": result, "seconds": seconds, "rungs": rungs}
 
 
 def tpe_hyperband(
@@ -249,26 +226,23 @@ def main() -> int:
         seed = SEED + n
         with tempfile.TemporaryDirectory(prefix="costaware-bench-") as tmp:
             multi = budgeted(Path(tmp), rounds, min_rounds, cap_usd, estimate, train, valid, seed)
-        promoted = [t for t in multi["trials"] if t.state.value == "promoted"]
-        best_multi = max(promoted, key=lambda t: t.value or 0.0)
+        found = multi["result"]
         rand = full_fidelity(
             random.Random(seed).sample(grid_configs, len(grid_configs)), rounds, train, valid, cap_seconds
         )
         best_rand = max(rand, key=lambda r: r["value"])
         tpe = tpe_hyperband(rounds, min_rounds, cap_usd, train, valid, seed)
-        states: dict[str, int] = {}
-        for t in multi["trials"]:
-            states[t.state.value] = states.get(t.state.value, 0) + 1
         arms = {
-            "budgeted": (best_multi.params, multi["ledger_usd"], len(multi["trials"])),
+            "budgeted": (found.best_params or {}, usd(multi["seconds"]), len(found.trials)),
             "random": (best_rand["params"], usd(sum(r["seconds"] for r in rand)), len(rand)),
             "tpe-hyperband": (tpe["params"], usd(tpe["seconds"]), tpe["trials"]),
         }
         per_seed.append(
             {
                 "seed": seed,
-                "budgeted_states": states,
-                "budgeted_stop": multi["stop"][:160],
+                "budgeted_states": found.states,
+                "budgeted_ledger_usd": str(found.spent_usd),
+                "budgeted_stop": found.stop[:160],
                 **{
                     f"{name}_{key}": value
                     for name, (params, cost, trials) in arms.items()
