@@ -80,7 +80,7 @@ def test_with_money_enough_it_tries_every_configuration_once_and_finds_the_peak(
     params = [tuple(sorted(t.params.items())) for t in result.trials]
     assert len(params) == len(set(params)) == 12
     assert result.best_params == {"a": 2, "b": 1}
-    assert result.states.get("pruned", 0) > 0  # successive halving stopped some early
+    assert result.states.get("pruned", 0) > 0  # Hyperband stopped some early
 
 
 def test_a_cap_below_the_first_rung_trains_nothing(ledger: Any) -> None:

@@ -1,7 +1,7 @@
 """Budgeted multi-fidelity search in one process: Optuna proposes and prunes, the ledger pays rung by rung.
 
 Optuna does what it is good at: its sampler (TPE by default) proposes the configurations and its pruner
-(successive halving by default) decides after each rung whether a trial goes on. The money is ours: before
+(Hyperband by default) decides after each rung whether a trial goes on. The money is ours: before
 every rung the search reserves that rung's estimated cost in the cost ledger, and settles it with what the
 rung really used once it ran. A rung that cannot be reserved is not run; the search stops when not even a
 new trial's first rung can be paid, so the spend never passes the cap and no money sits idle in a
@@ -101,7 +101,9 @@ def budgeted_search(
         first_rung_seconds: Estimated seconds of the first rung before any rung ran (the user's guess).
         direction: ``maximize`` or ``minimize`` the metric.
         sampler: Optuna sampler (default ``TPESampler(seed=seed)``).
-        pruner: Optuna pruner (default ``SuccessiveHalvingPruner`` from the first rung, ``reduction_factor``).
+        pruner: Optuna pruner (default ``HyperbandPruner`` from the first rung to the last, with
+            ``reduction_factor``; its brackets that start at a later rung hedge against configurations that
+            start slowly, such as a low learning rate).
         reduction_factor: Of the default pruner.
         safety_factor: Reserve this many times a rung's estimated seconds.
         max_trials: Stop after this many configurations were trained.
@@ -131,8 +133,8 @@ def budgeted_search(
         direction="maximize" if direction == "maximize" else "minimize",
         sampler=sampler or optuna.samplers.TPESampler(seed=seed),
         pruner=pruner
-        or optuna.pruners.SuccessiveHalvingPruner(
-            min_resource=rung_list[0], reduction_factor=reduction_factor
+        or optuna.pruners.HyperbandPruner(
+            min_resource=rung_list[0], max_resource=rung_list[-1], reduction_factor=reduction_factor
         ),
     )
     run = uuid.uuid4().hex[:8]
