@@ -61,10 +61,16 @@ class DataSet:
     land: Callable[[Path, bool], tuple[list[Path], int]]  # (batch files, index of the first evaluate batch)
 
 
-BASE_POLICY = {"max_feature_psi": 0.25, "max_label_shift": 0.30, "max_quality_drop": 0.10}
+BASE_POLICY = {"max_label_shift": 0.30, "max_quality_drop": 0.10}
 BASE_TRAINER = {"epochs": 5}
-#: What the choose period picks from: how long a warm lineage may run, and passes over a new day.
-CANDIDATES = [{"max_warm_steps": steps, "warm_epochs": epochs} for steps in (7, 14, 28) for epochs in (1, 3)]
+#: What the choose period picks from: how long a warm lineage may run, passes over a new batch, and how
+#: much feature drift (PSI) forces a full retrain.
+CANDIDATES = [
+    {"max_warm_steps": steps, "warm_epochs": epochs, "max_feature_psi": psi}
+    for steps in (7, 28)
+    for epochs in (1, 3)
+    for psi in (0.25, 1.0)
+]
 FLIGHT_PERIODS = {  # (choose first, choose last, evaluate last); evaluate starts the day after choose ends
     "full": (date(2013, 1, 1), date(2013, 6, 30), date(2013, 12, 30)),
     "quick": (date(2013, 1, 1), date(2013, 1, 28), date(2013, 2, 25)),
@@ -178,13 +184,17 @@ def run_arm(
     work: Path,
     first: int,
     stop: int,
-    candidate: dict[str, int] | None = None,
+    candidate: dict[str, float] | None = None,
 ) -> list[dict[str, Any]]:
     """Retrain on days ``first``..``stop - 1`` (each scored on the next day), going on from earlier calls."""
     from costaware.training.runner import RetrainJob, promote_candidate, run_retrain
 
     candidate = candidate or {}
-    policy_params = {**BASE_POLICY, "max_warm_steps": candidate.get("max_warm_steps", 14)}
+    policy_params = {
+        **BASE_POLICY,
+        "max_warm_steps": candidate.get("max_warm_steps", 14),
+        "max_feature_psi": candidate.get("max_feature_psi", 0.25),
+    }
     trainer_params = {
         **BASE_TRAINER,
         "categorical": data.categorical,
@@ -258,7 +268,7 @@ def compare(warm: list[dict[str, Any]], full: list[dict[str, Any]]) -> dict[str,
     }
 
 
-def choose(results: list[tuple[dict[str, int], dict[str, Any]]]) -> int:
+def choose(results: list[tuple[dict[str, float], dict[str, Any]]]) -> int:
     """Index of the candidate saving the most compute within the choose-period loss, else the lowest loss."""
     within = [i for i, (_, r) in enumerate(results) if r["auc_loss"] <= CHOOSE_MAX_AUC_LOSS]
     if within:
@@ -288,10 +298,14 @@ def bench(data: DataSet, quick: bool, work: Path, verbose: bool) -> dict[str, An
         f"evaluate period {names[split]}..{names[stop - 1]} ({stop - split} retrains)"
     )
     print("choose period (each candidate against full retrains of the same batches):")
-    print(f"{'max_warm_steps':>14} {'warm_epochs':>11} {'full':>5} {'x less':>7} {'AUC loss':>9}  chosen")
+    print(
+        f"{'max_warm_steps':>14} {'warm_epochs':>11} {'max_psi':>7} {'full':>5} {'x less':>7} {'AUC loss':>9}"
+        "  chosen"
+    )
     for n, (cand, res) in enumerate(choose_rows):
         print(
-            f"{cand['max_warm_steps']:>14} {cand['warm_epochs']:>11} {res['full_retrains']:>5} "
+            f"{cand['max_warm_steps']:>14} {cand['warm_epochs']:>11} {cand['max_feature_psi']:>7} "
+            f"{res['full_retrains']:>5} "
             f"{res['compute_ratio']:>7.2f} {res['auc_loss']:>+9.4f}  {'<-' if n == picked else ''}"
         )
     if verbose:
