@@ -61,15 +61,20 @@ class DataSet:
     land: Callable[[Path, bool], tuple[list[Path], int]]  # (batch files, index of the first evaluate batch)
 
 
-BASE_POLICY = {"max_label_shift": 0.30, "max_quality_drop": 0.10}
+#: Drift tolerances: "strict" retrains in full on a significant feature shift (PSI 0.25), a label rate
+#: that moved by 0.30 or a holdout AUC 0.10 below its recent mean; "loose" only on much larger changes.
+DRIFT_LEVELS = {
+    "strict": {"max_feature_psi": 0.25, "max_label_shift": 0.30, "max_quality_drop": 0.10},
+    "loose": {"max_feature_psi": 1.0, "max_label_shift": 0.60, "max_quality_drop": 0.20},
+}
 BASE_TRAINER = {"epochs": 5}
 #: What the choose period picks from: how long a warm lineage may run, passes over a new batch, and how
-#: much feature drift (PSI) forces a full retrain.
-CANDIDATES = [
-    {"max_warm_steps": steps, "warm_epochs": epochs, "max_feature_psi": psi}
+#: much drift forces a full retrain.
+CANDIDATES: list[dict[str, Any]] = [
+    {"max_warm_steps": steps, "warm_epochs": epochs, "drift": drift}
     for steps in (7, 28)
     for epochs in (1, 3)
-    for psi in (0.25, 1.0)
+    for drift in DRIFT_LEVELS
 ]
 FLIGHT_PERIODS = {  # (choose first, choose last, evaluate last); evaluate starts the day after choose ends
     "full": (date(2013, 1, 1), date(2013, 6, 30), date(2013, 12, 30)),
@@ -184,16 +189,15 @@ def run_arm(
     work: Path,
     first: int,
     stop: int,
-    candidate: dict[str, float] | None = None,
+    candidate: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Retrain on days ``first``..``stop - 1`` (each scored on the next day), going on from earlier calls."""
     from costaware.training.runner import RetrainJob, promote_candidate, run_retrain
 
     candidate = candidate or {}
     policy_params = {
-        **BASE_POLICY,
+        **DRIFT_LEVELS[candidate.get("drift", "strict")],
         "max_warm_steps": candidate.get("max_warm_steps", 14),
-        "max_feature_psi": candidate.get("max_feature_psi", 0.25),
     }
     trainer_params = {
         **BASE_TRAINER,
@@ -268,7 +272,7 @@ def compare(warm: list[dict[str, Any]], full: list[dict[str, Any]]) -> dict[str,
     }
 
 
-def choose(results: list[tuple[dict[str, float], dict[str, Any]]]) -> int:
+def choose(results: list[tuple[dict[str, Any], dict[str, Any]]]) -> int:
     """Index of the candidate saving the most compute within the choose-period loss, else the lowest loss."""
     within = [i for i, (_, r) in enumerate(results) if r["auc_loss"] <= CHOOSE_MAX_AUC_LOSS]
     if within:
@@ -299,12 +303,12 @@ def bench(data: DataSet, quick: bool, work: Path, verbose: bool) -> dict[str, An
     )
     print("choose period (each candidate against full retrains of the same batches):")
     print(
-        f"{'max_warm_steps':>14} {'warm_epochs':>11} {'max_psi':>7} {'full':>5} {'x less':>7} {'AUC loss':>9}"
+        f"{'max_warm_steps':>14} {'warm_epochs':>11} {'drift':>6} {'full':>5} {'x less':>7} {'AUC loss':>9}"
         "  chosen"
     )
     for n, (cand, res) in enumerate(choose_rows):
         print(
-            f"{cand['max_warm_steps']:>14} {cand['warm_epochs']:>11} {cand['max_feature_psi']:>7} "
+            f"{cand['max_warm_steps']:>14} {cand['warm_epochs']:>11} {cand['drift']:>6} "
             f"{res['full_retrains']:>5} "
             f"{res['compute_ratio']:>7.2f} {res['auc_loss']:>+9.4f}  {'<-' if n == picked else ''}"
         )
