@@ -16,7 +16,7 @@ $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# The extras the example DAGs and the test suite use, and the dev tools (a PEP 735 group; pip >= 25.1).
-	$(BIN)/pip install --quiet -e '.[tuning,boosting,celery,examples]' --group dev
+	$(BIN)/pip install --quiet -e '.[tuning,boosting,celery,examples,benchmarks]' --group dev
 	touch $@
 
 # The demo replays two days: day one retrains in full on on-demand prices; day two starts on spot (its

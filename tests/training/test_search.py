@@ -1,0 +1,123 @@
+"""Budgeted search in one process: Optuna proposes and prunes, a real SQLite ledger pays rung by rung."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import optuna
+import pytest
+
+from costaware.core.errors import ConfigurationError
+from costaware.training.search import budgeted_search
+
+PRICE = Decimal("3600")  # USD per hour: one second costs one dollar, so costs read as seconds
+SPACE = {
+    "a": optuna.distributions.CategoricalDistribution([0, 1, 2, 3]),
+    "b": optuna.distributions.CategoricalDistribution([0, 1, 2]),
+}
+
+
+class Clock:
+    """The meter: advances only when a model trains (one second per unit of resource) or is told to."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Quadratic:
+    """A model whose metric grows with resource towards a peak at a=2, b=1; training moves the clock."""
+
+    def __init__(self, params: dict[str, Any], clock: Clock) -> None:
+        self.params, self.clock, self.trained = params, clock, 0
+
+    def advance(self, resource: int) -> float:
+        self.clock.now += resource - self.trained
+        self.trained = resource
+        peak = 1.0 - 0.1 * (self.params["a"] - 2) ** 2 - 0.1 * (self.params["b"] - 1) ** 2
+        return peak * resource / (resource + 1)
+
+
+def search(ledger: Any, cap: str, clock: Clock, **kwargs: Any) -> Any:
+    return budgeted_search(
+        lambda params: Quadratic(params, clock),
+        space=SPACE,
+        rungs=[1, 3, 9],
+        ledger=ledger,
+        scope={"study": "toy"},
+        cap_usd=Decimal(cap),
+        usd_per_hour=PRICE,
+        first_rung_seconds=1.0,
+        meter=clock,
+        seed=7,
+        **kwargs,
+    )
+
+
+def test_the_spend_never_passes_the_cap_and_every_rung_is_in_the_ledger(ledger: Any) -> None:
+    clock = Clock()
+    result = search(ledger, "40", clock)
+
+    assert result.spent_usd <= Decimal("40")
+    assert result.spent_usd == Decimal(str(clock.now))  # every second used is billed, once
+    assert "budget" in result.stop
+    entries = ledger.entries()
+    assert sum(Decimal(str(e["usd"])) for e in entries) == result.spent_usd
+    assert len(entries) == sum(len(t.rungs) for t in result.trials)
+    assert not ledger.open_reservations()
+    assert result.best_value is not None
+    assert result.best_value == max(t.value for t in result.trials if t.value is not None)
+
+
+def test_with_money_enough_it_tries_every_configuration_once_and_finds_the_peak(ledger: Any) -> None:
+    clock = Clock()
+    result = search(ledger, "10000", clock, max_repeats=50)
+
+    assert "covered" in result.stop
+    params = [tuple(sorted(t.params.items())) for t in result.trials]
+    assert len(params) == len(set(params)) == 12
+    assert result.best_params == {"a": 2, "b": 1}
+    assert result.states.get("pruned", 0) > 0  # Hyperband stopped some early
+
+
+def test_a_cap_below_the_first_rung_trains_nothing(ledger: Any) -> None:
+    clock = Clock()
+    result = search(ledger, "1", clock)
+
+    assert result.trials[0].state == "cut" and not result.trials[0].rungs
+    assert result.best_params is None
+    assert clock.now == 0 and result.spent_usd == 0
+    assert ledger.entries() == []
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"rungs": [3, 1]}, "rungs must be increasing"),
+        ({"direction": "up"}, "direction must be"),
+        ({"first_rung_seconds": 0.0}, "first_rung_seconds must be > 0"),
+        ({"safety_factor": 0.5}, "safety_factor must be >= 1"),
+        ({"space": {}}, "space is empty"),
+    ],
+)
+def test_bad_settings_are_refused_before_anything_is_written(
+    ledger: Any, change: dict[str, Any], message: str
+) -> None:
+    clock = Clock()
+    settings: dict[str, Any] = {
+        "space": SPACE,
+        "rungs": [1, 3, 9],
+        "ledger": ledger,
+        "scope": {"study": "toy"},
+        "cap_usd": Decimal("10"),
+        "usd_per_hour": PRICE,
+        "first_rung_seconds": 1.0,
+        "meter": clock,
+        **change,
+    }
+    with pytest.raises(ConfigurationError, match=message):
+        budgeted_search(lambda params: Quadratic(params, clock), **settings)
+    assert ledger.budgets() == [] and ledger.entries() == []
