@@ -25,8 +25,12 @@ from costaware.operators.remote_training import RemoteTrainingOperator
 
 HERE = Path(__file__).resolve().parent
 TRACE = "availability_1-node_aws-10-26-2022_us-west-2a_v100_1.json"
-FIRST_TICK, TICKS, TICK_SECONDS = 1015, 120, 0.5  # capacity runs of 35, 17, 10, 5, 5 ticks, then drops
+# Capacity runs of 35, 17, 10, 5 and 42 ticks (with drops between): 8.75 s and 4.25 s for the first two.
+FIRST_TICK, TICKS, TICK_SECONDS = 1015, 120, 0.25
+# 15 s of training is more than the first two runs of capacity together (13 s), so at least two preemptions
+# happen however fast or slow the machine is (a job cannot do more work than its run of capacity lasts).
 STEP_SECONDS, STEPS, EVERY_SECONDS = 0.25, 60, 1.0
+assert STEPS * STEP_SECONDS > (35 + 17) * TICK_SECONDS
 PRICES = {"spot": Decimal("0.918"), "on_demand": Decimal("3.06")}
 
 
@@ -77,7 +81,7 @@ def test_replayed_trace_job_meets_deadline_loses_under_one_interval_and_ledger_r
             "instance_type": "p3.2xlarge",
             "region": "us-west-2",
             "deadline": deadline.isoformat(),
-            "latest_start": (now + timedelta(seconds=90)).isoformat(),
+            "latest_start": (now + timedelta(seconds=40)).isoformat(),  # the trace ends at 30 s
         },
         max_attempts=30,
         poll_interval=0.1,
