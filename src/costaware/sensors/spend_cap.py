@@ -31,10 +31,22 @@ class SpendCapSensor(BaseSensorOperator):
         reservation_ttl: How long the reservation holds if never settled.
         ledger_conn_id: Airflow connection of the ledger (falls back to ``COSTAWARE_LEDGER_URL``).
         deferrable: Wait in the triggerer, not a worker slot; default ``[operators] default_deferrable``.
+        instance_type: Instance type the reserved-for task will run on; checked against the price list
+            before anything is reserved, so a typo fails here, not after money is held (templated).
+        region: Region of that instance, checked with it (templated).
+        market: ``spot``, ``on_demand`` or ``local``, checked before reserving (templated).
         **kwargs: Sensor arguments: ``poke_interval``, ``timeout``, ``mode``, ``soft_fail``, ...
     """
 
-    template_fields: Sequence[str] = ("scope", "estimated_usd", "estimated_gpu_hours", "for_task_id")
+    template_fields: Sequence[str] = (
+        "scope",
+        "estimated_usd",
+        "estimated_gpu_hours",
+        "for_task_id",
+        "instance_type",
+        "region",
+        "market",
+    )
     ui_color = "#fdf2d0"
 
     def __init__(
@@ -48,6 +60,9 @@ class SpendCapSensor(BaseSensorOperator):
         reservation_ttl: timedelta = timedelta(hours=6),
         ledger_conn_id: str = "costaware_ledger",
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        instance_type: str | None = None,
+        region: str | None = None,
+        market: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -61,6 +76,27 @@ class SpendCapSensor(BaseSensorOperator):
         self.reservation_ttl = reservation_ttl
         self.ledger_conn_id = ledger_conn_id
         self.deferrable = deferrable
+        self.instance_type = instance_type
+        self.region = region
+        self.market = market
+
+    def _check_compute(self) -> None:
+        """Fail on an instance type, region or market that cannot be priced, before money is reserved."""
+        from costaware.core.ledger import Market
+
+        if self.market not in (None, "", "None"):
+            Market.parse(str(self.market))
+        if self.instance_type in (None, "", "None"):
+            return
+        if self.region in (None, "", "None"):
+            from costaware.core.errors import ConfigurationError
+
+            raise ConfigurationError(
+                f"instance_type={self.instance_type!r} is checked with its region: set region too"
+            )
+        from costaware.adapters.price_files import bundled_catalog
+
+        bundled_catalog().on_demand_usd_per_hour(str(self.instance_type), str(self.region))
 
     def _target(self) -> str:
         if self.for_task_id:
@@ -84,6 +120,7 @@ class SpendCapSensor(BaseSensorOperator):
         ti = context["ti"]
         target = self._target()
         with airflow_errors():
+            self._check_compute()
             usd = parse_usd(self.estimated_usd, name="estimated_usd")
             gpu_hours = parse_usd(self.estimated_gpu_hours, name="estimated_gpu_hours")
             ledger = CostLedgerHook(self.ledger_conn_id).get_conn()
@@ -98,12 +135,9 @@ class SpendCapSensor(BaseSensorOperator):
                     purpose=f"task {target!r}",
                 )
             except BudgetExceededError as e:
-                if self.on_exceeded == "skip":
-                    raise AirflowSkipException(f"skipping: {e}") from e
-                if self.on_exceeded == "fail":
-                    raise AirflowFailException(str(e)) from e
-                self.log.info("Budget has no room yet, waiting: %s", e)
+                self._refused(ledger, context, target, usd, e)
                 return None
+        self._note(ledger, context, target, usd, "reserved", "", "")
         self.log.info(
             "Reserved $%s of %s for task %r (reservation %s)",
             usd,
@@ -118,6 +152,47 @@ class SpendCapSensor(BaseSensorOperator):
             "budgets": list(reservation.budgets),
             "for_task_id": target,
         }
+
+    def _refused(self, ledger: Any, context: Any, target: str, usd: Any, error: Any) -> None:
+        """Budget said no: note it for the Cost page, then skip, fail (no long traceback) or wait."""
+        status = {"skip": "skipped", "fail": "refused"}.get(self.on_exceeded, "waiting")
+        self._note(ledger, context, target, usd, status, error.scope, str(error))
+        if self.on_exceeded == "skip":
+            self.log.info("%s", error.summary)
+            raise AirflowSkipException(f"skipping: {error}") from None
+        if self.on_exceeded == "fail":
+            # An expected outcome, not a crash: the summary says it all, the exception stays one line
+            # and does not chain the ledger's internals.
+            self.log.error("%s", error.summary)
+            raise AirflowFailException(
+                f"budget '{error.scope}' refused {target!r}: see the summary above"
+            ) from None
+        self.log.info("Budget has no room yet, waiting:\n%s", error.summary)
+        return None
+
+    def _note(
+        self, ledger: Any, context: Any, target: str, usd: Any, status: str, budget: str, message: str
+    ) -> None:
+        """Record a refusal or wait (or the end of a wait) for the Cost page; never fails the gate."""
+        from costaware.adapters.gate_requests import note_gate_request
+
+        ti = context["ti"]
+        try:
+            note_gate_request(
+                ledger,
+                dag_id=ti.dag_id,
+                run_id=ti.run_id,
+                task_id=ti.task_id,
+                map_index=int(ti.map_index),
+                for_task_id=target,
+                scope=str(self.scope),
+                budget=budget,
+                usd=usd,
+                status=status,
+                message=message,
+            )
+        except Exception as e:  # the page misses one row; the gate's decision stands
+            self.log.warning("could not note the spend gate's %s for the Cost page: %s", status, e)
 
     def poke(self, context: Any) -> bool | PokeReturnValue:
         result = self._try_reserve(context)
