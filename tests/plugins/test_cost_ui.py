@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
+from html import escape
 
 import pytest
 from fastapi.testclient import TestClient
@@ -118,3 +119,78 @@ def test_unreachable_ledger_is_503(client: TestClient, monkeypatch: pytest.Monke
     monkeypatch.setenv("COSTAWARE_LEDGER_URL", "postgresql://nobody@127.0.0.1:1/ledger")
     response = client.get("/api/summary")
     assert response.status_code == 503 and "cannot" in response.json()["detail"]
+
+
+def test_the_form_s_defaults_show_the_page_not_json(client: TestClient) -> None:
+    # What "Show" sends with the DAG and scope fields left empty.
+    page = client.get("/", params={"days": "30", "dag_id": "", "group_by": "dag", "scope": ""})
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "$6.50" in page.text and "string_pattern_mismatch" not in page.text
+    all_scope = client.get("/", params={"days": "", "dag_id": "", "scope": "*", "group_by": ""})
+    assert all_scope.status_code == 200 and "$6.50" in all_scope.text
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"dag_id": "a b"}, "DAG: 'a b' is not a DAG id"),
+        ({"scope": "project"}, "Scope: 'project' is not a tag filter"),
+        ({"days": "abc"}, "Days: 'abc' is not a whole number from 1 to 366"),
+        ({"group_by": "dag; DROP TABLE x"}, "Group by: 'dag; DROP TABLE x' is not one of dag, task"),
+        ({"since": "2026-01-01T00:00:00"}, "has no time zone"),
+    ],
+)
+def test_a_bad_filter_is_a_readable_message_on_the_page(
+    client: TestClient, filled: Ledger, params: dict[str, str], message: str
+) -> None:
+    page = client.get("/", params=params)
+    assert page.status_code == 422 and page.headers["content-type"].startswith("text/html")
+    html = page.text
+    assert "Cannot show costs" in html and escape(message) in html and '"detail"' not in html
+    assert '<form method="get">' in html  # the form is still there, refilled, to fix the value
+    assert filled.spent("*") == Decimal("105.5")
+    # The JSON API keeps its 422 with a machine-readable body.
+    api_path = "/api/spend" if "group_by" in params else "/api/summary"
+    api = client.get(api_path, params=params)
+    assert api.status_code == 422 and api.json()["detail"]
+
+
+def test_group_by_offers_the_valid_choices(client: TestClient) -> None:
+    html = client.get("/", params={"group_by": "tag:owner"}).text
+    select = html[html.index('<select name="group_by">') : html.index("</select>")]
+    for choice in ("dag", "task", "run", "trial", "kind", "market", "tag:team", "tag:project"):
+        assert f'<option value="{choice}"' in select
+    assert '<option value="tag:owner" selected>' in select
+
+
+def test_refused_and_waiting_gates_are_on_the_page(client: TestClient, filled: Ledger) -> None:
+    from costaware.adapters.gate_requests import note_gate_request
+
+    common = {"dag_id": "retrain", "task_id": "spend_gate", "map_index": -1, "for_task_id": "train"}
+    budget = "project=churn/month (2026-11)"
+    note_gate_request(
+        filled,
+        run_id="r-refused",
+        scope="project=churn",
+        budget=budget,
+        usd=Decimal("500"),
+        status="refused",
+        message=f"budget '{budget}' has $93.50 left",
+        **common,
+    )
+    note_gate_request(
+        filled,
+        run_id="r-waiting",
+        scope="project=churn",
+        budget=budget,
+        usd=Decimal("0.001655"),
+        status="waiting",
+        message="has $0.00 left",
+        **common,
+    )
+    html = client.get("/").text
+    section = html[html.index("Refused and waiting spend gates") :]
+    assert "r-refused" in section and "$500.00" in section and "refused (run failed)" in section
+    assert "project=churn/month (2026-11)" in section and "UTC" in section
+    assert "r-waiting" in section and "$0.001655" in section and "waiting" in section
+    assert "No spend gate was refused" not in section

@@ -19,7 +19,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 
 from costaware.core.errors import ConfigurationError, CostawareError, LedgerUnavailableError
-from costaware.core.money import format_usd
+from costaware.core.money import format_usd, format_usd_exact
 from costaware.plugins.ui import charts
 
 log = logging.getLogger(__name__)
@@ -210,10 +210,102 @@ def api_top_tries(filters: ReportFilters, limit: Annotated[int, Query(ge=1, le=1
     }
 
 
+GROUP_BY_CHOICES = (
+    "dag",
+    "task",
+    "run",
+    "trial",
+    "kind",
+    "market",
+    "cause",
+    "outcome",
+    "tag:team",
+    "tag:project",
+)
+TextQ = Annotated[str | None, Query()]
+
+
+def page_filters(
+    days: TextQ = None,
+    since: TextQ = None,
+    until: TextQ = None,
+    dag_id: TextQ = None,
+    scope: TextQ = None,
+    group_by: TextQ = None,
+) -> tuple[Any, str, dict[str, str], list[str]]:
+    """The page's form, read leniently: empty fields mean "all" (or the default); bad ones become messages.
+
+    Returns the ``Filters`` (None when a field is bad), the grouping, the values as typed (to refill the
+    form) and one readable message per bad field. The JSON API keeps answering 422 instead.
+    """
+    import re
+
+    from costaware.adapters.ledger_reports import Filters
+
+    typed = {
+        "days": (days or "").strip(),
+        "since": (since or "").strip(),
+        "until": (until or "").strip(),
+        "dag_id": (dag_id or "").strip(),
+        "scope": (scope or "").strip(),
+        "group_by": (group_by or "").strip(),
+    }
+    errors: list[str] = []
+    span = 30
+    if typed["days"]:
+        try:
+            span = int(typed["days"])
+        except ValueError:
+            span = 0
+        if not 1 <= span <= 366:
+            errors.append(f"Days: {typed['days']!r} is not a whole number from 1 to 366.")
+    instants: dict[str, datetime | None] = {"since": None, "until": None}
+    for name in instants:
+        if not typed[name]:
+            continue
+        try:
+            instants[name] = datetime.fromisoformat(typed[name])
+        except ValueError:
+            errors.append(
+                f"{name.title()}: {typed[name]!r} is not an ISO time such as 2026-11-01T00:00+00:00."
+            )
+            continue
+        if instants[name].tzinfo is None:  # type: ignore[union-attr]
+            errors.append(f"{name.title()}: {typed[name]!r} has no time zone: add one, e.g. +00:00.")
+    if typed["dag_id"] and not re.fullmatch(DAG_ID_PATTERN, typed["dag_id"]):
+        errors.append(
+            f"DAG: {typed['dag_id']!r} is not a DAG id (letters, digits, '_', '.', '-'); "
+            "leave it empty for all."
+        )
+    if typed["scope"] and not re.fullmatch(SCOPE_PATTERN, typed["scope"]):
+        errors.append(
+            f"Scope: {typed['scope']!r} is not a tag filter such as project=churn or project=churn,team=ml; "
+            "leave it empty (or *) for all."
+        )
+    grouping = typed["group_by"] or "dag"
+    if not re.fullmatch(GROUP_BY_PATTERN, grouping):
+        errors.append(f"Group by: {grouping!r} is not one of {', '.join(GROUP_BY_CHOICES)} or tag:<name>.")
+    if errors:
+        return None, grouping, typed, errors
+    start = instants["since"] or datetime.now(timezone.utc) - timedelta(days=span)
+    filters = Filters(
+        since=start, until=instants["until"], dag_id=typed["dag_id"] or None, scope=typed["scope"] or "*"
+    )
+    return filters, grouping, typed, []
+
+
+PageFilters = Annotated[tuple[Any, str, dict[str, str], list[str]], Depends(page_filters)]
+
+
 @cost_app.get("/", response_class=HTMLResponse, summary="The Cost page")
-def cost_page(filters: ReportFilters, group_by: GroupBy = "dag") -> str:
+def cost_page(form: PageFilters) -> HTMLResponse:
     """The Cost page: cards, spend over time, budget burn-down, spend by tag and run, costliest tries."""
+    from costaware.adapters.gate_requests import gate_requests
     from costaware.adapters.ledger_reports import burn_down, costliest_tries, daily_spend, summary
+
+    filters, group_by, typed, errors = form
+    if errors:
+        return HTMLResponse(_error_page(typed, group_by, errors), status_code=422)
 
     def build() -> str:
         ledger = _ledger()
@@ -228,11 +320,70 @@ def cost_page(filters: ReportFilters, group_by: GroupBy = "dag") -> str:
         by_run = ledger.report(group_by="run", since=f.since, dag_id=dag_id, scope=scope)[:10]
         tries = costliest_tries(ledger, f, 10)
         budgets = burn_down(ledger)
-        return _page(
+        page = _page(
             days, dag_id, group_by, scope, s, per_day, by_group, by_team, by_project, by_run, tries, budgets
         )
+        return page.replace("<!--gates-->", _gates_table(gate_requests(ledger, since=f.since, dag_id=dag_id)))
 
-    return str(_guard(build))
+    try:
+        return HTMLResponse(str(_guard(build)))
+    except HTTPException as e:  # an unreachable ledger or a bad filter: say so on the page, not in JSON
+        return HTMLResponse(_error_page(typed, group_by, [str(e.detail)]), status_code=e.status_code)
+
+
+def _group_by_options(current: str) -> str:
+    choices = list(GROUP_BY_CHOICES) + ([current] if current not in GROUP_BY_CHOICES else [])
+    return "".join(
+        f'<option value="{escape(c)}"{" selected" if c == current else ""}>{escape(c)}</option>'
+        for c in choices
+    )
+
+
+def _error_page(typed: dict[str, str], group_by: str, errors: list[str]) -> str:
+    items = "".join(f"<li>{escape(e)}</li>" for e in errors)
+    return (
+        _TEMPLATE.safe_substitute(
+            days=escape(typed.get("days") or "30"),
+            dag_id=escape(typed.get("dag_id", "")),
+            group_by=escape(group_by),
+            group_by_options=_group_by_options(group_by),
+            scope=escape(typed.get("scope", "")),
+            cards="",
+            spend_chart="",
+            budget_charts="",
+            team_chart="",
+            project_chart="",
+            group_table="",
+            run_chart="",
+            tries_table="",
+        )
+        .replace(
+            "<!--error-->", f'<div class="error" role="alert"><b>Cannot show costs:</b><ul>{items}</ul></div>'
+        )
+        .replace('<div id="report">', '<div id="report" hidden>')
+    )
+
+
+def _gates_table(requests: list[Any]) -> str:
+    """Spend gates that were refused, skipped or had to wait: what was asked, of which budget, when."""
+    if not requests:
+        return '<p class="empty">No spend gate was refused or had to wait in this period.</p>'
+    label = {"refused": "refused (run failed)", "skipped": "refused (run skipped)", "waiting": "waiting"}
+    label["reserved"] = "reserved after waiting"
+    rows = [
+        [
+            r.updated_at.strftime("%Y-%m-%d %H:%M UTC"),
+            r.dag_id,
+            r.run_id,
+            f"{r.task_id} for {r.for_task_id}",
+            format_usd_exact(r.usd),
+            r.budget,
+            label.get(r.status, r.status),
+            r.message if r.status != "reserved" else f"waited since {r.requested_at:%Y-%m-%d %H:%M} UTC",
+        ]
+        for r in requests
+    ]
+    return _table(["when", "DAG", "run", "gate", "asked", "budget", "outcome", "budget's answer"], rows)
 
 
 def _card(label: str, value: str, note: str = "") -> str:
@@ -280,7 +431,7 @@ def _page(
             charts.burn_down_line(
                 b.cumulative,
                 b.usage.cap_usd,
-                f"Budget {b.usage.label} ({b.usage.period_key}): {format_usd(b.usage.left_usd)} left",
+                f"Budget {b.usage.name}: {format_usd_exact(b.usage.left_usd)} left",
             )
             for b in budgets
         )
@@ -322,7 +473,8 @@ def _page(
         days=days,
         dag_id=escape(dag_id or ""),
         group_by=escape(group_by),
-        scope=escape(scope),
+        group_by_options=_group_by_options(group_by),
+        scope=escape("" if scope == "*" else scope),
         cards=cards,
         spend_chart=charts.stacked_bars(per_day, f"Spend per day by {group_by}"),
         budget_charts=budget_charts,
