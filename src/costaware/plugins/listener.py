@@ -278,10 +278,12 @@ def release_reservations(
                 reason,
                 e,
             )
+    from costaware.core.money import format_usd_exact
+
     for reservation in released:
         log.info(
-            "costaware: released $%s reserved in %s for %s: %s",
-            reservation.usd,
+            "costaware: released %s reserved in %s for %s: %s",
+            format_usd_exact(reservation.usd),
             ", ".join(reservation.budgets),
             reservation.holder,
             reason,
