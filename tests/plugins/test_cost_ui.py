@@ -113,6 +113,7 @@ def test_page_renders_svg_charts_and_numbers(client: TestClient) -> None:
 def test_openapi_lists_the_routes(client: TestClient) -> None:
     paths = client.get("/openapi.json").json()["paths"]
     assert {"/api/summary", "/api/spend", "/api/daily", "/api/budgets", "/api/top-tries", "/"} <= set(paths)
+    assert "/api/gates" in paths
 
 
 def test_unreachable_ledger_is_503(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -194,3 +195,8 @@ def test_refused_and_waiting_gates_are_on_the_page(client: TestClient, filled: L
     assert "project=churn/month (2026-11)" in section and "UTC" in section
     assert "r-waiting" in section and "$0.001655" in section and "waiting" in section
     assert "No spend gate was refused" not in section
+    gates = client.get("/api/gates").json()["gates"]
+    assert {(g["run_id"], g["status"], g["usd"]) for g in gates} == {
+        ("r-refused", "refused", "500.000000"),
+        ("r-waiting", "waiting", "0.001655"),
+    }

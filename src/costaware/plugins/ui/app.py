@@ -210,6 +210,32 @@ def api_top_tries(filters: ReportFilters, limit: Annotated[int, Query(ge=1, le=1
     }
 
 
+@cost_app.get("/api/gates", summary="Spend gates that were refused, skipped or had to wait")
+def api_gates(filters: ReportFilters, limit: Annotated[int, Query(ge=1, le=500)] = 50) -> dict[str, Any]:
+    """Spend gates that did not get their money at once: what they asked, of which budget, when."""
+    from costaware.adapters.gate_requests import gate_requests
+
+    found = _guard(lambda: gate_requests(_ledger(), since=filters.since, dag_id=filters.dag_id, limit=limit))
+    return {
+        "gates": [
+            {
+                "requested_at": g.requested_at.isoformat(),
+                "updated_at": g.updated_at.isoformat(),
+                "dag_id": g.dag_id,
+                "run_id": g.run_id,
+                "task_id": g.task_id,
+                "for_task_id": g.for_task_id,
+                "scope": g.scope,
+                "budget": g.budget,
+                "usd": _usd(g.usd),
+                "status": g.status,
+                "message": g.message,
+            }
+            for g in found
+        ]
+    }
+
+
 GROUP_BY_CHOICES = (
     "dag",
     "task",
