@@ -219,3 +219,14 @@ def test_release_never_raises_when_the_ledger_is_down(monkeypatch: pytest.Monkey
     monkeypatch.setenv("COSTAWARE_LEDGER_URL", "postgresql://nobody@127.0.0.1:1/ledger")
     dag_run = SimpleNamespace(dag_id="retrain", run_id="run1")
     CostListener().on_dag_run_failed(dag_run, "task_failure")  # logs; the reservation expires at its TTL
+
+
+def test_a_task_outside_any_dag_releases_nothing_and_does_not_raise(ledger_env: Ledger) -> None:
+    from airflow.providers.standard.operators.empty import EmptyOperator
+
+    ti = fake_ti()
+    ti.task = EmptyOperator(task_id="train")  # no DAG: downstream_list raises RuntimeError
+    ti.state = "failed"
+    CostListener().on_task_instance_running(None, ti)
+    CostListener().on_task_instance_failed(None, ti, ValueError("x"))
+    assert [r["outcome"] for r in ledger_env.entries(dag_id="retrain")] == ["failed"]

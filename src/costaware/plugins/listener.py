@@ -236,15 +236,22 @@ def doomed_downstream(task: Any, outcome: str) -> set[str]:
     """
     rules = _DOOMED_BY_FAILURE if outcome == "failed" else _DOOMED_BY_SKIP
     doomed: set[str] = set()
-    todo = list(getattr(task, "downstream_list", None) or [])
+    todo = _downstream(task)
     while todo:
         child = todo.pop()
         rule = getattr(child, "trigger_rule", "all_success")
         if child.task_id in doomed or str(getattr(rule, "value", rule)) not in rules:
             continue
         doomed.add(child.task_id)
-        todo.extend(getattr(child, "downstream_list", None) or [])
+        todo.extend(_downstream(child))
     return doomed
+
+
+def _downstream(task: Any) -> list[Any]:
+    try:
+        return list(getattr(task, "downstream_list", None) or [])
+    except (AttributeError, RuntimeError):  # an operator run outside any DAG (tests, ad-hoc execute)
+        return []
 
 
 def release_reservations(
