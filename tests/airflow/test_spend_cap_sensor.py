@@ -238,3 +238,13 @@ def test_nothing_is_reserved_without_a_budget(ledger_url: str, monkeypatch: pyte
     ledger = Ledger.from_url(ledger_url)
     with ledger.engine.connect() as conn:
         assert conn.execute(schema.reservations.select()).first() is None
+
+
+def test_the_reservation_log_names_the_budget_like_the_page(
+    env_ledger: Ledger, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    sensor(estimated_usd="0.001655", deferrable=False).poke(context())
+    (usage,) = env_ledger.usage("project=churn")
+    out = capsys.readouterr().out
+    assert f"Reserved $0.001655 for task 'train' in {usage.name} (reservation" in out
+    assert f"reserved $0.001655 in {usage.name} for task 'train'" in caplog.text  # the ledger's own line

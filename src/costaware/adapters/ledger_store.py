@@ -426,7 +426,8 @@ class Ledger:
                     for budget_id, _, window in applicable
                 ],
             )
-            log.info("reserved %s in %s for %s", format_usd(amount), ", ".join(labels), purpose)
+            names = ", ".join(f"{b.label} ({w.key})" for _, b, w in applicable)  # as BudgetUsage.name
+            log.info("reserved %s in %s for %s", format_usd_exact(amount), names, purpose)
             return self._reservation(conn, reservation_id)
 
     def settle(

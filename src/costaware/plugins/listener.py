@@ -266,6 +266,7 @@ def release_reservations(
     Never raises: a listener must not break the task or the scheduler; an unreleased reservation still
     expires at its TTL.
     """
+    from costaware.core.money import format_usd_exact
     from costaware.hooks.ledger import CostLedgerHook
 
     released: list[Any] = []
@@ -285,8 +286,6 @@ def release_reservations(
                 reason,
                 e,
             )
-    from costaware.core.money import format_usd_exact
-
     for reservation in released:
         log.info(
             "costaware: released %s reserved in %s for %s: %s",

@@ -113,7 +113,7 @@ class SpendCapSensor(BaseSensorOperator):
         """Reserve and return the XCom payload; None means 'not now' under on_exceeded='wait'."""
         from costaware.core.errors import BudgetExceededError
         from costaware.core.ledger import reservation_holder
-        from costaware.core.money import parse_usd
+        from costaware.core.money import format_usd_exact, parse_usd
         from costaware.hooks.ledger import CostLedgerHook
         from costaware.operators.errors import airflow_errors
 
@@ -139,10 +139,10 @@ class SpendCapSensor(BaseSensorOperator):
                 return None
         self._note(ledger, context, target, usd, "reserved", "", "")
         self.log.info(
-            "Reserved $%s of %s for task %r (reservation %s)",
-            usd,
-            reservation.budgets,
+            "Reserved %s for task %r in %s (reservation %s)",
+            format_usd_exact(usd),
             target,
+            self._budget_names(ledger, ti.run_id, reservation.budgets),
             reservation.id,
         )
         return {
@@ -152,6 +152,14 @@ class SpendCapSensor(BaseSensorOperator):
             "budgets": list(reservation.budgets),
             "for_task_id": target,
         }
+
+    def _budget_names(self, ledger: Any, run_id: str, labels: Any) -> str:
+        """``project=churn/month (2026-11)``: the names the Cost page and the CLI use."""
+        try:
+            names = [u.name for u in ledger.usage(self.scope, run_id=run_id) if u.label in set(labels)]
+        except Exception:  # only a log line: the labels will do
+            names = []
+        return ", ".join(names or list(labels))
 
     def _refused(self, ledger: Any, context: Any, target: str, usd: Any, error: Any) -> None:
         """Budget said no: note it for the Cost page, then skip, fail (no long traceback) or wait."""

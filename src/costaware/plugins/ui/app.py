@@ -178,6 +178,7 @@ def api_budgets() -> dict[str, Any]:
         "budgets": [
             {
                 "budget": b.usage.label,
+                "name": b.usage.name,
                 "period": b.usage.period_key,
                 "cap_usd": _usd(b.usage.cap_usd),
                 "spent_usd": _usd(b.usage.spent_usd),
