@@ -323,15 +323,30 @@ def release_for_doomed_downstream(ti: Any, outcome: str) -> list[Any]:
     )
 
 
-def release_run_reservations(dag_run: Any, reason: str) -> list[Any]:
-    """At the end of a run, release every reservation still open for it (its consumers never settled)."""
-    return release_reservations(
+def release_run_reservations(dag_run: Any, reason: str, *, wait_seconds: float = 30.0) -> list[Any]:
+    """At the end of a run, release every reservation still open for it (its consumers never settled).
+
+    This runs in the scheduler (or the api-server, when a person marks a run) inside its open database
+    session. Looking up the ledger's Airflow connection there would use, and close, that very session (a
+    thread-local scoped session) and detach the run being updated, so the work runs in a thread of its own,
+    with its own session, and the caller waits at most ``wait_seconds`` for it.
+    """
+    import threading
+
+    args = (
         str(dag_run.dag_id),
         str(dag_run.run_id),
         None,
         reason,
         _ledger_conn_ids(getattr(dag_run, "dag", None)),
     )
+    released: list[Any] = []
+    worker = threading.Thread(
+        target=lambda: released.extend(release_reservations(*args)), name="costaware-release", daemon=True
+    )
+    worker.start()
+    worker.join(timeout=wait_seconds)
+    return released
 
 
 class CostListener:
