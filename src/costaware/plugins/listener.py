@@ -323,13 +323,14 @@ def release_for_doomed_downstream(ti: Any, outcome: str) -> list[Any]:
     )
 
 
-def release_run_reservations(dag_run: Any, reason: str, *, wait_seconds: float = 30.0) -> list[Any]:
+def release_run_reservations(dag_run: Any, reason: str, *, wait_seconds: float = 5.0) -> list[Any]:
     """At the end of a run, release every reservation still open for it (its consumers never settled).
 
     This runs in the scheduler (or the api-server, when a person marks a run) inside its open database
     session. Looking up the ledger's Airflow connection there would use, and close, that very session (a
     thread-local scoped session) and detach the run being updated, so the work runs in a thread of its own,
-    with its own session, and the caller waits at most ``wait_seconds`` for it.
+    with its own session, and the caller waits at most ``wait_seconds`` for it: the scheduler must not
+    hold its transaction (on SQLite, the database's write lock) for long; a slower release finishes after.
     """
     import threading
 
