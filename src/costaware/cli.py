@@ -17,7 +17,7 @@ from decimal import Decimal
 from typing import Any
 
 from costaware.core.errors import CostawareError
-from costaware.core.money import format_usd
+from costaware.core.money import format_usd, format_usd_exact
 
 FORMATS = ("table", "json", "csv")
 
@@ -127,15 +127,14 @@ def _budget_show(args: argparse.Namespace) -> int:
     ledger = _ledger(args)
     usages = ledger.usage(args.scope, run_id=args.run_id)
     forecasts = forecast_rows(ledger, usages, schedule=NoSchedule() if args.no_schedule else None)
-    headers = ["budget", "period", "cap", "spent", "reserved", "left", "forecast (low-high)"]
+    headers = ["budget", "cap", "spent", "reserved", "left", "forecast (low-high)"]
     rows = [
         [
-            u.label,
-            u.period_key,
-            format_usd(u.cap_usd),
-            format_usd(u.spent_usd),
-            format_usd(u.reserved_usd),
-            format_usd(u.left_usd),
+            u.name,  # project=churn/month (2026-11): the same name as on the Cost page and in task logs
+            format_usd_exact(u.cap_usd),
+            format_usd_exact(u.spent_usd),
+            format_usd_exact(u.reserved_usd),
+            format_usd_exact(u.left_usd),
             forecast_cell(f),
         ]
         for u, f in zip(usages, forecasts, strict=True)

@@ -194,3 +194,89 @@ def test_report_shows_discounts_separately(ledger_env: Ledger, ledger_url: str, 
     import json
 
     assert json.loads(capsys.readouterr().out)["discounts"] == {"team:ml": "0.200000"}
+
+
+def _gate_then_train_dag() -> Any:
+    """spend_gate -> spot_window -> train -> promote, and a cleanup task that runs whatever happens."""
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG
+
+    with DAG("retrain", schedule=None) as dag:
+        gate, window = EmptyOperator(task_id="spend_gate"), EmptyOperator(task_id="spot_window")
+        train = EmptyOperator(task_id="train")
+        promote = EmptyOperator(task_id="promote")
+        cleanup = EmptyOperator(task_id="cleanup", trigger_rule="all_done")
+        gate >> window >> train >> promote
+        window >> cleanup
+    return dag
+
+
+def _ti_of(dag: Any, task_id: str, state: str) -> SimpleNamespace:
+    return SimpleNamespace(
+        dag_id="retrain",
+        run_id="run1",
+        task_id=task_id,
+        map_index=-1,
+        try_number=1,
+        task=dag.get_task(task_id),
+        state=state,
+        start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+        end_date=datetime(2026, 1, 1, 0, 1, tzinfo=timezone.utc),
+        get_template_context=lambda: {"params": {}},
+    )
+
+
+def test_a_task_failing_for_good_releases_what_its_downstream_consumer_held(ledger_env: Ledger) -> None:
+    # The issue's case: spend_gate reserved for `train`, then spot_window failed on a typo.
+    ledger_env.set_budget("project=churn", "month", "5")
+    ledger_env.reserve("project=churn", "0.05", holder="retrain/run1/train/-1")
+    ledger_env.reserve("project=churn", "1", holder="retrain/run1/cleanup/-1")  # all_done: may still run
+    ledger_env.reserve("project=churn", "2", holder="retrain/other-run/train/-1")
+    dag = _gate_then_train_dag()
+
+    retrying = _ti_of(dag, "spot_window", "up_for_retry")
+    CostListener().on_task_instance_failed(None, retrying, ValueError("flaky"))
+    assert len(ledger_env.open_reservations()) == 3  # a retry may still succeed: nothing released
+
+    failed = _ti_of(dag, "spot_window", "failed")
+    CostListener().on_task_instance_failed(None, failed, ValueError("unknown instance type 'm5.lrage'"))
+    left = sorted(r.holder for r in ledger_env.open_reservations())
+    assert left == ["retrain/other-run/train/-1", "retrain/run1/cleanup/-1"]
+    (usage,) = ledger_env.usage("project=churn")
+    assert usage.reserved_usd == Decimal("3")
+
+
+def test_a_skip_releases_the_consumers_it_skips(ledger_env: Ledger) -> None:
+    ledger_env.set_budget("project=churn", "month", "5")
+    ledger_env.reserve("project=churn", "0.05", holder="retrain/run1/train/-1")
+    CostListener().on_task_instance_skipped(None, _ti_of(_gate_then_train_dag(), "spot_window", "skipped"))
+    assert ledger_env.open_reservations() == []
+
+
+@pytest.mark.parametrize("hook", ["on_dag_run_failed", "on_dag_run_success"])
+def test_run_end_releases_every_reservation_still_open_for_the_run(ledger_env: Ledger, hook: str) -> None:
+    ledger_env.set_budget("project=churn", "month", "5")
+    ledger_env.reserve("project=churn", "0.05", holder="retrain/run1/train/-1")
+    ledger_env.reserve("project=churn", "0.05", holder="retrain/run1/trial/3")
+    ledger_env.reserve("project=churn", "2", holder="retrain/run10/train/-1")  # another run, same prefix
+    dag_run = SimpleNamespace(dag_id="retrain", run_id="run1")  # what the scheduler / api-server passes
+    getattr(CostListener(), hook)(dag_run, "task_failure")
+    assert [r.holder for r in ledger_env.open_reservations()] == ["retrain/run10/train/-1"]
+    assert ledger_env.usage("project=churn")[0].reserved_usd == Decimal("2")
+
+
+def test_release_never_raises_when_the_ledger_is_down(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", "postgresql://nobody@127.0.0.1:1/ledger")
+    dag_run = SimpleNamespace(dag_id="retrain", run_id="run1")
+    CostListener().on_dag_run_failed(dag_run, "task_failure")  # logs; the reservation expires at its TTL
+
+
+def test_a_task_outside_any_dag_releases_nothing_and_does_not_raise(ledger_env: Ledger) -> None:
+    from airflow.providers.standard.operators.empty import EmptyOperator
+
+    ti = fake_ti()
+    ti.task = EmptyOperator(task_id="train")  # no DAG: downstream_list raises RuntimeError
+    ti.state = "failed"
+    CostListener().on_task_instance_running(None, ti)
+    CostListener().on_task_instance_failed(None, ti, ValueError("x"))
+    assert [r["outcome"] for r in ledger_env.entries(dag_id="retrain")] == ["failed"]

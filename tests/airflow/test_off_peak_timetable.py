@@ -108,12 +108,35 @@ def test_latest_stops_the_schedule() -> None:
     assert tt.next_dagrun_info(last_automated_data_interval=None, restriction=restriction) is None
 
 
-def test_manual_run_gets_the_open_or_last_window() -> None:
+@pytest.mark.parametrize(
+    ("run_after", "start", "end"),
+    [
+        # inside a window (00:00 EDT): that window
+        ("2025-06-11T04:00:00Z", "2025-06-11T02:00:00Z", "2025-06-11T10:00:00Z"),
+        # between windows (noon EDT), what the trigger form's "now" gives: the next window, not the last
+        ("2025-06-11T16:00:00Z", "2025-06-12T02:00:00Z", "2025-06-12T10:00:00Z"),
+        # the instant a window closes: the next one
+        ("2025-06-11T10:00:00Z", "2025-06-12T02:00:00Z", "2025-06-12T10:00:00Z"),
+        # the instant a window opens: that one
+        ("2025-06-11T02:00:00Z", "2025-06-11T02:00:00Z", "2025-06-11T10:00:00Z"),
+    ],
+)
+def test_manual_run_gets_the_open_or_the_next_window(run_after: str, start: str, end: str) -> None:
     tt = OffPeakTimetable(windows=["22:00-06:00"], timezone=NY)
-    inside = tt.infer_manual_data_interval(run_after=utc("2025-06-11T04:00:00Z"))  # 00:00 EDT
-    assert (inside.start, inside.end) == (utc("2025-06-11T02:00:00Z"), utc("2025-06-11T10:00:00Z"))
-    outside = tt.infer_manual_data_interval(run_after=utc("2025-06-11T16:00:00Z"))  # noon EDT
-    assert (outside.start, outside.end) == (utc("2025-06-11T02:00:00Z"), utc("2025-06-11T10:00:00Z"))
+    interval = tt.infer_manual_data_interval(run_after=utc(run_after))
+    assert (interval.start, interval.end) == (utc(start), utc(end))
+
+
+def test_manual_run_from_the_form_never_gets_an_ended_window(clock: object) -> None:
+    # The form pre-fills the logical date with now: whatever the hour, the window has not ended yet.
+    import pendulum
+
+    from costaware.core.ledger import utcnow
+
+    tt = OffPeakTimetable(windows=["22:00-06:00"], days="mon-fri", timezone=NY)
+    now = pendulum.instance(utcnow())
+    interval = tt.infer_manual_data_interval(run_after=now)
+    assert interval.end > now and interval.start - now < pendulum.duration(days=4)
 
 
 def test_summary_description_and_serialization() -> None:

@@ -61,11 +61,93 @@ def test_poke_waits_while_the_budget_is_short(env_ledger: Ledger) -> None:
 
 
 def test_skip_and_fail_policies_name_the_budget(env_ledger: Ledger) -> None:
-    with pytest.raises(AirflowSkipException, match=r"project=churn/\d{4}-\d{2}' has \$10.00 left"):
+    with pytest.raises(AirflowSkipException, match=r"project=churn/month \(\d{4}-\d{2}\)' has \$10.00 left"):
         sensor(estimated_usd="11", on_exceeded="skip").execute(context())
-    with pytest.raises(AirflowFailException, match=r"task 'train' needs an estimated \$11.00"):
+    with pytest.raises(
+        AirflowFailException, match=r"budget 'project=churn/month \(\d{4}-\d{2}\)' refused 'train'"
+    ):
         sensor(estimated_usd="11", on_exceeded="fail").execute(context())
     assert env_ledger.open_reservations() == []
+
+
+def test_a_refusal_is_a_short_summary_in_the_log_not_a_chained_traceback(
+    env_ledger: Ledger, capsys: pytest.CaptureFixture[str]
+) -> None:
+    env_ledger.record(_spent("0.001655"))
+    with pytest.raises(AirflowFailException) as refused:
+        sensor(estimated_usd="11", on_exceeded="fail").execute(context())
+    assert refused.value.__cause__ is None and refused.value.__suppress_context__  # no ledger internals
+    assert len(str(refused.value)) < 100
+    out = capsys.readouterr().out
+    lines = out[out.index("Budget refused") :].splitlines()[:8]
+    assert all(len(line) < 80 for line in lines[1:7])
+    fields = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    assert fields["budget"].startswith("project=churn/month (") and fields["budget"].endswith(")")
+    assert (fields["cap"], fields["spent"], fields["reserved"]) == ("$10.00", "$0.001655", "$0.00")
+    assert (fields["left"], fields["need"]) == ("$9.998345", "$11.00")  # not "$10.00 left" next to it
+    assert fields["to do"].startswith("raise the cap with `costaware budget set`")
+
+
+def _spent(usd: str) -> Any:
+    from decimal import Decimal
+
+    from costaware.core.ledger import Kind, LedgerEntry
+
+    return LedgerEntry(
+        dag_id="retrain",
+        run_id="earlier",
+        task_id="train",
+        kind=Kind.COMPUTE,
+        usd=Decimal(usd),
+        tags={"project": "churn"},
+    )
+
+
+@pytest.mark.parametrize(
+    ("compute", "message"),
+    [
+        ({"instance_type": "m5.lrage", "region": "us-east-1"}, "did you mean m5.large"),
+        ({"instance_type": "m5.large", "region": "us-esat-1"}, "us-esat-1"),
+        ({"instance_type": "m5.large"}, "set region too"),
+        ({"market": "spotty"}, "unknown market 'spotty'"),
+    ],
+)
+def test_compute_that_cannot_be_priced_fails_before_anything_is_reserved(
+    env_ledger: Ledger, compute: dict[str, str], message: str
+) -> None:
+    with pytest.raises(AirflowFailException, match=message):
+        sensor(deferrable=False, **compute).poke(context())
+    assert env_ledger.open_reservations() == []
+    assert env_ledger.usage("project=churn")[0].reserved_usd == 0
+
+
+def test_known_compute_passes_the_early_check(env_ledger: Ledger) -> None:
+    gate = sensor(deferrable=False, instance_type="c5.4xlarge", region="us-east-1", market="spot")
+    assert gate.poke(context()).xcom_value["usd"] == "4.000000"  # type: ignore[union-attr]
+
+
+def test_refusals_and_waits_are_noted_for_the_cost_page(env_ledger: Ledger) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from costaware.adapters.gate_requests import gate_requests
+
+    with pytest.raises(AirflowFailException):
+        sensor(estimated_usd="11", on_exceeded="fail").execute(context("run-refused"))
+    assert sensor(estimated_usd="12", deferrable=False).poke(context("run-waiting")) is False
+    assert sensor(estimated_usd="12", deferrable=False).poke(context("run-waiting")) is False  # same row
+    assert sensor(estimated_usd="1", deferrable=False).poke(context("run-at-once"))  # not noted
+    since = datetime.now(timezone.utc) - timedelta(hours=1)
+    found = {r.run_id: r for r in gate_requests(env_ledger, since=since)}
+    assert set(found) == {"run-refused", "run-waiting"}
+    refused, waiting = found["run-refused"], found["run-waiting"]
+    assert (refused.status, str(refused.usd), refused.for_task_id) == ("refused", "11.000000", "train")
+    assert refused.budget.startswith("project=churn/month (") and "$10.00 left" in refused.message
+    assert (waiting.status, str(waiting.usd)) == ("waiting", "12.000000")
+
+    env_ledger.set_budget("project=churn", "month", "30")
+    assert sensor(estimated_usd="12", deferrable=False).poke(context("run-waiting"))
+    (after,) = [r for r in gate_requests(env_ledger, since=since) if r.run_id == "run-waiting"]
+    assert after.status == "reserved" and after.budget == waiting.budget and after.usd == waiting.usd
 
 
 @pytest.mark.parametrize(("usd", "message"), [("-3", "zero or more"), ("nan", "finite"), ("lots", "'lots'")])
@@ -156,3 +238,13 @@ def test_nothing_is_reserved_without_a_budget(ledger_url: str, monkeypatch: pyte
     ledger = Ledger.from_url(ledger_url)
     with ledger.engine.connect() as conn:
         assert conn.execute(schema.reservations.select()).first() is None
+
+
+def test_the_reservation_log_names_the_budget_like_the_page(
+    env_ledger: Ledger, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    sensor(estimated_usd="0.001655", deferrable=False).poke(context())
+    (usage,) = env_ledger.usage("project=churn")
+    out = capsys.readouterr().out
+    assert f"Reserved $0.001655 for task 'train' in {usage.name} (reservation" in out
+    assert f"reserved $0.001655 in {usage.name} for task 'train'" in caplog.text  # the ledger's own line

@@ -362,3 +362,67 @@ def test_priority_and_zone_traces_are_checked(tmp_path: Path, ledger_env: Ledger
     with pytest.raises(AirflowFailException, match="is one trace but availability_zones lists 2 zones"):
         sensor.execute(context())
     assert ledger_env.entries(dag_id="spot_window_test") == []
+
+
+def _ui_run_context(windows: str) -> dict[str, Any]:
+    """What a run triggered from the form gets: the logical date is now, the interval is the timetable's."""
+    import pendulum
+
+    from costaware.core.ledger import utcnow
+    from costaware.timetables import OffPeakTimetable
+
+    interval = OffPeakTimetable(windows=[windows], timezone="UTC").infer_manual_data_interval(
+        run_after=pendulum.instance(utcnow())
+    )
+    return context(data_interval_start=interval.start, data_interval_end=interval.end)
+
+
+def _hours_from_now(hours: int) -> str:
+    return f"{(now() + timedelta(hours=hours)).hour:02d}:00"
+
+
+def test_ui_manual_run_inside_the_window_can_choose_spot(tmp_path: Path, ledger_env: Ledger) -> None:
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="0.10")  # far below on-demand (3.06) and any forecast hour
+    ctx = _ui_run_context(f"{_hours_from_now(-1)}-{_hours_from_now(7)}")
+    result = make_sensor(prices=str(prices), deadline="").execute(ctx)
+    assert result["market"] == "spot", result["reason"]
+    assert datetime.fromisoformat(result["deadline"]) > now() + timedelta(hours=5)
+
+
+def test_ui_manual_run_between_windows_waits_for_the_next_window(
+    tmp_path: Path, ledger_env: Ledger, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="0.10")
+    ctx = _ui_run_context(f"{_hours_from_now(3)}-{_hours_from_now(11)}")
+    with pytest.raises(TaskDeferred) as deferred:  # not on-demand against a deadline in the past
+        make_sensor(prices=str(prices), deadline="").execute(ctx)
+    trigger = deferred.value.trigger
+    assert datetime.fromisoformat(trigger.not_before) > now() + timedelta(hours=2)
+    assert datetime.fromisoformat(trigger.latest_start) > datetime.fromisoformat(trigger.not_before)
+    assert "already past" not in capsys.readouterr().out
+
+
+def test_a_deadline_param_before_the_window_wins_over_the_window(
+    tmp_path: Path, ledger_env: Ledger, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="0.10")
+    ctx = _ui_run_context(f"{_hours_from_now(6)}-{_hours_from_now(14)}")
+    deadline = (now() + timedelta(hours=3)).isoformat()
+    result = make_sensor(prices=str(prices), deadline=deadline).execute(ctx)
+    assert result["market"] == "spot" and result["deadline"] == datetime.fromisoformat(deadline).isoformat()
+    assert "comes before the run's window opens" in capsys.readouterr().out
+
+
+def test_a_deadline_in_the_past_is_said_out_loud(
+    tmp_path: Path, ledger_env: Ledger, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="0.10")
+    past = (now() - timedelta(hours=15)).isoformat()
+    result = make_sensor(prices=str(prices), deadline=past).execute(context())
+    assert result["market"] == "on_demand"
+    out = capsys.readouterr().out
+    assert "is already past" in out and "give a later deadline" in out and "the deadline argument" in out

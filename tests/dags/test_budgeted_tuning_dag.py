@@ -31,7 +31,8 @@ def test_tuning_dag_prunes_and_promotes_and_reports_each_trial(airflow_env: dict
     run = _run(airflow_env, "airflow", "dags", "test", "budgeted_tuning")
     output = run.stdout + run.stderr
     assert run.returncode == 0, output[-4000:]
-    assert re.search(r"right-size for budgeted_tuning\.tuning\.trial \(sized declared\): m5\.large on_demand", output)
+    sized = r"right-size for budgeted_tuning\.tuning\.trial \(sized declared\): m5\.large on_demand"
+    assert re.search(sized, output)
 
     ledger = Ledger.from_url(airflow_env["COSTAWARE_LEDGER_URL"])
     run_id = ledger.last_run_id("budgeted_tuning")

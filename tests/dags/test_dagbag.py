@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from airflow.dag_processing.dagbag import DagBag
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
@@ -20,3 +21,59 @@ def test_retrain_dag_shape() -> None:
     assert dag.get_task("retrain").upstream_task_ids == {"spot_window"}
     assert type(dag.timetable).__name__ == "OffPeakTimetable"
     assert {"team:ml-platform", "project:flight-delays"} <= set(dag.tags)
+
+
+def _form_params() -> dict[str, dict]:  # type: ignore[type-arg]
+    """The params as the trigger form gets them: from the DAG's serialized form (the api-server's)."""
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    dag = DagBag(dag_folder=str(DAGS)).dags["cost_aware_retrain"]
+    params = DagSerialization.to_dict(dag)["dag"]["params"]
+    return {name: {**p, "schema": p["schema"]["__var"]} for name, p in params}
+
+
+def _required_in_form(schema: dict) -> bool:  # type: ignore[type-arg]
+    # The form's rule (Airflow 3.3 UI): a field is required unless its type allows null.
+    kind = schema.get("type")
+    return bool(kind) and not (isinstance(kind, list) and "null" in kind)
+
+
+def test_trigger_form_params_have_titles_types_and_bounds() -> None:
+    params = _form_params()
+    for name in ("train_budget_usd", "force_full_retrain", "train_instance_type", "spot_deadline"):
+        assert params[name]["schema"].get("title"), name
+    assert params["replay_date"]["schema"]["title"] == "Day of 2013 to replay"
+    assert params["data_root"]["schema"]["title"] == "Data folder"
+
+    budget = params["train_budget_usd"]
+    assert budget["schema"]["type"] == "number"  # validated as you type; letters cannot be entered
+    assert 0 < budget["schema"]["minimum"] <= budget["default"] <= budget["schema"]["maximum"]
+    assert budget["schema"]["maximum"] >= 999_999  # a big value still reaches the budget's cap check
+
+    toggle = params["force_full_retrain"]
+    assert toggle["default"] is False and not _required_in_form(toggle["schema"])
+    assert "boolean" in toggle["schema"]["type"]
+
+    deadline = params["spot_deadline"]
+    assert deadline["schema"]["format"] == "date-time"
+    text = deadline["description"]
+    assert "ISO" not in text and "Pick a date and a time" in text and "time zone" in text and "UTC" in text
+
+
+def test_the_form_s_values_validate_and_bad_ones_do_not() -> None:
+    from airflow.sdk import Param
+    from airflow.sdk.exceptions import ParamValidationError
+
+    params = _form_params()
+    budget = Param(params["train_budget_usd"]["default"], **params["train_budget_usd"]["schema"])
+    assert budget.resolve(500) == 500 and budget.resolve(999_999) == 999_999
+    for bad in ("abc", -1, 0, 2_000_000):
+        with pytest.raises(ParamValidationError):
+            budget.resolve(bad)
+    toggle = Param(False, **params["force_full_retrain"]["schema"])
+    assert toggle.resolve(None) is None and toggle.resolve(True) is True
+
+
+def test_spend_gate_checks_the_instance_type_before_reserving() -> None:
+    gate = DagBag(dag_folder=str(DAGS)).dags["cost_aware_retrain"].get_task("spend_gate")
+    assert gate.instance_type == "{{ params.train_instance_type }}" and gate.region == "us-east-1"

@@ -100,6 +100,18 @@ def test_person_logs_in_and_reads_the_cost_page(server: tuple[AirflowServer, Led
         assert page.locator("svg.chart rect").count() > 0  # bars drawn from the ledger
         page.screenshot(path=str(OUTPUT / "cost_page.png"), full_page=True)
 
+        # The form as a new user uses it: "Show" with the DAG and scope fields empty is the page for all
+        # DAGs, not raw JSON; a bad DAG id is a message on the page.
+        page.goto(airflow.base + "/costaware/")
+        page.click("button[type=submit]")
+        page.wait_for_selector("svg.chart")
+        text = page.inner_text("body")
+        assert "Spend over time" in text and "string_pattern_mismatch" not in page.content()
+        page.fill("input[name=dag_id]", "not a dag")
+        page.click("button[type=submit]")
+        page.wait_for_selector(".error")
+        assert "DAG: 'not a dag' is not a DAG id" in page.inner_text("body")
+
         page.goto(airflow.base + "/plugin/cost")  # the nav entry: the page inside the Airflow UI
         page.wait_for_selector("iframe", timeout=30_000)
         page.wait_for_timeout(2000)

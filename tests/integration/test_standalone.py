@@ -65,3 +65,26 @@ def test_trigger_form_params_are_validated(
         airflow.call("POST", "/api/v2/dags/cost_aware_retrain/dagRuns", {"logical_date": None, "conf": conf})
     assert refused.value.code in (400, 422)
     assert field in refused.value.read().decode()
+
+
+def test_a_run_marked_failed_by_a_person_gives_its_reservations_back(
+    server: tuple[AirflowServer, Ledger],
+) -> None:
+    # The api-server runs the run-end listener when a person marks a run failed: money held for the run's
+    # consumer (here `train`, behind a gate that is still waiting) is released at once, not after its TTL.
+    airflow, ledger = server
+    ledger.set_budget("project=wait-test", "month", "0")
+    ledger.set_budget("project=mark-test", "total", "10")
+    airflow.wait_for_dag("budget_wait")
+    run_id = airflow.trigger("budget_wait")
+    deadline = time.monotonic() + 120
+    while airflow.task_states("budget_wait", run_id).get("spend_gate") != "deferred":
+        assert time.monotonic() < deadline, airflow.task_states("budget_wait", run_id)
+        time.sleep(1)
+    held = ledger.reserve("project=mark-test", "1", holder=f"budget_wait/{run_id}/train/-1")
+    airflow.call("PATCH", f"/api/v2/dags/budget_wait/dagRuns/{run_id}", {"state": "failed"})
+    deadline = time.monotonic() + 60
+    while any(r.id == held.id for r in ledger.open_reservations()):
+        assert time.monotonic() < deadline, "the reservation is still held after the run was marked failed"
+        time.sleep(1)
+    assert ledger.usage("project=mark-test")[0].reserved_usd == 0

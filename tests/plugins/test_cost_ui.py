@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
+from html import escape
 
 import pytest
 from fastapi.testclient import TestClient
@@ -28,7 +29,7 @@ def entry(usd: str, **overrides: object) -> LedgerEntry:
         "instance_type": "m5.large",
     }
     values.update(overrides)
-    return LedgerEntry(**values)  # type: ignore[arg-type]
+    return LedgerEntry(**values)
 
 
 @pytest.fixture
@@ -113,9 +114,119 @@ def test_page_renders_svg_charts_and_numbers(client: TestClient) -> None:
 def test_openapi_lists_the_routes(client: TestClient) -> None:
     paths = client.get("/openapi.json").json()["paths"]
     assert {"/api/summary", "/api/spend", "/api/daily", "/api/budgets", "/api/top-tries", "/"} <= set(paths)
+    assert "/api/gates" in paths
 
 
 def test_unreachable_ledger_is_503(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COSTAWARE_LEDGER_URL", "postgresql://nobody@127.0.0.1:1/ledger")
     response = client.get("/api/summary")
     assert response.status_code == 503 and "cannot" in response.json()["detail"]
+
+
+def test_the_form_s_defaults_show_the_page_not_json(client: TestClient) -> None:
+    # What "Show" sends with the DAG and scope fields left empty.
+    page = client.get("/", params={"days": "30", "dag_id": "", "group_by": "dag", "scope": ""})
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "$6.50" in page.text and "string_pattern_mismatch" not in page.text
+    all_scope = client.get("/", params={"days": "", "dag_id": "", "scope": "*", "group_by": ""})
+    assert all_scope.status_code == 200 and "$6.50" in all_scope.text
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"dag_id": "a b"}, "DAG: 'a b' is not a DAG id"),
+        ({"scope": "project"}, "Scope: 'project' is not a tag filter"),
+        ({"days": "abc"}, "Days: 'abc' is not a whole number from 1 to 366"),
+        ({"group_by": "dag; DROP TABLE x"}, "Group by: 'dag; DROP TABLE x' is not one of dag, task"),
+        ({"since": "2026-01-01T00:00:00"}, "has no time zone"),
+    ],
+)
+def test_a_bad_filter_is_a_readable_message_on_the_page(
+    client: TestClient, filled: Ledger, params: dict[str, str], message: str
+) -> None:
+    page = client.get("/", params=params)
+    assert page.status_code == 422 and page.headers["content-type"].startswith("text/html")
+    html = page.text
+    assert "Cannot show costs" in html and escape(message) in html and '"detail"' not in html
+    assert '<form method="get">' in html  # the form is still there, refilled, to fix the value
+    assert filled.spent("*") == Decimal("105.5")
+    # The JSON API keeps its 422 with a machine-readable body.
+    api_path = "/api/spend" if "group_by" in params else "/api/summary"
+    api = client.get(api_path, params=params)
+    assert api.status_code == 422 and api.json()["detail"]
+
+
+def test_group_by_offers_the_valid_choices(client: TestClient) -> None:
+    html = client.get("/", params={"group_by": "tag:owner"}).text
+    select = html[html.index('<select name="group_by">') : html.index("</select>")]
+    for choice in ("dag", "task", "run", "trial", "kind", "market", "tag:team", "tag:project"):
+        assert f'<option value="{choice}"' in select
+    assert '<option value="tag:owner" selected>' in select
+
+
+def test_refused_and_waiting_gates_are_on_the_page(client: TestClient, filled: Ledger) -> None:
+    from costaware.adapters.gate_requests import note_gate_request
+
+    common = {"dag_id": "retrain", "task_id": "spend_gate", "map_index": -1, "for_task_id": "train"}
+    budget = "project=churn/month (2026-11)"
+    note_gate_request(
+        filled,
+        run_id="r-refused",
+        scope="project=churn",
+        budget=budget,
+        usd=Decimal("500"),
+        status="refused",
+        message=f"budget '{budget}' has $93.50 left",
+        **common,
+    )
+    note_gate_request(
+        filled,
+        run_id="r-waiting",
+        scope="project=churn",
+        budget=budget,
+        usd=Decimal("0.001655"),
+        status="waiting",
+        message="has $0.00 left",
+        **common,
+    )
+    html = client.get("/").text
+    section = html[html.index("Refused and waiting spend gates") :]
+    assert "r-refused" in section and "$500.00" in section and "refused (run failed)" in section
+    assert "project=churn/month (2026-11)" in section and "UTC" in section
+    assert "r-waiting" in section and "$0.001655" in section and "waiting" in section
+    assert "No spend gate was refused" not in section
+    gates = client.get("/api/gates").json()["gates"]
+    assert {(g["run_id"], g["status"], g["usd"]) for g in gates} == {
+        ("r-refused", "refused", "500.000000"),
+        ("r-waiting", "waiting", "0.001655"),
+    }
+
+
+def test_approved_and_rejected_overages_are_on_the_page(client: TestClient, filled: Ledger) -> None:
+    from costaware.adapters.gate_requests import note_gate_request
+
+    common = {"dag_id": "retrain", "task_id": "spend_gate", "map_index": -1, "for_task_id": "train"}
+    budget = "project=churn/month (2026-11)"
+    asked = {"scope": "project=churn", "budget": budget, "usd": Decimal("12.5"), "status": "approval"}
+    for run_id in ("r-approved", "r-rejected", "r-asking"):
+        note_gate_request(filled, run_id=run_id, message="would pass the cap", **asked, **common)
+    ending = {"scope": "project=churn", "budget": "", "usd": Decimal("12.5")}
+    note_gate_request(
+        filled, run_id="r-approved", status="approved", message="approved by ann", **ending, **common
+    )
+    note_gate_request(
+        filled, run_id="r-rejected", status="rejected", message="not approved (bob)", **ending, **common
+    )
+    # Approved at once never happens (an approval always follows a refusal), but an ending note with
+    # nothing open adds no row.
+    note_gate_request(filled, run_id="r-other", status="approved", message="x", **ending, **common)
+
+    gates = {g["run_id"]: g for g in client.get("/api/gates").json()["gates"]}
+    assert set(gates) == {"r-approved", "r-rejected", "r-asking"}
+    assert gates["r-approved"]["status"] == "approved" and gates["r-approved"]["message"] == "approved by ann"
+    assert gates["r-approved"]["budget"] == budget  # the ending note keeps the budget that was asked
+    assert gates["r-rejected"]["status"] == "rejected" and gates["r-asking"]["status"] == "approval"
+    section = client.get("/").text.split("Refused and waiting spend gates")[1]
+    assert "overage approved" in section and "approved by ann" in section
+    assert "overage rejected" in section and "waiting for approval" in section

@@ -270,3 +270,24 @@ window_claims = Table(
     Column("run_id", String(250), nullable=False),
     Column("claimed_at", UTCDateTime, nullable=False),
 )
+
+# Spend gates that did not get their money at once: refused (failed or skipped) or waiting for room.
+# One row per gate task instance and outcome; a wait that ends with a reservation is marked "reserved".
+gate_requests = Table(
+    "costaware_gate_requests",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("requested_at", UTCDateTime, nullable=False, index=True),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Column("dag_id", String(250), nullable=False),
+    Column("run_id", String(250), nullable=False),
+    Column("task_id", String(250), nullable=False),
+    Column("map_index", Integer, nullable=False),
+    Column("for_task_id", String(250), nullable=False),
+    Column("scope", String(512), nullable=False),
+    Column("budget", String(600), nullable=False),
+    Column("usd_micros", BigInteger, nullable=False),
+    Column("status", String(10), nullable=False),
+    Column("message", Text, nullable=False),
+    Index("ix_costaware_gate_requests_ti", "dag_id", "run_id", "task_id", "map_index"),
+)

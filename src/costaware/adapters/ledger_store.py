@@ -51,7 +51,7 @@ from costaware.core.ledger import (
     Reservation,
     utcnow,
 )
-from costaware.core.money import format_usd, from_micros, parse_usd, to_micros
+from costaware.core.money import format_usd, format_usd_exact, from_micros, parse_usd, to_micros
 
 log = logging.getLogger(__name__)
 
@@ -478,7 +478,8 @@ class Ledger:
                     for budget_id, _, window in applicable
                 ],
             )
-            log.info("reserved %s in %s for %s", format_usd(amount), ", ".join(labels), purpose)
+            names = ", ".join(f"{b.label} ({w.key})" for _, b, w in applicable)  # as BudgetUsage.name
+            log.info("reserved %s in %s for %s", format_usd_exact(amount), names, purpose)
             return self._reservation(conn, reservation_id)
 
     def settle(
@@ -734,28 +735,41 @@ def group_column(group_by: str) -> ColumnElement[Any]:
 
 
 def _check_cap(usage: BudgetUsage, amount: Decimal, gpu: Decimal, purpose: str, window: PeriodWindow) -> None:
-    label = f"{usage.label.rsplit('/', 1)[0]}/{window.key}"
+    name = usage.name
     if usage.spent_usd + usage.reserved_usd + amount > usage.cap_usd:
+        left = format_usd_exact(max(usage.left_usd, Decimal(0)))
+        cap, spent = format_usd_exact(usage.cap_usd), format_usd_exact(usage.spent_usd)
+        reserved, need = format_usd_exact(usage.reserved_usd), format_usd_exact(amount)
+        todo = "raise the cap with `costaware budget set` or lower the estimate"
         raise BudgetExceededError(
-            f"budget '{label}' has {format_usd(max(usage.left_usd, Decimal(0)))} left "
-            f"(cap {format_usd(usage.cap_usd)}, spent {format_usd(usage.spent_usd)}, reserved "
-            f"{format_usd(usage.reserved_usd)}); {purpose} needs an estimated {format_usd(amount)}: "
-            "raise the cap "
-            f"with `costaware budget set` or lower the estimate",
-            scope=label,
+            f"budget '{name}' has {left} left (cap {cap}, spent {spent}, reserved {reserved}); "
+            f"{purpose} needs an estimated {need}: {todo}",
+            scope=name,
             spent_usd=str(usage.spent_usd + usage.reserved_usd),
             cap_usd=str(usage.cap_usd),
             needed_usd=str(amount),
+            summary="\n".join(
+                [
+                    f"Budget refused {purpose}: it needs an estimated {need}, the budget has {left} left.",
+                    f"  budget:   {name}",
+                    f"  cap:      {cap}",
+                    f"  spent:    {spent}",
+                    f"  reserved: {reserved}",
+                    f"  left:     {left}",
+                    f"  need:     {need}",
+                    f"  to do:    {todo}",
+                ]
+            ),
         )
     if (
         usage.cap_gpu_hours is not None
         and usage.spent_gpu_hours + usage.reserved_gpu_hours + gpu > usage.cap_gpu_hours
     ):
         raise BudgetExceededError(
-            f"budget '{label}' has "
+            f"budget '{name}' has "
             f"{usage.cap_gpu_hours - usage.spent_gpu_hours - usage.reserved_gpu_hours} GPU-hours "
             f"left of {usage.cap_gpu_hours}; {purpose} needs {gpu}: raise the GPU-hour cap",
-            scope=label,
+            scope=name,
             spent_usd=str(usage.spent_usd),
             cap_usd=str(usage.cap_usd),
             needed_usd=str(amount),

@@ -27,13 +27,22 @@ class BudgetExceededError(CostawareError):
     """Raised when reserving an amount would pass a budget's cap."""
 
     def __init__(
-        self, message: str, *, scope: str = "", spent_usd: str = "", cap_usd: str = "", needed_usd: str = ""
+        self,
+        message: str,
+        *,
+        scope: str = "",
+        spent_usd: str = "",
+        cap_usd: str = "",
+        needed_usd: str = "",
+        summary: str = "",
     ) -> None:
         super().__init__(message)
         self.scope = scope
         self.spent_usd = spent_usd
         self.cap_usd = cap_usd
         self.needed_usd = needed_usd
+        #: The same refusal as a few short lines (budget, cap, spent, reserved, need, what to do), for logs.
+        self.summary = summary or message
 
 
 class PriceNotFoundError(ConfigurationError, LookupError):

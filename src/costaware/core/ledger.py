@@ -150,6 +150,11 @@ class BudgetUsage:
     def left_usd(self) -> Decimal:
         return self.cap_usd - self.spent_usd - self.reserved_usd
 
+    @property
+    def name(self) -> str:
+        """The budget's name on the Cost page, in logs and in the CLI: ``project=churn/month (2026-11)``."""
+        return f"{self.label} ({self.period_key})"
+
 
 @dataclass(frozen=True, slots=True)
 class ReportRow:

@@ -53,6 +53,17 @@ def from_micros(micros: int | None) -> Decimal:
     return (Decimal(micros or 0) / MICROS_PER_USD).quantize(_MICRO)
 
 
+def format_usd_exact(amount: Decimal) -> str:
+    """``$24.998345``: every digit down to the micro-dollar, at least cents (``$25.00``, ``$0.001655``).
+
+    For figures read side by side (a budget's cap, spent, reserved and left), where rounding one of them
+    to cents would contradict the others.
+    """
+    exponent = amount.quantize(_MICRO).normalize().as_tuple().exponent
+    places = min(6, max(2, -exponent if isinstance(exponent, int) else 2))
+    return format_usd(amount, places=places)
+
+
 def format_usd(amount: Decimal, *, places: int | None = None) -> str:
     """``$1,234.56`` for amounts of a cent or more, six places below that so small task costs stay visible."""
     if places is None:

@@ -41,10 +41,22 @@ class SpendCapSensor(BaseSensorOperator):
             allowed to answer the DAG's required actions).
         approval_timeout: With ``on_exceeded="approve"``: how long to wait for an answer (then: rejected).
         on_rejected: With ``on_exceeded="approve"``: ``fail`` or ``skip`` after a rejection or timeout.
+        instance_type: Instance type the reserved-for task will run on; checked against the price list
+            before anything is reserved, so a typo fails here, not after money is held (templated).
+        region: Region of that instance, checked with it (templated).
+        market: ``spot``, ``on_demand`` or ``local``, checked before reserving (templated).
         **kwargs: Sensor arguments: ``poke_interval``, ``timeout``, ``mode``, ``soft_fail``, ...
     """
 
-    template_fields: Sequence[str] = ("scope", "estimated_usd", "estimated_gpu_hours", "for_task_id")
+    template_fields: Sequence[str] = (
+        "scope",
+        "estimated_usd",
+        "estimated_gpu_hours",
+        "for_task_id",
+        "instance_type",
+        "region",
+        "market",
+    )
     ui_color = "#fdf2d0"
 
     def __init__(
@@ -61,6 +73,9 @@ class SpendCapSensor(BaseSensorOperator):
         approvers: Sequence[str] = (),
         approval_timeout: timedelta | None = timedelta(hours=12),
         on_rejected: str = "fail",
+        instance_type: str | None = None,
+        region: str | None = None,
+        market: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -75,6 +90,27 @@ class SpendCapSensor(BaseSensorOperator):
         self.reservation_ttl = reservation_ttl
         self.ledger_conn_id = ledger_conn_id
         self.deferrable = deferrable
+        self.instance_type = instance_type
+        self.region = region
+        self.market = market
+
+    def _check_compute(self) -> None:
+        """Fail on an instance type, region or market that cannot be priced, before money is reserved."""
+        from costaware.core.ledger import Market
+
+        if self.market not in (None, "", "None"):
+            Market.parse(str(self.market))
+        if self.instance_type in (None, "", "None"):
+            return
+        if self.region in (None, "", "None"):
+            from costaware.core.errors import ConfigurationError
+
+            raise ConfigurationError(
+                f"instance_type={self.instance_type!r} is checked with its region: set region too"
+            )
+        from costaware.adapters.price_files import bundled_catalog
+
+        bundled_catalog().on_demand_usd_per_hour(str(self.instance_type), str(self.region))
 
     def _init_governance(
         self,
@@ -110,13 +146,14 @@ class SpendCapSensor(BaseSensorOperator):
         """Reserve and return the XCom payload; None means 'not now' under on_exceeded='wait'."""
         from costaware.core.errors import BudgetExceededError
         from costaware.core.ledger import reservation_holder
-        from costaware.core.money import parse_usd
+        from costaware.core.money import format_usd_exact, parse_usd
         from costaware.glue import airflow_errors
         from costaware.hooks.ledger import CostLedgerHook
 
         ti = context["ti"]
         target = self._target()
         with airflow_errors():
+            self._check_compute()
             usd = parse_usd(self.estimated_usd, name="estimated_usd")
             gpu_hours = parse_usd(self.estimated_gpu_hours, name="estimated_gpu_hours")
             ledger = CostLedgerHook(self.ledger_conn_id).get_conn()
@@ -133,18 +170,16 @@ class SpendCapSensor(BaseSensorOperator):
                 )
             except BudgetExceededError as e:
                 if self.on_exceeded == "approve":
+                    self._note(ledger, context, target, usd, "approval", e.scope, str(e))
                     self._ask_approval(context, e, target)
-                if self.on_exceeded == "skip":
-                    raise AirflowSkipException(f"skipping: {e}") from e
-                if self.on_exceeded == "fail":
-                    raise AirflowFailException(str(e)) from e
-                self.log.info("Budget has no room yet, waiting: %s", e)
+                self._refused(ledger, context, target, usd, e)
                 return None
+        self._note(ledger, context, target, usd, "reserved", "", "")
         self.log.info(
-            "Reserved $%s of %s for task %r (reservation %s)",
-            usd,
-            reservation.budgets,
+            "Reserved %s for task %r in %s (reservation %s)",
+            format_usd_exact(usd),
             target,
+            self._budget_names(ledger, ti.run_id, reservation.budgets),
             reservation.id,
         )
         return {
@@ -218,8 +253,8 @@ class SpendCapSensor(BaseSensorOperator):
         from costaware.adapters.ledger_governance import record_audit
         from costaware.core.ledger import reservation_holder
         from costaware.core.money import parse_usd
+        from costaware.glue import airflow_errors
         from costaware.hooks.ledger import CostLedgerHook
-        from costaware.operators.errors import airflow_errors
         from costaware.sensors.spend_approval import decision
 
         ti = context["ti"]
@@ -238,6 +273,7 @@ class SpendCapSensor(BaseSensorOperator):
                     details={**details, "usd": str(usd), "scope": str(self.scope)},
                 )
                 message = f"spending ${usd} past the budget of {self.scope!r} was not approved ({who})"
+                self._note(ledger, context, target, usd, "rejected", "", f"not approved ({who})")
                 if self.on_rejected == "skip":
                     raise AirflowSkipException(message)
                 raise AirflowFailException(message)
@@ -252,6 +288,7 @@ class SpendCapSensor(BaseSensorOperator):
                 approved_by=who,
                 approval=details,
             )
+            self._note(ledger, context, target, usd, "approved", "", f"approved by {who}")
         self.log.warning(
             "%s approved $%s past the cap of %s (reservation %s)", who, usd, self.scope, reservation.id
         )
@@ -263,6 +300,55 @@ class SpendCapSensor(BaseSensorOperator):
             "for_task_id": target,
             "approved_by": who,
         }
+
+    def _budget_names(self, ledger: Any, run_id: str, labels: Any) -> str:
+        """``project=churn/month (2026-11)``: the names the Cost page and the CLI use."""
+        try:
+            names = [u.name for u in ledger.usage(self.scope, run_id=run_id) if u.label in set(labels)]
+        except Exception:  # only a log line: the labels will do
+            names = []
+        return ", ".join(names or list(labels))
+
+    def _refused(self, ledger: Any, context: Any, target: str, usd: Any, error: Any) -> None:
+        """Budget said no: note it for the Cost page, then skip, fail (no long traceback) or wait."""
+        status = {"skip": "skipped", "fail": "refused"}.get(self.on_exceeded, "waiting")
+        self._note(ledger, context, target, usd, status, error.scope, str(error))
+        if self.on_exceeded == "skip":
+            self.log.info("%s", error.summary)
+            raise AirflowSkipException(f"skipping: {error}") from None
+        if self.on_exceeded == "fail":
+            # An expected outcome, not a crash: the summary says it all, the exception stays one line
+            # and does not chain the ledger's internals.
+            self.log.error("%s", error.summary)
+            raise AirflowFailException(
+                f"budget '{error.scope}' refused {target!r}: see the summary above"
+            ) from None
+        self.log.info("Budget has no room yet, waiting:\n%s", error.summary)
+        return None
+
+    def _note(
+        self, ledger: Any, context: Any, target: str, usd: Any, status: str, budget: str, message: str
+    ) -> None:
+        """Record a refusal or wait (or the end of a wait) for the Cost page; never fails the gate."""
+        from costaware.adapters.gate_requests import note_gate_request
+
+        ti = context["ti"]
+        try:
+            note_gate_request(
+                ledger,
+                dag_id=ti.dag_id,
+                run_id=ti.run_id,
+                task_id=ti.task_id,
+                map_index=int(ti.map_index),
+                for_task_id=target,
+                scope=str(self.scope),
+                budget=budget,
+                usd=usd,
+                status=status,
+                message=message,
+            )
+        except Exception as e:  # the page misses one row; the gate's decision stands
+            self.log.warning("could not note the spend gate's %s for the Cost page: %s", status, e)
 
     def poke(self, context: Any) -> bool | PokeReturnValue:
         result = self._try_reserve(context)

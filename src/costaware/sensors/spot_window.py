@@ -186,7 +186,9 @@ class SpotWindowSensor(BaseSensorOperator):
             )
         else:
             deadline = parse_instant(deadline_value, name="deadline")
+        given_deadline = self.deadline not in (None, "", "None")
         start_value = self.earliest_start if self.earliest_start not in (None, "", "None") else None
+        window_start = start_value is None
         start_value = start_value or context.get("data_interval_start")
         not_before = parse_instant(start_value, name="earliest_start") if start_value else None
         priority = check_priority(self.priority)
@@ -196,6 +198,25 @@ class SpotWindowSensor(BaseSensorOperator):
             restart_overhead_minutes=self.restart_overhead_minutes,
             priority=priority,
         )
+        if given_deadline and window_start and not_before is not None and not_before > latest:
+            # A deadline given for this run (the trigger form's) wins over the run's window: waiting for
+            # the window to open would miss it.
+            self.log.warning(
+                "the deadline %s comes before the run's window opens (%s): not waiting for the window",
+                deadline.isoformat(),
+                not_before.isoformat(),
+            )
+            not_before = None
+        if deadline <= now + timedelta(hours=float(runtime)):
+            source = "the deadline argument" if given_deadline else "the end of the run's data interval"
+            self.log.warning(
+                "the deadline %s (%s) is %s: no time is left to wait for spot or absorb an interruption, "
+                "so on-demand starts now. To let this run use spot, give a later deadline (the trigger "
+                "form's deadline), or trigger it with a logical date inside or before its window.",
+                deadline.isoformat(),
+                source,
+                "already past" if deadline <= now else "less than the expected runtime away",
+            )
         if self.on_demand_usd_per_hour not in (None, ""):
             on_demand = _decimal(self.on_demand_usd_per_hour, name="on_demand_usd_per_hour", positive=True)
         else:

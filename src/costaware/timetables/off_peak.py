@@ -88,8 +88,14 @@ class OffPeakTimetable(Timetable):
         return DagRunInfo(run_after=start, data_interval=DataInterval(start=start, end=end))
 
     def infer_manual_data_interval(self, *, run_after: pendulum.DateTime) -> DataInterval:
-        """The window open at ``run_after``, else the last window that closed before it."""
-        window = self._schedule.window_at(run_after) or self._schedule.previous_window(run_after)
+        """The window open at ``run_after``, else the next one to open; never one that already ended.
+
+        The trigger form pre-fills the logical date with "now", and Airflow passes it here: a run started by
+        hand between windows gets the next window, so its spot window waits for it to open instead of
+        deciding against a deadline hours in the past. (A logical date in the past, e.g. a replay with
+        ``airflow dags test dag 2013-02-01``, gets the window open then or the next one after it.)
+        """
+        window = self._schedule.next_window(run_after, include_open=True)
         return DataInterval(start=_pendulum(window.start), end=_pendulum(window.end))
 
     def next_dagrun_info(

@@ -61,17 +61,19 @@ class BudgetAvailableTrigger(BaseTrigger):
 
     def _shortfall(self) -> str | None:
         """None when there is room, else which budget is short (blocking IO: run it in a thread)."""
+        from costaware.core.money import format_usd_exact
         from costaware.hooks.ledger import CostLedgerHook
 
         ledger = CostLedgerHook(self.ledger_conn_id).get_conn()
         need, gpu = Decimal(self.usd), Decimal(self.gpu_hours)
         for usage in ledger.usage(self.scope, run_id=self.run_id):
             if usage.left_usd < need:
-                return f"budget '{usage.label}' ({usage.period_key}) has ${usage.left_usd} left, need ${need}"
+                left = format_usd_exact(usage.left_usd)
+                return f"budget '{usage.name}' has {left} left, need {format_usd_exact(need)}"
             if usage.cap_gpu_hours is not None:
                 left_gpu = usage.cap_gpu_hours - usage.spent_gpu_hours - usage.reserved_gpu_hours
                 if left_gpu < gpu:
-                    return f"budget '{usage.label}' has {left_gpu} GPU-hours left, need {gpu}"
+                    return f"budget '{usage.name}' has {left_gpu} GPU-hours left, need {gpu}"
         return None
 
     async def run(self) -> AsyncIterator[TriggerEvent]:

@@ -20,7 +20,7 @@ from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, Field
 
 from costaware.core.errors import ConfigurationError, CostawareError, LedgerUnavailableError
-from costaware.core.money import format_usd
+from costaware.core.money import format_usd, format_usd_exact
 from costaware.plugins.ui import charts
 
 log = logging.getLogger(__name__)
@@ -102,8 +102,12 @@ def _ledger_dag_ids() -> set[str]:
 
     from costaware.adapters import ledger_schema as schema
 
-    with _ledger().reading() as conn:
-        return {row[0] for row in conn.execute(select(schema.entries.c.dag_id).distinct())}
+    with _ledger().reading() as conn:  # a refused gate's DAG may have no priced entry yet
+        return {
+            row[0]
+            for table in (schema.entries, schema.gate_requests)
+            for row in conn.execute(select(table.c.dag_id).distinct())
+        }
 
 
 Readable = Annotated[frozenset[str], Depends(readable_dags)]
@@ -208,6 +212,7 @@ def api_budgets(readable: Readable) -> dict[str, Any]:
         "budgets": [
             {
                 "budget": b.usage.label,
+                "name": b.usage.name,
                 "period": b.usage.period_key,
                 "cap_usd": _usd(b.usage.cap_usd),
                 "spent_usd": _usd(b.usage.spent_usd),
@@ -284,14 +289,138 @@ def api_top_tries(filters: ReportFilters, limit: Annotated[int, Query(ge=1, le=1
     }
 
 
+@cost_app.get("/api/gates", summary="Spend gates that were refused, skipped or had to wait")
+def api_gates(filters: ReportFilters, limit: Annotated[int, Query(ge=1, le=500)] = 50) -> dict[str, Any]:
+    """Spend gates that did not get their money at once: what they asked, of which budget, when."""
+    from costaware.adapters.gate_requests import gate_requests
+
+    found = _guard(
+        lambda: gate_requests(
+            _ledger(), since=filters.since, dag_id=filters.dag_id, dag_ids=filters.dag_ids, limit=limit
+        )
+    )
+    return {
+        "gates": [
+            {
+                "requested_at": g.requested_at.isoformat(),
+                "updated_at": g.updated_at.isoformat(),
+                "dag_id": g.dag_id,
+                "run_id": g.run_id,
+                "task_id": g.task_id,
+                "for_task_id": g.for_task_id,
+                "scope": g.scope,
+                "budget": g.budget,
+                "usd": _usd(g.usd),
+                "status": g.status,
+                "message": g.message,
+            }
+            for g in found
+        ]
+    }
+
+
+GROUP_BY_CHOICES = (
+    "dag",
+    "task",
+    "run",
+    "trial",
+    "kind",
+    "market",
+    "cause",
+    "outcome",
+    "tag:team",
+    "tag:project",
+)
+TextQ = Annotated[str | None, Query()]
+
+
+def page_filters(
+    days: TextQ = None,
+    since: TextQ = None,
+    until: TextQ = None,
+    dag_id: TextQ = None,
+    scope: TextQ = None,
+    group_by: TextQ = None,
+) -> tuple[Any, str, dict[str, str], list[str]]:
+    """The page's form, read leniently: empty fields mean "all" (or the default); bad ones become messages.
+
+    Returns the ``Filters`` (None when a field is bad), the grouping, the values as typed (to refill the
+    form) and one readable message per bad field. The JSON API keeps answering 422 instead.
+    """
+    import re
+
+    from costaware.adapters.ledger_reports import Filters
+
+    typed = {
+        "days": (days or "").strip(),
+        "since": (since or "").strip(),
+        "until": (until or "").strip(),
+        "dag_id": (dag_id or "").strip(),
+        "scope": (scope or "").strip(),
+        "group_by": (group_by or "").strip(),
+    }
+    errors: list[str] = []
+    span = 30
+    if typed["days"]:
+        try:
+            span = int(typed["days"])
+        except ValueError:
+            span = 0
+        if not 1 <= span <= 366:
+            errors.append(f"Days: {typed['days']!r} is not a whole number from 1 to 366.")
+    instants: dict[str, datetime | None] = {"since": None, "until": None}
+    for name in instants:
+        if not typed[name]:
+            continue
+        try:
+            instants[name] = datetime.fromisoformat(typed[name])
+        except ValueError:
+            errors.append(
+                f"{name.title()}: {typed[name]!r} is not an ISO time such as 2026-11-01T00:00+00:00."
+            )
+            continue
+        if instants[name].tzinfo is None:  # type: ignore[union-attr]
+            errors.append(f"{name.title()}: {typed[name]!r} has no time zone: add one, e.g. +00:00.")
+    if typed["dag_id"] and not re.fullmatch(DAG_ID_PATTERN, typed["dag_id"]):
+        errors.append(
+            f"DAG: {typed['dag_id']!r} is not a DAG id (letters, digits, '_', '.', '-'); "
+            "leave it empty for all."
+        )
+    if typed["scope"] and not re.fullmatch(SCOPE_PATTERN, typed["scope"]):
+        errors.append(
+            f"Scope: {typed['scope']!r} is not a tag filter such as project=churn or project=churn,team=ml; "
+            "leave it empty (or *) for all."
+        )
+    grouping = typed["group_by"] or "dag"
+    if not re.fullmatch(GROUP_BY_PATTERN, grouping):
+        errors.append(f"Group by: {grouping!r} is not one of {', '.join(GROUP_BY_CHOICES)} or tag:<name>.")
+    if errors:
+        return None, grouping, typed, errors
+    start = instants["since"] or datetime.now(timezone.utc) - timedelta(days=span)
+    filters = Filters(
+        since=start, until=instants["until"], dag_id=typed["dag_id"] or None, scope=typed["scope"] or "*"
+    )
+    return filters, grouping, typed, []
+
+
+PageFilters = Annotated[tuple[Any, str, dict[str, str], list[str]], Depends(page_filters)]
+
+
 @cost_app.get("/", response_class=HTMLResponse, summary="The Cost page")
-def cost_page(filters: ReportFilters, readable: Readable, group_by: GroupBy = "dag") -> str:
+def cost_page(form: PageFilters, readable: Readable) -> HTMLResponse:
     """The Cost page: cards, spend over time, budget burn-down, spend by tag and run, costliest tries."""
+    from dataclasses import replace
+
+    from costaware.adapters.gate_requests import gate_requests
     from costaware.adapters.ledger_reports import costliest_tries, daily_spend, summary
+
+    filters, group_by, typed, errors = form
+    if errors:
+        return HTMLResponse(_error_page(typed, group_by, errors), status_code=422)
 
     def build() -> str:
         ledger = _ledger()
-        f = filters
+        f = replace(filters, dag_ids=readable)  # only the DAGs this user may read
         dag_id, scope = f.dag_id, f.scope
         days = max(1, round((datetime.now(timezone.utc) - f.since).total_seconds() / 86400))
         s = summary(ledger, f)
@@ -308,7 +437,7 @@ def cost_page(filters: ReportFilters, readable: Readable, group_by: GroupBy = "d
         from costaware.plugins.ui.efficiency import efficiency_panel
 
         efficiency = efficiency_panel(ledger, f)
-        return _page(
+        page = _page(
             days,
             dag_id,
             group_by,
@@ -324,8 +453,74 @@ def cost_page(filters: ReportFilters, readable: Readable, group_by: GroupBy = "d
             efficiency,
             forecasts,
         )
+        gates = gate_requests(ledger, since=f.since, dag_id=dag_id, dag_ids=readable)
+        return page.replace("<!--gates-->", _gates_table(gates))
 
-    return str(_guard(build))
+    try:
+        return HTMLResponse(str(_guard(build)))
+    except HTTPException as e:  # an unreachable ledger or a bad filter: say so on the page, not in JSON
+        return HTMLResponse(_error_page(typed, group_by, [str(e.detail)]), status_code=e.status_code)
+
+
+def _group_by_options(current: str) -> str:
+    choices = list(GROUP_BY_CHOICES) + ([current] if current not in GROUP_BY_CHOICES else [])
+    return "".join(
+        f'<option value="{escape(c)}"{" selected" if c == current else ""}>{escape(c)}</option>'
+        for c in choices
+    )
+
+
+def _error_page(typed: dict[str, str], group_by: str, errors: list[str]) -> str:
+    items = "".join(f"<li>{escape(e)}</li>" for e in errors)
+    return (
+        _TEMPLATE.safe_substitute(
+            days=escape(typed.get("days") or "30"),
+            dag_id=escape(typed.get("dag_id", "")),
+            group_by=escape(group_by),
+            group_by_options=_group_by_options(group_by),
+            scope=escape(typed.get("scope", "")),
+            cards="",
+            spend_chart="",
+            budget_charts="",
+            team_chart="",
+            project_chart="",
+            group_table="",
+            run_chart="",
+            tries_table="",
+            efficiency="",
+        )
+        .replace(
+            "<!--error-->", f'<div class="error" role="alert"><b>Cannot show costs:</b><ul>{items}</ul></div>'
+        )
+        .replace('<div id="report">', '<div id="report" hidden>')
+    )
+
+
+def _gates_table(requests: list[Any]) -> str:
+    """Spend gates that were refused, skipped or had to wait: what was asked, of which budget, when."""
+    if not requests:
+        return '<p class="empty">No spend gate was refused or had to wait in this period.</p>'
+    label = {"refused": "refused (run failed)", "skipped": "refused (run skipped)", "waiting": "waiting"}
+    label.update(
+        reserved="reserved after waiting",
+        approval="waiting for approval",
+        approved="overage approved",
+        rejected="overage rejected",
+    )
+    rows = [
+        [
+            r.updated_at.strftime("%Y-%m-%d %H:%M UTC"),
+            r.dag_id,
+            r.run_id,
+            f"{r.task_id} for {r.for_task_id}",
+            format_usd_exact(r.usd),
+            r.budget,
+            label.get(r.status, r.status),
+            r.message if r.status != "reserved" else f"waited since {r.requested_at:%Y-%m-%d %H:%M} UTC",
+        ]
+        for r in requests
+    ]
+    return _table(["when", "DAG", "run", "gate", "asked", "budget", "outcome", "budget's answer"], rows)
 
 
 def _forecast_triple(forecast: Any) -> tuple[Decimal, Decimal, Decimal] | None:
@@ -381,7 +576,7 @@ def _page(
             charts.burn_down_line(
                 b.cumulative,
                 b.usage.cap_usd,
-                f"Budget {b.usage.label} ({b.usage.period_key}): {format_usd(b.usage.left_usd)} left",
+                f"Budget {b.usage.name}: {format_usd_exact(b.usage.left_usd)} left",
                 _forecast_triple((forecasts or {}).get(b.usage.label)),
             )
             for b in budgets
@@ -424,7 +619,8 @@ def _page(
         days=days,
         dag_id=escape(dag_id or ""),
         group_by=escape(group_by),
-        scope=escape(scope),
+        group_by_options=_group_by_options(group_by),
+        scope=escape("" if scope == "*" else scope),
         cards=cards,
         spend_chart=charts.stacked_bars(per_day, f"Spend per day by {group_by}"),
         budget_charts=budget_charts,

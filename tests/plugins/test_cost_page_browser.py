@@ -1,0 +1,94 @@
+"""The Cost page's own form in headless Chromium: "Show" with its defaults, then with a bad filter.
+
+The app runs in a real uvicorn server; the login check is Airflow's and is tested against a real
+api-server in tests/integration/test_cost_page.py.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from decimal import Decimal
+
+import pytest
+
+from costaware import Ledger
+from costaware.core.ledger import Kind, LedgerEntry
+from costaware.plugins.ui.app import cost_app, readable_dags, require_login
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium: bash scripts/ensure_services.sh")
+
+
+@pytest.fixture
+def page_url(ledger_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    import uvicorn
+
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=churn", "month", "25")
+    ledger.record(
+        LedgerEntry(
+            dag_id="retrain",
+            run_id="r1",
+            task_id="train",
+            kind=Kind.COMPUTE,
+            usd=Decimal("3.25"),
+            tags={"project": "churn"},
+            incurred_at=datetime.now(timezone.utc),
+        )
+    )
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    cost_app.dependency_overrides[require_login] = lambda: None
+    cost_app.dependency_overrides[readable_dags] = lambda: None  # every DAG; see test_cost_access.py
+    server = uvicorn.Server(uvicorn.Config(cost_app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}/"
+    server.should_exit = True
+    thread.join(timeout=10)
+    cost_app.dependency_overrides.clear()
+    ledger.dispose()
+
+
+def test_show_with_the_defaults_then_a_bad_filter(page_url: str) -> None:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page()
+        page.goto(page_url)
+        assert page.input_value("input[name=dag_id]") == "" and page.input_value("input[name=scope]") == ""
+        page.click("button[type=submit]")  # "Show" with every field as the form offers it
+        page.wait_for_load_state()
+        assert "dag_id=&" in page.url  # the empty DAG field was sent, as the user saw in the issue
+        text = page.inner_text("body")
+        assert "Spend over time" in text and "$3.25" in text and "string_pattern_mismatch" not in text
+        options = page.locator("select[name=group_by] option").all_inner_texts()
+        assert {"dag", "task", "run", "tag:team", "tag:project"} <= set(options)
+
+        page.select_option("select[name=group_by]", "task")
+        page.fill("input[name=dag_id]", "no such dag!")
+        page.click("button[type=submit]")
+        page.wait_for_load_state()
+        text = page.inner_text("body")
+        assert "Cannot show costs" in text and "DAG: 'no such dag!' is not a DAG id" in text
+        assert '"detail"' not in page.content()
+        assert page.input_value("input[name=dag_id]") == "no such dag!"  # refilled, to fix it
+        assert page.locator("select[name=group_by]").input_value() == "task"
+
+        page.fill("input[name=dag_id]", "retrain")
+        page.click("button[type=submit]")
+        page.wait_for_load_state()
+        assert "retrain.train" in page.inner_text("body")
+        browser.close()
