@@ -10,7 +10,14 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from costaware.glue import DEFAULT_LEDGER_CONN_ID, airflow_errors, default_store, run_identity, run_tags
+from costaware.glue import (
+    DEFAULT_AWS_CONN_ID,
+    DEFAULT_LEDGER_CONN_ID,
+    airflow_errors,
+    default_store,
+    run_identity,
+    run_tags,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -103,7 +110,8 @@ class CachedFeaturesOperator(BaseOperator):
         fingerprint_mode: ``auto`` (metadata; content where metadata cannot be trusted), ``metadata``
             or ``content``.
         libraries: Libraries whose versions are part of the key.
-        aws_conn_id: Airflow AWS connection for S3 inputs and an S3 store; ``None`` for the default chain.
+        aws_conn_id: Airflow AWS connection for S3 inputs and an S3 store (default ``aws_default``; when that
+            connection does not exist, or with ``None``, the SDKs' default credential chain).
         ledger_conn_id: Airflow connection of the cost ledger.
         instance_type: Instance type the transform runs on, to price a miss from the catalog (templated).
         region: Region of that instance (templated).
@@ -137,7 +145,7 @@ class CachedFeaturesOperator(BaseOperator):
         pass_paths: bool = False,
         fingerprint_mode: str = "auto",
         libraries: Sequence[str] = ("pandas", "pyarrow"),
-        aws_conn_id: str | None = None,
+        aws_conn_id: str | None = DEFAULT_AWS_CONN_ID,
         ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID,
         instance_type: str | None = None,
         region: str | None = None,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from costaware.glue import DEFAULT_LEDGER_CONN_ID, airflow_errors, run_identity, run_tags
+from costaware.glue import DEFAULT_AWS_CONN_ID, DEFAULT_LEDGER_CONN_ID, airflow_errors, run_identity, run_tags
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -67,7 +67,8 @@ class DataLocalityCheckOperator(BaseOperator):
         declared_bytes: Sizes by URI, for inputs that cannot be listed.
         replicas: Same-data copies by source URI and region, e.g.
             ``{"s3://data-eu/flights": {"us-east-1": "s3://data-us/flights"}}``.
-        aws_conn_id: Airflow AWS connection for S3 look-ups; ``None`` for the default chain.
+        aws_conn_id: Airflow AWS connection for S3 look-ups (default ``aws_default``; when that connection
+            does not exist, or with ``None``, the SDKs' default credential chain).
         ledger_conn_id: Airflow connection of the cost ledger.
         tags: Allocation tags (team, project, owner) of the ledger entries.
     """
@@ -86,7 +87,7 @@ class DataLocalityCheckOperator(BaseOperator):
         declared_regions: Mapping[str, str] | None = None,
         declared_bytes: Mapping[str, int] | None = None,
         replicas: Mapping[str, Mapping[str, str]] | None = None,
-        aws_conn_id: str | None = None,
+        aws_conn_id: str | None = DEFAULT_AWS_CONN_ID,
         ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID,
         tags: Mapping[str, str] | None = None,
         **kwargs: Any,

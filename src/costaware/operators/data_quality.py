@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from costaware.core.errors import ConfigurationError
-from costaware.glue import airflow_errors, default_store, run_identity, storage_options
+from costaware.glue import DEFAULT_AWS_CONN_ID, airflow_errors, default_store, run_identity, storage_options
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -156,7 +156,8 @@ class DataQualityOperator(BaseOperator):
         results_path: Folder or ``s3://`` URI for results; one file per run and task (templated; default
             ``$AIRFLOW_HOME/costaware/quality``).
         columns: Only read these columns (default: all).
-        aws_conn_id: Airflow AWS connection for ``s3://`` locations (None: the default credential chain).
+        aws_conn_id: Airflow AWS connection for ``s3://`` locations (default ``aws_default``; when that
+            connection does not exist, or with ``None``, the SDKs' default credential chain).
         **kwargs: ``BaseOperator`` arguments.
     """
 
@@ -172,7 +173,7 @@ class DataQualityOperator(BaseOperator):
         suite_name: str = "costaware_suite",
         results_path: str | None = None,
         columns: Sequence[str] | None = None,
-        aws_conn_id: str | None = None,
+        aws_conn_id: str | None = DEFAULT_AWS_CONN_ID,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)

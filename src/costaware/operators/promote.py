@@ -7,7 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from costaware.glue import DEFAULT_LEDGER_CONN_ID, airflow_errors, run_identity, storage_options
+from costaware.glue import (
+    DEFAULT_AWS_CONN_ID,
+    DEFAULT_LEDGER_CONN_ID,
+    airflow_errors,
+    run_identity,
+    storage_options,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -35,7 +41,8 @@ class ModelPromoteOperator(BaseOperator):
         label_threshold: When set, the label is ``label_column > label_threshold``.
         metric: ``roc_auc`` (default), ``average_precision``, ``accuracy``, ``log_loss`` or ``brier``.
         margin: How much worse than the champion the candidate may be and still be promoted (templated).
-        aws_conn_id: Airflow AWS connection for ``s3://`` locations (None: the default credential chain).
+        aws_conn_id: Airflow AWS connection for ``s3://`` locations (default ``aws_default``; when that
+            connection does not exist, or with ``None``, the SDKs' default credential chain).
         ledger_conn_id: Airflow connection of the cost ledger, where the run's outcome is recorded.
         **kwargs: ``BaseOperator`` arguments.
     """
@@ -53,7 +60,7 @@ class ModelPromoteOperator(BaseOperator):
         label_threshold: float | None = None,
         metric: str = "roc_auc",
         margin: float | str = 0.0,
-        aws_conn_id: str | None = None,
+        aws_conn_id: str | None = DEFAULT_AWS_CONN_ID,
         ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID,
         **kwargs: Any,
     ) -> None:

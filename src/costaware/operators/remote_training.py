@@ -17,8 +17,15 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import utcnow
 from costaware.core.series import parse_instant
-from costaware.operators.common import as_bool, default_store, run_identity, run_tags, storage_options
-from costaware.operators.errors import airflow_errors
+from costaware.glue import (
+    DEFAULT_AWS_CONN_ID,
+    airflow_errors,
+    as_bool,
+    default_store,
+    run_identity,
+    run_tags,
+    storage_options,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -110,7 +117,8 @@ class RemoteTrainingOperator(BaseOperator):
         budget_scope: With no reservation from a spend gate, reserve the decision's ``estimated_usd`` here.
         ledger_conn_id: Connection of the cost ledger.
         tags: Extra allocation tags of the ledger entries.
-        aws_conn_id: AWS connection for ``s3://`` stores and the SageMaker/Batch backends.
+        aws_conn_id: AWS connection for ``s3://`` stores and the SageMaker/Batch backends (default
+            ``aws_default``; when that connection does not exist, the SDKs' default credential chain).
         deferrable: Poll in the triggerer (default) instead of holding a worker slot.
         **kwargs: ``BaseOperator`` arguments.
     """
@@ -172,7 +180,7 @@ class RemoteTrainingOperator(BaseOperator):
         budget_scope: str | None = None,
         ledger_conn_id: str = "costaware_ledger",
         tags: Mapping[str, str] | None = None,
-        aws_conn_id: str | None = None,
+        aws_conn_id: str | None = DEFAULT_AWS_CONN_ID,
         deferrable: bool = True,
         **kwargs: Any,
     ) -> None:

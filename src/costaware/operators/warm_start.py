@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from costaware.glue import (
+    DEFAULT_AWS_CONN_ID,
     DEFAULT_LEDGER_CONN_ID,
     airflow_errors,
     as_bool,
@@ -62,7 +63,8 @@ class WarmStartRetrainOperator(BaseOperator):
         instance_type: Instance type the training runs on, for the cost listener (templated).
         region: Its region (templated).
         market: ``on_demand``, ``spot`` or ``local``, e.g. a ``SpotWindowSensor``'s decision (templated).
-        aws_conn_id: Airflow AWS connection for ``s3://`` stores and data (None: default credential chain).
+        aws_conn_id: Airflow AWS connection for ``s3://`` stores and data (default ``aws_default``; when that
+            connection does not exist, or with ``None``, the SDKs' default credential chain).
         features_key: The feature cache's key of the training features, for the run's reproducibility
             record (templated), e.g. ``"{{ ti.xcom_pull(task_ids='build_features')['key'] }}"``.
         ledger_conn_id: Airflow connection of the cost ledger, where the run's outcome is recorded.
@@ -107,7 +109,7 @@ class WarmStartRetrainOperator(BaseOperator):
         instance_type: str | None = None,
         region: str | None = None,
         market: str | None = None,
-        aws_conn_id: str | None = None,
+        aws_conn_id: str | None = DEFAULT_AWS_CONN_ID,
         features_key: str | None = None,
         ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID,
         **kwargs: Any,
