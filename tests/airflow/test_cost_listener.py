@@ -91,6 +91,26 @@ def test_listener_settles_the_tasks_reservation(ledger_env: Ledger) -> None:
     assert row["reservation_id"] == reservation.id
 
 
+def test_a_cost_arriving_after_the_run_end_released_its_reservation_still_settles_it(
+    ledger_env: Ledger,
+) -> None:
+    # The scheduler marks the run successful (and releases what it still holds) as soon as the last task
+    # reports success; the worker's listener records that task's cost a moment later.
+    ledger_env.set_budget("project=churn", "month", "5")
+    reservation = ledger_env.reserve("project=churn", "2", holder="retrain/run1/train/-1")
+    CostListener().on_dag_run_success(SimpleNamespace(dag_id="retrain", run_id="run1"), "success")
+    assert ledger_env.open_reservations() == []
+    ti = fake_ti()
+    ti.start_date = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    ti.end_date = ti.start_date + timedelta(hours=1)
+    CostListener().on_task_instance_success(None, ti)
+    (row,) = ledger_env.entries(dag_id="retrain")
+    assert row["reservation_id"] == reservation.id
+    (usage,) = ledger_env.usage("project=churn")
+    assert (usage.reserved_usd, usage.spent_usd) == (0, Decimal("0.096"))
+    assert ledger_env.reservation_to_settle("retrain/run1/train/-1") is None  # settled: nothing left
+
+
 def test_unpriced_instance_is_recorded_at_zero_with_a_note(ledger_env: Ledger) -> None:
     ti = fake_ti(instance_type="m5.lrage")
     CostListener().on_task_instance_running(None, ti)

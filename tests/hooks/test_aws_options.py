@@ -40,7 +40,10 @@ def test_a_connection_gives_its_keys_region_and_endpoint(monkeypatch: pytest.Mon
 
 
 def test_a_connection_without_credentials_keeps_its_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
-    connection = {"conn_type": "aws", "extra": {"region_name": "us-east-1", "endpoint_url": "http://minio:9000"}}
+    connection = {
+        "conn_type": "aws",
+        "extra": {"region_name": "us-east-1", "endpoint_url": "http://minio:9000"},
+    }
     monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps(connection))
     options = s3_options("aws_default")
     assert options.access_key is None and options.endpoint_url == "http://minio:9000"

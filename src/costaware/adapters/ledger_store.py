@@ -26,6 +26,7 @@ from sqlalchemy import (
     create_engine,
     event,
     func,
+    or_,
     select,
     text,
     true,
@@ -517,6 +518,25 @@ class Ledger:
         with self.reading() as conn:
             ids = [row[0] for row in conn.execute(query.order_by(r.c.created_at))]
             return [self._reservation(conn, rid) for rid in ids]
+
+    def reservation_to_settle(self, holder: str) -> Reservation | None:
+        """The reservation a finished task's cost settles: its open one, else one released for it meanwhile.
+
+        A run can end, and give back what its tasks still hold, between a task reporting success and its
+        listener recording the cost (the scheduler and the worker race); the cost still belongs to that
+        reservation. Settling a released reservation records the cost and keeps nothing held.
+        """
+        r = schema.reservations
+        live = and_(r.c.status == "open", r.c.expires_at > utcnow())
+        query = (
+            select(r.c.id)
+            .where(r.c.holder == holder, or_(live, r.c.status == "released"))
+            .order_by(case((r.c.status == "open", 0), else_=1), r.c.created_at.desc())
+            .limit(1)
+        )
+        with self.reading() as conn:
+            found = conn.execute(query).first()
+            return None if found is None else self._reservation(conn, found[0])
 
     def expire_stale(self) -> int:
         """Mark open reservations past their TTL as expired (they no longer count); return how many."""

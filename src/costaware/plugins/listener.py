@@ -174,10 +174,11 @@ def write_entry(entry: Any, ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID) -> Non
     try:
         ledger = CostLedgerHook(ledger_conn_id).get_conn()
         holder = reservation_holder(entry.dag_id, entry.run_id, entry.task_id, entry.map_index)
-        reservations = ledger.open_reservations(holder_prefix=holder)
-        reservations = [r for r in reservations if r.holder == holder]
-        if reservations:
-            ledger.settle(reservations[0].id, entry.usd, entry=_with_reservation(entry, reservations[0].id))
+        # Open, or released by the run's end while this listener was still on its way (see
+        # release_run_reservations): either way the cost settles the task's own reservation.
+        reservation = ledger.reservation_to_settle(holder)
+        if reservation is not None:
+            ledger.settle(reservation.id, entry.usd, entry=_with_reservation(entry, reservation.id))
         else:
             ledger.record(entry)
         for path in sorted(spool_dir().glob("*.json")):
