@@ -25,12 +25,13 @@ from costaware.operators.remote_training import RemoteTrainingOperator
 
 HERE = Path(__file__).resolve().parent
 TRACE = "availability_1-node_aws-10-26-2022_us-west-2a_v100_1.json"
-# Capacity runs of 35, 17, 10, 5 and 42 ticks (with drops between): 8.75 s and 4.25 s for the first two.
-FIRST_TICK, TICKS, TICK_SECONDS = 1015, 120, 0.25
-# 15 s of training is more than the first two runs of capacity together (13 s), so at least two preemptions
-# happen however fast or slow the machine is (a job cannot do more work than its run of capacity lasts).
+# From tick 1300 the trace has capacity for 7 ticks, none for 2, capacity for 6, none for 1, then for 96.
+FIRST_TICK, TICKS, TICK_SECONDS = 1300, 112, 0.5
+# 15 s of training is more than the first two runs of capacity together (6.5 s), so at least two preemptions
+# happen however fast or slow the machine is (a job cannot do more work than its run of capacity lasts);
+# the 48 s run then finishes the job.
 STEP_SECONDS, STEPS, EVERY_SECONDS = 0.25, 60, 1.0
-assert STEPS * STEP_SECONDS > (35 + 17) * TICK_SECONDS
+assert STEPS * STEP_SECONDS > (7 + 6) * TICK_SECONDS
 PRICES = {"spot": Decimal("0.918"), "on_demand": Decimal("3.06")}
 
 
@@ -81,7 +82,7 @@ def test_replayed_trace_job_meets_deadline_loses_under_one_interval_and_ledger_r
             "instance_type": "p3.2xlarge",
             "region": "us-west-2",
             "deadline": deadline.isoformat(),
-            "latest_start": (now + timedelta(seconds=40)).isoformat(),  # the trace ends at 30 s
+            "latest_start": (now + timedelta(seconds=90)).isoformat(),
         },
         max_attempts=30,
         poll_interval=0.1,
