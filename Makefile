@@ -44,6 +44,10 @@ demo: $(BIN)/.installed
 	$(BIN)/costaware report --dag-id cost_aware_retrain --group-by run
 	@echo
 	$(BIN)/costaware budget show --scope project=flight-delays
+	@echo
+	$(BIN)/costaware report --efficiency --dag-id cost_aware_retrain
+	@echo
+	$(BIN)/costaware runs show --last --dag-id cost_aware_retrain
 
 services:
 	bash scripts/ensure_services.sh

@@ -142,6 +142,8 @@ def test_runs_show_prints_outcome_cost_and_record(
     out = capsys.readouterr().out
     assert "2 run(s), 2 promoted: $0.850000 per run, $0.850000 per promoted model" in out
     assert "$85.000000 per unit of roc_auc gained" in out  # $1.70 for a 0.02 gain
+    assert main(["--ledger-url", ledger_url, "runs", "show", "--last", "--dag-id", "nightly"]) == 0
+    assert "run run1 of DAG nightly: model v1" in capsys.readouterr().out  # the newest run
 
 
 def test_runs_show_of_an_unknown_run_is_an_error(
@@ -149,3 +151,19 @@ def test_runs_show_of_an_unknown_run_is_an_error(
 ) -> None:
     assert main(["--ledger-url", ledger_url, "runs", "show", "nope"]) == 2
     assert "no retrain outcome for run 'nope'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--last"], "needs --dag-id"),
+        (["run1", "--last", "--dag-id", "nightly"], "takes no RUN_ID"),
+        (["--last", "--dag-id", "never-ran"], "no retrain outcomes of DAG 'never-ran'"),
+        ([], "give a RUN_ID"),
+    ],
+)
+def test_runs_show_needs_a_run_id_or_last_with_a_dag(
+    measured: Ledger, ledger_url: str, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    assert main(["--ledger-url", ledger_url, "runs", "show", *args]) == 2
+    assert message in capsys.readouterr().err

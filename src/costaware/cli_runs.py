@@ -19,8 +19,9 @@ def add_parser(sub: Any) -> None:
     listing.add_argument("--format", choices=("table", "json", "csv"), default="table")
     listing.set_defaults(func=_list)
     show = actions.add_parser("show", help="one run's outcome, cost and reproducibility record")
-    show.add_argument("run_id")
+    show.add_argument("run_id", nargs="?", help="the Airflow run id (or --last with --dag-id)")
     show.add_argument("--dag-id")
+    show.add_argument("--last", action="store_true", help="the newest run of --dag-id that has an outcome")
     show.add_argument("--format", choices=("text", "json"), default="text")
     show.set_defaults(func=_show)
 
@@ -106,9 +107,21 @@ def _summary_line(s: Any) -> str:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from costaware.adapters.efficiency_store import run_outcome
+    from costaware.adapters.efficiency_store import outcomes, run_outcome
+    from costaware.core.errors import CostawareError
 
-    found = run_outcome(_ledger(args), args.run_id, dag_id=args.dag_id)
+    ledger = _ledger(args)
+    run_id = args.run_id
+    if args.last:
+        if run_id or not args.dag_id:
+            raise CostawareError("--last takes no RUN_ID and needs --dag-id, e.g. --last --dag-id nightly")
+        newest = outcomes(ledger, dag_id=args.dag_id, limit=1)
+        if not newest:
+            raise CostawareError(f"the ledger has no retrain outcomes of DAG {args.dag_id!r} yet")
+        run_id = newest[0].run_id
+    elif not run_id:
+        raise CostawareError("give a RUN_ID (see `costaware runs list`) or --last --dag-id DAG")
+    found = run_outcome(ledger, run_id, dag_id=args.dag_id)
     if args.format == "json":
         print(json.dumps([outcome_json(o) for o in found], indent=2, default=str))
         return 0
