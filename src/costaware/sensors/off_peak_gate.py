@@ -18,8 +18,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 from costaware.core.ledger import utcnow
 from costaware.core.window_gate import SKIP, TRAIN, GateDecision, gate_decision
 from costaware.core.windows import WindowSchedule
-from costaware.glue import DEFAULT_LEDGER_CONN_ID
-from costaware.operators.errors import airflow_errors
+from costaware.glue import DEFAULT_LEDGER_CONN_ID, airflow_errors
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
