@@ -64,8 +64,14 @@ def note_gate_request(
     t = schema.gate_requests
     now = utcnow()
     key = (t.c.dag_id == dag_id, t.c.run_id == run_id, t.c.task_id == task_id, t.c.map_index == map_index)
+    open_row = select(t.c.id).where(*key, t.c.status.in_(OPEN_STATUSES))
+    if status in ENDING_STATUSES:
+        # Most gates get their money at once: a read, not the ledger's write lock, finds nothing to end.
+        with ledger.reading() as conn:
+            if conn.execute(open_row).first() is None:
+                return
     with ledger._write() as conn:  # same error translation as every ledger write
-        waiting = conn.execute(select(t.c.id).where(*key, t.c.status.in_(OPEN_STATUSES))).first()
+        waiting = conn.execute(open_row).first()
         values: dict[str, Any] = {"updated_at": now, "status": status}
         if status not in ENDING_STATUSES:  # the end of a wait keeps what was asked and the budget's answer
             values.update(budget=budget[:600], usd_micros=to_micros(usd), message=message[:2000])
