@@ -64,6 +64,15 @@ class AirflowServer:
         body = self.call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
         return {ti["task_id"]: ti["state"] for ti in body["task_instances"]}
 
+    def wait_for_task_state(
+        self, dag_id: str, run_id: str, task_id: str, state: str, timeout: float = 120
+    ) -> None:
+        """Poll every second until ``task_id`` of the run is in ``state``; fail with every task's state."""
+        deadline = time.monotonic() + timeout
+        while self.task_states(dag_id, run_id).get(task_id) != state:
+            assert time.monotonic() < deadline, self.task_states(dag_id, run_id)
+            time.sleep(1)
+
     def wait_for_run(self, dag_id: str, run_id: str, timeout: float = 300) -> str:
         deadline = time.monotonic() + timeout
         state = ""

@@ -200,10 +200,7 @@ def test_retrain_dag_and_a_deferred_gate_through_the_triggerer(
     airflow.wait_for_dag("budget_wait", timeout=180)
     waiting = airflow.trigger("budget_wait")
     retrain = airflow.trigger("cost_aware_retrain", {"replay_date": "2013-05-01"})
-    deadline = time.monotonic() + 180
-    while airflow.task_states("budget_wait", waiting).get("spend_gate") != "deferred":
-        assert time.monotonic() < deadline, airflow.task_states("budget_wait", waiting)
-        time.sleep(1)
+    airflow.wait_for_task_state("budget_wait", waiting, "spend_gate", "deferred", timeout=180)
     assert airflow.wait_for_run("cost_aware_retrain", retrain, timeout=400) == "success"
     ledger.set_budget("project=wait-test", "month", "5")
     assert airflow.wait_for_run("budget_wait", waiting, timeout=180) == "success"

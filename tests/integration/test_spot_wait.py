@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -51,10 +50,7 @@ def test_defers_in_the_real_triggerer(server: tuple[AirflowServer, Ledger], tmp_
     run_id = airflow.trigger(
         "spot_wait", {"prices": str(prices), "deadline": (now() + timedelta(hours=30)).isoformat()}
     )
-    deadline = time.monotonic() + 120
-    while airflow.task_states("spot_wait", run_id).get("spot_window") != "deferred":
-        assert time.monotonic() < deadline, airflow.task_states("spot_wait", run_id)
-        time.sleep(1)
+    airflow.wait_for_task_state("spot_wait", run_id, "spot_window", "deferred")
     append(prices, "0.40")
     assert airflow.wait_for_run("spot_wait", run_id) == "success"
     logs = list(airflow.home.glob("logs/dag_id=spot_wait/**/task_id=spot_window/*.trigger.*.log"))

@@ -33,10 +33,7 @@ def test_spend_gate_waits_in_the_triggerer_until_the_cap_is_raised(
     ledger.set_budget("project=wait-test", "month", "0")
     airflow.wait_for_dag("budget_wait")
     run_id = airflow.trigger("budget_wait")
-    deadline = time.monotonic() + 120
-    while airflow.task_states("budget_wait", run_id).get("spend_gate") != "deferred":
-        assert time.monotonic() < deadline, airflow.task_states("budget_wait", run_id)
-        time.sleep(1)
+    airflow.wait_for_task_state("budget_wait", run_id, "spend_gate", "deferred")
     waiting = [r for r in ledger.open_reservations() if str(r.scope) == "project=wait-test"]
     assert waiting == []  # nothing reserved while the budget is short
     ledger.set_budget("project=wait-test", "month", "5")
@@ -77,10 +74,7 @@ def test_a_run_marked_failed_by_a_person_gives_its_reservations_back(
     ledger.set_budget("project=mark-test", "total", "10")
     airflow.wait_for_dag("budget_wait")
     run_id = airflow.trigger("budget_wait")
-    deadline = time.monotonic() + 120
-    while airflow.task_states("budget_wait", run_id).get("spend_gate") != "deferred":
-        assert time.monotonic() < deadline, airflow.task_states("budget_wait", run_id)
-        time.sleep(1)
+    airflow.wait_for_task_state("budget_wait", run_id, "spend_gate", "deferred")
     held = ledger.reserve("project=mark-test", "1", holder=f"budget_wait/{run_id}/train/-1")
     airflow.call("PATCH", f"/api/v2/dags/budget_wait/dagRuns/{run_id}", {"state": "failed"})
     deadline = time.monotonic() + 60
