@@ -4,13 +4,17 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from costaware.core.errors import ConfigurationError
 from costaware.core.spot_window import (
+    PRIORITIES,
     check_priority,
     choose_zone,
     forecast_min,
     latest_start,
+    pause_decision,
     spot_capacity,
     window_decision,
 )
@@ -88,3 +92,78 @@ def test_trigger_module_re_exports_the_core_decision() -> None:
     from costaware.triggers import spot_window as trigger_module
 
     assert trigger_module.window_decision is window_decision
+
+
+# -- pausing a running spot job --------------------------------------------------------------------------
+
+STARTS = [[(T + timedelta(hours=h)).isoformat(), "0.50"] for h in (1, 2, 3)]
+
+
+def pause(price: str, *, priority: str = "normal", now: datetime = T, **kwargs: object) -> str | None:
+    args: dict[str, object] = {
+        "now": now,
+        "usd_per_hour": Decimal(price),
+        "forecast_starts": STARTS,
+        "latest_resume": T + timedelta(hours=3),
+        "remaining_hours": Decimal(2),
+        "restart_overhead_minutes": 12,
+        "priority": priority,
+        **kwargs,
+    }
+    return pause_decision(**args)  # type: ignore[arg-type]
+
+
+def test_pause_when_running_on_costs_well_above_a_later_start_with_a_restart() -> None:
+    # Pausing costs 0.50 x (2 h + 0.2 h) = 1.10 USD; running on 2 h at p. normal pauses above 1.10 x 1.2.
+    assert pause("0.60") is None  # 1.20 USD: dearer, but within the margin
+    assert pause("0.66") is None  # 1.32: exactly at the margin
+    reason = pause("0.70")  # 1.40
+    assert reason is not None and "forecast minimum 0.50" in reason and "1.4000 USD now" in reason
+    assert pause("0.60", priority="best_effort") is not None  # paused first: any expected saving
+    assert pause("0.55", priority="best_effort") is None  # 1.10: no saving after the restart
+
+
+def test_no_pause_for_a_critical_job_past_the_latest_resume_or_with_nothing_left() -> None:
+    assert pause("3.00", priority="critical") is None
+    assert pause("3.00", now=T + timedelta(hours=3)) is None
+    assert pause("3.00", remaining_hours=Decimal(0)) is None
+    assert pause("3.00", now=T + timedelta(hours=3) - timedelta(minutes=1)) is not None
+    assert pause("3.00", forecast_starts=[]) is None  # no later start forecast: nothing to wait for
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    price=st.decimals(min_value="0.01", max_value="20", places=4),
+    forecast=st.lists(st.decimals(min_value="0.01", max_value="20", places=4), min_size=1, max_size=6),
+    remaining=st.decimals(min_value="0.05", max_value="12", places=2),
+    overhead=st.integers(min_value=0, max_value=60),
+    priority=st.sampled_from(PRIORITIES),
+)
+def test_a_price_that_a_start_accepts_never_pauses(
+    price: Decimal, forecast: list[Decimal], remaining: Decimal, overhead: int, priority: str
+) -> None:
+    """Hysteresis: resuming at a price the window's start rule accepts can never trigger a pause at once."""
+    starts = [[(T + timedelta(hours=i + 1)).isoformat(), str(v)] for i, v in enumerate(forecast)]
+    latest = T + timedelta(hours=len(forecast))
+    started = window_decision(
+        now=T,
+        usd_per_hour=price,
+        available=True,
+        on_demand_usd_per_hour=Decimal(21),
+        forecast_starts=starts,
+        target_usd_per_hour=None,
+        latest_start=latest,
+        not_before=None,
+    )
+    paused = pause_decision(
+        now=T,
+        usd_per_hour=price,
+        forecast_starts=starts,
+        latest_resume=latest,
+        remaining_hours=remaining,
+        restart_overhead_minutes=overhead,
+        priority=priority,
+    )
+    assert not (started is not None and paused is not None)
+    if priority == "critical":
+        assert paused is None

@@ -8,6 +8,11 @@ remote training operator choosing its market) import it from here. No IO, no Air
 Priority classes (``critical``, ``normal``, ``best_effort``) move the moment at which waiting stops
 (:func:`latest_start`): a critical job keeps room for one preemption before the deadline, a best-effort job
 treats the deadline as soft and may wait for spot until the deadline itself.
+
+A job already running on spot may be paused (:func:`pause_decision`) when its price rises well above what the
+rest of its window offers, and resumed from its checkpoint by :func:`window_decision` once the price is back
+at the forecast minimum: a pause needs a clearly higher price than a start refuses, so the two never chase
+each other.
 """
 
 from __future__ import annotations
@@ -24,6 +29,12 @@ from costaware.core.series import parse_instant
 PRIORITIES = ("critical", "normal", "best_effort")
 #: Share of the run a critical job keeps in reserve for one preemption (work lost back to a checkpoint).
 CRITICAL_RESERVE_SHARE = Decimal("0.25")
+#: How much dearer than pausing (resuming at the forecast minimum, paying one more restart) running on must
+#: be before a ``normal`` job pauses: the forecast is a seasonal average, and a pause made on a forecast error
+#: costs a restart. A ``best_effort`` job pauses at any expected saving: it is paused first.
+PAUSE_MARGIN = {"critical": None, "normal": Decimal("0.20"), "best_effort": Decimal(0)}
+#: The start rule's float tolerance (prices equal up to 1e-9 count as equal), as a Decimal.
+_TOLERANCE = Decimal("1.000000001")
 
 
 def check_priority(priority: object) -> str:
@@ -108,6 +119,52 @@ def window_decision(
         "usd_per_hour": str(usd_per_hour),
         "reason": f"spot capacity available; {reason}",
     }
+
+
+def pause_decision(
+    *,
+    now: datetime,
+    usd_per_hour: Decimal,
+    forecast_starts: Sequence[Sequence[str]],
+    latest_resume: datetime,
+    remaining_hours: Decimal,
+    restart_overhead_minutes: float,
+    priority: str = "normal",
+) -> str | None:
+    """Why to pause a checkpointed job running on spot now, or ``None`` to keep it running (pure).
+
+    Running on costs about ``usd_per_hour x remaining_hours`` (the price in force persists); pausing costs the
+    cheapest forecast start of the rest of the window, ``forecast_min x (remaining_hours + one restart)``. The
+    job pauses when running on is dearer by more than :data:`PAUSE_MARGIN` of its class. A ``critical`` job
+    never pauses, and no job pauses once ``latest_resume`` (the latest restart that still meets the deadline
+    with the work left) has come: then it finishes where it is.
+
+    Args:
+        now: The moment of the look.
+        usd_per_hour: The job's spot price in force now.
+        forecast_starts: ``[[iso start, forecast mean USD/h], ...]`` of runs of the remaining work.
+        latest_resume: Latest restart that still meets the deadline with the remaining work.
+        remaining_hours: Work left (upper estimate: work since the last checkpoint counts as left).
+        restart_overhead_minutes: What a restart costs before training goes on.
+        priority: The job's class.
+    """
+    margin = PAUSE_MARGIN[check_priority(priority)]
+    if margin is None or now >= latest_resume or remaining_hours <= 0:
+        return None
+    later = forecast_min(forecast_starts, after=now, until=latest_resume)
+    if later is None:
+        return None
+    restart_hours = Decimal(str(restart_overhead_minutes)) / 60
+    keep_usd = usd_per_hour * remaining_hours
+    pause_usd = later * (remaining_hours + restart_hours)
+    if keep_usd <= pause_usd * (1 + margin) * _TOLERANCE:  # a price a start accepts never pauses
+        return None
+    return (
+        f"spot price {usd_per_hour} USD/hour is well above the forecast minimum {later} of the rest of the "
+        f"window: {remaining_hours.quantize(Decimal('0.01'))} h left cost about "
+        f"{keep_usd.quantize(Decimal('0.0001'))} USD now against {pause_usd.quantize(Decimal('0.0001'))} "
+        f"after a pause and one restart"
+    )
 
 
 def spot_capacity(

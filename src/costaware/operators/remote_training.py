@@ -6,7 +6,7 @@ import ast
 import json
 import time
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from decimal import Decimal
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -79,6 +79,12 @@ class RemoteTrainingOperator(BaseOperator):
     reservation for this task is settled with their sum. The worker's own time is left to the cost listener
     at the worker's price (cause ``orchestration``), never at the training's.
 
+    With ``pause_on_price`` a spot attempt is also watched for its price: when it rises well above what the
+    rest of the window offers (``costaware.core.spot_window.pause_decision``; never for a ``critical`` job),
+    the job is stopped (it checkpoints), the attempt is recorded with cause ``paused``, and the training
+    resumes from its checkpoint when the price is back at the forecast minimum, or on on-demand at the latest
+    resume that still meets the deadline.
+
     Returns (XCom) the training summary (``version``, ``mode``, ...) plus ``attempts`` and ``usd``.
 
     Args:
@@ -120,6 +126,16 @@ class RemoteTrainingOperator(BaseOperator):
         aws_conn_id: AWS connection for ``s3://`` stores and the SageMaker/Batch backends (default
             ``aws_default``; when that connection does not exist, the SDKs' default credential chain).
         deferrable: Poll in the triggerer (default) instead of holding a worker slot.
+        pause_on_price: Pause a spot attempt through a price rise and resume it later (templated).
+        prices: Spot prices for ``pause_on_price``: ``"live"`` (EC2 through ``aws_conn_id``) or a recorded
+            price file, as for ``SpotWindowSensor`` (templated).
+        availability: Spot capacity trace for ``pause_on_price`` resumes (templated; default: spot has
+            capacity when it is below on-demand).
+        expected_runtime_hours: Training time on the instance; default the decision's (templated).
+        priority: ``critical`` (never paused), ``normal`` or ``best_effort`` (paused at any expected saving,
+            may wait until the deadline itself); default the decision's, else ``normal`` (templated).
+        restart_overhead_minutes: What a restart from a checkpoint costs before training goes on.
+        history_days: Days of price history the pause forecast fits on.
         **kwargs: ``BaseOperator`` arguments.
     """
 
@@ -141,6 +157,11 @@ class RemoteTrainingOperator(BaseOperator):
         "deadline",
         "latest_start",
         "spec_uri",
+        "pause_on_price",
+        "prices",
+        "availability",
+        "expected_runtime_hours",
+        "priority",
     )
     template_fields_renderers = {"trainer_params": "json", "backend_options": "json"}
     ui_color = "#d9ecf7"
@@ -182,6 +203,13 @@ class RemoteTrainingOperator(BaseOperator):
         tags: Mapping[str, str] | None = None,
         aws_conn_id: str | None = DEFAULT_AWS_CONN_ID,
         deferrable: bool = True,
+        pause_on_price: bool | str = False,
+        prices: str | None = None,
+        availability: str | None = None,
+        expected_runtime_hours: str | float | None = None,
+        priority: str | None = None,
+        restart_overhead_minutes: float = 5.0,
+        history_days: int = 14,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -225,6 +253,19 @@ class RemoteTrainingOperator(BaseOperator):
         self.tags = dict(tags or {})
         self.aws_conn_id = aws_conn_id
         self.deferrable = deferrable
+        self.pause_on_price = pause_on_price
+        self.prices = prices
+        self.availability = availability
+        self.expected_runtime_hours = expected_runtime_hours
+        self.priority = priority
+        if not restart_overhead_minutes >= 0:
+            raise ConfigurationError(
+                f"restart_overhead_minutes must be >= 0, got {restart_overhead_minutes!r}"
+            )
+        self.restart_overhead_minutes = restart_overhead_minutes
+        if not isinstance(history_days, int) or history_days < 1:
+            raise ConfigurationError(f"history_days must be an integer >= 1, got {history_days!r}")
+        self.history_days = history_days
 
     @cached_property
     def ledger_hook(self) -> CostLedgerHook:
@@ -335,6 +376,94 @@ class RemoteTrainingOperator(BaseOperator):
             "attempts": [],
             "current": None,
             "first_market": market,
+            "watch": self._watch_plan(decision, deadline, region),
+        }
+
+    def _watch_plan(self, decision: Mapping[str, Any], deadline: Any, region: str) -> dict[str, Any] | None:
+        """What pausing on the price needs, or None when ``pause_on_price`` is off."""
+        from costaware.core.spot_window import check_priority
+
+        if not as_bool(self.pause_on_price, "pause_on_price"):
+            return None
+        prices = _maybe(self.prices) or decision.get("prices")
+        if not prices:
+            raise ConfigurationError(
+                "pause_on_price needs spot prices: pass prices='live' or the path of a recorded price file"
+            )
+        runtime_text = _maybe(self.expected_runtime_hours) or decision.get("expected_runtime_hours")
+        try:
+            runtime = Decimal(str(runtime_text))
+        except ArithmeticError:
+            runtime = Decimal(0)
+        if not runtime_text or not runtime.is_finite() or runtime <= 0:
+            raise ConfigurationError(
+                f"pause_on_price needs the expected runtime, got {runtime_text!r}: pass "
+                "expected_runtime_hours (hours > 0) or a spot decision that has one"
+            )
+        if not deadline:
+            raise ConfigurationError(
+                "pause_on_price needs a deadline (a pause must still finish in time): pass deadline or a "
+                "spot decision that has one"
+            )
+        return {
+            "prices": str(prices),
+            "availability": _maybe(self.availability),
+            "availability_zone": decision.get("availability_zone") or None,
+            "runtime_hours": str(runtime),
+            "priority": check_priority(_maybe(self.priority) or decision.get("priority") or "normal"),
+            "restart_overhead_minutes": float(self.restart_overhead_minutes),
+            "history_days": self.history_days,
+            "aws_conn_id": self.aws_conn_id,
+            "region": region,
+        }
+
+    def _remaining_hours(self, state: Mapping[str, Any]) -> Decimal:
+        """Work left, estimated from above.
+
+        An attempt keeps what it ran past its restart, less one checkpoint interval (the most a stop or a
+        preemption loses).
+        """
+        watch = state["watch"]
+        lost = float(watch["restart_overhead_minutes"]) * 60 + float(self.checkpoint_every_seconds or 0)
+        kept = sum(max(0.0, float(a["billable_seconds"]) - lost) for a in state["attempts"])
+        if not self.checkpoint_every_seconds:
+            kept = 0.0  # no timed checkpoints: a stop may lose everything
+        return max(Decimal(watch["runtime_hours"]) - Decimal(str(round(kept / 3600, 6))), Decimal(0))
+
+    def _price_watch(self, state: Mapping[str, Any], mode: str) -> dict[str, Any]:
+        """The trigger's ``price_watch``: where prices come from, the work left and the latest resume."""
+        from costaware.core.spot_window import latest_start
+
+        watch = state["watch"]
+        remaining = self._remaining_hours(state)
+        latest_resume = latest_start(
+            deadline=parse_instant(state["deadline"], name="deadline"),
+            runtime_hours=remaining,
+            restart_overhead_minutes=float(watch["restart_overhead_minutes"]),
+            priority=str(watch["priority"]),
+        )
+        observe = {
+            "availability_zones": None,
+            "zone_availability": None,
+            "availability_zone": watch["availability_zone"],
+            "availability": watch["availability"],
+            "prices": watch["prices"],
+            "instance_type": state["instance_type"],
+            "region": watch["region"],
+            "aws_conn_id": watch["aws_conn_id"],
+            "ttl_seconds": max(float(self.poll_interval), 60.0),
+            "products": ["Linux/UNIX"],
+            "availability_start": None,
+        }
+        return {
+            "mode": mode,
+            "observe": observe,
+            "on_demand_usd_per_hour": state["on_demand_usd_per_hour"],
+            "history_days": int(watch["history_days"]),
+            "latest_resume": latest_resume.isoformat(),
+            "remaining_hours": str(remaining),
+            "restart_overhead_minutes": watch["restart_overhead_minutes"],
+            "priority": watch["priority"],
         }
 
     # -- attempts ----------------------------------------------------------------------------------------
@@ -412,6 +541,11 @@ class RemoteTrainingOperator(BaseOperator):
         from costaware.training.remote import next_market
 
         latest = parse_instant(state["latest_start"], name="latest_start") if state["latest_start"] else None
+        pausing = (state["current"] or {}).get("pausing")
+        if pausing and job["state"] != "succeeded":
+            # The stop this operator asked for, not a reclaim: the job checkpointed on SIGTERM.
+            self._record_attempt(state, job, cause="paused")
+            return self._paused(state)
         if fallback:
             self.log.warning("spot capacity not found by the latest safe start %s: on-demand", latest)
             self._backend(state).stop(str(job["job_id"]))
@@ -434,6 +568,35 @@ class RemoteTrainingOperator(BaseOperator):
             job.get("reason"),
             market,
         )
+        return self._submit(state, market)
+
+    def _pause(self, state: dict[str, Any], job: Mapping[str, Any], reason: str) -> dict[str, Any]:
+        """Stop the running spot job through a price rise; the wait that follows sees it end."""
+        attempt = state["current"]["attempt"]
+        self.log.warning("pausing attempt %s (job %s): %s", attempt, job["job_id"], reason)
+        self._backend(state).stop(str(job["job_id"]))
+        state["current"]["pausing"] = reason
+        return state
+
+    def _paused(self, state: dict[str, Any]) -> dict[str, Any]:
+        """After a pause: wait for the price (``current`` is None), or on-demand now if no slack is left."""
+        watch = self._price_watch(state, "resume")
+        if utcnow() >= parse_instant(watch["latest_resume"], name="latest_resume"):
+            self.log.warning("paused with no slack left for a later spot start: resuming on on-demand")
+            return self._submit(state, "on_demand")
+        self.log.info(
+            "paused; %s h of work left, waiting for the spot price to come back until %s at the latest",
+            watch["remaining_hours"],
+            watch["latest_resume"],
+        )
+        return state
+
+    def _resume(self, state: dict[str, Any], decision: Mapping[str, Any]) -> dict[str, Any]:
+        """Resubmit from the newest checkpoint on the market of the resume decision."""
+        market = str(decision["market"])
+        if market == "spot":
+            state["spot_usd_per_hour"] = str(decision["usd_per_hour"])  # the next attempt's price
+        self.log.info("resuming from the newest checkpoint on %s: %s", market, decision.get("reason", ""))
         return self._submit(state, market)
 
     def _total(self, state: Mapping[str, Any]) -> Decimal:
@@ -497,10 +660,31 @@ class RemoteTrainingOperator(BaseOperator):
             state = self._submit(state, state["first_market"])
         return self._wait(context, state)
 
-    def _wait(self, context: Context, state: dict[str, Any]) -> Any:
-        from costaware.triggers.remote_training import RemoteTrainingJobTrigger, job_event
+    def _trigger(self, state: Mapping[str, Any]) -> Any:
+        """What to wait on: the current job (watching its spot price when asked), or the price of a pause."""
+        from costaware.triggers.remote_training import RemoteTrainingJobTrigger
 
+        current = state["current"]
+        if current is None:  # paused: wait for a good price to resume
+            watch: dict[str, Any] | None = self._price_watch(state, "resume")
+        elif state.get("watch") and current["market"] == "spot" and not current.get("pausing"):
+            watch = self._price_watch(state, "pause")
+        else:
+            watch = None
+        return RemoteTrainingJobTrigger(
+            backend=state["backend"],
+            backend_options=state["backend_options"],
+            job_id=current["job_id"] if current else None,
+            state=dict(state),
+            fallback_at=state["latest_start"] if current and current["market"] == "spot" else None,
+            poll_interval=self.poll_interval,
+            price_watch=watch,
+        )
+
+    def _wait(self, context: Context, state: dict[str, Any]) -> Any:
         while True:
+            with airflow_errors():
+                trigger = self._trigger(state)
             if self.deferrable:
                 deadline = state["deadline"]
                 timeout = (
@@ -509,30 +693,25 @@ class RemoteTrainingOperator(BaseOperator):
                     if deadline
                     else timedelta(days=1)
                 )
-                self.defer(
-                    trigger=RemoteTrainingJobTrigger(
-                        backend=state["backend"],
-                        backend_options=state["backend_options"],
-                        job_id=state["current"]["job_id"],
-                        state=state,
-                        fallback_at=state["latest_start"] if state["current"]["market"] == "spot" else None,
-                        poll_interval=self.poll_interval,
-                    ),
-                    method_name="execute_complete",
-                    timeout=timeout,
-                )
-            status = self._backend(state).poll(state["current"]["job_id"])
-            latest = state["latest_start"] if state["current"]["market"] == "spot" else None
-            fallback_at: datetime | None = parse_instant(latest, name="latest_start") if latest else None
-            event = job_event(status, state, fallback_at=fallback_at, now=utcnow())
+                self.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
+            with airflow_errors():
+                event = trigger.poll_once(utcnow())
             if event is None:
                 time.sleep(self.poll_interval)
                 continue
-            with airflow_errors():
-                outcome = self._advance(context, state, event["job"], bool(event["fallback"]))
+            outcome = self._on_event(context, state, event)
             if "version" in outcome:
                 return outcome
             state = outcome
+
+    def _on_event(self, context: Context, state: dict[str, Any], event: Mapping[str, Any]) -> Any:
+        """Act on a trigger event: resume a pause, pause a job, or handle a job that ended."""
+        with airflow_errors():
+            if "resume" in event:
+                return self._resume(state, event["resume"])
+            if event.get("pause"):
+                return self._pause(state, event["job"], str(event["pause"]))
+            return self._advance(context, state, event["job"], bool(event.get("fallback")))
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
         """Resume after the trigger: record the attempt, then finish, fail or wait for the next attempt."""
@@ -541,8 +720,7 @@ class RemoteTrainingOperator(BaseOperator):
         state = dict(event["state"])
         if event.get("status") != "success":
             raise AirflowException(f"polling the training job failed: {event.get('message')}")
-        with airflow_errors():
-            outcome = self._advance(context, state, event["job"], bool(event.get("fallback")))
+        outcome = self._on_event(context, state, event)
         if "version" in outcome:
             return outcome
         return self._wait(context, outcome)

@@ -22,7 +22,13 @@ from costaware.core.ledger import utcnow
 from costaware.core.series import parse_instant
 from costaware.core.spot_window import check_priority, label_decision, window_decision
 from costaware.glue import DEFAULT_AWS_CONN_ID, DEFAULT_LEDGER_CONN_ID, airflow_errors
-from costaware.triggers.spot_window import LIVE, SpotWindowTrigger, observe_market
+from costaware.triggers.spot_window import (
+    LIVE,
+    SpotWindowTrigger,
+    forecast_starts,
+    observe_market,
+    spot_history,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -237,50 +243,30 @@ class SpotWindowSensor(BaseSensorOperator):
             "forecast_starts": self._forecast_starts(now, latest, runtime) if forecast else [],
         }
 
-    def _history(self, now: datetime) -> Any:
-        from costaware.adapters import spot_prices
-
-        if self.prices == LIVE:
-            live = spot_prices.LiveSpotPrices(
-                aws_conn_id=self.aws_conn_id, region_name=self.region, ttl_seconds=self.cache_seconds
-            )
-            return live.history(
-                [self.instance_type],
-                start=now - timedelta(days=self.history_days),
-                end=now,
-                products=self.products,
-            )
-        return spot_prices.load_spot_history(self.prices, products=self.products)
-
     def _forecast_starts(self, now: datetime, latest_start: datetime, runtime: Decimal) -> list[list[str]]:
         """Forecast mean price of a run starting at each whole hour from now to the latest start."""
-        from costaware.core.forecast import PriceForecast
-
         if latest_start <= now:
             return []
-        first = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
-        hours = int((latest_start - first) / timedelta(hours=1)) + 1
-        if hours <= 0:
-            return []
-        span = max(1, round(float(runtime)))
-        history = self._history(now)
-        # With several zones a run may start in any of them: each hour's forecast is the cheapest zone's.
-        hourly: list[Decimal] = []
-        zones: list[str | None] = (
-            [*self.availability_zones] if self.availability_zones else [self.availability_zone]
+        history = spot_history(
+            prices=self.prices,
+            instance_type=self.instance_type,
+            region=self.region,
+            aws_conn_id=self.aws_conn_id,
+            ttl_seconds=self.cache_seconds,
+            products=self.products,
+            now=now,
+            history_days=self.history_days,
         )
-        for zone_name in zones:
-            series = history.series(self.instance_type, self.region, zone_name)
-            forecast = PriceForecast.fit(series, at=now, weeks=max(1, self.history_days // 7))
-            zone_hourly = forecast.hourly_usd_per_hour(first, hours + span - 1)
-            hourly = [min(a, b) for a, b in zip(hourly, zone_hourly, strict=True)] if hourly else zone_hourly
-        return [
-            [
-                (first + timedelta(hours=i)).isoformat(),
-                str((sum(hourly[i : i + span], Decimal(0)) / span).quantize(_MICRO)),
-            ]
-            for i in range(hours)
-        ]
+        return forecast_starts(
+            history,
+            instance_type=self.instance_type,
+            region=self.region,
+            zones=[*self.availability_zones] if self.availability_zones else [self.availability_zone],
+            now=now,
+            latest_start=latest_start,
+            runtime_hours=runtime,
+            history_days=self.history_days,
+        )
 
     def _decide_now(self, plan: dict[str, Any], now: datetime) -> dict[str, str] | None:
         latest_start = parse_instant(plan["latest_start"], name="latest_start")

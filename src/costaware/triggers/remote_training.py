@@ -6,6 +6,15 @@ event loop) and emits one event when the job ended, or when a spot job still wai
 ``{"status": "success", "job": {...JobStatus...}, "state": {...}, "fallback": bool}`` or
 ``{"status": "error", "message": ..., "state": {...}}``. ``state`` is the operator's attempt state, echoed
 so the operator resumes from the event alone.
+
+With a ``price_watch`` it also reads the spot price at each poll (see :func:`watch_event`):
+
+* ``"mode": "pause"``: while the job runs on spot, an event with ``"pause": reason`` when
+  :func:`~costaware.core.spot_window.pause_decision` says the price rose well above the rest of the window
+  (the operator stops the job; it resumes from its checkpoint);
+* ``"mode": "resume"`` (no job: the training is paused): an event with ``"resume": decision`` when
+  :func:`~costaware.core.spot_window.window_decision` says start again, on spot or, once the latest resume
+  has come, on-demand.
 """
 
 from __future__ import annotations
@@ -13,6 +22,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Mapping
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -35,36 +45,140 @@ def job_event(
     return None
 
 
+def price_event(
+    watch: Mapping[str, Any],
+    state: Mapping[str, Any],
+    *,
+    now: datetime,
+    usd_per_hour: Decimal | None,
+    available: bool,
+    source: str,
+    forecast_starts: list[list[str]],
+) -> dict[str, Any] | None:
+    """Pause or resume event for the spot price seen at ``now``, or None to go on as is (pure).
+
+    ``forecast_starts`` is the forecast of a run of the remaining work per later start, fitted at ``now``.
+    """
+    from costaware.core.spot_window import label_decision, pause_decision, window_decision
+
+    latest_resume = parse_instant(watch["latest_resume"], name="latest_resume")
+    if watch["mode"] == "pause":
+        if usd_per_hour is None:
+            return None
+        reason = pause_decision(
+            now=now,
+            usd_per_hour=usd_per_hour,
+            forecast_starts=forecast_starts,
+            latest_resume=latest_resume,
+            remaining_hours=Decimal(watch["remaining_hours"]),
+            restart_overhead_minutes=float(watch["restart_overhead_minutes"]),
+            priority=str(watch["priority"]),
+        )
+        return None if reason is None else {"status": "success", "pause": reason, "state": dict(state)}
+    decision = window_decision(
+        now=now,
+        usd_per_hour=usd_per_hour,
+        available=available,
+        on_demand_usd_per_hour=Decimal(watch["on_demand_usd_per_hour"]),
+        forecast_starts=forecast_starts,
+        target_usd_per_hour=None,
+        latest_start=latest_resume,
+        not_before=None,
+    )
+    if decision is None:
+        return None
+    decision["decided_at"] = now.isoformat()
+    label_decision(decision, source)
+    return {"status": "success", "resume": decision, "state": dict(state)}
+
+
+def watch_event(
+    watch: Mapping[str, Any], state: Mapping[str, Any], *, now: datetime
+) -> dict[str, Any] | None:
+    """Read the spot price and capacity now, fit the forecast now (blocking IO), apply :func:`price_event`.
+
+    The forecast is fitted at each look, on the same history the price comes from: a rise that the forecast
+    expects to last (its persistence term) is not worth a pause, one that the rest of the window outlasts
+    is. Past the latest resume nothing is read: a paused job restarts on on-demand whatever spot costs.
+    """
+    from costaware.triggers.spot_window import forecast_starts, observe_market, spot_history
+
+    latest_resume = parse_instant(watch["latest_resume"], name="latest_resume")
+    if now >= latest_resume:
+        return price_event(
+            watch, state, now=now, usd_per_hour=None, available=False, source="", forecast_starts=[]
+        )
+    observe = watch["observe"]
+    price, available, source, _ = observe_market(
+        now=now, on_demand_usd_per_hour=Decimal(watch["on_demand_usd_per_hour"]), **observe
+    )
+    history = spot_history(
+        prices=observe["prices"],
+        instance_type=observe["instance_type"],
+        region=observe["region"],
+        aws_conn_id=observe["aws_conn_id"],
+        ttl_seconds=observe["ttl_seconds"],
+        products=observe["products"],
+        now=now,
+        history_days=int(watch["history_days"]),
+    )
+    starts = forecast_starts(
+        history,
+        instance_type=observe["instance_type"],
+        region=observe["region"],
+        zones=[observe["availability_zone"]],
+        now=now,
+        latest_start=latest_resume,
+        runtime_hours=max(Decimal(watch["remaining_hours"]), Decimal("0.01")),
+        history_days=int(watch["history_days"]),
+    )
+    return price_event(
+        watch,
+        state,
+        now=now,
+        usd_per_hour=price,
+        available=available,
+        source=source,
+        forecast_starts=starts,
+    )
+
+
 class RemoteTrainingJobTrigger(BaseTrigger):
-    """Fires when a training job on a compute backend ended (or must fall back to on-demand).
+    """Fires when a training job on a compute backend ended (or must fall back, pause or resume).
 
     See docs/remote-training.md.
 
     Args:
         backend: Backend name (``local``, ``sagemaker``, ``batch``, ``kubernetes``).
         backend_options: Its options, JSON primitives.
-        job_id: The job to watch.
+        job_id: The job to watch; ``None`` while the training is paused (then ``price_watch`` is required).
         state: The operator's attempt state (JSON primitives), echoed in the event.
         fallback_at: ISO time after which a spot job still pending is reported for fallback (None: never).
         poll_interval: Seconds between polls.
+        price_watch: Pause or resume on the spot price (see the module docstring), or ``None``.
     """
 
     def __init__(
         self,
         backend: str,
         backend_options: dict[str, Any],
-        job_id: str,
+        job_id: str | None,
         state: dict[str, Any],
         fallback_at: str | None = None,
         poll_interval: float = 30.0,
+        price_watch: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
+        if job_id is None and price_watch is None:
+            raise ValueError("a trigger without a job to watch needs a price_watch to resume on")
         self.backend = backend
         self.backend_options = dict(backend_options)
         self.job_id = job_id
         self.state = dict(state)
         self.fallback_at = fallback_at
         self.poll_interval = poll_interval
+        self.price_watch = dict(price_watch) if price_watch else None
+        self._last = ""
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -76,30 +190,48 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 "state": self.state,
                 "fallback_at": self.fallback_at,
                 "poll_interval": self.poll_interval,
+                "price_watch": self.price_watch,
             },
         )
 
-    def _poll(self) -> Any:
-        from costaware.adapters.compute.base import open_backend
+    def poll_once(self, now: datetime) -> dict[str, Any] | None:
+        """One look (blocking IO): the event to emit, or None to keep waiting.
 
-        return open_backend(self.backend, self.backend_options).poll(self.job_id)
+        The operator's synchronous wait (``deferrable=False``) calls this too, so both modes decide alike.
+        """
+        from costaware.adapters.compute.base import JobState, open_backend
+
+        if self.job_id is None:
+            assert self.price_watch is not None  # checked in __init__
+            return watch_event(self.price_watch, self.state, now=now)
+        status = open_backend(self.backend, self.backend_options).poll(self.job_id)
+        fallback_at = parse_instant(self.fallback_at, name="fallback_at") if self.fallback_at else None
+        event = job_event(status, self.state, fallback_at=fallback_at, now=now)
+        if event is not None:
+            return event
+        if status.state.value != self._last:
+            self.log.info("job %s on %s: %s", self.job_id, self.backend, status.state.value)
+            self._last = status.state.value
+        if self.price_watch and status.state == JobState.RUNNING and status.market == "spot":
+            try:
+                paused = watch_event(self.price_watch, self.state, now=now)
+            except Exception as e:  # a price feed that fails must not stop the watch over the training
+                self.log.warning("cannot read the spot price (%s: %s); the job runs on", type(e).__name__, e)
+                return None
+            if paused is not None:
+                return {**paused, "job": status.to_dict()}
+        return None
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        fallback_at = parse_instant(self.fallback_at, name="fallback_at") if self.fallback_at else None
-        last = ""
         while True:
             try:
-                status = await asyncio.to_thread(self._poll)
+                event = await asyncio.to_thread(self.poll_once, utcnow())
             except Exception as e:
                 yield TriggerEvent(
                     {"status": "error", "message": f"{type(e).__name__}: {e}", "state": self.state}
                 )
                 return
-            event = job_event(status, self.state, fallback_at=fallback_at, now=utcnow())
             if event is not None:
                 yield TriggerEvent(event)
                 return
-            if status.state.value != last:
-                self.log.info("job %s on %s: %s", self.job_id, self.backend, status.state.value)
-                last = status.state.value
             await asyncio.sleep(self.poll_interval)

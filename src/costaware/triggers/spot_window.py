@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -35,14 +35,81 @@ __all__ = [
     "LIVE",
     "SpotWindowTrigger",
     "forecast_min",
+    "forecast_starts",
     "label_decision",
     "observe_market",
     "observe_spot",
     "observe_zones",
+    "spot_history",
     "window_decision",
 ]
 
 LIVE = "live"
+_MICRO = Decimal("0.000001")
+
+
+def spot_history(
+    *,
+    prices: str,
+    instance_type: str,
+    region: str,
+    aws_conn_id: str | None,
+    ttl_seconds: float,
+    products: Sequence[str],
+    now: datetime,
+    history_days: int,
+) -> Any:
+    """The spot price history the forecast fits on: ``history_days`` of live EC2, or the recorded file."""
+    from costaware.adapters import spot_prices
+
+    if prices == LIVE:
+        live = spot_prices.LiveSpotPrices(
+            aws_conn_id=aws_conn_id, region_name=region, ttl_seconds=ttl_seconds
+        )
+        return live.history(
+            [instance_type], start=now - timedelta(days=history_days), end=now, products=list(products)
+        )
+    return spot_prices.load_spot_history(prices, products=list(products))
+
+
+def forecast_starts(
+    history: Any,
+    *,
+    instance_type: str,
+    region: str,
+    zones: Sequence[str | None],
+    now: datetime,
+    latest_start: datetime,
+    runtime_hours: Decimal,
+    history_days: int,
+) -> list[list[str]]:
+    """Forecast mean price of a run of ``runtime_hours`` starting at each whole hour up to ``latest_start``.
+
+    With several zones a run may start in any of them: each hour's forecast is the cheapest zone's.
+    Returns ``[[iso start, mean USD/hour], ...]``, empty when no whole hour is left before ``latest_start``.
+    """
+    from costaware.core.forecast import PriceForecast
+
+    if latest_start <= now:
+        return []
+    first = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    hours = int((latest_start - first) / timedelta(hours=1)) + 1
+    if hours <= 0:
+        return []
+    span = max(1, round(float(runtime_hours)))
+    hourly: list[Decimal] = []
+    for zone_name in zones:
+        series = history.series(instance_type, region, zone_name)
+        forecast = PriceForecast.fit(series, at=now, weeks=max(1, history_days // 7))
+        zone_hourly = forecast.hourly_usd_per_hour(first, hours + span - 1)
+        hourly = [min(a, b) for a, b in zip(hourly, zone_hourly, strict=True)] if hourly else zone_hourly
+    return [
+        [
+            (first + timedelta(hours=i)).isoformat(),
+            str((sum(hourly[i : i + span], Decimal(0)) / span).quantize(_MICRO)),
+        ]
+        for i in range(hours)
+    ]
 
 
 def observe_spot(

@@ -1,0 +1,181 @@
+"""Pause and resume on the live path: a real local spot job is stopped through a price spike and resumed.
+
+The spot price comes from a recorded price file that the test appends to, as the EC2 feed would change: flat
+0.50 USD/h for two weeks, a spike to 3.00 once the job trains, back to 0.50 once the job was paused. The
+forecast expects a spike to fade with a half-life of a day, so with two days to the deadline the rest of the
+window is cheaper than running through it. The history is flat, so the forecast is the same at every hour of
+the day and the test needs no frozen clock (the training runs in real subprocesses that bill by the real
+clock).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import AirflowFailException
+from remote_support import context_for, drive, write_data
+
+from costaware.adapters.model_store import ModelStore
+from costaware.core.ledger import utcnow
+from costaware.operators.remote_training import RemoteTrainingOperator
+
+TRAINING = Path(__file__).resolve().parents[1] / "training"
+HEADER = "timestamp,region,availability_zone,instance_type,product_description,usd_per_hour\n"
+STEP_SECONDS, STEPS, EVERY_SECONDS = 0.25, 24, 1.0
+
+
+@pytest.fixture(autouse=True)
+def _ledger(monkeypatch: pytest.MonkeyPatch, ledger_url: str) -> None:
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+
+
+def record(path: Path, price: str, at: datetime | None = None) -> None:
+    at = at or datetime.now(timezone.utc)
+    with path.open("a") as f:
+        f.write(f"{at.isoformat()},us-east-1,us-east-1a,m5.large,Linux/UNIX,{price}\n")
+
+
+def flat_history(path: Path) -> None:
+    path.write_text(HEADER)
+    start = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0) - timedelta(weeks=2)
+    for hour in range(14 * 24):
+        record(path, "0.50", start + timedelta(hours=hour))
+    record(path, "0.50", datetime.now(timezone.utc) - timedelta(seconds=5))
+
+
+def operator(tmp: Path, price_file: Path, **kwargs: Any) -> RemoteTrainingOperator:
+    now = utcnow()
+    args: dict[str, Any] = {
+        "task_id": "train",
+        "data_path": str(tmp / "data"),
+        "label_column": "y",
+        "feature_columns": ["x1", "x2", "c"],
+        "model_store": str(tmp / "models"),
+        "checkpoint_store": str(tmp / "ckpt"),
+        "trainer": "slow_trainer.SlowSGDTrainer",
+        "trainer_params": {
+            "epochs": STEPS,
+            "batch_size": 512,
+            "step_seconds": STEP_SECONDS,
+            "progress_file": str(tmp / "progress.txt"),
+        },
+        "checkpoint_every_seconds": EVERY_SECONDS,
+        "backend_options": {
+            "root": str(tmp / "jobs"),
+            "env": {"PYTHONPATH": os.pathsep.join([str(TRAINING), os.environ.get("PYTHONPATH", "")])},
+        },
+        "spot_decision": {
+            "market": "spot",
+            "usd_per_hour": "0.50",
+            "on_demand_usd_per_hour": "2.00",
+            "instance_type": "m5.large",
+            "region": "us-east-1",
+            "availability_zone": "us-east-1a",
+            "expected_runtime_hours": "1",
+            "deadline": (now + timedelta(hours=48)).isoformat(),
+            "latest_start": (now + timedelta(hours=46, minutes=55)).isoformat(),
+        },
+        "pause_on_price": True,
+        "prices": str(price_file),
+        "restart_overhead_minutes": 5,
+        "poll_interval": 0.2,
+        "max_attempts": 5,
+        **kwargs,
+    }
+    return RemoteTrainingOperator(**args)
+
+
+class PriceMover:
+    """Spikes the price once the first job trains; drops it back once that job has stopped."""
+
+    def __init__(self, prices: Path, jobs: Path) -> None:
+        self.prices, self.jobs = prices, jobs
+        self.spiked_at: float | None = None
+        self.dropped_at: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            firsts = sorted(self.jobs.glob("*-a1")) if self.jobs.exists() else []
+            job = firsts[0] if firsts else None
+            if self.spiked_at is None and job is not None and (job / "started").exists():
+                time.sleep(6 * STEP_SECONDS)  # a checkpoint or so in
+                record(self.prices, "3.00")
+                self.spiked_at = time.time()
+            elif self.spiked_at is not None and self.dropped_at is None and (job / "exit.json").exists():
+                time.sleep(1.0)  # the resume wait sees the spike first, and must not start on it
+                record(self.prices, "0.50")
+                self.dropped_at = time.time()
+                return
+            time.sleep(0.05)
+
+    def __enter__(self) -> PriceMover:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+@pytest.fixture
+def prices(tmp_path: Path) -> Iterator[Path]:
+    write_data(tmp_path / "data", rows=3000)
+    path = tmp_path / "prices.csv"
+    flat_history(path)
+    yield path
+
+
+@pytest.mark.parametrize("deferrable", [True, False], ids=["deferrable", "in-worker"])
+def test_a_price_spike_pauses_the_spot_job_and_it_resumes_from_its_checkpoint(
+    tmp_path: Path, prices: Path, ledger: Any, deferrable: bool
+) -> None:
+    with PriceMover(prices, tmp_path / "jobs") as mover:
+        result, _ = drive(operator(tmp_path, prices, deferrable=deferrable), context_for(), timeout=120)
+    assert mover.spiked_at is not None and mover.dropped_at is not None
+
+    first, second = result["attempts"]
+    assert (first["market"], first["cause"]) == ("spot", "paused")
+    assert (second["market"], second["cause"]) == ("spot", "success")
+    assert result["steps"] == STEPS
+    assert ModelStore.open(str(tmp_path / "models")).get(result["version"]).mode == "full"
+    # The resume came after the price dropped, never on the spike.
+    second_started = float((tmp_path / "jobs" / second["job_id"] / "started").read_text())
+    assert second_started >= mover.dropped_at
+    # It resumed from a checkpoint (the stop's SIGTERM writes one): at most a checkpoint interval is redone.
+    logged = [line.split() for line in (tmp_path / "progress.txt").read_text().splitlines()]
+    before = [int(step) for step, at in logged if float(at) < second_started]
+    after = [int(step) for step, at in logged if float(at) >= second_started]
+    assert before and after[0] > 1
+    assert max(before) - (after[0] - 1) <= EVERY_SECONDS / STEP_SECONDS
+    rows = [e for e in ledger.entries() if e["task_id"] == "train"]
+    assert sorted(e["cause"] for e in rows) == ["paused", "success"]
+    assert sum(Decimal(str(e["usd"])) for e in rows) == Decimal(result["usd"]) > 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"prices": None}, "pause_on_price needs spot prices: pass prices='live'"),
+        ({"expected_runtime_hours": "-1"}, "pause_on_price needs the expected runtime, got '-1'"),
+        ({"pause_on_price": "sometimes"}, "pause_on_price"),
+        ({"priority": "urgent"}, "priority 'urgent' is unknown"),
+    ],
+)
+def test_bad_pause_settings_fail_before_any_job_starts(
+    tmp_path: Path, prices: Path, ledger: Any, kwargs: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(AirflowFailException) as e:
+        operator(tmp_path, prices, **kwargs).execute(context_for())
+    assert message in str(e.value)
+    assert not (tmp_path / "jobs").exists()
+    assert ledger.entries() == []
