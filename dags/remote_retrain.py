@@ -92,6 +92,17 @@ def data_root() -> str:
         ),
         "on_demand_usd_per_hour": Param(None, type=["null", "string"]),
         "spot_deadline": Param(None, type=["null", "string"], format="date-time"),
+        "priority": Param(
+            "normal",
+            enum=["critical", "normal", "best_effort"],
+            description="critical: never paused, on-demand while a preemption can still be absorbed; "
+            "best_effort: paused first, may wait for spot until the deadline itself.",
+        ),
+        "pause_on_price": Param(
+            False,
+            type="boolean",
+            description="Pause the spot training through a price rise and resume it from its checkpoint.",
+        ),
         "replay_date": Param(None, type=["null", "string"], format="date"),
         "data_root": Param(None, type=["null", "string"]),
     },
@@ -153,6 +164,7 @@ def remote_retrain() -> None:
         expected_runtime_hours=0.25,
         prices=RECORDED_SPOT_PRICES,
         deadline="{{ params.spot_deadline or '' }}",
+        priority="{{ params.priority }}",
         deferrable=True,
         poke_interval=300,
     )
@@ -176,6 +188,8 @@ def remote_retrain() -> None:
         instance_type="{{ params.remote_instance_type or '' }}",
         spot_usd_per_hour="{{ params.spot_usd_per_hour or '' }}",
         on_demand_usd_per_hour="{{ params.on_demand_usd_per_hour or '' }}",
+        pause_on_price="{{ params.pause_on_price }}",
+        prices=RECORDED_SPOT_PRICES,
         aws_conn_id=None,
         poll_interval=2,
         retries=2,

@@ -179,3 +179,48 @@ def test_bad_pause_settings_fail_before_any_job_starts(
     assert message in str(e.value)
     assert not (tmp_path / "jobs").exists()
     assert ledger.entries() == []
+
+
+def test_price_event_pauses_resumes_and_falls_back_to_on_demand_at_the_latest_resume() -> None:
+    from costaware.triggers.remote_training import RemoteTrainingJobTrigger, price_event
+
+    at = datetime(2026, 11, 24, 0, 30, tzinfo=timezone.utc)
+    watch = {
+        "mode": "pause",
+        "on_demand_usd_per_hour": "2.00",
+        "latest_resume": (at + timedelta(hours=3)).isoformat(),
+        "remaining_hours": "1",
+        "restart_overhead_minutes": 6,
+        "priority": "normal",
+    }
+    starts = [[(at + timedelta(hours=h)).isoformat(), "0.50"] for h in (1, 2, 3)]
+    state = {"attempts": []}
+
+    def event(price: str | None, now: datetime = at, **changes: Any) -> dict[str, Any] | None:
+        return price_event(
+            {**watch, **changes},
+            state,
+            now=now,
+            usd_per_hour=None if price is None else Decimal(price),
+            available=True,
+            source="recorded prices.csv",
+            forecast_starts=starts,
+        )
+
+    # 1 h at 0.60 (0.60 USD) against 0.50 x 1.1 h (0.55): within the normal margin; 0.70 is not.
+    assert event("0.60") is None
+    paused = event("0.70")
+    assert paused is not None and "well above the forecast minimum 0.50" in paused["pause"]
+    assert paused["state"] == state
+    assert event("0.70", priority="critical") is None
+    assert event(None) is None  # no price read: the job runs on
+
+    assert event("0.70", mode="resume") is None  # a later start is forecast cheaper: keep waiting
+    resumed = event("0.50", mode="resume")
+    assert resumed is not None and resumed["resume"]["market"] == "spot"
+    assert resumed["resume"]["price_source"] == "recorded"
+    late = event(None, mode="resume", now=at + timedelta(hours=3))
+    assert late is not None and late["resume"]["market"] == "on_demand"
+
+    with pytest.raises(ValueError, match="needs a price_watch"):
+        RemoteTrainingJobTrigger(backend="local", backend_options={}, job_id=None, state={})
