@@ -160,6 +160,38 @@ def test_live_prices_from_ec2_through_the_amazon_hook(moto_aws_conn: str, ledger
     assert row["price_source"] == "live-ec2" and "live EC2" in row["note"]
 
 
+def test_live_history_is_fetched_once_per_cache_period_not_at_every_look(moto_aws_conn: str) -> None:
+    from costaware.triggers.spot_window import spot_history
+
+    spot_prices.clear_cache()
+    period_start = datetime(2026, 11, 24, 0, 30, tzinfo=timezone.utc)
+    looks = [period_start + timedelta(seconds=s) for s in (0, 30, 299)]
+    for at in looks:
+        history = spot_history(
+            prices="live",
+            instance_type="g4dn.8xlarge",
+            region="us-east-1",
+            aws_conn_id="moto_aws",
+            ttl_seconds=300,
+            products=["Linux/UNIX"],
+            now=at,
+            history_days=14,
+        )
+        assert history.series("g4dn.8xlarge", "us-east-1", None)
+    assert len(spot_prices._CACHE) == 1  # three looks in one 5-minute period: one query
+    spot_history(
+        prices="live",
+        instance_type="g4dn.8xlarge",
+        region="us-east-1",
+        aws_conn_id="moto_aws",
+        ttl_seconds=300,
+        products=["Linux/UNIX"],
+        now=period_start + timedelta(seconds=300),
+        history_days=14,
+    )
+    assert len(spot_prices._CACHE) == 2  # the next period asks again
+
+
 def test_trigger_round_trips_by_class_path_in_a_fresh_interpreter(tmp_path: Path) -> None:
     trigger = SpotWindowTrigger(
         instance_type="p3.2xlarge",

@@ -451,7 +451,9 @@ class RemoteTrainingOperator(BaseOperator):
             "instance_type": state["instance_type"],
             "region": watch["region"],
             "aws_conn_id": watch["aws_conn_id"],
-            "ttl_seconds": max(float(self.poll_interval), 60.0),
+            # Live prices: the price in force is re-read at most every 5 minutes and the history behind
+            # the forecast as often (spot prices change a few times a day at most).
+            "ttl_seconds": max(float(self.poll_interval), 300.0),
             "products": ["Linux/UNIX"],
             "availability_start": None,
         }

@@ -59,15 +59,21 @@ def spot_history(
     now: datetime,
     history_days: int,
 ) -> Any:
-    """The spot price history the forecast fits on: ``history_days`` of live EC2, or the recorded file."""
+    """The spot price history the forecast fits on: ``history_days`` of live EC2, or the recorded file.
+
+    Live queries end at ``now`` rounded down to ``ttl_seconds``, so that looks within one period ask the
+    same question and share the cached answer instead of paging through days of history at every poll.
+    """
     from costaware.adapters import spot_prices
 
     if prices == LIVE:
         live = spot_prices.LiveSpotPrices(
             aws_conn_id=aws_conn_id, region_name=region, ttl_seconds=ttl_seconds
         )
+        period = max(ttl_seconds, 1.0)
+        end = datetime.fromtimestamp(now.timestamp() // period * period, tz=now.tzinfo)
         return live.history(
-            [instance_type], start=now - timedelta(days=history_days), end=now, products=list(products)
+            [instance_type], start=end - timedelta(days=history_days), end=end, products=list(products)
         )
     return spot_prices.load_spot_history(prices, products=list(products))
 
