@@ -78,10 +78,16 @@ class _Slot:
 
 @dataclass(slots=True)
 class _Training:
-    """How the rungs went: the results, the time spent training, and how it ended."""
+    """How the rungs went: the results, the time spent training, and how it ended.
+
+    ``bookkeeping`` is the slowest call to the study store so far (ask, report, prune check): on a store
+    shared by busy slots (SQLite has one writer) it waits for locks and is not negligible, so every rung
+    leaves room for one more such call and for the final tell.
+    """
 
     rungs: list[tuple[int, float]] = field(default_factory=list)
     train_seconds: float = 0.0
+    bookkeeping: float = 0.0
     marginal: float | None = None
     state: TrialState = TrialState.PROMOTED
     decision: str = ""
@@ -145,8 +151,9 @@ def run_trial(
     if isinstance(reserved, SlotResult):
         return reserved
     reservation, estimate = reserved
+    tick = meter()
     trial, info, tags = _start_trial(s, reservation, holder, slot, on_label)
-    training = _Training()
+    training = _Training(bookkeeping=meter() - tick)
     try:
         model = trainer(dict(trial.params), **dict(trainer_kwargs or {}))
         _train_rungs(s, trial, model, reservation, estimate, training)
@@ -257,7 +264,7 @@ def _train_rungs(
             rate = t.train_seconds / previous if previous else (estimate.seconds_per_unit or 0.0)
         # A busy worker runs a rung slower than the trial's speed so far: the same safety factor as the
         # reservation's estimate keeps a slow rung from running past what was reserved.
-        needed = rate * (rung - previous) * spec.safety_factor
+        needed = (rate * (rung - previous) + 2 * t.bookkeeping) * spec.safety_factor
         if (meter() - started) + needed > limit:
             t.state = TrialState.CUT
             t.decision = (
@@ -275,11 +282,14 @@ def _train_rungs(
             t.marginal = spent / (rung - previous)
         previous = rung
         t.rungs.append((rung, value))
+        tick = meter()
         trial.report(value, rung)
         if rung == spec.schedule.max_resource:
             t.decision = f"promoted to {rung}: trained in full, {value:.4f}"
             break
-        if trial.should_prune():
+        prune = trial.should_prune()
+        t.bookkeeping = max(t.bookkeeping, meter() - tick)
+        if prune:
             t.state = TrialState.PRUNED
             t.decision = pruning_note(s.study, trial) or f"pruned at {rung} with {value:.4f}"
             break
