@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 from costaware.core.errors import ConfigurationError
-from costaware.core.policies.cheapest_window import start_rule
+from costaware.core.policies.cheapest_window import PRICE_TOLERANCE, start_rule
 from costaware.core.series import parse_instant
 
 #: Priority classes, most protected first.
@@ -34,7 +34,7 @@ CRITICAL_RESERVE_SHARE = Decimal("0.25")
 #: costs a restart. A ``best_effort`` job pauses at any expected saving: it is paused first.
 PAUSE_MARGIN = {"critical": None, "normal": Decimal("0.20"), "best_effort": Decimal(0)}
 #: The start rule's float tolerance (prices equal up to 1e-9 count as equal), as a Decimal.
-_TOLERANCE = Decimal("1.000000001")
+_TOLERANCE = Decimal(repr(PRICE_TOLERANCE))
 
 
 def check_priority(priority: object) -> str:

@@ -424,10 +424,10 @@ class RemoteTrainingOperator(BaseOperator):
         preemption loses).
         """
         watch = state["watch"]
-        lost = float(watch["restart_overhead_minutes"]) * 60 + float(self.checkpoint_every_seconds or 0)
-        kept = sum(max(0.0, float(a["billable_seconds"]) - lost) for a in state["attempts"])
-        if not self.checkpoint_every_seconds:
-            kept = 0.0  # no timed checkpoints: a stop may lose everything
+        kept = 0.0  # without timed checkpoints a stop may lose everything
+        if self.checkpoint_every_seconds:
+            lost = float(watch["restart_overhead_minutes"]) * 60 + float(self.checkpoint_every_seconds)
+            kept = sum(max(0.0, float(a["billable_seconds"]) - lost) for a in state["attempts"])
         return max(Decimal(watch["runtime_hours"]) - Decimal(str(round(kept / 3600, 6))), Decimal(0))
 
     def _price_watch(self, state: Mapping[str, Any], mode: str) -> dict[str, Any]:
@@ -696,11 +696,12 @@ class RemoteTrainingOperator(BaseOperator):
                     else timedelta(days=1)
                 )
                 self.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
+            # In the worker: poll the same trigger (its price watch and state-change logging) until it fires.
             with airflow_errors():
                 event = trigger.poll_once(utcnow())
-            if event is None:
-                time.sleep(self.poll_interval)
-                continue
+                while event is None:
+                    time.sleep(self.poll_interval)
+                    event = trigger.poll_once(utcnow())
             outcome = self._on_event(context, state, event)
             if "version" in outcome:
                 return outcome

@@ -25,9 +25,8 @@ from costaware.glue import DEFAULT_AWS_CONN_ID, DEFAULT_LEDGER_CONN_ID, airflow_
 from costaware.triggers.spot_window import (
     LIVE,
     SpotWindowTrigger,
-    forecast_starts,
+    forecast_window,
     observe_market,
-    spot_history,
 )
 
 if TYPE_CHECKING:
@@ -245,22 +244,13 @@ class SpotWindowSensor(BaseSensorOperator):
 
     def _forecast_starts(self, now: datetime, latest_start: datetime, runtime: Decimal) -> list[list[str]]:
         """Forecast mean price of a run starting at each whole hour from now to the latest start."""
-        if latest_start <= now:
-            return []
-        history = spot_history(
+        return forecast_window(
             prices=self.prices,
             instance_type=self.instance_type,
             region=self.region,
             aws_conn_id=self.aws_conn_id,
             ttl_seconds=self.cache_seconds,
             products=self.products,
-            now=now,
-            history_days=self.history_days,
-        )
-        return forecast_starts(
-            history,
-            instance_type=self.instance_type,
-            region=self.region,
             zones=[*self.availability_zones] if self.availability_zones else [self.availability_zone],
             now=now,
             latest_start=latest_start,

@@ -101,7 +101,7 @@ def watch_event(
     expects to last (its persistence term) is not worth a pause, one that the rest of the window outlasts
     is. Past the latest resume nothing is read: a paused job restarts on on-demand whatever spot costs.
     """
-    from costaware.triggers.spot_window import forecast_starts, observe_market, spot_history
+    from costaware.triggers.spot_window import forecast_window, observe_market
 
     latest_resume = parse_instant(watch["latest_resume"], name="latest_resume")
     if now >= latest_resume:
@@ -112,20 +112,13 @@ def watch_event(
     price, available, source, _ = observe_market(
         now=now, on_demand_usd_per_hour=Decimal(watch["on_demand_usd_per_hour"]), **observe
     )
-    history = spot_history(
+    starts = forecast_window(
         prices=observe["prices"],
         instance_type=observe["instance_type"],
         region=observe["region"],
         aws_conn_id=observe["aws_conn_id"],
         ttl_seconds=observe["ttl_seconds"],
         products=observe["products"],
-        now=now,
-        history_days=int(watch["history_days"]),
-    )
-    starts = forecast_starts(
-        history,
-        instance_type=observe["instance_type"],
-        region=observe["region"],
         zones=[observe["availability_zone"]],
         now=now,
         latest_start=latest_resume,

@@ -36,6 +36,7 @@ __all__ = [
     "SpotWindowTrigger",
     "forecast_min",
     "forecast_starts",
+    "forecast_window",
     "label_decision",
     "observe_market",
     "observe_spot",
@@ -200,6 +201,48 @@ def observe_market(
         availability_zone=availability_zone, availability=availability, **common
     )
     return price, available, source, ""
+
+
+def forecast_window(
+    *,
+    prices: str,
+    instance_type: str,
+    region: str,
+    aws_conn_id: str | None,
+    ttl_seconds: float,
+    products: Sequence[str],
+    zones: Sequence[str | None],
+    now: datetime,
+    latest_start: datetime,
+    runtime_hours: Decimal,
+    history_days: int,
+) -> list[list[str]]:
+    """:func:`forecast_starts` fitted on the history :func:`spot_history` reads (blocking IO).
+
+    Reads nothing when no start is left before ``latest_start``.
+    """
+    if latest_start <= now:
+        return []
+    history = spot_history(
+        prices=prices,
+        instance_type=instance_type,
+        region=region,
+        aws_conn_id=aws_conn_id,
+        ttl_seconds=ttl_seconds,
+        products=products,
+        now=now,
+        history_days=history_days,
+    )
+    return forecast_starts(
+        history,
+        instance_type=instance_type,
+        region=region,
+        zones=zones,
+        now=now,
+        latest_start=latest_start,
+        runtime_hours=runtime_hours,
+        history_days=history_days,
+    )
 
 
 class SpotWindowTrigger(BaseTrigger):

@@ -21,7 +21,7 @@ from costaware.core.policies.base import Action, Policy, Situation
 from costaware.core.policies.rules import safe_on_spot, safe_to_wait, spot_usable
 
 #: Prices equal up to float noise count as equal (tick means and forecasts are sums of floats).
-_TOLERANCE = 1 + 1e-9
+PRICE_TOLERANCE = 1 + 1e-9
 
 
 def start_rule(
@@ -37,11 +37,11 @@ def start_rule(
         target_usd_per_hour: Start whenever the price is at or below this.
     """
     now = float(now_usd_per_hour)
-    if target_usd_per_hour is not None and now <= float(target_usd_per_hour) * _TOLERANCE:
+    if target_usd_per_hour is not None and now <= float(target_usd_per_hour) * PRICE_TOLERANCE:
         return f"price {now_usd_per_hour} is at or below the target {target_usd_per_hour} USD/hour"
     if forecast_min_usd_per_hour is None:
         return "no later start is left before the deadline"
-    if now <= float(forecast_min_usd_per_hour) * _TOLERANCE:
+    if now <= float(forecast_min_usd_per_hour) * PRICE_TOLERANCE:
         return (
             f"price {now_usd_per_hour} is at or below the forecast minimum {forecast_min_usd_per_hour} "
             "USD/hour of the rest of the window"
