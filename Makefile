@@ -59,15 +59,21 @@ lint: $(BIN)/.installed
 types: $(BIN)/.installed
 	$(BIN)/mypy
 
+# Two halves, each over PYTEST_WORKERS processes (pytest-xdist): the unit tests spread test by test; the
+# end-to-end Airflow runs spread file by file, so a module's Airflow home is migrated once. Both halves always
+# run, and the target fails if either does.
+PYTEST_WORKERS ?= 2
 unit: $(BIN)/.installed services
-	$(BIN)/pytest
+	@$(BIN)/pytest -n $(PYTEST_WORKERS) -m "not slow"; unit=$$?; \
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile -m slow; slow=$$?; \
+	exit $$(( unit || slow ))
 
 # The full suite, as CI runs it.
 test: lint types unit
 
 # A fast local loop: lint, types and the tests not marked slow (no end-to-end Airflow runs).
 check: lint types services
-	$(BIN)/pytest -m "not slow"
+	$(BIN)/pytest -n $(PYTEST_WORKERS) -m "not slow"
 
 clean:
 	rm -rf $(VENV) .airflow .airflow-test

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TEST_HOME = ROOT / ".airflow-test"
+# One Airflow home (and default ledger) per pytest-xdist worker: two workers never share a SQLite file.
+TEST_HOME = ROOT / ".airflow-test" / os.environ.get("PYTEST_XDIST_WORKER", "main")
 os.environ["AIRFLOW_HOME"] = str(TEST_HOME)
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(ROOT / "dags")
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
