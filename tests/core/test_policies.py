@@ -20,7 +20,7 @@ from costaware.core.policies import (
 )
 from costaware.core.policies.cheapest_window import start_rule
 from costaware.core.policies.rules import checkpointed
-from costaware.core.simulate import TickMarket, TickPlan, run_job, zoned_tick_market
+from costaware.core.simulate import JobOutcome, TickMarket, TickPlan, run_job, zoned_tick_market
 
 DT = 1 / 6
 
@@ -56,7 +56,7 @@ def scenarios(draw: st.DrawFn) -> tuple[TickMarket, TickPlan, str]:
     return m, TickPlan(DT, work, deadline, overhead, checkpoint), priority
 
 
-SAFE = ("deadline_aware", "availability_aware", "cheapest_window", "on_demand_now")
+SAFE = ("deadline_aware", "availability_aware", "cheapest_window", "cheapest_window_pausing", "on_demand_now")
 
 
 @settings(max_examples=300, deadline=None, database=None)
@@ -129,6 +129,50 @@ def test_cheapest_window_waits_for_the_forecast_dip() -> None:
     m = TickMarket(on_demand=[2.0] * 36, on_demand_forecast=[2.0] * 36, spot=spot, spot_forecast=spot)
     outcome = run_job(CheapestWindowPolicy(), m, TickPlan(DT, 4, 24, 0, 2))
     assert float(outcome.usd) == pytest.approx(4 * 0.3 * DT)
+
+
+def _spike(priority: str) -> dict[str, JobOutcome]:
+    """A spot price that starts cheap, spikes to just under on-demand for 2 h, then falls back."""
+    spot = [0.5] * 4 + [1.8] * 12 + [0.5] * 30
+    n = len(spot)
+    m = TickMarket(
+        on_demand=[2.0] * n, on_demand_forecast=[2.0] * n, spot=spot, spot_forecast=[0.5] * n, available=None
+    )
+    plan = TickPlan(DT, 8, 40, 1, 2)
+    return {name: run_job(policy_class(name)(), m, plan, priority=priority) for name in POLICIES}
+
+
+def test_cheapest_window_pausing_pauses_through_a_spike_and_resumes_when_it_ends() -> None:
+    outcomes = _spike("normal")
+    paused, plain = outcomes["cheapest_window_pausing"], outcomes["cheapest_window"]
+    assert paused.met_deadline and paused.preemptions == 0
+    # Started at 0.5 (1 restart tick + 3 work ticks), paused through the spike (it did not run at 1.8), then
+    # resumed at 0.5 paying the restart again: 5 more work ticks and 1 restart tick.
+    assert float(paused.usd) == pytest.approx((4 + 6) * 0.5 * DT, abs=1e-6)
+    assert paused.spot_hours == pytest.approx(10 * DT) and paused.finished_hours == pytest.approx(22 * DT)
+    assert float(plain.usd) > float(paused.usd) * 2  # without pausing it ran on through the spike
+    assert float(outcomes["oracle"].usd) <= float(paused.usd)
+
+
+@pytest.mark.parametrize("priority", ["critical"])
+def test_a_critical_job_is_never_paused(priority: str) -> None:
+    outcomes = _spike(priority)
+    assert outcomes["cheapest_window_pausing"].usd == outcomes["cheapest_window"].usd
+
+
+def test_pausing_through_an_unforeseen_power_spike() -> None:
+    power = [0.2] * 3 + [3.0] * 6 + [0.2] * 30
+    n = len(power)
+    # The forecast did not see the spike coming: only the price in force tells.
+    m = TickMarket(on_demand=power, on_demand_forecast=[0.2] * n, spot=None, spot_forecast=None, local=True)
+    plan = TickPlan(DT, 6, 30, 1, 1)
+    plain = run_job(policy_class("cheapest_window")(), m, plan)
+    paused = run_job(policy_class("cheapest_window_pausing")(), m, plan)
+    # Plain: a restart and 2 work ticks at 0.2, then 4 work ticks at 3.0. Pausing: the same start, a pause
+    # through the spike, then a second restart and the 4 work ticks at 0.2.
+    assert float(plain.usd) == pytest.approx((3 * 0.2 + 4 * 3.0) * DT, abs=1e-6)
+    assert float(paused.usd) == pytest.approx(8 * 0.2 * DT, abs=1e-6)
+    assert paused.met_deadline and paused.finished_hours == pytest.approx(14 * DT)
 
 
 def test_local_power_policies_shift_to_cheap_hours() -> None:

@@ -70,6 +70,10 @@ def test_the_spend_never_passes_the_cap_and_every_rung_is_in_the_ledger(ledger: 
     assert not ledger.open_reservations()
     assert result.best_value is not None
     assert result.best_value == max(t.value for t in result.trials if t.value is not None)
+    # Once a trial is cut, no new trial could reach the last rung: the search stops instead of paying first
+    # rungs that cannot lead anywhere.
+    states = [t.state for t in result.trials]
+    assert states[-1] == "cut" and "cut" not in states[:-1], states
 
 
 def test_with_money_enough_it_tries_every_configuration_once_and_finds_the_peak(ledger: Any) -> None:

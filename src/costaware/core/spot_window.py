@@ -22,19 +22,13 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 from costaware.core.errors import ConfigurationError
-from costaware.core.policies.cheapest_window import PRICE_TOLERANCE, start_rule
+from costaware.core.policies.cheapest_window import PAUSE_MARGIN, pause_rule, start_rule
 from costaware.core.series import parse_instant
 
 #: Priority classes, most protected first.
 PRIORITIES = ("critical", "normal", "best_effort")
 #: Share of the run a critical job keeps in reserve for one preemption (work lost back to a checkpoint).
 CRITICAL_RESERVE_SHARE = Decimal("0.25")
-#: How much dearer than pausing (resuming at the forecast minimum, paying one more restart) running on must
-#: be before a ``normal`` job pauses: the forecast is a seasonal average, and a pause made on a forecast error
-#: costs a restart. A ``best_effort`` job pauses at any expected saving: it is paused first.
-PAUSE_MARGIN = {"critical": None, "normal": Decimal("0.20"), "best_effort": Decimal(0)}
-#: The start rule's float tolerance (prices equal up to 1e-9 count as equal), as a Decimal.
-_TOLERANCE = Decimal(repr(PRICE_TOLERANCE))
 
 
 def check_priority(priority: object) -> str:
@@ -148,8 +142,8 @@ def pause_decision(
         restart_overhead_minutes: What a restart costs before training goes on.
         priority: The job's class.
     """
-    margin = PAUSE_MARGIN[check_priority(priority)]
-    if margin is None or now >= latest_resume or remaining_hours <= 0:
+    priority = check_priority(priority)
+    if PAUSE_MARGIN[priority] is None or now >= latest_resume or remaining_hours <= 0:
         return None
     later = forecast_min(forecast_starts, after=now, until=latest_resume)
     if later is None:
@@ -157,7 +151,7 @@ def pause_decision(
     restart_hours = Decimal(str(restart_overhead_minutes)) / 60
     keep_usd = usd_per_hour * remaining_hours
     pause_usd = later * (remaining_hours + restart_hours)
-    if keep_usd <= pause_usd * (1 + margin) * _TOLERANCE:  # a price a start accepts never pauses
+    if not pause_rule(keep_usd, pause_usd, priority):
         return None
     return (
         f"spot price {usd_per_hour} USD/hour is well above the forecast minimum {later} of the rest of the "

@@ -3,9 +3,9 @@
 Optuna does what it is good at: its sampler (TPE by default) proposes the configurations and its pruner
 (Hyperband by default) decides after each rung whether a trial goes on. The money is ours: before
 every rung the search reserves that rung's estimated cost in the cost ledger, and settles it with what the
-rung really used once it ran. A rung that cannot be reserved is not run; the search stops when not even a
-new trial's first rung can be paid, so the spend never passes the cap and no money sits idle in a
-reservation for a whole trial.
+rung really used once it ran. A rung that cannot be reserved is not run, and the search stops there: a new
+trial could not get further (the money left only shrinks), so the spend never passes the cap, no money is
+spent on trials that can no longer finish, and none sits idle in a reservation for a whole trial.
 
 Every second the search uses (training, Optuna, the ledger) is settled against some rung: each settlement
 bills the time since the previous one.
@@ -234,6 +234,12 @@ def budgeted_search(
         else:
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             break  # not even a new trial's first rung can be paid: the search is over
+        if state == "cut":
+            # A new trial would pay its first rungs and then be cut at the same rung or earlier (what is left
+            # only shrinks, the per-unit estimate only grows): it could never reach the last rung, the only
+            # one that counts, so the rest of the money stays unspent.
+            stop = f"{stop}; no new trial could reach the last rung"
+            break
     else:
         stop = f"max_trials={max_trials} configurations trained"
     complete = [t for t in trials if t.value is not None]

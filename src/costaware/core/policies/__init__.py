@@ -5,7 +5,7 @@ from __future__ import annotations
 from costaware.core.errors import ConfigurationError
 from costaware.core.policies.availability_aware import AvailabilityAwarePolicy
 from costaware.core.policies.base import Action, Hindsight, Policy, Situation
-from costaware.core.policies.cheapest_window import CheapestWindowPolicy
+from costaware.core.policies.cheapest_window import CheapestWindowPausingPolicy, CheapestWindowPolicy
 from costaware.core.policies.deadline_aware import DeadlineAwarePolicy
 from costaware.core.policies.on_demand_now import OnDemandNowPolicy
 from costaware.core.policies.oracle import OraclePolicy
@@ -17,6 +17,7 @@ POLICIES: dict[str, type[Policy]] = {
         OnDemandNowPolicy,
         SpotNowPolicy,
         CheapestWindowPolicy,
+        CheapestWindowPausingPolicy,
         DeadlineAwarePolicy,
         AvailabilityAwarePolicy,
         OraclePolicy,
@@ -27,6 +28,7 @@ __all__ = [
     "POLICIES",
     "Action",
     "AvailabilityAwarePolicy",
+    "CheapestWindowPausingPolicy",
     "CheapestWindowPolicy",
     "DeadlineAwarePolicy",
     "Hindsight",

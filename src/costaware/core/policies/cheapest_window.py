@@ -7,7 +7,14 @@ it starts anyway: on spot if that is still safe, else on-demand. Once started on
 deadline rules as ``deadline_aware`` (wait out a lost capacity while safe, else on-demand). Without a spot
 market it times the start on the hourly power price and then runs straight through.
 
-:func:`start_rule` is the same test the ``SpotWindowSensor`` applies, so replays measure the sensor's rule.
+``cheapest_window_pausing`` adds the pause of ``RemoteTrainingOperator(pause_on_price=True)``: while the job
+runs, each tick compares finishing where it is with pausing and resuming at the cheapest later start (one more
+restart), by :func:`pause_rule`; on a pause the job keeps its progress (a stop writes a checkpoint) and waits
+for the start rule again, for the work left. It never pauses a ``critical`` job, nor once the latest resume
+that leaves room for one preemption has passed.
+
+:func:`start_rule` and :func:`pause_rule` are the tests the ``SpotWindowSensor`` and the operator apply, so
+replays measure the live rules.
 """
 
 from __future__ import annotations
@@ -22,6 +29,11 @@ from costaware.core.policies.rules import safe_on_spot, safe_to_wait, spot_usabl
 
 #: Prices equal up to float noise count as equal (tick means and forecasts are sums of floats).
 PRICE_TOLERANCE = 1 + 1e-9
+#: How much dearer than pausing (resuming at the forecast minimum, paying one more restart) running on must
+#: be before a ``normal`` job pauses: the forecast is a seasonal average, and a pause made on a forecast error
+#: costs a restart. A ``best_effort`` job pauses at any expected saving: it is paused first. A ``critical``
+#: job never pauses. Chosen for forecast error, not fitted to any trace.
+PAUSE_MARGIN: dict[str, float | None] = {"critical": None, "normal": 0.20, "best_effort": 0.0}
 
 
 def start_rule(
@@ -49,6 +61,17 @@ def start_rule(
     return None
 
 
+def pause_rule(keep_usd: float | Decimal, pause_usd: float | Decimal, priority: str) -> bool:
+    """Whether a running job should pause: running on costs more than pausing by its class's margin.
+
+    ``keep_usd`` is what the rest of the work costs where it runs now; ``pause_usd`` what it costs after a
+    pause, at the cheapest later start and with one more restart. A price the start rule accepts (at or below
+    the forecast minimum) never pauses, since pausing adds a restart: pause and resume never chase each other.
+    """
+    margin = PAUSE_MARGIN[priority]
+    return margin is not None and float(keep_usd) > float(pause_usd) * (1 + margin) * PRICE_TOLERANCE
+
+
 class CheapestWindowPolicy(Policy):
     """Forecast-timed start, then the deadline rules.
 
@@ -57,6 +80,8 @@ class CheapestWindowPolicy(Policy):
     """
 
     name = "cheapest_window"
+    #: Whether a running job may pause when its price rises (``cheapest_window_pausing``).
+    pause_on_price = False
 
     def __init__(self, target_usd_per_hour: float | None = None) -> None:
         if target_usd_per_hour is not None and not target_usd_per_hour >= 0:
@@ -65,10 +90,12 @@ class CheapestWindowPolicy(Policy):
         self._started = False
         self._prefix: list[float] | None = None
 
-    def _forecast_min(self, s: Situation, forecast: Sequence[float], last_start: int) -> float | None:
+    def _forecast_min(
+        self, s: Situation, forecast: Sequence[float], last_start: int, run: int
+    ) -> float | None:
+        """Lowest forecast mean price of a run of ``run`` ticks starting in ``(now, last_start]``."""
         if last_start <= s.tick:
             return None
-        run = s.work_ticks + s.overhead_ticks
         if self._prefix is None:
             self._prefix = [0.0, *itertools.accumulate(forecast)]
         prefix = self._prefix
@@ -78,6 +105,9 @@ class CheapestWindowPolicy(Policy):
         """Wait for the start rule, then run under the deadline rules."""
         s = situation
         spot_market = s.spot_usd_per_hour is not None
+        if self._started and self.pause_on_price and self._pause(s):
+            self._started = False
+            return Action.WAIT
         if self._started:
             if not spot_market or s.running is Action.ON_DEMAND:
                 return Action.ON_DEMAND
@@ -88,16 +118,21 @@ class CheapestWindowPolicy(Policy):
         self._started = action is not Action.WAIT
         return action
 
+    def _last_start(self, s: Situation, need: int) -> int:
+        """The last (re)start on spot that leaves room for one preemption.
+
+        That is work lost back to a checkpoint and one more restart: starting later would almost surely end on
+        on-demand after paying two restarts.
+        """
+        return s.deadline_tick - need - (max(s.checkpoint_ticks, 1) + 2 * s.overhead_ticks + 1)
+
     def _first_start(self, s: Situation) -> Action:
         assert s.spot_usd_per_hour is not None and s.spot_forecast is not None  # checked by the caller
-        # The last start that leaves room for one preemption (work back to a checkpoint, one more restart):
-        # starting on spot later than that would almost surely end on on-demand after paying two restarts.
-        slack_for_one_loss = max(s.checkpoint_ticks, 1) + 2 * s.overhead_ticks + 1
-        last_start = s.deadline_tick - s.work_ticks - slack_for_one_loss
+        need = s.work_ticks - s.progress  # all of it, or what is left after a pause
         usable = spot_usable(s) and safe_on_spot(s)
-        if usable and start_rule(
-            s.spot_usd_per_hour, self._forecast_min(s, s.spot_forecast, last_start), self.target_usd_per_hour
-        ):
+        run = need + s.overhead_ticks
+        best_later = self._forecast_min(s, s.spot_forecast, self._last_start(s, need), run)
+        if usable and start_rule(s.spot_usd_per_hour, best_later, self.target_usd_per_hour):
             return Action.SPOT
         if safe_to_wait(s):
             return Action.WAIT
@@ -108,10 +143,41 @@ class CheapestWindowPolicy(Policy):
         # price, the rest forecast), compared with the forecast of every later start.
         if not safe_to_wait(s):
             return Action.ON_DEMAND
-        run = s.work_ticks + s.overhead_ticks
-        forecast = s.on_demand_forecast
-        now_mean = (s.on_demand_usd_per_hour + sum(forecast[s.tick + 1 : s.tick + run])) / run
-        last_start = s.deadline_tick - run
-        if start_rule(now_mean, self._forecast_min(s, forecast, last_start), self.target_usd_per_hour):
+        run = s.work_ticks - s.progress + s.overhead_ticks
+        now_mean = self._run_from_now(s, run) / run
+        best_later = self._forecast_min(s, s.on_demand_forecast, s.deadline_tick - run, run)
+        if start_rule(now_mean, best_later, self.target_usd_per_hour):
             return Action.ON_DEMAND
         return Action.WAIT
+
+    @staticmethod
+    def _run_from_now(s: Situation, ticks: int) -> float:
+        """USD/hour summed over ``ticks`` ticks from now: this tick's known price, then the forecast."""
+        return s.on_demand_usd_per_hour + sum(s.on_demand_forecast[s.tick + 1 : s.tick + ticks])
+
+    def _pause(self, s: Situation) -> bool:
+        """Whether the running job should pause now (see the module docstring); never while it is idle."""
+        if s.running is Action.WAIT or s.priority == "critical":
+            return False
+        need = s.work_ticks - s.progress
+        resumed = need + s.overhead_ticks
+        if s.running is Action.SPOT:
+            assert s.spot_usd_per_hour is not None and s.spot_forecast is not None  # it runs on spot
+            if not s.spot_available:
+                return False  # a preemption, not a price: the deadline rules handle it
+            # The price in force persists while the job runs on (as in the operator's pause_decision).
+            keep = s.spot_usd_per_hour * (need + s.overhead_left)
+            later = self._forecast_min(s, s.spot_forecast, self._last_start(s, need), resumed)
+        elif s.spot_usd_per_hour is None:
+            keep = self._run_from_now(s, need + s.overhead_left)
+            later = self._forecast_min(s, s.on_demand_forecast, s.deadline_tick - resumed, resumed)
+        else:
+            return False  # on on-demand because the deadline forced it: finish there
+        return later is not None and pause_rule(keep, later * resumed, s.priority)
+
+
+class CheapestWindowPausingPolicy(CheapestWindowPolicy):
+    """``cheapest_window`` that pauses a running job through a price rise (``pause_on_price=True``)."""
+
+    name = "cheapest_window_pausing"
+    pause_on_price = True
