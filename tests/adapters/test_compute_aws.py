@@ -281,3 +281,6 @@ def test_batch_submit_poll_and_idempotence_through_moto(aws: str, batch_queues: 
 def test_batch_status_mapping(job: dict[str, Any], state: JobState, seconds: float) -> None:
     status = batch.status_from_description({"jobId": "j", **job}, "spot", "m5.large")
     assert (status.state, status.billable_seconds) == (state, seconds)
+    # When it stopped (the last attempt's end, epoch seconds): what the price over its run is read up to.
+    stops = [a["stoppedAt"] for a in [*job.get("attempts", []), job] if "stoppedAt" in a]
+    assert status.ended_at == (max(stops) / 1000 if stops else None)

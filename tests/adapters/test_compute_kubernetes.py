@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
@@ -133,3 +134,6 @@ def test_pod_status_mapping(pod: dict[str, Any], state: JobState, seconds: float
     status = status_from_pod(pod, {"node.kubernetes.io/instance-type": "g5.xlarge"})
     assert (status.state, status.billable_seconds) == (state, seconds)
     assert status.instance_type == "g5.xlarge"
+    # A terminated container ended at its startedAt (midnight) plus the billed seconds; others have not ended.
+    ended = datetime(2026, 1, 1, tzinfo=timezone.utc).timestamp() + seconds if seconds else None
+    assert status.ended_at == ended

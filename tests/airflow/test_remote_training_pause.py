@@ -10,6 +10,7 @@ clock).
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -24,6 +25,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from remote_support import context_for, drive, write_data
 
 from costaware.adapters.model_store import ModelStore
+from costaware.adapters.spot_prices import load_spot_history
 from costaware.core.ledger import utcnow
 from costaware.operators.remote_training import RemoteTrainingOperator
 
@@ -162,6 +164,15 @@ def test_a_price_spike_pauses_the_spot_job_and_it_resumes_from_its_checkpoint(
     rows = [e for e in ledger.entries() if e["task_id"] == "train"]
     assert sorted(e["cause"] for e in rows) == ["paused", "success"]
     assert sum(Decimal(str(e["usd"])) for e in rows) == Decimal(result["usd"]) > 0
+    # Each attempt is billed at the mean price in force over its run, the seconds of the spike before the
+    # pause included, not at the price it started on.
+    series = load_spot_history(str(prices)).series("m5.large", "us-east-1", "us-east-1a")
+    unit = {e["cause"]: Decimal(str(e["unit_price_usd"])) for e in rows}
+    for attempt in (first, second):
+        ran = json.loads((tmp_path / "jobs" / attempt["job_id"] / "exit.json").read_text())
+        start, end = (datetime.fromtimestamp(ran[k], tz=timezone.utc) for k in ("started_at", "stopped_at"))
+        assert unit[attempt["cause"]] == series.mean_usd_per_hour(start, end)
+    assert Decimal("0.50") < unit["paused"] < Decimal("3.00") and unit["success"] == Decimal("0.50")
 
 
 @pytest.mark.parametrize(
@@ -226,3 +237,28 @@ def test_price_event_pauses_resumes_and_falls_back_to_on_demand_at_the_latest_re
 
     with pytest.raises(ValueError, match="needs a price_watch"):
         RemoteTrainingJobTrigger(backend="local", backend_options={}, job_id=None, state={})
+
+
+@pytest.mark.parametrize("pause_on_price", [True, False])
+def test_with_prices_a_spot_attempt_is_billed_at_the_mean_price_over_its_run(
+    tmp_path: Path, prices: Path, capsys: pytest.CaptureFixture[str], pause_on_price: bool
+) -> None:
+    # The price rose from 0.50 to 1.50 half-way through a one-hour attempt: it is billed 1.00 USD/hour,
+    # with or without pausing, since it is the price file that tells.
+    ended = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(hours=2)
+    record(prices, "1.50", ended - timedelta(minutes=30))
+    op = operator(tmp_path, prices, pause_on_price=pause_on_price)
+    state = {
+        "spot_usd_per_hour": "0.50",
+        "instance_type": "m5.large",
+        "region": "us-east-1",
+        "billing": op._billing_plan(op.spot_decision, "local"),
+    }
+    job = {"billable_seconds": 3600.0, "ended_at": ended.timestamp()}
+    assert op._billed_spot_rate(state, job) == Decimal("1.00")
+    # No series for the type (here: a type the file lacks): the starting price, and the log says why.
+    assert op._billed_spot_rate({**state, "instance_type": "c5.large"}, job) == Decimal("0.50")
+    logged = capsys.readouterr().out
+    assert "attempt billed at its starting spot price 0.50 USD/hour: unknown instance type" in logged
+    # SageMaker bills its own ml.* spot prices: no EC2 series applies.
+    assert op._billing_plan(op.spot_decision, "sagemaker") is None

@@ -4,6 +4,7 @@ under `airflow dags test` (the trigger runs in-process) and in the real triggere
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 from datetime import timedelta
 from decimal import Decimal
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from airflow_server import AirflowServer
-from services import migrated_airflow_env, run_command
+from services import BIN, migrated_airflow_env
 from spot_history import append, now, write_history
 
 from costaware import Ledger
@@ -31,15 +32,24 @@ def test_defers_and_resumes_under_dags_test(tmp_path: Path) -> None:
     env = migrated_airflow_env(tmp_path / "home", DAGS)
     prices = _prices(tmp_path)
     conf = {"prices": str(prices), "deadline": (now() + timedelta(hours=30)).isoformat()}
-    drop = threading.Timer(12, append, args=(prices, "0.40"))  # the price drops while the task is deferred
-    drop.start()
+    command = [str(BIN / "airflow"), "dags", "test", "spot_wait", "-c", json.dumps(conf)]
+    run = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    watchdog = threading.Timer(300, run.kill)
+    watchdog.start()
+    lines, dropped = [], False
     try:
-        run = run_command(env, "airflow", "dags", "test", "spot_wait", "-c", json.dumps(conf))
+        assert run.stdout is not None
+        for line in run.stdout:
+            lines.append(line)
+            if not dropped and "running trigger in line" in line:
+                append(prices, "0.40")  # the price drops once the task is deferred, however slow start-up is
+                dropped = True
+        run.wait()
     finally:
-        drop.cancel()
-    output = run.stdout + run.stderr
+        watchdog.cancel()
+    output = "".join(lines)
     assert run.returncode == 0, output[-3000:]
-    assert "DEFERRED" in output and "running trigger in line" in output
+    assert dropped and "DEFERRED" in output
     assert "decision: spot at 0.40 USD/hour" in output
 
 

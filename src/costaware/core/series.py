@@ -220,19 +220,23 @@ class PriceSeries:
             cursor = upto
             index += 1
 
+    def _usd_seconds(self, start: datetime, end: datetime) -> Decimal:
+        """Price x seconds summed over ``[start, end)``, unrounded."""
+        return sum(
+            (price * Decimal((b - a).total_seconds()) for a, b, price in self.segments(start, end)),
+            Decimal(0),
+        )
+
     def cost_usd(self, start: datetime, end: datetime) -> Decimal:
         """Exact cost of running from ``start`` to ``end`` at this price (micro-dollar precision)."""
-        total = Decimal(0)
-        for a, b, price in self.segments(start, end):
-            total += price * Decimal((b - a).total_seconds()) / Decimal(3600)
-        return total.quantize(_MICRO)
+        return (self._usd_seconds(start, end) / Decimal(3600)).quantize(_MICRO)
 
     def mean_usd_per_hour(self, start: datetime, end: datetime) -> Decimal:
-        """Time-weighted mean price over ``[start, end)``."""
-        hours = Decimal((end - start).total_seconds()) / Decimal(3600)
-        if hours <= 0:
+        """Time-weighted mean price over ``[start, end)`` (rounded once, so a flat price comes back as is)."""
+        seconds = Decimal((end - start).total_seconds())
+        if seconds <= 0:
             return self.price_at(start)
-        return (self.cost_usd(start, end) / hours).quantize(_MICRO)
+        return (self._usd_seconds(start, end) / seconds).quantize(_MICRO)
 
     # -- grid queries (float, hot path) -------------------------------------------------------------
 

@@ -6,7 +6,7 @@ import ast
 import json
 import time
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -127,8 +127,9 @@ class RemoteTrainingOperator(BaseOperator):
             ``aws_default``; when that connection does not exist, the SDKs' default credential chain).
         deferrable: Poll in the triggerer (default) instead of holding a worker slot.
         pause_on_price: Pause a spot attempt through a price rise and resume it later (templated).
-        prices: Spot prices for ``pause_on_price``: ``"live"`` (EC2 through ``aws_conn_id``) or a recorded
-            price file, as for ``SpotWindowSensor`` (templated).
+        prices: Spot prices: ``"live"`` (EC2 through ``aws_conn_id``) or a recorded price file, as for
+            ``SpotWindowSensor`` (templated). Needed by ``pause_on_price``; given, each spot attempt is billed
+            at the mean price in force over its run instead of its starting price (not on SageMaker).
         availability: Spot capacity trace for ``pause_on_price`` resumes (templated; default: spot has
             capacity when it is below on-demand).
         expected_runtime_hours: Training time on the instance; default the decision's (templated).
@@ -377,7 +378,19 @@ class RemoteTrainingOperator(BaseOperator):
             "current": None,
             "first_market": market,
             "watch": self._watch_plan(decision, deadline, region),
+            "billing": self._billing_plan(decision, backend),
         }
+
+    def _billing_plan(self, decision: Mapping[str, Any], backend: str) -> dict[str, Any] | None:
+        """Where spot attempts find the price in force over their run; None: bill the starting price.
+
+        Given ``prices``, a spot attempt is billed at the time-weighted mean of the EC2 spot price over its
+        run, as EC2 bills it. SageMaker bills its own ``ml.*`` spot prices, which no EC2 series has.
+        """
+        prices = _maybe(self.prices) or decision.get("prices")
+        if not prices or backend == "sagemaker":
+            return None
+        return {"prices": str(prices), "availability_zone": decision.get("availability_zone") or None}
 
     def _watch_plan(self, decision: Mapping[str, Any], deadline: Any, region: str) -> dict[str, Any] | None:
         """What pausing on the price needs, or None when ``pause_on_price`` is off."""
@@ -509,12 +522,15 @@ class RemoteTrainingOperator(BaseOperator):
     ) -> None:
         from costaware.training.remote import attempt_entry
 
-        rate_text = state["spot_usd_per_hour"] if job["market"] == "spot" else state["on_demand_usd_per_hour"]
+        if job["market"] == "spot":
+            rate = self._billed_spot_rate(state, job)
+        else:
+            rate = Decimal(str(state["on_demand_usd_per_hour"]))
         entry = attempt_entry(
             identity=state["identity"],
             attempt=state["current"]["attempt"],
             job=job,
-            usd_per_hour=Decimal(str(rate_text)),
+            usd_per_hour=rate,
             on_demand_usd_per_hour=Decimal(state["on_demand_usd_per_hour"]),
             region=state["region"],
             backend=state["backend"],
@@ -535,6 +551,51 @@ class RemoteTrainingOperator(BaseOperator):
             }
         )
         state["current"] = None
+
+    def _billed_spot_rate(self, state: Mapping[str, Any], job: Mapping[str, Any]) -> Decimal:
+        """The spot USD/hour an attempt is billed at.
+
+        Its starting price or, given ``prices``, the time-weighted mean of the price in force over its run
+        (``ended_at`` back by its billed seconds), so that a rise during the run is paid for.
+        """
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        from costaware.core.errors import CostawareError
+        from costaware.triggers.spot_window import spot_history
+
+        started_at = Decimal(str(state["spot_usd_per_hour"]))
+        billing = state.get("billing")
+        seconds = float(job["billable_seconds"])
+        if not billing or seconds <= 0:
+            return started_at
+        ended = job.get("ended_at")
+        end = datetime.fromtimestamp(float(ended), tz=timezone.utc) if ended else utcnow()
+        start = end - timedelta(seconds=seconds)
+        try:
+            history = spot_history(
+                prices=billing["prices"],
+                instance_type=state["instance_type"],
+                region=state["region"],
+                aws_conn_id=self.aws_conn_id,
+                ttl_seconds=1.0,
+                products=["Linux/UNIX"],
+                now=end,
+                history_days=int(seconds // 86400) + 2,
+            )
+            series = history.series(state["instance_type"], state["region"], billing["availability_zone"])
+            rate: Decimal = series.mean_usd_per_hour(start, end)
+        except (CostawareError, BotoCoreError, ClientError) as e:
+            # The attempt still gets its entry: at the price it started on, with the reason in the log.
+            self.log.warning("attempt billed at its starting spot price %s USD/hour: %s", started_at, e)
+            return started_at
+        if rate != started_at:
+            self.log.info(
+                "attempt billed at %s USD/hour, the mean spot price over its %.0f s (it started at %s)",
+                rate,
+                seconds,
+                started_at,
+            )
+        return rate
 
     def _advance(
         self, context: Context, state: dict[str, Any], job: Mapping[str, Any], fallback: bool

@@ -88,6 +88,7 @@ class JobStatus:
     """What ``poll`` saw: state, billed seconds so far, market and instance type, a one-line reason.
 
     ``metrics`` is free for backend-specific figures (utilization, restarts, ...), e.g. for the listener.
+    ``ended_at`` is when the job stopped (epoch seconds), where the backend says; ``None`` while it runs.
     """
 
     job_id: str
@@ -98,6 +99,7 @@ class JobStatus:
     reason: str = ""
     exit_code: int | None = None
     metrics: Mapping[str, Any] = field(default_factory=dict)
+    ended_at: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON primitives (for trigger events and XCom)."""

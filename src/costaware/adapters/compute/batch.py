@@ -77,6 +77,10 @@ def status_from_description(job: Mapping[str, Any], market: str, instance_type: 
     else:
         state = JobState.RUNNING
     exit_code = attempts[-1].get("container", {}).get("exitCode") if attempts else None
+    stops = [int(a["stoppedAt"]) for a in attempts if a.get("stoppedAt") is not None]
+    if job.get("stoppedAt") is not None:
+        stops.append(int(job["stoppedAt"]))
+    ended = max(stops) / 1000 if stops and state is not JobState.RUNNING else None
     return JobStatus(
         job_id=str(job.get("jobId", "")),
         state=state,
@@ -86,6 +90,7 @@ def status_from_description(job: Mapping[str, Any], market: str, instance_type: 
         reason=reason,
         exit_code=int(exit_code) if exit_code is not None else None,
         metrics={"batch_attempts": len(attempts)},
+        ended_at=ended,
     )
 
 

@@ -89,15 +89,16 @@ def render_pod(
     }
 
 
-def _seconds(start: Any, end: Any) -> float:
-    def instant(value: Any) -> datetime | None:
-        if value in (None, ""):
-            return None
-        if isinstance(value, datetime):
-            return value
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+def _instant(value: Any) -> datetime | None:
+    if value in (None, ""):
+        return None
+    if isinstance(value, datetime):
+        return value
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
 
-    begin, finish = instant(start), instant(end) or utcnow()
+
+def _seconds(start: Any, end: Any) -> float:
+    begin, finish = _instant(start), _instant(end) or utcnow()
     return max(0.0, (finish - begin).total_seconds()) if begin else 0.0
 
 
@@ -112,6 +113,7 @@ def status_from_pod(pod: Mapping[str, Any], node_labels: Mapping[str, str] | Non
     disrupted = conditions.get("DisruptionTarget", {}).get("status") == "True"
     reason = str(status.get("reason") or (terminated or {}).get("reason") or phase)
     exit_code = (terminated or {}).get("exitCode")
+    finished = _instant((terminated or {}).get("finishedAt"))
     if terminated:
         seconds = _seconds(terminated.get("startedAt"), terminated.get("finishedAt"))
     elif running:
@@ -138,6 +140,7 @@ def status_from_pod(pod: Mapping[str, Any], node_labels: Mapping[str, str] | Non
         instance_type=str(dict(node_labels or {}).get(INSTANCE_LABEL, "")),
         reason=reason,
         exit_code=int(exit_code) if exit_code is not None else None,
+        ended_at=finished.timestamp() if finished else None,
         metrics={"node": pod.get("spec", {}).get("nodeName")},
     )
 

@@ -137,7 +137,14 @@ class LocalBackend:
             else:
                 state = JobState.FAILED
                 reason = reason or f"exit code {code}"
-            return JobStatus(state=state, billable_seconds=seconds, reason=reason, exit_code=code, **common)
+            return JobStatus(
+                state=state,
+                billable_seconds=seconds,
+                reason=reason,
+                exit_code=code,
+                ended_at=float(ended["stopped_at"]),
+                **common,
+            )
         started = folder / "started"
         if not started.exists():
             return JobStatus(state=JobState.PENDING, **common)
