@@ -125,3 +125,42 @@ def test_bad_settings_are_refused_before_anything_is_written(
     with pytest.raises(ConfigurationError, match=message):
         budgeted_search(lambda params: Quadratic(params, clock), **settings)
     assert ledger.budgets() == [] and ledger.entries() == []
+
+
+def test_a_fast_configuration_finishes_on_what_a_slow_one_left(ledger: Any) -> None:
+    """The first trial trains at 5 s a unit, the second at 1 s: the second's last rung (6 units) is priced at
+    its own speed (9 s with the safety factor), not the first one's (45 s), so the 26 s left pay for it."""
+    clock = Clock()
+    made: list[Quadratic] = []
+
+    class Slow(Quadratic):
+        def advance(self, resource: int) -> float:
+            self.clock.now += 4 * (resource - self.trained)  # 4 s more a unit: 5 s in all
+            return super().advance(resource)
+
+    def make(params: dict[str, Any]) -> Quadratic:
+        model = (Slow if not made else Quadratic)(params, clock)
+        made.append(model)
+        return model
+
+    space = {
+        "a": optuna.distributions.CategoricalDistribution([0, 1]),
+        "b": optuna.distributions.CategoricalDistribution([1]),
+    }
+    result = budgeted_search(
+        make,
+        space=space,
+        rungs=[1, 3, 9],
+        ledger=ledger,
+        scope={"study": "speeds"},
+        cap_usd=Decimal("74"),
+        usd_per_hour=PRICE,
+        first_rung_seconds=1.0,
+        meter=clock,
+        seed=7,
+        pruner=optuna.pruners.NopPruner(),
+        max_repeats=5,
+    )
+    assert [t.state for t in result.trials] == ["complete", "complete"]
+    assert result.spent_usd == Decimal(54) <= Decimal(74)  # 9 units at 5 s, then 9 at 1 s
+    assert "covered" in result.stop

@@ -108,7 +108,8 @@ def budgeted_search(
             ``reduction_factor``; its brackets that start at a later rung hedge against configurations that
             start slowly, such as a low learning rate).
         reduction_factor: Of the default pruner.
-        safety_factor: Reserve this many times a rung's estimated seconds.
+        safety_factor: Reserve this many times a rung's estimated seconds (a first rung: at the slowest speed
+            seen; a later rung: at the trial's own slowest speed on its earlier rungs).
         max_trials: Stop after this many configurations were trained.
         max_repeats: Stop after this many proposals in a row repeated a configuration already tried.
         meter: The clock that measures what the search uses (process CPU seconds by default).
@@ -198,8 +199,13 @@ def budgeted_search(
         done: list[tuple[int, float]] = []
         state = "complete"
         previous = 0
+        own: float | None = None  # this trial's slowest seconds per unit so far
         for rung in rung_list:
-            seconds = (measured or guess) * (rung - previous) * safety_factor + overhead
+            # A first rung is priced at the slowest configuration seen (this one's speed is unknown yet);
+            # later rungs at this configuration's own speed: pricing a fast configuration's long last rung
+            # at the slowest one's speed would refuse rungs the money left can pay.
+            rate = own if own is not None else (measured or guess)
+            seconds = rate * (rung - previous) * safety_factor + overhead
             try:
                 reservation = ledger.reserve(
                     budget_scope,
@@ -214,7 +220,8 @@ def budgeted_search(
             tick = meter()
             value = float(model.advance(rung))
             trained = meter() - tick
-            measured = max(measured or 0.0, trained / (rung - previous))
+            own = max(own or 0.0, trained / (rung - previous))
+            measured = max(measured or 0.0, own)
             previous = rung
             done.append((rung, value))
             trial.report(value, rung)
