@@ -70,8 +70,8 @@ def test_the_spend_never_passes_the_cap_and_every_rung_is_in_the_ledger(ledger: 
     assert not ledger.open_reservations()
     assert result.best_value is not None
     assert result.best_value == max(t.value for t in result.trials if t.value is not None)
-    # Once a trial is cut, no new trial could reach the last rung: the search stops instead of paying first
-    # rungs that cannot lead anywhere.
+    # Every configuration of the toy trains at the same speed: once a trial is cut, no new one could reach
+    # the last rung, so the search stops instead of paying first rungs that lead nowhere.
     states = [t.state for t in result.trials]
     assert states[-1] == "cut" and "cut" not in states[:-1], states
 
@@ -125,6 +125,45 @@ def test_bad_settings_are_refused_before_anything_is_written(
     with pytest.raises(ConfigurationError, match=message):
         budgeted_search(lambda params: Quadratic(params, clock), **settings)
     assert ledger.budgets() == [] and ledger.entries() == []
+
+
+class Paced(Quadratic):
+    """Trains at ``pace`` seconds a unit of resource."""
+
+    def __init__(self, params: dict[str, Any], clock: Clock, pace: int) -> None:
+        super().__init__(params, clock)
+        self.pace = pace
+
+    def advance(self, resource: int) -> float:
+        self.clock.now += (self.pace - 1) * (resource - self.trained)
+        return super().advance(resource)
+
+
+def test_after_a_slow_trial_is_cut_a_fast_configuration_may_still_finish(ledger: Any) -> None:
+    """Paces 1, 5, 1 s a unit, rungs 1/3/9, cap 50: the first trial completes (9), the slow one pays 15 and is
+    cut at its last rung (45 > 26 left); 26 still carry a 1 s configuration (13.5 with the safety factor), so
+    the third trial runs and completes (9 more)."""
+    clock = Clock()
+    paces = iter([1, 5, 1])
+    result = budgeted_search(
+        lambda params: Paced(params, clock, next(paces)),
+        space={
+            "a": optuna.distributions.CategoricalDistribution([0, 1, 2]),
+            "b": optuna.distributions.CategoricalDistribution([1]),
+        },
+        rungs=[1, 3, 9],
+        ledger=ledger,
+        scope={"study": "paces"},
+        cap_usd=Decimal("50"),
+        usd_per_hour=PRICE,
+        first_rung_seconds=1.0,
+        meter=clock,
+        seed=7,
+        pruner=optuna.pruners.NopPruner(),
+        max_repeats=5,
+    )
+    assert [t.state for t in result.trials] == ["complete", "cut", "complete"]
+    assert result.spent_usd == Decimal(9 + 15 + 9) <= Decimal(50)
 
 
 def test_a_fast_configuration_finishes_on_what_a_slow_one_left(ledger: Any) -> None:

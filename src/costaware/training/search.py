@@ -3,9 +3,10 @@
 Optuna does what it is good at: its sampler (TPE by default) proposes the configurations and its pruner
 (Hyperband by default) decides after each rung whether a trial goes on. The money is ours: before
 every rung the search reserves that rung's estimated cost in the cost ledger, and settles it with what the
-rung really used once it ran. A rung that cannot be reserved is not run, and the search stops there: a new
-trial could not get further (the money left only shrinks), so the spend never passes the cap, no money is
-spent on trials that can no longer finish, and none sits idle in a reservation for a whole trial.
+rung really used once it ran. A rung that cannot be reserved is not run, so the spend never passes the cap;
+after such a cut the search goes on only while the money left could carry the fastest configuration seen
+through every rung (no money on trials that can no longer finish), and none sits idle in a reservation for
+a whole trial.
 
 Every second the search uses (training, Optuna, the ledger) is settled against some rung: each settlement
 bills the time since the previous one.
@@ -146,6 +147,7 @@ def budgeted_search(
     trials: list[SearchTrial] = []
     guess = first_rung_seconds / rung_list[0]
     measured: float | None = None  # seconds per unit of resource: the slowest rung seen
+    fastest: float | None = None  # seconds per unit of the fastest configuration seen
     overhead = 0.0  # the most time outside training billed with one rung
     last_bill = meter()
     repeats = 0
@@ -241,12 +243,16 @@ def budgeted_search(
         else:
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             break  # not even a new trial's first rung can be paid: the search is over
-        if state == "cut":
-            # A new trial would pay its first rungs and then be cut at the same rung or earlier (what is left
-            # only shrinks, the per-unit estimate only grows): it could never reach the last rung, the only
-            # one that counts, so the rest of the money stays unspent.
-            stop = f"{stop}; no new trial could reach the last rung"
-            break
+        if own is not None:
+            fastest = min(fastest or own, own)
+        if state == "cut" and fastest is not None:
+            # Only a trial that reaches the last rung counts. Go on only if what is left could carry even
+            # the fastest configuration seen through every rung; else new trials would pay first rungs and
+            # be cut in turn, and the rest of the money is better left unspent.
+            left = float(cap_usd - ledger.spent(budget_scope)) * 3600 / float(usd_per_hour)
+            if left < fastest * rung_list[-1] * safety_factor + len(rung_list) * overhead:
+                stop = f"{stop}; not even the fastest configuration seen could reach the last rung"
+                break
     else:
         stop = f"max_trials={max_trials} configurations trained"
     complete = [t for t in trials if t.value is not None]
