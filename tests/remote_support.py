@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
+import os
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -12,6 +13,27 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from airflow.sdk.exceptions import TaskDeferred
+
+#: The test trainers (``slow_trainer``, ...) that local training jobs import.
+TRAINING = Path(__file__).resolve().parent / "training"
+
+
+def training_pythonpath() -> str:
+    """``PYTHONPATH`` of a local training job: the test trainers first."""
+    return os.pathsep.join([str(TRAINING), os.environ.get("PYTHONPATH", "")])
+
+
+def local_operator_args(tmp: Path) -> dict[str, Any]:
+    """The ``RemoteTrainingOperator`` arguments every local-backend test shares: data, stores, job folder."""
+    return {
+        "task_id": "train",
+        "data_path": str(tmp / "data"),
+        "label_column": "y",
+        "feature_columns": ["x1", "x2", "c"],
+        "model_store": str(tmp / "models"),
+        "checkpoint_store": str(tmp / "ckpt"),
+        "backend_options": {"root": str(tmp / "jobs"), "env": {"PYTHONPATH": training_pythonpath()}},
+    }
 
 
 def write_data(folder: Path, rows: int = 3000, seed: int = 0) -> Path:

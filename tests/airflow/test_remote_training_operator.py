@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from datetime import timedelta
 from decimal import Decimal
@@ -11,7 +10,14 @@ from typing import Any
 
 import pytest
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
-from remote_support import context_for, drive, reimported, write_data
+from remote_support import (
+    context_for,
+    drive,
+    local_operator_args,
+    reimported,
+    training_pythonpath,
+    write_data,
+)
 
 from costaware.adapters.compute.base import JobRequest, JobState, open_backend
 from costaware.adapters.model_store import ModelStore
@@ -19,8 +25,6 @@ from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import utcnow
 from costaware.operators.remote_training import RemoteTrainingOperator, parse_decision
 from costaware.triggers.remote_training import RemoteTrainingJobTrigger
-
-TRAINING = Path(__file__).resolve().parents[1] / "training"
 
 
 @pytest.fixture(autouse=True)
@@ -50,24 +54,14 @@ def decision(market: str = "spot", **extra: str) -> dict[str, str]:
 
 def operator(tmp: Path, **kwargs: Any) -> RemoteTrainingOperator:
     args: dict[str, Any] = {
-        "task_id": "train",
-        "data_path": str(tmp / "data"),
-        "label_column": "y",
-        "feature_columns": ["x1", "x2", "c"],
-        "model_store": str(tmp / "models"),
-        "checkpoint_store": str(tmp / "ckpt"),
+        **local_operator_args(tmp),
         "trainer_params": {"epochs": 3, "batch_size": 512},
         "checkpoint_every_seconds": 1.0,
-        "backend_options": {"root": str(tmp / "jobs"), "env": {"PYTHONPATH": _pythonpath()}},
         "spot_decision": decision(),
         "poll_interval": 0.1,
         **kwargs,
     }
     return RemoteTrainingOperator(**args)
-
-
-def _pythonpath() -> str:
-    return os.pathsep.join([str(TRAINING), os.environ.get("PYTHONPATH", "")])
 
 
 def test_trains_on_the_decided_market_defers_and_writes_one_entry_per_attempt(
@@ -155,7 +149,7 @@ def test_spot_job_without_capacity_falls_back_to_on_demand_at_the_latest_start(
         latest_start=(now + timedelta(seconds=2)).isoformat(),
         backend_options={
             "root": str(tmp_path / "jobs"),
-            "env": {"PYTHONPATH": _pythonpath()},
+            "env": {"PYTHONPATH": training_pythonpath()},
             "capacity_file": str(capacity),
         },
     )

@@ -11,7 +11,6 @@ clock).
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -22,14 +21,13 @@ from typing import Any
 
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
-from remote_support import context_for, drive, write_data
+from remote_support import context_for, drive, local_operator_args, write_data
 
 from costaware.adapters.model_store import ModelStore
 from costaware.adapters.spot_prices import load_spot_history
 from costaware.core.ledger import utcnow
 from costaware.operators.remote_training import RemoteTrainingOperator
 
-TRAINING = Path(__file__).resolve().parents[1] / "training"
 HEADER = "timestamp,region,availability_zone,instance_type,product_description,usd_per_hour\n"
 STEP_SECONDS, STEPS, EVERY_SECONDS = 0.25, 24, 1.0
 
@@ -56,12 +54,7 @@ def flat_history(path: Path) -> None:
 def operator(tmp: Path, price_file: Path, **kwargs: Any) -> RemoteTrainingOperator:
     now = utcnow()
     args: dict[str, Any] = {
-        "task_id": "train",
-        "data_path": str(tmp / "data"),
-        "label_column": "y",
-        "feature_columns": ["x1", "x2", "c"],
-        "model_store": str(tmp / "models"),
-        "checkpoint_store": str(tmp / "ckpt"),
+        **local_operator_args(tmp),
         "trainer": "slow_trainer.SlowSGDTrainer",
         "trainer_params": {
             "epochs": STEPS,
@@ -70,10 +63,6 @@ def operator(tmp: Path, price_file: Path, **kwargs: Any) -> RemoteTrainingOperat
             "progress_file": str(tmp / "progress.txt"),
         },
         "checkpoint_every_seconds": EVERY_SECONDS,
-        "backend_options": {
-            "root": str(tmp / "jobs"),
-            "env": {"PYTHONPATH": os.pathsep.join([str(TRAINING), os.environ.get("PYTHONPATH", "")])},
-        },
         "spot_decision": {
             "market": "spot",
             "usd_per_hour": "0.50",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -41,10 +42,17 @@ class Quadratic:
         return peak * resource / (resource + 1)
 
 
-def search(ledger: Any, cap: str, clock: Clock, **kwargs: Any) -> Any:
+def search(
+    ledger: Any,
+    cap: str,
+    clock: Clock,
+    make_model: Callable[[dict[str, Any]], Quadratic] | None = None,
+    space: dict[str, Any] = SPACE,
+    **kwargs: Any,
+) -> Any:
     return budgeted_search(
-        lambda params: Quadratic(params, clock),
-        space=SPACE,
+        make_model or (lambda params: Quadratic(params, clock)),
+        space=space,
         rungs=[1, 3, 9],
         ledger=ledger,
         scope={"study": "toy"},
@@ -139,29 +147,31 @@ class Paced(Quadratic):
         return super().advance(resource)
 
 
+def paced_search(ledger: Any, cap: str, paces: list[int]) -> Any:
+    """A search whose n-th configuration trains at ``paces[n]`` s a unit, over ``len(paces)`` configurations,
+    with no pruning (so that only money decides)."""
+    clock = Clock()
+    pace = iter(paces)
+    space = {
+        "a": optuna.distributions.CategoricalDistribution(list(range(len(paces)))),
+        "b": optuna.distributions.CategoricalDistribution([1]),
+    }
+    return search(
+        ledger,
+        cap,
+        clock,
+        make_model=lambda params: Paced(params, clock, next(pace)),
+        space=space,
+        pruner=optuna.pruners.NopPruner(),
+        max_repeats=5,
+    )
+
+
 def test_after_a_slow_trial_is_cut_a_fast_configuration_may_still_finish(ledger: Any) -> None:
     """Paces 1, 5, 1 s a unit, rungs 1/3/9, cap 50: the first trial completes (9), the slow one pays 15 and is
     cut at its last rung (45 > 26 left); 26 still carry a 1 s configuration (13.5 with the safety factor), so
     the third trial runs and completes (9 more)."""
-    clock = Clock()
-    paces = iter([1, 5, 1])
-    result = budgeted_search(
-        lambda params: Paced(params, clock, next(paces)),
-        space={
-            "a": optuna.distributions.CategoricalDistribution([0, 1, 2]),
-            "b": optuna.distributions.CategoricalDistribution([1]),
-        },
-        rungs=[1, 3, 9],
-        ledger=ledger,
-        scope={"study": "paces"},
-        cap_usd=Decimal("50"),
-        usd_per_hour=PRICE,
-        first_rung_seconds=1.0,
-        meter=clock,
-        seed=7,
-        pruner=optuna.pruners.NopPruner(),
-        max_repeats=5,
-    )
+    result = paced_search(ledger, "50", [1, 5, 1])
     assert [t.state for t in result.trials] == ["complete", "cut", "complete"]
     assert result.spent_usd == Decimal(9 + 15 + 9) <= Decimal(50)
 
@@ -169,37 +179,7 @@ def test_after_a_slow_trial_is_cut_a_fast_configuration_may_still_finish(ledger:
 def test_a_fast_configuration_finishes_on_what_a_slow_one_left(ledger: Any) -> None:
     """The first trial trains at 5 s a unit, the second at 1 s: the second's last rung (6 units) is priced at
     its own speed (9 s with the safety factor), not the first one's (45 s), so the 26 s left pay for it."""
-    clock = Clock()
-    made: list[Quadratic] = []
-
-    class Slow(Quadratic):
-        def advance(self, resource: int) -> float:
-            self.clock.now += 4 * (resource - self.trained)  # 4 s more a unit: 5 s in all
-            return super().advance(resource)
-
-    def make(params: dict[str, Any]) -> Quadratic:
-        model = (Slow if not made else Quadratic)(params, clock)
-        made.append(model)
-        return model
-
-    space = {
-        "a": optuna.distributions.CategoricalDistribution([0, 1]),
-        "b": optuna.distributions.CategoricalDistribution([1]),
-    }
-    result = budgeted_search(
-        make,
-        space=space,
-        rungs=[1, 3, 9],
-        ledger=ledger,
-        scope={"study": "speeds"},
-        cap_usd=Decimal("74"),
-        usd_per_hour=PRICE,
-        first_rung_seconds=1.0,
-        meter=clock,
-        seed=7,
-        pruner=optuna.pruners.NopPruner(),
-        max_repeats=5,
-    )
+    result = paced_search(ledger, "74", [5, 1])
     assert [t.state for t in result.trials] == ["complete", "complete"]
     assert result.spent_usd == Decimal(54) <= Decimal(74)  # 9 units at 5 s, then 9 at 1 s
     assert "covered" in result.stop

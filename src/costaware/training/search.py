@@ -244,7 +244,7 @@ def budgeted_search(
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             break  # not even a new trial's first rung can be paid: the search is over
         if own is not None:
-            fastest = min(fastest or own, own)
+            fastest = own if fastest is None else min(fastest, own)
         if state == "cut" and fastest is not None:
             # Only a trial that reaches the last rung counts. Go on only if what is left could carry even
             # the fastest configuration seen through every rung; else new trials would pay first rungs and
