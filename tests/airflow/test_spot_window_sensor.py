@@ -165,9 +165,9 @@ def test_live_history_is_fetched_once_per_cache_period_not_at_every_look(moto_aw
 
     spot_prices.clear_cache()
     period_start = datetime(2026, 11, 24, 0, 30, tzinfo=timezone.utc)
-    looks = [period_start + timedelta(seconds=s) for s in (0, 30, 299)]
-    for at in looks:
-        history = spot_history(
+
+    def look(at: datetime) -> Any:
+        return spot_history(
             prices="live",
             instance_type="g4dn.8xlarge",
             region="us-east-1",
@@ -177,18 +177,11 @@ def test_live_history_is_fetched_once_per_cache_period_not_at_every_look(moto_aw
             now=at,
             history_days=14,
         )
-        assert history.series("g4dn.8xlarge", "us-east-1", None)
+
+    for seconds in (0, 30, 299):
+        assert look(period_start + timedelta(seconds=seconds)).series("g4dn.8xlarge", "us-east-1", None)
     assert len(spot_prices._CACHE) == 1  # three looks in one 5-minute period: one query
-    spot_history(
-        prices="live",
-        instance_type="g4dn.8xlarge",
-        region="us-east-1",
-        aws_conn_id="moto_aws",
-        ttl_seconds=300,
-        products=["Linux/UNIX"],
-        now=period_start + timedelta(seconds=300),
-        history_days=14,
-    )
+    look(period_start + timedelta(seconds=300))
     assert len(spot_prices._CACHE) == 2  # the next period asks again
 
 
