@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from costaware.core.errors import BudgetExceededError
 from costaware.core.ledger import Kind, LedgerEntry, Market
 from costaware.core.money import format_usd
-from costaware.core.tuning import StudySpec
+from costaware.core.tuning import StudySpec, usd_for_seconds
 from costaware.training.tuning.results import EntryOwner
 
 if TYPE_CHECKING:
@@ -25,27 +25,31 @@ log = logging.getLogger(__name__)
 def reserve_trial_cost(
     ledger: Ledger,
     spec: StudySpec,
-    usd: Decimal,
-    gpu_hours: Decimal,
-    seconds: float,
+    seconds_needed: Callable[[], float],
     holder: str,
     run_id: str | None,
     slot: int,
     poll_seconds: float,
 ) -> Reservation:
-    """Reserve the trial's estimate; while refused only because other trials hold money, wait for them.
+    """Reserve the trial's cost; while refused only because other trials hold money, wait for them.
+
+    ``seconds_needed`` is asked again before each attempt: the slot is paid while it waits, and that time
+    is settled with the trial, so each attempt reserves it too (a trial granted after a long wait would
+    otherwise be charged past what it reserved, and the study past its cap).
 
     Other trials' reservations are mostly returned when they settle (pruned trials spend a fraction of
     their estimate), so a refusal stops the study only when nothing else of the study is in flight, or
     the money already spent leaves no room for this trial. Waiting ends when those reservations expire.
     """
+    seconds = seconds_needed()
     deadline = time.monotonic() + max(2 * seconds, 60.0)
     while True:
+        usd = usd_for_seconds(seconds, spec.usd_per_hour)
         try:
             return ledger.reserve(
                 spec.budget_scope,
                 usd,
-                gpu_hours=gpu_hours,
+                gpu_hours=(Decimal(str(seconds)) / 3600 * spec.gpus).quantize(Decimal("0.000001")),
                 holder=holder,
                 run_id=run_id,
                 ttl=timedelta(seconds=max(2 * seconds, 60.0)),
@@ -59,6 +63,7 @@ def reserve_trial_cost(
                 raise
             log.info("slot %d waits for %s reserved by running trials", slot, format_usd(own.reserved_usd))
             time.sleep(poll_seconds)
+            seconds = seconds_needed()
 
 
 def study_usage(ledger: Ledger, spec: StudySpec) -> BudgetUsage | None:

@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import optuna
@@ -31,7 +30,6 @@ from costaware.core.tuning import (
     seconds_for_usd,
     stop_reason,
     trial_label,
-    usd_for_seconds,
     wall_clock_left,
 )
 from costaware.training.tuning.fidelity import FidelityModel, TrainerFactory
@@ -74,6 +72,8 @@ class _Slot:
     resumed: optuna.trial.FrozenTrial | None
     started: float
     meter: Callable[[], float]
+    #: When the reservation was granted; what came before it is reserved as it is, not as overhead.
+    reserved_at: float = 0.0
 
 
 @dataclass(slots=True)
@@ -200,17 +200,21 @@ def _reserve_trial(
     estimate = estimate_trial_seconds(
         trial_timings(s.trials), spec.schedule.max_resource, spec.fallback_trial_seconds, spec.safety_factor
     )
-    seconds = estimate.seconds + spec.slack_seconds
-    usd = usd_for_seconds(seconds, spec.usd_per_hour)
-    gpu_hours = (Decimal(str(seconds)) / 3600 * spec.gpus).quantize(Decimal("0.000001"))
+
+    # The slot's clock runs from its start: what it already used (loading the study, waiting for money)
+    # is settled with the trial, so it is reserved with the estimate.
+    def seconds_needed() -> float:
+        return (s.meter() - s.started) + estimate.seconds + spec.slack_seconds
+
     try:
         reservation = reserve_trial_cost(
-            ledger, spec, usd, gpu_hours, seconds, holder, run_id, slot, wait_poll_seconds
+            ledger, spec, seconds_needed, holder, run_id, slot, wait_poll_seconds
         )
     except BudgetExceededError as e:
         if s.resumed is not None:
             finish_failed(s.study, s.resumed, "no budget left to resume it")
         return _stop(s.study, StopReason.BUDGET, str(e))
+    s.reserved_at = s.meter()
     return reservation, estimate
 
 
@@ -335,7 +339,9 @@ def _finish_trial(
         fidelity=t.fidelity,
         decision=t.decision,
         train_seconds=round(t.train_seconds, 4),
-        overhead_seconds=round(meter() - started - t.train_seconds, 4),
+        # From the grant on: a wait for money is one slot's bad luck, not every later trial's overhead.
+        overhead_seconds=round(meter() - s.reserved_at - t.train_seconds, 4),
+        seconds_before_reservation=round(s.reserved_at - started, 4),
         marginal_seconds_per_unit=t.marginal,
     )
     trial.set_user_attr(TRIAL_ATTR, info)
