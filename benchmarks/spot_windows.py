@@ -11,7 +11,12 @@ Data (``shared/data`` beside the repository):
 * power: CAISO and DE-LU hourly electricity prices of 2023, for an on-premises 8-GPU node drawing 6.5 kW, one
   row per market;
 * two zones: the 2a and 2b traces of one GPU type as two zones of one job (failover), reported only;
-* synthetic Markov capacity: how far online policies stay from the oracle when capacity is memoryless.
+* synthetic Markov capacity: how far online policies stay from the oracle when capacity is memoryless;
+* hindsight diagnostics on the availability traces (reported, not product policies): ``deadline_aware``
+  told how long each run of capacity will last (it skips runs too short to keep any work), and the best of ten
+  "wait until capacity has held a while" settings of it (one of them the plain rule) chosen per trace after
+  seeing the result. They show how
+  much of the gap to the oracle one piece of future knowledge, or a constant fitted to the trace, would close.
 
 Jobs: nightly retrains submitted at 22:00 America/New_York, 1-6 h of work, deadlines 8-24 h, checkpoints every
 30 min, 5-15 min restart overhead (seeded random, the same for every policy).
@@ -39,7 +44,20 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from costaware.adapters import spot_prices  # noqa: E402
 from costaware.adapters.price_files import bundled_catalog  # noqa: E402
-from costaware.core.simulate import DEFAULT_POLICIES, Job, JobOutcome, MarketData, simulate, summarize  # noqa: E402
+from costaware.core.policies import Action, Policy, Situation  # noqa: E402
+from costaware.core.policies.deadline_aware import DeadlineAwarePolicy  # noqa: E402
+from costaware.core.policies.rules import checkpointed, reserve_ticks, safe_to_wait  # noqa: E402
+from costaware.core.simulate import (  # noqa: E402
+    DEFAULT_POLICIES,
+    Job,
+    JobOutcome,
+    MarketData,
+    TickPlan,
+    market_for,
+    run_job,
+    simulate,
+    summarize,
+)
 
 # ``shared/data`` beside the repository (or beside the directory holding a git worktree of it).
 SHARED = next(
@@ -64,6 +82,11 @@ TARGET_VS_ON_DEMAND = Decimal("0.40")
 SPOT_SHARE_FOR_SAVINGS_TARGET = 0.5
 #: Share of ticks with capacity, per trace (filled while the traces load).
 SHARE: dict[str, float] = {}
+#: Settings of the hindsight-tuned diagnostic: ticks capacity must have held before a (re)start, and the
+#: slack (ticks beyond the plain wait rule) below which it starts at once; (0, 0) is ``deadline_aware``.
+RUN_AGE_SETTINGS = [(0, 0)] + [(age, guard) for age in (1, 2, 3) for guard in (0, 6, 18)]
+#: Diagnostics per availability trace: cost vs the oracle on the same jobs (filled while the traces run).
+DIAGNOSTICS: dict[str, dict[str, float | str]] = {}
 #: Nothing is fitted to these traces; the policies' few constants were chosen on the us-west-2a half only,
 #: and both halves are printed so that the held-out us-west-2b half shows whether the rules generalise.
 FIT_HALF = "us-west-2a"
@@ -148,7 +171,80 @@ def trace_group(nights: int, rng: random.Random) -> tuple[dict[str, list[JobOutc
         )
         per_trace[short(name)] = simulate(jobs, data, POLICIES).outcomes
         SHARE[short(name)] = trace.share_available
+        oracle_usd = sum(float(o.usd) for o in per_trace[short(name)] if o.policy == "oracle")
+        DIAGNOSTICS[short(name)] = hindsight_diagnostics(jobs, data, oracle_usd)
     return per_trace, missing
+
+
+class KnownRunLength(Policy):
+    """Diagnostic: ``deadline_aware`` that knows how long the run of capacity in front of it will last.
+
+    It skips a (re)start into a run too short to keep any work (the run ends before the job reaches its next
+    checkpoint or finishes) and waits instead while waiting is safe. No online policy has this knowledge; the
+    cost it saves is the part of the gap to the oracle that predicting run lengths could close.
+    """
+
+    name = "known_run_length"
+    clairvoyant = True
+
+    def __init__(self) -> None:
+        self._greedy = DeadlineAwarePolicy()
+
+    def decide(self, situation: Situation) -> Action:
+        s = situation
+        action = self._greedy.decide(s)
+        if action is not Action.SPOT or s.running is Action.SPOT or s.hindsight is None:
+            return action
+        available = s.hindsight.available or []
+        run = 0
+        while s.tick + run < len(available) and available[s.tick + run]:
+            run += 1
+        useful = run - s.overhead_ticks
+        finishes = useful >= s.work_ticks - s.progress
+        if not finishes and checkpointed(s.progress + max(useful, 0), s.checkpoint_ticks) <= s.progress:
+            return Action.WAIT if safe_to_wait(s) else Action.ON_DEMAND
+        return action
+
+
+class WaitForRunAge(Policy):
+    """Diagnostic: ``deadline_aware`` that (re)starts spot from idle only once capacity has held ``age``
+    ticks, while more than ``guard`` ticks of slack remain (below that it starts at once, as greedy does)."""
+
+    name = "wait_for_run_age"
+
+    def __init__(self, age: int, guard: int) -> None:
+        self.age, self.guard, self._held = age, guard, 0
+        self._greedy = DeadlineAwarePolicy()
+
+    def decide(self, situation: Situation) -> Action:
+        s = situation
+        self._held = self._held + 1 if s.spot_available else 0
+        action = self._greedy.decide(s)
+        slack = s.deadline_tick - s.tick - (s.work_ticks - s.progress) - s.overhead_ticks - reserve_ticks(s)
+        young = self._held <= self.age
+        if action is Action.SPOT and s.running is Action.WAIT and young and slack > self.guard:
+            return Action.WAIT
+        return action
+
+
+def hindsight_diagnostics(jobs: list[Job], data: MarketData, oracle_usd: float) -> dict[str, float | str]:
+    """Cost vs the oracle of :class:`KnownRunLength` and of the best :class:`WaitForRunAge` on these jobs."""
+    tick = timedelta(seconds=data.availability.gap_seconds) if data.availability else timedelta(minutes=10)
+    known = 0.0
+    tuned = [0.0] * len(RUN_AGE_SETTINGS)
+    for job in jobs:
+        plan = TickPlan.of(job, tick)
+        market = market_for(job, data, plan, tick)
+        known += float(run_job(KnownRunLength(), market, plan).usd)
+        for i, (age, guard) in enumerate(RUN_AGE_SETTINGS):
+            tuned[i] += float(run_job(WaitForRunAge(age, guard), market, plan).usd)
+    best = min(range(len(tuned)), key=tuned.__getitem__)
+    age, guard = RUN_AGE_SETTINGS[best]
+    return {
+        "known_run_length_vs_oracle": round(known / oracle_usd, 3),
+        "best_wait_for_run_age_vs_oracle": round(tuned[best] / oracle_usd, 3),
+        "best_wait_for_run_age_setting": f"age {age}, guard {guard}",
+    }
 
 
 def zone_pair_group(nights: int, rng: random.Random) -> dict[str, list[JobOutcome]]:
@@ -360,6 +456,15 @@ def main() -> int:
             pairs,
         )
     )
+    print("hindsight diagnostics on the same jobs (cost vs oracle; not policies a user can run):")
+    print(f"  {'trace':<20}{'best targeted':>14}{'knows run lengths':>19}{'best of 10, chosen after':>28}")
+    for key, diagnostic in DIAGNOSTICS.items():
+        _, best = best_of_targeted(traces[key])
+        setting = diagnostic["best_wait_for_run_age_setting"]
+        print(
+            f"  {key:<20}{best['vs_oracle']:>14.3f}{diagnostic['known_run_length_vs_oracle']:>19.3f}"
+            f"{diagnostic['best_wait_for_run_age_vs_oracle']:>10.3f} ({setting})"
+        )
     print("synthetic Markov capacity (cost vs oracle; how much of the gap hindsight alone explains):")
     for key, ratios in markov.items():
         print(f"  {key:<24}" + "".join(f"{name} {ratio:.3f}  " for name, ratio in ratios.items()))
@@ -412,6 +517,7 @@ def main() -> int:
             },
             "fit_half": FIT_HALF,
             "synthetic_markov_vs_oracle": markov,
+            "hindsight_diagnostics": DIAGNOSTICS,
             "two_zones": {k: figures(v) for k, v in pairs.items()},
             "checks": checks,
             "notes": notes,
