@@ -267,6 +267,26 @@ def test_availability_aware_waits_out_capacity_that_just_came_back() -> None:
     assert learnt.usd < greedy.usd
 
 
+def test_availability_aware_waits_rather_than_paying_on_demand_early() -> None:
+    # The history says capacity comes back only for one-tick blips, too short to keep any work: the model
+    # finds on-demand now and on-demand later equally dear. It waits until the latest safe start, which keeps
+    # the chance that capacity returns for longer than the model believes (before: on-demand from tick 0).
+    history = ([True] + [False] * 20) * 8
+    n = 40
+    m = TickMarket(
+        on_demand=[3.0] * n,
+        on_demand_forecast=[3.0] * n,
+        spot=[1.0] * n,
+        spot_forecast=[1.0] * n,
+        available=[False] * n,
+        available_before=history,
+    )
+    plan = TickPlan(DT, 6, 30, 1, 3)
+    latest_start = plan.deadline - plan.work - plan.overhead
+    assert actions(policy_class("availability_aware")(), m, plan) == "w" * latest_start + "o" * 7
+    assert run_job(policy_class("availability_aware")(), m, plan).met_deadline
+
+
 def test_critical_jobs_turn_to_on_demand_earlier() -> None:
     n = 40
     m = market([0.5] * n, [False] * n, [2.0] * n)  # spot never has capacity

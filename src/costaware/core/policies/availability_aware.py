@@ -25,8 +25,8 @@ A ``critical`` job is never paused once running and keeps a one-preemption reser
 ``replan_ticks`` ticks. Without a spot market (power at an hourly price) the same solver times the work on the
 forecast power price, pausing through price spikes when a later block is cheaper.
 
-Measured (``benchmarks/spot_windows.py``): over the eight shared availability traces it is 1.148x the oracle
-against 1.164x for the greedy ``deadline_aware`` in the full run, but 1.184x against 1.156x on the quick run's
+Measured (``benchmarks/spot_windows.py``): over the eight shared availability traces it is 1.137x the oracle
+against 1.164x for the greedy ``deadline_aware`` in the full run, but 1.175x against 1.156x on the quick run's
 fewer nights, and it loses on some traces (a model fitted on the past can overrate a short outage); so it is
 offered beside ``deadline_aware``, which stays the default.
 """
@@ -145,13 +145,15 @@ class _Plan:
         options.append(
             (
                 s.on_demand_usd_per_hour * dt + float(expected[table.next[Action.ON_DEMAND][here]]),
-                1,
+                2,
                 Action.ON_DEMAND,
             )
         )
         if bool(table.may_wait(s.tick)[here]):
-            options.append((float(expected[table.next[Action.WAIT][here]]), 2, Action.WAIT))
-        # Ties go to doing the work now (spot, then on-demand): progress made early is never wasted slack.
+            options.append((float(expected[table.next[Action.WAIT][here]]), 1, Action.WAIT))
+        # Ties go to spot (cheap progress now), then to waiting: where the model finds on-demand now and later
+        # equal, waiting keeps the chance that capacity comes back sooner than the model, fitted on few runs,
+        # expects; on-demand later costs no more than on-demand now.
         best = min(options, key=lambda o: (round(o[0], 9), o[1]))
         return best[2]
 
