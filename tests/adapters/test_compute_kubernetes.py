@@ -9,7 +9,7 @@ import pytest
 
 from costaware.adapters.compute.base import JobRequest, JobState, open_backend
 from costaware.adapters.compute.kubernetes import EKS_LABEL, render_pod, status_from_pod
-from costaware.core.errors import ConfigurationError
+from costaware.core.errors import ComputeBackendError, ConfigurationError, JobNotFoundError
 
 
 def request(market: str = "spot") -> JobRequest:
@@ -137,3 +137,45 @@ def test_pod_status_mapping(pod: dict[str, Any], state: JobState, seconds: float
     # A terminated container ended at its startedAt (midnight) plus the billed seconds; others have not ended.
     ended = datetime(2026, 1, 1, tzinfo=timezone.utc).timestamp() + seconds if seconds else None
     assert status.ended_at == ended
+
+
+class _ApiException(Exception):
+    """What the kubernetes client raises on an HTTP error: the status code in ``status``."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"({status}) Reason: {'Not Found' if status == 404 else 'Forbidden'}")
+        self.status = status
+
+
+class _PodGoneApi:
+    """The two CoreV1Api calls a stopped pod meets once it is deleted (no cluster here to delete it on)."""
+
+    def __init__(self, status: int) -> None:
+        self.status = status
+        self.api_client = self
+
+    def sanitize_for_serialization(self, value: Any) -> Any:
+        return value
+
+    def read_namespaced_pod(self, name: str, namespace: str) -> Any:
+        raise _ApiException(self.status)
+
+    def delete_namespaced_pod(self, name: str, namespace: str) -> Any:
+        raise _ApiException(self.status)
+
+
+def test_a_deleted_pod_is_reported_gone_and_stopping_it_again_is_a_no_op(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    backend = open_backend("kubernetes", {"image": "costaware:1", "namespace": "ml"})
+    monkeypatch.setattr(backend, "_api", lambda: _PodGoneApi(404))
+    with pytest.raises(JobNotFoundError, match=r"pod 'train-1' is not in namespace 'ml'"):
+        backend.poll("train-1")
+    backend.stop("train-1")  # already gone: nothing to stop, no error
+    # Any other API error stays a (retried) backend error, not "gone".
+    monkeypatch.setattr(backend, "_api", lambda: _PodGoneApi(403))
+    with pytest.raises(ComputeBackendError, match="cannot read pod 'train-1'") as raised:
+        backend.poll("train-1")
+    assert not isinstance(raised.value, JobNotFoundError)
+    with pytest.raises(ComputeBackendError, match="cannot delete pod 'train-1'"):
+        backend.stop("train-1")

@@ -228,6 +228,41 @@ def test_price_event_pauses_resumes_and_falls_back_to_on_demand_at_the_latest_re
         RemoteTrainingJobTrigger(backend="local", backend_options={}, job_id=None, state={})
 
 
+def test_a_paused_job_whose_backend_forgot_it_ends_billed_up_to_the_look_that_found_it_gone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A Kubernetes pause deletes the pod: once the container has checkpointed and exited, the pod can be gone
+    # before a poll reads its end. The wait must end the attempt (billed from the status seen at the pause),
+    # not fail the task.
+    import costaware.adapters.compute.base as compute
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.core.errors import JobNotFoundError
+    from costaware.triggers.remote_training import RemoteTrainingJobTrigger
+
+    class PodGone:
+        def poll(self, job_id: str) -> JobStatus:
+            raise JobNotFoundError(f"pod {job_id!r} is not in namespace 'ml'")
+
+    monkeypatch.setattr(compute, "open_backend", lambda name, options: PodGone())
+    paused_at = datetime(2026, 11, 24, 0, 30, tzinfo=timezone.utc)
+    seen = JobStatus("train-a2", JobState.RUNNING, 600.0, "spot", "g5.xlarge", "Running")
+    current = {"attempt": 2, "job_id": "train-a2", "market": "spot", "pausing": "price rose"}
+    stopped = {"job": seen.to_dict(), "seen_at": paused_at.isoformat()}
+    trigger = RemoteTrainingJobTrigger(
+        "kubernetes", {}, "train-a2", {"current": {**current, "stopped": stopped}}
+    )
+
+    event = trigger.poll_once(paused_at + timedelta(seconds=45))
+    assert event is not None and event["status"] == "success" and not event["fallback"]
+    job = event["job"]
+    assert job["state"] == "interrupted" and job["market"] == "spot" and job["instance_type"] == "g5.xlarge"
+    assert job["billable_seconds"] == 645.0  # never less than it ran: at most one poll more
+    assert job["ended_at"] == (paused_at + timedelta(seconds=45)).timestamp()
+    # Gone without a stop of ours (nothing to bill it from): the error stays, and the task fails with it.
+    with pytest.raises(JobNotFoundError, match="train-a2"):
+        RemoteTrainingJobTrigger("kubernetes", {}, "train-a2", {"current": current}).poll_once(paused_at)
+
+
 @pytest.mark.parametrize("pause_on_price", [True, False])
 def test_with_prices_a_spot_attempt_is_billed_at_the_mean_price_over_its_run(
     tmp_path: Path, prices: Path, capsys: pytest.CaptureFixture[str], pause_on_price: bool

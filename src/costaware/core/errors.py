@@ -71,3 +71,7 @@ class CorruptEntryError(CostawareError):
 
 class ComputeBackendError(CostawareError):
     """Raised when a compute backend cannot submit, poll or stop a training job; transient, so retried."""
+
+
+class JobNotFoundError(ComputeBackendError):
+    """Raised when a backend no longer knows a job (a Kubernetes pod deleted and gone)."""

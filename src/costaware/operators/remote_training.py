@@ -633,12 +633,19 @@ class RemoteTrainingOperator(BaseOperator):
         )
         return self._submit(state, market)
 
-    def _pause(self, state: dict[str, Any], job: Mapping[str, Any], reason: str) -> dict[str, Any]:
-        """Stop the running spot job through a price rise; the wait that follows sees it end."""
+    def _pause(
+        self, state: dict[str, Any], job: Mapping[str, Any], reason: str, seen_at: str | None = None
+    ) -> dict[str, Any]:
+        """Stop the running spot job through a price rise; the wait that follows sees it end.
+
+        The status seen last is kept: a backend that forgets a stopped job (a deleted Kubernetes pod) is then
+        billed from it up to the moment the wait finds the job gone.
+        """
         attempt = state["current"]["attempt"]
         self.log.warning("pausing attempt %s (job %s): %s", attempt, job["job_id"], reason)
         self._backend(state).stop(str(job["job_id"]))
         state["current"]["pausing"] = reason
+        state["current"]["stopped"] = {"job": dict(job), "seen_at": seen_at or utcnow().isoformat()}
         return state
 
     def _paused(self, state: dict[str, Any]) -> dict[str, Any]:
@@ -774,7 +781,7 @@ class RemoteTrainingOperator(BaseOperator):
             if "resume" in event:
                 return self._resume(state, event["resume"])
             if event.get("pause"):
-                return self._pause(state, event["job"], str(event["pause"]))
+                return self._pause(state, event["job"], str(event["pause"]), event.get("seen_at"))
             return self._advance(context, state, event["job"], bool(event.get("fallback")))
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:

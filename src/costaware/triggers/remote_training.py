@@ -45,6 +45,27 @@ def job_event(
     return None
 
 
+def stopped_job_status(stopped: Mapping[str, Any], *, now: datetime) -> Any:
+    """The end of a job the operator stopped (a pause) that its backend no longer knows (a deleted pod).
+
+    It ended by ``now`` at the latest: billed as the status seen before the stop plus the time since, which
+    is at most one poll more than it ran, never less (pure).
+    """
+    from dataclasses import replace
+
+    from costaware.adapters.compute.base import JobState, JobStatus
+
+    seen = JobStatus.from_dict(stopped["job"])
+    since = max(0.0, (now - parse_instant(stopped["seen_at"], name="seen_at")).total_seconds())
+    return replace(
+        seen,
+        state=JobState.INTERRUPTED,
+        billable_seconds=seen.billable_seconds + since,
+        ended_at=now.timestamp(),
+        reason="stopped for a pause; the backend no longer has the job, so it is billed up to now",
+    )
+
+
 def price_event(
     watch: Mapping[str, Any],
     state: Mapping[str, Any],
@@ -193,11 +214,18 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         The operator's synchronous wait (``deferrable=False``) calls this too, so both modes decide alike.
         """
         from costaware.adapters.compute.base import JobState, open_backend
+        from costaware.core.errors import JobNotFoundError
 
         if self.job_id is None:
             assert self.price_watch is not None  # checked in __init__
             return watch_event(self.price_watch, self.state, now=now)
-        status = open_backend(self.backend, self.backend_options).poll(self.job_id)
+        try:
+            status = open_backend(self.backend, self.backend_options).poll(self.job_id)
+        except JobNotFoundError:
+            stopped = (self.state.get("current") or {}).get("stopped")
+            if not stopped:  # gone without a stop from us: nothing to bill it from
+                raise
+            status = stopped_job_status(stopped, now=now)
         fallback_at = parse_instant(self.fallback_at, name="fallback_at") if self.fallback_at else None
         event = job_event(status, self.state, fallback_at=fallback_at, now=now)
         if event is not None:
@@ -212,7 +240,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 self.log.warning("cannot read the spot price (%s: %s); the job runs on", type(e).__name__, e)
                 return None
             if paused is not None:
-                return {**paused, "job": status.to_dict()}
+                return {**paused, "job": status.to_dict(), "seen_at": now.isoformat()}
         return None
 
     async def run(self) -> AsyncIterator[TriggerEvent]:

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from costaware.adapters.compute.base import JobRequest, JobState, JobStatus
-from costaware.core.errors import ComputeBackendError, ConfigurationError
+from costaware.core.errors import ComputeBackendError, ConfigurationError, JobNotFoundError
 from costaware.core.ledger import utcnow
 from costaware.training.checkpointing import PREEMPTED_EXIT_CODE
 
@@ -227,13 +227,22 @@ class KubernetesBackend:
             node = pod.get("spec", {}).get("nodeName")
             labels = api.read_node(node).metadata.labels if node else {}
         except Exception as e:
+            if getattr(e, "status", None) == 404:  # deleted (a stop, or the cluster's pod GC) and gone
+                raise JobNotFoundError(f"pod {job_id!r} is not in namespace {self.namespace!r}") from e
             raise ComputeBackendError(f"cannot read pod {job_id!r}: {e}") from e
         return status_from_pod(pod, labels or {})
 
     def stop(self, job_id: str) -> None:
+        """Delete the pod: its container gets SIGTERM (and checkpoints), then the pod is gone.
+
+        A later poll may then find nothing (``JobNotFoundError``); the operator ends the attempt from the
+        status it saw last.
+        """
         try:
             self._api().delete_namespaced_pod(job_id, self.namespace)
         except Exception as e:
+            if getattr(e, "status", None) == 404:  # already gone: nothing left to stop
+                return
             raise ComputeBackendError(f"cannot delete pod {job_id!r}: {e}") from e
 
     def logs(self, job_id: str, tail: int = 20) -> str:
