@@ -13,10 +13,11 @@ Arms (the grid once; the others once per seed, ``--seeds`` of them, the same see
   intermediate values at the same rungs); the best of the trials that ended within the same USD cap;
 - random-past-cap, tpe-hyperband-past-cap (reported, not in the target): the same two runs given the trial
   that started under the cap and ended past it, i.e. more money than the cap allows;
-- budgeted: ``costaware.training.search.budgeted_search`` (Optuna's TPE sampler and Hyperband
-  pruner at rungs of boosting rounds; the cap in the cost ledger: each rung is reserved before it runs and
-  settled after, and the search stops at the first rung it cannot pay), with a cap of 20 % of the grid's
-  measured cost.
+- budgeted: ``costaware.training.search.budgeted_search`` with its defaults (Optuna's TPE sampler, its
+  first ``reduction_factor`` trials at random; Optuna's Hyperband pruner at the rungs whose values rank
+  the first completed trials as full fidelity does, no pruning if none does; the cap in the cost ledger:
+  each rung is reserved before it runs and settled after, and the search stops when no new trial could
+  reach the last rung), with a cap of 20 % of the grid's measured cost. Same rungs as TPE + Hyperband.
 
 Cost: each arm's process CPU seconds (one thread: training, scoring, and for the budgeted arm every Optuna and
 ledger call) priced at a fixed instance, m5.large on-demand ($0.096/h). Holdout scores refit the chosen
@@ -122,7 +123,7 @@ def budgeted(
     valid: Any,
     seed: int,
 ) -> dict[str, Any]:
-    """``costaware.training.search.budgeted_search``: Optuna TPE + successive halving, paid rung by rung."""
+    """``costaware.training.search.budgeted_search``, default sampler and pruner, paid rung by rung."""
     import optuna
 
     from costaware import Ledger
@@ -143,7 +144,7 @@ def budgeted(
         usd_per_hour=USD_PER_HOUR,
         first_rung_seconds=trial_seconds * rungs[0] / rounds,
         seed=seed,
-        pruner=optuna.pruners.HyperbandPruner(min_resource=rungs[0], max_resource=rounds, reduction_factor=3),
+        reduction_factor=3,
         owner=("benchmark", "tuning"),
     )
     seconds = time.process_time() - tick

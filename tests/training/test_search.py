@@ -48,6 +48,7 @@ def search(
     clock: Clock,
     make_model: Callable[[dict[str, Any]], Quadratic] | None = None,
     space: dict[str, Any] = SPACE,
+    usd_per_hour: Decimal = PRICE,
     **kwargs: Any,
 ) -> Any:
     return budgeted_search(
@@ -57,7 +58,7 @@ def search(
         ledger=ledger,
         scope={"study": "toy"},
         cap_usd=Decimal(cap),
-        usd_per_hour=PRICE,
+        usd_per_hour=usd_per_hour,
         first_rung_seconds=1.0,
         meter=clock,
         seed=7,
@@ -93,6 +94,48 @@ def test_with_money_enough_it_tries_every_configuration_once_and_finds_the_peak(
     assert len(params) == len(set(params)) == 12
     assert result.best_params == {"a": 2, "b": 1}
     assert result.states.get("pruned", 0) > 0  # Hyperband stopped some early
+
+
+class Crossing(Quadratic):
+    """Short training ranks the configurations the other way round: ``a=0`` leads at rungs 1 and 3 (a high
+    learning rate ahead after a few boosting rounds), ``a=2`` wins at 9."""
+
+    def advance(self, resource: int) -> float:
+        full = super().advance(resource)
+        return full if resource == 9 else 1.0 - 0.1 * self.params["a"] - 0.01 * self.params["b"]
+
+
+def test_the_rungs_that_rank_like_full_fidelity_are_the_ones_pruned_at(ledger: Any) -> None:
+    """The default pruner waits for ``reduction_factor`` completed trials, then prunes at every early rung
+    that ranks them as the last rung does (all of them for the toy) and at none where short training
+    misleads."""
+    alike = search(ledger, "10000", Clock(), max_repeats=50)
+    assert alike.prune_rungs == (1, 3)
+    assert [t.state for t in alike.trials[:3]] == ["complete"] * 3  # nothing is pruned before the choice
+
+    clock = Clock()
+    crossing = search(
+        ledger, "10000", clock, make_model=lambda params: Crossing(params, clock), max_repeats=50
+    )
+    assert crossing.prune_rungs == ()
+    assert crossing.states == {"complete": 12}
+    assert crossing.best_params == {"a": 2, "b": 1}
+
+
+def test_a_given_pruner_is_used_as_it_is(ledger: Any) -> None:
+    result = search(ledger, "10000", Clock(), max_repeats=50, pruner=optuna.pruners.NopPruner())
+    assert result.prune_rungs is None and result.states == {"complete": 12}
+
+
+def test_rounding_to_the_micro_dollar_is_carried_not_dropped(ledger: Any) -> None:
+    """At 0.4 micro-dollars a second, rungs of 1, 2 and 6 s cost 0.4, 0.8 and 2.4 micro-dollars: rounded one
+    by one they would bill less than was used; carried, the ledger's total is the time used rounded up."""
+    clock = Clock()
+    price = Decimal("0.00144")  # USD per hour: $0.0000004 a second
+    result = search(ledger, "0.001", clock, usd_per_hour=price, pruner=optuna.pruners.NopPruner())
+    used = Decimal(str(clock.now)) * price / 3600
+    assert used <= result.spent_usd < used + Decimal("0.000001")
+    assert sum(Decimal(str(e["usd"])) for e in ledger.entries()) == result.spent_usd
 
 
 def test_a_cap_below_the_first_rung_trains_nothing(ledger: Any) -> None:

@@ -6,7 +6,7 @@ import optuna
 import pytest
 
 from costaware.core.errors import ConfigurationError
-from costaware.training.tuning import PRUNING_ATTR, RungSuccessiveHalvingPruner
+from costaware.training.tuning import PRUNING_ATTR, RungSuccessiveHalvingPruner, hyperband_pruner
 from costaware.training.tuning.optuna_glue import pruning_note
 
 
@@ -52,3 +52,17 @@ def test_the_last_rung_is_never_pruned() -> None:
 def test_bad_arguments_name_the_value(args: tuple[object, ...], message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         RungSuccessiveHalvingPruner(*args)  # type: ignore[arg-type]
+
+
+def test_hyperband_over_the_rungs_has_one_bracket_per_rung_the_last_one_unpruned() -> None:
+    """12/36/100 with eta 3: Optuna's own min_resource=12 would give two brackets, both pruning at 36; from 11
+    the third bracket's first decision is at 99, so it trains in full (Hyperband's plain random search)."""
+    pruner = hyperband_pruner((12, 36, 100), 3)
+    study = optuna.create_study(direction="maximize", pruner=pruner)
+    trial = study.ask()
+    trial.report(0.5, 12)
+    trial.should_prune()  # Optuna sets its brackets up on the first call
+    assert (pruner._min_resource, pruner._n_brackets) == (11, 3)
+    assert hyperband_pruner((20, 60, 300), 3)._min_resource == 20  # a long last step keeps the first rung
+    with pytest.raises(ConfigurationError, match="reduction_factor must be >= 2, got 1"):
+        hyperband_pruner((1, 3), 1)

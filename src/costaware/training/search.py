@@ -1,15 +1,23 @@
 """Budgeted multi-fidelity search in one process: Optuna proposes and prunes, the ledger pays rung by rung.
 
 Optuna does what it is good at: its sampler (TPE by default) proposes the configurations and its pruner
-(Hyperband by default) decides after each rung whether a trial goes on. The money is ours: before
-every rung the search reserves that rung's estimated cost in the cost ledger, and settles it with what the
-rung really used once it ran. A rung that cannot be reserved is not run, so the spend never passes the cap;
-after such a cut the search goes on only while the money left could carry the fastest configuration seen
-through every rung (no money on trials that can no longer finish), and none sits idle in a reservation for
-a whole trial.
+(Hyperband by default) decides after each rung whether a trial goes on. Which rungs it decides at is
+measured, not assumed: the first trials run through every rung, and the default pruner then decides only
+at the rungs whose values rank those trials as full fidelity does (none, when short training misleads),
+and trials stop only there and at the last rung.
+
+The money is ours: before every rung the search reserves that rung's estimated cost in the cost ledger, and
+settles it with what the rung really used once it ran. A rung that cannot be reserved is not run, so the
+spend never passes the cap; after such a cut the search goes on only while the money left could carry the
+fastest configuration seen through every rung (no money on trials that can no longer finish), and none sits
+idle in a reservation for a whole trial.
 
 Every second the search uses (training, Optuna, the ledger) is settled against some rung: each settlement
-bills the time since the previous one.
+bills the time since the previous one (the first, since the search started). The ledger counts whole
+micro-dollars, and a rung can cost only a few: each settlement therefore brings what was billed up to the
+time used so far rounded up (the rounding is carried, never dropped, so the ledger's total is never below
+the time it was given), and the time after the last rung (the last proposal, the refused reservation) is
+settled on a reservation of its own when the search ends.
 
 This is the sequential form, for one worker (a notebook, a benchmark, one Airflow task). The Airflow
 tuning operator runs trials in parallel slots with :func:`costaware.training.tuning.run_trial`.
@@ -68,6 +76,9 @@ class SearchResult:
     spent_usd: Decimal
     stop: str
     states: dict[str, int] = field(default_factory=dict)
+    #: The rungs the default pruner decided at, once chosen (empty: none ranked like full fidelity; None:
+    #: a pruner was given, or too few trials completed to choose).
+    prune_rungs: tuple[int, ...] | None = None
 
 
 def budgeted_search(
@@ -104,13 +115,19 @@ def budgeted_search(
         usd_per_hour: Price of one second of this process, per hour.
         first_rung_seconds: Estimated seconds of the first rung before any rung ran (the user's guess).
         direction: ``maximize`` or ``minimize`` the metric.
-        sampler: Optuna sampler (default ``TPESampler(seed=seed)``).
-        pruner: Optuna pruner (default ``HyperbandPruner`` from the first rung to the last, with
-            ``reduction_factor``; its brackets that start at a later rung hedge against configurations that
-            start slowly, such as a low learning rate).
-        reduction_factor: Of the default pruner.
-        safety_factor: Reserve this many times a rung's estimated seconds (a first rung: at the slowest speed
-            seen; a later rung: at the trial's own slowest speed on its earlier rungs).
+        sampler: Optuna sampler (default ``TPESampler(seed=seed, n_startup_trials=reduction_factor)``: the
+            trials that choose the pruning rungs are its random start).
+        pruner: Optuna pruner, used as given at every rung. By default none at first: the first
+            ``reduction_factor`` trials run through every rung; then Optuna's ``HyperbandPruner`` (one bracket
+            per rung, :func:`~costaware.training.tuning.hyperband_pruner`) at the early rungs whose values
+            rank those trials as their full-fidelity values do, and trials stop only at those rungs and the
+            last (``SearchResult.prune_rungs``). Where short training ranks configurations the other way (a
+            high learning rate ahead after a few boosting rounds, behind at the end) pruning would drop the
+            configurations that win, and stopping at a rung to decide nothing costs a refit and a score.
+        reduction_factor: Of the default sampler and pruner (>= 2).
+        safety_factor: Reserve this many times a rung's estimated seconds (a first rung: the slowest time
+            the same span took, else at the slowest speed seen; a later rung: at the trial's own speed on its
+            latest rung).
         max_trials: Stop after this many configurations were trained.
         max_repeats: Stop after this many proposals in a row repeated a configuration already tried.
         meter: The clock that measures what the search uses (process CPU seconds by default).
@@ -120,6 +137,7 @@ def budgeted_search(
     import optuna
 
     from costaware.core.budgets import Scope
+    from costaware.training.tuning.optuna_glue import hyperband_pruner
 
     rung_list = [int(r) for r in rungs]
     if not rung_list or any(r < 1 for r in rung_list) or rung_list != sorted(set(rung_list)):
@@ -132,15 +150,16 @@ def budgeted_search(
         raise ConfigurationError(f"safety_factor must be >= 1, got {safety_factor!r}")
     if not space:
         raise ConfigurationError("space is empty: give at least one hyperparameter distribution")
+    started = meter()  # what comes before the first rung (the budget, the study) is billed with it
+    # The default pruner: none until the completed trials show which rungs rank like full fidelity.
+    adaptive = pruner is None
+    pruner = pruner or optuna.pruners.NopPruner()
     budget_scope = Scope.of(dict(scope))
     ledger.set_budget(budget_scope, "total", cap_usd)
     study = optuna.create_study(
         direction="maximize" if direction == "maximize" else "minimize",
-        sampler=sampler or optuna.samplers.TPESampler(seed=seed),
-        pruner=pruner
-        or optuna.pruners.HyperbandPruner(
-            min_resource=rung_list[0], max_resource=rung_list[-1], reduction_factor=reduction_factor
-        ),
+        sampler=sampler or optuna.samplers.TPESampler(seed=seed, n_startup_trials=reduction_factor),
+        pruner=pruner,
     )
     run = uuid.uuid4().hex[:8]
     seen: dict[tuple[Any, ...], SearchTrial] = {}
@@ -148,17 +167,35 @@ def budgeted_search(
     guess = first_rung_seconds / rung_list[0]
     measured: float | None = None  # seconds per unit of resource: the slowest rung seen
     fastest: float | None = None  # seconds per unit of the fastest configuration seen
+    cheapest: float | None = None  # training seconds of the cheapest trial that reached the last rung
     overhead = 0.0  # the most time outside training billed with one rung
-    last_bill = meter()
+    prune_rungs: tuple[int, ...] | None = None
+    ladder = rung_list  # the rungs a trial stops at
+    slowest_rung: dict[tuple[int, int], float] = {}  # (from, to): the slowest training seconds seen
+    last_bill = started
+    billed_seconds = 0.0  # the time settled so far, and what it was settled with
+    billed_usd = Decimal(0)
     repeats = 0
     stop = ""
 
-    def bill(reservation_id: str, label: str, note: str) -> float:
-        """Settle the reservation with the seconds used since the last settlement; returns them."""
-        nonlocal last_bill
-        now = meter()
+    def owed(now: float) -> Decimal:
+        """What settles the time up to ``now``: the total to date rounded up, less what was settled."""
+        return usd_for_seconds(billed_seconds + (now - last_bill), usd_per_hour) - billed_usd
+
+    def bill(reservation_id: str, label: str, note: str, now: float | None = None) -> float:
+        """Settle the reservation with the seconds used since the last settlement; returns them.
+
+        The USD brings the search's settled total up to all the time used so far, rounded up to the
+        micro-dollar: rounding each settlement on its own would drop up to half a micro-dollar every time,
+        as much as a short rung costs.
+        """
+        nonlocal last_bill, billed_seconds, billed_usd
+        now = meter() if now is None else now
         seconds = now - last_bill
-        hours, usd = compute_cost(seconds, usd_per_hour)
+        usd = owed(now)
+        billed_seconds += seconds
+        billed_usd += usd
+        hours, _ = compute_cost(seconds, usd_per_hour)
         last_bill = now
         entry = LedgerEntry(
             dag_id=owner[0],
@@ -181,6 +218,27 @@ def budgeted_search(
         ledger.settle(reservation_id, usd, entry=entry)
         return seconds
 
+    def settle_tail(stop: str) -> str:
+        """Settle the time after the last rung on a reservation of its own; returns the stop note.
+
+        Nothing is reserved when the rounding carried so far covers it. When even that cannot be reserved
+        (the budget is spent to the micro-dollar) the tail stays unbilled and the stop note says so.
+        """
+        now = meter()
+        usd = owed(now)
+        if usd <= 0:
+            return stop
+        try:
+            reservation = ledger.reserve(
+                budget_scope, usd, holder=f"search/{run}/tail", purpose="bookkeeping after the last rung"
+            )
+        except BudgetExceededError:
+            return f"{stop}; the last {now - last_bill:.3f} s (bookkeeping after the last rung) stay unbilled"
+        bill(reservation.id, "tail", "bookkeeping after the last rung", now)
+        return stop
+
+    # Billed with the first rung, but no part of what every rung needs besides its training.
+    setup = meter() - started
     while len(trials) < max_trials:
         trial = study.ask(dict(space))
         key = tuple(sorted(trial.params.items()))
@@ -202,12 +260,22 @@ def budgeted_search(
         state = "complete"
         previous = 0
         own: float | None = None  # this trial's slowest seconds per unit so far
-        for rung in rung_list:
-            # A first rung is priced at the slowest configuration seen (this one's speed is unknown yet);
-            # later rungs at this configuration's own speed: pricing a fast configuration's long last rung
-            # at the slowest one's speed would refuse rungs the money left can pay.
-            rate = own if own is not None else (measured or guess)
-            seconds = rate * (rung - previous) * safety_factor + overhead
+        latest: float | None = None  # and on its latest rung
+        trained_total = 0.0
+        spans: dict[int, float] = {}  # this trial's training seconds from each rung it passed (and 0) on
+        for rung in ladder:
+            # A first rung is priced at the slowest time the same span took before, else at the slowest
+            # speed seen (this configuration's is unknown yet); later rungs at this configuration's own speed
+            # on its latest rung: pricing a fast configuration's long last rung at the slowest one's speed,
+            # or at its own first rung's (which carries the fixed cost of a fit and of scoring over a few
+            # units), would refuse rungs the money left can pay.
+            if latest is not None:
+                estimate = latest * (rung - previous)
+            elif (previous, rung) in slowest_rung:
+                estimate = slowest_rung[(previous, rung)]
+            else:
+                estimate = (measured or guess) * (rung - previous)
+            seconds = estimate * safety_factor + overhead
             try:
                 reservation = ledger.reserve(
                     budget_scope,
@@ -222,14 +290,21 @@ def budgeted_search(
             tick = meter()
             value = float(model.advance(rung))
             trained = meter() - tick
-            own = max(own or 0.0, trained / (rung - previous))
+            latest = trained / (rung - previous)
+            spans = {start: before + trained for start, before in spans.items()}
+            spans[previous] = trained
+            for start, span_seconds in spans.items():  # also through the rungs in between: never less
+                slowest_rung[(start, rung)] = max(slowest_rung.get((start, rung), 0.0), span_seconds)
+            own = max(own or 0.0, latest)
             measured = max(measured or 0.0, own)
+            trained_total += trained
             previous = rung
             done.append((rung, value))
             trial.report(value, rung)
-            pruned = rung != rung_list[-1] and trial.should_prune()
+            pruned = rung != ladder[-1] and trial.should_prune()
             billed = bill(reservation.id, f"#{trial.number}@{rung}", f"{dict(trial.params)}: {value:.4f}")
-            overhead = max(overhead, billed - trained)
+            overhead = max(overhead, billed - trained - setup)
+            setup = 0.0
             if pruned:
                 state = "pruned"
                 break
@@ -245,16 +320,32 @@ def budgeted_search(
             break  # not even a new trial's first rung can be paid: the search is over
         if own is not None:
             fastest = own if fastest is None else min(fastest, own)
+        if state == "complete":
+            cheapest = trained_total if cheapest is None else min(cheapest, trained_total)
+        if adaptive and len([t for t in trials if t.value is not None]) >= reduction_factor:
+            # Enough trials went through every rung to tell which rungs rank like full fidelity: prune there,
+            # and stop only there (a rung where nothing is decided costs a refit and a score for nothing).
+            adaptive = False
+            prune_rungs = _rungs_that_rank_alike(
+                [t.rungs for t in trials if t.value is not None and len(t.rungs) == len(rung_list)]
+            )
+            if prune_rungs:
+                study.pruner = hyperband_pruner([*prune_rungs, rung_list[-1]], reduction_factor)
+            ladder = [*prune_rungs, rung_list[-1]]
+            log.info("budgeted search prunes at rungs %s", list(prune_rungs) or "none")
         if state == "cut" and fastest is not None:
             # Only a trial that reaches the last rung counts. Go on only if what is left could carry even
-            # the fastest configuration seen through every rung; else new trials would pay first rungs and
+            # the fastest configuration seen through every rung (what the cheapest completed trial really
+            # used, else the fastest speed seen over every unit); else new trials would pay first rungs and
             # be cut in turn, and the rest of the money is better left unspent.
+            trial_seconds = cheapest if cheapest is not None else fastest * rung_list[-1]
             left = float(cap_usd - ledger.spent(budget_scope)) * 3600 / float(usd_per_hour)
-            if left < fastest * rung_list[-1] * safety_factor + len(rung_list) * overhead:
+            if left < trial_seconds * safety_factor + len(ladder) * overhead:
                 stop = f"{stop}; not even the fastest configuration seen could reach the last rung"
                 break
     else:
         stop = f"max_trials={max_trials} configurations trained"
+    stop = settle_tail(stop)
     complete = [t for t in trials if t.value is not None]
     best = None
     if complete:
@@ -264,6 +355,7 @@ def budgeted_search(
     for t in trials:
         states[t.state] = states.get(t.state, 0) + 1
     return SearchResult(
+        prune_rungs=prune_rungs,
         best_params=best.params if best else None,
         best_value=best.value if best else None,
         trials=tuple(trials),
@@ -271,3 +363,39 @@ def budgeted_search(
         stop=stop,
         states=states,
     )
+
+
+def _rungs_that_rank_alike(completed: Sequence[tuple[tuple[int, float], ...]]) -> tuple[int, ...]:
+    """The early rungs worth pruning at, from the completed trials' values at every rung.
+
+    They are the longest run of rungs up to the last one whose values each rank the completed trials as
+    their full-fidelity values do (Kendall's tau above zero).
+
+    Pruning at a rung keeps the trials that lead there; that pays only where leading there means leading at
+    full fidelity. A rung that ranks the other way (a high learning rate ahead after a few boosting rounds and
+    behind at the end) prunes the configurations that would win, so neither it nor any rung before it is used.
+    """
+    if not completed:
+        return ()
+    rungs = [rung for rung, _ in completed[0][:-1]]
+    finals = [trial[-1][1] for trial in completed]
+    alike: list[int] = []
+    for i in reversed(range(len(rungs))):
+        values = [trial[i][1] for trial in completed]
+        if _kendall_tau(values, finals) <= 0:
+            break
+        alike.insert(0, rungs[i])
+    return tuple(alike)
+
+
+def _kendall_tau(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Concordant minus discordant pairs over all pairs (ties count as neither); 0.0 with fewer than 2."""
+    pairs = [(i, j) for i in range(len(xs)) for j in range(i + 1, len(xs))]
+    if not pairs:
+        return 0.0
+    score = sum(_sign(xs[i] - xs[j]) * _sign(ys[i] - ys[j]) for i, j in pairs)
+    return score / len(pairs)
+
+
+def _sign(x: float) -> int:
+    return (x > 0) - (x < 0)

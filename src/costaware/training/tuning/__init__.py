@@ -34,6 +34,7 @@ from costaware.training.tuning.fidelity import (
 from costaware.training.tuning.optuna_glue import (
     PRUNING_ATTR,
     RungSuccessiveHalvingPruner,
+    hyperband_pruner,
     make_pruner,
     make_sampler,
     open_storage,
@@ -68,6 +69,7 @@ __all__ = [
     "boosting_trainer",
     "create_study",
     "fail_stale_trials",
+    "hyperband_pruner",
     "is_finite",
     "load_study",
     "make_pruner",

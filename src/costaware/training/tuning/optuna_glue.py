@@ -6,6 +6,7 @@ Optuna is imported here at module level; this module needs the ``tuning`` extra.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 from costaware.extras import require
@@ -59,14 +60,36 @@ def make_sampler(spec: StudySpec, slot: int) -> optuna.samplers.BaseSampler:
 def make_pruner(spec: StudySpec) -> optuna.pruners.BasePruner:
     """Successive halving at the study's rungs, Optuna's Hyperband over them, or no pruning."""
     if spec.pruner == "hyperband":
-        return optuna.pruners.HyperbandPruner(
-            min_resource=spec.schedule.rungs[0],
-            max_resource=spec.schedule.max_resource,
-            reduction_factor=spec.schedule.reduction_factor,
-        )
+        return hyperband_pruner(spec.schedule.rungs, spec.schedule.reduction_factor)
     if spec.pruner == "none":
         return optuna.pruners.NopPruner()
     return RungSuccessiveHalvingPruner(spec.schedule.rungs, spec.schedule.reduction_factor, spec.direction)
+
+
+def hyperband_pruner(rungs: Sequence[int], reduction_factor: int) -> optuna.pruners.HyperbandPruner:
+    """Optuna's Hyperband over ``rungs``, with one bracket per rung: the last trains in full, unpruned.
+
+    Optuna makes ``floor(log_eta(max / min_resource)) + 1`` brackets; bracket ``s`` first decides at
+    ``min_resource * eta**s``. A ladder whose last step is shorter than ``eta`` (12/36/100 with ``eta`` 3)
+    would give ``min_resource=12`` two brackets, both pruning at 36, and lose the bracket that Hyperband
+    (Li et al., 2018) keeps for plain random search at full fidelity: the hedge for when short training
+    ranks configurations wrongly (a high learning rate leads at 12 and 36 boosting rounds and loses at 100).
+    ``min_resource`` is therefore the last rung over ``eta**(len(rungs) - 1)`` when that is below the first
+    rung (11 here: decisions at 12 and 36 in the first bracket, at 36 in the second, none in the third),
+    else the first rung, so every rung stays a decision point.
+
+    Raises:
+        ConfigurationError: no rungs, or a reduction factor below 2.
+    """
+    if not rungs:
+        raise ConfigurationError("hyperband_pruner needs at least one rung, got none")
+    if reduction_factor < 2:
+        raise ConfigurationError(f"reduction_factor must be >= 2, got {reduction_factor}")
+    top = int(rungs[-1])
+    min_resource = max(1, min(int(rungs[0]), top // reduction_factor ** (len(rungs) - 1)))
+    return optuna.pruners.HyperbandPruner(
+        min_resource=min_resource, max_resource=top, reduction_factor=reduction_factor
+    )
 
 
 class RungSuccessiveHalvingPruner(optuna.pruners.BasePruner):
