@@ -122,6 +122,63 @@ def test_the_rungs_that_rank_like_full_fidelity_are_the_ones_pruned_at(ledger: A
     assert crossing.best_params == {"a": 2, "b": 1}
 
 
+class PacedCrossing(Crossing):
+    """A crossing model (no early rung is pruned at) that trains ``a=3`` three times slower than the rest."""
+
+    def advance(self, resource: int) -> float:
+        if self.params["a"] == 3:
+            self.clock.now += 2 * (resource - self.trained)
+        return super().advance(resource)
+
+
+def test_a_fast_configuration_probes_its_speed_when_a_whole_trial_at_the_slowest_price_does_not_fit(
+    ledger: Any,
+) -> None:
+    """The first three trials run 1/3/9 (a=3 in 27 s, the others in 9) and rank nothing alike, so trials then
+    go straight to 9, reserved at the slowest 0-9 time seen (27 s x 1.5). The 4th fits (43 s left); the 5th
+    does not (34 s left), so it runs rung 1 alone and the rest is priced at the slowest 1-9 time scaled by
+    its speed there (24 s x 1/3 x 1.5 = 12 s), and completes."""
+    clock = Clock()
+    configs = [(3, 0), (0, 0), (1, 0), (2, 0), (2, 1)]
+    proposals = iter([{"a": a, "b": b} for a, b in configs])
+
+    class InTurn(optuna.samplers.RandomSampler):
+        """Proposes the configurations above in turn, then the last one again."""
+
+        current = {"a": 2, "b": 1}
+
+        def before_trial(self, study: Any, trial: Any) -> None:
+            self.current = next(proposals, self.current)
+
+        def sample_independent(self, study: Any, trial: Any, name: str, distribution: Any) -> Any:
+            return self.current[name]
+
+    result = search(
+        ledger,
+        "88",
+        clock,
+        make_model=lambda params: PacedCrossing(params, clock),
+        sampler=InTurn(),
+        max_repeats=2,
+    )
+    assert result.prune_rungs == ()
+    assert [[r for r, _ in t.rungs] for t in result.trials] == [[1, 3, 9]] * 3 + [[9], [1, 9]]
+    assert result.states == {"complete": 5}
+    assert result.spent_usd == Decimal(str(clock.now)) == Decimal(27 + 9 + 9 + 9 + 9) <= Decimal("88")
+
+
+def test_a_rung_is_pruned_at_only_when_no_pair_of_the_first_trials_disagrees() -> None:
+    """Two pairs of three in the order of the last rung is what no relation at all gives half the time."""
+    from costaware.training.search import _rungs_that_rank_alike
+
+    def trials(*values: tuple[float, float, float]) -> list[tuple[tuple[int, float], ...]]:
+        return [((1, a), (3, b), (9, c)) for a, b, c in values]
+
+    assert _rungs_that_rank_alike(trials((0.1, 0.2, 0.3), (0.2, 0.3, 0.4), (0.3, 0.4, 0.5))) == (1, 3)
+    assert _rungs_that_rank_alike(trials((0.3, 0.2, 0.3), (0.2, 0.3, 0.4), (0.1, 0.4, 0.5))) == (3,)
+    assert _rungs_that_rank_alike(trials((0.1, 0.3, 0.3), (0.2, 0.2, 0.4), (0.3, 0.4, 0.5))) == ()  # 2 of 3
+
+
 def test_a_given_pruner_is_used_as_it_is(ledger: Any) -> None:
     result = search(ledger, "10000", Clock(), max_repeats=50, pruner=optuna.pruners.NopPruner())
     assert result.prune_rungs is None and result.states == {"complete": 12}

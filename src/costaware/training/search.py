@@ -127,7 +127,9 @@ def budgeted_search(
         reduction_factor: Of the default sampler and pruner (>= 2).
         safety_factor: Reserve this many times a rung's estimated seconds (a first rung: the slowest time
             the same span took, else at the slowest speed seen; a later rung: at the trial's own speed on its
-            latest rung).
+            latest rung, or after a probe the slowest time of the same span scaled by the trial's speed on
+            the probe). A first step past the first rung that cannot be reserved becomes a probe: the first
+            rung alone, so that a fast configuration can still use money a slow one could not.
         max_trials: Stop after this many configurations were trained.
         max_repeats: Stop after this many proposals in a row repeated a configuration already tried.
         meter: The clock that measures what the search uses (process CPU seconds by default).
@@ -263,13 +265,20 @@ def budgeted_search(
         latest: float | None = None  # and on its latest rung
         trained_total = 0.0
         spans: dict[int, float] = {}  # this trial's training seconds from each rung it passed (and 0) on
-        for rung in ladder:
+        steps = list(ladder)
+        probing = False
+        scale: float | None = None  # after a probe: this configuration's time on it over the slowest one's
+        while len(done) < len(steps):
+            rung = steps[len(done)]
             # A first rung is priced at the slowest time the same span took before, else at the slowest
             # speed seen (this configuration's is unknown yet); later rungs at this configuration's own speed
             # on its latest rung: pricing a fast configuration's long last rung at the slowest one's speed,
             # or at its own first rung's (which carries the fixed cost of a fit and of scoring over a few
-            # units), would refuse rungs the money left can pay.
-            if latest is not None:
+            # units), would refuse rungs the money left can pay. After a probe, the slowest time of the
+            # same span scaled by how this configuration ran the probe.
+            if scale is not None and (previous, rung) in slowest_rung:
+                estimate = slowest_rung[(previous, rung)] * scale
+            elif latest is not None:
                 estimate = latest * (rung - previous)
             elif (previous, rung) in slowest_rung:
                 estimate = slowest_rung[(previous, rung)]
@@ -285,11 +294,19 @@ def budgeted_search(
                     purpose=f"rung {rung} of trial {trial.number}",
                 )
             except BudgetExceededError as e:
+                if not done and steps[0] != rung_list[0] and (0, rung_list[0]) in slowest_rung:
+                    # A first step straight past the first rung, priced at the slowest configuration's time,
+                    # does not fit: the first rung alone (a probe) tells this configuration's speed.
+                    steps.insert(0, rung_list[0])
+                    probing = True
+                    continue
                 state, stop = "cut", str(e)
                 break
             tick = meter()
             value = float(model.advance(rung))
             trained = meter() - tick
+            if probing and not done:
+                scale = trained / max(slowest_rung[(0, rung)], trained)
             latest = trained / (rung - previous)
             spans = {start: before + trained for start, before in spans.items()}
             spans[previous] = trained
@@ -301,7 +318,7 @@ def budgeted_search(
             previous = rung
             done.append((rung, value))
             trial.report(value, rung)
-            pruned = rung != ladder[-1] and trial.should_prune()
+            pruned = rung != steps[-1] and trial.should_prune()
             billed = bill(reservation.id, f"#{trial.number}@{rung}", f"{dict(trial.params)}: {value:.4f}")
             overhead = max(overhead, billed - trained - setup)
             setup = 0.0
@@ -368,12 +385,15 @@ def budgeted_search(
 def _rungs_that_rank_alike(completed: Sequence[tuple[tuple[int, float], ...]]) -> tuple[int, ...]:
     """The early rungs worth pruning at, from the completed trials' values at every rung.
 
-    They are the longest run of rungs up to the last one whose values each rank the completed trials as
-    their full-fidelity values do (Kendall's tau above zero).
+    They are the longest run of rungs up to the last one whose values each put every pair of the completed
+    trials in the order of their full-fidelity values (ties aside).
 
     Pruning at a rung keeps the trials that lead there; that pays only where leading there means leading at
     full fidelity. A rung that ranks the other way (a high learning rate ahead after a few boosting rounds and
     behind at the end) prunes the configurations that would win, so neither it nor any rung before it is used.
+    The evidence is a few trials (``reduction_factor`` of them), so no pair may disagree: with three trials
+    and no relation at all between a rung and the end, a majority of pairs agrees half the time, all three
+    pairs one time in six.
     """
     if not completed:
         return ()
@@ -381,20 +401,18 @@ def _rungs_that_rank_alike(completed: Sequence[tuple[tuple[int, float], ...]]) -
     finals = [trial[-1][1] for trial in completed]
     alike: list[int] = []
     for i in reversed(range(len(rungs))):
-        values = [trial[i][1] for trial in completed]
-        if _kendall_tau(values, finals) <= 0:
+        if not _same_order([trial[i][1] for trial in completed], finals):
             break
         alike.insert(0, rungs[i])
     return tuple(alike)
 
 
-def _kendall_tau(xs: Sequence[float], ys: Sequence[float]) -> float:
-    """Concordant minus discordant pairs over all pairs (ties count as neither); 0.0 with fewer than 2."""
-    pairs = [(i, j) for i in range(len(xs)) for j in range(i + 1, len(xs))]
-    if not pairs:
-        return 0.0
-    score = sum(_sign(xs[i] - xs[j]) * _sign(ys[i] - ys[j]) for i, j in pairs)
-    return score / len(pairs)
+def _same_order(xs: Sequence[float], ys: Sequence[float]) -> bool:
+    """Whether no pair is ordered one way by ``xs`` and the other by ``ys``, and some pair the same way."""
+    signs = [
+        _sign(xs[i] - xs[j]) * _sign(ys[i] - ys[j]) for i in range(len(xs)) for j in range(i + 1, len(xs))
+    ]
+    return min(signs, default=0) >= 0 and max(signs, default=0) > 0
 
 
 def _sign(x: float) -> int:
