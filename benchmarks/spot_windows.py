@@ -15,8 +15,8 @@ Data (``shared/data`` beside the repository):
 * hindsight diagnostics on the availability traces (reported, not product policies): ``deadline_aware``
   told how long each run of capacity will last (it skips runs too short to keep any work), and the best of ten
   "wait until capacity has held a while" settings of it (one of them the plain rule) chosen per trace after
-  seeing the result. They show how
-  much of the gap to the oracle one piece of future knowledge, or a constant fitted to the trace, would close.
+  seeing the result. They show how much of the gap to the oracle one piece of future knowledge, or a constant
+  fitted to the trace, would close.
 
 Jobs: nightly retrains submitted at 22:00 America/New_York, 1-6 h of work, deadlines 8-24 h, checkpoints every
 30 min, 5-15 min restart overhead (seeded random, the same for every policy).
