@@ -22,6 +22,7 @@ from airflow.sdk import Param, dag, get_current_context, task
 import costaware.examples  # noqa: F401  # without the examples extra the DAG fails to parse, with the pip line
 from costaware.operators.right_size import RightSizeOperator
 from costaware.operators.tuning import budgeted_tuning
+from costaware.params import tag_param
 
 TEAM = "ml-platform"
 PROJECT = "flight-delays"
@@ -42,15 +43,20 @@ def _data_root(params: dict[str, Any]) -> Path:
     catchup=False,
     tags=["costaware", "tuning", f"team:{TEAM}", f"project:{PROJECT}"],
     params={
-        "project": Param(
-            PROJECT, type="string", description="Project charged; its budgets cap the study too."
+        "project": tag_param(
+            PROJECT, title="Project", description="Project charged; its budgets cap the study too."
         ),
         "max_usd": Param(
             "0.05", type="string", pattern=r"^\d+(\.\d+)?$", description="USD cap of the study."
         ),
-        "max_trials": Param(8, type="integer", minimum=1, description="Most trials the study runs."),
+        # Exclusive bounds are checked at trigger time; the form would clamp minimum/maximum silently.
+        "max_trials": Param(8, type="integer", exclusiveMinimum=0, description="Most trials the study runs."),
         "train_days": Param(
-            21, type="integer", minimum=1, maximum=300, description="Days of 2013 to train on."
+            21,
+            type="integer",
+            exclusiveMinimum=0,
+            exclusiveMaximum=301,
+            description="Days of 2013 to train on: 1 to 300.",
         ),
         "deadline_hours": Param(
             2.0, type="number", exclusiveMinimum=0, description="The study must end by then."

@@ -33,6 +33,7 @@ from costaware.operators.data_locality import DataLocalityCheckOperator
 from costaware.operators.data_quality import DataQualityOperator
 from costaware.operators.promote import ModelPromoteOperator
 from costaware.operators.warm_start import WarmStartRetrainOperator
+from costaware.params import tag_param
 from costaware.sensors.spend_cap import SpendCapSensor
 from costaware.sensors.spot_window import SpotWindowSensor
 from costaware.timetables import OffPeakTimetable
@@ -105,18 +106,22 @@ def flight_delay_features(inputs: dict[str, Any], *, replay_date: str) -> Any:
     max_active_runs=1,
     tags=["costaware", f"team:{TEAM}", f"project:{PROJECT}"],
     params={
-        "team": Param(TEAM, type="string", description="Team charged for this run (a ledger tag)."),
-        "project": Param(PROJECT, type="string", description="Project charged; its budget gates training."),
-        "owner": Param("data-science", type="string", description="Who owns the model (a ledger tag)."),
+        "team": tag_param(TEAM, title="Team", description="Team charged for this run."),
+        "project": tag_param(
+            PROJECT, title="Project", description="Project charged; its budget gates training."
+        ),
+        "owner": tag_param("data-science", title="Owner", description="Who owns the model."),
         "train_budget_usd": Param(
             0.05,
             type="number",
-            minimum=0.001,
-            maximum=1_000_000,
+            # Exclusive bounds: the form's number field clamps a typed value to minimum/maximum without a
+            # word, while exclusive bounds are checked when the run is triggered, which refuses it by name.
+            exclusiveMinimum=0,
+            exclusiveMaximum=1_000_000,
             title="Training budget (USD)",
-            description="Reserved from the project's monthly budget before training (0.001 to 1,000,000). "
-            "A value beyond what the budget has left is refused with the budget's figures; raise the cap "
-            "with `costaware budget set`.",
+            description="Reserved from the project's monthly budget before training: more than 0 and less "
+            "than 1,000,000. A value beyond what the budget has left is refused with the budget's figures; "
+            "raise the cap with `costaware budget set`.",
         ),
         "force_full_retrain": Param(
             False,

@@ -28,6 +28,7 @@ from airflow.sdk import Param, dag, get_current_context, task
 
 from costaware.operators.promote import ModelPromoteOperator
 from costaware.operators.remote_training import RemoteTrainingOperator
+from costaware.params import tag_param
 from costaware.sensors.spend_cap import SpendCapSensor
 from costaware.sensors.spot_window import SpotWindowSensor
 from costaware.timetables import OffPeakTimetable
@@ -63,8 +64,10 @@ def data_root() -> str:
     max_active_runs=1,
     tags=["costaware", f"team:{TEAM}", f"project:{PROJECT}"],
     params={
-        "team": Param(TEAM, type="string", description="Team charged for this run (a ledger tag)."),
-        "project": Param(PROJECT, type="string", description="Project charged; its budget gates training."),
+        "team": tag_param(TEAM, title="Team", description="Team charged for this run."),
+        "project": tag_param(
+            PROJECT, title="Project", description="Project charged; its budget gates training."
+        ),
         "train_budget_usd": Param("0.05", type="string", pattern=r"^\d{1,6}(\.\d{1,6})?$"),
         "backend": Param(
             "local",

@@ -138,12 +138,65 @@ def run_tags(
 
     Every entry an operator writes itself then carries the same tags as the listener's entries: the DAG's
     ``key:value`` tags and the run's team/project/owner params.
+
+    Raises:
+        ConfigurationError: a tag that cannot be recorded (a ``,`` or ``=`` in a run's ``owner``, say),
+            naming the tag, its value and what to do. The cost listener still records the try's cost under
+            the valid tags.
     """
+    from costaware.core.budgets import valid_tags
+
     try:
         dag = operator.dag
     except RuntimeError:  # an operator run outside any DAG (tests, ad-hoc execute)
         dag = None
-    return {**tags_for(dag, dict(context.get("params") or {})), **dict(own or {})}
+    tags = {**tags_for(dag, dict(context.get("params") or {})), **dict(own or {})}
+    _, dropped = valid_tags(tags)
+    if dropped:
+        raise ConfigurationError(
+            f"{'; '.join(dropped.values())}. Trigger the run again with other values (the run params "
+            f"{', '.join(TAG_NAMES)} and the DAG's 'key:value' tags become ledger tags)"
+        )
+    return tags
+
+
+def check_tags(tags: Mapping[str, str], *, owner: str) -> dict[str, str]:
+    """An operator's ``tags`` argument, checked when the DAG is parsed.
+
+    Raises:
+        ValueError: a tag name or value that cannot be recorded, naming ``owner`` and the tag.
+    """
+    from costaware.core.budgets import valid_tags
+
+    _, dropped = valid_tags(dict(tags))
+    if dropped:
+        raise ValueError(f"{owner}: {'; '.join(dropped.values())}")
+    return dict(tags)
+
+
+def audit_run_overrides(ledger: Any, dag: Any, dag_run: Any, dag_id: str, run_id: str) -> dict[str, Any]:
+    """Record in the audit trail, once per run, the trigger params that differ from the DAG's defaults.
+
+    Called by the spend gate before it checks anything (so a run it refuses is audited too) and by the cost
+    listener after every try (so is a run with no gate). Returns what was recorded now (empty when nothing
+    differs or the run was recorded already).
+    """
+    from costaware.adapters.ledger_governance import record_run_overrides
+
+    given = dict(getattr(dag_run, "conf", None) or {})
+    params = getattr(dag, "params", None)
+    if not given or params is None:
+        return {}
+    defaults = dict(params.dump()) if hasattr(params, "dump") else dict(params)
+    changed = {
+        key: {"default": defaults.get(key), "given": value}
+        for key, value in sorted(given.items())
+        if defaults.get(key) != value
+    }
+    actor = str(getattr(dag_run, "triggering_user_name", None) or "unknown")
+    if record_run_overrides(ledger, target=f"{dag_id}/{run_id}", actor=actor, overrides=changed):
+        return changed
+    return {}
 
 
 def try_key(ti: Any) -> tuple[str, str, str, int, int]:

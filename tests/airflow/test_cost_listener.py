@@ -12,10 +12,16 @@ from costaware.plugins import listener as listener_module
 from costaware.plugins.listener import CostListener, tags_for
 
 
+class _PricedTask(SimpleNamespace):
+    """An operator whose tries run where its compute arguments say (as WarmStartRetrainOperator's)."""
+
+    cost_compute_from_arguments = True
+
+
 def fake_ti(task_id: str = "train", try_number: int = 1, **task_attrs: Any) -> SimpleNamespace:
     """The fields Airflow's RuntimeTaskInstance gives a listener; the task carries its DAG's tags."""
     dag = SimpleNamespace(tags=["costaware", "team:ml", "project=churn", "untagged"])
-    task = SimpleNamespace(dag=dag, params={}, **task_attrs)
+    task = _PricedTask(dag=dag, params={}, **task_attrs)
     params = {"owner": "ana", "project": "churn"}
     return SimpleNamespace(
         dag_id="retrain",
@@ -300,3 +306,106 @@ def test_a_task_outside_any_dag_releases_nothing_and_does_not_raise(ledger_env: 
     CostListener().on_task_instance_running(None, ti)
     CostListener().on_task_instance_failed(None, ti, ValueError("x"))
     assert [r["outcome"] for r in ledger_env.entries(dag_id="retrain")] == ["failed"]
+
+
+# -- every try is recorded, priced on where it ran (issue 23: D1, R2, D6) --------------------------------
+
+
+def test_a_tag_that_cannot_be_stored_is_left_out_and_the_cost_kept(ledger_env: Ledger, caplog) -> None:  # type: ignore[no-untyped-def]
+    ti = fake_ti(instance_type="c5.xlarge")
+    ti.get_template_context = lambda: {"params": {"owner": "Doe, Jane", "project": "churn", "team": "a=b"}}
+    listener = CostListener()
+    listener.on_task_instance_running(None, ti)
+    listener.on_task_instance_success(None, ti)
+    (row,) = ledger_env.entries(dag_id="retrain")
+    assert row["tags"] == {
+        "project": "churn"
+    }  # the DAG's team:ml is overridden by the bad param, so gone too
+    assert "tag 'owner' has value 'Doe, Jane'" in row["note"]
+    assert "tag 'team' has value 'a=b'" in row["note"]
+    assert "recorded without tag(s)" in caplog.text
+
+
+def test_run_params_do_not_reprice_a_task(ledger_env: Ledger) -> None:
+    """A DAG param meant for the training (``instance_type``, ``market``, ...) leaves ``promote`` alone."""
+    ti = fake_ti(task_id="promote")
+    ti.task = SimpleNamespace(dag=ti.task.dag, params={})  # an operator that declares no compute
+    ti.get_template_context = lambda: {
+        "params": {
+            "instance_type": "p4d.24xlarge",
+            "market": "spot",
+            "region": "eu-west-1",
+            "usd_per_hour": 9,
+        }
+    }
+    listener = CostListener()
+    listener.on_task_instance_running(None, ti)
+    listener.on_task_instance_success(None, ti)
+    (row,) = ledger_env.entries(dag_id="retrain")
+    assert (row["instance_type"], row["market"], row["region"]) == ("m5.large", "on_demand", "us-east-1")
+    assert Decimal(row["unit_price_usd"]) != Decimal(9)
+
+
+def test_a_task_scoped_costaware_compute_param_prices_that_task_only(ledger_env: Ledger) -> None:
+    ti = fake_ti(task_id="train_in_worker")
+    declared = {"costaware_compute": {"instance_type": "g5.xlarge", "market": "spot", "usd_per_hour": "0.5"}}
+    ti.task = SimpleNamespace(dag=ti.task.dag, params=declared)
+    # The same key in a run's conf (the template context) is not a pricing override.
+    ti.get_template_context = lambda: {"params": {"costaware_compute": {"instance_type": "p4d.24xlarge"}}}
+    listener = CostListener()
+    listener.on_task_instance_running(None, ti)
+    listener.on_task_instance_success(None, ti)
+    (row,) = ledger_env.entries(dag_id="retrain")
+    assert (row["instance_type"], row["market"], Decimal(row["unit_price_usd"])) == (
+        "g5.xlarge",
+        "spot",
+        Decimal("0.5"),
+    )
+
+
+def test_sensors_and_waiting_tasks_are_priced_on_the_worker(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The spend gate and spot window *name* the training instance; they run on the worker."""
+    from costaware.operators.warm_start import WarmStartRetrainOperator
+    from costaware.plugins.listener import compute_of
+    from costaware.sensors.spend_cap import SpendCapSensor
+    from costaware.sensors.spot_window import SpotWindowSensor
+
+    gate = SpendCapSensor(
+        task_id="spend_gate", scope="project=churn", estimated_usd="4", for_task_id="retrain",
+        instance_type="c5.4xlarge", region="us-west-2",
+    )  # fmt: skip
+    window = SpotWindowSensor(
+        task_id="spot_window", instance_type="c5.4xlarge", region="us-west-2", expected_runtime_hours=1
+    )
+    retrain = WarmStartRetrainOperator(
+        task_id="retrain", data_path=str(tmp_path), new_data_path=str(tmp_path), label_column="y",
+        feature_columns=["x"], model_store=str(tmp_path / "models"), instance_type="c5.4xlarge",
+        region="us-west-2", market="spot", usd_per_hour="0.25",
+    )  # fmt: skip
+    worker = {"instance_type": "m5.large", "region": "us-east-1", "market": "on_demand", "usd_per_hour": None}
+    assert compute_of(gate) == worker
+    assert compute_of(window) == worker
+    assert compute_of(retrain) == {
+        "instance_type": "c5.4xlarge",
+        "region": "us-west-2",
+        "market": "spot",
+        "usd_per_hour": Decimal("0.25"),
+    }
+
+
+def test_a_run_whose_params_differ_from_the_defaults_is_audited_once_without_a_gate(
+    ledger_env: Ledger,
+) -> None:
+    from costaware.adapters.ledger_governance import audit_log
+
+    dag_run = SimpleNamespace(conf={"owner": "bob", "epochs": 5}, triggering_user_name="ann")
+    listener = CostListener()
+    for task_id in ("prepare", "train"):
+        ti = fake_ti(task_id=task_id)
+        ti.task.dag.params = {"owner": "ana", "epochs": 5}
+        ti.get_template_context = lambda: {"params": {"owner": "bob"}, "dag_run": dag_run}
+        listener.on_task_instance_running(None, ti)
+        listener.on_task_instance_success(None, ti)
+    (override,) = audit_log(ledger_env, action="override")
+    assert (override.actor, override.target) == ("ann", "retrain/run1")
+    assert override.details == {"owner": {"default": "ana", "given": "bob"}}

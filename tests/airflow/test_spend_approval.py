@@ -150,3 +150,26 @@ def test_trigger_params_that_override_the_defaults_are_audited_once(env_ledger: 
     (override,) = audit_log(env_ledger, action="override")
     assert (override.actor, override.target) == ("ann", "retrain/manual__1")
     assert override.details == {"train_budget_usd": {"default": 2.0, "given": 9.0}}
+
+
+def test_a_run_the_gate_refuses_is_audited_too(env_ledger: Ledger) -> None:
+    """Overrides are audited before anything is checked: a typo in the form still leaves its trace."""
+    from airflow.sdk import DAG, Param
+
+    with DAG("retrain", schedule=None, params={"train_instance_type": Param("c5.xlarge")}):
+        spend_gate = SpendCapSensor(
+            task_id="spend_gate", scope="project=churn", estimated_usd="1", for_task_id="train", timeout=5,
+            instance_type="{{ params.train_instance_type }}", region="us-east-1",
+        )  # fmt: skip
+    spend_gate.instance_type = "m5.lrage"  # as rendered from the trigger's conf
+    ctx = {
+        **context(),
+        "dag_run": SimpleNamespace(conf={"train_instance_type": "m5.lrage"}, triggering_user_name="bob"),
+    }
+    with pytest.raises(AirflowFailException, match="m5.lrage"):
+        spend_gate.poke(ctx)
+    (override,) = audit_log(env_ledger, action="override")
+    assert (override.actor, override.details) == (
+        "bob",
+        {"train_instance_type": {"default": "c5.xlarge", "given": "m5.lrage"}},
+    )

@@ -47,8 +47,10 @@ def test_trigger_form_params_have_titles_types_and_bounds() -> None:
 
     budget = params["train_budget_usd"]
     assert budget["schema"]["type"] == "number"  # validated as you type; letters cannot be entered
-    assert 0 < budget["schema"]["minimum"] <= budget["default"] <= budget["schema"]["maximum"]
-    assert budget["schema"]["maximum"] >= 999_999  # a big value still reaches the budget's cap check
+    assert 0 <= budget["schema"]["exclusiveMinimum"] < budget["default"] < budget["schema"]["exclusiveMaximum"]
+    assert budget["schema"]["exclusiveMaximum"] >= 999_999  # a big value still reaches the budget's cap check
+    for name in ("team", "project", "owner", "priority"):
+        assert params[name]["schema"].get("title"), name
 
     toggle = params["force_full_retrain"]
     assert toggle["default"] is False and not _required_in_form(toggle["schema"])
@@ -67,7 +69,7 @@ def test_the_form_s_values_validate_and_bad_ones_do_not() -> None:
     params = _form_params()
     budget = Param(params["train_budget_usd"]["default"], **params["train_budget_usd"]["schema"])
     assert budget.resolve(500) == 500 and budget.resolve(999_999) == 999_999
-    for bad in ("abc", -1, 0, 2_000_000):
+    for bad in ("abc", -1, 0, 1_000_000, 2_000_000):
         with pytest.raises(ParamValidationError):
             budget.resolve(bad)
     toggle = Param(False, **params["force_full_retrain"]["schema"])
@@ -77,3 +79,31 @@ def test_the_form_s_values_validate_and_bad_ones_do_not() -> None:
 def test_spend_gate_checks_the_instance_type_before_reserving() -> None:
     gate = DagBag(dag_folder=str(DAGS)).dags["cost_aware_retrain"].get_task("spend_gate")
     assert gate.instance_type == "{{ params.train_instance_type }}" and gate.region == "us-east-1"
+
+
+@pytest.mark.parametrize("dag_id", ["cost_aware_retrain", "remote_retrain", "budgeted_tuning"])
+def test_no_number_field_is_clamped_silently_by_the_form(dag_id: str) -> None:
+    """The form's number field clamps a typed value to ``minimum``/``maximum`` on blur, without a word.
+
+    Exclusive bounds are not given to the field: Airflow checks them when the run is triggered and refuses
+    an out-of-range value by name (``test_trigger_form_params_are_validated`` in tests/integration).
+    """
+    for name, param in DagBag(dag_folder=str(DAGS)).dags[dag_id].params.items():
+        schema = param.schema if hasattr(param, "schema") else {}
+        assert "minimum" not in schema and "maximum" not in schema, (dag_id, name)
+
+
+@pytest.mark.parametrize("dag_id", ["cost_aware_retrain", "remote_retrain", "budgeted_tuning"])
+def test_tag_params_refuse_what_the_ledger_cannot_store(dag_id: str) -> None:
+    from airflow.sdk.exceptions import ParamValidationError
+
+    params = DagBag(dag_folder=str(DAGS)).dags[dag_id].params
+    names = [n for n in ("team", "project", "owner") if n in params]
+    assert names
+    for name in names:
+        param = params.get_param(name)
+        assert param.schema.get("title"), name
+        assert param.resolve("Jane Doe") == "Jane Doe"
+        for bad in ("Doe, Jane", "a=b", "", "   "):
+            with pytest.raises(ParamValidationError):
+                param.resolve(bad)

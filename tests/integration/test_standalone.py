@@ -51,6 +51,10 @@ def test_spend_gate_waits_in_the_triggerer_until_the_cap_is_raised(
     [
         ({"train_budget_usd": "lots"}, "train_budget_usd"),
         ({"train_instance_type": "not a type"}, "train_instance_type"),
+        # A tag value the ledger cannot store is refused before the run starts (it lost the run's costs).
+        ({"owner": "Doe, Jane"}, "owner"),
+        ({"team": "a=b"}, "team"),
+        ({"train_budget_usd": 5_000_000}, "train_budget_usd"),
     ],
 )
 def test_trigger_form_params_are_validated(

@@ -16,6 +16,39 @@ from costaware.core.money import parse_usd
 _TAG_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 _ALL = "*"
 
+TAG_VALUE_PATTERN = r"^[^,=]*[^,=\s][^,=]*$"
+"""A tag value: not blank, without ``,`` or ``=`` (they separate a scope's ``key=value`` parts).
+
+The one spelling of the rule: ``Scope.of`` checks it, and DAG params that become tags carry it as their
+JSON-schema ``pattern`` so a trigger with such a value is refused before the run starts.
+"""
+TAG_VALUE_RULE = "non-empty, without ',' or '='"
+
+
+def tag_problem(key: str, value: object) -> str | None:
+    """Why ``key=value`` cannot be an allocation tag, or None when it can."""
+    if not _TAG_KEY.match(str(key)):
+        return (
+            f"tag name {key!r} is not allowed: start with a letter, then letters, digits, '_', '.', '-' "
+            "(at most 64 characters)"
+        )
+    if not re.match(TAG_VALUE_PATTERN, str(value)):
+        return f"tag {key!r} has value {value!r}: it must be {TAG_VALUE_RULE}"
+    return None
+
+
+def valid_tags(tags: Mapping[str, object]) -> tuple[dict[str, str], dict[str, str]]:
+    """Split ``tags`` into those that can be recorded and, for the others, why not (by tag name)."""
+    kept: dict[str, str] = {}
+    dropped: dict[str, str] = {}
+    for key, value in tags.items():
+        problem = tag_problem(key, value)
+        if problem is None:
+            kept[key] = str(value).strip()
+        else:
+            dropped[key] = problem
+    return kept, dropped
+
 
 class Period(str, Enum):
     """How often a budget's cap starts afresh."""
@@ -71,15 +104,9 @@ class Scope:
     @classmethod
     def of(cls, tags: Mapping[str, str]) -> Scope:
         for key, value in tags.items():
-            if not _TAG_KEY.match(key):
-                raise InvalidBudgetError(
-                    f"tag name {key!r} is not allowed: start with a letter, "
-                    "then letters, digits, '_', '.', '-'"
-                )
-            if not str(value).strip() or any(c in str(value) for c in ",="):
-                raise InvalidBudgetError(
-                    f"tag {key!r} has value {value!r}: it must be non-empty, without ',' or '='"
-                )
+            problem = tag_problem(key, value)
+            if problem is not None:
+                raise InvalidBudgetError(problem)
         return cls(tuple(sorted((k, str(v).strip()) for k, v in tags.items())))
 
     def as_dict(self) -> dict[str, str]:

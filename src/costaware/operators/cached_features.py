@@ -14,6 +14,7 @@ from costaware.glue import (
     DEFAULT_AWS_CONN_ID,
     DEFAULT_LEDGER_CONN_ID,
     airflow_errors,
+    check_tags,
     default_store,
     run_identity,
     run_tags,
@@ -122,6 +123,9 @@ class CachedFeaturesOperator(BaseOperator):
         storage_usd_per_gb_month: Storage price; default S3 Standard.
     """
 
+    # The cost listener prices this task's tries on its instance_type/region/market/usd_per_hour.
+    cost_compute_from_arguments = True
+
     template_fields: Sequence[str] = (
         "inputs",
         "transform_params",
@@ -170,7 +174,7 @@ class CachedFeaturesOperator(BaseOperator):
         self.instance_type = instance_type
         self.region = region
         self.usd_per_hour = usd_per_hour
-        self.tags = dict(tags or {})
+        self.tags = check_tags(tags or {}, owner=f"{type(self).__name__} {self.task_id!r}")
         self.wait_timeout_seconds = wait_timeout_seconds
         self.bill_storage = bill_storage
         self.storage_usd_per_gb_month = storage_usd_per_gb_month

@@ -9,7 +9,14 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from costaware.glue import DEFAULT_AWS_CONN_ID, DEFAULT_LEDGER_CONN_ID, airflow_errors, run_identity, run_tags
+from costaware.glue import (
+    DEFAULT_AWS_CONN_ID,
+    DEFAULT_LEDGER_CONN_ID,
+    airflow_errors,
+    check_tags,
+    run_identity,
+    run_tags,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -108,7 +115,7 @@ class DataLocalityCheckOperator(BaseOperator):
         self.replicas = {k: dict(v) for k, v in (replicas or {}).items()}
         self.aws_conn_id = aws_conn_id
         self.ledger_conn_id = ledger_conn_id
-        self.tags = dict(tags or {})
+        self.tags = check_tags(tags or {}, owner=f"{type(self).__name__} {self.task_id!r}")
 
     def _named_inputs(self) -> dict[str, str]:
         items = self.inputs.items() if isinstance(self.inputs, Mapping) else enumerate(self.inputs)

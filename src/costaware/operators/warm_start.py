@@ -71,6 +71,9 @@ class WarmStartRetrainOperator(BaseOperator):
         **kwargs: ``BaseOperator`` arguments (set ``retries`` so preemptions are retried).
     """
 
+    # The cost listener prices this task's tries on its instance_type/region/market/usd_per_hour.
+    cost_compute_from_arguments = True
+
     template_fields: Sequence[str] = (
         "data_path",
         "new_data_path",

@@ -2,9 +2,10 @@
 
 It runs inside the task process on the worker (Airflow 3 calls task-instance listeners there), measures
 the try's own runtime from ``on_task_instance_running`` to its end, prices it on the compute the task
-declares (operator attributes, then the run's params, then the ``[costaware] worker_*`` settings), and
-settles the reservation a ``SpendCapSensor`` made for the task. When the ledger cannot be written the
-entry goes to a spool folder and is written with the next entry that succeeds: no row is lost.
+declares (see :func:`compute_of`), and settles the reservation a ``SpendCapSensor`` made for the task.
+A try is always recorded: a tag that cannot be stored is left out and named in the entry's note. When
+the ledger cannot be written the entry goes to a spool folder and is written with the next entry that
+succeeds: no row is lost.
 
 Money reserved for a task that will never run is given back at once: when a task fails for good (or
 skips), the reservations of the downstream tasks that can no longer run are released; when a run ends
@@ -49,20 +50,44 @@ def spool_dir() -> Path:
     return costaware_home("spool")
 
 
-def _compute_of(task: Any, params: Mapping[str, Any]) -> dict[str, Any]:
-    """Where the task ran: operator attributes win, then run params, then the worker defaults."""
+COMPUTE_FIELDS = ("instance_type", "region", "market", "usd_per_hour")
+PRICING_PARAM = "costaware_compute"
+"""The task param that says where any operator's tries run, e.g. ``{"instance_type": "g5.xlarge"}``."""
 
-    def pick(name: str, default: str | None) -> Any:
-        value = getattr(task, name, None)
-        if value in (None, ""):
-            value = params.get(name)
-        return default if value in (None, "") else value
 
-    rate = pick("usd_per_hour", None)
+def compute_of(task: Any) -> dict[str, Any]:
+    """Where a task's tries run, as the listener prices them.
+
+    In order, each field from the first that gives it:
+
+    1. the operator's own compute arguments, for operators whose work runs where those arguments say
+       (a class attribute ``cost_compute_from_arguments = True``: costaware's in-worker training and
+       feature operators). Sensors and operators that merely *name* an instance (the spend gate, the
+       spot window, a remote job's waiting task) run on the worker and are priced as such;
+    2. the task's own ``costaware_compute`` param (a dict of ``instance_type``, ``region``, ``market``,
+       ``usd_per_hour``), read from the task's definition, never from a run's conf, so that a trigger
+       cannot reprice other tasks;
+    3. the ``[costaware] worker_*`` settings (``m5.large`` on-demand in ``us-east-1`` unless set).
+
+    What a running try tells :func:`costaware.glue.annotate_task` wins over all of these.
+    """
+    declared: dict[str, Any] = {}
+    try:
+        param = (getattr(task, "params", None) or {}).get(PRICING_PARAM)
+    except Exception:  # a task's params are a convenience here; the worker defaults still apply
+        param = None
+    if isinstance(param, Mapping):
+        declared.update({k: param[k] for k in COMPUTE_FIELDS if param.get(k) not in (None, "")})
+    if getattr(type(task), "cost_compute_from_arguments", False):
+        for name in COMPUTE_FIELDS:
+            value = getattr(task, name, None)
+            if value not in (None, ""):
+                declared[name] = value
+    rate = declared.get("usd_per_hour")
     return {
-        "instance_type": str(pick("instance_type", _setting("worker_instance_type", "m5.large"))),
-        "region": str(pick("region", _setting("worker_region", "us-east-1"))),
-        "market": str(pick("market", _setting("worker_market", "on_demand"))),
+        "instance_type": str(declared.get("instance_type") or _setting("worker_instance_type", "m5.large")),
+        "region": str(declared.get("region") or _setting("worker_region", "us-east-1")),
+        "market": str(declared.get("market") or _setting("worker_market", "on_demand")),
         "usd_per_hour": Decimal(str(rate)) if rate is not None else None,
     }
 
@@ -70,6 +95,7 @@ def _compute_of(task: Any, params: Mapping[str, Any]) -> dict[str, Any]:
 def build_entry(ti: Any, outcome: str, error: BaseException | None, seconds: float) -> Any:
     """The ledger entry of one finished try (pure apart from reading settings and the bundled catalog)."""
     from costaware.adapters.price_files import bundled_catalog
+    from costaware.core.budgets import valid_tags
     from costaware.core.errors import CostawareError
     from costaware.core.ledger import Kind, LedgerEntry
     from costaware.core.pricing import price_compute
@@ -80,7 +106,7 @@ def build_entry(ti: Any, outcome: str, error: BaseException | None, seconds: flo
     except Exception:  # the context is a convenience here; the task's own params still apply
         params = dict(getattr(task, "params", None) or {})
     told = pop_annotations(ti)
-    compute = _compute_of(task, params)
+    compute = compute_of(task)
     for name in ("instance_type", "region", "market"):
         if told.get(name):
             compute[name] = str(told[name])
@@ -90,7 +116,11 @@ def build_entry(ti: Any, outcome: str, error: BaseException | None, seconds: flo
     if outcome == "failed":
         cause = cause or str(getattr(error, "ledger_cause", "error"))
         note = f"{type(error).__name__}: {error}"[:500] if error else note
-    tags = {**tags_for(_dag_of(task), params), **dict(told.get("tags") or {})}
+    tags, dropped = valid_tags({**tags_for(_dag_of(task), params), **dict(told.get("tags") or {})})
+    if dropped:
+        # The try's cost is recorded all the same, under the tags that can be; the note says what is missing.
+        log.warning("costaware: %s.%s recorded without tag(s): %s", ti.dag_id, ti.task_id, dropped)
+        note = "; ".join(filter(None, [f"tags left out: {'; '.join(dropped.values())}", note]))[:500]
     try:
         charge = price_compute(bundled_catalog(), seconds=seconds, **compute, **_list_price(compute, tags))
         usd, hours, rate, on_demand = charge.usd, charge.hours, charge.usd_per_hour, charge.on_demand_usd
@@ -99,7 +129,7 @@ def build_entry(ti: Any, outcome: str, error: BaseException | None, seconds: flo
         log.error("costaware: cannot price task %s on %s: %s; recorded at $0", ti.task_id, compute, e)
         usd = rate = gpu_hours = Decimal(0)
         hours, on_demand, source = Decimal(str(round(seconds / 3600, 6))), None, "unpriced"
-        note = f"unpriced: {e}"[:500]
+        note = "; ".join(filter(None, [f"unpriced: {e}", note]))[:500]
     return LedgerEntry(
         dag_id=ti.dag_id,
         run_id=ti.run_id,
@@ -339,6 +369,21 @@ def release_run_reservations(dag_run: Any, reason: str, *, wait_seconds: float =
     return released
 
 
+def _audit_overrides(ti: Any) -> None:
+    """Audit a run's params that differ from its DAG's defaults (once per run; never breaks the task)."""
+    from costaware.glue import audit_run_overrides
+    from costaware.hooks.ledger import CostLedgerHook
+
+    try:
+        dag_run = ti.get_template_context().get("dag_run")
+        if not getattr(dag_run, "conf", None):
+            return  # a scheduled run, or a trigger with nothing given: nothing to audit, no ledger call
+        ledger = CostLedgerHook(getattr(ti.task, "ledger_conn_id", DEFAULT_LEDGER_CONN_ID)).get_conn()
+        audit_run_overrides(ledger, _dag_of(ti.task), dag_run, ti.dag_id, ti.run_id)
+    except Exception as e:
+        log.warning("costaware: could not audit the params of %s/%s: %s", ti.dag_id, ti.run_id, e)
+
+
 class CostListener:
     """Airflow listener that writes one compute entry per finished task try."""
 
@@ -385,6 +430,7 @@ class CostListener:
             return
         entry = build_entry(ti, outcome, error, seconds)
         write_entry(entry, getattr(ti.task, "ledger_conn_id", DEFAULT_LEDGER_CONN_ID))
+        _audit_overrides(ti)
         record_utilization(ti, entry, reading, getattr(ti.task, "ledger_conn_id", DEFAULT_LEDGER_CONN_ID))
         from costaware.notifications.budget import alerts_after_spend
 

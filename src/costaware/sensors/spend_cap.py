@@ -153,11 +153,11 @@ class SpendCapSensor(BaseSensorOperator):
         ti = context["ti"]
         target = self._target()
         with airflow_errors():
+            ledger = CostLedgerHook(self.ledger_conn_id).get_conn()
+            self._audit_overrides(context, ledger)  # first: a run refused below is audited too
             self._check_compute()
             usd = parse_usd(self.estimated_usd, name="estimated_usd")
             gpu_hours = parse_usd(self.estimated_gpu_hours, name="estimated_gpu_hours")
-            ledger = CostLedgerHook(self.ledger_conn_id).get_conn()
-            self._audit_overrides(context, ledger)
             try:
                 reservation = ledger.reserve(
                     self.scope,
@@ -192,21 +192,13 @@ class SpendCapSensor(BaseSensorOperator):
 
     def _audit_overrides(self, context: Any, ledger: Any) -> None:
         """Record in the audit trail, once per run, the trigger params that differ from the DAG's defaults."""
-        from costaware.adapters.ledger_governance import record_run_overrides
+        from costaware.glue import audit_run_overrides
 
-        dag_run = context.get("dag_run")
-        given = dict(getattr(dag_run, "conf", None) or {})
-        if not given or not self.has_dag():
+        if not self.has_dag():
             return
-        defaults = dict(self.dag.params.dump())
-        changed = {
-            key: {"default": defaults.get(key), "given": value}
-            for key, value in sorted(given.items())
-            if defaults.get(key) != value
-        }
-        actor = getattr(dag_run, "triggering_user_name", None) or "unknown"
         ti = context["ti"]
-        if record_run_overrides(ledger, target=f"{ti.dag_id}/{ti.run_id}", actor=actor, overrides=changed):
+        changed = audit_run_overrides(ledger, self.dag, context.get("dag_run"), ti.dag_id, ti.run_id)
+        if changed:
             self.log.info("Run params that override the DAG's defaults (audited): %s", changed)
 
     def _ask_approval(self, context: Any, error: Any, target: str) -> None:

@@ -21,7 +21,7 @@ from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import utcnow
 from costaware.core.series import parse_instant
 from costaware.core.spot_window import check_priority, label_decision, window_decision
-from costaware.glue import DEFAULT_AWS_CONN_ID, DEFAULT_LEDGER_CONN_ID, airflow_errors
+from costaware.glue import DEFAULT_AWS_CONN_ID, DEFAULT_LEDGER_CONN_ID, airflow_errors, check_tags
 from costaware.triggers.spot_window import (
     LIVE,
     SpotWindowTrigger,
@@ -163,7 +163,7 @@ class SpotWindowSensor(BaseSensorOperator):
         self.priority = priority
         self.ledger_conn_id = ledger_conn_id
         self.record_decision = record_decision
-        self.tags = dict(tags or {})
+        self.tags = check_tags(tags or {}, owner=f"{type(self).__name__} {self.task_id!r}")
         self.deferrable = deferrable
 
     @cached_property

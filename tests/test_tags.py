@@ -1,0 +1,62 @@
+"""Allocation tags are checked where they enter; what cannot be stored is refused by name (issue 23, D1)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from costaware.core.budgets import Scope, valid_tags
+from costaware.core.errors import ConfigurationError, InvalidBudgetError
+from costaware.glue import run_tags
+
+
+@pytest.mark.parametrize(
+    ("tags", "kept", "dropped"),
+    [
+        ({"owner": "Jane Doe"}, {"owner": "Jane Doe"}, []),
+        ({"owner": " ana "}, {"owner": "ana"}, []),
+        ({"owner": "Doe, Jane", "project": "churn"}, {"project": "churn"}, ["owner"]),
+        ({"team": "a=b"}, {}, ["team"]),
+        ({"team": "  "}, {}, ["team"]),
+        ({"1bad": "x"}, {}, ["1bad"]),
+    ],
+)
+def test_valid_tags_split_what_can_be_stored(tags: dict, kept: dict, dropped: list) -> None:  # type: ignore[type-arg]
+    got_kept, got_dropped = valid_tags(tags)
+    assert got_kept == kept and sorted(got_dropped) == dropped
+    if dropped:  # the scope rule and the split agree: one spelling of the rule
+        with pytest.raises(InvalidBudgetError):
+            Scope.of(tags)
+    else:
+        assert Scope.of(tags).as_dict() == kept
+
+
+def test_an_operator_refuses_a_run_tag_it_cannot_store_by_name() -> None:
+    operator = SimpleNamespace(dag=SimpleNamespace(tags=["team:ml"]))
+    with pytest.raises(ConfigurationError, match=r"tag 'owner' has value 'Doe, Jane'.*Trigger the run again"):
+        run_tags(operator, {"params": {"owner": "Doe, Jane"}})
+    assert run_tags(operator, {"params": {"owner": "Jane"}}) == {"team": "ml", "owner": "Jane"}
+
+
+def test_an_operator_s_own_tags_are_checked_when_the_dag_is_parsed() -> None:
+    from costaware.operators.data_locality import DataLocalityCheckOperator
+
+    with pytest.raises(
+        ValueError, match=r"DataLocalityCheckOperator 'locality': tag 'cost_center' has value 'a,b'"
+    ):
+        DataLocalityCheckOperator(
+            task_id="locality",
+            inputs={"x": "/tmp/x"},
+            compute_region="us-east-1",
+            tags={"cost_center": "a,b"},
+        )
+
+
+def test_tag_param_refuses_a_bad_default_and_states_the_rule() -> None:
+    from costaware.params import tag_param
+
+    param = tag_param("ml", title="Team")
+    assert "without ',' or '='" in param.description
+    with pytest.raises(ValueError, match="'a,b' for 'Team'"):
+        tag_param("a,b", title="Team")
