@@ -123,14 +123,27 @@ def test_without_hitl_the_dag_does_not_parse(monkeypatch: pytest.MonkeyPatch) ->
 def test_the_request_shows_budget_spent_cap_need_and_forecast() -> None:
     body = approval_body(
         budget="project=churn/2026-11",
-        spent_usd="8",
+        spent_usd="8.5",
         cap_usd="10",
-        needed_usd="4",
+        needed_usd="4.000125",
         forecast_usd="31",
         task="t",
+        approvers=["ann", "bob"],
     )
-    for text in ("project=churn/2026-11", "$8", "cap: $10", "needs an estimated $4", "period: $31"):
+    for text in (
+        "project=churn/2026-11",
+        "spent and reserved: $8.50\n",
+        "cap: $10.00\n",
+        "needs an estimated $4.000125\n",
+        "with this request: $35.000125",  # the pending request is in the forecast
+        "**Who may answer:** `ann`, `bob`.",
+    ):
         assert text in body
+    # Markdown paragraphs: the budget, the figures, who answers and what the buttons do stay on their lines.
+    assert body.count("\n\n") == 3 and "\n\n- spent" in body
+    assert "any user" in approval_body(
+        budget="b", spent_usd="1", cap_usd="1", needed_usd="1", forecast_usd=None, task="t"
+    )
     assert gate().approval_timeout == timedelta(hours=12)
 
 
@@ -166,7 +179,7 @@ def test_a_run_the_gate_refuses_is_audited_too(env_ledger: Ledger) -> None:
         **context(),
         "dag_run": SimpleNamespace(conf={"train_instance_type": "m5.lrage"}, triggering_user_name="bob"),
     }
-    with pytest.raises(AirflowFailException, match="m5.lrage"):
+    with pytest.raises(AirflowFailException, match=r"m5\.lrage"):
         spend_gate.poke(ctx)
     (override,) = audit_log(env_ledger, action="override")
     assert (override.actor, override.details) == (

@@ -36,19 +36,46 @@ def require_hitl() -> None:
 
 
 def approval_body(
-    *, budget: str, spent_usd: str, cap_usd: str, needed_usd: str, forecast_usd: str | None, task: str
+    *,
+    budget: str,
+    spent_usd: object,
+    cap_usd: object,
+    needed_usd: object,
+    forecast_usd: object | None,
+    task: str,
+    approvers: Sequence[str] = (),
 ) -> str:
-    """The text a person reads before approving: the budget, spent, cap, what is needed and the forecast."""
-    lines = [
-        f"**Budget** `{budget}`",
-        f"- spent and reserved: ${spent_usd}",
-        f"- cap: ${cap_usd}",
-        f"- task `{task}` needs an estimated ${needed_usd}",
+    """The text a person reads before approving, as Markdown with one figure a line.
+
+    Every amount is written the same way (:func:`costaware.core.money.format_usd_exact`). The forecast is
+    the period-end spend *with this request approved*: the ledger's forecast counts only what is spent or
+    reserved, and the pending request is neither yet.
+    """
+    from decimal import Decimal
+
+    from costaware.core.money import format_usd_exact
+
+    def usd(value: object) -> str:
+        return format_usd_exact(Decimal(str(value)))
+
+    figures = [
+        f"- spent and reserved: {usd(spent_usd)}",
+        f"- cap: {usd(cap_usd)}",
+        f"- task `{task}` needs an estimated {usd(needed_usd)}",
     ]
     if forecast_usd is not None:
-        lines.append(f"- forecast at the end of the period: ${forecast_usd}")
-    lines.append("Approve to reserve the overage past the cap; Reject to stop the run.")
-    return "\n".join(lines)
+        with_request = Decimal(str(forecast_usd)) + Decimal(str(needed_usd))
+        figures.append(f"- forecast at the end of the period, with this request: {usd(with_request)}")
+    who = ", ".join(f"`{a}`" for a in approvers) if approvers else "any user who may edit this DAG's runs"
+    # Blank lines between blocks: the UI renders Markdown, where single line breaks run together.
+    return "\n\n".join(
+        [
+            f"**Budget** `{budget}`",
+            "\n".join(figures),
+            f"**Who may answer:** {who}.",
+            "Approve to reserve the overage past the cap; Reject to stop the run.",
+        ]
+    )
 
 
 def ask(

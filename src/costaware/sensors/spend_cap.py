@@ -217,6 +217,7 @@ class SpendCapSensor(BaseSensorOperator):
                 needed_usd=error.needed_usd,
                 forecast_usd=forecast,
                 task=target,
+                approvers=self.approvers,
             ),
             approvers=self.approvers,
             timeout=self.approval_timeout,
