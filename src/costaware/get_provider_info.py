@@ -40,18 +40,17 @@ def _option(description: str, default: str, example: str, kind: str = "string") 
 # Every ``[costaware]`` option the code reads (``costaware.glue.setting``); a test checks none is missing.
 CONFIG_OPTIONS: dict[str, dict[str, Any]] = {
     "worker_instance_type": _option(
-        "EC2 instance type a task is priced on when neither the operator nor the run's params name one.",
+        "EC2 instance type a task is priced on when the task itself names none (docs/budgets.md).",
         "m5.large",
         "c7i.2xlarge",
     ),
     "worker_region": _option(
-        "AWS region a task is priced in when neither the operator nor the run's params name one.",
+        "AWS region a task is priced in when the task itself names none (docs/budgets.md).",
         "us-east-1",
         "eu-west-1",
     ),
     "worker_market": _option(
-        "Market (on_demand or spot) a task is priced on when neither the operator nor the run's params "
-        "name one.",
+        "Market (on_demand or spot) a task is priced on when the task itself names none (docs/budgets.md).",
         "on_demand",
         "spot",
     ),
@@ -117,8 +116,8 @@ def get_provider_info() -> dict[str, Any]:
         ],
         "config": {
             "costaware": {
-                "description": "Settings of costaware: the compute a task ran on when neither the operator "
-                "nor the run's params say, price look-ups and discounts, budget alerts and who may set "
+                "description": "Settings of costaware: the compute a task ran on when the task itself does "
+                "not say, price look-ups and discounts, budget alerts and who may set "
                 "budgets.",
                 "options": CONFIG_OPTIONS,
             }
