@@ -1,7 +1,8 @@
-"""The costaware Airflow plugin: registration only (listener, timetable, Cost page)."""
+"""The costaware Airflow plugin: registration only (listener, timetable, Cost page, FAB permission)."""
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import urlsplit
 
 from airflow.plugins_manager import AirflowPlugin
@@ -16,8 +17,22 @@ URL_PREFIX = "/costaware"
 _BASE_PATH = urlsplit(conf.get("api", "base_url", fallback="") or "").path.rstrip("/")
 
 
+class _FabPermissionViews:
+    """``appbuilder_views`` worked out when Airflow reads them, not when the plugin is imported.
+
+    Every task process imports the plugin (for the listener); only the api-server, ``airflow sync-perm`` and
+    ``airflow plugins`` read ``appbuilder_views``, and only they should pay for finding out which auth
+    manager is configured (importing it takes about a second).
+    """
+
+    def __get__(self, instance: object, owner: type | None = None) -> list[dict[str, Any]]:
+        from costaware.plugins.ui.access import fab_permission_views
+
+        return fab_permission_views()
+
+
 class CostawarePlugin(AirflowPlugin):
-    """Registers the cost listener, the off-peak timetable and the Cost page with Airflow."""
+    """Registers the cost listener, the off-peak timetable, the Cost page and its FAB permission."""
 
     name = "costaware"
     listeners = [cost_listener]
@@ -33,3 +48,5 @@ class CostawarePlugin(AirflowPlugin):
             "url_route": "cost",
         }
     ]
+    # Under the FAB auth manager: the `Budgets` resource, so `airflow sync-perm` creates it (see access.py).
+    appbuilder_views = _FabPermissionViews()

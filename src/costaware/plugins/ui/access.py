@@ -3,7 +3,8 @@
 A user sees the entries of the DAGs the auth manager lets them read (``GET`` on the DAG), and the budgets
 whose spending DAGs they may all read. Setting a budget needs ``[costaware] budget_admin_role`` (default
 ``ADMIN``) under the simple auth manager, and ``PUT`` on the custom view ``Budgets`` under any other
-(e.g. FAB: the permission ``can_edit`` on ``Budgets``).
+(e.g. FAB: the permission ``can_edit`` on ``Budgets``, which :func:`fab_permission_views` declares so that
+``airflow sync-perm`` creates it and gives it to Admin).
 """
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 BUDGETS_VIEW = "Budgets"
+#: The method on :data:`BUDGETS_VIEW` that setting a budget needs (FAB's ``can_edit``).
+SET_BUDGETS_METHOD = "PUT"
+FAB_AUTH_MANAGER = "airflow.providers.fab.auth_manager.fab_auth_manager.FabAuthManager"
 
 
 def _auth_manager() -> Any:
@@ -47,5 +51,26 @@ def may_set_budgets(user: Any) -> bool:
         wanted = str(conf.get("costaware", "budget_admin_role", fallback="ADMIN")).upper()
         return (user.role or "").upper() == wanted
     return bool(
-        _auth_manager().is_authorized_custom_view(method="PUT", resource_name=BUDGETS_VIEW, user=user)
+        _auth_manager().is_authorized_custom_view(
+            method=SET_BUDGETS_METHOD, resource_name=BUDGETS_VIEW, user=user
+        )
     )
+
+
+def fab_permission_views() -> list[dict[str, Any]]:
+    """The plugin's ``appbuilder_views``: under the FAB auth manager, the view that declares ``Budgets``.
+
+    FAB knows only the resources of the Flask-AppBuilder views registered with it. ``airflow sync-perm``
+    (and the api-server at start, with ``[fab] update_fab_perms``) registers every plugin's
+    ``appbuilder_views``, creates the permissions they declare and gives them to Admin; without a view,
+    ``Budgets`` does not exist and nobody, Admin included, may set a budget. Under any other auth manager
+    there is no view: Airflow would mount a Flask app for it, and fail without the FAB provider.
+    """
+    from airflow.api_fastapi.app import get_auth_manager_cls
+
+    manager = get_auth_manager_cls()
+    if not any(f"{cls.__module__}.{cls.__qualname__}" == FAB_AUTH_MANAGER for cls in manager.__mro__):
+        return []
+    from costaware.plugins.ui.fab_permissions import BudgetsPermissionView
+
+    return [{"view": BudgetsPermissionView()}]
