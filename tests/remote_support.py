@@ -6,10 +6,12 @@ import asyncio
 import importlib
 import json
 import os
+import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import boto3
 import numpy as np
 import pandas as pd
 from airflow.sdk.exceptions import TaskDeferred
@@ -86,3 +88,71 @@ def drive(operator: Any, context: dict[str, Any], *, timeout: float = 300.0) -> 
             return getattr(operator, deferred.method_name)(context, event=event.payload), deferrals
         except TaskDeferred as d:
             deferred = d
+
+
+# -- moto ------------------------------------------------------------------------------------------------
+
+
+def aws_client(service: str, endpoint: str) -> Any:
+    """A boto3 client of moto's server with explicit test credentials (what a test itself does on AWS)."""
+    return boto3.client(
+        service,
+        region_name="us-east-1",
+        endpoint_url=endpoint,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+
+
+def make_batch_queues(aws: str) -> dict[str, str]:
+    """A SPOT and an EC2 compute environment with a queue each, and a job definition, on moto (no Docker)."""
+    post = urllib.request.Request(
+        f"{aws}/moto-api/config",
+        data=json.dumps({"batch": {"use_docker": False}}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    urllib.request.urlopen(post, timeout=10).read()
+    ec2, iam, b = aws_client("ec2", aws), aws_client("iam", aws), aws_client("batch", aws)
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/24")["Subnet"]["SubnetId"]
+    group = ec2.create_security_group(GroupName="batch", Description="batch", VpcId=vpc)["GroupId"]
+    trust = json.dumps({"Version": "2012-10-17", "Statement": []})
+    role = iam.create_role(RoleName=f"batch-{vpc}", AssumeRolePolicyDocument=trust)["Role"]["Arn"]
+    profile = iam.create_instance_profile(InstanceProfileName=f"batch-{vpc}")["InstanceProfile"]["Arn"]
+    names = {}
+    for kind in ("SPOT", "EC2"):
+        env = b.create_compute_environment(
+            computeEnvironmentName=f"ce-{kind}-{vpc}",
+            type="MANAGED",
+            state="ENABLED",
+            computeResources={
+                "type": kind,
+                "minvCpus": 0,
+                "maxvCpus": 4,
+                "desiredvCpus": 0,
+                "instanceTypes": ["m5.large"],
+                "subnets": [subnet],
+                "securityGroupIds": [group],
+                "instanceRole": profile,
+                **({"bidPercentage": 60, "spotIamFleetRole": role} if kind == "SPOT" else {}),
+            },
+            serviceRole=role,
+        )
+        queue = b.create_job_queue(
+            jobQueueName=f"q-{kind}-{vpc}",
+            state="ENABLED",
+            priority=1,
+            computeEnvironmentOrder=[{"order": 1, "computeEnvironment": env["computeEnvironmentArn"]}],
+        )
+        names[kind] = queue["jobQueueName"]
+    definition = b.register_job_definition(
+        jobDefinitionName=f"train-{vpc}",
+        type="container",
+        containerProperties={"image": "costaware:1", "vcpus": 1, "memory": 512, "command": ["true"]},
+    )
+    return {
+        "spot_queue": names["SPOT"],
+        "on_demand_queue": names["EC2"],
+        "job_definition": definition["jobDefinitionName"],
+    }

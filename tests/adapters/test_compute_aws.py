@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import urllib.request
 from typing import Any
 
-import boto3
 import pytest
+from remote_support import aws_client, make_batch_queues
 
 from costaware.adapters.compute import batch, sagemaker
 from costaware.adapters.compute.base import ComputeBackend, JobRequest, JobState, open_backend
@@ -40,16 +39,6 @@ def aws(monkeypatch: pytest.MonkeyPatch, moto_endpoint: str) -> str:
     }
     monkeypatch.setenv("AIRFLOW_CONN_MOTO_AWS", json.dumps(conn))
     return moto_endpoint
-
-
-def client(service: str, endpoint: str) -> Any:
-    return boto3.client(
-        service,
-        region_name="us-east-1",
-        endpoint_url=endpoint,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
 
 
 # -- SageMaker -------------------------------------------------------------------------------------------
@@ -92,7 +81,10 @@ def test_sagemaker_spot_request_shape() -> None:
     ("kwargs", "message"),
     [
         ({"instance_type": "m5.xlarge"}, "must be an ml.* type"),
-        ({"checkpoint_uri": "/local/ckpt"}, "SageMaker checkpoints need an s3:// checkpoint_store"),
+        (
+            {"checkpoint_uri": "/local/ckpt"},
+            "SageMaker jobs need an s3:// checkpoint_store, got '/local/ckpt'",
+        ),
     ],
 )
 def test_sagemaker_bad_requests(kwargs: dict[str, Any], message: str) -> None:
@@ -106,7 +98,7 @@ def test_sagemaker_submit_is_idempotent_and_polls_through_moto(aws: str) -> None
     backend = sagemaker_backend()
     spot = request()
     assert backend.submit(spot) == backend.submit(spot) == spot.job_name
-    described = client("sagemaker", aws).describe_training_job(TrainingJobName=spot.job_name)
+    described = aws_client("sagemaker", aws).describe_training_job(TrainingJobName=spot.job_name)
     assert described["EnableManagedSpotTraining"] is True
     assert described["CheckpointConfig"]["S3Uri"] == "s3://ml/ckpt/dag/train/run"
     assert described["StoppingCondition"]["MaxWaitTimeInSeconds"] == 7200
@@ -152,56 +144,7 @@ def test_sagemaker_status_mapping(description: dict[str, Any], state: JobState, 
 @pytest.fixture
 def batch_queues(aws: str) -> dict[str, str]:
     """A SPOT and an EC2 compute environment with a queue each, and a job definition, on moto (no Docker)."""
-    post = urllib.request.Request(
-        f"{aws}/moto-api/config",
-        data=json.dumps({"batch": {"use_docker": False}}).encode(),
-        headers={"Content-Type": "application/json"},
-        method="POST",
-    )
-    urllib.request.urlopen(post, timeout=10).read()
-    ec2, iam, b = client("ec2", aws), client("iam", aws), client("batch", aws)
-    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
-    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/24")["Subnet"]["SubnetId"]
-    group = ec2.create_security_group(GroupName="batch", Description="batch", VpcId=vpc)["GroupId"]
-    trust = json.dumps({"Version": "2012-10-17", "Statement": []})
-    role = iam.create_role(RoleName=f"batch-{vpc}", AssumeRolePolicyDocument=trust)["Role"]["Arn"]
-    profile = iam.create_instance_profile(InstanceProfileName=f"batch-{vpc}")["InstanceProfile"]["Arn"]
-    names = {}
-    for kind in ("SPOT", "EC2"):
-        env = b.create_compute_environment(
-            computeEnvironmentName=f"ce-{kind}-{vpc}",
-            type="MANAGED",
-            state="ENABLED",
-            computeResources={
-                "type": kind,
-                "minvCpus": 0,
-                "maxvCpus": 4,
-                "desiredvCpus": 0,
-                "instanceTypes": ["m5.large"],
-                "subnets": [subnet],
-                "securityGroupIds": [group],
-                "instanceRole": profile,
-                **({"bidPercentage": 60, "spotIamFleetRole": role} if kind == "SPOT" else {}),
-            },
-            serviceRole=role,
-        )
-        queue = b.create_job_queue(
-            jobQueueName=f"q-{kind}-{vpc}",
-            state="ENABLED",
-            priority=1,
-            computeEnvironmentOrder=[{"order": 1, "computeEnvironment": env["computeEnvironmentArn"]}],
-        )
-        names[kind] = queue["jobQueueName"]
-    definition = b.register_job_definition(
-        jobDefinitionName=f"train-{vpc}",
-        type="container",
-        containerProperties={"image": "costaware:1", "vcpus": 1, "memory": 512, "command": ["true"]},
-    )
-    return {
-        "spot_queue": names["SPOT"],
-        "on_demand_queue": names["EC2"],
-        "job_definition": definition["jobDefinitionName"],
-    }
+    return make_batch_queues(aws)
 
 
 def test_batch_request_shape_retries_only_host_reclaims() -> None:
@@ -233,7 +176,7 @@ def test_batch_submit_poll_and_idempotence_through_moto(aws: str, batch_queues: 
     spot = request(instance_type="m5.large")
     job_id = backend.submit(spot)
     assert backend.submit(spot) == job_id  # a retry finds the job by name
-    submitted = client("batch", aws).describe_jobs(jobs=[job_id])["jobs"][0]
+    submitted = aws_client("batch", aws).describe_jobs(jobs=[job_id])["jobs"][0]
     assert submitted["jobQueue"].endswith(batch_queues["spot_queue"])
     status = backend.poll(job_id)
     # moto's batch_simple runs the job at once and marks it SUCCEEDED

@@ -10,6 +10,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from contexts import task_context
 
 from costaware.adapters.model_store import ModelStore, ModelVersion, new_version_id
+from costaware.core.errors import ConfigurationError
 from costaware.operators.promote import ModelPromoteOperator
 from costaware.training.runner import RetrainJob, run_retrain
 
@@ -138,7 +139,6 @@ def test_half_written_candidate_is_never_promoted(tmp_path: Path, store: ModelSt
     [
         ("v-missing", {}, "model version 'v-missing' is not in"),
         ("None", {}, "no candidate version given"),
-        ("TRAINED", {"metric": "f1"}, "unknown metric 'f1'"),
         ("TRAINED", {"margin": "-1"}, "margin must be a finite number >= 0, got -1"),
         ("TRAINED", {"holdout_path": "/nowhere/holdout.parquet"}, "does not exist"),
         ("TRAINED", {"label_column": "x1"}, r"label column 'x1' has values"),
@@ -152,3 +152,60 @@ def test_bad_input_fails_and_promotes_nothing(
     with pytest.raises(AirflowFailException, match=message):
         _promote(tmp_path, candidate, **kwargs)
     assert store.champion_pointer() is None and store.decisions() == []
+
+
+UNKNOWN_METRIC = "unknown metric 'f1': use one of roc_auc, average_precision, accuracy, log_loss, brier"
+
+
+def test_unknown_metric_fails_when_the_operator_is_built_before_any_training() -> None:
+    with pytest.raises(ConfigurationError, match=UNKNOWN_METRIC):
+        ModelPromoteOperator(
+            task_id="promote",
+            model_store="/m",
+            candidate="v",
+            holdout_path="/h",
+            label_column="y",
+            metric="f1",
+        )
+
+
+def test_a_dag_with_an_unknown_metric_does_not_parse(tmp_path: Path) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    dag_file = tmp_path / "bad_metric.py"
+    dag_file.write_text(
+        "from airflow.sdk import DAG\n"
+        "from costaware.operators.promote import ModelPromoteOperator\n"
+        "with DAG('bad_metric', schedule=None):\n"
+        "    ModelPromoteOperator(task_id='promote', model_store='/m', candidate='v', holdout_path='/h',\n"
+        "                         label_column='y', metric='f1')\n"
+    )
+    bag = DagBag(dag_folder=str(dag_file))
+    assert "bad_metric" not in bag.dags
+    (error,) = bag.import_errors.values()
+    assert UNKNOWN_METRIC in error
+
+
+def test_templated_metric_is_checked_once_rendered(tmp_path: Path, store: ModelStore) -> None:
+    from airflow.sdk import DAG
+
+    candidate = _train(tmp_path, "a", 1)
+    with DAG("promote_dag", schedule=None):
+        op = ModelPromoteOperator(
+            task_id="promote",
+            model_store=str(tmp_path / "models"),
+            candidate=candidate,
+            holdout_path=str(tmp_path / "holdout.parquet"),
+            label_column="y",
+            metric="{{ params.metric }}",
+        )
+    for metric in ("f1", "log_loss"):
+        context = {**_context(), "params": {"metric": metric}}
+        op.metric = "{{ params.metric }}"
+        op.render_template_fields(context)
+        if metric == "f1":
+            with pytest.raises(AirflowFailException, match=UNKNOWN_METRIC):
+                op.execute(context)
+            assert store.champion_pointer() is None and store.decisions() == []
+        else:
+            assert op.execute(context)["metric"] == "log_loss"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import timedelta
 from decimal import Decimal
@@ -9,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 from remote_support import (
     context_for,
     drive,
@@ -198,3 +199,52 @@ def test_listener_prices_the_worker_not_the_training(tmp_path: Path, data: Path,
     worker = rows["orchestration"]
     assert worker["instance_type"] != "p3.2xlarge" and worker["market"] == "on_demand"
     assert Decimal(str(rows["success"]["usd"])) == Decimal(result["usd"])
+
+
+@pytest.mark.parametrize(
+    ("backend", "options", "label"),
+    [
+        ("batch", {"spot_queue": "s", "on_demand_queue": "o", "job_definition": "d"}, "AWS Batch"),
+        ("kubernetes", {"image": "costaware:1"}, "Kubernetes"),
+        (
+            "sagemaker",
+            {"role_arn": "arn:aws:iam::1:role/r", "image_uri": "i", "output_s3_uri": "s3://o"},
+            "SageMaker",
+        ),
+    ],
+)
+@pytest.mark.parametrize("local", ["checkpoint_store", "model_store"])
+def test_remote_backends_refuse_local_stores_before_anything_is_written_or_submitted(
+    tmp_path: Path, ledger: Any, backend: str, options: dict[str, Any], label: str, local: str
+) -> None:
+    stores = {
+        "checkpoint_store": "s3://ml/ckpt",
+        "model_store": "s3://ml/models",
+        local: str(tmp_path / local),
+    }
+    op = operator(tmp_path, backend=backend, backend_options=options, instance_type="ml.m5.xlarge", **stores)
+    with pytest.raises(AirflowFailException) as e:
+        op.execute(context_for())
+    assert str(e.value).startswith(
+        f"{label} jobs need an s3:// {local}, got {str(tmp_path / local)!r}: the job runs on another machine"
+    )
+    assert f"set {local} to an s3://bucket/prefix" in str(e.value)
+    assert not (tmp_path / local).exists() and ledger.entries() == []
+
+
+def test_a_configuration_error_while_polling_fails_the_task_without_retry(
+    tmp_path: Path, moto_aws_conn: str
+) -> None:
+    state = {"attempts": [], "current": {"attempt": 1, "job_id": "j", "market": "spot"}}
+    queues = {"spot_queue": "s", "on_demand_queue": "o", "job_definition": "d", "aws_conn_id": moto_aws_conn}
+    cases = [
+        ({**queues, "spot_queue": ""}, AirflowFailException, "Batch backend needs spot_queue"),
+        (queues, AirflowException, "Batch job 'j' does not exist"),  # may be eventual consistency: retried
+    ]
+    for options, raised, message in cases:
+        trigger = RemoteTrainingJobTrigger(backend="batch", backend_options=options, job_id="j", state=state)
+        event = asyncio.run(reimported(trigger).run().__anext__()).payload
+        assert event["status"] == "error" and event["configuration"] is (raised is AirflowFailException)
+        with pytest.raises(raised, match=message) as e:
+            operator(tmp_path).execute_complete(context_for(), event=event)
+        assert type(e.value) is raised

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from remote_support import write_data
+from remote_support import aws_client, write_data
 
 from costaware.adapters.checkpoint_store import CheckpointStore
 from costaware.adapters.model_store import ModelStore
@@ -114,3 +114,49 @@ def test_bad_specs_are_refused_by_name(spec: dict[str, Any], message: str) -> No
     with pytest.raises(ConfigurationError) as e:
         entrypoint.job_from_spec(spec)
     assert message in str(e.value)
+
+
+@pytest.mark.parametrize("how", ["argument", "environment"])
+def test_a_spec_on_a_custom_endpoint_is_read_through_it_and_the_job_stays_there(
+    tmp_path: Path, moto_endpoint: str, how: str
+) -> None:
+    bucket = f"spec-endpoint-{how}"
+    aws_client("s3", moto_endpoint).create_bucket(Bucket=bucket)
+    write_data(tmp_path / "data")
+    spec = spec_for(
+        tmp_path,
+        trainer="sklearn-sgd",
+        trainer_params={"epochs": 2},
+        model_store=f"s3://{bucket}/models",
+        checkpoint_store=f"s3://{bucket}/ckpt",
+        result_uri=f"s3://{bucket}/jobs/result.json",
+        storage_options={"endpoint_url": moto_endpoint, "region": "us-east-1"},
+    )
+    keys = {"access_key": "testing", "secret_key": "testing"}
+    uri = entrypoint.write_spec(f"s3://{bucket}/jobs/spec.json", spec, endpoint_url=moto_endpoint, **keys)
+    env = {
+        k: v
+        for k, v in child_env().items()
+        if not k.startswith(("AWS_ENDPOINT_URL", entrypoint.ENDPOINT_ENV))
+    }
+    env.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_EC2_METADATA_DISABLED="true")
+    command = [sys.executable, "-m", "costaware.training.entrypoint", "--spec", uri]
+    if how == "argument":
+        command += ["--endpoint-url", moto_endpoint]
+    else:
+        env[entrypoint.ENDPOINT_ENV] = moto_endpoint
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    version = json.loads(done.stdout.strip().splitlines()[-1])["version"]
+    result = entrypoint.read_result(f"s3://{bucket}/jobs/result.json", endpoint_url=moto_endpoint, **keys)
+    assert result["version"] == version
+    store = ModelStore.open(f"s3://{bucket}/models", endpoint_url=moto_endpoint, **keys)
+    assert [v.version for v in store.versions()] == [version]
+
+
+def test_a_missing_result_names_the_job_and_what_to_check(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError) as e:
+        entrypoint.read_result(str(tmp_path / "jobs" / "result.json"), job_id="train-1-a1")
+    message = str(e.value)
+    assert message.startswith("training job 'train-1-a1' ended successfully but its result ")
+    assert "check that aws_conn_id reaches the job's S3 endpoint" in message and "spec" not in message

@@ -75,3 +75,7 @@ class ComputeBackendError(CostawareError):
 
 class JobNotFoundError(ComputeBackendError):
     """Raised when a backend no longer knows a job (a Kubernetes pod deleted and gone)."""
+
+
+class StoreUnavailableError(CostawareError):
+    """Raised when an object store cannot be read or written for a reason a retry may fix; retried."""

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
+from costaware.core.promotion import higher_is_better
 from costaware.glue import (
     DEFAULT_AWS_CONN_ID,
     DEFAULT_LEDGER_CONN_ID,
@@ -14,6 +15,7 @@ from costaware.glue import (
     run_identity,
     storage_options,
 )
+from costaware.operators.templating import is_template
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -39,7 +41,9 @@ class ModelPromoteOperator(BaseOperator):
         holdout_path: Parquet file or folder with holdout rows the candidate never trained on (templated).
         label_column: Label column: 0/1 or boolean, or numeric with ``label_threshold``.
         label_threshold: When set, the label is ``label_column > label_threshold``.
-        metric: ``roc_auc`` (default), ``average_precision``, ``accuracy``, ``log_loss`` or ``brier``.
+        metric: ``roc_auc`` (default), ``average_precision``, ``accuracy``, ``log_loss`` or ``brier``
+            (templated). An unknown name fails when the DAG is parsed, before any training is paid for; a
+            template is checked once rendered, when the task runs.
         margin: How much worse than the champion the candidate may be and still be promoted (templated).
         aws_conn_id: Airflow AWS connection for ``s3://`` locations (default ``aws_default``; when that
             connection does not exist, or with ``None``, the SDKs' default credential chain).
@@ -47,7 +51,7 @@ class ModelPromoteOperator(BaseOperator):
         **kwargs: ``BaseOperator`` arguments.
     """
 
-    template_fields: Sequence[str] = ("model_store", "candidate", "holdout_path", "margin")
+    template_fields: Sequence[str] = ("model_store", "candidate", "holdout_path", "metric", "margin")
     ui_color = "#fdf1d8"
 
     def __init__(
@@ -65,6 +69,8 @@ class ModelPromoteOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if not is_template(metric):
+            higher_is_better(metric)  # an unknown metric fails the DAG file, not the run after training
         self.ledger_conn_id = ledger_conn_id
         self.model_store = model_store
         self.candidate = candidate
@@ -86,7 +92,7 @@ class ModelPromoteOperator(BaseOperator):
                 holdout_path=self.holdout_path,
                 label_column=self.label_column,
                 label_threshold=self.label_threshold,
-                metric=self.metric,
+                metric=str(self.metric),
                 margin=validate_margin(float(self.margin)),
                 run=run_identity(context, self.task_id),
                 storage_options=storage_options(self.aws_conn_id),

@@ -26,6 +26,7 @@ from costaware.glue import (
     run_tags,
     storage_options,
 )
+from costaware.operators.templating import as_written, native_rendered
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -91,11 +92,16 @@ class RemoteTrainingOperator(BaseOperator):
         data_path: Parquet file or folder with all training data (templated).
         label_column: Label column.
         feature_columns: Feature columns, in model order.
-        model_store: Model store, a local folder or ``s3://bucket/prefix`` (templated).
+        model_store: Model store, a local folder or ``s3://bucket/prefix`` (templated; ``s3://`` on the
+            SageMaker, Batch and Kubernetes backends, whose jobs run on another machine).
         new_data_path: The new batch only (templated; default ``data_path``).
-        checkpoint_store: Checkpoint store (templated; default ``$AIRFLOW_HOME/costaware/checkpoints``).
+        checkpoint_store: Checkpoint store (templated; default ``$AIRFLOW_HOME/costaware/checkpoints``;
+            ``s3://`` on the SageMaker, Batch and Kubernetes backends).
         trainer: Trainer name or dotted path (see ``WarmStartRetrainOperator``).
-        trainer_params: Trainer keyword arguments (templated).
+        trainer_params: Trainer keyword arguments (templated). A value written as a template that renders to
+            exactly a number or bool literal (``{"epochs": "{{ params.epochs }}"}`` -> ``"5"``) reaches the
+            trainer as an ``int``, ``float`` or ``bool``, without ``render_template_as_native_obj``; other
+            strings stay strings.
         label_threshold: When set, the label is ``label_column > label_threshold``.
         policy: Retrain policy name (``drift``, ``always-full``, ``always-warm``).
         policy_params: Keyword arguments of the policy.
@@ -124,7 +130,9 @@ class RemoteTrainingOperator(BaseOperator):
         ledger_conn_id: Connection of the cost ledger.
         tags: Extra allocation tags of the ledger entries.
         aws_conn_id: AWS connection for ``s3://`` stores and the SageMaker/Batch backends (default
-            ``aws_default``; when that connection does not exist, the SDKs' default credential chain).
+            ``aws_default``; when that connection does not exist, the SDKs' default credential chain). The
+            spec and the job's result are read and written through it; the job gets its endpoint (not its
+            credentials) in the spec and as ``COSTAWARE_S3_ENDPOINT_URL``.
         deferrable: Poll in the triggerer (default) instead of holding a worker slot.
         pause_on_price: Pause a spot attempt through a price rise and resume it later (templated).
         prices: Spot prices: ``"live"`` (EC2 through ``aws_conn_id``) or a recorded price file, as for
@@ -224,6 +232,7 @@ class RemoteTrainingOperator(BaseOperator):
         self.checkpoint_store = checkpoint_store
         self.trainer = trainer
         self.trainer_params = dict(trainer_params or {})
+        self._trainer_params_written = as_written(self.trainer_params)
         self.label_threshold = label_threshold
         self.policy = policy
         self.policy_params = dict(policy_params or {})
@@ -274,6 +283,15 @@ class RemoteTrainingOperator(BaseOperator):
 
         return CostLedgerHook(ledger_conn_id=self.ledger_conn_id)
 
+    def _storage_options(self) -> dict[str, Any]:
+        """How every object of the training is reached: the S3 options of ``aws_conn_id``.
+
+        The one source for the spec write, the result read and (through the spec's endpoint and region)
+        the job's checkpoint and model stores, so that the worker and the job see the same store. Read
+        anew on each use: temporary credentials may have been renewed since the last.
+        """
+        return storage_options(self.aws_conn_id)
+
     def _backend(self, state: Mapping[str, Any]) -> ComputeBackend:
         from costaware.adapters.compute.base import open_backend
 
@@ -295,8 +313,8 @@ class RemoteTrainingOperator(BaseOperator):
     def _plan(self, context: Context) -> dict[str, Any]:
         """Everything the attempts need, as JSON primitives; writes the training spec."""
         from costaware.adapters.checkpoint_store import checkpoint_key
-        from costaware.adapters.compute.base import BACKENDS, MARKETS
-        from costaware.training.entrypoint import write_spec
+        from costaware.adapters.compute.base import BACKENDS, MARKETS, require_s3
+        from costaware.training.entrypoint import job_environment, spec_storage_options, write_spec
         from costaware.training.remote import job_base_name
 
         decision = self._decision(context)
@@ -333,7 +351,9 @@ class RemoteTrainingOperator(BaseOperator):
         )
         ckpt_store = str(self.checkpoint_store or default_store("checkpoints")).rstrip("/")
         spec_uri = str(_maybe(self.spec_uri) or f"{ckpt_store}/_jobs/{key}/spec.json")
-        opts = {k: v for k, v in storage_options(self.aws_conn_id).items() if k in ("endpoint_url", "region")}
+        require_s3(backend, checkpoint_store=ckpt_store, model_store=str(self.model_store), spec_uri=spec_uri)
+        opts = self._storage_options()
+        job_opts = spec_storage_options(opts)
         spec = {
             "data_path": self.data_path,
             "new_data_path": _maybe(self.new_data_path),
@@ -344,7 +364,7 @@ class RemoteTrainingOperator(BaseOperator):
             "checkpoint_store": ckpt_store,
             "checkpoint_key": key,
             "trainer": self.trainer,
-            "trainer_params": self.trainer_params,
+            "trainer_params": native_rendered(self._trainer_params_written, self.trainer_params),
             "policy": self.policy,
             "policy_params": self.policy_params,
             "force_full": as_bool(self.force_full, "force_full"),
@@ -352,10 +372,10 @@ class RemoteTrainingOperator(BaseOperator):
             "checkpoint_every_steps": self.checkpoint_every_steps,
             "seed": self.seed,
             "run": identity,
-            "storage_options": {k: v for k, v in opts.items() if v},
+            "storage_options": job_opts,
             "result_uri": spec_uri.rsplit("/", 1)[0] + "/result.json",
         }
-        write_spec(spec_uri, spec, **storage_options(self.aws_conn_id))
+        write_spec(spec_uri, spec, **opts)
         return {
             "backend": backend,
             "backend_options": options,
@@ -366,6 +386,8 @@ class RemoteTrainingOperator(BaseOperator):
             "spec_uri": spec_uri,
             "result_uri": spec["result_uri"],
             "checkpoint_uri": f"{ckpt_store}/{key}",
+            "model_store": str(self.model_store),
+            "job_env": job_environment(job_opts),
             "instance_type": str(instance_type),
             "region": region,
             "spot_usd_per_hour": str(spot) if spot is not None else None,
@@ -502,8 +524,10 @@ class RemoteTrainingOperator(BaseOperator):
             market=market,
             instance_type=state["instance_type"],
             checkpoint_uri=state["checkpoint_uri"],
+            model_store=str(state.get("model_store") or ""),
             max_runtime_seconds=max(60, budget),
             max_wait_seconds=max(60, budget) if market == "spot" else None,
+            env=dict(state.get("job_env") or {}),
         )
         job_id = self._backend(state).submit(request)
         self.log.info(
@@ -684,10 +708,11 @@ class RemoteTrainingOperator(BaseOperator):
                 ledger.settle(reservation.id, self._total(state))
 
     def _finish(self, context: Context, state: dict[str, Any]) -> dict[str, Any]:
-        from costaware.training.entrypoint import read_spec
+        from costaware.training.entrypoint import read_result
 
         self._settle(state)
-        result = read_spec(state["result_uri"])
+        job_id = str(state["attempts"][-1]["job_id"]) if state["attempts"] else ""
+        result = read_result(state["result_uri"], job_id=job_id, **self._storage_options())
         ti = context.get("ti")
         if ti is not None and hasattr(ti, "dag_id"):
             from costaware.glue import annotate_task
@@ -790,6 +815,8 @@ class RemoteTrainingOperator(BaseOperator):
             raise AirflowException(f"remote training trigger ended without a job status: {event!r}")
         state = dict(event["state"])
         if event.get("status") != "success":
+            if event.get("configuration"):  # a retry would fail the same way
+                raise AirflowFailException(f"polling the training job failed: {event.get('message')}")
             raise AirflowException(f"polling the training job failed: {event.get('message')}")
         outcome = self._on_event(context, state, event)
         if "version" in outcome:

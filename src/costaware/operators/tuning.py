@@ -25,6 +25,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from costaware.extras import require
 from costaware.glue import DEFAULT_LEDGER_CONN_ID, airflow_errors
+from costaware.operators.templating import as_written, native_rendered
 
 require("tuning", needed_by=__name__)  # at DAG parse time, with the pip line, rather than in a trial
 
@@ -278,7 +279,9 @@ class BudgetedTuningOperator(_StudyOperator):
         study_name: The study (templated).
         trainer: ``trainer(params, **trainer_kwargs)`` returning an object whose ``advance(resource)``
             trains up to that fidelity and returns the score; a callable or ``"module:function"``.
-        trainer_kwargs: Keyword arguments for the trainer, e.g. data paths (templated).
+        trainer_kwargs: Keyword arguments for the trainer, e.g. data paths (templated). A value written as a
+            template that renders to exactly a number or bool literal arrives as an ``int``, ``float`` or
+            ``bool``; other strings stay strings.
         slot: The slot number (set by ``expand(slot=...)``).
         storage_url: Optuna storage URL (templated); None: the ledger's database.
         ledger_conn_id: Airflow connection of the cost ledger.
@@ -300,6 +303,7 @@ class BudgetedTuningOperator(_StudyOperator):
         super().__init__(study_name=study_name, **kwargs)
         self.trainer = trainer
         self.trainer_kwargs = dict(trainer_kwargs or {})
+        self._trainer_kwargs_written = as_written(self.trainer_kwargs)
         self.slot = slot
 
     def execute(self, context: Context) -> dict[str, Any]:
@@ -329,7 +333,7 @@ class BudgetedTuningOperator(_StudyOperator):
                 ledger=self.hook.get_conn(),
                 study_name=str(self.study_name),
                 trainer=trainer,
-                trainer_kwargs=self.trainer_kwargs,
+                trainer_kwargs=native_rendered(self._trainer_kwargs_written, self.trainer_kwargs),
                 holder=reservation_holder(
                     ti.dag_id, ti.run_id, ti.task_id, -1 if ti.map_index is None else int(ti.map_index)
                 ),

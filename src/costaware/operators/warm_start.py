@@ -16,6 +16,7 @@ from costaware.glue import (
     run_identity,
     storage_options,
 )
+from costaware.operators.templating import as_written, native_rendered
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -50,7 +51,9 @@ class WarmStartRetrainOperator(BaseOperator):
             ``$AIRFLOW_HOME/costaware/checkpoints``).
         trainer: ``sklearn-sgd``, ``sklearn-hgb``, ``xgboost``, ``lightgbm`` or the path
             (``"pkg.mod:Class"``) of a class that implements ``costaware.training.trainers.Trainer``.
-        trainer_params: Keyword arguments of the trainer (templated).
+        trainer_params: Keyword arguments of the trainer (templated). A value written as a template that
+            renders to exactly a number or bool literal (``{"epochs": "{{ params.epochs }}"}``) reaches the
+            trainer as an ``int``, ``float`` or ``bool``; other strings stay strings.
         label_threshold: When set, the label is ``label_column > label_threshold``.
         policy: ``drift`` (default), ``always-full``, ``always-warm``, or a ``RetrainPolicy`` instance.
         policy_params: Keyword arguments of a policy given by name (e.g. ``max_warm_steps``).
@@ -133,6 +136,7 @@ class WarmStartRetrainOperator(BaseOperator):
         self.checkpoint_store = checkpoint_store
         self.trainer = trainer
         self.trainer_params = dict(trainer_params or {})
+        self._trainer_params_written = as_written(self.trainer_params)
         self.label_threshold = label_threshold
         self.policy = policy
         self.policy_params = dict(policy_params or {})
@@ -152,6 +156,7 @@ class WarmStartRetrainOperator(BaseOperator):
         from costaware.training.runner import RetrainJob, run_retrain
 
         facts = run_identity(context, self.task_id)
+        self.trainer_params = native_rendered(self._trainer_params_written, self.trainer_params)
         with airflow_errors():
             job = RetrainJob(
                 data_path=self.data_path,

@@ -7,6 +7,14 @@ summary JSON is written for the orchestrator). The training is the same ``run_re
 ``WarmStartRetrainOperator`` calls: it resumes from the newest checkpoint of its key, checkpoints every
 ``checkpoint_every_seconds`` and on SIGTERM, and stores the candidate in the model store atomically.
 
+S3 endpoint: a spec may carry ``storage_options.endpoint_url`` (MinIO, moto, a VPC endpoint: the one of the
+Airflow AWS connection the spec was written through). The spec itself is read through
+``--endpoint-url URL``, else the ``COSTAWARE_S3_ENDPOINT_URL`` environment variable, which every backend sets
+in the job's environment when the connection has an endpoint. Once read, the spec's own endpoint applies to
+every later read and write of the job (data, checkpoints, model store, result), and it is exported as
+``COSTAWARE_S3_ENDPOINT_URL`` so that code given no options (a custom trainer) reaches the same store.
+Credentials never travel in a spec: the job gets them from its environment or role.
+
 Exit codes: 0 done (summary JSON on stdout), 75 preempted after a checkpoint (resubmit it), 2 bad spec or
 input (never retry), 1 anything else. The last stderr line is a one-line reason.
 """
@@ -16,12 +24,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
-from costaware.core.errors import ConfigurationError
+from costaware.core.errors import ConfigurationError, StoreUnavailableError
 from costaware.training.checkpointing import PREEMPTED_EXIT_CODE, PreemptedError
 
 log = logging.getLogger(__name__)
@@ -32,6 +41,8 @@ ERROR_EXIT_CODE = 1
 EXTRA_KEYS = ("seed", "result_uri")
 #: The only storage options a spec may carry: credentials come from the environment, never from a file.
 SPEC_STORAGE_OPTIONS = ("endpoint_url", "region")
+#: The environment variable with the S3 endpoint the spec is read through (``BlobDir`` honours it too).
+ENDPOINT_ENV = "COSTAWARE_S3_ENDPOINT_URL"
 
 
 def _split(uri: str) -> tuple[str, str]:
@@ -44,24 +55,73 @@ def _split(uri: str) -> tuple[str, str]:
     return folder, name
 
 
-def read_spec(uri: str) -> dict[str, Any]:
-    """The spec at ``uri`` (local path or ``s3://``); ``ConfigurationError`` when missing or malformed."""
+def spec_storage_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The storage options a spec carries: the endpoint and region of ``options``, never credentials."""
+    return {k: v for k, v in options.items() if k in SPEC_STORAGE_OPTIONS and v}
+
+
+def job_environment(options: Mapping[str, Any]) -> dict[str, str]:
+    """What a job's environment needs to read its spec through ``options``: the endpoint, if any."""
+    endpoint = options.get("endpoint_url")
+    return {ENDPOINT_ENV: str(endpoint)} if endpoint else {}
+
+
+def _json_object(raw: bytes, what: str) -> dict[str, Any]:
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise ConfigurationError(f"{what} is not JSON: {e}") from e
+    if not isinstance(value, dict):
+        raise ConfigurationError(f"{what} must hold a JSON object, got {type(value).__name__}")
+    return value
+
+
+def read_spec(uri: str, **storage_options: Any) -> dict[str, Any]:
+    """The spec at ``uri`` (local path or ``s3://``); ``ConfigurationError`` when missing or malformed.
+
+    Args:
+        uri: Where the spec is.
+        **storage_options: ``BlobDir.from_uri`` options (endpoint, region, credentials); none: the
+            ``COSTAWARE_S3_ENDPOINT_URL`` endpoint and the default credential chain.
+    """
     from costaware.adapters.model_store import BlobDir
 
     folder, name = _split(uri)
     try:
-        raw = BlobDir.from_uri(folder, create=False).read_bytes(name)
+        raw = BlobDir.from_uri(folder, create=False, **storage_options).read_bytes(name)
     except (FileNotFoundError, OSError) as e:
         raise ConfigurationError(
             f"training spec {uri!r} does not exist or cannot be read ({e}): write the spec first"
         ) from e
+    return _json_object(raw, f"training spec {uri!r}")
+
+
+def read_result(uri: str, *, job_id: str = "", **storage_options: Any) -> dict[str, Any]:
+    """The summary a finished job wrote to its ``result_uri``, read through ``storage_options``.
+
+    Raises:
+        ConfigurationError: no result there (the job and the reader see different stores), or not a JSON
+            object.
+        StoreUnavailableError: the store could not be read for another reason (network, throttling); a
+            retry reads it again.
+    """
+    from costaware.adapters.model_store import BlobDir
+
+    folder, name = _split(uri)
+    job = f"training job {job_id!r}" if job_id else "the training job"
     try:
-        spec = json.loads(raw)
-    except json.JSONDecodeError as e:
-        raise ConfigurationError(f"training spec {uri!r} is not JSON: {e}") from e
-    if not isinstance(spec, dict):
-        raise ConfigurationError(f"training spec {uri!r} must hold a JSON object, got {type(spec).__name__}")
-    return spec
+        raw = BlobDir.from_uri(folder, create=False, **storage_options).read_bytes(name)
+    except FileNotFoundError as e:
+        raise ConfigurationError(
+            f"{job} ended successfully but its result {uri!r} is not there ({e}): the job and the worker "
+            "must see the same store; check that aws_conn_id reaches the job's S3 endpoint and bucket and "
+            "that the job's role may write under the checkpoint store"
+        ) from e
+    except OSError as e:
+        raise StoreUnavailableError(
+            f"cannot read the result {uri!r} of {job} ({e}); the task is retried and reads it again"
+        ) from e
+    return _json_object(raw, f"result {uri!r} of {job}")
 
 
 def write_spec(uri: str, spec: Mapping[str, Any], **storage_options: Any) -> str:
@@ -113,10 +173,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m costaware.training.entrypoint --spec URI``: one retrain; see the module docstring."""
     parser = argparse.ArgumentParser(prog="python -m costaware.training.entrypoint", description=__doc__)
     parser.add_argument("--spec", required=True, help="URI of the JSON training spec (local path or s3://)")
+    parser.add_argument(
+        "--endpoint-url",
+        default=os.environ.get(ENDPOINT_ENV) or None,
+        help=f"S3 endpoint to read the spec through (default ${ENDPOINT_ENV}); the spec's own applies after",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
     try:
-        result = run_spec(read_spec(args.spec))
+        spec = read_spec(args.spec, endpoint_url=args.endpoint_url)
+        endpoint = dict(spec.get("storage_options") or {}).get("endpoint_url")
+        if endpoint:  # every read after the spec's goes where the spec says, options or not
+            os.environ[ENDPOINT_ENV] = str(endpoint)
+        result = run_spec(spec)
     except PreemptedError as e:
         print(f"preempted: {e}", file=sys.stderr, flush=True)
         return PREEMPTED_EXIT_CODE

@@ -4,7 +4,8 @@ Every ``poll_interval`` seconds it asks the backend for the job's status (in a w
 event loop) and emits one event when the job ended, or when a spot job still waits for capacity at
 ``fallback_at`` (the latest safe start: the operator moves it to on-demand):
 ``{"status": "success", "job": {...JobStatus...}, "state": {...}, "fallback": bool}`` or
-``{"status": "error", "message": ..., "state": {...}}``. ``state`` is the operator's attempt state, echoed
+``{"status": "error", "message": ..., "state": {...}, "configuration": bool}`` (``configuration``: a
+configuration error, which a retry cannot fix). ``state`` is the operator's attempt state, echoed
 so the operator resumes from the event alone.
 
 With a ``price_watch`` it also reads the spot price at each poll (see :func:`watch_event`):
@@ -248,8 +249,16 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             try:
                 event = await asyncio.to_thread(self.poll_once, utcnow())
             except Exception as e:
+                from costaware.core.errors import ConfigurationError
+
                 yield TriggerEvent(
-                    {"status": "error", "message": f"{type(e).__name__}: {e}", "state": self.state}
+                    {
+                        "status": "error",
+                        "message": f"{type(e).__name__}: {e}",
+                        "state": self.state,
+                        # the operator fails the task without retry: polling again would fail the same way
+                        "configuration": isinstance(e, ConfigurationError),
+                    }
                 )
                 return
             if event is not None:

@@ -24,6 +24,8 @@ BACKENDS: dict[str, tuple[str, str]] = {
     "kubernetes": ("costaware.adapters.compute.kubernetes", "KubernetesBackend"),
 }
 MARKETS = ("spot", "on_demand")
+#: Backends whose jobs run on another machine, by the name messages give them: their stores must be on S3.
+REMOTE_BACKENDS = {"sagemaker": "SageMaker", "batch": "AWS Batch", "kubernetes": "Kubernetes"}
 _JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,62}$")
 
 
@@ -51,6 +53,7 @@ class JobRequest:
         market: ``spot`` or ``on_demand``.
         instance_type: What to run on (``ml.*`` for SageMaker, EC2 for Batch and Kubernetes).
         checkpoint_uri: Where checkpoints live (SageMaker syncs ``CheckpointConfig.S3Uri`` with it).
+        model_store: The model store the job writes its version to.
         max_runtime_seconds: Longest the training may run.
         max_wait_seconds: Longest to wait for spot capacity plus run (SageMaker managed spot).
         env: Extra environment variables of the training process.
@@ -61,6 +64,7 @@ class JobRequest:
     market: str
     instance_type: str
     checkpoint_uri: str = ""
+    model_store: str = ""
     max_runtime_seconds: int = 86400
     max_wait_seconds: int | None = None
     env: Mapping[str, str] = field(default_factory=dict)
@@ -81,6 +85,41 @@ class JobRequest:
     def command(self) -> list[str]:
         """The command the job runs."""
         return ["python", "-m", "costaware.training.entrypoint", "--spec", self.spec_uri]
+
+
+def require_s3(backend: str, **uris: str | None) -> None:
+    """Refuse a store a job of ``backend`` cannot reach: anything but ``s3://`` on a remote backend.
+
+    A SageMaker, Batch or Kubernetes job runs on another machine, so a worker's local folder is not there;
+    the ``local`` backend takes any location.
+
+    Args:
+        backend: The backend name.
+        **uris: The locations by the argument name a user sets, e.g. ``checkpoint_store="s3://ml/ckpt"``;
+            empty ones are not checked.
+
+    Raises:
+        ConfigurationError: a location that is not ``s3://``, named with its value and what to do.
+    """
+    label = REMOTE_BACKENDS.get(backend)
+    if label is None:
+        return
+    for what, uri in uris.items():
+        if uri and not str(uri).strip().startswith("s3://"):
+            raise ConfigurationError(
+                f"{label} jobs need an s3:// {what}, got {uri!r}: the job runs on another machine, which "
+                f"cannot reach it; set {what} to an s3://bucket/prefix that the job's role can read and write"
+            )
+
+
+def require_object_store(request: JobRequest, backend: str) -> None:
+    """:func:`require_s3` over the spec, checkpoint and model store locations of a request."""
+    require_s3(
+        backend,
+        spec_uri=request.spec_uri,
+        checkpoint_store=request.checkpoint_uri,
+        model_store=request.model_store,
+    )
 
 
 @dataclass(frozen=True, slots=True)

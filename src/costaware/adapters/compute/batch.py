@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from costaware.adapters.compute.base import JobRequest, JobState, JobStatus
+from costaware.adapters.compute.aws_errors import aws_error
+from costaware.adapters.compute.base import JobRequest, JobState, JobStatus, require_object_store
 from costaware.core.errors import ComputeBackendError, ConfigurationError
 
 RECLAIM_REASON = "Host EC2*"
@@ -29,6 +30,7 @@ def submit_job_request(
     tags: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The ``SubmitJob`` request of one attempt (pure)."""
+    require_object_store(request, "batch")
     queue = spot_queue if request.market == "spot" else on_demand_queue
     return {
         "jobName": request.job_name,
@@ -176,13 +178,24 @@ class BatchBackend:
                 return found  # submitted before (an Airflow retry)
             return str(self.client.submit_job(**body)["jobId"])
         except Exception as e:
-            raise ComputeBackendError(f"cannot submit Batch job {request.job_name!r}: {e}") from e
+            market = "spot_queue" if request.market == "spot" else "on_demand_queue"
+            raise aws_error(
+                e,
+                f"cannot submit Batch job {request.job_name!r} to job queue {body['jobQueue']!r} with job "
+                f"definition {self.job_definition!r}",
+                f"check {market} and job_definition in backend_options (they must exist in region "
+                f"{self.region_name or 'of the connection'}) and the connection's permissions",
+            ) from e
 
     def _describe(self, job_id: str) -> dict[str, Any]:
         try:
             jobs = self.client.describe_jobs(jobs=[job_id]).get("jobs", [])
         except Exception as e:
-            raise ComputeBackendError(f"cannot describe Batch job {job_id!r}: {e}") from e
+            raise aws_error(
+                e,
+                f"cannot describe Batch job {job_id!r}",
+                "check aws_conn_id, region_name and the connection's permissions (batch:DescribeJobs)",
+            ) from e
         if not jobs:
             raise ComputeBackendError(f"Batch job {job_id!r} does not exist")
         job: dict[str, Any] = jobs[0]
@@ -203,7 +216,11 @@ class BatchBackend:
         try:
             self.client.terminate_job(jobId=job_id, reason="stopped by costaware (deadline fallback)")
         except Exception as e:
-            raise ComputeBackendError(f"cannot stop Batch job {job_id!r}: {e}") from e
+            raise aws_error(
+                e,
+                f"cannot stop Batch job {job_id!r}",
+                "check the connection's permissions (batch:TerminateJob)",
+            ) from e
 
     def logs(self, job_id: str, tail: int = 20) -> str:
         job = self._describe(job_id)

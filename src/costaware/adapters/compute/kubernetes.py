@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from costaware.adapters.compute.base import JobRequest, JobState, JobStatus
+from costaware.adapters.compute.base import JobRequest, JobState, JobStatus, require_object_store
 from costaware.core.errors import ComputeBackendError, ConfigurationError, JobNotFoundError
 from costaware.core.ledger import utcnow
 from costaware.training.checkpointing import PREEMPTED_EXIT_CODE
@@ -42,6 +42,7 @@ def render_pod(
     labels: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The pod manifest of one attempt (pure): the entrypoint on a node of the attempt's market."""
+    require_object_store(request, "kubernetes")
     values = dict(capacity_values or (EKS_VALUES if capacity_label == EKS_LABEL else KARPENTER_VALUES))
     if request.market not in values:
         raise ConfigurationError(

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from costaware.adapters.compute.base import JobRequest, JobState, JobStatus
+from costaware.adapters.compute.aws_errors import aws_error, error_code
+from costaware.adapters.compute.base import JobRequest, JobState, JobStatus, require_object_store
 from costaware.core.errors import ComputeBackendError, ConfigurationError
 
 #: SecondaryStatus values that mean "waiting for (spot) capacity", not running yet.
@@ -56,11 +57,8 @@ def training_job_request(
         "Environment": {**dict(environment or {}), **dict(request.env)},
         "Tags": [{"Key": k, "Value": v} for k, v in sorted(dict(tags or {}).items())],
     }
+    require_object_store(request, "sagemaker")
     if request.checkpoint_uri:
-        if not request.checkpoint_uri.startswith("s3://"):
-            raise ConfigurationError(
-                f"SageMaker checkpoints need an s3:// checkpoint_store, got {request.checkpoint_uri!r}"
-            )
         config["CheckpointConfig"] = {"S3Uri": request.checkpoint_uri, "LocalPath": "/opt/ml/checkpoints"}
     if request.market == "spot":
         config["EnableManagedSpotTraining"] = True
@@ -156,12 +154,20 @@ class SageMakerBackend:
         return SageMakerHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name).conn
 
     def _describe(self, job_id: str) -> dict[str, Any] | None:
+        """The job's description, or None when SageMaker has no job of that name."""
         try:
             job: dict[str, Any] = self.client.describe_training_job(TrainingJobName=job_id)
         except Exception as e:
-            if "ValidationException" in str(e) or "not found" in str(e).lower() or "does not exist" in str(e):
+            code, _ = error_code(e)
+            text = str(e).lower()
+            if code == "ValidationException" and ("could not find" in text or "not found" in text):
                 return None
-            raise ComputeBackendError(f"cannot describe SageMaker training job {job_id!r}: {e}") from e
+            raise aws_error(
+                e,
+                f"cannot describe SageMaker training job {job_id!r}",
+                "check aws_conn_id, region_name and the connection's permissions "
+                "(sagemaker:DescribeTrainingJob)",
+            ) from e
         return job
 
     def submit(self, request: JobRequest) -> str:
@@ -180,8 +186,12 @@ class SageMakerBackend:
         try:
             self.client.create_training_job(**config)
         except Exception as e:
-            raise ComputeBackendError(
-                f"cannot create SageMaker training job {request.job_name!r}: {e}"
+            raise aws_error(
+                e,
+                f"cannot create SageMaker training job {request.job_name!r} with role {self.role_arn!r}, "
+                f"image {self.image_uri!r} on {request.instance_type!r}",
+                "check role_arn, image_uri and output_s3_uri in backend_options, the instance type and the "
+                "connection's permissions (sagemaker:CreateTrainingJob, iam:PassRole)",
             ) from e
         return request.job_name
 
@@ -195,7 +205,11 @@ class SageMakerBackend:
         try:
             self.client.stop_training_job(TrainingJobName=job_id)
         except Exception as e:
-            raise ComputeBackendError(f"cannot stop SageMaker training job {job_id!r}: {e}") from e
+            raise aws_error(
+                e,
+                f"cannot stop SageMaker training job {job_id!r}",
+                "check the connection's permissions (sagemaker:StopTrainingJob)",
+            ) from e
 
     def logs(self, job_id: str, tail: int = 20) -> str:
         job = self._describe(job_id) or {}

@@ -1,0 +1,186 @@
+"""Templated trainer arguments reach the trainer as numbers, without ``render_template_as_native_obj``.
+
+``trainer_params={"epochs": "{{ params.epochs }}"}`` renders to ``{"epochs": "2"}`` in a DAG that renders to
+text (Airflow's default); the training operators turn such values back into the param's type.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from airflow.sdk import DAG, Param
+from airflow.sdk.exceptions import TaskDeferred
+from contexts import task_context
+from remote_support import context_for, drive, local_operator_args, write_data
+
+from costaware import Ledger
+from costaware.adapters.model_store import ModelStore
+from costaware.operators.remote_training import RemoteTrainingOperator
+from costaware.operators.templating import native_literal, native_rendered
+from costaware.operators.tuning import BudgetedTuningOperator, TuningStudyCreateOperator
+from costaware.operators.warm_start import WarmStartRetrainOperator
+
+PARAMS = {
+    "epochs": Param(2, type="integer"),
+    "batch_size": Param(512, type="integer"),
+    "alpha": Param(0.001, type="number"),
+    "tag": Param("007", type="string"),
+}
+TEMPLATED = {
+    "epochs": "{{ params.epochs }}",
+    "batch_size": "{{ params.batch_size }}",
+    "alpha": "{{ params.alpha }}",
+}
+
+
+@pytest.fixture(autouse=True)
+def _ledger(monkeypatch: pytest.MonkeyPatch, ledger_url: str) -> None:
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+
+
+def rendered(op: Any, context: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """Render ``op``'s templates as the task runner does (the DAG's own, text-rendering Jinja environment)."""
+    context = {**context, "params": params}
+    op.render_template_fields(context)
+    return context
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("2", 2),
+        ("-3", -3),
+        ("0.001", 0.001),
+        ("1e-3", 0.001),
+        ("1E5", 100000.0),
+        (".5", 0.5),
+        ("True", True),
+        ("false", False),
+        ("007", "007"),
+        ("2026-01-01", "2026-01-01"),
+        (" 2", " 2"),
+        ("nan", "nan"),
+        ("None", "None"),
+        ("(1)", "(1)"),
+        ("1+2", "1+2"),
+        ("1j", "1j"),
+        ("s3://b/x", "s3://b/x"),
+    ],
+)
+def test_only_exact_number_and_bool_literals_become_values(text: str, value: Any) -> None:
+    converted = native_literal(text)
+    assert converted == value and type(converted) is type(value)
+
+
+def test_only_values_that_were_templates_are_converted() -> None:
+    written = {"epochs": "{{ params.epochs }}", "name": "3", "nested": {"k": ["{% if 1 %}4{% endif %}", "5"]}}
+    after = {"epochs": "2", "name": "3", "nested": {"k": ["4", "5"]}}
+    assert native_rendered(written, after) == {"epochs": 2, "name": "3", "nested": {"k": [4, "5"]}}
+    assert native_rendered("{{ params.tp }}", {"epochs": "2"}) == {"epochs": "2"}  # shapes differ: left alone
+
+
+def test_remote_training_passes_templated_numbers_to_the_trainer(tmp_path: Path, ledger: Any) -> None:
+    write_data(tmp_path / "data")
+    with DAG("templated_remote", schedule=None, params=PARAMS):
+        op = RemoteTrainingOperator(
+            **local_operator_args(tmp_path),
+            trainer_params=TEMPLATED,
+            market="on_demand",
+            instance_type="m5.large",
+            on_demand_usd_per_hour="0.1",
+            poll_interval=0.1,
+        )
+    context = rendered(op, context_for(), {"epochs": 2, "batch_size": 512, "alpha": 0.001, "tag": "007"})
+    assert op.trainer_params["epochs"] == "2"  # what Airflow's text rendering gives
+    result, _ = drive(op, context)
+    params = ModelStore.open(str(tmp_path / "models")).get(result["version"]).params
+    assert {k: params[k] for k in TEMPLATED} == {"epochs": 2, "batch_size": 512, "alpha": 0.001}
+    assert type(params["epochs"]) is int and type(params["alpha"]) is float
+
+
+def test_remote_training_leaves_other_strings_alone(tmp_path: Path, ledger: Any) -> None:
+    with DAG("templated_strings", schedule=None, params=PARAMS):
+        op = RemoteTrainingOperator(
+            **local_operator_args(tmp_path),
+            trainer_params={"epochs": "{{ params.epochs }}", "note": "{{ params.tag }}", "literal": "3"},
+            market="on_demand",
+            instance_type="m5.large",
+            on_demand_usd_per_hour="0.1",
+        )
+    context = rendered(op, context_for(), {"epochs": 2, "batch_size": 512, "alpha": 0.001, "tag": "007"})
+    with pytest.raises(TaskDeferred):
+        op.execute(context)
+    (spec_file,) = (tmp_path / "ckpt" / "_jobs").rglob("spec.json")
+    spec = json.loads(spec_file.read_text())
+    assert spec["trainer_params"] == {"epochs": 2, "note": "007", "literal": "3"}
+
+
+def test_warm_start_passes_templated_numbers_to_the_trainer(tmp_path: Path, ledger: Any) -> None:
+    data = write_data(tmp_path / "data")
+    with DAG("templated_warm_start", schedule=None, params=PARAMS):
+        op = WarmStartRetrainOperator(
+            task_id="retrain",
+            data_path=str(data),
+            label_column="y",
+            feature_columns=["x1", "x2", "c"],
+            model_store=str(tmp_path / "models"),
+            checkpoint_store=str(tmp_path / "ckpt"),
+            trainer_params=TEMPLATED,
+        )
+    context = rendered(op, task_context("retrain"), {"epochs": 2, "batch_size": 512, "alpha": 0.001})
+    result = op.execute(context)
+    params = ModelStore.open(str(tmp_path / "models")).get(result["version"]).params
+    assert {k: params[k] for k in TEMPLATED} == {"epochs": 2, "batch_size": 512, "alpha": 0.001}
+    assert type(params["batch_size"]) is int
+
+
+SEEN: list[dict[str, Any]] = []
+
+
+class RecordingTrainer:
+    """Records the keyword arguments it was built with; one unit of resource is one step."""
+
+    def __init__(self, params: dict[str, Any], **kwargs: Any) -> None:
+        SEEN.append(kwargs)
+
+    def advance(self, resource: int) -> float:
+        return float(resource)
+
+
+def test_tuning_trial_passes_templated_numbers_to_the_trainer(ledger_url: str) -> None:
+    Ledger.from_url(ledger_url)  # the study storage and the ledger's tables
+    plan = TuningStudyCreateOperator(
+        task_id="plan",
+        study_name="templated",
+        search_space={"lr": {"type": "float", "low": 0.05, "high": 1.0}},
+        min_resource=1,
+        max_resource=2,
+        max_usd="5",
+        max_trials=1,
+        instance_type="m5.large",
+        usd_per_hour="1",
+        fallback_trial_seconds=5,
+        sampler="random",
+        seed=3,
+    )
+
+    def ti(task: Any) -> SimpleNamespace:
+        return SimpleNamespace(
+            dag_id="tune", run_id="manual__1", task_id=task.task_id, map_index=0, try_number=1, task=task
+        )
+
+    plan.execute({"ti": ti(plan)})
+    with DAG("templated_tuning", schedule=None, params={"cap": Param(4, type="integer")}):
+        trial = BudgetedTuningOperator(
+            task_id="trial",
+            study_name="templated",
+            trainer=RecordingTrainer,
+            trainer_kwargs={"cap": "{{ params.cap }}", "path": "/data/{{ params.cap }}"},
+        )
+    SEEN.clear()
+    trial.execute(rendered(trial, {"ti": ti(trial)}, {"cap": 4}))
+    assert SEEN == [{"cap": 4, "path": "/data/4"}] and type(SEEN[0]["cap"]) is int
