@@ -47,7 +47,8 @@ def test_trigger_form_params_have_titles_types_and_bounds() -> None:
 
     budget = params["train_budget_usd"]
     assert budget["schema"]["type"] == "number"  # validated as you type; letters cannot be entered
-    assert 0 <= budget["schema"]["exclusiveMinimum"] < budget["default"] < budget["schema"]["exclusiveMaximum"]
+    low, high = budget["schema"]["exclusiveMinimum"], budget["schema"]["exclusiveMaximum"]
+    assert 0 <= low < budget["default"] < high
     assert budget["schema"]["exclusiveMaximum"] >= 999_999  # a big value still reaches the budget's cap check
     for name in ("team", "project", "owner", "priority"):
         assert params[name]["schema"].get("title"), name

@@ -21,6 +21,7 @@ from costaware.glue import (
     DEFAULT_AWS_CONN_ID,
     airflow_errors,
     as_bool,
+    check_tags,
     default_store,
     run_identity,
     run_tags,
@@ -260,7 +261,7 @@ class RemoteTrainingOperator(BaseOperator):
         self.spec_uri = spec_uri
         self.budget_scope = budget_scope
         self.ledger_conn_id = ledger_conn_id
-        self.tags = dict(tags or {})
+        self.tags = check_tags(tags or {}, owner=f"{type(self).__name__} {self.task_id!r}")
         self.aws_conn_id = aws_conn_id
         self.deferrable = deferrable
         self.pause_on_price = pause_on_price
