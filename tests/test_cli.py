@@ -135,3 +135,25 @@ def test_trial_report_shows_cost_per_successful_trial(
     assert main(["--ledger-url", ledger_url, "report", "--dag-id", "tune", "--group-by", "trial"]) == 0
     out = capsys.readouterr().out
     assert "3 trials, 2 trained to full fidelity: $2.00 per trial, $3.00 per successful trial" in out
+
+
+def test_report_writes_dollars_like_the_cost_page_with_decimal_points_lined_up(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ledger = Ledger.from_url(ledger_url)
+    for run_id, usd in (("r-cents", "0.17"), ("r-micros", "0.170002"), ("r-big", "1234.5")):
+        ledger.record(
+            LedgerEntry(dag_id="d", run_id=run_id, task_id="t", kind=Kind.COMPUTE, usd=Decimal(usd))
+        )
+    assert main(["--ledger-url", ledger_url, "report", "--group-by", "run"]) == 0
+    lines = {
+        line.split()[0]: line
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith(("r-", "TOTAL"))
+    }
+    assert "$0.17 " in lines["r-cents"] and "$0.170000" not in lines["r-cents"]  # the page's format
+    assert "$1,234.50 " in lines["r-big"] and "$1,234.840002" in lines["TOTAL"]
+    points = {line.index(".", line.index("$")) for line in lines.values()}
+    assert len(points) == 1  # the actual column's decimal points line up
+    assert main(["--ledger-url", ledger_url, "report", "--group-by", "run", "--format", "csv"]) == 0
+    assert "$0.17," in capsys.readouterr().out  # CSV cells are not padded

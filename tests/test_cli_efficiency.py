@@ -78,10 +78,10 @@ def test_efficiency_report_flags_the_oversized_task(
     assert lines["train"][1:4] == ["3", "c5.4xlarge", "3600.00"]
     assert lines["train"][5] == "6.2%"  # 1 busy core of 16
     assert lines["features"][5] == "90.0%"
-    assert "idle cost: $1.963500 of $2.550000" in out  # 3 x 0.68 x 15/16 + 3 x 0.17 x 0.1
+    assert "idle cost: $1.9635 of $2.55" in out  # 3 x 0.68 x 15/16 + 3 x 0.17 x 0.1
     assert (
-        "nightly.train: c5.4xlarge -> c6a.large (2 vCPUs, 4 GiB): saves $0.603500 per run, "
-        "$18.105000/month at 30 runs/month (from the DAG's schedule)" in out
+        "nightly.train: c5.4xlarge -> c6a.large (2 vCPUs, 4 GiB): saves $0.6035 per run, "
+        "$18.105/month at 30 runs/month (from the DAG's schedule)" in out
     )
     assert "nightly.features" not in out.split("right-sizing")[1]  # it is right-sized
 
@@ -136,12 +136,12 @@ def test_runs_show_prints_outcome_cost_and_record(
     assert "run run1 of DAG nightly: model v1 (task train)" in out
     assert "roc_auc: 0.7200 (champion 0.7000), gain +0.0200 over the previous champion" in out
     assert "promoted: yes" in out and "trained on 950 rows, 5 epochs" in out
-    assert "run total: $0.850000" in out  # train 0.68 + features 0.17
+    assert "run total: $0.85" in out  # train 0.68 + features 0.17
     assert f"data_fingerprint: {'ab' * 32}" in out and 'seeds: {"seed": 0}' in out
     assert main(["--ledger-url", ledger_url, "runs", "list", "--dag-id", "nightly"]) == 0
     out = capsys.readouterr().out
-    assert "2 run(s), 2 promoted: $0.850000 per run, $0.850000 per promoted model" in out
-    assert "$85.000000 per unit of roc_auc gained" in out  # $1.70 for a 0.02 gain
+    assert "2 run(s), 2 promoted: $0.85 per run, $0.85 per promoted model" in out
+    assert "$85.00 per unit of roc_auc gained" in out  # $1.70 for a 0.02 gain
     assert main(["--ledger-url", ledger_url, "runs", "show", "--last", "--dag-id", "nightly"]) == 0
     assert "run run1 of DAG nightly: model v1" in capsys.readouterr().out  # the newest run
 

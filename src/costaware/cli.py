@@ -10,6 +10,7 @@ import argparse
 import csv
 import io
 import json
+import re
 import sys
 from collections.abc import Sequence
 from datetime import date, datetime, timezone
@@ -17,7 +18,7 @@ from decimal import Decimal
 from typing import Any
 
 from costaware.core.errors import CostawareError
-from costaware.core.money import format_usd, format_usd_exact
+from costaware.core.money import format_usd_exact
 
 FORMATS = ("table", "json", "csv")
 
@@ -35,15 +36,26 @@ def _when(text: str) -> datetime:
     return value
 
 
+_AMOUNT = re.compile(r"^-?\$[\d,]+\.(\d+)$")
+
+
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     cells = [[str(c) for c in headers], *[[str(c) for c in row] for row in rows]]
+    for i in range(1, len(headers)):
+        # Dollar columns mix cents and micro-dollars ($0.17, $0.170002): line their decimal points up.
+        column = [row[i] for row in cells[1:]]
+        found = [_AMOUNT.match(c) for c in column]
+        if column and all(f or c == "-" for f, c in zip(found, column, strict=True)):
+            places = max((len(f.group(1)) for f in found if f), default=0)
+            for row, f in zip(cells[1:], found, strict=True):
+                row[i] += " " * (places - len(f.group(1)) if f else 0)
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = []
     for n, row in enumerate(cells):
         lines.append(
             "  ".join(
                 c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
-            )
+            ).rstrip()
         )
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
@@ -84,7 +96,7 @@ def _budget_set(args: argparse.Namespace) -> int:
         actor=current_actor(),
     )
     gpu = f", {budget.cap_gpu_hours} GPU-hours" if budget.cap_gpu_hours is not None else ""
-    print(f"budget '{budget.label}' set: {format_usd(budget.cap_usd)} per {budget.period.value}{gpu}")
+    print(f"budget '{budget.label}' set: {format_usd_exact(budget.cap_usd)} per {budget.period.value}{gpu}")
     return 0
 
 
@@ -94,7 +106,7 @@ def _budget_list(args: argparse.Namespace) -> int:
         [
             str(b.scope),
             b.period.value,
-            format_usd(b.cap_usd),
+            format_usd_exact(b.cap_usd),
             "" if b.cap_gpu_hours is None else b.cap_gpu_hours,
             b.timezone,
         ]
@@ -190,10 +202,10 @@ def _report(args: argparse.Namespace) -> int:
             r.group.removeprefix(prefix),
             r.entries,
             f"{r.hours:.4f}",
-            format_usd(r.usd, places=6),
-            format_usd(r.estimated_usd, places=6),
-            format_usd(r.on_demand_usd, places=6),
-            format_usd(r.savings_usd, places=6),
+            format_usd_exact(r.usd),
+            format_usd_exact(r.estimated_usd),
+            format_usd_exact(r.on_demand_usd),
+            format_usd_exact(r.savings_usd),
         ]
         for r in rows
     ]
@@ -236,10 +248,10 @@ def _report(args: argparse.Namespace) -> int:
                 "TOTAL",
                 sum(r.entries for r in rows),
                 f"{total_hours:.4f}",
-                format_usd(total_usd, places=6),
-                format_usd(total_est, places=6),
-                format_usd(total_od, places=6),
-                format_usd(total_od - total_usd, places=6),
+                format_usd_exact(total_usd),
+                format_usd_exact(total_est),
+                format_usd_exact(total_od),
+                format_usd_exact(total_od - total_usd),
             ]
         )
     from costaware.adapters.ledger_reports import Filters, summary
@@ -266,14 +278,15 @@ def _report(args: argparse.Namespace) -> int:
         each = (
             "-"
             if per_trial.per_successful_trial_usd is None
-            else format_usd(per_trial.per_successful_trial_usd)
+            else format_usd_exact(per_trial.per_successful_trial_usd)
         )
         print(
             f"{per_trial.trials} trials, {per_trial.successful} trained to full fidelity: "
-            f"{format_usd(per_trial.per_trial_usd or Decimal(0))} per trial, {each} per successful trial"
+            f"{format_usd_exact(per_trial.per_trial_usd or Decimal(0))} per trial, "
+            f"{each} per successful trial"
         )
     if args.format == "table" and discounts:
-        listed = ", ".join(f"{rule} {format_usd(usd, places=6)}" for rule, usd in discounts.items())
+        listed = ", ".join(f"{rule} {format_usd_exact(usd)}" for rule, usd in discounts.items())
         print(f"discounts on on-demand prices (part of the savings): {listed}")
     if args.format == "table" and totals.failed_tries:
         print(

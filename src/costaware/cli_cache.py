@@ -17,7 +17,7 @@ from decimal import Decimal
 from typing import Any
 
 from costaware.core.errors import ConfigurationError, CostawareError
-from costaware.core.money import format_usd
+from costaware.core.money import format_usd_exact
 
 ENV_FEATURE_CACHE = "COSTAWARE_FEATURE_CACHE"
 
@@ -141,7 +141,7 @@ def _print_rows(rows: list[dict[str, Any]], fmt: str, title: str) -> None:
     for r in rows:
         print(
             f"{r['key']:<32}  {r['rows']:>10,}  {r['bytes'] / 1e6:>9.2f}  {r['created_at'][:16]:<16}  "
-            f"{r['last_used_at'][:16]:<16}  {format_usd(Decimal(r['cost_usd'])):>10}  {r['producer']}"
+            f"{r['last_used_at'][:16]:<16}  {format_usd_exact(Decimal(r['cost_usd'])):>10}  {r['producer']}"
         )
 
 
@@ -196,7 +196,7 @@ def _bill(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps({"entries": len(charges), "usd": str(total)}))
     else:
-        print(f"recorded storage of {len(charges)} entries: {format_usd(total)}")
+        print(f"recorded storage of {len(charges)} entries: {format_usd_exact(total)}")
     return 0
 
 

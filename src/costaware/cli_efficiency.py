@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from decimal import Decimal
 
-from costaware.core.money import format_usd
+from costaware.core.money import format_usd_exact
 
 
 def add_report_options(report: argparse.ArgumentParser) -> None:
@@ -89,8 +89,8 @@ def report_efficiency(args: argparse.Namespace) -> int:
             "-" if r["cpu_utilization"] is None else f"{r['cpu_utilization']:.1%}",
             f"{r['peak_memory_gib']:.3f}",
             r["memory_gib"] or "-",
-            format_usd(Decimal(r["usd"]), places=6),
-            "-" if r["idle_usd"] is None else format_usd(Decimal(r["idle_usd"]), places=6),
+            format_usd_exact(Decimal(r["usd"])),
+            "-" if r["idle_usd"] is None else format_usd_exact(Decimal(r["idle_usd"])),
         ]
         for r in rows
     ]
@@ -104,10 +104,11 @@ def report_efficiency(args: argparse.Namespace) -> int:
     _emit("table", headers, table, None)
     total = sum((Decimal(r["usd"]) for r in rows), Decimal(0))
     idle = sum((Decimal(r["idle_usd"] or 0) for r in rows), Decimal(0))
-    print(f"idle cost: {format_usd(idle, places=6)} of {format_usd(total, places=6)} (vCPU time left unused)")
+    print(f"idle cost: {format_usd_exact(idle)} of {format_usd_exact(total)} (vCPU time left unused)")
     print()
     small = (
-        f"; {hidden} suggestion(s) under {format_usd(floor)}/month hidden (--min-saving-usd 0 shows them)"
+        f"; {hidden} suggestion(s) under {format_usd_exact(floor)}/month hidden "
+        "(--min-saving-usd 0 shows them)"
         if hidden
         else ""
     )
@@ -122,8 +123,8 @@ def report_efficiency(args: argparse.Namespace) -> int:
         print(
             f"  {a.dag_id}.{a.task_id}: {a.current.instance_type} -> {a.suggested.instance_type} "
             f"({a.suggested.vcpus} vCPUs, {a.suggested.memory_gib} GiB): saves "
-            f"{format_usd(a.saving_per_run_usd, places=6)} per run, "
-            f"{format_usd(a.monthly_saving_usd, places=6)}/month at {a.runs_per_month:g} runs/month "
+            f"{format_usd_exact(a.saving_per_run_usd)} per run, "
+            f"{format_usd_exact(a.monthly_saving_usd)}/month at {a.runs_per_month:g} runs/month "
             f"({a.frequency_basis})"
         )
         print(f"      {a.requirements.describe()}")

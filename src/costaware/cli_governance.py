@@ -13,7 +13,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from costaware.core.money import format_usd
+from costaware.core.money import format_usd_exact
 
 
 def current_actor() -> str:
@@ -67,8 +67,9 @@ def forecast_cell(row: dict[str, Any]) -> str:
 
     mark = " !" if row.get("forecast_above_cap") else ""
     return (
-        f"{format_usd(Decimal(row['forecast_usd']))} ({format_usd(Decimal(row['forecast_low_usd']))}"
-        f"-{format_usd(Decimal(row['forecast_high_usd']))}){mark}"
+        f"{format_usd_exact(Decimal(row['forecast_usd']))} "
+        f"({format_usd_exact(Decimal(row['forecast_low_usd']))}"
+        f"-{format_usd_exact(Decimal(row['forecast_high_usd']))}){mark}"
     )
 
 

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from costaware.core.money import format_usd
+from costaware.core.money import format_usd_exact
 
 
 def add_parser(sub: Any) -> None:
@@ -76,7 +76,7 @@ def _list(args: argparse.Namespace) -> int:
             {True: "yes", False: "no", None: "-"}[o.promoted],
             o.training_rows,
             f"{o.iterations} {o.iteration_unit}",
-            "-" if o.usd is None else format_usd(o.usd, places=6),
+            "-" if o.usd is None else format_usd_exact(o.usd),
         ]
         for o in found
     ]
@@ -97,7 +97,7 @@ def _list(args: argparse.Namespace) -> int:
 
 def _summary_line(s: Any) -> str:
     def usd(value: Any) -> str:
-        return "-" if value is None else format_usd(value, places=6)
+        return "-" if value is None else format_usd_exact(value)
 
     gain = f", {usd(s.usd_per_unit_gain)} per unit of {s.metric} gained" if s.metric else ""
     return (
@@ -136,10 +136,10 @@ def _show(args: argparse.Namespace) -> int:
         print(f"  promoted: {({True: 'yes', False: 'no', None: 'not decided'})[o.promoted]}")
         print(f"  trained on {o.training_rows} rows, {o.iterations} {o.iteration_unit}")
         print("cost")
-        total = "-" if o.usd is None else format_usd(o.usd, places=6)
+        total = "-" if o.usd is None else format_usd_exact(o.usd)
         print(f"  run total: {total} (every actual ledger entry of the run)")
         if o.usd_per_unit_gain is not None:
-            print(f"  {format_usd(o.usd_per_unit_gain, places=6)} per unit of {o.metric} gained")
+            print(f"  {format_usd_exact(o.usd_per_unit_gain)} per unit of {o.metric} gained")
         print("reproducibility record" + (f" (digest {o.record.digest[:16]})" if o.record else ""))
         if o.record is None:
             print("  none: the retrain did not record one (ledger unreachable, or an older costaware)")

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from costaware.core.errors import ConfigurationError, CostawareError, PriceNotFoundError
-from costaware.core.money import format_usd
+from costaware.core.money import format_usd_exact
 from costaware.core.policies import POLICIES
 from costaware.core.series import PriceSeries
 from costaware.core.simulate import (
@@ -244,7 +244,7 @@ def format_table(report: SimulationReport | dict[str, SimulationReport]) -> str:
 def _row(name: str, s: PolicySummary) -> tuple[str, ...]:
     return (
         name,
-        format_usd(s.usd.quantize(Decimal("0.01"))),
+        format_usd_exact(s.usd.quantize(Decimal("0.01"))),
         "-" if s.vs_oracle is None else f"{s.vs_oracle:.3f}",
         "-" if s.vs_on_demand is None else f"{s.vs_on_demand:.3f}",
         str(s.deadline_misses),

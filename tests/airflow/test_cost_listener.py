@@ -215,7 +215,7 @@ def test_report_shows_discounts_separately(ledger_env: Ledger, ledger_url: str, 
             )
         )
     assert main(["--ledger-url", ledger_url, "report", "--dag-id", "d"]) == 0
-    assert "discounts on on-demand prices (part of the savings): team:ml $0.200000" in capsys.readouterr().out
+    assert "discounts on on-demand prices (part of the savings): team:ml $0.20" in capsys.readouterr().out
     assert main(["--ledger-url", ledger_url, "report", "--format", "json"]) == 0
     import json
 

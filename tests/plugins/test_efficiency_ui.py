@@ -83,9 +83,10 @@ def test_cost_page_has_the_efficiency_panel(client: TestClient) -> None:
     html = page.text
     assert "<h2>Efficiency</h2>" in html
     assert "<td>nightly.train</td><td>3</td><td>c5.4xlarge</td><td>6.2%</td>" in html
-    assert "c5.4xlarge &rarr; c6a.large saves $18.10/month" in html
+    assert "c5.4xlarge &rarr; c6a.large saves $18.105/month" in html
     assert "Cost per run (bars) and holdout roc_auc (line)" in html
-    assert html.count("<title>run") == 3 and "roc_auc 0.7200 (promoted)" in html
+    panel = html[html.index("<h2>Efficiency</h2>") :]  # the Runs chart above has tooltips too
+    assert panel.count("<title>run") == 3 and "roc_auc 0.7200 (promoted)" in panel
 
 
 def test_efficiency_and_outcome_routes(client: TestClient) -> None:
@@ -106,3 +107,15 @@ def test_a_user_who_may_not_read_the_dag_sees_none_of_its_efficiency(client: Tes
     assert client.get("/api/outcomes").json() == {"runs": [], "summary": None}
     html = client.get("/", params={"days": 30}).text
     assert "nightly.train" not in html and "c6a.large" not in html
+
+
+def test_the_scope_filter_keeps_the_runs_with_spend_in_it(client: TestClient) -> None:
+    # The fixture's runs carry no tags: no run has spend in project=churn (issue 23, D2).
+    assert client.get("/api/efficiency", params={"scope": "project=churn"}).json() == {
+        "tasks": [],
+        "advice": [],
+    }
+    assert client.get("/api/outcomes", params={"scope": "project=churn"}).json()["runs"] == []
+    html = client.get("/", params={"scope": "project=churn"}).text
+    assert "nightly.train" not in html and "No retrain outcomes yet" in html
+    assert len(client.get("/api/outcomes", params={"scope": "*"}).json()["runs"]) == 3

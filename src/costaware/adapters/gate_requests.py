@@ -100,13 +100,28 @@ def gate_requests(
     ledger: Any,
     *,
     since: datetime,
+    until: datetime | None = None,
     dag_id: str | None = None,
     dag_ids: Collection[str] | None = None,
+    scope: str = "*",
     limit: int = 50,
 ) -> list[GateRequest]:
-    """Requests noted since ``since`` (optionally of one DAG, or only of ``dag_ids``), newest first."""
+    """Requests last noted from ``since`` to ``until`` (exclusive), newest first.
+
+    Optionally only of one DAG, of ``dag_ids``, or of gates whose scope has every tag of ``scope`` (the
+    rule a ledger entry matches a scope by).
+    """
+    from sqlalchemy import literal
+
+    from costaware.core.budgets import Scope
+
     t = schema.gate_requests
     query = select(t).where(t.c.updated_at >= since)
+    if until is not None:
+        query = query.where(t.c.updated_at < until)
+    for key, value in Scope.parse(scope).tags:
+        # Stored scopes are canonical ("k=v,k=v", values without ',' or '='): match whole parts only.
+        query = query.where((literal(",") + t.c.scope + ",").contains(f",{key}={value},", autoescape=True))
     if dag_id:
         query = query.where(t.c.dag_id == dag_id)
     if dag_ids is not None:  # the DAGs a Cost page user may read

@@ -16,7 +16,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from costaware.adapters import ledger_schema as schema
 from costaware.adapters.ledger_store import Ledger, entry_conditions, group_column
 from costaware.core.budgets import Period, period_window
-from costaware.core.ledger import BudgetUsage, utcnow
+from costaware.core.ledger import BudgetUsage, ReportRow, utcnow
 from costaware.core.money import from_micros
 
 
@@ -153,6 +153,56 @@ def costliest_tries(ledger: Ledger, filters: Filters, limit: int = 10) -> list[d
         }
         for r in rows
     ]
+
+
+#: Groups a dashboard shows one by one (charts: one colour each); the rest are one "other" group.
+TOP_GROUPS = 20
+
+
+def other_label(folded: int) -> str:
+    """The name of the group that totals ``folded`` groups left out of a top list."""
+    return f"other ({folded:,} group{'s' if folded != 1 else ''})"
+
+
+def top_groups(rows: list[ReportRow], limit: int = TOP_GROUPS) -> tuple[list[ReportRow], ReportRow | None]:
+    """The first ``limit`` rows of a report (costliest first) and one row totalling the rest.
+
+    The total is None when nothing was left out. Its ``group`` says how many groups it holds.
+    """
+    if len(rows) <= limit:
+        return list(rows), None
+    rest = rows[limit:]
+    return list(rows[:limit]), ReportRow(
+        group=other_label(len(rest)),
+        entries=sum(r.entries for r in rest),
+        usd=sum((r.usd for r in rest), Decimal(0)),
+        estimated_usd=sum((r.estimated_usd for r in rest), Decimal(0)),
+        on_demand_usd=sum((r.on_demand_usd for r in rest), Decimal(0)),
+        hours=sum((r.hours for r in rest), Decimal(0)),
+    )
+
+
+def fold_daily(
+    points: list[tuple[date, str, Decimal]], limit: int = TOP_GROUPS
+) -> tuple[list[tuple[date, str, Decimal]], int]:
+    """Daily points of the ``limit`` costliest groups; the other groups summed per day as one group.
+
+    Returns the points and how many groups were summed (0: none; their group is ``other_label(n)``).
+    """
+    totals: dict[str, Decimal] = {}
+    for _, group, usd in points:
+        totals[group] = totals.get(group, Decimal(0)) + usd
+    if len(totals) <= limit:
+        return list(points), 0
+    kept = set(sorted(totals, key=lambda g: (-totals[g], g))[:limit])
+    other = other_label(len(totals) - limit)
+    out = [p for p in points if p[1] in kept]
+    rest: dict[date, Decimal] = {}
+    for day, group, usd in points:
+        if group not in kept:
+            rest[day] = rest.get(day, Decimal(0)) + usd
+    out += [(day, other, usd) for day, usd in rest.items()]
+    return sorted(out, key=lambda p: p[0]), len(totals) - limit
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.types import TypeDecorator
 
+from costaware.core.errors import ConfigurationError
+
 SCHEMA_VERSION = 1
 
 metadata = MetaData()
@@ -44,8 +46,16 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value is None:
             return None
         if value.tzinfo is None:
-            raise ValueError(f"naive datetime {value.isoformat()} given to the ledger: pass an aware one")
-        value = value.astimezone(timezone.utc)
+            raise ConfigurationError(
+                f"naive datetime {value.isoformat()} given to the ledger: pass an aware one"
+            )
+        try:
+            value = value.astimezone(timezone.utc)
+        except OverflowError as e:  # e.g. 0001-01-01T00:00+14:00 is before year 1 in UTC
+            raise ConfigurationError(
+                f"time {value.isoformat()} is outside the range of times in UTC: "
+                "use a time from 0001-01-02 to 9999-12-30"
+            ) from e
         return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
 
     def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:

@@ -32,7 +32,7 @@ from sqlalchemy import (
     true,
 )
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, OperationalError, StatementError
 from sqlalchemy.sql.elements import ColumnElement
 
 from costaware.adapters import ledger_schema as schema
@@ -41,6 +41,7 @@ from costaware.core.errors import (
     BudgetExceededError,
     BudgetNotFoundError,
     ConfigurationError,
+    CostawareError,
     LedgerUnavailableError,
     ReservationNotFoundError,
 )
@@ -183,6 +184,11 @@ class Ledger:
             raise LedgerUnavailableError(
                 f"cannot read the cost ledger at {_safe(str(self.engine.url))}: {_reason(e)}"
             ) from e
+        except StatementError as e:
+            # SQLAlchemy wraps what a column type refuses (a time outside UTC's range); pass it on unwrapped.
+            if isinstance(e.orig, CostawareError):
+                raise e.orig from e
+            raise
 
     # -- entries ----------------------------------------------------------------------------------
 

@@ -1,35 +1,46 @@
 """The Cost page (``/costaware/``) and its JSON API (``/costaware/api/...``) inside the Airflow api-server.
 
 Every route, the OpenAPI schema included, requires an authenticated Airflow user: a ``Bearer`` token or
-the UI's session cookie. Query parameters are typed and pattern-checked by FastAPI before any query runs,
-and reach the database only as bound parameters.
+the UI's session cookie. A browser without a session is sent to the auth manager's login page and back;
+the JSON routes answer 401. Query parameters are typed and pattern-checked by FastAPI before any query
+runs (``filters.py``), and reach the database only as bound parameters. No answer names the ledger's
+database: why it cannot be used goes to the api-server's log.
 """
 
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta, timezone
+import re
+from dataclasses import replace
 from decimal import Decimal
-from html import escape
-from importlib import resources
-from string import Template
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
-from fastapi.responses import HTMLResponse
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from costaware.core.errors import ConfigurationError, CostawareError, LedgerUnavailableError
-from costaware.core.money import format_usd, format_usd_exact
-from costaware.plugins.ui import charts
+from costaware.plugins.ui.filters import (
+    MAX_SCOPE_TAGS,
+    SCOPE_PATTERN,
+    DagId,
+    GroupBy,
+    ScopeQ,
+    page_filters,
+    report_filters,
+    scope_problem,
+)
 
 log = logging.getLogger(__name__)
 
-GROUP_BY_PATTERN = r"^(dag|task|run|trial|kind|market|cause|outcome|tag:[A-Za-z][A-Za-z0-9_.-]{0,63})$"
-DAG_ID_PATTERN = r"^[A-Za-z0-9_.-]{1,250}$"
-SCOPE_PATTERN = (
-    r"^(\*|[A-Za-z][A-Za-z0-9_.-]{0,63}=[^,=]{1,128}(,[A-Za-z][A-Za-z0-9_.-]{0,63}=[^,=]{1,128})*)$"
+#: What a request learns when the ledger cannot be used; the reason (with the database's URL) is logged.
+LEDGER_UNAVAILABLE = (
+    "the cost ledger cannot be read right now: try again later; an administrator finds the reason in "
+    "the api-server log"
 )
+_DATABASE_URL = re.compile(r"\b(sqlite|postgres(ql)?)(\+\w+)?://\S*", re.IGNORECASE)
 
 
 async def require_login(request: Request) -> Any:
@@ -58,33 +69,35 @@ cost_app = FastAPI(
     dependencies=[Depends(require_login)],
 )
 
-Days = Annotated[int, Query(ge=1, le=366, description="How many days back from now (default 30).")]
-Since = Annotated[datetime | None, Query(description="ISO datetime with a zone; overrides `days`.")]
-Until = Annotated[datetime | None, Query(description="ISO datetime with a zone (exclusive).")]
-DagId = Annotated[str | None, Query(pattern=DAG_ID_PATTERN, description="Only this DAG.")]
-ScopeQ = Annotated[str, Query(pattern=SCOPE_PATTERN, description="Tag filter such as project=churn,team=ml.")]
-GroupBy = Annotated[
-    str, Query(pattern=GROUP_BY_PATTERN, description="dag, task, run, trial, kind, market, tag:<name>")
-]
+
+@cost_app.exception_handler(StarletteHTTPException)
+async def login_or_error(request: Request, exc: StarletteHTTPException) -> Response:
+    """Send a browser whose session is missing, expired or unreadable to the login page, then back here.
+
+    Only the HTML page does this, and only for a request without an ``Authorization`` header (a browser
+    with a cookie, not a script with a token): the JSON routes keep their 401/403, which scripts act on.
+    """
+    if (
+        exc.status_code in (401, 403)
+        and request.scope.get("endpoint") is cost_page
+        and "authorization" not in request.headers
+    ):
+        from airflow.api_fastapi.app import get_auth_manager
+
+        back = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        # Every auth manager takes keyword arguments; the simple one and FAB honour ``next_url``.
+        return RedirectResponse(get_auth_manager().get_url_login(next_url=back), status_code=303)
+    return await http_exception_handler(request, exc)
 
 
 def _ledger() -> Any:
+    """The ledger; a URL or schema it cannot be opened with is the server's problem, not the request's."""
     from costaware.hooks.ledger import CostLedgerHook
 
-    return CostLedgerHook().get_conn()
-
-
-def report_filters(
-    days: Days = 30, since: Since = None, until: Until = None, dag_id: DagId = None, scope: ScopeQ = "*"
-) -> Any:
-    """The filters every report route takes, validated: a ``ledger_reports.Filters``."""
-    from costaware.adapters.ledger_reports import Filters
-
-    for name, value in (("since", since), ("until", until)):
-        if value is not None and value.tzinfo is None:
-            raise HTTPException(422, f"{name}={value.isoformat()} has no time zone: add one, e.g. +00:00")
-    start = since or datetime.now(timezone.utc) - timedelta(days=days)
-    return Filters(since=start, until=until, dag_id=dag_id, scope=scope)
+    try:
+        return CostLedgerHook().get_conn()
+    except CostawareError as e:
+        raise LedgerUnavailableError(str(e)) from e
 
 
 def readable_dags(user: Annotated[Any, Depends(require_login)]) -> frozenset[str]:
@@ -115,24 +128,32 @@ Readable = Annotated[frozenset[str], Depends(readable_dags)]
 
 def visible_filters(filters: Annotated[Any, Depends(report_filters)], readable: Readable) -> Any:
     """The report filters narrowed to the DAGs the user may read."""
-    from dataclasses import replace
-
     return replace(filters, dag_ids=readable)
 
 
 ReportFilters = Annotated[Any, Depends(visible_filters)]
+Limit = Annotated[
+    int | None,
+    Query(ge=1, le=10000, description="Only the costliest groups; the rest are totalled under `other`."),
+]
 
 
 def _guard(call: Any) -> Any:
-    """Run a ledger call; bad filters are 422, an unreachable ledger is 503."""
+    """Run a ledger call; bad filters are 422, an unusable ledger 503 (its reason logged, not answered)."""
     try:
         return call()
     except LedgerUnavailableError as e:
-        raise HTTPException(503, str(e)) from e
+        log.warning("costaware Cost API: %s", e)
+        raise HTTPException(503, LEDGER_UNAVAILABLE) from e
     except ConfigurationError as e:
-        raise HTTPException(422, str(e)) from e
+        raise HTTPException(422, _public(str(e))) from e
     except CostawareError as e:
-        raise HTTPException(400, str(e)) from e
+        raise HTTPException(400, _public(str(e))) from e
+
+
+def _public(message: str) -> str:
+    """``message`` without any database URL (messages about the request should hold none; be sure)."""
+    return _DATABASE_URL.sub("<the ledger database>", message)
 
 
 def _usd(value: Decimal) -> str:
@@ -166,48 +187,71 @@ def api_summary(filters: ReportFilters) -> dict[str, Any]:
     }
 
 
-@cost_app.get("/api/spend", summary="Spend per group (DAG, task, run, trial, tag, ...), costliest first")
-def api_spend(filters: ReportFilters, group_by: GroupBy = "dag") -> dict[str, Any]:
-    """Spend per group, costliest first."""
+def _spend_rows(filters: Any, group_by: str) -> list[Any]:
     f = filters
-    rows = _guard(
-        lambda: _ledger().report(
+    return list(
+        _ledger().report(
             group_by=group_by, since=f.since, until=f.until, dag_id=f.dag_id, scope=f.scope, dag_ids=f.dag_ids
         )
     )
+
+
+def _row_json(r: Any) -> dict[str, Any]:
     return {
-        "group_by": group_by,
-        "rows": [
-            {
-                "group": r.group,
-                "entries": r.entries,
-                "hours": _usd(r.hours),
-                "usd": _usd(r.usd),
-                "estimated_usd": _usd(r.estimated_usd),
-                "on_demand_usd": _usd(r.on_demand_usd),
-                "savings_usd": _usd(r.savings_usd),
-            }
-            for r in rows
-        ],
+        "group": r.group,
+        "entries": r.entries,
+        "hours": _usd(r.hours),
+        "usd": _usd(r.usd),
+        "estimated_usd": _usd(r.estimated_usd),
+        "on_demand_usd": _usd(r.on_demand_usd),
+        "savings_usd": _usd(r.savings_usd),
     }
+
+
+@cost_app.get("/api/spend", summary="Spend per group (DAG, task, run, trial, tag, ...), costliest first")
+def api_spend(filters: ReportFilters, group_by: GroupBy = "dag", limit: Limit = None) -> dict[str, Any]:
+    """Spend per group, costliest first; with ``limit``, the rest totalled in ``other`` (null: none left)."""
+    from costaware.adapters.ledger_reports import top_groups
+
+    rows = _guard(lambda: _spend_rows(filters, group_by))
+    shown, rest = top_groups(rows, limit) if limit else (rows, None)
+    other = None if rest is None else {**_row_json(rest), "groups": len(rows) - len(shown)}
+    return {"group_by": group_by, "rows": [_row_json(r) for r in shown], "other": other}
 
 
 @cost_app.get("/api/daily", summary="Actual spend per UTC day and group")
-def api_daily(filters: ReportFilters, group_by: GroupBy = "dag") -> dict[str, Any]:
-    """Actual spend per UTC day and group, for charts."""
-    from costaware.adapters.ledger_reports import daily_spend
+def api_daily(filters: ReportFilters, group_by: GroupBy = "dag", limit: Limit = None) -> dict[str, Any]:
+    """Actual spend per UTC day and group, for charts; with ``limit``, the other groups summed per day."""
+    from costaware.adapters.ledger_reports import daily_spend, fold_daily, other_label
 
     points = _guard(lambda: daily_spend(_ledger(), filters, group_by))
+    folded = 0
+    if limit:
+        points, folded = fold_daily(points, limit)
     return {
         "group_by": group_by,
         "points": [{"day": d.isoformat(), "group": g, "usd": _usd(u)} for d, g, u in points],
+        "other": {"group": other_label(folded), "groups": folded} if folded else None,
     }
 
 
+def budget_filters(dag_id: DagId = None, scope: ScopeQ = "*") -> tuple[str | None, str]:
+    """The filters that choose budgets (a budget's period is its own: no time range applies)."""
+    problem = scope_problem(scope)
+    if problem:
+        raise HTTPException(422, f"scope: {problem}")
+    return dag_id, scope
+
+
 @cost_app.get("/api/budgets", summary="Each budget's cap, spend and reservations this period, with burn-down")
-def api_budgets(readable: Readable) -> dict[str, Any]:
-    """Every budget the user may see with its cap, spend, reservations, burn-down and period-end forecast."""
-    found, forecasts = _guard(lambda: _budgets_with_forecasts(readable))
+def api_budgets(
+    readable: Readable, chosen: Annotated[tuple[str | None, str], Depends(budget_filters)]
+) -> dict[str, Any]:
+    """The budgets the user may see that apply to ``dag_id`` and ``scope``, each in its current period.
+
+    ``days``, ``since`` and ``until`` do not apply: a budget's figures are those of its own period.
+    """
+    found, forecasts = _guard(lambda: _budgets_with_forecasts(readable, *chosen))
     return {
         "budgets": [
             {
@@ -229,14 +273,28 @@ def api_budgets(readable: Readable) -> dict[str, Any]:
     }
 
 
-def _budgets_with_forecasts(readable: frozenset[str]) -> tuple[list[Any], dict[str, Any]]:
-    """The burn-down of each budget the user may see, and its forecast (timetables from Airflow's DB)."""
+def _budgets_with_forecasts(
+    readable: frozenset[str] | None, dag_id: str | None = None, scope: str = "*"
+) -> tuple[list[Any], dict[str, Any]]:
+    """The burn-down and forecast of each budget the user may see that applies to ``dag_id`` and ``scope``.
+
+    A budget applies to a scope when it counts some of its spend (no tag of the budget contradicts the
+    scope: ``*`` and ``team=ml`` apply to ``project=churn``, ``project=fraud`` does not), and to a DAG
+    when that DAG has spent in it. Timetables for the forecast come from Airflow's DB.
+    """
     from costaware.adapters.airflow_schedule import AirflowSchedule
-    from costaware.adapters.ledger_governance import budget_outlook, visible_budgets
+    from costaware.adapters.ledger_governance import budget_dags, budget_outlook, visible_budgets
     from costaware.adapters.ledger_reports import burn_down
+    from costaware.core.budgets import Scope
 
     ledger = _ledger()
-    visible = {b.label: b for b in visible_budgets(ledger, readable)}
+    wanted = Scope.parse(scope).as_dict()
+    visible = {
+        b.label: b
+        for b in visible_budgets(ledger, readable)
+        if all(wanted.get(key, value) == value for key, value in b.scope.tags)
+        and (dag_id is None or dag_id in budget_dags(ledger, b))
+    }
     found = [b for b in burn_down(ledger) if b.usage.label in visible]
     schedule = AirflowSchedule()
     forecasts = {
@@ -248,7 +306,11 @@ def _budgets_with_forecasts(readable: frozenset[str]) -> tuple[list[Any], dict[s
 class BudgetChange(BaseModel):
     """A budget to create or change from the UI."""
 
-    scope: str = Field(pattern=SCOPE_PATTERN, description="Tags the budget covers, e.g. project=churn.")
+    scope: str = Field(
+        pattern=SCOPE_PATTERN,
+        max_length=512,  # the ledger's column
+        description=f"Tags the budget covers, e.g. project=churn (at most {MAX_SCOPE_TAGS} tags).",
+    )
     period: str = Field(pattern=r"^(run|day|month|total)$")
     cap_usd: str = Field(pattern=r"^[0-9]{1,12}(\.[0-9]{1,6})?$", description="The cap in USD, e.g. 250.")
     timezone: str = Field(default="UTC", max_length=64)
@@ -289,16 +351,27 @@ def api_top_tries(filters: ReportFilters, limit: Annotated[int, Query(ge=1, le=1
     }
 
 
+def _gates(filters: Any, limit: int = 50) -> list[Any]:
+    from costaware.adapters.gate_requests import gate_requests
+
+    f = filters
+    return list(
+        gate_requests(
+            _ledger(),
+            since=f.since,
+            until=f.until,
+            dag_id=f.dag_id,
+            dag_ids=f.dag_ids,
+            scope=f.scope,
+            limit=limit,
+        )
+    )
+
+
 @cost_app.get("/api/gates", summary="Spend gates that were refused, skipped or had to wait")
 def api_gates(filters: ReportFilters, limit: Annotated[int, Query(ge=1, le=500)] = 50) -> dict[str, Any]:
     """Spend gates that did not get their money at once: what they asked, of which budget, when."""
-    from costaware.adapters.gate_requests import gate_requests
-
-    found = _guard(
-        lambda: gate_requests(
-            _ledger(), since=filters.since, dag_id=filters.dag_id, dag_ids=filters.dag_ids, limit=limit
-        )
-    )
+    found = _guard(lambda: _gates(filters, limit))
     return {
         "gates": [
             {
@@ -319,322 +392,58 @@ def api_gates(filters: ReportFilters, limit: Annotated[int, Query(ge=1, le=500)]
     }
 
 
-GROUP_BY_CHOICES = (
-    "dag",
-    "task",
-    "run",
-    "trial",
-    "kind",
-    "market",
-    "cause",
-    "outcome",
-    "tag:team",
-    "tag:project",
-)
-TextQ = Annotated[str | None, Query()]
-
-
-def page_filters(
-    days: TextQ = None,
-    since: TextQ = None,
-    until: TextQ = None,
-    dag_id: TextQ = None,
-    scope: TextQ = None,
-    group_by: TextQ = None,
-) -> tuple[Any, str, dict[str, str], list[str]]:
-    """The page's form, read leniently: empty fields mean "all" (or the default); bad ones become messages.
-
-    Returns the ``Filters`` (None when a field is bad), the grouping, the values as typed (to refill the
-    form) and one readable message per bad field. The JSON API keeps answering 422 instead.
-    """
-    import re
-
-    from costaware.adapters.ledger_reports import Filters
-
-    typed = {
-        "days": (days or "").strip(),
-        "since": (since or "").strip(),
-        "until": (until or "").strip(),
-        "dag_id": (dag_id or "").strip(),
-        "scope": (scope or "").strip(),
-        "group_by": (group_by or "").strip(),
-    }
-    errors: list[str] = []
-    span = 30
-    if typed["days"]:
-        try:
-            span = int(typed["days"])
-        except ValueError:
-            span = 0
-        if not 1 <= span <= 366:
-            errors.append(f"Days: {typed['days']!r} is not a whole number from 1 to 366.")
-    instants: dict[str, datetime | None] = {"since": None, "until": None}
-    for name in instants:
-        if not typed[name]:
-            continue
-        try:
-            instants[name] = datetime.fromisoformat(typed[name])
-        except ValueError:
-            errors.append(
-                f"{name.title()}: {typed[name]!r} is not an ISO time such as 2026-11-01T00:00+00:00."
-            )
-            continue
-        if instants[name].tzinfo is None:  # type: ignore[union-attr]
-            errors.append(f"{name.title()}: {typed[name]!r} has no time zone: add one, e.g. +00:00.")
-    if typed["dag_id"] and not re.fullmatch(DAG_ID_PATTERN, typed["dag_id"]):
-        errors.append(
-            f"DAG: {typed['dag_id']!r} is not a DAG id (letters, digits, '_', '.', '-'); "
-            "leave it empty for all."
-        )
-    if typed["scope"] and not re.fullmatch(SCOPE_PATTERN, typed["scope"]):
-        errors.append(
-            f"Scope: {typed['scope']!r} is not a tag filter such as project=churn or project=churn,team=ml; "
-            "leave it empty (or *) for all."
-        )
-    grouping = typed["group_by"] or "dag"
-    if not re.fullmatch(GROUP_BY_PATTERN, grouping):
-        errors.append(f"Group by: {grouping!r} is not one of {', '.join(GROUP_BY_CHOICES)} or tag:<name>.")
-    if errors:
-        return None, grouping, typed, errors
-    start = instants["since"] or datetime.now(timezone.utc) - timedelta(days=span)
-    filters = Filters(
-        since=start, until=instants["until"], dag_id=typed["dag_id"] or None, scope=typed["scope"] or "*"
-    )
-    return filters, grouping, typed, []
-
-
 PageFilters = Annotated[tuple[Any, str, dict[str, str], list[str]], Depends(page_filters)]
 
 
 @cost_app.get("/", response_class=HTMLResponse, summary="The Cost page")
 def cost_page(form: PageFilters, readable: Readable) -> HTMLResponse:
     """The Cost page: cards, spend over time, budget burn-down, spend by tag and run, costliest tries."""
-    from dataclasses import replace
-
-    from costaware.adapters.gate_requests import gate_requests
-    from costaware.adapters.ledger_reports import costliest_tries, daily_spend, summary
+    from costaware.plugins.ui.render import error_html, page_html
 
     filters, group_by, typed, errors = form
     if errors:
-        return HTMLResponse(_error_page(typed, group_by, errors), status_code=422)
-
-    def build() -> str:
-        ledger = _ledger()
-        f = replace(filters, dag_ids=readable)  # only the DAGs this user may read
-        dag_id, scope = f.dag_id, f.scope
-        days = max(1, round((datetime.now(timezone.utc) - f.since).total_seconds() / 86400))
-        s = summary(ledger, f)
-        per_day = daily_spend(ledger, f, group_by)
-        seen = f.dag_ids
-        by_group = ledger.report(group_by=group_by, since=f.since, dag_id=dag_id, scope=scope, dag_ids=seen)
-        by_team = ledger.report(group_by="tag:team", since=f.since, dag_id=dag_id, scope=scope, dag_ids=seen)
-        by_project = ledger.report(
-            group_by="tag:project", since=f.since, dag_id=dag_id, scope=scope, dag_ids=seen
-        )
-        by_run = ledger.report(group_by="run", since=f.since, dag_id=dag_id, scope=scope, dag_ids=seen)[:10]
-        tries = costliest_tries(ledger, f, 10)
-        budgets, forecasts = _budgets_with_forecasts(readable)
-        from costaware.plugins.ui.efficiency import efficiency_panel
-
-        efficiency = efficiency_panel(ledger, f)
-        page = _page(
-            days,
-            dag_id,
-            group_by,
-            scope,
-            s,
-            per_day,
-            by_group,
-            by_team,
-            by_project,
-            by_run,
-            tries,
-            budgets,
-            efficiency,
-            forecasts,
-        )
-        gates = gate_requests(ledger, since=f.since, dag_id=dag_id, dag_ids=readable)
-        return page.replace("<!--gates-->", _gates_table(gates))
-
+        return HTMLResponse(error_html(typed, group_by, errors), status_code=422)
+    f = replace(filters, dag_ids=readable)  # only the DAGs this user may read
     try:
-        return HTMLResponse(str(_guard(build)))
-    except HTTPException as e:  # an unreachable ledger or a bad filter: say so on the page, not in JSON
-        return HTMLResponse(_error_page(typed, group_by, [str(e.detail)]), status_code=e.status_code)
+        return HTMLResponse(_guard(lambda: page_html(typed, f, group_by, _read_report(f, group_by))))
+    except HTTPException as e:  # an unusable ledger or a bad filter: say so on the page, not in JSON
+        return HTMLResponse(error_html(typed, group_by, [str(e.detail)]), status_code=e.status_code)
 
 
-def _group_by_options(current: str) -> str:
-    choices = list(GROUP_BY_CHOICES) + ([current] if current not in GROUP_BY_CHOICES else [])
-    return "".join(
-        f'<option value="{escape(c)}"{" selected" if c == current else ""}>{escape(c)}</option>'
-        for c in choices
+def _read_report(f: Any, group_by: str) -> Any:
+    """Everything the page shows, every section under the same filters (budgets: see ``docs/ui.md``)."""
+    from costaware.adapters.ledger_reports import (
+        costliest_tries,
+        daily_spend,
+        fold_daily,
+        other_label,
+        summary,
+        top_groups,
     )
+    from costaware.plugins.ui.efficiency import efficiency_panel
+    from costaware.plugins.ui.render import Report
 
-
-def _error_page(typed: dict[str, str], group_by: str, errors: list[str]) -> str:
-    items = "".join(f"<li>{escape(e)}</li>" for e in errors)
-    return (
-        _TEMPLATE.safe_substitute(
-            days=escape(typed.get("days") or "30"),
-            dag_id=escape(typed.get("dag_id", "")),
-            group_by=escape(group_by),
-            group_by_options=_group_by_options(group_by),
-            scope=escape(typed.get("scope", "")),
-            cards="",
-            spend_chart="",
-            budget_charts="",
-            team_chart="",
-            project_chart="",
-            group_table="",
-            run_chart="",
-            tries_table="",
-            efficiency="",
-        )
-        .replace(
-            "<!--error-->", f'<div class="error" role="alert"><b>Cannot show costs:</b><ul>{items}</ul></div>'
-        )
-        .replace('<div id="report">', '<div id="report" hidden>')
-    )
-
-
-def _gates_table(requests: list[Any]) -> str:
-    """Spend gates that were refused, skipped or had to wait: what was asked, of which budget, when."""
-    if not requests:
-        return '<p class="empty">No spend gate was refused or had to wait in this period.</p>'
-    label = {"refused": "refused (run failed)", "skipped": "refused (run skipped)", "waiting": "waiting"}
-    label.update(
-        reserved="reserved after waiting",
-        approval="waiting for approval",
-        approved="overage approved",
-        rejected="overage rejected",
-    )
-    rows = [
-        [
-            r.updated_at.strftime("%Y-%m-%d %H:%M UTC"),
-            r.dag_id,
-            r.run_id,
-            f"{r.task_id} for {r.for_task_id}",
-            format_usd_exact(r.usd),
-            r.budget,
-            label.get(r.status, r.status),
-            r.message if r.status != "reserved" else f"waited since {r.requested_at:%Y-%m-%d %H:%M} UTC",
-        ]
-        for r in requests
-    ]
-    return _table(["when", "DAG", "run", "gate", "asked", "budget", "outcome", "budget's answer"], rows)
-
-
-def _forecast_triple(forecast: Any) -> tuple[Decimal, Decimal, Decimal] | None:
-    if forecast is None:
-        return None
-    return (forecast.forecast_usd, forecast.low_usd, forecast.high_usd)
-
-
-def _card(label: str, value: str, note: str = "") -> str:
-    return (
-        f'<div class="card"><div class="label">{escape(label)}</div><div class="value">{escape(value)}</div>'
-        f'<div class="note">{escape(note)}</div></div>'
-    )
-
-
-def _table(headers: list[str], rows: list[list[str]]) -> str:
-    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in rows)
-    body = body or "<tr><td>no entries</td></tr>"
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-def _page(
-    days: int,
-    dag_id: str | None,
-    group_by: str,
-    scope: str,
-    s: Any,
-    per_day: Any,
-    by_group: Any,
-    by_team: Any,
-    by_project: Any,
-    by_run: Any,
-    tries: Any,
-    budgets: Any,
-    efficiency: str = "",
-    forecasts: Any = None,
-) -> str:
-    cards = "".join(
-        [
-            _card("Spent", format_usd(s.usd), f"{s.entries} entries, last {days} days"),
-            _card("On-demand equivalent", format_usd(s.on_demand_usd), "the same compute at list price"),
-            _card("Savings vs on-demand", format_usd(s.savings_usd), "spot, local and cheaper windows"),
-            _card("Cache hits", str(s.cache_hits), f"{format_usd(s.cache_avoided_usd)} of compute avoided"),
-            _card(
-                "Egress avoided", format_usd(s.egress_avoided_usd), f"{format_usd(s.egress_usd)} egress paid"
-            ),
-            _card("Failed tries", str(s.failed_tries), f"{s.preempted_tries} preempted"),
-        ]
-    )
-    budget_charts = (
-        "".join(
-            charts.burn_down_line(
-                b.cumulative,
-                b.usage.cap_usd,
-                f"Budget {b.usage.name}: {format_usd_exact(b.usage.left_usd)} left",
-                _forecast_triple((forecasts or {}).get(b.usage.label)),
-            )
-            for b in budgets
-        )
-        or '<p class="empty">No budgets yet: set one with <code>costaware budget set</code>.</p>'
-    )
-    group_table = _table(
-        [group_by, "entries", "hours", "actual", "estimated", "on-demand", "savings"],
-        [
-            [
-                r.group,
-                str(r.entries),
-                f"{r.hours:.4f}",
-                format_usd(r.usd),
-                format_usd(r.estimated_usd),
-                format_usd(r.on_demand_usd),
-                format_usd(r.savings_usd),
-            ]
-            for r in by_group
-        ],
-    )
-    tries_table = _table(
-        ["DAG", "run", "task", "try", "instance", "market", "outcome", "hours", "cost"],
-        [
-            [
-                t["dag_id"],
-                t["run_id"],
-                t["task_id"],
-                str(t["try_number"]),
-                t["instance_type"] or "-",
-                t["market"] or "-",
-                t["outcome"],
-                f"{t['hours']:.4f}",
-                format_usd(t["usd"]),
-            ]
-            for t in tries
-        ],
-    )
-    return _TEMPLATE.substitute(
-        days=days,
-        dag_id=escape(dag_id or ""),
-        group_by=escape(group_by),
-        group_by_options=_group_by_options(group_by),
-        scope=escape("" if scope == "*" else scope),
-        cards=cards,
-        spend_chart=charts.stacked_bars(per_day, f"Spend per day by {group_by}"),
-        budget_charts=budget_charts,
-        team_chart=charts.horizontal_bars([(r.group, r.usd) for r in by_team], "By team"),
-        project_chart=charts.horizontal_bars([(r.group, r.usd) for r in by_project], "By project"),
-        group_table=group_table,
-        run_chart=charts.horizontal_bars([(r.group, r.usd) for r in by_run], "Spend per run (top 10)"),
-        tries_table=tries_table,
-        efficiency=efficiency,
+    ledger = _ledger()
+    by_group, rest = top_groups(_spend_rows(f, group_by))
+    per_day, folded = fold_daily(daily_spend(ledger, f, group_by))
+    budgets, forecasts = _budgets_with_forecasts(f.dag_ids, f.dag_id, f.scope)
+    return Report(
+        summary=summary(ledger, f),
+        per_day=per_day,
+        other_day_group=other_label(folded) if folded else None,
+        by_group=by_group,
+        by_group_rest=rest,
+        by_team=_spend_rows(f, "tag:team"),
+        by_project=_spend_rows(f, "tag:project"),
+        by_run=_spend_rows(f, "run"),
+        tries=costliest_tries(ledger, f, 10),
+        budgets=budgets,
+        forecasts=forecasts,
+        efficiency=efficiency_panel(ledger, f),
+        gates=_gates(f),
     )
 
 
 from costaware.plugins.ui import efficiency as _efficiency  # noqa: E402  (routes need the names above)
 
 _efficiency.add_routes(cost_app, visible_filters, _guard, _ledger)
-
-_TEMPLATE = Template((resources.files("costaware.plugins.ui") / "templates" / "cost.html").read_text("utf-8"))

@@ -1,4 +1,9 @@
-"""Plain SVG charts, rendered on the server: no JavaScript, nothing fetched from a CDN."""
+"""Plain SVG charts, rendered on the server: no JavaScript, nothing fetched from a CDN.
+
+Amounts are written with :func:`costaware.core.money.format_usd_exact`, like every dollar figure on the page
+and in the CLI's tables. Labels and amounts use a monospace font (``.label``, ``.value``, ``.tick`` in the
+page's style), so their width is known here and the margins are sized to fit them: nothing is clipped.
+"""
 
 from __future__ import annotations
 
@@ -7,42 +12,130 @@ from datetime import date
 from decimal import Decimal
 from html import escape
 
-PALETTE = ("#2563eb", "#16a34a", "#d97706", "#9333ea", "#dc2626", "#0891b2", "#4b5563", "#db2777")
+from costaware.core.money import format_usd_exact as money
+
+#: 20 colours that stay apart from each other (Tableau's 10 and their light tints, two darker hues),
+#: none of them grey: grey is the "other" group's.
+PALETTE = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#bcbd22",
+    "#17becf",
+    "#393b79",
+    "#aec7e8",
+    "#ffbb78",
+    "#98df8a",
+    "#ff9896",
+    "#c5b0d5",
+    "#c49c94",
+    "#f7b6d2",
+    "#dbdb8d",
+    "#9edae5",
+    "#637939",
+)
+OTHER_COLOUR = "#9ca3af"
 WIDTH, HEIGHT, PAD = 720, 240, 48
-LEFT = 84  # room for the y-axis amount
+LEFT = 84  # the narrowest room for the y-axis amount; wider amounts get more (axis_left)
+#: Width of one character of the charts' 11px monospace text (0.6 em, plus a margin for wider fonts).
+CHAR_PX = 6.8
+#: Longest bar label in characters: longer names are shortened (keeping what tells them apart).
+MAX_LABEL_CHARS = 44
 
 
-def _money(value: Decimal) -> str:
-    return f"${value:,.2f}" if abs(value) >= 1 else f"${value:.6f}".rstrip("0").rstrip(".")
+def text_px(text: str) -> float:
+    """How wide ``text`` is drawn in the charts' monospace font."""
+    return len(text) * CHAR_PX
 
 
-def stacked_bars(days: Sequence[tuple[date, str, Decimal]], title: str) -> str:
-    """Spend per day, one stacked bar per day, one colour per group (legend below)."""
+def axis_left(top_label: str) -> float:
+    """Where a chart's plot starts: right of its y-axis amount, which is drawn right-aligned before it."""
+    return max(float(LEFT), text_px(top_label) + 8)
+
+
+def short_labels(names: Sequence[str], max_chars: int = MAX_LABEL_CHARS) -> list[str]:
+    """Labels of at most ``max_chars`` characters that still tell ``names`` apart.
+
+    A shorter name is kept whole. A longer one keeps its start and the part from where it first differs
+    from the other names, with ``…`` for what is left out: run ids share long prefixes
+    (``manual__2026-11-23T18:00:00.``), and a label cut at a fixed length would make two runs look alike.
+    """
+    out = []
+    for i, name in enumerate(names):
+        if len(name) <= max_chars:
+            out.append(name)
+            continue
+        differs = max((_common_prefix(name, other) for j, other in enumerate(names) if j != i), default=0)
+        if differs < max_chars - 1:  # the start alone tells it apart
+            out.append(name[: max_chars - 1] + "…")
+            continue
+        head = max_chars // 4
+        window = max_chars - head - 1
+        if len(name) - window <= differs:  # the end of the name holds the difference
+            out.append(name[:head] + "…" + name[len(name) - window :])
+        else:
+            start = max(head, differs - window // 2)
+            out.append(name[:head] + "…" + name[start : start + window - 1] + "…")
+    if len(set(out)) < len(out):  # two shortened names still alike: show them whole
+        out = [name if out.count(label) > 1 else label for name, label in zip(names, out, strict=True)]
+    return out
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def stacked_bars(days: Sequence[tuple[date, str, Decimal]], title: str, *, other: str | None = None) -> str:
+    """Spend per day, one stacked bar per day, one colour per group (legend below), costliest at the bottom.
+
+    Args:
+        days: ``(day, group, usd)`` points; at most ``len(PALETTE)`` groups besides ``other`` get their own
+            colour (fold the rest first: ``ledger_reports.fold_daily``).
+        title: The chart's title.
+        other: The group that totals the groups left out, drawn grey and listed last.
+    """
     if not days:
         return f'<p class="empty">{escape(title)}: no spend in this range.</p>'
     dates = sorted({d for d, _, _ in days})
-    groups = sorted({g for _, g, _ in days})
+    totals: dict[str, Decimal] = {}
+    for _, group, usd in days:
+        totals[group] = totals.get(group, Decimal(0)) + usd
+    groups = sorted((g for g in totals if g != other), key=lambda g: (-totals[g], g))
     colour = {g: PALETTE[i % len(PALETTE)] for i, g in enumerate(groups)}
-    totals = {d: sum((usd for day, _, usd in days if day == d), Decimal(0)) for d in dates}
-    top = max(totals.values()) or Decimal(1)
-    slot = (WIDTH - LEFT - PAD) / len(dates)
+    if other is not None and other in totals:
+        groups.append(other)
+        colour[other] = OTHER_COLOUR
+    rank = {g: i for i, g in enumerate(groups)}
+    per_day = {d: sum((usd for day, _, usd in days if day == d), Decimal(0)) for d in dates}
+    top = max(per_day.values()) or Decimal(1)
+    frame, left = _frame(title, top)
+    slot = (WIDTH - left - PAD) / len(dates)
     bar = max(2.0, slot * 0.7)
-    parts = [_frame(title, top)]
+    parts = [frame]
     for i, d in enumerate(dates):
-        x = LEFT + i * slot + (slot - bar) / 2
+        x = left + i * slot + (slot - bar) / 2
         y = float(HEIGHT - PAD)
-        for day, group, usd in days:
-            if day != d or usd <= 0:
+        for _, group, usd in sorted((p for p in days if p[0] == d), key=lambda p: rank[p[1]]):
+            if usd <= 0:
                 continue
             h = float(usd / top) * (HEIGHT - 2 * PAD)
             y -= h
             parts.append(
                 f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar:.1f}" height="{h:.1f}" fill="{colour[group]}">'
-                f"<title>{escape(group)} on {d.isoformat()}: {_money(usd)}</title></rect>"
+                f"<title>{escape(group)} on {d.isoformat()}: {money(usd)}</title></rect>"
             )
         if len(dates) <= 14 or i % max(1, len(dates) // 7) == 0:
             parts.append(
-                f'<text x="{x + bar / 2:.1f}" y="{HEIGHT - PAD + 16}" class="tick">'
+                f'<text x="{x + bar / 2:.1f}" y="{HEIGHT - PAD + 16}" class="tick" text-anchor="middle">'
                 f"{d.strftime('%m-%d')}</text>"
             )
     parts.append("</svg>")
@@ -52,26 +145,45 @@ def stacked_bars(days: Sequence[tuple[date, str, Decimal]], title: str) -> str:
     return "".join(parts) + f'<div class="legend">{legend}</div>'
 
 
-def horizontal_bars(rows: Sequence[tuple[str, Decimal]], title: str) -> str:
-    """One bar per group, longest first."""
+def horizontal_bars(
+    rows: Sequence[tuple[str, Decimal]], title: str, *, limit: int = 12, noun: str = "groups"
+) -> str:
+    """One bar per group, longest first; past ``limit`` groups, one line totals the rest.
+
+    Each label is the group's name, shortened only past ``MAX_LABEL_CHARS`` (the whole name is the bar's
+    tooltip); the label column is as wide as the longest label.
+    """
     if not rows:
         return f'<p class="empty">{escape(title)}: no spend in this range.</p>'
-    rows = sorted(rows, key=lambda r: r[1], reverse=True)[:12]
-    top = max(usd for _, usd in rows) or Decimal(1)
+    ordered = sorted(rows, key=lambda r: r[1], reverse=True)
+    shown, rest = ordered[:limit], ordered[limit:]
+    labels = short_labels([name for name, _ in shown])
+    amounts = [money(usd) for _, usd in shown]
+    label_w = max(text_px(label) for label in labels) + 8
+    value_w = max(text_px(a) for a in amounts) + 8
+    top = max(usd for _, usd in shown) or Decimal(1)
     line = 22
-    height = PAD + line * len(rows)
+    height = PAD + line * (len(shown) + bool(rest))
+    span = max(40.0, WIDTH - label_w - value_w)
     parts = [
         f'<svg role="img" aria-label="{escape(title)}" viewBox="0 0 {WIDTH} {height}" class="chart">',
         f'<text x="0" y="16" class="title">{escape(title)}</text>',
     ]
-    for i, (name, usd) in enumerate(rows):
+    for i, ((name, usd), label, amount) in enumerate(zip(shown, labels, amounts, strict=True)):
         y = 32 + i * line
-        w = float(usd / top) * (WIDTH - 260)
-        parts.append(f'<text x="0" y="{y + 13}" class="label">{escape(name[:28])}</text>')
+        w = float(usd / top) * span if usd > 0 else 0.0
+        parts.append(f'<text x="0" y="{y + 13}" class="label">{escape(label)}</text>')
         parts.append(
-            f'<rect x="180" y="{y}" width="{max(w, 1):.1f}" height="16" fill="{PALETTE[i % len(PALETTE)]}"/>'
+            f'<rect x="{label_w:.1f}" y="{y}" width="{max(w, 1):.1f}" height="16" '
+            f'fill="{PALETTE[i % len(PALETTE)]}"><title>{escape(name)}: {amount}</title></rect>'
         )
-        parts.append(f'<text x="{186 + w:.1f}" y="{y + 13}" class="value">{_money(usd)}</text>')
+        parts.append(f'<text x="{label_w + w + 6:.1f}" y="{y + 13}" class="value">{amount}</text>')
+    if rest:
+        y = 32 + len(shown) * line
+        total = money(sum((usd for _, usd in rest), Decimal(0)))
+        parts.append(
+            f'<text x="0" y="{y + 13}" class="label">+ {len(rest):,} more {escape(noun)}: {total}</text>'
+        )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -88,35 +200,38 @@ def burn_down_line(
     a dotted line runs from the spend so far to the forecast, with its low-high interval as a bar.
     """
     top = max([cap, *[v for _, v in cumulative], *(forecast or ())]) or Decimal(1)
-    parts = [_frame(title, top)]
+    frame, left = _frame(title, top)
+    parts = [frame]
     cap_y = HEIGHT - PAD - float(cap / top) * (HEIGHT - 2 * PAD)
-    parts.append(f'<line x1="{LEFT}" x2="{WIDTH - PAD}" y1="{cap_y:.1f}" y2="{cap_y:.1f}" class="cap"/>')
+    parts.append(f'<line x1="{left:.1f}" x2="{WIDTH - PAD}" y1="{cap_y:.1f}" y2="{cap_y:.1f}" class="cap"/>')
     parts.append(
-        f'<text x="{WIDTH - PAD}" y="{cap_y - 4:.1f}" class="value" text-anchor="end">'
-        f"cap {_money(cap)}</text>"
+        f'<text x="{WIDTH - PAD}" y="{cap_y - 4:.1f}" class="value" text-anchor="end">cap {money(cap)}</text>'
     )
     slots = len(cumulative) - 1 + (forecast is not None)
     if forecast is not None:
-        parts.append(_forecast_marks(cumulative, forecast, top))
+        parts.append(_forecast_marks(cumulative, forecast, top, left))
     if cumulative:
-        step = (WIDTH - LEFT - PAD) / max(1, slots)
+        step = (WIDTH - left - PAD) / max(1, slots)
         xy = [
-            (LEFT + i * step, HEIGHT - PAD - float(v / top) * (HEIGHT - 2 * PAD))
+            (left + i * step, HEIGHT - PAD - float(v / top) * (HEIGHT - 2 * PAD))
             for i, (_, v) in enumerate(cumulative)
         ]
         parts.append(f'<polyline points="{" ".join(f"{x:.1f},{y:.1f}" for x, y in xy)}" class="spent"/>')
         parts += [f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" class="point"/>' for x, y in xy]
         last_day, last = cumulative[-1]
         parts.append(
-            f'<text x="{LEFT}" y="{HEIGHT - 8}" class="tick">'
-            f"spent {_money(last)} by {last_day.isoformat()}</text>"
+            f'<text x="{left:.1f}" y="{HEIGHT - 8}" class="tick">'
+            f"spent {money(last)} by {last_day.isoformat()}</text>"
         )
     parts.append("</svg>")
     return "".join(parts)
 
 
 def _forecast_marks(
-    cumulative: Sequence[tuple[date, Decimal]], forecast: tuple[Decimal, Decimal, Decimal], top: Decimal
+    cumulative: Sequence[tuple[date, Decimal]],
+    forecast: tuple[Decimal, Decimal, Decimal],
+    top: Decimal,
+    left: float,
 ) -> str:
     def y(v: Decimal) -> float:
         return HEIGHT - PAD - float(v / top) * (HEIGHT - 2 * PAD)
@@ -124,7 +239,7 @@ def _forecast_marks(
     central, low, high = forecast
     end_x = WIDTH - PAD
     start_x = (
-        LEFT + (WIDTH - LEFT - PAD) * (len(cumulative) - 1) / max(1, len(cumulative)) if cumulative else LEFT
+        left + (WIDTH - left - PAD) * (len(cumulative) - 1) / max(1, len(cumulative)) if cumulative else left
     )
     start_v = cumulative[-1][1] if cumulative else Decimal(0)
     return (
@@ -133,14 +248,17 @@ def _forecast_marks(
         f'<line x1="{start_x:.1f}" x2="{end_x:.1f}" y1="{y(start_v):.1f}" y2="{y(central):.1f}" '
         f'class="forecast"/>'
         f'<text x="{end_x - 4:.1f}" y="{y(central) + 14:.1f}" class="value" text-anchor="end">'
-        f"forecast {_money(central)} ({_money(low)}-{_money(high)})</text>"
+        f"forecast {money(central)} ({money(low)}-{money(high)})</text>"
     )
 
 
-def _frame(title: str, top: Decimal) -> str:
+def _frame(title: str, top: Decimal) -> tuple[str, float]:
+    """The chart's opening: title, x axis and the y-axis amount; and where the plot starts (x)."""
+    label = money(top)
+    left = axis_left(label)
     return (
         f'<svg role="img" aria-label="{escape(title)}" viewBox="0 0 {WIDTH} {HEIGHT}" class="chart">'
         f'<text x="0" y="16" class="title">{escape(title)}</text>'
-        f'<line x1="{LEFT}" x2="{WIDTH - PAD}" y1="{HEIGHT - PAD}" y2="{HEIGHT - PAD}" class="axis"/>'
-        f'<text x="{LEFT - 4}" y="{PAD + 4}" class="tick" text-anchor="end">{_money(top)}</text>'
-    )
+        f'<line x1="{left:.1f}" x2="{WIDTH - PAD}" y1="{HEIGHT - PAD}" y2="{HEIGHT - PAD}" class="axis"/>'
+        f'<text x="{left - 4:.1f}" y="{PAD + 4}" class="tick" text-anchor="end">{label}</text>'
+    ), left

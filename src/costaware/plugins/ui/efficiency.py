@@ -12,8 +12,8 @@ from typing import Any
 
 from fastapi import Depends, FastAPI, Query
 
-from costaware.core.money import format_usd
-from costaware.plugins.ui.charts import HEIGHT, LEFT, PAD, WIDTH
+from costaware.core.money import format_usd_exact as money
+from costaware.plugins.ui.charts import HEIGHT, PAD, WIDTH, axis_left
 
 #: Suggestions saving less than this per month are left off the page (the CLI shows them on request).
 MIN_MONTHLY_SAVING_USD = Decimal("0.01")
@@ -28,7 +28,12 @@ def efficiency_data(ledger: Any, filters: Any, runs_per_month: float | None = No
     measured = measurements(ledger, dag_id=filters.dag_id, since=filters.since)
     if filters.until is not None:
         measured = [m for m in measured if m.measured_at is None or m.measured_at < filters.until]
-    measured = [m for m in measured if _readable(filters, m.dag_id)]
+    in_scope = runs_in_scope(ledger, filters)
+    measured = [
+        m
+        for m in measured
+        if _readable(filters, m.dag_id) and (in_scope is None or (m.dag_id, m.run_id) in in_scope)
+    ]
     advice = advise_tasks(bundled_catalog(), measured, runs_per_month=runs_per_month)
     return {
         "tasks": utilization_by_task(measured),
@@ -41,15 +46,37 @@ def run_outcomes(ledger: Any, filters: Any) -> list[Any]:
     """Retrain outcomes recorded in the filters' time range, oldest first, each with its run's cost."""
     from costaware.adapters.efficiency_store import outcomes
 
+    in_scope = runs_in_scope(ledger, filters)
     return [
         o
         for o in outcomes(ledger, dag_id=filters.dag_id)
         if _readable(filters, o.dag_id)
+        and (in_scope is None or (o.dag_id, o.run_id) in in_scope)
         and (
             o.recorded_at is None
             or (o.recorded_at >= filters.since and (filters.until is None or o.recorded_at < filters.until))
         )
     ]
+
+
+def runs_in_scope(ledger: Any, filters: Any) -> set[tuple[str, str]] | None:
+    """The (DAG, run) pairs with spend inside the filters' tag scope; None when the scope is everything.
+
+    Measurements and outcomes carry no tags: they belong to a scope through their run's ledger entries.
+    """
+    from sqlalchemy import and_, select, true
+
+    from costaware.adapters import ledger_schema as schema
+    from costaware.adapters.ledger_store import scope_conditions
+    from costaware.core.budgets import Scope
+
+    scope = Scope.parse(getattr(filters, "scope", "*"))
+    if not scope.tags:
+        return None
+    e = schema.entries
+    query = select(e.c.dag_id, e.c.run_id).where(and_(true(), *scope_conditions(scope))).distinct()
+    with ledger.reading() as conn:
+        return {(row[0], row[1]) for row in conn.execute(query)}
 
 
 def _readable(filters: Any, dag_id: str) -> bool:
@@ -68,8 +95,8 @@ def efficiency_panel(ledger: Any, filters: Any) -> str:
             r["instance_type"] or "-",
             "-" if r["cpu_utilization"] is None else f"{r['cpu_utilization']:.1%}",
             f"{r['peak_memory_gib']:.2f} / {r['memory_gib'] or '-'}",
-            format_usd(Decimal(r["usd"])),
-            "-" if r["idle_usd"] is None else format_usd(Decimal(r["idle_usd"])),
+            money(Decimal(r["usd"])),
+            "-" if r["idle_usd"] is None else money(Decimal(r["idle_usd"])),
         ]
         for r in data["tasks"][:15]
     ]
@@ -78,7 +105,7 @@ def efficiency_panel(ledger: Any, filters: Any) -> str:
     )
     advice = "".join(
         f"<li><b>{escape(a.dag_id)}.{escape(a.task_id)}</b>: {escape(a.current.instance_type)} &rarr; "
-        f"{escape(a.suggested.instance_type)} saves {escape(format_usd(a.monthly_saving_usd))}/month "
+        f"{escape(a.suggested.instance_type)} saves {escape(money(a.monthly_saving_usd))}/month "
         f"({escape(a.requirements.describe())}; {a.runs_per_month:g} runs/month, "
         f"{escape(a.frequency_basis)})</li>"
         for a in data["advice"]
@@ -108,23 +135,25 @@ def cost_vs_metric(runs: Sequence[Any]) -> str:
     low, high = (min(values), max(values)) if values else (0.0, 1.0)
     span = (high - low) or 1.0
     top = max(r.usd for r in scored) or Decimal(1)
-    slot = (WIDTH - LEFT - PAD) / len(scored)
+    left = axis_left(money(top))
+    slot = (WIDTH - left - PAD) / len(scored)
     bar = max(2.0, slot * 0.6)
     inner = HEIGHT - 2 * PAD
     title = f"Cost per run (bars) and holdout {metric} (line); filled points were promoted"
     parts = [
         f'<svg role="img" aria-label="{escape(title)}" viewBox="0 0 {WIDTH} {HEIGHT}" class="chart">',
         f'<text x="0" y="16" class="title">{escape(title)}</text>',
-        f'<line x1="{LEFT}" x2="{WIDTH - PAD}" y1="{HEIGHT - PAD}" y2="{HEIGHT - PAD}" class="axis"/>',
-        f'<text x="{LEFT - 4}" y="{PAD + 4}" class="tick" text-anchor="end">{escape(format_usd(top))}</text>',
-        f'<text x="{WIDTH - PAD + 4}" y="{PAD + 4}" class="tick">{high:.4f}</text>',
-        f'<text x="{WIDTH - PAD + 4}" y="{HEIGHT - PAD}" class="tick">{low:.4f}</text>',
+        f'<line x1="{left:.1f}" x2="{WIDTH - PAD}" y1="{HEIGHT - PAD}" y2="{HEIGHT - PAD}" class="axis"/>',
+        f'<text x="{left - 4:.1f}" y="{PAD + 4}" class="tick" text-anchor="end">{escape(money(top))}</text>',
+        # The metric's scale sits right of the plot, right-aligned so a wide value is not cut off.
+        f'<text x="{WIDTH}" y="{PAD + 4}" class="tick" text-anchor="end">{high:.4f}</text>',
+        f'<text x="{WIDTH}" y="{HEIGHT - PAD}" class="tick" text-anchor="end">{low:.4f}</text>',
     ]
     points = []
     for i, run in enumerate(scored):
-        x = LEFT + i * slot + (slot - bar) / 2
+        x = left + i * slot + (slot - bar) / 2
         h = float((run.usd or 0) / top) * inner
-        label = f"{run.run_id}: {format_usd(run.usd or Decimal(0))}"
+        label = f"{run.run_id}: {money(run.usd or Decimal(0))}"
         if run.metric_value is not None:
             label += f", {metric} {run.metric_value:.4f}" + (" (promoted)" if run.promoted else "")
             y = HEIGHT - PAD - (run.metric_value - low) / span * inner * 0.9 - inner * 0.05

@@ -1,0 +1,187 @@
+"""The Cost page's and API's filters: parsed and checked once, for the JSON routes and the HTML form alike.
+
+The JSON routes answer 422 for a bad filter; the page reads its form leniently (an empty field means "all")
+and turns each bad field into a readable message. Both apply the same checks, in :func:`check_filters`.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta, timezone
+from typing import Annotated, Any
+from urllib.parse import urlencode
+
+from fastapi import HTTPException, Query
+
+GROUP_BY_PATTERN = r"^(dag|task|run|trial|kind|market|cause|outcome|tag:[A-Za-z][A-Za-z0-9_.-]{0,63})$"
+DAG_ID_PATTERN = r"^[A-Za-z0-9_.-]{1,250}$"
+SCOPE_PATTERN = (
+    r"^(\*|[A-Za-z][A-Za-z0-9_.-]{0,63}=[^,=]{1,128}(,[A-Za-z][A-Za-z0-9_.-]{0,63}=[^,=]{1,128})*)$"
+)
+#: Tags one scope filter may name. Each is one more condition in every query: thousands of them exceed
+#: what a database accepts in one statement (SQLite: "Expression tree is too large"), and no real
+#: allocation has more than a handful.
+MAX_SCOPE_TAGS = 50
+GROUP_BY_CHOICES = (
+    "dag",
+    "task",
+    "run",
+    "trial",
+    "kind",
+    "market",
+    "cause",
+    "outcome",
+    "tag:team",
+    "tag:project",
+)
+#: The form's fields, in the order the page's links carry them.
+FORM_FIELDS = ("days", "since", "until", "dag_id", "scope", "group_by")
+
+Days = Annotated[int, Query(ge=1, le=366, description="How many days back from now (default 30).")]
+Since = Annotated[datetime | None, Query(description="ISO datetime with a zone; overrides `days`.")]
+Until = Annotated[datetime | None, Query(description="ISO datetime with a zone (exclusive).")]
+DagId = Annotated[str | None, Query(pattern=DAG_ID_PATTERN, description="Only this DAG.")]
+ScopeQ = Annotated[
+    str,
+    Query(
+        pattern=SCOPE_PATTERN,
+        description=f"Tag filter such as project=churn,team=ml (at most {MAX_SCOPE_TAGS} tags).",
+    ),
+]
+GroupBy = Annotated[
+    str, Query(pattern=GROUP_BY_PATTERN, description="dag, task, run, trial, kind, market, tag:<name>")
+]
+
+
+def utc_instant(value: datetime) -> tuple[datetime | None, str | None]:
+    """``value`` in UTC, or None and what is wrong with it (no zone, or outside UTC's range).
+
+    ``0001-01-01T00:00+14:00`` and ``9999-12-31T23:59-14:00`` are valid ISO times whose UTC instant
+    lies outside what Python (and so the ledger) can represent.
+    """
+    if value.tzinfo is None:
+        return None, f"{value.isoformat()} has no time zone: add one, e.g. +00:00"
+    try:
+        return value.astimezone(timezone.utc), None
+    except OverflowError:
+        return None, (
+            f"{value.isoformat()} is outside the range of times in UTC: "
+            "use a time from 0001-01-02 to 9999-12-30"
+        )
+
+
+def scope_problem(scope: str) -> str | None:
+    """What is wrong with ``scope`` as a filter (too many tags), or None when nothing is."""
+    tags = 0 if scope.strip() in ("", "*") else scope.count(",") + 1
+    if tags > MAX_SCOPE_TAGS:
+        return (
+            f"{tags:,} tags given, at most {MAX_SCOPE_TAGS} are allowed: "
+            "filter on the few tags that matter, e.g. project=churn,team=ml"
+        )
+    return None
+
+
+def check_filters(
+    days: int, since: datetime | None, until: datetime | None, dag_id: str | None, scope: str
+) -> tuple[Any, list[tuple[str, str]]]:
+    """The ``ledger_reports.Filters`` of well-formed values, or None and (field, what is wrong) pairs."""
+    from costaware.adapters.ledger_reports import Filters
+
+    problems: list[tuple[str, str]] = []
+    instants: dict[str, datetime | None] = {}
+    for name, value in (("since", since), ("until", until)):
+        instants[name], problem = (None, None) if value is None else utc_instant(value)
+        if problem:
+            problems.append((name, problem))
+    start, end = instants["since"], instants["until"]
+    if start is not None and end is not None and start >= end:
+        problems.append(("since", f"{start.isoformat()} is not before until {end.isoformat()}"))
+    problem = scope_problem(scope)
+    if problem:
+        problems.append(("scope", problem))
+    if problems:
+        return None, problems
+    start = start or datetime.now(timezone.utc) - timedelta(days=days)
+    return Filters(since=start, until=end, dag_id=dag_id, scope=scope), []
+
+
+def report_filters(
+    days: Days = 30, since: Since = None, until: Until = None, dag_id: DagId = None, scope: ScopeQ = "*"
+) -> Any:
+    """The filters every JSON report route takes, validated (422 when not): a ``ledger_reports.Filters``."""
+    filters, problems = check_filters(days, since, until, dag_id, scope)
+    if problems:
+        raise HTTPException(422, "; ".join(f"{field}: {problem}" for field, problem in problems))
+    return filters
+
+
+def page_filters(
+    days: Annotated[str | None, Query()] = None,
+    since: Annotated[str | None, Query()] = None,
+    until: Annotated[str | None, Query()] = None,
+    dag_id: Annotated[str | None, Query()] = None,
+    scope: Annotated[str | None, Query()] = None,
+    group_by: Annotated[str | None, Query()] = None,
+) -> tuple[Any, str, dict[str, str], list[str]]:
+    """The page's form, read leniently: empty fields mean "all" (or the default); bad ones become messages.
+
+    Returns the ``Filters`` (None when a field is bad), the grouping, the values as typed (to refill the
+    form) and one readable message per bad field. The JSON API answers 422 for the same values.
+    """
+    raw = {
+        "days": days,
+        "since": since,
+        "until": until,
+        "dag_id": dag_id,
+        "scope": scope,
+        "group_by": group_by,
+    }
+    typed = {name: (value or "").strip() for name, value in raw.items()}
+    errors: list[str] = []
+    span = 30
+    if typed["days"]:
+        try:
+            span = int(typed["days"])
+        except ValueError:
+            span = 0
+        if not 1 <= span <= 366:
+            errors.append(f"Days: {typed['days']!r} is not a whole number from 1 to 366.")
+            span = 30
+    instants: dict[str, datetime | None] = {"since": None, "until": None}
+    for name in instants:
+        if not typed[name]:
+            continue
+        try:
+            instants[name] = datetime.fromisoformat(typed[name])
+        except ValueError:
+            errors.append(
+                f"{name.title()}: {typed[name]!r} is not an ISO time such as 2026-11-01T00:00+00:00."
+            )
+    if typed["dag_id"] and not re.fullmatch(DAG_ID_PATTERN, typed["dag_id"]):
+        errors.append(
+            f"DAG: {typed['dag_id']!r} is not a DAG id (letters, digits, '_', '.', '-'); "
+            "leave it empty for all."
+        )
+    scope_text = typed["scope"] or "*"
+    if not re.fullmatch(SCOPE_PATTERN, scope_text):
+        errors.append(
+            f"Scope: {typed['scope']!r} is not a tag filter such as project=churn or project=churn,team=ml; "
+            "leave it empty (or *) for all."
+        )
+        scope_text = "*"
+    grouping = typed["group_by"] or "dag"
+    if not re.fullmatch(GROUP_BY_PATTERN, grouping):
+        errors.append(f"Group by: {grouping!r} is not one of {', '.join(GROUP_BY_CHOICES)} or tag:<name>.")
+    filters, problems = check_filters(
+        span, instants["since"], instants["until"], typed["dag_id"] or None, scope_text
+    )
+    errors += [f"{field.title()}: {problem}." for field, problem in problems]
+    if errors:
+        return None, grouping, typed, errors
+    return filters, grouping, typed, []
+
+
+def query_string(typed: dict[str, str], **changes: str) -> str:
+    """The form's non-empty fields as a URL query (for links that keep the page's filters)."""
+    values = {**{k: typed.get(k, "") for k in FORM_FIELDS}, **changes}
+    return urlencode([(k, v) for k, v in values.items() if v])

@@ -1,0 +1,275 @@
+"""The Cost page's filters apply to the whole page and the JSON routes it mirrors (issue 23: D2, D3, D4)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from html import escape, unescape
+
+import pytest
+import time_machine
+from fastapi.testclient import TestClient
+
+from costaware import Ledger
+from costaware.adapters.gate_requests import note_gate_request
+from costaware.core.ledger import Kind, LedgerEntry
+from costaware.plugins.ui.app import cost_app, readable_dags, require_login
+
+NOW = datetime.now(timezone.utc).replace(microsecond=0)
+SINCE, UNTIL = NOW - timedelta(days=10), NOW - timedelta(days=2)
+RANGE = {"since": SINCE.isoformat(), "until": UNTIL.isoformat()}
+JSON_ROUTES = (
+    "/api/summary",
+    "/api/spend",
+    "/api/daily",
+    "/api/top-tries",
+    "/api/gates",
+    "/api/efficiency",
+    "/api/outcomes",
+)
+
+
+def spend(
+    ledger: Ledger, usd: str, at: datetime, *, dag_id: str, run_id: str, team: str, project: str
+) -> None:
+    ledger.record(
+        LedgerEntry(
+            dag_id=dag_id,
+            run_id=run_id,
+            task_id="train",
+            kind=Kind.COMPUTE,
+            usd=Decimal(usd),
+            quantity=Decimal(1),
+            tags={"project": project, "team": team},
+            incurred_at=at,
+        )
+    )
+
+
+def gate(
+    ledger: Ledger, run_id: str, at: datetime, *, dag_id: str = "retrain", scope: str = "project=churn"
+) -> None:
+    with time_machine.travel(at, tick=False):
+        note_gate_request(
+            ledger,
+            dag_id=dag_id,
+            run_id=run_id,
+            task_id="spend_gate",
+            map_index=-1,
+            for_task_id="train",
+            scope=scope,
+            budget=f"{scope}/month",
+            usd=Decimal("7"),
+            status="refused",
+            message="no room",
+        )
+
+
+@pytest.fixture
+def ledger(ledger_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ledger]:
+    """Spend before, inside and after [SINCE, UNTIL), each on its own DAG, run, team and project."""
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+    opened = Ledger.from_url(ledger_url)
+    spend(
+        opened,
+        "1",
+        NOW - timedelta(days=20),
+        dag_id="early_dag",
+        run_id="r-early",
+        team="t-early",
+        project="churn",
+    )
+    spend(
+        opened,
+        "3",
+        NOW - timedelta(days=5),
+        dag_id="retrain",
+        run_id="r-inside",
+        team="t-inside",
+        project="churn",
+    )
+    spend(
+        opened,
+        "50",
+        NOW - timedelta(days=1),
+        dag_id="late_dag",
+        run_id="r-late",
+        team="t-late",
+        project="churn",
+    )
+    gate(opened, "g-inside", NOW - timedelta(days=5))
+    gate(opened, "g-late", NOW - timedelta(days=1))
+    yield opened
+    opened.dispose()
+
+
+@pytest.fixture
+def client(ledger: Ledger) -> Iterator[TestClient]:
+    cost_app.dependency_overrides[require_login] = lambda: None
+    cost_app.dependency_overrides[readable_dags] = lambda: None  # every DAG; see test_cost_access.py
+    yield TestClient(cost_app)
+    cost_app.dependency_overrides.clear()
+
+
+def section(html: str, heading: str) -> str:
+    """The page from ``<h2>heading`` to the next ``<h2>``."""
+    start = html.index(f"<h2>{heading}")
+    end = html.find("<h2>", start + 4)
+    return html[start : end if end > 0 else None]
+
+
+# -- D2: since and until filter every section ------------------------------------------------------
+
+
+def test_since_and_until_filter_every_section_of_the_page(client: TestClient) -> None:
+    page = client.get("/", params={**RANGE, "group_by": "dag"})
+    assert page.status_code == 200, page.text
+    html = page.text
+    cards = html[html.index('<div class="cards">') : html.index("<h2>Spend over time")]
+    assert "$3.00" in cards and "$53" not in cards and "$54" not in cards  # what the CLI reports too
+    for heading in ("Spend by tag", "Spend by dag", "Runs", "Most expensive task tries"):
+        part = section(html, heading)
+        assert "late" not in part and "early" not in part, (heading, part)
+    assert "t-inside" in section(html, "Spend by tag") and "r-inside" in section(html, "Runs")
+    gates = section(html, "Refused and waiting spend gates")
+    assert "g-inside" in gates and "g-late" not in gates
+    # The JSON routes the page mirrors agree with it.
+    assert client.get("/api/summary", params=RANGE).json()["usd"] == "3.000000"
+    assert [
+        r["group"] for r in client.get("/api/spend", params={**RANGE, "group_by": "run"}).json()["rows"]
+    ] == ["r-inside"]
+    assert [g["run_id"] for g in client.get("/api/gates", params=RANGE).json()["gates"]] == ["g-inside"]
+
+
+def test_the_form_keeps_since_and_until_and_the_json_link_carries_the_filters(client: TestClient) -> None:
+    html = client.get("/", params={**RANGE, "scope": "project=churn"}).text
+    form = html[html.index('<form method="get">') : html.index("</form>")]
+    assert f'name="since" value="{escape(RANGE["since"])}"' in form
+    assert f'name="until" value="{escape(RANGE["until"])}"' in form
+    link = unescape(re.search(r'href="(api/summary\?[^"]*)"', html).group(1))  # type: ignore[union-attr]
+    assert "since=" in link and "until=" in link and "scope=project%3Dchurn" in link
+    card = html[html.index('<div class="cards">') :]
+    assert f"{SINCE:%Y-%m-%d %H:%M} UTC to {UNTIL:%Y-%m-%d %H:%M} UTC" in card  # not "last 30 days"
+
+
+def test_scope_and_dag_filter_the_budgets_and_the_page_says_time_does_not(
+    client: TestClient, ledger: Ledger
+) -> None:
+    for scope in ("project=churn", "project=fraud", "*", "team=t-inside"):
+        ledger.set_budget(scope, "month", "100")
+    shown = {
+        b["budget"] for b in client.get("/api/budgets", params={"scope": "project=churn"}).json()["budgets"]
+    }
+    assert shown == {"project=churn/month", "*/month", "team=t-inside/month"}  # fraud's counts none of it
+    html = client.get("/", params={"scope": "project=churn"}).text
+    budgets = section(html, "Budgets")
+    assert "Budget project=churn/month" in budgets and "project=fraud" not in budgets
+    assert "whatever Days, Since and Until say" in " ".join(budgets.split())
+    # A DAG filter keeps the budgets that DAG spent in: early_dag never spent as team t-inside.
+    by_dag = client.get("/api/budgets", params={"dag_id": "early_dag"}).json()["budgets"]
+    assert {b["budget"] for b in by_dag} == {"project=churn/month", "*/month"}
+    assert client.get("/api/budgets").json()["budgets"].__len__() == 4  # no filter: every budget
+
+
+def test_gates_follow_the_scope_filter(client: TestClient, ledger: Ledger) -> None:
+    gate(ledger, "g-fraud", NOW - timedelta(days=5), dag_id="fraud_dag", scope="project=fraud,team=ml")
+    gate(ledger, "g-ml", NOW - timedelta(days=5), dag_id="ml_dag", scope="project=churn,team=ml%")
+    runs = {g["run_id"] for g in client.get("/api/gates", params={"scope": "project=churn"}).json()["gates"]}
+    assert runs == {"g-inside", "g-late", "g-ml"}
+    runs = {g["run_id"] for g in client.get("/api/gates", params={"scope": "team=ml%"}).json()["gates"]}
+    assert runs == {"g-ml"}  # '%' is a character of the value, not a wildcard
+    gates = section(
+        client.get("/", params={"scope": "project=fraud"}).text, "Refused and waiting spend gates"
+    )
+    assert "g-fraud" in gates and "g-inside" not in gates
+
+
+def test_since_after_until_is_refused(client: TestClient) -> None:
+    backwards = {"since": RANGE["until"], "until": RANGE["since"]}
+    response = client.get("/api/summary", params=backwards)
+    assert response.status_code == 422 and "is not before until" in response.json()["detail"]
+    page = client.get("/", params=backwards)
+    assert page.status_code == 422 and "Cannot show costs" in page.text and "is not before until" in page.text
+
+
+# -- D3: times outside UTC's range are bad input, not a crash -------------------------------------
+
+
+EXTREMES = ("9999-12-31T23:59:59-14:00", "0001-01-01T00:00:00+14:00")
+
+
+@pytest.mark.parametrize("value", EXTREMES)
+@pytest.mark.parametrize("name", ["since", "until"])
+@pytest.mark.parametrize("path", JSON_ROUTES)
+def test_an_extreme_time_is_a_422_on_every_json_route(
+    client: TestClient, path: str, name: str, value: str
+) -> None:
+    response = client.get(path, params={name: value})
+    assert response.status_code == 422, response.text
+    assert f"{name}: {value} is outside the range of times in UTC" in response.json()["detail"]
+
+
+@pytest.mark.parametrize("value", EXTREMES)
+def test_an_extreme_time_is_a_message_on_the_page(client: TestClient, value: str) -> None:
+    page = client.get("/", params={"since": value})
+    assert page.status_code == 422 and page.headers["content-type"].startswith("text/html")
+    assert "Cannot show costs" in page.text
+    assert escape(f"Since: {value} is outside the range of times in UTC") in page.text
+    assert f'name="since" value="{escape(value)}"' in page.text  # refilled, to fix it
+
+
+def test_the_ledger_names_a_time_it_cannot_store(ledger: Ledger) -> None:
+    from costaware.core.errors import ConfigurationError
+
+    edge = datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=14)))
+    with pytest.raises(ConfigurationError, match=r"time 0001-01-01T00:00:00\+14:00 is outside the range"):
+        ledger.report(since=edge)
+
+
+# -- D4: too many tags is bad input; no answer names the database ---------------------------------
+
+
+def many_tags(n: int) -> str:
+    return ",".join(f"k{i}=v" for i in range(n))
+
+
+@pytest.mark.parametrize("path", JSON_ROUTES)
+def test_a_scope_with_too_many_tags_is_a_422_that_states_the_limit(
+    client: TestClient, ledger_url: str, path: str
+) -> None:
+    response = client.get(path, params={"scope": many_tags(1200)})
+    assert response.status_code == 422, response.text
+    assert "scope: 1,200 tags given, at most 50 are allowed" in response.json()["detail"]
+    assert "sqlite" not in response.text and ledger_url.removeprefix("sqlite:///") not in response.text
+
+
+def test_fifty_tags_still_filter(client: TestClient) -> None:
+    assert client.get("/api/summary", params={"scope": many_tags(50)}).json()["usd"] == "0.000000"
+    assert client.get("/", params={"scope": many_tags(50)}).status_code == 200
+    assert client.get("/api/budgets", params={"scope": many_tags(51)}).status_code == 422
+
+
+def test_a_scope_with_too_many_tags_is_a_message_on_the_page(client: TestClient) -> None:
+    page = client.get("/", params={"scope": many_tags(1200)})
+    assert page.status_code == 422 and "Cannot show costs" in page.text
+    assert "Scope: 1,200 tags given, at most 50 are allowed" in page.text
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["postgresql://nobody:secret@127.0.0.1:1/ledger", "mysql://nobody:secret@db.internal/ledger"],
+    ids=["unreachable", "unsupported"],
+)
+def test_no_answer_names_the_ledger_database(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, url: str
+) -> None:
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", url)
+    for path in ("/api/summary", "/api/budgets", "/"):
+        response = client.get(path)
+        assert response.status_code == 503, (path, response.text)
+        assert "cannot be read right now" in response.text
+        for secret in ("postgresql", "mysql", "127.0.0.1", "db.internal", "nobody", "secret"):
+            assert secret not in response.text, (path, secret)
+    assert "127.0.0.1" in caplog.text or "mysql" in caplog.text  # the reason is in the server's log
