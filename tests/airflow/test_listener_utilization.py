@@ -24,9 +24,15 @@ HOG = (
 )
 
 
+class _PricedTask(SimpleNamespace):
+    """An operator whose tries run where its compute arguments say (as WarmStartRetrainOperator's)."""
+
+    cost_compute_from_arguments = True
+
+
 def fake_ti(task_id: str = "train", **task_attrs: Any) -> SimpleNamespace:
     dag = SimpleNamespace(tags=["project=churn"], dag_id="retrain")
-    task = SimpleNamespace(dag=dag, params={}, **task_attrs)
+    task = _PricedTask(dag=dag, params={}, **task_attrs)
     return SimpleNamespace(
         dag_id="retrain",
         run_id="run1",
