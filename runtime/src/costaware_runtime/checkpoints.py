@@ -1,0 +1,238 @@
+"""Local checkpoints: a folder per step, and a commit marker written last that names the committed files.
+
+A job (or a framework helper) writes one checkpoint's files, then calls :func:`commit`, which writes
+``_costaware_checkpoint.json`` atomically. Only committed files count: the launcher pushes exactly the files
+the marker lists, and checks that none changed after the commit (see :mod:`costaware_runtime.sync`). Write
+each step into its own folder (:func:`checkpoint_folder`), because the previous step may still be uploading.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from costaware_runtime import _files
+from costaware_runtime.contract import CHECKPOINT_MARKER, checkpoint_dir
+from costaware_runtime.errors import ContractError
+from costaware_runtime.stores import check_key
+
+log = logging.getLogger(__name__)
+
+FOLDER_PREFIX = "checkpoint-"
+_FOLDER = re.compile(r"checkpoint-(\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedFile:
+    """One file of a committed checkpoint, as it was at commit time."""
+
+    path: str
+    bytes: int
+    mtime_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class Marker:
+    """A parsed commit marker: the step, when it was saved, and its files."""
+
+    step: int
+    saved_at: str
+    files: tuple[CommittedFile, ...]
+
+    @property
+    def identity(self) -> tuple[int, str]:
+        """What tells two commits apart (a step may be saved twice)."""
+        return (self.step, self.saved_at)
+
+    def to_json(self) -> dict[str, Any]:
+        files = [{"path": f.path, "bytes": f.bytes, "mtime_ns": f.mtime_ns} for f in self.files]
+        return {"step": self.step, "saved_at": self.saved_at, "files": files}
+
+
+def parse_marker(raw: bytes, where: str) -> Marker:
+    """The marker in ``raw``, read from ``where``.
+
+    Raises:
+        ContractError: ``raw`` is not a marker written by :func:`commit`.
+    """
+    try:
+        data = json.loads(raw)
+        step, saved_at = data["step"], data["saved_at"]
+        files = tuple(
+            CommittedFile(check_key(str(f["path"])), int(f["bytes"]), int(f.get("mtime_ns", 0)))
+            for f in data["files"]
+        )
+    except (ValueError, KeyError, TypeError) as e:
+        raise ContractError(
+            f"{where} is not a checkpoint marker ({e!r}): write it with costaware_runtime.commit()"
+        ) from e
+    if type(step) is not int or step < 0 or not isinstance(saved_at, str) or not files:
+        raise ContractError(f"{where} holds step {step!r}, saved_at {saved_at!r} and {len(files)} files")
+    return Marker(step, saved_at, files)
+
+
+def _folder(directory: Path | str | None) -> Path:
+    return checkpoint_dir() if directory is None else Path(directory)
+
+
+def read_marker(directory: Path | str | None = None) -> Marker | None:
+    """The committed checkpoint of ``directory`` (default ``COSTAWARE_CHECKPOINT_DIR``), or None."""
+    path = _folder(directory) / CHECKPOINT_MARKER
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    return parse_marker(raw, str(path))
+
+
+def latest_step(directory: Path | str | None = None) -> int | None:
+    """The step of the newest committed checkpoint in ``directory``, or None when there is none."""
+    marker = read_marker(directory)
+    return None if marker is None else marker.step
+
+
+def checkpoint_folder(step: int, directory: Path | str | None = None) -> Path:
+    """``<directory>/checkpoint-<step>``, created, to write one step's files into before :func:`commit`."""
+    folder = _folder(directory) / f"{FOLDER_PREFIX}{_check_step(step)}"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def commit(directory: Path | str | None, step: int, files: Iterable[Path | str]) -> Marker:
+    """Mark ``files`` (inside ``directory``) as the checkpoint of ``step``, by writing the marker last.
+
+    Args:
+        directory: The checkpoint folder; None means ``COSTAWARE_CHECKPOINT_DIR``.
+        step: The training step (or round, or epoch) the checkpoint resumes after; at least 0.
+        files: Files or folders (taken whole) inside ``directory``, absolute or relative to it.
+
+    Returns:
+        The marker written.
+
+    Raises:
+        ContractError: A file is missing or outside ``directory``, or there are none.
+    """
+    root = _folder(directory).resolve()
+    _check_step(step)
+    found: dict[str, CommittedFile] = {}
+    for item in files:
+        path = Path(item) if Path(item).is_absolute() else root / item
+        if not path.exists():
+            raise ContractError(
+                f"checkpoint file {str(item)!r} does not exist in {root}: write it, then commit"
+            )
+        for file in sorted(path.rglob("*")) if path.is_dir() else [path]:
+            if not file.is_file() or (file.name.startswith(".") and file.name.endswith(".tmp")):
+                continue
+            try:
+                relative = file.resolve().relative_to(root).as_posix()
+            except ValueError:
+                raise ContractError(
+                    f"checkpoint file {str(file)!r} is outside {root}: save into it"
+                ) from None
+            if relative == CHECKPOINT_MARKER:
+                continue
+            stat = file.stat()
+            found[relative] = CommittedFile(relative, stat.st_size, stat.st_mtime_ns)
+    if not found:
+        raise ContractError(f"the checkpoint of step {step} in {root} has no files: list what was saved")
+    marker = Marker(step, datetime.now(UTC).isoformat(), tuple(found[key] for key in sorted(found)))
+    _files.write_json(root / CHECKPOINT_MARKER, marker.to_json())
+    log.info("committed checkpoint step %s (%s files) in %s", step, len(found), root)
+    return marker
+
+
+def prune(directory: Path | str | None = None, keep: int = 2) -> list[Path]:
+    """Delete the ``checkpoint-<n>`` folders of ``directory`` but the committed one and the newest older ones.
+
+    Call it right after :func:`commit`, from the process that saves: folders numbered above the committed
+    step are leftovers of an abandoned save. Returns the folders deleted.
+    """
+    if keep < 1:
+        raise ValueError(f"keep={keep} would delete the committed checkpoint: keep at least 1")
+    root = _folder(directory)
+    committed = latest_step(root)
+    if committed is None:
+        return []
+    numbered = sorted(
+        (int(match.group(1)), path)
+        for path in root.iterdir()
+        if path.is_dir() and (match := _FOLDER.fullmatch(path.name))
+    )
+    kept = [step for step, _ in numbered if step <= committed][-keep:]
+    doomed = [path for step, path in numbered if step not in kept]
+    for path in doomed:
+        shutil.rmtree(path, ignore_errors=True)
+    return doomed
+
+
+def save_bytes(
+    data: bytes, *, step: int, name: str = "state.bin", directory: Path | str | None = None
+) -> Path:
+    """Save ``data`` as the checkpoint of ``step`` (``checkpoint-<step>/<name>``), commit it, prune old ones.
+
+    Returns:
+        The file written.
+    """
+    path = checkpoint_folder(step, directory) / check_key(name)
+    _files.write_bytes(path, data)
+    commit(directory, step, [path])
+    prune(directory)
+    return path
+
+
+def load_bytes(name: str = "state.bin", directory: Path | str | None = None) -> tuple[int, bytes] | None:
+    """The step and bytes of ``name`` in the newest committed checkpoint, or None when there is none."""
+    marker = read_marker(directory)
+    if marker is None:
+        return None
+    relative = f"{FOLDER_PREFIX}{marker.step}/{check_key(name)}"
+    if relative not in {f.path for f in marker.files}:
+        return None
+    return marker.step, (_folder(directory) / relative).read_bytes()
+
+
+def restore(uri: str, directory: Path | str | None = None) -> int | None:
+    """Download the newest complete checkpoint at ``uri`` into ``directory``; returns its step or None.
+
+    ``uri`` is a local folder, ``file://`` or ``s3://bucket/prefix`` laid out by :func:`push`. A step whose
+    upload did not finish is never restored: only the one ``LATEST.json`` names.
+    """
+    from costaware_runtime.sync import CheckpointSync
+
+    return CheckpointSync(uri, _folder(directory)).restore()
+
+
+def push(directory: Path | str | None, uri: str) -> int:
+    """Upload the committed checkpoint of ``directory`` to ``uri``; returns its step.
+
+    Raises:
+        ContractError: ``directory`` holds no committed checkpoint.
+        CheckpointChangedError: A committed file changed or vanished after the commit.
+        StoreError: The store could not be written.
+    """
+    from costaware_runtime.sync import CheckpointSync
+
+    folder = _folder(directory)
+    step = CheckpointSync(uri, folder).push_changed()
+    if step is None:
+        raise ContractError(f"{folder} holds no committed checkpoint to push: save one, then commit it")
+    return step
+
+
+def _check_step(step: int) -> int:
+    if type(step) is not int or step < 0:
+        raise ContractError(f"step={step!r} is not a step number: use a whole number >= 0")
+    return step
+
+
+def write_marker(directory: Path, marker: Marker) -> None:
+    """Write ``marker`` into ``directory`` atomically (a restore's last act)."""
+    _files.write_json(directory / CHECKPOINT_MARKER, marker.to_json())

@@ -1,0 +1,216 @@
+"""The job contract: the environment variables, exit codes and file names shared with the provider.
+
+The provider launches every attempt of a job as ``costaware-run [options] -- <command...>`` with the
+variables below; ``runtime/README.md`` is the one page a user reads about them.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from costaware_runtime.errors import ContractError
+
+CHECKPOINT_DIR = "COSTAWARE_CHECKPOINT_DIR"
+CHECKPOINT_URI = "COSTAWARE_CHECKPOINT_URI"
+OUTPUT_DIR = "COSTAWARE_OUTPUT_DIR"
+OUTPUT_URI = "COSTAWARE_OUTPUT_URI"
+METRICS_PATH = "COSTAWARE_METRICS_PATH"
+RESULT_PATH = "COSTAWARE_RESULT_PATH"
+RESULT_URI = "COSTAWARE_RESULT_URI"
+ATTEMPT = "COSTAWARE_ATTEMPT"
+MARKET = "COSTAWARE_MARKET"
+GRACE_SECONDS = "COSTAWARE_GRACE_SECONDS"
+S3_ENDPOINT_URL = "COSTAWARE_S3_ENDPOINT_URL"
+
+#: Every variable of the contract, in the order the README documents them.
+ALL_VARIABLES = (
+    CHECKPOINT_DIR,
+    CHECKPOINT_URI,
+    OUTPUT_DIR,
+    OUTPUT_URI,
+    METRICS_PATH,
+    RESULT_PATH,
+    RESULT_URI,
+    ATTEMPT,
+    MARKET,
+    GRACE_SECONDS,
+    S3_ENDPOINT_URL,
+)
+
+EXIT_OK = 0
+#: The job broke the contract (metrics, outputs) or the launcher was misused: a code error, never retried.
+EXIT_CONTRACT_ERROR = 2
+#: A store could not be read or written (restore, checkpoint push, output upload): retry the attempt.
+EXIT_SYNC_FAILED = 74
+#: Preempted after a checkpoint: the next attempt resumes from it.
+EXIT_PREEMPTED = 75
+#: The job exited 75 itself but committed no checkpoint: a code error, never retried.
+EXIT_PREEMPTED_WITHOUT_CHECKPOINT = 76
+#: Preempted (the notice came) before the job committed any checkpoint: the next attempt starts over.
+EXIT_PREEMPTED_BEFORE_CHECKPOINT = 77
+#: Codes a job's own exit cannot report: the launcher turns a job's 74, 76 or 77 into 1.
+RESERVED_EXIT_CODES = frozenset(
+    {EXIT_SYNC_FAILED, EXIT_PREEMPTED_WITHOUT_CHECKPOINT, EXIT_PREEMPTED_BEFORE_CHECKPOINT}
+)
+
+MARKETS = ("spot", "on_demand", "local")
+DEFAULT_GRACE_SECONDS = 110.0  # AWS gives 120 s between the spot notice and the stop
+
+#: Written last into an uploaded output folder; a reader trusts only a folder that has it.
+MANIFEST_NAME = "_costaware_manifest.json"
+#: Written last into the checkpoint folder (and into each remote step); names the committed step.
+CHECKPOINT_MARKER = "_costaware_checkpoint.json"
+#: Written last into the remote checkpoint prefix; names the step a restore downloads.
+LATEST_NAME = "LATEST.json"
+
+
+@dataclass(frozen=True, slots=True)
+class JobEnvironment:
+    """The contract's variables of one attempt, parsed and checked.
+
+    Attributes:
+        checkpoint_dir: Local folder holding the newest checkpoint, or None when unset.
+        checkpoint_uri: Where checkpoints are synced (a local folder, ``file://`` or ``s3://``), or None.
+        output_dir: Local folder whose files become the model version, or None when unset.
+        output_uri: Where the outputs are uploaded on success, or None.
+        metrics_path: The JSON file of metrics the job writes, or None when unset.
+        result_uri: Where the launcher writes its result on success (``COSTAWARE_RESULT_PATH`` or
+            ``COSTAWARE_RESULT_URI``), or None.
+        attempt: The attempt number, 1 for the first.
+        market: ``spot``, ``on_demand`` or ``local``.
+        grace_seconds: How long the job may take to exit after the preemption notice.
+    """
+
+    checkpoint_dir: Path | None
+    checkpoint_uri: str | None
+    output_dir: Path | None
+    output_uri: str | None
+    metrics_path: Path | None
+    result_uri: str | None
+    attempt: int
+    market: str
+    grace_seconds: float
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> JobEnvironment:
+        """Read the contract from ``environ`` (default: ``os.environ``).
+
+        Raises:
+            ContractError: A variable holds a value the contract does not allow.
+        """
+        env = os.environ if environ is None else environ
+
+        def text(name: str) -> str | None:
+            value = env.get(name, "").strip()
+            return value or None
+
+        def path(name: str) -> Path | None:
+            value = text(name)
+            return Path(value) if value else None
+
+        result_path, result_uri = text(RESULT_PATH), text(RESULT_URI)
+        if result_path and result_uri and result_path != result_uri:
+            raise ContractError(
+                f"{RESULT_PATH}={result_path!r} and {RESULT_URI}={result_uri!r} disagree: set only one"
+            )
+        return cls(
+            checkpoint_dir=path(CHECKPOINT_DIR),
+            checkpoint_uri=text(CHECKPOINT_URI),
+            output_dir=path(OUTPUT_DIR),
+            output_uri=text(OUTPUT_URI),
+            metrics_path=path(METRICS_PATH),
+            result_uri=result_path or result_uri,
+            attempt=parse_attempt(text(ATTEMPT)),
+            market=parse_market(text(MARKET)),
+            grace_seconds=parse_grace_seconds(text(GRACE_SECONDS)),
+        )
+
+
+def parse_attempt(value: str | None) -> int:
+    """The attempt number in ``value`` (1 when unset).
+
+    Raises:
+        ContractError: ``value`` is not a whole number of at least 1.
+    """
+    if value is None:
+        return 1
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise ContractError(f"{ATTEMPT}={value!r} is not an attempt number: use 1 for the first, 2, ...")
+    return number
+
+
+def parse_market(value: str | None) -> str:
+    """The market in ``value`` (``local`` when unset).
+
+    Raises:
+        ContractError: ``value`` is not one of :data:`MARKETS`.
+    """
+    if value is None:
+        return "local"
+    if value not in MARKETS:
+        raise ContractError(f"{MARKET}={value!r} is not a market: use one of {', '.join(MARKETS)}")
+    return value
+
+
+def parse_grace_seconds(value: str | None) -> float:
+    """The grace period in ``value`` (:data:`DEFAULT_GRACE_SECONDS` when unset).
+
+    Raises:
+        ContractError: ``value`` is not a finite number of seconds of at least 0.
+    """
+    if value is None:
+        return DEFAULT_GRACE_SECONDS
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ContractError(
+            f"grace period {value!r} is not a number of seconds >= 0: AWS gives 120 s, so use at most 110"
+        )
+    return seconds
+
+
+def attempt() -> int:
+    """The attempt number of this run of the job (``COSTAWARE_ATTEMPT``; 1 when unset)."""
+    return parse_attempt(os.environ.get(ATTEMPT, "").strip() or None)
+
+
+def market() -> str:
+    """Where this attempt runs: ``spot``, ``on_demand`` or ``local`` (``COSTAWARE_MARKET``; default local)."""
+    return parse_market(os.environ.get(MARKET, "").strip() or None)
+
+
+def checkpoint_dir() -> Path:
+    """The local checkpoint folder (``COSTAWARE_CHECKPOINT_DIR``), created if missing.
+
+    Raises:
+        ContractError: The variable is unset.
+    """
+    return _required_dir(CHECKPOINT_DIR)
+
+
+def output_dir() -> Path:
+    """The local folder whose files become the model version (``COSTAWARE_OUTPUT_DIR``), created if missing.
+
+    Raises:
+        ContractError: The variable is unset.
+    """
+    return _required_dir(OUTPUT_DIR)
+
+
+def _required_dir(name: str) -> Path:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        raise ContractError(f"{name} is not set: run the job under `costaware-run -- <command>`, or set it")
+    folder = Path(value)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder

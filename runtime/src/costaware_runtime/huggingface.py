@@ -1,0 +1,92 @@
+"""Hugging Face Trainer support: ``CostawareCallback`` and :func:`latest_hf_checkpoint`.
+
+transformers is imported when ``CostawareCallback`` is first looked up, never before::
+
+    from costaware_runtime.huggingface import CostawareCallback, latest_hf_checkpoint
+
+    args = TrainingArguments(output_dir=str(costaware_runtime.checkpoint_dir()), save_steps=500,
+                             save_total_limit=2)
+    trainer = Trainer(model, args, train_dataset=data, callbacks=[CostawareCallback()])
+    trainer.train(resume_from_checkpoint=latest_hf_checkpoint())
+
+Each checkpoint the Trainer saves (``checkpoint-<global_step>/``) is committed, so the launcher pushes it.
+On the preemption notice the callback asks the Trainer to save and stop at the end of the current step, then
+commits that checkpoint and exits 75.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+from typing import Any
+
+from costaware_runtime.checkpoints import commit, read_marker
+from costaware_runtime.contract import CHECKPOINT_DIR
+from costaware_runtime.errors import ContractError
+from costaware_runtime.preemption import exit_preempted, preemption_requested
+
+
+def latest_hf_checkpoint(directory: Path | str | None = None) -> str | None:
+    """The newest committed Trainer checkpoint folder, for ``trainer.train(resume_from_checkpoint=...)``.
+
+    Returns None when there is none (train from the start). A folder the Trainer wrote but that was never
+    committed (the job died while saving) is not returned.
+    """
+    marker = read_marker(directory)
+    if marker is None:
+        return None
+    folder = Path(directory or os.environ[CHECKPOINT_DIR]) / f"checkpoint-{marker.step}"
+    return str(folder) if folder.is_dir() else None
+
+
+@functools.cache
+def _callback_class() -> type:
+    try:
+        from transformers import TrainerCallback
+    except ImportError as e:
+        raise ImportError(f"CostawareCallback needs transformers: pip install transformers ({e})") from e
+
+    class CostawareCallback(TrainerCallback):
+        """Commits every checkpoint the Trainer saves; on the preemption notice, saves, commits and exits 75.
+
+        Set ``TrainingArguments.output_dir`` to ``COSTAWARE_CHECKPOINT_DIR``: that is where the launcher
+        looks for commits.
+        """
+
+        def __init__(self) -> None:
+            self.stopping = False
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            preemption_requested()  # installs the SIGTERM handler before the first step
+            expected = os.environ.get(CHECKPOINT_DIR)
+            if expected and Path(args.output_dir).resolve() != Path(expected).resolve():
+                raise ContractError(
+                    f"TrainingArguments.output_dir is {args.output_dir!r} but {CHECKPOINT_DIR} is "
+                    f"{expected!r}: pass output_dir=str(costaware_runtime.checkpoint_dir()) to sync them"
+                )
+            return control
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            if preemption_requested():
+                self.stopping = True
+                control.should_save = True
+                control.should_training_stop = True
+            return control
+
+        def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            # The Trainer calls on_save once checkpoint-<global_step>/ is complete (and old ones rotated).
+            folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            if state.is_world_process_zero and folder.is_dir():
+                commit(args.output_dir, state.global_step, [folder])
+            if self.stopping:
+                exit_preempted()
+            return control
+
+    return CostawareCallback
+
+
+def __getattr__(name: str) -> Any:
+    if name == "CostawareCallback":
+        return _callback_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,304 @@
+"""``costaware-run [options] -- <command...>``: run one attempt of a job under the job contract.
+
+Before the command: restore the newest checkpoint. While it runs: push each committed checkpoint, and on
+SIGTERM (the preemption notice) pass the notice on, then SIGKILL after the grace period. After it: check the
+metrics and outputs, upload them, write the result, and exit with a code the provider can act on (see
+``contract.py`` and ``runtime/README.md``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+from costaware_runtime import __version__, contract
+from costaware_runtime.checkpoints import latest_step
+from costaware_runtime.contract import JobEnvironment
+from costaware_runtime.errors import CheckpointChangedError, ContractError, CostawareRuntimeError, StoreError
+from costaware_runtime.metrics import read_metrics
+from costaware_runtime.outputs import check_outputs, upload_outputs
+from costaware_runtime.stores import open_object, open_store
+from costaware_runtime.sync import CheckpointSync
+
+log = logging.getLogger("costaware_runtime.launcher")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``costaware-run``."""
+    parser = argparse.ArgumentParser(
+        prog="costaware-run",
+        description="Run one attempt of a training job under the costaware job contract.",
+        epilog="Exit codes: the job's own, or 2 (contract broken), 74 (store failed: retry), 75 (preempted "
+        "after a checkpoint), 76 (job exited 75 with no checkpoint), 77 (preempted before any checkpoint).",
+    )
+    parser.add_argument(
+        "--grace-seconds",
+        type=float,
+        default=None,
+        help="seconds between passing on SIGTERM and SIGKILL "
+        f"(default: ${contract.GRACE_SECONDS} or {contract.DEFAULT_GRACE_SECONDS:g})",
+    )
+    parser.add_argument(
+        "--poll-seconds", type=float, default=1.0, help="how often to look for a new checkpoint (default: 1)"
+    )
+    parser.add_argument(
+        "--no-sync",
+        action="store_true",
+        help="set the checkpoint folder but never restore or push it (SageMaker syncs /opt/ml/checkpoints)",
+    )
+    parser.add_argument(
+        "--signal-group",
+        action="store_true",
+        help="pass SIGTERM to the job's whole process group, not only to the command (for commands that "
+        "do not pass it on; it kills PyTorch DataLoader workers before the job can save)",
+    )
+    parser.add_argument("--quiet", action="store_true", help="report only warnings and errors")
+    parser.add_argument("--version", action="version", version=f"costaware-runtime {__version__}")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the job's command")
+    return parser
+
+
+class _Watcher(threading.Thread):
+    """Pushes every new commit while the job runs."""
+
+    def __init__(self, sync: CheckpointSync, poll_seconds: float) -> None:
+        super().__init__(name="costaware-checkpoint-watcher", daemon=True)
+        self.sync = sync
+        self.poll_seconds = poll_seconds
+        self.stopping = threading.Event()
+        self._last_error = ""
+
+    def run(self) -> None:
+        while not self.stopping.wait(self.poll_seconds):
+            try:
+                self.sync.push_changed()
+            except CheckpointChangedError as e:
+                log.debug("skipped a superseded checkpoint: %s", e)  # the newer commit is pushed next
+            except CostawareRuntimeError as e:
+                if str(e) != self._last_error:  # a store that is down fails every second
+                    log.warning("checkpoint push failed, retrying: %s", e)
+                self._last_error = str(e)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join()
+
+
+class Launcher:
+    """One attempt: the job's process, its signals and what happens after it exits."""
+
+    def __init__(self, env: JobEnvironment, options: argparse.Namespace) -> None:
+        self.env = env
+        self.options = options
+        given = options.grace_seconds
+        self.grace_seconds = env.grace_seconds if given is None else contract.parse_grace_seconds(str(given))
+        if not options.poll_seconds > 0:
+            raise ContractError(f"--poll-seconds {options.poll_seconds!r} is not a number of seconds > 0")
+        self.checkpoint_dir = env.checkpoint_dir or _temp_dir("checkpoints", contract.CHECKPOINT_DIR)
+        self.output_dir = env.output_dir or _temp_dir("outputs", contract.OUTPUT_DIR)
+        self.metrics_path = env.metrics_path or _temp_dir("metrics", contract.METRICS_PATH) / "metrics.json"
+        for folder in (self.checkpoint_dir, self.output_dir, self.metrics_path.parent):
+            folder.mkdir(parents=True, exist_ok=True)
+        uri = None if options.no_sync else env.checkpoint_uri
+        self.sync = CheckpointSync(uri, self.checkpoint_dir) if uri else None
+        # Bad locations (or an image without boto3) fail now, not after hours of training.
+        stores = [self.sync.store] if self.sync else []
+        stores += [open_store(env.output_uri)] if env.output_uri else []
+        stores += [open_object(env.result_uri)[0]] if env.result_uri else []
+        for store in stores:
+            store.check()
+        self.process: subprocess.Popen[bytes] | None = None
+        self.notice_at: float | None = None  # when SIGTERM reached the launcher
+        self.pending: list[int] = []  # signals that came before the job started
+
+    def child_environment(self) -> dict[str, str]:
+        return os.environ | {
+            contract.CHECKPOINT_DIR: str(self.checkpoint_dir),
+            contract.OUTPUT_DIR: str(self.output_dir),
+            contract.METRICS_PATH: str(self.metrics_path),
+            contract.ATTEMPT: str(self.env.attempt),
+            contract.MARKET: self.env.market,
+            contract.GRACE_SECONDS: f"{self.grace_seconds:g}",
+        }
+
+    def run(self, command: Sequence[str]) -> int:
+        if self.sync is not None:
+            try:
+                step = self.sync.restore()
+            except StoreError as e:
+                log.error("could not restore the checkpoint: %s", e)
+                return contract.EXIT_SYNC_FAILED
+            if step is None:
+                log.info("no checkpoint at %s: starting fresh", self.sync.store.uri)
+            else:
+                log.info("starting from checkpoint step %s", step)
+        for notice in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(notice, self._on_signal)
+        try:
+            self.process = subprocess.Popen(command, env=self.child_environment(), process_group=0)
+        except FileNotFoundError:
+            log.error("command not found: %s", command[0])
+            return 127
+        except PermissionError:
+            log.error("command is not executable: %s", command[0])
+            return 126
+        for signum in self.pending:
+            self._forward(signum)
+        watcher = _Watcher(self.sync, self.options.poll_seconds) if self.sync else None
+        if watcher:
+            watcher.start()
+        returncode = self._wait(self.process)
+        if watcher:
+            watcher.stop()
+        return self.finish(returncode)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if signum == signal.SIGTERM and self.notice_at is None:
+            self.notice_at = time.monotonic()
+            log.warning("preemption notice: passing SIGTERM on, SIGKILL in %gs", self.grace_seconds)
+        if self.process is None:
+            self.pending.append(signum)
+        else:
+            self._forward(signum)
+
+    def _forward(self, signum: int) -> None:
+        assert self.process is not None
+        try:
+            if self.options.signal_group:
+                os.killpg(self.process.pid, signum)
+            else:
+                os.kill(self.process.pid, signum)
+        except ProcessLookupError:
+            pass  # it has just exited
+
+    def _wait(self, process: subprocess.Popen[bytes]) -> int:
+        killed = False
+        while True:
+            try:
+                return process.wait(timeout=0.1)
+            except subprocess.TimeoutExpired:
+                pass
+            late = self.notice_at is not None and time.monotonic() - self.notice_at >= self.grace_seconds
+            if late and not killed:
+                log.error("the job did not exit within %gs of the notice: SIGKILL", self.grace_seconds)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                killed = True
+
+    def finish(self, returncode: int) -> int:
+        """The launcher's exit code once the job has exited with ``returncode``."""
+        try:
+            step = latest_step(self.checkpoint_dir)
+        except ContractError as e:
+            log.error("%s", e)
+            step = None
+        if returncode == 0:
+            return self.succeed(step)
+        if returncode == contract.EXIT_PREEMPTED and step is None:
+            log.error(
+                "the job exited %s (preempted after a checkpoint) but %s holds no committed checkpoint: "
+                "commit one before exit_preempted() (this is a code error, not retried)",
+                returncode,
+                self.checkpoint_dir,
+            )
+            return contract.EXIT_PREEMPTED_WITHOUT_CHECKPOINT
+        if returncode == contract.EXIT_PREEMPTED or self.notice_at is not None:
+            if step is None:
+                log.error(
+                    "preempted (job exit %s) before any checkpoint: the next attempt starts over", returncode
+                )
+                return contract.EXIT_PREEMPTED_BEFORE_CHECKPOINT
+            if not self.final_push():
+                return contract.EXIT_SYNC_FAILED
+            log.warning("preempted (job exit %s) after checkpoint step %s", returncode, step)
+            return contract.EXIT_PREEMPTED
+        self.final_push()  # a failed job's checkpoint still helps whoever debugs or reruns it
+        if returncode < 0:
+            name = signal.Signals(-returncode).name
+            log.error("the job was killed by %s", name)
+            return 128 - returncode
+        if returncode in contract.RESERVED_EXIT_CODES:
+            log.error("the job exited %s, a code the launcher reserves: reporting 1", returncode)
+            return 1
+        log.error("the job exited %s", returncode)
+        return returncode
+
+    def final_push(self) -> bool:
+        if self.sync is None:
+            return True
+        try:
+            self.sync.push_changed()
+        except CostawareRuntimeError as e:
+            log.error("could not push the last checkpoint: %s", e)
+            return False
+        return True
+
+    def succeed(self, step: int | None) -> int:
+        try:
+            metrics = read_metrics(self.metrics_path)
+            summary = check_outputs(self.output_dir)
+        except ContractError as e:
+            log.error("%s; nothing was uploaded", e)
+            return contract.EXIT_CONTRACT_ERROR
+        if not self.final_push():
+            log.warning("the job succeeded, so the checkpoint is not needed: going on")
+        try:
+            if self.env.output_uri:
+                metadata = {"metrics": metrics, "attempt": self.env.attempt, "checkpoint_step": step}
+                summary = upload_outputs(self.output_dir, self.env.output_uri, metadata)
+            else:
+                log.warning("%s is not set: the outputs stay in %s", contract.OUTPUT_URI, self.output_dir)
+            result = {
+                "metrics": metrics,
+                "output_uri": summary.uri,
+                "files": summary.files,
+                "bytes": summary.bytes,
+                "attempt": self.env.attempt,
+                "checkpoint_step": step,
+            }
+            if self.env.result_uri:
+                store, key = open_object(self.env.result_uri)
+                store.put_bytes(key, (json.dumps(result, indent=2, sort_keys=True) + "\n").encode())
+        except StoreError as e:
+            log.error("%s", e)
+            return contract.EXIT_SYNC_FAILED
+        log.info("done: %s files, %s bytes, metrics %s", summary.files, summary.bytes, metrics)
+        return contract.EXIT_OK
+
+
+def _temp_dir(kind: str, variable: str) -> Path:
+    folder = Path(tempfile.mkdtemp(prefix=f"costaware-{kind}-"))
+    log.info("%s is not set: using %s", variable, folder)
+    return folder
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``costaware-run``; returns the exit code."""
+    parser = build_parser()
+    options = parser.parse_args(argv)
+    command = options.command[1:] if options.command[:1] == ["--"] else options.command
+    if not command:
+        parser.error("no command: use costaware-run [options] -- <command...>")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("costaware-run: %(message)s"))
+    root = logging.getLogger("costaware_runtime")
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING if options.quiet else logging.INFO)
+    try:
+        launcher = Launcher(JobEnvironment.from_env(), options)
+    except ContractError as e:
+        log.error("%s", e)
+        return contract.EXIT_CONTRACT_ERROR
+    return launcher.run(command)

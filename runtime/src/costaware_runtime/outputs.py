@@ -1,0 +1,123 @@
+"""The job's outputs: checked, then uploaded with a manifest written last.
+
+A reader trusts only a folder that has ``_costaware_manifest.json``: it lists every file with its size and
+sha256, and is written after all of them. Before uploading, an older manifest at the same URI is deleted, so
+it can never vouch for files that are being replaced.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from costaware_runtime.contract import MANIFEST_NAME, OUTPUT_DIR
+from costaware_runtime.errors import ContractError, StoreError
+from costaware_runtime.stores import check_key, open_store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class OutputSummary:
+    """What an upload (or a check) found: where it went, how many files and bytes."""
+
+    uri: str | None
+    files: int
+    bytes: int
+
+
+def output_files(directory: Path) -> list[Path]:
+    """The files under ``directory``, sorted by relative path.
+
+    Raises:
+        ContractError: ``directory`` holds no file, or a file named like the manifest.
+    """
+    files = sorted(path for path in directory.rglob("*") if path.is_file()) if directory.is_dir() else []
+    if not files:
+        raise ContractError(
+            f"the job exited 0 but left no files in {OUTPUT_DIR}={directory}: save the model there "
+            "(costaware_runtime.output_dir())"
+        )
+    if directory / MANIFEST_NAME in files:
+        raise ContractError(f"{directory / MANIFEST_NAME} is reserved for the launcher's manifest: rename it")
+    return files
+
+
+def check_outputs(directory: Path) -> OutputSummary:
+    """Count the outputs of ``directory`` without uploading them (see :func:`output_files`)."""
+    files = output_files(directory)
+    return OutputSummary(None, len(files), sum(path.stat().st_size for path in files))
+
+
+def upload_outputs(directory: Path, uri: str, metadata: Mapping[str, Any] | None = None) -> OutputSummary:
+    """Upload every file of ``directory`` under ``uri``, then the manifest (with ``metadata`` in it).
+
+    Raises:
+        ContractError: ``directory`` holds no file (nothing is uploaded).
+        StoreError: The store could not be written.
+    """
+    files = output_files(directory)
+    store = open_store(uri)
+    store.delete([MANIFEST_NAME])
+    entries = []
+    for path in files:
+        key = path.relative_to(directory).as_posix()
+        with open(path, "rb") as source:
+            digest = hashlib.file_digest(source, "sha256").hexdigest()
+            source.seek(0)
+            store.put(key, source)
+        entries.append({"path": key, "bytes": path.stat().st_size, "sha256": digest})
+    total = sum(path.stat().st_size for path in files)
+    manifest = {
+        **(metadata or {}),
+        "files": entries,
+        "bytes": total,
+        "created_at": datetime.now(UTC).isoformat(),
+    }
+    store.put_bytes(MANIFEST_NAME, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+    log.info("uploaded %s files (%s bytes) to %s", len(entries), total, store.uri)
+    return OutputSummary(uri, len(entries), total)
+
+
+def read_manifest(uri: str) -> dict[str, Any] | None:
+    """The manifest of the outputs at ``uri``, or None when the upload never finished (do not use them)."""
+    store = open_store(uri)
+    raw = store.read(MANIFEST_NAME)
+    if raw is None:
+        return None
+    try:
+        manifest = json.loads(raw)
+    except ValueError as e:
+        raise StoreError(f"{store.url(MANIFEST_NAME)} is not JSON ({e}): upload the outputs again") from e
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), list):
+        raise StoreError(f"{store.url(MANIFEST_NAME)} lists no files: upload the outputs again")
+    return manifest
+
+
+def download_outputs(uri: str, directory: Path) -> dict[str, Any]:
+    """Download the outputs at ``uri`` into ``directory``, checking each file's sha256; returns the manifest.
+
+    Raises:
+        StoreError: ``uri`` has no manifest (the upload did not finish), or a file does not match it.
+    """
+    manifest = read_manifest(uri)
+    store = open_store(uri)
+    if manifest is None:
+        raise StoreError(
+            f"{store.url(MANIFEST_NAME)} does not exist: the upload did not finish, do not use it"
+        )
+    for entry in manifest["files"]:
+        key = check_key(str(entry["path"]))
+        target = directory.joinpath(*key.split("/"))
+        store.download(key, target)
+        with open(target, "rb") as source:
+            digest = hashlib.file_digest(source, "sha256").hexdigest()
+        if digest != entry["sha256"]:
+            raise StoreError(f"{store.url(key)} has sha256 {digest}, the manifest says {entry['sha256']}")
+    return manifest

@@ -1,0 +1,103 @@
+"""Preemption in the job: the notice is SIGTERM; save a checkpoint, then exit 75.
+
+The launcher sends SIGTERM to the job as soon as the machine gets its notice, and SIGKILL once the grace
+period (``COSTAWARE_GRACE_SECONDS``, 110 s by default) has passed. Python's default is to die at once on
+SIGTERM; the handler installed here only sets a flag that the training loop checks between steps::
+
+    for step in range(start, total):
+        train_one_step()
+        if preemption_requested():
+            save(model, optimizer, step=step + 1)
+            exit_preempted()
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from types import FrameType, TracebackType
+from typing import Any, NoReturn
+
+from costaware_runtime.contract import EXIT_PREEMPTED
+from costaware_runtime.errors import CostawareRuntimeError
+
+_requested = threading.Event()
+_install_lock = threading.Lock()
+_installed = False
+
+
+def _handler_chaining(previous: Any) -> Any:
+    def handle(signum: int, frame: FrameType | None) -> None:
+        _requested.set()
+        # A handler the job (or its framework) installed before ours still hears of the notice.
+        if callable(previous) and previous is not signal.default_int_handler:
+            previous(signum, frame)
+
+    return handle
+
+
+def _install() -> Any:
+    try:
+        return signal.signal(signal.SIGTERM, _handler_chaining(signal.getsignal(signal.SIGTERM)))
+    except ValueError as e:  # not the main thread
+        raise CostawareRuntimeError(
+            "the preemption handler can only be installed from the main thread: call "
+            "costaware_runtime.preemption_requested() once at start-up, before starting threads"
+        ) from e
+
+
+def preemption_requested() -> bool:
+    """True once the preemption notice (SIGTERM) has arrived.
+
+    The first call installs a SIGTERM handler that sets the flag instead of ending the process, so make it
+    early, from the main thread (later calls may come from any thread).
+    """
+    global _installed
+    if not _installed:
+        with _install_lock:
+            if not _installed:
+                _install()
+                _installed = True
+    return _requested.is_set()
+
+
+def exit_preempted() -> NoReturn:
+    """Exit 75, "preempted after a checkpoint": commit a checkpoint first, or the launcher reports 76."""
+    sys.exit(EXIT_PREEMPTED)
+
+
+class PreemptionGuard:
+    """A block of training during which SIGTERM sets a flag instead of ending the process.
+
+    On leaving the block the SIGTERM handler that was there before is put back::
+
+        with PreemptionGuard() as guard:
+            for step in range(start, total):
+                train_one_step()
+                if guard.requested:
+                    save(model, optimizer, step=step + 1)
+                    guard.exit()
+    """
+
+    def __init__(self) -> None:
+        self._previous: Any = None
+
+    def __enter__(self) -> PreemptionGuard:
+        self._previous = _install()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        if not _installed:  # preemption_requested() keeps its handler for the life of the process
+            signal.signal(signal.SIGTERM, self._previous)
+
+    @property
+    def requested(self) -> bool:
+        """True once the preemption notice has arrived."""
+        return _requested.is_set()
+
+    def exit(self) -> NoReturn:
+        """Exit 75 (see :func:`exit_preempted`)."""
+        exit_preempted()

@@ -1,0 +1,245 @@
+"""Where checkpoints, outputs and results go: a local folder or S3, behind one small interface.
+
+Keys are ``/``-separated paths relative to the store's root URI. boto3 is imported only when an ``s3://``
+store is first used, so the runtime itself needs nothing beyond the standard library.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from functools import cached_property
+from pathlib import Path, PurePosixPath
+from typing import Any, BinaryIO
+from urllib.parse import urlparse
+
+from costaware_runtime import _files
+from costaware_runtime.contract import S3_ENDPOINT_URL
+from costaware_runtime.errors import ContractError, StoreError
+
+S3_INSTALL_HINT = "pip install 'costaware-runtime[s3]'"
+
+
+def check_key(key: str) -> str:
+    """Return ``key`` if it is a safe relative ``/`` path (no ``..``, not absolute, no empty parts).
+
+    Raises:
+        ContractError: ``key`` could escape the folder it is written into.
+    """
+    parts = key.split("/")
+    if not key or key.startswith("/") or "\\" in key or any(part in ("", ".", "..") for part in parts):
+        raise ContractError(f"{key!r} is not a relative file path like 'checkpoint-3/model.pt'")
+    return key
+
+
+class Store(ABC):
+    """Files under one root URI, addressed by relative keys."""
+
+    uri: str
+
+    @abstractmethod
+    def put(self, key: str, source: BinaryIO) -> None:
+        """Store what ``source`` holds (read to its end) under ``key``, replacing what was there."""
+
+    @abstractmethod
+    def read(self, key: str) -> bytes | None:
+        """The bytes under ``key``, or None when there is no such key."""
+
+    @abstractmethod
+    def download(self, key: str, destination: Path) -> None:
+        """Copy ``key`` to the local file ``destination`` (atomically); StoreError when it is missing."""
+
+    @abstractmethod
+    def keys(self, prefix: str = "") -> list[str]:
+        """Every key that starts with ``prefix``, sorted."""
+
+    @abstractmethod
+    def delete(self, keys: Iterable[str]) -> None:
+        """Remove ``keys``; keys that are already gone are fine."""
+
+    def check(self) -> None:  # noqa: B027  # most stores have nothing to check
+        """Fail now if the store cannot be used at all (an S3 store without boto3)."""
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        """Store ``data`` under ``key``."""
+        self.put(key, io.BytesIO(data))
+
+    def url(self, key: str = "") -> str:
+        """The full URI of ``key``."""
+        return f"{self.uri.rstrip('/')}/{key}" if key else self.uri
+
+
+class LocalStore(Store):
+    """A folder on a local or mounted filesystem; every file is written to a temporary name, then renamed."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.uri = str(root)
+
+    def _path(self, key: str) -> Path:
+        return self.root.joinpath(*check_key(key).split("/"))
+
+    def put(self, key: str, source: BinaryIO) -> None:
+        with (
+            _local_errors(self.url(key), "write"),
+            _files.replacing(self._path(key)) as temp,
+            open(temp, "wb") as target,
+        ):
+            shutil.copyfileobj(source, target, 1 << 20)
+
+    def read(self, key: str) -> bytes | None:
+        with _local_errors(self.url(key), "read"):
+            try:
+                return self._path(key).read_bytes()
+            except FileNotFoundError:
+                return None
+
+    def download(self, key: str, destination: Path) -> None:
+        source = self._path(key)
+        if not source.is_file():
+            raise StoreError(f"{self.url(key)} does not exist")
+        with _local_errors(self.url(key), "read"), _files.replacing(destination) as temp:
+            shutil.copyfile(source, temp)
+
+    def keys(self, prefix: str = "") -> list[str]:
+        if not self.root.is_dir():
+            return []
+        found = []
+        with _local_errors(self.uri, "list"):
+            for folder, _, names in os.walk(self.root):
+                for name in names:
+                    if name.startswith(".") and name.endswith(".tmp"):
+                        continue  # another writer's file, not yet renamed into place
+                    key = Path(folder, name).relative_to(self.root).as_posix()
+                    if key.startswith(prefix):
+                        found.append(key)
+        return sorted(found)
+
+    def delete(self, keys: Iterable[str]) -> None:
+        with _local_errors(self.uri, "delete"):
+            for key in keys:
+                path = self._path(key)
+                path.unlink(missing_ok=True)
+                # Drop the folders the key emptied, so a deleted step leaves no husk behind.
+                for parent in path.parents:
+                    if parent == self.root or not parent.is_relative_to(self.root):
+                        break
+                    try:
+                        parent.rmdir()
+                    except OSError:
+                        break
+
+
+class S3Store(Store):
+    """A prefix of an S3 bucket (or of an S3-compatible store at ``COSTAWARE_S3_ENDPOINT_URL``).
+
+    Credentials come from boto3's default chain; the region from ``AWS_REGION`` or ``AWS_DEFAULT_REGION``.
+    """
+
+    def __init__(self, bucket: str, prefix: str) -> None:
+        self.bucket = bucket
+        self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
+        self.uri = f"s3://{bucket}/{self.prefix}".rstrip("/")
+
+    @cached_property
+    def _client(self) -> Any:
+        try:
+            import boto3
+        except ImportError as e:
+            raise ContractError(f"{self.uri} needs boto3, which is not installed: {S3_INSTALL_HINT}") from e
+        endpoint = os.environ.get(S3_ENDPOINT_URL) or os.environ.get("AWS_ENDPOINT_URL") or None
+        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
+        return boto3.client("s3", endpoint_url=endpoint, region_name=region)
+
+    def check(self) -> None:
+        self._client  # noqa: B018  # creating the client imports boto3 and reads the configuration
+
+    def _key(self, key: str) -> str:
+        return self.prefix + check_key(key)
+
+    def put(self, key: str, source: BinaryIO) -> None:
+        with self._errors(key, "upload"):
+            self._client.upload_fileobj(source, self.bucket, self._key(key))
+
+    def read(self, key: str) -> bytes | None:
+        with self._errors(key, "read"):
+            try:
+                response = self._client.get_object(Bucket=self.bucket, Key=self._key(key))
+            except self._client.exceptions.NoSuchKey:
+                return None
+            body: bytes = response["Body"].read()
+            return body
+
+    def download(self, key: str, destination: Path) -> None:
+        with self._errors(key, "download"), _files.replacing(destination) as temp:
+            self._client.download_file(self.bucket, self._key(key), str(temp))
+
+    def keys(self, prefix: str = "") -> list[str]:
+        found: list[str] = []
+        with self._errors(prefix, "list"):
+            pages = self._client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=self.prefix + prefix
+            )
+            for page in pages:
+                found.extend(item["Key"][len(self.prefix) :] for item in page.get("Contents", []))
+        return sorted(found)
+
+    def delete(self, keys: Iterable[str]) -> None:
+        full = [{"Key": self._key(key)} for key in keys]
+        for start in range(0, len(full), 1000):  # the most one DeleteObjects request takes
+            with self._errors("", "delete"):
+                self._client.delete_objects(
+                    Bucket=self.bucket, Delete={"Objects": full[start : start + 1000], "Quiet": True}
+                )
+
+    @contextmanager
+    def _errors(self, key: str, action: str) -> Iterator[None]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            yield
+        except (BotoCoreError, ClientError) as e:
+            raise StoreError(
+                f"could not {action} {self.url(key)}: {e}; check the bucket, the credentials and "
+                f"{S3_ENDPOINT_URL} (or AWS_ENDPOINT_URL) for an S3-compatible store"
+            ) from e
+
+
+@contextmanager
+def _local_errors(where: str, action: str) -> Iterator[None]:
+    try:
+        yield
+    except OSError as e:
+        raise StoreError(f"could not {action} {where}: {e}") from e
+
+
+def open_store(uri: str) -> Store:
+    """The store at ``uri``: a local folder path, ``file:///path`` or ``s3://bucket/prefix``.
+
+    Raises:
+        ContractError: ``uri`` has another scheme, or an ``s3://`` URI names no bucket.
+    """
+    parsed = urlparse(uri)
+    if parsed.scheme == "s3":
+        if not parsed.netloc:
+            raise ContractError(f"{uri!r} names no bucket: use s3://bucket/prefix")
+        return S3Store(parsed.netloc, parsed.path)
+    if parsed.scheme == "file":
+        return LocalStore(Path(parsed.path))
+    if "://" in uri:
+        raise ContractError(f"{uri!r} is not a supported location: use a local folder, file:// or s3://")
+    return LocalStore(Path(uri))
+
+
+def open_object(uri: str) -> tuple[Store, str]:
+    """The store holding the single object ``uri`` and the object's key in it."""
+    parsed = urlparse(uri)
+    path = PurePosixPath(parsed.path if parsed.scheme else uri)
+    if not path.name or uri.endswith("/"):
+        raise ContractError(f"{uri!r} names a folder, not a file: add a file name such as result.json")
+    parent = uri[: len(uri) - len(path.name)].rstrip("/") or ("/" if uri.startswith("/") else ".")
+    return open_store(parent), path.name

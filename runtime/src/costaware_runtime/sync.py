@@ -1,0 +1,186 @@
+"""Checkpoint sync between a local checkpoint folder and a remote prefix (a folder or ``s3://``).
+
+Remote layout, written in this order so that a reader never restores half a step::
+
+    <uri>/step-<n>/<committed files...>      1. every file the local marker lists
+    <uri>/step-<n>/_costaware_checkpoint.json 2. that step's marker
+    <uri>/LATEST.json                         3. last: {"step", "saved_at", "prefix", "files", "pushed_at"}
+
+Then every ``step-*`` folder but the one just pushed and the one ``LATEST.json`` named before is deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import threading
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+from costaware_runtime.checkpoints import CommittedFile, Marker, parse_marker, read_marker, write_marker
+from costaware_runtime.contract import CHECKPOINT_MARKER, LATEST_NAME
+from costaware_runtime.errors import CheckpointChangedError, ContractError, StoreError
+from costaware_runtime.stores import check_key, open_store
+
+log = logging.getLogger(__name__)
+
+_STEP_FOLDER = re.compile(r"step-\d+(-[0-9a-f]+)?")
+
+
+class CheckpointSync:
+    """Keeps the remote checkpoint at ``uri`` in step with the local folder ``directory``.
+
+    Args:
+        uri: A local folder, ``file://`` or ``s3://bucket/prefix``.
+        directory: The local checkpoint folder (``COSTAWARE_CHECKPOINT_DIR``).
+    """
+
+    def __init__(self, uri: str, directory: Path) -> None:
+        self.store = open_store(uri)
+        self.directory = directory
+        #: The identity (step, saved_at) of the checkpoint the remote holds as latest, once known.
+        self.synced: tuple[int, str] | None = None
+        self._lock = threading.Lock()
+
+    def remote_latest(self) -> tuple[Marker, str] | None:
+        """The remote's latest complete checkpoint and its prefix, or None when it has none.
+
+        Raises:
+            StoreError: ``LATEST.json`` cannot be read or is not one this runtime wrote.
+        """
+        raw = self.store.read(LATEST_NAME)
+        if raw is None:
+            return None
+        where = self.store.url(LATEST_NAME)
+        try:
+            marker = parse_marker(raw, where)
+            prefix = check_key(str(json.loads(raw)["prefix"]).rstrip("/"))
+        except (ContractError, KeyError) as e:
+            raise StoreError(f"{where} is damaged ({e}): delete it to start over, or restore it") from e
+        return marker, prefix
+
+    def restore(self) -> int | None:
+        """Bring the remote's latest checkpoint into the local folder; returns the local step (or None).
+
+        A local checkpoint of the same commit, or of a newer step, is kept: it is pushed on the next
+        :meth:`push_changed`.
+        """
+        with self._lock:
+            latest = self.remote_latest()
+            local = read_marker(self.directory)
+            if latest is None:
+                return None if local is None else local.step
+            remote, prefix = latest
+            self.synced = remote.identity
+            if local is not None and (local.identity == remote.identity and self._complete(local)):
+                return local.step
+            if local is not None and local.step > remote.step:
+                log.warning(
+                    "keeping local checkpoint step %s, newer than step %s at %s",
+                    local.step,
+                    remote.step,
+                    self.store.uri,
+                )
+                return local.step
+            # A restore cut short must not leave a marker that vouches for half-replaced files.
+            (self.directory / CHECKPOINT_MARKER).unlink(missing_ok=True)
+            restored = []
+            for file in remote.files:
+                target = self.directory.joinpath(*file.path.split("/"))
+                self.store.download(f"{prefix}/{file.path}", target)
+                stat = target.stat()
+                if stat.st_size != file.bytes:
+                    raise StoreError(
+                        f"{self.store.url(prefix + '/' + file.path)} has {stat.st_size} bytes, "
+                        f"{LATEST_NAME} says {file.bytes}: the remote checkpoint was changed by hand"
+                    )
+                restored.append(CommittedFile(file.path, stat.st_size, stat.st_mtime_ns))
+            write_marker(self.directory, Marker(remote.step, remote.saved_at, tuple(restored)))
+            log.info("restored checkpoint step %s from %s", remote.step, self.store.url(prefix))
+            return remote.step
+
+    def push_changed(self) -> int | None:
+        """Push the local committed checkpoint unless the remote already has it.
+
+        Returns:
+            The step the remote now holds as latest, or None when the local folder has no checkpoint.
+
+        Raises:
+            CheckpointChangedError: A committed file changed or vanished after the commit (a newer save
+                overwrote it): push again once the newer commit is there.
+            StoreError: The store could not be read or written.
+        """
+        with self._lock:
+            local = read_marker(self.directory)
+            if local is None:
+                return None
+            if local.identity == self.synced:
+                return local.step
+            latest = self.remote_latest()
+            if latest is not None and latest[0].identity == local.identity:
+                self.synced = local.identity
+                return local.step
+            previous = None if latest is None else latest[1]
+            prefix = f"step-{local.step}"
+            if prefix == previous:  # the same step saved again: never overwrite what LATEST.json names
+                prefix = f"step-{local.step}-{uuid.uuid4().hex[:8]}"
+            self._upload(local, prefix)
+            self._prune(keep={prefix, previous})
+            self.synced = local.identity
+            log.info("pushed checkpoint step %s to %s", local.step, self.store.url(prefix))
+            return local.step
+
+    def _upload(self, marker: Marker, prefix: str) -> None:
+        for file in marker.files:
+            path = self.directory.joinpath(*file.path.split("/"))
+            try:
+                with open(path, "rb") as source:
+                    self._check_unchanged(source.fileno(), file, path)
+                    # boto3 closes the file it uploads; a second descriptor of the same file outlives it
+                    kept = os.dup(source.fileno())
+                    try:
+                        self.store.put(f"{prefix}/{file.path}", source)
+                        self._check_unchanged(kept, file, path)
+                    finally:
+                        os.close(kept)
+            except FileNotFoundError:
+                raise CheckpointChangedError(
+                    f"{path} of checkpoint step {marker.step} is gone: a newer save replaced it"
+                ) from None
+        self.store.put_bytes(f"{prefix}/{CHECKPOINT_MARKER}", _dumps(marker.to_json()))
+        latest = marker.to_json() | {"prefix": prefix, "pushed_at": datetime.now(UTC).isoformat()}
+        for entry in latest["files"]:
+            del entry["mtime_ns"]  # local to the machine that saved it
+        self.store.put_bytes(LATEST_NAME, _dumps(latest))
+
+    @staticmethod
+    def _check_unchanged(fd: int, file: CommittedFile, path: Path) -> None:
+        stat = os.fstat(fd)
+        if (stat.st_size, stat.st_mtime_ns) != (file.bytes, file.mtime_ns):
+            raise CheckpointChangedError(
+                f"{path} changed after it was committed ({stat.st_size} bytes now, {file.bytes} then): "
+                "write each step into its own folder (costaware_runtime.checkpoint_folder)"
+            )
+
+    def _prune(self, keep: set[str | None]) -> None:
+        doomed = [
+            key
+            for key in self.store.keys("step-")
+            if _STEP_FOLDER.fullmatch(folder := key.split("/", 1)[0]) and folder not in keep
+        ]
+        if doomed:
+            self.store.delete(doomed)
+
+    def _complete(self, marker: Marker) -> bool:
+        for file in marker.files:
+            path = self.directory.joinpath(*file.path.split("/"))
+            if not path.is_file() or path.stat().st_size != file.bytes:
+                return False
+        return True
+
+
+def _dumps(value: object) -> bytes:
+    return (json.dumps(value, indent=2, sort_keys=True) + "\n").encode()

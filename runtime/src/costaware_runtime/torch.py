@@ -1,0 +1,124 @@
+"""PyTorch checkpoints in ``COSTAWARE_CHECKPOINT_DIR``: :func:`save` and :func:`load`.
+
+torch is imported inside the functions; the runtime never requires it. A checkpoint is one file,
+``checkpoint-<step>/torch.pt``, written to a temporary name and renamed, then committed (marker last); the
+two newest are kept locally. Resume::
+
+    step = costaware_runtime.torch.load(model, optimizer) or 0
+    for step in range(step, total_steps):
+        train_one_step()
+        if (step + 1) % 500 == 0 or preemption_requested():
+            costaware_runtime.torch.save(model, optimizer, step=step + 1)
+        if preemption_requested():
+            exit_preempted()
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from costaware_runtime import _files
+from costaware_runtime.checkpoints import checkpoint_folder, commit, prune, read_marker
+
+CHECKPOINT_FILE = "torch.pt"
+
+
+def save(
+    model: Any,
+    optimizer: Any = None,
+    *,
+    step: int,
+    scaler: Any = None,
+    directory: Path | str | None = None,
+    keep: int = 2,
+    **extra: Any,
+) -> Path | None:
+    """Save and commit the state of ``model`` (and ``optimizer``, ``scaler``) as the checkpoint of ``step``.
+
+    Args:
+        model: A ``torch.nn.Module``; DistributedDataParallel and ``torch.compile`` wrappers are unwrapped.
+        optimizer: Its optimizer, whose state is saved too.
+        step: The step training resumes after.
+        scaler: A ``torch.amp.GradScaler``, or anything with ``state_dict()``.
+        directory: The checkpoint folder; default ``COSTAWARE_CHECKPOINT_DIR``.
+        keep: How many checkpoints to keep locally (the launcher may still be uploading the previous one).
+        **extra: More state to save (tensors, numbers, strings, lists and dicts of them): see
+            :func:`load_state`.
+
+    Returns:
+        The file written, or None on a distributed rank other than 0 (only rank 0 saves).
+    """
+    import torch
+
+    if (
+        torch.distributed.is_available()
+        and torch.distributed.is_initialized()
+        and torch.distributed.get_rank()
+    ):
+        return None
+    state: dict[str, Any] = {"step": step, "model": _unwrap(model).state_dict(), "extra": extra}
+    if optimizer is not None:
+        state["optimizer"] = optimizer.state_dict()
+    if scaler is not None:
+        state["scaler"] = scaler.state_dict()
+    path = checkpoint_folder(step, directory) / CHECKPOINT_FILE
+    with _files.replacing(path) as temp:
+        torch.save(state, temp)
+    commit(directory, step, [path])
+    prune(directory, keep)
+    return path
+
+
+def load_state(
+    map_location: Any = None, *, directory: Path | str | None = None, weights_only: bool = True
+) -> dict[str, Any] | None:
+    """The saved state of the newest committed checkpoint (keys ``step``, ``model``, ``extra``, ...), or None.
+
+    ``weights_only=True`` (torch's safe loader) allows tensors and plain Python values only; pass False
+    only for checkpoints you trust that hold other objects.
+    """
+    import torch
+
+    marker = read_marker(directory)
+    if marker is None:
+        return None
+    relative = f"checkpoint-{marker.step}/{CHECKPOINT_FILE}"
+    if relative not in {file.path for file in marker.files}:
+        return None  # committed by something else (a Hugging Face Trainer, save_bytes)
+    folder = Path(directory) if directory is not None else None
+    path = (folder or checkpoint_folder(marker.step).parent) / relative
+    state: dict[str, Any] = torch.load(path, map_location=map_location, weights_only=weights_only)
+    return state
+
+
+def load(
+    model: Any,
+    optimizer: Any = None,
+    scaler: Any = None,
+    map_location: Any = None,
+    *,
+    directory: Path | str | None = None,
+) -> int | None:
+    """Load the newest committed checkpoint into ``model`` (and ``optimizer``, ``scaler``).
+
+    Returns:
+        The step to resume after, or None when there is no checkpoint (start from the beginning).
+    """
+    state = load_state(map_location, directory=directory)
+    if state is None:
+        return None
+    _unwrap(model).load_state_dict(state["model"])
+    if optimizer is not None and "optimizer" in state:
+        optimizer.load_state_dict(state["optimizer"])
+    if scaler is not None and "scaler" in state:
+        scaler.load_state_dict(state["scaler"])
+    return int(state["step"])
+
+
+def _unwrap(model: Any) -> Any:
+    import torch
+
+    if isinstance(model, torch.nn.parallel.DistributedDataParallel | torch.nn.DataParallel):
+        model = model.module
+    return getattr(model, "_orig_mod", model)  # torch.compile's wrapper

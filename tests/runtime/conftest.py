@@ -1,0 +1,25 @@
+"""Helpers for the runtime's tests: run ``costaware-run`` for real on small job scripts.
+
+These tests never import airflow or costaware: the runtime is a distribution of its own.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+from runtime_jobs import PRELUDE, Job, MakeJob
+
+
+@pytest.fixture
+def make_job(tmp_path: Path) -> MakeJob:
+    """Write a job script (after :data:`PRELUDE`; ``READY`` is the file to touch once it can be preempted)."""
+
+    def make(body: str) -> Job:
+        script = tmp_path / "job.py"
+        ready = f"READY = Path({str(tmp_path / 'ready')!r})\n"
+        script.write_text(PRELUDE + ready + textwrap.dedent(body))
+        return Job(tmp_path, script)
+
+    return make

@@ -1,0 +1,197 @@
+"""Local checkpoints (commit, prune, bytes) and their sync with a local-folder store, in process."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from costaware_runtime import (
+    CheckpointChangedError,
+    ContractError,
+    StoreError,
+    checkpoint_folder,
+    commit,
+    latest_step,
+    load_bytes,
+    prune,
+    push,
+    restore,
+    save_bytes,
+)
+from costaware_runtime.sync import CheckpointSync
+
+
+@pytest.fixture
+def local(tmp_path: Path) -> Path:
+    return tmp_path / "checkpoints"
+
+
+@pytest.fixture
+def remote(tmp_path: Path) -> Path:
+    return tmp_path / "remote"
+
+
+def test_commit_writes_the_marker_last_listing_every_file(local: Path) -> None:
+    folder = checkpoint_folder(7, local)
+    (folder / "model.pt").write_bytes(b"m" * 10)
+    (folder / "nested").mkdir()
+    (folder / "nested" / "optim.pt").write_bytes(b"o")
+    (folder / ".model.pt.abc.tmp").write_bytes(b"half-written by someone")
+
+    marker = commit(local, 7, [folder])
+
+    data = json.loads((local / "_costaware_checkpoint.json").read_text())
+    assert data["step"] == 7 and data["saved_at"] == marker.saved_at
+    assert [(f["path"], f["bytes"]) for f in data["files"]] == [
+        ("checkpoint-7/model.pt", 10),
+        ("checkpoint-7/nested/optim.pt", 1),
+    ]
+    assert latest_step(local) == 7
+
+
+@pytest.mark.parametrize(
+    ("step", "files", "message"),
+    [
+        (3, ["missing.bin"], "checkpoint file 'missing.bin' does not exist in"),
+        (3, ["../outside.bin"], "outside.bin' is outside"),
+        (3, [], "the checkpoint of step 3 in"),
+        (-1, ["present.bin"], "step=-1 is not a step number: use a whole number >= 0"),
+        (True, ["present.bin"], "step=True is not a step number"),
+    ],
+)
+def test_commit_refuses_bad_input_and_writes_nothing(
+    local: Path, step: int, files: list[str], message: str
+) -> None:
+    local.mkdir()
+    (local / "present.bin").write_bytes(b"x")
+    (local.parent / "outside.bin").write_bytes(b"x")
+    with pytest.raises(ContractError) as caught:
+        commit(local, step, files)
+    assert message in str(caught.value)
+    assert not (local / "_costaware_checkpoint.json").exists()
+
+
+def test_save_and_load_bytes_keep_the_two_newest(local: Path) -> None:
+    assert load_bytes(directory=local) is None
+    for step in (1, 2, 3):
+        save_bytes(f"s{step}".encode(), step=step, directory=local)
+    assert load_bytes(directory=local) == (3, b"s3")
+    assert sorted(path.name for path in local.iterdir()) == [
+        "_costaware_checkpoint.json",
+        "checkpoint-2",
+        "checkpoint-3",
+    ]
+
+
+def test_prune_drops_abandoned_newer_folders(local: Path) -> None:
+    save_bytes(b"a", step=5, directory=local)
+    checkpoint_folder(9, local)  # a save that died before its commit
+    assert [path.name for path in prune(local)] == ["checkpoint-9"]
+    with pytest.raises(ValueError, match="keep=0 would delete the committed checkpoint"):
+        prune(local, keep=0)
+
+
+def test_the_environment_names_the_default_folder(local: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("COSTAWARE_CHECKPOINT_DIR", raising=False)
+    with pytest.raises(ContractError, match="COSTAWARE_CHECKPOINT_DIR is not set: run the job under"):
+        latest_step()
+    monkeypatch.setenv("COSTAWARE_CHECKPOINT_DIR", str(local))
+    save_bytes(b"x", step=4)
+    assert latest_step() == 4
+
+
+def test_push_then_restore_into_an_empty_folder(local: Path, remote: Path, tmp_path: Path) -> None:
+    save_bytes(b"weights", step=12, directory=local)
+    assert push(local, str(remote)) == 12
+
+    latest = json.loads((remote / "LATEST.json").read_text())
+    assert (latest["step"], latest["prefix"]) == (12, "step-12")
+    assert latest["files"] == [{"path": "checkpoint-12/state.bin", "bytes": 7}]
+    assert (remote / "step-12" / "_costaware_checkpoint.json").exists()
+
+    fresh = tmp_path / "fresh"
+    assert restore(f"file://{remote}", fresh) == 12
+    assert load_bytes(directory=fresh) == (12, b"weights")
+    assert restore(str(remote), fresh) == 12  # the same commit is not downloaded again
+
+
+def test_push_keeps_the_new_step_and_the_one_before(local: Path, remote: Path) -> None:
+    for step in (1, 2, 3):
+        save_bytes(b"x", step=step, directory=local)
+        push(local, str(remote))
+    assert sorted(path.name for path in remote.iterdir()) == ["LATEST.json", "step-2", "step-3"]
+
+
+def test_the_same_step_saved_again_never_overwrites_what_latest_names(local: Path, remote: Path) -> None:
+    save_bytes(b"first", step=4, directory=local)
+    push(local, str(remote))
+    save_bytes(b"second", step=4, directory=local)
+    push(local, str(remote))
+    prefix = json.loads((remote / "LATEST.json").read_text())["prefix"]
+    assert prefix.startswith("step-4-")
+    assert (remote / prefix / "checkpoint-4" / "state.bin").read_bytes() == b"second"
+    assert (remote / "step-4" / "checkpoint-4" / "state.bin").read_bytes() == b"first"
+
+
+def test_a_file_changed_after_its_commit_is_not_pushed(local: Path, remote: Path) -> None:
+    path = save_bytes(b"committed", step=1, directory=local)
+    path.write_bytes(b"overwritten in place")
+    with pytest.raises(CheckpointChangedError, match="changed after it was committed"):
+        push(local, str(remote))
+    assert not (remote / "LATEST.json").exists()
+    path.unlink()
+    with pytest.raises(CheckpointChangedError, match="is gone: a newer save replaced it"):
+        push(local, str(remote))
+
+
+def test_push_without_a_checkpoint_says_so(local: Path, remote: Path) -> None:
+    local.mkdir()
+    with pytest.raises(ContractError, match="holds no committed checkpoint to push"):
+        push(local, str(remote))
+
+
+def test_a_newer_local_checkpoint_is_kept_and_pushed_next(local: Path, remote: Path) -> None:
+    save_bytes(b"old", step=1, directory=local)
+    push(local, str(remote))
+    save_bytes(b"new", step=2, directory=local)
+    sync = CheckpointSync(str(remote), local)
+    assert sync.restore() == 2
+    assert sync.push_changed() == 2
+    assert json.loads((remote / "LATEST.json").read_text())["step"] == 2
+
+
+def test_restore_without_a_remote_checkpoint_starts_fresh(local: Path, remote: Path) -> None:
+    assert restore(str(remote), local) is None
+
+
+def test_a_damaged_latest_is_reported(local: Path, remote: Path) -> None:
+    remote.mkdir()
+    (remote / "LATEST.json").write_text('{"step": "three"}')
+    with pytest.raises(StoreError, match=r"LATEST\.json is damaged .*: delete it to start over"):
+        restore(str(remote), local)
+
+
+def test_a_remote_file_of_the_wrong_size_fails_the_restore(local: Path, remote: Path, tmp_path: Path) -> None:
+    save_bytes(b"weights", step=1, directory=local)
+    push(local, str(remote))
+    (remote / "step-1" / "checkpoint-1" / "state.bin").write_bytes(b"tampered with")
+    fresh = tmp_path / "fresh"
+    with pytest.raises(StoreError, match=r"has 13 bytes, LATEST\.json says 7"):
+        restore(str(remote), fresh)
+    assert latest_step(fresh) is None  # no marker vouches for what was downloaded
+
+
+def test_a_remote_path_cannot_escape_the_folder(local: Path, remote: Path) -> None:
+    remote.mkdir()
+    latest = {"step": 1, "saved_at": "x", "prefix": "step-1", "files": [{"path": "../evil", "bytes": 1}]}
+    (remote / "LATEST.json").write_text(json.dumps(latest))
+    with pytest.raises(StoreError, match=r"'\.\./evil' is not a relative file path"):
+        restore(str(remote), local)
+    assert not (local.parent / "evil").exists()
+
+
+def test_commit_records_size_and_mtime(local: Path) -> None:
+    path = save_bytes(b"abc", step=1, directory=local)
+    entry = json.loads((local / "_costaware_checkpoint.json").read_text())["files"][0]
+    assert (entry["bytes"], entry["mtime_ns"]) == (3, path.stat().st_mtime_ns)

@@ -1,0 +1,191 @@
+"""The contract's parsing, metrics files, store locations and output manifests, in process."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from costaware_runtime import (
+    ContractError,
+    JobEnvironment,
+    MetricsError,
+    StoreError,
+    download_outputs,
+    read_manifest,
+    read_metrics,
+    write_metrics,
+)
+from costaware_runtime.outputs import upload_outputs
+from costaware_runtime.stores import LocalStore, S3Store, check_key, open_object, open_store
+
+
+def test_from_env_reads_every_variable() -> None:
+    env = JobEnvironment.from_env(
+        {
+            "COSTAWARE_CHECKPOINT_DIR": "/ckpt",
+            "COSTAWARE_CHECKPOINT_URI": "s3://bucket/run/checkpoints",
+            "COSTAWARE_OUTPUT_DIR": "/out",
+            "COSTAWARE_OUTPUT_URI": "s3://bucket/run/model",
+            "COSTAWARE_METRICS_PATH": "/metrics.json",
+            "COSTAWARE_RESULT_URI": "s3://bucket/run/result.json",
+            "COSTAWARE_ATTEMPT": "3",
+            "COSTAWARE_MARKET": "on_demand",
+            "COSTAWARE_GRACE_SECONDS": "50",
+        }
+    )
+    assert env == JobEnvironment(
+        checkpoint_dir=Path("/ckpt"),
+        checkpoint_uri="s3://bucket/run/checkpoints",
+        output_dir=Path("/out"),
+        output_uri="s3://bucket/run/model",
+        metrics_path=Path("/metrics.json"),
+        result_uri="s3://bucket/run/result.json",
+        attempt=3,
+        market="on_demand",
+        grace_seconds=50.0,
+    )
+
+
+def test_from_env_defaults() -> None:
+    env = JobEnvironment.from_env({})
+    assert (env.attempt, env.market, env.grace_seconds) == (1, "local", 110.0)
+    assert env.checkpoint_dir is None and env.result_uri is None
+
+
+@pytest.mark.parametrize(
+    ("variables", "message"),
+    [
+        ({"COSTAWARE_ATTEMPT": "0"}, "COSTAWARE_ATTEMPT='0' is not an attempt number: use 1 for the first"),
+        ({"COSTAWARE_MARKET": "Spot"}, "COSTAWARE_MARKET='Spot' is not a market: use one of spot, on_demand"),
+        ({"COSTAWARE_GRACE_SECONDS": "nan"}, "grace period 'nan' is not a number of seconds >= 0"),
+        (
+            {"COSTAWARE_RESULT_PATH": "/a.json", "COSTAWARE_RESULT_URI": "/b.json"},
+            "COSTAWARE_RESULT_PATH='/a.json' and COSTAWARE_RESULT_URI='/b.json' disagree: set only one",
+        ),
+    ],
+)
+def test_from_env_names_the_bad_value(variables: dict[str, str], message: str) -> None:
+    with pytest.raises(ContractError) as caught:
+        JobEnvironment.from_env(variables)
+    assert message in str(caught.value)
+
+
+def test_metrics_round_trip_with_numpy_scalars(tmp_path: Path) -> None:
+    path = write_metrics({"rmse": np.float32(0.5), "rows": np.int64(12), "auc": 0.75}, tmp_path / "m.json")
+    assert read_metrics(path) == {"rmse": 0.5, "rows": 12.0, "auc": 0.75}
+    assert [p.name for p in tmp_path.iterdir()] == ["m.json"]  # no temporary file left behind
+
+
+@pytest.mark.parametrize(
+    ("metrics", "message"),
+    [
+        ({"rmse": math.inf}, "metric 'rmse' is inf, not a finite number"),
+        ({"rmse": "3.2"}, "metric 'rmse' is '3.2' (str), not a number"),
+        ({"": 1.0}, "metric name '' is not a non-empty string"),
+        ({}, "holds no metrics"),
+    ],
+)
+def test_write_metrics_refuses_bad_values_and_writes_nothing(
+    tmp_path: Path, metrics: dict[str, object], message: str
+) -> None:
+    with pytest.raises(MetricsError) as caught:
+        write_metrics(metrics, tmp_path / "m.json")  # type: ignore[arg-type]
+    assert message in str(caught.value)
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_write_metrics_needs_a_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("COSTAWARE_METRICS_PATH", raising=False)
+    with pytest.raises(MetricsError, match="COSTAWARE_METRICS_PATH is not set: run the job under"):
+        write_metrics({"rmse": 1.0})
+
+
+@pytest.mark.parametrize(
+    ("uri", "kind", "root"),
+    [
+        ("/data/ckpt", LocalStore, "/data/ckpt"),
+        ("file:///data/ckpt", LocalStore, "/data/ckpt"),
+        ("s3://bucket/runs/7/", S3Store, "s3://bucket/runs/7"),
+        ("s3://bucket", S3Store, "s3://bucket"),
+    ],
+)
+def test_open_store(uri: str, kind: type, root: str) -> None:
+    store = open_store(uri)
+    assert isinstance(store, kind) and store.uri == root
+
+
+@pytest.mark.parametrize(
+    ("uri", "message"),
+    [
+        (
+            "gs://bucket/x",
+            "'gs://bucket/x' is not a supported location: use a local folder, file:// or s3://",
+        ),
+        ("s3:///x", "'s3:///x' names no bucket: use s3://bucket/prefix"),
+    ],
+)
+def test_open_store_refuses(uri: str, message: str) -> None:
+    with pytest.raises(ContractError) as caught:
+        open_store(uri)
+    assert message in str(caught.value)
+
+
+def test_open_object_splits_a_file_uri() -> None:
+    store, key = open_object("s3://bucket/runs/7/result.json")
+    assert (store.uri, key) == ("s3://bucket/runs/7", "result.json")
+    with pytest.raises(ContractError, match="names a folder, not a file"):
+        open_object("s3://bucket/runs/")
+
+
+@pytest.mark.parametrize("key", ["", "/abs", "a/../b", "a//b", "./a", "a\\b"])
+def test_check_key_refuses_paths_that_could_escape(key: str) -> None:
+    with pytest.raises(ContractError, match="is not a relative file path"):
+        check_key(key)
+
+
+def test_outputs_upload_with_a_manifest_and_download_checked(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    (out / "sub").mkdir(parents=True)
+    (out / "model.bin").write_bytes(b"weights")
+    (out / "sub" / "vocab.txt").write_text("a\nb\n")
+    remote = tmp_path / "remote"
+    assert read_manifest(str(remote)) is None
+
+    summary = upload_outputs(out, str(remote), {"attempt": 2})
+    assert (summary.files, summary.bytes) == (2, 11)
+    manifest = read_manifest(str(remote))
+    assert manifest is not None and manifest["attempt"] == 2
+    assert [entry["path"] for entry in manifest["files"]] == ["model.bin", "sub/vocab.txt"]
+
+    copy = tmp_path / "copy"
+    download_outputs(str(remote), copy)
+    assert (copy / "sub" / "vocab.txt").read_text() == "a\nb\n"
+
+    (remote / "model.bin").write_bytes(b"tampered")
+    with pytest.raises(StoreError, match=r"model\.bin has sha256 .*, the manifest says"):
+        download_outputs(str(remote), tmp_path / "copy2")
+
+
+def test_a_new_upload_removes_the_old_manifest_first(tmp_path: Path) -> None:
+    out, remote = tmp_path / "out", tmp_path / "remote"
+    out.mkdir()
+    (out / "a.bin").write_bytes(b"1")
+    upload_outputs(out, str(remote))
+    (out / "b.bin").mkdir()  # a folder where the store needs a file: the second upload fails midway
+    (out / "b.bin" / "c").write_bytes(b"2")
+    (remote / "b.bin").write_bytes(b"a file in the way")
+    with pytest.raises(StoreError):
+        upload_outputs(out, str(remote))
+    assert read_manifest(str(remote)) is None  # the old manifest cannot vouch for the half-new folder
+    with pytest.raises(StoreError, match=r"_costaware_manifest\.json does not exist: the upload did not"):
+        download_outputs(str(remote), tmp_path / "copy")
+
+
+def test_the_manifest_name_is_reserved(tmp_path: Path) -> None:
+    (tmp_path / "_costaware_manifest.json").write_text("{}")
+    with pytest.raises(ContractError, match="is reserved for the launcher's manifest: rename it"):
+        upload_outputs(tmp_path, str(tmp_path / "remote"))
+    assert json.loads((tmp_path / "_costaware_manifest.json").read_text()) == {}

@@ -1,0 +1,273 @@
+"""The framework helpers with the real frameworks: PyTorch, XGBoost, LightGBM, Hugging Face's Trainer.
+
+Each is skipped, with the reason, where its framework is not installed (none is a runtime dependency).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from costaware_runtime import latest_step, preemption
+from runtime_jobs import MakeJob
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def needs(module: str) -> pytest.MarkDecorator:
+    missing = importlib.util.find_spec(module) is None
+    return pytest.mark.skipif(missing, reason=f"{module} is not installed (pip install {module})")
+
+
+@pytest.fixture
+def sigterm_restored() -> Iterator[None]:
+    """The callbacks install the runtime's SIGTERM handler; put pytest's back afterwards."""
+    previous = signal.getsignal(signal.SIGTERM)
+    yield
+    signal.signal(signal.SIGTERM, previous)
+    preemption._installed = False
+    preemption._requested.clear()
+
+
+@needs("torch")
+def test_torch_save_and_load_round_trip(tmp_path: Path) -> None:
+    import torch
+    from costaware_runtime import torch as ct
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    for _ in range(2):
+        optimizer.zero_grad()
+        model(torch.ones(4, 3)).sum().backward()
+        optimizer.step()
+    path = ct.save(model, optimizer, step=2, directory=tmp_path, epoch=1, note="warm")
+    assert path == tmp_path / "checkpoint-2" / "torch.pt"
+
+    fresh = torch.nn.Linear(3, 1)
+    fresh_optimizer = torch.optim.Adam(fresh.parameters(), lr=0.1)
+    assert ct.load(fresh, fresh_optimizer, directory=tmp_path) == 2
+    assert torch.equal(fresh.weight, model.weight)
+    assert torch.equal(
+        fresh_optimizer.state_dict()["state"][0]["exp_avg"], optimizer.state_dict()["state"][0]["exp_avg"]
+    )
+    state = ct.load_state(directory=tmp_path)
+    assert state is not None and state["extra"] == {"epoch": 1, "note": "warm"}
+    assert ct.load(torch.nn.Linear(3, 1), directory=tmp_path / "empty") is None
+
+
+# Trains with a two-worker DataLoader; on the notice saves with costaware_runtime.torch and exits 75.
+TORCH_JOB = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from costaware_runtime import torch as ct
+
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+start = ct.load(model, optimizer) or 0
+(READY.parent / f"start-{cr.attempt()}").write_text(str(start))
+data = DataLoader(TensorDataset(torch.randn(100000, 2), torch.randn(100000, 1)), batch_size=8, num_workers=2)
+with cr.PreemptionGuard() as guard:
+    for step, (x, y) in enumerate(data, start=start + 1):
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+        if step == start + 20:
+            READY.touch()
+        if guard.requested:
+            ct.save(model, optimizer, step=step)
+            guard.exit()
+        if step == start + 40 and cr.attempt() == 2:
+            break
+torch.save(model.state_dict(), cr.output_dir() / "model.pt")
+cr.write_metrics({"steps": step})
+"""
+
+
+@needs("torch")
+def test_torch_job_with_dataloader_workers_is_preempted_and_resumes(make_job: MakeJob) -> None:
+    job = make_job(TORCH_JOB)
+    code, stderr = job.preempt(job.start(), timeout=120)
+    assert code == 75, stderr
+    saved = job.latest()["step"]
+    assert isinstance(saved, int) and saved >= 20
+
+    second = job.run(env=job.env(attempt=2))
+    assert second.returncode == 0, second.stderr
+    assert int((job.root / "start-2").read_text()) == saved
+    assert json.loads(job.result.read_text())["metrics"] == {"steps": saved + 40}
+
+
+def regression_data() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    features = rng.normal(size=(200, 4))
+    return features, features @ np.array([1.0, -2.0, 0.5, 0.0]) + rng.normal(scale=0.1, size=200)
+
+
+@needs("xgboost")
+def test_xgboost_checkpoints_every_n_rounds_and_resumes(tmp_path: Path, sigterm_restored: None) -> None:
+    import xgboost as xgb
+    from costaware_runtime.boosting import XGBoostCheckpoint, latest_model_path
+
+    features, target = regression_data()
+    data = xgb.DMatrix(features, label=target)
+    params = {"max_depth": 2, "eta": 0.3}
+    with pytest.raises(ValueError, match="every_rounds=0 is not a number of rounds"):
+        XGBoostCheckpoint(every_rounds=0)
+    every_three = XGBoostCheckpoint(every_rounds=3, directory=tmp_path)
+    xgb.train(params, data, num_boost_round=7, callbacks=[every_three])
+    assert latest_step(tmp_path) == 6
+    assert latest_model_path(tmp_path) == tmp_path / "checkpoint-6" / "model.json"
+
+    resumed = xgb.train(
+        params,
+        data,
+        num_boost_round=4,
+        xgb_model=latest_model_path(tmp_path),
+        callbacks=[XGBoostCheckpoint(every_rounds=3, directory=tmp_path)],
+    )
+    assert resumed.num_boosted_rounds() == 10
+    assert latest_step(tmp_path) == 9
+
+
+@needs("lightgbm")
+def test_lightgbm_checkpoints_every_n_rounds_and_resumes(tmp_path: Path, sigterm_restored: None) -> None:
+    import lightgbm as lgb
+    from costaware_runtime.boosting import LightGBMCheckpoint, latest_model_path
+
+    features, target = regression_data()
+    params = {"objective": "regression", "num_leaves": 4, "verbose": -1}
+    lgb.train(params, lgb.Dataset(features, target), 7, callbacks=[LightGBMCheckpoint(3, directory=tmp_path)])
+    assert latest_step(tmp_path) == 6
+    path = latest_model_path(tmp_path)
+    assert path == tmp_path / "checkpoint-6" / "model.txt"
+
+    resumed = lgb.train(
+        params,
+        lgb.Dataset(features, target),
+        4,
+        init_model=str(path),
+        callbacks=[LightGBMCheckpoint(3, directory=tmp_path)],
+    )
+    assert resumed.current_iteration() == 10
+    assert latest_step(tmp_path) == 9
+
+
+BOOSTING_JOB = """
+import numpy as np
+from costaware_runtime.boosting import LightGBMCheckpoint, XGBoostCheckpoint, latest_model_path
+
+rng = np.random.default_rng(0)
+features = rng.normal(size=(2000, 8))
+target = features.sum(axis=1)
+done = cr.latest_step() or 0
+(READY.parent / f"start-{cr.attempt()}").write_text(str(done))
+
+def slow(env=None, *args):
+    if (cr.latest_step() or 0) >= done + 5:
+        READY.touch()
+    time.sleep(0.01)
+    return False
+
+if os.environ["LIBRARY"] == "xgboost":
+    import xgboost as xgb
+    class Slow(xgb.callback.TrainingCallback):
+        def after_iteration(self, model, epoch, evals_log):
+            return slow()
+    booster = xgb.train({"max_depth": 2}, xgb.DMatrix(features, label=target), num_boost_round=3000 - done,
+                        xgb_model=latest_model_path(), callbacks=[XGBoostCheckpoint(every_rounds=5), Slow()])
+    rounds = booster.num_boosted_rounds()
+else:
+    import lightgbm as lgb
+    booster = lgb.train({"objective": "regression", "verbose": -1}, lgb.Dataset(features, target),
+                        3000 - done, init_model=latest_model_path(), callbacks=[LightGBMCheckpoint(5), slow])
+    rounds = booster.current_iteration()
+booster.save_model(str(cr.output_dir() / "model"))
+cr.write_metrics({"rounds": rounds})
+"""
+
+
+@pytest.mark.parametrize("library", [pytest.param("xgboost", marks=needs("xgboost")), "lightgbm"])
+def test_boosting_job_is_preempted_after_saving(make_job: MakeJob, library: str) -> None:
+    if library == "lightgbm" and importlib.util.find_spec("lightgbm") is None:
+        pytest.skip("lightgbm is not installed (pip install lightgbm)")
+    job = make_job(BOOSTING_JOB)
+    code, stderr = job.preempt(job.start(env=job.env(LIBRARY=library)), timeout=120)
+    assert code == 75, stderr
+    saved = job.latest()["step"]
+    assert isinstance(saved, int) and saved >= 5
+    start = job.start(env=job.env(attempt=2, LIBRARY=library))
+    code, stderr = job.preempt(start, timeout=120)
+    assert code == 75, stderr
+    assert int((job.root / "start-2").read_text()) == saved
+
+
+HUGGINGFACE_JOB = """
+import torch
+from transformers import Trainer, TrainerCallback, TrainingArguments
+from costaware_runtime.huggingface import CostawareCallback, latest_hf_checkpoint
+
+class Tiny(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 1)
+    def forward(self, x, y):
+        return {"loss": torch.nn.functional.mse_loss(self.linear(x).squeeze(-1), y)}
+
+class Data(torch.utils.data.Dataset):
+    def __len__(self):
+        return 64
+    def __getitem__(self, i):
+        x = torch.full((4,), float(i % 7))
+        return {"x": x, "y": x.sum()}
+
+class Ready(TrainerCallback):
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step >= 12:
+            READY.touch()
+        time.sleep(0.02)
+
+args = TrainingArguments(output_dir=str(cr.checkpoint_dir()), max_steps=int(os.environ["STEPS"]),
+    save_steps=10, save_total_limit=2, per_device_train_batch_size=4, report_to=[], use_cpu=True,
+    disable_tqdm=True)
+trainer = Trainer(Tiny(), args, train_dataset=Data(), callbacks=[Ready(), CostawareCallback()])
+resume = latest_hf_checkpoint()
+(READY.parent / f"resume-{cr.attempt()}").write_text(str(resume))
+trainer.train(resume_from_checkpoint=resume)
+torch.save(trainer.model.state_dict(), cr.output_dir() / "model.pt")
+cr.write_metrics({"global_step": trainer.state.global_step})
+"""
+
+
+@needs("transformers")
+def test_huggingface_trainer_is_preempted_and_resumes(make_job: MakeJob) -> None:
+    job = make_job(HUGGINGFACE_JOB)
+    code, stderr = job.preempt(job.start(env=job.env(STEPS="1000")), timeout=300)
+    assert code == 75, stderr
+    saved = job.latest()["step"]
+    assert isinstance(saved, int) and saved >= 12
+    assert (job.remote / f"step-{saved}" / f"checkpoint-{saved}" / "trainer_state.json").exists()
+
+    second = job.run(env=job.env(attempt=2, STEPS=str(saved + 15)))
+    assert second.returncode == 0, second.stderr
+    assert (job.root / "resume-2").read_text().endswith(f"checkpoint-{saved}")
+    assert json.loads(job.result.read_text())["metrics"] == {"global_step": saved + 15}
+
+
+@needs("transformers")
+def test_huggingface_callback_insists_on_the_checkpoint_folder(make_job: MakeJob) -> None:
+    job = make_job("""
+from transformers import TrainerControl, TrainerState, TrainingArguments
+from costaware_runtime.huggingface import CostawareCallback
+args = TrainingArguments(output_dir=str(READY.parent / "elsewhere"), report_to=[], use_cpu=True)
+CostawareCallback().on_train_begin(args, TrainerState(), TrainerControl())
+""")
+    done = job.run()
+    assert done.returncode == 1
+    assert "TrainingArguments.output_dir is" in done.stderr
+    assert "pass output_dir=str(costaware_runtime.checkpoint_dir())" in done.stderr

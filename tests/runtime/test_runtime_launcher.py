@@ -1,0 +1,293 @@
+"""costaware-run for real: a subprocess running small job scripts against local-folder stores."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from runtime_jobs import RESUMING_JOB, Job, MakeJob
+
+
+def seen(job: Job, attempt: int) -> dict[str, object]:
+    found: dict[str, object] = json.loads((job.root / f"seen-{attempt}.json").read_text())
+    return found
+
+
+def remote_steps(job: Job) -> set[str]:
+    return {path.name for path in job.remote.iterdir() if path.name.startswith("step-")}
+
+
+def test_preempted_attempt_resumes_and_the_next_uploads_the_model(make_job: MakeJob) -> None:
+    job = make_job(RESUMING_JOB)
+
+    first = job.run(env=job.env(attempt=1, STOP_AT="3"))
+    assert first.returncode == 75, first.stderr
+    assert "preempted (job exit 75) after checkpoint step 3" in first.stderr
+    assert job.latest()["step"] == 3
+    assert not job.outputs.exists() and not job.result.exists()
+
+    second = job.run(env=job.env(attempt=2))
+    assert second.returncode == 0, second.stderr
+    resumed = seen(job, 2)
+    assert (resumed["attempt"], resumed["market"], resumed["start"]) == (2, "spot", 3)
+    assert resumed["state"] == "state after 3"
+    result = json.loads(job.result.read_text())
+    assert result == {
+        "metrics": {"rmse": 3.25, "rows": 100},
+        "output_uri": str(job.outputs),
+        "files": 2,
+        "bytes": 7,
+        "attempt": 2,
+        "checkpoint_step": 5,
+    }
+    manifest = json.loads((job.outputs / "_costaware_manifest.json").read_text())
+    assert [(f["path"], f["bytes"]) for f in manifest["files"]] == [("model.bin", 5), ("sub/config.json", 2)]
+    assert manifest["files"][0]["sha256"] == hashlib.sha256(b"model").hexdigest()
+    assert manifest["metrics"] == {"rmse": 3.25, "rows": 100} and manifest["checkpoint_step"] == 5
+    # The newest step is LATEST, and at most the one before it is kept.
+    assert job.latest()["step"] == 5
+    assert "step-5" in remote_steps(job) and len(remote_steps(job)) <= 2
+    assert (job.remote / "step-5" / "checkpoint-5" / "state.bin").read_bytes() == b"state after 5"
+
+
+PREEMPTIBLE_JOB = """
+cr.preemption_requested()
+step = cr.latest_step() or 0
+READY.touch()
+while not cr.preemption_requested():
+    step += 1
+    time.sleep(0.005)
+cr.save_bytes(str(step).encode(), step=step)
+(READY.parent / "saved").write_text(str(step))
+cr.exit_preempted()
+"""
+
+
+def test_sigterm_reaches_the_job_which_saves_and_exits_75(make_job: MakeJob) -> None:
+    job = make_job(PREEMPTIBLE_JOB)
+    code, stderr = job.preempt(job.start())
+    assert code == 75, stderr
+    assert "preemption notice: passing SIGTERM on" in stderr
+    step = int((job.root / "saved").read_text())
+    assert job.latest()["step"] == step
+    assert (job.remote / f"step-{step}" / f"checkpoint-{step}" / "state.bin").read_text() == str(step)
+
+
+@pytest.mark.parametrize(
+    ("commit_first", "expected", "message"),
+    [
+        (False, 77, "preempted (job exit -15) before any checkpoint: the next attempt starts over"),
+        (True, 75, "preempted (job exit -15) after checkpoint step 1"),
+    ],
+)
+def test_a_job_killed_by_the_notice_is_preempted_if_it_has_a_checkpoint(
+    make_job: MakeJob, commit_first: bool, expected: int, message: str
+) -> None:
+    job = make_job(f"""
+if {commit_first}:
+    cr.save_bytes(b"early", step=1)
+READY.touch()
+time.sleep(60)  # no handler: SIGTERM ends the process
+""")
+    code, stderr = job.preempt(job.start())
+    assert code == expected, stderr
+    assert message in stderr
+    if commit_first:
+        assert job.latest()["step"] == 1
+    else:
+        assert not job.remote.exists()
+
+
+@pytest.mark.parametrize("how", ["option", "env"])
+def test_a_job_that_ignores_the_notice_is_killed_after_the_grace_period(make_job: MakeJob, how: str) -> None:
+    job = make_job("""
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+READY.touch()
+time.sleep(60)
+""")
+    options = ("--grace-seconds", "0.5") if how == "option" else ()
+    env = job.env(**({"COSTAWARE_GRACE_SECONDS": "0.5"} if how == "env" else {}))
+    code, stderr = job.preempt(job.start(*options, env=env))
+    assert code == 77, stderr
+    assert "did not exit within 0.5s of the notice: SIGKILL" in stderr
+
+
+def test_exit_75_without_a_checkpoint_is_a_code_error(make_job: MakeJob) -> None:
+    job = make_job("cr.exit_preempted()\n")
+    done = job.run()
+    assert done.returncode == 76
+    assert "exited 75 (preempted after a checkpoint) but" in done.stderr
+    assert "holds no committed checkpoint" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("body", "expected", "message"),
+    [
+        ("sys.exit(3)", 3, "the job exited 3"),
+        ("sys.exit(76)", 1, "the job exited 76, a code the launcher reserves: reporting 1"),
+        ("os.kill(os.getpid(), signal.SIGKILL)", 137, "the job was killed by SIGKILL"),
+    ],
+)
+def test_other_failures_pass_through_and_keep_the_checkpoint(
+    make_job: MakeJob, body: str, expected: int, message: str
+) -> None:
+    job = make_job(f'cr.save_bytes(b"partial", step=2)\n{body}\n')
+    done = job.run()
+    assert done.returncode == expected
+    assert message in done.stderr
+    assert job.latest()["step"] == 2  # a failed job's checkpoint is still pushed
+    assert not job.outputs.exists() and not job.result.exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (None, "the job wrote no metrics file {path}: write it with costaware_runtime.write_metrics"),
+        ("{not json", "metrics file {path} is not JSON"),
+        ("[1, 2]", "metrics file {path} holds a list, not a JSON object"),
+        ('{"rmse": "low"}', "metrics file {path}: metric 'rmse' is 'low' (str), not a number"),
+        ('{"rmse": NaN}', "metrics file {path}: metric 'rmse' is nan, not a finite number"),
+        ('{"done": true}', "metrics file {path}: metric 'done' is True (bool), not a number"),
+        ("{}", "metrics file {path} holds no metrics"),
+    ],
+)
+def test_bad_metrics_fail_with_code_2_and_upload_nothing(
+    make_job: MakeJob, content: str | None, problem: str
+) -> None:
+    job = make_job(f"""
+(cr.output_dir() / "model.bin").write_bytes(b"model")
+content = {content!r}
+if content is not None:
+    Path(os.environ["COSTAWARE_METRICS_PATH"]).write_text(content)
+""")
+    done = job.run()
+    assert done.returncode == 2
+    path = job.env()["COSTAWARE_METRICS_PATH"]
+    assert problem.format(path=path) in done.stderr
+    assert "nothing was uploaded" in done.stderr
+    assert not job.outputs.exists() and not job.result.exists()
+
+
+def test_an_empty_output_folder_fails_with_code_2(make_job: MakeJob) -> None:
+    job = make_job('cr.write_metrics({"rmse": 1.0})\n')
+    done = job.run()
+    assert done.returncode == 2
+    assert f"left no files in COSTAWARE_OUTPUT_DIR={job.env()['COSTAWARE_OUTPUT_DIR']}" in done.stderr
+    assert not job.outputs.exists() and not job.result.exists()
+
+
+def test_a_partly_pushed_step_is_never_restored(make_job: MakeJob) -> None:
+    job = make_job(RESUMING_JOB)
+    assert job.run(env=job.env(attempt=1, STOP_AT="1")).returncode == 75
+    # An upload of step 2 that died before LATEST.json was written: files and marker, but no LATEST.
+    partial = job.remote / "step-2"
+    (partial / "checkpoint-2").mkdir(parents=True)
+    (partial / "checkpoint-2" / "state.bin").write_bytes(b"half")
+    (partial / "_costaware_checkpoint.json").write_text('{"step": 2}')
+
+    done = job.run(env=job.env(attempt=2))
+    assert done.returncode == 0, done.stderr
+    assert seen(job, 2)["start"] == 1 and seen(job, 2)["state"] == "state after 1"
+    assert not partial.exists()  # pruned by the next push
+
+
+def test_no_sync_sets_the_folder_but_never_touches_the_remote(make_job: MakeJob) -> None:
+    job = make_job(RESUMING_JOB)
+    done = job.run("--no-sync")
+    assert done.returncode == 0, done.stderr
+    assert not job.remote.exists()
+    checkpoints = Path(job.env()["COSTAWARE_CHECKPOINT_DIR"])
+    assert json.loads((checkpoints / "_costaware_checkpoint.json").read_text())["step"] == 5
+
+
+def test_unset_folders_are_made_for_the_job(make_job: MakeJob) -> None:
+    job = make_job(RESUMING_JOB)
+    env = job.env()
+    for name in ("COSTAWARE_CHECKPOINT_DIR", "COSTAWARE_OUTPUT_DIR", "COSTAWARE_METRICS_PATH"):
+        del env[name]
+    done = job.run(env=env)
+    assert done.returncode == 0, done.stderr
+    assert "COSTAWARE_CHECKPOINT_DIR is not set: using" in done.stderr
+    made = seen(job, 1)
+    assert Path(str(made["COSTAWARE_CHECKPOINT_DIR"])).is_dir()
+    assert Path(str(made["COSTAWARE_OUTPUT_DIR"])).is_dir()
+    assert json.loads(job.result.read_text())["files"] == 2
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("COSTAWARE_ATTEMPT", "zero", "COSTAWARE_ATTEMPT='zero' is not an attempt number"),
+        ("COSTAWARE_MARKET", "preemptible", "COSTAWARE_MARKET='preemptible' is not a market"),
+        ("COSTAWARE_CHECKPOINT_URI", "gs://bucket/run", "'gs://bucket/run' is not a supported location"),
+        ("COSTAWARE_GRACE_SECONDS", "-1", "grace period '-1' is not a number of seconds >= 0"),
+    ],
+)
+def test_a_broken_environment_fails_before_the_job_starts(
+    make_job: MakeJob, variable: str, value: str, message: str
+) -> None:
+    job = make_job(RESUMING_JOB)
+    done = job.run(env=job.env(**{variable: value}))
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert not (job.root / "seen-1.json").exists()
+
+
+def test_a_missing_command_is_127(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "costaware_runtime", "--", str(tmp_path / "nope")],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "COSTAWARE_CHECKPOINT_DIR": str(tmp_path / "c")},
+    )
+    assert done.returncode == 127
+    assert "command not found" in done.stderr
+
+
+def test_no_command_is_a_usage_error() -> None:
+    done = subprocess.run([sys.executable, "-m", "costaware_runtime"], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert "no command: use costaware-run [options] -- <command...>" in done.stderr
+
+
+def test_the_console_script_is_installed() -> None:
+    script = Path(sys.executable).with_name("costaware-run")
+    done = subprocess.run([str(script), "--version"], capture_output=True, text=True)
+    assert done.stdout.strip() == "costaware-runtime 0.1.0"
+
+
+# The job starts a helper process (like a DataLoader worker) that notes whether it got SIGTERM.
+GROUP_JOB = """
+import subprocess
+cr.preemption_requested()
+note, up = READY.parent / "helper-got-sigterm", READY.parent / "helper-up"
+helper = subprocess.Popen([sys.executable, "-c", '''
+import pathlib, signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: (pathlib.Path(sys.argv[1]).touch(), sys.exit(0)))
+pathlib.Path(sys.argv[2]).touch()
+time.sleep(60)
+''', str(note), str(up)])
+while not up.exists():
+    time.sleep(0.01)
+cr.save_bytes(b"state", step=1)
+READY.touch()
+while not cr.preemption_requested():
+    time.sleep(0.01)
+time.sleep(0.3)  # time for a group-wide SIGTERM to reach the helper
+helper.kill()
+cr.exit_preempted()
+"""
+
+
+@pytest.mark.parametrize(("options", "helper_signalled"), [((), False), (("--signal-group",), True)])
+def test_sigterm_goes_to_the_command_only_unless_asked_for_the_group(
+    make_job: MakeJob, options: tuple[str, ...], helper_signalled: bool
+) -> None:
+    job = make_job(GROUP_JOB)
+    code, stderr = job.preempt(job.start(*options))
+    assert code == 75, stderr
+    assert (job.root / "helper-got-sigterm").exists() is helper_signalled

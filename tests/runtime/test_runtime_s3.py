@@ -1,0 +1,88 @@
+"""costaware-run against moto's S3 server on 127.0.0.1: checkpoints, outputs and the result in a bucket."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import pytest
+from costaware_runtime import StoreError, download_outputs, push, restore, save_bytes
+from runtime_jobs import RESUMING_JOB, MakeJob
+
+
+@pytest.fixture
+def s3_env(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+    variables = {"COSTAWARE_S3_ENDPOINT_URL": moto_endpoint, "AWS_DEFAULT_REGION": "us-east-1"}
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    yield variables
+
+
+@pytest.fixture
+def bucket(s3_env: dict[str, str]) -> str:
+    name = f"runtime-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=s3_env["COSTAWARE_S3_ENDPOINT_URL"]).create_bucket(Bucket=name)
+    return name
+
+
+def keys(bucket: str, prefix: str, endpoint: str) -> list[str]:
+    listed = boto3.client("s3", endpoint_url=endpoint).list_objects_v2(Bucket=bucket, Prefix=prefix)
+    return sorted(item["Key"] for item in listed.get("Contents", []))
+
+
+def test_two_attempts_through_s3(
+    make_job: MakeJob, bucket: str, s3_env: dict[str, str], tmp_path: Path
+) -> None:
+    job = make_job(RESUMING_JOB)
+    base = f"s3://{bucket}/runs/7"
+    uris = {
+        "COSTAWARE_CHECKPOINT_URI": f"{base}/checkpoints",
+        "COSTAWARE_OUTPUT_URI": f"{base}/model",
+        "COSTAWARE_RESULT_URI": f"{base}/result.json",
+        "COSTAWARE_RESULT_PATH": "",
+        **s3_env,
+    }
+    endpoint = s3_env["COSTAWARE_S3_ENDPOINT_URL"]
+
+    first = job.run(env=job.env(attempt=1, STOP_AT="2", **uris))
+    assert first.returncode == 75, first.stderr
+    assert "runs/7/checkpoints/LATEST.json" in keys(bucket, "runs/7/checkpoints/", endpoint)
+    assert keys(bucket, "runs/7/model", endpoint) == []
+
+    second = job.run(env=job.env(attempt=2, **uris))
+    assert second.returncode == 0, second.stderr
+    assert json.loads((job.root / "seen-2.json").read_text())["start"] == 2
+
+    s3 = boto3.client("s3", endpoint_url=endpoint)
+    result = json.loads(s3.get_object(Bucket=bucket, Key="runs/7/result.json")["Body"].read())
+    assert (result["output_uri"], result["files"], result["checkpoint_step"]) == (f"{base}/model", 2, 5)
+    steps = {key.split("/")[3] for key in keys(bucket, "runs/7/checkpoints/step-", endpoint)}
+    assert "step-5" in steps and len(steps) <= 2
+
+    copy = tmp_path / "copy"
+    manifest = download_outputs(f"{base}/model", copy)
+    assert (copy / "model.bin").read_bytes() == b"model"
+    assert manifest["metrics"] == {"rmse": 3.25, "rows": 100}
+
+
+def test_push_and_restore_in_process(bucket: str, tmp_path: Path) -> None:
+    uri = f"s3://{bucket}/ckpt"
+    save_bytes(b"w" * 1000, step=3, directory=tmp_path / "a")
+    assert push(tmp_path / "a", uri) == 3
+    assert restore(uri, tmp_path / "b") == 3
+    assert (tmp_path / "b" / "checkpoint-3" / "state.bin").read_bytes() == b"w" * 1000
+
+
+def test_a_missing_bucket_fails_the_attempt_as_retryable(make_job: MakeJob, s3_env: dict[str, str]) -> None:
+    job = make_job(RESUMING_JOB)
+    done = job.run(env=job.env(COSTAWARE_CHECKPOINT_URI="s3://no-such-bucket-here/ckpt", **s3_env))
+    assert done.returncode == 74
+    assert "could not restore the checkpoint: could not read s3://no-such-bucket-here/ckpt/LATEST.json" in (
+        done.stderr
+    )
+    assert not (job.root / "seen-1.json").exists()
+    with pytest.raises(StoreError, match="check the bucket, the credentials and COSTAWARE_S3_ENDPOINT_URL"):
+        restore("s3://no-such-bucket-here/ckpt", job.root / "x")
