@@ -86,6 +86,7 @@ def test_metrics_round_trip_with_numpy_scalars(tmp_path: Path) -> None:
         ({"rmse": "3.2"}, "metric 'rmse' is '3.2' (str), not a number"),
         ({"": 1.0}, "metric name '' is not a non-empty string"),
         ({}, "holds no metrics"),
+        ({"loss": np.array([1.0, 2.0])}, "metric 'loss' is array([1., 2.]) (ndarray), not a number"),
     ],
 )
 def test_write_metrics_refuses_bad_values_and_writes_nothing(

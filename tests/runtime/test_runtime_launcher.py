@@ -195,6 +195,17 @@ def test_a_partly_pushed_step_is_never_restored(make_job: MakeJob) -> None:
     assert not partial.exists()  # pruned by the next push
 
 
+def test_a_damaged_local_marker_stops_the_attempt_before_the_job(make_job: MakeJob) -> None:
+    job = make_job(RESUMING_JOB)
+    checkpoints = Path(job.env()["COSTAWARE_CHECKPOINT_DIR"])
+    checkpoints.mkdir(parents=True)
+    (checkpoints / "_costaware_checkpoint.json").write_text("{oops")
+    done = job.run()
+    assert done.returncode == 2
+    assert "_costaware_checkpoint.json is not a checkpoint marker" in done.stderr
+    assert not (job.root / "seen-1.json").exists()
+
+
 def test_no_sync_sets_the_folder_but_never_touches_the_remote(make_job: MakeJob) -> None:
     job = make_job(RESUMING_JOB)
     done = job.run("--no-sync")

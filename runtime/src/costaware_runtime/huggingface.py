@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from costaware_runtime.checkpoints import commit, read_marker
-from costaware_runtime.contract import CHECKPOINT_DIR
+from costaware_runtime.contract import CHECKPOINT_DIR, checkpoint_dir
 from costaware_runtime.errors import ContractError
 from costaware_runtime.preemption import exit_preempted, preemption_requested
 
@@ -36,7 +36,7 @@ def latest_hf_checkpoint(directory: Path | str | None = None) -> str | None:
     marker = read_marker(directory)
     if marker is None:
         return None
-    folder = Path(directory or os.environ[CHECKPOINT_DIR]) / f"checkpoint-{marker.step}"
+    folder = Path(directory or checkpoint_dir()) / f"checkpoint-{marker.step}"
     return str(folder) if folder.is_dir() else None
 
 

@@ -112,6 +112,8 @@ class Launcher:
         for folder in (self.checkpoint_dir, self.output_dir, self.metrics_path.parent):
             folder.mkdir(parents=True, exist_ok=True)
         uri = None if options.no_sync else env.checkpoint_uri
+        if options.no_sync and env.checkpoint_uri:
+            log.info("--no-sync: %s is left to the platform", contract.CHECKPOINT_URI)
         self.sync = CheckpointSync(uri, self.checkpoint_dir) if uri else None
         # Bad locations (or an image without boto3) fail now, not after hours of training.
         stores = [self.sync.store] if self.sync else []
@@ -134,18 +136,25 @@ class Launcher:
         }
 
     def run(self, command: Sequence[str]) -> int:
+        # Handlers first: a notice during the restore must not kill the launcher before it can answer.
+        for notice in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(notice, self._on_signal)
         if self.sync is not None:
             try:
                 step = self.sync.restore()
             except StoreError as e:
                 log.error("could not restore the checkpoint: %s", e)
                 return contract.EXIT_SYNC_FAILED
+            except ContractError as e:
+                log.error("%s", e)
+                return contract.EXIT_CONTRACT_ERROR
             if step is None:
                 log.info("no checkpoint at %s: starting fresh", self.sync.store.uri)
             else:
                 log.info("starting from checkpoint step %s", step)
-        for notice in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(notice, self._on_signal)
+        if self.notice_at is not None:
+            log.warning("the notice came before the job started: not starting it")
+            return self.finish(-signal.SIGTERM)
         try:
             self.process = subprocess.Popen(command, env=self.child_environment(), process_group=0)
         except FileNotFoundError:

@@ -84,4 +84,7 @@ def _plain_number(value: object) -> object:
     # numpy and torch scalars are not int/float subclasses (np.float64 is, np.float32 is not)
     if isinstance(value, bool | int | float) or not hasattr(value, "__float__"):
         return value
-    return float(value)
+    try:
+        return float(value)
+    except (TypeError, ValueError):  # a tensor of many values: check_metrics names it
+        return value

@@ -20,6 +20,7 @@ from typing import Any
 
 from costaware_runtime import _files
 from costaware_runtime.checkpoints import checkpoint_folder, commit, prune, read_marker
+from costaware_runtime.contract import checkpoint_dir
 
 CHECKPOINT_FILE = "torch.pt"
 
@@ -86,8 +87,7 @@ def load_state(
     relative = f"checkpoint-{marker.step}/{CHECKPOINT_FILE}"
     if relative not in {file.path for file in marker.files}:
         return None  # committed by something else (a Hugging Face Trainer, save_bytes)
-    folder = Path(directory) if directory is not None else None
-    path = (folder or checkpoint_folder(marker.step).parent) / relative
+    path = (Path(directory) if directory is not None else checkpoint_dir()) / relative
     state: dict[str, Any] = torch.load(path, map_location=map_location, weights_only=weights_only)
     return state
 
