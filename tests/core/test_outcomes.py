@@ -29,6 +29,9 @@ def test_gain_follows_the_metric_direction() -> None:
     assert outcome("a", "1", 0.40, 0.45, True, metric="log_loss").gain == pytest.approx(0.05)
     assert outcome("a", "1", 0.72, None, True).gain is None  # first model: nothing to gain over
     assert outcome("a", "1", float("nan"), 0.7, False).gain is None
+    assert outcome("a", "1", 3.1, 3.4, True, metric="rmse").gain == pytest.approx(0.3)
+    # a team's own metric: the ledger keeps its name but not its direction, so no gain is claimed
+    assert outcome("a", "1", 0.10, 0.12, True, metric="wer").gain is None
 
 
 def test_cost_per_unit_gain_of_one_run() -> None:

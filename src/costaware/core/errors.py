@@ -79,3 +79,7 @@ class JobNotFoundError(ComputeBackendError):
 
 class StoreUnavailableError(CostawareError):
     """Raised when an object store cannot be read or written for a reason a retry may fix; retried."""
+
+
+class ScoringError(ConfigurationError):
+    """Raised when a promotion's scoring command fails, times out or writes no valid metrics."""

@@ -119,8 +119,12 @@ class RunOutcome:
             return None
         if math.isnan(self.metric_value) or math.isnan(self.champion_metric):
             return None
+        try:
+            better_high = higher_is_better(self.metric)
+        except ConfigurationError:  # a team's own metric: the ledger keeps its name, not its direction
+            return None
         delta = self.metric_value - self.champion_metric
-        return delta if higher_is_better(self.metric) else -delta
+        return delta if better_high else -delta
 
     @property
     def usd_per_unit_gain(self) -> Decimal | None:
