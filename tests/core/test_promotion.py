@@ -158,6 +158,7 @@ def test_parse_direction(value: Any, expected: bool | None) -> None:
         ({"rmse": 3.2, "rows": 10}, {"rmse": 3.2, "rows": 10}),
         ("{'rmse': 3.2, 'mae': 1}", {"rmse": 3.2, "mae": 1}),  # a dict rendered by Jinja: its repr
         ('{"rmse": 3.2, "ok": true}', {"rmse": 3.2, "ok": True}),  # JSON text
+        ({"rmse": "3.2", "name": "sgd"}, {"rmse": 3.2, "name": "sgd"}),  # one template per value
         ("{'loss': nan}", None),
         ("[1, 2]", None),
         ("rmse=3.2", None),

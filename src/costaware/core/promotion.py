@@ -94,7 +94,8 @@ def parse_metrics(value: Mapping[str, Any] | str, where: str) -> dict[str, Any]:
     """A job's metrics as a dict: given as one, or as its rendered text (JSON, or a Python dict's repr).
 
     Airflow renders ``"{{ ti.xcom_pull(task_ids='train')['metrics'] }}"`` to the dict's ``repr`` unless the
-    DAG renders templates as native objects; both arrive here.
+    DAG renders templates as native objects; both arrive here. A value that is the text of a number (a
+    template per value, ``{"rmse": "{{ ... }}"}``) becomes that number.
 
     Raises:
         ConfigurationError: The value is not a mapping or the text of one, naming ``where``.
@@ -113,7 +114,17 @@ def parse_metrics(value: Mapping[str, Any] | str, where: str) -> dict[str, Any]:
             f"{where} must be a dict of named numbers (or its text), got {_short(value)}: pass e.g. "
             "\"{{ ti.xcom_pull(task_ids='train')['metrics'] }}\""
         )
-    return {str(k): v for k, v in data.items()}
+    return {str(k): _number_text(v) for k, v in data.items()}
+
+
+def _number_text(value: Any) -> Any:
+    """``value``, or the float it spells when it is text: a dict of templates renders each value to text."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return float(value)
+    except ValueError:
+        return value
 
 
 def metric_value(metrics: Mapping[str, Any], metric: str, where: str, *, fix: str = "") -> float:
