@@ -17,7 +17,6 @@ from costaware.sensors.spend_cap import SpendCapSensor
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     tags=["project:churn"],
-    params={"usd_per_hour": 36000},  # $10 a second: one run passes every threshold of a $1 cap
 )
 def churn_retrain() -> None:
     gate = SpendCapSensor(
@@ -29,7 +28,9 @@ def churn_retrain() -> None:
         approval_timeout=timedelta(minutes=10),
     )
 
-    @task
+    # $10 a second, for this task only (a task-scoped pricing override): one run passes every threshold of a
+    # $1 cap.
+    @task(params={"costaware_compute": {"usd_per_hour": 36000}})
     def train() -> str:
         # At $10 a second the listener bills this task's run time; a bare return ends in under 0.1 s on an
         # idle machine, which stays under the $1 cap. Half a second passes it whatever the machine's speed.
