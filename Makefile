@@ -12,11 +12,13 @@ export GX_ANALYTICS_ENABLED := False
 
 .PHONY: demo test check lint types unit services clean
 
-$(BIN)/.installed: pyproject.toml
+$(BIN)/.installed: pyproject.toml runtime/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# The extras the example DAGs and the test suite use, and the dev tools (a PEP 735 group; pip >= 25.1).
-	$(BIN)/pip install --quiet -e '.[tuning,boosting,celery,examples,benchmarks]' --group dev
+	# The slim runtime (runtime/, what a training image installs) comes from this checkout: the provider
+	# depends on it, and one pip call lets that dependency resolve to the local copy.
+	$(BIN)/pip install --quiet -e ./runtime -e '.[tuning,boosting,celery,examples,benchmarks]' --group dev
 	touch $@
 
 # The demo replays two days: day one retrains in full on on-demand prices; day two starts on spot (its
@@ -53,8 +55,8 @@ services:
 	bash scripts/ensure_services.sh
 
 lint: $(BIN)/.installed
-	$(BIN)/ruff check src tests dags benchmarks
-	$(BIN)/ruff format --check src tests dags benchmarks
+	$(BIN)/ruff check src tests dags benchmarks runtime examples
+	$(BIN)/ruff format --check src tests dags benchmarks runtime examples
 
 types: $(BIN)/.installed
 	$(BIN)/mypy

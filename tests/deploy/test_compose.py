@@ -154,3 +154,4 @@ def test_dockerfile_extends_the_pinned_airflow_image() -> None:
     assert '"apache-airflow==${AIRFLOW_VERSION}"' in dockerfile  # pip must not change Airflow's version
     # the executor's extra, and the extras the example DAGs in ./dags import at parse time
     assert '"/opt/airflow/costaware[celery,tuning,examples]"' in dockerfile
+    assert "COPY --chown=airflow:0 runtime /opt/airflow/costaware/runtime" in dockerfile  # a dependency
