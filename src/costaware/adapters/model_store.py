@@ -41,8 +41,9 @@ DEFAULT_TRUSTED_TYPES: tuple[str, ...] = (
     "functools.partial",
     "sklearn.utils.validation.check_array",
 )
-#: File suffix of each model format.
-MODEL_SUFFIXES = {"skops": "skops", "xgboost-ubj": "ubj", "lightgbm-txt": "txt"}
+#: File suffix of each model format. A ``files`` version's model file is the listing of its files
+#: (``costaware.adapters.model_files``).
+MODEL_SUFFIXES = {"skops": "skops", "xgboost-ubj": "ubj", "lightgbm-txt": "txt", "files": "json"}
 STATUSES = (COMPLETE, "interrupted", "failed")
 
 
@@ -420,6 +421,28 @@ class ModelStore:
             "saved model version %s (%s, %s) to %s", stored.version, stored.mode, stored.status, self.uri
         )
         return stored
+
+    def save_files(self, meta: ModelVersion, staging: str) -> ModelVersion:
+        """Write a new version whose model is the folder of files staged at ``staging`` (inside this store).
+
+        ``model_format`` becomes ``files``; the metadata is written after every file (see
+        :func:`costaware.adapters.model_files.save_files_version`).
+        """
+        from costaware.adapters.model_files import save_files_version
+
+        return save_files_version(self, meta, staging)
+
+    def version_files(self, meta: ModelVersion) -> list[dict[str, Any]]:
+        """The files of a ``files`` version: ``path``, ``bytes`` and ``sha256`` each."""
+        from costaware.adapters.model_files import version_files
+
+        return version_files(self, meta)
+
+    def download_files(self, meta: ModelVersion, destination: Path) -> Path:
+        """Copy the files of a ``files`` version into ``destination``, each checked against its SHA-256."""
+        from costaware.adapters.model_files import download_files
+
+        return download_files(self, meta, destination)
 
     def get(self, version: str) -> ModelVersion:
         """Metadata of ``version``."""

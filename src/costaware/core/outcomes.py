@@ -38,6 +38,8 @@ class ReproRecord:
         mode: ``warm`` or ``full``.
         parent: Version a warm start continued from (None for a full retrain).
         libraries: Versions of the libraries that shape the model.
+        metrics: The metrics a team's own training command reported (``costaware runs show`` lists them
+            with the record). What the run produced, not how: not part of :attr:`digest`.
     """
 
     data_fingerprint: str
@@ -50,8 +52,15 @@ class ReproRecord:
     mode: str = ""
     parent: str | None = None
     libraries: Mapping[str, str] = field(default_factory=dict)
+    metrics: Mapping[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
+        out = self._inputs()
+        if self.metrics:  # records of the built-in trainers keep the shape (and digest) they always had
+            out["metrics"] = dict(self.metrics)
+        return out
+
+    def _inputs(self) -> dict[str, Any]:
         return {
             "data_fingerprint": self.data_fingerprint,
             "features_key": self.features_key,
@@ -73,7 +82,7 @@ class ReproRecord:
     @property
     def digest(self) -> str:
         """SHA-256 of the record: two runs with the same digest trained the same way on the same data."""
-        return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).hexdigest()
+        return hashlib.sha256(json.dumps(self._inputs(), sort_keys=True).encode()).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,9 @@ from costaware.glue import (
     run_tags,
     storage_options,
 )
+from costaware.operators.remote_command import check_job_kind
 from costaware.operators.templating import as_written, native_rendered
+from costaware.training.job_contract import DEFAULT_GRACE_SECONDS, check_grace_seconds
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -69,13 +71,20 @@ def parse_decision(value: Any) -> dict[str, Any]:
 class RemoteTrainingOperator(BaseOperator):
     """Runs the retrain on a compute backend (a child process, SageMaker, Batch, Kubernetes) with checkpoints.
 
-    See docs/remote-training.md.
+    See docs/remote-training.md, and docs/own-training.md for ``command=``.
 
-    The training is the one the in-worker ``WarmStartRetrainOperator`` runs (``run_retrain``): the operator
-    writes a JSON spec and each attempt runs ``python -m costaware.training.entrypoint --spec URI``. It
-    starts on the market of the spot window decision; when a spot attempt is interrupted it resubmits from the
-    newest checkpoint, on spot while ``now`` is before the latest safe start, on on-demand after it (also when
-    a spot attempt still waits for capacity then). Job names are stable per attempt, so an Airflow retry
+    Either a team's own ``command`` (with ``image`` on SageMaker, Batch and Kubernetes) or the built-in
+    trainers (``data_path``, ``label_column``, ``feature_columns``): exactly one. A command runs as
+    ``costaware-run -- <command...>`` under the job contract (checkpoint, output and metrics folders in its
+    environment; exit 75 after a checkpoint is a preemption, any other non-zero exit a code error that fails
+    the task without retry); on success its outputs become a ``files`` version of the model store with its
+    metrics, and ``{"version", "metrics", "attempts", "usd", "backend", ...}`` is returned.
+
+    The built-in training is the one the in-worker ``WarmStartRetrainOperator`` runs (``run_retrain``): the
+    operator writes a JSON spec and each attempt runs ``python -m costaware.training.entrypoint --spec URI``.
+    It starts on the market of the spot window decision; when a spot attempt is interrupted it resubmits from
+    the newest checkpoint, on spot while ``now`` is before the latest safe start, on on-demand after it (also
+    when a spot attempt still waits for capacity then). Job names are stable per attempt, so an Airflow retry
     follows the same jobs instead of starting new ones. Each finished attempt is one ledger entry (market,
     instance type, billed seconds x price, cause ``preemption``/``code_error``/``success``); the spend gate's
     reservation for this task is settled with their sum. The worker's own time is left to the cost listener
@@ -90,15 +99,22 @@ class RemoteTrainingOperator(BaseOperator):
     Returns (XCom) the training summary (``version``, ``mode``, ...) plus ``attempts`` and ``usd``.
 
     Args:
-        data_path: Parquet file or folder with all training data (templated).
-        label_column: Label column.
-        feature_columns: Feature columns, in model order.
         model_store: Model store, a local folder or ``s3://bucket/prefix`` (templated; ``s3://`` on the
             SageMaker, Batch and Kubernetes backends, whose jobs run on another machine).
+        command: The team's own training command, a list of strings, each element templated (instead of
+            the built-in trainer's arguments below).
+        image: Container image of the command on SageMaker, Batch and Kubernetes (templated; default the
+            backend's ``image_uri``/``image``/job definition). Batch runs it through a revision of its job
+            definition with this image.
+        preemption_grace_seconds: Seconds from SIGTERM (a preemption notice, a pause) to SIGKILL for a
+            command (default 110: AWS gives 120).
+        data_path: Parquet file or folder with all training data (templated; built-in trainers).
+        label_column: Label column (built-in trainers).
+        feature_columns: Feature columns, in model order (built-in trainers).
         new_data_path: The new batch only (templated; default ``data_path``).
         checkpoint_store: Checkpoint store (templated; default ``$AIRFLOW_HOME/costaware/checkpoints``;
             ``s3://`` on the SageMaker, Batch and Kubernetes backends).
-        trainer: Trainer name or dotted path (see ``WarmStartRetrainOperator``).
+        trainer: Trainer name or dotted path (see ``WarmStartRetrainOperator``; default ``sklearn-sgd``).
         trainer_params: Trainer keyword arguments (templated). A value written as a template that renders to
             exactly a number or bool literal (``{"epochs": "{{ params.epochs }}"}`` -> ``"5"``) reaches the
             trainer as an ``int``, ``float`` or ``bool``, without ``render_template_as_native_obj``; other
@@ -150,6 +166,8 @@ class RemoteTrainingOperator(BaseOperator):
     """
 
     template_fields: Sequence[str] = (
+        "command",
+        "image",
         "data_path",
         "new_data_path",
         "model_store",
@@ -179,13 +197,16 @@ class RemoteTrainingOperator(BaseOperator):
     def __init__(
         self,
         *,
-        data_path: str,
-        label_column: str,
-        feature_columns: Sequence[str],
         model_store: str,
+        command: Sequence[str] | None = None,
+        image: str | None = None,
+        preemption_grace_seconds: float = DEFAULT_GRACE_SECONDS,
+        data_path: str | None = None,
+        label_column: str | None = None,
+        feature_columns: Sequence[str] | None = None,
         new_data_path: str | None = None,
         checkpoint_store: str | None = None,
-        trainer: str = "sklearn-sgd",
+        trainer: str | None = None,
         trainer_params: Mapping[str, Any] | None = None,
         label_threshold: float | None = None,
         policy: str | None = None,
@@ -225,13 +246,28 @@ class RemoteTrainingOperator(BaseOperator):
         super().__init__(**kwargs)
         if not isinstance(max_attempts, int) or max_attempts < 1:
             raise ConfigurationError(f"max_attempts must be an integer >= 1, got {max_attempts!r}")
+        trainer_arguments = {
+            "data_path": data_path,
+            "label_column": label_column,
+            "feature_columns": feature_columns,
+            "new_data_path": new_data_path,
+            "label_threshold": label_threshold,
+            "trainer": trainer,
+            "trainer_params": trainer_params,
+            "policy": policy,
+            "policy_params": policy_params,
+        }
+        owner = f"{type(self).__name__} {self.task_id!r}"
+        self.command = check_job_kind(owner, command, trainer_arguments)
+        self.image = image
+        self.preemption_grace_seconds = check_grace_seconds(preemption_grace_seconds)
         self.data_path = data_path
         self.label_column = label_column
-        self.feature_columns = list(feature_columns)
+        self.feature_columns = list(feature_columns or [])
         self.model_store = model_store
         self.new_data_path = new_data_path
         self.checkpoint_store = checkpoint_store
-        self.trainer = trainer
+        self.trainer = trainer or "sklearn-sgd"
         self.trainer_params = dict(trainer_params or {})
         self._trainer_params_written = as_written(self.trainer_params)
         self.label_threshold = label_threshold
@@ -315,7 +351,8 @@ class RemoteTrainingOperator(BaseOperator):
         """Everything the attempts need, as JSON primitives; writes the training spec."""
         from costaware.adapters.checkpoint_store import checkpoint_key
         from costaware.adapters.compute.base import BACKENDS, MARKETS, require_s3
-        from costaware.training.entrypoint import job_environment, spec_storage_options, write_spec
+        from costaware.operators.remote_command import rendered_command
+        from costaware.training.entrypoint import job_environment, spec_storage_options
         from costaware.training.remote import job_base_name
 
         decision = self._decision(context)
@@ -351,32 +388,16 @@ class RemoteTrainingOperator(BaseOperator):
             identity["dag_id"], identity["task_id"], identity["run_id"], identity["map_index"]
         )
         ckpt_store = str(self.checkpoint_store or default_store("checkpoints")).rstrip("/")
-        spec_uri = str(_maybe(self.spec_uri) or f"{ckpt_store}/_jobs/{key}/spec.json")
+        owner = f"{type(self).__name__} {self.task_id!r}"
+        command = rendered_command(self.command, owner) if self.command is not None else None
+        if command and backend == "local" and _maybe(self.image):
+            self.log.info("image %r is not used: the local backend runs the command here", self.image)
+        # A command has no spec: the contract's variables say it all.
+        spec_uri = "" if command else str(_maybe(self.spec_uri) or f"{ckpt_store}/_jobs/{key}/spec.json")
         require_s3(backend, checkpoint_store=ckpt_store, model_store=str(self.model_store), spec_uri=spec_uri)
         opts = self._storage_options()
         job_opts = spec_storage_options(opts)
-        spec = {
-            "data_path": self.data_path,
-            "new_data_path": _maybe(self.new_data_path),
-            "label_column": self.label_column,
-            "feature_columns": self.feature_columns,
-            "label_threshold": self.label_threshold,
-            "model_store": self.model_store,
-            "checkpoint_store": ckpt_store,
-            "checkpoint_key": key,
-            "trainer": self.trainer,
-            "trainer_params": native_rendered(self._trainer_params_written, self.trainer_params),
-            "policy": self.policy,
-            "policy_params": self.policy_params,
-            "force_full": as_bool(self.force_full, "force_full"),
-            "checkpoint_every_seconds": self.checkpoint_every_seconds,
-            "checkpoint_every_steps": self.checkpoint_every_steps,
-            "seed": self.seed,
-            "run": identity,
-            "storage_options": job_opts,
-            "result_uri": spec_uri.rsplit("/", 1)[0] + "/result.json",
-        }
-        write_spec(spec_uri, spec, **opts)
+        result_uri = self._write_spec(spec_uri, identity, ckpt_store, key, opts, job_opts) if spec_uri else ""
         return {
             "backend": backend,
             "backend_options": options,
@@ -385,7 +406,10 @@ class RemoteTrainingOperator(BaseOperator):
                 identity["dag_id"], identity["run_id"], identity["task_id"], identity["map_index"]
             ),
             "spec_uri": spec_uri,
-            "result_uri": spec["result_uri"],
+            "result_uri": result_uri,
+            "command": command,
+            "image": _maybe(self.image),
+            "grace_seconds": self.preemption_grace_seconds,
             "checkpoint_uri": f"{ckpt_store}/{key}",
             "model_store": str(self.model_store),
             "job_env": job_environment(job_opts),
@@ -403,6 +427,42 @@ class RemoteTrainingOperator(BaseOperator):
             "watch": self._watch_plan(decision, deadline, region),
             "billing": self._billing_plan(decision, backend),
         }
+
+    def _write_spec(
+        self,
+        spec_uri: str,
+        identity: Mapping[str, Any],
+        ckpt_store: str,
+        key: str,
+        opts: Mapping[str, Any],
+        job_opts: Mapping[str, Any],
+    ) -> str:
+        """Write the built-in trainer's spec; returns where the job will write its result."""
+        from costaware.training.entrypoint import write_spec
+
+        spec = {
+            "data_path": self.data_path,
+            "new_data_path": _maybe(self.new_data_path),
+            "label_column": self.label_column,
+            "feature_columns": self.feature_columns,
+            "label_threshold": self.label_threshold,
+            "model_store": self.model_store,
+            "checkpoint_store": ckpt_store,
+            "checkpoint_key": key,
+            "trainer": self.trainer,
+            "trainer_params": native_rendered(self._trainer_params_written, self.trainer_params),
+            "policy": self.policy,
+            "policy_params": self.policy_params,
+            "force_full": as_bool(self.force_full, "force_full"),
+            "checkpoint_every_seconds": self.checkpoint_every_seconds,
+            "checkpoint_every_steps": self.checkpoint_every_steps,
+            "seed": self.seed,
+            "run": dict(identity),
+            "storage_options": dict(job_opts),
+            "result_uri": spec_uri.rsplit("/", 1)[0] + "/result.json",
+        }
+        write_spec(spec_uri, spec, **opts)
+        return str(spec["result_uri"])
 
     def _billing_plan(self, decision: Mapping[str, Any], backend: str) -> dict[str, Any] | None:
         """Where spot attempts find the price in force over their run; None: bill the starting price.
@@ -508,6 +568,7 @@ class RemoteTrainingOperator(BaseOperator):
 
     def _submit(self, state: dict[str, Any], market: str) -> dict[str, Any]:
         from costaware.adapters.compute.base import JobRequest
+        from costaware.training.job_contract import attempt_uris
         from costaware.training.remote import job_name
 
         attempt = len(state["attempts"]) + 1
@@ -519,6 +580,8 @@ class RemoteTrainingOperator(BaseOperator):
         now = utcnow()
         deadline = parse_instant(state["deadline"], name="deadline") if state["deadline"] else None
         budget = int((deadline - now).total_seconds()) if deadline else 86400
+        command = state.get("command")
+        output_uri, result_uri = attempt_uris(state["model_store"], state["base_name"], attempt)
         request = JobRequest(
             job_name=job_name(state["base_name"], attempt),
             spec_uri=state["spec_uri"],
@@ -529,6 +592,12 @@ class RemoteTrainingOperator(BaseOperator):
             max_runtime_seconds=max(60, budget),
             max_wait_seconds=max(60, budget) if market == "spot" else None,
             env=dict(state.get("job_env") or {}),
+            user_command=tuple(command or ()),
+            image=str(state.get("image") or ""),
+            output_uri=output_uri if command else "",
+            result_uri=result_uri if command else "",
+            attempt=attempt,
+            grace_seconds=float(state.get("grace_seconds") or DEFAULT_GRACE_SECONDS),
         )
         job_id = self._backend(state).submit(request)
         self.log.info(
@@ -626,7 +695,8 @@ class RemoteTrainingOperator(BaseOperator):
         self, context: Context, state: dict[str, Any], job: Mapping[str, Any], fallback: bool
     ) -> Any:
         """Act on a finished (or stuck) attempt: record it, then resubmit, finish or fail."""
-        from costaware.training.remote import next_market
+        from costaware.training.job_contract import exit_hint
+        from costaware.training.remote import attempt_cause, next_market
 
         latest = parse_instant(state["latest_start"], name="latest_start") if state["latest_start"] else None
         pausing = (state["current"] or {}).get("pausing")
@@ -639,14 +709,17 @@ class RemoteTrainingOperator(BaseOperator):
             self._backend(state).stop(str(job["job_id"]))
             self._record_attempt(state, job, cause="capacity_wait")
             return self._submit(state, "on_demand")
-        self._record_attempt(state, job)
+        self._record_attempt(state, job, cause=attempt_cause(job))
         if job["state"] == "succeeded":
             return self._finish(context, state)
         if job["state"] == "failed":
             self._settle(state)
             logs = self._backend(state).logs(str(job["job_id"]), tail=5)
+            hint = (
+                f"; {exit_hint(job.get('exit_code'))}; nothing was registered" if state.get("command") else ""
+            )
             raise AirflowFailException(
-                f"training job {job['job_id']} failed: {job.get('reason') or 'no reason given'}; "
+                f"training job {job['job_id']} failed: {job.get('reason') or 'no reason given'}{hint}; "
                 f"last log lines: {logs[-800:]}"
             )
         market = next_market(previous=str(job["market"]), now=utcnow(), latest_start=latest)
@@ -712,8 +785,6 @@ class RemoteTrainingOperator(BaseOperator):
         from costaware.training.entrypoint import read_result
 
         self._settle(state)
-        job_id = str(state["attempts"][-1]["job_id"]) if state["attempts"] else ""
-        result = read_result(state["result_uri"], job_id=job_id, **self._storage_options())
         ti = context.get("ti")
         if ti is not None and hasattr(ti, "dag_id"):
             from costaware.glue import annotate_task
@@ -721,6 +792,10 @@ class RemoteTrainingOperator(BaseOperator):
             annotate_task(
                 ti, cause="orchestration", note="worker waited for remote training; billed per attempt"
             )
+        if state.get("command"):
+            return self._finish_command(context, state)
+        job_id = str(state["attempts"][-1]["job_id"]) if state["attempts"] else ""
+        result = read_result(state["result_uri"], job_id=job_id, **self._storage_options())
         usd = self._total(state)
         self.log.info(
             "stored %s model version %s after %d attempt(s), %s USD billed",
@@ -730,6 +805,42 @@ class RemoteTrainingOperator(BaseOperator):
             usd,
         )
         return {**result, "attempts": state["attempts"], "usd": str(usd), "backend": state["backend"]}
+
+    def _finish_command(self, context: Context, state: dict[str, Any]) -> dict[str, Any]:
+        """Store the command's outputs as a ``files`` version, record its metrics, return them (XCom)."""
+        from costaware.operators.remote_command import format_metrics, register_outputs
+        from costaware.operators.run_record import command_outcome, write_outcome
+
+        usd = self._total(state)
+        stored = register_outputs(state, self._storage_options(), str(usd))
+        self.log.info(
+            "stored model version %s (%d files, %d bytes) after %d attempt(s), %s USD billed; metrics: %s",
+            stored["version"],
+            stored["files"],
+            stored["bytes"],
+            len(state["attempts"]),
+            usd,
+            format_metrics(stored["metrics"]),
+        )
+        outcome = command_outcome(
+            context=context,
+            identity=state["identity"],
+            version=stored["version"],
+            metrics=stored["metrics"],
+            command=state["command"],
+            image=state.get("image"),
+        )
+        write_outcome(outcome, self.ledger_conn_id)
+        return {
+            "version": stored["version"],
+            "metrics": stored["metrics"],
+            "model_format": "files",
+            "files": stored["files"],
+            "bytes": stored["bytes"],
+            "attempts": state["attempts"],
+            "usd": str(usd),
+            "backend": state["backend"],
+        }
 
     def _reserve(self, state: Mapping[str, Any]) -> None:
         if not self.budget_scope or not state.get("estimated_usd"):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +103,42 @@ def retrain_outcome(
         training_rows=int(result.get("rows") or 0),
         iterations=iterations,
         iteration_unit=unit,
+        record=record,
+        recorded_at=utcnow(),
+    )
+
+
+def command_outcome(
+    *,
+    context: Mapping[str, Any],
+    identity: Mapping[str, Any],
+    version: str,
+    metrics: Mapping[str, float],
+    command: Sequence[str],
+    image: str | None,
+) -> Any:
+    """The run outcome of a team's own training command: its version and metrics (not scored yet).
+
+    The record names the command and image (what reproduces it); the job's metrics ride along with it, so
+    ``costaware runs show`` lists them. Data fingerprint and seeds are the command's own business.
+    """
+    from costaware.core.ledger import utcnow
+    from costaware.core.outcomes import ReproRecord, RunOutcome
+
+    record = ReproRecord(
+        data_fingerprint="",
+        package_version=package_version(),
+        dag_file_sha256=dag_file_sha256(context),
+        trainer="command",
+        trainer_params={"command": list(command), "image": image or None},
+        mode="full",
+        metrics=dict(metrics),
+    )
+    return RunOutcome(
+        dag_id=str(identity["dag_id"]),
+        run_id=str(identity["run_id"]),
+        model_version=version,
+        task_id=str(identity["task_id"]),
         record=record,
         recorded_at=utcnow(),
     )

@@ -46,6 +46,19 @@ def next_market(*, previous: str, now: datetime, latest_start: datetime | None) 
     return "spot"
 
 
+def attempt_cause(job: Mapping[str, Any]) -> str | None:
+    """The ledger cause of an attempt when its state alone does not say it (None: by its state).
+
+    A user command whose launcher could not reach a store (exit 74) is submitted again like a preemption,
+    but it was not one.
+    """
+    from costaware.training.job_contract import EXIT_SYNC_FAILED
+
+    if job.get("state") == "interrupted" and job.get("exit_code") == EXIT_SYNC_FAILED:
+        return "store_error"
+    return None
+
+
 def attempt_entry(
     *,
     identity: Mapping[str, Any],

@@ -1,8 +1,10 @@
 """The compute backend protocol: submit a training job, poll it, stop it, read its logs.
 
-A job runs ``python -m costaware.training.entrypoint --spec URI`` somewhere. ``submit`` is idempotent by
-job name: submitting a name that already exists returns that job, so an Airflow retry never starts a second
-job for the same attempt. ``poll`` reports one of five states plus what the backend bills for the job.
+A job runs ``python -m costaware.training.entrypoint --spec URI`` (the built-in trainers) or a team's own
+command under the launcher, ``costaware-run -- <command...>`` with the job contract's environment
+(``costaware.training.job_contract``, docs/own-training.md). ``submit`` is idempotent by job name:
+submitting a name that already exists returns that job, so an Airflow retry never starts a second job for the
+same attempt. ``poll`` reports one of five states plus what the backend bills for the job.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from enum import Enum
 from typing import Any, Protocol, runtime_checkable
 
 from costaware.core.errors import ConfigurationError
+from costaware.training import job_contract
 
 #: Backend names and the class that implements each (module path, class name).
 BACKENDS: dict[str, tuple[str, str]] = {
@@ -45,11 +48,11 @@ class JobState(str, Enum):
 
 @dataclass(frozen=True, slots=True)
 class JobRequest:
-    """One attempt of a training job.
+    """One attempt of a training job: the built-in entrypoint (``spec_uri``) or a user command.
 
     Attributes:
         job_name: Unique per attempt, stable across Airflow retries (letters, digits, ``-``; <= 63).
-        spec_uri: URI of the training spec the entrypoint reads.
+        spec_uri: URI of the training spec the entrypoint reads (empty for a user command).
         market: ``spot`` or ``on_demand``.
         instance_type: What to run on (``ml.*`` for SageMaker, EC2 for Batch and Kubernetes).
         checkpoint_uri: Where checkpoints live (SageMaker syncs ``CheckpointConfig.S3Uri`` with it).
@@ -57,6 +60,13 @@ class JobRequest:
         max_runtime_seconds: Longest the training may run.
         max_wait_seconds: Longest to wait for spot capacity plus run (SageMaker managed spot).
         env: Extra environment variables of the training process.
+        user_command: The team's own command (run under ``costaware-run``); empty for the built-in trainers.
+        image: Container image of the job; empty: the backend's own (``image_uri``, ``image``, the Batch
+            job definition's).
+        output_uri: Where the launcher uploads the outputs of this attempt (user commands).
+        result_uri: Where the launcher writes the result of this attempt (user commands).
+        attempt: The attempt number, 1 for the first.
+        grace_seconds: SIGTERM to SIGKILL when the job is stopped or preempted (user commands).
     """
 
     job_name: str
@@ -68,6 +78,12 @@ class JobRequest:
     max_runtime_seconds: int = 86400
     max_wait_seconds: int | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+    user_command: tuple[str, ...] = ()
+    image: str = ""
+    output_uri: str = ""
+    result_uri: str = ""
+    attempt: int = 1
+    grace_seconds: float = job_contract.DEFAULT_GRACE_SECONDS
 
     def __post_init__(self) -> None:
         if not _JOB_NAME.match(self.job_name):
@@ -77,14 +93,57 @@ class JobRequest:
             )
         if self.market not in MARKETS:
             raise ConfigurationError(f"market {self.market!r} is not one of {', '.join(MARKETS)}")
-        if not self.spec_uri:
+        if self.user_command:
+            job_contract.check_command(list(self.user_command))
+            missing = [n for n in ("checkpoint_uri", "output_uri", "result_uri") if not getattr(self, n)]
+            if missing:
+                raise ConfigurationError(
+                    f"job {self.job_name!r} runs a user command but has no {', '.join(missing)}: the "
+                    "launcher needs them to resume, upload the outputs and report the result"
+                )
+            job_contract.check_grace_seconds(self.grace_seconds)
+        elif not self.spec_uri:
             raise ConfigurationError("spec_uri is empty: write the training spec and pass its URI")
         if self.max_runtime_seconds < 1:
             raise ConfigurationError(f"max_runtime_seconds must be >= 1, got {self.max_runtime_seconds}")
+        if self.attempt < 1:
+            raise ConfigurationError(f"attempt must be >= 1, got {self.attempt}")
 
-    def command(self) -> list[str]:
-        """The command the job runs."""
+    @property
+    def is_command(self) -> bool:
+        """Whether the job is a user command (the job contract) rather than a built-in trainer."""
+        return bool(self.user_command)
+
+    def command(self, *, no_sync: bool = False) -> list[str]:
+        """The command the job runs: the launcher around the user's command, or the built-in entrypoint.
+
+        Args:
+            no_sync: The platform syncs the checkpoint folder itself (SageMaker): the launcher does not.
+        """
+        if self.user_command:
+            return job_contract.launcher_command(self.user_command, no_sync=no_sync)
         return ["python", "-m", "costaware.training.entrypoint", "--spec", self.spec_uri]
+
+    def environment(self, *, work_dir: str, checkpoint_dir: str | None = None) -> dict[str, str]:
+        """The job's environment: ``env`` plus, for a user command, the contract's variables.
+
+        Args:
+            work_dir: A writable folder on the job's machine for its checkpoint, output and metrics.
+            checkpoint_dir: The checkpoint folder where the platform fixes it (default under ``work_dir``).
+        """
+        if not self.user_command:
+            return dict(self.env)
+        contract = job_contract.contract_environment(
+            checkpoint_uri=self.checkpoint_uri,
+            output_uri=self.output_uri,
+            result_uri=self.result_uri,
+            attempt=self.attempt,
+            market=self.market,
+            grace_seconds=self.grace_seconds,
+            work_dir=work_dir,
+            checkpoint_dir=checkpoint_dir,
+        )
+        return {**dict(self.env), **contract}
 
 
 def require_s3(backend: str, **uris: str | None) -> None:
@@ -113,12 +172,13 @@ def require_s3(backend: str, **uris: str | None) -> None:
 
 
 def require_object_store(request: JobRequest, backend: str) -> None:
-    """:func:`require_s3` over the spec, checkpoint and model store locations of a request."""
+    """:func:`require_s3` over the spec, checkpoint, model store and staging locations of a request."""
     require_s3(
         backend,
         spec_uri=request.spec_uri,
         checkpoint_store=request.checkpoint_uri,
-        model_store=request.model_store,
+        model_store=request.model_store or request.output_uri,
+        result_uri=request.result_uri,
     )
 
 

@@ -4,20 +4,43 @@ Spot and on-demand are two job queues (names configured; their compute environme
 ``retryStrategy.evaluateOnExit`` retries host reclaims (status reason ``Host EC2*``) inside Batch and exits
 on anything else, so a code error is not retried. Billed seconds are the sum over the job's attempts of
 ``stoppedAt - startedAt``. A job that ended FAILED because of a host reclaim (its last attempt's reason
-starts with ``Host EC2``) is ``interrupted``: the operator resubmits it from the checkpoint.
+starts with ``Host EC2``) or with a resubmit exit code of the job contract (75, 77, 74) is ``interrupted``:
+the operator resubmits it from the checkpoint.
+
+A user command runs as the container override ``command = ["costaware-run", "--", *command]`` with the job
+contract's variables in ``environment``. Batch cannot override a job's image at submit, so an ``image`` (the
+operator's ``image=``) runs through a copy of ``job_definition`` that differs from it only in its image,
+``<job_definition>-image-<hash>``: an active one is reused, else it is registered (the connection needs
+``batch:RegisterJobDefinition``); ``job_definition`` itself is never changed. Without ``image`` the job
+definition's own image runs.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from typing import Any
 
 from costaware.adapters.compute.aws_errors import aws_error
 from costaware.adapters.compute.base import JobRequest, JobState, JobStatus, require_object_store
 from costaware.core.errors import ComputeBackendError, ConfigurationError
+from costaware.training.job_contract import RESUBMIT_EXIT_CODES
 
 RECLAIM_REASON = "Host EC2*"
 _PENDING = {"SUBMITTED", "PENDING", "RUNNABLE", "STARTING"}
+#: Where a user command's local folders live in the container (writable in any image).
+WORK_DIR = "/tmp/costaware"
+#: Fields of a job definition that a new revision for another image keeps as they are.
+_REVISION_FIELDS = (
+    "type",
+    "parameters",
+    "schedulingPriority",
+    "retryStrategy",
+    "propagateTags",
+    "timeout",
+    "tags",
+    "platformCapabilities",
+)
 
 
 def submit_job_request(
@@ -28,17 +51,19 @@ def submit_job_request(
     job_definition: str,
     reclaim_retries: int = 2,
     tags: Mapping[str, str] | None = None,
+    work_dir: str = WORK_DIR,
 ) -> dict[str, Any]:
-    """The ``SubmitJob`` request of one attempt (pure)."""
+    """The ``SubmitJob`` request of one attempt (pure); ``job_definition`` is the revision that runs it."""
     require_object_store(request, "batch")
     queue = spot_queue if request.market == "spot" else on_demand_queue
+    environment = request.environment(work_dir=work_dir)
     return {
         "jobName": request.job_name,
         "jobQueue": queue,
         "jobDefinition": job_definition,
         "containerOverrides": {
             "command": request.command(),
-            "environment": [{"name": k, "value": v} for k, v in sorted(dict(request.env).items())],
+            "environment": [{"name": k, "value": v} for k, v in sorted(environment.items())],
         },
         "retryStrategy": {
             "attempts": 1 + int(reclaim_retries),
@@ -69,16 +94,17 @@ def status_from_description(job: Mapping[str, Any], market: str, instance_type: 
     status = str(job.get("status", ""))
     last_reason = str(attempts[-1].get("statusReason", "")) if attempts else ""
     reason = str(job.get("statusReason") or last_reason or status)
+    exit_code = attempts[-1].get("container", {}).get("exitCode") if attempts else None
     if status == "SUCCEEDED":
         state = JobState.SUCCEEDED
     elif status == "FAILED":
         reclaimed = last_reason.startswith("Host EC2") or reason.startswith("Host EC2")
-        state = JobState.INTERRUPTED if reclaimed else JobState.FAILED
+        resubmit = exit_code is not None and int(exit_code) in RESUBMIT_EXIT_CODES
+        state = JobState.INTERRUPTED if reclaimed or resubmit else JobState.FAILED
     elif status in _PENDING:
         state = JobState.PENDING
     else:
         state = JobState.RUNNING
-    exit_code = attempts[-1].get("container", {}).get("exitCode") if attempts else None
     stops = [int(a["stoppedAt"]) for a in attempts if a.get("stoppedAt") is not None]
     if job.get("stoppedAt") is not None:
         stops.append(int(job["stoppedAt"]))
@@ -102,11 +128,13 @@ class BatchBackend:
     Args:
         spot_queue: Job queue on a SPOT compute environment.
         on_demand_queue: Job queue on an EC2 (on-demand) compute environment.
-        job_definition: Job definition whose image has costaware and the trainer's libraries.
+        job_definition: Job definition (name, ``name:revision`` or ARN) whose image has costaware and the
+            trainer's libraries; a user command's ``image=`` runs in a revision of it with that image.
         aws_conn_id: Airflow AWS connection (None: the default chain).
         region_name: Region (default the connection's).
         reclaim_retries: Retries inside Batch after a host reclaim, before the operator resubmits.
         tags: Tags of the jobs.
+        work_dir: Writable folder of the container for a user command's checkpoint, output and metrics.
     """
 
     name = "batch"
@@ -121,6 +149,7 @@ class BatchBackend:
         region_name: str | None = None,
         reclaim_retries: int = 2,
         tags: Mapping[str, str] | None = None,
+        work_dir: str = WORK_DIR,
     ) -> None:
         missing = [
             n
@@ -145,6 +174,7 @@ class BatchBackend:
         )
         self.aws_conn_id, self.region_name = aws_conn_id, region_name
         self.reclaim_retries, self.tags = reclaim_retries, dict(tags or {})
+        self.work_dir = work_dir
 
     @property
     def client(self) -> Any:
@@ -163,26 +193,81 @@ class BatchBackend:
                     return str(summary["jobId"])
         return None
 
-    def submit(self, request: JobRequest) -> str:
-        body = submit_job_request(
-            request,
-            spot_queue=self.spot_queue,
-            on_demand_queue=self.on_demand_queue,
-            job_definition=self.job_definition,
-            reclaim_retries=self.reclaim_retries,
-            tags=self.tags,
+    def _active(self, name: str) -> list[dict[str, Any]]:
+        revisions: list[dict[str, Any]] = []
+        for page in self.client.get_paginator("describe_job_definitions").paginate(
+            jobDefinitionName=name, status="ACTIVE"
+        ):
+            revisions.extend(page.get("jobDefinitions", []))
+        return revisions
+
+    def definition_for(self, image: str) -> str:
+        """The job definition that runs ``image``: ``job_definition``, or a copy of it with that image.
+
+        The copy is a job definition of its own, ``<name>-image-<hash of the image>``, so that the latest
+        revision of ``job_definition`` (what a job naming it without a revision runs) never changes. A copy
+        that matches ``job_definition`` with ``image`` is reused; otherwise a revision of the copy is
+        registered.
+
+        Raises:
+            ConfigurationError: ``job_definition`` has no active revision, or is not a container job.
+        """
+        name, _, wanted = self.job_definition.rpartition("/")[2].partition(":")
+        revisions = self._active(name)
+        chosen = [d for d in revisions if str(d.get("revision")) == wanted] if wanted else revisions
+        if not chosen:
+            raise ConfigurationError(
+                f"Batch job definition {self.job_definition!r} has no active revision in region "
+                f"{self.region_name or 'of the connection'}: register it, or fix job_definition"
+            )
+        base = max(chosen, key=lambda d: int(d.get("revision", 0)))
+        properties = dict(base.get("containerProperties") or {})
+        if not properties:
+            raise ConfigurationError(
+                f"Batch job definition {self.job_definition!r} is not a container job: image= works only "
+                "with containerProperties; name the image in the job definition instead"
+            )
+        if properties.get("image") == image:
+            return str(base["jobDefinitionArn"])
+        wanted_properties = {**properties, "image": image}
+        copy = f"{name}-image-{hashlib.sha256(image.encode()).hexdigest()[:12]}"[-128:]
+        for other in sorted(self._active(copy), key=lambda d: -int(d.get("revision", 0))):
+            if dict(other.get("containerProperties") or {}) == wanted_properties:
+                return str(other["jobDefinitionArn"])  # registered for this image before
+        kept = {k: base[k] for k in _REVISION_FIELDS if base.get(k) not in (None, {}, [])}
+        registered = self.client.register_job_definition(
+            jobDefinitionName=copy, containerProperties=wanted_properties, **kept
         )
+        return str(registered["jobDefinitionArn"])
+
+    def submit(self, request: JobRequest) -> str:
+        require_object_store(request, "batch")  # before any request to AWS
+        definition = self.job_definition
         try:
             found = self._find(request.job_name)
             if found:
                 return found  # submitted before (an Airflow retry)
+            if request.image:
+                definition = self.definition_for(request.image)
+            body = submit_job_request(
+                request,
+                spot_queue=self.spot_queue,
+                on_demand_queue=self.on_demand_queue,
+                job_definition=definition,
+                reclaim_retries=self.reclaim_retries,
+                tags=self.tags,
+                work_dir=self.work_dir,
+            )
             return str(self.client.submit_job(**body)["jobId"])
+        except ConfigurationError:
+            raise
         except Exception as e:
             market = "spot_queue" if request.market == "spot" else "on_demand_queue"
+            queue = self.spot_queue if request.market == "spot" else self.on_demand_queue
             raise aws_error(
                 e,
-                f"cannot submit Batch job {request.job_name!r} to job queue {body['jobQueue']!r} with job "
-                f"definition {self.job_definition!r}",
+                f"cannot submit Batch job {request.job_name!r} to job queue {queue!r} with job "
+                f"definition {definition!r}" + (f" for image {request.image!r}" if request.image else ""),
                 f"check {market} and job_definition in backend_options (they must exist in region "
                 f"{self.region_name or 'of the connection'}) and the connection's permissions",
             ) from e

@@ -6,10 +6,16 @@ Karpenter or the Node Termination Handler) sends SIGTERM; the training checkpoin
 ``termination_grace_seconds``. Billed seconds are the container's run time; the instance type is the node's
 ``node.kubernetes.io/instance-type`` label. The cncf.kubernetes provider is an optional extra, imported here
 only when the backend talks to a cluster; rendering the pod needs nothing.
+
+A user command runs as the container's ``command: ["costaware-run", "--"]`` with the command as ``args``,
+the job contract's variables in ``env``, its local folders on an ``emptyDir`` volume at ``work_dir``, and
+``terminationGracePeriodSeconds`` = the job's grace period + 10 s (the launcher's own SIGKILL comes first,
+then it has 10 s to push the last checkpoint). ``image=`` of the operator wins over ``image``.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -17,7 +23,7 @@ from typing import Any
 from costaware.adapters.compute.base import JobRequest, JobState, JobStatus, require_object_store
 from costaware.core.errors import ComputeBackendError, ConfigurationError, JobNotFoundError
 from costaware.core.ledger import utcnow
-from costaware.training.checkpointing import PREEMPTED_EXIT_CODE
+from costaware.training.job_contract import RESUBMIT_EXIT_CODES
 
 KARPENTER_LABEL = "karpenter.sh/capacity-type"
 KARPENTER_VALUES = {"spot": "spot", "on_demand": "on-demand"}
@@ -25,6 +31,11 @@ EKS_LABEL = "eks.amazonaws.com/capacityType"
 EKS_VALUES = {"spot": "SPOT", "on_demand": "ON_DEMAND"}
 INSTANCE_LABEL = "node.kubernetes.io/instance-type"
 _INSTALL = "pip install 'airflow-provider-costaware[kubernetes]' (apache-airflow-providers-cncf-kubernetes)"
+#: Where a user command's local folders live: an emptyDir volume, writable even on a read-only root.
+WORK_DIR = "/costaware"
+_WORK_VOLUME = "costaware-work"
+#: What the launcher gets after its grace period to push the last checkpoint before the kubelet's SIGKILL.
+LAUNCHER_MARGIN_SECONDS = 10
 
 
 def render_pod(
@@ -40,8 +51,13 @@ def render_pod(
     service_account: str | None = None,
     termination_grace_seconds: int = 110,
     labels: Mapping[str, str] | None = None,
+    work_dir: str = WORK_DIR,
 ) -> dict[str, Any]:
-    """The pod manifest of one attempt (pure): the entrypoint on a node of the attempt's market."""
+    """The pod manifest of one attempt (pure): the entrypoint on a node of the attempt's market.
+
+    A user command's pod runs the request's image (else ``image``) and its own grace period + 10 s instead
+    of ``termination_grace_seconds``.
+    """
     require_object_store(request, "kubernetes")
     values = dict(capacity_values or (EKS_VALUES if capacity_label == EKS_LABEL else KARPENTER_VALUES))
     if request.market not in values:
@@ -56,22 +72,31 @@ def render_pod(
     selector = {**dict(node_selector or {}), capacity_label: values[request.market]}
     if request.instance_type:
         selector.setdefault(INSTANCE_LABEL, request.instance_type)
+    env = request.environment(work_dir=work_dir)
+    container: dict[str, Any] = {
+        "name": "train",
+        "image": request.image or image,
+        "command": request.command(),
+        "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
+        "resources": dict(resources or {}),
+    }
+    grace = int(termination_grace_seconds)
+    if request.is_command:
+        launcher = request.command()
+        split = launcher.index("--") + 1
+        container.update(command=launcher[:split], args=launcher[split:])
+        container["volumeMounts"] = [{"name": _WORK_VOLUME, "mountPath": work_dir}]
+        grace = math.ceil(request.grace_seconds) + LAUNCHER_MARGIN_SECONDS
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
-        "terminationGracePeriodSeconds": int(termination_grace_seconds),
+        "terminationGracePeriodSeconds": grace,
         "activeDeadlineSeconds": int(request.max_runtime_seconds),
         "nodeSelector": selector,
         "tolerations": [dict(t) for t in tolerations],
-        "containers": [
-            {
-                "name": "train",
-                "image": image,
-                "command": request.command(),
-                "env": [{"name": k, "value": v} for k, v in sorted(dict(request.env).items())],
-                "resources": dict(resources or {}),
-            }
-        ],
+        "containers": [container],
     }
+    if request.is_command:
+        spec["volumes"] = [{"name": _WORK_VOLUME, "emptyDir": {}}]
     if service_account:
         spec["serviceAccountName"] = service_account
     return {
@@ -125,7 +150,7 @@ def status_from_pod(pod: Mapping[str, Any], node_labels: Mapping[str, str] | Non
         job_state = JobState.SUCCEEDED
     elif phase == "Failed":
         preempted = (
-            exit_code in (PREEMPTED_EXIT_CODE, 137, 143) or disrupted or reason in ("Evicted", "Shutdown")
+            exit_code in (*RESUBMIT_EXIT_CODES, 137, 143) or disrupted or reason in ("Evicted", "Shutdown")
         )
         job_state = JobState.INTERRUPTED if preempted else JobState.FAILED
     elif phase == "Running":
@@ -150,7 +175,7 @@ class KubernetesBackend:
     """Pods on a Kubernetes cluster with spot and on-demand node pools.
 
     Args:
-        image: Image with costaware and the trainer's libraries.
+        image: Image with costaware and the trainer's libraries (a user command's ``image=`` wins).
         namespace: Namespace of the pods.
         kubernetes_conn_id: Airflow Kubernetes connection (cncf.kubernetes provider).
         capacity_label: Node label that tells spot from on-demand.
@@ -159,7 +184,9 @@ class KubernetesBackend:
         tolerations: Pod tolerations (e.g. of a spot taint).
         node_selector: Further node labels to require.
         service_account: Service account (e.g. with IRSA access to the S3 stores).
-        termination_grace_seconds: SIGTERM to SIGKILL on a drain (< 120 s, the spot notice).
+        termination_grace_seconds: SIGTERM to SIGKILL on a drain (< 120 s, the spot notice) of the built-in
+            trainers; a user command's pod gets its ``preemption_grace_seconds`` + 10.
+        work_dir: Where a user command's emptyDir volume (checkpoint, output, metrics) is mounted.
     """
 
     name = "kubernetes"
@@ -167,7 +194,6 @@ class KubernetesBackend:
     def __init__(
         self,
         *,
-        image: str,
         namespace: str = "default",
         kubernetes_conn_id: str = "kubernetes_default",
         capacity_label: str = KARPENTER_LABEL,
@@ -177,16 +203,23 @@ class KubernetesBackend:
         node_selector: Mapping[str, str] | None = None,
         service_account: str | None = None,
         termination_grace_seconds: int = 110,
+        work_dir: str = WORK_DIR,
+        image: str = "",
     ) -> None:
-        if not image:
-            raise ConfigurationError("Kubernetes backend needs image: set it in backend_options")
         self.image, self.namespace, self.kubernetes_conn_id = image, namespace, kubernetes_conn_id
         self.capacity_label, self.capacity_values = capacity_label, dict(capacity_values or {}) or None
         self.resources, self.tolerations = dict(resources or {}), [dict(t) for t in tolerations]
         self.node_selector, self.service_account = dict(node_selector or {}), service_account
         self.termination_grace_seconds = termination_grace_seconds
+        self.work_dir = work_dir
 
     def render(self, request: JobRequest) -> dict[str, Any]:
+        """The pod of ``request``; the request's image (the operator's ``image=``) wins over ``image``."""
+        if not (request.image or self.image):
+            raise ConfigurationError(
+                f"pod {request.job_name!r} has no image: pass image= to the operator or set image in "
+                "backend_options"
+            )
         return render_pod(
             request,
             image=self.image,
@@ -198,6 +231,7 @@ class KubernetesBackend:
             node_selector=self.node_selector,
             service_account=self.service_account,
             termination_grace_seconds=self.termination_grace_seconds,
+            work_dir=self.work_dir,
         )
 
     def _api(self) -> Any:

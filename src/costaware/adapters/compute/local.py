@@ -6,6 +6,11 @@ starts the training, waits for it and writes ``exit.json``, so any process (the 
 retry) can poll the job from the folder alone. Creating the folder is the idempotency lock: a second submit
 of the same name finds it and returns the running job.
 
+A user command runs under the launcher (``costaware-run -- <command...>``, from ``costaware-runtime``
+installed in the interpreter's environment) with the job contract's variables; its local folders are under
+``<root>/<job_name>/work/``. ``stop`` asks the supervisor to send SIGTERM, then SIGKILL once the request's
+grace period has passed.
+
 Billed seconds are the training process's wall time; market and instance type are the requested ones (the
 local machine stands in for them, e.g. in tests and demos that replay spot interruptions).
 """
@@ -15,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,10 +31,14 @@ from typing import Any
 
 from costaware.adapters.compute.base import JobRequest, JobState, JobStatus
 from costaware.core.errors import ComputeBackendError, ConfigurationError
-from costaware.training.checkpointing import PREEMPTED_EXIT_CODE
+from costaware.training import job_contract
 
-#: Exit codes that mean the capacity went away, not that the code failed.
-INTERRUPTED_CODES = (PREEMPTED_EXIT_CODE, -signal.SIGTERM, -signal.SIGKILL)
+#: Exit codes that mean the capacity went away (or a store failed), not that the code failed.
+INTERRUPTED_CODES = (*job_contract.RESUBMIT_EXIT_CODES, -signal.SIGTERM, -signal.SIGKILL)
+#: How often the supervisor looks for a stop request while the training runs.
+_WATCH_SECONDS = 0.05
+#: After a stop, how much longer than the grace period the supervisor lets the launcher run.
+_BACKSTOP_SECONDS = 10.0
 
 
 def default_root() -> str:
@@ -83,8 +93,37 @@ class LocalBackend:
             raise ConfigurationError(f"local job id {job_id!r} is not a job name")
         return self.root / job_id
 
+    def launcher(self) -> list[str]:
+        """How this backend starts ``costaware-run``: the script next to ``python``, else ``-m``.
+
+        Raises:
+            ConfigurationError: ``costaware-runtime`` is not installed in ``python``'s environment.
+        """
+        script = Path(self.python).parent / job_contract.LAUNCHER
+        if script.is_file() and os.access(script, os.X_OK):
+            return [str(script)]
+        probe = subprocess.run(
+            [self.python, "-c", "import costaware_runtime.launcher"], capture_output=True, check=False
+        )
+        if probe.returncode == 0:
+            return [self.python, "-m", "costaware_runtime"]
+        found = shutil.which(job_contract.LAUNCHER)
+        if found:
+            return [found]
+        raise ConfigurationError(
+            f"{job_contract.LAUNCHER} is not installed for {self.python}: pip install costaware-runtime "
+            "(./runtime in this repository) into the worker's environment, or set python in backend_options "
+            "to an interpreter that has it"
+        )
+
+    def _command(self, request: JobRequest) -> list[str]:
+        if request.is_command:
+            return [*self.launcher(), *request.command()[1:]]
+        return [self.python, *request.command()[1:]]
+
     def submit(self, request: JobRequest) -> str:
         folder = self._dir(request.job_name)
+        command = self._command(request)  # before the folder: a missing launcher leaves nothing behind
         self.root.mkdir(parents=True, exist_ok=True)
         try:
             folder.mkdir()
@@ -93,11 +132,12 @@ class LocalBackend:
         _write_json(
             folder / "request.json",
             {
-                "command": [self.python, *request.command()[1:]],
+                "command": command,
                 "market": request.market,
                 "instance_type": request.instance_type,
-                "env": {**self.env, **dict(request.env)},
+                "env": {**self.env, **request.environment(work_dir=str(folder / "work"))},
                 "capacity_file": self.capacity_file if request.market == "spot" else None,
+                "grace_seconds": request.grace_seconds if request.is_command else None,
             },
         )
         try:
@@ -133,7 +173,7 @@ class LocalBackend:
                 state = JobState.SUCCEEDED
             elif code in INTERRUPTED_CODES:
                 state = JobState.INTERRUPTED
-                reason = reason if code == PREEMPTED_EXIT_CODE else f"killed by signal {-code}"
+                reason = (reason or f"exit code {code}") if code >= 0 else f"killed by signal {-code}"
             else:
                 state = JobState.FAILED
                 reason = reason or f"exit code {code}"
@@ -160,10 +200,16 @@ class LocalBackend:
         return int(text) if text else None
 
     def signal(self, job_id: str, signum: int) -> bool:
-        """Send ``signum`` to the running training; returns whether one was running."""
+        """Send ``signum`` to the running training; returns whether one was running.
+
+        SIGKILL takes the training's child processes too (a user command under ``costaware-run``): an
+        instance that vanishes leaves nothing running, and the launcher cannot pass a SIGKILL on.
+        """
         pid = self.pid(job_id)
         if pid is None:
             return False
+        if signum == signal.SIGKILL:
+            return _kill_tree(pid)
         try:
             os.kill(pid, signum)
         except ProcessLookupError:
@@ -171,7 +217,12 @@ class LocalBackend:
         return True
 
     def stop(self, job_id: str) -> None:
-        (self._dir(job_id) / "stop").touch()  # a job still waiting for capacity never starts
+        """Ask the job to stop: SIGTERM now, SIGKILL after its grace period (user commands).
+
+        The supervisor sees the ``stop`` file: a job still waiting for capacity never starts, and a running
+        user command that outlives its grace period is killed, as a spot instance is after its notice.
+        """
+        (self._dir(job_id) / "stop").touch()
         self.signal(job_id, signal.SIGTERM)
 
     def logs(self, job_id: str, tail: int = 20) -> str:
@@ -201,11 +252,53 @@ def supervise(folder: Path) -> int:
         (folder / "started").write_text(repr(started_at))
         # The training handles SIGTERM itself (checkpoint, exit 75); the supervisor only waits for it.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        code = proc.wait()
+        grace = request.get("grace_seconds")
+        code = _wait(proc, folder / "stop", float(grace)) if grace is not None else proc.wait()
     _write_json(
         folder / "exit.json", {"exit_code": code, "started_at": started_at, "stopped_at": time.time()}
     )
     return 0
+
+
+def _wait(proc: subprocess.Popen[bytes], stop: Path, grace_seconds: float) -> int:
+    """Wait for ``proc``; once ``stop`` exists, SIGKILL it if it is still running ``grace_seconds`` later.
+
+    ``LocalBackend.stop`` sends the SIGTERM itself; this enforces the end of the grace period even when the
+    worker that asked for the stop has gone.
+    """
+    kill_at: float | None = None
+    while True:
+        try:
+            return proc.wait(timeout=_WATCH_SECONDS)
+        except subprocess.TimeoutExpired:
+            pass
+        if kill_at is None and stop.exists():
+            # The launcher SIGKILLs the command at the end of the grace period itself; this is the backstop
+            # for a launcher that hangs, a little later so that the launcher's own exit code is kept.
+            kill_at = time.monotonic() + grace_seconds + _BACKSTOP_SECONDS
+        elif kill_at is not None and time.monotonic() >= kill_at:
+            _kill_tree(proc.pid)
+            return proc.wait()
+
+
+def _kill_tree(pid: int) -> bool:
+    """SIGKILL ``pid`` and every process it started (the launcher puts the command in its own group).
+
+    Returns whether ``pid`` was still there.
+    """
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        family = [*root.children(recursive=True), root]
+    except psutil.NoSuchProcess:
+        return False
+    for process in family:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            continue
+    return True
 
 
 def main(argv: Sequence[str] | None = None) -> int:

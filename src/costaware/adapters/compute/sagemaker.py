@@ -4,8 +4,12 @@ Spot is SageMaker managed spot training: ``EnableManagedSpotTraining`` with ``St
 MaxWaitTimeInSeconds`` (derived from the deadline; at least ``MaxRuntimeInSeconds``) and ``CheckpointConfig``
 (the checkpoint prefix, synced with ``/opt/ml/checkpoints``). The container runs the training entrypoint
 (``ContainerEntrypoint``/``ContainerArguments``), so the image needs ``airflow-provider-costaware`` and the
-trainer's libraries. Billed seconds are ``BillableTimeInSeconds`` x ``InstanceCount`` (what AWS charges:
-spot savings and interruptions are already in it).
+trainer's libraries. A user command runs as ``ContainerEntrypoint=["costaware-run", "--no-sync", "--"]``
+with the command as ``ContainerArguments`` (SageMaker syncs ``/opt/ml/checkpoints`` itself, so the launcher
+does not) and the job contract's variables in ``Environment``; its image (``image=`` of the operator, else
+``image_uri``) needs only ``costaware-runtime[s3]`` and the team's code. Billed seconds are
+``BillableTimeInSeconds`` x ``InstanceCount`` (what AWS charges: spot savings and interruptions are already
+in it).
 """
 
 from __future__ import annotations
@@ -19,6 +23,10 @@ from costaware.core.errors import ComputeBackendError, ConfigurationError
 
 #: SecondaryStatus values that mean "waiting for (spot) capacity", not running yet.
 _PENDING = {"Starting", "Pending", "LaunchingMLInstances", "PreparingTrainingStack"}
+#: The folder SageMaker syncs with ``CheckpointConfig.S3Uri``.
+CHECKPOINT_DIR = "/opt/ml/checkpoints"
+#: Where a user command's output folder and metrics file live: on the training volume, not the image's disk.
+WORK_DIR = "/opt/ml/costaware"
 
 
 def training_job_request(
@@ -32,20 +40,31 @@ def training_job_request(
     environment: Mapping[str, str] | None = None,
     tags: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The ``CreateTrainingJob`` request of one attempt (pure)."""
+    """The ``CreateTrainingJob`` request of one attempt (pure).
+
+    The image is the request's (``image=`` of the operator) or ``image_uri``.
+    """
     if not request.instance_type.startswith("ml."):
         raise ConfigurationError(
             f"SageMaker instance type {request.instance_type!r} must be an ml.* type (e.g. ml.m5.xlarge)"
         )
+    image = request.image or image_uri
+    if not image:
+        raise ConfigurationError(
+            f"SageMaker training job {request.job_name!r} has no image: pass image= to the operator or set "
+            "image_uri in backend_options"
+        )
+    command = request.command(no_sync=True)
+    split = command.index("--") + 1 if request.is_command else 3  # the launcher and its options, or python -m
     stopping: dict[str, int] = {"MaxRuntimeInSeconds": int(request.max_runtime_seconds)}
     config: dict[str, Any] = {
         "TrainingJobName": request.job_name,
         "RoleArn": role_arn,
         "AlgorithmSpecification": {
-            "TrainingImage": image_uri,
+            "TrainingImage": image,
             "TrainingInputMode": "File",
-            "ContainerEntrypoint": request.command()[:3],
-            "ContainerArguments": request.command()[3:],
+            "ContainerEntrypoint": command[:split],
+            "ContainerArguments": command[split:],
         },
         "OutputDataConfig": {"S3OutputPath": output_s3_uri},
         "ResourceConfig": {
@@ -54,12 +73,15 @@ def training_job_request(
             "VolumeSizeInGB": int(volume_size_gb),
         },
         "StoppingCondition": stopping,
-        "Environment": {**dict(environment or {}), **dict(request.env)},
+        "Environment": {
+            **dict(environment or {}),
+            **request.environment(work_dir=WORK_DIR, checkpoint_dir=CHECKPOINT_DIR),
+        },
         "Tags": [{"Key": k, "Value": v} for k, v in sorted(dict(tags or {}).items())],
     }
     require_object_store(request, "sagemaker")
     if request.checkpoint_uri:
-        config["CheckpointConfig"] = {"S3Uri": request.checkpoint_uri, "LocalPath": "/opt/ml/checkpoints"}
+        config["CheckpointConfig"] = {"S3Uri": request.checkpoint_uri, "LocalPath": CHECKPOINT_DIR}
     if request.market == "spot":
         config["EnableManagedSpotTraining"] = True
         wait = max(
@@ -110,7 +132,7 @@ class SageMakerBackend:
 
     Args:
         role_arn: Execution role of the training jobs.
-        image_uri: Image with costaware and the trainer's libraries.
+        image_uri: Image with costaware and the trainer's libraries (a user command's ``image=`` wins).
         output_s3_uri: ``OutputDataConfig.S3OutputPath``.
         aws_conn_id: Airflow AWS connection (None: the default chain).
         region_name: Region (default the connection's).
@@ -126,8 +148,8 @@ class SageMakerBackend:
         self,
         *,
         role_arn: str,
-        image_uri: str,
         output_s3_uri: str,
+        image_uri: str = "",
         aws_conn_id: str | None = "aws_default",
         region_name: str | None = None,
         instance_count: int = 1,
@@ -135,11 +157,8 @@ class SageMakerBackend:
         environment: Mapping[str, str] | None = None,
         tags: Mapping[str, str] | None = None,
     ) -> None:
-        for name, value in (
-            ("role_arn", role_arn),
-            ("image_uri", image_uri),
-            ("output_s3_uri", output_s3_uri),
-        ):
+        # image_uri may come per job instead (the operator's image=): training_job_request checks it
+        for name, value in (("role_arn", role_arn), ("output_s3_uri", output_s3_uri)):
             if not value:
                 raise ConfigurationError(f"SageMaker backend needs {name}: set it in backend_options")
         self.role_arn, self.image_uri, self.output_s3_uri = role_arn, image_uri, output_s3_uri
@@ -183,13 +202,14 @@ class SageMakerBackend:
         )
         if self._describe(request.job_name) is not None:
             return request.job_name  # submitted before (an Airflow retry)
+        image = config["AlgorithmSpecification"]["TrainingImage"]
         try:
             self.client.create_training_job(**config)
         except Exception as e:
             raise aws_error(
                 e,
                 f"cannot create SageMaker training job {request.job_name!r} with role {self.role_arn!r}, "
-                f"image {self.image_uri!r} on {request.instance_type!r}",
+                f"image {image!r} on {request.instance_type!r}",
                 "check role_arn, image_uri and output_s3_uri in backend_options, the instance type and the "
                 "connection's permissions (sagemaker:CreateTrainingJob, iam:PassRole)",
             ) from e

@@ -1,0 +1,162 @@
+"""A team's own training command under ``RemoteTrainingOperator``: check the arguments, plan, finish.
+
+The attempts themselves (submit, poll, interruptions, pauses, ledger entries) are the operator's, the same
+as for the built-in trainers. What differs is here: the arguments a command takes instead of the built-in
+trainer's, and the finish, which reads the launcher's result, stores the job's outputs as a ``files``
+version of the model store (metadata last) and records the job's metrics in the run's outcome. See
+docs/own-training.md.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from costaware.core.errors import ConfigurationError, StoreUnavailableError
+from costaware.training import job_contract
+
+log = logging.getLogger(__name__)
+
+#: The built-in trainer's arguments, which a command job does not take.
+TRAINER_ARGUMENTS = (
+    "data_path",
+    "label_column",
+    "feature_columns",
+    "new_data_path",
+    "label_threshold",
+    "trainer",
+    "trainer_params",
+    "policy",
+    "policy_params",
+)
+#: What the built-in trainers need, in the order a message lists them.
+REQUIRED_FOR_TRAINER = ("data_path", "label_column", "feature_columns")
+
+
+def check_job_kind(owner: str, command: Any, given: Mapping[str, Any]) -> list[str] | None:
+    """Exactly one of ``command`` and the built-in trainer's arguments; returns the command (or None).
+
+    Args:
+        owner: How messages name the task, e.g. ``RemoteTrainingOperator 'train'``.
+        command: The ``command`` argument (None: the built-in trainers).
+        given: The trainer arguments by name, None where not given.
+
+    Raises:
+        ConfigurationError: both kinds, or neither complete; the message names the arguments.
+    """
+    passed = [name for name in TRAINER_ARGUMENTS if given.get(name) not in (None, {}, [], "")]
+    if command is not None:
+        if passed:
+            raise ConfigurationError(
+                f"{owner} has command= and the built-in trainer's {', '.join(passed)}: a command reads its "
+                "own data, so drop those (or drop command= to train with a built-in trainer)"
+            )
+        return job_contract.check_command(command, owner=f"{owner} command")
+    missing = [name for name in REQUIRED_FOR_TRAINER if given.get(name) in (None, [], "")]
+    if missing:
+        raise ConfigurationError(
+            f"{owner} needs either command=[...] (your own training command) or the built-in trainer's "
+            f"data_path, label_column and feature_columns; {', '.join(missing)} missing"
+        )
+    return None
+
+
+def rendered_command(value: Any, owner: str) -> list[str]:
+    """The command after rendering, each element a string."""
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        # A DAG with render_template_as_native_obj turns "{{ params.epochs }}" into 5: a command line is text.
+        value = [str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v for v in value]
+    return job_contract.check_command(value, owner=f"{owner} command")
+
+
+def _attempt_key(state: Mapping[str, Any]) -> tuple[str, int, str]:
+    """The succeeded attempt's staging folder (relative to the model store), number and job id."""
+    last = state["attempts"][-1]
+    attempt = int(last["attempt"])
+    return job_contract.attempt_folder(state["base_name"], attempt), attempt, str(last["job_id"])
+
+
+def _read_result(store: Any, folder: str, job_id: str) -> Any:
+    """The launcher's result of the attempt staged at ``folder``, as JSON."""
+    where = f"{store.uri}/{folder}/{job_contract.RESULT_FILE}"
+    try:
+        raw = store.blobs.read_bytes(f"{folder}/{job_contract.RESULT_FILE}")
+    except FileNotFoundError as e:
+        raise ConfigurationError(
+            f"training job {job_id!r} exited 0 but its result {where!r} is not there ({e}): costaware-run "
+            "writes it on success, so check that the image runs the command under costaware-run with "
+            "costaware-runtime[s3] installed, that the job's role may write under the model store, and that "
+            "aws_conn_id reaches the job's S3 endpoint and bucket; nothing was registered"
+        ) from e
+    except OSError as e:
+        raise StoreUnavailableError(
+            f"cannot read the result {where!r} of training job {job_id!r} ({e}); the task is retried"
+        ) from e
+    try:
+        return json.loads(raw)
+    except ValueError as e:
+        raise ConfigurationError(
+            f"result {where!r} of training job {job_id!r} is not JSON ({e}): nothing was registered"
+        ) from e
+
+
+def register_outputs(
+    state: Mapping[str, Any], storage_options: Mapping[str, Any], usd: str
+) -> dict[str, Any]:
+    """Store the succeeded attempt's outputs as a ``files`` version; returns version, metrics and sizes.
+
+    Idempotent: the attempt's folder gets ``registered.json`` after the version is complete, so a retry of
+    the task returns the same version instead of storing a second one.
+
+    Raises:
+        ConfigurationError: the result is missing or malformed, or the outputs are not a finished upload.
+    """
+    from costaware.adapters.model_store import ModelStore, ModelVersion, VersionNotFoundError, new_version_id
+
+    store = ModelStore.open(str(state["model_store"]), **dict(storage_options))
+    folder, attempt, job_id = _attempt_key(state)
+    marker = f"{folder}/{job_contract.REGISTERED_FILE}"
+    try:
+        done = json.loads(store.blobs.read_bytes(marker))
+        meta = store.get(str(done["version"]))
+        return {**done, "metrics": dict(meta.metrics)}
+    except (FileNotFoundError, VersionNotFoundError):
+        pass
+    output_uri, _ = job_contract.attempt_uris(str(state["model_store"]), state["base_name"], attempt)
+    result = job_contract.parse_result(
+        _read_result(store, folder, job_id),
+        job=job_id,
+        where=f"{store.uri}/{folder}/{job_contract.RESULT_FILE}",
+        attempt=attempt,
+        output_uri=output_uri,
+    )
+    identity = dict(state["identity"])
+    meta = ModelVersion(
+        version=new_version_id(),
+        trainer="command",
+        model_format="files",
+        mode="full",
+        parent=None,
+        data_fingerprint="",
+        features=(),
+        label="",
+        params={"command": list(state["command"]), "image": state.get("image") or None},
+        metrics=dict(result.metrics),
+        cost_usd=usd,
+        run={**identity, "job_id": job_id, "attempt": attempt, "checkpoint_step": result.checkpoint_step},
+    )
+    stored = store.save_files(meta, f"{folder}/{job_contract.OUTPUT_FOLDER}")
+    done = {"version": stored.version, "files": result.files, "bytes": result.bytes}
+    store.blobs.write_bytes(marker, json.dumps(done).encode())
+    try:  # the version has its own copy now; the staged one only costs storage
+        store.blobs.delete(f"{folder}/{job_contract.OUTPUT_FOLDER}")
+    except OSError as e:
+        log.warning("could not delete the staged outputs %s/%s: %s", store.uri, folder, e)
+    return {**done, "metrics": dict(result.metrics)}
+
+
+def format_metrics(metrics: Mapping[str, float]) -> str:
+    """``name=value`` pairs for the task log, in name order."""
+    return ", ".join(f"{name}={value:g}" for name, value in sorted(metrics.items()))

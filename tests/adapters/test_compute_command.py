@@ -1,0 +1,269 @@
+"""A team's own command on every backend: the request shapes with ``image``/``command`` (issue 24, item 6).
+
+SageMaker and Batch go to moto's server on 127.0.0.1; Kubernetes is checked on the pod spec it renders. The
+local backend's contract is tested for real in ``tests/airflow/test_remote_training_command.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from remote_support import aws_client, make_batch_queues
+
+from costaware.adapters.compute import batch, kubernetes, sagemaker
+from costaware.adapters.compute.base import JobRequest, JobState, open_backend
+from costaware.core.errors import ConfigurationError
+
+ROLE = "arn:aws:iam::123456789012:role/train"
+IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/team-train:7"
+COMMAND = ("python", "train.py", "--epochs", "5")
+STAGING = "s3://ml/models/_staging/train-0123456789/attempt-2"
+
+
+def request(market: str = "spot", **kwargs: Any) -> JobRequest:
+    args: dict[str, Any] = {
+        "job_name": f"train-0123456789-a2-{market.replace('_', '')}",
+        "spec_uri": "",
+        "market": market,
+        "instance_type": "ml.g5.xlarge",
+        "checkpoint_uri": "s3://ml/ckpt/dag/train/run",
+        "model_store": "s3://ml/models",
+        "max_runtime_seconds": 3600,
+        "max_wait_seconds": 7200,
+        "env": {"COSTAWARE_S3_ENDPOINT_URL": "http://minio:9000"},
+        "user_command": COMMAND,
+        "image": IMAGE,
+        "output_uri": f"{STAGING}/output",
+        "result_uri": f"{STAGING}/result.json",
+        "attempt": 2,
+        "grace_seconds": 100.0,
+        **kwargs,
+    }
+    return JobRequest(**args)
+
+
+def contract(work_dir: str, checkpoint_dir: str | None = None, market: str = "spot") -> dict[str, str]:
+    return {
+        "COSTAWARE_S3_ENDPOINT_URL": "http://minio:9000",
+        "COSTAWARE_CHECKPOINT_DIR": checkpoint_dir or f"{work_dir}/checkpoints",
+        "COSTAWARE_CHECKPOINT_URI": "s3://ml/ckpt/dag/train/run",
+        "COSTAWARE_OUTPUT_DIR": f"{work_dir}/output",
+        "COSTAWARE_OUTPUT_URI": f"{STAGING}/output",
+        "COSTAWARE_METRICS_PATH": f"{work_dir}/metrics.json",
+        "COSTAWARE_RESULT_URI": f"{STAGING}/result.json",
+        "COSTAWARE_ATTEMPT": "2",
+        "COSTAWARE_MARKET": market,
+        "COSTAWARE_GRACE_SECONDS": "100",
+    }
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch, moto_endpoint: str) -> str:
+    conn = {
+        "conn_type": "aws",
+        "login": "testing",
+        "password": "testing",
+        "extra": {"region_name": "us-east-1", "endpoint_url": moto_endpoint},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_MOTO_AWS", json.dumps(conn))
+    return moto_endpoint
+
+
+# -- the request -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"user_command": ("python train.py",)}, None),
+        ({"output_uri": ""}, "runs a user command but has no output_uri"),
+        ({"result_uri": "", "checkpoint_uri": ""}, "has no checkpoint_uri, result_uri"),
+        ({"user_command": ("python", "")}, "has elements that are not non-empty strings"),
+        ({"grace_seconds": 0}, "preemption_grace_seconds must be a number of seconds > 0, got 0"),
+        ({"user_command": (), "spec_uri": ""}, "spec_uri is empty"),
+    ],
+)
+def test_a_command_request_needs_its_contract_locations(kwargs: dict[str, Any], message: str | None) -> None:
+    if message is None:
+        assert request(**kwargs).command()[-1] == "python train.py"  # one element: the user's choice
+        return
+    with pytest.raises(ConfigurationError, match=message):
+        request(**kwargs)
+
+
+def test_the_command_runs_under_the_launcher_with_the_contract_environment() -> None:
+    job = request()
+    assert job.command() == ["costaware-run", "--", *COMMAND]
+    assert job.environment(work_dir="/w") == contract("/w")
+    builtin = request(user_command=(), spec_uri="s3://ml/jobs/spec.json")
+    assert builtin.environment(work_dir="/w") == {"COSTAWARE_S3_ENDPOINT_URL": "http://minio:9000"}
+
+
+@pytest.mark.parametrize("backend", ["sagemaker", "batch", "kubernetes"])
+def test_remote_backends_refuse_local_staging(backend: str) -> None:
+    local = request(output_uri="/data/models/_staging/x/output", model_store="")
+    with pytest.raises(
+        ConfigurationError, match=r"jobs need an s3:// model_store, got '/data/models/_staging"
+    ):
+        if backend == "sagemaker":
+            sagemaker.training_job_request(local, role_arn=ROLE, image_uri="", output_s3_uri="s3://o")
+        elif backend == "batch":
+            batch.submit_job_request(local, spot_queue="s", on_demand_queue="o", job_definition="d")
+        else:
+            kubernetes.render_pod(local, image="i")
+
+
+# -- SageMaker -------------------------------------------------------------------------------------------
+
+
+def test_sagemaker_runs_the_image_and_the_command_with_the_contract() -> None:
+    config = sagemaker.training_job_request(
+        request(), role_arn=ROLE, image_uri="fallback:1", output_s3_uri="s3://ml/out", environment={"A": "1"}
+    )
+    algo = config["AlgorithmSpecification"]
+    assert algo["TrainingImage"] == IMAGE  # the operator's image= wins over image_uri
+    assert algo["ContainerEntrypoint"] == ["costaware-run", "--no-sync", "--"]
+    assert algo["ContainerArguments"] == list(COMMAND)
+    # SageMaker syncs /opt/ml/checkpoints with the checkpoint URI itself: the launcher does not (--no-sync)
+    assert config["CheckpointConfig"] == {
+        "S3Uri": "s3://ml/ckpt/dag/train/run",
+        "LocalPath": "/opt/ml/checkpoints",
+    }
+    assert config["Environment"] == {"A": "1", **contract("/opt/ml/costaware", "/opt/ml/checkpoints")}
+    assert config["EnableManagedSpotTraining"] is True
+    fallback = sagemaker.training_job_request(
+        request(image=""), role_arn=ROLE, image_uri="fallback:1", output_s3_uri="s3://ml/out"
+    )
+    assert fallback["AlgorithmSpecification"]["TrainingImage"] == "fallback:1"
+    with pytest.raises(
+        ConfigurationError, match="has no image: pass image= to the operator or set image_uri"
+    ):
+        sagemaker.training_job_request(request(image=""), role_arn=ROLE, image_uri="", output_s3_uri="s3://o")
+
+
+def test_sagemaker_creates_the_command_job_on_moto_without_an_image_uri_option(aws: str) -> None:
+    backend = open_backend(
+        "sagemaker", {"role_arn": ROLE, "output_s3_uri": "s3://ml/out", "aws_conn_id": "moto_aws"}
+    )
+    job = request()
+    assert backend.submit(job) == backend.submit(job) == job.job_name
+    described = aws_client("sagemaker", aws).describe_training_job(TrainingJobName=job.job_name)
+    algo = described["AlgorithmSpecification"]
+    assert algo["TrainingImage"] == IMAGE
+    assert algo["ContainerEntrypoint"] == ["costaware-run", "--no-sync", "--"]
+    assert algo["ContainerArguments"] == list(COMMAND)
+    assert described["CheckpointConfig"]["S3Uri"] == "s3://ml/ckpt/dag/train/run"
+    assert described["EnableManagedSpotTraining"] is True
+    assert backend.poll(job.job_name).state == JobState.SUCCEEDED  # moto completes at once
+
+
+# -- Batch -----------------------------------------------------------------------------------------------
+
+
+def test_batch_overrides_command_and_environment() -> None:
+    body = batch.submit_job_request(
+        request(instance_type="m5.large"),
+        spot_queue="spot-q",
+        on_demand_queue="od-q",
+        job_definition="arn:aws:batch:us-east-1:1:job-definition/train:3",
+    )
+    overrides = body["containerOverrides"]
+    assert overrides["command"] == ["costaware-run", "--", *COMMAND]
+    assert {e["name"]: e["value"] for e in overrides["environment"]} == contract("/tmp/costaware")
+    assert body["jobDefinition"] == "arn:aws:batch:us-east-1:1:job-definition/train:3"
+
+
+def test_batch_runs_an_image_through_a_copy_of_the_job_definition(aws: str) -> None:
+    queues = make_batch_queues(aws)
+    client = aws_client("batch", aws)
+    backend = open_backend("batch", {**queues, "aws_conn_id": "moto_aws"})
+    name = queues["job_definition"]
+    (original,) = client.describe_job_definitions(jobDefinitionName=name)["jobDefinitions"]
+    job_id = backend.submit(request(instance_type="m5.large"))
+    (job,) = client.describe_jobs(jobs=[job_id])["jobs"]
+    (copy,) = client.describe_job_definitions(jobDefinitions=[job["jobDefinition"]])["jobDefinitions"]
+    assert copy["jobDefinitionName"].startswith(f"{name}-image-")
+    assert copy["containerProperties"] == {**original["containerProperties"], "image": IMAGE}
+    # the job definition itself keeps its one revision: jobs that name it run what they always ran
+    assert len(client.describe_job_definitions(jobDefinitionName=name)["jobDefinitions"]) == 1
+    container = job["container"]
+    assert container["command"] == ["costaware-run", "--", *COMMAND]
+    environment = {e["name"]: e["value"] for e in container["environment"]}
+    assert environment.pop("AWS_BATCH_JOB_ID")  # Batch's own
+    assert environment == contract("/tmp/costaware")
+
+    # The next attempt reuses the copy, and a job without image= runs the job definition as it is.
+    again = backend.submit(request(instance_type="m5.large", job_name="train-0123456789-a3"))
+    assert client.describe_jobs(jobs=[again])["jobs"][0]["jobDefinition"] == job["jobDefinition"]
+    copies = client.describe_job_definitions(jobDefinitionName=copy["jobDefinitionName"])["jobDefinitions"]
+    assert len(copies) == 1
+    plain = backend.submit(request(instance_type="m5.large", job_name="train-0123456789-a4", image=""))
+    assert client.describe_jobs(jobs=[plain])["jobs"][0]["jobDefinition"] in (
+        name,
+        original["jobDefinitionArn"],
+    )
+
+
+def test_batch_names_a_job_definition_that_does_not_exist(aws: str) -> None:
+    queues = make_batch_queues(aws)
+    backend = open_backend("batch", {**queues, "job_definition": "nope:4", "aws_conn_id": "moto_aws"})
+    with pytest.raises(ConfigurationError, match="Batch job definition 'nope:4' has no active revision"):
+        backend.submit(request(instance_type="m5.large"))
+
+
+@pytest.mark.parametrize(
+    ("code", "state"),
+    [
+        (75, JobState.INTERRUPTED),
+        (77, JobState.INTERRUPTED),
+        (74, JobState.INTERRUPTED),
+        (76, JobState.FAILED),
+        (1, JobState.FAILED),
+    ],
+)
+def test_batch_exit_codes_of_the_contract(code: int, state: JobState) -> None:
+    job = {
+        "jobId": "j",
+        "status": "FAILED",
+        "attempts": [{"startedAt": 0, "stoppedAt": 1000, "container": {"exitCode": code}}],
+    }
+    status = batch.status_from_description(job, "spot", "m5.large")
+    assert (status.state, status.exit_code) == (state, code)
+
+
+# -- Kubernetes ------------------------------------------------------------------------------------------
+
+
+def test_the_pod_runs_the_image_and_the_command_with_the_grace_period_and_a_work_volume() -> None:
+    pod = kubernetes.render_pod(
+        request(instance_type="g5.xlarge"), image="fallback:1", termination_grace_seconds=30
+    )
+    spec = pod["spec"]
+    (container,) = spec["containers"]
+    assert container["image"] == IMAGE
+    assert container["command"] == ["costaware-run", "--"] and container["args"] == list(COMMAND)
+    assert {e["name"]: e["value"] for e in container["env"]} == contract("/costaware")
+    assert spec["terminationGracePeriodSeconds"] == 110  # the job's 100 s + 10 s for the launcher
+    assert container["volumeMounts"] == [{"name": "costaware-work", "mountPath": "/costaware"}]
+    assert spec["volumes"] == [{"name": "costaware-work", "emptyDir": {}}]
+    backend = open_backend("kubernetes", {"image": "fallback:1"})
+    plain = backend.render(request(image=""))  # type: ignore[attr-defined]
+    assert plain["spec"]["containers"][0]["image"] == "fallback:1"
+    with pytest.raises(ConfigurationError, match="has no image: pass image= to the operator or set image"):
+        open_backend("kubernetes", {}).render(request(image=""))  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("code", "state"), [(75, JobState.INTERRUPTED), (77, JobState.INTERRUPTED), (76, JobState.FAILED)]
+)
+def test_pod_exit_codes_of_the_contract(code: int, state: JobState) -> None:
+    pod = {
+        "metadata": {"name": "p", "labels": {"costaware/market": "spot"}},
+        "status": {
+            "phase": "Failed",
+            "containerStatuses": [{"state": {"terminated": {"exitCode": code, "reason": "Error"}}}],
+        },
+    }
+    assert kubernetes.status_from_pod(pod).state == state

@@ -1,0 +1,253 @@
+"""A team's own command through RemoteTrainingOperator on the real local backend (issue 24, items 1 and 6).
+
+Each attempt runs ``costaware-run -- python own_train.py MODE`` (``tests/training/own_train.py``: plain
+Python, the contract's environment only) as a child process, for real: checkpoints, resume, outputs, metrics,
+exit codes, the ledger and the model store.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow.sdk import DAG, Param
+from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
+from remote_support import TRAINING, context_for, drive
+
+from costaware.adapters.compute.base import JobRequest, JobState, open_backend
+from costaware.adapters.efficiency_store import run_outcome
+from costaware.adapters.model_store import ModelStore
+from costaware.cli import main as cli
+from costaware.core.errors import ConfigurationError
+from costaware.core.ledger import utcnow
+from costaware.operators.remote_training import RemoteTrainingOperator
+
+pytest.importorskip("costaware_runtime.launcher", reason="pip install -e ./runtime (costaware-run)")
+
+SCRIPT = str(TRAINING / "own_train.py")
+
+
+@pytest.fixture(autouse=True)
+def _ledger(monkeypatch: pytest.MonkeyPatch, ledger_url: str) -> None:
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+
+
+def decision() -> dict[str, str]:
+    now = utcnow()
+    return {
+        "market": "spot",
+        "usd_per_hour": "0.1",
+        "instance_type": "m5.large",
+        "region": "us-east-1",
+        "on_demand_usd_per_hour": "0.4",
+        "deadline": (now + timedelta(minutes=10)).isoformat(),
+        "latest_start": (now + timedelta(minutes=8)).isoformat(),
+    }
+
+
+def operator(tmp: Path, mode: str, **kwargs: Any) -> RemoteTrainingOperator:
+    args: dict[str, Any] = {
+        "task_id": "train",
+        "command": [sys.executable, SCRIPT, mode],
+        "model_store": str(tmp / "models"),
+        "checkpoint_store": str(tmp / "ckpt"),
+        "backend_options": {"root": str(tmp / "jobs"), "env": {"OWN_TRAIN_LOG": str(tmp / "seen.jsonl")}},
+        "spot_decision": decision(),
+        "poll_interval": 0.1,
+        "deferrable": False,
+        **kwargs,
+    }
+    return RemoteTrainingOperator(**args)
+
+
+def seen(tmp: Path) -> list[dict[str, Any]]:
+    path = tmp / "seen.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def store(tmp: Path) -> ModelStore:
+    return ModelStore.open(str(tmp / "models"))
+
+
+def entries(ledger: Any) -> list[dict[str, Any]]:
+    return sorted((e for e in ledger.entries() if e["task_id"] == "train"), key=lambda e: e["note"])
+
+
+def test_a_command_with_metrics_becomes_a_files_version_with_its_metrics(
+    tmp_path: Path, ledger: Any, ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    op = operator(tmp_path, "ok", deferrable=True)
+    with pytest.raises(TaskDeferred):
+        op.execute(context_for())
+    result, _ = drive(operator(tmp_path, "ok", deferrable=True), context_for())  # a retry follows the job
+    assert set(result) >= {"version", "metrics", "attempts", "usd", "backend"}
+    assert result["metrics"]["steps"] == 6 and result["backend"] == "local"
+    assert result["files"] == 2 and [a["cause"] for a in result["attempts"]] == ["success"]
+    version = store(tmp_path).get(result["version"])
+    assert (version.status, version.model_format, version.trainer) == ("complete", "files", "command")
+    assert version.metrics == result["metrics"] and version.cost_usd == result["usd"]
+    assert version.params["command"] == [sys.executable, SCRIPT, "ok"]
+    out = store(tmp_path).download_files(version, tmp_path / "model")
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == [
+        "config/steps.json",
+        "model.txt",
+    ]
+    (entry,) = entries(ledger)
+    assert entry["cause"] == "success" and entry["market"] == "spot"
+    # The staged copy is gone once the version has its own; a retry of the task returns the same version.
+    assert not list((tmp_path / "models" / "_staging").rglob("model.txt"))
+    again, _ = drive(operator(tmp_path, "ok"), context_for())
+    assert again["version"] == result["version"] and len(store(tmp_path).versions()) == 1
+    # The run's outcome holds the metrics, and `costaware runs show` lists them.
+    (outcome,) = run_outcome(ledger, "scheduled__2026-01-01")
+    assert outcome.model_version == result["version"] and outcome.record is not None
+    assert dict(outcome.record.metrics) == result["metrics"] and outcome.record.trainer == "command"
+    capsys.readouterr()
+    assert cli(["--ledger-url", ledger_url, "runs", "show", "scheduled__2026-01-01"]) == 0
+    shown = capsys.readouterr().out
+    assert f"model {result['version']}" in shown and '"steps": 6' in shown and '"loss": ' in shown
+    attempt = seen(tmp_path)[0]
+    assert attempt == {"attempt": 1, "market": "spot", "start": 0, "grace": "110"}
+
+
+def test_exit_75_resubmits_and_the_next_attempt_resumes_from_the_checkpoint(
+    tmp_path: Path, ledger: Any
+) -> None:
+    result, _ = drive(operator(tmp_path / "a", "preempt-once", preemption_grace_seconds=30), context_for())
+    assert [(s["attempt"], s["start"]) for s in seen(tmp_path / "a")] == [(1, 0), (2, 3)]
+    assert seen(tmp_path / "a")[0]["grace"] == "30"
+    assert [a["cause"] for a in result["attempts"]] == ["preemption", "success"]
+    assert [a["market"] for a in result["attempts"]] == ["spot", "spot"]
+    assert [e["outcome"] for e in entries(ledger)] == ["interrupted", "success"]  # both billed
+    # The same script without the preemption ends at the same weights.
+    straight, _ = drive(operator(tmp_path / "b", "ok"), context_for(run_id="manual__straight"))
+    assert result["metrics"] == straight["metrics"]
+    resumed = (tmp_path / "a" / "models" / "versions" / result["version"] / "files" / "model.txt").read_text()
+    assert (
+        resumed
+        == (tmp_path / "b" / "models" / "versions" / straight["version"] / "files" / "model.txt").read_text()
+    )
+
+
+@pytest.mark.parametrize(
+    ("mode", "reason"),
+    [
+        ("fail", "the command exited 1: a code error, not retried"),
+        ("no-metrics", "wrote no metrics file"),
+        ("empty-output", "left no files in COSTAWARE_OUTPUT_DIR"),
+        ("preempt-without-checkpoint", "committed no checkpoint (exit 76)"),
+    ],
+)
+def test_a_failed_command_fails_without_retry_and_registers_nothing(
+    tmp_path: Path, ledger: Any, mode: str, reason: str
+) -> None:
+    with pytest.raises(AirflowFailException) as failed:
+        drive(operator(tmp_path, mode), context_for())
+    message = str(failed.value)
+    assert "training job train-" in message and reason in message and "nothing was registered" in message
+    assert [p.name for p in (tmp_path / "jobs").iterdir()] == [f"{message.split()[2]}"]  # one attempt only
+    (entry,) = entries(ledger)  # billed all the same
+    assert entry["outcome"] == "failed" and entry["cause"] == "code_error"
+    assert not (tmp_path / "models").exists() or store(tmp_path).version_ids() == []
+    if mode == "fail":
+        assert "the loss went NaN at step 2" in message  # the job's own last lines
+
+
+def test_stop_sends_sigterm_and_kills_after_the_grace_period(tmp_path: Path) -> None:
+    backend = open_backend(
+        "local", {"root": str(tmp_path / "jobs"), "env": {"OWN_TRAIN_LOG": str(tmp_path / "log")}}
+    )
+
+    def submit(name: str, mode: str, grace: float) -> str:
+        staging = tmp_path / "models" / "_staging" / name
+        return backend.submit(
+            JobRequest(
+                job_name=name,
+                spec_uri="",
+                market="spot",
+                instance_type="m5.large",
+                checkpoint_uri=str(tmp_path / "ckpt" / name),
+                user_command=(sys.executable, SCRIPT, mode),
+                output_uri=str(staging / "output"),
+                result_uri=str(staging / "result.json"),
+                grace_seconds=grace,
+            )
+        )
+
+    def ended(job: str, within: float) -> Any:
+        deadline = time.monotonic() + within
+        while (status := backend.poll(job)).state in (JobState.PENDING, JobState.RUNNING):
+            assert time.monotonic() < deadline, f"{job} still {status.state} after {within}s"
+            time.sleep(0.05)
+        return status
+
+    polite = submit("polite-a1", "wait-for-notice", 30.0)
+    stubborn = submit("stubborn-a1", "ignore-notice", 1.0)
+    ready = Path(str(tmp_path / "log") + ".ready")
+    deadline = time.monotonic() + 60
+    while not ready.exists() or len(seen_lines := (tmp_path / "log").read_text().splitlines()) < 2:
+        assert time.monotonic() < deadline, "the jobs did not start"
+        time.sleep(0.05)
+    assert len(seen_lines) == 2
+    started = time.monotonic()
+    backend.stop(polite)
+    backend.stop(stubborn)
+    # The job that checkpoints on the notice ends at once with 75 (resume from its checkpoint) ...
+    status = ended(polite, 20)
+    assert (status.state, status.exit_code) == (JobState.INTERRUPTED, 75)
+    # ... the one that ignores it is killed once its grace period is over: preempted before any checkpoint.
+    status = ended(stubborn, 20)
+    assert (status.state, status.exit_code) == (JobState.INTERRUPTED, 77)
+    assert time.monotonic() - started >= 1.0
+    assert backend.signal(stubborn, signal.SIGKILL) is False  # nothing left to signal
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"data_path": "/d", "label_column": "y"},
+            r"has command= and the built-in trainer's data_path, label_column: a command reads its own data",
+        ),
+        (
+            {"command": None},
+            r"needs either command=\[\.\.\.\] .* data_path, label_column, feature_columns missing",
+        ),
+        (
+            {"command": "python train.py"},
+            r"command must be a list of strings, got the string 'python train.py'",
+        ),
+        ({"command": ["python", ""]}, "has elements that are not non-empty strings"),
+        (
+            {"preemption_grace_seconds": -5},
+            "preemption_grace_seconds must be a number of seconds > 0, got -5",
+        ),
+    ],
+)
+def test_bad_arguments_fail_when_the_dag_is_parsed(
+    tmp_path: Path, kwargs: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        operator(tmp_path, "ok", **kwargs)
+
+
+def test_the_command_and_image_are_templated_element_by_element(tmp_path: Path) -> None:
+    params = {"steps": Param(4, type="integer"), "tag": Param("v7", type="string")}
+    with DAG("templated_command", schedule=None, params=params):
+        op = operator(
+            tmp_path,
+            "ok",
+            command=[sys.executable, SCRIPT, "ok", "{{ params.steps }}"],
+            image="team/train:{{ params.tag }}",
+        )
+    op.render_template_fields({**context_for(), "params": {"steps": 4, "tag": "v7"}})
+    assert op.command == [sys.executable, SCRIPT, "ok", "4"] and op.image == "team/train:v7"
+    result, _ = drive(op, context_for())
+    assert result["metrics"]["steps"] == 4
+    assert store(tmp_path).get(result["version"]).params["image"] == "team/train:v7"

@@ -1,0 +1,169 @@
+"""The job contract as the provider sees it: command, environment, locations, exit codes, the result."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from costaware.core.errors import ConfigurationError
+from costaware.training import job_contract as jc
+
+OUTPUT = "s3://ml/models/_staging/train-0123456789/attempt-2/output"
+
+
+def result(**changes: Any) -> dict[str, Any]:
+    good: dict[str, Any] = {
+        "metrics": {"rmse": 3.25, "rows": 100},
+        "output_uri": OUTPUT,
+        "files": 2,
+        "bytes": 70,
+        "attempt": 2,
+        "checkpoint_step": 5,
+    }
+    return {**good, **changes}
+
+
+def parse(data: Any) -> jc.JobResult:
+    return jc.parse_result(data, job="train-0123456789-a2", where="s3://r.json", attempt=2, output_uri=OUTPUT)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("python train.py", r"must be a list of strings, got the string 'python train.py': split it, e\.g\."),
+        ([], "must be a non-empty list of strings"),
+        (None, "must be a non-empty list of strings"),
+        (["python", 3], r"has elements that are not non-empty strings: \[3\]"),
+        (["python", " "], r"has elements that are not non-empty strings: \[' '\]"),
+    ],
+)
+def test_a_command_must_be_a_list_of_strings(value: Any, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        jc.check_command(value)
+
+
+def test_a_good_command_is_kept_as_it_is() -> None:
+    assert jc.check_command(("torchrun", "--nproc-per-node", "1", "train.py")) == [
+        "torchrun",
+        "--nproc-per-node",
+        "1",
+        "train.py",
+    ]
+
+
+@pytest.mark.parametrize("value", [0, -1, "soon", math.inf, math.nan, None])
+def test_the_grace_period_is_a_positive_number_of_seconds(value: Any) -> None:
+    with pytest.raises(ConfigurationError, match=f"preemption_grace_seconds must be .* got {value!r}"):
+        jc.check_grace_seconds(value)
+    assert jc.check_grace_seconds("30") == 30.0
+
+
+def test_launcher_command_and_locations() -> None:
+    assert jc.launcher_command(["python", "t.py"]) == ["costaware-run", "--", "python", "t.py"]
+    assert jc.launcher_command(["python", "t.py"], no_sync=True)[:3] == ["costaware-run", "--no-sync", "--"]
+    assert jc.attempt_uris("s3://ml/models/", "train-0123456789", 2) == (
+        OUTPUT,
+        "s3://ml/models/_staging/train-0123456789/attempt-2/result.json",
+    )
+    env = jc.contract_environment(
+        checkpoint_uri="s3://ml/ckpt/dag/train/run",
+        output_uri=OUTPUT,
+        result_uri="s3://r.json",
+        attempt=2,
+        market="spot",
+        grace_seconds=110.0,
+        work_dir="/tmp/costaware/",
+    )
+    assert env == {
+        "COSTAWARE_CHECKPOINT_DIR": "/tmp/costaware/checkpoints",
+        "COSTAWARE_CHECKPOINT_URI": "s3://ml/ckpt/dag/train/run",
+        "COSTAWARE_OUTPUT_DIR": "/tmp/costaware/output",
+        "COSTAWARE_OUTPUT_URI": OUTPUT,
+        "COSTAWARE_METRICS_PATH": "/tmp/costaware/metrics.json",
+        "COSTAWARE_RESULT_URI": "s3://r.json",
+        "COSTAWARE_ATTEMPT": "2",
+        "COSTAWARE_MARKET": "spot",
+        "COSTAWARE_GRACE_SECONDS": "110",
+    }
+
+
+@pytest.mark.parametrize(
+    ("code", "hint"),
+    [
+        (1, "the command exited 1: a code error, not retried"),
+        (2, "broke the contract"),
+        (76, "exited 75 (preempted) but committed no checkpoint"),
+        (127, "was not found"),
+        (137, "killed by signal 9"),
+        (None, ""),
+    ],
+)
+def test_exit_hints(code: int | None, hint: str) -> None:
+    assert hint in jc.exit_hint(code)
+
+
+def test_a_good_result_is_parsed() -> None:
+    parsed = parse(result(output_uri=OUTPUT + "/"))
+    assert parsed.metrics == {"rmse": 3.25, "rows": 100}
+    assert (parsed.files, parsed.bytes, parsed.attempt, parsed.checkpoint_step) == (2, 70, 2, 5)
+    assert parse(result(checkpoint_step=None)).checkpoint_step is None
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ([1, 2], "holds a list, not a JSON object"),
+        (result(metrics={}), "has no metrics"),
+        (result(metrics=None), "has no metrics"),
+        (result(metrics={"rmse": "3.2"}), "has metric 'rmse' = '3.2', not a named finite number"),
+        (result(metrics={"rmse": math.nan}), "has metric 'rmse' = nan"),
+        (result(metrics={"ok": True}), "has metric 'ok' = True"),
+        (
+            result(output_uri="s3://elsewhere/out"),
+            "names output_uri 's3://elsewhere/out', not this attempt's",
+        ),
+        (result(files=0), "lists no output files"),
+        (result(files="2"), "has files = '2', not a whole number"),
+        (result(bytes=-1), "has bytes = -1"),
+        (result(attempt=1), "was written by attempt 1, not by attempt 2"),
+        (result(checkpoint_step=-3), "has checkpoint_step = -3"),
+    ],
+)
+def test_a_malformed_result_names_the_job_the_field_and_what_to_do(data: Any, message: str) -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        parse(data)
+    text = str(raised.value)
+    assert message in text
+    assert "result 's3://r.json' of training job 'train-0123456789-a2'" in text
+    assert "run the command under costaware-run" in text
+
+
+def test_the_provider_and_the_runtime_agree_on_the_contract() -> None:
+    """The provider mirrors the runtime's names and codes without importing it; they must not drift."""
+    runtime = pytest.importorskip("costaware_runtime.contract")
+    for name in (
+        "CHECKPOINT_DIR",
+        "CHECKPOINT_URI",
+        "OUTPUT_DIR",
+        "OUTPUT_URI",
+        "METRICS_PATH",
+        "RESULT_URI",
+        "ATTEMPT",
+        "MARKET",
+        "GRACE_SECONDS",
+        "S3_ENDPOINT_URL",
+        "EXIT_OK",
+        "EXIT_CONTRACT_ERROR",
+        "EXIT_SYNC_FAILED",
+        "EXIT_PREEMPTED",
+        "EXIT_PREEMPTED_WITHOUT_CHECKPOINT",
+        "EXIT_PREEMPTED_BEFORE_CHECKPOINT",
+        "DEFAULT_GRACE_SECONDS",
+        "MANIFEST_NAME",
+    ):
+        assert getattr(jc, name) == getattr(runtime, name), name
+    from costaware.adapters.model_files import MANIFEST_NAME
+
+    assert MANIFEST_NAME == runtime.MANIFEST_NAME
