@@ -1,13 +1,21 @@
-"""``ModelPromoteOperator``: a candidate replaces the champion only when it is as good on holdout."""
+"""``ModelPromoteOperator``: a candidate replaces the champion when it is as good on the team's metric."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from costaware.core.promotion import higher_is_better
+from costaware.core.promotion import (
+    DEFAULT_SCORING_TIMEOUT_SECONDS,
+    check_source,
+    metric_direction,
+    metric_source,
+    parse_command,
+    parse_metrics,
+    validate_timeout,
+)
 from costaware.glue import (
     DEFAULT_AWS_CONN_ID,
     DEFAULT_LEDGER_CONN_ID,
@@ -22,36 +30,72 @@ if TYPE_CHECKING:
 
 
 class ModelPromoteOperator(BaseOperator):
-    """Compares a candidate version with the champion on holdout data and promotes it when it is good enough.
+    """Compares a candidate with the champion on a named metric and promotes it when it is good enough.
 
     See docs/retraining.md.
 
-    The candidate is promoted when its metric is at least the champion's minus ``margin`` (higher-is-better
-    metrics; plus ``margin`` for log loss and Brier), or when there is no champion. A candidate whose run did
-    not complete (status ``interrupted``/``failed``, or files without metadata) is never promoted. Every
-    decision is stored in the model store with both metrics; the champion switch is one atomic write.
+    The candidate is promoted when its figure is at least the champion's minus ``margin`` (higher is better)
+    or at most the champion's plus ``margin`` (lower is better), or when there is no champion. A candidate
+    whose run did not complete (status ``interrupted``/``failed``, or files without metadata) is never
+    promoted. Every decision is stored in the model store with the metric, its direction and both figures;
+    the champion switch is one atomic write.
 
-    Returns (XCom) the decision: ``promote``, ``reason``, ``metric``, ``candidate_metric``,
-    ``champion_metric``, ``margin``, ``candidate``, ``champion``, ...
+    The figures come from one of three places:
+
+    * ``candidate_metrics`` given: the training job's own metrics for the candidate, and the metrics stored
+      with the champion's version;
+    * ``scoring_command`` given: the team's command scores the candidate, then the champion, on
+      ``holdout_path``;
+    * neither: costaware predicts ``holdout_path`` with both models and computes a built-in metric (models
+      of costaware's trainers only; a ``files`` version from your own code needs one of the two above).
+
+    Returns (XCom) the decision: ``promote``, ``reason``, ``metric``, ``higher_is_better``,
+    ``candidate_metric``, ``champion_metric``, ``margin``, ``source``, ``candidate``, ``champion``, ...
 
     Args:
         model_store: Model store, a local folder or ``s3://bucket/prefix`` (templated).
         candidate: The version to judge (templated), e.g.
             ``"{{ ti.xcom_pull(task_ids='retrain')['version'] }}"``.
         holdout_path: Parquet file or folder with holdout rows the candidate never trained on (templated).
-        label_column: Label column: 0/1 or boolean, or numeric with ``label_threshold``.
-        label_threshold: When set, the label is ``label_column > label_threshold``.
-        metric: ``roc_auc`` (default), ``average_precision``, ``accuracy``, ``log_loss`` or ``brier``
-            (templated). An unknown name fails when the DAG is parsed, before any training is paid for; a
-            template is checked once rendered, when the task runs.
+            Needed to score on a holdout, and passed to ``scoring_command`` as ``COSTAWARE_HOLDOUT_PATH``.
+        label_column: Label column, for costaware's own scoring: 0/1 or boolean for binary models (or
+            numeric with ``label_threshold``), the value for regression, the class index for multiclass.
+        label_threshold: When set, the label is ``label_column > label_threshold`` (binary metrics only).
+        metric: The metric to compare (templated). Built in: ``roc_auc`` (default), ``average_precision``,
+            ``accuracy``, ``log_loss``, ``brier``, ``macro_f1`` (binary; the last three also multiclass),
+            ``rmse``, ``mae``, ``r2`` (regression). Any other name needs ``higher_is_better`` and
+            ``candidate_metrics`` or ``scoring_command``. An unknown name without a direction fails when the
+            DAG is parsed, before any training is paid for; a template is checked once rendered.
+        higher_is_better: Whether a larger figure is better (templated). None (default): the built-in
+            metric's own direction. Contradicting a built-in metric's direction is an error.
         margin: How much worse than the champion the candidate may be and still be promoted (templated).
+        candidate_metrics: The training job's metrics for the candidate (templated): a dict, or its rendered
+            text such as ``"{{ ti.xcom_pull(task_ids='train')['metrics'] }}"``. The champion's figure is
+            then read from the metrics stored with its version.
+        scoring_command: The team's scoring command as a list of strings (templated), run on the Airflow
+            worker once for the candidate and once for the champion. Its environment adds
+            ``COSTAWARE_MODEL_DIR`` (a local copy of a ``files`` version's folder; for other versions the
+            path of the model file), ``COSTAWARE_HOLDOUT_PATH``, ``COSTAWARE_METRICS_PATH`` (where it writes
+            a JSON object of named numbers), ``COSTAWARE_MODEL_VERSION`` and ``COSTAWARE_MODEL_ROLE``. A
+            non-zero exit or a missing or malformed metrics file fails the task; nothing is promoted.
+        scoring_timeout_seconds: Limit on each run of ``scoring_command`` (default 3600); past it the command
+            and its children are stopped and the task fails.
         aws_conn_id: Airflow AWS connection for ``s3://`` locations (default ``aws_default``; when that
             connection does not exist, or with ``None``, the SDKs' default credential chain).
         ledger_conn_id: Airflow connection of the cost ledger, where the run's outcome is recorded.
         **kwargs: ``BaseOperator`` arguments.
     """
 
-    template_fields: Sequence[str] = ("model_store", "candidate", "holdout_path", "metric", "margin")
+    template_fields: Sequence[str] = (
+        "model_store",
+        "candidate",
+        "holdout_path",
+        "metric",
+        "higher_is_better",
+        "margin",
+        "candidate_metrics",
+        "scoring_command",
+    )
     ui_color = "#fdf1d8"
 
     def __init__(
@@ -59,18 +103,38 @@ class ModelPromoteOperator(BaseOperator):
         *,
         model_store: str,
         candidate: str,
-        holdout_path: str,
-        label_column: str,
+        holdout_path: str | None = None,
+        label_column: str | None = None,
         label_threshold: float | None = None,
         metric: str = "roc_auc",
+        higher_is_better: bool | str | None = None,
         margin: float | str = 0.0,
+        candidate_metrics: Mapping[str, Any] | str | None = None,
+        scoring_command: Sequence[str] | str | None = None,
+        scoring_timeout_seconds: float = DEFAULT_SCORING_TIMEOUT_SECONDS,
         aws_conn_id: str | None = DEFAULT_AWS_CONN_ID,
         ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        # Everything that can be checked before rendering fails the DAG file, not the run after training;
+        # templates are checked in execute, once rendered.
+        source = metric_source(candidate_metrics, scoring_command)
         if not is_template(metric):
-            higher_is_better(metric)  # an unknown metric fails the DAG file, not the run after training
+            if not is_template(higher_is_better):
+                metric_direction(metric, higher_is_better)
+            check_source(
+                source,
+                metric=metric,
+                holdout_path=holdout_path,
+                label_column=label_column,
+                label_threshold=label_threshold,
+            )
+        if scoring_command is not None and not is_template(scoring_command):
+            parse_command(scoring_command)
+        if candidate_metrics is not None and not is_template(candidate_metrics):
+            parse_metrics(candidate_metrics, "candidate_metrics")
+        self.scoring_timeout_seconds = validate_timeout(scoring_timeout_seconds)
         self.ledger_conn_id = ledger_conn_id
         self.model_store = model_store
         self.candidate = candidate
@@ -78,22 +142,28 @@ class ModelPromoteOperator(BaseOperator):
         self.label_column = label_column
         self.label_threshold = label_threshold
         self.metric = metric
+        self.higher_is_better = higher_is_better
         self.margin = margin
+        self.candidate_metrics = candidate_metrics
+        self.scoring_command = scoring_command
         self.aws_conn_id = aws_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from costaware.core.promotion import validate_margin
-        from costaware.training.runner import promote_candidate
+        from costaware.training.promotion import promote_candidate
 
         with airflow_errors():
             decision = promote_candidate(
                 model_store=self.model_store,
                 candidate=str(self.candidate),
+                metric=str(self.metric),
+                higher_is_better=self.higher_is_better,
+                margin=self.margin,
                 holdout_path=self.holdout_path,
                 label_column=self.label_column,
                 label_threshold=self.label_threshold,
-                metric=str(self.metric),
-                margin=validate_margin(float(self.margin)),
+                candidate_metrics=self.candidate_metrics,
+                scoring_command=self.scoring_command,
+                scoring_timeout_seconds=self.scoring_timeout_seconds,
                 run=run_identity(context, self.task_id),
                 storage_options=storage_options(self.aws_conn_id),
             )

@@ -1,8 +1,8 @@
-"""One warm-start-or-full retrain with checkpoints, and one evaluate-and-promote step.
+"""One warm-start-or-full retrain with checkpoints.
 
-The operators call ``run_retrain`` and ``promote_candidate``; ``python -m costaware.training.runner
---config job.json`` runs a retrain outside Airflow (e.g. on a spot instance) and exits with code 75 after
-a preemption, so any scheduler can retry it.
+The operators call ``run_retrain`` (promotion is ``costaware.training.promotion``);
+``python -m costaware.training.runner --config job.json`` runs a retrain outside Airflow (e.g. on a spot
+instance) and exits with code 75 after a preemption, so any scheduler can retry it.
 """
 
 from __future__ import annotations
@@ -16,13 +16,11 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
 from costaware.adapters.checkpoint_store import CheckpointStore
 from costaware.adapters.model_store import (
     BlobDir,
-    IncompleteVersionError,
     ModelStore,
     ModelVersion,
     new_version_id,
@@ -30,7 +28,6 @@ from costaware.adapters.model_store import (
 from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import compute_cost
 from costaware.core.money import parse_usd
-from costaware.core.promotion import COMPLETE, decide_promotion, higher_is_better
 from costaware.core.retrain_policy import (
     AlwaysFullRetrainPolicy,
     AlwaysWarmRetrainPolicy,
@@ -47,7 +44,6 @@ from costaware.training.trainers import (
     TrainingData,
     resolve_trainer,
     same_trainer,
-    stored_trainer,
     trainer_path,
 )
 
@@ -155,26 +151,6 @@ def training_data(
             )
         y = values.astype(float).astype(int).to_numpy()
     return TrainingData(features=known[list(features)].reset_index(drop=True), label=np.asarray(y))
-
-
-def score_metric(metric: str, label: Any, scores: Any) -> float:
-    """The value of ``metric`` for 0/1 labels and positive-class scores (NaN when undefined)."""
-    import numpy as np
-    from sklearn import metrics as m
-
-    higher_is_better(metric)  # validates the name
-    y, p = np.asarray(label), np.clip(np.asarray(scores, dtype=float), 1e-7, 1 - 1e-7)
-    if metric in ("roc_auc", "average_precision") and len(set(y.tolist())) < 2:
-        return float("nan")
-    if metric == "roc_auc":
-        return float(m.roc_auc_score(y, p))
-    if metric == "average_precision":
-        return float(m.average_precision_score(y, p))
-    if metric == "accuracy":
-        return float(m.accuracy_score(y, p >= 0.5))
-    if metric == "log_loss":
-        return float(m.log_loss(y, p, labels=[0, 1]))
-    return float(m.brier_score_loss(y, p))
 
 
 # -- retrain -------------------------------------------------------------------------------------------------
@@ -373,79 +349,11 @@ def run_retrain(
 # -- promote -------------------------------------------------------------------------------------------------
 
 
-def promote_candidate(
-    *,
-    model_store: str,
-    candidate: str,
-    holdout_path: str,
-    label_column: str,
-    label_threshold: float | None = None,
-    metric: str = "roc_auc",
-    margin: float = 0.0,
-    run: Mapping[str, Any] | None = None,
-    storage_options: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Score the candidate and the champion on the holdout, decide, record the decision, switch if promoted.
+def promote_candidate(**kwargs: Any) -> dict[str, Any]:
+    """Kept for callers of this older path: see ``costaware.training.promotion.promote_candidate``."""
+    from costaware.training.promotion import promote_candidate as promote
 
-    A candidate whose run did not complete (incomplete files, status ``interrupted`` or ``failed``) is
-    never loaded and never promoted; the refusal is recorded like any other decision.
-    """
-    higher_is_better(metric)
-    opts = dict(storage_options or {})
-    store = ModelStore.open(model_store, **opts)
-    if not candidate or candidate == "None":
-        raise ConfigurationError("no candidate version given: pass the retrain task's 'version' (its XCom)")
-    meta: ModelVersion | None
-    try:
-        meta = store.get(candidate)
-        status = meta.status
-    except IncompleteVersionError:
-        meta, status = None, "incomplete"
-    champion = store.champion()
-    if champion and champion.version == candidate:
-        raise ConfigurationError(
-            f"candidate {candidate!r} is already the champion of {store.uri}: pass a new version"
-        )
-    candidate_metric = champion_metric = None
-    holdout_rows, holdout_fingerprint = 0, ""
-    if meta is not None and status == COMPLETE:
-        columns = sorted({*meta.features, *(champion.features if champion else ()), label_column})
-        frame, holdout_fingerprint = read_parquet(holdout_path, columns, opts)
-        for version in (meta, champion):
-            if version is None:
-                continue
-            data = training_data(frame, version.features, label_column, label_threshold)
-            holdout_rows = data.rows
-            trainer = resolve_trainer(stored_trainer(version.trainer), version.params)
-            value = score_metric(
-                metric, data.label, trainer.predict(trainer.load(store.model_bytes(version)), data.features)
-            )
-            if version is meta:
-                candidate_metric = value
-            else:
-                champion_metric = value
-    decision = decide_promotion(
-        metric=metric,
-        candidate_metric=candidate_metric,
-        champion_metric=champion_metric,
-        candidate_status=status,
-        has_champion=champion is not None,
-        margin=margin,
-    )
-    record = {
-        **decision.to_dict(),
-        "candidate": candidate,
-        "champion": champion.version if champion else None,
-        "holdout_rows": holdout_rows,
-        "holdout_fingerprint": holdout_fingerprint,
-        "decided_at": datetime.now(timezone.utc).isoformat(),
-        "run": dict(run or {}),
-    }
-    record["decision_file"] = store.record_decision(record)
-    if decision.promote:
-        store.set_champion(candidate)
-    log.info("promotion: %s", decision.reason)
-    return record
+    return promote(**kwargs)
 
 
 # -- command line --------------------------------------------------------------------------------------------

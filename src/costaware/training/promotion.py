@@ -1,0 +1,180 @@
+"""One evaluate-and-promote step: get both models' figures of the team's metric, decide, record, switch.
+
+The figures come from one of three places (``costaware.core.promotion.metric_source``):
+
+* ``job``: the candidate's from the training job's own metrics (``candidate_metrics``), the champion's from
+  the metrics stored with its version;
+* ``command``: the team's scoring command, run once for the candidate and once for the champion;
+* ``holdout``: costaware predicts the holdout with each model (costaware's trainers only) and computes a
+  built-in metric.
+
+Every check runs before anything is written: a bad argument, a metric missing on either side or a failed
+scoring command records no decision and leaves the champion as it was.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from costaware.adapters.model_store import IncompleteVersionError, ModelStore, ModelVersion
+from costaware.core.errors import ConfigurationError
+from costaware.core.promotion import (
+    COMMAND,
+    COMPLETE,
+    DEFAULT_SCORING_TIMEOUT_SECONDS,
+    JOB,
+    check_source,
+    decide_promotion,
+    metric_direction,
+    metric_source,
+    metric_value,
+    parse_command,
+    parse_metrics,
+    validate_margin,
+    validate_timeout,
+)
+from costaware.training.scoring import command_scores, holdout_scores
+
+log = logging.getLogger(__name__)
+
+
+def promote_candidate(
+    *,
+    model_store: str,
+    candidate: str,
+    metric: str = "roc_auc",
+    higher_is_better: bool | str | None = None,
+    margin: float | str = 0.0,
+    holdout_path: str | None = None,
+    label_column: str | None = None,
+    label_threshold: float | None = None,
+    candidate_metrics: Mapping[str, Any] | str | None = None,
+    scoring_command: Sequence[str] | str | None = None,
+    scoring_timeout_seconds: float = DEFAULT_SCORING_TIMEOUT_SECONDS,
+    run: Mapping[str, Any] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Get the candidate's and the champion's figures, decide, record the decision, switch if promoted.
+
+    A candidate whose run did not complete (incomplete files, status ``interrupted`` or ``failed``) is
+    never scored and never promoted; the refusal is recorded like any other decision. See
+    ``ModelPromoteOperator`` for the arguments.
+
+    Returns:
+        The decision as recorded in the model store (JSON-able), with its file name.
+
+    Raises:
+        ConfigurationError: A bad argument, a metric missing from either side, or a failed scoring
+            (``ScoringError``); nothing is recorded and the champion stays.
+    """
+    better_high = metric_direction(metric, higher_is_better)
+    margin = validate_margin(margin)
+    source = metric_source(candidate_metrics, scoring_command)
+    check_source(
+        source,
+        metric=metric,
+        holdout_path=holdout_path,
+        label_column=label_column,
+        label_threshold=label_threshold,
+    )
+    job_metrics = (
+        parse_metrics(candidate_metrics, "candidate_metrics") if candidate_metrics is not None else {}
+    )
+    command = parse_command(scoring_command) if scoring_command is not None else []
+    timeout = validate_timeout(scoring_timeout_seconds)
+    if not candidate or candidate == "None":
+        raise ConfigurationError("no candidate version given: pass the retrain task's 'version' (its XCom)")
+    opts = dict(storage_options or {})
+    store = ModelStore.open(model_store, **opts)
+    meta: ModelVersion | None
+    try:
+        meta = store.get(candidate)
+        status = meta.status
+    except IncompleteVersionError:
+        meta, status = None, "incomplete"
+    champion = store.champion()
+    if champion and champion.version == candidate:
+        raise ConfigurationError(
+            f"candidate {candidate!r} is already the champion of {store.uri}: pass a new version"
+        )
+    figures: dict[str, float | None] = {"candidate": None, "champion": None}
+    scores: dict[str, dict[str, float]] = {}
+    holdout_rows, holdout_fingerprint = 0, ""
+    if meta is not None and status == COMPLETE:
+        versions = {"candidate": meta, **({"champion": champion} if champion else {})}
+        if source == JOB:
+            figures["candidate"] = metric_value(
+                job_metrics,
+                metric,
+                f"candidate_metrics of candidate {candidate!r}",
+                fix=f"make the training job write {metric!r} to COSTAWARE_METRICS_PATH, or promote on a "
+                "metric it has",
+            )
+            if champion:
+                figures["champion"] = metric_value(
+                    champion.metrics,
+                    metric,
+                    f"champion {champion.version!r} (the metrics stored with its version)",
+                    fix="promote on a metric both versions have, or pass scoring_command to score both on "
+                    "one holdout",
+                )
+        elif source == COMMAND:
+            with tempfile.TemporaryDirectory(prefix="costaware-score-") as workdir:
+                for role, version in versions.items():
+                    scores[role] = command_scores(
+                        store,
+                        version,
+                        role=role,
+                        command=command,
+                        holdout_path=str(holdout_path),
+                        timeout_seconds=timeout,
+                        workdir=Path(workdir),
+                    )
+                    figures[role] = metric_value(
+                        scores[role],
+                        metric,
+                        f"the scoring command's metrics for {role} {version.version!r}",
+                        fix=f"make the command write {metric!r}",
+                    )
+        else:
+            found = holdout_scores(
+                store,
+                versions,
+                metric=metric,
+                holdout_path=str(holdout_path),
+                label_column=str(label_column),
+                label_threshold=label_threshold,
+                storage_options=opts,
+            )
+            figures.update(found.values)
+            holdout_rows, holdout_fingerprint = found.rows, found.fingerprint
+    decision = decide_promotion(
+        metric=metric,
+        candidate_metric=figures["candidate"],
+        champion_metric=figures["champion"],
+        candidate_status=status,
+        has_champion=champion is not None,
+        margin=margin,
+        higher_is_better=better_high,
+    )
+    record = {
+        **decision.to_dict(),
+        "source": source,
+        "candidate": candidate,
+        "champion": champion.version if champion else None,
+        "scores": scores,
+        "holdout_rows": holdout_rows,
+        "holdout_fingerprint": holdout_fingerprint,
+        "decided_at": datetime.now(timezone.utc).isoformat(),
+        "run": dict(run or {}),
+    }
+    record["decision_file"] = store.record_decision(record)
+    if decision.promote:
+        store.set_champion(candidate)
+    log.info("promotion: %s", decision.reason)
+    return record
