@@ -82,7 +82,7 @@ def test_spend_gate_checks_the_instance_type_before_reserving() -> None:
     assert gate.instance_type == "{{ params.train_instance_type }}" and gate.region == "us-east-1"
 
 
-@pytest.mark.parametrize("dag_id", ["cost_aware_retrain", "remote_retrain", "budgeted_tuning"])
+@pytest.mark.parametrize("dag_id", ["cost_aware_retrain", "remote_retrain", "budgeted_tuning", "own_training"])
 def test_no_number_field_is_clamped_silently_by_the_form(dag_id: str) -> None:
     """The form's number field clamps a typed value to ``minimum``/``maximum`` on blur, without a word.
 
@@ -94,7 +94,7 @@ def test_no_number_field_is_clamped_silently_by_the_form(dag_id: str) -> None:
         assert "minimum" not in schema and "maximum" not in schema, (dag_id, name)
 
 
-@pytest.mark.parametrize("dag_id", ["cost_aware_retrain", "remote_retrain", "budgeted_tuning"])
+@pytest.mark.parametrize("dag_id", ["cost_aware_retrain", "remote_retrain", "budgeted_tuning", "own_training"])
 def test_tag_params_refuse_what_the_ledger_cannot_store(dag_id: str) -> None:
     from airflow.sdk.exceptions import ParamValidationError
 

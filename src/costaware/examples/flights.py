@@ -137,3 +137,60 @@ def roc_auc(model: Any, frame: pd.DataFrame) -> float:
     from sklearn.metrics import roc_auc_score
 
     return float(roc_auc_score(frame[LABEL], model.predict_proba(frame[FEATURES])[:, 1]))
+
+
+#: Carriers and airports of the 2013 data, in a fixed order so every day's arrays have the same columns.
+CARRIERS = ("9E", "AA", "AS", "B6", "DL", "EV", "F9", "FL", "HA", "MQ", "OO", "UA", "US", "VX", "WN", "YV")
+ORIGINS = ("EWR", "JFK", "LGA")
+
+
+def delay_arrays(flights: pd.DataFrame) -> tuple[Any, Any]:
+    """Features and the arrival delay in minutes of flown flights, as float32 NumPy arrays.
+
+    The features are what a dispatcher knows at take-off: the departure delay, the scheduled hour, the
+    distance, month and weekday, and the carrier and origin one-hot. Unscaled: see :func:`write_delay_arrays`.
+    """
+    import numpy as np
+    import pandas as pd
+
+    flown = flights.dropna(subset=["arr_delay", "dep_delay"])
+    when = pd.to_datetime(flown[["year", "month", "day"]])
+    columns = [
+        flown["dep_delay"].to_numpy(float),
+        (flown["sched_dep_time"] // 100).to_numpy(float),
+        flown["distance"].to_numpy(float),
+        flown["month"].to_numpy(float),
+        when.dt.dayofweek.to_numpy(float),
+    ]
+    columns += [(flown["carrier"] == c).to_numpy(float) for c in CARRIERS]
+    columns += [(flown["origin"] == o).to_numpy(float) for o in ORIGINS]
+    return np.stack(columns, axis=1).astype(np.float32), flown["arr_delay"].to_numpy(np.float32)
+
+
+def write_delay_arrays(
+    landing_dir: str | Path, day: date, folder: str | Path, *, train_days: int = 28
+) -> dict[str, str]:
+    """``train.npz`` (the ``train_days`` up to ``day``) and ``holdout.npz`` (the day after) for a regression.
+
+    Features are standardized with the training days' mean and deviation (kept with the arrays, as are the
+    delay's, so the training script needs NumPy and nothing of ours). Written under temporary names and
+    renamed, so a job never reads half a file.
+    """
+    import numpy as np
+
+    first = max(FIRST_DAY, day - timedelta(days=train_days - 1))
+    x_train, y_train = delay_arrays(load_days(landing_dir, first, day))
+    x_hold, y_hold = delay_arrays(load_days(landing_dir, day + timedelta(days=1), day + timedelta(days=1)))
+    mean, std = x_train.mean(axis=0), x_train.std(axis=0)
+    std[std == 0] = 1.0
+    target = Path(folder)
+    target.mkdir(parents=True, exist_ok=True)
+    y_mean, y_std = np.float32(y_train.mean()), np.float32(y_train.std() or 1.0)
+    paths = {}
+    for split, x, y in (("train", x_train, y_train), ("holdout", x_hold, y_hold)):
+        path = target / f"{split}.npz"
+        temp = target / f".{split}.{os.getpid()}.npz"
+        np.savez(temp, x=(x - mean) / std, y=y, y_mean=y_mean, y_std=y_std)
+        temp.replace(path)
+        paths[split] = str(path)
+    return {"folder": str(target), **paths, "train_rows": str(len(y_train)), "holdout_rows": str(len(y_hold))}

@@ -1,0 +1,186 @@
+"""A team's own PyTorch script retrained on spot: costaware runs it, the script stays a plain script.
+
+The training is ``examples/own_training/train_delay.py``, a 130-line PyTorch regression of the arrival delay
+in minutes. It imports ``costaware_runtime`` (the slim runtime, no Airflow) for four things: load the newest
+checkpoint, save one now and then, write its metrics, leave its model in the output folder.
+
+1. ``prepare``      the replayed 2013 day's training and holdout arrays (``train.npz``, ``holdout.npz``);
+2. ``spend_gate``   the training's budget is reserved from the project's monthly budget;
+3. ``spot_window``  spot when the price is good, on-demand when waiting would miss the deadline;
+4. ``train``        ``RemoteTrainingOperator(command=[...])``: the script under ``costaware-run`` on the
+                    backend; a preemption resumes it from its checkpoint; each attempt is a ledger entry;
+                    its output folder becomes a model version carrying the script's metrics;
+5. ``promote``      the candidate replaces the champion only if its holdout RMSE is not worse.
+
+Runs as is: ``airflow dags test own_training 2013-02-01`` (the ``local`` backend: a child process of the
+worker, which then needs ``torch``). On SageMaker, Batch or Kubernetes give ``backend``, ``image`` (built
+from ``runtime/Dockerfile.train.example``), ``backend_options``, ``python=python``, and a ``data_root`` on
+S3. See docs/own-training.md.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from datetime import timedelta
+from importlib import resources
+from pathlib import Path
+
+import pendulum
+from airflow.sdk import Param, dag, get_current_context, task
+
+from costaware.operators.promote import ModelPromoteOperator
+from costaware.operators.remote_training import RemoteTrainingOperator
+from costaware.params import tag_param
+from costaware.sensors.spend_cap import SpendCapSensor
+from costaware.sensors.spot_window import SpotWindowSensor
+
+TEAM = "ml-platform"
+PROJECT = "flight-delays"
+REGION = "us-east-1"
+SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "own_training" / "train_delay.py"
+RECORDED_SPOT_PRICES = str(resources.files("costaware") / "data" / "spot_history_c5.4xlarge_us-east-1.json")
+
+
+def prepared(name: str) -> str:
+    """A template of one value the ``prepare`` task returned."""
+    return "{{ ti.xcom_pull(task_ids='prepare')['" + name + "'] }}"
+
+
+@dag(
+    dag_id="own_training",
+    schedule=None,
+    start_date=pendulum.datetime(2013, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    tags=["costaware", f"team:{TEAM}", f"project:{PROJECT}"],
+    params={
+        "team": tag_param(TEAM, title="Team", description="Team charged for this run."),
+        "project": tag_param(
+            PROJECT, title="Project", description="Project charged; its budget gates training."
+        ),
+        "train_budget_usd": Param(
+            0.05,
+            type="number",
+            exclusiveMinimum=0,
+            exclusiveMaximum=1_000_000,
+            title="Training budget (USD)",
+            description="Reserved from the project's monthly budget before training.",
+        ),
+        "epochs": Param(
+            4,
+            type="integer",
+            exclusiveMinimum=0,
+            exclusiveMaximum=1001,
+            title="Epochs",
+            description="1-1000.",
+        ),
+        "backend": Param(
+            "local",
+            enum=["local", "sagemaker", "batch", "kubernetes"],
+            title="Backend",
+            description="Where the script runs: local (a child process of the worker), sagemaker, batch, "
+            "kubernetes.",
+        ),
+        "image": Param(
+            None,
+            type=["null", "string"],
+            title="Training image",
+            description="Container image on SageMaker, Batch and Kubernetes (see "
+            "runtime/Dockerfile.train.example); not used locally.",
+        ),
+        "backend_options": Param({}, type="object", title="Backend options"),
+        "python": Param(
+            sys.executable,
+            type="string",
+            title="Python",
+            description="The interpreter that runs the script: this Airflow's own on the local backend "
+            "(it needs torch); 'python' in a container.",
+        ),
+        "script": Param(str(SCRIPT), type="string", title="Training script"),
+        "step_sleep": Param(
+            0.0,
+            type="number",
+            exclusiveMinimum=-1,
+            title="Seconds per step",
+            description="Slows every step down (demos of a preemption); 0 in real use.",
+        ),
+        "replay_date": Param(None, type=["null", "string"], format="date", title="Day of 2013 to replay"),
+        "data_root": Param(None, type=["null", "string"], title="Data folder"),
+    },
+    doc_md=__doc__,
+)
+def own_training() -> None:
+    @task
+    def prepare() -> dict[str, str]:
+        """Land the days up to the replayed one (and the next, the holdout), then write the arrays."""
+        from costaware.examples import flights
+
+        context = get_current_context()
+        params = context["params"]
+        day = flights.replay_date(
+            context.get("logical_date") or context["dag_run"].run_after, params.get("replay_date")
+        )
+        home = Path(os.environ.get("AIRFLOW_HOME", Path.home() / "airflow")) / "costaware"
+        root = str(params.get("data_root") or home / "own_training").rstrip("/")
+        landing = home / "flights" / "landing"
+        flights.land_days(landing, day + timedelta(days=1))
+        run = context["run_id"].replace(":", "_").replace("+", "_")
+        arrays = flights.write_delay_arrays(landing, day, f"{root}/arrays/{run}")
+        return {**arrays, "models": f"{root}/models", "checkpoints": f"{root}/checkpoints"}
+
+    arrays = prepare()
+    spend_gate = SpendCapSensor(
+        task_id="spend_gate",
+        scope="project={{ params.project }}",
+        estimated_usd="{{ params.train_budget_usd }}",
+        for_task_id="train",
+        on_exceeded="fail",
+        poke_interval=30,
+        timeout=6 * 3600,
+    )
+    spot_window = SpotWindowSensor(
+        task_id="spot_window",
+        instance_type="c5.4xlarge",
+        region=REGION,
+        expected_runtime_hours=0.25,
+        prices=RECORDED_SPOT_PRICES,
+        deferrable=True,
+        poke_interval=300,
+    )
+    train = RemoteTrainingOperator(
+        task_id="train",
+        command=[
+            "{{ params.python }}",
+            "{{ params.script }}",
+            "--data",
+            prepared("folder"),
+            "--epochs",
+            "{{ params.epochs }}",
+            "--step-sleep",
+            "{{ params.step_sleep }}",
+        ],
+        image="{{ params.image or '' }}",
+        model_store=prepared("models"),
+        checkpoint_store=prepared("checkpoints"),
+        backend="{{ params.backend }}",
+        backend_options="{{ params.backend_options | tojson }}",
+        spot_task_id="spot_window",
+        prices=RECORDED_SPOT_PRICES,
+        aws_conn_id=None,
+        poll_interval=2,
+        retries=2,
+        retry_delay=timedelta(seconds=10),
+    )
+    promote = ModelPromoteOperator(
+        task_id="promote",
+        model_store=prepared("models"),
+        candidate="{{ ti.xcom_pull(task_ids='train')['version'] }}",
+        metric="rmse",
+        higher_is_better=False,
+        candidate_metrics="{{ ti.xcom_pull(task_ids='train')['metrics'] }}",
+    )
+    arrays >> spend_gate >> spot_window >> train >> promote
+
+
+own_training()

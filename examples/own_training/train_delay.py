@@ -1,0 +1,143 @@
+"""Arrival delay in minutes on the 2013 New York flights: a plain PyTorch regression, made preemptible.
+
+Everything costaware needs from a training script is here and nothing else: load the newest checkpoint
+at start, save one now and then (and when the spot notice comes), write the metrics, leave the model in
+the output folder. The script imports only the standard library, NumPy, PyTorch and ``costaware_runtime``
+(the slim runtime, no Airflow).
+
+By hand (the folders default to ./checkpoints, ./output, ./metrics.json)::
+
+    python train_delay.py --data /path/with/train.npz/and/holdout.npz --epochs 4
+
+Under costaware (``dags/own_training.py``): ``RemoteTrainingOperator(command=["python", "train_delay.py",
+"--data", ...])`` runs it on spot, and the launcher restores and syncs the checkpoint folder.
+
+Resuming is exact: batches are drawn from a permutation seeded by (seed, epoch), so an attempt resumed
+from step ``n`` sees the same batches an uninterrupted run sees from step ``n``, and a run preempted any
+number of times ends with the same weights as one that never was (on the CPU; CUDA kernels may differ
+in the last bits).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import costaware_runtime as runtime
+import numpy as np
+import torch
+from costaware_runtime import torch as runtime_torch
+from torch import nn
+
+
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line: data folder, epochs, batch size, accumulation, checkpoint interval, seed."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", required=True, help="folder with train.npz and holdout.npz")
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--batch-size", type=int, default=512)
+    parser.add_argument("--accumulate", type=int, default=1, help="batches per optimizer step")
+    parser.add_argument("--lr", type=float, default=2e-3)
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--checkpoint-every", type=int, default=100, help="optimizer steps")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--step-sleep", type=float, default=0.0, help="seconds per step (demos, tests)")
+    parser.add_argument("--progress-file", help="append each finished step's number here (benchmarks)")
+    return parser.parse_args(argv)
+
+
+def load(folder: Path, split: str) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+    """Features, delays in minutes and the delay scale of one split (``train.npz`` or ``holdout.npz``)."""
+    with np.load(folder / f"{split}.npz") as data:
+        x = torch.from_numpy(data["x"].astype(np.float32))
+        y = torch.from_numpy(data["y"].astype(np.float32))
+        scale = {"y_mean": float(data["y_mean"]), "y_std": float(data["y_std"])}
+    return x, y, scale
+
+
+def model_for(features: int, hidden: int) -> nn.Module:
+    """A small MLP: standardized features in, the standardized delay out."""
+    return nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
+                         nn.Linear(hidden, 1))  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Train from the newest checkpoint to the last step, then write metrics and the model."""
+    args = arguments(argv)
+    torch.manual_seed(args.seed)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    x, y, scale = load(Path(args.data), "train")
+    target = (y - scale["y_mean"]) / scale["y_std"]
+    model = model_for(x.shape[1], args.hidden).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    # Mixed precision where CUDA is: bfloat16/float16 matmuls, loss scaling for float16. One GPU is enough.
+    amp = device.type == "cuda"
+    scaler = torch.amp.GradScaler("cuda", enabled=amp)
+
+    batches_per_epoch = math.ceil(len(x) / args.batch_size)
+    steps_per_epoch = math.ceil(batches_per_epoch / args.accumulate)
+    total = args.epochs * steps_per_epoch
+    step = runtime_torch.load(model, optimizer, scaler=scaler, map_location=device) or 0
+    if step:
+        print(
+            f"resumed from the checkpoint of step {step} of {total} (attempt {runtime.attempt()})", flush=True
+        )
+
+    model.train()
+    while step < total:
+        epoch, within = divmod(step, steps_per_epoch)
+        order = torch.from_numpy(np.random.default_rng([args.seed, epoch]).permutation(len(x)))
+        optimizer.zero_grad(set_to_none=True)
+        for part in range(args.accumulate):
+            batch = within * args.accumulate + part
+            if batch >= batches_per_epoch:
+                break
+            rows = order[batch * args.batch_size : (batch + 1) * args.batch_size]
+            with torch.autocast(device.type, enabled=amp):
+                loss = nn.functional.mse_loss(model(x[rows].to(device)).squeeze(1), target[rows].to(device))
+            scaler.scale(loss / args.accumulate).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        step += 1
+        if args.step_sleep:
+            time.sleep(args.step_sleep)
+        if args.progress_file:
+            with open(args.progress_file, "a") as progress:
+                progress.write(f"{step}\n")
+        # A checkpoint falls between optimizer steps, never inside an accumulation: nothing half-summed.
+        if step % args.checkpoint_every == 0 or step == total or runtime.preemption_requested():
+            runtime_torch.save(model, optimizer, step=step, scaler=scaler)
+        if runtime.preemption_requested():
+            print(f"spot notice: saved step {step} of {total}, exiting for the next attempt", flush=True)
+            runtime.exit_preempted()
+
+    metrics = evaluate(model, Path(args.data), scale, device)
+    runtime.write_metrics(metrics)
+    out = Path(runtime.output_dir())
+    torch.save(model.state_dict(), out / "model.pt")
+    (out / "model.json").write_text(json.dumps({"features": int(x.shape[1]), "hidden": args.hidden, **scale}))
+    print(f"trained {total} steps; holdout {json.dumps(metrics)}", flush=True)
+    return 0
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module, folder: Path, scale: dict[str, float], device: torch.device
+) -> dict[str, float]:
+    """RMSE, MAE and R² of the delay in minutes on the holdout."""
+    x, y, _ = load(folder, "holdout")
+    model.eval()
+    predicted = model(x.to(device)).squeeze(1).float().cpu() * scale["y_std"] + scale["y_mean"]
+    error = predicted - y
+    rmse = float(torch.sqrt(torch.mean(error**2)))
+    mae = float(torch.mean(error.abs()))
+    r2 = 1.0 - float(torch.sum(error**2)) / float(torch.sum((y - y.mean()) ** 2))
+    return {"rmse": rmse, "mae": mae, "r2": r2, "holdout_rows": float(len(y))}
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
