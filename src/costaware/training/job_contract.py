@@ -1,10 +1,10 @@
 """The job contract of a team's own training command, as the provider sees it (pure, no Airflow).
 
 Every attempt of a user command runs as ``costaware-run [--no-sync] -- <command...>`` (the launcher of the
-``costaware-runtime`` distribution, ``runtime/``) with the environment below. The names, exit codes and the
-result's shape mirror ``costaware_runtime.contract`` and the launcher, which the provider does not import: a
-worker may lack the runtime, and the runtime never imports the provider. ``tests/training/
-test_job_contract.py`` checks that both sides agree whenever the runtime is installed.
+``costaware-runtime`` distribution, ``runtime/``) with the environment below. The names and exit codes are
+the runtime's own (``costaware_runtime.contract``, a dependency of the provider; the runtime never imports
+the provider); this module adds what only the provider needs: where an attempt's files go, and what an exit
+code means for the task.
 
 Locations of one run (the same for every attempt unless marked per attempt)::
 
@@ -23,39 +23,73 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+# One spelling of the contract: the runtime's (a dependency of the provider, standard library only).
+from costaware_runtime.contract import (
+    ATTEMPT,
+    CHECKPOINT_DIR,
+    CHECKPOINT_URI,
+    DEFAULT_GRACE_SECONDS,
+    EXIT_CONTRACT_ERROR,
+    EXIT_OK,
+    EXIT_PREEMPTED,
+    EXIT_PREEMPTED_BEFORE_CHECKPOINT,
+    EXIT_PREEMPTED_WITHOUT_CHECKPOINT,
+    EXIT_SYNC_FAILED,
+    GRACE_SECONDS,
+    MANIFEST_NAME,
+    MARKET,
+    METRICS_PATH,
+    OUTPUT_DIR,
+    OUTPUT_URI,
+    RESULT_URI,
+    S3_ENDPOINT_URL,
+)
+
 from costaware.core.errors import ConfigurationError
+
+__all__ = [
+    "ATTEMPT",
+    "CHECKPOINT_DIR",
+    "CHECKPOINT_FOLDER",
+    "CHECKPOINT_URI",
+    "DEFAULT_GRACE_SECONDS",
+    "EXIT_CONTRACT_ERROR",
+    "EXIT_OK",
+    "EXIT_PREEMPTED",
+    "EXIT_PREEMPTED_BEFORE_CHECKPOINT",
+    "EXIT_PREEMPTED_WITHOUT_CHECKPOINT",
+    "EXIT_SYNC_FAILED",
+    "GRACE_SECONDS",
+    "LAUNCHER",
+    "MANIFEST_NAME",
+    "MARKET",
+    "METRICS_FILE",
+    "METRICS_PATH",
+    "OUTPUT_DIR",
+    "OUTPUT_FOLDER",
+    "OUTPUT_URI",
+    "REGISTERED_FILE",
+    "RESUBMIT_EXIT_CODES",
+    "RESULT_FILE",
+    "RESULT_URI",
+    "S3_ENDPOINT_URL",
+    "STAGING_FOLDER",
+    "JobResult",
+    "attempt_folder",
+    "attempt_uris",
+    "check_command",
+    "check_grace_seconds",
+    "contract_environment",
+    "exit_hint",
+    "launcher_command",
+    "parse_result",
+]
 
 #: The launcher's console script (``costaware_runtime.launcher:main``; ``python -m costaware_runtime``).
 LAUNCHER = "costaware-run"
 
-CHECKPOINT_DIR = "COSTAWARE_CHECKPOINT_DIR"
-CHECKPOINT_URI = "COSTAWARE_CHECKPOINT_URI"
-OUTPUT_DIR = "COSTAWARE_OUTPUT_DIR"
-OUTPUT_URI = "COSTAWARE_OUTPUT_URI"
-METRICS_PATH = "COSTAWARE_METRICS_PATH"
-RESULT_URI = "COSTAWARE_RESULT_URI"
-ATTEMPT = "COSTAWARE_ATTEMPT"
-MARKET = "COSTAWARE_MARKET"
-GRACE_SECONDS = "COSTAWARE_GRACE_SECONDS"
-S3_ENDPOINT_URL = "COSTAWARE_S3_ENDPOINT_URL"
-
-EXIT_OK = 0
-#: The job broke the contract (no metrics, no outputs) or the launcher was misused: a code error.
-EXIT_CONTRACT_ERROR = 2
-#: A store could not be read or written (restore, checkpoint push, upload): the attempt is run again.
-EXIT_SYNC_FAILED = 74
-#: Preempted after a checkpoint: the next attempt resumes from it.
-EXIT_PREEMPTED = 75
-#: The job exited 75 but committed no checkpoint: a code error, never retried.
-EXIT_PREEMPTED_WITHOUT_CHECKPOINT = 76
-#: The notice came before the job committed any checkpoint: the next attempt starts over.
-EXIT_PREEMPTED_BEFORE_CHECKPOINT = 77
 #: Exit codes of an attempt that the capacity (or a store), not the code, ended: it is submitted again.
 RESUBMIT_EXIT_CODES = (EXIT_PREEMPTED, EXIT_PREEMPTED_BEFORE_CHECKPOINT, EXIT_SYNC_FAILED)
-
-DEFAULT_GRACE_SECONDS = 110.0  # AWS gives 120 s between the spot notice and the stop
-#: Written last by the launcher into an uploaded output folder: a folder without it is not complete.
-MANIFEST_NAME = "_costaware_manifest.json"
 #: Where the local folders of an attempt live inside the job's working folder (and its staging folder).
 CHECKPOINT_FOLDER, OUTPUT_FOLDER, METRICS_FILE = "checkpoints", "output", "metrics.json"
 #: The staging folder of the model store, and the names in an attempt's folder there.
