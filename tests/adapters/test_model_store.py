@@ -99,6 +99,20 @@ def test_versions_metadata_and_champion_switch(store: ModelStore) -> None:
     assert store.recent_quality() == (0.7, 0.65)
 
 
+def test_recent_quality_reads_an_error_metric_as_lower_is_better_and_one_metric_only(tmp_path: Path) -> None:
+    """A rising RMSE is a quality drop for the drift policy; decisions on another metric are left out."""
+    store = ModelStore.open(str(tmp_path / "models"))
+    store.record_decision(
+        {"promote": True, "metric": "roc_auc", "candidate_metric": 0.7, "champion_metric": None}
+    )
+    for promote, candidate, champion in ((True, 12.0, 13.0), (False, 14.0, 12.0), (True, 11.5, 12.0)):
+        store.record_decision(
+            {"promote": promote, "metric": "rmse", "higher_is_better": False,
+             "candidate_metric": candidate, "champion_metric": champion}
+        )  # fmt: skip
+    assert store.recent_quality() == (-12.0, -12.0, -11.5)
+
+
 def test_unknown_version_and_immutable_versions(store: ModelStore) -> None:
     blob = dump_skops(_model())
     meta = store.save(_meta(), blob)

@@ -531,15 +531,31 @@ class ModelStore:
         return [json.loads(self.blobs.read_bytes(f"decisions/{n}")) for n in names]
 
     def recent_quality(self, limit: int = 10) -> tuple[float, ...]:
-        """The production model's holdout metric at each recent decision, oldest first.
+        """The production model's holdout metric at each recent decision, oldest first, higher is better.
 
-        After a promotion that is the candidate's metric, otherwise the champion's.
+        After a promotion that is the candidate's metric, otherwise the champion's. Only the decisions made
+        on the newest decision's metric count (a drop is measured in one unit), and a lower-is-better
+        metric (``log_loss``, ``rmse``, ...) is negated, so that a rise of the error reads as a drop.
         """
+        from costaware.core.errors import ConfigurationError
+        from costaware.core.promotion import metric_direction
+
+        decisions = self.decisions(limit)
+        if not decisions:
+            return ()
+        metric = decisions[-1].get("metric")
         values = []
-        for d in self.decisions(limit):
+        for d in decisions:
+            if d.get("metric") != metric:
+                continue
             value = d.get("candidate_metric") if d.get("promote") else d.get("champion_metric")
-            if isinstance(value, int | float):
-                values.append(float(value))
+            if not isinstance(value, int | float) or isinstance(value, bool):
+                continue
+            try:
+                higher = metric is None or metric_direction(str(metric), d.get("higher_is_better"))
+            except ConfigurationError:  # a decision of an older version on a name no longer known
+                higher = True
+            values.append(float(value) if higher else -float(value))
         return tuple(values)
 
 
