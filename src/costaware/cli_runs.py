@@ -134,7 +134,8 @@ def _show(args: argparse.Namespace) -> int:
         else:
             print("  not scored yet (no promotion step has judged it)")
         print(f"  promoted: {({True: 'yes', False: 'no', None: 'not decided'})[o.promoted]}")
-        print(f"  trained on {o.training_rows} rows, {o.iterations} {o.iteration_unit}")
+        if o.training_rows or o.iterations:  # a team's own command reports its metrics, not these
+            print(f"  trained on {o.training_rows} rows, {o.iterations} {o.iteration_unit}")
         print("cost")
         total = "-" if o.usd is None else format_usd_exact(o.usd)
         print(f"  run total: {total} (every actual ledger entry of the run)")
