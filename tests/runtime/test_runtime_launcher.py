@@ -302,3 +302,23 @@ def test_sigterm_goes_to_the_command_only_unless_asked_for_the_group(
     code, stderr = job.preempt(job.start(*options))
     assert code == 75, stderr
     assert (job.root / "helper-got-sigterm").exists() is helper_signalled
+
+
+NESTED_JOB = """
+count = READY.parent / "runs"
+count.write_text(count.read_text() + "x" if count.exists() else "x")
+(cr.output_dir() / "model.bin").write_bytes(b"model")
+cr.write_metrics({"rmse": 1.0})
+"""
+
+
+def test_a_launcher_inside_a_launcher_runs_the_job_once(make_job: MakeJob) -> None:
+    """Batch adds ``costaware-run --`` to an image whose ENTRYPOINT is ``costaware-run --`` already."""
+    job = make_job(NESTED_JOB)
+    inner = [sys.executable, "-m", "costaware_runtime", "--", sys.executable, str(job.script)]
+    outer = [sys.executable, "-m", "costaware_runtime", "--", *inner]
+    done = subprocess.run(outer, env=job.env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert (job.root / "runs").read_text() == "x"
+    assert done.stderr.count("done: 1 files") == 1  # one upload, by the outer launcher
+    assert json.loads(job.result.read_text())["files"] == 1

@@ -133,6 +133,7 @@ class Launcher:
             contract.ATTEMPT: str(self.env.attempt),
             contract.MARKET: self.env.market,
             contract.GRACE_SECONDS: f"{self.grace_seconds:g}",
+            LAUNCHED: "1",
         }
 
     def run(self, command: Sequence[str]) -> int:
@@ -287,6 +288,12 @@ class Launcher:
         return contract.EXIT_OK
 
 
+#: Set for the job by the launcher: a ``costaware-run`` inside a job (an image whose ``ENTRYPOINT`` is
+#: ``costaware-run --``, started by a backend that adds its own) runs its command directly instead of
+#: launching it a second time (two restores, two uploads, two signal relays).
+LAUNCHED = "COSTAWARE_LAUNCHED"
+
+
 def _temp_dir(kind: str, variable: str) -> Path:
     folder = Path(tempfile.mkdtemp(prefix=f"costaware-{kind}-"))
     log.info("%s is not set: using %s", variable, folder)
@@ -300,6 +307,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = options.command[1:] if options.command[:1] == ["--"] else options.command
     if not command:
         parser.error("no command: use costaware-run [options] -- <command...>")
+    if os.environ.get(LAUNCHED) == "1":
+        try:
+            os.execvp(command[0], command)  # already under a launcher: become the command
+        except FileNotFoundError:
+            print(f"costaware-run: command not found: {command[0]}", file=sys.stderr)
+            return 127
+        except PermissionError:
+            print(f"costaware-run: command is not executable: {command[0]}", file=sys.stderr)
+            return 126
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("costaware-run: %(message)s"))
     root = logging.getLogger("costaware_runtime")
