@@ -6,6 +6,7 @@ import pytest
 from airflow.dag_processing.dagbag import DagBag
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
+EXAMPLE_DAGS = ["cost_aware_retrain", "remote_retrain", "budgeted_tuning", "own_training"]
 
 
 def test_example_dags_import_without_errors() -> None:
@@ -82,7 +83,7 @@ def test_spend_gate_checks_the_instance_type_before_reserving() -> None:
     assert gate.instance_type == "{{ params.train_instance_type }}" and gate.region == "us-east-1"
 
 
-@pytest.mark.parametrize("dag_id", ["cost_aware_retrain", "remote_retrain", "budgeted_tuning", "own_training"])
+@pytest.mark.parametrize("dag_id", EXAMPLE_DAGS)
 def test_no_number_field_is_clamped_silently_by_the_form(dag_id: str) -> None:
     """The form's number field clamps a typed value to ``minimum``/``maximum`` on blur, without a word.
 
@@ -94,7 +95,7 @@ def test_no_number_field_is_clamped_silently_by_the_form(dag_id: str) -> None:
         assert "minimum" not in schema and "maximum" not in schema, (dag_id, name)
 
 
-@pytest.mark.parametrize("dag_id", ["cost_aware_retrain", "remote_retrain", "budgeted_tuning", "own_training"])
+@pytest.mark.parametrize("dag_id", EXAMPLE_DAGS)
 def test_tag_params_refuse_what_the_ledger_cannot_store(dag_id: str) -> None:
     from airflow.sdk.exceptions import ParamValidationError
 
