@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -27,18 +26,6 @@ def request(market: str = "spot", **kwargs: Any) -> JobRequest:
         **kwargs,
     }
     return JobRequest(**args)
-
-
-@pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch, moto_endpoint: str) -> str:
-    conn = {
-        "conn_type": "aws",
-        "login": "testing",
-        "password": "testing",
-        "extra": {"region_name": "us-east-1", "endpoint_url": moto_endpoint},
-    }
-    monkeypatch.setenv("AIRFLOW_CONN_MOTO_AWS", json.dumps(conn))
-    return moto_endpoint
 
 
 # -- SageMaker -------------------------------------------------------------------------------------------

@@ -6,7 +6,6 @@ local backend's contract is tested for real in ``tests/airflow/test_remote_train
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -57,18 +56,6 @@ def contract(work_dir: str, checkpoint_dir: str | None = None, market: str = "sp
         "COSTAWARE_MARKET": market,
         "COSTAWARE_GRACE_SECONDS": "100",
     }
-
-
-@pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch, moto_endpoint: str) -> str:
-    conn = {
-        "conn_type": "aws",
-        "login": "testing",
-        "password": "testing",
-        "extra": {"region_name": "us-east-1", "endpoint_url": moto_endpoint},
-    }
-    monkeypatch.setenv("AIRFLOW_CONN_MOTO_AWS", json.dumps(conn))
-    return moto_endpoint
 
 
 # -- the request -----------------------------------------------------------------------------------------

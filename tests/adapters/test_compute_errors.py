@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -66,18 +65,6 @@ def test_client_side_validation_is_configuration_and_connection_trouble_is_retri
     unreachable = EndpointConnectionError(endpoint_url="https://batch.us-east-1.amazonaws.com")
     mapped = aws_error(unreachable, "cannot submit", "check")
     assert isinstance(mapped, ComputeBackendError) and "EndpointConnectionError" in str(mapped)
-
-
-@pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch, moto_endpoint: str) -> str:
-    conn = {
-        "conn_type": "aws",
-        "login": "testing",
-        "password": "testing",
-        "extra": {"region_name": "us-east-1", "endpoint_url": moto_endpoint},
-    }
-    monkeypatch.setenv("AIRFLOW_CONN_MOTO_AWS", json.dumps(conn))
-    return moto_endpoint
 
 
 def request(market: str = "on_demand", **kwargs: Any) -> JobRequest:
