@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
     from costaware.adapters.compute.base import ComputeBackend
     from costaware.hooks.ledger import CostLedgerHook
+    from costaware.training.attempts import AttemptState, Event, Fail
 
 AWS_BACKENDS = ("sagemaker", "batch")
 
@@ -513,38 +514,41 @@ class RemoteTrainingOperator(BaseOperator):
             "region": region,
         }
 
-    def _remaining_hours(self, state: Mapping[str, Any]) -> Decimal:
-        """Work left, estimated from above.
+    def _remaining_hours(self, state: AttemptState, ended: Mapping[str, Any] | None = None) -> Decimal:
+        from costaware.training.attempts import remaining_hours
 
-        An attempt keeps what it ran past its restart, less one checkpoint interval (the most a stop or a
-        preemption loses).
-        """
-        watch = state["watch"]
-        kept = 0.0  # without timed checkpoints a stop may lose everything
-        if self.checkpoint_every_seconds:
-            lost = float(watch["restart_overhead_minutes"]) * 60 + float(self.checkpoint_every_seconds)
-            kept = sum(max(0.0, float(a["billable_seconds"]) - lost) for a in state["attempts"])
-        return max(Decimal(watch["runtime_hours"]) - Decimal(str(round(kept / 3600, 6))), Decimal(0))
+        watch = state.plan["watch"]
+        return remaining_hours(
+            state,
+            runtime_hours=Decimal(watch["runtime_hours"]),
+            restart_overhead_minutes=float(watch["restart_overhead_minutes"]),
+            checkpoint_every_seconds=self.checkpoint_every_seconds,
+            ended=ended,
+        )
 
-    def _price_watch(self, state: Mapping[str, Any], mode: str) -> dict[str, Any]:
-        """The trigger's ``price_watch``: where prices come from, the work left and the latest resume."""
+    def _latest_resume(self, state: AttemptState, remaining: Decimal) -> datetime:
         from costaware.core.spot_window import latest_start
 
-        watch = state["watch"]
-        remaining = self._remaining_hours(state)
-        latest_resume = latest_start(
-            deadline=parse_instant(state["deadline"], name="deadline"),
+        watch = state.plan["watch"]
+        return latest_start(
+            deadline=parse_instant(state.plan["deadline"], name="deadline"),
             runtime_hours=remaining,
             restart_overhead_minutes=float(watch["restart_overhead_minutes"]),
             priority=str(watch["priority"]),
         )
+
+    def _price_watch(self, state: AttemptState, mode: str) -> dict[str, Any]:
+        """The trigger's ``price_watch``: where prices come from, the work left and the latest resume."""
+        plan = state.plan
+        watch = plan["watch"]
+        remaining = self._remaining_hours(state)
         observe = {
             "availability_zones": None,
             "zone_availability": None,
             "availability_zone": watch["availability_zone"],
             "availability": watch["availability"],
             "prices": watch["prices"],
-            "instance_type": state["instance_type"],
+            "instance_type": plan["instance_type"],
             "region": watch["region"],
             "aws_conn_id": watch["aws_conn_id"],
             # Live prices: the price in force is re-read at most every 5 minutes and the history behind
@@ -556,101 +560,90 @@ class RemoteTrainingOperator(BaseOperator):
         return {
             "mode": mode,
             "observe": observe,
-            "on_demand_usd_per_hour": state["on_demand_usd_per_hour"],
+            "on_demand_usd_per_hour": plan["on_demand_usd_per_hour"],
             "history_days": int(watch["history_days"]),
-            "latest_resume": latest_resume.isoformat(),
+            "latest_resume": self._latest_resume(state, remaining).isoformat(),
             "remaining_hours": str(remaining),
             "restart_overhead_minutes": watch["restart_overhead_minutes"],
             "priority": watch["priority"],
         }
 
-    # -- attempts ----------------------------------------------------------------------------------------
+    # -- attempts: the side effects of each step of costaware.training.attempts.next_step -----------------
 
-    def _submit(self, state: dict[str, Any], market: str) -> dict[str, Any]:
+    def _submit(self, state: AttemptState, market: str) -> AttemptState:
         from costaware.adapters.compute.base import JobRequest
         from costaware.training.job_contract import attempt_uris
         from costaware.training.remote import job_name
 
-        attempt = len(state["attempts"]) + 1
-        if attempt > self.max_attempts:
-            raise AirflowFailException(
-                f"training was interrupted {attempt - 1} times, max_attempts={self.max_attempts} reached: "
-                "raise max_attempts or start it on on-demand"
-            )
+        plan = state.plan
+        attempt = state.next_attempt
         now = utcnow()
-        deadline = parse_instant(state["deadline"], name="deadline") if state["deadline"] else None
+        deadline = parse_instant(plan["deadline"], name="deadline") if plan["deadline"] else None
         budget = int((deadline - now).total_seconds()) if deadline else 86400
-        command = state.get("command")
-        output_uri, result_uri = attempt_uris(state["model_store"], state["base_name"], attempt)
+        output_uri, result_uri = attempt_uris(plan["model_store"], plan["base_name"], attempt)
         request = JobRequest(
-            job_name=job_name(state["base_name"], attempt),
-            spec_uri=state["spec_uri"],
+            job_name=job_name(plan["base_name"], attempt),
+            spec_uri=plan["spec_uri"],
             market=market,
-            instance_type=state["instance_type"],
-            checkpoint_uri=state["checkpoint_uri"],
-            model_store=str(state.get("model_store") or ""),
+            instance_type=plan["instance_type"],
+            checkpoint_uri=plan["checkpoint_uri"],
+            model_store=str(plan.get("model_store") or ""),
             max_runtime_seconds=max(60, budget),
             max_wait_seconds=max(60, budget) if market == "spot" else None,
-            env=dict(state.get("job_env") or {}),
-            user_command=tuple(command or ()),
-            image=str(state.get("image") or ""),
-            output_uri=output_uri if command else "",
-            result_uri=result_uri if command else "",
+            env=dict(plan.get("job_env") or {}),
+            user_command=state.command or (),
+            image=str(plan.get("image") or ""),
+            output_uri=output_uri if state.command else "",
+            result_uri=result_uri if state.command else "",
             attempt=attempt,
-            grace_seconds=float(state.get("grace_seconds") or DEFAULT_GRACE_SECONDS),
+            grace_seconds=float(plan.get("grace_seconds") or DEFAULT_GRACE_SECONDS),
         )
-        job_id = self._backend(state).submit(request)
+        job_id = self._backend(plan).submit(request)
         self.log.info(
-            "attempt %d: job %s on %s, %s %s",
-            attempt,
-            job_id,
-            state["backend"],
-            market,
-            state["instance_type"],
+            "attempt %d: job %s on %s, %s %s", attempt, job_id, plan["backend"], market, plan["instance_type"]
         )
-        state["current"] = {"attempt": attempt, "job_id": job_id, "market": market}
-        return state
+        return state.submitted(job_id=job_id, market=market)
 
-    def _record_attempt(
-        self, state: dict[str, Any], job: Mapping[str, Any], cause: str | None = None
-    ) -> None:
+    def _record_attempt(self, state: AttemptState, job: Mapping[str, Any], cause: str) -> AttemptState:
+        from costaware.training.attempts import Attempt
         from costaware.training.remote import attempt_entry
 
+        plan = state.plan
+        assert state.current is not None  # only a running attempt ends
         if job["market"] == "spot":
-            rate = self._billed_spot_rate(state, job)
+            rate = self._billed_spot_rate(state.to_json(), job)
         else:
-            rate = Decimal(str(state["on_demand_usd_per_hour"]))
+            rate = Decimal(str(plan["on_demand_usd_per_hour"]))
         entry = attempt_entry(
-            identity=state["identity"],
-            attempt=state["current"]["attempt"],
+            identity=plan["identity"],
+            attempt=state.current.attempt,
             job=job,
             usd_per_hour=rate,
-            on_demand_usd_per_hour=Decimal(state["on_demand_usd_per_hour"]),
-            region=state["region"],
-            backend=state["backend"],
-            tags=state["tags"],
+            on_demand_usd_per_hour=Decimal(plan["on_demand_usd_per_hour"]),
+            region=plan["region"],
+            backend=plan["backend"],
+            tags=plan["tags"],
             cause=cause,
         )
         self.ledger_hook.get_conn().record(entry)
-        state["attempts"].append(
-            {
-                "attempt": state["current"]["attempt"],
-                "job_id": job["job_id"],
-                "market": job["market"],
-                "instance_type": job["instance_type"],
-                "billable_seconds": job["billable_seconds"],
-                "usd": str(entry.usd),
-                "cause": entry.cause,
-                "reason": job.get("reason", ""),
-            }
+        attempt = Attempt(
+            attempt=state.current.attempt,
+            job_id=str(job["job_id"]),
+            market=str(job["market"]),
+            instance_type=str(job["instance_type"]),
+            billable_seconds=job["billable_seconds"],
+            usd=str(entry.usd),
+            cause=str(entry.cause),
+            reason=str(job.get("reason") or ""),
         )
-        state["current"] = None
+        return state.recorded(attempt)
 
     def _billed_spot_rate(self, state: Mapping[str, Any], job: Mapping[str, Any]) -> Decimal:
         """The spot USD/hour an attempt is billed at.
 
         Its starting price or, given ``prices``, the time-weighted mean of the price in force over its run
-        (``ended_at`` back by its billed seconds), so that a rise during the run is paid for.
+        (``ended_at`` back by its billed seconds), so that a rise during the run is paid for. ``state``:
+        the state as JSON (:meth:`AttemptState.to_json`).
         """
         from botocore.exceptions import BotoCoreError, ClientError
 
@@ -691,67 +684,49 @@ class RemoteTrainingOperator(BaseOperator):
             )
         return rate
 
-    def _advance(
-        self, context: Context, state: dict[str, Any], job: Mapping[str, Any], fallback: bool
-    ) -> Any:
-        """Act on a finished (or stuck) attempt: record it, then resubmit, finish or fail."""
-        from costaware.training.job_contract import exit_hint
-        from costaware.training.remote import attempt_cause, next_market
+    def _step(self, context: Context, state: AttemptState, event: Event) -> Any:
+        """Decide the next step (pure) and perform it: the new state to wait on, or the result (XCom)."""
+        from costaware.training.attempts import Fail, Finish, JobEnded, Pause, Resume, Submit, next_step
 
-        latest = parse_instant(state["latest_start"], name="latest_start") if state["latest_start"] else None
-        pausing = (state["current"] or {}).get("pausing")
-        if pausing and job["state"] != "succeeded":
-            # The stop this operator asked for, not a reclaim: the job checkpointed on SIGTERM.
-            self._record_attempt(state, job, cause="paused")
-            return self._paused(state)
-        if fallback:
-            self.log.warning("spot capacity not found by the latest safe start %s: on-demand", latest)
-            self._backend(state).stop(str(job["job_id"]))
-            self._record_attempt(state, job, cause="capacity_wait")
-            return self._submit(state, "on_demand")
-        self._record_attempt(state, job, cause=attempt_cause(job))
-        if job["state"] == "succeeded":
+        now = utcnow()
+        latest_resume = None
+        if isinstance(event, JobEnded) and state.current and state.current.pausing:
+            latest_resume = self._latest_resume(state, self._remaining_hours(state, ended=event.job))
+        step = next_step(state, event, now, max_attempts=self.max_attempts, latest_resume=latest_resume)
+        current = state.current
+        if step.stop_first and isinstance(event, JobEnded):
+            self.log.warning(
+                "spot capacity not found by the latest safe start %s: on-demand", state.latest_start
+            )
+            self._backend(state.plan).stop(str(event.job["job_id"]))
+        if step.record_cause is not None and isinstance(event, JobEnded):
+            state = self._record_attempt(state, event.job, step.record_cause)
+        if isinstance(step, Pause):
+            assert current is not None  # a price rise is seen on a running job
+            self.log.warning(
+                "pausing attempt %s (job %s): %s", current.attempt, step.job["job_id"], step.reason
+            )
+            self._backend(state.plan).stop(str(step.job["job_id"]))
+            return state.pausing(reason=step.reason, job=step.job, seen_at=step.seen_at)
+        if isinstance(step, Resume):
+            self.log.info("resuming from the newest checkpoint on %s: %s", step.market, step.reason)
+            return self._submit(state.resumed_at(step.usd_per_hour), step.market)
+        if isinstance(step, Submit):
+            if step.cause_of_previous == "paused":
+                self.log.warning("paused with no slack left for a later spot start: resuming on on-demand")
+            elif step.cause_of_previous != "capacity_wait" and isinstance(event, JobEnded):
+                self.log.warning(
+                    "attempt %s interrupted (%s): resubmitting on %s from the newest checkpoint",
+                    current.attempt if current else "?",
+                    event.job.get("reason"),
+                    step.market,
+                )
+            return self._submit(state, step.market)
+        if isinstance(step, Finish):
             return self._finish(context, state)
-        if job["state"] == "failed":
-            self._settle(state)
-            logs = self._backend(state).logs(str(job["job_id"]), tail=5)
-            hint = (
-                f"; {exit_hint(job.get('exit_code'))}; nothing was registered" if state.get("command") else ""
-            )
-            raise AirflowFailException(
-                f"training job {job['job_id']} failed: {job.get('reason') or 'no reason given'}{hint}; "
-                f"last log lines: {logs[-800:]}"
-            )
-        market = next_market(previous=str(job["market"]), now=utcnow(), latest_start=latest)
-        self.log.warning(
-            "attempt %s interrupted (%s): resubmitting on %s from the newest checkpoint",
-            state["attempts"][-1]["attempt"],
-            job.get("reason"),
-            market,
-        )
-        return self._submit(state, market)
-
-    def _pause(
-        self, state: dict[str, Any], job: Mapping[str, Any], reason: str, seen_at: str | None = None
-    ) -> dict[str, Any]:
-        """Stop the running spot job through a price rise; the wait that follows sees it end.
-
-        The status seen last is kept: a backend that forgets a stopped job (a deleted Kubernetes pod) is then
-        billed from it up to the moment the wait finds the job gone.
-        """
-        attempt = state["current"]["attempt"]
-        self.log.warning("pausing attempt %s (job %s): %s", attempt, job["job_id"], reason)
-        self._backend(state).stop(str(job["job_id"]))
-        state["current"]["pausing"] = reason
-        state["current"]["stopped"] = {"job": dict(job), "seen_at": seen_at or utcnow().isoformat()}
-        return state
-
-    def _paused(self, state: dict[str, Any]) -> dict[str, Any]:
-        """After a pause: wait for the price (``current`` is None), or on-demand now if no slack is left."""
-        watch = self._price_watch(state, "resume")
-        if utcnow() >= parse_instant(watch["latest_resume"], name="latest_resume"):
-            self.log.warning("paused with no slack left for a later spot start: resuming on on-demand")
-            return self._submit(state, "on_demand")
+        if isinstance(step, Fail):
+            self._fail(state, step)
+        watch = self._price_watch(state, "resume")  # WaitForPrice
         self.log.info(
             "paused; %s h of work left, waiting for the spot price to come back until %s at the latest",
             watch["remaining_hours"],
@@ -759,29 +734,31 @@ class RemoteTrainingOperator(BaseOperator):
         )
         return state
 
-    def _resume(self, state: dict[str, Any], decision: Mapping[str, Any]) -> dict[str, Any]:
-        """Resubmit from the newest checkpoint on the market of the resume decision."""
-        market = str(decision["market"])
-        if market == "spot":
-            state["spot_usd_per_hour"] = str(decision["usd_per_hour"])  # the next attempt's price
-        self.log.info("resuming from the newest checkpoint on %s: %s", market, decision.get("reason", ""))
-        return self._submit(state, market)
+    def _fail(self, state: AttemptState, step: Fail) -> NoReturn:
+        message = step.message
+        if step.job_id is not None:
+            self._settle(state)
+            logs = self._backend(state.plan).logs(step.job_id, tail=5)
+            message = f"{message}; last log lines: {logs[-800:]}"
+        if step.retry:
+            raise AirflowException(message)
+        raise AirflowFailException(message)
 
-    def _total(self, state: Mapping[str, Any]) -> Decimal:
-        return sum((Decimal(a["usd"]) for a in state["attempts"]), Decimal(0))
+    def _total(self, state: AttemptState) -> Decimal:
+        return sum((Decimal(a.usd) for a in state.attempts), Decimal(0))
 
-    def _settle(self, state: Mapping[str, Any]) -> None:
+    def _settle(self, state: AttemptState) -> None:
         """Settle this task's reservation (the spend gate's, or our own) with the attempts' total."""
         from costaware.core.ledger import reservation_holder
 
-        ident = state["identity"]
+        ident = state.plan["identity"]
         holder = reservation_holder(ident["dag_id"], ident["run_id"], ident["task_id"], ident["map_index"])
         ledger = self.ledger_hook.get_conn()
         for reservation in ledger.open_reservations(holder_prefix=holder):
             if reservation.holder == holder:
                 ledger.settle(reservation.id, self._total(state))
 
-    def _finish(self, context: Context, state: dict[str, Any]) -> dict[str, Any]:
+    def _finish(self, context: Context, state: AttemptState) -> dict[str, Any]:
         from costaware.training.entrypoint import read_result
 
         self._settle(state)
@@ -792,43 +769,44 @@ class RemoteTrainingOperator(BaseOperator):
             annotate_task(
                 ti, cause="orchestration", note="worker waited for remote training; billed per attempt"
             )
-        if state.get("command"):
+        if state.command:
             return self._finish_command(context, state)
-        job_id = str(state["attempts"][-1]["job_id"]) if state["attempts"] else ""
-        result = read_result(state["result_uri"], job_id=job_id, **self._storage_options())
+        job_id = state.attempts[-1].job_id if state.attempts else ""
+        result = read_result(state.plan["result_uri"], job_id=job_id, **self._storage_options())
         usd = self._total(state)
         self.log.info(
             "stored %s model version %s after %d attempt(s), %s USD billed",
             result.get("mode"),
             result.get("version"),
-            len(state["attempts"]),
+            len(state.attempts),
             usd,
         )
-        return {**result, "attempts": state["attempts"], "usd": str(usd), "backend": state["backend"]}
+        attempts = [a.to_json() for a in state.attempts]
+        return {**result, "attempts": attempts, "usd": str(usd), "backend": state.plan["backend"]}
 
-    def _finish_command(self, context: Context, state: dict[str, Any]) -> dict[str, Any]:
+    def _finish_command(self, context: Context, state: AttemptState) -> dict[str, Any]:
         """Store the command's outputs as a ``files`` version, record its metrics, return them (XCom)."""
         from costaware.operators.remote_command import format_metrics, register_outputs
         from costaware.operators.run_record import command_outcome, write_outcome
 
         usd = self._total(state)
-        stored = register_outputs(state, self._storage_options(), str(usd))
+        stored = register_outputs(state.to_json(), self._storage_options(), str(usd))
         self.log.info(
             "stored model version %s (%d files, %d bytes) after %d attempt(s), %s USD billed; metrics: %s",
             stored["version"],
             stored["files"],
             stored["bytes"],
-            len(state["attempts"]),
+            len(state.attempts),
             usd,
             format_metrics(stored["metrics"]),
         )
         outcome = command_outcome(
             context=context,
-            identity=state["identity"],
+            identity=state.plan["identity"],
             version=stored["version"],
             metrics=stored["metrics"],
-            command=state["command"],
-            image=state.get("image"),
+            command=list(state.command or ()),
+            image=state.plan.get("image"),
         )
         write_outcome(outcome, self.ledger_conn_id)
         return {
@@ -837,21 +815,22 @@ class RemoteTrainingOperator(BaseOperator):
             "model_format": "files",
             "files": stored["files"],
             "bytes": stored["bytes"],
-            "attempts": state["attempts"],
+            "attempts": [a.to_json() for a in state.attempts],
             "usd": str(usd),
-            "backend": state["backend"],
+            "backend": state.plan["backend"],
         }
 
-    def _reserve(self, state: Mapping[str, Any]) -> None:
-        if not self.budget_scope or not state.get("estimated_usd"):
+    def _reserve(self, state: AttemptState) -> None:
+        plan = state.plan
+        if not self.budget_scope or not plan.get("estimated_usd"):
             return
         from costaware.core.ledger import reservation_holder
 
-        ident = state["identity"]
+        ident = plan["identity"]
         holder = reservation_holder(ident["dag_id"], ident["run_id"], ident["task_id"], ident["map_index"])
         self.ledger_hook.get_conn().reserve(
             self.budget_scope,
-            state["estimated_usd"],
+            plan["estimated_usd"],
             holder=holder,
             run_id=ident["run_id"],
             purpose=f"remote training {ident['task_id']}",
@@ -861,39 +840,42 @@ class RemoteTrainingOperator(BaseOperator):
 
     def execute(self, context: Context) -> Any:
         """Write the spec, submit attempt 1 (or find it, on a retry) and wait for it."""
+        from costaware.training.attempts import AttemptState
+
         with airflow_errors():
-            state = self._plan(context)
+            state = AttemptState.from_json(self._plan(context))
             self._reserve(state)
-            state = self._submit(state, state["first_market"])
+            state = self._submit(state, state.plan["first_market"])
         return self._wait(context, state)
 
-    def _trigger(self, state: Mapping[str, Any]) -> Any:
+    def _trigger(self, state: AttemptState) -> Any:
         """What to wait on: the current job (watching its spot price when asked), or the price of a pause."""
         from costaware.triggers.remote_training import RemoteTrainingJobTrigger
 
-        current = state["current"]
+        current = state.current
         if current is None:  # paused: wait for a good price to resume
             watch: dict[str, Any] | None = self._price_watch(state, "resume")
-        elif state.get("watch") and current["market"] == "spot" and not current.get("pausing"):
+        elif state.plan.get("watch") and current.market == "spot" and not current.pausing:
             watch = self._price_watch(state, "pause")
         else:
             watch = None
+        latest = state.latest_start
         return RemoteTrainingJobTrigger(
-            backend=state["backend"],
-            backend_options=state["backend_options"],
-            job_id=current["job_id"] if current else None,
-            state=dict(state),
-            fallback_at=state["latest_start"] if current and current["market"] == "spot" else None,
+            backend=state.plan["backend"],
+            backend_options=state.plan["backend_options"],
+            job_id=current.job_id if current else None,
+            state=state.to_json(),
+            fallback_at=latest.isoformat() if latest and current and current.market == "spot" else None,
             poll_interval=self.poll_interval,
             price_watch=watch,
         )
 
-    def _wait(self, context: Context, state: dict[str, Any]) -> Any:
+    def _wait(self, context: Context, state: AttemptState) -> Any:
         while True:
             with airflow_errors():
                 trigger = self._trigger(state)
             if self.deferrable:
-                deadline = state["deadline"]
+                deadline = state.plan["deadline"]
                 timeout = (
                     max(parse_instant(deadline, name="deadline") - utcnow(), timedelta(0))
                     + timedelta(hours=1)
@@ -908,30 +890,31 @@ class RemoteTrainingOperator(BaseOperator):
                     time.sleep(self.poll_interval)
                     event = trigger.poll_once(utcnow())
             outcome = self._on_event(context, state, event)
-            if "version" in outcome:
+            if isinstance(outcome, dict):
                 return outcome
             state = outcome
 
-    def _on_event(self, context: Context, state: dict[str, Any], event: Mapping[str, Any]) -> Any:
+    def _on_event(self, context: Context, state: AttemptState, event: Mapping[str, Any]) -> Any:
         """Act on a trigger event: resume a pause, pause a job, or handle a job that ended."""
+        from costaware.training.attempts import event_from_trigger
+
         with airflow_errors():
-            if "resume" in event:
-                return self._resume(state, event["resume"])
-            if event.get("pause"):
-                return self._pause(state, event["job"], str(event["pause"]), event.get("seen_at"))
-            return self._advance(context, state, event["job"], bool(event.get("fallback")))
+            return self._step(context, state, event_from_trigger(event))
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
         """Resume after the trigger: record the attempt, then finish, fail or wait for the next attempt."""
+        from costaware.training.attempts import AttemptState
+
         if not event or "state" not in event:
             raise AirflowException(f"remote training trigger ended without a job status: {event!r}")
-        state = dict(event["state"])
         if event.get("status") != "success":
             if event.get("configuration"):  # a retry would fail the same way
                 raise AirflowFailException(f"polling the training job failed: {event.get('message')}")
             raise AirflowException(f"polling the training job failed: {event.get('message')}")
+        with airflow_errors():
+            state = AttemptState.from_json(event["state"])
         outcome = self._on_event(context, state, event)
-        if "version" in outcome:
+        if isinstance(outcome, dict):
             return outcome
         return self._wait(context, outcome)
 

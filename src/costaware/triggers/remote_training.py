@@ -167,7 +167,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         backend: Backend name (``local``, ``sagemaker``, ``batch``, ``kubernetes``).
         backend_options: Its options, JSON primitives.
         job_id: The job to watch; ``None`` while the training is paused (then ``price_watch`` is required).
-        state: The operator's attempt state (JSON primitives), echoed in the event.
+        state: The operator's attempt state, ``costaware.training.attempts.AttemptState.to_json()``, echoed
+            in the event.
         fallback_at: ISO time after which a spot job still pending is reported for fallback (None: never).
         poll_interval: Seconds between polls.
         price_watch: Pause or resume on the spot price (see the module docstring), or ``None``.

@@ -1,0 +1,377 @@
+"""The attempts of a remote training as a pure state machine: what to do next after each trigger event.
+
+``RemoteTrainingOperator`` and ``RemoteTrainingJobTrigger`` carry an :class:`AttemptState` (as the JSON
+dict of :meth:`AttemptState.to_json`); on each trigger event the operator turns it into an :data:`Event`,
+asks :func:`next_step` what to do, and performs the side effects the step names (stop a job, record the
+ended attempt in the ledger, submit, read the result, raise). No Airflow, no SDK and no IO here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from costaware.core.series import parse_instant
+from costaware.training.job_contract import exit_hint
+from costaware.training.remote import CAUSES, attempt_cause, next_market
+
+#: The keys of the state dict that :class:`AttemptState` types; the rest is the plan, carried as it is.
+_TYPED = ("latest_start", "spot_usd_per_hour", "command", "attempts", "current")
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One finished attempt, as its ledger entry billed it."""
+
+    attempt: int
+    job_id: str
+    market: str
+    instance_type: str
+    billable_seconds: float
+    usd: str  # a decimal string: JSON has no decimals and floats must not hold money
+    cause: str
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "attempt": self.attempt,
+            "job_id": self.job_id,
+            "market": self.market,
+            "instance_type": self.instance_type,
+            "billable_seconds": self.billable_seconds,
+            "usd": self.usd,
+            "cause": self.cause,
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Attempt:
+        return cls(
+            attempt=int(data["attempt"]),
+            job_id=str(data["job_id"]),
+            market=str(data["market"]),
+            instance_type=str(data["instance_type"]),
+            billable_seconds=data["billable_seconds"],
+            usd=str(data["usd"]),
+            cause=str(data["cause"]),
+            reason=str(data.get("reason") or ""),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Current:
+    """The attempt that runs (or waits for capacity).
+
+    ``pausing`` is the reason of a stop this operator asked for (a price rise), ``stopped`` the job status
+    seen at that stop with its time (``{"job": {...}, "seen_at": iso}``): a backend that forgets a stopped
+    job is billed from it.
+    """
+
+    attempt: int
+    job_id: str
+    market: str
+    pausing: str | None = None
+    stopped: Mapping[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        # Older states have no pausing/stopped keys until a pause: leave them out when unset.
+        data: dict[str, Any] = {"attempt": self.attempt, "job_id": self.job_id, "market": self.market}
+        if self.pausing is not None:
+            data["pausing"] = self.pausing
+        if self.stopped is not None:
+            data["stopped"] = dict(self.stopped)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Current:
+        stopped = data.get("stopped")
+        return cls(
+            attempt=int(data["attempt"]),
+            job_id=str(data["job_id"]),
+            market=str(data["market"]),
+            pausing=data.get("pausing") or None,
+            stopped=dict(stopped) if stopped else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptState:
+    """The state of a remote training between trigger events.
+
+    Args:
+        plan: The rest of the operator's plan (backend, identity, stores, prices, ...), opaque here and
+            carried through JSON unchanged.
+        latest_start: The latest (re)start on spot that still meets the deadline, or None.
+        spot_usd_per_hour: The spot price of the next (or running) spot attempt, a decimal string.
+        command: The team's command, or None for the built-in trainers.
+        attempts: The finished attempts, oldest first.
+        current: The attempt that runs, or None (before the first, or while paused).
+    """
+
+    plan: Mapping[str, Any] = field(default_factory=dict)
+    latest_start: datetime | None = None
+    spot_usd_per_hour: str | None = None
+    command: tuple[str, ...] | None = None
+    attempts: tuple[Attempt, ...] = ()
+    current: Current | None = None
+
+    @property
+    def next_attempt(self) -> int:
+        """The number of the attempt a submission now would start (1, 2, ...)."""
+        return len(self.attempts) + 1
+
+    def to_json(self) -> dict[str, Any]:
+        """The state dict the operator and its trigger carried before this type (JSON primitives)."""
+        return {
+            **self.plan,
+            "latest_start": self.latest_start.isoformat() if self.latest_start else None,
+            "spot_usd_per_hour": self.spot_usd_per_hour,
+            "command": list(self.command) if self.command is not None else None,
+            "attempts": [a.to_json() for a in self.attempts],
+            "current": self.current.to_json() if self.current else None,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AttemptState:
+        """Read :meth:`to_json`'s dict, also from a trigger serialized by an older version."""
+        latest = data.get("latest_start")
+        spot = data.get("spot_usd_per_hour")
+        command = data.get("command")
+        current = data.get("current")
+        return cls(
+            plan={k: v for k, v in data.items() if k not in _TYPED},
+            latest_start=parse_instant(latest, name="latest_start") if latest else None,
+            spot_usd_per_hour=str(spot) if spot is not None else None,
+            command=tuple(str(c) for c in command) if command is not None else None,
+            attempts=tuple(Attempt.from_json(a) for a in data.get("attempts") or ()),
+            current=Current.from_json(current) if current else None,
+        )
+
+    def submitted(self, *, job_id: str, market: str) -> AttemptState:
+        """Attempt :attr:`next_attempt` runs as ``job_id`` on ``market``."""
+        return replace(self, current=Current(attempt=self.next_attempt, job_id=job_id, market=market))
+
+    def recorded(self, attempt: Attempt) -> AttemptState:
+        """The current attempt ended and was billed as ``attempt``."""
+        return replace(self, attempts=(*self.attempts, attempt), current=None)
+
+    def pausing(self, *, reason: str, job: Mapping[str, Any], seen_at: str) -> AttemptState:
+        """The current attempt is being stopped through a price rise; ``job``: its status at ``seen_at``."""
+        if self.current is None:
+            raise ValueError("no attempt runs: nothing to pause")
+        stopped = {"job": dict(job), "seen_at": seen_at}
+        return replace(self, current=replace(self.current, pausing=reason, stopped=stopped))
+
+    def resumed_at(self, usd_per_hour: str | None) -> AttemptState:
+        """The next attempt runs on spot at ``usd_per_hour`` (None: the price stays, on-demand next)."""
+        return self if usd_per_hour is None else replace(self, spot_usd_per_hour=usd_per_hour)
+
+
+def remaining_hours(
+    state: AttemptState,
+    *,
+    runtime_hours: Decimal,
+    restart_overhead_minutes: float,
+    checkpoint_every_seconds: float | None,
+    ended: Mapping[str, Any] | None = None,
+) -> Decimal:
+    """Work left, estimated from above, counting the job status ``ended`` too (not yet recorded).
+
+    An attempt keeps what it ran past its restart, less one checkpoint interval (the most a stop or a
+    preemption loses); without timed checkpoints a stop may lose everything.
+    """
+    kept = 0.0
+    if checkpoint_every_seconds:
+        lost = restart_overhead_minutes * 60 + float(checkpoint_every_seconds)
+        seconds = [float(a.billable_seconds) for a in state.attempts]
+        if ended is not None:
+            seconds.append(float(ended["billable_seconds"]))
+        kept = sum(max(0.0, s - lost) for s in seconds)
+    return max(runtime_hours - Decimal(str(round(kept / 3600, 6))), Decimal(0))
+
+
+# -- events --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JobEnded:
+    """The current job ended (``job``: its status dict).
+
+    ``fallback``: it has not ended but still waits for spot capacity at the latest safe start.
+    """
+
+    job: Mapping[str, Any]
+    fallback: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PriceRose:
+    """The spot price rose well above the rest of the window while ``job`` ran (seen at ``seen_at``)."""
+
+    reason: str
+    seen_at: str | None
+    job: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PriceBack:
+    """While paused: the resume decision of the price watch (``market``, ``usd_per_hour``, ``reason``)."""
+
+    decision: Mapping[str, Any]
+
+
+Event = JobEnded | PriceRose | PriceBack
+
+
+def event_from_trigger(event: Mapping[str, Any]) -> Event:
+    """The event of a ``RemoteTrainingJobTrigger`` success event dict."""
+    if "resume" in event:
+        return PriceBack(decision=dict(event["resume"]))
+    if event.get("pause"):
+        return PriceRose(reason=str(event["pause"]), seen_at=event.get("seen_at"), job=dict(event["job"]))
+    return JobEnded(job=dict(event["job"]), fallback=bool(event.get("fallback")))
+
+
+# -- steps ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Step:
+    """What to do first, before the step itself.
+
+    ``stop_first``: stop the current job (it still waits for spot capacity); ``record_cause``: record the
+    ended current attempt in the ledger with this cause (None: nothing ended).
+    """
+
+    record_cause: str | None = None
+    stop_first: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Submit(Step):
+    """Submit the next attempt on ``market``; ``cause_of_previous`` is the cause of the attempt it follows."""
+
+    market: str
+    cause_of_previous: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Pause(Step):
+    """Stop the current spot job through a price rise; the wait that follows sees it end."""
+
+    reason: str
+    job: Mapping[str, Any]
+    seen_at: str
+
+
+@dataclass(frozen=True, slots=True)
+class Resume(Step):
+    """After a pause: submit the next attempt on ``market`` (on spot at ``usd_per_hour``)."""
+
+    market: str
+    usd_per_hour: str | None
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class WaitForPrice(Step):
+    """Paused: wait for the spot price to come back (or the latest resume)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Finish(Step):
+    """The job succeeded: settle, read its result, register the model."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fail(Step):
+    """Fail the task with ``message`` (``retry``: an Airflow retry may help).
+
+    ``job_id``: the failed job, whose last log lines go with the message (and the reservation is settled).
+    """
+
+    message: str
+    retry: bool = False
+    job_id: str | None = None
+
+
+def _within_attempts(state: AttemptState, step: Submit | Resume, max_attempts: int) -> Step:
+    """``step``, or a failure when its attempt would be one more than ``max_attempts``."""
+    attempt = state.next_attempt + (1 if step.record_cause else 0)
+    if attempt <= max_attempts:
+        return step
+    return Fail(
+        message=(
+            f"training was interrupted {attempt - 1} times, max_attempts={max_attempts} reached: "
+            "raise max_attempts or start it on on-demand"
+        ),
+        record_cause=step.record_cause,
+        stop_first=step.stop_first,
+    )
+
+
+def _failure(state: AttemptState, job: Mapping[str, Any], cause: str) -> Fail:
+    hint = f"; {exit_hint(job.get('exit_code'))}; nothing was registered" if state.command else ""
+    return Fail(
+        message=f"training job {job['job_id']} failed: {job.get('reason') or 'no reason given'}{hint}",
+        job_id=str(job["job_id"]),
+        record_cause=cause,
+    )
+
+
+def next_step(
+    state: AttemptState,
+    event: Event,
+    now: datetime,
+    *,
+    max_attempts: int,
+    latest_resume: datetime | None,
+) -> Step:
+    """What to do after ``event``.
+
+    Args:
+        state: The state before the event.
+        event: What the trigger saw.
+        now: The time of the decision.
+        max_attempts: Attempts at most, interruptions included.
+        latest_resume: After a pause, the latest resume that still meets the deadline, counting the work
+            of the attempt that ended (None: no limit).
+
+    Returns:
+        The step; its ``stop_first`` and ``record_cause`` come before it.
+    """
+    if isinstance(event, PriceBack):
+        market = str(event.decision["market"])
+        price = str(event.decision["usd_per_hour"]) if market == "spot" else None
+        resume = Resume(market=market, usd_per_hour=price, reason=str(event.decision.get("reason", "")))
+        return _within_attempts(state, resume, max_attempts)
+    if isinstance(event, PriceRose):
+        return Pause(reason=event.reason, job=dict(event.job), seen_at=event.seen_at or now.isoformat())
+    job = event.job
+    ended = str(job["state"])
+    if state.current is not None and state.current.pausing and ended != "succeeded":
+        # The stop this operator asked for, not a reclaim: the job checkpointed on SIGTERM.
+        if latest_resume is not None and now >= latest_resume:
+            submit = Submit(market="on_demand", cause_of_previous="paused", record_cause="paused")
+            return _within_attempts(state, submit, max_attempts)
+        return WaitForPrice(record_cause="paused")
+    if event.fallback:
+        submit = Submit(
+            market="on_demand",
+            cause_of_previous="capacity_wait",
+            record_cause="capacity_wait",
+            stop_first=True,
+        )
+        return _within_attempts(state, submit, max_attempts)
+    cause = attempt_cause(job) or CAUSES.get(ended, "code_error")
+    if ended == "succeeded":
+        return Finish(record_cause=cause)
+    if ended == "failed":
+        return _failure(state, job, cause)
+    market = next_market(previous=str(job["market"]), now=now, latest_start=state.latest_start)
+    return _within_attempts(
+        state, Submit(market=market, cause_of_previous=cause, record_cause=cause), max_attempts
+    )

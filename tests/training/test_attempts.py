@@ -1,0 +1,401 @@
+"""The attempts state machine: every branch of ``next_step`` and the JSON the operator and trigger carry."""
+
+from __future__ import annotations
+
+import copy
+import json
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from costaware.training.attempts import (
+    Attempt,
+    AttemptState,
+    Current,
+    Event,
+    Fail,
+    Finish,
+    JobEnded,
+    Pause,
+    PriceBack,
+    PriceRose,
+    Resume,
+    Step,
+    Submit,
+    WaitForPrice,
+    event_from_trigger,
+    next_step,
+    remaining_hours,
+)
+
+NOW = datetime(2026, 11, 24, 12, 0, tzinfo=timezone.utc)
+BEFORE, AFTER = NOW + timedelta(hours=1), NOW - timedelta(hours=1)
+
+# The state of a paused attempt as RemoteTrainingOperator wrote it before AttemptState existed (captured from
+# tests/airflow/test_remote_training_pause.py, paths shortened): a trigger serialized then must still resume.
+CAPTURED: dict[str, Any] = {
+    "backend": "local",
+    "backend_options": {"root": "/tmp/t/jobs", "env": {"PYTHONPATH": "/work/main/tests/training"}},
+    "identity": {
+        "dag_id": "remote_dag",
+        "run_id": "scheduled__2026-01-01",
+        "task_id": "train",
+        "try_number": 1,
+        "map_index": -1,
+    },
+    "base_name": "train-380335d228",
+    "spec_uri": "/tmp/t/ckpt/_jobs/remote_dag/train/scheduled__2026-01-01/-1/spec.json",
+    "result_uri": "/tmp/t/ckpt/_jobs/remote_dag/train/scheduled__2026-01-01/-1/result.json",
+    "command": None,
+    "image": None,
+    "grace_seconds": 110.0,
+    "checkpoint_uri": "/tmp/t/ckpt/remote_dag/train/scheduled__2026-01-01/-1",
+    "model_store": "/tmp/t/models",
+    "job_env": {},
+    "instance_type": "m5.large",
+    "region": "us-east-1",
+    "spot_usd_per_hour": "0.50",
+    "on_demand_usd_per_hour": "2.00",
+    "deadline": "2026-11-26T15:23:41.332615+00:00",
+    "latest_start": "2026-11-26T14:18:41.332615+00:00",
+    "tags": {},
+    "estimated_usd": None,
+    "attempts": [
+        {
+            "attempt": 1,
+            "job_id": "train-380335d228-a1",
+            "market": "spot",
+            "instance_type": "m5.large",
+            "billable_seconds": 10.518391609191895,
+            "usd": "0.007701",
+            "cause": "preemption",
+            "reason": "preempted: checkpoint after step 1",
+        }
+    ],
+    "current": {
+        "attempt": 2,
+        "job_id": "train-380335d228-a2",
+        "market": "spot",
+        "pausing": "spot price 3.00 USD/hour is well above the forecast minimum 1.150702",
+        "stopped": {
+            "job": {
+                "job_id": "train-380335d228-a2",
+                "state": "running",
+                "billable_seconds": 1.5366463661193848,
+                "market": "spot",
+                "instance_type": "m5.large",
+                "reason": "",
+                "exit_code": None,
+                "metrics": {},
+                "ended_at": None,
+            },
+            "seen_at": "2026-11-24T15:23:43.390640+00:00",
+        },
+    },
+    "first_market": "spot",
+    "watch": {
+        "prices": "/tmp/t/prices.csv",
+        "availability": None,
+        "availability_zone": "us-east-1a",
+        "runtime_hours": "1",
+        "priority": "normal",
+        "restart_overhead_minutes": 5.0,
+        "history_days": 14,
+        "aws_conn_id": "aws_default",
+        "region": "us-east-1",
+    },
+    "billing": {"prices": "/tmp/t/prices.csv", "availability_zone": "us-east-1a"},
+}
+
+
+def _done(n: int) -> Attempt:
+    return Attempt(n, f"j-a{n}", "spot", "m5.large", 60.0, "0.01", "preemption", "preempted")
+
+
+def state(
+    *,
+    market: str = "spot",
+    done: int = 0,
+    pausing: str | None = None,
+    latest_start: datetime | None = BEFORE,
+    command: tuple[str, ...] | None = None,
+) -> AttemptState:
+    """A state whose attempt ``done + 1`` runs on ``market`` (or none runs: ``market=""``)."""
+    current = Current(done + 1, f"j-a{done + 1}", market, pausing=pausing) if market else None
+    return AttemptState(
+        latest_start=latest_start,
+        spot_usd_per_hour="0.50",
+        command=command,
+        attempts=tuple(_done(n) for n in range(1, done + 1)),
+        current=current,
+    )
+
+
+def job(ended: str, market: str = "spot", exit_code: int | None = None, reason: str = "r") -> dict[str, Any]:
+    return {
+        "job_id": "j-a1",
+        "state": ended,
+        "market": market,
+        "billable_seconds": 60.0,
+        "instance_type": "m5.large",
+        "reason": reason,
+        "exit_code": exit_code,
+    }
+
+
+ON_SPOT = {"market": "spot", "usd_per_hour": "0.40", "reason": "back at the forecast minimum"}
+ON_DEMAND = {"market": "on_demand", "usd_per_hour": "2.00", "reason": "latest resume"}
+
+CASES: list[tuple[str, AttemptState, Event, datetime | None, Step]] = [
+    ("succeeded", state(), JobEnded(job("succeeded")), None, Finish(record_cause="success")),
+    (
+        "interrupted before the latest start: spot again",
+        state(),
+        JobEnded(job("interrupted")),
+        None,
+        Submit("spot", "preemption", record_cause="preemption"),
+    ),
+    (
+        "interrupted after the latest start: on-demand",
+        state(latest_start=AFTER),
+        JobEnded(job("interrupted")),
+        None,
+        Submit("on_demand", "preemption", record_cause="preemption"),
+    ),
+    (
+        "interrupted with no latest start: spot again",
+        state(latest_start=None),
+        JobEnded(job("interrupted")),
+        None,
+        Submit("spot", "preemption", record_cause="preemption"),
+    ),
+    (
+        "on-demand interrupted stays on-demand",
+        state(market="on_demand"),
+        JobEnded(job("interrupted", market="on_demand")),
+        None,
+        Submit("on_demand", "preemption", record_cause="preemption"),
+    ),
+    (
+        "a store it could not reach (exit 74) is resubmitted, not billed as a preemption",
+        state(),
+        JobEnded(job("interrupted", exit_code=74)),
+        None,
+        Submit("spot", "store_error", record_cause="store_error"),
+    ),
+    (
+        "spot capacity not found by the latest start: stop, on-demand",
+        state(latest_start=AFTER),
+        JobEnded(job("pending"), fallback=True),
+        None,
+        Submit("on_demand", "capacity_wait", record_cause="capacity_wait", stop_first=True),
+    ),
+    (
+        "price rose: pause at the time the trigger saw it",
+        state(),
+        PriceRose("spike", "2026-11-24T11:59:00+00:00", job("running")),
+        None,
+        Pause(reason="spike", job=job("running"), seen_at="2026-11-24T11:59:00+00:00"),
+    ),
+    (
+        "price rose, no time seen: pause now",
+        state(),
+        PriceRose("spike", None, job("running")),
+        None,
+        Pause(reason="spike", job=job("running"), seen_at=NOW.isoformat()),
+    ),
+    (
+        "paused job ended with slack left: wait for the price",
+        state(pausing="spike"),
+        JobEnded(job("interrupted")),
+        BEFORE,
+        WaitForPrice(record_cause="paused"),
+    ),
+    (
+        "paused job ended with no slack left: on-demand now",
+        state(pausing="spike"),
+        JobEnded(job("interrupted")),
+        AFTER,
+        Submit("on_demand", "paused", record_cause="paused"),
+    ),
+    (
+        "paused job that failed is still a pause",
+        state(pausing="spike"),
+        JobEnded(job("failed", exit_code=1)),
+        BEFORE,
+        WaitForPrice(record_cause="paused"),
+    ),
+    (
+        "paused job that succeeded before the stop finishes",
+        state(pausing="spike"),
+        JobEnded(job("succeeded")),
+        BEFORE,
+        Finish(record_cause="success"),
+    ),
+    (
+        "resume on spot at the decision's price",
+        state(market="", done=1),
+        PriceBack(ON_SPOT),
+        None,
+        Resume("spot", "0.40", "back at the forecast minimum"),
+    ),
+    (
+        "resume on on-demand keeps the spot price",
+        state(market="", done=1),
+        PriceBack(ON_DEMAND),
+        None,
+        Resume("on_demand", None, "latest resume"),
+    ),
+    (
+        "failed built-in trainer: no retry, its logs",
+        state(),
+        JobEnded(job("failed", reason="boom")),
+        None,
+        Fail("training job j-a1 failed: boom", job_id="j-a1", record_cause="code_error"),
+    ),
+    (
+        "failed command: what its exit code means, nothing registered",
+        state(command=("python", "train.py")),
+        JobEnded(job("failed", exit_code=1, reason="")),
+        None,
+        Fail(
+            "training job j-a1 failed: no reason given; the command exited 1: a code error, not retried "
+            "(see its last log lines); nothing was registered",
+            job_id="j-a1",
+            record_cause="code_error",
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("before", "event", "latest_resume", "expected"),
+    [case[1:] for case in CASES],
+    ids=[case[0] for case in CASES],
+)
+def test_next_step(
+    before: AttemptState, event: Event, latest_resume: datetime | None, expected: Step
+) -> None:
+    assert next_step(before, event, NOW, max_attempts=10, latest_resume=latest_resume) == expected
+
+
+MAX_ATTEMPTS_CASES = [
+    ("interrupted", state(done=2), JobEnded(job("interrupted")), None, "preemption", False),
+    ("fallback", state(done=2), JobEnded(job("pending"), fallback=True), None, "capacity_wait", True),
+    (
+        "paused, no slack",
+        state(done=2, pausing="spike"),
+        JobEnded(job("interrupted")),
+        AFTER,
+        "paused",
+        False,
+    ),
+    ("resume", state(market="", done=3), PriceBack(ON_SPOT), None, None, False),
+]
+
+
+@pytest.mark.parametrize(
+    ("before", "event", "latest_resume", "record_cause", "stop_first"),
+    [case[1:] for case in MAX_ATTEMPTS_CASES],
+    ids=[case[0] for case in MAX_ATTEMPTS_CASES],
+)
+def test_max_attempts_reached_fails_after_recording_the_last(
+    before: AttemptState,
+    event: Event,
+    latest_resume: datetime | None,
+    record_cause: str | None,
+    stop_first: bool,
+) -> None:
+    step = next_step(before, event, NOW, max_attempts=3, latest_resume=latest_resume)
+    assert step == Fail(
+        "training was interrupted 3 times, max_attempts=3 reached: "
+        "raise max_attempts or start it on on-demand",
+        record_cause=record_cause,
+        stop_first=stop_first,
+    )
+    assert not step.retry
+
+
+def test_the_last_allowed_attempt_is_still_submitted() -> None:
+    step = next_step(state(done=1), JobEnded(job("interrupted")), NOW, max_attempts=3, latest_resume=None)
+    assert isinstance(step, Submit)
+
+
+def test_captured_state_round_trips_exactly() -> None:
+    before = copy.deepcopy(CAPTURED)
+    parsed = AttemptState.from_json(CAPTURED)
+    assert parsed.to_json() == before
+    assert before == CAPTURED  # read, not changed
+    assert json.loads(json.dumps(parsed.to_json())) == before
+    assert parsed.current is not None and parsed.current.pausing and parsed.current.stopped
+    assert parsed.latest_start == datetime(2026, 11, 26, 14, 18, 41, 332615, tzinfo=timezone.utc)
+    assert parsed.attempts == (Attempt.from_json(CAPTURED["attempts"][0]),)
+    assert "attempts" not in parsed.plan and parsed.plan["watch"] == CAPTURED["watch"]
+
+
+def test_a_fresh_state_round_trips_without_pause_keys() -> None:
+    fresh = {**CAPTURED, "attempts": [], "command": ["python", "t.py"], "latest_start": None}
+    fresh["current"] = {"attempt": 1, "job_id": "j-a1", "market": "spot"}
+    assert AttemptState.from_json(fresh).to_json() == fresh
+
+
+def test_transitions_keep_the_json_shape() -> None:
+    s = AttemptState.from_json({**CAPTURED, "attempts": [], "current": None})
+    s = s.submitted(job_id="j-a1", market="spot")
+    assert s.to_json()["current"] == {"attempt": 1, "job_id": "j-a1", "market": "spot"}
+    s = s.pausing(reason="spike", job=job("running"), seen_at=NOW.isoformat())
+    assert s.to_json()["current"]["stopped"] == {"job": job("running"), "seen_at": NOW.isoformat()}
+    s = s.recorded(_done(1))
+    assert s.current is None and s.next_attempt == 2 and s.to_json()["attempts"] == [_done(1).to_json()]
+    assert s.resumed_at("0.40").spot_usd_per_hour == "0.40" and s.resumed_at(None) is s
+
+
+def test_pausing_needs_a_running_attempt() -> None:
+    with pytest.raises(ValueError, match="no attempt runs"):
+        state(market="").pausing(reason="spike", job=job("running"), seen_at=NOW.isoformat())
+
+
+@pytest.mark.parametrize(
+    ("trigger_event", "expected"),
+    [
+        ({"status": "success", "resume": ON_SPOT, "state": {}}, PriceBack(ON_SPOT)),
+        (
+            {"status": "success", "pause": "spike", "job": job("running"), "seen_at": "t", "state": {}},
+            PriceRose("spike", "t", job("running")),
+        ),
+        (
+            {"status": "success", "job": job("pending"), "fallback": True, "state": {}},
+            JobEnded(job("pending"), True),
+        ),
+        ({"status": "success", "job": job("succeeded"), "state": {}}, JobEnded(job("succeeded"), False)),
+    ],
+    ids=["resume", "pause", "fallback", "ended"],
+)
+def test_event_from_trigger(trigger_event: dict[str, Any], expected: Event) -> None:
+    assert event_from_trigger(trigger_event) == expected
+
+
+@pytest.mark.parametrize(
+    ("done", "ended_seconds", "checkpoint_every_seconds", "expected"),
+    [
+        (0, None, 300.0, Decimal(1)),
+        (1, None, 300.0, Decimal(1)),  # 60 s run: less than a restart and a checkpoint interval, all lost
+        (0, 1200.0, 300.0, Decimal("0.833333")),  # 1200 - 300 restart - 300 interval = 600 s kept
+        (0, 1200.0, None, Decimal(1)),  # no timed checkpoints: a stop may lose everything
+        (0, 9000.0, 300.0, Decimal(0)),  # never below zero
+    ],
+)
+def test_remaining_hours(
+    done: int, ended_seconds: float | None, checkpoint_every_seconds: float | None, expected: Decimal
+) -> None:
+    ended = None if ended_seconds is None else {**job("interrupted"), "billable_seconds": ended_seconds}
+    left = remaining_hours(
+        state(done=done),
+        runtime_hours=Decimal(1),
+        restart_overhead_minutes=5.0,
+        checkpoint_every_seconds=checkpoint_every_seconds,
+        ended=ended,
+    )
+    assert left == expected
