@@ -11,10 +11,12 @@ SIGTERM by turns (the spot notice: the script saves and exits 75; no notice: the
 that is kept). Per trace: completed, deadline missed, preemptions, work lost per preemption in checkpoint
 intervals (steps done after the newest checkpoint, from the script's progress file).
 
-Checkpoint overhead: billed seconds of an uninterrupted run that checkpoints every interval against the same
-script never checkpointing until its end. Image size: a fresh venv with ``./runtime`` installed against a
-venv of the provider (a bare venv plus every distribution the provider's install pulls in, measured from this
-environment's installed files); both sizes are measured in the same run.
+Checkpoint overhead: median billed seconds of three uninterrupted runs that checkpoint every interval against
+three of the same script never checkpointing until its end, run by turns.
+
+Image size: a fresh venv with ``./runtime`` installed against a venv of the provider (a bare venv plus every
+distribution the provider's install pulls in, measured from this environment's installed files); both sizes
+are measured in the same run.
 
 Targets (issue 24): 0 deadline misses, mean work lost per preemption <= 0.5 checkpoint interval, checkpoint
 overhead <= 5 %, the runtime's venv <= 0.1 of the provider's.
@@ -24,10 +26,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import itertools
 import os
 import re
-import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,6 +43,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import emit, table  # noqa: E402
+from _replay import drive_under_trace, lost_steps, spot_decision  # noqa: E402
 
 SHARED = Path(os.environ.get("COSTAWARE_SHARED_DATA", ROOT / ".." / "shared" / "data")) / "spot_availability"
 TRACES = [
@@ -50,11 +52,11 @@ TRACES = [
     for gpu in ("k80_1", "k80_8", "v100_1", "v100_8")
 ]
 SCRIPT = ROOT / "examples" / "own_training" / "train_delay.py"
-PRICES = {"spot": Decimal("0.918"), "on_demand": Decimal("3.06")}  # p3.2xlarge, us-west-2, per hour
 TARGET_LOST = 0.5
 TARGET_OVERHEAD = 0.05
 TARGET_SIZE_RATIO = 0.1
 EPOCHS, BATCH, STEP_SECONDS, EVERY_STEPS = 5, 2048, 0.2, 10
+OVERHEAD_PAIRS = 3  # uninterrupted runs with and without checkpoints, by turns
 
 
 def arrays(folder: Path) -> Path:
@@ -80,10 +82,6 @@ def run_once(
     latest_start_seconds: float,
 ) -> dict[str, Any]:
     """One training through the operator; returns its result, preemptions, work lost and billed seconds."""
-    from remote_support import context_for, drive
-
-    from costaware.adapters.compute.local import LocalBackend
-    from costaware.adapters.compute.replay import PreemptionInjector
     from costaware.core.ledger import utcnow
     from costaware.operators.remote_training import RemoteTrainingOperator
 
@@ -113,41 +111,19 @@ def run_once(
         model_store=str(work / "models"),
         checkpoint_store=str(work / "ckpt"),
         backend_options=options,
-        spot_decision={
-            "market": market,
-            "usd_per_hour": str(PRICES[market]),
-            "on_demand_usd_per_hour": str(PRICES["on_demand"]),
-            "instance_type": "p3.2xlarge",
-            "region": "us-west-2",
-            "deadline": deadline.isoformat(),
-            "latest_start": (now + timedelta(seconds=latest_start_seconds)).isoformat(),
-        },
+        spot_decision=spot_decision(market, now, deadline, latest_start_seconds),
         preemption_grace_seconds=15,
         max_attempts=40,
         poll_interval=0.1,
     )
-    backend = LocalBackend(**options)
     started = time.monotonic()
-    kills: list[Any] = []
-    if trace is None:
-        result, _ = drive(op, context_for())
-    else:
-        injector = PreemptionInjector(
-            backend, trace, tick_seconds=tick_seconds, signals=(signal.SIGKILL, signal.SIGTERM)
-        )
-        with injector:
-            result, _ = drive(op, context_for())
-        kills = injector.preemptions
-    finished = utcnow()
-    steps_logged = [int(line) for line in progress.read_text().split()]
-    # A resumed attempt logs again from its checkpoint + 1: the steps it repeats are the work lost.
-    lost = [b - (a - 1) for b, a in itertools.pairwise(steps_logged) if a <= b]
+    result, kills = drive_under_trace(op, options, trace, tick_seconds)
     return {
         "result": result,
         "wall_seconds": time.monotonic() - started,
-        "missed": finished > deadline,
+        "missed": utcnow() > deadline,
         "preemptions": len(kills),
-        "lost_steps": lost,
+        "lost_steps": lost_steps(progress),
         "billed_seconds": sum(float(a["billable_seconds"]) for a in result["attempts"]),
     }
 
@@ -231,10 +207,19 @@ def main() -> int:
         os.environ["COSTAWARE_LEDGER_URL"] = f"sqlite:///{folder / 'ledger.db'}"
         data = arrays(folder / "data")
         common = {"tick_seconds": tick, "deadline_seconds": 900, "latest_start_seconds": 0}
-        base = run_once(
-            folder / "base", data, every_steps=EVERY_STEPS, market="on_demand", trace=None, **common
-        )
-        bare = run_once(folder / "bare", data, every_steps=10**9, market="on_demand", trace=None, **common)
+        # Pairs run by turns, medians compared: a run is ~20 s, of which a few are Python and torch starting,
+        # which varies by more than the checkpoints cost on a shared machine.
+        pairs = []
+        for n in range(OVERHEAD_PAIRS):
+            every = {"market": "on_demand", "trace": None, **common}
+            with_checkpoints = run_once(folder / f"base-{n}", data, every_steps=EVERY_STEPS, **every)
+            without = run_once(folder / f"bare-{n}", data, every_steps=10**9, **every)
+            pairs.append((with_checkpoints, without))
+        base = {
+            "billed_seconds": statistics.median(b["billed_seconds"] for b, _ in pairs),
+            "wall_seconds": max(b["wall_seconds"] for b, _ in pairs),
+        }
+        bare = {"billed_seconds": statistics.median(n["billed_seconds"] for _, n in pairs)}
         overhead = base["billed_seconds"] / bare["billed_seconds"] - 1
         deadline_seconds = 4 * base["wall_seconds"] + 30
         rows, lost_all, preemptions, misses, completed = [], [], 0, 0, 0
@@ -300,6 +285,9 @@ def main() -> int:
             "mean_work_lost_per_preemption_intervals": round(mean_lost, 3),
             "checkpoint_overhead": round(overhead, 4),
             "billed_seconds_with_checkpoints": round(base["billed_seconds"], 3),
+            "overhead_pairs": [
+                [round(b["billed_seconds"], 2), round(n["billed_seconds"], 2)] for b, n in pairs
+            ],
             "billed_seconds_without_checkpoints": round(bare["billed_seconds"], 3),
             "checkpoint_every_steps": EVERY_STEPS,
             "runtime_venv_mb": round(sizes["runtime_venv_mb"], 1),

@@ -19,10 +19,8 @@ overhead <= 10 %. Cost versus the oracle is reported, not targeted.
 from __future__ import annotations
 
 import argparse
-import itertools
 import math
 import os
-import signal
 import sys
 import tempfile
 import time
@@ -36,6 +34,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import emit, table  # noqa: E402
+from _replay import PRICES, drive_under_trace, lost_steps, spot_decision  # noqa: E402
 
 SHARED = Path(os.environ.get("COSTAWARE_SHARED_DATA", ROOT / ".." / "shared" / "data")) / "spot_availability"
 TRACES = [
@@ -46,7 +45,6 @@ TRACES = [
 TRAINING = ROOT / "tests" / "training"
 FEATURES = ["month", "day_of_week", "sched_dep_hour", "distance", "carrier", "origin", "dest"]
 CATEGORICAL = ["month", "day_of_week", "sched_dep_hour", "carrier", "origin", "dest"]
-PRICES = {"spot": Decimal("0.918"), "on_demand": Decimal("3.06")}  # p3.2xlarge, us-west-2, per hour
 TARGET_LOST = 1.0
 TARGET_OVERHEAD = 0.10
 
@@ -79,10 +77,6 @@ def run_once(
     latest_start_seconds: float,
 ) -> dict[str, Any]:
     """One retrain through the operator; returns its result, preemptions, work lost and billed cost."""
-    from remote_support import context_for, drive
-
-    from costaware.adapters.compute.local import LocalBackend
-    from costaware.adapters.compute.replay import PreemptionInjector
     from costaware.core.ledger import utcnow
     from costaware.operators.remote_training import RemoteTrainingOperator
 
@@ -116,33 +110,14 @@ def run_once(
         },
         checkpoint_every_seconds=every,
         backend_options=options,
-        spot_decision={
-            "market": market,
-            "usd_per_hour": str(PRICES[market]),
-            "on_demand_usd_per_hour": str(PRICES["on_demand"]),
-            "instance_type": "p3.2xlarge",
-            "region": "us-west-2",
-            "deadline": deadline.isoformat(),
-            "latest_start": (now + timedelta(seconds=latest_start_seconds)).isoformat(),
-        },
+        spot_decision=spot_decision(market, now, deadline, latest_start_seconds),
         max_attempts=40,
         poll_interval=0.1,
     )
-    backend = LocalBackend(**options)
     started = time.monotonic()
-    kills: list[Any] = []
-    if trace is None:
-        result, _ = drive(op, context_for())
-    else:
-        injector = PreemptionInjector(
-            backend, trace, tick_seconds=tick_seconds, signals=(signal.SIGKILL, signal.SIGTERM)
-        )
-        with injector:
-            result, _ = drive(op, context_for())
-        kills = injector.preemptions
+    result, kills = drive_under_trace(op, options, trace, tick_seconds)
     finished = utcnow()
-    steps_logged = [int(line.split()[0]) for line in progress.read_text().splitlines() if line.strip()]
-    lost = [b - (a - 1) for b, a in itertools.pairwise(steps_logged) if a <= b]
+    lost = lost_steps(progress)
     return {
         "result": result,
         "wall_seconds": time.monotonic() - started,
