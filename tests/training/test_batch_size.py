@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -184,9 +185,16 @@ def test_batch_choice_trades_efficiency_for_speed_only_when_time_is_short() -> N
     assert noisy == 512  # very noisy gradients: a large batch loses nothing per example
 
 
+def _ticking_clock(step: float = 0.001) -> Any:
+    """A clock that advances ``step`` seconds a reading: step times, and so the batch choice, do not depend on
+    how busy the machine is (with the wall clock this test failed now and then under load)."""
+    readings = itertools.count()
+    return lambda: next(readings) * step
+
+
 def test_training_grows_the_batch_with_the_noise_scale_and_keeps_the_lr_rule() -> None:
     x, y = _data()
-    trainer = _trainer(lr_rule="linear", adapt_every=10, memory_limit_bytes=2_000_000)
+    trainer = _trainer(lr_rule="linear", adapt_every=10, memory_limit_bytes=2_000_000, clock=_ticking_clock())
     report = trainer.fit(x, y, epochs=2, seed=3)
     assert report.stopped_by == "epochs" and report.epochs >= 2
     assert sum(report.losses[-20:]) / 20 < 0.75 * sum(report.losses[:20]) / 20
