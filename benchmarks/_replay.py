@@ -3,14 +3,52 @@ replayed availability trace, and the work a resumed attempt repeated."""
 
 from __future__ import annotations
 
+import argparse
 import itertools
+import os
 import signal
+import sys
 from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 PRICES = {"spot": Decimal("0.918"), "on_demand": Decimal("3.06")}  # p3.2xlarge, us-west-2, per hour
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("COSTAWARE_SHARED_DATA", ROOT / ".." / "shared" / "data")) / "spot_availability"
+TRACES = [
+    f"availability_1-node_aws-10-26-2022_us-west-{zone}_{gpu}.json"
+    for zone in ("2a", "2b")
+    for gpu in ("k80_1", "k80_8", "v100_1", "v100_8")
+]
+
+
+def arguments(description: str) -> argparse.Namespace:
+    """``--quick`` (one trace instead of eight), ``--json``, ``--tick-seconds``."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help="one trace instead of eight")
+    parser.add_argument("--json", action="store_true", help="end with one JSON line")
+    parser.add_argument("--tick-seconds", type=float, default=0.5, help="real seconds per 10-minute tick")
+    return parser.parse_args()
+
+
+def trace_names(quick: bool) -> list[str] | None:
+    """The traces to replay, or None (said on stderr) when any is missing from the shared data."""
+    names = TRACES[2:3] if quick else TRACES
+    missing = [n for n in names if not (SHARED / n).exists()]
+    if missing:
+        print(f"availability traces missing from {SHARED.resolve()}: {missing}", file=sys.stderr)
+        return None
+    return names
+
+
+def trace_window(name: str, seconds: float, tick_seconds: float) -> list[bool]:
+    """``seconds`` of a trace in compressed ticks, from its first tick with spot capacity after tick 400."""
+    from costaware.adapters.compute.replay import read_samples
+
+    samples = read_samples(SHARED / name)
+    first = next(i for i in range(400, len(samples)) if samples[i])
+    return samples[first : first + int(seconds / tick_seconds) + 1]
 
 
 def spot_decision(

@@ -24,7 +24,6 @@ overhead <= 5 %, the runtime's venv <= 0.1 of the provider's.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import re
@@ -43,14 +42,8 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import emit, table  # noqa: E402
-from _replay import drive_under_trace, lost_steps, spot_decision  # noqa: E402
+from _replay import arguments, drive_under_trace, lost_steps, spot_decision, trace_names, trace_window  # noqa: E402
 
-SHARED = Path(os.environ.get("COSTAWARE_SHARED_DATA", ROOT / ".." / "shared" / "data")) / "spot_availability"
-TRACES = [
-    f"availability_1-node_aws-10-26-2022_us-west-{zone}_{gpu}.json"
-    for zone in ("2a", "2b")
-    for gpu in ("k80_1", "k80_8", "v100_1", "v100_8")
-]
 SCRIPT = ROOT / "examples" / "own_training" / "train_delay.py"
 TARGET_LOST = 0.5
 TARGET_OVERHEAD = 0.05
@@ -187,18 +180,10 @@ def venv_sizes(folder: Path) -> dict[str, float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="one trace instead of eight")
-    parser.add_argument("--json", action="store_true", help="end with one JSON line")
-    parser.add_argument("--tick-seconds", type=float, default=0.5, help="real seconds per 10-minute tick")
-    args = parser.parse_args()
-    from costaware.adapters.compute.replay import read_samples
-
+    args = arguments(__doc__.splitlines()[0])
     os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="cw-own-home-"))
-    names = TRACES[2:3] if args.quick else TRACES
-    missing = [n for n in names if not (SHARED / n).exists()]
-    if missing:
-        print(f"availability traces missing from {SHARED.resolve()}: {missing}", file=sys.stderr)
+    names = trace_names(args.quick)
+    if names is None:
         return 2
     tick = args.tick_seconds
     every_seconds = EVERY_STEPS * STEP_SECONDS
@@ -224,9 +209,7 @@ def main() -> int:
         deadline_seconds = 4 * base["wall_seconds"] + 30
         rows, lost_all, preemptions, misses, completed = [], [], 0, 0, 0
         for name in names:
-            samples = read_samples(SHARED / name)
-            first = next(i for i in range(400, len(samples)) if samples[i])  # start when spot is there
-            trace = samples[first : first + int(deadline_seconds / tick) + 1]
+            trace = trace_window(name, deadline_seconds, tick)
             run = run_once(
                 folder / name.removesuffix(".json"),
                 data,
