@@ -87,6 +87,44 @@ class AirflowServer:
 
 
 @contextmanager
+def api_server(env: dict[str, str], log_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    """A second ``airflow api-server`` with ``env`` on a free port, its output in ``log_path``.
+
+    Yields its base URL and the environment it runs with; stops it (its whole process group) on exit.
+    """
+    port = free_port()
+    env = {**env, "AIRFLOW__API__PORT": str(port), "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}"}
+    base = f"http://127.0.0.1:{port}"
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            [str(BIN / "airflow"), "api-server", "-p", str(port), "-H", "127.0.0.1", "-w", "1"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                assert proc.poll() is None, log_path.read_text()[-3000:]
+                try:
+                    urllib.request.urlopen(f"{base}/api/v2/monitor/health", timeout=5).close()
+                    break
+                except (urllib.error.URLError, ConnectionError, TimeoutError):
+                    assert time.monotonic() < deadline, (
+                        f"the api-server did not start within 120 s: {log_path}"
+                    )
+                    time.sleep(1)
+            yield base, env
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
+@contextmanager
 def airflow_standalone(
     dags: list[Path], ledger_url: str, home: Path, extra_env: dict[str, str] | None = None
 ) -> Iterator[AirflowServer]:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -20,8 +18,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from airflow_server import BIN, AirflowServer, airflow_standalone
-from services import free_port
+from airflow_server import AirflowServer, airflow_standalone, api_server
 
 from costaware import Ledger
 from costaware.adapters.ledger_governance import alerts_sent, audit_log
@@ -38,40 +35,9 @@ def scoped_api_server(airflow: AirflowServer) -> Iterator[AirflowServer]:
 
     `airflow standalone` forces Airflow's plain simple auth manager, so the grants need their own server.
     """
-    port = free_port()
-    env = {
-        **airflow.env,
-        "AIRFLOW__CORE__AUTH_MANAGER": "dag_scoped_auth.DagScopedAuthManager",
-        "AIRFLOW__API__PORT": str(port),
-        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
-    }
-    log = (airflow.home / "scoped-api-server.log").open("w")
-    proc = subprocess.Popen(
-        [str(BIN / "airflow"), "api-server", "-p", str(port), "-H", "127.0.0.1", "-w", "1"],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    server = AirflowServer(f"http://127.0.0.1:{port}", airflow.home, env)
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, (airflow.home / "scoped-api-server.log").read_text()[-3000:]
-            try:
-                server.call("GET", "/api/v2/monitor/health", auth=False)
-                break
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                assert time.monotonic() < deadline, "the scoped api-server did not start within 120 s"
-                time.sleep(1)
-        yield server
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        log.close()
+    env = {**airflow.env, "AIRFLOW__CORE__AUTH_MANAGER": "dag_scoped_auth.DagScopedAuthManager"}
+    with api_server(env, airflow.home / "scoped-api-server.log") as (base, server_env):
+        yield AirflowServer(base, airflow.home, server_env)
 
 
 @pytest.fixture(scope="module")

@@ -8,21 +8,16 @@ CLI (``sync-perm``, ``roles add-perms``, ``users create``), an api-server, FAB's
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
 from airflow.providers.fab.auth_manager.fab_auth_manager import FabAuthManager
-from services import BIN, free_port, migrated_airflow_env, run_command
+from airflow_server import api_server
+from services import migrated_airflow_env, run_command
 
 from costaware import Ledger
 from costaware.adapters.ledger_governance import audit_log
@@ -81,40 +76,6 @@ def _call(base: str, method: str, path: str, body: Any, token: str | None = None
         return int(e.code), json.loads(e.read().decode() or "null")
 
 
-@contextmanager
-def api_server(env: dict[str, str], home: Path) -> Iterator[str]:
-    """``airflow api-server`` with ``env`` on a free port; yields its base URL."""
-    port = free_port()
-    env = {**env, "AIRFLOW__API__PORT": str(port), "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}"}
-    log_path = home / "api-server.log"
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(
-            [str(BIN / "airflow"), "api-server", "-p", str(port), "-H", "127.0.0.1", "-w", "1"],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        base = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 120
-            while True:
-                assert proc.poll() is None, log_path.read_text()[-3000:]
-                try:
-                    urllib.request.urlopen(f"{base}/api/v2/monitor/health", timeout=5).close()
-                    break
-                except (urllib.error.URLError, ConnectionError, TimeoutError):
-                    assert time.monotonic() < deadline, "the api-server did not start within 120 s"
-                    time.sleep(1)
-            yield base
-        finally:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-
-
 @pytest.mark.slow
 def test_fab_admin_sets_budgets_after_sync_perm_and_a_granted_role_too(tmp_path: Path) -> None:
     dags = tmp_path / "dags"
@@ -135,7 +96,7 @@ def test_fab_admin_sets_budgets_after_sync_perm_and_a_granted_role_too(tmp_path:
 
     ledger_url = env["COSTAWARE_LEDGER_URL"]
     statuses: dict[str, tuple[int, Any]] = {}
-    with api_server(env, tmp_path) as base:
+    with api_server(env, tmp_path / "api-server.log") as (base, _):
         for name, (_, password, cap_usd) in USERS.items():
             status, body = _call(base, "POST", "/auth/token", {"username": name, "password": password})
             assert status in (200, 201), body
