@@ -92,8 +92,17 @@ def compute_of(task: Any) -> dict[str, Any]:
     }
 
 
-def build_entry(ti: Any, outcome: str, error: BaseException | None, seconds: float) -> Any:
-    """The ledger entry of one finished try (pure apart from reading settings and the bundled catalog)."""
+def build_entry(
+    ti: Any,
+    outcome: str,
+    error: BaseException | None,
+    seconds: float,
+    context: Mapping[str, Any] | None = None,
+) -> Any:
+    """The ledger entry of one finished try (pure apart from reading settings and the bundled catalog).
+
+    ``context`` is the try's template context when the caller has it (the run's params); else it is read.
+    """
     from costaware.adapters.price_files import bundled_catalog
     from costaware.core.budgets import valid_tags
     from costaware.core.errors import CostawareError
@@ -101,10 +110,9 @@ def build_entry(ti: Any, outcome: str, error: BaseException | None, seconds: flo
     from costaware.core.pricing import price_compute
 
     task = ti.task
-    try:
-        params = dict(ti.get_template_context().get("params") or {})
-    except Exception:  # the context is a convenience here; the task's own params still apply
-        params = dict(getattr(task, "params", None) or {})
+    context = _template_context(ti) if context is None else context
+    # Without a context (it could not be built), the task's own params still apply.
+    params = dict((context.get("params") if context else getattr(task, "params", None)) or {})
     told = pop_annotations(ti)
     compute = compute_of(task)
     for name in ("instance_type", "region", "market"):
@@ -369,13 +377,21 @@ def release_run_reservations(dag_run: Any, reason: str, *, wait_seconds: float =
     return released
 
 
-def _audit_overrides(ti: Any) -> None:
+def _template_context(ti: Any) -> Mapping[str, Any]:
+    """The try's template context (built anew on each call by the Task SDK), or {} when it cannot be built."""
+    try:
+        return ti.get_template_context() or {}
+    except Exception:  # the context is a convenience for pricing and auditing, never a reason to lose a cost
+        return {}
+
+
+def _audit_overrides(ti: Any, context: Mapping[str, Any]) -> None:
     """Audit a run's params that differ from its DAG's defaults (once per run; never breaks the task)."""
     from costaware.glue import audit_run_overrides
     from costaware.hooks.ledger import CostLedgerHook
 
     try:
-        dag_run = ti.get_template_context().get("dag_run")
+        dag_run = context.get("dag_run")
         if not getattr(dag_run, "conf", None):
             return  # a scheduled run, or a trigger with nothing given: nothing to audit, no ledger call
         ledger = CostLedgerHook(getattr(ti.task, "ledger_conn_id", DEFAULT_LEDGER_CONN_ID)).get_conn()
@@ -428,9 +444,10 @@ class CostListener:
         if seconds is None:
             log.warning("costaware: no runtime known for %s.%s; not charged", ti.dag_id, ti.task_id)
             return
-        entry = build_entry(ti, outcome, error, seconds)
+        context = _template_context(ti)
+        entry = build_entry(ti, outcome, error, seconds, context)
         write_entry(entry, getattr(ti.task, "ledger_conn_id", DEFAULT_LEDGER_CONN_ID))
-        _audit_overrides(ti)
+        _audit_overrides(ti, context)
         record_utilization(ti, entry, reading, getattr(ti.task, "ledger_conn_id", DEFAULT_LEDGER_CONN_ID))
         from costaware.notifications.budget import alerts_after_spend
 
