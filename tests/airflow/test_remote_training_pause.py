@@ -14,6 +14,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
@@ -27,6 +28,8 @@ from costaware.adapters.model_store import ModelStore
 from costaware.adapters.spot_prices import load_spot_history
 from costaware.core.ledger import utcnow
 from costaware.operators.remote_training import RemoteTrainingOperator
+from costaware.training.attempts import AttemptState
+from costaware.training.plan import RemotePlan, billing_plan
 
 HEADER = "timestamp,region,availability_zone,instance_type,product_description,usd_per_hour\n"
 STEP_SECONDS, STEPS, EVERY_SECONDS = 0.25, 24, 1.0
@@ -274,17 +277,22 @@ def test_with_prices_a_spot_attempt_is_billed_at_the_mean_price_over_its_run(
     ended = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(hours=2)
     record(prices, "1.50", ended - timedelta(minutes=30))
     op = operator(tmp_path, prices, pause_on_price=pause_on_price)
-    state = {
-        "spot_usd_per_hour": "0.50",
-        "instance_type": "m5.large",
-        "region": "us-east-1",
-        "billing": op._billing_plan(op.spot_decision, "local"),
-    }
+    args = op._plan_arguments()
+    plan = RemotePlan(
+        backend="local",
+        instance_type="m5.large",
+        region="us-east-1",
+        on_demand_usd_per_hour="2.00",
+        first_market="spot",
+        billing=billing_plan(args, op.spot_decision, backend="local"),
+    )
+    state = AttemptState(plan=plan, spot_usd_per_hour="0.50")
     job = {"billable_seconds": 3600.0, "ended_at": ended.timestamp()}
     assert op._billed_spot_rate(state, job) == Decimal("1.00")
     # No series for the type (here: a type the file lacks): the starting price, and the log says why.
-    assert op._billed_spot_rate({**state, "instance_type": "c5.large"}, job) == Decimal("0.50")
+    other = replace(state, plan=replace(plan, instance_type="c5.large"))
+    assert op._billed_spot_rate(other, job) == Decimal("0.50")
     logged = capsys.readouterr().out
     assert "attempt billed at its starting spot price 0.50 USD/hour: unknown instance type" in logged
     # SageMaker bills its own ml.* spot prices: no EC2 series applies.
-    assert op._billing_plan(op.spot_decision, "sagemaker") is None
+    assert billing_plan(args, op.spot_decision, backend="sagemaker") is None

@@ -13,6 +13,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from contexts import task_context
 
 from costaware.adapters.model_store import ModelStore
+from costaware.core.errors import ConfigurationError
 from costaware.operators.warm_start import WarmStartRetrainOperator
 from costaware.training.checkpointing import PreemptedError
 from costaware.training.trainers import SGDTrainer, TrainingData
@@ -148,7 +149,6 @@ def test_on_kill_requests_a_checkpoint(tmp_path: Path) -> None:
         ({"trainer": "tensorflow-magic"}, "unknown trainer 'tensorflow-magic'"),
         ({"trainer": "no.such:Trainer"}, "cannot import trainer 'no.such:Trainer'"),
         ({"trainer_params": {"epochs": 0}}, "epochs must be an integer >= 1, got 0"),
-        ({"feature_columns": ["x1", "delay"]}, "label column 'delay' is also a feature"),
         ({"feature_columns": ["x1", "nope"]}, r"columns \['nope'\] are not in"),
         ({"policy": "sometimes"}, "unknown retrain policy 'sometimes'"),
         ({"force_full": "maybe"}, "force_full must be true or false, got 'maybe'"),
@@ -167,6 +167,26 @@ def test_bad_configuration_fails_without_retry_and_writes_nothing(
         _operator(tmp_path, 1, **kwargs).execute(_context())
     assert ModelStore.open(str(tmp_path / "models")).version_ids() == []
     assert not any((tmp_path / "ckpt").rglob("*.ckpt"))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"feature_columns": ["x1", "delay"]}, "label column 'delay' is also a feature"),
+        ({"feature_columns": []}, "feature_columns is empty"),
+        (
+            {"checkpoint_every_seconds": None, "checkpoint_every_steps": None},
+            "checkpoint_every_seconds and checkpoint_every_steps are both None",
+        ),
+        ({"checkpoint_every_seconds": -5}, "checkpoint_every_seconds must be a number of seconds > 0"),
+        ({"checkpoint_every_steps": 0}, "checkpoint_every_steps must be an integer >= 1"),
+    ],
+)
+def test_arguments_that_need_no_rendering_fail_when_the_dag_is_parsed(
+    tmp_path: Path, kwargs: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        _operator(tmp_path, 1, **kwargs)
 
 
 @pytest.mark.parametrize("trainer", ["xgboost", "lightgbm", "sklearn-hgb"])

@@ -16,7 +16,6 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import utcnow
-from costaware.core.series import parse_instant
 from costaware.glue import (
     DEFAULT_AWS_CONN_ID,
     airflow_errors,
@@ -28,8 +27,9 @@ from costaware.glue import (
     storage_options,
 )
 from costaware.operators.remote_command import check_job_kind
-from costaware.operators.templating import as_written, native_rendered
+from costaware.operators.training_args import TRAINING_TEMPLATE_FIELDS, BuiltInTrainingArguments
 from costaware.training.job_contract import DEFAULT_GRACE_SECONDS, check_grace_seconds
+from costaware.training.plan import blank
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -37,17 +37,12 @@ if TYPE_CHECKING:
     from costaware.adapters.compute.base import ComputeBackend
     from costaware.hooks.ledger import CostLedgerHook
     from costaware.training.attempts import AttemptState, Event, Fail
-
-AWS_BACKENDS = ("sagemaker", "batch")
-
-
-def _maybe(value: Any) -> Any:
-    return None if value in (None, "", "None") else value
+    from costaware.training.plan import PlanArguments, RemotePlan
 
 
 def parse_mapping(value: Any, *, name: str = "spot decision") -> dict[str, Any]:
     """A mapping given as a dict, JSON text, or the text of a rendered Python dict."""
-    if _maybe(value) is None:
+    if blank(value) is None:
         return {}
     if isinstance(value, Mapping):
         return dict(value)
@@ -69,7 +64,7 @@ def parse_decision(value: Any) -> dict[str, Any]:
     return parse_mapping(value, name="spot decision")
 
 
-class RemoteTrainingOperator(BaseOperator):
+class RemoteTrainingOperator(BuiltInTrainingArguments, BaseOperator):
     """Runs the retrain on a compute backend (a child process, SageMaker, Batch, Kubernetes) with checkpoints.
 
     See docs/remote-training.md, and docs/own-training.md for ``command=``.
@@ -169,12 +164,7 @@ class RemoteTrainingOperator(BaseOperator):
     template_fields: Sequence[str] = (
         "command",
         "image",
-        "data_path",
-        "new_data_path",
-        "model_store",
-        "checkpoint_store",
-        "trainer_params",
-        "force_full",
+        *TRAINING_TEMPLATE_FIELDS,
         "backend",
         "backend_options",
         "spot_decision",
@@ -260,24 +250,26 @@ class RemoteTrainingOperator(BaseOperator):
         }
         owner = f"{type(self).__name__} {self.task_id!r}"
         self.command = check_job_kind(owner, command, trainer_arguments)
+        self._keep_training_arguments(
+            model_store=model_store,
+            data_path=data_path,
+            label_column=label_column,
+            feature_columns=feature_columns,
+            new_data_path=new_data_path,
+            checkpoint_store=checkpoint_store,
+            trainer=trainer,
+            trainer_params=trainer_params,
+            label_threshold=label_threshold,
+            policy=policy,
+            policy_params=policy_params,
+            force_full=force_full,
+            checkpoint_every_seconds=checkpoint_every_seconds,
+            checkpoint_every_steps=checkpoint_every_steps,
+            seed=seed,
+            check=self.command is None,
+        )
         self.image = image
         self.preemption_grace_seconds = check_grace_seconds(preemption_grace_seconds)
-        self.data_path = data_path
-        self.label_column = label_column
-        self.feature_columns = list(feature_columns or [])
-        self.model_store = model_store
-        self.new_data_path = new_data_path
-        self.checkpoint_store = checkpoint_store
-        self.trainer = trainer or "sklearn-sgd"
-        self.trainer_params = dict(trainer_params or {})
-        self._trainer_params_written = as_written(self.trainer_params)
-        self.label_threshold = label_threshold
-        self.policy = policy
-        self.policy_params = dict(policy_params or {})
-        self.force_full = force_full
-        self.seed = seed
-        self.checkpoint_every_seconds = checkpoint_every_seconds
-        self.checkpoint_every_steps = checkpoint_every_steps
         self.backend = backend
         self.backend_options = (
             backend_options if isinstance(backend_options, str) else dict(backend_options or {})
@@ -330,10 +322,10 @@ class RemoteTrainingOperator(BaseOperator):
         """
         return storage_options(self.aws_conn_id)
 
-    def _backend(self, state: Mapping[str, Any]) -> ComputeBackend:
+    def _backend(self, plan: RemotePlan) -> ComputeBackend:
         from costaware.adapters.compute.base import open_backend
 
-        return open_backend(state["backend"], state["backend_options"])
+        return open_backend(plan.backend, dict(plan.backend_options))
 
     # -- plan --------------------------------------------------------------------------------------------
 
@@ -348,42 +340,45 @@ class RemoteTrainingOperator(BaseOperator):
             return parse_decision(pulled)
         return parse_decision(self.spot_decision)
 
-    def _plan(self, context: Context) -> dict[str, Any]:
-        """Everything the attempts need, as JSON primitives; writes the training spec."""
+    def _plan_arguments(self) -> PlanArguments:
+        from costaware.training.plan import PlanArguments
+
+        return PlanArguments(
+            backend=str(self.backend),
+            backend_options=parse_mapping(self.backend_options, name="backend_options"),
+            market=self.job_market,
+            instance_type=self.job_instance_type,
+            region=self.job_region,
+            spot_usd_per_hour=self.spot_usd_per_hour,
+            on_demand_usd_per_hour=self.on_demand_usd_per_hour,
+            deadline=self.deadline,
+            latest_start=self.latest_start,
+            image=self.image,
+            grace_seconds=self.preemption_grace_seconds,
+            checkpoint_every_seconds=self.checkpoint_every_seconds,
+            aws_conn_id=self.aws_conn_id,
+            pause_on_price=as_bool(self.pause_on_price, "pause_on_price"),
+            prices=self.prices,
+            availability=self.availability,
+            expected_runtime_hours=self.expected_runtime_hours,
+            priority=self.priority,
+            restart_overhead_minutes=self.restart_overhead_minutes,
+            history_days=self.history_days,
+        )
+
+    def _start(self, context: Context) -> AttemptState:
+        """The state before attempt 1: the plan (:func:`~costaware.training.plan.make_plan`) and its spec."""
         from costaware.adapters.checkpoint_store import checkpoint_key
-        from costaware.adapters.compute.base import BACKENDS, MARKETS, require_s3
+        from costaware.adapters.compute.base import require_s3
+        from costaware.adapters.price_files import bundled_catalog
         from costaware.operators.remote_command import rendered_command
-        from costaware.training.entrypoint import job_environment, spec_storage_options
+        from costaware.training.attempts import AttemptState
+        from costaware.training.entrypoint import job_environment, spec_storage_options, write_spec
+        from costaware.training.plan import blank, make_plan
         from costaware.training.remote import job_base_name
 
+        args = self._plan_arguments()
         decision = self._decision(context)
-        backend = str(self.backend)
-        if backend not in BACKENDS:
-            raise ConfigurationError(f"unknown compute backend {backend!r}: use one of {', '.join(BACKENDS)}")
-        options = parse_mapping(self.backend_options, name="backend_options")
-        if backend in AWS_BACKENDS and self.aws_conn_id and "aws_conn_id" not in options:
-            options["aws_conn_id"] = self.aws_conn_id
-        market = str(_maybe(self.job_market) or decision.get("market") or "on_demand")
-        if market not in MARKETS:
-            raise ConfigurationError(f"market {market!r} is not one of {', '.join(MARKETS)}")
-        instance_type = _maybe(self.job_instance_type) or decision.get("instance_type")
-        if not instance_type:
-            raise ConfigurationError("no instance type: pass instance_type or a spot decision that has one")
-        region = str(_maybe(self.job_region) or decision.get("region") or "us-east-1")
-        on_demand = _maybe(self.on_demand_usd_per_hour) or decision.get("on_demand_usd_per_hour")
-        if on_demand is None:
-            from costaware.adapters.price_files import bundled_catalog
-
-            on_demand = bundled_catalog().on_demand_usd_per_hour(str(instance_type), region)
-        spot = _maybe(self.spot_usd_per_hour)
-        if spot is None and decision.get("market") == "spot":
-            spot = decision.get("usd_per_hour")
-        if market == "spot" and spot is None:
-            raise ConfigurationError(
-                "market is spot but no spot price is known: pass spot_usd_per_hour or a spot decision"
-            )
-        deadline = _maybe(self.deadline) or decision.get("deadline")
-        latest = _maybe(self.latest_start) or decision.get("latest_start")
         identity = run_identity(context, self.task_id)
         key = checkpoint_key(
             identity["dag_id"], identity["task_id"], identity["run_id"], identity["map_index"]
@@ -391,216 +386,78 @@ class RemoteTrainingOperator(BaseOperator):
         ckpt_store = str(self.checkpoint_store or default_store("checkpoints")).rstrip("/")
         owner = f"{type(self).__name__} {self.task_id!r}"
         command = rendered_command(self.command, owner) if self.command is not None else None
-        if command and backend == "local" and _maybe(self.image):
+        if command and args.backend == "local" and blank(self.image):
             self.log.info("image %r is not used: the local backend runs the command here", self.image)
         # A command has no spec: the contract's variables say it all.
-        spec_uri = "" if command else str(_maybe(self.spec_uri) or f"{ckpt_store}/_jobs/{key}/spec.json")
-        require_s3(backend, checkpoint_store=ckpt_store, model_store=str(self.model_store), spec_uri=spec_uri)
+        spec_uri = "" if command else str(blank(self.spec_uri) or f"{ckpt_store}/_jobs/{key}/spec.json")
+        result_uri = spec_uri.rsplit("/", 1)[0] + "/result.json" if spec_uri else ""
+        require_s3(
+            args.backend, checkpoint_store=ckpt_store, model_store=str(self.model_store), spec_uri=spec_uri
+        )
         opts = self._storage_options()
         job_opts = spec_storage_options(opts)
-        result_uri = self._write_spec(spec_uri, identity, ckpt_store, key, opts, job_opts) if spec_uri else ""
-        return {
-            "backend": backend,
-            "backend_options": options,
-            "identity": identity,
-            "base_name": job_base_name(
+        start = make_plan(
+            args,
+            decision,
+            identity=identity,
+            base_name=job_base_name(
                 identity["dag_id"], identity["run_id"], identity["task_id"], identity["map_index"]
             ),
-            "spec_uri": spec_uri,
-            "result_uri": result_uri,
-            "command": command,
-            "image": _maybe(self.image),
-            "grace_seconds": self.preemption_grace_seconds,
-            "checkpoint_uri": f"{ckpt_store}/{key}",
-            "model_store": str(self.model_store),
-            "job_env": job_environment(job_opts),
-            "instance_type": str(instance_type),
-            "region": region,
-            "spot_usd_per_hour": str(spot) if spot is not None else None,
-            "on_demand_usd_per_hour": str(on_demand),
-            "deadline": parse_instant(deadline, name="deadline").isoformat() if deadline else None,
-            "latest_start": parse_instant(latest, name="latest_start").isoformat() if latest else None,
-            "tags": run_tags(self, context, self.tags),
-            "estimated_usd": decision.get("estimated_usd"),
-            "attempts": [],
-            "current": None,
-            "first_market": market,
-            "watch": self._watch_plan(decision, deadline, region),
-            "billing": self._billing_plan(decision, backend),
-        }
-
-    def _write_spec(
-        self,
-        spec_uri: str,
-        identity: Mapping[str, Any],
-        ckpt_store: str,
-        key: str,
-        opts: Mapping[str, Any],
-        job_opts: Mapping[str, Any],
-    ) -> str:
-        """Write the built-in trainer's spec; returns where the job will write its result."""
-        from costaware.training.entrypoint import write_spec
-
-        spec = {
-            "data_path": self.data_path,
-            "new_data_path": _maybe(self.new_data_path),
-            "label_column": self.label_column,
-            "feature_columns": self.feature_columns,
-            "label_threshold": self.label_threshold,
-            "model_store": self.model_store,
-            "checkpoint_store": ckpt_store,
-            "checkpoint_key": key,
-            "trainer": self.trainer,
-            "trainer_params": native_rendered(self._trainer_params_written, self.trainer_params),
-            "policy": self.policy,
-            "policy_params": self.policy_params,
-            "force_full": as_bool(self.force_full, "force_full"),
-            "checkpoint_every_seconds": self.checkpoint_every_seconds,
-            "checkpoint_every_steps": self.checkpoint_every_steps,
-            "seed": self.seed,
-            "run": dict(identity),
-            "storage_options": dict(job_opts),
-            "result_uri": spec_uri.rsplit("/", 1)[0] + "/result.json",
-        }
-        write_spec(spec_uri, spec, **opts)
-        return str(spec["result_uri"])
-
-    def _billing_plan(self, decision: Mapping[str, Any], backend: str) -> dict[str, Any] | None:
-        """Where spot attempts find the price in force over their run; None: bill the starting price.
-
-        Given ``prices``, a spot attempt is billed at the time-weighted mean of the EC2 spot price over its
-        run, as EC2 bills it. SageMaker bills its own ``ml.*`` spot prices, which no EC2 series has.
-        """
-        prices = _maybe(self.prices) or decision.get("prices")
-        if not prices or backend == "sagemaker":
-            return None
-        return {"prices": str(prices), "availability_zone": decision.get("availability_zone") or None}
-
-    def _watch_plan(self, decision: Mapping[str, Any], deadline: Any, region: str) -> dict[str, Any] | None:
-        """What pausing on the price needs, or None when ``pause_on_price`` is off."""
-        from costaware.core.spot_window import check_priority
-
-        if not as_bool(self.pause_on_price, "pause_on_price"):
-            return None
-        prices = _maybe(self.prices) or decision.get("prices")
-        if not prices:
-            raise ConfigurationError(
-                "pause_on_price needs spot prices: pass prices='live' or the path of a recorded price file"
-            )
-        runtime_text = _maybe(self.expected_runtime_hours) or decision.get("expected_runtime_hours")
-        try:
-            runtime = Decimal(str(runtime_text))
-        except ArithmeticError:
-            runtime = Decimal(0)
-        if not runtime_text or not runtime.is_finite() or runtime <= 0:
-            raise ConfigurationError(
-                f"pause_on_price needs the expected runtime, got {runtime_text!r}: pass "
-                "expected_runtime_hours (hours > 0) or a spot decision that has one"
-            )
-        if not deadline:
-            raise ConfigurationError(
-                "pause_on_price needs a deadline (a pause must still finish in time): pass deadline or a "
-                "spot decision that has one"
-            )
-        return {
-            "prices": str(prices),
-            "availability": _maybe(self.availability),
-            "availability_zone": decision.get("availability_zone") or None,
-            "runtime_hours": str(runtime),
-            "priority": check_priority(_maybe(self.priority) or decision.get("priority") or "normal"),
-            "restart_overhead_minutes": float(self.restart_overhead_minutes),
-            "history_days": self.history_days,
-            "aws_conn_id": self.aws_conn_id,
-            "region": region,
-        }
-
-    def _remaining_hours(self, state: AttemptState, ended: Mapping[str, Any] | None = None) -> Decimal:
-        from costaware.training.attempts import remaining_hours
-
-        watch = state.plan["watch"]
-        return remaining_hours(
-            state,
-            runtime_hours=Decimal(watch["runtime_hours"]),
-            restart_overhead_minutes=float(watch["restart_overhead_minutes"]),
-            checkpoint_every_seconds=self.checkpoint_every_seconds,
-            ended=ended,
+            checkpoint_uri=f"{ckpt_store}/{key}",
+            model_store=str(self.model_store),
+            spec_uri=spec_uri,
+            result_uri=result_uri,
+            job_env=job_environment(job_opts),
+            tags=run_tags(self, context, self.tags),
+            list_price=lambda instance_type, region: bundled_catalog().on_demand_usd_per_hour(
+                instance_type, region
+            ),
         )
-
-    def _latest_resume(self, state: AttemptState, remaining: Decimal) -> datetime:
-        from costaware.core.spot_window import latest_start
-
-        watch = state.plan["watch"]
-        return latest_start(
-            deadline=parse_instant(state.plan["deadline"], name="deadline"),
-            runtime_hours=remaining,
-            restart_overhead_minutes=float(watch["restart_overhead_minutes"]),
-            priority=str(watch["priority"]),
+        if spec_uri:
+            training = self.training_spec()
+            spec = training.spec_file(
+                checkpoint_key=key, run=identity, storage_options=job_opts, result_uri=result_uri
+            )
+            write_spec(spec_uri, spec, **opts)
+        return AttemptState(
+            plan=start.plan,
+            latest_start=start.latest_start,
+            spot_usd_per_hour=start.spot_usd_per_hour,
+            command=tuple(command) if command is not None else None,
         )
-
-    def _price_watch(self, state: AttemptState, mode: str) -> dict[str, Any]:
-        """The trigger's ``price_watch``: where prices come from, the work left and the latest resume."""
-        plan = state.plan
-        watch = plan["watch"]
-        remaining = self._remaining_hours(state)
-        observe = {
-            "availability_zones": None,
-            "zone_availability": None,
-            "availability_zone": watch["availability_zone"],
-            "availability": watch["availability"],
-            "prices": watch["prices"],
-            "instance_type": plan["instance_type"],
-            "region": watch["region"],
-            "aws_conn_id": watch["aws_conn_id"],
-            # Live prices: the price in force is re-read at most every 5 minutes and the history behind
-            # the forecast as often (spot prices change a few times a day at most).
-            "ttl_seconds": max(float(self.poll_interval), 300.0),
-            "products": ["Linux/UNIX"],
-            "availability_start": None,
-        }
-        return {
-            "mode": mode,
-            "observe": observe,
-            "on_demand_usd_per_hour": plan["on_demand_usd_per_hour"],
-            "history_days": int(watch["history_days"]),
-            "latest_resume": self._latest_resume(state, remaining).isoformat(),
-            "remaining_hours": str(remaining),
-            "restart_overhead_minutes": watch["restart_overhead_minutes"],
-            "priority": watch["priority"],
-        }
 
     # -- attempts: the side effects of each step of costaware.training.attempts.next_step -----------------
 
     def _submit(self, state: AttemptState, market: str) -> AttemptState:
         from costaware.adapters.compute.base import JobRequest
         from costaware.training.job_contract import attempt_uris
+        from costaware.training.plan import job_seconds_left
         from costaware.training.remote import job_name
 
         plan = state.plan
         attempt = state.next_attempt
-        now = utcnow()
-        deadline = parse_instant(plan["deadline"], name="deadline") if plan["deadline"] else None
-        budget = int((deadline - now).total_seconds()) if deadline else 86400
-        output_uri, result_uri = attempt_uris(plan["model_store"], plan["base_name"], attempt)
+        seconds = job_seconds_left(plan, utcnow())
+        output_uri, result_uri = attempt_uris(plan.model_store, plan.base_name, attempt)
         request = JobRequest(
-            job_name=job_name(plan["base_name"], attempt),
-            spec_uri=plan["spec_uri"],
+            job_name=job_name(plan.base_name, attempt),
+            spec_uri=plan.spec_uri,
             market=market,
-            instance_type=plan["instance_type"],
-            checkpoint_uri=plan["checkpoint_uri"],
-            model_store=str(plan.get("model_store") or ""),
-            max_runtime_seconds=max(60, budget),
-            max_wait_seconds=max(60, budget) if market == "spot" else None,
-            env=dict(plan.get("job_env") or {}),
+            instance_type=plan.instance_type,
+            checkpoint_uri=plan.checkpoint_uri,
+            model_store=plan.model_store,
+            max_runtime_seconds=seconds,
+            max_wait_seconds=seconds if market == "spot" else None,
+            env=dict(plan.job_env),
             user_command=state.command or (),
-            image=str(plan.get("image") or ""),
+            image=plan.image or "",
             output_uri=output_uri if state.command else "",
             result_uri=result_uri if state.command else "",
             attempt=attempt,
-            grace_seconds=float(plan.get("grace_seconds") or DEFAULT_GRACE_SECONDS),
+            grace_seconds=plan.grace_seconds,
         )
         job_id = self._backend(plan).submit(request)
         self.log.info(
-            "attempt %d: job %s on %s, %s %s", attempt, job_id, plan["backend"], market, plan["instance_type"]
+            "attempt %d: job %s on %s, %s %s", attempt, job_id, plan.backend, market, plan.instance_type
         )
         return state.submitted(job_id=job_id, market=market)
 
@@ -611,18 +468,18 @@ class RemoteTrainingOperator(BaseOperator):
         plan = state.plan
         assert state.current is not None  # only a running attempt ends
         if job["market"] == "spot":
-            rate = self._billed_spot_rate(state.to_json(), job)
+            rate = self._billed_spot_rate(state, job)
         else:
-            rate = Decimal(str(plan["on_demand_usd_per_hour"]))
+            rate = Decimal(plan.on_demand_usd_per_hour)
         entry = attempt_entry(
-            identity=plan["identity"],
+            identity=plan.identity,
             attempt=state.current.attempt,
             job=job,
             usd_per_hour=rate,
-            on_demand_usd_per_hour=Decimal(plan["on_demand_usd_per_hour"]),
-            region=plan["region"],
-            backend=plan["backend"],
-            tags=plan["tags"],
+            on_demand_usd_per_hour=Decimal(plan.on_demand_usd_per_hour),
+            region=plan.region,
+            backend=plan.backend,
+            tags=plan.tags,
             cause=cause,
         )
         self.ledger_hook.get_conn().record(entry)
@@ -638,20 +495,19 @@ class RemoteTrainingOperator(BaseOperator):
         )
         return state.recorded(attempt)
 
-    def _billed_spot_rate(self, state: Mapping[str, Any], job: Mapping[str, Any]) -> Decimal:
+    def _billed_spot_rate(self, state: AttemptState, job: Mapping[str, Any]) -> Decimal:
         """The spot USD/hour an attempt is billed at.
 
         Its starting price or, given ``prices``, the time-weighted mean of the price in force over its run
-        (``ended_at`` back by its billed seconds), so that a rise during the run is paid for. ``state``:
-        the state as JSON (:meth:`AttemptState.to_json`).
+        (``ended_at`` back by its billed seconds), so that a rise during the run is paid for.
         """
         from botocore.exceptions import BotoCoreError, ClientError
 
         from costaware.core.errors import CostawareError
         from costaware.triggers.spot_window import spot_history
 
-        started_at = Decimal(str(state["spot_usd_per_hour"]))
-        billing = state.get("billing")
+        started_at = Decimal(str(state.spot_usd_per_hour))
+        billing, plan = state.plan.billing, state.plan
         seconds = float(job["billable_seconds"])
         if not billing or seconds <= 0:
             return started_at
@@ -660,16 +516,16 @@ class RemoteTrainingOperator(BaseOperator):
         start = end - timedelta(seconds=seconds)
         try:
             history = spot_history(
-                prices=billing["prices"],
-                instance_type=state["instance_type"],
-                region=state["region"],
+                prices=billing.prices,
+                instance_type=plan.instance_type,
+                region=plan.region,
                 aws_conn_id=self.aws_conn_id,
                 ttl_seconds=1.0,
                 products=["Linux/UNIX"],
                 now=end,
                 history_days=int(seconds // 86400) + 2,
             )
-            series = history.series(state["instance_type"], state["region"], billing["availability_zone"])
+            series = history.series(plan.instance_type, plan.region, billing.availability_zone)
             rate: Decimal = series.mean_usd_per_hour(start, end)
         except (CostawareError, BotoCoreError, ClientError) as e:
             # The attempt still gets its entry: at the price it started on, with the reason in the log.
@@ -687,11 +543,13 @@ class RemoteTrainingOperator(BaseOperator):
     def _step(self, context: Context, state: AttemptState, event: Event) -> Any:
         """Decide the next step (pure) and perform it: the new state to wait on, or the result (XCom)."""
         from costaware.training.attempts import Fail, Finish, JobEnded, Pause, Resume, Submit, next_step
+        from costaware.training.plan import latest_resume as resume_by
+        from costaware.training.plan import price_watch, work_left
 
         now = utcnow()
         latest_resume = None
         if isinstance(event, JobEnded) and state.current and state.current.pausing:
-            latest_resume = self._latest_resume(state, self._remaining_hours(state, ended=event.job))
+            latest_resume = resume_by(state, work_left(state, ended=event.job))
         step = next_step(state, event, now, max_attempts=self.max_attempts, latest_resume=latest_resume)
         current = state.current
         if step.stop_first and isinstance(event, JobEnded):
@@ -726,7 +584,7 @@ class RemoteTrainingOperator(BaseOperator):
             return self._finish(context, state)
         if isinstance(step, Fail):
             self._fail(state, step)
-        watch = self._price_watch(state, "resume")  # WaitForPrice
+        watch = price_watch(state, "resume", poll_interval=self.poll_interval)  # WaitForPrice
         self.log.info(
             "paused; %s h of work left, waiting for the spot price to come back until %s at the latest",
             watch["remaining_hours"],
@@ -751,7 +609,7 @@ class RemoteTrainingOperator(BaseOperator):
         """Settle this task's reservation (the spend gate's, or our own) with the attempts' total."""
         from costaware.core.ledger import reservation_holder
 
-        ident = state.plan["identity"]
+        ident = state.plan.identity
         holder = reservation_holder(ident["dag_id"], ident["run_id"], ident["task_id"], ident["map_index"])
         ledger = self.ledger_hook.get_conn()
         for reservation in ledger.open_reservations(holder_prefix=holder):
@@ -772,7 +630,7 @@ class RemoteTrainingOperator(BaseOperator):
         if state.command:
             return self._finish_command(context, state)
         job_id = state.attempts[-1].job_id if state.attempts else ""
-        result = read_result(state.plan["result_uri"], job_id=job_id, **self._storage_options())
+        result = read_result(state.plan.result_uri, job_id=job_id, **self._storage_options())
         usd = self._total(state)
         self.log.info(
             "stored %s model version %s after %d attempt(s), %s USD billed",
@@ -782,7 +640,7 @@ class RemoteTrainingOperator(BaseOperator):
             usd,
         )
         attempts = [a.to_json() for a in state.attempts]
-        return {**result, "attempts": attempts, "usd": str(usd), "backend": state.plan["backend"]}
+        return {**result, "attempts": attempts, "usd": str(usd), "backend": state.plan.backend}
 
     def _finish_command(self, context: Context, state: AttemptState) -> dict[str, Any]:
         """Store the command's outputs as a ``files`` version, record its metrics, return them (XCom)."""
@@ -802,11 +660,11 @@ class RemoteTrainingOperator(BaseOperator):
         )
         outcome = command_outcome(
             context=context,
-            identity=state.plan["identity"],
+            identity=state.plan.identity,
             version=stored["version"],
             metrics=stored["metrics"],
             command=list(state.command or ()),
-            image=state.plan.get("image"),
+            image=state.plan.image,
         )
         write_outcome(outcome, self.ledger_conn_id)
         return {
@@ -817,20 +675,20 @@ class RemoteTrainingOperator(BaseOperator):
             "bytes": stored["bytes"],
             "attempts": [a.to_json() for a in state.attempts],
             "usd": str(usd),
-            "backend": state.plan["backend"],
+            "backend": state.plan.backend,
         }
 
     def _reserve(self, state: AttemptState) -> None:
         plan = state.plan
-        if not self.budget_scope or not plan.get("estimated_usd"):
+        if not self.budget_scope or not plan.estimated_usd:
             return
         from costaware.core.ledger import reservation_holder
 
-        ident = plan["identity"]
+        ident = plan.identity
         holder = reservation_holder(ident["dag_id"], ident["run_id"], ident["task_id"], ident["map_index"])
         self.ledger_hook.get_conn().reserve(
             self.budget_scope,
-            plan["estimated_usd"],
+            plan.estimated_usd,
             holder=holder,
             run_id=ident["run_id"],
             purpose=f"remote training {ident['task_id']}",
@@ -840,29 +698,28 @@ class RemoteTrainingOperator(BaseOperator):
 
     def execute(self, context: Context) -> Any:
         """Write the spec, submit attempt 1 (or find it, on a retry) and wait for it."""
-        from costaware.training.attempts import AttemptState
-
         with airflow_errors():
-            state = AttemptState.from_json(self._plan(context))
+            state = self._start(context)
             self._reserve(state)
-            state = self._submit(state, state.plan["first_market"])
+            state = self._submit(state, state.plan.first_market)
         return self._wait(context, state)
 
     def _trigger(self, state: AttemptState) -> Any:
         """What to wait on: the current job (watching its spot price when asked), or the price of a pause."""
+        from costaware.training.plan import price_watch
         from costaware.triggers.remote_training import RemoteTrainingJobTrigger
 
         current = state.current
         if current is None:  # paused: wait for a good price to resume
-            watch: dict[str, Any] | None = self._price_watch(state, "resume")
-        elif state.plan.get("watch") and current.market == "spot" and not current.pausing:
-            watch = self._price_watch(state, "pause")
+            watch: dict[str, Any] | None = price_watch(state, "resume", poll_interval=self.poll_interval)
+        elif state.plan.watch and current.market == "spot" and not current.pausing:
+            watch = price_watch(state, "pause", poll_interval=self.poll_interval)
         else:
             watch = None
         latest = state.latest_start
         return RemoteTrainingJobTrigger(
-            backend=state.plan["backend"],
-            backend_options=state.plan["backend_options"],
+            backend=state.plan.backend,
+            backend_options=dict(state.plan.backend_options),
             job_id=current.job_id if current else None,
             state=state.to_json(),
             fallback_at=latest.isoformat() if latest and current and current.market == "spot" else None,
@@ -875,10 +732,9 @@ class RemoteTrainingOperator(BaseOperator):
             with airflow_errors():
                 trigger = self._trigger(state)
             if self.deferrable:
-                deadline = state.plan["deadline"]
+                deadline = state.plan.deadline
                 timeout = (
-                    max(parse_instant(deadline, name="deadline") - utcnow(), timedelta(0))
-                    + timedelta(hours=1)
+                    max(deadline - utcnow(), timedelta(0)) + timedelta(hours=1)
                     if deadline
                     else timedelta(days=1)
                 )

@@ -11,21 +11,20 @@ from costaware.glue import (
     DEFAULT_AWS_CONN_ID,
     DEFAULT_LEDGER_CONN_ID,
     airflow_errors,
-    as_bool,
-    default_store,
     run_identity,
     storage_options,
 )
-from costaware.operators.templating import as_written, native_rendered
+from costaware.operators.training_args import TRAINING_TEMPLATE_FIELDS, BuiltInTrainingArguments
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from costaware.core.retrain_policy import RetrainPolicy
     from costaware.training.checkpointing import Checkpointer
+    from costaware.training.spec import TrainingSpec
 
 
-class WarmStartRetrainOperator(BaseOperator):
+class WarmStartRetrainOperator(BuiltInTrainingArguments, BaseOperator):
     """Retrains a model: warm-starts the champion on new data, or retrains in full when the policy says so.
 
     See docs/retraining.md.
@@ -78,12 +77,7 @@ class WarmStartRetrainOperator(BaseOperator):
     cost_compute_from_arguments = True
 
     template_fields: Sequence[str] = (
-        "data_path",
-        "new_data_path",
-        "model_store",
-        "checkpoint_store",
-        "trainer_params",
-        "force_full",
+        *TRAINING_TEMPLATE_FIELDS,
         "usd_per_hour",
         "instance_type",
         "region",
@@ -121,6 +115,22 @@ class WarmStartRetrainOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self._keep_training_arguments(
+            model_store=model_store,
+            data_path=data_path,
+            label_column=label_column,
+            feature_columns=feature_columns,
+            new_data_path=new_data_path,
+            checkpoint_store=checkpoint_store,
+            trainer=trainer,
+            trainer_params=trainer_params,
+            label_threshold=label_threshold,
+            policy=policy,
+            policy_params=policy_params,
+            force_full=force_full,
+            checkpoint_every_seconds=checkpoint_every_seconds,
+            checkpoint_every_steps=checkpoint_every_steps,
+        )
         self.features_key = features_key
         self.ledger_conn_id = ledger_conn_id
         # Where the training runs (e.g. the Celery queue of a spot node group): the cost listener prices
@@ -128,22 +138,7 @@ class WarmStartRetrainOperator(BaseOperator):
         self.instance_type = instance_type
         self.region = region
         self.market = market
-        self.data_path = data_path
-        self.label_column = label_column
-        self.feature_columns = list(feature_columns)
-        self.model_store = model_store
-        self.new_data_path = new_data_path
-        self.checkpoint_store = checkpoint_store
-        self.trainer = trainer
-        self.trainer_params = dict(trainer_params or {})
-        self._trainer_params_written = as_written(self.trainer_params)
-        self.label_threshold = label_threshold
-        self.policy = policy
-        self.policy_params = dict(policy_params or {})
         self.drift_columns = None if drift_columns is None else list(drift_columns)
-        self.force_full = force_full
-        self.checkpoint_every_seconds = checkpoint_every_seconds
-        self.checkpoint_every_steps = checkpoint_every_steps
         self.usd_per_hour = usd_per_hour
         self.aws_conn_id = aws_conn_id
         self._checkpointer: Checkpointer | None = None
@@ -153,40 +148,28 @@ class WarmStartRetrainOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from costaware.adapters.checkpoint_store import checkpoint_key
-        from costaware.training.runner import RetrainJob, run_retrain
+        from costaware.training.runner import run_retrain
 
         facts = run_identity(context, self.task_id)
-        self.trainer_params = native_rendered(self._trainer_params_written, self.trainer_params)
         with airflow_errors():
-            job = RetrainJob(
-                data_path=self.data_path,
-                new_data_path=self.new_data_path,
-                label_column=self.label_column,
-                feature_columns=self.feature_columns,
-                label_threshold=self.label_threshold,
-                model_store=self.model_store,
-                checkpoint_store=self.checkpoint_store or default_store("checkpoints"),
+            spec = self.training_spec()
+            job = spec.retrain_job(
                 checkpoint_key=checkpoint_key(
                     facts["dag_id"], facts["task_id"], facts["run_id"], facts["map_index"]
                 ),
-                trainer=self.trainer,
-                trainer_params=self.trainer_params,
-                policy=self.policy,
-                policy_params=self.policy_params,
-                drift_columns=self.drift_columns,
-                force_full=as_bool(self.force_full, "force_full"),
-                checkpoint_every_seconds=self.checkpoint_every_seconds,
-                checkpoint_every_steps=self.checkpoint_every_steps,
-                usd_per_hour=self.usd_per_hour or None,
                 run=facts,
                 storage_options=storage_options(self.aws_conn_id),
+                usd_per_hour=self.usd_per_hour or None,
+                drift_columns=self.drift_columns,
             )
             result = run_retrain(job, on_checkpointer=self._remember)
         self.log.info("stored %s model version %s: %s", result["mode"], result["version"], result["reason"])
-        self._record_outcome(context, facts, result)
+        self._record_outcome(context, facts, result, spec)
         return result
 
-    def _record_outcome(self, context: Context, facts: dict[str, Any], result: dict[str, Any]) -> None:
+    def _record_outcome(
+        self, context: Context, facts: dict[str, Any], result: dict[str, Any], spec: TrainingSpec
+    ) -> None:
         """The run's outcome and reproducibility record, in the ledger next to its cost."""
         from costaware.adapters.model_store import ModelStore
         from costaware.operators.run_record import retrain_outcome, write_outcome
@@ -197,8 +180,8 @@ class WarmStartRetrainOperator(BaseOperator):
             context=context,
             identity=facts,
             result=result,
-            trainer=resolve_trainer(self.trainer, self.trainer_params),
-            trainer_params=self.trainer_params,
+            trainer=resolve_trainer(spec.trainer, spec.trainer_params),
+            trainer_params=spec.trainer_params,
             data_fingerprint=meta.data_fingerprint,
             features_key=str(self.features_key or ""),
         )

@@ -16,10 +16,8 @@ from typing import Any
 
 from costaware.core.series import parse_instant
 from costaware.training.job_contract import exit_hint
+from costaware.training.plan import RemotePlan
 from costaware.training.remote import CAUSES, attempt_cause, next_market
-
-#: The keys of the state dict that :class:`AttemptState` types; the rest is the plan, carried as it is.
-_TYPED = ("latest_start", "spot_usd_per_hour", "command", "attempts", "current")
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,8 +100,7 @@ class AttemptState:
     """The state of a remote training between trigger events.
 
     Args:
-        plan: The rest of the operator's plan (backend, identity, stores, prices, ...), opaque here and
-            carried through JSON unchanged.
+        plan: What every attempt shares (backend, identity, stores, prices, ...), fixed at the start.
         latest_start: The latest (re)start on spot that still meets the deadline, or None.
         spot_usd_per_hour: The spot price of the next (or running) spot attempt, a decimal string.
         command: The team's command, or None for the built-in trainers.
@@ -111,7 +108,7 @@ class AttemptState:
         current: The attempt that runs, or None (before the first, or while paused).
     """
 
-    plan: Mapping[str, Any] = field(default_factory=dict)
+    plan: RemotePlan
     latest_start: datetime | None = None
     spot_usd_per_hour: str | None = None
     command: tuple[str, ...] | None = None
@@ -124,9 +121,9 @@ class AttemptState:
         return len(self.attempts) + 1
 
     def to_json(self) -> dict[str, Any]:
-        """The state dict the operator and its trigger carried before this type (JSON primitives)."""
+        """The state dict the operator and its trigger carry (JSON primitives; the plan's keys at the top)."""
         return {
-            **self.plan,
+            **self.plan.to_json(),
             "latest_start": self.latest_start.isoformat() if self.latest_start else None,
             "spot_usd_per_hour": self.spot_usd_per_hour,
             "command": list(self.command) if self.command is not None else None,
@@ -142,7 +139,7 @@ class AttemptState:
         command = data.get("command")
         current = data.get("current")
         return cls(
-            plan={k: v for k, v in data.items() if k not in _TYPED},
+            plan=RemotePlan.from_json(data),
             latest_start=parse_instant(latest, name="latest_start") if latest else None,
             spot_usd_per_hour=str(spot) if spot is not None else None,
             command=tuple(str(c) for c in command) if command is not None else None,

@@ -1,0 +1,119 @@
+"""The built-in trainers' arguments, once for ``WarmStartRetrainOperator`` and ``RemoteTrainingOperator``.
+
+Airflow renders templates in operator attributes, so the arguments stay attributes of the operator (and show
+in its Rendered Template view); :meth:`BuiltInTrainingArguments.training_spec` turns the rendered attributes
+into one :class:`~costaware.training.spec.TrainingSpec`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from costaware.glue import as_bool, default_store
+from costaware.operators.templating import as_written, native_rendered
+from costaware.training.spec import DEFAULT_TRAINER, TrainingSpec, check_training_arguments
+
+#: The templated ones among them.
+TRAINING_TEMPLATE_FIELDS = (
+    "data_path",
+    "new_data_path",
+    "model_store",
+    "checkpoint_store",
+    "trainer_params",
+    "force_full",
+)
+
+
+def _blank(value: Any) -> Any:
+    return None if value in (None, "", "None") else value
+
+
+class BuiltInTrainingArguments:
+    """A mixin of the retrain operators: the built-in trainer's arguments and their :class:`TrainingSpec`."""
+
+    data_path: str | None
+    label_column: str | None
+    feature_columns: list[str]
+    model_store: str
+    new_data_path: str | None
+    checkpoint_store: str | None
+    trainer: str
+    trainer_params: dict[str, Any]
+    label_threshold: float | None
+    policy: Any
+    policy_params: dict[str, Any]
+    force_full: bool | str
+    checkpoint_every_seconds: float | None
+    checkpoint_every_steps: int | None
+    seed: int | None
+
+    def _keep_training_arguments(
+        self,
+        *,
+        model_store: str,
+        data_path: str | None,
+        label_column: str | None,
+        feature_columns: Sequence[str] | None,
+        new_data_path: str | None,
+        checkpoint_store: str | None,
+        trainer: str | None,
+        trainer_params: Mapping[str, Any] | None,
+        label_threshold: float | None,
+        policy: Any,
+        policy_params: Mapping[str, Any] | None,
+        force_full: bool | str,
+        checkpoint_every_seconds: float | None,
+        checkpoint_every_steps: int | None,
+        seed: int | None = None,
+        check: bool = True,
+    ) -> None:
+        """Keep the arguments; with ``check`` (a built-in training), check what needs no rendering."""
+        if check:
+            check_training_arguments(
+                label_column=label_column,
+                feature_columns=list(feature_columns or []),
+                checkpoint_every_seconds=checkpoint_every_seconds,
+                checkpoint_every_steps=checkpoint_every_steps,
+            )
+        self.data_path = data_path
+        self.label_column = label_column
+        self.feature_columns = list(feature_columns or [])
+        self.model_store = model_store
+        self.new_data_path = new_data_path
+        self.checkpoint_store = checkpoint_store
+        self.trainer = trainer or DEFAULT_TRAINER
+        self.trainer_params = dict(trainer_params or {})
+        # Kept as written to tell, after rendering, which values were templates (see native_rendered).
+        self._trainer_params_written = as_written(self.trainer_params)
+        self.label_threshold = label_threshold
+        self.policy = policy
+        self.policy_params = dict(policy_params or {})
+        self.force_full = force_full
+        self.checkpoint_every_seconds = checkpoint_every_seconds
+        self.checkpoint_every_steps = checkpoint_every_steps
+        self.seed = seed
+
+    def training_spec(self) -> TrainingSpec:
+        """The rendered arguments as one value (call after Airflow rendered the templates).
+
+        Raises:
+            ConfigurationError: a rendered value that is empty or wrong; the message names it.
+        """
+        return TrainingSpec(
+            data_path=str(self.data_path or ""),
+            label_column=str(self.label_column or ""),
+            feature_columns=tuple(self.feature_columns),
+            model_store=str(self.model_store or ""),
+            checkpoint_store=str(self.checkpoint_store or default_store("checkpoints")).rstrip("/"),
+            new_data_path=_blank(self.new_data_path),
+            label_threshold=self.label_threshold,
+            trainer=self.trainer,
+            trainer_params=native_rendered(self._trainer_params_written, self.trainer_params),
+            policy=self.policy,
+            policy_params=dict(self.policy_params),
+            force_full=as_bool(self.force_full, "force_full"),
+            checkpoint_every_seconds=self.checkpoint_every_seconds,
+            checkpoint_every_steps=self.checkpoint_every_steps,
+            seed=self.seed,
+        )

@@ -1,0 +1,180 @@
+"""What the built-in trainers train: one :class:`TrainingSpec` for both retrain operators.
+
+``WarmStartRetrainOperator`` trains it in the worker (:meth:`TrainingSpec.retrain_job` -> ``run_retrain``);
+``RemoteTrainingOperator`` writes it as the JSON spec its job reads (:meth:`TrainingSpec.spec_file`), and the
+job's ``python -m costaware.training.entrypoint`` turns that back into the same ``RetrainJob``. The arguments
+are checked once, here, when the DAG is parsed (:func:`check_training_arguments`) and again after rendering.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from costaware.core.errors import ConfigurationError
+
+DEFAULT_TRAINER = "sklearn-sgd"
+
+
+def check_checkpoint_interval(every_seconds: Any, every_steps: Any) -> None:
+    """A checkpoint interval by time, by steps, or both (what ``Checkpointer`` accepts).
+
+    Raises:
+        ConfigurationError: a value that is not a positive number of seconds / steps, or neither given.
+    """
+    if every_seconds is not None and not (
+        isinstance(every_seconds, int | float)
+        and not isinstance(every_seconds, bool)
+        and math.isfinite(every_seconds)
+        and every_seconds > 0
+    ):
+        raise ConfigurationError(
+            f"checkpoint_every_seconds must be a number of seconds > 0 or None, got {every_seconds!r}"
+        )
+    if every_steps is not None and (
+        not isinstance(every_steps, int) or isinstance(every_steps, bool) or every_steps < 1
+    ):
+        raise ConfigurationError(
+            f"checkpoint_every_steps must be an integer >= 1 or None, got {every_steps!r}"
+        )
+    if every_seconds is None and every_steps is None:
+        raise ConfigurationError(
+            "checkpoint_every_seconds and checkpoint_every_steps are both None: set one (or both), or a "
+            "preemption loses the whole training"
+        )
+
+
+def check_training_arguments(
+    *,
+    label_column: Any,
+    feature_columns: Sequence[Any],
+    checkpoint_every_seconds: Any,
+    checkpoint_every_steps: Any,
+) -> None:
+    """What can be checked before templates are rendered (when the DAG is parsed).
+
+    Raises:
+        ConfigurationError: no features, the label among them, or a bad checkpoint interval.
+    """
+    if not feature_columns:
+        raise ConfigurationError("feature_columns is empty: name the columns the model learns from")
+    if label_column in feature_columns:
+        raise ConfigurationError(
+            f"label column {label_column!r} is also a feature: remove it from feature_columns"
+        )
+    check_checkpoint_interval(checkpoint_every_seconds, checkpoint_every_steps)
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingSpec:
+    """The built-in training of one retrain, rendered; see ``WarmStartRetrainOperator`` for each field.
+
+    ``policy`` is a policy name, or (in the worker only) a ``RetrainPolicy`` instance.
+    """
+
+    data_path: str
+    label_column: str
+    feature_columns: tuple[str, ...]
+    model_store: str
+    checkpoint_store: str
+    new_data_path: str | None = None
+    label_threshold: float | None = None
+    trainer: str = DEFAULT_TRAINER
+    trainer_params: Mapping[str, Any] = field(default_factory=dict)
+    policy: Any = None
+    policy_params: Mapping[str, Any] = field(default_factory=dict)
+    force_full: bool = False
+    checkpoint_every_seconds: float | None = 300.0
+    checkpoint_every_steps: int | None = None
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        check_training_arguments(
+            label_column=self.label_column,
+            feature_columns=self.feature_columns,
+            checkpoint_every_seconds=self.checkpoint_every_seconds,
+            checkpoint_every_steps=self.checkpoint_every_steps,
+        )
+        for name in ("data_path", "model_store", "checkpoint_store"):
+            if not str(getattr(self, name) or "").strip():
+                raise ConfigurationError(f"{name} rendered empty: give a path or URI")
+
+    def _trainer_params(self) -> dict[str, Any]:
+        # A seed argument is the trainer's seed unless trainer_params name one themselves.
+        params = dict(self.trainer_params)
+        return params if self.seed is None else {"seed": int(self.seed), **params}
+
+    def retrain_job(
+        self,
+        *,
+        checkpoint_key: str,
+        run: Mapping[str, Any],
+        storage_options: Mapping[str, Any],
+        usd_per_hour: str | None = None,
+        drift_columns: Sequence[str] | None = None,
+    ) -> Any:
+        """The ``RetrainJob`` that ``run_retrain`` trains in this process."""
+        from costaware.training.runner import RetrainJob
+
+        return RetrainJob(
+            data_path=self.data_path,
+            new_data_path=self.new_data_path,
+            label_column=self.label_column,
+            feature_columns=list(self.feature_columns),
+            label_threshold=self.label_threshold,
+            model_store=self.model_store,
+            checkpoint_store=self.checkpoint_store,
+            checkpoint_key=checkpoint_key,
+            trainer=self.trainer,
+            trainer_params=self._trainer_params(),
+            policy=self.policy,
+            policy_params=dict(self.policy_params),
+            drift_columns=drift_columns,
+            force_full=self.force_full,
+            checkpoint_every_seconds=self.checkpoint_every_seconds,
+            checkpoint_every_steps=self.checkpoint_every_steps,
+            usd_per_hour=usd_per_hour,
+            run=dict(run),
+            storage_options=dict(storage_options),
+        )
+
+    def spec_file(
+        self,
+        *,
+        checkpoint_key: str,
+        run: Mapping[str, Any],
+        storage_options: Mapping[str, Any],
+        result_uri: str,
+    ) -> dict[str, Any]:
+        """The JSON spec ``python -m costaware.training.entrypoint --spec URI`` reads (JSON primitives).
+
+        ``storage_options`` must hold no credentials (``entrypoint.spec_storage_options``).
+        """
+        if self.policy is not None and not isinstance(self.policy, str):
+            raise ConfigurationError(
+                f"policy {self.policy!r} is an object: a remote job gets it by name (drift, always-full, "
+                "always-warm) with policy_params"
+            )
+        return {
+            "data_path": self.data_path,
+            "new_data_path": self.new_data_path,
+            "label_column": self.label_column,
+            "feature_columns": list(self.feature_columns),
+            "label_threshold": self.label_threshold,
+            "model_store": self.model_store,
+            "checkpoint_store": self.checkpoint_store,
+            "checkpoint_key": checkpoint_key,
+            "trainer": self.trainer,
+            "trainer_params": dict(self.trainer_params),
+            "policy": self.policy,
+            "policy_params": dict(self.policy_params),
+            "force_full": self.force_full,
+            "checkpoint_every_seconds": self.checkpoint_every_seconds,
+            "checkpoint_every_steps": self.checkpoint_every_steps,
+            "seed": self.seed,
+            "run": dict(run),
+            "storage_options": dict(storage_options),
+            "result_uri": result_uri,
+        }

@@ -1,0 +1,259 @@
+"""The remote training's plan (``make_plan``, the pause helpers) and the built-in ``TrainingSpec`` (pure)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from costaware.core.errors import ConfigurationError
+from costaware.training.attempts import Attempt, AttemptState
+from costaware.training.entrypoint import job_from_spec
+from costaware.training.plan import (
+    Billing,
+    PlanArguments,
+    PriceWatch,
+    RemotePlan,
+    job_seconds_left,
+    latest_resume,
+    make_plan,
+    price_watch,
+    work_left,
+)
+from costaware.training.spec import TrainingSpec
+
+NOW = datetime(2026, 11, 24, 12, 0, tzinfo=timezone.utc)
+DEADLINE = NOW + timedelta(hours=10)
+DECISION: dict[str, Any] = {
+    "market": "spot",
+    "usd_per_hour": "0.31",
+    "on_demand_usd_per_hour": "0.96",
+    "instance_type": "m5.2xlarge",
+    "region": "us-west-2",
+    "availability_zone": "us-west-2b",
+    "expected_runtime_hours": "2",
+    "priority": "normal",
+    "estimated_usd": "0.62",
+    "deadline": DEADLINE.isoformat(),
+    "latest_start": (DEADLINE - timedelta(hours=2, minutes=5)).isoformat(),
+}
+
+
+def plan_of(args: PlanArguments, decision: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+    given: dict[str, Any] = {
+        "identity": {"dag_id": "d", "run_id": "r", "task_id": "t", "map_index": -1},
+        "base_name": "t-0123456789",
+        "checkpoint_uri": "s3://b/ckpt/d/t/r/-1",
+        "model_store": "s3://b/models",
+        "spec_uri": "",
+        "result_uri": "",
+        "job_env": {},
+        "tags": {"team": "ml"},
+        **kwargs,
+    }
+    return make_plan(args, DECISION if decision is None else decision, **given)
+
+
+def test_the_decision_fills_what_the_arguments_leave_out() -> None:
+    start = plan_of(PlanArguments(backend="batch", aws_conn_id="aws_prod"))
+    plan = start.plan
+    assert (plan.first_market, plan.instance_type, plan.region) == ("spot", "m5.2xlarge", "us-west-2")
+    assert (plan.on_demand_usd_per_hour, plan.estimated_usd, start.spot_usd_per_hour) == (
+        "0.96",
+        "0.62",
+        "0.31",
+    )
+    assert plan.deadline == DEADLINE and start.latest_start == DEADLINE - timedelta(hours=2, minutes=5)
+    assert plan.backend_options == {"aws_conn_id": "aws_prod"}  # an AWS backend reaches AWS through it
+    assert plan.watch is None and plan.billing is None
+
+
+def test_arguments_win_over_the_decision_and_templates_rendered_empty_do_not() -> None:
+    args = PlanArguments(
+        market="on_demand",
+        instance_type="c5.xlarge",
+        region="None",  # a template that rendered nothing
+        on_demand_usd_per_hour="",
+        deadline=(NOW + timedelta(hours=3)).isoformat(),
+        aws_conn_id="aws_prod",
+    )
+    plan = plan_of(args).plan
+    assert (plan.first_market, plan.instance_type, plan.region) == ("on_demand", "c5.xlarge", "us-west-2")
+    assert plan.deadline == NOW + timedelta(hours=3)
+    assert plan.backend_options == {}  # the local backend needs no AWS connection
+
+
+def test_the_list_price_is_asked_only_when_nobody_gave_one() -> None:
+    asked: list[tuple[str, str]] = []
+
+    def list_price(instance_type: str, region: str) -> Decimal:
+        asked.append((instance_type, region))
+        return Decimal("0.17")
+
+    assert plan_of(PlanArguments(), list_price=list_price).plan.on_demand_usd_per_hour == "0.96"
+    assert asked == []
+    decision = {k: v for k, v in DECISION.items() if k != "on_demand_usd_per_hour"}
+    assert plan_of(PlanArguments(), decision, list_price=list_price).plan.on_demand_usd_per_hour == "0.17"
+    assert asked == [("m5.2xlarge", "us-west-2")]
+
+
+@pytest.mark.parametrize(
+    ("args", "decision", "message"),
+    [
+        (PlanArguments(backend="ec2"), DECISION, "unknown compute backend 'ec2': use one of"),
+        (PlanArguments(market="cheap"), DECISION, "market 'cheap' is not one of"),
+        (PlanArguments(), {}, "no instance type: pass instance_type"),
+        (PlanArguments(market="spot", instance_type="m5.large"), {}, "no on-demand price of m5.large"),
+        (
+            PlanArguments(market="spot", instance_type="m5.large", on_demand_usd_per_hour="0.1"),
+            {},
+            "market is spot but no spot price is known",
+        ),
+        (PlanArguments(pause_on_price=True), DECISION, "pause_on_price needs spot prices"),
+        (
+            PlanArguments(pause_on_price=True, prices="live", expected_runtime_hours="-1"),
+            {k: v for k, v in DECISION.items() if k != "expected_runtime_hours"},
+            "pause_on_price needs the expected runtime, got '-1'",
+        ),
+        (
+            PlanArguments(pause_on_price=True, prices="live"),
+            {k: v for k, v in DECISION.items() if k != "deadline"},
+            "pause_on_price needs a deadline",
+        ),
+        (PlanArguments(pause_on_price=True, prices="live", priority="urgent"), DECISION, "priority 'urgent'"),
+    ],
+)
+def test_bad_arguments_are_named(args: PlanArguments, decision: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        plan_of(args, decision)
+
+
+def test_pausing_and_billing_plans_come_from_the_prices() -> None:
+    args = PlanArguments(
+        pause_on_price=True, prices="prices.csv", restart_overhead_minutes=7, aws_conn_id="a"
+    )
+    plan = plan_of(args).plan
+    assert plan.watch == PriceWatch(
+        prices="prices.csv",
+        runtime_hours="2",
+        priority="normal",
+        restart_overhead_minutes=7.0,
+        history_days=14,
+        availability_zone="us-west-2b",
+        aws_conn_id="a",
+        region="us-west-2",
+    )
+    assert plan.billing == Billing(prices="prices.csv", availability_zone="us-west-2b")
+    # SageMaker bills its own ml.* spot prices: no EC2 series to bill from.
+    assert plan_of(replace(args, backend="sagemaker")).plan.billing is None
+
+
+def test_a_plan_round_trips_through_json() -> None:
+    plan = plan_of(PlanArguments(pause_on_price=True, prices="live", image="img:1", grace_seconds=30)).plan
+    assert RemotePlan.from_json(plan.to_json()) == plan
+
+
+def paused_state(ran_seconds: list[float]) -> AttemptState:
+    plan = plan_of(PlanArguments(pause_on_price=True, prices="live", checkpoint_every_seconds=300.0)).plan
+    attempts = tuple(
+        Attempt(n + 1, f"j-a{n + 1}", "spot", "m5.2xlarge", s, "0.01", "paused", "")
+        for n, s in enumerate(ran_seconds)
+    )
+    return AttemptState(plan=plan, spot_usd_per_hour="0.31", attempts=attempts)
+
+
+def test_the_work_left_sets_the_latest_resume_and_the_price_watch() -> None:
+    state = paused_state([3600.0])  # one hour run; 300 s restart + 300 s interval lost: 3000 s kept
+    left = work_left(state)
+    assert left == Decimal("2") - Decimal("0.833333")
+    # normal priority: deadline - work left - one restart (5 minutes)
+    assert latest_resume(state, left) == DEADLINE - timedelta(hours=float(left), minutes=5)
+    watch = price_watch(state, "resume", poll_interval=30)
+    assert watch["mode"] == "resume" and watch["remaining_hours"] == str(left)
+    assert watch["latest_resume"] == latest_resume(state, left).isoformat()
+    assert watch["observe"]["ttl_seconds"] == 300.0 and watch["observe"]["availability_zone"] == "us-west-2b"
+    assert watch["on_demand_usd_per_hour"] == "0.96"
+    # An attempt that is ending counts too, before it is recorded.
+    assert work_left(state, ended={"billable_seconds": 3600.0}) == Decimal("0.333333")  # 2 h - 2 x 3000 s
+
+
+def test_a_plan_without_a_watch_has_no_price_watch() -> None:
+    state = replace(paused_state([]), plan=plan_of(PlanArguments()).plan)
+    with pytest.raises(ValueError, match="pause_on_price is off"):
+        price_watch(state, "pause", poll_interval=30)
+
+
+def test_an_attempt_may_run_until_the_deadline() -> None:
+    plan = plan_of(PlanArguments()).plan
+    assert job_seconds_left(plan, NOW) == 10 * 3600
+    assert job_seconds_left(plan, DEADLINE + timedelta(hours=1)) == 60  # never below a minute
+    assert job_seconds_left(replace(plan, deadline=None), NOW) == 86400
+
+
+# -- TrainingSpec ------------------------------------------------------------------------------------------
+
+SPEC = TrainingSpec(
+    data_path="s3://b/data/",
+    label_column="delay",
+    feature_columns=("distance", "hour"),
+    model_store="s3://b/models",
+    checkpoint_store="s3://b/ckpt",
+    new_data_path="s3://b/data/day-2.parquet",
+    label_threshold=15.0,
+    trainer="sklearn-sgd",
+    trainer_params={"epochs": 3},
+    policy="drift",
+    policy_params={"max_warm_steps": 4},
+    force_full=True,
+    checkpoint_every_seconds=60.0,
+    checkpoint_every_steps=2,
+    seed=7,
+)
+
+
+def test_the_remote_job_trains_the_same_retrain_job_as_the_worker() -> None:
+    run = {"dag_id": "d", "run_id": "r", "task_id": "t", "map_index": -1}
+    spec_file = SPEC.spec_file(
+        checkpoint_key="d/t/r/-1",
+        run=run,
+        storage_options={"endpoint_url": "http://s3"},
+        result_uri="s3://b/r",
+    )
+    in_worker = SPEC.retrain_job(
+        checkpoint_key="d/t/r/-1", run=run, storage_options={"endpoint_url": "http://s3"}
+    )
+    assert job_from_spec(spec_file) == in_worker
+    assert in_worker.trainer_params == {"seed": 7, "epochs": 3}  # the seed reaches the trainer
+    assert replace(SPEC, trainer_params={"seed": 1}).retrain_job(
+        checkpoint_key="k", run=run, storage_options={}
+    ).trainer_params == {"seed": 1}  # trainer_params' own seed wins
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"feature_columns": ()}, "feature_columns is empty"),
+        ({"feature_columns": ("delay",)}, "label column 'delay' is also a feature"),
+        ({"checkpoint_every_seconds": None, "checkpoint_every_steps": None}, "both None"),
+        (
+            {"checkpoint_every_seconds": float("nan")},
+            "checkpoint_every_seconds must be a number of seconds > 0",
+        ),
+        ({"checkpoint_every_steps": True}, "checkpoint_every_steps must be an integer >= 1"),
+        ({"data_path": " "}, "data_path rendered empty"),
+        ({"model_store": ""}, "model_store rendered empty"),
+    ],
+)
+def test_a_bad_training_spec_is_named(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        replace(SPEC, **changes)
+
+
+def test_a_policy_object_cannot_travel_to_a_remote_job() -> None:
+    with pytest.raises(ConfigurationError, match="a remote job gets it by name"):
+        replace(SPEC, policy=object()).spec_file(
+            checkpoint_key="k", run={}, storage_options={}, result_uri=""
+        )
