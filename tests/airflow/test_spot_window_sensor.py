@@ -93,6 +93,87 @@ def test_defers_then_starts_on_spot_when_the_price_drops(tmp_path: Path, ledger_
     assert len(ledger_env.entries(dag_id="spot_window_test")) == 1
 
 
+#: The sensor's XCom keys that DAGs and templates read (``ti.xcom_pull(...)["market"]``); none may go.
+SENSOR_XCOM_KEYS = [
+    "availability_zone",
+    "market",
+    "usd_per_hour",
+    "reason",
+    "decided_at",
+    "price_source",
+    "price_detail",
+    "instance_type",
+    "region",
+    "priority",
+    "on_demand_usd_per_hour",
+    "estimated_usd",
+    "expected_runtime_hours",
+    "latest_start",
+    "deadline",
+]
+
+
+def test_sensor_trigger_and_resume_watch_make_the_same_decision(
+    tmp_path: Path, ledger_env: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from costaware.core.spot_window import Observation, SpotDecision, decide
+    from costaware.triggers import remote_training
+    from costaware.triggers import spot_window as trigger_module
+    from costaware.triggers.spot_window import observe_market
+
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="0.30")  # below the forecast minimum (0.50): spot now
+    at = now()
+    sensor = make_sensor(prices=str(prices), deadline=(at + timedelta(hours=12)).isoformat())
+    plan = sensor._plan(context(), at)
+    latest = datetime.fromisoformat(plan["latest_start"])
+    on_demand = Decimal(plan["on_demand_usd_per_hour"])
+    seen = Observation(*observe_market(now=at, on_demand_usd_per_hour=on_demand, **sensor._observe_kwargs()))
+    expected = decide(
+        now=at,
+        observation=seen,
+        on_demand_usd_per_hour=on_demand,
+        forecast_starts=plan["forecast_starts"],
+        target_usd_per_hour=None,
+        latest_start=latest,
+        not_before=None,
+    )
+    assert expected is not None and expected.market == "spot" and expected.usd_per_hour == Decimal("0.30")
+
+    from_sensor = sensor._decide_now(plan, at)
+
+    monkeypatch.setattr(trigger_module, "utcnow", lambda: at)
+    trigger = SpotWindowTrigger(
+        on_demand_usd_per_hour=plan["on_demand_usd_per_hour"],
+        forecast_starts=plan["forecast_starts"],
+        latest_start=plan["latest_start"],
+        not_before=plan["not_before"],
+        target_usd_per_hour=plan["target_usd_per_hour"],
+        **sensor._observe_kwargs(),
+    )
+    from_trigger = SpotDecision.from_xcom(run_trigger(trigger)["decision"])
+
+    watch = {"mode": "resume", "on_demand_usd_per_hour": plan["on_demand_usd_per_hour"]}
+    resumed = remote_training.price_event(
+        {**watch, "latest_resume": plan["latest_start"]},
+        {},
+        now=at,
+        usd_per_hour=seen.usd_per_hour,
+        available=seen.available,
+        source=seen.source,
+        forecast_starts=plan["forecast_starts"],
+    )
+    assert resumed is not None
+    from_watch = SpotDecision.from_xcom(resumed["resume"])
+
+    assert from_sensor == from_trigger == from_watch == expected
+
+    result = sensor.execute(context())  # at once: the same price is still in force
+    assert sorted(result) == sorted(SENSOR_XCOM_KEYS)
+    assert result["market"] == "spot" and result["usd_per_hour"] == "0.30"
+    assert result["estimated_usd"] == "0.300000" and result["availability_zone"] == ""
+
+
 def test_falls_back_to_on_demand_before_the_deadline(tmp_path: Path, ledger_env: Ledger) -> None:
     prices = tmp_path / "prices.csv"
     write_history(prices, current="5.00")  # above on-demand: no useful spot capacity

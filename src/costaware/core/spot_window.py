@@ -13,6 +13,11 @@ A job already running on spot may be paused (:func:`pause_decision`) when its pr
 rest of its window offers, and resumed from its checkpoint by :func:`window_decision` once the price is back
 at the forecast minimum: a pause needs a clearly higher price than a start refuses, so the two never chase
 each other.
+
+The decision is one frozen value, :class:`SpotDecision`, made by one function, :func:`decide`, from one look
+at the market (:class:`Observation`): the sensor, its trigger and the remote training's resume watch all
+call it. It travels as JSON (XCom, trigger events) through :meth:`SpotDecision.to_xcom` and
+:meth:`SpotDecision.from_xcom`.
 """
 
 from __future__ import annotations
@@ -24,6 +29,28 @@ from decimal import Decimal
 from costaware.core.errors import ConfigurationError
 from costaware.core.policies.cheapest_window import PAUSE_MARGIN, pause_rule, start_rule
 from costaware.core.series import parse_instant
+
+# The decision's value lives in its own module; it is re-exported here, where the rule that makes it is.
+from costaware.core.spot_decision import Observation, SpotDecision, WindowMarket, price_labels
+
+__all__ = [
+    "CRITICAL_RESERVE_SHARE",
+    "PRIORITIES",
+    "Observation",
+    "SpotDecision",
+    "WindowMarket",
+    "check_priority",
+    "choose_zone",
+    "decide",
+    "forecast_min",
+    "label_decision",
+    "latest_start",
+    "pause_decision",
+    "price_labels",
+    "spot_capacity",
+    "wants_observation",
+    "window_decision",
+]
 
 #: Priority classes, most protected first.
 PRIORITIES = ("critical", "normal", "best_effort")
@@ -74,6 +101,32 @@ def forecast_min(
     return min(values) if values else None
 
 
+def _window_rule(
+    *,
+    now: datetime,
+    usd_per_hour: Decimal | None,
+    available: bool,
+    on_demand_usd_per_hour: Decimal,
+    forecast_starts: Sequence[Sequence[str]],
+    target_usd_per_hour: Decimal | None,
+    latest_start: datetime,
+    not_before: datetime | None,
+) -> tuple[WindowMarket, Decimal, str] | None:
+    if now >= latest_start:
+        late = f"waiting longer would miss the deadline: latest safe start {latest_start.isoformat()}"
+        return "on_demand", on_demand_usd_per_hour, late
+    if not_before is not None and now < not_before:
+        return None
+    if usd_per_hour is None or not available or usd_per_hour >= on_demand_usd_per_hour:
+        return None
+    reason = start_rule(
+        usd_per_hour, forecast_min(forecast_starts, after=now, until=latest_start), target_usd_per_hour
+    )
+    if reason is None:
+        return None
+    return "spot", usd_per_hour, f"spot capacity available; {reason}"
+
+
 def window_decision(
     *,
     now: datetime,
@@ -90,29 +143,24 @@ def window_decision(
     The order: past ``latest_start`` -> on-demand (waiting longer would miss the deadline); before
     ``not_before`` -> wait; spot with capacity, cheaper than on-demand, and passing the start rule (at or
     below the target or the forecast minimum of the rest of the window) -> spot; else wait.
+
+    The bare rule, ``{"market", "usd_per_hour", "reason"}``; :func:`decide` makes the full
+    :class:`SpotDecision` from it.
     """
-    if now >= latest_start:
-        return {
-            "market": "on_demand",
-            "usd_per_hour": str(on_demand_usd_per_hour),
-            "reason": (
-                f"waiting longer would miss the deadline: latest safe start {latest_start.isoformat()}"
-            ),
-        }
-    if not_before is not None and now < not_before:
-        return None
-    if usd_per_hour is None or not available or usd_per_hour >= on_demand_usd_per_hour:
-        return None
-    reason = start_rule(
-        usd_per_hour, forecast_min(forecast_starts, after=now, until=latest_start), target_usd_per_hour
+    rule = _window_rule(
+        now=now,
+        usd_per_hour=usd_per_hour,
+        available=available,
+        on_demand_usd_per_hour=on_demand_usd_per_hour,
+        forecast_starts=forecast_starts,
+        target_usd_per_hour=target_usd_per_hour,
+        latest_start=latest_start,
+        not_before=not_before,
     )
-    if reason is None:
+    if rule is None:
         return None
-    return {
-        "market": "spot",
-        "usd_per_hour": str(usd_per_hour),
-        "reason": f"spot capacity available; {reason}",
-    }
+    market, price, reason = rule
+    return {"market": market, "usd_per_hour": str(price), "reason": reason}
 
 
 def pause_decision(
@@ -187,9 +235,66 @@ def choose_zone(observations: Mapping[str, tuple[Decimal, bool]]) -> str | None:
 
 
 def label_decision(decision: dict[str, str], source: str) -> None:
-    """Name where the decision's price came from: a short ``price_source`` and the full ``price_detail``."""
-    spot = decision["market"] == "spot"
-    decision["price_source"] = (
-        ("live-ec2" if source.startswith("live") else "recorded") if spot else "on-demand-list"
+    """Add :func:`price_labels` to a bare :func:`window_decision` dict, in place."""
+    decision["price_source"], decision["price_detail"] = price_labels(decision["market"], source)
+
+
+def wants_observation(now: datetime, *, latest_start: datetime, not_before: datetime | None) -> bool:
+    """Whether a look at the market can change :func:`decide`'s answer at ``now``.
+
+    Not before the window opens (nothing starts yet), not from ``latest_start`` on (on-demand whatever
+    spot costs): the price is read, which is IO, only in between.
+    """
+    return now < latest_start and (not_before is None or now >= not_before)
+
+
+def decide(
+    *,
+    now: datetime,
+    observation: Observation,
+    on_demand_usd_per_hour: Decimal,
+    forecast_starts: Sequence[Sequence[str]],
+    target_usd_per_hour: Decimal | None,
+    latest_start: datetime,
+    not_before: datetime | None,
+) -> SpotDecision | None:
+    """The spot window's decision at ``now``, or ``None`` to keep waiting (pure).
+
+    :func:`window_decision`'s rule, stamped with ``now``, the zone the observation chose (spot only) and the
+    price's labels (:func:`price_labels`). The ``SpotWindowSensor``, the ``SpotWindowTrigger`` and the
+    remote training's resume watch all decide through this.
+
+    Args:
+        now: The moment of the look (aware UTC).
+        observation: What the market showed; ``Observation()`` when it was not read
+            (:func:`wants_observation`).
+        on_demand_usd_per_hour: The on-demand price, the fallback's.
+        forecast_starts: ``[[iso start, forecast mean USD/h], ...]`` of the rest of the window.
+        target_usd_per_hour: Start on spot at once at or below this, or ``None``.
+        latest_start: From then on: on-demand.
+        not_before: Before this nothing starts, or ``None``.
+    """
+    rule = _window_rule(
+        now=now,
+        usd_per_hour=observation.usd_per_hour,
+        available=observation.available,
+        on_demand_usd_per_hour=on_demand_usd_per_hour,
+        forecast_starts=forecast_starts,
+        target_usd_per_hour=target_usd_per_hour,
+        latest_start=latest_start,
+        not_before=not_before,
     )
-    decision["price_detail"] = source
+    if rule is None:
+        return None
+    market, price, reason = rule
+    price_source, price_detail = price_labels(market, observation.source)
+    zone = observation.availability_zone if market == "spot" and observation.availability_zone else None
+    return SpotDecision(
+        market=market,
+        usd_per_hour=price,
+        reason=reason,
+        decided_at=now,
+        availability_zone=zone,
+        price_source=price_source,
+        price_detail=price_detail,
+    )

@@ -1,6 +1,7 @@
 """``SpotWindowSensor``: in the off-peak window, wait for the best spot start; fall back to on-demand in time.
 
-Its decision ``{"market", "usd_per_hour", "reason", ...}`` (money as text) is the task's XCom and an estimated
+Its decision, a :class:`~costaware.core.spot_window.SpotDecision`, is the task's XCom as
+``{"market", "usd_per_hour", "reason", ...}`` (money as text, :meth:`~SpotDecision.to_xcom`) and an estimated
 compute entry in the cost ledger; the training task downstream reads ``market`` to choose spot or on-demand.
 """
 
@@ -20,7 +21,13 @@ from costaware.core import spot_window as rules
 from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import utcnow
 from costaware.core.series import parse_instant
-from costaware.core.spot_window import check_priority, label_decision, window_decision
+from costaware.core.spot_window import (
+    Observation,
+    SpotDecision,
+    check_priority,
+    decide,
+    wants_observation,
+)
 from costaware.glue import DEFAULT_AWS_CONN_ID, DEFAULT_LEDGER_CONN_ID, airflow_errors, check_tags
 from costaware.triggers.spot_window import (
     LIVE,
@@ -258,32 +265,25 @@ class SpotWindowSensor(BaseSensorOperator):
             history_days=self.history_days,
         )
 
-    def _decide_now(self, plan: dict[str, Any], now: datetime) -> dict[str, str] | None:
+    def _decide_now(self, plan: dict[str, Any], now: datetime) -> SpotDecision | None:
         latest_start = parse_instant(plan["latest_start"], name="latest_start")
         not_before = parse_instant(plan["not_before"], name="not_before") if plan["not_before"] else None
         on_demand = Decimal(plan["on_demand_usd_per_hour"])
-        price: Decimal | None = None
-        available, source, zone_name = False, "", ""
-        if now < latest_start and (not_before is None or now >= not_before):
+        observation = Observation()
+        if wants_observation(now, latest_start=latest_start, not_before=not_before):
             price, available, source, zone_name = observe_market(
                 now=now, on_demand_usd_per_hour=on_demand, **self._observe_kwargs()
             )
-        decision = window_decision(
+            observation = Observation(price, available, source, zone_name)
+        return decide(
             now=now,
-            usd_per_hour=price,
-            available=available,
+            observation=observation,
             on_demand_usd_per_hour=on_demand,
             forecast_starts=plan["forecast_starts"],
             target_usd_per_hour=Decimal(plan["target_usd_per_hour"]) if plan["target_usd_per_hour"] else None,
             latest_start=latest_start,
             not_before=not_before,
         )
-        if decision is not None:
-            decision["decided_at"] = now.isoformat()
-            if zone_name and decision["market"] == "spot":
-                decision["availability_zone"] = zone_name
-            label_decision(decision, source)
-        return decision
 
     def _observe_kwargs(self) -> dict[str, Any]:
         """Where prices and capacity come from: the trigger's kwargs and :func:`observe_market`'s."""
@@ -372,36 +372,32 @@ class SpotWindowSensor(BaseSensorOperator):
                 raise AirflowException(message)
             raise AirflowFailException(message)
         with airflow_errors():
-            return self._finish(context, plan, dict(event["decision"]))
+            return self._finish(context, plan, SpotDecision.from_xcom(event["decision"]))
 
-    def _finish(self, context: Context, plan: dict[str, Any], decision: dict[str, str]) -> dict[str, str]:
-        runtime = Decimal(plan["runtime_hours"])
-        price = Decimal(decision["usd_per_hour"])
-        on_demand = Decimal(plan["on_demand_usd_per_hour"])
-        result = {
-            "availability_zone": self.availability_zone or "",
-            **decision,
-            "instance_type": self.instance_type,
-            "region": self.region,
-            "priority": plan.get("priority", "normal"),
-            "on_demand_usd_per_hour": str(on_demand),
-            "estimated_usd": str((price * runtime).quantize(_MICRO)),
-            "expected_runtime_hours": str(runtime),
-            "latest_start": plan["latest_start"],
-            "deadline": plan["deadline"],
-        }
-        self.log.info(
-            "decision: %s at %s USD/hour: %s", result["market"], result["usd_per_hour"], result["reason"]
+    def _finish(self, context: Context, plan: dict[str, Any], decision: SpotDecision) -> dict[str, str]:
+        """Complete the decision with the job, record it, and return its XCom."""
+        result = decision.for_job(
+            instance_type=self.instance_type,
+            region=self.region,
+            priority=plan.get("priority", "normal"),
+            on_demand_usd_per_hour=Decimal(plan["on_demand_usd_per_hour"]),
+            expected_runtime_hours=Decimal(plan["runtime_hours"]),
+            latest_start=parse_instant(plan["latest_start"], name="latest_start"),
+            deadline=parse_instant(plan["deadline"], name="deadline"),
+            availability_zone=self.availability_zone,
         )
+        self.log.info("decision: %s at %s USD/hour: %s", result.market, result.usd_per_hour, result.reason)
         if self.record_decision:
-            self._record(context, result, runtime, price, on_demand)
-        return result
+            self._record(context, result)
+        return result.to_xcom()
 
-    def _record(
-        self, context: Context, result: dict[str, str], runtime: Decimal, price: Decimal, on_demand: Decimal
-    ) -> None:
+    def _record(self, context: Context, result: SpotDecision) -> None:
         from costaware.core.ledger import Kind, LedgerEntry
 
+        # for_job set all of these; the asserts narrow the optional fields for the type checker
+        assert result.usd_per_hour is not None and result.estimated_usd is not None
+        assert result.expected_runtime_hours is not None and result.on_demand_usd_per_hour is not None
+        runtime = result.expected_runtime_hours
         ti = context.get("ti")
         dag_id = str(getattr(ti, "dag_id", None) or self.dag_id)
         run_id = str(getattr(ti, "run_id", None) or context.get("run_id") or "manual")
@@ -416,20 +412,20 @@ class SpotWindowSensor(BaseSensorOperator):
             run_id=run_id,
             task_id=self.task_id,
             kind=Kind.COMPUTE,
-            usd=Decimal(result["estimated_usd"]),
+            usd=result.estimated_usd,
             try_number=try_number,
             map_index=map_index,
             instance_type=self.instance_type,
             region=self.region,
-            market=result["market"],  # type: ignore[arg-type]  # LedgerEntry parses the text
+            market=result.market,  # type: ignore[arg-type]  # LedgerEntry parses the text
             quantity=runtime,
             unit="hour",
-            unit_price_usd=price,
-            on_demand_usd=(on_demand * runtime).quantize(_MICRO),
+            unit_price_usd=result.usd_per_hour,
+            on_demand_usd=(result.on_demand_usd_per_hour * runtime).quantize(_MICRO),
             estimated=True,
             tags=tags,
-            price_source=result.get("price_source", ""),
-            note=f"spot window decision: {result['reason']} (prices: {result.get('price_detail', '-')})",
+            price_source=result.price_source or "",
+            note=f"spot window decision: {result.reason} (prices: {result.price_detail or '-'})",
             entry_uid=uuid.uuid5(uuid.NAMESPACE_URL, key).hex,
         )
         self.ledger_hook.get_conn().record(entry)

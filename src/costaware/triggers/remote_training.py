@@ -13,9 +13,9 @@ With a ``price_watch`` it also reads the spot price at each poll (see :func:`wat
 * ``"mode": "pause"``: while the job runs on spot, an event with ``"pause": reason`` when
   :func:`~costaware.core.spot_window.pause_decision` says the price rose well above the rest of the window
   (the operator stops the job; it resumes from its checkpoint);
-* ``"mode": "resume"`` (no job: the training is paused): an event with ``"resume": decision`` when
-  :func:`~costaware.core.spot_window.window_decision` says start again, on spot or, once the latest resume
-  has come, on-demand.
+* ``"mode": "resume"`` (no job: the training is paused): an event with ``"resume": decision`` (a
+  ``SpotDecision.to_xcom()``) when :func:`~costaware.core.spot_window.decide` says start again, on spot or,
+  once the latest resume has come, on-demand.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def price_event(
 
     ``forecast_starts`` is the forecast of a run of the remaining work per later start, fitted at ``now``.
     """
-    from costaware.core.spot_window import label_decision, pause_decision, window_decision
+    from costaware.core.spot_window import Observation, decide, pause_decision
 
     latest_resume = parse_instant(watch["latest_resume"], name="latest_resume")
     if watch["mode"] == "pause":
@@ -97,10 +97,9 @@ def price_event(
             priority=str(watch["priority"]),
         )
         return None if reason is None else {"status": "success", "pause": reason, "state": dict(state)}
-    decision = window_decision(
+    decision = decide(
         now=now,
-        usd_per_hour=usd_per_hour,
-        available=available,
+        observation=Observation(usd_per_hour, available, source),
         on_demand_usd_per_hour=Decimal(watch["on_demand_usd_per_hour"]),
         forecast_starts=forecast_starts,
         target_usd_per_hour=None,
@@ -109,9 +108,7 @@ def price_event(
     )
     if decision is None:
         return None
-    decision["decided_at"] = now.isoformat()
-    label_decision(decision, source)
-    return {"status": "success", "resume": decision, "state": dict(state)}
+    return {"status": "success", "resume": decision.to_xcom(), "state": dict(state)}
 
 
 def watch_event(

@@ -2,8 +2,9 @@
 
 Every ``poll_interval`` seconds it reads the spot price in force now (a recorded file, re-read each time, or
 live EC2 through the Amazon provider, cached) and spot capacity (an availability trace, or "a spot price below
-on-demand exists"), applies :func:`window_decision`, and emits one event:
-``{"status": "success", "decision": {...}}`` or ``{"status": "error", "message": ..., "retry": bool}``.
+on-demand exists"), decides through :func:`~costaware.core.spot_window.decide`, and emits one event:
+``{"status": "success", "decision": SpotDecision.to_xcom()}`` or
+``{"status": "error", "message": ..., "retry": bool}``.
 Reading prices happens in a worker thread (``asyncio.to_thread``), never on the event loop.
 """
 
@@ -23,10 +24,13 @@ from costaware.core.series import parse_instant
 
 # The decision itself is pure and lives in core; it is re-exported here for existing imports.
 from costaware.core.spot_window import (
+    Observation,
     choose_zone,
+    decide,
     forecast_min,
     label_decision,
     spot_capacity,
+    wants_observation,
     window_decision,
 )
 from costaware.glue import DEFAULT_AWS_CONN_ID
@@ -246,7 +250,7 @@ def forecast_window(
 
 
 class SpotWindowTrigger(BaseTrigger):
-    """Polls spot price and capacity until :func:`window_decision` says start (spot) or fall back (on-demand).
+    """Polls spot price and capacity until :func:`decide` says start (spot) or fall back (on-demand).
 
     See docs/spot-windows.md.
 
@@ -364,13 +368,11 @@ class SpotWindowTrigger(BaseTrigger):
             return
         while True:
             now = utcnow()
-            price: Decimal | None = None
-            available, source, zone_name = False, "", ""
-            if now < latest_start and (not_before is None or now >= not_before):
+            observation = Observation()
+            if wants_observation(now, latest_start=latest_start, not_before=not_before):
                 try:
-                    price, available, source, zone_name = await asyncio.to_thread(
-                        self._observe, now, on_demand
-                    )
+                    price, available, source, zone = await asyncio.to_thread(self._observe, now, on_demand)
+                    observation = Observation(price, available, source, zone)
                 except ConfigurationError as e:
                     yield TriggerEvent({"status": "error", "message": str(e), "retry": False})
                     return
@@ -380,10 +382,9 @@ class SpotWindowTrigger(BaseTrigger):
                         {"status": "error", "message": f"spot price poll failed: {e}", "retry": True}
                     )
                     return
-            decision = window_decision(
+            decision = decide(
                 now=now,
-                usd_per_hour=price,
-                available=available,
+                observation=observation,
                 on_demand_usd_per_hour=on_demand,
                 forecast_starts=self.forecast_starts,
                 target_usd_per_hour=target,
@@ -391,16 +392,14 @@ class SpotWindowTrigger(BaseTrigger):
                 not_before=not_before,
             )
             if decision is not None:
-                decision["decided_at"] = now.isoformat()
-                if zone_name and decision["market"] == "spot":
-                    decision["availability_zone"] = zone_name
-                label_decision(decision, source)
-                yield TriggerEvent({"status": "success", "message": decision["reason"], "decision": decision})
+                yield TriggerEvent(
+                    {"status": "success", "message": decision.reason, "decision": decision.to_xcom()}
+                )
                 return
             self.log.info(
                 "waiting for a better spot start: price %s USD/hour, capacity %s, latest start %s",
-                price,
-                available,
+                observation.usd_per_hour,
+                observation.available,
                 latest_start.isoformat(),
             )
             wake = (latest_start - now).total_seconds()
