@@ -24,6 +24,7 @@ from costaware.adapters.compute.base import JobRequest, JobState, open_backend
 from costaware.adapters.model_store import ModelStore
 from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import utcnow
+from costaware.core.spot_decision import SpotDecision
 from costaware.operators.remote_training import RemoteTrainingOperator, parse_decision
 from costaware.triggers.remote_training import RemoteTrainingJobTrigger
 
@@ -132,11 +133,16 @@ def test_bad_input_fails_before_anything_runs_or_is_written(
 
 
 def test_decision_is_read_from_xcom_in_any_rendering() -> None:
-    rendered = str(decision())  # what a Jinja template of the XCom renders to
-    assert parse_decision(rendered)["market"] == "spot"
-    assert parse_decision('{"market": "on_demand"}') == {"market": "on_demand"}
+    written = decision()
+    parsed = parse_decision(str(written))  # what a Jinja template of the XCom renders to
+    assert parsed is not None and parsed == SpotDecision.from_xcom(written)
+    assert parsed.market == "spot" and parsed.usd_per_hour == Decimal(written["usd_per_hour"])
+    assert parse_decision('{"market": "on_demand"}') == SpotDecision(market="on_demand", usd_per_hour=None)
+    assert parse_decision("") is None and parse_decision("None") is None  # no decision: the arguments say it
     with pytest.raises(ConfigurationError, match="neither JSON nor a dict"):
         parse_decision("spot please")
+    with pytest.raises(ConfigurationError, match="market"):
+        parse_decision('{"market": "cheap"}')
 
 
 def test_spot_job_without_capacity_falls_back_to_on_demand_at_the_latest_start(

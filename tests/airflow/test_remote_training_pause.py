@@ -27,6 +27,7 @@ from remote_support import context_for, drive, local_operator_args, write_data
 from costaware.adapters.model_store import ModelStore
 from costaware.adapters.spot_prices import load_spot_history
 from costaware.core.ledger import utcnow
+from costaware.core.spot_decision import SpotDecision
 from costaware.operators.remote_training import RemoteTrainingOperator
 from costaware.training.attempts import AttemptState
 from costaware.training.plan import RemotePlan, billing_plan
@@ -284,7 +285,7 @@ def test_with_prices_a_spot_attempt_is_billed_at_the_mean_price_over_its_run(
         region="us-east-1",
         on_demand_usd_per_hour="2.00",
         first_market="spot",
-        billing=billing_plan(args, op.spot_decision, backend="local"),
+        billing=billing_plan(args, SpotDecision.from_xcom(op.spot_decision), backend="local"),
     )
     state = AttemptState(plan=plan, spot_usd_per_hour="0.50")
     job = {"billable_seconds": 3600.0, "ended_at": ended.timestamp()}
@@ -295,4 +296,4 @@ def test_with_prices_a_spot_attempt_is_billed_at_the_mean_price_over_its_run(
     logged = capsys.readouterr().out
     assert "attempt billed at its starting spot price 0.50 USD/hour: unknown instance type" in logged
     # SageMaker bills its own ml.* spot prices: no EC2 series applies.
-    assert billing_plan(args, op.spot_decision, backend="sagemaker") is None
+    assert billing_plan(args, SpotDecision.from_xcom(op.spot_decision), backend="sagemaker") is None

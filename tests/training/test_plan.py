@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from costaware.core.errors import ConfigurationError
+from costaware.core.spot_decision import SpotDecision
 from costaware.training.attempts import Attempt, AttemptState
 from costaware.training.entrypoint import job_from_spec
 from costaware.training.plan import (
@@ -54,7 +55,8 @@ def plan_of(args: PlanArguments, decision: dict[str, Any] | None = None, **kwarg
         "tags": {"team": "ml"},
         **kwargs,
     }
-    return make_plan(args, DECISION if decision is None else decision, **given)
+    written = DECISION if decision is None else decision
+    return make_plan(args, SpotDecision.from_xcom(written) if written else None, **given)
 
 
 def test_the_decision_fills_what_the_arguments_leave_out() -> None:

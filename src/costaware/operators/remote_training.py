@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from costaware.adapters.compute.base import ComputeBackend
+    from costaware.core.spot_decision import SpotDecision
     from costaware.hooks.ledger import CostLedgerHook
     from costaware.training.attempts import AttemptState, Event, Fail
     from costaware.training.plan import PlanArguments, RemotePlan
@@ -59,9 +60,12 @@ def parse_mapping(value: Any, *, name: str = "spot decision") -> dict[str, Any]:
     return parsed
 
 
-def parse_decision(value: Any) -> dict[str, Any]:
-    """A spot window decision from XCom: a dict, JSON text, or the text of a rendered Python dict."""
-    return parse_mapping(value, name="spot decision")
+def parse_decision(value: Any) -> SpotDecision | None:
+    """A spot window decision from XCom (a dict, JSON text or a rendered Python dict), or None."""
+    from costaware.core.spot_decision import SpotDecision
+
+    mapping = parse_mapping(value, name="spot decision")
+    return SpotDecision.from_xcom(mapping) if mapping else None
 
 
 class RemoteTrainingOperator(BuiltInTrainingArguments, BaseOperator):
@@ -329,7 +333,7 @@ class RemoteTrainingOperator(BuiltInTrainingArguments, BaseOperator):
 
     # -- plan --------------------------------------------------------------------------------------------
 
-    def _decision(self, context: Context) -> dict[str, Any]:
+    def _decision(self, context: Context) -> SpotDecision | None:
         if self.spot_task_id:
             ti = context.get("ti")
             pulled = ti.xcom_pull(task_ids=self.spot_task_id) if ti is not None else None

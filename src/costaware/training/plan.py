@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from costaware.core.errors import ConfigurationError
 from costaware.core.series import parse_instant
+from costaware.core.spot_decision import SpotDecision
 from costaware.core.spot_window import check_priority, latest_start
 
 if TYPE_CHECKING:
@@ -270,7 +271,7 @@ class Start:
 
 def make_plan(
     args: PlanArguments,
-    decision: Mapping[str, Any],
+    decision: SpotDecision | None,
     *,
     identity: Mapping[str, Any],
     base_name: str,
@@ -286,7 +287,7 @@ def make_plan(
 
     Args:
         args: The rendered arguments.
-        decision: The spot window decision (``SpotWindowSensor``'s XCom), possibly empty.
+        decision: The spot window decision (``SpotWindowSensor``'s XCom, read), or None.
         identity: The task's identity.
         base_name: The job name stem.
         checkpoint_uri: This training's checkpoint prefix.
@@ -309,14 +310,17 @@ def make_plan(
     options = dict(args.backend_options)
     if backend in AWS_BACKENDS and args.aws_conn_id and "aws_conn_id" not in options:
         options["aws_conn_id"] = args.aws_conn_id
-    market = str(blank(args.market) or decision.get("market") or "on_demand")
+    decision = decision or SpotDecision.from_xcom({})  # none: a bare on-demand decision with no job facts
+    market = str(blank(args.market) or decision.market or "on_demand")
     if market not in MARKETS:
         raise ConfigurationError(f"market {market!r} is not one of {', '.join(MARKETS)}")
-    instance_type = blank(args.instance_type) or decision.get("instance_type")
+    instance_type = blank(args.instance_type) or decision.instance_type
     if not instance_type:
         raise ConfigurationError("no instance type: pass instance_type or a spot decision that has one")
-    region = str(blank(args.region) or decision.get("region") or "us-east-1")
-    on_demand = blank(args.on_demand_usd_per_hour) or decision.get("on_demand_usd_per_hour")
+    region = str(blank(args.region) or decision.region or "us-east-1")
+    on_demand = blank(args.on_demand_usd_per_hour)
+    if on_demand is None:
+        on_demand = decision.on_demand_usd_per_hour
     if on_demand is None and list_price is not None:
         on_demand = list_price(str(instance_type), region)
     if on_demand is None:
@@ -324,15 +328,17 @@ def make_plan(
             f"no on-demand price of {instance_type} in {region}: pass on_demand_usd_per_hour"
         )
     spot = blank(args.spot_usd_per_hour)
-    if spot is None and decision.get("market") == "spot":
-        spot = decision.get("usd_per_hour")
+    if spot is None and decision.market == "spot":
+        spot = decision.usd_per_hour
     if market == "spot" and spot is None:
         raise ConfigurationError(
             "market is spot but no spot price is known: pass spot_usd_per_hour or a spot decision"
         )
-    deadline_text = blank(args.deadline) or decision.get("deadline")
-    latest_text = blank(args.latest_start) or decision.get("latest_start")
-    deadline = parse_instant(deadline_text, name="deadline") if deadline_text else None
+    deadline_given = blank(args.deadline)
+    latest_given = blank(args.latest_start)
+    deadline = parse_instant(deadline_given, name="deadline") if deadline_given else decision.deadline
+    latest = parse_instant(latest_given, name="latest_start") if latest_given else decision.latest_start
+    estimated = decision.estimated_usd
     plan = RemotePlan(
         backend=backend,
         backend_options=options,
@@ -350,33 +356,29 @@ def make_plan(
         on_demand_usd_per_hour=str(on_demand),
         deadline=deadline,
         tags=dict(tags),
-        estimated_usd=str(decision["estimated_usd"]) if decision.get("estimated_usd") else None,
+        estimated_usd=str(estimated) if estimated else None,
         first_market=market,
         checkpoint_every_seconds=args.checkpoint_every_seconds,
         watch=watch_plan(args, decision, deadline=deadline, region=region),
         billing=billing_plan(args, decision, backend=backend),
     )
-    return Start(
-        plan=plan,
-        spot_usd_per_hour=str(spot) if spot is not None else None,
-        latest_start=parse_instant(latest_text, name="latest_start") if latest_text else None,
-    )
+    return Start(plan=plan, spot_usd_per_hour=str(spot) if spot is not None else None, latest_start=latest)
 
 
-def billing_plan(args: PlanArguments, decision: Mapping[str, Any], *, backend: str) -> Billing | None:
+def billing_plan(args: PlanArguments, decision: SpotDecision, *, backend: str) -> Billing | None:
     """Where spot attempts find the price in force over their run; None: bill the starting price.
 
     Given ``prices``, a spot attempt is billed at the time-weighted mean of the EC2 spot price over its
     run, as EC2 bills it. SageMaker bills its own ``ml.*`` spot prices, which no EC2 series has.
     """
-    prices = blank(args.prices) or decision.get("prices")
+    prices = blank(args.prices)
     if not prices or backend == "sagemaker":
         return None
-    return Billing(prices=str(prices), availability_zone=decision.get("availability_zone") or None)
+    return Billing(prices=str(prices), availability_zone=decision.availability_zone or None)
 
 
 def watch_plan(
-    args: PlanArguments, decision: Mapping[str, Any], *, deadline: datetime | None, region: str
+    args: PlanArguments, decision: SpotDecision, *, deadline: datetime | None, region: str
 ) -> PriceWatch | None:
     """What pausing on the price needs, or None when ``pause_on_price`` is off.
 
@@ -385,13 +387,13 @@ def watch_plan(
     """
     if not args.pause_on_price:
         return None
-    prices = blank(args.prices) or decision.get("prices")
+    prices = blank(args.prices)
     if not prices:
         raise ConfigurationError(
             "pause_on_price needs spot prices: pass prices='live' or the path of a recorded price file"
         )
     runtime = positive_hours(
-        blank(args.expected_runtime_hours) or decision.get("expected_runtime_hours"),
+        blank(args.expected_runtime_hours) or decision.expected_runtime_hours,
         name="expected_runtime_hours or a spot decision that has one",
         why="pause_on_price",
     )
@@ -403,9 +405,9 @@ def watch_plan(
     return PriceWatch(
         prices=str(prices),
         availability=blank(args.availability),
-        availability_zone=decision.get("availability_zone") or None,
+        availability_zone=decision.availability_zone or None,
         runtime_hours=str(runtime),
-        priority=check_priority(blank(args.priority) or decision.get("priority") or "normal"),
+        priority=check_priority(blank(args.priority) or decision.priority or "normal"),
         restart_overhead_minutes=float(args.restart_overhead_minutes),
         history_days=int(args.history_days),
         aws_conn_id=args.aws_conn_id,
