@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from costaware.core.spot_decision import SpotDecision
 from costaware.training.attempts import (
     Attempt,
     AttemptState,
@@ -150,8 +151,8 @@ def job(ended: str, market: str = "spot", exit_code: int | None = None, reason: 
     }
 
 
-ON_SPOT = {"market": "spot", "usd_per_hour": "0.40", "reason": "back at the forecast minimum"}
-ON_DEMAND = {"market": "on_demand", "usd_per_hour": "2.00", "reason": "latest resume"}
+ON_SPOT = SpotDecision(market="spot", usd_per_hour=Decimal("0.40"), reason="back at the forecast minimum")
+ON_DEMAND = SpotDecision(market="on_demand", usd_per_hour=Decimal("2.00"), reason="latest resume")
 
 CASES: list[tuple[str, AttemptState, Event, datetime | None, Step]] = [
     ("succeeded", state(), JobEnded(job("succeeded")), None, Finish(record_cause="success")),
@@ -377,7 +378,7 @@ def test_pausing_needs_a_running_attempt() -> None:
 @pytest.mark.parametrize(
     ("trigger_event", "expected"),
     [
-        ({"status": "success", "resume": ON_SPOT, "state": {}}, PriceBack(ON_SPOT)),
+        ({"status": "success", "resume": ON_SPOT.to_xcom(), "state": {}}, PriceBack(ON_SPOT)),
         (
             {"status": "success", "pause": "spike", "job": job("running"), "seen_at": "t", "state": {}},
             PriceRose("spike", "t", job("running")),

@@ -15,6 +15,7 @@ from decimal import Decimal
 from typing import Any
 
 from costaware.core.series import parse_instant
+from costaware.core.spot_decision import SpotDecision
 from costaware.training.job_contract import exit_hint
 from costaware.training.plan import RemotePlan
 from costaware.training.remote import CAUSES, attempt_cause, next_market
@@ -215,9 +216,9 @@ class PriceRose:
 
 @dataclass(frozen=True, slots=True)
 class PriceBack:
-    """While paused: the resume decision of the price watch (``market``, ``usd_per_hour``, ``reason``)."""
+    """While paused: the price watch's decision to resume (on spot at its price, or on on-demand)."""
 
-    decision: Mapping[str, Any]
+    decision: SpotDecision
 
 
 Event = JobEnded | PriceRose | PriceBack
@@ -226,7 +227,7 @@ Event = JobEnded | PriceRose | PriceBack
 def event_from_trigger(event: Mapping[str, Any]) -> Event:
     """The event of a ``RemoteTrainingJobTrigger`` success event dict."""
     if "resume" in event:
-        return PriceBack(decision=dict(event["resume"]))
+        return PriceBack(decision=SpotDecision.from_xcom(event["resume"]))
     if event.get("pause"):
         return PriceRose(reason=str(event["pause"]), seen_at=event.get("seen_at"), job=dict(event["job"]))
     return JobEnded(job=dict(event["job"]), fallback=bool(event.get("fallback")))
@@ -341,9 +342,9 @@ def next_step(
         The step; its ``stop_first`` and ``record_cause`` come before it.
     """
     if isinstance(event, PriceBack):
-        market = str(event.decision["market"])
-        price = str(event.decision["usd_per_hour"]) if market == "spot" else None
-        resume = Resume(market=market, usd_per_hour=price, reason=str(event.decision.get("reason", "")))
+        decided = event.decision
+        price = str(decided.usd_per_hour) if decided.market == "spot" else None
+        resume = Resume(market=decided.market, usd_per_hour=price, reason=decided.reason)
         return _within_attempts(state, resume, max_attempts)
     if isinstance(event, PriceRose):
         return Pause(reason=event.reason, job=dict(event.job), seen_at=event.seen_at or now.isoformat())
