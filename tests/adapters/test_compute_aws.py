@@ -55,8 +55,23 @@ def test_sagemaker_spot_request_shape() -> None:
         "LocalPath": "/opt/ml/checkpoints",
     }
     algo = config["AlgorithmSpecification"]
-    assert algo["ContainerEntrypoint"] == ["python", "-m", "costaware.training.entrypoint"]
-    assert algo["ContainerArguments"] == ["--spec", "s3://ml/jobs/spec.json"]
+    # The built-in trainers run under the launcher too; SageMaker syncs the checkpoint folder itself.
+    assert algo["ContainerEntrypoint"] == ["costaware-run", "--no-sync", "--no-outputs", "--"]
+    assert algo["ContainerArguments"] == [
+        "python",
+        "-m",
+        "costaware.training.entrypoint",
+        "--spec",
+        "s3://ml/jobs/spec.json",
+    ]
+    assert config["Environment"] == {
+        "COSTAWARE_CHECKPOINT_DIR": "/opt/ml/checkpoints",
+        "COSTAWARE_CHECKPOINT_URI": "s3://ml/ckpt/dag/train/run",
+        "COSTAWARE_METRICS_PATH": "/opt/ml/costaware/metrics.json",
+        "COSTAWARE_ATTEMPT": "1",
+        "COSTAWARE_MARKET": "spot",
+        "COSTAWARE_GRACE_SECONDS": "110",
+    }
     on_demand = sagemaker.training_job_request(
         request("on_demand"), role_arn=ROLE, image_uri="img", output_s3_uri="s3://ml/out"
     )
@@ -146,7 +161,19 @@ def test_batch_request_shape_retries_only_host_reclaims() -> None:
             {"onReason": "*", "action": "EXIT"},
         ],
     }
-    assert body["containerOverrides"]["command"][-2:] == ["--spec", "s3://ml/jobs/spec.json"]
+    assert body["containerOverrides"]["command"] == [
+        "costaware-run",
+        "--no-outputs",
+        "--",
+        "python",
+        "-m",
+        "costaware.training.entrypoint",
+        "--spec",
+        "s3://ml/jobs/spec.json",
+    ]
+    assert {"name": "COSTAWARE_CHECKPOINT_URI", "value": "s3://ml/ckpt/dag/train/run"} in body[
+        "containerOverrides"
+    ]["environment"]
     od = batch.submit_job_request(
         request("on_demand"), spot_queue="s", on_demand_queue="od-q", job_definition="t"
     )

@@ -84,8 +84,23 @@ def test_the_command_runs_under_the_launcher_with_the_contract_environment() -> 
     job = request()
     assert job.command() == ["costaware-run", "--", *COMMAND]
     assert job.environment(work_dir="/w") == contract("/w")
+    # The built-in trainers: the same launcher and contract, but no output folder (they store their model).
     builtin = request(user_command=(), spec_uri="s3://ml/jobs/spec.json")
-    assert builtin.environment(work_dir="/w") == {"COSTAWARE_S3_ENDPOINT_URL": "http://minio:9000"}
+    assert builtin.command() == [
+        "costaware-run",
+        "--no-outputs",
+        "--",
+        "python",
+        "-m",
+        "costaware.training.entrypoint",
+        "--spec",
+        "s3://ml/jobs/spec.json",
+    ]
+    assert builtin.environment(work_dir="/w") == {
+        name: value
+        for name, value in contract("/w").items()
+        if name not in ("COSTAWARE_OUTPUT_DIR", "COSTAWARE_OUTPUT_URI", "COSTAWARE_RESULT_URI")
+    }
 
 
 @pytest.mark.parametrize("backend", ["sagemaker", "batch", "kubernetes"])

@@ -38,7 +38,9 @@ def test_spot_pod_on_karpenter_spot_nodes_with_resources_and_tolerations() -> No
     assert spec["restartPolicy"] == "Never" and spec["terminationGracePeriodSeconds"] == 110
     assert spec["activeDeadlineSeconds"] == 5400
     (container,) = spec["containers"]
-    assert container["command"] == [
+    # The built-in trainers run under the launcher, their folders on the work volume.
+    assert container["command"] == ["costaware-run", "--no-outputs", "--"]
+    assert container["args"] == [
         "python",
         "-m",
         "costaware.training.entrypoint",
@@ -46,8 +48,15 @@ def test_spot_pod_on_karpenter_spot_nodes_with_resources_and_tolerations() -> No
         "s3://ml/jobs/spec.json",
     ]
     assert container["resources"] == resources and container["env"] == [
-        {"name": "AWS_REGION", "value": "us-east-1"}
+        {"name": "AWS_REGION", "value": "us-east-1"},
+        {"name": "COSTAWARE_ATTEMPT", "value": "1"},
+        {"name": "COSTAWARE_CHECKPOINT_DIR", "value": "/costaware/checkpoints"},
+        {"name": "COSTAWARE_GRACE_SECONDS", "value": "110"},
+        {"name": "COSTAWARE_MARKET", "value": "spot"},
+        {"name": "COSTAWARE_METRICS_PATH", "value": "/costaware/metrics.json"},
     ]
+    assert container["volumeMounts"] == [{"name": "costaware-work", "mountPath": "/costaware"}]
+    assert spec["volumes"] == [{"name": "costaware-work", "emptyDir": {}}]
     assert pod["metadata"]["name"] == "train-0123456789-a2" and pod["metadata"]["namespace"] == "ml"
 
 

@@ -20,6 +20,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 from remote_support import aws_client, context_for, make_batch_queues, reimported, write_data
 
+from costaware.adapters.compute.batch import WORK_DIR
 from costaware.adapters.model_store import ModelStore
 from costaware.operators.remote_training import RemoteTrainingOperator
 
@@ -90,13 +91,19 @@ def operator(
     )
 
 
-def run_container(command: list[str], environment: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """Run a job's command the way its container would: its own role's keys, the environment it was given."""
-    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"), "AWS_REGION": "us-east-1"}
-    env.update({"AWS_EC2_METADATA_DISABLED": "true", **ROLE_KEYS, **environment})
-    return subprocess.run(
-        [sys.executable, *command[1:]], env=env, capture_output=True, text=True, timeout=300, check=False
-    )
+def run_container(
+    command: list[str], environment: dict[str, str], work: Path
+) -> subprocess.CompletedProcess[str]:
+    """Run a job's command the way its container would: its own role's keys, the environment it was given.
+
+    The command runs as given (``costaware-run ... -- python -m ...``, from this interpreter's environment);
+    the container's local folders (``WORK_DIR``) are moved under ``work``.
+    """
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
+    env = {"PATH": path, "HOME": os.environ.get("HOME", "/tmp"), "AWS_REGION": "us-east-1"}
+    moved = {name: value.replace(WORK_DIR, str(work)) for name, value in environment.items()}
+    env.update({"AWS_EC2_METADATA_DISABLED": "true", **ROLE_KEYS, **moved})
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
 
 
 def resume(op: Any, deferred: TaskDeferred, context: dict[str, Any]) -> Any:
@@ -124,8 +131,10 @@ def test_batch_job_reads_its_spec_and_the_task_its_result_through_the_connection
     environment = {e["name"]: e["value"] for e in container["environment"]}
     assert environment["COSTAWARE_S3_ENDPOINT_URL"] == moto_endpoint
     assert CONN_KEYS["login"] not in json.dumps(job)  # the connection's keys never reach the job
-    ran = run_container(container["command"], environment)
+    assert container["command"][:3] == ["costaware-run", "--no-outputs", "--"]  # the job contract's launcher
+    ran = run_container(container["command"], environment, tmp_path / "container")
     assert ran.returncode == 0, ran.stderr[-3000:]
+    assert "costaware-run: done (the job stored its model itself)" in ran.stderr
 
     result = resume(op, deferred.value, context)
     store = ModelStore.open(

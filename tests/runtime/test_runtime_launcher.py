@@ -180,6 +180,51 @@ def test_an_empty_output_folder_fails_with_code_2(make_job: MakeJob) -> None:
     assert not job.outputs.exists() and not job.result.exists()
 
 
+# A job that stores its model itself (the provider's built-in trainers): metrics, a checkpoint, no outputs.
+SELF_STORING_JOB = """
+(READY.parent / "saw-output-dir").write_text(str("COSTAWARE_OUTPUT_DIR" in os.environ))
+cr.save_bytes(b"state", step=4)
+if os.environ.get("WRITE_METRICS", "1") == "1":
+    cr.write_metrics({"rows": 100, "seconds": 1.5})
+"""
+
+
+def test_no_outputs_needs_only_the_metrics_and_reports_no_files(make_job: MakeJob) -> None:
+    job = make_job(SELF_STORING_JOB)
+    env = job.env()
+    del env["COSTAWARE_OUTPUT_DIR"], env["COSTAWARE_OUTPUT_URI"]
+    done = job.run("--no-outputs", env=env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(job.result.read_text()) == {
+        "metrics": {"rows": 100, "seconds": 1.5},
+        "output_uri": None,
+        "files": 0,
+        "bytes": 0,
+        "attempt": 1,
+        "checkpoint_step": 4,
+    }
+    assert (job.root / "saw-output-dir").read_text() == "False"  # no folder made, none to fill
+    assert "done (the job stored its model itself)" in done.stderr
+    assert "is not set" not in done.stderr and "COSTAWARE_OUTPUT" not in done.stderr
+    assert job.latest()["step"] == 4  # the checkpoint is pushed as for any job
+
+    env = job.env(attempt=2, WRITE_METRICS="0")  # a fresh metrics path
+    del env["COSTAWARE_OUTPUT_DIR"], env["COSTAWARE_OUTPUT_URI"]
+    missing = job.run("--no-outputs", env=env)
+    assert missing.returncode == 2 and "the job wrote no metrics file" in missing.stderr
+
+
+def test_no_outputs_and_an_output_uri_disagree_before_the_job_starts(make_job: MakeJob) -> None:
+    job = make_job(SELF_STORING_JOB)
+    done = job.run("--no-outputs")
+    assert done.returncode == 2
+    assert (
+        f"--no-outputs (the job stores its model itself) and COSTAWARE_OUTPUT_URI='{job.outputs}' disagree"
+        in done.stderr
+    )
+    assert not (job.root / "saw-output-dir").exists()
+
+
 def test_a_partly_pushed_step_is_never_restored(make_job: MakeJob) -> None:
     job = make_job(RESUMING_JOB)
     assert job.run(env=job.env(attempt=1, STOP_AT="1")).returncode == 75

@@ -63,6 +63,17 @@ def test_the_grace_period_is_a_positive_number_of_seconds(value: Any) -> None:
 def test_launcher_command_and_locations() -> None:
     assert jc.launcher_command(["python", "t.py"]) == ["costaware-run", "--", "python", "t.py"]
     assert jc.launcher_command(["python", "t.py"], no_sync=True)[:3] == ["costaware-run", "--no-sync", "--"]
+    assert jc.builtin_command("s3://ml/spec.json", no_sync=True, python="/venv/bin/python") == [
+        "costaware-run",
+        "--no-sync",
+        "--no-outputs",
+        "--",
+        "/venv/bin/python",
+        "-m",
+        "costaware.training.entrypoint",
+        "--spec",
+        "s3://ml/spec.json",
+    ]
     assert jc.attempt_uris("s3://ml/models/", "train-0123456789", 2) == (
         OUTPUT,
         "s3://ml/models/_staging/train-0123456789/attempt-2/result.json",

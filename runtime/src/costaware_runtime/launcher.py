@@ -28,7 +28,7 @@ from costaware_runtime.checkpoints import latest_step
 from costaware_runtime.contract import JobEnvironment
 from costaware_runtime.errors import CheckpointChangedError, ContractError, CostawareRuntimeError, StoreError
 from costaware_runtime.metrics import read_metrics
-from costaware_runtime.outputs import check_outputs, upload_outputs
+from costaware_runtime.outputs import OutputSummary, check_outputs, upload_outputs
 from costaware_runtime.stores import open_object, open_store
 from costaware_runtime.sync import CheckpointSync
 
@@ -57,6 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-sync",
         action="store_true",
         help="set the checkpoint folder but never restore or push it (SageMaker syncs /opt/ml/checkpoints)",
+    )
+    parser.add_argument(
+        "--no-outputs",
+        action="store_true",
+        help="the job stores its model itself (the provider's built-in trainers): no output folder is set, "
+        "checked or uploaded; the metrics are still required",
     )
     parser.add_argument(
         "--signal-group",
@@ -106,11 +112,19 @@ class Launcher:
         self.grace_seconds = env.grace_seconds if given is None else contract.parse_grace_seconds(str(given))
         if not options.poll_seconds > 0:
             raise ContractError(f"--poll-seconds {options.poll_seconds!r} is not a number of seconds > 0")
+        if options.no_outputs and env.output_uri:
+            raise ContractError(
+                f"--no-outputs (the job stores its model itself) and "
+                f"{contract.OUTPUT_URI}={env.output_uri!r} disagree: drop one of them"
+            )
         self.checkpoint_dir = env.checkpoint_dir or _temp_dir("checkpoints", contract.CHECKPOINT_DIR)
-        self.output_dir = env.output_dir or _temp_dir("outputs", contract.OUTPUT_DIR)
+        self.output_dir: Path | None = None
+        if not options.no_outputs:
+            self.output_dir = env.output_dir or _temp_dir("outputs", contract.OUTPUT_DIR)
         self.metrics_path = env.metrics_path or _temp_dir("metrics", contract.METRICS_PATH) / "metrics.json"
         for folder in (self.checkpoint_dir, self.output_dir, self.metrics_path.parent):
-            folder.mkdir(parents=True, exist_ok=True)
+            if folder is not None:
+                folder.mkdir(parents=True, exist_ok=True)
         uri = None if options.no_sync else env.checkpoint_uri
         if options.no_sync and env.checkpoint_uri:
             log.info("--no-sync: %s is left to the platform", contract.CHECKPOINT_URI)
@@ -126,15 +140,19 @@ class Launcher:
         self.pending: list[int] = []  # signals that came before the job started
 
     def child_environment(self) -> dict[str, str]:
-        return os.environ | {
-            contract.CHECKPOINT_DIR: str(self.checkpoint_dir),
-            contract.OUTPUT_DIR: str(self.output_dir),
-            contract.METRICS_PATH: str(self.metrics_path),
-            contract.ATTEMPT: str(self.env.attempt),
-            contract.MARKET: self.env.market,
-            contract.GRACE_SECONDS: f"{self.grace_seconds:g}",
-            LAUNCHED: "1",
-        }
+        folders = {contract.OUTPUT_DIR: str(self.output_dir)} if self.output_dir is not None else {}
+        return (
+            os.environ
+            | folders
+            | {
+                contract.CHECKPOINT_DIR: str(self.checkpoint_dir),
+                contract.METRICS_PATH: str(self.metrics_path),
+                contract.ATTEMPT: str(self.env.attempt),
+                contract.MARKET: self.env.market,
+                contract.GRACE_SECONDS: f"{self.grace_seconds:g}",
+                LAUNCHED: "1",
+            }
+        )
 
     def run(self, command: Sequence[str]) -> int:
         # Handlers first: a notice during the restore must not kill the launcher before it can answer.
@@ -258,14 +276,16 @@ class Launcher:
     def succeed(self, step: int | None) -> int:
         try:
             metrics = read_metrics(self.metrics_path)
-            summary = check_outputs(self.output_dir)
+            summary = check_outputs(self.output_dir) if self.output_dir is not None else None
         except ContractError as e:
             log.error("%s; nothing was uploaded", e)
             return contract.EXIT_CONTRACT_ERROR
         if not self.final_push():
             log.warning("the job succeeded, so the checkpoint is not needed: going on")
         try:
-            if self.env.output_uri:
+            if self.output_dir is None or summary is None:
+                summary = OutputSummary(None, 0, 0)  # --no-outputs: the job stored its model itself
+            elif self.env.output_uri:
                 metadata = {"metrics": metrics, "attempt": self.env.attempt, "checkpoint_step": step}
                 summary = upload_outputs(self.output_dir, self.env.output_uri, metadata)
             else:
@@ -284,7 +304,10 @@ class Launcher:
         except StoreError as e:
             log.error("%s", e)
             return contract.EXIT_SYNC_FAILED
-        log.info("done: %s files, %s bytes, metrics %s", summary.files, summary.bytes, metrics)
+        if self.output_dir is None:
+            log.info("done (the job stored its model itself): metrics %s", metrics)
+        else:
+            log.info("done: %s files, %s bytes, metrics %s", summary.files, summary.bytes, metrics)
         return contract.EXIT_OK
 
 

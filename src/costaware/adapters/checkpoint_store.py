@@ -1,8 +1,16 @@
-r"""Checkpoint store: training state by key and step, written atomically, checked on read.
+r"""Checkpoint stores: training state by key and step, written atomically, checked on read.
 
-Layout: ``<root>/<key>/step-000000123.ckpt``. A file is ``CWCKPT1\\n``, one JSON header line (step, size,
-SHA-256 of the state, plan metadata, time) and the state bytes. A file that fails any check is ignored with
-a warning and the next older one is tried, so a checkpoint cut off by a kill never breaks a resume.
+Two places a ``Checkpointer`` saves into and resumes from (:class:`CheckpointStorage`):
+
+- :class:`CheckpointStore`, in the worker (``WarmStartRetrainOperator``) or a job run without the launcher.
+  Layout: ``<root>/<key>/step-000000123.ckpt``.
+- :class:`CheckpointFolder`, a job under ``costaware-run``: the launcher's ``COSTAWARE_CHECKPOINT_DIR`` in the
+  runtime's commit format (``checkpoint-123/state.ckpt`` plus ``_costaware_checkpoint.json``), which the
+  launcher pushes to ``COSTAWARE_CHECKPOINT_URI`` and restores before the next attempt.
+
+A checkpoint file is ``CWCKPT1\\n``, one JSON header line (step, size, SHA-256 of the state, plan metadata,
+time) and the state bytes, in both. A file that fails any check is ignored with a warning (the store tries
+the next older one), so a checkpoint cut off by a kill never breaks a resume.
 """
 
 from __future__ import annotations
@@ -10,10 +18,16 @@ from __future__ import annotations
 import json
 import logging
 import re
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
+
+from costaware_runtime.checkpoints import FOLDER_PREFIX, load_bytes, save_bytes
+from costaware_runtime.contract import CHECKPOINT_MARKER
+from costaware_runtime.errors import ContractError
 
 from costaware.adapters.model_store import BlobDir, sha256_hex
 from costaware.core.errors import ConfigurationError
@@ -41,6 +55,26 @@ class Checkpoint:
     created_at: str = ""
 
 
+class CheckpointStorage(Protocol):
+    """Where a ``Checkpointer`` saves and resumes: :class:`CheckpointStore` or :class:`CheckpointFolder`."""
+
+    def location(self, key: str) -> str:
+        """Where the checkpoints of ``key`` are, for messages."""
+        ...
+
+    def save(self, key: str, step: int, state: bytes, meta: Mapping[str, Any] | None = None) -> Checkpoint:
+        """Keep the state after ``step`` steps, with the plan metadata ``meta``."""
+        ...
+
+    def latest(self, key: str, *, meta: Mapping[str, Any] | None = None) -> Checkpoint | None:
+        """The newest usable checkpoint of ``key`` (with ``meta``: only one saved under the same plan)."""
+        ...
+
+    def clear(self, key: str) -> None:
+        """Delete the checkpoints of ``key`` (the trained model is stored)."""
+        ...
+
+
 class CheckpointStore:
     """Checkpoints of running trainings, by key.
 
@@ -65,6 +99,9 @@ class CheckpointStore:
     def uri(self) -> str:
         return self.blobs.uri
 
+    def location(self, key: str) -> str:
+        return f"{self.uri}/{key}"
+
     def _check_key(self, key: str) -> str:
         parts = key.split("/")
         if not key or any(p in ("", ".", "..") for p in parts) or _UNSAFE.search(key.replace("/", "")):
@@ -85,14 +122,7 @@ class CheckpointStore:
         checkpoint = Checkpoint(
             step=step, state=state, meta=dict(meta or {}), created_at=datetime.now(timezone.utc).isoformat()
         )
-        header = {
-            "step": step,
-            "size": len(state),
-            "sha256": sha256_hex(state),
-            "meta": checkpoint.meta,
-            "created_at": checkpoint.created_at,
-        }
-        blob = MAGIC + json.dumps(header, sort_keys=True, default=str).encode() + b"\n" + state
+        blob = encode_checkpoint(checkpoint)
         self.blobs.write_bytes(f"{self._check_key(key)}/step-{step:09d}.ckpt", blob)
         for old in self.steps(key)[self.keep :]:
             self.blobs.delete(f"{key}/step-{old:09d}.ckpt")
@@ -107,25 +137,15 @@ class CheckpointStore:
         for step in self.steps(key):
             name = f"{key}/step-{step:09d}.ckpt"
             try:
-                checkpoint = _decode(self.blobs.read_bytes(name))
-            except (ValueError, OSError) as e:
+                blob = self.blobs.read_bytes(name)
+            except OSError as e:
                 log.warning(
                     "checkpoint %s/%s is unusable (%s): ignored, trying an older one", self.uri, name, e
                 )
                 continue
-            if checkpoint.step != step:
-                log.warning("checkpoint %s/%s says step %d: ignored", self.uri, name, checkpoint.step)
-                continue
-            if meta is not None and dict(checkpoint.meta) != dict(meta):
-                log.warning(
-                    "checkpoint %s/%s was saved for another plan (%s, now %s): ignored",
-                    self.uri,
-                    name,
-                    dict(checkpoint.meta),
-                    dict(meta),
-                )
-                continue
-            return checkpoint
+            checkpoint = usable_checkpoint(blob, step=step, meta=meta, where=f"{self.uri}/{name}")
+            if checkpoint is not None:
+                return checkpoint
         return None
 
     def clear(self, key: str) -> None:
@@ -133,7 +153,109 @@ class CheckpointStore:
         self.blobs.delete(self._check_key(key))
 
 
-def _decode(blob: bytes) -> Checkpoint:
+class CheckpointFolder:
+    """The launcher's checkpoint folder (``COSTAWARE_CHECKPOINT_DIR``) as a checkpoint store.
+
+    Each save is ``checkpoint-<step>/state.ckpt`` in the store's file format, committed with the runtime's
+    marker (``costaware_runtime.checkpoints.save_bytes``: written, committed, older folders pruned), so
+    ``costaware-run`` pushes it to ``COSTAWARE_CHECKPOINT_URI`` and restores it before the next attempt
+    (SageMaker syncs ``/opt/ml/checkpoints`` itself). Only the committed step is resumed. The folder belongs
+    to one run, so the key names nothing in it.
+
+    Args:
+        directory: The checkpoint folder.
+        remote: Where the launcher pushes it (``COSTAWARE_CHECKPOINT_URI``), for messages; empty if unknown.
+    """
+
+    #: The file of each committed step.
+    STATE_FILE = "state.ckpt"
+
+    def __init__(self, directory: Path | str, *, remote: str = "") -> None:
+        self.directory = Path(directory)
+        self.remote = remote
+
+    def location(self, key: str) -> str:
+        pushed = f" (pushed to {self.remote} by costaware-run)" if self.remote else ""
+        return f"{self.directory}{pushed}"
+
+    def save(self, key: str, step: int, state: bytes, meta: Mapping[str, Any] | None = None) -> Checkpoint:
+        """Write the state after ``step`` steps and commit it (the launcher pushes it within a second)."""
+        if not isinstance(step, int) or step < 0:
+            raise ConfigurationError(f"checkpoint step must be an integer >= 0, got {step!r}")
+        checkpoint = Checkpoint(
+            step=step, state=state, meta=dict(meta or {}), created_at=datetime.now(timezone.utc).isoformat()
+        )
+        save_bytes(encode_checkpoint(checkpoint), step=step, name=self.STATE_FILE, directory=self.directory)
+        return checkpoint
+
+    def latest(self, key: str, *, meta: Mapping[str, Any] | None = None) -> Checkpoint | None:
+        """The committed checkpoint, if usable (see :meth:`CheckpointStore.latest`), or None."""
+        where = f"{self.directory}/{CHECKPOINT_MARKER}"
+        try:
+            found = load_bytes(self.STATE_FILE, self.directory)
+        except (ContractError, OSError) as e:
+            log.warning("checkpoint %s is unusable (%s): ignored, starting over", where, e)
+            return None
+        if found is None:
+            return None
+        step, blob = found
+        return usable_checkpoint(blob, step=step, meta=meta, where=f"{self.directory}/{FOLDER_PREFIX}{step}")
+
+    def clear(self, key: str) -> None:
+        """Uncommit and delete the local checkpoints (the marker first, so nothing more is pushed).
+
+        The copy the launcher pushed stays at ``COSTAWARE_CHECKPOINT_URI``, as for any job under the launcher.
+        """
+        (self.directory / CHECKPOINT_MARKER).unlink(missing_ok=True)
+        for folder in self.directory.glob(f"{FOLDER_PREFIX}*"):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def encode_checkpoint(checkpoint: Checkpoint) -> bytes:
+    """The file of ``checkpoint``: magic bytes, a JSON header (with the state's SHA-256), the state."""
+    header = {
+        "step": checkpoint.step,
+        "size": len(checkpoint.state),
+        "sha256": sha256_hex(checkpoint.state),
+        "meta": dict(checkpoint.meta),
+        "created_at": checkpoint.created_at,
+    }
+    return MAGIC + json.dumps(header, sort_keys=True, default=str).encode() + b"\n" + checkpoint.state
+
+
+def usable_checkpoint(
+    blob: bytes, *, step: int, meta: Mapping[str, Any] | None, where: str
+) -> Checkpoint | None:
+    """The checkpoint in ``blob`` (saved as step ``step``), or None with a warning when it fails a check.
+
+    Checks: the file is whole and unaltered, it says the step it was saved as, and with ``meta`` its plan
+    metadata equals ``meta`` (another data set, trainer or mode is not resumed).
+    """
+    try:
+        checkpoint = decode_checkpoint(blob)
+    except ValueError as e:
+        log.warning("checkpoint %s is unusable (%s): ignored, trying an older one", where, e)
+        return None
+    if checkpoint.step != step:
+        log.warning("checkpoint %s says step %d: ignored", where, checkpoint.step)
+        return None
+    if meta is not None and dict(checkpoint.meta) != dict(meta):
+        log.warning(
+            "checkpoint %s was saved for another plan (%s, now %s): ignored",
+            where,
+            dict(checkpoint.meta),
+            dict(meta),
+        )
+        return None
+    return checkpoint
+
+
+def decode_checkpoint(blob: bytes) -> Checkpoint:
+    """The checkpoint in a file written by :func:`encode_checkpoint`.
+
+    Raises:
+        ValueError: The file is not a checkpoint, is cut off, or does not match its SHA-256.
+    """
     if not blob.startswith(MAGIC):
         raise ValueError("not a costaware checkpoint (bad magic bytes)")
     end = blob.find(b"\n", len(MAGIC))

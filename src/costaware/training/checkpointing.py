@@ -1,10 +1,12 @@
 """Periodic and preemption-triggered checkpoints for step-wise training.
 
-A spot instance gets a two-minute notice before it is reclaimed; on the worker it arrives as SIGTERM
-(Airflow's supervisor forwards it to the task process). The ``Checkpointer`` turns the signal into a flag;
-at the end of the current step the training saves a checkpoint and raises ``PreemptedError``, which Airflow
-retries; the retry resumes from that checkpoint. Steps must therefore be shorter than the notice.
-Without a notice (a hard kill) at most one checkpoint interval of work is lost.
+A spot instance gets a two-minute notice before it is reclaimed. On the worker it arrives as SIGTERM
+(Airflow's supervisor forwards it to the task process) and the ``Checkpointer`` turns the signal into a flag;
+in a job under ``costaware-run`` the runtime's handler does (``costaware_runtime.preemption``) and the
+``Checkpointer`` reads that flag. At the end of the current step the training saves a checkpoint and raises
+``PreemptedError``: Airflow retries the task, or the job exits 75 (``EXIT_PREEMPTED`` of the job contract);
+the retry resumes from that checkpoint. Steps must therefore be shorter than the notice. Without a notice (a
+hard kill) at most one checkpoint interval of work is lost.
 """
 
 from __future__ import annotations
@@ -18,13 +20,16 @@ from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any
 
-from costaware.adapters.checkpoint_store import Checkpoint, CheckpointStore
+from costaware_runtime.contract import EXIT_PREEMPTED
+
+from costaware.adapters.checkpoint_store import Checkpoint, CheckpointStorage
 from costaware.core.errors import ConfigurationError, CostawareError
 
 log = logging.getLogger(__name__)
 
-#: Exit code of ``python -m costaware.training.runner`` after a preemption (EX_TEMPFAIL: try again).
-PREEMPTED_EXIT_CODE = 75
+#: Exit code of the training entrypoint (and ``python -m costaware.training.runner``) after a preemption: the
+#: job contract's "preempted after a checkpoint" (EX_TEMPFAIL: try again).
+PREEMPTED_EXIT_CODE = EXIT_PREEMPTED
 
 
 class PreemptedError(CostawareError):
@@ -49,25 +54,31 @@ class Checkpointer:
     """Saves training state every ``every_seconds`` or ``every_steps``, and at once after a preemption notice.
 
     Use as a context manager around the training loop: inside it SIGTERM requests a preemption (in the main
-    thread; elsewhere call ``request_preemption`` yourself, e.g. from an operator's ``on_kill``).
+    thread; elsewhere call ``request_preemption`` yourself, e.g. from an operator's ``on_kill``). Given
+    ``notice``, the SIGTERM handler is someone else's and the ``Checkpointer`` only reads its flag.
 
     Args:
-        store: Where checkpoints go.
+        store: Where checkpoints go (a ``CheckpointStore``, or the launcher's ``CheckpointFolder``).
         key: The training's key in the store; the same for every retry of one run.
         every_seconds: Save when this many seconds passed since the last save (None: not by time).
         every_steps: Save when this many steps passed since the last save (None: not by steps).
         meta: Plan metadata saved with each checkpoint; a checkpoint with other metadata is not resumed.
+        notice: True once a preemption notice arrived that another handler caught: under ``costaware-run``,
+            ``costaware_runtime.preemption_requested`` (its first call installs the runtime's SIGTERM
+            handler). Read after each step; the notice counts from then. None: the ``Checkpointer``
+            handles SIGTERM itself while it is entered.
         clock: Monotonic clock in seconds (tests pass a fake one).
     """
 
     def __init__(
         self,
-        store: CheckpointStore,
+        store: CheckpointStorage,
         key: str,
         *,
         every_seconds: float | None = 300.0,
         every_steps: int | None = None,
         meta: Mapping[str, Any] | None = None,
+        notice: Callable[[], bool] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if every_seconds is not None and not (math.isfinite(every_seconds) and every_seconds > 0):
@@ -85,6 +96,7 @@ class Checkpointer:
         self.every_seconds = every_seconds
         self.every_steps = every_steps
         self.meta = dict(meta or {})
+        self.notice = notice
         self.clock = clock
         self.saves = 0
         self.last_saved_step: int | None = None
@@ -98,7 +110,12 @@ class Checkpointer:
 
     @property
     def preemption_requested(self) -> bool:
+        self._read_notice()
         return self._notice_at is not None
+
+    def _read_notice(self) -> None:
+        if self._notice_at is None and self.notice is not None and self.notice():
+            self.request_preemption("SIGTERM passed on by costaware-run (preemption notice)")
 
     def request_preemption(self, reason: str = "preemption notice") -> None:
         """Ask the training to checkpoint and stop at the end of the current step."""
@@ -110,7 +127,9 @@ class Checkpointer:
         self.request_preemption("SIGTERM (spot interruption notice)")
 
     def __enter__(self) -> Checkpointer:
-        if threading.current_thread() is threading.main_thread():
+        if self.notice is not None:
+            self._read_notice()  # the first read installs that handler, if not yet done
+        elif threading.current_thread() is threading.main_thread():
             self._previous_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
             self._installed = True
         else:
@@ -151,7 +170,11 @@ class Checkpointer:
         self._last_save_step = step
         self._last_save_at = self.clock()
         log.info(
-            "checkpoint %s after step %d saved to %s (%d bytes)", self.key, step, self.store.uri, len(state)
+            "checkpoint %s after step %d saved to %s (%d bytes)",
+            self.key,
+            step,
+            self.store.location(self.key),
+            len(state),
         )
 
     def step_done(self, step: int, state: Callable[[], bytes], *, last: bool = False) -> None:
@@ -160,12 +183,13 @@ class Checkpointer:
         Saves when due; after a preemption notice saves and raises ``PreemptedError``. After the ``last``
         step nothing is saved (the finished model is stored instead), unless a notice arrived.
         """
+        self._read_notice()
         if self._notice_at is not None:
             self.save(step, state())
             waited = self.clock() - self._notice_at
             raise PreemptedError(
                 f"preempted: checkpoint after step {step} saved {waited:.1f} s after the notice to "
-                f"{self.store.uri}/{self.key}; the retry resumes from it",
+                f"{self.store.location(self.key)}; the retry resumes from it",
                 step=step,
                 checkpoint_key=self.key,
                 notice_to_save_seconds=waited,

@@ -15,8 +15,19 @@ every later read and write of the job (data, checkpoints, model store, result), 
 ``COSTAWARE_S3_ENDPOINT_URL`` so that code given no options (a custom trainer) reaches the same store.
 Credentials never travel in a spec: the job gets them from its environment or role.
 
-Exit codes: 0 done (summary JSON on stdout), 75 preempted after a checkpoint (resubmit it), 2 bad spec or
-input (never retry), 1 anything else. The last stderr line is a one-line reason.
+Every backend runs it under the launcher, as a user command runs (docs/own-training.md):
+``costaware-run --no-outputs -- python -m costaware.training.entrypoint --spec URI`` (``--no-sync`` too on
+SageMaker). With ``COSTAWARE_CHECKPOINT_DIR`` set (the launcher sets it) the checkpoints go into that
+folder in the runtime's commit format instead of the spec's checkpoint store (the launcher restores them
+before the job and pushes each one to ``COSTAWARE_CHECKPOINT_URI``), the SIGTERM handler is the runtime's,
+and the summary's numbers (rows, steps, seconds, ...) are written to ``COSTAWARE_METRICS_PATH``. The model
+version is stored by the training itself, hence ``--no-outputs``; the summary still goes to the spec's
+``result_uri``. Without the launcher the job uses the spec's checkpoint store and its own SIGTERM handler,
+as the in-worker operator does.
+
+Exit codes: 0 done (summary JSON on stdout), 75 preempted after a checkpoint (``EXIT_PREEMPTED`` of the job
+contract: resubmit it), 2 bad spec or input (never retry), 1 anything else. The last stderr line is a one-line
+reason (the launcher's own lines follow it, prefixed ``costaware-run:``).
 """
 
 from __future__ import annotations
@@ -24,12 +35,18 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
+from costaware_runtime.contract import CHECKPOINT_DIR, CHECKPOINT_URI, METRICS_PATH
+from costaware_runtime.metrics import write_metrics
+from costaware_runtime.preemption import preemption_requested
+
+from costaware.adapters.checkpoint_store import CheckpointFolder
 from costaware.core.errors import ConfigurationError, StoreUnavailableError
 from costaware.training.checkpointing import PREEMPTED_EXIT_CODE, PreemptedError
 
@@ -159,13 +176,47 @@ def job_from_spec(spec: Mapping[str, Any]) -> Any:
         raise ConfigurationError(f"training spec is incomplete: {e}") from e
 
 
-def run_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """Run the retrain a spec describes (the one code path of every backend) and publish its summary."""
+def launched_checkpoints(environ: Mapping[str, str] | None = None) -> CheckpointFolder | None:
+    """The launcher's checkpoint folder when the job runs under ``costaware-run``, else None.
+
+    Under the launcher means ``COSTAWARE_CHECKPOINT_DIR`` is set: the launcher sets it for its job.
+    """
+    env = os.environ if environ is None else environ
+    folder = env.get(CHECKPOINT_DIR, "").strip()
+    return CheckpointFolder(folder, remote=env.get(CHECKPOINT_URI, "").strip()) if folder else None
+
+
+def summary_metrics(result: Mapping[str, Any]) -> dict[str, float | int]:
+    """The named finite numbers of a retrain's summary (rows, steps, seconds, ...): the job's metrics."""
+    return {
+        name: value
+        for name, value in result.items()
+        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    }
+
+
+def run_spec(spec: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Run the retrain a spec describes (the one code path of every backend) and publish its summary.
+
+    Args:
+        spec: The training spec.
+        environ: The job's environment (default ``os.environ``): under ``costaware-run`` the checkpoints go
+            to its folder, the runtime's flag is the preemption notice and the metrics file is written.
+    """
     from costaware.training.runner import run_retrain
 
-    result = run_retrain(job_from_spec(spec))
+    env = os.environ if environ is None else environ
+    folder = launched_checkpoints(env)
+    result = run_retrain(
+        job_from_spec(spec),
+        checkpoints=folder,
+        preemption_notice=preemption_requested if folder is not None else None,
+    )
     if spec.get("result_uri"):
         write_spec(str(spec["result_uri"]), result, **dict(spec.get("storage_options") or {}))
+    metrics_path = env.get(METRICS_PATH, "").strip()
+    if metrics_path:
+        write_metrics(summary_metrics(result), metrics_path)
     return result
 
 
@@ -180,6 +231,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
+    if launched_checkpoints() is not None:
+        # The runtime's SIGTERM handler, before the data is read: a notice from now on ends in a checkpoint.
+        preemption_requested()
     try:
         spec = read_spec(args.spec, endpoint_url=args.endpoint_url)
         endpoint = dict(spec.get("storage_options") or {}).get("endpoint_url")

@@ -14,6 +14,10 @@ Locations of one run (the same for every attempt unless marked per attempt)::
 
 The backend adds the container's own folders: ``COSTAWARE_CHECKPOINT_DIR``, ``COSTAWARE_OUTPUT_DIR`` and
 ``COSTAWARE_METRICS_PATH``.
+
+The built-in trainers run on the same contract: ``costaware-run --no-outputs [--no-sync] -- python -m
+costaware.training.entrypoint --spec URI`` with the same variables but the output and result ones (the
+training stores its model version itself and writes its summary to the spec's ``result_uri``).
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ __all__ = [
     "CHECKPOINT_FOLDER",
     "CHECKPOINT_URI",
     "DEFAULT_GRACE_SECONDS",
+    "ENTRYPOINT",
     "EXIT_CONTRACT_ERROR",
     "EXIT_OK",
     "EXIT_PREEMPTED",
@@ -77,6 +82,7 @@ __all__ = [
     "JobResult",
     "attempt_folder",
     "attempt_uris",
+    "builtin_command",
     "check_command",
     "check_grace_seconds",
     "contract_environment",
@@ -87,6 +93,8 @@ __all__ = [
 
 #: The launcher's console script (``costaware_runtime.launcher:main``; ``python -m costaware_runtime``).
 LAUNCHER = "costaware-run"
+#: The module of the built-in trainers' job (``python -m costaware.training.entrypoint --spec URI``).
+ENTRYPOINT = "costaware.training.entrypoint"
 
 #: Exit codes of an attempt that the capacity (or a store), not the code, ended: it is submitted again.
 RESUBMIT_EXIT_CODES = (EXIT_PREEMPTED, EXIT_PREEMPTED_BEFORE_CHECKPOINT, EXIT_SYNC_FAILED)
@@ -152,9 +160,27 @@ def check_grace_seconds(value: Any) -> float:
     return seconds
 
 
-def launcher_command(command: Sequence[str], *, no_sync: bool = False) -> list[str]:
-    """``costaware-run [--no-sync] -- <command...>``; ``--no-sync`` where the platform syncs checkpoints."""
-    return [LAUNCHER, *(["--no-sync"] if no_sync else []), "--", *command]
+def launcher_command(command: Sequence[str], *, no_sync: bool = False, no_outputs: bool = False) -> list[str]:
+    """``costaware-run [--no-sync] [--no-outputs] -- <command...>``.
+
+    Args:
+        command: The job's command.
+        no_sync: The platform syncs the checkpoint folder itself (SageMaker).
+        no_outputs: The job stores its model itself (the built-in trainers): no output folder.
+    """
+    options = [*(["--no-sync"] if no_sync else []), *(["--no-outputs"] if no_outputs else [])]
+    return [LAUNCHER, *options, "--", *command]
+
+
+def builtin_command(spec_uri: str, *, no_sync: bool = False, python: str = "python") -> list[str]:
+    """The built-in trainers' job under the launcher: ``costaware-run --no-outputs -- python -m ... --spec``.
+
+    Args:
+        spec_uri: The training spec.
+        no_sync: The platform syncs the checkpoint folder itself (SageMaker).
+        python: The interpreter of the entrypoint (the local backend's own; ``python`` in an image).
+    """
+    return launcher_command([python, "-m", ENTRYPOINT, "--spec", spec_uri], no_sync=no_sync, no_outputs=True)
 
 
 def attempt_folder(base_name: str, attempt: int) -> str:
@@ -171,8 +197,8 @@ def attempt_uris(model_store: str, base_name: str, attempt: int) -> tuple[str, s
 def contract_environment(
     *,
     checkpoint_uri: str,
-    output_uri: str,
-    result_uri: str,
+    output_uri: str = "",
+    result_uri: str = "",
     attempt: int,
     market: str,
     grace_seconds: float,
@@ -182,9 +208,10 @@ def contract_environment(
     """The contract's variables of one attempt; ``work_dir`` holds the job's local folders.
 
     Args:
-        checkpoint_uri: The run's checkpoint location (the same for every attempt).
-        output_uri: Where the launcher uploads the output folder on exit 0.
-        result_uri: Where the launcher writes its result on exit 0.
+        checkpoint_uri: The run's checkpoint location (the same for every attempt); empty: not set.
+        output_uri: Where the launcher uploads the output folder on exit 0; empty: no output folder (a job
+            run with ``--no-outputs``, which stores its model itself).
+        result_uri: Where the launcher writes its result on exit 0; empty: not set.
         attempt: 1, 2, ...
         market: ``spot`` or ``on_demand``.
         grace_seconds: SIGTERM to SIGKILL.
@@ -193,10 +220,10 @@ def contract_environment(
             ``/opt/ml/checkpoints``); default ``<work_dir>/checkpoints``.
     """
     work = work_dir.rstrip("/")
-    return {
+    variables = {
         CHECKPOINT_DIR: checkpoint_dir or f"{work}/{CHECKPOINT_FOLDER}",
         CHECKPOINT_URI: checkpoint_uri,
-        OUTPUT_DIR: f"{work}/{OUTPUT_FOLDER}",
+        OUTPUT_DIR: f"{work}/{OUTPUT_FOLDER}" if output_uri else "",
         OUTPUT_URI: output_uri,
         METRICS_PATH: f"{work}/{METRICS_FILE}",
         RESULT_URI: result_uri,
@@ -204,6 +231,7 @@ def contract_environment(
         MARKET: market,
         GRACE_SECONDS: f"{float(grace_seconds):g}",
     }
+    return {name: value for name, value in variables.items() if value}
 
 
 def exit_hint(exit_code: int | None) -> str:

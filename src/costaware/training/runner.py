@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from costaware.adapters.checkpoint_store import CheckpointStore
+from costaware.adapters.checkpoint_store import CheckpointStorage, CheckpointStore
 from costaware.adapters.model_store import (
     BlobDir,
     ModelStore,
@@ -194,21 +194,34 @@ def _incompatibility(champion: ModelVersion, trainer: str, features: Sequence[st
     return ""
 
 
-def _refuse_foreign_checkpoint(store: CheckpointStore, key: str, trainer: str) -> None:
+def _refuse_foreign_checkpoint(store: CheckpointStorage, key: str, trainer: str) -> None:
     """Refuse to train over the checkpoints of another trainer (a wrong key or a reused prefix)."""
     newest = store.latest(key)
     other = str(newest.meta.get("trainer", "")) if newest else ""
     if newest and other and other != trainer:
         raise ConfigurationError(
-            f"checkpoint {store.uri}/{key} after step {newest.step} was written by trainer {other!r}, this "
-            f"job uses {trainer!r}: use another checkpoint key or prefix, or delete that checkpoint"
+            f"checkpoint {store.location(key)} after step {newest.step} was written by trainer {other!r}, "
+            f"this job uses {trainer!r}: use another checkpoint key or prefix, or delete that checkpoint"
         )
 
 
 def run_retrain(
-    job: RetrainJob, *, on_checkpointer: Callable[[Checkpointer], None] | None = None
+    job: RetrainJob,
+    *,
+    on_checkpointer: Callable[[Checkpointer], None] | None = None,
+    checkpoints: CheckpointStorage | None = None,
+    preemption_notice: Callable[[], bool] | None = None,
 ) -> dict[str, Any]:
     """Choose warm or full, train with checkpoints (resuming one if present), store the new version.
+
+    Args:
+        job: What to train.
+        on_checkpointer: Called with the ``Checkpointer`` before training (an operator's ``on_kill`` asks it
+            to stop).
+        checkpoints: Where checkpoints go; default the ``CheckpointStore`` at ``job.checkpoint_store`` (the
+            entrypoint passes the launcher's ``CheckpointFolder`` under ``costaware-run``).
+        preemption_notice: The ``Checkpointer``'s ``notice`` (under ``costaware-run``: the runtime's flag);
+            None: it handles SIGTERM itself.
 
     Returns a JSON-able summary: version, mode, reason, parent, steps, resumed_from_step, seconds, ...
     Raises ``PreemptedError`` after saving a checkpoint when a preemption notice arrived.
@@ -276,7 +289,8 @@ def run_retrain(
             json.dumps(dict(job.trainer_params), sort_keys=True, default=str).encode()
         ).hexdigest()[:16],
     }
-    checkpoints = CheckpointStore.open(job.checkpoint_store, **opts)
+    if checkpoints is None:
+        checkpoints = CheckpointStore.open(job.checkpoint_store, **opts)
     _refuse_foreign_checkpoint(checkpoints, job.checkpoint_key, name)
     checkpointer = Checkpointer(
         checkpoints,
@@ -284,6 +298,7 @@ def run_retrain(
         every_seconds=job.checkpoint_every_seconds,
         every_steps=job.checkpoint_every_steps,
         meta=plan,
+        notice=preemption_notice,
     )
     if on_checkpointer:
         on_checkpointer(checkpointer)

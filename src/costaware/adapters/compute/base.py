@@ -1,8 +1,9 @@
 """The compute backend protocol: submit a training job, poll it, stop it, read its logs.
 
-A job runs ``python -m costaware.training.entrypoint --spec URI`` (the built-in trainers) or a team's own
-command under the launcher, ``costaware-run -- <command...>`` with the job contract's environment
-(``costaware.training.job_contract``, docs/own-training.md). ``submit`` is idempotent by job name:
+Every job runs under the launcher with the job contract's environment (``costaware.training.job_contract``,
+docs/own-training.md): a team's own command as ``costaware-run -- <command...>``, the built-in trainers as
+``costaware-run --no-outputs -- python -m costaware.training.entrypoint --spec URI`` (they store their model
+version themselves). ``submit`` is idempotent by job name:
 submitting a name that already exists returns that job, so an Airflow retry never starts a second job for the
 same attempt. ``poll`` reports one of five states plus what the backend bills for the job.
 """
@@ -55,7 +56,8 @@ class JobRequest:
         spec_uri: URI of the training spec the entrypoint reads (empty for a user command).
         market: ``spot`` or ``on_demand``.
         instance_type: What to run on (``ml.*`` for SageMaker, EC2 for Batch and Kubernetes).
-        checkpoint_uri: Where checkpoints live (SageMaker syncs ``CheckpointConfig.S3Uri`` with it).
+        checkpoint_uri: Where checkpoints live: ``COSTAWARE_CHECKPOINT_URI`` of every attempt (SageMaker syncs
+            ``CheckpointConfig.S3Uri`` with the checkpoint folder itself).
         model_store: The model store the job writes its version to.
         max_runtime_seconds: Longest the training may run.
         max_wait_seconds: Longest to wait for spot capacity plus run (SageMaker managed spot).
@@ -66,7 +68,7 @@ class JobRequest:
         output_uri: Where the launcher uploads the outputs of this attempt (user commands).
         result_uri: Where the launcher writes the result of this attempt (user commands).
         attempt: The attempt number, 1 for the first.
-        grace_seconds: SIGTERM to SIGKILL when the job is stopped or preempted (user commands).
+        grace_seconds: SIGTERM to SIGKILL when the job is stopped or preempted (the launcher's).
     """
 
     job_name: str
@@ -101,9 +103,9 @@ class JobRequest:
                     f"job {self.job_name!r} runs a user command but has no {', '.join(missing)}: the "
                     "launcher needs them to resume, upload the outputs and report the result"
                 )
-            job_contract.check_grace_seconds(self.grace_seconds)
         elif not self.spec_uri:
             raise ConfigurationError("spec_uri is empty: write the training spec and pass its URI")
+        job_contract.check_grace_seconds(self.grace_seconds)
         if self.max_runtime_seconds < 1:
             raise ConfigurationError(f"max_runtime_seconds must be >= 1, got {self.max_runtime_seconds}")
         if self.attempt < 1:
@@ -114,29 +116,31 @@ class JobRequest:
         """Whether the job is a user command (the job contract) rather than a built-in trainer."""
         return bool(self.user_command)
 
-    def command(self, *, no_sync: bool = False) -> list[str]:
-        """The command the job runs: the launcher around the user's command, or the built-in entrypoint.
+    def command(self, *, no_sync: bool = False, python: str = "python") -> list[str]:
+        """The command the job runs: the launcher around the user's command or the built-in entrypoint.
 
         Args:
             no_sync: The platform syncs the checkpoint folder itself (SageMaker): the launcher does not.
+            python: The interpreter of the built-in entrypoint (the local backend passes its own).
         """
         if self.user_command:
             return job_contract.launcher_command(self.user_command, no_sync=no_sync)
-        return ["python", "-m", "costaware.training.entrypoint", "--spec", self.spec_uri]
+        return job_contract.builtin_command(self.spec_uri, no_sync=no_sync, python=python)
 
     def environment(self, *, work_dir: str, checkpoint_dir: str | None = None) -> dict[str, str]:
-        """The job's environment: ``env`` plus, for a user command, the contract's variables.
+        """The job's environment: ``env`` plus the contract's variables.
+
+        A built-in job gets them but the output and result ones: it stores its model version itself and
+        writes its summary to the spec's ``result_uri``.
 
         Args:
             work_dir: A writable folder on the job's machine for its checkpoint, output and metrics.
             checkpoint_dir: The checkpoint folder where the platform fixes it (default under ``work_dir``).
         """
-        if not self.user_command:
-            return dict(self.env)
         contract = job_contract.contract_environment(
             checkpoint_uri=self.checkpoint_uri,
-            output_uri=self.output_uri,
-            result_uri=self.result_uri,
+            output_uri=self.output_uri if self.user_command else "",
+            result_uri=self.result_uri if self.user_command else "",
             attempt=self.attempt,
             market=self.market,
             grace_seconds=self.grace_seconds,

@@ -7,12 +7,13 @@ on anything else, so a code error is not retried. Billed seconds are the sum ove
 starts with ``Host EC2``) or with a resubmit exit code of the job contract (75, 77, 74) is ``interrupted``:
 the operator resubmits it from the checkpoint.
 
-A user command runs as the container override ``command = ["costaware-run", "--", *command]`` with the job
-contract's variables in ``environment``. Batch cannot override a job's image at submit, so an ``image`` (the
-operator's ``image=``) runs through a copy of ``job_definition`` that differs from it only in its image,
-``<job_definition>-image-<hash>``: an active one is reused, else it is registered (the connection needs
-``batch:RegisterJobDefinition``); ``job_definition`` itself is never changed. Without ``image`` the job
-definition's own image runs.
+Every job runs under the launcher: the container override ``command = ["costaware-run", "--", *command]``
+(the built-in trainers: ``costaware-run --no-outputs -- python -m costaware.training.entrypoint --spec
+URI``) with the job contract's variables in ``environment``. Batch cannot override a job's image at submit,
+so an ``image`` (the operator's ``image=``) runs through a copy of ``job_definition`` that differs from it
+only in its image, ``<job_definition>-image-<hash>``: an active one is reused, else it is registered (the
+connection needs ``batch:RegisterJobDefinition``); ``job_definition`` itself is never changed. Without
+``image`` the job definition's own image runs.
 """
 
 from __future__ import annotations
@@ -134,7 +135,7 @@ class BatchBackend:
         region_name: Region (default the connection's).
         reclaim_retries: Retries inside Batch after a host reclaim, before the operator resubmits.
         tags: Tags of the jobs.
-        work_dir: Writable folder of the container for a user command's checkpoint, output and metrics.
+        work_dir: Writable folder of the container for the job's checkpoint, output and metrics.
     """
 
     name = "batch"

@@ -7,10 +7,12 @@ Karpenter or the Node Termination Handler) sends SIGTERM; the training checkpoin
 ``node.kubernetes.io/instance-type`` label. The cncf.kubernetes provider is an optional extra, imported here
 only when the backend talks to a cluster; rendering the pod needs nothing.
 
-A user command runs as the container's ``command: ["costaware-run", "--"]`` with the command as ``args``,
-the job contract's variables in ``env``, its local folders on an ``emptyDir`` volume at ``work_dir``, and
-``terminationGracePeriodSeconds`` = the job's grace period + 10 s (the launcher's own SIGKILL comes first,
-then it has 10 s to push the last checkpoint). ``image=`` of the operator wins over ``image``.
+Every job runs under the launcher: the container's ``command: ["costaware-run", ..., "--"]`` with the job's
+command as ``args`` (the built-in trainers: ``python -m costaware.training.entrypoint --spec URI``), the job
+contract's variables in ``env`` and its local folders on an ``emptyDir`` volume at ``work_dir``. A user
+command's pod has ``terminationGracePeriodSeconds`` = the job's grace period + 10 s (the launcher's own
+SIGKILL comes first, then it has 10 s to push the last checkpoint); the built-in trainers' has
+``termination_grace_seconds``. ``image=`` of the operator wins over ``image``.
 """
 
 from __future__ import annotations
@@ -73,19 +75,19 @@ def render_pod(
     if request.instance_type:
         selector.setdefault(INSTANCE_LABEL, request.instance_type)
     env = request.environment(work_dir=work_dir)
+    launcher = request.command()
+    split = launcher.index("--") + 1
     container: dict[str, Any] = {
         "name": "train",
         "image": request.image or image,
-        "command": request.command(),
+        "command": launcher[:split],
+        "args": launcher[split:],
         "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
         "resources": dict(resources or {}),
+        "volumeMounts": [{"name": _WORK_VOLUME, "mountPath": work_dir}],
     }
     grace = int(termination_grace_seconds)
     if request.is_command:
-        launcher = request.command()
-        split = launcher.index("--") + 1
-        container.update(command=launcher[:split], args=launcher[split:])
-        container["volumeMounts"] = [{"name": _WORK_VOLUME, "mountPath": work_dir}]
         grace = math.ceil(request.grace_seconds) + LAUNCHER_MARGIN_SECONDS
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
@@ -94,9 +96,8 @@ def render_pod(
         "nodeSelector": selector,
         "tolerations": [dict(t) for t in tolerations],
         "containers": [container],
+        "volumes": [{"name": _WORK_VOLUME, "emptyDir": {}}],
     }
-    if request.is_command:
-        spec["volumes"] = [{"name": _WORK_VOLUME, "emptyDir": {}}]
     if service_account:
         spec["serviceAccountName"] = service_account
     return {
@@ -186,7 +187,7 @@ class KubernetesBackend:
         service_account: Service account (e.g. with IRSA access to the S3 stores).
         termination_grace_seconds: SIGTERM to SIGKILL on a drain (< 120 s, the spot notice) of the built-in
             trainers; a user command's pod gets its ``preemption_grace_seconds`` + 10.
-        work_dir: Where a user command's emptyDir volume (checkpoint, output, metrics) is mounted.
+        work_dir: Where the job's emptyDir volume (checkpoint, output, metrics) is mounted.
     """
 
     name = "kubernetes"

@@ -1,4 +1,4 @@
-"""The ``local`` backend: the training entrypoint as a child process of the worker (the default).
+"""The ``local`` backend: the training job as a child process of the worker (the default).
 
 Each job has a folder ``<root>/<job_name>/`` holding its request, the training's pid, its logs and, once it
 ended, ``exit.json`` (exit code, start and stop time). A small supervisor process (this module's ``main``)
@@ -6,10 +6,10 @@ starts the training, waits for it and writes ``exit.json``, so any process (the 
 retry) can poll the job from the folder alone. Creating the folder is the idempotency lock: a second submit
 of the same name finds it and returns the running job.
 
-A user command runs under the launcher (``costaware-run -- <command...>``, from ``costaware-runtime``
-installed in the interpreter's environment) with the job contract's variables; its local folders are under
-``<root>/<job_name>/work/``. ``stop`` asks the supervisor to send SIGTERM, then SIGKILL once the request's
-grace period has passed.
+Every job runs under the launcher (``costaware-run -- <command...>``, from ``costaware-runtime`` installed
+in the interpreter's environment) with the job contract's variables: a user command, or the built-in
+entrypoint run by this backend's interpreter. Its local folders are under ``<root>/<job_name>/work/``.
+``stop`` asks the supervisor to send SIGTERM, then SIGKILL once the request's grace period has passed.
 
 Billed seconds are the training process's wall time; market and instance type are the requested ones (the
 local machine stands in for them, e.g. in tests and demos that replay spot interruptions).
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -53,12 +54,18 @@ def _write_json(path: Path, data: Mapping[str, Any]) -> None:
     tmp.replace(path)
 
 
-def _last_line(path: Path) -> str:
+#: The launcher's last line when it passes the job's own exit code on: the job's line before it says why.
+_PASSED_ON = re.compile(r"costaware-run: the job (exited -?\d+|was killed by SIG\w+)")
+
+
+def _reason(path: Path) -> str:
+    """The last line of the job's stderr that says why it ended (not the launcher's "the job exited N")."""
     try:
-        lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+        lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
     except FileNotFoundError:
         return ""
-    return lines[-1].strip()[:500] if lines else ""
+    told = [line for line in lines if not _PASSED_ON.fullmatch(line)]
+    return (told or lines or [""])[-1][:500]
 
 
 class LocalBackend:
@@ -117,9 +124,7 @@ class LocalBackend:
         )
 
     def _command(self, request: JobRequest) -> list[str]:
-        if request.is_command:
-            return [*self.launcher(), *request.command()[1:]]
-        return [self.python, *request.command()[1:]]
+        return [*self.launcher(), *request.command(python=self.python)[1:]]
 
     def submit(self, request: JobRequest) -> str:
         folder = self._dir(request.job_name)
@@ -137,7 +142,7 @@ class LocalBackend:
                 "instance_type": request.instance_type,
                 "env": {**self.env, **request.environment(work_dir=str(folder / "work"))},
                 "capacity_file": self.capacity_file if request.market == "spot" else None,
-                "grace_seconds": request.grace_seconds if request.is_command else None,
+                "grace_seconds": request.grace_seconds,
             },
         )
         try:
@@ -168,7 +173,7 @@ class LocalBackend:
             ended = json.loads(exit_file.read_text())
             code = int(ended["exit_code"])
             seconds = max(0.0, float(ended["stopped_at"]) - float(ended["started_at"]))
-            reason = _last_line(folder / "stderr.log")
+            reason = _reason(folder / "stderr.log")
             if code == 0:
                 state = JobState.SUCCEEDED
             elif code in INTERRUPTED_CODES:
@@ -217,10 +222,10 @@ class LocalBackend:
         return True
 
     def stop(self, job_id: str) -> None:
-        """Ask the job to stop: SIGTERM now, SIGKILL after its grace period (user commands).
+        """Ask the job to stop: SIGTERM now, SIGKILL after its grace period.
 
         The supervisor sees the ``stop`` file: a job still waiting for capacity never starts, and a running
-        user command that outlives its grace period is killed, as a spot instance is after its notice.
+        job that outlives its grace period is killed, as a spot instance is after its notice.
         """
         (self._dir(job_id) / "stop").touch()
         self.signal(job_id, signal.SIGTERM)

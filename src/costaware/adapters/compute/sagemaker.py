@@ -2,11 +2,12 @@
 
 Spot is SageMaker managed spot training: ``EnableManagedSpotTraining`` with ``StoppingCondition.
 MaxWaitTimeInSeconds`` (derived from the deadline; at least ``MaxRuntimeInSeconds``) and ``CheckpointConfig``
-(the checkpoint prefix, synced with ``/opt/ml/checkpoints``). The container runs the training entrypoint
-(``ContainerEntrypoint``/``ContainerArguments``), so the image needs ``airflow-provider-costaware`` and the
-trainer's libraries. A user command runs as ``ContainerEntrypoint=["costaware-run", "--no-sync", "--"]``
-with the command as ``ContainerArguments`` (SageMaker syncs ``/opt/ml/checkpoints`` itself, so the launcher
-does not) and the job contract's variables in ``Environment``; its image (``image=`` of the operator, else
+(the checkpoint prefix, synced with ``/opt/ml/checkpoints``). Every job runs under the launcher,
+``ContainerEntrypoint=["costaware-run", "--no-sync", "--"]`` with the command as ``ContainerArguments``
+(SageMaker syncs ``/opt/ml/checkpoints`` itself, so the launcher does not) and the job contract's variables
+in ``Environment``. The built-in trainers' command is ``python -m costaware.training.entrypoint --spec URI``
+(after ``--no-outputs``), so their image needs ``airflow-provider-costaware`` (which brings
+``costaware-runtime``) and the trainer's libraries; a user command's image (``image=`` of the operator, else
 ``image_uri``) needs only ``costaware-runtime[s3]`` and the team's code. Billed seconds are
 ``BillableTimeInSeconds`` x ``InstanceCount`` (what AWS charges: spot savings and interruptions are already
 in it).
@@ -55,7 +56,7 @@ def training_job_request(
             "image_uri in backend_options"
         )
     command = request.command(no_sync=True)
-    split = command.index("--") + 1 if request.is_command else 3  # the launcher and its options, or python -m
+    split = command.index("--") + 1  # the launcher and its options, then the job's command
     stopping: dict[str, int] = {"MaxRuntimeInSeconds": int(request.max_runtime_seconds)}
     config: dict[str, Any] = {
         "TrainingJobName": request.job_name,
