@@ -51,7 +51,8 @@ def test_spot_pod_on_karpenter_spot_nodes_with_resources_and_tolerations() -> No
         {"name": "AWS_REGION", "value": "us-east-1"},
         {"name": "COSTAWARE_ATTEMPT", "value": "1"},
         {"name": "COSTAWARE_CHECKPOINT_DIR", "value": "/costaware/checkpoints"},
-        {"name": "COSTAWARE_GRACE_SECONDS", "value": "110"},
+        # The launcher's SIGKILL 10 s before the kubelet's, so that it can push the last checkpoint.
+        {"name": "COSTAWARE_GRACE_SECONDS", "value": "100"},
         {"name": "COSTAWARE_MARKET", "value": "spot"},
         {"name": "COSTAWARE_METRICS_PATH", "value": "/costaware/metrics.json"},
     ]

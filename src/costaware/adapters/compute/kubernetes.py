@@ -12,7 +12,8 @@ command as ``args`` (the built-in trainers: ``python -m costaware.training.entry
 contract's variables in ``env`` and its local folders on an ``emptyDir`` volume at ``work_dir``. A user
 command's pod has ``terminationGracePeriodSeconds`` = the job's grace period + 10 s (the launcher's own
 SIGKILL comes first, then it has 10 s to push the last checkpoint); the built-in trainers' has
-``termination_grace_seconds``. ``image=`` of the operator wins over ``image``.
+``termination_grace_seconds``, and their launcher's grace period is 10 s shorter. ``image=`` of the operator
+wins over ``image``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 from costaware.adapters.compute.base import JobRequest, JobState, JobStatus, require_object_store
 from costaware.core.errors import ComputeBackendError, ConfigurationError, JobNotFoundError
 from costaware.core.ledger import utcnow
-from costaware.training.job_contract import RESUBMIT_EXIT_CODES
+from costaware.training.job_contract import GRACE_SECONDS, RESUBMIT_EXIT_CODES
 
 KARPENTER_LABEL = "karpenter.sh/capacity-type"
 KARPENTER_VALUES = {"spot": "spot", "on_demand": "on-demand"}
@@ -75,6 +76,13 @@ def render_pod(
     if request.instance_type:
         selector.setdefault(INSTANCE_LABEL, request.instance_type)
     env = request.environment(work_dir=work_dir)
+    grace = int(termination_grace_seconds)
+    if request.is_command:
+        grace = math.ceil(request.grace_seconds) + LAUNCHER_MARGIN_SECONDS
+    else:
+        # The built-in trainers' pod keeps termination_grace_seconds; their launcher sends its own SIGKILL
+        # 10 s earlier, so that it can still push the last checkpoint before the kubelet's.
+        env[GRACE_SECONDS] = str(max(1, grace - LAUNCHER_MARGIN_SECONDS))
     launcher = request.command()
     split = launcher.index("--") + 1
     container: dict[str, Any] = {
@@ -86,9 +94,6 @@ def render_pod(
         "resources": dict(resources or {}),
         "volumeMounts": [{"name": _WORK_VOLUME, "mountPath": work_dir}],
     }
-    grace = int(termination_grace_seconds)
-    if request.is_command:
-        grace = math.ceil(request.grace_seconds) + LAUNCHER_MARGIN_SECONDS
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": grace,
