@@ -145,6 +145,10 @@ def test_a_price_spike_pauses_the_spot_job_and_it_resumes_from_its_checkpoint(
     assert (second["market"], second["cause"]) == ("spot", "success")
     assert result["steps"] == STEPS
     assert ModelStore.open(str(tmp_path / "models")).get(result["version"]).mode == "full"
+    # The pause pushed a checkpoint there that the second attempt resumed (below); with the model stored, the
+    # run's checkpoints are deleted.
+    assert (tmp_path / "ckpt" / "remote_dag" / "train").is_dir()
+    assert not (tmp_path / "ckpt" / "remote_dag" / "train" / "scheduled__2026-01-01" / "-1").exists()
     # The resume came after the price dropped, never on the spike.
     second_started = float((tmp_path / "jobs" / second["job_id"] / "started").read_text())
     assert second_started >= mover.dropped_at

@@ -632,9 +632,12 @@ class RemoteTrainingOperator(BuiltInTrainingArguments, BaseOperator):
                 ti, cause="orchestration", note="worker waited for remote training; billed per attempt"
             )
         if state.command:
-            return self._finish_command(context, state)
+            summary = self._finish_command(context, state)
+            self._clear_checkpoints(state.plan)
+            return summary
         job_id = state.attempts[-1].job_id if state.attempts else ""
         result = read_result(state.plan.result_uri, job_id=job_id, **self._storage_options())
+        self._clear_checkpoints(state.plan)
         usd = self._total(state)
         self.log.info(
             "stored %s model version %s after %d attempt(s), %s USD billed",
@@ -645,6 +648,25 @@ class RemoteTrainingOperator(BuiltInTrainingArguments, BaseOperator):
         )
         attempts = [a.to_json() for a in state.attempts]
         return {**result, "attempts": attempts, "usd": str(usd), "backend": state.plan.backend}
+
+    def _clear_checkpoints(self, plan: RemotePlan) -> None:
+        """Delete this training's checkpoints once its model version is stored.
+
+        They cost storage and no other run resumes them. A failure to delete only warns: the model is stored.
+        """
+        from costaware.adapters.model_store import BlobDir
+
+        parent, _, leaf = plan.checkpoint_uri.rstrip("/").rpartition("/")
+        if not parent or not leaf:
+            return
+        try:
+            BlobDir.from_uri(parent, create=False, **self._storage_options()).delete(leaf)
+        except OSError as e:
+            self.log.warning(
+                "could not delete the checkpoints at %s (%s): delete them by hand", plan.checkpoint_uri, e
+            )
+            return
+        self.log.info("deleted the checkpoints at %s: the model version is stored", plan.checkpoint_uri)
 
     def _finish_command(self, context: Context, state: AttemptState) -> dict[str, Any]:
         """Store the command's outputs as a ``files`` version, record its metrics, return them (XCom)."""
