@@ -1,4 +1,4 @@
-"""The remote training's plan (``make_plan``, the pause helpers) and the built-in ``TrainingSpec`` (pure)."""
+"""The remote training's plan (``make_plan``), its pauses (``training.pauses``), ``TrainingSpec``: pure."""
 
 from __future__ import annotations
 
@@ -13,16 +13,14 @@ from costaware.core.errors import ConfigurationError
 from costaware.core.spot_decision import SpotDecision
 from costaware.training.attempts import Attempt, AttemptState
 from costaware.training.entrypoint import job_from_spec
+from costaware.training.pauses import latest_resume, price_watch, work_left
 from costaware.training.plan import (
     Billing,
     PlanArguments,
     PriceWatch,
     RemotePlan,
     job_seconds_left,
-    latest_resume,
     make_plan,
-    price_watch,
-    work_left,
 )
 from costaware.training.spec import TrainingSpec
 

@@ -547,8 +547,8 @@ class RemoteTrainingOperator(BuiltInTrainingArguments, BaseOperator):
     def _step(self, context: Context, state: AttemptState, event: Event) -> Any:
         """Decide the next step (pure) and perform it: the new state to wait on, or the result (XCom)."""
         from costaware.training.attempts import Fail, Finish, JobEnded, Pause, Resume, Submit, next_step
-        from costaware.training.plan import latest_resume as resume_by
-        from costaware.training.plan import price_watch, work_left
+        from costaware.training.pauses import latest_resume as resume_by
+        from costaware.training.pauses import price_watch, work_left
 
         now = utcnow()
         latest_resume = None
@@ -732,7 +732,7 @@ class RemoteTrainingOperator(BuiltInTrainingArguments, BaseOperator):
 
     def _trigger(self, state: AttemptState) -> Any:
         """What to wait on: the current job (watching its spot price when asked), or the price of a pause."""
-        from costaware.training.plan import price_watch
+        from costaware.training.pauses import price_watch
         from costaware.triggers.remote_training import RemoteTrainingJobTrigger
 
         current = state.current
