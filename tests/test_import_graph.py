@@ -1,0 +1,61 @@
+"""``scripts/import_graph.py`` finds import cycles (lazy imports included) and imports against the layers."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "import_graph.py"
+
+
+def load() -> object:
+    spec = importlib.util.spec_from_file_location("import_graph", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def write(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = root / "costaware" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root / "costaware"
+
+
+def test_a_lazy_cycle_and_an_upward_import_are_found(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    package = write(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "core/__init__.py": "",
+            "core/money.py": "from costaware.core.rates import RATE\n",
+            "core/rates.py": "def f():\n    from costaware.core import money\n",  # lazy, still a cycle
+            "adapters/__init__.py": "",
+            "adapters/store.py": "from costaware.glue import helper\nfrom costaware.core.money import x\n",
+            "glue.py": "import costaware.adapters.store\n",
+            "extras.py": "",
+            "training/__init__.py": "",
+            "training/fit.py": "from costaware.extras import optional\n",  # a helper: not upward
+        },
+    )
+    graph = load()
+    assert graph.main(["--json", "--root", str(package)]) == 0  # type: ignore[attr-defined]
+    report = json.loads(capsys.readouterr().out)
+    assert sorted(report["cycles"]) == [
+        ["costaware.adapters.store", "costaware.glue"],
+        ["costaware.core.money", "costaware.core.rates"],
+    ]
+    assert report["upward"] == [["costaware.adapters.store", "costaware.glue"]]
+
+
+def test_it_runs_on_the_package() -> None:
+    graph = load()
+    edges = graph.graph(SCRIPT.parents[1] / "src" / "costaware")  # type: ignore[attr-defined]
+    assert "costaware.training.attempts" in edges["costaware.operators.remote_training"]
