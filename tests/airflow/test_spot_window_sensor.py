@@ -116,7 +116,7 @@ SENSOR_XCOM_KEYS = [
 def test_sensor_trigger_and_resume_watch_make_the_same_decision(
     tmp_path: Path, ledger_env: Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from costaware.core.spot_window import Observation, SpotDecision, decide
+    from costaware.core.spot_window import SpotDecision, decide
     from costaware.triggers import remote_training
     from costaware.triggers import spot_window as trigger_module
     from costaware.triggers.spot_window import observe_market
@@ -128,7 +128,7 @@ def test_sensor_trigger_and_resume_watch_make_the_same_decision(
     plan = sensor._plan(context(), at)
     latest = datetime.fromisoformat(plan["latest_start"])
     on_demand = Decimal(plan["on_demand_usd_per_hour"])
-    seen = Observation(*observe_market(now=at, on_demand_usd_per_hour=on_demand, **sensor._observe_kwargs()))
+    seen = observe_market(now=at, on_demand_usd_per_hour=on_demand, **sensor._observe_kwargs())
     expected = decide(
         now=at,
         observation=seen,

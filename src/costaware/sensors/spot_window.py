@@ -271,10 +271,7 @@ class SpotWindowSensor(BaseSensorOperator):
         on_demand = Decimal(plan["on_demand_usd_per_hour"])
         observation = Observation()
         if wants_observation(now, latest_start=latest_start, not_before=not_before):
-            price, available, source, zone_name = observe_market(
-                now=now, on_demand_usd_per_hour=on_demand, **self._observe_kwargs()
-            )
-            observation = Observation(price, available, source, zone_name)
+            observation = observe_market(now=now, on_demand_usd_per_hour=on_demand, **self._observe_kwargs())
         return decide(
             now=now,
             observation=observation,

@@ -128,9 +128,7 @@ def watch_event(
             watch, state, now=now, usd_per_hour=None, available=False, source="", forecast_starts=[]
         )
     observe = watch["observe"]
-    price, available, source, _ = observe_market(
-        now=now, on_demand_usd_per_hour=Decimal(watch["on_demand_usd_per_hour"]), **observe
-    )
+    seen = observe_market(now=now, on_demand_usd_per_hour=Decimal(watch["on_demand_usd_per_hour"]), **observe)
     starts = forecast_window(
         prices=observe["prices"],
         instance_type=observe["instance_type"],
@@ -148,9 +146,9 @@ def watch_event(
         watch,
         state,
         now=now,
-        usd_per_hour=price,
-        available=available,
-        source=source,
+        usd_per_hour=seen.usd_per_hour,
+        available=seen.available,
+        source=seen.source,
         forecast_starts=starts,
     )
 

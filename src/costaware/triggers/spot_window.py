@@ -162,7 +162,7 @@ def observe_zones(
     zones: Sequence[str],
     availability: Mapping[str, str] | None,
     **observe: Any,
-) -> tuple[Decimal, bool, str, str]:
+) -> Observation:
     """Observe every zone (blocking IO); keep the cheapest one with capacity (the first listed if none has).
 
     Args:
@@ -172,7 +172,7 @@ def observe_zones(
         **observe: The other arguments of :func:`observe_spot`.
 
     Returns:
-        The chosen zone's price, capacity, price source and the zone's name.
+        The chosen zone's price, capacity and price source, and the zone's name.
     """
     seen: dict[str, tuple[Decimal, bool]] = {}
     sources: dict[str, str] = {}
@@ -183,7 +183,7 @@ def observe_zones(
         seen[zone_name], sources[zone_name] = (price, available), source
     chosen = choose_zone(seen) or zones[0]
     price, available = seen[chosen]
-    return price, available, f"{sources[chosen]}, zone {chosen}", chosen
+    return Observation(price, available, f"{sources[chosen]}, zone {chosen}", chosen)
 
 
 def observe_market(
@@ -193,8 +193,10 @@ def observe_market(
     availability_zone: str | None,
     availability: str | None,
     **common: Any,
-) -> tuple[Decimal, bool, str, str]:
-    """Price, capacity, source and chosen zone (``""`` for a single zone) at ``now``; blocking IO.
+) -> Observation:
+    """One look at the market at ``now``: price, capacity, source and chosen zone (``""`` for one zone).
+
+    Blocking IO.
 
     With ``availability_zones`` every zone is observed and the cheapest one with capacity is kept
     (:func:`observe_zones`); else the one ``availability_zone`` (or the region's cheapest zone).
@@ -204,7 +206,7 @@ def observe_market(
     price, available, source = observe_spot(
         availability_zone=availability_zone, availability=availability, **common
     )
-    return price, available, source, ""
+    return Observation(price, available, source)
 
 
 def forecast_window(
@@ -339,7 +341,7 @@ class SpotWindowTrigger(BaseTrigger):
             },
         )
 
-    def _observe(self, now: datetime, on_demand: Decimal) -> tuple[Decimal, bool, str, str]:
+    def _observe(self, now: datetime, on_demand: Decimal) -> Observation:
         return observe_market(
             availability_zones=self.availability_zones,
             zone_availability=self.zone_availability,
@@ -371,8 +373,7 @@ class SpotWindowTrigger(BaseTrigger):
             observation = Observation()
             if wants_observation(now, latest_start=latest_start, not_before=not_before):
                 try:
-                    price, available, source, zone = await asyncio.to_thread(self._observe, now, on_demand)
-                    observation = Observation(price, available, source, zone)
+                    observation = await asyncio.to_thread(self._observe, now, on_demand)
                 except ConfigurationError as e:
                     yield TriggerEvent({"status": "error", "message": str(e), "retry": False})
                     return
