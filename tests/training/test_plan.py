@@ -237,10 +237,13 @@ def test_the_remote_job_trains_the_same_retrain_job_as_the_worker() -> None:
     [
         ({"feature_columns": ()}, "feature_columns is empty"),
         ({"feature_columns": ("delay",)}, "label column 'delay' is also a feature"),
-        ({"checkpoint_every_seconds": None, "checkpoint_every_steps": None}, "both None"),
+        (
+            {"checkpoint_every_seconds": None, "checkpoint_every_steps": None},
+            "set checkpoint_every_seconds or checkpoint_every_steps",
+        ),
         (
             {"checkpoint_every_seconds": float("nan")},
-            "checkpoint_every_seconds must be a number of seconds > 0",
+            "checkpoint_every_seconds must be a number > 0",
         ),
         ({"checkpoint_every_steps": True}, "checkpoint_every_steps must be an integer >= 1"),
         ({"data_path": " "}, "data_path rendered empty"),

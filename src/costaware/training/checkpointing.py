@@ -12,7 +12,6 @@ hard kill) at most one checkpoint interval of work is lost.
 from __future__ import annotations
 
 import logging
-import math
 import signal
 import threading
 import time
@@ -23,7 +22,8 @@ from typing import Any
 from costaware_runtime.contract import EXIT_PREEMPTED
 
 from costaware.adapters.checkpoint_store import Checkpoint, CheckpointStorage
-from costaware.core.errors import ConfigurationError, CostawareError
+from costaware.core.errors import CostawareError
+from costaware.training.spec import check_checkpoint_interval
 
 log = logging.getLogger(__name__)
 
@@ -81,16 +81,9 @@ class Checkpointer:
         notice: Callable[[], bool] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if every_seconds is not None and not (math.isfinite(every_seconds) and every_seconds > 0):
-            raise ConfigurationError(
-                f"checkpoint every_seconds must be a number > 0 or None, got {every_seconds!r}"
-            )
-        if every_steps is not None and (not isinstance(every_steps, int) or every_steps < 1):
-            raise ConfigurationError(
-                f"checkpoint every_steps must be an integer >= 1 or None, got {every_steps!r}"
-            )
-        if every_seconds is None and every_steps is None:
-            raise ConfigurationError("set checkpoint every_seconds or every_steps (or both)")
+        check_checkpoint_interval(
+            every_seconds, every_steps, names=("every_seconds", "every_steps"), prefix="checkpoint "
+        )
         self.store = store
         self.key = key
         self.every_seconds = every_seconds

@@ -18,12 +18,25 @@ from costaware.core.errors import ConfigurationError
 DEFAULT_TRAINER = "sklearn-sgd"
 
 
-def check_checkpoint_interval(every_seconds: Any, every_steps: Any) -> None:
-    """A checkpoint interval by time, by steps, or both (what ``Checkpointer`` accepts).
+def check_checkpoint_interval(
+    every_seconds: Any,
+    every_steps: Any,
+    *,
+    names: tuple[str, str] = ("checkpoint_every_seconds", "checkpoint_every_steps"),
+    prefix: str = "",
+) -> None:
+    """A checkpoint interval by time, by steps, or both: the one check of the operators and ``Checkpointer``.
+
+    Args:
+        every_seconds: Seconds between saves, or None.
+        every_steps: Steps between saves, or None.
+        names: How messages name the two, e.g. the operator's arguments.
+        prefix: Put before the first name in messages (``"checkpoint "`` for ``Checkpointer``'s own).
 
     Raises:
         ConfigurationError: a value that is not a positive number of seconds / steps, or neither given.
     """
+    seconds_name, steps_name = names
     if every_seconds is not None and not (
         isinstance(every_seconds, int | float)
         and not isinstance(every_seconds, bool)
@@ -31,18 +44,16 @@ def check_checkpoint_interval(every_seconds: Any, every_steps: Any) -> None:
         and every_seconds > 0
     ):
         raise ConfigurationError(
-            f"checkpoint_every_seconds must be a number of seconds > 0 or None, got {every_seconds!r}"
+            f"{prefix}{seconds_name} must be a number > 0 or None, got {every_seconds!r}"
         )
     if every_steps is not None and (
         not isinstance(every_steps, int) or isinstance(every_steps, bool) or every_steps < 1
     ):
-        raise ConfigurationError(
-            f"checkpoint_every_steps must be an integer >= 1 or None, got {every_steps!r}"
-        )
+        raise ConfigurationError(f"{prefix}{steps_name} must be an integer >= 1 or None, got {every_steps!r}")
     if every_seconds is None and every_steps is None:
         raise ConfigurationError(
-            "checkpoint_every_seconds and checkpoint_every_steps are both None: set one (or both), or a "
-            "preemption loses the whole training"
+            f"set {prefix}{seconds_name} or {steps_name} (or both): with neither, a preemption loses the "
+            "whole training"
         )
 
 
