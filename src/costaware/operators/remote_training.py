@@ -631,25 +631,26 @@ class RemoteTrainingOperator(BuiltInTrainingArguments, BaseOperator):
             annotate_task(
                 ti, cause="orchestration", note="worker waited for remote training; billed per attempt"
             )
+        opts = self._storage_options()
         if state.command:
-            summary = self._finish_command(context, state)
-            self._clear_checkpoints(state.plan)
-            return summary
-        job_id = state.attempts[-1].job_id if state.attempts else ""
-        result = read_result(state.plan.result_uri, job_id=job_id, **self._storage_options())
-        self._clear_checkpoints(state.plan)
-        usd = self._total(state)
-        self.log.info(
-            "stored %s model version %s after %d attempt(s), %s USD billed",
-            result.get("mode"),
-            result.get("version"),
-            len(state.attempts),
-            usd,
-        )
-        attempts = [a.to_json() for a in state.attempts]
-        return {**result, "attempts": attempts, "usd": str(usd), "backend": state.plan.backend}
+            summary = self._finish_command(context, state, opts)
+        else:
+            job_id = state.attempts[-1].job_id if state.attempts else ""
+            result = read_result(state.plan.result_uri, job_id=job_id, **opts)
+            usd = self._total(state)
+            self.log.info(
+                "stored %s model version %s after %d attempt(s), %s USD billed",
+                result.get("mode"),
+                result.get("version"),
+                len(state.attempts),
+                usd,
+            )
+            attempts = [a.to_json() for a in state.attempts]
+            summary = {**result, "attempts": attempts, "usd": str(usd), "backend": state.plan.backend}
+        self._clear_checkpoints(state.plan, opts)
+        return summary
 
-    def _clear_checkpoints(self, plan: RemotePlan) -> None:
+    def _clear_checkpoints(self, plan: RemotePlan, opts: Mapping[str, Any]) -> None:
         """Delete this training's checkpoints once its model version is stored.
 
         They cost storage and no other run resumes them. A failure to delete only warns: the model is stored.
@@ -660,7 +661,7 @@ class RemoteTrainingOperator(BuiltInTrainingArguments, BaseOperator):
         if not parent or not leaf:
             return
         try:
-            BlobDir.from_uri(parent, create=False, **self._storage_options()).delete(leaf)
+            BlobDir.from_uri(parent, create=False, **opts).delete(leaf)
         except OSError as e:
             self.log.warning(
                 "could not delete the checkpoints at %s (%s): delete them by hand", plan.checkpoint_uri, e
@@ -668,13 +669,15 @@ class RemoteTrainingOperator(BuiltInTrainingArguments, BaseOperator):
             return
         self.log.info("deleted the checkpoints at %s: the model version is stored", plan.checkpoint_uri)
 
-    def _finish_command(self, context: Context, state: AttemptState) -> dict[str, Any]:
+    def _finish_command(
+        self, context: Context, state: AttemptState, opts: Mapping[str, Any]
+    ) -> dict[str, Any]:
         """Store the command's outputs as a ``files`` version, record its metrics, return them (XCom)."""
         from costaware.operators.remote_command import format_metrics, register_outputs
         from costaware.operators.run_record import command_outcome, write_outcome
 
         usd = self._total(state)
-        stored = register_outputs(state.to_json(), self._storage_options(), str(usd))
+        stored = register_outputs(state.to_json(), opts, str(usd))
         self.log.info(
             "stored model version %s (%d files, %d bytes) after %d attempt(s), %s USD billed; metrics: %s",
             stored["version"],

@@ -12,6 +12,7 @@ from typing import Any
 
 from costaware.glue import as_bool, default_store
 from costaware.operators.templating import as_written, native_rendered
+from costaware.training.plan import blank
 from costaware.training.spec import DEFAULT_TRAINER, TrainingSpec, check_training_arguments
 
 #: The templated ones among them.
@@ -23,10 +24,6 @@ TRAINING_TEMPLATE_FIELDS = (
     "trainer_params",
     "force_full",
 )
-
-
-def _blank(value: Any) -> Any:
-    return None if value in (None, "", "None") else value
 
 
 class BuiltInTrainingArguments:
@@ -106,7 +103,7 @@ class BuiltInTrainingArguments:
             feature_columns=tuple(self.feature_columns),
             model_store=str(self.model_store or ""),
             checkpoint_store=str(self.checkpoint_store or default_store("checkpoints")).rstrip("/"),
-            new_data_path=_blank(self.new_data_path),
+            new_data_path=blank(self.new_data_path),
             label_threshold=self.label_threshold,
             trainer=self.trainer,
             trainer_params=native_rendered(self._trainer_params_written, self.trainer_params),
