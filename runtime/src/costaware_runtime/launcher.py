@@ -276,19 +276,20 @@ class Launcher:
     def succeed(self, step: int | None) -> int:
         try:
             metrics = read_metrics(self.metrics_path)
-            summary = check_outputs(self.output_dir) if self.output_dir is not None else None
+            # --no-outputs: the job stored its model itself, there is nothing to check or upload.
+            summary = (
+                check_outputs(self.output_dir) if self.output_dir is not None else OutputSummary(None, 0, 0)
+            )
         except ContractError as e:
             log.error("%s; nothing was uploaded", e)
             return contract.EXIT_CONTRACT_ERROR
         if not self.final_push():
             log.warning("the job succeeded, so the checkpoint is not needed: going on")
         try:
-            if self.output_dir is None or summary is None:
-                summary = OutputSummary(None, 0, 0)  # --no-outputs: the job stored its model itself
-            elif self.env.output_uri:
+            if self.output_dir is not None and self.env.output_uri:
                 metadata = {"metrics": metrics, "attempt": self.env.attempt, "checkpoint_step": step}
                 summary = upload_outputs(self.output_dir, self.env.output_uri, metadata)
-            else:
+            elif self.output_dir is not None:
                 log.warning("%s is not set: the outputs stay in %s", contract.OUTPUT_URI, self.output_dir)
             result = {
                 "metrics": metrics,
