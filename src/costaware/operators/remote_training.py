@@ -21,7 +21,6 @@ from costaware.glue import (
     airflow_errors,
     as_bool,
     check_tags,
-    default_store,
     run_identity,
     run_tags,
     storage_options,
@@ -387,7 +386,7 @@ class RemoteTrainingOperator(BuiltInTrainingArguments, BaseOperator):
         key = checkpoint_key(
             identity["dag_id"], identity["task_id"], identity["run_id"], identity["map_index"]
         )
-        ckpt_store = str(self.checkpoint_store or default_store("checkpoints")).rstrip("/")
+        ckpt_store = self.checkpoint_root()
         owner = f"{type(self).__name__} {self.task_id!r}"
         command = rendered_command(self.command, owner) if self.command is not None else None
         if command and args.backend == "local" and blank(self.image):

@@ -91,6 +91,10 @@ class BuiltInTrainingArguments:
         self.checkpoint_every_steps = checkpoint_every_steps
         self.seed = seed
 
+    def checkpoint_root(self) -> str:
+        """The rendered checkpoint store, no trailing slash (default: under ``$AIRFLOW_HOME/costaware``)."""
+        return str(self.checkpoint_store or default_store("checkpoints")).rstrip("/")
+
     def training_spec(self) -> TrainingSpec:
         """The rendered arguments as one value (call after Airflow rendered the templates).
 
@@ -102,7 +106,7 @@ class BuiltInTrainingArguments:
             label_column=str(self.label_column or ""),
             feature_columns=tuple(self.feature_columns),
             model_store=str(self.model_store or ""),
-            checkpoint_store=str(self.checkpoint_store or default_store("checkpoints")).rstrip("/"),
+            checkpoint_store=self.checkpoint_root(),
             new_data_path=blank(self.new_data_path),
             label_threshold=self.label_threshold,
             trainer=self.trainer,
