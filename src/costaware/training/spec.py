@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from costaware.core.errors import ConfigurationError
@@ -161,31 +161,14 @@ class TrainingSpec:
     ) -> dict[str, Any]:
         """The JSON spec ``python -m costaware.training.entrypoint --spec URI`` reads (JSON primitives).
 
-        ``storage_options`` must hold no credentials (``entrypoint.spec_storage_options``).
+        The fields of :meth:`retrain_job`'s ``RetrainJob`` (the seed already in ``trainer_params``) and
+        ``result_uri``. ``storage_options`` must hold no credentials (``entrypoint.spec_storage_options``).
         """
         if self.policy is not None and not isinstance(self.policy, str):
             raise ConfigurationError(
                 f"policy {self.policy!r} is an object: a remote job gets it by name (drift, always-full, "
                 "always-warm) with policy_params"
             )
-        return {
-            "data_path": self.data_path,
-            "new_data_path": self.new_data_path,
-            "label_column": self.label_column,
-            "feature_columns": list(self.feature_columns),
-            "label_threshold": self.label_threshold,
-            "model_store": self.model_store,
-            "checkpoint_store": self.checkpoint_store,
-            "checkpoint_key": checkpoint_key,
-            "trainer": self.trainer,
-            "trainer_params": dict(self.trainer_params),
-            "policy": self.policy,
-            "policy_params": dict(self.policy_params),
-            "force_full": self.force_full,
-            "checkpoint_every_seconds": self.checkpoint_every_seconds,
-            "checkpoint_every_steps": self.checkpoint_every_steps,
-            "seed": self.seed,
-            "run": dict(run),
-            "storage_options": dict(storage_options),
-            "result_uri": result_uri,
-        }
+        # The worker's RetrainJob, field by field: job_from_spec reads back the very job the worker trains.
+        job = self.retrain_job(checkpoint_key=checkpoint_key, run=run, storage_options=storage_options)
+        return {**{f.name: getattr(job, f.name) for f in fields(job)}, "result_uri": result_uri}
