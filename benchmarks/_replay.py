@@ -7,7 +7,9 @@ import argparse
 import itertools
 import os
 import signal
+import statistics
 import sys
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -96,3 +98,32 @@ def lost_steps(progress: Path) -> list[int]:
     """Steps done twice, per resume: a resumed attempt logs again from its checkpoint's step + 1."""
     logged = [int(line.split()[0]) for line in progress.read_text().splitlines() if line.strip()]
     return [b - (a - 1) for b, a in itertools.pairwise(logged) if a <= b]
+
+
+OVERHEAD_PAIRS = 3  # uninterrupted runs with and without checkpoints, by turns
+
+
+def overhead_pairs(
+    run_pair: Callable[[int], tuple[dict[str, Any], dict[str, Any]]], count: int = OVERHEAD_PAIRS
+) -> tuple[list[tuple[dict[str, Any], dict[str, Any]]], dict[str, float], dict[str, float]]:
+    """Checkpoint overhead from ``count`` pairs run by turns, medians compared.
+
+    A run is 15-20 s, of which a few are Python (and torch) starting and the serializer's import, which vary
+    by more than the saves cost on a shared machine: one pair swung from -2 % to +15 % on the same code.
+
+    Args:
+        run_pair: ``n -> (run with checkpoints, run without)``, each with ``billed_seconds`` and
+            ``wall_seconds``.
+        count: Pairs to run.
+
+    Returns:
+        The pairs, and the runs with and without checkpoints as their median ``billed_seconds`` (with: and the
+        longest ``wall_seconds``, which sizes the deadlines of the traced runs).
+    """
+    pairs = [run_pair(n) for n in range(count)]
+    base = {
+        "billed_seconds": statistics.median(b["billed_seconds"] for b, _ in pairs),
+        "wall_seconds": max(b["wall_seconds"] for b, _ in pairs),
+    }
+    bare = {"billed_seconds": statistics.median(n["billed_seconds"] for _, n in pairs)}
+    return pairs, base, bare

@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,14 +41,21 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import emit, table  # noqa: E402
-from _replay import arguments, drive_under_trace, lost_steps, spot_decision, trace_names, trace_window  # noqa: E402
+from _replay import (  # noqa: E402
+    arguments,
+    drive_under_trace,
+    lost_steps,
+    overhead_pairs,
+    spot_decision,
+    trace_names,
+    trace_window,
+)
 
 SCRIPT = ROOT / "examples" / "own_training" / "train_delay.py"
 TARGET_LOST = 0.5
 TARGET_OVERHEAD = 0.05
 TARGET_SIZE_RATIO = 0.1
 EPOCHS, BATCH, STEP_SECONDS, EVERY_STEPS = 5, 2048, 0.2, 10
-OVERHEAD_PAIRS = 3  # uninterrupted runs with and without checkpoints, by turns
 
 
 def arrays(folder: Path) -> Path:
@@ -191,20 +197,19 @@ def main() -> int:
         folder = Path(tmp)
         os.environ["COSTAWARE_LEDGER_URL"] = f"sqlite:///{folder / 'ledger.db'}"
         data = arrays(folder / "data")
-        common = {"tick_seconds": tick, "deadline_seconds": 900, "latest_start_seconds": 0}
-        # Pairs run by turns, medians compared: a run is ~20 s, of which a few are Python and torch starting,
-        # which varies by more than the checkpoints cost on a shared machine.
-        pairs = []
-        for n in range(OVERHEAD_PAIRS):
-            every = {"market": "on_demand", "trace": None, **common}
-            with_checkpoints = run_once(folder / f"base-{n}", data, every_steps=EVERY_STEPS, **every)
-            without = run_once(folder / f"bare-{n}", data, every_steps=10**9, **every)
-            pairs.append((with_checkpoints, without))
-        base = {
-            "billed_seconds": statistics.median(b["billed_seconds"] for b, _ in pairs),
-            "wall_seconds": max(b["wall_seconds"] for b, _ in pairs),
+        uninterrupted = {
+            "market": "on_demand",
+            "trace": None,
+            "tick_seconds": tick,
+            "deadline_seconds": 900,
+            "latest_start_seconds": 0,
         }
-        bare = {"billed_seconds": statistics.median(n["billed_seconds"] for _, n in pairs)}
+        pairs, base, bare = overhead_pairs(
+            lambda n: (
+                run_once(folder / f"base-{n}", data, every_steps=EVERY_STEPS, **uninterrupted),
+                run_once(folder / f"bare-{n}", data, every_steps=10**9, **uninterrupted),
+            )
+        )
         overhead = base["billed_seconds"] / bare["billed_seconds"] - 1
         deadline_seconds = 4 * base["wall_seconds"] + 30
         rows, lost_all, preemptions, misses, completed = [], [], 0, 0, 0

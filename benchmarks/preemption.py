@@ -34,14 +34,22 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import emit, table  # noqa: E402
-from _replay import PRICES, arguments, drive_under_trace, lost_steps, spot_decision, trace_names, trace_window  # noqa: E402
+from _replay import (  # noqa: E402
+    PRICES,
+    arguments,
+    drive_under_trace,
+    lost_steps,
+    overhead_pairs,
+    spot_decision,
+    trace_names,
+    trace_window,
+)
 
 TRAINING = ROOT / "tests" / "training"
 FEATURES = ["month", "day_of_week", "sched_dep_hour", "distance", "carrier", "origin", "dest"]
 CATEGORICAL = ["month", "day_of_week", "sched_dep_hour", "carrier", "origin", "dest"]
 TARGET_LOST = 1.0
 TARGET_OVERHEAD = 0.10
-OVERHEAD_PAIRS = 3  # uninterrupted runs with and without checkpoints, by turns
 
 
 def flight_data(folder: Path) -> Path:
@@ -173,26 +181,19 @@ def main() -> int:
         os.environ["COSTAWARE_LEDGER_URL"] = f"sqlite:///{folder / 'ledger.db'}"
         data = flight_data(folder / "data")
         common = {"steps": steps, "step_seconds": step_seconds, "tick_seconds": tick}
-        # Pairs run by turns, medians compared: a run is ~16 s, of which a few are Python starting and the
-        # serializer's import, which vary by more than the saves cost on a shared machine (one pair swung
-        # from -2 % to +15 % between runs of the same code).
-        pairs = []
-        for n in range(OVERHEAD_PAIRS):
-            uninterrupted = {
-                "market": "on_demand",
-                "trace": None,
-                "deadline_seconds": 600,
-                "latest_start_seconds": 0,
-                **common,
-            }
-            with_checkpoints = run_once(folder / f"base-{n}", data, every=every, **uninterrupted)
-            without = run_once(folder / f"bare-{n}", data, every=1e9, **uninterrupted)
-            pairs.append((with_checkpoints, without))
-        base = {
-            "billed_seconds": statistics.median(b["billed_seconds"] for b, _ in pairs),
-            "wall_seconds": max(b["wall_seconds"] for b, _ in pairs),
+        uninterrupted = {
+            "market": "on_demand",
+            "trace": None,
+            "deadline_seconds": 600,
+            "latest_start_seconds": 0,
+            **common,
         }
-        bare = {"billed_seconds": statistics.median(n["billed_seconds"] for _, n in pairs)}
+        pairs, base, bare = overhead_pairs(
+            lambda n: (
+                run_once(folder / f"base-{n}", data, every=every, **uninterrupted),
+                run_once(folder / f"bare-{n}", data, every=1e9, **uninterrupted),
+            )
+        )
         fit_with = statistics.median(b["result"]["fit_seconds"] for b, _ in pairs)
         fit_without = statistics.median(n["result"]["fit_seconds"] for _, n in pairs)
         # Billed seconds of the whole attempt: both runs pay the process start and the serializer's import
