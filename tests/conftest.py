@@ -1,7 +1,11 @@
-"""Test set-up: Airflow settings go into the environment before anything imports airflow."""
+"""Test set-up: Airflow settings go into the environment before anything imports airflow.
+
+The fixtures every folder shares live here; the helpers tests import by name live in ``tests/support/``.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +25,7 @@ os.environ["COSTAWARE_LEDGER_URL"] = f"sqlite:///{TEST_HOME / 'costaware' / 'led
 for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
     os.environ.setdefault(key, "testing")
 
-from clocks import CLOCKS  # noqa: E402  # tests/ is on pythonpath (pyproject.toml)
+from clocks import CLOCKS  # noqa: E402  # tests/support/ is on pythonpath (pyproject.toml)
 from services import moto_server, postgres_server  # noqa: E402
 
 
@@ -65,3 +69,27 @@ def moto_endpoint() -> Iterator[str]:
     """moto's AWS server on 127.0.0.1 for the whole session."""
     with moto_server() as url:
         yield url
+
+
+@pytest.fixture
+def ledger_conn(ledger_url: str, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """The connection ``test_ledger`` (SQLite) and the ledger it opens."""
+    from costaware import Ledger
+
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_TEST_LEDGER", json.dumps({"conn_type": "sqlite", "host": ledger_url[10:]})
+    )
+    return Ledger.from_url(ledger_url)
+
+
+@pytest.fixture
+def moto_aws_conn(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The AWS connection ``moto_aws``, pointed at the moto server; returns its id."""
+    conn = {
+        "conn_type": "aws",
+        "login": "testing",
+        "password": "testing",
+        "extra": {"region_name": "us-east-1", "endpoint_url": moto_endpoint},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_MOTO_AWS", json.dumps(conn))
+    return "moto_aws"

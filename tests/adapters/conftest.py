@@ -2,19 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 
 @pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch, moto_endpoint: str) -> str:
-    """An Airflow AWS connection ``moto_aws`` to moto's server on 127.0.0.1; returns the endpoint."""
-    conn = {
-        "conn_type": "aws",
-        "login": "testing",
-        "password": "testing",
-        "extra": {"region_name": "us-east-1", "endpoint_url": moto_endpoint},
-    }
-    monkeypatch.setenv("AIRFLOW_CONN_MOTO_AWS", json.dumps(conn))
+def aws(moto_aws_conn: str, moto_endpoint: str) -> str:
+    """The Airflow AWS connection ``moto_aws`` to moto's server on 127.0.0.1; returns the endpoint."""
     return moto_endpoint

@@ -1,7 +1,7 @@
 """A team's own command on every backend: the request shapes with ``image``/``command`` (issue 24, item 6).
 
 SageMaker and Batch go to moto's server on 127.0.0.1; Kubernetes is checked on the pod spec it renders. The
-local backend's contract is tested for real in ``tests/airflow/test_remote_training_command.py``.
+local backend's contract is tested for real in ``tests/operators/test_remote_training_command.py``.
 """
 
 from __future__ import annotations

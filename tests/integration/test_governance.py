@@ -1,8 +1,9 @@
 """Budget governance in a real `airflow standalone`: an overage approved in Airflow's human-in-the-loop,
 alerts sent once through a notifier, and two users who each see only their own DAG's costs.
 
-The api-server runs a simple auth manager that grants each user one DAG (tests/dag_scoped_auth.py): ann
-may read and answer ``churn_retrain``, vera may read ``fraud_retrain`` only.
+The api-server runs a simple auth manager that grants each user one DAG
+(tests/support/dag_scoped_auth.py): ann may read and answer ``churn_retrain``, vera may read
+``fraud_retrain`` only.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from costaware.core.ledger import Kind, LedgerEntry
 
 pytestmark = pytest.mark.slow
 HERE = Path(__file__).parent
-TESTS = HERE.parent
+SUPPORT = HERE.parent / "support"  # dag_scoped_auth.py and file_notifier.py
 
 
 @contextmanager
@@ -48,7 +49,7 @@ def governed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Airflow
     alerts = home / "alerts.txt"
     notifier = [{"class": "file_notifier.FileNotifier", "kwargs": {"path": str(alerts)}}]
     env = {
-        "PYTHONPATH": os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH", "")) if p),
+        "PYTHONPATH": os.pathsep.join(p for p in (str(SUPPORT), os.environ.get("PYTHONPATH", "")) if p),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,ann:user,vera:viewer",
         "AIRFLOW__COSTAWARE__ALERT_NOTIFIERS": json.dumps(notifier),
     }

@@ -17,7 +17,7 @@ import pandas as pd
 from airflow.sdk.exceptions import TaskDeferred
 
 #: The test trainers (``slow_trainer``, ...) that local training jobs import.
-TRAINING = Path(__file__).resolve().parent / "training"
+TRAINING = Path(__file__).resolve().parents[1] / "training"
 
 
 def training_pythonpath() -> str:

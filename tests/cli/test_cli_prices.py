@@ -18,7 +18,7 @@ from costaware.cli import main
 from costaware.core.ledger import utcnow
 from costaware.core.price_list import ListPrice
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "price_list"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "price_list"
 
 
 def run(ledger_url: str, *argv: str) -> int:
