@@ -1,0 +1,182 @@
+"""The jobs a simulation schedules, and each job rounded onto the tick grid.
+
+A :class:`Job` is one row of the jobs file, checked the moment it is built so that a replay never starts on a
+job no schedule could meet. :class:`TickPlan` is the same job counted in ticks, rounded so that it is never
+optimistic: work and restart overhead up, the deadline down. A ``best_effort`` job's deadline is soft: its
+hard deadline, the one the plan counts to, is ``runtime_hours`` later.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal, InvalidOperation
+
+from costaware.core.errors import ConfigurationError
+
+_JOB_FIELDS = (
+    "name",
+    "instance_type",
+    "region",
+    "submit_time",
+    "runtime_hours",
+    "deadline_hours",
+    "checkpoint_minutes",
+    "restart_overhead_minutes",
+)
+
+
+def _number(job: str, column: str, value: object, *, positive: bool = False) -> Decimal:
+    try:
+        number = Decimal(str(value).strip())
+    except (InvalidOperation, ValueError):
+        number = Decimal("NaN")
+    if not number.is_finite() or number < 0 or (positive and number == 0):
+        need = "a number > 0" if positive else "a number >= 0"
+        raise ConfigurationError(f"job {job!r}: {column} must be {need}, got {value!r}")
+    return number
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One retrain to schedule.
+
+    Attributes:
+        name: Unique name.
+        instance_type: EC2 instance type (ignored for pricing when ``power_kw`` is set).
+        region: Region of the prices to use.
+        submit_time: When the job may start (aware).
+        runtime_hours: Work needed, uninterrupted.
+        deadline_hours: Hours after ``submit_time`` by which the job must be done.
+        checkpoint_minutes: Minutes of work between checkpoints (0: none).
+        restart_overhead_minutes: Minutes lost at each (re)start.
+        power_kw: Power draw on the team's own hardware; set for electricity-priced jobs.
+        availability_zone: Use this zone's spot price; by default the region's cheapest zone at each instant.
+        priority: ``critical`` (never paused, keeps room for one preemption), ``normal`` or ``best_effort``
+            (its deadline is soft: it may finish up to ``runtime_hours`` after it, and that is not a miss).
+        zones: Several zones to run in: each (re)start goes to the cheapest zone with capacity, and a job
+            preempted in one zone fails over to another (each zone has its own prices and capacity trace).
+    """
+
+    name: str
+    instance_type: str
+    region: str
+    submit_time: datetime
+    runtime_hours: Decimal
+    deadline_hours: Decimal
+    checkpoint_minutes: Decimal = Decimal(30)
+    restart_overhead_minutes: Decimal = Decimal(0)
+    power_kw: Decimal | None = None
+    availability_zone: str | None = None
+    priority: str = "normal"
+    zones: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        from costaware.core.spot_window import check_priority
+
+        object.__setattr__(self, "priority", check_priority(self.priority))
+        if self.zones and self.availability_zone:
+            raise ConfigurationError(
+                f"job {self.name!r} sets both availability_zone {self.availability_zone!r} and zones "
+                f"{'|'.join(self.zones)}; give one zone or a list of zones"
+            )
+        if self.submit_time.tzinfo is None or self.submit_time.utcoffset() is None:
+            raise ConfigurationError(
+                f"job {self.name!r}: submit_time {self.submit_time.isoformat()} has no time zone; "
+                f"write it with one, e.g. '{self.submit_time.isoformat()}Z'"
+            )
+        overhead_hours = self.restart_overhead_minutes / 60
+        if self.deadline_hours < self.runtime_hours + overhead_hours:
+            raise ConfigurationError(
+                f"job {self.name!r}: deadline_hours {self.deadline_hours} is shorter than runtime_hours "
+                f"{self.runtime_hours} plus the restart overhead ({self.restart_overhead_minutes} min); "
+                "no schedule can meet it"
+            )
+
+    @classmethod
+    def from_mapping(cls, row: Mapping[str, object]) -> Job:
+        """A job from one row of a jobs file (CSV strings or JSON values).
+
+        Raises:
+            ConfigurationError: a missing column or a bad value; the message names the job and the value.
+        """
+        name = str(row.get("name") or "").strip() or "<unnamed>"
+        missing = [c for c in _JOB_FIELDS if row.get(c) in (None, "")]
+        if missing:
+            raise ConfigurationError(
+                f"job {name!r} lacks {', '.join(missing)}; every job needs {', '.join(_JOB_FIELDS)}"
+            )
+        raw_time = str(row["submit_time"]).strip()
+        try:
+            submit = datetime.fromisoformat(raw_time.replace("Z", "+00:00"))
+        except ValueError as e:
+            raise ConfigurationError(f"job {name!r}: submit_time {raw_time!r} is not an ISO-8601 time") from e
+        power = row.get("power_kw")
+        zone = str(row.get("availability_zone") or "").strip() or None
+        priority = str(row.get("priority") or "").strip() or "normal"
+        raw_zones = row.get("zones") or ()
+        zones = tuple(
+            z.strip()
+            for z in (raw_zones.split("|") if isinstance(raw_zones, str) else map(str, raw_zones))  # type: ignore[call-overload]
+            if z.strip()
+        )
+        from costaware.core.spot_window import PRIORITIES
+
+        if priority.lower().replace("-", "_") not in PRIORITIES:
+            raise ConfigurationError(
+                f"job {name!r}: priority {priority!r} is unknown; choose one of {', '.join(PRIORITIES)}"
+            )
+        return cls(
+            name=name,
+            instance_type=str(row["instance_type"]).strip(),
+            region=str(row["region"]).strip(),
+            submit_time=submit,
+            runtime_hours=_number(name, "runtime_hours", row["runtime_hours"], positive=True),
+            deadline_hours=_number(name, "deadline_hours", row["deadline_hours"], positive=True),
+            checkpoint_minutes=_number(name, "checkpoint_minutes", row["checkpoint_minutes"]),
+            restart_overhead_minutes=_number(
+                name, "restart_overhead_minutes", row["restart_overhead_minutes"]
+            ),
+            power_kw=None if power in (None, "") else _number(name, "power_kw", power, positive=True),
+            availability_zone=zone,
+            priority=priority,
+            zones=zones,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TickPlan:
+    """A job in ticks: work, deadline, restart overhead and checkpoint spacing."""
+
+    tick_hours: float
+    work: int
+    deadline: int
+    overhead: int
+    checkpoint: int
+
+    @classmethod
+    def of(cls, job: Job, tick: timedelta) -> TickPlan:
+        """Round a job onto the tick grid: work and overhead up, deadline down (never optimistic).
+
+        Raises:
+            ConfigurationError: after rounding, work plus overhead no longer fits before the deadline.
+        """
+        minutes = Decimal(tick.total_seconds()) / 60
+        work = math.ceil(job.runtime_hours * 60 / minutes)
+        overhead = math.ceil(job.restart_overhead_minutes / minutes)
+        hard_hours = job.deadline_hours + (job.runtime_hours if job.priority == "best_effort" else 0)
+        deadline = math.floor(hard_hours * 60 / minutes)
+        checkpoint = max(1, round(job.checkpoint_minutes / minutes)) if job.checkpoint_minutes > 0 else 0
+        if work + overhead > deadline:
+            raise ConfigurationError(
+                f"job {job.name!r}: on a {minutes}-minute grid it needs {work + overhead} ticks but its "
+                f"deadline is {deadline} ticks away; raise deadline_hours"
+            )
+        return cls(tick.total_seconds() / 3600, work, deadline, overhead, checkpoint)
+
+    @property
+    def horizon(self) -> int:
+        """Ticks of prices needed: up to the deadline, plus a forced on-demand finish after it."""
+        return self.deadline + self.work + self.overhead + 1

@@ -1,0 +1,178 @@
+"""Each job's market, tick by tick: on-demand (or own power), spot and its capacity, and their forecasts.
+
+Prices are per-tick means of the step-function series; forecasts see only history before the job's submit
+time. Jobs with ``power_kw`` run on the team's own hardware: their "on-demand" price is the hourly electricity
+price times the power draw, and they have no spot market. A job that lists ``zones`` gets a market per zone,
+plus the collapsed market the oracle plans on (the cheapest zone with capacity at each tick, as if moving were
+free), which keeps the oracle a lower bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from costaware.core.errors import ConfigurationError, PriceNotFoundError
+from costaware.core.forecast import PriceForecast
+from costaware.core.series import AvailabilityTrace, PriceSeries
+from costaware.core.simulate.jobs import Job, TickPlan
+
+
+@dataclass(frozen=True, slots=True)
+class TickMarket:
+    """One job's prices per tick: on-demand (or own power), spot and its capacity, and their forecasts.
+
+    With ``zones`` (per zone: spot prices and capacity), ``spot`` and ``available`` are the cheapest zone with
+    capacity at each tick and whether any zone has capacity: the market the oracle plans on, as if a job
+    could move between zones for free (so it stays a lower bound); the other policies run zone by zone.
+    """
+
+    on_demand: Sequence[float]
+    on_demand_forecast: Sequence[float]
+    spot: Sequence[float] | None = None
+    spot_forecast: Sequence[float] | None = None
+    available: Sequence[bool] | None = None
+    local: bool = False
+    available_before: Sequence[bool] | None = None
+    zones: tuple[tuple[Sequence[float], Sequence[bool]], ...] | None = None
+
+
+def cheapest_zone(zones: Sequence[tuple[Sequence[float], Sequence[bool]]], t: int) -> int:
+    """Index of the cheapest zone with capacity at tick ``t`` (the first on a tie), or -1 when none has."""
+    best = -1
+    for i, (prices, available) in enumerate(zones):
+        if available[t] and (best < 0 or prices[t] < zones[best][0][t]):
+            best = i
+    return best
+
+
+@dataclass(frozen=True)
+class MarketData:
+    """Where a simulation gets prices; the adapters build it from files.
+
+    Attributes:
+        on_demand_usd_per_hour: ``(instance_type, region) -> USD/hour``; raises ``PriceNotFoundError``.
+        spot_series: ``(instance_type, region, zone or None) -> PriceSeries``; raises ``PriceNotFoundError``.
+        electricity_usd_per_mwh: Hourly power prices for jobs with ``power_kw``.
+        availability: Spot capacity trace, already placed in time.
+        forecast_weeks: Weeks of history the forecasts use.
+        zone_availability: ``zone -> capacity trace`` for jobs that list ``zones`` (a zone without one is
+            always available).
+    """
+
+    on_demand_usd_per_hour: Callable[[str, str], Decimal]
+    spot_series: Callable[[str, str, str | None], PriceSeries] | None = None
+    electricity_usd_per_mwh: PriceSeries | None = None
+    availability: AvailabilityTrace | None = None
+    forecast_weeks: int = 4
+    zone_availability: Mapping[str, AvailabilityTrace] | None = None
+
+
+def market_for(job: Job, data: MarketData, plan: TickPlan, tick: timedelta) -> TickMarket:
+    """Per-tick prices and forecasts of one job (forecasts use only history before its submit time).
+
+    Raises:
+        PriceNotFoundError: no price for the job's instance type, region or time span.
+        ConfigurationError: a ``power_kw`` job without electricity prices.
+    """
+    start, count = job.submit_time, plan.horizon
+    if job.power_kw is not None:
+        if data.electricity_usd_per_mwh is None:
+            raise ConfigurationError(
+                f"job {job.name!r} sets power_kw but no electricity prices were given; pass an electricity "
+                "CSV (timestamp_utc,usd_per_mwh) as --prices"
+            )
+        per_hour = data.electricity_usd_per_mwh.scaled(job.power_kw / 1000, name=f"power for {job.name}")
+        fitted = PriceForecast.fit(per_hour, at=start, weeks=data.forecast_weeks)
+        return TickMarket(
+            on_demand=per_hour.tick_means(start, tick, count),
+            on_demand_forecast=fitted.ticks(start, tick, count),
+            local=True,
+        )
+    on_demand = float(data.on_demand_usd_per_hour(job.instance_type, job.region))
+    if data.spot_series is None:
+        raise ConfigurationError(f"job {job.name!r} needs spot prices: pass a spot price history as --prices")
+    if job.zones:
+        return _zoned_market(job, data, plan, tick, on_demand)
+    series = data.spot_series(job.instance_type, job.region, job.availability_zone)
+    if series.start > start:
+        raise PriceNotFoundError(
+            f"job {job.name!r} is submitted at {start.isoformat()}, before the first {series.name} price "
+            f"({series.start.isoformat()})"
+        )
+    fitted = PriceForecast.fit(series, at=start, weeks=data.forecast_weeks)
+    available = data.availability.ticks(start, tick, count) if data.availability is not None else None
+    before = _before(data.availability, start, tick) if data.availability is not None else None
+    return TickMarket(
+        on_demand=[on_demand] * count,
+        on_demand_forecast=[on_demand] * count,
+        spot=series.tick_means(start, tick, count),
+        spot_forecast=fitted.ticks(start, tick, count),
+        available=available,
+        available_before=before,
+    )
+
+
+def _before(trace: AvailabilityTrace, start: datetime, tick: timedelta) -> list[bool] | None:
+    """The capacity seen before ``start`` (up to a week), for policies that learn the capacity process."""
+    seen = min(int((start - trace.start) / tick), int(timedelta(weeks=1) / tick))
+    return trace.ticks(start - seen * tick, tick, seen) if seen > 0 else None
+
+
+def _zoned_market(
+    job: Job, data: MarketData, plan: TickPlan, tick: timedelta, on_demand: float
+) -> TickMarket:
+    """A market per zone, and the collapsed market (cheapest zone with capacity) the oracle plans on."""
+    start, count = job.submit_time, plan.horizon
+    assert data.spot_series is not None  # checked by the caller
+    traces = data.zone_availability or {}
+    per_zone: list[tuple[Sequence[float], Sequence[bool]]] = []
+    forecasts: list[list[float]] = []
+    histories: list[list[bool]] = []
+    for name in job.zones:
+        series = data.spot_series(job.instance_type, job.region, name)
+        if series.start > start:
+            raise PriceNotFoundError(
+                f"job {job.name!r} is submitted at {start.isoformat()}, before the first {series.name} price "
+                f"({series.start.isoformat()})"
+            )
+        trace = traces.get(name)
+        available = trace.ticks(start, tick, count) if trace is not None else [True] * count
+        per_zone.append((series.tick_means(start, tick, count), available))
+        forecasts.append(
+            PriceForecast.fit(series, at=start, weeks=data.forecast_weeks).ticks(start, tick, count)
+        )
+        if trace is not None:
+            histories.append(_before(trace, start, tick) or [])
+    length = min((len(h) for h in histories), default=0)
+    before = [any(h[len(h) - length + i] for h in histories) for i in range(length)] if length else None
+    return zoned_tick_market(
+        per_zone,
+        [on_demand] * count,
+        spot_forecast=[min(values) for values in zip(*forecasts, strict=True)],
+        available_before=before,
+    )
+
+
+def zoned_tick_market(
+    per_zone: Sequence[tuple[Sequence[float], Sequence[bool]]],
+    on_demand: Sequence[float],
+    *,
+    spot_forecast: Sequence[float] | None = None,
+    available_before: Sequence[bool] | None = None,
+) -> TickMarket:
+    """A market over several zones (per zone: spot prices and capacity per tick), with its collapsed view."""
+    count = len(on_demand)
+    cheapest = [cheapest_zone(per_zone, t) for t in range(count)]
+    spot = [per_zone[z][0][t] if z >= 0 else min(p[t] for p, _ in per_zone) for t, z in enumerate(cheapest)]
+    return TickMarket(
+        on_demand=on_demand,
+        on_demand_forecast=on_demand,
+        spot=spot,
+        spot_forecast=spot_forecast if spot_forecast is not None else spot,
+        available=[z >= 0 for z in cheapest],
+        available_before=available_before,
+        zones=tuple((list(p), list(a)) for p, a in per_zone),
+    )
