@@ -1,11 +1,12 @@
 """The compute backend protocol: submit a training job, poll it, stop it, read its logs.
 
-Every job runs under the launcher with the job contract's environment (``costaware.training.job_contract``,
-docs/own-training.md): a team's own command as ``costaware-run -- <command...>``, the built-in trainers as
-``costaware-run --no-outputs -- python -m costaware.training.entrypoint --spec URI`` (they store their model
-version themselves). ``submit`` is idempotent by job name:
-submitting a name that already exists returns that job, so an Airflow retry never starts a second job for the
-same attempt. ``poll`` reports one of five states plus what the backend bills for the job.
+Every job runs under the launcher with the job contract's environment
+(``costaware.adapters.compute.job_contract``, docs/own-training.md): a team's own command as
+``costaware-run -- <command...>``, the built-in trainers as ``costaware-run --no-outputs -- python -m
+costaware.training.entrypoint --spec URI`` (they store their model version themselves). ``submit`` is
+idempotent by job name: submitting a name that already exists returns that job, so an Airflow retry never
+starts a second job for the same attempt. ``poll`` reports one of five states plus what the backend bills
+for the job.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, Protocol, runtime_checkable
 
+from costaware.adapters.compute import job_contract
 from costaware.core.errors import ConfigurationError
-from costaware.training import job_contract
 
 #: Backend names and the class that implements each (module path, class name).
 BACKENDS: dict[str, tuple[str, str]] = {

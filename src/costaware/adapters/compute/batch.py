@@ -24,8 +24,8 @@ from typing import Any
 
 from costaware.adapters.compute.aws_errors import aws_error
 from costaware.adapters.compute.base import JobRequest, JobState, JobStatus, require_object_store
+from costaware.adapters.compute.job_contract import RESUBMIT_EXIT_CODES
 from costaware.core.errors import ComputeBackendError, ConfigurationError
-from costaware.training.job_contract import RESUBMIT_EXIT_CODES
 
 RECLAIM_REASON = "Host EC2*"
 _PENDING = {"SUBMITTED", "PENDING", "RUNNABLE", "STARTING"}

@@ -24,9 +24,9 @@ from datetime import datetime
 from typing import Any
 
 from costaware.adapters.compute.base import JobRequest, JobState, JobStatus, require_object_store
+from costaware.adapters.compute.job_contract import GRACE_SECONDS, RESUBMIT_EXIT_CODES
 from costaware.core.errors import ComputeBackendError, ConfigurationError, JobNotFoundError
 from costaware.core.ledger import utcnow
-from costaware.training.job_contract import GRACE_SECONDS, RESUBMIT_EXIT_CODES
 
 KARPENTER_LABEL = "karpenter.sh/capacity-type"
 KARPENTER_VALUES = {"spot": "spot", "on_demand": "on-demand"}

@@ -30,9 +30,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from costaware.adapters.compute import job_contract
 from costaware.adapters.compute.base import JobRequest, JobState, JobStatus
 from costaware.core.errors import ComputeBackendError, ConfigurationError
-from costaware.training import job_contract
 
 #: Exit codes that mean the capacity went away (or a store failed), not that the code failed.
 INTERRUPTED_CODES = (*job_contract.RESUBMIT_EXIT_CODES, -signal.SIGTERM, -signal.SIGKILL)

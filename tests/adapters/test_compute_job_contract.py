@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from costaware.adapters.compute import job_contract as jc
 from costaware.core.errors import ConfigurationError
-from costaware.training import job_contract as jc
 
 OUTPUT = "s3://ml/models/_staging/train-0123456789/attempt-2/output"
 
@@ -178,3 +178,12 @@ def test_the_provider_and_the_runtime_agree_on_the_contract() -> None:
     from costaware.adapters.model_files import MANIFEST_NAME
 
     assert MANIFEST_NAME == runtime.MANIFEST_NAME
+
+
+def test_the_old_import_path_re_exports_the_contract() -> None:
+    """``costaware.training.job_contract`` stays importable for its importers, with the very same objects."""
+    import costaware.training.job_contract as old
+
+    assert old.__all__ == jc.__all__
+    for name in jc.__all__:
+        assert getattr(old, name) is getattr(jc, name), name

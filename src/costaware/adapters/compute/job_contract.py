@@ -1,0 +1,323 @@
+"""The job contract of a team's own training command, as the provider sees it (pure, no Airflow).
+
+Every attempt of a user command runs as ``costaware-run [--no-sync] -- <command...>`` (the launcher of the
+``costaware-runtime`` distribution, ``runtime/``) with the environment below. The names and exit codes are
+the runtime's own (``costaware_runtime.contract``, a dependency of the provider; the runtime never imports
+the provider); this module adds what only the provider needs: where an attempt's files go, and what an exit
+code means for the task.
+
+Locations of one run (the same for every attempt unless marked per attempt)::
+
+    <checkpoint_store>/<run key>                           COSTAWARE_CHECKPOINT_URI (attempt 2 resumes here)
+    <model_store>/_staging/<job base name>/attempt-<n>/output       COSTAWARE_OUTPUT_URI (per attempt)
+    <model_store>/_staging/<job base name>/attempt-<n>/result.json  COSTAWARE_RESULT_URI (per attempt)
+
+The backend adds the container's own folders: ``COSTAWARE_CHECKPOINT_DIR``, ``COSTAWARE_OUTPUT_DIR`` and
+``COSTAWARE_METRICS_PATH``.
+
+The built-in trainers run on the same contract: ``costaware-run --no-outputs [--no-sync] -- python -m
+costaware.training.entrypoint --spec URI`` with the same variables but the output and result ones (the
+training stores its model version itself and writes its summary to the spec's ``result_uri``).
+
+It lives with the compute backends, which set it up for a job; the training side reads the same names
+(``costaware.training.job_contract`` re-exports them for its older importers).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# One spelling of the contract: the runtime's (a dependency of the provider, standard library only).
+from costaware_runtime.contract import (
+    ATTEMPT,
+    CHECKPOINT_DIR,
+    CHECKPOINT_URI,
+    DEFAULT_GRACE_SECONDS,
+    EXIT_CONTRACT_ERROR,
+    EXIT_OK,
+    EXIT_PREEMPTED,
+    EXIT_PREEMPTED_BEFORE_CHECKPOINT,
+    EXIT_PREEMPTED_WITHOUT_CHECKPOINT,
+    EXIT_SYNC_FAILED,
+    GRACE_SECONDS,
+    MANIFEST_NAME,
+    MARKET,
+    METRICS_PATH,
+    OUTPUT_DIR,
+    OUTPUT_URI,
+    RESULT_URI,
+    S3_ENDPOINT_URL,
+)
+
+from costaware.core.errors import ConfigurationError
+
+__all__ = [
+    "ATTEMPT",
+    "CHECKPOINT_DIR",
+    "CHECKPOINT_FOLDER",
+    "CHECKPOINT_URI",
+    "DEFAULT_GRACE_SECONDS",
+    "ENTRYPOINT",
+    "EXIT_CONTRACT_ERROR",
+    "EXIT_OK",
+    "EXIT_PREEMPTED",
+    "EXIT_PREEMPTED_BEFORE_CHECKPOINT",
+    "EXIT_PREEMPTED_WITHOUT_CHECKPOINT",
+    "EXIT_SYNC_FAILED",
+    "GRACE_SECONDS",
+    "LAUNCHER",
+    "MANIFEST_NAME",
+    "MARKET",
+    "METRICS_FILE",
+    "METRICS_PATH",
+    "OUTPUT_DIR",
+    "OUTPUT_FOLDER",
+    "OUTPUT_URI",
+    "REGISTERED_FILE",
+    "RESUBMIT_EXIT_CODES",
+    "RESULT_FILE",
+    "RESULT_URI",
+    "S3_ENDPOINT_URL",
+    "STAGING_FOLDER",
+    "JobResult",
+    "attempt_folder",
+    "attempt_uris",
+    "builtin_command",
+    "check_command",
+    "check_grace_seconds",
+    "contract_environment",
+    "exit_hint",
+    "launcher_command",
+    "parse_result",
+]
+
+#: The launcher's console script (``costaware_runtime.launcher:main``; ``python -m costaware_runtime``).
+LAUNCHER = "costaware-run"
+#: The module of the built-in trainers' job (``python -m costaware.training.entrypoint --spec URI``).
+ENTRYPOINT = "costaware.training.entrypoint"
+
+#: Exit codes of an attempt that the capacity (or a store), not the code, ended: it is submitted again.
+RESUBMIT_EXIT_CODES = (EXIT_PREEMPTED, EXIT_PREEMPTED_BEFORE_CHECKPOINT, EXIT_SYNC_FAILED)
+#: Where the local folders of an attempt live inside the job's working folder (and its staging folder).
+CHECKPOINT_FOLDER, OUTPUT_FOLDER, METRICS_FILE = "checkpoints", "output", "metrics.json"
+#: The staging folder of the model store, and the names in an attempt's folder there.
+STAGING_FOLDER, RESULT_FILE, REGISTERED_FILE = "_staging", "result.json", "registered.json"
+
+_HINTS = {
+    EXIT_CONTRACT_ERROR: (
+        "the job broke the contract (exit 2): it exited 0 without a metrics file or with an empty output "
+        "folder, or costaware-run could not start; see the launcher's line above"
+    ),
+    EXIT_PREEMPTED_WITHOUT_CHECKPOINT: (
+        "the job exited 75 (preempted) but committed no checkpoint (exit 76): save and commit a checkpoint "
+        "before exiting 75, or let SIGTERM end it"
+    ),
+    126: "the command is not executable (exit 126): check its first element and the image",
+    127: "the command was not found (exit 127): check its first element and the image's PATH",
+}
+
+
+def check_command(value: Any, *, owner: str = "command") -> list[str]:
+    """The user's command as a list of non-empty strings.
+
+    Raises:
+        ConfigurationError: ``value`` is a string (it would be split wrongly), empty, or has a non-string or
+            empty element; the message names the value and shows the list form.
+    """
+    if isinstance(value, str):
+        raise ConfigurationError(
+            f"{owner} must be a list of strings, got the string {value!r}: split it, e.g. "
+            f"{value.split() or ['python', 'train.py']!r}"
+        )
+    if not isinstance(value, Sequence) or not value:
+        raise ConfigurationError(
+            f"{owner} must be a non-empty list of strings such as ['python', 'train.py'], got {value!r}"
+        )
+    bad = [item for item in value if not isinstance(item, str) or not item.strip()]
+    if bad:
+        raise ConfigurationError(
+            f"{owner} {list(value)!r} has elements that are not non-empty strings: {bad!r}; quote numbers "
+            "('3', not 3) and drop empty ones"
+        )
+    return list(value)
+
+
+def check_grace_seconds(value: Any) -> float:
+    """``preemption_grace_seconds`` as a number of seconds > 0.
+
+    Raises:
+        ConfigurationError: naming the value.
+    """
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ConfigurationError(
+            f"preemption_grace_seconds must be a number of seconds > 0, got {value!r}: AWS gives 120 s "
+            f"between the spot notice and the stop, so keep it at most {DEFAULT_GRACE_SECONDS:g}"
+        )
+    return seconds
+
+
+def launcher_command(command: Sequence[str], *, no_sync: bool = False, no_outputs: bool = False) -> list[str]:
+    """``costaware-run [--no-sync] [--no-outputs] -- <command...>``.
+
+    Args:
+        command: The job's command.
+        no_sync: The platform syncs the checkpoint folder itself (SageMaker).
+        no_outputs: The job stores its model itself (the built-in trainers): no output folder.
+    """
+    options = [*(["--no-sync"] if no_sync else []), *(["--no-outputs"] if no_outputs else [])]
+    return [LAUNCHER, *options, "--", *command]
+
+
+def builtin_command(spec_uri: str, *, no_sync: bool = False, python: str = "python") -> list[str]:
+    """The built-in trainers' job under the launcher: ``costaware-run --no-outputs -- python -m ... --spec``.
+
+    Args:
+        spec_uri: The training spec.
+        no_sync: The platform syncs the checkpoint folder itself (SageMaker).
+        python: The interpreter of the entrypoint (the local backend's own; ``python`` in an image).
+    """
+    return launcher_command([python, "-m", ENTRYPOINT, "--spec", spec_uri], no_sync=no_sync, no_outputs=True)
+
+
+def attempt_folder(base_name: str, attempt: int) -> str:
+    """The folder of the model store where attempt ``attempt`` of run ``base_name`` stages its outputs."""
+    return f"{STAGING_FOLDER}/{base_name}/attempt-{int(attempt)}"
+
+
+def attempt_uris(model_store: str, base_name: str, attempt: int) -> tuple[str, str]:
+    """``(COSTAWARE_OUTPUT_URI, COSTAWARE_RESULT_URI)`` of one attempt: both under the model store."""
+    folder = f"{str(model_store).rstrip('/')}/{attempt_folder(base_name, attempt)}"
+    return f"{folder}/{OUTPUT_FOLDER}", f"{folder}/{RESULT_FILE}"
+
+
+def contract_environment(
+    *,
+    checkpoint_uri: str,
+    output_uri: str = "",
+    result_uri: str = "",
+    attempt: int,
+    market: str,
+    grace_seconds: float,
+    work_dir: str,
+    checkpoint_dir: str | None = None,
+) -> dict[str, str]:
+    """The contract's variables of one attempt; ``work_dir`` holds the job's local folders.
+
+    Args:
+        checkpoint_uri: The run's checkpoint location (the same for every attempt); empty: not set.
+        output_uri: Where the launcher uploads the output folder on exit 0; empty: no output folder (a job
+            run with ``--no-outputs``, which stores its model itself).
+        result_uri: Where the launcher writes its result on exit 0; empty: not set.
+        attempt: 1, 2, ...
+        market: ``spot`` or ``on_demand``.
+        grace_seconds: SIGTERM to SIGKILL.
+        work_dir: A writable folder of the job's machine (or container).
+        checkpoint_dir: The local checkpoint folder, when the platform fixes it (SageMaker's
+            ``/opt/ml/checkpoints``); default ``<work_dir>/checkpoints``.
+    """
+    work = work_dir.rstrip("/")
+    variables = {
+        CHECKPOINT_DIR: checkpoint_dir or f"{work}/{CHECKPOINT_FOLDER}",
+        CHECKPOINT_URI: checkpoint_uri,
+        OUTPUT_DIR: f"{work}/{OUTPUT_FOLDER}" if output_uri else "",
+        OUTPUT_URI: output_uri,
+        METRICS_PATH: f"{work}/{METRICS_FILE}",
+        RESULT_URI: result_uri,
+        ATTEMPT: str(int(attempt)),
+        MARKET: market,
+        GRACE_SECONDS: f"{float(grace_seconds):g}",
+    }
+    return {name: value for name, value in variables.items() if value}
+
+
+def exit_hint(exit_code: int | None) -> str:
+    """What an attempt's exit code means under the contract, for a failed task's message."""
+    if exit_code is None:
+        return ""
+    if exit_code in _HINTS:
+        return _HINTS[exit_code]
+    if exit_code > 128:
+        return f"the job was killed by signal {exit_code - 128} (exit {exit_code}); it is not retried"
+    return f"the command exited {exit_code}: a code error, not retried (see its last log lines)"
+
+
+@dataclass(frozen=True, slots=True)
+class JobResult:
+    """What the launcher reported for a successful attempt, checked.
+
+    Attributes:
+        metrics: The job's metrics by name (finite numbers).
+        output_uri: Where the outputs were uploaded.
+        files: How many files.
+        bytes: How many bytes in all.
+        attempt: The attempt that wrote it.
+        checkpoint_step: The newest committed checkpoint step (None: the job never committed one).
+    """
+
+    metrics: Mapping[str, float | int]
+    output_uri: str
+    files: int
+    bytes: int
+    attempt: int
+    checkpoint_step: int | None
+
+
+def _same_location(a: str, b: str) -> bool:
+    return a.rstrip("/") == b.rstrip("/")
+
+
+def parse_result(data: Any, *, job: str, where: str, attempt: int, output_uri: str) -> JobResult:
+    """Check the result the launcher wrote for ``job``'s attempt ``attempt`` (pure).
+
+    Raises:
+        ConfigurationError: a field is missing or holds what the launcher never writes; the message names
+            the job, the result's location, the field and its value.
+    """
+
+    def bad(what: str) -> ConfigurationError:
+        return ConfigurationError(
+            f"result {where!r} of training job {job!r} {what}: it is written by costaware-run on exit 0, "
+            "so run the command under costaware-run (the same costaware-runtime version as the provider's "
+            "docs) and do not write that file yourself"
+        )
+
+    if not isinstance(data, Mapping):
+        raise bad(f"holds a {type(data).__name__}, not a JSON object")
+    metrics = data.get("metrics")
+    if not isinstance(metrics, Mapping) or not metrics:
+        raise bad(f"has no metrics (got {metrics!r})")
+    for name, value in metrics.items():
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not isinstance(name, str) or not name.strip() or not number or not math.isfinite(value):
+            raise bad(f"has metric {name!r} = {value!r}, not a named finite number")
+    uri = data.get("output_uri")
+    if not isinstance(uri, str) or not _same_location(uri, output_uri):
+        raise bad(f"names output_uri {uri!r}, not this attempt's {output_uri!r}")
+    counts: dict[str, int] = {}
+    for key in ("files", "bytes", "attempt"):
+        value = data.get(key)
+        if type(value) is not int or value < 0:
+            raise bad(f"has {key} = {value!r}, not a whole number")
+        counts[key] = value
+    if counts["files"] == 0:
+        raise bad("lists no output files")
+    if counts["attempt"] != attempt:
+        raise bad(f"was written by attempt {counts['attempt']}, not by attempt {attempt}")
+    step = data.get("checkpoint_step")
+    if step is not None and (type(step) is not int or step < 0):
+        raise bad(f"has checkpoint_step = {step!r}, not a step number or null")
+    return JobResult(
+        metrics=dict(metrics),
+        output_uri=uri,
+        files=counts["files"],
+        bytes=counts["bytes"],
+        attempt=counts["attempt"],
+        checkpoint_step=step,
+    )
