@@ -71,43 +71,89 @@ def test_provider_info_is_valid_for_airflow() -> None:
     jsonschema.validate(get_provider_info(), schema)
 
 
-def _options_read_by_the_code() -> dict[str, str]:
-    """``[costaware]`` options the source reads, with the default each call gives.
+def _calls(path: Path) -> list[ast.Call]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Call)]
 
-    Two ways to read one: ``setting("name", "default")`` from costaware.glue (any alias ending in
-    ``setting``) or ``conf.get*("costaware", "name", fallback=...)``.
-    """
-    options: dict[str, str] = {}
+
+def _name(call: ast.Call) -> str:
+    return call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+
+
+def _options_read_by_the_code() -> set[str]:
+    """``[costaware]`` options the source reads: every ``option("name")`` (``costaware.settings.option``)."""
+    options: set[str] = set()
     for path in SRC.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-            if not isinstance(node, ast.Call):
-                continue
-            func = node.func
-            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-            args = [a.value if isinstance(a, ast.Constant) else None for a in node.args]
-            fallback = next((k.value for k in node.keywords if k.arg == "fallback"), None)
-            if name.endswith("setting") and len(args) == 2 and isinstance(args[0], str):
-                options[args[0]] = str(args[1])
-            elif name.startswith("get") and len(args) >= 2 and args[0] == "costaware" and args[1]:
-                # A generic accessor passing a variable name is covered at its callers: `_setting("x", ...)`.
-                default = fallback.value if isinstance(fallback, ast.Constant) else None
-                options[str(args[1])] = str(default)
+        for call in _calls(path):
+            if _name(call) == "option" and call.args and isinstance(call.args[0], ast.Constant):
+                options.add(str(call.args[0].value))
     return options
 
 
 def test_every_config_option_is_documented_with_its_default() -> None:
+    from costaware.settings import OPTIONS
+
     read = _options_read_by_the_code()
-    assert {"worker_instance_type", "worker_region", "worker_market"} <= set(read), read
+    assert {"worker_instance_type", "worker_region", "worker_market"} <= read, read
     documented = get_provider_info()["config"]["costaware"]["options"]
-    missing = sorted(set(read) - set(documented))
-    assert not missing, f"document {missing} in get_provider_info()['config']['costaware']['options']"
-    for name, default in read.items():
+    missing = sorted(read - set(documented))
+    assert not missing, f"document {missing} in costaware.settings.OPTIONS"
+    for name in read:
         option = documented[name]
-        assert option["default"] == default, f"{name}: the code's default is {default!r}"
+        assert option["default"] == OPTIONS[name].default
         assert option["description"] and option["example"] not in (None, "")
         assert option["type"] in ("string", "boolean", "integer", "float")
-    stale = sorted(set(documented) - set(read))
+    stale = sorted(set(documented) - read)
     assert not stale, f"{stale} are documented but no code reads them"
+
+
+def test_only_settings_reads_the_costaware_section_and_variables() -> None:
+    """A second reader of ``[costaware]``, ``$AIRFLOW_HOME`` or a provider ``COSTAWARE_*`` variable fails.
+
+    The variables of a training job's contract (``training/``, set by the compute backend) are not settings.
+    """
+    job_variables = {
+        match
+        for path in (SRC / "training").rglob("*.py")
+        for match in re.findall(r'"(COSTAWARE_\w+)"', path.read_text())
+    }
+    readers = []
+    for path in SRC.rglob("*.py"):
+        relative = path.relative_to(SRC).as_posix()
+        if relative == "settings.py" or relative.startswith("training/"):
+            continue
+        text = path.read_text()
+        for call in _calls(path):
+            args = [a.value for a in call.args if isinstance(a, ast.Constant)]
+            if _name(call).startswith("get") and args[:1] == ["costaware"]:
+                readers.append(f"{relative}: reads [costaware] {args[1:2]}")
+        if '"AIRFLOW_HOME"' in text:
+            readers.append(f"{relative}: reads AIRFLOW_HOME")
+        readers += [
+            f"{relative}: reads {name}"
+            for name in set(re.findall(r'"(COSTAWARE_\w+)"', text)) - job_variables
+        ]
+    assert not readers, "read settings through costaware.settings:\n" + "\n".join(readers)
+
+
+def test_an_option_read_without_airflow_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    from costaware import settings
+
+    real_import = builtins.__import__
+
+    def no_airflow(name: str, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if name.startswith("airflow"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_airflow)
+    assert settings.option("worker_region") == "us-east-1"
+    monkeypatch.setenv("AIRFLOW__COSTAWARE__WORKER_REGION", "eu-west-1")
+    assert settings.option("worker_region") == "eu-west-1"
+    with pytest.raises(KeyError):
+        settings.option("no_such_option")
 
 
 ROOT = SRC.parents[1]

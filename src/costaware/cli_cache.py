@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from datetime import timedelta
 from decimal import Decimal
@@ -18,16 +17,7 @@ from typing import Any
 
 from costaware.core.errors import ConfigurationError, CostawareError
 from costaware.core.money import format_usd_exact
-
-ENV_FEATURE_CACHE = "COSTAWARE_FEATURE_CACHE"
-
-
-def _default_store() -> str:
-    if os.environ.get(ENV_FEATURE_CACHE):
-        return os.environ[ENV_FEATURE_CACHE]
-    from costaware.glue import default_store
-
-    return default_store("features")
+from costaware.settings import FEATURE_CACHE_ENV, feature_cache
 
 
 def add_parser(subparsers: Any) -> None:
@@ -36,7 +26,7 @@ def add_parser(subparsers: Any) -> None:
     common.add_argument(
         "--store",
         default=None,
-        help=f"cache root: absolute folder or s3://bucket/prefix (default: ${ENV_FEATURE_CACHE}, "
+        help=f"cache root: absolute folder or s3://bucket/prefix (default: ${FEATURE_CACHE_ENV}, "
         "else $AIRFLOW_HOME/costaware/features)",
     )
     common.add_argument("--endpoint-url", default=None, help="S3 endpoint, e.g. http://127.0.0.1:9000")
@@ -79,7 +69,7 @@ def _store(args: argparse.Namespace) -> Any:
     from costaware.adapters.object_store import S3Options
 
     options = S3Options(region=args.region, endpoint_url=args.endpoint_url)
-    return FeatureStore(args.store or _default_store(), s3=options)
+    return FeatureStore(args.store or feature_cache(), s3=options)
 
 
 def _ledger(args: argparse.Namespace) -> Any:

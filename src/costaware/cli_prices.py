@@ -228,14 +228,15 @@ def _show_cache(args: argparse.Namespace) -> int:
 
 def _refresh(args: argparse.Namespace) -> int:
     from costaware.adapters.aws_pricing import PriceListFetcher
-    from costaware.adapters.price_source import PriceCache, _setting
+    from costaware.adapters.price_source import PriceCache
     from costaware.core.ledger import utcnow
     from costaware.core.price_list import LIVE
+    from costaware.settings import option
 
     regions = args.region or ["us-east-1"]
     for region in regions:
         _check_region(region)
-    conn_id = args.aws_conn_id or _setting("price_aws_conn_id", "") or "aws_default"
+    conn_id = args.aws_conn_id or option("price_aws_conn_id") or "aws_default"
     fetcher = PriceListFetcher.from_connection(conn_id)
     cache = PriceCache(_ledger(args))
     exact = args.types if args.types and not any(c in args.types for c in "*?[") else None

@@ -27,71 +27,20 @@ TRIGGER_MODULES = (
 HOOK_MODULES = ("costaware.hooks.ledger",)
 
 
-def _option(description: str, default: str, example: str, kind: str = "string") -> dict[str, Any]:
+def _config_options() -> dict[str, dict[str, Any]]:
+    """The ``[costaware]`` options as the provider info documents them, from ``costaware.settings``."""
+    from costaware.settings import OPTIONS
+
     return {
-        "description": description,
-        "version_added": "0.1.0",
-        "type": kind,
-        "example": example,
-        "default": default,
+        option.name: {
+            "description": option.description,
+            "version_added": "0.1.0",
+            "type": option.kind,
+            "example": option.example,
+            "default": option.default,
+        }
+        for option in OPTIONS.values()
     }
-
-
-# Every ``[costaware]`` option the code reads (``costaware.glue.setting``); a test checks none is missing.
-CONFIG_OPTIONS: dict[str, dict[str, Any]] = {
-    "worker_instance_type": _option(
-        "EC2 instance type a task is priced on when the task itself names none (docs/budgets.md).",
-        "m5.large",
-        "c7i.2xlarge",
-    ),
-    "worker_region": _option(
-        "AWS region a task is priced in when the task itself names none (docs/budgets.md).",
-        "us-east-1",
-        "eu-west-1",
-    ),
-    "worker_market": _option(
-        "Market (on_demand or spot) a task is priced on when the task itself names none (docs/budgets.md).",
-        "on_demand",
-        "spot",
-    ),
-    "price_aws_conn_id": _option(
-        "Airflow AWS connection for live on-demand prices from the AWS Price List API; empty: no live "
-        "look-ups (cache, then the bundled snapshot). See docs/prices.md.",
-        "",
-        "aws_pricing",
-    ),
-    "price_ttl_hours": _option(
-        "Hours a cached price counts as fresh; an older one is used only after the snapshot and is flagged "
-        "stale.",
-        "168",
-        "24",
-        "float",
-    ),
-    "discounts": _option(
-        "Discounts on on-demand prices (savings plans, enterprise agreements) as 'team:<name>=<percent>' or "
-        "'family:<prefix>=<percent>', comma-separated; the largest matching rule applies.",
-        "",
-        "team:ml=12, family:p4d=30",
-    ),
-    "alert_thresholds": _option(
-        "Budget alert thresholds for budgets without their own rules: percentages of the cap and 'forecast' "
-        "(forecast above cap); empty: 50%,80%,100%,forecast. See docs/governance.md.",
-        "",
-        "50%,80%,100%,forecast",
-    ),
-    "alert_notifiers": _option(
-        'JSON list of Airflow notifiers that receive budget alerts, each {"class": ..., "kwargs": {...}}; '
-        "empty: alerts go to the task log only.",
-        "",
-        '[{"class": "airflow.providers.smtp.notifications.smtp.SmtpNotifier", '
-        '"kwargs": {"to": "lead@example.com"}}]',
-    ),
-    "budget_admin_role": _option(
-        "Role (simple auth manager) allowed to create or change budgets from the Cost page and its API.",
-        "ADMIN",
-        "OP",
-    ),
-}
 
 
 def get_provider_info() -> dict[str, Any]:
@@ -119,7 +68,7 @@ def get_provider_info() -> dict[str, Any]:
                 "description": "Settings of costaware: the compute a task ran on when the task itself does "
                 "not say, price look-ups and discounts, budget alerts and who may set "
                 "budgets.",
-                "options": CONFIG_OPTIONS,
+                "options": _config_options(),
             }
         },
         "integrations": [

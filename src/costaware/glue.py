@@ -1,21 +1,19 @@
 """Internal: the Airflow glue that operators, sensors, triggers and the listener share.
 
-One place for who is running (run identity, allocation tags, the listener's annotations), where the
-embedded stores live (``$AIRFLOW_HOME/costaware``), the ``[costaware]`` settings, the default connection
-ids, decimal arguments, and how costaware errors become task outcomes. Operators, sensors and triggers
+One place for who is running (run identity, allocation tags, the listener's annotations), the default
+connection ids, decimal arguments, and how costaware errors become task outcomes (settings and the
+embedded stores' paths are in ``costaware.settings``). Operators, sensors and triggers
 import from here, never from ``plugins/`` (which only registers things with Airflow).
 
-The module imports no Airflow at import time: the CLI and the adapters use its path helpers too.
+The module imports no Airflow at import time.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from decimal import Decimal, InvalidOperation
-from pathlib import Path
 from typing import Any
 
 from costaware.core.errors import BudgetExceededError, ConfigurationError, CrossRegionEgressError
@@ -25,37 +23,10 @@ DEFAULT_LEDGER_CONN_ID = "costaware_ledger"
 DEFAULT_AWS_CONN_ID = "aws_default"
 """The AWS connection that live spot prices use unless told otherwise (Airflow's own default)."""
 
-CONFIG_SECTION = "costaware"
-
 TAG_NAMES = ("team", "project", "owner")
 ANNOTATION_FIELDS = ("trial", "instance_type", "region", "market", "usd_per_hour", "cause", "note", "tags")
 
 _ANNOTATIONS: dict[tuple[str, str, str, int, int], dict[str, Any]] = {}
-
-
-def airflow_home() -> Path:
-    """``$AIRFLOW_HOME``, else ``~/airflow`` (Airflow's own default)."""
-    return Path(os.environ.get("AIRFLOW_HOME") or Path.home() / "airflow")
-
-
-def costaware_home(*parts: str) -> Path:
-    """``$AIRFLOW_HOME/costaware/<parts>``: where the embedded ledger, caches and stores live."""
-    return airflow_home().joinpath("costaware", *parts)
-
-
-def default_store(name: str) -> str:
-    """``$AIRFLOW_HOME/costaware/<name>`` (the embedded default for models, checkpoints, quality results)."""
-    return str(costaware_home(name))
-
-
-def setting(name: str, default: str) -> str:
-    """The ``[costaware] <name>`` option (or ``AIRFLOW__COSTAWARE__<NAME>``), else ``default``.
-
-    Every option read here is documented in ``get_provider_info()["config"]``; a test checks that.
-    """
-    from airflow.sdk import conf
-
-    return str(conf.get(CONFIG_SECTION, name, fallback=default))
 
 
 def parse_decimal(value: object, *, name: str, non_negative: bool = False, positive: bool = False) -> Decimal:

@@ -8,7 +8,6 @@ UPDATE``), and the check "spent + held + this <= cap" happens inside that lock.
 from __future__ import annotations
 
 import logging
-import os
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -54,21 +53,12 @@ from costaware.core.ledger import (
     utcnow,
 )
 from costaware.core.money import format_usd, format_usd_exact, from_micros, parse_usd, to_micros
+from costaware.settings import LEDGER_URL_ENV, ledger_url
 
 log = logging.getLogger(__name__)
 
-ENV_LEDGER_URL = "COSTAWARE_LEDGER_URL"
 DEFAULT_RESERVATION_TTL = timedelta(hours=6)
 GROUP_BYS = ("dag", "task", "run", "trial", "kind", "market", "cause", "outcome")
-
-
-def default_ledger_url() -> str:
-    """``$COSTAWARE_LEDGER_URL``, else a SQLite file at ``$AIRFLOW_HOME/costaware/ledger.db``."""
-    if os.environ.get(ENV_LEDGER_URL):
-        return os.environ[ENV_LEDGER_URL]
-    from costaware.glue import costaware_home
-
-    return f"sqlite:///{costaware_home('ledger.db')}"
 
 
 def _safe(url: str) -> str:
@@ -98,13 +88,13 @@ class Ledger:
 
     @classmethod
     def from_url(cls, url: str | None = None, *, create: bool = True) -> Ledger:
-        """Open (and by default create) the ledger at ``url`` (default: :func:`default_ledger_url`).
+        """Open (and by default create) the ledger at ``url`` (default: ``costaware.settings.ledger_url()``).
 
         Raises:
             ConfigurationError: the URL is malformed or names a database costaware does not support.
             LedgerUnavailableError: the database cannot be reached.
         """
-        url = url or default_ledger_url()
+        url = url or ledger_url()
         try:
             parsed = make_url(url)
         except ArgumentError as e:
@@ -171,7 +161,7 @@ class Ledger:
                 raise
             raise LedgerUnavailableError(
                 f"cannot write the cost ledger at {_safe(str(self.engine.url))}: {_reason(e)}. Check the "
-                f"'costaware_ledger' connection or {ENV_LEDGER_URL}; nothing was recorded or reserved"
+                f"'costaware_ledger' connection or {LEDGER_URL_ENV}; nothing was recorded or reserved"
             ) from e
 
     @contextmanager

@@ -13,7 +13,6 @@ connection for live prices; empty: none), ``price_ttl_hours`` (default 168).
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -33,6 +32,7 @@ from costaware.core.price_list import (
     is_stale,
     service_name,
 )
+from costaware.settings import ledger_url, option
 
 if TYPE_CHECKING:
     from costaware.adapters.ledger_store import Ledger
@@ -294,22 +294,13 @@ def _figure(cached: CachedPrice, *, stale: bool) -> PriceFigure:
     )
 
 
-def _setting(name: str, default: str) -> str:
-    """A ``[costaware]`` setting: Airflow's config when Airflow is importable, else the environment."""
-    try:
-        from airflow.sdk import conf
-    except ImportError:  # the CLI on a machine without Airflow
-        return os.environ.get(f"AIRFLOW__COSTAWARE__{name.upper()}", default)
-    return str(conf.get("costaware", name, fallback=default))
-
-
 def ttl_from_settings() -> timedelta:
     """``[costaware] price_ttl_hours`` (default 168).
 
     Raises:
         ConfigurationError: not a positive number.
     """
-    raw = _setting("price_ttl_hours", "168")
+    raw = option("price_ttl_hours")
     try:
         hours = float(raw)
     except ValueError:
@@ -335,7 +326,7 @@ def configured_prices(
     """
     if ledger is None and cache:
         ledger = _default_ledger()
-    conn_id = aws_conn_id if aws_conn_id is not None else _setting("price_aws_conn_id", "")
+    conn_id = aws_conn_id if aws_conn_id is not None else option("price_aws_conn_id")
     fetcher = None
     if conn_id:
         from costaware.adapters.aws_pricing import PriceListFetcher
@@ -349,10 +340,10 @@ _LEDGERS: dict[str, Ledger] = {}
 
 def _default_ledger() -> Ledger | None:
     """The ledger at the default URL, opened once per process (its engine pools connections)."""
-    from costaware.adapters.ledger_store import Ledger, default_ledger_url
+    from costaware.adapters.ledger_store import Ledger
     from costaware.core.errors import LedgerUnavailableError
 
-    url = default_ledger_url()
+    url = ledger_url()
     if url not in _LEDGERS:
         try:
             _LEDGERS[url] = Ledger.from_url(url)
@@ -388,4 +379,4 @@ def discounts_from_settings() -> tuple[Discount, ...]:
     """
     from costaware.core.discounts import parse_discounts
 
-    return parse_discounts(_setting("discounts", ""))
+    return parse_discounts(option("discounts"))

@@ -40,12 +40,12 @@ class CostLedgerHook(BaseHook):
         self.ledger_conn_id = ledger_conn_id
 
     def get_url(self) -> str:
-        from costaware.adapters.ledger_store import default_ledger_url
+        from costaware.settings import ledger_url
 
         try:
             conn = self.get_connection(self.ledger_conn_id)
         except AirflowNotFoundException:
-            return default_ledger_url()
+            return ledger_url()
         return url_from_connection_fields(
             conn.conn_id,
             conn.conn_type,

@@ -27,6 +27,7 @@ from costaware.core.budget_forecast import DEFAULT_THRESHOLDS, FORECAST, crossed
 from costaware.core.errors import BudgetNotFoundError, ConfigurationError
 from costaware.core.money import format_usd
 from costaware.glue import DEFAULT_LEDGER_CONN_ID
+from costaware.settings import option
 
 log = logging.getLogger(__name__)
 
@@ -68,9 +69,7 @@ class BudgetAlert:
 
 def configured_thresholds() -> tuple[str, ...]:
     """``[costaware] alert_thresholds``, else the defaults."""
-    from airflow.sdk import conf
-
-    raw = conf.get("costaware", "alert_thresholds", fallback="")
+    raw = option("alert_thresholds")
     return parse_thresholds(raw) if raw else DEFAULT_THRESHOLDS
 
 
@@ -80,9 +79,7 @@ def configured_notifiers() -> list[Any]:
     Raises:
         ConfigurationError: the setting is not such a list, or a class cannot be imported.
     """
-    from airflow.sdk import conf
-
-    raw = conf.get("costaware", "alert_notifiers", fallback="")
+    raw = option("alert_notifiers")
     return notifiers_from_spec(raw) if raw else []
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
@@ -15,10 +14,10 @@ from costaware.glue import (
     DEFAULT_LEDGER_CONN_ID,
     airflow_errors,
     check_tags,
-    default_store,
     run_identity,
     run_tags,
 )
+from costaware.settings import feature_cache
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -27,12 +26,10 @@ if TYPE_CHECKING:
     from costaware.adapters.object_store import S3Options
     from costaware.core.fingerprint import InputFingerprint
 
-ENV_FEATURE_CACHE = "COSTAWARE_FEATURE_CACHE"
-
 
 def default_store_uri() -> str:
     """``$COSTAWARE_FEATURE_CACHE``, else ``$AIRFLOW_HOME/costaware/features``."""
-    return os.environ.get(ENV_FEATURE_CACHE) or default_store("features")
+    return feature_cache()
 
 
 def _asset_uri(value: Any) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -17,6 +16,7 @@ from costaware.glue import (
     run_identity,
     run_tags,
 )
+from costaware.settings import worker_region
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from costaware.core.ledger import LedgerEntry
 
 POLICIES = ("block", "warn", "allow_within_budget")
-ENV_WORKER_REGION = "COSTAWARE_WORKER_REGION"
 
 
 def _describe(estimate: EgressEstimate) -> str:
@@ -128,7 +127,7 @@ class DataLocalityCheckOperator(BaseOperator):
         from costaware.core.errors import ConfigurationError
 
         catalog = bundled_catalog()
-        worker = self.worker_region or os.environ.get(ENV_WORKER_REGION)
+        worker = self.worker_region or worker_region()
         found = []
         for name, uri in self._named_inputs().items():
             where = locate(

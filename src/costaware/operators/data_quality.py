@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from costaware.core.errors import ConfigurationError
-from costaware.glue import DEFAULT_AWS_CONN_ID, airflow_errors, default_store, run_identity, storage_options
+from costaware.glue import DEFAULT_AWS_CONN_ID, airflow_errors, run_identity, storage_options
+from costaware.settings import default_store
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from costaware.glue import as_bool, default_store
+from costaware.glue import as_bool
 from costaware.operators.templating import as_written, native_rendered
+from costaware.settings import default_store
 from costaware.training.plan import blank
 from costaware.training.spec import DEFAULT_TRAINER, TrainingSpec, check_training_arguments
 

@@ -30,13 +30,12 @@ from costaware.glue import (
     DEFAULT_LEDGER_CONN_ID,
     TAG_NAMES,
     annotate_task,
-    costaware_home,
     pop_annotations,
     tags_for,
 )
-from costaware.glue import setting as _setting
 from costaware.glue import try_key as _key
 from costaware.plugins.utilization import record_utilization, start_probe, stop_probe
+from costaware.settings import costaware_home, option
 
 log = logging.getLogger(__name__)
 
@@ -85,9 +84,9 @@ def compute_of(task: Any) -> dict[str, Any]:
                 declared[name] = value
     rate = declared.get("usd_per_hour")
     return {
-        "instance_type": str(declared.get("instance_type") or _setting("worker_instance_type", "m5.large")),
-        "region": str(declared.get("region") or _setting("worker_region", "us-east-1")),
-        "market": str(declared.get("market") or _setting("worker_market", "on_demand")),
+        "instance_type": str(declared.get("instance_type") or option("worker_instance_type")),
+        "region": str(declared.get("region") or option("worker_region")),
+        "market": str(declared.get("market") or option("worker_market")),
         "usd_per_hour": Decimal(str(rate)) if rate is not None else None,
     }
 

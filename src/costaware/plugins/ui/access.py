@@ -44,11 +44,12 @@ def user_name(user: Any) -> str:
 def may_set_budgets(user: Any) -> bool:
     """Whether ``user`` holds the permission to create or change budgets."""
     from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
-    from airflow.sdk import conf
+
+    from costaware.settings import option
 
     if isinstance(user, SimpleAuthManagerUser):
         # The simple auth manager allows every custom view to every role: decide by the role.
-        wanted = str(conf.get("costaware", "budget_admin_role", fallback="ADMIN")).upper()
+        wanted = option("budget_admin_role").upper()
         return (user.role or "").upper() == wanted
     return bool(
         _auth_manager().is_authorized_custom_view(

@@ -1,0 +1,158 @@
+"""Every setting costaware reads, in one place.
+
+The ``[costaware]`` options, the ``COSTAWARE_*`` variables and the embedded stores under
+``$AIRFLOW_HOME/costaware``. An option is read through :func:`option`, which knows its default, so the
+code cannot read an option that the provider info does not document (its config section is built from
+:data:`OPTIONS`). Values are read when asked, not cached at import: a deployment (or a test) that changes
+the environment sees it.
+
+The module imports no Airflow at import time, and works without Airflow: the CLI on a laptop reads an
+option from ``AIRFLOW__COSTAWARE__<NAME>`` as Airflow itself would. The variables a compute backend passes
+to a training job (``COSTAWARE_MODEL_DIR`` and the like) are the job's contract, not settings: they live
+in ``costaware.training.job_contract`` and the runtime.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+SECTION = "costaware"
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One ``[costaware]`` option as the provider info documents it."""
+
+    name: str
+    description: str
+    default: str
+    example: str
+    kind: str = "string"  # the provider info's type: string, boolean, integer or float
+
+
+OPTIONS: dict[str, Option] = {
+    option.name: option
+    for option in (
+        Option(
+            "worker_instance_type",
+            "EC2 instance type a task is priced on when the task itself names none (docs/budgets.md).",
+            "m5.large",
+            "c7i.2xlarge",
+        ),
+        Option(
+            "worker_region",
+            "AWS region a task is priced in when the task itself names none (docs/budgets.md).",
+            "us-east-1",
+            "eu-west-1",
+        ),
+        Option(
+            "worker_market",
+            "Market (on_demand or spot) a task is priced on when the task itself names none "
+            "(docs/budgets.md).",
+            "on_demand",
+            "spot",
+        ),
+        Option(
+            "price_aws_conn_id",
+            "Airflow AWS connection for live on-demand prices from the AWS Price List API; empty: no live "
+            "look-ups (cache, then the bundled snapshot). See docs/prices.md.",
+            "",
+            "aws_pricing",
+        ),
+        Option(
+            "price_ttl_hours",
+            "Hours a cached price counts as fresh; an older one is used only after the snapshot and is "
+            "flagged stale.",
+            "168",
+            "24",
+            "float",
+        ),
+        Option(
+            "discounts",
+            "Discounts on on-demand prices (savings plans, enterprise agreements) as 'team:<name>=<percent>' "
+            "or 'family:<prefix>=<percent>', comma-separated; the largest matching rule applies.",
+            "",
+            "team:ml=12, family:p4d=30",
+        ),
+        Option(
+            "alert_thresholds",
+            "Budget alert thresholds for budgets without their own rules: percentages of the cap and "
+            "'forecast' (forecast above cap); empty: 50%,80%,100%,forecast. See docs/governance.md.",
+            "",
+            "50%,80%,100%,forecast",
+        ),
+        Option(
+            "alert_notifiers",
+            "JSON list of Airflow notifiers that receive budget alerts, each "
+            '{"class": ..., "kwargs": {...}}; empty: alerts go to the task log only.',
+            "",
+            '[{"class": "airflow.providers.smtp.notifications.smtp.SmtpNotifier", '
+            '"kwargs": {"to": "lead@example.com"}}]',
+        ),
+        Option(
+            "budget_admin_role",
+            "Role (simple auth manager) allowed to create or change budgets from the Cost page and its API.",
+            "ADMIN",
+            "OP",
+        ),
+    )
+}
+
+LEDGER_URL_ENV = "COSTAWARE_LEDGER_URL"
+FEATURE_CACHE_ENV = "COSTAWARE_FEATURE_CACHE"
+WORKER_REGION_ENV = "COSTAWARE_WORKER_REGION"
+
+#: The ``COSTAWARE_*`` variables the provider reads, and what each sets (docs/deployment.md lists them too).
+ENVIRONMENT: dict[str, str] = {
+    LEDGER_URL_ENV: "SQLAlchemy URL of the ledger when no 'costaware_ledger' connection is set (and for the "
+    "CLI); default: a SQLite file at $AIRFLOW_HOME/costaware/ledger.db.",
+    FEATURE_CACHE_ENV: "Root of the feature cache (a folder or s3://bucket/prefix); default: "
+    "$AIRFLOW_HOME/costaware/features.",
+    WORKER_REGION_ENV: "Region of the Airflow worker, for the data-locality guard when the task names none.",
+}
+
+
+def option(name: str) -> str:
+    """The ``[costaware] <name>`` option (or ``AIRFLOW__COSTAWARE__<NAME>``), else its documented default.
+
+    Raises:
+        KeyError: ``name`` is not in :data:`OPTIONS` (document an option before reading it).
+    """
+    default = OPTIONS[name].default
+    try:
+        from airflow.sdk import conf
+    except ImportError:  # the CLI on a machine without Airflow reads the variable Airflow would
+        return os.environ.get(f"AIRFLOW__{SECTION.upper()}__{name.upper()}", default)
+    return str(conf.get(SECTION, name, fallback=default))
+
+
+def airflow_home() -> Path:
+    """``$AIRFLOW_HOME``, else ``~/airflow`` (Airflow's own default)."""
+    return Path(os.environ.get("AIRFLOW_HOME") or Path.home() / "airflow")
+
+
+def costaware_home(*parts: str) -> Path:
+    """``$AIRFLOW_HOME/costaware/<parts>``: where the embedded ledger, caches and stores live."""
+    return airflow_home().joinpath("costaware", *parts)
+
+
+def default_store(name: str) -> str:
+    """``$AIRFLOW_HOME/costaware/<name>`` (the embedded default for models, checkpoints, quality results)."""
+    return str(costaware_home(name))
+
+
+def ledger_url() -> str:
+    """``$COSTAWARE_LEDGER_URL``, else a SQLite file at ``$AIRFLOW_HOME/costaware/ledger.db``."""
+    return os.environ.get(LEDGER_URL_ENV) or f"sqlite:///{costaware_home('ledger.db')}"
+
+
+def feature_cache() -> str:
+    """``$COSTAWARE_FEATURE_CACHE``, else ``$AIRFLOW_HOME/costaware/features``."""
+    return os.environ.get(FEATURE_CACHE_ENV) or default_store("features")
+
+
+def worker_region() -> str | None:
+    """``$COSTAWARE_WORKER_REGION``: the region of the Airflow worker, or None where it is not set."""
+    return os.environ.get(WORKER_REGION_ENV) or None
