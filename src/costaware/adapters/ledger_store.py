@@ -45,6 +45,7 @@ from costaware.core.errors import (
     ReservationNotFoundError,
 )
 from costaware.core.ledger import (
+    GROUP_BYS,
     INDEXED_TAGS,
     BudgetUsage,
     LedgerEntry,
@@ -58,7 +59,6 @@ from costaware.settings import LEDGER_URL_ENV, ledger_url
 log = logging.getLogger(__name__)
 
 DEFAULT_RESERVATION_TTL = timedelta(hours=6)
-GROUP_BYS = ("dag", "task", "run", "trial", "kind", "market", "cause", "outcome")
 
 
 def _safe(url: str) -> str:

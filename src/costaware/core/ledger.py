@@ -33,6 +33,9 @@ FIELD_LIMITS = {
 }
 #: Tags with their own indexed column in the store; any other tag lives in a JSON column.
 INDEXED_TAGS = ("team", "project", "owner")
+#: What a cost report can group by (besides ``tag:<name>``): the CLI, the Cost page and the ledger's queries
+#: take their choices from here.
+GROUP_BYS = ("dag", "task", "run", "trial", "kind", "market", "cause", "outcome")
 
 
 class Kind(str, Enum):
