@@ -1,0 +1,122 @@
+"""A study's settings: everything a trial slot needs, stored with the study so every worker reads the same."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from costaware.core.budgets import Scope
+from costaware.core.errors import ConfigurationError
+from costaware.core.tuning.caps import TuningCaps
+from costaware.core.tuning.rungs import RungSchedule
+from costaware.core.tuning.search_space import ParamSpec, parse_search_space
+
+DIRECTIONS = ("maximize", "minimize")
+PRUNERS = ("successive_halving", "hyperband", "none")
+SAMPLERS = ("tpe", "random")
+
+
+@dataclass(frozen=True, slots=True)
+class StudySpec:
+    """Everything a trial slot needs to run a trial; stored with the study so every worker reads the same.
+
+    Each trial reserves its estimated full-fidelity seconds (see
+    :func:`~costaware.core.tuning.costs.estimate_trial_seconds`) plus ``slack_seconds`` for what follows
+    training and a busy worker's scheduling noise; what it does not use returns to the budget when it settles.
+    """
+
+    study_name: str
+    direction: str
+    search_space: tuple[ParamSpec, ...]
+    schedule: RungSchedule
+    caps: TuningCaps
+    pruner: str = "successive_halving"
+    sampler: str = "tpe"
+    seed: int = 0
+    scope: Mapping[str, str] = field(default_factory=dict)
+    instance_type: str = "m5.large"
+    region: str = "us-east-1"
+    market: str = "on_demand"
+    usd_per_hour: Decimal = Decimal("0.096")
+    gpus: Decimal = Decimal(0)
+    fallback_trial_seconds: float = 600.0
+    safety_factor: float = 1.5
+    slack_seconds: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.direction not in DIRECTIONS:
+            raise ConfigurationError(
+                f"direction must be one of {', '.join(DIRECTIONS)}, got {self.direction!r}"
+            )
+        if self.pruner not in PRUNERS:
+            raise ConfigurationError(f"pruner must be one of {', '.join(PRUNERS)}, got {self.pruner!r}")
+        if self.sampler not in SAMPLERS:
+            raise ConfigurationError(f"sampler must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
+        if not self.study_name or any(c in self.study_name for c in ",="):
+            raise ConfigurationError(
+                f"study_name {self.study_name!r} must be non-empty, without ',' or '=' (it is a ledger tag)"
+            )
+        if not self.usd_per_hour.is_finite() or self.usd_per_hour < 0:
+            raise ConfigurationError(f"usd_per_hour must be >= 0, got {self.usd_per_hour}")
+        if self.fallback_trial_seconds <= 0 or not math.isfinite(self.fallback_trial_seconds):
+            raise ConfigurationError(
+                f"fallback_trial_seconds must be > 0 (the cost estimate before any trial finished), "
+                f"got {self.fallback_trial_seconds}"
+            )
+        if self.safety_factor < 1:
+            raise ConfigurationError(f"safety_factor must be >= 1, got {self.safety_factor}")
+        if not (self.slack_seconds >= 0 and math.isfinite(self.slack_seconds)):
+            raise ConfigurationError(f"slack_seconds must be >= 0, got {self.slack_seconds}")
+
+    @property
+    def budget_scope(self) -> Scope:
+        """The ledger scope of the study's own budget: its tags plus ``study=<name>``."""
+        return Scope.of({**dict(self.scope), "study": self.study_name})
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "study_name": self.study_name,
+            "direction": self.direction,
+            "search_space": {p.name: p.to_json() for p in self.search_space},
+            "rungs": list(self.schedule.rungs),
+            "reduction_factor": self.schedule.reduction_factor,
+            "caps": self.caps.to_json(),
+            "pruner": self.pruner,
+            "sampler": self.sampler,
+            "seed": self.seed,
+            "scope": dict(self.scope),
+            "instance_type": self.instance_type,
+            "region": self.region,
+            "market": self.market,
+            "usd_per_hour": str(self.usd_per_hour),
+            "gpus": str(self.gpus),
+            "fallback_trial_seconds": self.fallback_trial_seconds,
+            "safety_factor": self.safety_factor,
+            "slack_seconds": self.slack_seconds,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> StudySpec:
+        values = dict(data)
+        return cls(
+            study_name=str(values["study_name"]),
+            direction=str(values["direction"]),
+            search_space=parse_search_space(values["search_space"]),
+            schedule=RungSchedule(tuple(int(r) for r in values["rungs"]), int(values["reduction_factor"])),
+            caps=TuningCaps.from_json(values["caps"]),
+            pruner=str(values["pruner"]),
+            sampler=str(values["sampler"]),
+            seed=int(values["seed"]),
+            scope=dict(values.get("scope") or {}),
+            instance_type=str(values["instance_type"]),
+            region=str(values["region"]),
+            market=str(values["market"]),
+            usd_per_hour=Decimal(str(values["usd_per_hour"])),
+            gpus=Decimal(str(values.get("gpus", "0"))),
+            fallback_trial_seconds=float(values["fallback_trial_seconds"]),
+            safety_factor=float(values["safety_factor"]),
+            slack_seconds=float(values.get("slack_seconds", 2.0)),
+        )
