@@ -36,29 +36,6 @@ def _metric(value: float | None) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 
-def outcome_json(o: Any) -> dict[str, Any]:
-    """One run outcome as JSON (money as strings)."""
-    return {
-        "dag_id": o.dag_id,
-        "run_id": o.run_id,
-        "model_version": o.model_version,
-        "task_id": o.task_id,
-        "metric": o.metric,
-        "metric_value": o.metric_value,
-        "champion_metric": o.champion_metric,
-        "gain": o.gain,
-        "promoted": o.promoted,
-        "training_rows": o.training_rows,
-        "iterations": o.iterations,
-        "iteration_unit": o.iteration_unit,
-        "usd": None if o.usd is None else str(o.usd),
-        "usd_per_unit_gain": None if o.usd_per_unit_gain is None else str(o.usd_per_unit_gain),
-        "recorded_at": o.recorded_at.isoformat() if o.recorded_at else None,
-        "record": o.record.to_json() if o.record else None,
-        "record_digest": o.record.digest if o.record else None,
-    }
-
-
 def _list(args: argparse.Namespace) -> int:
     from costaware.adapters.efficiency_store import outcomes
     from costaware.cli import _emit
@@ -82,7 +59,7 @@ def _list(args: argparse.Namespace) -> int:
     ]
     metrics = {o.metric for o in found if o.metric}
     summary = summarize(found) if len(metrics) <= 1 else None
-    payload = {"runs": [outcome_json(o) for o in found], "summary": summary.to_json() if summary else None}
+    payload = {"runs": [o.to_json() for o in found], "summary": summary.to_json() if summary else None}
     if args.format != "table":
         _emit(args.format, headers, table, payload)
         return 0
@@ -123,7 +100,7 @@ def _show(args: argparse.Namespace) -> int:
         raise CostawareError("give a RUN_ID (see `costaware runs list`) or --last --dag-id DAG")
     found = run_outcome(ledger, run_id, dag_id=args.dag_id)
     if args.format == "json":
-        print(json.dumps([outcome_json(o) for o in found], indent=2, default=str))
+        print(json.dumps([o.to_json() for o in found], indent=2, default=str))
         return 0
     for o in found:
         print(f"run {o.run_id} of DAG {o.dag_id}: model {o.model_version} (task {o.task_id or '-'})")

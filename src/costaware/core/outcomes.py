@@ -143,6 +143,28 @@ class RunOutcome:
             return None
         return (self.usd / Decimal(str(gain))).quantize(_MICRO)
 
+    def to_json(self) -> dict[str, Any]:
+        """The outcome as JSON primitives (money as strings), as the CLI and the Cost page's API give it."""
+        return {
+            "dag_id": self.dag_id,
+            "run_id": self.run_id,
+            "model_version": self.model_version,
+            "task_id": self.task_id,
+            "metric": self.metric,
+            "metric_value": self.metric_value,
+            "champion_metric": self.champion_metric,
+            "gain": self.gain,
+            "promoted": self.promoted,
+            "training_rows": self.training_rows,
+            "iterations": self.iterations,
+            "iteration_unit": self.iteration_unit,
+            "usd": None if self.usd is None else str(self.usd),
+            "usd_per_unit_gain": None if self.usd_per_unit_gain is None else str(self.usd_per_unit_gain),
+            "recorded_at": self.recorded_at.isoformat() if self.recorded_at else None,
+            "record": self.record.to_json() if self.record else None,
+            "record_digest": self.record.digest if self.record else None,
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class OutcomeSummary:

@@ -186,8 +186,6 @@ def add_routes(
     app: FastAPI, filters: Callable[..., Any], guard: Callable[..., Any], ledger: Callable[[], Any]
 ) -> None:
     """Add ``/api/efficiency`` and ``/api/outcomes`` to the Cost API (same filters, errors and login)."""
-    from costaware.cli_runs import outcome_json
-
     in_range = Depends(filters)
 
     @app.get("/api/efficiency", summary="Measured utilization per task and right-sizing advice")
@@ -206,4 +204,4 @@ def add_routes(
 
         runs = guard(lambda: run_outcomes(ledger(), f))
         summary = guard(lambda: summarize(runs)) if runs else None
-        return {"runs": [outcome_json(r) for r in runs], "summary": summary.to_json() if summary else None}
+        return {"runs": [r.to_json() for r in runs], "summary": summary.to_json() if summary else None}
