@@ -29,7 +29,7 @@ from costaware_runtime.checkpoints import FOLDER_PREFIX, load_bytes, save_bytes
 from costaware_runtime.contract import CHECKPOINT_MARKER
 from costaware_runtime.errors import ContractError
 
-from costaware.adapters.model_store import BlobDir, sha256_hex
+from costaware.adapters.blob_dir import BlobDir, sha256_hex
 from costaware.core.errors import ConfigurationError
 
 log = logging.getLogger(__name__)

@@ -21,12 +21,11 @@ import logging
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from costaware.adapters.blob_dir import BlobDir, sha256_hex
+from costaware.adapters.model_versions import STATUSES, ModelVersion, UntrustedModelError
 from costaware.core.errors import ConfigurationError
-
-if TYPE_CHECKING:
-    from costaware.adapters.model_store import BlobDir, ModelStore, ModelVersion
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +35,21 @@ MANIFEST_NAME = "_costaware_manifest.json"
 #: S3's CopyObject copies at most 5 GiB; a larger file is streamed through the worker instead.
 _COPY_OBJECT_LIMIT = 5 * 1024**3
 _CHUNK = 8 * 1024**2
+
+
+class ModelStore(Protocol):
+    """What this module needs of :class:`costaware.adapters.model_store.ModelStore`, which calls it.
+
+    Spelled as a protocol so that the store may import this module and not the other way round.
+    """
+
+    @property
+    def blobs(self) -> BlobDir: ...
+
+    @property
+    def uri(self) -> str: ...
+
+    def model_bytes(self, meta: ModelVersion) -> bytes: ...
 
 
 def _safe_path(value: Any, where: str) -> str:
@@ -97,8 +111,6 @@ def save_files_version(store: ModelStore, meta: ModelVersion, staging: str) -> M
         ConfigurationError: the staging folder is not a finished upload, a copy has another size than the
             manifest says, or the version exists already. Nothing is marked complete then.
     """
-    from costaware.adapters.model_store import STATUSES, sha256_hex
-
     if meta.status not in STATUSES:
         raise ConfigurationError(f"status {meta.status!r} is not one of {', '.join(STATUSES)}")
     if not meta.version or "/" in meta.version or meta.version.startswith("."):
@@ -154,8 +166,6 @@ def download_files(store: ModelStore, meta: ModelVersion, destination: Path) -> 
     Raises:
         UntrustedModelError: a file differs from the listing (changed after it was stored).
     """
-    from costaware.adapters.model_store import UntrustedModelError
-
     for entry in version_files(store, meta):
         data = store.blobs.read_bytes(f"versions/{meta.version}/files/{entry['path']}")
         digest = hashlib.sha256(data).hexdigest()

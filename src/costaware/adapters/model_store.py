@@ -10,372 +10,72 @@ Layout under the store's root (a local folder or ``s3://bucket/prefix``)::
 Nothing here unpickles: scikit-learn models go through skops with an explicit list of trusted types,
 XGBoost and LightGBM models through their own formats, and every model file's SHA-256 is checked against
 its metadata before it is parsed.
+
+The store is :class:`ModelStore`; its parts live beside it and are re-exported here: the blob folder
+(``blob_dir``), the version values and errors (``model_versions``), the model formats (``model_formats``)
+and versions that are folders of files (``model_files``).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import os
-import uuid
-import warnings
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
-from costaware.core.errors import ConfigurationError, CostawareError
+from costaware.adapters import model_files
+from costaware.adapters.blob_dir import BlobDir, sha256_hex
+from costaware.adapters.model_formats import (
+    DEFAULT_TRUSTED_TYPES,
+    dump_lightgbm,
+    dump_skops,
+    dump_xgboost,
+    load_lightgbm,
+    load_skops,
+    load_xgboost,
+    require,
+)
+from costaware.adapters.model_versions import (
+    MODEL_SUFFIXES,
+    STATUSES,
+    Champion,
+    IncompleteVersionError,
+    ModelStoreError,
+    ModelVersion,
+    UntrustedModelError,
+    VersionNotFoundError,
+    new_version_id,
+)
+from costaware.core.errors import ConfigurationError
 from costaware.core.promotion import COMPLETE
 
+__all__ = [
+    "DEFAULT_TRUSTED_TYPES",
+    "MODEL_SUFFIXES",
+    "STATUSES",
+    "BlobDir",
+    "Champion",
+    "IncompleteVersionError",
+    "ModelStore",
+    "ModelStoreError",
+    "ModelVersion",
+    "UntrustedModelError",
+    "VersionNotFoundError",
+    "dump_lightgbm",
+    "dump_skops",
+    "dump_xgboost",
+    "load_lightgbm",
+    "load_skops",
+    "load_xgboost",
+    "new_version_id",
+    "require",
+    "sha256_hex",
+]
+
 log = logging.getLogger(__name__)
-
-#: Types beyond skops' own safe list that the built-in scikit-learn trainers need (reviewed: numpy's dtype,
-#: a plain scikit-learn data holder, and a partial of scikit-learn's input validator).
-DEFAULT_TRUSTED_TYPES: tuple[str, ...] = (
-    "numpy.dtype",
-    "sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor",
-    "functools.partial",
-    "sklearn.utils.validation.check_array",
-)
-#: File suffix of each model format. A ``files`` version's model file is the listing of its files
-#: (``costaware.adapters.model_files``).
-MODEL_SUFFIXES = {"skops": "skops", "xgboost-ubj": "ubj", "lightgbm-txt": "txt", "files": "json"}
-STATUSES = (COMPLETE, "interrupted", "failed")
-
-
-class ModelStoreError(CostawareError):
-    """Raised when the model store holds something unusable (a missing, incomplete or tampered version)."""
-
-
-class VersionNotFoundError(ModelStoreError, ConfigurationError, LookupError):
-    """Raised when a model version is not in the store."""
-
-
-class IncompleteVersionError(ModelStoreError, ConfigurationError):
-    """Raised when a version's files are there but its metadata is not: its write never finished."""
-
-
-class UntrustedModelError(ModelStoreError, ConfigurationError):
-    """Raised when a model file does not match its checksum or would load types nobody trusted."""
-
-
-# -- blobs: local folder or S3 via pyarrow.fs --------------------------------------------------------------
-
-
-class BlobDir:
-    """A folder of whole-file blobs on the local disk or in an object store, written atomically.
-
-    Local writes go to a temporary file that is renamed over the target; an object store makes an object
-    visible only once its upload completes. Either way a reader sees the old blob or the new one, never
-    half of one.
-
-    Args:
-        filesystem: A ``pyarrow.fs.FileSystem``.
-        root: The folder's path on that file system (``bucket/prefix`` for S3).
-        uri: How to name the folder to people, e.g. ``s3://bucket/prefix``.
-    """
-
-    def __init__(self, filesystem: Any, root: str, uri: str) -> None:
-        self.fs = filesystem
-        self.root = root.rstrip("/")
-        self.uri = uri.rstrip("/")
-        self.is_local = type(filesystem).__name__ == "LocalFileSystem"
-
-    @classmethod
-    def from_uri(
-        cls,
-        uri: str,
-        *,
-        endpoint_url: str | None = None,
-        region: str | None = None,
-        access_key: str | None = None,
-        secret_key: str | None = None,
-        session_token: str | None = None,
-        create: bool = True,
-    ) -> BlobDir:
-        """Open a local folder (created when missing) or an ``s3://bucket/prefix`` location.
-
-        Args:
-            uri: A local path, ``file://`` URI or ``s3://`` URI.
-            endpoint_url: S3 endpoint (e.g. MinIO or moto); else ``COSTAWARE_S3_ENDPOINT_URL`` or
-                ``AWS_ENDPOINT_URL`` from the environment, else AWS.
-            region: S3 region; else the environment's.
-            access_key: S3 access key; else the default AWS credential chain.
-            secret_key: S3 secret key.
-            session_token: S3 session token.
-            create: Create a missing local folder (off for paths that may name a file).
-        """
-        from pyarrow import fs
-
-        text = str(uri).strip()
-        if not text:
-            raise ConfigurationError(
-                "store location is empty: pass a local folder or an s3://bucket/prefix URI"
-            )
-        parsed = urlparse(text)
-        if parsed.scheme in ("", "file") or (len(parsed.scheme) == 1 and os.name == "nt"):
-            path = Path(parsed.path if parsed.scheme == "file" else text).expanduser().resolve()
-            if create:
-                path.mkdir(parents=True, exist_ok=True)
-            return cls(fs.LocalFileSystem(), str(path), str(path))
-        if parsed.scheme == "s3":
-            if not parsed.netloc:
-                raise ConfigurationError(f"S3 URI {text!r} has no bucket: use s3://bucket/prefix")
-            endpoint = (
-                endpoint_url
-                or os.environ.get("COSTAWARE_S3_ENDPOINT_URL")
-                or os.environ.get("AWS_ENDPOINT_URL")
-            )
-            options: dict[str, Any] = {}
-            if endpoint:
-                ep = urlparse(endpoint if "://" in endpoint else f"https://{endpoint}")
-                options.update(endpoint_override=ep.netloc, scheme=ep.scheme or "https")
-            if region or os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION"):
-                options["region"] = (
-                    region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-                )
-            if access_key and secret_key:
-                options.update(access_key=access_key, secret_key=secret_key, session_token=session_token)
-            root = f"{parsed.netloc}/{parsed.path.strip('/')}".rstrip("/")
-            return cls(fs.S3FileSystem(**options), root, f"s3://{root}")
-        try:
-            filesystem, root = fs.FileSystem.from_uri(text)
-        except Exception as e:
-            raise ConfigurationError(
-                f"cannot open store location {text!r}: {e}; use a folder or s3:// URI"
-            ) from e
-        return cls(filesystem, root, text)
-
-    def path(self, name: str = "") -> str:
-        return f"{self.root}/{name.strip('/')}" if name else self.root
-
-    def child(self, name: str) -> BlobDir:
-        """The sub-folder ``name`` (created lazily by the first write)."""
-        return BlobDir(self.fs, self.path(name), f"{self.uri}/{name.strip('/')}")
-
-    def read_bytes(self, name: str) -> bytes:
-        """The blob's content; ``FileNotFoundError`` when it does not exist."""
-        try:
-            with self.fs.open_input_stream(self.path(name)) as stream:
-                return bytes(stream.read())
-        except FileNotFoundError:
-            raise
-        except OSError as e:
-            if self.exists(name):
-                raise
-            raise FileNotFoundError(f"{self.uri}/{name}") from e
-
-    def write_bytes(self, name: str, data: bytes) -> None:
-        """Write the whole blob atomically (replacing any blob of the same name)."""
-        target = self.path(name)
-        if self.is_local:
-            folder = Path(target).parent
-            folder.mkdir(parents=True, exist_ok=True)
-            tmp = folder / f".{Path(target).name}.{uuid.uuid4().hex}.tmp"
-            try:
-                with open(tmp, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
-                tmp.replace(target)
-            finally:
-                tmp.unlink(missing_ok=True)
-            return
-        with self.fs.open_output_stream(target) as stream:
-            stream.write(data)
-
-    def exists(self, name: str) -> bool:
-        from pyarrow import fs
-
-        return bool(self.fs.get_file_info(self.path(name)).type != fs.FileType.NotFound)
-
-    def list(self, name: str = "") -> list[str]:
-        """Names of the files and folders directly inside ``name``, sorted; [] when it does not exist."""
-        from pyarrow import fs
-
-        infos = self.fs.get_file_info(fs.FileSelector(self.path(name), allow_not_found=True, recursive=False))
-        return sorted(info.base_name for info in infos if not info.base_name.startswith("."))
-
-    def delete(self, name: str) -> None:
-        """Delete a blob or a folder with everything in it; nothing happens when it does not exist."""
-        from pyarrow import fs
-
-        info = self.fs.get_file_info(self.path(name))
-        if info.type == fs.FileType.Directory:
-            self.fs.delete_dir(self.path(name))
-        elif info.type != fs.FileType.NotFound:
-            self.fs.delete_file(self.path(name))
-
-
-def sha256_hex(data: bytes) -> str:
-    """Hex SHA-256 of ``data``."""
-    return hashlib.sha256(data).hexdigest()
-
-
-# -- model formats that load without pickle --------------------------------------------------------------
-
-
-def dump_skops(model: Any) -> bytes:
-    """A scikit-learn model as skops bytes."""
-    with _quiet():
-        import skops.io as sio
-
-        return bytes(sio.dumps(model))
-
-
-def load_skops(data: bytes, *, trusted_types: Iterable[str] = DEFAULT_TRUSTED_TYPES) -> Any:
-    """Load skops bytes, refusing any type that is neither safe by skops' list nor in ``trusted_types``."""
-    allowed = set(trusted_types)
-    try:
-        with _quiet():
-            import skops.io as sio
-
-            untrusted = sio.get_untrusted_types(data=data)
-    except Exception as e:
-        raise UntrustedModelError(f"model file is not a valid skops file ({type(e).__name__}: {e})") from e
-    refused = sorted(set(untrusted) - allowed)
-    if refused:
-        raise UntrustedModelError(
-            f"model file would load types nobody trusted: {refused}; if you reviewed where the file came "
-            f"from, "
-            f"add them to trusted_types"
-        )
-    with _quiet():
-        return sio.loads(data, trusted=sorted(set(untrusted)))
-
-
-@contextmanager
-def _quiet() -> Iterator[None]:
-    """Silence warnings while skops scans ``sys.modules`` (on import and when it names functions).
-
-    The scan touches Airflow's deprecated module aliases, and each touch would print a deprecation warning.
-    """
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
-
-
-def dump_xgboost(booster: Any) -> bytes:
-    """An ``xgboost.Booster`` in XGBoost's own UBJSON format."""
-    return bytes(booster.save_raw(raw_format="ubj"))
-
-
-def load_xgboost(data: bytes) -> Any:
-    """An ``xgboost.Booster`` from UBJSON bytes."""
-    xgb = require("xgboost", "xgboost")
-    booster = xgb.Booster()
-    booster.load_model(bytearray(data))
-    return booster
-
-
-def dump_lightgbm(booster: Any) -> bytes:
-    """A ``lightgbm.Booster`` in LightGBM's text format."""
-    return str(booster.model_to_string()).encode()
-
-
-def load_lightgbm(data: bytes) -> Any:
-    """A ``lightgbm.Booster`` from LightGBM's text format."""
-    lgb = require("lightgbm", "lightgbm")
-    return lgb.Booster(model_str=data.decode())
-
-
-def require(module: str, package: str) -> Any:
-    """Import an optional SDK, or fail with how to install it (the costaware extra that brings it)."""
-    import importlib
-
-    from costaware.extras import EXTRAS, install_hint
-
-    try:
-        return importlib.import_module(module)
-    except ImportError as e:
-        extra = next((name for name, modules in EXTRAS.items() if module in modules), None)
-        how = install_hint(extra) if extra else f"pip install {package}"
-        raise ConfigurationError(
-            f"{module} is not installed: `{how}` on the workers to use this trainer"
-        ) from e
-
-
-# -- versions ------------------------------------------------------------------------------------------------
-
-
-def new_version_id(now: datetime | None = None) -> str:
-    """A version id that sorts by creation time: ``v20260301T020304123456-1a2b3c``."""
-    now = now or datetime.now(timezone.utc)
-    return f"v{now.strftime('%Y%m%dT%H%M%S%f')}-{uuid.uuid4().hex[:6]}"
-
-
-@dataclass(frozen=True, slots=True)
-class ModelVersion:
-    """Metadata of one stored model.
-
-    Attributes:
-        version: Id, sortable by creation time.
-        trainer: Trainer name (built-in) or ``module:Class`` of the trainer class (older versions: dotted).
-        model_format: How the model file is encoded (``skops``, ``xgboost-ubj``, ``lightgbm-txt``, ...).
-        mode: ``warm`` (continued from ``parent``) or ``full``.
-        parent: The version it continued from (None for a full retrain).
-        data_fingerprint: SHA-256 over the training files' names and contents.
-        features: Feature columns, in order.
-        label: Label column.
-        status: ``complete``, ``interrupted`` or ``failed``; only complete versions can become champion.
-        params: Trainer parameters.
-        metrics: Training facts and metrics (rows, seconds, steps, ...).
-        cost_usd: Training cost as a decimal string, when known.
-        warm_steps_since_full: Warm retrains in this lineage since its last full retrain.
-        reference_profile: Profile (JSON) of the data of the lineage's last full retrain, for drift checks.
-        reason: Why the policy chose the mode.
-        run: Where it was trained (dag_id, run_id, task_id, try_number).
-        created_at: ISO time in UTC.
-        model_sha256: SHA-256 of the model file, checked before every load.
-    """
-
-    version: str
-    trainer: str
-    model_format: str
-    mode: str
-    parent: str | None
-    data_fingerprint: str
-    features: tuple[str, ...]
-    label: str
-    status: str = COMPLETE
-    params: Mapping[str, Any] = field(default_factory=dict)
-    metrics: Mapping[str, Any] = field(default_factory=dict)
-    cost_usd: str | None = None
-    warm_steps_since_full: int = 0
-    reference_profile: Mapping[str, Any] | None = None
-    reason: str = ""
-    run: Mapping[str, Any] = field(default_factory=dict)
-    created_at: str = ""
-    model_sha256: str = ""
-
-    @property
-    def model_file(self) -> str:
-        return f"model.{MODEL_SUFFIXES.get(self.model_format, 'bin')}"
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["features"] = list(self.features)
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ModelVersion:
-        known = {f for f in cls.__dataclass_fields__}
-        values = {k: v for k, v in data.items() if k in known}
-        values["features"] = tuple(values.get("features", ()))
-        return cls(**values)
-
-
-@dataclass(frozen=True, slots=True)
-class Champion:
-    """The champion pointer: which version serves, since when, and which served before."""
-
-    version: str
-    switched_at: str
-    previous: str | None
 
 
 class ModelStore:
@@ -428,21 +128,15 @@ class ModelStore:
         ``model_format`` becomes ``files``; the metadata is written after every file (see
         :func:`costaware.adapters.model_files.save_files_version`).
         """
-        from costaware.adapters.model_files import save_files_version
-
-        return save_files_version(self, meta, staging)
+        return model_files.save_files_version(self, meta, staging)
 
     def version_files(self, meta: ModelVersion) -> list[dict[str, Any]]:
         """The files of a ``files`` version: ``path``, ``bytes`` and ``sha256`` each."""
-        from costaware.adapters.model_files import version_files
-
-        return version_files(self, meta)
+        return model_files.version_files(self, meta)
 
     def download_files(self, meta: ModelVersion, destination: Path) -> Path:
         """Copy the files of a ``files`` version into ``destination``, each checked against its SHA-256."""
-        from costaware.adapters.model_files import download_files
-
-        return download_files(self, meta, destination)
+        return model_files.download_files(self, meta, destination)
 
     def get(self, version: str) -> ModelVersion:
         """Metadata of ``version``."""
