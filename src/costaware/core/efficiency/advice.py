@@ -1,152 +1,30 @@
-"""Efficiency of task tries: measured utilization, idle cost, memory headroom and right-sizing advice.
+"""Right-sizing advice: the cheapest catalog type that would have fit a task's measured tries.
 
-A try's utilization is what its process tree really used (CPU seconds, peak resident memory) against what
-the instance it was priced on offers (vCPUs x wall seconds, memory). Idle cost is the share of the try's
-cost its vCPUs spent idle: ``usd x (1 - CPU utilization)``. Right-sizing advice turns the measurements of
-a task's tries into the cheapest catalog type that would have fit them, with the saving per month at the
-task's run frequency. Pure: callers pass the catalog and the measurements.
+The saving is priced per run on both types at the market the task ran on, and per month at the task's run
+frequency (from its schedule, or the runs seen when it has none). Pure: callers pass the catalog and the
+measurements.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections import defaultdict
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from collections.abc import Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from costaware.core.efficiency.measurement import Measurement, by_task, recency
+from costaware.core.efficiency.requirements import Requirements, measured_requirements
 from costaware.core.errors import ConfigurationError, PriceNotFoundError
 from costaware.core.ledger import Market
 from costaware.core.money import format_usd
 from costaware.core.prices import InstanceOffer, PriceCatalog
 
-GIB = 1024**3
 DAYS_PER_MONTH = 730 / 24
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 #: Families whose CPU is burstable (credits): a sustained retrain would be throttled, so not suggested.
 BURSTABLE = re.compile(r"^t\d[a-z]*\.")
 _MICRO = Decimal("0.000001")
-
-
-@dataclass(frozen=True, slots=True)
-class Measurement:
-    """What one task try used and cost, as the cost listener measured it.
-
-    Args:
-        dag_id: The try's DAG.
-        task_id: The try's task.
-        run_id: The try's DAG run.
-        try_number: The try.
-        instance_type: Instance type the try was priced on.
-        region: Its region.
-        market: ``on_demand``, ``spot`` or ``local``.
-        usd: Actual cost of the try.
-        wall_seconds: Wall time of the try.
-        cpu_seconds: CPU time (user + system) of its process tree.
-        peak_memory_bytes: Peak resident memory of its process tree.
-        vcpus: vCPUs of the instance (None: unknown type).
-        memory_gib: Memory of the instance (None: unknown type).
-        runs_per_month: How often the task's DAG runs, from its schedule (None: not scheduled).
-        source: ``local`` (measured in the task process) or the remote backend that reported it.
-        backend_metrics: The backend's own metrics, as it reported them.
-        measured_at: When the try ended.
-    """
-
-    dag_id: str
-    task_id: str
-    run_id: str
-    try_number: int
-    instance_type: str | None
-    region: str | None
-    market: str | None
-    usd: Decimal
-    wall_seconds: float
-    cpu_seconds: float
-    peak_memory_bytes: int
-    vcpus: int | None = None
-    memory_gib: Decimal | None = None
-    runs_per_month: float | None = None
-    source: str = "local"
-    backend_metrics: Mapping[str, Any] = field(default_factory=dict)
-    measured_at: datetime | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("wall_seconds", "cpu_seconds"):
-            value = getattr(self, name)
-            if not math.isfinite(value) or value < 0:
-                raise ConfigurationError(f"{name} of a measurement must be >= 0 seconds, got {value}")
-        if self.peak_memory_bytes < 0:
-            raise ConfigurationError(f"peak_memory_bytes must be >= 0, got {self.peak_memory_bytes}")
-
-    @property
-    def peak_memory_gib(self) -> float:
-        return self.peak_memory_bytes / GIB
-
-    @property
-    def cores_used(self) -> float:
-        """Average number of cores busy during the try (CPU seconds per wall second)."""
-        return self.cpu_seconds / self.wall_seconds if self.wall_seconds > 0 else 0.0
-
-    @property
-    def cpu_utilization(self) -> float | None:
-        """Share of the instance's vCPU time the try used, 0..1 (None: instance size unknown)."""
-        if not self.vcpus or self.wall_seconds <= 0:
-            return None
-        return min(1.0, self.cpu_seconds / (self.wall_seconds * self.vcpus))
-
-    @property
-    def idle_usd(self) -> Decimal | None:
-        """Cost of the vCPU time left idle: ``usd x (1 - CPU utilization)``."""
-        share = self.cpu_utilization
-        if share is None:
-            return None
-        return (self.usd * (Decimal(1) - Decimal(str(round(share, 6))))).quantize(_MICRO)
-
-    @property
-    def memory_headroom_gib(self) -> float | None:
-        """Instance memory the try never touched (None: instance size unknown)."""
-        if self.memory_gib is None:
-            return None
-        return float(self.memory_gib) - self.peak_memory_gib
-
-
-@dataclass(frozen=True, slots=True)
-class Requirements:
-    """What a task needs, from its measured tries: memory with a margin, whole vCPUs, and how many tries."""
-
-    memory_gib: Decimal
-    vcpus: int
-    tries: int
-    peak_memory_gib: float
-    peak_cores_used: float
-
-    def describe(self) -> str:
-        return (
-            f"peak {self.peak_memory_gib:.2f} GiB and {self.peak_cores_used:.2f} busy cores over "
-            f"{self.tries} tries -> needs {self.memory_gib} GiB, {self.vcpus} vCPU(s)"
-        )
-
-
-def measured_requirements(
-    measurements: Sequence[Measurement], *, memory_margin: float = 0.25, cpu_margin: float = 0.25
-) -> Requirements:
-    """The memory and vCPUs the task needs: the worst try's peak memory and busy cores, plus margins.
-
-    Raises:
-        ConfigurationError: no measurement, or a margin below 0.
-    """
-    _check_margin(memory_margin, "memory_margin")
-    _check_margin(cpu_margin, "cpu_margin")
-    if not measurements:
-        raise ConfigurationError("no measured tries: run the task with the costaware listener first")
-    peak = max(m.peak_memory_gib for m in measurements)
-    cores = max(m.cores_used for m in measurements)
-    memory = Decimal(str(peak * (1 + memory_margin))).quantize(Decimal("0.001"), rounding="ROUND_CEILING")
-    vcpus = max(1, math.ceil(round(cores * (1 + cpu_margin), 6)))
-    return Requirements(memory, vcpus, len(measurements), peak, cores)
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,7 +144,7 @@ def advise(
     requirements = measured_requirements(measurements, memory_margin=memory_margin, cpu_margin=cpu_margin)
     if len(measurements) < min_tries:
         return None
-    newest = max(measurements, key=_recency)
+    newest = max(measurements, key=recency)
     if not newest.instance_type or not newest.region:
         return None
     market = Market.parse(newest.market or "on_demand")
@@ -320,91 +198,13 @@ def _frequency(measurements: Sequence[Measurement], given: float | None) -> tupl
         return given, "given"
     scheduled = [m for m in measurements if m.runs_per_month is not None]
     if scheduled:
-        return float(max(scheduled, key=_recency).runs_per_month or 0.0), "from the DAG's schedule"
+        return float(max(scheduled, key=recency).runs_per_month or 0.0), "from the DAG's schedule"
     # Unscheduled (manual or Asset-triggered): runs seen per month, over at least one month, so a burst
     # of runs on one day is not taken for a daily habit.
     times = [m.measured_at for m in measurements if m.measured_at is not None]
     days = (max(times) - min(times)).total_seconds() / 86400 if times else 0.0
     runs = len({m.run_id for m in measurements})
     return runs * DAYS_PER_MONTH / max(days, DAYS_PER_MONTH), "runs seen; the DAG has no schedule"
-
-
-def _recency(m: Measurement) -> tuple[datetime, int]:
-    return (m.measured_at or _EPOCH, m.try_number)
-
-
-def _check_margin(value: float, name: str) -> None:
-    if not (math.isfinite(value) and 0 <= value <= 10):
-        raise ConfigurationError(f"{name} must be between 0 and 10 (0.25 = 25 % headroom), got {value}")
-
-
-def sized_needs(
-    declared_memory_gib: Decimal,
-    declared_vcpus: int,
-    measurements: Sequence[Measurement],
-    *,
-    min_tries: int = 3,
-    memory_margin: float = 0.25,
-    cpu_margin: float = 0.25,
-) -> tuple[Decimal, int, str]:
-    """Memory and vCPUs to size a job for: measured (plus margins) after ``min_tries`` tries, else declared.
-
-    Returns:
-        ``(memory_gib, vcpus, basis)`` where basis says which it was and why.
-    """
-    if min_tries < 1:
-        raise ConfigurationError(f"min_tries must be at least 1, got {min_tries}")
-    if len(measurements) < min_tries:
-        return (
-            declared_memory_gib,
-            declared_vcpus,
-            f"declared ({len(measurements)} measured tries, {min_tries} needed to size from measurements)",
-        )
-    needs = measured_requirements(measurements, memory_margin=memory_margin, cpu_margin=cpu_margin)
-    return needs.memory_gib, needs.vcpus, f"measured: {needs.describe()}"
-
-
-def _by_task(measured: Sequence[Measurement]) -> dict[tuple[str, str], list[Measurement]]:
-    groups: dict[tuple[str, str], list[Measurement]] = defaultdict(list)
-    for m in measured:
-        groups[(m.dag_id, m.task_id)].append(m)
-    return groups
-
-
-def utilization_by_task(measured: Sequence[Measurement]) -> list[dict[str, Any]]:
-    """One row per (DAG, task): tries, CPU utilization, busy cores, peak memory, headroom, cost and idle cost.
-
-    CPU utilization is the tries' CPU seconds over their vCPU seconds (wall x vCPUs); rows come costliest
-    idle first. Money is a string.
-    """
-    rows = []
-    for (dag_id, task_id), tries in _by_task(measured).items():
-        newest = max(tries, key=_recency)
-        sized = [m for m in tries if m.vcpus]
-        capacity = sum(m.wall_seconds * (m.vcpus or 0) for m in sized)
-        utilization = sum(m.cpu_seconds for m in sized) / capacity if capacity > 0 else None
-        idle = [m.idle_usd for m in tries if m.idle_usd is not None]
-        headroom = [m.memory_headroom_gib for m in tries if m.memory_headroom_gib is not None]
-        rows.append(
-            {
-                "dag_id": dag_id,
-                "task_id": task_id,
-                "tries": len(tries),
-                "instance_type": newest.instance_type,
-                "vcpus": newest.vcpus,
-                "memory_gib": None if newest.memory_gib is None else str(newest.memory_gib),
-                "wall_seconds": round(sum(m.wall_seconds for m in tries) / len(tries), 3),
-                "cpu_seconds": round(sum(m.cpu_seconds for m in tries) / len(tries), 3),
-                "cpu_utilization": None if utilization is None else round(min(utilization, 1.0), 4),
-                "peak_cores_used": round(max(m.cores_used for m in tries), 3),
-                "peak_memory_gib": round(max(m.peak_memory_gib for m in tries), 4),
-                "min_headroom_gib": round(min(headroom), 4) if headroom else None,
-                "usd": str(sum((m.usd for m in tries), Decimal(0))),
-                "idle_usd": str(sum(idle, Decimal(0))) if idle else None,
-                "sources": sorted({m.source for m in tries}),
-            }
-        )
-    return sorted(rows, key=lambda r: (Decimal(r["idle_usd"] or 0), r["dag_id"], r["task_id"]), reverse=True)
 
 
 def advise_tasks(
@@ -417,7 +217,7 @@ def advise_tasks(
 ) -> list[Advice]:
     """Advice for every task in ``measured`` that has enough tries and a cheaper fit, largest saving first."""
     found = []
-    for tries in _by_task(measured).values():
+    for tries in by_task(measured).values():
         advice = advise(
             catalog, tries, runs_per_month=runs_per_month, min_tries=min_tries, memory_margin=memory_margin
         )
