@@ -1,0 +1,120 @@
+"""An object store in a local (or network-mounted) folder: atomic renames and hard links."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from costaware.adapters.object_store.base import ObjectInfo, ObjectStore
+from costaware.adapters.object_store.hashing import hash_bytes
+from costaware.core.fingerprint import safe_relative_path
+
+
+class LocalObjectStore(ObjectStore):
+    """An :class:`ObjectStore` in a local (or network-mounted) folder."""
+
+    scheme = "local"
+
+    def path(self, rel: str) -> Path:
+        """The absolute local path of ``rel``."""
+        return Path(self.root.child(rel).path)
+
+    def read(self, rel: str) -> tuple[bytes, str] | None:
+        """See :meth:`ObjectStore.read`."""
+        try:
+            data = self.path(rel).read_bytes()
+        except FileNotFoundError:
+            return None
+        return data, hash_bytes(data)
+
+    def _staged(self, rel: str, data: bytes) -> Path:
+        target = self.path(rel)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staged = target.with_name(f".{target.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
+        with open(staged, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        return staged
+
+    def write(self, rel: str, data: bytes) -> None:
+        """See :meth:`ObjectStore.write`."""
+        staged = self._staged(rel, data)
+        staged.replace(self.path(rel))
+
+    def create(self, rel: str, data: bytes) -> str | None:
+        """See :meth:`ObjectStore.create`."""
+        staged = self._staged(rel, data)
+        try:
+            os.link(staged, self.path(rel))  # atomic, fails if the name exists, and the content is complete
+        except FileExistsError:
+            return None
+        finally:
+            staged.unlink(missing_ok=True)
+        return hash_bytes(data)
+
+    def replace(self, rel: str, data: bytes, token: str) -> str | None:
+        """See :meth:`ObjectStore.replace`."""
+        current = self.read(rel)
+        if current is None or current[1] != token:
+            return None
+        self.write(rel, data)
+        return hash_bytes(data)
+
+    def delete(self, rel: str, token: str | None = None) -> bool:
+        """See :meth:`ObjectStore.delete`."""
+        target = self.path(rel)
+        if token is not None:
+            current = self.read(rel)
+            if current is None or current[1] != token:
+                return False
+            # Move it aside first, then check it is still the version we meant to delete.
+            aside = target.with_name(f".{target.name}.{os.getpid()}.{time.monotonic_ns()}.del")
+            try:
+                target.rename(aside)
+            except FileNotFoundError:
+                return False
+            if hash_bytes(aside.read_bytes()) != token:
+                aside.rename(target)
+                return False
+            aside.unlink()
+            return True
+        try:
+            target.unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
+    def stat(self, rel: str) -> ObjectInfo | None:
+        """Size and modification time of a file, or ``None`` when it does not exist."""
+        try:
+            st = self.path(rel).stat()
+        except FileNotFoundError:
+            return None
+        return ObjectInfo(safe_relative_path(rel), st.st_size, st.st_mtime)
+
+    def children(self, rel: str) -> list[str]:
+        """See :meth:`ObjectStore.children`."""
+        try:
+            return sorted(p.name for p in self.path(rel).iterdir())
+        except FileNotFoundError:
+            return []
+
+    def files(self, rel: str) -> list[ObjectInfo]:
+        """See :meth:`ObjectStore.files`."""
+        base = self.path(rel)
+        if not base.is_dir():
+            return []
+        root = Path(self.root.path)
+        return [
+            ObjectInfo(p.relative_to(root).as_posix(), p.stat().st_size, p.stat().st_mtime)
+            for p in sorted(base.rglob("*"))
+            if p.is_file()
+        ]
+
+    def delete_tree(self, rel: str) -> None:
+        """See :meth:`ObjectStore.delete_tree`."""
+        import shutil
+
+        shutil.rmtree(self.path(rel), ignore_errors=True)

@@ -1,0 +1,75 @@
+"""Where data lives: a parsed ``/abs/path``, ``file:///abs/path`` or ``s3://bucket/prefix`` URI."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from urllib.parse import urlparse
+
+from costaware.core.errors import ConfigurationError
+from costaware.core.fingerprint import safe_relative_path
+
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """A parsed data URI.
+
+    Attributes:
+        scheme: ``local`` or ``s3``.
+        bucket: The S3 bucket (``""`` for local).
+        path: The absolute local path, or the S3 key / prefix without a leading ``/``.
+    """
+
+    scheme: str
+    bucket: str
+    path: str
+
+    @property
+    def uri(self) -> str:
+        """The location as a URI (``s3://bucket/key``) or an absolute path."""
+        if self.scheme == "s3":
+            return f"s3://{self.bucket}/{self.path}" if self.path else f"s3://{self.bucket}"
+        return self.path
+
+    def child(self, relative: str) -> Location:
+        """The location of ``relative`` (checked by ``safe_relative_path``) under this one."""
+        rel = safe_relative_path(relative, what="relative path")
+        if not rel:
+            return self
+        joined = f"{self.path.rstrip('/')}/{rel}" if self.path else rel
+        return Location(self.scheme, self.bucket, joined)
+
+
+def parse_uri(uri: str, *, what: str = "URI") -> Location:
+    """Parse ``/abs/path``, ``file:///abs/path`` or ``s3://bucket/prefix``.
+
+    Raises:
+        ConfigurationError: a relative local path, a path with ``..`` segments, a malformed bucket name,
+            or a scheme other than file and s3.
+    """
+    text = str(uri).strip()
+    parsed = urlparse(text)
+    if parsed.scheme == "s3":
+        bucket = parsed.netloc
+        if not _BUCKET.match(bucket):
+            raise ConfigurationError(
+                f"{what} {uri!r} names bucket {bucket!r}, which is not a valid S3 bucket name "
+                "(3-63 characters: lower-case letters, digits, '.', '-')"
+            )
+        key = parsed.path[1:] if parsed.path.startswith("/") else parsed.path
+        return Location("s3", bucket, safe_relative_path(key, what=f"key of {what} {uri!r}"))
+    if parsed.scheme in ("", "file"):
+        path = parsed.path if parsed.scheme == "file" else text
+        if not path.startswith("/"):
+            raise ConfigurationError(
+                f"{what} {uri!r} is a relative path: workers run in changing folders, so give an absolute "
+                "path such as '/data/flights' or an s3:// URI"
+            )
+        if path != "/":
+            safe_relative_path(path[1:], what=f"{what} {uri!r}")
+        return Location("local", "", path.rstrip("/") or "/")
+    raise ConfigurationError(
+        f"{what} {uri!r} has scheme {parsed.scheme!r}: use an absolute local path or s3://bucket/prefix"
+    )

@@ -1,0 +1,164 @@
+"""An object store under ``s3://bucket/prefix``: conditional writes with ``If-None-Match`` / ``If-Match``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from costaware.adapters.object_store.base import ObjectInfo, ObjectStore
+from costaware.adapters.object_store.clients import S3Options, s3_client, s3_filesystem
+from costaware.adapters.object_store.location import Location
+from costaware.core.fingerprint import safe_relative_path
+
+if TYPE_CHECKING:
+    import pyarrow.fs
+
+
+def _s3_error_code(error: Exception) -> str:
+    response = getattr(error, "response", None) or {}
+    return str(response.get("Error", {}).get("Code", ""))
+
+
+class S3ObjectStore(ObjectStore):
+    """An :class:`ObjectStore` under ``s3://bucket/prefix``.
+
+    Conditional writes use S3's ``If-None-Match`` and ``If-Match`` (supported by AWS S3 since 2024 and by
+    moto); large files go through pyarrow's multipart upload.
+    """
+
+    scheme = "s3"
+
+    def __init__(self, root: Location, options: S3Options | None = None) -> None:
+        super().__init__(root)
+        self.options = options or S3Options()
+        self._client: Any = None
+        self._fs: Any = None
+
+    @property
+    def client(self) -> Any:
+        """The boto3 S3 client, made on first use."""
+        if self._client is None:
+            self._client = s3_client(self.options)
+        return self._client
+
+    @property
+    def fs(self) -> pyarrow.fs.S3FileSystem:
+        """The pyarrow S3 filesystem, made on first use."""
+        if self._fs is None:
+            self._fs = s3_filesystem(self.options)
+        return self._fs
+
+    def key(self, rel: str) -> str:
+        """The S3 key of ``rel``."""
+        return self.root.child(rel).path
+
+    def read(self, rel: str) -> tuple[bytes, str] | None:
+        """See :meth:`ObjectStore.read`."""
+        from botocore.exceptions import ClientError
+
+        try:
+            got = self.client.get_object(Bucket=self.root.bucket, Key=self.key(rel))
+        except ClientError as e:
+            if _s3_error_code(e) in ("NoSuchKey", "404", "NotFound"):
+                return None
+            raise
+        return got["Body"].read(), str(got["ETag"])
+
+    def write(self, rel: str, data: bytes) -> None:
+        """See :meth:`ObjectStore.write`."""
+        if len(data) < 8 << 20:
+            self.client.put_object(Bucket=self.root.bucket, Key=self.key(rel), Body=data)
+            return
+        with self.fs.open_output_stream(f"{self.root.bucket}/{self.key(rel)}") as out:  # multipart upload
+            out.write(data)
+
+    def _conditional_put(self, rel: str, data: bytes, **condition: str) -> str | None:
+        from botocore.exceptions import ClientError
+
+        try:
+            put = self.client.put_object(Bucket=self.root.bucket, Key=self.key(rel), Body=data, **condition)
+        except ClientError as e:
+            if _s3_error_code(e) in (
+                "PreconditionFailed",
+                "ConditionalRequestConflict",
+                "412",
+                "409",
+                "NoSuchKey",
+            ):
+                return None
+            raise
+        return str(put["ETag"])
+
+    def create(self, rel: str, data: bytes) -> str | None:
+        """See :meth:`ObjectStore.create`."""
+        return self._conditional_put(rel, data, IfNoneMatch="*")
+
+    def replace(self, rel: str, data: bytes, token: str) -> str | None:
+        """See :meth:`ObjectStore.replace`."""
+        return self._conditional_put(rel, data, IfMatch=token)
+
+    def delete(self, rel: str, token: str | None = None) -> bool:
+        """See :meth:`ObjectStore.delete`."""
+        from botocore.exceptions import ClientError
+
+        if token is None:
+            self.client.delete_object(Bucket=self.root.bucket, Key=self.key(rel))
+            return True
+        try:
+            self.client.delete_object(Bucket=self.root.bucket, Key=self.key(rel), IfMatch=token)
+        except ClientError as e:
+            if _s3_error_code(e) in ("PreconditionFailed", "NoSuchKey", "404", "412"):
+                return False
+            raise
+        return True
+
+    def stat(self, rel: str) -> ObjectInfo | None:
+        """Size and modification time of a file, or ``None`` when it does not exist."""
+        from botocore.exceptions import ClientError
+
+        try:
+            head = self.client.head_object(Bucket=self.root.bucket, Key=self.key(rel))
+        except ClientError as e:
+            if _s3_error_code(e) in ("NoSuchKey", "404", "NotFound"):
+                return None
+            raise
+        return ObjectInfo(
+            safe_relative_path(rel), int(head["ContentLength"]), head["LastModified"].timestamp()
+        )
+
+    def _prefix(self, rel: str) -> str:
+        key = self.key(rel)
+        return f"{key}/" if key else ""
+
+    def children(self, rel: str) -> list[str]:
+        """See :meth:`ObjectStore.children`."""
+        prefix = self._prefix(rel)
+        names: set[str] = set()
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.root.bucket, Prefix=prefix, Delimiter="/"
+        )
+        for page in pages:
+            names |= {p["Prefix"][len(prefix) :].rstrip("/") for p in page.get("CommonPrefixes", [])}
+            names |= {o["Key"][len(prefix) :] for o in page.get("Contents", [])}
+        return sorted(n for n in names if n)
+
+    def files(self, rel: str) -> list[ObjectInfo]:
+        """See :meth:`ObjectStore.files`."""
+        prefix = self._prefix(rel)
+        base = self._prefix("")
+        found: list[ObjectInfo] = []
+        for page in self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.root.bucket, Prefix=prefix
+        ):
+            for obj in page.get("Contents", []):
+                found.append(
+                    ObjectInfo(obj["Key"][len(base) :], int(obj["Size"]), obj["LastModified"].timestamp())
+                )
+        return found
+
+    def delete_tree(self, rel: str) -> None:
+        """See :meth:`ObjectStore.delete_tree`."""
+        keys = [{"Key": self._prefix("") + info.path} for info in self.files(rel)]
+        for start in range(0, len(keys), 1000):
+            self.client.delete_objects(
+                Bucket=self.root.bucket, Delete={"Objects": keys[start : start + 1000]}
+            )
