@@ -6,8 +6,9 @@ Every ``import costaware...`` counts, also one inside a function (a lazy import 
 cycle is a group of modules that import each other, directly or around a loop. Layers, lowest first:
 ``core`` <- ``adapters`` <- ``training`` <- the Airflow glue (operators, sensors, triggers, hooks, timetables,
 notifications and the top-level modules) <- ``plugins``; an import of a higher layer is an upward import.
-``cli*`` modules sit with the glue; ``extras`` and ``importing`` (optional-import helpers) with ``core``.
-Exits 0; the figures are for reading (issue 25 will make them a test).
+The ``cli`` package sits with the glue; ``extras`` and ``importing`` (optional-import helpers) with ``core``;
+``settings`` (the configuration every layer above core reads) with ``adapters``. Exits 0: the figures are
+for reading; ``tests/test_layers.py`` fails on any cycle or upward import.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "costaware"
 #: Rank of each top-level package or module; the rest of costaware (glue.py, cli*.py, ...) ranks as the glue.
-#: ``extras`` and ``importing`` (optional-import helpers, no Airflow) rank with ``core``.
-LAYERS = {"extras": 0, "importing": 0, "core": 0, "adapters": 1, "training": 2, "plugins": 4}
+#: ``extras`` and ``importing`` (optional-import helpers, no Airflow) rank with ``core``, ``settings`` with
+#: ``adapters`` (it reads the environment, so pure ``core`` must not import it).
+LAYERS = {"extras": 0, "importing": 0, "core": 0, "settings": 1, "adapters": 1, "training": 2, "plugins": 4}
 GLUE = 3
 
 
