@@ -1,7 +1,7 @@
 """The training entrypoint a container or child process runs: ``python -m costaware.training.entrypoint``.
 
 ``--spec URI`` names a JSON file (local path, ``file://`` or ``s3://``) with the fields of
-:class:`~costaware.training.runner.RetrainJob`: data URIs, trainer and params, model store, checkpoint store
+:class:`~costaware.training.spec.RetrainJob`: data URIs, trainer and params, model store, checkpoint store
 and key, checkpoint interval, plus ``seed`` (merged into the trainer's params) and ``result_uri`` (where the
 summary JSON is written for the orchestrator). The training is the same ``run_retrain`` the in-worker
 ``WarmStartRetrainOperator`` calls: it resumes from the newest checkpoint of its key, checkpoints every
@@ -49,6 +49,7 @@ from costaware_runtime.preemption import preemption_requested
 from costaware.adapters.checkpoint_store import CheckpointFolder
 from costaware.core.errors import ConfigurationError, StoreUnavailableError
 from costaware.training.checkpointing import PREEMPTED_EXIT_CODE, PreemptedError
+from costaware.training.spec import RetrainJob
 
 log = logging.getLogger(__name__)
 
@@ -150,10 +151,8 @@ def write_spec(uri: str, spec: Mapping[str, Any], **storage_options: Any) -> str
     return uri
 
 
-def job_from_spec(spec: Mapping[str, Any]) -> Any:
+def job_from_spec(spec: Mapping[str, Any]) -> RetrainJob:
     """A ``RetrainJob`` from a spec; unknown keys and secret storage options are refused by name."""
-    from costaware.training.runner import RetrainJob
-
     known = {f.name for f in fields(RetrainJob)}
     unknown = sorted(set(spec) - known - set(EXTRA_KEYS))
     if unknown:

@@ -15,16 +15,10 @@ import logging
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from costaware.adapters.checkpoint_store import CheckpointStorage, CheckpointStore
-from costaware.adapters.model_store import (
-    BlobDir,
-    ModelStore,
-    ModelVersion,
-    new_version_id,
-)
+from costaware.adapters.model_store import ModelStore, ModelVersion, new_version_id
 from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import compute_cost
 from costaware.core.money import parse_usd
@@ -39,13 +33,22 @@ from costaware.core.retrain_policy import (
     profile_frame,
 )
 from costaware.training.checkpointing import PREEMPTED_EXIT_CODE, Checkpointer, PreemptedError
-from costaware.training.trainers import (
-    Trainer,
-    TrainingData,
-    resolve_trainer,
-    same_trainer,
-    trainer_path,
-)
+from costaware.training.data import read_parquet, training_data
+from costaware.training.spec import RetrainJob
+from costaware.training.trainers import resolve_trainer, same_trainer, trainer_path
+
+#: ``read_parquet``, ``training_data`` (``training.data``) and ``RetrainJob`` (``training.spec``) are still
+#: importable from here, their older home.
+__all__ = [
+    "POLICIES",
+    "RetrainJob",
+    "main",
+    "make_policy",
+    "promote_candidate",
+    "read_parquet",
+    "run_retrain",
+    "training_data",
+]
 
 log = logging.getLogger(__name__)
 
@@ -69,117 +72,7 @@ def make_policy(policy: str | RetrainPolicy | None, params: Mapping[str, Any] | 
         raise ConfigurationError(f"retrain policy {name!r} does not take these parameters: {e}") from e
 
 
-# -- data ----------------------------------------------------------------------------------------------------
-
-
-def read_parquet(
-    uri: str, columns: Sequence[str] | None, storage_options: Mapping[str, Any] | None = None
-) -> tuple[Any, str]:
-    """Read ``columns`` (None: all) of one Parquet file or every ``*.parquet`` under a folder (local or S3).
-
-    Returns the DataFrame and a fingerprint: SHA-256 over each file's relative name and content.
-    """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    from pyarrow import fs
-
-    blobs = BlobDir.from_uri(uri, create=False, **dict(storage_options or {}))
-    info = blobs.fs.get_file_info(blobs.root)
-    if info.type == fs.FileType.File:
-        paths = [blobs.root]
-        base = blobs.root.rsplit("/", 1)[0]
-    elif info.type == fs.FileType.Directory:
-        selector = fs.FileSelector(blobs.root, recursive=True)
-        paths = sorted(
-            i.path
-            for i in blobs.fs.get_file_info(selector)
-            if i.type == fs.FileType.File
-            and i.path.endswith(".parquet")
-            and not i.base_name.startswith((".", "_"))
-        )
-        base = blobs.root
-    else:
-        raise ConfigurationError(
-            f"training data {uri!r} does not exist: check the path (a Parquet file or folder)"
-        )
-    if not paths:
-        raise ConfigurationError(f"no .parquet files under {uri!r}: land the data first or fix the path")
-    digest = hashlib.sha256()
-    tables = []
-    for path in paths:
-        with blobs.fs.open_input_stream(path) as stream:
-            raw = bytes(stream.read())
-        digest.update(path[len(base) :].encode() + b"\0" + hashlib.sha256(raw).digest())
-        table = pq.read_table(pa.BufferReader(raw))
-        if columns is None:
-            tables.append(table)
-            continue
-        missing = [c for c in columns if c not in table.column_names]
-        if missing:
-            raise ConfigurationError(
-                f"columns {missing} are not in {path} (it has {table.column_names}): "
-                "fix feature_columns/label_column"
-            )
-        tables.append(table.select(list(columns)))
-    frame = pa.concat_tables(tables, promote_options="permissive").to_pandas()
-    return frame, digest.hexdigest()
-
-
-def training_data(
-    frame: Any, features: Sequence[str], label: str, label_threshold: float | None
-) -> TrainingData:
-    """Features and a 0/1 label; rows without a label are dropped (e.g. cancelled flights)."""
-    import numpy as np
-    import pandas as pd
-
-    known = frame[frame[label].notna()]
-    if len(known) < len(frame):
-        log.info("dropped %d rows without a value in label column %r", len(frame) - len(known), label)
-    if not len(known):
-        raise ConfigurationError(
-            f"no rows with a value in label column {label!r}: nothing to train or evaluate on"
-        )
-    values = known[label]
-    if label_threshold is not None:
-        y = (pd.to_numeric(values, errors="raise") > float(label_threshold)).astype(int).to_numpy()
-    else:
-        seen = set(pd.unique(values.astype(float)))
-        if not seen <= {0.0, 1.0}:
-            raise ConfigurationError(
-                f"label column {label!r} has values {sorted(seen)[:5]}, not 0/1: "
-                "set label_threshold or fix the label"
-            )
-        y = values.astype(float).astype(int).to_numpy()
-    return TrainingData(features=known[list(features)].reset_index(drop=True), label=np.asarray(y))
-
-
 # -- retrain -------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RetrainJob:
-    """Everything one retrain needs; see ``WarmStartRetrainOperator`` for each field's meaning."""
-
-    data_path: str
-    label_column: str
-    feature_columns: Sequence[str]
-    model_store: str
-    checkpoint_store: str
-    checkpoint_key: str
-    trainer: str | Trainer = "sklearn-sgd"
-    trainer_params: Mapping[str, Any] = field(default_factory=dict)
-    new_data_path: str | None = None
-    label_threshold: float | None = None
-    policy: str | RetrainPolicy | None = None
-    policy_params: Mapping[str, Any] = field(default_factory=dict)
-    drift_columns: Sequence[str] | None = None
-    force_full: bool = False
-    checkpoint_every_seconds: float | None = 300.0
-    checkpoint_every_steps: int | None = None
-    usd_per_hour: str | None = None
-    quality_window: int = 10
-    run: Mapping[str, Any] = field(default_factory=dict)
-    storage_options: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _incompatibility(champion: ModelVersion, trainer: str, features: Sequence[str], label: str) -> str:

@@ -82,7 +82,7 @@ def holdout_scores(
     """
     import pandas as pd
 
-    from costaware.training.runner import read_parquet
+    from costaware.training.data import read_parquet
     from costaware.training.trainers import resolve_trainer, stored_trainer
 
     for role, meta in versions.items():

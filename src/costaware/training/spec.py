@@ -1,9 +1,10 @@
-"""What the built-in trainers train: one :class:`TrainingSpec` for both retrain operators.
+"""What a retrain trains: :class:`TrainingSpec` for both retrain operators, :class:`RetrainJob` for the run.
 
 ``WarmStartRetrainOperator`` trains it in the worker (:meth:`TrainingSpec.retrain_job` -> ``run_retrain``);
 ``RemoteTrainingOperator`` writes it as the JSON spec its job reads (:meth:`TrainingSpec.spec_file`), and the
 job's ``python -m costaware.training.entrypoint`` turns that back into the same ``RetrainJob``. The arguments
 are checked once, here, when the DAG is parsed (:func:`check_training_arguments`) and again after rendering.
+No IO and no heavy imports here: the operators import this module when the DAG is parsed.
 """
 
 from __future__ import annotations
@@ -11,9 +12,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from costaware.core.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from costaware.core.retrain_policy import RetrainPolicy
+    from costaware.training.trainers import Trainer
 
 DEFAULT_TRAINER = "sklearn-sgd"
 
@@ -78,6 +83,32 @@ def check_training_arguments(
     check_checkpoint_interval(checkpoint_every_seconds, checkpoint_every_steps)
 
 
+@dataclass(frozen=True)
+class RetrainJob:
+    """Everything one retrain needs; see ``WarmStartRetrainOperator`` for each field's meaning."""
+
+    data_path: str
+    label_column: str
+    feature_columns: Sequence[str]
+    model_store: str
+    checkpoint_store: str
+    checkpoint_key: str
+    trainer: str | Trainer = "sklearn-sgd"
+    trainer_params: Mapping[str, Any] = field(default_factory=dict)
+    new_data_path: str | None = None
+    label_threshold: float | None = None
+    policy: str | RetrainPolicy | None = None
+    policy_params: Mapping[str, Any] = field(default_factory=dict)
+    drift_columns: Sequence[str] | None = None
+    force_full: bool = False
+    checkpoint_every_seconds: float | None = 300.0
+    checkpoint_every_steps: int | None = None
+    usd_per_hour: str | None = None
+    quality_window: int = 10
+    run: Mapping[str, Any] = field(default_factory=dict)
+    storage_options: Mapping[str, Any] = field(default_factory=dict)
+
+
 @dataclass(frozen=True, slots=True)
 class TrainingSpec:
     """The built-in training of one retrain, rendered; see ``WarmStartRetrainOperator`` for each field.
@@ -125,10 +156,8 @@ class TrainingSpec:
         storage_options: Mapping[str, Any],
         usd_per_hour: str | None = None,
         drift_columns: Sequence[str] | None = None,
-    ) -> Any:
+    ) -> RetrainJob:
         """The ``RetrainJob`` that ``run_retrain`` trains in this process."""
-        from costaware.training.runner import RetrainJob
-
         return RetrainJob(
             data_path=self.data_path,
             new_data_path=self.new_data_path,
