@@ -16,85 +16,39 @@ manifest whose checksum, key and data size check out, so a writer killed at any 
 
 Lease. Before computing, a writer creates ``locks/<key>.json`` (create-if-absent) holding its token and an
 expiry that a heartbeat thread renews. Others wait and reuse its entry; they break the lease when it
-expires, or at once when it belongs to a dead process on the same host.
+expires, or at once when it belongs to a dead process on the same host (``costaware.adapters.feature_lease``).
+
+Storage is billed to the ledger per GB-month (``costaware.adapters.feature_billing``); the manifest and the
+entry are values of ``costaware.adapters.feature_manifest``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import os
-import socket
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
 
+from costaware.adapters.feature_billing import STORAGE_DAG_ID, billed_until, mark_billed, storage_charge
+from costaware.adapters.feature_lease import DEFAULT_LEASE, hold_lease
 from costaware.adapters.feature_manifest import Computed, Entry, Manifest, Outcome
-from costaware.adapters.object_store import ObjectStore, S3Options, hash_bytes, open_store
+from costaware.adapters.object_store import S3Options, hash_bytes, open_store
 from costaware.core.cache_policy import (
     S3_STANDARD_USD_PER_GB_MONTH,
     EntryStats,
     EvictionPolicy,
-    gb_months,
-    storage_usd,
 )
 from costaware.core.errors import ConfigurationError, CorruptEntryError, CostawareError
 from costaware.core.fingerprint import safe_relative_path, validate_key
-from costaware.core.ledger import Kind, LedgerEntry
+from costaware.core.ledger import LedgerEntry, utcnow
+
+__all__ = ["DEFAULT_LEASE", "STORAGE_DAG_ID", "FeatureStore"]
 
 log = logging.getLogger(__name__)
-
-DEFAULT_LEASE = timedelta(minutes=10)
-#: The ledger's dag_id for storage charges of the cache (they belong to no single DAG run).
-STORAGE_DAG_ID = "costaware_feature_cache"
-
-
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-class _Lease:
-    """A held lock on one key, renewed by a daemon thread until released."""
-
-    def __init__(
-        self, store: ObjectStore, rel: str, body: dict[str, Any], token: str, lease: timedelta
-    ) -> None:
-        self.store, self.rel, self.body, self.token, self.lease = store, rel, body, token, lease
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._renew, name=f"lease-{rel}", daemon=True)
-        self._thread.start()
-
-    def _renew(self) -> None:
-        while not self._stop.wait(self.lease.total_seconds() / 3):
-            body = {**self.body, "expires_at": (_now() + self.lease).isoformat()}
-            new = self.store.replace(self.rel, json.dumps(body).encode(), self.token)
-            if new is None:
-                log.warning("lost the lease %s (it expired and was taken over)", self.rel)
-                return
-            self.token = new
-
-    def release(self) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.store.delete(self.rel, self.token)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class FeatureStore:
@@ -235,40 +189,6 @@ class FeatureStore:
         if got is not None and self.store.delete(f"{rel}/manifest.json", got[1]):
             self.store.delete_tree(rel)
 
-    @contextmanager
-    def _lease(self, key: str) -> Iterator[_Lease | None]:
-        """Hold the writer lease of ``key`` in the block; yields ``None`` when a live writer has it."""
-        rel = f"locks/{key}.json"
-        body = {"token": uuid.uuid4().hex, "host": socket.gethostname(), "pid": os.getpid()}
-        held: _Lease | None = None
-        for _ in range(3):
-            body["expires_at"] = (_now() + self.lease).isoformat()
-            token = self.store.create(rel, json.dumps(body).encode())
-            if token is not None:
-                held = _Lease(self.store, rel, body, token, self.lease)
-                break
-            current = self.store.read(rel)
-            if current is None:
-                continue  # released between our two calls: try again
-            if not self._stale(current[0]):
-                break
-            log.warning("breaking the stale lease %s: %s", rel, current[0].decode(errors="replace"))
-            self.store.delete(rel, current[1])
-        try:
-            yield held
-        finally:
-            if held is not None:
-                held.release()
-
-    def _stale(self, data: bytes) -> bool:
-        try:
-            body = json.loads(data)
-            if datetime.fromisoformat(body["expires_at"]) < _now():
-                return True
-            return bool(body["host"] == socket.gethostname() and not _pid_alive(int(body["pid"])))
-        except (ValueError, KeyError, TypeError):
-            return True  # an unreadable lock protects nothing
-
     def get_or_compute(
         self,
         key: str,
@@ -299,9 +219,9 @@ class FeatureStore:
                 log.warning("%s", e)
                 entry, recovered = None, True
             if entry is not None:
-                self.store.write(f"used/{key}", _now().isoformat().encode())
+                self.store.write(f"used/{key}", utcnow().isoformat().encode())
                 return Outcome(entry, hit=True, recovered_corrupt=recovered)
-            with self._lease(key) as lease:
+            with hold_lease(self.store, key, self.lease) as lease:
                 if lease is not None:
                     return self._compute_locked(key, compute, manifest, recovered)
             if time.monotonic() > deadline:
@@ -329,7 +249,7 @@ class FeatureStore:
             schema=computed.schema,
             rows=computed.rows,
             bytes=len(computed.parquet),
-            created_at=_now().isoformat(),
+            created_at=utcnow().isoformat(),
             compute_seconds=round(computed.compute_seconds, 3),
             cost_usd=str(computed.cost_usd),
         )
@@ -338,58 +258,10 @@ class FeatureStore:
         entry = self.lookup(key)
         if entry is None:  # pragma: no cover - the commit or the other writer's commit is visible
             raise CorruptEntryError(f"cache entry {key} vanished right after it was committed")
-        self.store.write(f"used/{key}", _now().isoformat().encode())
+        self.store.write(f"used/{key}", utcnow().isoformat().encode())
         return Outcome(entry, hit=False, recovered_corrupt=recovered)
 
     # -- eviction and storage billing -------------------------------------------------------------
-
-    def _billed_until(self) -> datetime | None:
-        got = self.store.read("billing.json")
-        if got is None:
-            return None
-        try:
-            return datetime.fromisoformat(json.loads(got[0])["billed_until"])
-        except (ValueError, KeyError, TypeError):
-            log.warning(
-                "billing.json of the cache at %s is unreadable; billing from each entry's creation",
-                self.root_uri,
-            )
-            return None
-
-    def _storage_entry(
-        self,
-        entry: Entry,
-        start: datetime,
-        end: datetime,
-        usd_per_gb_month: Decimal,
-        tags: Mapping[str, str],
-        why: str,
-    ) -> LedgerEntry | None:
-        start = max(start, entry.manifest.created)
-        if end <= start:
-            return None
-        quantity = gb_months(entry.manifest.bytes, start, end)
-        standard = usd_per_gb_month == S3_STANDARD_USD_PER_GB_MONTH
-        source = "S3 Standard list price per GB-month" if standard else "configured price per GB-month"
-        span = f"{start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC"
-        uid = hashlib.blake2b(
-            f"{self.root_uri}|{entry.key}|{start.isoformat()}|{why}".encode(), digest_size=16
-        )
-        return LedgerEntry(
-            dag_id=STORAGE_DAG_ID,
-            run_id=f"storage:{end:%Y-%m-%dT%H}",
-            task_id=entry.key,
-            kind=Kind.STORAGE,
-            usd=storage_usd(quantity, usd_per_gb_month),
-            quantity=quantity,
-            unit="gb_month",
-            unit_price_usd=usd_per_gb_month,
-            tags=dict(tags),
-            incurred_at=end,
-            price_source=source,
-            note=f"{why}: {entry.manifest.bytes} bytes at {entry.uri}, {span}",
-            entry_uid=uid.hexdigest(),
-        )
 
     def bill_storage(
         self,
@@ -410,19 +282,18 @@ class FeatureStore:
             usd_per_gb_month: The storage price (default S3 Standard).
             tags: Allocation tags for the charges.
         """
-        end = (until or _now()).replace(minute=0, second=0, microsecond=0)
-        start = self._billed_until() or datetime.min.replace(tzinfo=timezone.utc)
+        end = (until or utcnow()).replace(minute=0, second=0, microsecond=0)
+        start = billed_until(self.store) or datetime.min.replace(tzinfo=timezone.utc)
         if end <= start:
             return []  # billed this hour already: one read, no listing
-        charges = [
-            charge
-            for entry in self.entries()
-            if (charge := self._storage_entry(entry, start, end, usd_per_gb_month, tags or {}, "stored"))
-            is not None
-        ]
+        found = (
+            storage_charge(self.root_uri, e, start, end, usd_per_gb_month, tags or {}, "stored")
+            for e in self.entries()
+        )
+        charges = [charge for charge in found if charge is not None]
         for charge in charges:
             record(charge)
-        self.store.write("billing.json", json.dumps({"billed_until": end.isoformat()}).encode())
+        mark_billed(self.store, end)
         return charges
 
     def evict(
@@ -441,7 +312,7 @@ class FeatureStore:
             dry_run: Only say what would be evicted.
             only: Evict exactly these keys instead of asking the policy.
         """
-        now = now or _now()
+        now = now or utcnow()
         live = self.entries()
         if only is not None:
             wanted = {validate_key(k) for k in only}
@@ -467,10 +338,12 @@ class FeatureStore:
         usd_per_gb_month: Decimal = S3_STANDARD_USD_PER_GB_MONTH,
     ) -> list[LedgerEntry]:
         """Storage charges of evicted entries from the last bill until their eviction."""
-        end = now or _now()
-        start = self._billed_until() or datetime.min.replace(tzinfo=timezone.utc)
-        charges = [self._storage_entry(e, start, end, usd_per_gb_month, {}, "evicted") for e in evicted]
-        return [c for c in charges if c is not None]
+        end = now or utcnow()
+        start = billed_until(self.store) or datetime.min.replace(tzinfo=timezone.utc)
+        found = (
+            storage_charge(self.root_uri, e, start, end, usd_per_gb_month, {}, "evicted") for e in evicted
+        )
+        return [charge for charge in found if charge is not None]
 
     def _delete_entry(self, key: str) -> None:
         rel = f"entries/{key}"
@@ -490,7 +363,7 @@ class FeatureStore:
         Returns:
             How many staging folders and data files were deleted.
         """
-        cutoff = (_now() - (self.lease if older_than is None else older_than)).timestamp()
+        cutoff = (utcnow() - (self.lease if older_than is None else older_than)).timestamp()
         referenced = {e.manifest.data_path for e in self.entries()}
         removed = 0
         for name in self.store.children("staging"):

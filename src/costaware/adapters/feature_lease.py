@@ -1,0 +1,105 @@
+"""The writer lease of a feature-cache key: one process computes a key, the others wait for its entry.
+
+Before computing, a writer creates ``locks/<key>.json`` (create-if-absent) holding its token and an expiry
+that a heartbeat thread renews. Others wait and reuse its entry; they break the lease when it expires, or at
+once when it belongs to a dead process on the same host.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import Any
+
+from costaware.adapters.object_store import ObjectStore
+from costaware.core.ledger import utcnow
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LEASE = timedelta(minutes=10)
+
+
+class Lease:
+    """A held lock on one key, renewed by a daemon thread until released."""
+
+    def __init__(
+        self, store: ObjectStore, rel: str, body: dict[str, Any], token: str, lease: timedelta
+    ) -> None:
+        self.store, self.rel, self.body, self.token, self.lease = store, rel, body, token, lease
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._renew, name=f"lease-{rel}", daemon=True)
+        self._thread.start()
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self.lease.total_seconds() / 3):
+            body = {**self.body, "expires_at": (utcnow() + self.lease).isoformat()}
+            new = self.store.replace(self.rel, json.dumps(body).encode(), self.token)
+            if new is None:
+                log.warning("lost the lease %s (it expired and was taken over)", self.rel)
+                return
+            self.token = new
+
+    def release(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.store.delete(self.rel, self.token)
+
+
+@contextmanager
+def hold_lease(store: ObjectStore, key: str, lease: timedelta) -> Iterator[Lease | None]:
+    """Hold the writer lease of ``key`` in the block; yields ``None`` when a live writer has it.
+
+    Args:
+        store: The cache's store.
+        key: The cache key.
+        lease: How long the lock lives without renewal (renewed every third of it).
+    """
+    rel = f"locks/{key}.json"
+    body = {"token": uuid.uuid4().hex, "host": socket.gethostname(), "pid": os.getpid()}
+    held: Lease | None = None
+    for _ in range(3):
+        body["expires_at"] = (utcnow() + lease).isoformat()
+        token = store.create(rel, json.dumps(body).encode())
+        if token is not None:
+            held = Lease(store, rel, body, token, lease)
+            break
+        current = store.read(rel)
+        if current is None:
+            continue  # released between our two calls: try again
+        if not is_stale(current[0]):
+            break
+        log.warning("breaking the stale lease %s: %s", rel, current[0].decode(errors="replace"))
+        store.delete(rel, current[1])
+    try:
+        yield held
+    finally:
+        if held is not None:
+            held.release()
+
+
+def is_stale(data: bytes) -> bool:
+    """Whether the lock ``data`` protects nothing: expired, unreadable, or of a dead process on this host."""
+    try:
+        body = json.loads(data)
+        if datetime.fromisoformat(body["expires_at"]) < utcnow():
+            return True
+        return bool(body["host"] == socket.gethostname() and not _pid_alive(int(body["pid"])))
+    except (ValueError, KeyError, TypeError):
+        return True  # an unreadable lock protects nothing
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
