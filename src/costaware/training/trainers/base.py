@@ -1,0 +1,75 @@
+"""What every trainer shares: the :class:`Trainer` protocol, :class:`TrainingData` and argument checks.
+
+The contract a trainer keeps is in :mod:`costaware.training.trainers`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from costaware.core.errors import ConfigurationError
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingData:
+    """Features (a pandas DataFrame, columns in model order) and a 0/1 label (a numpy array)."""
+
+    features: Any
+    label: Any
+
+    @property
+    def rows(self) -> int:
+        return len(self.features)
+
+
+@runtime_checkable
+class Trainer(Protocol):
+    """What a trainer provides; see the module docstring for the contract."""
+
+    name: str
+    model_format: str
+
+    def init_model(self, data: TrainingData, *, champion: Any | None) -> Any: ...
+
+    def n_steps(self, data: TrainingData, *, warm: bool) -> int: ...
+
+    def fit_step(self, model: Any, data: TrainingData, *, step: int) -> Any: ...
+
+    def save(self, model: Any) -> bytes: ...
+
+    def load(self, blob: bytes) -> Any: ...
+
+    def predict(self, model: Any, features: Any) -> Any: ...
+
+
+def categorical_columns(features: Any, explicit: Sequence[str] | None) -> list[str]:
+    """``explicit`` if given (each must be a column), else the columns that are not numeric."""
+    import pandas as pd
+
+    if explicit is not None:
+        unknown = [c for c in explicit if c not in features.columns]
+        if unknown:
+            raise ConfigurationError(
+                f"categorical columns {unknown} are not features ({list(features.columns)})"
+            )
+        return list(explicit)
+    return [
+        c
+        for c in features.columns
+        if not pd.api.types.is_numeric_dtype(features[c]) or pd.api.types.is_bool_dtype(features[c])
+    ]
+
+
+def check_positive(value: float, name: str) -> None:
+    """Refuse a trainer argument that is not a finite number > 0."""
+    if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+        raise ConfigurationError(f"{name} must be a number > 0, got {value!r}")
+
+
+def check_count(value: int, name: str) -> None:
+    """Refuse a trainer argument that is not an integer >= 1."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigurationError(f"{name} must be an integer >= 1, got {value!r}")

@@ -1,0 +1,69 @@
+"""Trainers by name: the built-in names, ``"pkg.mod:Class"`` paths, and the names the model store keeps."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from costaware.core.errors import ConfigurationError
+from costaware.importing import import_object
+from costaware.training.trainers.base import Trainer
+
+#: The built-in trainers by name, each the ``module:Class`` where it is defined (``trainer_path`` maps an
+#: instance back to its name by this path). ``costaware.training.trainers:<Class>`` names them as well.
+BUILT_IN: dict[str, str] = {
+    "sklearn-sgd": "costaware.training.trainers.sklearn:SGDTrainer",
+    "sklearn-hgb": "costaware.training.trainers.sklearn:HistGradientBoostingTrainer",
+    "xgboost": "costaware.training.trainers.boosters:XGBoostTrainer",
+    "lightgbm": "costaware.training.trainers.boosters:LightGBMTrainer",
+}
+
+
+def resolve_trainer(trainer: str | Trainer, params: Mapping[str, Any] | None = None) -> Trainer:
+    """A trainer from a built-in name, a ``"pkg.mod:Class"`` path (built with ``params``), or an instance."""
+    if not isinstance(trainer, str):
+        if params:
+            raise ConfigurationError("trainer_params only apply when the trainer is given by name")
+        if not isinstance(trainer, Trainer):
+            raise ConfigurationError(f"trainer {trainer!r} lacks the Trainer protocol's members")
+        return trainer
+    path = BUILT_IN.get(trainer, trainer)
+    if ":" not in path and "." not in path:
+        raise ConfigurationError(
+            f"unknown trainer {trainer!r}: use one of {', '.join(BUILT_IN)} "
+            "or a path like 'pkg.mod:MyTrainer'"
+        )
+    cls = import_object(path, what="trainer")
+    try:
+        built = cls(**dict(params or {}))
+    except TypeError as e:
+        raise ConfigurationError(f"trainer {trainer!r} does not take these trainer_params: {e}") from e
+    if not isinstance(built, Trainer):
+        raise ConfigurationError(
+            f"{path} lacks the Trainer protocol's members (name, model_format, init_model, n_steps, "
+            f"fit_step, "
+            f"save, load, predict)"
+        )
+    return built
+
+
+def trainer_path(trainer: Trainer) -> str:
+    """How the model store names a trainer: its built-in name, else ``module:Class``."""
+    path = f"{type(trainer).__module__}:{type(trainer).__qualname__}"
+    return next((name for name, p in BUILT_IN.items() if p == path), path)
+
+
+def stored_trainer(name: str) -> str:
+    """A trainer name read from the model store, as :func:`resolve_trainer` takes it.
+
+    Versions stored before ``module:Class`` carry the dotted form; they resolve without a warning.
+    """
+    if name in BUILT_IN or ":" in name:
+        return name
+    module, _, attr = name.rpartition(".")
+    return f"{module}:{attr}" if module else name
+
+
+def same_trainer(a: str, b: str) -> bool:
+    """Whether two stored trainer names name the same trainer (dotted and ``module:Class`` alike)."""
+    return stored_trainer(a) == stored_trainer(b)
