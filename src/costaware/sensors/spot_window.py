@@ -7,16 +7,16 @@ compute entry in the cost ledger; the training task downstream reads ``market`` 
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from costaware.adapters.spot_market import LIVE, forecast_window, observe_market
 from costaware.core import spot_window as rules
 from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import utcnow
@@ -28,30 +28,19 @@ from costaware.core.spot_window import (
     decide,
     wants_observation,
 )
-from costaware.glue import DEFAULT_AWS_CONN_ID, DEFAULT_LEDGER_CONN_ID, airflow_errors, check_tags
-from costaware.triggers.spot_window import (
-    LIVE,
-    SpotWindowTrigger,
-    forecast_window,
-    observe_market,
+from costaware.glue import (
+    DEFAULT_AWS_CONN_ID,
+    DEFAULT_LEDGER_CONN_ID,
+    airflow_errors,
+    check_tags,
+    parse_decimal,
 )
+from costaware.triggers.spot_window import SpotWindowTrigger
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from costaware.hooks.ledger import CostLedgerHook
-
-_MICRO = Decimal("0.000001")
-
-
-def _decimal(value: object, *, name: str, positive: bool = False) -> Decimal:
-    try:
-        number = Decimal(str(value).strip())
-    except (InvalidOperation, ValueError):
-        number = Decimal("NaN")
-    if not number.is_finite() or number < 0 or (positive and number == 0):
-        raise ConfigurationError(f"{name} must be a number {'> 0' if positive else '>= 0'}, got {value!r}")
-    return number
 
 
 class SpotWindowSensor(BaseSensorOperator):
@@ -184,7 +173,7 @@ class SpotWindowSensor(BaseSensorOperator):
 
     def _plan(self, context: Context, now: datetime, *, forecast: bool = True) -> dict[str, Any]:
         """Everything the decision needs, as JSON primitives (they also become the trigger's kwargs)."""
-        runtime = _decimal(self.expected_runtime_hours, name="expected_runtime_hours", positive=True)
+        runtime = parse_decimal(self.expected_runtime_hours, name="expected_runtime_hours", positive=True)
         deadline_value = (
             self.deadline if self.deadline not in (None, "", "None") else context.get("data_interval_end")
         )
@@ -230,14 +219,18 @@ class SpotWindowSensor(BaseSensorOperator):
                 "already past" if deadline <= now else "less than the expected runtime away",
             )
         if self.on_demand_usd_per_hour not in (None, ""):
-            on_demand = _decimal(self.on_demand_usd_per_hour, name="on_demand_usd_per_hour", positive=True)
+            on_demand = parse_decimal(
+                self.on_demand_usd_per_hour, name="on_demand_usd_per_hour", positive=True
+            )
         else:
             from costaware.adapters.price_files import bundled_catalog
 
             on_demand = bundled_catalog().on_demand_usd_per_hour(self.instance_type, self.region)
         target = None
         if self.target_usd_per_hour not in (None, ""):
-            target = str(_decimal(self.target_usd_per_hour, name="target_usd_per_hour"))
+            target = str(
+                parse_decimal(self.target_usd_per_hour, name="target_usd_per_hour", non_negative=True)
+            )
         return {
             "runtime_hours": str(runtime),
             "deadline": deadline.isoformat(),
@@ -389,40 +382,19 @@ class SpotWindowSensor(BaseSensorOperator):
         return result.to_xcom()
 
     def _record(self, context: Context, result: SpotDecision) -> None:
-        from costaware.core.ledger import Kind, LedgerEntry
-
-        # for_job set all of these; the asserts narrow the optional fields for the type checker
-        assert result.usd_per_hour is not None and result.estimated_usd is not None
-        assert result.expected_runtime_hours is not None and result.on_demand_usd_per_hour is not None
-        runtime = result.expected_runtime_hours
-        ti = context.get("ti")
-        dag_id = str(getattr(ti, "dag_id", None) or self.dag_id)
-        run_id = str(getattr(ti, "run_id", None) or context.get("run_id") or "manual")
-        try_number = int(getattr(ti, "try_number", None) or 1)
-        map_index = int(getattr(ti, "map_index", -1) if getattr(ti, "map_index", None) is not None else -1)
-        key = f"spot-window:{dag_id}:{run_id}:{self.task_id}:{map_index}:{try_number}"
+        from costaware.core.spot_estimate import decision_entry
         from costaware.glue import run_tags
 
-        tags = run_tags(self, context, self.tags)
-        entry = LedgerEntry(
-            dag_id=dag_id,
-            run_id=run_id,
+        ti = context.get("ti")
+        entry = decision_entry(
+            result,
+            dag_id=str(getattr(ti, "dag_id", None) or self.dag_id),
+            run_id=str(getattr(ti, "run_id", None) or context.get("run_id") or "manual"),
             task_id=self.task_id,
-            kind=Kind.COMPUTE,
-            usd=result.estimated_usd,
-            try_number=try_number,
-            map_index=map_index,
+            try_number=int(getattr(ti, "try_number", None) or 1),
+            map_index=int(getattr(ti, "map_index", -1) if getattr(ti, "map_index", None) is not None else -1),
             instance_type=self.instance_type,
             region=self.region,
-            market=result.market,  # type: ignore[arg-type]  # LedgerEntry parses the text
-            quantity=runtime,
-            unit="hour",
-            unit_price_usd=result.usd_per_hour,
-            on_demand_usd=(result.on_demand_usd_per_hour * runtime).quantize(_MICRO),
-            estimated=True,
-            tags=tags,
-            price_source=result.price_source or "",
-            note=f"spot window decision: {result.reason} (prices: {result.price_detail or '-'})",
-            entry_uid=uuid.uuid5(uuid.NAMESPACE_URL, key).hex,
+            tags=run_tags(self, context, self.tags),
         )
         self.ledger_hook.get_conn().record(entry)

@@ -5,31 +5,39 @@ live EC2 through the Amazon provider, cached) and spot capacity (an availability
 on-demand exists"), decides through :func:`~costaware.core.spot_window.decide`, and emits one event:
 ``{"status": "success", "decision": SpotDecision.to_xcom()}`` or
 ``{"status": "error", "message": ..., "retry": bool}``.
-Reading prices happens in a worker thread (``asyncio.to_thread``), never on the event loop.
+Reading prices (``costaware.adapters.spot_market``) happens in a worker thread (``asyncio.to_thread``),
+never on the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
-from datetime import datetime, timedelta
+from collections.abc import AsyncIterator
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+# Reading the market is IO and lives in adapters; the decision is pure and lives in core. Both are
+# re-exported here for existing imports.
+from costaware.adapters.spot_market import (
+    LIVE,
+    forecast_window,
+    observe_market,
+    observe_spot,
+    observe_zones,
+    spot_history,
+)
 from costaware.core.errors import ConfigurationError, CostawareError
 from costaware.core.ledger import utcnow
 from costaware.core.series import parse_instant
-
-# The decision itself is pure and lives in core; it is re-exported here for existing imports.
+from costaware.core.spot_forecast import forecast_starts
 from costaware.core.spot_window import (
     Observation,
-    choose_zone,
     decide,
     forecast_min,
     label_decision,
-    spot_capacity,
     wants_observation,
     window_decision,
 )
@@ -48,207 +56,6 @@ __all__ = [
     "spot_history",
     "window_decision",
 ]
-
-LIVE = "live"
-_MICRO = Decimal("0.000001")
-
-
-def spot_history(
-    *,
-    prices: str,
-    instance_type: str,
-    region: str,
-    aws_conn_id: str | None,
-    ttl_seconds: float,
-    products: Sequence[str],
-    now: datetime,
-    history_days: int,
-) -> Any:
-    """The spot price history the forecast fits on: ``history_days`` of live EC2, or the recorded file.
-
-    Live queries end at ``now`` rounded down to ``ttl_seconds``, so that looks within one period ask the
-    same question and share the cached answer instead of paging through days of history at every poll.
-    """
-    from costaware.adapters import spot_prices
-
-    if prices == LIVE:
-        live = spot_prices.LiveSpotPrices(
-            aws_conn_id=aws_conn_id, region_name=region, ttl_seconds=ttl_seconds
-        )
-        period = max(ttl_seconds, 1.0)
-        end = datetime.fromtimestamp(now.timestamp() // period * period, tz=now.tzinfo)
-        return live.history(
-            [instance_type], start=end - timedelta(days=history_days), end=end, products=list(products)
-        )
-    return spot_prices.load_spot_history(prices, products=list(products))
-
-
-def forecast_starts(
-    history: Any,
-    *,
-    instance_type: str,
-    region: str,
-    zones: Sequence[str | None],
-    now: datetime,
-    latest_start: datetime,
-    runtime_hours: Decimal,
-    history_days: int,
-) -> list[list[str]]:
-    """Forecast mean price of a run of ``runtime_hours`` starting at each whole hour up to ``latest_start``.
-
-    With several zones a run may start in any of them: each hour's forecast is the cheapest zone's.
-    Returns ``[[iso start, mean USD/hour], ...]``, empty when no whole hour is left before ``latest_start``.
-    """
-    from costaware.core.forecast import PriceForecast
-
-    if latest_start <= now:
-        return []
-    first = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
-    hours = int((latest_start - first) / timedelta(hours=1)) + 1
-    if hours <= 0:
-        return []
-    span = max(1, round(float(runtime_hours)))
-    hourly: list[Decimal] = []
-    for zone_name in zones:
-        series = history.series(instance_type, region, zone_name)
-        forecast = PriceForecast.fit(series, at=now, weeks=max(1, history_days // 7))
-        zone_hourly = forecast.hourly_usd_per_hour(first, hours + span - 1)
-        hourly = [min(a, b) for a, b in zip(hourly, zone_hourly, strict=True)] if hourly else zone_hourly
-    return [
-        [
-            (first + timedelta(hours=i)).isoformat(),
-            str((sum(hourly[i : i + span], Decimal(0)) / span).quantize(_MICRO)),
-        ]
-        for i in range(hours)
-    ]
-
-
-def observe_spot(
-    *,
-    prices: str,
-    instance_type: str,
-    region: str,
-    availability_zone: str | None,
-    aws_conn_id: str | None,
-    ttl_seconds: float,
-    products: Sequence[str],
-    on_demand_usd_per_hour: Decimal,
-    availability: str | None,
-    availability_start: str | None,
-    now: datetime,
-) -> tuple[Decimal, bool, str]:
-    """The spot price in force at ``now``, whether spot has capacity, and the price's source (blocking IO)."""
-    from costaware.adapters import spot_prices
-
-    if prices == LIVE:
-        live = spot_prices.LiveSpotPrices(
-            aws_conn_id=aws_conn_id, region_name=region, ttl_seconds=ttl_seconds
-        )
-        history = live.history([instance_type], products=products)
-        source = f"live EC2 ({aws_conn_id})"
-    else:
-        history = spot_prices.load_spot_history(prices, products=products)
-        source = f"recorded {prices}"
-    price = spot_prices.current_spot_price(history, instance_type, region, availability_zone, now)
-    trace_available: bool | None = None
-    if availability:
-        start = parse_instant(availability_start, name="availability_start") if availability_start else now
-        trace_available = spot_prices.load_availability(availability, start=start).at(now)
-    return price, spot_capacity(price, on_demand_usd_per_hour, trace_available), source
-
-
-def observe_zones(
-    *,
-    zones: Sequence[str],
-    availability: Mapping[str, str] | None,
-    **observe: Any,
-) -> Observation:
-    """Observe every zone (blocking IO); keep the cheapest one with capacity (the first listed if none has).
-
-    Args:
-        zones: The job's zones, in order of preference on a tie.
-        availability: ``zone -> availability trace path``; a zone without one counts as available when its
-            spot price is below on-demand.
-        **observe: The other arguments of :func:`observe_spot`.
-
-    Returns:
-        The chosen zone's price, capacity and price source, and the zone's name.
-    """
-    seen: dict[str, tuple[Decimal, bool]] = {}
-    sources: dict[str, str] = {}
-    for zone_name in zones:
-        price, available, source = observe_spot(
-            availability_zone=zone_name, availability=(availability or {}).get(zone_name), **observe
-        )
-        seen[zone_name], sources[zone_name] = (price, available), source
-    chosen = choose_zone(seen) or zones[0]
-    price, available = seen[chosen]
-    return Observation(price, available, f"{sources[chosen]}, zone {chosen}", chosen)
-
-
-def observe_market(
-    *,
-    availability_zones: Sequence[str] | None,
-    zone_availability: Mapping[str, str] | None,
-    availability_zone: str | None,
-    availability: str | None,
-    **common: Any,
-) -> Observation:
-    """One look at the market at ``now``: price, capacity, source and chosen zone (``""`` for one zone).
-
-    Blocking IO.
-
-    With ``availability_zones`` every zone is observed and the cheapest one with capacity is kept
-    (:func:`observe_zones`); else the one ``availability_zone`` (or the region's cheapest zone).
-    """
-    if availability_zones:
-        return observe_zones(zones=availability_zones, availability=zone_availability, **common)
-    price, available, source = observe_spot(
-        availability_zone=availability_zone, availability=availability, **common
-    )
-    return Observation(price, available, source)
-
-
-def forecast_window(
-    *,
-    prices: str,
-    instance_type: str,
-    region: str,
-    aws_conn_id: str | None,
-    ttl_seconds: float,
-    products: Sequence[str],
-    zones: Sequence[str | None],
-    now: datetime,
-    latest_start: datetime,
-    runtime_hours: Decimal,
-    history_days: int,
-) -> list[list[str]]:
-    """:func:`forecast_starts` fitted on the history :func:`spot_history` reads (blocking IO).
-
-    Reads nothing when no start is left before ``latest_start``.
-    """
-    if latest_start <= now:
-        return []
-    history = spot_history(
-        prices=prices,
-        instance_type=instance_type,
-        region=region,
-        aws_conn_id=aws_conn_id,
-        ttl_seconds=ttl_seconds,
-        products=products,
-        now=now,
-        history_days=history_days,
-    )
-    return forecast_starts(
-        history,
-        instance_type=instance_type,
-        region=region,
-        zones=zones,
-        now=now,
-        latest_start=latest_start,
-        runtime_hours=runtime_hours,
-        history_days=history_days,
-    )
 
 
 class SpotWindowTrigger(BaseTrigger):

@@ -1,0 +1,209 @@
+"""Looking at the spot market: the price history a forecast fits on, and the price and capacity in force now.
+
+Prices come from a recorded file (re-read at each look, so a replay can append to it) or live from EC2
+``DescribeSpotPriceHistory`` through an Airflow AWS connection (cached for ``ttl_seconds``); capacity from an
+availability trace, or "a spot price below on-demand exists". Every function here blocks on IO: the
+triggers call them through ``asyncio.to_thread``. The decisions taken on what they read are pure and live
+in ``costaware.core.spot_window`` and ``costaware.core.spot_forecast``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from costaware.adapters import spot_prices
+from costaware.core.series import parse_instant
+from costaware.core.spot_forecast import forecast_starts
+from costaware.core.spot_window import Observation, choose_zone, spot_capacity
+
+LIVE = "live"
+"""The ``prices`` value that reads live EC2 spot prices instead of a recorded file."""
+
+
+def spot_history(
+    *,
+    prices: str,
+    instance_type: str,
+    region: str,
+    aws_conn_id: str | None,
+    ttl_seconds: float,
+    products: Sequence[str],
+    now: datetime,
+    history_days: int,
+) -> Any:
+    """The spot price history the forecast fits on: ``history_days`` of live EC2, or the recorded file.
+
+    Live queries end at ``now`` rounded down to ``ttl_seconds``, so that looks within one period ask the
+    same question and share the cached answer instead of paging through days of history at every poll.
+    """
+    if prices == LIVE:
+        live = spot_prices.LiveSpotPrices(
+            aws_conn_id=aws_conn_id, region_name=region, ttl_seconds=ttl_seconds
+        )
+        period = max(ttl_seconds, 1.0)
+        end = datetime.fromtimestamp(now.timestamp() // period * period, tz=now.tzinfo)
+        return live.history(
+            [instance_type], start=end - timedelta(days=history_days), end=end, products=list(products)
+        )
+    return spot_prices.load_spot_history(prices, products=list(products))
+
+
+def observe_spot(
+    *,
+    prices: str,
+    instance_type: str,
+    region: str,
+    availability_zone: str | None,
+    aws_conn_id: str | None,
+    ttl_seconds: float,
+    products: Sequence[str],
+    on_demand_usd_per_hour: Decimal,
+    availability: str | None,
+    availability_start: str | None,
+    now: datetime,
+) -> tuple[Decimal, bool, str]:
+    """The spot price in force at ``now``, whether spot has capacity, and the price's source (blocking IO)."""
+    if prices == LIVE:
+        live = spot_prices.LiveSpotPrices(
+            aws_conn_id=aws_conn_id, region_name=region, ttl_seconds=ttl_seconds
+        )
+        history = live.history([instance_type], products=products)
+        source = f"live EC2 ({aws_conn_id})"
+    else:
+        history = spot_prices.load_spot_history(prices, products=products)
+        source = f"recorded {prices}"
+    price = spot_prices.current_spot_price(history, instance_type, region, availability_zone, now)
+    trace_available: bool | None = None
+    if availability:
+        start = parse_instant(availability_start, name="availability_start") if availability_start else now
+        trace_available = spot_prices.load_availability(availability, start=start).at(now)
+    return price, spot_capacity(price, on_demand_usd_per_hour, trace_available), source
+
+
+def observe_zones(
+    *,
+    zones: Sequence[str],
+    availability: Mapping[str, str] | None,
+    **observe: Any,
+) -> Observation:
+    """Observe every zone (blocking IO); keep the cheapest one with capacity (the first listed if none has).
+
+    Args:
+        zones: The job's zones, in order of preference on a tie.
+        availability: ``zone -> availability trace path``; a zone without one counts as available when its
+            spot price is below on-demand.
+        **observe: The other arguments of :func:`observe_spot`.
+
+    Returns:
+        The chosen zone's price, capacity and price source, and the zone's name.
+    """
+    seen: dict[str, tuple[Decimal, bool]] = {}
+    sources: dict[str, str] = {}
+    for zone_name in zones:
+        price, available, source = observe_spot(
+            availability_zone=zone_name, availability=(availability or {}).get(zone_name), **observe
+        )
+        seen[zone_name], sources[zone_name] = (price, available), source
+    chosen = choose_zone(seen) or zones[0]
+    price, available = seen[chosen]
+    return Observation(price, available, f"{sources[chosen]}, zone {chosen}", chosen)
+
+
+def observe_market(
+    *,
+    availability_zones: Sequence[str] | None,
+    zone_availability: Mapping[str, str] | None,
+    availability_zone: str | None,
+    availability: str | None,
+    **common: Any,
+) -> Observation:
+    """One look at the market at ``now``: price, capacity, source and chosen zone (``""`` for one zone).
+
+    Blocking IO.
+
+    With ``availability_zones`` every zone is observed and the cheapest one with capacity is kept
+    (:func:`observe_zones`); else the one ``availability_zone`` (or the region's cheapest zone).
+    """
+    if availability_zones:
+        return observe_zones(zones=availability_zones, availability=zone_availability, **common)
+    price, available, source = observe_spot(
+        availability_zone=availability_zone, availability=availability, **common
+    )
+    return Observation(price, available, source)
+
+
+def forecast_window(
+    *,
+    prices: str,
+    instance_type: str,
+    region: str,
+    aws_conn_id: str | None,
+    ttl_seconds: float,
+    products: Sequence[str],
+    zones: Sequence[str | None],
+    now: datetime,
+    latest_start: datetime,
+    runtime_hours: Decimal,
+    history_days: int,
+) -> list[list[str]]:
+    """:func:`~costaware.core.spot_forecast.forecast_starts` fitted on what :func:`spot_history` reads.
+
+    Blocking IO. Reads nothing when no start is left before ``latest_start``.
+    """
+    if latest_start <= now:
+        return []
+    history = spot_history(
+        prices=prices,
+        instance_type=instance_type,
+        region=region,
+        aws_conn_id=aws_conn_id,
+        ttl_seconds=ttl_seconds,
+        products=products,
+        now=now,
+        history_days=history_days,
+    )
+    return forecast_starts(
+        history,
+        instance_type=instance_type,
+        region=region,
+        zones=zones,
+        now=now,
+        latest_start=latest_start,
+        runtime_hours=runtime_hours,
+        history_days=history_days,
+    )
+
+
+def mean_spot_price(
+    *,
+    prices: str,
+    instance_type: str,
+    region: str,
+    availability_zone: str | None,
+    aws_conn_id: str | None,
+    start: datetime,
+    end: datetime,
+) -> Decimal:
+    """The time-weighted mean spot price in force from ``start`` to ``end``, as EC2 bills a run (blocking IO).
+
+    Raises:
+        CostawareError: no price of the instance type in the region or zone over that time.
+        BotoCoreError, ClientError: live EC2 could not be read.
+    """
+    seconds = (end - start).total_seconds()
+    history = spot_history(
+        prices=prices,
+        instance_type=instance_type,
+        region=region,
+        aws_conn_id=aws_conn_id,
+        ttl_seconds=1.0,
+        products=["Linux/UNIX"],
+        now=end,
+        history_days=int(seconds // 86400) + 2,
+    )
+    series = history.series(instance_type, region, availability_zone)
+    rate: Decimal = series.mean_usd_per_hour(start, end)
+    return rate

@@ -1,0 +1,64 @@
+"""Forecast mean spot price of a run for each start left in a window: a pure function over price series.
+
+The history comes from ``costaware.adapters.spot_market`` (a recorded file or live EC2); this module only
+fits :class:`~costaware.core.forecast.PriceForecast` on its series and averages the hours a run would cover.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Protocol
+
+from costaware.core.series import PriceSeries
+
+_MICRO = Decimal("0.000001")
+
+
+class SeriesSource(Protocol):
+    """Anything that gives the price series of one instance type in one zone (a spot price history)."""
+
+    def series(self, instance_type: str, region: str, availability_zone: str | None = None) -> PriceSeries:
+        """The series of ``instance_type`` in ``availability_zone`` (None: the region's cheapest zone)."""
+        ...
+
+
+def forecast_starts(
+    history: SeriesSource,
+    *,
+    instance_type: str,
+    region: str,
+    zones: Sequence[str | None],
+    now: datetime,
+    latest_start: datetime,
+    runtime_hours: Decimal,
+    history_days: int,
+) -> list[list[str]]:
+    """Forecast mean price of a run of ``runtime_hours`` starting at each whole hour up to ``latest_start``.
+
+    With several zones a run may start in any of them: each hour's forecast is the cheapest zone's.
+    Returns ``[[iso start, mean USD/hour], ...]``, empty when no whole hour is left before ``latest_start``.
+    """
+    from costaware.core.forecast import PriceForecast
+
+    if latest_start <= now:
+        return []
+    first = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    hours = int((latest_start - first) / timedelta(hours=1)) + 1
+    if hours <= 0:
+        return []
+    span = max(1, round(float(runtime_hours)))
+    hourly: list[Decimal] = []
+    for zone_name in zones:
+        series = history.series(instance_type, region, zone_name)
+        forecast = PriceForecast.fit(series, at=now, weeks=max(1, history_days // 7))
+        zone_hourly = forecast.hourly_usd_per_hour(first, hours + span - 1)
+        hourly = [min(a, b) for a, b in zip(hourly, zone_hourly, strict=True)] if hourly else zone_hourly
+    return [
+        [
+            (first + timedelta(hours=i)).isoformat(),
+            str((sum(hourly[i : i + span], Decimal(0)) / span).quantize(_MICRO)),
+        ]
+        for i in range(hours)
+    ]
