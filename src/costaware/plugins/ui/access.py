@@ -11,10 +11,17 @@ from __future__ import annotations
 
 from typing import Any
 
-BUDGETS_VIEW = "Budgets"
-#: The method on :data:`BUDGETS_VIEW` that setting a budget needs (FAB's ``can_edit``).
-SET_BUDGETS_METHOD = "PUT"
-FAB_AUTH_MANAGER = "airflow.providers.fab.auth_manager.fab_auth_manager.FabAuthManager"
+from costaware.plugins.ui.permissions import BUDGETS_VIEW, FAB_AUTH_MANAGER, SET_BUDGETS_METHOD
+
+__all__ = [
+    "BUDGETS_VIEW",
+    "FAB_AUTH_MANAGER",
+    "SET_BUDGETS_METHOD",
+    "fab_permission_views",
+    "may_set_budgets",
+    "readable_dag_ids",
+    "user_name",
+]
 
 
 def _auth_manager() -> Any:

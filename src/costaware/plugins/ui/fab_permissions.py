@@ -11,7 +11,7 @@ from __future__ import annotations
 from airflow.providers.fab.www.utils import get_fab_action_from_method_map
 from flask_appbuilder import BaseView
 
-from costaware.plugins.ui.access import BUDGETS_VIEW, SET_BUDGETS_METHOD
+from costaware.plugins.ui.permissions import BUDGETS_VIEW, SET_BUDGETS_METHOD
 
 
 class BudgetsPermissionView(BaseView):
