@@ -33,6 +33,7 @@ from typing import Any
 from costaware.adapters.compute import job_contract
 from costaware.adapters.compute.base import JobRequest, JobState, JobStatus
 from costaware.core.errors import ComputeBackendError, ConfigurationError
+from costaware.settings import default_store
 
 #: Exit codes that mean the capacity went away (or a store failed), not that the code failed.
 INTERRUPTED_CODES = (*job_contract.RESUBMIT_EXIT_CODES, -signal.SIGTERM, -signal.SIGKILL)
@@ -44,8 +45,7 @@ _BACKSTOP_SECONDS = 10.0
 
 def default_root() -> str:
     """``$AIRFLOW_HOME/costaware/jobs``."""
-    home = os.environ.get("AIRFLOW_HOME") or str(Path.home() / "airflow")
-    return str(Path(home) / "costaware" / "jobs")
+    return default_store("jobs")
 
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:
