@@ -1,0 +1,146 @@
+"""Spend gates that did not get their money at once, for the Cost page: refused, skipped or waiting.
+
+A ``SpendCapSensor`` notes a refusal or a wait here; a wait that ends with a reservation is marked
+``reserved``. A gate with ``on_exceeded="approve"`` notes ``approval`` while it waits for a person, then
+``approved`` (with who approved) or ``rejected``. Rows live in the ledger database (table
+``costaware_gate_requests``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import select
+
+from costaware.adapters import ledger_schema as schema
+from costaware.core.ledger import utcnow
+from costaware.core.money import from_micros, to_micros
+
+STATUSES = ("refused", "skipped", "waiting", "reserved", "approval", "approved", "rejected")
+#: A row in one of these states is updated by the gate's next note instead of adding a row.
+OPEN_STATUSES = ("waiting", "approval")
+#: Notes that end an open row; with no open row there is nothing to show (the money came at once).
+ENDING_STATUSES = ("reserved", "approved", "rejected")
+
+
+@dataclass(frozen=True, slots=True)
+class GateRequest:
+    """One spend gate's request that was refused or had to wait."""
+
+    requested_at: datetime
+    updated_at: datetime
+    dag_id: str
+    run_id: str
+    task_id: str
+    for_task_id: str
+    scope: str
+    budget: str
+    usd: Decimal
+    status: str
+    message: str
+
+
+def note_gate_request(
+    ledger: Any,
+    *,
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    map_index: int,
+    for_task_id: str,
+    scope: str,
+    budget: str,
+    usd: Decimal,
+    status: str,
+    message: str,
+) -> None:
+    """Record (or update) the request of one gate task instance; a repeated wait only updates its time."""
+    if status not in STATUSES:
+        raise ValueError(f"gate request status {status!r}: use one of {', '.join(STATUSES)}")
+    t = schema.gate_requests
+    now = utcnow()
+    key = (t.c.dag_id == dag_id, t.c.run_id == run_id, t.c.task_id == task_id, t.c.map_index == map_index)
+    open_row = select(t.c.id).where(*key, t.c.status.in_(OPEN_STATUSES))
+    if status in ENDING_STATUSES:
+        # Most gates get their money at once: a read, not the ledger's write lock, finds nothing to end.
+        with ledger.reading() as conn:
+            if conn.execute(open_row).first() is None:
+                return
+    with ledger._write() as conn:  # same error translation as every ledger write
+        waiting = conn.execute(open_row).first()
+        values: dict[str, Any] = {"updated_at": now, "status": status}
+        if status not in ENDING_STATUSES:  # the end of a wait keeps what was asked and the budget's answer
+            values.update(budget=budget[:600], usd_micros=to_micros(usd), message=message[:2000])
+        elif message:  # who approved or rejected
+            values.update(message=message[:2000])
+        if waiting is not None:
+            conn.execute(t.update().where(t.c.id == waiting[0]).values(**values))
+            return
+        if status in ENDING_STATUSES:
+            return  # reserved at once: nothing to show
+        conn.execute(
+            t.insert().values(
+                requested_at=now,
+                dag_id=dag_id,
+                run_id=run_id,
+                task_id=task_id,
+                map_index=map_index,
+                for_task_id=for_task_id,
+                scope=scope[:512],
+                **values,
+            )
+        )
+
+
+def gate_requests(
+    ledger: Any,
+    *,
+    since: datetime,
+    until: datetime | None = None,
+    dag_id: str | None = None,
+    dag_ids: Collection[str] | None = None,
+    scope: str = "*",
+    limit: int = 50,
+) -> list[GateRequest]:
+    """Requests last noted from ``since`` to ``until`` (exclusive), newest first.
+
+    Optionally only of one DAG, of ``dag_ids``, or of gates whose scope has every tag of ``scope`` (the
+    rule a ledger entry matches a scope by).
+    """
+    from sqlalchemy import literal
+
+    from costaware.core.budgets import Scope
+
+    t = schema.gate_requests
+    query = select(t).where(t.c.updated_at >= since)
+    if until is not None:
+        query = query.where(t.c.updated_at < until)
+    for key, value in Scope.parse(scope).tags:
+        # Stored scopes are canonical ("k=v,k=v", values without ',' or '='): match whole parts only.
+        query = query.where((literal(",") + t.c.scope + ",").contains(f",{key}={value},", autoescape=True))
+    if dag_id:
+        query = query.where(t.c.dag_id == dag_id)
+    if dag_ids is not None:  # the DAGs a Cost page user may read
+        query = query.where(t.c.dag_id.in_(sorted(dag_ids)))
+    with ledger.reading() as conn:
+        rows = conn.execute(query.order_by(t.c.updated_at.desc(), t.c.id.desc()).limit(limit)).mappings()
+        return [
+            GateRequest(
+                requested_at=row["requested_at"],
+                updated_at=row["updated_at"],
+                dag_id=row["dag_id"],
+                run_id=row["run_id"],
+                task_id=row["task_id"],
+                for_task_id=row["for_task_id"],
+                scope=row["scope"],
+                budget=row["budget"],
+                usd=from_micros(row["usd_micros"]),
+                status=row["status"],
+                message=row["message"],
+            )
+            for row in rows
+        ]

@@ -1,0 +1,246 @@
+"""Read-only views of the ledger for dashboards: totals, spend per day, the costliest tries, budget burn-down.
+
+Every filter is a bound parameter of a SQLAlchemy expression; no SQL is built from strings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import and_, case, func, select, true
+from sqlalchemy.sql.elements import ColumnElement
+
+from costaware.adapters import ledger_schema as schema
+from costaware.adapters.ledger_store import Ledger, entry_conditions, group_column
+from costaware.core.budgets import Period, period_window
+from costaware.core.ledger import BudgetUsage, ReportRow, utcnow
+from costaware.core.money import from_micros
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    """What a dashboard asks about: a time range, one DAG, a tag scope."""
+
+    since: datetime | None = None
+    until: datetime | None = None
+    dag_id: str | None = None
+    scope: str = "*"
+    run_id: str | None = None
+    dag_ids: frozenset[str] | None = None  # only these DAGs (a user's readable ones); None: every DAG
+
+    def conditions(self) -> list[ColumnElement[bool]]:
+        return entry_conditions(
+            self.since, self.until, self.dag_id, self.run_id, self.scope, dag_ids=self.dag_ids
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """Headline figures of a filter: spend, its on-demand price, estimates, cache reuse and egress."""
+
+    usd: Decimal
+    on_demand_usd: Decimal
+    estimated_usd: Decimal
+    entries: int
+    failed_tries: int
+    preempted_tries: int
+    cache_hits: int
+    cache_avoided_usd: Decimal
+    egress_usd: Decimal
+    egress_avoided_usd: Decimal
+
+    @property
+    def savings_usd(self) -> Decimal:
+        return self.on_demand_usd - self.usd
+
+
+def summary(ledger: Ledger, filters: Filters) -> Summary:
+    """Totals of the entries matching ``filters``, in one query."""
+    e = schema.entries
+    actual = e.c.estimated.is_(False)
+
+    def total(condition: ColumnElement[bool], column: Any = e.c.usd_micros) -> Any:
+        return func.coalesce(func.sum(case((condition, column), else_=0)), 0)
+
+    def count(condition: ColumnElement[bool]) -> Any:
+        return func.coalesce(func.sum(case((condition, 1), else_=0)), 0)
+
+    query = select(
+        total(actual),
+        total(actual, func.coalesce(e.c.on_demand_usd_micros, e.c.usd_micros)),
+        total(~actual),
+        func.count(),
+        count(and_(actual, e.c.outcome == "failed")),
+        count(and_(actual, e.c.cause == "preemption")),
+        count(e.c.outcome == "cache_hit"),
+        total(e.c.outcome == "cache_hit"),
+        total(and_(actual, e.c.kind == "egress")),
+        total(and_(~actual, e.c.kind == "egress")),
+    ).where(and_(true(), *filters.conditions()))
+    with ledger.reading() as conn:
+        row = conn.execute(query).one()
+    return Summary(
+        usd=from_micros(row[0]),
+        on_demand_usd=from_micros(row[1]),
+        estimated_usd=from_micros(row[2]),
+        entries=int(row[3]),
+        failed_tries=int(row[4]),
+        preempted_tries=int(row[5]),
+        cache_hits=int(row[6]),
+        cache_avoided_usd=from_micros(row[7]),
+        egress_usd=from_micros(row[8]),
+        egress_avoided_usd=from_micros(row[9]),
+    )
+
+
+def daily_spend(ledger: Ledger, filters: Filters, group_by: str = "dag") -> list[tuple[date, str, Decimal]]:
+    """Actual USD per UTC day and group, oldest day first."""
+    e = schema.entries
+    key = group_column(group_by)
+    day = func.date(e.c.incurred_at)
+    query = (
+        select(day, key, func.sum(e.c.usd_micros))
+        .where(and_(e.c.estimated.is_(False), *filters.conditions()))
+        .group_by(day, key)
+        .order_by(day)
+    )
+    with ledger.reading() as conn:
+        rows = conn.execute(query).all()
+    return [(_as_date(d), "(none)" if g is None else str(g), from_micros(usd)) for d, g, usd in rows]
+
+
+def costliest_tries(ledger: Ledger, filters: Filters, limit: int = 10) -> list[dict[str, Any]]:
+    """The most expensive actual entries (one per task try), costliest first."""
+    e = schema.entries
+    query = (
+        select(
+            e.c.dag_id,
+            e.c.run_id,
+            e.c.task_id,
+            e.c.try_number,
+            e.c.map_index,
+            e.c.instance_type,
+            e.c.market,
+            e.c.outcome,
+            e.c.usd_micros,
+            e.c.on_demand_usd_micros,
+            e.c.quantity_micros,
+            e.c.incurred_at,
+        )
+        .where(and_(e.c.estimated.is_(False), *filters.conditions()))
+        .order_by(e.c.usd_micros.desc(), e.c.id)
+        .limit(limit)
+    )
+    with ledger.reading() as conn:
+        rows = conn.execute(query).mappings().all()
+    return [
+        {
+            "dag_id": r["dag_id"],
+            "run_id": r["run_id"],
+            "task_id": r["task_id"],
+            "try_number": r["try_number"],
+            "map_index": r["map_index"],
+            "instance_type": r["instance_type"],
+            "market": r["market"],
+            "outcome": r["outcome"],
+            "usd": from_micros(r["usd_micros"]),
+            "on_demand_usd": from_micros(r["on_demand_usd_micros"] or r["usd_micros"]),
+            "hours": from_micros(r["quantity_micros"]),
+            "incurred_at": r["incurred_at"],
+        }
+        for r in rows
+    ]
+
+
+#: Groups a dashboard shows one by one (charts: one colour each); the rest are one "other" group.
+TOP_GROUPS = 20
+
+
+def other_label(folded: int) -> str:
+    """The name of the group that totals ``folded`` groups left out of a top list."""
+    return f"other ({folded:,} group{'s' if folded != 1 else ''})"
+
+
+def top_groups(rows: list[ReportRow], limit: int = TOP_GROUPS) -> tuple[list[ReportRow], ReportRow | None]:
+    """The first ``limit`` rows of a report (costliest first) and one row totalling the rest.
+
+    The total is None when nothing was left out. Its ``group`` says how many groups it holds.
+    """
+    if len(rows) <= limit:
+        return list(rows), None
+    rest = rows[limit:]
+    return list(rows[:limit]), ReportRow(
+        group=other_label(len(rest)),
+        entries=sum(r.entries for r in rest),
+        usd=sum((r.usd for r in rest), Decimal(0)),
+        estimated_usd=sum((r.estimated_usd for r in rest), Decimal(0)),
+        on_demand_usd=sum((r.on_demand_usd for r in rest), Decimal(0)),
+        hours=sum((r.hours for r in rest), Decimal(0)),
+    )
+
+
+def fold_daily(
+    points: list[tuple[date, str, Decimal]], limit: int = TOP_GROUPS
+) -> tuple[list[tuple[date, str, Decimal]], int]:
+    """Daily points of the ``limit`` costliest groups; the other groups summed per day as one group.
+
+    Returns the points and how many groups were summed (0: none; their group is ``other_label(n)``).
+    """
+    totals: dict[str, Decimal] = {}
+    for _, group, usd in points:
+        totals[group] = totals.get(group, Decimal(0)) + usd
+    if len(totals) <= limit:
+        return list(points), 0
+    kept = set(sorted(totals, key=lambda g: (-totals[g], g))[:limit])
+    other = other_label(len(totals) - limit)
+    out = [p for p in points if p[1] in kept]
+    rest: dict[date, Decimal] = {}
+    for day, group, usd in points:
+        if group not in kept:
+            rest[day] = rest.get(day, Decimal(0)) + usd
+    out += [(day, other, usd) for day, usd in rest.items()]
+    return sorted(out, key=lambda p: p[0]), len(totals) - limit
+
+
+@dataclass(frozen=True, slots=True)
+class BurnDown:
+    """One budget in its current period: the cap and the running total of spend by day."""
+
+    usage: BudgetUsage
+    start: datetime | None
+    end: datetime | None
+    cumulative: list[tuple[date, Decimal]]
+
+
+def burn_down(ledger: Ledger) -> list[BurnDown]:
+    """Every day-, month- and total-period budget with its spend accumulated day by day this period."""
+    out = []
+    now = utcnow()
+    for budget in ledger.budgets():
+        if budget.period is Period.RUN:
+            continue  # per-run caps have no single period to draw
+        window = period_window(budget.period, now, budget.timezone)
+        (usage,) = [u for u in ledger.usage(budget.scope, at=now) if u.label == budget.label]
+        days = daily_spend(
+            ledger, Filters(since=window.start, until=window.end, scope=str(budget.scope)), "dag"
+        )
+        running, cumulative = Decimal(0), []
+        per_day: dict[date, Decimal] = {}
+        for day, _, usd in days:
+            per_day[day] = per_day.get(day, Decimal(0)) + usd
+        for day in sorted(per_day):
+            running += per_day[day]
+            cumulative.append((day, running))
+        out.append(BurnDown(usage, window.start, window.end, cumulative))
+    return out
+
+
+def _as_date(value: Any) -> date:
+    if isinstance(value, datetime):
+        return value.date()
+    if isinstance(value, date):
+        return value
+    return date.fromisoformat(str(value)[:10])
