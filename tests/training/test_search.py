@@ -169,7 +169,7 @@ def test_a_fast_configuration_probes_its_speed_when_a_whole_trial_at_the_slowest
 
 def test_a_rung_is_pruned_at_only_when_no_pair_of_the_first_trials_disagrees() -> None:
     """Two pairs of three in the order of the last rung is what no relation at all gives half the time."""
-    from costaware.training.search import _rungs_that_rank_alike
+    from costaware.training.search_rungs import rungs_that_rank_alike as _rungs_that_rank_alike
 
     def trials(*values: tuple[float, float, float]) -> list[tuple[tuple[int, float], ...]]:
         return [((1, a), (3, b), (9, c)) for a, b, c in values]

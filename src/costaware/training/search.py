@@ -36,9 +36,10 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from costaware.core.errors import BudgetExceededError, ConfigurationError
-from costaware.core.ledger import Kind, LedgerEntry, Market, compute_cost
 from costaware.core.tuning import usd_for_seconds
 from costaware.extras import require
+from costaware.training.search_billing import SearchBilling
+from costaware.training.search_rungs import rungs_that_rank_alike
 
 require("tuning", needed_by=__name__)  # with the pip line, not an import error inside a search
 
@@ -174,70 +175,18 @@ def budgeted_search(
     prune_rungs: tuple[int, ...] | None = None
     ladder = rung_list  # the rungs a trial stops at
     slowest_rung: dict[tuple[int, int], float] = {}  # (from, to): the slowest training seconds seen
-    last_bill = started
-    billed_seconds = 0.0  # the time settled so far, and what it was settled with
-    billed_usd = Decimal(0)
     repeats = 0
     stop = ""
-
-    def owed(now: float) -> Decimal:
-        """What settles the time up to ``now``: the total to date rounded up, less what was settled."""
-        return usd_for_seconds(billed_seconds + (now - last_bill), usd_per_hour) - billed_usd
-
-    def bill(reservation_id: str, label: str, note: str, now: float | None = None) -> float:
-        """Settle the reservation with the seconds used since the last settlement; returns them.
-
-        The USD brings the search's settled total up to all the time used so far, rounded up to the
-        micro-dollar: rounding each settlement on its own would drop up to half a micro-dollar every time,
-        as much as a short rung costs.
-        """
-        nonlocal last_bill, billed_seconds, billed_usd
-        now = meter() if now is None else now
-        seconds = now - last_bill
-        usd = owed(now)
-        billed_seconds += seconds
-        billed_usd += usd
-        hours, _ = compute_cost(seconds, usd_per_hour)
-        last_bill = now
-        entry = LedgerEntry(
-            dag_id=owner[0],
-            run_id=run,
-            task_id=owner[1],
-            trial=label,
-            kind=Kind.COMPUTE,
-            usd=usd,
-            instance_type="local",
-            region="local",
-            market=Market.ON_DEMAND,
-            quantity=hours,
-            unit_price_usd=usd_per_hour,
-            tags=dict(scope),
-            outcome="success",
-            price_source="given",
-            note=note[:500],
-            reservation_id=reservation_id,
-        )
-        ledger.settle(reservation_id, usd, entry=entry)
-        return seconds
-
-    def settle_tail(stop: str) -> str:
-        """Settle the time after the last rung on a reservation of its own; returns the stop note.
-
-        Nothing is reserved when the rounding carried so far covers it. When even that cannot be reserved
-        (the budget is spent to the micro-dollar) the tail stays unbilled and the stop note says so.
-        """
-        now = meter()
-        usd = owed(now)
-        if usd <= 0:
-            return stop
-        try:
-            reservation = ledger.reserve(
-                budget_scope, usd, holder=f"search/{run}/tail", purpose="bookkeeping after the last rung"
-            )
-        except BudgetExceededError:
-            return f"{stop}; the last {now - last_bill:.3f} s (bookkeeping after the last rung) stay unbilled"
-        bill(reservation.id, "tail", "bookkeeping after the last rung", now)
-        return stop
+    billing = SearchBilling(
+        ledger,
+        budget_scope=budget_scope,
+        tags=scope,
+        usd_per_hour=usd_per_hour,
+        owner=owner,
+        run=run,
+        meter=meter,
+        started=started,
+    )
 
     # Billed with the first rung, but no part of what every rung needs besides its training.
     setup = meter() - started
@@ -319,7 +268,9 @@ def budgeted_search(
             done.append((rung, value))
             trial.report(value, rung)
             pruned = rung != steps[-1] and trial.should_prune()
-            billed = bill(reservation.id, f"#{trial.number}@{rung}", f"{dict(trial.params)}: {value:.4f}")
+            billed = billing.bill(
+                reservation.id, f"#{trial.number}@{rung}", f"{dict(trial.params)}: {value:.4f}"
+            )
             overhead = max(overhead, billed - trained - setup)
             setup = 0.0
             if pruned:
@@ -343,7 +294,7 @@ def budgeted_search(
             # Enough trials went through every rung to tell which rungs rank like full fidelity: prune there,
             # and stop only there (a rung where nothing is decided costs a refit and a score for nothing).
             adaptive = False
-            prune_rungs = _rungs_that_rank_alike(
+            prune_rungs = rungs_that_rank_alike(
                 [t.rungs for t in trials if t.value is not None and len(t.rungs) == len(rung_list)]
             )
             if prune_rungs:
@@ -362,7 +313,7 @@ def budgeted_search(
                 break
     else:
         stop = f"max_trials={max_trials} configurations trained"
-    stop = settle_tail(stop)
+    stop = billing.settle_tail(stop)
     complete = [t for t in trials if t.value is not None]
     best = None
     if complete:
@@ -380,40 +331,3 @@ def budgeted_search(
         stop=stop,
         states=states,
     )
-
-
-def _rungs_that_rank_alike(completed: Sequence[tuple[tuple[int, float], ...]]) -> tuple[int, ...]:
-    """The early rungs worth pruning at, from the completed trials' values at every rung.
-
-    They are the longest run of rungs up to the last one whose values each put every pair of the completed
-    trials in the order of their full-fidelity values (ties aside).
-
-    Pruning at a rung keeps the trials that lead there; that pays only where leading there means leading at
-    full fidelity. A rung that ranks the other way (a high learning rate ahead after a few boosting rounds and
-    behind at the end) prunes the configurations that would win, so neither it nor any rung before it is used.
-    The evidence is a few trials (``reduction_factor`` of them), so no pair may disagree: with three trials
-    and no relation at all between a rung and the end, a majority of pairs agrees half the time, all three
-    pairs one time in six.
-    """
-    if not completed:
-        return ()
-    rungs = [rung for rung, _ in completed[0][:-1]]
-    finals = [trial[-1][1] for trial in completed]
-    alike: list[int] = []
-    for i in reversed(range(len(rungs))):
-        if not _same_order([trial[i][1] for trial in completed], finals):
-            break
-        alike.insert(0, rungs[i])
-    return tuple(alike)
-
-
-def _same_order(xs: Sequence[float], ys: Sequence[float]) -> bool:
-    """Whether no pair is ordered one way by ``xs`` and the other by ``ys``, and some pair the same way."""
-    signs = [
-        _sign(xs[i] - xs[j]) * _sign(ys[i] - ys[j]) for i in range(len(xs)) for j in range(i + 1, len(xs))
-    ]
-    return min(signs, default=0) >= 0 and max(signs, default=0) > 0
-
-
-def _sign(x: float) -> int:
-    return (x > 0) - (x < 0)

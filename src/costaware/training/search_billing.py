@@ -1,0 +1,122 @@
+"""The bill of a budgeted search (:mod:`costaware.training.search`): what it used, settled rung by rung.
+
+Each settlement bills the time since the previous one and brings what was billed up to the time used so far
+rounded up to the micro-dollar, so the rounding is carried, never dropped; the time after the last rung is
+settled on a reservation of its own (:meth:`SearchBilling.settle_tail`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from decimal import Decimal
+from typing import TYPE_CHECKING
+
+from costaware.core.errors import BudgetExceededError
+from costaware.core.ledger import Kind, LedgerEntry, Market, compute_cost
+from costaware.core.tuning import usd_for_seconds
+
+if TYPE_CHECKING:
+    from costaware.adapters.ledger_store import Ledger
+    from costaware.core.budgets import Scope
+
+
+class SearchBilling:
+    """The search's settled time and money so far, and the settlements that bring them up to date.
+
+    Args:
+        ledger: Where the reservations are settled and the compute entries written.
+        budget_scope: The search's budget (the tail's reservation is taken from it).
+        tags: The ledger tags of every entry.
+        usd_per_hour: Price of one second of this process, per hour.
+        owner: ``(dag_id, task_id)`` of the ledger entries.
+        run: The search's run id in the ledger.
+        meter: The clock that measures what the search uses.
+        started: ``meter()`` when the search started (the first settlement bills from then).
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        *,
+        budget_scope: Scope,
+        tags: Mapping[str, str],
+        usd_per_hour: Decimal,
+        owner: tuple[str, str],
+        run: str,
+        meter: Callable[[], float],
+        started: float,
+    ) -> None:
+        self.ledger = ledger
+        self.budget_scope = budget_scope
+        self.tags = dict(tags)
+        self.usd_per_hour = usd_per_hour
+        self.owner = owner
+        self.run = run
+        self.meter = meter
+        self.last_bill = started
+        self.billed_seconds = 0.0  # the time settled so far, and what it was settled with
+        self.billed_usd = Decimal(0)
+
+    def owed(self, now: float) -> Decimal:
+        """What settles the time up to ``now``: the total to date rounded up, less what was settled."""
+        return (
+            usd_for_seconds(self.billed_seconds + (now - self.last_bill), self.usd_per_hour) - self.billed_usd
+        )
+
+    def bill(self, reservation_id: str, label: str, note: str, now: float | None = None) -> float:
+        """Settle the reservation with the seconds used since the last settlement; returns them.
+
+        The USD brings the search's settled total up to all the time used so far, rounded up to the
+        micro-dollar: rounding each settlement on its own would drop up to half a micro-dollar every time,
+        as much as a short rung costs.
+        """
+        now = self.meter() if now is None else now
+        seconds = now - self.last_bill
+        usd = self.owed(now)
+        self.billed_seconds += seconds
+        self.billed_usd += usd
+        hours, _ = compute_cost(seconds, self.usd_per_hour)
+        self.last_bill = now
+        entry = LedgerEntry(
+            dag_id=self.owner[0],
+            run_id=self.run,
+            task_id=self.owner[1],
+            trial=label,
+            kind=Kind.COMPUTE,
+            usd=usd,
+            instance_type="local",
+            region="local",
+            market=Market.ON_DEMAND,
+            quantity=hours,
+            unit_price_usd=self.usd_per_hour,
+            tags=dict(self.tags),
+            outcome="success",
+            price_source="given",
+            note=note[:500],
+            reservation_id=reservation_id,
+        )
+        self.ledger.settle(reservation_id, usd, entry=entry)
+        return seconds
+
+    def settle_tail(self, stop: str) -> str:
+        """Settle the time after the last rung on a reservation of its own; returns the stop note.
+
+        Nothing is reserved when the rounding carried so far covers it. When even that cannot be reserved
+        (the budget is spent to the micro-dollar) the tail stays unbilled and the stop note says so.
+        """
+        now = self.meter()
+        usd = self.owed(now)
+        if usd <= 0:
+            return stop
+        try:
+            reservation = self.ledger.reserve(
+                self.budget_scope,
+                usd,
+                holder=f"search/{self.run}/tail",
+                purpose="bookkeeping after the last rung",
+            )
+        except BudgetExceededError:
+            unbilled = now - self.last_bill
+            return f"{stop}; the last {unbilled:.3f} s (bookkeeping after the last rung) stay unbilled"
+        self.bill(reservation.id, "tail", "bookkeeping after the last rung", now)
+        return stop
