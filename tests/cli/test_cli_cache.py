@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -13,19 +12,17 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from costaware import cli_cache
 from costaware.adapters.feature_manifest import Computed, Manifest, to_parquet
 from costaware.adapters.feature_store import FeatureStore
 from costaware.adapters.ledger_store import Ledger
+from costaware.cli import main
 
 KEYS = [f"{i:032x}" for i in (1, 2)]
 
 
-def parse(*argv: str, ledger_url: str | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="costaware")
-    parser.add_argument("--ledger-url")
-    cli_cache.add_parser(parser.add_subparsers(dest="command", required=True))
-    return parser.parse_args([*(["--ledger-url", ledger_url] if ledger_url else []), "cache", *argv])
+def cache(*argv: str, ledger_url: str | None = None) -> int:
+    """``costaware [--ledger-url URL] cache ARGV...``; the exit code."""
+    return main([*(["--ledger-url", ledger_url] if ledger_url else []), "cache", *argv])
 
 
 @pytest.fixture
@@ -41,13 +38,13 @@ def store(tmp_path: Path) -> FeatureStore:
 
 
 def test_list_and_show(store: FeatureStore, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli_cache.run(parse("list", "--store", store.root_uri, "--format", "json")) == 0
+    assert cache("list", "--store", store.root_uri, "--format", "json") == 0
     rows = json.loads(capsys.readouterr().out)
     assert sorted(r["key"] for r in rows) == KEYS and {r["producer"] for r in rows} == {"d/r1", "d/r2"}
-    assert cli_cache.run(parse("list", "--store", store.root_uri)) == 0
+    assert cache("list", "--store", store.root_uri) == 0
     table = capsys.readouterr().out
     assert "2 entries" in table and KEYS[0] in table and "$0.05" in table
-    assert cli_cache.run(parse("show", KEYS[1], "--store", store.root_uri)) == 0
+    assert cache("show", KEYS[1], "--store", store.root_uri) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["key"] == KEYS[1] and shown["rows"] == 2000 and shown["cost_usd"] == "0.05"
 
@@ -65,7 +62,7 @@ def test_list_and_show(store: FeatureStore, capsys: pytest.CaptureFixture[str]) 
 def test_bad_input(
     argv: list[str], message: str, store: FeatureStore, ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert cli_cache.run(parse(*argv, "--store", store.root_uri, ledger_url=ledger_url)) == 2
+    assert cache(*argv, "--store", store.root_uri, ledger_url=ledger_url) == 2
     assert message in capsys.readouterr().err
     assert len(store.entries()) == 2
     assert Ledger.from_url(ledger_url).entries() == []
@@ -74,21 +71,18 @@ def test_bad_input(
 def test_evict_records_storage_and_deletes(
     store: FeatureStore, ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert cli_cache.run(parse("evict", "--max-entries", "1", "--dry-run", "--store", store.root_uri)) == 0
+    assert cache("evict", "--max-entries", "1", "--dry-run", "--store", store.root_uri) == 0
     assert "would evict 1 entries" in capsys.readouterr().out and len(store.entries()) == 2
     later = datetime.now(timezone.utc) + timedelta(days=3650)
     evicted_key = store.evict(None, dry_run=True, only=[KEYS[0]])[0].key
     charges = store.storage_charges_for(store.evict(None, dry_run=True, only=[KEYS[0]]), now=later)
     assert charges[0].quantity > 0 and charges[0].task_id == evicted_key
     argv = ["evict", "--key", KEYS[0], "--store", store.root_uri]
-    assert cli_cache.run(parse(*argv, ledger_url=ledger_url)) == 0
+    assert cache(*argv, ledger_url=ledger_url) == 0
     assert [e.key for e in store.entries()] == [KEYS[1]]
     recorded = Ledger.from_url(ledger_url).entries()
     assert [(e["kind"], e["unit"], e["task_id"]) for e in recorded] == [("storage", "gb_month", KEYS[0])]
-    assert (
-        cli_cache.run(parse("bill", "--store", store.root_uri, "--format", "json", ledger_url=ledger_url))
-        == 0
-    )
+    assert cache("bill", "--store", store.root_uri, "--format", "json", ledger_url=ledger_url) == 0
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["entries"] in (
         0,
         1,
@@ -96,7 +90,7 @@ def test_evict_records_storage_and_deletes(
 
 
 def test_gc_and_no_airflow_import(store: FeatureStore, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli_cache.run(parse("gc", "--store", store.root_uri, "--older-than-minutes", "0")) == 0
+    assert cache("gc", "--store", store.root_uri, "--older-than-minutes", "0") == 0
     assert "removed 0 leftovers" in capsys.readouterr().out
-    code = "import sys, costaware.cli_cache; assert 'airflow' not in sys.modules, 'airflow imported'"
+    code = "import sys, costaware.cli.commands.cache; assert 'airflow' not in sys.modules, 'airflow imported'"
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -11,7 +11,7 @@ from airflow.timetables.trigger import CronTriggerTimetable
 from costaware import Ledger
 from costaware.adapters.airflow_schedule import TimetableSchedule
 from costaware.cli import main
-from costaware.cli_governance import forecast_rows
+from costaware.cli.commands.governance import forecast_rows
 from costaware.core.ledger import Kind, LedgerEntry
 
 pytestmark = pytest.mark.usefixtures("clock")

@@ -1,52 +1,26 @@
-"""``costaware report --efficiency``: measured utilization per task, idle cost, and right-sizing advice."""
+"""``costaware report --efficiency``: measured utilization per task, idle cost, and right-sizing advice.
+
+Its options (``--runs-per-month``, ``--min-tries``, ...) are declared with ``report``'s in
+:mod:`costaware.cli.config`.
+"""
 
 from __future__ import annotations
 
 import argparse
 from decimal import Decimal
 
+from costaware.cli.arguments import open_ledger
+from costaware.cli.output import emit
 from costaware.core.money import format_usd_exact
-
-
-def add_report_options(report: argparse.ArgumentParser) -> None:
-    """The ``--efficiency`` switch of ``costaware report`` and its options."""
-    group = report.add_argument_group("efficiency (--efficiency)")
-    group.add_argument(
-        "--efficiency",
-        action="store_true",
-        help="measured CPU and memory per task, idle cost, and cheaper instance types that fit",
-    )
-    group.add_argument(
-        "--runs-per-month",
-        type=float,
-        default=None,
-        help="run frequency for the monthly saving (default: from each DAG's schedule)",
-    )
-    group.add_argument(
-        "--min-tries", type=int, default=3, help="measured tries a task needs before advice (default: 3)"
-    )
-    group.add_argument(
-        "--memory-margin",
-        type=float,
-        default=0.25,
-        help="headroom over the measured peak memory (default: 0.25 = 25%%)",
-    )
-    group.add_argument(
-        "--min-saving-usd",
-        default="0.01",
-        help="hide suggestions that save less than this per month (default: 0.01)",
-    )
 
 
 def report_efficiency(args: argparse.Namespace) -> int:
     """Print measured utilization per task and the right-sizing advice."""
     from costaware.adapters.efficiency_store import measurements
-    from costaware.adapters.ledger_store import Ledger
     from costaware.adapters.price_files import bundled_catalog
-    from costaware.cli import _emit
     from costaware.core.efficiency import advise_tasks, utilization_by_task
 
-    ledger = Ledger.from_url(args.ledger_url)
+    ledger = open_ledger(args)
     measured = measurements(ledger, dag_id=args.dag_id, since=args.since)
     if args.until:
         measured = [m for m in measured if m.measured_at is None or m.measured_at < args.until]
@@ -65,7 +39,7 @@ def report_efficiency(args: argparse.Namespace) -> int:
     hidden = len(every) - len(advice)
     if args.format == "json":
         payload = {"tasks": rows, "advice": [a.to_json() for a in advice], "advice_under_min_saving": hidden}
-        _emit("json", [], [], payload)
+        emit([], "json", headers=[], payload=payload)
         return 0
     headers = [
         "task",
@@ -95,13 +69,13 @@ def report_efficiency(args: argparse.Namespace) -> int:
         for r in rows
     ]
     if args.format == "csv":
-        _emit("csv", headers, table, None)
+        emit(table, "csv", headers=headers)
         return 0
     print("efficiency" + (f" of DAG {args.dag_id}" if args.dag_id else "") + " (measured successful tries)")
     if not rows:
         print("(no measured tries: the costaware listener measures each task try it prices)")
         return 0
-    _emit("table", headers, table, None)
+    emit(table, "table", headers=headers)
     total = sum((Decimal(r["usd"]) for r in rows), Decimal(0))
     idle = sum((Decimal(r["idle_usd"] or 0) for r in rows), Decimal(0))
     print(f"idle cost: {format_usd_exact(idle)} of {format_usd_exact(total)} (vCPU time left unused)")

@@ -12,6 +12,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from costaware.cli.arguments import open_ledger
+from costaware.cli.output import emit
 from costaware.core.errors import (
     ConfigurationError,
     CostawareError,
@@ -23,7 +25,6 @@ if TYPE_CHECKING:
     from costaware.adapters.price_source import CachedPrice, OnDemandPrices
     from costaware.core.price_list import PriceFigure
 
-FORMATS = ("table", "json", "csv")
 ORIGINS = {
     "aws-price-list": "the AWS Price List API",
     "offer-file": "an imported offer file",
@@ -36,12 +37,6 @@ def plain(value: Decimal) -> str:
     return format(value.normalize(), "f")
 
 
-def _ledger(args: argparse.Namespace) -> Any:
-    from costaware.adapters.ledger_store import Ledger
-
-    return Ledger.from_url(args.ledger_url)
-
-
 def _prices(args: argparse.Namespace) -> OnDemandPrices:
     import sys
 
@@ -49,7 +44,7 @@ def _prices(args: argparse.Namespace) -> OnDemandPrices:
     from costaware.core.errors import LedgerUnavailableError
 
     try:
-        ledger = _ledger(args)
+        ledger = open_ledger(args)
     except LedgerUnavailableError as e:  # the snapshot still answers
         print(f"costaware: warning: price cache unavailable ({e})", file=sys.stderr)
         return configured_prices(aws_conn_id=args.aws_conn_id, cache=False)
@@ -81,9 +76,9 @@ def describe(figure: PriceFigure, now: datetime, ttl_hours: float) -> str:
 # -- list -----------------------------------------------------------------------------------------
 
 
-def _list(args: argparse.Namespace) -> int:
+def list_prices(args: argparse.Namespace) -> int:
+    """Print the bundled snapshot's instance types that fit the filters, cheapest first."""
     from costaware.adapters.price_files import bundled_catalog
-    from costaware.cli import _emit
 
     offers = bundled_catalog().instances(
         region=args.region,
@@ -108,7 +103,7 @@ def _list(args: argparse.Namespace) -> int:
     ]
     keys = ("instance_type", "region", "vcpus", "memory_gib", "gpus", "gpu_model", "arch", "usd_per_hour")
     payload = [dict(zip(keys, map(str, row), strict=True)) for row in rows]
-    _emit(args.format, headers, rows, payload)
+    emit(rows, args.format, headers=headers, payload=payload)
     return 0
 
 
@@ -172,11 +167,10 @@ def _discount(args: argparse.Namespace) -> Any:
 
 def _show_cache(args: argparse.Namespace) -> int:
     from costaware.adapters.price_source import PriceCache, ttl_from_settings
-    from costaware.cli import _emit
     from costaware.core.ledger import utcnow
     from costaware.core.price_list import format_age, is_stale
 
-    rows: list[CachedPrice] = PriceCache(_ledger(args)).rows(
+    rows: list[CachedPrice] = PriceCache(open_ledger(args)).rows(
         service=args.service if args.service_given else None, region=args.region_given
     )
     now, ttl = utcnow(), ttl_from_settings()
@@ -213,7 +207,7 @@ def _show_cache(args: argparse.Namespace) -> int:
         }
         for r in rows
     ]
-    _emit(args.format, headers, table, payload)
+    emit(table, args.format, headers=headers, payload=payload)
     stale = sum(1 for p in payload if p["stale"])
     if stale and args.format == "table":
         print(
@@ -226,7 +220,8 @@ def _show_cache(args: argparse.Namespace) -> int:
 # -- refresh and import ---------------------------------------------------------------------------
 
 
-def _refresh(args: argparse.Namespace) -> int:
+def refresh_prices(args: argparse.Namespace) -> int:
+    """Fetch on-demand prices from the AWS Price List API into the price cache; 1 if none matched."""
     from costaware.adapters.aws_pricing import PriceListFetcher
     from costaware.adapters.price_source import PriceCache
     from costaware.core.ledger import utcnow
@@ -238,7 +233,7 @@ def _refresh(args: argparse.Namespace) -> int:
         _check_region(region)
     conn_id = args.aws_conn_id or option("price_aws_conn_id") or "aws_default"
     fetcher = PriceListFetcher.from_connection(conn_id)
-    cache = PriceCache(_ledger(args))
+    cache = PriceCache(open_ledger(args))
     exact = args.types if args.types and not any(c in args.types for c in "*?[") else None
     total = 0
     for region in regions:
@@ -264,7 +259,8 @@ def _refresh(args: argparse.Namespace) -> int:
     return 0
 
 
-def _import(args: argparse.Namespace) -> int:
+def import_prices(args: argparse.Namespace) -> int:
+    """Load an AWS Price List offer file (JSON or CSV) into the price cache."""
     from costaware.adapters.price_source import PriceCache
     from costaware.core.ledger import utcnow
     from costaware.core.price_list import OFFER_FILE, prices_from_offer_csv, prices_from_offer_json
@@ -293,64 +289,15 @@ def _import(args: argparse.Namespace) -> int:
             + (f" matching {args.types!r}" if args.types else "")
             + " (an AmazonEC2 or AmazonSageMaker offer file is expected); nothing was imported"
         )
-    written = PriceCache(_ledger(args)).put(prices, origin=OFFER_FILE, fetched_at=utcnow())
+    written = PriceCache(open_ledger(args)).put(prices, origin=OFFER_FILE, fetched_at=utcnow())
     regions = sorted({p.region for p in prices})
     services = sorted({p.service for p in prices})
     print(f"imported {written} {'/'.join(services)} price(s) for {', '.join(regions)} from {path.name}")
     return 0
 
 
-# -- wiring ---------------------------------------------------------------------------------------
-
-
-def add_parser(sub: Any) -> None:
-    """Register ``costaware prices list|show|refresh|import``."""
-    prices = sub.add_parser("prices", help="look up, refresh and import on-demand prices").add_subparsers(
-        dest="action", required=True
-    )
-    p_list = prices.add_parser("list", help="instance types of the bundled snapshot that fit, cheapest first")
-    p_list.add_argument("--region")
-    p_list.add_argument("--min-vcpus", type=int, default=0)
-    p_list.add_argument("--min-memory-gib", type=float, default=0)
-    p_list.add_argument("--min-gpus", type=float, default=0)
-    p_list.add_argument("--arch", help="x86_64 or arm64")
-    p_list.add_argument("--limit", type=int, default=20)
-    p_list.add_argument("--format", choices=FORMATS, default="table")
-    p_list.set_defaults(func=_list)
-
-    p_show = prices.add_parser(
-        "show", help="a type's on-demand price with its source and age; without a type, the price cache"
-    )
-    p_show.add_argument("instance_type", nargs="?")
-    p_show.add_argument("--region", default=None)
-    p_show.add_argument("--service", choices=("ec2", "sagemaker"), default=None)
-    p_show.add_argument("--team", help="show the price after this team's discount")
-    p_show.add_argument(
-        "--aws-conn-id", help="look the price up live through this connection when not cached"
-    )
-    p_show.add_argument("--format", choices=FORMATS, default="table", help="for the cache listing")
-    p_show.set_defaults(func=_show_defaults)
-
-    p_refresh = prices.add_parser("refresh", help="fetch on-demand prices from the AWS Price List API")
-    p_refresh.add_argument("--region", action="append", help="region code, repeatable (default us-east-1)")
-    p_refresh.add_argument("--service", choices=("ec2", "sagemaker"), default="ec2")
-    p_refresh.add_argument(
-        "--types", help="instance types to keep: a name or a glob such as 'm5*' or 'ml.g5.*'"
-    )
-    p_refresh.add_argument(
-        "--aws-conn-id",
-        help="Airflow AWS connection (default [costaware] price_aws_conn_id, else aws_default)",
-    )
-    p_refresh.set_defaults(func=_refresh)
-
-    p_import = prices.add_parser("import", help="load an AWS Price List offer file (JSON or CSV)")
-    p_import.add_argument("file", help="index.json or index.csv of AmazonEC2 or AmazonSageMaker")
-    p_import.add_argument("--region", help="region of the file, for files whose rows name no region code")
-    p_import.add_argument("--types", help="instance types to keep: a name or a glob")
-    p_import.set_defaults(func=_import)
-
-
-def _show_defaults(args: argparse.Namespace) -> int:
+def show_prices(args: argparse.Namespace) -> int:
+    """Print a type's on-demand price with its source and age; without a type, the price cache."""
     args.service_given, args.region_given = args.service is not None, args.region
     args.service = args.service or ("sagemaker" if (args.instance_type or "").startswith("ml.") else "ec2")
     args.region = args.region or "us-east-1"

@@ -6,42 +6,21 @@ import argparse
 import json
 from typing import Any
 
+from costaware.cli.arguments import open_ledger
+from costaware.cli.output import emit
 from costaware.core.money import format_usd_exact
-
-
-def add_parser(sub: Any) -> None:
-    """Register ``costaware runs list`` and ``costaware runs show RUN_ID``."""
-    runs = sub.add_parser("runs", help="retrain runs: model outcome, cost and reproducibility record")
-    actions = runs.add_subparsers(dest="action", required=True)
-    listing = actions.add_parser("list", help="runs with their metric, promotion and cost, oldest first")
-    listing.add_argument("--dag-id")
-    listing.add_argument("--limit", type=int, default=50)
-    listing.add_argument("--format", choices=("table", "json", "csv"), default="table")
-    listing.set_defaults(func=_list)
-    show = actions.add_parser("show", help="one run's outcome, cost and reproducibility record")
-    show.add_argument("run_id", nargs="?", help="the Airflow run id (or --last with --dag-id)")
-    show.add_argument("--dag-id")
-    show.add_argument("--last", action="store_true", help="the newest run of --dag-id that has an outcome")
-    show.add_argument("--format", choices=("text", "json"), default="text")
-    show.set_defaults(func=_show)
-
-
-def _ledger(args: argparse.Namespace) -> Any:
-    from costaware.adapters.ledger_store import Ledger
-
-    return Ledger.from_url(args.ledger_url)
 
 
 def _metric(value: float | None) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 
-def _list(args: argparse.Namespace) -> int:
+def list_runs(args: argparse.Namespace) -> int:
+    """Print retrain runs with their metric, promotion and cost, and the cost per promoted model."""
     from costaware.adapters.efficiency_store import outcomes
-    from costaware.cli import _emit
     from costaware.core.outcomes import summarize
 
-    found = outcomes(_ledger(args), dag_id=args.dag_id, limit=args.limit)
+    found = outcomes(open_ledger(args), dag_id=args.dag_id, limit=args.limit)
     headers = ["run", "model", "metric", "value", "champion", "promoted", "rows", "trained", "cost"]
     table = [
         [
@@ -61,12 +40,12 @@ def _list(args: argparse.Namespace) -> int:
     summary = summarize(found) if len(metrics) <= 1 else None
     payload = {"runs": [o.to_json() for o in found], "summary": summary.to_json() if summary else None}
     if args.format != "table":
-        _emit(args.format, headers, table, payload)
+        emit(table, args.format, headers=headers, payload=payload)
         return 0
     if not found:
         print("no retrain outcomes yet: WarmStartRetrainOperator and ModelPromoteOperator record them")
         return 0
-    _emit("table", headers, table, None)
+    emit(table, "table", headers=headers)
     if summary is not None:
         print(_summary_line(summary))
     return 0
@@ -83,11 +62,12 @@ def _summary_line(s: Any) -> str:
     )
 
 
-def _show(args: argparse.Namespace) -> int:
+def show_run(args: argparse.Namespace) -> int:
+    """Print one run's outcome, cost and reproducibility record."""
     from costaware.adapters.efficiency_store import outcomes, run_outcome
     from costaware.core.errors import CostawareError
 
-    ledger = _ledger(args)
+    ledger = open_ledger(args)
     run_id = args.run_id
     if args.last:
         if run_id or not args.dag_id:

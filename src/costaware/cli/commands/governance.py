@@ -13,6 +13,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from costaware.cli.arguments import open_ledger
+from costaware.cli.output import emit
 from costaware.core.money import format_usd_exact
 
 
@@ -73,12 +75,11 @@ def forecast_cell(row: dict[str, Any]) -> str:
     )
 
 
-def _audit(args: argparse.Namespace) -> int:
+def audit(args: argparse.Namespace) -> int:
+    """Print the audit trail: who changed which budget, approved or overrode what, and when."""
     from costaware.adapters.ledger_governance import audit_log
-    from costaware.adapters.ledger_store import Ledger
-    from costaware.cli import _emit
 
-    entries = audit_log(Ledger.from_url(args.ledger_url), since=args.since, action=args.action)
+    entries = audit_log(open_ledger(args), since=args.since, action=args.action)
     if not entries and args.format == "table":
         print("no audit entries" + (f" since {args.since.isoformat()}" if args.since else ""))
         return 0
@@ -104,13 +105,13 @@ def _audit(args: argparse.Namespace) -> int:
         }
         for e in entries
     ]
-    _emit(args.format, headers, rows, payload)
+    emit(rows, args.format, headers=headers, payload=payload)
     return 0
 
 
-def _alerts_set(args: argparse.Namespace) -> int:
+def alerts_set(args: argparse.Namespace) -> int:
+    """Set a budget's own alert thresholds and notifiers."""
     from costaware.adapters.ledger_governance import set_alert_rule
-    from costaware.adapters.ledger_store import Ledger
     from costaware.core.budgets import Period, Scope
     from costaware.core.errors import ConfigurationError
 
@@ -126,7 +127,7 @@ def _alerts_set(args: argparse.Namespace) -> int:
         raise ConfigurationError(f"--notifiers must be a JSON list, got {args.notifiers!r}")
     label = f"{Scope.parse(args.scope)}/{Period.parse(args.period).value}"
     rule = set_alert_rule(
-        Ledger.from_url(args.ledger_url),
+        open_ledger(args),
         label,
         thresholds=args.thresholds,
         notifiers=notifiers,
@@ -137,12 +138,11 @@ def _alerts_set(args: argparse.Namespace) -> int:
     return 0
 
 
-def _alerts_list(args: argparse.Namespace) -> int:
+def alerts_list(args: argparse.Namespace) -> int:
+    """Print every budget's alert settings and the alerts sent."""
     from costaware.adapters.ledger_governance import alert_rules, alerts_sent
-    from costaware.adapters.ledger_store import Ledger
-    from costaware.cli import _emit
 
-    ledger = Ledger.from_url(args.ledger_url)
+    ledger = open_ledger(args)
     rules = alert_rules(ledger)
     sent = alerts_sent(ledger)
     rows = [
@@ -157,36 +157,5 @@ def _alerts_list(args: argparse.Namespace) -> int:
         for b in ledger.budgets()
     ]
     payload = [dict(zip(("budget", "thresholds", "notifiers", "sent"), row, strict=True)) for row in rows]
-    _emit(args.format, ["budget", "thresholds", "notifiers", "sent"], rows, payload)
+    emit(rows, args.format, headers=["budget", "thresholds", "notifiers", "sent"], payload=payload)
     return 0
-
-
-def add_parser(subparsers: Any) -> None:
-    """Register ``audit`` and ``alerts`` on an ``argparse`` subparsers object."""
-    from costaware.adapters.ledger_governance import AUDIT_ACTIONS
-    from costaware.cli import FORMATS, _when
-
-    audit = subparsers.add_parser(
-        "audit", help="budget changes, approvals, overrides and alerts sent: who, when, what"
-    )
-    audit.add_argument("--since", type=_when, help="ISO date or datetime, inclusive")
-    audit.add_argument("--action", choices=AUDIT_ACTIONS, help="only this kind of entry")
-    audit.add_argument("--format", choices=FORMATS, default="table")
-    audit.set_defaults(func=_audit)
-
-    alerts = subparsers.add_parser("alerts", help="budget alert thresholds and notifiers").add_subparsers(
-        dest="action", required=True
-    )
-    a_set = alerts.add_parser("set", help="a budget's own alert thresholds and notifiers")
-    a_set.add_argument("--scope", required=True, help="the budget's scope, e.g. project=churn")
-    a_set.add_argument("--period", required=True, help="the budget's period: day, month or total")
-    a_set.add_argument("--thresholds", default=None, help="e.g. 50%%,80%%,100%%,forecast")
-    a_set.add_argument(
-        "--notifiers",
-        default=None,
-        help='JSON list of {"class": "<module.Notifier>", "kwargs": {...}} (any Airflow BaseNotifier)',
-    )
-    a_set.set_defaults(func=_alerts_set)
-    a_list = alerts.add_parser("list", help="every budget's alert settings and the alerts sent")
-    a_list.add_argument("--format", choices=FORMATS, default="table")
-    a_list.set_defaults(func=_alerts_list)

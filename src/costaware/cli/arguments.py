@@ -1,0 +1,161 @@
+"""The pieces commands are declared with, and the arguments several commands share.
+
+Modelled on Airflow's ``airflow/cli/cli_config.py``: an :class:`Arg` is an ``add_argument`` call kept as data,
+an :class:`ActionCommand` names its function by import path (:func:`lazy_load_command`), so building the
+parser imports no command module, and a :class:`GroupCommand` holds subcommands. This module imports only
+light ``core`` modules: ``costaware --help`` must not pay for SQLAlchemy, pandas or Airflow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime, timezone
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from costaware.cli.output import FORMATS
+from costaware.core.budgets import Period
+from costaware.core.ledger import GROUP_BYS
+
+if TYPE_CHECKING:
+    from costaware.adapters.ledger_store import Ledger
+
+
+class Arg:
+    """One command-line argument: the flags and keyword arguments of ``ArgumentParser.add_argument``."""
+
+    def __init__(self, *flags: str, **kwargs: Any) -> None:
+        self.flags = flags
+        self.kwargs = kwargs
+
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
+        """Add this argument to ``parser``."""
+        parser.add_argument(*self.flags, **self.kwargs)
+
+
+@dataclass(frozen=True, slots=True)
+class LazyCommand:
+    """A command function named by import path; its module is imported when the command runs."""
+
+    path: str
+
+    def load(self) -> Callable[[argparse.Namespace], int]:
+        """The function itself (imports its module)."""
+        module, _, name = self.path.rpartition(".")
+        func: Callable[[argparse.Namespace], int] = getattr(importlib.import_module(module), name)
+        return func
+
+    def __call__(self, args: argparse.Namespace) -> int:
+        return self.load()(args)
+
+
+def lazy_load_command(path: str) -> LazyCommand:
+    """The command function at ``path`` (``package.module.function``), imported only when it runs."""
+    return LazyCommand(path)
+
+
+class ActionCommand(NamedTuple):
+    """A command that runs: ``costaware report``, ``costaware budget set``."""
+
+    name: str
+    help: str
+    func: LazyCommand
+    args: Sequence[Arg] = ()
+    description: str | None = None
+
+
+class GroupCommand(NamedTuple):
+    """A command with subcommands: ``costaware budget``."""
+
+    name: str
+    help: str
+    subcommands: Sequence[ActionCommand]
+    description: str | None = None
+
+
+class LazyChoices(Sequence[str]):
+    """Choices kept in a module that is too heavy to import while the parser is built.
+
+    argparse reads them only to check a given value or to print that command's help; the argument must have
+    a ``metavar`` (argparse would otherwise list the choices while it builds the parser).
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def _values(self) -> tuple[str, ...]:
+        module, _, name = self.path.rpartition(".")
+        return tuple(getattr(importlib.import_module(module), name))
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._values()[index]
+
+    def __len__(self) -> int:
+        return len(self._values())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values())
+
+    def __contains__(self, value: object) -> bool:
+        return value in self._values()
+
+
+# -- argument types -------------------------------------------------------------------------------
+
+
+def when(text: str) -> datetime:
+    """An ISO date (UTC midnight) or an ISO datetime with an offset."""
+    try:
+        if len(text) == 10:
+            return datetime.combine(date.fromisoformat(text), datetime.min.time(), tzinfo=timezone.utc)
+        value = datetime.fromisoformat(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an ISO date (2026-11-01) or datetime") from e
+    if value.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"{text!r} has no time zone: add one, e.g. {text}+00:00")
+    return value
+
+
+def lowercase(text: str) -> str:
+    """``Month`` -> ``month``: a choice is matched whatever its case."""
+    return text.strip().lower()
+
+
+def open_ledger(args: argparse.Namespace) -> Ledger:
+    """The ledger that ``--ledger-url`` names, else the default one."""
+    from costaware.adapters.ledger_store import Ledger
+
+    return Ledger.from_url(getattr(args, "ledger_url", None))
+
+
+# -- shared arguments -----------------------------------------------------------------------------
+
+LEDGER_URL_HELP = (
+    "SQLAlchemy URL of the ledger (default: $COSTAWARE_LEDGER_URL, else $AIRFLOW_HOME/costaware/ledger.db)"
+)
+#: Before the command (``costaware --ledger-url URL report``); the same flag after it sets it only if given.
+ARG_LEDGER_URL_GLOBAL = Arg("--ledger-url", help=LEDGER_URL_HELP)
+ARG_LEDGER_URL = Arg("--ledger-url", default=argparse.SUPPRESS, help=LEDGER_URL_HELP)
+ARG_FORMAT = Arg("--format", choices=FORMATS, default="table", help="output format (default: table)")
+ARG_PERIOD = Arg(
+    "--period",
+    required=True,
+    type=lowercase,
+    choices=[p.value for p in Period],
+    help="how often the cap starts afresh",
+)
+ARG_GROUP_BY = Arg(
+    "--group-by",
+    default="task",
+    metavar="{" + ",".join((*GROUP_BYS, "tag:<name>")) + "}",
+    help="what one row of the report is (default: task)",
+)
+ARG_SCOPE = Arg("--scope", required=True, help="tags the budget covers, e.g. project=churn,team=ml")
+ARG_DAG_ID = Arg("--dag-id", help="only this DAG")
+ARG_SINCE = Arg("--since", type=when, help="ISO date or datetime, inclusive")
+ARG_UNTIL = Arg("--until", type=when, help="ISO date or datetime, exclusive")
+ARG_REGION = Arg("--region", default=None, help="AWS region code, e.g. us-east-1")
+ARG_TYPES = Arg("--types", help="instance types to keep: a name or a glob such as 'm5*' or 'ml.g5.*'")
+ARG_SERVICE = Arg("--service", choices=("ec2", "sagemaker"), default=None, help="default: from the type")

@@ -1,0 +1,93 @@
+"""``costaware budget set|list|show``: create budgets and see what is spent, reserved and left."""
+
+from __future__ import annotations
+
+import argparse
+
+from costaware.cli.arguments import open_ledger
+from costaware.cli.commands.governance import current_actor, forecast_cell, forecast_rows
+from costaware.cli.output import emit
+from costaware.core.money import format_usd_exact
+
+
+def budget_set(args: argparse.Namespace) -> int:
+    """Create or change a budget; the change goes into the audit trail under the current user."""
+    budget = open_ledger(args).set_budget(
+        args.scope,
+        args.period,
+        args.cap_usd,
+        cap_gpu_hours=args.cap_gpu_hours,
+        timezone=args.timezone,
+        actor=current_actor(),
+    )
+    gpu = f", {budget.cap_gpu_hours} GPU-hours" if budget.cap_gpu_hours is not None else ""
+    print(f"budget '{budget.label}' set: {format_usd_exact(budget.cap_usd)} per {budget.period.value}{gpu}")
+    return 0
+
+
+def budget_list(args: argparse.Namespace) -> int:
+    """Print every budget."""
+    budgets = open_ledger(args).budgets()
+    rows = [
+        [
+            str(b.scope),
+            b.period.value,
+            format_usd_exact(b.cap_usd),
+            "" if b.cap_gpu_hours is None else b.cap_gpu_hours,
+            b.timezone,
+        ]
+        for b in budgets
+    ]
+    payload = [
+        dict(
+            zip(
+                ("scope", "period", "cap_usd", "cap_gpu_hours", "timezone"),
+                (str(b.scope), b.period.value, str(b.cap_usd), b.cap_gpu_hours, b.timezone),
+                strict=True,
+            )
+        )
+        for b in budgets
+    ]
+    if not budgets and args.format == "table":
+        print(
+            "no budgets; set one with "
+            "`costaware budget set --scope project=<name> --period month --cap-usd 100`"
+        )
+        return 0
+    emit(rows, args.format, headers=["scope", "period", "cap", "GPU-hour cap", "time zone"], payload=payload)
+    return 0
+
+
+def budget_show(args: argparse.Namespace) -> int:
+    """Print cap, spent, reserved, left and the forecast of each budget covering ``--scope``."""
+    from costaware.adapters.ledger_governance import NoSchedule
+
+    ledger = open_ledger(args)
+    usages = ledger.usage(args.scope, run_id=args.run_id)
+    forecasts = forecast_rows(ledger, usages, schedule=NoSchedule() if args.no_schedule else None)
+    headers = ["budget", "cap", "spent", "reserved", "left", "forecast (low-high)"]
+    rows = [
+        [
+            u.name,  # project=churn/month (2026-11): the same name as on the Cost page and in task logs
+            format_usd_exact(u.cap_usd),
+            format_usd_exact(u.spent_usd),
+            format_usd_exact(u.reserved_usd),
+            format_usd_exact(u.left_usd),
+            forecast_cell(f),
+        ]
+        for u, f in zip(usages, forecasts, strict=True)
+    ]
+    payload = [
+        {
+            "budget": u.label,
+            "period": u.period_key,
+            "cap_usd": str(u.cap_usd),
+            "spent_usd": str(u.spent_usd),
+            "reserved_usd": str(u.reserved_usd),
+            "left_usd": str(u.left_usd),
+            **f,
+        }
+        for u, f in zip(usages, forecasts, strict=True)
+    ]
+    emit(rows, args.format, headers=headers, payload=payload)
+    return 0

@@ -1,0 +1,152 @@
+"""``costaware cache``: list, show, evict and bill the feature cache (local folder or S3). Imports no Airflow.
+
+S3 credentials come from boto3's default chain (environment, profile, instance role); ``--endpoint-url``
+and ``--region`` point at MinIO or moto.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+from costaware.cli.arguments import open_ledger
+from costaware.cli.output import emit, emit_summary
+from costaware.core.errors import ConfigurationError
+from costaware.core.money import format_usd_exact
+from costaware.settings import feature_cache
+
+
+def _store(args: argparse.Namespace) -> Any:
+    from costaware.adapters.feature_store import FeatureStore
+    from costaware.adapters.object_store import S3Options
+
+    options = S3Options(region=args.region, endpoint_url=args.endpoint_url)
+    return FeatureStore(args.store or feature_cache(), s3=options)
+
+
+def _price(args: argparse.Namespace) -> Decimal:
+    from costaware.core.money import parse_usd
+
+    return parse_usd(args.usd_per_gb_month, name="--usd-per-gb-month")
+
+
+def _policy(args: argparse.Namespace) -> Any:
+    from costaware.core.cache_policy import (
+        CombinedPolicy,
+        LeastRecentlyUsedPolicy,
+        MaxAgePolicy,
+        MaxTotalSizePolicy,
+    )
+
+    policies: list[Any] = []
+    if args.max_age_days is not None:
+        policies.append(MaxAgePolicy(timedelta(days=args.max_age_days)))
+    if args.max_total_gb is not None:
+        policies.append(MaxTotalSizePolicy(int(args.max_total_gb * 10**9)))
+    if args.max_entries is not None:
+        policies.append(LeastRecentlyUsedPolicy(args.max_entries))
+    if not policies and not args.key:
+        raise ConfigurationError("say what to evict: --max-age-days, --max-total-gb, --max-entries or --key")
+    return CombinedPolicy(policies) if policies else None
+
+
+def _row(entry: Any) -> dict[str, Any]:
+    m = entry.manifest
+    return {
+        "key": m.key,
+        "rows": m.rows,
+        "bytes": m.bytes,
+        "created_at": m.created_at,
+        "last_used_at": entry.last_used_at.isoformat(),
+        "producer": m.producer_label,
+        "cost_usd": m.cost_usd,
+        "uri": entry.uri,
+    }
+
+
+def _print_rows(rows: list[dict[str, Any]], fmt: str, title: str) -> None:
+    if fmt == "table":
+        print(title)
+    headers = ["key", "rows", "MB", "created (UTC)", "last used", "cost", "producer"]
+    table = [
+        [
+            r["key"],
+            f"{r['rows']:,}",
+            f"{r['bytes'] / 1e6:.2f}",
+            r["created_at"][:16],
+            r["last_used_at"][:16],
+            format_usd_exact(Decimal(r["cost_usd"])),
+            r["producer"],
+        ]
+        for r in rows
+    ]
+    emit(table, fmt, headers=headers, payload=rows)
+
+
+def list_entries(args: argparse.Namespace) -> int:
+    """Print the cache's entries, most recently used first."""
+    store = _store(args)
+    entries = sorted(store.entries(), key=lambda e: e.last_used_at, reverse=True)
+    total = sum(e.manifest.bytes for e in entries)
+    _print_rows(
+        [_row(e) for e in entries],
+        args.format,
+        f"{len(entries)} entries, {total / 1e6:,.2f} MB at {store.root_uri}",
+    )
+    return 0
+
+
+def show_entry(args: argparse.Namespace) -> int:
+    """Print one entry's manifest as JSON."""
+    from dataclasses import asdict
+
+    entry = _store(args).lookup(args.key)
+    if entry is None:
+        raise ConfigurationError(f"the cache has no entry {args.key}: see `costaware cache list`")
+    print(
+        json.dumps(
+            {**asdict(entry.manifest), "uri": entry.uri, "last_used_at": entry.last_used_at.isoformat()},
+            indent=2,
+        )
+    )
+    return 0
+
+
+def evict(args: argparse.Namespace) -> int:
+    """Delete entries by age, total size, count or key, billing their storage up to now."""
+    store = _store(args)
+    policy = _policy(args)
+    chosen = store.evict(policy, dry_run=True, only=args.key if policy is None else None)
+    if args.dry_run:
+        _print_rows([_row(e) for e in chosen], args.format, f"would evict {len(chosen)} entries")
+        return 0
+    charges = store.storage_charges_for(chosen, usd_per_gb_month=_price(args)) if chosen else []
+    if charges:
+        ledger = open_ledger(args)
+        for charge in charges:
+            ledger.record(charge)
+    store.evict(policy, only=[e.key for e in chosen])
+    _print_rows([_row(e) for e in chosen], args.format, f"evicted {len(chosen)} entries")
+    return 0
+
+
+def bill(args: argparse.Namespace) -> int:
+    """Record the storage cost of every entry in the ledger up to this hour."""
+    store = _store(args)
+    charges = store.bill_storage(open_ledger(args).record, usd_per_gb_month=_price(args))
+    total = sum((c.usd for c in charges), Decimal(0))
+    summary = {"entries": len(charges), "usd": str(total)}
+    emit_summary(
+        summary, args.format, f"recorded storage of {len(charges)} entries: {format_usd_exact(total)}"
+    )
+    return 0
+
+
+def collect_garbage(args: argparse.Namespace) -> int:
+    """Delete what killed writers left behind."""
+    removed = _store(args).collect_garbage(older_than=timedelta(minutes=args.older_than_minutes))
+    emit_summary({"removed": removed}, args.format, f"removed {removed} leftovers")
+    return 0

@@ -1,0 +1,154 @@
+"""``costaware report``: spend, estimates and savings versus on-demand, grouped as asked."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Sequence
+from decimal import Decimal
+from typing import Any
+
+from costaware.cli.arguments import open_ledger
+from costaware.cli.output import emit
+from costaware.core.errors import CostawareError
+from costaware.core.money import format_usd_exact
+
+
+def report(args: argparse.Namespace) -> int:
+    """Print spend, estimates and savings versus on-demand, grouped by ``--group-by``."""
+    if args.efficiency:
+        from costaware.cli.commands.efficiency import report_efficiency
+
+        return report_efficiency(args)
+    ledger = open_ledger(args)
+    run_id = args.run_id
+    if args.last_run:
+        if not args.dag_id:
+            raise CostawareError("--last-run needs --dag-id")
+        run_id = ledger.last_run_id(args.dag_id)
+        if run_id is None:
+            raise CostawareError(f"the ledger has no entries for DAG {args.dag_id!r} yet")
+    rows = ledger.report(
+        group_by=args.group_by,
+        since=args.since,
+        until=args.until,
+        dag_id=args.dag_id,
+        run_id=run_id,
+        scope=args.scope,
+    )
+    total_usd = sum((r.usd for r in rows), Decimal(0))
+    total_od = sum((r.on_demand_usd for r in rows), Decimal(0))
+    total_est = sum((r.estimated_usd for r in rows), Decimal(0))
+    total_hours = sum((r.hours for r in rows), Decimal(0))
+    headers = [args.group_by, "entries", "hours", "actual", "estimated", "on-demand", "savings"]
+    prefix = f"{args.dag_id}." if args.dag_id and args.group_by == "task" else ""
+    table = [
+        [
+            r.group.removeprefix(prefix),
+            r.entries,
+            f"{r.hours:.4f}",
+            format_usd_exact(r.usd),
+            format_usd_exact(r.estimated_usd),
+            format_usd_exact(r.on_demand_usd),
+            format_usd_exact(r.savings_usd),
+        ]
+        for r in rows
+    ]
+    payload = {
+        "group_by": args.group_by,
+        "dag_id": args.dag_id,
+        "run_id": run_id,
+        "rows": [
+            {
+                "group": r.group,
+                "entries": r.entries,
+                "hours": str(r.hours),
+                "usd": str(r.usd),
+                "estimated_usd": str(r.estimated_usd),
+                "on_demand_usd": str(r.on_demand_usd),
+                "savings_usd": str(r.savings_usd),
+            }
+            for r in rows
+        ],
+        "total": {
+            "usd": str(total_usd),
+            "estimated_usd": str(total_est),
+            "on_demand_usd": str(total_od),
+            "savings_usd": str(total_od - total_usd),
+            "hours": str(total_hours),
+        },
+    }
+    if args.format == "table":
+        title = "cost report"
+        if args.dag_id:
+            title += f" for DAG {args.dag_id}"
+        if run_id:
+            title += f", run {run_id}"
+        print(title)
+        if not rows:
+            print("(no entries)")
+            return 0
+        table.append(
+            [
+                "TOTAL",
+                sum(r.entries for r in rows),
+                f"{total_hours:.4f}",
+                format_usd_exact(total_usd),
+                format_usd_exact(total_est),
+                format_usd_exact(total_od),
+                format_usd_exact(total_od - total_usd),
+            ]
+        )
+    from costaware.adapters.ledger_reports import Filters, summary
+
+    totals = summary(ledger, Filters(args.since, args.until, args.dag_id, args.scope, run_id))
+    from costaware.adapters.discount_report import discounts_by_rule
+
+    discounts = discounts_by_rule(ledger, Filters(args.since, args.until, args.dag_id, args.scope, run_id))
+    payload["discounts"] = {rule: str(usd) for rule, usd in discounts.items()}
+    payload["failed_tries"] = {
+        "preemption": totals.preempted_tries,
+        "other": totals.failed_tries - totals.preempted_tries,
+    }
+    per_trial = _trial_costs(rows) if args.group_by == "trial" else None
+    if per_trial is not None:
+        payload["trials"] = {
+            "trials": per_trial.trials,
+            "successful": per_trial.successful,
+            "per_trial_usd": str(per_trial.per_trial_usd),
+            "per_successful_trial_usd": str(per_trial.per_successful_trial_usd),
+        }
+    emit(table, args.format, headers=headers, payload=payload)
+    if args.format == "table" and per_trial is not None:
+        each = (
+            "-"
+            if per_trial.per_successful_trial_usd is None
+            else format_usd_exact(per_trial.per_successful_trial_usd)
+        )
+        print(
+            f"{per_trial.trials} trials, {per_trial.successful} trained to full fidelity: "
+            f"{format_usd_exact(per_trial.per_trial_usd or Decimal(0))} per trial, "
+            f"{each} per successful trial"
+        )
+    if args.format == "table" and discounts:
+        listed = ", ".join(f"{rule} {format_usd_exact(usd)}" for rule, usd in discounts.items())
+        print(f"discounts on on-demand prices (part of the savings): {listed}")
+    if args.format == "table" and totals.failed_tries:
+        print(
+            f"failed tries: {totals.preempted_tries} after a spot preemption, "
+            f"{totals.failed_tries - totals.preempted_tries} after other errors "
+            "(--group-by cause splits their cost)"
+        )
+    return 0
+
+
+def _trial_costs(rows: Sequence[Any]) -> Any:
+    """Cost per trial and per successful trial, from the ``#<n> <state>@<fidelity>`` trial labels."""
+    from costaware.core.tuning import TrialState, trial_costs
+
+    costs = []
+    for row in rows:
+        found = re.match(r"^#\d+ ([a-z]+)@\d+$", row.group)
+        if found and found.group(1) in {s.value for s in TrialState}:
+            costs.append((TrialState(found.group(1)), row.usd))
+    return trial_costs(costs) if costs else None

@@ -1,0 +1,221 @@
+"""``costaware simulate``: replay scheduling policies over recorded prices and spot capacity.
+
+Imports no Airflow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import io
+import json
+import sys
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from costaware.cli.output import emit
+from costaware.core.errors import ConfigurationError, PriceNotFoundError
+from costaware.core.money import format_usd_exact
+from costaware.core.series import PriceSeries
+from costaware.core.simulate import (
+    DEFAULT_POLICIES,
+    Job,
+    MarketData,
+    PolicySummary,
+    SimulationReport,
+    simulate,
+)
+
+
+def read_jobs(path: str | Path) -> list[Job]:
+    """Jobs from a CSV file or a JSON list (or ``{"jobs": [...]}``).
+
+    Raises:
+        ConfigurationError: unreadable file, wrong shape, or a bad job (the message names it).
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigurationError(f"cannot read jobs file {str(path)!r}: {e.strerror}") from e
+    rows: Any
+    if text.lstrip().startswith(("[", "{")):
+        try:
+            document = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ConfigurationError(
+                f"jobs file {str(path)!r} is not valid JSON at line {e.lineno}: {e.msg}"
+            ) from e
+        rows = document.get("jobs") if isinstance(document, dict) else document
+        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+            raise ConfigurationError(f"jobs file {str(path)!r} must hold a list of job objects")
+    else:
+        rows = list(csv.DictReader(io.StringIO(text.lstrip("\ufeff"))))
+    return [Job.from_mapping(row) for row in rows]
+
+
+def _market(
+    args: argparse.Namespace, jobs: Sequence[Job], availability_file: str | None = None
+) -> tuple[MarketData, list[str]]:
+    from costaware.adapters import spot_prices
+    from costaware.adapters.price_files import bundled_catalog, catalog_from_files
+
+    products = tuple(args.product or spot_prices.LINUX)
+    histories: list[spot_prices.SpotPriceHistory] = []
+    electricity: PriceSeries | None = None
+    for file in args.prices:
+        try:
+            text = Path(file).read_text(encoding="utf-8")
+        except OSError as e:
+            raise ConfigurationError(f"cannot read price file {file!r}: {e.strerror}") from e
+        if spot_prices.is_electricity_csv(text):
+            if electricity is not None:
+                raise ConfigurationError(f"{file}: give one electricity price file, not several")
+            electricity = spot_prices.electricity_from_text(text, source=Path(file).name)
+        else:
+            histories.append(
+                spot_prices.spot_history_from_text(text, source=Path(file).name, products=products)
+            )
+
+    def spot_series(instance_type: str, region: str, zone: str | None) -> PriceSeries:
+        for history in histories:
+            if instance_type in history.instance_types:
+                return history.series(instance_type, region, zone)
+        known = sorted({t for h in histories for t in h.instance_types})
+        raise PriceNotFoundError(
+            f"unknown instance type {instance_type!r}: "
+            f"the spot price files cover {', '.join(known) or 'nothing'}"
+        )
+
+    catalog = catalog_from_files(args.on_demand) if args.on_demand else bundled_catalog()
+    availability = None
+    if availability_file:
+        if args.availability_start:
+            start = datetime.fromisoformat(args.availability_start.replace("Z", "+00:00"))
+        else:
+            start = min(j.submit_time for j in jobs)
+        availability = spot_prices.load_availability(availability_file, start=start)
+    zone_traces = None
+    if args.zones:
+        start = (
+            datetime.fromisoformat(args.availability_start.replace("Z", "+00:00"))
+            if args.availability_start
+            else min(j.submit_time for j in jobs)
+        )
+        zone_traces = {
+            zone: spot_prices.load_availability(path, start=start)
+            for zone, path in zone_files(args.zones).items()
+        }
+    notes = [note for h in histories for note in h.notes]
+    if electricity is not None:
+        notes += [f"{electricity.name}: {n}" for n in electricity.notes]
+    data = MarketData(
+        on_demand_usd_per_hour=catalog.on_demand_usd_per_hour,
+        spot_series=spot_series if histories else None,
+        electricity_usd_per_mwh=electricity,
+        availability=availability,
+        zone_availability=zone_traces,
+    )
+    return data, notes
+
+
+def zone_files(values: Sequence[str]) -> dict[str, str]:
+    """``{"zone": "trace path"}`` from ``--zones`` values ``ZONE=TRACE[,ZONE=TRACE...]``.
+
+    Raises:
+        ConfigurationError: an item without ``=``, or a zone given twice.
+    """
+    found: dict[str, str] = {}
+    for value in values:
+        for item in value.split(","):
+            zone, sep, path = item.partition("=")
+            if not sep or not zone.strip() or not path.strip():
+                raise ConfigurationError(
+                    f"--zones item {item!r} must be ZONE=TRACE, e.g. us-west-2a=trace_a.json"
+                )
+            if zone.strip() in found:
+                raise ConfigurationError(f"--zones names zone {zone.strip()!r} twice")
+            found[zone.strip()] = path.strip()
+    return found
+
+
+def table_rows(
+    report: SimulationReport | dict[str, SimulationReport],
+) -> tuple[list[str], list[tuple[str, ...]]]:
+    """The headers and rows ``costaware simulate`` prints: a row per policy (and per trace, given several)."""
+    reports = report if isinstance(report, dict) else {"": report}
+    by_trace = isinstance(report, dict)
+    headers = [
+        *(("trace",) if by_trace else ()),
+        "policy",
+        "usd",
+        "vs_oracle",
+        "vs_on_demand",
+        "deadline_misses",
+        "late",
+        "preemptions",
+        "spot_share",
+    ]
+    rows = [
+        (*((trace,) if by_trace else ()), *_row(name, s))
+        for trace, one in reports.items()
+        for name, s in one.summaries.items()
+    ]
+    return headers, rows
+
+
+def _row(name: str, s: PolicySummary) -> tuple[str, ...]:
+    return (
+        name,
+        format_usd_exact(s.usd.quantize(Decimal("0.01"))),
+        "-" if s.vs_oracle is None else f"{s.vs_oracle:.3f}",
+        "-" if s.vs_on_demand is None else f"{s.vs_on_demand:.3f}",
+        str(s.deadline_misses),
+        str(s.late),
+        str(s.preemptions),
+        f"{s.spot_share:.1%}",
+    )
+
+
+def replay(args: argparse.Namespace) -> int:
+    """Replay the policies over the recorded data and print a row per policy (and per trace)."""
+    jobs = read_jobs(args.jobs)
+    if args.zones:
+        every = tuple(zone_files(args.zones))
+        jobs = [j if j.zones or j.availability_zone else dataclasses.replace(j, zones=every) for j in jobs]
+    traces = list(args.availability or [])
+    if args.availability_start and not traces:
+        raise ConfigurationError("--availability-start needs --availability")
+    if args.by_trace and not traces:
+        raise ConfigurationError("--by-trace needs at least one --availability trace")
+    if len(traces) > 1 and not args.by_trace:
+        raise ConfigurationError(
+            f"{len(traces)} availability traces given; add --by-trace to replay the jobs once per trace"
+        )
+    tick = None
+    if args.tick_minutes is not None:
+        if not args.tick_minutes > 0:
+            raise ConfigurationError(f"--tick-minutes must be > 0, got {args.tick_minutes}")
+        tick = timedelta(minutes=args.tick_minutes)
+    reports: dict[str, SimulationReport] = {}
+    notes: list[str] = []
+    for trace in traces or [None]:
+        data, notes = _market(args, jobs, trace)
+        name = Path(trace).stem if trace else ""
+        reports[name] = simulate(jobs, data, args.policy or DEFAULT_POLICIES, tick=tick)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    if args.by_trace:
+        headers, rows = table_rows(reports)
+        payload: dict[str, Any] = {"traces": {name: r.to_json() for name, r in reports.items()}}
+        emit(rows, args.format, headers=headers, payload=payload, labels=2)
+        return 0
+    (only,) = reports.values()
+    headers, rows = table_rows(only)
+    emit(rows, args.format, headers=headers, payload=only.to_json())
+    if args.format == "table":
+        print(f"\n{len(jobs)} jobs; ratios compare total USD (oracle = least cost possible with hindsight).")
+    return 0

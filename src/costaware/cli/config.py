@@ -1,0 +1,382 @@
+"""Every ``costaware`` command, declared as data: its name, help, arguments and function.
+
+A command's module is named by import path and imported only when that command runs (Airflow's
+``cli_config.py`` does the same), so ``costaware --help`` stays fast. :mod:`costaware.cli.parser` builds
+the parser from :data:`COMMANDS`, and ``scripts/cli_docs.py`` writes ``docs/cli.md`` from that parser.
+"""
+
+from __future__ import annotations
+
+from costaware.cli.arguments import (
+    ARG_DAG_ID,
+    ARG_FORMAT,
+    ARG_GROUP_BY,
+    ARG_LEDGER_URL,
+    ARG_PERIOD,
+    ARG_REGION,
+    ARG_SCOPE,
+    ARG_SERVICE,
+    ARG_SINCE,
+    ARG_TYPES,
+    ARG_UNTIL,
+    ActionCommand,
+    Arg,
+    GroupCommand,
+    LazyChoices,
+    lazy_load_command,
+)
+from costaware.core.policies import POLICIES
+from costaware.core.simulate import DEFAULT_POLICIES
+from costaware.settings import FEATURE_CACHE_ENV
+
+DESCRIPTION = "Budgets, cost reports and prices for ML retrains."
+_COMMANDS = "costaware.cli.commands"
+
+# -- budget ---------------------------------------------------------------------------------------
+
+BUDGET_COMMANDS = (
+    ActionCommand(
+        "set",
+        "create or change a budget",
+        lazy_load_command(f"{_COMMANDS}.budget.budget_set"),
+        (
+            ARG_SCOPE,
+            ARG_PERIOD,
+            Arg("--cap-usd", required=True, help="the cap in USD, e.g. 250"),
+            Arg("--cap-gpu-hours", default=None, help="optional cap in GPU-hours"),
+            Arg("--timezone", default="UTC", help="where days and months start (IANA name)"),
+            ARG_LEDGER_URL,
+        ),
+    ),
+    ActionCommand(
+        "list",
+        "list budgets",
+        lazy_load_command(f"{_COMMANDS}.budget.budget_list"),
+        (ARG_FORMAT, ARG_LEDGER_URL),
+    ),
+    ActionCommand(
+        "show",
+        "spent, reserved and left for the budgets covering a scope",
+        lazy_load_command(f"{_COMMANDS}.budget.budget_show"),
+        (
+            Arg("--scope", required=True, help="tags, e.g. project=churn: every budget covering them"),
+            Arg("--run-id", default=None, help="the DAG run, for budgets with period 'run'"),
+            ARG_FORMAT,
+            Arg(
+                "--no-schedule",
+                action="store_true",
+                help="forecast without reading DAG timetables from Airflow (committed spend only)",
+            ),
+            ARG_LEDGER_URL,
+        ),
+    ),
+)
+
+# -- report ---------------------------------------------------------------------------------------
+
+REPORT_ARGS = (
+    ARG_DAG_ID,
+    Arg("--run-id", help="only this DAG run"),
+    Arg("--last-run", action="store_true", help="the DAG's most recent run (needs --dag-id)"),
+    ARG_SINCE,
+    ARG_UNTIL,
+    Arg("--scope", default="*", help="only entries with these tags, e.g. project=churn"),
+    ARG_GROUP_BY,
+    ARG_FORMAT,
+    ARG_LEDGER_URL,
+    Arg(
+        "--efficiency",
+        action="store_true",
+        help="measured CPU and memory per task, idle cost, and cheaper instance types that fit",
+    ),
+    Arg(
+        "--runs-per-month",
+        type=float,
+        default=None,
+        help="with --efficiency: run frequency for the monthly saving (default: from each DAG's schedule)",
+    ),
+    Arg(
+        "--min-tries",
+        type=int,
+        default=3,
+        help="with --efficiency: measured tries a task needs before advice (default: 3)",
+    ),
+    Arg(
+        "--memory-margin",
+        type=float,
+        default=0.25,
+        help="with --efficiency: headroom over the measured peak memory (default: 0.25 = 25%%)",
+    ),
+    Arg(
+        "--min-saving-usd",
+        default="0.01",
+        help="with --efficiency: hide suggestions that save less than this per month (default: 0.01)",
+    ),
+)
+
+# -- governance -----------------------------------------------------------------------------------
+
+AUDIT_ARGS = (
+    ARG_SINCE,
+    Arg(
+        "--action",
+        choices=LazyChoices("costaware.adapters.ledger_governance.AUDIT_ACTIONS"),
+        metavar="ACTION",
+        help="only this kind of entry: %(choices)s",
+    ),
+    ARG_FORMAT,
+    ARG_LEDGER_URL,
+)
+ALERTS_COMMANDS = (
+    ActionCommand(
+        "set",
+        "a budget's own alert thresholds and notifiers",
+        lazy_load_command(f"{_COMMANDS}.governance.alerts_set"),
+        (
+            Arg("--scope", required=True, help="the budget's scope, e.g. project=churn"),
+            ARG_PERIOD,
+            Arg("--thresholds", default=None, help="e.g. 50%%,80%%,100%%,forecast"),
+            Arg(
+                "--notifiers",
+                default=None,
+                help='JSON list of {"class": "<module.Notifier>", "kwargs": {...}} '
+                "(any Airflow BaseNotifier)",
+            ),
+            ARG_LEDGER_URL,
+        ),
+    ),
+    ActionCommand(
+        "list",
+        "every budget's alert settings and the alerts sent",
+        lazy_load_command(f"{_COMMANDS}.governance.alerts_list"),
+        (ARG_FORMAT, ARG_LEDGER_URL),
+    ),
+)
+
+# -- prices ---------------------------------------------------------------------------------------
+
+PRICES_COMMANDS = (
+    ActionCommand(
+        "list",
+        "instance types of the bundled snapshot that fit, cheapest first",
+        lazy_load_command(f"{_COMMANDS}.prices.list_prices"),
+        (
+            ARG_REGION,
+            Arg("--min-vcpus", type=int, default=0),
+            Arg("--min-memory-gib", type=float, default=0),
+            Arg("--min-gpus", type=float, default=0),
+            Arg("--arch", help="x86_64 or arm64"),
+            Arg("--limit", type=int, default=20, help="at most this many rows (default: 20)"),
+            ARG_FORMAT,
+        ),
+    ),
+    ActionCommand(
+        "show",
+        "a type's on-demand price with its source and age; without a type, the price cache",
+        lazy_load_command(f"{_COMMANDS}.prices.show_prices"),
+        (
+            Arg("instance_type", nargs="?", help="e.g. m5.large or ml.g5.xlarge"),
+            ARG_REGION,
+            ARG_SERVICE,
+            Arg("--team", help="show the price after this team's discount"),
+            Arg("--aws-conn-id", help="look the price up live through this connection when not cached"),
+            ARG_FORMAT,
+            ARG_LEDGER_URL,
+        ),
+    ),
+    ActionCommand(
+        "refresh",
+        "fetch on-demand prices from the AWS Price List API",
+        lazy_load_command(f"{_COMMANDS}.prices.refresh_prices"),
+        (
+            Arg("--region", action="append", help="region code, repeatable (default us-east-1)"),
+            Arg("--service", choices=("ec2", "sagemaker"), default="ec2"),
+            ARG_TYPES,
+            Arg(
+                "--aws-conn-id",
+                help="Airflow AWS connection (default [costaware] price_aws_conn_id, else aws_default)",
+            ),
+            ARG_LEDGER_URL,
+        ),
+    ),
+    ActionCommand(
+        "import",
+        "load an AWS Price List offer file (JSON or CSV)",
+        lazy_load_command(f"{_COMMANDS}.prices.import_prices"),
+        (
+            Arg("file", help="index.json or index.csv of AmazonEC2 or AmazonSageMaker"),
+            Arg("--region", help="region of the file, for files whose rows name no region code"),
+            ARG_TYPES,
+            ARG_LEDGER_URL,
+        ),
+    ),
+)
+
+# -- simulate -------------------------------------------------------------------------------------
+
+SIMULATE_ARGS = (
+    Arg(
+        "--prices",
+        action="append",
+        required=True,
+        metavar="FILE",
+        help="spot price history (DescribeSpotPriceHistory JSON or CSV) or hourly electricity CSV (repeat)",
+    ),
+    Arg(
+        "--availability",
+        action="append",
+        metavar="FILE",
+        help="spot availability trace (JSON, 0/1 per tick); repeat with --by-trace to compare traces",
+    ),
+    Arg(
+        "--zones",
+        action="append",
+        metavar="ZONE=TRACE[,ZONE=TRACE...]",
+        help="zones to run in, each with its availability trace; jobs without a 'zones' column use them all "
+        "(start in the cheapest zone with capacity, fail over on preemption); repeatable",
+    ),
+    Arg(
+        "--by-trace",
+        action="store_true",
+        help="replay the jobs once per --availability trace and print one row per trace and policy",
+    ),
+    Arg(
+        "--availability-start",
+        metavar="TIME",
+        help="ISO time of the trace's first sample (default: the earliest submit time)",
+    ),
+    Arg(
+        "--jobs",
+        required=True,
+        metavar="FILE",
+        help="jobs file, CSV or JSON; optional column 'priority': critical, normal (default) or best_effort",
+    ),
+    Arg(
+        "--policy",
+        action="append",
+        choices=sorted(POLICIES),
+        metavar="NAME",
+        help=f"policy to report, repeatable: %(choices)s (default: all: {', '.join(DEFAULT_POLICIES)})",
+    ),
+    ARG_FORMAT,
+    Arg("--on-demand", metavar="FILE", help="on-demand price CSV (default: the bundled AWS snapshot)"),
+    Arg(
+        "--product",
+        action="append",
+        metavar="DESCRIPTION",
+        help="spot product description to keep (default: Linux/UNIX); repeatable",
+    ),
+    Arg("--tick-minutes", type=float, metavar="N", help="grid spacing (default: trace's, else 10)"),
+)
+
+# -- cache ----------------------------------------------------------------------------------------
+
+CACHE_ARGS = (
+    Arg(
+        "--store",
+        default=None,
+        help=f"cache root: absolute folder or s3://bucket/prefix (default: ${FEATURE_CACHE_ENV}, "
+        "else $AIRFLOW_HOME/costaware/features)",
+    ),
+    Arg("--endpoint-url", default=None, help="S3 endpoint, e.g. http://127.0.0.1:9000"),
+    Arg("--region", default=None, help="S3 client region"),
+    ARG_FORMAT,
+)
+ARG_USD_PER_GB_MONTH = Arg(
+    "--usd-per-gb-month", default="0.023", help="storage price (default: S3 Standard, 0.023 USD per GB-month)"
+)
+CACHE_COMMANDS = (
+    ActionCommand(
+        "list",
+        "entries, most recently used first",
+        lazy_load_command(f"{_COMMANDS}.cache.list_entries"),
+        CACHE_ARGS,
+    ),
+    ActionCommand(
+        "show",
+        "the manifest of one entry (JSON)",
+        lazy_load_command(f"{_COMMANDS}.cache.show_entry"),
+        (Arg("key", help="the entry's key, from `costaware cache list`"), *CACHE_ARGS),
+    ),
+    ActionCommand(
+        "evict",
+        "delete entries by age, total size, count, or key",
+        lazy_load_command(f"{_COMMANDS}.cache.evict"),
+        (
+            *CACHE_ARGS,
+            ARG_USD_PER_GB_MONTH,
+            Arg("--max-age-days", type=float, default=None, help="evict entries created longer ago"),
+            Arg("--max-total-gb", type=float, default=None, help="evict least recently used beyond this"),
+            Arg("--max-entries", type=int, default=None, help="keep this many most recently used"),
+            Arg("--key", action="append", default=None, help="evict exactly this key (repeatable)"),
+            Arg("--dry-run", action="store_true", help="only say what would be evicted"),
+            ARG_LEDGER_URL,
+        ),
+    ),
+    ActionCommand(
+        "bill",
+        "record storage cost (kind storage) in the ledger up to this hour",
+        lazy_load_command(f"{_COMMANDS}.cache.bill"),
+        (*CACHE_ARGS, ARG_USD_PER_GB_MONTH, ARG_LEDGER_URL),
+    ),
+    ActionCommand(
+        "gc",
+        "delete what killed writers left behind",
+        lazy_load_command(f"{_COMMANDS}.cache.collect_garbage"),
+        (*CACHE_ARGS, Arg("--older-than-minutes", type=float, default=60.0, help="default: 60")),
+    ),
+)
+
+# -- runs -----------------------------------------------------------------------------------------
+
+RUNS_COMMANDS = (
+    ActionCommand(
+        "list",
+        "runs with their metric, promotion and cost, oldest first",
+        lazy_load_command(f"{_COMMANDS}.runs.list_runs"),
+        (ARG_DAG_ID, Arg("--limit", type=int, default=50, help="default: 50"), ARG_FORMAT, ARG_LEDGER_URL),
+    ),
+    ActionCommand(
+        "show",
+        "one run's outcome, cost and reproducibility record",
+        lazy_load_command(f"{_COMMANDS}.runs.show_run"),
+        (
+            Arg("run_id", nargs="?", help="the Airflow run id (or --last with --dag-id)"),
+            ARG_DAG_ID,
+            Arg("--last", action="store_true", help="the newest run of --dag-id that has an outcome"),
+            Arg("--format", choices=("text", "json"), default="text", help="one run's record, not rows"),
+            ARG_LEDGER_URL,
+        ),
+    ),
+)
+
+COMMANDS: tuple[ActionCommand | GroupCommand, ...] = (
+    GroupCommand("budget", "set and inspect budgets", BUDGET_COMMANDS),
+    ActionCommand(
+        "report",
+        "spend, estimates and savings versus on-demand",
+        lazy_load_command(f"{_COMMANDS}.report.report"),
+        REPORT_ARGS,
+    ),
+    ActionCommand(
+        "audit",
+        "budget changes, approvals, overrides and alerts sent: who, when, what",
+        lazy_load_command(f"{_COMMANDS}.governance.audit"),
+        AUDIT_ARGS,
+    ),
+    GroupCommand("alerts", "budget alert thresholds and notifiers", ALERTS_COMMANDS),
+    GroupCommand("prices", "look up, refresh and import on-demand prices", PRICES_COMMANDS),
+    ActionCommand(
+        "simulate",
+        "replay scheduling policies over recorded spot prices, availability and electricity prices",
+        lazy_load_command(f"{_COMMANDS}.simulate.replay"),
+        SIMULATE_ARGS,
+        description=(
+            "Replays policies over recorded data and prints, per policy: total USD, ratio to the oracle "
+            "(the least cost any schedule could reach knowing the future), ratio to on_demand_now, deadline "
+            "misses, preemptions and the share of hours on spot."
+        ),
+    ),
+    GroupCommand("cache", "list, show, evict and bill the feature cache", CACHE_COMMANDS),
+    GroupCommand("runs", "retrain runs: model outcome, cost and reproducibility record", RUNS_COMMANDS),
+)

@@ -1,0 +1,52 @@
+"""The ``costaware`` parser, built from the declarations in :mod:`costaware.cli.config`, and the entry point.
+
+The ledger URL comes from ``--ledger-url``, else ``COSTAWARE_LEDGER_URL``, else the SQLite file at
+``$AIRFLOW_HOME/costaware/ledger.db`` (the same default the Airflow side uses).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from costaware.cli.arguments import ARG_LEDGER_URL_GLOBAL, ActionCommand, GroupCommand
+from costaware.cli.config import COMMANDS, DESCRIPTION
+from costaware.core.errors import CostawareError
+
+
+def _add_action(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], cmd: ActionCommand) -> None:
+    parser = subparsers.add_parser(cmd.name, help=cmd.help, description=cmd.description or cmd.help)
+    for arg in cmd.args:
+        arg.add_to(parser)
+    parser.set_defaults(func=cmd.func)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every ``costaware`` command; imports no command module."""
+    parser = argparse.ArgumentParser(prog="costaware", description=DESCRIPTION)
+    ARG_LEDGER_URL_GLOBAL.add_to(parser)
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for cmd in COMMANDS:
+        if isinstance(cmd, GroupCommand):
+            group = subparsers.add_parser(cmd.name, help=cmd.help, description=cmd.description or cmd.help)
+            actions = group.add_subparsers(dest="action", required=True, metavar="ACTION")
+            for sub in cmd.subcommands:
+                _add_action(actions, sub)
+        else:
+            _add_action(subparsers, cmd)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``costaware`` command; returns the exit code.
+
+    A :class:`~costaware.core.errors.CostawareError` (bad input, an unknown price, an unreachable ledger)
+    prints ``costaware: error: <message>`` on stderr and returns 2; argparse's own errors exit with 2.
+    """
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except CostawareError as e:
+        print(f"costaware: error: {e}", file=sys.stderr)
+        return 2
