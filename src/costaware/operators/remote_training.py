@@ -2,72 +2,34 @@
 
 from __future__ import annotations
 
-import ast
-import json
 import time
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta, timezone
-from decimal import Decimal
-from functools import cached_property
-from typing import TYPE_CHECKING, Any, NoReturn
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import utcnow
-from costaware.glue import (
-    DEFAULT_AWS_CONN_ID,
-    airflow_errors,
-    as_bool,
-    check_tags,
-    run_identity,
-    run_tags,
-    storage_options,
-)
+from costaware.glue import DEFAULT_AWS_CONN_ID, airflow_errors, run_identity, run_tags
+from costaware.operators.remote_attempts import RemoteAttemptSteps
 from costaware.operators.remote_command import check_job_kind
+
+# parse_mapping and parse_decision are re-exported for existing imports.
+from costaware.operators.remote_training_args import RemotePlanArguments, parse_decision, parse_mapping
 from costaware.operators.training_args import TRAINING_TEMPLATE_FIELDS, BuiltInTrainingArguments
-from costaware.training.job_contract import DEFAULT_GRACE_SECONDS, check_grace_seconds
-from costaware.training.plan import blank
+from costaware.training.job_contract import DEFAULT_GRACE_SECONDS
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from costaware.adapters.compute.base import ComputeBackend
-    from costaware.core.spot_decision import SpotDecision
-    from costaware.hooks.ledger import CostLedgerHook
-    from costaware.training.attempts import AttemptState, Event, Fail
-    from costaware.training.plan import PlanArguments, RemotePlan
+    from costaware.training.attempts import AttemptState
+
+__all__ = ["RemoteTrainingOperator", "parse_decision", "parse_mapping"]
 
 
-def parse_mapping(value: Any, *, name: str = "spot decision") -> dict[str, Any]:
-    """A mapping given as a dict, JSON text, or the text of a rendered Python dict."""
-    if blank(value) is None:
-        return {}
-    if isinstance(value, Mapping):
-        return dict(value)
-    text = str(value)
-    try:
-        parsed = json.loads(text)
-    except json.JSONDecodeError:
-        try:
-            parsed = ast.literal_eval(text)
-        except (ValueError, SyntaxError) as e:
-            raise ConfigurationError(f"{name} {text[:80]!r} is neither JSON nor a dict") from e
-    if not isinstance(parsed, dict):
-        raise ConfigurationError(f"{name} must be a mapping, got {type(parsed).__name__}")
-    return parsed
-
-
-def parse_decision(value: Any) -> SpotDecision | None:
-    """A spot window decision from XCom (a dict, JSON text or a rendered Python dict), or None."""
-    from costaware.core.spot_decision import SpotDecision
-
-    mapping = parse_mapping(value, name="spot decision")
-    return SpotDecision.from_xcom(mapping) if mapping else None
-
-
-class RemoteTrainingOperator(BuiltInTrainingArguments, BaseOperator):
+class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTrainingArguments, BaseOperator):
     """Runs the retrain on a compute backend (a child process, SageMaker, Batch, Kubernetes) with checkpoints.
 
     See docs/remote-training.md, and docs/own-training.md for ``command=``.
@@ -271,103 +233,38 @@ class RemoteTrainingOperator(BuiltInTrainingArguments, BaseOperator):
             seed=seed,
             check=self.command is None,
         )
-        self.image = image
-        self.preemption_grace_seconds = check_grace_seconds(preemption_grace_seconds)
-        self.backend = backend
-        self.backend_options = (
-            backend_options if isinstance(backend_options, str) else dict(backend_options or {})
+        self._keep_plan_arguments(
+            image=image,
+            preemption_grace_seconds=preemption_grace_seconds,
+            backend=backend,
+            backend_options=backend_options,
+            spot_decision=spot_decision,
+            spot_task_id=spot_task_id,
+            market=market,
+            instance_type=instance_type,
+            region=region,
+            spot_usd_per_hour=spot_usd_per_hour,
+            on_demand_usd_per_hour=on_demand_usd_per_hour,
+            deadline=deadline,
+            latest_start=latest_start,
+            tags=tags,
+            aws_conn_id=aws_conn_id,
+            pause_on_price=pause_on_price,
+            prices=prices,
+            availability=availability,
+            expected_runtime_hours=expected_runtime_hours,
+            priority=priority,
+            restart_overhead_minutes=restart_overhead_minutes,
+            history_days=history_days,
         )
-        self.spot_decision = spot_decision
-        self.spot_task_id = spot_task_id
-        # Not named instance_type/market/region/usd_per_hour: the cost listener reads those attributes to
-        # price the worker's own time, and the worker only waits here; the training is billed per attempt.
-        self.job_market = market
-        self.job_instance_type = instance_type
-        self.job_region = region
-        self.spot_usd_per_hour = spot_usd_per_hour
-        self.on_demand_usd_per_hour = on_demand_usd_per_hour
-        self.deadline = deadline
-        self.latest_start = latest_start
         self.max_attempts = max_attempts
         self.poll_interval = poll_interval
         self.spec_uri = spec_uri
         self.budget_scope = budget_scope
         self.ledger_conn_id = ledger_conn_id
-        self.tags = check_tags(tags or {}, owner=f"{type(self).__name__} {self.task_id!r}")
-        self.aws_conn_id = aws_conn_id
         self.deferrable = deferrable
-        self.pause_on_price = pause_on_price
-        self.prices = prices
-        self.availability = availability
-        self.expected_runtime_hours = expected_runtime_hours
-        self.priority = priority
-        if not restart_overhead_minutes >= 0:
-            raise ConfigurationError(
-                f"restart_overhead_minutes must be >= 0, got {restart_overhead_minutes!r}"
-            )
-        self.restart_overhead_minutes = restart_overhead_minutes
-        if not isinstance(history_days, int) or history_days < 1:
-            raise ConfigurationError(f"history_days must be an integer >= 1, got {history_days!r}")
-        self.history_days = history_days
-
-    @cached_property
-    def ledger_hook(self) -> CostLedgerHook:
-        from costaware.hooks.ledger import CostLedgerHook
-
-        return CostLedgerHook(ledger_conn_id=self.ledger_conn_id)
-
-    def _storage_options(self) -> dict[str, Any]:
-        """How every object of the training is reached: the S3 options of ``aws_conn_id``.
-
-        The one source for the spec write, the result read and (through the spec's endpoint and region)
-        the job's checkpoint and model stores, so that the worker and the job see the same store. Read
-        anew on each use: temporary credentials may have been renewed since the last.
-        """
-        return storage_options(self.aws_conn_id)
-
-    def _backend(self, plan: RemotePlan) -> ComputeBackend:
-        from costaware.adapters.compute.base import open_backend
-
-        return open_backend(plan.backend, dict(plan.backend_options))
 
     # -- plan --------------------------------------------------------------------------------------------
-
-    def _decision(self, context: Context) -> SpotDecision | None:
-        if self.spot_task_id:
-            ti = context.get("ti")
-            pulled = ti.xcom_pull(task_ids=self.spot_task_id) if ti is not None else None
-            if pulled is None:
-                raise ConfigurationError(
-                    f"task {self.spot_task_id!r} left no spot decision in XCom: check spot_task_id"
-                )
-            return parse_decision(pulled)
-        return parse_decision(self.spot_decision)
-
-    def _plan_arguments(self) -> PlanArguments:
-        from costaware.training.plan import PlanArguments
-
-        return PlanArguments(
-            backend=str(self.backend),
-            backend_options=parse_mapping(self.backend_options, name="backend_options"),
-            market=self.job_market,
-            instance_type=self.job_instance_type,
-            region=self.job_region,
-            spot_usd_per_hour=self.spot_usd_per_hour,
-            on_demand_usd_per_hour=self.on_demand_usd_per_hour,
-            deadline=self.deadline,
-            latest_start=self.latest_start,
-            image=self.image,
-            grace_seconds=self.preemption_grace_seconds,
-            checkpoint_every_seconds=self.checkpoint_every_seconds,
-            aws_conn_id=self.aws_conn_id,
-            pause_on_price=as_bool(self.pause_on_price, "pause_on_price"),
-            prices=self.prices,
-            availability=self.availability,
-            expected_runtime_hours=self.expected_runtime_hours,
-            priority=self.priority,
-            restart_overhead_minutes=self.restart_overhead_minutes,
-            history_days=self.history_days,
-        )
 
     def _start(self, context: Context) -> AttemptState:
         """The state before attempt 1: the plan (:func:`~costaware.training.plan.make_plan`) and its spec."""
@@ -429,299 +326,6 @@ class RemoteTrainingOperator(BuiltInTrainingArguments, BaseOperator):
             command=tuple(command) if command is not None else None,
         )
 
-    # -- attempts: the side effects of each step of costaware.training.attempts.next_step -----------------
-
-    def _submit(self, state: AttemptState, market: str) -> AttemptState:
-        from costaware.adapters.compute.base import JobRequest
-        from costaware.training.job_contract import attempt_uris
-        from costaware.training.plan import job_seconds_left
-        from costaware.training.remote import job_name
-
-        plan = state.plan
-        attempt = state.next_attempt
-        seconds = job_seconds_left(plan, utcnow())
-        output_uri, result_uri = attempt_uris(plan.model_store, plan.base_name, attempt)
-        request = JobRequest(
-            job_name=job_name(plan.base_name, attempt),
-            spec_uri=plan.spec_uri,
-            market=market,
-            instance_type=plan.instance_type,
-            checkpoint_uri=plan.checkpoint_uri,
-            model_store=plan.model_store,
-            max_runtime_seconds=seconds,
-            max_wait_seconds=seconds if market == "spot" else None,
-            env=dict(plan.job_env),
-            user_command=state.command or (),
-            image=plan.image or "",
-            output_uri=output_uri if state.command else "",
-            result_uri=result_uri if state.command else "",
-            attempt=attempt,
-            grace_seconds=plan.grace_seconds,
-        )
-        job_id = self._backend(plan).submit(request)
-        self.log.info(
-            "attempt %d: job %s on %s, %s %s", attempt, job_id, plan.backend, market, plan.instance_type
-        )
-        return state.submitted(job_id=job_id, market=market)
-
-    def _record_attempt(self, state: AttemptState, job: Mapping[str, Any], cause: str) -> AttemptState:
-        from costaware.training.attempts import Attempt
-        from costaware.training.remote import attempt_entry
-
-        plan = state.plan
-        assert state.current is not None  # only a running attempt ends
-        if job["market"] == "spot":
-            rate = self._billed_spot_rate(state, job)
-        else:
-            rate = Decimal(plan.on_demand_usd_per_hour)
-        entry = attempt_entry(
-            identity=plan.identity,
-            attempt=state.current.attempt,
-            job=job,
-            usd_per_hour=rate,
-            on_demand_usd_per_hour=Decimal(plan.on_demand_usd_per_hour),
-            region=plan.region,
-            backend=plan.backend,
-            tags=plan.tags,
-            cause=cause,
-        )
-        self.ledger_hook.get_conn().record(entry)
-        attempt = Attempt(
-            attempt=state.current.attempt,
-            job_id=str(job["job_id"]),
-            market=str(job["market"]),
-            instance_type=str(job["instance_type"]),
-            billable_seconds=job["billable_seconds"],
-            usd=str(entry.usd),
-            cause=str(entry.cause),
-            reason=str(job.get("reason") or ""),
-        )
-        return state.recorded(attempt)
-
-    def _billed_spot_rate(self, state: AttemptState, job: Mapping[str, Any]) -> Decimal:
-        """The spot USD/hour an attempt is billed at.
-
-        Its starting price or, given ``prices``, the time-weighted mean of the price in force over its run
-        (``ended_at`` back by its billed seconds), so that a rise during the run is paid for.
-        """
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        from costaware.core.errors import CostawareError
-        from costaware.triggers.spot_window import spot_history
-
-        started_at = Decimal(str(state.spot_usd_per_hour))
-        billing, plan = state.plan.billing, state.plan
-        seconds = float(job["billable_seconds"])
-        if not billing or seconds <= 0:
-            return started_at
-        ended = job.get("ended_at")
-        end = datetime.fromtimestamp(float(ended), tz=timezone.utc) if ended else utcnow()
-        start = end - timedelta(seconds=seconds)
-        try:
-            history = spot_history(
-                prices=billing.prices,
-                instance_type=plan.instance_type,
-                region=plan.region,
-                aws_conn_id=self.aws_conn_id,
-                ttl_seconds=1.0,
-                products=["Linux/UNIX"],
-                now=end,
-                history_days=int(seconds // 86400) + 2,
-            )
-            series = history.series(plan.instance_type, plan.region, billing.availability_zone)
-            rate: Decimal = series.mean_usd_per_hour(start, end)
-        except (CostawareError, BotoCoreError, ClientError) as e:
-            # The attempt still gets its entry: at the price it started on, with the reason in the log.
-            self.log.warning("attempt billed at its starting spot price %s USD/hour: %s", started_at, e)
-            return started_at
-        if rate != started_at:
-            self.log.info(
-                "attempt billed at %s USD/hour, the mean spot price over its %.0f s (it started at %s)",
-                rate,
-                seconds,
-                started_at,
-            )
-        return rate
-
-    def _step(self, context: Context, state: AttemptState, event: Event) -> Any:
-        """Decide the next step (pure) and perform it: the new state to wait on, or the result (XCom)."""
-        from costaware.training.attempts import Fail, Finish, JobEnded, Pause, Resume, Submit, next_step
-        from costaware.training.pauses import latest_resume as resume_by
-        from costaware.training.pauses import price_watch, work_left
-
-        now = utcnow()
-        latest_resume = None
-        if isinstance(event, JobEnded) and state.current and state.current.pausing:
-            latest_resume = resume_by(state, work_left(state, ended=event.job))
-        step = next_step(state, event, now, max_attempts=self.max_attempts, latest_resume=latest_resume)
-        current = state.current
-        if step.stop_first and isinstance(event, JobEnded):
-            self.log.warning(
-                "spot capacity not found by the latest safe start %s: on-demand", state.latest_start
-            )
-            self._backend(state.plan).stop(str(event.job["job_id"]))
-        if step.record_cause is not None and isinstance(event, JobEnded):
-            state = self._record_attempt(state, event.job, step.record_cause)
-        if isinstance(step, Pause):
-            assert current is not None  # a price rise is seen on a running job
-            self.log.warning(
-                "pausing attempt %s (job %s): %s", current.attempt, step.job["job_id"], step.reason
-            )
-            self._backend(state.plan).stop(str(step.job["job_id"]))
-            return state.pausing(reason=step.reason, job=step.job, seen_at=step.seen_at)
-        if isinstance(step, Resume):
-            self.log.info("resuming from the newest checkpoint on %s: %s", step.market, step.reason)
-            return self._submit(state.resumed_at(step.usd_per_hour), step.market)
-        if isinstance(step, Submit):
-            if step.cause_of_previous == "paused":
-                self.log.warning("paused with no slack left for a later spot start: resuming on on-demand")
-            elif step.cause_of_previous != "capacity_wait" and isinstance(event, JobEnded):
-                self.log.warning(
-                    "attempt %s interrupted (%s): resubmitting on %s from the newest checkpoint",
-                    current.attempt if current else "?",
-                    event.job.get("reason"),
-                    step.market,
-                )
-            return self._submit(state, step.market)
-        if isinstance(step, Finish):
-            return self._finish(context, state)
-        if isinstance(step, Fail):
-            self._fail(state, step)
-        watch = price_watch(state, "resume", poll_interval=self.poll_interval)  # WaitForPrice
-        self.log.info(
-            "paused; %s h of work left, waiting for the spot price to come back until %s at the latest",
-            watch["remaining_hours"],
-            watch["latest_resume"],
-        )
-        return state
-
-    def _fail(self, state: AttemptState, step: Fail) -> NoReturn:
-        message = step.message
-        if step.job_id is not None:
-            self._settle(state)
-            logs = self._backend(state.plan).logs(step.job_id, tail=5)
-            message = f"{message}; last log lines: {logs[-800:]}"
-        if step.retry:
-            raise AirflowException(message)
-        raise AirflowFailException(message)
-
-    def _total(self, state: AttemptState) -> Decimal:
-        return sum((Decimal(a.usd) for a in state.attempts), Decimal(0))
-
-    def _settle(self, state: AttemptState) -> None:
-        """Settle this task's reservation (the spend gate's, or our own) with the attempts' total."""
-        from costaware.core.ledger import reservation_holder
-
-        ident = state.plan.identity
-        holder = reservation_holder(ident["dag_id"], ident["run_id"], ident["task_id"], ident["map_index"])
-        ledger = self.ledger_hook.get_conn()
-        for reservation in ledger.open_reservations(holder_prefix=holder):
-            if reservation.holder == holder:
-                ledger.settle(reservation.id, self._total(state))
-
-    def _finish(self, context: Context, state: AttemptState) -> dict[str, Any]:
-        from costaware.training.entrypoint import read_result
-
-        self._settle(state)
-        ti = context.get("ti")
-        if ti is not None and hasattr(ti, "dag_id"):
-            from costaware.glue import annotate_task
-
-            annotate_task(
-                ti, cause="orchestration", note="worker waited for remote training; billed per attempt"
-            )
-        opts = self._storage_options()
-        if state.command:
-            summary = self._finish_command(context, state, opts)
-        else:
-            job_id = state.attempts[-1].job_id if state.attempts else ""
-            result = read_result(state.plan.result_uri, job_id=job_id, **opts)
-            usd = self._total(state)
-            self.log.info(
-                "stored %s model version %s after %d attempt(s), %s USD billed",
-                result.get("mode"),
-                result.get("version"),
-                len(state.attempts),
-                usd,
-            )
-            attempts = [a.to_json() for a in state.attempts]
-            summary = {**result, "attempts": attempts, "usd": str(usd), "backend": state.plan.backend}
-        self._clear_checkpoints(state.plan, opts)
-        return summary
-
-    def _clear_checkpoints(self, plan: RemotePlan, opts: Mapping[str, Any]) -> None:
-        """Delete this training's checkpoints once its model version is stored.
-
-        They cost storage and no other run resumes them. A failure to delete only warns: the model is stored.
-        """
-        from costaware.adapters.model_store import BlobDir
-
-        parent, _, leaf = plan.checkpoint_uri.rstrip("/").rpartition("/")
-        if not parent or not leaf:
-            return
-        try:
-            BlobDir.from_uri(parent, create=False, **opts).delete(leaf)
-        except OSError as e:
-            self.log.warning(
-                "could not delete the checkpoints at %s (%s): delete them by hand", plan.checkpoint_uri, e
-            )
-            return
-        self.log.info("deleted the checkpoints at %s: the model version is stored", plan.checkpoint_uri)
-
-    def _finish_command(
-        self, context: Context, state: AttemptState, opts: Mapping[str, Any]
-    ) -> dict[str, Any]:
-        """Store the command's outputs as a ``files`` version, record its metrics, return them (XCom)."""
-        from costaware.operators.remote_command import format_metrics, register_outputs
-        from costaware.operators.run_record import command_outcome, write_outcome
-
-        usd = self._total(state)
-        stored = register_outputs(state.to_json(), opts, str(usd))
-        self.log.info(
-            "stored model version %s (%d files, %d bytes) after %d attempt(s), %s USD billed; metrics: %s",
-            stored["version"],
-            stored["files"],
-            stored["bytes"],
-            len(state.attempts),
-            usd,
-            format_metrics(stored["metrics"]),
-        )
-        outcome = command_outcome(
-            context=context,
-            identity=state.plan.identity,
-            version=stored["version"],
-            metrics=stored["metrics"],
-            command=list(state.command or ()),
-            image=state.plan.image,
-        )
-        write_outcome(outcome, self.ledger_conn_id)
-        return {
-            "version": stored["version"],
-            "metrics": stored["metrics"],
-            "model_format": "files",
-            "files": stored["files"],
-            "bytes": stored["bytes"],
-            "attempts": [a.to_json() for a in state.attempts],
-            "usd": str(usd),
-            "backend": state.plan.backend,
-        }
-
-    def _reserve(self, state: AttemptState) -> None:
-        plan = state.plan
-        if not self.budget_scope or not plan.estimated_usd:
-            return
-        from costaware.core.ledger import reservation_holder
-
-        ident = plan.identity
-        holder = reservation_holder(ident["dag_id"], ident["run_id"], ident["task_id"], ident["map_index"])
-        self.ledger_hook.get_conn().reserve(
-            self.budget_scope,
-            plan.estimated_usd,
-            holder=holder,
-            run_id=ident["run_id"],
-            purpose=f"remote training {ident['task_id']}",
-        )
-
     # -- Airflow entry points ----------------------------------------------------------------------------
 
     def execute(self, context: Context) -> Any:
@@ -731,29 +335,6 @@ class RemoteTrainingOperator(BuiltInTrainingArguments, BaseOperator):
             self._reserve(state)
             state = self._submit(state, state.plan.first_market)
         return self._wait(context, state)
-
-    def _trigger(self, state: AttemptState) -> Any:
-        """What to wait on: the current job (watching its spot price when asked), or the price of a pause."""
-        from costaware.training.pauses import price_watch
-        from costaware.triggers.remote_training import RemoteTrainingJobTrigger
-
-        current = state.current
-        if current is None:  # paused: wait for a good price to resume
-            watch: dict[str, Any] | None = price_watch(state, "resume", poll_interval=self.poll_interval)
-        elif state.plan.watch and current.market == "spot" and not current.pausing:
-            watch = price_watch(state, "pause", poll_interval=self.poll_interval)
-        else:
-            watch = None
-        latest = state.latest_start
-        return RemoteTrainingJobTrigger(
-            backend=state.plan.backend,
-            backend_options=dict(state.plan.backend_options),
-            job_id=current.job_id if current else None,
-            state=state.to_json(),
-            fallback_at=latest.isoformat() if latest and current and current.market == "spot" else None,
-            poll_interval=self.poll_interval,
-            price_watch=watch,
-        )
 
     def _wait(self, context: Context, state: AttemptState) -> Any:
         while True:

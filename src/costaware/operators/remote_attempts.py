@@ -1,0 +1,318 @@
+"""The attempts of ``RemoteTrainingOperator``: the side effects of each step of the attempt state machine.
+
+:func:`costaware.training.attempts.next_step` decides, purely, what follows a trigger event; this mixin
+performs what the step names, in the Airflow worker: stop or submit a job on the compute backend, record
+an ended attempt in the cost ledger (at the mean spot price over its run, given ``prices``), settle the
+task's reservation, store the model version and clear the checkpoints, or fail the task. The effects that
+need no Airflow live in ``costaware.training.attempt_effects``; this module logs them and maps failures to
+task outcomes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from costaware.core.ledger import utcnow
+from costaware.glue import storage_options
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from costaware.adapters.compute.base import ComputeBackend
+    from costaware.hooks.ledger import CostLedgerHook
+    from costaware.training.attempts import AttemptState, Event, Fail
+    from costaware.training.plan import RemotePlan
+
+
+class RemoteAttemptSteps:
+    """A mixin of ``RemoteTrainingOperator``: the backend, the ledger, and the side effects of each step."""
+
+    max_attempts: int
+    poll_interval: float
+    budget_scope: str | None
+    ledger_conn_id: str
+    aws_conn_id: str | None
+
+    if TYPE_CHECKING:  # BaseOperator's task logger
+
+        @property
+        def log(self) -> Any: ...
+
+    @cached_property
+    def ledger_hook(self) -> CostLedgerHook:
+        from costaware.hooks.ledger import CostLedgerHook
+
+        return CostLedgerHook(ledger_conn_id=self.ledger_conn_id)
+
+    def _storage_options(self) -> dict[str, Any]:
+        """How every object of the training is reached: the S3 options of ``aws_conn_id``.
+
+        The one source for the spec write, the result read and (through the spec's endpoint and region)
+        the job's checkpoint and model stores, so that the worker and the job see the same store. Read
+        anew on each use: temporary credentials may have been renewed since the last.
+        """
+        return storage_options(self.aws_conn_id)
+
+    def _backend(self, plan: RemotePlan) -> ComputeBackend:
+        from costaware.adapters.compute.base import open_backend
+
+        return open_backend(plan.backend, dict(plan.backend_options))
+
+    def _submit(self, state: AttemptState, market: str) -> AttemptState:
+        from costaware.training.attempt_effects import job_request
+
+        plan = state.plan
+        request = job_request(state, market, utcnow())
+        job_id = self._backend(plan).submit(request)
+        self.log.info(
+            "attempt %d: job %s on %s, %s %s",
+            request.attempt,
+            job_id,
+            plan.backend,
+            market,
+            plan.instance_type,
+        )
+        return state.submitted(job_id=job_id, market=market)
+
+    def _record_attempt(self, state: AttemptState, job: Mapping[str, Any], cause: str) -> AttemptState:
+        from costaware.training.attempt_effects import billed_attempt
+
+        if job["market"] == "spot":
+            rate = self._billed_spot_rate(state, job)
+        else:
+            rate = Decimal(state.plan.on_demand_usd_per_hour)
+        entry, attempt = billed_attempt(state, job, cause, rate)
+        self.ledger_hook.get_conn().record(entry)
+        return state.recorded(attempt)
+
+    def _billed_spot_rate(self, state: AttemptState, job: Mapping[str, Any]) -> Decimal:
+        """The spot USD/hour an attempt is billed at.
+
+        Its starting price or, given ``prices``, the time-weighted mean of the price in force over its run
+        (``ended_at`` back by its billed seconds), so that a rise during the run is paid for.
+        """
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        from costaware.adapters.spot_market import mean_spot_price
+        from costaware.core.errors import CostawareError
+
+        started_at = Decimal(str(state.spot_usd_per_hour))
+        billing, plan = state.plan.billing, state.plan
+        seconds = float(job["billable_seconds"])
+        if not billing or seconds <= 0:
+            return started_at
+        ended = job.get("ended_at")
+        end = datetime.fromtimestamp(float(ended), tz=timezone.utc) if ended else utcnow()
+        try:
+            rate = mean_spot_price(
+                prices=billing.prices,
+                instance_type=plan.instance_type,
+                region=plan.region,
+                availability_zone=billing.availability_zone,
+                aws_conn_id=self.aws_conn_id,
+                start=end - timedelta(seconds=seconds),
+                end=end,
+            )
+        except (CostawareError, BotoCoreError, ClientError) as e:
+            # The attempt still gets its entry: at the price it started on, with the reason in the log.
+            self.log.warning("attempt billed at its starting spot price %s USD/hour: %s", started_at, e)
+            return started_at
+        if rate != started_at:
+            self.log.info(
+                "attempt billed at %s USD/hour, the mean spot price over its %.0f s (it started at %s)",
+                rate,
+                seconds,
+                started_at,
+            )
+        return rate
+
+    def _step(self, context: Context, state: AttemptState, event: Event) -> Any:
+        """Decide the next step (pure) and perform it: the new state to wait on, or the result (XCom)."""
+        from costaware.training.attempts import Fail, Finish, JobEnded, Pause, Resume, Submit, next_step
+        from costaware.training.pauses import latest_resume as resume_by
+        from costaware.training.pauses import price_watch, work_left
+
+        now = utcnow()
+        latest_resume = None
+        if isinstance(event, JobEnded) and state.current and state.current.pausing:
+            latest_resume = resume_by(state, work_left(state, ended=event.job))
+        step = next_step(state, event, now, max_attempts=self.max_attempts, latest_resume=latest_resume)
+        current = state.current
+        if step.stop_first and isinstance(event, JobEnded):
+            self.log.warning(
+                "spot capacity not found by the latest safe start %s: on-demand", state.latest_start
+            )
+            self._backend(state.plan).stop(str(event.job["job_id"]))
+        if step.record_cause is not None and isinstance(event, JobEnded):
+            state = self._record_attempt(state, event.job, step.record_cause)
+        if isinstance(step, Pause):
+            assert current is not None  # a price rise is seen on a running job
+            self.log.warning(
+                "pausing attempt %s (job %s): %s", current.attempt, step.job["job_id"], step.reason
+            )
+            self._backend(state.plan).stop(str(step.job["job_id"]))
+            return state.pausing(reason=step.reason, job=step.job, seen_at=step.seen_at)
+        if isinstance(step, Resume):
+            self.log.info("resuming from the newest checkpoint on %s: %s", step.market, step.reason)
+            return self._submit(state.resumed_at(step.usd_per_hour), step.market)
+        if isinstance(step, Submit):
+            if step.cause_of_previous == "paused":
+                self.log.warning("paused with no slack left for a later spot start: resuming on on-demand")
+            elif step.cause_of_previous != "capacity_wait" and isinstance(event, JobEnded):
+                self.log.warning(
+                    "attempt %s interrupted (%s): resubmitting on %s from the newest checkpoint",
+                    current.attempt if current else "?",
+                    event.job.get("reason"),
+                    step.market,
+                )
+            return self._submit(state, step.market)
+        if isinstance(step, Finish):
+            return self._finish(context, state)
+        if isinstance(step, Fail):
+            self._fail(state, step)
+        watch = price_watch(state, "resume", poll_interval=self.poll_interval)  # WaitForPrice
+        self.log.info(
+            "paused; %s h of work left, waiting for the spot price to come back until %s at the latest",
+            watch["remaining_hours"],
+            watch["latest_resume"],
+        )
+        return state
+
+    def _fail(self, state: AttemptState, step: Fail) -> NoReturn:
+        message = step.message
+        if step.job_id is not None:
+            self._settle(state)
+            logs = self._backend(state.plan).logs(step.job_id, tail=5)
+            message = f"{message}; last log lines: {logs[-800:]}"
+        if step.retry:
+            raise AirflowException(message)
+        raise AirflowFailException(message)
+
+    def _settle(self, state: AttemptState) -> None:
+        """Settle this task's reservation (the spend gate's, or our own) with the attempts' total."""
+        from costaware.training.attempt_effects import settle_reservation
+
+        settle_reservation(self.ledger_hook.get_conn(), state)
+
+    def _reserve(self, state: AttemptState) -> None:
+        """With no reservation from a spend gate, reserve the decision's estimate in ``budget_scope``."""
+        from costaware.training.attempt_effects import reserve_estimate
+
+        if self.budget_scope and state.plan.estimated_usd:
+            reserve_estimate(self.ledger_hook.get_conn(), state.plan, self.budget_scope)
+
+    def _finish(self, context: Context, state: AttemptState) -> dict[str, Any]:
+        from costaware.training.attempt_effects import total_usd
+        from costaware.training.entrypoint import read_result
+
+        self._settle(state)
+        ti = context.get("ti")
+        if ti is not None and hasattr(ti, "dag_id"):
+            from costaware.glue import annotate_task
+
+            annotate_task(
+                ti, cause="orchestration", note="worker waited for remote training; billed per attempt"
+            )
+        opts = self._storage_options()
+        if state.command:
+            summary = self._finish_command(context, state, opts)
+        else:
+            job_id = state.attempts[-1].job_id if state.attempts else ""
+            result = read_result(state.plan.result_uri, job_id=job_id, **opts)
+            usd = total_usd(state)
+            self.log.info(
+                "stored %s model version %s after %d attempt(s), %s USD billed",
+                result.get("mode"),
+                result.get("version"),
+                len(state.attempts),
+                usd,
+            )
+            attempts = [a.to_json() for a in state.attempts]
+            summary = {**result, "attempts": attempts, "usd": str(usd), "backend": state.plan.backend}
+        self._clear_checkpoints(state.plan, opts)
+        return summary
+
+    def _clear_checkpoints(self, plan: RemotePlan, opts: Mapping[str, Any]) -> None:
+        """Delete this training's checkpoints once its model version is stored.
+
+        They cost storage and no other run resumes them. A failure to delete only warns: the model is stored.
+        """
+        from costaware.training.attempt_effects import clear_checkpoints
+
+        try:
+            cleared = clear_checkpoints(plan, opts)
+        except OSError as e:
+            self.log.warning(
+                "could not delete the checkpoints at %s (%s): delete them by hand", plan.checkpoint_uri, e
+            )
+            return
+        if cleared:
+            self.log.info("deleted the checkpoints at %s: the model version is stored", plan.checkpoint_uri)
+
+    def _finish_command(
+        self, context: Context, state: AttemptState, opts: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Store the command's outputs as a ``files`` version, record its metrics, return them (XCom)."""
+        from costaware.operators.remote_command import format_metrics, register_outputs
+        from costaware.operators.run_record import command_outcome, write_outcome
+        from costaware.training.attempt_effects import total_usd
+
+        usd = total_usd(state)
+        stored = register_outputs(state.to_json(), opts, str(usd))
+        self.log.info(
+            "stored model version %s (%d files, %d bytes) after %d attempt(s), %s USD billed; metrics: %s",
+            stored["version"],
+            stored["files"],
+            stored["bytes"],
+            len(state.attempts),
+            usd,
+            format_metrics(stored["metrics"]),
+        )
+        outcome = command_outcome(
+            context=context,
+            identity=state.plan.identity,
+            version=stored["version"],
+            metrics=stored["metrics"],
+            command=list(state.command or ()),
+            image=state.plan.image,
+        )
+        write_outcome(outcome, self.ledger_conn_id)
+        return {
+            "version": stored["version"],
+            "metrics": stored["metrics"],
+            "model_format": "files",
+            "files": stored["files"],
+            "bytes": stored["bytes"],
+            "attempts": [a.to_json() for a in state.attempts],
+            "usd": str(usd),
+            "backend": state.plan.backend,
+        }
+
+    def _trigger(self, state: AttemptState) -> Any:
+        """What to wait on: the current job (watching its spot price when asked), or the price of a pause."""
+        from costaware.training.pauses import price_watch
+        from costaware.triggers.remote_training import RemoteTrainingJobTrigger
+
+        current = state.current
+        if current is None:  # paused: wait for a good price to resume
+            watch: dict[str, Any] | None = price_watch(state, "resume", poll_interval=self.poll_interval)
+        elif state.plan.watch and current.market == "spot" and not current.pausing:
+            watch = price_watch(state, "pause", poll_interval=self.poll_interval)
+        else:
+            watch = None
+        latest = state.latest_start
+        return RemoteTrainingJobTrigger(
+            backend=state.plan.backend,
+            backend_options=dict(state.plan.backend_options),
+            job_id=current.job_id if current else None,
+            state=state.to_json(),
+            fallback_at=latest.isoformat() if latest and current and current.market == "spot" else None,
+            poll_interval=self.poll_interval,
+            price_watch=watch,
+        )

@@ -1,0 +1,183 @@
+"""``RemoteTrainingOperator``'s plan arguments: where, on what and on which market the training runs.
+
+Like ``training_args.py`` for the built-in trainer's arguments: Airflow renders templates in operator
+attributes, so the arguments stay attributes of the operator (and show in its Rendered Template view);
+:meth:`RemotePlanArguments._plan_arguments` turns the rendered ones into one
+:class:`~costaware.training.plan.PlanArguments`, and :meth:`RemotePlanArguments._decision` reads the
+``SpotWindowSensor`` decision each of them falls back to. ``make_plan`` then fixes the plan.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from costaware.core.errors import ConfigurationError
+from costaware.glue import as_bool, check_tags
+from costaware.training.job_contract import check_grace_seconds
+from costaware.training.plan import blank
+
+if TYPE_CHECKING:
+    from costaware.core.spot_decision import SpotDecision
+    from costaware.training.plan import PlanArguments
+
+
+def parse_mapping(value: Any, *, name: str = "spot decision") -> dict[str, Any]:
+    """A mapping given as a dict, JSON text, or the text of a rendered Python dict."""
+    if blank(value) is None:
+        return {}
+    if isinstance(value, Mapping):
+        return dict(value)
+    text = str(value)
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError:
+        try:
+            parsed = ast.literal_eval(text)
+        except (ValueError, SyntaxError) as e:
+            raise ConfigurationError(f"{name} {text[:80]!r} is neither JSON nor a dict") from e
+    if not isinstance(parsed, dict):
+        raise ConfigurationError(f"{name} must be a mapping, got {type(parsed).__name__}")
+    return parsed
+
+
+def parse_decision(value: Any) -> SpotDecision | None:
+    """A spot window decision from XCom (a dict, JSON text or a rendered Python dict), or None."""
+    from costaware.core.spot_decision import SpotDecision
+
+    mapping = parse_mapping(value, name="spot decision")
+    return SpotDecision.from_xcom(mapping) if mapping else None
+
+
+class RemotePlanArguments:
+    """A mixin of ``RemoteTrainingOperator``: the plan's arguments and the spot decision they fall back to."""
+
+    task_id: str
+    image: str | None
+    preemption_grace_seconds: float
+    backend: str
+    backend_options: Mapping[str, Any] | str
+    spot_decision: Any
+    spot_task_id: str | None
+    job_market: str | None
+    job_instance_type: str | None
+    job_region: str | None
+    spot_usd_per_hour: str | None
+    on_demand_usd_per_hour: str | None
+    deadline: str | None
+    latest_start: str | None
+    checkpoint_every_seconds: float | None
+    tags: dict[str, str]
+    aws_conn_id: str | None
+    pause_on_price: bool | str
+    prices: str | None
+    availability: str | None
+    expected_runtime_hours: str | float | None
+    priority: str | None
+    restart_overhead_minutes: float
+    history_days: int
+
+    def _keep_plan_arguments(
+        self,
+        *,
+        image: str | None,
+        preemption_grace_seconds: float,
+        backend: str,
+        backend_options: Mapping[str, Any] | str | None,
+        spot_decision: Any,
+        spot_task_id: str | None,
+        market: str | None,
+        instance_type: str | None,
+        region: str | None,
+        spot_usd_per_hour: str | None,
+        on_demand_usd_per_hour: str | None,
+        deadline: str | None,
+        latest_start: str | None,
+        tags: Mapping[str, str] | None,
+        aws_conn_id: str | None,
+        pause_on_price: bool | str,
+        prices: str | None,
+        availability: str | None,
+        expected_runtime_hours: str | float | None,
+        priority: str | None,
+        restart_overhead_minutes: float,
+        history_days: int,
+    ) -> None:
+        """Keep the arguments; check what needs no rendering (the message names the argument)."""
+        self.image = image
+        self.preemption_grace_seconds = check_grace_seconds(preemption_grace_seconds)
+        self.backend = backend
+        self.backend_options = (
+            backend_options if isinstance(backend_options, str) else dict(backend_options or {})
+        )
+        self.spot_decision = spot_decision
+        self.spot_task_id = spot_task_id
+        # Not named instance_type/market/region/usd_per_hour: the cost listener reads those attributes to
+        # price the worker's own time, and the worker only waits here; the training is billed per attempt.
+        self.job_market = market
+        self.job_instance_type = instance_type
+        self.job_region = region
+        self.spot_usd_per_hour = spot_usd_per_hour
+        self.on_demand_usd_per_hour = on_demand_usd_per_hour
+        self.deadline = deadline
+        self.latest_start = latest_start
+        self.tags = check_tags(tags or {}, owner=f"{type(self).__name__} {self.task_id!r}")
+        self.aws_conn_id = aws_conn_id
+        self.pause_on_price = pause_on_price
+        self.prices = prices
+        self.availability = availability
+        self.expected_runtime_hours = expected_runtime_hours
+        self.priority = priority
+        if not restart_overhead_minutes >= 0:
+            raise ConfigurationError(
+                f"restart_overhead_minutes must be >= 0, got {restart_overhead_minutes!r}"
+            )
+        self.restart_overhead_minutes = restart_overhead_minutes
+        if not isinstance(history_days, int) or history_days < 1:
+            raise ConfigurationError(f"history_days must be an integer >= 1, got {history_days!r}")
+        self.history_days = history_days
+
+    def _decision(self, context: Mapping[str, Any]) -> SpotDecision | None:
+        """The spot window decision: ``spot_task_id``'s XCom, else the rendered ``spot_decision``, or None.
+
+        Raises:
+            ConfigurationError: ``spot_task_id`` left no XCom, or the decision cannot be read.
+        """
+        if self.spot_task_id:
+            ti = context.get("ti")
+            pulled = ti.xcom_pull(task_ids=self.spot_task_id) if ti is not None else None
+            if pulled is None:
+                raise ConfigurationError(
+                    f"task {self.spot_task_id!r} left no spot decision in XCom: check spot_task_id"
+                )
+            return parse_decision(pulled)
+        return parse_decision(self.spot_decision)
+
+    def _plan_arguments(self) -> PlanArguments:
+        """The rendered arguments as one value (call after Airflow rendered the templates)."""
+        from costaware.training.plan import PlanArguments
+
+        return PlanArguments(
+            backend=str(self.backend),
+            backend_options=parse_mapping(self.backend_options, name="backend_options"),
+            market=self.job_market,
+            instance_type=self.job_instance_type,
+            region=self.job_region,
+            spot_usd_per_hour=self.spot_usd_per_hour,
+            on_demand_usd_per_hour=self.on_demand_usd_per_hour,
+            deadline=self.deadline,
+            latest_start=self.latest_start,
+            image=self.image,
+            grace_seconds=self.preemption_grace_seconds,
+            checkpoint_every_seconds=self.checkpoint_every_seconds,
+            aws_conn_id=self.aws_conn_id,
+            pause_on_price=as_bool(self.pause_on_price, "pause_on_price"),
+            prices=self.prices,
+            availability=self.availability,
+            expected_runtime_hours=self.expected_runtime_hours,
+            priority=self.priority,
+            restart_overhead_minutes=self.restart_overhead_minutes,
+            history_days=self.history_days,
+        )

@@ -1,0 +1,138 @@
+"""The side effects that the steps of :func:`~costaware.training.attempts.next_step` name, without Airflow.
+
+``RemoteTrainingOperator`` performs each step with these: the job request of a submit, the ledger entry of
+an attempt that ended, the settlement of the task's reservation with the attempts' total (or a reservation
+of the spot decision's estimate when no spend gate made one), and the cleanup of the checkpoints once the
+model version is stored. Logging and the mapping of failures to task outcomes stay with the operator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from costaware.core.ledger import reservation_holder
+from costaware.training.attempts import Attempt, AttemptState
+from costaware.training.plan import RemotePlan, job_seconds_left
+
+if TYPE_CHECKING:
+    from costaware.adapters.compute.base import JobRequest
+    from costaware.adapters.ledger_store import Ledger
+    from costaware.core.ledger import LedgerEntry
+
+
+def job_request(state: AttemptState, market: str, now: datetime) -> JobRequest:
+    """The request of the next attempt on ``market``: stable job name, the plan's stores, time left."""
+    from costaware.adapters.compute.base import JobRequest
+    from costaware.training.job_contract import attempt_uris
+    from costaware.training.remote import job_name
+
+    plan = state.plan
+    attempt = state.next_attempt
+    seconds = job_seconds_left(plan, now)
+    output_uri, result_uri = attempt_uris(plan.model_store, plan.base_name, attempt)
+    return JobRequest(
+        job_name=job_name(plan.base_name, attempt),
+        spec_uri=plan.spec_uri,
+        market=market,
+        instance_type=plan.instance_type,
+        checkpoint_uri=plan.checkpoint_uri,
+        model_store=plan.model_store,
+        max_runtime_seconds=seconds,
+        max_wait_seconds=seconds if market == "spot" else None,
+        env=dict(plan.job_env),
+        user_command=state.command or (),
+        image=plan.image or "",
+        output_uri=output_uri if state.command else "",
+        result_uri=result_uri if state.command else "",
+        attempt=attempt,
+        grace_seconds=plan.grace_seconds,
+    )
+
+
+def billed_attempt(
+    state: AttemptState, job: Mapping[str, Any], cause: str, usd_per_hour: Decimal
+) -> tuple[LedgerEntry, Attempt]:
+    """The ledger entry of the running attempt that ended as ``job``, and the attempt as the state keeps it.
+
+    Raises:
+        ValueError: no attempt is running.
+    """
+    from costaware.training.remote import attempt_entry
+
+    plan, current = state.plan, state.current
+    if current is None:
+        raise ValueError("no attempt is running: only a running attempt ends")
+    entry = attempt_entry(
+        identity=plan.identity,
+        attempt=current.attempt,
+        job=job,
+        usd_per_hour=usd_per_hour,
+        on_demand_usd_per_hour=Decimal(plan.on_demand_usd_per_hour),
+        region=plan.region,
+        backend=plan.backend,
+        tags=plan.tags,
+        cause=cause,
+    )
+    attempt = Attempt(
+        attempt=current.attempt,
+        job_id=str(job["job_id"]),
+        market=str(job["market"]),
+        instance_type=str(job["instance_type"]),
+        billable_seconds=job["billable_seconds"],
+        usd=str(entry.usd),
+        cause=str(entry.cause),
+        reason=str(job.get("reason") or ""),
+    )
+    return entry, attempt
+
+
+def total_usd(state: AttemptState) -> Decimal:
+    """What the attempts recorded so far cost together."""
+    return sum((Decimal(a.usd) for a in state.attempts), Decimal(0))
+
+
+def task_holder(plan: RemotePlan) -> str:
+    """The reservation holder of the training's task (the spend gate reserves under the same one)."""
+    ident = plan.identity
+    return reservation_holder(ident["dag_id"], ident["run_id"], ident["task_id"], ident["map_index"])
+
+
+def settle_reservation(ledger: Ledger, state: AttemptState) -> None:
+    """Settle the task's open reservation (the spend gate's, or our own) with the attempts' total."""
+    holder = task_holder(state.plan)
+    for reservation in ledger.open_reservations(holder_prefix=holder):
+        if reservation.holder == holder:
+            ledger.settle(reservation.id, total_usd(state))
+
+
+def reserve_estimate(ledger: Ledger, plan: RemotePlan, budget_scope: str) -> None:
+    """Reserve the plan's estimate (the spot decision's) in ``budget_scope`` for the task.
+
+    For a training that no spend gate reserved for; the caller checks that the plan has an estimate.
+    """
+    ident = plan.identity
+    ledger.reserve(
+        budget_scope,
+        plan.estimated_usd,
+        holder=task_holder(plan),
+        run_id=ident["run_id"],
+        purpose=f"remote training {ident['task_id']}",
+    )
+
+
+def clear_checkpoints(plan: RemotePlan, storage_options: Mapping[str, Any]) -> bool:
+    """Delete the training's checkpoints (no other run resumes them); False when the URI names no folder.
+
+    Raises:
+        OSError: the store could not delete them.
+    """
+    from costaware.adapters.model_store import BlobDir
+
+    parent, _, leaf = plan.checkpoint_uri.rstrip("/").rpartition("/")
+    if not parent or not leaf:
+        return False
+    BlobDir.from_uri(parent, create=False, **storage_options).delete(leaf)
+    return True
