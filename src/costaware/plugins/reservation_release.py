@@ -1,0 +1,144 @@
+"""Giving back money held for tasks that will never run (the cost listener's second duty).
+
+When a task fails for good (or skips), the reservations of the downstream tasks that can no longer run are
+released; when a run ends (failed, marked failed, or succeeded with a consumer skipped), every reservation
+still open for the run is. Nothing here raises: a listener must not break the task or the scheduler, and an
+unreleased reservation still expires at its TTL.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from costaware.plugins.try_cost import dag_of
+
+log = logging.getLogger(__name__)
+
+
+# Trigger rules under which a task cannot run once an upstream task failed (it becomes upstream_failed)...
+_DOOMED_BY_FAILURE = frozenset({"all_success", "none_failed", "none_failed_min_one_success"})
+# ... or was skipped (the skip propagates).
+_DOOMED_BY_SKIP = frozenset({"all_success"})
+
+
+def doomed_downstream(task: Any, outcome: str) -> set[str]:
+    """Task ids downstream of ``task`` that can no longer run after it ``failed`` or was ``skipped``.
+
+    Follows downstream edges only through tasks whose trigger rule propagates the outcome (``all_success``
+    and, for failures, ``none_failed*``); a task with ``all_done`` or ``one_success`` may still run.
+    """
+    rules = _DOOMED_BY_FAILURE if outcome == "failed" else _DOOMED_BY_SKIP
+    doomed: set[str] = set()
+    todo = _downstream(task)
+    while todo:
+        child = todo.pop()
+        rule = getattr(child, "trigger_rule", "all_success")
+        if child.task_id in doomed or str(getattr(rule, "value", rule)) not in rules:
+            continue
+        doomed.add(child.task_id)
+        todo.extend(_downstream(child))
+    return doomed
+
+
+def _downstream(task: Any) -> list[Any]:
+    try:
+        return list(getattr(task, "downstream_list", None) or [])
+    except (AttributeError, RuntimeError):  # an operator run outside any DAG (tests, ad-hoc execute)
+        return []
+
+
+def release_reservations(
+    dag_id: str,
+    run_id: str,
+    task_ids: set[str] | None,
+    reason: str,
+    ledger_conn_ids: set[str] | frozenset[str] = frozenset({"costaware_ledger"}),
+) -> list[Any]:
+    """Release the open reservations held for ``task_ids`` of one run (all of the run's when None).
+
+    Never raises: a listener must not break the task or the scheduler; an unreleased reservation still
+    expires at its TTL.
+    """
+    from costaware.core.money import format_usd_exact
+    from costaware.hooks.ledger import CostLedgerHook
+
+    released: list[Any] = []
+    run_prefix = f"{dag_id}/{run_id}/"  # holders are dag/run/task/map_index (core.ledger.reservation_holder)
+    prefixes = [run_prefix] if task_ids is None else [f"{run_prefix}{t}/" for t in sorted(task_ids)]
+    for conn_id in sorted(ledger_conn_ids):
+        try:
+            ledger = CostLedgerHook(conn_id).get_conn()
+            for prefix in prefixes:
+                for reservation in ledger.open_reservations(holder_prefix=prefix):
+                    released.append(ledger.release(reservation.id))
+        except Exception as e:
+            log.warning(
+                "costaware: could not release reservations of %s/%s (%s): %s; they expire at their TTL",
+                dag_id,
+                run_id,
+                reason,
+                e,
+            )
+    for reservation in released:
+        log.info(
+            "costaware: released %s reserved in %s for %s: %s",
+            format_usd_exact(reservation.usd),
+            ", ".join(reservation.budgets),
+            reservation.holder,
+            reason,
+        )
+    return released
+
+
+def _ledger_conn_ids(dag: Any) -> set[str]:
+    found = {"costaware_ledger"}
+    for task in getattr(dag, "tasks", None) or []:
+        conn_id = getattr(task, "ledger_conn_id", None)
+        if isinstance(conn_id, str) and conn_id:
+            found.add(conn_id)
+    return found
+
+
+def release_for_doomed_downstream(ti: Any, outcome: str) -> list[Any]:
+    """After a task failed for good or skipped, release what was reserved for tasks that cannot run now."""
+    task = getattr(ti, "task", None)
+    if task is None or type(ti).__module__.startswith("airflow.models"):
+        return []  # a state set by hand reaches the api-server; the run-end hook covers it
+    doomed = doomed_downstream(task, outcome)
+    if not doomed:
+        return []
+    return release_reservations(
+        ti.dag_id,
+        ti.run_id,
+        doomed,
+        f"upstream task {ti.task_id!r} {outcome}, so they cannot run",
+        _ledger_conn_ids(dag_of(task)),
+    )
+
+
+def release_run_reservations(dag_run: Any, reason: str, *, wait_seconds: float = 5.0) -> list[Any]:
+    """At the end of a run, release every reservation still open for it (its consumers never settled).
+
+    This runs in the scheduler (or the api-server, when a person marks a run) inside its open database
+    session. Looking up the ledger's Airflow connection there would use, and close, that very session (a
+    thread-local scoped session) and detach the run being updated, so the work runs in a thread of its own,
+    with its own session, and the caller waits at most ``wait_seconds`` for it: the scheduler must not
+    hold its transaction (on SQLite, the database's write lock) for long; a slower release finishes after.
+    """
+    import threading
+
+    args = (
+        str(dag_run.dag_id),
+        str(dag_run.run_id),
+        None,
+        reason,
+        _ledger_conn_ids(getattr(dag_run, "dag", None)),
+    )
+    released: list[Any] = []
+    worker = threading.Thread(
+        target=lambda: released.extend(release_reservations(*args)), name="costaware-release", daemon=True
+    )
+    worker.start()
+    worker.join(timeout=wait_seconds)
+    return released

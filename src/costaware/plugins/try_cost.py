@@ -1,0 +1,172 @@
+"""What one task try cost: the compute it ran on (:func:`compute_of`) and its entry (:func:`build_entry`).
+
+The cost listener prices every finished try with these. The try's template context gives the run's params
+(its allocation tags); what the running try told :func:`costaware.glue.annotate_task` wins over what the
+task declares.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from decimal import Decimal
+from typing import Any
+
+from costaware.glue import pop_annotations, tags_for
+from costaware.settings import option
+
+log = logging.getLogger(__name__)
+
+COMPUTE_FIELDS = ("instance_type", "region", "market", "usd_per_hour")
+PRICING_PARAM = "costaware_compute"
+"""The task param that says where any operator's tries run, e.g. ``{"instance_type": "g5.xlarge"}``."""
+
+
+def compute_of(task: Any) -> dict[str, Any]:
+    """Where a task's tries run, as the listener prices them.
+
+    In order, each field from the first that gives it:
+
+    1. the operator's own compute arguments, for operators whose work runs where those arguments say
+       (a class attribute ``cost_compute_from_arguments = True``: costaware's in-worker training and
+       feature operators). Sensors and operators that merely *name* an instance (the spend gate, the
+       spot window, a remote job's waiting task) run on the worker and are priced as such;
+    2. the task's own ``costaware_compute`` param (a dict of ``instance_type``, ``region``, ``market``,
+       ``usd_per_hour``), read from the task's definition, never from a run's conf, so that a trigger
+       cannot reprice other tasks;
+    3. the ``[costaware] worker_*`` settings (``m5.large`` on-demand in ``us-east-1`` unless set).
+
+    What a running try tells :func:`costaware.glue.annotate_task` wins over all of these.
+    """
+    declared: dict[str, Any] = {}
+    try:
+        param = (getattr(task, "params", None) or {}).get(PRICING_PARAM)
+    except Exception:  # a task's params are a convenience here; the worker defaults still apply
+        param = None
+    if isinstance(param, Mapping):
+        declared.update({k: param[k] for k in COMPUTE_FIELDS if param.get(k) not in (None, "")})
+    if getattr(type(task), "cost_compute_from_arguments", False):
+        for name in COMPUTE_FIELDS:
+            value = getattr(task, name, None)
+            if value not in (None, ""):
+                declared[name] = value
+    rate = declared.get("usd_per_hour")
+    return {
+        "instance_type": str(declared.get("instance_type") or option("worker_instance_type")),
+        "region": str(declared.get("region") or option("worker_region")),
+        "market": str(declared.get("market") or option("worker_market")),
+        "usd_per_hour": Decimal(str(rate)) if rate is not None else None,
+    }
+
+
+def build_entry(
+    ti: Any,
+    outcome: str,
+    error: BaseException | None,
+    seconds: float,
+    context: Mapping[str, Any] | None = None,
+) -> Any:
+    """The ledger entry of one finished try (pure apart from reading settings and the bundled catalog).
+
+    ``context`` is the try's template context when the caller has it (the run's params); else it is read.
+    """
+    from costaware.adapters.price_files import bundled_catalog
+    from costaware.core.budgets import valid_tags
+    from costaware.core.errors import CostawareError
+    from costaware.core.ledger import Kind, LedgerEntry
+    from costaware.core.pricing import price_compute
+
+    task = ti.task
+    context = template_context(ti) if context is None else context
+    # Without a context (it could not be built), the task's own params still apply.
+    params = dict((context.get("params") if context else getattr(task, "params", None)) or {})
+    told = pop_annotations(ti)
+    compute = compute_of(task)
+    for name in ("instance_type", "region", "market"):
+        if told.get(name):
+            compute[name] = str(told[name])
+    if told.get("usd_per_hour") is not None:
+        compute["usd_per_hour"] = Decimal(str(told["usd_per_hour"]))
+    note, cause = str(told.get("note", "")), str(told.get("cause", ""))
+    if outcome == "failed":
+        cause = cause or str(getattr(error, "ledger_cause", "error"))
+        note = f"{type(error).__name__}: {error}"[:500] if error else note
+    tags, dropped = valid_tags({**tags_for(dag_of(task), params), **dict(told.get("tags") or {})})
+    if dropped:
+        # The try's cost is recorded all the same, under the tags that can be; the note says what is missing.
+        log.warning("costaware: %s.%s recorded without tag(s): %s", ti.dag_id, ti.task_id, dropped)
+        note = "; ".join(filter(None, [f"tags left out: {'; '.join(dropped.values())}", note]))[:500]
+    try:
+        charge = price_compute(bundled_catalog(), seconds=seconds, **compute, **_list_price(compute, tags))
+        usd, hours, rate, on_demand = charge.usd, charge.hours, charge.usd_per_hour, charge.on_demand_usd
+        gpu_hours, source = charge.gpu_hours, charge.price_source
+    except CostawareError as e:
+        log.error("costaware: cannot price task %s on %s: %s; recorded at $0", ti.task_id, compute, e)
+        usd = rate = gpu_hours = Decimal(0)
+        hours, on_demand, source = Decimal(str(round(seconds / 3600, 6))), None, "unpriced"
+        note = "; ".join(filter(None, [f"unpriced: {e}", note]))[:500]
+    return LedgerEntry(
+        dag_id=ti.dag_id,
+        run_id=ti.run_id,
+        task_id=ti.task_id,
+        try_number=int(ti.try_number),
+        map_index=int(ti.map_index),
+        trial=told.get("trial") or getattr(task, "trial", None),
+        kind=Kind.COMPUTE,
+        usd=usd,
+        instance_type=compute["instance_type"],
+        region=compute["region"],
+        market=compute["market"],
+        quantity=hours,
+        unit="hour",
+        unit_price_usd=rate,
+        on_demand_usd=on_demand,
+        gpu_hours=gpu_hours,
+        tags=tags,
+        incurred_at=datetime.now(timezone.utc),
+        outcome=outcome,
+        cause=cause,
+        price_source=source,
+        note=note,
+    )
+
+
+def _list_price(compute: Mapping[str, Any], tags: Mapping[str, str]) -> dict[str, Any]:
+    """On-demand figure (price cache -> live -> snapshot) and discount, as ``price_compute`` arguments."""
+    from costaware.adapters.price_source import configured_prices, discounts_from_settings
+    from costaware.core.discounts import discount_for
+    from costaware.hooks.ledger import CostLedgerHook
+
+    if compute["market"] == "local" or compute["usd_per_hour"] is not None:
+        return {}
+    instance_type = str(compute["instance_type"])
+    extra: dict[str, Any] = {}
+    try:
+        extra["discount"] = discount_for(discounts_from_settings(), instance_type, tags)
+    except Exception as e:  # a bad setting must not lose the entry: priced without the discount
+        log.error("costaware: [costaware] discounts ignored: %s", e)
+    try:
+        prices = configured_prices(CostLedgerHook().get_conn())
+        service = "sagemaker" if instance_type.startswith("ml.") else "ec2"
+        figure = prices.figure(instance_type, str(compute["region"]), service)
+    except Exception as e:  # no figure anywhere, or the cache is unreachable: the snapshot's rules apply
+        log.warning("costaware: on-demand price of %s from the price sources: %s", instance_type, e)
+        return extra
+    return {**extra, "on_demand_usd_per_hour": figure.usd_per_hour, "on_demand_source": figure.price_source}
+
+
+def dag_of(task: Any) -> Any:
+    """The task's DAG, or None for an operator run outside any DAG."""
+    try:
+        return task.dag
+    except (AttributeError, RuntimeError):  # an operator run outside any DAG (tests, ad-hoc execute)
+        return None
+
+
+def template_context(ti: Any) -> Mapping[str, Any]:
+    """The try's template context (built anew on each call by the Task SDK), or {} when it cannot be built."""
+    try:
+        return ti.get_template_context() or {}
+    except Exception:  # the context is a convenience for pricing and auditing, never a reason to lose a cost
+        return {}
