@@ -9,7 +9,7 @@ from decimal import Decimal
 import pytest
 
 from costaware import Ledger
-from costaware.adapters.efficiency_store import record_outcome, record_utilization
+from costaware.adapters.ledger.efficiency import record_outcome, record_utilization
 from costaware.cli import main
 from costaware.core.efficiency import GIB, Measurement
 from costaware.core.ledger import Kind, LedgerEntry

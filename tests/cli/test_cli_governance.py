@@ -85,7 +85,7 @@ def test_cli_budget_set_records_the_user(ledger_url: str, monkeypatch: pytest.Mo
     monkeypatch.setenv("LOGNAME", "carol")
     assert main(["--ledger-url", ledger_url, "budget", "set", "--scope", "team=ml", "--period", "day",
                  "--cap-usd", "5"]) == 0  # fmt: skip
-    from costaware.adapters.ledger_governance import audit_log
+    from costaware.adapters.ledger.audit import audit_log
 
     (entry,) = audit_log(Ledger.from_url(ledger_url))
     assert entry.actor == "carol" and entry.details["old_cap_usd"] is None
@@ -126,6 +126,6 @@ def test_alerts_set_refuses_bad_input(
     args = ["--ledger-url", ledger_url, "alerts", "set", "--scope", "project=churn", "--period", "month"]
     assert main([*args, *extra]) == 2
     assert message in capsys.readouterr().err
-    from costaware.adapters.ledger_governance import alert_rules
+    from costaware.adapters.ledger.governance import alert_rules
 
     assert alert_rules(Ledger.from_url(ledger_url)) == {}

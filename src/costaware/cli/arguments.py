@@ -144,7 +144,7 @@ ARG_PERIOD = Arg(
     required=True,
     type=lowercase,
     choices=[p.value for p in Period],
-    help="how often the cap starts afresh",
+    help="the budget's period: how often its cap starts afresh",
 )
 ARG_GROUP_BY = Arg(
     "--group-by",

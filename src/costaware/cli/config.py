@@ -120,7 +120,7 @@ AUDIT_ARGS = (
     ARG_SINCE,
     Arg(
         "--action",
-        choices=LazyChoices("costaware.adapters.ledger_governance.AUDIT_ACTIONS"),
+        choices=LazyChoices("costaware.adapters.ledger.audit.AUDIT_ACTIONS"),
         metavar="ACTION",
         help="only this kind of entry: %(choices)s",
     ),

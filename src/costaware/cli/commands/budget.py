@@ -60,7 +60,7 @@ def budget_list(args: argparse.Namespace) -> int:
 
 def budget_show(args: argparse.Namespace) -> int:
     """Print cap, spent, reserved, left and the forecast of each budget covering ``--scope``."""
-    from costaware.adapters.ledger_governance import NoSchedule
+    from costaware.adapters.ledger.governance import NoSchedule
 
     ledger = open_ledger(args)
     usages = ledger.usage(args.scope, run_id=args.run_id)

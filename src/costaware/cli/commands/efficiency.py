@@ -16,7 +16,7 @@ from costaware.core.money import format_usd_exact
 
 def report_efficiency(args: argparse.Namespace) -> int:
     """Print measured utilization per task and the right-sizing advice."""
-    from costaware.adapters.efficiency_store import measurements
+    from costaware.adapters.ledger.efficiency import measurements
     from costaware.adapters.price_files import bundled_catalog
     from costaware.core.efficiency import advise_tasks, utilization_by_task
 

@@ -34,7 +34,7 @@ def forecast_rows(ledger: Any, usages: Sequence[Any], *, schedule: Any = None) -
         usages: ``BudgetUsage`` rows, as ``budget show`` prints them.
         schedule: A ``RunSchedule``; default: the Airflow metadata database's timetables.
     """
-    from costaware.adapters.ledger_governance import budget_outlook
+    from costaware.adapters.ledger.governance import budget_outlook
     from costaware.core.budgets import Period
 
     if schedule is None:
@@ -77,7 +77,7 @@ def forecast_cell(row: dict[str, Any]) -> str:
 
 def audit(args: argparse.Namespace) -> int:
     """Print the audit trail: who changed which budget, approved or overrode what, and when."""
-    from costaware.adapters.ledger_governance import audit_log
+    from costaware.adapters.ledger.audit import audit_log
 
     entries = audit_log(open_ledger(args), since=args.since, action=args.action)
     if not entries and args.format == "table":
@@ -111,7 +111,7 @@ def audit(args: argparse.Namespace) -> int:
 
 def alerts_set(args: argparse.Namespace) -> int:
     """Set a budget's own alert thresholds and notifiers."""
-    from costaware.adapters.ledger_governance import set_alert_rule
+    from costaware.adapters.ledger.governance import set_alert_rule
     from costaware.core.budgets import Period, Scope
     from costaware.core.errors import ConfigurationError
 
@@ -140,7 +140,7 @@ def alerts_set(args: argparse.Namespace) -> int:
 
 def alerts_list(args: argparse.Namespace) -> int:
     """Print every budget's alert settings and the alerts sent."""
-    from costaware.adapters.ledger_governance import alert_rules, alerts_sent
+    from costaware.adapters.ledger.governance import alert_rules, alerts_sent
 
     ledger = open_ledger(args)
     rules = alert_rules(ledger)

@@ -99,10 +99,10 @@ def report(args: argparse.Namespace) -> int:
                 format_usd_exact(total_od - total_usd),
             ]
         )
-    from costaware.adapters.ledger_reports import Filters, summary
+    from costaware.adapters.ledger.reports import Filters, summary
 
     totals = summary(ledger, Filters(args.since, args.until, args.dag_id, args.scope, run_id))
-    from costaware.adapters.discount_report import discounts_by_rule
+    from costaware.adapters.ledger.discounts import discounts_by_rule
 
     discounts = discounts_by_rule(ledger, Filters(args.since, args.until, args.dag_id, args.scope, run_id))
     payload["discounts"] = {rule: str(usd) for rule, usd in discounts.items()}

@@ -17,7 +17,7 @@ def _metric(value: float | None) -> str:
 
 def list_runs(args: argparse.Namespace) -> int:
     """Print retrain runs with their metric, promotion and cost, and the cost per promoted model."""
-    from costaware.adapters.efficiency_store import outcomes
+    from costaware.adapters.ledger.efficiency import outcomes
     from costaware.core.outcomes import summarize
 
     found = outcomes(open_ledger(args), dag_id=args.dag_id, limit=args.limit)
@@ -64,7 +64,7 @@ def _summary_line(s: Any) -> str:
 
 def show_run(args: argparse.Namespace) -> int:
     """Print one run's outcome, cost and reproducibility record."""
-    from costaware.adapters.efficiency_store import outcomes, run_outcome
+    from costaware.adapters.ledger.efficiency import outcomes, run_outcome
     from costaware.core.errors import CostawareError
 
     ledger = open_ledger(args)

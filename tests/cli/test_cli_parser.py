@@ -1,0 +1,142 @@
+"""The parser built from the declarations: lazy command modules, shared arguments, one error handler."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+import pytest
+
+from costaware import Ledger
+from costaware.cli import build_parser, main
+from costaware.cli.arguments import ActionCommand, GroupCommand
+from costaware.cli.config import COMMANDS
+from costaware.cli.output import FORMATS, emit, render_table
+from costaware.core.budgets import Period
+from costaware.core.ledger import GROUP_BYS
+
+
+def _actions() -> list[ActionCommand]:
+    return [sub for cmd in COMMANDS for sub in (cmd.subcommands if isinstance(cmd, GroupCommand) else (cmd,))]
+
+
+def _leaf_parsers(
+    parser: argparse.ArgumentParser, words: tuple[str, ...] = ()
+) -> dict[str, argparse.ArgumentParser]:
+    found: dict[str, argparse.ArgumentParser] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found |= _leaf_parsers(sub, (*words, name)) or {" ".join((*words, name)): sub}
+    return found
+
+
+@pytest.mark.parametrize("command", _actions(), ids=lambda c: c.func.path)
+def test_every_declared_function_exists(command: ActionCommand) -> None:
+    assert callable(command.func.load())
+
+
+def test_help_imports_no_command_module_and_nothing_heavy() -> None:
+    code = (
+        "import sys\n"
+        "from costaware.cli import build_parser\n"
+        "build_parser().format_help()\n"
+        "heavy = [m for m in sys.modules if m.split('.')[0] in ('airflow', 'sqlalchemy', 'pandas')]\n"
+        "commands = [m for m in sys.modules if m.startswith('costaware.cli.commands.')]\n"
+        "print(heavy, commands)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "[] []", done.stderr
+
+
+def test_python_dash_m_runs_the_command() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "costaware.cli", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and "usage: costaware" in done.stdout, done.stderr
+
+
+def test_every_format_flag_has_the_same_choices() -> None:
+    parsers = _leaf_parsers(build_parser())
+    formats = {
+        name: tuple(a.choices or ())
+        for name, p in parsers.items()
+        for a in p._actions
+        if "--format" in a.option_strings
+    }
+    assert formats.pop("runs show") == ("text", "json")  # one run's record, not rows
+    assert formats and set(formats.values()) == {FORMATS}
+
+
+def test_period_and_group_by_come_from_the_core_constants() -> None:
+    parsers = _leaf_parsers(build_parser())
+    (period,) = [a for a in parsers["budget set"]._actions if "--period" in a.option_strings]
+    assert list(period.choices or ()) == [p.value for p in Period]
+    (group_by,) = [a for a in parsers["report"]._actions if "--group-by" in a.option_strings]
+    assert str(group_by.metavar) == "{" + ",".join((*GROUP_BYS, "tag:<name>")) + "}"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["report", "--format", "yaml"], "invalid choice: 'yaml'"),
+        (["budget", "list", "--format", "xml"], "invalid choice: 'xml'"),
+        (
+            ["budget", "set", "--scope", "team=ml", "--period", "weekly", "--cap-usd", "1"],
+            "invalid choice: 'weekly'",
+        ),
+        (["audit", "--action", "deleted"], "invalid choice: 'deleted'"),
+        (
+            ["simulate", "--prices", "p.json", "--jobs", "j.csv", "--policy", "cheapest"],
+            "invalid choice: 'cheapest'",
+        ),
+    ],
+)
+def test_argument_errors_name_the_bad_value(
+    ledger_url: str, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--ledger-url", ledger_url, *argv])
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+    assert Ledger.from_url(ledger_url).budgets() == []
+
+
+def test_period_is_matched_whatever_its_case(ledger_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["budget", "set", "--scope", "team=ml", "--period", "Month", "--cap-usd", "10"]
+    assert main(["--ledger-url", ledger_url, *argv]) == 0
+    assert "per month" in capsys.readouterr().out
+
+
+def test_ledger_url_may_follow_the_command(ledger_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [
+        "budget",
+        "set",
+        "--scope",
+        "team=ml",
+        "--period",
+        "day",
+        "--cap-usd",
+        "5",
+        "--ledger-url",
+        ledger_url,
+    ]
+    assert main(argv) == 0
+    assert main(["budget", "list", "--format", "json", "--ledger-url", ledger_url]) == 0
+    out = capsys.readouterr().out
+    (budget,) = json.loads(out[out.index("[") :])
+    assert budget["scope"] == "team=ml" and budget["cap_usd"] == "5.000000"
+
+
+def test_emit_writes_one_table_csv_and_json(capsys: pytest.CaptureFixture[str]) -> None:
+    rows = [["a", "$0.17", 2], ["b", "$1,234.500002", 10]]
+    table = render_table(["name", "usd", "n"], rows)
+    lines = table.splitlines()
+    assert lines[0].split() == ["name", "usd", "n"] and set(lines[1]) <= {"-", " "}
+    assert lines[2].index(".") == lines[3].index(".")  # cents and micro-dollars line up
+    emit(rows, "csv", headers=["name", "usd", "n"])
+    assert capsys.readouterr().out == 'name,usd,n\r\na,$0.17,2\r\nb,"$1,234.500002",10\r\n'
+    emit(rows, "json", headers=["name", "usd", "n"])
+    assert json.loads(capsys.readouterr().out)[1] == {"name": "b", "usd": "$1,234.500002", "n": 10}
