@@ -93,7 +93,7 @@ class RetrainJob:
     model_store: str
     checkpoint_store: str
     checkpoint_key: str
-    trainer: str | Trainer = "sklearn-sgd"
+    trainer: str | Trainer = DEFAULT_TRAINER
     trainer_params: Mapping[str, Any] = field(default_factory=dict)
     new_data_path: str | None = None
     label_threshold: float | None = None
