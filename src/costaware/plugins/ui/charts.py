@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from datetime import date
 from decimal import Decimal
 from html import escape
+from typing import Any
 
 from costaware.core.money import format_usd_exact as money
 
@@ -262,3 +263,53 @@ def _frame(title: str, top: Decimal) -> tuple[str, float]:
         f'<line x1="{left:.1f}" x2="{WIDTH - PAD}" y1="{HEIGHT - PAD}" y2="{HEIGHT - PAD}" class="axis"/>'
         f'<text x="{left - 4:.1f}" y="{PAD + 4}" class="tick" text-anchor="end">{label}</text>'
     ), left
+
+
+def cost_vs_metric(runs: Sequence[Any]) -> str:
+    """One bar per retrain run (its cost) and a line of its holdout metric; promoted runs are marked."""
+    scored = [r for r in runs if r.usd is not None][-30:]
+    if not scored:
+        return '<p class="empty">No retrain outcomes yet: the retrain and promote operators record them.</p>'
+    metric = next((r.metric for r in scored if r.metric), "metric")
+    values = [r.metric_value for r in scored if r.metric_value is not None]
+    low, high = (min(values), max(values)) if values else (0.0, 1.0)
+    span = (high - low) or 1.0
+    top = max(r.usd for r in scored) or Decimal(1)
+    left = axis_left(money(top))
+    slot = (WIDTH - left - PAD) / len(scored)
+    bar = max(2.0, slot * 0.6)
+    inner = HEIGHT - 2 * PAD
+    title = f"Cost per run (bars) and holdout {metric} (line); filled points were promoted"
+    parts = [
+        f'<svg role="img" aria-label="{escape(title)}" viewBox="0 0 {WIDTH} {HEIGHT}" class="chart">',
+        f'<text x="0" y="16" class="title">{escape(title)}</text>',
+        f'<line x1="{left:.1f}" x2="{WIDTH - PAD}" y1="{HEIGHT - PAD}" y2="{HEIGHT - PAD}" class="axis"/>',
+        f'<text x="{left - 4:.1f}" y="{PAD + 4}" class="tick" text-anchor="end">{escape(money(top))}</text>',
+        # The metric's scale sits right of the plot, right-aligned so a wide value is not cut off.
+        f'<text x="{WIDTH}" y="{PAD + 4}" class="tick" text-anchor="end">{high:.4f}</text>',
+        f'<text x="{WIDTH}" y="{HEIGHT - PAD}" class="tick" text-anchor="end">{low:.4f}</text>',
+    ]
+    points = []
+    for i, run in enumerate(scored):
+        x = left + i * slot + (slot - bar) / 2
+        h = float((run.usd or 0) / top) * inner
+        label = f"{run.run_id}: {money(run.usd or Decimal(0))}"
+        if run.metric_value is not None:
+            label += f", {metric} {run.metric_value:.4f}" + (" (promoted)" if run.promoted else "")
+            y = HEIGHT - PAD - (run.metric_value - low) / span * inner * 0.9 - inner * 0.05
+            points.append((x + bar / 2, y, bool(run.promoted)))
+        parts.append(
+            f'<rect x="{x:.1f}" y="{HEIGHT - PAD - h:.1f}" width="{bar:.1f}" height="{h:.1f}" fill="#93c5fd">'
+            f"<title>{escape(label)}</title></rect>"
+        )
+    if points:
+        parts.append(
+            f'<polyline points="{" ".join(f"{x:.1f},{y:.1f}" for x, y, _ in points)}" class="spent"/>'
+        )
+        parts += [
+            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{"#2563eb" if promoted else "#ffffff"}" '
+            'stroke="#2563eb"/>'
+            for x, y, promoted in points
+        ]
+    parts.append("</svg>")
+    return "".join(parts)

@@ -2,38 +2,38 @@
 
 The JSON routes answer 422 for a bad filter; the page reads its form leniently (an empty field means "all")
 and turns each bad field into a readable message. Both apply the same checks, in :func:`check_filters`.
+The choices come from the core's constants: what a report groups by (``GROUP_BYS``, and a tag, the indexed
+ones offered in the form) and the budget periods (``Period``).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 from urllib.parse import urlencode
 
 from fastapi import HTTPException, Query
 
-GROUP_BY_PATTERN = r"^(dag|task|run|trial|kind|market|cause|outcome|tag:[A-Za-z][A-Za-z0-9_.-]{0,63})$"
+from costaware.core.budgets import Period
+from costaware.core.ledger import GROUP_BYS, INDEXED_TAGS
+
+if TYPE_CHECKING:
+    from costaware.adapters.ledger_reports import Filters
+
+#: A tag's name, as ``costaware.core.budgets.tag_problem`` allows it (a test holds the two to the same rule).
+TAG_NAME = r"[A-Za-z][A-Za-z0-9_.-]{0,63}"
+GROUP_BY_PATTERN = rf"^({'|'.join(GROUP_BYS)}|tag:{TAG_NAME})$"
+PERIOD_PATTERN = rf"^({'|'.join(p.value for p in Period)})$"
 DAG_ID_PATTERN = r"^[A-Za-z0-9_.-]{1,250}$"
-SCOPE_PATTERN = (
-    r"^(\*|[A-Za-z][A-Za-z0-9_.-]{0,63}=[^,=]{1,128}(,[A-Za-z][A-Za-z0-9_.-]{0,63}=[^,=]{1,128})*)$"
-)
+SCOPE_PATTERN = rf"^(\*|{TAG_NAME}=[^,=]{{1,128}}(,{TAG_NAME}=[^,=]{{1,128}})*)$"
 #: Tags one scope filter may name. Each is one more condition in every query: thousands of them exceed
 #: what a database accepts in one statement (SQLite: "Expression tree is too large"), and no real
 #: allocation has more than a handful.
 MAX_SCOPE_TAGS = 50
-GROUP_BY_CHOICES = (
-    "dag",
-    "task",
-    "run",
-    "trial",
-    "kind",
-    "market",
-    "cause",
-    "outcome",
-    "tag:team",
-    "tag:project",
-)
+#: The form's grouping choices: every grouping of a report, and the tags with their own column.
+GROUP_BY_CHOICES = (*GROUP_BYS, *(f"tag:{tag}" for tag in INDEXED_TAGS))
 #: The form's fields, in the order the page's links carry them.
 FORM_FIELDS = ("days", "since", "until", "dag_id", "scope", "group_by")
 
@@ -49,7 +49,7 @@ ScopeQ = Annotated[
     ),
 ]
 GroupBy = Annotated[
-    str, Query(pattern=GROUP_BY_PATTERN, description="dag, task, run, trial, kind, market, tag:<name>")
+    str, Query(pattern=GROUP_BY_PATTERN, description=f"{', '.join(GROUP_BYS)} or tag:<name>.")
 ]
 
 
@@ -83,7 +83,7 @@ def scope_problem(scope: str) -> str | None:
 
 def check_filters(
     days: int, since: datetime | None, until: datetime | None, dag_id: str | None, scope: str
-) -> tuple[Any, list[tuple[str, str]]]:
+) -> tuple[Filters | None, list[tuple[str, str]]]:
     """The ``ledger_reports.Filters`` of well-formed values, or None and (field, what is wrong) pairs."""
     from costaware.adapters.ledger_reports import Filters
 
@@ -107,12 +107,29 @@ def check_filters(
 
 def report_filters(
     days: Days = 30, since: Since = None, until: Until = None, dag_id: DagId = None, scope: ScopeQ = "*"
-) -> Any:
-    """The filters every JSON report route takes, validated (422 when not): a ``ledger_reports.Filters``."""
+) -> Filters:
+    """The filters every JSON report route takes, validated (422 when not)."""
     filters, problems = check_filters(days, since, until, dag_id, scope)
-    if problems:
+    if filters is None:
         raise HTTPException(422, "; ".join(f"{field}: {problem}" for field, problem in problems))
     return filters
+
+
+@dataclass(frozen=True, slots=True)
+class PageForm:
+    """The page's form as sent: the filters it asks for, or what is wrong with it.
+
+    Attributes:
+        filters: The report's filters; None when a field is bad.
+        group_by: The grouping (as typed when it is bad).
+        typed: Each field as typed, to refill the form and to build links that keep the filters.
+        errors: One readable message per bad field.
+    """
+
+    filters: Filters | None
+    group_by: str
+    typed: dict[str, str]
+    errors: list[str]
 
 
 def page_filters(
@@ -122,11 +139,10 @@ def page_filters(
     dag_id: Annotated[str | None, Query()] = None,
     scope: Annotated[str | None, Query()] = None,
     group_by: Annotated[str | None, Query()] = None,
-) -> tuple[Any, str, dict[str, str], list[str]]:
+) -> PageForm:
     """The page's form, read leniently: empty fields mean "all" (or the default); bad ones become messages.
 
-    Returns the ``Filters`` (None when a field is bad), the grouping, the values as typed (to refill the
-    form) and one readable message per bad field. The JSON API answers 422 for the same values.
+    The JSON API answers 422 for the same values.
     """
     raw = {
         "days": days,
@@ -177,8 +193,8 @@ def page_filters(
     )
     errors += [f"{field.title()}: {problem}." for field, problem in problems]
     if errors:
-        return None, grouping, typed, errors
-    return filters, grouping, typed, []
+        return PageForm(None, grouping, typed, errors)
+    return PageForm(filters, grouping, typed, [])
 
 
 def query_string(typed: dict[str, str], **changes: str) -> str:

@@ -1,0 +1,170 @@
+"""What the Cost page reads from the ledger, each view under the page's filters.
+
+The UI (``costaware.plugins.ui``) holds no SQL: which DAGs the ledger knows, spend per group, the budgets
+a user may see with their burn-down and forecast, the spend gates, and the efficiency records (measured
+tries, run outcomes) of a time range and tag scope are read here. Every value reaches the database as a
+bound parameter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+from sqlalchemy import and_, select, true
+
+from costaware.adapters import ledger_schema as schema
+from costaware.adapters.ledger_reports import BurnDown, Filters, burn_down
+from costaware.adapters.ledger_store import scope_conditions
+from costaware.core.budgets import Scope
+
+if TYPE_CHECKING:
+    from costaware.adapters.gate_requests import GateRequest
+    from costaware.adapters.ledger_governance import RunSchedule
+    from costaware.adapters.ledger_store import Ledger
+    from costaware.core.budget_forecast import SpendForecast
+    from costaware.core.efficiency import Measurement
+    from costaware.core.ledger import ReportRow
+    from costaware.core.outcomes import RunOutcome
+
+#: A range without a start begins here (the earliest instant the ledger's columns hold).
+_BEGINNING = datetime.min.replace(tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetView:
+    """One budget as the page shows it: its current period's burn-down and the period-end forecast."""
+
+    burn_down: BurnDown
+    forecast: SpendForecast
+
+
+def ledger_dag_ids(ledger: Ledger) -> set[str]:
+    """Every DAG the ledger holds something of: a priced entry or a spend gate's request.
+
+    A DAG whose gate refused its first run has no priced entry yet, and its users must still see the gate.
+    """
+    with ledger.reading() as conn:
+        return {
+            row[0]
+            for table in (schema.entries, schema.gate_requests)
+            for row in conn.execute(select(table.c.dag_id).distinct())
+        }
+
+
+def spend_by(ledger: Ledger, filters: Filters, group_by: str) -> list[ReportRow]:
+    """Spend per group of the entries under ``filters``, dearest first."""
+    f = filters
+    return list(
+        ledger.report(
+            group_by=group_by, since=f.since, until=f.until, dag_id=f.dag_id, scope=f.scope, dag_ids=f.dag_ids
+        )
+    )
+
+
+def budget_views(
+    ledger: Ledger,
+    schedule: RunSchedule,
+    *,
+    readable: frozenset[str] | None,
+    dag_id: str | None = None,
+    scope: str = "*",
+) -> list[BudgetView]:
+    """The budgets a user may see that apply to ``dag_id`` and ``scope``, each in its current period.
+
+    A budget applies to a scope when it counts some of its spend (no tag of the budget contradicts the
+    scope: ``*`` and ``team=ml`` apply to ``project=churn``, ``project=fraud`` does not), and to a DAG
+    when that DAG has spent in it. ``readable`` None: the user may read every DAG.
+
+    Args:
+        ledger: The ledger.
+        schedule: How many runs each DAG's timetable schedules (for the forecast).
+        readable: The DAGs the user may read.
+        dag_id: Only budgets this DAG has spent in.
+        scope: Only budgets that count some of this scope's spend.
+    """
+    from costaware.adapters.ledger_governance import budget_dags, budget_outlook, visible_budgets
+
+    wanted = Scope.parse(scope).as_dict()
+    visible = {
+        b.label: b
+        for b in visible_budgets(ledger, readable)
+        if all(wanted.get(key, value) == value for key, value in b.scope.tags)
+        and (dag_id is None or dag_id in budget_dags(ledger, b))
+    }
+    return [
+        BudgetView(b, budget_outlook(ledger, visible[b.usage.label], schedule).forecast)
+        for b in burn_down(ledger)
+        if b.usage.label in visible
+    ]
+
+
+def gates_in(ledger: Ledger, filters: Filters, limit: int = 50) -> list[GateRequest]:
+    """Spend gates that did not get their money at once, last noted in the filters' range, newest first."""
+    from costaware.adapters.gate_requests import gate_requests
+
+    f = filters
+    return gate_requests(
+        ledger,
+        since=f.since or _BEGINNING,
+        until=f.until,
+        dag_id=f.dag_id,
+        dag_ids=f.dag_ids,
+        scope=f.scope,
+        limit=limit,
+    )
+
+
+def runs_in_scope(ledger: Ledger, scope: str) -> set[tuple[str, str]] | None:
+    """The (DAG, run) pairs with spend inside the tag ``scope``; None when the scope is everything.
+
+    Measurements and outcomes carry no tags: they belong to a scope through their run's ledger entries.
+    """
+    parsed = Scope.parse(scope)
+    if not parsed.tags:
+        return None
+    e = schema.entries
+    query = select(e.c.dag_id, e.c.run_id).where(and_(true(), *scope_conditions(parsed))).distinct()
+    with ledger.reading() as conn:
+        return {(row[0], row[1]) for row in conn.execute(query)}
+
+
+def measurements_in(ledger: Ledger, filters: Filters) -> list[Measurement]:
+    """The tries measured in the filters' range, of the DAGs they allow and the runs with spend in scope."""
+    from costaware.adapters.efficiency_store import measurements
+
+    measured = measurements(ledger, dag_id=filters.dag_id, since=filters.since)
+    if filters.until is not None:
+        measured = [m for m in measured if m.measured_at is None or m.measured_at < filters.until]
+    in_scope = runs_in_scope(ledger, filters.scope)
+    return [
+        m
+        for m in measured
+        if _readable(filters, m.dag_id) and (in_scope is None or (m.dag_id, m.run_id) in in_scope)
+    ]
+
+
+def outcomes_in(ledger: Ledger, filters: Filters) -> list[RunOutcome]:
+    """Retrain outcomes recorded in the filters' range, oldest first, each with its run's cost."""
+    from costaware.adapters.efficiency_store import outcomes
+
+    in_scope = runs_in_scope(ledger, filters.scope)
+    return [
+        o
+        for o in outcomes(ledger, dag_id=filters.dag_id)
+        if _readable(filters, o.dag_id)
+        and (in_scope is None or (o.dag_id, o.run_id) in in_scope)
+        and (
+            o.recorded_at is None
+            or (
+                (filters.since is None or o.recorded_at >= filters.since)
+                and (filters.until is None or o.recorded_at < filters.until)
+            )
+        )
+    ]
+
+
+def _readable(filters: Filters, dag_id: str) -> bool:
+    """Whether the user behind ``filters`` may read ``dag_id`` (``dag_ids`` None: no restriction)."""
+    return filters.dag_ids is None or dag_id in filters.dag_ids

@@ -1,0 +1,139 @@
+"""The Cost page's JSON API (``/costaware/api/...``): the page's figures, and setting a budget.
+
+Query parameters are typed and pattern-checked by FastAPI before any query runs (``filters.py``) and reach
+the database only as bound parameters. Every answer is a pydantic model (``datamodels/``), so the OpenAPI
+page documents it, errors included.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+from fastapi import APIRouter, Depends, HTTPException, Query
+
+from costaware.plugins.ui.datamodels.budgets import (
+    BudgetChange,
+    Budgets,
+    BudgetSet,
+    BudgetStatus,
+    Gate,
+    Gates,
+)
+from costaware.plugins.ui.datamodels.common import ERRORS
+from costaware.plugins.ui.datamodels.reports import (
+    Daily,
+    DailyPoint,
+    DailyRest,
+    Spend,
+    SpendRest,
+    SpendRow,
+    SpendSummary,
+    TaskTry,
+    TopTries,
+)
+from costaware.plugins.ui.deps import Limit, Readable, ReportFilters, User, guard, open_ledger
+from costaware.plugins.ui.filters import DagId, GroupBy, ScopeQ, scope_problem
+
+if TYPE_CHECKING:
+    from costaware.adapters.ledger.views import BudgetView
+
+router = APIRouter(prefix="/api", responses=ERRORS)
+
+
+@router.get("/summary", summary="Spend, on-demand equivalent, savings, cache reuse and egress")
+def api_summary(filters: ReportFilters) -> SpendSummary:
+    """Totals of the entries in range: spend, on-demand equivalent, savings, cache hits, egress."""
+    from costaware.adapters.ledger_reports import summary
+
+    return SpendSummary.of(guard(lambda: summary(open_ledger(), filters)))
+
+
+@router.get("/spend", summary="Spend per group (DAG, task, run, trial, tag, ...), costliest first")
+def api_spend(filters: ReportFilters, group_by: GroupBy = "dag", limit: Limit = None) -> Spend:
+    """Spend per group, costliest first; with ``limit``, the rest totalled in ``other`` (null: none left)."""
+    from costaware.adapters.ledger.views import spend_by
+    from costaware.adapters.ledger_reports import top_groups
+
+    rows = guard(lambda: spend_by(open_ledger(), filters, group_by))
+    shown, rest = top_groups(rows, limit) if limit else (rows, None)
+    other = None
+    if rest is not None:
+        other = SpendRest(**SpendRow.of(rest).model_dump(), groups=len(rows) - len(shown))
+    return Spend(group_by=group_by, rows=[SpendRow.of(r) for r in shown], other=other)
+
+
+@router.get("/daily", summary="Actual spend per UTC day and group")
+def api_daily(filters: ReportFilters, group_by: GroupBy = "dag", limit: Limit = None) -> Daily:
+    """Actual spend per UTC day and group, for charts; with ``limit``, the other groups summed per day."""
+    from costaware.adapters.ledger_reports import daily_spend, fold_daily, other_label
+
+    points = guard(lambda: daily_spend(open_ledger(), filters, group_by))
+    folded = 0
+    if limit:
+        points, folded = fold_daily(points, limit)
+    return Daily(
+        group_by=group_by,
+        points=[DailyPoint.of(*point) for point in points],
+        other=DailyRest(group=other_label(folded), groups=folded) if folded else None,
+    )
+
+
+def budget_filters(dag_id: DagId = None, scope: ScopeQ = "*") -> tuple[str | None, str]:
+    """The filters that choose budgets (a budget's period is its own: no time range applies)."""
+    problem = scope_problem(scope)
+    if problem:
+        raise HTTPException(422, f"scope: {problem}")
+    return dag_id, scope
+
+
+@router.get("/budgets", summary="Each budget's cap, spend and reservations this period, with burn-down")
+def api_budgets(
+    readable: Readable, chosen: Annotated[tuple[str | None, str], Depends(budget_filters)]
+) -> Budgets:
+    """The budgets the user may see that apply to ``dag_id`` and ``scope``, each in its current period.
+
+    ``days``, ``since`` and ``until`` do not apply: a budget's figures are those of its own period.
+    """
+    dag_id, scope = chosen
+    views = guard(lambda: budgets_for(readable, dag_id, scope))
+    return Budgets(budgets=[BudgetStatus.of(view) for view in views])
+
+
+def budgets_for(readable: frozenset[str] | None, dag_id: str | None, scope: str) -> list[BudgetView]:
+    """The budgets the user may see under the filters; their forecasts from Airflow's timetables."""
+    from costaware.adapters.airflow_schedule import AirflowSchedule
+    from costaware.adapters.ledger.views import budget_views
+
+    return budget_views(open_ledger(), AirflowSchedule(), readable=readable, dag_id=dag_id, scope=scope)
+
+
+@router.post("/budgets", summary="Create or change a budget (needs the budget permission); audited")
+def api_set_budget(change: BudgetChange, user: User) -> BudgetSet:
+    """Create or change a budget; 403 without the permission. The audit trail records who and the caps."""
+    from costaware.plugins.ui.access import may_set_budgets, user_name
+
+    if not guard(lambda: may_set_budgets(user)):
+        raise HTTPException(403, f"user {user_name(user)!r} may not set budgets: ask an admin")
+    budget = guard(
+        lambda: open_ledger().set_budget(
+            change.scope, change.period, change.cap_usd, timezone=change.timezone, actor=user_name(user)
+        )
+    )
+    return BudgetSet(budget=budget.label, cap_usd=str(budget.cap_usd), set_by=user_name(user))
+
+
+@router.get("/top-tries", summary="The most expensive task tries")
+def api_top_tries(filters: ReportFilters, limit: Annotated[int, Query(ge=1, le=100)] = 10) -> TopTries:
+    """The most expensive task tries in range."""
+    from costaware.adapters.ledger_reports import costliest_tries
+
+    tries = guard(lambda: costliest_tries(open_ledger(), filters, limit))
+    return TopTries(tries=[TaskTry.of(t) for t in tries])
+
+
+@router.get("/gates", summary="Spend gates that were refused, skipped or had to wait")
+def api_gates(filters: ReportFilters, limit: Annotated[int, Query(ge=1, le=500)] = 50) -> Gates:
+    """Spend gates that did not get their money at once: what they asked, of which budget, when."""
+    from costaware.adapters.ledger.views import gates_in
+
+    return Gates(gates=[Gate.of(g) for g in guard(lambda: gates_in(open_ledger(), filters, limit))])

@@ -1,0 +1,123 @@
+"""The Cost API's budget bodies: a budget's period with burn-down and forecast, a change, the spend gates."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, Field
+
+from costaware.plugins.ui.datamodels.common import Answer, usd_field
+from costaware.plugins.ui.filters import MAX_SCOPE_TAGS, PERIOD_PATTERN, SCOPE_PATTERN
+
+if TYPE_CHECKING:
+    from costaware.adapters.gate_requests import GateRequest
+    from costaware.adapters.ledger.views import BudgetView
+
+
+class BurnDownPoint(Answer):
+    """Spend of a budget's period up to the end of one day."""
+
+    day: str
+    spent_usd: str = usd_field()
+
+
+class BudgetStatus(Answer):
+    """A budget in its current period: cap, spend, reservations, burn-down and period-end forecast."""
+
+    budget: str = Field(description="The budget's label, e.g. project=churn/month (2026-11).")
+    name: str
+    period: str
+    cap_usd: str = usd_field()
+    spent_usd: str = usd_field()
+    reserved_usd: str = usd_field()
+    left_usd: str = usd_field()
+    burn_down: list[BurnDownPoint]
+    forecast_usd: str = usd_field()
+    forecast_low_usd: str = usd_field()
+    forecast_high_usd: str = usd_field()
+    runs_left: int = Field(description="Runs the timetables of its DAGs schedule before the period ends.")
+
+    @classmethod
+    def of(cls, view: BudgetView) -> BudgetStatus:
+        usage, forecast = view.burn_down.usage, view.forecast
+        return cls(
+            budget=usage.label,
+            name=usage.name,
+            period=usage.period_key,
+            cap_usd=str(usage.cap_usd),
+            spent_usd=str(usage.spent_usd),
+            reserved_usd=str(usage.reserved_usd),
+            left_usd=str(usage.left_usd),
+            burn_down=[
+                BurnDownPoint(day=d.isoformat(), spent_usd=str(v)) for d, v in view.burn_down.cumulative
+            ],
+            forecast_usd=str(forecast.forecast_usd),
+            forecast_low_usd=str(forecast.low_usd),
+            forecast_high_usd=str(forecast.high_usd),
+            runs_left=forecast.runs_left,
+        )
+
+
+class Budgets(Answer):
+    """The budgets the user may see under the filters."""
+
+    budgets: list[BudgetStatus]
+
+
+class BudgetChange(BaseModel):
+    """A budget to create or change from the UI."""
+
+    scope: str = Field(
+        pattern=SCOPE_PATTERN,
+        max_length=512,  # the ledger's column
+        description=f"Tags the budget covers, e.g. project=churn (at most {MAX_SCOPE_TAGS} tags).",
+    )
+    period: str = Field(pattern=PERIOD_PATTERN)
+    cap_usd: str = Field(pattern=r"^[0-9]{1,12}(\.[0-9]{1,6})?$", description="The cap in USD, e.g. 250.")
+    timezone: str = Field(default="UTC", max_length=64)
+
+
+class BudgetSet(Answer):
+    """The budget as set, and who set it (the audit trail has the old and the new cap)."""
+
+    budget: str
+    cap_usd: str = usd_field()
+    set_by: str
+
+
+class Gate(Answer):
+    """A spend gate that did not get its money at once: what it asked, of which budget, when."""
+
+    requested_at: str
+    updated_at: str
+    dag_id: str
+    run_id: str
+    task_id: str
+    for_task_id: str
+    scope: str
+    budget: str
+    usd: str = usd_field()
+    status: str = Field(description="refused, skipped, waiting, reserved, approval, approved or rejected.")
+    message: str
+
+    @classmethod
+    def of(cls, g: GateRequest) -> Gate:
+        return cls(
+            requested_at=g.requested_at.isoformat(),
+            updated_at=g.updated_at.isoformat(),
+            dag_id=g.dag_id,
+            run_id=g.run_id,
+            task_id=g.task_id,
+            for_task_id=g.for_task_id,
+            scope=g.scope,
+            budget=g.budget,
+            usd=str(g.usd),
+            status=g.status,
+            message=g.message,
+        )
+
+
+class Gates(Answer):
+    """Spend gates refused, skipped, waiting or asking for approval, newest first."""
+
+    gates: list[Gate]

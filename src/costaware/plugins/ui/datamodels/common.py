@@ -1,0 +1,39 @@
+"""What every answer of the Cost API shares: the base of its bodies, its error bodies, money as text."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+def usd_field() -> Any:
+    """A USD field: an exact decimal string, never a float."""
+    return Field(description="USD as an exact decimal string, e.g. 3.000000.")
+
+
+class Answer(BaseModel):
+    """A response body; a key it does not declare is an error, not silently dropped from the answer."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Problem(BaseModel):
+    """Why a request was refused: not logged in (401), not allowed (403), or the ledger unusable (503)."""
+
+    detail: str
+
+
+class BadRequest(BaseModel):
+    """A bad filter or body (422): one readable message, or FastAPI's list of the fields that are wrong."""
+
+    detail: str | list[dict[str, Any]]
+
+
+#: The answers every route may give besides its own (documented in the OpenAPI page).
+ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": Problem, "description": "Not logged in to Airflow (no token, or an expired one)."},
+    403: {"model": Problem, "description": "Logged in, but not allowed."},
+    422: {"model": BadRequest, "description": "A filter or field that is not valid: which and why."},
+    503: {"model": Problem, "description": "The ledger cannot be read now (the reason is logged)."},
+}

@@ -1,0 +1,147 @@
+"""The Cost API's report bodies: totals, spend per group, spend per day, the costliest task tries."""
+
+from __future__ import annotations
+
+from datetime import date
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field
+
+from costaware.plugins.ui.datamodels.common import Answer, usd_field
+
+if TYPE_CHECKING:
+    from costaware.adapters.ledger_reports import Summary
+    from costaware.core.ledger import ReportRow
+
+
+class SpendSummary(Answer):
+    """Totals of the entries in range: spend, on-demand equivalent, savings, cache reuse, egress."""
+
+    usd: str = usd_field()
+    on_demand_usd: str = usd_field()
+    savings_usd: str = usd_field()
+    estimated_usd: str = usd_field()
+    entries: int
+    failed_tries: int
+    preempted_tries: int
+    cache_hits: int
+    cache_avoided_usd: str = usd_field()
+    egress_usd: str = usd_field()
+    egress_avoided_usd: str = usd_field()
+
+    @classmethod
+    def of(cls, s: Summary) -> SpendSummary:
+        return cls(
+            usd=str(s.usd),
+            on_demand_usd=str(s.on_demand_usd),
+            savings_usd=str(s.savings_usd),
+            estimated_usd=str(s.estimated_usd),
+            entries=s.entries,
+            failed_tries=s.failed_tries,
+            preempted_tries=s.preempted_tries,
+            cache_hits=s.cache_hits,
+            cache_avoided_usd=str(s.cache_avoided_usd),
+            egress_usd=str(s.egress_usd),
+            egress_avoided_usd=str(s.egress_avoided_usd),
+        )
+
+
+class SpendRow(Answer):
+    """One group's spend."""
+
+    group: str
+    entries: int
+    hours: str = Field(description="Billed hours, an exact decimal string.")
+    usd: str = usd_field()
+    estimated_usd: str = usd_field()
+    on_demand_usd: str = usd_field()
+    savings_usd: str = usd_field()
+
+    @classmethod
+    def of(cls, r: ReportRow) -> SpendRow:
+        return cls(
+            group=r.group,
+            entries=r.entries,
+            hours=str(r.hours),
+            usd=str(r.usd),
+            estimated_usd=str(r.estimated_usd),
+            on_demand_usd=str(r.on_demand_usd),
+            savings_usd=str(r.savings_usd),
+        )
+
+
+class SpendRest(SpendRow):
+    """The groups left out by ``limit``, totalled; ``group`` says how many (``other (1,180 groups)``)."""
+
+    groups: int
+
+
+class Spend(Answer):
+    """Spend per group, costliest first."""
+
+    group_by: str
+    rows: list[SpendRow]
+    other: SpendRest | None = Field(description="The groups past `limit`, totalled; null when none is left.")
+
+
+class DailyPoint(Answer):
+    """A group's actual spend on one UTC day."""
+
+    day: str = Field(description="The UTC day, e.g. 2026-11-23.")
+    group: str
+    usd: str = usd_field()
+
+    @classmethod
+    def of(cls, day: date, group: str, usd: Decimal) -> DailyPoint:
+        return cls(day=day.isoformat(), group=group, usd=str(usd))
+
+
+class DailyRest(Answer):
+    """The group that sums, day by day, the groups left out by ``limit``."""
+
+    group: str
+    groups: int
+
+
+class Daily(Answer):
+    """Actual spend per UTC day and group."""
+
+    group_by: str
+    points: list[DailyPoint]
+    other: DailyRest | None = Field(description="The group summing the others past `limit`; null: none.")
+
+
+class TaskTry(Answer):
+    """One task try's actual cost."""
+
+    dag_id: str
+    run_id: str
+    task_id: str
+    try_number: int
+    map_index: int
+    instance_type: str | None
+    market: str | None
+    outcome: str
+    usd: str = usd_field()
+    on_demand_usd: str = usd_field()
+    hours: str = Field(description="Billed hours, an exact decimal string.")
+    incurred_at: str
+
+    @classmethod
+    def of(cls, t: dict[str, Any]) -> TaskTry:
+        return cls(
+            **{
+                **t,
+                "usd": str(t["usd"]),
+                "on_demand_usd": str(t["on_demand_usd"]),
+                "hours": str(t["hours"]),
+                "incurred_at": t["incurred_at"].isoformat(),
+            }
+        )
+
+
+class TopTries(Answer):
+    """The most expensive task tries, costliest first."""
+
+    tries: list[TaskTry]

@@ -1,0 +1,104 @@
+"""What every Cost route depends on: the logged-in user, the ledger, the DAGs the user may read, errors.
+
+Airflow's security module and the ledger's adapters are imported when a request needs them, not when the
+plugin loads: every task process loads plugins (for the listener) and should not pay for the api-server's
+imports. No answer names the ledger's database: why it cannot be used goes to the api-server's log.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+from fastapi import Depends, HTTPException, Query, Request
+
+from costaware.core.errors import ConfigurationError, CostawareError, LedgerUnavailableError
+from costaware.plugins.ui.filters import report_filters
+
+if TYPE_CHECKING:
+    from costaware.adapters.ledger_reports import Filters
+    from costaware.adapters.ledger_store import Ledger
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+#: What a request learns when the ledger cannot be used; the reason (with the database's URL) is logged.
+LEDGER_UNAVAILABLE = (
+    "the cost ledger cannot be read right now: try again later; an administrator finds the reason in "
+    "the api-server log"
+)
+_DATABASE_URL = re.compile(r"\b(sqlite|postgres(ql)?)(\+\w+)?://\S*", re.IGNORECASE)
+
+
+async def require_login(request: Request) -> Any:
+    """Airflow's own check (Bearer token, else the UI's session cookie); 401/403 when it fails.
+
+    Returns the logged-in user (an auth manager ``BaseUser``).
+    """
+    from airflow.api_fastapi.core_api.security import get_user
+    from fastapi.security import HTTPAuthorizationCredentials
+
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    credentials = HTTPAuthorizationCredentials(scheme=scheme, credentials=token) if token else None
+    return await get_user(request, None, credentials)
+
+
+User = Annotated[Any, Depends(require_login)]
+
+
+def open_ledger() -> Ledger:
+    """The ledger; a URL or schema it cannot be opened with is the server's problem, not the request's."""
+    from costaware.hooks.ledger import CostLedgerHook
+
+    try:
+        return CostLedgerHook().get_conn()
+    except CostawareError as e:
+        raise LedgerUnavailableError(str(e)) from e
+
+
+def guard(call: Callable[[], T]) -> T:
+    """Run a ledger call; bad filters are 422, an unusable ledger 503 (its reason logged, not answered)."""
+    try:
+        return call()
+    except LedgerUnavailableError as e:
+        log.warning("costaware Cost API: %s", e)
+        raise HTTPException(503, LEDGER_UNAVAILABLE) from e
+    except ConfigurationError as e:
+        raise HTTPException(422, public(str(e))) from e
+    except CostawareError as e:
+        raise HTTPException(400, public(str(e))) from e
+
+
+def public(message: str) -> str:
+    """``message`` without any database URL (messages about the request should hold none; be sure)."""
+    return _DATABASE_URL.sub("<the ledger database>", message)
+
+
+def readable_dags(user: User) -> frozenset[str]:
+    """The DAGs in the ledger that the logged-in user may read (the auth manager decides)."""
+    from costaware.adapters.ledger.views import ledger_dag_ids
+    from costaware.plugins.ui.access import readable_dag_ids
+
+    return guard(lambda: readable_dag_ids(user, ledger_dag_ids(open_ledger())))
+
+
+#: The DAGs the user may read; None (a test's override) means every DAG.
+Readable = Annotated[frozenset[str] | None, Depends(readable_dags)]
+
+
+# FastAPI reads these annotations when the routes are declared, at plugin load: ``Any`` stands for a
+# ``ledger_reports.Filters``, whose module is imported only when a request needs the ledger.
+def visible_filters(filters: Annotated[Any, Depends(report_filters)], readable: Readable) -> Filters:
+    """The report filters narrowed to the DAGs the user may read."""
+    narrowed: Filters = replace(filters, dag_ids=readable)
+    return narrowed
+
+
+ReportFilters = Annotated[Any, Depends(visible_filters)]
+Limit = Annotated[
+    int | None,
+    Query(ge=1, le=10000, description="Only the costliest groups; the rest are totalled under `other`."),
+]
