@@ -27,11 +27,23 @@ from costaware.extras import require
 from costaware.glue import DEFAULT_LEDGER_CONN_ID, airflow_errors
 from costaware.operators.templating import as_written, native_rendered
 
+# resolve_trainer is re-exported for existing imports.
+from costaware.training.study_arguments import StudyArguments, resolve_trainer
+
 require("tuning", needed_by=__name__)  # at DAG parse time, with the pip line, rather than in a trial
+
+__all__ = [
+    "BudgetedTuningOperator",
+    "TuningStudyCreateOperator",
+    "TuningStudySummarizeOperator",
+    "budgeted_tuning",
+    "resolve_trainer",
+]
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from costaware.core.tuning import StudySpec
     from costaware.hooks.ledger import CostLedgerHook
 
 
@@ -201,59 +213,9 @@ class TuningStudyCreateOperator(_StudyOperator):
         )
         return list(plan["slots"])
 
-    def spec(self) -> Any:
+    def spec(self) -> StudySpec:
         """The study's settings from the (rendered) arguments; prices from the catalog when not given."""
-        from decimal import Decimal
-
-        from costaware.adapters.price_files import bundled_catalog
-        from costaware.core.ledger import Market
-        from costaware.core.money import parse_usd
-        from costaware.core.tuning import RungSchedule, StudySpec, TuningCaps, parse_search_space
-
-        catalog = bundled_catalog()
-        market = Market.parse(self.market)
-        if self.usd_per_hour in (None, "", "None"):
-            rate = (
-                catalog.spot_estimate_usd_per_hour(self.instance_type, self.region)
-                if market is Market.SPOT
-                else catalog.on_demand_usd_per_hour(self.instance_type, self.region)
-            )
-        else:
-            rate = parse_usd(self.usd_per_hour, name="usd_per_hour")
-        gpus = (
-            catalog.offer(self.instance_type, self.region).gpus if market is not Market.LOCAL else Decimal(0)
-        )
-        return StudySpec(
-            study_name=str(self.study_name),
-            direction=self.direction,
-            search_space=parse_search_space(_mapping(self.search_space, "search_space")),
-            schedule=RungSchedule.geometric(
-                _int(self.min_resource, "min_resource"),
-                _int(self.max_resource, "max_resource"),
-                _int(self.reduction_factor, "reduction_factor"),
-                self.max_rungs,
-            ),
-            caps=TuningCaps.create(
-                max_usd=self.max_usd,
-                max_trials=self.max_trials,
-                max_gpu_hours=self.max_gpu_hours,
-                max_wall_seconds=self.max_wall_seconds,
-                plateau_trials=self.plateau_trials,
-                plateau_min_delta=self.plateau_min_delta,
-            ),
-            pruner=self.pruner,
-            sampler=self.sampler,
-            seed=int(self.seed),
-            scope={str(k): str(v) for k, v in _mapping(self.scope, "scope").items()},
-            instance_type=self.instance_type,
-            region=self.region,
-            market=market.value,
-            usd_per_hour=rate,
-            gpus=gpus,
-            fallback_trial_seconds=float(self.fallback_trial_seconds),
-            safety_factor=float(self.safety_factor),
-            slack_seconds=float(self.slack_seconds),
-        )
+        return StudyArguments.of(self).spec()
 
 
 class BudgetedTuningOperator(_StudyOperator):
@@ -411,25 +373,6 @@ class TuningStudySummarizeOperator(_StudyOperator):
         return summary
 
 
-def resolve_trainer(trainer: Callable[..., Any] | str) -> Callable[..., Any]:
-    """The trainer callable itself, or imported from ``"package.module:function"``.
-
-    The dotted form ``"package.module.function"`` still works, with a ``DeprecationWarning``.
-
-    Raises:
-        ConfigurationError: the string names no importable callable.
-    """
-    from costaware.core.errors import ConfigurationError
-    from costaware.importing import import_object
-
-    if callable(trainer):
-        return trainer
-    found = import_object(str(trainer), what="trainer")
-    if not callable(found):
-        raise ConfigurationError(f"trainer {trainer!r} is not callable")
-    return found  # type: ignore[no-any-return]
-
-
 def budgeted_tuning(
     *,
     group_id: str = "tuning",
@@ -478,27 +421,3 @@ def budgeted_tuning(
         )
         trials >> summary
     return group
-
-
-def _mapping(value: Any, name: str) -> Mapping[str, Any]:
-    import json
-
-    from costaware.core.errors import ConfigurationError
-
-    if isinstance(value, str):  # a rendered template of a JSON object
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as e:
-            raise ConfigurationError(f"{name} must be a mapping or a JSON object, got {value!r}") from e
-    if not isinstance(value, Mapping):
-        raise ConfigurationError(f"{name} must be a mapping, got {value!r}")
-    return value
-
-
-def _int(value: Any, name: str) -> int:
-    from costaware.core.errors import ConfigurationError
-
-    try:
-        return int(str(value).strip())
-    except ValueError as e:
-        raise ConfigurationError(f"{name} must be a whole number, got {value!r}") from e

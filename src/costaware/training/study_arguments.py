@@ -1,0 +1,157 @@
+"""What the tasks of a budget-capped study take from their rendered arguments (no Airflow).
+
+:class:`StudyArguments` holds ``TuningStudyCreateOperator``'s arguments as Airflow rendered them (numbers and
+mappings may arrive as text) and turns them into the study's :class:`~costaware.core.tuning.StudySpec`, with
+the compute's price and GPUs from the bundled catalog when not given; :func:`resolve_trainer` gives a trial
+task its trainer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from costaware.core.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from costaware.core.tuning import StudySpec
+
+
+@dataclass(frozen=True, slots=True)
+class StudyArguments:
+    """The rendered arguments of ``TuningStudyCreateOperator`` (see there for each one)."""
+
+    study_name: Any
+    search_space: Any
+    min_resource: Any
+    max_resource: Any
+    reduction_factor: Any
+    max_rungs: int | None
+    max_usd: Any
+    max_trials: Any
+    max_gpu_hours: Any
+    max_wall_seconds: Any
+    plateau_trials: Any
+    plateau_min_delta: Any
+    direction: str
+    pruner: str
+    sampler: str
+    seed: Any
+    scope: Any
+    instance_type: str
+    region: str
+    market: str
+    usd_per_hour: Any
+    fallback_trial_seconds: Any
+    safety_factor: Any
+    slack_seconds: Any
+
+    @classmethod
+    def of(cls, holder: Any) -> StudyArguments:
+        """The arguments kept as attributes of the same names on ``holder`` (the operator)."""
+        return cls(**{f.name: getattr(holder, f.name) for f in fields(cls)})
+
+    def spec(self) -> StudySpec:
+        """The study's settings; the price and GPUs of the compute from the catalog when not given.
+
+        Raises:
+            ConfigurationError: a value that is missing or wrong; the message names it.
+        """
+        from costaware.adapters.price_files import bundled_catalog
+        from costaware.core.ledger import Market
+        from costaware.core.money import parse_usd
+        from costaware.core.tuning import RungSchedule, StudySpec, TuningCaps, parse_search_space
+
+        catalog = bundled_catalog()
+        market = Market.parse(self.market)
+        if self.usd_per_hour in (None, "", "None"):
+            rate = (
+                catalog.spot_estimate_usd_per_hour(self.instance_type, self.region)
+                if market is Market.SPOT
+                else catalog.on_demand_usd_per_hour(self.instance_type, self.region)
+            )
+        else:
+            rate = parse_usd(self.usd_per_hour, name="usd_per_hour")
+        gpus = (
+            catalog.offer(self.instance_type, self.region).gpus if market is not Market.LOCAL else Decimal(0)
+        )
+        return StudySpec(
+            study_name=str(self.study_name),
+            direction=self.direction,
+            search_space=parse_search_space(parse_mapping(self.search_space, "search_space")),
+            schedule=RungSchedule.geometric(
+                parse_int(self.min_resource, "min_resource"),
+                parse_int(self.max_resource, "max_resource"),
+                parse_int(self.reduction_factor, "reduction_factor"),
+                self.max_rungs,
+            ),
+            caps=TuningCaps.create(
+                max_usd=self.max_usd,
+                max_trials=self.max_trials,
+                max_gpu_hours=self.max_gpu_hours,
+                max_wall_seconds=self.max_wall_seconds,
+                plateau_trials=self.plateau_trials,
+                plateau_min_delta=self.plateau_min_delta,
+            ),
+            pruner=self.pruner,
+            sampler=self.sampler,
+            seed=int(self.seed),
+            scope={str(k): str(v) for k, v in parse_mapping(self.scope, "scope").items()},
+            instance_type=self.instance_type,
+            region=self.region,
+            market=market.value,
+            usd_per_hour=rate,
+            gpus=gpus,
+            fallback_trial_seconds=float(self.fallback_trial_seconds),
+            safety_factor=float(self.safety_factor),
+            slack_seconds=float(self.slack_seconds),
+        )
+
+
+def resolve_trainer(trainer: Callable[..., Any] | str) -> Callable[..., Any]:
+    """The trainer callable itself, or imported from ``"package.module:function"``.
+
+    The dotted form ``"package.module.function"`` still works, with a ``DeprecationWarning``.
+
+    Raises:
+        ConfigurationError: the string names no importable callable.
+    """
+    from costaware.importing import import_object
+
+    if callable(trainer):
+        return trainer
+    found = import_object(str(trainer), what="trainer")
+    if not callable(found):
+        raise ConfigurationError(f"trainer {trainer!r} is not callable")
+    return found  # type: ignore[no-any-return]
+
+
+def parse_mapping(value: Any, name: str) -> Mapping[str, Any]:
+    """A mapping, or the rendered text of a JSON object.
+
+    Raises:
+        ConfigurationError: anything else, naming ``name``.
+    """
+    if isinstance(value, str):  # a rendered template of a JSON object
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise ConfigurationError(f"{name} must be a mapping or a JSON object, got {value!r}") from e
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(f"{name} must be a mapping, got {value!r}")
+    return value
+
+
+def parse_int(value: Any, name: str) -> int:
+    """A whole number, or its rendered text.
+
+    Raises:
+        ConfigurationError: anything else, naming ``name``.
+    """
+    try:
+        return int(str(value).strip())
+    except ValueError as e:
+        raise ConfigurationError(f"{name} must be a whole number, got {value!r}") from e
