@@ -1,3 +1,45 @@
 """Moved to costaware.adapters.ledger.governance; kept until the importers move."""
 
-from costaware.adapters.ledger.governance import *  # noqa: F403
+from costaware.adapters.ledger.audit import AUDIT_ACTIONS, AuditEntry, append_audit, audit_log, record_audit
+from costaware.adapters.ledger.governance import (
+    LOOKBACK,
+    RECENT_RUNS,
+    AlertRule,
+    BudgetOutlook,
+    NoSchedule,
+    RunSchedule,
+    alert_rules,
+    alerts_sent,
+    budget_dags,
+    budget_outlook,
+    claim_alert,
+    outlooks,
+    recent_run_costs,
+    record_run_overrides,
+    set_alert_rule,
+    visible_budgets,
+)
+
+__all__ = [
+    "AUDIT_ACTIONS",
+    "LOOKBACK",
+    "RECENT_RUNS",
+    "AlertRule",
+    "AuditEntry",
+    "BudgetOutlook",
+    "NoSchedule",
+    "RunSchedule",
+    "alert_rules",
+    "alerts_sent",
+    "append_audit",
+    "audit_log",
+    "budget_dags",
+    "budget_outlook",
+    "claim_alert",
+    "outlooks",
+    "recent_run_costs",
+    "record_audit",
+    "record_run_overrides",
+    "set_alert_rule",
+    "visible_budgets",
+]

@@ -1,3 +1,5 @@
-"""Moved to costaware.adapters.ledger.url; kept until the importers move."""
+"""Moved to costaware.adapters.ledger.engine; kept until the importers move."""
 
-from costaware.adapters.ledger.url import *  # noqa: F403
+from costaware.adapters.ledger.engine import url_from_connection_fields
+
+__all__ = ["url_from_connection_fields"]

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from sqlalchemy import and_, delete, select
 
-from costaware.adapters import ledger_schema as schema
+from costaware.adapters.ledger import schema
 from costaware.core.errors import ConfigurationError, InvalidPriceDataError, PriceNotFoundError
 from costaware.core.ledger import utcnow
 from costaware.core.price_list import (
@@ -35,7 +35,7 @@ from costaware.core.price_list import (
 from costaware.settings import ledger_url, option
 
 if TYPE_CHECKING:
-    from costaware.adapters.ledger_store import Ledger
+    from costaware.adapters.ledger.store import Ledger
     from costaware.core.discounts import Discount
     from costaware.core.prices import PriceCatalog
 
@@ -88,7 +88,7 @@ class PriceCache:
                     "nothing was cached"
                 )
         table = schema.price_cache
-        with self.ledger._write() as conn:
+        with self.ledger.transaction() as conn:
             for p in rows:
                 conn.execute(
                     delete(table).where(
@@ -340,7 +340,7 @@ _LEDGERS: dict[str, Ledger] = {}
 
 def _default_ledger() -> Ledger | None:
     """The ledger at the default URL, opened once per process (its engine pools connections)."""
-    from costaware.adapters.ledger_store import Ledger
+    from costaware.adapters.ledger.store import Ledger
     from costaware.core.errors import LedgerUnavailableError
 
     url = ledger_url()

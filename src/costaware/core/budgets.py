@@ -1,4 +1,7 @@
-"""Budgets: a scope (a tag filter), a period, and a cap in USD (and optionally GPU-hours)."""
+"""Budgets: a scope (a tag filter), a period, and a cap in USD (and optionally GPU-hours).
+
+``check_cap`` is the rule a reservation must pass, over figures the ledger reads inside its lock.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +11,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from enum import Enum
+from typing import Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from costaware.core.errors import InvalidBudgetError
-from costaware.core.money import parse_usd
+from costaware.core.errors import BudgetExceededError, InvalidBudgetError
+from costaware.core.money import format_usd_exact, parse_usd
 
 _TAG_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 _ALL = "*"
@@ -217,3 +221,74 @@ def period_window(
         nxt = datetime(local.year + (local.month == 12), local.month % 12 + 1, 1, tzinfo=tz)
         key = start.strftime("%Y-%m")
     return PeriodWindow(key, start.astimezone(timezone.utc), nxt.astimezone(timezone.utc))
+
+
+class CapStanding(Protocol):
+    """Where a budget stands in its period (``costaware.core.ledger.BudgetUsage`` is one)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def cap_usd(self) -> Decimal: ...
+    @property
+    def spent_usd(self) -> Decimal: ...
+    @property
+    def reserved_usd(self) -> Decimal: ...
+    @property
+    def left_usd(self) -> Decimal: ...
+    @property
+    def cap_gpu_hours(self) -> Decimal | None: ...
+    @property
+    def spent_gpu_hours(self) -> Decimal: ...
+    @property
+    def reserved_gpu_hours(self) -> Decimal: ...
+
+
+def check_cap(usage: CapStanding, amount: Decimal, gpu_hours: Decimal, purpose: str) -> None:
+    """Refuse ``amount`` USD (and ``gpu_hours``) for ``purpose`` when they would pass the budget's caps.
+
+    Spent plus reserved plus the amount may reach the cap, not pass it.
+
+    Raises:
+        BudgetExceededError: the USD or the GPU-hour cap would be passed; the message names the budget,
+            its standing and what to do.
+    """
+    name = usage.name
+    if usage.spent_usd + usage.reserved_usd + amount > usage.cap_usd:
+        left = format_usd_exact(max(usage.left_usd, Decimal(0)))
+        cap, spent = format_usd_exact(usage.cap_usd), format_usd_exact(usage.spent_usd)
+        reserved, need = format_usd_exact(usage.reserved_usd), format_usd_exact(amount)
+        todo = "raise the cap with `costaware budget set` or lower the estimate"
+        raise BudgetExceededError(
+            f"budget '{name}' has {left} left (cap {cap}, spent {spent}, reserved {reserved}); "
+            f"{purpose} needs an estimated {need}: {todo}",
+            scope=name,
+            spent_usd=str(usage.spent_usd + usage.reserved_usd),
+            cap_usd=str(usage.cap_usd),
+            needed_usd=str(amount),
+            summary="\n".join(
+                [
+                    f"Budget refused {purpose}: it needs an estimated {need}, the budget has {left} left.",
+                    f"  budget:   {name}",
+                    f"  cap:      {cap}",
+                    f"  spent:    {spent}",
+                    f"  reserved: {reserved}",
+                    f"  left:     {left}",
+                    f"  need:     {need}",
+                    f"  to do:    {todo}",
+                ]
+            ),
+        )
+    if (
+        usage.cap_gpu_hours is not None
+        and usage.spent_gpu_hours + usage.reserved_gpu_hours + gpu_hours > usage.cap_gpu_hours
+    ):
+        raise BudgetExceededError(
+            f"budget '{name}' has "
+            f"{usage.cap_gpu_hours - usage.spent_gpu_hours - usage.reserved_gpu_hours} GPU-hours "
+            f"left of {usage.cap_gpu_hours}; {purpose} needs {gpu_hours}: raise the GPU-hour cap",
+            scope=name,
+            spent_usd=str(usage.spent_usd),
+            cap_usd=str(usage.cap_usd),
+            needed_usd=str(amount),
+        )

@@ -12,17 +12,17 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import and_, func, select
 
-from costaware.adapters import ledger_schema as schema
+from costaware.adapters.ledger import schema
 from costaware.core.money import from_micros
 
 if TYPE_CHECKING:
-    from costaware.adapters.ledger_reports import Filters
-    from costaware.adapters.ledger_store import Ledger
+    from costaware.adapters.ledger.engine import LedgerDatabase
+    from costaware.adapters.ledger.reports import Filters
 
 MARKER = "+discount:"
 
 
-def discounts_by_rule(ledger: Ledger, filters: Filters) -> dict[str, Decimal]:
+def discounts_by_rule(ledger: LedgerDatabase, filters: Filters) -> dict[str, Decimal]:
     """``{"team:ml": Decimal("1.20"), ...}``: discount USD of the recorded entries matching ``filters``."""
     e = schema.entries
     query = (

@@ -14,8 +14,8 @@ from typing import Any
 from sqlalchemy import RowMapping, and_, func, select, true
 from sqlalchemy.sql.elements import ColumnElement
 
-from costaware.adapters import ledger_schema as schema
-from costaware.adapters.ledger_store import Ledger
+from costaware.adapters.ledger import schema
+from costaware.adapters.ledger.engine import LedgerDatabase
 from costaware.core.efficiency import Measurement
 from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import utcnow
@@ -24,7 +24,7 @@ from costaware.core.outcomes import ReproRecord, RunOutcome
 
 
 def record_utilization(
-    ledger: Ledger, entry_uid: str, measurement: Measurement, *, map_index: int = -1
+    ledger: LedgerDatabase, entry_uid: str, measurement: Measurement, *, map_index: int = -1
 ) -> bool:
     """Store what the try of entry ``entry_uid`` used; a second record for the same entry is ignored.
 
@@ -32,7 +32,7 @@ def record_utilization(
     """
     u = schema.utilization
     m = measurement
-    with ledger._write() as conn:
+    with ledger.transaction() as conn:
         if conn.execute(select(u.c.id).where(u.c.entry_uid == entry_uid)).first():
             return False
         conn.execute(
@@ -58,7 +58,7 @@ def record_utilization(
 
 
 def measurements(
-    ledger: Ledger,
+    ledger: LedgerDatabase,
     *,
     dag_id: str | None = None,
     task_id: str | None = None,
@@ -122,7 +122,7 @@ def measurements(
 # -- run outcomes ----------------------------------------------------------------------------------
 
 
-def record_outcome(ledger: Ledger, outcome: RunOutcome) -> None:
+def record_outcome(ledger: LedgerDatabase, outcome: RunOutcome) -> None:
     """Store what a retrain produced (insert, or update the same model version's row of the same DAG).
 
     Fields the new outcome leaves empty (no metric yet, no record) keep their stored value, so the retrain
@@ -141,7 +141,7 @@ def record_outcome(ledger: Ledger, outcome: RunOutcome) -> None:
         "record": outcome.record.to_json() if outcome.record else {},
         "recorded_at": outcome.recorded_at or utcnow(),
     }
-    with ledger._write() as conn:
+    with ledger.transaction() as conn:
         found = (
             conn.execute(
                 select(t).where(t.c.dag_id == outcome.dag_id, t.c.model_version == outcome.model_version)
@@ -181,7 +181,7 @@ def record_outcome(ledger: Ledger, outcome: RunOutcome) -> None:
 
 
 def outcomes(
-    ledger: Ledger, *, dag_id: str | None = None, run_id: str | None = None, limit: int = 500
+    ledger: LedgerDatabase, *, dag_id: str | None = None, run_id: str | None = None, limit: int = 500
 ) -> list[RunOutcome]:
     """Run outcomes with each run's actual cost from the ledger, oldest first."""
     t, e = schema.run_outcomes, schema.entries
@@ -210,7 +210,7 @@ def outcomes(
     return [_outcome(r, costs.get((r["dag_id"], r["run_id"]))) for r in rows]
 
 
-def run_outcome(ledger: Ledger, run_id: str, *, dag_id: str | None = None) -> list[RunOutcome]:
+def run_outcome(ledger: LedgerDatabase, run_id: str, *, dag_id: str | None = None) -> list[RunOutcome]:
     """The outcomes of one run (normally one model version).
 
     Raises:

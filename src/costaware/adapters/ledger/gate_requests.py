@@ -16,7 +16,8 @@ from typing import Any
 
 from sqlalchemy import select
 
-from costaware.adapters import ledger_schema as schema
+from costaware.adapters.ledger import schema
+from costaware.adapters.ledger.engine import LedgerDatabase
 from costaware.core.ledger import utcnow
 from costaware.core.money import from_micros, to_micros
 
@@ -45,7 +46,7 @@ class GateRequest:
 
 
 def note_gate_request(
-    ledger: Any,
+    ledger: LedgerDatabase,
     *,
     dag_id: str,
     run_id: str,
@@ -70,7 +71,7 @@ def note_gate_request(
         with ledger.reading() as conn:
             if conn.execute(open_row).first() is None:
                 return
-    with ledger._write() as conn:  # same error translation as every ledger write
+    with ledger.transaction() as conn:
         waiting = conn.execute(open_row).first()
         values: dict[str, Any] = {"updated_at": now, "status": status}
         if status not in ENDING_STATUSES:  # the end of a wait keeps what was asked and the budget's answer
@@ -97,7 +98,7 @@ def note_gate_request(
 
 
 def gate_requests(
-    ledger: Any,
+    ledger: LedgerDatabase,
     *,
     since: datetime,
     until: datetime | None = None,

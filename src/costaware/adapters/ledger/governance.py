@@ -1,8 +1,7 @@
-"""Budget governance in the ledger: the append-only audit trail, alert claims, and period-end forecasts.
+"""Budget governance in the ledger: alert claims and rules, period-end forecasts, visibility, run overrides.
 
-The audit table has an insert path only: nothing in costaware updates or deletes its rows, and the database
-refuses to (a trigger created with the table). Alert claims use the unique key (budget, period, threshold):
-of many workers that see a threshold crossed at once, the one whose insert succeeds sends the alert.
+Alert claims use the unique key (budget, period, threshold): of many workers that see a threshold crossed at
+once, the one whose insert succeeds sends the alert. Every change is audited (``audit``) in its transaction.
 """
 
 from __future__ import annotations
@@ -14,11 +13,15 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, Protocol
 
-from sqlalchemy import Connection, and_, func, select, true
+from sqlalchemy import and_, func, select, true
 from sqlalchemy.exc import IntegrityError
 
-from costaware.adapters import ledger_schema as schema
-from costaware.adapters.ledger_store import Ledger, scope_conditions
+from costaware.adapters.ledger import schema
+from costaware.adapters.ledger.audit import append_audit
+from costaware.adapters.ledger.budgets import list_budgets
+from costaware.adapters.ledger.budgets import usage as budget_usages
+from costaware.adapters.ledger.engine import LedgerDatabase
+from costaware.adapters.ledger.queries import scope_conditions
 from costaware.core.budget_forecast import SpendForecast, forecast_spend, outlooks_from
 from costaware.core.budgets import Budget, Period, PeriodWindow, period_window
 from costaware.core.errors import ConfigurationError
@@ -27,88 +30,19 @@ from costaware.core.money import from_micros
 
 log = logging.getLogger(__name__)
 
-AUDIT_ACTIONS = ("budget_set", "alert_rule", "approval", "rejection", "override", "alert")
 RECENT_RUNS = 10
 LOOKBACK = timedelta(days=60)
 
 
-@dataclass(frozen=True, slots=True)
-class AuditEntry:
-    """One line of the audit trail: who did what to which budget or run, and when."""
-
-    id: int
-    at: datetime
-    actor: str
-    action: str
-    target: str
-    details: dict[str, Any]
-
-
-def append_audit(
-    conn: Connection,
-    *,
-    actor: str,
-    action: str,
-    target: str,
-    details: Mapping[str, Any] | None = None,
-    at: datetime | None = None,
-) -> None:
-    """Add one audit line inside the caller's write transaction (so it commits with what it records).
-
-    Raises:
-        ConfigurationError: an unknown action or an empty actor.
-    """
-    if action not in AUDIT_ACTIONS:
-        raise ConfigurationError(f"audit action {action!r} is unknown: use one of {', '.join(AUDIT_ACTIONS)}")
-    if not str(actor).strip():
-        raise ConfigurationError("an audit entry needs the name of who acted; got an empty actor")
-    conn.execute(
-        schema.audit.insert().values(
-            at=at or utcnow(),
-            actor=str(actor)[:256],
-            action=action,
-            target=str(target)[:1024],
-            details={k: _jsonable(v) for k, v in (details or {}).items()},
-        )
-    )
-
-
-def record_audit(
-    ledger: Ledger, *, actor: str, action: str, target: str, details: Mapping[str, Any] | None = None
-) -> None:
-    """Add one audit line in its own transaction."""
-    with ledger._write() as conn:
-        append_audit(conn, actor=actor, action=action, target=target, details=details)
-
-
-def audit_log(
-    ledger: Ledger, *, since: datetime | None = None, action: str | None = None, limit: int | None = None
-) -> list[AuditEntry]:
-    """Audit lines, oldest first, optionally from ``since`` on and of one ``action``."""
-    a = schema.audit
-    query = select(a).order_by(a.c.at, a.c.id)
-    if since is not None:
-        query = query.where(a.c.at >= since)
-    if action is not None:
-        query = query.where(a.c.action == action)
-    if limit:
-        query = query.limit(limit)
-    with ledger.reading() as conn:
-        rows = conn.execute(query).mappings().all()
-    return [
-        AuditEntry(r["id"], r["at"], r["actor"], r["action"], r["target"], dict(r["details"])) for r in rows
-    ]
-
-
 def claim_alert(
-    ledger: Ledger, budget: str, period_key: str, threshold: str, *, details: Mapping[str, Any]
+    ledger: LedgerDatabase, budget: str, period_key: str, threshold: str, *, details: Mapping[str, Any]
 ) -> bool:
     """Record that ``threshold`` of ``budget`` fired this period; False when someone recorded it first.
 
     The claim and its audit line commit together, before the alert is sent: an alert is sent at most once.
     """
     try:
-        with ledger._write() as conn:
+        with ledger.transaction() as conn:
             conn.execute(
                 schema.alerts_sent.insert().values(
                     budget=budget, period_key=period_key, threshold=threshold, sent_at=utcnow()
@@ -126,7 +60,7 @@ def claim_alert(
     return True
 
 
-def alerts_sent(ledger: Ledger, budget: str | None = None) -> list[tuple[str, str, str]]:
+def alerts_sent(ledger: LedgerDatabase, budget: str | None = None) -> list[tuple[str, str, str]]:
     """(budget, period key, threshold) of every alert sent, in the order they were sent."""
     t = schema.alerts_sent
     query = select(t.c.budget, t.c.period_key, t.c.threshold).order_by(t.c.id)
@@ -153,7 +87,12 @@ class NoSchedule:
 
 
 def recent_run_costs(
-    ledger: Ledger, budget: Budget, *, at: datetime, runs: int = RECENT_RUNS, lookback: timedelta = LOOKBACK
+    ledger: LedgerDatabase,
+    budget: Budget,
+    *,
+    at: datetime,
+    runs: int = RECENT_RUNS,
+    lookback: timedelta = LOOKBACK,
 ) -> dict[str, list[Decimal]]:
     """Actual cost of each DAG's last ``runs`` runs in the budget's scope, in ``[at - lookback, at]``."""
     e = schema.entries
@@ -192,7 +131,7 @@ class BudgetOutlook:
 
 
 def budget_outlook(
-    ledger: Ledger, budget: Budget, schedule: RunSchedule, *, at: datetime | None = None
+    ledger: LedgerDatabase, budget: Budget, schedule: RunSchedule, *, at: datetime | None = None
 ) -> BudgetOutlook:
     """Usage and period-end forecast of one day-, month- or total-period budget.
 
@@ -205,7 +144,7 @@ def budget_outlook(
         raise ConfigurationError(f"budget '{budget.label}' is per run: there is no period end to forecast")
     at = at or utcnow()
     window = period_window(budget.period, at, budget.timezone)
-    (usage,) = [u for u in ledger.usage(budget.scope, at=at) if u.label == budget.label]
+    (usage,) = [u for u in budget_usages(ledger, budget.scope, at=at) if u.label == budget.label]
     costs = recent_run_costs(ledger, budget, at=at)
     runs_left: dict[str, int] = {}
     if window.end is not None:
@@ -216,7 +155,7 @@ def budget_outlook(
 
 
 def outlooks(
-    ledger: Ledger, schedule: RunSchedule, *, at: datetime | None = None, scope: str | None = None
+    ledger: LedgerDatabase, schedule: RunSchedule, *, at: datetime | None = None, scope: str | None = None
 ) -> list[BudgetOutlook]:
     """Every non-run budget (or those covering ``scope``) with its usage and forecast."""
     from costaware.core.budgets import Scope
@@ -224,20 +163,12 @@ def outlooks(
     wanted = None if scope is None else Scope.parse(scope)
     return [
         budget_outlook(ledger, b, schedule, at=at)
-        for b in ledger.budgets()
+        for b in list_budgets(ledger)
         if b.period is not Period.RUN and (wanted is None or b.scope.covers(wanted))
     ]
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, Decimal | datetime):
-        return str(value) if isinstance(value, Decimal) else value.isoformat()
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    return value
-
-
-def budget_dags(ledger: Ledger, budget: Budget) -> set[str]:
+def budget_dags(ledger: LedgerDatabase, budget: Budget) -> set[str]:
     """Every DAG that has ever had an entry inside the budget's scope."""
     e = schema.entries
     query = select(e.c.dag_id).where(and_(true(), *scope_conditions(budget.scope))).distinct()
@@ -245,13 +176,13 @@ def budget_dags(ledger: Ledger, budget: Budget) -> set[str]:
         return {row[0] for row in conn.execute(query)}
 
 
-def visible_budgets(ledger: Ledger, dag_ids: frozenset[str] | None) -> list[Budget]:
+def visible_budgets(ledger: LedgerDatabase, dag_ids: frozenset[str] | None) -> list[Budget]:
     """The budgets a user who may read ``dag_ids`` may see: those whose spending DAGs are all readable.
 
     ``None`` means every DAG (all budgets are visible). A budget nothing has spent in yet reveals no DAG's
     cost, so it is visible to every user.
     """
-    budgets = ledger.budgets()
+    budgets = list_budgets(ledger)
     if dag_ids is None:
         return budgets
     return [b for b in budgets if budget_dags(ledger, b) <= dag_ids]
@@ -270,7 +201,7 @@ class AlertRule:
 
 
 def set_alert_rule(
-    ledger: Ledger,
+    ledger: LedgerDatabase,
     budget: str,
     *,
     thresholds: str | None,
@@ -285,7 +216,7 @@ def set_alert_rule(
     """
     from costaware.core.budget_forecast import parse_thresholds
 
-    known = {b.label for b in ledger.budgets()}
+    known = {b.label for b in list_budgets(ledger)}
     if budget not in known:
         raise ConfigurationError(
             f"no budget {budget!r} (budgets: {', '.join(sorted(known)) or 'none'}); set it first with "
@@ -305,7 +236,7 @@ def set_alert_rule(
         "updated_at": utcnow(),
     }
     t = schema.alert_rules
-    with ledger._write() as conn:
+    with ledger.transaction() as conn:
         found = conn.execute(select(t.c.id).where(t.c.budget == budget)).first()
         if found:
             conn.execute(t.update().where(t.c.id == found[0]).values(**values))
@@ -321,7 +252,7 @@ def set_alert_rule(
     return AlertRule(budget, parsed, notifiers)
 
 
-def alert_rules(ledger: Ledger) -> dict[str, AlertRule]:
+def alert_rules(ledger: LedgerDatabase) -> dict[str, AlertRule]:
     """Every budget's own alert rule, by budget label."""
     t = schema.alert_rules
     with ledger.reading() as conn:
@@ -336,7 +267,9 @@ def alert_rules(ledger: Ledger) -> dict[str, AlertRule]:
     }
 
 
-def record_run_overrides(ledger: Ledger, *, target: str, actor: str, overrides: Mapping[str, Any]) -> bool:
+def record_run_overrides(
+    ledger: LedgerDatabase, *, target: str, actor: str, overrides: Mapping[str, Any]
+) -> bool:
     """Audit the trigger params of a run that differ from the DAG's defaults, once per run (``target``).
 
     Returns whether a line was added (False: nothing overridden, or this run was recorded already).
@@ -344,7 +277,7 @@ def record_run_overrides(ledger: Ledger, *, target: str, actor: str, overrides: 
     if not overrides:
         return False
     a = schema.audit
-    with ledger._write() as conn:
+    with ledger.transaction() as conn:
         seen = conn.execute(select(a.c.id).where(a.c.action == "override", a.c.target == target)).first()
         if seen:
             return False

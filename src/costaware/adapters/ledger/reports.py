@@ -1,4 +1,4 @@
-"""Read-only views of the ledger for dashboards: totals, spend per day, the costliest tries, budget burn-down.
+"""Reports of the ledger: spend per group, totals, spend per day, the costliest tries, budget burn-down.
 
 Every filter is a bound parameter of a SQLAlchemy expression; no SQL is built from strings.
 """
@@ -13,11 +13,75 @@ from typing import Any
 from sqlalchemy import and_, case, func, select, true
 from sqlalchemy.sql.elements import ColumnElement
 
-from costaware.adapters import ledger_schema as schema
-from costaware.adapters.ledger_store import Ledger, entry_conditions, group_column
-from costaware.core.budgets import Period, period_window
+from costaware.adapters.ledger import budgets, schema
+from costaware.adapters.ledger.engine import LedgerDatabase
+from costaware.adapters.ledger.queries import entry_conditions, group_column
+from costaware.core.budgets import Period, Scope, period_window
 from costaware.core.ledger import BudgetUsage, ReportRow, utcnow
 from costaware.core.money import from_micros
+
+
+def spent(
+    ledger: LedgerDatabase,
+    scope: str | Scope = "*",
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    run_id: str | None = None,
+) -> Decimal:
+    """Actual USD spent by entries in ``scope`` from ``since`` (inclusive) to ``until`` (exclusive)."""
+    e = schema.entries
+    conditions = [e.c.estimated.is_(False), *entry_conditions(since, until, None, run_id, scope)]
+    with ledger.reading() as conn:
+        total = conn.execute(select(func.sum(e.c.usd_micros)).where(and_(true(), *conditions))).scalar()
+    return from_micros(total)
+
+
+def report(
+    ledger: LedgerDatabase,
+    *,
+    group_by: str = "task",
+    since: datetime | None = None,
+    until: datetime | None = None,
+    dag_id: str | None = None,
+    run_id: str | None = None,
+    scope: str | Scope = "*",
+    dag_ids: frozenset[str] | None = None,
+) -> list[ReportRow]:
+    """Spend per group, most expensive first; see ``Ledger.report`` for the arguments."""
+    e = schema.entries
+    key = group_column(group_by)
+    conditions = entry_conditions(since, until, dag_id, run_id, scope, dag_ids=dag_ids)
+    actual = e.c.estimated.is_(False)
+    usd = func.sum(case((actual, e.c.usd_micros), else_=0))
+    query = (
+        select(
+            key.label("grp"),
+            func.count().label("n"),
+            usd.label("usd"),
+            func.sum(case((actual, 0), else_=e.c.usd_micros)).label("est"),
+            func.sum(case((actual, func.coalesce(e.c.on_demand_usd_micros, e.c.usd_micros)), else_=0)).label(
+                "od"
+            ),
+            func.sum(case((and_(actual, e.c.unit == "hour"), e.c.quantity_micros), else_=0)).label("hours"),
+        )
+        .where(and_(true(), *conditions))
+        .group_by(key)
+        .order_by(usd.desc())
+    )
+    with ledger.reading() as conn:
+        rows = conn.execute(query).all()
+    return [
+        ReportRow(
+            group="(none)" if row.grp is None else str(row.grp),
+            entries=int(row.n),
+            usd=from_micros(row.usd),
+            estimated_usd=from_micros(row.est),
+            on_demand_usd=from_micros(row.od),
+            hours=from_micros(row.hours),
+        )
+        for row in rows
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +121,7 @@ class Summary:
         return self.on_demand_usd - self.usd
 
 
-def summary(ledger: Ledger, filters: Filters) -> Summary:
+def summary(ledger: LedgerDatabase, filters: Filters) -> Summary:
     """Totals of the entries matching ``filters``, in one query."""
     e = schema.entries
     actual = e.c.estimated.is_(False)
@@ -96,7 +160,9 @@ def summary(ledger: Ledger, filters: Filters) -> Summary:
     )
 
 
-def daily_spend(ledger: Ledger, filters: Filters, group_by: str = "dag") -> list[tuple[date, str, Decimal]]:
+def daily_spend(
+    ledger: LedgerDatabase, filters: Filters, group_by: str = "dag"
+) -> list[tuple[date, str, Decimal]]:
     """Actual USD per UTC day and group, oldest day first."""
     e = schema.entries
     key = group_column(group_by)
@@ -112,7 +178,7 @@ def daily_spend(ledger: Ledger, filters: Filters, group_by: str = "dag") -> list
     return [(_as_date(d), "(none)" if g is None else str(g), from_micros(usd)) for d, g, usd in rows]
 
 
-def costliest_tries(ledger: Ledger, filters: Filters, limit: int = 10) -> list[dict[str, Any]]:
+def costliest_tries(ledger: LedgerDatabase, filters: Filters, limit: int = 10) -> list[dict[str, Any]]:
     """The most expensive actual entries (one per task try), costliest first."""
     e = schema.entries
     query = (
@@ -215,15 +281,15 @@ class BurnDown:
     cumulative: list[tuple[date, Decimal]]
 
 
-def burn_down(ledger: Ledger) -> list[BurnDown]:
+def burn_down(ledger: LedgerDatabase) -> list[BurnDown]:
     """Every day-, month- and total-period budget with its spend accumulated day by day this period."""
     out = []
     now = utcnow()
-    for budget in ledger.budgets():
+    for budget in budgets.list_budgets(ledger):
         if budget.period is Period.RUN:
             continue  # per-run caps have no single period to draw
         window = period_window(budget.period, now, budget.timezone)
-        (usage,) = [u for u in ledger.usage(budget.scope, at=now) if u.label == budget.label]
+        (usage,) = [u for u in budgets.usage(ledger, budget.scope, at=now) if u.label == budget.label]
         days = daily_spend(
             ledger, Filters(since=window.start, until=window.end, scope=str(budget.scope)), "dag"
         )

@@ -1,7 +1,8 @@
 """Tables of the cost ledger (SQLAlchemy Core), shared by SQLite and PostgreSQL.
 
 Money columns hold whole micro-dollars (BigInteger): exact sums on both databases, where SQLite would
-store a ``Numeric`` as a float. Bump ``SCHEMA_VERSION`` and add a step to ``MIGRATIONS`` for any change.
+store a ``Numeric`` as a float. Change a table here and add an Alembic revision under ``migrations/versions/``
+that makes the same change (``tests/adapters/test_ledger_migrations.py`` fails while the two differ).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from sqlalchemy.types import TypeDecorator
 
 from costaware.core.errors import ConfigurationError
 
+#: The schema level releases before the Alembic migrations check in ``costaware_meta`` (they refuse a ledger
+#: whose level is higher). Raise it in a revision that older code could not work with.
 SCHEMA_VERSION = 1
 
 metadata = MetaData()
@@ -267,9 +270,6 @@ event.listen(
         "FOR EACH STATEMENT EXECUTE FUNCTION costaware_audit_append_only()"
     ).execute_if(dialect="postgresql"),
 )
-
-#: version -> DDL statements that bring a ledger from version-1 to version (none yet).
-MIGRATIONS: dict[int, list[str]] = {}
 
 # One row per (DAG, window occurrence) in which a data-triggered retrain started: the window gate's claim.
 window_claims = Table(

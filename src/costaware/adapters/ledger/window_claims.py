@@ -13,8 +13,8 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from costaware.adapters import ledger_schema as schema
-from costaware.adapters.ledger_store import Ledger
+from costaware.adapters.ledger import schema
+from costaware.adapters.ledger.engine import LedgerDatabase
 from costaware.core.errors import LedgerUnavailableError
 
 
@@ -28,7 +28,7 @@ class WindowClaim:
     claimed_at: datetime
 
 
-def window_claim(ledger: Ledger, dag_id: str, window_start: datetime) -> WindowClaim | None:
+def window_claim(ledger: LedgerDatabase, dag_id: str, window_start: datetime) -> WindowClaim | None:
     """The claim of ``dag_id`` on the occurrence starting at ``window_start``, if any."""
     table = schema.window_claims
     query = select(table).where(table.c.dag_id == dag_id, table.c.window_start == window_start)
@@ -42,14 +42,14 @@ def window_claim(ledger: Ledger, dag_id: str, window_start: datetime) -> WindowC
 
 
 def claim_window(
-    ledger: Ledger, dag_id: str, window_start: datetime, run_id: str, now: datetime
+    ledger: LedgerDatabase, dag_id: str, window_start: datetime, run_id: str, now: datetime
 ) -> WindowClaim:
     """Claim the occurrence for ``run_id``; returns the claim that holds (this run's, or an earlier run's).
 
     Claiming again from the same run (a retried task) returns its own claim.
     """
     try:
-        with ledger._write() as conn:  # the ledger's write transaction (maps outages to LedgerUnavailable)
+        with ledger.transaction() as conn:
             conn.execute(
                 schema.window_claims.insert().values(
                     dag_id=dag_id, window_start=window_start, run_id=run_id, claimed_at=now

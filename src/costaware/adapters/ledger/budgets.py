@@ -1,0 +1,185 @@
+"""Budgets in the ledger: set, list and delete them, and where each stands in its period.
+
+A budget's usage is what its scope spent in the period (actual entries) plus what open reservations hold in
+it, read in one statement so PostgreSQL's READ COMMITTED sees both at the same instant.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from sqlalchemy import Connection, RowMapping, and_, func, select, text, true
+
+from costaware.adapters.ledger import schema
+from costaware.adapters.ledger.audit import append_audit
+from costaware.adapters.ledger.engine import LedgerDatabase
+from costaware.adapters.ledger.queries import scope_conditions
+from costaware.core.budgets import Budget, Period, PeriodWindow, Scope, period_window
+from costaware.core.errors import BudgetNotFoundError, ConfigurationError
+from costaware.core.ledger import BudgetUsage, utcnow
+from costaware.core.money import format_usd, from_micros, to_micros
+
+log = logging.getLogger(__name__)
+
+#: Serialises budget upserts on PostgreSQL (SQLite's write lock already does).
+UPSERT_LOCK = 74210032
+
+
+def set_budget(ledger: LedgerDatabase, budget: Budget, *, actor: str) -> Budget:
+    """Create or replace the budget of (scope, period), audited in the same transaction."""
+    values = {
+        "cap_usd_micros": to_micros(budget.cap_usd),
+        "cap_gpu_hours_micros": None if budget.cap_gpu_hours is None else to_micros(budget.cap_gpu_hours),
+        "timezone": budget.timezone,
+        "updated_at": utcnow(),
+    }
+    t = schema.budgets
+    with ledger.transaction() as conn:
+        ledger.advisory_lock(conn, UPSERT_LOCK)
+        found = conn.execute(
+            select(t.c.id, t.c.cap_usd_micros).where(
+                t.c.scope == str(budget.scope), t.c.period == budget.period.value
+            )
+        ).first()
+        if found:
+            conn.execute(t.update().where(t.c.id == found[0]).values(**values))
+        else:
+            conn.execute(t.insert().values(scope=str(budget.scope), period=budget.period.value, **values))
+        append_audit(
+            conn,
+            actor=actor,
+            action="budget_set",
+            target=budget.label,
+            details={
+                "old_cap_usd": None if found is None else str(from_micros(found[1])),
+                "new_cap_usd": str(from_micros(to_micros(budget.cap_usd))),
+                "cap_gpu_hours": None if budget.cap_gpu_hours is None else str(budget.cap_gpu_hours),
+                "timezone": budget.timezone,
+            },
+        )
+    log.info("budget %s set to %s", budget.label, format_usd(budget.cap_usd))
+    return budget
+
+
+def list_budgets(ledger: LedgerDatabase) -> list[Budget]:
+    """Every budget, by scope."""
+    with ledger.reading() as conn:
+        rows = conn.execute(select(schema.budgets).order_by(schema.budgets.c.scope)).mappings().all()
+    return [budget_from_row(row) for row in rows]
+
+
+def delete_budget(ledger: LedgerDatabase, scope: str | Scope, period: str | Period) -> bool:
+    """Delete the budget of (scope, period); False when there is none.
+
+    Raises:
+        ConfigurationError: the budget has reservations (set its cap to 0 instead).
+    """
+    t = schema.budgets
+    key = (str(Scope.parse(scope)), Period.parse(period).value)
+    with ledger.transaction() as conn:
+        found = conn.execute(select(t.c.id).where(t.c.scope == key[0], t.c.period == key[1])).first()
+        if not found:
+            return False
+        if conn.execute(select(schema.holds.c.budget_id).where(schema.holds.c.budget_id == found[0])).first():
+            raise ConfigurationError(
+                f"budget '{key[0]}/{key[1]}' has reservations; set its cap to 0 instead of deleting it"
+            )
+        conn.execute(t.delete().where(t.c.id == found[0]))
+        return True
+
+
+def usage(
+    ledger: LedgerDatabase, scope: str | Scope, *, at: datetime | None = None, run_id: str | None = None
+) -> list[BudgetUsage]:
+    """Where each budget that applies to ``scope`` stands now (or at ``at``).
+
+    Raises:
+        BudgetNotFoundError: no budget applies to the scope.
+    """
+    wanted = Scope.parse(scope)
+    at = at or utcnow()
+    with ledger.reading() as conn:
+        found = applicable(conn, wanted, run_id, is_sqlite=ledger.is_sqlite)
+        return [budget_usage(conn, bid, budget, window, at) for bid, budget, window in found]
+
+
+def applicable(
+    conn: Connection, wanted: Scope, run_id: str | None, *, is_sqlite: bool, lock: bool = False
+) -> list[tuple[int, Budget, PeriodWindow]]:
+    """(id, budget, its current period) of every budget that covers ``wanted``.
+
+    With ``lock`` on PostgreSQL the covering budget rows stay locked (``FOR UPDATE``) until the commit.
+
+    Raises:
+        BudgetNotFoundError: no budget covers ``wanted`` (the message lists the budgets there are).
+    """
+    t = schema.budgets
+    rows = conn.execute(select(t).order_by(t.c.id)).mappings().all()
+    covering = [row for row in rows if budget_from_row(row).scope.covers(wanted)]
+    if lock and covering and not is_sqlite:
+        # Lock only the budgets this reservation counts against, in id order (no deadlocks), and
+        # re-read them under the lock: unrelated projects never wait for each other.
+        ids = [row["id"] for row in covering]
+        covering = list(
+            conn.execute(select(t).where(t.c.id.in_(ids)).order_by(t.c.id).with_for_update()).mappings()
+        )
+    found: list[tuple[int, Budget, PeriodWindow]] = []
+    for row in covering:
+        budget = budget_from_row(row)
+        if budget.period is Period.RUN and not run_id:
+            continue  # per-run caps need a run; spend outside a run is not capped by them
+        found.append((row["id"], budget, period_window(budget.period, utcnow(), budget.timezone, run_id)))
+    if not found:
+        known = ", ".join(f"'{budget_from_row(r).label}'" for r in rows) or "none"
+        raise BudgetNotFoundError(
+            f"no budget covers scope '{wanted}' (budgets: {known}); set one with "
+            f"`costaware budget set --scope '{wanted}' --period month --cap-usd <USD>`"
+        )
+    return found
+
+
+def budget_usage(
+    conn: Connection, budget_id: int, budget: Budget, window: PeriodWindow, at: datetime
+) -> BudgetUsage:
+    """What the budget's scope spent in ``window`` and what open reservations hold in it at ``at``."""
+    e = schema.entries
+    conditions = [e.c.estimated.is_(False), *scope_conditions(budget.scope)]
+    if window.key.startswith("run:"):
+        conditions.append(e.c.run_id == window.key[4:])
+    if window.start is not None and window.end is not None:
+        conditions += [e.c.incurred_at >= window.start, e.c.incurred_at < window.end]
+    h = schema.holds
+    held = select(
+        func.coalesce(func.sum(h.c.usd_micros), 0), func.coalesce(func.sum(h.c.gpu_hours_micros), 0)
+    ).where(h.c.budget_id == budget_id, h.c.period_key == window.key, h.c.open.is_(True), h.c.expires_at > at)
+    spent = select(
+        func.coalesce(func.sum(e.c.usd_micros), 0), func.coalesce(func.sum(e.c.gpu_hours_micros), 0)
+    ).where(and_(true(), *conditions))
+    # One statement, so PostgreSQL's READ COMMITTED sees spent and held at the same instant.
+    spent_cte, held_cte = spent.cte("spent"), held.cte("held")
+    both = spent_cte.join(held_cte, text("1 = 1"))
+    row = conn.execute(select(*spent_cte.c, *held_cte.c).select_from(both)).one()
+    return BudgetUsage(
+        label=budget.label,
+        period_key=window.key,
+        cap_usd=budget.cap_usd,
+        spent_usd=from_micros(row[0]),
+        reserved_usd=from_micros(row[2]),
+        cap_gpu_hours=budget.cap_gpu_hours,
+        spent_gpu_hours=from_micros(row[1]),
+        reserved_gpu_hours=from_micros(row[3]),
+    )
+
+
+def budget_from_row(row: RowMapping) -> Budget:
+    """The budget of one ``costaware_budgets`` row."""
+    return Budget(
+        scope=Scope.parse(row["scope"]),
+        period=Period(row["period"]),
+        cap_usd=from_micros(row["cap_usd_micros"]),
+        cap_gpu_hours=None
+        if row["cap_gpu_hours_micros"] is None
+        else from_micros(row["cap_gpu_hours_micros"]),
+        timezone=row["timezone"],
+    )

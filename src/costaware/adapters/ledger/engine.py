@@ -1,0 +1,176 @@
+"""The ledger's database: its URL, SQLite's pragmas and write lock, and its two kinds of transaction.
+
+The URL comes from the settings or from an Airflow connection's fields (``url_from_connection_fields``, pure).
+Reservations are atomic across processes and machines: SQLite takes the database write lock
+(``BEGIN IMMEDIATE``) for every write transaction, PostgreSQL locks the budget rows (``SELECT ... FOR
+UPDATE``), and the check "spent + held + this <= cap" happens inside that lock. Every module of the ledger
+reads and writes through :meth:`LedgerDatabase.reading` and :meth:`LedgerDatabase.transaction`, so an
+unreachable database is always the same ``LedgerUnavailableError``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, OperationalError, StatementError
+
+from costaware.core.errors import ConfigurationError, CostawareError, LedgerUnavailableError
+from costaware.settings import LEDGER_URL_ENV
+
+
+def safe_url(url: str) -> str:
+    """The URL with its password masked, for messages."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<unparsable URL>"
+
+
+def _reason(error: DBAPIError) -> str:
+    return " ".join(str(error.orig or error).split())
+
+
+def url_from_connection_fields(
+    conn_id: str,
+    conn_type: str | None,
+    host: str | None,
+    login: str | None,
+    password: str | None,
+    port: int | None,
+    schema: str | None,
+    extra: str | dict[str, Any] | None,
+) -> str:
+    """A ledger URL from a connection: ``extra.url`` wins, else postgres/sqlite fields.
+
+    Raises:
+        ConfigurationError: the connection type is neither postgres nor sqlite and no ``extra.url`` is set.
+    """
+    extras = json.loads(extra) if isinstance(extra, str) and extra.strip() else (extra or {})
+    if isinstance(extras, dict) and extras.get("url"):
+        return str(extras["url"])
+    kind = (conn_type or "").lower()
+    if kind in ("postgres", "postgresql", "costaware_ledger"):  # costaware_ledger: our own type, same fields
+        return URL.create(
+            "postgresql+psycopg2",
+            username=login or None,
+            password=password or None,
+            host=host or "localhost",
+            port=port or None,
+            database=schema or None,
+        ).render_as_string(hide_password=False)
+    if kind == "sqlite":
+        return f"sqlite:///{host or schema}"
+    raise ConfigurationError(
+        f"connection {conn_id!r} has type {conn_type!r}: the ledger needs a 'costaware_ledger', "
+        "'postgres' or 'sqlite' connection, "
+        'or any connection whose extra holds {"url": "postgresql+psycopg2://..."}'
+    )
+
+
+def ledger_engine(url: str) -> Engine:
+    """An engine for the ledger at ``url`` (SQLite or PostgreSQL); connects lazily.
+
+    Raises:
+        ConfigurationError: the URL is malformed or names a database costaware does not support.
+    """
+    try:
+        parsed = make_url(url)
+    except ArgumentError as e:
+        raise ConfigurationError(
+            f"ledger URL {url!r} is not a database URL such as 'sqlite:///ledger.db'"
+        ) from e
+    if parsed.drivername in ("postgres", "postgresql"):
+        # The bare name means psycopg 3 in SQLAlchemy 2.1; costaware ships psycopg2.
+        parsed = parsed.set(drivername="postgresql+psycopg2")
+    if parsed.get_backend_name() not in ("sqlite", "postgresql"):
+        raise ConfigurationError(
+            f"ledger URL {safe_url(url)} uses {parsed.get_backend_name()!r}: use sqlite:/// or postgresql://"
+        )
+    if parsed.get_backend_name() == "sqlite":
+        return sqlite_engine(parsed.database)
+    return create_engine(parsed, pool_pre_ping=True, connect_args={"connect_timeout": 10})
+
+
+def sqlite_engine(database: str | None) -> Engine:
+    """A SQLite engine whose write transactions take the database lock at once (``BEGIN IMMEDIATE``)."""
+    if database and database != ":memory:":
+        Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(f"sqlite:///{database or ':memory:'}", connect_args={"timeout": 60})
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # let SQLAlchemy's BEGIN below drive transactions
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")  # readers never block the writer
+        cursor.execute("PRAGMA busy_timeout=60000")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Connection) -> None:
+        # IMMEDIATE takes the write lock at once, so check-then-insert cannot interleave between processes.
+        conn.exec_driver_sql(
+            "BEGIN" if conn.get_execution_options().get("costaware_read") else "BEGIN IMMEDIATE"
+        )
+
+    return engine
+
+
+class LedgerDatabase:
+    """The ledger's engine and its transactions; ``Ledger`` adds the budget and report methods.
+
+    Args:
+        engine: A SQLite or PostgreSQL engine (see :func:`ledger_engine`).
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.is_sqlite = engine.dialect.name == "sqlite"
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        """A write transaction; on SQLite it holds the database write lock from its first statement.
+
+        Raises:
+            LedgerUnavailableError: the database cannot be reached or refused the write (not a broken
+                unique key: that ``IntegrityError`` is the caller's to handle).
+        """
+        try:
+            with self.engine.begin() as conn:
+                yield conn
+        except (OperationalError, DBAPIError) as e:
+            if isinstance(e, IntegrityError):
+                raise
+            raise LedgerUnavailableError(
+                f"cannot write the cost ledger at {safe_url(str(self.engine.url))}: {_reason(e)}. Check the "
+                f"'costaware_ledger' connection or {LEDGER_URL_ENV}; nothing was recorded or reserved"
+            ) from e
+
+    @contextmanager
+    def reading(self) -> Iterator[Connection]:
+        """A read-only transaction (on SQLite it does not take the write lock)."""
+        try:
+            with self.engine.connect().execution_options(costaware_read=True) as conn, conn.begin():
+                yield conn
+        except (OperationalError, DBAPIError) as e:
+            raise LedgerUnavailableError(
+                f"cannot read the cost ledger at {safe_url(str(self.engine.url))}: {_reason(e)}"
+            ) from e
+        except StatementError as e:
+            # SQLAlchemy wraps what a column type refuses (a time outside UTC's range); pass it on unwrapped.
+            if isinstance(e.orig, CostawareError):
+                raise e.orig from e
+            raise
+
+    def advisory_lock(self, conn: Connection, key: int) -> None:
+        """On PostgreSQL, serialise transactions that take the same ``key`` (SQLite's lock already does)."""
+        if not self.is_sqlite:
+            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({int(key)})")

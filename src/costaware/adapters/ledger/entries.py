@@ -1,0 +1,103 @@
+"""Cost entries: one row per cost (a task try's compute, an egress estimate, a cache hit), recorded once.
+
+Money is stored as whole micro-dollars and read back as ``Decimal``.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import Connection, RowMapping, select
+
+from costaware.adapters.ledger import schema
+from costaware.adapters.ledger.engine import LedgerDatabase
+from costaware.core.ledger import INDEXED_TAGS, LedgerEntry
+from costaware.core.money import from_micros, to_micros
+
+
+def insert_entry(conn: Connection, entry: LedgerEntry) -> bool:
+    """Add ``entry`` in the caller's transaction unless its ``entry_uid`` is there; returns whether new."""
+    exists = conn.execute(
+        select(schema.entries.c.id).where(schema.entries.c.entry_uid == entry.entry_uid)
+    ).first()
+    if exists:
+        return False
+    conn.execute(schema.entries.insert().values(**entry_row(entry)))
+    return True
+
+
+def entries(
+    ledger: LedgerDatabase,
+    *,
+    dag_id: str | None = None,
+    run_id: str | None = None,
+    limit: int | None = None,
+) -> list[dict[str, Any]]:
+    """Raw entries, newest first, money as ``Decimal``."""
+    query = select(schema.entries).order_by(schema.entries.c.incurred_at.desc(), schema.entries.c.id.desc())
+    if dag_id:
+        query = query.where(schema.entries.c.dag_id == dag_id)
+    if run_id:
+        query = query.where(schema.entries.c.run_id == run_id)
+    if limit:
+        query = query.limit(limit)
+    with ledger.reading() as conn:
+        rows = conn.execute(query).mappings().all()
+    return [entry_dict(row) for row in rows]
+
+
+def last_run_id(ledger: LedgerDatabase, dag_id: str) -> str | None:
+    """The run of ``dag_id`` with the most recent entry."""
+    query = (
+        select(schema.entries.c.run_id)
+        .where(schema.entries.c.dag_id == dag_id)
+        .order_by(schema.entries.c.incurred_at.desc(), schema.entries.c.id.desc())
+        .limit(1)
+    )
+    with ledger.reading() as conn:
+        row = conn.execute(query).first()
+    return row[0] if row else None
+
+
+def entry_row(entry: LedgerEntry) -> dict[str, Any]:
+    """The column values of one entry (money in micro-dollars, the indexed tags in their own columns)."""
+    tags = dict(entry.tags)
+    return {
+        "entry_uid": entry.entry_uid,
+        "incurred_at": entry.incurred_at,
+        "dag_id": entry.dag_id,
+        "run_id": entry.run_id,
+        "task_id": entry.task_id,
+        "try_number": entry.try_number,
+        "map_index": entry.map_index,
+        "trial": entry.trial,
+        "kind": entry.kind.value,
+        "instance_type": entry.instance_type,
+        "region": entry.region,
+        "market": entry.market.value if entry.market else None,
+        "quantity_micros": to_micros(entry.quantity),
+        "unit": entry.unit,
+        "unit_price_usd": str(entry.unit_price_usd),
+        "usd_micros": to_micros(entry.usd),
+        "on_demand_usd_micros": None if entry.on_demand_usd is None else to_micros(entry.on_demand_usd),
+        "gpu_hours_micros": to_micros(entry.gpu_hours),
+        "estimated": entry.estimated,
+        **{name: tags.get(name) for name in INDEXED_TAGS},
+        "tags": tags,
+        "outcome": entry.outcome,
+        "cause": entry.cause,
+        "price_source": entry.price_source,
+        "note": entry.note,
+        "reservation_id": entry.reservation_id,
+    }
+
+
+def entry_dict(row: RowMapping) -> dict[str, Any]:
+    """One stored entry as a dict, money as ``Decimal`` under its name without ``_micros``."""
+    out = dict(row)
+    for column in ("usd", "on_demand_usd", "gpu_hours", "quantity"):
+        micros = out.pop(f"{column}_micros")
+        out[column] = None if micros is None else from_micros(micros)
+    out["unit_price_usd"] = Decimal(out["unit_price_usd"])
+    return out

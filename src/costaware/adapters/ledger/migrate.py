@@ -1,0 +1,126 @@
+"""Bring a ledger's schema to this release's: the Alembic revisions in ``migrations/``, run on opening.
+
+The revision a ledger is at lives in its own table, ``costaware_alembic_version``, so a ledger that shares
+Airflow's metadata database never touches Airflow's ``alembic_version``. A ledger written before the
+migrations existed has no version table: the baseline revision adds the tables it lacks and stamps it. The
+upgrade runs inside one write transaction under a lock (SQLite's write lock, a PostgreSQL advisory lock), so
+many processes opening a ledger at once upgrade it once; opening a ledger at the head reads two rows.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sqlalchemy import Connection, column, inspect, select, table
+
+from costaware.adapters.ledger import schema
+from costaware.adapters.ledger.engine import LedgerDatabase, safe_url
+from costaware.core.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+log = logging.getLogger(__name__)
+
+VERSION_TABLE = "costaware_alembic_version"
+#: The newest revision in ``migrations/versions`` (a test checks it is Alembic's head).
+HEAD = "0001"
+MIGRATIONS = Path(__file__).with_name("migrations")
+#: One upgrader at a time on PostgreSQL (SQLite's write lock already serialises them).
+UPGRADE_LOCK = 74210031
+
+
+def upgrade(ledger: LedgerDatabase) -> None:
+    """Create the ledger's tables, or upgrade them to this release's revision; safe from many processes.
+
+    Raises:
+        ConfigurationError: the ledger was written by a newer costaware (nothing is changed then).
+        LedgerUnavailableError: the database cannot be reached.
+    """
+    with ledger.transaction() as conn:
+        ledger.advisory_lock(conn, UPGRADE_LOCK)
+        revision = _standing(ledger, conn)
+        if revision != HEAD:
+            _run_revisions(conn)
+            url = safe_url(str(ledger.engine.url))
+            log.info("ledger at %s: schema revision %s -> %s", url, revision or "none", HEAD)
+        _write_schema_version(conn)
+
+
+def current_revision(conn: Connection) -> str | None:
+    """The revision in the ledger's version table (None: no table, or it is empty)."""
+    if not inspect(conn).has_table(VERSION_TABLE):
+        return None
+    found = conn.execute(select(column("version_num")).select_from(table(VERSION_TABLE))).scalar()
+    return None if found is None else str(found)
+
+
+def _standing(ledger: LedgerDatabase, conn: Connection) -> str | None:
+    """The ledger's revision, after refusing a ledger that a newer costaware wrote."""
+    url = safe_url(str(ledger.engine.url))
+    version = _schema_version(conn)
+    if version > schema.SCHEMA_VERSION:
+        raise ConfigurationError(
+            f"the ledger at {url} has schema v{version}, newer than this costaware "
+            f"(v{schema.SCHEMA_VERSION}): upgrade airflow-provider-costaware"
+        )
+    revision = current_revision(conn)
+    if revision is not None and revision != HEAD and revision not in _known_revisions():
+        raise ConfigurationError(
+            f"the ledger at {url} has schema revision {revision!r}, newer than this costaware "
+            f"(revision {HEAD!r}): upgrade airflow-provider-costaware"
+        )
+    return revision
+
+
+def _schema_version(conn: Connection) -> int:
+    """``schema_version`` of ``costaware_meta`` (0: none), what releases before the migrations check."""
+    if not inspect(conn).has_table(schema.meta.name):
+        return 0
+    row = conn.execute(select(schema.meta.c.value).where(schema.meta.c.key == "schema_version")).first()
+    return int(row[0]) if row else 0
+
+
+def _write_schema_version(conn: Connection) -> None:
+    version = _schema_version(conn)
+    if version == schema.SCHEMA_VERSION:
+        return
+    if version == 0:
+        conn.execute(schema.meta.insert().values(key="schema_version", value=str(schema.SCHEMA_VERSION)))
+    else:
+        conn.execute(
+            schema.meta.update()
+            .where(schema.meta.c.key == "schema_version")
+            .values(value=str(schema.SCHEMA_VERSION))
+        )
+
+
+def _config(conn: Connection | None = None) -> Config:
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    if conn is not None:
+        config.attributes["connection"] = conn
+    return config
+
+
+def _known_revisions() -> set[str]:
+    from alembic.script import ScriptDirectory
+
+    return {script.revision for script in ScriptDirectory.from_config(_config()).walk_revisions()}
+
+
+def script_head() -> str | None:
+    """The head revision of the scripts in ``migrations/versions`` (``HEAD`` must be it)."""
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(_config()).get_current_head()
+
+
+def _run_revisions(conn: Connection) -> None:
+    from alembic import command
+
+    command.upgrade(_config(conn), "head")

@@ -1,0 +1,1 @@
+"""Alembic revisions of the cost ledger (``env.py`` runs them; see ``costaware.adapters.ledger.migrate``)."""

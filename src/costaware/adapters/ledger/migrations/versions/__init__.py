@@ -1,0 +1,1 @@
+"""One module per revision, oldest first; ``down_revision`` chains them."""

@@ -1,0 +1,230 @@
+"""Reservations: money set aside in every covering budget before a task runs, settled or released after.
+
+A reservation checks and holds its amount inside one write transaction that holds the lock (SQLite's
+database lock, PostgreSQL's row locks on the covering budgets), so two workers racing for the last dollars
+cannot both get them. Each (reservation, budget) pair is a row of ``costaware_holds``: a budget's usage is a
+sum over its open holds.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import Connection, and_, case, or_, select
+
+from costaware.adapters.ledger import schema
+from costaware.adapters.ledger.audit import append_audit
+from costaware.adapters.ledger.budgets import applicable, budget_usage
+from costaware.adapters.ledger.engine import LedgerDatabase
+from costaware.adapters.ledger.entries import insert_entry
+from costaware.core.budgets import Scope, check_cap
+from costaware.core.errors import ConfigurationError, ReservationNotFoundError
+from costaware.core.ledger import LedgerEntry, Reservation, utcnow
+from costaware.core.money import format_usd_exact, from_micros, parse_usd, to_micros
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RESERVATION_TTL = timedelta(hours=6)
+
+
+def reserve(
+    ledger: LedgerDatabase,
+    scope: str | Scope,
+    usd: object,
+    *,
+    gpu_hours: object = 0,
+    holder: str | None = None,
+    run_id: str | None = None,
+    ttl: timedelta = DEFAULT_RESERVATION_TTL,
+    purpose: str = "the next task",
+    approved_by: str | None = None,
+    approval: dict[str, Any] | None = None,
+) -> Reservation:
+    """Set ``usd`` aside in every budget that covers ``scope``; see ``Ledger.reserve``."""
+    wanted = Scope.parse(scope)
+    amount = parse_usd(usd, name="reservation amount")
+    gpu = parse_usd(gpu_hours, name="reserved GPU-hours")
+    if ttl <= timedelta(0):
+        raise ConfigurationError(f"reservation ttl must be positive, got {ttl}")
+    now = utcnow()
+    r, h = schema.reservations, schema.holds
+    with ledger.transaction() as conn:
+        if holder:
+            existing = conn.execute(
+                select(r.c.id).where(r.c.holder == holder, r.c.status == "open", r.c.expires_at > now)
+            ).first()
+            if existing:
+                return reservation(conn, existing[0])
+        covering = applicable(conn, wanted, run_id, is_sqlite=ledger.is_sqlite, lock=True)
+        standing = []
+        for budget_id, budget, window in covering:
+            usage = budget_usage(conn, budget_id, budget, window, now)
+            if approved_by is None:
+                check_cap(usage, amount, gpu, purpose)
+            standing.append(usage)
+        reservation_id = uuid.uuid4().hex
+        if approved_by is not None:
+            append_audit(
+                conn,
+                actor=approved_by,
+                action="approval",
+                target=holder or str(wanted),
+                details={
+                    **(approval or {}),
+                    "reservation_id": reservation_id,
+                    "usd": str(amount),
+                    "budgets": [
+                        {
+                            "budget": u.label,
+                            "cap_usd": str(u.cap_usd),
+                            "committed_usd": str(u.spent_usd + u.reserved_usd),
+                        }
+                        for u in standing
+                    ],
+                },
+            )
+        labels = [b.label for _, b, _ in covering]
+        conn.execute(
+            r.insert().values(
+                id=reservation_id,
+                scope=str(wanted),
+                holder=holder,
+                usd_micros=to_micros(amount),
+                gpu_hours_micros=to_micros(gpu),
+                status="open",
+                created_at=now,
+                expires_at=now + ttl,
+                budgets=labels,
+            )
+        )
+        conn.execute(
+            h.insert(),
+            [
+                {
+                    "reservation_id": reservation_id,
+                    "budget_id": budget_id,
+                    "period_key": window.key,
+                    "usd_micros": to_micros(amount),
+                    "gpu_hours_micros": to_micros(gpu),
+                    "expires_at": now + ttl,
+                    "open": True,
+                }
+                for budget_id, _, window in covering
+            ],
+        )
+        names = ", ".join(f"{b.label} ({w.key})" for _, b, w in covering)  # as BudgetUsage.name
+        log.info("reserved %s in %s for %s", format_usd_exact(amount), names, purpose)
+        return reservation(conn, reservation_id)
+
+
+def settle(
+    ledger: LedgerDatabase, reservation_id: str, actual_usd: object, *, entry: LedgerEntry | None = None
+) -> Reservation:
+    """Close a reservation with what was spent, recording ``entry``; a second call changes nothing."""
+    actual = parse_usd(actual_usd, name="actual cost")
+    with ledger.transaction() as conn:
+        current = reservation(conn, reservation_id)
+        if current.status == "settled":
+            return current
+        if entry is not None:
+            insert_entry(conn, entry)
+        close(conn, reservation_id, "settled", actual)
+        return reservation(conn, reservation_id)
+
+
+def release(ledger: LedgerDatabase, reservation_id: str) -> Reservation:
+    """Give a reservation's money back unspent (the task was skipped or never ran)."""
+    with ledger.transaction() as conn:
+        current = reservation(conn, reservation_id)
+        if current.status in ("settled", "released"):
+            return current
+        close(conn, reservation_id, "released", None)
+        return reservation(conn, reservation_id)
+
+
+def open_reservations(ledger: LedgerDatabase, *, holder_prefix: str | None = None) -> list[Reservation]:
+    """Open, unexpired reservations (optionally those whose holder starts with a prefix)."""
+    r = schema.reservations
+    query = select(r.c.id).where(r.c.status == "open", r.c.expires_at > utcnow())
+    if holder_prefix:
+        query = query.where(r.c.holder.startswith(holder_prefix, autoescape=True))
+    with ledger.reading() as conn:
+        ids = [row[0] for row in conn.execute(query.order_by(r.c.created_at))]
+        return [reservation(conn, rid) for rid in ids]
+
+
+def reservation_to_settle(ledger: LedgerDatabase, holder: str) -> Reservation | None:
+    """The reservation a finished task's cost settles: its open one, else one released for it meanwhile."""
+    r = schema.reservations
+    live = and_(r.c.status == "open", r.c.expires_at > utcnow())
+    query = (
+        select(r.c.id)
+        .where(r.c.holder == holder, or_(live, r.c.status == "released"))
+        .order_by(case((r.c.status == "open", 0), else_=1), r.c.created_at.desc())
+        .limit(1)
+    )
+    with ledger.reading() as conn:
+        found = conn.execute(query).first()
+        return None if found is None else reservation(conn, found[0])
+
+
+def expire_stale(ledger: LedgerDatabase) -> int:
+    """Mark open reservations past their TTL as expired (they no longer count); return how many."""
+    r, h = schema.reservations, schema.holds
+    now = utcnow()
+    with ledger.transaction() as conn:
+        stale = [
+            row[0] for row in conn.execute(select(r.c.id).where(r.c.status == "open", r.c.expires_at <= now))
+        ]
+        if stale:
+            conn.execute(r.update().where(r.c.id.in_(stale)).values(status="expired"))
+            conn.execute(h.update().where(h.c.reservation_id.in_(stale)).values(open=False))
+    if stale:
+        log.warning("expired %d reservation(s) left open past their TTL", len(stale))
+    return len(stale)
+
+
+def close(conn: Connection, reservation_id: str, status: str, actual: Decimal | None) -> None:
+    """Mark a reservation settled or released and stop its holds counting."""
+    r, h = schema.reservations, schema.holds
+    conn.execute(
+        r.update()
+        .where(r.c.id == reservation_id)
+        .values(
+            status=status,
+            settled_at=utcnow(),
+            settled_usd_micros=None if actual is None else to_micros(actual),
+        )
+    )
+    conn.execute(h.update().where(h.c.reservation_id == reservation_id).values(open=False))
+
+
+def reservation(conn: Connection, reservation_id: str) -> Reservation:
+    """One reservation as it stands.
+
+    Raises:
+        ReservationNotFoundError: the ledger holds no reservation of that id.
+    """
+    row = (
+        conn.execute(select(schema.reservations).where(schema.reservations.c.id == reservation_id))
+        .mappings()
+        .first()
+    )
+    if row is None:
+        raise ReservationNotFoundError(f"the ledger holds no reservation {reservation_id!r}")
+    return Reservation(
+        id=row["id"],
+        scope=Scope.parse(row["scope"]),
+        usd=from_micros(row["usd_micros"]),
+        gpu_hours=from_micros(row["gpu_hours_micros"]),
+        holder=row["holder"],
+        created_at=row["created_at"],
+        expires_at=row["expires_at"],
+        status=row["status"],
+        budgets=tuple(row["budgets"]),
+        settled_usd=None if row["settled_usd_micros"] is None else from_micros(row["settled_usd_micros"]),
+    )
