@@ -273,3 +273,32 @@ def test_no_answer_names_the_ledger_database(
         for secret in ("postgresql", "mysql", "127.0.0.1", "db.internal", "nobody", "secret"):
             assert secret not in response.text, (path, secret)
     assert "127.0.0.1" in caplog.text or "mysql" in caplog.text  # the reason is in the server's log
+
+
+# -- the filters' choices and patterns come from the core's constants (issue 25) ----------------------
+
+
+def test_group_by_choices_and_patterns_come_from_the_core() -> None:
+    from costaware.core.budgets import Period, tag_problem
+    from costaware.core.ledger import GROUP_BYS, INDEXED_TAGS
+    from costaware.plugins.ui.filters import GROUP_BY_CHOICES, GROUP_BY_PATTERN, PERIOD_PATTERN, TAG_NAME
+
+    assert (*GROUP_BYS, *(f"tag:{tag}" for tag in INDEXED_TAGS)) == GROUP_BY_CHOICES
+    for choice in GROUP_BY_CHOICES:
+        assert re.fullmatch(GROUP_BY_PATTERN, choice), choice
+    for bad in ("week", "dag; DROP", "tag:", "tag:1x"):
+        assert not re.fullmatch(GROUP_BY_PATTERN, bad), bad
+    assert [p.value for p in Period if re.fullmatch(PERIOD_PATTERN, p.value)] == [p.value for p in Period]
+    assert not re.fullmatch(PERIOD_PATTERN, "week")
+    # A tag name the filters take is one the ledger records, and the other way round.
+    for name in ("team", "a", "Cost.Center-2", "x_y", "a" * 64, "a" * 65, "1team", "", "tag name", "é"):
+        assert bool(re.fullmatch(TAG_NAME, name)) == (tag_problem(name, "v") is None), name
+
+
+def test_the_form_offers_every_grouping_of_a_report(client: TestClient) -> None:
+    from costaware.core.ledger import GROUP_BYS, INDEXED_TAGS
+
+    html = client.get("/").text
+    select = html[html.index('<select name="group_by">') : html.index("</select>")]
+    for choice in (*GROUP_BYS, *(f"tag:{tag}" for tag in INDEXED_TAGS)):
+        assert f'<option value="{choice}"' in select, choice

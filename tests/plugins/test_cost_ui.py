@@ -230,3 +230,37 @@ def test_approved_and_rejected_overages_are_on_the_page(client: TestClient, fill
     section = client.get("/").text.split("Refused and waiting spend gates")[1]
     assert "overage approved" in section and "approved by ann" in section
     assert "overage rejected" in section and "waiting for approval" in section
+
+
+def test_openapi_documents_every_answer(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()
+    schemas = spec["components"]["schemas"]
+    for path, operations in spec["paths"].items():
+        for method, operation in operations.items():
+            answers = operation["responses"]
+            if path == "/":
+                assert {"200", "303", "401", "422", "503"} <= set(answers)
+                assert "text/html" in answers["200"]["content"]
+                continue
+            assert {"200", "401", "403", "422", "503"} <= set(answers), (method, path)
+            ref = answers["200"]["content"]["application/json"]["schema"]["$ref"]
+            body = schemas[ref.rsplit("/", 1)[1]]
+            assert body["properties"] and body.get("description"), (method, path)
+    summary = schemas["SpendSummary"]["properties"]
+    assert summary["usd"]["type"] == "string" and "decimal string" in summary["usd"]["description"]
+    assert schemas["Spend"]["properties"]["rows"]["items"]["$ref"].endswith("/SpendRow")
+
+
+def test_the_ui_holds_no_sql_and_does_not_import_the_cli() -> None:
+    import ast
+    from pathlib import Path
+
+    import costaware.plugins.ui as ui
+
+    for path in Path(ui.__file__).parent.rglob("*.py"):
+        tree = ast.parse(path.read_text("utf-8"))
+        nodes = list(ast.walk(tree))
+        imported = {alias.name for node in nodes if isinstance(node, ast.Import) for alias in node.names}
+        imported |= {node.module or "" for node in nodes if isinstance(node, ast.ImportFrom)}
+        assert not {m for m in imported if m.split(".")[0] == "sqlalchemy"}, path
+        assert not {m for m in imported if m == "costaware.cli" or m.startswith("costaware.cli")}, path
