@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from costaware.cli_simulate import main
+from costaware.cli import main
 from costaware.core.errors import ConfigurationError, PriceNotFoundError
 from costaware.core.series import AvailabilityTrace, PriceSeries
 from costaware.core.simulate import Job, MarketData, TickPlan, simulate
@@ -198,7 +198,8 @@ def test_unknown_instance_type_and_duplicate_names() -> None:
 
 
 def test_core_imports_no_airflow() -> None:
-    code = "import sys, costaware.core.simulate, costaware.cli_simulate; print('airflow' in sys.modules)"
+    modules = "costaware.core.simulate, costaware.cli.commands.simulate"
+    code = f"import sys, {modules}; print('airflow' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "False", done.stderr
 

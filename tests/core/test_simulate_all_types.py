@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from costaware.adapters.price_files import bundled_catalog
-from costaware.cli_simulate import main
+from costaware.cli import main
 
 DATA = Path(__file__).resolve().parents[2] / "src" / "costaware" / "data" / "aws_ondemand_prices.csv"
 ROOT = Path(__file__).resolve().parents[2]
