@@ -409,3 +409,12 @@ def test_a_run_whose_params_differ_from_the_defaults_is_audited_once_without_a_g
     (override,) = audit_log(ledger_env, action="override")
     assert (override.actor, override.target) == ("ann", "retrain/run1")
     assert override.details == {"owner": {"default": "ana", "given": "bob"}}
+
+
+def test_the_listener_module_keeps_exporting_what_moved_beside_it() -> None:
+    from costaware.plugins import reservation_release, try_cost
+
+    for name in ("compute_of", "build_entry", "COMPUTE_FIELDS", "PRICING_PARAM"):
+        assert getattr(listener_module, name) is getattr(try_cost, name)
+    for name in ("doomed_downstream", "release_reservations", "release_run_reservations"):
+        assert getattr(listener_module, name) is getattr(reservation_release, name)
