@@ -6,8 +6,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from costaware.core.budgets import Budget, Period, Scope, period_window
-from costaware.core.errors import ConfigurationError, InvalidBudgetError
+from costaware.core.budgets import Budget, Period, Scope, check_cap, period_window
+from costaware.core.errors import BudgetExceededError, ConfigurationError, InvalidBudgetError
+from costaware.core.ledger import BudgetUsage
 from costaware.core.money import format_usd, from_micros, parse_usd, to_micros
 
 
@@ -123,3 +124,56 @@ def test_run_and_total_windows() -> None:
         period_window(Period.RUN, at)
     with pytest.raises(InvalidBudgetError, match="no time zone"):
         period_window(Period.DAY, datetime(2026, 1, 1))
+
+
+def standing(spent: str, reserved: str, *, gpu_cap: str | None = None, gpu_used: str = "0") -> BudgetUsage:
+    return BudgetUsage(
+        label="project=churn/month",
+        period_key="2026-11",
+        cap_usd=Decimal(10),
+        spent_usd=Decimal(spent),
+        reserved_usd=Decimal(reserved),
+        cap_gpu_hours=None if gpu_cap is None else Decimal(gpu_cap),
+        spent_gpu_hours=Decimal(gpu_used),
+        reserved_gpu_hours=Decimal(0),
+    )
+
+
+@pytest.mark.parametrize(
+    ("usage", "usd", "gpu"),
+    [
+        (standing("0", "0"), "10", "0"),  # the whole cap
+        (standing("4", "5.5"), "0.5", "0"),  # up to the cap exactly
+        (standing("0", "0", gpu_cap="8", gpu_used="6"), "1", "2"),
+        (standing("0", "0"), "0", "0"),
+    ],
+)
+def test_check_cap_lets_what_fits_through(usage: BudgetUsage, usd: str, gpu: str) -> None:
+    check_cap(usage, Decimal(usd), Decimal(gpu), "task 'train'")
+
+
+def test_check_cap_refuses_a_usd_overrun_naming_the_budget_and_what_to_do() -> None:
+    with pytest.raises(BudgetExceededError) as info:
+        check_cap(standing("4", "5.5"), Decimal("0.51"), Decimal(0), "task 'train'")
+    error = info.value
+    assert str(error) == (
+        "budget 'project=churn/month (2026-11)' has $0.50 left (cap $10.00, spent $4.00, reserved $5.50); "
+        "task 'train' needs an estimated $0.51: "
+        "raise the cap with `costaware budget set` or lower the estimate"
+    )
+    assert (error.scope, error.spent_usd, error.cap_usd, error.needed_usd) == (
+        "project=churn/month (2026-11)",
+        "9.5",
+        "10",
+        "0.51",
+    )
+    assert error.summary.splitlines()[0] == (
+        "Budget refused task 'train': it needs an estimated $0.51, the budget has $0.50 left."
+    )
+
+
+def test_check_cap_refuses_a_gpu_hour_overrun() -> None:
+    with pytest.raises(
+        BudgetExceededError, match=r"has 2 GPU-hours left of 8; task 'x' needs 3: raise the GPU"
+    ):
+        check_cap(standing("0", "0", gpu_cap="8", gpu_used="6"), Decimal(1), Decimal(3), "task 'x'")

@@ -1,0 +1,197 @@
+"""Schema migrations: a ledger written before them upgrades in place, a new one starts at the head revision.
+
+The old ledgers are real files written by the release before the migrations (tests/fixtures/ledger/, with the
+script that wrote them): a SQLite file and a pg_dump restored into a fresh database of the test server.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from services import fresh_postgres_database, postgres_bin_dir
+from sqlalchemy import Engine, create_engine, func, inspect, select, text
+from sqlalchemy.engine import make_url
+
+from costaware import Ledger
+from costaware.adapters.ledger import migrate, schema
+from costaware.core.errors import ConfigurationError
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "ledger"
+EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
+
+
+def _fixture_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("ledger_fixtures", FIXTURES / "make_fixtures.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+read_back = _fixture_module().read_back
+
+
+def tables(engine: Engine) -> set[str]:
+    return set(inspect(engine).get_table_names())
+
+
+def revision(engine: Engine) -> list[str]:
+    with engine.connect() as conn:
+        return [row[0] for row in conn.execute(text(f"SELECT version_num FROM {migrate.VERSION_TABLE}"))]
+
+
+def schema_version(engine: Engine) -> str:
+    with engine.connect() as conn:
+        return str(
+            conn.execute(select(schema.meta.c.value).where(schema.meta.c.key == "schema_version")).scalar()
+        )
+
+
+def schema_differences(engine: Engine) -> list[Any]:
+    """What Alembic's autogenerate would change to make the database match ``schema.py``."""
+    with engine.connect() as conn:
+        context = MigrationContext.configure(conn, opts={"version_table": migrate.VERSION_TABLE})
+        return list(compare_metadata(context, schema.metadata))
+
+
+def restore(dump: Path, url: str) -> None:
+    parsed = make_url(url)
+    subprocess.run(
+        [
+            str(postgres_bin_dir() / "psql"),
+            *("-h", str(parsed.host), "-p", str(parsed.port), "-U", "postgres", "-d", str(parsed.database)),
+            *("-v", "ON_ERROR_STOP=1", "-q", "-f", str(dump)),
+        ],
+        check=True,
+        capture_output=True,
+    )
+
+
+def test_head_is_the_newest_revision_script() -> None:
+    assert migrate.script_head() == migrate.HEAD
+
+
+def test_a_sqlite_ledger_of_the_last_release_upgrades_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    shutil.copy(FIXTURES / "ledger-sqlite.db", path)
+    old = create_engine(f"sqlite:///{path}")
+    assert migrate.VERSION_TABLE not in tables(old)  # written before the migrations
+    before = tables(old)
+    old.dispose()
+
+    ledger = Ledger.from_url(f"sqlite:///{path}")
+
+    assert read_back(ledger) == EXPECTED["read_back"]["sqlite"]
+    assert revision(ledger.engine) == [migrate.HEAD]
+    assert schema_version(ledger.engine) == "1"  # what the last release checks: it still opens this ledger
+    assert tables(ledger.engine) == before | {migrate.VERSION_TABLE}
+    assert schema_differences(ledger.engine) == []
+    ledger.dispose()
+
+
+@pytest.mark.postgres
+def test_a_postgresql_ledger_of_the_last_release_upgrades_in_place(postgres_url: str) -> None:
+    url = fresh_postgres_database(postgres_url, prefix="old")
+    restore(FIXTURES / "ledger-postgres.sql", url)
+    old = create_engine(url)
+    assert migrate.VERSION_TABLE not in tables(old)
+    before = tables(old)
+    old.dispose()
+
+    ledger = Ledger.from_url(url)
+
+    assert read_back(ledger) == EXPECTED["read_back"]["postgres"]
+    assert revision(ledger.engine) == [migrate.HEAD]
+    assert schema_version(ledger.engine) == "1"
+    assert tables(ledger.engine) == before | {migrate.VERSION_TABLE}
+    assert schema_differences(ledger.engine) == []
+    with pytest.raises(Exception, match="append-only"), ledger.engine.begin() as conn:  # its trigger survived
+        conn.execute(text("DELETE FROM costaware_audit"))
+    ledger.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def new_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'new.db'}"
+    return fresh_postgres_database(request.getfixturevalue("postgres_url"), prefix="new")
+
+
+def test_a_new_ledger_is_created_at_the_head_and_opening_again_changes_nothing(new_url: str) -> None:
+    first = Ledger.from_url(new_url)
+    assert revision(first.engine) == [migrate.HEAD]
+    assert schema_version(first.engine) == "1"
+    assert tables(first.engine) == set(schema.metadata.tables) | {migrate.VERSION_TABLE}
+    assert schema_differences(first.engine) == []
+    first.set_budget("project=churn", "month", "10")
+    first.dispose()
+
+    again = Ledger.from_url(new_url)
+    again.create_schema()
+    assert revision(again.engine) == [migrate.HEAD]
+    assert [str(b.scope) for b in again.budgets()] == ["project=churn"]
+    with again.engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(schema.meta)).scalar_one() == 1
+    again.dispose()
+
+
+@pytest.mark.postgres
+def test_many_processes_opening_a_new_ledger_create_it_once(postgres_url: str) -> None:
+    url = fresh_postgres_database(postgres_url, prefix="race")
+    errors: list[BaseException] = []
+
+    def open_it() -> None:
+        try:
+            Ledger.from_url(url).dispose()
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=open_it) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    engine = create_engine(url)
+    assert revision(engine) == [migrate.HEAD]
+    engine.dispose()
+
+
+def test_airflows_own_version_table_is_left_alone(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'shared.db'}"  # the ledger in Airflow's metadata database
+    airflow = create_engine(url)
+    with airflow.begin() as conn:
+        conn.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL PRIMARY KEY)"))
+        conn.execute(text("INSERT INTO alembic_version VALUES ('29ce7909c52b')"))
+    Ledger.from_url(url).dispose()
+    with airflow.connect() as conn:
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == [
+            "29ce7909c52b"
+        ]
+    assert revision(airflow) == [migrate.HEAD]
+    airflow.dispose()
+
+
+def test_a_ledger_at_an_unknown_revision_is_refused_and_left_as_it_is(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    Ledger.from_url(url).dispose()
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text(f"UPDATE {migrate.VERSION_TABLE} SET version_num = 'f00dcafe'"))
+    with pytest.raises(
+        ConfigurationError,
+        match=r"has schema revision 'f00dcafe', newer than this costaware \(revision '0001'\): upgrade",
+    ):
+        Ledger.from_url(url)
+    assert revision(engine) == ["f00dcafe"]
+    engine.dispose()
