@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import and_, select, true
 
-from costaware.adapters import ledger_schema as schema
-from costaware.adapters.ledger_reports import BurnDown, Filters, burn_down
-from costaware.adapters.ledger_store import scope_conditions
+from costaware.adapters.ledger import schema
+from costaware.adapters.ledger.queries import scope_conditions
+from costaware.adapters.ledger.reports import BurnDown, Filters, burn_down
 from costaware.core.budgets import Scope
 
 if TYPE_CHECKING:
-    from costaware.adapters.gate_requests import GateRequest
-    from costaware.adapters.ledger_governance import RunSchedule
-    from costaware.adapters.ledger_store import Ledger
+    from costaware.adapters.ledger.gate_requests import GateRequest
+    from costaware.adapters.ledger.governance import RunSchedule
+    from costaware.adapters.ledger.store import Ledger
     from costaware.core.budget_forecast import SpendForecast
     from costaware.core.efficiency import Measurement
     from costaware.core.ledger import ReportRow
@@ -84,7 +84,7 @@ def budget_views(
         dag_id: Only budgets this DAG has spent in.
         scope: Only budgets that count some of this scope's spend.
     """
-    from costaware.adapters.ledger_governance import budget_dags, budget_outlook, visible_budgets
+    from costaware.adapters.ledger.governance import budget_dags, budget_outlook, visible_budgets
 
     wanted = Scope.parse(scope).as_dict()
     visible = {
@@ -102,7 +102,7 @@ def budget_views(
 
 def gates_in(ledger: Ledger, filters: Filters, limit: int = 50) -> list[GateRequest]:
     """Spend gates that did not get their money at once, last noted in the filters' range, newest first."""
-    from costaware.adapters.gate_requests import gate_requests
+    from costaware.adapters.ledger.gate_requests import gate_requests
 
     f = filters
     return gate_requests(
@@ -132,7 +132,7 @@ def runs_in_scope(ledger: Ledger, scope: str) -> set[tuple[str, str]] | None:
 
 def measurements_in(ledger: Ledger, filters: Filters) -> list[Measurement]:
     """The tries measured in the filters' range, of the DAGs they allow and the runs with spend in scope."""
-    from costaware.adapters.efficiency_store import measurements
+    from costaware.adapters.ledger.efficiency import measurements
 
     measured = measurements(ledger, dag_id=filters.dag_id, since=filters.since)
     if filters.until is not None:
@@ -147,7 +147,7 @@ def measurements_in(ledger: Ledger, filters: Filters) -> list[Measurement]:
 
 def outcomes_in(ledger: Ledger, filters: Filters) -> list[RunOutcome]:
     """Retrain outcomes recorded in the filters' range, oldest first, each with its run's cost."""
-    from costaware.adapters.efficiency_store import outcomes
+    from costaware.adapters.ledger.efficiency import outcomes
 
     in_scope = runs_in_scope(ledger, filters.scope)
     return [

@@ -43,7 +43,7 @@ router = APIRouter(prefix="/api", responses=ERRORS)
 @router.get("/summary", summary="Spend, on-demand equivalent, savings, cache reuse and egress")
 def api_summary(filters: ReportFilters) -> SpendSummary:
     """Totals of the entries in range: spend, on-demand equivalent, savings, cache hits, egress."""
-    from costaware.adapters.ledger_reports import summary
+    from costaware.adapters.ledger.reports import summary
 
     return SpendSummary.of(guard(lambda: summary(open_ledger(), filters)))
 
@@ -51,8 +51,8 @@ def api_summary(filters: ReportFilters) -> SpendSummary:
 @router.get("/spend", summary="Spend per group (DAG, task, run, trial, tag, ...), costliest first")
 def api_spend(filters: ReportFilters, group_by: GroupBy = "dag", limit: Limit = None) -> Spend:
     """Spend per group, costliest first; with ``limit``, the rest totalled in ``other`` (null: none left)."""
+    from costaware.adapters.ledger.reports import top_groups
     from costaware.adapters.ledger.views import spend_by
-    from costaware.adapters.ledger_reports import top_groups
 
     rows = guard(lambda: spend_by(open_ledger(), filters, group_by))
     shown, rest = top_groups(rows, limit) if limit else (rows, None)
@@ -65,7 +65,7 @@ def api_spend(filters: ReportFilters, group_by: GroupBy = "dag", limit: Limit = 
 @router.get("/daily", summary="Actual spend per UTC day and group")
 def api_daily(filters: ReportFilters, group_by: GroupBy = "dag", limit: Limit = None) -> Daily:
     """Actual spend per UTC day and group, for charts; with ``limit``, the other groups summed per day."""
-    from costaware.adapters.ledger_reports import daily_spend, fold_daily, other_label
+    from costaware.adapters.ledger.reports import daily_spend, fold_daily, other_label
 
     points = guard(lambda: daily_spend(open_ledger(), filters, group_by))
     folded = 0
@@ -125,7 +125,7 @@ def api_set_budget(change: BudgetChange, user: User) -> BudgetSet:
 @router.get("/top-tries", summary="The most expensive task tries")
 def api_top_tries(filters: ReportFilters, limit: Annotated[int, Query(ge=1, le=100)] = 10) -> TopTries:
     """The most expensive task tries in range."""
-    from costaware.adapters.ledger_reports import costliest_tries
+    from costaware.adapters.ledger.reports import costliest_tries
 
     tries = guard(lambda: costliest_tries(open_ledger(), filters, limit))
     return TopTries(tries=[TaskTry.of(t) for t in tries])

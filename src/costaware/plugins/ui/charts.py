@@ -100,7 +100,7 @@ def stacked_bars(days: Sequence[tuple[date, str, Decimal]], title: str, *, other
 
     Args:
         days: ``(day, group, usd)`` points; at most ``len(PALETTE)`` groups besides ``other`` get their own
-            colour (fold the rest first: ``ledger_reports.fold_daily``).
+            colour (fold the rest first: ``ledger.reports.fold_daily``).
         title: The chart's title.
         other: The group that totals the groups left out, drawn grey and listed last.
     """

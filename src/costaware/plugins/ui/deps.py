@@ -19,8 +19,8 @@ from costaware.core.errors import ConfigurationError, CostawareError, LedgerUnav
 from costaware.plugins.ui.filters import report_filters
 
 if TYPE_CHECKING:
-    from costaware.adapters.ledger_reports import Filters
-    from costaware.adapters.ledger_store import Ledger
+    from costaware.adapters.ledger.reports import Filters
+    from costaware.adapters.ledger.store import Ledger
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -90,7 +90,7 @@ Readable = Annotated[frozenset[str] | None, Depends(readable_dags)]
 
 
 # FastAPI reads these annotations when the routes are declared, at plugin load: ``Any`` stands for a
-# ``ledger_reports.Filters``, whose module is imported only when a request needs the ledger.
+# ``ledger.reports.Filters``, whose module is imported only when a request needs the ledger.
 def visible_filters(filters: Annotated[Any, Depends(report_filters)], readable: Readable) -> Filters:
     """The report filters narrowed to the DAGs the user may read."""
     narrowed: Filters = replace(filters, dag_ids=readable)

@@ -16,8 +16,8 @@ from costaware.plugins.ui.datamodels.efficiency import Efficiency, Outcomes
 from costaware.plugins.ui.deps import ReportFilters, guard, open_ledger
 
 if TYPE_CHECKING:
-    from costaware.adapters.ledger_reports import Filters
-    from costaware.adapters.ledger_store import Ledger
+    from costaware.adapters.ledger.reports import Filters
+    from costaware.adapters.ledger.store import Ledger
     from costaware.core.efficiency import Advice
     from costaware.core.outcomes import RunOutcome
 

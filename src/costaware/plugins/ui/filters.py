@@ -20,7 +20,7 @@ from costaware.core.budgets import Period
 from costaware.core.ledger import GROUP_BYS, INDEXED_TAGS
 
 if TYPE_CHECKING:
-    from costaware.adapters.ledger_reports import Filters
+    from costaware.adapters.ledger.reports import Filters
 
 #: A tag's name, as ``costaware.core.budgets.tag_problem`` allows it (a test holds the two to the same rule).
 TAG_NAME = r"[A-Za-z][A-Za-z0-9_.-]{0,63}"
@@ -84,8 +84,8 @@ def scope_problem(scope: str) -> str | None:
 def check_filters(
     days: int, since: datetime | None, until: datetime | None, dag_id: str | None, scope: str
 ) -> tuple[Filters | None, list[tuple[str, str]]]:
-    """The ``ledger_reports.Filters`` of well-formed values, or None and (field, what is wrong) pairs."""
-    from costaware.adapters.ledger_reports import Filters
+    """The ``ledger.reports.Filters`` of well-formed values, or None and (field, what is wrong) pairs."""
+    from costaware.adapters.ledger.reports import Filters
 
     problems: list[tuple[str, str]] = []
     instants: dict[str, datetime | None] = {}

@@ -12,12 +12,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException
 from fastapi.responses import HTMLResponse
 
-from costaware.plugins.ui.datamodels.common import ERRORS
 from costaware.plugins.ui.deps import Readable, guard, open_ledger
 from costaware.plugins.ui.filters import PageForm, page_filters
 
 if TYPE_CHECKING:
-    from costaware.adapters.ledger_reports import Filters
+    from costaware.adapters.ledger.reports import Filters
     from costaware.plugins.ui.view import Report
 
 router = APIRouter()
@@ -30,7 +29,7 @@ _HTML: dict[str, Any] = {"content": {"text/html": {}}}
     summary="The Cost page",
     responses={
         303: {"description": "No Airflow session: to the login page, and back here after it."},
-        401: ERRORS[401],
+        401: {"description": "A request with an Authorization header that is not valid: JSON {detail}."},
         422: {**_HTML, "description": "The page, with what is wrong with the filters."},
         503: {**_HTML, "description": "The page, saying the ledger cannot be read now."},
     },
@@ -53,8 +52,7 @@ def cost_page(form: Annotated[PageForm, Depends(page_filters)], readable: Readab
 
 def read_report(f: Filters, group_by: str) -> Report:
     """Everything the page shows, every section under the same filters (budgets: see ``docs/ui.md``)."""
-    from costaware.adapters.ledger.views import gates_in, spend_by
-    from costaware.adapters.ledger_reports import (
+    from costaware.adapters.ledger.reports import (
         costliest_tries,
         daily_spend,
         fold_daily,
@@ -62,6 +60,7 @@ def read_report(f: Filters, group_by: str) -> Report:
         summary,
         top_groups,
     )
+    from costaware.adapters.ledger.views import gates_in, spend_by
     from costaware.plugins.ui.api import budgets_for
     from costaware.plugins.ui.efficiency import efficiency_data
     from costaware.plugins.ui.view import Report

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 from costaware.plugins.ui.filters import GROUP_BY_CHOICES, query_string
 
 if TYPE_CHECKING:
-    from costaware.adapters.gate_requests import GateRequest
+    from costaware.adapters.ledger.gate_requests import GateRequest
+    from costaware.adapters.ledger.reports import Filters, Summary
     from costaware.adapters.ledger.views import BudgetView
-    from costaware.adapters.ledger_reports import Filters, Summary
     from costaware.core.ledger import ReportRow
     from costaware.plugins.ui.efficiency import EfficiencyData
 

@@ -10,7 +10,7 @@ from costaware.plugins.ui.datamodels.common import Answer, usd_field
 from costaware.plugins.ui.filters import MAX_SCOPE_TAGS, PERIOD_PATTERN, SCOPE_PATTERN
 
 if TYPE_CHECKING:
-    from costaware.adapters.gate_requests import GateRequest
+    from costaware.adapters.ledger.gate_requests import GateRequest
     from costaware.adapters.ledger.views import BudgetView
 
 

@@ -11,7 +11,7 @@ from pydantic import Field
 from costaware.plugins.ui.datamodels.common import Answer, usd_field
 
 if TYPE_CHECKING:
-    from costaware.adapters.ledger_reports import Summary
+    from costaware.adapters.ledger.reports import Summary
     from costaware.core.ledger import ReportRow
 
 
