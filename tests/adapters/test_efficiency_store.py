@@ -8,7 +8,7 @@ import pytest
 from services import fresh_postgres_database
 
 from costaware import Ledger
-from costaware.adapters.efficiency_store import (
+from costaware.adapters.ledger.efficiency import (
     measurements,
     outcomes,
     record_outcome,

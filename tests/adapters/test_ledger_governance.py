@@ -15,14 +15,8 @@ from sqlalchemy.exc import DBAPIError
 
 from costaware import Ledger
 from costaware.adapters.airflow_schedule import TimetableSchedule, count_runs
-from costaware.adapters.ledger_governance import (
-    NoSchedule,
-    alerts_sent,
-    audit_log,
-    budget_outlook,
-    claim_alert,
-    record_audit,
-)
+from costaware.adapters.ledger.audit import audit_log, record_audit
+from costaware.adapters.ledger.governance import NoSchedule, alerts_sent, budget_outlook, claim_alert
 from costaware.core.errors import BudgetExceededError, ConfigurationError
 from costaware.core.ledger import Kind, LedgerEntry, utcnow
 from costaware.notifications.budget import check_budget_alerts
@@ -198,7 +192,7 @@ def test_forecast_without_a_schedule_is_what_is_committed(ledger: Ledger) -> Non
 
 
 def test_a_budget_rule_picks_its_own_thresholds_and_notifier(ledger: Ledger, tmp_path: Path) -> None:
-    from costaware.adapters.ledger_governance import set_alert_rule
+    from costaware.adapters.ledger.governance import set_alert_rule
 
     ledger.set_budget("project=churn", "month", "10", actor="lead")
     ledger.set_budget("*", "month", "1000", actor="lead")
@@ -231,7 +225,7 @@ def test_a_budget_rule_picks_its_own_thresholds_and_notifier(ledger: Ledger, tmp
 def test_bad_alert_rules_are_refused(
     ledger: Ledger, budget: str, thresholds: str | None, notifiers: Any, match: str
 ) -> None:
-    from costaware.adapters.ledger_governance import alert_rules, set_alert_rule
+    from costaware.adapters.ledger.governance import alert_rules, set_alert_rule
 
     ledger.set_budget("project=churn", "month", "10", actor="lead")
     with pytest.raises(ConfigurationError, match=match):

@@ -11,7 +11,7 @@ from services import fresh_postgres_database
 from sqlalchemy import func, select
 
 from costaware import Ledger
-from costaware.adapters import ledger_schema as schema
+from costaware.adapters.ledger import schema
 
 PROCESSES = 12
 ATTEMPTS = 12

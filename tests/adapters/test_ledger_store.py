@@ -9,7 +9,7 @@ from services import fresh_postgres_database
 from sqlalchemy import func, select
 
 from costaware import Ledger
-from costaware.adapters import ledger_schema as schema
+from costaware.adapters.ledger import schema
 from costaware.core.errors import (
     BudgetExceededError,
     BudgetNotFoundError,
