@@ -20,7 +20,7 @@ from airflow_server import api_server
 from services import migrated_airflow_env, run_command
 
 from costaware import Ledger
-from costaware.adapters.ledger_governance import audit_log
+from costaware.adapters.ledger.audit import audit_log
 from costaware.plugins.plugin import CostawarePlugin
 from costaware.plugins.ui.access import FAB_AUTH_MANAGER
 

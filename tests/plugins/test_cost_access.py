@@ -14,7 +14,7 @@ from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
 from fastapi.testclient import TestClient
 
 from costaware import Ledger
-from costaware.adapters.ledger_governance import audit_log
+from costaware.adapters.ledger.audit import audit_log
 from costaware.core.ledger import Kind, LedgerEntry
 from costaware.plugins.ui.app import cost_app, require_login
 

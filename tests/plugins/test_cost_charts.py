@@ -12,7 +12,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from costaware import Ledger
-from costaware.adapters.ledger_reports import fold_daily
+from costaware.adapters.ledger.entries import insert_entry
+from costaware.adapters.ledger.reports import fold_daily
 from costaware.cli import main
 from costaware.core.ledger import Kind, LedgerEntry
 from costaware.plugins.ui import charts
@@ -136,9 +137,9 @@ def many_runs(ledger_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Test
     monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
     ledger = Ledger.from_url(ledger_url)
     now = datetime.now(timezone.utc)
-    with ledger._write() as conn:  # one transaction: 1,200 commits would take seconds
+    with ledger.transaction() as conn:  # one transaction: 1,200 commits would take seconds
         for n in range(1200):
-            ledger._insert_entry(
+            insert_entry(
                 conn,
                 LedgerEntry(
                     dag_id="nightly",

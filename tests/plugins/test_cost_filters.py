@@ -13,7 +13,7 @@ import time_machine
 from fastapi.testclient import TestClient
 
 from costaware import Ledger
-from costaware.adapters.gate_requests import note_gate_request
+from costaware.adapters.ledger.gate_requests import note_gate_request
 from costaware.core.ledger import Kind, LedgerEntry
 from costaware.plugins.ui.app import cost_app, readable_dags, require_login
 

@@ -396,7 +396,7 @@ def test_sensors_and_waiting_tasks_are_priced_on_the_worker(tmp_path) -> None:  
 def test_a_run_whose_params_differ_from_the_defaults_is_audited_once_without_a_gate(
     ledger_env: Ledger,
 ) -> None:
-    from costaware.adapters.ledger_governance import audit_log
+    from costaware.adapters.ledger.audit import audit_log
 
     dag_run = SimpleNamespace(conf={"owner": "bob", "epochs": 5}, triggering_user_name="ann")
     listener = CostListener()

@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from costaware import Ledger
-from costaware.adapters.ledger_reports import Filters, burn_down, costliest_tries, daily_spend, summary
+from costaware.adapters.ledger.reports import Filters, burn_down, costliest_tries, daily_spend, summary
 from costaware.core.ledger import Kind, LedgerEntry
 from costaware.plugins.ui.app import cost_app, readable_dags, require_login
 
@@ -166,7 +166,7 @@ def test_group_by_offers_the_valid_choices(client: TestClient) -> None:
 
 
 def test_refused_and_waiting_gates_are_on_the_page(client: TestClient, filled: Ledger) -> None:
-    from costaware.adapters.gate_requests import note_gate_request
+    from costaware.adapters.ledger.gate_requests import note_gate_request
 
     common = {"dag_id": "retrain", "task_id": "spend_gate", "map_index": -1, "for_task_id": "train"}
     budget = "project=churn/month (2026-11)"
@@ -204,7 +204,7 @@ def test_refused_and_waiting_gates_are_on_the_page(client: TestClient, filled: L
 
 
 def test_approved_and_rejected_overages_are_on_the_page(client: TestClient, filled: Ledger) -> None:
-    from costaware.adapters.gate_requests import note_gate_request
+    from costaware.adapters.ledger.gate_requests import note_gate_request
 
     common = {"dag_id": "retrain", "task_id": "spend_gate", "map_index": -1, "for_task_id": "train"}
     budget = "project=churn/month (2026-11)"

@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from costaware import Ledger
-from costaware.adapters.efficiency_store import record_outcome, record_utilization
+from costaware.adapters.ledger.efficiency import record_outcome, record_utilization
 from costaware.core.efficiency import GIB, Measurement
 from costaware.core.ledger import Kind, LedgerEntry
 from costaware.core.outcomes import RunOutcome
