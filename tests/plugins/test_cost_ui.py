@@ -264,3 +264,11 @@ def test_the_ui_holds_no_sql_and_does_not_import_the_cli() -> None:
         imported |= {node.module or "" for node in nodes if isinstance(node, ast.ImportFrom)}
         assert not {m for m in imported if m.split(".")[0] == "sqlalchemy"}, path
         assert not {m for m in imported if m == "costaware.cli" or m.startswith("costaware.cli")}, path
+
+
+def test_every_text_from_the_ledger_is_escaped(client: TestClient, filled: Ledger) -> None:
+    filled.record(entry("1.25", run_id="<script>alert('run')</script>", task_id="<b>task</b>"))
+    html = client.get("/", params={"group_by": "task"}).text
+    assert "<script>" not in html and "<b>task</b>" not in html
+    assert "&lt;script&gt;alert(&#x27;run&#x27;)&lt;/script&gt;" in html
+    assert "<td>&lt;b&gt;task&lt;/b&gt;</td>" in html
