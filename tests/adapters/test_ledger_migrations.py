@@ -167,6 +167,20 @@ def test_many_processes_opening_a_new_ledger_create_it_once(postgres_url: str) -
     engine.dispose()
 
 
+def test_threads_creating_different_ledgers_at_once_each_get_theirs(tmp_path: Path) -> None:
+    urls = [f"sqlite:///{tmp_path / f'ledger{i}.db'}" for i in range(4)]  # Alembic's context is per process
+    threads = [threading.Thread(target=lambda url=url: Ledger.from_url(url).dispose()) for url in urls]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for url in urls:
+        engine = create_engine(url)
+        assert revision(engine) == [migrate.HEAD]
+        assert set(schema.metadata.tables) <= tables(engine)
+        engine.dispose()
+
+
 def test_airflows_own_version_table_is_left_alone(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'shared.db'}"  # the ledger in Airflow's metadata database
     airflow = create_engine(url)

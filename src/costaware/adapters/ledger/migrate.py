@@ -10,6 +10,7 @@ many processes opening a ledger at once upgrade it once; opening a ledger at the
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,6 +31,8 @@ HEAD = "0001"
 MIGRATIONS = Path(__file__).with_name("migrations")
 #: One upgrader at a time on PostgreSQL (SQLite's write lock already serialises them).
 UPGRADE_LOCK = 74210031
+#: Alembic's ``alembic.context`` is one per process: two threads upgrading two ledgers would share it.
+_ALEMBIC_CONTEXT = threading.Lock()
 
 
 def upgrade(ledger: LedgerDatabase) -> None:
@@ -123,4 +126,5 @@ def script_head() -> str | None:
 def _run_revisions(conn: Connection) -> None:
     from alembic import command
 
-    command.upgrade(_config(conn), "head")
+    with _ALEMBIC_CONTEXT:
+        command.upgrade(_config(conn), "head")
