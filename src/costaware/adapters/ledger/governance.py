@@ -6,7 +6,6 @@ once, the one whose insert succeeds sends the alert. Every change is audited (``
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -23,12 +22,10 @@ from costaware.adapters.ledger.budgets import usage as budget_usages
 from costaware.adapters.ledger.engine import LedgerDatabase
 from costaware.adapters.ledger.queries import scope_conditions
 from costaware.core.budget_forecast import SpendForecast, forecast_spend, outlooks_from
-from costaware.core.budgets import Budget, Period, PeriodWindow, period_window
+from costaware.core.budgets import Budget, Period, PeriodWindow, Scope, period_window
 from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import BudgetUsage, utcnow
 from costaware.core.money import from_micros
-
-log = logging.getLogger(__name__)
 
 RECENT_RUNS = 10
 LOOKBACK = timedelta(days=60)
@@ -158,8 +155,6 @@ def outlooks(
     ledger: LedgerDatabase, schedule: RunSchedule, *, at: datetime | None = None, scope: str | None = None
 ) -> list[BudgetOutlook]:
     """Every non-run budget (or those covering ``scope``) with its usage and forecast."""
-    from costaware.core.budgets import Scope
-
     wanted = None if scope is None else Scope.parse(scope)
     return [
         budget_outlook(ledger, b, schedule, at=at)
