@@ -54,7 +54,10 @@ def read_parquet(
     tables = []
     for path in paths:
         with blobs.fs.open_input_stream(path) as stream:
-            raw = bytes(stream.read())
+            # Arrow-owned memory, not Python bytes: a BufferReader over bytes leaves Arrow's reader threads
+            # holding a Python object, and one released during interpreter shutdown aborts the process
+            # (SIGABRT after a clean error exit, seen under load).
+            raw = stream.read_buffer()
         digest.update(path[len(base) :].encode() + b"\0" + hashlib.sha256(raw).digest())
         table = pq.read_table(pa.BufferReader(raw))
         if columns is None:
