@@ -29,7 +29,7 @@ from services import postgres_server
 from sqlalchemy import create_engine, text
 
 from costaware import Ledger
-from costaware.adapters import ledger_schema as schema
+from costaware.adapters.ledger import schema
 
 REPORT_TARGET_MS = 200.0
 TEAMS = [f"team-{n}" for n in range(20)]

@@ -29,7 +29,7 @@ GLUE = 3
 
 
 def module_name(path: Path, root: Path) -> str:
-    """``costaware.adapters.ledger_store`` for ``<root>/adapters/ledger_store.py``."""
+    """``costaware.adapters.ledger.store`` for ``<root>/adapters/ledger/store.py``."""
     parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts = parts[:-1]

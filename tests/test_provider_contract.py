@@ -186,7 +186,7 @@ def test_readme_is_a_short_index_that_starts_with_the_two_commands() -> None:
 
 
 def test_the_costaware_ledger_connection_type_takes_postgres_fields() -> None:
-    from costaware.adapters.ledger_url import url_from_connection_fields
+    from costaware.adapters.ledger.engine import url_from_connection_fields
     from costaware.core.errors import ConfigurationError
 
     url = url_from_connection_fields(

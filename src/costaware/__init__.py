@@ -13,12 +13,12 @@ __version__ = "0.1.0"
 __all__ = ["Ledger", "__version__"]
 
 if TYPE_CHECKING:
-    from costaware.adapters.ledger_store import Ledger
+    from costaware.adapters.ledger.store import Ledger
 
 
 def __getattr__(name: str) -> Any:
     if name == "Ledger":
-        from costaware.adapters.ledger_store import Ledger
+        from costaware.adapters.ledger.store import Ledger
 
         return Ledger
     raise AttributeError(f"module 'costaware' has no attribute {name!r}")

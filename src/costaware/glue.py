@@ -152,7 +152,7 @@ def audit_run_overrides(ledger: Any, dag: Any, dag_run: Any, dag_id: str, run_id
     listener after every try (so is a run with no gate). Returns what was recorded now (empty when nothing
     differs or the run was recorded already).
     """
-    from costaware.adapters.ledger_governance import record_run_overrides
+    from costaware.adapters.ledger.governance import record_run_overrides
 
     given = dict(getattr(dag_run, "conf", None) or {})
     params = getattr(dag, "params", None)

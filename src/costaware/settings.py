@@ -9,7 +9,7 @@ the environment sees it.
 The module imports no Airflow at import time, and works without Airflow: the CLI on a laptop reads an
 option from ``AIRFLOW__COSTAWARE__<NAME>`` as Airflow itself would. The variables a compute backend passes
 to a training job (``COSTAWARE_MODEL_DIR`` and the like) are the job's contract, not settings: they live
-in ``costaware.training.job_contract`` and the runtime.
+in ``costaware.adapters.compute.job_contract`` and the runtime.
 """
 
 from __future__ import annotations

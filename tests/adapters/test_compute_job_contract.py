@@ -178,12 +178,3 @@ def test_the_provider_and_the_runtime_agree_on_the_contract() -> None:
     from costaware.adapters.model_files import MANIFEST_NAME
 
     assert MANIFEST_NAME == runtime.MANIFEST_NAME
-
-
-def test_the_old_import_path_re_exports_the_contract() -> None:
-    """``costaware.training.job_contract`` stays importable for its importers, with the very same objects."""
-    import costaware.training.job_contract as old
-
-    assert old.__all__ == jc.__all__
-    for name in jc.__all__:
-        assert getattr(old, name) is getattr(jc, name), name

@@ -14,7 +14,7 @@ import pytest
 
 from costaware.adapters.feature_manifest import Computed, Manifest, to_parquet
 from costaware.adapters.feature_store import FeatureStore
-from costaware.adapters.ledger_store import Ledger
+from costaware.adapters.ledger.store import Ledger
 from costaware.cli import main
 
 KEYS = [f"{i:032x}" for i in (1, 2)]

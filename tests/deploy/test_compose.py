@@ -10,7 +10,7 @@ import pytest
 import tomllib
 import yaml
 
-from costaware.adapters.ledger_url import url_from_connection_fields
+from costaware.adapters.ledger.engine import url_from_connection_fields
 
 ROOT = Path(__file__).resolve().parents[2]
 AIRFLOW_SERVICES = (

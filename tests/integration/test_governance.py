@@ -22,7 +22,8 @@ import pytest
 from airflow_server import AirflowServer, airflow_standalone, api_server
 
 from costaware import Ledger
-from costaware.adapters.ledger_governance import alerts_sent, audit_log
+from costaware.adapters.ledger.audit import audit_log
+from costaware.adapters.ledger.governance import alerts_sent
 from costaware.core.ledger import Kind, LedgerEntry
 
 pytestmark = pytest.mark.slow

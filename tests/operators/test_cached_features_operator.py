@@ -18,7 +18,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from contexts import task_context
 
 from costaware.adapters.input_data import read_frame
-from costaware.adapters.ledger_store import Ledger
+from costaware.adapters.ledger.store import Ledger
 from costaware.adapters.object_store import S3Options
 from costaware.core.errors import ConfigurationError
 from costaware.operators.cached_features import CachedFeaturesOperator

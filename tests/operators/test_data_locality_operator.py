@@ -12,7 +12,7 @@ import boto3
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
-from costaware.adapters.ledger_store import Ledger
+from costaware.adapters.ledger.store import Ledger
 from costaware.adapters.object_store import S3Options
 from costaware.adapters.price_files import bundled_catalog
 from costaware.core.errors import (

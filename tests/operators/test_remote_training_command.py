@@ -21,7 +21,7 @@ from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 from remote_support import TRAINING, context_for, drive
 
 from costaware.adapters.compute.base import JobRequest, JobState, open_backend
-from costaware.adapters.efficiency_store import run_outcome
+from costaware.adapters.ledger.efficiency import run_outcome
 from costaware.adapters.model_store import ModelStore
 from costaware.cli import main as cli
 from costaware.core.errors import ConfigurationError

@@ -21,6 +21,7 @@ from remote_support import (
 )
 
 from costaware.adapters.compute.base import JobRequest, JobState, open_backend
+from costaware.adapters.ledger import reservations
 from costaware.adapters.model_store import ModelStore
 from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import utcnow
@@ -98,7 +99,7 @@ def test_settles_the_spend_gate_reservation_with_the_billed_total(
     result, _ = drive(operator(tmp_path, tags={"project": "churn"}, deferrable=False), context_for())
     assert ledger.open_reservations() == []
     with ledger.reading() as conn:
-        found = ledger._reservation(conn, reservation.id)
+        found = reservations.reservation(conn, reservation.id)
     assert found.status == "settled" and found.settled_usd == Decimal(result["usd"])
 
 

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 
 from costaware import Ledger
-from costaware.adapters.efficiency_store import record_utilization
+from costaware.adapters.ledger.efficiency import record_utilization
 from costaware.core.efficiency import GIB, Measurement
 from costaware.core.ledger import Kind, LedgerEntry
 from costaware.operators.right_size import RightSizeOperator

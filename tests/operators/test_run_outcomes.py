@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from costaware import Ledger
-from costaware.adapters.efficiency_store import outcomes, run_outcome
+from costaware.adapters.ledger.efficiency import outcomes, run_outcome
 from costaware.adapters.model_store import ModelStore
 from costaware.core.ledger import Kind, LedgerEntry
 from costaware.operators.promote import ModelPromoteOperator

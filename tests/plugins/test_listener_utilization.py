@@ -9,7 +9,7 @@ import pendulum
 import pytest
 
 from costaware import Ledger
-from costaware.adapters.efficiency_store import measurements
+from costaware.adapters.ledger.efficiency import measurements
 from costaware.plugins import listener as listener_module
 from costaware.plugins.listener import CostListener
 from costaware.plugins.utilization import annotate_utilization, runs_per_month

@@ -15,7 +15,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from costaware import Ledger
-from costaware.adapters.ledger_governance import audit_log
+from costaware.adapters.ledger.audit import audit_log
 from costaware.core.errors import BudgetExceededError
 from costaware.sensors.spend_approval import approval_body, decision
 from costaware.sensors.spend_cap import SpendCapSensor

@@ -11,7 +11,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, T
 from contexts import task_context
 
 from costaware import Ledger
-from costaware.adapters import ledger_schema as schema
+from costaware.adapters.ledger import schema
 from costaware.core.errors import LedgerUnavailableError
 from costaware.sensors.spend_cap import SpendCapSensor
 from costaware.triggers.budget import BudgetAvailableTrigger
@@ -129,7 +129,7 @@ def test_known_compute_passes_the_early_check(env_ledger: Ledger) -> None:
 def test_refusals_and_waits_are_noted_for_the_cost_page(env_ledger: Ledger) -> None:
     from datetime import datetime, timedelta, timezone
 
-    from costaware.adapters.gate_requests import gate_requests
+    from costaware.adapters.ledger.gate_requests import gate_requests
 
     with pytest.raises(AirflowFailException):
         sensor(estimated_usd="11", on_exceeded="fail").execute(context("run-refused"))

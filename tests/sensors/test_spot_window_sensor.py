@@ -16,7 +16,7 @@ from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 from spot_history import append, now, write_history
 
 from costaware.adapters import spot_prices
-from costaware.adapters.ledger_store import Ledger
+from costaware.adapters.ledger.store import Ledger
 from costaware.sensors.spot_window import SpotWindowSensor
 from costaware.triggers.spot_window import SpotWindowTrigger
 

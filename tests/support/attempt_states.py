@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-# The state of a paused attempt as RemoteTrainingOperator wrote it before AttemptState existed (captured from
-# tests/operators/test_remote_training_pause.py, paths shortened): a trigger serialized then must still resume.
+# The state of a paused attempt as RemoteTrainingOperator wrote it before AttemptState existed (captured
+# from tests/operators/test_remote_training_pause.py, paths shortened): a trigger serialized then must still
+# resume.
 CAPTURED: dict[str, Any] = {
     "backend": "local",
     "backend_options": {"root": "/tmp/t/jobs", "env": {"PYTHONPATH": "/work/main/tests/training"}},

@@ -14,7 +14,7 @@ from services import fresh_postgres_database
 from sqlalchemy import func, select
 
 from costaware import Ledger
-from costaware.adapters import ledger_schema as schema
+from costaware.adapters.ledger import schema
 from costaware.core.tuning import RungSchedule, StudySpec, TuningCaps, parse_search_space
 
 PROCESSES = 4

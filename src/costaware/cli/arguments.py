@@ -20,7 +20,7 @@ from costaware.core.budgets import Period
 from costaware.core.ledger import GROUP_BYS
 
 if TYPE_CHECKING:
-    from costaware.adapters.ledger_store import Ledger
+    from costaware.adapters.ledger.store import Ledger
 
 
 class Arg:
@@ -125,7 +125,7 @@ def lowercase(text: str) -> str:
 
 def open_ledger(args: argparse.Namespace) -> Ledger:
     """The ledger that ``--ledger-url`` names, else the default one."""
-    from costaware.adapters.ledger_store import Ledger
+    from costaware.adapters.ledger.store import Ledger
 
     return Ledger.from_url(getattr(args, "ledger_url", None))
 

@@ -1,6 +1,6 @@
 """Ledger values: what one cost entry, one reservation and one report row hold.
 
-Storage lives in ``costaware.adapters.ledger_store``; this module is pure.
+Storage lives in ``costaware.adapters.ledger.store``; this module is pure.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A run outcome holds the model version a retrain produced, its holdout metric and the champion's, whether
 it was promoted, how much it trained on (rows, epochs or boosting rounds), and the run's reproducibility
 record (data fingerprint, code version, trainer parameters and seeds). The ledger adds the run's cost.
-Pure: storage is in ``costaware.adapters.efficiency_store``.
+Pure: storage is in ``costaware.adapters.ledger.efficiency``.
 """
 
 from __future__ import annotations

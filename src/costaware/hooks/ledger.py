@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
-from costaware.adapters.ledger_url import url_from_connection_fields
+from costaware.adapters.ledger.engine import url_from_connection_fields
 from costaware.glue import DEFAULT_LEDGER_CONN_ID
 
 if TYPE_CHECKING:
-    from costaware.adapters.ledger_store import Ledger
+    from costaware.adapters.ledger.store import Ledger
 
 _LEDGERS: dict[str, Ledger] = {}
 _LOCK = threading.Lock()
@@ -59,7 +59,7 @@ class CostLedgerHook(BaseHook):
 
     def get_conn(self) -> Ledger:
         """The ledger, opened once per process and URL (engines pool their connections)."""
-        from costaware.adapters.ledger_store import Ledger
+        from costaware.adapters.ledger.store import Ledger
 
         url = self.get_url()
         with _LOCK:

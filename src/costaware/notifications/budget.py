@@ -134,7 +134,7 @@ def check_budget_alerts(
     Returns:
         The alerts this call sent (those another worker sent first are not repeated).
     """
-    from costaware.adapters.ledger_governance import NoSchedule, alert_rules, budget_outlook, claim_alert
+    from costaware.adapters.ledger.governance import NoSchedule, alert_rules, budget_outlook, claim_alert
     from costaware.core.budgets import Period, Scope
 
     default_thresholds = configured_thresholds() if thresholds is None else parse_thresholds(thresholds)

@@ -21,7 +21,7 @@ from costaware.settings import worker_region
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from costaware.adapters.ledger_store import Ledger
+    from costaware.adapters.ledger.store import Ledger
     from costaware.adapters.object_store import S3Options
     from costaware.adapters.regions import EgressEstimate
     from costaware.core.ledger import LedgerEntry

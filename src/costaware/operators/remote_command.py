@@ -14,8 +14,8 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from costaware.adapters.compute import job_contract
 from costaware.core.errors import ConfigurationError, StoreUnavailableError
-from costaware.training import job_contract
 
 log = logging.getLogger(__name__)
 

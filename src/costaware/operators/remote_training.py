@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from costaware.adapters.compute.job_contract import DEFAULT_GRACE_SECONDS
 from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import utcnow
 from costaware.glue import DEFAULT_AWS_CONN_ID, airflow_errors, run_identity, run_tags
@@ -19,7 +20,6 @@ from costaware.operators.remote_command import check_job_kind
 # parse_mapping and parse_decision are re-exported for existing imports.
 from costaware.operators.remote_training_args import RemotePlanArguments, parse_decision, parse_mapping
 from costaware.operators.training_args import TRAINING_TEMPLATE_FIELDS, BuiltInTrainingArguments
-from costaware.training.job_contract import DEFAULT_GRACE_SECONDS
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

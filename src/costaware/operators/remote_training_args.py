@@ -14,9 +14,9 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from costaware.adapters.compute.job_contract import check_grace_seconds
 from costaware.core.errors import ConfigurationError
 from costaware.glue import as_bool, check_tags
-from costaware.training.job_contract import check_grace_seconds
 from costaware.training.plan import blank
 
 if TYPE_CHECKING:

@@ -182,7 +182,7 @@ class RightSizeOperator(BaseOperator):
         declared = parse_decimal(self.memory_gib, name="memory_gib"), int(self.min_vcpus)
         if self.sizing == "declared":
             return (*declared, "declared")
-        from costaware.adapters.efficiency_store import measurements
+        from costaware.adapters.ledger.efficiency import measurements
         from costaware.core.efficiency import sized_needs
 
         tries = measurements(self.hook.get_conn(), dag_id=dag_id, task_id=self.for_task_id)

@@ -171,7 +171,7 @@ def promotion_outcome(*, identity: Mapping[str, Any], decision: Mapping[str, Any
 
 def write_outcome(outcome: Any, ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID) -> bool:
     """Store ``outcome`` in the ledger; log and return False when the ledger cannot be written."""
-    from costaware.adapters.efficiency_store import record_outcome
+    from costaware.adapters.ledger.efficiency import record_outcome
     from costaware.core.errors import CostawareError
     from costaware.hooks.ledger import CostLedgerHook
 

@@ -173,7 +173,7 @@ def record_utilization(
     if reading is None and _key(ti) not in _REMOTE:
         return
     try:
-        from costaware.adapters.efficiency_store import record_utilization as store
+        from costaware.adapters.ledger.efficiency import record_utilization as store
         from costaware.hooks.ledger import CostLedgerHook
 
         measurement = measurement_of(ti, entry, reading)

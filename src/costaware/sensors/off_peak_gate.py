@@ -76,7 +76,7 @@ class OffPeakWindowSensor(BaseSensorOperator):
         return CostLedgerHook(ledger_conn_id=self.ledger_conn_id)
 
     def _decide(self, context: Context) -> GateDecision:
-        from costaware.adapters.window_claims import claim_window, window_claim
+        from costaware.adapters.ledger.window_claims import claim_window, window_claim
 
         now = utcnow()
         newest = newest_event_time(context)

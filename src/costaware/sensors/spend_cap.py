@@ -228,7 +228,7 @@ class SpendCapSensor(BaseSensorOperator):
         """The period-end forecast of the exceeded budget, from this DAG's timetable; None if unknown."""
         try:
             from costaware.adapters.airflow_schedule import TimetableSchedule
-            from costaware.adapters.ledger_governance import budget_outlook
+            from costaware.adapters.ledger.governance import budget_outlook
             from costaware.hooks.ledger import CostLedgerHook
 
             ledger = CostLedgerHook(self.ledger_conn_id).get_conn()
@@ -243,7 +243,7 @@ class SpendCapSensor(BaseSensorOperator):
 
     def approval_complete(self, context: Any, event: dict[str, Any] | None = None) -> Any:
         """Resume after a person answered (or the wait timed out): reserve the overage, or fail/skip."""
-        from costaware.adapters.ledger_governance import record_audit
+        from costaware.adapters.ledger.audit import record_audit
         from costaware.core.ledger import reservation_holder
         from costaware.core.money import parse_usd
         from costaware.glue import airflow_errors
@@ -323,7 +323,7 @@ class SpendCapSensor(BaseSensorOperator):
         self, ledger: Any, context: Any, target: str, usd: Any, status: str, budget: str, message: str
     ) -> None:
         """Record a refusal or wait (or the end of a wait) for the Cost page; never fails the gate."""
-        from costaware.adapters.gate_requests import note_gate_request
+        from costaware.adapters.ledger.gate_requests import note_gate_request
 
         ti = context["ti"]
         try:

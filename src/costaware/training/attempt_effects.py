@@ -19,14 +19,14 @@ from costaware.training.plan import RemotePlan, job_seconds_left
 
 if TYPE_CHECKING:
     from costaware.adapters.compute.base import JobRequest
-    from costaware.adapters.ledger_store import Ledger
+    from costaware.adapters.ledger.store import Ledger
     from costaware.core.ledger import LedgerEntry
 
 
 def job_request(state: AttemptState, market: str, now: datetime) -> JobRequest:
     """The request of the next attempt on ``market``: stable job name, the plan's stores, time left."""
     from costaware.adapters.compute.base import JobRequest
-    from costaware.training.job_contract import attempt_uris
+    from costaware.adapters.compute.job_contract import attempt_uris
     from costaware.training.remote import job_name
 
     plan = state.plan

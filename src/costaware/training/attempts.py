@@ -14,9 +14,9 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from costaware.adapters.compute.job_contract import exit_hint
 from costaware.core.series import parse_instant
 from costaware.core.spot_decision import SpotDecision
-from costaware.training.job_contract import exit_hint
 from costaware.training.plan import RemotePlan
 from costaware.training.remote import CAUSES, attempt_cause, next_market
 

@@ -52,7 +52,7 @@ def attempt_cause(job: Mapping[str, Any]) -> str | None:
     A user command whose launcher could not reach a store (exit 74) is submitted again like a preemption,
     but it was not one.
     """
-    from costaware.training.job_contract import EXIT_SYNC_FAILED
+    from costaware.adapters.compute.job_contract import EXIT_SYNC_FAILED
 
     if job.get("state") == "interrupted" and job.get("exit_code") == EXIT_SYNC_FAILED:
         return "store_error"

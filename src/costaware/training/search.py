@@ -46,7 +46,7 @@ require("tuning", needed_by=__name__)  # with the pip line, not an import error 
 if TYPE_CHECKING:
     import optuna
 
-    from costaware.adapters.ledger_store import Ledger
+    from costaware.adapters.ledger.store import Ledger
     from costaware.training.tuning import FidelityModel
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from costaware.core.ledger import Kind, LedgerEntry, Market, compute_cost
 from costaware.core.tuning import usd_for_seconds
 
 if TYPE_CHECKING:
-    from costaware.adapters.ledger_store import Ledger
+    from costaware.adapters.ledger.store import Ledger
     from costaware.core.budgets import Scope
 
 

@@ -20,7 +20,7 @@ costaware.training.entrypoint --spec URI`` with the same variables but the outpu
 training stores its model version itself and writes its summary to the spec's ``result_uri``).
 
 It lives with the compute backends, which set it up for a job; the training side reads the same names
-(``costaware.training.job_contract`` re-exports them for its older importers).
+(``costaware.adapters.compute.job_contract`` re-exports them for its older importers).
 """
 
 from __future__ import annotations

@@ -6,13 +6,9 @@ A thin front: each method is one call into the module that owns the concept (``e
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
-
-from sqlalchemy import Connection
 
 from costaware.adapters.ledger import budgets, entries, migrate, reports, reservations
 from costaware.adapters.ledger.engine import LedgerDatabase, ledger_engine
@@ -53,18 +49,6 @@ class Ledger(LedgerDatabase):
             ConfigurationError: a newer costaware wrote the ledger.
         """
         migrate.upgrade(self)
-
-    @contextmanager
-    def _write(self) -> Iterator[Connection]:
-        """``transaction()`` under its old name, for callers not yet moved to it."""
-        with self.transaction() as conn:
-            yield conn
-
-    def _insert_entry(self, conn: Connection, entry: LedgerEntry) -> bool:
-        return entries.insert_entry(conn, entry)
-
-    def _reservation(self, conn: Connection, reservation_id: str) -> Reservation:
-        return reservations.reservation(conn, reservation_id)
 
     # -- entries ----------------------------------------------------------------------------------
 

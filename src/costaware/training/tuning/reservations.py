@@ -16,7 +16,7 @@ from costaware.core.tuning import StudySpec, usd_for_seconds
 from costaware.training.tuning.results import EntryOwner
 
 if TYPE_CHECKING:
-    from costaware.adapters.ledger_store import Ledger
+    from costaware.adapters.ledger.store import Ledger
     from costaware.core.ledger import BudgetUsage, Reservation
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from costaware.training.tuning.optuna_glue import make_pruner, make_sampler, ope
 from costaware.training.tuning.reservations import study_usage
 
 if TYPE_CHECKING:
-    from costaware.adapters.ledger_store import Ledger
+    from costaware.adapters.ledger.store import Ledger
 
 log = logging.getLogger(__name__)
 

@@ -50,7 +50,7 @@ from costaware.training.tuning.study import (
 )
 
 if TYPE_CHECKING:
-    from costaware.adapters.ledger_store import Ledger
+    from costaware.adapters.ledger.store import Ledger
     from costaware.core.ledger import Reservation
 
 log = logging.getLogger(__name__)
