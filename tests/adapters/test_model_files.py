@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from remote_support import aws_client
 
-from costaware.adapters.model_store import (
+from costaware.adapters.model_store import ModelStore
+from costaware.adapters.model_versions import (
     IncompleteVersionError,
-    ModelStore,
     ModelVersion,
     UntrustedModelError,
     new_version_id,

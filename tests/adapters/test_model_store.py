@@ -12,15 +12,14 @@ import numpy as np
 import pytest
 from sklearn.linear_model import SGDClassifier
 
-from costaware.adapters.model_store import (
-    BlobDir,
+from costaware.adapters.blob_dir import BlobDir
+from costaware.adapters.model_formats import dump_skops, load_skops
+from costaware.adapters.model_store import ModelStore
+from costaware.adapters.model_versions import (
     IncompleteVersionError,
-    ModelStore,
     ModelVersion,
     UntrustedModelError,
     VersionNotFoundError,
-    dump_skops,
-    load_skops,
     new_version_id,
 )
 from costaware.core.errors import ConfigurationError

@@ -10,10 +10,8 @@ from pathlib import Path
 import pytest
 
 from costaware.core.errors import ConfigurationError, InvalidPriceDataError
+from costaware.core.price_figures import PriceFigure, format_age, is_stale
 from costaware.core.price_list import (
-    PriceFigure,
-    format_age,
-    is_stale,
     prices_from_offer_csv,
     prices_from_offer_file,
     prices_from_offer_json,

@@ -7,6 +7,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from spot_decisions import SENSOR_XCOM_KEYS  # tests/support/
 
 from costaware.core.errors import ConfigurationError
 from costaware.core.spot_decision import SpotDecision
@@ -31,25 +32,6 @@ JOB = {
     "latest_start": T + timedelta(hours=3),
     "deadline": DEADLINE,
 }
-
-#: The SpotWindowSensor's XCom keys as DAGs read them (before SpotDecision existed): none may go.
-SENSOR_XCOM_KEYS = [
-    "availability_zone",
-    "market",
-    "usd_per_hour",
-    "reason",
-    "decided_at",
-    "price_source",
-    "price_detail",
-    "instance_type",
-    "region",
-    "priority",
-    "on_demand_usd_per_hour",
-    "estimated_usd",
-    "expected_runtime_hours",
-    "latest_start",
-    "deadline",
-]
 
 
 @pytest.mark.parametrize(

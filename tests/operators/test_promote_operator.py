@@ -13,10 +13,12 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 from contexts import task_context
 
-from costaware.adapters.model_store import ModelStore, ModelVersion, new_version_id
+from costaware.adapters.model_store import ModelStore
+from costaware.adapters.model_versions import ModelVersion, new_version_id
 from costaware.core.errors import ConfigurationError
 from costaware.operators.promote import ModelPromoteOperator
-from costaware.training.runner import RetrainJob, run_retrain
+from costaware.training.runner import run_retrain
+from costaware.training.spec import RetrainJob
 
 FEATURES = ["x1", "x2", "c"]
 

@@ -29,15 +29,8 @@ def _ledger(monkeypatch: pytest.MonkeyPatch, ledger_url: str) -> None:
 
 
 @pytest.fixture
-def bucket(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
+def bucket(moto_endpoint: str, moto_aws_conn: str) -> str:
     """A bucket of this test's own on moto, and the connection ``moto_aws`` that reaches it."""
-    conn = {
-        "conn_type": "aws",
-        "login": "testing",
-        "password": "testing",
-        "extra": {"region_name": "us-east-1", "endpoint_url": moto_endpoint},
-    }
-    monkeypatch.setenv("AIRFLOW_CONN_MOTO_AWS", json.dumps(conn))
     name = f"own-{uuid.uuid4().hex[:12]}"
     aws_client("s3", moto_endpoint).create_bucket(Bucket=name)
     return name

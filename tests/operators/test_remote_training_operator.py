@@ -26,7 +26,8 @@ from costaware.adapters.model_store import ModelStore
 from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import utcnow
 from costaware.core.spot_decision import SpotDecision
-from costaware.operators.remote_training import RemoteTrainingOperator, parse_decision
+from costaware.operators.remote_training import RemoteTrainingOperator
+from costaware.operators.remote_training_args import parse_decision
 from costaware.triggers.remote_training import RemoteTrainingJobTrigger
 
 

@@ -16,9 +16,9 @@ from costaware.operators.tuning import (
     TuningStudyCreateOperator,
     TuningStudySummarizeOperator,
     budgeted_tuning,
-    resolve_trainer,
 )
 from costaware.plugins import listener
+from costaware.training.study_arguments import resolve_trial_trainer
 
 DAG_ID, RUN_ID = "tune_dag", "manual__1"
 SPACE = {"lr": {"type": "float", "low": 0.05, "high": 1.0, "log": True}}
@@ -251,14 +251,14 @@ def test_trials_of_a_missing_study_fail_with_a_hint(env: Ledger) -> None:
 def test_trainers_resolve_from_module_attr_paths() -> None:
     from costaware.training.tuning import boosting_trainer
 
-    assert resolve_trainer("costaware.training.tuning:boosting_trainer") is boosting_trainer
-    assert resolve_trainer(QuadraticTrainer) is QuadraticTrainer
+    assert resolve_trial_trainer("costaware.training.tuning:boosting_trainer") is boosting_trainer
+    assert resolve_trial_trainer(QuadraticTrainer) is QuadraticTrainer
     with pytest.warns(DeprecationWarning, match=r"write 'costaware\.training\.tuning:boosting_trainer'"):
-        assert resolve_trainer("costaware.training.tuning.boosting_trainer") is boosting_trainer
+        assert resolve_trial_trainer("costaware.training.tuning.boosting_trainer") is boosting_trainer
     with pytest.raises(ConfigurationError, match=r"trainer must be 'package\.module:name', got 'boosting'"):
-        resolve_trainer("boosting")
+        resolve_trial_trainer("boosting")
     with pytest.raises(ConfigurationError, match=r"cannot import trainer 'costaware\.nothing:f'"):
-        resolve_trainer("costaware.nothing:f")
+        resolve_trial_trainer("costaware.nothing:f")
 
 
 def test_task_group_wires_plan_trials_and_summary() -> None:

@@ -22,7 +22,7 @@ from services import migrated_airflow_env, run_command
 from costaware import Ledger
 from costaware.adapters.ledger.audit import audit_log
 from costaware.plugins.plugin import CostawarePlugin
-from costaware.plugins.ui.access import FAB_AUTH_MANAGER
+from costaware.plugins.ui.permissions import FAB_AUTH_MANAGER
 
 SIMPLE_AUTH_MANAGER = "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
 #: user -> (FAB role, password, the cap in USD they try to set)

@@ -16,7 +16,8 @@ from fastapi.testclient import TestClient
 from costaware import Ledger
 from costaware.adapters.ledger.audit import audit_log
 from costaware.core.ledger import Kind, LedgerEntry
-from costaware.plugins.ui.app import cost_app, require_login
+from costaware.plugins.ui.app import cost_app
+from costaware.plugins.ui.deps import require_login
 
 USERS = {
     "ann": SimpleAuthManagerUser(username="ann", role="user"),  # may read churn_retrain only

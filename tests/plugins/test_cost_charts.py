@@ -17,7 +17,8 @@ from costaware.adapters.ledger.reports import fold_daily
 from costaware.cli import main
 from costaware.core.ledger import Kind, LedgerEntry
 from costaware.plugins.ui import charts
-from costaware.plugins.ui.app import cost_app, readable_dags, require_login
+from costaware.plugins.ui.app import cost_app
+from costaware.plugins.ui.deps import readable_dags, require_login
 
 RUN_IDS = (
     "scheduled__2013-02-01T00:00:00+00:00",

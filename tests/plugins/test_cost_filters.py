@@ -15,7 +15,8 @@ from fastapi.testclient import TestClient
 from costaware import Ledger
 from costaware.adapters.ledger.gate_requests import note_gate_request
 from costaware.core.ledger import Kind, LedgerEntry
-from costaware.plugins.ui.app import cost_app, readable_dags, require_login
+from costaware.plugins.ui.app import cost_app
+from costaware.plugins.ui.deps import readable_dags, require_login
 
 NOW = datetime.now(timezone.utc).replace(microsecond=0)
 SINCE, UNTIL = NOW - timedelta(days=10), NOW - timedelta(days=2)

@@ -366,7 +366,7 @@ def test_a_task_scoped_costaware_compute_param_prices_that_task_only(ledger_env:
 def test_sensors_and_waiting_tasks_are_priced_on_the_worker(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """The spend gate and spot window *name* the training instance; they run on the worker."""
     from costaware.operators.warm_start import WarmStartRetrainOperator
-    from costaware.plugins.listener import compute_of
+    from costaware.plugins.try_cost import compute_of
     from costaware.sensors.spend_cap import SpendCapSensor
     from costaware.sensors.spot_window import SpotWindowSensor
 
@@ -409,12 +409,3 @@ def test_a_run_whose_params_differ_from_the_defaults_is_audited_once_without_a_g
     (override,) = audit_log(ledger_env, action="override")
     assert (override.actor, override.target) == ("ann", "retrain/run1")
     assert override.details == {"owner": {"default": "ana", "given": "bob"}}
-
-
-def test_the_listener_module_keeps_exporting_what_moved_beside_it() -> None:
-    from costaware.plugins import reservation_release, try_cost
-
-    for name in ("compute_of", "build_entry", "COMPUTE_FIELDS", "PRICING_PARAM"):
-        assert getattr(listener_module, name) is getattr(try_cost, name)
-    for name in ("doomed_downstream", "release_reservations", "release_run_reservations"):
-        assert getattr(listener_module, name) is getattr(reservation_release, name)

@@ -19,7 +19,8 @@ import pytest
 
 from costaware import Ledger
 from costaware.core.ledger import Kind, LedgerEntry
-from costaware.plugins.ui.app import cost_app, readable_dags, require_login
+from costaware.plugins.ui.app import cost_app
+from costaware.plugins.ui.deps import readable_dags, require_login
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium: bash scripts/ensure_services.sh")

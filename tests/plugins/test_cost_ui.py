@@ -13,7 +13,8 @@ from fastapi.testclient import TestClient
 from costaware import Ledger
 from costaware.adapters.ledger.reports import Filters, burn_down, costliest_tries, daily_spend, summary
 from costaware.core.ledger import Kind, LedgerEntry
-from costaware.plugins.ui.app import cost_app, readable_dags, require_login
+from costaware.plugins.ui.app import cost_app
+from costaware.plugins.ui.deps import readable_dags, require_login
 
 
 def entry(usd: str, **overrides: object) -> LedgerEntry:

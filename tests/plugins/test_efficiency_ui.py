@@ -14,7 +14,8 @@ from costaware.adapters.ledger.efficiency import record_outcome, record_utilizat
 from costaware.core.efficiency import GIB, Measurement
 from costaware.core.ledger import Kind, LedgerEntry
 from costaware.core.outcomes import RunOutcome
-from costaware.plugins.ui.app import cost_app, readable_dags, require_login
+from costaware.plugins.ui.app import cost_app
+from costaware.plugins.ui.deps import readable_dags, require_login
 
 
 @pytest.fixture

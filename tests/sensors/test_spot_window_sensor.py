@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from airflow.sdk import DAG
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
+from spot_decisions import SENSOR_XCOM_KEYS  # tests/support/
 from spot_history import append, now, write_history
 
 from costaware.adapters import spot_prices
@@ -93,33 +94,13 @@ def test_defers_then_starts_on_spot_when_the_price_drops(tmp_path: Path, ledger_
     assert len(ledger_env.entries(dag_id="spot_window_test")) == 1
 
 
-#: The sensor's XCom keys that DAGs and templates read (``ti.xcom_pull(...)["market"]``); none may go.
-SENSOR_XCOM_KEYS = [
-    "availability_zone",
-    "market",
-    "usd_per_hour",
-    "reason",
-    "decided_at",
-    "price_source",
-    "price_detail",
-    "instance_type",
-    "region",
-    "priority",
-    "on_demand_usd_per_hour",
-    "estimated_usd",
-    "expected_runtime_hours",
-    "latest_start",
-    "deadline",
-]
-
-
 def test_sensor_trigger_and_resume_watch_make_the_same_decision(
     tmp_path: Path, ledger_env: Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from costaware.adapters.spot_market import observe_market
     from costaware.core.spot_window import SpotDecision, decide
     from costaware.triggers import remote_training
     from costaware.triggers import spot_window as trigger_module
-    from costaware.triggers.spot_window import observe_market
 
     prices = tmp_path / "prices.csv"
     write_history(prices, current="0.30")  # below the forecast minimum (0.50): spot now
@@ -242,7 +223,7 @@ def test_live_prices_from_ec2_through_the_amazon_hook(moto_aws_conn: str, ledger
 
 
 def test_live_history_is_fetched_once_per_cache_period_not_at_every_look(moto_aws_conn: str) -> None:
-    from costaware.triggers.spot_window import spot_history
+    from costaware.adapters.spot_market import spot_history
 
     spot_prices.clear_cache()
     period_start = datetime(2026, 11, 24, 0, 30, tzinfo=timezone.utc)

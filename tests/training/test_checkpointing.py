@@ -18,7 +18,8 @@ from costaware.adapters.checkpoint_store import CheckpointStore, checkpoint_key
 from costaware.adapters.model_store import ModelStore
 from costaware.core.errors import ConfigurationError
 from costaware.training.checkpointing import PREEMPTED_EXIT_CODE, Checkpointer, PreemptedError
-from costaware.training.runner import RetrainJob, run_retrain
+from costaware.training.runner import run_retrain
+from costaware.training.spec import RetrainJob
 from costaware.training.trainers import resolve_trainer
 
 HERE = Path(__file__).resolve().parent

@@ -33,7 +33,7 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 
-from costaware.adapters.feature_billing import STORAGE_DAG_ID, billed_until, mark_billed, storage_charge
+from costaware.adapters.feature_billing import billed_until, mark_billed, storage_charge
 from costaware.adapters.feature_lease import DEFAULT_LEASE, hold_lease
 from costaware.adapters.feature_manifest import Computed, Entry, Manifest, Outcome
 from costaware.adapters.object_store import S3Options, hash_bytes, open_store
@@ -46,7 +46,7 @@ from costaware.core.errors import ConfigurationError, CorruptEntryError, Costawa
 from costaware.core.fingerprint import safe_relative_path, validate_key
 from costaware.core.ledger import LedgerEntry, utcnow
 
-__all__ = ["DEFAULT_LEASE", "STORAGE_DAG_ID", "FeatureStore"]
+__all__ = ["FeatureStore"]
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ Nothing here unpickles: scikit-learn models go through skops with an explicit li
 XGBoost and LightGBM models through their own formats, and every model file's SHA-256 is checked against
 its metadata before it is parsed.
 
-The store is :class:`ModelStore`; its parts live beside it and are re-exported here: the blob folder
-(``blob_dir``), the version values and errors (``model_versions``), the model formats (``model_formats``)
-and versions that are folders of files (``model_files``).
+The store is :class:`ModelStore`; its parts live beside it: the blob folder (``blob_dir``), the version
+values and errors (``model_versions``), the model formats (``model_formats``) and versions that are folders
+of files (``model_files``).
 """
 
 from __future__ import annotations
@@ -30,20 +30,11 @@ from costaware.adapters import model_files
 from costaware.adapters.blob_dir import BlobDir, sha256_hex
 from costaware.adapters.model_formats import (
     DEFAULT_TRUSTED_TYPES,
-    dump_lightgbm,
-    dump_skops,
-    dump_xgboost,
-    load_lightgbm,
-    load_skops,
-    load_xgboost,
-    require,
 )
 from costaware.adapters.model_versions import (
-    MODEL_SUFFIXES,
     STATUSES,
     Champion,
     IncompleteVersionError,
-    ModelStoreError,
     ModelVersion,
     UntrustedModelError,
     VersionNotFoundError,
@@ -52,28 +43,7 @@ from costaware.adapters.model_versions import (
 from costaware.core.errors import ConfigurationError
 from costaware.core.promotion import COMPLETE
 
-__all__ = [
-    "DEFAULT_TRUSTED_TYPES",
-    "MODEL_SUFFIXES",
-    "STATUSES",
-    "BlobDir",
-    "Champion",
-    "IncompleteVersionError",
-    "ModelStore",
-    "ModelStoreError",
-    "ModelVersion",
-    "UntrustedModelError",
-    "VersionNotFoundError",
-    "dump_lightgbm",
-    "dump_skops",
-    "dump_xgboost",
-    "load_lightgbm",
-    "load_skops",
-    "load_xgboost",
-    "new_version_id",
-    "require",
-    "sha256_hex",
-]
+__all__ = ["ModelStore"]
 
 log = logging.getLogger(__name__)
 

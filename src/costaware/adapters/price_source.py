@@ -24,14 +24,8 @@ from sqlalchemy import and_, delete, select
 from costaware.adapters.ledger import schema
 from costaware.core.errors import ConfigurationError, InvalidPriceDataError, PriceNotFoundError
 from costaware.core.ledger import utcnow
-from costaware.core.price_list import (
-    BUNDLED,
-    LIVE,
-    ListPrice,
-    PriceFigure,
-    is_stale,
-    service_name,
-)
+from costaware.core.price_figures import BUNDLED, LIVE, PriceFigure, is_stale
+from costaware.core.price_list import ListPrice, service_name
 from costaware.settings import ledger_url, option
 
 if TYPE_CHECKING:

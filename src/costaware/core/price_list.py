@@ -29,29 +29,13 @@ from typing import Any
 from costaware.core.errors import ConfigurationError, InvalidPriceDataError
 
 # Figures with their provenance have their own module; callers import them from here too.
-from costaware.core.price_figures import (
-    BUNDLED,
-    BUNDLED_PRICE_SOURCE,
-    LIVE,
-    OFFER_FILE,
-    PriceFigure,
-    format_age,
-    is_stale,
-)
 
 __all__ = [
-    "BUNDLED",
-    "BUNDLED_PRICE_SOURCE",
     "CSV_COLUMNS",
     "EC2_ATTRIBUTES",
-    "LIVE",
-    "OFFER_FILE",
     "SAGEMAKER_COMPONENT",
     "SERVICE_CODES",
     "ListPrice",
-    "PriceFigure",
-    "format_age",
-    "is_stale",
     "prices_from_offer_csv",
     "prices_from_offer_file",
     "prices_from_offer_json",

@@ -8,7 +8,7 @@ from decimal import Decimal
 from costaware.core.discounts import Discount, apply_discount
 from costaware.core.errors import ConfigurationError, PriceNotFoundError
 from costaware.core.ledger import Market, compute_cost
-from costaware.core.price_list import BUNDLED_PRICE_SOURCE
+from costaware.core.price_figures import BUNDLED_PRICE_SOURCE
 from costaware.core.prices import PriceCatalog
 
 

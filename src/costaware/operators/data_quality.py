@@ -186,9 +186,9 @@ class DataQualityOperator(BaseOperator):
         self.aws_conn_id = aws_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
+        from costaware.adapters.blob_dir import BlobDir
         from costaware.adapters.checkpoint_store import checkpoint_key
-        from costaware.adapters.model_store import BlobDir
-        from costaware.training.runner import read_parquet
+        from costaware.training.data import read_parquet
 
         os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
         facts = run_identity(context, self.task_id)

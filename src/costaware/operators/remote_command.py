@@ -113,7 +113,8 @@ def register_outputs(
     Raises:
         ConfigurationError: the result is missing or malformed, or the outputs are not a finished upload.
     """
-    from costaware.adapters.model_store import ModelStore, ModelVersion, VersionNotFoundError, new_version_id
+    from costaware.adapters.model_store import ModelStore
+    from costaware.adapters.model_versions import ModelVersion, VersionNotFoundError, new_version_id
 
     store = ModelStore.open(str(state["model_store"]), **dict(storage_options))
     folder, attempt, job_id = _attempt_key(state)

@@ -16,9 +16,7 @@ from costaware.core.ledger import utcnow
 from costaware.glue import DEFAULT_AWS_CONN_ID, airflow_errors, run_identity, run_tags
 from costaware.operators.remote_attempts import RemoteAttemptSteps
 from costaware.operators.remote_command import check_job_kind
-
-# parse_mapping and parse_decision are re-exported for existing imports.
-from costaware.operators.remote_training_args import RemotePlanArguments, parse_decision, parse_mapping
+from costaware.operators.remote_training_args import RemotePlanArguments
 from costaware.operators.training_args import TRAINING_TEMPLATE_FIELDS, BuiltInTrainingArguments
 
 if TYPE_CHECKING:
@@ -26,7 +24,7 @@ if TYPE_CHECKING:
 
     from costaware.training.attempts import AttemptState
 
-__all__ = ["RemoteTrainingOperator", "parse_decision", "parse_mapping"]
+__all__ = ["RemoteTrainingOperator"]
 
 
 class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTrainingArguments, BaseOperator):

@@ -26,9 +26,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 from costaware.extras import require
 from costaware.glue import DEFAULT_LEDGER_CONN_ID, airflow_errors
 from costaware.operators.templating import as_written, native_rendered
-
-# resolve_trainer is re-exported for existing imports.
-from costaware.training.study_arguments import StudyArguments, resolve_trainer
+from costaware.training.study_arguments import StudyArguments, resolve_trial_trainer
 
 require("tuning", needed_by=__name__)  # at DAG parse time, with the pip line, rather than in a trial
 
@@ -37,7 +35,6 @@ __all__ = [
     "TuningStudyCreateOperator",
     "TuningStudySummarizeOperator",
     "budgeted_tuning",
-    "resolve_trainer",
 ]
 
 if TYPE_CHECKING:
@@ -275,7 +272,7 @@ class BudgetedTuningOperator(_StudyOperator):
 
         ti = context["ti"]
         with airflow_errors():
-            trainer = resolve_trainer(self.trainer)
+            trainer = resolve_trial_trainer(self.trainer)
             _, spec = load_study(self.study_storage(), str(self.study_name))
 
             def label(trial: str, tags: dict[str, str], note: str) -> None:

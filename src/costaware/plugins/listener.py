@@ -28,37 +28,18 @@ from airflow.listeners import hookimpl
 
 from costaware.glue import ANNOTATION_FIELDS, DEFAULT_LEDGER_CONN_ID, TAG_NAMES, annotate_task, tags_for
 from costaware.glue import try_key as _key
-
-# Pricing a try and releasing reservations live beside the listener; their names are re-exported here.
 from costaware.plugins.reservation_release import (
-    doomed_downstream,
     release_for_doomed_downstream,
-    release_reservations,
     release_run_reservations,
 )
-from costaware.plugins.try_cost import COMPUTE_FIELDS, PRICING_PARAM, build_entry, compute_of, dag_of
+from costaware.plugins.try_cost import build_entry, dag_of
 from costaware.plugins.try_cost import template_context as _template_context
 from costaware.plugins.utilization import record_utilization, start_probe, stop_probe
 from costaware.settings import costaware_home
 
 log = logging.getLogger(__name__)
 
-__all__ = [
-    "ANNOTATION_FIELDS",
-    "COMPUTE_FIELDS",
-    "PRICING_PARAM",
-    "TAG_NAMES",
-    "CostListener",
-    "annotate_task",
-    "build_entry",
-    "compute_of",
-    "cost_listener",
-    "doomed_downstream",
-    "release_for_doomed_downstream",
-    "release_reservations",
-    "release_run_reservations",
-    "tags_for",
-]
+__all__ = ["ANNOTATION_FIELDS", "TAG_NAMES", "CostListener", "annotate_task", "cost_listener", "tags_for"]
 
 _STARTS: dict[tuple[str, str, str, int, int], float] = {}
 

@@ -129,7 +129,7 @@ def clear_checkpoints(plan: RemotePlan, storage_options: Mapping[str, Any]) -> b
     Raises:
         OSError: the store could not delete them.
     """
-    from costaware.adapters.model_store import BlobDir
+    from costaware.adapters.blob_dir import BlobDir
 
     parent, _, leaf = plan.checkpoint_uri.rstrip("/").rpartition("/")
     if not parent or not leaf:

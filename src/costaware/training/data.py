@@ -11,7 +11,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from costaware.adapters.model_store import BlobDir
+from costaware.adapters.blob_dir import BlobDir
 from costaware.core.errors import ConfigurationError
 from costaware.training.trainers import TrainingData
 

@@ -102,7 +102,7 @@ def read_spec(uri: str, **storage_options: Any) -> dict[str, Any]:
         **storage_options: ``BlobDir.from_uri`` options (endpoint, region, credentials); none: the
             ``COSTAWARE_S3_ENDPOINT_URL`` endpoint and the default credential chain.
     """
-    from costaware.adapters.model_store import BlobDir
+    from costaware.adapters.blob_dir import BlobDir
 
     folder, name = _split(uri)
     try:
@@ -123,7 +123,7 @@ def read_result(uri: str, *, job_id: str = "", **storage_options: Any) -> dict[s
         StoreUnavailableError: the store could not be read for another reason (network, throttling); a
             retry reads it again.
     """
-    from costaware.adapters.model_store import BlobDir
+    from costaware.adapters.blob_dir import BlobDir
 
     folder, name = _split(uri)
     job = f"training job {job_id!r}" if job_id else "the training job"
@@ -144,7 +144,7 @@ def read_result(uri: str, *, job_id: str = "", **storage_options: Any) -> dict[s
 
 def write_spec(uri: str, spec: Mapping[str, Any], **storage_options: Any) -> str:
     """Write ``spec`` as JSON to ``uri`` atomically; returns the URI."""
-    from costaware.adapters.model_store import BlobDir
+    from costaware.adapters.blob_dir import BlobDir
 
     folder, name = _split(uri)
     BlobDir.from_uri(folder, **storage_options).write_bytes(name, json.dumps(dict(spec), indent=1).encode())

@@ -21,7 +21,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from costaware.adapters.model_store import IncompleteVersionError, ModelStore, ModelVersion
+from costaware.adapters.model_store import ModelStore
+from costaware.adapters.model_versions import IncompleteVersionError, ModelVersion
 from costaware.core.errors import ConfigurationError
 from costaware.core.promotion import (
     COMMAND,

@@ -18,7 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from costaware.adapters.checkpoint_store import CheckpointStorage, CheckpointStore
-from costaware.adapters.model_store import ModelStore, ModelVersion, new_version_id
+from costaware.adapters.model_store import ModelStore
+from costaware.adapters.model_versions import ModelVersion, new_version_id
 from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import compute_cost
 from costaware.core.money import parse_usd
@@ -39,16 +40,7 @@ from costaware.training.trainers import resolve_trainer, same_trainer, trainer_p
 
 #: ``read_parquet``, ``training_data`` (``training.data``) and ``RetrainJob`` (``training.spec``) are still
 #: importable from here, their older home.
-__all__ = [
-    "POLICIES",
-    "RetrainJob",
-    "main",
-    "make_policy",
-    "promote_candidate",
-    "read_parquet",
-    "run_retrain",
-    "training_data",
-]
+__all__ = ["POLICIES", "main", "make_policy", "promote_candidate", "run_retrain"]
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from costaware.adapters.model_files import FILES_FORMAT
-from costaware.adapters.model_store import ModelStore, ModelVersion
+from costaware.adapters.model_store import ModelStore
+from costaware.adapters.model_versions import ModelVersion
 from costaware.core.errors import ConfigurationError, ScoringError
 from costaware.core.metrics import score
 

@@ -2,8 +2,8 @@
 
 :class:`StudyArguments` holds ``TuningStudyCreateOperator``'s arguments as Airflow rendered them (numbers and
 mappings may arrive as text) and turns them into the study's :class:`~costaware.core.tuning.StudySpec`, with
-the compute's price and GPUs from the bundled catalog when not given; :func:`resolve_trainer` gives a trial
-task its trainer.
+the compute's price and GPUs from the bundled catalog when not given; :func:`resolve_trial_trainer` gives a
+trial task its training function (not a built-in ``Trainer`` class, which ``training.trainers`` resolves).
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ class StudyArguments:
         )
 
 
-def resolve_trainer(trainer: Callable[..., Any] | str) -> Callable[..., Any]:
+def resolve_trial_trainer(trainer: Callable[..., Any] | str) -> Callable[..., Any]:
     """The trainer callable itself, or imported from ``"package.module:function"``.
 
     The dotted form ``"package.module.function"`` still works, with a ``DeprecationWarning``.

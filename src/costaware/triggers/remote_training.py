@@ -120,7 +120,7 @@ def watch_event(
     expects to last (its persistence term) is not worth a pause, one that the rest of the window outlasts
     is. Past the latest resume nothing is read: a paused job restarts on on-demand whatever spot costs.
     """
-    from costaware.triggers.spot_window import forecast_window, observe_market
+    from costaware.adapters.spot_market import forecast_window, observe_market
 
     latest_resume = parse_instant(watch["latest_resume"], name="latest_resume")
     if now >= latest_resume:

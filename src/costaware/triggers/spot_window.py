@@ -19,8 +19,8 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-# Reading the market is IO and lives in adapters; the decision is pure and lives in core. Both are
-# re-exported here for existing imports.
+# The market reads (adapters.spot_market) and the forecast (core.spot_forecast) moved out of this module;
+# the names it exported before stay importable from here for DAGs and code that use them.
 from costaware.adapters.spot_market import (
     LIVE,
     forecast_window,

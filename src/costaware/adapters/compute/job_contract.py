@@ -19,8 +19,7 @@ The built-in trainers run on the same contract: ``costaware-run --no-outputs [--
 costaware.training.entrypoint --spec URI`` with the same variables but the output and result ones (the
 training stores its model version itself and writes its summary to the spec's ``result_uri``).
 
-It lives with the compute backends, which set it up for a job; the training side reads the same names
-(``costaware.adapters.compute.job_contract`` re-exports them for its older importers).
+It lives with the compute backends, which set it up for a job; the training side reads the same names.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from costaware.core.budgets import Budget, Period, Scope
 from costaware.core.ledger import BudgetUsage, LedgerEntry, ReportRow, Reservation
 from costaware.settings import ledger_url
 
-__all__ = ["DEFAULT_RESERVATION_TTL", "Ledger"]
+__all__ = ["Ledger"]
 
 
 class Ledger(LedgerDatabase):

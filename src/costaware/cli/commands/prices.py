@@ -23,7 +23,7 @@ from costaware.core.errors import (
 
 if TYPE_CHECKING:
     from costaware.adapters.price_source import CachedPrice, OnDemandPrices
-    from costaware.core.price_list import PriceFigure
+    from costaware.core.price_figures import PriceFigure
 
 ORIGINS = {
     "aws-price-list": "the AWS Price List API",
@@ -62,7 +62,7 @@ def _check_region(region: str) -> None:
 
 def describe(figure: PriceFigure, now: datetime, ttl_hours: float) -> str:
     """Where a figure came from and how old it is, e.g. ``from the AWS Price List API, fetched ... ago``."""
-    from costaware.core.price_list import format_age
+    from costaware.core.price_figures import format_age
 
     text = f"from {ORIGINS.get(figure.origin, figure.origin)}"
     age = figure.age(now)
@@ -168,7 +168,7 @@ def _discount(args: argparse.Namespace) -> Any:
 def _show_cache(args: argparse.Namespace) -> int:
     from costaware.adapters.price_source import PriceCache, ttl_from_settings
     from costaware.core.ledger import utcnow
-    from costaware.core.price_list import format_age, is_stale
+    from costaware.core.price_figures import format_age, is_stale
 
     rows: list[CachedPrice] = PriceCache(open_ledger(args)).rows(
         service=args.service if args.service_given else None, region=args.region_given
@@ -225,7 +225,7 @@ def refresh_prices(args: argparse.Namespace) -> int:
     from costaware.adapters.aws_pricing import PriceListFetcher
     from costaware.adapters.price_source import PriceCache
     from costaware.core.ledger import utcnow
-    from costaware.core.price_list import LIVE
+    from costaware.core.price_figures import LIVE
     from costaware.settings import option
 
     regions = args.region or ["us-east-1"]
@@ -263,7 +263,8 @@ def import_prices(args: argparse.Namespace) -> int:
     """Load an AWS Price List offer file (JSON or CSV) into the price cache."""
     from costaware.adapters.price_source import PriceCache
     from costaware.core.ledger import utcnow
-    from costaware.core.price_list import OFFER_FILE, prices_from_offer_csv, prices_from_offer_json
+    from costaware.core.price_figures import OFFER_FILE
+    from costaware.core.price_list import prices_from_offer_csv, prices_from_offer_json
 
     path = Path(args.file)
     if args.region:

@@ -13,15 +13,7 @@ from typing import Any
 
 from costaware.plugins.ui.permissions import BUDGETS_VIEW, FAB_AUTH_MANAGER, SET_BUDGETS_METHOD
 
-__all__ = [
-    "BUDGETS_VIEW",
-    "FAB_AUTH_MANAGER",
-    "SET_BUDGETS_METHOD",
-    "fab_permission_views",
-    "may_set_budgets",
-    "readable_dag_ids",
-    "user_name",
-]
+__all__ = ["fab_permission_views", "may_set_budgets", "readable_dag_ids", "user_name"]
 
 
 def _auth_manager() -> Any:

@@ -16,10 +16,10 @@ from fastapi.responses import RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from costaware.plugins.ui import api, efficiency, page
-from costaware.plugins.ui.deps import readable_dags, require_login
+from costaware.plugins.ui.deps import require_login
 from costaware.plugins.ui.page import cost_page
 
-__all__ = ["cost_app", "readable_dags", "require_login"]
+__all__ = ["cost_app"]
 
 cost_app = FastAPI(
     title="costaware Cost API",

@@ -11,13 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from costaware.adapters.model_store import (
-    dump_lightgbm,
-    dump_xgboost,
-    load_lightgbm,
-    load_xgboost,
-    require,
-)
+from costaware.adapters.model_formats import dump_lightgbm, dump_xgboost, load_lightgbm, load_xgboost, require
 from costaware.core.errors import ConfigurationError
 from costaware.training.trainers.base import TrainingData, categorical_columns, check_count
 

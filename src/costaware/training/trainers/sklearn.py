@@ -9,7 +9,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from costaware.adapters.model_store import DEFAULT_TRUSTED_TYPES, dump_skops, load_skops
+from costaware.adapters.model_formats import DEFAULT_TRUSTED_TYPES, dump_skops, load_skops
 from costaware.training.trainers.base import TrainingData, categorical_columns, check_count, check_positive
 
 #: What a missing value of a categorical column is encoded as.
