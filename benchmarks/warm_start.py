@@ -192,7 +192,8 @@ def run_arm(
     candidate: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Retrain on days ``first``..``stop - 1`` (each scored on the next day), going on from earlier calls."""
-    from costaware.training.runner import RetrainJob, promote_candidate, run_retrain
+    from costaware.training.runner import promote_candidate, run_retrain
+    from costaware.training.spec import RetrainJob
 
     candidate = candidate or {}
     policy_params = {
