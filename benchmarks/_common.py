@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))  # the same real-server helpers the tests use
+sys.path.insert(0, str(ROOT / "tests" / "support"))  # the same real-server helpers the tests use
 
 
 def table(headers: list[str], rows: list[list[Any]]) -> str:
