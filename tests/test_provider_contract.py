@@ -136,6 +136,16 @@ def test_only_settings_reads_the_costaware_section_and_variables() -> None:
     assert not readers, "read settings through costaware.settings:\n" + "\n".join(readers)
 
 
+def test_every_provider_variable_is_documented() -> None:
+    from costaware import settings
+
+    constants = {value for name, value in vars(settings).items() if name.endswith("_ENV")}
+    assert constants == set(settings.ENVIRONMENT)
+    deployment = (ROOT / "docs" / "deployment.md").read_text()
+    missing = sorted(name for name in settings.ENVIRONMENT if f"`{name}`" not in deployment)
+    assert not missing, f"document {missing} in docs/deployment.md"
+
+
 def test_an_option_read_without_airflow_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     import builtins
 
