@@ -1,0 +1,146 @@
+"""The checkpoint interval of a spot training from its interruption rate: Young/Daly, bounded.
+
+Young's first-order optimum (J. W. Young, 1974; J. T. Daly, 2006) of the time between checkpoints is
+``sqrt(2 * save_seconds * mean_seconds_between_interruptions)``: it balances the time spent saving against
+the work an interruption loses (half an interval on average). It holds when a save is short against the
+time between interruptions, so the result is kept in a band:
+
+* not below :data:`MIN_SAVE_MULTIPLE` saves (saving then takes at most a tenth of the run) nor below
+  :data:`MIN_INTERVAL_SECONDS` (the first-order formula is off when saves come that often);
+* not above the expected runtime (an interval longer than the run saves nothing by time) nor above
+  :data:`MAX_INTERVAL_SECONDS` (what a hard kill without notice, e.g. a host failure, may lose).
+
+The mean time between interruptions comes from the AWS Spot Instance Advisor's monthly interruption band
+(:func:`seconds_between_interruptions`) or from the run lengths of the attempts preempted so far
+(:func:`observed_seconds_between_interruptions`). Pure functions: no IO.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from costaware.core.errors import ConfigurationError
+
+#: The word that asks for this rule instead of a number of seconds.
+AUTO = "auto"
+#: What one save is assumed to cost before any save was measured.
+DEFAULT_SAVE_SECONDS = 30.0
+#: The interval is at least this many saves.
+MIN_SAVE_MULTIPLE = 10.0
+#: ... and at least this long.
+MIN_INTERVAL_SECONDS = 60.0
+#: ... and at most this long, whatever the interruption rate.
+MAX_INTERVAL_SECONDS = 3600.0
+#: The interval of an on-demand attempt: no interruption rate to weigh, only pauses and host failures.
+ON_DEMAND_INTERVAL_SECONDS = 300.0
+HOURS_PER_MONTH = 730.0
+#: The conservative (upper) end of each advisor band: the share of instances interrupted in a month.
+#: ``>20%`` has no upper end; one half is assumed.
+BAND_UPPER_SHARE = {"<5%": 0.05, "5-10%": 0.10, "10-15%": 0.15, "15-20%": 0.20, ">20%": 0.50}
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointInterval:
+    """The chosen interval, the formula's value before bounds, and why (for the log)."""
+
+    seconds: float
+    optimum_seconds: float
+    bound: str | None
+    reason: str
+
+
+def is_auto(value: object) -> bool:
+    """Whether ``value`` asks for the automatic interval (``"auto"``, any case, spaces around allowed)."""
+    return isinstance(value, str) and value.strip().lower() == AUTO
+
+
+def seconds_between_interruptions(band: str) -> float:
+    """Mean seconds between interruptions for the advisor's monthly band, at the band's upper end.
+
+    The advisor's band is the share ``p`` of spot instances of the type interrupted within a month. With
+    interruptions a Poisson process of rate ``r``, ``p = 1 - exp(-r * month)``, so the mean time between
+    them is ``1 / r = month / -ln(1 - p)``: ``"<5%"`` (p = 0.05) gives about 14,200 hours, ``">20%"``
+    (p = 0.5 assumed) about 1,050 hours.
+
+    Raises:
+        ConfigurationError: a band the advisor does not use.
+    """
+    share = BAND_UPPER_SHARE.get(band.strip())
+    if share is None:
+        raise ConfigurationError(
+            f"unknown spot advisor interruption band {band!r}: expected one of {', '.join(BAND_UPPER_SHARE)}"
+        )
+    return HOURS_PER_MONTH * 3600 / -math.log(1 - share)
+
+
+def observed_seconds_between_interruptions(run_seconds: Sequence[float]) -> float:
+    """Mean run length of the attempts that were preempted (each ran that long before its interruption).
+
+    Raises:
+        ConfigurationError: no run lengths, or one that is not a number >= 0.
+    """
+    if not run_seconds:
+        raise ConfigurationError("no preempted attempt to measure the time between interruptions from")
+    for seconds in run_seconds:
+        if not _number(seconds) or not math.isfinite(seconds) or seconds < 0:
+            raise ConfigurationError(f"an attempt's run length must be seconds >= 0, got {seconds!r}")
+    # An attempt preempted at once still stands for an interruption: at least one second each.
+    return max(sum(run_seconds) / len(run_seconds), 1.0)
+
+
+def checkpoint_interval(
+    *,
+    save_seconds: float,
+    seconds_between_interruptions: float,
+    expected_runtime_seconds: float | None = None,
+) -> CheckpointInterval:
+    """Young/Daly's interval ``sqrt(2 * save * mtbi)``, kept in the band the module docstring states.
+
+    Args:
+        save_seconds: What one save costs (> 0).
+        seconds_between_interruptions: Mean time between interruptions (> 0; ``math.inf``: none expected).
+        expected_runtime_seconds: How long the training is expected to run, or None (unknown).
+
+    Raises:
+        ConfigurationError: a value that is not a positive number; the message names it.
+    """
+    if not _number(save_seconds) or not math.isfinite(save_seconds) or save_seconds <= 0:
+        raise ConfigurationError(f"save_seconds must be a number > 0, got {save_seconds!r}")
+    if not _number(seconds_between_interruptions) or not seconds_between_interruptions > 0:
+        raise ConfigurationError(
+            f"seconds_between_interruptions must be a number > 0, got {seconds_between_interruptions!r}"
+        )
+    if expected_runtime_seconds is not None and (
+        not _number(expected_runtime_seconds)
+        or not math.isfinite(expected_runtime_seconds)
+        or expected_runtime_seconds <= 0
+    ):
+        raise ConfigurationError(
+            f"expected_runtime_seconds must be a number > 0 or None, got {expected_runtime_seconds!r}"
+        )
+    optimum = math.sqrt(2 * save_seconds * seconds_between_interruptions)
+    lower = max(MIN_INTERVAL_SECONDS, MIN_SAVE_MULTIPLE * save_seconds)
+    upper, upper_why = MAX_INTERVAL_SECONDS, f"the {MAX_INTERVAL_SECONDS:.0f} s cap"
+    if expected_runtime_seconds is not None and expected_runtime_seconds < upper:
+        upper, upper_why = expected_runtime_seconds, "the expected runtime"
+    # The lower bound wins over the upper one: saving more often than that costs more than it keeps.
+    if optimum > upper and upper >= lower:
+        seconds, bound = upper, upper_why
+    elif optimum < lower or upper < lower:
+        seconds, bound = (
+            lower,
+            f"the floor of max({MIN_INTERVAL_SECONDS:.0f} s, {MIN_SAVE_MULTIPLE:.0f} saves)",
+        )
+    else:
+        seconds, bound = optimum, None
+    reason = (
+        f"sqrt(2 x {save_seconds:g} s save x {seconds_between_interruptions:.0f} s between interruptions)"
+        f" = {optimum:.0f} s" + (f", bounded to {bound}: {seconds:.0f} s" if bound else "")
+    )
+    return CheckpointInterval(seconds=seconds, optimum_seconds=optimum, bound=bound, reason=reason)
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
