@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
@@ -12,6 +14,7 @@ from costaware.core.errors import ConfigurationError
 from costaware.core.policies import (
     POLICIES,
     Action,
+    AvailabilityAwarePolicy,
     CheapestWindowPolicy,
     OraclePolicy,
     Policy,
@@ -337,3 +340,43 @@ def test_a_preempted_job_fails_over_to_another_zone() -> None:
     one = run_job(policy_class("deadline_aware")(), zoned_tick_market([zone_a], [3.0] * n), plan)
     assert two.preemptions == 1 and two.spot_hours == pytest.approx(two.run_hours)  # all on spot: a then b
     assert two.met_deadline and one.met_deadline and two.usd < one.usd  # one zone ends on on-demand
+
+
+def _ticked(split: int, history: list[bool], available: list[bool]) -> tuple[TickMarket, TickPlan]:
+    """A 10-minute scenario sampled ``split`` times finer: every tick and every sample repeated."""
+
+    def finer(values: list[bool]) -> list[bool]:
+        return [v for v in values for _ in range(split)]
+
+    n = len(available) * split
+    m = TickMarket(
+        on_demand=[3.0] * n,
+        on_demand_forecast=[3.0] * n,
+        spot=[1.0] * n,
+        spot_forecast=[1.0] * n,
+        available=finer(available),
+        available_before=finer(history),
+    )
+    return m, TickPlan(DT / split, 6 * split, 30 * split, split, 2 * split)
+
+
+def test_availability_aware_decides_the_same_at_any_tick_length() -> None:
+    # A week of history: blips of capacity that vanish, then runs that last, then (the last 2.5 days) capacity
+    # throughout. Its constants (a week of history, a two-hour age cap, a replan every two hours) are
+    # durations: at 5- and 3.3-minute ticks it sees the same week and takes the same decisions, tick for tick,
+    # as at 10 minutes. Counted in ticks, it kept only 3.5 days of history at 5 minutes and resumed later.
+    history = ([True, False] * 3 + [True] * 20 + [False] * 4) * 17 + [True] * (1008 - 17 * 30)
+    available = [True, False, True, False] + [True] * 40
+    every_10_minutes = actions(policy_class("availability_aware")(), *_ticked(1, history, available))
+    assert every_10_minutes.startswith("sw") and every_10_minutes.endswith("s" * 7)  # preempted, then resumed
+    for split in (2, 3):
+        finer = actions(policy_class("availability_aware")(), *_ticked(split, history, available))
+        assert finer == "".join(a * split for a in every_10_minutes), split
+
+
+@pytest.mark.parametrize("replan", [timedelta(0), 12])
+def test_availability_aware_replan_is_a_positive_duration(replan: object) -> None:
+    with pytest.raises(
+        ConfigurationError, match=rf"replan must be a positive timedelta.*got {re.escape(repr(replan))}$"
+    ):
+        AvailabilityAwarePolicy(replan=replan)  # type: ignore[arg-type]

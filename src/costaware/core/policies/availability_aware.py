@@ -22,17 +22,22 @@ on-demand tail once the slack is spent. This policy plans around both with what 
 
 A ``critical`` job is never paused once running and keeps a one-preemption reserve; ``best_effort`` and
 ``normal`` jobs may pause. The plan is re-solved when capacity flips (new information) and at least every
-``replan_ticks`` ticks. Without a spot market (power at an hourly price) the same solver times the work on the
+``replan`` (two hours). Without a spot market (power at an hourly price) the same solver times the work on the
 forecast power price, pausing through price spikes when a later block is cheaper.
 
 Measured (``benchmarks/spot_windows.py``): over the eight shared availability traces it is 1.137x the oracle
 against 1.164x for the greedy ``deadline_aware`` in the full run, but 1.175x against 1.156x on the quick run's
 fewer nights, and it loses on some traces (a model fitted on the past can overrate a short outage); so it is
 offered beside ``deadline_aware``, which stays the default.
+
+Its constants are durations (the history kept, the capacity model's age cap and prior run length, the replan
+interval), turned into ticks with the simulation's tick length, so it behaves the same on traces sampled every
+10 minutes or every 195 seconds.
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from costaware.core.errors import ConfigurationError
@@ -40,8 +45,14 @@ from costaware.core.policies.base import Action, Policy, Situation
 from costaware.core.policies.capacity import CapacityModel, run_state
 from costaware.core.policies.rules import checkpointed, reserve_ticks
 
-#: Capacity samples before submit that feed the model (one week at 10-minute ticks).
-HISTORY_TICKS = 7 * 24 * 6
+#: Capacity seen before submit that feeds the model.
+HISTORY = timedelta(weeks=1)
+#: Runs of capacity (or of its absence) older than this share one estimate in the capacity model.
+MAX_AGE = timedelta(hours=2)
+#: Mean run of capacity the model assumes before it has seen any (its weak prior).
+PRIOR_MEAN_RUN = timedelta(minutes=100)
+#: Re-solve at least this often, even when capacity has not changed.
+REPLAN = timedelta(hours=2)
 #: Cost, per missing tick of work, of a state that cannot finish by the deadline (unreachable when safe).
 _UNFINISHED = 1e9
 
@@ -50,15 +61,17 @@ class AvailabilityAwarePolicy(Policy):
     """Least expected cost under a capacity model fitted on the trace seen so far, within the deadline rules.
 
     Args:
-        replan_ticks: Re-solve at least this often (ticks); also on every change of capacity.
+        replan: Re-solve at least this often (a duration, at least one tick); also when capacity changes.
     """
 
     name = "availability_aware"
 
-    def __init__(self, replan_ticks: int = 12) -> None:
-        if not isinstance(replan_ticks, int) or replan_ticks < 1:
-            raise ConfigurationError(f"replan_ticks must be an integer >= 1, got {replan_ticks!r}")
-        self.replan_ticks = replan_ticks
+    def __init__(self, replan: timedelta = REPLAN) -> None:
+        if not isinstance(replan, timedelta) or replan <= timedelta(0):
+            raise ConfigurationError(
+                f"replan must be a positive timedelta, e.g. timedelta(hours=2), got {replan!r}"
+            )
+        self.replan = replan
         self._seen: list[bool] = []
         self._plan: _Plan | None = None
         self._planned_at = -1
@@ -69,16 +82,27 @@ class AvailabilityAwarePolicy(Policy):
         spot_market = s.spot_usd_per_hour is not None
         if spot_market:
             if not self._seen and s.availability_history:
-                self._seen = list(s.availability_history[-HISTORY_TICKS:])
+                self._seen = list(s.availability_history[-ticks(HISTORY, s.tick_hours) :])
             flipped = bool(self._seen) and self._seen[-1] != s.spot_available
             self._seen.append(s.spot_available)
         else:
             flipped = False
-        if self._plan is None or flipped or s.tick - self._planned_at >= self.replan_ticks:
-            model = CapacityModel.fit(self._seen) if spot_market else None
+        if self._plan is None or flipped or s.tick - self._planned_at >= ticks(self.replan, s.tick_hours):
+            model = _fit(self._seen, s.tick_hours) if spot_market else None
             self._plan = _Plan.solve(s, model)
             self._planned_at = s.tick
         return self._plan.act(s, self._seen)
+
+
+def ticks(duration: timedelta, tick_hours: float) -> int:
+    """``duration`` in whole ticks of ``tick_hours`` (rounded to the nearest, at least one)."""
+    return max(1, round(duration / timedelta(hours=tick_hours)))
+
+
+def _fit(seen: list[bool], tick_hours: float) -> CapacityModel:
+    """The capacity model with its age cap and prior run length counted in this simulation's ticks."""
+    prior_run = max(2, ticks(PRIOR_MEAN_RUN, tick_hours))
+    return CapacityModel.fit(seen, max_age=ticks(MAX_AGE, tick_hours), prior_stay=1 - 1 / prior_run)
 
 
 class _Plan:
