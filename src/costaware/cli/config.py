@@ -220,7 +220,8 @@ SIMULATE_ARGS = (
         action="append",
         required=True,
         metavar="FILE",
-        help="spot price history (DescribeSpotPriceHistory JSON or CSV) or hourly electricity CSV (repeat)",
+        help="spot price history (DescribeSpotPriceHistory JSON or CSV; one file may hold several zones) or "
+        "hourly electricity CSV (repeat)",
     ),
     Arg(
         "--availability",
@@ -232,8 +233,9 @@ SIMULATE_ARGS = (
         "--zones",
         action="append",
         metavar="ZONE=TRACE[,ZONE=TRACE...]",
-        help="zones to run in, each with its availability trace; jobs without a 'zones' column use them all "
-        "(start in the cheapest zone with capacity, fail over on preemption); repeatable",
+        help="zones to run in, each with its availability trace; or ZONE[,ZONE...] with one --availability "
+        "trace per zone, in order. Jobs without a 'zones' column use them all (start in the cheapest zone "
+        "with capacity, fail over on preemption); repeatable",
     ),
     Arg(
         "--by-trace",
@@ -243,7 +245,8 @@ SIMULATE_ARGS = (
     Arg(
         "--availability-start",
         metavar="TIME",
-        help="ISO time of the trace's first sample (default: the earliest submit time)",
+        help="ISO time, with a time zone, of the first sample of the --availability and --zones traces "
+        "(default: the earliest submit time)",
     ),
     Arg(
         "--jobs",

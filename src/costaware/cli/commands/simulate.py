@@ -81,33 +81,39 @@ def _market(
             )
 
     def spot_series(instance_type: str, region: str, zone: str | None) -> PriceSeries:
-        for history in histories:
-            if instance_type in history.instance_types:
+        holding = [h for h in histories if instance_type in h.instance_types]
+        if not holding:
+            known = sorted({t for h in histories for t in h.instance_types})
+            raise PriceNotFoundError(
+                f"unknown instance type {instance_type!r}: "
+                f"the spot price files cover {', '.join(known) or 'nothing'}"
+            )
+        if zone is None:
+            return holding[0].series(instance_type, region, None)
+        # One file may hold every zone, or each zone may come from its own file: take the zone where it is.
+        for history in holding:
+            if zone in history.zones(instance_type, region):
                 return history.series(instance_type, region, zone)
-        known = sorted({t for h in histories for t in h.instance_types})
+        present = sorted({z for h in holding for z in h.zones(instance_type, region)})
         raise PriceNotFoundError(
-            f"unknown instance type {instance_type!r}: "
-            f"the spot price files cover {', '.join(known) or 'nothing'}"
+            f"zone {zone!r} has no {instance_type} spot prices in {', '.join(h.source for h in holding)} "
+            f"(zones of {region} there: {', '.join(present) or 'none'}); add a --prices file with that "
+            "zone's records or leave the zone out of --zones and the jobs' zones"
         )
 
     catalog = catalog_from_files(args.on_demand) if args.on_demand else bundled_catalog()
+
+    def first_sample() -> datetime:
+        return availability_start(args.availability_start) or min(j.submit_time for j in jobs)
+
     availability = None
     if availability_file:
-        if args.availability_start:
-            start = datetime.fromisoformat(args.availability_start.replace("Z", "+00:00"))
-        else:
-            start = min(j.submit_time for j in jobs)
-        availability = spot_prices.load_availability(availability_file, start=start)
+        availability = spot_prices.load_availability(availability_file, start=first_sample())
     zone_traces = None
     if args.zones:
-        start = (
-            datetime.fromisoformat(args.availability_start.replace("Z", "+00:00"))
-            if args.availability_start
-            else min(j.submit_time for j in jobs)
-        )
         zone_traces = {
-            zone: spot_prices.load_availability(path, start=start)
-            for zone, path in zone_files(args.zones).items()
+            zone: spot_prices.load_availability(path, start=first_sample())
+            for zone, path in zone_files(args.zones, zone_availability(args)).items()
         }
     notes = [note for h in histories for note in h.notes]
     if electricity is not None:
@@ -122,23 +128,69 @@ def _market(
     return data, notes
 
 
-def zone_files(values: Sequence[str]) -> dict[str, str]:
-    """``{"zone": "trace path"}`` from ``--zones`` values ``ZONE=TRACE[,ZONE=TRACE...]``.
+def availability_start(value: str | None) -> datetime | None:
+    """The ``--availability-start`` time (ISO 8601 with a time zone, ``Z`` for UTC), or ``None`` if not given.
 
     Raises:
-        ConfigurationError: an item without ``=``, or a zone given twice.
+        ConfigurationError: the value does not parse or has no time zone.
+    """
+    if not value:
+        return None
+    try:
+        start = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError as e:
+        raise ConfigurationError(
+            f"--availability-start {value!r} is not an ISO time; write e.g. 2022-10-26T00:00:00Z"
+        ) from e
+    if start.tzinfo is None:
+        raise ConfigurationError(
+            f"--availability-start {value!r} has no time zone; add one, e.g. {value.strip()}Z for UTC"
+        )
+    return start
+
+
+def zone_availability(args: argparse.Namespace) -> list[str]:
+    """The ``--availability`` traces that belong to ``--zones`` naming zones only (one per zone, in order)."""
+    items = [item for value in args.zones or () for item in value.split(",")]
+    if items and not any("=" in item for item in items):
+        return list(args.availability or ())
+    return []
+
+
+def zone_files(values: Sequence[str], traces: Sequence[str] = ()) -> dict[str, str]:
+    """``{"zone": "trace path"}`` from ``--zones`` values ``ZONE=TRACE[,ZONE=TRACE...]``.
+
+    With ``traces`` (the ``--availability`` files), the values name zones only (``ZONE[,ZONE...]``) and the
+    traces pair with them in order.
+
+    Raises:
+        ConfigurationError: an item without ``=`` (and no traces), a zone given twice, or as many traces as
+            zones not given.
     """
     found: dict[str, str] = {}
-    for value in values:
-        for item in value.split(","):
-            zone, sep, path = item.partition("=")
-            if not sep or not zone.strip() or not path.strip():
-                raise ConfigurationError(
-                    f"--zones item {item!r} must be ZONE=TRACE, e.g. us-west-2a=trace_a.json"
-                )
-            if zone.strip() in found:
-                raise ConfigurationError(f"--zones names zone {zone.strip()!r} twice")
-            found[zone.strip()] = path.strip()
+    items = [item for value in values for item in value.split(",")]
+    if traces:
+        zones = [item.strip() for item in items]
+        if not all(zones):
+            raise ConfigurationError(
+                f"--zones {','.join(items)!r} has an empty zone name; write e.g. us-west-2a,us-west-2b"
+            )
+        if len(traces) != len(zones):
+            raise ConfigurationError(
+                f"--zones names {len(zones)} zones ({', '.join(zones)}) but {len(traces)} --availability "
+                "traces were given; give one trace per zone, in the order of the zones, or write ZONE=TRACE"
+            )
+        items = [f"{zone}={trace}" for zone, trace in zip(zones, traces, strict=True)]
+    for item in items:
+        zone, sep, path = item.partition("=")
+        if not sep or not zone.strip() or not path.strip():
+            raise ConfigurationError(
+                f"--zones item {item!r} must be ZONE=TRACE, e.g. us-west-2a=trace_a.json, or name zones only "
+                "and give one --availability trace per zone"
+            )
+        if zone.strip() in found:
+            raise ConfigurationError(f"--zones names zone {zone.strip()!r} twice")
+        found[zone.strip()] = path.strip()
     return found
 
 
@@ -184,11 +236,19 @@ def replay(args: argparse.Namespace) -> int:
     """Replay the policies over the recorded data and print a row per policy (and per trace)."""
     jobs = read_jobs(args.jobs)
     if args.zones:
-        every = tuple(zone_files(args.zones))
+        every = tuple(zone_files(args.zones, zone_availability(args)))
         jobs = [j if j.zones or j.availability_zone else dataclasses.replace(j, zones=every) for j in jobs]
     traces = list(args.availability or [])
-    if args.availability_start and not traces:
-        raise ConfigurationError("--availability-start needs --availability")
+    if zone_availability(args):
+        if args.by_trace:
+            raise ConfigurationError(
+                "--by-trace compares --availability traces, but with --zones naming zones only they are the "
+                "zones' traces; drop --by-trace or write --zones ZONE=TRACE"
+            )
+        traces = []  # one replay: the traces belong to the zones
+    availability_start(args.availability_start)  # a bad value fails before any file is read
+    if args.availability_start and not traces and not args.zones:
+        raise ConfigurationError("--availability-start needs --availability or --zones")
     if args.by_trace and not traces:
         raise ConfigurationError("--by-trace needs at least one --availability trace")
     if len(traces) > 1 and not args.by_trace:
