@@ -260,3 +260,50 @@ def test_a_policy_object_cannot_travel_to_a_remote_job() -> None:
         replace(SPEC, policy=object()).spec_file(
             checkpoint_key="k", run={}, storage_options={}, result_uri=""
         )
+
+
+@pytest.mark.parametrize(
+    ("args", "band", "seconds", "why"),
+    [
+        # the decision's 2 h runtime, 15-20%: sqrt(2 x 30 x 11.8e6) = 26,583 s, above the 1 h cap
+        (PlanArguments(checkpoint_every_seconds="auto"), "15-20%", 3600.0, "bounded to the 3600 s cap"),
+        (
+            PlanArguments(checkpoint_every_seconds="auto", expected_runtime_hours="0.25"),
+            "<5%",
+            900.0,
+            "bounded to the expected runtime: 900 s",
+        ),
+        (PlanArguments(checkpoint_every_seconds="auto", market="on_demand"), "<5%", 300.0, "on on_demand"),
+        (PlanArguments(checkpoint_every_seconds="auto"), None, 3600.0, "no spot advisor entry"),
+        (PlanArguments(checkpoint_every_seconds=120.0), "<5%", 120.0, None),
+    ],
+)
+def test_auto_checkpoint_interval_comes_from_the_advisor_band(
+    args: PlanArguments, band: str | None, seconds: float, why: str | None
+) -> None:
+    from costaware.core.errors import PriceNotFoundError
+
+    asked: list[tuple[str, str]] = []
+
+    def interruption_band(instance_type: str, region: str) -> str:
+        asked.append((instance_type, region))
+        if band is None:
+            raise PriceNotFoundError(f"the spot advisor has no entry for {instance_type} in {region}")
+        return band
+
+    start = plan_of(args, interruption_band=interruption_band)
+    assert start.plan.checkpoint_every_seconds == seconds
+    if why is None:
+        assert start.checkpoint_reason is None and asked == []
+    else:
+        assert why in start.checkpoint_reason
+    assert asked == ([("m5.2xlarge", "us-west-2")] if why and "on_demand" not in why else [])
+
+
+def test_auto_with_a_bad_runtime_or_band_is_named() -> None:
+    with pytest.raises(
+        ConfigurationError, match="checkpoint_every_seconds='auto' needs the expected runtime"
+    ):
+        plan_of(PlanArguments(checkpoint_every_seconds="auto", expected_runtime_hours="-1"))
+    with pytest.raises(ConfigurationError, match="unknown spot advisor interruption band '12%'"):
+        plan_of(PlanArguments(checkpoint_every_seconds="auto"), interruption_band=lambda t, r: "12%")

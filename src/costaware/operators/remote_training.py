@@ -11,6 +11,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from costaware.adapters.compute.job_contract import DEFAULT_GRACE_SECONDS
+from costaware.core.checkpoint_interval import is_auto
 from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import utcnow
 from costaware.glue import DEFAULT_AWS_CONN_ID, airflow_errors, run_identity, run_tags
@@ -83,7 +84,9 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         policy_params: Keyword arguments of the policy.
         force_full: Retrain in full whatever the policy says (templated).
         seed: Seed of the trainer.
-        checkpoint_every_seconds: Checkpoint at least this often (the most work a hard kill loses).
+        checkpoint_every_seconds: Checkpoint at least this often (the most work a hard kill loses), or
+            ``"auto"`` (built-in trainer only): Young/Daly's interval from the spot advisor's interruption
+            band of the type, bounded (see ``docs/remote-training.md``).
         checkpoint_every_steps: Checkpoint every this many steps (None: by time only).
         backend: ``local`` (default), ``sagemaker``, ``batch`` or ``kubernetes`` (templated).
         backend_options: Options of the backend, e.g. ``role_arn`` and ``image_uri`` for SageMaker or
@@ -167,7 +170,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         policy_params: Mapping[str, Any] | None = None,
         force_full: bool | str = False,
         seed: int | None = None,
-        checkpoint_every_seconds: float | None = 300.0,
+        checkpoint_every_seconds: float | str | None = 300.0,
         checkpoint_every_steps: int | None = None,
         backend: str = "local",
         backend_options: Mapping[str, Any] | str | None = None,
@@ -213,6 +216,11 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         }
         owner = f"{type(self).__name__} {self.task_id!r}"
         self.command = check_job_kind(owner, command, trainer_arguments)
+        if self.command is not None and is_auto(checkpoint_every_seconds):
+            raise ConfigurationError(
+                f"{owner}: checkpoint_every_seconds={checkpoint_every_seconds!r} sets the built-in trainer's "
+                "interval; a command checkpoints on its own schedule: pass the seconds it checkpoints at"
+            )
         self._keep_training_arguments(
             model_store=model_store,
             data_path=data_path,
@@ -230,6 +238,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
             checkpoint_every_steps=checkpoint_every_steps,
             seed=seed,
             check=self.command is None,
+            allow_auto_interval=True,
         )
         self._keep_plan_arguments(
             image=image,
@@ -310,9 +319,14 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
             list_price=lambda instance_type, region: bundled_catalog().on_demand_usd_per_hour(
                 instance_type, region
             ),
+            interruption_band=lambda instance_type, region: (
+                bundled_catalog().spot_advice(instance_type, region).interruption_range
+            ),
         )
+        if start.checkpoint_reason:
+            self.log.info("%s", start.checkpoint_reason)
         if spec_uri:
-            training = self.training_spec()
+            training = self.training_spec(checkpoint_every_seconds=start.plan.checkpoint_every_seconds)
             spec = training.spec_file(
                 checkpoint_key=key, run=identity, storage_options=job_opts, result_uri=result_uri
             )

@@ -68,7 +68,7 @@ class RemotePlanArguments:
     on_demand_usd_per_hour: str | None
     deadline: str | None
     latest_start: str | None
-    checkpoint_every_seconds: float | None
+    checkpoint_every_seconds: float | str | None
     tags: dict[str, str]
     aws_conn_id: str | None
     pause_on_price: bool | str

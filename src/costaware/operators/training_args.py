@@ -42,7 +42,7 @@ class BuiltInTrainingArguments:
     policy: Any
     policy_params: dict[str, Any]
     force_full: bool | str
-    checkpoint_every_seconds: float | None
+    checkpoint_every_seconds: float | str | None
     checkpoint_every_steps: int | None
     seed: int | None
 
@@ -61,18 +61,23 @@ class BuiltInTrainingArguments:
         policy: Any,
         policy_params: Mapping[str, Any] | None,
         force_full: bool | str,
-        checkpoint_every_seconds: float | None,
+        checkpoint_every_seconds: float | str | None,
         checkpoint_every_steps: int | None,
         seed: int | None = None,
         check: bool = True,
+        allow_auto_interval: bool = False,
     ) -> None:
-        """Keep the arguments; with ``check`` (a built-in training), check what needs no rendering."""
+        """Keep the arguments; with ``check`` (a built-in training), check what needs no rendering.
+
+        ``allow_auto_interval``: accept ``checkpoint_every_seconds="auto"`` (a remote job's interval).
+        """
         if check:
             check_training_arguments(
                 label_column=label_column,
                 feature_columns=list(feature_columns or []),
                 checkpoint_every_seconds=checkpoint_every_seconds,
                 checkpoint_every_steps=checkpoint_every_steps,
+                allow_auto=allow_auto_interval,
             )
         self.data_path = data_path
         self.label_column = label_column
@@ -96,8 +101,11 @@ class BuiltInTrainingArguments:
         """The rendered checkpoint store, no trailing slash (default: under ``$AIRFLOW_HOME/costaware``)."""
         return str(self.checkpoint_store or default_store("checkpoints")).rstrip("/")
 
-    def training_spec(self) -> TrainingSpec:
+    def training_spec(self, *, checkpoint_every_seconds: float | None = None) -> TrainingSpec:
         """The rendered arguments as one value (call after Airflow rendered the templates).
+
+        Args:
+            checkpoint_every_seconds: The interval that ``"auto"`` was resolved to, instead of the argument.
 
         Raises:
             ConfigurationError: a rendered value that is empty or wrong; the message names it.
@@ -115,7 +123,11 @@ class BuiltInTrainingArguments:
             policy=self.policy,
             policy_params=dict(self.policy_params),
             force_full=as_bool(self.force_full, "force_full"),
-            checkpoint_every_seconds=self.checkpoint_every_seconds,
+            checkpoint_every_seconds=(
+                checkpoint_every_seconds
+                if checkpoint_every_seconds is not None
+                else self.checkpoint_every_seconds  # type: ignore[arg-type]  # "auto" is refused there
+            ),
             checkpoint_every_steps=self.checkpoint_every_steps,
             seed=self.seed,
         )

@@ -29,19 +29,30 @@ def check_checkpoint_interval(
     *,
     names: tuple[str, str] = ("checkpoint_every_seconds", "checkpoint_every_steps"),
     prefix: str = "",
+    allow_auto: bool = False,
 ) -> None:
     """A checkpoint interval by time, by steps, or both: the one check of the operators and ``Checkpointer``.
 
     Args:
-        every_seconds: Seconds between saves, or None.
+        every_seconds: Seconds between saves, or None; with ``allow_auto``, also ``"auto"``.
         every_steps: Steps between saves, or None.
         names: How messages name the two, e.g. the operator's arguments.
         prefix: Put before the first name in messages (``"checkpoint "`` for ``Checkpointer``'s own).
+        allow_auto: Accept ``"auto"`` (a remote job's interval from its interruption rate, set later).
 
     Raises:
         ConfigurationError: a value that is not a positive number of seconds / steps, or neither given.
     """
+    from costaware.core.checkpoint_interval import is_auto
+
     seconds_name, steps_name = names
+    if is_auto(every_seconds):
+        if allow_auto:
+            return
+        raise ConfigurationError(
+            f"{prefix}{seconds_name}={every_seconds!r} sets the interval of a remote job from its spot "
+            "interruption rate (RemoteTrainingOperator's built-in training): give a number of seconds here"
+        )
     if every_seconds is not None and not (
         isinstance(every_seconds, int | float)
         and not isinstance(every_seconds, bool)
@@ -49,7 +60,9 @@ def check_checkpoint_interval(
         and every_seconds > 0
     ):
         raise ConfigurationError(
-            f"{prefix}{seconds_name} must be a number > 0 or None, got {every_seconds!r}"
+            f"{prefix}{seconds_name} must be a number > 0, 'auto' or None, got {every_seconds!r}"
+            if allow_auto
+            else f"{prefix}{seconds_name} must be a number > 0 or None, got {every_seconds!r}"
         )
     if every_steps is not None and (
         not isinstance(every_steps, int) or isinstance(every_steps, bool) or every_steps < 1
@@ -68,8 +81,11 @@ def check_training_arguments(
     feature_columns: Sequence[Any],
     checkpoint_every_seconds: Any,
     checkpoint_every_steps: Any,
+    allow_auto: bool = False,
 ) -> None:
     """What can be checked before templates are rendered (when the DAG is parsed).
+
+    ``allow_auto``: accept ``checkpoint_every_seconds="auto"`` (see :func:`check_checkpoint_interval`).
 
     Raises:
         ConfigurationError: no features, the label among them, or a bad checkpoint interval.
@@ -80,7 +96,7 @@ def check_training_arguments(
         raise ConfigurationError(
             f"label column {label_column!r} is also a feature: remove it from feature_columns"
         )
-    check_checkpoint_interval(checkpoint_every_seconds, checkpoint_every_steps)
+    check_checkpoint_interval(checkpoint_every_seconds, checkpoint_every_steps, allow_auto=allow_auto)
 
 
 @dataclass(frozen=True)

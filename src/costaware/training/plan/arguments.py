@@ -11,10 +11,12 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from costaware.core.checkpoint_interval import is_auto
 from costaware.core.errors import ConfigurationError
 from costaware.core.series import parse_instant
 from costaware.core.spot_decision import SpotDecision
 from costaware.core.spot_window import check_priority
+from costaware.training.plan.interval import planned_interval
 from costaware.training.plan.remote_plan import DEFAULT_GRACE_SECONDS, Billing, PriceWatch, RemotePlan
 
 #: Backends whose jobs run on AWS and reach it through the task's AWS connection.
@@ -59,7 +61,7 @@ class PlanArguments:
     latest_start: Any = None
     image: str | None = None
     grace_seconds: float = DEFAULT_GRACE_SECONDS
-    checkpoint_every_seconds: float | None = 300.0
+    checkpoint_every_seconds: float | str | None = 300.0
     aws_conn_id: str | None = None
     pause_on_price: bool = False
     prices: str | None = None
@@ -72,11 +74,15 @@ class PlanArguments:
 
 @dataclass(frozen=True, slots=True)
 class Start:
-    """What :func:`make_plan` decides besides the plan: the first spot price and the latest spot start."""
+    """What :func:`make_plan` decides besides the plan: the first spot price and the latest spot start.
+
+    ``checkpoint_reason`` says how ``checkpoint_every_seconds="auto"`` was resolved (None: not asked for).
+    """
 
     plan: RemotePlan
     spot_usd_per_hour: str | None
     latest_start: datetime | None
+    checkpoint_reason: str | None = None
 
 
 def make_plan(
@@ -92,6 +98,7 @@ def make_plan(
     job_env: Mapping[str, str],
     tags: Mapping[str, str],
     list_price: Callable[[str, str], Any] | None = None,
+    interruption_band: Callable[[str, str], str] | None = None,
 ) -> Start:
     """The plan from the operator's arguments, each falling back to the spot window's ``decision``.
 
@@ -108,6 +115,8 @@ def make_plan(
         tags: The ledger tags.
         list_price: ``(instance_type, region) -> on-demand USD/hour``, asked when neither the arguments nor
             the decision give the on-demand price (the caller reads its price list).
+        interruption_band: ``(instance_type, region) -> spot advisor band``, asked for
+            ``checkpoint_every_seconds="auto"`` on spot (see ``plan.interval.planned_interval``).
 
     Raises:
         ConfigurationError: an argument that is missing or wrong; the message names it.
@@ -149,6 +158,26 @@ def make_plan(
     deadline = parse_instant(deadline_given, name="deadline") if deadline_given else decision.deadline
     latest = parse_instant(latest_given, name="latest_start") if latest_given else decision.latest_start
     estimated = decision.estimated_usd
+    # Read here only for "auto": otherwise it belongs to pause_on_price, whose check names itself.
+    runtime = (
+        blank(args.expected_runtime_hours) or decision.expected_runtime_hours
+        if is_auto(args.checkpoint_every_seconds)
+        else None
+    )
+    every_seconds, checkpoint_reason = planned_interval(
+        args.checkpoint_every_seconds,
+        market=market,
+        instance_type=str(instance_type),
+        region=region,
+        expected_runtime_hours=(
+            float(
+                positive_hours(runtime, name="expected_runtime_hours", why="checkpoint_every_seconds='auto'")
+            )
+            if runtime is not None
+            else None
+        ),
+        interruption_band=interruption_band,
+    )
     plan = RemotePlan(
         backend=backend,
         backend_options=options,
@@ -168,11 +197,16 @@ def make_plan(
         tags=dict(tags),
         estimated_usd=str(estimated) if estimated else None,
         first_market=market,
-        checkpoint_every_seconds=args.checkpoint_every_seconds,
+        checkpoint_every_seconds=every_seconds,
         watch=watch_plan(args, decision, deadline=deadline, region=region),
         billing=billing_plan(args, decision, backend=backend),
     )
-    return Start(plan=plan, spot_usd_per_hour=str(spot) if spot is not None else None, latest_start=latest)
+    return Start(
+        plan=plan,
+        spot_usd_per_hour=str(spot) if spot is not None else None,
+        latest_start=latest,
+        checkpoint_reason=checkpoint_reason,
+    )
 
 
 def billing_plan(args: PlanArguments, decision: SpotDecision, *, backend: str) -> Billing | None:

@@ -1,0 +1,82 @@
+"""``checkpoint_every_seconds="auto"``: the plan's interval from the spot advisor's interruption band.
+
+The rule is :func:`costaware.core.checkpoint_interval.checkpoint_interval`; this module finds its inputs
+for a plan: the band of the instance type in the region (the bundled advisor table, read by the caller),
+the assumed cost of a save, and the expected runtime when the operator was given one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+from costaware.core.checkpoint_interval import (
+    BAND_UPPER_SHARE,
+    DEFAULT_SAVE_SECONDS,
+    ON_DEMAND_INTERVAL_SECONDS,
+    checkpoint_interval,
+    is_auto,
+    seconds_between_interruptions,
+)
+from costaware.core.errors import PriceNotFoundError
+
+#: The band assumed when the advisor has no entry for the type (e.g. SageMaker's ``ml.*`` types).
+UNKNOWN_BAND = ">20%"
+
+
+def planned_interval(
+    every_seconds: Any,
+    *,
+    market: str,
+    instance_type: str,
+    region: str,
+    expected_runtime_hours: float | None,
+    interruption_band: Callable[[str, str], str] | None,
+) -> tuple[Any, str | None]:
+    """The plan's interval and, for ``"auto"``, why (None when the argument was a number or None).
+
+    A spot start takes Young/Daly's interval for the advisor's band of ``instance_type`` in ``region``
+    (the most conservative band when the advisor has no entry) with a save of
+    :data:`~costaware.core.checkpoint_interval.DEFAULT_SAVE_SECONDS`. An on-demand start has no
+    interruption rate to weigh: it takes ``ON_DEMAND_INTERVAL_SECONDS`` (what a pause or a host failure
+    may lose).
+
+    Args:
+        every_seconds: The rendered ``checkpoint_every_seconds``.
+        market: The first attempt's market.
+        instance_type: What the training runs on.
+        region: Where it runs.
+        expected_runtime_hours: The expected runtime, or None.
+        interruption_band: ``(instance_type, region) -> advisor band`` such as ``"<5%"``; raises
+            ``PriceNotFoundError`` for a type the advisor does not know. None: no advisor table.
+
+    Raises:
+        ConfigurationError: an advisor band the rule does not know.
+    """
+    if not is_auto(every_seconds):
+        return every_seconds, None  # as given: the plan kept numbers as they came before "auto"
+    if market != "spot":
+        return ON_DEMAND_INTERVAL_SECONDS, (
+            f"checkpoint_every_seconds='auto' on {market}: {ON_DEMAND_INTERVAL_SECONDS:.0f} s, no spot "
+            "interruption rate to weigh (a pause checkpoints on SIGTERM; this bounds a host failure's loss)"
+        )
+    band, source = UNKNOWN_BAND, f"no spot advisor entry for {instance_type} in {region}, assumed"
+    if interruption_band is not None:
+        with contextlib.suppress(PriceNotFoundError):
+            band, source = (
+                interruption_band(instance_type, region),
+                f"spot advisor band of {instance_type} in {region}",
+            )
+    mtbi = seconds_between_interruptions(band)
+    chosen = checkpoint_interval(
+        save_seconds=DEFAULT_SAVE_SECONDS,
+        seconds_between_interruptions=mtbi,
+        expected_runtime_seconds=expected_runtime_hours * 3600 if expected_runtime_hours else None,
+    )
+    share = BAND_UPPER_SHARE[band.strip()]
+    return chosen.seconds, (
+        f"checkpoint_every_seconds='auto': {chosen.seconds:.0f} s. {source} {band} a month (taken at "
+        f"{share:.0%}: a mean {mtbi / 3600:.0f} h between interruptions), save cost "
+        f"{DEFAULT_SAVE_SECONDS:g} s assumed (none measured yet): {chosen.reason}"
+    )

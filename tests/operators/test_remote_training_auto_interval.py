@@ -1,0 +1,156 @@
+"""RemoteTrainingOperator with checkpoint_every_seconds="auto": the interval it picks, logs and passes on."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import TaskDeferred
+from remote_support import context_for, drive, local_operator_args, write_data
+
+from costaware.core.errors import ConfigurationError
+from costaware.core.ledger import utcnow
+from costaware.operators.remote_training import RemoteTrainingOperator
+from costaware.operators.warm_start import WarmStartRetrainOperator
+
+
+@pytest.fixture(autouse=True)
+def _ledger(monkeypatch: pytest.MonkeyPatch, ledger_url: str) -> None:
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    return write_data(tmp_path / "data")
+
+
+def decision(market: str = "spot", instance_type: str = "m5.large") -> dict[str, str]:
+    return {
+        "market": market,
+        "usd_per_hour": "0.1" if market == "spot" else "0.4",
+        "instance_type": instance_type,
+        "region": "us-east-1",
+        "on_demand_usd_per_hour": "0.4",
+        "deadline": utcnow().replace(year=utcnow().year + 1).isoformat(),
+    }
+
+
+def operator(tmp: Path, **kwargs: Any) -> RemoteTrainingOperator:
+    args: dict[str, Any] = {
+        **local_operator_args(tmp),
+        "trainer_params": {"epochs": 2, "batch_size": 512},
+        "checkpoint_every_seconds": "auto",
+        "spot_decision": decision(),
+        "poll_interval": 0.1,
+        "deferrable": False,
+        **kwargs,
+    }
+    return RemoteTrainingOperator(**args)
+
+
+def auto_lines(capsys: pytest.CaptureFixture[str]) -> list[str]:
+    """The operator's log lines about the automatic interval (Airflow's task log goes to stdout here)."""
+    out = capsys.readouterr()
+    return [line for line in (out.out + out.err).splitlines() if "checkpoint_every_seconds='auto'" in line]
+
+
+def written_spec(tmp: Path) -> dict[str, Any]:
+    (spec,) = (tmp / "ckpt" / "_jobs").rglob("spec.json")
+    return json.loads(spec.read_text())
+
+
+def test_auto_on_spot_takes_the_advisor_band_logs_why_and_the_job_trains_with_it(
+    tmp_path: Path, data: Path, ledger: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # m5.large in us-east-1 is in the advisor's 15-20% band: a mean 3,271 h between interruptions, so
+    # sqrt(2 x 30 s x 11.8e6 s) = 26,583 s, above the 1 h cap.
+    with pytest.raises(TaskDeferred):
+        operator(tmp_path, deferrable=True).execute(context_for())
+    assert written_spec(tmp_path)["checkpoint_every_seconds"] == 3600.0
+    (line,) = auto_lines(capsys)
+    result, _ = drive(operator(tmp_path), context_for())  # a retry: follows the same job to its end
+    assert "spot advisor band of m5.large in us-east-1 15-20% a month" in line
+    assert "3271 h between interruptions" in line and "save cost 30 s assumed" in line
+    assert "= 26583 s, bounded to the 3600 s cap: 3600 s" in line
+    assert result["attempts"][0]["cause"] == "success"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "seconds", "logged"),
+    [
+        ({"expected_runtime_hours": "0.5"}, 1800.0, "bounded to the expected runtime: 1800 s"),
+        ({"checkpoint_every_seconds": " AUTO "}, 3600.0, "bounded to the 3600 s cap"),
+        ({"spot_decision": decision("on_demand")}, 300.0, "'auto' on on_demand: 300 s"),
+        (
+            {"spot_decision": decision(instance_type="m5.nosuch")},
+            3600.0,
+            "no spot advisor entry for m5.nosuch in us-east-1, assumed >20%",
+        ),
+        ({"checkpoint_every_seconds": 42}, 42, None),
+    ],
+)
+def test_auto_interval_by_market_runtime_and_advisor_entry(
+    tmp_path: Path,
+    data: Path,
+    ledger: Any,
+    capsys: pytest.CaptureFixture[str],
+    kwargs: dict[str, Any],
+    seconds: float,
+    logged: str | None,
+) -> None:
+    state = operator(tmp_path, **kwargs)._start(context_for())
+    assert state.plan.checkpoint_every_seconds == seconds
+    assert written_spec(tmp_path)["checkpoint_every_seconds"] == seconds
+    lines = auto_lines(capsys)
+    if logged is None:
+        assert lines == []
+    else:
+        (line,) = lines
+        assert logged in line
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"checkpoint_every_seconds": "often"},
+            "checkpoint_every_seconds must be a number > 0, 'auto' or None, got 'often'",
+        ),
+        ({"checkpoint_every_seconds": "300"}, "must be a number > 0, 'auto' or None, got '300'"),
+        ({"checkpoint_every_seconds": 0}, "must be a number > 0, 'auto' or None, got 0"),
+        (
+            {
+                "command": ["python", "train.py"],
+                "data_path": None,
+                "label_column": None,
+                "feature_columns": None,
+                "trainer_params": None,
+            },
+            "checkpoint_every_seconds='auto' sets the built-in trainer's interval; a command checkpoints on "
+            "its own schedule: pass the seconds it checkpoints at",
+        ),
+    ],
+)
+def test_bad_intervals_are_refused_when_the_dag_is_parsed(
+    tmp_path: Path, kwargs: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigurationError) as e:
+        operator(tmp_path, **kwargs)
+    assert message in str(e.value)
+    assert not (tmp_path / "ckpt").exists() and not (tmp_path / "jobs").exists()
+
+
+def test_auto_in_the_worker_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    with pytest.raises(
+        ConfigurationError, match=r"checkpoint_every_seconds='auto' sets the interval of a remote job"
+    ):
+        WarmStartRetrainOperator(
+            task_id="retrain",
+            data_path=str(tmp_path / "data"),
+            label_column="y",
+            feature_columns=["x1"],
+            model_store=str(tmp_path / "models"),
+            checkpoint_every_seconds="auto",
+        )
