@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import utcnow
 from costaware.operators.remote_training import RemoteTrainingOperator
 from costaware.operators.warm_start import WarmStartRetrainOperator
+from costaware.training.attempts import Attempt
 
 
 @pytest.fixture(autouse=True)
@@ -154,3 +156,56 @@ def test_auto_in_the_worker_is_refused_with_what_to_do(tmp_path: Path) -> None:
             model_store=str(tmp_path / "models"),
             checkpoint_every_seconds="auto",
         )
+
+
+def preempted(state: Any, *run_seconds: float) -> Any:
+    attempts = tuple(
+        Attempt(
+            attempt=n,
+            job_id=f"job-a{n}",
+            market="spot",
+            instance_type="m5.large",
+            billable_seconds=seconds,
+            usd="0.01",
+            cause="preemption",
+            reason="spot interruption",
+        )
+        for n, seconds in enumerate(run_seconds, start=1)
+    )
+    return replace(state, attempts=attempts)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "market", "seconds", "logged"),
+    [
+        # sqrt(2 x 30 s x 7200 s) = 657 s: the next spot attempt checkpoints more often
+        ({}, "spot", 657.0, "ran 7200, 7200 s (a mean 7200 s between interruptions)"),
+        ({}, "on_demand", 3600.0, None),  # on-demand: the planned interval, nothing to weigh
+        ({"checkpoint_every_seconds": 42}, "spot", 42, None),  # a number is never changed
+    ],
+)
+def test_later_spot_attempts_take_the_interval_from_the_preempted_run_lengths(
+    tmp_path: Path,
+    data: Path,
+    ledger: Any,
+    capsys: pytest.CaptureFixture[str],
+    kwargs: dict[str, Any],
+    market: str,
+    seconds: float,
+    logged: str | None,
+) -> None:
+    op = operator(tmp_path, **kwargs)
+    state = preempted(op._start(context_for()), 7200.0, 7200.0)
+    capsys.readouterr()
+    submitted = op._submit(state, market)
+    try:
+        assert written_spec(tmp_path)["checkpoint_every_seconds"] == pytest.approx(seconds, abs=0.5)
+        assert submitted.plan.checkpoint_every_seconds == state.plan.checkpoint_every_seconds
+        lines = auto_lines(capsys)
+        if logged is None:
+            assert lines == []
+        else:
+            (line,) = lines
+            assert logged in line
+    finally:
+        op._backend(submitted.plan).stop(submitted.current.job_id)

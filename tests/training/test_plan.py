@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
@@ -307,3 +308,29 @@ def test_auto_with_a_bad_runtime_or_band_is_named() -> None:
         plan_of(PlanArguments(checkpoint_every_seconds="auto", expected_runtime_hours="-1"))
     with pytest.raises(ConfigurationError, match="unknown spot advisor interruption band '12%'"):
         plan_of(PlanArguments(checkpoint_every_seconds="auto"), interruption_band=lambda t, r: "12%")
+
+
+@pytest.mark.parametrize(
+    ("runs", "planned", "seconds", "logged"),
+    [
+        ([], 3600.0, None, None),
+        # sqrt(2 x 30 x 7200) = 657 s
+        ([7200.0], 3600.0, math.sqrt(2 * 30 * 7200), "ran 7200 s (a mean 7200 s between interruptions)"),
+        # the last three only: mean 800 s, sqrt(2 x 30 x 800) = 219 s, below the floor of 10 saves
+        ([60_000.0, 900.0, 1200.0, 300.0], 3600.0, 300.0, "last 3 preempted attempt(s) ran 900, 1200, 300 s"),
+        # never above the planned interval
+        ([7200.0], 400.0, 400.0, "kept at the planned 400 s"),
+    ],
+)
+def test_observed_run_lengths_shorten_the_next_spot_attempts_interval(
+    runs: list[float], planned: float, seconds: float | None, logged: str | None
+) -> None:
+    from costaware.training.plan.interval import observed_interval
+
+    observed = observed_interval(runs, planned_seconds=planned)
+    if seconds is None:
+        assert observed is None
+    else:
+        assert observed is not None
+        assert observed[0] == pytest.approx(seconds)
+        assert logged is not None and logged in observed[1]

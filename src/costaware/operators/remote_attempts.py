@@ -38,6 +38,7 @@ class RemoteAttemptSteps:
     budget_scope: str | None
     ledger_conn_id: str
     aws_conn_id: str | None
+    checkpoint_every_seconds: float | str | None
 
     if TYPE_CHECKING:  # BaseOperator's task logger
 
@@ -68,6 +69,8 @@ class RemoteAttemptSteps:
         from costaware.training.attempt_effects import job_request
 
         plan = state.plan
+        if market == "spot":
+            self._retune_interval(state)
         request = job_request(state, market, utcnow())
         job_id = self._backend(plan).submit(request)
         self.log.info(
@@ -79,6 +82,30 @@ class RemoteAttemptSteps:
             plan.instance_type,
         )
         return state.submitted(job_id=job_id, market=market)
+
+    def _retune_interval(self, state: AttemptState) -> None:
+        """With ``checkpoint_every_seconds="auto"``, the next spot attempt's interval from the preemptions.
+
+        Rewrites the job's spec with the interval of ``plan.interval.observed_interval`` (the run lengths of
+        the attempts preempted so far); the plan keeps its own (see there why).
+        """
+        from costaware.core.checkpoint_interval import is_auto
+        from costaware.training.entrypoint import read_spec, write_spec
+        from costaware.training.plan.interval import observed_interval
+
+        plan = state.plan
+        if not (is_auto(self.checkpoint_every_seconds) and plan.spec_uri and plan.checkpoint_every_seconds):
+            return
+        runs = [a.billable_seconds for a in state.attempts if a.cause == "preemption" and a.market == "spot"]
+        observed = observed_interval(runs, planned_seconds=float(plan.checkpoint_every_seconds))
+        if observed is None:
+            return
+        seconds, reason = observed
+        opts = self._storage_options()
+        spec = read_spec(plan.spec_uri, **opts)
+        if spec.get("checkpoint_every_seconds") != seconds:
+            write_spec(plan.spec_uri, {**spec, "checkpoint_every_seconds": seconds}, **opts)
+        self.log.info("%s", reason)
 
     def _record_attempt(self, state: AttemptState, job: Mapping[str, Any], cause: str) -> AttemptState:
         from costaware.training.attempt_effects import billed_attempt

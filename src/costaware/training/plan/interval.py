@@ -2,13 +2,14 @@
 
 The rule is :func:`costaware.core.checkpoint_interval.checkpoint_interval`; this module finds its inputs
 for a plan: the band of the instance type in the region (the bundled advisor table, read by the caller),
-the assumed cost of a save, and the expected runtime when the operator was given one.
+the assumed cost of a save, and the expected runtime when the operator was given one; and, before each
+later spot attempt, from the run lengths of the attempts preempted so far (:func:`observed_interval`).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from costaware.core.checkpoint_interval import (
@@ -17,6 +18,7 @@ from costaware.core.checkpoint_interval import (
     ON_DEMAND_INTERVAL_SECONDS,
     checkpoint_interval,
     is_auto,
+    observed_seconds_between_interruptions,
     seconds_between_interruptions,
 )
 from costaware.core.errors import PriceNotFoundError
@@ -79,4 +81,40 @@ def planned_interval(
         f"checkpoint_every_seconds='auto': {chosen.seconds:.0f} s. {source} {band} a month (taken at "
         f"{share:.0%}: a mean {mtbi / 3600:.0f} h between interruptions), save cost "
         f"{DEFAULT_SAVE_SECONDS:g} s assumed (none measured yet): {chosen.reason}"
+    )
+
+
+#: How many of the latest preempted attempts the observed mean runs over.
+RECENT_PREEMPTIONS = 3
+
+
+def observed_interval(
+    preempted_run_seconds: Sequence[float], *, planned_seconds: float
+) -> tuple[float, str] | None:
+    """The interval of the next spot attempt from the run lengths of the latest preempted ones, or None.
+
+    Each preempted attempt ran that long before its interruption: their mean over the latest
+    :data:`RECENT_PREEMPTIONS` is the time between interruptions seen on this training. The result only
+    shortens the plan's interval (``planned_seconds``, from the advisor's band): the plan keeps that one, so
+    the work-left estimate, which counts one interval lost per stop, stays an estimate from above.
+
+    Args:
+        preempted_run_seconds: Billable seconds of the preempted attempts, oldest first (none: None).
+        planned_seconds: The interval the plan started with.
+
+    Raises:
+        ConfigurationError: a run length that is not seconds >= 0.
+    """
+    recent = list(preempted_run_seconds)[-RECENT_PREEMPTIONS:]
+    if not recent:
+        return None
+    mtbi = observed_seconds_between_interruptions(recent)
+    chosen = checkpoint_interval(save_seconds=DEFAULT_SAVE_SECONDS, seconds_between_interruptions=mtbi)
+    seconds = min(chosen.seconds, planned_seconds)
+    runs = ", ".join(f"{s:.0f}" for s in recent)
+    return seconds, (
+        f"checkpoint_every_seconds='auto': {seconds:.0f} s for the next attempt. The last {len(recent)} "
+        f"preempted attempt(s) ran {runs} s (a mean {mtbi:.0f} s between interruptions), save cost "
+        f"{DEFAULT_SAVE_SECONDS:g} s assumed: {chosen.reason}"
+        + (f"; kept at the planned {planned_seconds:.0f} s" if seconds < chosen.seconds else "")
     )
