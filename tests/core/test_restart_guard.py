@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from costaware.core.errors import ConfigurationError
 from costaware.core.restart_guard import RestartThrashGuard
 
 CASES = [
@@ -51,7 +52,7 @@ def test_a_window_of_one_judges_the_last_run() -> None:
 
 @pytest.mark.parametrize("window", [0, -1, 1.5, True, "2"])
 def test_a_bad_window_is_refused_by_value(window: object) -> None:
-    with pytest.raises(ValueError, match=f"window={window!r} is not"):
+    with pytest.raises(ConfigurationError, match=f"window={window!r} is not"):
         RestartThrashGuard(window=window)  # type: ignore[arg-type]
 
 
@@ -67,5 +68,5 @@ def test_a_bad_window_is_refused_by_value(window: object) -> None:
 def test_bad_figures_are_refused_by_value(
     runs: list[float], overhead: float, interval: float, named: str
 ) -> None:
-    with pytest.raises(ValueError, match=named):
+    with pytest.raises(ConfigurationError, match=named):
         RestartThrashGuard().judge(runs, restart_overhead_seconds=overhead, checkpoint_every_seconds=interval)

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from costaware.core.errors import ConfigurationError
+
 #: The restart overhead assumed when a plan states none (the price watch's default, 5 minutes).
 DEFAULT_RESTART_OVERHEAD_SECONDS = 300.0
 
@@ -45,7 +47,9 @@ class RestartThrashGuard:
 
     def __init__(self, window: int = 2) -> None:
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise ValueError(f"window={window!r} is not a whole number of runs >= 1: use 2, the default")
+            raise ConfigurationError(
+                f"window={window!r} is not a whole number of runs >= 1: use 2, the default"
+            )
         self.window = window
 
     def judge(
@@ -66,7 +70,7 @@ class RestartThrashGuard:
             The verdict; ``thrash`` is False while fewer than ``window`` runs are known.
 
         Raises:
-            ValueError: A negative or non-finite overhead, interval or run length, named with its value.
+            ConfigurationError: A negative or non-finite overhead, interval or run length (named).
         """
         _check("restart_overhead_seconds", restart_overhead_seconds)
         if checkpoint_every_seconds is not None:
@@ -92,4 +96,4 @@ class RestartThrashGuard:
 
 def _check(name: str, value: float) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < float("inf"):
-        raise ValueError(f"{name}={value!r} is not a finite number of seconds >= 0")
+        raise ConfigurationError(f"{name}={value!r} is not a finite number of seconds >= 0")
