@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
@@ -342,85 +341,3 @@ def test_remaining_hours(
         ended=ended,
     )
     assert left == expected
-
-
-def _churn(runs: list[float], *, market: str = "spot", cause: str = "preemption") -> tuple[Attempt, ...]:
-    return tuple(
-        Attempt(n, f"j-a{n}", market, "m5.large", s, "0.01", cause, "r") for n, s in enumerate(runs, start=1)
-    )
-
-
-THRASH_CASES: list[tuple[str, list[float], float | None, float, str, str]] = [
-    # (id, earlier runs, plan interval, ended run seconds, market, reason); overhead: the watch's 5 minutes
-    (
-        "two runs shorter than overhead + interval: on-demand",
-        [120.0],
-        600.0,
-        95.0,
-        "on_demand",
-        "restart thrash: last runs 120 s, 95 s < overhead 300 s + interval 600 s",
-    ),
-    ("the first preemption: spot again", [], 600.0, 95.0, "spot", ""),
-    ("a run past its first checkpoint: spot again", [120.0], 600.0, 1500.0, "spot", ""),
-    ("an earlier healthy run does not hide two short ones", [5000.0, 120.0], 600.0, 95.0, "on_demand", ""),
-    (
-        "no timed checkpoints: two preempted runs kept nothing",
-        [4000.0],
-        None,
-        5000.0,
-        "on_demand",
-        "restart thrash: last runs 4000 s, 5000 s with no checkpoints",
-    ),
-]
-
-
-@pytest.mark.parametrize(
-    ("earlier", "interval", "ended_seconds", "market", "reason"),
-    [case[1:] for case in THRASH_CASES],
-    ids=[case[0] for case in THRASH_CASES],
-)
-def test_restart_thrash_guard_moves_churning_spot_to_on_demand(
-    earlier: list[float], interval: float | None, ended_seconds: float, market: str, reason: str
-) -> None:
-    plan = replace(PLAN, checkpoint_every_seconds=interval)
-    before = replace(state(done=len(earlier)), plan=plan, attempts=_churn(earlier))
-    ended = JobEnded({**job("interrupted"), "billable_seconds": ended_seconds})
-    step = next_step(before, ended, NOW, max_attempts=10, latest_resume=None)
-    assert isinstance(step, Submit)
-    assert (step.market, step.record_cause, step.cause_of_previous) == (market, "preemption", "preemption")
-    if reason:
-        assert step.reason == reason
-    assert bool(step.reason) == (market == "on_demand")
-
-
-@pytest.mark.parametrize(
-    ("attempts", "ended"),
-    [
-        (_churn([120.0], cause="paused"), job("interrupted")),  # a pause is not churn
-        (_churn([120.0], market="on_demand"), job("interrupted")),  # nor an on-demand run
-        (_churn([120.0]), {**job("interrupted"), "billable_seconds": None}),  # no run length: no verdict
-        (_churn([120.0]), job("interrupted", exit_code=74)),  # a store error is not a preemption
-    ],
-    ids=["after a pause", "after on-demand", "no run length", "store error"],
-)
-def test_the_guard_counts_only_preempted_spot_runs_in_a_row(
-    attempts: tuple[Attempt, ...], ended: dict[str, Any]
-) -> None:
-    before = replace(state(done=1), plan=replace(PLAN, checkpoint_every_seconds=600.0), attempts=attempts)
-    step = next_step(before, JobEnded(ended), NOW, max_attempts=10, latest_resume=None)
-    assert isinstance(step, Submit)
-    assert (step.market, step.reason) == ("spot", "")
-
-
-def test_the_guard_uses_the_default_overhead_without_a_price_watch() -> None:
-    plan = replace(PLAN, watch=None, checkpoint_every_seconds=600.0)
-    before = replace(state(done=1), plan=plan, attempts=_churn([850.0]))
-    step = next_step(
-        before,
-        JobEnded({**job("interrupted"), "billable_seconds": 850.0}),
-        NOW,
-        max_attempts=10,
-        latest_resume=None,
-    )
-    assert isinstance(step, Submit)
-    assert step.reason == "restart thrash: last runs 850 s, 850 s < overhead 300 s + interval 600 s"

@@ -193,11 +193,10 @@ class RemoteAttemptSteps:
                 self.log.warning("paused with no slack left for a later spot start: resuming on on-demand")
             elif step.cause_of_previous != "capacity_wait" and isinstance(event, JobEnded):
                 self.log.warning(
-                    "attempt %s interrupted (%s): resubmitting on %s from the newest checkpoint%s",
+                    "attempt %s interrupted (%s): resubmitting on %s from the newest checkpoint",
                     current.attempt if current else "?",
                     event.job.get("reason"),
                     step.market,
-                    f"; {step.reason}" if step.reason else "",
                 )
             return self._submit(state, step.market)
         if isinstance(step, Finish):

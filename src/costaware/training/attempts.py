@@ -18,7 +18,7 @@ from costaware.adapters.compute.job_contract import exit_hint
 from costaware.core.series import parse_instant
 from costaware.core.spot_decision import SpotDecision
 from costaware.training.plan import RemotePlan
-from costaware.training.remote import CAUSES, attempt_cause, next_market, restart_thrash
+from costaware.training.remote import CAUSES, attempt_cause, next_market
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,14 +250,10 @@ class Step:
 
 @dataclass(frozen=True, slots=True)
 class Submit(Step):
-    """Submit the next attempt on ``market``; ``cause_of_previous`` is the cause of the attempt it follows.
-
-    ``reason``: why ``market`` when it is not the plain rule's (the restart-thrash guard's verdict), or "".
-    """
+    """Submit the next attempt on ``market``; ``cause_of_previous`` is the cause of the attempt it follows."""
 
     market: str
     cause_of_previous: str | None = None
-    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,16 +309,6 @@ def _within_attempts(state: AttemptState, step: Submit | Resume, max_attempts: i
         record_cause=step.record_cause,
         stop_first=step.stop_first,
     )
-
-
-def _spot_runs(state: AttemptState, job: Mapping[str, Any]) -> list[float]:
-    """Run lengths of the preempted spot attempts in a row that end with ``job``, oldest first."""
-    runs = [float(job["billable_seconds"])]
-    for attempt in reversed(state.attempts):
-        if attempt.market != "spot" or attempt.cause != "preemption":
-            break
-        runs.append(float(attempt.billable_seconds))
-    return runs[::-1]
 
 
 def _failure(state: AttemptState, job: Mapping[str, Any], cause: str) -> Fail:
@@ -384,11 +370,6 @@ def next_step(
     if ended == "failed":
         return _failure(state, job, cause)
     market = next_market(previous=str(job["market"]), now=now, latest_start=state.latest_start)
-    reason = ""
-    if market == "spot" and cause == "preemption" and job.get("billable_seconds") is not None:
-        # Spot again only while the runs make progress: churn faster than a checkpoint goes on-demand.
-        verdict = restart_thrash(state.plan, _spot_runs(state, job))
-        if verdict.thrash:
-            market, reason = "on_demand", verdict.reason
-    submit = Submit(market=market, cause_of_previous=cause, record_cause=cause, reason=reason)
-    return _within_attempts(state, submit, max_attempts)
+    return _within_attempts(
+        state, Submit(market=market, cause_of_previous=cause, record_cause=cause), max_attempts
+    )

@@ -8,14 +8,12 @@ from __future__ import annotations
 import hashlib
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 from costaware.core.ledger import Kind, LedgerEntry, compute_cost
-from costaware.core.restart_guard import DEFAULT_RESTART_OVERHEAD_SECONDS, RestartThrashGuard, ThrashVerdict
-from costaware.training.plan import RemotePlan
 
 _SLUG = re.compile(r"[^a-z0-9]+")
 #: Ledger ``cause`` of an attempt, by how its job ended.
@@ -46,21 +44,6 @@ def next_market(*, previous: str, now: datetime, latest_start: datetime | None) 
     if latest_start is not None and now >= latest_start:
         return "on_demand"
     return "spot"
-
-
-def restart_thrash(plan: RemotePlan, runs_seconds: Sequence[float]) -> ThrashVerdict:
-    """The restart-thrash guard's verdict on preempted spot runs in a row (seconds, the latest last).
-
-    The overhead is the price watch's ``restart_overhead_minutes``, else
-    :data:`~costaware.core.restart_guard.DEFAULT_RESTART_OVERHEAD_SECONDS`; the interval is the plan's (with
-    ``"auto"`` the first attempt's, the longest a later attempt uses).
-    """
-    overhead = plan.watch.restart_overhead_minutes * 60 if plan.watch else DEFAULT_RESTART_OVERHEAD_SECONDS
-    return RestartThrashGuard().judge(
-        runs_seconds,
-        restart_overhead_seconds=overhead,
-        checkpoint_every_seconds=plan.checkpoint_every_seconds,
-    )
 
 
 def attempt_cause(job: Mapping[str, Any]) -> str | None:
