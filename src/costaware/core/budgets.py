@@ -17,7 +17,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from costaware.core.errors import BudgetExceededError, InvalidBudgetError
 from costaware.core.money import format_usd_exact, parse_usd
 
-_TAG_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
+#: A tag name (``team``, ``cost-center``): the ledger, the CLI and the Cost page's filters all use this.
+TAG_NAME_PATTERN = r"[A-Za-z][A-Za-z0-9_.-]{0,63}"
+_TAG_KEY = re.compile(rf"^{TAG_NAME_PATTERN}$")
 _ALL = "*"
 
 TAG_VALUE_PATTERN = r"^[^,=]*[^,=\s][^,=]*$"

@@ -16,14 +16,14 @@ from urllib.parse import urlencode
 
 from fastapi import HTTPException, Query
 
-from costaware.core.budgets import Period
+from costaware.core.budgets import TAG_NAME_PATTERN, Period
 from costaware.core.ledger import GROUP_BYS, INDEXED_TAGS
 
 if TYPE_CHECKING:
     from costaware.adapters.ledger.reports import Filters
 
 #: A tag's name, as ``costaware.core.budgets.tag_problem`` allows it (a test holds the two to the same rule).
-TAG_NAME = r"[A-Za-z][A-Za-z0-9_.-]{0,63}"
+TAG_NAME = TAG_NAME_PATTERN
 GROUP_BY_PATTERN = rf"^({'|'.join(GROUP_BYS)}|tag:{TAG_NAME})$"
 PERIOD_PATTERN = rf"^({'|'.join(p.value for p in Period)})$"
 DAG_ID_PATTERN = r"^[A-Za-z0-9_.-]{1,250}$"
