@@ -1,0 +1,100 @@
+"""The zone of the next spot attempt and the restart-thrash guard (core.zone_choice)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from costaware.core.errors import ConfigurationError
+from costaware.core.zone_choice import ZoneView, choose_zone, expected_usd, thrashing
+
+FIGURES = {"remaining_seconds": 3600.0, "restart_overhead_seconds": 300.0, "checkpoint_every_seconds": 600.0}
+
+
+def test_with_no_preemption_seen_the_cheapest_zone_with_capacity_wins() -> None:
+    views = [
+        ZoneView("us-west-2a", 1.0, has_capacity=True),
+        ZoneView("us-west-2b", 0.8, has_capacity=False),
+        ZoneView("us-west-2c", 0.9, has_capacity=True),
+    ]
+    choice = choose_zone(views, current="us-west-2a", **FIGURES)
+    assert choice.zone == "us-west-2c"
+    assert "moves" in choice.reason and "us-west-2c 0.9750" in choice.reason
+    assert choice.expected_usd == pytest.approx(0.9 * 3900 / 3600)
+
+
+def test_a_tie_keeps_the_current_zone() -> None:
+    views = [ZoneView("a", 1.0), ZoneView("b", 1.0)]
+    assert choose_zone(views, current="b", **FIGURES).zone == "b"
+    assert choose_zone(views, current=None, **FIGURES).zone == "a"
+
+
+def test_observed_churn_makes_a_cheaper_zone_dearer() -> None:
+    # Runs of 1,200 s keep 1,200 - 300 - 300 = 600 s: 3,600 s of work bill 7,200 s there.
+    churn = ZoneView("a", 0.5, preempted_runs_seconds=(1200.0, 1200.0, 5000.0))
+    assert expected_usd(churn, **FIGURES) == pytest.approx(
+        0.5 * (300 + 3600 * 2466.67 / 1866.67) / 3600, 1e-4
+    )
+    calm = ZoneView("b", 0.8)
+    choice = choose_zone([churn, calm], current="a", **FIGURES)
+    assert choice.zone == "a"  # 0.5 x ~1.45 h < 0.8 x 1.08 h: churn priced in, still cheaper
+    costly = ZoneView("a", 0.7, preempted_runs_seconds=(1000.0, 5000.0))
+    assert choose_zone([costly, calm], current="a", **FIGURES).zone == "b"
+
+
+def test_a_run_that_keeps_nothing_is_infinitely_expensive() -> None:
+    view = ZoneView("a", 0.1, preempted_runs_seconds=(500.0,))
+    assert math.isinf(expected_usd(view, **FIGURES))
+
+
+def test_the_guard_leaves_out_a_zone_whose_last_runs_kept_nothing() -> None:
+    assert thrashing([100.0, 800.0], restart_overhead_seconds=300, checkpoint_every_seconds=600)
+    assert not thrashing([100.0, 900.0], restart_overhead_seconds=300, checkpoint_every_seconds=600)
+    assert not thrashing([100.0], restart_overhead_seconds=300, checkpoint_every_seconds=600)
+    # Without timed checkpoints no preempted run keeps anything.
+    assert thrashing([9e9, 9e9], restart_overhead_seconds=300, checkpoint_every_seconds=None)
+    views = [ZoneView("a", 0.1, preempted_runs_seconds=(100.0, 200.0)), ZoneView("b", 0.9)]
+    choice = choose_zone(views, current="a", **FIGURES)
+    assert choice.zone == "b" and choice.thrashing == ("a",)
+    assert "restart thrash left out a" in choice.reason
+
+
+def test_when_every_zone_thrashes_the_next_attempt_is_on_demand() -> None:
+    views = [ZoneView("a", 0.1, preempted_runs_seconds=(100.0, 200.0))]
+    choice = choose_zone(views, current="a", **FIGURES)
+    assert choice.zone is None and choice.expected_usd is None
+    assert "restart thrash in a" in choice.reason and "shorter than restart overhead 300 s" in choice.reason
+    # With the guard off the zone is still chosen (the expected cost says it keeps nothing).
+    assert choose_zone(views, current="a", guard_window=None, **FIGURES).zone == "a"
+
+
+def test_with_no_capacity_anywhere_the_attempt_waits_in_the_best_zone() -> None:
+    views = [ZoneView("a", 1.0, has_capacity=False), ZoneView("b", 0.5, has_capacity=False)]
+    assert choose_zone(views, current="a", **FIGURES).zone == "b"
+
+
+def test_a_move_to_another_region_pays_its_egress() -> None:
+    views = [ZoneView("us-west-2a", 1.0), ZoneView("us-east-1a", 0.9, move_usd=0.5)]
+    assert choose_zone(views, current="us-west-2a", **FIGURES).zone == "us-west-2a"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [
+        ({"remaining_seconds": -1.0}, "remaining_seconds=-1.0"),
+        ({"restart_overhead_seconds": math.nan}, "restart_overhead_seconds=nan"),
+        ({"checkpoint_every_seconds": math.inf}, "checkpoint_every_seconds=inf"),
+        ({"guard_window": 0}, "guard_window=0"),
+    ],
+)
+def test_bad_figures_are_refused_by_name(kwargs: dict[str, float], named: str) -> None:
+    with pytest.raises(ConfigurationError, match=named.replace("(", r"\(")):
+        choose_zone([ZoneView("a", 1.0)], current=None, **{**FIGURES, **kwargs})
+
+
+def test_no_zones_or_a_bad_price_are_refused() -> None:
+    with pytest.raises(ConfigurationError, match="no zones"):
+        choose_zone([], current=None, **FIGURES)
+    with pytest.raises(ConfigurationError, match="zone 'a': spot price -1"):
+        choose_zone([ZoneView("a", -1.0)], current=None, **FIGURES)
