@@ -79,6 +79,7 @@ def test_report_has_every_figure_and_the_oracle_is_cheapest() -> None:
         "preemptions",
         "spot_share",
         "late",
+        "restart_guard_fired",
     }
 
 

@@ -270,6 +270,12 @@ SIMULATE_ARGS = (
         help="spot product description to keep (default: Linux/UNIX); repeatable",
     ),
     Arg("--tick-minutes", type=float, metavar="N", help="grid spacing (default: trace's, else 10)"),
+    Arg(
+        "--no-restart-guard",
+        action="store_true",
+        help="replay without the restart-thrash guard (by default a job whose last 2 preempted runs in every "
+        "zone each kept nothing runs on on-demand to the end, as the live operator does)",
+    ),
 )
 
 # -- cache ----------------------------------------------------------------------------------------

@@ -265,7 +265,13 @@ def replay(args: argparse.Namespace) -> int:
     for trace in traces or [None]:
         data, notes = _market(args, jobs, trace)
         name = Path(trace).stem if trace else ""
-        reports[name] = simulate(jobs, data, args.policy or DEFAULT_POLICIES, tick=tick)
+        reports[name] = simulate(
+            jobs,
+            data,
+            args.policy or DEFAULT_POLICIES,
+            tick=tick,
+            restart_guard=not args.no_restart_guard,
+        )
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     if args.by_trace:

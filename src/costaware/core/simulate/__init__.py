@@ -51,6 +51,7 @@ def simulate(
     policies: Sequence[str] = DEFAULT_POLICIES,
     *,
     tick: timedelta | None = None,
+    restart_guard: bool = True,
 ) -> SimulationReport:
     """Replay ``policies`` over ``jobs``; the oracle and ``on_demand_now`` always run, for the ratios.
 
@@ -59,6 +60,8 @@ def simulate(
         data: Prices, capacity and forecast settings.
         policies: Policy names to report, in order (see ``costaware.core.policies.POLICIES``).
         tick: Grid spacing; default the availability trace's spacing, else 10 minutes.
+        restart_guard: Replay the restart-thrash guard (a job whose zones all churn faster than it can
+            checkpoint runs on on-demand to the end), as the live operator does; False to measure without it.
 
     Raises:
         ConfigurationError: no jobs, duplicate job names, an unknown policy, or a job that cannot fit.
@@ -80,7 +83,9 @@ def simulate(
         market = market_for(job, data, plan, tick)
         for cls in classes.values():
             policy = cls()
-            outcome = run_job(policy, market, plan, job=job.name, priority=job.priority)
+            outcome = run_job(
+                policy, market, plan, job=job.name, priority=job.priority, restart_guard=restart_guard
+            )
             if outcome.finished_hours > float(job.deadline_hours):
                 # Only a best-effort job can get here without a miss: past its soft deadline.
                 outcome = replace(outcome, late=True)

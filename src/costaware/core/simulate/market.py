@@ -27,6 +27,8 @@ class TickMarket:
     With ``zones`` (per zone: spot prices and capacity), ``spot`` and ``available`` are the cheapest zone with
     capacity at each tick and whether any zone has capacity: the market the oracle plans on, as if a job
     could move between zones for free (so it stays a lower bound); the other policies run zone by zone.
+    ``zone_history`` is each zone's capacity before submit (None for a zone without a trace), which a policy
+    gets for the zone its job is placed in; ``available_before`` is capacity in any zone.
     """
 
     on_demand: Sequence[float]
@@ -37,6 +39,7 @@ class TickMarket:
     local: bool = False
     available_before: Sequence[bool] | None = None
     zones: tuple[tuple[Sequence[float], Sequence[bool]], ...] | None = None
+    zone_history: tuple[Sequence[bool] | None, ...] | None = None
 
 
 def cheapest_zone(zones: Sequence[tuple[Sequence[float], Sequence[bool]]], t: int) -> int:
@@ -131,6 +134,7 @@ def _zoned_market(
     per_zone: list[tuple[Sequence[float], Sequence[bool]]] = []
     forecasts: list[list[float]] = []
     histories: list[list[bool]] = []
+    zone_history: list[Sequence[bool] | None] = []
     for name in job.zones:
         series = data.spot_series(job.instance_type, job.region, name)
         if series.start > start:
@@ -144,8 +148,10 @@ def _zoned_market(
         forecasts.append(
             PriceForecast.fit(series, at=start, weeks=data.forecast_weeks).ticks(start, tick, count)
         )
+        seen = _before(trace, start, tick) if trace is not None else None
+        zone_history.append(seen)
         if trace is not None:
-            histories.append(_before(trace, start, tick) or [])
+            histories.append(seen or [])
     length = min((len(h) for h in histories), default=0)
     before = [any(h[len(h) - length + i] for h in histories) for i in range(length)] if length else None
     return zoned_tick_market(
@@ -153,6 +159,7 @@ def _zoned_market(
         [on_demand] * count,
         spot_forecast=[min(values) for values in zip(*forecasts, strict=True)],
         available_before=before,
+        zone_history=tuple(zone_history),
     )
 
 
@@ -162,6 +169,7 @@ def zoned_tick_market(
     *,
     spot_forecast: Sequence[float] | None = None,
     available_before: Sequence[bool] | None = None,
+    zone_history: Sequence[Sequence[bool] | None] | None = None,
 ) -> TickMarket:
     """A market over several zones (per zone: spot prices and capacity per tick), with its collapsed view."""
     count = len(on_demand)
@@ -175,4 +183,5 @@ def zoned_tick_market(
         available=[z >= 0 for z in cheapest],
         available_before=available_before,
         zones=tuple((list(p), list(a)) for p, a in per_zone),
+        zone_history=None if zone_history is None else tuple(zone_history),
     )

@@ -14,10 +14,19 @@ Priority classes: a ``critical`` job is never paused once running and keeps room
 ``best_effort`` job's deadline is soft, the hard one is ``runtime_hours`` later (finishing between the two
 counts as ``late``, not as a miss). The oracle gets the same hard deadline, so it stays a lower bound.
 
-A job that lists ``zones`` runs zone by zone: each (re)start on spot goes to the cheapest zone with capacity
-then, the job stays there while it runs, and a preemption in that zone (losing work back to the checkpoint)
-lets the next start fail over to another zone. The oracle plans on the collapsed market (the cheapest zone
-with capacity at each tick, as if moving were free), which keeps it a lower bound.
+A job that lists ``zones`` runs zone by zone, by the rule the live operator uses
+(:func:`costaware.core.zone_choice.choose_zone`): while it is not running on spot, a (re)start would go to
+the zone with the least expected cost of the rest of the work, among those with capacity then (its price,
+stretched by how short this job's preempted runs there were; a zone without a preempted run is taken at its
+price, so before the first preemption that is the cheapest zone with capacity, the current one on a tie). The
+job stays in its zone while it runs; a preemption there (losing work back to the checkpoint) lets the next
+start fail over to another zone. The oracle plans on the collapsed market (the cheapest zone with capacity at
+each tick, as if moving were free), which keeps it a lower bound.
+
+**Restart-thrash guard** (``restart_guard=True``, every non-clairvoyant job with a spot market): right after
+a preemption, when the last two preempted runs in every zone of the job each kept nothing (shorter than the
+restart overhead plus the checkpoint interval), ``choose_zone`` leaves no zone and the job runs on on-demand
+to the end, as the live operator submits its next attempt on on-demand. ``JobOutcome.guard_fired`` records it.
 
 Costs are summed as floats inside the tick loop (millions of ticks per benchmark) and become ``Decimal`` USD,
 rounded to the micro-dollar, when they leave :func:`run_job`.
@@ -25,13 +34,15 @@ rounded to the micro-dollar, when they leave :func:`run_job`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
 from costaware.core.policies import Action, Hindsight, Policy, Situation
 from costaware.core.policies.rules import checkpointed
 from costaware.core.simulate.jobs import TickPlan
-from costaware.core.simulate.market import TickMarket, cheapest_zone
+from costaware.core.simulate.market import TickMarket
+from costaware.core.zone_choice import DEFAULT_GUARD_WINDOW, ZoneView, choose_zone
 
 _MICRO = Decimal("0.000001")
 
@@ -49,34 +60,125 @@ class JobOutcome:
     spot_hours: float
     finished_hours: float
     late: bool = False
+    guard_fired: bool = False
+
+
+class _ZoneRule:
+    """``choose_zone`` over a job's zones at one tick, with the job's preempted runs per zone.
+
+    Zones are named by their index (the simulator's zones of one job share a region: no move cost). Until some
+    zone has a preempted run, every zone is taken at its price and the guard has nothing to leave out, so the
+    choice is computed here with ``expected_usd``'s arithmetic and ``choose_zone``'s tie order (the current
+    zone, then the first): the benchmark replays millions of ticks.
+    """
+
+    def __init__(self, plan: TickPlan, zones: int, *, guard: bool) -> None:
+        self.tick_seconds = plan.tick_hours * 3600
+        self.overhead_seconds = plan.overhead * self.tick_seconds
+        self.checkpoint_seconds = plan.checkpoint * self.tick_seconds if plan.checkpoint else None
+        self.window = DEFAULT_GUARD_WINDOW if guard else None
+        self.runs: list[list[float]] = [[] for _ in range(zones)]
+        self.preempted = False
+
+    def record(self, zone: int, ticks: int) -> None:
+        """A spot run of ``ticks`` in ``zone`` was preempted."""
+        self.runs[zone].append(ticks * self.tick_seconds)
+        self.preempted = True
+
+    def choose(
+        self, prices: Sequence[float], capacity: Sequence[bool], *, current: int, remaining_ticks: int
+    ) -> int:
+        """The zone of the next spot attempt (an index), or -1: the guard left none, run on on-demand."""
+        remaining = remaining_ticks * self.tick_seconds
+        if not self.preempted:
+            billed = self.overhead_seconds + remaining
+            candidates = [i for i, ok in enumerate(capacity) if ok] or range(len(prices))
+            return min(candidates, key=lambda i: (prices[i] * billed / 3600, i != current, i))
+        choice = choose_zone(
+            [
+                ZoneView(str(i), price, bool(ok), tuple(self.runs[i]))
+                for i, (price, ok) in enumerate(zip(prices, capacity, strict=True))
+            ],
+            current=str(current) if current >= 0 else None,
+            remaining_seconds=remaining,
+            restart_overhead_seconds=self.overhead_seconds,
+            checkpoint_every_seconds=self.checkpoint_seconds,
+            guard_window=self.window,
+        )
+        return -1 if choice.zone is None else int(choice.zone)
 
 
 def run_job(
-    policy: Policy, market: TickMarket, plan: TickPlan, *, job: str = "job", priority: str = "normal"
+    policy: Policy,
+    market: TickMarket,
+    plan: TickPlan,
+    *,
+    job: str = "job",
+    priority: str = "normal",
+    restart_guard: bool = True,
 ) -> JobOutcome:
-    """Replay one job under one policy (see the module docstring for the rules)."""
+    """Replay one job under one policy (see the module docstring for the rules).
+
+    Args:
+        policy: A fresh policy instance.
+        market: The job's prices and capacity per tick.
+        plan: The job on the tick grid.
+        job: Its name, for the outcome.
+        priority: Its priority class.
+        restart_guard: Whether the restart-thrash guard may pin the job to on-demand (off: ``choose_zone``'s
+            ``guard_window=None``).
+    """
     dt = plan.tick_hours
     hindsight = Hindsight(market.spot, market.available, market.on_demand) if policy.clairvoyant else None
     progress, running, overhead_left = 0, Action.WAIT, 0
     cost, preemptions, run_ticks, spot_ticks, t = 0.0, 0, 0, 0, 0
     has_spot = market.spot is not None
     zones = None if policy.clairvoyant else market.zones
-    zone = -1  # the zone the job runs in on spot, or the cheapest one with capacity while it does not
+    rule = None
+    if has_spot and not policy.clairvoyant:
+        rule = _ZoneRule(plan, len(zones) if zones else 1, guard=restart_guard)
+    prices = [p for p, _ in zones] if zones else []
+    capacity = [a for _, a in zones] if zones else []
+    zone = -1  # the zone the job runs in on spot, or where a (re)start would go while it does not
+    run_zone, run_start = -1, 0  # the zone and first tick of the job's last spot run
+    pinned = False  # the guard sent the job to on-demand for the rest of its run
+    history = market.available_before
     while progress < plan.work:
         available = has_spot and (market.available is None or market.available[t])
         spot_price = market.spot[t] if market.spot is not None else None
         if zones and running is Action.SPOT and not zones[zone][1][t]:
             available = False  # the job's own zone lost capacity: a preemption, even if others have some
-        if running is Action.SPOT and not available:
+        preempted = running is Action.SPOT and not available
+        if preempted:
             progress = checkpointed(progress, plan.checkpoint)
             running, overhead_left = Action.WAIT, 0
             preemptions += 1
-        if zones:
+            if rule is not None:  # None for the oracle, which plans its preemptions knowingly
+                rule.record(max(run_zone, 0), t - run_start)
+        if zones and not pinned:
+            assert rule is not None  # zones are kept for non-clairvoyant policies only
             if running is not Action.SPOT:
-                zone = cheapest_zone(zones, t)  # where a (re)start would go: fail over on preemption
+                zone = rule.choose(
+                    [p[t] for p in prices],
+                    [a[t] for a in capacity],
+                    current=run_zone,
+                    remaining_ticks=plan.work - progress,
+                )
+                pinned = zone < 0
             available = zone >= 0 and zones[zone][1][t]
             spot_price = zones[zone][0][t] if zone >= 0 else spot_price
-        if t >= plan.deadline:
+            if market.zone_history is not None and zone >= 0 and market.zone_history[zone] is not None:
+                history = market.zone_history[zone]
+            # else: a market without per-zone history (zoned_tick_market without zone_history, or a zone
+            # without a trace) gives the collapsed one: capacity in any zone before submit.
+        elif preempted and rule is not None and rule.window is not None and spot_price is not None:
+            # One zone: the rule can only keep it or leave it out (the guard).
+            pinned = rule.choose([spot_price], [False], current=0, remaining_ticks=plan.work - progress) < 0
+        if pinned:
+            action = (
+                Action.ON_DEMAND
+            )  # as live: the next attempt is submitted on on-demand and runs to the end
+        elif t >= plan.deadline:
             action = Action.ON_DEMAND
         else:
             action = policy.decide(
@@ -96,7 +198,7 @@ def run_job(
                     spot_forecast=market.spot_forecast,
                     on_demand_forecast=market.on_demand_forecast,
                     hindsight=hindsight,
-                    availability_history=market.available_before,
+                    availability_history=history,
                     priority=priority,
                 )
             )
@@ -111,6 +213,8 @@ def run_job(
                 else:
                     progress += 1
             else:
+                if action is Action.SPOT:
+                    run_zone, run_start = max(zone, 0), t
                 running = action
                 if plan.overhead:
                     overhead_left = plan.overhead - 1
@@ -133,4 +237,5 @@ def run_job(
         run_hours=run_ticks * dt,
         spot_hours=spot_ticks * dt,
         finished_hours=t * dt,
+        guard_fired=pinned,
     )

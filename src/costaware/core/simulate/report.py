@@ -18,7 +18,11 @@ ORACLE = "oracle"
 
 @dataclass(frozen=True, slots=True)
 class PolicySummary:
-    """Totals of one policy over all jobs; ratios are ``None`` when the reference costs nothing."""
+    """Totals of one policy over all jobs; ratios are ``None`` when the reference costs nothing.
+
+    ``restart_guard_fired`` counts the jobs the restart-thrash guard sent to on-demand for the rest of their
+    run.
+    """
 
     policy: str
     jobs: int
@@ -29,6 +33,7 @@ class PolicySummary:
     preemptions: int
     spot_share: float
     late: int = 0
+    restart_guard_fired: int = 0
 
     def to_json(self) -> dict[str, object]:
         """The ``--format json`` shape of one policy."""
@@ -40,6 +45,7 @@ class PolicySummary:
             "preemptions": self.preemptions,
             "spot_share": round(self.spot_share, 4),
             "late": self.late,
+            "restart_guard_fired": self.restart_guard_fired,
         }
 
 
@@ -81,5 +87,6 @@ def summarize(outcomes: Iterable[JobOutcome], policies: Sequence[str]) -> dict[s
             preemptions=sum(o.preemptions for o in rows),
             spot_share=sum(o.spot_hours for o in rows) / run_hours if run_hours else 0.0,
             late=sum(1 for o in rows if o.late),
+            restart_guard_fired=sum(1 for o in rows if o.guard_fired),
         )
     return summaries

@@ -1,0 +1,47 @@
+"""``costaware simulate --no-restart-guard``: the guard replays by default and reports how often it fired."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from costaware.cli import main
+
+T0 = datetime(2021, 3, 1, tzinfo=timezone.utc)
+
+
+def _files(tmp_path: Path) -> list[str]:
+    prices = tmp_path / "prices.csv"
+    rows = ["timestamp,region,availability_zone,instance_type,product_description,usd_per_hour"]
+    rows += [
+        f"{(T0 + timedelta(hours=h)).isoformat()},us-east-1,us-east-1a,p3.2xlarge,Linux/UNIX,0.90"
+        for h in range(24 * 14)
+    ]
+    prices.write_text("\n".join(rows) + "\n")
+    # Capacity for 20 minutes of every 30: each run ends before 10 min overhead + a 30-minute checkpoint.
+    trace = tmp_path / "churn.json"
+    trace.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [1, 1, 0] * 400}))
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text(
+        "name,instance_type,region,submit_time,runtime_hours,deadline_hours,checkpoint_minutes,"
+        "restart_overhead_minutes\n"
+        "churn,p3.2xlarge,us-east-1,2021-03-09T00:00:00Z,2,10,30,10\n"
+    )
+    return ["simulate", "--prices", str(prices), "--availability", str(trace), "--jobs", str(jobs)]
+
+
+def test_the_guard_is_on_by_default_and_the_flag_turns_it_off(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = [*_files(tmp_path), "--policy", "spot_now", "--policy", "oracle", "--format", "json"]
+    assert main(base) == 0
+    guarded = json.loads(capsys.readouterr().out)["policies"]
+    assert main([*base, "--no-restart-guard"]) == 0
+    unguarded = json.loads(capsys.readouterr().out)["policies"]
+    assert guarded["spot_now"]["restart_guard_fired"] == 1 and guarded["spot_now"]["preemptions"] == 2
+    assert unguarded["spot_now"]["restart_guard_fired"] == 0 and unguarded["spot_now"]["preemptions"] > 2
+    assert guarded["spot_now"]["usd"] < unguarded["spot_now"]["usd"]
+    assert guarded["oracle"] == unguarded["oracle"]  # the oracle plans with hindsight: never guarded
