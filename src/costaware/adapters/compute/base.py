@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, Protocol, runtime_checkable
@@ -32,6 +32,9 @@ MARKETS = ("spot", "on_demand")
 #: Backends whose jobs run on another machine, by the name messages give them: their stores must be on S3.
 REMOTE_BACKENDS = {"sagemaker": "SageMaker", "batch": "AWS Batch", "kubernetes": "Kubernetes"}
 _JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,62}$")
+#: An AWS zone name (``us-east-1a``) or a Kubernetes zone label value: both are 1-63 letters, digits and ``-``
+#: that start and end with a letter or digit.
+_ZONE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
 
 
 class JobState(str, Enum):
@@ -70,6 +73,9 @@ class JobRequest:
         result_uri: Where the launcher writes the result of this attempt (user commands).
         attempt: The attempt number, 1 for the first.
         grace_seconds: SIGTERM to SIGKILL when the job is stopped or preempted (the launcher's).
+        availability_zone: The zone to place this attempt in (e.g. ``us-east-1b``), so that a preempted spot
+            attempt can move to a zone that still has capacity; empty: the backend's choice. SageMaker
+            refuses one (see :func:`require_zone_placement`).
     """
 
     job_name: str
@@ -87,6 +93,7 @@ class JobRequest:
     result_uri: str = ""
     attempt: int = 1
     grace_seconds: float = job_contract.DEFAULT_GRACE_SECONDS
+    availability_zone: str = ""
 
     def __post_init__(self) -> None:
         if not _JOB_NAME.match(self.job_name):
@@ -94,6 +101,8 @@ class JobRequest:
                 f"job name {self.job_name!r} is not valid: 1-63 letters, digits or '-', starting with a "
                 "letter or digit"
             )
+        if self.availability_zone:
+            check_zone(self.availability_zone)
         if self.market not in MARKETS:
             raise ConfigurationError(f"market {self.market!r} is not one of {', '.join(MARKETS)}")
         if self.user_command:
@@ -151,6 +160,55 @@ class JobRequest:
         return {**dict(self.env), **contract}
 
 
+def check_zone(zone: str) -> str:
+    """``zone`` if it is a zone name: an AWS zone, or a Kubernetes ``topology.kubernetes.io/zone`` value.
+
+    Raises:
+        ConfigurationError: ``zone`` is not 1-63 letters, digits or ``-`` starting and ending with a letter or
+            digit, named with its value.
+    """
+    if not isinstance(zone, str) or not _ZONE.match(zone):
+        raise ConfigurationError(
+            f"availability zone {zone!r} is not a zone name: give 1-63 letters, digits or '-', starting and "
+            "ending with a letter or digit, as AWS (us-east-1a) or topology.kubernetes.io/zone spell it"
+        )
+    return zone
+
+
+def require_zone_placement(backend_name: str, zones: Sequence[str]) -> None:
+    """Refuse ``zones`` on a backend that cannot place jobs by zone (its class has ``places_zones = False``).
+
+    Called before any job is submitted, so that a spot-across-zones setting fails at once instead of at the
+    first preemption. No zones is always fine.
+
+    Args:
+        backend_name: The backend name (``local``, ``sagemaker``, ``batch``, ``kubernetes``).
+        zones: The zones attempts may be placed in; each must be a valid zone name.
+
+    Raises:
+        ConfigurationError: an unknown backend, a bad zone name, or zones on a backend that cannot place by
+            zone (SageMaker), with what to do.
+    """
+    if not zones:
+        return
+    if isinstance(zones, str):
+        raise ConfigurationError(f"zones must be a list of zone names, got the string {zones!r}")
+    for zone in zones:
+        check_zone(zone)
+    if backend_name not in BACKENDS:
+        raise ConfigurationError(
+            f"unknown compute backend {backend_name!r}: use one of {', '.join(BACKENDS)}"
+        )
+    module, cls = BACKENDS[backend_name]
+    if not getattr(getattr(importlib.import_module(module), cls), "places_zones", False):
+        label = REMOTE_BACKENDS.get(backend_name, backend_name)
+        raise ConfigurationError(
+            f"the {backend_name} backend cannot place a job in zones {', '.join(map(repr, zones))}: {label} "
+            "chooses the zone itself and its API takes none; use the batch or kubernetes backend to move "
+            "spot attempts across zones, or leave zones unset"
+        )
+
+
 def require_s3(backend: str, **uris: str | None) -> None:
     """Refuse a store a job of ``backend`` cannot reach: anything but ``s3://`` on a remote backend.
 
@@ -193,6 +251,7 @@ class JobStatus:
 
     ``metrics`` is free for backend-specific figures (utilization, restarts, ...), e.g. for the listener.
     ``ended_at`` is when the job stopped (epoch seconds), where the backend says; ``None`` while it runs.
+    ``availability_zone`` is where the job was placed, where the backend knows it (else empty).
     """
 
     job_id: str
@@ -204,6 +263,7 @@ class JobStatus:
     exit_code: int | None = None
     metrics: Mapping[str, Any] = field(default_factory=dict)
     ended_at: float | None = None
+    availability_zone: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON primitives (for trigger events and XCom)."""
@@ -214,6 +274,7 @@ class JobStatus:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> JobStatus:
+        """The status from :meth:`to_dict`; a key it lacks (an older trigger state's) takes its default."""
         values = dict(data)
         values["state"] = JobState(values["state"])
         return cls(**values)
@@ -221,7 +282,11 @@ class JobStatus:
 
 @runtime_checkable
 class ComputeBackend(Protocol):
-    """Where training jobs run; see the module docstring for the contract."""
+    """Where training jobs run; see the module docstring for the contract.
+
+    Each backend class also sets ``places_zones``: whether it honours ``JobRequest.availability_zone``
+    (:func:`require_zone_placement` reads it).
+    """
 
     name: str
 

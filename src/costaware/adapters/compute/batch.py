@@ -1,6 +1,10 @@
 """The ``batch`` backend: AWS Batch jobs through the Amazon provider's ``BatchClientHook``.
 
-Spot and on-demand are two job queues (names configured; their compute environments are SPOT and EC2).
+Spot and on-demand are two job queues (names configured; their compute environments are SPOT and EC2). To
+place spot attempts by zone, ``spot_queues`` names one spot queue per zone, each on a SPOT compute
+environment whose subnets are all in that zone (Batch has no zone field on a job); a spot request with an
+``availability_zone`` goes to that zone's queue. On-demand requests ignore the zone: there is one on-demand
+queue.
 ``retryStrategy.evaluateOnExit`` retries host reclaims (status reason ``Host EC2*``) inside Batch and exits
 on anything else, so a code error is not retried. Billed seconds are the sum over the job's attempts of
 ``stoppedAt - startedAt``. A job that ended FAILED because of a host reclaim (its last attempt's reason
@@ -23,7 +27,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from costaware.adapters.compute.aws_errors import aws_error
-from costaware.adapters.compute.base import JobRequest, JobState, JobStatus, require_object_store
+from costaware.adapters.compute.base import (
+    JobRequest,
+    JobState,
+    JobStatus,
+    check_zone,
+    require_object_store,
+)
 from costaware.adapters.compute.job_contract import RESUBMIT_EXIT_CODES
 from costaware.core.errors import ComputeBackendError, ConfigurationError
 
@@ -53,10 +63,17 @@ def submit_job_request(
     reclaim_retries: int = 2,
     tags: Mapping[str, str] | None = None,
     work_dir: str = WORK_DIR,
+    spot_queues: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The ``SubmitJob`` request of one attempt (pure); ``job_definition`` is the revision that runs it."""
+    """The ``SubmitJob`` request of one attempt (pure); ``job_definition`` is the revision that runs it.
+
+    A spot request with an ``availability_zone`` goes to ``spot_queues[zone]``; an on-demand one to
+    ``on_demand_queue`` whatever its zone.
+    """
     require_object_store(request, "batch")
-    queue = spot_queue if request.market == "spot" else on_demand_queue
+    queue = queue_for(
+        request, spot_queue=spot_queue, on_demand_queue=on_demand_queue, spot_queues=spot_queues
+    )
     environment = request.environment(work_dir=work_dir)
     return {
         "jobName": request.job_name,
@@ -82,7 +99,45 @@ def submit_job_request(
     }
 
 
-def status_from_description(job: Mapping[str, Any], market: str, instance_type: str) -> JobStatus:
+def queue_for(
+    request: JobRequest,
+    *,
+    spot_queue: str,
+    on_demand_queue: str,
+    spot_queues: Mapping[str, str] | None = None,
+) -> str:
+    """The job queue of ``request`` (pure): on-demand, spot, or the spot queue of its zone.
+
+    Raises:
+        ConfigurationError: a spot request with a zone and no ``spot_queues``, or a zone not in them.
+    """
+    if request.market != "spot":
+        return on_demand_queue  # one on-demand queue: the zone is not placed
+    zone = request.availability_zone
+    if not zone:
+        return spot_queue
+    if not spot_queues:
+        raise ConfigurationError(
+            f"Batch job {request.job_name!r} asks for zone {zone!r} but the backend has no spot_queues: "
+            "configure one spot job queue per zone in backend_options, spot_queues={zone: queue}, each on a "
+            "SPOT compute environment with subnets in that zone only"
+        )
+    if zone not in spot_queues:
+        raise ConfigurationError(
+            f"Batch job {request.job_name!r} asks for zone {zone!r}, which spot_queues does not have (it has "
+            f"{', '.join(map(repr, sorted(spot_queues)))}): add a queue for {zone!r} or choose one of those"
+        )
+    return str(spot_queues[zone])
+
+
+def _same_queue(described: str, name: str) -> bool:
+    """Whether a job's ``jobQueue`` (an ARN) is the configured queue ``name`` (a name or an ARN)."""
+    return bool(name) and (described == name or described.endswith(f"/{name}"))
+
+
+def status_from_description(
+    job: Mapping[str, Any], market: str, instance_type: str, availability_zone: str = ""
+) -> JobStatus:
     """A ``JobStatus`` from ``DescribeJobs`` (pure); times are epoch milliseconds."""
     attempts = list(job.get("attempts") or [])
     seconds = sum(
@@ -120,6 +175,7 @@ def status_from_description(job: Mapping[str, Any], market: str, instance_type: 
         exit_code=int(exit_code) if exit_code is not None else None,
         metrics={"batch_attempts": len(attempts)},
         ended_at=ended,
+        availability_zone=availability_zone,
     )
 
 
@@ -136,9 +192,12 @@ class BatchBackend:
         reclaim_retries: Retries inside Batch after a host reclaim, before the operator resubmits.
         tags: Tags of the jobs.
         work_dir: Writable folder of the container for the job's checkpoint, output and metrics.
+        spot_queues: Zone -> job queue on a SPOT compute environment whose subnets are in that zone only:
+            where a spot request with an ``availability_zone`` goes. On-demand requests ignore the zone.
     """
 
     name = "batch"
+    places_zones = True
 
     def __init__(
         self,
@@ -151,6 +210,7 @@ class BatchBackend:
         reclaim_retries: int = 2,
         tags: Mapping[str, str] | None = None,
         work_dir: str = WORK_DIR,
+        spot_queues: Mapping[str, str] | None = None,
     ) -> None:
         missing = [
             n
@@ -176,6 +236,17 @@ class BatchBackend:
         self.aws_conn_id, self.region_name = aws_conn_id, region_name
         self.reclaim_retries, self.tags = reclaim_retries, dict(tags or {})
         self.work_dir = work_dir
+        self.spot_queues = {check_zone(str(z)): str(q) for z, q in dict(spot_queues or {}).items()}
+        empty = sorted(z for z, q in self.spot_queues.items() if not q)
+        if empty:
+            raise ConfigurationError(
+                f"spot_queues has no job queue for zone(s) {', '.join(map(repr, empty))}: name a queue on a "
+                "SPOT compute environment with subnets in that zone, or drop the zone"
+            )
+
+    def queue_zone(self, queue: str) -> str:
+        """The zone of ``queue`` (a job's ``jobQueue``) in ``spot_queues``; empty for any other queue."""
+        return next((z for z, q in self.spot_queues.items() if _same_queue(queue, q)), "")
 
     @property
     def client(self) -> Any:
@@ -184,8 +255,8 @@ class BatchBackend:
         return BatchClientHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name).client
 
     def _find(self, job_name: str) -> str | None:
-        """The id of a job already submitted under ``job_name`` to either queue (idempotent submit)."""
-        for queue in (self.spot_queue, self.on_demand_queue):
+        """The id of a job already submitted under ``job_name`` to any queue (idempotent submit)."""
+        for queue in dict.fromkeys((self.spot_queue, self.on_demand_queue, *self.spot_queues.values())):
             response = self.client.list_jobs(
                 jobQueue=queue, filters=[{"name": "JOB_NAME", "values": [job_name]}]
             )
@@ -243,6 +314,12 @@ class BatchBackend:
 
     def submit(self, request: JobRequest) -> str:
         require_object_store(request, "batch")  # before any request to AWS
+        queue = queue_for(  # a zone without a queue fails before any request to AWS too
+            request,
+            spot_queue=self.spot_queue,
+            on_demand_queue=self.on_demand_queue,
+            spot_queues=self.spot_queues,
+        )
         definition = self.job_definition
         try:
             found = self._find(request.job_name)
@@ -258,13 +335,15 @@ class BatchBackend:
                 reclaim_retries=self.reclaim_retries,
                 tags=self.tags,
                 work_dir=self.work_dir,
+                spot_queues=self.spot_queues,
             )
             return str(self.client.submit_job(**body)["jobId"])
         except ConfigurationError:
             raise
         except Exception as e:
             market = "spot_queue" if request.market == "spot" else "on_demand_queue"
-            queue = self.spot_queue if request.market == "spot" else self.on_demand_queue
+            if request.market == "spot" and request.availability_zone:
+                market = f"spot_queues[{request.availability_zone!r}]"
             raise aws_error(
                 e,
                 f"cannot submit Batch job {request.job_name!r} to job queue {queue!r} with job "
@@ -291,12 +370,13 @@ class BatchBackend:
         job = self._describe(job_id)
         tags = job.get("tags") or {}
         queue = str(job.get("jobQueue", ""))
-        on_spot = queue == self.spot_queue or queue.endswith(f"/{self.spot_queue}")
+        zone = self.queue_zone(queue)
+        on_spot = bool(zone) or _same_queue(queue, self.spot_queue)
         market = str(tags.get("costaware:market") or ("spot" if on_spot else "on_demand"))
         instance_type = str(
             job.get("container", {}).get("instanceType") or tags.get("costaware:instance", "")
         )
-        return status_from_description(job, market, instance_type)
+        return status_from_description(job, market, instance_type, zone)
 
     def stop(self, job_id: str) -> None:
         try:

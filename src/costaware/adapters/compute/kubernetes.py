@@ -14,6 +14,10 @@ command's pod has ``terminationGracePeriodSeconds`` = the job's grace period + 1
 SIGKILL comes first, then it has 10 s to push the last checkpoint); the built-in trainers' has
 ``termination_grace_seconds``, and their launcher's grace period is 10 s shorter. ``image=`` of the operator
 wins over ``image``.
+
+A request with an ``availability_zone`` (either market) gets a required node affinity on
+``topology.kubernetes.io/zone`` In [zone], so the pod schedules only on nodes of that zone (Karpenter launches
+one there); its status reports that zone, else the zone label of the node it ran on.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ KARPENTER_VALUES = {"spot": "spot", "on_demand": "on-demand"}
 EKS_LABEL = "eks.amazonaws.com/capacityType"
 EKS_VALUES = {"spot": "SPOT", "on_demand": "ON_DEMAND"}
 INSTANCE_LABEL = "node.kubernetes.io/instance-type"
+ZONE_LABEL = "topology.kubernetes.io/zone"
 _INSTALL = "pip install 'airflow-provider-costaware[kubernetes]' (apache-airflow-providers-cncf-kubernetes)"
 #: Where a user command's local folders live: an emptyDir volume, writable even on a read-only root.
 WORK_DIR = "/costaware"
@@ -73,6 +78,12 @@ def render_pod(
             f"{termination_grace_seconds!r}"
         )
     selector = {**dict(node_selector or {}), capacity_label: values[request.market]}
+    zone = request.availability_zone
+    if zone and selector.get(ZONE_LABEL, zone) != zone:
+        raise ConfigurationError(
+            f"node_selector pins {ZONE_LABEL}={selector[ZONE_LABEL]!r} but pod {request.job_name!r} asks for "
+            f"zone {zone!r}: drop {ZONE_LABEL} from node_selector to let attempts move across zones"
+        )
     if request.instance_type:
         selector.setdefault(INSTANCE_LABEL, request.instance_type)
     env = request.environment(work_dir=work_dir)
@@ -103,6 +114,10 @@ def render_pod(
         "containers": [container],
         "volumes": [{"name": _WORK_VOLUME, "emptyDir": {}}],
     }
+    if zone:
+        term = {"matchExpressions": [{"key": ZONE_LABEL, "operator": "In", "values": [zone]}]}
+        required = {"nodeSelectorTerms": [term]}
+        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
     if service_account:
         spec["serviceAccountName"] = service_account
     return {
@@ -134,8 +149,33 @@ def _seconds(start: Any, end: Any) -> float:
     return max(0.0, (finish - begin).total_seconds()) if begin else 0.0
 
 
+def pod_zone(pod: Mapping[str, Any]) -> str:
+    """The zone a pod is held to, empty if none.
+
+    That is its required node affinity on ``topology.kubernetes.io/zone`` with one value (what
+    :func:`render_pod` writes), else its node selector's.
+    """
+    spec = pod.get("spec") or {}
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    for term in required.get("nodeSelectorTerms") or []:
+        for expression in term.get("matchExpressions") or []:
+            values = expression.get("values") or []
+            if (
+                expression.get("key") == ZONE_LABEL
+                and expression.get("operator") == "In"
+                and len(values) == 1
+            ):
+                return str(values[0])
+    return str((spec.get("nodeSelector") or {}).get(ZONE_LABEL, ""))
+
+
 def status_from_pod(pod: Mapping[str, Any], node_labels: Mapping[str, str] | None = None) -> JobStatus:
-    """A ``JobStatus`` from a pod (as a dict, camelCase keys) and its node's labels (pure)."""
+    """A ``JobStatus`` from a pod (as a dict, camelCase keys) and its node's labels (pure).
+
+    The zone is the one the pod was held to, else its node's ``topology.kubernetes.io/zone`` label.
+    """
     meta, status = pod.get("metadata", {}), pod.get("status", {})
     phase = str(status.get("phase", "Pending"))
     container: dict[str, Any] = next(iter(status.get("containerStatuses") or []), {})
@@ -174,6 +214,7 @@ def status_from_pod(pod: Mapping[str, Any], node_labels: Mapping[str, str] | Non
         exit_code=int(exit_code) if exit_code is not None else None,
         ended_at=finished.timestamp() if finished else None,
         metrics={"node": pod.get("spec", {}).get("nodeName")},
+        availability_zone=pod_zone(pod) or str(dict(node_labels or {}).get(ZONE_LABEL, "")),
     )
 
 
@@ -196,6 +237,7 @@ class KubernetesBackend:
     """
 
     name = "kubernetes"
+    places_zones = True
 
     def __init__(
         self,

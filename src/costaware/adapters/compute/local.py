@@ -11,8 +11,10 @@ in the interpreter's environment) with the job contract's variables: a user comm
 entrypoint run by this backend's interpreter. Its local folders are under ``<root>/<job_name>/work/``.
 ``stop`` asks the supervisor to send SIGTERM, then SIGKILL once the request's grace period has passed.
 
-Billed seconds are the training process's wall time; market and instance type are the requested ones (the
-local machine stands in for them, e.g. in tests and demos that replay spot interruptions).
+Billed seconds are the training process's wall time; market, instance type and availability zone are the
+requested ones (the local machine stands in for them, e.g. in tests and demos that replay spot interruptions).
+A ``capacity_file`` with ``{zone}`` in its path is one file per zone, so that a replay can take capacity away
+in one zone and not another.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ INTERRUPTED_CODES = (*job_contract.RESUBMIT_EXIT_CODES, -signal.SIGTERM, -signal
 _WATCH_SECONDS = 0.05
 #: After a stop, how much longer than the grace period the supervisor lets the launcher run.
 _BACKSTOP_SECONDS = 10.0
+#: The placeholder of a per-zone ``capacity_file``.
+ZONE_PLACEHOLDER = "{zone}"
 
 
 def default_root() -> str:
@@ -77,10 +81,13 @@ class LocalBackend:
         env: Extra environment variables of every job (e.g. ``PYTHONPATH`` of a custom trainer).
         capacity_file: A file holding ``1`` or ``0``: whether spot capacity exists now. While it holds ``0``
             a spot job waits (``pending``) before it starts, like a spot request without capacity. A
-            preemption replay (``costaware.adapters.compute.replay``) keeps it up to date.
+            preemption replay (``costaware.adapters.compute.replay``) keeps it up to date. With ``{zone}``
+            in it (``/tmp/capacity-{zone}``) there is one file per zone: a spot job placed in zone Z waits
+            on the file for Z, and a spot request must then name its ``availability_zone``.
     """
 
     name = "local"
+    places_zones = True
 
     def __init__(
         self,
@@ -94,6 +101,29 @@ class LocalBackend:
         self.capacity_file = capacity_file
         self.python = python or sys.executable
         self.env = {str(k): str(v) for k, v in dict(env or {}).items()}
+
+    @property
+    def per_zone(self) -> bool:
+        """Whether ``capacity_file`` is one file per zone (has ``{zone}``)."""
+        return bool(self.capacity_file) and ZONE_PLACEHOLDER in str(self.capacity_file)
+
+    def capacity_path(self, zone: str = "") -> str | None:
+        """The capacity file a spot job in ``zone`` waits on (None: no capacity file).
+
+        Raises:
+            ConfigurationError: the file is per zone and ``zone`` is empty.
+        """
+        if not self.capacity_file:
+            return None
+        if not self.per_zone:
+            return self.capacity_file  # one file for every zone, as without zones
+        if not zone:
+            raise ConfigurationError(
+                f"capacity_file {self.capacity_file!r} is one file per zone ({ZONE_PLACEHOLDER}), so a spot "
+                "request needs an availability_zone: set it on the request, or use a capacity_file without "
+                f"{ZONE_PLACEHOLDER}"
+            )
+        return str(self.capacity_file).replace(ZONE_PLACEHOLDER, zone)
 
     def _dir(self, job_id: str) -> Path:
         if not job_id or "/" in job_id or job_id in (".", ".."):
@@ -129,6 +159,7 @@ class LocalBackend:
     def submit(self, request: JobRequest) -> str:
         folder = self._dir(request.job_name)
         command = self._command(request)  # before the folder: a missing launcher leaves nothing behind
+        capacity = self.capacity_path(request.availability_zone) if request.market == "spot" else None
         self.root.mkdir(parents=True, exist_ok=True)
         try:
             folder.mkdir()
@@ -140,8 +171,9 @@ class LocalBackend:
                 "command": command,
                 "market": request.market,
                 "instance_type": request.instance_type,
+                "availability_zone": request.availability_zone,
                 "env": {**self.env, **request.environment(work_dir=str(folder / "work"))},
-                "capacity_file": self.capacity_file if request.market == "spot" else None,
+                "capacity_file": capacity,
                 "grace_seconds": request.grace_seconds,
             },
         )
@@ -167,7 +199,12 @@ class LocalBackend:
     def poll(self, job_id: str) -> JobStatus:
         folder = self._dir(job_id)
         request = self._request(folder)
-        common = {"job_id": job_id, "market": request["market"], "instance_type": request["instance_type"]}
+        common = {
+            "job_id": job_id,
+            "market": request["market"],
+            "instance_type": request["instance_type"],
+            "availability_zone": str(request.get("availability_zone") or ""),  # older job folders lack it
+        }
         exit_file = folder / "exit.json"
         if exit_file.exists():
             ended = json.loads(exit_file.read_text())

@@ -43,8 +43,15 @@ def training_job_request(
 ) -> dict[str, Any]:
     """The ``CreateTrainingJob`` request of one attempt (pure).
 
-    The image is the request's (``image=`` of the operator) or ``image_uri``.
+    The image is the request's (``image=`` of the operator) or ``image_uri``. A request with an
+    ``availability_zone`` is refused: SageMaker chooses the zone of a training job itself.
     """
+    if request.availability_zone:
+        raise ConfigurationError(
+            f"SageMaker training job {request.job_name!r} asks for zone {request.availability_zone!r}, but "
+            "SageMaker chooses the zone itself and its API has no zone placement: use the batch or "
+            "kubernetes backend to place attempts by zone, or leave the zone unset"
+        )
     if not request.instance_type.startswith("ml."):
         raise ConfigurationError(
             f"SageMaker instance type {request.instance_type!r} must be an ml.* type (e.g. ml.m5.xlarge)"
@@ -144,6 +151,8 @@ class SageMakerBackend:
     """
 
     name = "sagemaker"
+    #: SageMaker's CreateTrainingJob takes no zone: a request with ``availability_zone`` is refused.
+    places_zones = False
 
     def __init__(
         self,
