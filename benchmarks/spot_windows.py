@@ -10,7 +10,12 @@ Data (``shared/data`` beside the repository):
   row per trace, the us-west-2a half ("fit") and the us-west-2b half ("held out") printed apart;
 * power: CAISO and DE-LU hourly electricity prices of 2023, for an on-premises 8-GPU node drawing 6.5 kW, one
   row per market;
-* two zones: the 2a and 2b traces of one GPU type as two zones of one job (failover), reported only;
+* multi-zone mode (issue 26 item 5): the 2a and 2b traces of one GPU type as the zones us-west-2a and
+  us-west-2b of one job (priced by us-east-1a and us-east-1b), each (re)start placed by ``choose_zone``; per
+  policy, cost vs the multi-zone oracle, vs the best single zone (the same jobs pinned to each zone alone, the
+  cheaper of the two per GPU type, in hindsight) and misses, with the restart-thrash guard on and off.
+  Targets: <= 1.10x the multi-zone oracle, below the best single zone, 0 misses;
+* restart-thrash guard on vs off on the eight single-zone availability traces (cost vs oracle, misses, fires);
 * synthetic Markov capacity: how far online policies stay from the oracle when capacity is memoryless;
 * hindsight diagnostics on the availability traces (reported, not product policies): ``deadline_aware``
   told how long each run of capacity will last (it skips runs too short to keep any work), and the best of ten
@@ -30,6 +35,7 @@ histories). The baseline is ``on_demand_now``; ``availability_aware`` is reporte
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 import sys
@@ -47,6 +53,7 @@ from costaware.adapters.price_files import bundled_catalog  # noqa: E402
 from costaware.core.policies import Action, Policy, Situation  # noqa: E402
 from costaware.core.policies.deadline_aware import DeadlineAwarePolicy  # noqa: E402
 from costaware.core.policies.rules import checkpointed, reserve_ticks, safe_to_wait  # noqa: E402
+from costaware.core.series import PriceSeries  # noqa: E402
 from costaware.core.simulate import (  # noqa: E402
     DEFAULT_POLICIES,
     Job,
@@ -85,6 +92,8 @@ SHARE: dict[str, float] = {}
 #: Settings of the hindsight-tuned diagnostic: ticks capacity must have held before a (re)start, and the
 #: slack (ticks beyond the plain wait rule) below which it starts at once; (0, 0) is ``deadline_aware``.
 RUN_AGE_SETTINGS = [(0, 0)] + [(age, guard) for age in (1, 2, 3) for guard in (0, 6, 18)]
+#: The availability traces' jobs replayed with the restart-thrash guard off (filled while the traces run).
+UNGUARDED: dict[str, list[JobOutcome]] = {}
 #: Diagnostics per availability trace: cost vs the oracle on the same jobs (filled while the traces run).
 DIAGNOSTICS: dict[str, dict[str, float | str]] = {}
 #: Nothing is fitted to these traces; the policies' few constants were chosen on the us-west-2a half only,
@@ -170,6 +179,7 @@ def trace_group(nights: int, rng: random.Random) -> tuple[dict[str, list[JobOutc
             availability=trace,
         )
         per_trace[short(name)] = simulate(jobs, data, POLICIES).outcomes
+        UNGUARDED[short(name)] = simulate(jobs, data, POLICIES, restart_guard=False).outcomes
         SHARE[short(name)] = trace.share_available
         oracle_usd = sum(float(o.usd) for o in per_trace[short(name)] if o.policy == "oracle")
         DIAGNOSTICS[short(name)] = hindsight_diagnostics(jobs, data, oracle_usd)
@@ -247,23 +257,41 @@ def hindsight_diagnostics(jobs: list[Job], data: MarketData, oracle_usd: float) 
     }
 
 
-def zone_pair_group(nights: int, rng: random.Random) -> dict[str, list[JobOutcome]]:
-    """Jobs that may run in two zones: the us-west-2a and us-west-2b traces of one GPU type as two zones.
+#: The multi-zone mode's zones: the two halves of the availability traces, in their real zones (us-west-2a,
+#: us-west-2b), each priced by a us-east-1 zone's p3.16xlarge spot history (the pairing is ours, as above).
+ZONE_PRICES = {"us-west-2a": "us-east-1a", "us-west-2b": "us-east-1b"}
+MULTI_ZONE_MEASURED_ON = (
+    "the us-west-2a and us-west-2b availability traces (2022-10-26) of k80_1, k80_8, v100_1 and v100_8 as "
+    "the two zones of a job, priced by the p3.16xlarge spot histories of us-east-1a and us-east-1b (2021); "
+    "10-minute ticks"
+)
+GUARD_MEASURED_ON = "the eight single-zone availability traces (us-west-2a and us-west-2b halves), as above"
 
-    Prices: p3.16xlarge in us-east-1a and us-east-1b (the pairing with the traces is ours, as above). Each
-    (re)start goes to the cheaper zone with capacity; a preemption fails over to the other zone.
+
+def zone_pair_group(nights: int, rng: random.Random) -> dict[str, dict[str, list[JobOutcome]]]:
+    """Per GPU type: the same jobs run across both zones (``multi``), and pinned to each zone alone.
+
+    Each job of ``multi`` may run in us-west-2a and us-west-2b, each zone with its own trace and prices: each
+    (re)start goes where ``choose_zone`` says, a preemption may fail over, the guard may send it on-demand.
+    ``us-west-2a`` and ``us-west-2b`` are the same jobs pinned to that zone alone (its trace and prices only).
+    Each again with the restart-thrash guard off (keys ending ``/guard_off``).
     """
     catalog = bundled_catalog()
     history = spot_prices.load_spot_history(SHARED / "aws_spot_price_history" / "p3.16xlarge.json")
-    first = max(history.series("p3.16xlarge", "us-east-1", z).start for z in ("us-east-1a", "us-east-1b"))
+
+    def spot_series(instance_type: str, region: str, zone: str | None) -> PriceSeries:
+        return history.series(instance_type, "us-east-1", ZONE_PRICES[zone or "us-west-2a"])
+
+    first = max(history.series("p3.16xlarge", "us-east-1", z).start for z in ZONE_PRICES.values())
     first += timedelta(days=28)
-    per_pair: dict[str, list[JobOutcome]] = {}
+    tick = timedelta(minutes=10)
+    per_pair: dict[str, dict[str, list[JobOutcome]]] = {}
     for gpu in ("k80_1", "k80_8", "v100_1", "v100_8"):
-        files = [
-            SHARED / "spot_availability" / f"availability_1-node_aws-10-26-2022_us-west-{z}_{gpu}.json"
-            for z in ("2a", "2b")
-        ]
-        if not all(f.exists() for f in files):
+        files = {
+            zone: SHARED / "spot_availability" / f"availability_1-node_aws-10-26-2022_{zone}_{gpu}.json"
+            for zone in ZONE_PRICES
+        }
+        if not all(f.exists() for f in files.values()):
             continue
         jobs = nightly_jobs(
             f"2zones-{gpu}",
@@ -271,20 +299,139 @@ def zone_pair_group(nights: int, rng: random.Random) -> dict[str, list[JobOutcom
             min(nights, 25),
             rng,
             instance_type="p3.16xlarge",
-            region="us-east-1",
-            zones=("us-east-1a", "us-east-1b"),
+            region="us-west-2",
+            zones=tuple(ZONE_PRICES),
         )
         start = min(j.submit_time for j in jobs)
-        data = MarketData(
-            on_demand_usd_per_hour=catalog.on_demand_usd_per_hour,
-            spot_series=history.series,
-            zone_availability={
-                zone: spot_prices.load_availability(f, start=start)
-                for zone, f in zip(("us-east-1a", "us-east-1b"), files, strict=True)
-            },
-        )
-        per_pair[f"2a+2b_{gpu}"] = simulate(jobs, data, POLICIES, tick=timedelta(minutes=10)).outcomes
+        traces = {zone: spot_prices.load_availability(f, start=start) for zone, f in files.items()}
+        od = catalog.on_demand_usd_per_hour
+        data = MarketData(on_demand_usd_per_hour=od, spot_series=spot_series, zone_availability=traces)
+        runs: dict[str, list[JobOutcome]] = {}
+        for guard, suffix in ((True, ""), (False, "/guard_off")):
+            runs["multi" + suffix] = simulate(jobs, data, POLICIES, tick=tick, restart_guard=guard).outcomes
+            for zone, trace in traces.items():
+                pinned = [dataclasses.replace(j, zones=(), availability_zone=zone) for j in jobs]
+                alone = MarketData(on_demand_usd_per_hour=od, spot_series=spot_series, availability=trace)
+                runs[zone + suffix] = simulate(
+                    pinned, alone, POLICIES, tick=tick, restart_guard=guard
+                ).outcomes
+        per_pair[f"2a+2b_{gpu}"] = runs
     return per_pair
+
+
+def _usd(rows: list[JobOutcome], policy: str) -> float:
+    return sum(float(o.usd) for o in rows if o.policy == policy)
+
+
+def multi_zone_figures(pairs: dict[str, dict[str, list[JobOutcome]]], suffix: str = "") -> dict[str, object]:
+    """Per policy, per GPU type and over all: cost vs the multi-zone oracle and vs the best single zone.
+
+    The best single zone of a policy is, per GPU type, the zone where the same policy's pinned run cost less
+    in total (chosen with hindsight, so the comparison is strict); over all, those totals are summed.
+    """
+    names = [p for p in POLICIES if p != "oracle"]
+    per_pair: dict[str, dict[str, dict[str, object]]] = {}
+    sums = {
+        name: {"multi": 0.0, "oracle": 0.0, "best_single": 0.0, "misses": 0, "fired": 0} for name in names
+    }
+    for key, runs in pairs.items():
+        multi, oracle = runs["multi" + suffix], _usd(runs["multi" + suffix], "oracle")
+        per_pair[key] = {}
+        for name in names:
+            singles = {zone: _usd(runs[zone + suffix], name) for zone in ZONE_PRICES}
+            best_zone = min(singles, key=singles.__getitem__)
+            usd = _usd(multi, name)
+            misses = sum(1 for o in multi if o.policy == name and not o.met_deadline)
+            fired = sum(1 for o in multi if o.policy == name and o.guard_fired)
+            per_pair[key][name] = {
+                "usd": round(usd, 2),
+                "vs_multi_zone_oracle": round(usd / oracle, 4),
+                "best_single_zone": best_zone,
+                "best_single_zone_usd": round(singles[best_zone], 2),
+                "vs_best_single_zone": round(usd / singles[best_zone], 4),
+                "single_zone_misses": {
+                    zone: sum(1 for o in runs[zone + suffix] if o.policy == name and not o.met_deadline)
+                    for zone in ZONE_PRICES
+                },
+                "deadline_misses": misses,
+                "restart_guard_fired": fired,
+            }
+            total = sums[name]
+            total["multi"] += usd
+            total["oracle"] += oracle
+            total["best_single"] += singles[best_zone]
+            total["misses"] += misses
+            total["fired"] += fired
+    overall = {
+        name: {
+            "usd": round(float(t["multi"]), 2),
+            "vs_multi_zone_oracle": round(t["multi"] / t["oracle"], 4) if t["oracle"] else None,
+            "best_single_zone_usd": round(float(t["best_single"]), 2),
+            "vs_best_single_zone": round(t["multi"] / t["best_single"], 4) if t["best_single"] else None,
+            "deadline_misses": int(t["misses"]),
+            "restart_guard_fired": int(t["fired"]),
+        }
+        for name, t in sums.items()
+    }
+    checks = {
+        name: {
+            "within_10pct_of_multi_zone_oracle": f["vs_multi_zone_oracle"] is not None
+            and f["vs_multi_zone_oracle"] <= float(TARGET_VS_ORACLE),
+            "below_best_single_zone": f["vs_best_single_zone"] is not None and f["vs_best_single_zone"] < 1.0,
+            "zero_deadline_misses": f["deadline_misses"] == 0,
+        }
+        for name, f in overall.items()
+        if name in (*TARGETED, "availability_aware")
+    }
+    return {
+        "measured_on": MULTI_ZONE_MEASURED_ON,
+        "best_single_zone": "per GPU type, the zone where the same policy's pinned run cost less (hindsight)",
+        "per_pair": per_pair,
+        "total": overall,
+        "targets": {
+            "vs_multi_zone_oracle_at_most": float(TARGET_VS_ORACLE),
+            "vs_best_single_zone_below": 1.0,
+            "deadline_misses": 0,
+        },
+        "checks": checks,
+        "target_met": bool(pairs) and any(all(c.values()) for c in checks.values()),
+    }
+
+
+def guard_figures(on: dict[str, list[JobOutcome]], off: dict[str, list[JobOutcome]]) -> dict[str, object]:
+    """The eight single-zone traces replayed with the restart-thrash guard on (as live) and off."""
+    names = [p for p in POLICIES if p not in ("oracle", "on_demand_now")]
+
+    def side(rows: list[JobOutcome], name: str, oracle: float) -> dict[str, float | int]:
+        mine = [o for o in rows if o.policy == name]
+        return {
+            "usd": round(sum(float(o.usd) for o in mine), 2),
+            "vs_oracle": round(sum(float(o.usd) for o in mine) / oracle, 4) if oracle else 0.0,
+            "deadline_misses": sum(1 for o in mine if not o.met_deadline),
+            "preemptions": sum(o.preemptions for o in mine),
+            "restart_guard_fired": sum(1 for o in mine if o.guard_fired),
+        }
+
+    per_trace = {
+        key: {
+            name: {
+                "on": side(on[key], name, _usd(on[key], "oracle")),
+                "off": side(off[key], name, _usd(off[key], "oracle")),
+            }
+            for name in names
+        }
+        for key in on
+    }
+    every_on = [o for rows in on.values() for o in rows]
+    every_off = [o for rows in off.values() for o in rows]
+    total = {
+        name: {
+            "on": side(every_on, name, _usd(every_on, "oracle")),
+            "off": side(every_off, name, _usd(every_off, "oracle")),
+        }
+        for name in names
+    }
+    return {"measured_on": GUARD_MEASURED_ON, "per_trace": per_trace, "total": total}
 
 
 def power_group(nights: int, rng: random.Random) -> dict[str, list[JobOutcome]]:
@@ -450,12 +597,40 @@ def main() -> int:
     print(per_row_table(f"availability traces, fit half ({FIT_HALF}): best of {'/'.join(TARGETED)}", fit))
     print(per_row_table("availability traces, held-out half (us-west-2b)", held_out))
     print(per_row_table("power markets", power))
+    multi = {key: runs["multi"] for key, runs in pairs.items()}
     print(
         per_row_table(
             "two zones (2a and 2b traces of one GPU type; vs an oracle that moves between zones for free)",
-            pairs,
+            multi,
         )
     )
+    zoned = multi_zone_figures(pairs)
+    zoned_off = multi_zone_figures(pairs, "/guard_off")
+    zoned["guard_off"] = {k: zoned_off[k] for k in ("total", "checks", "target_met")}
+    guard = guard_figures(traces, UNGUARDED)
+    print(f"multi-zone mode, measured on {zoned['measured_on']}:")
+    print(f"  {'policy':<24}{'vs_mz_oracle':>13}{'vs_best_1zone':>15}{'misses':>8}{'guard':>7}  target")
+    for name, f in zoned["total"].items():  # type: ignore[attr-defined]
+        c = zoned["checks"].get(name)  # type: ignore[attr-defined]
+        verdict = "-" if c is None else ("met" if all(c.values()) else "NOT met")
+        print(
+            f"  {name:<24}{f['vs_multi_zone_oracle']:>13.3f}{f['vs_best_single_zone']:>15.3f}"
+            f"{f['deadline_misses']:>8}{f['restart_guard_fired']:>7}  {verdict}"
+        )
+    print("  the same with the restart-thrash guard off (every run, single zones too):")
+    for name, f in zoned_off["total"].items():  # type: ignore[attr-defined]
+        print(
+            f"  {name:<24}{f['vs_multi_zone_oracle']:>13.3f}{f['vs_best_single_zone']:>15.3f}"
+            f"{f['deadline_misses']:>8}{f['restart_guard_fired']:>7}"
+        )
+    print(f"restart-thrash guard on vs off, measured on {guard['measured_on']}:")
+    print(f"  {'policy':<24}{'vs_oracle on':>13}{'off':>8}{'misses on':>11}{'off':>5}{'fired':>7}")
+    for name, f in guard["total"].items():  # type: ignore[attr-defined]
+        on, off = f["on"], f["off"]
+        print(
+            f"  {name:<24}{on['vs_oracle']:>13.3f}{off['vs_oracle']:>8.3f}{on['deadline_misses']:>11}"
+            f"{off['deadline_misses']:>5}{on['restart_guard_fired']:>7}"
+        )
     print("hindsight diagnostics on the same jobs (cost vs oracle; not policies a user can run):")
     print(f"  {'trace':<20}{'best targeted':>14}{'knows run lengths':>19}{'best of 10, chosen after':>28}")
     for key, diagnostic in DIAGNOSTICS.items():
@@ -518,7 +693,9 @@ def main() -> int:
             "fit_half": FIT_HALF,
             "synthetic_markov_vs_oracle": markov,
             "hindsight_diagnostics": DIAGNOSTICS,
-            "two_zones": {k: figures(v) for k, v in pairs.items()},
+            "two_zones": {k: figures(v) for k, v in multi.items()},
+            "multi_zone": zoned,
+            "restart_guard_on_off": guard,
             "checks": checks,
             "notes": notes,
             "availability_traces_run": 8 - len(missing),
