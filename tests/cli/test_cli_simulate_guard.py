@@ -1,4 +1,4 @@
-"""``costaware simulate --no-restart-guard``: the guard replays by default and reports how often it fired."""
+"""``costaware simulate --restart-guard``: the guard replays when asked and reports how often it fired."""
 
 from __future__ import annotations
 
@@ -33,13 +33,13 @@ def _files(tmp_path: Path) -> list[str]:
     return ["simulate", "--prices", str(prices), "--availability", str(trace), "--jobs", str(jobs)]
 
 
-def test_the_guard_is_on_by_default_and_the_flag_turns_it_off(
+def test_the_guard_is_off_by_default_and_the_flag_turns_it_on(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     base = [*_files(tmp_path), "--policy", "spot_now", "--policy", "oracle", "--format", "json"]
-    assert main(base) == 0
+    assert main([*base, "--restart-guard"]) == 0
     guarded = json.loads(capsys.readouterr().out)["policies"]
-    assert main([*base, "--no-restart-guard"]) == 0
+    assert main(base) == 0
     unguarded = json.loads(capsys.readouterr().out)["policies"]
     assert guarded["spot_now"]["restart_guard_fired"] == 1 and guarded["spot_now"]["preemptions"] == 2
     assert unguarded["spot_now"]["restart_guard_fired"] == 0 and unguarded["spot_now"]["preemptions"] > 2

@@ -112,8 +112,8 @@ CHURN = [True, True, False] * 40  # runs of 20 minutes: shorter than 10 min over
 @pytest.mark.parametrize("policy", ["deadline_aware", "spot_now"])
 def test_the_guard_sends_a_churning_single_zone_job_to_on_demand(policy: str) -> None:
     plan = TickPlan(DT, 12, 60, 1, 3)
-    guarded = run_job(policy_class(policy)(), single(CHURN), plan)
-    unguarded = run_job(policy_class(policy)(), single(CHURN), plan, restart_guard=False)
+    guarded = run_job(policy_class(policy)(), single(CHURN), plan, restart_guard=True)
+    unguarded = run_job(policy_class(policy)(), single(CHURN), plan)
     assert guarded.guard_fired and guarded.preemptions == 2 and guarded.met_deadline
     assert not unguarded.guard_fired and unguarded.preemptions > 2
     # After the second short run, on-demand to the end: overhead + all the work (nothing was kept).
@@ -123,7 +123,7 @@ def test_the_guard_sends_a_churning_single_zone_job_to_on_demand(policy: str) ->
 
 def test_the_guarded_job_pays_two_short_runs_then_on_demand_to_the_end() -> None:
     plan = TickPlan(DT, 12, 60, 1, 3)
-    outcome = run_job(policy_class("spot_now")(), single(CHURN), plan)
+    outcome = run_job(policy_class("spot_now")(), single(CHURN), plan, restart_guard=True)
     assert outcome.guard_fired and outcome.preemptions == 2 and outcome.met_deadline
     assert float(outcome.usd) == pytest.approx(DT * (4 * 1.0 + 13 * 3.0))
 
@@ -131,14 +131,14 @@ def test_the_guarded_job_pays_two_short_runs_then_on_demand_to_the_end() -> None
 def test_runs_long_enough_to_keep_work_do_not_fire_the_guard() -> None:
     plan = TickPlan(DT, 12, 60, 1, 3)
     calm = ([True] * 5 + [False]) * 20  # runs of 50 minutes reach a checkpoint
-    outcome = run_job(policy_class("spot_now")(), single(calm), plan)
+    outcome = run_job(policy_class("spot_now")(), single(calm), plan, restart_guard=True)
     assert outcome.preemptions >= 2 and not outcome.guard_fired
 
 
 def test_without_checkpoints_any_two_preempted_runs_fire_the_guard() -> None:
     plan = TickPlan(DT, 12, 60, 1, 0)
     calm = ([True] * 5 + [False]) * 20
-    outcome = run_job(policy_class("spot_now")(), single(calm), plan)
+    outcome = run_job(policy_class("spot_now")(), single(calm), plan, restart_guard=True)
     assert outcome.guard_fired and outcome.preemptions == 2
 
 
@@ -146,16 +146,16 @@ def test_a_zoned_job_is_guarded_only_when_every_zone_churns() -> None:
     n = 90
     plan = TickPlan(DT, 12, 70, 1, 3)
     both = zoned_tick_market([([0.5] * n, CHURN[:n]), ([0.6] * n, CHURN[:n])], [3.0] * n)
-    outcome = run_job(policy_class("spot_now")(), both, plan)
+    outcome = run_job(policy_class("spot_now")(), both, plan, restart_guard=True)
     # Each zone's first short run prices it at "no progress"; the guard needs two runs in each zone.
     assert outcome.guard_fired and outcome.preemptions == 4 and outcome.met_deadline
-    off = run_job(policy_class("spot_now")(), both, plan, restart_guard=False)
+    off = run_job(policy_class("spot_now")(), both, plan)
     assert not off.guard_fired and off.preemptions > 4
 
 
 def test_the_oracle_is_never_guarded() -> None:
     plan = TickPlan(DT, 12, 60, 1, 3)
-    outcome = run_job(policy_class("oracle")(), single(CHURN), plan)
+    outcome = run_job(policy_class("oracle")(), single(CHURN), plan, restart_guard=True)
     assert not outcome.guard_fired
 
 
@@ -163,8 +163,8 @@ def test_the_report_counts_the_jobs_the_guard_sent_to_on_demand() -> None:
     plan = TickPlan(DT, 12, 60, 1, 3)
     calm = ([True] * 5 + [False]) * 20
     outcomes = [
-        run_job(policy_class("spot_now")(), single(CHURN), plan, job="churn"),
-        run_job(policy_class("spot_now")(), single(calm), plan, job="calm"),
+        run_job(policy_class("spot_now")(), single(CHURN), plan, job="churn", restart_guard=True),
+        run_job(policy_class("spot_now")(), single(calm), plan, job="calm", restart_guard=True),
         run_job(policy_class("oracle")(), single(CHURN), plan, job="churn"),
         run_job(policy_class("on_demand_now")(), single(CHURN), plan, job="churn"),
     ]

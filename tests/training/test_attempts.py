@@ -31,7 +31,7 @@ from costaware.training.attempts import (
     next_step,
     remaining_hours,
 )
-from costaware.training.plan import RemotePlan
+from costaware.training.plan import Placement, RemotePlan
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=timezone.utc)
 BEFORE, AFTER = NOW + timedelta(hours=1), NOW - timedelta(hours=1)
@@ -257,9 +257,15 @@ def test_a_state_written_before_the_typed_plan_reads_and_round_trips() -> None:
     before = copy.deepcopy(CAPTURED)
     parsed = AttemptState.from_json(CAPTURED)
     assert before == CAPTURED  # read, not changed
-    # The one key the typed plan added: unknown in an older state, so no work counts as kept (from above).
+    # The keys added since: the interval is unknown in an older state, so no work counts as kept (from
+    # above); one zone (the backend's choice) with the guard at its defaults; attempts placed nowhere.
     assert parsed.plan.checkpoint_every_seconds is None
-    assert parsed.to_json() == {**before, "checkpoint_every_seconds": None}
+    assert parsed.to_json() == {
+        **before,
+        "checkpoint_every_seconds": None,
+        "placement": Placement().to_json(),
+        "attempts": [{**a, "zone": ""} for a in before["attempts"]],
+    }
     assert AttemptState.from_json(json.loads(json.dumps(parsed.to_json()))) == parsed
     assert parsed.current is not None and parsed.current.pausing and parsed.current.stopped
     assert parsed.latest_start == datetime(2026, 11, 26, 14, 18, 41, 332615, tzinfo=timezone.utc)
@@ -278,8 +284,9 @@ def test_a_fresh_state_round_trips_without_pause_keys() -> None:
         "command": ["python", "t.py"],
         "latest_start": None,
         "checkpoint_every_seconds": 60.0,
+        "placement": Placement(zones=("us-west-2a", "us-west-2b"), first_zone="us-west-2b").to_json(),
     }
-    fresh["current"] = {"attempt": 1, "job_id": "j-a1", "market": "spot"}
+    fresh["current"] = {"attempt": 1, "job_id": "j-a1", "market": "spot", "zone": "us-west-2b"}
     assert AttemptState.from_json(fresh).to_json() == fresh
 
 

@@ -271,10 +271,10 @@ SIMULATE_ARGS = (
     ),
     Arg("--tick-minutes", type=float, metavar="N", help="grid spacing (default: trace's, else 10)"),
     Arg(
-        "--no-restart-guard",
+        "--restart-guard",
         action="store_true",
-        help="replay without the restart-thrash guard (by default a job whose last 2 preempted runs in every "
-        "zone each kept nothing runs on on-demand to the end, as the live operator does)",
+        help="replay with the restart-thrash guard (off by default, as on the live operator): a job whose "
+        "last 2 preempted runs in every zone each kept nothing runs on on-demand to the end",
     ),
 )
 

@@ -23,10 +23,14 @@ Ties keep the current zone (a move is never free of risk), then the order the zo
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from costaware.core.errors import ConfigurationError
+
+#: An AWS zone name: its region, then a letter (``us-west-2a``), or a Local Zone (``us-west-2-lax-1a``).
+_AWS_ZONE = re.compile(r"^([a-z]{2}(?:-[a-z]+)+-\d+)(?:-[a-z]+-\d+)?[a-z]$")
 
 #: Preempted runs in a row that must each have kept nothing before a zone counts as thrashing.
 DEFAULT_GUARD_WINDOW = 2
@@ -67,6 +71,12 @@ class ZoneChoice:
     reason: str
     thrashing: tuple[str, ...] = ()
     expected_usd: float | None = None
+
+
+def region_of(zone: str, default: str) -> str:
+    """The AWS region of ``zone``, or ``default`` for a name that is not an AWS zone (a Kubernetes label)."""
+    match = _AWS_ZONE.match(zone)
+    return match.group(1) if match else default
 
 
 def thrashing(

@@ -69,19 +69,119 @@ class RemoteAttemptSteps:
         from costaware.training.attempt_effects import job_request
 
         plan = state.plan
+        zone = ""
+        if market == "spot":
+            state, market, zone = self._place(state)
         if market == "spot":
             self._retune_interval(state)
-        request = job_request(state, market, utcnow())
+        request = job_request(state, market, utcnow(), zone=zone)
         job_id = self._backend(plan).submit(request)
         self.log.info(
-            "attempt %d: job %s on %s, %s %s",
+            "attempt %d: job %s on %s, %s %s%s",
             request.attempt,
             job_id,
             plan.backend,
             market,
             plan.instance_type,
+            f" in {zone}" if zone else "",
         )
-        return state.submitted(job_id=job_id, market=market)
+        return state.submitted(job_id=job_id, market=market, zone=zone)
+
+    def _place(self, state: AttemptState) -> tuple[AttemptState, str, str]:
+        """The next spot attempt's market, zone and price (``core.zone_choice``, see docs/remote-training.md).
+
+        Among the allowed zones, the one with the lowest expected cost; on-demand when the restart-thrash
+        guard leaves none. With one zone and no preemption yet there is nothing to choose.
+        """
+        from costaware.training.placement import next_zone, preempted_runs
+
+        placement = state.plan.placement
+        if not placement.zones and not preempted_runs(state):
+            return state, "spot", placement.first_zone
+        prices, capacity = self._zone_market(state)
+        choice = next_zone(state, prices=prices, capacity=capacity, move_usd=self._move_usd(state))
+        if choice.zone is None:
+            self.log.warning("%s", choice.reason)
+            return state, "on_demand", ""
+        self.log.info("%s", choice.reason)
+        price = prices.get(choice.zone)
+        return (state.resumed_at(str(price)) if price is not None else state), "spot", choice.zone
+
+    def _zone_market(self, state: AttemptState) -> tuple[dict[str, Decimal], dict[str, bool | None]]:
+        """Each allowed zone's spot price and capacity now, where the plan has prices or traces (IO).
+
+        Without ``prices`` every zone is taken at the attempt's spot price; without a trace a zone's capacity
+        is unknown (a job sent there waits for it). A zone whose price cannot be read keeps the attempt's.
+        """
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        from costaware.adapters import spot_prices
+        from costaware.adapters.spot_market import observe_spot
+        from costaware.core.errors import CostawareError
+
+        plan, placement = state.plan, state.plan.placement
+        source = plan.billing.prices if plan.billing else (plan.watch.prices if plan.watch else None)
+        now = utcnow()
+        prices: dict[str, Decimal] = {}
+        capacity: dict[str, bool | None] = {}
+        for zone in placement.zones:
+            trace = placement.zone_availability.get(zone)
+            try:
+                if source:
+                    price, available, _ = observe_spot(
+                        prices=source,
+                        instance_type=plan.instance_type,
+                        region=plan.region,
+                        availability_zone=zone,
+                        aws_conn_id=self.aws_conn_id,
+                        ttl_seconds=300,
+                        products=("Linux/UNIX",),
+                        on_demand_usd_per_hour=Decimal(plan.on_demand_usd_per_hour),
+                        availability=trace,
+                        availability_start=placement.availability_start,
+                        now=now,
+                    )
+                    prices[zone], capacity[zone] = price, available
+                elif trace:
+                    start = datetime.fromisoformat(placement.availability_start or now.isoformat())
+                    capacity[zone] = spot_prices.load_availability(trace, start=start).at(now)
+            except (CostawareError, BotoCoreError, ClientError) as e:
+                self.log.warning(
+                    "zone %s: price or capacity unknown (%s); taken at the attempt's price", zone, e
+                )
+        return prices, capacity
+
+    def _move_usd(self, state: AttemptState) -> dict[str, Decimal]:
+        """``zone -> egress USD`` of running in a zone of another region: the data and the checkpoint (IO)."""
+        from costaware.adapters.regions import BYTES_PER_BILLED_GB
+        from costaware.core.zone_choice import region_of
+
+        plan, placement = state.plan, state.plan.placement
+        if not placement.usd_per_gb:
+            return {}
+        checkpoint = self._checkpoint_bytes(plan.checkpoint_uri)
+        gigabytes = Decimal(placement.data_bytes + checkpoint) / BYTES_PER_BILLED_GB
+        moves = {}
+        for zone in placement.zones:
+            price = placement.usd_per_gb.get(region_of(zone, plan.region))
+            if price is not None:
+                moves[zone] = gigabytes * Decimal(price)
+        return moves
+
+    def _checkpoint_bytes(self, checkpoint_uri: str) -> int:
+        """The size of this training's checkpoints, 0 when none is there yet or they cannot be listed."""
+        from costaware.adapters.input_data import total_bytes
+        from costaware.adapters.object_store import S3Options
+        from costaware.core.errors import CostawareError
+
+        opts = self._storage_options()
+        try:
+            return total_bytes(checkpoint_uri, S3Options(**opts) if opts else None)[0]
+        except (OSError, ValueError, CostawareError) as e:
+            self.log.warning(
+                "cannot size the checkpoints at %s (%s): a move counts the data only", checkpoint_uri, e
+            )
+            return 0
 
     def _retune_interval(self, state: AttemptState) -> None:
         """With ``checkpoint_every_seconds="auto"``, the next spot attempt's interval from the preemptions.

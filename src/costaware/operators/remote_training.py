@@ -118,12 +118,21 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
             ``SpotWindowSensor`` (templated). Needed by ``pause_on_price``; given, each spot attempt is billed
             at the mean price in force over its run instead of its starting price (not on SageMaker).
         availability: Spot capacity trace for ``pause_on_price`` resumes (templated; default: spot has
-            capacity when it is below on-demand).
+            capacity when it is below on-demand); with ``availability_zones``, a map of zone to trace.
         expected_runtime_hours: Training time on the instance; default the decision's (templated).
         priority: ``critical`` (never paused), ``normal`` or ``best_effort`` (paused at any expected saving,
             may wait until the deadline itself); default the decision's, else ``normal`` (templated).
         restart_overhead_minutes: What a restart from a checkpoint costs before training goes on.
         history_days: Days of price history the pause forecast fits on.
+        availability_zones: The zones spot attempts may run in (templated; a list or ``"a,b"``): after a
+            preemption or a pause the next attempt goes to the zone with the lowest expected cost (spot
+            price, its churn so far, the egress of a move to another region). Local, Batch (``spot_queues``)
+            and Kubernetes place by zone; SageMaker does not. See docs/remote-training.md.
+        allowed_regions: Regions a zone may be in (templated); a zone of another region is refused.
+        restart_guard: Leave a zone whose last 2 preempted runs each kept nothing (shorter than the
+            restart overhead plus one checkpoint interval); when no zone is left, run the rest on
+            on-demand (templated; default off: on recorded traces waiting out a churn on spot cost less
+            than on-demand, see docs/remote-training.md).
         **kwargs: ``BaseOperator`` arguments.
     """
 
@@ -147,6 +156,9 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         "availability",
         "expected_runtime_hours",
         "priority",
+        "availability_zones",
+        "allowed_regions",
+        "restart_guard",
     )
     template_fields_renderers = {"trainer_params": "json", "backend_options": "json"}
     ui_color = "#d9ecf7"
@@ -198,6 +210,9 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         priority: str | None = None,
         restart_overhead_minutes: float = 5.0,
         history_days: int = 14,
+        availability_zones: Sequence[str] | str | None = None,
+        allowed_regions: Sequence[str] | str | None = None,
+        restart_guard: bool | str = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -263,6 +278,9 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
             priority=priority,
             restart_overhead_minutes=restart_overhead_minutes,
             history_days=history_days,
+            availability_zones=availability_zones,
+            allowed_regions=allowed_regions,
+            restart_guard=restart_guard,
         )
         self.max_attempts = max_attempts
         self.poll_interval = poll_interval
@@ -272,6 +290,15 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         self.deferrable = deferrable
 
     # -- plan --------------------------------------------------------------------------------------------
+
+    def _data_bytes(self, opts: Mapping[str, Any]) -> int:
+        """The training data's size, which a job in another region reads across regions (0 for a command)."""
+        from costaware.adapters.input_data import total_bytes
+        from costaware.adapters.object_store import S3Options
+
+        if self.command is not None or not self.data_path:
+            return 0
+        return total_bytes(str(self.data_path), S3Options(**opts) if opts else None)[0]
 
     def _start(self, context: Context) -> AttemptState:
         """The state before attempt 1: the plan (:func:`~costaware.training.plan.make_plan`) and its spec."""
@@ -322,6 +349,9 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
             interruption_band=lambda instance_type, region: (
                 bundled_catalog().spot_advice(instance_type, region).interruption_range
             ),
+            transfer_price=lambda src, dst: bundled_catalog().transfer_usd_per_gb(src, dst),
+            data_bytes=lambda: self._data_bytes(opts),
+            now=utcnow(),
         )
         if start.checkpoint_reason:
             self.log.info("%s", start.checkpoint_reason)

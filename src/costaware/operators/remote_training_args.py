@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from costaware.adapters.compute.job_contract import check_grace_seconds
@@ -41,6 +41,32 @@ def parse_mapping(value: Any, *, name: str = "spot decision") -> dict[str, Any]:
     if not isinstance(parsed, dict):
         raise ConfigurationError(f"{name} must be a mapping, got {type(parsed).__name__}")
     return parsed
+
+
+def parse_names(value: Any, *, name: str) -> tuple[str, ...]:
+    """Names given as a list, JSON list text, a rendered Python list, or ``"a,b"``; empty: ()."""
+    if blank(value) is None:
+        return ()
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            try:
+                parsed = json.loads(text)
+            except json.JSONDecodeError:
+                try:
+                    parsed = ast.literal_eval(text)
+                except (ValueError, SyntaxError) as e:
+                    raise ConfigurationError(f"{name} {text[:80]!r} is not a list of names") from e
+            return parse_names(parsed, name=name)
+        items: list[Any] = text.split(",")
+    elif isinstance(value, Sequence):
+        items = list(value)
+    else:
+        raise ConfigurationError(f"{name} must be a list of names, got {type(value).__name__} {value!r}")
+    names = tuple(dict.fromkeys(str(item).strip() for item in items))
+    if not all(names):
+        raise ConfigurationError(f"{name} {value!r} has an empty name: list names like 'us-west-2a'")
+    return names
 
 
 def parse_decision(value: Any) -> SpotDecision | None:
@@ -73,11 +99,14 @@ class RemotePlanArguments:
     aws_conn_id: str | None
     pause_on_price: bool | str
     prices: str | None
-    availability: str | None
+    availability: str | Mapping[str, str] | None
     expected_runtime_hours: str | float | None
     priority: str | None
     restart_overhead_minutes: float
     history_days: int
+    availability_zones: Sequence[str] | str | None
+    allowed_regions: Sequence[str] | str | None
+    restart_guard: bool | str
 
     def _keep_plan_arguments(
         self,
@@ -99,11 +128,14 @@ class RemotePlanArguments:
         aws_conn_id: str | None,
         pause_on_price: bool | str,
         prices: str | None,
-        availability: str | None,
+        availability: str | Mapping[str, str] | None,
         expected_runtime_hours: str | float | None,
         priority: str | None,
         restart_overhead_minutes: float,
         history_days: int,
+        availability_zones: Sequence[str] | str | None = None,
+        allowed_regions: Sequence[str] | str | None = None,
+        restart_guard: bool | str = False,
     ) -> None:
         """Keep the arguments; check what needs no rendering (the message names the argument)."""
         self.image = image
@@ -138,6 +170,9 @@ class RemotePlanArguments:
         if not isinstance(history_days, int) or history_days < 1:
             raise ConfigurationError(f"history_days must be an integer >= 1, got {history_days!r}")
         self.history_days = history_days
+        self.availability_zones = availability_zones
+        self.allowed_regions = allowed_regions
+        self.restart_guard = restart_guard
 
     def _decision(self, context: Mapping[str, Any]) -> SpotDecision | None:
         """The spot window decision: ``spot_task_id``'s XCom, else the rendered ``spot_decision``, or None.
@@ -180,4 +215,7 @@ class RemotePlanArguments:
             priority=self.priority,
             restart_overhead_minutes=self.restart_overhead_minutes,
             history_days=self.history_days,
+            availability_zones=parse_names(self.availability_zones, name="availability_zones"),
+            allowed_regions=parse_names(self.allowed_regions, name="allowed_regions"),
+            restart_guard=as_bool(self.restart_guard, "restart_guard"),
         )

@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     from costaware.core.ledger import LedgerEntry
 
 
-def job_request(state: AttemptState, market: str, now: datetime) -> JobRequest:
-    """The request of the next attempt on ``market``: stable job name, the plan's stores, time left."""
+def job_request(state: AttemptState, market: str, now: datetime, *, zone: str = "") -> JobRequest:
+    """The next attempt's request on ``market`` in ``zone``: stable job name, the plan's stores, time left."""
     from costaware.adapters.compute.base import JobRequest
     from costaware.adapters.compute.job_contract import attempt_uris
     from costaware.training.remote import job_name
@@ -49,6 +49,7 @@ def job_request(state: AttemptState, market: str, now: datetime) -> JobRequest:
         result_uri=result_uri if state.command else "",
         attempt=attempt,
         grace_seconds=plan.grace_seconds,
+        availability_zone=zone,
     )
 
 
@@ -60,6 +61,7 @@ def billed_attempt(
     Raises:
         ValueError: no attempt is running.
     """
+    from costaware.core.zone_choice import region_of
     from costaware.training.remote import attempt_entry
 
     plan, current = state.plan, state.current
@@ -71,7 +73,7 @@ def billed_attempt(
         job=job,
         usd_per_hour=usd_per_hour,
         on_demand_usd_per_hour=Decimal(plan.on_demand_usd_per_hour),
-        region=plan.region,
+        region=region_of(current.zone, plan.region) if current.zone else plan.region,
         backend=plan.backend,
         tags=plan.tags,
         cause=cause,
@@ -85,6 +87,7 @@ def billed_attempt(
         usd=str(entry.usd),
         cause=str(entry.cause),
         reason=str(job.get("reason") or ""),
+        zone=current.zone,
     )
     return entry, attempt
 

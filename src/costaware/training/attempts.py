@@ -33,6 +33,7 @@ class Attempt:
     usd: str  # a decimal string: JSON has no decimals and floats must not hold money
     cause: str
     reason: str
+    zone: str = ""  # where the backend placed it ("" : the backend's choice, or a state from before zones)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -44,6 +45,7 @@ class Attempt:
             "usd": self.usd,
             "cause": self.cause,
             "reason": self.reason,
+            "zone": self.zone,
         }
 
     @classmethod
@@ -57,6 +59,7 @@ class Attempt:
             usd=str(data["usd"]),
             cause=str(data["cause"]),
             reason=str(data.get("reason") or ""),
+            zone=str(data.get("zone") or ""),
         )
 
 
@@ -74,10 +77,13 @@ class Current:
     market: str
     pausing: str | None = None
     stopped: Mapping[str, Any] | None = None
+    zone: str = ""
 
     def to_json(self) -> dict[str, Any]:
         # Older states have no pausing/stopped keys until a pause: leave them out when unset.
         data: dict[str, Any] = {"attempt": self.attempt, "job_id": self.job_id, "market": self.market}
+        if self.zone:
+            data["zone"] = self.zone
         if self.pausing is not None:
             data["pausing"] = self.pausing
         if self.stopped is not None:
@@ -93,6 +99,7 @@ class Current:
             market=str(data["market"]),
             pausing=data.get("pausing") or None,
             stopped=dict(stopped) if stopped else None,
+            zone=str(data.get("zone") or ""),
         )
 
 
@@ -148,9 +155,10 @@ class AttemptState:
             current=Current.from_json(current) if current else None,
         )
 
-    def submitted(self, *, job_id: str, market: str) -> AttemptState:
-        """Attempt :attr:`next_attempt` runs as ``job_id`` on ``market``."""
-        return replace(self, current=Current(attempt=self.next_attempt, job_id=job_id, market=market))
+    def submitted(self, *, job_id: str, market: str, zone: str = "") -> AttemptState:
+        """Attempt :attr:`next_attempt` runs as ``job_id`` on ``market`` (in ``zone``, where chosen)."""
+        current = Current(attempt=self.next_attempt, job_id=job_id, market=market, zone=zone)
+        return replace(self, current=current)
 
     def recorded(self, attempt: Attempt) -> AttemptState:
         """The current attempt ended and was billed as ``attempt``."""

@@ -270,7 +270,7 @@ def replay(args: argparse.Namespace) -> int:
             data,
             args.policy or DEFAULT_POLICIES,
             tick=tick,
-            restart_guard=not args.no_restart_guard,
+            restart_guard=args.restart_guard,
         )
     for note in notes:
         print(f"note: {note}", file=sys.stderr)

@@ -51,7 +51,7 @@ def simulate(
     policies: Sequence[str] = DEFAULT_POLICIES,
     *,
     tick: timedelta | None = None,
-    restart_guard: bool = True,
+    restart_guard: bool = False,
 ) -> SimulationReport:
     """Replay ``policies`` over ``jobs``; the oracle and ``on_demand_now`` always run, for the ratios.
 

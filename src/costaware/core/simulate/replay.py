@@ -115,7 +115,7 @@ def run_job(
     *,
     job: str = "job",
     priority: str = "normal",
-    restart_guard: bool = True,
+    restart_guard: bool = False,
 ) -> JobOutcome:
     """Replay one job under one policy (see the module docstring for the rules).
 

@@ -22,12 +22,19 @@ from costaware.training.plan.arguments import (
     positive_hours,
     watch_plan,
 )
-from costaware.training.plan.remote_plan import DEFAULT_GRACE_SECONDS, Billing, PriceWatch, RemotePlan
+from costaware.training.plan.remote_plan import (
+    DEFAULT_GRACE_SECONDS,
+    Billing,
+    Placement,
+    PriceWatch,
+    RemotePlan,
+)
 
 __all__ = [
     "AWS_BACKENDS",
     "DEFAULT_GRACE_SECONDS",
     "Billing",
+    "Placement",
     "PlanArguments",
     "PriceWatch",
     "RemotePlan",

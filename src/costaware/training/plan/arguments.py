@@ -17,7 +17,13 @@ from costaware.core.series import parse_instant
 from costaware.core.spot_decision import SpotDecision
 from costaware.core.spot_window import check_priority
 from costaware.training.plan.interval import planned_interval
-from costaware.training.plan.remote_plan import DEFAULT_GRACE_SECONDS, Billing, PriceWatch, RemotePlan
+from costaware.training.plan.remote_plan import (
+    DEFAULT_GRACE_SECONDS,
+    Billing,
+    Placement,
+    PriceWatch,
+    RemotePlan,
+)
 
 #: Backends whose jobs run on AWS and reach it through the task's AWS connection.
 AWS_BACKENDS = ("sagemaker", "batch")
@@ -65,11 +71,14 @@ class PlanArguments:
     aws_conn_id: str | None = None
     pause_on_price: bool = False
     prices: str | None = None
-    availability: str | None = None
+    availability: str | Mapping[str, str] | None = None
     expected_runtime_hours: Any = None
     priority: str | None = None
     restart_overhead_minutes: float = 5.0
     history_days: int = 14
+    availability_zones: tuple[str, ...] = ()
+    allowed_regions: tuple[str, ...] = ()
+    restart_guard: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +108,9 @@ def make_plan(
     tags: Mapping[str, str],
     list_price: Callable[[str, str], Any] | None = None,
     interruption_band: Callable[[str, str], str] | None = None,
+    transfer_price: Callable[[str, str], Any] | None = None,
+    data_bytes: Callable[[], int] | None = None,
+    now: datetime | None = None,
 ) -> Start:
     """The plan from the operator's arguments, each falling back to the spot window's ``decision``.
 
@@ -117,6 +129,10 @@ def make_plan(
             the decision give the on-demand price (the caller reads its price list).
         interruption_band: ``(instance_type, region) -> spot advisor band``, asked for
             ``checkpoint_every_seconds="auto"`` on spot (see ``plan.interval.planned_interval``).
+        transfer_price: ``(from_region, to_region) -> USD/GB``, asked for each region of
+            ``availability_zones`` other than the plan's (raises ``PriceNotFoundError``).
+        data_bytes: ``() -> bytes`` of the training data, asked when a zone is in another region.
+        now: The task's start: the first sample of the zones' capacity traces.
 
     Raises:
         ConfigurationError: an argument that is missing or wrong; the message names it.
@@ -200,12 +216,84 @@ def make_plan(
         checkpoint_every_seconds=every_seconds,
         watch=watch_plan(args, decision, deadline=deadline, region=region),
         billing=billing_plan(args, decision, backend=backend),
+        placement=placement_plan(
+            args,
+            decision,
+            backend=backend,
+            region=region,
+            runtime_hours=blank(args.expected_runtime_hours) or decision.expected_runtime_hours,
+            transfer_price=transfer_price,
+            data_bytes=data_bytes,
+            now=now,
+        ),
     )
     return Start(
         plan=plan,
         spot_usd_per_hour=str(spot) if spot is not None else None,
         latest_start=latest,
         checkpoint_reason=checkpoint_reason,
+    )
+
+
+def placement_plan(
+    args: PlanArguments,
+    decision: SpotDecision,
+    *,
+    backend: str,
+    region: str,
+    runtime_hours: Any,
+    transfer_price: Callable[[str, str], Any] | None,
+    data_bytes: Callable[[], int] | None,
+    now: datetime | None = None,
+) -> Placement:
+    """The allowed zones of the spot attempts and what choosing among them needs.
+
+    Raises:
+        ConfigurationError: zones on a backend that cannot place by zone, a zone of a region
+            ``allowed_regions`` forbids, a trace of a zone that is not listed, a move whose transfer price is
+            unknown; the message names the value.
+    """
+    from costaware.adapters.compute.base import require_zone_placement
+    from costaware.core.zone_choice import region_of
+
+    zones = tuple(args.availability_zones)
+    require_zone_placement(backend, zones)
+    allowed = set(args.allowed_regions)
+    for zone in zones:
+        zone_region = region_of(zone, region)
+        if allowed and zone_region not in allowed:
+            raise ConfigurationError(
+                f"availability zone {zone!r} is in region {zone_region}, which allowed_regions "
+                f"({', '.join(sorted(allowed))}) forbids: remove the zone or allow its region"
+            )
+    traces = dict(args.availability) if isinstance(args.availability, Mapping) else {}
+    unknown = sorted(set(traces) - set(zones))
+    if unknown:
+        raise ConfigurationError(
+            f"availability maps zones {', '.join(unknown)} that availability_zones does not list "
+            f"({', '.join(zones) or 'none'}): list them, or give one trace path"
+        )
+    chosen = decision.availability_zone or ""
+    first = chosen if chosen in zones or not zones else zones[0]
+    usd_per_gb: dict[str, str] = {}
+    size = 0
+    for other in sorted({region_of(z, region) for z in zones} - {region}):
+        if transfer_price is None:
+            raise ConfigurationError(f"zone of {other}: no transfer price to weigh a move from {region}")
+        usd_per_gb[other] = str(transfer_price(region, other))
+        if data_bytes is not None and not size:
+            size = int(data_bytes())
+    runtime = str(runtime_hours) if runtime_hours not in (None, "") else None
+    return Placement(
+        zones=zones,
+        first_zone=first,
+        zone_availability={str(k): str(v) for k, v in traces.items()},
+        restart_overhead_seconds=float(args.restart_overhead_minutes) * 60,
+        guard=bool(args.restart_guard),
+        runtime_hours=runtime,
+        usd_per_gb=usd_per_gb,
+        data_bytes=size,
+        availability_start=now.isoformat() if traces and now else None,
     )
 
 
@@ -248,7 +336,7 @@ def watch_plan(
         )
     return PriceWatch(
         prices=str(prices),
-        availability=blank(args.availability),
+        availability=watched_trace(args.availability, decision.availability_zone),
         availability_zone=decision.availability_zone or None,
         runtime_hours=str(runtime),
         priority=check_priority(blank(args.priority) or decision.priority or "normal"),
@@ -257,6 +345,14 @@ def watch_plan(
         aws_conn_id=args.aws_conn_id,
         region=region,
     )
+
+
+def watched_trace(availability: str | Mapping[str, str] | None, zone: str | None) -> str | None:
+    """The capacity trace a price watch resumes on: the one given, or of the decision's zone in a map."""
+    if isinstance(availability, Mapping):
+        return availability.get(zone or "") or next(iter(availability.values()), None)
+    chosen = blank(availability)
+    return str(chosen) if chosen is not None else None
 
 
 def job_seconds_left(plan: RemotePlan, now: datetime) -> int:

@@ -83,6 +83,61 @@ class Billing:
 
 
 @dataclass(frozen=True, slots=True)
+class Placement:
+    """Where spot attempts may run, and what choosing the next one's zone needs (``core.zone_choice``).
+
+    Args:
+        zones: The allowed zones; empty: the backend's choice in the plan's region (the guard still applies).
+        first_zone: The zone of attempt 1 (the decision's), or "".
+        zone_availability: ``zone -> capacity trace path`` (capacity unknown without one).
+        restart_overhead_seconds: What a restart from a checkpoint costs before training goes on.
+        guard: Whether the restart-thrash guard may leave a zone (or send the rest to on-demand).
+        runtime_hours: The training's expected runtime (a decimal string), or None (taken as one hour).
+        usd_per_gb: ``region -> transfer USD/GB`` from the plan's region, for zones in other regions.
+        data_bytes: The training data a job in another region reads across regions.
+        availability_start: When the zone traces' first sample is (ISO; default the task's start).
+    """
+
+    zones: tuple[str, ...] = ()
+    first_zone: str = ""
+    zone_availability: Mapping[str, str] = field(default_factory=dict)
+    restart_overhead_seconds: float = 300.0
+    guard: bool = False
+    runtime_hours: str | None = None
+    usd_per_gb: Mapping[str, str] = field(default_factory=dict)
+    data_bytes: int = 0
+    availability_start: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "zones": list(self.zones),
+            "first_zone": self.first_zone,
+            "zone_availability": dict(self.zone_availability),
+            "restart_overhead_seconds": self.restart_overhead_seconds,
+            "guard": self.guard,
+            "runtime_hours": self.runtime_hours,
+            "usd_per_gb": dict(self.usd_per_gb),
+            "data_bytes": self.data_bytes,
+            "availability_start": self.availability_start,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Placement:
+        runtime = data.get("runtime_hours")
+        return cls(
+            zones=tuple(str(z) for z in data.get("zones") or ()),
+            first_zone=str(data.get("first_zone") or ""),
+            zone_availability={str(k): str(v) for k, v in dict(data.get("zone_availability") or {}).items()},
+            restart_overhead_seconds=float(data.get("restart_overhead_seconds", 300.0)),
+            guard=bool(data.get("guard", False)),
+            runtime_hours=str(runtime) if runtime is not None else None,
+            usd_per_gb={str(k): str(v) for k, v in dict(data.get("usd_per_gb") or {}).items()},
+            data_bytes=int(data.get("data_bytes") or 0),
+            availability_start=data.get("availability_start") or None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class RemotePlan:
     """Everything the attempts of one remote training share, fixed when the task starts.
 
@@ -108,6 +163,7 @@ class RemotePlan:
         checkpoint_every_seconds: The training's checkpoint interval (the most a stop loses), or None.
         watch: Pausing on the price, or None.
         billing: Billing a spot attempt at the mean price over its run, or None (its starting price).
+        placement: The allowed zones and the zone choice of each spot attempt.
     """
 
     backend: str
@@ -131,6 +187,7 @@ class RemotePlan:
     checkpoint_every_seconds: float | None = 300.0
     watch: PriceWatch | None = None
     billing: Billing | None = None
+    placement: Placement = field(default_factory=Placement)
 
     def to_json(self) -> dict[str, Any]:
         """The plan's keys of the state dict the operator and its trigger carry (JSON primitives)."""
@@ -156,6 +213,7 @@ class RemotePlan:
             "checkpoint_every_seconds": self.checkpoint_every_seconds,
             "watch": self.watch.to_json() if self.watch else None,
             "billing": self.billing.to_json() if self.billing else None,
+            "placement": self.placement.to_json(),
         }
 
     @classmethod
@@ -188,6 +246,8 @@ class RemotePlan:
             checkpoint_every_seconds=_optional_float(data.get("checkpoint_every_seconds")),
             watch=PriceWatch.from_json(watch) if watch else None,
             billing=Billing.from_json(billing) if billing else None,
+            # A state written before zones were in the plan: one zone, the guard at its defaults.
+            placement=Placement.from_json(data.get("placement") or {}),
         )
 
 

@@ -1,0 +1,69 @@
+"""The zone of a remote training's next spot attempt, from its attempts (training.placement)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from costaware.training.attempts import Attempt, AttemptState
+from costaware.training.placement import allowed_zones, last_zone, next_zone, preempted_runs
+from costaware.training.plan import Placement, RemotePlan
+
+
+def state(
+    *attempts: tuple[str, str, float, str], zones: tuple[str, ...] = ("a", "b"), **placed: object
+) -> AttemptState:
+    plan = RemotePlan(
+        backend="local",
+        instance_type="p3.2xlarge",
+        region="us-west-2",
+        on_demand_usd_per_hour="3.06",
+        first_market="spot",
+        checkpoint_every_seconds=60.0,
+        placement=Placement(
+            zones=zones,
+            first_zone=zones[0] if zones else "",
+            restart_overhead_seconds=120.0,
+            **placed,  # type: ignore[arg-type]
+        ),
+    )
+    done = tuple(
+        Attempt(i + 1, f"j{i}", market, "p3.2xlarge", seconds, "0.1", cause, "", zone=zone)
+        for i, (market, zone, seconds, cause) in enumerate(attempts)
+    )
+    return AttemptState(plan=plan, spot_usd_per_hour="0.918", attempts=done)
+
+
+def test_runs_and_zones_are_read_from_the_attempts() -> None:
+    s = state(
+        ("spot", "a", 100.0, "preemption"), ("spot", "b", 50.0, "paused"), ("spot", "a", 30.0, "preemption")
+    )
+    assert preempted_runs(s) == {"a": (100.0, 30.0)}
+    assert last_zone(s) == "a" and allowed_zones(s) == ("a", "b")
+    assert last_zone(state()) == "a"  # the decision's zone before any attempt
+    assert allowed_zones(state(zones=())) == ("",)
+
+
+def test_a_preemption_moves_the_next_attempt_to_an_untried_zone_at_the_same_price() -> None:
+    choice = next_zone(state(("spot", "a", 600.0, "preemption")), prices={}, capacity={}, move_usd={})
+    assert choice.zone == "b" and "moves" in choice.reason
+
+
+def test_a_zone_without_capacity_is_passed_over_and_prices_count() -> None:
+    s = state(("spot", "a", 6000.0, "preemption"), zones=("a", "b", "c"))
+    prices = {"a": Decimal("0.5"), "b": Decimal("0.9"), "c": Decimal("0.4")}
+    assert next_zone(s, prices=prices, capacity={"c": False}, move_usd={}).zone == "a"
+    assert next_zone(s, prices=prices, capacity={}, move_usd={}).zone == "c"
+    assert next_zone(s, prices=prices, capacity={}, move_usd={"c": Decimal(5)}).zone == "a"
+
+
+def test_the_guard_leaves_no_zone_after_two_short_runs_in_each() -> None:
+    runs = [("spot", z, 100.0, "preemption") for z in ("a", "b", "a", "b")]
+    choice = next_zone(state(*runs, guard=True), prices={}, capacity={}, move_usd={})
+    assert choice.zone is None and choice.thrashing == ("a", "b")
+    # Off: both zones keep nothing (an infinite expected cost), so the tie keeps the current zone.
+    assert next_zone(state(*runs), prices={}, capacity={}, move_usd={}).zone == "b"
+
+
+def test_one_zone_thrashing_on_its_own_goes_on_demand() -> None:
+    runs = [("spot", "", 100.0, "preemption")] * 2
+    assert next_zone(state(*runs, zones=(), guard=True), prices={}, capacity={}, move_usd={}).zone is None
