@@ -19,8 +19,10 @@ from remote_support import context_for, drive, local_operator_args, write_data
 
 from costaware.adapters.compute.local import LocalBackend
 from costaware.adapters.compute.replay import PreemptionInjector
+from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import utcnow
 from costaware.operators.remote_training import RemoteTrainingOperator
+from costaware.operators.remote_training_args import parse_names
 
 TICK = 0.5
 PRICES = {"spot": "0.918", "on_demand": "3.06"}
@@ -132,3 +134,26 @@ def test_zones_a_plan_cannot_honour_are_refused_before_any_job(
     with pytest.raises(AirflowFailException, match=message):
         drive(op, context_for())
     assert not (tmp_path / "jobs").exists()
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        ["us-west-2a", "us-west-2b"],
+        "us-west-2a, us-west-2b",
+        '["us-west-2a", "us-west-2b"]',
+        "['us-west-2a', 'us-west-2b']",
+    ],
+)
+def test_zones_read_from_a_list_or_the_text_a_template_renders(value: object) -> None:
+    assert parse_names(value, name="availability_zones") == ("us-west-2a", "us-west-2b")
+    assert parse_names("", name="availability_zones") == ()
+
+
+def test_zones_that_are_no_list_are_refused_by_name() -> None:
+    with pytest.raises(
+        ConfigurationError, match=r"availability_zones '\[us-west-2a' is neither JSON nor a list"
+    ):
+        parse_names("[us-west-2a", name="availability_zones")
+    with pytest.raises(ConfigurationError, match="availability_zones must be a list of names, got int 3"):
+        parse_names(3, name="availability_zones")

@@ -24,20 +24,24 @@ if TYPE_CHECKING:
     from costaware.training.plan import PlanArguments
 
 
+def _literal(text: str, *, name: str, what: str) -> Any:
+    """JSON text, or the text of a rendered Python literal (a template's ``{{ ... }}`` of a dict or list)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        try:
+            return ast.literal_eval(text)
+        except (ValueError, SyntaxError) as e:
+            raise ConfigurationError(f"{name} {text[:80]!r} is neither JSON nor {what}") from e
+
+
 def parse_mapping(value: Any, *, name: str = "spot decision") -> dict[str, Any]:
     """A mapping given as a dict, JSON text, or the text of a rendered Python dict."""
     if blank(value) is None:
         return {}
     if isinstance(value, Mapping):
         return dict(value)
-    text = str(value)
-    try:
-        parsed = json.loads(text)
-    except json.JSONDecodeError:
-        try:
-            parsed = ast.literal_eval(text)
-        except (ValueError, SyntaxError) as e:
-            raise ConfigurationError(f"{name} {text[:80]!r} is neither JSON nor a dict") from e
+    parsed = _literal(str(value), name=name, what="a dict")
     if not isinstance(parsed, dict):
         raise ConfigurationError(f"{name} must be a mapping, got {type(parsed).__name__}")
     return parsed
@@ -50,14 +54,7 @@ def parse_names(value: Any, *, name: str) -> tuple[str, ...]:
     if isinstance(value, str):
         text = value.strip()
         if text.startswith("["):
-            try:
-                parsed = json.loads(text)
-            except json.JSONDecodeError:
-                try:
-                    parsed = ast.literal_eval(text)
-                except (ValueError, SyntaxError) as e:
-                    raise ConfigurationError(f"{name} {text[:80]!r} is not a list of names") from e
-            return parse_names(parsed, name=name)
+            return parse_names(_literal(text, name=name, what="a list of names"), name=name)
         items: list[Any] = text.split(",")
     elif isinstance(value, Sequence):
         items = list(value)
