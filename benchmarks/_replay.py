@@ -9,7 +9,7 @@ import os
 import signal
 import statistics
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -25,12 +25,16 @@ TRACES = [
 ]
 
 
-def arguments(description: str) -> argparse.Namespace:
-    """``--quick`` (one trace instead of eight), ``--json``, ``--tick-seconds``."""
+def arguments(
+    description: str, extra: Callable[[argparse.ArgumentParser], None] | None = None
+) -> argparse.Namespace:
+    """``--quick`` (one trace instead of eight), ``--json``, ``--tick-seconds``; ``extra`` adds more."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help="one trace instead of eight")
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
     parser.add_argument("--tick-seconds", type=float, default=0.5, help="real seconds per 10-minute tick")
+    if extra is not None:
+        extra(parser)
     return parser.parse_args()
 
 
@@ -53,11 +57,28 @@ def trace_window(name: str, seconds: float, tick_seconds: float) -> list[bool]:
     return samples[first : first + int(seconds / tick_seconds) + 1]
 
 
+def zone_windows(names: Mapping[str, str], seconds: float, tick_seconds: float) -> dict[str, list[bool]]:
+    """``zone -> window`` of each zone's trace, as ``trace_window`` cuts one, all from one tick: the first
+    after tick 400 where any zone has spot capacity."""
+    from costaware.adapters.compute.replay import read_samples
+
+    samples = {zone: read_samples(SHARED / name) for zone, name in names.items()}
+    length = min(len(s) for s in samples.values())
+    first = next(i for i in range(400, length) if any(s[i] for s in samples.values()))
+    return {zone: s[first : first + int(seconds / tick_seconds) + 1] for zone, s in samples.items()}
+
+
 def spot_decision(
-    market: str, now: datetime, deadline: datetime, latest_start_seconds: float
+    market: str,
+    now: datetime,
+    deadline: datetime,
+    latest_start_seconds: float,
+    availability_zone: str | None = None,
 ) -> dict[str, str]:
     """What a spot window would have decided for a p3.2xlarge in us-west-2, ``market`` at its price."""
+    zone = {"availability_zone": availability_zone} if availability_zone else {}
     return {
+        **zone,
         "market": market,
         "usd_per_hour": str(PRICES[market]),
         "on_demand_usd_per_hour": str(PRICES["on_demand"]),
@@ -69,9 +90,15 @@ def spot_decision(
 
 
 def drive_under_trace(
-    operator: Any, backend_options: dict[str, Any], trace: list[bool] | None, tick_seconds: float
+    operator: Any,
+    backend_options: dict[str, Any],
+    trace: list[bool] | Mapping[str, list[bool]] | None,
+    tick_seconds: float,
 ) -> tuple[Any, list[Any]]:
     """Run ``operator`` to its end; with a ``trace``, its spot jobs get SIGKILL or SIGTERM by turns at drops.
+
+    ``trace`` may be one trace per zone (``{zone: samples}``, a ``capacity_file`` with ``{zone}``): a drop
+    in a zone preempts only the jobs placed there.
 
     Returns the operator's result and the preemptions sent.
     """
