@@ -1,0 +1,125 @@
+"""Carbon data: recorded hourly grid intensity, the power model, and the grid zone of each cloud region.
+
+Read from files: the shared CSV format of recorded intensity, and the bundled ``costaware/data/`` (see
+``data/SOURCES.md``).
+
+A carbon intensity series is a ``PriceSeries`` of gCO2e/kWh (a step function per hour), so the forecasts,
+windows and policies built for prices read it as they read a price.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import io
+from datetime import timedelta
+from importlib import resources
+from pathlib import Path
+
+from costaware.core.carbon import Machine, PowerModel
+from costaware.core.errors import ConfigurationError, InvalidPriceDataError
+from costaware.core.prices import InstanceOffer
+from costaware.core.series import PriceSeries
+
+#: Life-cycle intensity by default (what Electricity Maps and most reports use); ``direct`` counts combustion.
+INTENSITY_COLUMNS = {"lca": "g_co2eq_per_kwh_lca", "direct": "g_co2eq_per_kwh_direct"}
+_DATA = "data"
+
+
+def carbon_from_text(text: str, *, source: str, basis: str = "lca") -> PriceSeries:
+    """Hourly gCO2e/kWh (``timestamp_utc`` and ``g_co2eq_per_kwh_lca``/``_direct``) as a series.
+
+    Raises:
+        ConfigurationError: an unknown ``basis``.
+        InvalidPriceDataError: missing columns, bad values, gaps over one hour (named with the file).
+    """
+    column = INTENSITY_COLUMNS.get(basis)
+    if column is None:
+        raise ConfigurationError(f"carbon basis {basis!r} is not one of {', '.join(INTENSITY_COLUMNS)}")
+    reader = csv.DictReader(io.StringIO(text.lstrip("\ufeff")))
+    missing = [c for c in ("timestamp_utc", column) if c not in (reader.fieldnames or [])]
+    if missing:
+        raise InvalidPriceDataError(
+            f"{source}: carbon intensity CSV lacks column(s) {', '.join(missing)}; its header is "
+            f"{reader.fieldnames!r} (expected timestamp_utc,{column})"
+        )
+    points = [(row["timestamp_utc"], row[column]) for row in reader]
+    return PriceSeries.from_points(
+        points, name=f"carbon {source} (gCO2e/kWh, {basis})", max_gap=timedelta(hours=1)
+    )
+
+
+def load_carbon(path: str | Path, *, basis: str = "lca") -> PriceSeries:
+    """Read a recorded carbon intensity CSV (the format of ``shared/data/carbon_intensity``)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise InvalidPriceDataError(f"cannot read carbon intensity file {str(path)!r}: {e.strerror}") from e
+    return carbon_from_text(text, source=Path(path).name, basis=basis)
+
+
+def bundled_zones() -> list[str]:
+    """The grid zones whose 2023 intensity ships with costaware."""
+    folder = resources.files("costaware") / _DATA / "carbon_intensity"
+    return sorted(p.name.removesuffix("_2023.csv") for p in folder.iterdir() if p.name.endswith(".csv"))
+
+
+@functools.cache
+def bundled_carbon(zone: str, basis: str = "lca") -> PriceSeries:
+    """The bundled 2023 hourly intensity of ``zone`` (``US-CAL-CISO``, ``DE-LU``, ``GB``, ``AU-NSW``).
+
+    Raises:
+        ConfigurationError: a zone that is not bundled (named, with the ones that are).
+    """
+    if zone not in bundled_zones():
+        raise ConfigurationError(
+            f"no bundled carbon intensity for grid zone {zone!r}: bundled are {', '.join(bundled_zones())}; "
+            "import a recorded file with `costaware carbon import` or configure a live source"
+        )
+    text = (resources.files("costaware") / _DATA / "carbon_intensity" / f"{zone}_2023.csv").read_text()
+    return carbon_from_text(text, source=f"{zone}_2023.csv", basis=basis)
+
+
+@functools.cache
+def power_model() -> PowerModel:
+    """The bundled power model (``data/power_model.csv``; every coefficient with its source)."""
+    text = (resources.files("costaware") / _DATA / "power_model.csv").read_text(encoding="utf-8")
+    cpu: dict[str, tuple[float, float]] = {}
+    gpu: dict[str, tuple[float, float]] = {}
+    memory, pue = 0.0, 1.0
+    sources: dict[str, str] = {}
+    for row in csv.DictReader(io.StringIO(text)):
+        kind, name = row["kind"], row["name"]
+        low, high = float(row["min_watts"]), float(row["max_watts"])
+        sources[f"{kind}:{name}"] = row["source"]
+        if kind == "cpu_per_vcpu":
+            cpu[name] = (low, high)
+        elif kind == "gpu":
+            gpu[name] = (low, high)
+        elif kind == "memory_per_gib":
+            memory = high
+        elif kind == "pue":
+            pue = high
+    return PowerModel(cpu_watts=cpu, memory_watts_per_gib=memory, gpu_watts=gpu, pue=pue, sources=sources)
+
+
+@functools.cache
+def _region_grids() -> dict[tuple[str, str], str]:
+    text = (resources.files("costaware") / _DATA / "region_grids.csv").read_text(encoding="utf-8")
+    return {(r["provider"], r["region"]): r["grid_zone"] for r in csv.DictReader(io.StringIO(text))}
+
+
+def grid_zone(region: str, provider: str = "aws") -> str | None:
+    """The grid zone a cloud region draws from (``data/region_grids.csv``), or None when it is not mapped."""
+    return _region_grids().get((provider, region))
+
+
+def machine_of(offer: InstanceOffer) -> Machine:
+    """What an instance type draws power with, from the catalog's sizes."""
+    return Machine(
+        vcpus=int(offer.vcpus),
+        memory_gib=float(offer.memory_gib),
+        gpus=int(offer.gpus),
+        gpu_model=str(offer.gpu_model or "").removeprefix("NVIDIA ").strip(),
+        arch=offer.arch or "x86_64",
+    )

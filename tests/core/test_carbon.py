@@ -1,0 +1,79 @@
+"""Emissions and the one objective (core.carbon) on the bundled carbon data (adapters.carbon_data)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from decimal import Decimal
+
+import pytest
+
+from costaware.adapters.carbon_data import (
+    bundled_carbon,
+    bundled_zones,
+    carbon_from_text,
+    grid_zone,
+    machine_of,
+    power_model,
+)
+from costaware.adapters.price_files import bundled_catalog
+from costaware.core.carbon import Machine, Objective, emissions
+from costaware.core.errors import ConfigurationError, InvalidPriceDataError
+
+
+def test_the_objectives_value_an_hour_in_their_own_unit() -> None:
+    assert Objective.parse("cost").hourly_value(2.0, 0.5, None) == 2.0
+    assert Objective.parse("carbon").hourly_value(2.0, 0.5, 400.0) == pytest.approx(0.2)  # kg/h
+    both = Objective.parse("cost+carbon", "100")
+    assert both.hourly_value(2.0, 0.5, 400.0) == pytest.approx(2.0 + 100 * 0.2 / 1000)
+    assert both.unit == "USD" and Objective.parse("carbon").unit == "kg CO2e"
+
+
+@pytest.mark.parametrize(
+    ("name", "price", "message"),
+    [
+        ("greenest", None, "objective 'greenest' is not one of cost, carbon, cost\\+carbon"),
+        ("cost+carbon", None, "needs carbon_usd_per_tonne"),
+        ("cost+carbon", "-5", "carbon_usd_per_tonne='-5' is not a price >= 0"),
+        ("cost+carbon", "lots", "carbon_usd_per_tonne='lots'"),
+    ],
+)
+def test_bad_objectives_are_refused_by_name(name: str, price: object, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        Objective.parse(name, price)
+
+
+def test_an_unknown_intensity_is_an_error_for_carbon_and_unknown_in_an_estimate() -> None:
+    with pytest.raises(ConfigurationError, match="carbon intensity of this hour, and it is unknown"):
+        Objective.parse("carbon").hourly_value(1.0, 1.0, None)
+    unknown = emissions(1.5, None, method="m", source="s")
+    assert unknown.kg_co2e is None and unknown.kwh == Decimal("1.5") and "unknown" in unknown.reason
+    assert emissions(1.5, 200.0, method="m", source="s").kg_co2e == Decimal("0.3")
+
+
+def test_power_grows_with_utilization_and_counts_gpus_at_board_power() -> None:
+    model = power_model()
+    cpu = Machine(vcpus=8, memory_gib=32)
+    idle, busy = model.power_kw(cpu, 0.0), model.power_kw(cpu, 1.0)
+    assert idle == pytest.approx(1.135 * (8 * 0.74 + 32 * 0.392) / 1000)
+    assert busy == pytest.approx(1.135 * (8 * 3.5 + 32 * 0.392) / 1000)
+    p3 = machine_of(bundled_catalog().offer("p3.2xlarge", "us-east-1"))
+    assert p3.gpu_model == "V100" and model.power_kw(p3, 0.0) > 0.3  # a V100 at 300 W dominates
+    assert "1 x V100 at full power" in model.method(p3, gpu_measured=False)
+    with pytest.raises(ConfigurationError, match=r"utilization -0\.1"):
+        model.power_kw(cpu, -0.1)
+
+
+def test_bundled_intensity_and_grid_zones() -> None:
+    assert bundled_zones() == ["AU-NSW", "DE-LU", "GB", "US-CAL-CISO"]
+    gb = bundled_carbon("GB")
+    assert float(gb.price_at(datetime(2023, 1, 1, 0, 30, tzinfo=timezone.utc))) == pytest.approx(91.44)
+    assert grid_zone("eu-west-2") == "GB" and grid_zone("us-east-1") is None
+    with pytest.raises(ConfigurationError, match="no bundled carbon intensity for grid zone 'FR'"):
+        bundled_carbon("FR")
+
+
+def test_a_recorded_file_missing_its_column_is_named() -> None:
+    with pytest.raises(InvalidPriceDataError, match=r"x\.csv: carbon intensity CSV lacks column"):
+        carbon_from_text("timestamp_utc,g\n2023-01-01T00:00:00Z,1\n", source="x.csv")
+    with pytest.raises(ConfigurationError, match="carbon basis 'both'"):
+        carbon_from_text("", source="x.csv", basis="both")
