@@ -1,0 +1,482 @@
+"""Carbon intensity sources behind one small interface, as prices are: recorded files and a live API.
+
+A source answers two questions about a grid zone, both as a ``PriceSeries`` of gCO2e/kWh:
+
+* :meth:`CarbonSource.intensity`: the recorded or measured intensity covering ``[start, end)``;
+* :meth:`CarbonSource.forecast`: the source's forecast for ``hours`` from ``now``. A recorded source has no
+  forecast: it returns what was recorded (a perfect forecast, which its series name says), as the simulator
+  and its oracle use it.
+
+:class:`RecordedCarbon` reads the shared CSV format (one file per zone named ``<ZONE>_<anything>.csv``) from
+folders and files, with the bundled 2023 files as a fallback. :class:`LiveCarbon` asks the public GB Carbon
+Intensity API (https://api.carbonintensity.org.uk, no key) and caches each response on disk for a TTL.
+:func:`carbon_source` builds one from a spec: ``recorded``, ``bundled``, ``live`` or a path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Protocol
+
+from costaware.adapters.carbon_data import bundled_carbon, bundled_zones, load_carbon
+from costaware.core.errors import (
+    ConfigurationError,
+    CostawareError,
+    InvalidPriceDataError,
+    PriceNotFoundError,
+)
+from costaware.core.series import PriceSeries
+from costaware.settings import costaware_home
+
+log = logging.getLogger(__name__)
+
+PUBLIC_URL = "https://api.carbonintensity.org.uk"
+DEFAULT_CONN_ID = "costaware_carbon"
+DEFAULT_TTL_SECONDS = 1800.0
+#: The zones the GB Carbon Intensity API covers (national figures).
+LIVE_ZONES = ("GB",)
+#: The API's forecast horizon.
+FORECAST_HOURS = 48
+#: The API answers at most 14 days of history per request.
+_MAX_SPAN = timedelta(days=14)
+_HOUR = timedelta(hours=1)
+_HALF_HOUR = timedelta(minutes=30)
+
+
+class CarbonSourceUnavailableError(CostawareError):
+    """Raised when a live carbon intensity source cannot be reached or answers an error; transient."""
+
+
+class CarbonSource(Protocol):
+    """Anything that knows a grid zone's carbon intensity (gCO2e/kWh) over time."""
+
+    def intensity(self, zone: str, start: datetime, end: datetime) -> PriceSeries:
+        """The recorded or measured intensity covering ``[start, end)``.
+
+        Raises:
+            PriceNotFoundError: the source has nothing for the zone or that time (named, with what it has).
+        """
+        ...
+
+    def forecast(self, zone: str, now: datetime, hours: int) -> PriceSeries:
+        """The source's forecast for ``hours`` from ``now``."""
+        ...
+
+
+def carbon_folder() -> Path:
+    """``$AIRFLOW_HOME/costaware/carbon``: where ``costaware carbon import`` puts recorded files."""
+    return costaware_home("carbon")
+
+
+def zone_of(path: Path) -> str:
+    """``GB_2023.csv`` -> ``GB``; ``DE-LU.csv`` -> ``DE-LU``."""
+    return path.stem.partition("_")[0]
+
+
+def _utc(instant: datetime, name: str) -> datetime:
+    if instant.tzinfo is None or instant.utcoffset() is None:
+        raise ConfigurationError(f"{name} {instant.isoformat()} has no time zone; give it in UTC")
+    return instant.astimezone(timezone.utc)
+
+
+def _hours(hours: int) -> int:
+    if not isinstance(hours, int) or hours < 1:
+        raise ConfigurationError(f"hours must be a whole number >= 1, got {hours!r}")
+    return hours
+
+
+def _window(series: PriceSeries, start: datetime, end: datetime, *, name: str) -> PriceSeries:
+    """The records in force over ``[start, end)`` (the one at or before ``start`` first)."""
+    points = series.points
+    first = max(i for i, (at, _) in enumerate(points) if at <= start)
+    kept = [(at, value) for at, value in points[first:] if at < end]
+    return PriceSeries.from_points(kept, name=name)
+
+
+# -- recorded files -----------------------------------------------------------------------------------------
+
+
+class RecordedCarbon:
+    """Recorded hourly intensity from CSV files in the shared format, then the bundled 2023 files.
+
+    Args:
+        paths: Folders (every ``<ZONE>_<anything>.csv`` in them) and files (named the same way); default the
+            costaware home's carbon folder (:func:`carbon_folder`, where ``costaware carbon import`` writes;
+            it may not exist yet).
+        bundled: Fall back to the bundled 2023 files for zones no path has.
+        basis: ``lca`` (life-cycle, default) or ``direct``.
+
+    Raises:
+        ConfigurationError: a path given explicitly does not exist.
+    """
+
+    def __init__(
+        self,
+        paths: str | Path | Sequence[str | Path] | None = None,
+        *,
+        bundled: bool = True,
+        basis: str = "lca",
+    ) -> None:
+        if paths is None:
+            folders: list[Path] = [carbon_folder()]
+        else:
+            given = [paths] if isinstance(paths, str | Path) else list(paths)
+            folders = [Path(p) for p in given]
+            for path in folders:
+                if not path.exists():
+                    raise ConfigurationError(
+                        f"carbon intensity path {str(path)!r} does not exist: give a folder of "
+                        "<ZONE>_<anything>.csv files or one such file"
+                    )
+        self.files: dict[str, list[Path]] = {}
+        for path in folders:
+            found = sorted(path.glob("*.csv")) if path.is_dir() else [path] if path.is_file() else []
+            for file in found:
+                self.files.setdefault(zone_of(file), []).append(file)
+        self.bundled = bundled
+        self.basis = basis
+        self._loaded: dict[Path, PriceSeries] = {}
+
+    @property
+    def zones(self) -> list[str]:
+        """Zones with a recorded file, bundled ones included when the fallback is on."""
+        return sorted(set(self.files) | (set(bundled_zones()) if self.bundled else set()))
+
+    def _series(self, zone: str) -> list[PriceSeries]:
+        files = self.files.get(zone, [])
+        if not files:
+            if self.bundled and zone in bundled_zones():
+                return [bundled_carbon(zone, self.basis)]
+            raise PriceNotFoundError(
+                f"no recorded carbon intensity for grid zone {zone!r}: recorded zones are "
+                f"{', '.join(self.zones) or 'none'}; import a file with "
+                f"`costaware carbon import FILE --zone {zone}` or use the live source"
+            )
+        for file in files:
+            if file not in self._loaded:
+                self._loaded[file] = load_carbon(file, basis=self.basis)
+        return [self._loaded[f] for f in files]
+
+    def intensity(self, zone: str, start: datetime, end: datetime) -> PriceSeries:
+        """The recorded intensity of ``zone`` over ``[start, end)``, from the first file that covers it.
+
+        Raises:
+            ConfigurationError: ``end`` is not after ``start``, or a naive time.
+            PriceNotFoundError: no file of the zone, or none covering the window (each file's span named).
+            InvalidPriceDataError: a file of the zone is malformed.
+        """
+        start, end = _utc(start, "start"), _utc(end, "end")
+        if end <= start:
+            raise ConfigurationError(f"end {end.isoformat()} is not after start {start.isoformat()}")
+        candidates = self._series(zone)
+        for series in candidates:
+            if series.start <= start and end <= series.last + _HOUR:
+                return _window(series, start, end, name=f"{series.name}, recorded")
+        spans = "; ".join(
+            f"{s.name} covers {s.start:%Y-%m-%d %H:%M} to {s.last + _HOUR:%Y-%m-%d %H:%M}" for s in candidates
+        )
+        raise PriceNotFoundError(
+            f"no recorded carbon intensity for {zone} from {start:%Y-%m-%d %H:%M} to "
+            f"{end:%Y-%m-%d %H:%M} UTC: {spans}; import a file that covers it or use the live source"
+        )
+
+    def forecast(self, zone: str, now: datetime, hours: int) -> PriceSeries:
+        """The recorded values of the ``hours`` from ``now``: a perfect forecast (the name says so).
+
+        Raises:
+            PriceNotFoundError: nothing recorded for that time (as :meth:`intensity`).
+        """
+        now = _utc(now, "now")
+        recorded = self.intensity(zone, now, now + _hours(hours) * _HOUR)
+        name = f"{recorded.name.removesuffix(', recorded')}, recorded values as a perfect forecast"
+        return PriceSeries(
+            [at for at, _ in recorded.points],
+            [v for _, v in recorded.points],
+            name=name,
+            notes=recorded.notes,
+        )
+
+
+# -- the live GB Carbon Intensity API -----------------------------------------------------------------------
+
+
+def base_url_from_connection(conn_id: str | None = DEFAULT_CONN_ID) -> str:
+    """The base URL of an Airflow ``http`` connection (its host, with schema and port), else the public URL.
+
+    A missing connection (or ``conn_id=None``) means the public API, which needs no key.
+    """
+    if not conn_id:
+        return PUBLIC_URL
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        conn = BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        return PUBLIC_URL
+    host = (conn.host or "").strip().rstrip("/")
+    if not host:
+        return PUBLIC_URL
+    if "://" not in host:
+        scheme = conn.schema or "https"
+        host = f"{scheme}://{host}{f':{conn.port}' if conn.port else ''}"
+    return host
+
+
+def _api_time(instant: datetime) -> str:
+    return instant.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
+
+
+def _floor_half_hour(instant: datetime) -> datetime:
+    instant = instant.astimezone(timezone.utc)
+    return instant.replace(minute=instant.minute - instant.minute % 30, second=0, microsecond=0)
+
+
+class LiveCarbon:
+    """The GB Carbon Intensity API (National Grid ESO), half-hourly, with a disk cache.
+
+    History uses the measured (``actual``) intensity where the API has it, else its ``forecast`` for that
+    half hour; the forecast uses ``forecast``. Responses are cached under ``cache_dir`` for ``ttl_seconds``
+    (the API updates every half hour), keyed by URL; forecast URLs start at the half hour, so polling in the
+    same half hour hits the cache.
+
+    Args:
+        base_url: The API's root; default the ``costaware_carbon`` connection's host, else the public URL.
+        conn_id: Airflow ``http`` connection whose host is the base URL (read when ``base_url`` is None).
+        ttl_seconds: How long a cached response is reused (0: never cached).
+        timeout_seconds: Per-request network timeout.
+        cache_dir: Where responses are cached (default ``$AIRFLOW_HOME/costaware/carbon_cache``).
+        clock: Wall-clock seconds, replaceable in tests.
+    """
+
+    def __init__(
+        self,
+        *,
+        base_url: str | None = None,
+        conn_id: str | None = DEFAULT_CONN_ID,
+        ttl_seconds: float = DEFAULT_TTL_SECONDS,
+        timeout_seconds: float = 10.0,
+        cache_dir: str | Path | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not ttl_seconds >= 0:
+            raise ConfigurationError(f"ttl_seconds must be >= 0, got {ttl_seconds!r}")
+        if not timeout_seconds > 0:
+            raise ConfigurationError(f"timeout_seconds must be > 0, got {timeout_seconds!r}")
+        self.base_url = (base_url or base_url_from_connection(conn_id)).rstrip("/")
+        self.ttl_seconds = ttl_seconds
+        self.timeout_seconds = timeout_seconds
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else costaware_home("carbon_cache")
+        self.clock = clock
+        self.requests = 0  # HTTP requests made by this instance, for logs and tests
+
+    @staticmethod
+    def _check_zone(zone: str) -> None:
+        if zone not in LIVE_ZONES:
+            raise ConfigurationError(
+                f"the live carbon source (GB Carbon Intensity API) covers zone GB only, not {zone!r}: "
+                f"import a recorded file with `costaware carbon import FILE --zone {zone}` "
+                "(or wait for a provider that covers it)"
+            )
+
+    def intensity(self, zone: str, start: datetime, end: datetime) -> PriceSeries:
+        """Measured half-hourly intensity over ``[start, end)`` (``actual``, else the API's ``forecast``).
+
+        Raises:
+            ConfigurationError: a zone other than GB, naive times, ``end`` not after ``start``.
+            CarbonSourceUnavailableError: the API is unreachable or answers an HTTP error (URL named).
+            InvalidPriceDataError: the answer is not the API's JSON, or has no data (URL named).
+        """
+        self._check_zone(zone)
+        start, end = _utc(start, "start"), _utc(end, "end")
+        if end <= start:
+            raise ConfigurationError(f"end {end.isoformat()} is not after start {start.isoformat()}")
+        records: list[dict[str, Any]] = []
+        cursor = _floor_half_hour(start)
+        while cursor < end:
+            upto = min(cursor + _MAX_SPAN, end)
+            url = f"{self.base_url}/intensity/{_api_time(cursor)}/{_api_time(upto)}"
+            records.extend(self._data(url))
+            cursor = upto
+        points = _points(records, "actual", fallback="forecast", url=self.base_url)
+        series = PriceSeries.from_points(
+            points, name=f"carbon {zone} live {self.base_url} (gCO2e/kWh, actual)"
+        )
+        if series.start > start:
+            raise PriceNotFoundError(
+                f"{self.base_url} has carbon intensity for {zone} from {series.start.isoformat()} only, "
+                f"not from {start.isoformat()}"
+            )
+        return _window(series, start, end, name=series.name)
+
+    def forecast(self, zone: str, now: datetime, hours: int) -> PriceSeries:
+        """The API's half-hourly forecast for ``hours`` (at most 48) from the half hour of ``now``.
+
+        Raises:
+            ConfigurationError: a zone other than GB, ``hours`` outside 1..48.
+            CarbonSourceUnavailableError, InvalidPriceDataError: as :meth:`intensity`.
+        """
+        self._check_zone(zone)
+        if _hours(hours) > FORECAST_HOURS:
+            raise ConfigurationError(
+                f"the GB Carbon Intensity API forecasts {FORECAST_HOURS} hours ahead, not {hours}"
+            )
+        start = _floor_half_hour(_utc(now, "now"))
+        url = f"{self.base_url}/intensity/{_api_time(start)}/fw48h"
+        points = _points(self._data(url), "forecast", url=url)
+        series = PriceSeries.from_points(
+            points, name=f"carbon {zone} forecast {self.base_url} (gCO2e/kWh, forecast)"
+        )
+        return _window(series, max(start, series.start), start + hours * _HOUR, name=series.name)
+
+    # -- HTTP and the cache ---------------------------------------------------------------------------------
+
+    def _data(self, url: str) -> list[dict[str, Any]]:
+        text = self._cached(url)
+        if text is None:
+            text = self._get(url)
+            document = _document(text, url)
+            self._store(url, text)
+        else:
+            document = _document(text, url)
+        return document
+
+    def _cache_file(self, url: str) -> Path:
+        return self.cache_dir / f"{hashlib.sha256(url.encode()).hexdigest()[:24]}.json"
+
+    def _cached(self, url: str) -> str | None:
+        if self.ttl_seconds <= 0:
+            return None
+        try:
+            entry = json.loads(self._cache_file(url).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if not isinstance(entry, dict) or entry.get("url") != url:
+            return None
+        age = self.clock() - float(entry.get("fetched_at", 0))
+        if not 0 <= age < self.ttl_seconds:
+            return None
+        body = entry.get("body")
+        return body if isinstance(body, str) else None
+
+    def _store(self, url: str, text: str) -> None:
+        if self.ttl_seconds <= 0:
+            return
+        try:
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
+            entry = json.dumps({"url": url, "fetched_at": self.clock(), "body": text})
+            _write_atomically(self._cache_file(url), entry.encode())
+        except OSError as e:  # a read-only home still answers, only slower
+            log.warning("costaware: cannot cache carbon intensity in %s: %s", self.cache_dir, e)
+
+    def _get(self, url: str) -> str:
+        self.requests += 1
+        request = urllib.request.Request(
+            url, headers={"Accept": "application/json", "User-Agent": "costaware"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_seconds) as response:
+                return str(response.read().decode("utf-8"))
+        except urllib.error.HTTPError as e:
+            raise CarbonSourceUnavailableError(
+                f"carbon intensity API answered HTTP {e.code} {e.reason} for {url}; try again later"
+            ) from e
+        except TimeoutError as e:
+            raise CarbonSourceUnavailableError(
+                f"carbon intensity API did not answer {url} within {self.timeout_seconds:g} s"
+            ) from e
+        except (urllib.error.URLError, OSError) as e:
+            reason = getattr(e, "reason", e)
+            raise CarbonSourceUnavailableError(
+                f"cannot reach the carbon intensity API at {url}: {reason}"
+            ) from e
+        except UnicodeDecodeError as e:
+            raise InvalidPriceDataError(
+                f"carbon intensity API answered {url} with text that is not UTF-8"
+            ) from e
+
+
+def _document(text: str, url: str) -> list[dict[str, Any]]:
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InvalidPriceDataError(
+            f"carbon intensity API answered {url} with invalid JSON at line {e.lineno}: {e.msg}"
+        ) from e
+    data = document.get("data") if isinstance(document, dict) else None
+    if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+        raise InvalidPriceDataError(
+            f'carbon intensity API answered {url} without {{"data": [...]}}: {text[:200]!r}'
+        )
+    return data
+
+
+def _points(
+    records: Iterable[dict[str, Any]], key: str, *, url: str, fallback: str | None = None
+) -> list[tuple[object, object]]:
+    points: list[tuple[object, object]] = []
+    for number, record in enumerate(records):
+        values = record.get("intensity")
+        if "from" not in record or not isinstance(values, dict):
+            raise InvalidPriceDataError(f"{url}: record {number} lacks 'from' or 'intensity': {record!r}")
+        value = values.get(key)
+        if value is None and fallback is not None:
+            value = values.get(fallback)
+        if value is None:  # the API leaves future actuals null: nothing is known for that half hour
+            continue
+        points.append((record["from"], value))
+    if not points:
+        raise InvalidPriceDataError(f"{url}: no {key} intensity in the answer")
+    return points
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """Write ``path`` through a temporary file in its folder and a rename: readers see old or new."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+        Path(temporary).replace(path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+# -- the factory ------------------------------------------------------------------------------------------
+
+
+def carbon_source(spec: str | Path = "recorded", *, conn_id: str | None = DEFAULT_CONN_ID) -> CarbonSource:
+    """A carbon source from a spec.
+
+    Args:
+        spec: ``recorded`` (the costaware home's carbon folder, then the bundled files), ``bundled`` (the
+            bundled 2023 files only), ``live`` (the GB Carbon Intensity API through ``conn_id``), or the
+            path of a folder or file of recorded intensity (the bundled files as a fallback).
+        conn_id: The live source's Airflow connection.
+
+    Raises:
+        ConfigurationError: a path that does not exist.
+    """
+    text = str(spec).strip()
+    if text == "recorded":
+        return RecordedCarbon()
+    if text == "bundled":
+        return RecordedCarbon([], bundled=True)
+    if text == "live":
+        return LiveCarbon(conn_id=conn_id)
+    path = Path(text).expanduser()
+    if not path.exists():
+        raise ConfigurationError(
+            f"carbon source {text!r} is not 'recorded', 'bundled', 'live' nor an existing folder or file"
+        )
+    return RecordedCarbon(path)
