@@ -15,7 +15,9 @@ from decimal import Decimal
 from typing import Any
 
 from costaware.adapters import spot_prices
-from costaware.core.series import parse_instant
+from costaware.core.carbon import Objective
+from costaware.core.errors import ConfigurationError
+from costaware.core.series import PriceSeries, parse_instant
 from costaware.core.spot_forecast import forecast_starts
 from costaware.core.spot_window import Observation, choose_zone, spot_capacity
 
@@ -207,3 +209,48 @@ def mean_spot_price(
     series = history.series(instance_type, region, availability_zone)
     rate: Decimal = series.mean_usd_per_hour(start, end)
     return rate
+
+
+def carbon_intensity(carbon: str | None, *, region: str | None, objective: Objective) -> PriceSeries | None:
+    """The hourly gCO2e/kWh series an objective weighs, or None for ``cost`` (which reads nothing).
+
+    Args:
+        carbon: A bundled grid zone (``"GB"``), a recorded CSV path, or None for the zone of ``region``.
+        region: The cloud region of the task (for the default zone).
+        objective: The decision's objective.
+
+    Raises:
+        ConfigurationError: no ``carbon`` and a region with no known grid zone (named, with what to pass),
+            or a zone that is not bundled.
+        InvalidPriceDataError: an unreadable or malformed CSV.
+    """
+    from costaware.adapters.carbon_data import bundled_carbon, grid_zone, load_carbon
+
+    if not objective.needs_carbon:
+        return None
+    text = str(carbon or "").strip()
+    if not text:
+        zone = grid_zone(region) if region else None
+        if zone is None:
+            raise ConfigurationError(
+                f"objective {objective.name!r} needs the grid carbon intensity, and region {region!r} has no "
+                "known grid zone: pass carbon= a grid zone (e.g. 'GB', 'US-CAL-CISO') or a recorded "
+                "carbon intensity CSV path"
+            )
+        return bundled_carbon(zone)
+    if text.endswith(".csv") or "/" in text or "\\" in text:
+        return load_carbon(text)
+    return bundled_carbon(text)
+
+
+def instance_power_kw(instance_type: str, region: str) -> float:
+    """The kW ``instance_type`` draws at full load by the bundled power model (GPUs at board power).
+
+    Raises:
+        PriceNotFoundError: an instance type the bundled catalog does not know in ``region``.
+    """
+    from costaware.adapters.carbon_data import machine_of, power_model
+    from costaware.adapters.price_files import bundled_catalog
+
+    offer = bundled_catalog().offer(instance_type, region)
+    return power_model().power_kw(machine_of(offer), 1.0)

@@ -62,3 +62,22 @@ def forecast_starts(
         ]
         for i in range(hours)
     ]
+
+
+def hourly_series(series: PriceSeries, start: datetime, hours: int, *, weeks: int = 4) -> list[float]:
+    """The mean of ``series`` in each of ``hours`` hours from ``start`` (a price, or an intensity).
+
+    Where the series covers the hours (a recorded file, or a forecast file), its values; past its end (the
+    bundled year of intensity read for a later date), the hour-of-day profile of its last ``weeks`` weeks
+    (:class:`~costaware.core.forecast.PriceForecast` fitted at its last record).
+    """
+    end = start + timedelta(hours=hours)
+    if series.start <= start and end <= series.last + timedelta(hours=1):
+        return [
+            float(series.mean_usd_per_hour(start + timedelta(hours=i), start + timedelta(hours=i + 1)))
+            for i in range(hours)
+        ]
+    from costaware.core.forecast import PriceForecast
+
+    forecast = PriceForecast.fit(series, at=series.last, weeks=weeks)
+    return [float(v) for v in forecast.hourly_usd_per_hour(start, hours)]

@@ -14,12 +14,14 @@ Pure: stdlib only; every instant returned is a timezone-aware UTC ``datetime``.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from costaware.core.carbon import Objective
 from costaware.core.errors import ConfigurationError
 
 DAY_NAMES = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
@@ -308,3 +310,43 @@ def describe_days(days: frozenset[int]) -> str:
     if ordered == list(range(ordered[0], ordered[-1] + 1)) and len(ordered) > 2:
         return f"{DAY_NAMES[ordered[0]]}-{DAY_NAMES[ordered[-1]]}"
     return ",".join(DAY_NAMES[d] for d in ordered)
+
+
+def power_hourly_values(
+    *,
+    objective: Objective,
+    power_kw: float,
+    electricity_usd_per_mwh: Sequence[float] | None,
+    g_co2e_per_kwh: Sequence[float] | None,
+    hours: int,
+) -> list[float]:
+    """The objective's value of each of ``hours`` hours of a machine drawing ``power_kw`` (pure).
+
+    Per hour: electricity price x power (0 without prices) + carbon price x intensity x power, in the
+    objective's unit (:meth:`~costaware.core.carbon.Objective.hourly_value`).
+
+    Raises:
+        ConfigurationError: the objective needs an intensity and none was given.
+    """
+    values: list[float] = []
+    for i in range(hours):
+        usd = float(electricity_usd_per_mwh[i]) * power_kw / 1000 if electricity_usd_per_mwh else 0.0
+        intensity = float(g_co2e_per_kwh[i]) if g_co2e_per_kwh is not None else None
+        values.append(objective.hourly_value(usd, power_kw, intensity))
+    return values
+
+
+def cheapest_start(window: Window, run_hours: float, hourly_values: Sequence[float]) -> datetime:
+    """The whole-hour start inside ``window`` of the run of ``run_hours`` with the lowest summed value.
+
+    ``hourly_values[i]`` is the value of the hour from ``window.start + i`` hours. A run that does not fit in
+    the window starts when it opens; ties go to the earliest start (pure).
+    """
+    span = max(1, math.ceil(run_hours))
+    starts = int(window.hours) - span + 1
+    if starts <= 1 or len(hourly_values) < span:
+        return window.start
+    count = min(starts, len(hourly_values) - span + 1)
+    # Rounded so float noise does not move a tie off the earliest start.
+    best = min(range(count), key=lambda i: (round(sum(hourly_values[i : i + span]), 9), i))
+    return window.start + timedelta(hours=best)

@@ -19,8 +19,10 @@ from typing import Any
 import pendulum
 from airflow.timetables.base import DagRunInfo, DataInterval, TimeRestriction, Timetable
 
+from costaware.core.carbon import Objective
+from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import utcnow
-from costaware.core.windows import Window, WindowSchedule
+from costaware.core.windows import Window, WindowSchedule, cheapest_start, power_hourly_values
 
 
 def _pendulum(instant: datetime) -> pendulum.DateTime:
@@ -36,10 +38,25 @@ class OffPeakTimetable(Timetable):
         windows: Local wall-clock windows, e.g. ``["22:00-06:00"]`` (an end before the start is the next day).
         days: Days on which a window opens: ``"mon-fri"``, ``"sat,sun"``, ``"daily"``.
         timezone: IANA zone of the wall-clock times.
+        objective: ``cost`` (default), ``carbon`` or ``cost+carbon``: what the start chosen inside each
+            window minimises. With ``cost`` and no ``electricity`` a run starts when its window opens, as
+            always. (Timetables are not templated: checked when the DAG is built.)
+        carbon_usd_per_tonne: Carbon price of ``cost+carbon`` (USD per tonne CO2e).
+        carbon: Where the grid intensity comes from: a bundled grid zone (``"GB"``) or a recorded carbon
+            intensity CSV path; default the grid zone of ``region``.
+        region: Cloud region whose grid the runs draw from (for the default ``carbon``).
+        run_hours: How long a run lasts: with an objective, each run starts at the whole hour inside its
+            window where a run of this length has the lowest summed hourly value.
+        power_kw: What the job draws (kW), the energy of both the electricity and the carbon term.
+        electricity: A recorded hourly electricity price CSV (``timestamp_utc,usd_per_mwh``) for the
+            cost term of power-priced runs; without it the cost term is 0.
+
+    The carbon and electricity files are read when the scheduler asks for the next run, never when the DAG
+    is parsed. The data interval stays the whole window; only ``run_after`` moves inside it.
 
     Raises:
         ConfigurationError: a window that cannot exist (``"25:00-03:00"``), overlapping windows, an unknown
-            day or zone.
+            day or zone, an unknown objective or carbon price, an objective with no ``run_hours``.
     """
 
     periodic = True
@@ -50,11 +67,36 @@ class OffPeakTimetable(Timetable):
         windows: Sequence[str] | str = ("22:00-06:00",),
         days: str | Sequence[str] = "daily",
         timezone: str = "UTC",
+        *,
+        objective: str = "cost",
+        carbon_usd_per_tonne: float | str | None = None,
+        carbon: str | None = None,
+        region: str | None = None,
+        run_hours: float | None = None,
+        power_kw: float = 1.0,
+        electricity: str | None = None,
     ) -> None:
         self.windows = [windows] if isinstance(windows, str) else list(windows)
         self.days = days if isinstance(days, str) else ",".join(days)
         self.timezone = str(timezone)
         self._schedule = WindowSchedule.parse(self.windows, self.days, self.timezone)
+        self._objective = Objective.parse(objective, carbon_usd_per_tonne)
+        self.objective = self._objective.name
+        self.carbon_usd_per_tonne = (
+            None if carbon_usd_per_tonne is None else self._objective.carbon_usd_per_tonne
+        )
+        self.carbon = carbon
+        self.region = region
+        self.electricity = electricity
+        self.run_hours = None if run_hours is None else float(run_hours)
+        self.power_kw = float(power_kw)
+        if self.ranks and (self.run_hours is None or self.run_hours <= 0):
+            raise ConfigurationError(
+                f"run_hours={run_hours!r}: objective {self.objective!r} chooses the start of each run inside "
+                "its window and needs run_hours, how long a run lasts (hours > 0)"
+            )
+        if not 0 < self.power_kw < float("inf"):
+            raise ConfigurationError(f"power_kw={power_kw!r} is not a power > 0 (kW)")
         self.description = (
             f"One run per off-peak window {self._schedule.describe()}; the data interval is the window "
             "(DST-aware: a window can be an hour shorter or longer on the nights clocks change)."
@@ -65,27 +107,63 @@ class OffPeakTimetable(Timetable):
         """Short text for the UI's schedule column."""
         return f"off-peak {self._schedule.describe()}"
 
+    @property
+    def ranks(self) -> bool:
+        """Whether runs start at the best hour inside their window rather than when it opens."""
+        return self._objective.needs_carbon or self.electricity is not None
+
     def serialize(self) -> dict[str, Any]:
-        """JSON-able constructor arguments."""
-        return {"windows": self.windows, "days": self.days, "timezone": self.timezone}
+        """JSON-able constructor arguments; the objective's only when set (as before for today's DAGs)."""
+        data: dict[str, Any] = {"windows": self.windows, "days": self.days, "timezone": self.timezone}
+        extra = {
+            "objective": self.objective if self.objective != "cost" else None,
+            "carbon_usd_per_tonne": self.carbon_usd_per_tonne,
+            "carbon": self.carbon,
+            "region": self.region,
+            "run_hours": self.run_hours,
+            "power_kw": self.power_kw if self.power_kw != 1.0 else None,
+            "electricity": self.electricity,
+        }
+        data.update({k: v for k, v in extra.items() if v is not None})
+        return data
 
     @classmethod
     def deserialize(cls, data: dict[str, Any]) -> Timetable:
         """Inverse of :meth:`serialize`."""
-        return cls(windows=data["windows"], days=data["days"], timezone=data["timezone"])
+        extra = {k: v for k, v in data.items() if k not in ("windows", "days", "timezone")}
+        return cls(windows=data["windows"], days=data["days"], timezone=data["timezone"], **extra)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, OffPeakTimetable) and self.serialize() == other.serialize()
 
     def __hash__(self) -> int:
-        return hash((tuple(self.windows), self.days, self.timezone))
+        return hash((tuple(self.windows), self.days, self.timezone, self.objective, self.carbon))
 
-    @staticmethod
-    def _info(window: Window) -> DagRunInfo:
+    def _start(self, window: Window) -> pendulum.DateTime:
+        """When the run starts: the window's opening, or with an objective its best hour (reads the files)."""
+        if not self.ranks or self.run_hours is None:
+            return _pendulum(window.start)
+        from costaware.adapters.spot_market import carbon_intensity
+        from costaware.adapters.spot_prices import load_electricity
+        from costaware.core.spot_forecast import hourly_series
+
+        hours = max(1, int(window.hours))
+        intensity = carbon_intensity(self.carbon, region=self.region, objective=self._objective)
+        prices = load_electricity(self.electricity) if self.electricity else None
+        values = power_hourly_values(
+            objective=self._objective,
+            power_kw=self.power_kw,
+            electricity_usd_per_mwh=hourly_series(prices, window.start, hours) if prices else None,
+            g_co2e_per_kwh=hourly_series(intensity, window.start, hours) if intensity else None,
+            hours=hours,
+        )
+        return _pendulum(cheapest_start(window, self.run_hours, values))
+
+    def _info(self, window: Window) -> DagRunInfo:
         start, end = _pendulum(window.start), _pendulum(window.end)
         # The run starts when the window opens (not when it closes, as interval timetables do): the work must
-        # happen inside the window.
-        return DagRunInfo(run_after=start, data_interval=DataInterval(start=start, end=end))
+        # happen inside the window. With an objective it starts at the window's best hour for it.
+        return DagRunInfo(run_after=self._start(window), data_interval=DataInterval(start=start, end=end))
 
     def infer_manual_data_interval(self, *, run_after: pendulum.DateTime) -> DataInterval:
         """The window open at ``run_after``, else the next one to open; never one that already ended.

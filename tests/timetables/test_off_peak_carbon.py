@@ -1,0 +1,106 @@
+"""OffPeakTimetable with an objective: the start inside each window, ranked on cost, carbon or both."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pendulum
+import pytest
+from airflow.timetables.base import TimeRestriction
+
+from costaware.core.errors import ConfigurationError
+from costaware.timetables import OffPeakTimetable
+
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
+ELECTRICITY = str(SHARED / "electricity_prices" / "US-CAL-CISO_2023.csv")
+DAY = "2023-06-14T00:00:00Z"
+
+
+def first_run(**kwargs: object) -> tuple[pendulum.DateTime, pendulum.DateTime]:
+    tt = OffPeakTimetable(["00:00-24:00"], timezone="UTC", run_hours=3, power_kw=100, **kwargs)  # type: ignore[arg-type]
+    restriction = TimeRestriction(earliest=pendulum.parse(DAY), latest=None, catchup=True)  # type: ignore[arg-type]
+    info = tt.next_dagrun_info(last_automated_data_interval=None, restriction=restriction)
+    assert info is not None and info.data_interval is not None
+    return info.run_after, info.data_interval.start
+
+
+needs_shared = pytest.mark.skipif(not Path(ELECTRICITY).exists(), reason="shared electricity prices absent")
+
+
+@needs_shared
+def test_carbon_chooses_a_different_hour_than_cost_on_the_californian_grid() -> None:
+    cost_start, window = first_run(electricity=ELECTRICITY)
+    carbon_start, carbon_window = first_run(electricity=ELECTRICITY, objective="carbon", carbon="US-CAL-CISO")
+    # Power is cheapest at night (02:00 UTC), the grid cleanest with the midday sun (19:00 UTC = 12:00 PDT).
+    assert window == carbon_window == pendulum.parse(DAY)
+    assert cost_start == pendulum.parse("2023-06-14T02:00:00Z")
+    assert carbon_start == pendulum.parse("2023-06-14T19:00:00Z")
+
+
+@needs_shared
+def test_cost_plus_carbon_at_price_zero_is_cost_and_a_high_price_moves_towards_carbon() -> None:
+    cost_start, _ = first_run(electricity=ELECTRICITY)
+    zero, _ = first_run(
+        electricity=ELECTRICITY, objective="cost+carbon", carbon_usd_per_tonne="0", carbon="US-CAL-CISO"
+    )
+    assert zero == cost_start
+    # The default intensity is the grid zone of the region (us-west-1 draws from US-CAL-CISO).
+    priced, _ = first_run(
+        electricity=ELECTRICITY, objective="cost+carbon", carbon_usd_per_tonne=200, region="us-west-1"
+    )
+    assert priced != cost_start
+
+
+def test_default_cost_starts_when_the_window_opens_and_reads_nothing() -> None:
+    start, window = first_run(carbon="/nonexistent.csv")
+    assert start == window
+
+
+def test_carbon_without_electricity_ranks_on_bundled_gb_intensity() -> None:
+    start, window = first_run(objective="carbon", carbon="GB")
+    assert window <= start < window.add(hours=22)
+    assert start != window  # the cleanest 3 hours of that GB day are not the first
+
+
+def test_serialize_round_trips_the_objective_and_keeps_todays_form() -> None:
+    plain = OffPeakTimetable(["22:00-06:00"])
+    assert plain.serialize() == {"windows": ["22:00-06:00"], "days": "daily", "timezone": "UTC"}
+    tt = OffPeakTimetable(
+        ["22:00-06:00"], objective="cost+carbon", carbon_usd_per_tonne="85", carbon="GB", run_hours=2
+    )
+    data = tt.serialize()
+    assert data["objective"] == "cost+carbon" and data["carbon_usd_per_tonne"] == 85.0
+    assert OffPeakTimetable.deserialize(data) == tt
+    assert OffPeakTimetable.deserialize(plain.serialize()) == plain
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"objective": "greenest"}, "objective 'greenest' is not one of"),
+        ({"objective": "cost+carbon", "run_hours": 2}, "needs carbon_usd_per_tonne"),
+        ({"objective": "cost+carbon", "carbon_usd_per_tonne": "lots", "run_hours": 2}, "'lots'"),
+        ({"objective": "carbon"}, "needs run_hours"),
+        ({"objective": "carbon", "run_hours": 2, "power_kw": 0}, "power_kw=0"),
+    ],
+)
+def test_bad_objective_arguments_are_named(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        OffPeakTimetable(["22:00-06:00"], **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"objective": "carbon", "region": "mars-1"}, "region 'mars-1' has no known grid zone: pass carbon="),
+        ({"objective": "carbon"}, "region None has no known grid zone"),
+        ({"objective": "carbon", "carbon": "XX"}, "no bundled carbon intensity for grid zone 'XX'"),
+    ],
+)
+def test_a_missing_carbon_source_is_named_when_the_next_run_is_asked(
+    kwargs: dict[str, object], message: str
+) -> None:
+    tt = OffPeakTimetable(["22:00-06:00"], run_hours=2, **kwargs)  # type: ignore[arg-type]
+    restriction = TimeRestriction(earliest=pendulum.parse(DAY), latest=None, catchup=True)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match=message):
+        tt.next_dagrun_info(last_automated_data_interval=None, restriction=restriction)
