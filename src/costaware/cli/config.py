@@ -218,10 +218,27 @@ SIMULATE_ARGS = (
     Arg(
         "--prices",
         action="append",
-        required=True,
         metavar="FILE",
         help="spot price history (DescribeSpotPriceHistory JSON or CSV; one file may hold several zones) or "
-        "hourly electricity CSV (repeat)",
+        "hourly electricity CSV (repeat); required unless --objective carbon",
+    ),
+    Arg(
+        "--carbon",
+        metavar="FILE",
+        help="hourly grid carbon intensity CSV (timestamp_utc,g_co2eq_per_kwh_lca) of the grid the jobs draw "
+        "from: adds kg CO2e per policy; needed by --objective carbon and cost+carbon",
+    ),
+    Arg(
+        "--objective",
+        default="cost",
+        metavar="{cost,carbon,cost+carbon}",
+        help="what every policy and the oracle minimise: cost (USD, the default), carbon (kg CO2e) or "
+        "cost+carbon (USD plus --carbon-usd-per-tonne times the tonnes CO2e)",
+    ),
+    Arg(
+        "--carbon-usd-per-tonne",
+        metavar="N",
+        help="carbon price of --objective cost+carbon, USD per tonne CO2e (e.g. 100)",
     ),
     Arg(
         "--availability",
@@ -383,7 +400,9 @@ COMMANDS: tuple[ActionCommand | GroupCommand, ...] = (
         description=(
             "Replays policies over recorded data and prints, per policy: total USD, ratio to the oracle "
             "(the least cost any schedule could reach knowing the future), ratio to on_demand_now, deadline "
-            "misses, preemptions and the share of hours on spot."
+            "misses, preemptions and the share of hours on spot. With --carbon also kg CO2e; with "
+            "--objective carbon or cost+carbon every policy and the oracle minimise that objective (jobs' "
+            "power: their power_kw, else their instance type's at full load) and the ratios compare it."
         ),
     ),
     GroupCommand("cache", "list, show, evict and bill the feature cache", CACHE_COMMANDS),

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from costaware.cli.output import emit
+from costaware.core.carbon import Objective
 from costaware.core.errors import ConfigurationError, PriceNotFoundError
 from costaware.core.money import format_usd_exact
 from costaware.core.series import PriceSeries
@@ -66,7 +67,7 @@ def _market(
     products = tuple(args.product or spot_prices.LINUX)
     histories: list[spot_prices.SpotPriceHistory] = []
     electricity: PriceSeries | None = None
-    for file in args.prices:
+    for file in args.prices or ():
         try:
             text = Path(file).read_text(encoding="utf-8")
         except OSError as e:
@@ -118,14 +119,65 @@ def _market(
     notes = [note for h in histories for note in h.notes]
     if electricity is not None:
         notes += [f"{electricity.name}: {n}" for n in electricity.notes]
+    objective, carbon = carbon_inputs(args)
+    power_kw_of = None
+    if carbon is not None:
+        from costaware.adapters.carbon_data import machine_of, power_model
+
+        model = power_model()
+
+        def power_kw_of(instance_type: str, region: str) -> float:
+            return model.power_kw(machine_of(catalog.offer(instance_type, region)), 1.0)
+
+        notes += [f"{carbon.name}: {n}" for n in carbon.notes]
     data = MarketData(
         on_demand_usd_per_hour=catalog.on_demand_usd_per_hour,
         spot_series=spot_series if histories else None,
         electricity_usd_per_mwh=electricity,
         availability=availability,
         zone_availability=zone_traces,
+        carbon_g_per_kwh=carbon,
+        objective=objective,
+        power_kw_of=power_kw_of,
     )
     return data, notes
+
+
+def carbon_inputs(args: argparse.Namespace) -> tuple[Objective, PriceSeries | None]:
+    """The ``--objective`` (with ``--carbon-usd-per-tonne``) and the ``--carbon`` intensity series.
+
+    Raises:
+        ConfigurationError: an unknown objective, a missing or bad carbon price, an objective needing carbon
+            without ``--carbon``, or no ``--prices`` under an objective that needs them (each named).
+        InvalidPriceDataError: an unreadable or malformed carbon file.
+    """
+    name = getattr(args, "objective", None) or "cost"
+    price = getattr(args, "carbon_usd_per_tonne", None)
+    if str(name).strip() == "cost+carbon" and price in (None, ""):
+        raise ConfigurationError(
+            "--objective cost+carbon needs --carbon-usd-per-tonne N (USD per tonne CO2e, e.g. 100)"
+        )
+    objective = Objective.parse(name, price)
+    if price not in (None, "") and objective.name != "cost+carbon":
+        raise ConfigurationError(
+            f"--carbon-usd-per-tonne {price} is only used by --objective cost+carbon, not {objective.name!r}"
+        )
+    file = getattr(args, "carbon", None)
+    if objective.needs_carbon and not file:
+        raise ConfigurationError(
+            f"--objective {objective.name} needs --carbon FILE (an hourly carbon intensity CSV, "
+            "timestamp_utc,g_co2eq_per_kwh_lca, e.g. shared/data/carbon_intensity/DE-LU_2023.csv)"
+        )
+    if not args.prices and objective.name != "carbon":
+        raise ConfigurationError(
+            f"--objective {objective.name} needs --prices (spot price histories or an electricity CSV); "
+            "only --objective carbon runs without prices"
+        )
+    if not file:
+        return objective, None
+    from costaware.adapters.carbon_data import load_carbon
+
+    return objective, load_carbon(file)
 
 
 def availability_start(value: str | None) -> datetime | None:
@@ -200,10 +252,12 @@ def table_rows(
     """The headers and rows ``costaware simulate`` prints: a row per policy (and per trace, given several)."""
     reports = report if isinstance(report, dict) else {"": report}
     by_trace = isinstance(report, dict)
+    carbon = any(s.kg_co2e is not None for one in reports.values() for s in one.summaries.values())
     headers = [
         *(("trace",) if by_trace else ()),
         "policy",
         "usd",
+        *(("kg_co2e",) if carbon else ()),
         "vs_oracle",
         "vs_on_demand",
         "deadline_misses",
@@ -212,17 +266,19 @@ def table_rows(
         "spot_share",
     ]
     rows = [
-        (*((trace,) if by_trace else ()), *_row(name, s))
+        (*((trace,) if by_trace else ()), *_row(name, s, carbon=carbon))
         for trace, one in reports.items()
         for name, s in one.summaries.items()
     ]
     return headers, rows
 
 
-def _row(name: str, s: PolicySummary) -> tuple[str, ...]:
+def _row(name: str, s: PolicySummary, *, carbon: bool = False) -> tuple[str, ...]:
+    emissions = "unknown" if s.kg_co2e is None else f"{s.kg_co2e.quantize(Decimal('0.001'))}"
     return (
         name,
-        format_usd_exact(s.usd.quantize(Decimal("0.01"))),
+        format_usd_exact(s.usd.quantize(Decimal("0.01"))) if s.usd_known else "unknown",
+        *((emissions,) if carbon else ()),
         "-" if s.vs_oracle is None else f"{s.vs_oracle:.3f}",
         "-" if s.vs_on_demand is None else f"{s.vs_on_demand:.3f}",
         str(s.deadline_misses),
@@ -234,6 +290,7 @@ def _row(name: str, s: PolicySummary) -> tuple[str, ...]:
 
 def replay(args: argparse.Namespace) -> int:
     """Replay the policies over the recorded data and print a row per policy (and per trace)."""
+    carbon_inputs(args)  # a bad objective, carbon price or missing file fails before the jobs are read
     jobs = read_jobs(args.jobs)
     if args.zones:
         every = tuple(zone_files(args.zones, zone_availability(args)))
@@ -283,5 +340,9 @@ def replay(args: argparse.Namespace) -> int:
     headers, rows = table_rows(only)
     emit(rows, args.format, headers=headers, payload=only.to_json())
     if args.format == "table":
-        print(f"\n{len(jobs)} jobs; ratios compare total USD (oracle = least cost possible with hindsight).")
+        objective = only.objective
+        compared = (
+            "total USD" if objective.name == "cost" else f"the {objective.name} objective ({objective.unit})"
+        )
+        print(f"\n{len(jobs)} jobs; ratios compare {compared} (oracle = least possible with hindsight).")
     return 0

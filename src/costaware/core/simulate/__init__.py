@@ -57,7 +57,8 @@ def simulate(
 
     Args:
         jobs: Jobs with unique names.
-        data: Prices, capacity and forecast settings.
+        data: Prices, capacity, forecast settings, and the carbon intensity and objective (the oracle and
+            every policy minimise the objective; outcomes track USD and kg CO2e beside it).
         policies: Policy names to report, in order (see ``costaware.core.policies.POLICIES``).
         tick: Grid spacing; default the availability trace's spacing, else 10 minutes.
         restart_guard: Replay the restart-thrash guard (a job whose zones all churn faster than it can
@@ -65,7 +66,7 @@ def simulate(
 
     Raises:
         ConfigurationError: no jobs, duplicate job names, an unknown policy, or a job that cannot fit.
-        PriceNotFoundError: a job without prices.
+        PriceNotFoundError: a job without prices, or a carbon series not covering a job's hours.
     """
     if not jobs:
         raise ConfigurationError("no jobs to simulate; the jobs file has no rows")
@@ -93,10 +94,12 @@ def simulate(
             if (
                 isinstance(policy, OraclePolicy)
                 and policy.optimal_usd is not None
-                and abs(float(outcome.usd) - policy.optimal_usd) > 1e-4 + 1e-9 * abs(policy.optimal_usd)
+                and abs(float(outcome.objective_value) - policy.optimal_usd)
+                > 1e-4 + 1e-9 * abs(policy.optimal_usd)
             ):
                 raise AssertionError(
-                    f"oracle replay of {job.name!r} cost {outcome.usd}, solver said {policy.optimal_usd}"
+                    f"oracle replay of {job.name!r} cost {outcome.objective_value}, solver said "
+                    f"{policy.optimal_usd}"
                 )
             outcomes.append(outcome)
-    return SimulationReport(summarize(outcomes, wanted), outcomes)
+    return SimulationReport(summarize(outcomes, wanted), outcomes, objective=data.objective)

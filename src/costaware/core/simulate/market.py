@@ -5,15 +5,25 @@ time. Jobs with ``power_kw`` run on the team's own hardware: their "on-demand" p
 price times the power draw, and they have no spot market. A job that lists ``zones`` gets a market per zone,
 plus the collapsed market the oracle plans on (the cheapest zone with capacity at each tick, as if moving were
 free), which keeps the oracle a lower bound.
+
+**Objective** (``MarketData.objective``, default ``cost``): with a grid carbon intensity series
+(``MarketData.carbon_g_per_kwh``, gCO2e/kWh), every per-tick value the policies and the oracle see (on-demand,
+spot and their forecasts) becomes the objective's hourly value (``Objective.hourly_value``: USD, kg CO2e, or
+USD plus the carbon price of the emissions), so every policy minimises the objective unchanged. The real USD
+and kg CO2e per hour of each tick are kept beside it (``usd_on_demand``, ``usd_spot``, ``kg_per_hour``) for
+the outcome's ``usd`` and ``kg_co2e``. A job's power is its ``power_kw``, else its instance type's at full
+load (``MarketData.power_kw_of``). Under ``cost`` with a carbon series the values stay USD and only the
+emissions are added.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 
+from costaware.core.carbon import Objective
 from costaware.core.errors import ConfigurationError, PriceNotFoundError
 from costaware.core.forecast import PriceForecast
 from costaware.core.series import AvailabilityTrace, PriceSeries
@@ -40,6 +50,10 @@ class TickMarket:
     available_before: Sequence[bool] | None = None
     zones: tuple[tuple[Sequence[float], Sequence[bool]], ...] | None = None
     zone_history: tuple[Sequence[bool] | None, ...] | None = None
+    usd_on_demand: Sequence[float] | None = None
+    usd_spot: Sequence[float] | None = None
+    kg_per_hour: Sequence[float] | None = None
+    usd_known: bool = True
 
 
 def cheapest_zone(zones: Sequence[tuple[Sequence[float], Sequence[bool]]], t: int) -> int:
@@ -63,6 +77,10 @@ class MarketData:
         forecast_weeks: Weeks of history the forecasts use.
         zone_availability: ``zone -> capacity trace`` for jobs that list ``zones`` (a zone without one is
             always available).
+        carbon_g_per_kwh: Hourly grid carbon intensity (gCO2e/kWh) of the grid every job draws from.
+        objective: What the policies and the oracle minimise (default ``cost``).
+        power_kw_of: ``(instance_type, region) -> kW`` at full load, for jobs without ``power_kw`` when a
+            carbon series is given.
     """
 
     on_demand_usd_per_hour: Callable[[str, str], Decimal]
@@ -71,15 +89,101 @@ class MarketData:
     availability: AvailabilityTrace | None = None
     forecast_weeks: int = 4
     zone_availability: Mapping[str, AvailabilityTrace] | None = None
+    carbon_g_per_kwh: PriceSeries | None = None
+    objective: Objective = field(default_factory=Objective)
+    power_kw_of: Callable[[str, str], float] | None = None
 
 
 def market_for(job: Job, data: MarketData, plan: TickPlan, tick: timedelta) -> TickMarket:
-    """Per-tick prices and forecasts of one job (forecasts use only history before its submit time).
+    """Per-tick values and forecasts of one job (forecasts use only history before its submit time).
 
     Raises:
-        PriceNotFoundError: no price for the job's instance type, region or time span.
-        ConfigurationError: a ``power_kw`` job without electricity prices.
+        PriceNotFoundError: no price for the job's instance type, region or time span, or a carbon series
+            that does not cover the job's hours.
+        ConfigurationError: a ``power_kw`` job without electricity prices (under ``cost`` or
+            ``cost+carbon``), an objective needing carbon without a carbon series, or a job with ``zones``
+            under an objective other than ``cost``.
     """
+    if data.carbon_g_per_kwh is None:
+        if data.objective.needs_carbon:
+            raise ConfigurationError(
+                f"objective {data.objective.name!r} needs the grid's carbon intensity; pass a carbon "
+                "intensity CSV (timestamp_utc,g_co2eq_per_kwh_lca) as --carbon"
+            )
+        return _cost_market(job, data, plan, tick)
+    return _carbon_market(job, data, plan, tick, data.carbon_g_per_kwh)
+
+
+def _carbon_market(
+    job: Job, data: MarketData, plan: TickPlan, tick: timedelta, carbon: PriceSeries
+) -> TickMarket:
+    """The cost market with the objective's values, the real USD and the kg CO2e per hour of every tick."""
+    objective, start, count = data.objective, job.submit_time, plan.horizon
+    end = start + count * tick
+    if start < carbon.start or end > carbon.last + timedelta(hours=1):
+        raise PriceNotFoundError(
+            f"job {job.name!r} runs from {start.isoformat()} up to {end.isoformat()} (its deadline plus a "
+            f"forced finish), outside {carbon.name}, which covers {carbon.start.isoformat()} to "
+            f"{(carbon.last + timedelta(hours=1)).isoformat()}; give a carbon file covering the jobs' hours"
+        )
+    kw = _power_kw(job, data)
+    if objective.name == "carbon" and _no_prices(job, data):
+        # Emissions only: an instance type still has its catalog's on-demand price; own power has none.
+        own = job.power_kw is not None
+        usd = 0.0 if own else float(data.on_demand_usd_per_hour(job.instance_type, job.region))
+        base = TickMarket(on_demand=[usd] * count, on_demand_forecast=[usd] * count, local=True)
+        usd_known = not own
+    else:
+        base = _cost_market(job, data, plan, tick)
+        usd_known = True
+    if base.zones is not None and objective.needs_carbon:
+        raise ConfigurationError(
+            f"job {job.name!r} lists zones {'|'.join(job.zones)}; the multi-zone replay works on cost only, "
+            f"not on objective {objective.name!r}: drop --zones or use --objective cost"
+        )
+    grams = carbon.tick_means(start, tick, count)
+    kg = [kw * g / 1000 for g in grams]
+    if not objective.needs_carbon:
+        return replace(base, kg_per_hour=kg)
+    grams_forecast = PriceForecast.fit(carbon, at=start, weeks=data.forecast_weeks).ticks(start, tick, count)
+
+    def values(usd: Sequence[float], g: Sequence[float]) -> list[float]:
+        return [objective.hourly_value(u, kw, x) for u, x in zip(usd, g, strict=True)]
+
+    spot = base.spot
+    return replace(
+        base,
+        on_demand=values(base.on_demand, grams),
+        on_demand_forecast=values(base.on_demand_forecast, grams_forecast),
+        spot=None if spot is None else values(spot, grams),
+        spot_forecast=None if base.spot_forecast is None else values(base.spot_forecast, grams_forecast),
+        usd_on_demand=base.on_demand,
+        usd_spot=spot,
+        kg_per_hour=kg,
+        usd_known=usd_known,
+    )
+
+
+def _no_prices(job: Job, data: MarketData) -> bool:
+    """Whether the job has no market to price it (allowed under the ``carbon`` objective only)."""
+    if job.power_kw is not None:
+        return data.electricity_usd_per_mwh is None
+    return data.spot_series is None
+
+
+def _power_kw(job: Job, data: MarketData) -> float:
+    if job.power_kw is not None:
+        return float(job.power_kw)
+    if data.power_kw_of is None:
+        raise ConfigurationError(
+            f"job {job.name!r} has no power_kw and no power model was given for instance type "
+            f"{job.instance_type!r}; add a power_kw column to the jobs file"
+        )
+    return data.power_kw_of(job.instance_type, job.region)
+
+
+def _cost_market(job: Job, data: MarketData, plan: TickPlan, tick: timedelta) -> TickMarket:
+    """Per-tick USD prices and forecasts of one job."""
     start, count = job.submit_time, plan.horizon
     if job.power_kw is not None:
         if data.electricity_usd_per_mwh is None:

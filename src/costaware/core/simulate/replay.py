@@ -28,6 +28,10 @@ a preemption, when the last two preempted runs in every zone of the job each kep
 restart overhead plus the checkpoint interval), ``choose_zone`` leaves no zone and the job runs on on-demand
 to the end, as the live operator submits its next attempt on on-demand. ``JobOutcome.guard_fired`` records it.
 
+Under an objective other than ``cost`` (see :mod:`~costaware.core.simulate.market`) the market's prices are
+the objective's hourly values: every policy and the oracle minimise them, and ``JobOutcome.value`` is their
+sum; ``usd`` and ``kg_co2e`` are summed beside it from the real USD and kg CO2e per hour of each running tick.
+
 Costs are summed as floats inside the tick loop (millions of ticks per benchmark) and become ``Decimal`` USD,
 rounded to the micro-dollar, when they leave :func:`run_job`.
 """
@@ -61,6 +65,17 @@ class JobOutcome:
     finished_hours: float
     late: bool = False
     guard_fired: bool = False
+    #: The objective's total (kg CO2e, or USD with the carbon price) when it is not ``cost``; else None.
+    value: Decimal | None = None
+    #: Emissions, when a carbon intensity series was given; else None (unknown, never 0).
+    kg_co2e: Decimal | None = None
+    #: False when the job had no prices (the ``carbon`` objective without them): ``usd`` is then 0, unknown.
+    usd_known: bool = True
+
+    @property
+    def objective_value(self) -> Decimal:
+        """What the policy minimised: ``value``, or ``usd`` under the ``cost`` objective."""
+        return self.usd if self.value is None else self.value
 
 
 class _ZoneRule:
@@ -143,6 +158,12 @@ def run_job(
     run_zone, run_start = -1, 0  # the zone and first tick of the job's last spot run
     pinned = False  # the guard sent the job to on-demand for the rest of its run
     history = market.available_before
+    # Real USD and kg CO2e per hour, when the prices above are another objective's values (see the market).
+    valued = market.usd_on_demand is not None
+    usd_on_demand = market.usd_on_demand if market.usd_on_demand is not None else market.on_demand
+    usd_spot = market.usd_spot if market.usd_spot is not None else market.spot
+    kg_per_hour = market.kg_per_hour
+    usd, kg = 0.0, 0.0
     while progress < plan.work:
         available = has_spot and (market.available is None or market.available[t])
         spot_price = market.spot[t] if market.spot is not None else None
@@ -224,18 +245,28 @@ def run_job(
                 assert spot_price is not None  # available implies a spot market
                 cost += spot_price * dt
                 spot_ticks += 1
+                if valued:
+                    assert usd_spot is not None  # a spot market keeps its USD beside the values
+                    usd += usd_spot[t] * dt
             else:
                 cost += market.on_demand[t] * dt
+                if valued:
+                    usd += usd_on_demand[t] * dt
+            if kg_per_hour is not None:
+                kg += kg_per_hour[t] * dt
             run_ticks += 1
         t += 1
     return JobOutcome(
         job=job,
         policy=policy.name,
-        usd=Decimal(repr(cost)).quantize(_MICRO),
+        usd=Decimal(repr(usd if valued else cost)).quantize(_MICRO),
         met_deadline=t <= plan.deadline,
         preemptions=preemptions,
         run_hours=run_ticks * dt,
         spot_hours=spot_ticks * dt,
         finished_hours=t * dt,
         guard_fired=pinned,
+        value=Decimal(repr(cost)).quantize(_MICRO) if valued else None,
+        kg_co2e=None if kg_per_hour is None else Decimal(repr(kg)).quantize(_MICRO),
+        usd_known=market.usd_known,
     )
