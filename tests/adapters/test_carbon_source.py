@@ -1,0 +1,233 @@
+"""Carbon sources: recorded files with the bundled fallback, and the live GB Carbon Intensity API.
+
+The live source runs against recorded API answers (``tests/fixtures/carbon``) served by a real HTTP server
+on 127.0.0.1, reached through the ``costaware_carbon`` connection as a deployment configures it.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from costaware.adapters.carbon_source import (
+    PUBLIC_URL,
+    CarbonSourceUnavailableError,
+    LiveCarbon,
+    RecordedCarbon,
+    base_url_from_connection,
+    carbon_source,
+)
+from costaware.core.errors import ConfigurationError, InvalidPriceDataError, PriceNotFoundError
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "carbon"
+UTC = timezone.utc
+T0 = datetime(2026, 11, 20, tzinfo=UTC)
+
+
+# -- recorded -----------------------------------------------------------------------------------------------
+
+
+def test_recorded_folder_reads_zone_files_and_windows_them() -> None:
+    source = RecordedCarbon(FIXTURES / "GB_2026-11.csv")
+    series = source.intensity("GB", T0 + timedelta(minutes=90), T0 + timedelta(hours=4))
+    assert series.points == [(T0 + timedelta(hours=h), Decimal(120 + h)) for h in (1, 2, 3)]
+    assert "recorded" in series.name and "GB_2026-11.csv" in series.name
+
+
+def test_recorded_direct_basis() -> None:
+    series = RecordedCarbon(FIXTURES / "GB_2026-11.csv", basis="direct").intensity(
+        "GB", T0, T0 + timedelta(hours=1)
+    )
+    assert series.points == [(T0, Decimal(100))]
+
+
+def test_bundled_fallback_for_zones_without_a_file(tmp_path: Path) -> None:
+    source = RecordedCarbon(tmp_path)
+    start = datetime(2023, 3, 1, tzinfo=UTC)
+    series = source.intensity("DE-LU", start, start + timedelta(hours=3))
+    assert len(series) == 3 and "DE-LU_2023.csv" in series.name
+    assert source.zones == ["AU-NSW", "DE-LU", "GB", "US-CAL-CISO"]
+    with pytest.raises(PriceNotFoundError, match="no recorded carbon intensity for grid zone 'DE-LU'"):
+        RecordedCarbon(tmp_path, bundled=False).intensity("DE-LU", start, start + timedelta(hours=1))
+
+
+def test_a_zone_file_replaces_the_bundled_one(tmp_path: Path) -> None:
+    (tmp_path / "GB_2026-11.csv").write_bytes((FIXTURES / "GB_2026-11.csv").read_bytes())
+    source = RecordedCarbon(tmp_path)
+    assert source.intensity("GB", T0, T0 + timedelta(hours=1)).points == [(T0, Decimal(120))]
+    with pytest.raises(
+        PriceNotFoundError, match=r"GB_2026-11.csv \(gCO2e/kWh, lca\) covers 2026-11-20 00:00"
+    ):
+        source.intensity("GB", datetime(2023, 3, 1, tzinfo=UTC), datetime(2023, 3, 2, tzinfo=UTC))
+
+
+def test_recorded_forecast_is_a_perfect_forecast_and_says_so() -> None:
+    source = RecordedCarbon(FIXTURES / "GB_2026-11.csv")
+    forecast = source.forecast("GB", T0 + timedelta(hours=10), 3)
+    assert [v for _, v in forecast.points] == [Decimal(130), Decimal(131), Decimal(132)]
+    assert forecast.name.endswith("recorded values as a perfect forecast")
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda s: s.intensity("GB", T0, T0), ConfigurationError, "is not after start"),
+        (lambda s: s.intensity("GB", T0.replace(tzinfo=None), T0), ConfigurationError, "has no time zone"),
+        (lambda s: s.forecast("GB", T0, 0), ConfigurationError, "hours must be a whole number >= 1"),
+        (lambda s: s.forecast("GB", T0 + timedelta(hours=47), 2), PriceNotFoundError, "2026-11-22 00:00"),
+        (
+            lambda s: s.intensity("XX", T0, T0 + timedelta(hours=1)),
+            PriceNotFoundError,
+            "carbon import FILE --zone XX",
+        ),
+    ],
+)
+def test_recorded_errors(call, error: type[Exception], message: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(error, match=message):
+        call(RecordedCarbon(FIXTURES / "GB_2026-11.csv", bundled=False))
+
+
+def test_a_bad_recorded_file_is_named() -> None:
+    with pytest.raises(InvalidPriceDataError, match=r"GB_bad.csv.*'not-a-number' is not a number"):
+        RecordedCarbon(FIXTURES / "GB_bad.csv").intensity("GB", T0, T0 + timedelta(hours=1))
+
+
+def test_factory_specs(tmp_path: Path) -> None:
+    assert isinstance(carbon_source("recorded"), RecordedCarbon)
+    bundled = carbon_source("bundled")
+    assert isinstance(bundled, RecordedCarbon) and bundled.files == {}
+    assert isinstance(carbon_source(str(FIXTURES / "GB_2026-11.csv")), RecordedCarbon)
+    assert isinstance(carbon_source("live", conn_id=None), LiveCarbon)
+    with pytest.raises(ConfigurationError, match="'nowhere' is not 'recorded', 'bundled', 'live' nor"):
+        carbon_source("nowhere")
+    with pytest.raises(ConfigurationError, match="does not exist"):
+        RecordedCarbon(tmp_path / "missing")
+
+
+# -- live, against recorded answers on 127.0.0.1 ------------------------------------------------------------
+
+
+class _Api(http.server.BaseHTTPRequestHandler):
+    """Serves ``fixtures/carbon/<path>.json``; ``/status500/...`` fails, ``/badjson/...`` is truncated."""
+
+    requests: list[str]
+
+    def do_GET(self) -> None:
+        self.server.requests.append(self.path)  # type: ignore[attr-defined]
+        if self.path.startswith("/status500/"):
+            self._answer(500, b'{"error": "internal"}')
+            return
+        if self.path.startswith("/badjson/"):
+            self._answer(200, (FIXTURES / "bad_json.txt").read_bytes())
+            return
+        name = self.path.strip("/").replace("/", "_").replace(":", "") + ".json"
+        file = FIXTURES / name
+        if not file.is_file():
+            self._answer(404, b'{"error": {"code": "404", "message": "not recorded"}}')
+            return
+        self._answer(200, file.read_bytes())
+
+    def _answer(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def api(monkeypatch: pytest.MonkeyPatch) -> Iterator[http.server.ThreadingHTTPServer]:
+    """The recorded API on 127.0.0.1, and the ``costaware_carbon`` connection pointing at it."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Api)
+    server.requests = []  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setenv("AIRFLOW_CONN_COSTAWARE_CARBON", json.dumps({"conn_type": "http", "host": base}))
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def _base(server: http.server.ThreadingHTTPServer) -> str:
+    return f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def test_connection_names_the_base_url(
+    api: http.server.ThreadingHTTPServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert base_url_from_connection() == _base(api)
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_CARBON_PARTS",
+        json.dumps({"conn_type": "http", "host": "carbon.example", "schema": "http", "port": 8080}),
+    )
+    assert base_url_from_connection("carbon_parts") == "http://carbon.example:8080"
+    assert base_url_from_connection("no_such_carbon_conn") == PUBLIC_URL
+
+
+def test_live_history_uses_actuals_then_forecast(
+    api: http.server.ThreadingHTTPServer, tmp_path: Path
+) -> None:
+    live = LiveCarbon(cache_dir=tmp_path)
+    series = live.intensity("GB", T0, T0 + timedelta(hours=6))
+    assert api.requests == ["/intensity/2026-11-20T00:00Z/2026-11-20T06:00Z"]  # type: ignore[attr-defined]
+    values = [v for _, v in series.points]
+    assert len(values) == 12 and values[0] == Decimal(147)  # actual
+    assert values[-1] == Decimal(260)  # no actual yet: the forecast of that half hour
+    assert series.mean_usd_per_hour(T0, T0 + timedelta(hours=1)) == Decimal(152)
+
+
+def test_live_forecast_and_cache_hit(api: http.server.ThreadingHTTPServer, tmp_path: Path) -> None:
+    now = [1_000.0]
+    live = LiveCarbon(cache_dir=tmp_path, clock=lambda: now[0])
+    at = T0 + timedelta(hours=6, minutes=10)  # the API's half hour starts at 06:00
+    first = live.forecast("GB", at, 24)
+    assert len(first) == 48 and first.start == T0 + timedelta(hours=6) and "forecast" in first.name
+    assert live.forecast("GB", at + timedelta(minutes=5), 24).points == first.points
+    again = LiveCarbon(cache_dir=tmp_path, clock=lambda: now[0] + 60)  # another process, same disk cache
+    assert again.forecast("GB", at, 48).points[:48] == first.points
+    assert len(api.requests) == 1 and live.requests == 1 and again.requests == 0  # type: ignore[attr-defined]
+    now[0] += 1801  # past the 30 min TTL
+    live.forecast("GB", at, 1)
+    assert len(api.requests) == 2  # type: ignore[attr-defined]
+
+
+def test_live_errors_name_the_url(api: http.server.ThreadingHTTPServer, tmp_path: Path) -> None:
+    base = _base(api)
+    url = f"{base}/status500/intensity/2026-11-20T06:00Z/fw48h"
+    with pytest.raises(CarbonSourceUnavailableError, match=f"HTTP 500 .* for {url}"):
+        LiveCarbon(base_url=f"{base}/status500", cache_dir=tmp_path).forecast(
+            "GB", T0 + timedelta(hours=6), 2
+        )
+    url = f"{base}/badjson/intensity/2026-11-20T06:00Z/fw48h"
+    with pytest.raises(InvalidPriceDataError, match=f"answered {url} with invalid JSON at line 2"):
+        LiveCarbon(base_url=f"{base}/badjson", cache_dir=tmp_path).forecast("GB", T0 + timedelta(hours=6), 2)
+    assert list(tmp_path.iterdir()) == []  # nothing bad was cached
+    with pytest.raises(CarbonSourceUnavailableError, match=r"HTTP 404 .*/intensity/2026-11-21T00:00Z/fw48h"):
+        LiveCarbon(cache_dir=tmp_path).forecast("GB", T0 + timedelta(days=1), 2)
+
+
+def test_live_refuses_other_zones_and_horizons(tmp_path: Path) -> None:
+    live = LiveCarbon(base_url="http://127.0.0.1:9", cache_dir=tmp_path)
+    with pytest.raises(
+        ConfigurationError, match=r"covers zone GB only, not 'DE-LU'.*carbon import FILE --zone DE-LU"
+    ):
+        live.forecast("DE-LU", T0, 2)
+    with pytest.raises(ConfigurationError, match="forecasts 48 hours ahead, not 72"):
+        live.forecast("GB", T0, 72)
+    with pytest.raises(
+        CarbonSourceUnavailableError, match="cannot reach the carbon intensity API at http://127"
+    ):
+        live.intensity("GB", T0, T0 + timedelta(hours=1))
+    with pytest.raises(ConfigurationError, match="ttl_seconds must be >= 0"):
+        LiveCarbon(base_url="http://127.0.0.1:9", ttl_seconds=-1)
