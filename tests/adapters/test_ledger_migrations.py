@@ -11,6 +11,7 @@ import json
 import shutil
 import subprocess
 import threading
+from decimal import Decimal
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -39,6 +40,19 @@ def _fixture_module() -> ModuleType:
 
 
 read_back = _fixture_module().read_back
+#: What an entry written before revision 0002 reads back as: emissions unknown, never 0.
+NO_EMISSIONS = {"kg_co2e": None, "kwh": None, "carbon_method": "", "carbon_source": ""}
+
+
+def before_emissions(read: dict[str, Any]) -> dict[str, Any]:
+    """``read`` without the emissions fields the last release lacked, after checking they read as unknown."""
+    for entry in read["entries"]:
+        assert {name: entry.pop(name) for name in NO_EMISSIONS} == NO_EMISSIONS
+    for rows in [*read["reports"].values(), read["report_fraud_only"]]:
+        for row in rows:
+            assert row.pop("kg_co2e") is None
+            assert 0 <= row.pop("co2e_unknown") <= row["entries"]
+    return read
 
 
 def tables(engine: Engine) -> set[str]:
@@ -91,7 +105,7 @@ def test_a_sqlite_ledger_of_the_last_release_upgrades_in_place(tmp_path: Path) -
 
     ledger = Ledger.from_url(f"sqlite:///{path}")
 
-    assert read_back(ledger) == EXPECTED["read_back"]["sqlite"]
+    assert before_emissions(read_back(ledger)) == EXPECTED["read_back"]["sqlite"]
     assert revision(ledger.engine) == [migrate.HEAD]
     assert schema_version(ledger.engine) == "1"  # what the last release checks: it still opens this ledger
     assert tables(ledger.engine) == before | {migrate.VERSION_TABLE}
@@ -110,7 +124,7 @@ def test_a_postgresql_ledger_of_the_last_release_upgrades_in_place(postgres_url:
 
     ledger = Ledger.from_url(url)
 
-    assert read_back(ledger) == EXPECTED["read_back"]["postgres"]
+    assert before_emissions(read_back(ledger)) == EXPECTED["read_back"]["postgres"]
     assert revision(ledger.engine) == [migrate.HEAD]
     assert schema_version(ledger.engine) == "1"
     assert tables(ledger.engine) == before | {migrate.VERSION_TABLE}
@@ -204,8 +218,64 @@ def test_a_ledger_at_an_unknown_revision_is_refused_and_left_as_it_is(tmp_path: 
         conn.execute(text(f"UPDATE {migrate.VERSION_TABLE} SET version_num = 'f00dcafe'"))
     with pytest.raises(
         ConfigurationError,
-        match=r"has schema revision 'f00dcafe', newer than this costaware \(revision '0001'\): upgrade",
+        match=r"has schema revision 'f00dcafe', newer than this costaware \(revision '0002'\): upgrade",
     ):
         Ledger.from_url(url)
     assert revision(engine) == ["f00dcafe"]
     engine.dispose()
+
+
+def test_a_ledger_at_the_baseline_gets_the_emissions_columns_and_keeps_its_rows(tmp_path: Path) -> None:
+    from alembic import command
+
+    from costaware.adapters.ledger.engine import ledger_engine
+    from costaware.core.ledger import Kind, LedgerEntry
+
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    engine = ledger_engine(url)
+    with engine.begin() as conn:
+        command.upgrade(migrate._config(conn), "0001")
+    assert revision(engine) == ["0001"]
+    assert "kg_co2e_micros" not in {c["name"] for c in inspect(engine).get_columns("costaware_entries")}
+    with engine.begin() as conn:  # a row as revision 0001 wrote it: no emissions columns
+        conn.execute(
+            text(
+                "INSERT INTO costaware_entries (entry_uid, incurred_at, dag_id, run_id, task_id, try_number, "
+                "map_index, kind, quantity_micros, unit, unit_price_usd, usd_micros, gpu_hours_micros, "
+                "estimated, tags, outcome, cause, price_source, note) VALUES ('old', '2026-11-01 10:00:00', "
+                "'d', 'r', 't', 1, -1, 'compute', 1000000, 'hour', '0.1', 100000, 0, 0, '{}', 'success', "
+                "'', 'snapshot', '')"
+            )
+        )
+    engine.dispose()
+
+    ledger = Ledger.from_url(url)
+    assert revision(ledger.engine) == [migrate.HEAD] == ["0002"]
+    assert schema_differences(ledger.engine) == []
+    [old] = ledger.entries()
+    assert (old["entry_uid"], old["usd"]) == ("old", Decimal("0.1"))
+    assert {name: old[name] for name in NO_EMISSIONS} == NO_EMISSIONS
+    ledger.record(
+        LedgerEntry(
+            "d",
+            "r",
+            "t",
+            Kind.COMPUTE,
+            Decimal("0.2"),
+            kg_co2e=Decimal("0.125"),
+            kwh=Decimal("0.5"),
+            carbon_method="m",
+            carbon_source="s",
+            entry_uid="new",
+        )
+    )
+    new = next(e for e in ledger.entries() if e["entry_uid"] == "new")
+    assert (new["kg_co2e"], new["kwh"], new["carbon_method"], new["carbon_source"]) == (
+        Decimal("0.125"),
+        Decimal("0.5"),
+        "m",
+        "s",
+    )
+    [row] = ledger.report(group_by="dag")
+    assert (row.kg_co2e, row.co2e_unknown, row.kg_co2e_text) == (Decimal("0.125"), 1, "0.125+?")
+    ledger.dispose()

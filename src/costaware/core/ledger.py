@@ -6,13 +6,14 @@ Storage lives in ``costaware.adapters.ledger.store``; this module is pure.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from decimal import Decimal
 from enum import Enum
 
 from costaware.core.budgets import Scope
+from costaware.core.carbon import UNKNOWN
 from costaware.core.errors import ConfigurationError
 from costaware.core.money import parse_usd
 
@@ -30,6 +31,8 @@ FIELD_LIMITS = {
     "cause": 32,
     "price_source": 64,
     "reservation_id": 64,
+    "carbon_method": 512,
+    "carbon_source": 128,
 }
 #: Tags with their own indexed column in the store; any other tag lives in a JSON column.
 INDEXED_TAGS = ("team", "project", "owner")
@@ -75,6 +78,9 @@ class LedgerEntry:
 
     ``estimated`` entries are forecasts or avoided costs; only actual entries count as spend.
     ``on_demand_usd`` prices the same quantity at on-demand rates, so savings are ``on_demand_usd - usd``.
+    ``kg_co2e`` is the estimated emissions (None: unknown, never 0 for unknown; ``carbon_method`` then says
+    why), ``kwh`` the energy behind it, ``carbon_source`` the intensity series used
+    (see ``costaware.adapters.emissions``).
     """
 
     dag_id: str
@@ -101,6 +107,10 @@ class LedgerEntry:
     price_source: str = ""
     note: str = ""
     reservation_id: str | None = None
+    kg_co2e: Decimal | None = None
+    kwh: Decimal | None = None
+    carbon_method: str = ""
+    carbon_source: str = ""
     entry_uid: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     def __post_init__(self) -> None:
@@ -169,10 +179,39 @@ class ReportRow:
     estimated_usd: Decimal
     on_demand_usd: Decimal
     hours: Decimal
+    kg_co2e: Decimal | None = None
+    co2e_unknown: int = 0
 
     @property
     def savings_usd(self) -> Decimal:
         return self.on_demand_usd - self.usd
+
+    @property
+    def kg_co2e_text(self) -> str:
+        """The group's emissions as shown: see :func:`format_kg_co2e`."""
+        return format_kg_co2e(self.kg_co2e, self.co2e_unknown)
+
+
+def total_kg_co2e(rows: Iterable[ReportRow]) -> tuple[Decimal | None, int]:
+    """The known kg CO2e of ``rows`` summed (None when no row has any) and their unknown entries."""
+    known = [r.kg_co2e for r in rows if r.kg_co2e is not None]
+    unknown = sum(r.co2e_unknown for r in rows)
+    return (sum(known, Decimal(0)) if known else None), unknown
+
+
+def format_kg_co2e(kg: Decimal | None, unknown: int) -> str:
+    """Summed emissions as the CLI and the Cost page show them.
+
+    ``kg`` is the sum of the known estimates (None: no entry of the group has one), ``unknown`` how many
+    compute entries have none. ``12.345`` all known (to the mg under 0.1 kg); ``12.345+?`` the known sum
+    plus entries whose emissions are unknown (so the true figure is higher); ``unknown`` every compute
+    entry unknown; ``-`` the group has
+    no compute entry (storage and egress are not estimated).
+    """
+    if kg is None:
+        return UNKNOWN if unknown else "-"
+    text = f"{kg:.3f}" if abs(kg) >= Decimal("0.1") else f"{kg:.6f}"  # grams stay visible
+    return f"{text}+?" if unknown else text
 
 
 def compute_cost(seconds: float | Decimal, usd_per_hour: Decimal) -> tuple[Decimal, Decimal]:
@@ -207,7 +246,7 @@ def entry_to_json(entry: LedgerEntry) -> dict[str, object]:
 def entry_from_json(data: Mapping[str, object]) -> LedgerEntry:
     """Inverse of :func:`entry_to_json`."""
     values = dict(data)
-    for name in ("usd", "quantity", "unit_price_usd", "gpu_hours", "on_demand_usd"):
+    for name in ("usd", "quantity", "unit_price_usd", "gpu_hours", "on_demand_usd", "kg_co2e", "kwh"):
         if values.get(name) is not None:
             values[name] = Decimal(str(values[name]))
     values["incurred_at"] = datetime.fromisoformat(str(values["incurred_at"]))

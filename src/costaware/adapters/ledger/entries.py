@@ -1,6 +1,7 @@
 """Cost entries: one row per cost (a task try's compute, an egress estimate, a cache hit), recorded once.
 
-Money is stored as whole micro-dollars and read back as ``Decimal``.
+Money is stored as whole micro-dollars and read back as ``Decimal``; emissions and energy as micro-kg CO2e
+and micro-kWh (NULL: unknown).
 """
 
 from __future__ import annotations
@@ -90,13 +91,20 @@ def entry_row(entry: LedgerEntry) -> dict[str, Any]:
         "price_source": entry.price_source,
         "note": entry.note,
         "reservation_id": entry.reservation_id,
+        "kg_co2e_micros": None if entry.kg_co2e is None else to_micros(entry.kg_co2e),
+        "kwh_micros": None if entry.kwh is None else to_micros(entry.kwh),
+        "carbon_method": entry.carbon_method,
+        "carbon_source": entry.carbon_source,
     }
 
 
 def entry_dict(row: RowMapping) -> dict[str, Any]:
-    """One stored entry as a dict, money as ``Decimal`` under its name without ``_micros``."""
+    """One stored entry as a dict, money as ``Decimal`` under its name without ``_micros``.
+
+    ``kg_co2e`` and ``kwh`` are None when unknown (never 0 for unknown).
+    """
     out = dict(row)
-    for column in ("usd", "on_demand_usd", "gpu_hours", "quantity"):
+    for column in ("usd", "on_demand_usd", "gpu_hours", "quantity", "kg_co2e", "kwh"):
         micros = out.pop(f"{column}_micros")
         out[column] = None if micros is None else from_micros(micros)
     out["unit_price_usd"] = Decimal(out["unit_price_usd"])

@@ -17,7 +17,7 @@ from costaware.adapters.ledger import budgets, schema
 from costaware.adapters.ledger.engine import LedgerDatabase
 from costaware.adapters.ledger.queries import entry_conditions, group_column
 from costaware.core.budgets import Period, Scope, period_window
-from costaware.core.ledger import BudgetUsage, ReportRow, utcnow
+from costaware.core.ledger import BudgetUsage, ReportRow, total_kg_co2e, utcnow
 from costaware.core.money import from_micros
 
 
@@ -48,11 +48,16 @@ def report(
     scope: str | Scope = "*",
     dag_ids: frozenset[str] | None = None,
 ) -> list[ReportRow]:
-    """Spend per group, most expensive first; see ``Ledger.report`` for the arguments."""
+    """Spend per group, most expensive first; see ``Ledger.report`` for the arguments.
+
+    Each row's ``kg_co2e`` sums the known estimates of its actual entries (None when none has one) and
+    ``co2e_unknown`` counts its actual compute entries whose emissions are unknown.
+    """
     e = schema.entries
     key = group_column(group_by)
     conditions = entry_conditions(since, until, dag_id, run_id, scope, dag_ids=dag_ids)
     actual = e.c.estimated.is_(False)
+    compute = e.c.kind == "compute"  # storage and egress entries carry no emissions estimate
     usd = func.sum(case((actual, e.c.usd_micros), else_=0))
     query = (
         select(
@@ -64,6 +69,11 @@ def report(
                 "od"
             ),
             func.sum(case((and_(actual, e.c.unit == "hour"), e.c.quantity_micros), else_=0)).label("hours"),
+            # NULL when no actual entry of the group has an estimate (SUM skips NULLs): unknown, not 0.
+            func.sum(case((actual, e.c.kg_co2e_micros), else_=None)).label("kg"),
+            func.sum(case((and_(actual, compute, e.c.kg_co2e_micros.is_(None)), 1), else_=0)).label(
+                "unknown"
+            ),
         )
         .where(and_(true(), *conditions))
         .group_by(key)
@@ -79,6 +89,8 @@ def report(
             estimated_usd=from_micros(row.est),
             on_demand_usd=from_micros(row.od),
             hours=from_micros(row.hours),
+            kg_co2e=None if row.kg is None else from_micros(row.kg),
+            co2e_unknown=int(row.unknown or 0),
         )
         for row in rows
     ]
@@ -238,6 +250,7 @@ def top_groups(rows: list[ReportRow], limit: int = TOP_GROUPS) -> tuple[list[Rep
     if len(rows) <= limit:
         return list(rows), None
     rest = rows[limit:]
+    kg, unknown = total_kg_co2e(rest)
     return list(rows[:limit]), ReportRow(
         group=other_label(len(rest)),
         entries=sum(r.entries for r in rest),
@@ -245,6 +258,8 @@ def top_groups(rows: list[ReportRow], limit: int = TOP_GROUPS) -> tuple[list[Rep
         estimated_usd=sum((r.estimated_usd for r in rest), Decimal(0)),
         on_demand_usd=sum((r.on_demand_usd for r in rest), Decimal(0)),
         hours=sum((r.hours for r in rest), Decimal(0)),
+        kg_co2e=kg,
+        co2e_unknown=unknown,
     )
 
 

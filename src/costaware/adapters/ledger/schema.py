@@ -106,6 +106,11 @@ entries = Table(
     Column("price_source", String(64), nullable=False),
     Column("note", Text, nullable=False),
     Column("reservation_id", String(64)),
+    # Emissions (revision 0002): micro-kg CO2e and micro-kWh; NULL kg is unknown (never stored as 0).
+    Column("kg_co2e_micros", BigInteger),
+    Column("kwh_micros", BigInteger),
+    Column("carbon_method", String(512), nullable=False, server_default=""),
+    Column("carbon_source", String(128), nullable=False, server_default=""),
     Index("ix_costaware_entries_dag_run", "dag_id", "run_id"),
     Index("ix_costaware_entries_project_time", "project", "incurred_at"),
     Index("ix_costaware_entries_team_time", "team", "incurred_at"),

@@ -1,0 +1,162 @@
+"""The emissions of one ledger entry: a task try's, or a remote training attempt's.
+
+Energy is the power model's kW (``core.carbon.PowerModel``) for the entry's machine (the catalog's sizes of
+its instance type, or the ``power_kw`` an on-premises task gives) at the try's CPU utilization (measured CPU
+seconds / (wall seconds x vCPUs); without a measurement, full load, and the method says so) times its hours.
+The intensity is the time-weighted mean over the try's interval of the hourly series of the entry's grid
+zone (the zone of its region in ``data/region_grids.csv``, or the ``grid_zone`` the task gives). An
+unmapped region, a zone without a series, or an interval outside the series' span leave ``kg_co2e`` None
+with the reason in ``carbon_method``: unknown, never 0.
+
+:func:`estimate` never raises: an estimate must not keep a cost from being recorded.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from costaware.core.carbon import Emissions, Machine, emissions
+from costaware.core.errors import PriceNotFoundError
+from costaware.core.ledger import FIELD_LIMITS, LedgerEntry
+from costaware.core.series import PriceSeries
+
+log = logging.getLogger(__name__)
+
+#: Where intensity comes from unless told otherwise: the bundled 2023 series of a zone.
+IntensityOf = Callable[[str], PriceSeries]
+#: A recorded hourly series holds its last value for the hour after its last record, no longer.
+_STEP = timedelta(hours=1)
+
+
+def estimate(
+    *,
+    instance_type: str | None,
+    region: str | None,
+    start: datetime,
+    end: datetime,
+    cpu_seconds: float | None = None,
+    power_kw: float | str | None = None,
+    grid_zone: str | None = None,
+    intensity_of: IntensityOf | None = None,
+) -> dict[str, Any]:
+    """The ``kg_co2e``, ``kwh``, ``carbon_method`` and ``carbon_source`` of an entry run ``[start, end)``.
+
+    Args:
+        instance_type: The catalog instance type (its vCPUs, memory and GPUs draw the power).
+        region: The cloud region; its grid zone comes from ``data/region_grids.csv``.
+        start: When the try began (aware).
+        end: When it ended (aware).
+        cpu_seconds: Measured CPU seconds of the try; None counts every vCPU at full load.
+        power_kw: An on-premises machine's average draw in kW: replaces the power model.
+        grid_zone: The grid the machine draws from: replaces the region's zone.
+        intensity_of: ``zone -> series of gCO2e/kWh`` (default: the bundled 2023 series).
+
+    Returns:
+        The four fields of ``LedgerEntry`` (``kg_co2e`` None when unknown, with the reason in the method).
+    """
+    try:
+        found = _estimate(instance_type, region, start, end, cpu_seconds, power_kw, grid_zone, intensity_of)
+    except Exception as e:  # never lose a cost over its emissions: recorded as unknown, with why
+        log.warning("costaware: no emissions estimate for %s in %s: %s", instance_type, region, e)
+        return fields(None, None, f"unknown: estimate failed: {type(e).__name__}: {e}", "")
+    return fields(found.kwh, found.kg_co2e, _method(found), found.source)
+
+
+def with_emissions(entry: LedgerEntry, **kwargs: Any) -> LedgerEntry:
+    """``entry`` with the emissions :func:`estimate` gives for ``kwargs``; never raises."""
+    try:
+        return replace(entry, **estimate(**kwargs))
+    except Exception as e:  # e.g. a field over its limit: the entry as it was is still worth recording
+        log.warning("costaware: emissions of %s.%s left out: %s", entry.dag_id, entry.task_id, e)
+        return entry
+
+
+def fields(kwh: Decimal | None, kg: Decimal | None, method: str, source: str) -> dict[str, Any]:
+    """The entry fields, with text cut to what the ledger stores."""
+    return {
+        "kwh": kwh,
+        "kg_co2e": kg,
+        "carbon_method": method[: FIELD_LIMITS["carbon_method"]],
+        "carbon_source": source[: FIELD_LIMITS["carbon_source"]],
+    }
+
+
+def _method(found: Emissions) -> str:
+    return f"unknown: {found.reason}; {found.method}" if found.kg_co2e is None else found.method
+
+
+def _estimate(
+    instance_type: str | None,
+    region: str | None,
+    start: datetime,
+    end: datetime,
+    cpu_seconds: float | None,
+    power_kw: float | str | None,
+    grid_zone: str | None,
+    intensity_of: IntensityOf | None,
+) -> Emissions:
+    from costaware.adapters.carbon_data import bundled_carbon, power_model
+    from costaware.adapters.carbon_data import grid_zone as zone_of_region
+
+    seconds = max((end - start).total_seconds(), 0.0)
+    hours = seconds / 3600
+    model = power_model()
+    if power_kw not in (None, ""):
+        kw = float(str(power_kw))
+        if not 0 <= kw < float("inf"):
+            raise ValueError(f"power_kw={power_kw!r} is not a power >= 0 in kW")
+        method = f"operator power_kw {kw:g} kW"
+    else:
+        machine = _machine(instance_type, region)
+        use, how = _cpu_use(cpu_seconds, seconds, machine.vcpus)
+        kw = model.power_kw(machine, use)
+        method = model.method(machine, gpu_measured=False).replace("at measured CPU use", how)
+    zone = str(grid_zone) if grid_zone else zone_of_region(region or "")
+    kwh = kw * hours
+    if not zone:
+        reason = f"region {region!r} has no grid zone in data/region_grids.csv (give grid_zone)"
+        return emissions(kwh, None, method=method, source="", reason=reason)
+    series = (intensity_of or bundled_carbon)(zone)
+    source = f"grid {zone}: {series.name}"
+    if start < series.start or end > series.last + _STEP:
+        reason = (
+            f"no intensity of grid {zone} from {start.isoformat()} to {end.isoformat()}: "
+            f"its series spans {series.start.isoformat()} .. {(series.last + _STEP).isoformat()}"
+        )
+        return emissions(kwh, None, method=method, source=source, reason=reason)
+    g_per_kwh = float(series.mean_usd_per_hour(start, end))  # the mean value: gCO2e/kWh here
+    found = emissions(kwh, g_per_kwh, method=f"{method}; grid mean {g_per_kwh:.1f} gCO2e/kWh", source=source)
+    # To the milligram, as the ledger stores it: a minutes-long try emits grams, not whole kilograms.
+    return replace(found, kg_co2e=Decimal(repr(round(kwh * g_per_kwh / 1000, 6))))
+
+
+def _machine(instance_type: str | None, region: str | None) -> Machine:
+    from costaware.adapters.carbon_data import machine_of
+    from costaware.adapters.price_files import bundled_catalog
+
+    if not instance_type:
+        raise ValueError("no instance type and no power_kw: give one of them")
+    catalog = bundled_catalog()
+    try:
+        return machine_of(catalog.offer(instance_type, region or ""))
+    except PriceNotFoundError:
+        # A type's size is the same in every region: a region the price snapshot leaves out still has one.
+        for other in catalog.regions:
+            try:
+                return machine_of(catalog.offer(instance_type, other))
+            except PriceNotFoundError:
+                continue
+        raise
+
+
+def _cpu_use(cpu_seconds: float | None, wall_seconds: float, vcpus: int) -> tuple[float, str]:
+    """CPU utilization (0-1) and how it was found, for the method."""
+    if cpu_seconds is None or wall_seconds <= 0 or vcpus <= 0:
+        return 1.0, "at full load (CPU use not measured)"
+    use = min(max(float(cpu_seconds), 0.0) / (wall_seconds * vcpus), 1.0)
+    return use, f"at measured CPU use {use:.0%}"

@@ -1,0 +1,131 @@
+"""The emissions estimate of one entry: known, unknown region, outside the series' span, measured CPU."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+
+import pytest
+
+from costaware.adapters.carbon_data import bundled_carbon, power_model
+from costaware.adapters.emissions import estimate, with_emissions
+from costaware.core.carbon import Machine
+from costaware.core.ledger import Kind, LedgerEntry, format_kg_co2e
+
+START = datetime(2023, 6, 1, 12, tzinfo=timezone.utc)
+END = START + timedelta(hours=2)
+M5_LARGE = Machine(vcpus=2, memory_gib=8.0)
+
+
+def expected_kg(kw: float, zone: str, start: datetime = START, end: datetime = END) -> Decimal:
+    g = float(bundled_carbon(zone).mean_usd_per_hour(start, end))
+    hours = (end - start).total_seconds() / 3600
+    return Decimal(repr(round(kw * hours * g / 1000, 6)))
+
+
+@pytest.mark.parametrize(
+    ("cpu_seconds", "use", "said"),
+    [
+        (None, 1.0, "at full load (CPU use not measured)"),
+        (3600.0, 0.25, "at measured CPU use 25%"),  # 1 CPU hour over 2 hours x 2 vCPUs
+        (99_999.0, 1.0, "at measured CPU use 100%"),
+    ],
+)
+def test_a_cloud_try_in_a_mapped_region_gets_kg(cpu_seconds: float | None, use: float, said: str) -> None:
+    found = estimate(
+        instance_type="m5.large", region="us-west-1", start=START, end=END, cpu_seconds=cpu_seconds
+    )
+
+    kw = power_model().power_kw(M5_LARGE, use)
+    assert found["kg_co2e"] == expected_kg(kw, "US-CAL-CISO")
+    assert found["kg_co2e"] > 0
+    assert found["kwh"] == Decimal(repr(round(kw * 2, 6)))
+    assert said in found["carbon_method"]
+    assert found["carbon_source"] == "grid US-CAL-CISO: carbon US-CAL-CISO_2023.csv (gCO2e/kWh, lca)"
+
+
+def test_measured_cpu_gives_less_energy_than_full_load() -> None:
+    idle = estimate(instance_type="m5.large", region="us-west-1", start=START, end=END, cpu_seconds=0)
+    full = estimate(instance_type="m5.large", region="us-west-1", start=START, end=END)
+    assert idle["kwh"] < full["kwh"]
+    assert idle["kg_co2e"] < full["kg_co2e"]
+
+
+def test_an_unmapped_region_is_unknown_with_a_reason_and_keeps_its_energy() -> None:
+    found = estimate(instance_type="m5.large", region="us-east-1", start=START, end=END)
+    assert found["kg_co2e"] is None
+    assert found["kwh"] == Decimal(repr(round(power_model().power_kw(M5_LARGE, 1.0) * 2, 6)))
+    assert found["carbon_method"].startswith(
+        "unknown: region 'us-east-1' has no grid zone in data/region_grids.csv (give grid_zone)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("start", "end"),
+    [
+        (datetime(2026, 11, 24, 10, tzinfo=timezone.utc), datetime(2026, 11, 24, 11, tzinfo=timezone.utc)),
+        (datetime(2022, 12, 31, 23, tzinfo=timezone.utc), datetime(2023, 1, 1, 1, tzinfo=timezone.utc)),
+        (
+            datetime(2023, 12, 31, 23, 30, tzinfo=timezone.utc),
+            datetime(2024, 1, 1, 0, 30, tzinfo=timezone.utc),
+        ),
+    ],
+)
+def test_an_interval_outside_the_series_span_is_unknown(start: datetime, end: datetime) -> None:
+    found = estimate(instance_type="m5.large", region="eu-central-1", start=start, end=end)
+    assert found["kg_co2e"] is None
+    assert found["carbon_method"].startswith("unknown: no intensity of grid DE-LU from ")
+    assert "its series spans 2023-01-01T00:00:00+00:00 .. 2024-01-01T00:00:00+00:00" in found["carbon_method"]
+
+
+def test_an_on_premises_task_gives_power_and_grid() -> None:
+    found = estimate(
+        instance_type=None, region="basement", start=START, end=END, power_kw="0.5", grid_zone="GB"
+    )
+    assert found["kg_co2e"] == expected_kg(0.5, "GB")
+    assert found["kwh"] == Decimal("1.0")
+    assert found["carbon_method"].startswith("operator power_kw 0.5 kW; grid mean ")
+    assert found["carbon_source"].startswith("grid GB: ")
+
+
+def test_a_region_missing_from_the_price_snapshot_still_has_its_machine() -> None:
+    found = estimate(instance_type="g5.xlarge", region="ap-southeast-2", start=START, end=END)
+    assert found["kg_co2e"] is not None
+    assert "1 x A10G at full power" in found["carbon_method"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "reason"),
+    [
+        ({"instance_type": "no.such", "region": "us-west-1"}, "unknown: estimate failed: PriceNotFoundError"),
+        ({"instance_type": None, "region": "us-west-1"}, "unknown: estimate failed: ValueError: no instance"),
+        ({"instance_type": None, "region": "x", "power_kw": "-1", "grid_zone": "GB"}, "power_kw='-1' is not"),
+        ({"instance_type": "m5.large", "region": "x", "grid_zone": "XX"}, "no bundled carbon intensity"),
+    ],
+)
+def test_an_estimate_that_fails_is_unknown_never_an_error(kwargs: dict[str, object], reason: str) -> None:
+    found = estimate(start=START, end=END, **kwargs)  # type: ignore[arg-type]
+    assert found["kg_co2e"] is None
+    assert reason in found["carbon_method"]
+
+
+def test_with_emissions_sets_the_entry_fields() -> None:
+    entry = LedgerEntry("d", "r", "t", Kind.COMPUTE, Decimal("1"))
+    out = with_emissions(entry, instance_type="m5.large", region="us-west-1", start=START, end=END)
+    assert out.kg_co2e is not None and out.kwh is not None
+    assert out.carbon_source.startswith("grid US-CAL-CISO")
+    assert (out.entry_uid, out.usd) == (entry.entry_uid, entry.usd)
+
+
+@pytest.mark.parametrize(
+    ("kg", "unknown", "shown"),
+    [
+        (Decimal("12.3456"), 0, "12.346"),
+        (Decimal("12.3"), 2, "12.300+?"),
+        (Decimal("0.004512"), 0, "0.004512"),
+        (None, 3, "unknown"),
+        (None, 0, "-"),
+    ],
+)
+def test_format_kg_co2e(kg: Decimal | None, unknown: int, shown: str) -> None:
+    assert format_kg_co2e(kg, unknown) == shown
