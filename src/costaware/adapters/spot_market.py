@@ -18,7 +18,7 @@ from costaware.adapters import spot_prices
 from costaware.core.carbon import Objective
 from costaware.core.errors import ConfigurationError
 from costaware.core.series import PriceSeries, parse_instant
-from costaware.core.spot_forecast import forecast_starts
+from costaware.core.spot_forecast import forecast_starts, hourly_series, objective_starts
 from costaware.core.spot_window import Observation, choose_zone, spot_capacity
 
 LIVE = "live"
@@ -150,9 +150,14 @@ def forecast_window(
     latest_start: datetime,
     runtime_hours: Decimal,
     history_days: int,
+    objective: Objective | None = None,
+    intensity: PriceSeries | None = None,
+    power_kw: float = 0.0,
 ) -> list[list[str]]:
     """:func:`~costaware.core.spot_forecast.forecast_starts` fitted on what :func:`spot_history` reads.
 
+    With a carbon ``objective`` the starts hold its mean hourly value
+    (:func:`~costaware.core.spot_forecast.objective_starts` with ``intensity`` and ``power_kw``).
     Blocking IO. Reads nothing when no start is left before ``latest_start``.
     """
     if latest_start <= now:
@@ -167,7 +172,7 @@ def forecast_window(
         now=now,
         history_days=history_days,
     )
-    return forecast_starts(
+    starts = forecast_starts(
         history,
         instance_type=instance_type,
         region=region,
@@ -176,6 +181,11 @@ def forecast_window(
         latest_start=latest_start,
         runtime_hours=runtime_hours,
         history_days=history_days,
+    )
+    if objective is None or not objective.needs_carbon:
+        return starts
+    return objective_starts(
+        starts, intensity, objective=objective, power_kw=power_kw, runtime_hours=runtime_hours
     )
 
 
@@ -254,3 +264,10 @@ def instance_power_kw(instance_type: str, region: str) -> float:
 
     offer = bundled_catalog().offer(instance_type, region)
     return power_model().power_kw(machine_of(offer), 1.0)
+
+
+def intensity_at(intensity: PriceSeries | None, now: datetime) -> float | None:
+    """The grid intensity (gCO2e/kWh) of the hour of ``now`` (past the series' end: its hourly profile)."""
+    if intensity is None:
+        return None
+    return hourly_series(intensity, now.replace(minute=0, second=0, microsecond=0), 1)[0]

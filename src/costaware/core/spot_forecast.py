@@ -11,7 +11,8 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Protocol
 
-from costaware.core.series import PriceSeries
+from costaware.core.carbon import Objective
+from costaware.core.series import PriceSeries, parse_instant
 
 _MICRO = Decimal("0.000001")
 
@@ -81,3 +82,33 @@ def hourly_series(series: PriceSeries, start: datetime, hours: int, *, weeks: in
 
     forecast = PriceForecast.fit(series, at=series.last, weeks=weeks)
     return [float(v) for v in forecast.hourly_usd_per_hour(start, hours)]
+
+
+def objective_starts(
+    price_starts: Sequence[Sequence[str]],
+    intensity: PriceSeries | None,
+    *,
+    objective: Objective,
+    power_kw: float,
+    runtime_hours: Decimal,
+) -> list[list[str]]:
+    """:func:`forecast_starts` (mean USD/hour per start) as the objective's mean hourly value per start.
+
+    Each start's value is the objective's (:meth:`~costaware.core.carbon.Objective.hourly_value`) for its
+    forecast mean price, ``power_kw`` and the mean intensity of the hours the run would cover (from
+    :func:`hourly_series`). ``cost`` gives the starts back as they are.
+    """
+    if not objective.needs_carbon or not price_starts:
+        return [list(s) for s in price_starts]
+    if intensity is None:
+        objective.hourly_value(0.0, power_kw, None)  # raises, naming the objective
+        return []
+    first = parse_instant(price_starts[0][0], name="forecast start")
+    span = max(1, round(float(runtime_hours)))
+    hourly = hourly_series(intensity, first, len(price_starts) + span - 1)
+    out: list[list[str]] = []
+    for i, (at, usd) in enumerate(price_starts):
+        g = sum(hourly[i : i + span]) / span
+        value = objective.hourly_value(float(usd), power_kw, g)
+        out.append([at, str(Decimal(repr(value)).quantize(_MICRO))])
+    return out

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
 
+from costaware.core.carbon import Objective
 from costaware.core.errors import ConfigurationError
 from costaware.core.policies.cheapest_window import PAUSE_MARGIN, pause_rule, start_rule
 from costaware.core.series import parse_instant
@@ -172,6 +173,9 @@ def pause_decision(
     remaining_hours: Decimal,
     restart_overhead_minutes: float,
     priority: str = "normal",
+    objective: Objective | None = None,
+    power_kw: float = 0.0,
+    g_co2e_per_kwh: float | None = None,
 ) -> str | None:
     """Why to pause a checkpointed job running on spot now, or ``None`` to keep it running (pure).
 
@@ -189,6 +193,15 @@ def pause_decision(
         remaining_hours: Work left (upper estimate: work since the last checkpoint counts as left).
         restart_overhead_minutes: What a restart costs before training goes on.
         priority: The job's class.
+        objective: What to minimise (default ``cost``). With ``carbon`` or ``cost+carbon`` the rule compares
+            objective values: ``forecast_starts`` then hold the objective's mean hourly value per start
+            (:func:`~costaware.core.spot_forecast.objective_starts`), and the value now is that of
+            ``usd_per_hour`` at ``power_kw`` and the intensity now, ``g_co2e_per_kwh``.
+        power_kw: The instance's power at full load (carbon objectives).
+        g_co2e_per_kwh: The grid intensity now (carbon objectives).
+
+    Raises:
+        ConfigurationError: a carbon objective without the intensity now.
     """
     priority = check_priority(priority)
     if PAUSE_MARGIN[priority] is None or now >= latest_resume or remaining_hours <= 0:
@@ -197,6 +210,19 @@ def pause_decision(
     if later is None:
         return None
     restart_hours = Decimal(str(restart_overhead_minutes)) / 60
+    if objective is not None and objective.needs_carbon:
+        now_value = Decimal(repr(objective.hourly_value(float(usd_per_hour), power_kw, g_co2e_per_kwh)))
+        keep, paused = now_value * remaining_hours, later * (remaining_hours + restart_hours)
+        if not pause_rule(keep, paused, priority):
+            return None
+        unit = objective.unit
+        return (
+            f"{objective.name} value {now_value.quantize(Decimal('0.0001'))} {unit}/hour now (spot "
+            f"{usd_per_hour} USD/hour at {g_co2e_per_kwh} gCO2e/kWh) is well above the forecast minimum "
+            f"{later} of the rest of the window: {remaining_hours.quantize(Decimal('0.01'))} h left come to "
+            f"about {keep.quantize(Decimal('0.0001'))} {unit} now against "
+            f"{paused.quantize(Decimal('0.0001'))} after a pause and one restart"
+        )
     keep_usd = usd_per_hour * remaining_hours
     pause_usd = later * (remaining_hours + restart_hours)
     if not pause_rule(keep_usd, pause_usd, priority):

@@ -133,6 +133,11 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
             restart overhead plus one checkpoint interval); when no zone is left, run the rest on
             on-demand (templated; default off: on recorded traces waiting out a churn on spot cost less
             than on-demand, see docs/remote-training.md).
+        objective: What the pause rule minimises: ``cost`` (default), ``carbon`` or ``cost+carbon``
+            (templated; checked after rendering).
+        carbon_usd_per_tonne: Carbon price of ``cost+carbon``, USD per tonne CO2e (templated).
+        carbon: Where the grid intensity comes from: a bundled grid zone (``"GB"``) or a recorded carbon
+            intensity CSV path; default the grid zone of the job's region (templated).
         **kwargs: ``BaseOperator`` arguments.
     """
 
@@ -159,6 +164,9 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         "availability_zones",
         "allowed_regions",
         "restart_guard",
+        "objective",
+        "carbon_usd_per_tonne",
+        "carbon",
     )
     template_fields_renderers = {"trainer_params": "json", "backend_options": "json"}
     ui_color = "#d9ecf7"
@@ -213,6 +221,9 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         availability_zones: Sequence[str] | str | None = None,
         allowed_regions: Sequence[str] | str | None = None,
         restart_guard: bool | str = False,
+        objective: str = "cost",
+        carbon_usd_per_tonne: float | str | None = None,
+        carbon: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -281,6 +292,9 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
             availability_zones=availability_zones,
             allowed_regions=allowed_regions,
             restart_guard=restart_guard,
+            objective=objective,
+            carbon_usd_per_tonne=carbon_usd_per_tonne,
+            carbon=carbon,
         )
         self.max_attempts = max_attempts
         self.poll_interval = poll_interval

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from costaware.adapters.compute.job_contract import check_grace_seconds
+from costaware.core.carbon import Objective
 from costaware.core.errors import ConfigurationError
 from costaware.glue import as_bool, check_tags
 from costaware.training.plan import blank
@@ -104,6 +105,9 @@ class RemotePlanArguments:
     availability_zones: Sequence[str] | str | None
     allowed_regions: Sequence[str] | str | None
     restart_guard: bool | str
+    objective: str
+    carbon_usd_per_tonne: float | str | None
+    carbon: str | None
 
     def _keep_plan_arguments(
         self,
@@ -133,6 +137,9 @@ class RemotePlanArguments:
         availability_zones: Sequence[str] | str | None = None,
         allowed_regions: Sequence[str] | str | None = None,
         restart_guard: bool | str = False,
+        objective: str = "cost",
+        carbon_usd_per_tonne: float | str | None = None,
+        carbon: str | None = None,
     ) -> None:
         """Keep the arguments; check what needs no rendering (the message names the argument)."""
         self.image = image
@@ -170,6 +177,9 @@ class RemotePlanArguments:
         self.availability_zones = availability_zones
         self.allowed_regions = allowed_regions
         self.restart_guard = restart_guard
+        self.objective = objective
+        self.carbon_usd_per_tonne = carbon_usd_per_tonne
+        self.carbon = carbon
 
     def _decision(self, context: Mapping[str, Any]) -> SpotDecision | None:
         """The spot window decision: ``spot_task_id``'s XCom, else the rendered ``spot_decision``, or None.
@@ -215,4 +225,8 @@ class RemotePlanArguments:
             availability_zones=parse_names(self.availability_zones, name="availability_zones"),
             allowed_regions=parse_names(self.allowed_regions, name="allowed_regions"),
             restart_guard=as_bool(self.restart_guard, "restart_guard"),
+            # Checked here, after rendering: a bad objective fails the task whether or not it pauses.
+            objective=Objective.parse(self.objective, self.carbon_usd_per_tonne).name,
+            carbon_usd_per_tonne=self.carbon_usd_per_tonne,
+            carbon=self.carbon,
         )

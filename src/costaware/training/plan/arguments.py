@@ -11,6 +11,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from costaware.core.carbon import Objective
 from costaware.core.checkpoint_interval import is_auto
 from costaware.core.errors import ConfigurationError
 from costaware.core.series import parse_instant
@@ -79,6 +80,9 @@ class PlanArguments:
     availability_zones: tuple[str, ...] = ()
     allowed_regions: tuple[str, ...] = ()
     restart_guard: bool = False
+    objective: str = "cost"
+    carbon_usd_per_tonne: Any = None
+    carbon: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,7 +338,11 @@ def watch_plan(
             "pause_on_price needs a deadline (a pause must still finish in time): pass deadline or a "
             "spot decision that has one"
         )
+    objective = Objective.parse(blank(args.objective), blank(args.carbon_usd_per_tonne))
     return PriceWatch(
+        objective=objective.name,
+        carbon_usd_per_tonne=objective.carbon_usd_per_tonne if objective.name == "cost+carbon" else None,
+        carbon=str(blank(args.carbon)) if blank(args.carbon) else None,
         prices=str(prices),
         availability=watched_trace(args.availability, decision.availability_zone),
         availability_zone=decision.availability_zone or None,

@@ -27,6 +27,9 @@ class PriceWatch:
         history_days: Days of price history the forecast fits on.
         aws_conn_id: The AWS connection of live prices.
         region: The region of the prices.
+        objective: ``cost``, ``carbon`` or ``cost+carbon``: what the pause rule compares.
+        carbon_usd_per_tonne: Carbon price of ``cost+carbon``.
+        carbon: A bundled grid zone or a recorded carbon intensity CSV; None: the grid zone of ``region``.
     """
 
     prices: str
@@ -38,9 +41,20 @@ class PriceWatch:
     availability_zone: str | None = None
     aws_conn_id: str | None = None
     region: str = "us-east-1"
+    objective: str = "cost"
+    carbon_usd_per_tonne: float | None = None
+    carbon: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        # The objective's keys only when set: states of today's jobs stay as they were.
+        carbon: dict[str, Any] = {}
+        if self.objective != "cost":
+            carbon = {
+                "objective": self.objective,
+                "carbon_usd_per_tonne": self.carbon_usd_per_tonne,
+                "carbon": self.carbon,
+            }
+        return carbon | {
             "prices": self.prices,
             "availability": self.availability,
             "availability_zone": self.availability_zone,
@@ -64,6 +78,9 @@ class PriceWatch:
             history_days=int(data.get("history_days", 14)),
             aws_conn_id=data.get("aws_conn_id"),
             region=str(data.get("region") or "us-east-1"),
+            objective=str(data.get("objective") or "cost"),
+            carbon_usd_per_tonne=data.get("carbon_usd_per_tonne"),
+            carbon=data.get("carbon") or None,
         )
 
 
