@@ -375,7 +375,7 @@ class LiveCarbon:
         try:
             self.cache_dir.mkdir(parents=True, exist_ok=True)
             entry = json.dumps({"url": url, "fetched_at": self.clock(), "body": text})
-            _write_atomically(self._cache_file(url), entry.encode())
+            write_atomically(self._cache_file(url), entry.encode())
         except OSError as e:  # a read-only home still answers, only slower
             log.warning("costaware: cannot cache carbon intensity in %s: %s", self.cache_dir, e)
 
@@ -440,7 +440,7 @@ def _points(
     return points
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
+def write_atomically(path: Path, data: bytes) -> None:
     """Write ``path`` through a temporary file in its folder and a rename: readers see old or new."""
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

@@ -24,6 +24,7 @@ from costaware.cli.arguments import (
     GroupCommand,
     LazyChoices,
     lazy_load_command,
+    when,
 )
 from costaware.core.policies import POLICIES
 from costaware.core.simulate import DEFAULT_POLICIES
@@ -212,6 +213,54 @@ PRICES_COMMANDS = (
     ),
 )
 
+# -- carbon ---------------------------------------------------------------------------------------
+
+CARBON_COMMANDS = (
+    ActionCommand(
+        "show",
+        "a grid zone's hourly carbon intensity (gCO2e/kWh): recorded, or the source's forecast",
+        lazy_load_command(f"{_COMMANDS}.carbon.show"),
+        (
+            Arg("--zone", required=True, help="grid zone, e.g. GB, DE-LU, US-CAL-CISO, AU-NSW"),
+            Arg(
+                "--source",
+                default="recorded",
+                help="recorded (imported files, then the bundled 2023 ones; default), bundled, live (the GB "
+                "Carbon Intensity API through the costaware_carbon connection) or a folder or file of "
+                "<ZONE>_<anything>.csv",
+            ),
+            Arg(
+                "--start",
+                type=when,
+                default=None,
+                help="first hour (ISO, with a zone); default now: the source's forecast from now",
+            ),
+            Arg("--hours", type=int, default=24, help="how many hours (default: 24)"),
+            ARG_FORMAT,
+        ),
+        description=(
+            "Prints the hourly carbon intensity of a grid zone with its mean, min and max, and whether the "
+            "values are recorded or forecast. A start in the past reads recorded (or measured) values; no "
+            "start, or one in the future, reads the source's forecast (a recorded source gives its recorded "
+            "values as a perfect forecast)."
+        ),
+    ),
+    ActionCommand(
+        "import",
+        "check a recorded carbon intensity CSV and add it to the recorded source",
+        lazy_load_command(f"{_COMMANDS}.carbon.import_file"),
+        (
+            Arg("file", help="CSV with timestamp_utc and g_co2eq_per_kwh_lca (the shared format)"),
+            Arg("--zone", required=True, help="the grid zone the file records, e.g. GB"),
+        ),
+        description=(
+            "Checks the file (hourly, no gaps, numbers) and copies it to $AIRFLOW_HOME/costaware/carbon/"
+            "<ZONE>_imported.csv, where --source recorded finds it; a bad file writes nothing, and a second "
+            "import of a zone replaces the first."
+        ),
+    ),
+)
+
 # -- simulate -------------------------------------------------------------------------------------
 
 SIMULATE_ARGS = (
@@ -392,6 +441,9 @@ COMMANDS: tuple[ActionCommand | GroupCommand, ...] = (
     ),
     GroupCommand("alerts", "budget alert thresholds and notifiers", ALERTS_COMMANDS),
     GroupCommand("prices", "look up, refresh and import on-demand prices", PRICES_COMMANDS),
+    GroupCommand(
+        "carbon", "grid carbon intensity: show recorded or forecast values, import files", CARBON_COMMANDS
+    ),
     ActionCommand(
         "simulate",
         "replay scheduling policies over recorded spot prices, availability and electricity prices",

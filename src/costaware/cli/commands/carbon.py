@@ -1,0 +1,121 @@
+"""``costaware carbon``: show a grid zone's carbon intensity, import a recorded intensity file.
+
+``show`` asks a carbon source (``costaware.adapters.carbon_source``): the recorded files (the costaware
+home's carbon folder, then the bundled 2023 files), the bundled files only, a folder or file, or the live GB
+Carbon Intensity API. ``import`` checks a file in the shared CSV format and copies it into the carbon
+folder, where the recorded source finds it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from pathlib import Path
+
+from costaware.cli.output import emit, render_table
+from costaware.core.errors import ConfigurationError, PriceNotFoundError
+
+_HOUR = timedelta(hours=1)
+
+
+def _plain(value: Decimal) -> str:
+    """``281.66``; ``150`` for ``150.000000``."""
+    return format(value.quantize(Decimal("0.01")).normalize(), "f")
+
+
+def _kind(name: str, forecast: bool) -> str:
+    if "perfect forecast" in name:
+        return "recorded (as a perfect forecast)"
+    return "forecast" if forecast else "recorded"
+
+
+def show(args: argparse.Namespace) -> int:
+    """Print the hourly intensity of a zone, its mean, min and max, and whether it is forecast or recorded."""
+    import json
+
+    from costaware.adapters.carbon_source import carbon_source
+
+    if args.hours < 1:
+        raise ConfigurationError(f"--hours must be >= 1, got {args.hours}")
+    now = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
+    start = args.start.astimezone(timezone.utc) if args.start is not None else now
+    source = carbon_source(args.source)
+    if start >= now:  # the future (or now): what the source forecasts
+        try:
+            series = source.forecast(args.zone, start, args.hours)
+        except PriceNotFoundError as e:
+            if args.start is not None:
+                raise
+            raise PriceNotFoundError(f"{e}; or pass --start within the recorded hours") from e
+        forecast = True
+    else:
+        series = source.intensity(args.zone, start, start + args.hours * _HOUR)
+        forecast = False
+    kind = _kind(series.name, forecast)
+    hours = [start + i * _HOUR for i in range(args.hours) if start + i * _HOUR >= series.start]
+    values = [series.mean_usd_per_hour(h, h + _HOUR) for h in hours]
+    if not values:
+        raise ConfigurationError(f"{series.name} has no value from {start.isoformat()}")
+    mean = sum(values, Decimal(0)) / len(values)
+    if args.format == "json":
+        payload = {
+            "zone": args.zone,
+            "source": args.source,
+            "series": series.name,
+            "kind": kind,
+            "unit": "gCO2e/kWh",
+            "hours": [
+                {"hour": h.isoformat(), "g_co2e_per_kwh": _plain(v)}
+                for h, v in zip(hours, values, strict=True)
+            ],
+            "mean": _plain(mean),
+            "min": _plain(min(values)),
+            "max": _plain(max(values)),
+        }
+        print(json.dumps(payload, indent=2))
+        return 0
+    rows = [[f"{h:%Y-%m-%d %H:%M}", _plain(v)] for h, v in zip(hours, values, strict=True)]
+    emit(rows, args.format, headers=["hour (UTC)", "gCO2e/kWh"])
+    if args.format == "table":
+        print()
+        summary = [["mean", _plain(mean)], ["min", _plain(min(values))], ["max", _plain(max(values))]]
+        print(render_table(["", "gCO2e/kWh"], summary))
+        print(f"\n{args.zone}: {len(values)} hour(s), {kind}, from {series.name}")
+    return 0
+
+
+def import_file(args: argparse.Namespace) -> int:
+    """Check a recorded intensity CSV and copy it into the carbon folder as the zone's imported file."""
+    from costaware.adapters.carbon_data import carbon_from_text
+    from costaware.adapters.carbon_source import carbon_folder, write_atomically
+    from costaware.core.errors import InvalidPriceDataError
+
+    zone = args.zone.strip()
+    if not zone or "_" in zone or "/" in zone or zone.startswith("."):
+        raise ConfigurationError(
+            f"zone {args.zone!r} is not a grid zone name (e.g. GB, DE-LU: no '_', '/' or leading '.')"
+        )
+    path = Path(args.file)
+    try:
+        data = path.read_bytes()
+        text = data.decode("utf-8")
+    except OSError as e:
+        raise InvalidPriceDataError(f"cannot read carbon intensity file {str(path)!r}: {e.strerror}") from e
+    except UnicodeDecodeError as e:
+        raise InvalidPriceDataError(f"{path.name} is not UTF-8 text: nothing was imported") from e
+    try:
+        series = carbon_from_text(text, source=path.name)
+    except InvalidPriceDataError as e:
+        raise InvalidPriceDataError(f"{e}; nothing was imported") from e
+    folder = carbon_folder()
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"{zone}_imported.csv"
+    replaced = target.exists()
+    write_atomically(target, data)
+    print(
+        f"imported {len(series)} hour(s) of {zone} carbon intensity from {path.name} "
+        f"({series.start:%Y-%m-%d %H:%M} to {series.last:%Y-%m-%d %H:%M} UTC) into {target}"
+        + (", replacing the previous import" if replaced else "")
+    )
+    return 0

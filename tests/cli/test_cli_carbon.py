@@ -1,0 +1,125 @@
+"""``costaware carbon show|import`` over recorded files, with the costaware home in a temporary folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import time_machine
+
+from costaware.cli import main
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "carbon"
+RECORDED = FIXTURES / "GB_2026-11.csv"
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty ``$AIRFLOW_HOME``: imports land in ``<home>/costaware/carbon``."""
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    return tmp_path / "airflow" / "costaware" / "carbon"
+
+
+def test_show_table(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["carbon", "show", "--zone", "GB", "--source", str(RECORDED), "--start", "2026-11-20T01:00+00:00"]
+    assert main([*argv, "--hours", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "2026-11-20 01:00          121" in out and "2026-11-20 03:00          123" in out
+    assert "mean          122" in out and "min           121" in out and "max           123" in out
+    assert "GB: 3 hour(s), recorded, from carbon GB_2026-11.csv (gCO2e/kWh, lca), recorded" in out
+
+
+def test_show_json_of_the_bundled_files(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [
+        "carbon",
+        "show",
+        "--zone",
+        "DE-LU",
+        "--source",
+        "bundled",
+        "--start",
+        "2023-03-01",
+        "--hours",
+        "2",
+    ]
+    assert main([*argv, "--format", "json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["kind"] == "recorded" and shown["unit"] == "gCO2e/kWh"
+    assert [h["hour"] for h in shown["hours"]] == ["2023-03-01T00:00:00+00:00", "2023-03-01T01:00:00+00:00"]
+    values = [float(h["g_co2e_per_kwh"]) for h in shown["hours"]]
+    assert float(shown["min"]) == min(values) and float(shown["max"]) == max(values)
+    assert float(shown["mean"]) == pytest.approx(sum(values) / 2, abs=0.01)
+
+
+def test_show_without_start_is_the_forecast(capsys: pytest.CaptureFixture[str]) -> None:
+    with time_machine.travel("2026-11-20T05:20:00Z", tick=False):
+        argv = [
+            "carbon",
+            "show",
+            "--zone",
+            "GB",
+            "--source",
+            str(RECORDED),
+            "--hours",
+            "2",
+            "--format",
+            "json",
+        ]
+        assert main(argv) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["kind"] == "recorded (as a perfect forecast)"
+    assert [(h["hour"][:16], h["g_co2e_per_kwh"]) for h in shown["hours"]] == [
+        ("2026-11-20T05:00", "125"),
+        ("2026-11-20T06:00", "126"),
+    ]
+
+
+def test_show_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["carbon", "show", "--zone", "GB", "--start", "2020-01-01"]) == 2
+    assert (
+        "GB_2023.csv (gCO2e/kWh, lca) covers 2023-01-01 00:00 to 2024-01-01 00:00" in capsys.readouterr().err
+    )
+    assert main(["carbon", "show", "--zone", "FR", "--source", "live", "--hours", "2"]) == 2
+    assert "covers zone GB only, not 'FR'" in capsys.readouterr().err
+    assert main(["carbon", "show", "--zone", "GB", "--source", "nowhere"]) == 2
+    assert "'nowhere' is not 'recorded', 'bundled', 'live'" in capsys.readouterr().err
+
+
+def test_import_then_show_finds_it(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["carbon", "import", str(RECORDED), "--zone", "GB"]) == 0
+    out = capsys.readouterr().out
+    assert "imported 48 hour(s) of GB carbon intensity from GB_2026-11.csv" in out
+    assert "replacing" not in out
+    assert [p.name for p in home.iterdir()] == ["GB_imported.csv"]
+    assert (
+        main(["carbon", "show", "--zone", "GB", "--start", "2026-11-20", "--hours", "1", "--format", "json"])
+        == 0
+    )
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["hours"][0]["g_co2e_per_kwh"] == "120" and "GB_imported.csv" in shown["series"]
+
+
+def test_a_bad_file_writes_nothing(home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["carbon", "import", str(FIXTURES / "GB_bad.csv"), "--zone", "GB"]) == 2
+    err = capsys.readouterr().err
+    assert "record 1: price 'not-a-number' is not a number; nothing was imported" in err
+    assert main(["carbon", "import", str(tmp_path / "missing.csv"), "--zone", "GB"]) == 2
+    assert "cannot read carbon intensity file" in capsys.readouterr().err
+    assert main(["carbon", "import", str(RECORDED), "--zone", "../GB"]) == 2
+    assert "is not a grid zone name" in capsys.readouterr().err
+    assert not home.exists()
+
+
+def test_a_second_import_replaces_the_first(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["carbon", "import", str(RECORDED), "--zone", "GB"]) == 0
+    newer = tmp_path / "gb-newer.csv"
+    newer.write_text("timestamp_utc,g_co2eq_per_kwh_lca\n2026-11-20T00:00:00Z,99\n2026-11-20T01:00:00Z,98\n")
+    assert main(["carbon", "import", str(newer), "--zone", "GB"]) == 0
+    assert "replacing the previous import" in capsys.readouterr().out
+    assert [p.name for p in home.iterdir()] == ["GB_imported.csv"]  # no temporary file left behind
+    assert (home / "GB_imported.csv").read_text() == newer.read_text()
+    assert main(["carbon", "import", str(FIXTURES / "GB_bad.csv"), "--zone", "GB"]) == 2
+    assert (home / "GB_imported.csv").read_text() == newer.read_text()  # a bad file keeps the last good one
