@@ -310,7 +310,7 @@ class LiveCarbon:
             cursor = upto
         points = _points(records, "actual", fallback="forecast", url=self.base_url)
         series = PriceSeries.from_points(
-            points, name=f"carbon {zone} live {self.base_url} (gCO2e/kWh, actual)"
+            points, name=f"carbon {zone} live {self.base_url} (gCO2e/kWh, actual, else forecast)"
         )
         if series.start > start:
             raise PriceNotFoundError(

@@ -27,7 +27,9 @@ def _plain(value: Decimal) -> str:
 def _kind(name: str, forecast: bool) -> str:
     if "perfect forecast" in name:
         return "recorded (as a perfect forecast)"
-    return "forecast" if forecast else "recorded"
+    if forecast:
+        return "forecast"
+    return "measured (live)" if " live " in name else "recorded"
 
 
 def show(args: argparse.Namespace) -> int:
