@@ -1,0 +1,126 @@
+"""``costaware simulate --carbon --objective``: the flags, the JSON keys per policy, and their errors."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from costaware.cli import main
+
+T0 = datetime(2023, 3, 1, tzinfo=timezone.utc)
+KEYS = {"usd", "kg_co2e", "objective_value", "deadline_misses", "vs_oracle", "vs_on_demand"}
+
+
+def _files(tmp_path: Path) -> dict[str, str]:
+    electricity = tmp_path / "power.csv"
+    electricity.write_text(
+        "timestamp_utc,usd_per_mwh\n"
+        + "".join(
+            f"{(T0 + timedelta(hours=h)).strftime('%Y-%m-%dT%H:%M:%SZ')},{20 if h % 24 < 6 else 100}\n"
+            for h in range(24 * 14)
+        )
+    )
+    carbon = tmp_path / "carbon.csv"
+    carbon.write_text(
+        "timestamp_utc,g_co2eq_per_kwh_direct,g_co2eq_per_kwh_lca\n"
+        + "".join(
+            f"{(T0 + timedelta(hours=h)).strftime('%Y-%m-%dT%H:%M:%SZ')},1,{_grams(h)}\n"
+            for h in range(24 * 14)
+        )
+    )
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text(
+        "name,instance_type,region,submit_time,runtime_hours,deadline_hours,checkpoint_minutes,"
+        "restart_overhead_minutes,power_kw\n"
+        "own,on-prem,on-prem,2023-03-09T00:00:00Z,3,20,30,0,10\n"
+        "cloud,p3.2xlarge,us-east-1,2023-03-10T00:00:00Z,3,20,30,0,\n"
+    )
+    return {"prices": str(electricity), "carbon": str(carbon), "jobs": str(jobs)}
+
+
+def _grams(hour: int) -> int:
+    """Clean by day (hours 10-15), dirty otherwise."""
+    return 100 if 10 <= hour % 24 < 16 else 600
+
+
+def _run(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict[str, dict[str, object]]:
+    assert main(["simulate", *argv, "--format", "json"]) == 0
+    out: dict[str, dict[str, object]] = json.loads(capsys.readouterr().out)
+    return out
+
+
+def test_carbon_objective_without_prices_reports_kg_and_the_carbon_oracle(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = _files(tmp_path)
+    out = _run(capsys, ["--jobs", f["jobs"], "--carbon", f["carbon"], "--objective", "carbon"])
+    assert out["objective"] == {"name": "carbon", "unit": "kg CO2e", "carbon_usd_per_tonne": 0.0}
+    policies = out["policies"]
+    for row in policies.values():
+        assert set(row) >= KEYS  # type: ignore[arg-type]
+    oracle, now = policies["oracle"], policies["on_demand_now"]
+    assert oracle["vs_oracle"] == 1.0 and oracle["deadline_misses"] == 0  # type: ignore[index]
+    assert oracle["kg_co2e"] < now["kg_co2e"]  # type: ignore[index, operator]
+    assert oracle["objective_value"] == oracle["kg_co2e"]  # type: ignore[index]
+    assert oracle["usd"] is None  # type: ignore[index]  # the own-power job has no electricity price
+
+
+def test_cost_plus_carbon_with_prices_and_the_default_objective(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = _files(tmp_path)
+    own = tmp_path / "own.csv"
+    own.write_text("\n".join(Path(f["jobs"]).read_text().splitlines()[:2]) + "\n")
+    base = ["--jobs", str(own), "--prices", f["prices"], "--carbon", f["carbon"]]
+    mixed = _run(capsys, [*base, "--objective", "cost+carbon", "--carbon-usd-per-tonne", "1000"])
+    cost = _run(capsys, base)
+    plain = _run(capsys, ["--jobs", str(own), "--prices", f["prices"]])
+    oracle = mixed["policies"]["oracle"]
+    assert oracle["objective_value"] == pytest.approx(oracle["usd"] + oracle["kg_co2e"])  # type: ignore[index, operator]
+    assert cost["objective"]["name"] == "cost"  # type: ignore[index]
+    assert "objective_value" not in cost["policies"]["oracle"]  # type: ignore[operator]
+    assert cost["policies"]["oracle"]["kg_co2e"] > oracle["kg_co2e"]  # type: ignore[index, operator]
+    for name, row in plain["policies"].items():  # --carbon with the default objective only adds kg_co2e
+        with_kg = dict(cost["policies"][name])  # type: ignore[call-overload]
+        del with_kg["kg_co2e"]
+        assert with_kg == row
+    assert "objective" not in plain
+
+
+def test_the_table_shows_kg_co2e(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = _files(tmp_path)
+    assert main(["simulate", "--jobs", f["jobs"], "--carbon", f["carbon"], "--objective", "carbon"]) == 0
+    out = capsys.readouterr().out
+    assert "kg_co2e" in out and "unknown" in out and "the carbon objective (kg CO2e)" in out
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            ["--objective", "green", "--carbon", "C"],
+            "objective 'green' is not one of cost, carbon, cost+carbon",
+        ),
+        (["--objective", "cost+carbon", "--carbon", "C", "--prices", "P"], "needs --carbon-usd-per-tonne"),
+        (
+            ["--objective", "cost+carbon", "--carbon", "C", "--prices", "P", "--carbon-usd-per-tonne", "-5"],
+            "carbon_usd_per_tonne='-5' is not a price >= 0",
+        ),
+        (["--objective", "carbon"], "--objective carbon needs --carbon FILE"),
+        (["--carbon", "C"], "--objective cost needs --prices"),
+        (["--objective", "carbon", "--carbon", "SHORT"], "outside carbon short.csv"),
+    ],
+)
+def test_bad_inputs_fail_naming_the_value(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    f = _files(tmp_path)
+    short = tmp_path / "short.csv"
+    short.write_text("\n".join(Path(f["carbon"]).read_text().splitlines()[: 24 * 5]) + "\n")
+    paths = {"C": f["carbon"], "P": f["prices"], "SHORT": str(short)}
+    argv = ["simulate", "--jobs", f["jobs"], *[paths.get(a, a) for a in extra]]
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
