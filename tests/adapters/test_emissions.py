@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 
@@ -41,7 +42,9 @@ def test_a_cloud_try_in_a_mapped_region_gets_kg(cpu_seconds: float | None, use: 
     assert found["kg_co2e"] > 0
     assert found["kwh"] == Decimal(repr(round(kw * 2, 6)))
     assert said in found["carbon_method"]
-    assert found["carbon_source"] == "grid US-CAL-CISO: carbon US-CAL-CISO_2023.csv (gCO2e/kWh, lca)"
+    assert (
+        found["carbon_source"] == "grid US-CAL-CISO: carbon US-CAL-CISO_2023.csv (gCO2e/kWh, lca), recorded"
+    )
 
 
 def test_measured_cpu_gives_less_energy_than_full_load() -> None:
@@ -74,8 +77,9 @@ def test_an_unmapped_region_is_unknown_with_a_reason_and_keeps_its_energy() -> N
 def test_an_interval_outside_the_series_span_is_unknown(start: datetime, end: datetime) -> None:
     found = estimate(instance_type="m5.large", region="eu-central-1", start=start, end=end)
     assert found["kg_co2e"] is None
-    assert found["carbon_method"].startswith("unknown: no intensity of grid DE-LU from ")
-    assert "its series spans 2023-01-01T00:00:00+00:00 .. 2024-01-01T00:00:00+00:00" in found["carbon_method"]
+    assert found["carbon_method"].startswith("unknown: no recorded carbon intensity for DE-LU from ")
+    assert "covers 2023-01-01 00:00 to 2024-01-01 00:00" in found["carbon_method"]
+    assert found["kwh"] is not None
 
 
 def test_an_on_premises_task_gives_power_and_grid() -> None:
@@ -100,13 +104,38 @@ def test_a_region_missing_from_the_price_snapshot_still_has_its_machine() -> Non
         ({"instance_type": "no.such", "region": "us-west-1"}, "unknown: estimate failed: PriceNotFoundError"),
         ({"instance_type": None, "region": "us-west-1"}, "unknown: estimate failed: ValueError: no instance"),
         ({"instance_type": None, "region": "x", "power_kw": "-1", "grid_zone": "GB"}, "power_kw='-1' is not"),
-        ({"instance_type": "m5.large", "region": "x", "grid_zone": "XX"}, "no bundled carbon intensity"),
+        (
+            {"instance_type": "m5.large", "region": "x", "grid_zone": "XX"},
+            "no recorded carbon intensity for grid zone 'XX'",
+        ),
     ],
 )
 def test_an_estimate_that_fails_is_unknown_never_an_error(kwargs: dict[str, object], reason: str) -> None:
     found = estimate(start=START, end=END, **kwargs)  # type: ignore[arg-type]
     assert found["kg_co2e"] is None
     assert reason in found["carbon_method"]
+
+
+def test_a_recorded_file_that_covers_the_try_gives_its_intensity(tmp_path: Path) -> None:
+    from costaware.adapters.carbon_source import RecordedCarbon
+
+    now = datetime(2026, 11, 24, 10, tzinfo=timezone.utc)
+    rows = [f"{(now + timedelta(hours=h)).isoformat()},{100 + 100 * h},{50}" for h in range(3)]
+    (tmp_path / "GB_2026.csv").write_text(
+        "timestamp_utc,g_co2eq_per_kwh_lca,g_co2eq_per_kwh_direct\n" + "\n".join(rows)
+    )
+    found = estimate(
+        instance_type=None,
+        region="on-prem",
+        power_kw=1,
+        grid_zone="GB",
+        start=now + timedelta(minutes=30),
+        end=now + timedelta(minutes=90),
+        intensity_of=RecordedCarbon(tmp_path, bundled=False).intensity,
+    )
+    assert found["kg_co2e"] == Decimal("0.15")  # 1 kW for 1 h at a mean of 150 g/kWh
+    assert "grid mean 150.0 gCO2e/kWh" in found["carbon_method"]
+    assert found["carbon_source"].startswith("grid GB: carbon GB_2026.csv")
 
 
 def test_with_emissions_sets_the_entry_fields() -> None:

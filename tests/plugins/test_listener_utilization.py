@@ -113,3 +113,59 @@ def test_runs_per_month_from_the_dag_schedule() -> None:
     assert runs_per_month(daily, after) == pytest.approx(30.0, abs=1)
     assert runs_per_month(off_peak, after) == pytest.approx(30.0, abs=1)
     assert runs_per_month(DAG("d3", schedule=None, start_date=after), after) is None
+
+
+def _carbon_file_covering_now(folder: Any, zone: str, g_per_kwh: int) -> None:
+    now = pendulum.now("UTC").start_of("hour")
+    rows = [f"{now.add(hours=h).isoformat()},{g_per_kwh},{g_per_kwh}" for h in range(-2, 3)]
+    folder.mkdir(parents=True, exist_ok=True)
+    header = "timestamp_utc,g_co2eq_per_kwh_lca,g_co2eq_per_kwh_direct\n"
+    (folder / f"{zone}_now.csv").write_text(header + "\n".join(rows) + "\n")
+
+
+def test_an_on_premises_try_records_its_kg_co2e(
+    ledger_env: Ledger, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    from decimal import Decimal
+
+    from costaware.adapters import carbon_source
+
+    monkeypatch.setattr(carbon_source, "carbon_folder", lambda: tmp_path / "carbon")
+    _carbon_file_covering_now(tmp_path / "carbon", "GB", 200)
+    ti = fake_ti(market="local", usd_per_hour="0.5", power_kw=0.5, grid_zone="GB")
+    listener = CostListener()
+    listener.on_task_instance_running(None, ti)
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+    listener.on_task_instance_success(None, ti)
+
+    (entry,) = ledger_env.entries(dag_id="retrain")
+    hours = entry["quantity"]
+    assert entry["kwh"] == (Decimal("0.5") * hours).quantize(Decimal("0.000001"))
+    assert abs(entry["kg_co2e"] - Decimal("0.1") * hours) <= Decimal("0.000002")  # 0.5 kW x 200 g/kWh
+    assert entry["carbon_method"] == "operator power_kw 0.5 kW; grid mean 200.0 gCO2e/kWh"
+    assert entry["carbon_source"] == "grid GB: carbon GB_now.csv (gCO2e/kWh, lca), recorded"
+
+
+def test_a_cloud_try_in_an_unmapped_region_is_unknown_not_zero(ledger_env: Ledger) -> None:
+    ti = fake_ti(instance_type="c5.xlarge", region="us-east-1", market="on_demand")
+    listener = CostListener()
+    listener.on_task_instance_running(None, ti)
+    subprocess.run([sys.executable, "-c", HOG], check=True)
+    listener.on_task_instance_success(None, ti)
+
+    (entry,) = ledger_env.entries(dag_id="retrain")
+    assert entry["kg_co2e"] is None
+    assert entry["kwh"] is not None and entry["kwh"] > 0
+    assert entry["carbon_method"].startswith("unknown: region 'us-east-1' has no grid zone")
+    assert "4 vCPU x86_64 at measured CPU use " in entry["carbon_method"]
+
+
+def test_a_bad_power_kw_still_records_the_cost(ledger_env: Ledger) -> None:
+    ti = fake_ti(instance_type="c5.xlarge", region="us-east-1", market="on_demand", power_kw="lots")
+    listener = CostListener()
+    listener.on_task_instance_running(None, ti)
+    listener.on_task_instance_success(None, ti)
+
+    (entry,) = ledger_env.entries(dag_id="retrain")
+    assert entry["usd"] >= 0 and entry["kg_co2e"] is None and entry["kwh"] is None
+    assert entry["carbon_method"].startswith("unknown: estimate failed: ValueError: could not convert")

@@ -4,9 +4,10 @@ Energy is the power model's kW (``core.carbon.PowerModel``) for the entry's mach
 its instance type, or the ``power_kw`` an on-premises task gives) at the try's CPU utilization (measured CPU
 seconds / (wall seconds x vCPUs); without a measurement, full load, and the method says so) times its hours.
 The intensity is the time-weighted mean over the try's interval of the hourly series of the entry's grid
-zone (the zone of its region in ``data/region_grids.csv``, or the ``grid_zone`` the task gives). An
-unmapped region, a zone without a series, or an interval outside the series' span leave ``kg_co2e`` None
-with the reason in ``carbon_method``: unknown, never 0.
+zone (the zone of its region in ``data/region_grids.csv``, or the ``grid_zone`` the task gives), from a
+carbon source (by default the recorded files ``costaware carbon import`` wrote, then the bundled 2023
+series). An unmapped region, a zone without a series, or an interval no series covers leave ``kg_co2e``
+None with the reason in ``carbon_method``: unknown, never 0.
 
 :func:`estimate` never raises: an estimate must not keep a cost from being recorded.
 """
@@ -21,16 +22,15 @@ from decimal import Decimal
 from typing import Any
 
 from costaware.core.carbon import Emissions, Machine, emissions
-from costaware.core.errors import PriceNotFoundError
+from costaware.core.errors import ConfigurationError, PriceNotFoundError
 from costaware.core.ledger import FIELD_LIMITS, LedgerEntry
 from costaware.core.series import PriceSeries
 
 log = logging.getLogger(__name__)
 
-#: Where intensity comes from unless told otherwise: the bundled 2023 series of a zone.
-IntensityOf = Callable[[str], PriceSeries]
-#: A recorded hourly series holds its last value for the hour after its last record, no longer.
-_STEP = timedelta(hours=1)
+#: ``(zone, start, end) -> series of gCO2e/kWh covering [start, end)``, raising ``PriceNotFoundError`` when
+#: nothing covers it: ``CarbonSource.intensity`` (``costaware.adapters.carbon_source``).
+IntensityOf = Callable[[str, datetime, datetime], PriceSeries]
 
 
 def estimate(
@@ -54,7 +54,8 @@ def estimate(
         cpu_seconds: Measured CPU seconds of the try; None counts every vCPU at full load.
         power_kw: An on-premises machine's average draw in kW: replaces the power model.
         grid_zone: The grid the machine draws from: replaces the region's zone.
-        intensity_of: ``zone -> series of gCO2e/kWh`` (default: the bundled 2023 series).
+        intensity_of: Where the intensity comes from (default: ``RecordedCarbon().intensity``, the files
+            ``costaware carbon import`` wrote, then the bundled 2023 series).
 
     Returns:
         The four fields of ``LedgerEntry`` (``kg_co2e`` None when unknown, with the reason in the method).
@@ -100,8 +101,8 @@ def _estimate(
     grid_zone: str | None,
     intensity_of: IntensityOf | None,
 ) -> Emissions:
-    from costaware.adapters.carbon_data import bundled_carbon, power_model
     from costaware.adapters.carbon_data import grid_zone as zone_of_region
+    from costaware.adapters.carbon_data import power_model
 
     seconds = max((end - start).total_seconds(), 0.0)
     hours = seconds / 3600
@@ -121,15 +122,18 @@ def _estimate(
     if not zone:
         reason = f"region {region!r} has no grid zone in data/region_grids.csv (give grid_zone)"
         return emissions(kwh, None, method=method, source="", reason=reason)
-    series = (intensity_of or bundled_carbon)(zone)
+    if intensity_of is None:
+        from costaware.adapters.carbon_source import RecordedCarbon
+
+        intensity_of = RecordedCarbon().intensity
+    try:  # an instant-long try still has an intensity: that of its hour
+        series = intensity_of(zone, start, max(end, start + timedelta(seconds=1)))
+    except (PriceNotFoundError, ConfigurationError) as e:  # not covered, or no series for the zone
+        return emissions(kwh, None, method=method, source=f"grid {zone}", reason=str(e))
     source = f"grid {zone}: {series.name}"
-    if start < series.start or end > series.last + _STEP:
-        reason = (
-            f"no intensity of grid {zone} from {start.isoformat()} to {end.isoformat()}: "
-            f"its series spans {series.start.isoformat()} .. {(series.last + _STEP).isoformat()}"
-        )
-        return emissions(kwh, None, method=method, source=source, reason=reason)
-    g_per_kwh = float(series.mean_usd_per_hour(start, end))  # the mean value: gCO2e/kWh here
+    g_per_kwh = float(
+        series.mean_usd_per_hour(max(start, series.start), end)
+    )  # the mean value: gCO2e/kWh here
     found = emissions(kwh, g_per_kwh, method=f"{method}; grid mean {g_per_kwh:.1f} gCO2e/kWh", source=source)
     # To the milligram, as the ledger stores it: a minutes-long try emits grams, not whole kilograms.
     return replace(found, kg_co2e=Decimal(repr(round(kwh * g_per_kwh / 1000, 6))))

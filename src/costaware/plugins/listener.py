@@ -2,7 +2,9 @@
 
 It runs inside the task process on the worker (Airflow 3 calls task-instance listeners there), measures
 the try's own runtime from ``on_task_instance_running`` to its end, prices it on the compute the task
-declares (see :func:`compute_of`), and settles the reservation a ``SpendCapSensor`` made for the task.
+declares (see :func:`compute_of`), estimates its emissions (``kg_co2e``; see
+:func:`costaware.plugins.utilization.with_try_emissions`; an on-premises task gives ``power_kw`` and
+``grid_zone``), and settles the reservation a ``SpendCapSensor`` made for the task.
 A try is always recorded: a tag that cannot be stored is left out and named in the entry's note. When
 the ledger cannot be written the entry goes to a spool folder and is written with the next entry that
 succeeds: no row is lost.
@@ -34,7 +36,12 @@ from costaware.plugins.reservation_release import (
 )
 from costaware.plugins.try_cost import build_entry, dag_of
 from costaware.plugins.try_cost import template_context as _template_context
-from costaware.plugins.utilization import record_utilization, start_probe, stop_probe
+from costaware.plugins.utilization import (
+    record_utilization,
+    start_probe,
+    stop_probe,
+    with_try_emissions,
+)
 from costaware.settings import costaware_home
 
 log = logging.getLogger(__name__)
@@ -161,7 +168,7 @@ class CostListener:
             log.warning("costaware: no runtime known for %s.%s; not charged", ti.dag_id, ti.task_id)
             return
         context = _template_context(ti)
-        entry = build_entry(ti, outcome, error, seconds, context)
+        entry = with_try_emissions(ti, build_entry(ti, outcome, error, seconds, context), reading, seconds)
         write_entry(entry, getattr(ti.task, "ledger_conn_id", DEFAULT_LEDGER_CONN_ID))
         _audit_overrides(ti, context)
         record_utilization(ti, entry, reading, getattr(ti.task, "ledger_conn_id", DEFAULT_LEDGER_CONN_ID))

@@ -166,6 +166,59 @@ def measurement_of(ti: Any, entry: Any, reading: Any) -> Any:
     )
 
 
+#: Operator attributes (or ``costaware_compute`` param keys) an on-premises task gives for its emissions.
+CARBON_FIELDS = ("power_kw", "grid_zone")
+
+
+def carbon_overrides(task: Any) -> dict[str, Any]:
+    """``power_kw`` and ``grid_zone`` of a task: its operator attributes, else its ``costaware_compute``."""
+    from costaware.plugins.try_cost import PRICING_PARAM
+
+    try:
+        param = (getattr(task, "params", None) or {}).get(PRICING_PARAM)
+    except Exception:  # a task's params are a convenience here
+        param = None
+    given = dict(param) if isinstance(param, Mapping) else {}
+    out: dict[str, Any] = {}
+    for name in CARBON_FIELDS:
+        value = getattr(task, name, None)
+        value = given.get(name) if value in (None, "") else value
+        if value not in (None, ""):
+            out[name] = value
+    return out
+
+
+def with_try_emissions(ti: Any, entry: Any, reading: Any, seconds: float) -> Any:
+    """``entry`` with the emissions of its try: CPU use from the reading (or what a remote backend reported).
+
+    The try ran ``seconds`` up to the entry's time. Never raises: an entry without an estimate is written.
+    """
+    try:
+        from datetime import timedelta
+
+        from costaware.adapters.emissions import with_emissions
+
+        remote = _REMOTE.get(_key(ti)) or {}
+        cpu = remote.get("cpu_seconds")
+        wall = remote.get("wall_seconds") if cpu is not None else None
+        if cpu is None and reading is not None:
+            cpu, wall = reading.cpu_seconds, reading.wall_seconds
+        # The share of the measured span the CPUs were busy, over the try's own runtime.
+        busy = None if cpu is None else float(cpu) * (seconds / float(wall) if wall else 1.0)
+        return with_emissions(
+            entry,
+            instance_type=entry.instance_type,
+            region=entry.region,
+            start=entry.incurred_at - timedelta(seconds=seconds),
+            end=entry.incurred_at,
+            cpu_seconds=busy,
+            **carbon_overrides(ti.task),
+        )
+    except Exception as e:  # the cost matters more than its estimate
+        log.error("costaware: no emissions estimate for %s.%s: %s", entry.dag_id, entry.task_id, e)
+        return entry
+
+
 def record_utilization(
     ti: Any, entry: Any, reading: Any, ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID
 ) -> None:

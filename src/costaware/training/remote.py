@@ -9,11 +9,12 @@ import hashlib
 import re
 import uuid
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 
-from costaware.core.ledger import Kind, LedgerEntry, compute_cost
+from costaware.adapters.emissions import with_emissions
+from costaware.core.ledger import Kind, LedgerEntry, compute_cost, utcnow
 
 _SLUG = re.compile(r"[^a-z0-9]+")
 #: Ledger ``cause`` of an attempt, by how its job ended.
@@ -71,16 +72,21 @@ def attempt_entry(
     tags: Mapping[str, str],
     cause: str | None = None,
 ) -> LedgerEntry:
-    """The ledger entry of one finished attempt: billed seconds x the price of its market.
+    """The ledger entry of one finished attempt: billed seconds x the price of its market, and its emissions.
 
-    Its ``entry_uid`` derives from the job name, so recording it again (an Airflow retry) adds nothing.
+    Its ``entry_uid`` derives from the job name, so recording it again (an Airflow retry) adds nothing. The
+    emissions count the instance type at full load (a remote job's CPU use is not measured here) over the
+    billed seconds up to the job's ``ended_at`` (now when the backend gives none), on the grid of
+    ``region`` (the attempt's own, which may differ per zone); unknown, with why, where they cannot be known.
     """
     seconds = Decimal(str(round(float(job["billable_seconds"]), 3)))
     hours, usd = compute_cost(seconds, usd_per_hour)
     on_demand = compute_cost(seconds, on_demand_usd_per_hour)[1] if on_demand_usd_per_hour else None
+    ended = job.get("ended_at")
+    end = datetime.fromtimestamp(float(ended), timezone.utc) if ended is not None else utcnow()
     key = f"remote-attempt:{identity['dag_id']}:{identity['run_id']}:{identity['task_id']}:{job['job_id']}"
     reason = str(job.get("reason") or "")
-    return LedgerEntry(
+    entry = LedgerEntry(
         dag_id=str(identity["dag_id"]),
         run_id=str(identity["run_id"]),
         task_id=str(identity["task_id"]),
@@ -101,4 +107,12 @@ def attempt_entry(
         price_source=f"remote:{backend}",
         note=f"attempt {attempt}, job {job['job_id']} on {backend}, {seconds} s billed: {reason}"[:500],
         entry_uid=uuid.uuid5(uuid.NAMESPACE_URL, key).hex,
+    )
+    return with_emissions(
+        entry,
+        instance_type=entry.instance_type,
+        region=entry.region,
+        start=end - timedelta(seconds=float(seconds)),
+        end=end,
+        cpu_seconds=None,
     )

@@ -1,0 +1,59 @@
+"""The emissions of a remote training attempt: its instance type at full load over its billed seconds."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from decimal import Decimal
+from typing import Any
+
+from costaware.adapters.carbon_data import bundled_carbon, power_model
+from costaware.core.carbon import Machine
+from costaware.training.remote import attempt_entry
+
+IDENTITY = {"dag_id": "d", "run_id": "r", "task_id": "train", "try_number": 1, "map_index": -1}
+ENDED = datetime(2023, 3, 1, 14, 0, tzinfo=timezone.utc)
+
+
+def entry_for(region: str, **job: Any) -> Any:
+    job = {
+        "job_id": "j1",
+        "instance_type": "m5.large",
+        "market": "spot",
+        "state": "succeeded",
+        "billable_seconds": 7200,
+        **job,
+    }
+    return attempt_entry(
+        identity=IDENTITY,
+        attempt=1,
+        job=job,
+        usd_per_hour=Decimal("0.05"),
+        on_demand_usd_per_hour=Decimal("0.096"),
+        region=region,
+        backend="local",
+        tags={},
+    )
+
+
+def test_an_attempt_in_a_mapped_region_gets_its_billed_hours_at_full_load() -> None:
+    entry = entry_for("eu-central-1", ended_at=ENDED.timestamp())
+    kw = power_model().power_kw(Machine(vcpus=2, memory_gib=8.0), 1.0)
+    g = float(bundled_carbon("DE-LU").mean_usd_per_hour(ENDED.replace(hour=12), ENDED))
+    assert entry.kwh == Decimal(repr(round(kw * 2, 6)))
+    assert entry.kg_co2e == Decimal(repr(round(kw * 2 * g / 1000, 6)))
+    assert "at full load (CPU use not measured)" in entry.carbon_method
+    assert entry.carbon_source.startswith("grid DE-LU: ")
+    assert entry.usd == Decimal("0.1")  # the cost is as before
+
+
+def test_an_attempt_without_an_end_time_is_estimated_up_to_now_and_unknown_outside_the_data() -> None:
+    entry = entry_for("eu-central-1")  # now: outside the bundled 2023 series
+    assert entry.kg_co2e is None
+    assert entry.carbon_method.startswith("unknown: no recorded carbon intensity for DE-LU from ")
+
+
+def test_an_attempt_on_an_unknown_instance_type_is_recorded_with_unknown_emissions() -> None:
+    entry = entry_for("eu-central-1", instance_type="custom.gpu", ended_at=ENDED.timestamp())
+    assert entry.kg_co2e is None and entry.kwh is None
+    assert entry.carbon_method.startswith("unknown: estimate failed: PriceNotFoundError")
+    assert entry.usd == Decimal("0.1")
