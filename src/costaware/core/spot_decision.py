@@ -75,6 +75,9 @@ class SpotDecision:
         expected_runtime_hours: The job's expected run (completed decisions).
         latest_start: The last moment waiting for spot was safe (completed decisions).
         deadline: When the job must be done (completed decisions).
+        objective: What the decision minimised, when not ``cost`` (``carbon``, ``cost+carbon``).
+        kg_co2e: The expected emissions of the run from the decision (carbon objectives): the instance's
+            power at full load x the expected runtime x the grid intensity at the decision.
     """
 
     market: WindowMarket
@@ -92,6 +95,8 @@ class SpotDecision:
     expected_runtime_hours: Decimal | None = None
     latest_start: datetime | None = None
     deadline: datetime | None = None
+    objective: str | None = None
+    kg_co2e: Decimal | None = None
 
     def __post_init__(self) -> None:
         if self.market not in get_args(WindowMarket):
@@ -194,7 +199,7 @@ class SpotDecision:
 #: The XCom's keys, in its order: the decision, then what :meth:`SpotDecision.for_job` adds.
 _FIELDS = tuple(f.name for f in fields(SpotDecision))
 _DECIMAL_FIELDS = frozenset(
-    {"usd_per_hour", "on_demand_usd_per_hour", "estimated_usd", "expected_runtime_hours"}
+    {"usd_per_hour", "on_demand_usd_per_hour", "estimated_usd", "expected_runtime_hours", "kg_co2e"}
 )
 _TIME_FIELDS = frozenset({"decided_at", "latest_start", "deadline"})
 

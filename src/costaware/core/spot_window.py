@@ -23,6 +23,7 @@ call it. It travels as JSON (XCom, trigger events) through :meth:`SpotDecision.t
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 
@@ -43,6 +44,7 @@ __all__ = [
     "check_priority",
     "choose_zone",
     "decide",
+    "decide_on_objective",
     "forecast_min",
     "label_decision",
     "latest_start",
@@ -324,3 +326,80 @@ def decide(
         price_source=price_source,
         price_detail=price_detail,
     )
+
+
+def decide_on_objective(
+    *,
+    now: datetime,
+    observation: Observation,
+    on_demand_usd_per_hour: Decimal,
+    forecast_starts: Sequence[Sequence[str]],
+    target_value_per_hour: Decimal | None,
+    latest_start: datetime,
+    not_before: datetime | None,
+    objective: Objective,
+    power_kw: float,
+    g_co2e_per_kwh: float | None,
+    runtime_hours: Decimal,
+) -> SpotDecision | None:
+    """:func:`decide` on the objective's hourly value instead of the spot price (pure).
+
+    ``cost`` is :func:`decide` itself. For ``carbon`` and ``cost+carbon``, spot must still be usable on its
+    price (capacity, below on-demand: the market choice is about money, the carbon of both markets is the
+    same), and the start rule weighs the value now (the spot price at ``power_kw`` and the intensity now)
+    against the target and ``forecast_starts``, which then hold the objective's mean hourly value per start
+    (:func:`~costaware.core.spot_forecast.objective_starts`). The decision keeps the market's USD/hour and
+    records the objective and the run's expected kg CO2e at the intensity now.
+
+    Raises:
+        ConfigurationError: a carbon objective without the intensity now.
+    """
+    if not objective.needs_carbon:
+        return decide(
+            now=now,
+            observation=observation,
+            on_demand_usd_per_hour=on_demand_usd_per_hour,
+            forecast_starts=forecast_starts,
+            target_usd_per_hour=target_value_per_hour,
+            latest_start=latest_start,
+            not_before=not_before,
+        )
+    price = observation.usd_per_hour
+    usable = price is not None and observation.available and price < on_demand_usd_per_hour
+    value = None
+    if usable and price is not None:
+        value = Decimal(repr(objective.hourly_value(float(price), power_kw, g_co2e_per_kwh))).quantize(
+            Decimal("0.000001")
+        )
+    rule = _window_rule(
+        now=now,
+        usd_per_hour=value,
+        available=usable,
+        # The market test is done above, on prices: the rule below only times the start.
+        on_demand_usd_per_hour=Decimal("Infinity"),
+        forecast_starts=forecast_starts,
+        target_usd_per_hour=target_value_per_hour,
+        latest_start=latest_start,
+        not_before=not_before,
+    )
+    if rule is None:
+        return None
+    market, _, reason = rule
+    usd = on_demand_usd_per_hour if market == "on_demand" or price is None else price
+    if market == "spot":
+        reason = f"{objective.name} ({objective.unit}/hour): {reason.replace(' USD/hour', '')}"
+    kg = None
+    if g_co2e_per_kwh is not None:
+        kg = Decimal(repr(round(power_kw * float(runtime_hours) * g_co2e_per_kwh / 1000, 3)))
+    price_source, price_detail = price_labels(market, observation.source)
+    zone = observation.availability_zone if market == "spot" and observation.availability_zone else None
+    decision = SpotDecision(
+        market=market,
+        usd_per_hour=usd,
+        reason=reason,
+        decided_at=now,
+        availability_zone=zone,
+        price_source=price_source,
+        price_detail=price_detail,
+    )
+    return replace(decision, objective=objective.name, kg_co2e=kg)

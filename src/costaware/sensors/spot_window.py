@@ -16,8 +16,16 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from costaware.adapters.spot_market import LIVE, forecast_window, observe_market
+from costaware.adapters.spot_market import (
+    LIVE,
+    carbon_intensity,
+    forecast_window,
+    instance_power_kw,
+    intensity_at,
+    observe_market,
+)
 from costaware.core import spot_window as rules
+from costaware.core.carbon import Objective
 from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import utcnow
 from costaware.core.series import parse_instant
@@ -25,7 +33,7 @@ from costaware.core.spot_window import (
     Observation,
     SpotDecision,
     check_priority,
-    decide,
+    decide_on_objective,
     wants_observation,
 )
 from costaware.glue import (
@@ -82,6 +90,15 @@ class SpotWindowSensor(BaseSensorOperator):
         record_decision: Write the decision to the ledger as an estimated compute entry.
         tags: Allocation tags of the ledger entry (team, project, owner, ...).
         deferrable: Wait in the triggerer instead of a worker slot.
+        objective: What the start minimises: ``cost`` (default: the spot price), ``carbon`` (kg CO2e) or
+            ``cost+carbon`` (USD plus the carbon price of the emissions) (templated; checked after rendering).
+            With a carbon objective the forecast, ``target_usd_per_hour`` (then in the objective's unit per
+            hour) and the start rule work on the objective's hourly value: the spot price + the carbon price
+            x the grid intensity x the instance's power at full load (bundled power model); spot must still
+            be below on-demand. The decision records ``objective`` and the run's expected ``kg_co2e``.
+        carbon_usd_per_tonne: Carbon price of ``cost+carbon``, USD per tonne CO2e (templated).
+        carbon: Where the grid intensity comes from: a bundled grid zone (``"GB"``) or a recorded carbon
+            intensity CSV path; default the grid zone of ``region`` (templated).
     """
 
     template_fields: Sequence[str] = (
@@ -98,6 +115,9 @@ class SpotWindowSensor(BaseSensorOperator):
         "availability_start",
         "availability_zones",
         "priority",
+        "objective",
+        "carbon_usd_per_tonne",
+        "carbon",
     )
     ui_color = "#fff4d6"
 
@@ -126,6 +146,9 @@ class SpotWindowSensor(BaseSensorOperator):
         record_decision: bool = True,
         tags: dict[str, str] | None = None,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        objective: str = "cost",
+        carbon_usd_per_tonne: float | str | None = None,
+        carbon: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -161,6 +184,9 @@ class SpotWindowSensor(BaseSensorOperator):
         self.record_decision = record_decision
         self.tags = check_tags(tags or {}, owner=f"{type(self).__name__} {self.task_id!r}")
         self.deferrable = deferrable
+        self.objective = objective
+        self.carbon_usd_per_tonne = carbon_usd_per_tonne
+        self.carbon = carbon
 
     @cached_property
     def ledger_hook(self) -> CostLedgerHook:
@@ -231,7 +257,17 @@ class SpotWindowSensor(BaseSensorOperator):
             target = str(
                 parse_decimal(self.target_usd_per_hour, name="target_usd_per_hour", non_negative=True)
             )
-        return {
+        objective = Objective.parse(self.objective, self.carbon_usd_per_tonne)
+        carbon: dict[str, Any] = {}
+        if objective.needs_carbon:
+            # Only for carbon objectives: the plan and trigger kwargs of today's DAGs stay as they were.
+            carbon = {
+                "objective": objective.name,
+                "carbon_usd_per_tonne": objective.carbon_usd_per_tonne,
+                "carbon": self.carbon or None,
+                "power_kw": instance_power_kw(self.instance_type, self.region),
+            }
+        return carbon | {
             "runtime_hours": str(runtime),
             "deadline": deadline.isoformat(),
             "latest_start": latest.isoformat(),
@@ -239,11 +275,14 @@ class SpotWindowSensor(BaseSensorOperator):
             "not_before": not_before.isoformat() if not_before else None,
             "on_demand_usd_per_hour": str(on_demand),
             "target_usd_per_hour": target,
-            "forecast_starts": self._forecast_starts(now, latest, runtime) if forecast else [],
+            "forecast_starts": self._forecast_starts(now, latest, runtime, carbon) if forecast else [],
         }
 
-    def _forecast_starts(self, now: datetime, latest_start: datetime, runtime: Decimal) -> list[list[str]]:
-        """Forecast mean price of a run starting at each whole hour from now to the latest start."""
+    def _forecast_starts(
+        self, now: datetime, latest_start: datetime, runtime: Decimal, carbon: dict[str, Any]
+    ) -> list[list[str]]:
+        """Forecast mean price (or objective value) of a run per whole-hour start up to the latest start."""
+        objective = _objective(carbon)
         return forecast_window(
             prices=self.prices,
             instance_type=self.instance_type,
@@ -256,6 +295,9 @@ class SpotWindowSensor(BaseSensorOperator):
             latest_start=latest_start,
             runtime_hours=runtime,
             history_days=self.history_days,
+            objective=objective,
+            intensity=carbon_intensity(carbon.get("carbon"), region=self.region, objective=objective),
+            power_kw=float(carbon.get("power_kw", 0.0)),
         )
 
     def _decide_now(self, plan: dict[str, Any], now: datetime) -> SpotDecision | None:
@@ -265,14 +307,22 @@ class SpotWindowSensor(BaseSensorOperator):
         observation = Observation()
         if wants_observation(now, latest_start=latest_start, not_before=not_before):
             observation = observe_market(now=now, on_demand_usd_per_hour=on_demand, **self._observe_kwargs())
-        return decide(
+        objective = _objective(plan)
+        intensity = carbon_intensity(plan.get("carbon"), region=self.region, objective=objective)
+        return decide_on_objective(
             now=now,
             observation=observation,
             on_demand_usd_per_hour=on_demand,
             forecast_starts=plan["forecast_starts"],
-            target_usd_per_hour=Decimal(plan["target_usd_per_hour"]) if plan["target_usd_per_hour"] else None,
+            target_value_per_hour=Decimal(plan["target_usd_per_hour"])
+            if plan["target_usd_per_hour"]
+            else None,
             latest_start=latest_start,
             not_before=not_before,
+            objective=objective,
+            power_kw=float(plan.get("power_kw", 0.0)),
+            g_co2e_per_kwh=intensity_at(intensity, now),
+            runtime_hours=Decimal(plan["runtime_hours"]),
         )
 
     def _observe_kwargs(self) -> dict[str, Any]:
@@ -329,6 +379,12 @@ class SpotWindowSensor(BaseSensorOperator):
                 target_usd_per_hour=plan["target_usd_per_hour"],
                 poll_interval=self.poke_interval,
                 **self._observe_kwargs(),
+                **{
+                    k: plan[k]
+                    for k in ("objective", "carbon_usd_per_tonne", "carbon", "power_kw")
+                    if k in plan
+                },
+                **({"runtime_hours": plan["runtime_hours"]} if "objective" in plan else {}),
             ),
             method_name="execute_complete",
             kwargs={"plan": plan},
@@ -398,3 +454,8 @@ class SpotWindowSensor(BaseSensorOperator):
             tags=run_tags(self, context, self.tags),
         )
         self.ledger_hook.get_conn().record(entry)
+
+
+def _objective(plan: dict[str, Any]) -> Objective:
+    """The plan's objective (``cost`` when it has none: a plan of today's form)."""
+    return Objective(plan.get("objective") or "cost", float(plan.get("carbon_usd_per_tonne") or 0.0))

@@ -23,19 +23,22 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 # the names it exported before stay importable from here for DAGs and code that use them.
 from costaware.adapters.spot_market import (
     LIVE,
+    carbon_intensity,
     forecast_window,
+    intensity_at,
     observe_market,
     observe_spot,
     observe_zones,
     spot_history,
 )
+from costaware.core.carbon import Objective
 from costaware.core.errors import ConfigurationError, CostawareError
 from costaware.core.ledger import utcnow
 from costaware.core.series import parse_instant
 from costaware.core.spot_forecast import forecast_starts
 from costaware.core.spot_window import (
     Observation,
-    decide,
+    decide_on_objective,
     forecast_min,
     label_decision,
     wants_observation,
@@ -81,6 +84,12 @@ class SpotWindowTrigger(BaseTrigger):
         poll_interval: Seconds between polls.
         availability_zones: Zones to choose from at each poll (the cheapest with capacity), or ``None``.
         zone_availability: ``zone -> availability trace path`` for ``availability_zones``.
+        objective: ``cost`` (default), ``carbon`` or ``cost+carbon``; with a carbon objective
+            ``forecast_starts`` and ``target_usd_per_hour`` hold its hourly value (see ``SpotWindowSensor``).
+        carbon_usd_per_tonne: Carbon price of ``cost+carbon``.
+        carbon: A bundled grid zone or a recorded carbon intensity CSV; None: the grid zone of ``region``.
+        power_kw: The instance's power at full load (carbon objectives).
+        runtime_hours: The expected run, for the decision's kg CO2e (carbon objectives).
     """
 
     def __init__(
@@ -103,6 +112,11 @@ class SpotWindowTrigger(BaseTrigger):
         poll_interval: float = 60.0,
         availability_zones: list[str] | None = None,
         zone_availability: dict[str, str] | None = None,
+        objective: str = "cost",
+        carbon_usd_per_tonne: float | None = None,
+        carbon: str | None = None,
+        power_kw: float = 0.0,
+        runtime_hours: str | None = None,
     ) -> None:
         super().__init__()
         self.instance_type = instance_type
@@ -122,12 +136,27 @@ class SpotWindowTrigger(BaseTrigger):
         self.poll_interval = poll_interval
         self.availability_zones = list(availability_zones) if availability_zones else None
         self.zone_availability = dict(zone_availability) if zone_availability else None
+        self.objective = objective
+        self.carbon_usd_per_tonne = carbon_usd_per_tonne
+        self.carbon = carbon
+        self.power_kw = power_kw
+        self.runtime_hours = runtime_hours
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        """Class path and JSON-primitive kwargs."""
+        """Class path and JSON-primitive kwargs (the objective's only when set: as before for cost)."""
+        carbon: dict[str, Any] = {}
+        if self.objective != "cost":
+            carbon = {
+                "objective": self.objective,
+                "carbon_usd_per_tonne": self.carbon_usd_per_tonne,
+                "carbon": self.carbon,
+                "power_kw": self.power_kw,
+                "runtime_hours": self.runtime_hours,
+            }
         return (
             f"{self.__class__.__module__}.{self.__class__.__qualname__}",
-            {
+            carbon
+            | {
                 "instance_type": self.instance_type,
                 "region": self.region,
                 "availability_zone": self.availability_zone,
@@ -172,6 +201,12 @@ class SpotWindowTrigger(BaseTrigger):
             not_before = parse_instant(self.not_before, name="not_before") if self.not_before else None
             on_demand = Decimal(self.on_demand_usd_per_hour)
             target = Decimal(self.target_usd_per_hour) if self.target_usd_per_hour is not None else None
+            objective = Objective.parse(self.objective, self.carbon_usd_per_tonne)
+            runtime = Decimal(self.runtime_hours or 0)
+            # Read once, off the event loop (a file; the bundled series is cached).
+            intensity = await asyncio.to_thread(
+                carbon_intensity, self.carbon, region=self.region, objective=objective
+            )
         except (CostawareError, ArithmeticError) as e:
             yield TriggerEvent({"status": "error", "message": str(e), "retry": False})
             return
@@ -190,15 +225,23 @@ class SpotWindowTrigger(BaseTrigger):
                         {"status": "error", "message": f"spot price poll failed: {e}", "retry": True}
                     )
                     return
-            decision = decide(
-                now=now,
-                observation=observation,
-                on_demand_usd_per_hour=on_demand,
-                forecast_starts=self.forecast_starts,
-                target_usd_per_hour=target,
-                latest_start=latest_start,
-                not_before=not_before,
-            )
+            try:
+                decision = decide_on_objective(
+                    now=now,
+                    observation=observation,
+                    on_demand_usd_per_hour=on_demand,
+                    forecast_starts=self.forecast_starts,
+                    target_value_per_hour=target,
+                    latest_start=latest_start,
+                    not_before=not_before,
+                    objective=objective,
+                    power_kw=float(self.power_kw),
+                    g_co2e_per_kwh=intensity_at(intensity, now),
+                    runtime_hours=runtime,
+                )
+            except ConfigurationError as e:
+                yield TriggerEvent({"status": "error", "message": str(e), "retry": False})
+                return
             if decision is not None:
                 yield TriggerEvent(
                     {"status": "success", "message": decision.reason, "decision": decision.to_xcom()}

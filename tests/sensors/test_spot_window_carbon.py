@@ -1,0 +1,139 @@
+"""SpotWindowSensor with an objective: the start weighed on cost, carbon or both (bundled GB intensity)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow.sdk import DAG
+from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
+from spot_history import now, write_history
+
+from costaware.adapters.carbon_data import bundled_carbon
+from costaware.adapters.spot_market import instance_power_kw
+from costaware.sensors.spot_window import SpotWindowSensor
+from costaware.triggers.spot_window import SpotWindowTrigger
+
+# GB, 2023-03-09 15:00 UTC: 233 gCO2e/kWh, a run later that evening ~122 (the bundled data).
+GB_FROM = datetime(2023, 3, 9, 15, tzinfo=timezone.utc)
+
+
+def gb_restamped(path: Path, *, flat: bool = False) -> float:
+    """The bundled GB intensity from ``GB_FROM`` restamped to start at this hour; the intensity now."""
+    series = bundled_carbon("GB")
+    hour = now().replace(minute=0, second=0)
+    lines = ["timestamp_utc,g_co2eq_per_kwh_lca\n"]
+    for h in range(-48, 49):
+        value = series.price_at(GB_FROM if flat else GB_FROM + timedelta(hours=h))
+        lines.append(f"{(hour + timedelta(hours=h)).strftime('%Y-%m-%dT%H:%M:%SZ')},{value}\n")
+    path.write_text("".join(lines))
+    return float(series.price_at(GB_FROM))
+
+
+def make_sensor(tmp_path: Path, **kwargs: Any) -> SpotWindowSensor:
+    prices = tmp_path / "prices.csv"
+    # The spot price now (0.50) is the lowest of its history: on price alone the sensor starts at once.
+    write_history(prices, current="0.50")
+    with DAG("spot_carbon_test", schedule=None, start_date=datetime(2025, 1, 1, tzinfo=timezone.utc)):
+        defaults: dict[str, Any] = {
+            "task_id": "spot_window",
+            "instance_type": "p3.2xlarge",
+            "region": "us-east-1",
+            "expected_runtime_hours": 1,
+            "on_demand_usd_per_hour": "3.06",
+            "restart_overhead_minutes": 0,
+            "deferrable": True,
+            "record_decision": False,
+            "prices": str(prices),
+            "deadline": (now() + timedelta(hours=10)).isoformat(),
+        }
+        return SpotWindowSensor(**{**defaults, **kwargs})
+
+
+def test_carbon_waits_for_a_cleaner_hour_where_cost_starts_now(tmp_path: Path) -> None:
+    carbon = tmp_path / "gb.csv"
+    gb_restamped(carbon)
+    cost = make_sensor(tmp_path).execute({"run_id": "manual__cost"})
+    assert cost["market"] == "spot" and cost["usd_per_hour"] == "0.50"
+    assert "objective" not in cost and "kg_co2e" not in cost  # the default changes nothing
+
+    sensor = make_sensor(tmp_path, objective="carbon", carbon=str(carbon))
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute({"run_id": "manual__carbon"})
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, SpotWindowTrigger)
+    assert trigger.objective == "carbon" and trigger.carbon == str(carbon)
+    power = instance_power_kw("p3.2xlarge", "us-east-1")
+    # The forecast is in kg CO2e/hour of the instance at full power: cleaner hours lie ahead.
+    later = min(Decimal(v) for _, v in trigger.forecast_starts)
+    assert later < Decimal(repr(power * 233.33 / 1000)) * Decimal("0.7")
+    # The trigger round-trips with its objective.
+    classpath, kwargs = trigger.serialize()
+    assert kwargs["objective"] == "carbon" and kwargs["power_kw"] == pytest.approx(power)
+    assert SpotWindowTrigger(**kwargs).serialize() == (classpath, kwargs)
+
+
+def test_cost_plus_carbon_at_price_zero_decides_as_cost_and_records_the_emissions(tmp_path: Path) -> None:
+    carbon = tmp_path / "gb.csv"
+    g_now = gb_restamped(carbon)
+    cost = make_sensor(tmp_path).execute({"run_id": "manual__cost"})
+    zero = make_sensor(
+        tmp_path, objective="cost+carbon", carbon_usd_per_tonne="0", carbon=str(carbon)
+    ).execute({"run_id": "manual__zero"})
+    assert (zero["market"], zero["usd_per_hour"]) == (cost["market"], cost["usd_per_hour"])
+    power = instance_power_kw("p3.2xlarge", "us-east-1")
+    assert zero["objective"] == "cost+carbon"
+    assert Decimal(zero["kg_co2e"]) == Decimal(repr(round(power * 1 * g_now / 1000, 3)))
+
+
+def test_carbon_starts_at_once_when_now_is_the_cleanest_hour(tmp_path: Path) -> None:
+    carbon = tmp_path / "flat.csv"
+    gb_restamped(carbon, flat=True)
+    decision = make_sensor(tmp_path, objective="carbon", carbon=str(carbon)).execute({"run_id": "manual__c"})
+    assert decision["market"] == "spot" and decision["usd_per_hour"] == "0.50"
+    assert decision["objective"] == "carbon" and decision["reason"].startswith("carbon (kg CO2e/hour)")
+
+
+def test_the_trigger_decides_on_the_objective(tmp_path: Path) -> None:
+    carbon = tmp_path / "flat.csv"
+    gb_restamped(carbon, flat=True)
+    sensor = make_sensor(tmp_path, objective="carbon", carbon=str(carbon))
+    plan = sensor._plan({"run_id": "manual__t"}, now())
+    trigger = SpotWindowTrigger(
+        on_demand_usd_per_hour=plan["on_demand_usd_per_hour"],
+        forecast_starts=plan["forecast_starts"],
+        latest_start=plan["latest_start"],
+        not_before=None,
+        poll_interval=0.1,
+        **sensor._observe_kwargs(),
+        **{k: plan[k] for k in ("objective", "carbon_usd_per_tonne", "carbon", "power_kw", "runtime_hours")},
+    )
+
+    async def first() -> dict[str, Any]:
+        event = await asyncio.wait_for(trigger.run().__anext__(), 30)
+        return dict(event.payload)
+
+    event = asyncio.run(first())
+    assert event["status"] == "success"
+    assert event["decision"]["objective"] == "carbon" and event["decision"]["market"] == "spot"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"objective": "greenest"}, "objective 'greenest' is not one of"),
+        ({"objective": "cost+carbon", "carbon": "GB"}, "needs carbon_usd_per_tonne"),
+        ({"objective": "cost+carbon", "carbon_usd_per_tonne": "-5", "carbon": "GB"}, "'-5'"),
+        ({"objective": "carbon"}, "region 'us-east-1' has no known grid zone: pass carbon="),
+        ({"objective": "carbon", "carbon": "XX"}, "no bundled carbon intensity for grid zone 'XX'"),
+    ],
+)
+def test_bad_objective_arguments_fail_the_task_naming_the_value(
+    tmp_path: Path, kwargs: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(AirflowFailException, match=message):
+        make_sensor(tmp_path, **kwargs).execute({"run_id": "manual__bad"})
