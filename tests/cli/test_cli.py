@@ -157,3 +157,41 @@ def test_report_writes_dollars_like_the_cost_page_with_decimal_points_lined_up(
     assert len(points) == 1  # the actual column's decimal points line up
     assert main(["--ledger-url", ledger_url, "report", "--group-by", "run", "--format", "csv"]) == 0
     assert "$0.17," in capsys.readouterr().out  # CSV cells are not padded
+
+
+def test_report_sums_kg_co2e_per_group_and_says_unknown(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ledger = Ledger.from_url(ledger_url)
+    for task, kg in (("known", "0.25"), ("known", "1.5"), ("partly", "2"), ("partly", None), ("none", None)):
+        ledger.record(
+            LedgerEntry(
+                "d", "r", task, Kind.COMPUTE, Decimal("1"), kg_co2e=None if kg is None else Decimal(kg)
+            )
+        )
+    ledger.record(LedgerEntry("d", "r", "egress", Kind.EGRESS, Decimal("1")))  # not estimated: "-"
+
+    assert main(["--ledger-url", ledger_url, "report", "--dag-id", "d", "--format", "json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    rows = {r["group"]: (r["kg_co2e"], r["co2e_unknown_entries"]) for r in payload["rows"]}
+    assert rows == {
+        "d.known": ("1.750000", 0),
+        "d.partly": ("2.000000", 1),
+        "d.none": (None, 1),
+        "d.egress": (None, 0),
+    }
+    assert (payload["total"]["kg_co2e"], payload["total"]["co2e_unknown_entries"]) == ("3.750000", 2)
+
+    assert main(["--ledger-url", ledger_url, "report", "--dag-id", "d"]) == 0
+    out = capsys.readouterr().out
+    lines = {line.split()[0]: line.split() for line in out.splitlines() if line.split()}
+    assert "kg" in lines[next(k for k in lines if lines[k][-2:] == ["kg", "CO2e"])]
+    assert lines["known"][-1] == "1.750"
+    assert lines["partly"][-1] == "2.000+?"
+    assert lines["none"][-1] == "unknown"
+    assert lines["egress"][-1] == "-"
+    assert lines["TOTAL"][-1] == "3.750+?"
+    assert "kg CO2e: 2 compute entries have unknown emissions" in out
+
+    assert main(["--ledger-url", ledger_url, "report", "--dag-id", "d", "--group-by", "dag"]) == 0
+    assert "3.750+?" in capsys.readouterr().out

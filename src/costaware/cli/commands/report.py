@@ -1,4 +1,11 @@
-"""``costaware report``: spend, estimates and savings versus on-demand, grouped as asked."""
+"""``costaware report``: spend, estimates, savings versus on-demand and emissions, grouped as asked.
+
+The ``kg CO2e`` column sums the estimated emissions of each group's actual entries
+(``costaware.core.ledger.format_kg_co2e``): ``12.345`` every compute entry has an estimate; ``12.345+?``
+the known sum, plus compute entries whose emissions are unknown (so the true figure is higher); ``unknown``
+none of them has one; ``-`` the group has no compute entry. The JSON output gives ``kg_co2e`` (null when no
+entry has an estimate) and ``co2e_unknown_entries``.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +18,7 @@ from typing import Any
 from costaware.cli.arguments import open_ledger
 from costaware.cli.output import emit
 from costaware.core.errors import CostawareError
+from costaware.core.ledger import format_kg_co2e, total_kg_co2e
 from costaware.core.money import format_usd_exact
 
 
@@ -40,7 +48,8 @@ def report(args: argparse.Namespace) -> int:
     total_od = sum((r.on_demand_usd for r in rows), Decimal(0))
     total_est = sum((r.estimated_usd for r in rows), Decimal(0))
     total_hours = sum((r.hours for r in rows), Decimal(0))
-    headers = [args.group_by, "entries", "hours", "actual", "estimated", "on-demand", "savings"]
+    total_kg, total_unknown = total_kg_co2e(rows)
+    headers = [args.group_by, "entries", "hours", "actual", "estimated", "on-demand", "savings", "kg CO2e"]
     prefix = f"{args.dag_id}." if args.dag_id and args.group_by == "task" else ""
     table = [
         [
@@ -51,6 +60,7 @@ def report(args: argparse.Namespace) -> int:
             format_usd_exact(r.estimated_usd),
             format_usd_exact(r.on_demand_usd),
             format_usd_exact(r.savings_usd),
+            r.kg_co2e_text,
         ]
         for r in rows
     ]
@@ -67,6 +77,8 @@ def report(args: argparse.Namespace) -> int:
                 "estimated_usd": str(r.estimated_usd),
                 "on_demand_usd": str(r.on_demand_usd),
                 "savings_usd": str(r.savings_usd),
+                "kg_co2e": None if r.kg_co2e is None else str(r.kg_co2e),
+                "co2e_unknown_entries": r.co2e_unknown,
             }
             for r in rows
         ],
@@ -76,6 +88,8 @@ def report(args: argparse.Namespace) -> int:
             "on_demand_usd": str(total_od),
             "savings_usd": str(total_od - total_usd),
             "hours": str(total_hours),
+            "kg_co2e": None if total_kg is None else str(total_kg),
+            "co2e_unknown_entries": total_unknown,
         },
     }
     if args.format == "table":
@@ -97,6 +111,7 @@ def report(args: argparse.Namespace) -> int:
                 format_usd_exact(total_est),
                 format_usd_exact(total_od),
                 format_usd_exact(total_od - total_usd),
+                format_kg_co2e(total_kg, total_unknown),
             ]
         )
     from costaware.adapters.ledger.reports import Filters, summary
@@ -129,6 +144,13 @@ def report(args: argparse.Namespace) -> int:
             f"{per_trial.trials} trials, {per_trial.successful} trained to full fidelity: "
             f"{format_usd_exact(per_trial.per_trial_usd or Decimal(0))} per trial, "
             f"{each} per successful trial"
+        )
+    if args.format == "table" and total_unknown:
+        known = "none" if total_kg is None else f"{format_kg_co2e(total_kg, 0)} kg"
+        print(
+            f"kg CO2e: {total_unknown} compute entr{'y has' if total_unknown == 1 else 'ies have'} unknown "
+            f"emissions (no grid intensity for their region or time; `costaware carbon import` adds one); "
+            f"'+?' marks a known sum ({known} in all) that is short of them"
         )
     if args.format == "table" and discounts:
         listed = ", ".join(f"{rule} {format_usd_exact(usd)}" for rule, usd in discounts.items())
