@@ -89,3 +89,26 @@ def test_a_carbon_objective_without_the_intensity_now_is_named() -> None:
             objective=Objective("carbon"),
             power_kw=POWER_KW,
         )
+
+
+def test_a_watch_of_todays_form_is_cost_and_reads_nothing() -> None:
+    from costaware.adapters.spot_market import watch_objective
+
+    assert watch_objective({}, instance_type="no-such-type", region="mars-1") == (Objective(), None, 0.0)
+    objective, intensity, power = watch_objective(
+        {"objective": "carbon", "carbon": "GB"}, instance_type="p3.2xlarge", region="us-east-1"
+    )
+    assert objective.name == "carbon" and intensity is not None and power > 0
+
+
+def test_price_watch_keeps_the_objective_and_old_states_still_load() -> None:
+    from costaware.training.plan import PriceWatch
+
+    old = {"prices": "live", "runtime_hours": "2"}
+    assert PriceWatch.from_json(old).objective == "cost"
+    plain = PriceWatch(prices="live", runtime_hours="2")
+    assert "objective" not in plain.to_json()  # today's states stay as they were
+    watch = PriceWatch(
+        prices="live", runtime_hours="2", objective="cost+carbon", carbon_usd_per_tonne=80.0, carbon="GB"
+    )
+    assert PriceWatch.from_json(watch.to_json()) == watch

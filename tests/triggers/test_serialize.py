@@ -58,6 +58,11 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "poll_interval": 10.0,
         "availability_zones": ["us-east-1a", "us-east-1b"],
         "zone_availability": {"us-east-1a": "/data/a.csv", "us-east-1b": "/data/b.csv"},
+        "objective": "cost+carbon",
+        "carbon_usd_per_tonne": 85.0,
+        "carbon": "GB",
+        "power_kw": 0.4,
+        "runtime_hours": "2",
     },
 }
 

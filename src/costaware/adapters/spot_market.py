@@ -271,3 +271,18 @@ def intensity_at(intensity: PriceSeries | None, now: datetime) -> float | None:
     if intensity is None:
         return None
     return hourly_series(intensity, now.replace(minute=0, second=0, microsecond=0), 1)[0]
+
+
+def watch_objective(
+    watch: Mapping[str, Any], *, instance_type: str, region: str
+) -> tuple[Objective, PriceSeries | None, float]:
+    """A remote training watch's objective, its intensity series and the instance's full-load kW.
+
+    Read from ``training.pauses.price_watch``'s dict: what ``pause_decision``, ``decide_on_objective`` and
+    :func:`forecast_window` take. ``cost`` (a watch of today's form) reads nothing.
+    """
+    objective = Objective.parse(watch.get("objective"), watch.get("carbon_usd_per_tonne"))
+    if not objective.needs_carbon:
+        return objective, None, 0.0
+    intensity = carbon_intensity(watch.get("carbon"), region=region, objective=objective)
+    return objective, intensity, instance_power_kw(instance_type, region)
