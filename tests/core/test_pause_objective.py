@@ -112,3 +112,24 @@ def test_price_watch_keeps_the_objective_and_old_states_still_load() -> None:
         prices="live", runtime_hours="2", objective="cost+carbon", carbon_usd_per_tonne=80.0, carbon="GB"
     )
     assert PriceWatch.from_json(watch.to_json()) == watch
+
+
+def test_the_plan_passes_the_objective_to_the_price_watch_and_names_a_bad_one() -> None:
+    from costaware.core.spot_decision import SpotDecision
+    from costaware.training.plan import PlanArguments
+    from costaware.training.plan.arguments import watch_plan
+
+    decision = SpotDecision(market="spot", usd_per_hour=Decimal("0.5"), expected_runtime_hours=Decimal(2))
+    args = PlanArguments(
+        pause_on_price=True, prices="live", objective="cost+carbon", carbon_usd_per_tonne="90", carbon="GB"
+    )
+    watch = watch_plan(args, decision, deadline=LATEST, region="eu-west-2")
+    assert watch is not None
+    assert (watch.objective, watch.carbon_usd_per_tonne, watch.carbon) == ("cost+carbon", 90.0, "GB")
+    plain = watch_plan(
+        PlanArguments(pause_on_price=True, prices="live"), decision, deadline=LATEST, region="x"
+    )
+    assert plain is not None and plain.objective == "cost"
+    bad = PlanArguments(pause_on_price=True, prices="live", objective="cost+carbon")
+    with pytest.raises(ConfigurationError, match="needs carbon_usd_per_tonne"):
+        watch_plan(bad, decision, deadline=LATEST, region="eu-west-2")
