@@ -82,6 +82,23 @@ def test_api_summary_and_spend(client: TestClient) -> None:
     assert client.get("/api/daily").json()["points"][0]["group"] == "retrain"
 
 
+def test_api_spend_and_page_give_kg_co2e_and_unknown(filled: Ledger, client: TestClient) -> None:
+    filled.record(entry("1.00", task_id="green", kg_co2e=Decimal("0.25"), kwh=Decimal("1.2")))
+    filled.record(entry("1.00", task_id="prep", run_id="r3", kg_co2e=Decimal("4.5")))
+    body = client.get("/api/spend", params={"group_by": "task"}).json()
+    rows = {r["group"]: (r["kg_co2e"], r["co2e_unknown_entries"]) for r in body["rows"]}
+    assert rows == {
+        "retrain.green": ("0.250000", 0),
+        "retrain.prep": ("4.500000", 1),  # the known sum; one try of the group is unknown
+        "retrain.train": (None, 2),  # unknown, not 0
+        "retrain.features": (None, 0),  # an estimate (a cache hit) only: nothing actual to count
+    }
+    page = client.get("/", params={"group_by": "task"}).text
+    assert "<th>kg CO2e</th>" in page
+    for shown in ("<td>0.250</td>", "<td>4.500+?</td>", "<td>unknown</td>"):
+        assert shown in page
+
+
 @pytest.mark.parametrize(
     ("path", "params"),
     [

@@ -57,6 +57,13 @@ class SpendRow(Answer):
     estimated_usd: str = usd_field()
     on_demand_usd: str = usd_field()
     savings_usd: str = usd_field()
+    kg_co2e: str | None = Field(
+        description="Estimated emissions of the group's actual entries with an estimate, kg CO2e as an exact "
+        "decimal string; null when none has one (unknown, never 0)."
+    )
+    co2e_unknown_entries: int = Field(
+        description="Compute entries of the group whose emissions are unknown (not counted in kg_co2e)."
+    )
 
     @classmethod
     def of(cls, r: ReportRow) -> SpendRow:
@@ -68,6 +75,8 @@ class SpendRow(Answer):
             estimated_usd=str(r.estimated_usd),
             on_demand_usd=str(r.on_demand_usd),
             savings_usd=str(r.savings_usd),
+            kg_co2e=None if r.kg_co2e is None else str(r.kg_co2e),
+            co2e_unknown_entries=r.co2e_unknown,
         )
 
 
