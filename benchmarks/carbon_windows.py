@@ -293,6 +293,11 @@ def main() -> int:
         "schedule"
         for g in out_of_reach
     ]
+    if args.quick:
+        notes.append(
+            f"--quick replays every {QUICK_EVERY}th of the full run's {NIGHTS} nights per grid: a sample; "
+            "the issue's targets are judged on the full run"
+        )
     for note in notes:
         print(f"note: {note}")
     print(f"\n{len(GRIDS) * nights} jobs in {elapsed:.1f} s; target_met={target_met}")
