@@ -48,6 +48,13 @@ OPTIONS: dict[str, Option] = {
             "eu-west-1",
         ),
         Option(
+            "worker_grid_zone",
+            "Grid zone whose carbon intensity the workers draw from (e.g. US-CAL-CISO), for tasks that name "
+            "none; empty: the grid zone of the task's region in data/region_grids.csv (docs/carbon.md).",
+            "",
+            "US-CAL-CISO",
+        ),
+        Option(
             "worker_market",
             "Market (on_demand or spot) a task is priced on when the task itself names none "
             "(docs/budgets.md).",

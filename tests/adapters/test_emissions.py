@@ -64,22 +64,50 @@ def test_an_unmapped_region_is_unknown_with_a_reason_and_keeps_its_energy() -> N
 
 
 @pytest.mark.parametrize(
-    ("start", "end"),
+    ("start", "end", "stands_in"),
     [
-        (datetime(2026, 11, 24, 10, tzinfo=timezone.utc), datetime(2026, 11, 24, 11, tzinfo=timezone.utc)),
-        (datetime(2022, 12, 31, 23, tzinfo=timezone.utc), datetime(2023, 1, 1, 1, tzinfo=timezone.utc)),
         (
-            datetime(2023, 12, 31, 23, 30, tzinfo=timezone.utc),
-            datetime(2024, 1, 1, 0, 30, tzinfo=timezone.utc),
+            datetime(2026, 11, 24, 10, tzinfo=timezone.utc),
+            datetime(2026, 11, 24, 11, tzinfo=timezone.utc),
+            "11-24 10:00",
+        ),
+        (
+            datetime(2024, 2, 29, 12, tzinfo=timezone.utc),
+            datetime(2024, 2, 29, 13, tzinfo=timezone.utc),
+            "02-28 12:00",
         ),
     ],
 )
-def test_an_interval_outside_the_series_span_is_unknown(start: datetime, end: datetime) -> None:
+def test_a_try_no_recorded_file_covers_gets_the_typical_year_and_says_so(
+    start: datetime, end: datetime, stands_in: str
+) -> None:
     found = estimate(instance_type="m5.large", region="eu-central-1", start=start, end=end)
-    assert found["kg_co2e"] is None
-    assert found["carbon_method"].startswith("unknown: no recorded carbon intensity for DE-LU from ")
-    assert "covers 2023-01-01 00:00 to 2024-01-01 00:00" in found["carbon_method"]
-    assert found["kwh"] is not None
+    same_hours = datetime(
+        2023, start.month, 28 if start.day == 29 else start.day, start.hour, tzinfo=timezone.utc
+    )
+    series = bundled_carbon("DE-LU")
+    g = float(series.mean_usd_per_hour(same_hours, same_hours + (end - start)))
+    assert found["kg_co2e"] == Decimal(repr(round(float(found["kwh"]) * g / 1000, 6)))
+    assert f"typical year, {series.name} at {stands_in} UTC" in found["carbon_source"]
+    assert f"(no recorded intensity for {start:%Y-%m-%d %H:%M})" in found["carbon_source"]
+
+
+def test_a_zone_without_bundled_data_outside_any_file_is_unknown(tmp_path: Path) -> None:
+    from costaware.adapters.carbon_source import RecordedCarbon
+
+    (tmp_path / "FR_2023.csv").write_text(
+        "timestamp_utc,g_co2eq_per_kwh_lca\n2023-01-01T00:00:00Z,50\n2023-01-01T01:00:00Z,60\n"
+    )
+    found = estimate(
+        instance_type="m5.large",
+        region="x",
+        grid_zone="FR",
+        start=datetime(2026, 1, 1, tzinfo=timezone.utc),
+        end=datetime(2026, 1, 1, 1, tzinfo=timezone.utc),
+        intensity_of=RecordedCarbon(tmp_path).intensity,
+    )
+    assert found["kg_co2e"] is None and found["kwh"] is not None
+    assert found["carbon_method"].startswith("unknown: ")
 
 
 def test_an_on_premises_task_gives_power_and_grid() -> None:

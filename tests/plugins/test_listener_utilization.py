@@ -169,3 +169,16 @@ def test_a_bad_power_kw_still_records_the_cost(ledger_env: Ledger) -> None:
     (entry,) = ledger_env.entries(dag_id="retrain")
     assert entry["usd"] >= 0 and entry["kg_co2e"] is None and entry["kwh"] is None
     assert entry["carbon_method"].startswith("unknown: estimate failed: ValueError: could not convert")
+
+
+def test_the_workers_grid_zone_applies_to_tasks_that_name_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from costaware.plugins.utilization import carbon_overrides
+
+    task = SimpleNamespace(params={})
+    assert carbon_overrides(task) == {}
+    monkeypatch.setenv("AIRFLOW__COSTAWARE__WORKER_GRID_ZONE", "US-CAL-CISO")
+    assert carbon_overrides(task) == {"grid_zone": "US-CAL-CISO"}
+    named = SimpleNamespace(params={"costaware_compute": {"grid_zone": "GB", "power_kw": 0.2}})
+    assert carbon_overrides(named) == {"grid_zone": "GB", "power_kw": 0.2}

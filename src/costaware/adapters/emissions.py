@@ -128,15 +128,50 @@ def _estimate(
         intensity_of = RecordedCarbon().intensity
     try:  # an instant-long try still has an intensity: that of its hour
         series = intensity_of(zone, start, max(end, start + timedelta(seconds=1)))
+        source = f"grid {zone}: {series.name}"
+        g_per_kwh = float(
+            series.mean_usd_per_hour(max(start, series.start), end)
+        )  # the mean value: gCO2e/kWh here
     except (PriceNotFoundError, ConfigurationError) as e:  # not covered, or no series for the zone
-        return emissions(kwh, None, method=method, source=f"grid {zone}", reason=str(e))
-    source = f"grid {zone}: {series.name}"
-    g_per_kwh = float(
-        series.mean_usd_per_hour(max(start, series.start), end)
-    )  # the mean value: gCO2e/kWh here
+        typical = _typical_year(zone, start, end)
+        if typical is None:
+            return emissions(kwh, None, method=method, source=f"grid {zone}", reason=str(e))
+        g_per_kwh, source = typical
     found = emissions(kwh, g_per_kwh, method=f"{method}; grid mean {g_per_kwh:.1f} gCO2e/kWh", source=source)
     # To the milligram, as the ledger stores it: a minutes-long try emits grams, not whole kilograms.
     return replace(found, kg_co2e=Decimal(repr(round(kwh * g_per_kwh / 1000, 6))))
+
+
+def _typical_year(zone: str, start: datetime, end: datetime) -> tuple[float, str] | None:
+    """The bundled year's intensity at the same date and hours, for a try no recorded file covers.
+
+    A typical-year estimate (as building energy models use a typical meteorological year): the season and
+    the hour of day carry most of a grid's variation. Its source says so, with the date it stands in for.
+    None for a zone that is not bundled.
+    """
+    from costaware.adapters.carbon_data import bundled_carbon, bundled_zones
+
+    if zone not in bundled_zones():
+        return None
+    series = bundled_carbon(zone)
+    year = series.start.year
+    shifted = _same_hour_in(start, year)
+    span = max(end - start, timedelta(seconds=1))
+    shifted_end = min(shifted + span, series.last + timedelta(hours=1))
+    if shifted < series.start or shifted_end <= shifted:
+        return None
+    g_per_kwh = float(series.mean_usd_per_hour(shifted, shifted_end))
+    source = (
+        f"grid {zone}: typical year, {series.name} at {shifted:%m-%d %H:%M} UTC "
+        f"(no recorded intensity for {start:%Y-%m-%d %H:%M})"
+    )
+    return g_per_kwh, source
+
+
+def _same_hour_in(instant: datetime, year: int) -> datetime:
+    """``instant`` moved to ``year`` (29 February to the 28th)."""
+    day = 28 if (instant.month, instant.day) == (2, 29) else instant.day
+    return instant.replace(year=year, day=day)
 
 
 def _machine(instance_type: str | None, region: str | None) -> Machine:

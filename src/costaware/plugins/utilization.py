@@ -185,6 +185,12 @@ def carbon_overrides(task: Any) -> dict[str, Any]:
         value = given.get(name) if value in (None, "") else value
         if value not in (None, ""):
             out[name] = value
+    if "grid_zone" not in out:
+        from costaware.settings import option
+
+        worker_grid = option("worker_grid_zone").strip()
+        if worker_grid:  # the grid the deployment says its workers draw from
+            out["grid_zone"] = worker_grid
     return out
 
 

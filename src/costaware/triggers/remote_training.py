@@ -28,6 +28,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from costaware.core.carbon import Objective
 from costaware.core.ledger import utcnow
 from costaware.core.series import parse_instant
 
@@ -76,12 +77,17 @@ def price_event(
     available: bool,
     source: str,
     forecast_starts: list[list[str]],
+    objective: Objective | None = None,
+    power_kw: float = 0.0,
+    g_co2e_per_kwh: float | None = None,
 ) -> dict[str, Any] | None:
     """Pause or resume event for the spot price seen at ``now``, or None to go on as is (pure).
 
-    ``forecast_starts`` is the forecast of a run of the remaining work per later start, fitted at ``now``.
+    ``forecast_starts`` is the forecast of a run of the remaining work per later start, fitted at ``now``
+    (of the ``objective``'s hourly value, with the instance's ``power_kw`` and the intensity now, when it is
+    not ``cost``).
     """
-    from costaware.core.spot_window import Observation, decide, pause_decision
+    from costaware.core.spot_window import Observation, decide, decide_on_objective, pause_decision
 
     latest_resume = parse_instant(watch["latest_resume"], name="latest_resume")
     if watch["mode"] == "pause":
@@ -95,17 +101,35 @@ def price_event(
             remaining_hours=Decimal(watch["remaining_hours"]),
             restart_overhead_minutes=float(watch["restart_overhead_minutes"]),
             priority=str(watch["priority"]),
+            objective=objective,
+            power_kw=power_kw,
+            g_co2e_per_kwh=g_co2e_per_kwh,
         )
         return None if reason is None else {"status": "success", "pause": reason, "state": dict(state)}
-    decision = decide(
-        now=now,
-        observation=Observation(usd_per_hour, available, source),
-        on_demand_usd_per_hour=Decimal(watch["on_demand_usd_per_hour"]),
-        forecast_starts=forecast_starts,
-        target_usd_per_hour=None,
-        latest_start=latest_resume,
-        not_before=None,
-    )
+    if objective is not None and objective.needs_carbon:
+        decision = decide_on_objective(
+            now=now,
+            observation=Observation(usd_per_hour, available, source),
+            on_demand_usd_per_hour=Decimal(watch["on_demand_usd_per_hour"]),
+            forecast_starts=forecast_starts,
+            target_value_per_hour=None,
+            latest_start=latest_resume,
+            not_before=None,
+            objective=objective,
+            power_kw=power_kw,
+            g_co2e_per_kwh=g_co2e_per_kwh,
+            runtime_hours=max(Decimal(watch["remaining_hours"]), Decimal("0.01")),
+        )
+    else:
+        decision = decide(
+            now=now,
+            observation=Observation(usd_per_hour, available, source),
+            on_demand_usd_per_hour=Decimal(watch["on_demand_usd_per_hour"]),
+            forecast_starts=forecast_starts,
+            target_usd_per_hour=None,
+            latest_start=latest_resume,
+            not_before=None,
+        )
     if decision is None:
         return None
     return {"status": "success", "resume": decision.to_xcom(), "state": dict(state)}
@@ -120,7 +144,12 @@ def watch_event(
     expects to last (its persistence term) is not worth a pause, one that the rest of the window outlasts
     is. Past the latest resume nothing is read: a paused job restarts on on-demand whatever spot costs.
     """
-    from costaware.adapters.spot_market import forecast_window, observe_market
+    from costaware.adapters.spot_market import (
+        forecast_window,
+        intensity_at,
+        observe_market,
+        watch_objective,
+    )
 
     latest_resume = parse_instant(watch["latest_resume"], name="latest_resume")
     if now >= latest_resume:
@@ -128,6 +157,9 @@ def watch_event(
             watch, state, now=now, usd_per_hour=None, available=False, source="", forecast_starts=[]
         )
     observe = watch["observe"]
+    objective, intensity, power_kw = watch_objective(
+        watch, instance_type=observe["instance_type"], region=observe["region"]
+    )
     seen = observe_market(now=now, on_demand_usd_per_hour=Decimal(watch["on_demand_usd_per_hour"]), **observe)
     starts = forecast_window(
         prices=observe["prices"],
@@ -141,6 +173,9 @@ def watch_event(
         latest_start=latest_resume,
         runtime_hours=max(Decimal(watch["remaining_hours"]), Decimal("0.01")),
         history_days=int(watch["history_days"]),
+        objective=objective,
+        intensity=intensity,
+        power_kw=power_kw,
     )
     return price_event(
         watch,
@@ -150,6 +185,9 @@ def watch_event(
         available=seen.available,
         source=seen.source,
         forecast_starts=starts,
+        objective=objective,
+        power_kw=power_kw,
+        g_co2e_per_kwh=intensity_at(intensity, now),
     )
 
 
