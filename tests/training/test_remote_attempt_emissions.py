@@ -46,10 +46,12 @@ def test_an_attempt_in_a_mapped_region_gets_its_billed_hours_at_full_load() -> N
     assert entry.usd == Decimal("0.1")  # the cost is as before
 
 
-def test_an_attempt_without_an_end_time_is_estimated_up_to_now_and_unknown_outside_the_data() -> None:
+def test_an_attempt_without_an_end_time_is_estimated_up_to_now_on_the_typical_year() -> None:
     entry = entry_for("eu-central-1")  # now: outside the bundled 2023 series
-    assert entry.kg_co2e is None
-    assert entry.carbon_method.startswith("unknown: no recorded carbon intensity for DE-LU from ")
+    assert entry.kg_co2e is not None and entry.kwh is not None
+    assert "typical year" in entry.carbon_source and "no recorded intensity for " in entry.carbon_source
+    unmapped = entry_for("us-east-1")  # no grid zone for the region: unknown, never 0
+    assert unmapped.kg_co2e is None and unmapped.carbon_method.startswith("unknown: ")
 
 
 def test_an_attempt_on_an_unknown_instance_type_is_recorded_with_unknown_emissions() -> None:
