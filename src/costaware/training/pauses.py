@@ -70,15 +70,8 @@ def price_watch(state: AttemptState, mode: str, *, poll_interval: float) -> dict
         "products": ["Linux/UNIX"],
         "availability_start": None,
     }
-    carbon: dict[str, Any] = {}
-    if watch.objective != "cost":
-        # Read by the trigger's pause rule (core.spot_window.pause_decision): what it compares.
-        carbon = {
-            "objective": watch.objective,
-            "carbon_usd_per_tonne": watch.carbon_usd_per_tonne,
-            "carbon": watch.carbon,
-        }
-    return carbon | {
+    # The objective's keys are read by the trigger's pause rule (core.spot_window.pause_decision).
+    return watch.objective_keys() | {
         "mode": mode,
         "observe": observe,
         "on_demand_usd_per_hour": plan.on_demand_usd_per_hour,

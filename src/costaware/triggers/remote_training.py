@@ -87,7 +87,7 @@ def price_event(
     (of the ``objective``'s hourly value, with the instance's ``power_kw`` and the intensity now, when it is
     not ``cost``).
     """
-    from costaware.core.spot_window import Observation, decide, decide_on_objective, pause_decision
+    from costaware.core.spot_window import Observation, decide_on_objective, pause_decision
 
     latest_resume = parse_instant(watch["latest_resume"], name="latest_resume")
     if watch["mode"] == "pause":
@@ -106,30 +106,19 @@ def price_event(
             g_co2e_per_kwh=g_co2e_per_kwh,
         )
         return None if reason is None else {"status": "success", "pause": reason, "state": dict(state)}
-    if objective is not None and objective.needs_carbon:
-        decision = decide_on_objective(
-            now=now,
-            observation=Observation(usd_per_hour, available, source),
-            on_demand_usd_per_hour=Decimal(watch["on_demand_usd_per_hour"]),
-            forecast_starts=forecast_starts,
-            target_value_per_hour=None,
-            latest_start=latest_resume,
-            not_before=None,
-            objective=objective,
-            power_kw=power_kw,
-            g_co2e_per_kwh=g_co2e_per_kwh,
-            runtime_hours=max(Decimal(watch["remaining_hours"]), Decimal("0.01")),
-        )
-    else:
-        decision = decide(
-            now=now,
-            observation=Observation(usd_per_hour, available, source),
-            on_demand_usd_per_hour=Decimal(watch["on_demand_usd_per_hour"]),
-            forecast_starts=forecast_starts,
-            target_usd_per_hour=None,
-            latest_start=latest_resume,
-            not_before=None,
-        )
+    decision = decide_on_objective(  # on ``cost`` it is ``decide`` itself
+        now=now,
+        observation=Observation(usd_per_hour, available, source),
+        on_demand_usd_per_hour=Decimal(watch["on_demand_usd_per_hour"]),
+        forecast_starts=forecast_starts,
+        target_value_per_hour=None,
+        latest_start=latest_resume,
+        not_before=None,
+        objective=objective or Objective(),
+        power_kw=power_kw,
+        g_co2e_per_kwh=g_co2e_per_kwh,
+        runtime_hours=max(Decimal(watch["remaining_hours"]), Decimal("0.01")),
+    )
     if decision is None:
         return None
     return {"status": "success", "resume": decision.to_xcom(), "state": dict(state)}

@@ -45,16 +45,18 @@ class PriceWatch:
     carbon_usd_per_tonne: float | None = None
     carbon: str | None = None
 
+    def objective_keys(self) -> dict[str, Any]:
+        """The objective's keys, only when it is not ``cost``: states and watches of today's jobs stay."""
+        if self.objective == "cost":
+            return {}
+        return {
+            "objective": self.objective,
+            "carbon_usd_per_tonne": self.carbon_usd_per_tonne,
+            "carbon": self.carbon,
+        }
+
     def to_json(self) -> dict[str, Any]:
-        # The objective's keys only when set: states of today's jobs stay as they were.
-        carbon: dict[str, Any] = {}
-        if self.objective != "cost":
-            carbon = {
-                "objective": self.objective,
-                "carbon_usd_per_tonne": self.carbon_usd_per_tonne,
-                "carbon": self.carbon,
-            }
-        return carbon | {
+        return self.objective_keys() | {
             "prices": self.prices,
             "availability": self.availability,
             "availability_zone": self.availability_zone,
