@@ -29,7 +29,7 @@ from costaware.adapters.spot_prices import load_spot_history
 from costaware.core.ledger import utcnow
 from costaware.core.spot_decision import SpotDecision
 from costaware.operators.remote_training import RemoteTrainingOperator
-from costaware.training.attempts import AttemptState
+from costaware.training.attempts import AttemptState, Current
 from costaware.training.plan import RemotePlan, billing_plan
 
 HEADER = "timestamp,region,availability_zone,instance_type,product_description,usd_per_hour\n"
@@ -294,6 +294,12 @@ def test_with_prices_a_spot_attempt_is_billed_at_the_mean_price_over_its_run(
     state = AttemptState(plan=plan, spot_usd_per_hour="0.50")
     job = {"billable_seconds": 3600.0, "ended_at": ended.timestamp()}
     assert op._billed_spot_rate(state, job) == Decimal("1.00")
+    # An attempt that moved to another zone (availability_zones) is billed at that zone's prices.
+    with prices.open("a") as f:
+        f.write(f"{(ended - timedelta(hours=3)).isoformat()},us-east-1,us-east-1b,m5.large,Linux/UNIX,3.00\n")
+    assert op._billed_spot_rate(state, job) == Decimal("1.00")  # the decision's zone: still us-east-1a
+    moved = replace(state, current=Current(attempt=2, job_id="j-a2", market="spot", zone="us-east-1b"))
+    assert op._billed_spot_rate(moved, job) == Decimal("3.00")
     # No series for the type (here: a type the file lacks): the starting price, and the log says why.
     other = replace(state, plan=replace(plan, instance_type="c5.large"))
     assert op._billed_spot_rate(other, job) == Decimal("0.50")

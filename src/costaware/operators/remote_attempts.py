@@ -241,7 +241,8 @@ class RemoteAttemptSteps:
                 prices=billing.prices,
                 instance_type=plan.instance_type,
                 region=plan.region,
-                availability_zone=billing.availability_zone,
+                # An attempt moved to another zone pays that zone's prices.
+                availability_zone=(state.current.zone if state.current else "") or billing.availability_zone,
                 aws_conn_id=self.aws_conn_id,
                 start=end - timedelta(seconds=seconds),
                 end=end,
