@@ -91,12 +91,13 @@ class RemoteAttemptSteps:
         """The next spot attempt's market, zone and price (``core.zone_choice``, see docs/remote-training.md).
 
         Among the allowed zones, the one with the lowest expected cost; on-demand when the restart-thrash
-        guard leaves none. With one zone and no preemption yet there is nothing to choose.
+        guard leaves none. With one zone there is nothing to choose but the guard's verdict.
         """
         from costaware.training.placement import next_zone, preempted_runs
 
         placement = state.plan.placement
-        if not placement.zones and not preempted_runs(state):
+        if not placement.zones and not (placement.guard and preempted_runs(state)):
+            # One zone and no guard to consult: nothing to choose (nor a "stays there" line to log).
             return state, "spot", placement.first_zone
         prices, capacity = self._zone_market(state)
         choice = next_zone(state, prices=prices, capacity=capacity, move_usd=self._move_usd(state))
