@@ -106,6 +106,9 @@ def price_event(
             g_co2e_per_kwh=g_co2e_per_kwh,
         )
         return None if reason is None else {"status": "success", "pause": reason, "state": dict(state)}
+    objective = objective or Objective()
+    # Only a carbon objective weighs the run's length; a sensor's resume watch on cost carries none.
+    runtime = Decimal(watch["remaining_hours"]) if objective.needs_carbon else Decimal(0)
     decision = decide_on_objective(  # on ``cost`` it is ``decide`` itself
         now=now,
         observation=Observation(usd_per_hour, available, source),
@@ -114,10 +117,10 @@ def price_event(
         target_value_per_hour=None,
         latest_start=latest_resume,
         not_before=None,
-        objective=objective or Objective(),
+        objective=objective,
         power_kw=power_kw,
         g_co2e_per_kwh=g_co2e_per_kwh,
-        runtime_hours=max(Decimal(watch["remaining_hours"]), Decimal("0.01")),
+        runtime_hours=max(runtime, Decimal("0.01")),
     )
     if decision is None:
         return None
