@@ -2,9 +2,10 @@
 
 Optuna does what it is good at: its sampler (TPE by default) proposes the configurations and its pruner
 (Hyperband by default) decides after each rung whether a trial goes on. Which rungs it decides at is
-measured, not assumed: the first trials run through every rung, and the default pruner then decides only
-at the rungs whose values rank those trials as full fidelity does (none, when short training misleads),
-and trials stop only there and at the last rung.
+checked, not assumed: the default pruner decides at every rung from the first trial on (no trial pays
+for full fidelity only to tell which rungs to trust), and a rung whose values rank the completed trials
+the other way from full fidelity is dropped, with every rung below it (short training that misleads);
+trials stop only at the rungs kept and at the last.
 
 The money is ours: before every rung the search reserves that rung's estimated cost in the cost ledger, and
 settles it with what the rung really used once it ran. A rung that cannot be reserved is not run, so the
@@ -39,7 +40,7 @@ from costaware.core.errors import BudgetExceededError, ConfigurationError
 from costaware.core.tuning import usd_for_seconds
 from costaware.extras import require
 from costaware.training.search_billing import SearchBilling
-from costaware.training.search_rungs import rungs_that_rank_alike
+from costaware.training.search_rungs import rungs_still_trusted
 
 require("tuning", needed_by=__name__)  # with the pip line, not an import error inside a search
 
@@ -77,8 +78,8 @@ class SearchResult:
     spent_usd: Decimal
     stop: str
     states: dict[str, int] = field(default_factory=dict)
-    #: The rungs the default pruner decided at, once chosen (empty: none ranked like full fidelity; None:
-    #: a pruner was given, or too few trials completed to choose).
+    #: The rungs the default pruner decided at when the search ended (empty: every early rung ranked the
+    #: completed trials the other way from full fidelity; None: a pruner was given).
     prune_rungs: tuple[int, ...] | None = None
 
 
@@ -118,13 +119,17 @@ def budgeted_search(
         direction: ``maximize`` or ``minimize`` the metric.
         sampler: Optuna sampler (default ``TPESampler(seed=seed, n_startup_trials=reduction_factor)``: the
             trials that choose the pruning rungs are its random start).
-        pruner: Optuna pruner, used as given at every rung. By default none at first: the first
-            ``reduction_factor`` trials run through every rung; then Optuna's ``HyperbandPruner`` (one bracket
-            per rung, :func:`~costaware.training.tuning.hyperband_pruner`) at the early rungs whose values
-            rank those trials as their full-fidelity values do, and trials stop only at those rungs and the
-            last (``SearchResult.prune_rungs``). Where short training ranks configurations the other way (a
-            high learning rate ahead after a few boosting rounds, behind at the end) pruning would drop the
-            configurations that win, and stopping at a rung to decide nothing costs a refit and a score.
+        pruner: Optuna pruner, used as given at every rung. By default Optuna's ``HyperbandPruner`` (one
+            bracket per rung, :func:`~costaware.training.tuning.hyperband_pruner`) at every rung from the
+            first trial; once ``reduction_factor`` trials completed, an early rung whose values rank the
+            completed trials the other way from their full-fidelity values (more pairs in the opposite order
+            than in the same) is dropped with every rung below it, for good, and trials stop only at the
+            rungs kept and the last (``SearchResult.prune_rungs``). Where short training ranks
+            configurations the other way (a high learning rate ahead after a few epochs, behind at the end)
+            pruning there drops the configurations that win. Checking on the trials that complete anyway,
+            instead of first running ``reduction_factor`` trials through every rung to choose, leaves the
+            budget to the search: in the regime where multi-fidelity matters (a budget of about ten full
+            trainings) those trials took a quarter to a half of it (``benchmarks/tuning.py``).
         reduction_factor: Of the default sampler and pruner (>= 2).
         safety_factor: Reserve this many times a rung's estimated seconds (a first rung: the slowest time
             the same span took, else at the slowest speed seen; a later rung: at the trial's own speed on its
@@ -154,9 +159,9 @@ def budgeted_search(
     if not space:
         raise ConfigurationError("space is empty: give at least one hyperparameter distribution")
     started = meter()  # what comes before the first rung (the budget, the study) is billed with it
-    # The default pruner: none until the completed trials show which rungs rank like full fidelity.
+    # The default pruner: Hyperband at every rung until the completed trials show a rung that misleads.
     adaptive = pruner is None
-    pruner = pruner or optuna.pruners.NopPruner()
+    pruner = pruner or hyperband_pruner(rung_list, reduction_factor)
     budget_scope = Scope.of(dict(scope))
     ledger.set_budget(budget_scope, "total", cap_usd)
     study = optuna.create_study(
@@ -172,7 +177,7 @@ def budgeted_search(
     fastest: float | None = None  # seconds per unit of the fastest configuration seen
     cheapest: float | None = None  # training seconds of the cheapest trial that reached the last rung
     overhead = 0.0  # the most time outside training billed with one rung
-    prune_rungs: tuple[int, ...] | None = None
+    prune_rungs: tuple[int, ...] | None = tuple(rung_list[:-1]) if adaptive else None
     ladder = rung_list  # the rungs a trial stops at
     slowest_rung: dict[tuple[int, int], float] = {}  # (from, to): the slowest training seconds seen
     repeats = 0
@@ -290,17 +295,28 @@ def budgeted_search(
             fastest = own if fastest is None else min(fastest, own)
         if state == "complete":
             cheapest = trained_total if cheapest is None else min(cheapest, trained_total)
-        if adaptive and len([t for t in trials if t.value is not None]) >= reduction_factor:
-            # Enough trials went through every rung to tell which rungs rank like full fidelity: prune there,
-            # and stop only there (a rung where nothing is decided costs a refit and a score for nothing).
-            adaptive = False
-            prune_rungs = rungs_that_rank_alike(
-                [t.rungs for t in trials if t.value is not None and len(t.rungs) == len(rung_list)]
+        if adaptive and prune_rungs and state == "complete":
+            # A completed trial tells how each rung it passed ranks against full fidelity. A rung that ranks
+            # the completed trials the other way is dropped, with the rungs below it; trials then stop only
+            # at the rungs kept (a rung where nothing is decided costs a score for nothing).
+            kept = rungs_still_trusted(
+                [t.rungs for t in trials if t.value is not None], prune_rungs, reduction_factor
             )
-            if prune_rungs:
-                study.pruner = hyperband_pruner([*prune_rungs, rung_list[-1]], reduction_factor)
-            ladder = [*prune_rungs, rung_list[-1]]
-            log.info("budgeted search prunes at rungs %s", list(prune_rungs) or "none")
+            if kept != prune_rungs:
+                # A configuration pruned at a dropped rung was judged by a rung that misleads: it may be
+                # proposed again and run in full.
+                dropped = set(prune_rungs) - set(kept)
+                for earlier_key, earlier in list(seen.items()):
+                    if earlier.state == "pruned" and earlier.rungs and earlier.rungs[-1][0] in dropped:
+                        del seen[earlier_key]
+                prune_rungs = kept
+                study.pruner = (
+                    hyperband_pruner([*kept, rung_list[-1]], reduction_factor)
+                    if kept
+                    else optuna.pruners.NopPruner()
+                )
+                ladder = [*kept, rung_list[-1]]
+                log.info("budgeted search now prunes at rungs %s", list(kept) or "none")
         if state == "cut" and fastest is not None:
             # Only a trial that reaches the last rung counts. Go on only if what is left could carry even
             # the fastest configuration seen through every rung (what the cheapest completed trial really

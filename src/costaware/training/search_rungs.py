@@ -5,37 +5,48 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
-def rungs_that_rank_alike(completed: Sequence[tuple[tuple[int, float], ...]]) -> tuple[int, ...]:
-    """The early rungs worth pruning at, from the completed trials' values at every rung.
+def rungs_still_trusted(
+    completed: Sequence[tuple[tuple[int, float], ...]], rungs: Sequence[int], minimum: int
+) -> tuple[int, ...]:
+    """Of the early ``rungs`` pruned at so far, those the completed trials do not show to mislead.
 
-    They are the longest run of rungs up to the last one whose values each put every pair of the completed
-    trials in the order of their full-fidelity values (ties aside).
+    ``completed`` holds each completed trial's ``(rung, value)`` steps, its last step at full fidelity. A
+    rung misleads when, over the completed trials that stopped there (at least ``minimum`` of them), more
+    pairs are ordered the other way by its values than the same way as by their full-fidelity values. Such
+    a rung is dropped, and so is every rung below it (what misleads at 3 epochs is not trusted at 1).
 
-    Pruning at a rung keeps the trials that lead there; that pays only where leading there means leading at
-    full fidelity. A rung that ranks the other way (a high learning rate ahead after a few boosting rounds and
-    behind at the end) prunes the configurations that would win, so neither it nor any rung before it is used.
-    The evidence is a few trials (``reduction_factor`` of them), so no pair may disagree: with three trials
-    and no relation at all between a rung and the end, a majority of pairs agrees half the time, all three
-    pairs one time in six.
+    The evidence is biased toward agreement (a trial pruned at a rung never completes), so the bar is a
+    majority of the pairs against, not a perfect order: dropping a rung only because its few survivors
+    are close at full fidelity would give up pruning on noise.
     """
-    if not completed:
-        return ()
-    rungs = [rung for rung, _ in completed[0][:-1]]
-    finals = [trial[-1][1] for trial in completed]
-    alike: list[int] = []
-    for i in reversed(range(len(rungs))):
-        if not _same_order([trial[i][1] for trial in completed], finals):
-            break
-        alike.insert(0, rungs[i])
-    return tuple(alike)
+    kept = list(rungs)
+    for i in reversed(range(len(kept))):
+        pairs = [
+            (values[kept[i]], trial[-1][1]) for trial in completed if kept[i] in (values := dict(trial[:-1]))
+        ]
+        if len(pairs) < minimum:
+            continue
+        if _discordant(pairs) > _concordant(pairs):
+            return tuple(kept[i + 1 :])
+    return tuple(kept)
 
 
-def _same_order(xs: Sequence[float], ys: Sequence[float]) -> bool:
-    """Whether no pair is ordered one way by ``xs`` and the other by ``ys``, and some pair the same way."""
-    signs = [
-        _sign(xs[i] - xs[j]) * _sign(ys[i] - ys[j]) for i in range(len(xs)) for j in range(i + 1, len(xs))
-    ]
-    return min(signs, default=0) >= 0 and max(signs, default=0) > 0
+def _concordant(pairs: Sequence[tuple[float, float]]) -> int:
+    return sum(
+        1
+        for i in range(len(pairs))
+        for j in range(i + 1, len(pairs))
+        if _sign(pairs[i][0] - pairs[j][0]) * _sign(pairs[i][1] - pairs[j][1]) > 0
+    )
+
+
+def _discordant(pairs: Sequence[tuple[float, float]]) -> int:
+    return sum(
+        1
+        for i in range(len(pairs))
+        for j in range(i + 1, len(pairs))
+        if _sign(pairs[i][0] - pairs[j][0]) * _sign(pairs[i][1] - pairs[j][1]) < 0
+    )
 
 
 def _sign(x: float) -> int:
