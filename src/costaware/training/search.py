@@ -4,8 +4,8 @@ Optuna does what it is good at: its sampler (TPE by default) proposes the config
 (Hyperband by default) decides after each rung whether a trial goes on. Which rungs it decides at is
 checked, not assumed: the default pruner decides at every rung from the first trial on (no trial pays
 for full fidelity only to tell which rungs to trust), and a rung whose values rank the completed trials
-the other way from full fidelity is dropped, with every rung below it (short training that misleads);
-trials stop only at the rungs kept and at the last.
+the other way from full fidelity beyond chance is dropped, with every rung below it (short training that
+misleads); trials stop only at the rungs kept and at the last.
 
 The money is ours: before every rung the search reserves that rung's estimated cost in the cost ledger, and
 settles it with what the rung really used once it ran. A rung that cannot be reserved is not run, so the
@@ -117,19 +117,20 @@ def budgeted_search(
         usd_per_hour: Price of one second of this process, per hour.
         first_rung_seconds: Estimated seconds of the first rung before any rung ran (the user's guess).
         direction: ``maximize`` or ``minimize`` the metric.
-        sampler: Optuna sampler (default ``TPESampler(seed=seed, n_startup_trials=reduction_factor)``: the
-            trials that choose the pruning rungs are its random start).
+        sampler: Optuna sampler (default ``TPESampler(seed=seed, n_startup_trials=reduction_factor)``: its
+            first ``reduction_factor`` trials at random).
         pruner: Optuna pruner, used as given at every rung. By default Optuna's ``HyperbandPruner`` (one
             bracket per rung, :func:`~costaware.training.tuning.hyperband_pruner`) at every rung from the
-            first trial; once ``reduction_factor`` trials completed, an early rung whose values rank the
-            completed trials the other way from their full-fidelity values (more pairs in the opposite order
-            than in the same) is dropped with every rung below it, for good, and trials stop only at the
-            rungs kept and the last (``SearchResult.prune_rungs``). Where short training ranks
-            configurations the other way (a high learning rate ahead after a few epochs, behind at the end)
-            pruning there drops the configurations that win. Checking on the trials that complete anyway,
-            instead of first running ``reduction_factor`` trials through every rung to choose, leaves the
-            budget to the search: in the regime where multi-fidelity matters (a budget of about ten full
-            trainings) those trials took a quarter to a half of it (``benchmarks/tuning.py``).
+            first trial; an early rung whose values rank the completed trials the other way from their
+            full-fidelity values beyond chance (Kendall's tau negative at the one-sided 5 % level,
+            :func:`~costaware.training.search_rungs.rungs_still_trusted`) is dropped with every rung below
+            it, for good, and trials stop only at the rungs kept and the last
+            (``SearchResult.prune_rungs``). Where short training ranks configurations the other way (a high
+            learning rate ahead after a few epochs, behind at the end) pruning there drops the
+            configurations that win. Checking on the trials that complete anyway, instead of first running
+            ``reduction_factor`` trials through every rung to choose, leaves the budget to the search: in
+            the regime where multi-fidelity matters (a budget of about ten full trainings) those trials
+            took a quarter to a half of it (``benchmarks/tuning.py``).
         reduction_factor: Of the default sampler and pruner (>= 2).
         safety_factor: Reserve this many times a rung's estimated seconds (a first rung: the slowest time
             the same span took, else at the slowest speed seen; a later rung: at the trial's own speed on its
