@@ -54,14 +54,16 @@ has no argument that scales them (they are module constants and ``DEFAULT_SAVE_S
 parameter). So this mode runs the live ``"auto"`` path (plan, then a re-tune before each later spot attempt
 from the run lengths of the attempts preempted so far, the spec rewritten for the next attempt) with the
 rule's two entry points wrapped, in this benchmark's process only, by a unit conversion: every duration
-handed to them (expected runtime, preempted run lengths, the planned interval) is multiplied by the
-compression ``K = 600 s / --tick-seconds`` (1200 at 0.5 s) into the real seconds it stands for, and the
-interval they return is divided by ``K``. The rule's constants, bounds and logic are untouched: the 300 s
+handed to them (expected runtime, preempted run lengths, the planned interval, the measured saves) is
+multiplied by the compression ``K = 600 s / --tick-seconds`` (1200 at 0.5 s) into the real seconds it stands
+for, and the interval they return is divided by ``K``. The rule's constants, bounds and logic are untouched: the 300 s
 floor becomes 0.25 compressed seconds, the 3600 s cap 3 s. Labelled ``auto (rule at real scale)``.
-Caveats: (1) the save the rule assumes (30 s real = 30/K compressed) is not this machine's; the measured
-save cost (``seconds_per_checkpoint``, times ``K`` in real seconds) is printed beside it, and when it differs
-the rule's Young/Daly optimum is off by sqrt(measured / assumed) - that is the rule's real behaviour with
-an unmeasured save, not a benchmark artefact; (2) ``expected_runtime_hours`` is the measured uninterrupted fit
+The cost of a save goes the same way: the first attempt assumes the rule's 30 s real (nothing is measured
+yet, as live); each re-tune gets, as live, the wall seconds of the saves the attempts measured (the
+trainer times each save, a process's first from its write, the launcher pushes them in ``LATEST.json``, the
+operator reads them), times ``K`` like the other durations, and the rule takes their median. They are printed per trace beside the billed
+cost per save of the overhead runs (``seconds_per_checkpoint``). Caveats: (1) the first attempt's interval
+still rests on the assumed 30 s; (2) ``expected_runtime_hours`` is the measured uninterrupted fit
 (compressed, so the operator's other uses of it stay in compressed time; the wrapper scales it for the rule
 only); (3) one run per cell: the run-to-run spread of cost on this machine is a few %, of the order of the
 10 % margin, so a near miss or near pass is within noise; (4) the best fixed is chosen in hindsight over
@@ -288,12 +290,15 @@ def guard_fired(attempts: list[dict[str, Any]]) -> bool:
 
 class ScaledRule:
     """The ``"auto"`` rule's entry points with durations converted: in x ``factor`` (to the real seconds a
-    compressed second stands for), out / ``factor``. Patched in while the ``with`` block runs; records what
-    the rule chose (compressed seconds) in ``chosen``."""
+    compressed second stands for: run lengths, the planned interval, the measured saves), out / ``factor``.
+    Patched in while the ``with`` block runs; records what the rule chose (compressed seconds) in ``chosen``
+    and the measured saves it was handed in ``saves``."""
 
     def __init__(self, factor: float) -> None:
         self.factor = factor
         self.chosen: list[tuple[str, float]] = []
+        #: The measured save seconds (compressed) the operator handed each re-tune.
+        self.saves: list[list[float]] = []
         self._saved: list[tuple[Any, str, Any]] = []
 
     def __enter__(self) -> ScaledRule:
@@ -310,8 +315,13 @@ class ScaledRule:
             self.chosen.append(("planned", seconds / k))
             return seconds / k, f"[benchmark: rule at real scale, / {k:g}] {reason}"
 
-        def scaled_observed(runs: Any, *, planned_seconds: float) -> Any:
-            out = observed([r * k for r in runs], planned_seconds=planned_seconds * k)
+        def scaled_observed(runs: Any, *, planned_seconds: float, save_seconds: Any = ()) -> Any:
+            self.saves.append([float(s) for s in save_seconds])
+            out = observed(
+                [r * k for r in runs],
+                planned_seconds=planned_seconds * k,
+                save_seconds=[s * k for s in save_seconds],
+            )
             if out is None:
                 return None
             self.chosen.append(("observed", out[0] / k))
@@ -387,7 +397,12 @@ def intervals_mode(
             run = run_once(
                 folder / f"{label}-auto", data, every="auto", trace=trace, runtime_hours=fit / 3600, **traced
             )
-        auto: dict[str, Any] = {"run": run, "wall": time.monotonic() - started, "chosen": rule.chosen}
+        auto: dict[str, Any] = {
+            "run": run,
+            "wall": time.monotonic() - started,
+            "chosen": rule.chosen,
+            "saves": rule.saves,
+        }
         print(f"  {label} auto: {run['usd']:.6f} USD, intervals {rule.chosen}", flush=True)
         best_key = min(rows, key=lambda k: rows[k]["run"]["usd"])
         best_usd = float(rows[best_key]["run"]["usd"])
@@ -410,6 +425,9 @@ def intervals_mode(
                 "best_fixed_seconds": float(best_key),
                 "best_fixed_usd": best_usd,
                 "auto_intervals_seconds": [[kind, round(s, 3)] for kind, s in auto["chosen"]],
+                "auto_measured_save_seconds": [
+                    round(statistics.median(saves), 4) if saves else None for saves in auto["saves"]
+                ],
                 "auto_usd": auto_usd,
                 "auto_x_oracle": round(auto_usd / oracle, 3) if oracle else None,
                 "auto_preemptions": auto["run"]["preemptions"],
@@ -447,11 +465,17 @@ def intervals_mode(
     per_save = measured["per_save"]
     print(
         f"auto = the live 'auto' path with the rule at real scale (K = {factor:g}); unscaled it picks "
-        f"{unscaled:g} s on a {fit:.1f} s fit ({unscaled_reason}). Save cost assumed by the rule "
-        f"{DEFAULT_SAVE_SECONDS:g} s real = {DEFAULT_SAVE_SECONDS / factor:.3f} s compressed; measured here "
-        f"{per_save:.3f} s compressed = {per_save * factor:.0f} s real. Restart overhead {startup:.2f} s; "
-        f"wall {wall_all:.0f} s"
+        f"{unscaled:g} s on a {fit:.1f} s fit ({unscaled_reason}). Save cost: the first attempt assumes "
+        f"{DEFAULT_SAVE_SECONDS:g} s real = {DEFAULT_SAVE_SECONDS / factor:.3f} s compressed; each re-tune "
+        f"takes the median of the saves the attempts measured, x K (per trace above); billed per save in "
+        f"the overhead runs {per_save:.3f} s compressed = {per_save * factor:.0f} s real. Restart overhead "
+        f"{startup:.2f} s; wall {wall_all:.0f} s"
     )
+    for t in per_trace:
+        print(
+            f"  {t['trace']}: measured save seconds per re-tune (median, compressed) "
+            f"{t['auto_measured_save_seconds']}"
+        )
     met = all(t["auto_vs_best_fixed"] is not None and t["auto_vs_best_fixed"] <= 1.10 for t in per_trace)
     emit(
         {

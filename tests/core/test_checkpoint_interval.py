@@ -11,6 +11,7 @@ from costaware.core.checkpoint_interval import (
     MAX_INTERVAL_SECONDS,
     checkpoint_interval,
     is_auto,
+    measured_save_seconds,
     observed_seconds_between_interruptions,
     seconds_between_interruptions,
 )
@@ -100,3 +101,31 @@ def test_observed_bad_run_lengths_are_refused(runs: list[float], message: str) -
 )
 def test_is_auto(value: object, auto: bool) -> None:
     assert is_auto(value) is auto
+
+
+@pytest.mark.parametrize(
+    ("samples", "seconds"),
+    [
+        ([240.0], 240.0),
+        ([2.0, 4.0], 3.0),
+        # one slow outlier (the first save of a process, a throttled write) does not move it
+        ([1.0, 100.0, 3.0], 3.0),
+        ([0.0], 0.001),  # a coarse clock's 0 s save still costs something
+    ],
+)
+def test_the_save_cost_is_the_median_measured_save(samples: list[float], seconds: float) -> None:
+    assert measured_save_seconds(samples) == seconds
+
+
+@pytest.mark.parametrize(
+    ("samples", "message"),
+    [
+        ([], "no measured save to take the save cost from"),
+        ([1.0, -1.0], "a measured save must be seconds >= 0, got -1.0"),
+        ([math.inf], "a measured save must be seconds >= 0, got inf"),
+        (["2"], "a measured save must be seconds >= 0, got '2'"),
+    ],
+)
+def test_bad_measured_saves_are_refused(samples: list[object], message: str) -> None:
+    with pytest.raises(ConfigurationError, match="^" + re.escape(message)):
+        measured_save_seconds(samples)  # type: ignore[arg-type]

@@ -209,3 +209,53 @@ def test_later_spot_attempts_take_the_interval_from_the_preempted_run_lengths(
             assert logged in line
     finally:
         op._backend(submitted.plan).stop(submitted.current.job_id)
+
+
+def pushed_saves(tmp: Path, checkpoint_uri: str, *save_seconds: float) -> None:
+    """What an attempt's launcher leaves at the checkpoint URI: ``LATEST.json`` with its timed saves."""
+    from costaware_runtime import checkpoint_folder, commit, push
+
+    folder = tmp / "attempt-checkpoints"
+    for step, seconds in enumerate(save_seconds, start=1):
+        (checkpoint_folder(step, folder) / "state.ckpt").write_bytes(b"x")
+        commit(folder, step, [checkpoint_folder(step, folder)], save_seconds=seconds)
+    push(folder, checkpoint_uri)
+
+
+@pytest.mark.parametrize(
+    ("latest", "seconds", "logged"),
+    [
+        # the median of the measured saves, 120 s: sqrt(2 x 120 s x 7200 s) = 1315 s
+        ([100.0, 900.0, 120.0], 1315.0, "save cost 120 s measured (median of the last 3 save(s)"),
+        (None, 657.0, "save cost 30 s assumed (none measured yet)"),  # nothing pushed yet
+        ("damaged", 657.0, "save cost 30 s assumed (none measured yet)"),
+    ],
+)
+def test_later_spot_attempts_weigh_the_saves_the_attempts_measured(
+    tmp_path: Path,
+    data: Path,
+    ledger: Any,
+    capsys: pytest.CaptureFixture[str],
+    latest: list[float] | str | None,
+    seconds: float,
+    logged: str,
+) -> None:
+    op = operator(tmp_path)
+    state = preempted(op._start(context_for()), 7200.0, 7200.0)
+    if isinstance(latest, list):
+        pushed_saves(tmp_path, state.plan.checkpoint_uri, *latest)
+    elif latest == "damaged":
+        Path(state.plan.checkpoint_uri).mkdir(parents=True, exist_ok=True)
+        (Path(state.plan.checkpoint_uri) / "LATEST.json").write_text('{"step": "no"}')
+    capsys.readouterr()
+    submitted = op._submit(state, "spot")
+    try:
+        assert written_spec(tmp_path)["checkpoint_every_seconds"] == pytest.approx(seconds, abs=0.5)
+        out = capsys.readouterr()
+        lines = (out.out + out.err).splitlines()
+        (line,) = [line for line in lines if "checkpoint_every_seconds='auto'" in line]
+        assert logged in line
+        warned = [line for line in lines if "cannot read the measured saves at" in line]
+        assert len(warned) == (1 if latest == "damaged" else 0)
+    finally:
+        op._backend(submitted.plan).stop(submitted.current.job_id)

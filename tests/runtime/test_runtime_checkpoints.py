@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,7 @@ from costaware_runtime import (
     restore,
     save_bytes,
 )
+from costaware_runtime.checkpoints import SAVE_HISTORY, parse_marker, read_marker
 from costaware_runtime.sync import CheckpointSync
 
 
@@ -195,3 +198,47 @@ def test_commit_records_size_and_mtime(local: Path) -> None:
     path = save_bytes(b"abc", step=1, directory=local)
     entry = json.loads((local / "_costaware_checkpoint.json").read_text())["files"][0]
     assert (entry["bytes"], entry["mtime_ns"]) == (3, path.stat().st_mtime_ns)
+
+
+def test_timed_saves_reach_the_marker_latest_json_and_a_restored_folder(
+    local: Path, remote: Path, tmp_path: Path
+) -> None:
+    # Counted from started_at (before the state was serialized), not from the write.
+    save_bytes(b"a", step=1, directory=local, started_at=time.monotonic() - 2.0)
+    first = read_marker(local)
+    assert first is not None and len(first.save_seconds) == 1 and 2.0 <= first.save_seconds[0] < 60
+    commit(local, 1, [local / "checkpoint-1"])  # not timed: the history is carried, nothing added
+    assert read_marker(local).save_seconds == first.save_seconds  # type: ignore[union-attr]
+    for step in range(2, SAVE_HISTORY + 4):
+        (checkpoint_folder(step, local) / "f").write_bytes(b"x")
+        commit(local, step, [checkpoint_folder(step, local)], save_seconds=float(step))
+    marker = read_marker(local)
+    assert marker is not None and marker.save_seconds == tuple(float(s) for s in range(4, SAVE_HISTORY + 4))
+
+    push(local, str(remote))
+    latest = json.loads((remote / "LATEST.json").read_text())
+    assert latest["save_seconds"] == list(marker.save_seconds)
+    fresh = tmp_path / "fresh"
+    restore(str(remote), fresh)  # the next attempt's folder: its first save appends to the training's
+    assert read_marker(fresh).save_seconds == marker.save_seconds  # type: ignore[union-attr]
+    save_bytes(b"b", step=20, directory=fresh)
+    after = read_marker(fresh)
+    assert after is not None and after.save_seconds[:-1] == marker.save_seconds[1:]
+
+
+@pytest.mark.parametrize("seconds", [-1.0, math.nan, math.inf])
+def test_a_save_time_that_is_not_a_duration_is_refused_and_nothing_committed(
+    local: Path, seconds: float
+) -> None:
+    local.mkdir()
+    (local / "present.bin").write_bytes(b"x")
+    with pytest.raises(ContractError, match=f"save_seconds={seconds!r} is not a duration"):
+        commit(local, 3, ["present.bin"], save_seconds=seconds)
+    assert not (local / "_costaware_checkpoint.json").exists()
+
+
+def test_a_marker_without_save_times_reads_as_none_measured_and_a_bad_one_is_refused() -> None:
+    old = {"step": 2, "saved_at": "t", "files": [{"path": "checkpoint-2/state.bin", "bytes": 1}]}
+    assert parse_marker(json.dumps(old).encode(), "old").save_seconds == ()
+    with pytest.raises(ContractError, match=r"bad holds save_seconds \[-3.0\]: each must be seconds >= 0"):
+        parse_marker(json.dumps({**old, "save_seconds": [-3]}).encode(), "bad")

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from costaware_runtime.checkpoints import latest_step
+from costaware_runtime.checkpoints import latest_step, read_marker
 from remote_support import training_pythonpath, write_data
 
-from costaware.adapters.checkpoint_store import CheckpointFolder, CheckpointStore
+from costaware.adapters.checkpoint_store import CheckpointFolder, CheckpointStore, recorded_save_seconds
 from costaware.adapters.compute.base import JobRequest, JobState, JobStatus, open_backend
 from costaware.adapters.compute.local import LocalBackend
 from costaware.adapters.model_store import ModelStore
@@ -90,6 +90,9 @@ def test_the_builtin_job_is_preempted_under_the_launcher_and_the_next_attempt_re
     assert (status.state, status.exit_code) == (JobState.INTERRUPTED, 75), log
     step = json.loads(latest.read_text())["step"]
     assert 0 < step < 30
+    # Each save was timed and the launcher pushed the times: what the next attempt's re-tune reads.
+    saves = recorded_save_seconds(str(tmp_path / "ckpt" / KEY))
+    assert 0 < len(saves) <= step and all(0 < s < 30 for s in saves)
     assert f"preempted (job exit 75) after checkpoint step {step}" in log
     assert "SIGTERM passed on by costaware-run" in log
     assert f"preempted: preempted: checkpoint after step {step} saved" in log  # the job's own line
@@ -145,7 +148,28 @@ def test_a_notice_from_the_runtime_saves_a_commit_and_stops(tmp_path: Path) -> N
         with pytest.raises(PreemptedError) as e:
             checkpointer.step_done(2, lambda: b"two")
     assert e.value.step == 2 and latest_step(tmp_path) == 2
+    # Timed from before the state was serialized: the commit marker records it.
+    assert len(checkpointer.save_seconds) == 1
+    marker = read_marker(tmp_path)
+    assert marker is not None
+    assert list(marker.save_seconds) == pytest.approx(checkpointer.save_seconds, abs=0.01)
     assert str(tmp_path) in str(e.value)
     resumed = folder.latest(KEY, meta={"plan": 1})
     assert resumed is not None and (resumed.step, resumed.state) == (2, b"two")
     assert folder.latest(KEY, meta={"plan": 2}) is None
+
+
+def test_saves_are_timed_from_the_serializing_but_the_first_from_its_write(tmp_path: Path) -> None:
+    def slow_state() -> bytes:
+        time.sleep(0.2)  # serializing; the first one stands for the serializer's one-time imports
+        return b"state"
+
+    checkpointer = Checkpointer(CheckpointFolder(tmp_path), KEY, every_steps=1, meta={"plan": 1})
+    with checkpointer:
+        for step in (1, 2, 3):
+            checkpointer.step_done(step, slow_state)
+    first, *later = checkpointer.save_seconds
+    assert first < 0.2 and len(later) == 2 and all(s >= 0.2 for s in later)
+    marker = read_marker(tmp_path)
+    assert marker is not None
+    assert list(marker.save_seconds) == pytest.approx(checkpointer.save_seconds, abs=0.01)

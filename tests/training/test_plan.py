@@ -334,3 +334,37 @@ def test_observed_run_lengths_shorten_the_next_spot_attempts_interval(
         assert observed is not None
         assert observed[0] == pytest.approx(seconds)
         assert logged is not None and logged in observed[1]
+
+
+@pytest.mark.parametrize(
+    ("runs", "saves", "seconds", "logged"),
+    [
+        # none measured yet: the assumed 30 s, sqrt(2 x 30 x 7200) = 657 s
+        ([7200.0], [], math.sqrt(2 * 30 * 7200), "save cost 30 s assumed (none measured yet)"),
+        # the median measured save: sqrt(2 x 120 x 7200) = 1315 s (one slow save does not move it)
+        (
+            [7200.0],
+            [100.0, 900.0, 120.0],
+            math.sqrt(2 * 120 * 7200),
+            "save cost 120 s measured (median of the last 3 save(s): 100, 900, 120 s)",
+        ),
+        # sqrt(2 x 240 x 3000) = 1200 s is below the floor of ten measured saves: 2400 s
+        ([3000.0], [240.0], 2400.0, "bounded to the floor of max(60 s, 10 saves): 2400 s"),
+    ],
+)
+def test_the_next_spot_attempts_interval_weighs_the_measured_save(
+    runs: list[float], saves: list[float], seconds: float, logged: str
+) -> None:
+    from costaware.training.plan.interval import observed_interval
+
+    observed = observed_interval(runs, planned_seconds=3600.0, save_seconds=saves)
+    assert observed is not None
+    assert observed[0] == pytest.approx(seconds)
+    assert logged in observed[1]
+
+
+def test_a_bad_measured_save_is_named() -> None:
+    from costaware.training.plan.interval import observed_interval
+
+    with pytest.raises(ConfigurationError, match=r"a measured save must be seconds >= 0, got -2\.0"):
+        observed_interval([7200.0], planned_seconds=3600.0, save_seconds=[-2.0])

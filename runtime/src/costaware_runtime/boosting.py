@@ -13,6 +13,7 @@ xgboost is imported when ``XGBoostCheckpoint`` is first looked up; LightGBM neve
 from __future__ import annotations
 
 import functools
+import time
 from pathlib import Path
 from typing import Any
 
@@ -45,9 +46,10 @@ def _check_every(every_rounds: int) -> int:
 
 
 def _save(data: bytes, name: str, rounds: int, directory: Path | str | None, keep: int) -> None:
+    began = time.monotonic()
     path = checkpoint_folder(rounds, directory) / name
     _files.write_bytes(path, data)
-    commit(directory, rounds, [path])
+    commit(directory, rounds, [path], save_seconds=time.monotonic() - began)
     prune(directory, keep)
 
 

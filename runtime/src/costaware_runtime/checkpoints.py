@@ -4,14 +4,21 @@ A job (or a framework helper) writes one checkpoint's files, then calls :func:`c
 ``_costaware_checkpoint.json`` atomically. Only committed files count: the launcher pushes exactly the files
 the marker lists, and checks that none changed after the commit (see :mod:`costaware_runtime.sync`). Write
 each step into its own folder (:func:`checkpoint_folder`), because the previous step may still be uploading.
+
+A saver that timed its save passes ``save_seconds`` to :func:`commit` (:func:`save_bytes` and the framework
+helpers do): the marker keeps the last :data:`SAVE_HISTORY` of them, carried over from the previous marker
+(a restored one too), and the launcher pushes it into ``LATEST.json``, so the orchestrator sets the next
+attempt's checkpoint interval from measured saves (``checkpoint_every_seconds="auto"``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import shutil
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -27,6 +34,8 @@ log = logging.getLogger(__name__)
 
 FOLDER_PREFIX = "checkpoint-"
 _FOLDER = re.compile(r"checkpoint-(\d+)")
+#: How many measured save durations a marker keeps (the newest last).
+SAVE_HISTORY = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,11 +49,16 @@ class CommittedFile:
 
 @dataclass(frozen=True, slots=True)
 class Marker:
-    """A parsed commit marker: the step, when it was saved, and its files."""
+    """A parsed commit marker: the step, when it was saved, its files, and the measured save seconds.
+
+    ``save_seconds``: wall seconds of the latest saves of this training (this commit's last, when timed),
+    at most :data:`SAVE_HISTORY`; empty when no saver timed one.
+    """
 
     step: int
     saved_at: str
     files: tuple[CommittedFile, ...]
+    save_seconds: tuple[float, ...] = ()
 
     @property
     def identity(self) -> tuple[int, str]:
@@ -53,7 +67,10 @@ class Marker:
 
     def to_json(self) -> dict[str, Any]:
         files = [{"path": f.path, "bytes": f.bytes, "mtime_ns": f.mtime_ns} for f in self.files]
-        return {"step": self.step, "saved_at": self.saved_at, "files": files}
+        data: dict[str, Any] = {"step": self.step, "saved_at": self.saved_at, "files": files}
+        if self.save_seconds:
+            data["save_seconds"] = list(self.save_seconds)
+        return data
 
 
 def parse_marker(raw: bytes, where: str) -> Marker:
@@ -69,13 +86,16 @@ def parse_marker(raw: bytes, where: str) -> Marker:
             CommittedFile(check_key(str(f["path"])), int(f["bytes"]), int(f.get("mtime_ns", 0)))
             for f in data["files"]
         )
+        save_seconds = tuple(float(x) for x in data.get("save_seconds") or ())
     except (ValueError, KeyError, TypeError) as e:
         raise ContractError(
             f"{where} is not a checkpoint marker ({e!r}): write it with costaware_runtime.commit()"
         ) from e
     if type(step) is not int or step < 0 or not isinstance(saved_at, str) or not files:
         raise ContractError(f"{where} holds step {step!r}, saved_at {saved_at!r} and {len(files)} files")
-    return Marker(step, saved_at, files)
+    if not all(math.isfinite(x) and x >= 0 for x in save_seconds):
+        raise ContractError(f"{where} holds save_seconds {list(save_seconds)}: each must be seconds >= 0")
+    return Marker(step, saved_at, files, save_seconds)
 
 
 def _folder(directory: Path | str | None) -> Path:
@@ -105,13 +125,21 @@ def checkpoint_folder(step: int, directory: Path | str | None = None) -> Path:
     return folder
 
 
-def commit(directory: Path | str | None, step: int, files: Iterable[Path | str]) -> Marker:
+def commit(
+    directory: Path | str | None,
+    step: int,
+    files: Iterable[Path | str],
+    *,
+    save_seconds: float | None = None,
+) -> Marker:
     """Mark ``files`` (inside ``directory``) as the checkpoint of ``step``, by writing the marker last.
 
     Args:
         directory: The checkpoint folder; None means ``COSTAWARE_CHECKPOINT_DIR``.
         step: The training step (or round, or epoch) the checkpoint resumes after; at least 0.
         files: Files or folders (taken whole) inside ``directory``, absolute or relative to it.
+        save_seconds: How long this save took (wall seconds, serializing and writing), when the saver timed
+            it; appended to the previous marker's measured saves. None: not measured.
 
     Returns:
         The marker written.
@@ -143,10 +171,27 @@ def commit(directory: Path | str | None, step: int, files: Iterable[Path | str])
             found[relative] = CommittedFile(relative, stat.st_size, stat.st_mtime_ns)
     if not found:
         raise ContractError(f"the checkpoint of step {step} in {root} has no files: list what was saved")
-    marker = Marker(step, datetime.now(UTC).isoformat(), tuple(found[key] for key in sorted(found)))
+    if save_seconds is not None and not (math.isfinite(save_seconds) and save_seconds >= 0):
+        raise ContractError(f"save_seconds={save_seconds!r} is not a duration: pass seconds >= 0 or None")
+    history = _measured_saves(root) + ((float(save_seconds),) if save_seconds is not None else ())
+    marker = Marker(
+        step,
+        datetime.now(UTC).isoformat(),
+        tuple(found[key] for key in sorted(found)),
+        history[-SAVE_HISTORY:],
+    )
     _files.write_json(root / CHECKPOINT_MARKER, marker.to_json())
     log.info("committed checkpoint step %s (%s files) in %s", step, len(found), root)
     return marker
+
+
+def _measured_saves(root: Path) -> tuple[float, ...]:
+    """The save seconds the current marker of ``root`` holds; none when it has no marker or a bad one."""
+    try:
+        previous = read_marker(root)
+    except ContractError:
+        return ()  # the commit replaces it; a bad marker's history is not worth failing a save over
+    return previous.save_seconds if previous is not None else ()
 
 
 def prune(directory: Path | str | None = None, keep: int = 2) -> list[Path]:
@@ -174,16 +219,30 @@ def prune(directory: Path | str | None = None, keep: int = 2) -> list[Path]:
 
 
 def save_bytes(
-    data: bytes, *, step: int, name: str = "state.bin", directory: Path | str | None = None
+    data: bytes,
+    *,
+    step: int,
+    name: str = "state.bin",
+    directory: Path | str | None = None,
+    started_at: float | None = None,
 ) -> Path:
     """Save ``data`` as the checkpoint of ``step`` (``checkpoint-<step>/<name>``), commit it, prune old ones.
+
+    Args:
+        data: The state.
+        step: The step training resumes after.
+        name: The file's name in the step's folder.
+        directory: The checkpoint folder; default ``COSTAWARE_CHECKPOINT_DIR``.
+        started_at: ``time.monotonic()`` when the save began (before ``data`` was serialized), so the save
+            seconds the marker records count the serializing too; default: when this call began.
 
     Returns:
         The file written.
     """
+    began = time.monotonic() if started_at is None else started_at
     path = checkpoint_folder(step, directory) / check_key(name)
     _files.write_bytes(path, data)
-    commit(directory, step, [path])
+    commit(directory, step, [path], save_seconds=max(0.0, time.monotonic() - began))
     prune(directory)
     return path
 

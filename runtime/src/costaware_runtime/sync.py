@@ -5,6 +5,7 @@ Remote layout, written in this order so that a reader never restores half a step
     <uri>/step-<n>/<committed files...>      1. every file the local marker lists
     <uri>/step-<n>/_costaware_checkpoint.json 2. that step's marker
     <uri>/LATEST.json                         3. last: {"step", "saved_at", "prefix", "files", "pushed_at"}
+                                                 (and "save_seconds" when the saves were timed)
 
 Then every ``step-*`` folder but the one just pushed and the one ``LATEST.json`` named before is deleted.
 """
@@ -98,7 +99,10 @@ class CheckpointSync:
                         f"{LATEST_NAME} says {file.bytes}: the remote checkpoint was changed by hand"
                     )
                 restored.append(CommittedFile(file.path, stat.st_size, stat.st_mtime_ns))
-            write_marker(self.directory, Marker(remote.step, remote.saved_at, tuple(restored)))
+            write_marker(
+                self.directory,
+                Marker(remote.step, remote.saved_at, tuple(restored), remote.save_seconds),
+            )
             log.info("restored checkpoint step %s from %s", remote.step, self.store.url(prefix))
             return remote.step
 

@@ -15,6 +15,7 @@ two newest are kept locally. Resume::
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,7 @@ def save(
     """
     import torch
 
+    began = time.monotonic()
     if (
         torch.distributed.is_available()
         and torch.distributed.is_initialized()
@@ -66,7 +68,7 @@ def save(
     path = checkpoint_folder(step, directory) / CHECKPOINT_FILE
     with _files.replacing(path) as temp:
         torch.save(state, temp)
-    commit(directory, step, [path])
+    commit(directory, step, [path], save_seconds=time.monotonic() - began)
     prune(directory, keep)
     return path
 

@@ -62,8 +62,20 @@ class CheckpointStorage(Protocol):
         """Where the checkpoints of ``key`` are, for messages."""
         ...
 
-    def save(self, key: str, step: int, state: bytes, meta: Mapping[str, Any] | None = None) -> Checkpoint:
-        """Keep the state after ``step`` steps, with the plan metadata ``meta``."""
+    def save(
+        self,
+        key: str,
+        step: int,
+        state: bytes,
+        meta: Mapping[str, Any] | None = None,
+        *,
+        started_at: float | None = None,
+    ) -> Checkpoint:
+        """Keep the state after ``step`` steps, with the plan metadata ``meta``.
+
+        ``started_at`` is ``time.monotonic()`` when the save began (before the state was serialized): a
+        store that records how long saves take counts from then.
+        """
         ...
 
     def latest(self, key: str, *, meta: Mapping[str, Any] | None = None) -> Checkpoint | None:
@@ -115,8 +127,20 @@ class CheckpointStore:
         found = [_STEP_FILE.match(n) for n in self.blobs.list(self._check_key(key))]
         return sorted((int(m.group(1)) for m in found if m), reverse=True)
 
-    def save(self, key: str, step: int, state: bytes, meta: Mapping[str, Any] | None = None) -> Checkpoint:
-        """Write the state after ``step`` steps atomically, then delete checkpoints beyond ``keep``."""
+    def save(
+        self,
+        key: str,
+        step: int,
+        state: bytes,
+        meta: Mapping[str, Any] | None = None,
+        *,
+        started_at: float | None = None,
+    ) -> Checkpoint:
+        """Write the state after ``step`` steps atomically, then delete checkpoints beyond ``keep``.
+
+        ``started_at`` is not recorded: this store serves the in-worker operator and jobs without the
+        launcher, which have no later spot attempt to set an interval for.
+        """
         if not isinstance(step, int) or step < 0:
             raise ConfigurationError(f"checkpoint step must be an integer >= 0, got {step!r}")
         checkpoint = Checkpoint(
@@ -178,14 +202,32 @@ class CheckpointFolder:
         pushed = f" (pushed to {self.remote} by costaware-run)" if self.remote else ""
         return f"{self.directory}{pushed}"
 
-    def save(self, key: str, step: int, state: bytes, meta: Mapping[str, Any] | None = None) -> Checkpoint:
-        """Write the state after ``step`` steps and commit it (the launcher pushes it within a second)."""
+    def save(
+        self,
+        key: str,
+        step: int,
+        state: bytes,
+        meta: Mapping[str, Any] | None = None,
+        *,
+        started_at: float | None = None,
+    ) -> Checkpoint:
+        """Write the state after ``step`` steps and commit it (the launcher pushes it within a second).
+
+        The commit marker records the save's wall seconds from ``started_at`` (default: this call), which
+        reach ``LATEST.json`` at the checkpoint URI (:func:`recorded_save_seconds`).
+        """
         if not isinstance(step, int) or step < 0:
             raise ConfigurationError(f"checkpoint step must be an integer >= 0, got {step!r}")
         checkpoint = Checkpoint(
             step=step, state=state, meta=dict(meta or {}), created_at=datetime.now(timezone.utc).isoformat()
         )
-        save_bytes(encode_checkpoint(checkpoint), step=step, name=self.STATE_FILE, directory=self.directory)
+        save_bytes(
+            encode_checkpoint(checkpoint),
+            step=step,
+            name=self.STATE_FILE,
+            directory=self.directory,
+            started_at=started_at,
+        )
         return checkpoint
 
     def latest(self, key: str, *, meta: Mapping[str, Any] | None = None) -> Checkpoint | None:
@@ -209,6 +251,31 @@ class CheckpointFolder:
         (self.directory / CHECKPOINT_MARKER).unlink(missing_ok=True)
         for folder in self.directory.glob(f"{FOLDER_PREFIX}*"):
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def recorded_save_seconds(checkpoint_uri: str, **storage_options: Any) -> tuple[float, ...]:
+    """The save seconds measured by the jobs of a training, oldest first, from ``<uri>/LATEST.json``.
+
+    The launcher pushes each committed marker there (``costaware_runtime.sync``); a marker keeps the
+    latest saves' wall seconds when the saver timed them (the built-in trainer does, through
+    :class:`CheckpointFolder`). Empty when nothing was pushed yet or no save was timed.
+
+    Raises:
+        OSError: the store could not be read.
+        ValueError: ``LATEST.json`` is not a marker the runtime wrote.
+    """
+    from costaware_runtime.checkpoints import parse_marker
+    from costaware_runtime.contract import LATEST_NAME
+
+    blobs = BlobDir.from_uri(checkpoint_uri, create=False, **storage_options)
+    try:
+        raw = blobs.read_bytes(LATEST_NAME)
+    except FileNotFoundError:
+        return ()
+    try:
+        return parse_marker(raw, f"{blobs.uri}/{LATEST_NAME}").save_seconds
+    except ContractError as e:
+        raise ValueError(str(e)) from e
 
 
 def encode_checkpoint(checkpoint: Checkpoint) -> bytes:

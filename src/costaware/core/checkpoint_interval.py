@@ -12,12 +12,15 @@ time between interruptions, so the result is kept in a band:
 
 The mean time between interruptions comes from the AWS Spot Instance Advisor's monthly interruption band
 (:func:`seconds_between_interruptions`) or from the run lengths of the attempts preempted so far
-(:func:`observed_seconds_between_interruptions`). Pure functions: no IO.
+(:func:`observed_seconds_between_interruptions`). The cost of a save is :data:`DEFAULT_SAVE_SECONDS` until
+one was measured, then the median of the measured saves (:func:`measured_save_seconds`). Pure functions:
+no IO.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -88,6 +91,25 @@ def observed_seconds_between_interruptions(run_seconds: Sequence[float]) -> floa
             raise ConfigurationError(f"an attempt's run length must be seconds >= 0, got {seconds!r}")
     # An attempt preempted at once still stands for an interruption: at least one second each.
     return max(sum(run_seconds) / len(run_seconds), 1.0)
+
+
+def measured_save_seconds(samples: Sequence[float]) -> float:
+    """The cost of one save from the measured ones: their median (at least 1 ms).
+
+    Young/Daly weighs the typical save. The median, not the mean or the max, so that one outlier (the first
+    save of a process paying for imports and a cold cache, one slow write to a throttled store) does not
+    move the interval; a save cost off by a factor ``f`` moves the optimum by ``sqrt(f)`` only.
+
+    Raises:
+        ConfigurationError: no samples, or one that is not seconds >= 0.
+    """
+    if not samples:
+        raise ConfigurationError("no measured save to take the save cost from")
+    for seconds in samples:
+        if not _number(seconds) or not math.isfinite(seconds) or seconds < 0:
+            raise ConfigurationError(f"a measured save must be seconds >= 0, got {seconds!r}")
+    # A save measured at 0 s (a coarse clock) still costs something; the rule needs a cost > 0.
+    return max(float(statistics.median(samples)), 0.001)
 
 
 def checkpoint_interval(

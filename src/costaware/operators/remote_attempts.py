@@ -184,11 +184,26 @@ class RemoteAttemptSteps:
             )
             return 0
 
+    def _measured_saves(self, checkpoint_uri: str) -> tuple[float, ...]:
+        """Wall seconds of the latest saves the attempts measured (IO); none when unreadable or none yet."""
+        from costaware.adapters.checkpoint_store import recorded_save_seconds
+
+        try:
+            return recorded_save_seconds(checkpoint_uri, **self._storage_options())
+        except (OSError, ValueError) as e:
+            self.log.warning(
+                "cannot read the measured saves at %s (%s): the interval assumes the default save cost",
+                checkpoint_uri,
+                e,
+            )
+            return ()
+
     def _retune_interval(self, state: AttemptState) -> None:
         """With ``checkpoint_every_seconds="auto"``, the next spot attempt's interval from the preemptions.
 
         Rewrites the job's spec with the interval of ``plan.interval.observed_interval`` (the run lengths of
-        the attempts preempted so far); the plan keeps its own (see there why).
+        the attempts preempted so far, and the saves they measured, read from the checkpoint URI's
+        ``LATEST.json``); the plan keeps its own (see there why).
         """
         from costaware.core.checkpoint_interval import is_auto
         from costaware.training.entrypoint import read_spec, write_spec
@@ -198,11 +213,17 @@ class RemoteAttemptSteps:
         if not (is_auto(self.checkpoint_every_seconds) and plan.spec_uri and plan.checkpoint_every_seconds):
             return
         runs = [a.billable_seconds for a in state.attempts if a.cause == "preemption" and a.market == "spot"]
-        observed = observed_interval(runs, planned_seconds=float(plan.checkpoint_every_seconds))
+        if not runs:
+            return
+        opts = self._storage_options()
+        observed = observed_interval(
+            runs,
+            planned_seconds=float(plan.checkpoint_every_seconds),
+            save_seconds=self._measured_saves(plan.checkpoint_uri),
+        )
         if observed is None:
             return
         seconds, reason = observed
-        opts = self._storage_options()
         spec = read_spec(plan.spec_uri, **opts)
         if spec.get("checkpoint_every_seconds") != seconds:
             write_spec(plan.spec_uri, {**spec, "checkpoint_every_seconds": seconds}, **opts)

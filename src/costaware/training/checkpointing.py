@@ -92,6 +92,8 @@ class Checkpointer:
         self.notice = notice
         self.clock = clock
         self.saves = 0
+        #: Wall seconds of each save of this run (serializing the state and writing it), oldest first.
+        self.save_seconds: list[float] = []
         self.last_saved_step: int | None = None
         self._last_save_at = clock()
         self._last_save_step = 0
@@ -156,18 +158,32 @@ class Checkpointer:
             return True
         return self.every_seconds is not None and self.clock() - self._last_save_at >= self.every_seconds
 
-    def save(self, step: int, state: bytes) -> None:
-        self.store.save(self.key, step, state, self.meta)
+    def save(self, step: int, state: bytes, *, started_at: float | None = None) -> None:
+        """Save ``state`` after ``step`` steps and time it.
+
+        Args:
+            step: Steps done.
+            state: The serialized training state.
+            started_at: ``time.monotonic()`` when the save began (before ``state`` was serialized); default
+                now. The save's seconds count from then: the whole pause a save costs the training, which is
+                what ``checkpoint_every_seconds="auto"`` weighs (the store records it for the next attempt).
+        """
+        # The wall clock, never ``self.clock``: the store measures against time.monotonic too.
+        began = time.monotonic() if started_at is None else started_at
+        self.store.save(self.key, step, state, self.meta, started_at=began)
+        took = time.monotonic() - began
+        self.save_seconds.append(took)
         self.saves += 1
         self.last_saved_step = step
         self._last_save_step = step
         self._last_save_at = self.clock()
         log.info(
-            "checkpoint %s after step %d saved to %s (%d bytes)",
+            "checkpoint %s after step %d saved to %s (%d bytes) in %.3f s",
             self.key,
             step,
             self.store.location(self.key),
             len(state),
+            took,
         )
 
     def step_done(self, step: int, state: Callable[[], bytes], *, last: bool = False) -> None:
@@ -178,7 +194,7 @@ class Checkpointer:
         """
         self._read_notice()
         if self._notice_at is not None:
-            self.save(step, state())
+            self._timed_save(step, state)
             waited = self.clock() - self._notice_at
             raise PreemptedError(
                 f"preempted: checkpoint after step {step} saved {waited:.1f} s after the notice to "
@@ -188,7 +204,19 @@ class Checkpointer:
                 notice_to_save_seconds=waited,
             )
         if not last and self.due(step):
-            self.save(step, state())
+            self._timed_save(step, state)
+
+    def _timed_save(self, step: int, state: Callable[[], bytes]) -> None:
+        """Serialize and save, timed from before the serializing, except in this process's first save.
+
+        The first save's serializing pays one-time costs (the serializer's imports: skops takes seconds on
+        its first use, then a millisecond) that the final model save would pay anyway; counting them as the
+        cost of every save would make ``checkpoint_every_seconds="auto"`` save far too seldom. So the first
+        save is timed from its write, later ones from before the serializing.
+        """
+        began = time.monotonic()
+        blob = state()
+        self.save(step, blob, started_at=began if self.saves else None)
 
     def finish(self) -> None:
         """Remove this training's checkpoints (call after the trained model is stored)."""

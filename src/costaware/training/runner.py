@@ -12,6 +12,7 @@ import functools
 import hashlib
 import json
 import logging
+import statistics
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -207,6 +208,10 @@ def run_retrain(
         "steps": total,
         "resumed_from_step": checkpoint.step if checkpoint else None,
         "checkpoints_saved": checkpointer.saves,
+        # What one save cost this run (median wall seconds: serialize and write), None without a save.
+        "checkpoint_save_seconds": (
+            round(statistics.median(checkpointer.save_seconds), 4) if checkpointer.save_seconds else None
+        ),
         "fit_seconds": round(fit_seconds, 4),
         "seconds": round(seconds, 4),
         "cpu_seconds": round(time.process_time() - cpu_started, 4),

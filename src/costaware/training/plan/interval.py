@@ -2,8 +2,9 @@
 
 The rule is :func:`costaware.core.checkpoint_interval.checkpoint_interval`; this module finds its inputs
 for a plan: the band of the instance type in the region (the bundled advisor table, read by the caller),
-the assumed cost of a save, and the expected runtime when the operator was given one; and, before each
-later spot attempt, from the run lengths of the attempts preempted so far (:func:`observed_interval`).
+the assumed cost of a save (nothing is measured before the first attempt), and the expected runtime when
+the operator was given one; and, before each later spot attempt, from the run lengths of the attempts
+preempted so far and the saves the attempts measured (:func:`observed_interval`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from costaware.core.checkpoint_interval import (
     ON_DEMAND_INTERVAL_SECONDS,
     checkpoint_interval,
     is_auto,
+    measured_save_seconds,
     observed_seconds_between_interruptions,
     seconds_between_interruptions,
 )
@@ -89,32 +91,50 @@ RECENT_PREEMPTIONS = 3
 
 
 def observed_interval(
-    preempted_run_seconds: Sequence[float], *, planned_seconds: float
+    preempted_run_seconds: Sequence[float],
+    *,
+    planned_seconds: float,
+    save_seconds: Sequence[float] = (),
 ) -> tuple[float, str] | None:
     """The interval of the next spot attempt from the run lengths of the latest preempted ones, or None.
 
     Each preempted attempt ran that long before its interruption: their mean over the latest
-    :data:`RECENT_PREEMPTIONS` is the time between interruptions seen on this training. The result only
-    shortens the plan's interval (``planned_seconds``, from the advisor's band): the plan keeps that one, so
-    the work-left estimate, which counts one interval lost per stop, stays an estimate from above.
+    :data:`RECENT_PREEMPTIONS` is the time between interruptions seen on this training. The cost of a save
+    is the median of ``save_seconds`` (:func:`~costaware.core.checkpoint_interval.measured_save_seconds`),
+    :data:`~costaware.core.checkpoint_interval.DEFAULT_SAVE_SECONDS` while none was measured. The result
+    only shortens the plan's interval (``planned_seconds``, from the advisor's band): the plan keeps that
+    one, so the work-left estimate, which counts one interval lost per stop, stays an estimate from above.
 
     Args:
         preempted_run_seconds: Billable seconds of the preempted attempts, oldest first (none: None).
         planned_seconds: The interval the plan started with.
+        save_seconds: Wall seconds of the saves the attempts measured so far, oldest first (the launcher's
+            ``LATEST.json`` keeps the latest few).
 
     Raises:
-        ConfigurationError: a run length that is not seconds >= 0.
+        ConfigurationError: a run length or a measured save that is not seconds >= 0.
     """
     recent = list(preempted_run_seconds)[-RECENT_PREEMPTIONS:]
     if not recent:
         return None
     mtbi = observed_seconds_between_interruptions(recent)
-    chosen = checkpoint_interval(save_seconds=DEFAULT_SAVE_SECONDS, seconds_between_interruptions=mtbi)
+    if save_seconds:
+        save = measured_save_seconds(save_seconds)
+        measured = ", ".join(f"{s:.3g}" for s in save_seconds)
+        save_why = (
+            f"save cost {save:.3g} s measured (median of the last {len(save_seconds)} save(s): {measured} s)"
+        )
+    else:
+        save, save_why = (
+            DEFAULT_SAVE_SECONDS,
+            f"save cost {DEFAULT_SAVE_SECONDS:g} s assumed (none measured yet)",
+        )
+    chosen = checkpoint_interval(save_seconds=save, seconds_between_interruptions=mtbi)
     seconds = min(chosen.seconds, planned_seconds)
     runs = ", ".join(f"{s:.0f}" for s in recent)
     return seconds, (
         f"checkpoint_every_seconds='auto': {seconds:.0f} s for the next attempt. The last {len(recent)} "
-        f"preempted attempt(s) ran {runs} s (a mean {mtbi:.0f} s between interruptions), save cost "
-        f"{DEFAULT_SAVE_SECONDS:g} s assumed: {chosen.reason}"
+        f"preempted attempt(s) ran {runs} s (a mean {mtbi:.0f} s between interruptions), {save_why}: "
+        f"{chosen.reason}"
         + (f"; kept at the planned {planned_seconds:.0f} s" if seconds < chosen.seconds else "")
     )
