@@ -59,3 +59,26 @@ def test_an_attempt_on_an_unknown_instance_type_is_recorded_with_unknown_emissio
     assert entry.kg_co2e is None and entry.kwh is None
     assert entry.carbon_method.startswith("unknown: estimate failed: PriceNotFoundError")
     assert entry.usd == Decimal("0.1")
+
+
+def test_an_attempt_counts_its_gpu_hours_and_its_trial_tag() -> None:
+    """A budget's GPU-hour cap and ``--group-by trial`` see remote attempts (a g5.xlarge has one GPU)."""
+    from costaware.training.attempt_effects import instance_gpus
+
+    assert instance_gpus("g5.xlarge", "us-east-1") == 1
+    assert instance_gpus("ml.p3.8xlarge", "us-east-1") == 4  # a SageMaker type as its EC2 twin
+    assert instance_gpus("m5.large", "us-east-1") == instance_gpus("custom.gpu", "us-east-1") == 0
+    job = {"job_id": "j1", "instance_type": "g5.xlarge", "market": "spot", "state": "succeeded"}
+    entry = attempt_entry(
+        identity=IDENTITY,
+        attempt=1,
+        job={**job, "billable_seconds": 5400},
+        usd_per_hour=Decimal("0.4"),
+        on_demand_usd_per_hour=Decimal("1.006"),
+        region="us-east-1",
+        backend="local",
+        tags={"trial": "7", "study": "s"},
+        gpus=Decimal(1),
+    )
+    assert entry.gpu_hours == Decimal("1.5") and entry.trial == "7"
+    assert entry_for("us-east-1").gpu_hours == 0 and entry_for("us-east-1").trial is None

@@ -77,6 +77,7 @@ def billed_attempt(
         backend=plan.backend,
         tags=plan.tags,
         cause=cause,
+        gpus=instance_gpus(str(job["instance_type"]) or plan.instance_type, plan.region),
     )
     attempt = Attempt(
         attempt=current.attempt,
@@ -90,6 +91,18 @@ def billed_attempt(
         zone=current.zone,
     )
     return entry, attempt
+
+
+def instance_gpus(instance_type: str, region: str) -> Decimal:
+    """GPUs of an instance type in the bundled catalog (an ``ml.`` type as its EC2 twin); 0 when unknown."""
+    from costaware.adapters.price_files import bundled_catalog
+    from costaware.core.errors import PriceNotFoundError
+
+    name = instance_type.removeprefix("ml.")
+    try:
+        return Decimal(bundled_catalog().offer(name, region).gpus)
+    except (PriceNotFoundError, ValueError):
+        return Decimal(0)
 
 
 def total_usd(state: AttemptState) -> Decimal:

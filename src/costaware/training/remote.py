@@ -71,8 +71,12 @@ def attempt_entry(
     backend: str,
     tags: Mapping[str, str],
     cause: str | None = None,
+    gpus: Decimal = Decimal(0),
 ) -> LedgerEntry:
     """The ledger entry of one finished attempt: billed seconds x the price of its market, and its emissions.
+
+    Its GPU-hours are the billed hours x ``gpus`` (the instance type's GPUs), so a budget's GPU-hour cap
+    counts remote attempts; a ``trial`` tag also fills the entry's trial column (``--group-by trial``).
 
     Its ``entry_uid`` derives from the job name, so recording it again (an Airflow retry) adds nothing. The
     emissions count the instance type at full load (a remote job's CPU use is not measured here) over the
@@ -102,6 +106,8 @@ def attempt_entry(
         unit_price_usd=usd_per_hour,
         on_demand_usd=on_demand,
         tags=dict(tags),
+        trial=str(tags["trial"])[:250] if tags.get("trial") else None,
+        gpu_hours=(hours * gpus).quantize(Decimal("0.000001")),
         outcome=OUTCOMES.get(str(job["state"]), "failed"),
         cause=cause or CAUSES.get(str(job["state"]), "code_error"),
         price_source=f"remote:{backend}",
