@@ -16,7 +16,7 @@ from typing import Any
 
 from costaware.core.budgets import TAG_VALUE_PATTERN, TAG_VALUE_RULE
 
-__all__ = ["TAG_VALUE_PATTERN", "tag_param"]
+__all__ = ["TAG_VALUE_PATTERN", "bounded_param", "spot_tuning_params", "tag_param"]
 
 
 def tag_param(default: str, *, title: str, description: str = "", max_length: int = 200) -> Any:
@@ -47,3 +47,101 @@ def tag_param(default: str, *, title: str, description: str = "", max_length: in
         title=title,
         description=f"{description} {rule}".strip(),
     )
+
+
+def bounded_param(
+    default: float,
+    *,
+    title: str,
+    description: str = "",
+    low: float = 0,
+    high: float = 1_000_000,
+    kind: str = "",
+) -> Any:
+    """An Airflow ``Param`` for a number refused outside (``low``, ``high``) when the run is triggered.
+
+    The bounds are exclusive on purpose: the trigger form clamps a typed value to ``minimum``/``maximum``
+    without a word, while Airflow refuses an out-of-range exclusive bound by name.
+
+    Args:
+        default: The value a scheduled run uses.
+        title: The label of the trigger form's field.
+        description: What the value is for.
+        low: Values must be above it.
+        high: Values must be below it.
+        kind: ``integer`` or ``number``; empty: ``integer`` for an ``int`` default, else ``number``.
+    """
+    from airflow.sdk import Param
+
+    kind = kind or ("integer" if isinstance(default, int) else "number")
+    return Param(
+        default, type=kind, exclusiveMinimum=low, exclusiveMaximum=high, title=title, description=description
+    )
+
+
+def spot_tuning_params(
+    *,
+    max_usd: float = 100,
+    max_gpu_hours: float = 20,
+    max_trials: int = 40,
+    warmup_epochs: int = 3,
+    full_epochs: int = 15,
+    keep_fraction: float = 0.5,
+    checkpoint_minutes: float = 15,
+    epoch_minutes: float = 4,
+) -> dict[str, Any]:
+    """The trigger form's fields of a spot tuning plan (``SpotTuningSettings``), with these defaults.
+
+    ``max_usd``, ``max_gpu_hours``, ``max_trials``, ``warmup_epochs``, ``full_epochs``, ``keep_fraction``,
+    ``checkpoint_minutes`` and ``epoch_minutes``; ``SpotTuningSettings.create`` checks what the form
+    cannot (``full_epochs`` above ``warmup_epochs``).
+    """
+    return {
+        "max_usd": bounded_param(
+            max_usd,
+            kind="number",
+            title="Dollar cap (USD)",
+            description="Hard stop: the study never starts a trial that would take it past this.",
+        ),
+        "max_gpu_hours": bounded_param(
+            max_gpu_hours,
+            kind="number",
+            title="GPU-hour cap",
+            description="Hard stop in GPU-hours (billed hours x the instance's GPUs).",
+        ),
+        "max_trials": bounded_param(max_trials, title="Trials", description="1-1000.", high=1001),
+        "warmup_epochs": bounded_param(
+            warmup_epochs,
+            title="Warm-up epochs",
+            description="Every trial trains this many epochs; the prune ranks them there.",
+            high=1001,
+        ),
+        "full_epochs": bounded_param(
+            full_epochs,
+            title="Full epochs",
+            description="A promoted trial's epochs in all (more than the warm-up's).",
+            low=1,
+            high=10001,
+        ),
+        "keep_fraction": bounded_param(
+            keep_fraction,
+            kind="number",
+            title="Share promoted",
+            description="The top share of warm-ups promoted; 0.5 prunes the bottom half.",
+            high=1,
+        ),
+        "checkpoint_minutes": bounded_param(
+            checkpoint_minutes,
+            kind="number",
+            title="Checkpoint every (minutes)",
+            description="The most work a preemption loses; 15-30 on spot.",
+            high=1441,
+        ),
+        "epoch_minutes": bounded_param(
+            epoch_minutes,
+            kind="number",
+            title="Minutes per epoch (estimate)",
+            description="One epoch on the instance type: sizes the study before any trial has run.",
+            high=100_000,
+        ),
+    }

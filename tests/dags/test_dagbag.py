@@ -6,7 +6,7 @@ import pytest
 from airflow.dag_processing.dagbag import DagBag
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
-EXAMPLE_DAGS = ["cost_aware_retrain", "remote_retrain", "budgeted_tuning", "own_training"]
+EXAMPLE_DAGS = ["cost_aware_retrain", "remote_retrain", "budgeted_tuning", "own_training", "spot_tuning"]
 
 
 def test_example_dags_import_without_errors() -> None:

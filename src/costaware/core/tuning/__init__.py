@@ -9,7 +9,9 @@ they are ledger reservations, atomic in the database (``Ledger.reserve``). One c
 * :mod:`~costaware.core.tuning.rungs`: the fidelities trials are compared at, and who moves up;
 * :mod:`~costaware.core.tuning.caps`: what a study may use, and when it stops;
 * :mod:`~costaware.core.tuning.costs`: what a trial is expected to cost, and what trials did cost;
-* :mod:`~costaware.core.tuning.study`: the study's settings, as every worker reads them.
+* :mod:`~costaware.core.tuning.study`: the study's settings, as every worker reads them;
+* :mod:`~costaware.core.tuning.spot_plan`: the spot tuning plan (warm-up, prune, promote within caps);
+* :mod:`~costaware.core.tuning.spot_spend`: what a spot tuning study was billed, and the prune's saving.
 """
 
 from __future__ import annotations
@@ -32,6 +34,27 @@ from costaware.core.tuning.costs import (
 )
 from costaware.core.tuning.rungs import RungSchedule, promotable
 from costaware.core.tuning.search_space import PARAM_KINDS, ParamSpec, parse_search_space
+from costaware.core.tuning.spot_plan import (
+    PromotionDecision,
+    SpotPlan,
+    SpotTuningSettings,
+    StageCost,
+    Warmup,
+    decide_promotions,
+    kept_count,
+    plan_study,
+    rank,
+    sample_trials,
+    study_size,
+)
+from costaware.core.tuning.spot_spend import (
+    StudyCost,
+    TrialSpend,
+    cost_without_prune,
+    spend_by_trial,
+    study_cost,
+    study_spent,
+)
 from costaware.core.tuning.study import DIRECTIONS, PRUNERS, SAMPLERS, StudySpec
 from costaware.core.tuning.trials import FinishedTrial, TrialState, trial_label
 
@@ -42,19 +65,36 @@ __all__ = [
     "SAMPLERS",
     "FinishedTrial",
     "ParamSpec",
+    "PromotionDecision",
     "RungSchedule",
+    "SpotPlan",
+    "SpotTuningSettings",
+    "StageCost",
     "StopReason",
+    "StudyCost",
     "StudySpec",
     "TrialCosts",
     "TrialEstimate",
+    "TrialSpend",
     "TrialState",
     "TrialTiming",
     "TuningCaps",
+    "Warmup",
+    "cost_without_prune",
+    "decide_promotions",
     "estimate_trial_seconds",
+    "kept_count",
     "parse_search_space",
+    "plan_study",
     "promotable",
+    "rank",
+    "sample_trials",
     "seconds_for_usd",
+    "spend_by_trial",
     "stop_reason",
+    "study_cost",
+    "study_size",
+    "study_spent",
     "trial_costs",
     "trial_label",
     "trials_since_improvement",

@@ -1,0 +1,323 @@
+"""The spot tuning plan's rules: sample, size to the caps, prune, promote within the caps, price the saving.
+
+The plan (``dags/spot_tuning.py``): every trial is warmed up for ``warmup_epochs``; the top ``keep_fraction``
+of the warm-ups by a loss (lower is better) is promoted to ``full_epochs``, continuing from its warm-up; the
+study never plans or promotes past a dollar cap and a GPU-hour cap. These functions decide, from plain
+facts, how many trials fit, which warm-ups are promoted and what training every trial in full would have
+cost; reading prices and the ledger, and reserving, is :mod:`costaware.training.spot_tuning`'s.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from costaware.core.errors import ConfigurationError
+
+#: The kinds of a search space entry: log-uniform floats, uniform floats, one of the values.
+SPACE_KINDS = ("log", "uniform", "choice")
+ZERO = Decimal(0)
+
+
+def sample_trials(
+    space: Mapping[str, tuple[str, Sequence[Any]]], count: int, seed: int
+) -> list[dict[str, Any]]:
+    """``count`` configurations of ``space`` drawn with a generator seeded by ``seed``.
+
+    Trial ``n`` gets the same configuration whatever ``count`` is, so a smaller study runs a prefix.
+
+    Args:
+        space: Name -> (kind, values): ``("log", (low, high))``, ``("uniform", (low, high))`` or
+            ``("choice", (a, b, ...))``.
+        count: How many configurations.
+        seed: Seeds the generator.
+
+    Raises:
+        ConfigurationError: an unknown kind, or a range that is not (low, high) with 0 < low <= high for
+            ``log``.
+    """
+    for name, (kind, values) in space.items():
+        if kind not in SPACE_KINDS:
+            raise ConfigurationError(f"search space {name!r} has kind {kind!r}: use one of {SPACE_KINDS}")
+        if kind != "choice" and (
+            len(values) != 2 or values[0] > values[1] or (kind == "log" and values[0] <= 0)
+        ):
+            raise ConfigurationError(
+                f"search space {name!r} ({kind}) has range {tuple(values)!r}: "
+                "give (low, high) with low <= high" + (" and low > 0" if kind == "log" else "")
+            )
+        if kind == "choice" and not values:
+            raise ConfigurationError(f"search space {name!r} has no values to choose from")
+    rng = random.Random(seed)
+    trials = []
+    for _ in range(count):
+        hparams: dict[str, Any] = {}
+        for name, (kind, values) in space.items():
+            if kind == "log":
+                hparams[name] = float(f"{math.exp(rng.uniform(*map(math.log, values))):.3g}")
+            elif kind == "uniform":
+                hparams[name] = round(rng.uniform(*values), 3)
+            else:
+                hparams[name] = rng.choice(values)
+        trials.append(hparams)
+    return trials
+
+
+def kept_count(trials: int, keep_fraction: float) -> int:
+    """How many of ``trials`` warm-ups survive the prune: the top ``keep_fraction``, at least one."""
+    return max(1, math.floor(trials * keep_fraction + 1e-9)) if trials else 0
+
+
+@dataclass(frozen=True, slots=True)
+class StageCost:
+    """Dollars and GPU-hours: of one stage of a trial, of what a study spent, or its caps."""
+
+    usd: Decimal
+    gpu_hours: Decimal
+
+    def __add__(self, other: StageCost) -> StageCost:
+        return StageCost(self.usd + other.usd, self.gpu_hours + other.gpu_hours)
+
+    def times(self, count: int | Decimal) -> StageCost:
+        """``count`` of it."""
+        return StageCost(self.usd * count, self.gpu_hours * count)
+
+    def fits(self, caps: StageCost) -> bool:
+        """Whether both figures are within ``caps``."""
+        return self.usd <= caps.usd and self.gpu_hours <= caps.gpu_hours
+
+
+@dataclass(frozen=True, slots=True)
+class SpotTuningSettings:
+    """The plan's settings, validated: the caps, the trial count, the epochs, the share promoted.
+
+    Build it with :meth:`create` from user input (params, strings from templates).
+    """
+
+    max_usd: Decimal
+    max_gpu_hours: Decimal
+    max_trials: int
+    warmup_epochs: int
+    full_epochs: int
+    keep_fraction: float
+    epoch_minutes: float
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        max_usd: object,
+        max_gpu_hours: object,
+        max_trials: object,
+        warmup_epochs: object,
+        full_epochs: object,
+        keep_fraction: object = 0.5,
+        epoch_minutes: object = 1.0,
+    ) -> SpotTuningSettings:
+        """Settings from user input, with errors that name the bad value and what to do.
+
+        Raises:
+            ConfigurationError: a cap that is not a finite number above 0; ``max_trials`` or an epoch count
+                below 1; ``full_epochs`` not above ``warmup_epochs``; ``keep_fraction`` outside (0, 1];
+                ``epoch_minutes`` not a finite number above 0.
+        """
+        usd = _cap(max_usd, "max_usd", "the study's dollar cap, e.g. 100")
+        gpu_hours = _cap(max_gpu_hours, "max_gpu_hours", "the study's GPU-hour cap, e.g. 20")
+        trials = _whole(max_trials, "max_trials", "how many trials the study samples at most, e.g. 40")
+        warm = _whole(
+            warmup_epochs, "warmup_epochs", "the epochs every trial trains before the prune, e.g. 3"
+        )
+        full = _whole(full_epochs, "full_epochs", "a promoted trial's epochs in all, e.g. 15")
+        if full <= warm:
+            raise ConfigurationError(
+                f"full_epochs {full} must be more than warmup_epochs {warm}: a promotion adds epochs; "
+                "raise full_epochs or lower warmup_epochs"
+            )
+        share = _number(keep_fraction)
+        if not 0 < share <= 1:
+            raise ConfigurationError(
+                f"keep_fraction must be more than 0 and at most 1, got {keep_fraction!r}: it is the share of "
+                "warm-ups promoted, e.g. 0.5 to prune the bottom half"
+            )
+        minutes = _number(epoch_minutes)
+        if not (math.isfinite(minutes) and minutes > 0):
+            raise ConfigurationError(
+                f"epoch_minutes must be a number of minutes above 0, got {epoch_minutes!r}: give an estimate "
+                "of one epoch on the instance type"
+            )
+        return cls(usd, gpu_hours, trials, warm, full, share, minutes)
+
+    @property
+    def added_epochs(self) -> int:
+        """The epochs a promotion adds to its warm-up's."""
+        return self.full_epochs - self.warmup_epochs
+
+    @property
+    def caps(self) -> StageCost:
+        return StageCost(self.max_usd, self.max_gpu_hours)
+
+    def stage_costs(self, *, usd_per_hour: object, gpus: object) -> tuple[StageCost, StageCost]:
+        """Estimated cost of one warm-up and of one promotion's added epochs at a price and GPU count."""
+        price, gpu_count = Decimal(str(usd_per_hour)), Decimal(str(gpus))
+        minutes = Decimal(repr(self.epoch_minutes))
+
+        def epochs(count: int) -> StageCost:
+            hours = count * minutes / 60  # multiplied first: 3 x 4 / 60 is exactly 0.2
+            return StageCost(hours * price, hours * gpu_count)
+
+        return epochs(self.warmup_epochs), epochs(self.added_epochs)
+
+
+@dataclass(frozen=True, slots=True)
+class SpotPlan:
+    """How many trials the study runs, how many it promotes, and what each stage is expected to cost."""
+
+    trials: int
+    kept: int
+    warmup: StageCost
+    promotion: StageCost
+
+    @property
+    def total(self) -> StageCost:
+        """Every warm-up and every expected promotion."""
+        return self.warmup.times(self.trials) + self.promotion.times(self.kept)
+
+    def describe(self, settings: SpotTuningSettings) -> str:
+        """One line: how many trials fit the caps, and what each stage is expected to cost."""
+        return (
+            f"{self.trials} of {settings.max_trials} trials fit ${settings.max_usd} and "
+            f"{settings.max_gpu_hours} GPU-hours: warm-up ${self.warmup.usd:.4f} each, promotion "
+            f"${self.promotion.usd:.4f} each, {self.kept} promoted"
+        )
+
+
+def study_size(settings: SpotTuningSettings, warmup: StageCost, promotion: StageCost) -> int:
+    """The most trials (up to ``max_trials``) whose warm-ups and expected promotions fit both caps, or 0."""
+    for trials in range(settings.max_trials, 0, -1):
+        kept = kept_count(trials, settings.keep_fraction)
+        if (warmup.times(trials) + promotion.times(kept)).fits(settings.caps):
+            return trials
+    return 0
+
+
+def plan_study(settings: SpotTuningSettings, *, usd_per_hour: object, gpus: object, on: str = "") -> SpotPlan:
+    """The study's plan at a trial's price and GPU count.
+
+    Args:
+        settings: The caps, trials and epochs.
+        usd_per_hour: A trial's price.
+        gpus: A trial's GPUs (GPU-hours are billed hours x GPUs).
+        on: What a trial runs on, for the error (``"spot g5.xlarge"``).
+
+    Raises:
+        ConfigurationError: not even one warm-up and its promotion fit the caps.
+    """
+    warmup, promotion = settings.stage_costs(usd_per_hour=usd_per_hour, gpus=gpus)
+    trials = study_size(settings, warmup, promotion)
+    if trials == 0:
+        one = warmup + promotion
+        raise ConfigurationError(
+            f"one warm-up and its promotion need an estimated ${one.usd:.4f} and "
+            f"{one.gpu_hours:.4f} GPU-hours"
+            + (f" on {on}" if on else "")
+            + f"; the caps are ${settings.max_usd} and {settings.max_gpu_hours} GPU-hours: raise a cap or "
+            "lower the epochs"
+        )
+    return SpotPlan(trials, kept_count(trials, settings.keep_fraction), warmup, promotion)
+
+
+@dataclass(frozen=True, slots=True)
+class Warmup:
+    """A finished warm-up: its loss (lower is better) and what it was billed."""
+
+    trial: int
+    loss: float
+    usd: Decimal
+    gpu_hours: Decimal
+    version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PromotionDecision:
+    """Whether a warm-up is promoted; if so its estimated cost, else why not."""
+
+    trial: int
+    promoted: bool
+    reason: str
+    estimate: StageCost = StageCost(ZERO, ZERO)
+
+    def stopped(self, reason: str) -> PromotionDecision:
+        """This decision turned into a refusal (a reservation the ledger refused)."""
+        return replace(self, promoted=False, reason=reason)
+
+
+def rank(warmups: Iterable[Warmup]) -> list[Warmup]:
+    """Best first: lowest loss, then lowest trial number."""
+    return sorted(warmups, key=lambda w: (w.loss, w.trial))
+
+
+def decide_promotions(
+    ranked: Sequence[Warmup],
+    *,
+    keep: int,
+    spent: StageCost,
+    caps: StageCost,
+    added_epochs: int,
+    warmup_epochs: int,
+) -> list[PromotionDecision]:
+    """One decision per warm-up of ``ranked`` (best first), in its order.
+
+    A warm-up below the top ``keep`` is pruned. One in the top ``keep`` is promoted while what was spent plus
+    the promotions so far plus its own, estimated from its warm-up's billed cost per epoch (startup
+    included, so on the high side), stays within both caps; else it is stopped by the cap.
+    """
+    decisions = []
+    total = spent
+    per_epoch = Decimal(added_epochs) / warmup_epochs
+    for place, warmup in enumerate(ranked):
+        if place >= keep:
+            why = f"pruned: rank {place + 1} of {len(ranked)}, {keep} kept"
+            decisions.append(PromotionDecision(warmup.trial, False, why))
+            continue
+        estimate = StageCost(warmup.usd * per_epoch, warmup.gpu_hours * per_epoch)
+        after = total + estimate
+        if not after.fits(caps):
+            why = (
+                f"stopped by the cap: ${after.usd:.4f} of ${caps.usd}, "
+                f"{after.gpu_hours:.4f} of {caps.gpu_hours} GPU-hours with it"
+            )
+            decisions.append(PromotionDecision(warmup.trial, False, why, estimate))
+            continue
+        total = after
+        decisions.append(
+            PromotionDecision(warmup.trial, True, f"promoted (est. ${estimate.usd:.4f})", estimate)
+        )
+    return decisions
+
+
+def _number(value: object) -> float:
+    try:
+        return float(str(value).strip()) if not isinstance(value, bool) else math.nan
+    except ValueError:
+        return math.nan
+
+
+def _cap(value: object, name: str, what: str) -> Decimal:
+    try:
+        number = Decimal(str(value).strip().removeprefix("$")) if not isinstance(value, bool) else None
+    except InvalidOperation:
+        number = None
+    if number is None or not number.is_finite() or number <= 0:
+        raise ConfigurationError(f"{name} must be a finite number above 0, got {value!r}: give {what}")
+    return number
+
+
+def _whole(value: object, name: str, what: str) -> int:
+    number = _number(value)
+    if not (math.isfinite(number) and number == int(number) and number >= 1):
+        raise ConfigurationError(f"{name} must be a whole number of at least 1, got {value!r}: give {what}")
+    return int(number)

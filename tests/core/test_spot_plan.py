@@ -1,0 +1,253 @@
+"""The spot tuning plan's rules: sampling, sizing to the caps, the prune, promotions, the no-prune cost."""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from costaware.core.errors import ConfigurationError
+from costaware.core.tuning.spot_plan import (
+    PromotionDecision,
+    SpotTuningSettings,
+    StageCost,
+    Warmup,
+    decide_promotions,
+    kept_count,
+    plan_study,
+    rank,
+    sample_trials,
+    study_size,
+)
+from costaware.core.tuning.spot_spend import (
+    TrialSpend,
+    cost_without_prune,
+    spend_by_trial,
+    study_cost,
+    study_spent,
+)
+
+SPACE: dict[str, tuple[str, Any]] = {
+    "lr": ("log", (1e-4, 1e-2)),
+    "hidden": ("choice", (32, 64, 128, 256)),
+    "dropout": ("uniform", (0.0, 0.3)),
+}
+PLAN = {"max_usd": 100, "max_gpu_hours": 20, "max_trials": 40, "warmup_epochs": 3, "full_epochs": 15}
+
+
+def _settings(**changed: Any) -> SpotTuningSettings:
+    return SpotTuningSettings.create(**{**PLAN, "keep_fraction": 0.5, "epoch_minutes": 4, **changed})
+
+
+def test_the_seed_s_plan_is_sized_to_the_gpu_hour_cap() -> None:
+    """40 trials of 3 + 12 epochs at 4 minutes each need 24 GPU-hours: the plan runs 33, within 20."""
+    settings = _settings()
+    warmup, promotion = settings.stage_costs(usd_per_hour="0.41", gpus=1)
+    assert (warmup.gpu_hours, promotion.gpu_hours) == (Decimal("0.2"), Decimal("0.8"))
+    assert study_size(settings, warmup, promotion) == 33
+    plan = plan_study(settings, usd_per_hour="0.41", gpus=1)
+    assert (plan.trials, plan.kept) == (33, 16)
+    assert plan.total.gpu_hours == Decimal("19.4") <= settings.max_gpu_hours
+    assert plan.total.usd < settings.max_usd  # the GPU-hour cap binds first
+    assert not (warmup.times(34) + promotion.times(kept_count(34, 0.5))).fits(settings.caps)
+    assert plan.describe(settings).startswith("33 of 40 trials fit $100 and 20 GPU-hours")
+
+
+def test_the_dollar_cap_binds_when_it_is_the_smaller() -> None:
+    plan = plan_study(_settings(max_usd=1), usd_per_hour=1, gpus=1)  # $0.20 a warm-up, $0.80 a promotion
+    assert (
+        plan.total.usd <= 1 < (plan.warmup.times(plan.trials + 1) + plan.promotion.times(plan.kept + 1)).usd
+    )
+
+
+def test_a_plan_with_no_room_for_one_trial_says_what_one_needs() -> None:
+    with pytest.raises(
+        ConfigurationError, match=r"need an estimated \$0\.4100 .* on spot g5\.xlarge.*raise a cap"
+    ):
+        plan_study(_settings(max_usd="0.1"), usd_per_hour="0.41", gpus=1, on="spot g5.xlarge")
+
+
+@pytest.mark.parametrize(
+    ("trials", "keep_fraction", "kept"),
+    [(0, 0.5, 0), (1, 0.5, 1), (3, 0.5, 1), (4, 0.5, 2), (40, 0.25, 10), (3, 1, 3), (10, 0.3, 3)],
+)
+def test_the_prune_keeps_the_top_share_and_at_least_one(trials: int, keep_fraction: float, kept: int) -> None:
+    assert kept_count(trials, keep_fraction) == kept
+
+
+def test_sampling_is_seeded_and_a_smaller_study_runs_a_prefix() -> None:
+    assert sample_trials(SPACE, 4, 13) == sample_trials(SPACE, 40, 13)[:4]
+    assert sample_trials(SPACE, 4, 13) != sample_trials(SPACE, 4, 14)
+    for hparams in sample_trials(SPACE, 40, 13):
+        assert 1e-4 <= hparams["lr"] <= 1e-2 and 0 <= hparams["dropout"] <= 0.3
+        assert hparams["hidden"] in (32, 64, 128, 256)
+
+
+@pytest.mark.parametrize(
+    ("space", "message"),
+    [
+        ({"lr": ("normal", (0, 1))}, r"'lr' has kind 'normal': use one of"),
+        ({"lr": ("log", (0.0, 1e-2))}, r"'lr' \(log\) has range \(0\.0, 0\.01\).*low > 0"),
+        ({"dropout": ("uniform", (0.3, 0.1))}, r"'dropout' \(uniform\) has range .*low <= high"),
+        ({"hidden": ("choice", ())}, r"'hidden' has no values"),
+    ],
+)
+def test_a_bad_search_space_is_refused_by_name(space: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        sample_trials(space, 1, 13)
+
+
+@pytest.mark.parametrize(
+    ("changed", "message"),
+    [
+        ({"max_usd": 0}, r"max_usd must be a finite number above 0, got 0: give the study's dollar cap"),
+        ({"max_usd": -5}, r"max_usd must be .* got -5"),
+        ({"max_usd": math.nan}, r"max_usd must be .* got nan"),
+        ({"max_usd": "abc"}, r"max_usd must be .* got 'abc'"),
+        ({"max_gpu_hours": 0}, r"max_gpu_hours must be a finite number above 0, got 0: give the study's GPU"),
+        ({"max_gpu_hours": -1.5}, r"max_gpu_hours must be .* got -1\.5"),
+        ({"max_gpu_hours": math.nan}, r"max_gpu_hours must be .* got nan"),
+        ({"max_gpu_hours": math.inf}, r"max_gpu_hours must be .* got inf"),
+        ({"keep_fraction": 0}, r"keep_fraction must be more than 0 and at most 1, got 0: .*e\.g\. 0\.5"),
+        ({"keep_fraction": 1.5}, r"keep_fraction must be .* got 1\.5"),
+        ({"keep_fraction": -0.5}, r"keep_fraction must be .* got -0\.5"),
+        ({"keep_fraction": math.nan}, r"keep_fraction must be .* got nan"),
+        ({"warmup_epochs": 15}, r"full_epochs 15 must be more than warmup_epochs 15: .*raise full_epochs"),
+        ({"warmup_epochs": 20}, r"full_epochs 15 must be more than warmup_epochs 20"),
+        ({"warmup_epochs": 0}, r"warmup_epochs must be a whole number of at least 1, got 0"),
+        ({"max_trials": 0}, r"max_trials must be a whole number of at least 1, got 0: give how many trials"),
+        ({"max_trials": -3}, r"max_trials must be .* got -3"),
+        ({"max_trials": 2.5}, r"max_trials must be .* got 2\.5"),
+        ({"max_trials": True}, r"max_trials must be .* got True"),
+        ({"epoch_minutes": 0}, r"epoch_minutes must be a number of minutes above 0, got 0"),
+        ({"epoch_minutes": math.nan}, r"epoch_minutes must be .* got nan"),
+    ],
+)
+def test_bad_settings_are_refused_by_name_with_what_to_do(changed: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        _settings(**changed)
+
+
+def test_settings_from_form_strings() -> None:
+    settings = _settings(max_usd="$100", max_gpu_hours="20", max_trials="40", keep_fraction="1")
+    assert (settings.max_usd, settings.max_trials, settings.keep_fraction) == (Decimal(100), 40, 1.0)
+    assert (settings.added_epochs, settings.caps) == (12, StageCost(Decimal(100), Decimal(20)))
+
+
+def _warmups(*usd: int) -> list[Warmup]:
+    return [Warmup(n, float(n), Decimal(u), Decimal(u)) for n, u in enumerate(usd)]
+
+
+@pytest.mark.parametrize(
+    ("spent", "caps", "promoted", "why"),
+    [
+        ((4, 4), (100, 100), [0, 1], ["pruned", "pruned"]),
+        ((4, 4), (7, 100), [0], ["stopped by the cap", "pruned", "pruned"]),  # 4 + 2 fits, + 2 not
+        ((4, 4), (100, 5.5), [], ["stopped by the cap"] * 2 + ["pruned"] * 2),  # GPU-hours stop it
+        ((4, 4), (5, 5), [], ["stopped by the cap"] * 2 + ["pruned"] * 2),
+    ],
+)
+def test_promotions_stop_at_either_cap(
+    spent: tuple[float, float], caps: tuple[float, float], promoted: list[int], why: list[str]
+) -> None:
+    spent_cost = StageCost(Decimal(spent[0]), Decimal(spent[1]))
+    decisions = decide_promotions(
+        _warmups(1, 1, 1, 1),
+        keep=2,
+        spent=spent_cost,
+        caps=StageCost(Decimal(str(caps[0])), Decimal(str(caps[1]))),
+        added_epochs=4,
+        warmup_epochs=2,
+    )
+    assert [d.trial for d in decisions] == [0, 1, 2, 3]  # one per warm-up, in the ranked order
+    up = [d for d in decisions if d.promoted]
+    assert [d.trial for d in up] == promoted
+    assert all(d.estimate == StageCost(Decimal(2), Decimal(2)) for d in up)
+    assert [d.reason.split(":")[0] for d in decisions if not d.promoted] == why
+    assert spent_cost.usd + sum(d.estimate.usd for d in up) <= Decimal(str(caps[0]))
+
+
+def test_the_reasons_name_the_rank_and_the_caps() -> None:
+    decisions = decide_promotions(
+        _warmups(1, 1, 1),
+        keep=2,
+        spent=StageCost(Decimal(3), Decimal(0)),
+        caps=StageCost(Decimal(4), Decimal(10)),
+        added_epochs=2,
+        warmup_epochs=1,
+    )
+    assert [d.reason for d in decisions] == [
+        "stopped by the cap: $5.0000 of $4, 2.0000 of 10 GPU-hours with it",
+        "stopped by the cap: $5.0000 of $4, 2.0000 of 10 GPU-hours with it",
+        "pruned: rank 3 of 3, 2 kept",
+    ]
+    refused = PromotionDecision(0, True, "promoted").stopped("stopped by the ledger: no")
+    assert (refused.promoted, refused.reason) == (False, "stopped by the ledger: no")
+
+
+def test_rank_is_by_loss_then_trial() -> None:
+    warmups = [Warmup(2, 1.0, Decimal(0), Decimal(0)), Warmup(0, 2.0, Decimal(0), Decimal(0))]
+    warmups.append(Warmup(1, 1.0, Decimal(0), Decimal(0)))
+    assert [w.trial for w in rank(warmups)] == [1, 2, 0]
+
+
+def _row(trial: str, task_id: str, usd: str, hours: str, **changed: Any) -> dict[str, Any]:
+    row = {
+        "tags": {"study": "s1", "trial": trial},
+        "estimated": False,
+        "price_source": "remote:local",
+        "task_id": task_id,
+        "usd": Decimal(usd),
+        "quantity": Decimal(hours),
+    }
+    return {**row, **changed}
+
+
+def test_spend_by_trial_counts_only_the_study_s_billed_compute() -> None:
+    rows = [
+        _row("0", "warmup", "1.5", "0.5"),
+        _row("0", "warmup", "0.5", "0.25"),  # a preempted attempt, then its resume
+        _row("0", "full", "4", "1"),
+        _row("1", "warmup", "2", "1"),
+        _row("1", "warmup", "9", "9", estimated=True),
+        _row("1", "warmup", "9", "9", price_source="orchestration"),  # the worker's own wait
+        _row("1", "warmup", "9", "9", tags={"study": "s2", "trial": "1"}),
+        _row("1", "warmup", "9", "9", tags={"study": "s1"}),
+    ]
+    spend = spend_by_trial(rows, study="s1")
+    assert spend == {
+        "0": TrialSpend(Decimal(2), Decimal("0.75"), 2, Decimal(4), Decimal(1), 1),
+        "1": TrialSpend(Decimal(2), Decimal(1), 1),
+    }
+    assert (spend["0"].usd, spend["0"].hours) == (Decimal(6), Decimal("1.75"))
+    assert study_spent(spend, gpus=4) == StageCost(Decimal(8), Decimal(11))
+
+
+def test_the_cost_without_the_prune_adds_every_trial_s_epochs_at_the_promoted_runs_price() -> None:
+    spend = {
+        "0": TrialSpend(warmup_usd=Decimal(1), full_usd=Decimal(8)),
+        "1": TrialSpend(warmup_usd=Decimal(3)),
+    }
+    # 2 warm-ups billed 4, a third planned one at their mean 2; 3 trials x 4 added epochs at 8 / 4 = 2 each.
+    assert cost_without_prune(spend, trials=3, added_epochs=4, warmup_epochs=2) == 4 + 2 + 3 * 4 * 2
+    no_full = {"0": TrialSpend(warmup_usd=Decimal(1))}
+    assert cost_without_prune(no_full, trials=1, added_epochs=4, warmup_epochs=2) == Decimal(
+        "3"
+    )  # 1 + 4 x 0.5
+    assert cost_without_prune({}, trials=3, added_epochs=4, warmup_epochs=2) == 0
+
+
+def test_the_study_cost_says_what_the_prune_saved() -> None:
+    spend = {
+        "0": TrialSpend(warmup_usd=Decimal(1), full_usd=Decimal(8)),
+        "1": TrialSpend(warmup_usd=Decimal(3)),
+    }
+    cost = study_cost(spend, planned_trials=3, settings=_settings(warmup_epochs=2, full_epochs=6))
+    assert (cost.usd, cost.usd_all_full, cost.usd_saved) == (Decimal(12), Decimal(30), Decimal(18))
+    assert cost.summary() == (
+        "The study cost $12.000000 over 2 trials ($6.000000 per trial); all 3 to 6 epochs: $30.000000; "
+        "saved $18.000000 (60%)"
+    )
+    assert study_cost({}, planned_trials=3, settings=_settings()).summary().endswith("saved $0.000000 (0%)")

@@ -1,0 +1,151 @@
+"""The spot tuning plan's IO: prices from the bundled catalog, the study's budget, spend and reservations."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from costaware.adapters.price_files import bundled_catalog
+from costaware.core.errors import BudgetExceededError, ConfigurationError
+from costaware.core.ledger import Kind, LedgerEntry
+from costaware.core.tuning.spot_plan import PromotionDecision, SpotTuningSettings, StageCost
+from costaware.core.tuning.spot_spend import TrialSpend
+from costaware.training.spot_tuning import (
+    TrialPrices,
+    finished_results,
+    open_study,
+    reserve_promotions,
+    select_promotions,
+    spend_table,
+    study_spend,
+    trial_prices,
+    version_files,
+)
+
+SCOPE = "project=p,study=run1"
+SETTINGS = SpotTuningSettings.create(
+    max_usd=10, max_gpu_hours=20, max_trials=4, warmup_epochs=1, full_epochs=3, keep_fraction=0.5
+)
+
+
+def test_trial_prices_come_from_the_bundled_list_unless_given() -> None:
+    catalog = bundled_catalog()
+    prices = trial_prices(catalog, "g5.xlarge", "us-east-1")
+    assert (prices.on_demand_usd_per_hour, prices.gpus) == (Decimal("1.006"), Decimal(1))
+    assert prices.spot_usd_per_hour == catalog.spot_estimate_usd_per_hour("g5.xlarge", "us-east-1")
+    assert prices.usd_per_hour("spot") < prices.usd_per_hour("on_demand")
+    given = trial_prices(catalog, "ml.g5.xlarge", "us-east-1", spot_given=0.5, on_demand_given=1.4)
+    assert given == TrialPrices(Decimal("0.5"), Decimal("1.4"), Decimal(1))
+    with pytest.raises(
+        ConfigurationError, match=r"ml\.g5\.xlarge is a SageMaker type.*give spot_usd_per_hour"
+    ):
+        trial_prices(catalog, "ml.g5.xlarge", "us-east-1", spot_given=0.5)
+
+
+def test_a_promoted_run_resumes_from_its_warm_up_s_version_files() -> None:
+    assert version_files("s3://b/models/", "v1") == "s3://b/models/versions/v1/files"
+    results = [{"metrics": {"trial": 0}, "version": "v"}, None, {"error": "x"}]
+    assert finished_results(results) == [results[0]]
+    assert finished_results(results[0]) == [results[0]] and finished_results(None) == []
+
+
+def test_open_study_sets_the_budget_and_reserves_every_warm_up(ledger: Any) -> None:
+    prices = TrialPrices(Decimal("0.5"), Decimal(1), Decimal(1))
+    plan = open_study(ledger, SCOPE, SETTINGS, prices, market="spot", dag_id="d", run_id="run1")
+    assert plan.trials == 4  # 4 x 1 epoch + 2 x 2 epochs at $0.5/hour with 1-minute epochs: cents
+    held = ledger.open_reservations(holder_prefix="d/run1/warmup/")
+    assert sorted(r.holder for r in held) == [f"d/run1/warmup/{n}" for n in range(4)]
+    assert all(r.usd == Decimal(plan.warmup.usd).quantize(Decimal("0.000001")) for r in held)
+
+
+def test_a_plan_too_big_for_one_trial_writes_nothing(ledger: Any) -> None:
+    prices = TrialPrices(Decimal(1000), Decimal(1000), Decimal(1))
+    with pytest.raises(ConfigurationError, match="one warm-up and its promotion need"):
+        open_study(ledger, SCOPE, SETTINGS, prices, market="spot", dag_id="d", run_id="run1")
+    assert ledger.open_reservations() == []
+
+
+def test_a_warm_up_the_project_s_budget_cannot_hold_names_its_trial(ledger: Any) -> None:
+    ledger.set_budget("project=p", "total", "0.03")  # the project has less left than the study's cap
+    prices = TrialPrices(Decimal(1), Decimal(1), Decimal(1))
+    with pytest.raises(BudgetExceededError, match=r"trial 1 cannot be reserved"):
+        open_study(ledger, SCOPE, SETTINGS, prices, market="on_demand", dag_id="d", run_id="run1")
+
+
+def test_reserve_promotions_stops_at_the_first_refusal(ledger: Any) -> None:
+    ledger.set_budget(SCOPE, "total", "3")
+
+    def promote(trial: int, usd: int) -> PromotionDecision:
+        return PromotionDecision(trial, True, "promoted", StageCost(Decimal(usd), Decimal(0)))
+
+    pruned = PromotionDecision(9, False, "pruned: rank 4 of 4, 3 kept")
+    decisions = [promote(0, 2), promote(1, 2), promote(2, 1), pruned]
+    out = reserve_promotions(ledger, SCOPE, decisions, dag_id="d", run_id="run1")
+    assert [d.promoted for d in out] == [True, False, False, False]
+    assert out[1].reason.startswith("stopped by the ledger: ") and out[3] == pruned
+    assert [r.holder for r in ledger.open_reservations(holder_prefix="d/run1/full/")] == ["d/run1/full/0"]
+
+
+def _bill(ledger: Any, trial: int, task_id: str, usd: str, hours: str) -> None:
+    ledger.record(
+        LedgerEntry(
+            "d",
+            "run1",
+            task_id,
+            Kind.COMPUTE,
+            Decimal(usd),
+            map_index=trial,
+            quantity=Decimal(hours),
+            tags={"study": "run1", "trial": str(trial), "stage": task_id},
+            price_source="remote:local",
+        )
+    )
+
+
+def test_select_promotions_ranks_prunes_and_reserves_from_the_ledger(ledger: Any) -> None:
+    ledger.set_budget(SCOPE, "total", "10", cap_gpu_hours="20")
+    for trial, usd in enumerate(("1", "1", "1", "1")):
+        _bill(ledger, trial, "warmup", usd, "0.5")
+    results = [
+        {"metrics": {"trial": n, "val_rmse": rmse}, "version": f"v{n}"} for n, rmse in enumerate((4, 2, 3, 1))
+    ]
+    selection = select_promotions(
+        ledger,
+        [*results, None],
+        settings=SETTINGS,
+        study="run1",
+        scope=SCOPE,
+        gpus=2,
+        dag_id="d",
+        run_id="run1",
+    )
+    assert [w.trial for w in selection.ranked] == [3, 1, 2, 0]
+    assert [w.trial for w in selection.promoted] == [3, 1]
+    assert selection.spent == StageCost(Decimal(4), Decimal(4))  # 4 x 0.5 billed hours x 2 GPUs
+    assert selection.ranked[0].gpu_hours == 1 and selection.decisions[0].estimate == StageCost(
+        Decimal(2), Decimal(2)
+    )
+    assert selection.to_xcom()["pruned"] == [
+        {"trial": 2, "reason": "pruned: rank 3 of 4, 2 kept"},
+        {"trial": 0, "reason": "pruned: rank 4 of 4, 2 kept"},
+    ]
+    assert "trial   3: holdout loss 1.000 -> promoted (est. $2.0000)" in selection.report(SETTINGS.caps)
+    held = ledger.open_reservations(holder_prefix="d/run1/full/")
+    assert sorted(r.holder for r in held) == ["d/run1/full/0", "d/run1/full/1"]
+
+
+def test_select_promotions_without_a_finished_warm_up_says_so(ledger: Any) -> None:
+    with pytest.raises(ValueError, match="no warm-up finished"):
+        select_promotions(
+            ledger, [None], settings=SETTINGS, study="run1", scope=SCOPE, gpus=1, dag_id="d", run_id="run1"
+        )
+
+
+def test_study_spend_reads_the_run_s_entries(ledger: Any) -> None:
+    _bill(ledger, 0, "warmup", "1", "0.5")
+    _bill(ledger, 0, "full", "2", "1")
+    spend = study_spend(ledger, dag_id="d", run_id="run1", study="run1")
+    assert spend == {"0": TrialSpend(Decimal(1), Decimal("0.5"), 1, Decimal(2), Decimal(1), 1)}
+    assert spend_table(spend).splitlines()[1].split() == ["0", "1", "1.000000", "1", "2.000000"]
