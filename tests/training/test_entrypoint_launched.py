@@ -151,8 +151,8 @@ def test_a_notice_from_the_runtime_saves_a_commit_and_stops(tmp_path: Path) -> N
     # Timed from before the state was serialized: the commit marker records it.
     assert len(checkpointer.save_seconds) == 1
     marker = read_marker(tmp_path)
-    assert marker is not None
-    assert list(marker.save_seconds) == pytest.approx(checkpointer.save_seconds, abs=0.01)
+    assert marker is not None and len(marker.save_seconds) == 1
+    assert 0 <= marker.save_seconds[0] <= checkpointer.save_seconds[0]
     assert str(tmp_path) in str(e.value)
     resumed = folder.latest(KEY, meta={"plan": 1})
     assert resumed is not None and (resumed.step, resumed.state) == (2, b"two")
@@ -168,8 +168,7 @@ def test_saves_are_timed_from_the_serializing_but_the_first_from_its_write(tmp_p
     with checkpointer:
         for step in (1, 2, 3):
             checkpointer.step_done(step, slow_state)
-    first, *later = checkpointer.save_seconds
-    assert first < 0.2 and len(later) == 2 and all(s >= 0.2 for s in later)
-    marker = read_marker(tmp_path)
-    assert marker is not None
-    assert list(marker.save_seconds) == pytest.approx(checkpointer.save_seconds, abs=0.01)
+    # The marker's times end at the commit; the Checkpointer's after the pruning: a little longer.
+    for measured in (checkpointer.save_seconds, read_marker(tmp_path).save_seconds):  # type: ignore[union-attr]
+        first, *later = measured
+        assert first < 0.2 and len(later) == 2 and all(s >= 0.2 for s in later)
