@@ -21,7 +21,6 @@ S3. See docs/own-training.md.
 from __future__ import annotations
 
 import os
-import sys
 from datetime import timedelta
 from importlib import resources
 from pathlib import Path
@@ -31,7 +30,7 @@ from airflow.sdk import Param, dag, get_current_context, task
 
 from costaware.operators.promote import ModelPromoteOperator
 from costaware.operators.remote_training import RemoteTrainingOperator
-from costaware.params import tag_param
+from costaware.params import remote_backend_params, tag_param
 from costaware.sensors.spend_cap import SpendCapSensor
 from costaware.sensors.spot_window import SpotWindowSensor
 
@@ -75,28 +74,7 @@ def prepared(name: str) -> str:
             title="Epochs",
             description="1-1000.",
         ),
-        "backend": Param(
-            "local",
-            enum=["local", "sagemaker", "batch", "kubernetes"],
-            title="Backend",
-            description="Where the script runs: local (a child process of the worker), sagemaker, batch, "
-            "kubernetes.",
-        ),
-        "image": Param(
-            None,
-            type=["null", "string"],
-            title="Training image",
-            description="Container image on SageMaker, Batch and Kubernetes (see "
-            "runtime/Dockerfile.train.example); not used locally.",
-        ),
-        "backend_options": Param({}, type="object", title="Backend options"),
-        "python": Param(
-            sys.executable,
-            type="string",
-            title="Python",
-            description="The interpreter that runs the script: this Airflow's own on the local backend "
-            "(it needs torch); 'python' in a container.",
-        ),
+        **remote_backend_params("script"),
         "script": Param(str(SCRIPT), type="string", title="Training script"),
         "step_sleep": Param(
             0.0,

@@ -34,7 +34,6 @@ look: ``-c '{"max_trials": 4, "warmup_epochs": 1, "full_epochs": 3}'``). Then
 from __future__ import annotations
 
 import os
-import sys
 from datetime import timedelta
 from importlib import resources
 from pathlib import Path
@@ -45,7 +44,7 @@ from airflow.sdk import Param, dag, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from costaware.operators.remote_training import RemoteTrainingOperator
-from costaware.params import bounded_param, spot_tuning_params, tag_param
+from costaware.params import bounded_param, remote_backend_params, spot_tuning_params, tag_param
 from costaware.sensors.spot_window import SpotWindowSensor
 
 DAG_ID = "spot_tuning"
@@ -142,28 +141,7 @@ def trial_kwargs(params: Any, study: str, trial: int, stage: str, command: list[
             "ml.* type.",
         ),
         "seed": Param(13, type="integer", title="Seed", description="Seeds the sampler and the trials."),
-        "backend": Param(
-            "local",
-            enum=["local", "sagemaker", "batch", "kubernetes"],
-            title="Backend",
-            description="Where the trials run: local (child processes of the worker), sagemaker, batch, "
-            "kubernetes.",
-        ),
-        "image": Param(
-            None,
-            type=["null", "string"],
-            title="Training image",
-            description="Container image on SageMaker, Batch and Kubernetes (see "
-            "runtime/Dockerfile.train.example); not used locally.",
-        ),
-        "backend_options": Param({}, type="object", title="Backend options"),
-        "python": Param(
-            sys.executable,
-            type="string",
-            title="Python",
-            description="The interpreter that runs the trial: this Airflow's own on the local backend "
-            "(it needs torch); 'python' in a container.",
-        ),
+        **remote_backend_params("trial"),
         "script": Param(str(SCRIPT), type="string", title="Trial script"),
         "train_days": bounded_param(
             28, title="Days of training data", description="Days up to the replayed one: 1-365.", high=366

@@ -79,6 +79,42 @@ def bounded_param(
     )
 
 
+def remote_backend_params(what: str = "script") -> dict[str, Any]:
+    """The trigger form's fields of where a team's command runs.
+
+    ``backend``, ``image``, ``backend_options`` and ``python`` (this worker's interpreter on the local
+    backend, ``python`` in a container); ``what`` names the command in the descriptions (``script``).
+    """
+    import sys
+
+    from airflow.sdk import Param
+
+    return {
+        "backend": Param(
+            "local",
+            enum=["local", "sagemaker", "batch", "kubernetes"],
+            title="Backend",
+            description=f"Where the {what} runs: local (a child process of the worker), sagemaker, batch, "
+            "kubernetes.",
+        ),
+        "image": Param(
+            None,
+            type=["null", "string"],
+            title="Training image",
+            description="Container image on SageMaker, Batch and Kubernetes (see "
+            "runtime/Dockerfile.train.example); not used locally.",
+        ),
+        "backend_options": Param({}, type="object", title="Backend options"),
+        "python": Param(
+            sys.executable,
+            type="string",
+            title="Python",
+            description=f"The interpreter that runs the {what}: this Airflow's own on the local backend "
+            "(it needs torch); 'python' in a container.",
+        ),
+    }
+
+
 def spot_tuning_params(
     *,
     max_usd: float = 100,
