@@ -28,7 +28,7 @@ The rules (sampling, sizing, the prune, promotions within the caps, the saving) 
 
 Runs as is: ``airflow dags test spot_tuning 2013-02-01`` (the ``local`` backend; small values for a quick
 look: ``-c '{"max_trials": 4, "warmup_epochs": 1, "full_epochs": 3}'``). Then
-``costaware report --dag-id spot_tuning --last-run --group-by tag:trial``. See docs/spot-tuning.md.
+``costaware report --dag-id spot_tuning --last-run --group-by trial``. See docs/spot-tuning.md.
 """
 
 from __future__ import annotations
