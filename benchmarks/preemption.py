@@ -56,18 +56,18 @@ from the run lengths of the attempts preempted so far, the spec rewritten for th
 rule's two entry points wrapped, in this benchmark's process only, by a unit conversion: every duration
 handed to them (expected runtime, preempted run lengths, the planned interval, the measured saves) is
 multiplied by the compression ``K = 600 s / --tick-seconds`` (1200 at 0.5 s) into the real seconds it stands
-for, and the interval they return is divided by ``K``. The rule's constants, bounds and logic are untouched: the 300 s
-floor becomes 0.25 compressed seconds, the 3600 s cap 3 s. Labelled ``auto (rule at real scale)``.
-The cost of a save goes the same way: the first attempt assumes the rule's 30 s real (nothing is measured
-yet, as live); each re-tune gets, as live, the wall seconds of the saves the attempts measured (the
-trainer times each save, a process's first from its write, the launcher pushes them in ``LATEST.json``, the
-operator reads them), times ``K`` like the other durations, and the rule takes their median. They are printed per trace beside the billed
-cost per save of the overhead runs (``seconds_per_checkpoint``). Caveats: (1) the first attempt's interval
-still rests on the assumed 30 s; (2) ``expected_runtime_hours`` is the measured uninterrupted fit
-(compressed, so the operator's other uses of it stay in compressed time; the wrapper scales it for the rule
-only); (3) one run per cell: the run-to-run spread of cost on this machine is a few %, of the order of the
-10 % margin, so a near miss or near pass is within noise; (4) the best fixed is chosen in hindsight over
-the same single runs (its noise favours it).
+for, and the interval they return is divided by ``K``. The rule's constants, bounds and logic are untouched:
+the 300 s floor becomes 0.25 compressed seconds, the 3600 s cap 3 s. Labelled ``auto (rule at real scale)``.
+The cost of a save goes the same way: the first attempt assumes the rule's 30 s real (nothing is measured yet,
+as live); each re-tune gets, as live, the wall seconds of the saves the attempts measured (the trainer times
+each save, a process's first from its write, the launcher pushes them in ``LATEST.json``, the operator reads
+them), times ``K`` like the other durations, and the rule takes their median. They are printed per trace
+beside the billed cost per save of the overhead runs (``seconds_per_checkpoint``). Caveats: (1) the first
+attempt's interval still rests on the assumed 30 s; (2) ``expected_runtime_hours`` is the measured
+uninterrupted fit (compressed, so the operator's other uses of it stay in compressed time; the wrapper scales
+it for the rule only); (3) one run per cell: the run-to-run spread of cost on this machine is a few %, of the
+order of the 10 % margin, so a near miss or near pass is within noise; (4) the best fixed is chosen in
+hindsight over the same single runs (its noise favours it).
 """
 
 from __future__ import annotations
