@@ -20,7 +20,6 @@ S3. See docs/own-training.md.
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 from importlib import resources
 from pathlib import Path
@@ -94,18 +93,7 @@ def own_training() -> None:
         """Land the days up to the replayed one (and the next, the holdout), then write the arrays."""
         from costaware.examples import flights
 
-        context = get_current_context()
-        params = context["params"]
-        day = flights.replay_date(
-            context.get("logical_date") or context["dag_run"].run_after, params.get("replay_date")
-        )
-        home = Path(os.environ.get("AIRFLOW_HOME", Path.home() / "airflow")) / "costaware"
-        root = str(params.get("data_root") or home / "own_training").rstrip("/")
-        landing = home / "flights" / "landing"
-        flights.land_days(landing, day + timedelta(days=1))
-        run = context["run_id"].replace(":", "_").replace("+", "_")
-        arrays = flights.write_delay_arrays(landing, day, f"{root}/arrays/{run}")
-        return {**arrays, "models": f"{root}/models", "checkpoints": f"{root}/checkpoints"}
+        return flights.replay_arrays(get_current_context(), "own_training")
 
     arrays = prepare()
     spend_gate = SpendCapSensor(

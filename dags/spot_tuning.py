@@ -33,7 +33,6 @@ look: ``-c '{"max_trials": 4, "warmup_epochs": 1, "full_epochs": 3}'``). Then
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 from importlib import resources
 from pathlib import Path
@@ -168,19 +167,7 @@ def spot_tuning() -> None:
         from costaware.examples import flights
 
         context = get_current_context()
-        params = context["params"]
-        day = flights.replay_date(
-            context.get("logical_date") or context["dag_run"].run_after, params.get("replay_date")
-        )
-        home = Path(os.environ.get("AIRFLOW_HOME", Path.home() / "airflow")) / "costaware"
-        root = str(params.get("data_root") or home / "spot_tuning").rstrip("/")
-        landing = home / "flights" / "landing"
-        flights.land_days(landing, day + timedelta(days=1))
-        run = context["run_id"].replace(":", "_").replace("+", "_")
-        arrays = flights.write_delay_arrays(
-            landing, day, f"{root}/arrays/{run}", train_days=int(params["train_days"])
-        )
-        return {**arrays, "models": f"{root}/models", "checkpoints": f"{root}/checkpoints"}
+        return flights.replay_arrays(context, "spot_tuning", train_days=int(context["params"]["train_days"]))
 
     arrays = prepare()
     spot_window = SpotWindowSensor(

@@ -8,6 +8,7 @@ predicts an arrival delay over 15 minutes from what is known before departure.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -194,3 +195,21 @@ def write_delay_arrays(
         temp.replace(path)
         paths[split] = str(path)
     return {"folder": str(target), **paths, "train_rows": str(len(y_train)), "holdout_rows": str(len(y_hold))}
+
+
+def replay_arrays(context: Mapping[str, Any], name: str, *, train_days: int = 28) -> dict[str, str]:
+    """An example DAG run's arrays of the replayed day (:func:`write_delay_arrays`), and its stores' folders.
+
+    The day is the run's logical date (or its ``replay_date`` param); the days up to it and the next (the
+    holdout) land under ``$AIRFLOW_HOME/costaware/flights/landing``. The arrays, the ``models`` and the
+    ``checkpoints`` folders go under the run's ``data_root`` param, else ``$AIRFLOW_HOME/costaware/<name>``.
+    """
+    params = context["params"]
+    day = replay_date(context.get("logical_date") or context["dag_run"].run_after, params.get("replay_date"))
+    home = Path(os.environ.get("AIRFLOW_HOME", Path.home() / "airflow")) / "costaware"
+    root = str(params.get("data_root") or home / name).rstrip("/")
+    landing = home / "flights" / "landing"
+    land_days(landing, day + timedelta(days=1))
+    run = str(context["run_id"]).replace(":", "_").replace("+", "_")
+    arrays = write_delay_arrays(landing, day, f"{root}/arrays/{run}", train_days=train_days)
+    return {**arrays, "models": f"{root}/models", "checkpoints": f"{root}/checkpoints"}
