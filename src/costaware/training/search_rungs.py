@@ -33,27 +33,18 @@ def rungs_still_trusted(
         n = len(pairs)
         if n < max(minimum, 2):
             continue
-        tau = (_concordant(pairs) - _discordant(pairs)) / (n * (n - 1) / 2)
+        tau = _concordant_minus_discordant(pairs) / (n * (n - 1) / 2)
         if tau / math.sqrt(2 * (2 * n + 5) / (9 * n * (n - 1))) < REVERSAL_Z:
             return tuple(kept[i + 1 :])
     return tuple(kept)
 
 
-def _concordant(pairs: Sequence[tuple[float, float]]) -> int:
+def _concordant_minus_discordant(pairs: Sequence[tuple[float, float]]) -> int:
+    """Kendall's S: pairs ordered the same way by both values, less pairs ordered the other way (ties: 0)."""
     return sum(
-        1
+        _sign(pairs[i][0] - pairs[j][0]) * _sign(pairs[i][1] - pairs[j][1])
         for i in range(len(pairs))
         for j in range(i + 1, len(pairs))
-        if _sign(pairs[i][0] - pairs[j][0]) * _sign(pairs[i][1] - pairs[j][1]) > 0
-    )
-
-
-def _discordant(pairs: Sequence[tuple[float, float]]) -> int:
-    return sum(
-        1
-        for i in range(len(pairs))
-        for j in range(i + 1, len(pairs))
-        if _sign(pairs[i][0] - pairs[j][0]) * _sign(pairs[i][1] - pairs[j][1]) < 0
     )
 
 
