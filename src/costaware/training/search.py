@@ -161,7 +161,8 @@ def budgeted_search(
         raise ConfigurationError("space is empty: give at least one hyperparameter distribution")
     started = meter()  # what comes before the first rung (the budget, the study) is billed with it
     # The default pruner: Hyperband at every rung until the completed trials show a rung that misleads.
-    adaptive = pruner is None
+    # prune_rungs stays None with a given pruner, used as it is.
+    prune_rungs: tuple[int, ...] | None = tuple(rung_list[:-1]) if pruner is None else None
     pruner = pruner or hyperband_pruner(rung_list, reduction_factor)
     budget_scope = Scope.of(dict(scope))
     ledger.set_budget(budget_scope, "total", cap_usd)
@@ -178,7 +179,6 @@ def budgeted_search(
     fastest: float | None = None  # seconds per unit of the fastest configuration seen
     cheapest: float | None = None  # training seconds of the cheapest trial that reached the last rung
     overhead = 0.0  # the most time outside training billed with one rung
-    prune_rungs: tuple[int, ...] | None = tuple(rung_list[:-1]) if adaptive else None
     ladder = rung_list  # the rungs a trial stops at
     slowest_rung: dict[tuple[int, int], float] = {}  # (from, to): the slowest training seconds seen
     repeats = 0
@@ -296,7 +296,7 @@ def budgeted_search(
             fastest = own if fastest is None else min(fastest, own)
         if state == "complete":
             cheapest = trained_total if cheapest is None else min(cheapest, trained_total)
-        if adaptive and prune_rungs and state == "complete":
+        if prune_rungs and state == "complete":
             # A completed trial tells how each rung it passed ranks against full fidelity. A rung that ranks
             # the completed trials the other way is dropped, with the rungs below it; trials then stop only
             # at the rungs kept (a rung where nothing is decided costs a score for nothing).
