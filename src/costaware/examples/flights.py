@@ -204,9 +204,11 @@ def replay_arrays(context: Mapping[str, Any], name: str, *, train_days: int = 28
     holdout) land under ``$AIRFLOW_HOME/costaware/flights/landing``. The arrays, the ``models`` and the
     ``checkpoints`` folders go under the run's ``data_root`` param, else ``$AIRFLOW_HOME/costaware/<name>``.
     """
+    from costaware.settings import costaware_home
+
     params = context["params"]
     day = replay_date(context.get("logical_date") or context["dag_run"].run_after, params.get("replay_date"))
-    home = Path(os.environ.get("AIRFLOW_HOME", Path.home() / "airflow")) / "costaware"
+    home = costaware_home()
     root = str(params.get("data_root") or home / name).rstrip("/")
     landing = home / "flights" / "landing"
     land_days(landing, day + timedelta(days=1))
