@@ -123,75 +123,61 @@ def test_a_rung_that_ranks_the_completed_trials_the_other_way_is_no_longer_prune
     assert len(completed) == 12  # a configuration pruned at a misleading rung was proposed again, in full
 
 
-class PacedCrossing(Crossing):
-    """A crossing model (no early rung is pruned at) that trains ``a=3`` three times slower than the rest."""
+def test_hyperband_brackets_share_the_trials_as_optuna_does_and_each_gets_one_early() -> None:
+    """At 1/3/9/15 epochs and eta 3 the brackets judged from 1, 3, 9 and never get 27, 12, 6 and 4 trials of
+    49 (Optuna's allocation); every bracket has its first trial within the first six."""
+    from costaware.training.search_rungs import bracket_weights, next_bracket
 
-    def advance(self, resource: int) -> float:
-        if self.params["a"] == 3:
-            self.clock.now += 2 * (resource - self.trained)
-        return super().advance(resource)
+    weights = bracket_weights(3, 3)
+    assert weights == [27, 12, 6, 4]
+    counts, order = [0, 0, 0, 0], []
+    for _ in range(49):
+        order.append(next_bracket(counts, weights))
+        counts[order[-1]] += 1
+    assert counts == weights
+    assert set(order[:6]) == {0, 1, 2, 3}
+    assert bracket_weights(0, 3) == [1]  # one rung: a single bracket, never judged
 
 
-def test_a_fast_configuration_probes_its_speed_when_a_whole_trial_at_the_slowest_price_does_not_fit(
+def test_the_last_bracket_runs_in_full_and_a_trial_is_judged_only_from_its_brackets_first_rung(
     ledger: Any,
 ) -> None:
-    """The first four trials run 1/3/9 (a=3 in 27 s, the others in 9), each the best so far at rungs 1 and 3
-    and the worst so far at 9: a reversal beyond chance, so those rungs are dropped and trials then go
-    straight to 9, reserved at the slowest 0-9 time seen (27 s x 1.5). The 5th fits (46 s left); the 6th
-    does not (37 s left), so it runs rung 1 alone and the rest is priced at the slowest 1-9 time scaled by
-    its speed there (24 s x 1/3 x 1.5 = 12 s), and completes."""
-    clock = Clock()
-    configs = [(2, 1), (2, 0), (3, 0), (0, 1), (0, 0), (1, 0)]
-    proposals = iter([{"a": a, "b": b} for a, b in configs])
-
-    class InTurn(optuna.samplers.RandomSampler):
-        """Proposes the configurations above in turn, then the last one again."""
-
-        current = {"a": 2, "b": 1}
-
-        def before_trial(self, study: Any, trial: Any) -> None:
-            self.current = next(proposals, self.current)
-
-        def sample_independent(self, study: Any, trial: Any, name: str, distribution: Any) -> Any:
-            return self.current[name]
-
-    result = search(
-        ledger,
-        "100",
-        clock,
-        make_model=lambda params: PacedCrossing(params, clock),
-        sampler=InTurn(),
-        max_repeats=2,
-    )
-    assert result.prune_rungs == ()
-    assert [[r for r, _ in t.rungs] for t in result.trials] == [[1, 3, 9]] * 4 + [[9], [1, 9]]
-    assert result.states == {"complete": 6}
-    assert result.spent_usd == Decimal(str(clock.now)) == Decimal(9 + 9 + 27 + 9 + 9 + 9) <= Decimal("100")
+    result = search(ledger, "10000", Clock(), max_repeats=50)
+    by_bracket: dict[int, list[Any]] = {}
+    for t in result.trials:
+        by_bracket.setdefault(t.bracket, []).append(t)
+    assert set(by_bracket) == {0, 1, 2}  # rungs 1/3/9: judged from 1, from 3, never
+    assert all(t.state == "complete" for t in by_bracket[2])
+    assert all(t.rungs[-1][0] != 1 for t in by_bracket[1] if t.state == "pruned")
+    assert all(len(t.rungs) == 3 for t in by_bracket[2])  # scored at every rung: the fair evidence
 
 
-def test_a_rung_is_dropped_only_on_a_reversal_beyond_chance_and_the_rungs_below_it_with_it() -> None:
-    """Survivors of pruning span a narrow range at their rung, so a few pairs out of order are noise: a rung
-    goes only when Kendall's tau against full fidelity is negative at the one-sided 5 % level."""
-    from costaware.training.search_rungs import rungs_still_trusted
+def test_a_rung_is_judged_at_only_while_the_trials_that_ran_through_it_unjudged_rank_it_above_chance() -> (
+    None
+):
+    """The evidence of a rung is the completed trials of the brackets judged only above it; the survivors of
+    pruning there (bracket 0 at rung 1) do not count, whatever they show."""
+    from costaware.training.search_rungs import trusted_rungs
 
-    def trials(*values: tuple[float, float, float]) -> list[tuple[tuple[int, float], ...]]:
-        return [((1, a), (3, b), (9, c)) for a, b, c in values]
+    def trials(bracket: int, *values: tuple[float, float, float]) -> list[tuple[int, Any]]:
+        return [(bracket, ((1, a), (3, b), (9, c))) for a, b, c in values]
 
-    ordered = [(0.1 * k, 0.1 * k, 0.1 * k) for k in range(1, 6)]
-    assert rungs_still_trusted(trials(*ordered), (1, 3), 3) == (1, 3)
-    # Three trials in reverse at rung 1: tau = -1 happens by chance one time in six, not significant.
-    assert rungs_still_trusted(trials((0.3, 0.1, 0.1), (0.2, 0.2, 0.2), (0.1, 0.3, 0.3)), (1, 3), 3) == (1, 3)
-    # Five in reverse at rung 1 (tau = -1): rung 1 goes, rung 3 (in order) stays.
-    reversed_at_1 = trials(*[(0.6 - a, b, c) for a, b, c in ordered])
-    assert rungs_still_trusted(reversed_at_1, (1, 3), 3) == (3,)
-    # Five in reverse at rung 3: it goes, and rung 1 below it with it.
-    reversed_at_3 = trials(*[(a, 0.6 - b, c) for a, b, c in ordered])
-    assert rungs_still_trusted(reversed_at_3, (1, 3), 3) == ()
-    # Rung 1 with one pair of five in order, nine against (tau -0.8, z -2.2): it goes.
-    mostly = trials((0.5, 0.1, 0.1), (0.4, 0.2, 0.2), (0.3, 0.3, 0.3), (0.1, 0.4, 0.4), (0.2, 0.5, 0.5))
-    assert rungs_still_trusted(mostly, (1, 3), 3) == (3,)  # tau -0.8 with 5 trials: z = -2.2
-    # Trials that skipped the rungs (they ran after a drop) do not count for them.
-    assert rungs_still_trusted([*trials(*ordered[:2]), ((9, 0.9),)], (1, 3), 3) == (1, 3)
+    ordered = [(0.1 * k, 0.1 * k, 0.1 * k) for k in range(1, 4)]
+    reversed_at_1 = [(0.4 - a, b, c) for a, b, c in ordered]
+    flat_at_3 = [(a, 0.5, c) for a, b, c in ordered]
+    # Fewer than three fair trials: no verdict, every rung judged at (Hyperband's default).
+    assert trusted_rungs(trials(2, *ordered[:2]), (1, 3), 3) == (1, 3)
+    assert trusted_rungs(trials(2, *ordered), (1, 3), 3) == (1, 3)
+    # Rung 1 against full fidelity the other way, seen by trials judged from 3 on: rung 1 goes.
+    assert trusted_rungs(trials(1, *reversed_at_1), (1, 3), 3) == (3,)
+    # ... but the survivors of rung 1 (bracket 0) do not count for it.
+    assert trusted_rungs(trials(0, *reversed_at_1), (1, 3), 3) == (1, 3)
+    # No relation at rung 3 (tau 0): it goes, and rung 1 with it, though rung 1 ranks in order.
+    assert trusted_rungs(trials(2, *flat_at_3), (1, 3), 3) == ()
+    # Bracket 1 trials ran through rung 3 judged: they are no evidence for it.
+    assert trusted_rungs(trials(1, *flat_at_3), (1, 3), 3) == (1, 3)
+    # A weak but positive relation keeps a rung: one pair of three out of order (tau 1/3).
+    assert trusted_rungs(trials(2, (0.1, 0.2, 0.1), (0.2, 0.1, 0.2), (0.3, 0.3, 0.3)), (1, 3), 3) == (1, 3)
 
 
 def test_a_given_pruner_is_used_as_it_is(ledger: Any) -> None:

@@ -1,11 +1,13 @@
 """Budgeted multi-fidelity search in one process: Optuna proposes and prunes, the ledger pays rung by rung.
 
-Optuna does what it is good at: its sampler (TPE by default) proposes the configurations and its pruner
-(Hyperband by default) decides after each rung whether a trial goes on. Which rungs it decides at is
-checked, not assumed: the default pruner decides at every rung from the first trial on (no trial pays
-for full fidelity only to tell which rungs to trust), and a rung whose values rank the completed trials
-the other way from full fidelity beyond chance is dropped, with every rung below it (short training that
-misleads); trials stop only at the rungs kept and at the last.
+Optuna does what it is good at: its sampler (TPE by default) proposes the configurations. Whether a trial
+goes on after a rung is Hyperband's decision by default (or a given Optuna pruner's): each trial belongs
+to a bracket, judged from the first rung, from the second, ..., or never, and at a rung it is judged at it
+goes on only in the top ``1/eta`` of its bracket there. Which rungs are judged at is checked, not assumed:
+the trials of later brackets ran through a rung unjudged, and a rung is dropped (with the rungs below it)
+while those of them that completed rank it against full fidelity no better than chance (Kendall's tau
+<= 0, :mod:`costaware.training.search_rungs`). Short training that misleads (a high learning rate ahead
+after a few epochs, behind at the end) then stops deciding which configurations go on.
 
 The money is ours: before every rung the search reserves that rung's estimated cost in the cost ledger, and
 settles it with what the rung really used once it ran. A rung that cannot be reserved is not run, so the
@@ -38,9 +40,10 @@ from typing import TYPE_CHECKING, Any
 
 from costaware.core.errors import BudgetExceededError, ConfigurationError
 from costaware.core.tuning import usd_for_seconds
+from costaware.core.tuning.rungs import promotable
 from costaware.extras import require
 from costaware.training.search_billing import SearchBilling
-from costaware.training.search_rungs import rungs_still_trusted
+from costaware.training.search_rungs import bracket_weights, next_bracket, trusted_rungs
 
 require("tuning", needed_by=__name__)  # with the pip line, not an import error inside a search
 
@@ -61,6 +64,8 @@ class SearchTrial:
     params: dict[str, Any]
     rungs: tuple[tuple[int, float], ...]
     state: str  # "complete", "pruned", "cut" (its next rung could not be paid) or "repeat" (seen before)
+    #: Its Hyperband bracket: judged from early rung ``bracket`` on (as many as early rungs: never judged).
+    bracket: int = 0
 
     @property
     def value(self) -> float | None:
@@ -78,8 +83,8 @@ class SearchResult:
     spent_usd: Decimal
     stop: str
     states: dict[str, int] = field(default_factory=dict)
-    #: The rungs the default pruner decided at when the search ended (empty: every early rung ranked the
-    #: completed trials the other way from full fidelity; None: a pruner was given).
+    #: The rungs the default pruner judged at when the search ended (empty: no early rung ranked the fair
+    #: evidence above chance; None: a pruner was given).
     prune_rungs: tuple[int, ...] | None = None
 
 
@@ -119,24 +124,21 @@ def budgeted_search(
         direction: ``maximize`` or ``minimize`` the metric.
         sampler: Optuna sampler (default ``TPESampler(seed=seed, n_startup_trials=reduction_factor)``: its
             first ``reduction_factor`` trials at random).
-        pruner: Optuna pruner, used as given at every rung. By default Optuna's ``HyperbandPruner`` (one
-            bracket per rung, :func:`~costaware.training.tuning.hyperband_pruner`) at every rung from the
-            first trial; an early rung whose values rank the completed trials the other way from their
-            full-fidelity values beyond chance (Kendall's tau negative at the one-sided 5 % level,
-            :func:`~costaware.training.search_rungs.rungs_still_trusted`) is dropped with every rung below
-            it, for good, and trials stop only at the rungs kept and the last
-            (``SearchResult.prune_rungs``). Where short training ranks configurations the other way (a high
-            learning rate ahead after a few epochs, behind at the end) pruning there drops the
-            configurations that win. Checking on the trials that complete anyway, instead of first running
-            ``reduction_factor`` trials through every rung to choose, leaves the budget to the search: in
-            the regime where multi-fidelity matters (a budget of about ten full trainings) those trials
-            took a quarter to a half of it (``benchmarks/tuning.py``).
+        pruner: Optuna pruner, used as given at every rung. By default Hyperband's brackets (Li et al.,
+            2018; :func:`~costaware.training.search_rungs.bracket_weights`): a trial judged from a given
+            rung on goes on from each rung it is judged at only in the top ``1/reduction_factor`` of its
+            bracket's values there, and the trials of the last bracket run in full. Every trial stops at
+            every rung to be scored, so the trials of later brackets show how each rung ranks
+            configurations: a rung is judged at only while those of them that completed (at least
+            ``reduction_factor``) rank it above chance against full fidelity, Kendall's tau > 0
+            (:func:`~costaware.training.search_rungs.trusted_rungs`; ``SearchResult.prune_rungs``). Where
+            short training ranks configurations the other way (a high learning rate ahead after a few
+            epochs, behind at the end), pruning there drops the configurations that win; the survivors of
+            pruning cannot show it (they span a narrow range at the rung), the unjudged trials can.
         reduction_factor: Of the default sampler and pruner (>= 2).
         safety_factor: Reserve this many times a rung's estimated seconds (a first rung: the slowest time
-            the same span took, else at the slowest speed seen; a later rung: at the trial's own speed on its
-            latest rung, or after a probe the slowest time of the same span scaled by the trial's speed on
-            the probe). A first step past the first rung that cannot be reserved becomes a probe: the first
-            rung alone, so that a fast configuration can still use money a slow one could not.
+            it took before, else at the slowest speed seen; a later rung: at the trial's own speed on its
+            latest rung).
         max_trials: Stop after this many configurations were trained.
         max_repeats: Stop after this many proposals in a row repeated a configuration already tried.
         meter: The clock that measures what the search uses (process CPU seconds by default).
@@ -146,7 +148,6 @@ def budgeted_search(
     import optuna
 
     from costaware.core.budgets import Scope
-    from costaware.training.tuning.optuna_glue import hyperband_pruner
 
     rung_list = [int(r) for r in rungs]
     if not rung_list or any(r < 1 for r in rung_list) or rung_list != sorted(set(rung_list)):
@@ -160,16 +161,18 @@ def budgeted_search(
     if not space:
         raise ConfigurationError("space is empty: give at least one hyperparameter distribution")
     started = meter()  # what comes before the first rung (the budget, the study) is billed with it
-    # The default pruner: Hyperband at every rung until the completed trials show a rung that misleads.
-    # prune_rungs stays None with a given pruner, used as it is.
-    prune_rungs: tuple[int, ...] | None = tuple(rung_list[:-1]) if pruner is None else None
-    pruner = pruner or hyperband_pruner(rung_list, reduction_factor)
+    early = rung_list[:-1]
+    # The default pruner: Hyperband's brackets at the rungs the fair evidence trusts. prune_rungs stays
+    # None with a given pruner, used as it is at every rung.
+    prune_rungs: tuple[int, ...] | None = tuple(early) if pruner is None else None
+    weights = bracket_weights(len(early), reduction_factor)
+    in_bracket = [0] * len(weights)
     budget_scope = Scope.of(dict(scope))
     ledger.set_budget(budget_scope, "total", cap_usd)
     study = optuna.create_study(
         direction="maximize" if direction == "maximize" else "minimize",
         sampler=sampler or optuna.samplers.TPESampler(seed=seed, n_startup_trials=reduction_factor),
-        pruner=pruner,
+        pruner=pruner or optuna.pruners.NopPruner(),
     )
     run = uuid.uuid4().hex[:8]
     seen: dict[tuple[Any, ...], SearchTrial] = {}
@@ -179,8 +182,7 @@ def budgeted_search(
     fastest: float | None = None  # seconds per unit of the fastest configuration seen
     cheapest: float | None = None  # training seconds of the cheapest trial that reached the last rung
     overhead = 0.0  # the most time outside training billed with one rung
-    ladder = rung_list  # the rungs a trial stops at
-    slowest_rung: dict[tuple[int, int], float] = {}  # (from, to): the slowest training seconds seen
+    slowest_first = 0.0  # the slowest first rung seen, in training seconds
     repeats = 0
     stop = ""
     billing = SearchBilling(
@@ -193,6 +195,16 @@ def budgeted_search(
         meter=meter,
         started=started,
     )
+
+    def goes_on(bracket: int, rung: int, value: float, number: int) -> bool:
+        """Hyperband: is ``value`` in the top ``1/eta`` of the trial's bracket at ``rung``?"""
+        assert prune_rungs is not None
+        if rung not in prune_rungs or early.index(rung) < bracket:
+            return True  # not judged here: the rung misleads, or the trial's bracket starts above it
+        competing = [
+            v for t in trials if t.bracket == bracket and t.number != number for r, v in t.rungs if r == rung
+        ]
+        return promotable(value, competing, reduction_factor, direction)
 
     # Billed with the first rung, but no part of what every rung needs besides its training.
     setup = meter() - started
@@ -212,6 +224,7 @@ def budgeted_search(
                 break
             continue
         repeats = 0
+        bracket = next_bracket(in_bracket, weights) if prune_rungs is not None else 0
         model = make_model(dict(trial.params))
         done: list[tuple[int, float]] = []
         state = "complete"
@@ -219,24 +232,16 @@ def budgeted_search(
         own: float | None = None  # this trial's slowest seconds per unit so far
         latest: float | None = None  # and on its latest rung
         trained_total = 0.0
-        spans: dict[int, float] = {}  # this trial's training seconds from each rung it passed (and 0) on
-        steps = list(ladder)
-        probing = False
-        scale: float | None = None  # after a probe: this configuration's time on it over the slowest one's
-        while len(done) < len(steps):
-            rung = steps[len(done)]
-            # A first rung is priced at the slowest time the same span took before, else at the slowest
-            # speed seen (this configuration's is unknown yet); later rungs at this configuration's own speed
-            # on its latest rung: pricing a fast configuration's long last rung at the slowest one's speed,
-            # or at its own first rung's (which carries the fixed cost of a fit and of scoring over a few
-            # units), would refuse rungs the money left can pay. After a probe, the slowest time of the
-            # same span scaled by how this configuration ran the probe.
-            if scale is not None and (previous, rung) in slowest_rung:
-                estimate = slowest_rung[(previous, rung)] * scale
-            elif latest is not None:
+        for rung in rung_list:
+            # A first rung is priced at the slowest first rung seen, else at the slowest speed seen (this
+            # configuration's is unknown yet); later rungs at this configuration's own speed on its latest
+            # rung: pricing a fast configuration's long last rung at the slowest one's speed, or at its own
+            # first rung's (which carries the fixed cost of a fit and of scoring over a few units), would
+            # refuse rungs the money left can pay.
+            if latest is not None:
                 estimate = latest * (rung - previous)
-            elif (previous, rung) in slowest_rung:
-                estimate = slowest_rung[(previous, rung)]
+            elif slowest_first:
+                estimate = slowest_first
             else:
                 estimate = (measured or guess) * (rung - previous)
             seconds = estimate * safety_factor + overhead
@@ -249,31 +254,26 @@ def budgeted_search(
                     purpose=f"rung {rung} of trial {trial.number}",
                 )
             except BudgetExceededError as e:
-                if not done and steps[0] != rung_list[0] and (0, rung_list[0]) in slowest_rung:
-                    # A first step straight past the first rung, priced at the slowest configuration's time,
-                    # does not fit: the first rung alone (a probe) tells this configuration's speed.
-                    steps.insert(0, rung_list[0])
-                    probing = True
-                    continue
                 state, stop = "cut", str(e)
                 break
             tick = meter()
             value = float(model.advance(rung))
             trained = meter() - tick
-            if probing and not done:
-                scale = trained / max(slowest_rung[(0, rung)], trained)
+            if not done:
+                slowest_first = max(slowest_first, trained)
             latest = trained / (rung - previous)
-            spans = {start: before + trained for start, before in spans.items()}
-            spans[previous] = trained
-            for start, span_seconds in spans.items():  # also through the rungs in between: never less
-                slowest_rung[(start, rung)] = max(slowest_rung.get((start, rung), 0.0), span_seconds)
             own = max(own or 0.0, latest)
             measured = max(measured or 0.0, own)
             trained_total += trained
             previous = rung
             done.append((rung, value))
             trial.report(value, rung)
-            pruned = rung != steps[-1] and trial.should_prune()
+            if rung == rung_list[-1]:
+                pruned = False
+            elif prune_rungs is None:
+                pruned = trial.should_prune()
+            else:
+                pruned = not goes_on(bracket, rung, value, trial.number)
             billed = billing.bill(
                 reservation.id, f"#{trial.number}@{rung}", f"{dict(trial.params)}: {value:.4f}"
             )
@@ -282,9 +282,10 @@ def budgeted_search(
             if pruned:
                 state = "pruned"
                 break
-        record = SearchTrial(trial.number, dict(trial.params), tuple(done), state)
+        record = SearchTrial(trial.number, dict(trial.params), tuple(done), state, bracket)
         seen[key] = record
         trials.append(record)
+        in_bracket[bracket] += 1
         if state == "complete":
             study.tell(trial, done[-1][1])
         elif done:
@@ -296,27 +297,18 @@ def budgeted_search(
             fastest = own if fastest is None else min(fastest, own)
         if state == "complete":
             cheapest = trained_total if cheapest is None else min(cheapest, trained_total)
-        if prune_rungs and state == "complete":
-            # A completed trial tells how each rung it passed ranks against full fidelity. A rung that ranks
-            # the completed trials the other way is dropped, with the rungs below it; trials then stop only
-            # at the rungs kept (a rung where nothing is decided costs a score for nothing).
-            kept = rungs_still_trusted(
-                [t.rungs for t in trials if t.value is not None], prune_rungs, reduction_factor
+        if prune_rungs is not None and state == "complete":
+            kept = trusted_rungs(
+                [(t.bracket, t.rungs) for t in trials if t.value is not None], early, reduction_factor
             )
             if kept != prune_rungs:
-                # A configuration pruned at a dropped rung was judged by a rung that misleads: it may be
-                # proposed again and run in full.
+                # A configuration pruned at a rung no longer judged at was judged by a rung that misleads:
+                # it may be proposed again, and run on.
                 dropped = set(prune_rungs) - set(kept)
                 for earlier_key, earlier in list(seen.items()):
-                    if earlier.state == "pruned" and earlier.rungs and earlier.rungs[-1][0] in dropped:
+                    if earlier.state == "pruned" and earlier.rungs[-1][0] in dropped:
                         del seen[earlier_key]
                 prune_rungs = kept
-                study.pruner = (
-                    hyperband_pruner([*kept, rung_list[-1]], reduction_factor)
-                    if kept
-                    else optuna.pruners.NopPruner()
-                )
-                ladder = [*kept, rung_list[-1]]
                 log.info("budgeted search now prunes at rungs %s", list(kept) or "none")
         if state == "cut" and fastest is not None:
             # Only a trial that reaches the last rung counts. Go on only if what is left could carry even
@@ -325,7 +317,7 @@ def budgeted_search(
             # be cut in turn, and the rest of the money is better left unspent.
             trial_seconds = cheapest if cheapest is not None else fastest * rung_list[-1]
             left = float(cap_usd - ledger.spent(budget_scope)) * 3600 / float(usd_per_hour)
-            if left < trial_seconds * safety_factor + len(ladder) * overhead:
+            if left < trial_seconds * safety_factor + len(rung_list) * overhead:
                 stop = f"{stop}; not even the fastest configuration seen could reach the last rung"
                 break
     else:

@@ -1,45 +1,66 @@
-"""The rungs of a multi-fidelity search worth pruning at: those that rank trials as full fidelity does."""
+"""Which rungs a multi-fidelity search prunes at, and which trials it judges where (Hyperband's brackets).
+
+Hyperband (Li et al., 2018) hedges against short training that misleads: its trials are split into
+brackets, the first judged from the first rung on, the next from the second, ..., the last never (it is
+random search at full fidelity). The brackets also give what the survivors of pruning cannot: an honest
+view of each rung. A trial judged at a rung was kept for its value there, so the trials that complete
+span a narrow range at it and say little about how it ranks; a trial of a later bracket ran through the
+rung unjudged, so its value there against its full-fidelity value is a fair sample.
+"""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 
-#: One-sided 5 % point of the standard normal: a rung is dropped only on a reversal this unlikely by chance.
-REVERSAL_Z = -1.645
 
+def bracket_weights(early_rungs: int, reduction_factor: int) -> list[int]:
+    """Hyperband's share of trials per bracket, the bracket judged from the first rung first.
 
-def rungs_still_trusted(
-    completed: Sequence[tuple[tuple[int, float], ...]], rungs: Sequence[int], minimum: int
-) -> tuple[int, ...]:
-    """Of the early ``rungs`` pruned at so far, those the completed trials do not show to mislead.
-
-    ``completed`` holds each completed trial's ``(rung, value)`` steps, its last step at full fidelity. A
-    rung misleads when the completed trials that stopped there (at least ``minimum`` of them) are ranked
-    by its values against their full-fidelity order beyond chance: Kendall's tau between the two is
-    negative at the one-sided 5 % level (normal approximation, variance ``2(2n+5) / (9n(n-1))``). Such a
-    rung is dropped, and so is every rung below it (what misleads at 3 epochs is not trusted at 1).
-
-    Why a test and not the sign of tau: the trials that complete are the survivors of pruning at that
-    rung, so their values there span a narrow range and their tau is pulled toward 0; its sign is then
-    noise, and dropping on it gives up pruning half the time where pruning works. With 3 trials no
-    reversal is significant, with 4 only a complete one, with 6 a tau below -0.58.
+    Bracket ``b`` of ``n = early_rungs`` is judged from early rung ``b`` on (``b == n``: never); with
+    ``s = n - b`` rungs of halving it gets ``ceil((n + 1) * eta**s / (s + 1))`` trials in a round, as in
+    Optuna's ``HyperbandPruner``: the brackets that prune early try many configurations cheaply, the one
+    that never prunes a few in full. At 1/3/9/15 epochs and ``eta`` 3: 27, 12, 6 and 4 trials of 49.
     """
-    kept = list(rungs)
-    for i in reversed(range(len(kept))):
+    n = early_rungs
+    return [math.ceil((n + 1) * reduction_factor ** (n - b) / (n - b + 1)) for b in range(n + 1)]
+
+
+def next_bracket(counts: Sequence[int], weights: Sequence[int]) -> int:
+    """The bracket of the next trial: the one furthest behind its share (ties: the earlier bracket).
+
+    Deterministic and spread out: every bracket gets its first trial within the first round, where a
+    hash of the trial number (Optuna's way) can leave the never-pruned bracket empty in a short search.
+    """
+    total = sum(counts) + 1
+    return max(range(len(weights)), key=lambda b: (weights[b] * total / sum(weights) - counts[b], -b))
+
+
+def trusted_rungs(
+    completed: Sequence[tuple[int, tuple[tuple[int, float], ...]]], early: Sequence[int], minimum: int
+) -> tuple[int, ...]:
+    """Of the ``early`` rungs, those the fair evidence does not show to mislead.
+
+    ``completed`` holds each completed trial's bracket and its ``(rung, value)`` steps, the last at full
+    fidelity. A rung's evidence is the completed trials of the brackets judged only above it (they ran
+    through it unjudged). Once at least ``minimum`` of them completed, the rung is kept only while Kendall's
+    tau between its values and the full-fidelity values is above 0: at 0 pruning there throws trials away
+    at random, below 0 it throws away the ones that win. A rung that is not kept takes the rungs below it
+    with it (what misleads at 3 epochs is not trusted at 1). Without evidence yet a rung is kept, as
+    Hyperband does; the verdict is taken again after every completed trial.
+    """
+    for i in reversed(range(len(early))):
         pairs = [
-            (values[kept[i]], trial[-1][1]) for trial in completed if kept[i] in (values := dict(trial[:-1]))
+            (values[early[i]], steps[-1][1])
+            for bracket, steps in completed
+            if bracket > i and early[i] in (values := dict(steps[:-1]))
         ]
-        n = len(pairs)
-        if n < max(minimum, 2):
-            continue
-        tau = _concordant_minus_discordant(pairs) / (n * (n - 1) / 2)
-        if tau / math.sqrt(2 * (2 * n + 5) / (9 * n * (n - 1))) < REVERSAL_Z:
-            return tuple(kept[i + 1 :])
-    return tuple(kept)
+        if len(pairs) >= max(minimum, 2) and kendall_s(pairs) <= 0:
+            return tuple(early[i + 1 :])
+    return tuple(early)
 
 
-def _concordant_minus_discordant(pairs: Sequence[tuple[float, float]]) -> int:
+def kendall_s(pairs: Sequence[tuple[float, float]]) -> int:
     """Kendall's S: pairs ordered the same way by both values, less pairs ordered the other way (ties: 0)."""
     return sum(
         _sign(pairs[i][0] - pairs[j][0]) * _sign(pairs[i][1] - pairs[j][1])

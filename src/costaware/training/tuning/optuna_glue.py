@@ -67,7 +67,7 @@ def make_pruner(spec: StudySpec) -> optuna.pruners.BasePruner:
 
 
 def hyperband_pruner(rungs: Sequence[int], reduction_factor: int) -> optuna.pruners.HyperbandPruner:
-    """Optuna's Hyperband over ``rungs``, with one bracket per rung: the last trains in full, unpruned.
+    """Optuna's Hyperband over ``rungs``, with one bracket per rung where the ladder allows it.
 
     Optuna makes ``floor(log_eta(max / min_resource)) + 1`` brackets; bracket ``s`` first decides at
     ``min_resource * eta**s``. A ladder whose last step is shorter than ``eta`` (12/36/100 with ``eta`` 3)
@@ -76,7 +76,9 @@ def hyperband_pruner(rungs: Sequence[int], reduction_factor: int) -> optuna.prun
     ranks configurations wrongly (a high learning rate leads at 12 and 36 boosting rounds and loses at 100).
     ``min_resource`` is therefore the last rung over ``eta**(len(rungs) - 1)`` when that is below the first
     rung (11 here: decisions at 12 and 36 in the first bracket, at 36 in the second, none in the third),
-    else the first rung, so every rung stays a decision point.
+    else the first rung, so every rung stays a decision point. Where the last rung is below
+    ``eta**(len(rungs) - 1)`` (1/3/9/15 epochs at ``eta`` 3) no integer ``min_resource`` gives that
+    bracket; :func:`costaware.training.search.budgeted_search` deals its own brackets for that reason.
 
     Raises:
         ConfigurationError: no rungs, or a reduction factor below 2.
