@@ -155,29 +155,42 @@ def test_the_last_bracket_runs_in_full_and_a_trial_is_judged_only_from_its_brack
 def test_a_rung_is_judged_at_only_while_the_trials_that_ran_through_it_unjudged_rank_it_above_chance() -> (
     None
 ):
-    """The evidence of a rung is the completed trials of the brackets judged only above it; the survivors of
-    pruning there (bracket 0 at rung 1) do not count, whatever they show."""
+    """The evidence of a rung is the completed trials that ran through it unjudged; the survivors of pruning
+    there do not count, whatever they show."""
     from costaware.training.search_rungs import trusted_rungs
 
-    def trials(bracket: int, *values: tuple[float, float, float]) -> list[tuple[int, Any]]:
-        return [(bracket, ((1, a), (3, b), (9, c))) for a, b, c in values]
+    def trials(judged: tuple[int, ...], *values: tuple[float, float, float]) -> list[tuple[Any, Any]]:
+        return [(judged, ((1, a), (3, b), (9, c))) for a, b, c in values]
 
     ordered = [(0.1 * k, 0.1 * k, 0.1 * k) for k in range(1, 4)]
     reversed_at_1 = [(0.4 - a, b, c) for a, b, c in ordered]
     flat_at_3 = [(a, 0.5, c) for a, b, c in ordered]
     # Fewer than three fair trials: no verdict, every rung judged at (Hyperband's default).
-    assert trusted_rungs(trials(2, *ordered[:2]), (1, 3), 3) == (1, 3)
-    assert trusted_rungs(trials(2, *ordered), (1, 3), 3) == (1, 3)
-    # Rung 1 against full fidelity the other way, seen by trials judged from 3 on: rung 1 goes.
-    assert trusted_rungs(trials(1, *reversed_at_1), (1, 3), 3) == (3,)
-    # ... but the survivors of rung 1 (bracket 0) do not count for it.
-    assert trusted_rungs(trials(0, *reversed_at_1), (1, 3), 3) == (1, 3)
+    assert trusted_rungs(trials((), *ordered[:2]), (1, 3), 3) == (1, 3)
+    assert trusted_rungs(trials((), *ordered), (1, 3), 3) == (1, 3)
+    # Rung 1 against full fidelity the other way, seen by trials judged only at 3: rung 1 goes.
+    assert trusted_rungs(trials((3,), *reversed_at_1), (1, 3), 3) == (3,)
+    # ... but the survivors of rung 1 do not count for it.
+    assert trusted_rungs(trials((1, 3), *reversed_at_1), (1, 3), 3) == (1, 3)
     # No relation at rung 3 (tau 0): it goes, and rung 1 with it, though rung 1 ranks in order.
-    assert trusted_rungs(trials(2, *flat_at_3), (1, 3), 3) == ()
-    # Bracket 1 trials ran through rung 3 judged: they are no evidence for it.
-    assert trusted_rungs(trials(1, *flat_at_3), (1, 3), 3) == (1, 3)
+    assert trusted_rungs(trials((), *flat_at_3), (1, 3), 3) == ()
+    # Trials judged at rung 3 are no evidence for it.
+    assert trusted_rungs(trials((3,), *flat_at_3), (1, 3), 3) == (1, 3)
     # A weak but positive relation keeps a rung: one pair of three out of order (tau 1/3).
-    assert trusted_rungs(trials(2, (0.1, 0.2, 0.1), (0.2, 0.1, 0.2), (0.3, 0.3, 0.3)), (1, 3), 3) == (1, 3)
+    assert trusted_rungs(trials((), (0.1, 0.2, 0.1), (0.2, 0.1, 0.2), (0.3, 0.3, 0.3)), (1, 3), 3) == (1, 3)
+
+
+def test_a_trial_is_judged_only_at_the_rungs_trusted_when_it_passed_them(ledger: Any) -> None:
+    """Where short training misleads (``Crossing``) the rungs are dropped; the trials after that pass them
+    unjudged, and each trial's ``judged`` says where it was judged."""
+    clock = Clock()
+    result = search(ledger, "10000", clock, make_model=lambda params: Crossing(params, clock), max_repeats=50)
+    assert result.prune_rungs == ()
+    for t in result.trials:
+        assert set(t.judged) <= {1, 3} and all(r >= (1, 3, 9)[t.bracket] for r in t.judged)
+        if t.state == "pruned":
+            assert t.rungs[-1][0] == t.judged[-1]
+    assert not result.trials[-1].judged
 
 
 def test_a_given_pruner_is_used_as_it_is(ledger: Any) -> None:

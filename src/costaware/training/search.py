@@ -4,10 +4,11 @@ Optuna does what it is good at: its sampler (TPE by default) proposes the config
 goes on after a rung is Hyperband's decision by default (or a given Optuna pruner's): each trial belongs
 to a bracket, judged from the first rung, from the second, ..., or never, and at a rung it is judged at it
 goes on only in the top ``1/eta`` of its bracket there. Which rungs are judged at is checked, not assumed:
-the trials of later brackets ran through a rung unjudged, and a rung is dropped (with the rungs below it)
-while those of them that completed rank it against full fidelity no better than chance (Kendall's tau
-<= 0, :mod:`costaware.training.search_rungs`). Short training that misleads (a high learning rate ahead
-after a few epochs, behind at the end) then stops deciding which configurations go on.
+a rung is dropped (with the rungs below it) while the completed trials that ran through it unjudged (those
+of later brackets, and any that passed it while it was not judged at) rank it against full fidelity no
+better than chance (Kendall's tau <= 0, :mod:`costaware.training.search_rungs`). Short training that
+misleads (a high learning rate ahead after a few epochs, behind at the end) then stops deciding which
+configurations go on.
 
 The money is ours: before every rung the search reserves that rung's estimated cost in the cost ledger, and
 settles it with what the rung really used once it ran. A rung that cannot be reserved is not run, so the
@@ -66,6 +67,8 @@ class SearchTrial:
     state: str  # "complete", "pruned", "cut" (its next rung could not be paid) or "repeat" (seen before)
     #: Its Hyperband bracket: judged from early rung ``bracket`` on (as many as early rungs: never judged).
     bracket: int = 0
+    #: The rungs it was judged at (its bracket's, where pruning was trusted when it passed them).
+    judged: tuple[int, ...] = ()
 
     @property
     def value(self) -> float | None:
@@ -128,9 +131,10 @@ def budgeted_search(
             2018; :func:`~costaware.training.search_rungs.bracket_weights`): a trial judged from a given
             rung on goes on from each rung it is judged at only in the top ``1/reduction_factor`` of its
             bracket's values there, and the trials of the last bracket run in full. Every trial stops at
-            every rung to be scored, so the trials of later brackets show how each rung ranks
-            configurations: a rung is judged at only while those of them that completed (at least
-            ``reduction_factor``) rank it above chance against full fidelity, Kendall's tau > 0
+            every rung to be scored, so the trials that ran through a rung unjudged (later brackets, or
+            while it was not judged at) show how it ranks configurations: a rung is judged at only while
+            those of them that completed (at least ``reduction_factor``) rank it above chance against full
+            fidelity, Kendall's tau > 0
             (:func:`~costaware.training.search_rungs.trusted_rungs`; ``SearchResult.prune_rungs``). Where
             short training ranks configurations the other way (a high learning rate ahead after a few
             epochs, behind at the end), pruning there drops the configurations that win; the survivors of
@@ -196,11 +200,12 @@ def budgeted_search(
         started=started,
     )
 
+    def judged_at(bracket: int, rung: int) -> bool:
+        """Is a trial of ``bracket`` judged at ``rung``: a rung trusted, at or above its bracket's first?"""
+        return prune_rungs is not None and rung in prune_rungs and early.index(rung) >= bracket
+
     def goes_on(bracket: int, rung: int, value: float, number: int) -> bool:
         """Hyperband: is ``value`` in the top ``1/eta`` of the trial's bracket at ``rung``?"""
-        assert prune_rungs is not None
-        if rung not in prune_rungs or early.index(rung) < bracket:
-            return True  # not judged here: the rung misleads, or the trial's bracket starts above it
         competing = [
             v for t in trials if t.bracket == bracket and t.number != number for r, v in t.rungs if r == rung
         ]
@@ -232,6 +237,7 @@ def budgeted_search(
         own: float | None = None  # this trial's slowest seconds per unit so far
         latest: float | None = None  # and on its latest rung
         trained_total = 0.0
+        judged: list[int] = []
         for rung in rung_list:
             # A first rung is priced at the slowest first rung seen, else at the slowest speed seen (this
             # configuration's is unknown yet); later rungs at this configuration's own speed on its latest
@@ -272,8 +278,11 @@ def budgeted_search(
                 pruned = False
             elif prune_rungs is None:
                 pruned = trial.should_prune()
-            else:
+            elif judged_at(bracket, rung):
+                judged.append(rung)
                 pruned = not goes_on(bracket, rung, value, trial.number)
+            else:
+                pruned = False
             billed = billing.bill(
                 reservation.id, f"#{trial.number}@{rung}", f"{dict(trial.params)}: {value:.4f}"
             )
@@ -282,7 +291,7 @@ def budgeted_search(
             if pruned:
                 state = "pruned"
                 break
-        record = SearchTrial(trial.number, dict(trial.params), tuple(done), state, bracket)
+        record = SearchTrial(trial.number, dict(trial.params), tuple(done), state, bracket, tuple(judged))
         seen[key] = record
         trials.append(record)
         in_bracket[bracket] += 1
@@ -299,7 +308,7 @@ def budgeted_search(
             cheapest = trained_total if cheapest is None else min(cheapest, trained_total)
         if prune_rungs is not None and state == "complete":
             kept = trusted_rungs(
-                [(t.bracket, t.rungs) for t in trials if t.value is not None], early, reduction_factor
+                [(t.judged, t.rungs) for t in trials if t.value is not None], early, reduction_factor
             )
             if kept != prune_rungs:
                 # A configuration pruned at a rung no longer judged at was judged by a rung that misleads:

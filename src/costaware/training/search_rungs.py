@@ -11,7 +11,7 @@ rung unjudged, so its value there against its full-fidelity value is a fair samp
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 
 def bracket_weights(early_rungs: int, reduction_factor: int) -> list[int]:
@@ -37,23 +37,27 @@ def next_bracket(counts: Sequence[int], weights: Sequence[int]) -> int:
 
 
 def trusted_rungs(
-    completed: Sequence[tuple[int, tuple[tuple[int, float], ...]]], early: Sequence[int], minimum: int
+    completed: Sequence[tuple[Collection[int], tuple[tuple[int, float], ...]]],
+    early: Sequence[int],
+    minimum: int,
 ) -> tuple[int, ...]:
     """Of the ``early`` rungs, those the fair evidence does not show to mislead.
 
-    ``completed`` holds each completed trial's bracket and its ``(rung, value)`` steps, the last at full
-    fidelity. A rung's evidence is the completed trials of the brackets judged only above it (they ran
-    through it unjudged). Once at least ``minimum`` of them completed, the rung is kept only while Kendall's
-    tau between its values and the full-fidelity values is above 0: at 0 pruning there throws trials away
-    at random, below 0 it throws away the ones that win. A rung that is not kept takes the rungs below it
-    with it (what misleads at 3 epochs is not trusted at 1). Without evidence yet a rung is kept, as
-    Hyperband does; the verdict is taken again after every completed trial.
+    ``completed`` holds each completed trial's rungs it was judged at and its ``(rung, value)`` steps, the
+    last at full fidelity. A rung's evidence is the completed trials that ran through it unjudged (those of
+    the brackets judged only above it, and any trial that passed it while it was not judged at). Once at
+    least ``minimum`` of them completed, the rung is kept only while Kendall's tau between its values and
+    the full-fidelity values is above 0: at 0 pruning there throws trials away at random, below 0 it throws
+    away the ones that win. A rung that is not kept takes the rungs below it with it (what misleads at 3
+    epochs is not trusted at 1). Without evidence yet a rung is kept, as Hyperband does; the verdict is
+    taken again after every completed trial, so a rung dropped on a few trials comes back if more of them
+    rank it in order.
     """
     for i in reversed(range(len(early))):
         pairs = [
             (values[early[i]], steps[-1][1])
-            for bracket, steps in completed
-            if bracket > i and early[i] in (values := dict(steps[:-1]))
+            for judged, steps in completed
+            if early[i] not in judged and early[i] in (values := dict(steps[:-1]))
         ]
         if len(pairs) >= max(minimum, 2) and kendall_s(pairs) <= 0:
             return tuple(early[i + 1 :])
