@@ -28,7 +28,8 @@ attempt after spot preemptions (the deadline fallback past ``latest_start`` look
 ``availability_zones=["us-west-2a", "us-west-2b"]`` replays the 2a trace as zone us-west-2a and the 2b trace
 as us-west-2b (one capacity file per zone; a drop preempts only the jobs in its zone), both windows from one
 tick (the first after 400 where either zone has capacity), first attempt in us-west-2a. Its oracle is the
-simulator's on the collapsed market (capacity when either zone has it, same price): a lower bound. The same
+simulator's exact multi-zone one (a move between zones is a new start; a drop in the job's own zone preempts
+it), not the looser bound that moves between zones for free. The same
 job also runs pinned to each zone alone over the same window; the cheaper is the best single zone. Those
 pinned runs are the per-trace rows of this mode (their windows start at the shared tick, not at each trace's
 own). The zone choice weighs each zone's preempted runs against the restart overhead, so this mode also
@@ -220,14 +221,23 @@ def oracle_usd(
     every: float,
     tick_seconds: float,
     deadline_seconds: float,
+    zone_traces: list[list[bool]] | None = None,
 ) -> float:
-    """The simulator's oracle for the same work on the same trace, in the same compressed ticks."""
+    """The simulator's oracle for the same work on the same trace, in the same compressed ticks.
+
+    With ``zone_traces`` (one capacity trace per zone, ``trace`` their union) it is the exact multi-zone
+    oracle: a move between zones is a new start, and a drop in the job's own zone preempts it."""
     from costaware.core.policies.base import Action, Hindsight, Situation
     from costaware.core.policies.oracle import solve
 
     ticks = int(deadline_seconds // tick_seconds)
     available = (list(trace) + [trace[-1]] * ticks)[:ticks]
     spot, od = float(PRICES["spot"]), float(PRICES["on_demand"])
+    zones = (
+        tuple(([spot] * ticks, (list(z) + [z[-1]] * ticks)[:ticks]) for z in zone_traces)
+        if zone_traces
+        else None
+    )
     situation = Situation(
         tick=0,
         tick_hours=tick_seconds / 3600,
@@ -243,7 +253,7 @@ def oracle_usd(
         on_demand_usd_per_hour=od,
         spot_forecast=[spot] * ticks,
         on_demand_forecast=[od] * ticks,
-        hindsight=Hindsight(spot=[spot] * ticks, available=available, on_demand=[od] * ticks),
+        hindsight=Hindsight(spot=[spot] * ticks, available=available, on_demand=[od] * ticks, zones=zones),
     )
     return solve(situation, situation.hindsight)[0]  # type: ignore[arg-type]
 
@@ -564,8 +574,14 @@ def main() -> int:
         lost_all: list[float] = []
         tally = {"preemptions": 0, "misses": 0, "completed": 0}
 
-        def traced(label: str, trace: Any, zones: list[str] | None, market: list[bool]) -> dict[str, Any]:
-            """One traced job; ``market`` is the capacity its oracle sees."""
+        def traced(
+            label: str,
+            trace: Any,
+            zones: list[str] | None,
+            market: list[bool],
+            zone_markets: list[list[bool]] | None = None,
+        ) -> dict[str, Any]:
+            """One traced job; ``market`` is the capacity its oracle sees (``zone_markets``: per zone)."""
             run = run_once(
                 folder / label,
                 data,
@@ -586,6 +602,7 @@ def main() -> int:
                 every=every,
                 tick_seconds=tick,
                 deadline_seconds=deadline_seconds,
+                zone_traces=zone_markets,
             )
             tally["completed"] += 1
             tally["misses"] += int(run["missed"])
@@ -627,7 +644,7 @@ def main() -> int:
         for gpu, by_zone in pairs_by_gpu:
             windows = zone_windows(by_zone, deadline_seconds, tick)
             either = [any(c) for c in zip(*windows.values(), strict=True)]
-            both = traced(f"zones-{gpu}", windows, list(ZONES), either)
+            both = traced(f"zones-{gpu}", windows, list(ZONES), either, [list(w) for w in windows.values()])
             alone = {}
             for zone in ZONES:
                 alone[zone] = traced(f"{zone}-{gpu}", {zone: windows[zone]}, [zone], windows[zone])

@@ -342,6 +342,87 @@ def test_a_preempted_job_fails_over_to_another_zone() -> None:
     assert two.met_deadline and one.met_deadline and two.usd < one.usd  # one zone ends on on-demand
 
 
+def zoned_brute_force(m: TickMarket, plan: TickPlan) -> float:
+    """Cheapest sequence of (action, zone) per tick that finishes in time, by trying them all (tiny cases)."""
+    assert m.zones is not None
+
+    class Fixed(OraclePolicy):
+        def __init__(self, steps: tuple[tuple[Action, int], ...]) -> None:
+            super().__init__()
+            self._plan = [a for a, _ in steps]
+            self._zones = [z for _, z in steps]
+
+    choices = [(Action.WAIT, -1), (Action.ON_DEMAND, -1)] + [(Action.SPOT, z) for z in range(len(m.zones))]
+    best = float("inf")
+    for steps in itertools.product(choices, repeat=plan.deadline):
+        outcome = run_job(Fixed(steps), m, plan)
+        if outcome.met_deadline:
+            best = min(best, float(outcome.usd))
+    return best
+
+
+@settings(max_examples=40, deadline=None, database=None)
+@given(
+    st.lists(
+        st.tuples(st.floats(0.1, 2.5), st.booleans(), st.floats(0.1, 2.5), st.booleans()),
+        min_size=8,
+        max_size=8,
+    ),
+    st.integers(1, 2),
+    st.integers(0, 1),
+    st.integers(0, 2),
+)
+def test_the_zoned_oracle_matches_brute_force(
+    ticks: list[tuple[float, bool, float, bool]], work: int, overhead: int, checkpoint: int
+) -> None:
+    a = ([p for p, _, _, _ in ticks], [ok for _, ok, _, _ in ticks])
+    b = ([p for _, _, p, _ in ticks], [ok for _, _, _, ok in ticks])
+    m = zoned_tick_market([a, b], [2.0] * len(ticks))
+    plan = TickPlan(DT, work, min(5, work + overhead + 2), overhead, checkpoint)
+    oracle = OraclePolicy()
+    outcome = run_job(oracle, m, plan)
+    assert float(outcome.usd) == pytest.approx(oracle.optimal_usd, abs=2e-6)  # the replay follows the plan
+    assert oracle.optimal_usd == pytest.approx(zoned_brute_force(m, plan), abs=2e-6)
+
+
+def test_the_zoned_oracle_pays_a_restart_to_move_and_is_preempted_in_its_own_zone() -> None:
+    from costaware.core.policies.base import Hindsight
+    from costaware.core.policies.oracle import solve
+
+    n = 12
+    # Zone a is cheap for 3 ticks then loses capacity; zone b is dearer and always there.
+    zone_a = ([0.5] * n, [True] * 3 + [False] * (n - 3))
+    zone_b = ([1.0] * n, [True] * n)
+    m = zoned_tick_market([zone_a, zone_b], [3.0] * n)
+    plan = TickPlan(DT, 6, 9, 1, 1)
+    oracle = OraclePolicy()
+    outcome = run_job(oracle, m, plan)
+    # 3 ticks in a (1 of overhead, 2 of work, checkpointed each tick), then a new start in b: 1 + 4 ticks.
+    assert float(outcome.usd) == pytest.approx(DT * (3 * 0.5 + 5 * 1.0))
+    assert [oracle.zone_at(t) for t in range(8)] == [0, 0, 0, 1, 1, 1, 1, 1]
+    assert outcome.preemptions == 1  # a's drop preempts it (b has capacity); its checkpoint keeps the work
+    # On the collapsed market the move is free (no second restart): a looser lower bound.
+    situation = Situation(
+        tick=0,
+        tick_hours=DT,
+        work_ticks=6,
+        deadline_tick=9,
+        overhead_ticks=1,
+        checkpoint_ticks=1,
+        progress=0,
+        running=Action.WAIT,
+        overhead_left=0,
+        spot_usd_per_hour=0.5,
+        spot_available=True,
+        on_demand_usd_per_hour=3.0,
+        spot_forecast=m.spot_forecast,
+        on_demand_forecast=m.on_demand,
+    )
+    collapsed, _ = solve(situation, Hindsight(m.spot, m.available, m.on_demand))
+    assert collapsed == pytest.approx(DT * (3 * 0.5 + 4 * 1.0))
+    assert collapsed < oracle.optimal_usd
+
+
 def _ticked(split: int, history: list[bool], available: list[bool]) -> tuple[TickMarket, TickPlan]:
     """A 10-minute scenario sampled ``split`` times finer: every tick and every sample repeated."""
 

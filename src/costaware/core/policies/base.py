@@ -24,11 +24,17 @@ class Action(str, Enum):
 
 @dataclass(frozen=True, slots=True)
 class Hindsight:
-    """Every price and availability of a job's horizon, per tick; only clairvoyant policies get it."""
+    """Every price and availability of a job's horizon, per tick; only clairvoyant policies get it.
+
+    ``zones`` holds each zone's spot prices and capacity for a policy that plans zone by zone
+    (:attr:`Policy.plans_zones`); ``spot`` and ``available`` are then the collapsed market (the cheapest zone
+    with capacity).
+    """
 
     spot: Sequence[float] | None
     available: Sequence[bool] | None
     on_demand: Sequence[float]
+    zones: tuple[tuple[Sequence[float], Sequence[bool]], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +76,14 @@ class Policy(abc.ABC):
     name: ClassVar[str]
     #: Whether the policy may read :attr:`Situation.hindsight` (only the oracle).
     clairvoyant: ClassVar[bool] = False
+    #: Whether a clairvoyant policy places its spot ticks in zones itself (``zone_at(tick)``); the others run
+    #: a zoned job on the collapsed market (clairvoyant) or by the live zone rule.
+    plans_zones: ClassVar[bool] = False
 
     @abc.abstractmethod
     def decide(self, situation: Situation) -> Action:
         """The action for this tick."""
+
+    def zone_at(self, tick: int) -> int:
+        """Where a policy that :attr:`plans_zones` runs spot tick ``tick`` (a zone index; -1: not on spot)."""
+        return -1

@@ -2,29 +2,33 @@
 
 It reads the whole future (spot prices, capacity, power prices) from :class:`Hindsight` and solves the job's
 schedule exactly by dynamic programming over ticks. The state after each tick is (work kept, where the job is:
-idle / spot / on-demand, restart ticks still owed there); the actions and their effects are exactly the
-simulator's:
+idle / spot in a zone / on-demand, restart ticks still owed there); the actions and their effects are exactly
+the simulator's:
 
 * ``WAIT`` costs nothing and keeps the work (a voluntary stop checkpoints first);
 * ``SPOT`` / ``ON_DEMAND`` cost that tick's price; on a new start the first ``overhead_ticks`` ticks make no
   progress; spot is impossible in a tick without capacity;
 * a job on spot whose capacity disappears is preempted before it can act, losing its work back to the last
-  checkpoint.
+  checkpoint;
+* with several zones (:attr:`Hindsight.zones`) each zone is a spot market of its own: moving to another zone
+  is a new start, and only a drop in the job's own zone preempts it. This is the exact multi-zone optimum
+  under the simulator's rules; planning on the collapsed market instead (the cheapest zone with capacity at
+  each tick, as if moving were free and never restarted) gives a looser lower bound.
 
 Any policy's run is one path through this state graph, so no policy that meets the deadline can cost less than
-the oracle (a property test checks this). About ``ticks x work x overhead x 6`` operations per job, vectorised
-with numpy (imported in the function, as ``core`` allows).
+the oracle (property tests check this, and a brute force on small cases). About
+``ticks x work x overhead x (markets + 1)**2`` operations per job, vectorised with numpy (imported in the
+function, as ``core`` allows).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from costaware.core.errors import ConfigurationError
 from costaware.core.policies.base import Action, Hindsight, Policy, Situation
 from costaware.core.policies.rules import checkpointed
-
-_KINDS = (Action.WAIT, Action.SPOT, Action.ON_DEMAND)
 
 
 class OraclePolicy(Policy):
@@ -32,9 +36,11 @@ class OraclePolicy(Policy):
 
     name = "oracle"
     clairvoyant = True
+    plans_zones = True
 
     def __init__(self) -> None:
         self._plan: list[Action] | None = None
+        self._zones: list[int] = []
         self.optimal_usd: float | None = None
 
     def decide(self, situation: Situation) -> Action:
@@ -42,14 +48,31 @@ class OraclePolicy(Policy):
         if self._plan is None:
             if situation.hindsight is None:
                 raise ConfigurationError("the oracle needs hindsight: run it through costaware.core.simulate")
-            self.optimal_usd, self._plan = solve(situation, situation.hindsight)
+            self.optimal_usd, self._plan, self._zones = solve_zoned(situation, situation.hindsight)
         if situation.tick < len(self._plan):
             return self._plan[situation.tick]
         return Action.ON_DEMAND  # pragma: no cover - the plan always finishes the job
 
+    def zone_at(self, tick: int) -> int:
+        """The zone (an index of :attr:`Hindsight.zones`) of the plan's spot tick ``tick``; -1 elsewhere."""
+        return self._zones[tick] if tick < len(self._zones) else -1
+
 
 def solve(s: Situation, h: Hindsight) -> tuple[float, list[Action]]:
     """Least cost (USD) and the tick-by-tick plan that finishes the job by its deadline.
+
+    Raises:
+        ConfigurationError: the job cannot finish by its deadline even on on-demand from the start.
+    """
+    cost, plan, _zones = solve_zoned(s, h)
+    return cost, plan
+
+
+def solve_zoned(s: Situation, h: Hindsight) -> tuple[float, list[Action], list[int]]:
+    """:func:`solve`, and the zone of each planned spot tick (-1 on other ticks; 0 with one market).
+
+    With ``h.zones`` each zone is a spot market of its own: a move between zones is a new start (it pays the
+    restart overhead), and a drop in the job's own zone preempts it, whatever the others have.
 
     Raises:
         ConfigurationError: the job cannot finish by its deadline even on on-demand from the start.
@@ -62,9 +85,19 @@ def solve(s: Situation, h: Hindsight) -> tuple[float, list[Action]]:
             f"the job needs {work + overhead} ticks (work plus restart overhead) but its deadline is "
             f"{deadline} ticks away; raise deadline_hours or lower runtime_hours"
         )
+    # The spot markets: one per zone, or the one market (None: no spot at all, on-premises power).
+    markets: list[tuple[Sequence[float], Sequence[bool] | None]] = (
+        [(prices, available) for prices, available in h.zones]
+        if h.zones
+        else ([] if h.spot is None else [(h.spot, h.available)])
+    )
+    # Kinds of state: 0 idle, 1..Z running on spot in zone k-1, Z+1 running on on-demand.
+    spot_kinds = list(range(1, len(markets) + 1))
+    on_demand = len(markets) + 1
+    running = [*spot_kinds, on_demand]
     lanes = overhead + 1
     n_idle = work + 1
-    size = n_idle + 2 * (work + 1) * lanes
+    size = n_idle + len(running) * (work + 1) * lanes
 
     def lane(kind: int, p: int, r: int) -> int:
         return n_idle + (kind - 1) * (work + 1) * lanes + p * lanes + r
@@ -80,23 +113,25 @@ def solve(s: Situation, h: Hindsight) -> tuple[float, list[Action]]:
 
     for p in range(work + 1):
         add(p, p, 0)  # idle stays idle
-        for k in (1, 2):
+        for k in running:
             for r in range(lanes):
                 add(lane(k, p, r), p, 0)  # stop (keeps the work)
     for p in range(work):
-        for k in (1, 2):
+        for k in running:
             launched = lane(k, p, overhead - 1) if overhead else lane(k, p + 1, 0)
             add(p, launched, k)
-            other = 3 - k
-            for r in range(lanes):
-                add(lane(other, p, r), launched, k)  # switch market: a new start
+            for other in running:
+                if other != k:
+                    for r in range(lanes):
+                        add(lane(other, p, r), launched, k)  # another market or zone: a new start
             for r in range(1, lanes):
                 add(lane(k, p, r), lane(k, p, r - 1), k)  # paying restart overhead
             add(lane(k, p, 0), lane(k, p + 1, 0), k)  # productive tick
     src_a, dst_a, kind_a = np.array(src), np.array(dst), np.array(kind)
-    spot_edge = kind_a == 1
     # Preemption: a spot lane that still has work to do falls back to idle at its last checkpoint.
-    pre_src = np.array([lane(1, p, r) for p in range(work) for r in range(lanes)], dtype=int)
+    pre_src = {
+        k: np.array([lane(k, p, r) for p in range(work) for r in range(lanes)], dtype=int) for k in spot_kinds
+    }
     pre_dst = np.array(
         [checkpointed(p, s.checkpoint_ticks) for p in range(work) for r in range(lanes)], dtype=int
     )
@@ -105,24 +140,25 @@ def solve(s: Situation, h: Hindsight) -> tuple[float, list[Action]]:
     value = np.full(size, inf)
     value[s.progress] = 0.0
     back: list[tuple[Any, Any]] = []
-    spot_prices = h.spot
     for t in range(deadline):
         pre_back = None
-        available = h.available is None or bool(h.available[t])
-        if spot_prices is not None and not available:
-            pre_back = np.arange(size)
-            moved = value[pre_src]
-            for a, b, v in zip(pre_src.tolist(), pre_dst.tolist(), moved.tolist(), strict=True):
-                if v < value[b]:
-                    value[b] = v
-                    pre_back[b] = a
-            value[pre_src] = inf
-        prices = np.array(
-            [0.0, (spot_prices[t] if spot_prices is not None else inf) * dt, h.on_demand[t] * dt]
-        )
+        prices = np.full(len(running) + 1, inf)
+        prices[0] = 0.0
+        prices[on_demand] = h.on_demand[t] * dt
+        for k in spot_kinds:
+            spot, available = markets[k - 1]
+            if available is not None and not available[t]:
+                if pre_back is None:
+                    pre_back = np.arange(size)
+                moved = value[pre_src[k]]
+                for a, b, v in zip(pre_src[k].tolist(), pre_dst.tolist(), moved.tolist(), strict=True):
+                    if v < value[b]:
+                        value[b] = v
+                        pre_back[b] = a
+                value[pre_src[k]] = inf
+            else:
+                prices[k] = spot[t] * dt
         cost = value[src_a] + prices[kind_a]
-        if spot_prices is None or not available:
-            cost = np.where(spot_edge, inf, cost)
         order = np.lexsort((kind_a, cost, dst_a))
         first = np.ones(len(order), dtype=bool)
         first[1:] = dst_a[order][1:] != dst_a[order][:-1]
@@ -133,19 +169,24 @@ def solve(s: Situation, h: Hindsight) -> tuple[float, list[Action]]:
         edge[dst_a[chosen]] = chosen
         back.append((pre_back, edge))
         value = new_value
-    finals = [p for p in [work] + [lane(k, work, 0) for k in (1, 2)]]
+    finals = [work] + [lane(k, work, 0) for k in running]
     best = min(finals, key=lambda i: value[i])
     if value[best] == inf:
         raise ConfigurationError("no schedule meets the deadline")  # pragma: no cover - on-demand always can
     plan: list[Action] = []
+    zones: list[int] = []
     state = best
     for pre_back, edge in reversed(back):
         e = int(edge[state])
-        plan.append(_KINDS[int(kind_a[e])])
+        k = int(kind_a[e])
+        plan.append(Action.WAIT if k == 0 else Action.ON_DEMAND if k == on_demand else Action.SPOT)
+        zones.append(k - 1 if k in spot_kinds else -1)
         state = int(src_a[e])
         if pre_back is not None:
             state = int(pre_back[state])
     plan.reverse()
+    zones.reverse()
     while plan and plan[-1] is Action.WAIT:
         plan.pop()
-    return float(value[best]), plan
+        zones.pop()
+    return float(value[best]), plan, zones

@@ -144,11 +144,18 @@ def run_job(
             ``guard_window=None``).
     """
     dt = plan.tick_hours
-    hindsight = Hindsight(market.spot, market.available, market.on_demand) if policy.clairvoyant else None
+    # A clairvoyant policy that plans zones (the oracle) runs zone by zone as its plan says; another runs a
+    # zoned job on the collapsed market.
+    planned_zones = bool(market.zones) and policy.clairvoyant and policy.plans_zones
+    hindsight = (
+        Hindsight(market.spot, market.available, market.on_demand, market.zones if planned_zones else None)
+        if policy.clairvoyant
+        else None
+    )
     progress, running, overhead_left = 0, Action.WAIT, 0
     cost, preemptions, run_ticks, spot_ticks, t = 0.0, 0, 0, 0, 0
     has_spot = market.spot is not None
-    zones = None if policy.clairvoyant else market.zones
+    zones = market.zones if planned_zones or not policy.clairvoyant else None
     rule = None
     if has_spot and not policy.clairvoyant:
         rule = _ZoneRule(plan, len(zones) if zones else 1, guard=restart_guard)
@@ -176,7 +183,8 @@ def run_job(
             preemptions += 1
             if rule is not None:  # None for the oracle, which plans its preemptions knowingly
                 rule.record(max(run_zone, 0), t - run_start)
-        if zones and not pinned:
+        # (A zone-planning oracle's tick is placed after decide(): its plan is solved on the first tick.)
+        if zones and not pinned and not planned_zones:
             assert rule is not None  # zones are kept for non-clairvoyant policies only
             if running is not Action.SPOT:
                 zone = rule.choose(
@@ -223,12 +231,20 @@ def run_job(
                     priority=priority,
                 )
             )
+        moved = False  # the plan runs this spot tick in another zone than the last: a new start
+        if planned_zones and action is Action.SPOT:
+            assert zones is not None
+            wanted = policy.zone_at(t)
+            moved = running is Action.SPOT and wanted != zone
+            zone = wanted
+            available = zones[zone][1][t]
+            spot_price = zones[zone][0][t]
         if action is Action.SPOT and not available:
             action = Action.WAIT
         if action is Action.WAIT:
             running, overhead_left = Action.WAIT, 0
         else:
-            if action is running:
+            if action is running and not moved:
                 if overhead_left:
                     overhead_left -= 1
                 else:
