@@ -66,9 +66,11 @@ them), times ``K`` like the other durations, and the rule takes their median. Th
 beside the billed cost per save of the overhead runs (``seconds_per_checkpoint``). Caveats: (1) the first
 attempt's interval still rests on the assumed 30 s; (2) ``expected_runtime_hours`` is the measured
 uninterrupted fit (compressed, so the operator's other uses of it stay in compressed time; the wrapper scales
-it for the rule only); (3) one run per cell: the run-to-run spread of cost on this machine is a few %, of the
-order of the 10 % margin, so a near miss or near pass is within noise; (4) the best fixed is chosen in
-hindsight over the same single runs (its noise favours it).
+it for the rule only); (3) with one run per cell (``--repeats 1``, the default) the run-to-run spread of
+cost on this machine (the same trace gives 10-14 preemptions from run to run) is of the order of the 10 %
+margin, so a near miss or near pass is within noise; (4) the best fixed is chosen in hindsight, the cheapest
+of five noisy cells against one noisy auto cell, which favours it. ``--repeats N`` runs every cell N times by
+turns and compares medians: the selection bias of (4) shrinks with the spread of each cell.
 """
 
 from __future__ import annotations
@@ -273,6 +275,12 @@ def extra_flags(parser: Any) -> None:
         help="--intervals: fixed intervals, compressed seconds, comma-separated",
     )
     parser.add_argument("--traces", default="", help="only the traces whose file name holds this")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="--intervals: runs per cell, by turns; cells compare by their median cost (default 1)",
+    )
 
 
 def zone_pairs(quick: bool) -> list[tuple[str, dict[str, str]]] | None:
@@ -352,6 +360,19 @@ class ScaledRule:
             setattr(module, name, value)
 
 
+def _median_run(cell: list[dict[str, Any]]) -> dict[str, Any]:
+    """One cell of ``--intervals`` over its repeats: the run of median cost (the upper median of an even
+    count), with every run's cost and whether any missed its deadline."""
+    ranked = sorted(cell, key=lambda r: float(r["run"]["usd"]))
+    middle = ranked[len(ranked) // 2]
+    return {
+        **middle,
+        "usd": float(middle["run"]["usd"]),
+        "usd_runs": [float(r["run"]["usd"]) for r in cell],
+        "missed": any(r["run"]["missed"] for r in cell),
+    }
+
+
 def intervals_mode(
     args: Any, names: list[str], folder: Path, data: Path, common: dict[str, Any], measured: dict[str, Any]
 ) -> int:
@@ -362,6 +383,9 @@ def intervals_mode(
     tick = args.tick_seconds
     factor = 600.0 / tick
     fixed = [float(x) for x in args.fixed.split(",") if x.strip()]
+    repeats = args.repeats
+    if repeats < 1:
+        raise SystemExit(f"--repeats must be at least 1, got {repeats}")
     fit, startup, deadline_seconds = (
         measured["fit_seconds"],
         measured["startup"],
@@ -394,40 +418,53 @@ def intervals_mode(
             tick_seconds=tick,
             deadline_seconds=deadline_seconds,
         )
-        rows: dict[str, dict[str, Any]] = {}
-        for every in fixed:
+        # Each cell runs ``--repeats`` times, by turns (every fixed interval and auto once, then again), so
+        # that a drift in the machine's load falls on every cell alike; cells compare by their medians.
+        runs_of: dict[str, list[dict[str, Any]]] = {f"{every:g}": [] for every in fixed}
+        autos: list[dict[str, Any]] = []
+        for turn in range(repeats):
+            suffix = f"-r{turn}" if repeats > 1 else ""
+            for every in fixed:
+                started = time.monotonic()
+                run = run_once(
+                    folder / f"{label}-fixed-{every:g}{suffix}", data, every=every, trace=trace, **traced
+                )
+                runs_of[f"{every:g}"].append({"run": run, "wall": time.monotonic() - started})
+                print(
+                    f"  {label} fixed {every:g} s: {run['usd']:.6f} USD, {run['preemptions']} preempt",
+                    flush=True,
+                )
             started = time.monotonic()
-            run = run_once(folder / f"{label}-fixed-{every:g}", data, every=every, trace=trace, **traced)
-            rows[f"{every:g}"] = {"run": run, "wall": time.monotonic() - started}
-            print(
-                f"  {label} fixed {every:g} s: {run['usd']:.6f} USD, {run['preemptions']} preempt", flush=True
+            with ScaledRule(factor) as rule:
+                run = run_once(
+                    folder / f"{label}-auto{suffix}",
+                    data,
+                    every="auto",
+                    trace=trace,
+                    runtime_hours=fit / 3600,
+                    **traced,
+                )
+            autos.append(
+                {"run": run, "wall": time.monotonic() - started, "chosen": rule.chosen, "saves": rule.saves}
             )
-        started = time.monotonic()
-        with ScaledRule(factor) as rule:
-            run = run_once(
-                folder / f"{label}-auto", data, every="auto", trace=trace, runtime_hours=fit / 3600, **traced
-            )
-        auto: dict[str, Any] = {
-            "run": run,
-            "wall": time.monotonic() - started,
-            "chosen": rule.chosen,
-            "saves": rule.saves,
-        }
-        print(f"  {label} auto: {run['usd']:.6f} USD, intervals {rule.chosen}", flush=True)
-        best_key = min(rows, key=lambda k: rows[k]["run"]["usd"])
-        best_usd = float(rows[best_key]["run"]["usd"])
-        auto_usd = float(auto["run"]["usd"])
+            print(f"  {label} auto: {run['usd']:.6f} USD, intervals {rule.chosen}", flush=True)
+        rows = {key: _median_run(cell) for key, cell in runs_of.items()}
+        auto = _median_run(autos)
+        best_key = min(rows, key=lambda k: rows[k]["usd"])
+        best_usd = rows[best_key]["usd"]
+        auto_usd = auto["usd"]
         per_trace.append(
             {
                 "trace": label,
                 "oracle_usd": oracle,
                 "fixed": {
                     k: {
-                        "usd": float(v["run"]["usd"]),
-                        "x_oracle": round(float(v["run"]["usd"]) / oracle, 3) if oracle else None,
+                        "usd": v["usd"],
+                        "usd_runs": v["usd_runs"],
+                        "x_oracle": round(v["usd"] / oracle, 3) if oracle else None,
                         "preemptions": v["run"]["preemptions"],
                         "attempts": len(v["run"]["result"]["attempts"]),
-                        "missed": v["run"]["missed"],
+                        "missed": v["missed"],
                         "wall_seconds": round(v["wall"], 1),
                     }
                     for k, v in rows.items()
@@ -439,10 +476,11 @@ def intervals_mode(
                     round(statistics.median(saves), 4) if saves else None for saves in auto["saves"]
                 ],
                 "auto_usd": auto_usd,
+                "auto_usd_runs": auto["usd_runs"],
                 "auto_x_oracle": round(auto_usd / oracle, 3) if oracle else None,
                 "auto_preemptions": auto["run"]["preemptions"],
                 "auto_attempts": len(auto["run"]["result"]["attempts"]),
-                "auto_missed": auto["run"]["missed"],
+                "auto_missed": auto["missed"],
                 "auto_wall_seconds": round(auto["wall"], 1),
                 "auto_vs_best_fixed": round(auto_usd / best_usd, 3) if best_usd else None,
             }
@@ -494,6 +532,7 @@ def intervals_mode(
             "quick": args.quick,
             "traces": [t["trace"] for t in per_trace],
             "fixed_intervals_seconds": fixed,
+            "repeats": repeats,
             "compression": factor,
             "auto_label": "auto (rule at real scale): live path, rule inputs x K, interval / K",
             "auto_unscaled_seconds": unscaled,

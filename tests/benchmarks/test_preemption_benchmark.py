@@ -1,4 +1,4 @@
-"""The multi-zone benchmarks' oracles: exact (a move is a new start) and at most the free-moves bound."""
+"""The preemption benchmark: the multi-zone oracle (exact: a move is a new start) and --intervals medians."""
 
 from __future__ import annotations
 
@@ -34,3 +34,13 @@ def test_the_two_zone_oracle_pays_a_restart_to_move_where_the_union_of_the_trace
     assert preemption.oracle_usd(b, zone_traces=[b], **common) == pytest.approx(
         preemption.oracle_usd(b, **common)
     )
+
+
+def test_an_intervals_cell_over_its_repeats_is_its_median_run_and_any_miss_counts() -> None:
+    def run(usd: str, missed: bool = False) -> dict:  # type: ignore[type-arg]
+        return {"run": {"usd": usd, "missed": missed}, "wall": 1.0}
+
+    cell = preemption._median_run([run("0.30"), run("0.10", missed=True), run("0.20")])
+    assert cell["usd"] == pytest.approx(0.20) and cell["usd_runs"] == [0.30, 0.10, 0.20]
+    assert cell["missed"]  # one repeat missed its deadline: the cell did
+    assert preemption._median_run([run("0.10"), run("0.40")])["usd"] == pytest.approx(0.40)  # upper median
