@@ -156,7 +156,7 @@ def test_a_rung_is_judged_at_only_while_the_trials_that_ran_through_it_unjudged_
     None
 ):
     """The evidence of a rung is the completed trials that ran through it unjudged; the survivors of pruning
-    there do not count, whatever they show."""
+    there do not count, whatever they show. Without evidence a rung is not judged at."""
     from costaware.training.search_rungs import trusted_rungs
 
     def trials(judged: tuple[int, ...], *values: tuple[float, float, float]) -> list[tuple[Any, Any]]:
@@ -165,19 +165,49 @@ def test_a_rung_is_judged_at_only_while_the_trials_that_ran_through_it_unjudged_
     ordered = [(0.1 * k, 0.1 * k, 0.1 * k) for k in range(1, 4)]
     reversed_at_1 = [(0.4 - a, b, c) for a, b, c in ordered]
     flat_at_3 = [(a, 0.5, c) for a, b, c in ordered]
-    # Fewer than three fair trials: no verdict, every rung judged at (Hyperband's default).
-    assert trusted_rungs(trials((), *ordered[:2]), (1, 3), 3) == (1, 3)
+    # Fewer than three fair trials: no verdict yet, no rung judged at (they train in full).
+    assert trusted_rungs(trials((), *ordered[:2]), (1, 3), 3) == ()
     assert trusted_rungs(trials((), *ordered), (1, 3), 3) == (1, 3)
-    # Rung 1 against full fidelity the other way, seen by trials judged only at 3: rung 1 goes.
-    assert trusted_rungs(trials((3,), *reversed_at_1), (1, 3), 3) == (3,)
-    # ... but the survivors of rung 1 do not count for it.
-    assert trusted_rungs(trials((1, 3), *reversed_at_1), (1, 3), 3) == (1, 3)
+    # Rung 1 against full fidelity the other way, seen by trials judged only at 3 (rung 3's evidence is the
+    # trials judged only at 1, in order): rung 1 goes.
+    assert trusted_rungs(trials((1,), *ordered) + trials((3,), *reversed_at_1), (1, 3), 3) == (3,)
+    # The survivors of rung 1 do not count for it, in order as they are: rung 1 has no evidence.
+    assert trusted_rungs(trials((1,), *ordered) + trials((1, 3), *ordered), (1, 3), 3) == (3,)
     # No relation at rung 3 (tau 0): it goes, and rung 1 with it, though rung 1 ranks in order.
     assert trusted_rungs(trials((), *flat_at_3), (1, 3), 3) == ()
-    # Trials judged at rung 3 are no evidence for it.
-    assert trusted_rungs(trials((3,), *flat_at_3), (1, 3), 3) == (1, 3)
+    # Trials judged at rung 3 are no evidence for it: not judged at, and rung 1 neither.
+    assert trusted_rungs(trials((3,), *ordered), (1, 3), 3) == ()
     # A weak but positive relation keeps a rung: one pair of three out of order (tau 1/3).
     assert trusted_rungs(trials((), (0.1, 0.2, 0.1), (0.2, 0.1, 0.2), (0.3, 0.3, 0.3)), (1, 3), 3) == (1, 3)
+
+
+def test_a_rung_that_would_have_pruned_the_best_at_full_fidelity_is_not_judged_at() -> None:
+    """Rank correlation is not enough: where the rung orders most trials right but puts the one that wins at
+    full fidelity outside its top ``1/eta`` (a slow learner still climbing), judging there drops it."""
+    from costaware.training.search_rungs import keeps_the_winner, trusted_rungs
+
+    def trials(*values: tuple[float, float, float]) -> list[tuple[Any, Any]]:
+        return [((), ((1, a), (3, b), (9, c))) for a, b, c in values]
+
+    # Rung 3 orders five of six in their final order (tau > 0), but the final winner is 4th there.
+    slow_winner = [
+        (0.1, 0.1, 0.1),
+        (0.2, 0.2, 0.2),
+        (0.3, 0.6, 0.3),
+        (0.4, 0.5, 0.4),
+        (0.5, 0.4, 0.9),
+        (0.6, 0.7, 0.6),
+    ]
+    assert trusted_rungs(trials(*slow_winner), (1, 3), 3) == (1, 3)  # by tau alone: kept
+    assert (
+        trusted_rungs(trials(*slow_winner), (1, 3), 3, reduction_factor=3) == ()
+    )  # it would have pruned the winner
+    # The same values with the winner in rung 3's top third: kept.
+    in_top = [(a, b, c) for a, b, c in slow_winner[:4]] + [(0.5, 0.65, 0.9), (0.6, 0.7, 0.6)]
+    assert trusted_rungs(trials(*in_top), (1, 3), 3, reduction_factor=3) == (1, 3)
+    # Minimising, the winner is the lowest value at full fidelity.
+    assert keeps_the_winner([(0.1, 0.1), (0.2, 0.3), (0.9, 0.2)], 3, "minimize")
+    assert not keeps_the_winner([(0.1, 0.2), (0.2, 0.3), (0.9, 0.1)], 3, "minimize")
 
 
 def test_a_trial_is_judged_only_at_the_rungs_trusted_when_it_passed_them(ledger: Any) -> None:

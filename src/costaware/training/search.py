@@ -3,11 +3,13 @@
 Optuna does what it is good at: its sampler (TPE by default) proposes the configurations. Whether a trial
 goes on after a rung is Hyperband's decision by default (or a given Optuna pruner's): each trial belongs
 to a bracket, judged from the first rung, from the second, ..., or never, and at a rung it is judged at it
-goes on only in the top ``1/eta`` of its bracket there. Which rungs are judged at is checked, not assumed:
-a rung is dropped (with the rungs below it) while the completed trials that ran through it unjudged (those
-of later brackets, and any that passed it while it was not judged at) rank it against full fidelity no
-better than chance (Kendall's tau <= 0, :mod:`costaware.training.search_rungs`). Short training that
-misleads (a high learning rate ahead after a few epochs, behind at the end) then stops deciding which
+goes on only in the top ``1/eta`` of its bracket there. Which rungs are judged at is shown, not assumed: a
+rung is judged at only once the completed trials that ran through it unjudged (those of later brackets, and
+every trial that passed it while it was not judged at, as all do at first) rank it against full fidelity
+above chance (Kendall's tau > 0) and would have kept the best of them at full fidelity
+(:mod:`costaware.training.search_rungs`). Until then the trials train in full, scored at every rung: the
+search is a budgeted TPE search that learns where short training can be trusted. Short training that
+misleads (a high learning rate ahead after a few epochs, behind at the end) then never decides which
 configurations go on.
 
 The money is ours: before every rung the search reserves that rung's estimated cost in the cost ledger, and
@@ -125,16 +127,17 @@ def budgeted_search(
         usd_per_hour: Price of one second of this process, per hour.
         first_rung_seconds: Estimated seconds of the first rung before any rung ran (the user's guess).
         direction: ``maximize`` or ``minimize`` the metric.
-        sampler: Optuna sampler (default ``TPESampler(seed=seed, n_startup_trials=reduction_factor)``: its
-            first ``reduction_factor`` trials at random).
+        sampler: Optuna sampler (default ``TPESampler(seed=seed)`` with Optuna's defaults: its first 10
+            trials at random; a model fitted on three points of a six-dimensional space chases noise).
         pruner: Optuna pruner, used as given at every rung. By default Hyperband's brackets (Li et al.,
             2018; :func:`~costaware.training.search_rungs.bracket_weights`): a trial judged from a given
             rung on goes on from each rung it is judged at only in the top ``1/reduction_factor`` of its
             bracket's values there, and the trials of the last bracket run in full. Every trial stops at
             every rung to be scored, so the trials that ran through a rung unjudged (later brackets, or
-            while it was not judged at) show how it ranks configurations: a rung is judged at only while
-            those of them that completed (at least ``reduction_factor``) rank it above chance against full
-            fidelity, Kendall's tau > 0
+            while it was not judged at, as every trial does at first) show how it ranks configurations: a
+            rung is judged at only while those of them that completed (at least ``reduction_factor``) rank
+            it above chance against full fidelity (Kendall's tau > 0) and judging them there would have
+            kept the best of them at full fidelity
             (:func:`~costaware.training.search_rungs.trusted_rungs`; ``SearchResult.prune_rungs``). Where
             short training ranks configurations the other way (a high learning rate ahead after a few
             epochs, behind at the end), pruning there drops the configurations that win; the survivors of
@@ -166,16 +169,16 @@ def budgeted_search(
         raise ConfigurationError("space is empty: give at least one hyperparameter distribution")
     started = meter()  # what comes before the first rung (the budget, the study) is billed with it
     early = rung_list[:-1]
-    # The default pruner: Hyperband's brackets at the rungs the fair evidence trusts. prune_rungs stays
-    # None with a given pruner, used as it is at every rung.
-    prune_rungs: tuple[int, ...] | None = tuple(early) if pruner is None else None
+    # The default pruner: Hyperband's brackets at the rungs the fair evidence trusts (none before it).
+    # prune_rungs stays None with a given pruner, used as it is at every rung.
+    prune_rungs: tuple[int, ...] | None = () if pruner is None else None
     weights = bracket_weights(len(early), reduction_factor)
     in_bracket = [0] * len(weights)
     budget_scope = Scope.of(dict(scope))
     ledger.set_budget(budget_scope, "total", cap_usd)
     study = optuna.create_study(
         direction="maximize" if direction == "maximize" else "minimize",
-        sampler=sampler or optuna.samplers.TPESampler(seed=seed, n_startup_trials=reduction_factor),
+        sampler=sampler or optuna.samplers.TPESampler(seed=seed),
         pruner=pruner or optuna.pruners.NopPruner(),
     )
     run = uuid.uuid4().hex[:8]
@@ -308,7 +311,11 @@ def budgeted_search(
             cheapest = trained_total if cheapest is None else min(cheapest, trained_total)
         if prune_rungs is not None and state == "complete":
             kept = trusted_rungs(
-                [(t.judged, t.rungs) for t in trials if t.value is not None], early, reduction_factor
+                [(t.judged, t.rungs) for t in trials if t.value is not None],
+                early,
+                reduction_factor,
+                reduction_factor=reduction_factor,
+                direction=direction,
             )
             if kept != prune_rungs:
                 # A configuration pruned at a rung no longer judged at was judged by a rung that misleads:

