@@ -3,8 +3,8 @@
 Prices are per-tick means of the step-function series; forecasts see only history before the job's submit
 time. Jobs with ``power_kw`` run on the team's own hardware: their "on-demand" price is the hourly electricity
 price times the power draw, and they have no spot market. A job that lists ``zones`` gets a market per zone,
-plus the collapsed market the oracle plans on (the cheapest zone with capacity at each tick, as if moving were
-free), which keeps the oracle a lower bound.
+plus the collapsed market (the cheapest zone with capacity at each tick, as if moving were free), which
+clairvoyant diagnostics read; the oracle plans zone by zone (a move is a new start).
 
 **Objective** (``MarketData.objective``, default ``cost``): with a grid carbon intensity series
 (``MarketData.carbon_g_per_kwh``, gCO2e/kWh), every per-tick value the policies and the oracle see (on-demand,
@@ -35,8 +35,9 @@ class TickMarket:
     """One job's prices per tick: on-demand (or own power), spot and its capacity, and their forecasts.
 
     With ``zones`` (per zone: spot prices and capacity), ``spot`` and ``available`` are the cheapest zone with
-    capacity at each tick and whether any zone has capacity: the market the oracle plans on, as if a job
-    could move between zones for free (so it stays a lower bound); the other policies run zone by zone.
+    capacity at each tick and whether any zone has capacity, as if a job could move between zones for free
+    (the view a clairvoyant policy that does not plan zones gets); the oracle and the other policies run zone
+    by zone.
     ``zone_history`` is each zone's capacity before submit (None for a zone without a trace), which a policy
     gets for the zone its job is placed in; ``available_before`` is capacity in any zone.
     """
@@ -231,7 +232,7 @@ def _before(trace: AvailabilityTrace, start: datetime, tick: timedelta) -> list[
 def _zoned_market(
     job: Job, data: MarketData, plan: TickPlan, tick: timedelta, on_demand: float
 ) -> TickMarket:
-    """A market per zone, and the collapsed market (cheapest zone with capacity) the oracle plans on."""
+    """A market per zone, and the collapsed market (cheapest zone with capacity at each tick)."""
     start, count = job.submit_time, plan.horizon
     assert data.spot_series is not None  # checked by the caller
     traces = data.zone_availability or {}

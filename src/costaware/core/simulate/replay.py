@@ -20,8 +20,8 @@ the zone with the least expected cost of the rest of the work, among those with 
 stretched by how short this job's preempted runs there were; a zone without a preempted run is taken at its
 price, so before the first preemption that is the cheapest zone with capacity, the current one on a tie). The
 job stays in its zone while it runs; a preemption there (losing work back to the checkpoint) lets the next
-start fail over to another zone. The oracle plans on the collapsed market (the cheapest zone with capacity at
-each tick, as if moving were free), which keeps it a lower bound.
+start fail over to another zone. The oracle plans zone by zone under the same rules (it may move while
+running, as a new start that pays the overhead), so it is the exact multi-zone optimum and a lower bound.
 
 **Restart-thrash guard** (``restart_guard=True``, every non-clairvoyant job with a spot market): right after
 a preemption, when the last two preempted runs in every zone of the job each kept nothing (shorter than the
