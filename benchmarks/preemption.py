@@ -233,13 +233,14 @@ def oracle_usd(
     from costaware.core.policies.oracle import solve
 
     ticks = int(deadline_seconds // tick_seconds)
-    available = (list(trace) + [trace[-1]] * ticks)[:ticks]
+
+    def padded(capacity: list[bool]) -> list[bool]:
+        """The trace over the horizon: its last state held past its end."""
+        return (list(capacity) + [capacity[-1]] * ticks)[:ticks]
+
+    available = padded(trace)
     spot, od = float(PRICES["spot"]), float(PRICES["on_demand"])
-    zones = (
-        tuple(([spot] * ticks, (list(z) + [z[-1]] * ticks)[:ticks]) for z in zone_traces)
-        if zone_traces
-        else None
-    )
+    zones = tuple(([spot] * ticks, padded(z)) for z in zone_traces) if zone_traces else None
     situation = Situation(
         tick=0,
         tick_hours=tick_seconds / 3600,

@@ -79,16 +79,20 @@ def test_no_policy_beats_the_oracle(case: tuple[TickMarket, TickPlan, str]) -> N
 
 
 def brute_force(m: TickMarket, plan: TickPlan) -> float:
-    """Cheapest action sequence that finishes in time, by trying them all (tiny cases only)."""
+    """Cheapest sequence of actions, each spot tick in one of the market's zones if it has several, that
+    finishes in time, by trying them all (tiny cases only)."""
 
     class Fixed(OraclePolicy):
-        def __init__(self, actions: tuple[Action, ...]) -> None:
+        def __init__(self, steps: tuple[tuple[Action, int], ...]) -> None:
             super().__init__()
-            self._plan = list(actions)
+            self._plan = [a for a, _ in steps]
+            self._zones = [z for _, z in steps]
 
+    zones = range(len(m.zones)) if m.zones else [-1]
+    choices = [(Action.WAIT, -1), (Action.ON_DEMAND, -1)] + [(Action.SPOT, z) for z in zones]
     best = float("inf")
-    for actions in itertools.product(list(Action), repeat=plan.deadline):
-        outcome = run_job(Fixed(actions), m, plan)
+    for steps in itertools.product(choices, repeat=plan.deadline):
+        outcome = run_job(Fixed(steps), m, plan)
         if outcome.met_deadline:
             best = min(best, float(outcome.usd))
     return best
@@ -342,25 +346,6 @@ def test_a_preempted_job_fails_over_to_another_zone() -> None:
     assert two.met_deadline and one.met_deadline and two.usd < one.usd  # one zone ends on on-demand
 
 
-def zoned_brute_force(m: TickMarket, plan: TickPlan) -> float:
-    """Cheapest sequence of (action, zone) per tick that finishes in time, by trying them all (tiny cases)."""
-    assert m.zones is not None
-
-    class Fixed(OraclePolicy):
-        def __init__(self, steps: tuple[tuple[Action, int], ...]) -> None:
-            super().__init__()
-            self._plan = [a for a, _ in steps]
-            self._zones = [z for _, z in steps]
-
-    choices = [(Action.WAIT, -1), (Action.ON_DEMAND, -1)] + [(Action.SPOT, z) for z in range(len(m.zones))]
-    best = float("inf")
-    for steps in itertools.product(choices, repeat=plan.deadline):
-        outcome = run_job(Fixed(steps), m, plan)
-        if outcome.met_deadline:
-            best = min(best, float(outcome.usd))
-    return best
-
-
 @settings(max_examples=40, deadline=None, database=None)
 @given(
     st.lists(
@@ -382,7 +367,7 @@ def test_the_zoned_oracle_matches_brute_force(
     oracle = OraclePolicy()
     outcome = run_job(oracle, m, plan)
     assert float(outcome.usd) == pytest.approx(oracle.optimal_usd, abs=2e-6)  # the replay follows the plan
-    assert oracle.optimal_usd == pytest.approx(zoned_brute_force(m, plan), abs=2e-6)
+    assert oracle.optimal_usd == pytest.approx(brute_force(m, plan), abs=2e-6)
 
 
 def test_the_zoned_oracle_pays_a_restart_to_move_and_is_preempted_in_its_own_zone() -> None:

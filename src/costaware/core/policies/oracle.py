@@ -87,9 +87,7 @@ def solve_zoned(s: Situation, h: Hindsight) -> tuple[float, list[Action], list[i
         )
     # The spot markets: one per zone, or the one market (None: no spot at all, on-premises power).
     markets: list[tuple[Sequence[float], Sequence[bool] | None]] = (
-        [(prices, available) for prices, available in h.zones]
-        if h.zones
-        else ([] if h.spot is None else [(h.spot, h.available)])
+        list(h.zones) if h.zones else ([] if h.spot is None else [(h.spot, h.available)])
     )
     # Kinds of state: 0 idle, 1..Z running on spot in zone k-1, Z+1 running on on-demand.
     spot_kinds = list(range(1, len(markets) + 1))
