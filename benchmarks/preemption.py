@@ -334,12 +334,15 @@ class ScaledRule:
             self.chosen.append(("planned", seconds / k))
             return seconds / k, f"[benchmark: rule at real scale, / {k:g}] {reason}"
 
-        def scaled_observed(runs: Any, *, planned_seconds: float, save_seconds: Any = ()) -> Any:
+        def scaled_observed(
+            runs: Any, *, planned_seconds: float, save_seconds: Any = (), saved_on_notice: Any = ()
+        ) -> Any:
             self.saves.append([float(s) for s in save_seconds])
             out = observed(
                 [r * k for r in runs],
                 planned_seconds=planned_seconds * k,
                 save_seconds=[s * k for s in save_seconds],
+                saved_on_notice=saved_on_notice,
             )
             if out is None:
                 return None

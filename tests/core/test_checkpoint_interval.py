@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Any
 
 import pytest
 
@@ -88,12 +89,28 @@ def test_observed_mean_is_the_mean_preempted_run(runs: list[float], mean: float)
 
 
 @pytest.mark.parametrize(
-    ("runs", "message"),
-    [([], "no preempted attempt"), ([60.0, -1.0], "got -1.0"), ([math.nan], "got nan")],
+    ("runs", "lossy", "mean"), [([600.0, 1200.0], 1, 1800.0), ([600.0, 1200.0], 2, 900.0)]
 )
-def test_observed_bad_run_lengths_are_refused(runs: list[float], message: str) -> None:
+def test_observed_mean_counts_only_the_interruptions_that_lost_work(
+    runs: list[float], lossy: int, mean: float
+) -> None:
+    assert observed_seconds_between_interruptions(runs, lossy) == mean
+
+
+@pytest.mark.parametrize(
+    ("runs", "lossy", "message"),
+    [
+        ([], None, "no preempted attempt"),
+        ([60.0, -1.0], None, "got -1.0"),
+        ([math.nan], None, "got nan"),
+        ([60.0], 0, "lossy must count 1 to 1 of the preempted attempts, got 0"),
+        ([60.0, 60.0], 3, "lossy must count 1 to 2 of the preempted attempts, got 3"),
+        ([60.0], True, "got True"),
+    ],
+)
+def test_observed_bad_run_lengths_are_refused(runs: list[float], lossy: Any, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
-        observed_seconds_between_interruptions(runs)
+        observed_seconds_between_interruptions(runs, lossy)
 
 
 @pytest.mark.parametrize(

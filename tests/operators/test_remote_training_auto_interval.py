@@ -158,7 +158,8 @@ def test_auto_in_the_worker_is_refused_with_what_to_do(tmp_path: Path) -> None:
         )
 
 
-def preempted(state: Any, *run_seconds: float) -> Any:
+def preempted(state: Any, *run_seconds: float, exit_codes: tuple[int | None, ...] = ()) -> Any:
+    codes = exit_codes or (-9,) * len(run_seconds)  # hard kills: each lost the work since its last save
     attempts = tuple(
         Attempt(
             attempt=n,
@@ -169,19 +170,28 @@ def preempted(state: Any, *run_seconds: float) -> Any:
             usd="0.01",
             cause="preemption",
             reason="spot interruption",
+            exit_code=code,
         )
-        for n, seconds in enumerate(run_seconds, start=1)
+        for n, (seconds, code) in enumerate(zip(run_seconds, codes, strict=True), start=1)
     )
     return replace(state, attempts=attempts)
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "market", "seconds", "logged"),
+    ("kwargs", "market", "exit_codes", "seconds", "logged"),
     [
         # sqrt(2 x 30 s x 7200 s) = 657 s: the next spot attempt checkpoints more often
-        ({}, "spot", 657.0, "ran 7200, 7200 s (a mean 7200 s between interruptions)"),
-        ({}, "on_demand", 3600.0, None),  # on-demand: the planned interval, nothing to weigh
-        ({"checkpoint_every_seconds": 42}, "spot", 42, None),  # a number is never changed
+        ({}, "spot", (), 657.0, "ran 7200, 7200 s and each lost the work since its last save"),
+        # a backend without exit codes: each may have lost it all
+        ({}, "spot", (None, None), 657.0, "a mean 7200 s between losses"),
+        # one of the two saved on its notice (exit 75): one loss in 14,400 s, sqrt(2 x 30 x 14400) = 930 s
+        ({}, "spot", (75, -9), 930.0, "1 of them lost work (1 saved on the notice): a mean 14400 s between"),
+        # both saved on their notice: no loss the interval could have kept, the planned 3600 s
+        ({}, "spot", (75, 75), 3600.0, "each saved on its notice: no interruption lost work"),
+        # exit 77 (preempted before any checkpoint) lost it all
+        ({}, "spot", (77, 75), 930.0, "1 of them lost work"),
+        ({}, "on_demand", (), 3600.0, None),  # on-demand: the planned interval, nothing to weigh
+        ({"checkpoint_every_seconds": 42}, "spot", (), 42, None),  # a number is never changed
     ],
 )
 def test_later_spot_attempts_take_the_interval_from_the_preempted_run_lengths(
@@ -191,11 +201,12 @@ def test_later_spot_attempts_take_the_interval_from_the_preempted_run_lengths(
     capsys: pytest.CaptureFixture[str],
     kwargs: dict[str, Any],
     market: str,
+    exit_codes: tuple[int | None, ...],
     seconds: float,
     logged: str | None,
 ) -> None:
     op = operator(tmp_path, **kwargs)
-    state = preempted(op._start(context_for()), 7200.0, 7200.0)
+    state = preempted(op._start(context_for()), 7200.0, 7200.0, exit_codes=exit_codes)
     capsys.readouterr()
     submitted = op._submit(state, market)
     try:

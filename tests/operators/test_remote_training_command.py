@@ -124,6 +124,8 @@ def test_exit_75_resubmits_and_the_next_attempt_resumes_from_the_checkpoint(
     assert seen(tmp_path / "a")[0]["grace"] == "30"
     assert [a["cause"] for a in result["attempts"]] == ["preemption", "success"]
     assert [a["market"] for a in result["attempts"]] == ["spot", "spot"]
+    # The attempts keep the job's exit code: 75, saved on the notice ("auto" weighs only the losses).
+    assert [a["exit_code"] for a in result["attempts"]] == [75, 0]
     assert [e["outcome"] for e in entries(ledger)] == ["interrupted", "success"]  # both billed
     # The same script without the preemption ends at the same weights.
     straight, _ = drive(operator(tmp_path / "b", "ok"), context_for(run_id="manual__straight"))

@@ -264,7 +264,7 @@ def test_a_state_written_before_the_typed_plan_reads_and_round_trips() -> None:
         **before,
         "checkpoint_every_seconds": None,
         "placement": Placement().to_json(),
-        "attempts": [{**a, "zone": ""} for a in before["attempts"]],
+        "attempts": [{**a, "zone": "", "exit_code": None} for a in before["attempts"]],
     }
     assert AttemptState.from_json(json.loads(json.dumps(parsed.to_json()))) == parsed
     assert parsed.current is not None and parsed.current.pausing and parsed.current.stopped

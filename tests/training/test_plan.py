@@ -315,7 +315,12 @@ def test_auto_with_a_bad_runtime_or_band_is_named() -> None:
     [
         ([], 3600.0, None, None),
         # sqrt(2 x 30 x 7200) = 657 s
-        ([7200.0], 3600.0, math.sqrt(2 * 30 * 7200), "ran 7200 s (a mean 7200 s between interruptions)"),
+        (
+            [7200.0],
+            3600.0,
+            math.sqrt(2 * 30 * 7200),
+            "ran 7200 s and each lost the work since its last save: a mean 7200 s between losses",
+        ),
         # the last three only: mean 800 s, sqrt(2 x 30 x 800) = 219 s, below the floor of 10 saves
         ([60_000.0, 900.0, 1200.0, 300.0], 3600.0, 300.0, "last 3 preempted attempt(s) ran 900, 1200, 300 s"),
         # never above the planned interval
@@ -361,6 +366,36 @@ def test_the_next_spot_attempts_interval_weighs_the_measured_save(
     assert observed is not None
     assert observed[0] == pytest.approx(seconds)
     assert logged in observed[1]
+
+
+@pytest.mark.parametrize(
+    ("saved", "seconds", "logged"),
+    [
+        # two of three saved on their notice: one loss in 2,100 s, sqrt(2 x 30 x 2100) = 355 s
+        ([True, False, True], math.sqrt(2 * 30 * 2100), "1 of them lost work (2 saved on the notice)"),
+        # none lost work: the planned interval
+        ([True, True, True], 3600.0, "each saved on its notice: no interruption lost work"),
+        # only the latest three count: the oldest loss is out of the window
+        ([False, True, True, True], 3600.0, "The last 3 preempted attempt(s) ran 700, 700, 700 s"),
+    ],
+)
+def test_interruptions_the_job_saved_on_do_not_shorten_the_interval(
+    saved: list[bool], seconds: float, logged: str
+) -> None:
+    from costaware.training.plan.interval import observed_interval
+
+    runs = [700.0] * len(saved)
+    observed = observed_interval(runs, planned_seconds=3600.0, saved_on_notice=saved)
+    assert observed is not None
+    assert observed[0] == pytest.approx(seconds)
+    assert logged in observed[1]
+
+
+def test_saved_on_notice_needs_one_value_per_attempt() -> None:
+    from costaware.training.plan.interval import observed_interval
+
+    with pytest.raises(ConfigurationError, match=r"saved_on_notice has 1 value\(s\) for 2 preempted attempt"):
+        observed_interval([700.0, 700.0], planned_seconds=3600.0, saved_on_notice=[True])
 
 
 def test_a_bad_measured_save_is_named() -> None:

@@ -12,9 +12,10 @@ time between interruptions, so the result is kept in a band:
 
 The mean time between interruptions comes from the AWS Spot Instance Advisor's monthly interruption band
 (:func:`seconds_between_interruptions`) or from the run lengths of the attempts preempted so far
-(:func:`observed_seconds_between_interruptions`). The cost of a save is :data:`DEFAULT_SAVE_SECONDS` until
-one was measured, then the median of the measured saves (:func:`measured_save_seconds`). Pure functions:
-no IO.
+(:func:`observed_seconds_between_interruptions`), counting only the interruptions that lost work: one the job
+saved on (a notice, and the checkpoint committed before it stopped) loses none, whatever the interval. The
+cost of a save is :data:`DEFAULT_SAVE_SECONDS` until one was measured, then the median of the measured saves
+(:func:`measured_save_seconds`). Pure functions: no IO.
 """
 
 from __future__ import annotations
@@ -78,19 +79,30 @@ def seconds_between_interruptions(band: str) -> float:
     return HOURS_PER_MONTH * 3600 / -math.log(1 - share)
 
 
-def observed_seconds_between_interruptions(run_seconds: Sequence[float]) -> float:
-    """Mean run length of the attempts that were preempted (each ran that long before its interruption).
+def observed_seconds_between_interruptions(run_seconds: Sequence[float], lossy: int | None = None) -> float:
+    """Mean run time between the interruptions that lost work, from the attempts that were preempted.
+
+    Each attempt ran that long before its interruption. ``lossy`` counts the interruptions among them that
+    lost the work done since the last periodic save (a hard kill, a notice the job did not save on); None:
+    all of them. An interruption the job saved on (the notice's checkpoint committed) loses nothing the
+    interval decides, so its run counts as time without one: Young/Daly weighs the rate of losses.
 
     Raises:
-        ConfigurationError: no run lengths, or one that is not a number >= 0.
+        ConfigurationError: no run lengths, one that is not a number >= 0, or ``lossy`` not in
+            ``1..len(run_seconds)``.
     """
     if not run_seconds:
         raise ConfigurationError("no preempted attempt to measure the time between interruptions from")
     for seconds in run_seconds:
         if not _number(seconds) or not math.isfinite(seconds) or seconds < 0:
             raise ConfigurationError(f"an attempt's run length must be seconds >= 0, got {seconds!r}")
+    count = len(run_seconds) if lossy is None else lossy
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= len(run_seconds):
+        raise ConfigurationError(
+            f"lossy must count 1 to {len(run_seconds)} of the preempted attempts, got {lossy!r}"
+        )
     # An attempt preempted at once still stands for an interruption: at least one second each.
-    return max(sum(run_seconds) / len(run_seconds), 1.0)
+    return max(sum(run_seconds) / count, 1.0)
 
 
 def measured_save_seconds(samples: Sequence[float]) -> float:

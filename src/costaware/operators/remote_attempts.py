@@ -202,9 +202,10 @@ class RemoteAttemptSteps:
         """With ``checkpoint_every_seconds="auto"``, the next spot attempt's interval from the preemptions.
 
         Rewrites the job's spec with the interval of ``plan.interval.observed_interval`` (the run lengths of
-        the attempts preempted so far, and the saves they measured, read from the checkpoint URI's
-        ``LATEST.json``); the plan keeps its own (see there why).
+        the attempts preempted so far, which of them saved on their notice, and the saves they measured,
+        read from the checkpoint URI's ``LATEST.json``); the plan keeps its own (see there why).
         """
+        from costaware.adapters.compute.job_contract import EXIT_PREEMPTED
         from costaware.core.checkpoint_interval import is_auto
         from costaware.training.entrypoint import read_spec, write_spec
         from costaware.training.plan.interval import observed_interval
@@ -212,14 +213,17 @@ class RemoteAttemptSteps:
         plan = state.plan
         if not (is_auto(self.checkpoint_every_seconds) and plan.spec_uri and plan.checkpoint_every_seconds):
             return
-        runs = [a.billable_seconds for a in state.attempts if a.cause == "preemption" and a.market == "spot"]
-        if not runs:
+        preempted = [a for a in state.attempts if a.cause == "preemption" and a.market == "spot"]
+        if not preempted:
             return
         opts = self._storage_options()
         observed = observed_interval(
-            runs,
+            [a.billable_seconds for a in preempted],
             planned_seconds=float(plan.checkpoint_every_seconds),
             save_seconds=self._measured_saves(plan.checkpoint_uri),
+            # Exit 75: the job committed a checkpoint on the notice and lost nothing (the launcher exits 76
+            # or 77 when it could not); a hard kill, or a backend without exit codes, may have lost it all.
+            saved_on_notice=[a.exit_code == EXIT_PREEMPTED for a in preempted],
         )
         if observed is None:
             return

@@ -89,6 +89,7 @@ def billed_attempt(
         cause=str(entry.cause),
         reason=str(job.get("reason") or ""),
         zone=current.zone,
+        exit_code=int(job["exit_code"]) if job.get("exit_code") is not None else None,
     )
     return entry, attempt
 

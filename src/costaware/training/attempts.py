@@ -34,6 +34,8 @@ class Attempt:
     cause: str
     reason: str
     zone: str = ""  # where the backend placed it ("" : the backend's choice, or a state from before zones)
+    #: The job's exit code where the backend reports one (75: preempted, the checkpoint saved on the notice).
+    exit_code: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -46,6 +48,7 @@ class Attempt:
             "cause": self.cause,
             "reason": self.reason,
             "zone": self.zone,
+            "exit_code": self.exit_code,
         }
 
     @classmethod
@@ -60,6 +63,8 @@ class Attempt:
             cause=str(data["cause"]),
             reason=str(data.get("reason") or ""),
             zone=str(data.get("zone") or ""),
+            # A state written before exit codes were kept has none: unknown, as a backend without them.
+            exit_code=int(data["exit_code"]) if data.get("exit_code") is not None else None,
         )
 
 

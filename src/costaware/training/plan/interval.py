@@ -23,7 +23,7 @@ from costaware.core.checkpoint_interval import (
     observed_seconds_between_interruptions,
     seconds_between_interruptions,
 )
-from costaware.core.errors import PriceNotFoundError
+from costaware.core.errors import ConfigurationError, PriceNotFoundError
 
 #: The band assumed when the advisor has no entry for the type (e.g. SageMaker's ``ml.*`` types).
 UNKNOWN_BAND = ">20%"
@@ -95,12 +95,16 @@ def observed_interval(
     *,
     planned_seconds: float,
     save_seconds: Sequence[float] = (),
+    saved_on_notice: Sequence[bool] = (),
 ) -> tuple[float, str] | None:
     """The interval of the next spot attempt from the run lengths of the latest preempted ones, or None.
 
-    Each preempted attempt ran that long before its interruption: their mean over the latest
-    :data:`RECENT_PREEMPTIONS` is the time between interruptions seen on this training. The cost of a save
-    is the median of ``save_seconds`` (:func:`~costaware.core.checkpoint_interval.measured_save_seconds`),
+    Each preempted attempt ran that long before its interruption. Over the latest
+    :data:`RECENT_PREEMPTIONS`, the time between interruptions is their run time over the interruptions
+    that lost work: an attempt that saved on its notice (it exited 75, the checkpoint committed) lost
+    none, whatever the interval, so it counts as time run without a loss. When none of them lost work the
+    next attempt takes the planned interval. The cost of a save is the median of ``save_seconds``
+    (:func:`~costaware.core.checkpoint_interval.measured_save_seconds`),
     :data:`~costaware.core.checkpoint_interval.DEFAULT_SAVE_SECONDS` while none was measured. The result
     only shortens the plan's interval (``planned_seconds``, from the advisor's band): the plan keeps that
     one, so the work-left estimate, which counts one interval lost per stop, stays an estimate from above.
@@ -110,14 +114,32 @@ def observed_interval(
         planned_seconds: The interval the plan started with.
         save_seconds: Wall seconds of the saves the attempts measured so far, oldest first (the launcher's
             ``LATEST.json`` keeps the latest few).
+        saved_on_notice: Per preempted attempt (the same order), whether it saved on its notice; empty:
+            none did (every interruption lost the work since the last periodic save).
 
     Raises:
-        ConfigurationError: a run length or a measured save that is not seconds >= 0.
+        ConfigurationError: a run length or a measured save that is not seconds >= 0, or
+            ``saved_on_notice`` of another length than the run lengths.
     """
-    recent = list(preempted_run_seconds)[-RECENT_PREEMPTIONS:]
+    runs = list(preempted_run_seconds)
+    saved = list(saved_on_notice) or [False] * len(runs)
+    if len(saved) != len(runs):
+        raise ConfigurationError(
+            f"saved_on_notice has {len(saved)} value(s) for {len(runs)} preempted attempt(s): give one each"
+        )
+    recent, recent_saved = runs[-RECENT_PREEMPTIONS:], saved[-RECENT_PREEMPTIONS:]
     if not recent:
         return None
-    mtbi = observed_seconds_between_interruptions(recent)
+    lossy = sum(1 for s in recent_saved if not s)
+    listed = ", ".join(f"{s:.0f}" for s in recent)
+    if not lossy:
+        observed_seconds_between_interruptions(recent)  # the run lengths are still checked
+        return planned_seconds, (
+            f"checkpoint_every_seconds='auto': {planned_seconds:.0f} s for the next attempt, the planned "
+            f"interval. The last {len(recent)} preempted attempt(s) ran {listed} s and each saved on its "
+            "notice: no interruption lost work the interval could have kept"
+        )
+    mtbi = observed_seconds_between_interruptions(recent, lossy)
     if save_seconds:
         save = measured_save_seconds(save_seconds)
         measured = ", ".join(f"{s:.3g}" for s in save_seconds)
@@ -131,10 +153,14 @@ def observed_interval(
         )
     chosen = checkpoint_interval(save_seconds=save, seconds_between_interruptions=mtbi)
     seconds = min(chosen.seconds, planned_seconds)
-    runs = ", ".join(f"{s:.0f}" for s in recent)
+    losses = (
+        f"{lossy} of them lost work ({len(recent) - lossy} saved on the notice)"
+        if lossy < len(recent)
+        else "each lost the work since its last save"
+    )
     return seconds, (
         f"checkpoint_every_seconds='auto': {seconds:.0f} s for the next attempt. The last {len(recent)} "
-        f"preempted attempt(s) ran {runs} s (a mean {mtbi:.0f} s between interruptions), {save_why}: "
-        f"{chosen.reason}"
+        f"preempted attempt(s) ran {listed} s and {losses}: a mean {mtbi:.0f} s between losses, "
+        f"{save_why}: {chosen.reason}"
         + (f"; kept at the planned {planned_seconds:.0f} s" if seconds < chosen.seconds else "")
     )
