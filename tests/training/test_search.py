@@ -327,3 +327,51 @@ def test_a_fast_configuration_finishes_on_what_a_slow_one_left(ledger: Any) -> N
     assert [t.state for t in result.trials] == ["complete", "complete"]
     assert result.spent_usd == Decimal(54) <= Decimal(74)  # 9 units at 5 s, then 9 at 1 s
     assert "covered" in result.stop
+
+
+class Falls:
+    """a=0 peaks at rung 3 (0.80) and falls to 0.78; a=1 climbs to 0.775 and never falls."""
+
+    CURVES = {0: {1: 0.70, 3: 0.80, 9: 0.78}, 1: {1: 0.70, 3: 0.76, 9: 0.775}}
+
+    def __init__(self, params: dict[str, Any], clock: Clock) -> None:
+        self.params, self.clock, self.trained = params, clock, 0
+
+    def advance(self, resource: int) -> float:
+        self.clock.now += resource - self.trained
+        self.trained = resource
+        return self.CURVES[self.params["a"]][resource]
+
+
+def test_a_configuration_past_its_best_ranks_below_one_that_ends_as_high_without_falling(ledger: Any) -> None:
+    clock = Clock()
+    result = search(
+        ledger,
+        "1000",
+        clock,
+        make_model=lambda params: Falls(params, clock),
+        space={"a": optuna.distributions.CategoricalDistribution([0, 1])},
+        max_repeats=5,
+    )
+    scores = {t.params["a"]: t.score() for t in result.trials if t.state == "complete"}
+    # 0.78 less its fall of 0.02 from 0.80: 0.76; the curve that never fell scores its value, 0.775.
+    assert scores == {0: pytest.approx(0.76), 1: pytest.approx(0.775)}
+    assert result.best_params == {"a": 1} and result.best_value == pytest.approx(0.775)
+
+
+@pytest.mark.parametrize(
+    ("rungs", "direction", "score"),
+    [
+        (((1, 0.6), (3, 0.7), (9, 0.65)), "maximize", 0.60),  # fell 0.05 from its best: 0.65 - 0.05
+        (((1, 0.6), (3, 0.7), (9, 0.75)), "maximize", 0.75),  # never fell: its value
+        (((1, 0.9), (3, 0.4), (9, 0.5)), "minimize", 0.60),  # a loss rose 0.1 from its best: 0.5 + 0.1
+    ],
+)
+def test_the_score_is_the_value_less_its_fall_from_the_best_rung(
+    rungs: tuple[tuple[int, float], ...], direction: str, score: float
+) -> None:
+    from costaware.training.search import SearchTrial
+
+    trial = SearchTrial(0, {}, rungs, "complete")
+    assert trial.score(direction) == pytest.approx(score)
+    assert SearchTrial(0, {}, rungs[:2], "pruned").score(direction) is None

@@ -77,6 +77,27 @@ class SearchTrial:
         """The value at full fidelity (None unless the trial completed)."""
         return self.rungs[-1][1] if self.state == "complete" and self.rungs else None
 
+    def score(self, direction: str = "maximize") -> float | None:
+        """What the search ranks a completed trial by (None unless it completed): value less fall.
+
+        Its value at full fidelity less how far that value fell from its best rung.
+
+        A metric that got worse while the configuration trained on is past its best: the model overfits,
+        its predictions grow idiosyncratic, and its last value carries more noise of the validation
+        sample. Ranked by that value alone, the lucky end of a falling curve wins a search, and the model
+        does worse on new data than its value said. Counting the fall twice (once in the value, once as
+        a penalty) ranks such a configuration below one that ends as high without falling; a curve that
+        never falls scores its value.
+        """
+        value = self.value
+        if value is None:
+            return None
+        seen = [v for _, v in self.rungs if not math.isnan(v)]
+        if math.isnan(value) or not seen:
+            return value
+        best = max(seen) if direction == "maximize" else min(seen)
+        return 2 * value - best
+
 
 @dataclass(frozen=True, slots=True)
 class SearchResult:
@@ -224,7 +245,7 @@ def budgeted_search(
             repeats += 1
             earlier = seen[key]
             if earlier.value is not None:
-                study.tell(trial, earlier.value)
+                study.tell(trial, earlier.score(direction))
             else:
                 study.tell(trial, state=optuna.trial.TrialState.PRUNED)
             if repeats >= max_repeats:
@@ -299,7 +320,7 @@ def budgeted_search(
         trials.append(record)
         in_bracket[bracket] += 1
         if state == "complete":
-            study.tell(trial, done[-1][1])
+            study.tell(trial, record.score(direction))
         elif done:
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         else:
@@ -343,7 +364,7 @@ def budgeted_search(
     best = None
     if complete:
         pick = max if direction == "maximize" else min
-        best = pick(complete, key=lambda t: t.value if t.value is not None else 0.0)
+        best = pick(complete, key=lambda t: t.score(direction) or 0.0)
     states: dict[str, int] = {}
     for t in trials:
         states[t.state] = states.get(t.state, 0) + 1
