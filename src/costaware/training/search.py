@@ -12,6 +12,11 @@ search is a budgeted TPE search that learns where short training can be trusted.
 misleads (a high learning rate ahead after a few epochs, behind at the end) then never decides which
 configurations go on.
 
+A completed trial is ranked, and told to the sampler, by its value at full fidelity less how far that value
+fell from its best rung (:meth:`SearchTrial.score`): a configuration whose metric got worse as it trained on
+is past its best, and the lucky end of a falling curve would otherwise win the search and do worse on new
+data than its value said. ``SearchResult.best_value`` stays the winner's value at full fidelity.
+
 The money is ours: before every rung the search reserves that rung's estimated cost in the cost ledger, and
 settles it with what the rung really used once it ran. A rung that cannot be reserved is not run, so the
 spend never passes the cap; after such a cut the search goes on only while the money left could carry the
