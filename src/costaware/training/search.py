@@ -83,9 +83,7 @@ class SearchTrial:
         return self.rungs[-1][1] if self.state == "complete" and self.rungs else None
 
     def score(self, direction: str = "maximize") -> float | None:
-        """What the search ranks a completed trial by (None unless it completed): value less fall.
-
-        Its value at full fidelity less how far that value fell from its best rung.
+        """Its value at full fidelity less that value's fall from its best rung (None: not completed).
 
         A metric that got worse while the configuration trained on is past its best: the model overfits,
         its predictions grow idiosyncratic, and its last value carries more noise of the validation
