@@ -16,6 +16,7 @@ from costaware.core.tuning import (
     TrialTiming,
     TuningCaps,
     estimate_trial_seconds,
+    fall_adjusted_value,
     parse_search_space,
     promotable,
     seconds_for_usd,
@@ -292,3 +293,10 @@ def test_study_spec_round_trips_and_scopes_its_budget() -> None:
 def test_bad_study_settings_name_the_value(overrides: dict, message: str) -> None:  # type: ignore[type-arg]
     with pytest.raises(ConfigurationError, match=message):
         _spec(**overrides)
+
+
+def test_the_fall_adjusted_value_of_no_rungs_is_none_and_a_nan_end_stays_nan() -> None:
+    assert fall_adjusted_value([]) is None
+    assert math.isnan(fall_adjusted_value([0.7, math.nan]) or 0.0)
+    assert fall_adjusted_value([math.nan, 0.6, 0.7]) == pytest.approx(0.7)  # a NaN rung is not a best
+    assert fall_adjusted_value([0.3, 0.2, 0.25], "minimize") == pytest.approx(0.3)

@@ -11,6 +11,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from costaware import Ledger
 from costaware.core.errors import ConfigurationError
+from costaware.core.tuning import fall_adjusted_value
 from costaware.operators.tuning import (
     BudgetedTuningOperator,
     TuningStudyCreateOperator,
@@ -136,7 +137,11 @@ def test_plan_trials_and_summary_record_every_trial_in_the_ledger(env: Ledger) -
     summary_op = TuningStudySummarizeOperator(task_id="summarize", study_name="s1", trial_task_id="trial")
     summary = summary_op.execute({"ti": _ti(summary_op)})
     assert summary["states"] == {s: sum(r["state"] == s for r in results) for s in ("promoted", "pruned")}
-    best = max((r for r in results if r["state"] == "promoted"), key=lambda r: r["value"])
+    # Ranked as budgeted_search ranks: the value less its fall from its best rung.
+    best = max(
+        (r for r in results if r["state"] == "promoted"),
+        key=lambda r: fall_adjusted_value([v for _, v in r["rungs"]]) or 0.0,
+    )
     assert summary["best"]["number"] == best["number"]
     assert Decimal(summary["spent_usd"]) == trial_report.spent_usd
     promoted = summary["states"]["promoted"]

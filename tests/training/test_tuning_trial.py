@@ -9,7 +9,7 @@ from typing import Any
 
 from costaware import Ledger
 from costaware.core.tuning import RungSchedule, StudySpec, TuningCaps, parse_search_space
-from costaware.training.tuning import EntryOwner, create_study, run_trial
+from costaware.training.tuning import EntryOwner, create_study, run_trial, summarize_study
 
 
 class SteppedMeter:
@@ -77,3 +77,54 @@ def test_a_slot_that_waits_for_money_reserves_its_wait_and_settles_within_it(tmp
     assert trial.settled_usd == Decimal("5.000000") and trial.settled_usd <= trial.reserved_usd
     assert trial.fidelity == 4  # the wait did not eat the training's money: trained in full
     assert ledger.spent(spec.budget_scope) == Decimal("5.000000")
+
+
+class CurveTrainer:
+    """``x < 0.5``: a curve that falls from 0.9 to 0.7; else one that climbs to 0.68 and stays there."""
+
+    def __init__(self, params: dict[str, Any]) -> None:
+        self.falls = float(params["x"]) < 0.5
+
+    def advance(self, resource: int) -> float:
+        return {1: 0.9, 2: 0.8, 4: 0.7}[resource] if self.falls else {1: 0.5, 2: 0.6, 4: 0.68}[resource]
+
+
+def test_the_summary_ranks_a_climbing_curve_above_a_falling_one_that_ends_higher(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = StudySpec(
+        study_name="curves",
+        direction="maximize",
+        search_space=parse_search_space({"x": {"type": "float", "low": 0.0, "high": 1.0}}),
+        schedule=RungSchedule.geometric(1, 4, 2),
+        caps=TuningCaps.create(max_usd=Decimal("100.00"), max_trials=8),
+        sampler="random",
+        pruner="none",
+        scope={"project": "curves"},
+        usd_per_hour=Decimal(3600),
+        fallback_trial_seconds=1.0,
+        slack_seconds=0.5,
+    )
+    create_study(url, ledger, spec)
+    owner = EntryOwner(dag_id="curves", run_id="r1", map_index=0)
+    results = [
+        run_trial(
+            storage_url=url,
+            ledger=ledger,
+            study_name=spec.study_name,
+            trainer=CurveTrainer,
+            holder=f"slot-{slot}",
+            slot=slot,
+            settle_as=owner,
+            meter=SteppedMeter(),
+        ).trial
+        for slot in range(8)
+    ]
+    finals = {r.value for r in results if r is not None}
+    assert finals == {0.7, 0.68}  # both curves ran, every trial in full
+
+    summary = summarize_study(url, ledger, spec.study_name)
+    best = summary["best"]
+    # By its last value the falling curve would win (0.7); less its fall of 0.2 it scores 0.5.
+    assert best["value"] == 0.68 and best["score"] == 0.68
+    assert best["params"]["x"] >= 0.5

@@ -351,7 +351,10 @@ class TuningStudySummarizeOperator(_StudyOperator):
             "study %s: %s; best %s; spent $%s of $%s; per trial $%s, per successful trial $%s; stop: %s",
             summary["study_name"],
             ", ".join(f"{n} {s}" for s, n in sorted(summary["states"].items())),
-            "none" if best is None else f"#{best['number']} = {best['value']:.4f} {best['params']}",
+            "none"
+            if best is None
+            else f"#{best['number']} = {best['value']:.4f} (ranked by {best['score']:.4f}: the value less "
+            f"its fall from its best rung) {best['params']}",
             summary["spent_usd"],
             summary["cap_usd"],
             summary["cost_per_trial_usd"],

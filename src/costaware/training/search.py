@@ -47,7 +47,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from costaware.core.errors import BudgetExceededError, ConfigurationError
-from costaware.core.tuning import usd_for_seconds
+from costaware.core.tuning import fall_adjusted_value, usd_for_seconds
 from costaware.core.tuning.rungs import promotable
 from costaware.extras import require
 from costaware.training.search_billing import SearchBilling
@@ -85,21 +85,11 @@ class SearchTrial:
     def score(self, direction: str = "maximize") -> float | None:
         """Its value at full fidelity less that value's fall from its best rung (None: not completed).
 
-        A metric that got worse while the configuration trained on is past its best: the model overfits,
-        its predictions grow idiosyncratic, and its last value carries more noise of the validation
-        sample. Ranked by that value alone, the lucky end of a falling curve wins a search, and the model
-        does worse on new data than its value said. Counting the fall twice (once in the value, once as
-        a penalty) ranks such a configuration below one that ends as high without falling; a curve that
-        never falls scores its value.
+        See :func:`~costaware.core.tuning.fall_adjusted_value`: why a falling curve ranks lower.
         """
-        value = self.value
-        if value is None:
+        if self.value is None:
             return None
-        seen = [v for _, v in self.rungs if not math.isnan(v)]
-        if math.isnan(value) or not seen:
-            return value
-        best = max(seen) if direction == "maximize" else min(seen)
-        return 2 * value - best
+        return fall_adjusted_value([v for _, v in self.rungs], direction)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ The Optuna glue lives in ``costaware.training.tuning``; this package decides, fr
 move up a rung, when a study stops and what a trial is expected to cost. Money caps are not checked here:
 they are ledger reservations, atomic in the database (``Ledger.reserve``). One concept per module:
 
-* :mod:`~costaware.core.tuning.trials`: how a trial ended;
+* :mod:`~costaware.core.tuning.trials`: how a trial ended, and how completed trials rank;
 * :mod:`~costaware.core.tuning.search_space`: the hyperparameters and their ranges;
 * :mod:`~costaware.core.tuning.rungs`: the fidelities trials are compared at, and who moves up;
 * :mod:`~costaware.core.tuning.caps`: what a study may use, and when it stops;
@@ -56,7 +56,7 @@ from costaware.core.tuning.spot_spend import (
     study_spent,
 )
 from costaware.core.tuning.study import DIRECTIONS, PRUNERS, SAMPLERS, StudySpec
-from costaware.core.tuning.trials import FinishedTrial, TrialState, trial_label
+from costaware.core.tuning.trials import FinishedTrial, TrialState, fall_adjusted_value, trial_label
 
 __all__ = [
     "DIRECTIONS",
@@ -83,6 +83,7 @@ __all__ = [
     "cost_without_prune",
     "decide_promotions",
     "estimate_trial_seconds",
+    "fall_adjusted_value",
     "kept_count",
     "parse_search_space",
     "plan_study",

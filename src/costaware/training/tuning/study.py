@@ -7,6 +7,7 @@ and each trial's state in one trial user attribute (:data:`TRIAL_ATTR`).
 from __future__ import annotations
 
 import logging
+import math
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +16,14 @@ import optuna
 from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import utcnow
 from costaware.core.money import format_usd
-from costaware.core.tuning import FinishedTrial, StudySpec, TrialState, TrialTiming, trial_costs
+from costaware.core.tuning import (
+    FinishedTrial,
+    StudySpec,
+    TrialState,
+    TrialTiming,
+    fall_adjusted_value,
+    trial_costs,
+)
 from costaware.training.tuning.optuna_glue import make_pruner, make_sampler, open_storage
 from costaware.training.tuning.reservations import study_usage
 
@@ -214,11 +222,7 @@ def summarize_study(
                 "params": t.params,
             }
         )
-    complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
-    best = None
-    if complete:
-        chosen = study.best_trial
-        best = {"number": chosen.number, "value": chosen.value, "params": chosen.params}
+    best = _best_trial(trials, spec.direction)
     report = ledger.report(group_by="trial", scope=spec.budget_scope)
     per_label = [(r.group, r.usd) for r in report if r.group != "(none)"]
     costs = trial_costs([(_state_of_label(label), usd) for label, usd in per_label])
@@ -244,6 +248,28 @@ def summarize_study(
         "successful_trials": costs.successful,
         "cost_by_trial": [{"trial": label, "usd": str(usd)} for label, usd in per_label],
     }
+
+
+def _best_trial(trials: list[optuna.trial.FrozenTrial], direction: str) -> dict[str, Any] | None:
+    """The completed trial that ranks first by its value less its fall from its best rung, or None.
+
+    Trials rank as ``budgeted_search`` ranks them (:func:`~costaware.core.tuning.fall_adjusted_value`);
+    ``value`` stays the winner's value at full fidelity, ``score`` is what it was ranked by.
+    """
+    scored = []
+    for t in trials:
+        if t.state != optuna.trial.TrialState.COMPLETE or t.value is None:
+            continue
+        # A slot reports every rung, the last at full fidelity, before it tells that value.
+        rungs = [float(t.intermediate_values[step]) for step in sorted(t.intermediate_values)]
+        score = fall_adjusted_value(rungs or [t.value], direction)
+        if score is not None and not math.isnan(score):
+            scored.append((score, t))
+    if not scored:
+        return None
+    pick = max if direction == "maximize" else min
+    score, chosen = pick(scored, key=lambda pair: pair[0])
+    return {"number": chosen.number, "value": chosen.value, "score": score, "params": chosen.params}
 
 
 def _last_value(trial: optuna.trial.FrozenTrial) -> float | None:
