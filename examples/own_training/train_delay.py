@@ -87,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
             f"resumed from the checkpoint of step {step} of {total} (attempt {runtime.attempt()})", flush=True
         )
 
+    # Also save whenever the provider's interval has passed (COSTAWARE_CHECKPOINT_EVERY_SECONDS: the
+    # operator's checkpoint_every_seconds, with "auto" the one the interruption rate calls for).
+    timer = runtime.CheckpointTimer()
     model.train()
     while step < total:
         epoch, within = divmod(step, steps_per_epoch)
@@ -109,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
             with open(args.progress_file, "a") as progress:
                 progress.write(f"{step}\n")
         # A checkpoint falls between optimizer steps, never inside an accumulation: nothing half-summed.
-        if step % args.checkpoint_every == 0 or step == total or runtime.preemption_requested():
+        due = step % args.checkpoint_every == 0 or timer.due()
+        if due or step == total or runtime.preemption_requested():
             runtime_torch.save(model, optimizer, step=step, scaler=scaler)
         if runtime.preemption_requested():
             print(f"spot notice: saved step {step} of {total}, exiting for the next attempt", flush=True)

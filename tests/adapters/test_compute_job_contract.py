@@ -86,6 +86,7 @@ def test_launcher_command_and_locations() -> None:
         market="spot",
         grace_seconds=110.0,
         work_dir="/tmp/costaware/",
+        checkpoint_every_seconds=657.0,
     )
     assert env == {
         "COSTAWARE_CHECKPOINT_DIR": "/tmp/costaware/checkpoints",
@@ -97,6 +98,7 @@ def test_launcher_command_and_locations() -> None:
         "COSTAWARE_ATTEMPT": "2",
         "COSTAWARE_MARKET": "spot",
         "COSTAWARE_GRACE_SECONDS": "110",
+        "COSTAWARE_CHECKPOINT_EVERY_SECONDS": "657",
     }
 
 

@@ -122,17 +122,6 @@ def test_auto_interval_by_market_runtime_and_advisor_entry(
         ),
         ({"checkpoint_every_seconds": "300"}, "must be a number > 0, 'auto' or None, got '300'"),
         ({"checkpoint_every_seconds": 0}, "must be a number > 0, 'auto' or None, got 0"),
-        (
-            {
-                "command": ["python", "train.py"],
-                "data_path": None,
-                "label_column": None,
-                "feature_columns": None,
-                "trainer_params": None,
-            },
-            "checkpoint_every_seconds='auto' sets the built-in trainer's interval; a command checkpoints on "
-            "its own schedule: pass the seconds it checkpoints at",
-        ),
     ],
 )
 def test_bad_intervals_are_refused_when_the_dag_is_parsed(

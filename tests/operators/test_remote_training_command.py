@@ -11,6 +11,7 @@ import json
 import signal
 import sys
 import time
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from costaware.cli import main as cli
 from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import utcnow
 from costaware.operators.remote_training import RemoteTrainingOperator
+from costaware.training.attempts import Attempt
 
 pytest.importorskip("costaware_runtime.launcher", reason="pip install -e ./runtime (costaware-run)")
 
@@ -113,7 +115,7 @@ def test_a_command_with_metrics_becomes_a_files_version_with_its_metrics(
     shown = capsys.readouterr().out
     assert f"model {result['version']}" in shown and '"steps": 6' in shown and '"loss": ' in shown
     attempt = seen(tmp_path)[0]
-    assert attempt == {"attempt": 1, "market": "spot", "start": 0, "grace": "110"}
+    assert attempt == {"attempt": 1, "market": "spot", "start": 0, "grace": "110", "every": 300.0}
 
 
 def test_exit_75_resubmits_and_the_next_attempt_resumes_from_the_checkpoint(
@@ -135,6 +137,48 @@ def test_exit_75_resubmits_and_the_next_attempt_resumes_from_the_checkpoint(
         resumed
         == (tmp_path / "b" / "models" / "versions" / straight["version"] / "files" / "model.txt").read_text()
     )
+
+
+def seen_when_started(tmp: Path, count: int) -> list[dict[str, Any]]:
+    """The attempts' own view once ``count`` of them started (each writes its line first)."""
+    deadline = time.monotonic() + 60
+    while len(seen(tmp)) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return seen(tmp)
+
+
+def test_each_attempt_of_a_command_gets_its_checkpoint_interval(tmp_path: Path, ledger: Any) -> None:
+    # A number reaches the command as it is (COSTAWARE_CHECKPOINT_EVERY_SECONDS).
+    drive(operator(tmp_path / "n", "ok", checkpoint_every_seconds=42), context_for())
+    assert seen(tmp_path / "n")[0]["every"] == 42.0
+    # "auto": the first attempt gets the planned interval (m5.large's advisor band, bounded to the cap) ...
+    op = operator(tmp_path / "a", "ok", checkpoint_every_seconds="auto")
+    state = op._start(context_for())
+    assert state.plan.checkpoint_every_seconds == 3600.0
+    first = op._submit(state, "spot")
+    assert seen_when_started(tmp_path / "a", 1)[0]["every"] == 3600.0
+    op._backend(first.plan).stop(first.current.job_id)
+    # ... and a later spot attempt the interval re-tuned from how the earlier ones were preempted: two hard
+    # kills after 7200 s each, sqrt(2 x 30 s save x 7200 s) = 657 s.
+    killed = tuple(
+        Attempt(
+            attempt=n,
+            job_id=f"job-a{n}",
+            market="spot",
+            instance_type="m5.large",
+            billable_seconds=7200.0,
+            usd="0.01",
+            cause="preemption",
+            reason="spot interruption",
+            exit_code=-9,
+        )
+        for n in (1, 2)
+    )
+    later = op._submit(replace(state, attempts=killed), "spot")
+    try:
+        assert seen_when_started(tmp_path / "a", 2)[1]["every"] == pytest.approx(657.0, abs=0.5)
+    finally:
+        op._backend(later.plan).stop(later.current.job_id)
 
 
 @pytest.mark.parametrize(

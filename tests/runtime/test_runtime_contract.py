@@ -34,6 +34,7 @@ def test_from_env_reads_every_variable() -> None:
             "COSTAWARE_ATTEMPT": "3",
             "COSTAWARE_MARKET": "on_demand",
             "COSTAWARE_GRACE_SECONDS": "50",
+            "COSTAWARE_CHECKPOINT_EVERY_SECONDS": "657",
         }
     )
     assert env == JobEnvironment(
@@ -46,13 +47,14 @@ def test_from_env_reads_every_variable() -> None:
         attempt=3,
         market="on_demand",
         grace_seconds=50.0,
+        checkpoint_every_seconds=657.0,
     )
 
 
 def test_from_env_defaults() -> None:
     env = JobEnvironment.from_env({})
     assert (env.attempt, env.market, env.grace_seconds) == (1, "local", 110.0)
-    assert env.checkpoint_dir is None and env.result_uri is None
+    assert env.checkpoint_dir is None and env.result_uri is None and env.checkpoint_every_seconds is None
 
 
 @pytest.mark.parametrize(
@@ -61,6 +63,11 @@ def test_from_env_defaults() -> None:
         ({"COSTAWARE_ATTEMPT": "0"}, "COSTAWARE_ATTEMPT='0' is not an attempt number: use 1 for the first"),
         ({"COSTAWARE_MARKET": "Spot"}, "COSTAWARE_MARKET='Spot' is not a market: use one of spot, on_demand"),
         ({"COSTAWARE_GRACE_SECONDS": "nan"}, "grace period 'nan' is not a number of seconds >= 0"),
+        (
+            {"COSTAWARE_CHECKPOINT_EVERY_SECONDS": "auto"},
+            "COSTAWARE_CHECKPOINT_EVERY_SECONDS='auto' is not a checkpoint interval: give seconds > 0",
+        ),
+        ({"COSTAWARE_CHECKPOINT_EVERY_SECONDS": "0"}, "COSTAWARE_CHECKPOINT_EVERY_SECONDS='0' is not a"),
         (
             {"COSTAWARE_RESULT_PATH": "/a.json", "COSTAWARE_RESULT_URI": "/b.json"},
             "COSTAWARE_RESULT_PATH='/a.json' and COSTAWARE_RESULT_URI='/b.json' disagree: set only one",

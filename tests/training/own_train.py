@@ -38,6 +38,7 @@ def main() -> int:
     start, weight = (saved[0], int(saved[1])) if saved else (0, SEED)
     seen = {"attempt": attempt, "market": os.environ["COSTAWARE_MARKET"], "start": start}
     seen["grace"] = os.environ["COSTAWARE_GRACE_SECONDS"]
+    seen["every"] = cr.CheckpointTimer().every_seconds  # COSTAWARE_CHECKPOINT_EVERY_SECONDS, else 300
     with open(os.environ["OWN_TRAIN_LOG"], "a") as log:
         log.write(json.dumps(seen) + "\n")
     if mode == "preempt-without-checkpoint":

@@ -29,6 +29,7 @@ from costaware_runtime.contract import (
     JobEnvironment,
     attempt,
     checkpoint_dir,
+    checkpoint_every_seconds,
     market,
     output_dir,
 )
@@ -42,6 +43,7 @@ from costaware_runtime.errors import (
 from costaware_runtime.metrics import read_metrics, write_metrics
 from costaware_runtime.outputs import download_outputs, read_manifest
 from costaware_runtime.preemption import PreemptionGuard, exit_preempted, preemption_requested
+from costaware_runtime.schedule import CheckpointTimer
 
 __all__ = [
     "EXIT_CONTRACT_ERROR",
@@ -50,6 +52,7 @@ __all__ = [
     "EXIT_PREEMPTED_WITHOUT_CHECKPOINT",
     "EXIT_SYNC_FAILED",
     "CheckpointChangedError",
+    "CheckpointTimer",
     "ContractError",
     "CostawareRuntimeError",
     "JobEnvironment",
@@ -59,6 +62,7 @@ __all__ = [
     "__version__",
     "attempt",
     "checkpoint_dir",
+    "checkpoint_every_seconds",
     "checkpoint_folder",
     "commit",
     "download_outputs",

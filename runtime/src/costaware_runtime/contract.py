@@ -24,6 +24,7 @@ RESULT_URI = "COSTAWARE_RESULT_URI"
 ATTEMPT = "COSTAWARE_ATTEMPT"
 MARKET = "COSTAWARE_MARKET"
 GRACE_SECONDS = "COSTAWARE_GRACE_SECONDS"
+CHECKPOINT_EVERY_SECONDS = "COSTAWARE_CHECKPOINT_EVERY_SECONDS"
 S3_ENDPOINT_URL = "COSTAWARE_S3_ENDPOINT_URL"
 
 #: Every variable of the contract, in the order the README documents them.
@@ -38,6 +39,7 @@ ALL_VARIABLES = (
     ATTEMPT,
     MARKET,
     GRACE_SECONDS,
+    CHECKPOINT_EVERY_SECONDS,
     S3_ENDPOINT_URL,
 )
 
@@ -83,6 +85,8 @@ class JobEnvironment:
         attempt: The attempt number, 1 for the first.
         market: ``spot``, ``on_demand`` or ``local``.
         grace_seconds: How long the job may take to exit after the preemption notice.
+        checkpoint_every_seconds: How often the orchestrator asks the job to checkpoint (its
+            ``checkpoint_every_seconds``, the automatic interval for this attempt), or None when unset.
     """
 
     checkpoint_dir: Path | None
@@ -94,6 +98,7 @@ class JobEnvironment:
     attempt: int
     market: str
     grace_seconds: float
+    checkpoint_every_seconds: float | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> JobEnvironment:
@@ -127,6 +132,7 @@ class JobEnvironment:
             attempt=parse_attempt(text(ATTEMPT)),
             market=parse_market(text(MARKET)),
             grace_seconds=parse_grace_seconds(text(GRACE_SECONDS)),
+            checkpoint_every_seconds=parse_checkpoint_every_seconds(text(CHECKPOINT_EVERY_SECONDS)),
         )
 
 
@@ -177,6 +183,39 @@ def parse_grace_seconds(value: str | None) -> float:
             f"grace period {value!r} is not a number of seconds >= 0: AWS gives 120 s, so use at most 110"
         )
     return seconds
+
+
+def parse_checkpoint_every_seconds(value: str | None) -> float | None:
+    """The checkpoint interval in ``value`` (None when unset).
+
+    Raises:
+        ContractError: ``value`` is not a finite number of seconds above 0.
+    """
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ContractError(
+            f"{CHECKPOINT_EVERY_SECONDS}={value!r} is not a checkpoint interval: give seconds > 0, e.g. 600"
+        )
+    return seconds
+
+
+def checkpoint_every_seconds(default: float | None = None) -> float | None:
+    """How often this attempt should checkpoint, in seconds (``COSTAWARE_CHECKPOINT_EVERY_SECONDS``).
+
+    The provider sets it on every attempt from the operator's ``checkpoint_every_seconds``; with ``"auto"``
+    it is the interval the interruption rate calls for, re-tuned before each spot attempt from how the
+    earlier ones were preempted. ``default`` when unset (a run outside costaware).
+
+    Raises:
+        ContractError: The variable is set to something that is not seconds > 0.
+    """
+    seconds = parse_checkpoint_every_seconds(os.environ.get(CHECKPOINT_EVERY_SECONDS, "").strip() or None)
+    return default if seconds is None else seconds
 
 
 def attempt() -> int:

@@ -72,9 +72,8 @@ class RemoteAttemptSteps:
         zone = ""
         if market == "spot":
             state, market, zone = self._place(state)
-        if market == "spot":
-            self._retune_interval(state)
-        request = job_request(state, market, utcnow(), zone=zone)
+        every = self._retune_interval(state) if market == "spot" else None
+        request = job_request(state, market, utcnow(), zone=zone, checkpoint_every_seconds=every)
         job_id = self._backend(plan).submit(request)
         self.log.info(
             "attempt %d: job %s on %s, %s %s%s",
@@ -198,12 +197,14 @@ class RemoteAttemptSteps:
             )
             return ()
 
-    def _retune_interval(self, state: AttemptState) -> None:
+    def _retune_interval(self, state: AttemptState) -> float | None:
         """With ``checkpoint_every_seconds="auto"``, the next spot attempt's interval from the preemptions.
 
-        Rewrites the job's spec with the interval of ``plan.interval.observed_interval`` (the run lengths of
-        the attempts preempted so far, which of them saved on their notice, and the saves they measured,
-        read from the checkpoint URI's ``LATEST.json``); the plan keeps its own (see there why).
+        The interval of ``plan.interval.observed_interval`` (the run lengths of the attempts preempted so
+        far, which of them saved on their notice, and the saves they measured, read from the checkpoint
+        URI's ``LATEST.json``), or None (not ``"auto"``, or nothing preempted yet: the plan's). A built-in
+        job's spec is rewritten with it; every job gets it as ``COSTAWARE_CHECKPOINT_EVERY_SECONDS``. The
+        plan keeps its own (see there why).
         """
         from costaware.adapters.compute.job_contract import EXIT_PREEMPTED
         from costaware.core.checkpoint_interval import is_auto
@@ -211,11 +212,11 @@ class RemoteAttemptSteps:
         from costaware.training.plan.interval import observed_interval
 
         plan = state.plan
-        if not (is_auto(self.checkpoint_every_seconds) and plan.spec_uri and plan.checkpoint_every_seconds):
-            return
+        if not (is_auto(self.checkpoint_every_seconds) and plan.checkpoint_every_seconds):
+            return None
         preempted = [a for a in state.attempts if a.cause == "preemption" and a.market == "spot"]
         if not preempted:
-            return
+            return None
         opts = self._storage_options()
         observed = observed_interval(
             [a.billable_seconds for a in preempted],
@@ -226,12 +227,14 @@ class RemoteAttemptSteps:
             saved_on_notice=[a.exit_code == EXIT_PREEMPTED for a in preempted],
         )
         if observed is None:
-            return
+            return None
         seconds, reason = observed
-        spec = read_spec(plan.spec_uri, **opts)
-        if spec.get("checkpoint_every_seconds") != seconds:
-            write_spec(plan.spec_uri, {**spec, "checkpoint_every_seconds": seconds}, **opts)
+        if plan.spec_uri:  # the built-in trainer reads its interval from the spec
+            spec = read_spec(plan.spec_uri, **opts)
+            if spec.get("checkpoint_every_seconds") != seconds:
+                write_spec(plan.spec_uri, {**spec, "checkpoint_every_seconds": seconds}, **opts)
         self.log.info("%s", reason)
+        return seconds
 
     def _record_attempt(self, state: AttemptState, job: Mapping[str, Any], cause: str) -> AttemptState:
         from costaware.training.attempt_effects import billed_attempt

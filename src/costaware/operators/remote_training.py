@@ -11,7 +11,6 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from costaware.adapters.compute.job_contract import DEFAULT_GRACE_SECONDS
-from costaware.core.checkpoint_interval import is_auto
 from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import utcnow
 from costaware.glue import DEFAULT_AWS_CONN_ID, airflow_errors, run_identity, run_tags
@@ -85,8 +84,10 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         force_full: Retrain in full whatever the policy says (templated).
         seed: Seed of the trainer.
         checkpoint_every_seconds: Checkpoint at least this often (the most work a hard kill loses), or
-            ``"auto"`` (built-in trainer only): Young/Daly's interval from the spot advisor's interruption
-            band of the type, bounded (see ``docs/remote-training.md``).
+            ``"auto"``: Young/Daly's interval from the spot advisor's interruption band of the type, bounded,
+            re-tuned before each later spot attempt from how the earlier ones were preempted (see
+            ``docs/remote-training.md``). A command gets it as ``COSTAWARE_CHECKPOINT_EVERY_SECONDS`` on every
+            attempt (``costaware_runtime.CheckpointTimer`` reads it).
         checkpoint_every_steps: Checkpoint every this many steps (None: by time only).
         backend: ``local`` (default), ``sagemaker``, ``batch`` or ``kubernetes`` (templated).
         backend_options: Options of the backend, e.g. ``role_arn`` and ``image_uri`` for SageMaker or
@@ -242,11 +243,6 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         }
         owner = f"{type(self).__name__} {self.task_id!r}"
         self.command = check_job_kind(owner, command, trainer_arguments)
-        if self.command is not None and is_auto(checkpoint_every_seconds):
-            raise ConfigurationError(
-                f"{owner}: checkpoint_every_seconds={checkpoint_every_seconds!r} sets the built-in trainer's "
-                "interval; a command checkpoints on its own schedule: pass the seconds it checkpoints at"
-            )
         self._keep_training_arguments(
             model_store=model_store,
             data_path=data_path,

@@ -23,8 +23,19 @@ if TYPE_CHECKING:
     from costaware.core.ledger import LedgerEntry
 
 
-def job_request(state: AttemptState, market: str, now: datetime, *, zone: str = "") -> JobRequest:
-    """The next attempt's request on ``market`` in ``zone``: stable job name, the plan's stores, time left."""
+def job_request(
+    state: AttemptState,
+    market: str,
+    now: datetime,
+    *,
+    zone: str = "",
+    checkpoint_every_seconds: float | None = None,
+) -> JobRequest:
+    """The next attempt's request on ``market`` in ``zone``: stable job name, the plan's stores, time left.
+
+    ``checkpoint_every_seconds``: the attempt's interval when re-tuned for it (``"auto"``); default: the
+    plan's.
+    """
     from costaware.adapters.compute.base import JobRequest
     from costaware.adapters.compute.job_contract import attempt_uris
     from costaware.training.remote import job_name
@@ -50,6 +61,9 @@ def job_request(state: AttemptState, market: str, now: datetime, *, zone: str = 
         attempt=attempt,
         grace_seconds=plan.grace_seconds,
         availability_zone=zone,
+        checkpoint_every_seconds=(
+            plan.checkpoint_every_seconds if checkpoint_every_seconds is None else checkpoint_every_seconds
+        ),
     )
 
 

@@ -76,6 +76,9 @@ class JobRequest:
         availability_zone: The zone to place this attempt in (e.g. ``us-east-1b``), so that a preempted spot
             attempt can move to a zone that still has capacity; empty: the backend's choice. SageMaker
             refuses one (see :func:`require_zone_placement`).
+        checkpoint_every_seconds: How often this attempt should checkpoint
+            (``COSTAWARE_CHECKPOINT_EVERY_SECONDS``; with ``"auto"``, the interval re-tuned for it); None:
+            unset.
     """
 
     job_name: str
@@ -94,6 +97,7 @@ class JobRequest:
     attempt: int = 1
     grace_seconds: float = job_contract.DEFAULT_GRACE_SECONDS
     availability_zone: str = ""
+    checkpoint_every_seconds: float | None = None
 
     def __post_init__(self) -> None:
         if not _JOB_NAME.match(self.job_name):
@@ -156,6 +160,7 @@ class JobRequest:
             grace_seconds=self.grace_seconds,
             work_dir=work_dir,
             checkpoint_dir=checkpoint_dir,
+            checkpoint_every_seconds=self.checkpoint_every_seconds,
         )
         return {**dict(self.env), **contract}
 

@@ -33,6 +33,7 @@ from typing import Any
 from costaware_runtime.contract import (
     ATTEMPT,
     CHECKPOINT_DIR,
+    CHECKPOINT_EVERY_SECONDS,
     CHECKPOINT_URI,
     DEFAULT_GRACE_SECONDS,
     EXIT_CONTRACT_ERROR,
@@ -56,6 +57,7 @@ from costaware.core.errors import ConfigurationError
 __all__ = [
     "ATTEMPT",
     "CHECKPOINT_DIR",
+    "CHECKPOINT_EVERY_SECONDS",
     "CHECKPOINT_FOLDER",
     "CHECKPOINT_URI",
     "DEFAULT_GRACE_SECONDS",
@@ -206,6 +208,7 @@ def contract_environment(
     grace_seconds: float,
     work_dir: str,
     checkpoint_dir: str | None = None,
+    checkpoint_every_seconds: float | None = None,
 ) -> dict[str, str]:
     """The contract's variables of one attempt; ``work_dir`` holds the job's local folders.
 
@@ -220,6 +223,8 @@ def contract_environment(
         work_dir: A writable folder of the job's machine (or container).
         checkpoint_dir: The local checkpoint folder, when the platform fixes it (SageMaker's
             ``/opt/ml/checkpoints``); default ``<work_dir>/checkpoints``.
+        checkpoint_every_seconds: How often the attempt should checkpoint
+            (``costaware_runtime.CheckpointTimer`` reads it); None: not set.
     """
     work = work_dir.rstrip("/")
     variables = {
@@ -232,6 +237,7 @@ def contract_environment(
         ATTEMPT: str(int(attempt)),
         MARKET: market,
         GRACE_SECONDS: f"{float(grace_seconds):g}",
+        CHECKPOINT_EVERY_SECONDS: "" if checkpoint_every_seconds is None else f"{checkpoint_every_seconds:g}",
     }
     return {name: value for name, value in variables.items() if value}
 
