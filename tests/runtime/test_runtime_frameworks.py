@@ -135,6 +135,37 @@ def test_xgboost_checkpoints_every_n_rounds_and_resumes(tmp_path: Path, sigterm_
     assert latest_step(tmp_path) == 9
 
 
+@needs("xgboost")
+@needs("lightgbm")
+def test_boosting_callbacks_save_by_time_with_a_timer(tmp_path: Path, sigterm_restored: None) -> None:
+    import lightgbm as lgb
+    import xgboost as xgb
+    from costaware_runtime import CheckpointTimer
+    from costaware_runtime.boosting import LightGBMCheckpoint, XGBoostCheckpoint
+
+    def ticking_timer() -> CheckpointTimer:
+        """A timer of 2.5 s on a clock that moves 1 s a round: due at rounds 3 and 6 of 7."""
+        ticks = iter(range(100))
+        return CheckpointTimer(2.5, clock=lambda: float(next(ticks)))
+
+    with pytest.raises(ValueError, match="None only with timer=CheckpointTimer"):
+        XGBoostCheckpoint(every_rounds=None)
+    features, target = regression_data()
+    by_time = XGBoostCheckpoint(every_rounds=None, directory=tmp_path / "xgb", timer=ticking_timer())
+    xgb.train({"max_depth": 2}, xgb.DMatrix(features, label=target), num_boost_round=7, callbacks=[by_time])
+    assert latest_step(tmp_path / "xgb") == 6
+    assert sorted(p.name for p in (tmp_path / "xgb").glob("checkpoint-*")) == ["checkpoint-3", "checkpoint-6"]
+    # Rounds and time together: every 5 rounds, or when the timer says so (rounds 3 and 6).
+    both = LightGBMCheckpoint(5, directory=tmp_path / "lgb", keep=5, timer=ticking_timer())
+    params = {"objective": "regression", "num_leaves": 4, "verbose": -1}
+    lgb.train(params, lgb.Dataset(features, target), 7, callbacks=[both])
+    assert sorted(p.name for p in (tmp_path / "lgb").glob("checkpoint-*")) == [
+        "checkpoint-3",
+        "checkpoint-5",
+        "checkpoint-6",
+    ]
+
+
 @needs("lightgbm")
 def test_lightgbm_checkpoints_every_n_rounds_and_resumes(tmp_path: Path, sigterm_restored: None) -> None:
     import lightgbm as lgb
@@ -271,3 +302,20 @@ CostawareCallback().on_train_begin(args, TrainerState(), TrainerControl())
     assert done.returncode == 1
     assert "TrainingArguments.output_dir is" in done.stderr
     assert "pass output_dir=str(costaware_runtime.checkpoint_dir())" in done.stderr
+
+
+@needs("transformers")
+def test_huggingface_callback_asks_for_a_save_when_the_timer_says_so(sigterm_restored: None) -> None:
+    from costaware_runtime import CheckpointTimer
+    from costaware_runtime.huggingface import CostawareCallback
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    ticks = iter(range(100))
+    callback = CostawareCallback(timer=CheckpointTimer(2.5, clock=lambda: float(next(ticks))))
+    args = TrainingArguments(output_dir="unused", report_to=[], use_cpu=True)
+    asked = []
+    for _ in range(7):  # the clock moves 1 s a step: due at steps 3 and 6
+        control = TrainerControl()
+        callback.on_step_end(args, TrainerState(), control)
+        asked.append(control.should_save and not control.should_training_stop)
+    assert asked == [False, False, True, False, False, True, False]

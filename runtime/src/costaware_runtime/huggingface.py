@@ -11,7 +11,8 @@ transformers is imported when ``CostawareCallback`` is first looked up, never be
 
 Each checkpoint the Trainer saves (``checkpoint-<global_step>/``) is committed, so the launcher pushes it.
 On the preemption notice the callback asks the Trainer to save and stop at the end of the current step, then
-commits that checkpoint and exits 75.
+commits that checkpoint and exits 75. ``CostawareCallback(timer=costaware_runtime.CheckpointTimer())`` also
+asks for a save whenever the provider's interval (``COSTAWARE_CHECKPOINT_EVERY_SECONDS``) has passed.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from costaware_runtime.checkpoints import commit, read_marker
 from costaware_runtime.contract import CHECKPOINT_DIR, checkpoint_dir
 from costaware_runtime.errors import ContractError
 from costaware_runtime.preemption import exit_preempted, preemption_requested
+from costaware_runtime.schedule import CheckpointTimer
 
 
 def latest_hf_checkpoint(directory: Path | str | None = None) -> str | None:
@@ -51,11 +53,12 @@ def _callback_class() -> type:
         """Commits every checkpoint the Trainer saves; on the preemption notice, saves, commits and exits 75.
 
         Set ``TrainingArguments.output_dir`` to ``COSTAWARE_CHECKPOINT_DIR``: that is where the launcher
-        looks for commits.
+        looks for commits. ``timer``: also save at the end of a step whenever it says a checkpoint is due.
         """
 
-        def __init__(self) -> None:
+        def __init__(self, *, timer: CheckpointTimer | None = None) -> None:
             self.stopping = False
+            self.timer = timer
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
             preemption_requested()  # installs the SIGTERM handler before the first step
@@ -72,6 +75,8 @@ def _callback_class() -> type:
                 self.stopping = True
                 control.should_save = True
                 control.should_training_stop = True
+            elif self.timer is not None and self.timer.due():
+                control.should_save = True
             return control
 
         def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
