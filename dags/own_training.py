@@ -133,6 +133,9 @@ def own_training() -> None:
         backend_options="{{ params.backend_options | tojson }}",
         spot_task_id="spot_window",
         prices=RECORDED_SPOT_PRICES,
+        # The interval the interruption rate calls for, passed to the script as
+        # COSTAWARE_CHECKPOINT_EVERY_SECONDS (its CheckpointTimer saves by it) and re-tuned after preemptions.
+        checkpoint_every_seconds="auto",
         aws_conn_id=None,
         poll_interval=2,
         retries=2,

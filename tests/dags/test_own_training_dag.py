@@ -51,6 +51,7 @@ def test_dags_test_trains_the_script_and_promotes_on_its_rmse(tmp_path: Path) ->
     output = run.stdout + run.stderr
     assert run.returncode == 0, output[-4000:]
     assert "holdout" in output and "rmse" in output
+    assert "checkpoint_every_seconds='auto'" in output  # the interval it chose, and why
     ledger = Ledger.from_url(env["COSTAWARE_LEDGER_URL"])
     rows = ledger.entries(dag_id="own_training")
     ledger.dispose()
