@@ -30,21 +30,26 @@ class InstantTrainer:
         return -((self.x - 0.3) ** 2) + resource / 1000
 
 
-def test_a_slot_that_waits_for_money_reserves_its_wait_and_settles_within_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    url = f"sqlite:///{tmp_path / 'study.db'}"
-    ledger = Ledger.from_url(url)
-    spec = StudySpec(
-        study_name="waits",
+def study_spec(name: str, *, max_usd: str, max_trials: int, **kwargs: Any) -> StudySpec:
+    """A study of one float ``x`` in [0, 1] at rungs 1, 2, 4, sampled at random, $1 a second of slot time."""
+    return StudySpec(
+        study_name=name,
         direction="maximize",
         search_space=parse_search_space({"x": {"type": "float", "low": 0.0, "high": 1.0}}),
         schedule=RungSchedule.geometric(1, 4, 2),
-        caps=TuningCaps.create(max_usd=Decimal("10.00"), max_trials=5),
+        caps=TuningCaps.create(max_usd=Decimal(max_usd), max_trials=max_trials),
         sampler="random",
-        scope={"project": "waits"},
-        usd_per_hour=Decimal(3600),  # $1 a second of the slot's clock
-        fallback_trial_seconds=2.0,
+        scope={"project": name},
+        usd_per_hour=Decimal(3600),
         slack_seconds=0.5,
+        **kwargs,
     )
+
+
+def test_a_slot_that_waits_for_money_reserves_its_wait_and_settles_within_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = study_spec("waits", max_usd="10.00", max_trials=5, fallback_trial_seconds=2.0)
     create_study(url, ledger, spec)
     # Another trial of the study holds $9: this slot's $2.50 does not fit until it settles.
     other = ledger.reserve(spec.budget_scope, Decimal("9.00"), holder="other-trial")
@@ -92,19 +97,7 @@ class CurveTrainer:
 def test_the_summary_ranks_a_climbing_curve_above_a_falling_one_that_ends_higher(tmp_path) -> None:  # type: ignore[no-untyped-def]
     url = f"sqlite:///{tmp_path / 'study.db'}"
     ledger = Ledger.from_url(url)
-    spec = StudySpec(
-        study_name="curves",
-        direction="maximize",
-        search_space=parse_search_space({"x": {"type": "float", "low": 0.0, "high": 1.0}}),
-        schedule=RungSchedule.geometric(1, 4, 2),
-        caps=TuningCaps.create(max_usd=Decimal("100.00"), max_trials=8),
-        sampler="random",
-        pruner="none",
-        scope={"project": "curves"},
-        usd_per_hour=Decimal(3600),
-        fallback_trial_seconds=1.0,
-        slack_seconds=0.5,
-    )
+    spec = study_spec("curves", max_usd="100.00", max_trials=8, fallback_trial_seconds=1.0, pruner="none")
     create_study(url, ledger, spec)
     owner = EntryOwner(dag_id="curves", run_id="r1", map_index=0)
     results = [

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,22 +55,8 @@ def _check_every(every_rounds: int | None, timer: CheckpointTimer | None) -> int
     return every_rounds
 
 
-def _due(rounds: int, every_rounds: int | None, timer: CheckpointTimer | None) -> bool:
-    """Whether this round saves: its count of rounds came round, or the timer says the interval passed."""
-    by_rounds = every_rounds is not None and rounds % every_rounds == 0
-    return (timer is not None and timer.due()) or by_rounds
-
-
-def _save(data: bytes, name: str, rounds: int, directory: Path | str | None, keep: int) -> None:
-    began = time.monotonic()
-    path = checkpoint_folder(rounds, directory) / name
-    _files.write_bytes(path, data)
-    commit(directory, rounds, [path], save_seconds=time.monotonic() - began)
-    prune(directory, keep)
-
-
-class LightGBMCheckpoint:
-    """A ``lightgbm.train`` callback: save every ``every_rounds`` rounds; on preemption save and exit 75.
+class _RoundSaver:
+    """What both callbacks do after a round: save when it is due or the notice came, then exit on the notice.
 
     Args:
         every_rounds: Rounds between checkpoints (None: by ``timer`` only).
@@ -77,9 +64,6 @@ class LightGBMCheckpoint:
         keep: How many checkpoints to keep locally.
         timer: Also save whenever it says a checkpoint is due (the provider's interval).
     """
-
-    order = 40  # after LightGBM's own early stopping (30), so a stopped round is not saved twice
-    before_iteration = False
 
     def __init__(
         self,
@@ -89,19 +73,38 @@ class LightGBMCheckpoint:
         keep: int = 2,
         timer: CheckpointTimer | None = None,
     ) -> None:
+        super().__init__()  # the framework's base class, when there is one (XGBoost's TrainingCallback)
         self.every_rounds = _check_every(every_rounds, timer)
         self.timer = timer
         self.directory = directory
         self.keep = keep
         preemption_requested()  # built in the main thread before training: install the handler now
 
-    def __call__(self, env: Any) -> None:
-        rounds = env.iteration + 1  # iteration counts from 0 and on from init_model's rounds
+    def _after_round(self, rounds: int, serialize: Callable[[], bytes], name: str) -> None:
         preempted = preemption_requested()
-        if _due(rounds, self.every_rounds, self.timer) or preempted:
-            _save(env.model.model_to_string().encode(), LIGHTGBM_FILE, rounds, self.directory, self.keep)
+        by_rounds = self.every_rounds is not None and rounds % self.every_rounds == 0
+        if (self.timer is not None and self.timer.due()) or by_rounds or preempted:
+            began = time.monotonic()
+            path = checkpoint_folder(rounds, self.directory) / name
+            _files.write_bytes(path, serialize())
+            commit(self.directory, rounds, [path], save_seconds=time.monotonic() - began)
+            prune(self.directory, self.keep)
         if preempted:
             exit_preempted()
+
+
+class LightGBMCheckpoint(_RoundSaver):
+    """A ``lightgbm.train`` callback: save every ``every_rounds`` rounds; on preemption save and exit 75.
+
+    Arguments as :class:`_RoundSaver`'s (``timer=CheckpointTimer()``: also by time).
+    """
+
+    order = 40  # after LightGBM's own early stopping (30), so a stopped round is not saved twice
+    before_iteration = False
+
+    def __call__(self, env: Any) -> None:
+        # iteration counts from 0 and on from init_model's rounds; the model is serialized only to save
+        self._after_round(env.iteration + 1, lambda: env.model.model_to_string().encode(), LIGHTGBM_FILE)
 
 
 @functools.cache
@@ -111,40 +114,16 @@ def _xgboost_class() -> type:
     except ImportError as e:
         raise ImportError(f"XGBoostCheckpoint needs xgboost: pip install xgboost ({e})") from e
 
-    class XGBoostCheckpoint(TrainingCallback):
+    class XGBoostCheckpoint(_RoundSaver, TrainingCallback):
         """An ``xgboost.train`` callback: save every ``every_rounds`` rounds; on preemption save, exit 75.
 
-        Args:
-            every_rounds: Rounds between checkpoints (None: by ``timer`` only).
-            directory: The checkpoint folder; default ``COSTAWARE_CHECKPOINT_DIR``.
-            keep: How many checkpoints to keep locally.
-            timer: Also save whenever it says a checkpoint is due (the provider's interval).
+        Arguments as :class:`_RoundSaver`'s (``timer=CheckpointTimer()``: also by time).
         """
 
-        def __init__(
-            self,
-            every_rounds: int | None = 10,
-            *,
-            directory: Path | str | None = None,
-            keep: int = 2,
-            timer: CheckpointTimer | None = None,
-        ) -> None:
-            super().__init__()
-            self.every_rounds = _check_every(every_rounds, timer)
-            self.timer = timer
-            self.directory = directory
-            self.keep = keep
-            preemption_requested()
-
         def after_iteration(self, model: Any, epoch: int, evals_log: Any) -> bool:
-            rounds = model.num_boosted_rounds()  # counts init model's rounds too, unlike epoch
-            preempted = preemption_requested()
-            if _due(rounds, self.every_rounds, self.timer) or preempted:
-                _save(
-                    bytes(model.save_raw(raw_format="json")), XGBOOST_FILE, rounds, self.directory, self.keep
-                )
-            if preempted:
-                exit_preempted()
+            # num_boosted_rounds counts the init model's rounds too, unlike epoch
+            rounds = model.num_boosted_rounds()
+            self._after_round(rounds, lambda: bytes(model.save_raw(raw_format="json")), XGBOOST_FILE)
             return False
 
     return XGBoostCheckpoint
