@@ -335,7 +335,12 @@ class ScaledRule:
             return seconds / k, f"[benchmark: rule at real scale, / {k:g}] {reason}"
 
         def scaled_observed(
-            runs: Any, *, planned_seconds: float, save_seconds: Any = (), saved_on_notice: Any = ()
+            runs: Any,
+            *,
+            planned_seconds: float,
+            save_seconds: Any = (),
+            saved_on_notice: Any = (),
+            restart_overhead_seconds: float = 0.0,
         ) -> Any:
             self.saves.append([float(s) for s in save_seconds])
             out = observed(
@@ -343,6 +348,7 @@ class ScaledRule:
                 planned_seconds=planned_seconds * k,
                 save_seconds=[s * k for s in save_seconds],
                 saved_on_notice=saved_on_notice,
+                restart_overhead_seconds=restart_overhead_seconds * k,
             )
             if out is None:
                 return None
@@ -408,6 +414,9 @@ def intervals_mode(
         "market": "spot",
         "deadline_seconds": deadline_seconds,
         "latest_start_seconds": deadline_seconds - 2 * measured["base_wall"],
+        # The measured restart (compressed seconds), as --guard and --zones pass it: "auto" counts a run's
+        # first seconds as starting, not training (the operator's default of 5 minutes is a whole run here).
+        "overhead_minutes": startup / 60,
         **common,
     }
     per_trace: list[dict[str, Any]] = []

@@ -44,3 +44,20 @@ def test_an_intervals_cell_over_its_repeats_is_its_median_run_and_any_miss_count
     assert cell["usd"] == pytest.approx(0.20) and cell["usd_runs"] == [0.30, 0.10, 0.20]
     assert cell["missed"]  # one repeat missed its deadline: the cell did
     assert preemption._median_run([run("0.10"), run("0.40")])["usd"] == pytest.approx(0.40)  # upper median
+
+
+def test_the_scaled_rule_converts_every_duration_it_hands_the_auto_rule_including_the_restart() -> None:
+    import math
+
+    from costaware.training.plan import interval as plan_interval
+
+    original = plan_interval.observed_interval
+    # Compressed: a run killed 0.2 s in, inside the 0.25 s restart (no training lost), and one 6 s long.
+    with preemption.ScaledRule(1200.0) as rule:
+        seconds, reason = plan_interval.observed_interval(
+            [0.2, 6.0], planned_seconds=3.0, saved_on_notice=[False, False], restart_overhead_seconds=0.25
+        )
+    assert plan_interval.observed_interval is original  # put back on leaving
+    # At real scale: 6,900 s of training before the one loss, sqrt(2 x 30 x 6900) = 643 s; / 1200 back.
+    assert seconds == pytest.approx(math.sqrt(2 * 30 * 6900) / 1200)
+    assert "1 stopped while starting" in reason and rule.chosen == [("observed", seconds)]

@@ -159,7 +159,7 @@ def test_each_attempt_of_a_command_gets_its_checkpoint_interval(tmp_path: Path, 
     assert seen_when_started(tmp_path / "a", 1)[0]["every"] == 3600.0
     op._backend(first.plan).stop(first.current.job_id)
     # ... and a later spot attempt the interval re-tuned from how the earlier ones were preempted: two hard
-    # kills after 7200 s each, sqrt(2 x 30 s save x 7200 s) = 657 s.
+    # kills after 7200 s each, less the default 300 s restart: sqrt(2 x 30 s save x 6900 s) = 643 s.
     killed = tuple(
         Attempt(
             attempt=n,
@@ -176,7 +176,7 @@ def test_each_attempt_of_a_command_gets_its_checkpoint_interval(tmp_path: Path, 
     )
     later = op._submit(replace(state, attempts=killed), "spot")
     try:
-        assert seen_when_started(tmp_path / "a", 2)[1]["every"] == pytest.approx(657.0, abs=0.5)
+        assert seen_when_started(tmp_path / "a", 2)[1]["every"] == pytest.approx(643.4, abs=0.5)
     finally:
         op._backend(later.plan).stop(later.current.job_id)
 

@@ -374,7 +374,7 @@ def test_the_next_spot_attempts_interval_weighs_the_measured_save(
         # two of three saved on their notice: one loss in 2,100 s, sqrt(2 x 30 x 2100) = 355 s
         ([True, False, True], math.sqrt(2 * 30 * 2100), "1 of them lost work (2 saved on the notice)"),
         # none lost work: the planned interval
-        ([True, True, True], 3600.0, "each saved on its notice: no interruption lost work"),
+        ([True, True, True], 3600.0, "each saved on its notice or was stopped while starting: no interrupt"),
         # only the latest three count: the oldest loss is out of the window
         ([False, True, True, True], 3600.0, "The last 3 preempted attempt(s) ran 700, 700, 700 s"),
     ],
@@ -389,6 +389,45 @@ def test_interruptions_the_job_saved_on_do_not_shorten_the_interval(
     assert observed is not None
     assert observed[0] == pytest.approx(seconds)
     assert logged in observed[1]
+
+
+@pytest.mark.parametrize(
+    ("runs", "saved", "seconds", "logged"),
+    [
+        # the first run was killed 200 s in, inside the 300 s restart: no training lost; the other trained
+        # 6,900 s before its kill: sqrt(2 x 30 x 6900) = 643 s
+        (
+            [200.0, 7200.0],
+            [False, False],
+            math.sqrt(2 * 30 * 6900),
+            "ran 200, 7200 (0, 6900 s of it training after the 300 s restart) s and 1 of them lost work "
+            "(1 stopped while starting): a mean 6900 s between losses",
+        ),
+        # 0 + 6,900 + 400 s of training, one loss (the last); one saved on its notice, one starting
+        ([200.0, 7200.0, 700.0], [False, True, False], math.sqrt(2 * 30 * 7300), "(1 saved on the notice, 1"),
+        # every kill came while the job was starting: nothing lost, the planned interval
+        ([200.0, 300.0], [False, False], 3600.0, "each saved on its notice or was stopped while starting"),
+    ],
+)
+def test_an_interruption_while_the_job_starts_loses_no_training(
+    runs: list[float], saved: list[bool], seconds: float, logged: str
+) -> None:
+    from costaware.training.plan.interval import observed_interval
+
+    observed = observed_interval(
+        runs, planned_seconds=3600.0, saved_on_notice=saved, restart_overhead_seconds=300.0
+    )
+    assert observed is not None
+    assert observed[0] == pytest.approx(seconds)
+    assert logged in observed[1]
+
+
+@pytest.mark.parametrize("overhead", [-1.0, float("nan"), float("inf"), "300", True])
+def test_a_bad_restart_overhead_is_named(overhead: object) -> None:
+    from costaware.training.plan.interval import observed_interval
+
+    with pytest.raises(ConfigurationError, match="the restart overhead must be seconds >= 0, got"):
+        observed_interval([700.0], planned_seconds=3600.0, restart_overhead_seconds=overhead)  # type: ignore[arg-type]
 
 
 def test_saved_on_notice_needs_one_value_per_attempt() -> None:

@@ -225,6 +225,8 @@ class RemoteAttemptSteps:
             # Exit 75: the job committed a checkpoint on the notice and lost nothing (the launcher exits 76
             # or 77 when it could not); a hard kill, or a backend without exit codes, may have lost it all.
             saved_on_notice=[a.exit_code == EXIT_PREEMPTED for a in preempted],
+            # A run's first seconds go to the restart: an interruption then loses no training.
+            restart_overhead_seconds=plan.placement.restart_overhead_seconds,
         )
         if observed is None:
             return None

@@ -10,6 +10,7 @@ preempted so far and the saves the attempts measured (:func:`observed_interval`)
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -96,15 +97,18 @@ def observed_interval(
     planned_seconds: float,
     save_seconds: Sequence[float] = (),
     saved_on_notice: Sequence[bool] = (),
+    restart_overhead_seconds: float = 0.0,
 ) -> tuple[float, str] | None:
     """The interval of the next spot attempt from the run lengths of the latest preempted ones, or None.
 
-    Each preempted attempt ran that long before its interruption. Over the latest
-    :data:`RECENT_PREEMPTIONS`, the time between interruptions is their run time over the interruptions
-    that lost work: an attempt that saved on its notice (it exited 75, the checkpoint committed) lost
-    none, whatever the interval, so it counts as time run without a loss. When none of them lost work the
-    next attempt takes the planned interval. The cost of a save is the median of ``save_seconds``
-    (:func:`~costaware.core.checkpoint_interval.measured_save_seconds`),
+    Each preempted attempt ran that long before its interruption; its first ``restart_overhead_seconds``
+    went to starting (the process, the restore), so only the rest was training that an interruption could
+    lose. Over the latest :data:`RECENT_PREEMPTIONS`, the time between interruptions is their training time
+    over the interruptions that lost work: an attempt that saved on its notice (it exited 75, the checkpoint
+    committed) lost none, whatever the interval, and neither did one stopped while it was still starting
+    (nothing trained since the checkpoint it restored); both count as time without a loss. When none of
+    them lost work the next attempt takes the planned interval. The cost of a save is the median of
+    ``save_seconds`` (:func:`~costaware.core.checkpoint_interval.measured_save_seconds`),
     :data:`~costaware.core.checkpoint_interval.DEFAULT_SAVE_SECONDS` while none was measured. The result
     only shortens the plan's interval (``planned_seconds``, from the advisor's band): the plan keeps that
     one, so the work-left estimate, which counts one interval lost per stop, stays an estimate from above.
@@ -116,10 +120,12 @@ def observed_interval(
             ``LATEST.json`` keeps the latest few).
         saved_on_notice: Per preempted attempt (the same order), whether it saved on its notice; empty:
             none did (every interruption lost the work since the last periodic save).
+        restart_overhead_seconds: What a restart costs before training goes on (the operator's
+            ``restart_overhead_minutes``); 0: every second of a run was training.
 
     Raises:
-        ConfigurationError: a run length or a measured save that is not seconds >= 0, or
-            ``saved_on_notice`` of another length than the run lengths.
+        ConfigurationError: a run length, a measured save or the restart overhead that is not seconds
+            >= 0, or ``saved_on_notice`` of another length than the run lengths.
     """
     runs = list(preempted_run_seconds)
     saved = list(saved_on_notice) or [False] * len(runs)
@@ -130,16 +136,24 @@ def observed_interval(
     recent, recent_saved = runs[-RECENT_PREEMPTIONS:], saved[-RECENT_PREEMPTIONS:]
     if not recent:
         return None
-    lossy = sum(1 for s in recent_saved if not s)
+    observed_seconds_between_interruptions(recent)  # checks the run lengths
+    overhead = restart_overhead_seconds
+    if isinstance(overhead, bool) or not isinstance(overhead, int | float) or not 0 <= overhead < math.inf:
+        raise ConfigurationError(f"the restart overhead must be seconds >= 0, got {overhead!r}")
+    training = [max(0.0, run - overhead) for run in recent]
+    starting = sum(1 for s, t in zip(recent_saved, training, strict=True) if not s and t == 0)
+    lossy = sum(1 for s, t in zip(recent_saved, training, strict=True) if not s and t > 0)
     listed = ", ".join(f"{s:.0f}" for s in recent)
+    if overhead:
+        trained = ", ".join(f"{t:.0f}" for t in training)
+        listed += f" ({trained} s of it training after the {overhead:.0f} s restart)"
     if not lossy:
-        observed_seconds_between_interruptions(recent)  # the run lengths are still checked
         return planned_seconds, (
             f"checkpoint_every_seconds='auto': {planned_seconds:.0f} s for the next attempt, the planned "
             f"interval. The last {len(recent)} preempted attempt(s) ran {listed} s and each saved on its "
-            "notice: no interruption lost work the interval could have kept"
+            "notice or was stopped while starting: no interruption lost work the interval could have kept"
         )
-    mtbi = observed_seconds_between_interruptions(recent, lossy)
+    mtbi = observed_seconds_between_interruptions(training, lossy)
     if save_seconds:
         save = measured_save_seconds(save_seconds)
         measured = ", ".join(f"{s:.3g}" for s in save_seconds)
@@ -153,8 +167,12 @@ def observed_interval(
         )
     chosen = checkpoint_interval(save_seconds=save, seconds_between_interruptions=mtbi)
     seconds = min(chosen.seconds, planned_seconds)
+    spared = [
+        f"{len(recent) - lossy - starting} saved on the notice" if len(recent) - lossy - starting else "",
+        f"{starting} stopped while starting" if starting else "",
+    ]
     losses = (
-        f"{lossy} of them lost work ({len(recent) - lossy} saved on the notice)"
+        f"{lossy} of them lost work ({', '.join(w for w in spared if w)})"
         if lossy < len(recent)
         else "each lost the work since its last save"
     )
