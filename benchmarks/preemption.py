@@ -63,7 +63,11 @@ The cost of a save goes the same way: the first attempt assumes the rule's 30 s 
 as live); each re-tune gets, as live, the wall seconds of the saves the attempts measured (the trainer times
 each save, a process's first from its write, the launcher pushes them in ``LATEST.json``, the operator reads
 them), times ``K`` like the other durations, and the rule takes their median. They are printed per trace
-beside the billed cost per save of the overhead runs (``seconds_per_checkpoint``). Caveats: (1) the first
+beside the billed cost per save of the overhead runs (``seconds_per_checkpoint``). Every cell runs with the
+operator's ``restart_overhead_minutes`` at this machine's measured restart (``startup``, compressed, as
+``--guard`` and ``--zones`` pass it; the wrapper scales it for the rule too): the re-tune counts a run's first
+seconds as starting, and a hard kill in them as no loss (since d0a67d1; before, every cell had the operator's
+5-minute default, which the rule did not read). Caveats: (1) the first
 attempt's interval still rests on the assumed 30 s; (2) ``expected_runtime_hours`` is the measured
 uninterrupted fit (compressed, so the operator's other uses of it stay in compressed time; the wrapper scales
 it for the rule only); (3) with one run per cell (``--repeats 1``, the default) the run-to-run spread of
