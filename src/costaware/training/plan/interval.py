@@ -143,14 +143,14 @@ def observed_interval(
     training = [max(0.0, run - overhead) for run in recent]
     starting = sum(1 for s, t in zip(recent_saved, training, strict=True) if not s and t == 0)
     lossy = sum(1 for s, t in zip(recent_saved, training, strict=True) if not s and t > 0)
-    listed = ", ".join(f"{s:.0f}" for s in recent)
+    listed = ", ".join(f"{s:.0f}" for s in recent) + " s"
     if overhead:
         trained = ", ".join(f"{t:.0f}" for t in training)
-        listed += f" ({trained} s of it training after the {overhead:.0f} s restart)"
+        listed += f" (of which {trained} s training, after a {overhead:.0f} s restart each)"
     if not lossy:
         return planned_seconds, (
             f"checkpoint_every_seconds='auto': {planned_seconds:.0f} s for the next attempt, the planned "
-            f"interval. The last {len(recent)} preempted attempt(s) ran {listed} s and each saved on its "
+            f"interval. The last {len(recent)} preempted attempt(s) ran {listed} and each saved on its "
             "notice or was stopped while starting: no interruption lost work the interval could have kept"
         )
     mtbi = observed_seconds_between_interruptions(training, lossy)
@@ -178,7 +178,7 @@ def observed_interval(
     )
     return seconds, (
         f"checkpoint_every_seconds='auto': {seconds:.0f} s for the next attempt. The last {len(recent)} "
-        f"preempted attempt(s) ran {listed} s and {losses}: a mean {mtbi:.0f} s between losses, "
+        f"preempted attempt(s) ran {listed} and {losses}: a mean {mtbi:.0f} s between losses, "
         f"{save_why}: {chosen.reason}"
         + (f"; kept at the planned {planned_seconds:.0f} s" if seconds < chosen.seconds else "")
     )
