@@ -79,6 +79,19 @@ def seconds_between_interruptions(band: str) -> float:
     return HOURS_PER_MONTH * 3600 / -math.log(1 - share)
 
 
+def check_run_seconds(run_seconds: Sequence[float]) -> None:
+    """Check the run lengths of preempted attempts: at least one, each seconds >= 0.
+
+    Raises:
+        ConfigurationError: no run lengths, or one that is not a finite number >= 0 (named).
+    """
+    if not run_seconds:
+        raise ConfigurationError("no preempted attempt to measure the time between interruptions from")
+    for seconds in run_seconds:
+        if not _number(seconds) or not math.isfinite(seconds) or seconds < 0:
+            raise ConfigurationError(f"an attempt's run length must be seconds >= 0, got {seconds!r}")
+
+
 def observed_seconds_between_interruptions(run_seconds: Sequence[float], lossy: int | None = None) -> float:
     """Mean run time between the interruptions that lost work, from the attempts that were preempted.
 
@@ -91,11 +104,7 @@ def observed_seconds_between_interruptions(run_seconds: Sequence[float], lossy: 
         ConfigurationError: no run lengths, one that is not a number >= 0, or ``lossy`` not in
             ``1..len(run_seconds)``.
     """
-    if not run_seconds:
-        raise ConfigurationError("no preempted attempt to measure the time between interruptions from")
-    for seconds in run_seconds:
-        if not _number(seconds) or not math.isfinite(seconds) or seconds < 0:
-            raise ConfigurationError(f"an attempt's run length must be seconds >= 0, got {seconds!r}")
+    check_run_seconds(run_seconds)
     count = len(run_seconds) if lossy is None else lossy
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= len(run_seconds):
         raise ConfigurationError(

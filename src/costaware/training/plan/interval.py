@@ -18,6 +18,7 @@ from costaware.core.checkpoint_interval import (
     BAND_UPPER_SHARE,
     DEFAULT_SAVE_SECONDS,
     ON_DEMAND_INTERVAL_SECONDS,
+    check_run_seconds,
     checkpoint_interval,
     is_auto,
     measured_save_seconds,
@@ -136,7 +137,7 @@ def observed_interval(
     recent, recent_saved = runs[-RECENT_PREEMPTIONS:], saved[-RECENT_PREEMPTIONS:]
     if not recent:
         return None
-    observed_seconds_between_interruptions(recent)  # checks the run lengths
+    check_run_seconds(recent)
     overhead = restart_overhead_seconds
     if isinstance(overhead, bool) or not isinstance(overhead, int | float) or not 0 <= overhead < math.inf:
         raise ConfigurationError(f"the restart overhead must be seconds >= 0, got {overhead!r}")
