@@ -260,18 +260,39 @@ def test_no_sync_sets_the_folder_but_never_touches_the_remote(make_job: MakeJob)
     assert json.loads((checkpoints / "_costaware_checkpoint.json").read_text())["step"] == 5
 
 
-def test_unset_folders_are_made_for_the_job(make_job: MakeJob) -> None:
+def test_unset_folders_are_made_for_the_job(make_job: MakeJob, tmp_path: Path) -> None:
     job = make_job(RESUMING_JOB)
     env = job.env()
     for name in ("COSTAWARE_CHECKPOINT_DIR", "COSTAWARE_OUTPUT_DIR", "COSTAWARE_METRICS_PATH"):
         del env[name]
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env["TMPDIR"] = str(scratch)
     done = job.run(env=env)
     assert done.returncode == 0, done.stderr
     assert "COSTAWARE_CHECKPOINT_DIR is not set: using" in done.stderr
     made = seen(job, 1)
-    assert Path(str(made["COSTAWARE_CHECKPOINT_DIR"])).is_dir()
-    assert Path(str(made["COSTAWARE_OUTPUT_DIR"])).is_dir()
+    assert Path(str(made["COSTAWARE_CHECKPOINT_DIR"])).parent == scratch
     assert json.loads(job.result.read_text())["files"] == 2
+    # The checkpoint and metrics folders served this attempt only: gone at exit; the model's folder stays.
+    assert "(removed at exit)" in done.stderr
+    assert list(scratch.iterdir()) == [Path(str(made["COSTAWARE_OUTPUT_DIR"]))]
+
+
+def test_folders_made_for_a_job_that_cannot_start_are_removed(make_job: MakeJob, tmp_path: Path) -> None:
+    job = make_job(RESUMING_JOB)
+    env = job.env()
+    for name in ("COSTAWARE_CHECKPOINT_DIR", "COSTAWARE_OUTPUT_DIR", "COSTAWARE_METRICS_PATH"):
+        del env[name]
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env["TMPDIR"] = str(scratch)
+    env["COSTAWARE_RESULT_PATH"] = f"{tmp_path}/results/"  # refused after the folders are made
+    done = job.run(env=env)
+    assert done.returncode == 2, done.stderr
+    assert "names a folder, not a file" in done.stderr
+    assert "is not set: using" in done.stderr
+    assert list(scratch.iterdir()) == []
 
 
 @pytest.mark.parametrize(

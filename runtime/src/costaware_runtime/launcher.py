@@ -13,6 +13,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -117,27 +118,46 @@ class Launcher:
                 f"--no-outputs (the job stores its model itself) and "
                 f"{contract.OUTPUT_URI}={env.output_uri!r} disagree: drop one of them"
             )
-        self.checkpoint_dir = env.checkpoint_dir or _temp_dir("checkpoints", contract.CHECKPOINT_DIR)
+        # Folders made here only for this attempt (no variable named one): the checkpoints and metrics in them
+        # serve no later attempt, so they go at exit; a made output folder stays, it holds the model.
+        self.scratch: list[Path] = []
+        if env.checkpoint_dir is None:
+            self.scratch.append(_temp_dir("checkpoints", contract.CHECKPOINT_DIR))
+        self.checkpoint_dir = env.checkpoint_dir or self.scratch[-1]
         self.output_dir: Path | None = None
         if not options.no_outputs:
             self.output_dir = env.output_dir or _temp_dir("outputs", contract.OUTPUT_DIR)
-        self.metrics_path = env.metrics_path or _temp_dir("metrics", contract.METRICS_PATH) / "metrics.json"
+        if env.metrics_path is None:
+            self.scratch.append(_temp_dir("metrics", contract.METRICS_PATH))
+        self.metrics_path = env.metrics_path or self.scratch[-1] / "metrics.json"
         for folder in (self.checkpoint_dir, self.output_dir, self.metrics_path.parent):
             if folder is not None:
                 folder.mkdir(parents=True, exist_ok=True)
         uri = None if options.no_sync else env.checkpoint_uri
         if options.no_sync and env.checkpoint_uri:
             log.info("--no-sync: %s is left to the platform", contract.CHECKPOINT_URI)
-        self.sync = CheckpointSync(uri, self.checkpoint_dir) if uri else None
-        # Bad locations (or an image without boto3) fail now, not after hours of training.
-        stores = [self.sync.store] if self.sync else []
-        stores += [open_store(env.output_uri)] if env.output_uri else []
-        stores += [open_object(env.result_uri)[0]] if env.result_uri else []
-        for store in stores:
-            store.check()
+        try:
+            self.sync = CheckpointSync(uri, self.checkpoint_dir) if uri else None
+            # Bad locations (or an image without boto3) fail now, not after hours of training.
+            stores = [self.sync.store] if self.sync else []
+            stores += [open_store(env.output_uri)] if env.output_uri else []
+            stores += [open_object(env.result_uri)[0]] if env.result_uri else []
+            for store in stores:
+                store.check()
+        except BaseException:
+            # Nothing ran: the folders made for it go too, the empty output folder among them.
+            self.remove_scratch()
+            if env.output_dir is None and self.output_dir is not None:
+                shutil.rmtree(self.output_dir, ignore_errors=True)
+            raise
         self.process: subprocess.Popen[bytes] | None = None
         self.notice_at: float | None = None  # when SIGTERM reached the launcher
         self.pending: list[int] = []  # signals that came before the job started
+
+    def remove_scratch(self) -> None:
+        """Remove the folders made only for this attempt (see ``scratch``)."""
+        for folder in self.scratch:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def child_environment(self) -> dict[str, str]:
         folders = {contract.OUTPUT_DIR: str(self.output_dir)} if self.output_dir is not None else {}
@@ -320,7 +340,7 @@ LAUNCHED = "COSTAWARE_LAUNCHED"
 
 def _temp_dir(kind: str, variable: str) -> Path:
     folder = Path(tempfile.mkdtemp(prefix=f"costaware-{kind}-"))
-    log.info("%s is not set: using %s", variable, folder)
+    log.info("%s is not set: using %s%s", variable, folder, "" if kind == "outputs" else " (removed at exit)")
     return folder
 
 
@@ -350,4 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ContractError as e:
         log.error("%s", e)
         return contract.EXIT_CONTRACT_ERROR
-    return launcher.run(command)
+    try:
+        return launcher.run(command)
+    finally:
+        launcher.remove_scratch()
