@@ -260,15 +260,19 @@ def test_no_sync_sets_the_folder_but_never_touches_the_remote(make_job: MakeJob)
     assert json.loads((checkpoints / "_costaware_checkpoint.json").read_text())["step"] == 5
 
 
-def test_unset_folders_are_made_for_the_job(make_job: MakeJob, tmp_path: Path) -> None:
-    job = make_job(RESUMING_JOB)
+def env_without_folders(job: Job, scratch: Path) -> dict[str, str]:
+    """The job's variables without its three local folders, temporary files going to ``scratch``."""
     env = job.env()
     for name in ("COSTAWARE_CHECKPOINT_DIR", "COSTAWARE_OUTPUT_DIR", "COSTAWARE_METRICS_PATH"):
         del env[name]
-    scratch = tmp_path / "scratch"
     scratch.mkdir()
-    env["TMPDIR"] = str(scratch)
-    done = job.run(env=env)
+    return env | {"TMPDIR": str(scratch)}
+
+
+def test_unset_folders_are_made_for_the_job(make_job: MakeJob, tmp_path: Path) -> None:
+    job = make_job(RESUMING_JOB)
+    scratch = tmp_path / "scratch"
+    done = job.run(env=env_without_folders(job, scratch))
     assert done.returncode == 0, done.stderr
     assert "COSTAWARE_CHECKPOINT_DIR is not set: using" in done.stderr
     made = seen(job, 1)
@@ -281,12 +285,8 @@ def test_unset_folders_are_made_for_the_job(make_job: MakeJob, tmp_path: Path) -
 
 def test_folders_made_for_a_job_that_cannot_start_are_removed(make_job: MakeJob, tmp_path: Path) -> None:
     job = make_job(RESUMING_JOB)
-    env = job.env()
-    for name in ("COSTAWARE_CHECKPOINT_DIR", "COSTAWARE_OUTPUT_DIR", "COSTAWARE_METRICS_PATH"):
-        del env[name]
     scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    env["TMPDIR"] = str(scratch)
+    env = env_without_folders(job, scratch)
     env["COSTAWARE_RESULT_PATH"] = f"{tmp_path}/results/"  # refused after the folders are made
     done = job.run(env=env)
     assert done.returncode == 2, done.stderr
