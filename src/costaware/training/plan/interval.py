@@ -108,10 +108,10 @@ def observed_interval(
     over the interruptions that lost work: an attempt that saved on its notice (it exited 75, the checkpoint
     committed) lost none, whatever the interval, and neither did one stopped while it was still starting
     (nothing trained since the checkpoint it restored); both count as time without a loss. When none of
-    them lost work but an earlier attempt of the run did, one loss is assumed in their training time ``T``
-    (a mean of ``T`` between losses: seeing none in ``T`` is then not unlikely, 37 %; assuming none would
-    come sends the next attempt back to the advisor's interval, which the earlier losses showed to be too
-    long). When no attempt of the run lost work, its notices and starts took every
+    them lost work but an earlier attempt of the run did, the latest ones are taken as one loss in their
+    training time (no loss seen in ``T`` seconds bounds the mean from below by about ``T``; forgetting the
+    earlier losses would send the next attempt back to the advisor's interval, which these interruptions
+    have shown to be too long). When no attempt of the run lost work, its notices and starts took every
     interruption, and the next attempt takes the planned interval. The cost of a save is the median of
     ``save_seconds`` (:func:`~costaware.core.checkpoint_interval.measured_save_seconds`),
     :data:`~costaware.core.checkpoint_interval.DEFAULT_SAVE_SECONDS` while none was measured. The result
