@@ -176,8 +176,7 @@ def preempted(state: Any, *run_seconds: float, exit_codes: tuple[int | None, ...
             "spot",
             (),
             643.4,
-            "ran 7200, 7200 s (of which 6900, 6900 s training, after a 300 s restart each) and each lost "
-            "the work",
+            "ran 7200, 7200 s (of which 6900, 6900 s training, after a 300 s restart each) and each lost the work",
         ),
         # a backend without exit codes: each may have lost it all
         ({}, "spot", (None, None), 643.4, "a mean 6900 s between losses"),
@@ -185,15 +184,6 @@ def preempted(state: Any, *run_seconds: float, exit_codes: tuple[int | None, ...
         ({}, "spot", (75, -9), 910.0, "1 of them lost work (1 saved on the notice): a mean 13800 s between"),
         # both saved on their notice: no loss the interval could have kept, the planned 3600 s
         ({}, "spot", (75, 75), 3600.0, "each saved on its notice or was stopped while starting"),
-        # the latest three saved on their notice, the first was a hard kill: the run has shown losses, so
-        # one is assumed in the three's 20,700 s of training: sqrt(2 x 30 x 20700) = 1114 s
-        (
-            {},
-            "spot",
-            (-9, 75, 75, 75),
-            1114.4,
-            "none of them lost work (3 saved on the notice), but an earlier",
-        ),
         # exit 77 (preempted before any checkpoint) lost it all
         ({}, "spot", (77, 75), 910.0, "1 of them lost work"),
         ({}, "on_demand", (), 3600.0, None),  # on-demand: the planned interval, nothing to weigh
@@ -212,8 +202,7 @@ def test_later_spot_attempts_take_the_interval_from_the_preempted_run_lengths(
     logged: str | None,
 ) -> None:
     op = operator(tmp_path, **kwargs)
-    runs = [7200.0] * max(len(exit_codes), 2)
-    state = preempted(op._start(context_for()), *runs, exit_codes=exit_codes)
+    state = preempted(op._start(context_for()), 7200.0, 7200.0, exit_codes=exit_codes)
     capsys.readouterr()
     submitted = op._submit(state, market)
     try:

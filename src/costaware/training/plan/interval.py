@@ -108,11 +108,7 @@ def observed_interval(
     over the interruptions that lost work: an attempt that saved on its notice (it exited 75, the checkpoint
     committed) lost none, whatever the interval, and neither did one stopped while it was still starting
     (nothing trained since the checkpoint it restored); both count as time without a loss. When none of
-    them lost work but an earlier attempt of the run did, the latest ones are taken as one loss in their
-    training time (no loss seen in ``T`` seconds bounds the mean from below by about ``T``; forgetting the
-    earlier losses would send the next attempt back to the advisor's interval, which these interruptions
-    have shown to be too long). When no attempt of the run lost work, its notices and starts took every
-    interruption, and the next attempt takes the planned interval. The cost of a save is the median of
+    them lost work the next attempt takes the planned interval. The cost of a save is the median of
     ``save_seconds`` (:func:`~costaware.core.checkpoint_interval.measured_save_seconds`),
     :data:`~costaware.core.checkpoint_interval.DEFAULT_SAVE_SECONDS` while none was measured. The result
     only shortens the plan's interval (``planned_seconds``, from the advisor's band): the plan keeps that
@@ -148,20 +144,17 @@ def observed_interval(
     training = [max(0.0, run - overhead) for run in recent]
     starting = sum(1 for s, t in zip(recent_saved, training, strict=True) if not s and t == 0)
     lossy = sum(1 for s, t in zip(recent_saved, training, strict=True) if not s and t > 0)
-    lost_before = any(
-        not s and run > overhead for s, run in zip(saved[: -len(recent)], runs[: -len(recent)], strict=True)
-    )
     listed = ", ".join(f"{s:.0f}" for s in recent) + " s"
     if overhead:
         trained = ", ".join(f"{t:.0f}" for t in training)
         listed += f" (of which {trained} s training, after a {overhead:.0f} s restart each)"
-    if not lossy and not (lost_before and sum(training) > 0):
+    if not lossy:
         return planned_seconds, (
             f"checkpoint_every_seconds='auto': {planned_seconds:.0f} s for the next attempt, the planned "
             f"interval. The last {len(recent)} preempted attempt(s) ran {listed} and each saved on its "
             "notice or was stopped while starting: no interruption lost work the interval could have kept"
         )
-    mtbi = observed_seconds_between_interruptions(training, max(lossy, 1))
+    mtbi = observed_seconds_between_interruptions(training, lossy)
     if save_seconds:
         save = measured_save_seconds(save_seconds)
         measured = ", ".join(f"{s:.3g}" for s in save_seconds)
@@ -179,15 +172,11 @@ def observed_interval(
         f"{len(recent) - lossy - starting} saved on the notice" if len(recent) - lossy - starting else "",
         f"{starting} stopped while starting" if starting else "",
     ]
-    if not lossy:
-        losses = (
-            f"none of them lost work ({', '.join(w for w in spared if w)}), but an earlier attempt did: "
-            "taken as one loss in their training time"
-        )
-    elif lossy < len(recent):
-        losses = f"{lossy} of them lost work ({', '.join(w for w in spared if w)})"
-    else:
-        losses = "each lost the work since its last save"
+    losses = (
+        f"{lossy} of them lost work ({', '.join(w for w in spared if w)})"
+        if lossy < len(recent)
+        else "each lost the work since its last save"
+    )
     return seconds, (
         f"checkpoint_every_seconds='auto': {seconds:.0f} s for the next attempt. The last {len(recent)} "
         f"preempted attempt(s) ran {listed} and {losses}: a mean {mtbi:.0f} s between losses, "
