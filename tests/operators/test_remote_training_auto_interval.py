@@ -176,7 +176,8 @@ def preempted(state: Any, *run_seconds: float, exit_codes: tuple[int | None, ...
             "spot",
             (),
             643.4,
-            "ran 7200, 7200 s (of which 6900, 6900 s training, after a 300 s restart each) and each lost the work",
+            "ran 7200, 7200 s (of which 6900, 6900 s training, after a 300 s restart each) and each lost "
+            "the work",
         ),
         # a backend without exit codes: each may have lost it all
         ({}, "spot", (None, None), 643.4, "a mean 6900 s between losses"),

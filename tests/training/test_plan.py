@@ -400,8 +400,8 @@ def test_interruptions_the_job_saved_on_do_not_shorten_the_interval(
             [200.0, 7200.0],
             [False, False],
             math.sqrt(2 * 30 * 6900),
-            "ran 200, 7200 s (of which 0, 6900 s training, after a 300 s restart each) and 1 of them lost work "
-            "(1 stopped while starting): a mean 6900 s between losses",
+            "ran 200, 7200 s (of which 0, 6900 s training, after a 300 s restart each) and 1 of them lost "
+            "work (1 stopped while starting): a mean 6900 s between losses",
         ),
         # 0 + 6,900 + 400 s of training, one loss (the last); one saved on its notice, one starting
         ([200.0, 7200.0, 700.0], [False, True, False], math.sqrt(2 * 30 * 7300), "(1 saved on the notice, 1"),
