@@ -283,6 +283,14 @@ def test_unset_folders_are_made_for_the_job(make_job: MakeJob, tmp_path: Path) -
     assert list(scratch.iterdir()) == [Path(str(made["COSTAWARE_OUTPUT_DIR"]))]
 
 
+def test_a_failed_job_leaves_no_empty_folder_behind(make_job: MakeJob, tmp_path: Path) -> None:
+    job = make_job("raise SystemExit(3)\n")
+    scratch = tmp_path / "scratch"
+    done = job.run(env=env_without_folders(job, scratch))
+    assert done.returncode == 3, done.stderr
+    assert list(scratch.iterdir()) == []
+
+
 def test_folders_made_for_a_job_that_cannot_start_are_removed(make_job: MakeJob, tmp_path: Path) -> None:
     job = make_job(RESUMING_JOB)
     scratch = tmp_path / "scratch"

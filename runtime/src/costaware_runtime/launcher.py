@@ -145,19 +145,19 @@ class Launcher:
             for store in stores:
                 store.check()
         except BaseException:
-            # Nothing ran: the folders made for it go too, the empty output folder among them.
-            self.remove_scratch()
-            if env.output_dir is None and self.output_dir is not None:
-                shutil.rmtree(self.output_dir, ignore_errors=True)
+            self.remove_scratch()  # nothing ran: the folders made for it go, the empty output folder too
             raise
         self.process: subprocess.Popen[bytes] | None = None
         self.notice_at: float | None = None  # when SIGTERM reached the launcher
         self.pending: list[int] = []  # signals that came before the job started
 
     def remove_scratch(self) -> None:
-        """Remove the folders made only for this attempt (see ``scratch``)."""
+        """Remove the folders made only for this attempt (``scratch``) and a made output folder left empty."""
         for folder in self.scratch:
             shutil.rmtree(folder, ignore_errors=True)
+        if self.env.output_dir is None and self.output_dir is not None:
+            with contextlib.suppress(OSError):  # not empty: it holds what the job wrote
+                self.output_dir.rmdir()
 
     def child_environment(self) -> dict[str, str]:
         folders = {contract.OUTPUT_DIR: str(self.output_dir)} if self.output_dir is not None else {}
