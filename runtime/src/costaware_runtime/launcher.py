@@ -119,7 +119,7 @@ class Launcher:
                 f"{contract.OUTPUT_URI}={env.output_uri!r} disagree: drop one of them"
             )
         # Folders made here only for this attempt (no variable named one): the checkpoints and metrics in them
-        # serve no later attempt, so they go at exit; a made output folder stays, it holds the model.
+        # serve no later attempt, so they go at exit; a made output folder stays if the job left files in it.
         self.scratch: list[Path] = []
         if env.checkpoint_dir is None:
             self.scratch.append(_temp_dir("checkpoints", contract.CHECKPOINT_DIR))
