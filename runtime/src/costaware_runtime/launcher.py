@@ -121,15 +121,13 @@ class Launcher:
         # Folders made here only for this attempt (no variable named one): the checkpoints and metrics in them
         # serve no later attempt, so they go at exit; a made output folder stays if the job left files in it.
         self.scratch: list[Path] = []
-        if env.checkpoint_dir is None:
-            self.scratch.append(_temp_dir("checkpoints", contract.CHECKPOINT_DIR))
-        self.checkpoint_dir = env.checkpoint_dir or self.scratch[-1]
+        self.checkpoint_dir = env.checkpoint_dir or self._scratch_dir("checkpoints", contract.CHECKPOINT_DIR)
         self.output_dir: Path | None = None
         if not options.no_outputs:
             self.output_dir = env.output_dir or _temp_dir("outputs", contract.OUTPUT_DIR)
-        if env.metrics_path is None:
-            self.scratch.append(_temp_dir("metrics", contract.METRICS_PATH))
-        self.metrics_path = env.metrics_path or self.scratch[-1] / "metrics.json"
+        self.metrics_path = env.metrics_path or (
+            self._scratch_dir("metrics", contract.METRICS_PATH) / "metrics.json"
+        )
         for folder in (self.checkpoint_dir, self.output_dir, self.metrics_path.parent):
             if folder is not None:
                 folder.mkdir(parents=True, exist_ok=True)
@@ -150,6 +148,11 @@ class Launcher:
         self.process: subprocess.Popen[bytes] | None = None
         self.notice_at: float | None = None  # when SIGTERM reached the launcher
         self.pending: list[int] = []  # signals that came before the job started
+
+    def _scratch_dir(self, kind: str, variable: str) -> Path:
+        folder = _temp_dir(kind, variable, note=" (removed at exit)")
+        self.scratch.append(folder)
+        return folder
 
     def remove_scratch(self) -> None:
         """Remove the folders made only for this attempt (``scratch``) and a made output folder left empty."""
@@ -338,9 +341,9 @@ class Launcher:
 LAUNCHED = "COSTAWARE_LAUNCHED"
 
 
-def _temp_dir(kind: str, variable: str) -> Path:
+def _temp_dir(kind: str, variable: str, note: str = "") -> Path:
     folder = Path(tempfile.mkdtemp(prefix=f"costaware-{kind}-"))
-    log.info("%s is not set: using %s%s", variable, folder, "" if kind == "outputs" else " (removed at exit)")
+    log.info("%s is not set: using %s%s", variable, folder, note)
     return folder
 
 
