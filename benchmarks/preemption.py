@@ -49,32 +49,32 @@ have the most preemptions: ``--traces us-west-2b``).
 
 What an honest "auto" is in compressed time: the rule (``core.checkpoint_interval``) is stated in real
 seconds: a save assumed to cost 30 s, a floor of max(60 s, 10 saves) = 300 s, a cap of 3600 s, the advisor's
-months between interruptions. Run as is on a job whose whole fit is ~10 compressed seconds it picks 300 s,
-longer than the run: no periodic checkpoint at all, which measures the bounds, not the rule. The operator
-has no argument that scales them (they are module constants and ``DEFAULT_SAVE_SECONDS`` is not a
-parameter). So this mode runs the live ``"auto"`` path (plan, then a re-tune before each later spot attempt
-from the run lengths of the attempts preempted so far, the spec rewritten for the next attempt) with the
-rule's two entry points wrapped, in this benchmark's process only, by a unit conversion: every duration
-handed to them (expected runtime, preempted run lengths, the planned interval, the measured saves) is
-multiplied by the compression ``K = 600 s / --tick-seconds`` (1200 at 0.5 s) into the real seconds it stands
-for, and the interval they return is divided by ``K``. The rule's constants, bounds and logic are untouched:
-the 300 s floor becomes 0.25 compressed seconds, the 3600 s cap 3 s. Labelled ``auto (rule at real scale)``.
-The cost of a save goes the same way: the first attempt assumes the rule's 30 s real (nothing is measured yet,
-as live); each re-tune gets, as live, the wall seconds of the saves the attempts measured (the trainer times
-each save, a process's first from its write, the launcher pushes them in ``LATEST.json``, the operator reads
-them), times ``K`` like the other durations, and the rule takes their median. They are printed per trace
-beside the billed cost per save of the overhead runs (``seconds_per_checkpoint``). Every cell runs with the
-operator's ``restart_overhead_minutes`` at this machine's measured restart (``startup``, compressed, as
-``--guard`` and ``--zones`` pass it; the wrapper scales it for the rule too): the re-tune counts a run's first
-seconds as starting, and a hard kill in them as no loss (since d0a67d1; before, every cell had the operator's
-5-minute default, which the rule did not read). Caveats: (1) the first
-attempt's interval still rests on the assumed 30 s; (2) ``expected_runtime_hours`` is the measured
-uninterrupted fit (compressed, so the operator's other uses of it stay in compressed time; the wrapper scales
-it for the rule only); (3) with one run per cell (``--repeats 1``, the default) the run-to-run spread of
-cost on this machine (the same trace gives 10-14 preemptions from run to run) is of the order of the 10 %
-margin, so a near miss or near pass is within noise; (4) the best fixed is chosen in hindsight, the cheapest
-of five noisy cells against one noisy auto cell, which favours it. ``--repeats N`` runs every cell N times by
-turns and compares medians: the selection bias of (4) shrinks with the spread of each cell.
+band spread over the expected runtime (hours between interruptions). Run as is on a job whose whole fit is ~10
+compressed seconds it picks 300 s, longer than the run: no periodic checkpoint at all, which measures the
+bounds, not the rule. The operator has no argument that scales them (they are module constants and
+``DEFAULT_SAVE_SECONDS`` is not a parameter). So this mode runs the live ``"auto"`` path (plan, then a re-tune
+before each later spot attempt from the run lengths of the attempts preempted so far, the spec rewritten for
+the next attempt) with the rule's two entry points wrapped, in this benchmark's process only, by a unit
+conversion: every duration handed to them (expected runtime, preempted run lengths, the planned interval, the
+measured saves) is multiplied by the compression ``K = 600 s / --tick-seconds`` (1200 at 0.5 s) into the real
+seconds it stands for, and the interval they return is divided by ``K``. The rule's constants, bounds and
+logic are untouched: the 300 s floor becomes 0.25 compressed seconds, the 3600 s cap 3 s. Labelled ``auto
+(rule at real scale)``. The cost of a save goes the same way: the first attempt assumes the rule's 30 s real
+(nothing is measured yet, as live); each re-tune gets, as live, the wall seconds of the saves the attempts
+measured (the trainer times each save, a process's first from its write, the launcher pushes them in
+``LATEST.json``, the operator reads them), times ``K`` like the other durations, and the rule takes their
+median. They are printed per trace beside the billed cost per save of the overhead runs
+(``seconds_per_checkpoint``). Every cell runs with the operator's ``restart_overhead_minutes`` at this
+machine's measured restart (``startup``, compressed, as ``--guard`` and ``--zones`` pass it; the wrapper
+scales it for the rule too): the re-tune counts a run's first seconds as starting, and a hard kill in them as
+no loss (since d0a67d1; before, every cell had the operator's 5-minute default, which the rule did not read).
+Caveats: (1) the first attempt's interval still rests on the assumed 30 s; (2) ``expected_runtime_hours`` is
+the measured uninterrupted fit (compressed, so the operator's other uses of it stay in compressed time; the
+wrapper scales it for the rule only); (3) with one run per cell (``--repeats 1``, the default) the run-to-run
+spread of cost on this machine (the same trace gives 10-14 preemptions from run to run) is of the order of the
+10 % margin, so a near miss or near pass is within noise; (4) the best fixed is chosen in hindsight, the
+cheapest of five noisy cells against one noisy auto cell, which favours it. ``--repeats N`` runs every cell N
+times by turns and compares medians: the selection bias of (4) shrinks with the spread of each cell.
 """
 
 from __future__ import annotations

@@ -74,8 +74,31 @@ def test_bad_inputs_are_refused_by_name(kwargs: dict[str, object], message: str)
     ("band", "hours"),
     [("<5%", 14_232.0), ("5-10%", 6_929.0), ("10-15%", 4_492.0), ("15-20%", 3_271.0), (">20%", 1_053.0)],
 )
-def test_advisor_band_gives_the_mean_time_at_its_upper_end(band: str, hours: float) -> None:
+def test_advisor_band_without_a_runtime_spreads_its_share_over_the_month(band: str, hours: float) -> None:
     assert seconds_between_interruptions(f" {band} ") / 3600 == pytest.approx(hours, rel=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("band", "runtime_hours", "hours"),
+    [
+        # exposure / -ln(1 - p): the band's share of instances, interrupted over how long this one runs.
+        ("<5%", 6.0, 116.97),
+        (">20%", 6.0, 8.656),
+        (">20%", 1.0, 1.4427),
+        # An instance cannot be exposed longer than the month the advisor counts over.
+        (">20%", 10_000.0, 1_053.0),
+    ],
+)
+def test_advisor_band_over_the_expected_runtime(band: str, runtime_hours: float, hours: float) -> None:
+    mean = seconds_between_interruptions(band, runtime_hours * 3600)
+    assert mean / 3600 == pytest.approx(hours, rel=1e-3)
+
+
+@pytest.mark.parametrize("exposure", [0.0, -5.0, math.inf, math.nan, True, "6"])
+def test_an_exposure_that_is_not_seconds_is_refused_by_value(exposure: Any) -> None:
+    message = "the exposure to interruptions must be seconds > 0 or None, got"
+    with pytest.raises(ConfigurationError, match=message):
+        seconds_between_interruptions(">20%", exposure)
 
 
 def test_unknown_band_is_refused_with_the_known_ones() -> None:

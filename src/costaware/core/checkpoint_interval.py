@@ -10,12 +10,12 @@ time between interruptions, so the result is kept in a band:
 * not above the expected runtime (an interval longer than the run saves nothing by time) nor above
   :data:`MAX_INTERVAL_SECONDS` (what a hard kill without notice, e.g. a host failure, may lose).
 
-The mean time between interruptions comes from the AWS Spot Instance Advisor's monthly interruption band
-(:func:`seconds_between_interruptions`) or from the run lengths of the attempts preempted so far
-(:func:`observed_seconds_between_interruptions`), counting only the interruptions that lost work: one the job
-saved on (a notice, and the checkpoint committed before it stopped) loses none, whatever the interval. The
-cost of a save is :data:`DEFAULT_SAVE_SECONDS` until one was measured, then the median of the measured saves
-(:func:`measured_save_seconds`). Pure functions: no IO.
+The mean time between interruptions comes from the AWS Spot Instance Advisor's interruption band over the
+training's expected runtime (:func:`seconds_between_interruptions`) or from the run lengths of the attempts
+preempted so far (:func:`observed_seconds_between_interruptions`), counting only the interruptions that lost
+work: one the job saved on (a notice, and the checkpoint committed before it stopped) loses none, whatever the
+interval. The cost of a save is :data:`DEFAULT_SAVE_SECONDS` until one was measured, then the median of the
+measured saves (:func:`measured_save_seconds`). Pure functions: no IO.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ MAX_INTERVAL_SECONDS = 3600.0
 #: The interval of an on-demand attempt: no interruption rate to weigh, only pauses and host failures.
 ON_DEMAND_INTERVAL_SECONDS = 300.0
 HOURS_PER_MONTH = 730.0
-#: The conservative (upper) end of each advisor band: the share of instances interrupted in a month.
+#: The conservative (upper) end of each advisor band: the share of instances interrupted over the month.
 #: ``>20%`` has no upper end; one half is assumed.
 BAND_UPPER_SHARE = {"<5%": 0.05, "5-10%": 0.10, "10-15%": 0.15, "15-20%": 0.20, ">20%": 0.50}
 
@@ -60,23 +60,35 @@ def is_auto(value: object) -> bool:
     return isinstance(value, str) and value.strip().lower() == AUTO
 
 
-def seconds_between_interruptions(band: str) -> float:
-    """Mean seconds between interruptions for the advisor's monthly band, at the band's upper end.
+def seconds_between_interruptions(band: str, exposure_seconds: float | None = None) -> float:
+    """Mean seconds between interruptions for the advisor's band, at the band's upper end.
 
-    The advisor's band is the share ``p`` of spot instances of the type interrupted within a month. With
-    interruptions a Poisson process of rate ``r``, ``p = 1 - exp(-r * month)``, so the mean time between
-    them is ``1 / r = month / -ln(1 - p)``: ``"<5%"`` (p = 0.05) gives about 14,200 hours, ``">20%"``
-    (p = 0.5 assumed) about 1,050 hours.
+    The advisor's band is the share ``p`` of the type's spot instances that Spot reclaimed over the trailing
+    month. An instance is exposed for as long as it runs, and ours runs as long as the training:
+    ``exposure_seconds``, its expected runtime (at most the month). With interruptions a Poisson process of
+    rate ``r``, ``p = 1 - exp(-r * exposure)``, so the mean time between them is ``exposure / -ln(1 - p)``:
+    for a 6 h training, ``"<5%"`` (p = 0.05) gives about 117 hours, ``">20%"`` (p = 0.5 assumed) about 8.7.
+    Without an expected runtime the exposure is the whole month, the lowest rate the band allows:
+    ``"<5%"`` about 14,200 hours, ``">20%"`` about 1,050, which puts every band above the interval's cap.
 
     Raises:
-        ConfigurationError: a band the advisor does not use.
+        ConfigurationError: a band the advisor does not use, or an exposure that is not seconds > 0.
     """
     share = BAND_UPPER_SHARE.get(band.strip())
     if share is None:
         raise ConfigurationError(
             f"unknown spot advisor interruption band {band!r}: expected one of {', '.join(BAND_UPPER_SHARE)}"
         )
-    return HOURS_PER_MONTH * 3600 / -math.log(1 - share)
+    month = HOURS_PER_MONTH * 3600
+    if exposure_seconds is None:
+        exposure = month
+    elif _number(exposure_seconds) and math.isfinite(exposure_seconds) and exposure_seconds > 0:
+        exposure = min(float(exposure_seconds), month)
+    else:
+        raise ConfigurationError(
+            f"the exposure to interruptions must be seconds > 0 or None, got {exposure_seconds!r}"
+        )
+    return exposure / -math.log(1 - share)
 
 
 def check_run_seconds(run_seconds: Sequence[float]) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 from costaware.core.checkpoint_interval import (
     BAND_UPPER_SHARE,
     DEFAULT_SAVE_SECONDS,
+    HOURS_PER_MONTH,
     ON_DEMAND_INTERVAL_SECONDS,
     check_run_seconds,
     checkpoint_interval,
@@ -43,7 +44,8 @@ def planned_interval(
     """The plan's interval and, for ``"auto"``, why (None when the argument was a number or None).
 
     A spot start takes Young/Daly's interval for the advisor's band of ``instance_type`` in ``region``
-    (the most conservative band when the advisor has no entry) with a save of
+    (the most conservative band when the advisor has no entry) over the expected runtime (how long the
+    instance is exposed to interruptions; without one, the advisor's month) with a save of
     :data:`~costaware.core.checkpoint_interval.DEFAULT_SAVE_SECONDS`. An on-demand start has no
     interruption rate to weigh: it takes ``ON_DEMAND_INTERVAL_SECONDS`` (what a pause or a host failure
     may lose).
@@ -74,16 +76,23 @@ def planned_interval(
                 interruption_band(instance_type, region),
                 f"spot advisor band of {instance_type} in {region}",
             )
-    mtbi = seconds_between_interruptions(band)
+    runtime_seconds = expected_runtime_hours * 3600 if expected_runtime_hours else None
+    mtbi = seconds_between_interruptions(band, runtime_seconds)
     chosen = checkpoint_interval(
         save_seconds=DEFAULT_SAVE_SECONDS,
         seconds_between_interruptions=mtbi,
-        expected_runtime_seconds=expected_runtime_hours * 3600 if expected_runtime_hours else None,
+        expected_runtime_seconds=runtime_seconds,
     )
     share = BAND_UPPER_SHARE[band.strip()]
+    # The band is a share of instances, so it becomes a rate over how long this one runs.
+    exposure = (
+        f"over the {expected_runtime_hours:g} h expected runtime"
+        if runtime_seconds is not None and runtime_seconds < HOURS_PER_MONTH * 3600
+        else "over a month, no shorter expected runtime given"
+    )
     return chosen.seconds, (
-        f"checkpoint_every_seconds='auto': {chosen.seconds:.0f} s. {source} {band} a month (taken at "
-        f"{share:.0%}: a mean {mtbi / 3600:.0f} h between interruptions), save cost "
+        f"checkpoint_every_seconds='auto': {chosen.seconds:.0f} s. {source} {band}, taken as {share:.0%} of "
+        f"instances interrupted {exposure}: a mean {mtbi / 3600:.1f} h between interruptions; save cost "
         f"{DEFAULT_SAVE_SECONDS:g} s assumed (none measured yet): {chosen.reason}"
     )
 
