@@ -97,9 +97,10 @@ def test_spot_is_priced_with_its_expected_interruption_rework(catalog: PriceCata
         observations=A_RUN,
         profile=PROFILE,
     )
-    # A on spot: $1.20/h (70 % off), 1 h plus rework at the >20 % monthly rate; B on spot: $0.56/h x ~2.2 h.
+    # A on spot: $1.20/h (70 % off), 1 h plus rework at the >20 % rate over its 1 h run (0.29 interruptions,
+    # each losing 15 min and a 5 min restart: ~$1.32); B on spot: $0.56/h x ~2.2 h (~$1.24).
     assert (decision.choice.instance_type, decision.choice.market) == ("type-b", Market.SPOT)
-    rate = interruptions_per_hour("<5%")
+    rate = interruptions_per_hour("<5%", 2.2)
     expected = 2.2 + rate * 2.2 * (0.25 + 5 / 60)
     assert decision.choice.expected_hours == pytest.approx(expected)
     assert decision.choice.expected_usd == (Decimal("0.56") * Decimal(str(expected))).quantize(
@@ -110,8 +111,11 @@ def test_spot_is_priced_with_its_expected_interruption_rework(catalog: PriceCata
 
 def test_spot_overhead_model() -> None:
     job = RightSizeJob(memory_gib=Decimal(1))
-    rate = interruptions_per_hour(">20%")
-    assert rate == pytest.approx(-math.log(0.75) / 730)
+    rate = interruptions_per_hour(">20%", 10)
+    # A quarter of the instances interrupted (the mid-point) over the 10 h this one runs.
+    assert rate == pytest.approx(-math.log(0.75) / 10)
+    assert interruptions_per_hour(">20%") == pytest.approx(-math.log(0.75) / 730)  # no runtime: the month
+    assert interruptions_per_hour(">20%", 10_000) == interruptions_per_hour(">20%")
     assert spot_expected_hours(10, rate, job) == pytest.approx(
         10 + rate * 10 * (5 + 5 / 60)
     )  # no checkpoints
@@ -119,6 +123,8 @@ def test_spot_overhead_model() -> None:
     assert spot_expected_hours(10, rate, checkpointed) == pytest.approx(10 + rate * 10 * (10 / 60))
     with pytest.raises(ConfigurationError, match="unknown interruption range '30%'"):
         interruptions_per_hour("30%")
+    with pytest.raises(ConfigurationError, match="hours must be > 0 to weigh its interruptions, got 0"):
+        interruptions_per_hour("<5%", 0)
 
 
 def test_runtime_prediction_sources(catalog: PriceCatalog) -> None:

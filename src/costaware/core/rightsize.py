@@ -21,7 +21,7 @@ from costaware.core.ledger import Market
 from costaware.core.prices import InstanceOffer, PriceCatalog, normalize_arch
 
 HOURS_PER_MONTH = 730.0
-#: Mid-points of the Spot Instance Advisor's monthly interruption ranges.
+#: Mid-points of the Spot Instance Advisor's interruption ranges (shares of instances interrupted in a month).
 INTERRUPTION_MIDPOINTS = {"<5%": 0.025, "5-10%": 0.075, "10-15%": 0.125, "15-20%": 0.175, ">20%": 0.25}
 _MICRO = Decimal("0.000001")
 
@@ -219,15 +219,25 @@ def predict_hours(
     )
 
 
-def interruptions_per_hour(interruption_range: str) -> float:
-    """Hazard rate of a spot interruption from the advisor's monthly range (``"<5%"`` -> about 3.5e-5/h)."""
+def interruptions_per_hour(interruption_range: str, run_hours: float | None = None) -> float:
+    """Hazard rate of a spot interruption from the advisor's range, read as the checkpoint interval reads it.
+
+    The range is the share of the type's spot instances interrupted over the trailing month (taken at its
+    mid-point here: an expected cost, not a bound). An instance is exposed for as long as it runs,
+    ``run_hours`` (at most the month; None: the month), so the rate is ``-ln(1 - share) / run_hours``:
+    ``"<5%"`` over a 2 h run about 0.0127/h, over the month about 3.5e-5/h. See
+    ``core.checkpoint_interval.seconds_between_interruptions`` for why.
+    """
     share = INTERRUPTION_MIDPOINTS.get(interruption_range.strip())
     if share is None:
         raise ConfigurationError(
             f"unknown interruption range {interruption_range!r}: "
             f"expected one of {', '.join(INTERRUPTION_MIDPOINTS)}"
         )
-    return -math.log(1 - share) / HOURS_PER_MONTH
+    if run_hours is not None and not (math.isfinite(run_hours) and run_hours > 0):
+        raise ConfigurationError(f"the run's hours must be > 0 to weigh its interruptions, got {run_hours!r}")
+    exposure = HOURS_PER_MONTH if run_hours is None else min(run_hours, HOURS_PER_MONTH)
+    return -math.log(1 - share) / exposure
 
 
 def spot_expected_hours(hours: float, rate_per_hour: float, job: RightSizeJob) -> float:
@@ -300,7 +310,8 @@ def right_size(
                     rejected.append((name, "no spot advice for this type and region"))
                     continue
                 price = catalog.spot_estimate_usd_per_hour(offer.instance_type, region)
-                expected = spot_expected_hours(hours, interruptions_per_hour(advice.interruption_range), job)
+                rate = interruptions_per_hour(advice.interruption_range, hours)
+                expected = spot_expected_hours(hours, rate, job)
             else:
                 price, expected = offer.usd_per_hour, hours
             if fastest is None or expected < fastest[0]:
