@@ -16,7 +16,6 @@ import argparse
 import multiprocessing
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -24,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import emit, table
+from _common import emit, scratch_dir, table
 from services import postgres_server
 from sqlalchemy import create_engine, text
 
@@ -171,7 +170,7 @@ def main() -> int:
     per_process_total = 200 if args.quick else 1200
     report_rows = 100_000 if args.quick else 1_000_000
 
-    tmp = Path(tempfile.mkdtemp(prefix="costaware-bench-"))
+    tmp = scratch_dir("costaware-bench-")
     result: dict[str, object] = {"benchmark": "ledger", "quick": args.quick}
     with postgres_server() as pg_base:
         admin = create_engine(pg_base, isolation_level="AUTOCOMMIT")

@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import emit, table  # noqa: E402
+from _common import emit, scratch_airflow_home, table  # noqa: E402
 from _replay import (  # noqa: E402
     arguments,
     drive_under_trace,
@@ -187,7 +187,7 @@ def venv_sizes(folder: Path) -> dict[str, float]:
 
 def main() -> int:
     args = arguments(__doc__.splitlines()[0])
-    os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="cw-own-home-"))
+    scratch_airflow_home("cw-own-home-")
     names = trace_names(args.quick)
     if names is None:
         return 2

@@ -94,7 +94,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import emit, table  # noqa: E402
+from _common import emit, scratch_airflow_home, table  # noqa: E402
 from _replay import (  # noqa: E402
     PRICES,
     SHARED,
@@ -571,7 +571,7 @@ def intervals_mode(
 
 def main() -> int:
     args = arguments(__doc__.splitlines()[0], extra_flags)
-    os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="cw-preempt-home-"))
+    scratch_airflow_home("cw-preempt-home-")
     names = trace_names(args.quick)
     if names is None:
         return 2
