@@ -79,6 +79,18 @@ def seconds_between_interruptions(band: str, exposure_seconds: float | None = No
         raise ConfigurationError(
             f"unknown spot advisor interruption band {band!r}: expected one of {', '.join(BAND_UPPER_SHARE)}"
         )
+    return mean_seconds_between_interruptions(share, exposure_seconds)
+
+
+def mean_seconds_between_interruptions(share: float, exposure_seconds: float | None = None) -> float:
+    """``exposure / -ln(1 - share)``: the Poisson mean when ``share`` of instances exposed that long were hit.
+
+    The exposure is at most the advisor's month; None: the month. Shared by the checkpoint interval (a band's
+    upper end) and right-sizing (a range's mid-point).
+
+    Raises:
+        ConfigurationError: an exposure that is not seconds > 0.
+    """
     month = HOURS_PER_MONTH * 3600
     if exposure_seconds is None:
         exposure = month

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from costaware.core.checkpoint_interval import mean_seconds_between_interruptions
 from costaware.core.errors import ConfigurationError, PriceNotFoundError
 from costaware.core.ledger import Market
 from costaware.core.prices import InstanceOffer, PriceCatalog, normalize_arch
 
-HOURS_PER_MONTH = 730.0
 #: Mid-points of the Spot Instance Advisor's interruption ranges (shares of instances interrupted in a month).
 INTERRUPTION_MIDPOINTS = {"<5%": 0.025, "5-10%": 0.075, "10-15%": 0.125, "15-20%": 0.175, ">20%": 0.25}
 _MICRO = Decimal("0.000001")
@@ -236,8 +236,7 @@ def interruptions_per_hour(interruption_range: str, run_hours: float | None = No
         )
     if run_hours is not None and not (math.isfinite(run_hours) and run_hours > 0):
         raise ConfigurationError(f"the run's hours must be > 0 to weigh its interruptions, got {run_hours!r}")
-    exposure = HOURS_PER_MONTH if run_hours is None else min(run_hours, HOURS_PER_MONTH)
-    return -math.log(1 - share) / exposure
+    return 3600 / mean_seconds_between_interruptions(share, None if run_hours is None else run_hours * 3600)
 
 
 def spot_expected_hours(hours: float, rate_per_hour: float, job: RightSizeJob) -> float:
