@@ -158,3 +158,23 @@ def test_great_expectations_is_not_imported_at_parse_time() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_task_log_gets_no_import_chatter_from_great_expectations() -> None:
+    # GX logs ~200 "Skipping registering function ..." lines at INFO as it imports; a task log at INFO (what
+    # Airflow runs tasks at) showed them before the quality gate's results. Its own warnings still show.
+    code = (
+        "import logging, sys; logging.basicConfig(level=logging.INFO, stream=sys.stdout); "
+        "import pandas as pd; "
+        "from costaware.operators.data_quality import build_suite, validate_frame; "
+        "suite = build_suite({'expectations': [{'type': 'expect_column_values_to_not_be_null', "
+        "'kwargs': {'column': 'carrier'}}]}, 'chatter'); "
+        "print('success:', validate_frame(pd.DataFrame({'carrier': ['UA', None]}), suite)['success']); "
+        "docs_log = logging.getLogger('great_expectations._docs_decorators'); "
+        "print('level:', logging.getLevelName(docs_log.level))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    log = out.stdout + out.stderr
+    assert "success: False" in log  # the suite ran and found the null
+    assert "Skipping registering function" not in log
+    assert "level: WARNING" in log

@@ -7,6 +7,7 @@ imported inside ``execute`` only: importing it takes seconds, which DAG parsing 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
@@ -21,6 +22,10 @@ from costaware.settings import default_store
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+#: Great Expectations logs two hundred "Skipping registering function ..." lines at INFO while it imports
+#: (its API-docs registry): noise in every task log, with nothing for the user to do.
+_GX_IMPORT_LOGGER = "great_expectations._docs_decorators"
 
 #: Result keys worth showing as "seen", in order of preference.
 _SEEN_KEYS = (
@@ -66,7 +71,7 @@ def _suite_json(suite: SuiteSpec, name: str) -> dict[str, Any] | None:
 
 def build_suite(suite: SuiteSpec, name: str) -> Any:
     """A ``gx.ExpectationSuite`` from a JSON form (see ``DataQualityOperator``) or a callable."""
-    import great_expectations as gx
+    gx = _import_great_expectations()
     from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
 
     spec = _suite_json(suite, name)
@@ -93,7 +98,7 @@ def build_suite(suite: SuiteSpec, name: str) -> Any:
 
 def validate_frame(frame: Any, suite: Any) -> dict[str, Any]:
     """Validate a pandas DataFrame against a suite in an ephemeral (in-memory) GX context; JSON result."""
-    import great_expectations as gx
+    gx = _import_great_expectations()
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
     context = gx.get_context(mode="ephemeral")
@@ -105,6 +110,16 @@ def validate_frame(frame: Any, suite: Any) -> dict[str, Any]:
     )
     result = batch_definition.get_batch(batch_parameters={"dataframe": frame}).validate(suite)
     return dict(result.to_json_dict())
+
+
+def _import_great_expectations() -> Any:
+    """``great_expectations``, imported without its import-time INFO lines (its warnings still show)."""
+    gx_docs_log = logging.getLogger(_GX_IMPORT_LOGGER)
+    if gx_docs_log.level == logging.NOTSET:  # a level the deployment set itself stays
+        gx_docs_log.setLevel(logging.WARNING)
+    import great_expectations as gx
+
+    return gx
 
 
 def _short(value: Any, limit: int = 80) -> str:
