@@ -12,10 +12,11 @@ checkpoint, save one now and then, write its metrics, leave its model in the out
                     its output folder becomes a model version carrying the script's metrics;
 5. ``promote``      the candidate replaces the champion only if its holdout RMSE is not worse.
 
-Runs as is: ``airflow dags test own_training 2013-02-01`` (the ``local`` backend: a child process of the
-worker, which then needs ``torch``). On SageMaker, Batch or Kubernetes give ``backend``, ``image`` (built
-from ``runtime/Dockerfile.train.example``), ``backend_options``, ``python=python``, and a ``data_root`` on
-S3. See docs/own-training.md.
+Runs on the ``local`` backend (a child process of the worker, which then needs ``torch``) once the project
+has a budget (``costaware budget set --scope project=flight-delays --period month --cap-usd 25``):
+``airflow dags test own_training 2013-02-01``. On SageMaker, Batch or Kubernetes give ``backend``,
+``image`` (built from ``runtime/Dockerfile.train.example``), ``backend_options``, ``python=python``, and a
+``data_root`` on S3. See docs/own-training.md.
 """
 
 from __future__ import annotations

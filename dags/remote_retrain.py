@@ -9,11 +9,13 @@
                       left, on on-demand after; every attempt is a ledger entry with its billed seconds;
 6. ``promote``        the candidate replaces the champion only if it is at least as good on the holdout.
 
-Runs as is: ``airflow dags test remote_retrain 2013-02-01``. On SageMaker: an AWS connection
-``aws_default`` and the params ``backend=sagemaker`` and ``backend_options={"role_arn": ..., "image_uri": ...,
-"output_s3_uri": ...}`` (with ``data_root`` on S3 and ``remote_instance_type`` an ``ml.*`` type); on AWS Batch
-``backend=batch`` and ``backend_options={"spot_queue": ..., "on_demand_queue": ..., "job_definition": ...}``.
-See docs/remote-training.md.
+Runs on the local backend once the project has a budget (``costaware budget set --scope
+project=flight-delays --period month --cap-usd 25``; ``make demo`` sets it):
+``airflow dags test remote_retrain 2013-02-01``. On SageMaker: an AWS connection ``aws_default`` and the
+params ``backend=sagemaker`` and ``backend_options={"role_arn": ..., "image_uri": ..., "output_s3_uri": ...}``
+(with ``data_root`` on S3 and ``remote_instance_type`` an ``ml.*`` type); on AWS Batch ``backend=batch``
+and ``backend_options={"spot_queue": ..., "on_demand_queue": ..., "job_definition": ...}``. See
+docs/remote-training.md.
 """
 
 from __future__ import annotations

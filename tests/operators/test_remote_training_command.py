@@ -274,6 +274,15 @@ def test_stop_sends_sigterm_and_kills_after_the_grace_period(tmp_path: Path) -> 
             {"preemption_grace_seconds": -5},
             "preemption_grace_seconds must be a number of seconds > 0, got -5",
         ),
+        # Before, a command took any interval: "fast" failed at the first submit with a raw ValueError,
+        # and -5 launched a job that failed on it.
+        *(
+            (
+                {"checkpoint_every_seconds": bad},
+                f"checkpoint_every_seconds must be a number > 0, 'auto' or None, got {bad!r}",
+            )
+            for bad in ("fast", -5, 0, "60s", float("nan"), True)
+        ),
     ],
 )
 def test_bad_arguments_fail_when_the_dag_is_parsed(
@@ -281,6 +290,11 @@ def test_bad_arguments_fail_when_the_dag_is_parsed(
 ) -> None:
     with pytest.raises(ConfigurationError, match=message):
         operator(tmp_path, "ok", **kwargs)
+
+
+@pytest.mark.parametrize("every", [None, "auto", " Auto ", 60, 0.5])
+def test_a_command_takes_a_checkpoint_interval_in_seconds_auto_or_none(tmp_path: Path, every: Any) -> None:
+    assert operator(tmp_path, "ok", checkpoint_every_seconds=every).checkpoint_every_seconds == every
 
 
 def test_the_command_and_image_are_templated_element_by_element(tmp_path: Path) -> None:

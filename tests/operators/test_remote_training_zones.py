@@ -7,10 +7,12 @@ time (one tick = ``TICK`` seconds).
 
 from __future__ import annotations
 
+import re
 import signal
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -118,7 +120,6 @@ def test_without_the_guard_a_churning_training_stays_on_spot(tmp_path: Path) -> 
             {"availability_zones": ["us-west-2a"], "availability": {"us-west-2b": "b.json"}},
             "availability maps zones us-west-2b that availability_zones does not list",
         ),
-        ({"availability_zones": "us-west-2a,,b"}, "has an empty name"),
     ],
 )
 def test_zones_a_plan_cannot_honour_are_refused_before_any_job(
@@ -157,3 +158,74 @@ def test_zones_that_are_no_list_are_refused_by_name() -> None:
         parse_names("[us-west-2a", name="availability_zones")
     with pytest.raises(ConfigurationError, match="availability_zones must be a list of names, got int 3"):
         parse_names(3, name="availability_zones")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"availability_zones": "us-west-2a,,b"}, "has an empty name"),
+        ({"availability_zones": "us-west-2a,"}, "has an empty name"),
+        ({"availability_zones": "us-west-2a;us-west-2b"}, "'us-west-2a;us-west-2b' is not a zone name"),
+        ({"availability_zones": ["us-west-2"]}, "'us-west-2' is a region, not a zone: list its zones, e.g."),
+        ({"availability_zones": "US-WEST-2A"}, "AWS zone names are lower case, write 'us-west-2a'"),
+        ({"availability_zones": 5}, "availability_zones must be a list of names, got int 5"),
+        ({"allowed_regions": 5}, "allowed_regions must be a list of names, got int 5"),
+        ({"restart_guard": "maybe"}, "restart_guard must be true or false, got 'maybe'"),
+        (
+            {"restart_overhead_minutes": "5"},
+            "restart_overhead_minutes must be a number of minutes >= 0, got '5'",
+        ),
+        ({"restart_overhead_minutes": None}, "restart_overhead_minutes must be a number of minutes >= 0"),
+        ({"restart_overhead_minutes": float("inf")}, "restart_overhead_minutes must be a number of minutes"),
+        (
+            {"restart_overhead_minutes": -1},
+            "restart_overhead_minutes must be a number of minutes >= 0, got -1",
+        ),
+    ],
+)
+def test_zone_and_guard_arguments_written_out_are_refused_when_the_dag_is_parsed(
+    tmp_path: Path, kwargs: dict[str, Any], message: str
+) -> None:
+    # Before, these failed the task after the spend gate had reserved its money (or, for the overhead, with
+    # a TypeError naming no argument).
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        operator(tmp_path, **kwargs)
+
+
+def test_templated_zone_and_guard_arguments_are_checked_after_rendering(tmp_path: Path) -> None:
+    op = operator(
+        tmp_path,
+        availability_zones="{{ params.zones }}",
+        allowed_regions=["{{ params.region }}"],
+        restart_guard="{{ params.guard }}",
+    )
+    assert op.availability_zones == "{{ params.zones }}" and op.restart_guard == "{{ params.guard }}"
+    # Kubernetes zone labels need not be AWS names; an AWS name in lower case stays as written.
+    assert (
+        operator(tmp_path, availability_zones="rack-1,us-west-2a").availability_zones == "rack-1,us-west-2a"
+    )
+
+
+def test_zones_in_another_region_without_allowed_regions_are_named_in_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    op = operator(tmp_path, availability_zones="us-west-2a,us-east-1a")
+    capsys.readouterr()
+
+    def warned(zones: tuple[str, ...], data_bytes: int, allowed: tuple[str, ...]) -> str:
+        plan = SimpleNamespace(
+            region="us-west-2", placement=SimpleNamespace(zones=zones, data_bytes=data_bytes)
+        )
+        op._warn_other_regions(plan, allowed=allowed)  # type: ignore[arg-type]
+        out = capsys.readouterr()
+        return " ".join((out.out + out.err).split())
+
+    text = warned(("us-west-2a", "us-east-1a"), 0, ())
+    assert "availability_zones us-east-1a is outside region us-west-2: an attempt moved there reads" in text
+    assert "weighed at no transfer cost (the data's size is not known: a command reads its own)" in text
+    assert "set allowed_regions=['us-west-2'] to keep attempts in us-west-2" in text
+    text = warned(("us-east-1a", "eu-west-1a"), 123456789, ())
+    assert "us-east-1a, eu-west-1a are outside region us-west-2" in text
+    assert "the transfer price of the data's 123,456,789 bytes" in text
+    assert "outside region" not in warned(("us-east-1a",), 0, ("us-east-1",))  # allowed on purpose
+    assert "outside region" not in warned(("us-west-2a", "rack-1"), 0, ())  # a label: the plan's region

@@ -17,8 +17,10 @@ class SteppedMeter:
 
     def __init__(self) -> None:
         self.now = 1000.0
+        self.reads = 0
 
     def __call__(self) -> float:
+        self.reads += 1
         return self.now
 
 
@@ -56,7 +58,12 @@ def test_a_slot_that_waits_for_money_reserves_its_wait_and_settles_within_it(tmp
     meter = SteppedMeter()
 
     def other_trial_finishes() -> None:
-        time.sleep(0.3)
+        # Only once the slot has read its start and been refused its money once ($9 of $10 held; it reads
+        # the clock again before the next try), whatever the machine's load: a fixed sleep let a slow slot
+        # start after the five seconds had passed.
+        deadline = time.monotonic() + 60
+        while meter.reads < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
         meter.now += 5.0  # the waiting slot's machine was paid five seconds meanwhile
         ledger.settle(other.id, Decimal("0.50"))
 

@@ -324,11 +324,12 @@ class RemoteAttemptSteps:
             if step.cause_of_previous == "paused":
                 self.log.warning("paused with no slack left for a later spot start: resuming on on-demand")
             elif step.cause_of_previous != "capacity_wait" and isinstance(event, JobEnded):
+                # Where and on which market the next attempt runs is the placement's to say (the
+                # restart-thrash guard may send it to on-demand): the next lines log it.
                 self.log.warning(
-                    "attempt %s interrupted (%s): resubmitting on %s from the newest checkpoint",
+                    "attempt %s interrupted (%s): the next attempt resumes from the newest checkpoint",
                     current.attempt if current else "?",
                     event.job.get("reason"),
-                    step.market,
                 )
             return self._submit(state, step.market)
         if isinstance(step, Finish):

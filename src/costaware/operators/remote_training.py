@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan
 
 __all__ = ["RemoteTrainingOperator"]
 
@@ -301,6 +302,27 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
 
     # -- plan --------------------------------------------------------------------------------------------
 
+    def _warn_other_regions(self, plan: RemotePlan, *, allowed: Sequence[str]) -> None:
+        """Say so when an attempt may move to a zone of another region than the plan's without ``allowed``."""
+        from costaware.core.zone_choice import region_of
+
+        others = [zone for zone in plan.placement.zones if region_of(zone, plan.region) != plan.region]
+        if not others or allowed:
+            return
+        size = plan.placement.data_bytes
+        self.log.warning(
+            "availability_zones %s %s outside region %s: an attempt moved there reads the data and the "
+            "checkpoints across regions, weighed at %s; set allowed_regions=[%r] to keep attempts in %s",
+            ", ".join(others),
+            "is" if len(others) == 1 else "are",
+            plan.region,
+            f"the transfer price of the data's {size:,} bytes"
+            if size
+            else "no transfer cost (the data's size is not known: a command reads its own)",
+            plan.region,
+            plan.region,
+        )
+
     def _data_bytes(self, opts: Mapping[str, Any]) -> int:
         """The training data's size, which a job in another region reads across regions (0 for a command)."""
         from costaware.adapters.input_data import total_bytes
@@ -365,6 +387,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         )
         if start.checkpoint_reason:
             self.log.info("%s", start.checkpoint_reason)
+        self._warn_other_regions(start.plan, allowed=args.allowed_regions)
         if spec_uri:
             training = self.training_spec(checkpoint_every_seconds=start.plan.checkpoint_every_seconds)
             spec = training.spec_file(

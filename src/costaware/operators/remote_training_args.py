@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from costaware.adapters.compute.base import check_zone
 from costaware.adapters.compute.job_contract import check_grace_seconds
 from costaware.core.carbon import Objective
 from costaware.core.errors import ConfigurationError
@@ -65,6 +67,15 @@ def parse_names(value: Any, *, name: str) -> tuple[str, ...]:
     if not all(names):
         raise ConfigurationError(f"{name} {value!r} has an empty name: list names like 'us-west-2a'")
     return names
+
+
+def _templated(value: Any) -> bool:
+    """Whether ``value`` holds a Jinja template that Airflow renders before the task runs."""
+    if isinstance(value, str):
+        return "{{" in value or "{%" in value
+    if isinstance(value, Sequence):
+        return any(_templated(item) for item in value)
+    return False
 
 
 def parse_decision(value: Any) -> SpotDecision | None:
@@ -166,14 +177,27 @@ class RemotePlanArguments:
         self.availability = availability
         self.expected_runtime_hours = expected_runtime_hours
         self.priority = priority
-        if not restart_overhead_minutes >= 0:
+        if (
+            isinstance(restart_overhead_minutes, bool)
+            or not isinstance(restart_overhead_minutes, int | float)
+            or not 0 <= restart_overhead_minutes < math.inf
+        ):
             raise ConfigurationError(
-                f"restart_overhead_minutes must be >= 0, got {restart_overhead_minutes!r}"
+                f"restart_overhead_minutes must be a number of minutes >= 0, got {restart_overhead_minutes!r}"
             )
         self.restart_overhead_minutes = restart_overhead_minutes
         if not isinstance(history_days, int) or history_days < 1:
             raise ConfigurationError(f"history_days must be an integer >= 1, got {history_days!r}")
         self.history_days = history_days
+        # Templated, so checked again after rendering; a value written out is checked now, when the DAG is
+        # parsed, instead of failing the task after the spend gate reserved its money.
+        if not _templated(availability_zones):
+            for zone in parse_names(availability_zones, name="availability_zones"):
+                check_zone(zone)
+        if not _templated(allowed_regions):
+            parse_names(allowed_regions, name="allowed_regions")
+        if not _templated(restart_guard):
+            as_bool(restart_guard, "restart_guard")
         self.availability_zones = availability_zones
         self.allowed_regions = allowed_regions
         self.restart_guard = restart_guard

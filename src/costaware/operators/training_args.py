@@ -14,7 +14,12 @@ from costaware.glue import as_bool
 from costaware.operators.templating import as_written, native_rendered
 from costaware.settings import default_store
 from costaware.training.plan import blank
-from costaware.training.spec import DEFAULT_TRAINER, TrainingSpec, check_training_arguments
+from costaware.training.spec import (
+    DEFAULT_TRAINER,
+    TrainingSpec,
+    check_checkpoint_interval,
+    check_training_arguments,
+)
 
 #: The templated ones among them.
 TRAINING_TEMPLATE_FIELDS = (
@@ -79,6 +84,10 @@ class BuiltInTrainingArguments:
                 checkpoint_every_steps=checkpoint_every_steps,
                 allow_auto=allow_auto_interval,
             )
+        elif checkpoint_every_seconds is not None:
+            # A command gets the interval as COSTAWARE_CHECKPOINT_EVERY_SECONDS (None: not set, the
+            # command's own): a bad one must fail here, not as a job that was already launched with it.
+            check_checkpoint_interval(checkpoint_every_seconds, None, allow_auto=allow_auto_interval)
         self.data_path = data_path
         self.label_column = label_column
         self.feature_columns = list(feature_columns or [])

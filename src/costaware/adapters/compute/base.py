@@ -35,6 +35,14 @@ _JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,62}$")
 #: An AWS zone name (``us-east-1a``) or a Kubernetes zone label value: both are 1-63 letters, digits and ``-``
 #: that start and end with a letter or digit.
 _ZONE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+#: An AWS region name (``us-west-2``, ``us-gov-east-1``, ``ap-southeast-4``): a zone list holding one was
+#: meant to hold its zones.
+_AWS_REGION = re.compile(
+    r"^(us|eu|ap|ca|sa|me|af|il|mx|cn)(-gov|-iso[a-z]?)?"
+    r"-(north|south|east|west|central|northeast|southeast|northwest|southwest)-\d+$"
+)
+#: An AWS zone name in any case: AWS spells them in lower case only.
+_AWS_ZONE_ANY_CASE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+[a-z]$", re.IGNORECASE)
 
 
 class JobState(str, Enum):
@@ -170,12 +178,22 @@ def check_zone(zone: str) -> str:
 
     Raises:
         ConfigurationError: ``zone`` is not 1-63 letters, digits or ``-`` starting and ending with a letter or
-            digit, named with its value.
+            digit, or it is an AWS region name, or an AWS zone name not in lower case; named with its value.
     """
     if not isinstance(zone, str) or not _ZONE.match(zone):
         raise ConfigurationError(
             f"availability zone {zone!r} is not a zone name: give 1-63 letters, digits or '-', starting and "
             "ending with a letter or digit, as AWS (us-east-1a) or topology.kubernetes.io/zone spell it"
+        )
+    if _AWS_REGION.match(zone):
+        raise ConfigurationError(
+            f"availability zone {zone!r} is a region, not a zone: list its zones, e.g. {zone}a, {zone}b "
+            "(allowed_regions takes regions)"
+        )
+    if zone != zone.lower() and _AWS_ZONE_ANY_CASE.match(zone):
+        raise ConfigurationError(
+            f"availability zone {zone!r}: AWS zone names are lower case, write {zone.lower()!r} (a job "
+            "placed by this name would match no zone)"
         )
     return zone
 
