@@ -3,6 +3,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
@@ -18,6 +19,7 @@ from spot_history import append, now, write_history
 
 from costaware.adapters import spot_prices
 from costaware.adapters.ledger.store import Ledger
+from costaware.core.errors import ConfigurationError
 from costaware.sensors.spot_window import SpotWindowSensor
 from costaware.triggers.spot_window import SpotWindowTrigger
 
@@ -366,11 +368,13 @@ def test_several_zones_start_in_the_cheapest_one_with_capacity(tmp_path: Path, l
     add_zone(prices, "us-east-1c", "0.20")
     deadline = (now() + timedelta(hours=12)).isoformat()
     zones = ["us-east-1a", "us-east-1b", "us-east-1c"]
-    result = make_sensor(
-        prices=str(prices), deadline=deadline, target_usd_per_hour="0.95", availability_zones=zones
-    ).execute(context())
-    assert result["market"] == "spot" and result["availability_zone"] == "us-east-1c"
-    assert result["usd_per_hour"] == "0.20" and "zone us-east-1c" in result["price_detail"]
+    # A list, or the text a template renders (before, a string was split into its letters).
+    for written in (zones, "us-east-1a, us-east-1b,us-east-1c", '["us-east-1a", "us-east-1b", "us-east-1c"]'):
+        result = make_sensor(
+            prices=str(prices), deadline=deadline, target_usd_per_hour="0.95", availability_zones=written
+        ).execute(context())
+        assert result["market"] == "spot" and result["availability_zone"] == "us-east-1c"
+        assert result["usd_per_hour"] == "0.20" and "zone us-east-1c" in result["price_detail"]
     # The cheapest zone has no capacity in its trace: the next cheapest with capacity is taken.
     start = (now() - timedelta(minutes=1)).isoformat()
     traces = {
@@ -513,3 +517,19 @@ def test_a_deadline_in_the_past_is_said_out_loud(
     assert result["market"] == "on_demand"
     out = capsys.readouterr().out
     assert "is already past" in out and "give a later deadline" in out and "the deadline argument" in out
+
+
+@pytest.mark.parametrize(
+    ("zones", "message"),
+    [
+        ("us-east-1", "'us-east-1' is a region, not a zone: list its zones, e.g. us-east-1a, us-east-1b"),
+        ("us-east-1a;us-east-1b", "'us-east-1a;us-east-1b' is not a zone name"),
+        ("us-east-1a,", "has an empty name"),
+        (["US-EAST-1A"], "AWS zone names are lower case, write 'us-east-1a'"),
+    ],
+)
+def test_zones_written_out_are_checked_when_the_dag_is_parsed(zones: object, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        make_sensor(availability_zones=zones)
+    # A template is checked once rendered.
+    assert make_sensor(availability_zones="{{ params.zones }}").availability_zones == "{{ params.zones }}"

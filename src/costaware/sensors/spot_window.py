@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from costaware.adapters.compute.base import check_zone
 from costaware.adapters.spot_market import (
     LIVE,
     carbon_intensity,
@@ -43,6 +44,7 @@ from costaware.glue import (
     check_tags,
     parse_decimal,
 )
+from costaware.operators.remote_training_args import parse_names
 from costaware.triggers.spot_window import SpotWindowTrigger
 
 if TYPE_CHECKING:
@@ -81,8 +83,8 @@ class SpotWindowSensor(BaseSensorOperator):
         availability: Path of a spot availability trace, for replays and tests (templated).
         availability_start: ISO time of the trace's first sample (templated).
         availability_zones: Several zones to choose from: at each look the cheapest zone with capacity is
-            taken, and the decision names it in ``availability_zone`` (templated). With it, ``availability``
-            may map each zone to its trace path.
+            taken, and the decision names it in ``availability_zone`` (templated; a list or ``"a,b"``).
+            With it, ``availability`` may map each zone to its trace path.
         priority: ``"critical"`` (falls back to on-demand while a preemption can still be absorbed),
             ``"normal"`` or ``"best_effort"`` (the deadline is soft: waits for spot until the deadline
             itself) (templated, e.g. ``"{{ params.priority }}"``).
@@ -140,7 +142,7 @@ class SpotWindowSensor(BaseSensorOperator):
         products: Sequence[str] = ("Linux/UNIX",),
         availability: str | dict[str, str] | None = None,
         availability_start: str | None = None,
-        availability_zones: Sequence[str] | None = None,
+        availability_zones: Sequence[str] | str | None = None,
         priority: str = "normal",
         ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID,
         record_decision: bool = True,
@@ -176,7 +178,12 @@ class SpotWindowSensor(BaseSensorOperator):
         self.products = list(products)
         self.availability = availability
         self.availability_start = availability_start
-        self.availability_zones = list(availability_zones) if availability_zones else None
+        # A list, or text: "us-east-1a,us-east-1b" or what a template renders. Read after rendering
+        # (_zones); a value written out is checked now, when the DAG is parsed.
+        if "{{" not in str(availability_zones):
+            for zone in parse_names(availability_zones, name="availability_zones"):
+                check_zone(zone)
+        self.availability_zones = availability_zones
         if "{{" not in str(priority):
             check_priority(priority)
         self.priority = priority
@@ -290,7 +297,7 @@ class SpotWindowSensor(BaseSensorOperator):
             aws_conn_id=self.aws_conn_id,
             ttl_seconds=self.cache_seconds,
             products=self.products,
-            zones=[*self.availability_zones] if self.availability_zones else [self.availability_zone],
+            zones=self._zones() or [self.availability_zone],
             now=now,
             latest_start=latest_start,
             runtime_hours=runtime,
@@ -325,25 +332,33 @@ class SpotWindowSensor(BaseSensorOperator):
             runtime_hours=Decimal(plan["runtime_hours"]),
         )
 
+    def _zones(self) -> list[str] | None:
+        """The rendered ``availability_zones`` as a list of zone names, or None when not set."""
+        zones = parse_names(self.availability_zones, name="availability_zones")
+        for zone in zones:
+            check_zone(zone)
+        return list(zones) or None
+
     def _observe_kwargs(self) -> dict[str, Any]:
         """Where prices and capacity come from: the trigger's kwargs and :func:`observe_market`'s."""
         zone_traces: dict[str, str] | None = None
         availability = self.availability
+        zones = self._zones()
         if isinstance(availability, dict):
-            if not self.availability_zones:
+            if not zones:
                 raise ConfigurationError(
                     f"availability maps zones to traces ({', '.join(availability)}) but availability_zones "
                     "is not set; list the zones, or give one trace path"
                 )
             zone_traces, availability = {str(k): str(v) for k, v in availability.items()}, None
-        elif availability and self.availability_zones:
+        elif availability and zones:
             raise ConfigurationError(
                 f"availability {availability!r} is one trace but availability_zones lists "
-                f"{len(self.availability_zones)} zones; map each zone to its trace, e.g. "
+                f"{len(zones)} zones; map each zone to its trace, e.g. "
                 "{'us-east-1a': 'a.json', 'us-east-1b': 'b.json'}"
             )
         return {
-            "availability_zones": self.availability_zones,
+            "availability_zones": zones,
             "zone_availability": zone_traces,
             "availability_zone": self.availability_zone,
             "availability": availability,

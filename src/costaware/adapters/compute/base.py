@@ -187,8 +187,7 @@ def check_zone(zone: str) -> str:
         )
     if _AWS_REGION.match(zone):
         raise ConfigurationError(
-            f"availability zone {zone!r} is a region, not a zone: list its zones, e.g. {zone}a, {zone}b "
-            "(allowed_regions takes regions)"
+            f"availability zone {zone!r} is a region, not a zone: list its zones, e.g. {zone}a, {zone}b"
         )
     if zone != zone.lower() and _AWS_ZONE_ANY_CASE.match(zone):
         raise ConfigurationError(
