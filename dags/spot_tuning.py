@@ -40,7 +40,7 @@ from typing import Any
 
 import pendulum
 from airflow.sdk import Param, dag, get_current_context, task
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from costaware.operators.remote_training import RemoteTrainingOperator
 from costaware.params import bounded_param, remote_backend_params, spot_tuning_params, tag_param
@@ -70,6 +70,19 @@ SPACE: dict[str, tuple[str, Any]] = {
 def prepared(name: str) -> str:
     """A template of one value the ``prepare`` task returned."""
     return "{{ ti.xcom_pull(task_ids='prepare')['" + name + "'] }}"
+
+
+def upstream_result(ti: Any, task_id: str, key: str) -> Any:
+    """What ``task_id`` pushed under ``key``; a task that runs "all_done" skips when that task did not finish.
+
+    ``select`` and ``best`` run whatever their trials did, but without the study (``plan`` refused the
+    settings, the caps, the instance type) or the selection there is nothing to rank: they skip, and the
+    run's failure is the refusing task's message alone.
+    """
+    value = ti.xcom_pull(task_ids=task_id, key=key)
+    if value is None:
+        raise AirflowSkipException(f"{task_id!r} did not finish: nothing to do here (its log says why)")
+    return value
 
 
 def planned(name: str) -> str:
@@ -268,7 +281,8 @@ def spot_tuning() -> None:
 
         context = get_current_context()
         ti, params, run_id = context["ti"], context["params"], context["run_id"]
-        config, study = settings(params), ti.xcom_pull(task_ids="plan", key="study")
+        study = upstream_result(ti, "plan", "study")
+        config = settings(params)
         try:
             selection = select_promotions(
                 CostLedgerHook().get_conn(),
@@ -302,9 +316,10 @@ def spot_tuning() -> None:
         from costaware.training.spot_tuning import finished_results, spend_table, study_spend
 
         context = get_current_context()
-        ti, config, run_id = context["ti"], settings(context["params"]), context["run_id"]
-        study = ti.xcom_pull(task_ids="plan", key="study")
-        ranking = ti.xcom_pull(task_ids="select", key="selection")["ranking"]
+        ti, run_id = context["ti"], context["run_id"]
+        study = upstream_result(ti, "plan", "study")
+        ranking = upstream_result(ti, "select", "selection")["ranking"]
+        config = settings(context["params"])
         spend = study_spend(CostLedgerHook().get_conn(), dag_id=DAG_ID, run_id=run_id, study=study["study"])
         finished = [
             {

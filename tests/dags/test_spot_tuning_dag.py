@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import json
+import runpy
 import time
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,25 @@ def test_spot_tuning_parses_fast_with_its_tasks_and_the_seed_s_plan() -> None:
     schema = dag.params.get_param("max_usd").schema
     assert (schema["type"], schema["exclusiveMinimum"], schema["title"]) == ("number", 0, "Dollar cap (USD)")
     assert dag.params.get_param("max_trials").schema["type"] == "integer"
+
+
+def test_select_and_best_skip_with_a_note_when_the_plan_did_not_finish() -> None:
+    # They run "all_done" (a failed trial must not stop the study); when `plan` refused the settings there is
+    # no study to rank: a skip naming `plan`, not a TypeError on None.
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    upstream_result = runpy.run_path(str(DAG_FILE))["upstream_result"]
+
+    class Pushed:
+        def __init__(self, values: dict[tuple[str, str], Any]) -> None:
+            self.values = values
+
+        def xcom_pull(self, *, task_ids: str, key: str) -> Any:
+            return self.values.get((task_ids, key))
+
+    with pytest.raises(AirflowSkipException, match=r"'plan' did not finish: nothing to do here"):
+        upstream_result(Pushed({}), "plan", "study")
+    assert upstream_result(Pushed({("plan", "study"): {"study": "s"}}), "plan", "study") == {"study": "s"}
 
 
 def test_the_trial_script_imports_nothing_of_the_provider() -> None:

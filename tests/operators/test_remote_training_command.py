@@ -274,6 +274,11 @@ def test_stop_sends_sigterm_and_kills_after_the_grace_period(tmp_path: Path) -> 
             {"preemption_grace_seconds": -5},
             "preemption_grace_seconds must be a number of seconds > 0, got -5",
         ),
+        ({"backend": "sagemkaer"}, "unknown compute backend 'sagemkaer': use one of local, sagemaker"),
+        ({"market": "spto"}, "market 'spto' is not one of spot, on_demand"),
+        ({"priority": "high"}, "priority 'high' is unknown; choose one of critical, normal, best_effort"),
+        ({"poll_interval": 0}, "poll_interval must be seconds > 0, got 0"),
+        ({"budget_scope": "flight-delays"}, "scope part 'flight-delays' of 'flight-delays' is not key=value"),
         # Before, a command took any interval: "fast" failed at the first submit with a raw ValueError,
         # and -5 launched a job that failed on it.
         *(

@@ -127,8 +127,16 @@ def test_code_error_fails_the_task_with_its_reason_and_records_the_attempt(
 def test_bad_input_fails_before_anything_runs_or_is_written(
     tmp_path: Path, data: Path, ledger: Any, kwargs: dict[str, Any], message: str
 ) -> None:
+    # A backend or market written out is refused when the DAG is parsed (test_remote_training_command);
+    # here they come as a template renders them, set on the operator before it runs.
+    rendered = {
+        k: kwargs.pop(k) for k in ("backend", "market") if k in kwargs and "spot_decision" not in kwargs
+    }
+    op = operator(tmp_path, **kwargs)
+    for name, value in rendered.items():
+        setattr(op, {"market": "job_market"}.get(name, name), value)
     with pytest.raises(AirflowFailException) as e:
-        operator(tmp_path, **kwargs).execute(context_for())
+        op.execute(context_for())
     assert message in str(e.value)
     assert not (tmp_path / "jobs").exists() and not (tmp_path / "ckpt").exists()
     assert ledger.entries() == []

@@ -125,11 +125,45 @@ def test_the_list_price_is_asked_only_when_nobody_gave_one() -> None:
             "pause_on_price needs a deadline",
         ),
         (PlanArguments(pause_on_price=True, prices="live", priority="urgent"), DECISION, "priority 'urgent'"),
+        # Each attempt is billed at these: refused before a job runs (before, "$1.00" failed the task after
+        # the job had run, with no ledger entry for it, and "-1" billed a negative cost).
+        (
+            PlanArguments(on_demand_usd_per_hour="-1"),
+            DECISION,
+            "on_demand_usd_per_hour must be zero or more USD",
+        ),
+        (
+            PlanArguments(on_demand_usd_per_hour="1,00 EUR"),
+            DECISION,
+            "on_demand_usd_per_hour must be a number",
+        ),
+        (
+            PlanArguments(spot_usd_per_hour="-0.5"),
+            DECISION,
+            "spot_usd_per_hour must be zero or more USD, got",
+        ),
+        (PlanArguments(priority="high"), DECISION, "priority 'high' is unknown; choose one of"),
+        (
+            PlanArguments(expected_runtime_hours="2h"),
+            DECISION,
+            "expected_runtime_hours must be a number of hours",
+        ),
+        (
+            PlanArguments(expected_runtime_hours="0"),
+            DECISION,
+            "expected_runtime_hours must be a number of hours",
+        ),
     ],
 )
 def test_bad_arguments_are_named(args: PlanArguments, decision: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         plan_of(args, decision)
+
+
+def test_prices_written_with_a_dollar_sign_are_read_as_usd() -> None:
+    start = plan_of(PlanArguments(on_demand_usd_per_hour="$1.00", spot_usd_per_hour=" $0.25 "))
+    assert (start.plan.on_demand_usd_per_hour, start.spot_usd_per_hour) == ("1.00", "0.25")
+    assert Decimal(start.plan.on_demand_usd_per_hour) == Decimal("1")  # what billing reads
 
 
 def test_pausing_and_billing_plans_come_from_the_prices() -> None:

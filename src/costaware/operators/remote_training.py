@@ -11,6 +11,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from costaware.adapters.compute.job_contract import DEFAULT_GRACE_SECONDS
+from costaware.core.budgets import Scope
 from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import utcnow
 from costaware.glue import DEFAULT_AWS_CONN_ID, airflow_errors, run_identity, run_tags
@@ -231,6 +232,14 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         super().__init__(**kwargs)
         if not isinstance(max_attempts, int) or max_attempts < 1:
             raise ConfigurationError(f"max_attempts must be an integer >= 1, got {max_attempts!r}")
+        if (
+            isinstance(poll_interval, bool)
+            or not isinstance(poll_interval, int | float)
+            or not poll_interval > 0
+        ):
+            raise ConfigurationError(f"poll_interval must be seconds > 0, got {poll_interval!r}")
+        if budget_scope:
+            Scope.parse(budget_scope)  # "key=value,...": a bare name fails here, not at the reservation
         trainer_arguments = {
             "data_path": data_path,
             "label_column": label_column,

@@ -15,10 +15,11 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from costaware.adapters.compute.base import check_zone
+from costaware.adapters.compute.base import BACKENDS, MARKETS, check_zone
 from costaware.adapters.compute.job_contract import check_grace_seconds
 from costaware.core.carbon import Objective
 from costaware.core.errors import ConfigurationError
+from costaware.core.spot_window import check_priority
 from costaware.glue import as_bool, check_tags
 from costaware.training.plan import blank
 
@@ -155,6 +156,13 @@ class RemotePlanArguments:
         """Keep the arguments; check what needs no rendering (the message names the argument)."""
         self.image = image
         self.preemption_grace_seconds = check_grace_seconds(preemption_grace_seconds)
+        # Templated, checked again by the plan; a value written out is checked now, when the DAG is parsed.
+        if not _templated(backend) and backend not in BACKENDS:
+            raise ConfigurationError(f"unknown compute backend {backend!r}: use one of {', '.join(BACKENDS)}")
+        if not _templated(market) and blank(market) is not None and market not in MARKETS:
+            raise ConfigurationError(f"market {market!r} is not one of {', '.join(MARKETS)}")
+        if not _templated(priority) and blank(priority) is not None:
+            check_priority(priority)
         self.backend = backend
         self.backend_options = (
             backend_options if isinstance(backend_options, str) else dict(backend_options or {})

@@ -242,14 +242,22 @@ class SpotWindowSensor(BaseSensorOperator):
             )
             not_before = None
         if deadline <= now + timedelta(hours=float(runtime)):
-            source = "the deadline argument" if given_deadline else "the end of the run's data interval"
+            source, remedy = (
+                ("the deadline argument", "give a later deadline (in the trigger form where the DAG has one)")
+                if given_deadline
+                else (
+                    "the end of the run's data interval",
+                    "set the sensor's deadline (e.g. from a trigger-form param)",
+                )
+            )
             self.log.warning(
                 "the deadline %s (%s) is %s: no time is left to wait for spot or absorb an interruption, "
-                "so on-demand starts now. To let this run use spot, give a later deadline (the trigger "
-                "form's deadline), or trigger it with a logical date inside or before its window.",
+                "so on-demand starts now. To let this run use spot, %s, or trigger it with a logical date "
+                "inside or before its window.",
                 deadline.isoformat(),
                 source,
                 "already past" if deadline <= now else "less than the expected runtime away",
+                remedy,
             )
         if self.on_demand_usd_per_hour not in (None, ""):
             on_demand = parse_decimal(

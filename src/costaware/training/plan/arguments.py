@@ -14,6 +14,7 @@ from typing import Any
 from costaware.core.carbon import Objective
 from costaware.core.checkpoint_interval import is_auto
 from costaware.core.errors import ConfigurationError
+from costaware.core.money import parse_usd
 from costaware.core.series import parse_instant
 from costaware.core.spot_decision import SpotDecision
 from costaware.core.spot_window import check_priority
@@ -48,6 +49,16 @@ def positive_hours(value: Any, *, name: str, why: str) -> Decimal:
     if value in (None, "") or not hours.is_finite() or hours <= 0:
         raise ConfigurationError(f"{why} needs the expected runtime, got {value!r}: pass {name} (hours > 0)")
     return hours
+
+
+def _check_hours(value: Any, *, name: str) -> None:
+    """Refuse ``value`` unless it is a number of hours > 0; the message names it."""
+    try:
+        hours = Decimal(str(value).strip())
+    except ArithmeticError:
+        hours = Decimal("NaN")
+    if not hours.is_finite() or hours <= 0:
+        raise ConfigurationError(f"{name} must be a number of hours > 0 such as '2.5', got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +168,10 @@ def make_plan(
     if not instance_type:
         raise ConfigurationError("no instance type: pass instance_type or a spot decision that has one")
     region = str(blank(args.region) or decision.region or "us-east-1")
+    # Checked whether or not pausing reads them: each attempt is billed at these prices, a bad one must fail
+    # here, before a job runs, not when its ledger entry is written (or be billed as a negative cost).
+    if blank(args.priority) is not None:
+        check_priority(args.priority)
     on_demand = blank(args.on_demand_usd_per_hour)
     if on_demand is None:
         on_demand = decision.on_demand_usd_per_hour
@@ -166,9 +181,12 @@ def make_plan(
         raise ConfigurationError(
             f"no on-demand price of {instance_type} in {region}: pass on_demand_usd_per_hour"
         )
+    on_demand = parse_usd(on_demand, name="on_demand_usd_per_hour")
     spot = blank(args.spot_usd_per_hour)
     if spot is None and decision.market == "spot":
         spot = decision.usd_per_hour
+    if spot is not None:
+        spot = parse_usd(spot, name="spot_usd_per_hour")
     if market == "spot" and spot is None:
         raise ConfigurationError(
             "market is spot but no spot price is known: pass spot_usd_per_hour or a spot decision"
@@ -231,6 +249,9 @@ def make_plan(
             now=now,
         ),
     )
+    # Given but read by none of the above (no pausing, no "auto"): the zone ranking reads it later.
+    if blank(args.expected_runtime_hours) is not None:
+        _check_hours(args.expected_runtime_hours, name="expected_runtime_hours")
     return Start(
         plan=plan,
         spot_usd_per_hour=str(spot) if spot is not None else None,
