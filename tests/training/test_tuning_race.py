@@ -19,7 +19,29 @@ from costaware.core.tuning import RungSchedule, StudySpec, TuningCaps, parse_sea
 
 PROCESSES = 4
 CAP = Decimal("10.00")
-USD_PER_HOUR = Decimal(3600)  # $1 a second, so a few seconds of real training meet the cap
+USD_PER_HOUR = Decimal(3600)  # $1 a second of the trials' meter: ~10 full trials and ~25 pruned ones meet the cap
+
+
+#: What one epoch costs on the trials' meter, in seconds ($1 a second).
+EPOCH_SECONDS = 0.02
+
+
+class EpochClock:
+    """The trials' meter in one worker process: it moves only as epochs are trained.
+
+    The race is real (four processes reserve and settle in one ledger at once), but what each trial is
+    billed is not the wall clock: on a loaded machine the wall clock made every trial outrun its
+    reservation and be cut, so whether any trial got promoted depended on the load.
+    """
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+CLOCK = EpochClock()  # one per process: each spawned worker imports this module anew
 
 
 class LogisticTrainer:
@@ -39,7 +61,8 @@ class LogisticTrainer:
             p = 1 / (1 + np.exp(-self.x[:1500] @ self.w))
             grad = self.x[:1500].T @ (p - self.y[:1500]) / 1500 + self.l2 * self.w
             self.w -= self.lr * grad
-            time.sleep(0.004)  # a bigger model would take longer per epoch; keeps the cap in reach
+            time.sleep(0.004)  # the trials overlap in time, so their reservations race
+            CLOCK.now += EPOCH_SECONDS
         self.epochs = resource
         p = np.clip(1 / (1 + np.exp(-self.x[1500:] @ self.w)), 1e-9, 1 - 1e-9)
         y = self.y[1500:]
@@ -85,6 +108,7 @@ def run_slots(url: str, study: str, worker: int) -> list[dict[str, Any]]:
             wait_poll_seconds=0.1,
             slot=worker * 1000 + n,
             settle_as=EntryOwner(dag_id="race", run_id=f"w{worker}", map_index=n),
+            meter=CLOCK,
         )
         out.append(result.to_json())
         if not result.ran:
