@@ -19,7 +19,7 @@ from costaware.core.tuning import RungSchedule, StudySpec, TuningCaps, parse_sea
 
 PROCESSES = 4
 CAP = Decimal("10.00")
-USD_PER_HOUR = Decimal(3600)  # $1 a second of the trials' meter: ~10 full trials and ~25 pruned ones meet the cap
+USD_PER_HOUR = Decimal(3600)  # $1 a second of the trials' meter: ~10 full and ~25 pruned trials meet the cap
 
 
 #: What one epoch costs on the trials' meter, in seconds ($1 a second).
