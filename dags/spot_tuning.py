@@ -5,7 +5,8 @@ half by holdout RMSE is pruned there; the rest are promoted to 15 epochs, contin
 promotion pays only the 12 epochs it adds); a hard stop at $100 or 20 GPU-hours. The trial is
 ``examples/spot_tuning/train_trial.py``, a plain preemptible PyTorch MLP (``costaware_runtime`` only).
 
-1. ``prepare``      the replayed 2013 day's training and holdout arrays (as ``own_training``);
+1. ``prepare``      checks the settings and the instance type (a typo fails here, before anything is
+                    recorded), then the replayed 2013 day's training and holdout arrays (as ``own_training``);
 2. ``spot_window``  spot when the price is good, on-demand when waiting would miss the deadline;
 3. ``plan``         samples ``max_trials`` configurations with a seeded RNG, sizes the study so that the
                     warm-ups and the promotions fit the dollar and GPU-hour caps at the trial's price and
@@ -98,6 +99,29 @@ def settings(params: Any) -> Any:
     return SpotTuningSettings.create(**{n: params[n] for n in names}, epoch_minutes=params["epoch_minutes"])
 
 
+def check_params(params: Any) -> None:
+    """Refuse bad settings and an unknown instance type before anything runs.
+
+    ``plan`` checks them again with the spot window's prices (and the caps against them); checked first
+    here, a typo fails the run before data lands or the window records its estimate in the ledger.
+    """
+    from costaware.adapters.price_files import bundled_catalog
+    from costaware.core.errors import CostawareError
+    from costaware.training.spot_tuning import trial_prices
+
+    try:
+        settings(params)
+        trial_prices(
+            bundled_catalog(),
+            str(params["instance_type"]),
+            REGION,
+            spot_given=params.get("spot_usd_per_hour"),
+            on_demand_given=params.get("on_demand_usd_per_hour"),
+        )
+    except CostawareError as e:
+        raise AirflowFailException(str(e)) from e
+
+
 def trial_kwargs(params: Any, study: str, trial: int, stage: str, command: list[str]) -> dict[str, Any]:
     """One mapped ``RemoteTrainingOperator``'s arguments that are not templated."""
     return {
@@ -180,6 +204,7 @@ def spot_tuning() -> None:
         from costaware.examples import flights
 
         context = get_current_context()
+        check_params(context["params"])
         return flights.replay_arrays(context, "spot_tuning", train_days=int(context["params"]["train_days"]))
 
     arrays = prepare()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import runpy
 import time
 from pathlib import Path
@@ -68,6 +69,28 @@ def test_select_and_best_skip_with_a_note_when_the_plan_did_not_finish() -> None
     with pytest.raises(AirflowSkipException, match=r"'plan' did not finish: nothing to do here"):
         upstream_result(Pushed({}), "plan", "study")
     assert upstream_result(Pushed({("plan", "study"): {"study": "s"}}), "plan", "study") == {"study": "s"}
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"warmup_epochs": 5, "full_epochs": 3}, "full_epochs 3 must be more than warmup_epochs 5"),
+        ({"instance_type": "g5.xlarg"}, "unknown instance type 'g5.xlarg'; did you mean g5.xlarge"),
+        ({"instance_type": "ml.g5.xlarge"}, "ml.g5.xlarge is a SageMaker type, whose prices are not in"),
+    ],
+)
+def test_prepare_refuses_bad_settings_before_anything_is_recorded(
+    changes: dict[str, Any], message: str
+) -> None:
+    # `prepare` is the first task: a typo fails there, before the spot window records its estimate.
+    from airflow.sdk.exceptions import AirflowFailException
+
+    module = runpy.run_path(str(DAG_FILE))
+    dag_params = module["spot_tuning"]().params
+    params = {name: dag_params[name] for name in dag_params}
+    module["check_params"](params)  # the defaults pass
+    with pytest.raises(AirflowFailException, match=re.escape(message)):
+        module["check_params"]({**params, **changes})
 
 
 def test_the_trial_script_imports_nothing_of_the_provider() -> None:
