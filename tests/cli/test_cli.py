@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import shlex
+import subprocess
+import sys
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 
@@ -49,6 +53,44 @@ def test_report_splits_preemption_from_other_failures(
         (["report", "--group-by", "week"], "cannot group by 'week'"),
         (["report", "--last-run"], "--last-run needs --dag-id"),
         (["prices", "show", "m5.lrage"], "did you mean m5.large"),
+        # A decimal comma read as a thousands separator set $255 (25,5) and $123 (1,2,3) before.
+        (
+            ["budget", "set", "--scope", "project=x", "--period", "month", "--cap-usd", "25,5"],
+            "write a decimal",
+        ),
+        (
+            ["budget", "set", "--scope", "project=x", "--period", "month", "--cap-usd", "1,2,3"],
+            "only group thou",
+        ),
+        # Rounded to a $0 cap (blocks everything) before; the next two were tracebacks.
+        (
+            ["budget", "set", "--scope", "project=x", "--period", "month", "--cap-usd", "0.0000001"],
+            "stored as $0",
+        ),
+        (
+            ["budget", "set", "--scope", "project=x", "--period", "month", "--cap-usd", "1e308"],
+            "than the ledger",
+        ),
+        (
+            ["budget", "set", "--scope", "p=x", "--period", "month", "--cap-usd", "99999999999999999999"],
+            "ledger holds",
+        ),
+        (
+            [
+                "budget",
+                "set",
+                "--scope",
+                "project=x",
+                "--period",
+                "month",
+                "--cap-usd",
+                "5",
+                "--cap-gpu-hours",
+                "-1",
+            ],
+            "must be a number of GPU-hours >= 0, got '-1'",
+        ),
+        (["report", "--since", "2026-12-01", "--until", "2026-11-01"], "is not before --until"),
     ],
 )
 def test_bad_input_is_a_clear_error_and_writes_nothing(
@@ -195,3 +237,32 @@ def test_report_sums_kg_co2e_per_group_and_says_unknown(
 
     assert main(["--ledger-url", ledger_url, "report", "--dag-id", "d", "--group-by", "dag"]) == 0
     assert "3.750+?" in capsys.readouterr().out
+
+
+def test_a_report_for_a_dag_the_ledger_does_not_know_says_so(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    Ledger.from_url(ledger_url).record(
+        LedgerEntry(dag_id="d", run_id="r", task_id="t", kind=Kind.COMPUTE, usd=Decimal("1"))
+    )
+    assert main(["--ledger-url", ledger_url, "report", "--dag-id", "dd"]) == 0
+    assert "(no entries: the ledger has none for DAG 'dd'; check the name)" in capsys.readouterr().out
+    assert main(["--ledger-url", ledger_url, "report", "--dag-id", "d", "--since", "2099-01-01"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "(no entries)"  # a known DAG, nothing in the range
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(ledger_url: str, tmp_path: Path) -> None:
+    ledger = Ledger.from_url(ledger_url)
+    for n in range(2000):  # more than a pipe holds (64 KiB), so the writer is still writing when head exits
+        ledger.set_budget(f"project=p{n}", "month", "5")
+    script = "from costaware.cli import main; raise SystemExit(main())"
+    piped = subprocess.run(
+        f"{sys.executable} -c {shlex.quote(script)} --ledger-url {ledger_url} budget list | head -1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        check=True,
+        executable="/bin/bash",
+    )
+    assert len(piped.stdout.splitlines()) == 1
+    assert "Traceback" not in piped.stderr and "BrokenPipeError" not in piped.stderr, piped.stderr

@@ -7,6 +7,7 @@ The ledger URL comes from ``--ledger-url``, else ``COSTAWARE_LEDGER_URL``, else 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -45,8 +46,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     prints ``costaware: error: <message>`` on stderr and returns 2; argparse's own errors exit with 2.
     """
     args = build_parser().parse_args(argv)
+    since, until = getattr(args, "since", None), getattr(args, "until", None)
+    if since is not None and until is not None and since >= until:
+        print(
+            f"costaware: error: --since {since.isoformat()} is not before --until {until.isoformat()}: "
+            "swap them",
+            file=sys.stderr,
+        )
+        return 2
     try:
         return int(args.func(args))
     except CostawareError as e:
         print(f"costaware: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader stopped early (`costaware report | head`): what it read is what it wanted. Point stdout
+        # at /dev/null so that Python's flush at exit does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

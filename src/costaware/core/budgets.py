@@ -15,7 +15,7 @@ from typing import Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from costaware.core.errors import BudgetExceededError, InvalidBudgetError
-from costaware.core.money import format_usd_exact, parse_usd
+from costaware.core.money import MAX_USD, format_usd_exact, parse_usd
 
 #: A tag name (``team``, ``cost-center``): the ledger, the CLI and the Cost page's filters all use this.
 TAG_NAME_PATTERN = r"[A-Za-z][A-Za-z0-9_.-]{0,63}"
@@ -173,14 +173,33 @@ class Budget:
         label = f"budget '{parsed_scope}/{parsed_period.value}'"
         try:
             cap = parse_usd(cap_usd, name=f"cap of {label}")
-            gpu = None if cap_gpu_hours is None else parse_usd(cap_gpu_hours, name=f"GPU-hour cap of {label}")
+            gpu = (
+                None if cap_gpu_hours is None else _gpu_hours(cap_gpu_hours, name=f"GPU-hour cap of {label}")
+            )
         except ValueError as e:
             raise InvalidBudgetError(str(e)) from e
+        if 0 < cap < Decimal("0.000001"):
+            # The ledger keeps whole micro-dollars: this cap would be stored as $0, which blocks all spending.
+            raise InvalidBudgetError(
+                f"cap of {label} {cap_usd!r} is below the ledger's micro-dollar: it would be stored as $0; "
+                "give at least 0.000001 (or 0 to block all spending)"
+            )
         return cls(parsed_scope, parsed_period, cap, gpu, timezone)
 
     @property
     def label(self) -> str:
         return f"{self.scope}/{self.period.value}"
+
+
+def _gpu_hours(value: object, *, name: str) -> Decimal:
+    """A GPU-hour cap from user input: a finite number >= 0 (the message says GPU-hours, not USD)."""
+    try:
+        hours = Decimal(str(value).strip()) if not isinstance(value, bool) else Decimal("NaN")
+    except ArithmeticError:
+        hours = Decimal("NaN")
+    if not hours.is_finite() or not 0 <= hours <= MAX_USD:  # stored in micro-units, as money is
+        raise InvalidBudgetError(f"{name} must be a number of GPU-hours >= 0, got {value!r}")
+    return hours
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import re
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 
 from costaware.core.errors import ConfigurationError
 
 MICROS_PER_USD = 1_000_000
 _MICRO = Decimal("0.000001")
+#: The most a ledger column holds: 2**63 - 1 micro-dollars (a signed 64-bit integer), about 9.2 trillion USD.
+MAX_USD = Decimal(2**63 - 1) / MICROS_PER_USD
+#: A comma may only group thousands: "1,200.50"; "25,5" (a decimal comma) or "1,2,3" is refused.
+_THOUSANDS = re.compile(r"^-?\d{1,3}(,\d{3})+(\.\d*)?$")
 
 
 def parse_usd(value: object, *, name: str = "amount", allow_negative: bool = False) -> Decimal:
@@ -31,7 +36,13 @@ def parse_usd(value: object, *, name: str = "amount", allow_negative: bool = Fal
         elif isinstance(value, float):
             amount = Decimal(repr(value))
         elif isinstance(value, str):
-            amount = Decimal(value.strip().removeprefix("$").replace(",", ""))
+            text = value.strip().removeprefix("$").strip()
+            if "," in text and not _THOUSANDS.match(text):
+                raise ConfigurationError(
+                    f"{name} {value!r} is not a number of USD: a comma may only group thousands (1,200.50); "
+                    "write a decimal point, e.g. '25.5'"
+                )
+            amount = Decimal(text.replace(",", ""))
         else:
             raise ConfigurationError(f"{name} must be a number of USD, got {type(value).__name__} {value!r}")
     except InvalidOperation as e:
@@ -40,11 +51,24 @@ def parse_usd(value: object, *, name: str = "amount", allow_negative: bool = Fal
         raise ConfigurationError(f"{name} must be a finite number of USD, got {value!r}")
     if amount < 0 and not allow_negative:
         raise ConfigurationError(f"{name} must be zero or more USD, got {value!r}")
+    if abs(amount) > MAX_USD:
+        raise ConfigurationError(
+            f"{name} {value!r} is more USD than the ledger holds (at most {int(MAX_USD):,})"
+        )
     return amount
 
 
 def to_micros(amount: Decimal) -> int:
-    """USD to whole micro-dollars, rounding half to even (banker's rounding, no drift over many rows)."""
+    """USD to whole micro-dollars, rounding half to even (banker's rounding, no drift over many rows).
+
+    Raises:
+        ConfigurationError: an amount that is not finite or more than :data:`MAX_USD` (no ledger column
+            could hold it).
+    """
+    if not amount.is_finite() or abs(amount) > MAX_USD:
+        raise ConfigurationError(
+            f"{amount} USD cannot be stored: the ledger holds at most {int(MAX_USD):,} USD"
+        )
     return int(amount.quantize(_MICRO, rounding=ROUND_HALF_EVEN) * MICROS_PER_USD)
 
 

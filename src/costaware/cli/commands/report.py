@@ -100,7 +100,12 @@ def report(args: argparse.Namespace) -> int:
             title += f", run {run_id}"
         print(title)
         if not rows:
-            print("(no entries)")
+            unknown_dag = args.dag_id and not run_id and ledger.last_run_id(args.dag_id) is None
+            print(
+                f"(no entries: the ledger has none for DAG {args.dag_id!r}; check the name)"
+                if unknown_dag
+                else "(no entries)"
+            )
             return 0
         table.append(
             [
