@@ -111,12 +111,36 @@ def test_alerts_set_and_list(ledger_url: str, capsys: pytest.CaptureFixture[str]
                    "sent": "-"}  # fmt: skip
 
 
+def test_alerts_set_changes_what_it_is_given_and_keeps_the_rest(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before, setting the notifiers reset the thresholds to the defaults (and the reverse).
+    Ledger.from_url(ledger_url).set_budget("project=churn", "month", "100")
+    args = ["--ledger-url", ledger_url, "alerts", "set", "--scope", "project=churn", "--period", "month"]
+    smtp = '[{"class": "airflow.providers.smtp.notifications.smtp.SmtpNotifier", "kwargs": {"to": "a@b.c"}}]'
+    assert main([*args, "--thresholds", "50,80"]) == 0
+    assert main([*args, "--notifiers", smtp]) == 0
+    assert "alerts of budget 'project=churn/month': 50%, 80%; 1 notifier(s)" in capsys.readouterr().out
+    assert main([*args, "--thresholds", "90"]) == 0
+    assert "90%; 1 notifier(s)" in capsys.readouterr().out
+    # A class this machine cannot import is kept (the workers may have it) with a warning naming it.
+    assert main([*args, "--notifiers", '[{"class": "no.such.Notifier"}]']) == 0
+    out = capsys.readouterr()
+    assert "90%; 1 notifier(s)" in out.out
+    assert (
+        "warning: notifier class 'no.such.Notifier' cannot be imported here (ModuleNotFoundError" in out.err
+    )
+    assert main([*args, "--thresholds", "", "--notifiers", "[]"]) == 0  # back to the defaults, none
+    assert "the [costaware] defaults; 0 notifier(s)" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
         (["--notifiers", "{not json"], "--notifiers '{not json' is not JSON"),
         (["--notifiers", '{"class": "a.B"}'], "--notifiers must be a JSON list"),
         (["--thresholds", "lots"], "alert threshold 'lots'"),
+        ([], "nothing to set for budget 'project=churn/month': give thresholds, notifiers or both"),
     ],
 )
 def test_alerts_set_refuses_bad_input(

@@ -131,17 +131,17 @@ AUDIT_ARGS = (
 ALERTS_COMMANDS = (
     ActionCommand(
         "set",
-        "a budget's own alert thresholds and notifiers",
+        "a budget's own alert thresholds and notifiers (what is not given stays as it is)",
         lazy_load_command(f"{_COMMANDS}.governance.alerts_set"),
         (
             Arg("--scope", required=True, help="the budget's scope, e.g. project=churn"),
             ARG_PERIOD,
-            Arg("--thresholds", default=None, help="e.g. 50%%,80%%,100%%,forecast"),
+            Arg("--thresholds", default=None, help="e.g. 50%%,80%%,100%%,forecast; '' for the defaults"),
             Arg(
                 "--notifiers",
                 default=None,
                 help='JSON list of {"class": "<module.Notifier>", "kwargs": {...}} '
-                "(any Airflow BaseNotifier)",
+                "(any Airflow BaseNotifier); [] for none",
             ),
             ARG_LEDGER_URL,
         ),

@@ -203,10 +203,13 @@ def set_alert_rule(
     notifiers: list[dict[str, Any]] | None,
     actor: str,
 ) -> AlertRule:
-    """Set the alert thresholds and notifiers of one budget (``scope/period``); audited.
+    """Set the alert thresholds and/or notifiers of one budget (``scope/period``); audited.
+
+    What is None stays as it was. Thresholds ``""`` go back to the ``[costaware]`` defaults; notifiers
+    ``[]`` remove every notifier.
 
     Raises:
-        ConfigurationError: no such budget, bad thresholds, or notifiers not
+        ConfigurationError: no such budget, neither given, bad thresholds, or notifiers not
             ``[{"class": ..., "kwargs": {}}]``.
     """
     from costaware.core.budget_forecast import parse_thresholds
@@ -217,7 +220,13 @@ def set_alert_rule(
             f"no budget {budget!r} (budgets: {', '.join(sorted(known)) or 'none'}); set it first with "
             "`costaware budget set`"
         )
-    parsed = None if thresholds is None else parse_thresholds(thresholds)
+    if thresholds is None and notifiers is None:
+        raise ConfigurationError(
+            f"nothing to set for budget {budget!r}: give thresholds, notifiers or both (what is not given "
+            "stays as it is)"
+        )
+    # "" sets the thresholds back to the [costaware] defaults; [] removes every notifier.
+    parsed = None if thresholds is None or not thresholds.strip() else parse_thresholds(thresholds)
     for spec in notifiers or []:
         if not isinstance(spec, dict) or not isinstance(spec.get("class"), str) or "." not in spec["class"]:
             raise ConfigurationError(
@@ -225,14 +234,19 @@ def set_alert_rule(
             )
         if not isinstance(spec.get("kwargs", {}), dict):
             raise ConfigurationError(f"kwargs of alert notifier {spec['class']!r} must be an object")
-    values = {
-        "thresholds": None if parsed is None else ",".join(parsed),
-        "notifiers": notifiers,
-        "updated_at": utcnow(),
-    }
     t = schema.alert_rules
     with ledger.transaction() as conn:
-        found = conn.execute(select(t.c.id).where(t.c.budget == budget)).first()
+        found = conn.execute(
+            select(t.c.id, t.c.thresholds, t.c.notifiers).where(t.c.budget == budget)
+        ).first()
+        # What is not given stays: setting the notifiers must not reset the thresholds, nor the reverse.
+        new_thresholds: str | None = None if parsed is None else ",".join(parsed)
+        new_notifiers: list[dict[str, Any]] | None = notifiers
+        if thresholds is None:
+            new_thresholds = found[1] if found else None
+        if notifiers is None:
+            new_notifiers = found[2] if found else None
+        values = {"thresholds": new_thresholds, "notifiers": new_notifiers, "updated_at": utcnow()}
         if found:
             conn.execute(t.update().where(t.c.id == found[0]).values(**values))
         else:
@@ -242,9 +256,13 @@ def set_alert_rule(
             actor=actor,
             action="alert_rule",
             target=budget,
-            details={"thresholds": values["thresholds"], "notifiers": [n["class"] for n in notifiers or []]},
+            details={"thresholds": new_thresholds, "notifiers": [n["class"] for n in new_notifiers or []]},
         )
-    return AlertRule(budget, parsed, notifiers)
+    return AlertRule(
+        budget,
+        None if new_thresholds is None else tuple(new_thresholds.split(",")),
+        None if new_notifiers is None else list(new_notifiers),
+    )
 
 
 def alert_rules(ledger: LedgerDatabase) -> dict[str, AlertRule]:

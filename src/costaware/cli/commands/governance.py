@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import importlib
 import json
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -135,7 +137,25 @@ def alerts_set(args: argparse.Namespace) -> int:
     )
     thresholds = ", ".join(rule.thresholds) if rule.thresholds else "the [costaware] defaults"
     print(f"alerts of budget '{label}': {thresholds}; {len(rule.notifiers or [])} notifier(s)")
+    for spec in notifiers or []:
+        why = _not_importable(str(spec["class"]))
+        if why:  # the workers may have it where this machine does not: a warning, not a refusal
+            print(
+                f"costaware: warning: notifier class {spec['class']!r} cannot be imported here ({why}); "
+                "an alert fails to send unless the workers can import it",
+                file=sys.stderr,
+            )
     return 0
+
+
+def _not_importable(class_path: str) -> str | None:
+    """Why ``class_path`` cannot be imported in this environment, or None when it can."""
+    module, _, name = class_path.rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module), name, None)
+    except ImportError as e:
+        return f"{type(e).__name__}: {e}"
+    return None if found is not None else f"module {module!r} has no {name!r}"
 
 
 def alerts_list(args: argparse.Namespace) -> int:
