@@ -107,7 +107,7 @@ def test_launcher_command_and_locations() -> None:
     [
         (1, "the command exited 1: a code error, not retried"),
         (2, "broke the contract"),
-        (76, "exited 75 (preempted) but committed no checkpoint"),
+        (76, "exited 75 (preempted) without a notice and without a committed checkpoint"),
         (127, "was not found"),
         (137, "killed by signal 9"),
         (None, ""),

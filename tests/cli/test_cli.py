@@ -44,6 +44,38 @@ def test_report_splits_preemption_from_other_failures(
     assert json.loads(capsys.readouterr().out)["failed_tries"] == {"preemption": 1, "other": 1}
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_try_is_counted_once_however_many_failed_entries_it_has(
+    backend: str, ledger_url: str, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A remote training's failed attempt (code_error) and the worker's own time in the same try (error):
+    # one failed try, not two. Its preempted attempts before are "interrupted": no failed try, no minus.
+    from services import fresh_postgres_database
+
+    url = (
+        ledger_url
+        if backend == "sqlite"
+        else fresh_postgres_database(request.getfixturevalue("postgres_url"))
+    )
+    ledger = Ledger.from_url(url)
+    rows = [
+        ("interrupted", "preemption"),
+        ("interrupted", "preemption"),
+        ("failed", "code_error"),
+        ("failed", "error"),
+    ]
+    for n, (outcome, cause) in enumerate(rows):
+        ledger.record(
+            LedgerEntry(dag_id="d", run_id="r", task_id="train", kind=Kind.COMPUTE, usd=Decimal("1"),
+                        try_number=1, outcome=outcome, cause=cause, note=f"entry {n}")
+        )  # fmt: skip
+    assert main(["--ledger-url", url, "report", "--dag-id", "d", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["failed_tries"] == {"preemption": 0, "other": 1}
+    assert main(["--ledger-url", url, "report", "--dag-id", "d"]) == 0
+    assert "failed tries: 0 after a spot preemption, 1 after other errors" in capsys.readouterr().out
+    ledger.dispose()
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

@@ -187,7 +187,7 @@ def test_each_attempt_of_a_command_gets_its_checkpoint_interval(tmp_path: Path, 
         ("fail", "the command exited 1: a code error, not retried"),
         ("no-metrics", "wrote no metrics file"),
         ("empty-output", "left no files in COSTAWARE_OUTPUT_DIR"),
-        ("preempt-without-checkpoint", "committed no checkpoint (exit 76)"),
+        ("preempt-without-checkpoint", "without a notice and without a committed checkpoint (exit 76)"),
     ],
 )
 def test_a_failed_command_fails_without_retry_and_registers_nothing(

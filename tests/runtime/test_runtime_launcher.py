@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -116,6 +117,20 @@ time.sleep(60)
     assert "did not exit within 0.5s of the notice: SIGKILL" in stderr
 
 
+def test_a_job_that_honours_the_notice_before_its_first_checkpoint_starts_over(make_job: MakeJob) -> None:
+    # The docs' loop, noticed before anything was committed: exit 75 after the notice is 77 (retried, starts
+    # over), not the code error 76 (before, the task failed for good).
+    job = make_job("""
+READY.touch()
+while not cr.preemption_requested():
+    time.sleep(0.005)
+cr.exit_preempted()
+""")
+    code, stderr = job.preempt(job.start())
+    assert code == 77, stderr
+    assert "preempted (job exit 75) before any checkpoint: the next attempt starts over" in stderr
+
+
 def test_exit_75_without_a_checkpoint_is_a_code_error(make_job: MakeJob) -> None:
     job = make_job("cr.exit_preempted()\n")
     done = job.run()
@@ -170,6 +185,39 @@ if content is not None:
     assert problem.format(path=path) in done.stderr
     assert "nothing was uploaded" in done.stderr
     assert not job.outputs.exists() and not job.result.exists()
+
+
+def test_outputs_in_a_folder_the_launcher_made_are_named_when_nothing_is_uploaded(
+    make_job: MakeJob, tmp_path: Path
+) -> None:
+    # No COSTAWARE_OUTPUT_DIR (a run by hand): the launcher makes one under TMPDIR; before, a failed run left
+    # the job's model there without a word.
+    job = make_job('(cr.output_dir() / "model.bin").write_bytes(b"model")\n')
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env = {k: v for k, v in job.env().items() if k != "COSTAWARE_OUTPUT_DIR"}
+    done = job.run(env={**env, "TMPDIR": str(scratch)})
+    assert done.returncode == 2
+    (made,) = scratch.glob("costaware-outputs-*")
+    assert f"nothing was uploaded (the outputs stay in {made})" in done.stderr
+    assert (made / "model.bin").read_bytes() == b"model"
+
+
+@pytest.mark.parametrize(("saves", "warned"), [(False, True), (True, False)])
+def test_a_job_asked_to_checkpoint_that_never_did_is_warned_about(
+    make_job: MakeJob, saves: bool, warned: bool
+) -> None:
+    job = make_job(f"""
+if {saves}:
+    cr.save_bytes(b"state", step=1)
+time.sleep(0.5)
+(cr.output_dir() / "model.bin").write_bytes(b"model")
+cr.write_metrics({{"rmse": 1.0}})
+""")
+    done = job.run(env={**job.env(), "COSTAWARE_CHECKPOINT_EVERY_SECONDS": "0.1"})
+    assert done.returncode == 0, done.stderr
+    assert bool(re.search(r"ran \d+ s without committing a checkpoint", done.stderr)) is warned
+    assert ("a preemption would have restarted it from the beginning" in done.stderr) is warned
 
 
 def test_an_empty_output_folder_fails_with_code_2(make_job: MakeJob) -> None:

@@ -146,6 +146,7 @@ class Launcher:
             self.remove_scratch()  # nothing ran: the folders made for it go, the empty output folder too
             raise
         self.process: subprocess.Popen[bytes] | None = None
+        self.started_at: float | None = None  # when the job started
         self.notice_at: float | None = None  # when SIGTERM reached the launcher
         self.pending: list[int] = []  # signals that came before the job started
 
@@ -198,6 +199,7 @@ class Launcher:
             log.warning("the notice came before the job started: not starting it")
             return self.finish(-signal.SIGTERM)
         try:
+            self.started_at = time.monotonic()
             self.process = subprocess.Popen(command, env=self.child_environment(), process_group=0)
         except FileNotFoundError:
             log.error("command not found: %s", command[0])
@@ -256,8 +258,11 @@ class Launcher:
             log.error("%s", e)
             step = None
         if returncode == 0:
+            self._warn_if_never_checkpointed(step)
             return self.succeed(step)
-        if returncode == contract.EXIT_PREEMPTED and step is None:
+        # After a notice, exit 75 without a checkpoint is a preemption before the first one (77, retried):
+        # the job did what it was told. Without a notice, it claims a checkpoint it never committed.
+        if returncode == contract.EXIT_PREEMPTED and step is None and self.notice_at is None:
             log.error(
                 "the job exited %s (preempted after a checkpoint) but %s holds no committed checkpoint: "
                 "commit one before exit_preempted() (this is a code error, not retried)",
@@ -286,6 +291,23 @@ class Launcher:
         log.error("the job exited %s", returncode)
         return returncode
 
+    def _warn_if_never_checkpointed(self, step: int | None) -> None:
+        """Warn when a job asked to checkpoint ran two intervals without one: a preemption loses it all."""
+        every, started = self.env.checkpoint_every_seconds, self.started_at
+        if step is not None or every is None or started is None:
+            return
+        ran = time.monotonic() - started
+        if ran >= 2 * every:
+            log.warning(
+                "the job ran %.0f s without committing a checkpoint (%s=%g asks for one every %g s): a "
+                "preemption would have restarted it from the beginning; save with costaware_runtime "
+                "(save_bytes, or checkpoint_folder() then commit(), when CheckpointTimer says it is due)",
+                ran,
+                contract.CHECKPOINT_EVERY_SECONDS,
+                every,
+                every,
+            )
+
     def final_push(self) -> bool:
         if self.sync is None:
             return True
@@ -304,7 +326,10 @@ class Launcher:
                 check_outputs(self.output_dir) if self.output_dir is not None else OutputSummary(None, 0, 0)
             )
         except ContractError as e:
-            log.error("%s; nothing was uploaded", e)
+            made = self.output_dir if self.env.output_dir is None else None
+            # A folder made here, holding what the job wrote: say where, or it is lost in the temp folder.
+            kept = f" (the outputs stay in {made})" if made is not None and any(made.iterdir()) else ""
+            log.error("%s; nothing was uploaded%s", e, kept)
             return contract.EXIT_CONTRACT_ERROR
         if not self.final_push():
             log.warning("the job succeeded, so the checkpoint is not needed: going on")

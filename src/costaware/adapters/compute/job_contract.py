@@ -109,12 +109,13 @@ STAGING_FOLDER, RESULT_FILE, REGISTERED_FILE = "_staging", "result.json", "regis
 
 _HINTS = {
     EXIT_CONTRACT_ERROR: (
-        "the job broke the contract (exit 2): it exited 0 without a metrics file or with an empty output "
-        "folder, or costaware-run could not start; see the launcher's line above"
+        "exit 2: your command exited 2 itself (e.g. python: can't open file: check the script's path), or it "
+        "broke the contract (exited 0 without a metrics file or with an empty output folder), or "
+        "costaware-run could not start; the launcher's line above says which"
     ),
     EXIT_PREEMPTED_WITHOUT_CHECKPOINT: (
-        "the job exited 75 (preempted) but committed no checkpoint (exit 76): save and commit a checkpoint "
-        "before exiting 75, or let SIGTERM end it"
+        "the job exited 75 (preempted) without a notice and without a committed checkpoint (exit 76): save "
+        "and commit a checkpoint before exiting 75, or let SIGTERM end it"
     ),
     126: "the command is not executable (exit 126): check its first element and the image",
     127: "the command was not found (exit 127): check its first element and the image's PATH",

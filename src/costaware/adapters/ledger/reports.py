@@ -10,7 +10,7 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import and_, case, func, select, true
+from sqlalchemy import String, and_, case, cast, distinct, func, select, true
 from sqlalchemy.sql.elements import ColumnElement
 
 from costaware.adapters.ledger import budgets, schema
@@ -121,8 +121,8 @@ class Summary:
     on_demand_usd: Decimal
     estimated_usd: Decimal
     entries: int
-    failed_tries: int
-    preempted_tries: int
+    failed_tries: int  # Airflow tries with a failed entry, each counted once
+    preempted_tries: int  # those of them that failed because spot took the machine
     cache_hits: int
     cache_avoided_usd: Decimal
     egress_usd: Decimal
@@ -144,13 +144,25 @@ def summary(ledger: LedgerDatabase, filters: Filters) -> Summary:
     def count(condition: ColumnElement[bool]) -> Any:
         return func.coalesce(func.sum(case((condition, 1), else_=0)), 0)
 
+    # One Airflow try may have several failed entries (a remote training's failed attempt and the worker's
+    # own time in that try): tries are counted once each, by their key.
+    try_key = (
+        e.c.dag_id + "\x1f" + e.c.run_id + "\x1f" + e.c.task_id + "\x1f"
+        + cast(e.c.map_index, String) + "\x1f" + cast(e.c.try_number, String)
+    )  # fmt: skip
+
+    def tries(condition: ColumnElement[bool]) -> Any:
+        return func.count(distinct(case((condition, try_key), else_=None)))
+
     query = select(
         total(actual),
         total(actual, func.coalesce(e.c.on_demand_usd_micros, e.c.usd_micros)),
         total(~actual),
         func.count(),
-        count(and_(actual, e.c.outcome == "failed")),
-        count(and_(actual, e.c.cause == "preemption")),
+        tries(and_(actual, e.c.outcome == "failed")),
+        # A try that failed because spot took the machine (a remote attempt preempted within a try that
+        # went on is "interrupted", not failed, and is no failed try).
+        tries(and_(actual, e.c.outcome == "failed", e.c.cause == "preemption")),
         count(e.c.outcome == "cache_hit"),
         total(e.c.outcome == "cache_hit"),
         total(and_(actual, e.c.kind == "egress")),
