@@ -128,6 +128,7 @@ def test_a_try_is_counted_once_however_many_failed_entries_it_has(
 def test_bad_input_is_a_clear_error_and_writes_nothing(
     ledger_url: str, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
 ) -> None:
+    Ledger.from_url(ledger_url).dispose()  # an empty ledger: the bad input, not its absence, is refused
     assert main(["--ledger-url", ledger_url, *argv]) == 2
     assert message in capsys.readouterr().err
     assert Ledger.from_url(ledger_url).budgets() == []
@@ -298,3 +299,22 @@ def test_a_reader_that_stops_early_gets_no_traceback(ledger_url: str, tmp_path: 
     )
     assert len(piped.stdout.splitlines()) == 1
     assert "Traceback" not in piped.stderr and "BrokenPipeError" not in piped.stderr, piped.stderr
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["report"], ["budget", "list"], ["budget", "show", "--scope", "project=x"], ["runs", "list"], ["audit"],
+     ["alerts", "list"], ["report", "--efficiency"]],
+)  # fmt: skip
+def test_a_read_of_a_ledger_file_that_does_not_exist_creates_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    # A mistyped location used to get a new, empty ledger (folders and all) and report "nothing".
+    typo = tmp_path / "nonexistent" / "dir" / "ledger.db"
+    assert main(["--ledger-url", f"sqlite:///{typo}", *argv]) == 2
+    assert f"no ledger at {typo}: check --ledger-url or COSTAWARE_LEDGER_URL" in capsys.readouterr().err
+    assert not (tmp_path / "nonexistent").exists()
+    # A command that writes makes it, as before.
+    assert main(["--ledger-url", f"sqlite:///{typo}", "budget", "set", "--scope", "project=x", "--period",
+                 "month", "--cap-usd", "5"]) == 0  # fmt: skip
+    assert typo.exists()

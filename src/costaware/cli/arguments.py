@@ -123,11 +123,45 @@ def lowercase(text: str) -> str:
     return text.strip().lower()
 
 
-def open_ledger(args: argparse.Namespace) -> Ledger:
-    """The ledger that ``--ledger-url`` names, else the default one."""
-    from costaware.adapters.ledger.store import Ledger
+def open_ledger(args: argparse.Namespace, *, reading: bool = False) -> Ledger:
+    """The ledger that ``--ledger-url`` names, else the default one.
 
-    return Ledger.from_url(getattr(args, "ledger_url", None))
+    ``reading``: the command only reads, so a SQLite file that does not exist is a mistyped location (or
+    nothing was recorded yet), not a ledger to create: opening it would make an empty one there and report
+    "nothing" as if it were the real ledger.
+
+    Raises:
+        CostawareError: ``reading`` and the SQLite file does not exist.
+    """
+    from costaware.adapters.ledger.store import Ledger
+    from costaware.core.errors import CostawareError
+    from costaware.settings import ledger_url
+
+    url = getattr(args, "ledger_url", None) or ledger_url()
+    missing = _missing_sqlite_file(url) if reading else None
+    if missing is not None:
+        raise CostawareError(
+            f"no ledger at {missing}: check --ledger-url or COSTAWARE_LEDGER_URL; a ledger is made by the "
+            "first DAG run that records a cost or by `costaware budget set`"
+        )
+    return Ledger.from_url(url)
+
+
+def _missing_sqlite_file(url: str) -> str | None:
+    """The path of ``url``'s SQLite file when it does not exist; else None (also for another database)."""
+    from pathlib import Path
+
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return None  # Ledger.from_url names what is wrong with it
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    path = Path(str(parsed.database)).expanduser()
+    return None if path.exists() else str(path)
 
 
 # -- shared arguments -----------------------------------------------------------------------------

@@ -27,7 +27,7 @@ def budget_set(args: argparse.Namespace) -> int:
 
 def budget_list(args: argparse.Namespace) -> int:
     """Print every budget."""
-    budgets = open_ledger(args).budgets()
+    budgets = open_ledger(args, reading=True).budgets()
     rows = [
         [
             str(b.scope),
@@ -62,7 +62,7 @@ def budget_show(args: argparse.Namespace) -> int:
     """Print cap, spent, reserved, left and the forecast of each budget covering ``--scope``."""
     from costaware.adapters.ledger.governance import NoSchedule
 
-    ledger = open_ledger(args)
+    ledger = open_ledger(args, reading=True)
     usages = ledger.usage(args.scope, run_id=args.run_id)
     forecasts = forecast_rows(ledger, usages, schedule=NoSchedule() if args.no_schedule else None)
     headers = ["budget", "cap", "spent", "reserved", "left", "forecast (low-high)"]

@@ -20,7 +20,7 @@ def report_efficiency(args: argparse.Namespace) -> int:
     from costaware.adapters.price_files import bundled_catalog
     from costaware.core.efficiency import advise_tasks, utilization_by_task
 
-    ledger = open_ledger(args)
+    ledger = open_ledger(args, reading=True)
     measured = measurements(ledger, dag_id=args.dag_id, since=args.since)
     if args.until:
         measured = [m for m in measured if m.measured_at is None or m.measured_at < args.until]

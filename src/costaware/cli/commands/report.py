@@ -28,7 +28,7 @@ def report(args: argparse.Namespace) -> int:
         from costaware.cli.commands.efficiency import report_efficiency
 
         return report_efficiency(args)
-    ledger = open_ledger(args)
+    ledger = open_ledger(args, reading=True)
     run_id = args.run_id
     if args.last_run:
         if not args.dag_id:

@@ -20,7 +20,7 @@ def list_runs(args: argparse.Namespace) -> int:
     from costaware.adapters.ledger.efficiency import outcomes
     from costaware.core.outcomes import summarize
 
-    found = outcomes(open_ledger(args), dag_id=args.dag_id, limit=args.limit)
+    found = outcomes(open_ledger(args, reading=True), dag_id=args.dag_id, limit=args.limit)
     headers = ["run", "model", "metric", "value", "champion", "promoted", "rows", "trained", "cost"]
     table = [
         [
@@ -67,7 +67,7 @@ def show_run(args: argparse.Namespace) -> int:
     from costaware.adapters.ledger.efficiency import outcomes, run_outcome
     from costaware.core.errors import CostawareError
 
-    ledger = open_ledger(args)
+    ledger = open_ledger(args, reading=True)
     run_id = args.run_id
     if args.last:
         if run_id or not args.dag_id:
