@@ -310,12 +310,32 @@ def test_bad_inputs_fail_without_retry_and_write_nothing(
 ) -> None:
     prices = tmp_path / "prices.csv"
     write_history(prices, current="1.00")
-    sensor = make_sensor(
-        **{"prices": str(prices), "deadline": (now() + timedelta(hours=8)).isoformat(), **kwargs}
-    )
+    sensor = make_sensor(prices=str(prices), deadline=(now() + timedelta(hours=8)).isoformat())
+    for name, value in kwargs.items():  # as a template renders them (written out, the DAG fails to parse)
+        setattr(sensor, name, value)
     with pytest.raises(AirflowFailException, match=message):
         sensor.execute(context())
     assert ledger_env.entries(dag_id="spot_window_test") == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"deadline": "2030-01-01T00:00:00"}, "has no time zone"),
+        ({"deadline": "tomorrow"}, "deadline 'tomorrow'"),
+        ({"earliest_start": "2030-01-01T00:00:00"}, "has no time zone"),
+        ({"expected_runtime_hours": "2h"}, "expected_runtime_hours must be a number > 0, got '2h'"),
+        ({"expected_runtime_hours": 0}, "expected_runtime_hours must be a number > 0"),
+        ({"target_usd_per_hour": "-1"}, "target_usd_per_hour must be a number >= 0"),
+        ({"on_demand_usd_per_hour": "0"}, "on_demand_usd_per_hour must be a number > 0"),
+        ({"objective": "co2"}, "objective 'co2'"),
+    ],
+)
+def test_bad_values_written_out_fail_when_the_dag_is_parsed(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        make_sensor(**kwargs)
+    templated = {name: "{{ params.x }}" for name in kwargs}
+    assert make_sensor(**templated) is not None  # checked once rendered
 
 
 def test_constructor_rejects_bad_static_arguments() -> None:

@@ -162,6 +162,15 @@ class SpotWindowSensor(BaseSensorOperator):
             raise ConfigurationError(
                 f"history_days must be 7 or more (one week of prices), got {history_days!r}"
             )
+        _check_written(
+            expected_runtime_hours=expected_runtime_hours,
+            deadline=deadline,
+            earliest_start=earliest_start,
+            target_usd_per_hour=target_usd_per_hour,
+            on_demand_usd_per_hour=on_demand_usd_per_hour,
+            objective=objective,
+            carbon_usd_per_tonne=carbon_usd_per_tonne,
+        )
         self.instance_type = instance_type
         self.region = region
         self.expected_runtime_hours = expected_runtime_hours
@@ -482,3 +491,36 @@ class SpotWindowSensor(BaseSensorOperator):
 def _objective(plan: dict[str, Any]) -> Objective:
     """The plan's objective (``cost`` when it has none: a plan of today's form)."""
     return Objective(plan.get("objective") or "cost", float(plan.get("carbon_usd_per_tonne") or 0.0))
+
+
+def _written(value: Any) -> bool:
+    """Whether ``value`` is given and holds no template (so it can be checked when the DAG is parsed)."""
+    return value not in (None, "", "None") and "{{" not in str(value) and "{%" not in str(value)
+
+
+def _check_written(
+    *,
+    expected_runtime_hours: Any,
+    deadline: Any,
+    earliest_start: Any,
+    target_usd_per_hour: Any,
+    on_demand_usd_per_hour: Any,
+    objective: Any,
+    carbon_usd_per_tonne: Any,
+) -> None:
+    """Check the values written out in the DAG now, with the messages the task would give after rendering.
+
+    Raises:
+        ConfigurationError: a bad value, named.
+    """
+    if _written(expected_runtime_hours):
+        parse_decimal(expected_runtime_hours, name="expected_runtime_hours", positive=True)
+    for name, value in (("deadline", deadline), ("earliest_start", earliest_start)):
+        if _written(value):
+            parse_instant(value, name=name)
+    if _written(target_usd_per_hour):
+        parse_decimal(target_usd_per_hour, name="target_usd_per_hour", non_negative=True)
+    if _written(on_demand_usd_per_hour):
+        parse_decimal(on_demand_usd_per_hour, name="on_demand_usd_per_hour", positive=True)
+    if _written(objective) and (carbon_usd_per_tonne in (None, "") or _written(carbon_usd_per_tonne)):
+        Objective.parse(objective, carbon_usd_per_tonne)
