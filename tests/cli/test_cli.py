@@ -76,52 +76,27 @@ def test_a_try_is_counted_once_however_many_failed_entries_it_has(
     ledger.dispose()
 
 
+#: ``costaware budget set`` of one budget, less its cap.
+SET_BUDGET = ["budget", "set", "--scope", "project=x", "--period", "month"]
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["budget", "set", "--scope", "project=x", "--period", "month", "--cap-usd", "-1"], "zero or more"),
-        (["budget", "set", "--scope", "project=x", "--period", "month", "--cap-usd", "nan"], "finite"),
+        ([*SET_BUDGET, "--cap-usd", "-1"], "zero or more"),
+        ([*SET_BUDGET, "--cap-usd", "nan"], "finite"),
         (["budget", "set", "--scope", "project", "--period", "month", "--cap-usd", "1"], "not key=value"),
         (["report", "--group-by", "week"], "cannot group by 'week'"),
         (["report", "--last-run"], "--last-run needs --dag-id"),
         (["prices", "show", "m5.lrage"], "did you mean m5.large"),
         # A decimal comma read as a thousands separator set $255 (25,5) and $123 (1,2,3) before.
-        (
-            ["budget", "set", "--scope", "project=x", "--period", "month", "--cap-usd", "25,5"],
-            "write a decimal",
-        ),
-        (
-            ["budget", "set", "--scope", "project=x", "--period", "month", "--cap-usd", "1,2,3"],
-            "only group thou",
-        ),
+        ([*SET_BUDGET, "--cap-usd", "25,5"], "write a decimal point"),
+        ([*SET_BUDGET, "--cap-usd", "1,2,3"], "a comma may only group thousands"),
         # Rounded to a $0 cap (blocks everything) before; the next two were tracebacks.
-        (
-            ["budget", "set", "--scope", "project=x", "--period", "month", "--cap-usd", "0.0000001"],
-            "stored as $0",
-        ),
-        (
-            ["budget", "set", "--scope", "project=x", "--period", "month", "--cap-usd", "1e308"],
-            "than the ledger",
-        ),
-        (
-            ["budget", "set", "--scope", "p=x", "--period", "month", "--cap-usd", "99999999999999999999"],
-            "ledger holds",
-        ),
-        (
-            [
-                "budget",
-                "set",
-                "--scope",
-                "project=x",
-                "--period",
-                "month",
-                "--cap-usd",
-                "5",
-                "--cap-gpu-hours",
-                "-1",
-            ],
-            "must be a number of GPU-hours >= 0, got '-1'",
-        ),
+        ([*SET_BUDGET, "--cap-usd", "0.0000001"], "stored as $0"),
+        ([*SET_BUDGET, "--cap-usd", "1e308"], "is more USD than the ledger holds"),
+        ([*SET_BUDGET, "--cap-usd", "99999999999999999999"], "is more USD than the ledger holds"),
+        ([*SET_BUDGET, "--cap-usd", "5", "--cap-gpu-hours", "-1"], "a number of GPU-hours >= 0, got '-1'"),
         (["report", "--since", "2026-12-01", "--until", "2026-11-01"], "is not before --until"),
     ],
 )
