@@ -94,8 +94,8 @@ SET_BUDGET = ["budget", "set", "--scope", "project=x", "--period", "month"]
         ([*SET_BUDGET, "--cap-usd", "1,2,3"], "a comma may only group thousands"),
         # Rounded to a $0 cap (blocks everything) before; the next two were tracebacks.
         ([*SET_BUDGET, "--cap-usd", "0.0000001"], "stored as $0"),
-        ([*SET_BUDGET, "--cap-usd", "1e308"], "is more USD than the ledger holds"),
-        ([*SET_BUDGET, "--cap-usd", "99999999999999999999"], "is more USD than the ledger holds"),
+        ([*SET_BUDGET, "--cap-usd", "1e308"], "is more than the ledger can store"),
+        ([*SET_BUDGET, "--cap-usd", "99999999999999999999"], "is more than the ledger can store"),
         ([*SET_BUDGET, "--cap-usd", "5", "--cap-gpu-hours", "-1"], "a number of GPU-hours >= 0, got '-1'"),
         (["report", "--since", "2026-12-01", "--until", "2026-11-01"], "is not before --until"),
     ],

@@ -17,6 +17,8 @@ from costaware.core.money import format_usd, from_micros, parse_usd, to_micros
     [
         ("4.20", Decimal("4.20")),
         ("$1,200.50", Decimal("1200.50")),
+        ("12,345,678.9", Decimal("12345678.9")),
+        (" $ 50 ", Decimal("50")),
         (3, Decimal(3)),
         (0.1, Decimal("0.1")),
         (Decimal("7"), Decimal("7")),
@@ -33,6 +35,11 @@ def test_parse_usd_accepts(raw: object, expected: Decimal) -> None:
         ("nan", "finite"),
         (float("inf"), "finite"),
         ("-1", "zero or more"),
+        # A decimal comma is refused: read as a thousands separator it made 25,5 into 255 and 0,125 into 125.
+        ("25,5", "a comma may only group thousands"),
+        ("0,125", "a comma may only group thousands"),
+        ("1,2,3", "a comma may only group thousands"),
+        ("1e308", "more than the ledger can store"),
         (True, "boolean"),
         (None, "NoneType"),
     ],
@@ -40,6 +47,11 @@ def test_parse_usd_accepts(raw: object, expected: Decimal) -> None:
 def test_parse_usd_rejects_with_the_value(raw: object, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         parse_usd(raw, name="cap")
+
+
+def test_a_signed_amount_keeps_its_thousands() -> None:
+    assert parse_usd("-$1,200", allow_negative=True) == Decimal("-1200")
+    assert parse_usd("+1,200") == Decimal("1200")
 
 
 def test_micros_round_trip_and_half_even() -> None:

@@ -192,6 +192,43 @@ def test_zone_and_guard_arguments_written_out_are_refused_when_the_dag_is_parsed
         operator(tmp_path, **kwargs)
 
 
+def test_arguments_airflow_resolves_at_run_time_are_not_checked_at_parse(tmp_path: Path) -> None:
+    # An XComArg or a dag.param(...) is resolved only when the task runs (before, this change refused them).
+    from airflow.sdk import DAG, Param, task
+
+    with DAG("resolved_later", schedule=None, params={"zones": Param("us-west-2a,us-west-2b")}) as dag:
+
+        @task
+        def zones() -> str:
+            return "us-west-2a,us-west-2b"
+
+        op = operator(
+            tmp_path,
+            backend=dag.param("zones"),
+            market=zones(),
+            priority=dag.param("zones"),
+            availability_zones=dag.param("zones"),
+            allowed_regions=[zones()],
+            restart_guard=dag.param("zones"),
+        )
+    assert op.task_id == "train"
+
+
+def test_kubernetes_zone_labels_are_any_label_value(tmp_path: Path) -> None:
+    # Only the backends that place by AWS zone refuse a region or an upper-case AWS zone name.
+    labels = "us-south-1,DC-East-1a"
+    assert operator(tmp_path, backend="kubernetes", availability_zones=labels).availability_zones == labels
+    with pytest.raises(
+        ConfigurationError,
+        match=re.escape("'US-EAST-1' is a region, not a zone: list its zones, e.g. us-east-1a"),
+    ):
+        operator(tmp_path, availability_zones="US-EAST-1")
+    with pytest.raises(
+        ConfigurationError, match=re.escape("AWS zone names are lower case, write 'us-east-1-bos-1a'")
+    ):
+        operator(tmp_path, availability_zones="US-EAST-1-BOS-1A")
+
+
 def test_templated_zone_and_guard_arguments_are_checked_after_rendering(tmp_path: Path) -> None:
     op = operator(
         tmp_path,

@@ -336,6 +336,8 @@ def test_bad_values_written_out_fail_when_the_dag_is_parsed(kwargs: dict[str, An
         make_sensor(**kwargs)
     templated = {name: "{{ params.x }}" for name in kwargs}
     assert make_sensor(**templated) is not None  # checked once rendered
+    with DAG("resolved_later", schedule=None, params={"x": "2"}) as dag:  # and so is a dag.param(...)
+        assert make_sensor(**{name: dag.param("x") for name in kwargs}) is not None
 
 
 def test_constructor_rejects_bad_static_arguments() -> None:

@@ -135,7 +135,12 @@ def test_the_list_price_is_asked_only_when_nobody_gave_one() -> None:
         (
             PlanArguments(on_demand_usd_per_hour="1,00 EUR"),
             DECISION,
-            "on_demand_usd_per_hour must be a number",
+            "on_demand_usd_per_hour '1,00 EUR' is not a number of USD",
+        ),
+        (
+            PlanArguments(on_demand_usd_per_hour="1 EUR"),
+            DECISION,
+            "on_demand_usd_per_hour must be a number of USD",
         ),
         (
             PlanArguments(spot_usd_per_hour="-0.5"),

@@ -50,7 +50,7 @@ EXIT_CONTRACT_ERROR = 2
 EXIT_SYNC_FAILED = 74
 #: Preempted after a checkpoint: the next attempt resumes from it.
 EXIT_PREEMPTED = 75
-#: The job exited 75 itself but committed no checkpoint: a code error, never retried.
+#: The job exited 75 itself, with no notice, but committed no checkpoint: a code error, never retried.
 EXIT_PREEMPTED_WITHOUT_CHECKPOINT = 76
 #: Preempted (the notice came) before the job committed any checkpoint: the next attempt starts over.
 EXIT_PREEMPTED_BEFORE_CHECKPOINT = 77

@@ -141,7 +141,7 @@ ALERTS_COMMANDS = (
                 "--notifiers",
                 default=None,
                 help='JSON list of {"class": "<module.Notifier>", "kwargs": {...}} '
-                "(any Airflow BaseNotifier); [] for none",
+                "(any Airflow BaseNotifier); [] for the [costaware] ones",
             ),
             ARG_LEDGER_URL,
         ),

@@ -12,7 +12,7 @@ _MICRO = Decimal("0.000001")
 #: The most a ledger column holds: 2**63 - 1 micro-dollars (a signed 64-bit integer), about 9.2 trillion USD.
 MAX_USD = Decimal(2**63 - 1) / MICROS_PER_USD
 #: A comma may only group thousands: "1,200.50"; "25,5" (a decimal comma) or "1,2,3" is refused.
-_THOUSANDS = re.compile(r"^-?\d{1,3}(,\d{3})+(\.\d*)?$")
+_THOUSANDS = re.compile(r"^[1-9]\d{0,2}(,\d{3})+(\.\d*)?$")
 
 
 def parse_usd(value: object, *, name: str = "amount", allow_negative: bool = False) -> Decimal:
@@ -36,13 +36,16 @@ def parse_usd(value: object, *, name: str = "amount", allow_negative: bool = Fal
         elif isinstance(value, float):
             amount = Decimal(repr(value))
         elif isinstance(value, str):
-            text = value.strip().removeprefix("$").strip()
+            text = value.strip()
+            sign = text[0] if text[:1] in ("+", "-") else ""
+            text = text.removeprefix(sign).strip().removeprefix("$").strip()
+            # "0,125" or "25,5" is a decimal comma: read as thousands it would be 125 or 255.
             if "," in text and not _THOUSANDS.match(text):
                 raise ConfigurationError(
                     f"{name} {value!r} is not a number of USD: a comma may only group thousands (1,200.50); "
                     "write a decimal point, e.g. '25.5'"
                 )
-            amount = Decimal(text.replace(",", ""))
+            amount = Decimal(sign + text.replace(",", ""))
         else:
             raise ConfigurationError(f"{name} must be a number of USD, got {type(value).__name__} {value!r}")
     except InvalidOperation as e:
@@ -53,7 +56,7 @@ def parse_usd(value: object, *, name: str = "amount", allow_negative: bool = Fal
         raise ConfigurationError(f"{name} must be zero or more USD, got {value!r}")
     if abs(amount) > MAX_USD:
         raise ConfigurationError(
-            f"{name} {value!r} is more USD than the ledger holds (at most {int(MAX_USD):,})"
+            f"{name} {value!r} is more than the ledger can store (at most {int(MAX_USD):,})"
         )
     return amount
 
@@ -67,7 +70,7 @@ def to_micros(amount: Decimal) -> int:
     """
     if not amount.is_finite() or abs(amount) > MAX_USD:
         raise ConfigurationError(
-            f"{amount} USD cannot be stored: the ledger holds at most {int(MAX_USD):,} USD"
+            f"{amount} cannot be stored: the ledger holds at most {int(MAX_USD):,} (in millionths)"
         )
     return int(amount.quantize(_MICRO, rounding=ROUND_HALF_EVEN) * MICROS_PER_USD)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
@@ -235,7 +236,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         if (
             isinstance(poll_interval, bool)
             or not isinstance(poll_interval, int | float)
-            or not poll_interval > 0
+            or not 0 < poll_interval < math.inf
         ):
             raise ConfigurationError(f"poll_interval must be seconds > 0, got {poll_interval!r}")
         if budget_scope:

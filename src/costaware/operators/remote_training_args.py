@@ -13,14 +13,16 @@ import ast
 import json
 import math
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from costaware.adapters.compute.base import BACKENDS, MARKETS, check_zone
+from costaware.adapters.compute.base import BACKENDS, MARKETS, check_aws_zone, check_zone
 from costaware.adapters.compute.job_contract import check_grace_seconds
 from costaware.core.carbon import Objective
 from costaware.core.errors import ConfigurationError
 from costaware.core.spot_window import check_priority
 from costaware.glue import as_bool, check_tags
+from costaware.operators.templating import is_literal
 from costaware.training.plan import blank
 
 if TYPE_CHECKING:
@@ -62,21 +64,14 @@ def parse_names(value: Any, *, name: str) -> tuple[str, ...]:
         items: list[Any] = text.split(",")
     elif isinstance(value, Sequence):
         items = list(value)
+    elif isinstance(value, set | frozenset):
+        items = sorted(str(item) for item in value)  # no order of its own: a stable one
     else:
         raise ConfigurationError(f"{name} must be a list of names, got {type(value).__name__} {value!r}")
     names = tuple(dict.fromkeys(str(item).strip() for item in items))
     if not all(names):
         raise ConfigurationError(f"{name} {value!r} has an empty name: list names like 'us-west-2a'")
     return names
-
-
-def _templated(value: Any) -> bool:
-    """Whether ``value`` holds a Jinja template that Airflow renders before the task runs."""
-    if isinstance(value, str):
-        return "{{" in value or "{%" in value
-    if isinstance(value, Sequence):
-        return any(_templated(item) for item in value)
-    return False
 
 
 def parse_decision(value: Any) -> SpotDecision | None:
@@ -157,11 +152,11 @@ class RemotePlanArguments:
         self.image = image
         self.preemption_grace_seconds = check_grace_seconds(preemption_grace_seconds)
         # Templated, checked again by the plan; a value written out is checked now, when the DAG is parsed.
-        if not _templated(backend) and backend not in BACKENDS:
+        if is_literal(backend) and backend not in BACKENDS:
             raise ConfigurationError(f"unknown compute backend {backend!r}: use one of {', '.join(BACKENDS)}")
-        if not _templated(market) and blank(market) is not None and market not in MARKETS:
+        if is_literal(market) and blank(market) is not None and market not in MARKETS:
             raise ConfigurationError(f"market {market!r} is not one of {', '.join(MARKETS)}")
-        if not _templated(priority) and blank(priority) is not None:
+        if is_literal(priority) and blank(priority) is not None:
             check_priority(priority)
         self.backend = backend
         self.backend_options = (
@@ -187,7 +182,7 @@ class RemotePlanArguments:
         self.priority = priority
         if (
             isinstance(restart_overhead_minutes, bool)
-            or not isinstance(restart_overhead_minutes, int | float)
+            or not isinstance(restart_overhead_minutes, int | float | Decimal)
             or not 0 <= restart_overhead_minutes < math.inf
         ):
             raise ConfigurationError(
@@ -199,12 +194,15 @@ class RemotePlanArguments:
         self.history_days = history_days
         # Templated, so checked again after rendering; a value written out is checked now, when the DAG is
         # parsed, instead of failing the task after the spend gate reserved its money.
-        if not _templated(availability_zones):
-            for zone in parse_names(availability_zones, name="availability_zones"):
-                check_zone(zone)
-        if not _templated(allowed_regions):
+        if is_literal(availability_zones):
+            zones = parse_names(availability_zones, name="availability_zones")
+            # Kubernetes zone labels need not be AWS names; the other backends place by AWS zone.
+            check = check_zone if backend == "kubernetes" or not is_literal(backend) else check_aws_zone
+            for zone in zones:
+                check(zone)
+        if is_literal(allowed_regions):
             parse_names(allowed_regions, name="allowed_regions")
-        if not _templated(restart_guard):
+        if is_literal(restart_guard):
             as_bool(restart_guard, "restart_guard")
         self.availability_zones = availability_zones
         self.allowed_regions = allowed_regions

@@ -14,6 +14,7 @@ import copy
 import math
 import re
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
 #: What marks a string as a Jinja template (an expression or a statement).
@@ -26,6 +27,22 @@ _NUMBER = re.compile(r"[+-]?[0-9.][0-9a-zA-Z_.+-]*")
 def is_template(value: object) -> bool:
     """Whether ``value`` is a string Airflow renders as a Jinja template."""
     return isinstance(value, str) and any(marker in value for marker in JINJA_MARKERS)
+
+
+def is_literal(value: object) -> bool:
+    """Whether ``value`` was written out in the DAG and can be checked when the DAG is parsed.
+
+    None, a bool, a number, a string that is no template, or a list, tuple or set of those. Anything else is
+    resolved by Airflow only when the task runs (a template, an ``XComArg``, a ``dag.param(...)``): it is
+    checked after rendering.
+    """
+    if value is None or isinstance(value, bool | int | float | Decimal):
+        return True
+    if isinstance(value, str):
+        return not is_template(value)
+    if isinstance(value, list | tuple | set | frozenset):
+        return all(isinstance(item, str | int | float) and is_literal(item) for item in value)
+    return False
 
 
 def as_written(value: Any) -> Any:

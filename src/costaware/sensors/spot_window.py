@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from costaware.adapters.compute.base import check_zone
+from costaware.adapters.compute.base import check_aws_zone
 from costaware.adapters.spot_market import (
     LIVE,
     carbon_intensity,
@@ -45,6 +45,7 @@ from costaware.glue import (
     parse_decimal,
 )
 from costaware.operators.remote_training_args import parse_names
+from costaware.operators.templating import is_literal
 from costaware.triggers.spot_window import SpotWindowTrigger
 
 if TYPE_CHECKING:
@@ -189,11 +190,11 @@ class SpotWindowSensor(BaseSensorOperator):
         self.availability_start = availability_start
         # A list, or text: "us-east-1a,us-east-1b" or what a template renders. Read after rendering
         # (_zones); a value written out is checked now, when the DAG is parsed.
-        if "{{" not in str(availability_zones):
+        if is_literal(availability_zones):
             for zone in parse_names(availability_zones, name="availability_zones"):
-                check_zone(zone)
+                check_aws_zone(zone)
         self.availability_zones = availability_zones
-        if "{{" not in str(priority):
+        if is_literal(priority):
             check_priority(priority)
         self.priority = priority
         self.ledger_conn_id = ledger_conn_id
@@ -353,7 +354,7 @@ class SpotWindowSensor(BaseSensorOperator):
         """The rendered ``availability_zones`` as a list of zone names, or None when not set."""
         zones = parse_names(self.availability_zones, name="availability_zones")
         for zone in zones:
-            check_zone(zone)
+            check_aws_zone(zone)
         return list(zones) or None
 
     def _observe_kwargs(self) -> dict[str, Any]:
@@ -495,7 +496,7 @@ def _objective(plan: dict[str, Any]) -> Objective:
 
 def _written(value: Any) -> bool:
     """Whether ``value`` is given and holds no template (so it can be checked when the DAG is parsed)."""
-    return value not in (None, "", "None") and "{{" not in str(value) and "{%" not in str(value)
+    return value not in (None, "", "None") and is_literal(value)
 
 
 def _check_written(

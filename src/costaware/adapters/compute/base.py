@@ -35,14 +35,16 @@ _JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,62}$")
 #: An AWS zone name (``us-east-1a``) or a Kubernetes zone label value: both are 1-63 letters, digits and ``-``
 #: that start and end with a letter or digit.
 _ZONE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
-#: An AWS region name (``us-west-2``, ``us-gov-east-1``, ``ap-southeast-4``): a zone list holding one was
-#: meant to hold its zones.
+#: An AWS region name in any case (``us-west-2``, ``us-gov-east-1``, ``ap-southeast-4``): a zone list holding
+#: one was meant to hold its zones.
 _AWS_REGION = re.compile(
     r"^(us|eu|ap|ca|sa|me|af|il|mx|cn)(-gov|-iso[a-z]?)?"
-    r"-(north|south|east|west|central|northeast|southeast|northwest|southwest)-\d+$"
+    r"-(north|south|east|west|central|northeast|southeast|northwest|southwest)-\d+$",
+    re.IGNORECASE,
 )
-#: An AWS zone name in any case: AWS spells them in lower case only.
-_AWS_ZONE_ANY_CASE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+[a-z]$", re.IGNORECASE)
+#: An AWS zone name in any case (``us-east-1a``, a Local Zone ``us-east-1-bos-1a``): AWS spells them in
+#: lower case only.
+_AWS_ZONE_ANY_CASE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+(-[a-z]+-\d+)?[a-z]$", re.IGNORECASE)
 
 
 class JobState(str, Enum):
@@ -178,16 +180,31 @@ def check_zone(zone: str) -> str:
 
     Raises:
         ConfigurationError: ``zone`` is not 1-63 letters, digits or ``-`` starting and ending with a letter or
-            digit, or it is an AWS region name, or an AWS zone name not in lower case; named with its value.
+            digit, named with its value.
     """
     if not isinstance(zone, str) or not _ZONE.match(zone):
         raise ConfigurationError(
             f"availability zone {zone!r} is not a zone name: give 1-63 letters, digits or '-', starting and "
             "ending with a letter or digit, as AWS (us-east-1a) or topology.kubernetes.io/zone spell it"
         )
+    return zone
+
+
+def check_aws_zone(zone: str) -> str:
+    """``zone`` if it can be an AWS zone name: :func:`check_zone`, and neither a region nor upper case.
+
+    For the backends and replays that place by AWS zone (local, Batch, the spot window); a Kubernetes zone
+    label is any :func:`check_zone` name.
+
+    Raises:
+        ConfigurationError: as :func:`check_zone`, or an AWS region name, or an AWS zone name not in lower
+            case; named with its value.
+    """
+    check_zone(zone)
     if _AWS_REGION.match(zone):
         raise ConfigurationError(
-            f"availability zone {zone!r} is a region, not a zone: list its zones, e.g. {zone}a, {zone}b"
+            f"availability zone {zone!r} is a region, not a zone: list its zones, e.g. {zone.lower()}a, "
+            f"{zone.lower()}b"
         )
     if zone != zone.lower() and _AWS_ZONE_ANY_CASE.match(zone):
         raise ConfigurationError(
@@ -216,7 +233,8 @@ def require_zone_placement(backend_name: str, zones: Sequence[str]) -> None:
     if isinstance(zones, str):
         raise ConfigurationError(f"zones must be a list of zone names, got the string {zones!r}")
     for zone in zones:
-        check_zone(zone)
+        # A Kubernetes zone is any node label value; the other backends place by AWS zone.
+        (check_zone if backend_name == "kubernetes" else check_aws_zone)(zone)
     if backend_name not in BACKENDS:
         raise ConfigurationError(
             f"unknown compute backend {backend_name!r}: use one of {', '.join(BACKENDS)}"

@@ -31,7 +31,7 @@ from costaware.adapters.compute.base import (
     JobRequest,
     JobState,
     JobStatus,
-    check_zone,
+    check_aws_zone,
     require_object_store,
 )
 from costaware.adapters.compute.job_contract import RESUBMIT_EXIT_CODES
@@ -236,7 +236,7 @@ class BatchBackend:
         self.aws_conn_id, self.region_name = aws_conn_id, region_name
         self.reclaim_retries, self.tags = reclaim_retries, dict(tags or {})
         self.work_dir = work_dir
-        self.spot_queues = {check_zone(str(z)): str(q) for z, q in dict(spot_queues or {}).items()}
+        self.spot_queues = {check_aws_zone(str(z)): str(q) for z, q in dict(spot_queues or {}).items()}
         empty = sorted(z for z, q in self.spot_queues.items() if not q)
         if empty:
             raise ConfigurationError(

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from costaware.adapters.compute.base import check_zone
+from costaware.adapters.compute.base import check_aws_zone
 from costaware.adapters.compute.local import ZONE_PLACEHOLDER, LocalBackend
 from costaware.core.errors import ConfigurationError
 
@@ -194,7 +194,7 @@ def _traces(
             f"a replay with one trace per zone ({', '.join(map(repr, samples))}) needs a capacity_file "
             f"with {ZONE_PLACEHOLDER} (e.g. /tmp/capacity-{{zone}}), got {backend.capacity_file!r}"
         )
-    traces = {check_zone(zone): [bool(v) for v in trace] for zone, trace in samples.items()}
+    traces = {check_aws_zone(zone): [bool(v) for v in trace] for zone, trace in samples.items()}
     lengths = {zone: len(trace) for zone, trace in traces.items()}
     if len(set(lengths.values())) != 1 or 0 in lengths.values():
         raise ConfigurationError(

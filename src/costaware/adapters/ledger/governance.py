@@ -205,8 +205,8 @@ def set_alert_rule(
 ) -> AlertRule:
     """Set the alert thresholds and/or notifiers of one budget (``scope/period``); audited.
 
-    What is None stays as it was. Thresholds ``""`` go back to the ``[costaware]`` defaults; notifiers
-    ``[]`` remove every notifier.
+    What is None stays as it was. Thresholds ``""`` and notifiers ``[]`` go back to the ``[costaware]``
+    ones (an alert with no notifiers of its budget's own uses those).
 
     Raises:
         ConfigurationError: no such budget, neither given, bad thresholds, or notifiers not
@@ -225,7 +225,7 @@ def set_alert_rule(
             f"nothing to set for budget {budget!r}: give thresholds, notifiers or both (what is not given "
             "stays as it is)"
         )
-    # "" sets the thresholds back to the [costaware] defaults; [] removes every notifier.
+    # "" and [] go back to the [costaware] thresholds and notifiers.
     parsed = None if thresholds is None or not thresholds.strip() else parse_thresholds(thresholds)
     for spec in notifiers or []:
         if not isinstance(spec, dict) or not isinstance(spec.get("class"), str) or "." not in spec["class"]:

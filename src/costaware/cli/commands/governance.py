@@ -136,7 +136,8 @@ def alerts_set(args: argparse.Namespace) -> int:
         actor=current_actor(),
     )
     thresholds = ", ".join(rule.thresholds) if rule.thresholds else "the [costaware] defaults"
-    print(f"alerts of budget '{label}': {thresholds}; {len(rule.notifiers or [])} notifier(s)")
+    targets = f"{len(rule.notifiers)} notifier(s)" if rule.notifiers else "the [costaware] notifiers"
+    print(f"alerts of budget '{label}': {thresholds}; {targets}")
     for spec in notifiers or []:
         why = _not_importable(str(spec["class"]))
         if why:  # the workers may have it where this machine does not: a warning, not a refusal
@@ -153,7 +154,7 @@ def _not_importable(class_path: str) -> str | None:
     module, _, name = class_path.rpartition(".")
     try:
         found = getattr(importlib.import_module(module), name, None)
-    except ImportError as e:
+    except Exception as e:  # a module that fails to import in any way: said, not raised
         return f"{type(e).__name__}: {e}"
     return None if found is not None else f"module {module!r} has no {name!r}"
 
