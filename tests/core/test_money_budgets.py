@@ -49,6 +49,22 @@ def test_parse_usd_rejects_with_the_value(raw: object, message: str) -> None:
         parse_usd(raw, name="cap")
 
 
+@pytest.mark.parametrize(
+    ("gpu_hours", "expected"),
+    [("1,000", Decimal(1000)), ("20", Decimal(20)), (0, Decimal(0)), ("-1", None), ("$5", None), (True, None),
+     ("0.0000001", None)],
+)  # fmt: skip
+def test_a_gpu_hour_cap_reads_like_an_amount_and_speaks_hours(
+    gpu_hours: object, expected: Decimal | None
+) -> None:
+    if expected is not None:
+        assert Budget.create("project=x", "month", "5", cap_gpu_hours=gpu_hours).cap_gpu_hours == expected
+        return
+    with pytest.raises(InvalidBudgetError, match="GPU-hour cap of budget 'project=x/month'") as refused:
+        Budget.create("project=x", "month", "5", cap_gpu_hours=gpu_hours)
+    assert "USD" not in str(refused.value)
+
+
 def test_a_signed_amount_keeps_its_thousands() -> None:
     assert parse_usd("-$1,200", allow_negative=True) == Decimal("-1200")
     assert parse_usd("+1,200") == Decimal("1200")

@@ -14,7 +14,7 @@ from enum import Enum
 from typing import Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from costaware.core.errors import BudgetExceededError, InvalidBudgetError
+from costaware.core.errors import BudgetExceededError, ConfigurationError, InvalidBudgetError
 from costaware.core.money import MAX_USD, format_usd_exact, parse_usd
 
 #: A tag name (``team``, ``cost-center``): the ledger, the CLI and the Cost page's filters all use this.
@@ -192,13 +192,21 @@ class Budget:
 
 
 def _gpu_hours(value: object, *, name: str) -> Decimal:
-    """A GPU-hour cap from user input: a finite number >= 0 (the message says GPU-hours, not USD)."""
+    """A GPU-hour cap from user input: a finite number >= 0 (the message says GPU-hours, not USD).
+
+    Read as amounts are (``parse_usd``: a comma only groups thousands), then checked as hours: stored in
+    micro-units as money is, so a cap below a micro-hour would be stored as 0.
+    """
     try:
-        hours = Decimal(str(value).strip()) if not isinstance(value, bool) else Decimal("NaN")
-    except ArithmeticError:
+        hours = Decimal("NaN") if "$" in str(value) else parse_usd(value, name=name)
+    except ConfigurationError:
         hours = Decimal("NaN")
-    if not hours.is_finite() or not 0 <= hours <= MAX_USD:  # stored in micro-units, as money is
+    if not hours.is_finite() or not 0 <= hours <= MAX_USD:
         raise InvalidBudgetError(f"{name} must be a number of GPU-hours >= 0, got {value!r}")
+    if 0 < hours < Decimal("0.000001"):
+        raise InvalidBudgetError(
+            f"{name} {value!r} is below a micro-hour: it would be stored as 0; give at least 0.000001"
+        )
     return hours
 
 
