@@ -99,25 +99,37 @@ def settings(params: Any) -> Any:
     return SpotTuningSettings.create(**{n: params[n] for n in names}, epoch_minutes=params["epoch_minutes"])
 
 
+def settings_and_prices(params: Any, watched: Any = None) -> tuple[Any, Any]:
+    """The plan's settings, then a trial's prices (``trial_prices``).
+
+    The prices given win, then the spot window's decision when it ``watched`` this type, then the bundled
+    list. A ``ConfigurationError`` or ``PriceNotFoundError`` names a bad value.
+    """
+    from costaware.adapters.price_files import bundled_catalog
+    from costaware.training.spot_tuning import trial_prices
+
+    config = settings(params)
+    prices = trial_prices(
+        bundled_catalog(),
+        str(params["instance_type"]),
+        REGION,
+        watched,
+        spot_given=params.get("spot_usd_per_hour"),
+        on_demand_given=params.get("on_demand_usd_per_hour"),
+    )
+    return config, prices
+
+
 def check_params(params: Any) -> None:
     """Refuse bad settings and an unknown instance type before anything runs.
 
-    ``plan`` checks them again with the spot window's prices (and the caps against them); checked first
-    here, a typo fails the run before data lands or the window records its estimate in the ledger.
+    ``plan`` reads them again with the spot window's prices (and checks the caps against them); checked
+    first here, a typo fails the run before data lands or the window records its estimate in the ledger.
     """
-    from costaware.adapters.price_files import bundled_catalog
     from costaware.core.errors import CostawareError
-    from costaware.training.spot_tuning import trial_prices
 
     try:
-        settings(params)
-        trial_prices(
-            bundled_catalog(),
-            str(params["instance_type"]),
-            REGION,
-            spot_given=params.get("spot_usd_per_hour"),
-            on_demand_given=params.get("on_demand_usd_per_hour"),
-        )
+        settings_and_prices(params)
     except CostawareError as e:
         raise AirflowFailException(str(e)) from e
 
@@ -221,12 +233,11 @@ def spot_tuning() -> None:
     @task
     def plan(data: Any) -> list[dict[str, Any]]:
         """Sample the trials, size the study to the caps, set its budget and reserve every warm-up."""
-        from costaware.adapters.price_files import bundled_catalog
         from costaware.core.errors import CostawareError
         from costaware.core.tuning.spot_plan import sample_trials
         from costaware.hooks.ledger import CostLedgerHook
         from costaware.operators.remote_training_args import parse_decision
-        from costaware.training.spot_tuning import open_study, trial_prices
+        from costaware.training.spot_tuning import open_study
 
         context = get_current_context()
         ti, params, run_id = context["ti"], context["params"], context["run_id"]
@@ -234,16 +245,7 @@ def spot_tuning() -> None:
         market = decision.market if decision is not None else "on_demand"
         instance_type, scope = str(params["instance_type"]), f"project={params['project']},study={run_id}"
         try:  # a bad param, a price not found, caps too small for one trial: a retry cannot help
-            config = settings(params)
-            watched = decision if params.get("prices") else None
-            prices = trial_prices(
-                bundled_catalog(),
-                instance_type,
-                REGION,
-                watched,
-                spot_given=params.get("spot_usd_per_hour"),
-                on_demand_given=params.get("on_demand_usd_per_hour"),
-            )
+            config, prices = settings_and_prices(params, decision if params.get("prices") else None)
             ledger, on = CostLedgerHook().get_conn(), f"{market} {instance_type}"
             study = open_study(
                 ledger, scope, config, prices, market=market, dag_id=DAG_ID, run_id=run_id, on=on

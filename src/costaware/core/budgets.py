@@ -15,7 +15,7 @@ from typing import Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from costaware.core.errors import BudgetExceededError, ConfigurationError, InvalidBudgetError
-from costaware.core.money import MAX_USD, format_usd_exact, parse_usd
+from costaware.core.money import MAX_USD, MICRO_USD, format_usd_exact, parse_usd
 
 #: A tag name (``team``, ``cost-center``): the ledger, the CLI and the Cost page's filters all use this.
 TAG_NAME_PATTERN = r"[A-Za-z][A-Za-z0-9_.-]{0,63}"
@@ -178,7 +178,7 @@ class Budget:
             )
         except ValueError as e:
             raise InvalidBudgetError(str(e)) from e
-        if 0 < cap < Decimal("0.000001"):
+        if 0 < cap < MICRO_USD:
             # The ledger keeps whole micro-dollars: this cap would be stored as $0, which blocks all spending.
             raise InvalidBudgetError(
                 f"cap of {label} {cap_usd!r} is below the ledger's micro-dollar: it would be stored as $0; "
@@ -203,7 +203,7 @@ def _gpu_hours(value: object, *, name: str) -> Decimal:
         hours = Decimal("NaN")
     if not hours.is_finite() or not 0 <= hours <= MAX_USD:
         raise InvalidBudgetError(f"{name} must be a number of GPU-hours >= 0, got {value!r}")
-    if 0 < hours < Decimal("0.000001"):
+    if 0 < hours < MICRO_USD:
         raise InvalidBudgetError(
             f"{name} {value!r} is below a micro-hour: it would be stored as 0; give at least 0.000001"
         )

@@ -8,7 +8,8 @@ from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from costaware.core.errors import ConfigurationError
 
 MICROS_PER_USD = 1_000_000
-_MICRO = Decimal("0.000001")
+#: The ledger's resolution: it stores whole micro-dollars (and micro-units of every other quantity).
+MICRO_USD = Decimal("0.000001")
 #: The most a ledger column holds: 2**63 - 1 micro-dollars (a signed 64-bit integer), about 9.2 trillion USD.
 MAX_USD = Decimal(2**63 - 1) / MICROS_PER_USD
 #: A comma may only group thousands: "1,200.50"; "25,5" (a decimal comma) or "1,2,3" is refused.
@@ -72,12 +73,12 @@ def to_micros(amount: Decimal) -> int:
         raise ConfigurationError(
             f"{amount} cannot be stored: the ledger holds at most {int(MAX_USD):,} (in millionths)"
         )
-    return int(amount.quantize(_MICRO, rounding=ROUND_HALF_EVEN) * MICROS_PER_USD)
+    return int(amount.quantize(MICRO_USD, rounding=ROUND_HALF_EVEN) * MICROS_PER_USD)
 
 
 def from_micros(micros: int | None) -> Decimal:
     """Whole micro-dollars back to USD; ``None`` (an empty SQL sum) is zero."""
-    return (Decimal(micros or 0) / MICROS_PER_USD).quantize(_MICRO)
+    return (Decimal(micros or 0) / MICROS_PER_USD).quantize(MICRO_USD)
 
 
 def format_usd_exact(amount: Decimal) -> str:
@@ -86,7 +87,7 @@ def format_usd_exact(amount: Decimal) -> str:
     For figures read side by side (a budget's cap, spent, reserved and left), where rounding one of them
     to cents would contradict the others.
     """
-    exponent = amount.quantize(_MICRO).normalize().as_tuple().exponent
+    exponent = amount.quantize(MICRO_USD).normalize().as_tuple().exponent
     places = min(6, max(2, -exponent if isinstance(exponent, int) else 2))
     return format_usd(amount, places=places)
 

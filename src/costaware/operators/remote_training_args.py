@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from costaware.adapters.compute.base import BACKENDS, MARKETS, check_aws_zone, check_zone
+from costaware.adapters.compute.base import check_aws_zone, check_backend, check_market, check_zone
 from costaware.adapters.compute.job_contract import check_grace_seconds
 from costaware.core.carbon import Objective
 from costaware.core.errors import ConfigurationError
@@ -72,6 +72,19 @@ def parse_names(value: Any, *, name: str) -> tuple[str, ...]:
     if not all(names):
         raise ConfigurationError(f"{name} {value!r} has an empty name: list names like 'us-west-2a'")
     return names
+
+
+def parse_zones(value: Any, *, aws: bool = True) -> tuple[str, ...]:
+    """Zone names as :func:`parse_names` reads them, each checked: an AWS zone (``aws``) or any zone label.
+
+    Raises:
+        ConfigurationError: as :func:`parse_names`, or a name ``check_aws_zone`` (``check_zone`` when not
+            ``aws``) refuses.
+    """
+    zones = parse_names(value, name="availability_zones")
+    for zone in zones:
+        (check_aws_zone if aws else check_zone)(zone)
+    return zones
 
 
 def parse_decision(value: Any) -> SpotDecision | None:
@@ -152,10 +165,10 @@ class RemotePlanArguments:
         self.image = image
         self.preemption_grace_seconds = check_grace_seconds(preemption_grace_seconds)
         # Templated, checked again by the plan; a value written out is checked now, when the DAG is parsed.
-        if is_literal(backend) and backend not in BACKENDS:
-            raise ConfigurationError(f"unknown compute backend {backend!r}: use one of {', '.join(BACKENDS)}")
-        if is_literal(market) and blank(market) is not None and market not in MARKETS:
-            raise ConfigurationError(f"market {market!r} is not one of {', '.join(MARKETS)}")
+        if is_literal(backend):
+            check_backend(backend)
+        if is_literal(market) and blank(market) is not None:
+            check_market(market)
         if is_literal(priority) and blank(priority) is not None:
             check_priority(priority)
         self.backend = backend
@@ -195,11 +208,8 @@ class RemotePlanArguments:
         # Templated, so checked again after rendering; a value written out is checked now, when the DAG is
         # parsed, instead of failing the task after the spend gate reserved its money.
         if is_literal(availability_zones):
-            zones = parse_names(availability_zones, name="availability_zones")
             # Kubernetes zone labels need not be AWS names; the other backends place by AWS zone.
-            check = check_zone if backend == "kubernetes" or not is_literal(backend) else check_aws_zone
-            for zone in zones:
-                check(zone)
+            parse_zones(availability_zones, aws=is_literal(backend) and backend != "kubernetes")
         if is_literal(allowed_regions):
             parse_names(allowed_regions, name="allowed_regions")
         if is_literal(restart_guard):

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from costaware.adapters.compute.base import check_aws_zone
 from costaware.adapters.spot_market import (
     LIVE,
     carbon_intensity,
@@ -44,7 +43,7 @@ from costaware.glue import (
     check_tags,
     parse_decimal,
 )
-from costaware.operators.remote_training_args import parse_names
+from costaware.operators.remote_training_args import parse_zones
 from costaware.operators.templating import is_literal
 from costaware.triggers.spot_window import SpotWindowTrigger
 
@@ -191,8 +190,7 @@ class SpotWindowSensor(BaseSensorOperator):
         # A list, or text: "us-east-1a,us-east-1b" or what a template renders. Read after rendering
         # (_zones); a value written out is checked now, when the DAG is parsed.
         if is_literal(availability_zones):
-            for zone in parse_names(availability_zones, name="availability_zones"):
-                check_aws_zone(zone)
+            parse_zones(availability_zones)
         self.availability_zones = availability_zones
         if is_literal(priority):
             check_priority(priority)
@@ -352,10 +350,7 @@ class SpotWindowSensor(BaseSensorOperator):
 
     def _zones(self) -> list[str] | None:
         """The rendered ``availability_zones`` as a list of zone names, or None when not set."""
-        zones = parse_names(self.availability_zones, name="availability_zones")
-        for zone in zones:
-            check_aws_zone(zone)
-        return list(zones) or None
+        return list(parse_zones(self.availability_zones)) or None
 
     def _observe_kwargs(self) -> dict[str, Any]:
         """Where prices and capacity come from: the trigger's kwargs and :func:`observe_market`'s."""

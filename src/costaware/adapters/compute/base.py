@@ -117,8 +117,7 @@ class JobRequest:
             )
         if self.availability_zone:
             check_zone(self.availability_zone)
-        if self.market not in MARKETS:
-            raise ConfigurationError(f"market {self.market!r} is not one of {', '.join(MARKETS)}")
+        check_market(self.market)
         if self.user_command:
             job_contract.check_command(list(self.user_command))
             missing = [n for n in ("checkpoint_uri", "output_uri", "result_uri") if not getattr(self, n)]
@@ -214,6 +213,28 @@ def check_aws_zone(zone: str) -> str:
     return zone
 
 
+def check_backend(name: object) -> str:
+    """``name`` if it is a compute backend's name (a key of :data:`BACKENDS`).
+
+    Raises:
+        ConfigurationError: any other value, named, with the known names.
+    """
+    if not isinstance(name, str) or name not in BACKENDS:
+        raise ConfigurationError(f"unknown compute backend {name!r}: use one of {', '.join(BACKENDS)}")
+    return name
+
+
+def check_market(market: object) -> str:
+    """``market`` if it is one of :data:`MARKETS`.
+
+    Raises:
+        ConfigurationError: any other value, named, with the known ones.
+    """
+    if not isinstance(market, str) or market not in MARKETS:
+        raise ConfigurationError(f"market {market!r} is not one of {', '.join(MARKETS)}")
+    return market
+
+
 def require_zone_placement(backend_name: str, zones: Sequence[str]) -> None:
     """Refuse ``zones`` on a backend that cannot place jobs by zone (its class has ``places_zones = False``).
 
@@ -235,11 +256,7 @@ def require_zone_placement(backend_name: str, zones: Sequence[str]) -> None:
     for zone in zones:
         # A Kubernetes zone is any node label value; the other backends place by AWS zone.
         (check_zone if backend_name == "kubernetes" else check_aws_zone)(zone)
-    if backend_name not in BACKENDS:
-        raise ConfigurationError(
-            f"unknown compute backend {backend_name!r}: use one of {', '.join(BACKENDS)}"
-        )
-    module, cls = BACKENDS[backend_name]
+    module, cls = BACKENDS[check_backend(backend_name)]
     if not getattr(getattr(importlib.import_module(module), cls), "places_zones", False):
         label = REMOTE_BACKENDS.get(backend_name, backend_name)
         raise ConfigurationError(
@@ -349,9 +366,7 @@ class ComputeBackend(Protocol):
 
 def open_backend(name: str, options: Mapping[str, Any] | None = None) -> ComputeBackend:
     """The backend ``name`` (``local``, ``sagemaker``, ``batch``, ``kubernetes``) built with ``options``."""
-    if name not in BACKENDS:
-        raise ConfigurationError(f"unknown compute backend {name!r}: use one of {', '.join(BACKENDS)}")
-    module, cls = BACKENDS[name]
+    module, cls = BACKENDS[check_backend(name)]
     backend_cls = getattr(importlib.import_module(module), cls)
     try:
         backend: ComputeBackend = backend_cls(**dict(options or {}))

@@ -240,12 +240,9 @@ def set_alert_rule(
             select(t.c.id, t.c.thresholds, t.c.notifiers).where(t.c.budget == budget)
         ).first()
         # What is not given stays: setting the notifiers must not reset the thresholds, nor the reverse.
-        new_thresholds: str | None = None if parsed is None else ",".join(parsed)
-        new_notifiers: list[dict[str, Any]] | None = notifiers
-        if thresholds is None:
-            new_thresholds = found[1] if found else None
-        if notifiers is None:
-            new_notifiers = found[2] if found else None
+        kept_thresholds, kept_notifiers = (found[1], found[2]) if found else (None, None)
+        new_thresholds = kept_thresholds if thresholds is None else (",".join(parsed) if parsed else None)
+        new_notifiers = kept_notifiers if notifiers is None else notifiers
         values = {"thresholds": new_thresholds, "notifiers": new_notifiers, "updated_at": utcnow()}
         if found:
             conn.execute(t.update().where(t.c.id == found[0]).values(**values))

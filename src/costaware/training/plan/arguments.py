@@ -42,23 +42,25 @@ def positive_hours(value: Any, *, name: str, why: str) -> Decimal:
     Raises:
         ConfigurationError: anything else; the message says ``why`` it is needed.
     """
-    try:
-        hours = Decimal(str(value))
-    except ArithmeticError:
-        hours = Decimal(0)
-    if value in (None, "") or not hours.is_finite() or hours <= 0:
+    hours = _hours(value)
+    if hours is None:
         raise ConfigurationError(f"{why} needs the expected runtime, got {value!r}: pass {name} (hours > 0)")
     return hours
 
 
 def _check_hours(value: Any, *, name: str) -> None:
     """Refuse ``value`` unless it is a number of hours > 0; the message names it."""
+    if _hours(value) is None:
+        raise ConfigurationError(f"{name} must be a number of hours > 0 such as '2.5', got {value!r}")
+
+
+def _hours(value: Any) -> Decimal | None:
+    """``value`` (a number or the text a template renders) as hours when it is a finite number > 0."""
     try:
         hours = Decimal(str(value).strip())
     except ArithmeticError:
-        hours = Decimal("NaN")
-    if not hours.is_finite() or hours <= 0:
-        raise ConfigurationError(f"{name} must be a number of hours > 0 such as '2.5', got {value!r}")
+        return None
+    return hours if hours.is_finite() and hours > 0 else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,18 +154,14 @@ def make_plan(
     Raises:
         ConfigurationError: an argument that is missing or wrong; the message names it.
     """
-    from costaware.adapters.compute.base import BACKENDS, MARKETS
+    from costaware.adapters.compute.base import check_backend, check_market
 
-    backend = str(args.backend)
-    if backend not in BACKENDS:
-        raise ConfigurationError(f"unknown compute backend {backend!r}: use one of {', '.join(BACKENDS)}")
+    backend = check_backend(str(args.backend))
     options = dict(args.backend_options)
     if backend in AWS_BACKENDS and args.aws_conn_id and "aws_conn_id" not in options:
         options["aws_conn_id"] = args.aws_conn_id
     decision = decision or SpotDecision.from_xcom({})  # none: a bare on-demand decision with no job facts
-    market = str(blank(args.market) or decision.market or "on_demand")
-    if market not in MARKETS:
-        raise ConfigurationError(f"market {market!r} is not one of {', '.join(MARKETS)}")
+    market = check_market(str(blank(args.market) or decision.market or "on_demand"))
     instance_type = blank(args.instance_type) or decision.instance_type
     if not instance_type:
         raise ConfigurationError("no instance type: pass instance_type or a spot decision that has one")
