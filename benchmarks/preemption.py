@@ -118,6 +118,10 @@ TARGET_X_ORACLE = 2.0  # issue 26: every trace
 TARGET_ZONES_X_ORACLE = 1.10  # issue 26: a two-zone job vs the two-zone oracle
 ZONES = ("us-west-2a", "us-west-2b")
 GPUS = ("k80_1", "k80_8", "v100_1", "v100_8")
+STEP_TICKS = 0.4  # one training step, in 10-minute ticks (0.2 s at the default 0.5 s a tick)
+CHECKPOINT_TICKS = 4  # the traced jobs' checkpoint interval, in ticks (2 s at the default)
+DEADLINE_SLACK_TICKS = 60  # the deadline's slack past four uninterrupted runs, in ticks (30 s at the default)
+FIXED_INTERVAL_TICKS = (1, 2, 4, 8, 16)  # --intervals' fixed cells, in ticks (0.5-8 s at the default)
 
 
 def flight_data(folder: Path) -> Path:
@@ -276,8 +280,8 @@ def extra_flags(parser: Any) -> None:
     )
     parser.add_argument(
         "--fixed",
-        default="0.5,1,2,4,8",
-        help="--intervals: fixed intervals, compressed seconds, comma-separated",
+        default="",
+        help="--intervals: fixed intervals, compressed seconds, comma-separated (default 1-16 ticks)",
     )
     parser.add_argument("--traces", default="", help="only the traces whose file name holds this")
     parser.add_argument(
@@ -396,7 +400,11 @@ def intervals_mode(
 
     tick = args.tick_seconds
     factor = 600.0 / tick
-    fixed = [float(x) for x in args.fixed.split(",") if x.strip()]
+    fixed = (
+        [float(x) for x in args.fixed.split(",") if x.strip()]
+        if args.fixed
+        else [n * tick for n in FIXED_INTERVAL_TICKS]
+    )
     repeats = args.repeats
     if repeats < 1:
         raise SystemExit(f"--repeats must be at least 1, got {repeats}")
@@ -582,8 +590,14 @@ def main() -> int:
     pairs_by_gpu = zone_pairs(args.quick) if args.zones else []
     if pairs_by_gpu is None:
         return 2
-    steps, step_seconds, every = (50, 0.2, 2.0)
     tick = args.tick_seconds
+    if tick <= 0:
+        raise SystemExit(f"--tick-seconds must be positive, got {tick}")
+    # The job is fixed in ticks, not in seconds: 50 steps over 20 ticks (3 h 20 min of training) and a save
+    # every 4 ticks (40 min), so that --tick-seconds changes one thing only, what this machine's process start
+    # (a few wall seconds, paid by every attempt) stands for in real time: about an hour at the default 0.5 s
+    # a tick, about 15 minutes at 2 s.
+    steps, step_seconds, every = (50, STEP_TICKS * tick, CHECKPOINT_TICKS * tick)
     started_all = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="cw-preempt-") as tmp:
         folder = Path(tmp)
@@ -611,7 +625,7 @@ def main() -> int:
         saves = int(statistics.median(int(b["result"].get("checkpoints_saved") or 0) for b, _ in pairs))
         per_save = (base["billed_seconds"] - bare["billed_seconds"]) / saves if saves else 0.0
         startup = max(0.0, base["billed_seconds"] - fit_with)
-        deadline_seconds = 4 * base["wall_seconds"] + 30
+        deadline_seconds = 4 * base["wall_seconds"] + DEADLINE_SLACK_TICKS * tick
         # The guard and the zone choice both weigh a run against the restart overhead: in compressed time
         # it is this machine's, seconds (at the default 5 minutes every zone with one preempted run would
         # rank as "no progress" and every run would look short to the guard).

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
 from costaware import Ledger
@@ -43,8 +45,18 @@ def test_transaction_commits_together_and_passes_a_broken_unique_key_on(ledger: 
 
 def test_an_unreachable_database_is_a_ledger_error_for_reads_and_writes() -> None:
     ledger = Ledger.from_url("postgresql://nobody:secret@127.0.0.1:1/ledger", create=False)
-    with pytest.raises(LedgerUnavailableError, match="cannot write the cost ledger"), ledger.transaction():
+    with pytest.raises(LedgerUnavailableError, match="cannot reach the cost ledger"), ledger.transaction():
         pass
     with pytest.raises(LedgerUnavailableError, match="cannot read the cost ledger"), ledger.reading():
         pass
+    ledger.dispose()
+
+
+def test_a_ledger_reached_but_refusing_the_write_says_cannot_write(tmp_path: Path) -> None:
+    ledger = Ledger.from_url(f"sqlite:///{tmp_path / 'ledger.db'}")
+    with (
+        pytest.raises(LedgerUnavailableError, match=r"cannot write the cost ledger.*no such table: gone"),
+        ledger.transaction() as conn,
+    ):
+        conn.execute(text("DELETE FROM gone"))
     ledger.dispose()

@@ -190,7 +190,7 @@ def test_newer_schema_is_refused(any_ledger: Ledger) -> None:
 
 def test_unreachable_ledger_fails_closed() -> None:
     with pytest.raises(
-        LedgerUnavailableError, match=r"cannot write the cost ledger at .*127\.0\.0\.1:1.*nothing was"
+        LedgerUnavailableError, match=r"cannot reach the cost ledger at .*127\.0\.0\.1:1.*nothing was"
     ):
         Ledger.from_url("postgresql://nobody:secret@127.0.0.1:1/ledger")
 

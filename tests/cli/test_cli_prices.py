@@ -32,6 +32,19 @@ def test_show_names_the_bundled_snapshot(ledger_url: str, capsys: pytest.Capture
     assert "on-demand: 0.476 USD/h from the bundled snapshot" in out
 
 
+def test_show_with_a_team_applies_its_discount_and_names_an_unknown_team(
+    ledger_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIRFLOW__COSTAWARE__DISCOUNTS", "team:ml=20")
+    assert run(ledger_url, "prices", "show", "m5n.2xlarge", "--region", "us-east-1", "--team", "ml") == 0
+    out = capsys.readouterr().out
+    assert "after the team:ml discount (20%): 0.3808 USD/h" in out and "no discount" not in out
+    assert run(ledger_url, "prices", "show", "m5n.2xlarge", "--region", "us-east-1", "--team", "ML-ops") == 0
+    out = capsys.readouterr().out
+    assert "no discount is configured for team 'ML-ops' (teams with one: ml;" in out
+    assert "after the" not in out
+
+
 @pytest.mark.parametrize("name", ["ec2_offer_us-east-1.json", "ec2_offer_us-east-1.csv"])
 def test_import_then_show_source_and_age(
     ledger_url: str, capsys: pytest.CaptureFixture[str], name: str

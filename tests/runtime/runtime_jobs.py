@@ -73,8 +73,13 @@ class Job:
             text=True,
         )
 
-    def preempt(self, launcher: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str]:
-        """Wait for the job to touch ``ready``, send SIGTERM to the launcher; returns its code and stderr."""
+    def preempt(
+        self,
+        launcher: subprocess.Popen[str],
+        timeout: float = 60,
+        signals: tuple[int, ...] = (signal.SIGTERM,),
+    ) -> tuple[int, str]:
+        """Wait for the job to touch ``ready``, send ``signals`` to the launcher; its code and stderr."""
         deadline = time.monotonic() + timeout
         while not (self.root / "ready").exists():
             if launcher.poll() is not None or time.monotonic() > deadline:
@@ -82,7 +87,9 @@ class Job:
                 out, err = launcher.communicate()
                 raise AssertionError(f"the job never got ready:\n{out}\n{err}")
             time.sleep(0.02)
-        launcher.send_signal(signal.SIGTERM)
+        for signum in signals:
+            launcher.send_signal(signum)
+            time.sleep(0.1)
         _, err = launcher.communicate(timeout=timeout)
         return launcher.returncode, err
 

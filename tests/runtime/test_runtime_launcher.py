@@ -5,8 +5,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -76,6 +78,25 @@ def test_sigterm_reaches_the_job_which_saves_and_exits_75(make_job: MakeJob) -> 
     step = int((job.root / "saved").read_text())
     assert job.latest()["step"] == step
     assert (job.remote / f"step-{step}" / f"checkpoint-{step}" / "state.bin").read_text() == str(step)
+
+
+def test_ctrl_c_is_a_preemption_notice_and_a_second_one_kills_the_job(make_job: MakeJob) -> None:
+    job = make_job(PREEMPTIBLE_JOB)
+    code, stderr = job.preempt(job.start(), signals=(signal.SIGINT,))
+    assert code == 75, stderr
+    assert "interrupted (Ctrl-C): taken as a preemption notice" in stderr
+    assert job.latest()["step"] == int((job.root / "saved").read_text())
+
+    stubborn = make_job("""
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+READY.touch()
+time.sleep(60)
+""")
+    started = time.monotonic()
+    code, stderr = stubborn.preempt(stubborn.start(), signals=(signal.SIGINT, signal.SIGINT))
+    assert code == 75, stderr  # killed, and the first job's checkpoint is there to resume from
+    assert "interrupted again: SIGKILL now" in stderr and "did not exit within" not in stderr
+    assert time.monotonic() - started < 60  # not the 110 s grace period
 
 
 @pytest.mark.parametrize(

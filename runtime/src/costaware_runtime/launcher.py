@@ -148,6 +148,7 @@ class Launcher:
         self.process: subprocess.Popen[bytes] | None = None
         self.started_at: float | None = None  # when the job started
         self.notice_at: float | None = None  # when SIGTERM reached the launcher
+        self.kill_now = False  # a second Ctrl-C: SIGKILL without waiting out the grace period
         self.pending: list[int] = []  # signals that came before the job started
 
     def _scratch_dir(self, kind: str, variable: str) -> Path:
@@ -218,6 +219,16 @@ class Launcher:
         return self.finish(returncode)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if signum == signal.SIGINT:
+            # Ctrl-C by hand (the job runs in its own process group, so only the launcher gets it): stop as a
+            # preemption would, the job saving on SIGTERM and the next run resuming, instead of a Python
+            # traceback read as a code error. Ctrl-C again kills the job now.
+            if self.notice_at is not None:
+                log.warning("interrupted again: SIGKILL now")
+                self.kill_now = True
+                return
+            log.warning("interrupted (Ctrl-C): taken as a preemption notice; Ctrl-C again kills the job now")
+            signum = signal.SIGTERM
         if signum == signal.SIGTERM and self.notice_at is None:
             self.notice_at = time.monotonic()
             log.warning("preemption notice: passing SIGTERM on, SIGKILL in %gs", self.grace_seconds)
@@ -244,8 +255,9 @@ class Launcher:
             except subprocess.TimeoutExpired:
                 pass
             late = self.notice_at is not None and time.monotonic() - self.notice_at >= self.grace_seconds
-            if late and not killed:
-                log.error("the job did not exit within %gs of the notice: SIGKILL", self.grace_seconds)
+            if (late or self.kill_now) and not killed:
+                if not self.kill_now:
+                    log.error("the job did not exit within %gs of the notice: SIGKILL", self.grace_seconds)
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
                 killed = True

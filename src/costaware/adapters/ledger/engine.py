@@ -33,7 +33,8 @@ def safe_url(url: str) -> str:
 
 
 def _reason(error: DBAPIError) -> str:
-    return " ".join(str(error.orig or error).split())
+    """The driver's message on one line, without its closing punctuation (the caller's sentence goes on)."""
+    return " ".join(str(error.orig or error).split()).rstrip(".?")
 
 
 def url_from_connection_fields(
@@ -143,8 +144,17 @@ class LedgerDatabase:
             LedgerUnavailableError: the database cannot be reached or refused the write (not a broken
                 unique key: that ``IntegrityError`` is the caller's to handle).
         """
+        # Connecting apart from writing, so that a ledger that cannot be reached says so (every command opens
+        # the ledger through a write: the schema check), not "cannot write" to someone who only reads.
         try:
-            with self.engine.begin() as conn:
+            conn = self.engine.connect()
+        except (OperationalError, DBAPIError) as e:
+            raise LedgerUnavailableError(
+                f"cannot reach the cost ledger at {safe_url(str(self.engine.url))}: {_reason(e)}. Check the "
+                f"'costaware_ledger' connection or {LEDGER_URL_ENV}; nothing was recorded or reserved"
+            ) from e
+        try:
+            with conn, conn.begin():
                 yield conn
         except (OperationalError, DBAPIError) as e:
             if isinstance(e, IntegrityError):

@@ -120,6 +120,12 @@ def evict(args: argparse.Namespace) -> int:
     store = _store(args)
     policy = _policy(args)
     chosen = store.evict(policy, dry_run=True, only=args.key if policy is None else None)
+    missing = sorted(set(args.key or ()) - {e.key for e in chosen}) if policy is None else []
+    if missing:
+        # Said before anything is evicted: a mistyped key among good ones evicts none of them.
+        raise ConfigurationError(
+            f"the cache has no entry {', '.join(missing)}: nothing was evicted; see `costaware cache list`"
+        )
     if args.dry_run:
         _print_rows([_row(e) for e in chosen], args.format, f"would evict {len(chosen)} entries")
         return 0

@@ -160,6 +160,14 @@ def _discount(args: argparse.Namespace) -> Any:
     from costaware.core.discounts import discount_for
 
     rules = discounts_from_settings()
+    teams = sorted(r.name for r in rules if r.kind == "team")
+    if args.team and args.team not in teams:
+        # Said, not silent: a mistyped team would otherwise read as "this team pays list price".
+        configured = f"teams with one: {', '.join(teams)}" if teams else "no team has one"
+        print(
+            f"  no discount is configured for team {args.team!r} ({configured}; see [costaware] discounts): "
+            "prices below are without a team discount"
+        )
     if not rules:
         return None
     return discount_for(rules, args.instance_type or "", {"team": args.team} if args.team else {})
