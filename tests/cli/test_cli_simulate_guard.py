@@ -45,3 +45,19 @@ def test_the_guard_is_off_by_default_and_the_flag_turns_it_on(
     assert unguarded["spot_now"]["restart_guard_fired"] == 0 and unguarded["spot_now"]["preemptions"] > 2
     assert guarded["spot_now"]["usd"] < unguarded["spot_now"]["usd"]
     assert guarded["oracle"] == unguarded["oracle"]  # the oracle plans with hindsight: never guarded
+
+
+def test_jobs_past_the_price_history_are_named_and_jobs_within_it_are_not(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [*_files(tmp_path), "--policy", "spot_now"]
+    assert main(argv) == 0
+    assert "past the last spot price change" not in capsys.readouterr().err
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text(jobs.read_text().replace("2021-03-09", "2023-03-09"))
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert (
+        "note: 1 job(s) of p3.2xlarge in us-east-1 (churn first) run more than 30 days past the last spot "
+        "price change recorded (2021-03-01): the replay holds that price for them" in err
+    )

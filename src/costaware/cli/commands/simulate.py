@@ -130,6 +130,8 @@ def _market(
             return model.power_kw(machine_of(catalog.offer(instance_type, region)), 1.0)
 
         notes += [f"{carbon.name}: {n}" for n in carbon.notes]
+    if histories:
+        notes += beyond_the_price_history(jobs, spot_series)
     data = MarketData(
         on_demand_usd_per_hour=catalog.on_demand_usd_per_hour,
         spot_series=spot_series if histories else None,
@@ -141,6 +143,38 @@ def _market(
         power_kw_of=power_kw_of,
     )
     return data, notes
+
+
+#: How long after a series' last spot price record a job may run before the replay says it holds that price:
+#: AWS records a spot price only when it changes, so weeks without a record are normal.
+HISTORY_SLACK = timedelta(days=30)
+
+
+def beyond_the_price_history(
+    jobs: Sequence[Job], spot_series: Any, slack: timedelta = HISTORY_SLACK
+) -> list[str]:
+    """A note per spot series whose jobs run more than ``slack`` past its last record (its price is held).
+
+    Without it a jobs file dated years after the price files replays on the last recorded price as if it
+    were history; a series that cannot be found is left to the replay, which names it.
+    """
+    late: dict[tuple[str, str, str | None], list[Job]] = {}
+    lasts: dict[tuple[str, str, str | None], datetime] = {}
+    for job in jobs:
+        key = (job.instance_type, job.region, job.availability_zone)
+        try:
+            last = lasts.setdefault(key, spot_series(*key).last)
+        except PriceNotFoundError:
+            continue
+        if job.submit_time + timedelta(hours=float(job.deadline_hours)) > last + slack:
+            late.setdefault(key, []).append(job)
+    return [
+        f"{len(held)} job(s) of {instance_type} in {zone or region} ({held[0].name} first) run more than "
+        f"{slack.days} days past the last spot price change recorded "
+        f"({lasts[(instance_type, region, zone)]:%Y-%m-%d}): the replay holds that price for them; if the "
+        "--prices files end before their dates, give files that cover them"
+        for (instance_type, region, zone), held in late.items()
+    ]
 
 
 def carbon_inputs(args: argparse.Namespace) -> tuple[Objective, PriceSeries | None]:
