@@ -137,6 +137,21 @@ def test_budget_round_trip(ledger_url: str, capsys: pytest.CaptureFixture[str]) 
     assert usage["cap_usd"] == "100.000000" and usage["left_usd"] == "100.000000"
 
 
+def test_a_scope_differing_only_in_case_is_a_second_budget_and_says_so(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def budget_set(scope: str) -> str:
+        argv = ["--ledger-url", ledger_url, "budget", "set", "--scope", scope, "--period", "month"]
+        assert main([*argv, "--cap-usd", "100"]) == 0
+        return capsys.readouterr().err
+
+    assert "new budget beside" not in budget_set("project=x")
+    err = budget_set("Project=X")
+    assert "note: this is a new budget beside 'project=x'" in err and "give --scope project=x" in err
+    assert "new budget beside" not in budget_set("Project=X")  # changing it again says nothing
+    assert sorted(str(b.scope) for b in Ledger.from_url(ledger_url).budgets()) == ["Project=X", "project=x"]
+
+
 def test_budget_show_names_the_budget_like_the_page_and_logs_with_every_digit(
     ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

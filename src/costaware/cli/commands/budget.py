@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from costaware.cli.arguments import open_ledger
 from costaware.cli.commands.governance import current_actor, forecast_cell, forecast_rows
@@ -12,7 +13,9 @@ from costaware.core.money import format_usd_exact
 
 def budget_set(args: argparse.Namespace) -> int:
     """Create or change a budget; the change goes into the audit trail under the current user."""
-    budget = open_ledger(args).set_budget(
+    ledger = open_ledger(args)
+    existing = {str(b.scope) for b in ledger.budgets()}
+    budget = ledger.set_budget(
         args.scope,
         args.period,
         args.cap_usd,
@@ -22,6 +25,16 @@ def budget_set(args: argparse.Namespace) -> int:
     )
     gpu = f", {budget.cap_gpu_hours} GPU-hours" if budget.cap_gpu_hours is not None else ""
     print(f"budget '{budget.label}' set: {format_usd_exact(budget.cap_usd)} per {budget.period.value}{gpu}")
+    scope = str(budget.scope)
+    twins = sorted(s for s in existing if s != scope and s.casefold() == scope.casefold())
+    if scope not in existing and twins:
+        # Tags match exactly, so a scope that differs only in case is a second budget over other runs.
+        print(
+            f"note: this is a new budget beside {', '.join(repr(t) for t in twins)}: scopes match tags "
+            f"exactly, so '{scope}' counts only runs tagged that way; to change the existing budget, "
+            f"give --scope {twins[0]}",
+            file=sys.stderr,
+        )
     return 0
 
 
