@@ -62,7 +62,7 @@ def _restart_zone(a_run_ticks: int, b_price: float) -> tuple[int, TickMarket, Ti
 @pytest.mark.parametrize(
     ("a_run_ticks", "b_price", "expected"),
     [
-        (4, 0.8, 1),  # a is cheaper, but its one run kept half of what it billed: b is cheaper to finish in
+        (4, 0.6, 1),  # a is cheaper, but its one run kept half of what it billed: b is cheaper to finish in
         (4, 1.2, 0),  # ... unless b's price is more than twice as high
         (10, 0.8, 0),  # a longer run in a: its churn costs less than b's higher price
         (10, 0.55, 1),  # ... unless b is nearly as cheap

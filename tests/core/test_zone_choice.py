@@ -31,11 +31,10 @@ def test_a_tie_keeps_the_current_zone() -> None:
 
 
 def test_observed_churn_makes_a_cheaper_zone_dearer() -> None:
-    # Runs of 1,200 s keep 1,200 - 300 - 300 = 600 s: 3,600 s of work bill 7,200 s there.
+    # The mean run, with the prior's run of 300 + 3,600 s: 11,300 / 4 = 2,825 s, of which 2,825 - 300 - 300 =
+    # 2,225 s are kept: 3,600 s of work bill 3,600 x 2,825 / 2,225 s there, plus the restart.
     churn = ZoneView("a", 0.5, preempted_runs_seconds=(1200.0, 1200.0, 5000.0))
-    assert expected_usd(churn, **FIGURES) == pytest.approx(
-        0.5 * (300 + 3600 * 2466.67 / 1866.67) / 3600, 1e-4
-    )
+    assert expected_usd(churn, **FIGURES) == pytest.approx(0.5 * (300 + 3600 * 2825 / 2225) / 3600)
     calm = ZoneView("b", 0.8)
     choice = choose_zone([churn, calm], current="a", **FIGURES)
     assert choice.zone == "a"  # 0.5 x ~1.45 h < 0.8 x 1.08 h: churn priced in, still cheaper
@@ -43,9 +42,20 @@ def test_observed_churn_makes_a_cheaper_zone_dearer() -> None:
     assert choose_zone([costly, calm], current="a", **FIGURES).zone == "b"
 
 
-def test_a_run_that_keeps_nothing_is_infinitely_expensive() -> None:
-    view = ZoneView("a", 0.1, preempted_runs_seconds=(500.0,))
-    assert math.isinf(expected_usd(view, **FIGURES))
+def test_runs_that_keep_nothing_make_a_zone_infinitely_expensive_once_they_outweigh_the_prior() -> None:
+    # Runs of 200 s keep nothing (300 s restart + half a 600 s interval); the prior's run of 3,900 s keeps the
+    # mean above 600 s for up to eight of them.
+    assert math.isinf(expected_usd(ZoneView("a", 0.1, preempted_runs_seconds=(200.0,) * 9), **FIGURES))
+    assert not math.isinf(expected_usd(ZoneView("a", 0.1, preempted_runs_seconds=(200.0,) * 8), **FIGURES))
+
+
+def test_one_short_run_does_not_rule_a_zone_out_for_good() -> None:
+    # A restart caught by the end of its capacity: one 400 s run in a. Alone it would price a at "no
+    # progress"; with the prior's run a stays a candidate, and its longer history wins over b's churn.
+    unlucky = ZoneView("a", 1.0, preempted_runs_seconds=(400.0,))
+    churning = ZoneView("b", 1.0, preempted_runs_seconds=(700.0, 900.0, 800.0, 1000.0))
+    assert not math.isinf(expected_usd(unlucky, **FIGURES))
+    assert choose_zone([unlucky, churning], current="b", guard_window=None, **FIGURES).zone == "a"
 
 
 def test_the_guard_leaves_out_a_zone_whose_last_runs_kept_nothing() -> None:
