@@ -292,7 +292,9 @@ def extra_flags(parser: Any) -> None:
         default="",
         help="--intervals: fixed intervals, compressed seconds, comma-separated (default 1-16 ticks)",
     )
-    parser.add_argument("--traces", default="", help="only the traces whose file name holds this")
+    parser.add_argument(
+        "--traces", default="", help="only the traces whose file name holds this (--zones: the GPU types)"
+    )
     parser.add_argument(
         "--repeats",
         type=int,
@@ -301,11 +303,13 @@ def extra_flags(parser: Any) -> None:
     )
 
 
-def zone_pairs(quick: bool) -> list[tuple[str, dict[str, str]]] | None:
-    """``(gpu, {zone: trace name})`` per GPU type of the two-zone mode, or None when a trace is missing."""
+def zone_pairs(quick: bool, only: str = "") -> list[tuple[str, dict[str, str]]] | None:
+    """``(gpu, {zone: trace name})`` per GPU type of the two-zone mode (those whose name holds ``only``), or
+    None when a trace is missing."""
     pairs = [
         (gpu, {zone: next(n for n in TRACES if f"_{zone}_{gpu}." in n) for zone in ZONES})
         for gpu in (GPUS[2:3] if quick else GPUS)
+        if only in gpu
     ]
     missing = [n for _, by_zone in pairs for n in by_zone.values() if not (SHARED / n).exists()]
     if missing:
@@ -596,8 +600,11 @@ def main() -> int:
     if not names:
         print(f"no trace name holds {args.traces!r}", file=sys.stderr)
         return 2
-    pairs_by_gpu = zone_pairs(args.quick) if args.zones else []
+    pairs_by_gpu = zone_pairs(args.quick, args.traces) if args.zones else []
     if pairs_by_gpu is None:
+        return 2
+    if args.zones and not pairs_by_gpu:
+        print(f"--zones: no GPU type ({', '.join(GPUS)}) holds {args.traces!r}", file=sys.stderr)
         return 2
     tick = args.tick_seconds
     if tick <= 0:
