@@ -12,17 +12,17 @@ next attempt runs on on-demand. Without timed checkpoints a preempted run keeps 
 so every such run counts as short.
 
 **Expected cost.** Each remaining zone is ranked by what the rest of the work is expected to cost there: its
-spot price times the billed time, plus the move (the egress of the data and the checkpoint to another
-region; 0 in the same region). Billed time is one restart overhead (any next attempt restarts) plus the work
-left, stretched by the zone's observed churn: a run of ``M`` seconds keeps about ``M - overhead - interval /
-2`` of work, so ``R`` seconds of work bill ``R * M / kept``. A zone where nothing was preempted yet is taken at
-its price: that is how a job tries a new zone. ``M`` is the mean of this training's preempted runs there and
-one more run, the one a zone not yet seen is taken at (a restart and the rest of the work): the estimate of a
-mean run length under a prior worth one run (a Gamma prior on the zone's interruption rate). Without it one
-short run, often a restart caught by the end of the capacity it started in, priced a zone at "no progress"
-for good, and the job never went back to learn otherwise: in the two-zone preemption benchmark a v100_8 job
-left a zone with 84 % spot capacity after one such run and paid 18 preemptions in one with 70 %. Ties keep
-the current zone (a move is never free of risk), then the order the zones were given in.
+spot price times the billed time, plus the move (the egress of the data and the checkpoint to another region;
+0 in the same region). Billed time is one restart overhead (any next attempt restarts) plus the work left,
+stretched by the zone's observed churn: a run of ``M`` seconds keeps about ``M - overhead - interval / 2`` of
+work, so ``R`` seconds of work bill ``R * M / kept``. A zone where nothing was preempted yet is taken at its
+price: that is how a job tries a new zone. ``M`` is the mean of this training's preempted runs there and one
+more run, the one a zone not yet seen is taken at (a restart and the rest of the work): the estimate of a mean
+run length under a prior worth one run (a Gamma prior on the zone's interruption rate). Without it one short
+run, often a restart caught by the end of the capacity it started in, priced a zone at "no progress" for good,
+and the job never went back to learn otherwise: in the two-zone preemption benchmark a v100_8 job left a zone
+with 84 % spot capacity after one such run and paid 18 preemptions in one with 70 %. Ties keep the current
+zone (a move is never free of risk), then the order the zones were given in.
 """
 
 from __future__ import annotations

@@ -166,7 +166,7 @@ def _discount(args: argparse.Namespace) -> Any:
         configured = f"teams with one: {', '.join(teams)}" if teams else "no team has one"
         print(
             f"  no discount is configured for team {args.team!r} ({configured}; see [costaware] discounts): "
-            "prices below are without a team discount"
+            "the prices shown are without a team discount"
         )
     if not rules:
         return None
