@@ -147,9 +147,14 @@ def test_a_scope_differing_only_in_case_is_a_second_budget_and_says_so(
 
     assert "new budget beside" not in budget_set("project=x")
     err = budget_set("Project=X")
-    assert "note: this is a new budget beside 'project=x'" in err and "give --scope project=x" in err
+    assert "note: this is a new budget beside 'project=x' (per month)" in err
+    assert "give --scope project=x" in err
     assert "new budget beside" not in budget_set("Project=X")  # changing it again says nothing
     assert sorted(str(b.scope) for b in Ledger.from_url(ledger_url).budgets()) == ["Project=X", "project=x"]
+    # Another period is another budget anyway: nothing to say.
+    argv = ["--ledger-url", ledger_url, "budget", "set", "--scope", "PROJECT=x", "--period", "day"]
+    assert main([*argv, "--cap-usd", "5"]) == 0
+    assert "new budget beside" not in capsys.readouterr().err
 
 
 def test_budget_show_names_the_budget_like_the_page_and_logs_with_every_digit(

@@ -58,6 +58,6 @@ def test_jobs_past_the_price_history_are_named_and_jobs_within_it_are_not(
     assert main(argv) == 0
     err = capsys.readouterr().err
     assert (
-        "note: 1 job(s) of p3.2xlarge in us-east-1 (churn first) run more than 30 days past the last spot "
-        "price change recorded (2021-03-01): the replay holds that price for them" in err
+        "note: 1 job(s) of p3.2xlarge in us-east-1 (churn first) have deadlines more than 30 days past the "
+        "last spot price change recorded (2021-03-01): the replay holds that price for them" in err
     )

@@ -197,3 +197,16 @@ def test_bad_zone_inputs_name_the_value(
     assert code == 2
     assert message in err
     assert out == ""  # nothing printed but the error
+
+
+def test_a_job_past_each_zones_price_history_is_named_per_zone(
+    tmp_path: Path, files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    files["jobs"].write_text(files["jobs"].read_text().replace("2021-03-09", "2021-06-09"))
+    zones = ["--zones", f"us-east-1a={files['a']},us-east-1b={files['b']}"]
+    prices = ["--prices", str(price_file(tmp_path, "csv"))]
+    jobs = ["--jobs", str(files["jobs"])]
+    assert main(["simulate", "--policy", "deadline_aware", *prices, *jobs, *zones]) == 0
+    err = capsys.readouterr().err
+    for zone in ("us-east-1a", "us-east-1b"):
+        assert f"note: 1 job(s) of p3.2xlarge in {zone} (nightly first) have deadlines more than 30" in err

@@ -30,7 +30,8 @@ def test_a_zoned_job_leaves_a_churning_zone_for_a_steady_one() -> None:
     steady = ([0.8] * n, [True] * n)
     plan = TickPlan(DT, 8, 40, 1, 3)  # a run keeps work only after overhead + checkpoint: 4 ticks
     outcome = run_job(policy_class("spot_now")(), zoned_tick_market([churny, steady], [3.0] * n), plan)
-    # One short run in the cheap zone prices it at "no progress": the restart goes to the steady zone.
+    # One short run in the cheap zone (it kept nothing) makes it dearer than the steady one: the restart goes
+    # to the steady zone.
     assert outcome.preemptions == 1 and not outcome.guard_fired
     assert outcome.spot_hours == pytest.approx(outcome.run_hours) and outcome.met_deadline
     # 2 ticks in the churny zone, then overhead + all 8 ticks of work (nothing was kept) in the steady one.
@@ -147,7 +148,7 @@ def test_a_zoned_job_is_guarded_only_when_every_zone_churns() -> None:
     plan = TickPlan(DT, 12, 70, 1, 3)
     both = zoned_tick_market([([0.5] * n, CHURN[:n]), ([0.6] * n, CHURN[:n])], [3.0] * n)
     outcome = run_job(policy_class("spot_now")(), both, plan, restart_guard=True)
-    # Each zone's first short run prices it at "no progress"; the guard needs two runs in each zone.
+    # Each zone's first short run makes it dearer than the other; the guard needs two runs in each zone.
     assert outcome.guard_fired and outcome.preemptions == 4 and outcome.met_deadline
     off = run_job(policy_class("spot_now")(), both, plan)
     assert not off.guard_fired and off.preemptions > 4

@@ -108,3 +108,10 @@ def test_no_zones_or_a_bad_price_are_refused() -> None:
         choose_zone([], current=None, **FIGURES)
     with pytest.raises(ConfigurationError, match="zone 'a': spot price -1"):
         choose_zone([ZoneView("a", -1.0)], current=None, **FIGURES)
+
+
+def test_near_the_end_of_the_work_the_prior_never_shortens_the_observed_runs() -> None:
+    # 1 s of work left: the prior's run (301 s) is shorter than the 890 s run seen, which kept 290 s.
+    view = ZoneView("a", 1.0, preempted_runs_seconds=(890.0,))
+    near_end = {**FIGURES, "remaining_seconds": 1.0}
+    assert expected_usd(view, **near_end) == pytest.approx((300 + 1.0 * 890 / 290) / 3600)

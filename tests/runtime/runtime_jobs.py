@@ -80,6 +80,15 @@ class Job:
         signals: tuple[int, ...] = (signal.SIGTERM,),
     ) -> tuple[int, str]:
         """Wait for the job to touch ``ready``, send ``signals`` to the launcher; its code and stderr."""
+        self.wait_ready(launcher, timeout)
+        for signum in signals:
+            launcher.send_signal(signum)
+            time.sleep(0.1)
+        _, err = launcher.communicate(timeout=timeout)
+        return launcher.returncode, err
+
+    def wait_ready(self, launcher: subprocess.Popen[str], timeout: float = 60) -> None:
+        """Wait for the job to touch ``ready``; if it never does, kill the launcher and raise its output."""
         deadline = time.monotonic() + timeout
         while not (self.root / "ready").exists():
             if launcher.poll() is not None or time.monotonic() > deadline:
@@ -87,11 +96,6 @@ class Job:
                 out, err = launcher.communicate()
                 raise AssertionError(f"the job never got ready:\n{out}\n{err}")
             time.sleep(0.02)
-        for signum in signals:
-            launcher.send_signal(signum)
-            time.sleep(0.1)
-        _, err = launcher.communicate(timeout=timeout)
-        return launcher.returncode, err
 
     def latest(self) -> dict[str, object]:
         loaded: dict[str, object] = json.loads((self.remote / "LATEST.json").read_text())

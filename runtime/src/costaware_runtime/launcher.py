@@ -148,6 +148,7 @@ class Launcher:
         self.process: subprocess.Popen[bytes] | None = None
         self.started_at: float | None = None  # when the job started
         self.notice_at: float | None = None  # when SIGTERM reached the launcher
+        self.interrupted = False  # Ctrl-C came (taken as the notice)
         self.kill_now = False  # a second Ctrl-C: SIGKILL without waiting out the grace period
         self.pending: list[int] = []  # signals that came before the job started
 
@@ -223,9 +224,13 @@ class Launcher:
             # Ctrl-C by hand (the job runs in its own process group, so only the launcher gets it): stop as a
             # preemption would, the job saving on SIGTERM and the next run resuming, instead of a Python
             # traceback read as a code error. Ctrl-C again kills the job now.
-            if self.notice_at is not None:
+            if self.interrupted:
                 log.warning("interrupted again: SIGKILL now")
                 self.kill_now = True
+                return
+            self.interrupted = True
+            if self.notice_at is not None:
+                log.warning("interrupted (Ctrl-C) after the notice: Ctrl-C again kills the job now")
                 return
             log.warning("interrupted (Ctrl-C): taken as a preemption notice; Ctrl-C again kills the job now")
             signum = signal.SIGTERM

@@ -18,11 +18,12 @@ stretched by the zone's observed churn: a run of ``M`` seconds keeps about ``M -
 work, so ``R`` seconds of work bill ``R * M / kept``. A zone where nothing was preempted yet is taken at its
 price: that is how a job tries a new zone. ``M`` is the mean of this training's preempted runs there and one
 more run, the one a zone not yet seen is taken at (a restart and the rest of the work): the estimate of a mean
-run length under a prior worth one run (a Gamma prior on the zone's interruption rate). Without it one short
-run, often a restart caught by the end of the capacity it started in, priced a zone at "no progress" for good,
-and the job never went back to learn otherwise: in the two-zone preemption benchmark a v100_8 job left a zone
-with 84 % spot capacity after one such run and paid 18 preemptions in one with 70 %. Ties keep the current
-zone (a move is never free of risk), then the order the zones were given in.
+run length under a prior worth one run (a Gamma prior on the zone's interruption rate), never below the
+observed mean (near the end of the work the prior's run is the shorter). Without it one short run, often a
+restart caught by the end of the capacity it started in, priced a zone at "no progress" for good, and the job
+never went back to learn otherwise: in the two-zone preemption benchmark a v100_8 job left a zone with 84 %
+spot capacity after one such run and paid 18 preemptions in one with 70 %. Ties keep the current zone (a move
+is never free of risk), then the order the zones were given in.
 """
 
 from __future__ import annotations
@@ -112,7 +113,10 @@ def expected_usd(
     billed = restart_overhead_seconds + remaining_seconds
     runs = view.preempted_runs_seconds
     if runs and remaining_seconds > 0:
-        mean_run = (sum(runs) + billed) / (len(runs) + 1)  # the prior's run: one that finishes the work
+        observed = sum(runs) / len(runs)
+        # The prior's run, one that finishes the work, only ever lengthens the estimate: near the end of the
+        # work it is shorter than runs that kept work, and must not price their zone out.
+        mean_run = max(observed, (sum(runs) + billed) / (len(runs) + 1))
         lost = restart_overhead_seconds + (checkpoint_every_seconds or mean_run) / 2
         kept = mean_run - lost
         if kept <= 0:

@@ -12,7 +12,8 @@ from decimal import Decimal
 from costaware.core.zone_choice import DEFAULT_GUARD_WINDOW, ZoneChoice, ZoneView, choose_zone
 from costaware.training.attempts import AttemptState, remaining_hours
 
-#: The work assumed left when the plan knows no expected runtime: it only weighs churn against a move.
+#: The work assumed left when the plan knows no expected runtime: it weighs churn against a move, and it is
+#: the length of the prior's run in each zone's mean run (``core.zone_choice``): give a runtime where known.
 UNKNOWN_RUNTIME_HOURS = Decimal(1)
 
 

@@ -14,7 +14,7 @@ from costaware.core.money import format_usd_exact
 def budget_set(args: argparse.Namespace) -> int:
     """Create or change a budget; the change goes into the audit trail under the current user."""
     ledger = open_ledger(args)
-    existing = {str(b.scope) for b in ledger.budgets()}
+    existing = {(str(b.scope), b.period) for b in ledger.budgets()}
     budget = ledger.set_budget(
         args.scope,
         args.period,
@@ -26,13 +26,14 @@ def budget_set(args: argparse.Namespace) -> int:
     gpu = f", {budget.cap_gpu_hours} GPU-hours" if budget.cap_gpu_hours is not None else ""
     print(f"budget '{budget.label}' set: {format_usd_exact(budget.cap_usd)} per {budget.period.value}{gpu}")
     scope = str(budget.scope)
-    twins = sorted(s for s in existing if s != scope and s.casefold() == scope.casefold())
-    if scope not in existing and twins:
+    same_period = [s for s, period in existing if period == budget.period]
+    twins = sorted(s for s in same_period if s != scope and s.casefold() == scope.casefold())
+    if (scope, budget.period) not in existing and twins:
         # Tags match exactly, so a scope that differs only in case is a second budget over other runs.
         print(
-            f"note: this is a new budget beside {', '.join(repr(t) for t in twins)}: scopes match tags "
-            f"exactly, so '{scope}' counts only runs tagged that way; to change the existing budget, "
-            f"give --scope {twins[0]}",
+            f"note: this is a new budget beside {', '.join(repr(t) for t in twins)} (per "
+            f"{budget.period.value}): scopes match tags exactly, so '{scope}' counts only runs tagged that "
+            f"way; to change the existing budget, give --scope {twins[0]}",
             file=sys.stderr,
         )
     return 0

@@ -161,16 +161,19 @@ def beyond_the_price_history(
     late: dict[tuple[str, str, str | None], list[Job]] = {}
     lasts: dict[tuple[str, str, str | None], datetime] = {}
     for job in jobs:
-        key = (job.instance_type, job.region, job.availability_zone)
-        try:
-            last = lasts.setdefault(key, spot_series(*key).last)
-        except PriceNotFoundError:
-            continue
-        if job.submit_time + timedelta(hours=float(job.deadline_hours)) > last + slack:
-            late.setdefault(key, []).append(job)
+        # A job that lists zones is priced by each zone's own series.
+        for zone in job.zones or (job.availability_zone,):
+            key = (job.instance_type, job.region, zone)
+            if key not in lasts:
+                try:
+                    lasts[key] = spot_series(*key).last
+                except PriceNotFoundError:
+                    continue
+            if job.submit_time + timedelta(hours=float(job.deadline_hours)) > lasts[key] + slack:
+                late.setdefault(key, []).append(job)
     return [
-        f"{len(held)} job(s) of {instance_type} in {zone or region} ({held[0].name} first) run more than "
-        f"{slack.days} days past the last spot price change recorded "
+        f"{len(held)} job(s) of {instance_type} in {zone or region} ({held[0].name} first) have deadlines "
+        f"more than {slack.days} days past the last spot price change recorded "
         f"({lasts[(instance_type, region, zone)]:%Y-%m-%d}): the replay holds that price for them; if the "
         "--prices files end before their dates, give files that cover them"
         for (instance_type, region, zone), held in late.items()
