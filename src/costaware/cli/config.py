@@ -383,7 +383,12 @@ CACHE_COMMANDS = (
             Arg("--max-age-days", type=float, default=None, help="evict entries created longer ago"),
             Arg("--max-total-gb", type=float, default=None, help="evict least recently used beyond this"),
             Arg("--max-entries", type=int, default=None, help="keep this many most recently used"),
-            Arg("--key", action="append", default=None, help="evict exactly this key (repeatable)"),
+            Arg(
+                "--key",
+                action="append",
+                default=None,
+                help="evict exactly this key (repeatable; not with the limits)",
+            ),
             Arg("--dry-run", action="store_true", help="only say what would be evicted"),
             ARG_LEDGER_URL,
         ),

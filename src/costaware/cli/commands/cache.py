@@ -50,6 +50,12 @@ def _policy(args: argparse.Namespace) -> Any:
         policies.append(LeastRecentlyUsedPolicy(args.max_entries))
     if not policies and not args.key:
         raise ConfigurationError("say what to evict: --max-age-days, --max-total-gb, --max-entries or --key")
+    if policies and args.key:
+        # One or the other: with a policy the keys were ignored, and a key meant "exactly this one".
+        raise ConfigurationError(
+            "--key evicts exactly the keys given and cannot be combined with --max-age-days, --max-total-gb "
+            "or --max-entries: run them as two commands"
+        )
     return CombinedPolicy(policies) if policies else None
 
 
