@@ -12,11 +12,17 @@ from __future__ import annotations
 import ast
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from costaware.adapters.compute.base import check_aws_zone, check_backend, check_market, check_zone
+from costaware.adapters.compute.base import (
+    check_aws_zone,
+    check_backend,
+    check_market,
+    check_zone,
+    zone_check,
+)
 from costaware.adapters.compute.job_contract import check_grace_seconds
 from costaware.core.carbon import Objective
 from costaware.core.errors import ConfigurationError
@@ -74,16 +80,15 @@ def parse_names(value: Any, *, name: str) -> tuple[str, ...]:
     return names
 
 
-def parse_zones(value: Any, *, aws: bool = True) -> tuple[str, ...]:
-    """Zone names as :func:`parse_names` reads them, each checked: an AWS zone (``aws``) or any zone label.
+def parse_zones(value: Any, *, check: Callable[[str], str] = check_aws_zone) -> tuple[str, ...]:
+    """Zone names as :func:`parse_names` reads them, each passed to ``check`` (default: an AWS zone name).
 
     Raises:
-        ConfigurationError: as :func:`parse_names`, or a name ``check_aws_zone`` (``check_zone`` when not
-            ``aws``) refuses.
+        ConfigurationError: as :func:`parse_names`, or a name ``check`` refuses.
     """
     zones = parse_names(value, name="availability_zones")
     for zone in zones:
-        (check_aws_zone if aws else check_zone)(zone)
+        check(zone)
     return zones
 
 
@@ -208,8 +213,8 @@ class RemotePlanArguments:
         # Templated, so checked again after rendering; a value written out is checked now, when the DAG is
         # parsed, instead of failing the task after the spend gate reserved its money.
         if is_literal(availability_zones):
-            # Kubernetes zone labels need not be AWS names; the other backends place by AWS zone.
-            parse_zones(availability_zones, aws=is_literal(backend) and backend != "kubernetes")
+            # As the backend checks its zones; a backend known only after rendering: any zone label for now.
+            parse_zones(availability_zones, check=zone_check(backend) if is_literal(backend) else check_zone)
         if is_literal(allowed_regions):
             parse_names(allowed_regions, name="allowed_regions")
         if is_literal(restart_guard):

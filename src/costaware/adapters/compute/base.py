@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, Protocol, runtime_checkable
@@ -213,6 +213,15 @@ def check_aws_zone(zone: str) -> str:
     return zone
 
 
+def zone_check(backend_name: str) -> Callable[[str], str]:
+    """How ``backend_name`` checks a zone name.
+
+    Kubernetes places by node label (any :func:`check_zone` name), the other backends by AWS zone
+    (:func:`check_aws_zone`).
+    """
+    return check_zone if backend_name == "kubernetes" else check_aws_zone
+
+
 def check_backend(name: object) -> str:
     """``name`` if it is a compute backend's name (a key of :data:`BACKENDS`).
 
@@ -254,8 +263,7 @@ def require_zone_placement(backend_name: str, zones: Sequence[str]) -> None:
     if isinstance(zones, str):
         raise ConfigurationError(f"zones must be a list of zone names, got the string {zones!r}")
     for zone in zones:
-        # A Kubernetes zone is any node label value; the other backends place by AWS zone.
-        (check_zone if backend_name == "kubernetes" else check_aws_zone)(zone)
+        zone_check(backend_name)(zone)
     module, cls = BACKENDS[check_backend(backend_name)]
     if not getattr(getattr(importlib.import_module(module), cls), "places_zones", False):
         label = REMOTE_BACKENDS.get(backend_name, backend_name)
