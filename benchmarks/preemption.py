@@ -611,10 +611,7 @@ def main() -> int:
     tick = args.tick_seconds
     if tick <= 0:
         raise SystemExit(f"--tick-seconds must be positive, got {tick}")
-    # The job is fixed in ticks, not in seconds: 50 steps over 20 ticks (3 h 20 min of training) and a save
-    # every 4 ticks (40 min), so that --tick-seconds changes one thing only, what this machine's process start
-    # (a few wall seconds, paid by every attempt) stands for in real time: about an hour at the default 0.5 s
-    # a tick, about 15 minutes at 2 s.
+    # Fixed in ticks (the module docstring says why): --tick-seconds changes only what a restart stands for.
     steps, step_seconds, every = (50, STEP_TICKS * tick, CHECKPOINT_TICKS * tick)
     started_all = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="cw-preempt-") as tmp:
