@@ -137,8 +137,14 @@ def test_parallel_trials_never_pass_the_study_cap(backend: str, tmp_path, reques
 
     slots = [slot for worker in results for slot in worker]
     ran = [s["trial"] for s in slots if s["ran"]]
-    assert all(not worker[-1]["ran"] and worker[-1]["stop"] == "budget" for worker in results)
-    assert len(ran) >= 8  # the cap, not a crash, ended the study
+
+    # What each worker's slots did, in every failure message: a failure under load must say which rule broke.
+    def said(slot: dict[str, Any]) -> str:
+        return slot["trial"]["state"] if slot["ran"] else f"stop {slot['stop']} ({slot['reason'][:120]})"
+
+    story = "; ".join(f"worker {w}: {', '.join(map(said, worker))}" for w, worker in enumerate(results))
+    assert all(not worker[-1]["ran"] and worker[-1]["stop"] == "budget" for worker in results), story
+    assert len(ran) >= 8, story  # the cap, not a crash, ended the study
 
     spent = ledger.spent(spec.budget_scope)
     (usage,) = ledger.usage(spec.budget_scope)
@@ -146,7 +152,7 @@ def test_parallel_trials_never_pass_the_study_cap(backend: str, tmp_path, reques
     assert usage.reserved_usd == 0 and usage.spent_usd == spent
     assert spent == sum(Decimal(t["settled_usd"]) for t in ran)
     # The last refused reservation really did not fit: what was left could not pay for a trial.
-    assert CAP - spent < max(Decimal(t["reserved_usd"]) for t in ran)
+    assert CAP - spent < max(Decimal(t["reserved_usd"]) for t in ran), (spent, story)
 
     with ledger.engine.connect() as conn:
         reservations = dict(
@@ -155,15 +161,15 @@ def test_parallel_trials_never_pass_the_study_cap(backend: str, tmp_path, reques
             ).all()
         )
         entries = conn.execute(select(func.count()).select_from(schema.entries)).scalar_one()
-    assert reservations == {"settled": len(ran)}  # one reservation per trial, every one settled
-    assert entries == len(ran)  # and exactly one ledger entry each: no row lost, none doubled
+    assert reservations == {"settled": len(ran)}, story  # one reservation per trial, every one settled
+    assert entries == len(ran), story  # and exactly one ledger entry each: no row lost, none doubled
 
     study = optuna.load_study(study_name=spec.study_name, storage=url)
     trials = study.get_trials(deepcopy=False)
     assert len(trials) == len(ran) and sorted(t.number for t in trials) == sorted(t["number"] for t in ran)
     assert not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
     states = Counter(t["state"] for t in ran)
-    assert states["promoted"] >= 1 and states["pruned"] >= 1, states
+    assert states["promoted"] >= 1 and states["pruned"] >= 1, story
 
     summary = summarize_study(url, ledger, spec.study_name)
     assert Decimal(summary["spent_usd"]) == spent
