@@ -23,8 +23,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from costaware.core.errors import ConfigurationError
-
-_MICRO = Decimal("0.000001")
+from costaware.core.money import MICRO_USD
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,9 +86,9 @@ def forecast_spend(committed_usd: Decimal, outlooks: Sequence[DagOutlook]) -> Sp
         high += outlook.runs_left * max(costs)
     return SpendForecast(
         committed_usd=committed_usd,
-        forecast_usd=(committed_usd + mean).quantize(_MICRO),
-        low_usd=(committed_usd + low).quantize(_MICRO),
-        high_usd=(committed_usd + high).quantize(_MICRO),
+        forecast_usd=(committed_usd + mean).quantize(MICRO_USD),
+        low_usd=(committed_usd + low).quantize(MICRO_USD),
+        high_usd=(committed_usd + high).quantize(MICRO_USD),
         runs_left=runs,
         unpriced_dags=tuple(sorted(unpriced)),
     )

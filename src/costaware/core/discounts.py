@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
 from costaware.core.errors import ConfigurationError
+from costaware.core.money import MICRO_USD
 
 KINDS = ("team", "family")
-_MICRO = Decimal("0.000001")
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,4 +96,4 @@ def apply_discount(usd_per_hour: Decimal, discount: Discount | None) -> Decimal:
     """The price after the discount, to the micro-dollar (unchanged without one)."""
     if discount is None:
         return usd_per_hour
-    return (usd_per_hour * (100 - discount.pct) / 100).quantize(_MICRO)
+    return (usd_per_hour * (100 - discount.pct) / 100).quantize(MICRO_USD)

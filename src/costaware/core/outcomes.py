@@ -18,9 +18,8 @@ from decimal import Decimal
 from typing import Any
 
 from costaware.core.errors import ConfigurationError
+from costaware.core.money import MICRO_USD
 from costaware.core.promotion import higher_is_better
-
-_MICRO = Decimal("0.000001")
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +140,7 @@ class RunOutcome:
         gain = self.gain
         if not self.promoted or self.usd is None or gain is None or gain <= 0:
             return None
-        return (self.usd / Decimal(str(gain))).quantize(_MICRO)
+        return (self.usd / Decimal(str(gain))).quantize(MICRO_USD)
 
     def to_json(self) -> dict[str, Any]:
         """The outcome as JSON primitives (money as strings), as the CLI and the Cost page's API give it."""
@@ -216,8 +215,8 @@ def summarize(outcomes: Sequence[RunOutcome]) -> OutcomeSummary:
         runs=len(outcomes),
         promoted=len(promoted),
         usd=usd,
-        per_run_usd=(usd / len(priced)).quantize(_MICRO) if priced else None,
-        per_promoted_usd=(usd / len(promoted)).quantize(_MICRO) if promoted and priced else None,
-        usd_per_unit_gain=(usd / Decimal(str(total_gain))).quantize(_MICRO) if gained else None,
+        per_run_usd=(usd / len(priced)).quantize(MICRO_USD) if priced else None,
+        per_promoted_usd=(usd / len(promoted)).quantize(MICRO_USD) if promoted and priced else None,
+        usd_per_unit_gain=(usd / Decimal(str(total_gain))).quantize(MICRO_USD) if gained else None,
         metric=next(iter(metrics), ""),
     )

@@ -19,11 +19,11 @@ from typing import Any
 from costaware.core.checkpoint_interval import mean_seconds_between_interruptions
 from costaware.core.errors import ConfigurationError, PriceNotFoundError
 from costaware.core.ledger import Market
+from costaware.core.money import MICRO_USD
 from costaware.core.prices import InstanceOffer, PriceCatalog, normalize_arch
 
 #: Mid-points of the Spot Instance Advisor's interruption ranges (shares of instances interrupted in a month).
 INTERRUPTION_MIDPOINTS = {"<5%": 0.025, "5-10%": 0.075, "10-15%": 0.125, "15-20%": 0.175, ">20%": 0.25}
-_MICRO = Decimal("0.000001")
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,7 +320,7 @@ def right_size(
                     (name, f"needs {expected:.2f} h, misses the {job.deadline_hours:.2f} h deadline")
                 )
                 continue
-            cost = (price * Decimal(str(expected))).quantize(_MICRO)
+            cost = (price * Decimal(str(expected))).quantize(MICRO_USD)
             feasible.append(
                 Candidate(
                     offer.instance_type, market, region, price, offer.memory_gib, hours, expected, cost, basis

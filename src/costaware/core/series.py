@@ -25,10 +25,9 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal, InvalidOperation
 
 from costaware.core.errors import ConfigurationError, InvalidPriceDataError, PriceNotFoundError
+from costaware.core.money import MICRO_USD
 
 log = logging.getLogger(__name__)
-
-_MICRO = Decimal("0.000001")
 
 
 def _price(value: object, *, what: str, index: int, allow_negative: bool) -> Decimal:
@@ -229,14 +228,14 @@ class PriceSeries:
 
     def cost_usd(self, start: datetime, end: datetime) -> Decimal:
         """Exact cost of running from ``start`` to ``end`` at this price (micro-dollar precision)."""
-        return (self._usd_seconds(start, end) / Decimal(3600)).quantize(_MICRO)
+        return (self._usd_seconds(start, end) / Decimal(3600)).quantize(MICRO_USD)
 
     def mean_usd_per_hour(self, start: datetime, end: datetime) -> Decimal:
         """Time-weighted mean price over ``[start, end)`` (rounded once, so a flat price comes back as is)."""
         seconds = Decimal((end - start).total_seconds())
         if seconds <= 0:
             return self.price_at(start)
-        return (self._usd_seconds(start, end) / seconds).quantize(_MICRO)
+        return (self._usd_seconds(start, end) / seconds).quantize(MICRO_USD)
 
     # -- grid queries (float, hot path) -------------------------------------------------------------
 
@@ -290,7 +289,7 @@ class PriceSeries:
     def scaled(self, factor: Decimal, *, name: str) -> PriceSeries:
         """Every price times ``factor`` (e.g. USD/MWh times the job's MW gives USD per hour)."""
         return PriceSeries(
-            self._times, [(p * factor).quantize(_MICRO) for p in self._prices], name=name, notes=self.notes
+            self._times, [(p * factor).quantize(MICRO_USD) for p in self._prices], name=name, notes=self.notes
         )
 
 

@@ -17,11 +17,11 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Literal, get_args
 
 from costaware.core.errors import ConfigurationError
+from costaware.core.money import MICRO_USD
 from costaware.core.series import parse_instant
 
 #: The markets a window decision chooses between.
 WindowMarket = Literal["spot", "on_demand"]
-_MICRO = Decimal("0.000001")
 
 
 def price_labels(market: str, source: str) -> tuple[str, str]:
@@ -145,7 +145,7 @@ class SpotDecision:
             region=region,
             priority=priority,
             on_demand_usd_per_hour=on_demand_usd_per_hour,
-            estimated_usd=(self.usd_per_hour * expected_runtime_hours).quantize(_MICRO),
+            estimated_usd=(self.usd_per_hour * expected_runtime_hours).quantize(MICRO_USD),
             expected_runtime_hours=expected_runtime_hours,
             latest_start=latest_start,
             deadline=deadline,

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from decimal import Decimal
 
 from costaware.core.ledger import Kind, LedgerEntry
+from costaware.core.money import MICRO_USD
 from costaware.core.spot_decision import SpotDecision
-
-_MICRO = Decimal("0.000001")
 
 
 def decision_entry(
@@ -50,7 +48,7 @@ def decision_entry(
         quantity=runtime,
         unit="hour",
         unit_price_usd=usd_per_hour,
-        on_demand_usd=(on_demand * runtime).quantize(_MICRO),
+        on_demand_usd=(on_demand * runtime).quantize(MICRO_USD),
         estimated=True,
         tags=dict(tags),
         price_source=decision.price_source or "",

@@ -12,9 +12,8 @@ from decimal import Decimal
 from typing import Protocol
 
 from costaware.core.carbon import Objective
+from costaware.core.money import MICRO_USD
 from costaware.core.series import PriceSeries, parse_instant
-
-_MICRO = Decimal("0.000001")
 
 
 class SeriesSource(Protocol):
@@ -59,7 +58,7 @@ def forecast_starts(
     return [
         [
             (first + timedelta(hours=i)).isoformat(),
-            str((sum(hourly[i : i + span], Decimal(0)) / span).quantize(_MICRO)),
+            str((sum(hourly[i : i + span], Decimal(0)) / span).quantize(MICRO_USD)),
         ]
         for i in range(hours)
     ]
@@ -110,5 +109,5 @@ def objective_starts(
     for i, (at, usd) in enumerate(price_starts):
         g = sum(hourly[i : i + span]) / span
         value = objective.hourly_value(float(usd), power_kw, g)
-        out.append([at, str(Decimal(repr(value)).quantize(_MICRO))])
+        out.append([at, str(Decimal(repr(value)).quantize(MICRO_USD))])
     return out

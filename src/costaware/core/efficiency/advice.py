@@ -18,13 +18,12 @@ from costaware.core.efficiency.measurement import Measurement, by_task, recency
 from costaware.core.efficiency.requirements import Requirements, measured_requirements
 from costaware.core.errors import ConfigurationError, PriceNotFoundError
 from costaware.core.ledger import Market
-from costaware.core.money import format_usd
+from costaware.core.money import MICRO_USD, format_usd
 from costaware.core.prices import InstanceOffer, PriceCatalog
 
 DAYS_PER_MONTH = 730 / 24
 #: Families whose CPU is burstable (credits): a sustained retrain would be throttled, so not suggested.
 BURSTABLE = re.compile(r"^t\d[a-z]*\.")
-_MICRO = Decimal("0.000001")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +52,7 @@ class Advice:
 
     @property
     def monthly_saving_usd(self) -> Decimal:
-        return (self.saving_per_run_usd * Decimal(str(round(self.runs_per_month, 4)))).quantize(_MICRO)
+        return (self.saving_per_run_usd * Decimal(str(round(self.runs_per_month, 4)))).quantize(MICRO_USD)
 
     def reason(self) -> str:
         c, s = self.current, self.suggested
@@ -186,8 +185,8 @@ def advise(
         market=market,
         requirements=requirements,
         hours_per_run=hours_per_run,
-        current_usd_per_run=(rate_now * hours).quantize(_MICRO),
-        suggested_usd_per_run=(best[0] * hours).quantize(_MICRO),
+        current_usd_per_run=(rate_now * hours).quantize(MICRO_USD),
+        suggested_usd_per_run=(best[0] * hours).quantize(MICRO_USD),
         runs_per_month=frequency,
         frequency_basis=basis,
     )

@@ -16,10 +16,10 @@ from decimal import Decimal
 from typing import Any
 
 from costaware.core.errors import ConfigurationError
+from costaware.core.money import MICRO_USD
 
 GIB = 1024**3
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_MICRO = Decimal("0.000001")
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +94,7 @@ class Measurement:
         share = self.cpu_utilization
         if share is None:
             return None
-        return (self.usd * (Decimal(1) - Decimal(str(round(share, 6))))).quantize(_MICRO)
+        return (self.usd * (Decimal(1) - Decimal(str(round(share, 6))))).quantize(MICRO_USD)
 
     @property
     def memory_headroom_gib(self) -> float | None:
