@@ -316,3 +316,42 @@ def test_the_command_and_image_are_templated_element_by_element(tmp_path: Path) 
     result, _ = drive(op, context_for())
     assert result["metrics"]["steps"] == 4
     assert store(tmp_path).get(result["version"]).params["image"] == "team/train:v7"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"model_store": "s4://ml/models"},
+            "model_store 's4://ml/models' is not a location a training job can use",
+        ),
+        ({"model_store": "s3:///models"}, "model_store 's3:///models' names no bucket"),
+        (
+            {"checkpoint_store": "ckpt"},
+            "checkpoint_store 'ckpt' is a relative path: it would resolve against",
+        ),
+        (
+            {"model_store": "file://data/m"},
+            "names the host 'data': a file URI takes three slashes, file:///data/m",
+        ),
+    ],
+)
+def test_a_store_written_wrong_fails_when_the_dag_is_parsed(
+    tmp_path: Path, kwargs: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        operator(tmp_path, "ok", **kwargs)
+    operator(tmp_path, "ok", model_store="{{ params.store }}")  # a template is checked once rendered
+
+
+def test_a_local_store_no_job_could_write_fails_before_any_job_is_bought(tmp_path: Path, ledger: Any) -> None:
+    (tmp_path / "a-file").write_text("not a folder")
+    train = operator(tmp_path, "ok", model_store=str(tmp_path / "a-file" / "models"))  # fine when parsed
+    with pytest.raises(AirflowFailException) as failed:
+        drive(train, context_for())
+    assert str(failed.value).startswith(
+        f"model_store {str(tmp_path / 'a-file' / 'models')!r} cannot be created: "
+        f"{str(tmp_path / 'a-file')!r} is a file, not a folder; give a folder path"
+    )
+    assert not (tmp_path / "jobs").exists()  # no job was started
+    assert entries(ledger) == [] and ledger.open_reservations() == []  # nothing billed or held

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
@@ -211,9 +212,28 @@ def test_next_step(
     assert next_step(before, event, NOW, max_attempts=10, latest_resume=latest_resume) == expected
 
 
+SPOT_ADVICE, ON_DEMAND_ADVICE = "raise max_attempts or start it on on-demand", "raise max_attempts"
 MAX_ATTEMPTS_CASES = [
-    ("interrupted", state(done=2), JobEnded(job("interrupted")), None, "preemption", False),
-    ("fallback", state(done=2), JobEnded(job("pending"), fallback=True), None, "capacity_wait", True),
+    (
+        "interrupted",
+        state(done=2),
+        JobEnded(job("interrupted")),
+        None,
+        "preemption",
+        False,
+        "preemption: 3",
+        SPOT_ADVICE,
+    ),
+    (
+        "fallback: on-demand next, so starting there is no advice",
+        state(done=2),
+        JobEnded(job("pending"), fallback=True),
+        None,
+        "capacity_wait",
+        True,
+        "preemption: 2, capacity wait: 1",
+        ON_DEMAND_ADVICE,
+    ),
     (
         "paused, no slack",
         state(done=2, pausing="spike"),
@@ -221,13 +241,15 @@ MAX_ATTEMPTS_CASES = [
         AFTER,
         "paused",
         False,
+        "preemption: 2, paused: 1",
+        ON_DEMAND_ADVICE,
     ),
-    ("resume", state(market="", done=3), PriceBack(ON_SPOT), None, None, False),
+    ("resume", state(market="", done=3), PriceBack(ON_SPOT), None, None, False, "preemption: 3", SPOT_ADVICE),
 ]
 
 
 @pytest.mark.parametrize(
-    ("before", "event", "latest_resume", "record_cause", "stop_first"),
+    ("before", "event", "latest_resume", "record_cause", "stop_first", "causes", "advice"),
     [case[1:] for case in MAX_ATTEMPTS_CASES],
     ids=[case[0] for case in MAX_ATTEMPTS_CASES],
 )
@@ -237,15 +259,44 @@ def test_max_attempts_reached_fails_after_recording_the_last(
     latest_resume: datetime | None,
     record_cause: str | None,
     stop_first: bool,
+    causes: str,
+    advice: str,
 ) -> None:
     step = next_step(before, event, NOW, max_attempts=3, latest_resume=latest_resume)
     assert step == Fail(
-        "training was interrupted 3 times, max_attempts=3 reached: "
-        "raise max_attempts or start it on on-demand",
+        f"training was interrupted 3 times ({causes}), max_attempts=3 reached: {advice}",
         record_cause=record_cause,
         stop_first=stop_first,
     )
     assert not step.retry
+
+
+def test_a_store_error_twice_in_a_row_fails_instead_of_buying_more_attempts() -> None:
+    once = next_step(
+        state(), JobEnded(job("interrupted", exit_code=74)), NOW, max_attempts=10, latest_resume=None
+    )
+    assert once == Submit("spot", "store_error", record_cause="store_error")  # one may be a passing outage
+
+    before = state(done=1)
+    before = replace(before, attempts=(replace(before.attempts[0], cause="store_error"),))
+    reason = "costaware-run: could not write /m/_staging/x/attempt-2/output: [Errno 20] Not a directory"
+    step = next_step(
+        before,
+        JobEnded(job("interrupted", exit_code=74, reason=reason)),
+        NOW,
+        max_attempts=10,
+        latest_resume=None,
+    )
+    assert isinstance(step, Fail) and step.record_cause == "store_error" and step.job_id == "j-a1"
+    assert not step.retry  # a setting to fix: an Airflow retry would buy the same failures
+    assert reason in step.message
+    assert f"model_store {PLAN.model_store!r}" in step.message and PLAN.checkpoint_uri in step.message
+
+    # A store error after a preemption is the first in a row: resubmitted.
+    after_preemption = next_step(
+        state(done=1), JobEnded(job("interrupted", exit_code=74)), NOW, max_attempts=10, latest_resume=None
+    )
+    assert isinstance(after_preemption, Submit)
 
 
 def test_the_last_allowed_attempt_is_still_submitted() -> None:

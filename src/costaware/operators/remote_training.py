@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from costaware.adapters.compute.base import require_usable_locations
 from costaware.adapters.compute.job_contract import DEFAULT_GRACE_SECONDS
 from costaware.core.budgets import Scope
 from costaware.core.errors import ConfigurationError
@@ -19,6 +20,7 @@ from costaware.glue import DEFAULT_AWS_CONN_ID, airflow_errors, run_identity, ru
 from costaware.operators.remote_attempts import RemoteAttemptSteps
 from costaware.operators.remote_command import check_job_kind
 from costaware.operators.remote_training_args import RemotePlanArguments
+from costaware.operators.templating import is_literal
 from costaware.operators.training_args import TRAINING_TEMPLATE_FIELDS, BuiltInTrainingArguments
 
 if TYPE_CHECKING:
@@ -303,6 +305,16 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
             carbon_usd_per_tonne=carbon_usd_per_tonne,
             carbon=carbon,
         )
+        # A store typed wrong fails as the DAG is parsed; its folders are checked on the worker, at the start.
+        stores = {"model_store": model_store, "checkpoint_store": checkpoint_store, "spec_uri": spec_uri}
+        written = {name: str(value) for name, value in stores.items() if value and is_literal(value)}
+        require_usable_locations(
+            str(backend),
+            on_this_machine=False,
+            model_store=written.get("model_store"),
+            checkpoint_store=written.get("checkpoint_store"),
+            spec_uri=written.get("spec_uri"),
+        )
         self.max_attempts = max_attempts
         self.poll_interval = poll_interval
         self.spec_uri = spec_uri
@@ -367,8 +379,10 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         # A command has no spec: the contract's variables say it all.
         spec_uri = "" if command else str(blank(self.spec_uri) or f"{ckpt_store}/_jobs/{key}/spec.json")
         result_uri = spec_uri.rsplit("/", 1)[0] + "/result.json" if spec_uri else ""
-        require_s3(
-            args.backend, checkpoint_store=ckpt_store, model_store=str(self.model_store), spec_uri=spec_uri
+        model_store = str(self.model_store)
+        require_s3(args.backend, checkpoint_store=ckpt_store, model_store=model_store, spec_uri=spec_uri)
+        require_usable_locations(
+            args.backend, checkpoint_store=ckpt_store, model_store=model_store, spec_uri=spec_uri
         )
         opts = self._storage_options()
         job_opts = spec_storage_options(opts)

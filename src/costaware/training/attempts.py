@@ -8,6 +8,7 @@ ended attempt in the ledger, submit, read the result, raise). No Airflow, no SDK
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -314,13 +315,40 @@ def _within_attempts(state: AttemptState, step: Submit | Resume, max_attempts: i
     attempt = state.next_attempt + (1 if step.record_cause else 0)
     if attempt <= max_attempts:
         return step
+    causes = Counter(a.cause for a in state.attempts)
+    if step.record_cause:
+        causes[step.record_cause] += 1
+    counted = ", ".join(f"{cause.replace('_', ' ')}: {n}" for cause, n in causes.most_common())
+    # On-demand already: starting it there would change nothing.
+    advice = (
+        "raise max_attempts" if step.market == "on_demand" else "raise max_attempts or start it on on-demand"
+    )
     return Fail(
         message=(
-            f"training was interrupted {attempt - 1} times, max_attempts={max_attempts} reached: "
-            "raise max_attempts or start it on on-demand"
+            f"training was interrupted {attempt - 1} times ({counted}), max_attempts={max_attempts} "
+            f"reached: {advice}"
         ),
         record_cause=step.record_cause,
         stop_first=step.stop_first,
+    )
+
+
+def _store_unreachable_again(state: AttemptState, job: Mapping[str, Any]) -> Fail:
+    """The second attempt in a row that could not reach a store: a setting to fix, not bad luck.
+
+    Each attempt is a billed job; a store that refused two in a row (a missing bucket or folder, a role
+    that may not write it) refuses the next ones too, so they are not bought.
+    """
+    plan = state.plan
+    return Fail(
+        message=(
+            f"training job {job['job_id']} could not reach a store, the second attempt in a row to fail so "
+            f"({job.get('reason') or 'no reason given'}): check that model_store {plan.model_store!r} and "
+            f"the checkpoint location {plan.checkpoint_uri!r} can be created and written by the job (its "
+            "role or service account on a cloud backend), then clear the task; nothing was registered"
+        ),
+        job_id=str(job["job_id"]),
+        record_cause="store_error",
     )
 
 
@@ -382,6 +410,8 @@ def next_step(
         return Finish(record_cause=cause)
     if ended == "failed":
         return _failure(state, job, cause)
+    if cause == "store_error" and state.attempts and state.attempts[-1].cause == "store_error":
+        return _store_unreachable_again(state, job)
     market = next_market(previous=str(job["market"]), now=now, latest_start=state.latest_start)
     return _within_attempts(
         state, Submit(market=market, cause_of_previous=cause, record_cause=cause), max_attempts

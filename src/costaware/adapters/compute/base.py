@@ -299,6 +299,73 @@ def require_s3(backend: str, **uris: str | None) -> None:
             )
 
 
+#: The locations of :func:`require_usable_locations` that name a file, not a folder: their folder is checked.
+FILE_LOCATIONS = frozenset({"spec_uri"})
+
+
+def require_usable_locations(backend: str, *, on_this_machine: bool = True, **uris: str | None) -> None:
+    """Refuse, before any job is bought, a store location no job of ``backend`` could write.
+
+    A location must be ``s3://bucket/prefix``, ``file:///path`` or an absolute local path (what the job's
+    launcher reads and writes; a relative path would resolve against whatever folder the worker runs in).
+    On the ``local`` backend the job runs on this machine, so a local folder's nearest existing parent must
+    be a folder this process may write. Without this, a job that cannot write its outputs fails only after
+    it trained, and is billed for it.
+
+    Args:
+        backend: The backend name.
+        on_this_machine: Check local folders on this machine's disk (False when a DAG is parsed: the
+            worker that runs the task may be another machine).
+        **uris: The locations by the argument name a user sets; empty ones are not checked.
+
+    Raises:
+        ConfigurationError: the first unusable location, named with its argument and what to do.
+    """
+    import os
+    from pathlib import Path
+    from urllib.parse import urlparse
+
+    for what, uri in uris.items():
+        if not uri:
+            continue
+        text = str(uri).strip()
+        parsed = urlparse(text)
+        if parsed.scheme == "s3":
+            if not parsed.netloc:
+                raise ConfigurationError(f"{what} {text!r} names no bucket: use s3://bucket/prefix")
+            continue
+        if "://" in text and parsed.scheme != "file":
+            raise ConfigurationError(
+                f"{what} {text!r} is not a location a training job can use: give a local folder (an "
+                "absolute path), file:///path or s3://bucket/prefix"
+            )
+        if parsed.scheme == "file" and parsed.netloc not in ("", "localhost"):
+            raise ConfigurationError(
+                f"{what} {text!r} names the host {parsed.netloc!r}: a file URI takes three slashes, "
+                f"file:///{parsed.netloc}{parsed.path} for an absolute path"
+            )
+        path = Path(parsed.path if parsed.scheme == "file" else text)
+        if not path.is_absolute():
+            raise ConfigurationError(
+                f"{what} {text!r} is a relative path: it would resolve against the folder the worker "
+                f"happens to run in; give an absolute path such as {str(Path.cwd() / path)!r}"
+            )
+        if backend != "local" or not on_this_machine:
+            continue  # require_s3 names what a remote job needs
+        folder = path.parent if what in FILE_LOCATIONS else path
+        existing = next(p for p in (folder, *folder.parents) if p.exists())
+        if not existing.is_dir():
+            raise ConfigurationError(
+                f"{what} {text!r} cannot be created: {str(existing)!r} is a file, not a folder; give a "
+                "folder path"
+            )
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise ConfigurationError(
+                f"{what} {text!r} cannot be written: this worker may not write {str(existing)!r}; give a "
+                "folder it may write, or change the folder's permissions"
+            )
+
+
 def require_object_store(request: JobRequest, backend: str) -> None:
     """:func:`require_s3` over the spec, checkpoint, model store and staging locations of a request."""
     require_s3(
