@@ -41,7 +41,7 @@ from typing import Any
 
 import pendulum
 from airflow.sdk import Param, dag, get_current_context, task
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from airflow.sdk.exceptions import AirflowFailException
 
 from costaware.operators.remote_training import RemoteTrainingOperator
 from costaware.params import bounded_param, remote_backend_params, spot_tuning_params, tag_param
@@ -74,15 +74,18 @@ def prepared(name: str) -> str:
 
 
 def upstream_result(ti: Any, task_id: str, key: str) -> Any:
-    """What ``task_id`` pushed under ``key``; a task that runs "all_done" skips when that task did not finish.
+    """What ``task_id`` pushed under ``key``; a task that runs "all_done" fails when that task did not finish.
 
     ``select`` and ``best`` run whatever their trials did, but without the study (``plan`` refused the
-    settings, the caps, the instance type) or the selection there is nothing to rank: they skip, and the
-    run's failure is the refusing task's message alone.
+    settings, the caps, the instance type) or the selection there is nothing to rank. They fail, without a
+    retry, pointing at that task: a skip here would end the run "successful" (Airflow judges a run by its
+    last tasks), and a scheduled study that never ran must alert.
     """
     value = ti.xcom_pull(task_ids=task_id, key=key)
     if value is None:
-        raise AirflowSkipException(f"{task_id!r} did not finish: nothing to do here (its log says why)")
+        raise AirflowFailException(
+            f"{task_id!r} did not finish: nothing to rank, so this run fails with it (its log says why)"
+        )
     return value
 
 

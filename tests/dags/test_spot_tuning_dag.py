@@ -52,10 +52,11 @@ def test_spot_tuning_parses_fast_with_its_tasks_and_the_seed_s_plan() -> None:
     assert dag.params.get_param("max_trials").schema["type"] == "integer"
 
 
-def test_select_and_best_skip_with_a_note_when_the_plan_did_not_finish() -> None:
+def test_select_and_best_fail_naming_the_plan_when_it_did_not_finish() -> None:
     # They run "all_done" (a failed trial must not stop the study); when `plan` refused the settings there is
-    # no study to rank: a skip naming `plan`, not a TypeError on None.
-    from airflow.sdk.exceptions import AirflowSkipException
+    # no study to rank: a failure naming `plan`, not a TypeError on None, and not a skip, which would end the
+    # run "successful" (its last tasks skipped) and never alert a scheduled study.
+    from airflow.sdk.exceptions import AirflowFailException
 
     upstream_result = runpy.run_path(str(DAG_FILE))["upstream_result"]
 
@@ -66,7 +67,7 @@ def test_select_and_best_skip_with_a_note_when_the_plan_did_not_finish() -> None
         def xcom_pull(self, *, task_ids: str, key: str) -> Any:
             return self.values.get((task_ids, key))
 
-    with pytest.raises(AirflowSkipException, match=r"'plan' did not finish: nothing to do here"):
+    with pytest.raises(AirflowFailException, match=r"'plan' did not finish: nothing to rank, so this run"):
         upstream_result(Pushed({}), "plan", "study")
     assert upstream_result(Pushed({("plan", "study"): {"study": "s"}}), "plan", "study") == {"study": "s"}
 

@@ -154,17 +154,28 @@ def test_plan_trials_and_summary_record_every_trial_in_the_ledger(env: Ledger) -
         _run_slot(6)
 
 
-def test_the_study_stops_cleanly_when_the_next_trial_cannot_be_reserved(env: Ledger) -> None:
+def test_the_study_stops_cleanly_when_the_next_trial_cannot_be_reserved(
+    env: Ledger, capsys: pytest.CaptureFixture[str]
+) -> None:
     plan = _plan(max_usd="0.04", fallback_trial_seconds=5)  # a trial reserves 5 + 2 s at $36/h = $0.07
     plan.execute({"ti": _ti(plan)})
     with pytest.raises(AirflowSkipException, match=r"stopped \(budget\): budget 'project=churn,study=s1/"):
         _run_slot(0)
-    with pytest.raises(AirflowSkipException, match=r"needs an estimated \$0\.07"):
+    with pytest.raises(AirflowSkipException, match=r"needs an estimated \$0\.07") as stopped:
         _run_slot(1)  # the stop is sticky: later slots do not try again
+    # The study's own budget comes from max_usd: that is the setting to change, not `costaware budget set`.
+    said = str(stopped.value)
+    assert "the study's budget is its max_usd ($0.04): give a later study a larger max_usd" in said
+    assert "costaware budget set" not in said
     study = optuna.load_study(study_name="s1", storage=env.engine.url.render_as_string(hide_password=False))
     assert study.get_trials() == []  # no trial was asked, nothing reserved
     assert env.open_reservations() == []
     assert study.user_attrs["costaware_stop"]["reason"] == "budget"
+    summary_op = TuningStudySummarizeOperator(task_id="summarize", study_name="s1", trial_task_id="trial")
+    summary_op.execute({"ti": _ti(summary_op)})
+    (line,) = [m for m in capsys.readouterr().out.splitlines() if "study s1: " in m and "; best " in m]
+    assert "study s1: no trial ran; best none; spent $0 of $0.04; per trial n/a, " in line
+    assert "per successful trial n/a; stop: budget" in line
 
 
 def test_trainer_errors_fail_the_trial_and_are_retried_by_airflow(env: Ledger) -> None:
@@ -250,7 +261,9 @@ def test_bad_study_settings_fail_without_writing(env: Ledger, kwargs: dict, mess
 
 def test_trials_of_a_missing_study_fail_with_a_hint(env: Ledger) -> None:
     with pytest.raises(
-        AirflowFailException, match="no tuning study named 's1' in the study storage: run the plan"
+        AirflowFailException,
+        match=r"no tuning study named 's1' in the study storage: the plan task \(TuningStudyCreateOperator\) "
+        "creates it, so it has not run or it failed",
     ):
         _run_slot(0)
 

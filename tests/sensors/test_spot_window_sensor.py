@@ -541,6 +541,18 @@ def test_a_deadline_in_the_past_is_said_out_loud(
     assert "is already past" in out and "give a later deadline" in out and "the deadline argument" in out
 
 
+def test_a_price_file_that_is_not_there_fails_even_when_the_deadline_decides_at_once(
+    tmp_path: Path, ledger_env: Ledger
+) -> None:
+    # A past deadline decides on-demand without reading the prices: a typo in their path must still fail,
+    # not pass in silence and fail (or not) on the next run.
+    missing = tmp_path / "nope" / "prices.json"
+    sensor = make_sensor(prices=str(missing), deadline=(now() - timedelta(hours=1)).isoformat())
+    with pytest.raises(AirflowFailException, match=rf"prices {re.escape(repr(str(missing)))} is not a file"):
+        sensor.execute(context())
+    assert ledger_env.entries(dag_id="spot_window_test") == []
+
+
 @pytest.mark.parametrize(
     ("zones", "message"),
     [

@@ -273,6 +273,10 @@ class CapStanding(Protocol):
     def reserved_gpu_hours(self) -> Decimal: ...
 
 
+#: What a refusal tells a person to do; a caller whose budget is set another way says that instead.
+RAISE_THE_CAP = "raise the cap with `costaware budget set` or lower the estimate"
+
+
 def check_cap(usage: CapStanding, amount: Decimal, gpu_hours: Decimal, purpose: str) -> None:
     """Refuse ``amount`` USD (and ``gpu_hours``) for ``purpose`` when they would pass the budget's caps.
 
@@ -287,7 +291,7 @@ def check_cap(usage: CapStanding, amount: Decimal, gpu_hours: Decimal, purpose: 
         left = format_usd_exact(max(usage.left_usd, Decimal(0)))
         cap, spent = format_usd_exact(usage.cap_usd), format_usd_exact(usage.spent_usd)
         reserved, need = format_usd_exact(usage.reserved_usd), format_usd_exact(amount)
-        todo = "raise the cap with `costaware budget set` or lower the estimate"
+        todo = RAISE_THE_CAP
         raise BudgetExceededError(
             f"budget '{name}' has {left} left (cap {cap}, spent {spent}, reserved {reserved}); "
             f"{purpose} needs an estimated {need}: {todo}",

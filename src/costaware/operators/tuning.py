@@ -347,19 +347,28 @@ class TuningStudySummarizeOperator(_StudyOperator):
                 self.study_storage(), self.hook.get_conn(), str(self.study_name), holder_prefix=prefix
             )
         best = summary["best"]
+        ran = sum(summary["states"].values())
+
+        def per(usd: str | None) -> str:
+            return "n/a" if usd is None else f"${usd}"
+
         self.log.info(
-            "study %s: %s; best %s; spent $%s of $%s; per trial $%s, per successful trial $%s; stop: %s",
+            "study %s: %s; best %s; spent $%s of $%s; per trial %s, per successful trial %s; stop: %s",
             summary["study_name"],
-            ", ".join(f"{n} {s}" for s, n in sorted(summary["states"].items())),
+            ", ".join(f"{n} {s}" for s, n in sorted(summary["states"].items())) or "no trial ran",
             "none"
             if best is None
             else f"#{best['number']} = {best['value']:.4f} (ranked by {best['score']:.4f}: the value less "
             f"its fall from its best rung) {best['params']}",
             summary["spent_usd"],
             summary["cap_usd"],
-            summary["cost_per_trial_usd"],
-            summary["cost_per_successful_trial_usd"],
-            summary["stop"]["message"] if summary["stop"] else "no stop rule fired",
+            per(summary["cost_per_trial_usd"]),
+            per(summary["cost_per_successful_trial_usd"]),
+            summary["stop"]["message"]
+            if summary["stop"]
+            else f"max_trials reached ({ran} of {summary['max_trials']} trials ran)"
+            if ran >= summary["max_trials"]
+            else "no stop rule fired",
         )
         for row in summary["trials"]:
             self.log.info(

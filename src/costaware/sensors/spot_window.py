@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
@@ -214,6 +215,13 @@ class SpotWindowSensor(BaseSensorOperator):
 
     def _plan(self, context: Context, now: datetime, *, forecast: bool = True) -> dict[str, Any]:
         """Everything the decision needs, as JSON primitives (they also become the trigger's kwargs)."""
+        prices = str(self.prices or LIVE)
+        if prices != LIVE and "://" not in prices and not Path(prices).is_file():
+            # Checked here because a run that decides at once (a past deadline) never reads the file.
+            raise ConfigurationError(
+                f"prices {prices!r} is not a file: give the path of a recorded spot price file (JSON or "
+                f"CSV), or {LIVE!r} for EC2's spot price history through aws_conn_id"
+            )
         runtime = parse_decimal(self.expected_runtime_hours, name="expected_runtime_hours", positive=True)
         deadline_value = (
             self.deadline if self.deadline not in (None, "", "None") else context.get("data_interval_end")

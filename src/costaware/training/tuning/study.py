@@ -92,8 +92,8 @@ def load_study(storage_url: str, study_name: str, slot: int = 0) -> tuple[optuna
         study_id = storage.get_study_id_from_name(study_name)
     except KeyError as e:
         raise ConfigurationError(
-            f"no tuning study named {study_name!r} in the study storage: run the plan task "
-            "(TuningStudyCreateOperator) first"
+            f"no tuning study named {study_name!r} in the study storage: the plan task "
+            "(TuningStudyCreateOperator) creates it, so it has not run or it failed (its log says why)"
         ) from e
     raw = storage.get_study_user_attrs(study_id).get(SPEC_ATTR)
     if raw is None:
@@ -240,6 +240,7 @@ def summarize_study(
         "stop": stopped,
         "spent_usd": str(costs.total_usd),
         "cap_usd": str(spec.caps.max_usd),
+        "max_trials": spec.caps.max_trials,
         "reserved_usd": None if usage is None else str(usage.reserved_usd),
         "cost_per_trial_usd": None if costs.per_trial_usd is None else str(costs.per_trial_usd),
         "cost_per_successful_trial_usd": None

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 
+from costaware.core.budgets import RAISE_THE_CAP
 from costaware.core.errors import BudgetExceededError
 from costaware.core.ledger import utcnow
 from costaware.core.money import format_usd
@@ -213,7 +214,15 @@ def _reserve_trial(
     except BudgetExceededError as e:
         if s.resumed is not None:
             finish_failed(s.study, s.resumed, "no budget left to resume it")
-        return _stop(s.study, StopReason.BUDGET, str(e))
+        message = str(e)
+        # The study's own budget (named "<scope>/<period> (...)"), set by the plan from max_usd.
+        if e.scope.startswith(f"{spec.budget_scope}/"):
+            message = message.replace(
+                RAISE_THE_CAP,
+                f"the study's budget is its max_usd ({format_usd(spec.caps.max_usd)}): give a later study a "
+                "larger max_usd",
+            )
+        return _stop(s.study, StopReason.BUDGET, message)
     s.reserved_at = s.meter()
     return reservation, estimate
 
