@@ -170,6 +170,21 @@ def test_zones_that_are_no_list_are_refused_by_name() -> None:
         ({"availability_zones": "US-WEST-2A"}, "AWS zone names are lower case, write 'us-west-2a'"),
         ({"availability_zones": 5}, "availability_zones must be a list of names, got int 5"),
         ({"allowed_regions": 5}, "allowed_regions must be a list of names, got int 5"),
+        (
+            {"availability_zones": ["us-east-1a", "us-eats-1b"]},
+            "availability_zones 'us-eats-1b' is in no AWS region ('us-eats-1' is not one); did you mean "
+            "us-east-1b",
+        ),
+        (
+            {"allowed_regions": ["us-east-1", "eu-wset-1"]},
+            "'eu-wset-1' is not an AWS region; did you mean eu-west-1",
+        ),
+        (
+            {"allowed_regions": ["us-west-2a"]},
+            "allowed_regions 'us-west-2a' is a zone: allowed_regions takes regions, e.g. 'us-west-2'",
+        ),
+        ({"allowed_regions": "us-west-2,"}, "has an empty name: list names like 'us-west-2'"),
+        ({"zones": ["us-west-2a"]}, "RemoteTrainingOperator takes availability_zones=[...], not zones"),
         ({"restart_guard": "maybe"}, "restart_guard must be true or false, got 'maybe'"),
         (
             {"restart_overhead_minutes": "5"},
@@ -214,9 +229,19 @@ def test_arguments_airflow_resolves_at_run_time_are_not_checked_at_parse(tmp_pat
     assert op.task_id == "train"
 
 
+def test_a_region_typo_in_a_template_fails_before_any_job(tmp_path: Path) -> None:
+    op = operator(tmp_path, allowed_regions="{{ params.region }}")  # not checked until rendered
+    op.allowed_regions = "us-east1"  # as the template renders it
+    with pytest.raises(
+        AirflowFailException, match=re.escape("'us-east1' is not an AWS region; did you mean")
+    ):
+        drive(op, context_for())
+    assert not (tmp_path / "jobs").exists()
+
+
 def test_kubernetes_zone_labels_are_any_label_value(tmp_path: Path) -> None:
     # Only the backends that place by AWS zone refuse a region or an upper-case AWS zone name.
-    labels = "us-south-1,DC-East-1a"
+    labels = "us-south-1,DC-East-1a,us-eats-1b"  # a label need not name an AWS region
     assert operator(tmp_path, backend="kubernetes", availability_zones=labels).availability_zones == labels
     with pytest.raises(
         ConfigurationError,

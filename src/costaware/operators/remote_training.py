@@ -232,6 +232,11 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         carbon: str | None = None,
         **kwargs: Any,
     ) -> None:
+        if "zones" in kwargs:  # the sensor's name for them; Airflow's own error would not say which to use
+            raise ConfigurationError(
+                f"{type(self).__name__} takes availability_zones=[...], not zones (got "
+                f"zones={kwargs['zones']!r})"
+            )
         super().__init__(**kwargs)
         if not isinstance(max_attempts, int) or max_attempts < 1:
             raise ConfigurationError(f"max_attempts must be an integer >= 1, got {max_attempts!r}")

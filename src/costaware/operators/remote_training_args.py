@@ -76,8 +76,47 @@ def parse_names(value: Any, *, name: str) -> tuple[str, ...]:
         raise ConfigurationError(f"{name} must be a list of names, got {type(value).__name__} {value!r}")
     names = tuple(dict.fromkeys(str(item).strip() for item in items))
     if not all(names):
-        raise ConfigurationError(f"{name} {value!r} has an empty name: list names like 'us-west-2a'")
+        example = "'us-west-2'" if name == "allowed_regions" else "'us-west-2a'"
+        raise ConfigurationError(f"{name} {value!r} has an empty name: list names like {example}")
     return names
+
+
+def check_aws_places(zones: Sequence[str], allowed_regions: Sequence[str]) -> None:
+    """Each AWS zone lies in a region AWS has, and each allowed region is one (with the closest names).
+
+    For backends that place by AWS zone (not Kubernetes, whose zones are labels). A typo here would
+    otherwise fail later as a missing transfer price, naming neither the argument nor the value typed.
+
+    Raises:
+        ConfigurationError: a zone of an unknown region, a region name that is not one (or is a zone).
+    """
+    import difflib
+
+    from costaware.adapters.price_files import bundled_catalog
+    from costaware.core.zone_choice import region_of
+
+    if not zones and not allowed_regions:
+        return
+    known = bundled_catalog().regions
+    for zone in zones:
+        region = region_of(zone, "")
+        if region and region not in known:
+            close = difflib.get_close_matches(region, known, n=3, cutoff=0.6)
+            hint = f"; did you mean {', '.join(c + zone[len(region) :] for c in close)}?" if close else ""
+            raise ConfigurationError(
+                f"availability_zones {zone!r} is in no AWS region ({region!r} is not one){hint}"
+            )
+    for region in allowed_regions:
+        if region in known:
+            continue
+        if region_of(region, "") in known:
+            raise ConfigurationError(
+                f"allowed_regions {region!r} is a zone: allowed_regions takes regions, e.g. "
+                f"{region_of(region, '')!r} (the zones to use go in availability_zones)"
+            )
+        close = difflib.get_close_matches(region, known, n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(close)}?" if close else ": list regions such as 'us-east-1'"
+        raise ConfigurationError(f"allowed_regions {region!r} is not an AWS region{hint}")
 
 
 def parse_zones(value: Any, *, check: Callable[[str], str] = check_aws_zone) -> tuple[str, ...]:
@@ -212,11 +251,16 @@ class RemotePlanArguments:
         self.history_days = history_days
         # Templated, so checked again after rendering; a value written out is checked now, when the DAG is
         # parsed, instead of failing the task after the spend gate reserved its money.
+        zones: tuple[str, ...] = ()
         if is_literal(availability_zones):
             # As the backend checks its zones; a backend known only after rendering: any zone label for now.
-            parse_zones(availability_zones, check=zone_check(backend) if is_literal(backend) else check_zone)
-        if is_literal(allowed_regions):
-            parse_names(allowed_regions, name="allowed_regions")
+            zones = parse_zones(
+                availability_zones, check=zone_check(backend) if is_literal(backend) else check_zone
+            )
+        regions = parse_names(allowed_regions, name="allowed_regions") if is_literal(allowed_regions) else ()
+        # AWS zones and regions against the regions AWS has; Kubernetes zones are labels of its own.
+        aws_zones = is_literal(backend) and str(backend) != "kubernetes"
+        check_aws_places(zones if aws_zones else (), regions)
         if is_literal(restart_guard):
             as_bool(restart_guard, "restart_guard")
         self.availability_zones = availability_zones
@@ -246,6 +290,9 @@ class RemotePlanArguments:
         """The rendered arguments as one value (call after Airflow rendered the templates)."""
         from costaware.training.plan import PlanArguments
 
+        zones = parse_names(self.availability_zones, name="availability_zones")
+        regions = parse_names(self.allowed_regions, name="allowed_regions")
+        check_aws_places(zones if str(self.backend) != "kubernetes" else (), regions)
         return PlanArguments(
             backend=str(self.backend),
             backend_options=parse_mapping(self.backend_options, name="backend_options"),
@@ -267,8 +314,8 @@ class RemotePlanArguments:
             priority=self.priority,
             restart_overhead_minutes=self.restart_overhead_minutes,
             history_days=self.history_days,
-            availability_zones=parse_names(self.availability_zones, name="availability_zones"),
-            allowed_regions=parse_names(self.allowed_regions, name="allowed_regions"),
+            availability_zones=zones,
+            allowed_regions=regions,
             restart_guard=as_bool(self.restart_guard, "restart_guard"),
             # Checked here, after rendering: a bad objective fails the task whether or not it pauses.
             objective=Objective.parse(self.objective, self.carbon_usd_per_tonne).name,
