@@ -180,6 +180,16 @@ def test_availability_start_places_the_zone_traces_as_it_places_one_trace(
             ["--availability-start", "2021-03-08T00:00:00Z"],
             "--availability-start needs --availability or --zones",
         ),
+        (
+            ["--zones", "us-east-1a=A", "--availability", "B"],
+            "--availability with --zones ZONE=TRACE: each zone has its trace already",
+        ),
+        (["--zones", "us-east-1=A"], "availability zone 'us-east-1' is a region, not a zone: list its zones"),
+        (["--zones", "US-EAST-1A=A"], "AWS zone names are lower case, write 'us-east-1a'"),
+        (
+            ["--zones", "us-east-1a=A", "--availability-start", "2021-03-08"],
+            "has no time zone; add one, e.g. 2021-03-08T00:00:00Z for UTC",
+        ),
     ],
 )
 def test_bad_zone_inputs_name_the_value(
@@ -210,3 +220,30 @@ def test_a_job_past_each_zones_price_history_is_named_per_zone(
     err = capsys.readouterr().err
     for zone in ("us-east-1a", "us-east-1b"):
         assert f"note: 1 job(s) of p3.2xlarge in {zone} (nightly first) have deadlines more than 30" in err
+
+
+def test_a_jobs_file_with_zones_unquoted_is_refused_and_quoted_commas_list_zones(
+    tmp_path: Path, files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    prices = price_file(tmp_path, "csv")
+    zoned = [f"--availability-start={datetime(2021, 3, 8, tzinfo=timezone.utc).isoformat()}"]
+    row = "nightly,p3.2xlarge,us-east-1,2021-03-09T00:00:00Z,3,6,30,10"
+    unquoted = tmp_path / "unquoted.csv"
+    unquoted.write_text(f"{HEADER},zones\n{row},us-east-1a,us-east-1b\n")
+    code = main(["simulate", "--prices", str(prices), "--jobs", str(unquoted)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "line 2 has 1 more field(s) than the header ('us-east-1b'): quote a value" in err
+
+    # Quoted, "a,b" lists the zones as "a|b" does (the operator's availability_zones takes "a,b" too).
+    costs = {}
+    for name, cell in (("bar", "us-east-1a|us-east-1b"), ("comma", '"us-east-1a, us-east-1b"')):
+        jobs = tmp_path / f"{name}.csv"
+        jobs.write_text(f"{HEADER},zones\n{row},{cell}\n")
+        costs[name] = run(
+            capsys,
+            "--prices", str(prices), "--jobs", str(jobs),
+            "--zones", f"us-east-1a={files['a']},us-east-1b={files['b']}",
+            *zoned,
+        )  # fmt: skip
+    assert costs["bar"] == costs["comma"]

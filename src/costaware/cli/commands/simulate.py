@@ -54,7 +54,15 @@ def read_jobs(path: str | Path) -> list[Job]:
         if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
             raise ConfigurationError(f"jobs file {str(path)!r} must hold a list of job objects")
     else:
-        rows = list(csv.DictReader(io.StringIO(text.lstrip("\ufeff"))))
+        reader = csv.DictReader(io.StringIO(text.lstrip("\ufeff")))
+        rows = list(reader)
+        for number, row in enumerate(rows, start=2):
+            if None in row:  # csv's key for the fields past the header's: they would be dropped in silence
+                raise ConfigurationError(
+                    f"jobs file {str(path)!r} line {number} has {len(row[None])} more field(s) than the "
+                    f"header ({', '.join(map(repr, row[None]))}): quote a value that holds commas, and "
+                    "separate a job's zones with '|' (us-east-1a|us-east-1b)"
+                )
     return [Job.from_mapping(row) for row in rows]
 
 
@@ -232,8 +240,9 @@ def availability_start(value: str | None) -> datetime | None:
             f"--availability-start {value!r} is not an ISO time; write e.g. 2022-10-26T00:00:00Z"
         ) from e
     if start.tzinfo is None:
+        written = value.strip() if "T" in value else f"{value.strip()}T00:00:00"  # a date alone takes no zone
         raise ConfigurationError(
-            f"--availability-start {value!r} has no time zone; add one, e.g. {value.strip()}Z for UTC"
+            f"--availability-start {value!r} has no time zone; add one, e.g. {written}Z for UTC"
         )
     return start
 
@@ -256,6 +265,8 @@ def zone_files(values: Sequence[str], traces: Sequence[str] = ()) -> dict[str, s
         ConfigurationError: an item without ``=`` (and no traces), a zone given twice, or as many traces as
             zones not given.
     """
+    from costaware.adapters.compute.base import check_aws_zone
+
     found: dict[str, str] = {}
     items = [item for value in values for item in value.split(",")]
     if traces:
@@ -279,6 +290,7 @@ def zone_files(values: Sequence[str], traces: Sequence[str] = ()) -> dict[str, s
             )
         if zone.strip() in found:
             raise ConfigurationError(f"--zones names zone {zone.strip()!r} twice")
+        check_aws_zone(zone.strip())  # a region or an upper-case name: said as such, not "no prices"
         found[zone.strip()] = path.strip()
     return found
 
@@ -333,6 +345,12 @@ def replay(args: argparse.Namespace) -> int:
         every = tuple(zone_files(args.zones, zone_availability(args)))
         jobs = [j if j.zones or j.availability_zone else dataclasses.replace(j, zones=every) for j in jobs]
     traces = list(args.availability or [])
+    if args.zones and traces and not zone_availability(args):
+        raise ConfigurationError(
+            "--availability with --zones ZONE=TRACE: each zone has its trace already, so the --availability "
+            "trace would be ignored; drop it, or name zones only in --zones (ZONE,ZONE) and give one "
+            "--availability trace per zone"
+        )
     if zone_availability(args):
         if args.by_trace:
             raise ConfigurationError(

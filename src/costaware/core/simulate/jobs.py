@@ -117,11 +117,13 @@ class Job:
         zone = str(row.get("availability_zone") or "").strip() or None
         priority = str(row.get("priority") or "").strip() or "normal"
         raw_zones = row.get("zones") or ()
-        zones = tuple(
-            z.strip()
-            for z in (raw_zones.split("|") if isinstance(raw_zones, str) else map(str, raw_zones))  # type: ignore[call-overload]
-            if z.strip()
+        # "a|b" in a CSV cell; "a,b" too, in a quoted cell or JSON text (the operator's own spelling).
+        listed = (
+            raw_zones.replace(",", "|").split("|")
+            if isinstance(raw_zones, str)
+            else list(map(str, raw_zones))  # type: ignore[call-overload]
         )
+        zones = tuple(z.strip() for z in listed if z.strip())
         from costaware.core.spot_window import PRIORITIES
 
         if priority.lower().replace("-", "_") not in PRIORITIES:
