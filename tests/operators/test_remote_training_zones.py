@@ -291,3 +291,17 @@ def test_zones_in_another_region_without_allowed_regions_are_named_in_a_warning(
     assert "the transfer price of the data's 123,456,789 bytes" in text
     assert "outside region" not in warned(("us-east-1a",), 0, ("us-east-1",))  # allowed on purpose
     assert "outside region" not in warned(("us-west-2a", "rack-1"), 0, ())  # a label: the plan's region
+
+
+def test_a_first_attempt_has_no_checkpoints_to_size_and_says_nothing_of_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    op = operator(tmp_path)
+    capsys.readouterr()
+    for missing in (tmp_path / "ckpt" / "d" / "t" / "r" / "-1", f"file://{tmp_path / 'nothing'}"):
+        assert op._checkpoint_bytes(str(missing)) == 0
+    out = capsys.readouterr()
+    assert "cannot size" not in out.out + out.err  # no checkpoint yet is normal, not a warning
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "state.ckpt").write_bytes(b"x" * 10)
+    assert op._checkpoint_bytes(str(tmp_path / "kept")) == 10

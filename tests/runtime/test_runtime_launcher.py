@@ -356,9 +356,27 @@ def test_unset_folders_are_made_for_the_job(make_job: MakeJob, tmp_path: Path) -
     made = seen(job, 1)
     assert Path(str(made["COSTAWARE_CHECKPOINT_DIR"])).parent == scratch
     assert json.loads(job.result.read_text())["files"] == 2
-    # The checkpoint and metrics folders served this attempt only: gone at exit; the model's folder stays.
+    # The checkpoint and metrics folders served this attempt only: gone at exit; so is the model's folder,
+    # once its files are uploaded to COSTAWARE_OUTPUT_URI (a model can be gigabytes of the temp folder).
     assert "(removed at exit)" in done.stderr
-    assert list(scratch.iterdir()) == [Path(str(made["COSTAWARE_OUTPUT_DIR"]))]
+    assert not Path(str(made["COSTAWARE_OUTPUT_DIR"])).exists() and list(scratch.iterdir()) == []
+
+
+def test_a_preempted_run_without_a_checkpoint_uri_says_the_next_starts_over(
+    make_job: MakeJob, tmp_path: Path
+) -> None:
+    job = make_job(PREEMPTIBLE_JOB)
+    scratch = tmp_path / "scratch"
+    env = env_without_folders(job, scratch)
+    del env["COSTAWARE_CHECKPOINT_URI"]
+    code, stderr = job.preempt(job.start(env=env))
+    assert code == 75, stderr
+    said = " ".join(stderr.split())
+    assert "COSTAWARE_CHECKPOINT_URI is not set and" in said
+    assert "so the checkpoint goes with it: a next run starts over; set COSTAWARE_CHECKPOINT_URI" in said
+    # With the URI set the same run says nothing of it (the checkpoint is pushed, the next run resumes).
+    code, stderr = job.preempt(job.start())
+    assert code == 75 and "a next run starts over" not in stderr
 
 
 def test_a_failed_job_leaves_no_empty_folder_behind(make_job: MakeJob, tmp_path: Path) -> None:

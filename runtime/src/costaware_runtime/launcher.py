@@ -119,7 +119,8 @@ class Launcher:
                 f"{contract.OUTPUT_URI}={env.output_uri!r} disagree: drop one of them"
             )
         # Folders made here only for this attempt (no variable named one): the checkpoints and metrics in them
-        # serve no later attempt, so they go at exit; a made output folder stays if the job left files in it.
+        # serve no later attempt, so they go at exit; a made output folder goes once its files are uploaded,
+        # and stays if nothing took them (no output URI, or a failure) and the job left files in it.
         self.scratch: list[Path] = []
         self.checkpoint_dir = env.checkpoint_dir or self._scratch_dir("checkpoints", contract.CHECKPOINT_DIR)
         self.output_dir: Path | None = None
@@ -296,6 +297,16 @@ class Launcher:
             if not self.final_push():
                 return contract.EXIT_SYNC_FAILED
             log.warning("preempted (job exit %s) after checkpoint step %s", returncode, step)
+            if self.sync is None and self.checkpoint_dir in self.scratch:
+                # Nothing keeps this checkpoint past the exit: say so, or a rerun by hand starts over unasked.
+                log.warning(
+                    "%s is not set and %s was made for this run only, so the checkpoint goes with it: a next "
+                    "run starts over; set %s (or %s to a folder of your own) to resume",
+                    contract.CHECKPOINT_URI,
+                    self.checkpoint_dir,
+                    contract.CHECKPOINT_URI,
+                    contract.CHECKPOINT_DIR,
+                )
             return contract.EXIT_PREEMPTED
         self.final_push()  # a failed job's checkpoint still helps whoever debugs or reruns it
         if returncode < 0:
@@ -354,6 +365,8 @@ class Launcher:
             if self.output_dir is not None and self.env.output_uri:
                 metadata = {"metrics": metrics, "attempt": self.env.attempt, "checkpoint_step": step}
                 summary = upload_outputs(self.output_dir, self.env.output_uri, metadata)
+                if self.env.output_dir is None:  # a folder made here: the uploaded copy is the one to keep
+                    self.scratch.append(self.output_dir)
             elif self.output_dir is not None:
                 log.warning("%s is not set: the outputs stay in %s", contract.OUTPUT_URI, self.output_dir)
             result = {

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
@@ -174,6 +175,9 @@ class RemoteAttemptSteps:
         from costaware.adapters.object_store import S3Options
         from costaware.core.errors import CostawareError
 
+        local = checkpoint_uri.removeprefix("file://")
+        if "://" not in local and not Path(local).exists():
+            return 0  # no checkpoint yet (a first attempt): nothing to weigh, nothing to warn about
         opts = self._storage_options()
         try:
             return total_bytes(checkpoint_uri, S3Options(**opts) if opts else None)[0]
