@@ -203,6 +203,8 @@ def test_a_failed_command_fails_without_retry_and_registers_nothing(
     assert not (tmp_path / "models").exists() or store(tmp_path).version_ids() == []
     if mode == "fail":
         assert "the loss went NaN at step 2" in message  # the job's own last lines
+    job_folder = tmp_path / "jobs" / message.split()[2]
+    assert f"(the job's whole output: {job_folder / 'stdout.log'}, {job_folder / 'stderr.log'})" in message
 
 
 def test_stop_sends_sigterm_and_kills_after_the_grace_period(tmp_path: Path) -> None:

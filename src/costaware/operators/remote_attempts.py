@@ -75,15 +75,17 @@ class RemoteAttemptSteps:
             state, market, zone = self._place(state)
         every = self._retune_interval(state) if market == "spot" else None
         request = job_request(state, market, utcnow(), zone=zone, checkpoint_every_seconds=every)
-        job_id = self._backend(plan).submit(request)
+        backend = self._backend(plan)
+        job_id = backend.submit(request)
         self.log.info(
-            "attempt %d: job %s on %s, %s %s%s",
+            "attempt %d: job %s on %s, %s %s%s%s",
             request.attempt,
             job_id,
             plan.backend,
             market,
             plan.instance_type,
             f" in {zone}" if zone else "",
+            _log_files_note(backend, job_id),
         )
         return state.submitted(job_id=job_id, market=market, zone=zone)
 
@@ -352,8 +354,9 @@ class RemoteAttemptSteps:
         message = step.message
         if step.job_id is not None:
             self._settle(state)
-            logs = self._backend(state.plan).logs(step.job_id, tail=5)
-            message = f"{message}; last log lines: {logs[-800:]}"
+            backend = self._backend(state.plan)
+            logs = backend.logs(step.job_id, tail=5)
+            message = f"{message}; last log lines: {logs[-800:]}{_log_files_note(backend, step.job_id)}"
         if step.retry:
             raise AirflowException(message)
         raise AirflowFailException(message)
@@ -480,3 +483,12 @@ class RemoteAttemptSteps:
             poll_interval=self.poll_interval,
             price_watch=watch,
         )
+
+
+def _log_files_note(backend: ComputeBackend, job_id: str) -> str:
+    """Where a job's whole output is, for backends that keep it in files here (local); else ""."""
+    log_files = getattr(backend, "log_files", None)
+    if log_files is None:
+        return ""
+    out, err = log_files(job_id)
+    return f" (the job's whole output: {out}, {err})"

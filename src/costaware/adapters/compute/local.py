@@ -267,6 +267,11 @@ class LocalBackend:
         (self._dir(job_id) / "stop").touch()
         self.signal(job_id, signal.SIGTERM)
 
+    def log_files(self, job_id: str) -> tuple[Path, Path]:
+        """The job's whole output, ``stdout.log`` and ``stderr.log`` (the task log carries a few lines)."""
+        folder = self._dir(job_id)
+        return folder / "stdout.log", folder / "stderr.log"
+
     def logs(self, job_id: str, tail: int = 20) -> str:
         path = self._dir(job_id) / "stderr.log"
         if not path.exists():
