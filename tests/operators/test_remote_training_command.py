@@ -320,6 +320,12 @@ def test_the_command_and_image_are_templated_element_by_element(tmp_path: Path) 
     assert store(tmp_path).get(result["version"]).params["image"] == "team/train:v7"
 
 
+def test_a_step_interval_is_refused_for_a_command(tmp_path: Path) -> None:
+    # It was ignored in silence (a command saves on its own schedule), while trainer_params was refused.
+    with pytest.raises(ConfigurationError, match="has command= and checkpoint_every_steps=100: a command"):
+        operator(tmp_path, "ok", checkpoint_every_steps=100)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
@@ -357,3 +363,14 @@ def test_a_local_store_no_job_could_write_fails_before_any_job_is_bought(tmp_pat
     )
     assert not (tmp_path / "jobs").exists()  # no job was started
     assert entries(ledger) == [] and ledger.open_reservations() == []  # nothing billed or held
+
+
+def test_a_typo_in_backend_options_fails_before_any_money_or_job(tmp_path: Path, ledger: Any) -> None:
+    train = operator(tmp_path, "ok", backend_options={"roott": str(tmp_path / "jobs")})
+    with pytest.raises(AirflowFailException) as failed:
+        drive(train, context_for())
+    assert str(failed.value).startswith(
+        "backend_options 'roott' is not an option of the local backend (did you mean 'root'?); it takes "
+    )
+    assert not (tmp_path / "jobs").exists()
+    assert entries(ledger) == [] and ledger.open_reservations() == []

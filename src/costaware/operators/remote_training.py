@@ -261,6 +261,12 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         }
         owner = f"{type(self).__name__} {self.task_id!r}"
         self.command = check_job_kind(owner, command, trainer_arguments)
+        if self.command is not None and checkpoint_every_steps is not None:
+            raise ConfigurationError(
+                f"{owner} has command= and checkpoint_every_steps={checkpoint_every_steps!r}: a command "
+                "saves on its own schedule (count steps in the script), or give checkpoint_every_seconds, "
+                "which it reads as COSTAWARE_CHECKPOINT_EVERY_SECONDS"
+            )
         self._keep_training_arguments(
             model_store=model_store,
             data_path=data_path,
@@ -362,7 +368,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
     def _start(self, context: Context) -> AttemptState:
         """The state before attempt 1: the plan (:func:`~costaware.training.plan.make_plan`) and its spec."""
         from costaware.adapters.checkpoint_store import checkpoint_key
-        from costaware.adapters.compute.base import require_s3
+        from costaware.adapters.compute.base import backend_class, check_backend_options, require_s3
         from costaware.adapters.price_files import bundled_catalog
         from costaware.operators.remote_command import rendered_command
         from costaware.training.attempts import AttemptState
@@ -389,6 +395,8 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         require_usable_locations(
             args.backend, checkpoint_store=ckpt_store, model_store=model_store, spec_uri=spec_uri
         )
+        # A typo in backend_options fails here, before the money is reserved, not at the first submit.
+        check_backend_options(args.backend, backend_class(args.backend), args.backend_options)
         opts = self._storage_options()
         job_opts = spec_storage_options(opts)
         start = make_plan(

@@ -264,8 +264,7 @@ def require_zone_placement(backend_name: str, zones: Sequence[str]) -> None:
         raise ConfigurationError(f"zones must be a list of zone names, got the string {zones!r}")
     for zone in zones:
         zone_check(backend_name)(zone)
-    module, cls = BACKENDS[check_backend(backend_name)]
-    if not getattr(getattr(importlib.import_module(module), cls), "places_zones", False):
+    if not getattr(backend_class(backend_name), "places_zones", False):
         label = REMOTE_BACKENDS.get(backend_name, backend_name)
         raise ConfigurationError(
             f"the {backend_name} backend cannot place a job in zones {', '.join(map(repr, zones))}: {label} "
@@ -439,12 +438,47 @@ class ComputeBackend(Protocol):
         ...
 
 
+def backend_class(name: str) -> type:
+    """The class of backend ``name`` (its module imported now).
+
+    Raises:
+        ConfigurationError: an unknown backend name.
+    """
+    module, cls = BACKENDS[check_backend(name)]
+    found: type = getattr(importlib.import_module(module), cls)
+    return found
+
+
 def open_backend(name: str, options: Mapping[str, Any] | None = None) -> ComputeBackend:
     """The backend ``name`` (``local``, ``sagemaker``, ``batch``, ``kubernetes``) built with ``options``."""
-    module, cls = BACKENDS[check_backend(name)]
-    backend_cls = getattr(importlib.import_module(module), cls)
+    backend_cls = backend_class(name)
+    given = dict(options or {})
+    check_backend_options(name, backend_cls, given)
     try:
-        backend: ComputeBackend = backend_cls(**dict(options or {}))
+        backend: ComputeBackend = backend_cls(**given)
     except TypeError as e:
         raise ConfigurationError(f"compute backend {name!r} does not take these options: {e}") from e
     return backend
+
+
+def check_backend_options(name: str, backend_cls: type, options: Mapping[str, Any]) -> None:
+    """Refuse an option ``backend_cls`` does not take, naming it, the closest option and all of them.
+
+    Raises:
+        ConfigurationError: an unknown option (a typo would otherwise be a bare ``__init__`` TypeError).
+    """
+    import difflib
+    import inspect
+
+    parameters = inspect.signature(backend_cls).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return
+    accepted = [n for n, p in parameters.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL]
+    for option in options:
+        if option not in accepted:
+            close = difflib.get_close_matches(str(option), accepted, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigurationError(
+                f"backend_options {option!r} is not an option of the {name} backend{hint}; it takes "
+                f"{', '.join(accepted)}"
+            )
