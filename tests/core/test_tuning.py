@@ -138,7 +138,7 @@ def test_bad_search_space_names_the_parameter(space: dict, message: str) -> None
     ("kwargs", "message"),
     [
         ({"max_usd": "0", "max_trials": 4}, "max_usd must be more than \\$0, got '0'"),
-        ({"max_usd": "-1", "max_trials": 4}, "max_usd must be zero or more USD, got '-1'"),
+        ({"max_usd": "-1", "max_trials": 4}, "max_usd must be more than \\$0, got '-1': no trial could run"),
         ({"max_usd": "abc", "max_trials": 4}, "max_usd must be a number of USD"),
         ({"max_usd": "5", "max_trials": 0}, "max_trials must be a whole number >= 1, got 0"),
         ({"max_usd": "5", "max_trials": "2.5"}, "max_trials must be a whole number >= 1, got '2.5'"),

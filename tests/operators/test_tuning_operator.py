@@ -240,13 +240,13 @@ def test_summary_fails_trials_of_this_run_left_running(env: Ledger) -> None:
     [
         ({"search_space": {"lr": {"type": "float", "low": 1, "high": 0}}}, r"'lr' has an empty range"),
         ({"max_usd": "0"}, r"max_usd must be more than \$0, got '0'"),
+        ({"max_usd": "-5"}, r"max_usd must be more than \$0, got '-5'"),
         ({"max_trials": "many"}, "max_trials must be a whole number >= 1, got 'many'"),
         (
             {"min_resource": 20},
             "need 1 <= min_resource <= max_resource, got min_resource=20, max_resource=16",
         ),
         ({"instance_type": "m5.lrage", "usd_per_hour": None}, "unknown instance type 'm5.lrage'"),
-        ({"pruner": "median"}, "pruner must be one of successive_halving, hyperband, none, got 'median'"),
         ({"scope": "project"}, "scope must be a mapping or a JSON object"),
     ],
 )
@@ -257,6 +257,22 @@ def test_bad_study_settings_fail_without_writing(env: Ledger, kwargs: dict, mess
     assert env.budgets() == []
     url = env.engine.url.render_as_string(hide_password=False)
     assert optuna.get_all_study_names(storage=url) == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"pruner": "median"}, "pruner must be one of successive_halving, hyperband, none, got 'median'"),
+        ({"pruner": "hyperbnd"}, "pruner must be one of successive_halving, hyperband, none, got 'hyperbnd'"),
+        ({"sampler": "TPE"}, "sampler must be one of tpe, random, got 'TPE'"),
+        ({"direction": "max"}, "direction must be one of maximize, minimize, got 'max'"),
+    ],
+)
+def test_settings_that_are_not_templated_fail_when_the_dag_is_parsed(
+    kwargs: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        _plan(**kwargs)
 
 
 def test_trials_of_a_missing_study_fail_with_a_hint(env: Ledger) -> None:
