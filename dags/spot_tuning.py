@@ -89,6 +89,28 @@ def upstream_result(ti: Any, task_id: str, key: str) -> Any:
     return value
 
 
+def pick_winner(finished: list[dict[str, Any]], ranking: list[dict[str, Any]]) -> tuple[dict[str, Any], str]:
+    """The best trial (of the promoted ones, else of the warm-ups) and how it was ranked ("" if plainly).
+
+    As ``budgeted_search`` ranks: a promoted trial whose holdout RMSE rose past its own warm-up's is past its
+    best, so the rise counts against it (``fall_adjusted_value``); otherwise the lowest RMSE wins.
+    """
+    from costaware.core.tuning import fall_adjusted_value
+
+    warmed = {t["trial"]: t["loss"] for t in ranking}
+
+    def score(t: dict[str, Any]) -> float:
+        curve = [warmed[t["trial"]], t["loss"]] if finished and t["trial"] in warmed else [t["loss"]]
+        ranked = fall_adjusted_value(curve, "minimize")
+        return float(t["loss"] if ranked is None else ranked)
+
+    winner = min(finished or ranking, key=lambda t: (score(t), t["trial"]))
+    if score(winner) == winner["loss"]:
+        return winner, ""
+    before = warmed[winner["trial"]]
+    return winner, f" (ranked by {score(winner):.3f}: its RMSE rose from {before:.3f} after the warm-up)"
+
+
 def planned(name: str) -> str:
     """A template of one value the ``plan`` task returned."""
     return "{{ ti.xcom_pull(task_ids='plan', key='" + name + "') }}"
@@ -359,13 +381,13 @@ def spot_tuning() -> None:
             }
             for r in finished_results(ti.xcom_pull(task_ids="full"))
         ]
-        winner = min(finished or ranking, key=lambda t: (t["loss"], t["trial"]))
+        winner, rose = pick_winner(finished, ranking)
         epochs = config.full_epochs if finished else config.warmup_epochs
         cost = study_cost(spend, planned_trials=len(study["trials"]), settings=config)
         print(spend_table(spend))
         print(
-            f"best: trial {winner['trial']}, holdout RMSE {winner['loss']:.3f} min after {epochs} epochs "
-            f"(version {winner['version']}). {cost.summary()}"
+            f"best: trial {winner['trial']}, holdout RMSE {winner['loss']:.3f} min after {epochs} epochs"
+            f"{rose} (version {winner['version']}). {cost.summary()}"
         )
         return {
             **winner,

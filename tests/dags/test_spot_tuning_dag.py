@@ -177,3 +177,17 @@ def test_dags_test_warms_up_prunes_promotes_and_holds_the_caps(tmp_path: Path) -
         assert not ledger.open_reservations()  # nothing is left held for a promotion that did not run
     finally:
         ledger.dispose()
+
+
+def test_the_winner_is_ranked_as_budgeted_search_ranks_a_loss_that_rose() -> None:
+    pick_winner = runpy.run_path(str(DAG_FILE))["pick_winner"]
+    warmups = [{"trial": 1, "loss": 15.0, "version": "w1"}, {"trial": 2, "loss": 14.8, "version": "w2"}]
+    # Trial 2 ended lower (15.54 < 15.60) but rose from its warm-up's 14.80: past its best, it ranks 16.28.
+    promoted = [{"trial": 1, "loss": 15.60, "version": "f1"}, {"trial": 2, "loss": 15.54, "version": "f2"}]
+    winner, note = pick_winner(promoted, warmups)
+    assert winner["version"] == "f1" and "ranked by 16.200: its RMSE rose from 15.000" in note
+    # A promotion that kept improving ranks by its RMSE alone, and says nothing more.
+    improved = [{"trial": 1, "loss": 14.0, "version": "f1"}, {"trial": 2, "loss": 14.5, "version": "f2"}]
+    assert pick_winner(improved, warmups) == (improved[0], "")
+    # No promotion finished: the best warm-up.
+    assert pick_winner([], warmups) == (warmups[1], "")
