@@ -115,3 +115,45 @@ def test_near_the_end_of_the_work_the_prior_never_shortens_the_observed_runs() -
     view = ZoneView("a", 1.0, preempted_runs_seconds=(890.0,))
     near_end = {**FIGURES, "remaining_seconds": 1.0}
     assert expected_usd(view, **near_end) == pytest.approx((300 + 1.0 * 890 / 290) / 3600)
+
+
+def test_runs_that_saved_on_their_notice_kept_what_they_ran_past_the_restart() -> None:
+    # Two 400 s runs: without a save on the notice each kept nothing (300 s restart + 600 s interval), the
+    # zone thrashes; each saved on its notice kept 100 s, so it does not (a review saw the guard send a job
+    # to on-demand while the interval's re-tune said no interruption had lost work).
+    runs = (400.0, 400.0)
+    assert thrashing(runs, restart_overhead_seconds=300, checkpoint_every_seconds=600)
+    assert not thrashing(
+        runs, restart_overhead_seconds=300, checkpoint_every_seconds=600, saved_on_notice=(True, True)
+    )
+    assert (
+        thrashing(  # one of the last two lost its work: still thrashing only if both kept nothing
+            runs, restart_overhead_seconds=300, checkpoint_every_seconds=600, saved_on_notice=(False, True)
+        )
+        is False
+    )
+    # Shorter than the restart, a run keeps nothing even when it saved (it restored, then stopped).
+    assert thrashing(
+        (200.0, 250.0),
+        restart_overhead_seconds=300,
+        checkpoint_every_seconds=600,
+        saved_on_notice=(True, True),
+    )
+    # Without timed checkpoints a run that saved on its notice still kept its work.
+    assert not thrashing(
+        (9e3, 9e3), restart_overhead_seconds=300, checkpoint_every_seconds=None, saved_on_notice=(True, True)
+    )
+    # The expected cost counts no lost interval for them: a run of 1,200 s keeps 900 s, not 600 s.
+    lost_half = ZoneView("a", 1.0, preempted_runs_seconds=(1200.0,) * 3)
+    saved = ZoneView("a", 1.0, preempted_runs_seconds=(1200.0,) * 3, saved_on_notice=(True,) * 3)
+    mean = (3 * 1200 + 300 + 3600) / 4
+    assert expected_usd(saved, **FIGURES) == pytest.approx((300 + 3600 * mean / (mean - 300)) / 3600)
+    assert expected_usd(saved, **FIGURES) < expected_usd(lost_half, **FIGURES)
+    # Both kinds in one zone: on-demand advice names the rule for saved runs.
+    every = [ZoneView("a", 0.1, preempted_runs_seconds=(100.0, 200.0), saved_on_notice=(False, True))]
+    choice = choose_zone(every, current="a", **FIGURES)
+    assert (
+        choice.zone is None and "(a run that saved on its notice: than the restart overhead)" in choice.reason
+    )
+    with pytest.raises(ConfigurationError, match="saved_on_notice has 1 value"):
+        ZoneView("a", 1.0, preempted_runs_seconds=(1.0, 2.0), saved_on_notice=(True,))
