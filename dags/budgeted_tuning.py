@@ -22,7 +22,7 @@ from airflow.sdk import Param, dag, get_current_context, task
 import costaware.examples  # noqa: F401  # without the examples extra the DAG fails to parse, with the pip line
 from costaware.operators.right_size import RightSizeOperator
 from costaware.operators.tuning import budgeted_tuning
-from costaware.params import tag_param
+from costaware.params import bounded_param, tag_param
 
 TEAM = "ml-platform"
 PROJECT = "flight-delays"
@@ -46,8 +46,9 @@ def _data_root(params: dict[str, Any]) -> Path:
         "project": tag_param(
             PROJECT, title="Project", description="Project charged; its budgets cap the study too."
         ),
-        "max_usd": Param(
-            "0.05", type="string", pattern=r"^\d+(\.\d+)?$", description="USD cap of the study."
+        # A number, as in spot_tuning: {"max_usd": 0.05} from the API or `dags test -c`, refused at 0 by name.
+        "max_usd": bounded_param(
+            0.05, kind="number", title="Dollar cap (USD)", description="USD cap of the study."
         ),
         # Exclusive bounds are checked at trigger time; the form would clamp minimum/maximum silently.
         "max_trials": Param(8, type="integer", exclusiveMinimum=0, description="Most trials the study runs."),

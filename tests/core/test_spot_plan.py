@@ -251,3 +251,11 @@ def test_the_study_cost_says_what_the_prune_saved() -> None:
         "saved $18.000000 (60%)"
     )
     assert study_cost({}, planned_trials=3, settings=_settings()).summary().endswith("saved $0.000000 (0%)")
+
+
+def test_caps_are_read_as_every_other_usd_amount() -> None:
+    # "$100" and "1,000.50" are what TuningCaps (budgeted_tuning) takes; the seed's plan takes them too.
+    assert _settings(max_usd="$100").max_usd == Decimal(100)
+    assert _settings(max_usd="1,000.50").max_usd == Decimal("1000.50")
+    with pytest.raises(ConfigurationError, match=r"max_usd must be a finite number above 0, got '25,5'"):
+        _settings(max_usd="25,5")  # a comma must group thousands

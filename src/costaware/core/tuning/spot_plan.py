@@ -13,10 +13,11 @@ import math
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 from costaware.core.errors import ConfigurationError
+from costaware.core.money import parse_usd
 
 #: The kinds of a search space entry: log-uniform floats, uniform floats, one of the values.
 SPACE_KINDS = ("log", "uniform", "choice")
@@ -307,11 +308,12 @@ def _number(value: object) -> float:
 
 
 def _cap(value: object, name: str, what: str) -> Decimal:
+    # Read as every other cap is ("$100", "1,000.50"); refused here with what to give.
     try:
-        number = Decimal(str(value).strip().removeprefix("$")) if not isinstance(value, bool) else None
-    except InvalidOperation:
+        number: Decimal | None = parse_usd(value, name=name)
+    except ConfigurationError:
         number = None
-    if number is None or not number.is_finite() or number <= 0:
+    if number is None or number <= 0:
         raise ConfigurationError(f"{name} must be a finite number above 0, got {value!r}: give {what}")
     return number
 
