@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from decimal import Decimal
 
 from costaware.training.attempts import Attempt, AttemptState
-from costaware.training.placement import allowed_zones, last_zone, next_zone, preempted_runs, saved_on_notice
+from costaware.training.placement import allowed_zones, last_zone, next_zone, preempted_runs
 from costaware.training.plan import Placement, RemotePlan
 
 
@@ -39,18 +38,9 @@ def test_runs_and_zones_are_read_from_the_attempts() -> None:
         ("spot", "a", 100.0, "preemption"), ("spot", "b", 50.0, "paused"), ("spot", "a", 30.0, "preemption")
     )
     assert preempted_runs(s) == {"a": (100.0, 30.0)}
-    assert saved_on_notice(s) == {"a": (False, False)}  # no exit code recorded: no save on a notice
     assert last_zone(s) == "a" and allowed_zones(s) == ("a", "b")
     assert last_zone(state()) == "a"  # the decision's zone before any attempt
     assert allowed_zones(state(zones=())) == ("",)
-
-
-def test_an_attempt_that_exited_75_saved_on_its_notice_and_the_guard_keeps_its_zone() -> None:
-    s = state(*[("spot", "a", 150.0, "preemption")] * 2, zones=("a",), guard=True)
-    assert next_zone(s, prices={}, capacity={}, move_usd={}).zone is None  # two short runs: on-demand
-    saved = replace(s, attempts=tuple(replace(a, exit_code=75) for a in s.attempts))
-    assert saved_on_notice(saved) == {"a": (True, True)}
-    assert next_zone(saved, prices={}, capacity={}, move_usd={}).zone == "a"  # 30 s past the restart kept
 
 
 def test_a_preemption_moves_the_next_attempt_to_an_untried_zone_at_the_same_price() -> None:

@@ -9,17 +9,13 @@ checkpoint interval`` kept nothing and paid for all of it. When the last ``guard
 in a zone were each that short, the zone's capacity churns faster than the job can checkpoint, and another
 attempt there is likely to waste its run too: the zone is left out. When every allowed zone is left out, the
 next attempt runs on on-demand. Without timed checkpoints a preempted run keeps nothing however long it ran,
-so every such run counts as short. A live attempt that saved on its notice (it exited 75 with the checkpoint
-committed) kept all it ran past its restart: it counts as short only when it was shorter than the restart
-(the interval's re-tune, ``training.plan.interval``, reads the same exit codes). The simulator's
-preemptions give no notice, so its runs are judged by the first rule.
+so every such run counts as short.
 
 **Expected cost.** Each remaining zone is ranked by what the rest of the work is expected to cost there: its
 spot price times the billed time, plus the move (the egress of the data and the checkpoint to another region;
 0 in the same region). Billed time is one restart overhead (any next attempt restarts) plus the work left,
 stretched by the zone's observed churn: a run of ``M`` seconds keeps about ``M - overhead - interval / 2`` of
-work (``M - overhead`` for the share of runs that saved on their notice), so ``R`` seconds of work bill
-``R * M / kept``. A zone where nothing was preempted yet is taken at its
+work, so ``R`` seconds of work bill ``R * M / kept``. A zone where nothing was preempted yet is taken at its
 price: that is how a job tries a new zone. ``M`` is the mean of this training's preempted runs there and one
 more run, the one a zone not yet seen is taken at (a restart and the rest of the work): the estimate of a mean
 run length under a prior worth one run (a Gamma prior on the zone's interruption rate), never below the
@@ -57,8 +53,6 @@ class ZoneView:
         preempted_runs_seconds: How long this training's preempted spot attempts there ran, oldest first.
         move_usd: What running there adds once: the egress of the data and the checkpoint from the region
             they are in (0 in the same region).
-        saved_on_notice: Per preempted run (the same order), whether it saved on its notice and so lost
-            nothing past its restart; empty: none did (the simulator's preemptions give no notice).
     """
 
     zone: str
@@ -66,19 +60,6 @@ class ZoneView:
     has_capacity: bool | None = None
     preempted_runs_seconds: tuple[float, ...] = ()
     move_usd: float = 0.0
-    saved_on_notice: tuple[bool, ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.saved_on_notice and len(self.saved_on_notice) != len(self.preempted_runs_seconds):
-            raise ConfigurationError(
-                f"zone {self.zone!r}: saved_on_notice has {len(self.saved_on_notice)} value(s) for "
-                f"{len(self.preempted_runs_seconds)} preempted run(s): give one each, or none"
-            )
-
-    @property
-    def saved(self) -> tuple[bool, ...]:
-        """``saved_on_notice``, one value a run (False where not given)."""
-        return self.saved_on_notice or (False,) * len(self.preempted_runs_seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,26 +91,15 @@ def thrashing(
     restart_overhead_seconds: float,
     checkpoint_every_seconds: float | None,
     window: int = DEFAULT_GUARD_WINDOW,
-    saved_on_notice: Sequence[bool] = (),
 ) -> bool:
-    """Whether each of the last ``window`` preempted runs kept nothing (see the module docstring).
-
-    ``saved_on_notice``: per run, whether it saved on its notice (empty: none did).
-    """
-    runs = list(runs_seconds)
-    saved = list(saved_on_notice) or [False] * len(runs)
-    recent = list(zip(runs, saved, strict=True))[-window:]
+    """Whether each of the last ``window`` preempted runs kept nothing (see the module docstring)."""
+    recent = list(runs_seconds)[-window:]
     if len(recent) < window:
         return False
-
-    def kept_nothing(run: float, saved_it: bool) -> bool:
-        if saved_it:  # its checkpoint holds everything it trained past the restart
-            return run < restart_overhead_seconds
-        if not checkpoint_every_seconds:
-            return True
-        return run < restart_overhead_seconds + checkpoint_every_seconds
-
-    return all(kept_nothing(run, saved_it) for run, saved_it in recent)
+    if not checkpoint_every_seconds:
+        return True
+    threshold = restart_overhead_seconds + checkpoint_every_seconds
+    return all(run < threshold for run in recent)
 
 
 def expected_usd(
@@ -147,9 +117,7 @@ def expected_usd(
         # The prior's run, one that finishes the work, only ever lengthens the estimate: near the end of the
         # work it is shorter than runs that kept work, and must not price their zone out.
         mean_run = max(observed, (sum(runs) + billed) / (len(runs) + 1))
-        # A run that saved on its notice lost nothing past its restart; the others half an interval.
-        unsaved = view.saved.count(False) / len(runs)
-        lost = restart_overhead_seconds + unsaved * (checkpoint_every_seconds or mean_run) / 2
+        lost = restart_overhead_seconds + (checkpoint_every_seconds or mean_run) / 2
         kept = mean_run - lost
         if kept <= 0:
             return math.inf
@@ -206,7 +174,6 @@ def choose_zone(
             restart_overhead_seconds=restart_overhead_seconds,
             checkpoint_every_seconds=checkpoint_every_seconds,
             window=guard_window,
-            saved_on_notice=v.saved,
         )
     )
     kept = [v for v in views if v.zone not in left_out]
@@ -217,15 +184,11 @@ def choose_zone(
             if checkpoint_every_seconds
             else "no timed checkpoints"
         )
-        window = guard_window or DEFAULT_GUARD_WINDOW  # set: a zone was left out
-        noticed = any(any(v.saved_on_notice[-window:]) for v in views if v.zone in left_out)
         return ZoneChoice(
             zone=None,
             reason=(
                 f"restart thrash in {', '.join(left_out)}: the last {guard_window} preempted runs in each "
-                f"were shorter than {bound}"
-                + (" (a run that saved on its notice: than the restart overhead)" if noticed else "")
-                + "; on-demand instead of resubmitting into the churn"
+                f"were shorter than {bound}; on-demand instead of resubmitting into the churn"
             ),
             thrashing=left_out,
         )

@@ -33,26 +33,11 @@ def last_zone(state: AttemptState) -> str | None:
 
 def preempted_runs(state: AttemptState) -> dict[str, tuple[float, ...]]:
     """``zone -> billed seconds`` of each preempted spot attempt there, oldest first."""
-    return {zone: tuple(run for run, _ in runs) for zone, runs in _preempted(state).items()}
-
-
-def saved_on_notice(state: AttemptState) -> dict[str, tuple[bool, ...]]:
-    """``zone -> whether each preempted spot attempt there saved on its notice`` (it exited 75), oldest first.
-
-    The same reading of the exit code as the checkpoint interval's re-tune (``training.plan.interval``).
-    """
-    return {zone: tuple(saved for _, saved in runs) for zone, runs in _preempted(state).items()}
-
-
-def _preempted(state: AttemptState) -> dict[str, list[tuple[float, bool]]]:
-    from costaware.adapters.compute.job_contract import EXIT_PREEMPTED
-
-    runs: dict[str, list[tuple[float, bool]]] = {}
+    runs: dict[str, list[float]] = {}
     for attempt in state.attempts:
         if attempt.market == "spot" and attempt.cause == "preemption":
-            saved = attempt.exit_code == EXIT_PREEMPTED
-            runs.setdefault(attempt.zone, []).append((float(attempt.billable_seconds), saved))
-    return runs
+            runs.setdefault(attempt.zone, []).append(float(attempt.billable_seconds))
+    return {zone: tuple(seconds) for zone, seconds in runs.items()}
 
 
 def next_zone(
@@ -79,7 +64,7 @@ def next_zone(
         checkpoint_every_seconds=plan.checkpoint_every_seconds,
     )
     fallback = Decimal(state.spot_usd_per_hour or plan.on_demand_usd_per_hour)
-    runs, saved = preempted_runs(state), saved_on_notice(state)
+    runs = preempted_runs(state)
     views = [
         ZoneView(
             zone=zone,
@@ -87,7 +72,6 @@ def next_zone(
             has_capacity=capacity.get(zone),
             preempted_runs_seconds=runs.get(zone, ()),
             move_usd=float(move_usd.get(zone, Decimal(0))),
-            saved_on_notice=saved.get(zone, ()),
         )
         for zone in allowed_zones(state)
     ]
