@@ -182,7 +182,7 @@ def test_availability_start_places_the_zone_traces_as_it_places_one_trace(
         ),
         (
             ["--zones", "us-east-1a=A", "--availability", "B"],
-            "--availability with --zones ZONE=TRACE: each zone has its trace already",
+            "--availability with --zones ZONE=TRACE: every job runs in the zones, each with its trace",
         ),
         (["--zones", "us-east-1=A"], "availability zone 'us-east-1' is a region, not a zone: list its zones"),
         (["--zones", "US-EAST-1A=A"], "AWS zone names are lower case, write 'us-east-1a'"),
@@ -247,3 +247,19 @@ def test_a_jobs_file_with_zones_unquoted_is_refused_and_quoted_commas_list_zones
             *zoned,
         )  # fmt: skip
     assert costs["bar"] == costs["comma"]
+
+
+def test_a_job_pinned_to_one_zone_reads_availability_beside_zones(
+    tmp_path: Path, files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Only when every job runs in the --zones is --availability beside ZONE=TRACE left unread (refused then).
+    prices = price_file(tmp_path, "csv")
+    jobs = tmp_path / "mixed.csv"
+    row = "2021-03-09T00:00:00Z,3,6,30,10"
+    jobs.write_text(
+        f"{HEADER},availability_zone\n"
+        f"pinned,p3.2xlarge,us-east-1,{row},us-east-1a\n"
+        f"zoned,p3.2xlarge,us-east-1,{row},\n"
+    )
+    argv = ["--prices", str(prices), "--jobs", str(jobs), "--zones", f"us-east-1b={files['b']}"]
+    assert run(capsys, *argv, "--availability", str(files["a"]))  # the pinned job reads trace a

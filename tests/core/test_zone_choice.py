@@ -115,3 +115,11 @@ def test_near_the_end_of_the_work_the_prior_never_shortens_the_observed_runs() -
     view = ZoneView("a", 1.0, preempted_runs_seconds=(890.0,))
     near_end = {**FIGURES, "remaining_seconds": 1.0}
     assert expected_usd(view, **near_end) == pytest.approx((300 + 1.0 * 890 / 290) / 3600)
+
+
+def test_without_timed_checkpoints_the_on_demand_reason_says_what_kept_nothing() -> None:
+    views = [ZoneView("a", 0.1, preempted_runs_seconds=(9e3, 9e3))]
+    figures = {**FIGURES, "checkpoint_every_seconds": None}
+    reason = choose_zone(views, current="a", **figures).reason  # type: ignore[arg-type]
+    assert "the last 2 preempted runs in each kept nothing: without timed checkpoints" in reason
+    assert "shorter than no timed" not in reason

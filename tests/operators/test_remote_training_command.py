@@ -350,6 +350,9 @@ def test_a_store_written_wrong_fails_when_the_dag_is_parsed(
     with pytest.raises(ConfigurationError, match=message):
         operator(tmp_path, "ok", **kwargs)
     operator(tmp_path, "ok", model_store="{{ params.store }}")  # a template is checked once rendered
+    operator(tmp_path, "ok", model_store="~/models")  # ~ is expanded, as the provider's stores expand it
+    with pytest.raises(ConfigurationError, match="model_store 'gs://b/m' is not a location a training job"):
+        operator(tmp_path, "ok", model_store="gs://b/m")  # the launcher uploads a command's outputs
 
 
 def test_a_local_store_no_job_could_write_fails_before_any_job_is_bought(tmp_path: Path, ledger: Any) -> None:

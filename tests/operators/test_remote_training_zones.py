@@ -298,7 +298,8 @@ def test_a_first_attempt_has_no_checkpoints_to_size_and_says_nothing_of_it(
 ) -> None:
     op = operator(tmp_path)
     capsys.readouterr()
-    for missing in (tmp_path / "ckpt" / "d" / "t" / "r" / "-1", f"file://{tmp_path / 'nothing'}"):
+    nothing = tmp_path / "nothing"
+    for missing in (tmp_path / "ckpt" / "d" / "-1", f"file://{nothing}", f"file://localhost{nothing}"):
         assert op._checkpoint_bytes(str(missing)) == 0
     out = capsys.readouterr()
     assert "cannot size" not in out.out + out.err  # no checkpoint yet is normal, not a warning

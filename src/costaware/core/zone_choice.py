@@ -178,17 +178,17 @@ def choose_zone(
     )
     kept = [v for v in views if v.zone not in left_out]
     if not kept:
-        bound = (
-            f"restart overhead {restart_overhead_seconds:g} s + checkpoint interval "
+        why = (
+            f"were shorter than restart overhead {restart_overhead_seconds:g} s + checkpoint interval "
             f"{checkpoint_every_seconds:g} s"
             if checkpoint_every_seconds
-            else "no timed checkpoints"
+            else "kept nothing: without timed checkpoints a preempted run keeps no work"
         )
         return ZoneChoice(
             zone=None,
             reason=(
                 f"restart thrash in {', '.join(left_out)}: the last {guard_window} preempted runs in each "
-                f"were shorter than {bound}; on-demand instead of resubmitting into the churn"
+                f"{why}; on-demand instead of resubmitting into the churn"
             ),
             thrashing=left_out,
         )

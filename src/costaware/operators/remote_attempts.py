@@ -16,6 +16,7 @@ from decimal import Decimal
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
+from urllib.parse import urlparse
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
@@ -177,8 +178,9 @@ class RemoteAttemptSteps:
         from costaware.adapters.object_store import S3Options
         from costaware.core.errors import CostawareError
 
-        local = checkpoint_uri.removeprefix("file://")
-        if "://" not in local and not Path(local).exists():
+        parsed = urlparse(checkpoint_uri)
+        local = parsed.path if parsed.scheme == "file" else checkpoint_uri
+        if parsed.scheme in ("", "file") and not Path(local).exists():
             return 0  # no checkpoint yet (a first attempt): nothing to weigh, nothing to warn about
         opts = self._storage_options()
         try:

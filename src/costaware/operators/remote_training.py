@@ -32,6 +32,11 @@ if TYPE_CHECKING:
 __all__ = ["RemoteTrainingOperator"]
 
 
+def launcher_reads(command: object) -> tuple[str, ...]:
+    """The stores ``costaware-run`` reads and writes itself: the checkpoints, and a command's outputs."""
+    return ("checkpoint_store", "model_store") if command is not None else ("checkpoint_store",)
+
+
 class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTrainingArguments, BaseOperator):
     """Runs the retrain on a compute backend (a child process, SageMaker, Batch, Kubernetes) with checkpoints.
 
@@ -322,6 +327,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         require_usable_locations(
             str(backend),
             on_this_machine=False,
+            launcher_reads=launcher_reads(self.command),
             model_store=written.get("model_store"),
             checkpoint_store=written.get("checkpoint_store"),
             spec_uri=written.get("spec_uri"),
@@ -368,7 +374,12 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
     def _start(self, context: Context) -> AttemptState:
         """The state before attempt 1: the plan (:func:`~costaware.training.plan.make_plan`) and its spec."""
         from costaware.adapters.checkpoint_store import checkpoint_key
-        from costaware.adapters.compute.base import backend_class, check_backend_options, require_s3
+        from costaware.adapters.compute.base import (
+            backend_class,
+            check_backend_options,
+            expand_home,
+            require_s3,
+        )
         from costaware.adapters.price_files import bundled_catalog
         from costaware.operators.remote_command import rendered_command
         from costaware.training.attempts import AttemptState
@@ -382,7 +393,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         key = checkpoint_key(
             identity["dag_id"], identity["task_id"], identity["run_id"], identity["map_index"]
         )
-        ckpt_store = self.checkpoint_root()
+        ckpt_store = expand_home(self.checkpoint_root())
         owner = f"{type(self).__name__} {self.task_id!r}"
         command = rendered_command(self.command, owner) if self.command is not None else None
         if command and args.backend == "local" and blank(self.image):
@@ -390,10 +401,14 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         # A command has no spec: the contract's variables say it all.
         spec_uri = "" if command else str(blank(self.spec_uri) or f"{ckpt_store}/_jobs/{key}/spec.json")
         result_uri = spec_uri.rsplit("/", 1)[0] + "/result.json" if spec_uri else ""
-        model_store = str(self.model_store)
+        model_store = expand_home(str(self.model_store))
         require_s3(args.backend, checkpoint_store=ckpt_store, model_store=model_store, spec_uri=spec_uri)
         require_usable_locations(
-            args.backend, checkpoint_store=ckpt_store, model_store=model_store, spec_uri=spec_uri
+            args.backend,
+            launcher_reads=launcher_reads(command),
+            checkpoint_store=ckpt_store,
+            model_store=model_store,
+            spec_uri=spec_uri,
         )
         # A typo in backend_options fails here, before the money is reserved, not at the first submit.
         check_backend_options(args.backend, backend_class(args.backend), args.backend_options)
@@ -407,7 +422,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
                 identity["dag_id"], identity["run_id"], identity["task_id"], identity["map_index"]
             ),
             checkpoint_uri=f"{ckpt_store}/{key}",
-            model_store=str(self.model_store),
+            model_store=model_store,
             spec_uri=spec_uri,
             result_uri=result_uri,
             job_env=job_environment(job_opts),

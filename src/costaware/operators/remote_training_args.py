@@ -21,6 +21,7 @@ from costaware.adapters.compute.base import (
     check_backend,
     check_market,
     check_zone,
+    is_aws_region,
     zone_check,
 )
 from costaware.adapters.compute.job_contract import check_grace_seconds
@@ -82,41 +83,45 @@ def parse_names(value: Any, *, name: str) -> tuple[str, ...]:
 
 
 def check_aws_places(zones: Sequence[str], allowed_regions: Sequence[str]) -> None:
-    """Each AWS zone lies in a region AWS has, and each allowed region is one (with the closest names).
+    """Each AWS zone lies in a region spelled as AWS spells one, and each allowed region is one.
 
-    For backends that place by AWS zone (not Kubernetes, whose zones are labels). A typo here would
+    For backends that place by AWS zone (not Kubernetes, whose zones are labels). By shape, so a region
+    newer than the bundled price list passes; the list only suggests the closest names. A typo here would
     otherwise fail later as a missing transfer price, naming neither the argument nor the value typed.
 
     Raises:
-        ConfigurationError: a zone of an unknown region, a region name that is not one (or is a zone).
+        ConfigurationError: a zone of a region no AWS region is spelled as, a region name that is not one
+            (or is a zone); with the closest known names.
     """
-    import difflib
-
-    from costaware.adapters.price_files import bundled_catalog
     from costaware.core.zone_choice import region_of
 
-    if not zones and not allowed_regions:
-        return
-    known = bundled_catalog().regions
     for zone in zones:
         region = region_of(zone, "")
-        if region and region not in known:
-            close = difflib.get_close_matches(region, known, n=3, cutoff=0.6)
-            hint = f"; did you mean {', '.join(c + zone[len(region) :] for c in close)}?" if close else ""
+        if region and not is_aws_region(region):
+            hint = _closest(region, suffix=zone[len(region) :])
             raise ConfigurationError(
                 f"availability_zones {zone!r} is in no AWS region ({region!r} is not one){hint}"
             )
     for region in allowed_regions:
-        if region in known:
+        if is_aws_region(region):
             continue
-        if region_of(region, "") in known:
+        if is_aws_region(region_of(region, "")):
             raise ConfigurationError(
                 f"allowed_regions {region!r} is a zone: allowed_regions takes regions, e.g. "
                 f"{region_of(region, '')!r} (the zones to use go in availability_zones)"
             )
-        close = difflib.get_close_matches(region, known, n=3, cutoff=0.6)
-        hint = f"; did you mean {', '.join(close)}?" if close else ": list regions such as 'us-east-1'"
+        hint = _closest(region) or ": list regions such as 'us-east-1'"
         raise ConfigurationError(f"allowed_regions {region!r} is not an AWS region{hint}")
+
+
+def _closest(region: str, suffix: str = "") -> str:
+    """A "did you mean" note: the regions of the bundled price list nearest ``region`` (each + suffix)."""
+    import difflib
+
+    from costaware.adapters.price_files import bundled_catalog
+
+    close = difflib.get_close_matches(region, bundled_catalog().regions, n=3, cutoff=0.6)
+    return f"; did you mean {', '.join(c + suffix for c in close)}?" if close else ""
 
 
 def parse_zones(value: Any, *, check: Callable[[str], str] = check_aws_zone) -> tuple[str, ...]:

@@ -8,6 +8,7 @@ into one :class:`~costaware.training.spec.TrainingSpec`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from costaware.glue import as_bool
@@ -107,8 +108,14 @@ class BuiltInTrainingArguments:
         self.seed = seed
 
     def checkpoint_root(self) -> str:
-        """The rendered checkpoint store, no trailing slash (default: under ``$AIRFLOW_HOME/costaware``)."""
-        return str(self.checkpoint_store or default_store("checkpoints")).rstrip("/")
+        """The rendered checkpoint store, no trailing slash (default: under ``$AIRFLOW_HOME/costaware``).
+
+        The default is made absolute: a job runs in a folder of its own, where a relative ``AIRFLOW_HOME``
+        would point elsewhere.
+        """
+        if self.checkpoint_store:
+            return str(self.checkpoint_store).rstrip("/")
+        return str(Path(default_store("checkpoints")).expanduser().absolute())
 
     def training_spec(self, *, checkpoint_every_seconds: float | None = None) -> TrainingSpec:
         """The rendered arguments as one value (call after Airflow rendered the templates).

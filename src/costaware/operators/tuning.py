@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator, TaskGroup
 from airflow.sdk.exceptions import AirflowSkipException
 
-from costaware.core.errors import ConfigurationError
 from costaware.extras import require
 from costaware.glue import DEFAULT_LEDGER_CONN_ID, airflow_errors
 from costaware.operators.templating import as_written, native_rendered
@@ -168,16 +167,10 @@ class TuningStudyCreateOperator(_StudyOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(study_name=study_name, **kwargs)
-        from costaware.core.tuning.study import DIRECTIONS, PRUNERS, SAMPLERS
+        from costaware.core.tuning.study import check_study_choices
 
         # Not templated: a typo fails when the DAG is parsed, not when the plan task runs.
-        for name, value, choices in (
-            ("direction", direction, DIRECTIONS),
-            ("pruner", pruner, PRUNERS),
-            ("sampler", sampler, SAMPLERS),
-        ):
-            if value not in choices:
-                raise ConfigurationError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+        check_study_choices(direction=direction, pruner=pruner, sampler=sampler)
         self.search_space = search_space
         self.min_resource = min_resource
         self.max_resource = max_resource

@@ -319,10 +319,9 @@ def _within_attempts(state: AttemptState, step: Submit | Resume, max_attempts: i
     if step.record_cause:
         causes[step.record_cause] += 1
     counted = ", ".join(f"{cause.replace('_', ' ')}: {n}" for cause, n in causes.most_common())
-    # On-demand already: starting it there would change nothing.
-    advice = (
-        "raise max_attempts" if step.market == "on_demand" else "raise max_attempts or start it on on-demand"
-    )
+    # Only a job that met spot can avoid its interruptions by starting on on-demand.
+    on_spot = step.market == "spot" or any(a.market == "spot" for a in state.attempts)
+    advice = "raise max_attempts or start it on on-demand" if on_spot else "raise max_attempts"
     return Fail(
         message=(
             f"training was interrupted {attempt - 1} times ({counted}), max_attempts={max_attempts} "
@@ -345,7 +344,9 @@ def _store_unreachable_again(state: AttemptState, job: Mapping[str, Any]) -> Fai
             f"training job {job['job_id']} could not reach a store, the second attempt in a row to fail so "
             f"({job.get('reason') or 'no reason given'}): check that model_store {plan.model_store!r} and "
             f"the checkpoint location {plan.checkpoint_uri!r} can be created and written by the job (its "
-            "role or service account on a cloud backend), then clear the task; nothing was registered"
+            "role or service account on a cloud backend), or, if the reason is a push cut short by a "
+            "preemption notice, that a checkpoint uploads within preemption_grace_seconds; then clear the "
+            "task; nothing was registered"
         ),
         job_id=str(job["job_id"]),
         record_cause="store_error",

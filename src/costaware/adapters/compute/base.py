@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, Protocol, runtime_checkable
@@ -174,6 +174,14 @@ class JobRequest:
         return {**dict(self.env), **contract}
 
 
+def is_aws_region(name: str) -> bool:
+    """Whether ``name`` is spelled as an AWS region is (``us-west-2``, ``cn-north-1``, ``us-gov-east-1``).
+
+    By its shape, not a list: a region launched after the bundled price list is still one.
+    """
+    return name == name.lower() and bool(_AWS_REGION.match(name))
+
+
 def check_zone(zone: str) -> str:
     """``zone`` if it is a zone name: an AWS zone, or a Kubernetes ``topology.kubernetes.io/zone`` value.
 
@@ -298,23 +306,40 @@ def require_s3(backend: str, **uris: str | None) -> None:
             )
 
 
+def expand_home(uri: str) -> str:
+    """``uri`` with a leading ``~`` expanded (a job's launcher expands none); any other location as it is."""
+    from pathlib import Path
+
+    text = str(uri).strip()
+    return str(Path(text).expanduser()) if text.startswith("~") else text
+
+
 #: The locations of :func:`require_usable_locations` that name a file, not a folder: their folder is checked.
 FILE_LOCATIONS = frozenset({"spec_uri"})
 
 
-def require_usable_locations(backend: str, *, on_this_machine: bool = True, **uris: str | None) -> None:
-    """Refuse, before any job is bought, a store location no job of ``backend`` could write.
+def require_usable_locations(
+    backend: str,
+    *,
+    on_this_machine: bool = True,
+    launcher_reads: Collection[str] = (),
+    **uris: str | None,
+) -> None:
+    """Refuse, before any job is bought, a store location no job of ``backend`` could use.
 
-    A location must be ``s3://bucket/prefix``, ``file:///path`` or an absolute local path (what the job's
-    launcher reads and writes; a relative path would resolve against whatever folder the worker runs in).
-    On the ``local`` backend the job runs on this machine, so a local folder's nearest existing parent must
-    be a folder this process may write. Without this, a job that cannot write its outputs fails only after
-    it trained, and is billed for it.
+    A local path must be absolute once ``~`` is expanded (a relative one would resolve against whatever
+    folder the worker, or the job, runs in), a ``file://`` URI must name no host, and an ``s3://`` URI a
+    bucket. The locations the job's launcher reads and writes (``launcher_reads``: the checkpoint store, a
+    command's model store) must be one of those three kinds; others go through the provider's stores,
+    which also open what pyarrow opens (``gs://``, ``hdfs://``, ...). On the ``local`` backend the job runs
+    on this machine, so a local folder's nearest existing parent must be a folder this process may write.
+    Without this, a job that cannot write its outputs fails only after it trained, and is billed for it.
 
     Args:
         backend: The backend name.
         on_this_machine: Check local folders on this machine's disk (False when a DAG is parsed: the
             worker that runs the task may be another machine).
+        launcher_reads: The names among ``uris`` that ``costaware-run`` itself reads or writes.
         **uris: The locations by the argument name a user sets; empty ones are not checked.
 
     Raises:
@@ -334,20 +359,22 @@ def require_usable_locations(backend: str, *, on_this_machine: bool = True, **ur
                 raise ConfigurationError(f"{what} {text!r} names no bucket: use s3://bucket/prefix")
             continue
         if "://" in text and parsed.scheme != "file":
-            raise ConfigurationError(
-                f"{what} {text!r} is not a location a training job can use: give a local folder (an "
-                "absolute path), file:///path or s3://bucket/prefix"
-            )
+            if what in launcher_reads:
+                raise ConfigurationError(
+                    f"{what} {text!r} is not a location a training job can use: give a local folder (an "
+                    "absolute path), file:///path or s3://bucket/prefix"
+                )
+            continue  # the provider's stores open it, or say why not
         if parsed.scheme == "file" and parsed.netloc not in ("", "localhost"):
             raise ConfigurationError(
                 f"{what} {text!r} names the host {parsed.netloc!r}: a file URI takes three slashes, "
                 f"file:///{parsed.netloc}{parsed.path} for an absolute path"
             )
-        path = Path(parsed.path if parsed.scheme == "file" else text)
+        path = Path(parsed.path if parsed.scheme == "file" else text).expanduser()
         if not path.is_absolute():
             raise ConfigurationError(
                 f"{what} {text!r} is a relative path: it would resolve against the folder the worker "
-                f"happens to run in; give an absolute path such as {str(Path.cwd() / path)!r}"
+                f"or the job happens to run in; give an absolute path such as {str(Path.cwd() / path)!r}"
             )
         if backend != "local" or not on_this_machine:
             continue  # require_s3 names what a remote job needs

@@ -55,14 +55,15 @@ def read_jobs(path: str | Path) -> list[Job]:
             raise ConfigurationError(f"jobs file {str(path)!r} must hold a list of job objects")
     else:
         reader = csv.DictReader(io.StringIO(text.lstrip("\ufeff")))
-        rows = list(reader)
-        for number, row in enumerate(rows, start=2):
+        rows = []
+        for row in reader:
             if None in row:  # csv's key for the fields past the header's: they would be dropped in silence
                 raise ConfigurationError(
-                    f"jobs file {str(path)!r} line {number} has {len(row[None])} more field(s) than the "
-                    f"header ({', '.join(map(repr, row[None]))}): quote a value that holds commas, and "
-                    "separate a job's zones with '|' (us-east-1a|us-east-1b)"
+                    f"jobs file {str(path)!r} line {reader.line_num} has {len(row[None])} more field(s) "
+                    f"than the header ({', '.join(map(repr, row[None]))}): quote a value that holds commas, "
+                    "and separate a job's zones with '|' (us-east-1a|us-east-1b)"
                 )
+            rows.append(row)
     return [Job.from_mapping(row) for row in rows]
 
 
@@ -240,9 +241,8 @@ def availability_start(value: str | None) -> datetime | None:
             f"--availability-start {value!r} is not an ISO time; write e.g. 2022-10-26T00:00:00Z"
         ) from e
     if start.tzinfo is None:
-        written = value.strip() if "T" in value else f"{value.strip()}T00:00:00"  # a date alone takes no zone
         raise ConfigurationError(
-            f"--availability-start {value!r} has no time zone; add one, e.g. {written}Z for UTC"
+            f"--availability-start {value!r} has no time zone; add one, e.g. {start.isoformat()}Z for UTC"
         )
     return start
 
@@ -345,11 +345,12 @@ def replay(args: argparse.Namespace) -> int:
         every = tuple(zone_files(args.zones, zone_availability(args)))
         jobs = [j if j.zones or j.availability_zone else dataclasses.replace(j, zones=every) for j in jobs]
     traces = list(args.availability or [])
-    if args.zones and traces and not zone_availability(args):
+    if args.zones and traces and not zone_availability(args) and all(j.zones for j in jobs):
+        # A job pinned to one zone (availability_zone, no zones) reads --availability; here none is.
         raise ConfigurationError(
-            "--availability with --zones ZONE=TRACE: each zone has its trace already, so the --availability "
-            "trace would be ignored; drop it, or name zones only in --zones (ZONE,ZONE) and give one "
-            "--availability trace per zone"
+            "--availability with --zones ZONE=TRACE: every job runs in the zones, each with its trace, so "
+            "the --availability trace would be ignored; drop it, or name zones only in --zones (ZONE,ZONE) "
+            "and give one --availability trace per zone"
         )
     if zone_availability(args):
         if args.by_trace:

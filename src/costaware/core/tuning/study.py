@@ -19,6 +19,17 @@ PRUNERS = ("successive_halving", "hyperband", "none")
 SAMPLERS = ("tpe", "random")
 
 
+def check_study_choices(*, direction: str, pruner: str, sampler: str) -> None:
+    """Refuse a direction, pruner or sampler that is not one of the known names (named, with the choices)."""
+    for name, value, choices in (
+        ("direction", direction, DIRECTIONS),
+        ("pruner", pruner, PRUNERS),
+        ("sampler", sampler, SAMPLERS),
+    ):
+        if value not in choices:
+            raise ConfigurationError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+
+
 @dataclass(frozen=True, slots=True)
 class StudySpec:
     """Everything a trial slot needs to run a trial; stored with the study so every worker reads the same.
@@ -47,14 +58,7 @@ class StudySpec:
     slack_seconds: float = 2.0
 
     def __post_init__(self) -> None:
-        if self.direction not in DIRECTIONS:
-            raise ConfigurationError(
-                f"direction must be one of {', '.join(DIRECTIONS)}, got {self.direction!r}"
-            )
-        if self.pruner not in PRUNERS:
-            raise ConfigurationError(f"pruner must be one of {', '.join(PRUNERS)}, got {self.pruner!r}")
-        if self.sampler not in SAMPLERS:
-            raise ConfigurationError(f"sampler must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
+        check_study_choices(direction=self.direction, pruner=self.pruner, sampler=self.sampler)
         if not self.study_name or any(c in self.study_name for c in ",="):
             raise ConfigurationError(
                 f"study_name {self.study_name!r} must be non-empty, without ',' or '=' (it is a ledger tag)"
