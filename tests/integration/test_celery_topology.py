@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from airflow_server import AirflowServer
-from services import RETRAIN_TASKS, airflow_env, free_port, postgres_server, wait_for_port
+from services import RETRAIN_TASKS, airflow_env, free_port, ledger_task_ids, postgres_server, wait_for_port
 from sqlalchemy import create_engine, text
 
 from costaware import Ledger
@@ -215,7 +215,7 @@ def test_retrain_dag_and_a_deferred_gate_through_the_triggerer(
     trigger_logs = list(airflow.home.glob("logs/dag_id=budget_wait/**/task_id=spend_gate/*.trigger.*.log"))
     text = "".join(p.read_text() for p in trigger_logs)
     assert "waiting for budget" in text and "Trigger fired event" in text
-    tasks = {r["task_id"] for r in ledger.entries(dag_id="cost_aware_retrain", run_id=retrain)}
+    tasks = ledger_task_ids(ledger, "cost_aware_retrain", retrain, expected=RETRAIN_TASKS)
     assert tasks == RETRAIN_TASKS
     assert set(_hostnames(airflow, "cost_aware_retrain", retrain).values()) <= {"worker-1", "worker-2"}
     (usage,) = ledger.usage("project=wait-test")

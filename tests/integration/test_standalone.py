@@ -7,7 +7,7 @@ import urllib.error
 
 import pytest
 from airflow_server import AirflowServer
-from services import RETRAIN_TASKS
+from services import RETRAIN_TASKS, ledger_task_ids
 
 from costaware import Ledger
 
@@ -22,7 +22,7 @@ def test_retrain_dag_triggered_through_the_api(server: tuple[AirflowServer, Ledg
     assert airflow.wait_for_run("cost_aware_retrain", run_id) == "success", airflow.task_states(
         "cost_aware_retrain", run_id
     )
-    tasks = {r["task_id"] for r in ledger.entries(dag_id="cost_aware_retrain", run_id=run_id)}
+    tasks = ledger_task_ids(ledger, "cost_aware_retrain", run_id, expected=RETRAIN_TASKS)
     assert tasks == RETRAIN_TASKS
 
 

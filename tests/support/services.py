@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 #: The tasks of dags/cost_aware_retrain.py, which several end-to-end tests expect in the ledger.
 RETRAIN_TASKS = frozenset(
@@ -30,6 +31,23 @@ RETRAIN_TASKS = frozenset(
         "promote",
     }
 )
+
+
+def ledger_task_ids(
+    ledger: Any, dag_id: str, run_id: str, *, expected: frozenset[str], timeout: float = 60
+) -> set[str]:
+    """The task ids with ledger entries in the run, once they are ``expected`` (or ``timeout`` passed).
+
+    A worker reports a task's success before its listeners run (the Task SDK's ``run`` sends the state,
+    ``finalize`` then calls them), so a run can read "success" a moment before its last task's entry is
+    written: a real server is read until the entries are all there, not once.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        found = {r["task_id"] for r in ledger.entries(dag_id=dag_id, run_id=run_id)}
+        if found >= expected or time.monotonic() > deadline:
+            return found
+        time.sleep(0.5)
 
 
 def free_port() -> int:
