@@ -560,6 +560,10 @@ def test_a_price_file_that_is_not_there_fails_even_when_the_deadline_decides_at_
         ("us-east-1a;us-east-1b", "'us-east-1a;us-east-1b' is not a zone name"),
         ("us-east-1a,", "has an empty name"),
         (["US-EAST-1A"], "AWS zone names are lower case, write 'us-east-1a'"),
+        (
+            "us-east-1a,us-eats-1b",
+            "availability_zones 'us-eats-1b' is in no AWS region ('us-eats-1' is not one); did you mean",
+        ),
     ],
 )
 def test_zones_written_out_are_checked_when_the_dag_is_parsed(zones: object, message: str) -> None:
