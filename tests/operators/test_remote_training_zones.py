@@ -172,7 +172,7 @@ def test_zones_that_are_no_list_are_refused_by_name() -> None:
         ({"allowed_regions": 5}, "allowed_regions must be a list of names, got int 5"),
         (
             {"availability_zones": ["us-east-1a", "us-eats-1b"]},
-            "availability_zones 'us-eats-1b' is in no AWS region ('us-eats-1' is not one); did you mean "
+            "availability zone 'us-eats-1b' is in no AWS region ('us-eats-1' is not one); did you mean "
             "us-east-1b",
         ),
         (

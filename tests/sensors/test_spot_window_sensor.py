@@ -562,7 +562,7 @@ def test_a_price_file_that_is_not_there_fails_even_when_the_deadline_decides_at_
         (["US-EAST-1A"], "AWS zone names are lower case, write 'us-east-1a'"),
         (
             "us-east-1a,us-eats-1b",
-            "availability_zones 'us-eats-1b' is in no AWS region ('us-eats-1' is not one); did you mean",
+            "availability zone 'us-eats-1b' is in no AWS region ('us-eats-1' is not one); did you mean",
         ),
     ],
 )

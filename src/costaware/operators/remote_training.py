@@ -374,12 +374,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
     def _start(self, context: Context) -> AttemptState:
         """The state before attempt 1: the plan (:func:`~costaware.training.plan.make_plan`) and its spec."""
         from costaware.adapters.checkpoint_store import checkpoint_key
-        from costaware.adapters.compute.base import (
-            backend_class,
-            check_backend_options,
-            expand_home,
-            require_s3,
-        )
+        from costaware.adapters.compute.base import check_backend_options, expand_home, require_s3
         from costaware.adapters.price_files import bundled_catalog
         from costaware.operators.remote_command import rendered_command
         from costaware.training.attempts import AttemptState
@@ -411,7 +406,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
             spec_uri=spec_uri,
         )
         # A typo in backend_options fails here, before the money is reserved, not at the first submit.
-        check_backend_options(args.backend, backend_class(args.backend), args.backend_options)
+        check_backend_options(args.backend, args.backend_options)
         opts = self._storage_options()
         job_opts = spec_storage_options(opts)
         start = make_plan(

@@ -17,11 +17,11 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from costaware.adapters.compute.base import (
+    check_aws_regions,
     check_aws_zone,
     check_backend,
     check_market,
     check_zone,
-    is_aws_region,
     zone_check,
 )
 from costaware.adapters.compute.job_contract import check_grace_seconds
@@ -80,48 +80,6 @@ def parse_names(value: Any, *, name: str) -> tuple[str, ...]:
         example = "'us-west-2'" if name == "allowed_regions" else "'us-west-2a'"
         raise ConfigurationError(f"{name} {value!r} has an empty name: list names like {example}")
     return names
-
-
-def check_aws_places(zones: Sequence[str], allowed_regions: Sequence[str]) -> None:
-    """Each AWS zone lies in a region spelled as AWS spells one, and each allowed region is one.
-
-    For backends that place by AWS zone (not Kubernetes, whose zones are labels). By shape, so a region
-    newer than the bundled price list passes; the list only suggests the closest names. A typo here would
-    otherwise fail later as a missing transfer price, naming neither the argument nor the value typed.
-
-    Raises:
-        ConfigurationError: a zone of a region no AWS region is spelled as, a region name that is not one
-            (or is a zone); with the closest known names.
-    """
-    from costaware.core.zone_choice import region_of
-
-    for zone in zones:
-        region = region_of(zone, "")
-        if region and not is_aws_region(region):
-            hint = _closest(region, suffix=zone[len(region) :])
-            raise ConfigurationError(
-                f"availability_zones {zone!r} is in no AWS region ({region!r} is not one){hint}"
-            )
-    for region in allowed_regions:
-        if is_aws_region(region):
-            continue
-        if is_aws_region(region_of(region, "")):
-            raise ConfigurationError(
-                f"allowed_regions {region!r} is a zone: allowed_regions takes regions, e.g. "
-                f"{region_of(region, '')!r} (the zones to use go in availability_zones)"
-            )
-        hint = _closest(region) or ": list regions such as 'us-east-1'"
-        raise ConfigurationError(f"allowed_regions {region!r} is not an AWS region{hint}")
-
-
-def _closest(region: str, suffix: str = "") -> str:
-    """A "did you mean" note: the regions of the bundled price list nearest ``region`` (each + suffix)."""
-    import difflib
-
-    from costaware.adapters.price_files import bundled_catalog
-
-    close = difflib.get_close_matches(region, bundled_catalog().regions, n=3, cutoff=0.6)
-    return f"; did you mean {', '.join(c + suffix for c in close)}?" if close else ""
 
 
 def parse_zones(value: Any, *, check: Callable[[str], str] = check_aws_zone) -> tuple[str, ...]:
@@ -256,16 +214,11 @@ class RemotePlanArguments:
         self.history_days = history_days
         # Templated, so checked again after rendering; a value written out is checked now, when the DAG is
         # parsed, instead of failing the task after the spend gate reserved its money.
-        zones: tuple[str, ...] = ()
         if is_literal(availability_zones):
             # As the backend checks its zones; a backend known only after rendering: any zone label for now.
-            zones = parse_zones(
-                availability_zones, check=zone_check(backend) if is_literal(backend) else check_zone
-            )
-        regions = parse_names(allowed_regions, name="allowed_regions") if is_literal(allowed_regions) else ()
-        # AWS zones and regions against the regions AWS has; Kubernetes zones are labels of its own.
-        aws_zones = is_literal(backend) and str(backend) != "kubernetes"
-        check_aws_places(zones if aws_zones else (), regions)
+            parse_zones(availability_zones, check=zone_check(backend) if is_literal(backend) else check_zone)
+        if is_literal(allowed_regions):
+            check_aws_regions(parse_names(allowed_regions, name="allowed_regions"))
         if is_literal(restart_guard):
             as_bool(restart_guard, "restart_guard")
         self.availability_zones = availability_zones
@@ -295,9 +248,9 @@ class RemotePlanArguments:
         """The rendered arguments as one value (call after Airflow rendered the templates)."""
         from costaware.training.plan import PlanArguments
 
-        zones = parse_names(self.availability_zones, name="availability_zones")
+        # The zones are checked as the backend checks them, by the plan (require_zone_placement).
         regions = parse_names(self.allowed_regions, name="allowed_regions")
-        check_aws_places(zones if str(self.backend) != "kubernetes" else (), regions)
+        check_aws_regions(regions)
         return PlanArguments(
             backend=str(self.backend),
             backend_options=parse_mapping(self.backend_options, name="backend_options"),
@@ -319,7 +272,7 @@ class RemotePlanArguments:
             priority=self.priority,
             restart_overhead_minutes=self.restart_overhead_minutes,
             history_days=self.history_days,
-            availability_zones=zones,
+            availability_zones=parse_names(self.availability_zones, name="availability_zones"),
             allowed_regions=regions,
             restart_guard=as_bool(self.restart_guard, "restart_guard"),
             # Checked here, after rendering: a bad objective fails the task whether or not it pauses.

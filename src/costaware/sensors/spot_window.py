@@ -44,7 +44,7 @@ from costaware.glue import (
     check_tags,
     parse_decimal,
 )
-from costaware.operators.remote_training_args import check_aws_places, parse_zones
+from costaware.operators.remote_training_args import parse_zones
 from costaware.operators.templating import is_literal
 from costaware.triggers.spot_window import SpotWindowTrigger
 
@@ -191,7 +191,7 @@ class SpotWindowSensor(BaseSensorOperator):
         # A list, or text: "us-east-1a,us-east-1b" or what a template renders. Read after rendering
         # (_zones); a value written out is checked now, when the DAG is parsed.
         if is_literal(availability_zones):
-            check_aws_places(parse_zones(availability_zones), ())
+            parse_zones(availability_zones)
         self.availability_zones = availability_zones
         if is_literal(priority):
             check_priority(priority)
@@ -358,9 +358,7 @@ class SpotWindowSensor(BaseSensorOperator):
 
     def _zones(self) -> list[str] | None:
         """The rendered ``availability_zones`` as a list of zone names, or None when not set."""
-        zones = parse_zones(self.availability_zones)
-        check_aws_places(zones, ())  # a region typo is named here, not as a zone without prices
-        return list(zones) or None
+        return list(parse_zones(self.availability_zones)) or None
 
     def _observe_kwargs(self) -> dict[str, Any]:
         """Where prices and capacity come from: the trigger's kwargs and :func:`observe_market`'s."""

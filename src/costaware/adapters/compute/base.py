@@ -218,7 +218,50 @@ def check_aws_zone(zone: str) -> str:
             f"availability zone {zone!r}: AWS zone names are lower case, write {zone.lower()!r} (a job "
             "placed by this name would match no zone)"
         )
+    from costaware.core.zone_choice import region_of
+
+    region = region_of(zone, "")
+    if region and not is_aws_region(region):
+        # A typo would otherwise fail later as a missing transfer price, naming neither argument nor value.
+        raise ConfigurationError(
+            f"availability zone {zone!r} is in no AWS region ({region!r} is not one)"
+            f"{closest_regions(region, suffix=zone[len(region) :])}"
+        )
     return zone
+
+
+def check_aws_regions(regions: Sequence[str], *, name: str = "allowed_regions") -> None:
+    """Each of ``regions`` is spelled as an AWS region is (not a zone), with the closest known names.
+
+    Raises:
+        ConfigurationError: a name that is not a region, or is a zone (named with its region).
+    """
+    from costaware.core.zone_choice import region_of
+
+    for region in regions:
+        if is_aws_region(region):
+            continue
+        if is_aws_region(region_of(region, "")):
+            raise ConfigurationError(
+                f"{name} {region!r} is a zone: {name} takes regions, e.g. {region_of(region, '')!r} (the "
+                "zones to use go in availability_zones)"
+            )
+        hint = closest_regions(region) or ": list regions such as 'us-east-1'"
+        raise ConfigurationError(f"{name} {region!r} is not an AWS region{hint}")
+
+
+def closest_regions(region: str, suffix: str = "") -> str:
+    """A "did you mean" note: the regions of the bundled price list nearest ``region`` (each + suffix).
+
+    By shape, not this list, decides what a region is (a region newer than the list is still one); the list
+    is read only to suggest names, when a name is refused.
+    """
+    import difflib
+
+    from costaware.adapters.price_files import bundled_catalog
+
+    close = difflib.get_close_matches(region, bundled_catalog().regions, n=3, cutoff=0.6)
+    return f"; did you mean {', '.join(c + suffix for c in close)}?" if close else ""
 
 
 def zone_check(backend_name: str) -> Callable[[str], str]:
@@ -478,18 +521,17 @@ def backend_class(name: str) -> type:
 
 def open_backend(name: str, options: Mapping[str, Any] | None = None) -> ComputeBackend:
     """The backend ``name`` (``local``, ``sagemaker``, ``batch``, ``kubernetes``) built with ``options``."""
-    backend_cls = backend_class(name)
     given = dict(options or {})
-    check_backend_options(name, backend_cls, given)
+    check_backend_options(name, given)
     try:
-        backend: ComputeBackend = backend_cls(**given)
+        backend: ComputeBackend = backend_class(name)(**given)
     except TypeError as e:
         raise ConfigurationError(f"compute backend {name!r} does not take these options: {e}") from e
     return backend
 
 
-def check_backend_options(name: str, backend_cls: type, options: Mapping[str, Any]) -> None:
-    """Refuse an option ``backend_cls`` does not take, naming it, the closest option and all of them.
+def check_backend_options(name: str, options: Mapping[str, Any]) -> None:
+    """Refuse an option backend ``name`` does not take, naming it, the closest option and all of them.
 
     Raises:
         ConfigurationError: an unknown option (a typo would otherwise be a bare ``__init__`` TypeError).
@@ -497,7 +539,7 @@ def check_backend_options(name: str, backend_cls: type, options: Mapping[str, An
     import difflib
     import inspect
 
-    parameters = inspect.signature(backend_cls).parameters
+    parameters = inspect.signature(backend_class(name)).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
         return
     accepted = [n for n, p in parameters.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL]
