@@ -341,18 +341,19 @@ def replay(args: argparse.Namespace) -> int:
     """Replay the policies over the recorded data and print a row per policy (and per trace)."""
     carbon_inputs(args)  # a bad objective, carbon price or missing file fails before the jobs are read
     jobs = read_jobs(args.jobs)
+    zone_traces = zone_availability(args)
     if args.zones:
-        every = tuple(zone_files(args.zones, zone_availability(args)))
+        every = tuple(zone_files(args.zones, zone_traces))
         jobs = [j if j.zones or j.availability_zone else dataclasses.replace(j, zones=every) for j in jobs]
     traces = list(args.availability or [])
-    if args.zones and traces and not zone_availability(args) and all(j.zones for j in jobs):
+    if args.zones and traces and not zone_traces and all(j.zones for j in jobs):
         # A job pinned to one zone (availability_zone, no zones) reads --availability; here none is.
         raise ConfigurationError(
             "--availability with --zones ZONE=TRACE: every job runs in the zones, each with its trace, so "
             "the --availability trace would be ignored; drop it, or name zones only in --zones (ZONE,ZONE) "
             "and give one --availability trace per zone"
         )
-    if zone_availability(args):
+    if zone_traces:
         if args.by_trace:
             raise ConfigurationError(
                 "--by-trace compares --availability traces, but with --zones naming zones only they are the "

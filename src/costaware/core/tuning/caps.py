@@ -55,9 +55,8 @@ class TuningCaps:
         plateau_min_delta: object = 0.0,
     ) -> TuningCaps:
         """Caps from user input (strings from templates are fine), with errors that name the bad value."""
-        if str(max_usd).strip().startswith("-"):  # parse_usd's "zero or more" would invite a $0 cap
-            raise ConfigurationError(f"max_usd must be more than $0, got {max_usd!r}: no trial could run")
-        usd = parse_usd(max_usd, name="max_usd")
+        # Negatives pass the parse so that they get the one message 0 gets (not "zero or more").
+        usd = parse_usd(max_usd, name="max_usd", allow_negative=True)
         if usd <= 0:
             raise ConfigurationError(f"max_usd must be more than $0, got {max_usd!r}: no trial could run")
         gpu = None if max_gpu_hours in (None, "") else parse_usd(max_gpu_hours, name="max_gpu_hours")
