@@ -123,3 +123,32 @@ def test_without_timed_checkpoints_the_on_demand_reason_says_what_kept_nothing()
     reason = choose_zone(views, current="a", **figures).reason  # type: ignore[arg-type]
     assert "the last 2 preempted runs in each kept nothing: without timed checkpoints" in reason
     assert "shorter than no timed" not in reason
+
+
+def test_what_a_run_kept_decides_over_its_length_where_it_is_known() -> None:
+    figures = {"restart_overhead_seconds": 300, "checkpoint_every_seconds": 600}
+    # Long runs that committed nothing of their own (restored, then cut before the next save) thrash ...
+    assert thrashing([5000.0, 5000.0], kept=[False, False], **figures)
+    # ... and short runs that saved on their notice do not, with timed checkpoints or without.
+    assert not thrashing([100.0, 200.0], kept=[True, True], **figures)
+    assert not thrashing(
+        [100.0, 200.0], kept=[True, True], restart_overhead_seconds=300, checkpoint_every_seconds=None
+    )
+    # An unknown run is judged by its length: a short one and a known loss are two runs that kept nothing.
+    assert thrashing([100.0, 5000.0], kept=[None, False], **figures)
+    assert not thrashing([5000.0, 100.0], kept=[None, False], **figures)
+    with pytest.raises(ConfigurationError, match="1 kept-work value"):
+        thrashing([100.0, 200.0], kept=[True], **figures)
+
+
+def test_the_on_demand_reason_says_the_runs_committed_nothing_when_that_is_known() -> None:
+    views = [ZoneView("a", 0.1, preempted_runs_seconds=(9e3, 9e3), preempted_runs_kept=(False, False))]
+    reason = choose_zone(views, current="a", **FIGURES).reason
+    assert "the last 2 preempted runs in each ended before committing a checkpoint of their own" in reason
+    assert "shorter" not in reason
+    mixed = [ZoneView("a", 0.1, preempted_runs_seconds=(100.0, 9e3), preempted_runs_kept=(None, False))]
+    reason = choose_zone(mixed, current="a", **FIGURES).reason
+    assert "of their own or, where that is unknown, were shorter than restart overhead 300 s" in reason
+    # A job that saves on its notice keeps its zone however short its runs.
+    saved = [ZoneView("a", 0.1, preempted_runs_seconds=(100.0, 200.0), preempted_runs_kept=(True, True))]
+    assert choose_zone(saved, current="a", **FIGURES).zone == "a"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -150,8 +151,14 @@ def test_auto_in_the_worker_is_refused_with_what_to_do(tmp_path: Path) -> None:
         )
 
 
-def preempted(state: Any, *run_seconds: float, exit_codes: tuple[int | None, ...] = ()) -> Any:
+def preempted(
+    state: Any,
+    *run_seconds: float,
+    exit_codes: tuple[int | None, ...] = (),
+    ages: tuple[float | None, ...] = (),
+) -> Any:
     codes = exit_codes or (-9,) * len(run_seconds)  # hard kills: each lost the work since its last save
+    ages = ages or (None,) * len(run_seconds)  # the newest checkpoint's age at the end: unknown
     attempts = tuple(
         Attempt(
             attempt=n,
@@ -163,8 +170,9 @@ def preempted(state: Any, *run_seconds: float, exit_codes: tuple[int | None, ...
             cause="preemption",
             reason="spot interruption",
             exit_code=code,
+            checkpoint_age_seconds=age,
         )
-        for n, (seconds, code) in enumerate(zip(run_seconds, codes, strict=True), start=1)
+        for n, (seconds, code, age) in enumerate(zip(run_seconds, codes, ages, strict=True), start=1)
     )
     return replace(state, attempts=attempts)
 
@@ -190,6 +198,8 @@ def preempted(state: Any, *run_seconds: float, exit_codes: tuple[int | None, ...
         ({}, "spot", (75, 75), 3600.0, "each saved on its notice or was stopped while starting"),
         # exit 77 (preempted before any checkpoint) lost it all
         ({}, "spot", (77, 75), 910.0, "1 of them lost work"),
+        # exit 75 from the checkpoint it restored (its newest is older than its 7200 s run): it lost its run
+        ({"ages": (9000.0, 20.0)}, "spot", (75, 75), 910.0, "1 of them lost work (1 saved on the notice)"),
         ({}, "on_demand", (), 3600.0, None),  # on-demand: the planned interval, nothing to weigh
         ({"checkpoint_every_seconds": 42}, "spot", (), 42, None),  # a number is never changed
     ],
@@ -205,8 +215,10 @@ def test_later_spot_attempts_take_the_interval_from_the_preempted_run_lengths(
     seconds: float,
     logged: str | None,
 ) -> None:
-    op = operator(tmp_path, **kwargs)
-    state = preempted(op._start(context_for()), 7200.0, 7200.0, exit_codes=exit_codes)
+    op = operator(tmp_path, **{k: v for k, v in kwargs.items() if k != "ages"})
+    state = preempted(
+        op._start(context_for()), 7200.0, 7200.0, exit_codes=exit_codes, ages=kwargs.get("ages", ())
+    )
     capsys.readouterr()
     submitted = op._submit(state, market)
     try:
@@ -270,3 +282,20 @@ def test_later_spot_attempts_weigh_the_saves_the_attempts_measured(
         assert len(warned) == (1 if latest == "damaged" else 0)
     finally:
         op._backend(submitted.plan).stop(submitted.current.job_id)
+
+
+def test_a_preempted_attempt_records_how_old_its_newest_checkpoint_was_at_its_end(
+    tmp_path: Path, data: Path, ledger: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    op = operator(tmp_path)
+    uri = op._start(context_for()).plan.checkpoint_uri
+    ended = time.time() + 30  # the job ended 30 s after the save the launcher pushed
+    assert op._checkpoint_age(uri, {"ended_at": ended}) is None  # nothing pushed yet: not a warning
+    pushed_saves(tmp_path, uri, 5.0)
+    assert op._checkpoint_age(uri, {"ended_at": ended}) == pytest.approx(30, abs=5)
+    (Path(uri) / "LATEST.json").write_text('{"step": "no"}')
+    capsys.readouterr()
+    assert op._checkpoint_age(uri, {"ended_at": ended}) is None
+    out = capsys.readouterr()
+    assert "cannot read the newest checkpoint at" in out.out + out.err
+    assert "judged by its run length" in out.out + out.err

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import signal
+import sys
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
-from remote_support import context_for, drive, local_operator_args, write_data
+from remote_support import TRAINING, context_for, drive, local_operator_args, write_data
 
 from costaware.adapters.compute.local import LocalBackend
 from costaware.adapters.compute.replay import PreemptionInjector
@@ -94,6 +95,52 @@ def test_the_guard_sends_a_churning_training_to_on_demand(tmp_path: Path) -> Non
     result, _ = replay(op, tmp_path, {"us-west-2a": churn})
     markets = [(a["market"], a["cause"]) for a in result["attempts"]]
     assert markets == [("spot", "preemption"), ("spot", "preemption"), ("on_demand", "success")]
+
+
+@pytest.mark.slow
+def test_the_guard_keeps_spot_for_a_command_that_saves_on_each_notice(tmp_path: Path) -> None:
+    # Capacity for 3 ticks of 1 s, then a SIGTERM, twice: each run is far below the 12 s restart overhead,
+    # and the command has no timed checkpoints, so by their length both runs kept nothing. But the command
+    # saves on the notice: the newest checkpoint after each run is seconds old, the guard sees work kept,
+    # and the third attempt stays on spot (it went to on-demand when the guard judged by length alone).
+    options = {"root": str(tmp_path / "jobs"), "capacity_file": str(tmp_path / "capacity-{zone}")}
+    options["env"] = {"OWN_TRAIN_LOG": str(tmp_path / "seen.jsonl")}
+    now = utcnow()
+    op = RemoteTrainingOperator(
+        task_id="train",
+        command=[sys.executable, str(TRAINING / "own_train.py"), "save-on-notice", "40"],
+        model_store=str(tmp_path / "models"),
+        checkpoint_store=str(tmp_path / "ckpt"),
+        backend_options=options,
+        spot_decision={
+            "market": "spot",
+            "usd_per_hour": PRICES["spot"],
+            "on_demand_usd_per_hour": PRICES["on_demand"],
+            "instance_type": "p3.2xlarge",
+            "region": "us-west-2",
+            "availability_zone": "us-west-2a",
+            "deadline": (now + timedelta(seconds=240)).isoformat(),
+            "latest_start": (now + timedelta(seconds=150)).isoformat(),
+        },
+        restart_overhead_minutes=0.2,
+        restart_guard=True,
+        preemption_grace_seconds=5,
+        max_attempts=20,
+        poll_interval=0.1,
+    )
+    trace = ([True] * 3 + [False]) * 2 + [True] * 120
+    with PreemptionInjector(
+        LocalBackend(**options), {"us-west-2a": trace}, tick_seconds=1.0, signals=(signal.SIGTERM,)
+    ):
+        result, _ = drive(op, context_for())
+    attempts = result["attempts"]
+    assert [(a["market"], a["cause"]) for a in attempts] == [
+        ("spot", "preemption"),
+        ("spot", "preemption"),
+        ("spot", "success"),
+    ], attempts
+    for a in attempts[:2]:
+        assert a["exit_code"] == 75 and 0 <= a["checkpoint_age_seconds"] < a["billable_seconds"], a
 
 
 @pytest.mark.slow

@@ -328,7 +328,9 @@ def test_a_state_written_before_the_typed_plan_reads_and_round_trips() -> None:
         **before,
         "checkpoint_every_seconds": None,
         "placement": Placement().to_json(),
-        "attempts": [{**a, "zone": "", "exit_code": None} for a in before["attempts"]],
+        "attempts": [
+            {**a, "zone": "", "exit_code": None, "checkpoint_age_seconds": None} for a in before["attempts"]
+        ],
     }
     assert AttemptState.from_json(json.loads(json.dumps(parsed.to_json()))) == parsed
     assert parsed.current is not None and parsed.current.pausing and parsed.current.stopped
@@ -339,6 +341,30 @@ def test_a_state_written_before_the_typed_plan_reads_and_round_trips() -> None:
     assert plan.billing is not None and plan.billing.to_json() == CAPTURED["billing"]
     assert plan.deadline == datetime(2026, 11, 26, 15, 23, 41, 332615, tzinfo=timezone.utc)
     assert (plan.backend, plan.first_market, plan.on_demand_usd_per_hour) == ("local", "spot", "2.00")
+
+
+@pytest.mark.parametrize(
+    ("age", "exit_code", "kept"),
+    [
+        (20.0, 75, True),  # saved during its 60 s run: on its notice, or on its interval
+        (59.0, None, True),
+        (
+            60.0,
+            75,
+            False,
+        ),  # saved before it started: the checkpoint it restored, then cut (the launcher exits 75)
+        (900.0, 143, False),
+        (None, 77, False),  # the launcher's "preempted before any checkpoint"
+        (None, 75, None),  # nothing read (a backend without a store, a state from before): judged by length
+        (None, None, None),
+    ],
+)
+def test_an_attempt_kept_work_only_when_its_newest_checkpoint_was_saved_during_its_run(
+    age: float | None, exit_code: int | None, kept: bool | None
+) -> None:
+    attempt = replace(_done(1), exit_code=exit_code, checkpoint_age_seconds=age)
+    assert attempt.kept_work() is kept
+    assert Attempt.from_json(json.loads(json.dumps(attempt.to_json()))) == attempt
 
 
 def test_a_fresh_state_round_trips_without_pause_keys() -> None:

@@ -208,12 +208,33 @@ def test_training_grows_the_batch_with_the_noise_scale_and_keeps_the_lr_rule() -
     assert all(c.reason.startswith(f"batch {c.batch_size}: noise scale") for c in report.changes[1:])
 
 
-def test_training_stops_within_the_budget() -> None:
+class TickingClock:
+    """A clock that moves 1 ms at each reading (and what a test adds to ``now``): the same on any machine."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 0.001
+        return self.now
+
+
+def test_training_stops_within_the_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     x, y = _data()
-    trainer = _trainer(budget_seconds=1.0, adapt_every=10)
+    clock = TickingClock()
+    trainer = _trainer(budget_seconds=1.0, adapt_every=10, clock=clock)
+    step = trainer._step
+
+    def step_of_100_ms(*args: Any) -> Any:
+        clock.now += 0.1
+        return step(*args)
+
+    monkeypatch.setattr(trainer, "_step", step_of_100_ms)
     report = trainer.fit(x, y, epochs=1000)
-    assert report.stopped_by == "budget"
-    assert report.seconds <= 1.0 + 0.25  # the loop never starts a step it expects to overrun
+    assert report.stopped_by == "budget" and report.steps > 0
+    # The loop never starts a step it expects to overrun: past the budget are only the clock's readings
+    # after the last step (1 ms each), never a 100 ms step.
+    assert report.seconds <= 1.0 + 0.005
     assert 0 < report.epochs < 1000 and not math.isnan(report.losses[-1])
 
 

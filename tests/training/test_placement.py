@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from decimal import Decimal
 
 from costaware.training.attempts import Attempt, AttemptState
-from costaware.training.placement import allowed_zones, last_zone, next_zone, preempted_runs
+from costaware.training.placement import (
+    allowed_zones,
+    last_zone,
+    next_zone,
+    preempted_runs,
+    preempted_runs_kept,
+)
 from costaware.training.plan import Placement, RemotePlan
 
 
@@ -67,3 +74,21 @@ def test_the_guard_leaves_no_zone_after_two_short_runs_in_each() -> None:
 def test_one_zone_thrashing_on_its_own_goes_on_demand() -> None:
     runs = [("spot", "", 100.0, "preemption")] * 2
     assert next_zone(state(*runs, zones=(), guard=True), prices={}, capacity={}, move_usd={}).zone is None
+
+
+def test_runs_that_saved_a_checkpoint_of_their_own_never_fire_the_guard() -> None:
+    # Two 100 s runs in each zone, each shorter than the 120 s restart + 60 s interval: by length they thrash.
+    # A job that saved on each notice kept work in every one, and the guard keeps its zones.
+    runs = [("spot", z, 100.0, "preemption") for z in ("a", "b", "a", "b")]
+    s = state(*runs, guard=True)
+    saved = replace(
+        s, attempts=tuple(replace(a, exit_code=75, checkpoint_age_seconds=5.0) for a in s.attempts)
+    )
+    assert preempted_runs_kept(saved) == {"a": (True, True), "b": (True, True)}
+    assert next_zone(saved, prices={}, capacity={}, move_usd={}).zone is not None
+    # Restored and cut each time (the newest checkpoint older than the run): the guard fires on the record.
+    cut = replace(
+        s, attempts=tuple(replace(a, exit_code=75, checkpoint_age_seconds=500.0) for a in s.attempts)
+    )
+    choice = next_zone(cut, prices={}, capacity={}, move_usd={})
+    assert choice.zone is None and "ended before committing a checkpoint of their own" in choice.reason

@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
-from costaware_runtime.checkpoints import FOLDER_PREFIX, load_bytes, save_bytes
+from costaware_runtime.checkpoints import FOLDER_PREFIX, Marker, load_bytes, save_bytes
 from costaware_runtime.contract import CHECKPOINT_MARKER
 from costaware_runtime.errors import ContractError
 
@@ -253,12 +253,11 @@ class CheckpointFolder:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def recorded_save_seconds(checkpoint_uri: str, **storage_options: Any) -> tuple[float, ...]:
-    """The save seconds measured by the jobs of a training, oldest first, from ``<uri>/LATEST.json``.
+def recorded_marker(checkpoint_uri: str, **storage_options: Any) -> Marker | None:
+    """The commit marker of a training's newest pushed checkpoint (``<uri>/LATEST.json``), or None.
 
-    The launcher pushes each committed marker there (``costaware_runtime.sync``); a marker keeps the
-    latest saves' wall seconds when the saver timed them (the built-in trainer does, through
-    :class:`CheckpointFolder`). Empty when nothing was pushed yet or no save was timed.
+    The launcher pushes each committed marker there (``costaware_runtime.sync``): its step, when the job
+    saved it, and the latest saves' wall seconds when the saver timed them. None when nothing was pushed.
 
     Raises:
         OSError: the store could not be read.
@@ -271,11 +270,39 @@ def recorded_save_seconds(checkpoint_uri: str, **storage_options: Any) -> tuple[
     try:
         raw = blobs.read_bytes(LATEST_NAME)
     except FileNotFoundError:
-        return ()
+        return None
     try:
-        return parse_marker(raw, f"{blobs.uri}/{LATEST_NAME}").save_seconds
+        return parse_marker(raw, f"{blobs.uri}/{LATEST_NAME}")
     except ContractError as e:
         raise ValueError(str(e)) from e
+
+
+def recorded_save_seconds(checkpoint_uri: str, **storage_options: Any) -> tuple[float, ...]:
+    """The save seconds measured by the jobs of a training, oldest first (:func:`recorded_marker`).
+
+    Empty when nothing was pushed yet or no save was timed (the built-in trainer times its saves, through
+    :class:`CheckpointFolder`).
+
+    Raises:
+        OSError: the store could not be read.
+        ValueError: ``LATEST.json`` is not a marker the runtime wrote.
+    """
+    marker = recorded_marker(checkpoint_uri, **storage_options)
+    return marker.save_seconds if marker else ()
+
+
+def recorded_saved_at(checkpoint_uri: str, **storage_options: Any) -> datetime | None:
+    """When the job saved the newest pushed checkpoint (UTC), or None when nothing was pushed yet.
+
+    Raises:
+        OSError: the store could not be read.
+        ValueError: ``LATEST.json`` is not a marker the runtime wrote, or its ``saved_at`` is no time.
+    """
+    marker = recorded_marker(checkpoint_uri, **storage_options)
+    if marker is None:
+        return None
+    saved = datetime.fromisoformat(marker.saved_at)
+    return saved if saved.tzinfo else saved.replace(tzinfo=timezone.utc)
 
 
 def encode_checkpoint(checkpoint: Checkpoint) -> bytes:

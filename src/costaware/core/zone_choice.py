@@ -4,12 +4,14 @@ One rule for ``RemoteTrainingOperator`` (after a preemption or a pause) and for 
 (re)start of a job that lists ``zones``), so that a replay decides as the live path does. No IO, no clock.
 
 **Restart-thrash guard.** An attempt keeps work only once it has paid its restart overhead (start, restore
-the newest checkpoint) and then reached its next checkpoint: a run shorter than ``restart overhead +
-checkpoint interval`` kept nothing and paid for all of it. When the last ``guard_window`` preempted spot runs
-in a zone were each that short, the zone's capacity churns faster than the job can checkpoint, and another
-attempt there is likely to waste its run too: the zone is left out. When every allowed zone is left out, the
-next attempt runs on on-demand. Without timed checkpoints a preempted run keeps nothing however long it ran,
-so every such run counts as short.
+the newest checkpoint) and then committed a checkpoint of its own, on its interval or on its preemption
+notice. Where that is known (the live operator reads when the newest pushed checkpoint was saved, see
+``ZoneView.preempted_runs_kept``) it decides; where it is not, the run's length does: a run shorter than
+``restart overhead + checkpoint interval`` kept nothing, and without timed checkpoints no run kept anything.
+When the last ``guard_window`` preempted spot runs in a zone each kept nothing, the zone's capacity churns
+faster than the job can checkpoint, and another attempt there is likely to waste its run too: the zone is
+left out. When every allowed zone is left out, the next attempt runs on on-demand. The simulator judges by
+length alone, which in its model (periodic checkpoints, no save on the notice) is exact.
 
 **Expected cost.** Each remaining zone is ranked by what the rest of the work is expected to cost there: its
 spot price times the billed time, plus the move (the egress of the data and the checkpoint to another region;
@@ -51,6 +53,8 @@ class ZoneView:
         spot_usd_per_hour: Its spot price now.
         has_capacity: Whether it has spot capacity now; None when unknown (a live job learns it by waiting).
         preempted_runs_seconds: How long this training's preempted spot attempts there ran, oldest first.
+        preempted_runs_kept: For each of those runs (the same order), whether it committed a checkpoint of
+            its own (None: unknown, judged by its length); empty: unknown for all.
         move_usd: What running there adds once: the egress of the data and the checkpoint from the region
             they are in (0 in the same region).
     """
@@ -60,6 +64,7 @@ class ZoneView:
     has_capacity: bool | None = None
     preempted_runs_seconds: tuple[float, ...] = ()
     move_usd: float = 0.0
+    preempted_runs_kept: tuple[bool | None, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,15 +96,30 @@ def thrashing(
     restart_overhead_seconds: float,
     checkpoint_every_seconds: float | None,
     window: int = DEFAULT_GUARD_WINDOW,
+    kept: Sequence[bool | None] = (),
 ) -> bool:
-    """Whether each of the last ``window`` preempted runs kept nothing (see the module docstring)."""
-    recent = list(runs_seconds)[-window:]
+    """Whether each of the last ``window`` preempted runs kept nothing (see the module docstring).
+
+    ``kept``: per run (the same order), whether it committed a checkpoint of its own; None: unknown,
+    judged by its length; empty: unknown for all.
+
+    Raises:
+        ConfigurationError: ``kept`` is neither empty nor one value per run.
+    """
+    runs = list(runs_seconds)
+    recent = list(zip(runs, _kept_or_unknown(kept, len(runs)), strict=True))[-window:]
     if len(recent) < window:
         return False
-    if not checkpoint_every_seconds:
-        return True
-    threshold = restart_overhead_seconds + checkpoint_every_seconds
-    return all(run < threshold for run in recent)
+    threshold = restart_overhead_seconds + (checkpoint_every_seconds or math.inf)
+    return all(not kept_work if kept_work is not None else run < threshold for run, kept_work in recent)
+
+
+def _kept_or_unknown(kept: Sequence[bool | None], runs: int) -> list[bool | None]:
+    if kept and len(kept) != runs:
+        raise ConfigurationError(
+            f"{len(kept)} kept-work value(s) for {runs} preempted run(s): give one per run, or none"
+        )
+    return list(kept) or [None] * runs
 
 
 def expected_usd(
@@ -174,16 +194,30 @@ def choose_zone(
             restart_overhead_seconds=restart_overhead_seconds,
             checkpoint_every_seconds=checkpoint_every_seconds,
             window=guard_window,
+            kept=v.preempted_runs_kept,
         )
     )
     kept = [v for v in views if v.zone not in left_out]
     if not kept:
-        why = (
-            f"were shorter than restart overhead {restart_overhead_seconds:g} s + checkpoint interval "
-            f"{checkpoint_every_seconds:g} s"
-            if checkpoint_every_seconds
-            else "kept nothing: without timed checkpoints a preempted run keeps no work"
-        )
+        window = guard_window or DEFAULT_GUARD_WINDOW  # set: a zone was left out
+        known = [
+            k is not None
+            for v in views
+            for k in _kept_or_unknown(v.preempted_runs_kept, len(v.preempted_runs_seconds))[-window:]
+        ]
+        if checkpoint_every_seconds:
+            by_length = (
+                f"were shorter than restart overhead {restart_overhead_seconds:g} s + checkpoint interval "
+                f"{checkpoint_every_seconds:g} s"
+            )
+        else:
+            by_length = "kept nothing: without timed checkpoints a preempted run keeps no work"
+        if len(known) == window * len(views) and all(known):
+            why = "ended before committing a checkpoint of their own"
+        elif any(known):
+            why = f"ended before committing a checkpoint of their own or, where that is unknown, {by_length}"
+        else:
+            why = by_length
         return ZoneChoice(
             zone=None,
             reason=(

@@ -232,7 +232,9 @@ class RemoteAttemptSteps:
             save_seconds=self._measured_saves(plan.checkpoint_uri),
             # Exit 75: the job committed a checkpoint on the notice and lost nothing (the launcher exits 76
             # or 77 when it could not); a hard kill, or a backend without exit codes, may have lost it all.
-            saved_on_notice=[a.exit_code == EXIT_PREEMPTED for a in preempted],
+            # The launcher also exits 75 when the only checkpoint is the one the attempt restored: a run
+            # whose newest checkpoint is older than it lost what it trained.
+            saved_on_notice=[a.exit_code == EXIT_PREEMPTED and a.kept_work() is not False for a in preempted],
             # A run's first seconds go to the restart: an interruption then loses no training.
             restart_overhead_seconds=plan.placement.restart_overhead_seconds,
         )
@@ -253,9 +255,35 @@ class RemoteAttemptSteps:
             rate = self._billed_spot_rate(state, job)
         else:
             rate = Decimal(state.plan.on_demand_usd_per_hour)
-        entry, attempt = billed_attempt(state, job, cause, rate)
+        # Only a preempted run is judged by what it kept (the guard, the zone choice, "auto"'s re-tune).
+        age = self._checkpoint_age(state.plan.checkpoint_uri, job) if cause == "preemption" else None
+        entry, attempt = billed_attempt(state, job, cause, rate, checkpoint_age_seconds=age)
         self.ledger_hook.get_conn().record(entry)
         return state.recorded(attempt)
+
+    def _checkpoint_age(self, checkpoint_uri: str, job: Mapping[str, Any]) -> float | None:
+        """Seconds from the save of the newest pushed checkpoint to ``job``'s end (IO; see ``Attempt``).
+
+        None when nothing was pushed yet or it cannot be read (the attempt is then judged by its length).
+        """
+        from costaware.adapters.checkpoint_store import recorded_saved_at
+
+        if not checkpoint_uri:
+            return None
+        try:
+            saved_at = recorded_saved_at(checkpoint_uri, **self._storage_options())
+        except (OSError, ValueError) as e:
+            self.log.warning(
+                "cannot read the newest checkpoint at %s (%s): the attempt is judged by its run length",
+                checkpoint_uri,
+                e,
+            )
+            return None
+        if saved_at is None:
+            return None
+        ended = job.get("ended_at")
+        end = datetime.fromtimestamp(float(ended), tz=timezone.utc) if ended else utcnow()
+        return max(0.0, (end - saved_at).total_seconds())
 
     def _billed_spot_rate(self, state: AttemptState, job: Mapping[str, Any]) -> Decimal:
         """The spot USD/hour an attempt is billed at.

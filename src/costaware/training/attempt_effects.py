@@ -68,9 +68,17 @@ def job_request(
 
 
 def billed_attempt(
-    state: AttemptState, job: Mapping[str, Any], cause: str, usd_per_hour: Decimal
+    state: AttemptState,
+    job: Mapping[str, Any],
+    cause: str,
+    usd_per_hour: Decimal,
+    *,
+    checkpoint_age_seconds: float | None = None,
 ) -> tuple[LedgerEntry, Attempt]:
     """The ledger entry of the running attempt that ended as ``job``, and the attempt as the state keeps it.
+
+    ``checkpoint_age_seconds``: from the save of the newest pushed checkpoint to the job's end, where known
+    (see :meth:`Attempt.kept_work`).
 
     Raises:
         ValueError: no attempt is running.
@@ -104,6 +112,7 @@ def billed_attempt(
         reason=str(job.get("reason") or ""),
         zone=current.zone,
         exit_code=int(job["exit_code"]) if job.get("exit_code") is not None else None,
+        checkpoint_age_seconds=checkpoint_age_seconds,
     )
     return entry, attempt
 

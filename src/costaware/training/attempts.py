@@ -15,7 +15,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from costaware.adapters.compute.job_contract import exit_hint
+from costaware.adapters.compute.job_contract import EXIT_PREEMPTED_BEFORE_CHECKPOINT, exit_hint
 from costaware.core.series import parse_instant
 from costaware.core.spot_decision import SpotDecision
 from costaware.training.plan import RemotePlan
@@ -37,6 +37,24 @@ class Attempt:
     zone: str = ""  # where the backend placed it ("" : the backend's choice, or a state from before zones)
     #: The job's exit code where the backend reports one (75: preempted, the checkpoint saved on the notice).
     exit_code: int | None = None
+    #: Seconds from the save of the newest checkpoint pushed (``LATEST.json``, read once the attempt ended)
+    #: to the attempt's end; None: none pushed yet, or unknown (unreadable, a state from before ages).
+    checkpoint_age_seconds: float | None = None
+
+    def kept_work(self) -> bool | None:
+        """Whether this attempt committed a checkpoint of its own, so that the next one resumes past it.
+
+        True when the newest pushed checkpoint was saved during its run (at its notice or on the interval);
+        False when it was older (the attempt restored it and was cut before its next save) or the launcher
+        reported a preemption before any checkpoint (exit 77); None when unknown (judge by the run's
+        length). The exit code alone cannot say: the launcher exits 75 after any notice once a checkpoint
+        exists, the one the attempt restored included.
+        """
+        if self.checkpoint_age_seconds is not None:
+            return self.checkpoint_age_seconds < float(self.billable_seconds)
+        if self.exit_code == EXIT_PREEMPTED_BEFORE_CHECKPOINT:
+            return False
+        return None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -50,6 +68,7 @@ class Attempt:
             "reason": self.reason,
             "zone": self.zone,
             "exit_code": self.exit_code,
+            "checkpoint_age_seconds": self.checkpoint_age_seconds,
         }
 
     @classmethod
@@ -66,6 +85,11 @@ class Attempt:
             zone=str(data.get("zone") or ""),
             # A state written before exit codes were kept has none: unknown, as a backend without them.
             exit_code=int(data["exit_code"]) if data.get("exit_code") is not None else None,
+            checkpoint_age_seconds=(
+                float(data["checkpoint_age_seconds"])
+                if data.get("checkpoint_age_seconds") is not None
+                else None
+            ),
         )
 
 

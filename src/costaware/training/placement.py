@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 
 from costaware.core.zone_choice import DEFAULT_GUARD_WINDOW, ZoneChoice, ZoneView, choose_zone
-from costaware.training.attempts import AttemptState, remaining_hours
+from costaware.training.attempts import Attempt, AttemptState, remaining_hours
 
 #: The work assumed left when the plan knows no expected runtime: it weighs churn against a move, and it is
 #: the length of the prior's run in each zone's mean run (``core.zone_choice``): give a runtime where known.
@@ -33,11 +33,20 @@ def last_zone(state: AttemptState) -> str | None:
 
 def preempted_runs(state: AttemptState) -> dict[str, tuple[float, ...]]:
     """``zone -> billed seconds`` of each preempted spot attempt there, oldest first."""
-    runs: dict[str, list[float]] = {}
+    return {zone: tuple(float(a.billable_seconds) for a in runs) for zone, runs in _preempted(state).items()}
+
+
+def preempted_runs_kept(state: AttemptState) -> dict[str, tuple[bool | None, ...]]:
+    """``zone -> whether each preempted spot attempt there kept work`` (``Attempt.kept_work``), in order."""
+    return {zone: tuple(a.kept_work() for a in runs) for zone, runs in _preempted(state).items()}
+
+
+def _preempted(state: AttemptState) -> dict[str, list[Attempt]]:
+    runs: dict[str, list[Attempt]] = {}
     for attempt in state.attempts:
         if attempt.market == "spot" and attempt.cause == "preemption":
-            runs.setdefault(attempt.zone, []).append(float(attempt.billable_seconds))
-    return {zone: tuple(seconds) for zone, seconds in runs.items()}
+            runs.setdefault(attempt.zone, []).append(attempt)
+    return runs
 
 
 def next_zone(
@@ -64,13 +73,14 @@ def next_zone(
         checkpoint_every_seconds=plan.checkpoint_every_seconds,
     )
     fallback = Decimal(state.spot_usd_per_hour or plan.on_demand_usd_per_hour)
-    runs = preempted_runs(state)
+    runs, kept = preempted_runs(state), preempted_runs_kept(state)
     views = [
         ZoneView(
             zone=zone,
             spot_usd_per_hour=float(prices.get(zone, fallback)),
             has_capacity=capacity.get(zone),
             preempted_runs_seconds=runs.get(zone, ()),
+            preempted_runs_kept=kept.get(zone, ()),
             move_usd=float(move_usd.get(zone, Decimal(0))),
         )
         for zone in allowed_zones(state)
