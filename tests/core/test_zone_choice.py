@@ -152,3 +152,22 @@ def test_the_on_demand_reason_says_the_runs_committed_nothing_when_that_is_known
     # A job that saves on its notice keeps its zone however short its runs.
     saved = [ZoneView("a", 0.1, preempted_runs_seconds=(100.0, 200.0), preempted_runs_kept=(True, True))]
     assert choose_zone(saved, current="a", **FIGURES).zone == "a"
+
+
+def test_runs_that_saved_on_their_notice_lost_only_their_restart() -> None:
+    # Runs of 900 s: by default each keeps 900 - 300 - 600 / 2 = 300 s; saved on the notice, 600 s.
+    runs = (900.0, 900.0, 900.0)
+    lossy = ZoneView("a", 1.0, preempted_runs_seconds=runs)
+    saved = ZoneView("a", 1.0, preempted_runs_seconds=runs, preempted_runs_saved=(True, True, True))
+    half = ZoneView("a", 1.0, preempted_runs_seconds=runs, preempted_runs_saved=(True, False, True))
+    mean_run = (2700 + 3900) / 4  # the prior's run of a restart and the work: 1,650 s
+    assert expected_usd(lossy, **FIGURES) == pytest.approx((300 + 3600 * mean_run / (mean_run - 600)) / 3600)
+    assert expected_usd(saved, **FIGURES) == pytest.approx((300 + 3600 * mean_run / (mean_run - 300)) / 3600)
+    assert expected_usd(saved, **FIGURES) < expected_usd(half, **FIGURES) < expected_usd(lossy, **FIGURES)
+    # Without timed checkpoints a run that saved on its notice still kept its run past the restart.
+    no_interval = {**FIGURES, "checkpoint_every_seconds": None}
+    assert math.isinf(expected_usd(ZoneView("a", 1.0, preempted_runs_seconds=(400.0,) * 20), **no_interval))
+    notice_only = ZoneView("a", 1.0, preempted_runs_seconds=(400.0,) * 20, preempted_runs_saved=(True,) * 20)
+    assert not math.isinf(expected_usd(notice_only, **no_interval))  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="zone 'a': 1 saved-on-notice value"):
+        expected_usd(ZoneView("a", 1.0, preempted_runs_seconds=runs, preempted_runs_saved=(True,)), **FIGURES)

@@ -438,3 +438,13 @@ def test_remaining_hours(
         ended=ended,
     )
     assert left == expected
+
+
+@pytest.mark.parametrize(
+    ("age", "exit_code", "saved"),
+    [(20.0, 75, True), (900.0, 75, False), (None, 75, None), (20.0, -9, False), (None, 77, False)],
+)
+def test_an_attempt_saved_on_its_notice_when_it_exited_75_from_a_checkpoint_of_its_own(
+    age: float | None, exit_code: int, saved: bool | None
+) -> None:
+    assert replace(_done(1), exit_code=exit_code, checkpoint_age_seconds=age).saved_on_notice() is saved

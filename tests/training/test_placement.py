@@ -12,6 +12,7 @@ from costaware.training.placement import (
     next_zone,
     preempted_runs,
     preempted_runs_kept,
+    preempted_runs_saved,
 )
 from costaware.training.plan import Placement, RemotePlan
 
@@ -85,10 +86,12 @@ def test_runs_that_saved_a_checkpoint_of_their_own_never_fire_the_guard() -> Non
         s, attempts=tuple(replace(a, exit_code=75, checkpoint_age_seconds=5.0) for a in s.attempts)
     )
     assert preempted_runs_kept(saved) == {"a": (True, True), "b": (True, True)}
+    assert preempted_runs_saved(saved) == {"a": (True, True), "b": (True, True)}
     assert next_zone(saved, prices={}, capacity={}, move_usd={}).zone is not None
     # Restored and cut each time (the newest checkpoint older than the run): the guard fires on the record.
     cut = replace(
         s, attempts=tuple(replace(a, exit_code=75, checkpoint_age_seconds=500.0) for a in s.attempts)
     )
+    assert preempted_runs_saved(cut) == {"a": (False, False), "b": (False, False)}
     choice = next_zone(cut, prices={}, capacity={}, move_usd={})
     assert choice.zone is None and "ended before committing a checkpoint of their own" in choice.reason

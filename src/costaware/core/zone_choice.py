@@ -17,15 +17,16 @@ length alone, which in its model (periodic checkpoints, no save on the notice) i
 spot price times the billed time, plus the move (the egress of the data and the checkpoint to another region;
 0 in the same region). Billed time is one restart overhead (any next attempt restarts) plus the work left,
 stretched by the zone's observed churn: a run of ``M`` seconds keeps about ``M - overhead - interval / 2`` of
-work, so ``R`` seconds of work bill ``R * M / kept``. A zone where nothing was preempted yet is taken at its
-price: that is how a job tries a new zone. ``M`` is the mean of this training's preempted runs there and one
-more run, the one a zone not yet seen is taken at (a restart and the rest of the work): the estimate of a mean
-run length under a prior worth one run (a Gamma prior on the zone's interruption rate), never below the
-observed mean (near the end of the work the prior's run is the shorter). Without it one short run, often a
-restart caught by the end of the capacity it started in, priced a zone at "no progress" for good, and the job
-never went back to learn otherwise: in the two-zone preemption benchmark a v100_8 job left a zone with 84 %
-spot capacity after one such run and paid 18 preemptions in one with 70 %. Ties keep the current zone (a move
-is never free of risk), then the order the zones were given in.
+work (``M - overhead`` when it saved on its notice: the share of the zone's runs that did, where the live
+operator knows it, takes the ``interval / 2`` off), so ``R`` seconds of work bill ``R * M / kept``. A zone
+where nothing was preempted yet is taken at its price: that is how a job tries a new zone. ``M`` is the mean
+of this training's preempted runs there and one more run, the one a zone not yet seen is taken at (a restart
+and the rest of the work): the estimate of a mean run length under a prior worth one run (a Gamma prior on the
+zone's interruption rate), never below the observed mean (near the end of the work the prior's run is the
+shorter). Without it one short run, often a restart caught by the end of the capacity it started in, priced a
+zone at "no progress" for good, and the job never went back to learn otherwise: in the two-zone preemption
+benchmark a v100_8 job left a zone with 84 % spot capacity after one such run and paid 18 preemptions in one
+with 70 %. Ties keep the current zone (a move is never free of risk), then the order the zones were given in.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ class ZoneView:
         preempted_runs_seconds: How long this training's preempted spot attempts there ran, oldest first.
         preempted_runs_kept: For each of those runs (the same order), whether it committed a checkpoint of
             its own (None: unknown, judged by its length); empty: unknown for all.
+        preempted_runs_saved: For each of those runs, whether it saved on its notice and so lost only its
+            restart; empty: none did (each lost the work since its last periodic checkpoint).
         move_usd: What running there adds once: the egress of the data and the checkpoint from the region
             they are in (0 in the same region).
     """
@@ -65,6 +68,7 @@ class ZoneView:
     preempted_runs_seconds: tuple[float, ...] = ()
     move_usd: float = 0.0
     preempted_runs_kept: tuple[bool | None, ...] = ()
+    preempted_runs_saved: tuple[bool, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +141,13 @@ def expected_usd(
         # The prior's run, one that finishes the work, only ever lengthens the estimate: near the end of the
         # work it is shorter than runs that kept work, and must not price their zone out.
         mean_run = max(observed, (sum(runs) + billed) / (len(runs) + 1))
-        lost = restart_overhead_seconds + (checkpoint_every_seconds or mean_run) / 2
+        saved = view.preempted_runs_saved
+        if saved and len(saved) != len(runs):
+            raise ConfigurationError(
+                f"zone {view.zone!r}: {len(saved)} saved-on-notice value(s) for {len(runs)} preempted run(s)"
+            )
+        unsaved = 1 - sum(saved) / len(runs)  # the share of runs that lost work past their restart
+        lost = restart_overhead_seconds + unsaved * (checkpoint_every_seconds or mean_run) / 2
         kept = mean_run - lost
         if kept <= 0:
             return math.inf

@@ -214,7 +214,6 @@ class RemoteAttemptSteps:
         job's spec is rewritten with it; every job gets it as ``COSTAWARE_CHECKPOINT_EVERY_SECONDS``. The
         plan keeps its own (see there why).
         """
-        from costaware.adapters.compute.job_contract import EXIT_PREEMPTED
         from costaware.core.checkpoint_interval import is_auto
         from costaware.training.entrypoint import read_spec, write_spec
         from costaware.training.plan.interval import observed_interval
@@ -234,7 +233,7 @@ class RemoteAttemptSteps:
             # or 77 when it could not); a hard kill, or a backend without exit codes, may have lost it all.
             # The launcher also exits 75 when the only checkpoint is the one the attempt restored: a run
             # whose newest checkpoint is older than it lost what it trained.
-            saved_on_notice=[a.exit_code == EXIT_PREEMPTED and a.kept_work() is not False for a in preempted],
+            saved_on_notice=[a.saved_on_notice() is not False for a in preempted],
             # A run's first seconds go to the restart: an interruption then loses no training.
             restart_overhead_seconds=plan.placement.restart_overhead_seconds,
         )

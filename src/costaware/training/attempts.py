@@ -15,7 +15,11 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from costaware.adapters.compute.job_contract import EXIT_PREEMPTED_BEFORE_CHECKPOINT, exit_hint
+from costaware.adapters.compute.job_contract import (
+    EXIT_PREEMPTED,
+    EXIT_PREEMPTED_BEFORE_CHECKPOINT,
+    exit_hint,
+)
 from costaware.core.series import parse_instant
 from costaware.core.spot_decision import SpotDecision
 from costaware.training.plan import RemotePlan
@@ -55,6 +59,17 @@ class Attempt:
         if self.exit_code == EXIT_PREEMPTED_BEFORE_CHECKPOINT:
             return False
         return None
+
+    def saved_on_notice(self) -> bool | None:
+        """Whether the attempt ended by saving on its preemption notice, so that it lost only its restart.
+
+        True: it exited 75 (preempted after a checkpoint) and that checkpoint is its own (:meth:`kept_work`);
+        None: it exited 75 and whose checkpoint that was is unknown; False otherwise. A job that ignored the
+        notice after a periodic save within its run also reads True: it lost the time since that save.
+        """
+        if self.exit_code != EXIT_PREEMPTED:
+            return False
+        return self.kept_work()
 
     def to_json(self) -> dict[str, Any]:
         return {

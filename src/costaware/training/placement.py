@@ -41,6 +41,12 @@ def preempted_runs_kept(state: AttemptState) -> dict[str, tuple[bool | None, ...
     return {zone: tuple(a.kept_work() for a in runs) for zone, runs in _preempted(state).items()}
 
 
+def preempted_runs_saved(state: AttemptState) -> dict[str, tuple[bool, ...]]:
+    """``zone -> whether each preempted spot attempt there saved on its notice`` (unknown: it did not)."""
+    by_zone = _preempted(state)
+    return {zone: tuple(a.saved_on_notice() is True for a in runs) for zone, runs in by_zone.items()}
+
+
 def _preempted(state: AttemptState) -> dict[str, list[Attempt]]:
     runs: dict[str, list[Attempt]] = {}
     for attempt in state.attempts:
@@ -73,7 +79,7 @@ def next_zone(
         checkpoint_every_seconds=plan.checkpoint_every_seconds,
     )
     fallback = Decimal(state.spot_usd_per_hour or plan.on_demand_usd_per_hour)
-    runs, kept = preempted_runs(state), preempted_runs_kept(state)
+    runs, kept, saved = preempted_runs(state), preempted_runs_kept(state), preempted_runs_saved(state)
     views = [
         ZoneView(
             zone=zone,
@@ -81,6 +87,7 @@ def next_zone(
             has_capacity=capacity.get(zone),
             preempted_runs_seconds=runs.get(zone, ()),
             preempted_runs_kept=kept.get(zone, ()),
+            preempted_runs_saved=saved.get(zone, ()),
             move_usd=float(move_usd.get(zone, Decimal(0))),
         )
         for zone in allowed_zones(state)
