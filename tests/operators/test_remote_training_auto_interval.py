@@ -122,9 +122,13 @@ def test_auto_interval_by_market_runtime_and_advisor_entry(
     [
         (
             {"checkpoint_every_seconds": "often"},
-            "checkpoint_every_seconds must be a number > 0, 'auto' or None, got 'often'",
+            "RemoteTrainingOperator 'train': checkpoint_every_seconds must be a number > 0, 'auto' or None, "
+            "got 'often'",
         ),
-        ({"checkpoint_every_seconds": "300"}, "must be a number > 0, 'auto' or None, got '300'"),
+        (
+            {"checkpoint_every_seconds": "300"},
+            "must be a number > 0, 'auto' or None, got '300' (a string: write 300, without quotes)",
+        ),
         ({"checkpoint_every_seconds": 0}, "must be a number > 0, 'auto' or None, got 0"),
     ],
 )

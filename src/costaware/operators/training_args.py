@@ -77,6 +77,8 @@ class BuiltInTrainingArguments:
 
         ``allow_auto_interval``: accept ``checkpoint_every_seconds="auto"`` (a remote job's interval).
         """
+        # Called after BaseOperator's __init__: a refusal names the task, as the DAG's import error shows it.
+        owner = f"{type(self).__name__} {getattr(self, 'task_id', '')!r}"
         if check:
             check_training_arguments(
                 label_column=label_column,
@@ -84,11 +86,14 @@ class BuiltInTrainingArguments:
                 checkpoint_every_seconds=checkpoint_every_seconds,
                 checkpoint_every_steps=checkpoint_every_steps,
                 allow_auto=allow_auto_interval,
+                owner=owner,
             )
         elif checkpoint_every_seconds is not None:
             # A command gets the interval as COSTAWARE_CHECKPOINT_EVERY_SECONDS (None: not set, the
             # command's own): a bad one must fail here, not as a job that was already launched with it.
-            check_checkpoint_interval(checkpoint_every_seconds, None, allow_auto=allow_auto_interval)
+            check_checkpoint_interval(
+                checkpoint_every_seconds, None, allow_auto=allow_auto_interval, owner=owner
+            )
         self.data_path = data_path
         self.label_column = label_column
         self.feature_columns = list(feature_columns or [])

@@ -9,6 +9,7 @@ No IO and no heavy imports here: the operators import this module when the DAG i
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -30,6 +31,7 @@ def check_checkpoint_interval(
     names: tuple[str, str] = ("checkpoint_every_seconds", "checkpoint_every_steps"),
     prefix: str = "",
     allow_auto: bool = False,
+    owner: str = "",
 ) -> None:
     """A checkpoint interval by time, by steps, or both: the one check of the operators and ``Checkpointer``.
 
@@ -39,18 +41,20 @@ def check_checkpoint_interval(
         names: How messages name the two, e.g. the operator's arguments.
         prefix: Put before the first name in messages (``"checkpoint "`` for ``Checkpointer``'s own).
         allow_auto: Accept ``"auto"`` (a remote job's interval from its interruption rate, set later).
+        owner: What the messages start with, e.g. ``"WarmStartRetrainOperator 'train'"``; empty: nothing.
 
     Raises:
         ConfigurationError: a value that is not a positive number of seconds / steps, or neither given.
     """
     from costaware.core.checkpoint_interval import is_auto
 
+    lead = f"{owner}: " if owner else ""
     seconds_name, steps_name = names
     if is_auto(every_seconds):
         if allow_auto:
             return
         raise ConfigurationError(
-            f"{prefix}{seconds_name}={every_seconds!r} sets the interval of a remote job from its spot "
+            f"{lead}{prefix}{seconds_name}={every_seconds!r} sets the interval of a remote job from its spot "
             "interruption rate (RemoteTrainingOperator's built-in training): give a number of seconds here"
         )
     if every_seconds is not None and not (
@@ -59,19 +63,26 @@ def check_checkpoint_interval(
         and math.isfinite(every_seconds)
         and every_seconds > 0
     ):
+        hint, number = "", math.nan
+        if isinstance(every_seconds, str):
+            with contextlib.suppress(ValueError):
+                number = float(every_seconds)
+        if math.isfinite(number) and number > 0:
+            hint = f" (a string: write {number:g}, without quotes)"
+        allowed = "a number > 0, 'auto' or None" if allow_auto else "a number > 0 or None"
         raise ConfigurationError(
-            f"{prefix}{seconds_name} must be a number > 0, 'auto' or None, got {every_seconds!r}"
-            if allow_auto
-            else f"{prefix}{seconds_name} must be a number > 0 or None, got {every_seconds!r}"
+            f"{lead}{prefix}{seconds_name} must be {allowed}, got {every_seconds!r}{hint}"
         )
     if every_steps is not None and (
         not isinstance(every_steps, int) or isinstance(every_steps, bool) or every_steps < 1
     ):
-        raise ConfigurationError(f"{prefix}{steps_name} must be an integer >= 1 or None, got {every_steps!r}")
+        raise ConfigurationError(
+            f"{lead}{prefix}{steps_name} must be an integer >= 1 or None, got {every_steps!r}"
+        )
     if every_seconds is None and every_steps is None:
         raise ConfigurationError(
-            f"set {prefix}{seconds_name} or {steps_name} (or both): with neither, a preemption loses the "
-            "whole training"
+            f"{lead}set {prefix}{seconds_name} or {steps_name} (or both): with neither, a preemption "
+            "loses the whole training"
         )
 
 
@@ -82,21 +93,26 @@ def check_training_arguments(
     checkpoint_every_seconds: Any,
     checkpoint_every_steps: Any,
     allow_auto: bool = False,
+    owner: str = "",
 ) -> None:
     """What can be checked before templates are rendered (when the DAG is parsed).
 
-    ``allow_auto``: accept ``checkpoint_every_seconds="auto"`` (see :func:`check_checkpoint_interval`).
+    ``allow_auto``: accept ``checkpoint_every_seconds="auto"`` (see :func:`check_checkpoint_interval`);
+    ``owner``: what each message starts with (the operator and task, ``"WarmStartRetrainOperator 'train'"``).
 
     Raises:
         ConfigurationError: no features, the label among them, or a bad checkpoint interval.
     """
+    lead = f"{owner}: " if owner else ""
     if not feature_columns:
-        raise ConfigurationError("feature_columns is empty: name the columns the model learns from")
+        raise ConfigurationError(f"{lead}feature_columns is empty: name the columns the model learns from")
     if label_column in feature_columns:
         raise ConfigurationError(
-            f"label column {label_column!r} is also a feature: remove it from feature_columns"
+            f"{lead}label column {label_column!r} is also a feature: remove it from feature_columns"
         )
-    check_checkpoint_interval(checkpoint_every_seconds, checkpoint_every_steps, allow_auto=allow_auto)
+    check_checkpoint_interval(
+        checkpoint_every_seconds, checkpoint_every_steps, allow_auto=allow_auto, owner=owner
+    )
 
 
 @dataclass(frozen=True)
