@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import utcnow
 from costaware.operators.remote_training import RemoteTrainingOperator
 from costaware.operators.warm_start import WarmStartRetrainOperator
-from costaware.training.attempts import Attempt
+from costaware.training.attempts import NO_CHECKPOINT, Attempt
 
 
 @pytest.fixture(autouse=True)
@@ -159,10 +158,10 @@ def preempted(
     state: Any,
     *run_seconds: float,
     exit_codes: tuple[int | None, ...] = (),
-    ages: tuple[float | None, ...] = (),
+    steps: tuple[tuple[int | None, int | None], ...] = (),
 ) -> Any:
     codes = exit_codes or (-9,) * len(run_seconds)  # hard kills: each lost the work since its last save
-    ages = ages or (None,) * len(run_seconds)  # the newest checkpoint's age at the end: unknown
+    steps = steps or ((None, None),) * len(run_seconds)  # the steps restored and committed: unknown
     attempts = tuple(
         Attempt(
             attempt=n,
@@ -174,9 +173,12 @@ def preempted(
             cause="preemption",
             reason="spot interruption",
             exit_code=code,
-            checkpoint_age_seconds=age,
+            restored_step=restored,
+            committed_step=committed,
         )
-        for n, (seconds, code, age) in enumerate(zip(run_seconds, codes, ages, strict=True), start=1)
+        for n, (seconds, code, (restored, committed)) in enumerate(
+            zip(run_seconds, codes, steps, strict=True), start=1
+        )
     )
     return replace(state, attempts=attempts)
 
@@ -202,8 +204,8 @@ def preempted(
         ({}, "spot", (75, 75), 3600.0, "each saved on its notice or was stopped while starting"),
         # exit 77 (preempted before any checkpoint) lost it all
         ({}, "spot", (77, 75), 910.0, "1 of them lost work"),
-        # exit 75 from the checkpoint it restored (its newest is older than its 7200 s run): it lost its run
-        ({"ages": (9000.0, 20.0)}, "spot", (75, 75), 910.0, "1 of them lost work (1 saved on the notice)"),
+        # exit 75 from the checkpoint it restored (step 3 again): it lost its run; the other saved step 9
+        ({"steps": ((3, 3), (3, 9))}, "spot", (75, 75), 910.0, "1 of them lost work (1 saved on the notice)"),
         ({}, "on_demand", (), 3600.0, None),  # on-demand: the planned interval, nothing to weigh
         ({"checkpoint_every_seconds": 42}, "spot", (), 42, None),  # a number is never changed
     ],
@@ -219,9 +221,9 @@ def test_later_spot_attempts_take_the_interval_from_the_preempted_run_lengths(
     seconds: float,
     logged: str | None,
 ) -> None:
-    op = operator(tmp_path, **{k: v for k, v in kwargs.items() if k != "ages"})
+    op = operator(tmp_path, **{k: v for k, v in kwargs.items() if k != "steps"})
     state = preempted(
-        op._start(context_for()), 7200.0, 7200.0, exit_codes=exit_codes, ages=kwargs.get("ages", ())
+        op._start(context_for()), 7200.0, 7200.0, exit_codes=exit_codes, steps=kwargs.get("steps", ())
     )
     capsys.readouterr()
     submitted = op._submit(state, market)
@@ -288,18 +290,21 @@ def test_later_spot_attempts_weigh_the_saves_the_attempts_measured(
         op._backend(submitted.plan).stop(submitted.current.job_id)
 
 
-def test_a_preempted_attempt_records_how_old_its_newest_checkpoint_was_at_its_end(
+def test_the_newest_pushed_step_is_read_when_something_judges_what_a_run_kept(
     tmp_path: Path, data: Path, ledger: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    op = operator(tmp_path)
-    uri = op._start(context_for()).plan.checkpoint_uri
-    ended = time.time() + 30  # the job ended 30 s after the save the launcher pushed
-    assert op._checkpoint_age(uri, {"ended_at": ended}) is None  # nothing pushed yet: not a warning
-    pushed_saves(tmp_path, uri, 5.0)
-    assert op._checkpoint_age(uri, {"ended_at": ended}) == pytest.approx(30, abs=5)
+    op = operator(tmp_path)  # "auto": its re-tune reads what each preempted run kept
+    state = op._start(context_for())
+    uri = state.plan.checkpoint_uri
+    assert op._committed_step(state) == NO_CHECKPOINT  # nothing pushed yet: not a warning
+    pushed_saves(tmp_path, uri, 5.0, 6.0)
+    assert op._committed_step(state) == 2
     (Path(uri) / "LATEST.json").write_text('{"step": "no"}')
     capsys.readouterr()
-    assert op._checkpoint_age(uri, {"ended_at": ended}) is None
+    assert op._committed_step(state) is None
     out = capsys.readouterr()
     assert "cannot read the newest checkpoint at" in out.out + out.err
     assert "judged by its run length" in out.out + out.err
+    # A fixed interval, one zone, no guard: nothing judges a run, nothing is read.
+    fixed = operator(tmp_path / "fixed", checkpoint_every_seconds=60)
+    assert fixed._committed_step(fixed._start(context_for())) is None

@@ -26,6 +26,7 @@ from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import utcnow
 from costaware.operators.remote_training import RemoteTrainingOperator
 from costaware.operators.remote_training_args import parse_names
+from costaware.training.attempts import NO_CHECKPOINT
 
 TICK = 0.5
 PRICES = {"spot": "0.918", "on_demand": "3.06"}
@@ -99,10 +100,10 @@ def test_the_guard_sends_a_churning_training_to_on_demand(tmp_path: Path) -> Non
 
 @pytest.mark.slow
 def test_the_guard_keeps_spot_for_a_command_that_saves_on_each_notice(tmp_path: Path) -> None:
-    # Capacity for 3 ticks of 1 s, then a SIGTERM, twice: each run is far below the 12 s restart overhead,
-    # and the command has no timed checkpoints, so by their length both runs kept nothing. But the command
-    # saves on the notice: the newest checkpoint after each run is seconds old, the guard sees work kept,
-    # and the third attempt stays on spot (it went to on-demand when the guard judged by length alone).
+    # Capacity for 3 ticks of 1 s, then a SIGTERM, twice. The command has no timed checkpoints, so by their
+    # length both runs kept nothing. But it saves on the notice: the step pushed after each run is newer
+    # than the one it restored, the guard sees work kept, and the third attempt stays on spot (it went to
+    # on-demand when the guard judged by length alone).
     options = {"root": str(tmp_path / "jobs"), "capacity_file": str(tmp_path / "capacity-{zone}")}
     options["env"] = {"OWN_TRAIN_LOG": str(tmp_path / "seen.jsonl")}
     now = utcnow()
@@ -122,7 +123,7 @@ def test_the_guard_keeps_spot_for_a_command_that_saves_on_each_notice(tmp_path: 
             "deadline": (now + timedelta(seconds=240)).isoformat(),
             "latest_start": (now + timedelta(seconds=150)).isoformat(),
         },
-        restart_overhead_minutes=0.2,
+        restart_overhead_minutes=0.01,
         restart_guard=True,
         preemption_grace_seconds=5,
         max_attempts=20,
@@ -139,8 +140,10 @@ def test_the_guard_keeps_spot_for_a_command_that_saves_on_each_notice(tmp_path: 
         ("spot", "preemption"),
         ("spot", "success"),
     ], attempts
-    for a in attempts[:2]:
-        assert a["exit_code"] == 75 and 0 <= a["checkpoint_age_seconds"] < a["billable_seconds"], a
+    first, second = attempts[0], attempts[1]
+    assert (first["restored_step"], first["exit_code"]) == (NO_CHECKPOINT, 75)
+    assert first["committed_step"] > 0 and second["restored_step"] == first["committed_step"]
+    assert second["committed_step"] > second["restored_step"] and second["exit_code"] == 75
 
 
 @pytest.mark.slow

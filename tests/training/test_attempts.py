@@ -14,6 +14,7 @@ from attempt_states import CAPTURED  # tests/support/
 
 from costaware.core.spot_decision import SpotDecision
 from costaware.training.attempts import (
+    NO_CHECKPOINT,
     Attempt,
     AttemptState,
     Current,
@@ -329,7 +330,8 @@ def test_a_state_written_before_the_typed_plan_reads_and_round_trips() -> None:
         "checkpoint_every_seconds": None,
         "placement": Placement().to_json(),
         "attempts": [
-            {**a, "zone": "", "exit_code": None, "checkpoint_age_seconds": None} for a in before["attempts"]
+            {**a, "zone": "", "exit_code": None, "restored_step": None, "committed_step": None}
+            for a in before["attempts"]
         ],
     }
     assert AttemptState.from_json(json.loads(json.dumps(parsed.to_json()))) == parsed
@@ -344,25 +346,22 @@ def test_a_state_written_before_the_typed_plan_reads_and_round_trips() -> None:
 
 
 @pytest.mark.parametrize(
-    ("age", "exit_code", "kept"),
+    ("steps", "exit_code", "kept"),
     [
-        (20.0, 75, True),  # saved during its 60 s run: on its notice, or on its interval
-        (59.0, None, True),
-        (
-            60.0,
-            75,
-            False,
-        ),  # saved before it started: the checkpoint it restored, then cut (the launcher exits 75)
-        (900.0, 143, False),
-        (None, 77, False),  # the launcher's "preempted before any checkpoint"
-        (None, 75, None),  # nothing read (a backend without a store, a state from before): judged by length
-        (None, None, None),
+        ((3, 5), 75, True),  # a newer checkpoint: saved on its notice, or on its interval
+        ((NO_CHECKPOINT, 0), None, True),  # the first checkpoint of the training
+        ((5, 5), 75, False),  # restored step 5 and cut before the next save (the launcher exits 75 for it)
+        ((5, 5), 143, False),
+        ((None, None), 77, False),  # the launcher's "preempted before any checkpoint"
+        ((NO_CHECKPOINT, NO_CHECKPOINT), 75, None),  # nothing pushed (SageMaker syncs its own): by length
+        ((None, 5), 75, None),  # the start was not read: by length
+        ((None, None), None, None),  # a state from before steps were kept
     ],
 )
-def test_an_attempt_kept_work_only_when_its_newest_checkpoint_was_saved_during_its_run(
-    age: float | None, exit_code: int | None, kept: bool | None
+def test_an_attempt_kept_work_when_it_committed_a_newer_step_than_it_restored(
+    steps: tuple[int | None, int | None], exit_code: int | None, kept: bool | None
 ) -> None:
-    attempt = replace(_done(1), exit_code=exit_code, checkpoint_age_seconds=age)
+    attempt = replace(_done(1), exit_code=exit_code, restored_step=steps[0], committed_step=steps[1])
     assert attempt.kept_work() is kept
     assert Attempt.from_json(json.loads(json.dumps(attempt.to_json()))) == attempt
 
@@ -441,10 +440,17 @@ def test_remaining_hours(
 
 
 @pytest.mark.parametrize(
-    ("age", "exit_code", "saved"),
-    [(20.0, 75, True), (900.0, 75, False), (None, 75, None), (20.0, -9, False), (None, 77, False)],
+    ("steps", "exit_code", "saved"),
+    [
+        ((3, 5), 75, True),
+        ((5, 5), 75, False),
+        ((None, None), 75, None),
+        ((3, 5), -9, False),
+        ((None, None), 77, False),
+    ],
 )
-def test_an_attempt_saved_on_its_notice_when_it_exited_75_from_a_checkpoint_of_its_own(
-    age: float | None, exit_code: int, saved: bool | None
+def test_an_attempt_saved_on_its_notice_when_it_exited_75_from_a_newer_checkpoint(
+    steps: tuple[int | None, int | None], exit_code: int, saved: bool | None
 ) -> None:
-    assert replace(_done(1), exit_code=exit_code, checkpoint_age_seconds=age).saved_on_notice() is saved
+    attempt = replace(_done(1), exit_code=exit_code, restored_step=steps[0], committed_step=steps[1])
+    assert attempt.saved_on_notice() is saved

@@ -79,18 +79,20 @@ def test_one_zone_thrashing_on_its_own_goes_on_demand() -> None:
 
 def test_runs_that_saved_a_checkpoint_of_their_own_never_fire_the_guard() -> None:
     # Two 100 s runs in each zone, each shorter than the 120 s restart + 60 s interval: by length they thrash.
-    # A job that saved on each notice kept work in every one, and the guard keeps its zones.
+    # A job that committed a newer step on each notice got past its restart in every run, whatever the
+    # estimate says, and kept work: the guard keeps its zones.
     runs = [("spot", z, 100.0, "preemption") for z in ("a", "b", "a", "b")]
     s = state(*runs, guard=True)
-    saved = replace(
-        s, attempts=tuple(replace(a, exit_code=75, checkpoint_age_seconds=5.0) for a in s.attempts)
+    moved = tuple(
+        replace(a, exit_code=75, restored_step=a.attempt, committed_step=a.attempt + 1) for a in s.attempts
     )
+    saved = replace(s, attempts=moved)
     assert preempted_runs_kept(saved) == {"a": (True, True), "b": (True, True)}
     assert preempted_runs_saved(saved) == {"a": (True, True), "b": (True, True)}
     assert next_zone(saved, prices={}, capacity={}, move_usd={}).zone is not None
-    # Restored and cut each time (the newest checkpoint older than the run): the guard fires on the record.
+    # Restored step 4 and cut each time before a newer one: the guard fires on the record.
     cut = replace(
-        s, attempts=tuple(replace(a, exit_code=75, checkpoint_age_seconds=500.0) for a in s.attempts)
+        s, attempts=tuple(replace(a, exit_code=75, restored_step=4, committed_step=4) for a in s.attempts)
     )
     assert preempted_runs_saved(cut) == {"a": (False, False), "b": (False, False)}
     choice = next_zone(cut, prices={}, capacity={}, move_usd={})

@@ -291,18 +291,15 @@ def recorded_save_seconds(checkpoint_uri: str, **storage_options: Any) -> tuple[
     return marker.save_seconds if marker else ()
 
 
-def recorded_saved_at(checkpoint_uri: str, **storage_options: Any) -> datetime | None:
-    """When the job saved the newest pushed checkpoint (UTC), or None when nothing was pushed yet.
+def recorded_step(checkpoint_uri: str, **storage_options: Any) -> int | None:
+    """The step of the newest pushed checkpoint (:func:`recorded_marker`), or None when nothing was pushed.
 
     Raises:
         OSError: the store could not be read.
-        ValueError: ``LATEST.json`` is not a marker the runtime wrote, or its ``saved_at`` is no time.
+        ValueError: ``LATEST.json`` is not a marker the runtime wrote.
     """
     marker = recorded_marker(checkpoint_uri, **storage_options)
-    if marker is None:
-        return None
-    saved = datetime.fromisoformat(marker.saved_at)
-    return saved if saved.tzinfo else saved.replace(tzinfo=timezone.utc)
+    return marker.step if marker else None
 
 
 def encode_checkpoint(checkpoint: Checkpoint) -> bytes:

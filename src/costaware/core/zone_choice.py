@@ -4,9 +4,10 @@ One rule for ``RemoteTrainingOperator`` (after a preemption or a pause) and for 
 (re)start of a job that lists ``zones``), so that a replay decides as the live path does. No IO, no clock.
 
 **Restart-thrash guard.** An attempt keeps work only once it has paid its restart overhead (start, restore
-the newest checkpoint) and then committed a checkpoint of its own, on its interval or on its preemption
-notice. Where that is known (the live operator reads when the newest pushed checkpoint was saved, see
-``ZoneView.preempted_runs_kept``) it decides; where it is not, the run's length does: a run shorter than
+the newest checkpoint) and then committed a newer checkpoint, on its interval or on its preemption notice.
+Where that is known (the live operator reads the newest pushed step before and after each attempt, see
+``ZoneView.preempted_runs_kept``) it decides: a run that committed a newer step got past its restart,
+whatever the configured overhead estimates. Where it is not, the run's length does: a run shorter than
 ``restart overhead + checkpoint interval`` kept nothing, and without timed checkpoints no run kept anything.
 When the last ``guard_window`` preempted spot runs in a zone each kept nothing, the zone's capacity churns
 faster than the job can checkpoint, and another attempt there is likely to waste its run too: the zone is
@@ -54,12 +55,12 @@ class ZoneView:
         spot_usd_per_hour: Its spot price now.
         has_capacity: Whether it has spot capacity now; None when unknown (a live job learns it by waiting).
         preempted_runs_seconds: How long this training's preempted spot attempts there ran, oldest first.
-        preempted_runs_kept: For each of those runs (the same order), whether it committed a checkpoint of
-            its own (None: unknown, judged by its length); empty: unknown for all.
-        preempted_runs_saved: For each of those runs, whether it saved on its notice and so lost only its
-            restart; empty: none did (each lost the work since its last periodic checkpoint).
         move_usd: What running there adds once: the egress of the data and the checkpoint from the region
             they are in (0 in the same region).
+        preempted_runs_kept: For each preempted run (the same order), whether it committed a newer
+            checkpoint than it restored (None: unknown, judged by its length); empty: unknown for all.
+        preempted_runs_saved: For each preempted run, whether it saved on its notice and so lost only its
+            restart; empty: none did (each lost the work since its last periodic checkpoint).
     """
 
     zone: str

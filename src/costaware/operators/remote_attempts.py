@@ -76,6 +76,7 @@ class RemoteAttemptSteps:
             state, market, zone = self._place(state)
         every = self._retune_interval(state) if market == "spot" else None
         request = job_request(state, market, utcnow(), zone=zone, checkpoint_every_seconds=every)
+        restored = self._committed_step(state) if market == "spot" else None
         backend = self._backend(plan)
         job_id = backend.submit(request)
         self.log.info(
@@ -88,7 +89,7 @@ class RemoteAttemptSteps:
             f" in {zone}" if zone else "",
             _log_files_note(backend, job_id),
         )
-        return state.submitted(job_id=job_id, market=market, zone=zone)
+        return state.submitted(job_id=job_id, market=market, zone=zone, restored_step=restored)
 
     def _place(self, state: AttemptState) -> tuple[AttemptState, str, str]:
         """The next spot attempt's market, zone and price (``core.zone_choice``, see docs/remote-training.md).
@@ -229,10 +230,11 @@ class RemoteAttemptSteps:
             [a.billable_seconds for a in preempted],
             planned_seconds=float(plan.checkpoint_every_seconds),
             save_seconds=self._measured_saves(plan.checkpoint_uri),
-            # Exit 75: the job committed a checkpoint on the notice and lost nothing (the launcher exits 76
-            # or 77 when it could not); a hard kill, or a backend without exit codes, may have lost it all.
-            # The launcher also exits 75 when the only checkpoint is the one the attempt restored: a run
-            # whose newest checkpoint is older than it lost what it trained.
+            # Exit 75 with a newer step than the attempt restored: it saved on its notice and lost nothing.
+            # Exit 75 with the same step: it restored that checkpoint and was cut, losing what it trained.
+            # Exit 75 where the steps are unknown counts as saved, the launcher's word (the zone cost, which
+            # only ever lowers a zone's price with it, takes unknown as not saved). A hard kill, exit 77 or
+            # a backend without exit codes may have lost it all.
             saved_on_notice=[a.saved_on_notice() is not False for a in preempted],
             # A run's first seconds go to the restart: an interruption then loses no training.
             restart_overhead_seconds=plan.placement.restart_overhead_seconds,
@@ -254,35 +256,36 @@ class RemoteAttemptSteps:
             rate = self._billed_spot_rate(state, job)
         else:
             rate = Decimal(state.plan.on_demand_usd_per_hour)
-        # Only a preempted run is judged by what it kept (the guard, the zone choice, "auto"'s re-tune).
-        age = self._checkpoint_age(state.plan.checkpoint_uri, job) if cause == "preemption" else None
-        entry, attempt = billed_attempt(state, job, cause, rate, checkpoint_age_seconds=age)
+        # Only a preempted spot run is judged by what it kept (the guard, the zone choice, "auto"'s re-tune).
+        committed = self._committed_step(state) if cause == "preemption" and job["market"] == "spot" else None
+        entry, attempt = billed_attempt(state, job, cause, rate, committed_step=committed)
         self.ledger_hook.get_conn().record(entry)
         return state.recorded(attempt)
 
-    def _checkpoint_age(self, checkpoint_uri: str, job: Mapping[str, Any]) -> float | None:
-        """Seconds from the save of the newest pushed checkpoint to ``job``'s end (IO; see ``Attempt``).
+    def _committed_step(self, state: AttemptState) -> int | None:
+        """The step of the newest checkpoint pushed to the training's checkpoint URI (IO; ``Attempt``).
 
-        None when nothing was pushed yet or it cannot be read (the attempt is then judged by its length).
+        ``NO_CHECKPOINT`` when none was pushed; None when nothing judges a run by what it kept (no zones, no
+        guard, no ``"auto"``) or the marker cannot be read (the run is then judged by its length).
         """
-        from costaware.adapters.checkpoint_store import recorded_saved_at
+        from costaware.adapters.checkpoint_store import recorded_step
+        from costaware.core.checkpoint_interval import is_auto
+        from costaware.training.attempts import NO_CHECKPOINT
 
-        if not checkpoint_uri:
+        plan = state.plan
+        judged = plan.placement.zones or plan.placement.guard or is_auto(self.checkpoint_every_seconds)
+        if not (plan.checkpoint_uri and judged):
             return None
         try:
-            saved_at = recorded_saved_at(checkpoint_uri, **self._storage_options())
+            step = recorded_step(plan.checkpoint_uri, **self._storage_options())
         except (OSError, ValueError) as e:
             self.log.warning(
                 "cannot read the newest checkpoint at %s (%s): the attempt is judged by its run length",
-                checkpoint_uri,
+                plan.checkpoint_uri,
                 e,
             )
             return None
-        if saved_at is None:
-            return None
-        ended = job.get("ended_at")
-        end = datetime.fromtimestamp(float(ended), tz=timezone.utc) if ended else utcnow()
-        return max(0.0, (end - saved_at).total_seconds())
+        return NO_CHECKPOINT if step is None else step
 
     def _billed_spot_rate(self, state: AttemptState, job: Mapping[str, Any]) -> Decimal:
         """The spot USD/hour an attempt is billed at.

@@ -73,12 +73,12 @@ def billed_attempt(
     cause: str,
     usd_per_hour: Decimal,
     *,
-    checkpoint_age_seconds: float | None = None,
+    committed_step: int | None = None,
 ) -> tuple[LedgerEntry, Attempt]:
     """The ledger entry of the running attempt that ended as ``job``, and the attempt as the state keeps it.
 
-    ``checkpoint_age_seconds``: from the save of the newest pushed checkpoint to the job's end, where known
-    (see :meth:`Attempt.kept_work`).
+    ``committed_step``: the newest pushed checkpoint's step once the job ended, where it was read (see
+    :meth:`Attempt.kept_work`; the step it restored was read at its submit).
 
     Raises:
         ValueError: no attempt is running.
@@ -112,7 +112,8 @@ def billed_attempt(
         reason=str(job.get("reason") or ""),
         zone=current.zone,
         exit_code=int(job["exit_code"]) if job.get("exit_code") is not None else None,
-        checkpoint_age_seconds=checkpoint_age_seconds,
+        restored_step=current.restored_step,
+        committed_step=committed_step,
     )
     return entry, attempt
 

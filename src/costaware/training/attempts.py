@@ -25,6 +25,13 @@ from costaware.core.spot_decision import SpotDecision
 from costaware.training.plan import RemotePlan
 from costaware.training.remote import CAUSES, attempt_cause, next_market
 
+#: ``Attempt.restored_step`` / ``committed_step`` when no checkpoint had been pushed.
+NO_CHECKPOINT = -1
+
+
+def _step_or_none(value: Any) -> int | None:
+    return int(value) if value is not None else None
+
 
 @dataclass(frozen=True, slots=True)
 class Attempt:
@@ -39,33 +46,38 @@ class Attempt:
     cause: str
     reason: str
     zone: str = ""  # where the backend placed it ("" : the backend's choice, or a state from before zones)
-    #: The job's exit code where the backend reports one (75: preempted, the checkpoint saved on the notice).
+    #: The job's exit code where the backend reports one (75: preempted after a checkpoint, see kept_work).
     exit_code: int | None = None
-    #: Seconds from the save of the newest checkpoint pushed (``LATEST.json``, read once the attempt ended)
-    #: to the attempt's end; None: none pushed yet, or unknown (unreadable, a state from before ages).
-    checkpoint_age_seconds: float | None = None
+    #: The step of the newest checkpoint pushed (``LATEST.json``) when the attempt was submitted, the one it
+    #: restores, and once it ended; :data:`NO_CHECKPOINT` when none was there; None when not read (not
+    #: needed, unreadable, or a state from before steps were kept).
+    restored_step: int | None = None
+    committed_step: int | None = None
 
     def kept_work(self) -> bool | None:
-        """Whether this attempt committed a checkpoint of its own, so that the next one resumes past it.
+        """Whether this attempt committed a newer checkpoint than the one it restored.
 
-        True when the newest pushed checkpoint was saved during its run (at its notice or on the interval);
-        False when it was older (the attempt restored it and was cut before its next save) or the launcher
-        reported a preemption before any checkpoint (exit 77); None when unknown (judge by the run's
-        length). The exit code alone cannot say: the launcher exits 75 after any notice once a checkpoint
-        exists, the one the attempt restored included.
+        True when the newest pushed step moved during the attempt (a save on its interval or on its notice):
+        the next attempt resumes past where this one started. False when it did not (the attempt restored a
+        checkpoint and was cut before its next save, or it committed the same step again), or when the
+        launcher reported a preemption before any checkpoint (exit 77). None when unknown: nothing was read,
+        or nothing was pushed after the attempt (SageMaker syncs checkpoints itself, without ``LATEST.json``):
+        judge by the run's length. The exit code alone cannot say: the launcher exits 75 after any notice
+        once a checkpoint exists, the one the attempt restored included.
         """
-        if self.checkpoint_age_seconds is not None:
-            return self.checkpoint_age_seconds < float(self.billable_seconds)
         if self.exit_code == EXIT_PREEMPTED_BEFORE_CHECKPOINT:
             return False
-        return None
+        if self.restored_step is None or self.committed_step in (None, NO_CHECKPOINT):
+            return None
+        return self.committed_step > self.restored_step
 
     def saved_on_notice(self) -> bool | None:
         """Whether the attempt ended by saving on its preemption notice, so that it lost only its restart.
 
-        True: it exited 75 (preempted after a checkpoint) and that checkpoint is its own (:meth:`kept_work`);
-        None: it exited 75 and whose checkpoint that was is unknown; False otherwise. A job that ignored the
-        notice after a periodic save within its run also reads True: it lost the time since that save.
+        True: it exited 75 (preempted after a checkpoint) and that checkpoint is newer than the one it
+        restored (:meth:`kept_work`); None: it exited 75 and that is unknown; False otherwise. A job that
+        ignored the notice, after a save on its interval, and was killed at the end of the grace period also
+        reads True: the launcher exits 75 for it too, and it lost the time since that save.
         """
         if self.exit_code != EXIT_PREEMPTED:
             return False
@@ -83,7 +95,8 @@ class Attempt:
             "reason": self.reason,
             "zone": self.zone,
             "exit_code": self.exit_code,
-            "checkpoint_age_seconds": self.checkpoint_age_seconds,
+            "restored_step": self.restored_step,
+            "committed_step": self.committed_step,
         }
 
     @classmethod
@@ -100,11 +113,8 @@ class Attempt:
             zone=str(data.get("zone") or ""),
             # A state written before exit codes were kept has none: unknown, as a backend without them.
             exit_code=int(data["exit_code"]) if data.get("exit_code") is not None else None,
-            checkpoint_age_seconds=(
-                float(data["checkpoint_age_seconds"])
-                if data.get("checkpoint_age_seconds") is not None
-                else None
-            ),
+            restored_step=_step_or_none(data.get("restored_step")),
+            committed_step=_step_or_none(data.get("committed_step")),
         )
 
 
@@ -123,12 +133,15 @@ class Current:
     pausing: str | None = None
     stopped: Mapping[str, Any] | None = None
     zone: str = ""
+    restored_step: int | None = None  # see Attempt.restored_step
 
     def to_json(self) -> dict[str, Any]:
         # Older states have no pausing/stopped keys until a pause: leave them out when unset.
         data: dict[str, Any] = {"attempt": self.attempt, "job_id": self.job_id, "market": self.market}
         if self.zone:
             data["zone"] = self.zone
+        if self.restored_step is not None:
+            data["restored_step"] = self.restored_step
         if self.pausing is not None:
             data["pausing"] = self.pausing
         if self.stopped is not None:
@@ -145,6 +158,7 @@ class Current:
             pausing=data.get("pausing") or None,
             stopped=dict(stopped) if stopped else None,
             zone=str(data.get("zone") or ""),
+            restored_step=_step_or_none(data.get("restored_step")),
         )
 
 
@@ -200,9 +214,16 @@ class AttemptState:
             current=Current.from_json(current) if current else None,
         )
 
-    def submitted(self, *, job_id: str, market: str, zone: str = "") -> AttemptState:
-        """Attempt :attr:`next_attempt` runs as ``job_id`` on ``market`` (in ``zone``, where chosen)."""
-        current = Current(attempt=self.next_attempt, job_id=job_id, market=market, zone=zone)
+    def submitted(
+        self, *, job_id: str, market: str, zone: str = "", restored_step: int | None = None
+    ) -> AttemptState:
+        """Attempt :attr:`next_attempt` runs as ``job_id`` on ``market`` (in ``zone``, where chosen).
+
+        ``restored_step``: the newest pushed checkpoint's step at the submit, where it was read.
+        """
+        current = Current(
+            attempt=self.next_attempt, job_id=job_id, market=market, zone=zone, restored_step=restored_step
+        )
         return replace(self, current=current)
 
     def recorded(self, attempt: Attempt) -> AttemptState:

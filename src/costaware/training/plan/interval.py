@@ -114,8 +114,9 @@ def observed_interval(
     Each preempted attempt ran that long before its interruption; its first ``restart_overhead_seconds``
     went to starting (the process, the restore), so only the rest was training that an interruption could
     lose. Over the latest :data:`RECENT_PREEMPTIONS`, the time between interruptions is their training time
-    over the interruptions that lost work: an attempt that saved on its notice (it exited 75, the checkpoint
-    committed) lost none, whatever the interval, and neither did one stopped while it was still starting
+    over the interruptions that lost work: an attempt that saved on its notice (it exited 75 and, where the
+    operator could read it, committed a newer step than it restored) lost none, whatever the interval, and
+    neither did one stopped while it was still starting
     (nothing trained since the checkpoint it restored); both count as time without a loss. When none of
     them lost work the next attempt takes the planned interval. The cost of a save is the median of
     ``save_seconds`` (:func:`~costaware.core.checkpoint_interval.measured_save_seconds`),
