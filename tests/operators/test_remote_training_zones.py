@@ -37,26 +37,31 @@ def _ledger(monkeypatch: pytest.MonkeyPatch, ledger_url: str) -> None:
     monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
 
 
+def spot_decision() -> dict[str, str]:
+    """Spot in us-west-2a now: four minutes to the deadline, the latest spot start in two and a half."""
+    now = utcnow()
+    return {
+        "market": "spot",
+        "usd_per_hour": PRICES["spot"],
+        "on_demand_usd_per_hour": PRICES["on_demand"],
+        "instance_type": "p3.2xlarge",
+        "region": "us-west-2",
+        "availability_zone": "us-west-2a",
+        "deadline": (now + timedelta(seconds=240)).isoformat(),
+        "latest_start": (now + timedelta(seconds=150)).isoformat(),
+    }
+
+
 def operator(tmp: Path, *, seconds: float = 6.0, **kwargs: Any) -> RemoteTrainingOperator:
     write_data(tmp / "data", rows=2000)
     args = local_operator_args(tmp)
     args["backend_options"] = {**args["backend_options"], "capacity_file": str(tmp / "capacity-{zone}")}
-    now = utcnow()
     return RemoteTrainingOperator(
         **args,
         trainer="slow_trainer.SlowSGDTrainer",
         trainer_params={"epochs": int(seconds / 0.2), "batch_size": 512, "step_seconds": 0.2},
         checkpoint_every_seconds=1.0,
-        spot_decision={
-            "market": "spot",
-            "usd_per_hour": PRICES["spot"],
-            "on_demand_usd_per_hour": PRICES["on_demand"],
-            "instance_type": "p3.2xlarge",
-            "region": "us-west-2",
-            "availability_zone": "us-west-2a",
-            "deadline": (now + timedelta(seconds=240)).isoformat(),
-            "latest_start": (now + timedelta(seconds=150)).isoformat(),
-        },
+        spot_decision=spot_decision(),
         max_attempts=20,
         poll_interval=0.1,
         **kwargs,
@@ -106,23 +111,13 @@ def test_the_guard_keeps_spot_for_a_command_that_saves_on_each_notice(tmp_path: 
     # on-demand when the guard judged by length alone).
     options = {"root": str(tmp_path / "jobs"), "capacity_file": str(tmp_path / "capacity-{zone}")}
     options["env"] = {"OWN_TRAIN_LOG": str(tmp_path / "seen.jsonl")}
-    now = utcnow()
     op = RemoteTrainingOperator(
         task_id="train",
         command=[sys.executable, str(TRAINING / "own_train.py"), "save-on-notice", "40"],
         model_store=str(tmp_path / "models"),
         checkpoint_store=str(tmp_path / "ckpt"),
         backend_options=options,
-        spot_decision={
-            "market": "spot",
-            "usd_per_hour": PRICES["spot"],
-            "on_demand_usd_per_hour": PRICES["on_demand"],
-            "instance_type": "p3.2xlarge",
-            "region": "us-west-2",
-            "availability_zone": "us-west-2a",
-            "deadline": (now + timedelta(seconds=240)).isoformat(),
-            "latest_start": (now + timedelta(seconds=150)).isoformat(),
-        },
+        spot_decision=spot_decision(),
         restart_overhead_minutes=0.01,
         restart_guard=True,
         preemption_grace_seconds=5,
