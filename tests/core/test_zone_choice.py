@@ -171,3 +171,5 @@ def test_runs_that_saved_on_their_notice_lost_only_their_restart() -> None:
     assert not math.isinf(expected_usd(notice_only, **no_interval))  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="zone 'a': 1 saved-on-notice value"):
         expected_usd(ZoneView("a", 1.0, preempted_runs_seconds=runs, preempted_runs_saved=(True,)), **FIGURES)
+    with pytest.raises(ConfigurationError, match="zone 'a': 2 kept-work value"):
+        ZoneView("a", 1.0, preempted_runs_seconds=runs, preempted_runs_kept=(True, None))

@@ -71,6 +71,18 @@ class ZoneView:
     preempted_runs_kept: tuple[bool | None, ...] = ()
     preempted_runs_saved: tuple[bool, ...] = ()
 
+    def __post_init__(self) -> None:
+        # One value per preempted run, or none: checked where the view is made, not in each rule using it.
+        runs = len(self.preempted_runs_seconds)
+        for name, values in (
+            ("kept-work", self.preempted_runs_kept),
+            ("saved-on-notice", self.preempted_runs_saved),
+        ):
+            if values and len(values) != runs:
+                raise ConfigurationError(
+                    f"zone {self.zone!r}: {len(values)} {name} value(s) for {runs} preempted run(s)"
+                )
+
 
 @dataclass(frozen=True, slots=True)
 class ZoneChoice:
@@ -142,12 +154,8 @@ def expected_usd(
         # The prior's run, one that finishes the work, only ever lengthens the estimate: near the end of the
         # work it is shorter than runs that kept work, and must not price their zone out.
         mean_run = max(observed, (sum(runs) + billed) / (len(runs) + 1))
-        saved = view.preempted_runs_saved
-        if saved and len(saved) != len(runs):
-            raise ConfigurationError(
-                f"zone {view.zone!r}: {len(saved)} saved-on-notice value(s) for {len(runs)} preempted run(s)"
-            )
-        unsaved = 1 - sum(saved) / len(runs)  # the share of runs that lost work past their restart
+        # The share of runs that lost work past their restart (ZoneView checked one value per run).
+        unsaved = 1 - sum(view.preempted_runs_saved) / len(runs)
         lost = restart_overhead_seconds + unsaved * (checkpoint_every_seconds or mean_run) / 2
         kept = mean_run - lost
         if kept <= 0:
