@@ -7,7 +7,7 @@ import pytest
 from costaware.core.policies import policy_class
 from costaware.core.simulate import TickMarket, TickPlan, run_job, summarize, zoned_tick_market
 from costaware.core.simulate.replay import _ZoneRule
-from costaware.core.zone_choice import ZoneView, choose_zone
+from costaware.core.zone_choice import PreemptedRun, ZoneView, choose_zone
 
 DT = 1 / 6  # 10-minute ticks
 TICK_SECONDS = DT * 3600
@@ -49,7 +49,7 @@ def _restart_zone(a_run_ticks: int, b_price: float) -> tuple[int, TickMarket, Ti
     kept = (a_run_ticks - plan.overhead) // plan.checkpoint * plan.checkpoint
     choice = choose_zone(
         [
-            ZoneView("a", 0.5, True, (a_run_ticks * TICK_SECONDS,)),
+            ZoneView("a", 0.5, True, (PreemptedRun(a_run_ticks * TICK_SECONDS),)),
             ZoneView("b", b_price, True),
         ],
         current="a",

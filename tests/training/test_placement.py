@@ -5,15 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 from decimal import Decimal
 
+from costaware.core.zone_choice import PreemptedRun
 from costaware.training.attempts import Attempt, AttemptState
-from costaware.training.placement import (
-    allowed_zones,
-    last_zone,
-    next_zone,
-    preempted_runs,
-    preempted_runs_kept,
-    preempted_runs_saved,
-)
+from costaware.training.placement import allowed_zones, last_zone, next_zone, preempted_runs
 from costaware.training.plan import Placement, RemotePlan
 
 
@@ -45,7 +39,7 @@ def test_runs_and_zones_are_read_from_the_attempts() -> None:
     s = state(
         ("spot", "a", 100.0, "preemption"), ("spot", "b", 50.0, "paused"), ("spot", "a", 30.0, "preemption")
     )
-    assert preempted_runs(s) == {"a": (100.0, 30.0)}
+    assert preempted_runs(s) == {"a": (PreemptedRun(100.0), PreemptedRun(30.0))}
     assert last_zone(s) == "a" and allowed_zones(s) == ("a", "b")
     assert last_zone(state()) == "a"  # the decision's zone before any attempt
     assert allowed_zones(state(zones=())) == ("",)
@@ -87,13 +81,14 @@ def test_runs_that_saved_a_checkpoint_of_their_own_never_fire_the_guard() -> Non
         replace(a, exit_code=75, restored_step=a.attempt, committed_step=a.attempt + 1) for a in s.attempts
     )
     saved = replace(s, attempts=moved)
-    assert preempted_runs_kept(saved) == {"a": (True, True), "b": (True, True)}
-    assert preempted_runs_saved(saved) == {"a": (True, True), "b": (True, True)}
+    on_notice = (PreemptedRun(100.0, kept_work=True, saved_on_notice=True),) * 2
+    assert preempted_runs(saved) == {"a": on_notice, "b": on_notice}
     assert next_zone(saved, prices={}, capacity={}, move_usd={}).zone is not None
     # Restored step 4 and cut each time before a newer one: the guard fires on the record.
     cut = replace(
         s, attempts=tuple(replace(a, exit_code=75, restored_step=4, committed_step=4) for a in s.attempts)
     )
-    assert preempted_runs_saved(cut) == {"a": (False, False), "b": (False, False)}
+    lost = (PreemptedRun(100.0, kept_work=False, saved_on_notice=False),) * 2
+    assert preempted_runs(cut) == {"a": lost, "b": lost}
     choice = next_zone(cut, prices={}, capacity={}, move_usd={})
     assert choice.zone is None and "ended before committing a checkpoint of their own" in choice.reason

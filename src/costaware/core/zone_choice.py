@@ -6,7 +6,7 @@ One rule for ``RemoteTrainingOperator`` (after a preemption or a pause) and for 
 **Restart-thrash guard.** An attempt keeps work only once it has paid its restart overhead (start, restore
 the newest checkpoint) and then committed a newer checkpoint, on its interval or on its preemption notice.
 Where that is known (the live operator reads the newest pushed step before and after each attempt, see
-``ZoneView.preempted_runs_kept``) it decides: a run that committed a newer step got past its restart,
+``PreemptedRun.kept_work``) it decides: a run that committed a newer step got past its restart,
 whatever the configured overhead estimates. Where it is not, the run's length does: a run shorter than
 ``restart overhead + checkpoint interval`` kept nothing, and without timed checkpoints no run kept anything.
 When the last ``guard_window`` preempted spot runs in a zone each kept nothing, the zone's capacity churns
@@ -47,6 +47,23 @@ DEFAULT_GUARD_WINDOW = 2
 
 
 @dataclass(frozen=True, slots=True)
+class PreemptedRun:
+    """One preempted spot attempt of this training, as the rules weigh it.
+
+    Args:
+        seconds: How long it ran (billed).
+        kept_work: Whether it committed a newer checkpoint than it restored; None: unknown, judged by its
+            length (the simulator, SageMaker, a state from before steps were read).
+        saved_on_notice: Whether it saved on its preemption notice and so lost only its restart; False
+            also when unknown (it lost the work since its last periodic checkpoint).
+    """
+
+    seconds: float
+    kept_work: bool | None = None
+    saved_on_notice: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class ZoneView:
     """What is known of one allowed zone when the next attempt is placed.
 
@@ -54,34 +71,16 @@ class ZoneView:
         zone: The zone's name (``us-west-2a``).
         spot_usd_per_hour: Its spot price now.
         has_capacity: Whether it has spot capacity now; None when unknown (a live job learns it by waiting).
-        preempted_runs_seconds: How long this training's preempted spot attempts there ran, oldest first.
+        preempted_runs: This training's preempted spot attempts there, oldest first.
         move_usd: What running there adds once: the egress of the data and the checkpoint from the region
             they are in (0 in the same region).
-        preempted_runs_kept: For each preempted run (the same order), whether it committed a newer
-            checkpoint than it restored (None: unknown, judged by its length); empty: unknown for all.
-        preempted_runs_saved: For each preempted run, whether it saved on its notice and so lost only its
-            restart; empty: none did (each lost the work since its last periodic checkpoint).
     """
 
     zone: str
     spot_usd_per_hour: float
     has_capacity: bool | None = None
-    preempted_runs_seconds: tuple[float, ...] = ()
+    preempted_runs: tuple[PreemptedRun, ...] = ()
     move_usd: float = 0.0
-    preempted_runs_kept: tuple[bool | None, ...] = ()
-    preempted_runs_saved: tuple[bool, ...] = ()
-
-    def __post_init__(self) -> None:
-        # One value per preempted run, or none: checked where the view is made, not in each rule using it.
-        runs = len(self.preempted_runs_seconds)
-        for name, values in (
-            ("kept-work", self.preempted_runs_kept),
-            ("saved-on-notice", self.preempted_runs_saved),
-        ):
-            if values and len(values) != runs:
-                raise ConfigurationError(
-                    f"zone {self.zone!r}: {len(values)} {name} value(s) for {runs} preempted run(s)"
-                )
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,35 +107,21 @@ def region_of(zone: str, default: str) -> str:
 
 
 def thrashing(
-    runs_seconds: Sequence[float],
+    runs: Sequence[PreemptedRun],
     *,
     restart_overhead_seconds: float,
     checkpoint_every_seconds: float | None,
     window: int = DEFAULT_GUARD_WINDOW,
-    kept: Sequence[bool | None] = (),
 ) -> bool:
     """Whether each of the last ``window`` preempted runs kept nothing (see the module docstring).
 
-    ``kept``: per run (the same order), whether it committed a checkpoint of its own; None: unknown,
-    judged by its length; empty: unknown for all.
-
-    Raises:
-        ConfigurationError: ``kept`` is neither empty nor one value per run.
+    A run is judged by its ``kept_work`` where that is known, else by its length.
     """
-    runs = list(runs_seconds)
-    recent = list(zip(runs, _kept_or_unknown(kept, len(runs)), strict=True))[-window:]
+    recent = list(runs)[-window:]
     if len(recent) < window:
         return False
     threshold = restart_overhead_seconds + (checkpoint_every_seconds or math.inf)
-    return all(not kept_work if kept_work is not None else run < threshold for run, kept_work in recent)
-
-
-def _kept_or_unknown(kept: Sequence[bool | None], runs: int) -> list[bool | None]:
-    if kept and len(kept) != runs:
-        raise ConfigurationError(
-            f"{len(kept)} kept-work value(s) for {runs} preempted run(s): give one per run, or none"
-        )
-    return list(kept) or [None] * runs
+    return all(not r.kept_work if r.kept_work is not None else r.seconds < threshold for r in recent)
 
 
 def expected_usd(
@@ -148,14 +133,14 @@ def expected_usd(
 ) -> float:
     """The expected cost of the rest of the work in ``view``'s zone (``inf`` when a run keeps nothing)."""
     billed = restart_overhead_seconds + remaining_seconds
-    runs = view.preempted_runs_seconds
+    runs = [r.seconds for r in view.preempted_runs]
     if runs and remaining_seconds > 0:
         observed = sum(runs) / len(runs)
         # The prior's run, one that finishes the work, only ever lengthens the estimate: near the end of the
         # work it is shorter than runs that kept work, and must not price their zone out.
         mean_run = max(observed, (sum(runs) + billed) / (len(runs) + 1))
-        # The share of runs that lost work past their restart (ZoneView checked one value per run).
-        unsaved = 1 - sum(view.preempted_runs_saved) / len(runs)
+        # The share of runs that lost work past their restart.
+        unsaved = 1 - sum(r.saved_on_notice for r in view.preempted_runs) / len(runs)
         lost = restart_overhead_seconds + unsaved * (checkpoint_every_seconds or mean_run) / 2
         kept = mean_run - lost
         if kept <= 0:
@@ -209,21 +194,16 @@ def choose_zone(
         for v in views
         if guard_window is not None
         and thrashing(
-            v.preempted_runs_seconds,
+            v.preempted_runs,
             restart_overhead_seconds=restart_overhead_seconds,
             checkpoint_every_seconds=checkpoint_every_seconds,
             window=guard_window,
-            kept=v.preempted_runs_kept,
         )
     )
     kept = [v for v in views if v.zone not in left_out]
     if not kept:
         window = guard_window or DEFAULT_GUARD_WINDOW  # set: a zone was left out
-        known = [
-            k is not None
-            for v in views
-            for k in _kept_or_unknown(v.preempted_runs_kept, len(v.preempted_runs_seconds))[-window:]
-        ]
+        known = [r.kept_work is not None for v in views for r in v.preempted_runs[-window:]]
         if checkpoint_every_seconds:
             by_length = (
                 f"were shorter than restart overhead {restart_overhead_seconds:g} s + checkpoint interval "

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from decimal import Decimal
 
-from costaware.core.zone_choice import DEFAULT_GUARD_WINDOW, ZoneChoice, ZoneView, choose_zone
+from costaware.core.zone_choice import DEFAULT_GUARD_WINDOW, PreemptedRun, ZoneChoice, ZoneView, choose_zone
 from costaware.training.attempts import Attempt, AttemptState, remaining_hours
 
 #: The work assumed left when the plan knows no expected runtime: it weighs churn against a move, and it is
@@ -31,28 +31,25 @@ def last_zone(state: AttemptState) -> str | None:
     return state.plan.placement.first_zone or None
 
 
-def preempted_runs(state: AttemptState) -> dict[str, tuple[float, ...]]:
-    """``zone -> billed seconds`` of each preempted spot attempt there, oldest first."""
-    return {zone: tuple(float(a.billable_seconds) for a in runs) for zone, runs in _preempted(state).items()}
+def preempted_runs(state: AttemptState) -> dict[str, tuple[PreemptedRun, ...]]:
+    """``zone -> its preempted spot attempts``, oldest first.
 
-
-def preempted_runs_kept(state: AttemptState) -> dict[str, tuple[bool | None, ...]]:
-    """``zone -> whether each preempted spot attempt there kept work`` (``Attempt.kept_work``), in order."""
-    return {zone: tuple(a.kept_work() for a in runs) for zone, runs in _preempted(state).items()}
-
-
-def preempted_runs_saved(state: AttemptState) -> dict[str, tuple[bool, ...]]:
-    """``zone -> whether each preempted spot attempt there saved on its notice`` (unknown: it did not)."""
-    by_zone = _preempted(state)
-    return {zone: tuple(a.saved_on_notice() is True for a in runs) for zone, runs in by_zone.items()}
-
-
-def _preempted(state: AttemptState) -> dict[str, list[Attempt]]:
-    runs: dict[str, list[Attempt]] = {}
+    Each with its billed seconds, whether it kept work (``Attempt.kept_work``) and whether it saved on its
+    notice (unknown: it did not).
+    """
+    runs: dict[str, list[PreemptedRun]] = {}
     for attempt in state.attempts:
         if attempt.market == "spot" and attempt.cause == "preemption":
-            runs.setdefault(attempt.zone, []).append(attempt)
-    return runs
+            runs.setdefault(attempt.zone, []).append(_preempted_run(attempt))
+    return {zone: tuple(zone_runs) for zone, zone_runs in runs.items()}
+
+
+def _preempted_run(attempt: Attempt) -> PreemptedRun:
+    return PreemptedRun(
+        seconds=float(attempt.billable_seconds),
+        kept_work=attempt.kept_work(),
+        saved_on_notice=attempt.saved_on_notice() is True,
+    )
 
 
 def next_zone(
@@ -79,15 +76,13 @@ def next_zone(
         checkpoint_every_seconds=plan.checkpoint_every_seconds,
     )
     fallback = Decimal(state.spot_usd_per_hour or plan.on_demand_usd_per_hour)
-    runs, kept, saved = preempted_runs(state), preempted_runs_kept(state), preempted_runs_saved(state)
+    runs = preempted_runs(state)
     views = [
         ZoneView(
             zone=zone,
             spot_usd_per_hour=float(prices.get(zone, fallback)),
             has_capacity=capacity.get(zone),
-            preempted_runs_seconds=runs.get(zone, ()),
-            preempted_runs_kept=kept.get(zone, ()),
-            preempted_runs_saved=saved.get(zone, ()),
+            preempted_runs=runs.get(zone, ()),
             move_usd=float(move_usd.get(zone, Decimal(0))),
         )
         for zone in allowed_zones(state)

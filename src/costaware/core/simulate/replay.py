@@ -46,7 +46,7 @@ from costaware.core.policies import Action, Hindsight, Policy, Situation
 from costaware.core.policies.rules import checkpointed
 from costaware.core.simulate.jobs import TickPlan
 from costaware.core.simulate.market import TickMarket
-from costaware.core.zone_choice import DEFAULT_GUARD_WINDOW, ZoneView, choose_zone
+from costaware.core.zone_choice import DEFAULT_GUARD_WINDOW, PreemptedRun, ZoneView, choose_zone
 
 _MICRO = Decimal("0.000001")
 
@@ -111,7 +111,7 @@ class _ZoneRule:
             return min(candidates, key=lambda i: (prices[i] * billed / 3600, i != current, i))
         choice = choose_zone(
             [
-                ZoneView(str(i), price, bool(ok), tuple(self.runs[i]))
+                ZoneView(str(i), price, bool(ok), tuple(PreemptedRun(run) for run in self.runs[i]))
                 for i, (price, ok) in enumerate(zip(prices, capacity, strict=True))
             ],
             current=str(current) if current >= 0 else None,
