@@ -64,11 +64,11 @@ lint: $(BIN)/.installed
 types: $(BIN)/.installed
 	$(BIN)/mypy
 
-# Two halves over pytest-xdist processes: the unit tests spread test by test over one per core (CPU-bound:
-# 5:30 at 2 on the 2-core machine, 5:57 at 3); the end-to-end Airflow runs spread file by file, so a module's
-# Airflow home is migrated once, over one more process than cores, since they mostly wait on the servers and
-# task processes they start (10:14 at 2, 7:57 at 3, 7:48 at 4). Both halves always run, and the target fails
-# if either does.
+# Two halves over pytest-xdist processes. The unit tests spread test by test over PYTEST_WORKERS, the cores
+# of the 2-core machine this is set for (CPU-bound: 5:30 at 2, 5:57 at 3). The end-to-end Airflow runs spread
+# file by file, so a module's Airflow home is migrated once, over SLOW_WORKERS, one more than the cores: they
+# mostly wait on the servers and task processes they start (10:14 at 2, 7:57 at 3, 7:48 at 4). Both halves
+# always run, and the target fails if either does.
 PYTEST_WORKERS ?= 2
 SLOW_WORKERS ?= 3
 unit: $(BIN)/.installed services

@@ -92,12 +92,13 @@ class _ZoneRule:
         self.overhead_seconds = plan.overhead * self.tick_seconds
         self.checkpoint_seconds = plan.checkpoint * self.tick_seconds if plan.checkpoint else None
         self.window = DEFAULT_GUARD_WINDOW if guard else None
-        self.runs: list[list[float]] = [[] for _ in range(zones)]
+        self.runs: list[list[PreemptedRun]] = [[] for _ in range(zones)]
         self.preempted = False
 
     def record(self, zone: int, ticks: int) -> None:
         """A spot run of ``ticks`` in ``zone`` was preempted."""
-        self.runs[zone].append(ticks * self.tick_seconds)
+        # Judged by its length: the simulator's jobs checkpoint on their interval only.
+        self.runs[zone].append(PreemptedRun(ticks * self.tick_seconds))
         self.preempted = True
 
     def choose(
@@ -111,7 +112,7 @@ class _ZoneRule:
             return min(candidates, key=lambda i: (prices[i] * billed / 3600, i != current, i))
         choice = choose_zone(
             [
-                ZoneView(str(i), price, bool(ok), tuple(PreemptedRun(run) for run in self.runs[i]))
+                ZoneView(str(i), price, bool(ok), tuple(self.runs[i]))
                 for i, (price, ok) in enumerate(zip(prices, capacity, strict=True))
             ],
             current=str(current) if current >= 0 else None,
