@@ -30,8 +30,8 @@ of an uninterrupted run less its fit seconds. In compressed time a restart costs
 the operator's default of 5 minutes every preempted run would be shorter than "restart overhead + checkpoint
 interval", so the guard would fire after the first two preemptions of any trace. Per trace it adds the
 restart overhead paid (``(attempts - 1) x startup`` seconds) and whether the guard fired: an on-demand
-attempt after spot preemptions (the deadline fallback past ``latest_start`` looks the same; without
-``--guard`` such an attempt is that fallback).
+attempt whose ``market_reason`` is the guard's ``restart thrash`` (not the deadline fallback past
+``latest_start``, which says so in its own).
 
 ``--zones`` is the two-zone mode: per GPU type (k80_1, k80_8, v100_1, v100_8) one job with
 ``availability_zones=["us-west-2a", "us-west-2b"]`` replays the 2a trace as zone us-west-2a and the 2b trace
@@ -321,13 +321,11 @@ def zone_pairs(quick: bool, only: str = "") -> list[tuple[str, dict[str, str]]] 
 
 
 def guard_fired(attempts: list[dict[str, Any]]) -> bool:
-    """An on-demand attempt after a spot preemption."""
-    preempted = False
-    for attempt in attempts:
-        if attempt.get("market") == "on_demand" and preempted:
-            return True
-        preempted = preempted or (attempt.get("market") == "spot" and attempt.get("cause") == "preemption")
-    return False
+    """An attempt the restart-thrash guard sent to on-demand (its ``market_reason`` says so)."""
+    return any(
+        a.get("market") == "on_demand" and str(a.get("market_reason", "")).startswith("restart thrash")
+        for a in attempts
+    )
 
 
 class ScaledRule:

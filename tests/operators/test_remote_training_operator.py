@@ -175,8 +175,13 @@ def test_spot_job_without_capacity_falls_back_to_on_demand_at_the_latest_start(
     first, second = result["attempts"]
     assert (first["market"], first["cause"], first["billable_seconds"]) == ("spot", "capacity_wait", 0.0)
     assert (second["market"], second["cause"]) == ("on_demand", "success")
-    causes = sorted(e["cause"] for e in ledger.entries() if e["task_id"] == "train")
-    assert causes == ["capacity_wait", "success"]
+    assert first["market_reason"] == ""
+    assert second["market_reason"].startswith("no spot capacity by the latest safe start ")
+    entries = sorted((e for e in ledger.entries() if e["task_id"] == "train"), key=lambda e: e["cause"])
+    assert [e["cause"] for e in entries] == ["capacity_wait", "success"]
+    # The ledger says why this attempt was billed at the on-demand price.
+    assert "on-demand: no spot capacity by the latest safe start" in entries[1]["note"]
+    assert "on-demand:" not in entries[0]["note"]
 
 
 def test_local_backend_submit_is_idempotent_by_job_name(tmp_path: Path) -> None:

@@ -101,6 +101,8 @@ def test_the_guard_sends_a_churning_training_to_on_demand(tmp_path: Path) -> Non
     result, _ = replay(op, tmp_path, {"us-west-2a": churn})
     markets = [(a["market"], a["cause"]) for a in result["attempts"]]
     assert markets == [("spot", "preemption"), ("spot", "preemption"), ("on_demand", "success")]
+    # The on-demand attempt says it was the guard, not the latest safe start (the benchmark counts on it).
+    assert result["attempts"][2]["market_reason"].startswith("restart thrash in us-west-2a: the last 2")
 
 
 @pytest.mark.slow

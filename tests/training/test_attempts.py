@@ -90,11 +90,16 @@ CASES: list[tuple[str, AttemptState, Event, datetime | None, Step]] = [
         Submit("spot", "preemption", record_cause="preemption"),
     ),
     (
-        "interrupted after the latest start: on-demand",
+        "interrupted after the latest start: on-demand, and why",
         state(latest_start=AFTER),
         JobEnded(job("interrupted")),
         None,
-        Submit("on_demand", "preemption", record_cause="preemption"),
+        Submit(
+            "on_demand",
+            "preemption",
+            record_cause="preemption",
+            reason="preemption past the latest safe start 2026-11-24T11:00:00+00:00",
+        ),
     ),
     (
         "interrupted with no latest start: spot again",
@@ -122,7 +127,13 @@ CASES: list[tuple[str, AttemptState, Event, datetime | None, Step]] = [
         state(latest_start=AFTER),
         JobEnded(job("pending"), fallback=True),
         None,
-        Submit("on_demand", "capacity_wait", record_cause="capacity_wait", stop_first=True),
+        Submit(
+            "on_demand",
+            "capacity_wait",
+            record_cause="capacity_wait",
+            stop_first=True,
+            reason="no spot capacity by the latest safe start 2026-11-24T11:00:00+00:00",
+        ),
     ),
     (
         "price rose: pause at the time the trigger saw it",
@@ -150,7 +161,12 @@ CASES: list[tuple[str, AttemptState, Event, datetime | None, Step]] = [
         state(pausing="spike"),
         JobEnded(job("interrupted")),
         AFTER,
-        Submit("on_demand", "paused", record_cause="paused"),
+        Submit(
+            "on_demand",
+            "paused",
+            record_cause="paused",
+            reason="paused by a price rise, no slack left for a later spot start",
+        ),
     ),
     (
         "paused job that failed is still a pause",
@@ -330,7 +346,14 @@ def test_a_state_written_before_the_typed_plan_reads_and_round_trips() -> None:
         "checkpoint_every_seconds": None,
         "placement": Placement().to_json(),
         "attempts": [
-            {**a, "zone": "", "exit_code": None, "restored_step": None, "committed_step": None}
+            {
+                **a,
+                "zone": "",
+                "exit_code": None,
+                "restored_step": None,
+                "committed_step": None,
+                "market_reason": "",
+            }
             for a in before["attempts"]
         ],
     }
@@ -388,6 +411,19 @@ def test_transitions_keep_the_json_shape() -> None:
     s = s.recorded(_done(1))
     assert s.current is None and s.next_attempt == 2 and s.to_json()["attempts"] == [_done(1).to_json()]
     assert s.resumed_at("0.40").spot_usd_per_hour == "0.40" and s.resumed_at(None) is s
+
+
+def test_why_an_attempt_ran_on_demand_travels_from_its_submit_to_its_record() -> None:
+    s = AttemptState.from_json({**CAPTURED, "attempts": [], "current": None})
+    why = "restart thrash in us-west-2a: the last 2 preempted runs in each ..."
+    s = s.submitted(job_id="j-a1", market="on_demand", market_reason=why)
+    assert AttemptState.from_json(json.loads(json.dumps(s.to_json()))) == s
+    attempt = replace(_done(1), market="on_demand", market_reason=why)
+    assert Attempt.from_json(json.loads(json.dumps(attempt.to_json()))) == attempt
+    # A state written before the reason was kept reads as none given.
+    older = {k: v for k, v in attempt.to_json().items() if k != "market_reason"}
+    assert Attempt.from_json(older).market_reason == ""
+    assert "market_reason" not in s.submitted(job_id="j-a2", market="spot").to_json()["current"]
 
 
 def test_pausing_needs_a_running_attempt() -> None:

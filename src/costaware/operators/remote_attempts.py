@@ -67,13 +67,17 @@ class RemoteAttemptSteps:
 
         return open_backend(plan.backend, dict(plan.backend_options))
 
-    def _submit(self, state: AttemptState, market: str) -> AttemptState:
+    def _submit(self, state: AttemptState, market: str, market_reason: str = "") -> AttemptState:
+        """Submit the next attempt on ``market`` (spot: where the placement says, which may be on-demand).
+
+        ``market_reason``: why on-demand, where a rule chose it (kept on the attempt, in its ledger note).
+        """
         from costaware.training.attempt_effects import job_request
 
         plan = state.plan
         zone = ""
         if market == "spot":
-            state, market, zone = self._place(state)
+            state, market, zone, market_reason = self._place(state)
         every = self._retune_interval(state) if market == "spot" else None
         request = job_request(state, market, utcnow(), zone=zone, checkpoint_every_seconds=every)
         restored = self._committed_step(state) if market == "spot" else None
@@ -89,28 +93,35 @@ class RemoteAttemptSteps:
             f" in {zone}" if zone else "",
             _log_files_note(backend, job_id),
         )
-        return state.submitted(job_id=job_id, market=market, zone=zone, restored_step=restored)
+        return state.submitted(
+            job_id=job_id,
+            market=market,
+            zone=zone,
+            restored_step=restored,
+            market_reason=market_reason if market == "on_demand" else "",
+        )
 
-    def _place(self, state: AttemptState) -> tuple[AttemptState, str, str]:
-        """The next spot attempt's market, zone and price (``core.zone_choice``, see docs/remote-training.md).
+    def _place(self, state: AttemptState) -> tuple[AttemptState, str, str, str]:
+        """The next spot attempt's market, zone, price and, for on-demand, why (``core.zone_choice``).
 
         Among the allowed zones, the one with the lowest expected cost; on-demand when the restart-thrash
-        guard leaves none. With one zone there is nothing to choose but the guard's verdict.
+        guard leaves none. With one zone there is nothing to choose but the guard's verdict. See
+        docs/remote-training.md.
         """
         from costaware.training.placement import next_zone, preempted_runs
 
         placement = state.plan.placement
         if not placement.zones and not (placement.guard and preempted_runs(state)):
             # One zone and no guard to consult: nothing to choose (nor a "stays there" line to log).
-            return state, "spot", placement.first_zone
+            return state, "spot", placement.first_zone, ""
         prices, capacity = self._zone_market(state)
         choice = next_zone(state, prices=prices, capacity=capacity, move_usd=self._move_usd(state))
         if choice.zone is None:
             self.log.warning("%s", choice.reason)
-            return state, "on_demand", ""
+            return state, "on_demand", "", choice.reason
         self.log.info("%s", choice.reason)
         price = prices.get(choice.zone)
-        return (state.resumed_at(str(price)) if price is not None else state), "spot", choice.zone
+        return (state.resumed_at(str(price)) if price is not None else state), "spot", choice.zone, ""
 
     def _zone_market(self, state: AttemptState) -> tuple[dict[str, Decimal], dict[str, bool | None]]:
         """Each allowed zone's spot price and capacity now, where the plan has prices or traces (IO).
@@ -357,7 +368,7 @@ class RemoteAttemptSteps:
             return state.pausing(reason=step.reason, job=step.job, seen_at=step.seen_at)
         if isinstance(step, Resume):
             self.log.info("resuming from the newest checkpoint on %s: %s", step.market, step.reason)
-            return self._submit(state.resumed_at(step.usd_per_hour), step.market)
+            return self._submit(state.resumed_at(step.usd_per_hour), step.market, step.reason)
         if isinstance(step, Submit):
             if step.cause_of_previous == "paused":
                 self.log.warning("paused with no slack left for a later spot start: resuming on on-demand")
@@ -369,7 +380,7 @@ class RemoteAttemptSteps:
                     current.attempt if current else "?",
                     event.job.get("reason"),
                 )
-            return self._submit(state, step.market)
+            return self._submit(state, step.market, step.reason)
         if isinstance(step, Finish):
             return self._finish(context, state)
         if isinstance(step, Fail):

@@ -100,6 +100,7 @@ def billed_attempt(
         tags=plan.tags,
         cause=cause,
         gpus=instance_gpus(str(job["instance_type"]) or plan.instance_type, plan.region),
+        market_reason=current.market_reason,
     )
     attempt = Attempt(
         attempt=current.attempt,
@@ -114,6 +115,7 @@ def billed_attempt(
         exit_code=int(job["exit_code"]) if job.get("exit_code") is not None else None,
         restored_step=current.restored_step,
         committed_step=committed_step,
+        market_reason=current.market_reason,
     )
     return entry, attempt
 

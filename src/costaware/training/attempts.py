@@ -53,6 +53,9 @@ class Attempt:
     #: needed, unreadable, or a state from before steps were kept).
     restored_step: int | None = None
     committed_step: int | None = None
+    #: Why it ran on on-demand where a rule sent it there (the restart-thrash guard, the latest safe start,
+    #: a pause with no slack left); "" for spot and for an on-demand start the decision chose.
+    market_reason: str = ""
 
     def kept_work(self) -> bool | None:
         """Whether this attempt committed a newer checkpoint than the one it restored.
@@ -97,6 +100,7 @@ class Attempt:
             "exit_code": self.exit_code,
             "restored_step": self.restored_step,
             "committed_step": self.committed_step,
+            "market_reason": self.market_reason,
         }
 
     @classmethod
@@ -115,6 +119,7 @@ class Attempt:
             exit_code=int(data["exit_code"]) if data.get("exit_code") is not None else None,
             restored_step=_step_or_none(data.get("restored_step")),
             committed_step=_step_or_none(data.get("committed_step")),
+            market_reason=str(data.get("market_reason") or ""),
         )
 
 
@@ -134,6 +139,7 @@ class Current:
     stopped: Mapping[str, Any] | None = None
     zone: str = ""
     restored_step: int | None = None  # see Attempt.restored_step
+    market_reason: str = ""  # see Attempt.market_reason
 
     def to_json(self) -> dict[str, Any]:
         # Older states have no pausing/stopped keys until a pause: leave them out when unset.
@@ -142,6 +148,8 @@ class Current:
             data["zone"] = self.zone
         if self.restored_step is not None:
             data["restored_step"] = self.restored_step
+        if self.market_reason:
+            data["market_reason"] = self.market_reason
         if self.pausing is not None:
             data["pausing"] = self.pausing
         if self.stopped is not None:
@@ -159,6 +167,7 @@ class Current:
             stopped=dict(stopped) if stopped else None,
             zone=str(data.get("zone") or ""),
             restored_step=_step_or_none(data.get("restored_step")),
+            market_reason=str(data.get("market_reason") or ""),
         )
 
 
@@ -215,14 +224,26 @@ class AttemptState:
         )
 
     def submitted(
-        self, *, job_id: str, market: str, zone: str = "", restored_step: int | None = None
+        self,
+        *,
+        job_id: str,
+        market: str,
+        zone: str = "",
+        restored_step: int | None = None,
+        market_reason: str = "",
     ) -> AttemptState:
         """Attempt :attr:`next_attempt` runs as ``job_id`` on ``market`` (in ``zone``, where chosen).
 
-        ``restored_step``: the newest pushed checkpoint's step at the submit, where it was read.
+        ``restored_step``: the newest pushed checkpoint's step at the submit, where it was read;
+        ``market_reason``: why a rule sent it to on-demand (see :attr:`Attempt.market_reason`).
         """
         current = Current(
-            attempt=self.next_attempt, job_id=job_id, market=market, zone=zone, restored_step=restored_step
+            attempt=self.next_attempt,
+            job_id=job_id,
+            market=market,
+            zone=zone,
+            restored_step=restored_step,
+            market_reason=market_reason,
         )
         return replace(self, current=current)
 
@@ -324,10 +345,14 @@ class Step:
 
 @dataclass(frozen=True, slots=True)
 class Submit(Step):
-    """Submit the next attempt on ``market``; ``cause_of_previous`` is the cause of the attempt it follows."""
+    """Submit the next attempt on ``market``; ``cause_of_previous`` is the cause of the attempt it follows.
+
+    ``reason``: why on-demand, where this rule chose it over spot (the ledger note of the attempt says it).
+    """
 
     market: str
     cause_of_previous: str | None = None
+    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -455,7 +480,12 @@ def next_step(
     if state.current is not None and state.current.pausing and ended != "succeeded":
         # The stop this operator asked for, not a reclaim: the job checkpointed on SIGTERM.
         if latest_resume is not None and now >= latest_resume:
-            submit = Submit(market="on_demand", cause_of_previous="paused", record_cause="paused")
+            submit = Submit(
+                market="on_demand",
+                cause_of_previous="paused",
+                record_cause="paused",
+                reason="paused by a price rise, no slack left for a later spot start",
+            )
             return _within_attempts(state, submit, max_attempts)
         return WaitForPrice(record_cause="paused")
     if event.fallback:
@@ -464,6 +494,7 @@ def next_step(
             cause_of_previous="capacity_wait",
             record_cause="capacity_wait",
             stop_first=True,
+            reason=f"no spot capacity by the latest safe start {_instant(state.latest_start)}",
         )
         return _within_attempts(state, submit, max_attempts)
     cause = attempt_cause(job) or CAUSES.get(ended, "code_error")
@@ -474,6 +505,12 @@ def next_step(
     if cause == "store_error" and state.attempts and state.attempts[-1].cause == "store_error":
         return _store_unreachable_again(state, job)
     market = next_market(previous=str(job["market"]), now=now, latest_start=state.latest_start)
-    return _within_attempts(
-        state, Submit(market=market, cause_of_previous=cause, record_cause=cause), max_attempts
-    )
+    why = ""
+    if market == "on_demand" and job["market"] == "spot":
+        why = f"{cause.replace('_', ' ')} past the latest safe start {_instant(state.latest_start)}"
+    submit = Submit(market=market, cause_of_previous=cause, record_cause=cause, reason=why)
+    return _within_attempts(state, submit, max_attempts)
+
+
+def _instant(moment: datetime | None) -> str:
+    return moment.isoformat(timespec="seconds") if moment else "(none)"

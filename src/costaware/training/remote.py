@@ -72,6 +72,7 @@ def attempt_entry(
     tags: Mapping[str, str],
     cause: str | None = None,
     gpus: Decimal = Decimal(0),
+    market_reason: str = "",
 ) -> LedgerEntry:
     """The ledger entry of one finished attempt: billed seconds x the price of its market, and its emissions.
 
@@ -82,6 +83,8 @@ def attempt_entry(
     emissions count the instance type at full load (a remote job's CPU use is not measured here) over the
     billed seconds up to the job's ``ended_at`` (now when the backend gives none), on the grid of
     ``region`` (the attempt's own, which may differ per zone); unknown, with why, where they cannot be known.
+
+    Its note says how the job ended and, given ``market_reason``, why it ran on on-demand.
     """
     seconds = Decimal(str(round(float(job["billable_seconds"]), 3)))
     hours, usd = compute_cost(seconds, usd_per_hour)
@@ -90,6 +93,8 @@ def attempt_entry(
     end = datetime.fromtimestamp(float(ended), timezone.utc) if ended is not None else utcnow()
     key = f"remote-attempt:{identity['dag_id']}:{identity['run_id']}:{identity['task_id']}:{job['job_id']}"
     reason = str(job.get("reason") or "")
+    if market_reason:
+        reason = f"{reason}; on-demand: {market_reason}" if reason else f"on-demand: {market_reason}"
     entry = LedgerEntry(
         dag_id=str(identity["dag_id"]),
         run_id=str(identity["run_id"]),
