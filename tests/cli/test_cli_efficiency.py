@@ -137,6 +137,12 @@ def test_runs_show_prints_outcome_cost_and_record(
     assert "roc_auc: 0.7200 (champion 0.7000), gain +0.0200 over the previous champion" in out
     assert "promoted: yes" in out and "trained on 950 rows, 5 epochs" in out
     assert "run total: $0.85" in out  # train 0.68 + features 0.17
+    # Where the money went, entry by entry: the oldest first, each with its market and note.
+    entries = out.split("entries (oldest first: task, kind, market, USD, cause, note)\n")[1].splitlines()
+    assert [line.split()[:4] for line in entries[:2]] == [
+        ["train", "compute", "on_demand", "$0.68"],
+        ["features", "compute", "on_demand", "$0.17"],
+    ]
     assert f"data_fingerprint: {'ab' * 32}" in out and 'seeds: {"seed": 0}' in out
     assert main(["--ledger-url", ledger_url, "runs", "list", "--dag-id", "nightly"]) == 0
     out = capsys.readouterr().out
@@ -167,3 +173,30 @@ def test_runs_show_needs_a_run_id_or_last_with_a_dag(
 ) -> None:
     assert main(["--ledger-url", ledger_url, "runs", "show", *args]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_runs_show_lists_why_an_attempt_ran_on_demand_and_caps_a_long_list(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ledger = Ledger.from_url(ledger_url)
+    record_outcome(ledger, RunOutcome("tune", "r1", "v1", task_id="train"))
+    why = "attempt 3, job t-a3 on local, 12.0 s billed: succeeded; on-demand: restart thrash in us-west-2a"
+    for i in range(33):
+        ledger.record(
+            LedgerEntry(
+                dag_id="tune",
+                run_id="r1",
+                task_id="train",
+                kind=Kind.COMPUTE,
+                usd=Decimal("0.01"),
+                market="on_demand" if i == 0 else "spot",
+                quantity=Decimal(1),
+                cause="success" if i == 0 else "preemption",
+                note=why if i == 0 else "",
+                incurred_at=T0 + timedelta(minutes=i),
+            )
+        )
+    assert main(["--ledger-url", ledger_url, "runs", "show", "r1"]) == 0
+    out = capsys.readouterr().out
+    assert f"train  compute  on_demand  $0.01  success  {why}" in out
+    assert "... and 3 more: costaware report --dag-id tune --run-id r1 --group-by task" in out

@@ -51,6 +51,31 @@ def list_runs(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Entries listed under a run's cost at most; a tuning run can hold hundreds.
+MAX_ENTRIES_SHOWN = 30
+
+
+def _print_entries(entries: list[dict[str, Any]], dag_id: str, run_id: str) -> None:
+    """The run's actual entries, oldest first: what each cost, on which market, and its note.
+
+    The note says how a remote attempt ended and, for one a rule moved to on-demand, why (the
+    restart-thrash guard, no spot capacity by the latest safe start, ...).
+    """
+    actual = [e for e in reversed(entries) if not e["estimated"]]
+    if not actual:
+        return
+    print("  entries (oldest first: task, kind, market, USD, cause, note)")
+    for e in actual[:MAX_ENTRIES_SHOWN]:
+        fields = [e["task_id"], e["kind"], e["market"] or "-", format_usd_exact(e["usd"]), e["cause"] or "-"]
+        note = f"  {e['note']}" if e["note"] else ""
+        print(f"    {'  '.join(fields)}{note}")
+    if len(actual) > MAX_ENTRIES_SHOWN:
+        print(
+            f"    ... and {len(actual) - MAX_ENTRIES_SHOWN} more: costaware report --dag-id {dag_id} "
+            f"--run-id {run_id} --group-by task"
+        )
+
+
 def _summary_line(s: Any) -> str:
     def usd(value: Any) -> str:
         return "-" if value is None else format_usd_exact(value)
@@ -98,6 +123,7 @@ def show_run(args: argparse.Namespace) -> int:
         print(f"  run total: {total} (every actual ledger entry of the run)")
         if o.usd_per_unit_gain is not None:
             print(f"  {format_usd_exact(o.usd_per_unit_gain)} per unit of {o.metric} gained")
+        _print_entries(ledger.entries(dag_id=o.dag_id, run_id=o.run_id), o.dag_id, o.run_id)
         print("reproducibility record" + (f" (digest {o.record.digest[:16]})" if o.record else ""))
         if o.record is None:
             print("  none: the retrain did not record one (ledger unreachable, or an older costaware)")
