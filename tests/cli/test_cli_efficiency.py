@@ -198,5 +198,5 @@ def test_runs_show_lists_why_an_attempt_ran_on_demand_and_caps_a_long_list(
         )
     assert main(["--ledger-url", ledger_url, "runs", "show", "r1"]) == 0
     out = capsys.readouterr().out
-    assert f"train  compute  on_demand  $0.01  success  {why}" in out
+    assert f"train  compute  on_demand  $0.01  success     {why}" in out  # aligned on the longest cause
     assert "... and 3 more: costaware report --dag-id tune --run-id r1 --group-by task" in out

@@ -65,10 +65,14 @@ def _print_entries(entries: list[dict[str, Any]], dag_id: str, run_id: str) -> N
     if not actual:
         return
     print("  entries (oldest first: task, kind, market, USD, cause, note)")
-    for e in actual[:MAX_ENTRIES_SHOWN]:
-        fields = [e["task_id"], e["kind"], e["market"] or "-", format_usd_exact(e["usd"]), e["cause"] or "-"]
-        note = f"  {e['note']}" if e["note"] else ""
-        print(f"    {'  '.join(fields)}{note}")
+    rows = [
+        (e["task_id"], e["kind"], e["market"] or "-", format_usd_exact(e["usd"]), e["cause"] or "-")
+        for e in actual[:MAX_ENTRIES_SHOWN]
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row, e in zip(rows, actual, strict=False):
+        columns = [value.ljust(width) for value, width in zip(row, widths, strict=True)]
+        print("    " + "  ".join([*columns, e["note"]]).rstrip())
     if len(actual) > MAX_ENTRIES_SHOWN:
         print(
             f"    ... and {len(actual) - MAX_ENTRIES_SHOWN} more: costaware report --dag-id {dag_id} "
