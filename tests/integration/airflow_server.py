@@ -53,8 +53,10 @@ class AirflowServer:
         """
         try:
             return self.call("GET", path)
-        except (TimeoutError, urllib.error.URLError) as e:
-            if isinstance(e, urllib.error.HTTPError):
+        except TimeoutError:  # no answer while reading
+            return None
+        except urllib.error.URLError as e:  # no answer while connecting; a refusal or an HTTP error raises
+            if isinstance(e, urllib.error.HTTPError) or not isinstance(e.reason, TimeoutError):
                 raise
             return None
 

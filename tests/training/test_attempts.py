@@ -52,9 +52,14 @@ def state(
     pausing: str | None = None,
     latest_start: datetime | None = BEFORE,
     command: tuple[str, ...] | None = None,
+    market_reason: str = "",
 ) -> AttemptState:
     """A state whose attempt ``done + 1`` runs on ``market`` (or none runs: ``market=""``)."""
-    current = Current(done + 1, f"j-a{done + 1}", market, pausing=pausing) if market else None
+    current = (
+        Current(done + 1, f"j-a{done + 1}", market, pausing=pausing, market_reason=market_reason)
+        if market
+        else None
+    )
     return AttemptState(
         plan=PLAN,
         latest_start=latest_start,
@@ -114,6 +119,13 @@ CASES: list[tuple[str, AttemptState, Event, datetime | None, Step]] = [
         JobEnded(job("interrupted", market="on_demand")),
         None,
         Submit("on_demand", "preemption", record_cause="preemption"),
+    ),
+    (
+        "on-demand interrupted stays on-demand for the reason it went there",
+        state(market="on_demand", market_reason="restart thrash in a"),
+        JobEnded(job("interrupted", market="on_demand")),
+        None,
+        Submit("on_demand", "preemption", record_cause="preemption", reason="restart thrash in a"),
     ),
     (
         "a store it could not reach (exit 74) is resubmitted, not billed as a preemption",
@@ -424,6 +436,15 @@ def test_why_an_attempt_ran_on_demand_travels_from_its_submit_to_its_record() ->
     older = {k: v for k, v in attempt.to_json().items() if k != "market_reason"}
     assert Attempt.from_json(older).market_reason == ""
     assert "market_reason" not in s.submitted(job_id="j-a2", market="spot").to_json()["current"]
+
+
+def test_a_resume_on_on_demand_says_a_pause_came_first() -> None:
+    paused = state(market="", done=1)
+    resumed = next_step(paused, PriceBack(ON_DEMAND), NOW, max_attempts=10, latest_resume=None)
+    assert isinstance(resumed, Resume)
+    assert resumed.market_reason == "resumed after a pause by a price rise, latest resume"
+    on_spot = next_step(paused, PriceBack(ON_SPOT), NOW, max_attempts=10, latest_resume=None)
+    assert isinstance(on_spot, Resume) and on_spot.market_reason == ""
 
 
 def test_pausing_needs_a_running_attempt() -> None:

@@ -82,3 +82,30 @@ def test_an_attempt_counts_its_gpu_hours_and_its_trial_tag() -> None:
     )
     assert entry.gpu_hours == Decimal("1.5") and entry.trial == "7"
     assert entry_for("us-east-1").gpu_hours == 0 and entry_for("us-east-1").trial is None
+
+
+def test_the_note_says_why_on_demand_and_a_long_one_ends_on_a_whole_word() -> None:
+    from costaware.training.remote import MAX_NOTE_CHARS, clipped
+
+    job = {"job_id": "j1", "instance_type": "m5.large", "market": "on_demand", "state": "succeeded"}
+    entry = attempt_entry(
+        identity=IDENTITY,
+        attempt=3,
+        job={**job, "billable_seconds": 60, "reason": "exited 0"},
+        usd_per_hour=Decimal("0.096"),
+        on_demand_usd_per_hour=Decimal("0.096"),
+        region="us-east-1",
+        backend="local",
+        tags={},
+        market_reason="no spot capacity by the latest safe start 2026-11-28T13:00:00+00:00",
+    )
+    assert entry.note == (
+        "attempt 3, job j1 on local, 60.0 s billed: exited 0; "
+        "on-demand: no spot capacity by the latest safe start 2026-11-28T13:00:00+00:00"
+    )
+    # A backend's failure text can run long: the note keeps whole words, never the first digits of a figure.
+    long = "restart thrash in " + ", ".join(f"us-west-2{c}" for c in "abcd") + ": interval 600 s " * 40
+    note = clipped(long)
+    assert len(note) <= MAX_NOTE_CHARS and note.endswith("…") and long.startswith(note[:-1])
+    assert note[:-1].split()[-1] in ("600", "s", "interval")
+    assert clipped("short") == "short"

@@ -368,7 +368,7 @@ class RemoteAttemptSteps:
             return state.pausing(reason=step.reason, job=step.job, seen_at=step.seen_at)
         if isinstance(step, Resume):
             self.log.info("resuming from the newest checkpoint on %s: %s", step.market, step.reason)
-            return self._submit(state.resumed_at(step.usd_per_hour), step.market, step.reason)
+            return self._submit(state.resumed_at(step.usd_per_hour), step.market, step.market_reason)
         if isinstance(step, Submit):
             if step.cause_of_previous == "paused":
                 self.log.warning("paused with no slack left for a later spot start: resuming on on-demand")

@@ -372,6 +372,16 @@ class Resume(Step):
     usd_per_hour: str | None
     reason: str = ""
 
+    @property
+    def market_reason(self) -> str:
+        """Why the attempt runs on on-demand ("" on spot).
+
+        The price watch's reason says why now, not that a pause came first: the ledger note says both.
+        """
+        if self.market != "on_demand":
+            return ""
+        return ", ".join(filter(None, ["resumed after a pause by a price rise", self.reason]))
+
 
 @dataclass(frozen=True, slots=True)
 class WaitForPrice(Step):
@@ -508,6 +518,8 @@ def next_step(
     why = ""
     if market == "on_demand" and job["market"] == "spot":
         why = f"{cause.replace('_', ' ')} past the latest safe start {_instant(state.latest_start)}"
+    elif market == "on_demand" and state.current is not None:
+        why = state.current.market_reason  # on-demand stays on-demand, for the reason it went there
     submit = Submit(market=market, cause_of_previous=cause, record_cause=cause, reason=why)
     return _within_attempts(state, submit, max_attempts)
 

@@ -60,6 +60,19 @@ def attempt_cause(job: Mapping[str, Any]) -> str | None:
     return None
 
 
+#: The longest note an attempt's entry keeps (a backend's failure text can run to kilobytes).
+MAX_NOTE_CHARS = 500
+
+
+def clipped(text: str, limit: int = MAX_NOTE_CHARS) -> str:
+    """``text``, or its first words within ``limit`` characters and an ellipsis: never a cut number."""
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 1]
+    words = head.rsplit(" ", 1)[0] if " " in head[limit // 2 :] else head
+    return words.rstrip(" ,;:") + "…"
+
+
 def attempt_entry(
     *,
     identity: Mapping[str, Any],
@@ -116,7 +129,7 @@ def attempt_entry(
         outcome=OUTCOMES.get(str(job["state"]), "failed"),
         cause=cause or CAUSES.get(str(job["state"]), "code_error"),
         price_source=f"remote:{backend}",
-        note=f"attempt {attempt}, job {job['job_id']} on {backend}, {seconds} s billed: {reason}"[:500],
+        note=clipped(f"attempt {attempt}, job {job['job_id']} on {backend}, {seconds} s billed: {reason}"),
         entry_uid=uuid.uuid5(uuid.NAMESPACE_URL, key).hex,
     )
     return with_emissions(

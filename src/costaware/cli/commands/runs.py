@@ -72,7 +72,8 @@ def _print_entries(entries: list[dict[str, Any]], dag_id: str, run_id: str) -> N
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row, e in zip(rows, actual, strict=False):
         columns = [value.ljust(width) for value, width in zip(row, widths, strict=True)]
-        print("    " + "  ".join([*columns, e["note"]]).rstrip())
+        note = " ".join(str(e["note"]).split())  # one line, whatever the backend's text held
+        print("    " + "  ".join([*columns, note]).rstrip())
     if len(actual) > MAX_ENTRIES_SHOWN:
         print(
             f"    ... and {len(actual) - MAX_ENTRIES_SHOWN} more: costaware report --dag-id {dag_id} "
