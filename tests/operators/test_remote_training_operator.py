@@ -104,6 +104,18 @@ def test_settles_the_spend_gate_reservation_with_the_billed_total(
     assert found.status == "settled" and found.settled_usd == Decimal(result["usd"])
 
 
+def test_an_on_demand_start_the_window_chose_says_so_in_its_ledger_note(
+    tmp_path: Path, data: Path, ledger: Any
+) -> None:
+    said = decision("on_demand", reason="spot price 0.5 above the maximum 0.4")
+    result, _ = drive(operator(tmp_path, spot_decision=said, deferrable=False), context_for())
+    (attempt,) = result["attempts"]
+    why = "the spot window's decision: spot price 0.5 above the maximum 0.4"
+    assert attempt["market_reason"] == why
+    (entry,) = [e for e in ledger.entries() if e["task_id"] == "train"]
+    assert entry["note"].endswith(f"; on-demand: {why}")
+
+
 def test_code_error_fails_the_task_with_its_reason_and_records_the_attempt(
     tmp_path: Path, data: Path, ledger: Any
 ) -> None:

@@ -87,6 +87,19 @@ def test_arguments_win_over_the_decision_and_templates_rendered_empty_do_not() -
     assert plan.backend_options == {}  # the local backend needs no AWS connection
 
 
+def test_an_on_demand_start_the_spot_window_chose_says_why() -> None:
+    # The window's reason goes to attempt 1's ledger note; a market given, or the default, is no choice.
+    said = {**DECISION, "market": "on_demand", "reason": "spot price 0.45 above your maximum 0.40"}
+    plan = plan_of(PlanArguments(), said).plan
+    assert plan.first_market_reason == "the spot window's decision: spot price 0.45 above your maximum 0.40"
+    assert RemotePlan.from_json(plan.to_json()) == plan
+    assert plan_of(PlanArguments(market="on_demand"), said).plan.first_market_reason == ""
+    bare = PlanArguments(instance_type="m5.large", on_demand_usd_per_hour="0.096")
+    assert plan_of(bare, {}).plan.first_market_reason == ""  # no decision: on-demand by default
+    assert plan_of(PlanArguments()).plan.first_market_reason == ""  # on spot
+    assert "first_market_reason" not in plan_of(PlanArguments()).plan.to_json()
+
+
 def test_the_list_price_is_asked_only_when_nobody_gave_one() -> None:
     asked: list[tuple[str, str]] = []
 

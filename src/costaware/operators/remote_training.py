@@ -455,7 +455,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         with airflow_errors():
             state = self._start(context)
             self._reserve(state)
-            state = self._submit(state, state.plan.first_market)
+            state = self._submit(state, state.plan.first_market, state.plan.first_market_reason)
         return self._wait(context, state)
 
     def _wait(self, context: Context, state: AttemptState) -> Any:

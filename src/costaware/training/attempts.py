@@ -53,8 +53,9 @@ class Attempt:
     #: needed, unreadable, or a state from before steps were kept).
     restored_step: int | None = None
     committed_step: int | None = None
-    #: Why it ran on on-demand where a rule sent it there (the restart-thrash guard, the latest safe start,
-    #: a pause with no slack left); "" for spot and for an on-demand start the decision chose.
+    #: Why it ran on on-demand where something chose that over spot (the spot window's decision, the
+    #: restart-thrash guard, the latest safe start, a pause with no slack left); "" for spot, and for an
+    #: on-demand market given as an argument or taken by default.
     market_reason: str = ""
 
     def kept_work(self) -> bool | None:

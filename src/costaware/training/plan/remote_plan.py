@@ -169,6 +169,8 @@ class RemotePlan:
         region: Where.
         on_demand_usd_per_hour: The on-demand price, a decimal string.
         first_market: The market of attempt 1.
+        first_market_reason: Why attempt 1 runs on on-demand where the spot window decided so (its reason,
+            for the attempt's ledger note); "" otherwise (spot, or on-demand given or by default).
         checkpoint_uri: The checkpoint prefix of this training.
         model_store: The model store the model version goes to.
         spec_uri: The built-in trainer's spec ("" for a command).
@@ -207,9 +209,11 @@ class RemotePlan:
     watch: PriceWatch | None = None
     billing: Billing | None = None
     placement: Placement = field(default_factory=Placement)
+    first_market_reason: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """The plan's keys of the state dict the operator and its trigger carry (JSON primitives)."""
+        reason = {"first_market_reason": self.first_market_reason} if self.first_market_reason else {}
         return {
             "backend": self.backend,
             "backend_options": dict(self.backend_options),
@@ -233,6 +237,7 @@ class RemotePlan:
             "watch": self.watch.to_json() if self.watch else None,
             "billing": self.billing.to_json() if self.billing else None,
             "placement": self.placement.to_json(),
+            **reason,
         }
 
     @classmethod
@@ -267,6 +272,7 @@ class RemotePlan:
             billing=Billing.from_json(billing) if billing else None,
             # A state written before zones were in the plan: one zone, the guard at its defaults.
             placement=Placement.from_json(data.get("placement") or {}),
+            first_market_reason=str(data.get("first_market_reason") or ""),
         )
 
 
