@@ -236,7 +236,8 @@ class AttemptState:
         """Attempt :attr:`next_attempt` runs as ``job_id`` on ``market`` (in ``zone``, where chosen).
 
         ``restored_step``: the newest pushed checkpoint's step at the submit, where it was read;
-        ``market_reason``: why a rule sent it to on-demand (see :attr:`Attempt.market_reason`).
+        ``market_reason``: why it runs on on-demand, where something chose that (see
+        :attr:`Attempt.market_reason`).
         """
         current = Current(
             attempt=self.next_attempt,
