@@ -200,3 +200,14 @@ def test_runs_show_lists_why_an_attempt_ran_on_demand_and_caps_a_long_list(
     out = capsys.readouterr().out
     assert f"train  compute  on_demand  $0.01  success     {why}" in out  # aligned on the longest cause
     assert "... and 3 more: costaware report --dag-id tune --run-id r1 --group-by task" in out
+    # JSON gives them all, oldest first, USD as text.
+    assert main(["--ledger-url", ledger_url, "runs", "show", "r1", "--format", "json"]) == 0
+    (shown,) = json.loads(capsys.readouterr().out)
+    assert len(shown["entries"]) == 33 and shown["entries"][0] == {
+        "task_id": "train",
+        "kind": "compute",
+        "market": "on_demand",
+        "usd": "0.010000",  # the stored micro-dollars, exact
+        "cause": "success",
+        "note": why,
+    }

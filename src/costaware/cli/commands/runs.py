@@ -51,6 +51,13 @@ def list_runs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _entries_json(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The run's actual entries, oldest first, as ``--format json`` gives them (all of them, USD as text)."""
+    keys = ("task_id", "kind", "market", "usd", "cause", "note")
+    actual = [e for e in reversed(entries) if not e["estimated"]]
+    return [{k: str(e[k]) if k == "usd" else e[k] for k in keys} for e in actual]
+
+
 #: Entries listed under a run's cost at most; a tuning run can hold hundreds.
 MAX_ENTRIES_SHOWN = 30
 
@@ -110,7 +117,11 @@ def show_run(args: argparse.Namespace) -> int:
         raise CostawareError("give a RUN_ID (see `costaware runs list`) or --last --dag-id DAG")
     found = run_outcome(ledger, run_id, dag_id=args.dag_id)
     if args.format == "json":
-        print(json.dumps([o.to_json() for o in found], indent=2, default=str))
+        shown = [
+            {**o.to_json(), "entries": _entries_json(ledger.entries(dag_id=o.dag_id, run_id=o.run_id))}
+            for o in found
+        ]
+        print(json.dumps(shown, indent=2, default=str))
         return 0
     for o in found:
         print(f"run {o.run_id} of DAG {o.dag_id}: model {o.model_version} (task {o.task_id or '-'})")
