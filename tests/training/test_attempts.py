@@ -103,7 +103,7 @@ CASES: list[tuple[str, AttemptState, Event, datetime | None, Step]] = [
             "on_demand",
             "preemption",
             record_cause="preemption",
-            reason="preemption past the latest safe start 2026-11-24T11:00:00+00:00",
+            market_reason="preemption past the latest safe start 2026-11-24T11:00:00+00:00",
         ),
     ),
     (
@@ -125,7 +125,7 @@ CASES: list[tuple[str, AttemptState, Event, datetime | None, Step]] = [
         state(market="on_demand", market_reason="restart thrash in a"),
         JobEnded(job("interrupted", market="on_demand")),
         None,
-        Submit("on_demand", "preemption", record_cause="preemption", reason="restart thrash in a"),
+        Submit("on_demand", "preemption", record_cause="preemption", market_reason="restart thrash in a"),
     ),
     (
         "a store it could not reach (exit 74) is resubmitted, not billed as a preemption",
@@ -144,7 +144,7 @@ CASES: list[tuple[str, AttemptState, Event, datetime | None, Step]] = [
             "capacity_wait",
             record_cause="capacity_wait",
             stop_first=True,
-            reason="no spot capacity by the latest safe start 2026-11-24T11:00:00+00:00",
+            market_reason="no spot capacity by the latest safe start 2026-11-24T11:00:00+00:00",
         ),
     ),
     (
@@ -177,7 +177,7 @@ CASES: list[tuple[str, AttemptState, Event, datetime | None, Step]] = [
             "on_demand",
             "paused",
             record_cause="paused",
-            reason="paused by a price rise, no slack left for a later spot start",
+            market_reason="paused by a price rise, no slack left for a later spot start",
         ),
     ),
     (

@@ -380,7 +380,7 @@ class RemoteAttemptSteps:
                     current.attempt if current else "?",
                     event.job.get("reason"),
                 )
-            return self._submit(state, step.market, step.reason)
+            return self._submit(state, step.market, step.market_reason)
         if isinstance(step, Finish):
             return self._finish(context, state)
         if isinstance(step, Fail):

@@ -349,12 +349,12 @@ class Step:
 class Submit(Step):
     """Submit the next attempt on ``market``; ``cause_of_previous`` is the cause of the attempt it follows.
 
-    ``reason``: why on-demand, where this rule chose it over spot (the ledger note of the attempt says it).
+    ``market_reason``: why on-demand, where this rule chose it over spot (the attempt's ledger note says it).
     """
 
     market: str
     cause_of_previous: str | None = None
-    reason: str = ""
+    market_reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -496,7 +496,7 @@ def next_step(
                 market="on_demand",
                 cause_of_previous="paused",
                 record_cause="paused",
-                reason="paused by a price rise, no slack left for a later spot start",
+                market_reason="paused by a price rise, no slack left for a later spot start",
             )
             return _within_attempts(state, submit, max_attempts)
         return WaitForPrice(record_cause="paused")
@@ -506,7 +506,7 @@ def next_step(
             cause_of_previous="capacity_wait",
             record_cause="capacity_wait",
             stop_first=True,
-            reason=f"no spot capacity by the latest safe start {_instant(state.latest_start)}",
+            market_reason=f"no spot capacity by the latest safe start {_instant(state.latest_start)}",
         )
         return _within_attempts(state, submit, max_attempts)
     cause = attempt_cause(job) or CAUSES.get(ended, "code_error")
@@ -522,7 +522,7 @@ def next_step(
         why = f"{cause.replace('_', ' ')} past the latest safe start {_instant(state.latest_start)}"
     elif market == "on_demand" and state.current is not None:
         why = state.current.market_reason  # on-demand stays on-demand, for the reason it went there
-    submit = Submit(market=market, cause_of_previous=cause, record_cause=cause, reason=why)
+    submit = Submit(market=market, cause_of_previous=cause, record_cause=cause, market_reason=why)
     return _within_attempts(state, submit, max_attempts)
 
 

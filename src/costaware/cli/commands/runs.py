@@ -51,11 +51,15 @@ def list_runs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _actual_oldest_first(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The actual (not estimated) ones of ``Ledger.entries``' newest-first list, oldest first."""
+    return [e for e in reversed(entries) if not e["estimated"]]
+
+
 def _entries_json(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The run's actual entries, oldest first, as ``--format json`` gives them (all of them, USD as text)."""
     keys = ("task_id", "kind", "market", "usd", "cause", "note")
-    actual = [e for e in reversed(entries) if not e["estimated"]]
-    return [{k: str(e[k]) if k == "usd" else e[k] for k in keys} for e in actual]
+    return [{k: str(e[k]) if k == "usd" else e[k] for k in keys} for e in _actual_oldest_first(entries)]
 
 
 #: Entries listed under a run's cost at most; a tuning run can hold hundreds.
@@ -68,7 +72,7 @@ def _print_entries(entries: list[dict[str, Any]], dag_id: str, run_id: str) -> N
     The note says how a remote attempt ended and, for one a rule moved to on-demand, why (the
     restart-thrash guard, no spot capacity by the latest safe start, ...).
     """
-    actual = [e for e in reversed(entries) if not e["estimated"]]
+    actual = _actual_oldest_first(entries)
     if not actual:
         return
     print("  entries (oldest first: task, kind, market, USD, cause, note)")

@@ -233,7 +233,7 @@ def make_plan(
         tags=dict(tags),
         estimated_usd=str(estimated) if estimated else None,
         first_market=market,
-        first_market_reason=_decided_on_demand(args, decision, market),
+        first_market_reason=_decided_on_demand(args, decision),
         checkpoint_every_seconds=every_seconds,
         watch=watch_plan(args, decision, deadline=deadline, region=region),
         billing=billing_plan(args, decision, backend=backend),
@@ -389,11 +389,11 @@ def job_seconds_left(plan: RemotePlan, now: datetime) -> int:
     return max(60, budget)
 
 
-def _decided_on_demand(args: PlanArguments, decision: SpotDecision, market: str) -> str:
-    """Why attempt 1 runs on on-demand when the spot window decided so.
+def _decided_on_demand(args: PlanArguments, decision: SpotDecision) -> str:
+    """Why attempt 1 runs on on-demand when the spot window decided so (no market given: the decision's).
 
     "" when the market was given, or on-demand is the default: nothing chose it over spot.
     """
-    if market != "on_demand" or blank(args.market) or decision.market != "on_demand" or not decision.reason:
+    if blank(args.market) or decision.market != "on_demand" or not decision.reason:
         return ""
     return f"the spot window's decision: {decision.reason}"
