@@ -14,8 +14,8 @@ Under costaware (``dags/own_training.py``): ``RemoteTrainingOperator(command=["p
 
 Resuming is exact: batches are drawn from a permutation seeded by (seed, epoch), so an attempt resumed
 from step ``n`` sees the same batches an uninterrupted run sees from step ``n``, and a run preempted any
-number of times ends with the same weights as one that never was (on the CPU; CUDA kernels may differ
-in the last bits).
+number of times ends with the same weights as one that never was (on the CPU; on an H200 in bfloat16 the
+resumed run's holdout RMSE equalled the uninterrupted run's to the last bit: ``benchmarks/gpu_paths.py``).
 """
 
 from __future__ import annotations
@@ -71,12 +71,15 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(args.seed)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     x, y, scale = load(Path(args.data), "train")
-    target = (y - scale["y_mean"]) / scale["y_std"]
+    # The arrays are small: on the device once, so that a step copies nothing from the host.
+    x, target = x.to(device), ((y - scale["y_mean"]) / scale["y_std"]).to(device)
     model = model_for(x.shape[1], args.hidden).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
-    # Mixed precision where CUDA is: bfloat16/float16 matmuls, loss scaling for float16. One GPU is enough.
+    # Mixed precision where CUDA is: bfloat16 where the GPU has it (no loss scaling needed), else float16
+    # with a loss scaler. One GPU is enough.
     amp = device.type == "cuda"
-    scaler = torch.amp.GradScaler("cuda", enabled=amp)
+    half = torch.bfloat16 if amp and torch.cuda.is_bf16_supported() else torch.float16
+    scaler = torch.amp.GradScaler("cuda", enabled=amp and half == torch.float16)
 
     batches_per_epoch = math.ceil(len(x) / args.batch_size)
     steps_per_epoch = math.ceil(batches_per_epoch / args.accumulate)
@@ -93,15 +96,15 @@ def main(argv: list[str] | None = None) -> int:
     model.train()
     while step < total:
         epoch, within = divmod(step, steps_per_epoch)
-        order = torch.from_numpy(np.random.default_rng([args.seed, epoch]).permutation(len(x)))
+        order = torch.from_numpy(np.random.default_rng([args.seed, epoch]).permutation(len(x))).to(device)
         optimizer.zero_grad(set_to_none=True)
         for part in range(args.accumulate):
             batch = within * args.accumulate + part
             if batch >= batches_per_epoch:
                 break
             rows = order[batch * args.batch_size : (batch + 1) * args.batch_size]
-            with torch.autocast(device.type, enabled=amp):
-                loss = nn.functional.mse_loss(model(x[rows].to(device)).squeeze(1), target[rows].to(device))
+            with torch.autocast(device.type, dtype=half, enabled=amp):
+                loss = nn.functional.mse_loss(model(x[rows]).squeeze(1).float(), target[rows])
             scaler.scale(loss / args.accumulate).backward()
         scaler.step(optimizer)
         scaler.update()

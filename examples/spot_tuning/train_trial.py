@@ -121,8 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     x, y, scale = load(Path(args.data), "train")
     x_hold, y_hold, _ = load(Path(args.data), "holdout")
-    x_hold = x_hold.to(device)
-    target = (y - scale["y_mean"]) / scale["y_std"]
+    # The arrays are small: on the device once, so that a step copies nothing from the host.
+    x, x_hold, target = x.to(device), x_hold.to(device), ((y - scale["y_mean"]) / scale["y_std"]).to(device)
     model = model_for(x.shape[1], args.hidden, args.layers, args.dropout).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     steps_per_epoch = math.ceil(len(x) / args.batch_size)
@@ -159,11 +159,11 @@ def main(argv: list[str] | None = None) -> int:
     saved_at = time.monotonic()
     while step < total:
         epoch, within = divmod(step, steps_per_epoch)
-        order = torch.from_numpy(np.random.default_rng([args.seed, epoch]).permutation(len(x)))
+        order = torch.from_numpy(np.random.default_rng([args.seed, epoch]).permutation(len(x))).to(device)
         rows = order[within * args.batch_size : (within + 1) * args.batch_size]
         torch.manual_seed(args.seed * 1_000_003 + step)  # this step's dropout masks, the same on a resume
         optimizer.zero_grad(set_to_none=True)
-        loss = nn.functional.mse_loss(model(x[rows].to(device)).squeeze(1), target[rows].to(device))
+        loss = nn.functional.mse_loss(model(x[rows]).squeeze(1), target[rows])
         loss.backward()
         optimizer.step()
         step += 1

@@ -142,6 +142,7 @@ class AdaptiveBatchTrainer:
 
         def try_batch(batch: int) -> float:
             x, y = inputs[:batch], targets[:batch]
+            _synchronize(x)
             tick = self.clock()
             if self.memory_limit_bytes is not None:
                 needed = self.step_bytes(x, y)
@@ -152,6 +153,8 @@ class AdaptiveBatchTrainer:
             else:
                 self.loss_fn(self.model(x), y).backward()
                 self.optimizer.zero_grad(set_to_none=True)
+            # A GPU runs the step after the call returns: wait for it, or this times the launches alone.
+            _synchronize(x)
             return self.clock() - tick
 
         def release() -> None:
@@ -275,3 +278,11 @@ class AdaptiveBatchTrainer:
             losses=tuple(losses),
             noise_scale=self.noise.value,
         )
+
+
+def _synchronize(tensor: Any) -> None:
+    """Wait for the GPU's queued work when ``tensor`` lives on one (CUDA runs asynchronously)."""
+    import torch
+
+    if isinstance(tensor, torch.Tensor) and tensor.is_cuda:
+        torch.cuda.synchronize(tensor.device)
