@@ -322,8 +322,10 @@ def zone_pairs(quick: bool, only: str = "") -> list[tuple[str, dict[str, str]]] 
 
 def guard_fired(attempts: list[dict[str, Any]]) -> bool:
     """An attempt the restart-thrash guard sent to on-demand (its ``market_reason`` says so)."""
+    from costaware.core.zone_choice import THRASH_REASON
+
     return any(
-        a.get("market") == "on_demand" and str(a.get("market_reason", "")).startswith("restart thrash")
+        a.get("market") == "on_demand" and str(a.get("market_reason", "")).startswith(THRASH_REASON)
         for a in attempts
     )
 

@@ -84,6 +84,18 @@ def test_failed_try_is_recorded_with_its_cause(ledger_env: Ledger) -> None:
     assert rows[0]["instance_type"] == "m5.large"  # the worker default
 
 
+def test_a_long_failure_is_noted_to_its_last_whole_word(ledger_env: Ledger) -> None:
+    """A traceback-sized message is clipped on a word with an ellipsis, never mid-number."""
+    ti = fake_ti()
+    listener = CostListener()
+    listener.on_task_instance_running(None, ti)
+    listener.on_task_instance_failed(None, ti, RuntimeError("row 123456 failed; " * 40))
+    (row,) = ledger_env.entries(dag_id="retrain")
+    assert len(row["note"]) <= 500 and row["note"].endswith("…")
+    assert row["note"].startswith("RuntimeError: row 123456 failed; row")
+    assert row["note"][:-1].rstrip(" ,;:").rsplit(" ", 1)[-1] in {"row", "123456", "failed"}
+
+
 def test_listener_settles_the_tasks_reservation(ledger_env: Ledger) -> None:
     ledger_env.set_budget("project=churn", "month", "5")
     reservation = ledger_env.reserve("project=churn", "2", holder="retrain/run1/train/-1")

@@ -85,7 +85,7 @@ def test_an_attempt_counts_its_gpu_hours_and_its_trial_tag() -> None:
 
 
 def test_the_note_says_why_on_demand_and_a_long_one_ends_on_a_whole_word() -> None:
-    from costaware.training.remote import MAX_NOTE_CHARS, clipped
+    from costaware.core.ledger import MAX_NOTE_CHARS, clipped_note
 
     job = {"job_id": "j1", "instance_type": "m5.large", "market": "on_demand", "state": "succeeded"}
     entry = attempt_entry(
@@ -105,7 +105,7 @@ def test_the_note_says_why_on_demand_and_a_long_one_ends_on_a_whole_word() -> No
     )
     # A backend's failure text can run long: the note keeps whole words, never the first digits of a figure.
     long = "restart thrash in " + ", ".join(f"us-west-2{c}" for c in "abcd") + ": interval 600 s " * 40
-    note = clipped(long)
+    note = clipped_note(long)
     assert len(note) <= MAX_NOTE_CHARS and note.endswith("…") and long.startswith(note[:-1])
     assert note[:-1].split()[-1] in ("600", "s", "interval")
-    assert clipped("short") == "short"
+    assert clipped_note("short") == "short"

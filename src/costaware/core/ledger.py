@@ -18,6 +18,19 @@ from costaware.core.errors import ConfigurationError
 from costaware.core.money import parse_usd
 
 SECONDS_PER_HOUR = Decimal(3600)
+#: The longest note an entry keeps (a backend's failure text can run to kilobytes).
+MAX_NOTE_CHARS = 500
+
+
+def clipped_note(text: str, limit: int = MAX_NOTE_CHARS) -> str:
+    """``text``, or its first words within ``limit`` characters and an ellipsis: never a cut number."""
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 1]
+    words = head.rsplit(" ", 1)[0] if " " in head[limit // 2 :] else head
+    return words.rstrip(" ,;:") + "…"
+
+
 #: Longest value the store keeps for each short text field (free text goes in ``note``).
 FIELD_LIMITS = {
     "dag_id": 250,

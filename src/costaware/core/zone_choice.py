@@ -39,6 +39,9 @@ from dataclasses import dataclass
 
 from costaware.core.errors import ConfigurationError
 
+#: How the restart-thrash guard's reason begins (a run's ``market_reason``; benchmarks look for it).
+THRASH_REASON = "restart thrash"
+
 #: An AWS zone name: its region, then a letter (``us-west-2a``), or a Local Zone (``us-west-2-lax-1a``).
 _AWS_ZONE = re.compile(r"^([a-z]{2}(?:-[a-z]+)+-\d+)(?:-[a-z]+-\d+)?[a-z]$")
 
@@ -220,7 +223,7 @@ def choose_zone(
         return ZoneChoice(
             zone=None,
             reason=(
-                f"restart thrash in {', '.join(left_out)}: the last {guard_window} preempted runs in each "
+                f"{THRASH_REASON} in {', '.join(left_out)}: the last {guard_window} preempted runs in each "
                 f"{why}; on-demand instead of resubmitting into the churn"
             ),
             thrashing=left_out,
@@ -241,7 +244,7 @@ def choose_zone(
     why = "stays" if best.zone == current else "moves"
     reason = f"zone {best.zone}: the next attempt {why} there (expected USD of the rest: {figures})"
     if left_out:
-        reason += f"; restart thrash left out {', '.join(left_out)}"
+        reason += f"; {THRASH_REASON} left out {', '.join(left_out)}"
     return ZoneChoice(zone=best.zone, reason=reason, thrashing=left_out, expected_usd=costs[best.zone])
 
 

@@ -14,7 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 from costaware.adapters.emissions import with_emissions
-from costaware.core.ledger import Kind, LedgerEntry, compute_cost, utcnow
+from costaware.core.ledger import Kind, LedgerEntry, clipped_note, compute_cost, utcnow
 
 _SLUG = re.compile(r"[^a-z0-9]+")
 #: Ledger ``cause`` of an attempt, by how its job ended.
@@ -58,19 +58,6 @@ def attempt_cause(job: Mapping[str, Any]) -> str | None:
     if job.get("state") == "interrupted" and job.get("exit_code") == EXIT_SYNC_FAILED:
         return "store_error"
     return None
-
-
-#: The longest note an attempt's entry keeps (a backend's failure text can run to kilobytes).
-MAX_NOTE_CHARS = 500
-
-
-def clipped(text: str, limit: int = MAX_NOTE_CHARS) -> str:
-    """``text``, or its first words within ``limit`` characters and an ellipsis: never a cut number."""
-    if len(text) <= limit:
-        return text
-    head = text[: limit - 1]
-    words = head.rsplit(" ", 1)[0] if " " in head[limit // 2 :] else head
-    return words.rstrip(" ,;:") + "…"
 
 
 def attempt_entry(
@@ -129,7 +116,9 @@ def attempt_entry(
         outcome=OUTCOMES.get(str(job["state"]), "failed"),
         cause=cause or CAUSES.get(str(job["state"]), "code_error"),
         price_source=f"remote:{backend}",
-        note=clipped(f"attempt {attempt}, job {job['job_id']} on {backend}, {seconds} s billed: {reason}"),
+        note=clipped_note(
+            f"attempt {attempt}, job {job['job_id']} on {backend}, {seconds} s billed: {reason}"
+        ),
         entry_uid=uuid.uuid5(uuid.NAMESPACE_URL, key).hex,
     )
     return with_emissions(

@@ -12,7 +12,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from costaware.core.errors import BudgetExceededError
-from costaware.core.ledger import Kind, LedgerEntry, Market, compute_cost
+from costaware.core.ledger import Kind, LedgerEntry, Market, clipped_note, compute_cost
 from costaware.core.tuning import usd_for_seconds
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ class SearchBilling:
             tags=dict(self.tags),
             outcome="success",
             price_source="given",
-            note=note[:500],
+            note=clipped_note(note),
             reservation_id=reservation_id,
         )
         self.ledger.settle(reservation_id, usd, entry=entry)

@@ -10,7 +10,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from costaware.core.errors import BudgetExceededError
-from costaware.core.ledger import Kind, LedgerEntry, Market
+from costaware.core.ledger import Kind, LedgerEntry, Market, clipped_note
 from costaware.core.money import format_usd
 from costaware.core.tuning import StudySpec, usd_for_seconds
 from costaware.training.tuning.results import EntryOwner
@@ -104,7 +104,7 @@ def settle_trial(
         tags={**dict(tags), **dict(owner.extra_tags)},
         outcome=outcome,
         price_source="given",
-        note=note[:500],
+        note=clipped_note(note),
         reservation_id=reservation_id,
     )
     ledger.settle(reservation_id, usd, entry=entry)
