@@ -1,11 +1,13 @@
 """Check: the GPU paths of a team's own PyTorch training, on a real GPU, under ``costaware-run``.
 
-Run where CUDA is (``python3`` with torch and NumPy; transformers for the Trainer case)::
+Make the data once in the project's venv (56 days of 2013 flights up to 28 February, 47,350 rows), then run
+it from a clone where CUDA is (``python3`` with torch and NumPy; transformers and accelerate for the Trainer
+case; nothing of Airflow: ``runtime/src`` and ``src`` go on the path)::
 
-    python3 benchmarks/gpu_paths.py --data DIR [--before OLD_train_delay.py] [--json OUT]
+    .venv/bin/python benchmarks/gpu_paths.py --make-data gpu-data
+    python3 benchmarks/gpu_paths.py --data gpu-data [--before OLD_train_delay.py] [--json OUT]
 
-``DIR`` holds ``train.npz`` and ``holdout.npz`` as ``costaware.examples.flights.write_delay_arrays`` writes
-them. Nothing of the provider (Airflow) is needed: ``runtime/src`` and ``src`` go on the path.
+It exits 1 when a case fails (each case says ``"ok"``); a few minutes on an H200, most of it the probe's fit.
 
 What it measures, each case a real job under the launcher with local folders as the stores:
 
@@ -42,6 +44,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DELAY_SCRIPT = ROOT / "examples" / "own_training" / "train_delay.py"
 TRIAL_SCRIPT = ROOT / "examples" / "spot_tuning" / "train_trial.py"
 PATHS = os.pathsep.join(str(p) for p in (ROOT / "runtime" / "src", ROOT / "src"))
+#: The data of the figures in docs/own-training.md: the 56 days up to this one, the next as the holdout.
+DATA_DAY, DATA_DAYS = "2013-02-28", 56
 
 
 class Job:
@@ -55,7 +59,7 @@ class Job:
         base = {k: v for k, v in os.environ.items() if not k.startswith("COSTAWARE_")}
         work = self.root / f"attempt-{attempt}"
         return base | {
-            "PYTHONPATH": PATHS + os.pathsep + base.get("PYTHONPATH", ""),
+            "PYTHONPATH": os.pathsep.join(filter(None, [PATHS, base.get("PYTHONPATH")])),
             "COSTAWARE_CHECKPOINT_DIR": str(work / "checkpoints"),
             "COSTAWARE_CHECKPOINT_URI": str(self.root / "remote-checkpoints"),
             "COSTAWARE_OUTPUT_DIR": str(work / "outputs"),
@@ -97,7 +101,11 @@ class Job:
             reader = threading.Thread(target=lambda: output.extend(process.stdout or []), daemon=True)
             reader.start()
             signalled = False
+            deadline = time.monotonic() + 1800
             while process.poll() is None:
+                if time.monotonic() > deadline:
+                    process.kill()
+                    break
                 steps = _steps(steps_file)
                 now = time.monotonic()
                 if steps and first is None:
@@ -108,6 +116,7 @@ class Job:
                     process.send_signal(signal.SIGTERM)
                     signalled = True
                 time.sleep(0.005)
+            process.wait()
             reader.join()
         seconds = time.monotonic() - began
         result = json.loads((self.root / "result.json").read_text()) if process.returncode == 0 else {}
@@ -202,13 +211,17 @@ def delay_cases(work: Path, data: Path, before: Path | None, epochs: int, gpu: b
                 hide = {"CUDA_VISIBLE_DEVICES": ""} if device == "cpu" else {}
                 job = Job(work / f"delay-{hidden}-{name}-{device}")
                 run = job.run(delay_command(script, data, epochs, hidden, batch), progress=True, **hide)
-                cases.append({"case": f"train_delay {size}, {name} script, {device}", "steps": steps} | run)
+                case = {"case": f"train_delay {size}, {name} script, {device}", "steps": steps} | run
+                cases.append(case | {"ok": run["code"] == 0})
     return cases
 
 
-def notice_case(work: Path, data: Path, epochs: int) -> dict[str, Any]:
-    """A spot notice mid-run on the GPU, the resumed attempt, and the same run uninterrupted."""
-    command = delay_command(DELAY_SCRIPT, data, epochs, 64, 512)
+def notice_case(work: Path, data: Path, epochs: int, step_sleep: float = 0.0) -> dict[str, Any]:
+    """A spot notice mid-run on the GPU, the resumed attempt, and the same run uninterrupted.
+
+    ``step_sleep`` slows each step so that the notice lands mid-run on a fast machine with little data.
+    """
+    command = [*delay_command(DELAY_SCRIPT, data, epochs, 64, 512), "--step-sleep", str(step_sleep)]
     total = steps_of(data, epochs, 512)
     whole = Job(work / "notice-whole").run(command)
     job = Job(work / "notice")
@@ -227,7 +240,8 @@ def notice_case(work: Path, data: Path, epochs: int) -> dict[str, Any]:
         "rmse_uninterrupted": whole["metrics"].get("rmse"),
         "rmse_resumed": second["metrics"].get("rmse"),
         "rmse_difference": difference,
-        "log_tail": second["log_tail"][-600:] if second["code"] else "",
+        "ok": first["code"] == 75 and second["code"] == 0 and difference is not None,
+        "log_tail": first["log_tail"][-600:] + second["log_tail"][-600:],
     }
 
 
@@ -245,12 +259,13 @@ def trial_case(work: Path, data: Path) -> dict[str, Any]:
         "val_rmse": [first["metrics"].get("val_rmse"), promoted["metrics"].get("val_rmse")],
         "started_epochs": promoted["metrics"].get("started_epochs"),
         "seconds": [first["seconds"], promoted["seconds"]],
-        "log_tail": "" if promoted["code"] == 0 else promoted["log_tail"][-800:],
+        "ok": first["code"] == promoted["code"] == 0 and promoted["metrics"].get("started_epochs") == 3,
+        "log_tail": first["log_tail"][-800:] + promoted["log_tail"][-800:],
     }
 
 
 HF_JOB = """
-import os, time, torch
+import os, sys, time, torch
 import costaware_runtime as cr
 from transformers import Trainer, TrainerCallback, TrainingArguments
 from costaware_runtime.huggingface import CostawareCallback, latest_hf_checkpoint
@@ -272,9 +287,11 @@ class Data(torch.utils.data.Dataset):
     def __getitem__(self, i):
         return {"x": self.x[i], "y": self.y[i]}
 
+PROGRESS = sys.argv[sys.argv.index("--progress-file") + 1]
+
 class Progress(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
-        with open(os.environ["PROGRESS"], "a") as f:
+        with open(PROGRESS, "a") as f:
             f.write(f"{state.global_step}\\n")
         time.sleep(0.01)
 
@@ -283,7 +300,7 @@ args = TrainingArguments(output_dir=str(cr.checkpoint_dir()), max_steps=int(os.e
     report_to=[], disable_tqdm=True, logging_steps=1000)
 trainer = Trainer(Wide(), args, train_dataset=Data(), callbacks=[Progress(), CostawareCallback()])
 result = trainer.train(resume_from_checkpoint=latest_hf_checkpoint())
-print("bf16 params on", next(trainer.model.parameters()).device, "loss", result.training_loss, flush=True)
+print("trained on", next(trainer.model.parameters()).device, "loss", result.training_loss, flush=True)
 cr.write_metrics({"global_step": trainer.state.global_step, "loss": result.training_loss})
 torch.save(trainer.model.state_dict(), cr.output_dir() / "model.pt")
 """
@@ -294,43 +311,21 @@ def huggingface_case(work: Path) -> dict[str, Any]:
     job = Job(work / "huggingface")
     script = job.root / "hf_job.py"
     script.write_text(HF_JOB)
-    progress = job.root / "progress-1"
-    launcher = [sys.executable, "-m", "costaware_runtime", "--", sys.executable, str(script)]
-    process = subprocess.Popen(
-        launcher, env=job.env(1, STEPS="300", PROGRESS=str(progress)), stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    while process.poll() is None and _steps(progress) < 120:
-        time.sleep(0.01)
-    process.send_signal(signal.SIGTERM)
-    out_first, _ = process.communicate(timeout=600)
+    command = [sys.executable, str(script)]
+    first = job.run(command, 1, notice_at_step=120, STEPS="300")
     latest_file = job.root / "remote-checkpoints" / "LATEST.json"
-    if not latest_file.exists():
-        code = process.returncode
-        return {
-            "case": "huggingface",
-            "first_attempt_code": code,
-            "code": code,
-            "log_tail": out_first[-2000:],
-        }
-    latest = json.loads(latest_file.read_text())
-    second = subprocess.run(
-        launcher, env=job.env(2, STEPS="300", PROGRESS=str(job.root / "progress-2")), capture_output=True,
-        text=True, timeout=600,
-    )  # fmt: skip
-    metrics = {}
-    if second.returncode == 0:
-        metrics = json.loads((job.root / "result.json").read_text()).get("metrics", {})
+    latest = json.loads(latest_file.read_text()) if latest_file.exists() else {}
+    second = job.run(command, 2, progress=True, STEPS="300")
     return {
         "case": "Hugging Face Trainer bf16, notice at step 120, resumed to 300",
-        "first_attempt_code": process.returncode,
+        "first_attempt_code": first["code"],
         "checkpoint_step": latest.get("step"),
-        "second_attempt_code": second.returncode,
+        "second_attempt_code": second["code"],
         "second_attempt_steps": _steps(job.root / "progress-2"),
-        "metrics": metrics,
-        "log_tail": "" if second.returncode == 0 and process.returncode == 75 else (out_first + second.stdout
-                                                                                   + second.stderr)[-1500:],
-    }  # fmt: skip
+        "metrics": second["metrics"],
+        "ok": first["code"] == 75 and second["code"] == 0 and second["metrics"].get("global_step") == 300,
+        "log_tail": first["log_tail"][-800:] + second["log_tail"][-800:],
+    }
 
 
 def probe_case(memory_gib: float) -> dict[str, Any]:
@@ -356,26 +351,31 @@ def probe_case(memory_gib: float) -> dict[str, Any]:
     )  # fmt: skip
     result = trainer.probe(inputs, targets)
     top = result.max_batch_size
-    # The same step timed with the GPU synchronized: what a probe's seconds must agree with.
-    synced = {}
+    # The largest steps timed as the probe did before it synchronized: the call returns once the kernels
+    # are queued, so this is what its step times were, against what they are.
+    unsynchronized = {}
     for batch in sorted(b for b, fitted in result.attempts if fitted)[-3:]:
-        for _ in range(2):  # warm
+        for _ in range(2):  # the second of two
             torch.cuda.synchronize()
             began = time.perf_counter()
             torch.nn.functional.mse_loss(model(inputs[:batch]), targets[:batch]).backward()
             optimizer.zero_grad(set_to_none=True)
+            unsynchronized[batch] = round(time.perf_counter() - began, 5)
             torch.cuda.synchronize()
-            synced[batch] = round(time.perf_counter() - began, 5)
     report = trainer.fit(inputs, targets, epochs=1.0)
+    batches = [c.batch_size for c in report.changes]
     return {
         "case": f"AdaptiveBatchTrainer probe under a {memory_gib:g} GiB cap",
         "max_batch_size": top,
         "attempts": result.attempts,
-        "probe_step_seconds": {b: round(s, 5) for b, s in sorted(result.step_seconds.items())[-3:]},
-        "synchronized_step_seconds": synced,
+        "probe_step_seconds": {b: round(s, 5) for b, s in sorted(result.step_seconds.items())},
+        "unsynchronized_step_seconds": unsynchronized,
         "fit_steps": report.steps,
+        "fit_seconds": round(report.seconds, 1),
         "fit_batch_changes": [(c.step, c.batch_size) for c in report.changes],
+        "fit_changes_after_the_start": len(batches) - 1,
         "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
+        "ok": any(not fitted for _, fitted in result.attempts) and top >= 1,
     }
 
 
@@ -391,14 +391,25 @@ def workspace(keep: Path | None) -> Iterator[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, required=True, help="folder with train.npz and holdout.npz")
+    parser.add_argument("--data", type=Path, help="folder with train.npz and holdout.npz")
+    parser.add_argument(
+        "--make-data",
+        type=Path,
+        help=f"write the arrays of the {DATA_DAYS} days up to {DATA_DAY} here and stop",
+    )
     parser.add_argument("--before", type=Path, help="an older train_delay.py to run beside the shipped one")
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--probe-gib", type=float, default=4.0, help="memory cap of the probe case")
-    parser.add_argument("--only", nargs="*", default=["delay", "notice", "trial", "huggingface", "probe"])
+    parser.add_argument("--notice-step-sleep", type=float, default=0.0, help="seconds a step, notice case")
+    cases = ["delay", "notice", "trial", "huggingface", "probe"]
+    parser.add_argument("--only", nargs="*", default=cases, choices=cases)
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--work", type=Path, help="keep the jobs' folders here")
     args = parser.parse_args(argv)
+    if args.make_data:
+        return make_data(args.make_data)
+    if args.data is None or not (args.data / "train.npz").exists():
+        parser.error(f"--data {args.data}: no train.npz there; make it with --make-data FOLDER first")
 
     import torch
 
@@ -406,14 +417,14 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {
         "torch": torch.__version__,
         "device": torch.cuda.get_device_name(0) if gpu else "cpu only",
-        "bf16": gpu and torch.cuda.is_bf16_supported(),
+        "native_bf16": gpu and torch.cuda.is_bf16_supported(including_emulation=False),
         "cases": [],
     }
     print(json.dumps({k: v for k, v in report.items() if k != "cases"}), flush=True)
     with workspace(args.work) as work:
         runs = {
             "delay": lambda: delay_cases(work, args.data, args.before, args.epochs, gpu),
-            "notice": lambda: [notice_case(work, args.data, args.epochs)],
+            "notice": lambda: [notice_case(work, args.data, args.epochs, args.notice_step_sleep)],
             "trial": lambda: [trial_case(work, args.data)],
             "huggingface": lambda: [huggingface_case(work)],
             "probe": lambda: [probe_case(args.probe_gib)] if gpu else [],
@@ -423,15 +434,32 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 cases = runs[name]()
             except Exception as e:  # one broken case must not hide the others' figures
-                cases = [{"case": name, "error": f"{type(e).__name__}: {e}"}]
+                cases = [{"case": name, "error": f"{type(e).__name__}: {e}", "ok": False}]
             for case in cases:
                 # A log only where something failed: the cases that pass keep theirs in --json alone.
-                shown = {k: v for k, v in case.items() if k != "log_tail" or (v and case.get("code") != 0)}
+                shown = {k: v for k, v in case.items() if k != "log_tail" or not case["ok"]}
                 print(json.dumps(shown, default=str), flush=True)
             print(f"[{name}: {time.monotonic() - began:.0f} s]", flush=True)
             report["cases"] += cases
     if args.json:
         args.json.write_text(json.dumps(report, indent=2, default=str))
+    failed = [case["case"] for case in report["cases"] if not case["ok"]]
+    print(f"{len(report['cases']) - len(failed)} of {len(report['cases'])} cases ok", *failed, sep="\n  ")
+    return 1 if failed else 0
+
+
+def make_data(folder: Path) -> int:
+    """The arrays of the figures (needs the provider installed: the project's .venv)."""
+    from datetime import date, timedelta
+
+    sys.path[:0] = PATHS.split(os.pathsep)
+    from costaware.examples import flights
+
+    day = date.fromisoformat(DATA_DAY)
+    with tempfile.TemporaryDirectory() as landing:  # the days as Parquet files: only the arrays are kept
+        flights.land_days(landing, day + timedelta(days=1))
+        written = flights.write_delay_arrays(landing, day, folder, train_days=DATA_DAYS)
+    print(f"{written['train_rows']} training rows, {written['holdout_rows']} holdout rows in {folder}")
     return 0
 
 

@@ -14,8 +14,9 @@ Under costaware (``dags/own_training.py``): ``RemoteTrainingOperator(command=["p
 
 Resuming is exact: batches are drawn from a permutation seeded by (seed, epoch), so an attempt resumed
 from step ``n`` sees the same batches an uninterrupted run sees from step ``n``, and a run preempted any
-number of times ends with the same weights as one that never was (on the CPU; on an H200 in bfloat16 the
-resumed run's holdout RMSE equalled the uninterrupted run's to the last bit: ``benchmarks/gpu_paths.py``).
+number of times ends with the same weights as one that never was (on the CPU; CUDA kernels may differ in
+the last bits, and an attempt resumed on another GPU model may train in another precision. On one H200 in
+bfloat16 the resumed run's holdout RMSE equalled the uninterrupted run's: ``benchmarks/gpu_paths.py``).
 """
 
 from __future__ import annotations
@@ -78,8 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     # Mixed precision where CUDA is: bfloat16 where the GPU has it (no loss scaling needed), else float16
     # with a loss scaler. One GPU is enough.
     amp = device.type == "cuda"
-    half = torch.bfloat16 if amp and torch.cuda.is_bf16_supported() else torch.float16
-    scaler = torch.amp.GradScaler("cuda", enabled=amp and half == torch.float16)
+    # (including_emulation=False: a V100 or T4 would emulate bfloat16, slowly; float16 is native there.)
+    native_bf16 = amp and torch.cuda.is_bf16_supported(including_emulation=False)
+    amp_dtype = torch.bfloat16 if native_bf16 else torch.float16
+    scaler = torch.amp.GradScaler("cuda", enabled=amp and amp_dtype == torch.float16)
 
     batches_per_epoch = math.ceil(len(x) / args.batch_size)
     steps_per_epoch = math.ceil(batches_per_epoch / args.accumulate)
@@ -94,16 +97,19 @@ def main(argv: list[str] | None = None) -> int:
     # operator's checkpoint_every_seconds, with "auto" the one the interruption rate calls for).
     timer = runtime.CheckpointTimer()
     model.train()
+    order_epoch, order = -1, torch.empty(0)
     while step < total:
         epoch, within = divmod(step, steps_per_epoch)
-        order = torch.from_numpy(np.random.default_rng([args.seed, epoch]).permutation(len(x))).to(device)
+        if epoch != order_epoch:  # once an epoch: the permutation is the host's work, and its copy a sync
+            order_epoch = epoch
+            order = torch.from_numpy(np.random.default_rng([args.seed, epoch]).permutation(len(x))).to(device)
         optimizer.zero_grad(set_to_none=True)
         for part in range(args.accumulate):
             batch = within * args.accumulate + part
             if batch >= batches_per_epoch:
                 break
             rows = order[batch * args.batch_size : (batch + 1) * args.batch_size]
-            with torch.autocast(device.type, dtype=half, enabled=amp):
+            with torch.autocast(device.type, dtype=amp_dtype, enabled=amp):
                 loss = nn.functional.mse_loss(model(x[rows]).squeeze(1).float(), target[rows])
             scaler.scale(loss / args.accumulate).backward()
         scaler.step(optimizer)

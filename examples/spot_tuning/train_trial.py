@@ -157,9 +157,12 @@ def main(argv: list[str] | None = None) -> int:
 
     model.train()
     saved_at = time.monotonic()
+    order_epoch, order = -1, torch.empty(0)
     while step < total:
         epoch, within = divmod(step, steps_per_epoch)
-        order = torch.from_numpy(np.random.default_rng([args.seed, epoch]).permutation(len(x))).to(device)
+        if epoch != order_epoch:  # once an epoch: the permutation is the host's work, and its copy a sync
+            order_epoch = epoch
+            order = torch.from_numpy(np.random.default_rng([args.seed, epoch]).permutation(len(x))).to(device)
         rows = order[within * args.batch_size : (within + 1) * args.batch_size]
         torch.manual_seed(args.seed * 1_000_003 + step)  # this step's dropout masks, the same on a resume
         optimizer.zero_grad(set_to_none=True)

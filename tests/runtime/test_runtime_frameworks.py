@@ -61,6 +61,20 @@ def test_torch_save_and_load_round_trip(tmp_path: Path) -> None:
     assert ct.load(torch.nn.Linear(3, 1), directory=tmp_path / "empty") is None
 
 
+@needs("torch")
+def test_a_disabled_loss_scaler_in_the_checkpoint_leaves_an_enabled_one_as_it_starts(tmp_path: Path) -> None:
+    """bfloat16 (or the CPU) saves a disabled scaler, i.e. {}; resumed on a GPU in float16 the scaler starts
+    afresh instead of refusing the empty state."""
+    import torch
+    from costaware_runtime import torch as ct
+
+    disabled = torch.amp.GradScaler("cpu", enabled=False)
+    ct.save(torch.nn.Linear(2, 1), step=3, scaler=disabled, directory=tmp_path)
+    enabled = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    assert ct.load(torch.nn.Linear(2, 1), scaler=enabled, directory=tmp_path) == 3
+    assert enabled.get_scale() == 1024.0
+
+
 # Trains with a two-worker DataLoader; on the notice saves with costaware_runtime.torch and exits 75.
 TORCH_JOB = """
 import torch

@@ -113,7 +113,8 @@ def load(
     _unwrap(model).load_state_dict(state["model"])
     if optimizer is not None and "optimizer" in state:
         optimizer.load_state_dict(state["optimizer"])
-    if scaler is not None and "scaler" in state:
+    # A disabled scaler (bfloat16, the CPU) saves {}: nothing to load, and an enabled one would refuse it.
+    if scaler is not None and state.get("scaler"):
         scaler.load_state_dict(state["scaler"])
     return int(state["step"])
 

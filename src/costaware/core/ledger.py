@@ -23,7 +23,10 @@ MAX_NOTE_CHARS = 500
 
 
 def clipped_note(text: str, limit: int = MAX_NOTE_CHARS) -> str:
-    """``text``, or its first words within ``limit`` characters and an ellipsis: never a cut number."""
+    """``text``, or its first words within ``limit`` characters and an ellipsis.
+
+    A word is cut only when the last half of the limit holds no space (one long token).
+    """
     if len(text) <= limit:
         return text
     head = text[: limit - 1]

@@ -91,12 +91,12 @@ def build_entry(
     note, cause = str(told.get("note", "")), str(told.get("cause", ""))
     if outcome == "failed":
         cause = cause or str(getattr(error, "ledger_cause", "error"))
-        note = clipped_note(f"{type(error).__name__}: {error}") if error else note
+        note = f"{type(error).__name__}: {error}" if error else note
     tags, dropped = valid_tags({**tags_for(dag_of(task), params), **dict(told.get("tags") or {})})
     if dropped:
         # The try's cost is recorded all the same, under the tags that can be; the note says what is missing.
         log.warning("costaware: %s.%s recorded without tag(s): %s", ti.dag_id, ti.task_id, dropped)
-        note = clipped_note("; ".join(filter(None, [f"tags left out: {'; '.join(dropped.values())}", note])))
+        note = "; ".join(filter(None, [f"tags left out: {'; '.join(dropped.values())}", note]))
     try:
         charge = price_compute(bundled_catalog(), seconds=seconds, **compute, **_list_price(compute, tags))
         usd, hours, rate, on_demand = charge.usd, charge.hours, charge.usd_per_hour, charge.on_demand_usd
@@ -105,7 +105,7 @@ def build_entry(
         log.error("costaware: cannot price task %s on %s: %s; recorded at $0", ti.task_id, compute, e)
         usd = rate = gpu_hours = Decimal(0)
         hours, on_demand, source = Decimal(str(round(seconds / 3600, 6))), None, "unpriced"
-        note = clipped_note("; ".join(filter(None, [f"unpriced: {e}", note])))
+        note = "; ".join(filter(None, [f"unpriced: {e}", note]))
     return LedgerEntry(
         dag_id=ti.dag_id,
         run_id=ti.run_id,
@@ -128,7 +128,7 @@ def build_entry(
         outcome=outcome,
         cause=cause,
         price_source=source,
-        note=note,
+        note=clipped_note(note),
     )
 
 

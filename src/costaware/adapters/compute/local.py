@@ -35,6 +35,7 @@ from typing import Any
 from costaware.adapters.compute import job_contract
 from costaware.adapters.compute.base import JobRequest, JobState, JobStatus
 from costaware.core.errors import ComputeBackendError, ConfigurationError
+from costaware.core.ledger import clipped_note
 from costaware.settings import default_store
 
 #: Exit codes that mean the capacity went away (or a store failed), not that the code failed.
@@ -69,7 +70,7 @@ def _reason(path: Path) -> str:
     except FileNotFoundError:
         return ""
     told = [line for line in lines if not _PASSED_ON.fullmatch(line)]
-    return (told or lines or [""])[-1][:500]
+    return clipped_note((told or lines or [""])[-1])
 
 
 class LocalBackend:
