@@ -69,7 +69,7 @@ def choose_batch_size(
         raise ConfigurationError("no candidate batch sizes")
     scored = []
     for batch in options:
-        examples = min(examples_left, max(seconds_left, 0.0) * throughput(batch))
+        examples = min(max(examples_left, 0.0), max(seconds_left, 0.0) * throughput(batch))
         scored.append((examples * efficiency(batch, base_batch, noise_scale), batch, examples))
     best = max(score for score, _, _ in scored)
     chosen = max(batch for score, batch, _ in scored if score >= (1 - tolerance) * best)

@@ -253,7 +253,8 @@ class AdaptiveBatchTrainer:
             examples += batch
             steps += 1
             noise = self.noise.value
-            if steps % self.adapt_every == 0 and noise is not None:
+            # (Past the last example, the last step overshot the epochs: nothing is left to choose for.)
+            if steps % self.adapt_every == 0 and noise is not None and examples < total:
                 chosen, reason = choose_batch_size(
                     candidates,
                     throughput=self._throughput,
