@@ -52,6 +52,10 @@ def before_emissions(read: dict[str, Any]) -> dict[str, Any]:
         for row in rows:
             assert row.pop("kg_co2e") is None
             assert 0 <= row.pop("co2e_unknown") <= row["entries"]
+    # The costliest tries gained their entry's cause and note (the columns were there): the entry's own.
+    written = {(e["cause"], e["note"]) for e in read["entries"]}
+    for row in read["costliest"]:
+        assert (row.pop("cause"), row.pop("note")) in written
     return read
 
 

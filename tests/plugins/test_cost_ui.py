@@ -82,6 +82,23 @@ def test_api_summary_and_spend(client: TestClient) -> None:
     assert client.get("/api/daily").json()["points"][0]["group"] == "retrain"
 
 
+def test_the_costliest_tries_say_why_in_the_api_and_on_the_page(filled: Ledger, client: TestClient) -> None:
+    """A try's cause and note (why it failed, why it ran on on-demand) reach the JSON and the page's table,
+    the whole note in the cell's tooltip however the cell cuts it."""
+    why = "attempt 2, job j-7 on batch, 3600 s billed: on-demand: restart thrash in us-west-2a & <2b>"
+    filled.record(entry("5.00", task_id="retrain", market="on_demand", cause="", note=why))
+    tries = client.get("/api/top-tries", params={"limit": 3}).json()["tries"]
+    assert [(t["usd"], t["cause"], t["note"]) for t in tries] == [
+        ("5.000000", "", why),
+        ("3.000000", "", ""),
+        ("2.000000", "preemption", ""),
+    ]
+    page = client.get("/").text
+    table = page[page.index("<h2>Most expensive task tries</h2>") :]
+    assert f'<td class="entry-note" title="{escape(why)}"><div>{escape(why)}</div></td>' in table
+    assert "<td>failed</td><td>preemption</td>" in table
+
+
 def test_api_spend_and_page_give_kg_co2e_and_unknown(filled: Ledger, client: TestClient) -> None:
     filled.record(entry("1.00", task_id="green", kg_co2e=Decimal("0.25"), kwh=Decimal("1.2")))
     filled.record(entry("1.00", task_id="prep", run_id="r3", kg_co2e=Decimal("4.5")))

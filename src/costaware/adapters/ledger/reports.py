@@ -203,7 +203,7 @@ def daily_spend(
 
 
 def costliest_tries(ledger: LedgerDatabase, filters: Filters, limit: int = 10) -> list[dict[str, Any]]:
-    """The most expensive actual entries (one per task try), costliest first."""
+    """The most expensive actual entries (one per task try), costliest first, with their cause and note."""
     e = schema.entries
     query = (
         select(
@@ -215,6 +215,8 @@ def costliest_tries(ledger: LedgerDatabase, filters: Filters, limit: int = 10) -
             e.c.instance_type,
             e.c.market,
             e.c.outcome,
+            e.c.cause,
+            e.c.note,
             e.c.usd_micros,
             e.c.on_demand_usd_micros,
             e.c.quantity_micros,
@@ -236,6 +238,8 @@ def costliest_tries(ledger: LedgerDatabase, filters: Filters, limit: int = 10) -
             "instance_type": r["instance_type"],
             "market": r["market"],
             "outcome": r["outcome"],
+            "cause": r["cause"] or "",
+            "note": r["note"] or "",
             "usd": from_micros(r["usd_micros"]),
             "on_demand_usd": from_micros(r["on_demand_usd_micros"] or r["usd_micros"]),
             "hours": from_micros(r["quantity_micros"]),

@@ -132,6 +132,10 @@ class TaskTry(Answer):
     instance_type: str | None
     market: str | None
     outcome: str
+    cause: str = Field("", description="Why the try failed (preemption, error, ...); '' when it did not.")
+    note: str = Field(
+        "", description="The entry's note: what failed, why it ran on on-demand, which tags were left out."
+    )
     usd: str = usd_field()
     on_demand_usd: str = usd_field()
     hours: str = Field(description="Billed hours, an exact decimal string.")
