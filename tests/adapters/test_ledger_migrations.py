@@ -52,10 +52,11 @@ def before_emissions(read: dict[str, Any]) -> dict[str, Any]:
         for row in rows:
             assert row.pop("kg_co2e") is None
             assert 0 <= row.pop("co2e_unknown") <= row["entries"]
-    # The costliest tries gained their entry's cause and note (the columns were there): the entry's own.
-    written = {(e["cause"], e["note"]) for e in read["entries"]}
+    # The costliest tries gained their entry's cause and note (the columns were there): each its own entry's.
+    own = {e["incurred_at"]: (e["cause"], e["note"]) for e in read["entries"]}
+    assert len(own) == len(read["entries"])  # the time tells the fixture's entries apart
     for row in read["costliest"]:
-        assert (row.pop("cause"), row.pop("note")) in written
+        assert (row.pop("cause"), row.pop("note")) == own[row["incurred_at"]]
     return read
 
 

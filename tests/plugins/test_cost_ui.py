@@ -85,7 +85,7 @@ def test_api_summary_and_spend(client: TestClient) -> None:
 def test_the_costliest_tries_say_why_in_the_api_and_on_the_page(filled: Ledger, client: TestClient) -> None:
     """A try's cause and note (why it failed, why it ran on on-demand) reach the JSON and the page's table,
     the whole note in the cell's tooltip however the cell cuts it."""
-    why = "attempt 2, job j-7 on batch, 3600 s billed: on-demand: restart thrash in us-west-2a & <2b>"
+    why = 'attempt 2, job j-7 on batch, 3600 s billed: on-demand: restart thrash in us-west-2a & <2b> "x"'
     filled.record(entry("5.00", task_id="retrain", market="on_demand", cause="", note=why))
     tries = client.get("/api/top-tries", params={"limit": 3}).json()["tries"]
     assert [(t["usd"], t["cause"], t["note"]) for t in tries] == [

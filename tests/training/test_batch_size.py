@@ -208,14 +208,27 @@ def test_training_grows_the_batch_with_the_noise_scale_and_keeps_the_lr_rule() -
     assert all(c.reason.startswith(f"batch {c.batch_size}: noise scale") for c in report.changes[1:])
 
 
-def test_a_last_step_past_the_epochs_on_an_adaptation_step_ends_training() -> None:
+def test_a_last_step_past_the_epochs_on_an_adaptation_step_ends_training(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """16 rows a step over 100: the 7th step ends at 112, and the 7th is when the batch is re-chosen. That
     choice, with -12 examples left, raised ValueError (no batch within 5 % of a negative best)."""
+    from costaware.training.batch_size import trainer as trainer_module
+
+    asked: list[float] = []
+    real_choice = trainer_module.choose_batch_size
+
+    def recording(*args: Any, **kwargs: Any) -> tuple[int, str]:
+        asked.append(kwargs["examples_left"])
+        return real_choice(*args, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "choose_batch_size", recording)
     x, y = _data(n=100, seed=1)
     trainer = _trainer(adapt_every=7, max_batch_size=16, clock=_ticking_clock())
     report = trainer.fit(x, y, epochs=1, seed=1)
     assert (report.steps, report.examples, report.stopped_by) == (7, 112, "epochs")
-    assert trainer.noise.value is not None  # the choice would have had a noise scale to run on
+    assert trainer.noise.value is not None  # a choice would have had a noise scale to run on
+    assert asked == []  # nothing was left to choose a batch for
     late, why = choose_batch_size(
         [2, 4, 8], throughput=lambda b: 100.0 * b, noise_scale=10, base_batch=4, examples_left=-12,
         seconds_left=5,

@@ -61,7 +61,8 @@ def choose_batch_size(
 ) -> tuple[int, str]:
     """The batch that makes the most progress in the time left, and why.
 
-    progress(B) = min(examples_left, seconds_left x throughput(B)) x efficiency(B). Of the batches within
+    progress(B) = min(examples_left, seconds_left x throughput(B)) x efficiency(B), a negative
+    ``examples_left`` or ``seconds_left`` counting as 0. Of the batches within
     ``tolerance`` of the best progress, the largest is taken: it finishes soonest, so it costs least.
     """
     options = sorted(set(candidates))

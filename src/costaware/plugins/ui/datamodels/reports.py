@@ -132,9 +132,13 @@ class TaskTry(Answer):
     instance_type: str | None
     market: str | None
     outcome: str
-    cause: str = Field("", description="Why the try failed (preemption, error, ...); '' when it did not.")
+    cause: str = Field(
+        description="What the entry was for or why the try ended (preemption, error, success, orchestration, "
+        "feature_cache, ...); '' when none was recorded."
+    )
     note: str = Field(
-        "", description="The entry's note: what failed, why it ran on on-demand, which tags were left out."
+        description="The entry's note: what failed, why it ran on on-demand, which tags were left out "
+        "('' if none)."
     )
     usd: str = usd_field()
     on_demand_usd: str = usd_field()
