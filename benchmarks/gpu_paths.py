@@ -44,6 +44,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DELAY_SCRIPT = ROOT / "examples" / "own_training" / "train_delay.py"
 TRIAL_SCRIPT = ROOT / "examples" / "spot_tuning" / "train_trial.py"
 PATHS = os.pathsep.join(str(p) for p in (ROOT / "runtime" / "src", ROOT / "src"))
+# The slim runtime and the provider's pure modules from this clone: nothing here needs them installed.
+sys.path[:0] = PATHS.split(os.pathsep)
 #: The data of the figures in docs/own-training.md: the 56 days up to this one, the next as the holdout.
 DATA_DAY, DATA_DAYS = "2013-02-28", 56
 
@@ -56,20 +58,23 @@ class Job:
         root.mkdir(parents=True, exist_ok=True)
 
     def env(self, attempt: int, **extra: str) -> dict[str, str]:
+        """The variables the provider gives a spot attempt (``contract_environment``), and ``extra``."""
+        from costaware_runtime.contract import DEFAULT_GRACE_SECONDS
+
+        from costaware.adapters.compute.job_contract import contract_environment
+
         base = {k: v for k, v in os.environ.items() if not k.startswith("COSTAWARE_")}
-        work = self.root / f"attempt-{attempt}"
-        return base | {
-            "PYTHONPATH": os.pathsep.join(filter(None, [PATHS, base.get("PYTHONPATH")])),
-            "COSTAWARE_CHECKPOINT_DIR": str(work / "checkpoints"),
-            "COSTAWARE_CHECKPOINT_URI": str(self.root / "remote-checkpoints"),
-            "COSTAWARE_OUTPUT_DIR": str(work / "outputs"),
-            "COSTAWARE_OUTPUT_URI": str(self.root / "remote-outputs"),
-            "COSTAWARE_METRICS_PATH": str(work / "metrics.json"),
-            "COSTAWARE_RESULT_PATH": str(self.root / "result.json"),
-            "COSTAWARE_ATTEMPT": str(attempt),
-            "COSTAWARE_MARKET": "spot",
-            **extra,
-        }
+        contract = contract_environment(
+            checkpoint_uri=str(self.root / "remote-checkpoints"),
+            output_uri=str(self.root / "remote-outputs"),
+            result_uri=str(self.root / "result.json"),
+            attempt=attempt,
+            market="spot",
+            grace_seconds=DEFAULT_GRACE_SECONDS,
+            work_dir=str(self.root / f"attempt-{attempt}"),
+        )
+        pythonpath = os.pathsep.join(filter(None, [PATHS, base.get("PYTHONPATH")]))
+        return base | contract | {"PYTHONPATH": pythonpath, **extra}
 
     def run(
         self,
@@ -330,7 +335,6 @@ def huggingface_case(work: Path) -> dict[str, Any]:
 
 def probe_case(memory_gib: float) -> dict[str, Any]:
     """AdaptiveBatchTrainer's probe on the GPU with memory capped at ``memory_gib``: a real OOM bounds it."""
-    sys.path[:0] = PATHS.split(os.pathsep)
     import torch
 
     from costaware.training.batch_size import AdaptiveBatchTrainer
@@ -452,7 +456,6 @@ def make_data(folder: Path) -> int:
     """The arrays of the figures (needs the provider installed: the project's .venv)."""
     from datetime import date, timedelta
 
-    sys.path[:0] = PATHS.split(os.pathsep)
     from costaware.examples import flights
 
     day = date.fromisoformat(DATA_DAY)
