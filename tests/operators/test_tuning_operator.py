@@ -107,7 +107,9 @@ def _run_slot(
 
 
 def test_plan_trials_and_summary_record_every_trial_in_the_ledger(env: Ledger) -> None:
-    plan = _plan()
+    # Trials are timed by the wall clock: a generous slack keeps a rung slowed by a busy machine from being
+    # cut for money (cutting has tests of its own), so this test sees only pruned and promoted trials.
+    plan = _plan(slack_seconds=60)
     slots = plan.execute({"ti": _ti(plan)})
     assert slots == [0, 1, 2, 3, 4, 5]
     (budget,) = [b for b in env.budgets() if str(b.scope) == "project=churn,study=s1"]
