@@ -33,7 +33,7 @@ class SpendCapSensor(BaseSensorOperator):
         estimated_usd: What the next task is expected to cost, in USD (templated).
         estimated_gpu_hours: Its expected GPU-hours, for budgets with a GPU-hour cap (templated).
         for_task_id: Task the money is for; default: this sensor's only downstream task (templated).
-        on_exceeded: ``wait``, ``skip`` or ``fail``.
+        on_exceeded: ``wait``, ``skip``, ``fail`` or ``approve`` (ask a person, see ``approvers``).
         reservation_ttl: How long the reservation holds if never settled.
         ledger_conn_id: Airflow connection of the ledger (falls back to ``COSTAWARE_LEDGER_URL``).
         deferrable: Wait in the triggerer, not a worker slot; default ``[operators] default_deferrable``.
