@@ -87,6 +87,14 @@ def test_save_and_load_bytes_keep_the_two_newest(local: Path) -> None:
     ]
 
 
+def test_loading_a_name_the_checkpoint_does_not_hold_is_refused(local: Path) -> None:
+    # Returning None here made a job train from step 0 although the launcher had restored a later step.
+    save_bytes(b"weights", step=84, directory=local)  # the default name, state.bin
+    with pytest.raises(ContractError, match=r"checkpoint step 84 in .* holds 'state.bin', not 'state.pt'"):
+        load_bytes("state.pt", directory=local)
+    assert load_bytes(directory=local) == (84, b"weights")
+
+
 def test_prune_drops_abandoned_newer_folders(local: Path) -> None:
     save_bytes(b"a", step=5, directory=local)
     checkpoint_folder(9, local)  # a save that died before its commit
@@ -124,6 +132,25 @@ def test_push_keeps_the_new_step_and_the_one_before(local: Path, remote: Path) -
         save_bytes(b"x", step=step, directory=local)
         push(local, str(remote))
     assert sorted(path.name for path in remote.iterdir()) == ["LATEST.json", "step-2", "step-3"]
+
+
+def test_a_job_that_went_back_never_deletes_the_later_steps(
+    local: Path, remote: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    save_bytes(b"step 84", step=84, directory=tmp_path / "earlier attempt")
+    push(tmp_path / "earlier attempt", str(remote))
+    # The next attempt started over instead of loading step 84, and pushes as it trains.
+    for step in (33, 65):
+        save_bytes(f"step {step}".encode(), step=step, directory=local)
+        push(local, str(remote))
+    assert sorted(path.name for path in remote.iterdir()) == ["LATEST.json", "step-33", "step-65", "step-84"]
+    assert (remote / "step-84" / "checkpoint-84" / "state.bin").read_bytes() == b"step 84"
+    assert json.loads((remote / "LATEST.json").read_text())["step"] == 65
+    assert "checkpoint step 33 is older than step 84" in caplog.text
+    # Once the job is past it, the old step is pruned as usual.
+    save_bytes(b"step 90", step=90, directory=local)
+    push(local, str(remote))
+    assert sorted(path.name for path in remote.iterdir()) == ["LATEST.json", "step-65", "step-90"]
 
 
 def test_the_same_step_saved_again_never_overwrites_what_latest_names(local: Path, remote: Path) -> None:

@@ -116,6 +116,7 @@ def test_write_metrics_needs_a_path(monkeypatch: pytest.MonkeyPatch) -> None:
     [
         ("/data/ckpt", LocalStore, "/data/ckpt"),
         ("file:///data/ckpt", LocalStore, "/data/ckpt"),
+        ("file://localhost/data/ckpt", LocalStore, "/data/ckpt"),
         ("s3://bucket/runs/7/", S3Store, "s3://bucket/runs/7"),
         ("s3://bucket", S3Store, "s3://bucket"),
     ],
@@ -133,6 +134,10 @@ def test_open_store(uri: str, kind: type, root: str) -> None:
             "'gs://bucket/x' is not a supported location: use a local folder, file:// or s3://",
         ),
         ("s3:///x", "'s3:///x' names no bucket: use s3://bucket/prefix"),
+        (
+            "file://ckpts/run1",  # not /run1
+            "'file://ckpts/run1' names the host 'ckpts': a file URI takes three slashes, file:///ckpts/run1",
+        ),
     ],
 )
 def test_open_store_refuses(uri: str, message: str) -> None:

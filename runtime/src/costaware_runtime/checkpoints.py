@@ -248,13 +248,23 @@ def save_bytes(
 
 
 def load_bytes(name: str = "state.bin", directory: Path | str | None = None) -> tuple[int, bytes] | None:
-    """The step and bytes of ``name`` in the newest committed checkpoint, or None when there is none."""
+    """The step and bytes of ``name`` in the newest committed checkpoint, or None when there is none.
+
+    Raises:
+        ContractError: There is a committed checkpoint, but it holds no file ``name``: a job that started
+            over here would train from step 0 although the launcher restored a later step.
+    """
     marker = read_marker(directory)
     if marker is None:
         return None
     relative = f"{FOLDER_PREFIX}{marker.step}/{check_key(name)}"
-    if relative not in {f.path for f in marker.files}:
-        return None
+    held = [f.path for f in marker.files]
+    if relative not in held:
+        names = ", ".join(repr(path.split("/", 1)[-1]) for path in held) or "no file"
+        raise ContractError(
+            f"checkpoint step {marker.step} in {_folder(directory)} holds {names}, not {name!r}: load the "
+            f"name it was saved under (save_bytes(..., name=...) and load_bytes(name) must agree)"
+        )
     return marker.step, (_folder(directory) / relative).read_bytes()
 
 

@@ -221,7 +221,8 @@ def open_store(uri: str) -> Store:
     """The store at ``uri``: a local folder path, ``file:///path`` or ``s3://bucket/prefix``.
 
     Raises:
-        ContractError: ``uri`` has another scheme, or an ``s3://`` URI names no bucket.
+        ContractError: ``uri`` has another scheme, an ``s3://`` URI names no bucket, or a ``file://`` URI
+            names a host.
     """
     parsed = urlparse(uri)
     if parsed.scheme == "s3":
@@ -229,6 +230,12 @@ def open_store(uri: str) -> Store:
             raise ContractError(f"{uri!r} names no bucket: use s3://bucket/prefix")
         return S3Store(parsed.netloc, parsed.path)
     if parsed.scheme == "file":
+        if parsed.netloc not in ("", "localhost"):
+            # file://ckpts/run1 would otherwise write to /run1: the host part is not a folder.
+            raise ContractError(
+                f"{uri!r} names the host {parsed.netloc!r}: a file URI takes three slashes, "
+                f"file:///{parsed.netloc}{parsed.path} for an absolute path, or give the folder's path itself"
+            )
         return LocalStore(Path(parsed.path))
     if "://" in uri:
         raise ContractError(f"{uri!r} is not a supported location: use a local folder, file:// or s3://")

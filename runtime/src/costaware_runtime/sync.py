@@ -7,7 +7,8 @@ Remote layout, written in this order so that a reader never restores half a step
     <uri>/LATEST.json                         3. last: {"step", "saved_at", "prefix", "files", "pushed_at"}
                                                  (and "save_seconds" when the saves were timed)
 
-Then every ``step-*`` folder but the one just pushed and the one ``LATEST.json`` named before is deleted.
+Then every ``step-*`` folder but the one just pushed and the one ``LATEST.json`` named before is deleted,
+except those of a later step than the one pushed (a job that went back never deletes the work ahead of it).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from costaware_runtime.stores import check_key, open_store
 
 log = logging.getLogger(__name__)
 
-_STEP_FOLDER = re.compile(r"step-\d+(-[0-9a-f]+)?")
+_STEP_FOLDER = re.compile(r"step-(\d+)(-[0-9a-f]+)?")
 
 
 class CheckpointSync:
@@ -131,8 +132,18 @@ class CheckpointSync:
             prefix = f"step-{local.step}"
             if prefix == previous:  # the same step saved again: never overwrite what LATEST.json names
                 prefix = f"step-{local.step}-{uuid.uuid4().hex[:8]}"
+            if latest is not None and latest[0].step > local.step:
+                # The job went back (it did not load the checkpoint it was given, or started over on
+                # purpose): its step becomes the latest, but the later steps' work is never deleted.
+                log.warning(
+                    "checkpoint step %s is older than step %s at %s: the job did not resume from the latest "
+                    "checkpoint; the later steps are kept there",
+                    local.step,
+                    latest[0].step,
+                    self.store.uri,
+                )
             self._upload(local, prefix)
-            self._prune(keep={prefix, previous})
+            self._prune(keep={prefix, previous}, newer_than=local.step)
             self.synced = local.identity
             log.info("pushed checkpoint step %s to %s", local.step, self.store.url(prefix))
             return local.step
@@ -169,11 +180,14 @@ class CheckpointSync:
                 "write each step into its own folder (costaware_runtime.checkpoint_folder)"
             )
 
-    def _prune(self, keep: set[str | None]) -> None:
+    def _prune(self, keep: set[str | None], newer_than: int) -> None:
+        """Delete every step folder but ``keep`` and those of a step after ``newer_than``."""
         doomed = [
             key
             for key in self.store.keys("step-")
-            if _STEP_FOLDER.fullmatch(folder := key.split("/", 1)[0]) and folder not in keep
+            if (found := _STEP_FOLDER.fullmatch(folder := key.split("/", 1)[0]))
+            and folder not in keep
+            and int(found.group(1)) <= newer_than
         ]
         if doomed:
             self.store.delete(doomed)
