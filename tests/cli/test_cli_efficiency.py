@@ -152,6 +152,24 @@ def test_runs_show_prints_outcome_cost_and_record(
     assert "run run1 of DAG nightly: model v1" in capsys.readouterr().out  # the newest run
 
 
+def test_a_run_with_several_models_is_listed_and_priced_once(
+    measured: Ledger, ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A tuning run records a model version per trial; its cost belongs to the run, not to each model.
+    for trial in range(3):
+        record_outcome(
+            measured,
+            RunOutcome("nightly", "run1", f"trial-{trial}", metric="roc_auc", metric_value=0.7 + trial / 100),
+        )
+    assert main(["--ledger-url", ledger_url, "runs", "list", "--dag-id", "nightly"]) == 0
+    out = capsys.readouterr().out
+    costs = [line.split()[-1] for line in out.splitlines() if line.startswith("run1 ")]
+    assert costs == ["$0.85", "(above)", "(above)"]
+    assert "1 run(s), 0 promoted: $0.85 per run" in out
+    assert main(["--ledger-url", ledger_url, "runs", "show", "nope"]) == 2
+    assert "recent runs with outcomes: run1 (see" in capsys.readouterr().err  # once, not once a model
+
+
 def test_runs_show_of_an_unknown_run_is_an_error(
     measured: Ledger, ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

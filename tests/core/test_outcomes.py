@@ -52,6 +52,25 @@ def test_summary_cost_per_run_per_promoted_and_per_gain() -> None:
     assert s.usd_per_unit_gain == Decimal("15.000000")  # all $0.60 bought the 0.04 gain of run 3
 
 
+def test_a_run_with_several_models_is_counted_and_priced_once() -> None:
+    # A tuning run records a model version per trial, each carrying the run's whole cost.
+    tuning = [
+        RunOutcome(
+            dag_id="d",
+            run_id="r1",
+            model_version=f"v{n}",
+            metric="roc_auc",
+            metric_value=0.7,
+            promoted=n == 0,
+            usd=Decimal("0.60"),
+        )
+        for n in range(6)
+    ]
+    s = summarize([*tuning, outcome("2", "0.20", 0.69, 0.70, False)])
+    assert (s.runs, s.promoted, s.usd) == (2, 1, Decimal("0.80"))
+    assert s.per_run_usd == Decimal("0.400000") and s.per_promoted_usd == Decimal("0.800000")
+
+
 def test_summary_refuses_mixed_metrics() -> None:
     with pytest.raises(ConfigurationError, match=r"several metrics \['log_loss', 'roc_auc'\]"):
         summarize([outcome("1", "1", 0.7, None, True), outcome("2", "1", 0.4, 0.5, True, metric="log_loss")])

@@ -195,6 +195,8 @@ class OutcomeSummary:
 def summarize(outcomes: Sequence[RunOutcome]) -> OutcomeSummary:
     """Cost per run, per promoted model, and per unit of metric gained over the previous champions.
 
+    A run is one (DAG, run id), however many model versions it recorded; ``promoted`` counts models.
+
     The cost per unit gained divides everything the runs cost (those not promoted included: they bought the
     gain too) by the sum of the gains of the promoted runs.
 
@@ -206,13 +208,19 @@ def summarize(outcomes: Sequence[RunOutcome]) -> OutcomeSummary:
         raise ConfigurationError(
             f"outcomes use several metrics {sorted(metrics)}: summarize one DAG at a time"
         )
-    priced = [o for o in outcomes if o.usd is not None]
-    usd = sum((o.usd for o in priced if o.usd is not None), Decimal(0))
+    # One run can record several model versions (a tuning run's trials), each carrying the run's whole
+    # cost: the run is counted, and its cost added, once.
+    run_usd: dict[tuple[str, str], Decimal | None] = {}
+    for o in outcomes:
+        if run_usd.get((o.dag_id, o.run_id)) is None:
+            run_usd[(o.dag_id, o.run_id)] = o.usd
+    priced = [usd for usd in run_usd.values() if usd is not None]
+    usd = sum(priced, Decimal(0))
     promoted = [o for o in outcomes if o.promoted]
     gained = [o for o in promoted if o.usd is not None and (o.gain or 0) > 0]
     total_gain = sum(o.gain or 0.0 for o in gained)
     return OutcomeSummary(
-        runs=len(outcomes),
+        runs=len(run_usd),
         promoted=len(promoted),
         usd=usd,
         per_run_usd=(usd / len(priced)).quantize(MICRO_USD) if priced else None,

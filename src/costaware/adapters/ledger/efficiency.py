@@ -218,7 +218,9 @@ def run_outcome(ledger: LedgerDatabase, run_id: str, *, dag_id: str | None = Non
     """
     found = outcomes(ledger, dag_id=dag_id, run_id=run_id)
     if not found:
-        recent = [o.run_id for o in outcomes(ledger, dag_id=dag_id, limit=5)]
+        # Newest first, each run once (a tuning run records a model version per trial).
+        newest = reversed(outcomes(ledger, dag_id=dag_id, limit=50))
+        recent = list(dict.fromkeys(o.run_id for o in newest))[:5]
         raise ConfigurationError(
             f"the ledger has no retrain outcome for run {run_id!r}"
             + (f" of DAG {dag_id!r}" if dag_id else "")

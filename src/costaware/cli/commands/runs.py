@@ -22,20 +22,30 @@ def list_runs(args: argparse.Namespace) -> int:
 
     found = outcomes(open_ledger(args, reading=True), dag_id=args.dag_id, limit=args.limit)
     headers = ["run", "model", "metric", "value", "champion", "promoted", "rows", "trained", "cost"]
-    table = [
-        [
-            o.run_id,
-            o.model_version,
-            o.metric or "-",
-            _metric(o.metric_value),
-            _metric(o.champion_metric),
-            {True: "yes", False: "no", None: "-"}[o.promoted],
-            o.training_rows,
-            f"{o.iterations} {o.iteration_unit}",
-            "-" if o.usd is None else format_usd_exact(o.usd),
-        ]
-        for o in found
-    ]
+    table = []
+    priced: set[tuple[str, str]] = set()
+    for o in found:
+        # A run that recorded several models (a tuning run's trials) shows its cost once, on its first row.
+        if (o.dag_id, o.run_id) in priced:
+            cost = "(above)"
+        else:
+            cost = "-" if o.usd is None else format_usd_exact(o.usd)
+            if o.usd is not None:
+                priced.add((o.dag_id, o.run_id))
+        trained = "-" if not (o.training_rows or o.iterations) else f"{o.iterations} {o.iteration_unit}"
+        table.append(
+            [
+                o.run_id,
+                o.model_version,
+                o.metric or "-",
+                _metric(o.metric_value),
+                _metric(o.champion_metric),
+                {True: "yes", False: "no", None: "-"}[o.promoted],
+                o.training_rows or "-",  # a team's own command reports its metrics, not rows
+                trained,
+                cost,
+            ]
+        )
     metrics = {o.metric for o in found if o.metric}
     summary = summarize(found) if len(metrics) <= 1 else None
     payload = {"runs": [o.to_json() for o in found], "summary": summary.to_json() if summary else None}
