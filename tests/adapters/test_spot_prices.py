@@ -21,7 +21,12 @@ from costaware.adapters.spot_prices import (
     load_spot_history,
     spot_history_from_text,
 )
-from costaware.core.errors import ConfigurationError, InvalidPriceDataError, PriceNotFoundError
+from costaware.core.errors import (
+    ComputeBackendError,
+    ConfigurationError,
+    InvalidPriceDataError,
+    PriceNotFoundError,
+)
 
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
 HISTORY = SHARED / "aws_spot_price_history"
@@ -180,11 +185,23 @@ class RecordedEc2(BaseHTTPRequestHandler):
     records: list[dict[str, Any]] = []
     page_size = 7
     requests = 0
+    refuse: tuple[int, str] | None = None  # (HTTP status, EC2 error code) to answer with instead
 
     def do_POST(self) -> None:
         length = int(self.headers["Content-Length"])
         form = urllib.parse.parse_qs(self.rfile.read(length).decode())
         type(self).requests += 1
+        if self.refuse is not None:
+            status, code = self.refuse
+            body = (
+                f"<Response><Errors><Error><Code>{code}</Code><Message>refused by the test</Message></Error>"
+                "</Errors><RequestID>r</RequestID></Response>"
+            ).encode()
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         assert form["Action"] == ["DescribeSpotPriceHistory"]
         wanted = {v[0] for k, v in form.items() if k.startswith("InstanceType.")}
         start = int(form.get("NextToken", ["0"])[0])
@@ -232,6 +249,7 @@ def recorded_ec2() -> Iterator[str]:
             )
     RecordedEc2.records = records
     RecordedEc2.requests = 0
+    RecordedEc2.refuse = None
     server = ThreadingHTTPServer(("127.0.0.1", 0), RecordedEc2)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -259,6 +277,49 @@ def test_live_prices_follow_next_token_cache_and_keep_linux(
     assert live.history(["m5.large"], start=start, end=end) is history and RecordedEc2.requests == 9
     clock[0] += 2  # past the TTL
     assert live.history(["m5.large"], start=start, end=end) is not history and RecordedEc2.requests == 18
+
+
+def test_live_prices_without_credentials_say_what_to_do(
+    monkeypatch: pytest.MonkeyPatch, recorded_ec2: str, tmp_path: Path
+) -> None:
+    # A hurried user's first DAG: no prices= and no AWS credentials anywhere (was a raw botocore traceback).
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    conn = {"conn_type": "aws", "extra": {"region_name": "us-east-1", "endpoint_url": recorded_ec2}}
+    monkeypatch.setenv("AIRFLOW_CONN_NO_KEYS", json.dumps(conn))
+    spot_prices.clear_cache()
+    with pytest.raises(ConfigurationError) as caught:
+        LiveSpotPrices(aws_conn_id="no_keys", region_name="us-east-1").history(["g5.xlarge"])
+    said = str(caught.value)
+    assert "cannot read EC2's spot price history through the AWS connection 'no_keys'" in said
+    assert "Unable to locate credentials" in said and "or pass prices= the path of a recorded" in said
+
+
+@pytest.mark.parametrize(
+    ("refusal", "error", "said"),
+    [
+        ((403, "UnauthorizedOperation"), ConfigurationError, "check that connection's credentials"),
+        ((503, "Unavailable"), ComputeBackendError, "the task is retried"),
+    ],
+)
+def test_live_prices_refused_by_aws_fail_or_retry(
+    monkeypatch: pytest.MonkeyPatch,
+    recorded_ec2: str,
+    refusal: tuple[int, str],
+    error: type[Exception],
+    said: str,
+) -> None:
+    aws_connection(monkeypatch, "recorded_ec2", recorded_ec2)
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")  # botocore's own retries of a 503 would only slow the test
+    spot_prices.clear_cache()
+    RecordedEc2.refuse = refusal
+    with pytest.raises(error) as caught:
+        LiveSpotPrices(aws_conn_id="recorded_ec2", region_name="us-east-1").history(["m5.large"])
+    assert "cannot read EC2's spot price history for m5.large through the AWS connection" in str(caught.value)
+    assert f"{refusal[1]}: refused by the test" in str(caught.value) and said in str(caught.value)
 
 
 @pytest.mark.parametrize(

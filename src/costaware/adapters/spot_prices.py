@@ -322,7 +322,45 @@ class LiveSpotPrices:
         end: datetime | None = None,
         products: Sequence[str] = LINUX,
     ) -> list[dict[str, Any]]:
-        """Every record of the query, following ``NextToken`` until the last page (not cached)."""
+        """Every record of the query, following ``NextToken`` until the last page (not cached).
+
+        Raises:
+            ConfigurationError: AWS refused the request, or found no credentials (a retry cannot help).
+            ComputeBackendError: throttling, a server error or the network (retried).
+        """
+        from botocore.exceptions import (
+            BotoCoreError,
+            ClientError,
+            NoCredentialsError,
+            PartialCredentialsError,
+        )
+
+        from costaware.adapters.compute.aws_errors import aws_error
+
+        try:
+            return self._fetch(instance_types, start=start, end=end, products=products)
+        except (NoCredentialsError, PartialCredentialsError) as e:
+            raise ConfigurationError(
+                f"cannot read EC2's spot price history through the AWS connection {self.aws_conn_id!r}: "
+                f"{e}. Give that connection credentials allowed ec2:DescribeSpotPriceHistory, or pass "
+                "prices= the path of a recorded spot price file (JSON or CSV) instead of live prices"
+            ) from e
+        except (BotoCoreError, ClientError) as e:
+            raise aws_error(
+                e,
+                f"cannot read EC2's spot price history for {', '.join(instance_types)} through the AWS "
+                f"connection {self.aws_conn_id!r}",
+                "check that connection's credentials and region, or pass prices= a recorded spot price file",
+            ) from e
+
+    def _fetch(
+        self,
+        instance_types: Sequence[str],
+        *,
+        start: datetime | None,
+        end: datetime | None,
+        products: Sequence[str],
+    ) -> list[dict[str, Any]]:
         client = self._client()
         request: dict[str, Any] = {
             "InstanceTypes": list(instance_types),
