@@ -223,6 +223,11 @@ def test_zones_that_are_no_list_are_refused_by_name() -> None:
             "us-east-1b",
         ),
         (
+            {"availability_zones": ["us-east1a"]},  # was accepted: a job placed there matches no zone
+            "availability zone 'us-east1a' is not an AWS zone name: AWS writes a zone as its region and a "
+            "letter, e.g. us-east-1a; did you mean us-east-1a",
+        ),
+        (
             {"allowed_regions": ["us-east-1", "eu-wset-1"]},
             "'eu-wset-1' is not an AWS region; did you mean eu-west-1",
         ),

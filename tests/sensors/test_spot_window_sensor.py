@@ -303,6 +303,12 @@ def test_trigger_reports_bad_input_as_an_error_event(tmp_path: Path) -> None:
         ({"deadline": "2030-01-01T00:00:00"}, "has no time zone"),
         ({"expected_runtime_hours": "abc"}, "expected_runtime_hours must be a number > 0, got 'abc'"),
         ({"target_usd_per_hour": "-1"}, "target_usd_per_hour must be a number >= 0"),
+        # A typo in the zone: refused even when the deadline leaves no time to look at its prices.
+        ({"availability_zone": "us-east1a"}, "'us-east1a' is not an AWS zone name"),
+        (
+            {"availability_zone": "us-east-1", "deadline": (now() + timedelta(minutes=5)).isoformat()},
+            "is a region",
+        ),
     ],
 )
 def test_bad_inputs_fail_without_retry_and_write_nothing(
@@ -329,6 +335,7 @@ def test_bad_inputs_fail_without_retry_and_write_nothing(
         ({"target_usd_per_hour": "-1"}, "target_usd_per_hour must be a number >= 0"),
         ({"on_demand_usd_per_hour": "0"}, "on_demand_usd_per_hour must be a number > 0"),
         ({"objective": "co2"}, "objective 'co2'"),
+        ({"availability_zone": "us-east1a"}, "'us-east1a' is not an AWS zone name"),
     ],
 )
 def test_bad_values_written_out_fail_when_the_dag_is_parsed(kwargs: dict[str, Any], message: str) -> None:

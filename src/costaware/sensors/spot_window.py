@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from costaware.adapters.compute.base import check_aws_zone
 from costaware.adapters.spot_market import (
     LIVE,
     carbon_intensity,
@@ -175,6 +176,8 @@ class SpotWindowSensor(BaseSensorOperator):
         self.instance_type = instance_type
         self.region = region
         self.expected_runtime_hours = expected_runtime_hours
+        if is_literal(availability_zone) and availability_zone not in (None, ""):
+            check_aws_zone(str(availability_zone))  # a typo would otherwise match no zone's prices
         self.availability_zone = availability_zone
         self.prices = prices
         self.deadline = deadline
@@ -215,6 +218,8 @@ class SpotWindowSensor(BaseSensorOperator):
 
     def _plan(self, context: Context, now: datetime, *, forecast: bool = True) -> dict[str, Any]:
         """Everything the decision needs, as JSON primitives (they also become the trigger's kwargs)."""
+        if self.availability_zone not in (None, "", "None"):
+            check_aws_zone(str(self.availability_zone))  # rendered: checked before any decision uses it
         prices = str(self.prices or LIVE)
         if prices != LIVE and "://" not in prices and not Path(prices).is_file():
             # Checked here because a run that decides at once (a past deadline) never reads the file.

@@ -204,8 +204,8 @@ def check_aws_zone(zone: str) -> str:
     label is any :func:`check_zone` name.
 
     Raises:
-        ConfigurationError: as :func:`check_zone`, or an AWS region name, or an AWS zone name not in lower
-            case; named with its value.
+        ConfigurationError: as :func:`check_zone`, or an AWS region name, an AWS zone name not in lower
+            case, or a name close to an AWS zone but not spelled as one (us-east1a); named with its value.
     """
     check_zone(zone)
     if _AWS_REGION.match(zone):
@@ -221,7 +221,17 @@ def check_aws_zone(zone: str) -> str:
     from costaware.core.zone_choice import region_of
 
     region = region_of(zone, "")
-    if region and not is_aws_region(region):
+    if not region:
+        # A name near an AWS zone but not spelled as one (us-east1a) is a typo: placed by it, a job would
+        # match no zone. A name nowhere near one (a replay's zone-a) is the user's own label.
+        guess = zone.rstrip("abcdefghijklmnopqrstuvwxyz")
+        if near := closest_regions(guess, suffix=zone[len(guess) :]):
+            raise ConfigurationError(
+                f"availability zone {zone!r} is not an AWS zone name: AWS writes a zone as its region and "
+                f"a letter, e.g. us-east-1a{near}"
+            )
+        return zone
+    if not is_aws_region(region):
         # A typo would otherwise fail later as a missing transfer price, naming neither argument nor value.
         raise ConfigurationError(
             f"availability zone {zone!r} is in no AWS region ({region!r} is not one)"
