@@ -419,14 +419,35 @@ def test_a_broken_environment_fails_before_the_job_starts(
 
 
 def test_a_missing_command_is_127(tmp_path: Path) -> None:
+    def run(*command: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "costaware_runtime", *command],
+            capture_output=True,
+            text=True,
+            env={"PATH": "/usr/bin:/bin", "COSTAWARE_CHECKPOINT_DIR": str(tmp_path / "c")},
+        )
+
+    done = run("--", str(tmp_path / "nope"))
+    assert done.returncode == 127
+    assert "command not found" in done.stderr and "one word" not in done.stderr
+    done = run("--", "python3 train.py")  # the whole command line quoted as one word
+    assert done.returncode == 127
+    assert "command not found: python3 train.py (the command is one word with spaces: give its words " in (
+        done.stderr
+    )
+
+
+def test_a_bad_grace_period_flag_is_named_as_typed(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "costaware_runtime", "--", str(tmp_path / "nope")],
+        [sys.executable, "-m", "costaware_runtime", "--grace-seconds", "-1", "--", "true"],
         capture_output=True,
         text=True,
         env={"PATH": "/usr/bin:/bin", "COSTAWARE_CHECKPOINT_DIR": str(tmp_path / "c")},
     )
-    assert done.returncode == 127
-    assert "command not found" in done.stderr
+    assert done.returncode == 2
+    assert (
+        "grace period '-1' is not a number of seconds >= 0: give the seconds the job may take" in done.stderr
+    )
 
 
 def test_no_command_is_a_usage_error() -> None:

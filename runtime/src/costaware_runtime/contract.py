@@ -180,7 +180,8 @@ def parse_grace_seconds(value: str | None) -> float:
         seconds = -1.0
     if not math.isfinite(seconds) or seconds < 0:
         raise ContractError(
-            f"grace period {value!r} is not a number of seconds >= 0: AWS gives 120 s, so use at most 110"
+            f"grace period {value!r} is not a number of seconds >= 0: give the seconds the job may take to "
+            "exit after the preemption notice (AWS gives 120 s from notice to stop: 110 leaves a margin)"
         )
     return seconds
 

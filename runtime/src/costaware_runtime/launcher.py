@@ -110,7 +110,9 @@ class Launcher:
         self.env = env
         self.options = options
         given = options.grace_seconds
-        self.grace_seconds = env.grace_seconds if given is None else contract.parse_grace_seconds(str(given))
+        self.grace_seconds = (
+            env.grace_seconds if given is None else contract.parse_grace_seconds(f"{given:g}")  # -1, not -1.0
+        )
         if not options.poll_seconds > 0:
             raise ContractError(f"--poll-seconds {options.poll_seconds!r} is not a number of seconds > 0")
         if options.no_outputs and env.output_uri:
@@ -205,7 +207,7 @@ class Launcher:
             self.started_at = time.monotonic()
             self.process = subprocess.Popen(command, env=self.child_environment(), process_group=0)
         except FileNotFoundError:
-            log.error("command not found: %s", command[0])
+            log.error("command not found: %s%s", command[0], _one_word_hint(command))
             return 127
         except PermissionError:
             log.error("command is not executable: %s", command[0])
@@ -402,6 +404,13 @@ def _temp_dir(kind: str, variable: str, note: str = "") -> Path:
     return folder
 
 
+def _one_word_hint(command: Sequence[str]) -> str:
+    """What to do when the whole command line was given as one word (``-- "python train.py"``)."""
+    if len(command) == 1 and " " in command[0].strip():
+        return f" (the command is one word with spaces: give its words apart, -- {command[0].strip()})"
+    return ""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``costaware-run``; returns the exit code."""
     parser = build_parser()
@@ -413,7 +422,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             os.execvp(command[0], command)  # already under a launcher: become the command
         except FileNotFoundError:
-            print(f"costaware-run: command not found: {command[0]}", file=sys.stderr)
+            print(f"costaware-run: command not found: {command[0]}{_one_word_hint(command)}", file=sys.stderr)
             return 127
         except PermissionError:
             print(f"costaware-run: command is not executable: {command[0]}", file=sys.stderr)

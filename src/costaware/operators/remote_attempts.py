@@ -376,8 +376,10 @@ class RemoteAttemptSteps:
                 # Where and on which market the next attempt runs is the placement's to say (the
                 # restart-thrash guard may send it to on-demand): the next lines log it.
                 self.log.warning(
-                    "attempt %s interrupted (%s): the next attempt resumes from the newest checkpoint",
+                    "attempt %s %s (%s): the next attempt resumes from the newest checkpoint",
                     current.attempt if current else "?",
+                    # A store the launcher could not reach is retried like a preemption, but is not one.
+                    "could not reach a store" if step.cause_of_previous == "store_error" else "interrupted",
                     event.job.get("reason"),
                 )
             return self._submit(state, step.market, step.market_reason)
