@@ -25,6 +25,10 @@ os.environ["COSTAWARE_LEDGER_URL"] = f"sqlite:///{TEST_HOME / 'costaware' / 'led
 for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
     os.environ.setdefault(key, "testing")
 
+# Airflow sets up its logging handlers on the streams of the moment it is first imported. Imported by a test
+# under capsys (the CLI's `prices show` imports it), they wrote to that test's stream after it closed, and a
+# later test found "--- Logging error ---" in its stderr. Imported here, they keep the session's streams.
+import airflow  # noqa: E402,F401
 from clocks import CLOCKS  # noqa: E402  # tests/support/ is on pythonpath (pyproject.toml)
 from services import moto_server, postgres_server  # noqa: E402
 

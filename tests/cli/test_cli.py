@@ -279,6 +279,24 @@ def test_a_report_for_a_dag_the_ledger_does_not_know_says_so(
     assert capsys.readouterr().out.splitlines()[-1] == "(no entries)"  # a known DAG, nothing in the range
 
 
+def test_grouping_by_a_tag_no_entry_has_says_so(ledger_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    Ledger.from_url(ledger_url).record(
+        LedgerEntry(
+            dag_id="d", run_id="r", task_id="t", kind=Kind.COMPUTE, usd=Decimal("1"), tags={"stage": "train"}
+        )
+    )
+    assert main(["--ledger-url", ledger_url, "report", "--group-by", "tag:stgae"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "no entry in this report has the tag 'stgae': check its spelling (tags on the newest entries:" in out
+    )
+    assert "stage" in out.split("tags on the newest entries:")[1]
+    assert main(["--ledger-url", ledger_url, "report", "--group-by", "tag:stgae", "--format", "json"]) == 0
+    assert "check its spelling" in json.loads(capsys.readouterr().out)["note"]
+    assert main(["--ledger-url", ledger_url, "report", "--group-by", "tag:stage"]) == 0
+    assert "check its spelling" not in capsys.readouterr().out
+
+
 def test_a_reader_that_stops_early_gets_no_traceback(ledger_url: str, tmp_path: Path) -> None:
     ledger = Ledger.from_url(ledger_url)
     for n in range(2000):  # more than a pipe holds (64 KiB), so the writer is still writing when head exits

@@ -92,6 +92,17 @@ def report(args: argparse.Namespace) -> int:
             "co2e_unknown_entries": total_unknown,
         },
     }
+    untagged_note = None
+    if args.group_by.startswith("tag:") and rows and all(r.group == "(none)" for r in rows):
+        # A misspelled tag groups everything under (none): say so instead of a plausible-looking table.
+        seen = sorted(
+            {key for e in ledger.entries(dag_id=args.dag_id, run_id=run_id, limit=500) for key in e["tags"]}
+        )
+        untagged_note = (
+            f"no entry in this report has the tag {args.group_by[4:]!r}: check its spelling (tags on the "
+            f"newest entries: {', '.join(seen) or 'none'})"
+        )
+        payload["note"] = untagged_note
     if args.format == "table":
         title = "cost report"
         if args.dag_id:
@@ -157,6 +168,8 @@ def report(args: argparse.Namespace) -> int:
             f"emissions (no grid intensity for their region or time; `costaware carbon import` adds one); "
             f"'+?' marks a known sum ({known} in all) that is short of them"
         )
+    if args.format == "table" and untagged_note:
+        print(untagged_note)
     if args.format == "table" and discounts:
         listed = ", ".join(f"{rule} {format_usd_exact(usd)}" for rule, usd in discounts.items())
         print(f"discounts on on-demand prices (part of the savings): {listed}")
