@@ -138,6 +138,13 @@ def test_the_list_price_is_asked_only_when_nobody_gave_one() -> None:
             "pause_on_price needs a deadline",
         ),
         (PlanArguments(pause_on_price=True, prices="live", priority="urgent"), DECISION, "priority 'urgent'"),
+        (  # everything missing, said at once (it took three failed runs to learn before)
+            PlanArguments(pause_on_price=True),
+            {k: v for k, v in DECISION.items() if k not in ("deadline", "expected_runtime_hours")},
+            "pause_on_price needs spot prices: pass prices='live' or the path of a recorded price file; and "
+            "the expected runtime, got None: pass expected_runtime_hours or a spot decision that has one "
+            r"\(hours > 0\); and a deadline",
+        ),
         # Each attempt is billed at these: refused before a job runs (before, "$1.00" failed the task after
         # the job had run, with no ledger entry for it, and "-1" billed a negative cost).
         (

@@ -343,21 +343,25 @@ def watch_plan(
     """
     if not args.pause_on_price:
         return None
+    # Everything missing is said at once: one failed run, not one for each setting.
+    missing = []
     prices = blank(args.prices)
     if not prices:
-        raise ConfigurationError(
-            "pause_on_price needs spot prices: pass prices='live' or the path of a recorded price file"
+        missing.append("spot prices: pass prices='live' or the path of a recorded price file")
+    given_runtime = blank(args.expected_runtime_hours) or decision.expected_runtime_hours
+    runtime = _hours(given_runtime)
+    if runtime is None:
+        missing.append(
+            f"the expected runtime, got {given_runtime!r}: pass expected_runtime_hours or a spot decision "
+            "that has one (hours > 0)"
         )
-    runtime = positive_hours(
-        blank(args.expected_runtime_hours) or decision.expected_runtime_hours,
-        name="expected_runtime_hours or a spot decision that has one",
-        why="pause_on_price",
-    )
     if deadline is None:
-        raise ConfigurationError(
-            "pause_on_price needs a deadline (a pause must still finish in time): pass deadline or a "
-            "spot decision that has one"
+        missing.append(
+            "a deadline (a pause must still finish in time): pass deadline or a spot decision that has one"
         )
+    if missing:
+        raise ConfigurationError("pause_on_price needs " + "; and ".join(missing))
+    assert prices and runtime is not None  # for the type checker: a missing one raised above
     objective = Objective.parse(blank(args.objective), blank(args.carbon_usd_per_tonne))
     return PriceWatch(
         objective=objective.name,
