@@ -165,7 +165,7 @@ def test_exit_75_without_a_checkpoint_is_a_code_error(make_job: MakeJob) -> None
     job = make_job("cr.exit_preempted()\n")
     done = job.run()
     assert done.returncode == 76
-    assert "exited 75 (preempted after a checkpoint) but" in done.stderr
+    assert "exited 75, the code for 'preempted after a checkpoint', but no notice came and" in done.stderr
     assert "holds no committed checkpoint" in done.stderr
 
 

@@ -284,8 +284,9 @@ class Launcher:
         # the job did what it was told. Without a notice, it claims a checkpoint it never committed.
         if returncode == contract.EXIT_PREEMPTED and step is None and self.notice_at is None:
             log.error(
-                "the job exited %s (preempted after a checkpoint) but %s holds no committed checkpoint: "
-                "commit one before exit_preempted() (this is a code error, not retried)",
+                "the job exited %s, the code for 'preempted after a checkpoint', but no notice came and "
+                "%s holds no committed checkpoint: commit one before exit_preempted() (a code error, not "
+                "retried)",
                 returncode,
                 self.checkpoint_dir,
             )
