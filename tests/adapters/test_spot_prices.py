@@ -294,7 +294,7 @@ def test_live_prices_without_credentials_say_what_to_do(
     with pytest.raises(ConfigurationError) as caught:
         LiveSpotPrices(aws_conn_id="no_keys", region_name="us-east-1").history(["g5.xlarge"])
     said = str(caught.value)
-    assert "cannot read EC2's spot price history through the AWS connection 'no_keys'" in said
+    assert "cannot read EC2's spot price history for g5.xlarge through the AWS connection 'no_keys'" in said
     assert "Unable to locate credentials" in said and "or pass prices= the path of a recorded" in said
 
 

@@ -225,7 +225,7 @@ def test_zones_that_are_no_list_are_refused_by_name() -> None:
         (
             {"availability_zones": ["us-east1a"]},  # was accepted: a job placed there matches no zone
             "availability zone 'us-east1a' is not an AWS zone name: AWS writes a zone as its region and a "
-            "letter, e.g. us-east-1a; did you mean us-east-1a",
+            "letter; did you mean us-east-1a?",
         ),
         (
             {"allowed_regions": ["us-east-1", "eu-wset-1"]},
@@ -314,7 +314,9 @@ def test_templated_zone_and_guard_arguments_are_checked_after_rendering(tmp_path
         restart_guard="{{ params.guard }}",
     )
     assert op.availability_zones == "{{ params.zones }}" and op.restart_guard == "{{ params.guard }}"
-    # Kubernetes zone labels need not be AWS names; an AWS name in lower case stays as written.
+    # Kubernetes zone labels need not be AWS names, nor need a replay's (GKE-style us-central1-a included);
+    # an AWS name in lower case stays as written.
+    assert operator(tmp_path, availability_zones="us-central1-a,zone-east-1").availability_zones
     assert (
         operator(tmp_path, availability_zones="rack-1,us-west-2a").availability_zones == "rack-1,us-west-2a"
     )

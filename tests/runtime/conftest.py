@@ -1,6 +1,8 @@
 """Helpers for the runtime's tests: run ``costaware-run`` for real on small job scripts.
 
-These tests never import airflow or costaware: the runtime is a distribution of its own.
+These tests never import costaware or airflow themselves: the runtime is a distribution of its own (the
+root conftest imports Airflow for the other tests' logging; test_runtime_isolation.py checks the runtime's
+imports in a fresh interpreter).
 """
 
 from __future__ import annotations

@@ -147,10 +147,18 @@ def test_a_job_that_went_back_never_deletes_the_later_steps(
     assert (remote / "step-84" / "checkpoint-84" / "state.bin").read_bytes() == b"step 84"
     assert json.loads((remote / "LATEST.json").read_text())["step"] == 65
     assert "checkpoint step 33 is older than step 84" in caplog.text
-    # Once the job is past it, the old step is pruned as usual.
+    # Reaching step 84 again writes a folder of its own, never into the kept one (the two saves would mix);
+    # the earlier save of the same step is then pruned: the job has caught up with it.
+    save_bytes(b"step 84 again", step=84, directory=local)
+    push(local, str(remote))
+    again = json.loads((remote / "LATEST.json").read_text())["prefix"]
+    assert again.startswith("step-84-")
+    assert (remote / again / "checkpoint-84" / "state.bin").read_bytes() == b"step 84 again"
+    assert sorted(path.name for path in remote.iterdir()) == ["LATEST.json", "step-65", again]
+    # Once the job is past them, the old steps are pruned as usual.
     save_bytes(b"step 90", step=90, directory=local)
     push(local, str(remote))
-    assert sorted(path.name for path in remote.iterdir()) == ["LATEST.json", "step-65", "step-90"]
+    assert sorted(path.name for path in remote.iterdir()) == ["LATEST.json", again, "step-90"]
 
 
 def test_the_same_step_saved_again_never_overwrites_what_latest_names(local: Path, remote: Path) -> None:

@@ -46,8 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--grace-seconds",
-        type=float,
-        default=None,
+        default=None,  # text, checked by the contract's parser: a bad value is named as typed
         help="seconds between passing on SIGTERM and SIGKILL "
         f"(default: ${contract.GRACE_SECONDS} or {contract.DEFAULT_GRACE_SECONDS:g})",
     )
@@ -110,9 +109,7 @@ class Launcher:
         self.env = env
         self.options = options
         given = options.grace_seconds
-        self.grace_seconds = (
-            env.grace_seconds if given is None else contract.parse_grace_seconds(f"{given:g}")  # -1, not -1.0
-        )
+        self.grace_seconds = env.grace_seconds if given is None else contract.parse_grace_seconds(given)
         if not options.poll_seconds > 0:
             raise ContractError(f"--poll-seconds {options.poll_seconds!r} is not a number of seconds > 0")
         if options.no_outputs and env.output_uri:

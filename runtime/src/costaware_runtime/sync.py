@@ -130,17 +130,23 @@ class CheckpointSync:
                 return local.step
             previous = None if latest is None else latest[1]
             prefix = f"step-{local.step}"
-            if prefix == previous:  # the same step saved again: never overwrite what LATEST.json names
+            if prefix == previous or self.store.keys(f"{prefix}/"):
+                # The same step saved again, or a later step kept after the job went back (below): never
+                # overwrite or mix into a folder that holds another save.
                 prefix = f"step-{local.step}-{uuid.uuid4().hex[:8]}"
             if latest is not None and latest[0].step > local.step:
                 # The job went back (it did not load the checkpoint it was given, or started over on
                 # purpose): its step becomes the latest, but the later steps' work is never deleted.
                 log.warning(
                     "checkpoint step %s is older than step %s at %s: the job did not resume from the latest "
-                    "checkpoint; the later steps are kept there",
+                    "checkpoint; the later steps stay there (%s/%s holds step %s: copy it to a job's "
+                    "checkpoint folder to resume from it)",
                     local.step,
                     latest[0].step,
                     self.store.uri,
+                    self.store.uri,
+                    latest[1],
+                    latest[0].step,
                 )
             self._upload(local, prefix)
             self._prune(keep={prefix, previous}, newer_than=local.step)

@@ -332,18 +332,22 @@ class LiveSpotPrices:
             BotoCoreError,
             ClientError,
             NoCredentialsError,
+            NoRegionError,
             PartialCredentialsError,
+            ProfileNotFound,
         )
 
         from costaware.adapters.compute.aws_errors import aws_error
 
         try:
             return self._fetch(instance_types, start=start, end=end, products=products)
-        except (NoCredentialsError, PartialCredentialsError) as e:
+        except (NoCredentialsError, PartialCredentialsError, ProfileNotFound, NoRegionError) as e:
+            # The client cannot be set up: no retry finds credentials, a profile or a region.
             raise ConfigurationError(
-                f"cannot read EC2's spot price history through the AWS connection {self.aws_conn_id!r}: "
-                f"{e}. Give that connection credentials allowed ec2:DescribeSpotPriceHistory, or pass "
-                "prices= the path of a recorded spot price file (JSON or CSV) instead of live prices"
+                f"cannot read EC2's spot price history for {', '.join(instance_types)} through the AWS "
+                f"connection {self.aws_conn_id!r}: {e}. Give that connection credentials allowed "
+                "ec2:DescribeSpotPriceHistory (and a region), or pass prices= the path of a recorded spot "
+                "price file (JSON or CSV) instead of live prices"
             ) from e
         except (BotoCoreError, ClientError) as e:
             raise aws_error(
@@ -392,7 +396,8 @@ class LiveSpotPrices:
         """The records of ``instance_types`` between ``start`` and ``end`` (default: the current prices).
 
         Raises:
-            ConfigurationError: naive ``start``/``end``.
+            ConfigurationError: naive ``start``/``end``; AWS refused the request or found no credentials.
+            ComputeBackendError: throttling, a server error or the network (retried).
             InvalidPriceDataError: AWS returned no matching record.
         """
         for name, value in (("start", start), ("end", end)):

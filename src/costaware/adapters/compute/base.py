@@ -44,6 +44,8 @@ _AWS_REGION = re.compile(
 )
 #: An AWS zone name in any case (``us-east-1a``, a Local Zone ``us-east-1-bos-1a``): AWS spells them in
 #: lower case only.
+#: A zone of a region written without the hyphen before the region's number: us-east1a.
+_AWS_ZONE_NO_HYPHEN = re.compile(r"^([a-z]{2}(?:-[a-z]+)+)(\d+)([a-z])$")
 _AWS_ZONE_ANY_CASE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+(-[a-z]+-\d+)?[a-z]$", re.IGNORECASE)
 
 
@@ -205,7 +207,8 @@ def check_aws_zone(zone: str) -> str:
 
     Raises:
         ConfigurationError: as :func:`check_zone`, or an AWS region name, an AWS zone name not in lower
-            case, or a name close to an AWS zone but not spelled as one (us-east1a); named with its value.
+            case, or a known region's zone written without the hyphen before its number (us-east1a); named
+            with its value.
     """
     check_zone(zone)
     if _AWS_REGION.match(zone):
@@ -222,14 +225,18 @@ def check_aws_zone(zone: str) -> str:
 
     region = region_of(zone, "")
     if not region:
-        # A name near an AWS zone but not spelled as one (us-east1a) is a typo: placed by it, a job would
-        # match no zone. A name nowhere near one (a replay's zone-a) is the user's own label.
-        guess = zone.rstrip("abcdefghijklmnopqrstuvwxyz")
-        if near := closest_regions(guess, suffix=zone[len(guess) :]):
-            raise ConfigurationError(
-                f"availability zone {zone!r} is not an AWS zone name: AWS writes a zone as its region and "
-                f"a letter, e.g. us-east-1a{near}"
-            )
+        # A known region's zone without the hyphen before its number (us-east1a) is a typo: placed by it, a
+        # job would match no zone. Any other name (a replay's zone-a, a GKE-style us-central1-a) is a label.
+        typo = _AWS_ZONE_NO_HYPHEN.match(zone)
+        if typo is not None:
+            from costaware.adapters.price_files import bundled_catalog
+
+            meant = f"{typo.group(1)}-{typo.group(2)}"
+            if meant in bundled_catalog().regions:
+                raise ConfigurationError(
+                    f"availability zone {zone!r} is not an AWS zone name: AWS writes a zone as its region "
+                    f"and a letter; did you mean {meant}{typo.group(3)}?"
+                )
         return zone
     if not is_aws_region(region):
         # A typo would otherwise fail later as a missing transfer price, naming neither argument nor value.

@@ -96,10 +96,13 @@ def report(args: argparse.Namespace) -> int:
     if args.group_by.startswith("tag:") and rows and all(r.group == "(none)" for r in rows):
         # A misspelled tag groups everything under (none): say so instead of a plausible-looking table.
         seen = sorted(
-            {key for e in ledger.entries(dag_id=args.dag_id, run_id=run_id, limit=500) for key in e["tags"]}
+            {key for e in ledger.entries(limit=500) for key in e["tags"]}  # the ledger's, not the selection's
         )
+        tag = args.group_by[4:]
         untagged_note = (
-            f"no entry in this report has the tag {args.group_by[4:]!r}: check its spelling (tags on the "
+            f"no entry in this report has the tag {tag!r} (entries outside this selection do)"
+            if tag in seen
+            else f"no entry in this report has the tag {tag!r}: check its spelling (tags on the ledger's "
             f"newest entries: {', '.join(seen) or 'none'})"
         )
         payload["note"] = untagged_note
