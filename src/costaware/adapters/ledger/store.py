@@ -149,7 +149,9 @@ class Ledger(LedgerDatabase):
     ) -> Reservation:
         """Close a reservation with what was actually spent; ``entry`` (the actual cost) is recorded with it.
 
-        Settling twice is harmless: the second call returns the settled reservation and records nothing.
+        Spend is the sum of the entries: without ``entry`` nothing counts against the budgets, so leave it
+        out only when the cost was recorded already. Settling twice is harmless: the second call returns the
+        settled reservation and records nothing.
         """
         return reservations.settle(self, reservation_id, actual_usd, entry=entry)
 
