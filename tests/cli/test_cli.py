@@ -137,6 +137,26 @@ def test_budget_round_trip(ledger_url: str, capsys: pytest.CaptureFixture[str]) 
     assert usage["cap_usd"] == "100.000000" and usage["left_usd"] == "100.000000"
 
 
+def test_changing_a_budget_keeps_what_is_not_given(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Raising the cap used to drop the GPU-hour cap and reset the time zone to UTC, saying nothing.
+    argv = ["--ledger-url", ledger_url, "budget", "set", "--scope", "project=x", "--period", "month"]
+    assert main([*argv, "--cap-usd", "5", "--cap-gpu-hours", "10", "--timezone", "Europe/Berlin"]) == 0
+    capsys.readouterr()
+    assert main([*argv, "--cap-usd", "6"]) == 0
+    assert "(kept its GPU-hour cap 10 and time zone Europe/Berlin)" in capsys.readouterr().out
+    (budget,) = Ledger.from_url(ledger_url).budgets()
+    assert (budget.cap_usd, budget.cap_gpu_hours, budget.timezone) == (6, 10, "Europe/Berlin")
+    assert main([*argv, "--cap-usd", "6", "--cap-gpu-hours", "none", "--timezone", "UTC"]) == 0
+    assert "kept" not in capsys.readouterr().out
+    (budget,) = Ledger.from_url(ledger_url).budgets()
+    assert (budget.cap_gpu_hours, budget.timezone) == (None, "UTC")
+    # A new budget still starts in UTC with no GPU-hour cap.
+    assert main([*argv[:5], "project=y", *argv[6:], "--cap-usd", "1"]) == 0
+    assert [(b.cap_gpu_hours, b.timezone) for b in Ledger.from_url(ledger_url).budgets()][1] == (None, "UTC")
+
+
 def test_a_scope_differing_only_in_case_is_a_second_budget_and_says_so(
     ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -44,8 +44,16 @@ BUDGET_COMMANDS = (
             ARG_SCOPE,
             ARG_PERIOD,
             Arg("--cap-usd", required=True, help="the cap in USD, e.g. 250"),
-            Arg("--cap-gpu-hours", default=None, help="optional cap in GPU-hours"),
-            Arg("--timezone", default="UTC", help="where days and months start (IANA name)"),
+            Arg(
+                "--cap-gpu-hours",
+                default=None,
+                help="optional cap in GPU-hours (changing a budget: default its own; 'none' drops it)",
+            ),
+            Arg(
+                "--timezone",
+                default=None,
+                help="where days and months start (IANA name; default UTC, or the budget's own if it exists)",
+            ),
             ARG_LEDGER_URL,
         ),
     ),

@@ -13,18 +13,38 @@ from costaware.core.money import format_usd_exact
 
 def budget_set(args: argparse.Namespace) -> int:
     """Create or change a budget; the change goes into the audit trail under the current user."""
+    from costaware.core.budgets import Period, Scope
+
     ledger = open_ledger(args)
-    existing = {(str(b.scope), b.period) for b in ledger.budgets()}
+    budgets = ledger.budgets()
+    existing = {(str(b.scope), b.period) for b in budgets}
+    # Changing a budget changes what is given: a GPU-hour cap or a time zone left out keeps the budget's own
+    # (re-running `budget set` to raise the cap silently dropped both before). --cap-gpu-hours none drops it.
+    key = (str(Scope.parse(args.scope)), Period.parse(args.period))
+    current = next((b for b in budgets if (str(b.scope), b.period) == key), None)
+    gpu_cap = args.cap_gpu_hours
+    if gpu_cap is None and current is not None:
+        gpu_cap = current.cap_gpu_hours
+    elif str(gpu_cap).strip().lower() == "none":
+        gpu_cap = None
+    zone = args.timezone or (current.timezone if current is not None else "UTC")
     budget = ledger.set_budget(
-        args.scope,
-        args.period,
-        args.cap_usd,
-        cap_gpu_hours=args.cap_gpu_hours,
-        timezone=args.timezone,
-        actor=current_actor(),
+        args.scope, args.period, args.cap_usd, cap_gpu_hours=gpu_cap, timezone=zone, actor=current_actor()
     )
-    gpu = f", {budget.cap_gpu_hours} GPU-hours" if budget.cap_gpu_hours is not None else ""
-    print(f"budget '{budget.label}' set: {format_usd_exact(budget.cap_usd)} per {budget.period.value}{gpu}")
+    hours = None if budget.cap_gpu_hours is None else f"{budget.cap_gpu_hours.normalize():f}"
+    gpu = f", {hours} GPU-hours" if hours is not None else ""
+    kept = [
+        what
+        for what, given, value in (
+            (f"GPU-hour cap {hours}", args.cap_gpu_hours, budget.cap_gpu_hours),
+            (f"time zone {budget.timezone}", args.timezone, current.timezone if current else None),
+        )
+        if current is not None and given is None and value is not None
+    ]
+    print(
+        f"budget '{budget.label}' set: {format_usd_exact(budget.cap_usd)} per {budget.period.value}{gpu}"
+        + (f" (kept its {' and '.join(kept)})" if kept else "")
+    )
     scope = str(budget.scope)
     same_period = [s for s, period in existing if period == budget.period]
     twins = sorted(s for s in same_period if s != scope and s.casefold() == scope.casefold())
