@@ -58,14 +58,18 @@ def test_bundled_fallback_for_zones_without_a_file(tmp_path: Path) -> None:
         RecordedCarbon(tmp_path, bundled=False).intensity("DE-LU", start, start + timedelta(hours=1))
 
 
-def test_a_zone_file_replaces_the_bundled_one(tmp_path: Path) -> None:
+def test_a_zone_file_comes_first_and_the_bundled_year_serves_the_rest(tmp_path: Path) -> None:
     (tmp_path / "GB_2026-11.csv").write_bytes((FIXTURES / "GB_2026-11.csv").read_bytes())
     source = RecordedCarbon(tmp_path)
     assert source.intensity("GB", T0, T0 + timedelta(hours=1)).points == [(T0, Decimal(120))]
+    # A window the imported file does not cover comes from the bundled 2023 file (it used to fail: an import
+    # of a few hours hid the zone's bundled year).
+    march = datetime(2023, 3, 1, tzinfo=UTC)
+    assert "GB_2023.csv" in source.intensity("GB", march, march + timedelta(hours=2)).name
     with pytest.raises(
-        PriceNotFoundError, match=r"GB_2026-11.csv \(gCO2e/kWh, lca\) covers 2026-11-20 00:00"
+        PriceNotFoundError, match=r"GB_2026-11.csv \(gCO2e/kWh, lca\) covers 2026-11-20 00:00.*GB_2023.csv"
     ):
-        source.intensity("GB", datetime(2023, 3, 1, tzinfo=UTC), datetime(2023, 3, 2, tzinfo=UTC))
+        source.intensity("GB", datetime(2025, 3, 1, tzinfo=UTC), datetime(2025, 3, 2, tzinfo=UTC))
 
 
 def test_recorded_forecast_is_a_perfect_forecast_and_says_so() -> None:

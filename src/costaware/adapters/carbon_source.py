@@ -113,7 +113,7 @@ class RecordedCarbon:
         paths: Folders (every ``<ZONE>_<anything>.csv`` in them) and files (named the same way); default the
             costaware home's carbon folder (:func:`carbon_folder`, where ``costaware carbon import`` writes;
             it may not exist yet).
-        bundled: Fall back to the bundled 2023 files for zones no path has.
+        bundled: Fall back to the bundled 2023 files for windows no path covers (zones with none included).
         basis: ``lca`` (life-cycle, default) or ``direct``.
 
     Raises:
@@ -153,10 +153,10 @@ class RecordedCarbon:
         return sorted(set(self.files) | (set(bundled_zones()) if self.bundled else set()))
 
     def _series(self, zone: str) -> list[PriceSeries]:
+        """The zone's files in order, then its bundled year: a window no file covers falls back to it."""
         files = self.files.get(zone, [])
-        if not files:
-            if self.bundled and zone in bundled_zones():
-                return [bundled_carbon(zone, self.basis)]
+        bundled = [bundled_carbon(zone, self.basis)] if self.bundled and zone in bundled_zones() else []
+        if not files and not bundled:
             raise PriceNotFoundError(
                 f"no recorded carbon intensity for grid zone {zone!r}: recorded zones are "
                 f"{', '.join(self.zones) or 'none'}; import a file with "
@@ -165,7 +165,8 @@ class RecordedCarbon:
         for file in files:
             if file not in self._loaded:
                 self._loaded[file] = load_carbon(file, basis=self.basis)
-        return [self._loaded[f] for f in files]
+        # An imported file of a few hours used to hide the zone's bundled 2023 data for every other hour.
+        return [self._loaded[f] for f in files] + bundled
 
     def intensity(self, zone: str, start: datetime, end: datetime) -> PriceSeries:
         """The recorded intensity of ``zone`` over ``[start, end)``, from the first file that covers it.
