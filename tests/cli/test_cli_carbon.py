@@ -28,6 +28,8 @@ def test_show_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert "2026-11-20 01:00          121" in out and "2026-11-20 03:00          123" in out
     assert "mean          122" in out and "min           121" in out and "max           123" in out
     assert "GB: 3 hour(s), recorded, from carbon GB_2026-11.csv (gCO2e/kWh, lca), recorded" in out
+    assert main([*argv, "--hours", "999999999"]) == 2  # a traceback (OverflowError) before
+    assert "--hours must be 1 to 8784 (a year), got 999999999" in capsys.readouterr().err
 
 
 def test_show_json_of_the_bundled_files(capsys: pytest.CaptureFixture[str]) -> None:

@@ -77,3 +77,14 @@ def test_a_recorded_file_missing_its_column_is_named() -> None:
         carbon_from_text("timestamp_utc,g\n2023-01-01T00:00:00Z,1\n", source="x.csv")
     with pytest.raises(ConfigurationError, match="carbon basis 'both'"):
         carbon_from_text("", source="x.csv", basis="both")
+
+
+def test_an_intensity_no_grid_has_is_refused_with_its_hour() -> None:
+    # 1e308 was imported, and every later sum over it raised decimal.InvalidOperation far from the file.
+    text = "timestamp_utc,g_co2eq_per_kwh_lca\n2023-01-01T00:00:00Z,100\n2023-01-01T01:00:00Z,1e308\n"
+    with pytest.raises(
+        InvalidPriceDataError, match=r"x\.csv: g_co2eq_per_kwh_lca 1E\+308 at 2023-01-01 01:00"
+    ):
+        carbon_from_text(text, source="x.csv")
+    for zone in ("GB", "DE-LU", "US-CAL-CISO", "AU-NSW"):  # the bundled years load, lca and direct
+        assert bundled_carbon(zone, "lca") and bundled_carbon(zone, "direct")

@@ -125,6 +125,10 @@ def test_electricity_jobs_use_power_draw() -> None:
         ({"deadline_hours": "1"}, "deadline_hours 1 is shorter than runtime_hours 2"),
         ({"submit_time": "2021-03-09T00:00:00"}, "submit_time 2021-03-09T00:00:00 has no time zone"),
         ({"runtime_hours": "0"}, "runtime_hours must be a number > 0, got '0'"),
+        (
+            {"deadline_hours": "1e9"},
+            r"deadline_hours must be at most 87600 \(ten years\), got '1e9'",
+        ),  # overflowed
         ({"checkpoint_minutes": "abc"}, "checkpoint_minutes must be a number >= 0, got 'abc'"),
         ({"region": ""}, "lacks region"),
         ({"priority": "urgent"}, "job 'nightly': priority 'urgent' is unknown; choose one of critical"),

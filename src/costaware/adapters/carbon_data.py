@@ -13,6 +13,7 @@ import csv
 import functools
 import io
 from datetime import timedelta
+from decimal import Decimal
 from importlib import resources
 from pathlib import Path
 
@@ -24,6 +25,10 @@ from costaware.core.series import PriceSeries
 #: Life-cycle intensity by default (what Electricity Maps and most reports use); ``direct`` counts combustion.
 INTENSITY_COLUMNS = {"lca": "g_co2eq_per_kwh_lca", "direct": "g_co2eq_per_kwh_direct"}
 _DATA = "data"
+
+
+#: The most gCO2e/kWh a recorded hour may hold: several times the dirtiest grid's (coal, ~1,000).
+MAX_G_PER_KWH = Decimal(5000)
 
 
 def carbon_from_text(text: str, *, source: str, basis: str = "lca") -> PriceSeries:
@@ -44,9 +49,18 @@ def carbon_from_text(text: str, *, source: str, basis: str = "lca") -> PriceSeri
             f"{reader.fieldnames!r} (expected timestamp_utc,{column})"
         )
     points = [(row["timestamp_utc"], row[column]) for row in reader]
-    return PriceSeries.from_points(
+    series = PriceSeries.from_points(
         points, name=f"carbon {source} (gCO2e/kWh, {basis})", max_gap=timedelta(hours=1)
     )
+    worst_at, worst = max(series.points, key=lambda point: point[1])
+    if worst > MAX_G_PER_KWH:
+        # 1e308 was accepted, and every sum over it then failed far from the file.
+        at = worst_at
+        raise InvalidPriceDataError(
+            f"{source}: {column} {worst} at {at:%Y-%m-%d %H:%M} UTC is not a grid's intensity (coal is about "
+            f"1,000 gCO2e/kWh; at most {MAX_G_PER_KWH} is taken): check the column's unit (grams per kWh)"
+        )
+    return series
 
 
 def load_carbon(path: str | Path, *, basis: str = "lca") -> PriceSeries:

@@ -38,8 +38,8 @@ def show(args: argparse.Namespace) -> int:
 
     from costaware.adapters.carbon_source import carbon_source
 
-    if args.hours < 1:
-        raise ConfigurationError(f"--hours must be >= 1, got {args.hours}")
+    if not 1 <= args.hours <= 8784:  # a year at most (999999999 overflowed the calendar)
+        raise ConfigurationError(f"--hours must be 1 to 8784 (a year), got {args.hours}")
     now = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
     start = args.start.astimezone(timezone.utc) if args.start is not None else now
     source = carbon_source(args.source)

@@ -28,7 +28,13 @@ _JOB_FIELDS = (
 )
 
 
-def _number(job: str, column: str, value: object, *, positive: bool = False) -> Decimal:
+#: The most hours a job's runtime or deadline may span: ten years (1e9 hours overflowed the calendar).
+MAX_JOB_HOURS = Decimal(87_600)
+
+
+def _number(
+    job: str, column: str, value: object, *, positive: bool = False, at_most: Decimal | None = None
+) -> Decimal:
     try:
         number = Decimal(str(value).strip())
     except (InvalidOperation, ValueError):
@@ -36,6 +42,10 @@ def _number(job: str, column: str, value: object, *, positive: bool = False) -> 
     if not number.is_finite() or number < 0 or (positive and number == 0):
         need = "a number > 0" if positive else "a number >= 0"
         raise ConfigurationError(f"job {job!r}: {column} must be {need}, got {value!r}")
+    if at_most is not None and number > at_most:
+        raise ConfigurationError(
+            f"job {job!r}: {column} must be at most {at_most} (ten years), got {value!r}"
+        )
     return number
 
 
@@ -135,8 +145,12 @@ class Job:
             instance_type=str(row["instance_type"]).strip(),
             region=str(row["region"]).strip(),
             submit_time=submit,
-            runtime_hours=_number(name, "runtime_hours", row["runtime_hours"], positive=True),
-            deadline_hours=_number(name, "deadline_hours", row["deadline_hours"], positive=True),
+            runtime_hours=_number(
+                name, "runtime_hours", row["runtime_hours"], positive=True, at_most=MAX_JOB_HOURS
+            ),
+            deadline_hours=_number(
+                name, "deadline_hours", row["deadline_hours"], positive=True, at_most=MAX_JOB_HOURS
+            ),
             checkpoint_minutes=_number(name, "checkpoint_minutes", row["checkpoint_minutes"]),
             restart_overhead_minutes=_number(
                 name, "restart_overhead_minutes", row["restart_overhead_minutes"]
