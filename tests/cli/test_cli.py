@@ -86,6 +86,8 @@ SET_BUDGET = ["budget", "set", "--scope", "project=x", "--period", "month"]
         ([*SET_BUDGET, "--cap-usd", "-1"], "zero or more"),
         ([*SET_BUDGET, "--cap-usd", "nan"], "finite"),
         (["budget", "set", "--scope", "project", "--period", "month", "--cap-usd", "1"], "not key=value"),
+        # An unset shell variable: it set a catch-all budget that gated every run.
+        (["budget", "set", "--scope", " ", "--period", "month", "--cap-usd", "1"], "or --scope '*' for a"),
         (["report", "--group-by", "week"], "cannot group by 'week'"),
         (["report", "--last-run"], "--last-run needs --dag-id"),
         (["prices", "show", "m5.lrage"], "did you mean m5.large"),

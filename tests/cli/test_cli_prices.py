@@ -32,6 +32,26 @@ def test_show_names_the_bundled_snapshot(ledger_url: str, capsys: pytest.Capture
     assert "on-demand: 0.476 USD/h from the bundled snapshot" in out
 
 
+def test_show_speaks_json_and_csv_too(
+    ledger_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # --format was ignored for a named type: the text came out, exit 0.
+    monkeypatch.setenv("AIRFLOW__COSTAWARE__DISCOUNTS", "team:ml=20")
+    argv = ["prices", "show", "m5n.2xlarge", "--region", "us-east-1", "--team", "ML-ops", "--format", "json"]
+    assert run(ledger_url, *argv) == 0
+    captured = capsys.readouterr()
+    shown = json.loads(captured.out)  # the unknown team's note goes to stderr, not into the JSON
+    assert (shown["on_demand_usd_per_hour"], shown["origin"], shown["vcpus"]) == (
+        "0.476000",
+        "bundled-snapshot",
+        8,
+    )
+    assert "no discount is configured for team 'ML-ops'" in captured.err
+    assert run(ledger_url, *argv[:-4], "--format", "csv") == 0
+    header, row = capsys.readouterr().out.splitlines()
+    assert header.startswith("instance_type,region,service,on_demand_usd_per_hour") and "0.476000" in row
+
+
 def test_show_with_a_team_applies_its_discount_and_names_an_unknown_team(
     ledger_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -136,6 +156,8 @@ def test_refresh_refused_by_aws_is_a_clear_error(
         (["prices", "show", "m5.large", "--region", "eu-wset-1"], "unknown region 'eu-wset-1'"),
         (["prices", "import", "missing.json"], "cannot read offer file 'missing.json'"),
         (["prices", "list", "--arch", "sparc"], "unknown architecture 'sparc'"),
+        (["prices", "list", "--limit", "-5"], "--limit must be 1 or more, got -5"),  # sliced rows off before
+        (["prices", "list", "--min-vcpus", "-1"], "--min-vcpus must be 0 or more, got -1"),
     ],
 )
 def test_bad_input(

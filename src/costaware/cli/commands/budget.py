@@ -14,7 +14,14 @@ from costaware.core.money import format_usd_exact
 def budget_set(args: argparse.Namespace) -> int:
     """Create or change a budget; the change goes into the audit trail under the current user."""
     from costaware.core.budgets import Period, Scope
+    from costaware.core.errors import InvalidBudgetError
 
+    if not str(args.scope).strip():
+        # Most likely an unset shell variable: it would set a budget over every run, gating all of them.
+        raise InvalidBudgetError(
+            "--scope is empty: give the tags the budget counts, e.g. --scope project=churn, or --scope '*' "
+            "for a budget over every run"
+        )
     ledger = open_ledger(args)
     budgets = ledger.budgets()
     existing = {(str(b.scope), b.period) for b in budgets}

@@ -7,6 +7,8 @@ Price List Query API (an Airflow AWS connection); ``import`` fills it from an of
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
@@ -80,13 +82,21 @@ def list_prices(args: argparse.Namespace) -> int:
     """Print the bundled snapshot's instance types that fit the filters, cheapest first."""
     from costaware.adapters.price_files import bundled_catalog
 
+    for flag, value, least in (
+        ("--limit", args.limit, 1),
+        ("--min-vcpus", args.min_vcpus, 0),
+        ("--min-memory-gib", args.min_memory_gib, 0),
+        ("--min-gpus", args.min_gpus, 0),
+    ):
+        if not value >= least:
+            raise ConfigurationError(f"{flag} must be {least} or more, got {value}")
     offers = bundled_catalog().instances(
         region=args.region,
         min_vcpus=args.min_vcpus,
         min_memory_gib=Decimal(str(args.min_memory_gib)),
         min_gpus=Decimal(str(args.min_gpus)),
         arch=args.arch,
-    )[: args.limit]
+    )[: args.limit]  # checked >= 1 above: a negative limit sliced rows off the end
     headers = ["instance type", "region", "vCPUs", "memory GiB", "GPUs", "GPU model", "arch", "USD/hour"]
     rows = [
         [
@@ -121,37 +131,71 @@ def _show(args: argparse.Namespace) -> int:
     now, ttl_hours = utcnow(), ttl_from_settings().total_seconds() / 3600
     figure = prices.figure(args.instance_type, args.region, args.service)
     catalog = prices.catalog
+    # What is shown, as lines for people and as one object for --format json (exact figures as text).
+    lines: list[str] = []
+    shown: dict[str, Any] = {
+        "instance_type": args.instance_type,
+        "region": args.region,
+        "service": args.service,
+        "on_demand_usd_per_hour": str(figure.usd_per_hour),
+        "origin": figure.origin,
+        "fetched_at": figure.fetched_at.isoformat() if figure.fetched_at else None,
+        "stale": figure.stale,
+    }
     if args.service == "ec2":
         try:
             offer = catalog.offer(args.instance_type, args.region)
             specs = f"{offer.vcpus} vCPUs, {offer.memory_gib} GiB" if offer.specs_known else "specs unknown"
             gpus = f", {offer.gpus} GPU(s) {offer.gpu_model}".rstrip() if offer.gpus else ""
             arch = f", {offer.arch}" if offer.arch else ""
-            print(f"{args.instance_type} in {args.region}: {specs}{gpus}{arch}")
+            lines.append(f"{args.instance_type} in {args.region}: {specs}{gpus}{arch}")
+            if offer.specs_known:
+                shown |= {"vcpus": offer.vcpus, "memory_gib": str(offer.memory_gib)}
+            shown |= {
+                "gpus": str(offer.gpus),
+                "gpu_model": offer.gpu_model or None,
+                "arch": offer.arch or None,
+            }
         except PriceNotFoundError:
-            print(f"{args.instance_type} in {args.region}:")
+            lines.append(f"{args.instance_type} in {args.region}:")
     else:
-        print(f"{args.instance_type} in {args.region} (SageMaker training):")
-    print(f"  on-demand: {plain(figure.usd_per_hour)} USD/h {describe(figure, now, ttl_hours)}")
+        lines.append(f"{args.instance_type} in {args.region} (SageMaker training):")
+    lines.append(f"  on-demand: {plain(figure.usd_per_hour)} USD/h {describe(figure, now, ttl_hours)}")
     discount = _discount(args)
     if discount is not None:
         from costaware.core.discounts import apply_discount
 
-        print(
-            f"  after the {discount.label} discount ({plain(discount.pct)}%): "
-            f"{plain(apply_discount(figure.usd_per_hour, discount))} USD/h"
+        discounted = apply_discount(figure.usd_per_hour, discount)
+        lines.append(
+            f"  after the {discount.label} discount ({plain(discount.pct)}%): {plain(discounted)} USD/h"
         )
+        shown |= {
+            "discount": discount.label,
+            "discount_pct": str(discount.pct),
+            "discounted_usd_per_hour": str(discounted),
+        }
     if args.service == "ec2":
         try:
             advice = catalog.spot_advice(args.instance_type, args.region)
             saving = Decimal(100 - advice.savings_pct) / 100
             estimate = (figure.usd_per_hour * saving).quantize(Decimal("0.000001"))
-            print(
+            lines.append(
                 f"  spot (advisor estimate): {plain(estimate)} USD/h, {advice.savings_pct}% saving, "
                 f"interruptions {advice.interruption_range} per month"
             )
+            shown |= {
+                "spot_estimate_usd_per_hour": str(estimate),
+                "spot_savings_pct": advice.savings_pct,
+                "spot_interruptions_per_month": advice.interruption_range,
+            }
         except CostawareError as e:
-            print(f"  spot: {e}")
+            lines.append(f"  spot: {e}")
+    if args.format == "json":
+        print(json.dumps(shown, indent=2))
+    elif args.format == "csv":
+        emit([list(shown.values())], "csv", headers=list(shown))
+    else:
+        print("\n".join(lines))
     return 0
 
 
@@ -166,7 +210,8 @@ def _discount(args: argparse.Namespace) -> Any:
         configured = f"teams with one: {', '.join(teams)}" if teams else "no team has one"
         print(
             f"  no discount is configured for team {args.team!r} ({configured}; see [costaware] discounts): "
-            "the prices shown are without a team discount"
+            "the prices shown are without a team discount",
+            file=sys.stdout if args.format == "table" else sys.stderr,  # never inside JSON or CSV
         )
     if not rules:
         return None
