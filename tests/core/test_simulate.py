@@ -168,6 +168,9 @@ def test_best_effort_jobs_may_finish_after_their_soft_deadline() -> None:
     assert best.met_deadline and best.late and best.spot_hours == pytest.approx(2)
     assert best.usd < by_job["normal"].usd
     assert report.summaries["deadline_aware"].late == 1
+    # A job that misses its deadline is a miss, not also late (spot_now waits for capacity past it).
+    missed = simulate([jobs[0]], data(prices, trace), ["spot_now"]).summaries["spot_now"]
+    assert (missed.deadline_misses, missed.late) == (1, 0)
     assert (
         Job.from_mapping(
             {

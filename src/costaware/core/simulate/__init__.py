@@ -87,8 +87,9 @@ def simulate(
             outcome = run_job(
                 policy, market, plan, job=job.name, priority=job.priority, restart_guard=restart_guard
             )
-            if outcome.finished_hours > float(job.deadline_hours):
-                # Only a best-effort job can get here without a miss: past its soft deadline.
+            if outcome.met_deadline and outcome.finished_hours > float(job.deadline_hours):
+                # Only a best-effort job is past its deadline without a miss: late. A miss is not also late
+                # (it was counted under both before).
                 outcome = replace(outcome, late=True)
             # The oracle's replay must cost what its solver promised; anything else is a simulator bug.
             if (
