@@ -107,8 +107,21 @@ def test_alerts_set_and_list(ledger_url: str, capsys: pytest.CaptureFixture[str]
     assert "80%, forecast; 1 notifier(s)" in capsys.readouterr().out
     assert main([*base, "list", "--format", "json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
-    assert row == {"budget": "project=churn/month", "thresholds": "80%,forecast", "notifiers": "SmtpNotifier",
-                   "sent": "-"}  # fmt: skip
+    smtp_class = "airflow.providers.smtp.notifications.smtp.SmtpNotifier"
+    assert row == {
+        "budget": "project=churn/month",
+        "thresholds": ["80%", "forecast"],
+        "notifiers": [smtp_class],
+        "sent": [],
+    }
+    # Back to the [costaware] defaults: said as such, not a blank cell that reads as "no alerts".
+    assert main([*base, "set", "--scope", "project=churn", "--period", "month", "--thresholds", ""]) == 0
+    capsys.readouterr()
+    assert main([*base, "list"]) == 0
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("project=churn")]
+    assert line.split()[1:3] == ["(defaults)", "SmtpNotifier"]
+    assert main([*base, "list", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["thresholds"] is None
 
 
 def test_alerts_set_changes_what_it_is_given_and_keeps_the_rest(

@@ -166,17 +166,28 @@ def alerts_list(args: argparse.Namespace) -> int:
     ledger = open_ledger(args, reading=True)
     rules = alert_rules(ledger)
     sent = alerts_sent(ledger)
-    rows = [
-        [
-            b.label,
-            ",".join(rules[b.label].thresholds or ()) if b.label in rules else "(defaults)",
-            ", ".join(n["class"].rsplit(".", 1)[-1] for n in (rules[b.label].notifiers or []))
-            if b.label in rules
-            else "(defaults)",
-            ", ".join(f"{t}@{p}" for name, p, t in sent if name == b.label) or "-",
-        ]
-        for b in ledger.budgets()
-    ]
-    payload = [dict(zip(("budget", "thresholds", "notifiers", "sent"), row, strict=True)) for row in rows]
+    rows, payload = [], []
+    for b in ledger.budgets():
+        rule = rules.get(b.label)
+        # None or empty: the [costaware] defaults apply (a blank cell read as "no alerts").
+        thresholds = list(rule.thresholds or ()) if rule is not None else []
+        notifiers = [n["class"] for n in (rule.notifiers or [])] if rule is not None else []
+        sent_here = [f"{t}@{p}" for name, p, t in sent if name == b.label]
+        rows.append(
+            [
+                b.label,
+                ",".join(thresholds) or "(defaults)",
+                ", ".join(n.rsplit(".", 1)[-1] for n in notifiers) or "(defaults)",
+                ", ".join(sent_here) or "-",
+            ]
+        )
+        payload.append(
+            {
+                "budget": b.label,
+                "thresholds": thresholds or None,
+                "notifiers": notifiers or None,
+                "sent": sent_here,
+            }
+        )
     emit(rows, args.format, headers=["budget", "thresholds", "notifiers", "sent"], payload=payload)
     return 0
