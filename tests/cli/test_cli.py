@@ -358,3 +358,21 @@ def test_a_read_of_a_ledger_file_that_does_not_exist_creates_none(
     assert main(["--ledger-url", f"sqlite:///{typo}", "budget", "set", "--scope", "project=x", "--period",
                  "month", "--cap-usd", "5"]) == 0  # fmt: skip
     assert typo.exists()
+
+
+def test_budget_show_names_the_per_run_budgets_it_cannot_show_without_a_run(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--ledger-url", ledger_url, "budget"]
+    assert main([*argv, "set", "--scope", "project=r", "--period", "run", "--cap-usd", "5"]) == 0
+    # Only a per-run budget: said so (it read "no budget covers scope 'project=r'", naming that budget).
+    assert main([*argv, "show", "--scope", "project=r"]) == 2
+    assert "only per-run budgets cover scope 'project=r' (project=r/run): give --run-id RUN" in (
+        capsys.readouterr().err
+    )
+    assert main([*argv, "set", "--scope", "project=r", "--period", "month", "--cap-usd", "50"]) == 0
+    capsys.readouterr()
+    assert main([*argv, "show", "--scope", "project=r"]) == 0
+    assert "per-run budget(s) project=r/run also apply: give --run-id" in capsys.readouterr().out
+    assert main([*argv, "show", "--scope", "project=r", "--run-id", "x"]) == 0
+    assert "project=r/run (run:x)" in capsys.readouterr().out

@@ -102,9 +102,22 @@ def budget_list(args: argparse.Namespace) -> int:
 def budget_show(args: argparse.Namespace) -> int:
     """Print cap, spent, reserved, left and the forecast of each budget covering ``--scope``."""
     from costaware.adapters.ledger.governance import NoSchedule
+    from costaware.core.budgets import Period, Scope
+    from costaware.core.errors import BudgetNotFoundError
 
     ledger = open_ledger(args, reading=True)
-    usages = ledger.usage(args.scope, run_id=args.run_id)
+    scope = Scope.parse(args.scope)
+    # A per-run budget has no usage without a run: said, rather than left out unsaid.
+    per_run = [b.label for b in ledger.budgets() if b.period == Period.RUN and b.scope.covers(scope)]
+    try:
+        usages = ledger.usage(args.scope, run_id=args.run_id)
+    except BudgetNotFoundError as e:
+        if args.run_id is None and per_run:
+            raise BudgetNotFoundError(
+                f"only per-run budgets cover scope {str(scope)!r} ({', '.join(per_run)}): give --run-id RUN "
+                "to see a run against them"
+            ) from e
+        raise
     forecasts = forecast_rows(ledger, usages, schedule=NoSchedule() if args.no_schedule else None)
     headers = ["budget", "cap", "spent", "reserved", "left", "forecast (low-high)"]
     rows = [
@@ -131,4 +144,6 @@ def budget_show(args: argparse.Namespace) -> int:
         for u, f in zip(usages, forecasts, strict=True)
     ]
     emit(rows, args.format, headers=headers, payload=payload)
+    if args.run_id is None and per_run and args.format == "table":
+        print(f"per-run budget(s) {', '.join(per_run)} also apply: give --run-id to see one run against them")
     return 0
