@@ -352,3 +352,20 @@ def test_cli_zones_fail_over(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert by_job["a"].spot_hours < by_job["a"].run_hours and by_job["both"].usd < by_job["a"].usd
     assert main([*base, "--zones", "us-east-1a"]) == 2
     assert "--zones item 'us-east-1a' must be ZONE=TRACE" in capsys.readouterr().err
+
+
+def test_a_power_job_needs_no_instance_type_or_region() -> None:
+    # docs/carbon.md's power jobs were refused: "job 'n1' lacks instance_type, region".
+    row = {
+        "name": "n1",
+        "power_kw": "6.5",
+        "submit_time": "2023-06-14T22:00:00Z",
+        "runtime_hours": "3",
+        "deadline_hours": "12",
+        "checkpoint_minutes": "30",
+        "restart_overhead_minutes": "5",
+    }
+    job = Job.from_mapping(row)
+    assert (job.power_kw, job.instance_type, job.region) == (Decimal("6.5"), "", "")
+    with pytest.raises(ConfigurationError, match=r"lacks instance_type, region; .*\(or power_kw instead of"):
+        Job.from_mapping({**row, "power_kw": ""})

@@ -113,17 +113,20 @@ class Job:
             ConfigurationError: a missing column or a bad value; the message names the job and the value.
         """
         name = str(row.get("name") or "").strip() or "<unnamed>"
-        missing = [c for c in _JOB_FIELDS if row.get(c) in (None, "")]
+        power = row.get("power_kw")
+        # A job with its own power (an on-premises box on power prices) has no instance type or region.
+        needed = [c for c in _JOB_FIELDS if power in (None, "") or c not in ("instance_type", "region")]
+        missing = [c for c in needed if row.get(c) in (None, "")]
         if missing:
             raise ConfigurationError(
-                f"job {name!r} lacks {', '.join(missing)}; every job needs {', '.join(_JOB_FIELDS)}"
+                f"job {name!r} lacks {', '.join(missing)}; every job needs {', '.join(needed)}"
+                + ("" if power not in (None, "") else " (or power_kw instead of instance_type and region)")
             )
         raw_time = str(row["submit_time"]).strip()
         try:
             submit = datetime.fromisoformat(raw_time.replace("Z", "+00:00"))
         except ValueError as e:
             raise ConfigurationError(f"job {name!r}: submit_time {raw_time!r} is not an ISO-8601 time") from e
-        power = row.get("power_kw")
         zone = str(row.get("availability_zone") or "").strip() or None
         priority = str(row.get("priority") or "").strip() or "normal"
         raw_zones = row.get("zones") or ()
@@ -142,8 +145,8 @@ class Job:
             )
         return cls(
             name=name,
-            instance_type=str(row["instance_type"]).strip(),
-            region=str(row["region"]).strip(),
+            instance_type=str(row.get("instance_type") or "").strip(),
+            region=str(row.get("region") or "").strip(),
             submit_time=submit,
             runtime_hours=_number(
                 name, "runtime_hours", row["runtime_hours"], positive=True, at_most=MAX_JOB_HOURS
