@@ -11,8 +11,9 @@ Each run replays one day of 2013 inside the team's off-peak window:
 7. ``retrain``          warm-starts the champion on the new day, or retrains in full when the data drifted;
 8. ``promote``          the candidate replaces the champion only if it is at least as good on the holdout.
 
-The costaware listener prices every task try into the ledger. Try it: ``make demo``, or
-``airflow dags test cost_aware_retrain 2013-02-01``, then
+The costaware listener prices every task try into the ledger. Try it: ``make demo``, or set the budget the
+spend gate reserves from (``costaware budget set --scope project=flight-delays --period month --cap-usd 25``),
+then ``airflow dags test cost_aware_retrain 2013-02-01`` and
 ``costaware report --dag-id cost_aware_retrain --last-run``.
 """
 
