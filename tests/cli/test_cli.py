@@ -100,6 +100,11 @@ SET_BUDGET = ["budget", "set", "--scope", "project=x", "--period", "month"]
         ([*SET_BUDGET, "--cap-usd", "99999999999999999999"], "is more than the ledger can store"),
         ([*SET_BUDGET, "--cap-usd", "5", "--cap-gpu-hours", "-1"], "a number of GPU-hours >= 0, got '-1'"),
         (["report", "--since", "2026-12-01", "--until", "2026-11-01"], "is not before --until"),
+        (
+            ["report", "--since", "2026-11-01", "--until", "2026-11-01"],
+            "the range is empty: --until is exclusive",
+        ),
+        (["cache", "evict", "--max-age-days", "-1"], "--max-age-days must be more than 0, got -1"),
     ],
 )
 def test_bad_input_is_a_clear_error_and_writes_nothing(

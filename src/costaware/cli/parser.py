@@ -50,7 +50,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if since is not None and until is not None and since >= until:
         print(
             f"costaware: error: --since {since.isoformat()} is not before --until {until.isoformat()}: "
-            "swap them",
+            + (
+                "the range is empty: --until is exclusive, give a later one"
+                if since == until
+                else "swap them"
+            ),
             file=sys.stderr,
         )
         return 2

@@ -49,7 +49,9 @@ def budget_set(args: argparse.Namespace) -> int:
         if current is not None and given is None and value is not None
     ]
     print(
-        f"budget '{budget.label}' set: {format_usd_exact(budget.cap_usd)} per {budget.period.value}{gpu}"
+        f"budget '{budget.label}' set: {format_usd_exact(budget.cap_usd)} "
+        + ("in total" if budget.period.value == "total" else f"per {budget.period.value}")
+        + gpu
         + (f" (kept its {' and '.join(kept)})" if kept else "")
     )
     scope = str(budget.scope)

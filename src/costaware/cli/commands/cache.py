@@ -43,6 +43,8 @@ def _policy(args: argparse.Namespace) -> Any:
 
     policies: list[Any] = []
     if args.max_age_days is not None:
+        if not args.max_age_days > 0:  # said as typed (it read "got -1 day, 0:00:00")
+            raise ConfigurationError(f"--max-age-days must be more than 0, got {args.max_age_days:g}")
         policies.append(MaxAgePolicy(timedelta(days=args.max_age_days)))
     if args.max_total_gb is not None:
         policies.append(MaxTotalSizePolicy(int(args.max_total_gb * 10**9)))
