@@ -105,7 +105,7 @@ def test_import_then_show_finds_it(home: Path, capsys: pytest.CaptureFixture[str
 def test_a_bad_file_writes_nothing(home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["carbon", "import", str(FIXTURES / "GB_bad.csv"), "--zone", "GB"]) == 2
     err = capsys.readouterr().err
-    assert "record 1: price 'not-a-number' is not a number; nothing was imported" in err
+    assert "record 1: intensity 'not-a-number' is not a number; nothing was imported" in err
     assert main(["carbon", "import", str(tmp_path / "missing.csv"), "--zone", "GB"]) == 2
     assert "cannot read carbon intensity file" in capsys.readouterr().err
     assert main(["carbon", "import", str(RECORDED), "--zone", "../GB"]) == 2

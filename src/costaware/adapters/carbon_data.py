@@ -50,7 +50,10 @@ def carbon_from_text(text: str, *, source: str, basis: str = "lca") -> PriceSeri
         )
     points = [(row["timestamp_utc"], row[column]) for row in reader]
     series = PriceSeries.from_points(
-        points, name=f"carbon {source} (gCO2e/kWh, {basis})", max_gap=timedelta(hours=1)
+        points,
+        name=f"carbon {source} (gCO2e/kWh, {basis})",
+        max_gap=timedelta(hours=1),
+        value_name="intensity",
     )
     worst_at, worst = max(series.points, key=lambda point: point[1])
     if worst > MAX_G_PER_KWH:

@@ -30,14 +30,16 @@ from costaware.core.money import MICRO_USD
 log = logging.getLogger(__name__)
 
 
-def _price(value: object, *, what: str, index: int, allow_negative: bool) -> Decimal:
+def _price(
+    value: object, *, what: str, index: int, allow_negative: bool, value_name: str = "price"
+) -> Decimal:
     try:
         price = value if isinstance(value, Decimal) else Decimal(str(value).strip())
     except (InvalidOperation, ValueError) as e:
-        raise InvalidPriceDataError(f"{what} record {index}: price {value!r} is not a number") from e
+        raise InvalidPriceDataError(f"{what} record {index}: {value_name} {value!r} is not a number") from e
     if not price.is_finite() or (price < 0 and not allow_negative):
         raise InvalidPriceDataError(
-            f"{what} record {index}: price {value!r} must be a finite number"
+            f"{what} record {index}: {value_name} {value!r} must be a finite number"
             + ("" if allow_negative else " >= 0")
         )
     return price
@@ -97,6 +99,7 @@ class PriceSeries:
         name: str,
         max_gap: timedelta | None = None,
         allow_negative: bool = False,
+        value_name: str = "price",
     ) -> PriceSeries:
         """Check, sort and de-duplicate ``(time, usd_per_hour)`` records.
 
@@ -106,13 +109,17 @@ class PriceSeries:
             name: What the series is, for messages.
             max_gap: Longest allowed time between consecutive records, or ``None`` for no limit.
             allow_negative: Accept prices below zero (wholesale electricity can go negative).
+            value_name: What a record's value is, for messages (a carbon file's is an ``intensity``).
 
         Raises:
             InvalidPriceDataError: no records, a naive or malformed time, a bad price, one time with two
                 prices, or a gap longer than ``max_gap``.
         """
         records = [
-            (_instant(t, what=name, index=i), _price(p, what=name, index=i, allow_negative=allow_negative))
+            (
+                _instant(t, what=name, index=i),
+                _price(p, what=name, index=i, allow_negative=allow_negative, value_name=value_name),
+            )
             for i, (t, p) in enumerate(points)
         ]
         if not records:
