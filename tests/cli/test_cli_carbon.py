@@ -106,6 +106,9 @@ def test_a_bad_file_writes_nothing(home: Path, tmp_path: Path, capsys: pytest.Ca
     assert main(["carbon", "import", str(FIXTURES / "GB_bad.csv"), "--zone", "GB"]) == 2
     err = capsys.readouterr().err
     assert "record 1: intensity 'not-a-number' is not a number; nothing was imported" in err
+    # Zones are looked up exactly: "gb" would never be read for GB.
+    assert main(["carbon", "import", str(RECORDED), "--zone", "gb"]) == 2
+    assert "zone 'gb': grid zone names are written 'GB'" in capsys.readouterr().err
     assert main(["carbon", "import", str(tmp_path / "missing.csv"), "--zone", "GB"]) == 2
     assert "cannot read carbon intensity file" in capsys.readouterr().err
     assert main(["carbon", "import", str(RECORDED), "--zone", "../GB"]) == 2

@@ -126,6 +126,11 @@ def _region_grids() -> dict[tuple[str, str], str]:
     return {(r["provider"], r["region"]): r["grid_zone"] for r in csv.DictReader(io.StringIO(text))}
 
 
+def known_grid_zones() -> list[str]:
+    """The grid zones costaware knows by name: the bundled years' and those of data/region_grids.csv."""
+    return sorted({*bundled_zones(), *_region_grids().values()})
+
+
 def grid_zone(region: str, provider: str = "aws") -> str | None:
     """The grid zone a cloud region draws from (``data/region_grids.csv``), or None when it is not mapped."""
     return _region_grids().get((provider, region))

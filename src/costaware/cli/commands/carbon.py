@@ -98,6 +98,12 @@ def import_file(args: argparse.Namespace) -> int:
         raise ConfigurationError(
             f"zone {args.zone!r} is not a grid zone name (e.g. GB, DE-LU: no '_', '/' or leading '.')"
         )
+    from costaware.adapters.carbon_data import known_grid_zones
+
+    known = {name.upper(): name for name in known_grid_zones()}
+    if zone not in known.values() and zone.upper() in known:
+        # Zones are looked up exactly: a file imported as "gb" would never be read for GB.
+        raise ConfigurationError(f"zone {zone!r}: grid zone names are written {known[zone.upper()]!r}")
     path = Path(args.file)
     try:
         data = path.read_bytes()
