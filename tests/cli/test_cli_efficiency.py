@@ -166,6 +166,11 @@ def test_a_run_with_several_models_is_listed_and_priced_once(
     costs = [line.split()[-1] for line in out.splitlines() if line.startswith("run1 ")]
     assert costs == ["$0.85", "(above)", "(above)"]
     assert "1 run(s), 0 promoted: $0.85 per run" in out
+    assert main(["--ledger-url", ledger_url, "runs", "show", "run1"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        out.count("entries (oldest first") == 1 and out.count("(the run's, listed under its first model") == 2
+    )
     assert main(["--ledger-url", ledger_url, "runs", "show", "nope"]) == 2
     assert "recent runs with outcomes: run1 (see" in capsys.readouterr().err  # once, not once a model
 

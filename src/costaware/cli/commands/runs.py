@@ -137,6 +137,7 @@ def show_run(args: argparse.Namespace) -> int:
         ]
         print(json.dumps(shown, indent=2, default=str))
         return 0
+    listed: set[tuple[str, str]] = set()
     for o in found:
         print(f"run {o.run_id} of DAG {o.dag_id}: model {o.model_version} (task {o.task_id or '-'})")
         print("outcome")
@@ -150,10 +151,16 @@ def show_run(args: argparse.Namespace) -> int:
             print(f"  trained on {o.training_rows} rows, {o.iterations} {o.iteration_unit}")
         print("cost")
         total = "-" if o.usd is None else format_usd_exact(o.usd)
-        print(f"  run total: {total} (every actual ledger entry of the run)")
+        if (o.dag_id, o.run_id) in listed:
+            # A run with several models (a tuning run's trials): its cost and entries are listed once.
+            print(f"  run total: {total} (the run's, listed under its first model above)")
+        else:
+            print(f"  run total: {total} (every actual ledger entry of the run)")
         if o.usd_per_unit_gain is not None:
             print(f"  {format_usd_exact(o.usd_per_unit_gain)} per unit of {o.metric} gained")
-        _print_entries(ledger.entries(dag_id=o.dag_id, run_id=o.run_id), o.dag_id, o.run_id)
+        if (o.dag_id, o.run_id) not in listed:
+            _print_entries(ledger.entries(dag_id=o.dag_id, run_id=o.run_id), o.dag_id, o.run_id)
+            listed.add((o.dag_id, o.run_id))
         print("reproducibility record" + (f" (digest {o.record.digest[:16]})" if o.record else ""))
         if o.record is None:
             print("  none: the retrain did not record one (ledger unreachable, or an older costaware)")
