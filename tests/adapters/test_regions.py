@@ -81,6 +81,14 @@ def test_local_and_declared_regions(tmp_path: Path) -> None:
         locate("bigquery://proj/ds/table", worker_region=None)
 
 
+@pytest.mark.parametrize("size", [-536870912000, 1.5, "lots", True])
+def test_a_declared_size_that_is_not_bytes_is_refused(size: object) -> None:
+    # A negative size priced the transfer at -$10 and wrote a negative egress entry.
+    uri = "https://x.example/data"
+    with pytest.raises(ConfigurationError, match=r"declared_bytes of 'https://x.example/data' is .*: give"):
+        locate(uri, worker_region=None, declared={uri: "eu-west-1"}, declared_bytes={uri: size})
+
+
 def test_estimate_egress_prices_bytes_times_transfer_price() -> None:
     catalog = bundled_catalog()
     placement = DataPlacement("s3://b/k", "eu-west-1", 10 * 2**30, 1, "head_bucket")

@@ -403,6 +403,11 @@ def test_sensors_and_waiting_tasks_are_priced_on_the_worker(tmp_path) -> None:  
         "market": "spot",
         "usd_per_hour": Decimal("0.25"),
     }
+    # Written as a user would: "$0.25" crashed the listener (Decimal("$0.25")) and the try's entry was lost.
+    retrain.usd_per_hour = "$0.25"
+    assert compute_of(retrain)["usd_per_hour"] == Decimal("0.25")
+    retrain.usd_per_hour = "cheap"  # a rate that is no amount: the try is still priced, from the catalog
+    assert compute_of(retrain)["usd_per_hour"] is None
 
 
 def test_a_run_whose_params_differ_from_the_defaults_is_audited_once_without_a_gate(

@@ -116,7 +116,14 @@ def locate(
             f"input {uri!r} is neither a local path nor s3://: declare its region in declared_regions="
             f"{{'{uri}': '<region>'}} and its size in declared_bytes={{'{uri}': <bytes>}}"
         )
-    return DataPlacement(uri, region, int(sizes[uri]), 1, "declared")
+    given = sizes[uri]
+    text = str(given).strip()
+    if isinstance(given, bool) or not (isinstance(given, int) or text.isdigit()) or int(text) < 0:
+        # A negative size priced the transfer below zero and wrote a negative egress entry.
+        raise ConfigurationError(
+            f"declared_bytes of {uri!r} is {given!r}: give its size as a whole number of bytes >= 0"
+        )
+    return DataPlacement(uri, region, int(text), 1, "declared")
 
 
 #: AWS bills data transfer per GB of 2**30 bytes.

@@ -13,6 +13,8 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any
 
+from costaware.core.errors import CostawareError
+from costaware.core.money import parse_usd
 from costaware.glue import pop_annotations, tags_for
 from costaware.settings import option
 
@@ -52,11 +54,19 @@ def compute_of(task: Any) -> dict[str, Any]:
             if value not in (None, ""):
                 declared[name] = value
     rate = declared.get("usd_per_hour")
+    if rate is not None:
+        try:
+            # As the operators parse it: "$0.192" crashed here with Decimal() and the try's entry was lost.
+            rate = parse_usd(rate, name="usd_per_hour")
+        except CostawareError as e:
+            # The try is still billed, at the catalog price of its instance: never lost for a bad rate.
+            log.warning("ignoring the task's usd_per_hour (%s): the try is priced from the catalog", e)
+            rate = None
     return {
         "instance_type": str(declared.get("instance_type") or option("worker_instance_type")),
         "region": str(declared.get("region") or option("worker_region")),
         "market": str(declared.get("market") or option("worker_market")),
-        "usd_per_hour": Decimal(str(rate)) if rate is not None else None,
+        "usd_per_hour": rate,
     }
 
 
