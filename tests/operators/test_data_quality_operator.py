@@ -101,6 +101,17 @@ def test_bad_batch_fails_with_a_readable_summary(tmp_path: Path) -> None:
     assert stored["result"]["success"] is False and len(stored["failures"]) == 3
 
 
+def test_a_misspelled_column_is_named_with_great_expectations_own_words(tmp_path: Path) -> None:
+    # GX nests the error of a missing column under the metric's key: it read "seen nothing (no result)".
+    _batch(tmp_path)
+    suite = {"name": "typo", "expectations": [{"type": "expect_column_values_to_not_be_null",
+                                               "kwargs": {"column": "carier"}}]}  # fmt: skip
+    with pytest.raises(AirflowFailException) as caught:
+        _run(tmp_path, suite)
+    line = next(line for line in str(caught.value).splitlines() if "column 'carier'" in line)
+    assert 'seen error: The column "carier" in BatchData does not exist.' in line, line
+
+
 def test_suite_from_json_file_and_from_code(tmp_path: Path) -> None:
     _batch(tmp_path)
     suite_file = tmp_path / "suite.json"

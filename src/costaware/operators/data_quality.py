@@ -127,6 +127,20 @@ def _short(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _raised(info: Mapping[str, Any]) -> list[str]:
+    """The messages of the exceptions an expectation raised.
+
+    GX 1.x gives them flat (``{"raised_exception": true, "exception_message": ...}``) or, for a metric that
+    failed (a column that does not exist), nested under one key per metric; both are read.
+    """
+    found = [info] if "raised_exception" in info else [n for n in info.values() if isinstance(n, Mapping)]
+    return [
+        str(item.get("exception_message")).removeprefix("Error: ")  # said once: the line says "error:"
+        for item in found
+        if item.get("raised_exception")
+    ]
+
+
 def failure_lines(result: Mapping[str, Any]) -> list[str]:
     """One readable line per failed expectation: which column, what was expected, what was seen."""
     lines = []
@@ -142,9 +156,7 @@ def failure_lines(result: Mapping[str, Any]) -> list[str]:
         expected = ", ".join(f"{k}={_short(v)}" for k, v in kwargs.items()) or "(no arguments)"
         details = item.get("result") or {}
         seen = [f"{k}={_short(details[k])}" for k in _SEEN_KEYS if k in details]
-        info = item.get("exception_info") or {}
-        if info.get("raised_exception"):
-            seen.append(f"error: {info.get('exception_message')}")
+        seen.extend(f"error: {message}" for message in _raised(item.get("exception_info") or {}))
         lines.append(
             f"{where}: {config.get('type')} expected {expected}; "
             f"seen {', '.join(seen) or 'nothing (no result)'}"
