@@ -104,7 +104,15 @@ SET_BUDGET = ["budget", "set", "--scope", "project=x", "--period", "month"]
             ["report", "--since", "2026-11-01", "--until", "2026-11-01"],
             "the range is empty: --until is exclusive",
         ),
-        (["cache", "evict", "--max-age-days", "-1"], "--max-age-days must be more than 0, got -1"),
+        (
+            ["cache", "evict", "--max-age-days", "-1"],
+            "--max-age-days must be more than 0 and at most 36500, got -1",
+        ),
+        (
+            ["cache", "evict", "--max-total-gb", "inf"],
+            "--max-total-gb must be 0 or more and at most",
+        ),  # traceback
+        (["cache", "gc", "--older-than-minutes", "-5"], "--older-than-minutes must be 0 or more"),
     ],
 )
 def test_bad_input_is_a_clear_error_and_writes_nothing(

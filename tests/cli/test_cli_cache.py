@@ -57,7 +57,7 @@ def test_list_and_show(store: FeatureStore, capsys: pytest.CaptureFixture[str]) 
         (["evict"], "say what to evict"),
         (["evict", "--max-entries", "0", "--key", KEYS[0]], "cannot be combined with --max-age-days"),
         (["evict", "--key", KEYS[0], "--key", "e" * 32], f"has no entry {'e' * 32}: nothing was evicted"),
-        (["evict", "--max-entries", "-1"], "max_entries must be zero or more, got -1"),
+        (["evict", "--max-entries", "-1"], "--max-entries must be 0 or more and at most 1e+12, got -1"),
         (["bill", "--usd-per-gb-month", "cheap"], "--usd-per-gb-month must be a number of USD"),
     ],
 )
