@@ -64,7 +64,24 @@ def _walk_local(root: Path) -> Iterator[tuple[str, os.stat_result]]:
 
 
 def _list_s3(location: Location, options: S3Options | None) -> list[dict[str, Any]]:
-    """Objects of an S3 object or prefix: ``Key``, ``Size``, ``ETag`` (``VersionId`` of a single object)."""
+    """Objects of an S3 object or prefix: ``Key``, ``Size``, ``ETag`` (``VersionId`` of a single object).
+
+    Raises:
+        ConfigurationError: no AWS credentials were found (a raw botocore traceback before).
+    """
+    from botocore.exceptions import NoCredentialsError, PartialCredentialsError
+
+    try:
+        return _list_s3_objects(location, options)
+    except (NoCredentialsError, PartialCredentialsError) as e:
+        raise ConfigurationError(
+            f"cannot list {location.uri}: {e}. Give the task's AWS connection (aws_conn_id, default "
+            "'aws_default') credentials allowed s3:ListBucket and s3:GetObject, or set them in the worker's "
+            "environment"
+        ) from e
+
+
+def _list_s3_objects(location: Location, options: S3Options | None) -> list[dict[str, Any]]:
     from botocore.exceptions import ClientError
 
     client = s3_client(options)
