@@ -349,7 +349,7 @@ def require_s3(backend: str, **uris: str | None) -> None:
 
     Args:
         backend: The backend name.
-        **uris: The locations by the argument name a user sets, e.g. ``checkpoint_store="s3://ml/ckpt"``;
+        **uris: The locations by the argument name a user sets, e.g. ``checkpoint_store="s3://ml-team/ckpt"``;
             empty ones are not checked.
 
     Raises:
