@@ -269,3 +269,19 @@ def test_with_on_demand_overlays_prices(catalog: PriceCatalog) -> None:
     assert (moved.vcpus, moved.memory_gib, moved.usd_per_hour) == (8, Decimal(32), Decimal(2))
     assert updated.offer("new", "us-east-1").specs_known is False
     assert updated.spot_advice("type-a", "us-east-1") == catalog.spot_advice("type-a", "us-east-1")
+
+
+def test_burstable_types_are_left_out_unless_named() -> None:
+    # A 2-hour retrain on t4g ran out of CPU credits; the efficiency advice already left the t family out.
+    table = (
+        "region,instance_type,vcpus,memory_gib,gpus,arch,usd_per_hour\n"
+        "us-east-1,c6i.xlarge,4,8,0,x86_64,0.17\n"
+        "us-east-1,t3.xlarge,4,16,0,x86_64,0.1664\n"
+    )
+    catalog = PriceCatalog.from_csv_text(table)
+    job = RightSizeJob(memory_gib=Decimal(4), fallback_hours=2.0, markets=ON_DEMAND)
+    decision = right_size(catalog, job, region="us-east-1")
+    assert decision.choice.instance_type == "c6i.xlarge"
+    assert ("t3.xlarge", "burstable CPU (t family): throttled once its credits run out") in decision.rejected
+    named = right_size(catalog, job, region="us-east-1", instance_types=["t3.xlarge", "c6i.xlarge"])
+    assert named.choice.instance_type == "t3.xlarge"  # asked for by name: the user's call

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import difflib
 import io
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
@@ -21,6 +22,10 @@ TRANSFER_COLUMNS = ("src_region", "dst_region", "usd_per_gb")
 INTERNET = "internet"
 #: Processor architectures as EC2 names them, with the other spellings users type.
 ARCH_ALIASES = {"x86_64": "x86_64", "amd64": "x86_64", "x86": "x86_64", "arm64": "arm64", "aarch64": "arm64"}
+
+
+#: Families whose CPU is burstable (credits): a sustained training would be throttled once they run out.
+BURSTABLE = re.compile(r"^t\d[a-z]*\.")
 
 
 def normalize_arch(arch: str) -> str:

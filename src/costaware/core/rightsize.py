@@ -20,7 +20,7 @@ from costaware.core.checkpoint_interval import mean_seconds_between_interruption
 from costaware.core.errors import ConfigurationError, PriceNotFoundError
 from costaware.core.ledger import Market
 from costaware.core.money import MICRO_USD
-from costaware.core.prices import InstanceOffer, PriceCatalog, normalize_arch
+from costaware.core.prices import BURSTABLE, InstanceOffer, PriceCatalog, normalize_arch
 
 #: Mid-points of the Spot Instance Advisor's interruption ranges (shares of instances interrupted in a month).
 INTERRUPTION_MIDPOINTS = {"<5%": 0.025, "5-10%": 0.075, "10-15%": 0.125, "15-20%": 0.175, ">20%": 0.25}
@@ -291,6 +291,12 @@ def right_size(
     for offer in offers:
         if not offer.specs_known:
             rejected.append((offer.instance_type, "the price snapshot has no vCPU and memory figures for it"))
+            continue
+        if instance_types is None and BURSTABLE.match(offer.instance_type):
+            # Its CPU credits run out in a sustained training (list it in instance_types to consider it).
+            rejected.append(
+                (offer.instance_type, "burstable CPU (t family): throttled once its credits run out")
+            )
             continue
         if offer.memory_gib < job.memory_gib:
             rejected.append((offer.instance_type, f"{offer.memory_gib} GiB < {job.memory_gib} GiB needed"))

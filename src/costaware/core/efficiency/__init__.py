@@ -14,7 +14,6 @@ task's run frequency. Pure: callers pass the catalog and the measurements. The p
 from __future__ import annotations
 
 from costaware.core.efficiency.advice import (
-    BURSTABLE,
     DAYS_PER_MONTH,
     Advice,
     advise,
@@ -23,6 +22,7 @@ from costaware.core.efficiency.advice import (
 )
 from costaware.core.efficiency.measurement import GIB, Measurement, utilization_by_task
 from costaware.core.efficiency.requirements import Requirements, measured_requirements, sized_needs
+from costaware.core.prices import BURSTABLE  # re-exported: the advice's rule, shared with right-sizing
 
 __all__ = [
     "BURSTABLE",

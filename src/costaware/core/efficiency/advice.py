@@ -8,7 +8,6 @@ measurements.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -19,11 +18,9 @@ from costaware.core.efficiency.requirements import Requirements, measured_requir
 from costaware.core.errors import ConfigurationError, PriceNotFoundError
 from costaware.core.ledger import Market
 from costaware.core.money import MICRO_USD, format_usd
-from costaware.core.prices import InstanceOffer, PriceCatalog
+from costaware.core.prices import BURSTABLE, InstanceOffer, PriceCatalog
 
 DAYS_PER_MONTH = 730 / 24
-#: Families whose CPU is burstable (credits): a sustained retrain would be throttled, so not suggested.
-BURSTABLE = re.compile(r"^t\d[a-z]*\.")
 
 
 @dataclass(frozen=True, slots=True)
