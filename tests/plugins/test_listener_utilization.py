@@ -116,6 +116,22 @@ def test_remote_annotation_needs_a_backend_name() -> None:
         annotate_utilization(fake_ti(), backend="")
 
 
+@pytest.mark.parametrize(
+    ("figure", "message"),
+    [
+        ({"peak_memory_gib": "3GiB"}, "peak_memory_gib must be a number >= 0, got '3GiB'"),
+        ({"wall_seconds": 0}, "wall_seconds must be a number > 0, got 0"),
+        ({"cpu_seconds": float("nan")}, "cpu_seconds must be a number >= 0, got nan"),
+    ],
+)
+def test_remote_figures_that_are_not_numbers_are_refused_where_they_are_given(
+    figure: dict[str, object], message: str
+) -> None:
+    # "3GiB" dropped the whole utilization record later, logging only "[<class 'decimal.ConversionSyntax'>]".
+    with pytest.raises(ValueError, match=message):
+        annotate_utilization(fake_ti(), backend="sagemaker", **figure)  # type: ignore[arg-type]
+
+
 def test_runs_per_month_from_the_dag_schedule() -> None:
     from airflow.sdk import DAG
 

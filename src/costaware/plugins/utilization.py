@@ -8,6 +8,7 @@ figures with :func:`annotate_utilization`. See docs/efficiency.md.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
@@ -57,11 +58,21 @@ def annotate_utilization(
     """
     if not backend:
         raise ValueError("annotate_utilization needs the backend's name, e.g. backend='sagemaker'")
+    figures = {"cpu_seconds": cpu_seconds, "wall_seconds": wall_seconds, "peak_memory_gib": peak_memory_gib}
+    for name, value in figures.items():
+        # Checked here, where the caller sees it: "3GiB" dropped the whole record later, with a cryptic log.
+        number = value if isinstance(value, int | float) and not isinstance(value, bool) else None
+        if value is not None and (
+            number is None
+            or not math.isfinite(number)
+            or number < 0
+            or (name == "wall_seconds" and number == 0)
+        ):
+            least = "> 0" if name == "wall_seconds" else ">= 0"
+            raise ValueError(f"annotate_utilization: {name} must be a number {least}, got {value!r}")
     _REMOTE[_key(ti)] = {
         "backend": str(backend),
-        "cpu_seconds": cpu_seconds,
-        "wall_seconds": wall_seconds,
-        "peak_memory_gib": peak_memory_gib,
+        **figures,
         "metrics": dict(metrics or {}),
     }
 
