@@ -113,6 +113,7 @@ SET_BUDGET = ["budget", "set", "--scope", "project=x", "--period", "month"]
             "--max-total-gb must be 0 or more and at most",
         ),  # traceback
         (["cache", "gc", "--older-than-minutes", "-5"], "--older-than-minutes must be 0 or more"),
+        (["runs", "list", "--limit", "0"], "--limit must be 1 or more, got 0"),  # said "no outcomes yet"
     ],
 )
 def test_bad_input_is_a_clear_error_and_writes_nothing(

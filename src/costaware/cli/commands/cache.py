@@ -164,9 +164,8 @@ def bill(args: argparse.Namespace) -> int:
     charges = store.bill_storage(open_ledger(args).record, usd_per_gb_month=_price(args))
     total = sum((c.usd for c in charges), Decimal(0))
     summary = {"entries": len(charges), "usd": str(total)}
-    emit_summary(
-        summary, args.format, f"recorded storage of {len(charges)} entries: {format_usd_exact(total)}"
-    )
+    entries = f"{len(charges)} entr{'y' if len(charges) == 1 else 'ies'}"
+    emit_summary(summary, args.format, f"recorded storage of {entries}: {format_usd_exact(total)}")
     return 0
 
 

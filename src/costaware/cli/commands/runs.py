@@ -8,6 +8,7 @@ from typing import Any
 
 from costaware.cli.arguments import open_ledger
 from costaware.cli.output import emit
+from costaware.core.errors import CostawareError
 from costaware.core.money import format_usd_exact
 
 
@@ -20,6 +21,8 @@ def list_runs(args: argparse.Namespace) -> int:
     from costaware.adapters.ledger.efficiency import outcomes
     from costaware.core.outcomes import summarize
 
+    if args.limit < 1:  # 0 read "no retrain outcomes yet", and -1 listed everything
+        raise CostawareError(f"--limit must be 1 or more, got {args.limit}")
     found = outcomes(open_ledger(args, reading=True), dag_id=args.dag_id, limit=args.limit)
     headers = ["run", "model", "metric", "value", "champion", "promoted", "rows", "trained", "cost"]
     table = []
