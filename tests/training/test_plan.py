@@ -246,11 +246,18 @@ def test_a_plan_without_a_watch_has_no_price_watch() -> None:
         price_watch(state, "pause", poll_interval=30)
 
 
-def test_an_attempt_may_run_until_the_deadline() -> None:
+def test_an_attempt_may_run_until_the_deadline_and_the_fallback_until_it_finishes() -> None:
     plan = plan_of(PlanArguments()).plan
-    assert job_seconds_left(plan, NOW) == 10 * 3600
-    assert job_seconds_left(plan, DEADLINE + timedelta(hours=1)) == 60  # never below a minute
-    assert job_seconds_left(replace(plan, deadline=None), NOW) == 86400
+    assert job_seconds_left(plan, NOW, "spot") == 10 * 3600
+    assert job_seconds_left(plan, DEADLINE - timedelta(seconds=5), "spot") == 60  # never below a minute
+    assert job_seconds_left(replace(plan, deadline=None), NOW, "spot") == 86400
+    # On-demand, or past the deadline: at least a day. A past deadline gave SageMaker, Batch and Kubernetes
+    # jobs 60 s, so the on-demand fallback was killed, billed and retried without ever finishing.
+    assert job_seconds_left(plan, NOW, "on_demand") == 86400
+    assert job_seconds_left(plan, DEADLINE + timedelta(hours=1), "on_demand") == 86400
+    assert job_seconds_left(plan, DEADLINE + timedelta(hours=1), "spot") == 86400
+    # A deadline in 2099 asked SageMaker for 72 years: capped at its default quota of 5 days.
+    assert job_seconds_left(plan, DEADLINE - timedelta(days=365), "spot") == 5 * 86400
 
 
 # -- TrainingSpec ------------------------------------------------------------------------------------------

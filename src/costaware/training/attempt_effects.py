@@ -42,7 +42,7 @@ def job_request(
 
     plan = state.plan
     attempt = state.next_attempt
-    seconds = job_seconds_left(plan, now)
+    seconds = job_seconds_left(plan, now, market)
     output_uri, result_uri = attempt_uris(plan.model_store, plan.base_name, attempt)
     return JobRequest(
         job_name=job_name(plan.base_name, attempt),

@@ -387,10 +387,25 @@ def watched_trace(availability: str | Mapping[str, str] | None, zone: str | None
     return str(chosen) if chosen is not None else None
 
 
-def job_seconds_left(plan: RemotePlan, now: datetime) -> int:
-    """The longest an attempt may run (and wait for spot): until the deadline, a day without one, >= 60 s."""
-    budget = int((plan.deadline - now).total_seconds()) if plan.deadline else 86400
-    return max(60, budget)
+#: An attempt's time limit without a deadline, and the least an on-demand attempt gets.
+DAY_SECONDS = 86_400
+#: The most any attempt is given: SageMaker's default quota on MaxRuntimeInSeconds (5 days); a later
+#: deadline would be refused by AWS as a whole request.
+MAX_JOB_SECONDS = 5 * DAY_SECONDS
+
+
+def job_seconds_left(plan: RemotePlan, now: datetime, market: str = "spot") -> int:
+    """The longest an attempt may run (and, on spot, wait for capacity).
+
+    A spot attempt: until the deadline (then the on-demand fallback takes over), a day without one, at least
+    60 s. An on-demand attempt, and any attempt once the deadline has passed: at least a day. Cut at the
+    deadline, the fallback would lose all its work and bill it again on every retry (a past deadline gave
+    SageMaker, Batch and Kubernetes jobs 60 s). Never more than :data:`MAX_JOB_SECONDS`.
+    """
+    left = int((plan.deadline - now).total_seconds()) if plan.deadline else DAY_SECONDS
+    if market != "spot" or left <= 0:
+        left = max(left, DAY_SECONDS)
+    return min(MAX_JOB_SECONDS, max(60, left))
 
 
 def _decided_on_demand(args: PlanArguments, decision: SpotDecision) -> str:
