@@ -163,3 +163,13 @@ def test_batch_refuses_a_local_store_before_submitting(aws: str) -> None:
     with pytest.raises(ConfigurationError, match="AWS Batch jobs need an s3:// model_store, got '/models'"):
         backend.submit(request(model_store="/models"))
     assert aws_client("batch", aws).list_jobs(jobQueue=queues["on_demand_queue"])["jobSummaryList"] == []
+
+
+def test_a_required_backend_option_left_out_is_named() -> None:
+    # It read as a Python signature error: "__init__() missing 1 required keyword-only argument: 'role_arn'".
+    from costaware.adapters.compute.base import check_backend_options
+    from costaware.core.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="the sagemaker backend needs backend_options 'role_arn'"):
+        check_backend_options("sagemaker", {"output_s3_uri": "s3://ml-team/out"})
+    check_backend_options("local", {})  # every option of the local backend has a default

@@ -174,7 +174,11 @@ def test_zones_a_plan_cannot_honour_are_refused_before_any_job(
 ) -> None:
     op = operator(tmp_path, **kwargs)
     if kwargs.get("backend") == "sagemaker":
-        op.backend_options = {"role_arn": "arn:aws:iam::123456789012:role/x", "image_uri": "i"}
+        op.backend_options = {
+            "role_arn": "arn:aws:iam::123456789012:role/x",
+            "image_uri": "i",
+            "output_s3_uri": "s3://m/out",
+        }
         op.model_store = "s3://m/models"
         op.checkpoint_store = "s3://m/ckpt"
         op.spec_uri = "s3://m/spec.json"

@@ -551,7 +551,8 @@ def check_backend_options(name: str, options: Mapping[str, Any]) -> None:
     """Refuse an option backend ``name`` does not take, naming it, the closest option and all of them.
 
     Raises:
-        ConfigurationError: an unknown option (a typo would otherwise be a bare ``__init__`` TypeError).
+        ConfigurationError: an unknown option (a typo would otherwise be a bare ``__init__`` TypeError), or
+            a required one left out.
     """
     import difflib
     import inspect
@@ -568,3 +569,16 @@ def check_backend_options(name: str, options: Mapping[str, Any]) -> None:
                 f"backend_options {option!r} is not an option of the {name} backend{hint}; it takes "
                 f"{', '.join(accepted)}"
             )
+    # A required option left out read as a Python signature error ("__init__() missing 1 required ...").
+    required = [
+        n
+        for n, p in parameters.items()
+        if p.default is inspect.Parameter.empty
+        and p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
+    missing = [n for n in required if n not in options]
+    if missing:
+        raise ConfigurationError(
+            f"the {name} backend needs backend_options {', '.join(repr(n) for n in missing)} (see "
+            "docs/remote-training.md)"
+        )
