@@ -264,7 +264,13 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             try:
                 paused = watch_event(self.price_watch, self.state, now=now)
             except Exception as e:  # a price feed that fails must not stop the watch over the training
-                self.log.warning("cannot read the spot price (%s: %s); the job runs on", type(e).__name__, e)
+                # The error's own "the task is retried" is not so here: the watch reads again next poll.
+                self.log.warning(
+                    "cannot read the spot price (%s: %s); the job runs on, and the price is read again at "
+                    "the next poll",
+                    type(e).__name__,
+                    str(e).removesuffix("; the task is retried"),
+                )
                 return None
             if paused is not None:
                 return {**paused, "job": status.to_dict(), "seen_at": now.isoformat()}
