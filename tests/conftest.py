@@ -48,6 +48,16 @@ def clock(request: pytest.FixtureRequest) -> Iterator[object]:
 
 
 @pytest.fixture
+def no_aws_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A machine with no AWS credentials anywhere boto3 looks (environment, files, instance metadata)."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no wait on an instance role that is not there
+
+
+@pytest.fixture
 def ledger_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'ledger.db'}"
 

@@ -141,15 +141,9 @@ def test_read_frame_parquet_and_csv(tmp_path: Path, moto_endpoint: str) -> None:
     assert read_frame(f"s3://{bucket}/t", opts)["b"].tolist() == ["x", "y", "z"]
 
 
-def test_s3_without_credentials_says_what_to_give(
-    moto_endpoint: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+@pytest.mark.usefixtures("no_aws_credentials")
+def test_s3_without_credentials_says_what_to_give(moto_endpoint: str) -> None:
     # The data-locality snippet on a machine without AWS credentials ended in a raw botocore traceback.
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     options = S3Options(region="us-east-1", endpoint_url=moto_endpoint)
     with pytest.raises(
         ConfigurationError, match=r"cannot list s3://ml-data/flights: Unable to locate credentials\. Give"

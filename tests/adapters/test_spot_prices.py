@@ -279,15 +279,11 @@ def test_live_prices_follow_next_token_cache_and_keep_linux(
     assert live.history(["m5.large"], start=start, end=end) is not history and RecordedEc2.requests == 18
 
 
+@pytest.mark.usefixtures("no_aws_credentials")
 def test_live_prices_without_credentials_say_what_to_do(
-    monkeypatch: pytest.MonkeyPatch, recorded_ec2: str, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, recorded_ec2: str
 ) -> None:
     # A hurried user's first DAG: no prices= and no AWS credentials anywhere (was a raw botocore traceback).
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     conn = {"conn_type": "aws", "extra": {"region_name": "us-east-1", "endpoint_url": recorded_ec2}}
     monkeypatch.setenv("AIRFLOW_CONN_NO_KEYS", json.dumps(conn))
     spot_prices.clear_cache()
