@@ -342,6 +342,8 @@ def test_a_step_interval_is_refused_for_a_command(tmp_path: Path) -> None:
             {"model_store": "file://data/m"},
             "names the host 'data': a file URI takes three slashes, file:///data/m",
         ),
+        # What {{ params.nope }} renders to: it read as the relative path "None" with an absolute one offered.
+        ({"model_store": "None"}, "model_store rendered to 'None': its template names nothing"),
     ],
 )
 def test_a_store_written_wrong_fails_when_the_dag_is_parsed(

@@ -413,6 +413,12 @@ def require_usable_locations(
         if not uri:
             continue
         text = str(uri).strip()
+        if text == "None":
+            # A template that rendered nothing ({{ params.nope }}) read as a relative path named "None".
+            raise ConfigurationError(
+                f"{what} rendered to {text!r}: its template names nothing (a param or XCom that is not set); "
+                "give a location"
+            )
         parsed = urlparse(text)
         if parsed.scheme == "s3":
             if not parsed.netloc:
