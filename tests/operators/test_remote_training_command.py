@@ -379,3 +379,10 @@ def test_a_typo_in_backend_options_fails_before_any_money_or_job(tmp_path: Path,
     )
     assert not (tmp_path / "jobs").exists()
     assert entries(ledger) == [] and ledger.open_reservations() == []
+
+
+@pytest.mark.parametrize("attempts", [True, 0, "3"])
+def test_max_attempts_must_be_a_whole_number(tmp_path: Path, attempts: object) -> None:
+    # True was taken as 1 attempt.
+    with pytest.raises(ConfigurationError, match=f"max_attempts must be an integer >= 1, got {attempts!r}"):
+        operator(tmp_path, "ok", max_attempts=attempts)

@@ -243,7 +243,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
                 f"zones={kwargs['zones']!r})"
             )
         super().__init__(**kwargs)
-        if not isinstance(max_attempts, int) or max_attempts < 1:
+        if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
             raise ConfigurationError(f"max_attempts must be an integer >= 1, got {max_attempts!r}")
         if (
             isinstance(poll_interval, bool)
