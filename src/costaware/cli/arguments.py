@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from costaware.cli.output import FORMATS
 from costaware.core.budgets import Period
+from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import GROUP_BYS
 
 if TYPE_CHECKING:
@@ -116,6 +118,21 @@ def when(text: str) -> datetime:
     if value.tzinfo is None:
         raise argparse.ArgumentTypeError(f"{text!r} has no time zone: add one, e.g. {text}+00:00")
     return value
+
+
+def check_range(
+    flag: str, value: float, *, low: float, high: float | None = None, low_included: bool = True
+) -> None:
+    """Refuse ``value`` below ``low`` (or at it, unless ``low_included``), above ``high``, or not finite.
+
+    Raises:
+        ConfigurationError: named with the flag and the value as typed (a timedelta or a slice of it is not).
+    """
+    above_low = value >= low if low_included else value > low
+    if not (math.isfinite(value) and above_low and (high is None or value <= high)):
+        least = f"{low:g} or more" if low_included else f"more than {low:g}"
+        most = "" if high is None else f" and at most {high:g}"
+        raise ConfigurationError(f"{flag} must be {least}{most}, got {value:g}")
 
 
 def lowercase(text: str) -> str:

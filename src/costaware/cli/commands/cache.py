@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
-from costaware.cli.arguments import open_ledger
+from costaware.cli.arguments import check_range, open_ledger
 from costaware.cli.output import emit, emit_summary
 from costaware.core.errors import ConfigurationError
 from costaware.core.money import format_usd_exact
@@ -34,14 +33,6 @@ def _price(args: argparse.Namespace) -> Decimal:
     return parse_usd(args.usd_per_gb_month, name="--usd-per-gb-month")
 
 
-def _check_number(flag: str, value: float, *, low: float, high: float, low_included: bool = False) -> None:
-    """Refuse ``value`` outside ``low``..``high`` (or not a finite number), naming the flag and the value."""
-    above_low = value >= low if low_included else value > low
-    if not (math.isfinite(value) and above_low and value <= high):
-        least = f"{low:g} or more" if low_included else f"more than {low:g}"
-        raise ConfigurationError(f"{flag} must be {least} and at most {high:g}, got {value:g}")
-
-
 def _policy(args: argparse.Namespace) -> Any:
     from costaware.core.cache_policy import (
         CombinedPolicy,
@@ -53,13 +44,13 @@ def _policy(args: argparse.Namespace) -> Any:
     policies: list[Any] = []
     if args.max_age_days is not None:
         # Said as typed (-1 read "got -1 day, 0:00:00"); inf, nan and 1e400 were tracebacks.
-        _check_number("--max-age-days", args.max_age_days, low=0, high=36_500)
+        check_range("--max-age-days", args.max_age_days, low=0, high=36_500, low_included=False)
         policies.append(MaxAgePolicy(timedelta(days=args.max_age_days)))
     if args.max_total_gb is not None:
-        _check_number("--max-total-gb", args.max_total_gb, low=0, high=10**9, low_included=True)
+        check_range("--max-total-gb", args.max_total_gb, low=0, high=10**9)
         policies.append(MaxTotalSizePolicy(int(args.max_total_gb * 10**9)))
     if args.max_entries is not None:
-        _check_number("--max-entries", args.max_entries, low=0, high=10**12, low_included=True)
+        check_range("--max-entries", args.max_entries, low=0, high=10**12)
         policies.append(LeastRecentlyUsedPolicy(args.max_entries))
     if not policies and not args.key:
         raise ConfigurationError("say what to evict: --max-age-days, --max-total-gb, --max-entries or --key")
@@ -172,7 +163,7 @@ def bill(args: argparse.Namespace) -> int:
 def collect_garbage(args: argparse.Namespace) -> int:
     """Delete what killed writers left behind."""
     # A cutoff in the future would also take the staging folders of writers still running (0: none is).
-    _check_number("--older-than-minutes", args.older_than_minutes, low=0, high=10**7, low_included=True)
+    check_range("--older-than-minutes", args.older_than_minutes, low=0, high=10**7)
     removed = _store(args).collect_garbage(older_than=timedelta(minutes=args.older_than_minutes))
     emit_summary({"removed": removed}, args.format, f"removed {removed} leftovers")
     return 0

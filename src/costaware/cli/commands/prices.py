@@ -14,7 +14,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from costaware.cli.arguments import open_ledger
+from costaware.cli.arguments import check_range, open_ledger
 from costaware.cli.output import emit
 from costaware.core.errors import (
     ConfigurationError,
@@ -82,14 +82,13 @@ def list_prices(args: argparse.Namespace) -> int:
     """Print the bundled snapshot's instance types that fit the filters, cheapest first."""
     from costaware.adapters.price_files import bundled_catalog
 
-    for flag, value, least in (
-        ("--limit", args.limit, 1),
-        ("--min-vcpus", args.min_vcpus, 0),
-        ("--min-memory-gib", args.min_memory_gib, 0),
-        ("--min-gpus", args.min_gpus, 0),
+    check_range("--limit", args.limit, low=1)
+    for flag, value in (
+        ("--min-vcpus", args.min_vcpus),
+        ("--min-memory-gib", args.min_memory_gib),
+        ("--min-gpus", args.min_gpus),
     ):
-        if not value >= least:
-            raise ConfigurationError(f"{flag} must be {least} or more, got {value}")
+        check_range(flag, value, low=0)
     offers = bundled_catalog().instances(
         region=args.region,
         min_vcpus=args.min_vcpus,
