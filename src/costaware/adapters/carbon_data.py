@@ -55,10 +55,9 @@ def carbon_from_text(text: str, *, source: str, basis: str = "lca") -> PriceSeri
         max_gap=timedelta(hours=1),
         value_name="intensity",
     )
-    worst_at, worst = max(series.points, key=lambda point: point[1])
+    at, worst = max(series.points, key=lambda point: point[1])
     if worst > MAX_G_PER_KWH:
         # 1e308 was accepted, and every sum over it then failed far from the file.
-        at = worst_at
         raise InvalidPriceDataError(
             f"{source}: {column} {worst} at {at:%Y-%m-%d %H:%M} UTC is not a grid's intensity (coal is about "
             f"1,000 gCO2e/kWh; at most {MAX_G_PER_KWH} is taken): check the column's unit (grams per kWh)"

@@ -42,10 +42,10 @@ _AWS_REGION = re.compile(
     r"-(north|south|east|west|central|northeast|southeast|northwest|southwest)-\d+$",
     re.IGNORECASE,
 )
-#: An AWS zone name in any case (``us-east-1a``, a Local Zone ``us-east-1-bos-1a``): AWS spells them in
-#: lower case only.
 #: A zone of a region written without the hyphen before the region's number: us-east1a.
 _AWS_ZONE_NO_HYPHEN = re.compile(r"^([a-z]{2}(?:-[a-z]+)+)(\d+)([a-z])$")
+#: An AWS zone name in any case (``us-east-1a``, a Local Zone ``us-east-1-bos-1a``): AWS spells them in
+#: lower case only.
 _AWS_ZONE_ANY_CASE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+(-[a-z]+-\d+)?[a-z]$", re.IGNORECASE)
 
 

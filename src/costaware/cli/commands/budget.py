@@ -40,14 +40,11 @@ def budget_set(args: argparse.Namespace) -> int:
     )
     hours = None if budget.cap_gpu_hours is None else f"{budget.cap_gpu_hours.normalize():f}"
     gpu = f", {hours} GPU-hours" if hours is not None else ""
-    kept = [
-        what
-        for what, given, value in (
-            (f"GPU-hour cap {hours}", args.cap_gpu_hours, budget.cap_gpu_hours),
-            (f"time zone {budget.timezone}", args.timezone, current.timezone if current else None),
-        )
-        if current is not None and given is None and value is not None
-    ]
+    kept = []  # what an existing budget kept because it was not given
+    if current is not None and args.cap_gpu_hours is None and hours is not None:
+        kept.append(f"GPU-hour cap {hours}")
+    if current is not None and args.timezone is None:
+        kept.append(f"time zone {budget.timezone}")
     print(
         f"budget '{budget.label}' set: {format_usd_exact(budget.cap_usd)} "
         + ("in total" if budget.period.value == "total" else f"per {budget.period.value}")

@@ -6,9 +6,8 @@ import argparse
 import json
 from typing import Any
 
-from costaware.cli.arguments import open_ledger
+from costaware.cli.arguments import check_range, open_ledger
 from costaware.cli.output import emit
-from costaware.core.errors import CostawareError
 from costaware.core.money import format_usd_exact
 
 
@@ -21,8 +20,7 @@ def list_runs(args: argparse.Namespace) -> int:
     from costaware.adapters.ledger.efficiency import outcomes
     from costaware.core.outcomes import summarize
 
-    if args.limit < 1:  # 0 read "no retrain outcomes yet", and -1 listed everything
-        raise CostawareError(f"--limit must be 1 or more, got {args.limit}")
+    check_range("--limit", args.limit, low=1)  # 0 read "no retrain outcomes yet", and -1 listed everything
     found = outcomes(open_ledger(args, reading=True), dag_id=args.dag_id, limit=args.limit)
     headers = ["run", "model", "metric", "value", "champion", "promoted", "rows", "trained", "cost"]
     table = []
@@ -154,16 +152,19 @@ def show_run(args: argparse.Namespace) -> int:
             print(f"  trained on {o.training_rows} rows, {o.iterations} {o.iteration_unit}")
         print("cost")
         total = "-" if o.usd is None else format_usd_exact(o.usd)
-        if (o.dag_id, o.run_id) in listed:
-            # A run with several models (a tuning run's trials): its cost and entries are listed once.
-            print(f"  run total: {total} (the run's, listed under its first model above)")
-        else:
-            print(f"  run total: {total} (every actual ledger entry of the run)")
+        # A run with several models (a tuning run's trials): its cost and entries are listed once.
+        first = (o.dag_id, o.run_id) not in listed
+        listed.add((o.dag_id, o.run_id))
+        whose = (
+            "every actual ledger entry of the run"
+            if first
+            else "the run's, listed under its first model above"
+        )
+        print(f"  run total: {total} ({whose})")
         if o.usd_per_unit_gain is not None:
             print(f"  {format_usd_exact(o.usd_per_unit_gain)} per unit of {o.metric} gained")
-        if (o.dag_id, o.run_id) not in listed:
+        if first:
             _print_entries(ledger.entries(dag_id=o.dag_id, run_id=o.run_id), o.dag_id, o.run_id)
-            listed.add((o.dag_id, o.run_id))
         print("reproducibility record" + (f" (digest {o.record.digest[:16]})" if o.record else ""))
         if o.record is None:
             print("  none: the retrain did not record one (ledger unreachable, or an older costaware)")
