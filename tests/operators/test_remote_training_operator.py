@@ -154,6 +154,27 @@ def test_bad_input_fails_before_anything_runs_or_is_written(
     assert ledger.entries() == []
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"trainer": "xgbost"}, r"unknown trainer 'xgbost' \(did you mean 'xgboost'\?\)"),
+        (
+            {"trainer": "lightgbm", "trainer_params": {"num_boost_rounds": "{{ params.rounds }}"}},
+            r"trainer_params 'num_boost_rounds' is not an option of trainer 'lightgbm' \(did you mean "
+            "'num_boost_round'",
+        ),
+        ({"policy": "always_warm"}, r"unknown retrain policy 'always_warm' \(did you mean 'always-warm'"),
+    ],
+)
+def test_a_misspelt_trainer_or_policy_is_refused_at_parse_not_in_a_started_job(
+    tmp_path: Path, kwargs: dict[str, Any], message: str
+) -> None:
+    # The job would have found it only after it started, on a billed machine.
+    with pytest.raises(ConfigurationError, match=f"RemoteTrainingOperator 'train': {message}"):
+        operator(tmp_path, **kwargs)
+    assert not (tmp_path / "jobs").exists()
+
+
 def test_decision_is_read_from_xcom_in_any_rendering() -> None:
     written = decision()
     parsed = parse_decision(str(written))  # what a Jinja template of the XCom renders to

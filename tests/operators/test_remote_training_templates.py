@@ -106,6 +106,8 @@ def test_remote_training_leaves_other_strings_alone(tmp_path: Path, ledger: Any)
     with DAG("templated_strings", schedule=None, params=PARAMS):
         op = RemoteTrainingOperator(
             **local_operator_args(tmp_path),
+            # A trainer of the team's own (only its image has it) takes parameters the built-in ones do not.
+            trainer="my_team.trainers:TabularNet",
             trainer_params={"epochs": "{{ params.epochs }}", "note": "{{ params.tag }}", "literal": "3"},
             market="on_demand",
             instance_type="m5.large",

@@ -146,11 +146,9 @@ def test_on_kill_requests_a_checkpoint(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"trainer": "tensorflow-magic"}, "unknown trainer 'tensorflow-magic'"),
         ({"trainer": "no.such:Trainer"}, "cannot import trainer 'no.such:Trainer'"),
         ({"trainer_params": {"epochs": 0}}, "epochs must be an integer >= 1, got 0"),
         ({"feature_columns": ["x1", "nope"]}, r"columns \['nope'\] are not in"),
-        ({"policy": "sometimes"}, "unknown retrain policy 'sometimes'"),
         ({"force_full": "maybe"}, "force_full must be true or false, got 'maybe'"),
         (
             {"new_data_path": "/does/not/exist.parquet"},
@@ -180,6 +178,19 @@ def test_bad_configuration_fails_without_retry_and_writes_nothing(
         ),
         ({"checkpoint_every_seconds": -5}, "checkpoint_every_seconds must be a number > 0"),
         ({"checkpoint_every_steps": 0}, "checkpoint_every_steps must be an integer >= 1"),
+        ({"trainer": "tensorflow-magic"}, "unknown trainer 'tensorflow-magic': use one of"),
+        ({"trainer": "sklearn_sgd"}, r"unknown trainer 'sklearn_sgd' \(did you mean 'sklearn-sgd'\?\)"),
+        (
+            {"trainer_params": {"epoch": 4}},
+            r"trainer_params 'epoch' is not an option of trainer 'sklearn-sgd' \(did you mean 'epochs'\?\)",
+        ),
+        ({"policy": "sometimes"}, "unknown retrain policy 'sometimes': use one of drift, "),
+        (
+            {"policy_params": {"max_psi": 0.3}},
+            r"policy_params 'max_psi' is not an option of retrain policy 'drift' \(did you mean "
+            "'max_feature_psi'",
+        ),
+        ({"policy": "always-full", "policy_params": {"max_warm_steps": 3}}, "it takes no options"),
     ],
 )
 def test_arguments_that_need_no_rendering_fail_when_the_dag_is_parsed(

@@ -6,6 +6,11 @@ errors fail the task without retry, transient ones are retried.
 
 from __future__ import annotations
 
+import difflib
+import inspect
+from collections.abc import Callable, Iterable
+from typing import Any
+
 
 class CostawareError(Exception):
     """Raised for any costaware failure; the root of every error below."""
@@ -83,3 +88,31 @@ class StoreUnavailableError(CostawareError):
 
 class ScoringError(ConfigurationError):
     """Raised when a promotion's scoring command fails, times out or writes no valid metrics."""
+
+
+def check_keywords(target: Callable[..., Any], given: Iterable[str], *, field: str, of: str) -> None:
+    """Refuse a keyword ``target`` does not take, naming it, the closest one and all it takes.
+
+    A typo would otherwise surface as a bare ``__init__() got an unexpected keyword`` where the object is
+    built, which for a remote job is inside a started (billed) job. A target that takes ``**kwargs`` takes
+    anything, so nothing is refused.
+
+    Args:
+        target: The class or function the keywords go to.
+        given: The keyword names as written.
+        field: The argument that holds them, which the message starts with (``"trainer_params"``).
+        of: What they are keywords of, for the message (``"trainer 'sklearn-sgd'"``).
+
+    Raises:
+        ConfigurationError: a keyword ``target`` does not take.
+    """
+    parameters = inspect.signature(target).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return
+    accepted = [n for n, p in parameters.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL]
+    for name in given:
+        if name not in accepted:
+            close = difflib.get_close_matches(str(name), accepted, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            takes = f"it takes {', '.join(accepted)}" if accepted else "it takes no options"
+            raise ConfigurationError(f"{field} {name!r} is not an option of {of}{hint}; {takes}")

@@ -11,6 +11,7 @@ model (JSON), and a new batch is binned with the same edges so the two can be co
 from __future__ import annotations
 
 import abc
+import difflib
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from costaware.core.errors import ConfigurationError
+from costaware.core.errors import ConfigurationError, check_keywords
 
 log = logging.getLogger(__name__)
 
@@ -395,3 +396,30 @@ def quality_drop(recent: Sequence[float], *, window: int) -> float | None:
         return None
     earlier = values[:-1]
     return sum(earlier) / len(earlier) - values[-1]
+
+
+#: The retrain policies by the name an operator's ``policy=`` takes.
+POLICIES: dict[str, type[RetrainPolicy]] = {
+    "drift": DriftRetrainPolicy,
+    "always-full": AlwaysFullRetrainPolicy,
+    "always-warm": AlwaysWarmRetrainPolicy,
+}
+
+
+def make_policy(policy: str | RetrainPolicy | None, params: Mapping[str, Any] | None = None) -> RetrainPolicy:
+    """A policy instance from a name (``drift``, ``always-full``, ``always-warm``) and parameters.
+
+    Raises:
+        ConfigurationError: an unknown name or parameter (each with the closest known one), or a bad value.
+    """
+    if isinstance(policy, RetrainPolicy):
+        if params:
+            raise ConfigurationError("policy_params only apply when the policy is given by name")
+        return policy
+    name = policy or "drift"
+    if name not in POLICIES:
+        close = difflib.get_close_matches(str(name), POLICIES, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigurationError(f"unknown retrain policy {name!r}{hint}: use one of {', '.join(POLICIES)}")
+    check_keywords(POLICIES[name], dict(params or {}), field="policy_params", of=f"retrain policy {name!r}")
+    return POLICIES[name](**dict(params or {}))

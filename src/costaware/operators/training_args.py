@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from costaware.core.errors import ConfigurationError
 from costaware.glue import as_bool
 from costaware.operators.templating import as_written, native_rendered
 from costaware.settings import default_store
@@ -88,6 +89,7 @@ class BuiltInTrainingArguments:
                 allow_auto=allow_auto_interval,
                 owner=owner,
             )
+            check_choices(owner, trainer or DEFAULT_TRAINER, trainer_params, policy, policy_params)
         elif checkpoint_every_seconds is not None:
             # A command gets the interval as COSTAWARE_CHECKPOINT_EVERY_SECONDS (None: not set, the
             # command's own): a bad one must fail here, not as a job that was already launched with it.
@@ -152,3 +154,27 @@ class BuiltInTrainingArguments:
             checkpoint_every_steps=self.checkpoint_every_steps,
             seed=self.seed,
         )
+
+
+def check_choices(
+    owner: str,
+    trainer: Any,
+    trainer_params: Mapping[str, Any] | None,
+    policy: Any,
+    policy_params: Mapping[str, Any] | None,
+) -> None:
+    """Refuse a misspelt trainer or policy, or a parameter they do not take, as the DAG is parsed.
+
+    Neither is a template field, and a parameter's name is written out even where its value is a template,
+    so this is the place: for ``RemoteTrainingOperator`` the job would find the typo after it started.
+    """
+    from costaware.core.retrain_policy import make_policy
+    from costaware.training.trainers.lookup import check_trainer_choice
+
+    written = [name for name in trainer_params or {} if "{{" not in str(name)]
+    try:
+        if isinstance(trainer, str):
+            check_trainer_choice(trainer, dict.fromkeys(written))
+        make_policy(policy, policy_params)
+    except ConfigurationError as e:
+        raise ConfigurationError(f"{owner}: {e}") from e

@@ -15,7 +15,7 @@ import logging
 import statistics
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from costaware.adapters.checkpoint_store import CheckpointStorage, CheckpointStore
@@ -25,13 +25,11 @@ from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import compute_cost
 from costaware.core.money import parse_usd
 from costaware.core.retrain_policy import (
-    AlwaysFullRetrainPolicy,
-    AlwaysWarmRetrainPolicy,
+    POLICIES,
     DataProfile,
-    DriftRetrainPolicy,
     RetrainContext,
-    RetrainPolicy,
     drift_report,
+    make_policy,
     profile_frame,
 )
 from costaware.training.checkpointing import PREEMPTED_EXIT_CODE, Checkpointer, PreemptedError
@@ -39,31 +37,11 @@ from costaware.training.data import read_parquet, training_data
 from costaware.training.spec import RetrainJob
 from costaware.training.trainers import resolve_trainer, same_trainer, trainer_path
 
-#: ``read_parquet``, ``training_data`` (``training.data``) and ``RetrainJob`` (``training.spec``) are still
-#: importable from here, their older home.
+#: ``read_parquet``, ``training_data`` (``training.data``), ``RetrainJob`` (``training.spec``), ``POLICIES``
+#: and ``make_policy`` (``core.retrain_policy``) are still importable from here, their older home.
 __all__ = ["POLICIES", "main", "make_policy", "promote_candidate", "run_retrain"]
 
 log = logging.getLogger(__name__)
-
-POLICIES: dict[str, type[RetrainPolicy]] = {
-    "drift": DriftRetrainPolicy,
-    "always-full": AlwaysFullRetrainPolicy,
-    "always-warm": AlwaysWarmRetrainPolicy,
-}
-
-
-def make_policy(policy: str | RetrainPolicy | None, params: Mapping[str, Any] | None = None) -> RetrainPolicy:
-    """A policy instance from a name (``drift``, ``always-full``, ``always-warm``) and parameters."""
-    if isinstance(policy, RetrainPolicy):
-        return policy
-    name = policy or "drift"
-    if name not in POLICIES:
-        raise ConfigurationError(f"unknown retrain policy {name!r}: use one of {', '.join(POLICIES)}")
-    try:
-        return POLICIES[name](**dict(params or {}))
-    except TypeError as e:
-        raise ConfigurationError(f"retrain policy {name!r} does not take these parameters: {e}") from e
-
 
 # -- retrain -------------------------------------------------------------------------------------------------
 

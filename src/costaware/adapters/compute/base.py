@@ -19,7 +19,7 @@ from enum import Enum
 from typing import Any, Protocol, runtime_checkable
 
 from costaware.adapters.compute import job_contract
-from costaware.core.errors import ConfigurationError
+from costaware.core.errors import ConfigurationError, check_keywords
 
 #: Backend names and the class that implements each (module path, class name).
 BACKENDS: dict[str, tuple[str, str]] = {
@@ -560,21 +560,13 @@ def check_backend_options(name: str, options: Mapping[str, Any]) -> None:
         ConfigurationError: an unknown option (a typo would otherwise be a bare ``__init__`` TypeError), or
             a required one left out.
     """
-    import difflib
     import inspect
 
-    parameters = inspect.signature(backend_class(name)).parameters
+    cls = backend_class(name)
+    check_keywords(cls, options, field="backend_options", of=f"the {name} backend")
+    parameters = inspect.signature(cls).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
         return
-    accepted = [n for n, p in parameters.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL]
-    for option in options:
-        if option not in accepted:
-            close = difflib.get_close_matches(str(option), accepted, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ConfigurationError(
-                f"backend_options {option!r} is not an option of the {name} backend{hint}; it takes "
-                f"{', '.join(accepted)}"
-            )
     # A required option left out read as a Python signature error ("__init__() missing 1 required ...").
     required = [
         n

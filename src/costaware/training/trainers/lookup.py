@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from typing import Any
 
-from costaware.core.errors import ConfigurationError
+from costaware.core.errors import ConfigurationError, check_keywords
 from costaware.importing import import_object
 from costaware.training.trainers.base import Trainer
 
@@ -27,12 +28,7 @@ def resolve_trainer(trainer: str | Trainer, params: Mapping[str, Any] | None = N
         if not isinstance(trainer, Trainer):
             raise ConfigurationError(f"trainer {trainer!r} lacks the Trainer protocol's members")
         return trainer
-    path = BUILT_IN.get(trainer, trainer)
-    if ":" not in path and "." not in path:
-        raise ConfigurationError(
-            f"unknown trainer {trainer!r}: use one of {', '.join(BUILT_IN)} "
-            "or a path like 'pkg.mod:MyTrainer'"
-        )
+    path = check_trainer_choice(trainer, params)
     cls = import_object(path, what="trainer")
     try:
         built = cls(**dict(params or {}))
@@ -45,6 +41,35 @@ def resolve_trainer(trainer: str | Trainer, params: Mapping[str, Any] | None = N
             f"save, load, predict)"
         )
     return built
+
+
+def check_trainer_choice(trainer: str, params: Mapping[str, Any] | None = None) -> str:
+    """Check what can be checked of a trainer given by name without building it; return its path.
+
+    A built-in name must be spelt right and take each of ``params``' names (a typo found here costs nothing;
+    found in a remote job it costs a started, billed job). A ``"pkg.mod:Class"`` path is not imported: the
+    job's image holds that code, which this machine may not have.
+
+    Raises:
+        ConfigurationError: an unknown built-in name, or a parameter a built-in trainer does not take; each
+            message names the closest known one.
+    """
+    path = BUILT_IN.get(trainer, trainer)
+    if ":" not in path and "." not in path:
+        close = difflib.get_close_matches(trainer, BUILT_IN, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigurationError(
+            f"unknown trainer {trainer!r}{hint}: use one of {', '.join(BUILT_IN)} "
+            "or a path like 'pkg.mod:MyTrainer'"
+        )
+    if trainer in BUILT_IN:
+        check_keywords(
+            import_object(path, what="trainer"),
+            dict(params or {}),
+            field="trainer_params",
+            of=f"trainer {trainer!r}",
+        )
+    return path
 
 
 def trainer_path(trainer: Trainer) -> str:
