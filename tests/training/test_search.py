@@ -85,6 +85,16 @@ def test_the_spend_never_passes_the_cap_and_every_rung_is_in_the_ledger(ledger: 
     assert states[-1] == "cut" and "cut" not in states[:-1], states
 
 
+def test_a_second_search_on_the_scope_reports_its_own_spend_not_the_scopes(ledger: Any) -> None:
+    first = search(ledger, "10", Clock())
+    second = search(ledger, "40", Clock())  # the same scope: its total budget is now 40, 10 of it spent
+
+    total = sum(Decimal(str(e["usd"])) for e in ledger.entries())
+    assert first.spent_usd > 0 and second.spent_usd > 0
+    assert second.spent_usd == total - first.spent_usd
+    assert total <= Decimal("40")
+
+
 def test_with_money_enough_it_tries_every_configuration_once_and_finds_the_peak(ledger: Any) -> None:
     clock = Clock()
     result = search(ledger, "10000", clock, max_repeats=50)

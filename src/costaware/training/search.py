@@ -366,7 +366,8 @@ def budgeted_search(
         best_params=best.params if best else None,
         best_value=best.value if best else None,
         trials=tuple(trials),
-        spent_usd=ledger.spent(budget_scope),
+        # This search's own bill: the scope's spend also holds earlier searches and other tasks.
+        spent_usd=billing.billed_usd,
         stop=stop,
         states=states,
     )
