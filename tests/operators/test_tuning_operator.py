@@ -253,7 +253,11 @@ def test_summary_fails_trials_of_this_run_left_running(env: Ledger) -> None:
     ],
 )
 def test_bad_study_settings_fail_without_writing(env: Ledger, kwargs: dict, message: str) -> None:  # type: ignore[type-arg]
-    plan = _plan(**kwargs)
+    # As a template renders them: set on the operator after the DAG was parsed (written out, they fail
+    # at parse: below).
+    plan = _plan()
+    for name, value in kwargs.items():
+        setattr(plan, name, value)
     with pytest.raises(AirflowFailException, match=message):
         plan.execute({"ti": _ti(plan)})
     assert env.budgets() == []
@@ -268,6 +272,11 @@ def test_bad_study_settings_fail_without_writing(env: Ledger, kwargs: dict, mess
         ({"pruner": "hyperbnd"}, "pruner must be one of successive_halving, hyperband, none, got 'hyperbnd'"),
         ({"sampler": "TPE"}, "sampler must be one of tpe, random, got 'TPE'"),
         ({"direction": "max"}, "direction must be one of maximize, minimize, got 'max'"),
+        ({"search_space": {"lr": {"type": "float", "low": 1, "high": 0}}}, r"'lr' has an empty range"),
+        ({"max_usd": "-5"}, r"max_usd must be more than \$0, got '-5'"),
+        ({"max_trials": "many"}, "max_trials must be a whole number >= 1, got 'many'"),
+        ({"min_resource": 20}, "need 1 <= min_resource <= max_resource"),
+        ({"scope": "project"}, "scope must be a mapping or a JSON object"),
     ],
 )
 def test_settings_that_are_not_templated_fail_when_the_dag_is_parsed(
@@ -275,6 +284,18 @@ def test_settings_that_are_not_templated_fail_when_the_dag_is_parsed(
 ) -> None:
     with pytest.raises(ConfigurationError, match=message):
         _plan(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("trainer", "message"),
+    [
+        ("boosting", r"trainer must be 'package\.module:name', got 'boosting'"),
+        (42, r"trainer must be a callable or 'package\.module:name', got 42"),
+    ],
+)
+def test_a_trainer_that_can_never_import_fails_when_the_dag_is_parsed(trainer: Any, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        BudgetedTuningOperator(task_id="trial", study_name="s1", trainer=trainer)
 
 
 def test_trials_of_a_missing_study_fail_with_a_hint(env: Ledger) -> None:

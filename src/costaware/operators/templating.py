@@ -45,6 +45,13 @@ def is_literal(value: object) -> bool:
     return False
 
 
+def is_written_out(value: object) -> bool:
+    """:func:`is_literal`, and also a mapping whose keys and values are all written out (a search space)."""
+    if isinstance(value, Mapping):
+        return all(is_literal(k) and is_written_out(v) for k, v in value.items())
+    return is_literal(value)
+
+
 def as_written(value: Any) -> Any:
     """A copy of an argument as the DAG wrote it, kept to tell later which values were templates."""
     return copy.deepcopy(value)

@@ -23,9 +23,11 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator, TaskGroup
 from airflow.sdk.exceptions import AirflowSkipException
 
+from costaware.core.errors import ConfigurationError
 from costaware.extras import require
 from costaware.glue import DEFAULT_LEDGER_CONN_ID, airflow_errors
-from costaware.operators.templating import as_written, native_rendered
+from costaware.importing import split_path
+from costaware.operators.templating import as_written, is_written_out, native_rendered
 from costaware.training.study_arguments import StudyArguments, resolve_trial_trainer
 
 require("tuning", needed_by=__name__)  # at DAG parse time, with the pip line, rather than in a trial
@@ -194,6 +196,8 @@ class TuningStudyCreateOperator(_StudyOperator):
         self.fallback_trial_seconds = fallback_trial_seconds
         self.safety_factor = safety_factor
         self.slack_seconds = slack_seconds
+        # A written-out space, rung range, cap or scope that is wrong fails now, not when the plan task runs.
+        StudyArguments.of(self).check_written(is_written_out)
 
     def execute(self, context: Context) -> list[int]:
         from costaware.training.tuning import create_study
@@ -264,6 +268,11 @@ class BudgetedTuningOperator(_StudyOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(study_name=study_name, **kwargs)
+        if isinstance(trainer, str):
+            # Its form now; it is imported where the trial runs (it may load heavy libraries).
+            split_path(trainer, what="trainer")
+        elif not callable(trainer):
+            raise ConfigurationError(f"trainer must be a callable or 'package.module:name', got {trainer!r}")
         self.trainer = trainer
         self.trainer_kwargs = dict(trainer_kwargs or {})
         self._trainer_kwargs_written = as_written(self.trainer_kwargs)

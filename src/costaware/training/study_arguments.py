@@ -54,6 +54,42 @@ class StudyArguments:
         """The arguments kept as attributes of the same names on ``holder`` (the operator)."""
         return cls(**{f.name: getattr(holder, f.name) for f in fields(cls)})
 
+    def check_written(self, written_out: Callable[[Any], bool]) -> None:
+        """Check, when the DAG is parsed, each group of settings that ``written_out`` says has no template.
+
+        The search space, the rungs, the caps and the scope are checked as :meth:`spec` would check them;
+        the price is not (it reads the catalog, and the instance and market may be templates).
+
+        Raises:
+            ConfigurationError: a value that is wrong; the message names it.
+        """
+        from costaware.core.tuning import RungSchedule, TuningCaps, parse_search_space
+
+        def written(*values: Any) -> bool:
+            return all(written_out(value) for value in values)
+
+        if written(self.search_space):
+            parse_search_space(parse_mapping(self.search_space, "search_space"))
+        if written(self.min_resource, self.max_resource, self.reduction_factor):
+            RungSchedule.geometric(
+                parse_int(self.min_resource, "min_resource"),
+                parse_int(self.max_resource, "max_resource"),
+                parse_int(self.reduction_factor, "reduction_factor"),
+                self.max_rungs,
+            )
+        caps = {
+            "max_usd": self.max_usd,
+            "max_trials": self.max_trials,
+            "max_gpu_hours": self.max_gpu_hours,
+            "max_wall_seconds": self.max_wall_seconds,
+            "plateau_trials": self.plateau_trials,
+            "plateau_min_delta": self.plateau_min_delta,
+        }
+        if written(*caps.values()):
+            TuningCaps.create(**caps)
+        if written(self.scope):
+            parse_mapping(self.scope, "scope")
+
     def spec(self) -> StudySpec:
         """The study's settings; the price and GPUs of the compute from the catalog when not given.
 
