@@ -11,7 +11,8 @@
 
 Runs on the local backend once the project has a budget (``costaware budget set --scope
 project=flight-delays --period month --cap-usd 25``; ``make demo`` sets it):
-``airflow dags test remote_retrain 2013-02-01``. On SageMaker: an AWS connection ``aws_default`` and the
+``airflow dags test remote_retrain 2013-02-01``. On SageMaker: an AWS connection ``aws_default`` (every S3
+read and write of the run goes through it, its ``endpoint_url`` extra included: moto or MinIO work) and the
 params ``backend=sagemaker`` and ``backend_options={"role_arn": ..., "image_uri": ..., "output_s3_uri": ...}``
 (with ``data_root`` on S3 and ``remote_instance_type`` an ``ml.*`` type); on AWS Batch ``backend=batch``
 and ``backend_options={"spot_queue": ..., "on_demand_queue": ..., "job_definition": ...}``. See
@@ -38,6 +39,9 @@ from costaware.timetables import OffPeakTimetable
 TEAM = "ml-platform"
 PROJECT = "flight-delays"
 REGION = "us-east-1"
+#: The AWS connection of the splits, the stores and the SageMaker/Batch jobs (when it does not exist, the
+#: AWS SDKs' default chain: environment, instance profile, ...).
+AWS_CONN_ID = "aws_default"
 FEATURES = ["month", "day_of_week", "sched_dep_hour", "distance", "carrier", "origin", "dest"]
 CATEGORICAL = ["month", "day_of_week", "sched_dep_hour", "carrier", "origin", "dest"]
 
@@ -132,14 +136,18 @@ def remote_retrain() -> None:
         """Features of the days so far (train), the replayed day (new) and the next day (holdout)."""
         from datetime import date
 
-        import pandas as pd
+        import pyarrow as pa
+        import pyarrow.parquet as pq
 
+        from costaware.adapters.object_store import filesystem, parse_uri
         from costaware.examples import flights
+        from costaware.hooks.aws import s3_options
 
         day = date.fromisoformat(landed["replay_date"])
         root = data_root()
         run = get_current_context()["run_id"].replace(":", "_").replace("+", "_")
         paths = {"models": f"{root}/models", "checkpoints": f"{root}/checkpoints"}
+        options = s3_options(AWS_CONN_ID) if root.startswith("s3://") else None
         for split, first, last in (
             ("train", flights.FIRST_DAY, day),
             ("new", day, day),
@@ -147,9 +155,13 @@ def remote_retrain() -> None:
         ):
             frame = flights.make_features(flights.load_days(landed["landing"], first, last))
             paths[split] = f"{root}/splits/{run}/{split}.parquet"
-            if not root.startswith("s3://"):
+            table = pa.Table.from_pandas(frame, preserve_index=False)
+            if options is None:
                 Path(paths[split]).parent.mkdir(parents=True, exist_ok=True)
-            pd.DataFrame(frame).to_parquet(paths[split], index=False)
+                pq.write_table(table, paths[split])
+            else:  # through the connection: its keys and endpoint, as the stores read it back
+                fs, path = filesystem(parse_uri(paths[split]), options)
+                pq.write_table(table, path, filesystem=fs)
         return paths
 
     splits = features(land_new_data())
@@ -195,7 +207,7 @@ def remote_retrain() -> None:
         on_demand_usd_per_hour="{{ params.on_demand_usd_per_hour or '' }}",
         pause_on_price="{{ params.pause_on_price }}",
         prices=RECORDED_SPOT_PRICES,
-        aws_conn_id=None,
+        aws_conn_id=AWS_CONN_ID,
         poll_interval=2,
         retries=2,
         retry_delay=timedelta(seconds=10),
@@ -207,6 +219,7 @@ def remote_retrain() -> None:
         holdout_path=from_features("holdout"),
         label_column="delayed",
         metric="roc_auc",
+        aws_conn_id=AWS_CONN_ID,
     )
     splits >> spend_gate >> spot_window >> retrain >> promote
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 from airflow.dag_processing.dagbag import DagBag
+from remote_support import aws_client
 from services import migrated_airflow_env, run_command
 
 from costaware import Ledger
@@ -56,3 +59,52 @@ def test_dags_test_trains_on_the_local_backend_with_one_entry_per_attempt(tmp_pa
     retrain = {r["cause"]: r for r in rows if r["task_id"] == "retrain" and not r["estimated"]}
     assert set(retrain) == {"success", "orchestration"}
     assert retrain["success"]["price_source"] == "remote:local" and retrain["success"]["usd"] > 0
+
+
+@pytest.mark.slow
+def test_an_s3_data_root_goes_through_the_aws_default_connection_alone(
+    tmp_path: Path, moto_endpoint: str
+) -> None:
+    # The endpoint is only in the connection: a split or a store written past it would go to real AWS.
+    bucket = f"ml-team-{uuid.uuid4().hex[:8]}"
+    aws_client("s3", moto_endpoint).create_bucket(Bucket=bucket)
+    env = migrated_airflow_env(tmp_path / "home", ROOT / "dags")
+    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "COSTAWARE_S3_ENDPOINT_URL", "AWS_PROFILE"):
+        env.pop(name, None)
+    env.update(
+        {
+            "AWS_EC2_METADATA_DISABLED": "true",
+            # The local backend's job is a child of the worker: its keys are the worker's environment's.
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AIRFLOW_CONN_AWS_DEFAULT": json.dumps(
+                {
+                    "conn_type": "aws",
+                    "login": "testing",
+                    "password": "testing",
+                    "extra": {"region_name": "us-east-1", "endpoint_url": moto_endpoint},
+                }
+            ),
+        }
+    )
+    budget = run_command(
+        env,
+        "costaware",
+        "budget",
+        "set",
+        "--scope",
+        "project=flight-delays",
+        "--period",
+        "month",
+        "--cap-usd",
+        "25",
+    )
+    assert budget.returncode == 0, budget.stderr
+    conf = json.dumps({"data_root": f"s3://{bucket}/remote"})
+    run = run_command(env, "airflow", "dags", "test", "remote_retrain", "2013-02-01", "-c", conf)
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-4000:]
+    assert "candidate promoted" in output
+    listed = aws_client("s3", moto_endpoint).list_objects_v2(Bucket=bucket)
+    keys = {o["Key"].split("/")[1] for o in listed.get("Contents", [])}
+    assert keys == {"splits", "models", "checkpoints"}
