@@ -22,6 +22,7 @@ from remote_support import (
 
 from costaware.adapters.compute.base import JobRequest, JobState, open_backend
 from costaware.adapters.ledger import reservations
+from costaware.adapters.ledger.efficiency import run_outcome
 from costaware.adapters.model_store import ModelStore
 from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import utcnow
@@ -88,6 +89,23 @@ def test_trains_on_the_decided_market_defers_and_writes_one_entry_per_attempt(
     billed = Decimal(str(round(attempt["billable_seconds"], 3)))
     assert Decimal(str(entries[0]["usd"])) == (billed / 3600 * Decimal("0.1")).quantize(Decimal("0.000001"))
     assert result["usd"] == str(Decimal(str(entries[0]["usd"])))
+
+
+def test_a_finished_training_records_its_outcome_and_how_to_reproduce_it(
+    tmp_path: Path, data: Path, ledger: Any
+) -> None:
+    # The job ran the trainer; the worker records what the job's result says of it (runs show prints it).
+    result, _ = drive(operator(tmp_path, deferrable=False), context_for())
+    (outcome,) = run_outcome(ledger, "scheduled__2026-01-01")
+    stored = ModelStore.open(str(tmp_path / "models")).get(result["version"])
+    assert outcome.model_version == result["version"] and outcome.task_id == "train"
+    assert (outcome.iterations, outcome.iteration_unit) == (3, "epochs")
+    assert outcome.training_rows == result["rows"] > 0
+    record = outcome.record
+    assert record is not None and record.trainer == "sklearn-sgd"
+    assert record.trainer_params == {"epochs": 3, "batch_size": 512} and record.seeds == {"seed": 0}
+    assert record.data_fingerprint == stored.data_fingerprint != ""
+    assert record.mode == "full" and "scikit-learn" in record.libraries and record.package_version
 
 
 def test_settles_the_spend_gate_reservation_with_the_billed_total(

@@ -445,10 +445,23 @@ class RemoteAttemptSteps:
                 len(state.attempts),
                 usd,
             )
+            self._record_outcome(context, state, result)
             attempts = [a.to_json() for a in state.attempts]
             summary = {**result, "attempts": attempts, "usd": str(usd), "backend": state.plan.backend}
         self._clear_checkpoints(state.plan, opts)
         return summary
+
+    def _record_outcome(self, context: Context, state: AttemptState, result: Mapping[str, Any]) -> None:
+        """The built-in training's outcome and reproducibility record, from its result, in the ledger."""
+        from costaware.operators.run_record import retrain_outcome, write_outcome
+
+        outcome = retrain_outcome(
+            context=context,
+            identity=state.plan.identity,
+            result=result,
+        )
+        if write_outcome(outcome, self.ledger_conn_id):
+            self.log.info("recorded the run's outcome; reproducibility record %s", outcome.record.digest[:16])
 
     def _clear_checkpoints(self, plan: RemotePlan, opts: Mapping[str, Any]) -> None:
         """Delete this training's checkpoints once its model version is stored.

@@ -7,30 +7,24 @@ operator logs an error and the run goes on (its cost is still recorded by the li
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from costaware.glue import DEFAULT_LEDGER_CONN_ID
+from costaware.training.record import package_version
+
+__all__ = [
+    "command_outcome",
+    "dag_file_sha256",
+    "package_version",
+    "promotion_outcome",
+    "retrain_outcome",
+    "write_outcome",
+]
 
 log = logging.getLogger(__name__)
-
-PACKAGE = "airflow-provider-costaware"
-#: Libraries whose version changes what a trainer produces.
-MODEL_LIBRARIES = ("numpy", "pandas", "scikit-learn", "xgboost", "lightgbm")
-SEED_NAMES = ("seed", "random_state", "random_seed")
-
-
-def package_version() -> str:
-    """The installed version of airflow-provider-costaware (the module's version when run from source)."""
-    try:
-        return importlib.metadata.version(PACKAGE)
-    except importlib.metadata.PackageNotFoundError:
-        from costaware import __version__
-
-        return f"{__version__} (source)"
 
 
 def dag_file_sha256(context: Mapping[str, Any]) -> str:
@@ -45,55 +39,35 @@ def dag_file_sha256(context: Mapping[str, Any]) -> str:
         return ""
 
 
-def trainer_seeds(trainer: Any) -> dict[str, int]:
-    """Every seed a trainer uses: its ``seed`` attribute and seed-like keys of its ``params``."""
-    seeds: dict[str, int] = {}
-    if isinstance(getattr(trainer, "seed", None), int):
-        seeds["seed"] = int(trainer.seed)
-    params = getattr(trainer, "params", None)
-    if isinstance(params, Mapping):
-        for name in SEED_NAMES:
-            if isinstance(params.get(name), int):
-                seeds[f"params.{name}"] = int(params[name])
-    return seeds
-
-
-def iterations_of(trainer: Any, steps: int) -> tuple[int, str]:
-    """Boosting rounds (steps x rounds per step) for boosters, else epochs (one per step)."""
-    per_step = getattr(trainer, "rounds_per_step", None) or getattr(trainer, "trees_per_step", None)
-    if isinstance(per_step, int) and per_step > 0:
-        return steps * per_step, "rounds"
-    return steps, "epochs"
-
-
 def retrain_outcome(
     *,
     context: Mapping[str, Any],
     identity: Mapping[str, Any],
     result: Mapping[str, Any],
-    trainer: Any,
-    trainer_params: Mapping[str, Any],
-    data_fingerprint: str,
-    features_key: str,
+    features_key: str = "",
 ) -> Any:
-    """The run outcome of a finished retrain (not scored yet) with its reproducibility record."""
-    from costaware.core.fingerprint import library_versions
+    """The run outcome of a finished built-in training (not scored yet) with its reproducibility record.
+
+    The record's trainer, its parameters and seeds, the data fingerprint and library versions are the job's
+    own, from the
+    runner's ``result["record"]`` (:func:`~costaware.training.record.training_record`); a result written
+    by an older job without it still gives the version, rows and steps.
+    """
     from costaware.core.ledger import utcnow
     from costaware.core.outcomes import ReproRecord, RunOutcome
-    from costaware.training.trainers import trainer_path
 
-    iterations, unit = iterations_of(trainer, int(result.get("steps") or 0))
+    facts = dict(result.get("record") or {})
     record = ReproRecord(
-        data_fingerprint=data_fingerprint,
+        data_fingerprint=str(facts.get("data_fingerprint") or ""),
         features_key=features_key,
-        package_version=package_version(),
+        package_version=str(facts.get("package_version") or ""),
         dag_file_sha256=dag_file_sha256(context),
-        trainer=trainer_path(trainer),
-        trainer_params=dict(trainer_params),
-        seeds=trainer_seeds(trainer),
+        trainer=str(facts.get("trainer") or ""),
+        trainer_params=dict(facts.get("trainer_params") or {}),
+        seeds={str(k): int(v) for k, v in dict(facts.get("seeds") or {}).items()},
         mode=str(result.get("mode") or ""),
         parent=result.get("parent"),
-        libraries={k: v for k, v in library_versions(MODEL_LIBRARIES).items() if v != "absent"},
+        libraries={str(k): str(v) for k, v in dict(facts.get("libraries") or {}).items()},
     )
     return RunOutcome(
         dag_id=str(identity["dag_id"]),
@@ -101,8 +75,8 @@ def retrain_outcome(
         model_version=str(result["version"]),
         task_id=str(identity["task_id"]),
         training_rows=int(result.get("rows") or 0),
-        iterations=iterations,
-        iteration_unit=unit,
+        iterations=int(facts.get("iterations") or result.get("steps") or 0),
+        iteration_unit=str(facts.get("iteration_unit") or "epochs"),
         record=record,
         recorded_at=utcnow(),
     )

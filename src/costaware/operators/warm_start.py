@@ -171,18 +171,12 @@ class WarmStartRetrainOperator(BuiltInTrainingArguments, BaseOperator):
         self, context: Context, facts: dict[str, Any], result: dict[str, Any], spec: TrainingSpec
     ) -> None:
         """The run's outcome and reproducibility record, in the ledger next to its cost."""
-        from costaware.adapters.model_store import ModelStore
         from costaware.operators.run_record import retrain_outcome, write_outcome
-        from costaware.training.trainers import resolve_trainer
 
-        meta = ModelStore.open(self.model_store, **storage_options(self.aws_conn_id)).get(result["version"])
         outcome = retrain_outcome(
             context=context,
             identity=facts,
             result=result,
-            trainer=resolve_trainer(spec.trainer, spec.trainer_params),
-            trainer_params=spec.trainer_params,
-            data_fingerprint=meta.data_fingerprint,
             features_key=str(self.features_key or ""),
         )
         if write_outcome(outcome, self.ledger_conn_id):

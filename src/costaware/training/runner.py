@@ -34,6 +34,7 @@ from costaware.core.retrain_policy import (
 )
 from costaware.training.checkpointing import PREEMPTED_EXIT_CODE, Checkpointer, PreemptedError
 from costaware.training.data import read_parquet, training_data
+from costaware.training.record import training_record
 from costaware.training.spec import RetrainJob
 from costaware.training.trainers import resolve_trainer, same_trainer, trainer_path
 
@@ -224,6 +225,14 @@ def run_retrain(
         "drift": drift.to_dict() if drift else None,
         "cost_usd": cost,
         **metrics,
+        # How to reproduce it, from the trainer that ran: the task that records the outcome may have none.
+        "record": training_record(
+            trainer,
+            trainer_name=name,
+            trainer_params=job.trainer_params,
+            steps=total,
+            data_fingerprint=fingerprint,
+        ),
         "seconds": round(time.perf_counter() - started, 4),
         "cpu_seconds": round(time.process_time() - cpu_started, 4),
     }
