@@ -13,6 +13,7 @@ import sys
 import time
 from dataclasses import replace
 from datetime import timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -386,3 +387,36 @@ def test_max_attempts_must_be_a_whole_number(tmp_path: Path, attempts: object) -
     # True was taken as 1 attempt.
     with pytest.raises(ConfigurationError, match=f"max_attempts must be an integer >= 1, got {attempts!r}"):
         operator(tmp_path, "ok", max_attempts=attempts)
+
+
+@pytest.mark.parametrize("cap", ["$0", "-1", "ten"])
+def test_a_max_usd_that_pays_for_nothing_fails_when_the_dag_is_parsed(tmp_path: Path, cap: str) -> None:
+    with pytest.raises(ConfigurationError, match="max_usd"):
+        operator(tmp_path, "ok", max_usd=cap)
+
+
+def test_max_usd_too_small_for_one_attempt_starts_nothing(tmp_path: Path, ledger: Any) -> None:
+    # $0.001 buys 36 s of spot at $0.10/hour: less than a minute beyond a 1 s grace period.
+    op = operator(tmp_path, "ok", max_usd="0.001", preemption_grace_seconds=1)
+    with pytest.raises(AirflowFailException, match=r"max_usd \$0\.001 buys less than 60 s on spot m5\.large"):
+        op.execute(context_for())
+    assert not (tmp_path / "jobs").exists() and entries(ledger) == []
+
+
+def test_max_usd_stops_the_attempt_before_the_cap_and_keeps_its_checkpoint(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from costaware.training import attempt_effects
+
+    monkeypatch.setattr(attempt_effects, "MIN_CAPPED_SECONDS", 1)  # a test cannot wait a minute
+    # $0.0001 buys 3.6 s at $0.10/hour: the job that would run until its notice is stopped 1 s (its grace
+    # period) before that, saves and exits as preempted, and nothing is left for a second attempt.
+    op = operator(tmp_path, "wait-for-notice", max_usd="0.0001", preemption_grace_seconds=1)
+    with pytest.raises(AirflowFailException, match=r"max_usd \$0\.0001 is spent: 1 attempt\(s\) billed \$"):
+        drive(op, context_for())
+    (entry,) = entries(ledger)
+    assert entry["outcome"] == "interrupted" and Decimal(str(entry["usd"])) <= Decimal("0.0001")
+    assert [s["attempt"] for s in seen(tmp_path)] == [1]
+    assert any((tmp_path / "ckpt").rglob("*")), "the checkpoint to resume from is kept"
+    assert not (tmp_path / "models" / "versions").exists()
+    assert ledger.open_reservations() == []

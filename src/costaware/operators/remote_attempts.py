@@ -72,14 +72,32 @@ class RemoteAttemptSteps:
 
         ``market_reason``: why on-demand, where a rule chose it (kept on the attempt, in its ledger note).
         """
-        from costaware.training.attempt_effects import job_request
+        from costaware.training.attempt_effects import (
+            MIN_CAPPED_SECONDS,
+            cap_spent_message,
+            capped_seconds,
+            job_request,
+        )
 
         plan = state.plan
         zone = ""
         if market == "spot":
             state, market, zone, market_reason = self._place(state)
+        allowed = capped_seconds(state, market)
+        if allowed is not None and allowed < MIN_CAPPED_SECONDS:
+            self._settle(state)
+            raise AirflowFailException(cap_spent_message(state, market))
         every = self._retune_interval(state) if market == "spot" else None
-        request = job_request(state, market, utcnow(), zone=zone, checkpoint_every_seconds=every)
+        request = job_request(
+            state, market, utcnow(), zone=zone, checkpoint_every_seconds=every, stop_after_seconds=allowed
+        )
+        if allowed is not None:
+            self.log.info(
+                "attempt %d is stopped after %d s at the latest: what is left of max_usd $%s",
+                request.attempt,
+                allowed,
+                plan.max_usd,
+            )
         restored = self._committed_step(state) if market == "spot" else None
         backend = self._backend(plan)
         job_id = backend.submit(request)

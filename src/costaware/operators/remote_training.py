@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import timedelta
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
@@ -114,6 +116,10 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         latest_start: Latest (re)start on spot that still meets the deadline (templated; default the
             decision's).
         max_attempts: Attempts at most (interruptions included).
+        max_usd: The most the attempts may bill together (templated; None: no cap). Each attempt is stopped
+            (checkpointed, as on a preemption) once it would pass what is left, at its price (a spot
+            attempt billed at the price in force over its run, with ``prices``: at the on-demand price);
+            when what is left buys less than a minute the task fails, the checkpoint kept.
         poll_interval: Seconds between status polls.
         spec_uri: Where the spec goes (templated; default next to the checkpoints).
         budget_scope: With no reservation from a spend gate, reserve the decision's ``estimated_usd`` here.
@@ -167,6 +173,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         "deadline",
         "latest_start",
         "spec_uri",
+        "max_usd",
         "pause_on_price",
         "prices",
         "availability",
@@ -235,6 +242,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         objective: str = "cost",
         carbon_usd_per_tonne: float | str | None = None,
         carbon: str | None = None,
+        max_usd: str | float | None = None,
         **kwargs: Any,
     ) -> None:
         if "zones" in kwargs:  # the sensor's name for them; Airflow's own error would not say which to use
@@ -332,6 +340,9 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
             checkpoint_store=written.get("checkpoint_store"),
             spec_uri=written.get("spec_uri"),
         )
+        if is_literal(max_usd):
+            cap_usd(max_usd)  # a cap of "$0" or "ten" fails as the DAG is parsed
+        self.max_usd = max_usd
         self.max_attempts = max_attempts
         self.poll_interval = poll_interval
         self.spec_uri = spec_uri
@@ -441,8 +452,9 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
                 checkpoint_key=key, run=identity, storage_options=job_opts, result_uri=result_uri
             )
             write_spec(spec_uri, spec, **opts)
+        cap = cap_usd(self.max_usd)
         return AttemptState(
-            plan=start.plan,
+            plan=replace(start.plan, max_usd=str(cap)) if cap is not None else start.plan,
             latest_start=start.latest_start,
             spot_usd_per_hour=start.spot_usd_per_hour,
             command=tuple(command) if command is not None else None,
@@ -508,3 +520,19 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
     def on_kill(self) -> None:
         """The task was killed: leave the job running; a retry follows it by its stable name."""
         self.log.info("task killed; the training job keeps running and a retry resumes watching it")
+
+
+def cap_usd(value: Any) -> Decimal | None:
+    """``max_usd`` as an amount above $0, or None where it is not set (None, or a template rendered empty).
+
+    Raises:
+        ConfigurationError: not an amount, or not above $0 (no attempt could run).
+    """
+    from costaware.core.money import parse_usd
+
+    if value is None or (isinstance(value, str) and value.strip() in ("", "None")):
+        return None
+    amount = parse_usd(value, name="max_usd")
+    if amount <= 0:
+        raise ConfigurationError(f"max_usd must be more than $0, got {value!r}: no attempt could run")
+    return amount

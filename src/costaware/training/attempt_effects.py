@@ -23,6 +23,56 @@ if TYPE_CHECKING:
     from costaware.core.ledger import LedgerEntry
 
 
+#: The least an attempt is started for under ``max_usd``: a shorter one could not even load its data.
+MIN_CAPPED_SECONDS = 60
+
+
+def cap_rate(state: AttemptState, market: str) -> Decimal:
+    """The USD/hour that bounds an attempt on ``market`` under ``max_usd``.
+
+    Its price, except for a spot attempt billed at the mean price in force over its run (``prices``
+    given): that price may rise while it runs, so the on-demand price bounds it (AWS caps spot there).
+    """
+    plan = state.plan
+    if market == "spot" and not plan.billing and state.spot_usd_per_hour is not None:
+        return Decimal(state.spot_usd_per_hour)
+    return Decimal(plan.on_demand_usd_per_hour)
+
+
+def capped_seconds(state: AttemptState, market: str) -> int | None:
+    """How long the next attempt on ``market`` may run before its stop notice under ``max_usd``.
+
+    What is left of the cap buys some seconds at :func:`cap_rate`; the notice comes a grace period
+    (``preemption_grace_seconds``) earlier, so that the attempt ends, its last save included, within them.
+    None: no cap.
+    """
+    plan = state.plan
+    rate = cap_rate(state, market)
+    if plan.max_usd is None or rate <= 0:
+        return None
+    left = Decimal(plan.max_usd) - total_usd(state)
+    buys = left * 3600 / rate
+    return max(0, int(buys - Decimal(str(plan.grace_seconds))))  # rounded down: it ends before the cap
+
+
+def cap_spent_message(state: AttemptState, market: str) -> str:
+    """Why the next attempt is not started: what is left of ``max_usd`` buys less than a minute."""
+    plan = state.plan
+    cap, billed = Decimal(plan.max_usd or 0), total_usd(state)
+    rate = cap_rate(state, market)
+    buys = (
+        f"less than {MIN_CAPPED_SECONDS} s on {market} {plan.instance_type} at ${rate}/hour beyond its "
+        f"{plan.grace_seconds:g} s grace period"
+    )
+    if not state.attempts:
+        return f"max_usd ${cap} buys {buys}: raise max_usd; nothing was started"
+    return (
+        f"max_usd ${cap} is spent: {len(state.attempts)} attempt(s) billed ${billed}, which leaves "
+        f"${cap - billed}, {buys}; nothing was registered, and the newest checkpoint stays "
+        f"at {plan.checkpoint_uri}: raise max_usd and clear the task to resume from it"
+    )
+
+
 def job_request(
     state: AttemptState,
     market: str,
@@ -30,11 +80,13 @@ def job_request(
     *,
     zone: str = "",
     checkpoint_every_seconds: float | None = None,
+    stop_after_seconds: int | None = None,
 ) -> JobRequest:
     """The next attempt's request on ``market`` in ``zone``: stable job name, the plan's stores, time left.
 
     ``checkpoint_every_seconds``: the attempt's interval when re-tuned for it (``"auto"``); default: the
-    plan's.
+    plan's. ``stop_after_seconds``: what is left of ``max_usd`` (:func:`capped_seconds`); it also bounds
+    the backend's runtime limit.
     """
     from costaware.adapters.compute.base import JobRequest
     from costaware.adapters.compute.job_contract import attempt_uris
@@ -43,6 +95,7 @@ def job_request(
     plan = state.plan
     attempt = state.next_attempt
     seconds = job_seconds_left(plan, now, market)
+    runtime = seconds if stop_after_seconds is None else max(1, min(seconds, stop_after_seconds))
     output_uri, result_uri = attempt_uris(plan.model_store, plan.base_name, attempt)
     return JobRequest(
         job_name=job_name(plan.base_name, attempt),
@@ -51,7 +104,7 @@ def job_request(
         instance_type=plan.instance_type,
         checkpoint_uri=plan.checkpoint_uri,
         model_store=plan.model_store,
-        max_runtime_seconds=seconds,
+        max_runtime_seconds=runtime,
         max_wait_seconds=seconds if market == "spot" else None,
         env=dict(plan.job_env),
         user_command=state.command or (),
@@ -64,6 +117,7 @@ def job_request(
         checkpoint_every_seconds=(
             plan.checkpoint_every_seconds if checkpoint_every_seconds is None else checkpoint_every_seconds
         ),
+        stop_after_seconds=stop_after_seconds,
     )
 
 

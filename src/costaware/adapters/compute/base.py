@@ -91,6 +91,10 @@ class JobRequest:
         checkpoint_every_seconds: How often this attempt should checkpoint
             (``COSTAWARE_CHECKPOINT_EVERY_SECONDS``; with ``"auto"``, the interval re-tuned for it); None:
             unset.
+        stop_after_seconds: Stop the attempt (SIGTERM, then SIGKILL after the grace period) once it has run
+            this long: what is left of the task's ``max_usd``. The cloud backends get it as part of
+            ``max_runtime_seconds``; the ``local`` backend, which has no other limit, enforces it itself.
+            None: no money cap.
     """
 
     job_name: str
@@ -110,6 +114,7 @@ class JobRequest:
     grace_seconds: float = job_contract.DEFAULT_GRACE_SECONDS
     availability_zone: str = ""
     checkpoint_every_seconds: float | None = None
+    stop_after_seconds: int | None = None
 
     def __post_init__(self) -> None:
         if not _JOB_NAME.match(self.job_name):

@@ -20,6 +20,7 @@ in one zone and not another.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -176,6 +177,7 @@ class LocalBackend:
                 "env": {**self.env, **request.environment(work_dir=str(folder / "work"))},
                 "capacity_file": capacity,
                 "grace_seconds": request.grace_seconds,
+                "stop_after_seconds": request.stop_after_seconds,
             },
         )
         try:
@@ -301,11 +303,33 @@ def supervise(folder: Path) -> int:
         # The training handles SIGTERM itself (checkpoint, exit 75); the supervisor only waits for it.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         grace = request.get("grace_seconds")
+        stop_after = request.get("stop_after_seconds")
+        if stop_after is not None:  # the money cap: stop as LocalBackend.stop does, from here
+            _stop_when_due(proc, folder / "stop", float(stop_after))
         code = _wait(proc, folder / "stop", float(grace)) if grace is not None else proc.wait()
     _write_json(
         folder / "exit.json", {"exit_code": code, "started_at": started_at, "stopped_at": time.time()}
     )
     return 0
+
+
+def _stop_when_due(proc: subprocess.Popen[bytes], stop: Path, after_seconds: float) -> None:
+    """In a thread: once ``proc`` has run ``after_seconds``, ask it to stop (the ``stop`` file, SIGTERM).
+
+    The training checkpoints on the SIGTERM and exits as preempted; :func:`_wait` kills it after the
+    grace period if it does not.
+    """
+    import threading
+
+    def stop_when_due() -> None:
+        try:
+            proc.wait(timeout=after_seconds)
+        except subprocess.TimeoutExpired:
+            stop.touch()
+            with contextlib.suppress(ProcessLookupError):  # it ended just now
+                proc.send_signal(signal.SIGTERM)
+
+    threading.Thread(target=stop_when_due, daemon=True).start()
 
 
 def _wait(proc: subprocess.Popen[bytes], stop: Path, grace_seconds: float) -> int:

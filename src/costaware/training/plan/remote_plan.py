@@ -185,6 +185,7 @@ class RemotePlan:
         watch: Pausing on the price, or None.
         billing: Billing a spot attempt at the mean price over its run, or None (its starting price).
         placement: The allowed zones and the zone choice of each spot attempt.
+        max_usd: The most the attempts may bill together, a decimal string, or None (no cap).
     """
 
     backend: str
@@ -210,10 +211,12 @@ class RemotePlan:
     billing: Billing | None = None
     placement: Placement = field(default_factory=Placement)
     first_market_reason: str = ""
+    max_usd: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The plan's keys of the state dict the operator and its trigger carry (JSON primitives)."""
         reason = {"first_market_reason": self.first_market_reason} if self.first_market_reason else {}
+        cap = {"max_usd": self.max_usd} if self.max_usd is not None else {}
         return {
             "backend": self.backend,
             "backend_options": dict(self.backend_options),
@@ -238,6 +241,7 @@ class RemotePlan:
             "billing": self.billing.to_json() if self.billing else None,
             "placement": self.placement.to_json(),
             **reason,
+            **cap,
         }
 
     @classmethod
@@ -273,6 +277,7 @@ class RemotePlan:
             # A state written before zones were in the plan: one zone, the guard at its defaults.
             placement=Placement.from_json(data.get("placement") or {}),
             first_market_reason=str(data.get("first_market_reason") or ""),
+            max_usd=str(data["max_usd"]) if data.get("max_usd") is not None else None,
         )
 
 
