@@ -415,7 +415,8 @@ def test_max_usd_stops_the_attempt_before_the_cap_and_keeps_its_checkpoint(
     with pytest.raises(AirflowFailException, match=r"max_usd \$0\.0001 is spent: 1 attempt\(s\) billed \$"):
         drive(op, context_for())
     (entry,) = entries(ledger)
-    assert entry["outcome"] == "interrupted" and Decimal(str(entry["usd"])) <= Decimal("0.0001")
+    assert entry["outcome"] == "interrupted" and entry["cause"] == "max_usd"
+    assert Decimal(str(entry["usd"])) <= Decimal("0.0001")
     assert [s["attempt"] for s in seen(tmp_path)] == [1]
     assert any((tmp_path / "ckpt").rglob("*")), "the checkpoint to resume from is kept"
     assert not (tmp_path / "models" / "versions").exists()

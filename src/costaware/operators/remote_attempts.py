@@ -117,6 +117,7 @@ class RemoteAttemptSteps:
             zone=zone,
             restored_step=restored,
             market_reason=market_reason if market == "on_demand" else "",
+            stop_after_seconds=allowed,
         )
 
     def _place(self, state: AttemptState) -> tuple[AttemptState, str, str, str]:
@@ -396,8 +397,12 @@ class RemoteAttemptSteps:
                 self.log.warning(
                     "attempt %s %s (%s): the next attempt resumes from the newest checkpoint",
                     current.attempt if current else "?",
-                    # A store the launcher could not reach is retried like a preemption, but is not one.
-                    "could not reach a store" if step.cause_of_previous == "store_error" else "interrupted",
+                    # A store the launcher could not reach is retried like a preemption, but is not one;
+                    # nor is a stop at what was left of max_usd.
+                    {
+                        "store_error": "could not reach a store",
+                        "max_usd": "was stopped at what was left of max_usd",
+                    }.get(str(step.cause_of_previous), "interrupted"),
                     event.job.get("reason"),
                 )
             return self._submit(state, step.market, step.market_reason)

@@ -141,6 +141,7 @@ class Current:
     zone: str = ""
     restored_step: int | None = None  # see Attempt.restored_step
     market_reason: str = ""  # see Attempt.market_reason
+    stop_after_seconds: int | None = None  # what was left of max_usd when it was submitted (None: no cap)
 
     def to_json(self) -> dict[str, Any]:
         # Older states have no pausing/stopped keys until a pause: leave them out when unset.
@@ -151,6 +152,8 @@ class Current:
             data["restored_step"] = self.restored_step
         if self.market_reason:
             data["market_reason"] = self.market_reason
+        if self.stop_after_seconds is not None:
+            data["stop_after_seconds"] = self.stop_after_seconds
         if self.pausing is not None:
             data["pausing"] = self.pausing
         if self.stopped is not None:
@@ -169,7 +172,14 @@ class Current:
             zone=str(data.get("zone") or ""),
             restored_step=_step_or_none(data.get("restored_step")),
             market_reason=str(data.get("market_reason") or ""),
+            stop_after_seconds=_step_or_none(data.get("stop_after_seconds")),
         )
+
+    def stopped_by_cap(self, job: Mapping[str, Any]) -> bool:
+        """Whether ``job`` (this attempt, interrupted) ran until the stop that ``max_usd`` set for it."""
+        if self.stop_after_seconds is None or job.get("state") != "interrupted":
+            return False
+        return float(job.get("billable_seconds") or 0) >= self.stop_after_seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,12 +242,13 @@ class AttemptState:
         zone: str = "",
         restored_step: int | None = None,
         market_reason: str = "",
+        stop_after_seconds: int | None = None,
     ) -> AttemptState:
         """Attempt :attr:`next_attempt` runs as ``job_id`` on ``market`` (in ``zone``, where chosen).
 
         ``restored_step``: the newest pushed checkpoint's step at the submit, where it was read;
         ``market_reason``: why it runs on on-demand, where something chose that (see
-        :attr:`Attempt.market_reason`).
+        :attr:`Attempt.market_reason`); ``stop_after_seconds``: when ``max_usd`` stops it.
         """
         current = Current(
             attempt=self.next_attempt,
@@ -246,6 +257,7 @@ class AttemptState:
             zone=zone,
             restored_step=restored_step,
             market_reason=market_reason,
+            stop_after_seconds=stop_after_seconds,
         )
         return replace(self, current=current)
 
@@ -510,6 +522,8 @@ def next_step(
         )
         return _within_attempts(state, submit, max_attempts)
     cause = attempt_cause(job) or CAUSES.get(ended, "code_error")
+    if state.current is not None and state.current.stopped_by_cap(job):
+        cause = "max_usd"  # stopped at what was left of the cap: the next submit says whether more is left
     if ended == "succeeded":
         return Finish(record_cause=cause)
     if ended == "failed":
