@@ -61,6 +61,22 @@ def test_torch_save_and_load_round_trip(tmp_path: Path) -> None:
     assert ct.load(torch.nn.Linear(3, 1), directory=tmp_path / "empty") is None
 
 
+def test_a_checkpoint_another_helper_saved_is_refused_not_read_as_none(tmp_path: Path) -> None:
+    # None would mean "no checkpoint": the job would train from step 0 over the restored step 4.
+    from costaware_runtime import ContractError, save_bytes
+    from costaware_runtime.boosting import latest_model_path
+
+    save_bytes(b"state", step=4, directory=tmp_path)
+    with pytest.raises(ContractError, match=r"checkpoint step 4 .* holds 'state.bin', not 'model.json' or "):
+        latest_model_path(tmp_path)
+    assert latest_model_path(tmp_path / "empty") is None  # no checkpoint at all: start from scratch
+    if importlib.util.find_spec("torch") is not None:
+        from costaware_runtime import torch as ct
+
+        with pytest.raises(ContractError, match=r"holds 'state.bin', not 'torch.pt': it was saved by"):
+            ct.load_state(directory=tmp_path)
+
+
 @needs("torch")
 def test_a_disabled_loss_scaler_in_the_checkpoint_leaves_an_enabled_one_as_it_starts(tmp_path: Path) -> None:
     """bfloat16 (or the CPU) saves a disabled scaler, i.e. {}; resumed on a GPU in float16 the scaler starts

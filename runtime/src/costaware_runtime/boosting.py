@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from costaware_runtime import _files
-from costaware_runtime.checkpoints import FOLDER_PREFIX, checkpoint_folder, commit, prune, read_marker
-from costaware_runtime.contract import checkpoint_dir
+from costaware_runtime.checkpoints import checkpoint_folder, commit, held_file, prune, read_marker
 from costaware_runtime.preemption import exit_preempted, preemption_requested
 from costaware_runtime.schedule import CheckpointTimer
 
@@ -32,16 +31,17 @@ LIGHTGBM_FILE = "model.txt"
 
 
 def latest_model_path(directory: Path | str | None = None) -> Path | None:
-    """The booster file of the newest committed checkpoint (for ``xgb_model=``, ``init_model=``), or None."""
+    """The booster file of the newest committed checkpoint (for ``xgb_model=``, ``init_model=``), or None.
+
+    Raises:
+        ContractError: The newest checkpoint holds no booster file (another helper saved it).
+    """
     marker = read_marker(directory)
     if marker is None:
         return None
-    folder = Path(directory) if directory is not None else checkpoint_dir()
-    for name in (XGBOOST_FILE, LIGHTGBM_FILE):
-        relative = f"{FOLDER_PREFIX}{marker.step}/{name}"
-        if relative in {file.path for file in marker.files}:
-            return folder / relative
-    return None
+    # Committed by something else: training from scratch here would lose the restored rounds.
+    hint = "it was saved by another helper (save_bytes, torch.save): load it with that one"
+    return held_file(marker, [XGBOOST_FILE, LIGHTGBM_FILE], directory, hint=hint)
 
 
 def _check_every(every_rounds: int | None, timer: CheckpointTimer | None) -> int | None:

@@ -19,7 +19,7 @@ import math
 import re
 import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -247,6 +247,25 @@ def save_bytes(
     return path
 
 
+def held_file(marker: Marker, names: Sequence[str], directory: Path | str | None, *, hint: str) -> Path:
+    """The path of the first of ``names`` that the committed checkpoint ``marker`` holds.
+
+    Raises:
+        ContractError: It holds none of them: a job that started over would train from step 0 although the
+            launcher restored a later step. ``hint`` says what to do instead.
+    """
+    held = [f.path for f in marker.files]
+    for name in names:
+        relative = f"{FOLDER_PREFIX}{marker.step}/{name}"
+        if relative in held:
+            return _folder(directory) / relative
+    found = ", ".join(repr(path.split("/", 1)[-1]) for path in held) or "no file"
+    wanted = " or ".join(repr(name) for name in names)
+    raise ContractError(
+        f"checkpoint step {marker.step} in {_folder(directory)} holds {found}, not {wanted}: {hint}"
+    )
+
+
 def load_bytes(name: str = "state.bin", directory: Path | str | None = None) -> tuple[int, bytes] | None:
     """The step and bytes of ``name`` in the newest committed checkpoint, or None when there is none.
 
@@ -257,15 +276,8 @@ def load_bytes(name: str = "state.bin", directory: Path | str | None = None) -> 
     marker = read_marker(directory)
     if marker is None:
         return None
-    relative = f"{FOLDER_PREFIX}{marker.step}/{check_key(name)}"
-    held = [f.path for f in marker.files]
-    if relative not in held:
-        names = ", ".join(repr(path.split("/", 1)[-1]) for path in held) or "no file"
-        raise ContractError(
-            f"checkpoint step {marker.step} in {_folder(directory)} holds {names}, not {name!r}: load the "
-            f"name it was saved under (save_bytes(..., name=...) and load_bytes(name) must agree)"
-        )
-    return marker.step, (_folder(directory) / relative).read_bytes()
+    hint = "load the name it was saved under (save_bytes(..., name=...) and load_bytes(name) must agree)"
+    return marker.step, held_file(marker, [check_key(name)], directory, hint=hint).read_bytes()
 
 
 def restore(uri: str, directory: Path | str | None = None) -> int | None:

@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from costaware_runtime import _files
-from costaware_runtime.checkpoints import checkpoint_folder, commit, prune, read_marker
-from costaware_runtime.contract import checkpoint_dir
+from costaware_runtime.checkpoints import checkpoint_folder, commit, held_file, prune, read_marker
 
 CHECKPOINT_FILE = "torch.pt"
 
@@ -78,6 +77,8 @@ def load_state(
 ) -> dict[str, Any] | None:
     """The saved state of the newest committed checkpoint (keys ``step``, ``model``, ``extra``, ...), or None.
 
+    Raises ``ContractError`` when the newest checkpoint holds no ``torch.pt`` (another helper saved it).
+
     ``weights_only=True`` (torch's safe loader) allows tensors and plain Python values only; pass False
     only for checkpoints you trust that hold other objects.
     """
@@ -86,10 +87,9 @@ def load_state(
     marker = read_marker(directory)
     if marker is None:
         return None
-    relative = f"checkpoint-{marker.step}/{CHECKPOINT_FILE}"
-    if relative not in {file.path for file in marker.files}:
-        return None  # committed by something else (a Hugging Face Trainer, save_bytes)
-    path = (Path(directory) if directory is not None else checkpoint_dir()) / relative
+    # Committed by something else (a Hugging Face Trainer, save_bytes): starting over would lose it.
+    hint = "it was saved by another helper (save_bytes, a Hugging Face Trainer): load it with that one"
+    path = held_file(marker, [CHECKPOINT_FILE], directory, hint=hint)
     state: dict[str, Any] = torch.load(path, map_location=map_location, weights_only=weights_only)
     return state
 
