@@ -149,6 +149,16 @@ def batch_queues(aws: str) -> dict[str, str]:
     return make_batch_queues(aws)
 
 
+def test_under_max_usd_batch_retries_nothing_itself() -> None:
+    # Each Batch attempt would get the whole limit again: the operator resubmits with what is left.
+    capped = request(max_runtime_seconds=900, stop_after_seconds=900)
+    body = batch.submit_job_request(
+        capped, spot_queue="spot-q", on_demand_queue="od-q", job_definition="train", reclaim_retries=2
+    )
+    assert body["retryStrategy"]["attempts"] == 1
+    assert body["timeout"] == {"attemptDurationSeconds": 900}
+
+
 def test_batch_request_shape_retries_only_host_reclaims() -> None:
     body = batch.submit_job_request(
         request(), spot_queue="spot-q", on_demand_queue="od-q", job_definition="train", reclaim_retries=2

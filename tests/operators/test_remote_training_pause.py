@@ -162,7 +162,8 @@ def test_a_price_spike_pauses_the_spot_job_and_it_resumes_from_its_checkpoint(
     assert sorted(e["cause"] for e in rows) == ["paused", "success"]
     assert sum(Decimal(str(e["usd"])) for e in rows) == Decimal(result["usd"]) > 0
     # Each attempt is billed at the mean price in force over its run, the seconds of the spike before the
-    # pause included, not at the price it started on.
+    # pause included, not at the price it started on; never above on-demand ($2.00), where AWS would have
+    # interrupted it.
     series = load_spot_history(str(prices)).series("m5.large", "us-east-1", "us-east-1a")
     unit = {e["cause"]: Decimal(str(e["unit_price_usd"])) for e in rows}
     for attempt in (first, second):
@@ -170,8 +171,9 @@ def test_a_price_spike_pauses_the_spot_job_and_it_resumes_from_its_checkpoint(
         start, end = (datetime.fromtimestamp(ran[k], tz=timezone.utc) for k in ("started_at", "stopped_at"))
         # The operator takes the start as the end less the billed seconds, which can land a microsecond
         # off the job's own start time: equal to the ledger's resolution, the micro-dollar.
-        assert abs(unit[attempt["cause"]] - series.mean_usd_per_hour(start, end)) <= Decimal("0.000001")
-    assert Decimal("0.50") < unit["paused"] < Decimal("3.00") and unit["success"] == Decimal("0.50")
+        expected = min(series.mean_usd_per_hour(start, end), Decimal("2.00"))
+        assert abs(unit[attempt["cause"]] - expected) <= Decimal("0.000001")
+    assert Decimal("0.50") < unit["paused"] <= Decimal("2.00") and unit["success"] == Decimal("0.50")
 
 
 @pytest.mark.parametrize(
@@ -301,10 +303,15 @@ def test_with_prices_a_spot_attempt_is_billed_at_the_mean_price_over_its_run(
     assert op._billed_spot_rate(state, job) == Decimal("1.00")
     # An attempt that moved to another zone (availability_zones) is billed at that zone's prices.
     with prices.open("a") as f:
-        f.write(f"{(ended - timedelta(hours=3)).isoformat()},us-east-1,us-east-1b,m5.large,Linux/UNIX,3.00\n")
+        f.write(f"{(ended - timedelta(hours=3)).isoformat()},us-east-1,us-east-1b,m5.large,Linux/UNIX,1.80\n")
     assert op._billed_spot_rate(state, job) == Decimal("1.00")  # the decision's zone: still us-east-1a
     moved = replace(state, current=Current(attempt=2, job_id="j-a2", market="spot", zone="us-east-1b"))
-    assert op._billed_spot_rate(moved, job) == Decimal("3.00")
+    assert op._billed_spot_rate(moved, job) == Decimal("1.80")
+    # Above on-demand AWS would have interrupted it (the default maximum price): never billed above.
+    with prices.open("a") as f:
+        f.write(f"{(ended - timedelta(hours=2)).isoformat()},us-east-1,us-east-1b,m5.large,Linux/UNIX,3.00\n")
+    assert op._billed_spot_rate(moved, job) == Decimal("2.00")
+    assert "is above on-demand 2.00: billed at on-demand" in capsys.readouterr().out
     # No series for the type (here: a type the file lacks): the starting price, and the log says why.
     other = replace(state, plan=replace(plan, instance_type="c5.large"))
     assert op._billed_spot_rate(other, job) == Decimal("0.50")

@@ -139,3 +139,14 @@ def test_an_unreachable_ledger_does_not_fail_the_retrain(
     result = retrain(tmp_path, "models", "run-1", trainer_params={"epochs": 2})
     assert result["version"]
     assert "could not record the outcome of run run-1" in caplog.text
+
+
+def test_a_result_without_a_record_gives_no_record_rather_than_an_empty_one() -> None:
+    # A job of an older version wrote no "record": an empty one would share its digest with every other.
+    from costaware.operators.run_record import retrain_outcome
+
+    identity = {"dag_id": "nightly", "run_id": "run-old", "task_id": "train"}
+    result = {"version": "v1", "rows": 10, "steps": 3, "mode": "full"}
+    outcome = retrain_outcome(context={}, identity=identity, result=result)
+    assert outcome.record is None
+    assert (outcome.training_rows, outcome.iterations, outcome.iteration_unit) == (10, 3, "epochs")

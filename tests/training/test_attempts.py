@@ -511,3 +511,36 @@ def test_an_attempt_saved_on_its_notice_when_it_exited_75_from_a_newer_checkpoin
 ) -> None:
     attempt = replace(_done(1), exit_code=exit_code, restored_step=steps[0], committed_step=steps[1])
     assert attempt.saved_on_notice() is saved
+
+
+@pytest.mark.parametrize(
+    ("ended", "reason", "seconds", "capped"),
+    [
+        ("interrupted", "preempted", 60.0, True),  # it ran as long as the cap allowed (60 s)
+        ("interrupted", "preempted", 59.0, False),  # a reclaim before that
+        ("failed", "Job attempt duration exceeded timeout", 30.0, True),  # Batch: failed, shorter billed
+        ("interrupted", "MaxRuntimeExceeded", 20.0, True),  # SageMaker spot bills less than it ran
+        ("failed", "ValueError: the loss went NaN", 60.0, False),  # a code error stays one
+    ],
+)
+def test_an_attempt_stopped_at_max_usd_is_told_from_a_reclaim_and_a_code_error(
+    ended: str, reason: str, seconds: float, capped: bool
+) -> None:
+    running = state(done=1)
+    assert running.current is not None
+    capped_state = replace(running, current=replace(running.current, stop_after_seconds=60))
+    ended_job = {**job(ended, reason=reason), "billable_seconds": seconds}
+    step = next_step(capped_state, JobEnded(ended_job), NOW, max_attempts=10, latest_resume=None)
+    if capped:
+        assert isinstance(step, Submit) and step.record_cause == "max_usd"
+    else:
+        assert step.record_cause in ("preemption", "code_error") and step.record_cause != "max_usd"
+    # Without a cap nothing is ever put down to it.
+    plain = next_step(running, JobEnded(ended_job), NOW, max_attempts=10, latest_resume=None)
+    assert plain.record_cause != "max_usd"
+
+
+def test_the_stop_a_cap_set_travels_with_the_running_attempt() -> None:
+    current = Current(2, "j-a2", "spot", stop_after_seconds=61)
+    assert Current.from_json(json.loads(json.dumps(current.to_json()))) == current
+    assert "stop_after_seconds" not in Current(2, "j-a2", "spot").to_json()  # older states stay as they were

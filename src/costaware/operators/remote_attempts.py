@@ -72,32 +72,41 @@ class RemoteAttemptSteps:
 
         ``market_reason``: why on-demand, where a rule chose it (kept on the attempt, in its ledger note).
         """
+        from costaware.core.money import format_usd_exact
         from costaware.training.attempt_effects import (
             MIN_CAPPED_SECONDS,
+            cap_rate,
             cap_spent_message,
             capped_seconds,
             job_request,
+            money_left,
         )
 
         plan = state.plan
         zone = ""
         if market == "spot":
             state, market, zone, market_reason = self._place(state)
-        allowed = capped_seconds(state, market)
+        rate = cap_rate(state, market, self._on_demand_in(plan, zone))
+        allowed = capped_seconds(state, rate)
         if allowed is not None and allowed < MIN_CAPPED_SECONDS:
             self._settle(state)
-            raise AirflowFailException(cap_spent_message(state, market))
+            raise AirflowFailException(cap_spent_message(state, market, rate))
         every = self._retune_interval(state) if market == "spot" else None
         request = job_request(
             state, market, utcnow(), zone=zone, checkpoint_every_seconds=every, stop_after_seconds=allowed
         )
-        if allowed is not None:
+        left = money_left(state)
+        if allowed is not None and left is not None:
             self.log.info(
-                "attempt %d is stopped after %d s at the latest: what is left of max_usd $%s",
+                "attempt %d is stopped after %d s at the latest: %s is left of max_usd, at %s/hour",
                 request.attempt,
                 allowed,
-                plan.max_usd,
+                format_usd_exact(left),
+                format_usd_exact(rate),
             )
+        # The stop the cap sets, where it is the limit the job got (an earlier deadline limit is not it):
+        # an attempt that ran into it is recorded as stopped by max_usd, not preempted.
+        binding = allowed is not None and (plan.backend == "local" or request.max_runtime_seconds == allowed)
         restored = self._committed_step(state) if market == "spot" else None
         backend = self._backend(plan)
         job_id = backend.submit(request)
@@ -117,8 +126,22 @@ class RemoteAttemptSteps:
             zone=zone,
             restored_step=restored,
             market_reason=market_reason if market == "on_demand" else "",
-            stop_after_seconds=allowed,
+            stop_after_seconds=allowed if binding else None,
         )
+
+    def _on_demand_in(self, plan: RemotePlan, zone: str) -> Decimal | None:
+        """The on-demand price in ``zone``'s region where it is another than the plan's (None: the plan's)."""
+        from costaware.adapters.price_files import bundled_catalog
+        from costaware.core.errors import CostawareError
+        from costaware.core.zone_choice import region_of
+
+        region = region_of(zone, plan.region) if zone else plan.region
+        if region == plan.region:
+            return None
+        try:
+            return bundled_catalog().on_demand_usd_per_hour(plan.instance_type, region)
+        except CostawareError:
+            return None  # not in the bundled list (an ml.* type): the plan's price
 
     def _place(self, state: AttemptState) -> tuple[AttemptState, str, str, str]:
         """The next spot attempt's market, zone, price and, for on-demand, why (``core.zone_choice``).
@@ -350,6 +373,17 @@ class RemoteAttemptSteps:
             # The attempt still gets its entry: at the price it started on, with the reason in the log.
             self.log.warning("attempt billed at its starting spot price %s USD/hour: %s", started_at, e)
             return started_at
+        zone = (state.current.zone if state.current else "") or billing.availability_zone or ""
+        on_demand = self._on_demand_in(plan, zone) or Decimal(plan.on_demand_usd_per_hour)
+        if rate > on_demand:
+            # AWS interrupts a spot instance whose price passes its maximum, by default the on-demand
+            # price: no hour is billed above it (and max_usd bounds a spot attempt at it).
+            self.log.warning(
+                "mean spot price %s USD/hour over the attempt is above on-demand %s: billed at on-demand",
+                rate,
+                on_demand,
+            )
+            rate = on_demand
         if rate != started_at:
             self.log.info(
                 "attempt billed at %s USD/hour, the mean spot price over its %.0f s (it started at %s)",
@@ -484,7 +518,8 @@ class RemoteAttemptSteps:
             result=result,
         )
         if write_outcome(outcome, self.ledger_conn_id):
-            self.log.info("recorded the run's outcome; reproducibility record %s", outcome.record.digest[:16])
+            record = outcome.record.digest[:16] if outcome.record else "none (a job of an older version)"
+            self.log.info("recorded the run's outcome; reproducibility record %s", record)
 
     def _clear_checkpoints(self, plan: RemotePlan, opts: Mapping[str, Any]) -> None:
         """Delete this training's checkpoints once its model version is stored.

@@ -49,25 +49,29 @@ def retrain_outcome(
     """The run outcome of a finished built-in training (not scored yet) with its reproducibility record.
 
     The record's trainer, its parameters and seeds, the data fingerprint and library versions are the job's
-    own, from the
-    runner's ``result["record"]`` (:func:`~costaware.training.record.training_record`); a result written
-    by an older job without it still gives the version, rows and steps.
+    own, from the runner's ``result["record"]`` (:func:`~costaware.training.record.training_record`). A
+    result written by an older job without it gives the version, rows and steps and no record: an empty
+    record would share its digest with every other such run, as if they had trained the same way.
     """
     from costaware.core.ledger import utcnow
     from costaware.core.outcomes import ReproRecord, RunOutcome
 
     facts = dict(result.get("record") or {})
-    record = ReproRecord(
-        data_fingerprint=str(facts.get("data_fingerprint") or ""),
-        features_key=features_key,
-        package_version=str(facts.get("package_version") or ""),
-        dag_file_sha256=dag_file_sha256(context),
-        trainer=str(facts.get("trainer") or ""),
-        trainer_params=dict(facts.get("trainer_params") or {}),
-        seeds={str(k): int(v) for k, v in dict(facts.get("seeds") or {}).items()},
-        mode=str(result.get("mode") or ""),
-        parent=result.get("parent"),
-        libraries={str(k): str(v) for k, v in dict(facts.get("libraries") or {}).items()},
+    record = (
+        None
+        if not facts
+        else ReproRecord(
+            data_fingerprint=str(facts.get("data_fingerprint") or ""),
+            features_key=features_key,
+            package_version=str(facts.get("package_version") or ""),
+            dag_file_sha256=dag_file_sha256(context),
+            trainer=str(facts.get("trainer") or ""),
+            trainer_params=dict(facts.get("trainer_params") or {}),
+            seeds={str(k): int(v) for k, v in dict(facts.get("seeds") or {}).items()},
+            mode=str(result.get("mode") or ""),
+            parent=result.get("parent"),
+            libraries={str(k): str(v) for k, v in dict(facts.get("libraries") or {}).items()},
+        )
     )
     return RunOutcome(
         dag_id=str(identity["dag_id"]),

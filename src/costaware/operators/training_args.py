@@ -13,7 +13,7 @@ from typing import Any
 
 from costaware.core.errors import ConfigurationError
 from costaware.glue import as_bool
-from costaware.operators.templating import as_written, native_rendered
+from costaware.operators.templating import as_written, is_template, native_rendered
 from costaware.settings import default_store
 from costaware.training.plan import blank
 from costaware.training.spec import (
@@ -171,7 +171,7 @@ def check_choices(
     from costaware.core.retrain_policy import make_policy
     from costaware.training.trainers.lookup import check_trainer_choice
 
-    written = [name for name in trainer_params or {} if "{{" not in str(name)]
+    written = [name for name in trainer_params or {} if not is_template(name)]
     try:
         if isinstance(trainer, str):
             check_trainer_choice(trainer, dict.fromkeys(written))

@@ -180,7 +180,8 @@ class WarmStartRetrainOperator(BuiltInTrainingArguments, BaseOperator):
             features_key=str(self.features_key or ""),
         )
         if write_outcome(outcome, self.ledger_conn_id):
-            self.log.info("recorded the run's outcome; reproducibility record %s", outcome.record.digest[:16])
+            record = outcome.record.digest[:16] if outcome.record else "none (a job of an older version)"
+            self.log.info("recorded the run's outcome; reproducibility record %s", record)
 
     def on_kill(self) -> None:
         """Airflow's SIGTERM path: ask the training to checkpoint and stop after the current step."""

@@ -27,27 +27,36 @@ if TYPE_CHECKING:
 MIN_CAPPED_SECONDS = 60
 
 
-def cap_rate(state: AttemptState, market: str) -> Decimal:
-    """The USD/hour that bounds an attempt on ``market`` under ``max_usd``.
+def instances(plan: RemotePlan) -> int:
+    """How many instances one attempt bills (SageMaker's ``instance_count``; 1 elsewhere)."""
+    return max(1, int(plan.backend_options.get("instance_count") or 1))
+
+
+def cap_rate(state: AttemptState, market: str, on_demand_usd_per_hour: Decimal | None = None) -> Decimal:
+    """The USD/hour that bounds an attempt on ``market`` under ``max_usd``, all its instances together.
 
     Its price, except for a spot attempt billed at the mean price in force over its run (``prices``
-    given): that price may rise while it runs, so the on-demand price bounds it (AWS caps spot there).
+    given): that price may rise while it runs, so the on-demand price bounds it (AWS interrupts spot
+    there by default, and the bill is clamped to it). ``on_demand_usd_per_hour``: of the attempt's zone's
+    region, where it is another than the plan's.
     """
     plan = state.plan
+    on_demand = on_demand_usd_per_hour or Decimal(plan.on_demand_usd_per_hour)
     if market == "spot" and not plan.billing and state.spot_usd_per_hour is not None:
-        return Decimal(state.spot_usd_per_hour)
-    return Decimal(plan.on_demand_usd_per_hour)
+        rate = Decimal(state.spot_usd_per_hour)
+    else:
+        rate = on_demand
+    return rate * instances(plan)
 
 
-def capped_seconds(state: AttemptState, market: str) -> int | None:
-    """How long the next attempt on ``market`` may run before its stop notice under ``max_usd``.
+def capped_seconds(state: AttemptState, rate: Decimal) -> int | None:
+    """How long the next attempt may run at ``rate`` (:func:`cap_rate`) before its stop notice (``max_usd``).
 
-    What is left of the cap buys some seconds at :func:`cap_rate`; the notice comes a grace period
+    What is left of the cap buys some seconds at ``rate``; the notice comes a grace period
     (``preemption_grace_seconds``) earlier, so that the attempt ends, its last save included, within them.
     None: no cap.
     """
     plan = state.plan
-    rate = cap_rate(state, market)
     if plan.max_usd is None or rate <= 0:
         return None
     left = Decimal(plan.max_usd) - total_usd(state)
@@ -55,22 +64,31 @@ def capped_seconds(state: AttemptState, market: str) -> int | None:
     return max(0, int(buys - Decimal(str(plan.grace_seconds))))  # rounded down: it ends before the cap
 
 
-def cap_spent_message(state: AttemptState, market: str) -> str:
+def cap_spent_message(state: AttemptState, market: str, rate: Decimal) -> str:
     """Why the next attempt is not started: what is left of ``max_usd`` buys less than a minute."""
+    from costaware.core.money import format_usd_exact
+
     plan = state.plan
     cap, billed = Decimal(plan.max_usd or 0), total_usd(state)
-    rate = cap_rate(state, market)
     buys = (
-        f"less than {MIN_CAPPED_SECONDS} s on {market} {plan.instance_type} at ${rate}/hour beyond its "
-        f"{plan.grace_seconds:g} s grace period"
+        f"less than {MIN_CAPPED_SECONDS} s on {market} {plan.instance_type} at {format_usd_exact(rate)}/hour "
+        f"beyond its {plan.grace_seconds:g} s grace period"
     )
     if not state.attempts:
-        return f"max_usd ${cap} buys {buys}: raise max_usd; nothing was started"
+        return f"max_usd {format_usd_exact(cap)} buys {buys}: raise max_usd; nothing was started"
     return (
-        f"max_usd ${cap} is spent: {len(state.attempts)} attempt(s) billed ${billed}, which leaves "
-        f"${cap - billed}, {buys}; nothing was registered, and the newest checkpoint stays "
-        f"at {plan.checkpoint_uri}: raise max_usd and clear the task to resume from it"
+        f"max_usd {format_usd_exact(cap)} is spent: {len(state.attempts)} attempt(s) billed "
+        f"{format_usd_exact(billed)}, which leaves {format_usd_exact(cap - billed)}, {buys}; nothing was "
+        f"registered, and the newest checkpoint stays at {plan.checkpoint_uri}: raise max_usd and clear the "
+        "task to resume from it"
     )
+
+
+def money_left(state: AttemptState) -> Decimal | None:
+    """What is left of ``max_usd`` after the attempts recorded so far (None: no cap)."""
+    if state.plan.max_usd is None:
+        return None
+    return Decimal(state.plan.max_usd) - total_usd(state)
 
 
 def job_request(

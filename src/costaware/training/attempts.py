@@ -23,7 +23,7 @@ from costaware.adapters.compute.job_contract import (
 from costaware.core.series import parse_instant
 from costaware.core.spot_decision import SpotDecision
 from costaware.training.plan import RemotePlan
-from costaware.training.remote import CAUSES, attempt_cause, next_market
+from costaware.training.remote import CAUSES, RUNTIME_LIMIT_REASONS, attempt_cause, next_market
 
 #: ``Attempt.restored_step`` / ``committed_step`` when no checkpoint had been pushed.
 NO_CHECKPOINT = -1
@@ -176,10 +176,20 @@ class Current:
         )
 
     def stopped_by_cap(self, job: Mapping[str, Any]) -> bool:
-        """Whether ``job`` (this attempt, interrupted) ran until the stop that ``max_usd`` set for it."""
-        if self.stop_after_seconds is None or job.get("state") != "interrupted":
+        """Whether ``job`` (this attempt, ended) ran into the stop that ``max_usd`` set for it.
+
+        The backend says so (a runtime limit reached), or an interrupted job ran that long. A Batch timeout
+        or a Kubernetes deadline can end as failed, a SageMaker spot job bills less than it ran: either
+        test alone would miss some.
+        """
+        if self.stop_after_seconds is None or job.get("state") not in ("interrupted", "failed"):
             return False
-        return float(job.get("billable_seconds") or 0) >= self.stop_after_seconds
+        reason = str(job.get("reason") or "")
+        if any(said in reason for said in RUNTIME_LIMIT_REASONS):
+            return True
+        # Ran that long and was stopped; a job that failed on its own then is still a failure.
+        ran_out = float(job.get("billable_seconds") or 0) >= self.stop_after_seconds
+        return ran_out and job.get("state") == "interrupted"
 
 
 @dataclass(frozen=True, slots=True)
@@ -522,11 +532,12 @@ def next_step(
         )
         return _within_attempts(state, submit, max_attempts)
     cause = attempt_cause(job) or CAUSES.get(ended, "code_error")
-    if state.current is not None and state.current.stopped_by_cap(job):
+    capped = ended != "succeeded" and state.current is not None and state.current.stopped_by_cap(job)
+    if capped:
         cause = "max_usd"  # stopped at what was left of the cap: the next submit says whether more is left
     if ended == "succeeded":
         return Finish(record_cause=cause)
-    if ended == "failed":
+    if ended == "failed" and not capped:
         return _failure(state, job, cause)
     if cause == "store_error" and state.attempts and state.attempts[-1].cause == "store_error":
         return _store_unreachable_again(state, job)

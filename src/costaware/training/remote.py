@@ -20,6 +20,8 @@ _SLUG = re.compile(r"[^a-z0-9]+")
 #: Ledger ``cause`` of an attempt, by how its job ended.
 CAUSES = {"succeeded": "success", "interrupted": "preemption", "failed": "code_error"}
 OUTCOMES = {"succeeded": "success", "interrupted": "interrupted", "failed": "failed"}
+#: What the backends say of a job stopped at its runtime limit: SageMaker, Batch, Kubernetes, local.
+RUNTIME_LIMIT_REASONS = ("MaxRuntimeExceeded", "attempt duration exceeded", "DeadlineExceeded", "max_usd")
 
 
 def job_base_name(dag_id: str, run_id: str, task_id: str, map_index: int) -> str:

@@ -84,7 +84,9 @@ def submit_job_request(
             "environment": [{"name": k, "value": v} for k, v in sorted(environment.items())],
         },
         "retryStrategy": {
-            "attempts": 1 + int(reclaim_retries),
+            # Under max_usd (stop_after_seconds) each Batch attempt would get the whole limit again: the
+            # operator resubmits instead, with what is left.
+            "attempts": 1 if request.stop_after_seconds is not None else 1 + int(reclaim_retries),
             "evaluateOnExit": [
                 {"onStatusReason": RECLAIM_REASON, "action": "RETRY"},
                 {"onReason": "*", "action": "EXIT"},

@@ -45,6 +45,8 @@ INTERRUPTED_CODES = (*job_contract.RESUBMIT_EXIT_CODES, -signal.SIGTERM, -signal
 _WATCH_SECONDS = 0.05
 #: After a stop, how much longer than the grace period the supervisor lets the launcher run.
 _BACKSTOP_SECONDS = 10.0
+#: Written when the job was stopped at its ``stop_after_seconds`` (``max_usd``).
+CAPPED_FILE = "capped"
 #: The placeholder of a per-zone ``capacity_file``.
 ZONE_PLACEHOLDER = "{zone}"
 
@@ -222,6 +224,9 @@ class LocalBackend:
             else:
                 state = JobState.FAILED
                 reason = reason or f"exit code {code}"
+            capped = folder / CAPPED_FILE
+            if code != 0 and capped.exists():
+                reason = f"stopped at its max_usd limit after {capped.read_text().strip()} s ({reason})"
             return JobStatus(
                 state=state,
                 billable_seconds=seconds,
@@ -305,7 +310,7 @@ def supervise(folder: Path) -> int:
         grace = request.get("grace_seconds")
         stop_after = request.get("stop_after_seconds")
         if stop_after is not None:  # the money cap: stop as LocalBackend.stop does, from here
-            _stop_when_due(proc, folder / "stop", float(stop_after))
+            _stop_when_due(proc, folder, float(stop_after))
         code = _wait(proc, folder / "stop", float(grace)) if grace is not None else proc.wait()
     _write_json(
         folder / "exit.json", {"exit_code": code, "started_at": started_at, "stopped_at": time.time()}
@@ -313,11 +318,11 @@ def supervise(folder: Path) -> int:
     return 0
 
 
-def _stop_when_due(proc: subprocess.Popen[bytes], stop: Path, after_seconds: float) -> None:
+def _stop_when_due(proc: subprocess.Popen[bytes], folder: Path, after_seconds: float) -> None:
     """In a thread: once ``proc`` has run ``after_seconds``, ask it to stop (the ``stop`` file, SIGTERM).
 
     The training checkpoints on the SIGTERM and exits as preempted; :func:`_wait` kills it after the
-    grace period if it does not.
+    grace period if it does not. The ``capped`` file tells :meth:`LocalBackend.poll` why it stopped.
     """
     import threading
 
@@ -325,7 +330,8 @@ def _stop_when_due(proc: subprocess.Popen[bytes], stop: Path, after_seconds: flo
         try:
             proc.wait(timeout=after_seconds)
         except subprocess.TimeoutExpired:
-            stop.touch()
+            (folder / CAPPED_FILE).write_text(repr(after_seconds))
+            (folder / "stop").touch()
             with contextlib.suppress(ProcessLookupError):  # it ended just now
                 proc.send_signal(signal.SIGTERM)
 

@@ -1,0 +1,73 @@
+"""What ``max_usd`` lets the next remote attempt run, at which price, and what the refusal says."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timezone
+from decimal import Decimal
+
+import pytest
+from attempt_states import CAPTURED  # tests/support/
+
+from costaware.training.attempt_effects import (
+    cap_rate,
+    cap_spent_message,
+    capped_seconds,
+    job_request,
+    money_left,
+)
+from costaware.training.attempts import Attempt, AttemptState
+from costaware.training.plan import RemotePlan
+from costaware.training.plan.remote_plan import Billing
+
+PLAN = replace(RemotePlan.from_json(CAPTURED), on_demand_usd_per_hour="2.00", grace_seconds=10.0)
+NOW = datetime(2026, 11, 24, 12, 0, tzinfo=timezone.utc)
+
+
+def billed(usd: str) -> Attempt:
+    return Attempt(1, "j-a1", "spot", "m5.large", 600.0, usd, "preemption", "interrupted")
+
+
+def capped(cap: str | None, *, spent: str | None = None, **plan: object) -> AttemptState:
+    return AttemptState(
+        plan=replace(PLAN, max_usd=cap, billing=None, deadline=None, **plan),  # type: ignore[arg-type]
+        spot_usd_per_hour="0.50",
+        attempts=(billed(spent),) if spent else (),
+    )
+
+
+def test_what_is_left_buys_seconds_at_the_attempts_price_less_its_grace_period() -> None:
+    state = capped("1.00", spent="0.25")
+    assert money_left(state) == Decimal("0.75")
+    # Spot billed at its starting price: $0.75 at $0.50/hour is 5,400 s, the notice 10 s earlier.
+    assert capped_seconds(state, cap_rate(state, "spot")) == 5390
+    # On-demand at $2.00/hour: 1,350 s.
+    assert capped_seconds(state, cap_rate(state, "on_demand")) == 1340
+    assert capped_seconds(capped(None), cap_rate(capped(None), "spot")) is None  # no cap, no limit
+
+
+def test_a_spot_price_that_may_rise_and_several_instances_are_bounded() -> None:
+    state = capped("1.00")
+    # Billed at the price in force over its run (prices given): bounded at on-demand, or at the
+    # on-demand price of the zone's region when it moved there.
+    billing = replace(state, plan=replace(state.plan, billing=Billing(prices="spot.csv")))
+    assert cap_rate(billing, "spot") == Decimal("2.00")
+    assert cap_rate(billing, "spot", Decimal("2.40")) == Decimal("2.40")
+    # SageMaker bills every instance of a job: 4 x $0.50.
+    many = capped("1.00", backend_options={"instance_count": 4})
+    assert cap_rate(many, "spot") == Decimal("2.00")
+
+
+def test_the_refusal_says_what_was_billed_and_where_the_checkpoint_is() -> None:
+    state = capped("0.25", spent="0.249")
+    said = cap_spent_message(state, "on_demand", cap_rate(state, "on_demand"))
+    assert said.startswith("max_usd $0.25 is spent: 1 attempt(s) billed $0.249, which leaves $0.001, less")
+    assert f"the newest checkpoint stays at {PLAN.checkpoint_uri}: raise max_usd" in said
+    first = cap_spent_message(capped("0.01"), "on_demand", Decimal("2.00"))
+    assert first.endswith("raise max_usd; nothing was started")
+
+
+@pytest.mark.parametrize(("stop_after", "runtime"), [(None, 86_400), (600, 600), (10**9, 86_400)])
+def test_the_cap_also_bounds_the_backends_runtime_limit(stop_after: int | None, runtime: int) -> None:
+    request = job_request(capped("1.00"), "on_demand", NOW, stop_after_seconds=stop_after)
+    assert request.max_runtime_seconds == runtime and request.stop_after_seconds == stop_after
