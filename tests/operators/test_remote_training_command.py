@@ -389,17 +389,40 @@ def test_max_attempts_must_be_a_whole_number(tmp_path: Path, attempts: object) -
         operator(tmp_path, "ok", max_attempts=attempts)
 
 
-@pytest.mark.parametrize("cap", ["$0", "-1", "ten"])
-def test_a_max_usd_that_pays_for_nothing_fails_when_the_dag_is_parsed(tmp_path: Path, cap: str) -> None:
-    with pytest.raises(ConfigurationError, match="max_usd"):
+@pytest.mark.parametrize(
+    ("cap", "message"),
+    [
+        ("$0", r"max_usd must be more than \$0, got '\$0'"),
+        ("-1", r"max_usd must be more than \$0, got '-1'"),
+        ("ten", "max_usd must be a number of USD"),
+        ("  ", "max_usd is empty: give an amount such as '25', or leave it out for no cap"),
+    ],
+)
+def test_a_max_usd_that_pays_for_nothing_fails_when_the_dag_is_parsed(
+    tmp_path: Path, cap: str, message: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=message):
         operator(tmp_path, "ok", max_usd=cap)
+
+
+def test_a_max_usd_template_rendered_empty_means_no_cap_and_the_log_says_so(
+    tmp_path: Path, ledger: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    op = operator(tmp_path, "ok", max_usd="{{ params.cap }}")
+    op.max_usd = ""  # as a blank param renders
+    state = op._start(context_for())
+    assert state.plan.max_usd is None
+    assert "max_usd rendered to '': this run has no cap in dollars" in capsys.readouterr().out
 
 
 def test_max_usd_too_small_for_one_attempt_starts_nothing(tmp_path: Path, ledger: Any) -> None:
     # $0.001 buys 36 s of spot at $0.10/hour: less than a minute beyond a 1 s grace period.
     op = operator(tmp_path, "ok", max_usd="0.001", preemption_grace_seconds=1)
-    with pytest.raises(AirflowFailException, match=r"max_usd \$0\.001 buys less than 60 s on spot m5\.large"):
+    with pytest.raises(
+        AirflowFailException, match=r"max_usd \$0\.001 buys less than 60 s on spot m5\.large"
+    ) as e:
         op.execute(context_for())
+    assert "raise max_usd to at least $0.001695; nothing was started" in str(e.value)  # 61 s at $0.10/hour
     assert not (tmp_path / "jobs").exists() and entries(ledger) == []
 
 

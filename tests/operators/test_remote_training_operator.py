@@ -182,6 +182,11 @@ def test_bad_input_fails_before_anything_runs_or_is_written(
             "'num_boost_round'",
         ),
         ({"policy": "always_warm"}, r"unknown retrain policy 'always_warm' \(did you mean 'always-warm'"),
+        (
+            {"trainer": "{{ params.trainer }}"},
+            "trainer '{{ params.trainer }}' is a template, but trainer is not",
+        ),
+        ({"policy": "{{ params.policy }}"}, "policy '{{ params.policy }}' is a template, but policy is not"),
     ],
 )
 def test_a_misspelt_trainer_or_policy_is_refused_at_parse_not_in_a_started_job(

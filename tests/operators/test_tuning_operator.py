@@ -7,6 +7,7 @@ from typing import Any
 
 import optuna
 import pytest
+from airflow.sdk import DAG
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from costaware import Ledger
@@ -296,6 +297,17 @@ def test_settings_that_are_not_templated_fail_when_the_dag_is_parsed(
 def test_a_trainer_that_can_never_import_fails_when_the_dag_is_parsed(trainer: Any, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         BudgetedTuningOperator(task_id="trial", study_name="s1", trainer=trainer)
+    # The task group maps the trials with partial(), which builds no operator at parse: it checks too.
+    with DAG("parse_check", schedule=None), pytest.raises(ConfigurationError, match=message):
+        budgeted_tuning(
+            study_name="s1",
+            trainer=trainer,
+            search_space=SPACE,
+            min_resource=2,
+            max_resource=16,
+            max_usd="5",
+            max_trials=4,
+        )
 
 
 def test_trials_of_a_missing_study_fail_with_a_hint(env: Ledger) -> None:

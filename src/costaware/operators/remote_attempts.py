@@ -429,7 +429,7 @@ class RemoteAttemptSteps:
                 # Where and on which market the next attempt runs is the placement's to say (the
                 # restart-thrash guard may send it to on-demand): the next lines log it.
                 self.log.warning(
-                    "attempt %s %s (%s): the next attempt resumes from the newest checkpoint",
+                    "attempt %s %s (%s): %s",
                     current.attempt if current else "?",
                     # A store the launcher could not reach is retried like a preemption, but is not one;
                     # nor is a stop at what was left of max_usd.
@@ -438,6 +438,9 @@ class RemoteAttemptSteps:
                         "max_usd": "was stopped at what was left of max_usd",
                     }.get(str(step.cause_of_previous), "interrupted"),
                     event.job.get("reason"),
+                    "a next attempt resumes from the newest checkpoint if the cap leaves enough for one"
+                    if step.cause_of_previous == "max_usd"
+                    else "the next attempt resumes from the newest checkpoint",
                 )
             return self._submit(state, step.market, step.market_reason)
         if isinstance(step, Finish):

@@ -340,6 +340,10 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
             checkpoint_store=written.get("checkpoint_store"),
             spec_uri=written.get("spec_uri"),
         )
+        if isinstance(max_usd, str) and not max_usd.strip():
+            raise ConfigurationError(
+                f"{owner}: max_usd is empty: give an amount such as '25', or leave it out for no cap"
+            )
         if is_literal(max_usd):
             cap_usd(max_usd)  # a cap of "$0" or "ten" fails as the DAG is parsed
         self.max_usd = max_usd
@@ -453,6 +457,9 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
             )
             write_spec(spec_uri, spec, **opts)
         cap = cap_usd(self.max_usd)
+        if cap is None and self.max_usd is not None:
+            # A template rendered empty (a param left blank): no cap, but not without a word.
+            self.log.warning("max_usd rendered to %r: this run has no cap in dollars", self.max_usd)
         return AttemptState(
             plan=replace(start.plan, max_usd=str(cap)) if cap is not None else start.plan,
             latest_start=start.latest_start,
@@ -532,7 +539,7 @@ def cap_usd(value: Any) -> Decimal | None:
 
     if value is None or (isinstance(value, str) and value.strip() in ("", "None")):
         return None
-    amount = parse_usd(value, name="max_usd")
+    amount = parse_usd(value, name="max_usd", allow_negative=True)
     if amount <= 0:
         raise ConfigurationError(f"max_usd must be more than $0, got {value!r}: no attempt could run")
     return amount

@@ -172,6 +172,12 @@ def check_choices(
     from costaware.training.trainers.lookup import check_trainer_choice
 
     written = [name for name in trainer_params or {} if not is_template(name)]
+    for name, value in (("trainer", trainer), ("policy", policy)):
+        if is_template(value):  # not a template field: the text would reach the job as it is
+            raise ConfigurationError(
+                f"{owner}: {name} {value!r} is a template, but {name} is not rendered: write its name out "
+                "(choose among operators with a branch, or template trainer_params instead)"
+            )
     try:
         if isinstance(trainer, str):
             check_trainer_choice(trainer, dict.fromkeys(written))

@@ -27,7 +27,7 @@ from costaware.core.errors import ConfigurationError
 from costaware.extras import require
 from costaware.glue import DEFAULT_LEDGER_CONN_ID, airflow_errors
 from costaware.importing import split_path
-from costaware.operators.templating import as_written, is_written_out, native_rendered
+from costaware.operators.templating import as_written, is_template, is_written_out, native_rendered
 from costaware.training.study_arguments import StudyArguments, resolve_trial_trainer
 
 require("tuning", needed_by=__name__)  # at DAG parse time, with the pip line, rather than in a trial
@@ -268,11 +268,7 @@ class BudgetedTuningOperator(_StudyOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(study_name=study_name, **kwargs)
-        if isinstance(trainer, str):
-            # Its form now; it is imported where the trial runs (it may load heavy libraries).
-            split_path(trainer, what="trainer")
-        elif not callable(trainer):
-            raise ConfigurationError(f"trainer must be a callable or 'package.module:name', got {trainer!r}")
+        check_trial_trainer(trainer)
         self.trainer = trainer
         self.trainer_kwargs = dict(trainer_kwargs or {})
         self._trainer_kwargs_written = as_written(self.trainer_kwargs)
@@ -421,6 +417,8 @@ def budgeted_tuning(
         **study: The study's settings, passed to :class:`TuningStudyCreateOperator` (``search_space``,
             ``min_resource``, ``max_resource``, ``max_usd``, ``max_trials``, ...).
     """
+    # partial() builds no operator until the trials are mapped: check the trainer here, as the DAG is parsed.
+    check_trial_trainer(trainer)
     shared: dict[str, Any] = {
         "study_name": study_name,
         "storage_url": storage_url,
@@ -443,3 +441,18 @@ def budgeted_tuning(
         )
         trials >> summary
     return group
+
+
+def check_trial_trainer(trainer: Any) -> None:
+    """Refuse a trial trainer that can never import: a callable, or ``"package.module:name"`` written out.
+
+    Only its form: it is imported where the trial runs (it may load heavy libraries).
+    """
+    if is_template(trainer):
+        raise ConfigurationError(
+            f"trainer {trainer!r} is a template, but trainer is not rendered: write 'package.module:name'"
+        )
+    if isinstance(trainer, str):
+        split_path(trainer, what="trainer")
+    elif not callable(trainer):
+        raise ConfigurationError(f"trainer must be a callable or 'package.module:name', got {trainer!r}")

@@ -75,7 +75,13 @@ def cap_spent_message(state: AttemptState, market: str, rate: Decimal) -> str:
         f"beyond its {plan.grace_seconds:g} s grace period"
     )
     if not state.attempts:
-        return f"max_usd {format_usd_exact(cap)} buys {buys}: raise max_usd; nothing was started"
+        least = (rate * Decimal(MIN_CAPPED_SECONDS + plan.grace_seconds) / 3600).quantize(
+            Decimal("0.000001"), rounding="ROUND_CEILING"
+        )
+        return (
+            f"max_usd {format_usd_exact(cap)} buys {buys}: raise max_usd to at least "
+            f"{format_usd_exact(least)}; nothing was started"
+        )
     return (
         f"max_usd {format_usd_exact(cap)} is spent: {len(state.attempts)} attempt(s) billed "
         f"{format_usd_exact(billed)}, which leaves {format_usd_exact(cap - billed)}, {buys}; nothing was "

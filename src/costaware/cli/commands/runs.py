@@ -54,7 +54,10 @@ def list_runs(args: argparse.Namespace) -> int:
         emit(table, args.format, headers=headers, payload=payload)
         return 0
     if not found:
-        print("no retrain outcomes yet: WarmStartRetrainOperator and ModelPromoteOperator record them")
+        print(
+            "no retrain outcomes yet: WarmStartRetrainOperator, RemoteTrainingOperator and "
+            "ModelPromoteOperator record them"
+        )
         return 0
     emit(table, "table", headers=headers)
     if summary is not None:
