@@ -197,6 +197,24 @@ def test_trainer_errors_fail_the_trial_and_are_retried_by_airflow(env: Ledger) -
     assert env.open_reservations() == []
 
 
+@pytest.mark.parametrize(("trial_states", "fails"), [(["failed", "failed"], True), (["skipped"], False)])
+def test_a_study_whose_trial_tasks_all_failed_fails_its_summary(
+    env: Ledger, trial_states: list[str], fails: bool
+) -> None:
+    # A trainer that cannot import fails every trial task before it asks Optuna for a trial: without this
+    # the run would end green, the summary saying only "no trial ran".
+    plan = _plan()
+    plan.execute({"ti": _ti(plan)})
+    summary_op = TuningStudySummarizeOperator(task_id="summarize", study_name="s1", trial_task_id="trial")
+    ti = _ti(summary_op)
+    ti.get_task_states = lambda **_: {RUN_ID: {f"trial_{i}": s for i, s in enumerate(trial_states)}}
+    if fails:
+        with pytest.raises(AirflowFailException, match=r"no trial finished and 2 trial task\(s\) failed"):
+            summary_op.execute({"ti": ti})
+    else:  # skipped by a stop rule (the budget): the summary stands
+        assert summary_op.execute({"ti": ti})["best"] is None
+
+
 def test_a_killed_trial_is_resumed_by_its_retry_or_failed_when_its_lease_expires(env: Ledger) -> None:
     plan = _plan()
     plan.execute({"ti": _ti(plan)})

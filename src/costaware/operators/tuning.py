@@ -21,7 +21,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator, TaskGroup
-from airflow.sdk.exceptions import AirflowSkipException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from costaware.core.errors import ConfigurationError
 from costaware.extras import require
@@ -388,7 +388,25 @@ class TuningStudySummarizeOperator(_StudyOperator):
                 row["value"],
                 row["decision"],
             )
+        failed = self._failed_trial_tasks(ti) if best is None else 0
+        if failed:
+            # Otherwise the run ends green with nothing to show (a trainer that cannot import, say).
+            raise AirflowFailException(
+                f"study {summary['study_name']}: no trial finished and {failed} trial task(s) failed: see "
+                f"their logs ({self.trial_task_id}); they spent ${summary['spent_usd']}"
+            )
         return summary
+
+    def _failed_trial_tasks(self, ti: Any) -> int:
+        """How many of this run's trial tasks failed (0 where Airflow cannot say: a test's stand-in)."""
+        try:
+            states = ti.get_task_states(dag_id=ti.dag_id, task_ids=[self.trial_task_id], run_ids=[ti.run_id])
+        except Exception:  # a check for people: without it the summary still stands
+            return 0
+        found = dict(states or {}).get(ti.run_id) or {}
+        return sum(
+            1 for state in found.values() if getattr(state, "value", state) in ("failed", "upstream_failed")
+        )
 
 
 def budgeted_tuning(
