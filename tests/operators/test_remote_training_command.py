@@ -444,3 +444,16 @@ def test_max_usd_stops_the_attempt_before_the_cap_and_keeps_its_checkpoint(
     assert any((tmp_path / "ckpt").rglob("*")), "the checkpoint to resume from is kept"
     assert not (tmp_path / "models" / "versions").exists()
     assert ledger.open_reservations() == []
+
+
+def test_a_retry_follows_the_attempt_an_earlier_try_started_even_where_the_cap_would_not_start_it(
+    tmp_path: Path, ledger: Any
+) -> None:
+    first = operator(tmp_path, "ok", max_usd="1.00")
+    started = first._submit(first._start(context_for()), "on_demand")
+    assert started.current is not None
+    # The cap was lowered before the retry: refusing now would leave the running job unwatched, unbilled.
+    retry = operator(tmp_path, "ok", max_usd="0.000001")
+    followed = retry._submit(retry._start(context_for(try_number=2)), "on_demand")
+    assert followed.current is not None and followed.current.job_id == started.current.job_id
+    assert len(list((tmp_path / "jobs").iterdir())) == 1  # nothing new was started

@@ -64,7 +64,7 @@ def test_the_refusal_says_what_was_billed_and_where_the_checkpoint_is() -> None:
     assert said.startswith("max_usd $0.25 is spent: 1 attempt(s) billed $0.249, which leaves $0.001, less")
     assert f"the newest checkpoint stays at {PLAN.checkpoint_uri}: raise max_usd" in said
     first = cap_spent_message(capped("0.01"), "on_demand", Decimal("2.00"))
-    assert first.endswith("raise max_usd; nothing was started")
+    assert first.endswith("raise max_usd to at least $0.038889; nothing was started")  # 70 s at $2.00/hour
 
 
 @pytest.mark.parametrize(("stop_after", "runtime"), [(None, 86_400), (600, 600), (10**9, 86_400)])

@@ -81,6 +81,7 @@ class RemoteAttemptSteps:
             job_request,
             money_left,
         )
+        from costaware.training.remote import job_name
 
         plan = state.plan
         zone = ""
@@ -88,9 +89,21 @@ class RemoteAttemptSteps:
             state, market, zone, market_reason = self._place(state)
         rate = cap_rate(state, market, self._on_demand_in(plan, zone))
         allowed = capped_seconds(state, rate)
+        backend = self._backend(plan)
         if allowed is not None and allowed < MIN_CAPPED_SECONDS:
-            self._settle(state)
-            raise AirflowFailException(cap_spent_message(state, market, rate))
+            started = backend.find(job_name(plan.base_name, state.next_attempt))
+            if started is None:
+                self._settle(state)
+                raise AirflowFailException(cap_spent_message(state, market, rate))
+            # An earlier try of this task started it (the cap or a price has changed since): follow it to its
+            # end and bill it, under the limit it was given, rather than leave it running unrecorded.
+            self.log.warning(
+                "attempt %d was started by an earlier try as %s: following it, although what is left of "
+                "max_usd would not start it now",
+                state.next_attempt,
+                started,
+            )
+            allowed = None
         every = self._retune_interval(state) if market == "spot" else None
         request = job_request(
             state, market, utcnow(), zone=zone, checkpoint_every_seconds=every, stop_after_seconds=allowed
@@ -108,7 +121,6 @@ class RemoteAttemptSteps:
         # an attempt that ran into it is recorded as stopped by max_usd, not preempted.
         binding = allowed is not None and (plan.backend == "local" or request.max_runtime_seconds == allowed)
         restored = self._committed_step(state) if market == "spot" else None
-        backend = self._backend(plan)
         job_id = backend.submit(request)
         self.log.info(
             "attempt %d: job %s on %s, %s %s%s%s",

@@ -523,6 +523,10 @@ class ComputeBackend(Protocol):
         """Start the job (or find the one already started under this name); returns its id."""
         ...
 
+    def find(self, job_name: str) -> str | None:
+        """The id of a job already submitted under ``job_name`` (an earlier try's), or None."""
+        ...
+
     def poll(self, job_id: str) -> JobStatus:
         """The job's state, billed seconds so far, market and instance type."""
         ...

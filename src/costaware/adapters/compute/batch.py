@@ -256,6 +256,9 @@ class BatchBackend:
 
         return BatchClientHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name).client
 
+    def find(self, job_name: str) -> str | None:
+        return self._find(job_name)
+
     def _find(self, job_name: str) -> str | None:
         """The id of a job already submitted under ``job_name`` to any queue (idempotent submit)."""
         for queue in dict.fromkeys((self.spot_queue, self.on_demand_queue, *self.spot_queues.values())):

@@ -303,6 +303,15 @@ class KubernetesBackend:
             raise ComputeBackendError(f"cannot create pod {request.job_name!r}: {e}") from e
         return request.job_name
 
+    def find(self, job_name: str) -> str | None:
+        try:
+            self._api().read_namespaced_pod(job_name, self.namespace)
+        except Exception as e:
+            if getattr(e, "status", None) == 404:
+                return None
+            raise ComputeBackendError(f"cannot read pod {job_name!r}: {e}") from e
+        return job_name
+
     def poll(self, job_id: str) -> JobStatus:
         api = self._api()
         try:

@@ -194,6 +194,9 @@ class LocalBackend:
             raise ComputeBackendError(f"cannot start local job {request.job_name!r}: {e}") from e
         return request.job_name
 
+    def find(self, job_name: str) -> str | None:
+        return job_name if self._dir(job_name).exists() else None
+
     def _request(self, folder: Path) -> dict[str, Any]:
         try:
             data: dict[str, Any] = json.loads((folder / "request.json").read_text())

@@ -225,6 +225,9 @@ class SageMakerBackend:
             ) from e
         return request.job_name
 
+    def find(self, job_name: str) -> str | None:
+        return job_name if self._describe(job_name) is not None else None
+
     def poll(self, job_id: str) -> JobStatus:
         job = self._describe(job_id)
         if job is None:
