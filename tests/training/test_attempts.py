@@ -544,3 +544,13 @@ def test_the_stop_a_cap_set_travels_with_the_running_attempt() -> None:
     current = Current(2, "j-a2", "spot", stop_after_seconds=61)
     assert Current.from_json(json.loads(json.dumps(current.to_json()))) == current
     assert "stop_after_seconds" not in Current(2, "j-a2", "spot").to_json()  # older states stay as they were
+
+
+def test_max_attempts_reached_after_cap_stops_says_to_raise_the_cap() -> None:
+    running = state(done=9)
+    assert running.current is not None
+    capped = replace(running, current=replace(running.current, stop_after_seconds=60))
+    step = next_step(capped, JobEnded(job("interrupted")), NOW, max_attempts=10, latest_resume=None)
+    assert isinstance(step, Fail) and step.record_cause == "max_usd"
+    assert "max usd: 1" in step.message
+    assert "raise max_usd: the cap stopped its attempts short" in step.message

@@ -441,6 +441,13 @@ def _within_attempts(state: AttemptState, step: Submit | Resume, max_attempts: i
     # Only a job that met spot can avoid its interruptions by starting on on-demand.
     on_spot = step.market == "spot" or any(a.market == "spot" for a in state.attempts)
     advice = "raise max_attempts or start it on on-demand" if on_spot else "raise max_attempts"
+    if causes["max_usd"]:
+        # Spot billed at the price in force is bounded at on-demand: each stop leaves money over, and the
+        # attempts get shorter until max_attempts, not the cap, ends them.
+        advice = (
+            "raise max_usd: the cap stopped its attempts short each time (a spot attempt billed at the price "
+            f"in force is bounded at on-demand), or {advice}"
+        )
     return Fail(
         message=(
             f"training was interrupted {attempt - 1} times ({counted}), max_attempts={max_attempts} "
