@@ -2,7 +2,8 @@
 
 1. ``land_new_data``  the replayed 2013 day (and the next one, the holdout) land as Parquet;
 2. ``features``       train / new / holdout feature files;
-3. ``spend_gate``     the training's budget is reserved from the project's monthly budget;
+3. ``spend_gate``     the training's budget is reserved from the project's monthly budget (and
+                      ``train_max_usd`` caps what its attempts may bill, stopping one in time);
 4. ``spot_window``    spot when the price is good, on-demand when waiting would miss the deadline;
 5. ``retrain``        the training runs on the backend (default ``local``: a child process of the worker),
                       checkpointed; an interruption resubmits it from the checkpoint, on spot while slack is
@@ -75,6 +76,13 @@ def data_root() -> str:
             PROJECT, title="Project", description="Project charged; its budget gates training."
         ),
         "train_budget_usd": Param("0.05", type="string", pattern=r"^\d{1,6}(\.\d{1,6})?$"),
+        "train_max_usd": Param(
+            "1.00",
+            type=["null", "string"],
+            pattern=r"^\d{1,6}(\.\d{1,6})?$",
+            description="Hard cap on what the training's attempts may bill together: an attempt is stopped "
+            "(checkpointed) before it would pass it. Empty: no cap.",
+        ),
         "backend": Param(
             "local",
             enum=["local", "sagemaker", "batch", "kubernetes"],
@@ -207,6 +215,7 @@ def remote_retrain() -> None:
         on_demand_usd_per_hour="{{ params.on_demand_usd_per_hour or '' }}",
         pause_on_price="{{ params.pause_on_price }}",
         prices=RECORDED_SPOT_PRICES,
+        max_usd="{{ params.train_max_usd or '' }}",
         aws_conn_id=AWS_CONN_ID,
         poll_interval=2,
         retries=2,
