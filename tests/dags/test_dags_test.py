@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from services import RETRAIN_TASKS, migrated_airflow_env, run_command
+from services import RETRAIN_TASKS, migrated_airflow_env, run_command, set_monthly_cap
 
 from costaware import Ledger
 
@@ -28,22 +28,6 @@ def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return run_command(env, *args)
 
 
-def _set_monthly_cap(env: dict[str, str], usd: str) -> None:
-    done = _run(
-        env,
-        "costaware",
-        "budget",
-        "set",
-        "--scope",
-        "project=flight-delays",
-        "--period",
-        "month",
-        "--cap-usd",
-        usd,
-    )
-    assert done.returncode == 0, done.stderr
-
-
 def _dags_test(env: dict[str, str], day: str, conf: dict[str, str] | None = None) -> tuple[str, list[dict]]:  # type: ignore[type-arg]
     run = _run(env, "airflow", "dags", "test", "cost_aware_retrain", day, "-c", json.dumps(conf or {}))
     output = run.stdout + run.stderr
@@ -55,7 +39,7 @@ def _dags_test(env: dict[str, str], day: str, conf: dict[str, str] | None = None
 
 
 def test_two_days_full_then_warm_spot_and_a_cache_hit(airflow_env: dict[str, str]) -> None:
-    _set_monthly_cap(airflow_env, "25")
+    set_monthly_cap(airflow_env, "25")
 
     output, rows = _dags_test(airflow_env, "2013-02-01")
     actual = [r for r in rows if not r["estimated"]]
@@ -119,7 +103,7 @@ def test_two_days_full_then_warm_spot_and_a_cache_hit(airflow_env: dict[str, str
 
 def test_a_budget_override_beyond_the_cap_is_refused_before_training(airflow_env: dict[str, str]) -> None:
     # A person raises the training budget in the trigger form past what the project's budget has left.
-    _set_monthly_cap(airflow_env, "25")
+    set_monthly_cap(airflow_env, "25")
     run = _run(
         airflow_env,
         "airflow",
@@ -148,7 +132,7 @@ def test_a_run_failing_between_the_spend_gate_and_training_holds_no_money(
 ) -> None:
     # The gate reserves for `retrain`; then `spot_window` fails (no recorded spot prices for m5.large, which
     # the gate's price check accepts), so `retrain` never runs. Its money must not stay reserved for 6 h.
-    _set_monthly_cap(airflow_env, "25")
+    set_monthly_cap(airflow_env, "25")
     deadline = (datetime.now(timezone.utc) + timedelta(hours=3)).isoformat()
     conf = {"train_instance_type": "m5.large", "spot_deadline": deadline}
     run = _run(
@@ -172,7 +156,7 @@ def test_a_run_failing_between_the_spend_gate_and_training_holds_no_money(
 def test_a_typo_in_the_instance_type_fails_at_the_gate_before_any_money_is_reserved(
     airflow_env: dict[str, str],
 ) -> None:
-    _set_monthly_cap(airflow_env, "25")
+    set_monthly_cap(airflow_env, "25")
     conf = {"train_instance_type": "m5.lrage"}
     run = _run(
         airflow_env, "airflow", "dags", "test", "cost_aware_retrain", "2013-02-06", "-c", json.dumps(conf)

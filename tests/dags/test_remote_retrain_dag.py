@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from airflow.dag_processing.dagbag import DagBag
 from remote_support import aws_client
-from services import migrated_airflow_env, run_command
+from services import migrated_airflow_env, run_command, set_monthly_cap
 
 from costaware import Ledger
 
@@ -36,19 +36,7 @@ def test_remote_retrain_parses_fast_with_its_tasks() -> None:
 @pytest.mark.slow
 def test_dags_test_trains_on_the_local_backend_with_one_entry_per_attempt(tmp_path: Path) -> None:
     env = migrated_airflow_env(tmp_path / "home", ROOT / "dags")
-    budget = run_command(
-        env,
-        "costaware",
-        "budget",
-        "set",
-        "--scope",
-        "project=flight-delays",
-        "--period",
-        "month",
-        "--cap-usd",
-        "25",
-    )
-    assert budget.returncode == 0, budget.stderr
+    set_monthly_cap(env, "25")
     run = run_command(env, "airflow", "dags", "test", "remote_retrain", "2013-02-01")
     output = run.stdout + run.stderr
     assert run.returncode == 0, output[-4000:]
@@ -87,19 +75,7 @@ def test_an_s3_data_root_goes_through_the_aws_default_connection_alone(
             ),
         }
     )
-    budget = run_command(
-        env,
-        "costaware",
-        "budget",
-        "set",
-        "--scope",
-        "project=flight-delays",
-        "--period",
-        "month",
-        "--cap-usd",
-        "25",
-    )
-    assert budget.returncode == 0, budget.stderr
+    set_monthly_cap(env, "25")
     conf = json.dumps({"data_root": f"s3://{bucket}/remote"})
     run = run_command(env, "airflow", "dags", "test", "remote_retrain", "2013-02-01", "-c", conf)
     output = run.stdout + run.stderr

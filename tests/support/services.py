@@ -192,6 +192,14 @@ def run_command(env: dict[str, str], *args: str, timeout: float = 600) -> subpro
     )
 
 
+def set_monthly_cap(env: dict[str, str], usd: str, scope: str = "project=flight-delays") -> None:
+    """``costaware budget set`` of a monthly cap, as the example DAGs' spend gates need one."""
+    done = run_command(
+        env, "costaware", "budget", "set", "--scope", scope, "--period", "month", "--cap-usd", usd
+    )
+    assert done.returncode == 0, done.stderr
+
+
 def migrated_airflow_env(home: Path, dags_folder: Path, **extra: str) -> dict[str, str]:
     """:func:`airflow_env` with the metadata database migrated."""
     env = airflow_env(home, dags_folder, **extra)
