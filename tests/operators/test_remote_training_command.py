@@ -457,3 +457,20 @@ def test_a_retry_follows_the_attempt_an_earlier_try_started_even_where_the_cap_w
     followed = retry._submit(retry._start(context_for(try_number=2)), "on_demand")
     assert followed.current is not None and followed.current.job_id == started.current.job_id
     assert len(list((tmp_path / "jobs").iterdir())) == 1  # nothing new was started
+
+
+def test_with_no_spend_gate_the_task_reserves_its_cap_and_a_budget_short_of_it_starts_nothing(
+    tmp_path: Path, ledger: Any
+) -> None:
+    # max_usd is the most the attempts can bill: a budget that holds it cannot be passed by them.
+    ledger.set_budget("project=churn", "month", "10")
+    op = operator(tmp_path / "a", "ok", max_usd="2", budget_scope="project=churn")
+    op._reserve(op._start(context_for()))
+    (held,) = ledger.open_reservations()
+    assert held.usd == Decimal("2")
+    # $1.50 left of a $3.50 budget cannot hold a $2 cap: refused before any job.
+    ledger.set_budget("project=churn", "month", "3.50")
+    short = operator(tmp_path / "b", "ok", max_usd="2", budget_scope="project=churn")
+    with pytest.raises(AirflowFailException, match="project=churn"):
+        short.execute(context_for(run_id="manual__short"))
+    assert not (tmp_path / "b" / "jobs").exists()

@@ -485,10 +485,10 @@ class RemoteAttemptSteps:
         settle_reservation(self.ledger_hook.get_conn(), state)
 
     def _reserve(self, state: AttemptState) -> None:
-        """With no reservation from a spend gate, reserve the decision's estimate in ``budget_scope``."""
+        """No spend gate reserved for it: reserve ``max_usd`` (else the estimate) in ``budget_scope``."""
         from costaware.training.attempt_effects import reserve_estimate
 
-        if self.budget_scope and state.plan.estimated_usd:
+        if self.budget_scope and (state.plan.max_usd or state.plan.estimated_usd):
             reserve_estimate(self.ledger_hook.get_conn(), state.plan, self.budget_scope)
 
     def _finish(self, context: Context, state: AttemptState) -> dict[str, Any]:

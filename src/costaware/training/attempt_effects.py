@@ -230,14 +230,15 @@ def settle_reservation(ledger: Ledger, state: AttemptState) -> None:
 
 
 def reserve_estimate(ledger: Ledger, plan: RemotePlan, budget_scope: str) -> None:
-    """Reserve the plan's estimate (the spot decision's) in ``budget_scope`` for the task.
+    """Reserve what the task may spend in ``budget_scope``: its ``max_usd``, else the plan's estimate.
 
-    For a training that no spend gate reserved for; the caller checks that the plan has an estimate.
+    For a training that no spend gate reserved for; the caller checks that the plan has one of them. The
+    cap is the most the attempts can bill, so a budget that holds it can never be passed by them.
     """
     ident = plan.identity
     ledger.reserve(
         budget_scope,
-        plan.estimated_usd,
+        plan.max_usd or plan.estimated_usd,
         holder=task_holder(plan),
         run_id=ident["run_id"],
         purpose=f"remote training {ident['task_id']}",
