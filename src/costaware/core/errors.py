@@ -90,6 +90,12 @@ class ScoringError(ConfigurationError):
     """Raised when a promotion's scoring command fails, times out or writes no valid metrics."""
 
 
+def did_you_mean(name: object, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` with the known name closest to ``name``, or "" when none is close."""
+    close = difflib.get_close_matches(str(name), list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def check_keywords(target: Callable[..., Any], given: Iterable[str], *, field: str, of: str) -> None:
     """Refuse a keyword ``target`` does not take, naming it, the closest one and all it takes.
 
@@ -112,7 +118,7 @@ def check_keywords(target: Callable[..., Any], given: Iterable[str], *, field: s
     accepted = [n for n, p in parameters.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL]
     for name in given:
         if name not in accepted:
-            close = difflib.get_close_matches(str(name), accepted, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
             takes = f"it takes {', '.join(accepted)}" if accepted else "it takes no options"
-            raise ConfigurationError(f"{field} {name!r} is not an option of {of}{hint}; {takes}")
+            raise ConfigurationError(
+                f"{field} {name!r} is not an option of {of}{did_you_mean(name, accepted)}; {takes}"
+            )

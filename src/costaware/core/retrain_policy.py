@@ -11,7 +11,6 @@ model (JSON), and a new batch is binned with the same edges so the two can be co
 from __future__ import annotations
 
 import abc
-import difflib
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -19,7 +18,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from costaware.core.errors import ConfigurationError, check_keywords
+from costaware.core.errors import ConfigurationError, check_keywords, did_you_mean
 
 log = logging.getLogger(__name__)
 
@@ -418,8 +417,9 @@ def make_policy(policy: str | RetrainPolicy | None, params: Mapping[str, Any] | 
         return policy
     name = policy or "drift"
     if name not in POLICIES:
-        close = difflib.get_close_matches(str(name), POLICIES, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ConfigurationError(f"unknown retrain policy {name!r}{hint}: use one of {', '.join(POLICIES)}")
-    check_keywords(POLICIES[name], dict(params or {}), field="policy_params", of=f"retrain policy {name!r}")
-    return POLICIES[name](**dict(params or {}))
+        raise ConfigurationError(
+            f"unknown retrain policy {name!r}{did_you_mean(name, POLICIES)}: use one of {', '.join(POLICIES)}"
+        )
+    given = dict(params or {})
+    check_keywords(POLICIES[name], given, field="policy_params", of=f"retrain policy {name!r}")
+    return POLICIES[name](**given)

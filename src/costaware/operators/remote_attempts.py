@@ -492,6 +492,7 @@ class RemoteAttemptSteps:
             reserve_estimate(self.ledger_hook.get_conn(), state.plan, self.budget_scope)
 
     def _finish(self, context: Context, state: AttemptState) -> dict[str, Any]:
+        from costaware.operators.run_record import record_retrain_outcome
         from costaware.training.attempt_effects import total_usd
         from costaware.training.entrypoint import read_result
 
@@ -517,24 +518,17 @@ class RemoteAttemptSteps:
                 len(state.attempts),
                 usd,
             )
-            self._record_outcome(context, state, result)
+            record_retrain_outcome(
+                context=context,
+                identity=state.plan.identity,
+                result=result,
+                ledger_conn_id=self.ledger_conn_id,
+                task_log=self.log,
+            )
             attempts = [a.to_json() for a in state.attempts]
             summary = {**result, "attempts": attempts, "usd": str(usd), "backend": state.plan.backend}
         self._clear_checkpoints(state.plan, opts)
         return summary
-
-    def _record_outcome(self, context: Context, state: AttemptState, result: Mapping[str, Any]) -> None:
-        """The built-in training's outcome and reproducibility record, from its result, in the ledger."""
-        from costaware.operators.run_record import retrain_outcome, write_outcome
-
-        outcome = retrain_outcome(
-            context=context,
-            identity=state.plan.identity,
-            result=result,
-        )
-        if write_outcome(outcome, self.ledger_conn_id):
-            record = outcome.record.digest[:16] if outcome.record else "none (a job of an older version)"
-            self.log.info("recorded the run's outcome; reproducibility record %s", record)
 
     def _clear_checkpoints(self, plan: RemotePlan, opts: Mapping[str, Any]) -> None:
         """Delete this training's checkpoints once its model version is stored.

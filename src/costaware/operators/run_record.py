@@ -20,6 +20,7 @@ __all__ = [
     "dag_file_sha256",
     "package_version",
     "promotion_outcome",
+    "record_retrain_outcome",
     "retrain_outcome",
     "write_outcome",
 ]
@@ -145,6 +146,22 @@ def promotion_outcome(*, identity: Mapping[str, Any], decision: Mapping[str, Any
         training_rows=int(metrics.get("rows") or 0),
         recorded_at=utcnow(),
     )
+
+
+def record_retrain_outcome(
+    *,
+    context: Mapping[str, Any],
+    identity: Mapping[str, Any],
+    result: Mapping[str, Any],
+    ledger_conn_id: str,
+    task_log: Any,
+    features_key: str = "",
+) -> None:
+    """:func:`retrain_outcome` written to the ledger, and the record's digest in the task's ``task_log``."""
+    outcome = retrain_outcome(context=context, identity=identity, result=result, features_key=features_key)
+    if write_outcome(outcome, ledger_conn_id):
+        record = outcome.record.digest[:16] if outcome.record else "none (a job of an older version)"
+        task_log.info("recorded the run's outcome; reproducibility record %s", record)
 
 
 def write_outcome(outcome: Any, ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID) -> bool:

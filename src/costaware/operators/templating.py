@@ -45,6 +45,20 @@ def is_literal(value: object) -> bool:
     return False
 
 
+def refuse_template(name: str, value: object, *, write: str) -> None:
+    """Refuse a template in ``name``, an argument Airflow does not render: its text would be used as it is.
+
+    ``write``: what to write instead, for the message.
+
+    Raises:
+        ConfigurationError: ``value`` is a template.
+    """
+    if is_template(value):
+        from costaware.core.errors import ConfigurationError
+
+        raise ConfigurationError(f"{name} {value!r} is a template, but {name} is not rendered: {write}")
+
+
 def is_written_out(value: object) -> bool:
     """:func:`is_literal`, and also a mapping whose keys and values are all written out (a search space)."""
     if isinstance(value, Mapping):

@@ -13,7 +13,7 @@ from typing import Any
 
 from costaware.core.errors import ConfigurationError
 from costaware.glue import as_bool
-from costaware.operators.templating import as_written, is_template, native_rendered
+from costaware.operators.templating import as_written, is_template, native_rendered, refuse_template
 from costaware.settings import default_store
 from costaware.training.plan import blank
 from costaware.training.spec import (
@@ -172,13 +172,10 @@ def check_choices(
     from costaware.training.trainers.lookup import check_trainer_choice
 
     written = [name for name in trainer_params or {} if not is_template(name)]
-    for name, value in (("trainer", trainer), ("policy", policy)):
-        if is_template(value):  # not a template field: the text would reach the job as it is
-            raise ConfigurationError(
-                f"{owner}: {name} {value!r} is a template, but {name} is not rendered: write its name out "
-                "(choose among operators with a branch, or template trainer_params instead)"
-            )
+    instead = "write its name out (choose among operators with a branch, or template trainer_params instead)"
     try:
+        refuse_template("trainer", trainer, write=instead)
+        refuse_template("policy", policy, write=instead)
         if isinstance(trainer, str):
             check_trainer_choice(trainer, dict.fromkeys(written))
         make_policy(policy, policy_params)

@@ -27,7 +27,7 @@ from costaware.core.errors import ConfigurationError
 from costaware.extras import require
 from costaware.glue import DEFAULT_LEDGER_CONN_ID, airflow_errors
 from costaware.importing import split_path
-from costaware.operators.templating import as_written, is_template, is_written_out, native_rendered
+from costaware.operators.templating import as_written, is_written_out, native_rendered, refuse_template
 from costaware.training.study_arguments import StudyArguments, resolve_trial_trainer
 
 require("tuning", needed_by=__name__)  # at DAG parse time, with the pip line, rather than in a trial
@@ -466,10 +466,7 @@ def check_trial_trainer(trainer: Any) -> None:
 
     Only its form: it is imported where the trial runs (it may load heavy libraries).
     """
-    if is_template(trainer):
-        raise ConfigurationError(
-            f"trainer {trainer!r} is a template, but trainer is not rendered: write 'package.module:name'"
-        )
+    refuse_template("trainer", trainer, write="write 'package.module:name'")
     if isinstance(trainer, str):
         split_path(trainer, what="trainer")
     elif not callable(trainer):

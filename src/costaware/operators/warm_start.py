@@ -21,7 +21,6 @@ if TYPE_CHECKING:
 
     from costaware.core.retrain_policy import RetrainPolicy
     from costaware.training.checkpointing import Checkpointer
-    from costaware.training.spec import TrainingSpec
 
 
 class WarmStartRetrainOperator(BuiltInTrainingArguments, BaseOperator):
@@ -148,6 +147,7 @@ class WarmStartRetrainOperator(BuiltInTrainingArguments, BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from costaware.adapters.checkpoint_store import checkpoint_key
+        from costaware.operators.run_record import record_retrain_outcome
         from costaware.training.runner import run_retrain
 
         facts = run_identity(context, self.task_id)
@@ -164,24 +164,16 @@ class WarmStartRetrainOperator(BuiltInTrainingArguments, BaseOperator):
             )
             result = run_retrain(job, on_checkpointer=self._remember)
         self.log.info("stored %s model version %s: %s", result["mode"], result["version"], result["reason"])
-        self._record_outcome(context, facts, result, spec)
-        return result
-
-    def _record_outcome(
-        self, context: Context, facts: dict[str, Any], result: dict[str, Any], spec: TrainingSpec
-    ) -> None:
-        """The run's outcome and reproducibility record, in the ledger next to its cost."""
-        from costaware.operators.run_record import retrain_outcome, write_outcome
-
-        outcome = retrain_outcome(
+        # The run's outcome and reproducibility record, in the ledger next to its cost.
+        record_retrain_outcome(
             context=context,
             identity=facts,
             result=result,
+            ledger_conn_id=self.ledger_conn_id,
+            task_log=self.log,
             features_key=str(self.features_key or ""),
         )
-        if write_outcome(outcome, self.ledger_conn_id):
-            record = outcome.record.digest[:16] if outcome.record else "none (a job of an older version)"
-            self.log.info("recorded the run's outcome; reproducibility record %s", record)
+        return result
 
     def on_kill(self) -> None:
         """Airflow's SIGTERM path: ask the training to checkpoint and stop after the current step."""

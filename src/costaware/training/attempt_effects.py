@@ -49,6 +49,13 @@ def cap_rate(state: AttemptState, market: str, on_demand_usd_per_hour: Decimal |
     return rate * instances(plan)
 
 
+def money_left(state: AttemptState) -> Decimal | None:
+    """What is left of ``max_usd`` after the attempts recorded so far (None: no cap)."""
+    if state.plan.max_usd is None:
+        return None
+    return Decimal(state.plan.max_usd) - total_usd(state)
+
+
 def capped_seconds(state: AttemptState, rate: Decimal) -> int | None:
     """How long the next attempt may run at ``rate`` (:func:`cap_rate`) before its stop notice (``max_usd``).
 
@@ -56,12 +63,11 @@ def capped_seconds(state: AttemptState, rate: Decimal) -> int | None:
     (``preemption_grace_seconds``) earlier, so that the attempt ends, its last save included, within them.
     None: no cap.
     """
-    plan = state.plan
-    if plan.max_usd is None or rate <= 0:
+    left = money_left(state)
+    if left is None or rate <= 0:
         return None
-    left = Decimal(plan.max_usd) - total_usd(state)
     buys = left * 3600 / rate
-    return max(0, int(buys - Decimal(str(plan.grace_seconds))))  # rounded down: it ends before the cap
+    return max(0, int(buys - Decimal(str(state.plan.grace_seconds))))  # rounded down: it ends before the cap
 
 
 def cap_spent_message(state: AttemptState, market: str, rate: Decimal) -> str:
@@ -69,7 +75,7 @@ def cap_spent_message(state: AttemptState, market: str, rate: Decimal) -> str:
     from costaware.core.money import format_usd_exact
 
     plan = state.plan
-    cap, billed = Decimal(plan.max_usd or 0), total_usd(state)
+    cap, left = Decimal(plan.max_usd or 0), money_left(state) or Decimal(0)
     buys = (
         f"less than {MIN_CAPPED_SECONDS} s on {market} {plan.instance_type} at {format_usd_exact(rate)}/hour "
         f"beyond its {plan.grace_seconds:g} s grace period"
@@ -84,17 +90,10 @@ def cap_spent_message(state: AttemptState, market: str, rate: Decimal) -> str:
         )
     return (
         f"max_usd {format_usd_exact(cap)} is spent: {len(state.attempts)} attempt(s) billed "
-        f"{format_usd_exact(billed)}, which leaves {format_usd_exact(cap - billed)}, {buys}; nothing was "
+        f"{format_usd_exact(cap - left)}, which leaves {format_usd_exact(left)}, {buys}; nothing was "
         f"registered, and the newest checkpoint stays at {plan.checkpoint_uri}: raise max_usd and clear the "
         "task to resume from it"
     )
-
-
-def money_left(state: AttemptState) -> Decimal | None:
-    """What is left of ``max_usd`` after the attempts recorded so far (None: no cap)."""
-    if state.plan.max_usd is None:
-        return None
-    return Decimal(state.plan.max_usd) - total_usd(state)
 
 
 def job_request(

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from costaware.core.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from costaware.core.tuning import StudySpec
+    from costaware.core.tuning import RungSchedule, StudySpec, TuningCaps
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +63,7 @@ class StudyArguments:
         Raises:
             ConfigurationError: a value that is wrong; the message names it.
         """
-        from costaware.core.tuning import RungSchedule, TuningCaps, parse_search_space
+        from costaware.core.tuning import parse_search_space
 
         def written(*values: Any) -> bool:
             return all(written_out(value) for value in values)
@@ -71,13 +71,25 @@ class StudyArguments:
         if written(self.search_space):
             parse_search_space(parse_mapping(self.search_space, "search_space"))
         if written(self.min_resource, self.max_resource, self.reduction_factor):
-            RungSchedule.geometric(
-                parse_int(self.min_resource, "min_resource"),
-                parse_int(self.max_resource, "max_resource"),
-                parse_int(self.reduction_factor, "reduction_factor"),
-                self.max_rungs,
-            )
-        caps = {
+            self._schedule()
+        if written(*self._cap_arguments().values()):
+            self._caps()
+        if written(self.scope):
+            parse_mapping(self.scope, "scope")
+
+    def _schedule(self) -> RungSchedule:
+        """The rungs from ``min_resource``, ``max_resource``, ``reduction_factor`` and ``max_rungs``."""
+        from costaware.core.tuning import RungSchedule
+
+        return RungSchedule.geometric(
+            parse_int(self.min_resource, "min_resource"),
+            parse_int(self.max_resource, "max_resource"),
+            parse_int(self.reduction_factor, "reduction_factor"),
+            self.max_rungs,
+        )
+
+    def _cap_arguments(self) -> dict[str, Any]:
+        return {
             "max_usd": self.max_usd,
             "max_trials": self.max_trials,
             "max_gpu_hours": self.max_gpu_hours,
@@ -85,10 +97,12 @@ class StudyArguments:
             "plateau_trials": self.plateau_trials,
             "plateau_min_delta": self.plateau_min_delta,
         }
-        if written(*caps.values()):
-            TuningCaps.create(**caps)
-        if written(self.scope):
-            parse_mapping(self.scope, "scope")
+
+    def _caps(self) -> TuningCaps:
+        """The study's stop rules (``TuningCaps.create`` checks each)."""
+        from costaware.core.tuning import TuningCaps
+
+        return TuningCaps.create(**self._cap_arguments())
 
     def spec(self) -> StudySpec:
         """The study's settings; the price and GPUs of the compute from the catalog when not given.
@@ -99,7 +113,7 @@ class StudyArguments:
         from costaware.adapters.price_files import bundled_catalog
         from costaware.core.ledger import Market
         from costaware.core.money import parse_usd
-        from costaware.core.tuning import RungSchedule, StudySpec, TuningCaps, parse_search_space
+        from costaware.core.tuning import StudySpec, parse_search_space
 
         catalog = bundled_catalog()
         market = Market.parse(self.market)
@@ -118,20 +132,8 @@ class StudyArguments:
             study_name=str(self.study_name),
             direction=self.direction,
             search_space=parse_search_space(parse_mapping(self.search_space, "search_space")),
-            schedule=RungSchedule.geometric(
-                parse_int(self.min_resource, "min_resource"),
-                parse_int(self.max_resource, "max_resource"),
-                parse_int(self.reduction_factor, "reduction_factor"),
-                self.max_rungs,
-            ),
-            caps=TuningCaps.create(
-                max_usd=self.max_usd,
-                max_trials=self.max_trials,
-                max_gpu_hours=self.max_gpu_hours,
-                max_wall_seconds=self.max_wall_seconds,
-                plateau_trials=self.plateau_trials,
-                plateau_min_delta=self.plateau_min_delta,
-            ),
+            schedule=self._schedule(),
+            caps=self._caps(),
             pruner=self.pruner,
             sampler=self.sampler,
             seed=int(self.seed),

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from typing import Any
 
-from costaware.core.errors import ConfigurationError, check_keywords
+from costaware.core.errors import ConfigurationError, check_keywords, did_you_mean
 from costaware.importing import import_object
 from costaware.training.trainers.base import Trainer
 
@@ -56,10 +55,8 @@ def check_trainer_choice(trainer: str, params: Mapping[str, Any] | None = None) 
     """
     path = BUILT_IN.get(trainer, trainer)
     if ":" not in path and "." not in path:
-        close = difflib.get_close_matches(trainer, BUILT_IN, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ConfigurationError(
-            f"unknown trainer {trainer!r}{hint}: use one of {', '.join(BUILT_IN)} "
+            f"unknown trainer {trainer!r}{did_you_mean(trainer, BUILT_IN)}: use one of {', '.join(BUILT_IN)} "
             "or a path like 'pkg.mod:MyTrainer'"
         )
     if trainer in BUILT_IN:
