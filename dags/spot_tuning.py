@@ -2,7 +2,9 @@
 
 The plan: 40 trials at most, each warmed up for 3 epochs on spot with checkpoints every 15 minutes; the bottom
 half by holdout RMSE is pruned there; the rest are promoted to 15 epochs, continuing from their warm-up (a
-promotion pays only the 12 epochs it adds); a hard stop at $100 or 20 GPU-hours. The trial is
+promotion pays only the 12 epochs it adds); a hard stop at $100 or 20 GPU-hours. The stop is hard because
+every stage is capped: a warm-up or promotion is stopped (``max_usd``) once it costs ``overrun_factor`` (1.5)
+times its estimate, and that much is reserved in the study's budget before it starts. The trial is
 ``examples/spot_tuning/train_trial.py``, a plain preemptible PyTorch MLP (``costaware_runtime`` only).
 
 1. ``prepare``      checks the settings and the instance type (a typo fails here, before anything is
@@ -11,13 +13,14 @@ promotion pays only the 12 epochs it adds); a hard stop at $100 or 20 GPU-hours.
 3. ``plan``         samples ``max_trials`` configurations with a seeded RNG, sizes the study so that the
                     warm-ups and the promotions fit the dollar and GPU-hour caps at the trial's price and
                     ``epoch_minutes``, sets the study's ledger budget (``study=<run id>``, period ``total``)
-                    and reserves each warm-up in it;
+                    and reserves each warm-up's cap in it;
 4. ``warmup``       one mapped ``RemoteTrainingOperator`` per trial: checkpointed, a preemption resumes from
-                    the newest checkpoint, each billed attempt is a ledger entry tagged ``trial=<n>``;
+                    the newest checkpoint, each billed attempt is a ledger entry tagged ``trial=<n>``,
+                    stopped at its cap;
 5. ``select``       ranks the warm-ups, prunes the bottom ``1 - keep_fraction``, and promotes the best only
-                    while what the ledger says was spent (dollars, GPU-hours) plus the promotion's cost,
-                    estimated from its own warm-up, stays under the caps: each promotion is reserved in the
-                    study's budget first, so the caps hold even for promotions running side by side;
+                    while what the ledger says was spent (dollars, GPU-hours) plus the promotion's cap,
+                    from its own warm-up's bill, stays under the caps: each promotion's cap is reserved in
+                    the study's budget first, so the caps hold even for promotions running side by side;
 6. ``full``         one mapped ``RemoteTrainingOperator`` per promoted trial, ``--resume-from`` its warm-up's
                     model version, to ``full_epochs``;
 7. ``best``         the winner, each trial's billed cost from the ledger, and the saving against training
@@ -35,6 +38,7 @@ look: ``-c '{"max_trials": 4, "warmup_epochs": 1, "full_epochs": 3}'``). Then
 from __future__ import annotations
 
 from datetime import timedelta
+from decimal import Decimal
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -121,7 +125,11 @@ def settings(params: Any) -> Any:
     from costaware.core.tuning.spot_plan import SpotTuningSettings
 
     names = ("max_usd", "max_gpu_hours", "max_trials", "warmup_epochs", "full_epochs", "keep_fraction")
-    return SpotTuningSettings.create(**{n: params[n] for n in names}, epoch_minutes=params["epoch_minutes"])
+    return SpotTuningSettings.create(
+        **{n: params[n] for n in names},
+        epoch_minutes=params["epoch_minutes"],
+        overrun_factor=params["overrun_factor"],
+    )
 
 
 def settings_and_prices(params: Any, watched: Any = None) -> tuple[Any, Any]:
@@ -159,10 +167,16 @@ def check_params(params: Any) -> None:
         raise AirflowFailException(str(e)) from e
 
 
-def trial_kwargs(params: Any, study: str, trial: int, stage: str, command: list[str]) -> dict[str, Any]:
-    """One mapped ``RemoteTrainingOperator``'s arguments that are not templated."""
+def trial_kwargs(
+    params: Any, study: str, trial: int, stage: str, command: list[str], max_usd: Any
+) -> dict[str, Any]:
+    """One mapped ``RemoteTrainingOperator``'s arguments that are not templated.
+
+    ``max_usd``: the stage's cap, what the study reserved for it: the task stops its attempts there.
+    """
     return {
         "command": command,
+        "max_usd": f"{max_usd:.6f}",
         "checkpoint_every_seconds": float(params["checkpoint_minutes"]) * 60,
         "tags": {"study": study, "trial": str(trial), "stage": stage},
         "poll_interval": float(params["poll_seconds"]),
@@ -286,7 +300,9 @@ def spot_tuning() -> None:
                 part for name, value in flags.items() for part in (f"--{name.replace('_', '-')}", str(value))
             ]
             warmup_command = [*command, "--epochs", str(config.warmup_epochs)]
-            kwargs.append(trial_kwargs(params, run_id, number, "warmup", warmup_command))
+            kwargs.append(
+                trial_kwargs(params, run_id, number, "warmup", warmup_command, study.warmup_cap.usd)
+            )
             described.append({"trial": number, "command": command, "hparams": hparams})
         usd_per_hour = prices.usd_per_hour(market)
         print(
@@ -329,12 +345,17 @@ def spot_tuning() -> None:
     def select(data: Any) -> list[dict[str, Any]]:
         """Prune the bottom of the warm-ups; promote the best while the ledger says the caps allow it."""
         from costaware.hooks.ledger import CostLedgerHook
-        from costaware.training.spot_tuning import select_promotions, version_files
+        from costaware.training.spot_tuning import TrialPrices, select_promotions, version_files
 
         context = get_current_context()
         ti, params, run_id = context["ti"], context["params"], context["run_id"]
         study = upstream_result(ti, "plan", "study")
         config = settings(params)
+        prices = TrialPrices(
+            Decimal(ti.xcom_pull(task_ids="plan", key="spot_usd_per_hour")),
+            Decimal(ti.xcom_pull(task_ids="plan", key="on_demand_usd_per_hour")),
+            Decimal(study["gpus"]),
+        )
         try:
             selection = select_promotions(
                 CostLedgerHook().get_conn(),
@@ -342,7 +363,7 @@ def spot_tuning() -> None:
                 settings=config,
                 study=study["study"],
                 scope=study["scope"],
-                gpus=study["gpus"],
+                prices=prices,
                 dag_id=DAG_ID,
                 run_id=run_id,
             )
@@ -352,9 +373,10 @@ def spot_tuning() -> None:
         ti.xcom_push("selection", selection.to_xcom())
         commands, models = {t["trial"]: t["command"] for t in study["trials"]}, data["models"]
         runs = []
-        for t in selection.promoted:
+        for t, decision in selection.promoted:
             resume = ["--epochs", str(config.full_epochs), "--resume-from", version_files(models, t.version)]
-            runs.append(trial_kwargs(params, study["study"], t.trial, "full", [*commands[t.trial], *resume]))
+            command = [*commands[t.trial], *resume]
+            runs.append(trial_kwargs(params, study["study"], t.trial, "full", command, decision.cap.usd))
         return runs
 
     selected: Any = select(arrays)

@@ -125,19 +125,20 @@ def spot_tuning_params(
     keep_fraction: float = 0.5,
     checkpoint_minutes: float = 15,
     epoch_minutes: float = 4,
+    overrun_factor: float = 1.5,
 ) -> dict[str, Any]:
     """The trigger form's fields of a spot tuning plan (``SpotTuningSettings``), with these defaults.
 
     ``max_usd``, ``max_gpu_hours``, ``max_trials``, ``warmup_epochs``, ``full_epochs``, ``keep_fraction``,
-    ``checkpoint_minutes`` and ``epoch_minutes``; ``SpotTuningSettings.create`` checks what the form
-    cannot (``full_epochs`` above ``warmup_epochs``).
+    ``checkpoint_minutes``, ``epoch_minutes`` and ``overrun_factor``; ``SpotTuningSettings.create`` checks
+    what the form cannot (``full_epochs`` above ``warmup_epochs``, ``overrun_factor`` from 1 to 10).
     """
     return {
         "max_usd": bounded_param(
             max_usd,
             kind="number",
             title="Dollar cap (USD)",
-            description="Hard stop: the study never starts a trial that would take it past this.",
+            description="Hard stop: every trial is reserved at what it may cost and stopped there.",
         ),
         "max_gpu_hours": bounded_param(
             max_gpu_hours,
@@ -179,5 +180,13 @@ def spot_tuning_params(
             title="Minutes per epoch (estimate)",
             description="One epoch on the instance type: sizes the study before any trial has run.",
             high=100_000,
+        ),
+        "overrun_factor": bounded_param(
+            overrun_factor,
+            kind="number",
+            title="Overrun allowed (x estimate)",
+            description="A warm-up or promotion is stopped once it costs this many times its estimate "
+            "(1-10); that much is reserved for it, so the caps hold however long it runs.",
+            high=11,
         ),
     }

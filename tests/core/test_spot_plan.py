@@ -42,23 +42,60 @@ def _settings(**changed: Any) -> SpotTuningSettings:
 
 
 def test_the_seed_s_plan_is_sized_to_the_gpu_hour_cap() -> None:
-    """40 trials of 3 + 12 epochs at 4 minutes each need 24 GPU-hours: the plan runs 33, within 20."""
+    """40 trials of 3 + 12 epochs at 4 minutes each need 24 GPU-hours: the plan runs 25, within 20.
+
+    Each promotion is held at its cap, 1.5 times its 0.8 GPU-hours: 25 x 0.2 + 12 x 1.2 = 19.4.
+    """
     settings = _settings()
     warmup, promotion = settings.stage_costs(usd_per_hour="0.41", gpus=1)
     assert (warmup.gpu_hours, promotion.gpu_hours) == (Decimal("0.2"), Decimal("0.8"))
-    assert study_size(settings, warmup, promotion) == 33
+    assert study_size(settings, warmup, promotion) == 25
     plan = plan_study(settings, usd_per_hour="0.41", gpus=1)
-    assert (plan.trials, plan.kept) == (33, 16)
+    assert (plan.trials, plan.kept) == (25, 12)
+    assert (plan.warmup_cap, plan.promotion_cap) == (
+        StageCost(Decimal("0.123"), Decimal("0.3")),
+        StageCost(Decimal("0.492"), Decimal("1.2")),
+    )
     assert plan.total.gpu_hours == Decimal("19.4") <= settings.max_gpu_hours
     assert plan.total.usd < settings.max_usd  # the GPU-hour cap binds first
-    assert not (warmup.times(34) + promotion.times(kept_count(34, 0.5))).fits(settings.caps)
-    assert plan.describe(settings).startswith("33 of 40 trials fit $100 and 20 GPU-hours")
+    assert not (warmup.times(26) + plan.promotion_cap.times(kept_count(26, 0.5))).fits(settings.caps)
+    assert plan.describe(settings).startswith(
+        "25 of 40 trials fit $100 and 20 GPU-hours: warm-up $0.0820 each (stopped at $0.1230)"
+    )
+    # With no room to overrun, the plan is the one of the estimates alone: 33 trials.
+    exact = plan_study(_settings(overrun_factor=1), usd_per_hour="0.41", gpus=1)
+    assert (exact.trials, exact.kept, exact.warmup_cap) == (33, 16, exact.warmup)
+
+
+def test_every_warm_up_s_cap_must_fit_at_once() -> None:
+    """Warm-ups are all reserved at their caps before any starts: 10 x 3 x 0.2 = 6 of a 5 GPU-hour cap."""
+    settings = _settings(max_trials=10, full_epochs=4, max_gpu_hours=5, overrun_factor=3)
+    plan = plan_study(settings, usd_per_hour=1, gpus=1)  # a promotion adds one epoch: 0.0667 GPU-hours
+    assert plan.trials == 8 and plan.warmup_cap.times(8).gpu_hours <= 5 < plan.warmup_cap.times(9).gpu_hours
+
+
+def test_a_cap_is_never_below_what_one_attempt_needs() -> None:
+    settings = _settings(epoch_minutes="0.001")
+    floor = StageCost(Decimal("0.05"), Decimal("0.047"))
+    plan = plan_study(settings, usd_per_hour=1, gpus=1, floor=floor)
+    assert plan.warmup_cap == floor == plan.promotion_cap
+    assert settings.stage_cap(StageCost(Decimal(1), Decimal(1)), floor) == StageCost(
+        Decimal("1.5"), Decimal("1.5")
+    )
+    # Rounded up to the micro-unit the ledger reserves: the sized figure is the reserved one.
+    assert settings.stage_cap(StageCost(Decimal("0.0000001"), Decimal(0))).usd == Decimal("0.000001")
 
 
 def test_the_dollar_cap_binds_when_it_is_the_smaller() -> None:
-    plan = plan_study(_settings(max_usd=1), usd_per_hour=1, gpus=1)  # $0.20 a warm-up, $0.80 a promotion
+    # $0.20 a warm-up, $0.80 a promotion held at $1.20: 3 trials and 1 promotion fit $2, 4 and 2 do not.
+    plan = plan_study(_settings(max_usd=2), usd_per_hour=1, gpus=1)
+    assert (plan.trials, plan.kept) == (3, 1)
     assert (
-        plan.total.usd <= 1 < (plan.warmup.times(plan.trials + 1) + plan.promotion.times(plan.kept + 1)).usd
+        plan.total.usd
+        <= 2
+        < (
+            plan.warmup.times(plan.trials + 1) + plan.promotion_cap.times(kept_count(plan.trials + 1, 0.5))
+        ).usd
     )
 
 
@@ -67,6 +104,8 @@ def test_a_plan_with_no_room_for_one_trial_says_what_one_needs() -> None:
         ConfigurationError, match=r"need an estimated \$0\.4100 .* on spot g5\.xlarge.*raise a cap"
     ):
         plan_study(_settings(max_usd="0.1"), usd_per_hour="0.41", gpus=1, on="spot g5.xlarge")
+    with pytest.raises(ConfigurationError, match=r"and up to \$0\.6150 .* at overrun_factor 1\.5 \(the most"):
+        plan_study(_settings(max_usd="0.5"), usd_per_hour="0.41", gpus=1)
 
 
 @pytest.mark.parametrize(
@@ -123,6 +162,10 @@ def test_a_bad_search_space_is_refused_by_name(space: dict[str, Any], message: s
         ({"max_trials": True}, r"max_trials must be .* got True"),
         ({"epoch_minutes": 0}, r"epoch_minutes must be a number of minutes above 0, got 0"),
         ({"epoch_minutes": math.nan}, r"epoch_minutes must be .* got nan"),
+        ({"overrun_factor": 0.9}, r"overrun_factor must be from 1 to 10, got 0\.9: .*e\.g\. 1\.5"),
+        ({"overrun_factor": 11}, r"overrun_factor must be from 1 to 10, got 11"),
+        ({"overrun_factor": math.nan}, r"overrun_factor must be .* got nan"),
+        ({"overrun_factor": "x"}, r"overrun_factor must be .* got 'x'"),
     ],
 )
 def test_bad_settings_are_refused_by_name_with_what_to_do(changed: dict[str, Any], message: str) -> None:
@@ -144,45 +187,44 @@ def _warmups(*usd: int) -> list[Warmup]:
     ("spent", "caps", "promoted", "why"),
     [
         ((4, 4), (100, 100), [0, 1], ["pruned", "pruned"]),
-        ((4, 4), (7, 100), [0], ["stopped by the cap", "pruned", "pruned"]),  # 4 + 2 fits, + 2 not
-        ((4, 4), (100, 5.5), [], ["stopped by the cap"] * 2 + ["pruned"] * 2),  # GPU-hours stop it
-        ((4, 4), (5, 5), [], ["stopped by the cap"] * 2 + ["pruned"] * 2),
+        ((4, 4), (8, 100), [0], ["stopped by the cap", "pruned", "pruned"]),  # 4 + 3 fits, + 3 not
+        ((4, 4), (100, 6.5), [], ["stopped by the cap"] * 2 + ["pruned"] * 2),  # GPU-hours stop it
+        ((4, 4), (6, 6), [], ["stopped by the cap"] * 2 + ["pruned"] * 2),  # the estimate (2) would fit
     ],
 )
 def test_promotions_stop_at_either_cap(
     spent: tuple[float, float], caps: tuple[float, float], promoted: list[int], why: list[str]
 ) -> None:
+    """A warm-up of $1 over 2 epochs: a promotion of 4 more is estimated at $2 and held at its cap, $3."""
     spent_cost = StageCost(Decimal(spent[0]), Decimal(spent[1]))
-    decisions = decide_promotions(
-        _warmups(1, 1, 1, 1),
-        keep=2,
-        spent=spent_cost,
-        caps=StageCost(Decimal(str(caps[0])), Decimal(str(caps[1]))),
-        added_epochs=4,
-        warmup_epochs=2,
+    settings = _settings(
+        max_usd=str(caps[0]), max_gpu_hours=str(caps[1]), warmup_epochs=2, full_epochs=6, overrun_factor=1.5
     )
+    decisions = decide_promotions(_warmups(1, 1, 1, 1), keep=2, spent=spent_cost, settings=settings)
     assert [d.trial for d in decisions] == [0, 1, 2, 3]  # one per warm-up, in the ranked order
     up = [d for d in decisions if d.promoted]
     assert [d.trial for d in up] == promoted
     assert all(d.estimate == StageCost(Decimal(2), Decimal(2)) for d in up)
+    assert all(d.cap == StageCost(Decimal(3), Decimal(3)) for d in up)
     assert [d.reason.split(":")[0] for d in decisions if not d.promoted] == why
-    assert spent_cost.usd + sum(d.estimate.usd for d in up) <= Decimal(str(caps[0]))
+    assert spent_cost.usd + sum(d.cap.usd for d in up) <= Decimal(str(caps[0]))
 
 
 def test_the_reasons_name_the_rank_and_the_caps() -> None:
+    settings = _settings(max_usd=4, max_gpu_hours=10, warmup_epochs=1, full_epochs=3, overrun_factor=1)
     decisions = decide_promotions(
-        _warmups(1, 1, 1),
-        keep=2,
-        spent=StageCost(Decimal(3), Decimal(0)),
-        caps=StageCost(Decimal(4), Decimal(10)),
-        added_epochs=2,
-        warmup_epochs=1,
+        _warmups(1, 1, 1), keep=2, spent=StageCost(Decimal(3), Decimal(0)), settings=settings
     )
     assert [d.reason for d in decisions] == [
         "stopped by the cap: $5.0000 of $4, 2.0000 of 10 GPU-hours with it",
         "stopped by the cap: $5.0000 of $4, 2.0000 of 10 GPU-hours with it",
         "pruned: rank 3 of 3, 2 kept",
     ]
+    settings = _settings(max_usd=10, max_gpu_hours=10, warmup_epochs=1, full_epochs=3)
+    decisions = decide_promotions(
+        _warmups(1), keep=1, spent=StageCost(Decimal(1), Decimal(1)), settings=settings
+    )
+    assert decisions[0].reason == "promoted (est. $2.0000, stopped at $3.0000)"
     refused = PromotionDecision(0, True, "promoted").stopped("stopped by the ledger: no")
     assert (refused.promoted, refused.reason) == (False, "stopped by the ledger: no")
 

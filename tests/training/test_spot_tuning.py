@@ -14,6 +14,7 @@ from costaware.core.tuning.spot_plan import PromotionDecision, SpotTuningSetting
 from costaware.core.tuning.spot_spend import TrialSpend
 from costaware.training.spot_tuning import (
     TrialPrices,
+    attempt_floor,
     finished_results,
     open_study,
     reserve_promotions,
@@ -57,7 +58,10 @@ def test_open_study_sets_the_budget_and_reserves_every_warm_up(ledger: Any) -> N
     assert plan.trials == 4  # 4 x 1 epoch + 2 x 2 epochs at $0.5/hour with 1-minute epochs: cents
     held = ledger.open_reservations(holder_prefix="d/run1/warmup/")
     assert sorted(r.holder for r in held) == [f"d/run1/warmup/{n}" for n in range(4)]
-    assert all(r.usd == Decimal(plan.warmup.usd).quantize(Decimal("0.000001")) for r in held)
+    # Each is held at its cap: 1.5 x $0.0083 is less than a stage's least, 710 s at the $1 on-demand price.
+    assert attempt_floor(prices) == StageCost(Decimal(710) / 3600, Decimal(710) / 3600)
+    assert plan.warmup_cap.usd == Decimal("0.197223") == plan.promotion_cap.usd
+    assert all(r.usd == plan.warmup_cap.usd for r in held)
 
 
 def test_a_plan_too_big_for_one_trial_writes_nothing(ledger: Any) -> None:
@@ -68,7 +72,7 @@ def test_a_plan_too_big_for_one_trial_writes_nothing(ledger: Any) -> None:
 
 
 def test_a_warm_up_the_project_s_budget_cannot_hold_names_its_trial(ledger: Any) -> None:
-    ledger.set_budget("project=p", "total", "0.03")  # the project has less left than the study's cap
+    ledger.set_budget("project=p", "total", "0.3")  # room for one warm-up at its cap, $0.197223
     prices = TrialPrices(Decimal(1), Decimal(1), Decimal(1))
     with pytest.raises(BudgetExceededError, match=r"trial 1 cannot be reserved"):
         open_study(ledger, SCOPE, SETTINGS, prices, market="on_demand", dag_id="d", run_id="run1")
@@ -78,7 +82,9 @@ def test_reserve_promotions_stops_at_the_first_refusal(ledger: Any) -> None:
     ledger.set_budget(SCOPE, "total", "3")
 
     def promote(trial: int, usd: int) -> PromotionDecision:
-        return PromotionDecision(trial, True, "promoted", StageCost(Decimal(usd), Decimal(0)))
+        # Reserved at its cap, not its estimate (half of it here).
+        cap = StageCost(Decimal(usd), Decimal(0))
+        return PromotionDecision(trial, True, "promoted", StageCost(Decimal(usd) / 2, Decimal(0)), cap)
 
     pruned = PromotionDecision(9, False, "pruned: rank 4 of 4, 3 kept")
     decisions = [promote(0, 2), promote(1, 2), promote(2, 1), pruned]
@@ -88,7 +94,7 @@ def test_reserve_promotions_stops_at_the_first_refusal(ledger: Any) -> None:
     assert [r.holder for r in ledger.open_reservations(holder_prefix="d/run1/full/")] == ["d/run1/full/0"]
 
 
-def _bill(ledger: Any, trial: int, task_id: str, usd: str, hours: str) -> None:
+def _bill(ledger: Any, trial: int, task_id: str, usd: str, hours: str, cause: str = "") -> None:
     ledger.record(
         LedgerEntry(
             "d",
@@ -100,6 +106,7 @@ def _bill(ledger: Any, trial: int, task_id: str, usd: str, hours: str) -> None:
             quantity=Decimal(hours),
             tags={"study": "run1", "trial": str(trial), "stage": task_id},
             price_source="remote:local",
+            cause=cause,
         )
     )
 
@@ -117,12 +124,13 @@ def test_select_promotions_ranks_prunes_and_reserves_from_the_ledger(ledger: Any
         settings=SETTINGS,
         study="run1",
         scope=SCOPE,
-        gpus=2,
+        prices=TrialPrices(Decimal("0.5"), Decimal(1), Decimal(2)),
         dag_id="d",
         run_id="run1",
     )
     assert [w.trial for w in selection.ranked] == [3, 1, 2, 0]
-    assert [w.trial for w in selection.promoted] == [3, 1]
+    assert [w.trial for w, _ in selection.promoted] == [3, 1]
+    assert [d.cap for _, d in selection.promoted] == [StageCost(Decimal(3), Decimal(3))] * 2  # 1.5 x $2
     assert selection.spent == StageCost(Decimal(4), Decimal(4))  # 4 x 0.5 billed hours x 2 GPUs
     assert selection.ranked[0].gpu_hours == 1 and selection.decisions[0].estimate == StageCost(
         Decimal(2), Decimal(2)
@@ -131,16 +139,45 @@ def test_select_promotions_ranks_prunes_and_reserves_from_the_ledger(ledger: Any
         {"trial": 2, "reason": "pruned: rank 3 of 4, 2 kept"},
         {"trial": 0, "reason": "pruned: rank 4 of 4, 2 kept"},
     ]
-    assert "trial   3: holdout loss 1.000 -> promoted (est. $2.0000)" in selection.report(SETTINGS.caps)
+    report = selection.report(SETTINGS.caps)
+    assert "trial   3: holdout loss 1.000 -> promoted (est. $2.0000, stopped at $3.0000)" in report
     held = ledger.open_reservations(holder_prefix="d/run1/full/")
     assert sorted(r.holder for r in held) == ["d/run1/full/0", "d/run1/full/1"]
+    assert all(r.usd == 3 for r in held)
 
 
 def test_select_promotions_without_a_finished_warm_up_says_so(ledger: Any) -> None:
-    with pytest.raises(ValueError, match="no warm-up finished"):
-        select_promotions(
-            ledger, [None], settings=SETTINGS, study="run1", scope=SCOPE, gpus=1, dag_id="d", run_id="run1"
-        )
+    prices = TrialPrices(Decimal("0.5"), Decimal(1), Decimal(1))
+    kwargs: dict[str, Any] = {"settings": SETTINGS, "study": "run1", "scope": SCOPE, "prices": prices}
+    with pytest.raises(
+        ValueError, match=r"no warm-up finished: nothing to rank \(see the warmup task's logs\)$"
+    ):
+        select_promotions(ledger, [None], **kwargs, dag_id="d", run_id="run1")
+    # Warm-ups its cap stopped: the message says that an epoch took longer than the plan said.
+    _bill(ledger, 0, "warmup", "0.04", "0.08", cause="max_usd")
+    _bill(ledger, 1, "warmup", "0.01", "0.02", cause="preemption")
+    with pytest.raises(ValueError, match=r"; 1 were stopped at their cap .*raise epoch_minutes"):
+        select_promotions(ledger, [None], **kwargs, dag_id="d", run_id="run1")
+
+
+def test_a_warm_up_stopped_at_its_cap_is_reported_beside_the_ranked_ones(ledger: Any) -> None:
+    ledger.set_budget(SCOPE, "total", "10", cap_gpu_hours="20")
+    _bill(ledger, 0, "warmup", "0.05", "0.1", cause="max_usd")
+    _bill(ledger, 1, "warmup", "0.01", "0.02")
+    selection = select_promotions(
+        ledger,
+        [{"metrics": {"trial": 1, "val_rmse": 3.0}, "version": "v1"}],
+        settings=SETTINGS,
+        study="run1",
+        scope=SCOPE,
+        prices=TrialPrices(Decimal("0.5"), Decimal(1), Decimal(1)),
+        dag_id="d",
+        run_id="run1",
+    )
+    assert selection.capped == (0,) and selection.to_xcom()["capped"] == [0]
+    assert selection.report(SETTINGS.caps).endswith(
+        "trial   0: stopped at its cap before its warm-up finished"
+    )
 
 
 def test_study_spend_reads_the_run_s_entries(ledger: Any) -> None:

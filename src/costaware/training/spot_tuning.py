@@ -27,6 +27,7 @@ from costaware.core.tuning.spot_plan import (
     rank,
 )
 from costaware.core.tuning.spot_spend import TrialSpend, spend_by_trial, study_spent
+from costaware.training.plan import DEFAULT_GRACE_SECONDS
 
 if TYPE_CHECKING:
     from costaware.adapters.ledger.store import Ledger
@@ -35,6 +36,10 @@ if TYPE_CHECKING:
 
 #: Reservations of a study outlive its longest stage (the ledger's default is 6 hours).
 RESERVATION_TTL = timedelta(days=3)
+#: A stage's cap buys at least this long before its stop notice. A cloud attempt takes minutes to start
+#: (SageMaker provisions in 3-5), so a cap sized from very short epochs (a demo) would stop the job before
+#: it trained; the operator itself starts none that gets less than ``MIN_CAPPED_SECONDS`` (60).
+LEAST_STAGE_SECONDS = 600
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +103,16 @@ def finished_results(pulled: Any) -> list[Mapping[str, Any]]:
     return [r for r in pulled or [] if isinstance(r, Mapping) and "metrics" in r]
 
 
+def attempt_floor(prices: TrialPrices, grace_seconds: float = DEFAULT_GRACE_SECONDS) -> StageCost:
+    """The least a trial's stage may be capped at: ``LEAST_STAGE_SECONDS`` and the grace period.
+
+    Priced at the on-demand price, which bounds every attempt's rate under ``max_usd`` (a spot trial may
+    fall back to it). Only a plan with very short epochs (a demo) has caps this low.
+    """
+    hours = Decimal(repr(LEAST_STAGE_SECONDS + grace_seconds)) / 3600
+    return StageCost(hours * prices.on_demand_usd_per_hour, hours * prices.gpus)
+
+
 def study_spend(ledger: Ledger, *, dag_id: str, run_id: str, study: str) -> dict[str, TrialSpend]:
     """What the ledger billed each trial of ``study`` in the run, per stage."""
     return spend_by_trial(ledger.entries(dag_id=dag_id, run_id=run_id), study=study)
@@ -115,10 +130,12 @@ def open_study(
     on: str = "",
     ttl: timedelta = RESERVATION_TTL,
 ) -> SpotPlan:
-    """Size the study at the ``market``'s price, set its budget and reserve each planned warm-up.
+    """Size the study at the ``market``'s price, set its budget and reserve each planned warm-up at its cap.
 
     The budget is ``scope``, period ``total``, with both caps. Warm-up ``n`` is reserved under the holder
-    of map index ``n`` of task ``warmup``, so the operator settles it with what its attempts were billed.
+    of map index ``n`` of task ``warmup``, so the operator settles it with what its attempts were billed;
+    it is reserved at ``plan.warmup_cap``, the ``max_usd`` its task is stopped at, so that no warm-up can
+    take the study past its caps however long it runs.
 
     Args:
         ledger: The cost ledger.
@@ -135,7 +152,8 @@ def open_study(
         ConfigurationError: not even one warm-up and its promotion fit the caps.
         BudgetExceededError: a warm-up could not be reserved (another budget of the scope has less left).
     """
-    plan = plan_study(settings, usd_per_hour=prices.usd_per_hour(market), gpus=prices.gpus, on=on)
+    price, floor = prices.usd_per_hour(market), attempt_floor(prices)
+    plan = plan_study(settings, usd_per_hour=price, gpus=prices.gpus, on=on, floor=floor)
     ledger.set_budget(
         scope, "total", str(settings.max_usd), cap_gpu_hours=str(settings.max_gpu_hours), actor=dag_id
     )
@@ -143,8 +161,8 @@ def open_study(
         try:
             ledger.reserve(
                 scope,
-                f"{plan.warmup.usd:.6f}",
-                gpu_hours=f"{plan.warmup.gpu_hours:.6f}",
+                f"{plan.warmup_cap.usd:.6f}",
+                gpu_hours=f"{plan.warmup_cap.gpu_hours:.6f}",
                 holder=reservation_holder(dag_id, run_id, "warmup", number),
                 run_id=run_id,
                 ttl=ttl,
@@ -164,7 +182,7 @@ def reserve_promotions(
     run_id: str,
     ttl: timedelta = RESERVATION_TTL,
 ) -> list[PromotionDecision]:
-    """Reserve each promotion in the study's budget, in order; the decisions, with refused ones stopped.
+    """Reserve each promotion's cap in the study's budget, in order; the decisions, refused ones stopped.
 
     The ledger's check is atomic, so the caps hold with other runs or promotions spending meanwhile. The
     first refusal stops that promotion and every one after it. Promotion ``i`` (in order) is reserved under
@@ -181,8 +199,8 @@ def reserve_promotions(
             try:
                 ledger.reserve(
                     scope,
-                    f"{decision.estimate.usd:.6f}",
-                    gpu_hours=f"{decision.estimate.gpu_hours:.6f}",
+                    f"{decision.cap.usd:.6f}",
+                    gpu_hours=f"{decision.cap.gpu_hours:.6f}",
                     holder=reservation_holder(dag_id, run_id, "full", index),
                     run_id=run_id,
                     ttl=ttl,
@@ -213,17 +231,23 @@ def spend_table(spend: Mapping[str, TrialSpend]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Selection:
-    """The warm-ups best first, one decision for each in that order, and what the study had spent."""
+    """The warm-ups best first, one decision for each in that order, and what the study had spent.
+
+    ``capped``: the trials whose warm-up was stopped at its cap before it finished (none ranked).
+    """
 
     ranked: list[Warmup]
     decisions: list[PromotionDecision]
     spent: StageCost
+    capped: tuple[int, ...] = ()
 
     @property
-    def promoted(self) -> list[Warmup]:
-        """The warm-ups promoted (and reserved), best first: map index ``i`` of task ``full`` is the i-th."""
-        chosen = {d.trial for d in self.decisions if d.promoted}
-        return [w for w in self.ranked if w.trial in chosen]
+    def promoted(self) -> list[tuple[Warmup, PromotionDecision]]:
+        """The warm-ups promoted (and reserved) with their decisions, best first.
+
+        Map index ``i`` of task ``full`` is the i-th.
+        """
+        return [(w, d) for w, d in zip(self.ranked, self.decisions, strict=True) if d.promoted]
 
     def report(self, caps: StageCost) -> str:
         """What was spent, then each warm-up's loss and decision, as log lines."""
@@ -233,15 +257,33 @@ class Selection:
         ]
         for warmup, decision in zip(self.ranked, self.decisions, strict=True):
             lines.append(f"trial {warmup.trial:>3}: holdout loss {warmup.loss:.3f} -> {decision.reason}")
+        lines += [f"trial {n:>3}: stopped at its cap before its warm-up finished" for n in self.capped]
         return "\n".join(lines)
 
     def to_xcom(self) -> dict[str, Any]:
         """JSON-safe: the ranking (trial, loss, version), the trials promoted, and why the others were not."""
         return {
             "ranking": [{"trial": w.trial, "loss": w.loss, "version": w.version} for w in self.ranked],
-            "promoted": [w.trial for w in self.promoted],
+            "promoted": [w.trial for w, _ in self.promoted],
             "pruned": [{"trial": d.trial, "reason": d.reason} for d in self.decisions if not d.promoted],
+            "capped": list(self.capped),
         }
+
+
+def capped_trials(rows: Sequence[Mapping[str, Any]], *, study: str, task_id: str) -> tuple[int, ...]:
+    """The trials of ``study`` with an attempt of ``task_id`` that its cap stopped (cause ``max_usd``)."""
+    return tuple(
+        sorted(
+            {
+                int(row["tags"]["trial"])
+                for row in rows
+                if row["task_id"] == task_id
+                and row.get("cause") == "max_usd"
+                and (row.get("tags") or {}).get("study") == study
+                and "trial" in row["tags"]
+            }
+        )
+    )
 
 
 def select_promotions(
@@ -251,12 +293,12 @@ def select_promotions(
     settings: SpotTuningSettings,
     study: str,
     scope: str,
-    gpus: object,
+    prices: TrialPrices,
     dag_id: str,
     run_id: str,
     loss_metric: str = "val_rmse",
 ) -> Selection:
-    """Rank the finished warm-ups, prune, and promote (reserving each) while the ledger says the caps allow.
+    """Rank the finished warm-ups, prune, and promote (reserving each at its cap) while the caps allow.
 
     Args:
         ledger: The cost ledger.
@@ -265,7 +307,8 @@ def select_promotions(
         settings: The plan's settings.
         study: The study's ``study`` tag.
         scope: The study's budget scope.
-        gpus: A trial's GPUs: GPU-hours are billed hours x GPUs.
+        prices: A trial's prices and GPUs (GPU-hours are billed hours x GPUs; a cap is at least what one
+            attempt needs, :func:`attempt_floor`).
         dag_id: The DAG of the run.
         run_id: The run: the study's entries are the run's.
         loss_metric: The metric ranked on, lower is better.
@@ -273,23 +316,33 @@ def select_promotions(
     Raises:
         ValueError: no warm-up finished.
     """
-    spend, gpu_count = study_spend(ledger, dag_id=dag_id, run_id=run_id, study=study), Decimal(str(gpus))
+    rows = ledger.entries(dag_id=dag_id, run_id=run_id)
+    spend, gpu_count = spend_by_trial(rows, study=study), prices.gpus
     warmups = []
     for result in finished_results(results):
         number = int(result["metrics"]["trial"])
         billed = spend.get(str(number), TrialSpend())
         loss = float(result["metrics"][loss_metric])
         warmups.append(Warmup(number, loss, billed.usd, billed.hours * gpu_count, str(result["version"])))
+    finished = {w.trial for w in warmups}
+    capped = tuple(t for t in capped_trials(rows, study=study, task_id="warmup") if t not in finished)
     if not warmups:
-        raise ValueError("no warm-up finished: nothing to rank (see the warmup task's logs)")
+        why = "no warm-up finished: nothing to rank (see the warmup task's logs)"
+        if capped:
+            why += (
+                f"; {len(capped)} were stopped at their cap (overrun_factor {settings.overrun_factor:g} "
+                f"times the estimate of {settings.warmup_epochs} epoch(s) at epoch_minutes "
+                f"{settings.epoch_minutes:g}): an epoch takes longer than epoch_minutes says, so raise "
+                "epoch_minutes (or overrun_factor)"
+            )
+        raise ValueError(why)
     ranked, spent = rank(warmups), study_spent(spend, gpus=gpu_count)
     decisions = decide_promotions(
         ranked,
         keep=kept_count(len(ranked), settings.keep_fraction),
         spent=spent,
-        caps=settings.caps,
-        added_epochs=settings.added_epochs,
-        warmup_epochs=settings.warmup_epochs,
+        settings=settings,
+        floor=attempt_floor(prices),
     )
     decisions = reserve_promotions(ledger, scope, decisions, dag_id=dag_id, run_id=run_id)
-    return Selection(ranked, decisions, spent)
+    return Selection(ranked, decisions, spent, capped)

@@ -2,9 +2,12 @@
 
 The plan (``dags/spot_tuning.py``): every trial is warmed up for ``warmup_epochs``; the top ``keep_fraction``
 of the warm-ups by a loss (lower is better) is promoted to ``full_epochs``, continuing from its warm-up; the
-study never plans or promotes past a dollar cap and a GPU-hour cap. These functions decide, from plain
-facts, how many trials fit, which warm-ups are promoted and what training every trial in full would have
-cost; reading prices and the ledger, and reserving, is :mod:`costaware.training.spot_tuning`'s.
+study never plans or promotes past a dollar cap and a GPU-hour cap. Each stage of a trial may cost up to
+``overrun_factor`` times its estimate and is stopped there (its ``max_usd``), and that much is reserved in the
+study's budget before it starts: a stage that runs long (a slow epoch, preemptions) cannot take the study
+past its caps. These functions decide, from plain facts, how many trials fit, which warm-ups are promoted
+and what training every trial in full would have cost; reading prices and the ledger, and reserving, is
+:mod:`costaware.training.spot_tuning`'s.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import math
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from decimal import Decimal
+from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
 from costaware.core.errors import ConfigurationError
@@ -22,6 +25,8 @@ from costaware.core.money import parse_usd
 #: The kinds of a search space entry: log-uniform floats, uniform floats, one of the values.
 SPACE_KINDS = ("log", "uniform", "choice")
 ZERO = Decimal(0)
+#: The most ``overrun_factor`` may be: beyond it a cap no longer says what a trial should cost.
+MAX_OVERRUN_FACTOR = 10.0
 
 
 def sample_trials(
@@ -91,6 +96,10 @@ class StageCost:
         """Whether both figures are within ``caps``."""
         return self.usd <= caps.usd and self.gpu_hours <= caps.gpu_hours
 
+    def at_least(self, floor: StageCost) -> StageCost:
+        """Each figure raised to ``floor``'s where it is below."""
+        return StageCost(max(self.usd, floor.usd), max(self.gpu_hours, floor.gpu_hours))
+
 
 @dataclass(frozen=True, slots=True)
 class SpotTuningSettings:
@@ -106,6 +115,8 @@ class SpotTuningSettings:
     full_epochs: int
     keep_fraction: float
     epoch_minutes: float
+    #: A stage may cost this many times its estimate before it is stopped; that much is reserved for it.
+    overrun_factor: float = 1.5
 
     @classmethod
     def create(
@@ -118,13 +129,14 @@ class SpotTuningSettings:
         full_epochs: object,
         keep_fraction: object = 0.5,
         epoch_minutes: object = 1.0,
+        overrun_factor: object = 1.5,
     ) -> SpotTuningSettings:
         """Settings from user input, with errors that name the bad value and what to do.
 
         Raises:
             ConfigurationError: a cap that is not a finite number above 0; ``max_trials`` or an epoch count
                 below 1; ``full_epochs`` not above ``warmup_epochs``; ``keep_fraction`` outside (0, 1];
-                ``epoch_minutes`` not a finite number above 0.
+                ``epoch_minutes`` not a finite number above 0; ``overrun_factor`` outside [1, 10].
         """
         usd = _cap(max_usd, "max_usd", "the study's dollar cap, e.g. 100")
         gpu_hours = _cap(max_gpu_hours, "max_gpu_hours", "the study's GPU-hour cap, e.g. 20")
@@ -150,7 +162,13 @@ class SpotTuningSettings:
                 f"epoch_minutes must be a number of minutes above 0, got {epoch_minutes!r}: give an estimate "
                 "of one epoch on the instance type"
             )
-        return cls(usd, gpu_hours, trials, warm, full, share, minutes)
+        overrun = _number(overrun_factor)
+        if not 1 <= overrun <= MAX_OVERRUN_FACTOR:
+            raise ConfigurationError(
+                f"overrun_factor must be from 1 to {MAX_OVERRUN_FACTOR:g}, got {overrun_factor!r}: it is how "
+                "many times its estimate a trial's stage may cost before it is stopped, e.g. 1.5"
+            )
+        return cls(usd, gpu_hours, trials, warm, full, share, minutes, overrun)
 
     @property
     def added_epochs(self) -> int:
@@ -160,6 +178,18 @@ class SpotTuningSettings:
     @property
     def caps(self) -> StageCost:
         return StageCost(self.max_usd, self.max_gpu_hours)
+
+    def stage_cap(self, estimate: StageCost, floor: StageCost | None = None) -> StageCost:
+        """What a stage estimated at ``estimate`` may cost before it is stopped.
+
+        ``overrun_factor`` times the estimate, and at least ``floor`` (the least a stage's cap may be).
+        """
+        factor = Decimal(repr(self.overrun_factor))
+        capped = StageCost(estimate.usd * factor, estimate.gpu_hours * factor)
+        capped = capped.at_least(floor) if floor is not None else capped
+        # To the micro-unit the ledger reserves and max_usd states, rounded up: the figure sized is the one
+        # reserved and capped at.
+        return StageCost(_micro_up(capped.usd), _micro_up(capped.gpu_hours))
 
     def stage_costs(self, *, usd_per_hour: object, gpus: object) -> tuple[StageCost, StageCost]:
         """Estimated cost of one warm-up and of one promotion's added epochs at a price and GPU count."""
@@ -175,37 +205,59 @@ class SpotTuningSettings:
 
 @dataclass(frozen=True, slots=True)
 class SpotPlan:
-    """How many trials the study runs, how many it promotes, and what each stage is expected to cost."""
+    """How many trials the study runs and promotes, what each stage is expected to cost and its cap."""
 
     trials: int
     kept: int
     warmup: StageCost
     promotion: StageCost
+    #: What a warm-up may cost before it is stopped (reserved for each before any starts).
+    warmup_cap: StageCost
+    #: What a promotion may cost, as planned (``select`` caps each from its own warm-up's bill).
+    promotion_cap: StageCost
 
     @property
     def total(self) -> StageCost:
-        """Every warm-up and every expected promotion."""
-        return self.warmup.times(self.trials) + self.promotion.times(self.kept)
+        """Every warm-up as expected and every expected promotion at its cap: what the plan holds to."""
+        return self.warmup.times(self.trials) + self.promotion_cap.times(self.kept)
 
     def describe(self, settings: SpotTuningSettings) -> str:
-        """One line: how many trials fit the caps, and what each stage is expected to cost."""
+        """One line: how many trials fit the caps, and what each stage is expected to cost and may cost."""
         return (
             f"{self.trials} of {settings.max_trials} trials fit ${settings.max_usd} and "
-            f"{settings.max_gpu_hours} GPU-hours: warm-up ${self.warmup.usd:.4f} each, promotion "
-            f"${self.promotion.usd:.4f} each, {self.kept} promoted"
+            f"{settings.max_gpu_hours} GPU-hours: warm-up ${self.warmup.usd:.4f} each (stopped at "
+            f"${self.warmup_cap.usd:.4f}), promotion ${self.promotion.usd:.4f} each (stopped at "
+            f"${self.promotion_cap.usd:.4f}), {self.kept} promoted"
         )
 
 
-def study_size(settings: SpotTuningSettings, warmup: StageCost, promotion: StageCost) -> int:
-    """The most trials (up to ``max_trials``) whose warm-ups and expected promotions fit both caps, or 0."""
+def study_size(
+    settings: SpotTuningSettings, warmup: StageCost, promotion: StageCost, floor: StageCost | None = None
+) -> int:
+    """The most trials (up to ``max_trials``) the caps hold, or 0.
+
+    Two conditions, each on both caps: every warm-up's cap at once (all are reserved before any starts),
+    and every warm-up as expected plus every expected promotion at its cap (a promotion is reserved at its
+    cap once the warm-ups are billed).
+    """
+    warmup_cap, promotion_cap = settings.stage_cap(warmup, floor), settings.stage_cap(promotion, floor)
     for trials in range(settings.max_trials, 0, -1):
         kept = kept_count(trials, settings.keep_fraction)
-        if (warmup.times(trials) + promotion.times(kept)).fits(settings.caps):
+        if warmup_cap.times(trials).fits(settings.caps) and (
+            warmup.times(trials) + promotion_cap.times(kept)
+        ).fits(settings.caps):
             return trials
     return 0
 
 
-def plan_study(settings: SpotTuningSettings, *, usd_per_hour: object, gpus: object, on: str = "") -> SpotPlan:
+def plan_study(
+    settings: SpotTuningSettings,
+    *,
+    usd_per_hour: object,
+    gpus: object,
+    on: str = "",
+    floor: StageCost | None = None,
+) -> SpotPlan:
     """The study's plan at a trial's price and GPU count.
 
     Args:
@@ -213,22 +265,26 @@ def plan_study(settings: SpotTuningSettings, *, usd_per_hour: object, gpus: obje
         usd_per_hour: A trial's price.
         gpus: A trial's GPUs (GPU-hours are billed hours x GPUs).
         on: What a trial runs on, for the error (``"spot g5.xlarge"``).
+        floor: The least a stage's cap may be (what the compute backend needs to start one attempt).
 
     Raises:
         ConfigurationError: not even one warm-up and its promotion fit the caps.
     """
     warmup, promotion = settings.stage_costs(usd_per_hour=usd_per_hour, gpus=gpus)
-    trials = study_size(settings, warmup, promotion)
+    trials = study_size(settings, warmup, promotion, floor)
+    warmup_cap, promotion_cap = settings.stage_cap(warmup, floor), settings.stage_cap(promotion, floor)
     if trials == 0:
-        one = warmup + promotion
+        one = warmup_cap + promotion_cap
         raise ConfigurationError(
-            f"one warm-up and its promotion need an estimated ${one.usd:.4f} and "
-            f"{one.gpu_hours:.4f} GPU-hours"
+            f"one warm-up and its promotion need an estimated ${(warmup + promotion).usd:.4f} and "
+            f"{(warmup + promotion).gpu_hours:.4f} GPU-hours"
             + (f" on {on}" if on else "")
-            + f"; the caps are ${settings.max_usd} and {settings.max_gpu_hours} GPU-hours: raise a cap or "
-            "lower the epochs"
+            + f", and up to ${one.usd:.4f} and {one.gpu_hours:.4f} GPU-hours at overrun_factor "
+            f"{settings.overrun_factor:g} (the most each stage may cost before it is stopped); the caps are "
+            f"${settings.max_usd} and {settings.max_gpu_hours} GPU-hours: raise a cap or lower the epochs"
         )
-    return SpotPlan(trials, kept_count(trials, settings.keep_fraction), warmup, promotion)
+    kept = kept_count(trials, settings.keep_fraction)
+    return SpotPlan(trials, kept, warmup, promotion, warmup_cap, promotion_cap)
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,12 +300,14 @@ class Warmup:
 
 @dataclass(frozen=True, slots=True)
 class PromotionDecision:
-    """Whether a warm-up is promoted; if so its estimated cost, else why not."""
+    """Whether a warm-up is promoted; if so its estimated cost and its cap, else why not."""
 
     trial: int
     promoted: bool
     reason: str
     estimate: StageCost = StageCost(ZERO, ZERO)
+    #: What the promoted run may cost before it is stopped: what is reserved for it, its ``max_usd``.
+    cap: StageCost = StageCost(ZERO, ZERO)
 
     def stopped(self, reason: str) -> PromotionDecision:
         """This decision turned into a refusal (a reservation the ledger refused)."""
@@ -266,38 +324,42 @@ def decide_promotions(
     *,
     keep: int,
     spent: StageCost,
-    caps: StageCost,
-    added_epochs: int,
-    warmup_epochs: int,
+    settings: SpotTuningSettings,
+    floor: StageCost | None = None,
 ) -> list[PromotionDecision]:
     """One decision per warm-up of ``ranked`` (best first), in its order.
 
     A warm-up below the top ``keep`` is pruned. One in the top ``keep`` is promoted while what was spent plus
-    the promotions so far plus its own, estimated from its warm-up's billed cost per epoch (startup
-    included, so on the high side), stays within both caps; else it is stopped by the cap.
+    the promotions so far plus its own, each at its cap, stays within both caps; else it is stopped by the
+    cap. A promotion is estimated from its warm-up's billed cost per epoch (startup included, so on the high
+    side) and capped by ``settings.stage_cap`` (``floor``: the least a cap may be).
     """
     decisions = []
-    total = spent
-    per_epoch = Decimal(added_epochs) / warmup_epochs
+    total, caps = spent, settings.caps
+    per_epoch = Decimal(settings.added_epochs) / settings.warmup_epochs
     for place, warmup in enumerate(ranked):
         if place >= keep:
             why = f"pruned: rank {place + 1} of {len(ranked)}, {keep} kept"
             decisions.append(PromotionDecision(warmup.trial, False, why))
             continue
         estimate = StageCost(warmup.usd * per_epoch, warmup.gpu_hours * per_epoch)
-        after = total + estimate
+        cap = settings.stage_cap(estimate, floor)
+        after = total + cap
         if not after.fits(caps):
             why = (
                 f"stopped by the cap: ${after.usd:.4f} of ${caps.usd}, "
                 f"{after.gpu_hours:.4f} of {caps.gpu_hours} GPU-hours with it"
             )
-            decisions.append(PromotionDecision(warmup.trial, False, why, estimate))
+            decisions.append(PromotionDecision(warmup.trial, False, why, estimate, cap))
             continue
         total = after
-        decisions.append(
-            PromotionDecision(warmup.trial, True, f"promoted (est. ${estimate.usd:.4f})", estimate)
-        )
+        reason = f"promoted (est. ${estimate.usd:.4f}, stopped at ${cap.usd:.4f})"
+        decisions.append(PromotionDecision(warmup.trial, True, reason, estimate, cap))
     return decisions
+
+
+def _micro_up(value: Decimal) -> Decimal:
+    return value.quantize(Decimal("0.000001"), rounding=ROUND_CEILING)
 
 
 def _number(value: object) -> float:
