@@ -56,7 +56,10 @@ def test_aws_errors_by_code(code: str, status: int, configuration: bool) -> None
     assert isinstance(mapped, ConfigurationError if configuration else ComputeBackendError)
     assert not (configuration and isinstance(mapped, ComputeBackendError))
     assert str(mapped).startswith(f"cannot submit Batch job 'j' to job queue 'q': {code}: refused; ")
-    assert str(mapped).endswith("check spot_queue" if configuration else "the task is retried")
+    ending = "check spot_queue" if configuration else "the task is retried"
+    if code.startswith("ExpiredToken"):
+        ending = "a session token written into the AWS connection must be replaced, or every retry fails the same way"
+    assert str(mapped).endswith(ending)
 
 
 def test_client_side_validation_is_configuration_and_connection_trouble_is_retried() -> None:

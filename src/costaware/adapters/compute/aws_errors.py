@@ -101,4 +101,12 @@ def aws_error(error: BaseException, action: str, fix: str) -> CostawareError:
     """
     if is_configuration_error(error):
         return ConfigurationError(f"{action}: {describe(error)}; {fix}")
-    return ComputeBackendError(f"{action}: {describe(error)}; the task is retried")
+    retried = "the task is retried"
+    if error_code(error)[0].startswith("ExpiredToken"):
+        # Renewed credentials (an instance role, an assumed role) come fresh to the retry; a session token
+        # written into the connection does not, and every retry fails the same way until it is replaced.
+        retried += (
+            " with fresh credentials where they are renewed (an instance or assumed role); a session token "
+            "written into the AWS connection must be replaced, or every retry fails the same way"
+        )
+    return ComputeBackendError(f"{action}: {describe(error)}; {retried}")
