@@ -154,13 +154,19 @@ def settings_and_prices(params: Any, watched: Any = None) -> tuple[Any, Any]:
 
 
 def check_params(params: Any) -> None:
-    """Refuse bad settings and an unknown instance type before anything runs.
+    """Refuse bad settings, an unknown instance type and several instances a trial before anything runs.
 
     ``plan`` reads them again with the spot window's prices (and checks the caps against them); checked
     first here, a typo fails the run before data lands or the window records its estimate in the ledger.
     """
     from costaware.core.errors import CostawareError
 
+    count = (params.get("backend_options") or {}).get("instance_count", 1)
+    if count != 1:
+        raise AirflowFailException(
+            f"backend_options instance_count={count!r}: this plan prices and caps one instance a trial; "
+            "leave instance_count out (a trial of several instances needs a plan priced for them)"
+        )
     try:
         settings_and_prices(params)
     except CostawareError as e:
@@ -364,6 +370,7 @@ def spot_tuning() -> None:
                 study=study["study"],
                 scope=study["scope"],
                 prices=prices,
+                market=study["market"],
                 dag_id=DAG_ID,
                 run_id=run_id,
             )

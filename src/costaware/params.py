@@ -187,6 +187,7 @@ def spot_tuning_params(
             title="Overrun allowed (x estimate)",
             description="A warm-up or promotion is stopped once it costs this many times its estimate "
             "(1-10); that much is reserved for it, so the caps hold however long it runs.",
-            high=11,
+            low=0.999,  # the bounds are exclusive (see above): 1 and 10 pass
+            high=10.001,
         ),
     }

@@ -58,7 +58,9 @@ def test_aws_errors_by_code(code: str, status: int, configuration: bool) -> None
     assert str(mapped).startswith(f"cannot submit Batch job 'j' to job queue 'q': {code}: refused; ")
     ending = "check spot_queue" if configuration else "the task is retried"
     if code.startswith("ExpiredToken"):
-        ending = "a session token written into the AWS connection must be replaced, or every retry fails the same way"
+        ending = "a session token written into the AWS connection must be replaced, or every retry fails " + (
+            "the same way"
+        )
     assert str(mapped).endswith(ending)
 
 

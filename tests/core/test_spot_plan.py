@@ -49,7 +49,8 @@ def test_the_seed_s_plan_is_sized_to_the_gpu_hour_cap() -> None:
     settings = _settings()
     warmup, promotion = settings.stage_costs(usd_per_hour="0.41", gpus=1)
     assert (warmup.gpu_hours, promotion.gpu_hours) == (Decimal("0.2"), Decimal("0.8"))
-    assert study_size(settings, warmup, promotion) == 25
+    caps = settings.stage_cap(warmup), settings.stage_cap(promotion)
+    assert study_size(settings, warmup, *caps) == 25
     plan = plan_study(settings, usd_per_hour="0.41", gpus=1)
     assert (plan.trials, plan.kept) == (25, 12)
     assert (plan.warmup_cap, plan.promotion_cap) == (
@@ -74,14 +75,13 @@ def test_every_warm_up_s_cap_must_fit_at_once() -> None:
     assert plan.trials == 8 and plan.warmup_cap.times(8).gpu_hours <= 5 < plan.warmup_cap.times(9).gpu_hours
 
 
-def test_a_cap_is_never_below_what_one_attempt_needs() -> None:
+def test_a_cap_is_never_below_its_floor_and_holds_the_gpu_hours_its_dollars_buy() -> None:
     settings = _settings(epoch_minutes="0.001")
-    floor = StageCost(Decimal("0.05"), Decimal("0.047"))
-    plan = plan_study(settings, usd_per_hour=1, gpus=1, floor=floor)
-    assert plan.warmup_cap == floor == plan.promotion_cap
-    assert settings.stage_cap(StageCost(Decimal(1), Decimal(1)), floor) == StageCost(
-        Decimal("1.5"), Decimal("1.5")
-    )
+    # $0.05 at $0.5 an hour buys 0.1 hours: 0.2 GPU-hours on 2 GPUs, whatever the estimate's were.
+    plan = plan_study(settings, usd_per_hour="0.5", gpus=2, floor_usd=Decimal("0.05"))
+    assert plan.warmup_cap == StageCost(Decimal("0.05"), Decimal("0.2")) == plan.promotion_cap
+    above = settings.stage_cap(StageCost(Decimal(1), Decimal(1)), floor_usd=Decimal("0.05"))
+    assert above == StageCost(Decimal("1.5"), Decimal("1.5"))
     # Rounded up to the micro-unit the ledger reserves: the sized figure is the reserved one.
     assert settings.stage_cap(StageCost(Decimal("0.0000001"), Decimal(0))).usd == Decimal("0.000001")
 
@@ -104,7 +104,11 @@ def test_a_plan_with_no_room_for_one_trial_says_what_one_needs() -> None:
         ConfigurationError, match=r"need an estimated \$0\.4100 .* on spot g5\.xlarge.*raise a cap"
     ):
         plan_study(_settings(max_usd="0.1"), usd_per_hour="0.41", gpus=1, on="spot g5.xlarge")
-    with pytest.raises(ConfigurationError, match=r"and up to \$0\.6150 .* at overrun_factor 1\.5 \(the most"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"; at overrun_factor 1\.5 a warm-up may cost up to \$0\.1230 and 0\.3000 GPU-hours and a "
+        r"promotion up to \$0\.4920 and 1\.2000 before it is stopped; the caps are \$0\.5 and 20",
+    ):
         plan_study(_settings(max_usd="0.5"), usd_per_hour="0.41", gpus=1)
 
 

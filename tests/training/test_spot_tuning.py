@@ -14,12 +14,12 @@ from costaware.core.tuning.spot_plan import PromotionDecision, SpotTuningSetting
 from costaware.core.tuning.spot_spend import TrialSpend
 from costaware.training.spot_tuning import (
     TrialPrices,
-    attempt_floor,
     finished_results,
     open_study,
     reserve_promotions,
     select_promotions,
     spend_table,
+    stage_floor_usd,
     study_spend,
     trial_prices,
     version_files,
@@ -58,10 +58,27 @@ def test_open_study_sets_the_budget_and_reserves_every_warm_up(ledger: Any) -> N
     assert plan.trials == 4  # 4 x 1 epoch + 2 x 2 epochs at $0.5/hour with 1-minute epochs: cents
     held = ledger.open_reservations(holder_prefix="d/run1/warmup/")
     assert sorted(r.holder for r in held) == [f"d/run1/warmup/{n}" for n in range(4)]
-    # Each is held at its cap: 1.5 x $0.0083 is less than a stage's least, 710 s at the $1 on-demand price.
-    assert attempt_floor(prices) == StageCost(Decimal(710) / 3600, Decimal(710) / 3600)
-    assert plan.warmup_cap.usd == Decimal("0.197223") == plan.promotion_cap.usd
-    assert all(r.usd == plan.warmup_cap.usd for r in held)
+    # Each is held at its cap: 1.5 x $0.0083 is less than a stage's least, 710 s at the $0.5 spot price,
+    # whose GPU-hours are what it buys there; an on-demand attempt needs less (170 s at $1).
+    assert stage_floor_usd(prices, "spot") == Decimal(710) / 2 / 3600
+    assert stage_floor_usd(TrialPrices(Decimal("0.1"), Decimal(1), Decimal(1)), "spot") == Decimal(170) / 3600
+    assert plan.warmup_cap == StageCost(Decimal("0.098612"), Decimal("0.197224")) == plan.promotion_cap
+    assert all(r.usd == plan.warmup_cap.usd and r.gpu_hours == plan.warmup_cap.gpu_hours for r in held)
+
+
+def test_the_seed_s_plan_caps_each_stage_at_one_and_a_half_times_its_estimate(ledger: Any) -> None:
+    """With the bundled g5.xlarge prices on spot the factor, not the floor, sets every cap."""
+    settings = SpotTuningSettings.create(
+        max_usd=100, max_gpu_hours=20, max_trials=40, warmup_epochs=3, full_epochs=15, epoch_minutes=4
+    )
+    prices = trial_prices(bundled_catalog(), "g5.xlarge", "us-east-1")
+    plan = open_study(ledger, SCOPE, settings, prices, market="spot", dag_id="d", run_id="run1")
+    assert (plan.trials, plan.kept) == (25, 12)
+    assert plan.warmup_cap.usd == (plan.warmup.usd * Decimal("1.5")).quantize(
+        Decimal("0.000001"), "ROUND_CEILING"
+    )
+    assert plan.warmup_cap.gpu_hours == Decimal("0.3") and plan.promotion_cap.gpu_hours == Decimal("1.2")
+    assert plan.warmup_cap.usd > stage_floor_usd(prices, "spot")
 
 
 def test_a_plan_too_big_for_one_trial_writes_nothing(ledger: Any) -> None:
@@ -72,7 +89,7 @@ def test_a_plan_too_big_for_one_trial_writes_nothing(ledger: Any) -> None:
 
 
 def test_a_warm_up_the_project_s_budget_cannot_hold_names_its_trial(ledger: Any) -> None:
-    ledger.set_budget("project=p", "total", "0.3")  # room for one warm-up at its cap, $0.197223
+    ledger.set_budget("project=p", "total", "0.3")  # room for one warm-up at its cap, $0.197223 on-demand
     prices = TrialPrices(Decimal(1), Decimal(1), Decimal(1))
     with pytest.raises(BudgetExceededError, match=r"trial 1 cannot be reserved"):
         open_study(ledger, SCOPE, SETTINGS, prices, market="on_demand", dag_id="d", run_id="run1")
@@ -124,7 +141,8 @@ def test_select_promotions_ranks_prunes_and_reserves_from_the_ledger(ledger: Any
         settings=SETTINGS,
         study="run1",
         scope=SCOPE,
-        prices=TrialPrices(Decimal("0.5"), Decimal(1), Decimal(2)),
+        prices=TrialPrices(Decimal("0.5"), Decimal(2), Decimal(2)),  # $2 an hour: $1 a GPU-hour
+        market="on_demand",
         dag_id="d",
         run_id="run1",
     )
@@ -149,6 +167,7 @@ def test_select_promotions_ranks_prunes_and_reserves_from_the_ledger(ledger: Any
 def test_select_promotions_without_a_finished_warm_up_says_so(ledger: Any) -> None:
     prices = TrialPrices(Decimal("0.5"), Decimal(1), Decimal(1))
     kwargs: dict[str, Any] = {"settings": SETTINGS, "study": "run1", "scope": SCOPE, "prices": prices}
+    kwargs["market"] = "spot"
     with pytest.raises(
         ValueError, match=r"no warm-up finished: nothing to rank \(see the warmup task's logs\)$"
     ):
@@ -156,7 +175,7 @@ def test_select_promotions_without_a_finished_warm_up_says_so(ledger: Any) -> No
     # Warm-ups its cap stopped: the message says that an epoch took longer than the plan said.
     _bill(ledger, 0, "warmup", "0.04", "0.08", cause="max_usd")
     _bill(ledger, 1, "warmup", "0.01", "0.02", cause="preemption")
-    with pytest.raises(ValueError, match=r"; 1 were stopped at their cap .*raise epoch_minutes"):
+    with pytest.raises(ValueError, match=r"; 1 was stopped at the cap of overrun_factor 1\.5 .*raise epoch_"):
         select_promotions(ledger, [None], **kwargs, dag_id="d", run_id="run1")
 
 
@@ -171,12 +190,13 @@ def test_a_warm_up_stopped_at_its_cap_is_reported_beside_the_ranked_ones(ledger:
         study="run1",
         scope=SCOPE,
         prices=TrialPrices(Decimal("0.5"), Decimal(1), Decimal(1)),
+        market="spot",
         dag_id="d",
         run_id="run1",
     )
     assert selection.capped == (0,) and selection.to_xcom()["capped"] == [0]
     assert selection.report(SETTINGS.caps).endswith(
-        "trial   0: stopped at its cap before its warm-up finished"
+        "trial   0: an attempt was stopped at its cap; its warm-up did not finish"
     )
 
 

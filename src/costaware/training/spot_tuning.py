@@ -27,6 +27,7 @@ from costaware.core.tuning.spot_plan import (
     rank,
 )
 from costaware.core.tuning.spot_spend import TrialSpend, spend_by_trial, study_spent
+from costaware.training.attempt_effects import MIN_CAPPED_SECONDS
 from costaware.training.plan import DEFAULT_GRACE_SECONDS
 
 if TYPE_CHECKING:
@@ -103,14 +104,18 @@ def finished_results(pulled: Any) -> list[Mapping[str, Any]]:
     return [r for r in pulled or [] if isinstance(r, Mapping) and "metrics" in r]
 
 
-def attempt_floor(prices: TrialPrices, grace_seconds: float = DEFAULT_GRACE_SECONDS) -> StageCost:
-    """The least a trial's stage may be capped at: ``LEAST_STAGE_SECONDS`` and the grace period.
+def stage_floor_usd(
+    prices: TrialPrices, market: str, grace_seconds: float = DEFAULT_GRACE_SECONDS
+) -> Decimal:
+    """The least a trial's stage may be capped at, in dollars.
 
-    Priced at the on-demand price, which bounds every attempt's rate under ``max_usd`` (a spot trial may
-    fall back to it). Only a plan with very short epochs (a demo) has caps this low.
+    ``LEAST_STAGE_SECONDS`` and the grace period at the ``market``'s price, and never less than what an
+    on-demand attempt needs before the operator starts it (``MIN_CAPPED_SECONDS`` beyond its grace period):
+    a spot trial may fall back to on-demand. Only a plan with very short epochs (a demo) has caps this low.
     """
-    hours = Decimal(repr(LEAST_STAGE_SECONDS + grace_seconds)) / 3600
-    return StageCost(hours * prices.on_demand_usd_per_hour, hours * prices.gpus)
+    at_price = Decimal(repr(LEAST_STAGE_SECONDS + grace_seconds)) * prices.usd_per_hour(market)
+    on_demand = Decimal(repr(MIN_CAPPED_SECONDS + grace_seconds)) * prices.on_demand_usd_per_hour
+    return max(at_price, on_demand) / 3600
 
 
 def study_spend(ledger: Ledger, *, dag_id: str, run_id: str, study: str) -> dict[str, TrialSpend]:
@@ -152,8 +157,8 @@ def open_study(
         ConfigurationError: not even one warm-up and its promotion fit the caps.
         BudgetExceededError: a warm-up could not be reserved (another budget of the scope has less left).
     """
-    price, floor = prices.usd_per_hour(market), attempt_floor(prices)
-    plan = plan_study(settings, usd_per_hour=price, gpus=prices.gpus, on=on, floor=floor)
+    price, floor_usd = prices.usd_per_hour(market), stage_floor_usd(prices, market)
+    plan = plan_study(settings, usd_per_hour=price, gpus=prices.gpus, on=on, floor_usd=floor_usd)
     ledger.set_budget(
         scope, "total", str(settings.max_usd), cap_gpu_hours=str(settings.max_gpu_hours), actor=dag_id
     )
@@ -233,7 +238,7 @@ def spend_table(spend: Mapping[str, TrialSpend]) -> str:
 class Selection:
     """The warm-ups best first, one decision for each in that order, and what the study had spent.
 
-    ``capped``: the trials whose warm-up was stopped at its cap before it finished (none ranked).
+    ``capped``: the trials with an attempt stopped at its cap whose warm-up did not finish (none ranked).
     """
 
     ranked: list[Warmup]
@@ -257,7 +262,10 @@ class Selection:
         ]
         for warmup, decision in zip(self.ranked, self.decisions, strict=True):
             lines.append(f"trial {warmup.trial:>3}: holdout loss {warmup.loss:.3f} -> {decision.reason}")
-        lines += [f"trial {n:>3}: stopped at its cap before its warm-up finished" for n in self.capped]
+        lines += [
+            f"trial {n:>3}: an attempt was stopped at its cap; its warm-up did not finish"
+            for n in self.capped
+        ]
         return "\n".join(lines)
 
     def to_xcom(self) -> dict[str, Any]:
@@ -294,6 +302,7 @@ def select_promotions(
     study: str,
     scope: str,
     prices: TrialPrices,
+    market: str,
     dag_id: str,
     run_id: str,
     loss_metric: str = "val_rmse",
@@ -307,8 +316,9 @@ def select_promotions(
         settings: The plan's settings.
         study: The study's ``study`` tag.
         scope: The study's budget scope.
-        prices: A trial's prices and GPUs (GPU-hours are billed hours x GPUs; a cap is at least what one
-            attempt needs, :func:`attempt_floor`).
+        prices: A trial's prices and GPUs (GPU-hours are billed hours x GPUs).
+        market: The market the study was sized at (``plan``'s): a promotion's cap is at least
+            :func:`stage_floor_usd`, and its GPU-hours are what it buys at that market's price.
         dag_id: The DAG of the run.
         run_id: The run: the study's entries are the run's.
         loss_metric: The metric ranked on, lower is better.
@@ -329,11 +339,13 @@ def select_promotions(
     if not warmups:
         why = "no warm-up finished: nothing to rank (see the warmup task's logs)"
         if capped:
+            were = "was" if len(capped) == 1 else "were"
             why += (
-                f"; {len(capped)} were stopped at their cap (overrun_factor {settings.overrun_factor:g} "
+                f"; {len(capped)} {were} stopped at the cap of overrun_factor {settings.overrun_factor:g} "
                 f"times the estimate of {settings.warmup_epochs} epoch(s) at epoch_minutes "
-                f"{settings.epoch_minutes:g}): an epoch takes longer than epoch_minutes says, so raise "
-                "epoch_minutes (or overrun_factor)"
+                f"{settings.epoch_minutes:g}: an epoch takes longer than epoch_minutes says, so raise "
+                "epoch_minutes (or overrun_factor, where spot trials fell back to on-demand, which costs "
+                "more an hour)"
             )
         raise ValueError(why)
     ranked, spent = rank(warmups), study_spent(spend, gpus=gpu_count)
@@ -342,7 +354,8 @@ def select_promotions(
         keep=kept_count(len(ranked), settings.keep_fraction),
         spent=spent,
         settings=settings,
-        floor=attempt_floor(prices),
+        floor_usd=stage_floor_usd(prices, market),
+        gpu_hours_per_usd=prices.gpus / prices.usd_per_hour(market),
     )
     decisions = reserve_promotions(ledger, scope, decisions, dag_id=dag_id, run_id=run_id)
     return Selection(ranked, decisions, spent, capped)

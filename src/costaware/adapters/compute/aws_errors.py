@@ -27,6 +27,8 @@ CONFIGURATION_CODES = (
     "NoSuchEntity",
     "NoSuchBucket",
 )
+#: Temporary credentials that ran out: renewed ones (an instance or assumed role) come fresh to a retry.
+EXPIRED_TOKEN = "ExpiredToken"
 #: Error codes (or their prefixes) that a later try may not see: throttling and overload.
 TRANSIENT_CODES = (
     "Throttling",  # Throttling, ThrottlingException
@@ -42,7 +44,7 @@ TRANSIENT_CODES = (
     "InternalError",
     "ServerException",  # AWS Batch's 5xx
     "RequestTimeout",
-    "ExpiredToken",  # temporary credentials ran out: the next try gets fresh ones
+    EXPIRED_TOKEN,  # a session token written into a connection is not renewed: the message says so
     "ResourceLimitExceeded",  # SageMaker: too many jobs running now; frees up as they end
 )
 
@@ -102,7 +104,7 @@ def aws_error(error: BaseException, action: str, fix: str) -> CostawareError:
     if is_configuration_error(error):
         return ConfigurationError(f"{action}: {describe(error)}; {fix}")
     retried = "the task is retried"
-    if error_code(error)[0].startswith("ExpiredToken"):
+    if error_code(error)[0].startswith(EXPIRED_TOKEN):
         # Renewed credentials (an instance role, an assumed role) come fresh to the retry; a session token
         # written into the connection does not, and every retry fails the same way until it is replaced.
         retried += (

@@ -96,10 +96,6 @@ class StageCost:
         """Whether both figures are within ``caps``."""
         return self.usd <= caps.usd and self.gpu_hours <= caps.gpu_hours
 
-    def at_least(self, floor: StageCost) -> StageCost:
-        """Each figure raised to ``floor``'s where it is below."""
-        return StageCost(max(self.usd, floor.usd), max(self.gpu_hours, floor.gpu_hours))
-
 
 @dataclass(frozen=True, slots=True)
 class SpotTuningSettings:
@@ -179,17 +175,22 @@ class SpotTuningSettings:
     def caps(self) -> StageCost:
         return StageCost(self.max_usd, self.max_gpu_hours)
 
-    def stage_cap(self, estimate: StageCost, floor: StageCost | None = None) -> StageCost:
+    def stage_cap(
+        self, estimate: StageCost, *, floor_usd: Decimal = ZERO, gpu_hours_per_usd: Decimal | None = None
+    ) -> StageCost:
         """What a stage estimated at ``estimate`` may cost before it is stopped.
 
-        ``overrun_factor`` times the estimate, and at least ``floor`` (the least a stage's cap may be).
+        Dollars: ``overrun_factor`` times the estimate's, and at least ``floor_usd`` (the least a stage's cap
+        may be). GPU-hours: what those dollars buy at ``gpu_hours_per_usd``, the GPUs over the lowest price a
+        stage is billed at (its ``max_usd`` stops it by dollars, so a stage billed at that price runs that
+        long); without it, ``overrun_factor`` times the estimate's.
         """
         factor = Decimal(repr(self.overrun_factor))
-        capped = StageCost(estimate.usd * factor, estimate.gpu_hours * factor)
-        capped = capped.at_least(floor) if floor is not None else capped
         # To the micro-unit the ledger reserves and max_usd states, rounded up: the figure sized is the one
         # reserved and capped at.
-        return StageCost(_micro_up(capped.usd), _micro_up(capped.gpu_hours))
+        usd = _micro_up(max(estimate.usd * factor, floor_usd))
+        gpu_hours = usd * gpu_hours_per_usd if gpu_hours_per_usd is not None else estimate.gpu_hours * factor
+        return StageCost(usd, _micro_up(gpu_hours))
 
     def stage_costs(self, *, usd_per_hour: object, gpus: object) -> tuple[StageCost, StageCost]:
         """Estimated cost of one warm-up and of one promotion's added epochs at a price and GPU count."""
@@ -232,15 +233,17 @@ class SpotPlan:
 
 
 def study_size(
-    settings: SpotTuningSettings, warmup: StageCost, promotion: StageCost, floor: StageCost | None = None
+    settings: SpotTuningSettings,
+    warmup: StageCost,
+    warmup_cap: StageCost,
+    promotion_cap: StageCost,
 ) -> int:
     """The most trials (up to ``max_trials``) the caps hold, or 0.
 
-    Two conditions, each on both caps: every warm-up's cap at once (all are reserved before any starts),
-    and every warm-up as expected plus every expected promotion at its cap (a promotion is reserved at its
-    cap once the warm-ups are billed).
+    Two conditions, each on both caps: every warm-up at its cap at once (all are reserved before any
+    starts), and every warm-up as estimated plus every expected promotion at its cap (a promotion is
+    reserved at its cap once the warm-ups are billed).
     """
-    warmup_cap, promotion_cap = settings.stage_cap(warmup, floor), settings.stage_cap(promotion, floor)
     for trials in range(settings.max_trials, 0, -1):
         kept = kept_count(trials, settings.keep_fraction)
         if warmup_cap.times(trials).fits(settings.caps) and (
@@ -256,31 +259,35 @@ def plan_study(
     usd_per_hour: object,
     gpus: object,
     on: str = "",
-    floor: StageCost | None = None,
+    floor_usd: Decimal = ZERO,
 ) -> SpotPlan:
     """The study's plan at a trial's price and GPU count.
 
     Args:
         settings: The caps, trials and epochs.
-        usd_per_hour: A trial's price.
+        usd_per_hour: A trial's price (the lowest it is billed at: its caps' GPU-hours are what they buy).
         gpus: A trial's GPUs (GPU-hours are billed hours x GPUs).
         on: What a trial runs on, for the error (``"spot g5.xlarge"``).
-        floor: The least a stage's cap may be (what the compute backend needs to start one attempt).
+        floor_usd: The least a stage's cap may be (what a job needs to get going).
 
     Raises:
         ConfigurationError: not even one warm-up and its promotion fit the caps.
     """
     warmup, promotion = settings.stage_costs(usd_per_hour=usd_per_hour, gpus=gpus)
-    trials = study_size(settings, warmup, promotion, floor)
-    warmup_cap, promotion_cap = settings.stage_cap(warmup, floor), settings.stage_cap(promotion, floor)
+    price = Decimal(str(usd_per_hour))
+    per_usd = Decimal(str(gpus)) / price if price > 0 else None
+    warmup_cap = settings.stage_cap(warmup, floor_usd=floor_usd, gpu_hours_per_usd=per_usd)
+    promotion_cap = settings.stage_cap(promotion, floor_usd=floor_usd, gpu_hours_per_usd=per_usd)
+    trials = study_size(settings, warmup, warmup_cap, promotion_cap)
     if trials == 0:
-        one = warmup_cap + promotion_cap
+        one = warmup + promotion
         raise ConfigurationError(
-            f"one warm-up and its promotion need an estimated ${(warmup + promotion).usd:.4f} and "
-            f"{(warmup + promotion).gpu_hours:.4f} GPU-hours"
+            f"one warm-up and its promotion need an estimated ${one.usd:.4f} and {one.gpu_hours:.4f} "
+            "GPU-hours"
             + (f" on {on}" if on else "")
-            + f", and up to ${one.usd:.4f} and {one.gpu_hours:.4f} GPU-hours at overrun_factor "
-            f"{settings.overrun_factor:g} (the most each stage may cost before it is stopped); the caps are "
+            + f"; at overrun_factor {settings.overrun_factor:g} a warm-up may cost up to "
+            f"${warmup_cap.usd:.4f} and {warmup_cap.gpu_hours:.4f} GPU-hours and a promotion up to "
+            f"${promotion_cap.usd:.4f} and {promotion_cap.gpu_hours:.4f} before it is stopped; the caps are "
             f"${settings.max_usd} and {settings.max_gpu_hours} GPU-hours: raise a cap or lower the epochs"
         )
     kept = kept_count(trials, settings.keep_fraction)
@@ -325,14 +332,15 @@ def decide_promotions(
     keep: int,
     spent: StageCost,
     settings: SpotTuningSettings,
-    floor: StageCost | None = None,
+    floor_usd: Decimal = ZERO,
+    gpu_hours_per_usd: Decimal | None = None,
 ) -> list[PromotionDecision]:
     """One decision per warm-up of ``ranked`` (best first), in its order.
 
     A warm-up below the top ``keep`` is pruned. One in the top ``keep`` is promoted while what was spent plus
     the promotions so far plus its own, each at its cap, stays within both caps; else it is stopped by the
     cap. A promotion is estimated from its warm-up's billed cost per epoch (startup included, so on the high
-    side) and capped by ``settings.stage_cap`` (``floor``: the least a cap may be).
+    side) and capped by ``settings.stage_cap`` (with ``floor_usd`` and ``gpu_hours_per_usd``).
     """
     decisions = []
     total, caps = spent, settings.caps
@@ -343,7 +351,7 @@ def decide_promotions(
             decisions.append(PromotionDecision(warmup.trial, False, why))
             continue
         estimate = StageCost(warmup.usd * per_epoch, warmup.gpu_hours * per_epoch)
-        cap = settings.stage_cap(estimate, floor)
+        cap = settings.stage_cap(estimate, floor_usd=floor_usd, gpu_hours_per_usd=gpu_hours_per_usd)
         after = total + cap
         if not after.fits(caps):
             why = (
