@@ -205,3 +205,21 @@ def test_the_costaware_ledger_connection_type_takes_postgres_fields() -> None:
     assert url == "postgresql+psycopg2://u:p@db:5432/led"
     with pytest.raises(ConfigurationError, match=r"has type 'http': the ledger needs a 'costaware_ledger', "):
         url_from_connection_fields("x", "http", "h", None, None, None, None, None)
+
+
+def test_airflow_s_example_dag_discovery_finds_the_provider_without_an_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With ``load_examples`` on (Airflow's default) every bundle load imports ``airflow_provider_costaware``.
+
+    Before that module existed, each ``airflow dags test`` logged "Could not load provider module
+    airflow_provider_costaware for example DAG discovery" with a traceback, twice.
+    """
+    from airflow.dag_processing.bundles import manager
+
+    logged: list[tuple[object, ...]] = []
+    monkeypatch.setattr(manager.log, "exception", lambda *args, **kwargs: logged.append(args))
+    configs: list[object] = []
+    manager._add_provider_example_dags_to_bundle(configs)
+    assert not [args for args in logged if "airflow_provider_costaware" in args], logged
+    assert not any("costaware" in str(c) for c in configs)  # no example DAGs shipped into every deployment
