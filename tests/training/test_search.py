@@ -385,3 +385,27 @@ def test_the_score_is_the_value_less_its_fall_from_the_best_rung(
     trial = SearchTrial(0, {}, rungs, "complete")
     assert trial.score(direction) == pytest.approx(score)
     assert SearchTrial(0, {}, rungs[:2], "pruned").score(direction) is None
+
+
+class SlowsDown(Quadratic):
+    """One second a unit up to 3 units, then ten: a worker that got loaded in the middle of a trial."""
+
+    def advance(self, resource: int) -> float:
+        self.clock.now += sum(1 if unit <= 3 else 10 for unit in range(self.trained + 1, resource + 1))
+        self.trained = resource
+        return 0.5
+
+
+def test_a_rung_that_slows_down_past_its_reservation_is_billed_as_it_ran_and_said(
+    ledger: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Rung 9 was reserved at the trial's speed on rung 3 (6 units x 1 s x 1.5 = 9 s) and took 60 s.
+
+    A rung is one call to the model and is not interrupted: the 60 s are billed, the spend passes the cap of
+    20 by 43, and the warning names the rung and the overrun (docs/tuning.md, "The money guarantee").
+    """
+    clock = Clock()
+    result = search(ledger, "20", clock, make_model=lambda params: SlowsDown(params, clock))
+    assert result.spent_usd == Decimal(63) == Decimal(str(clock.now))
+    assert not ledger.open_reservations()
+    assert "rung 9 of trial 0 used 60.00 s, past the 9.00 s reserved for it" in caplog.text

@@ -128,3 +128,38 @@ def test_the_summary_ranks_a_climbing_curve_above_a_falling_one_that_ends_higher
     # By its last value the falling curve would win (0.7); less its fall of 0.2 it scores 0.5.
     assert best["value"] == 0.68 and best["score"] == 0.68
     assert best["params"]["x"] >= 0.5
+
+
+def test_a_rung_that_slows_down_past_the_trial_s_reservation_is_billed_and_said(tmp_path, caplog) -> None:  # type: ignore[no-untyped-def]
+    """Estimated at 2 s, the trial reserves 2 + 0.5 s; rungs 1 and 2 take 0.2 s each, rung 4 takes 6 s.
+
+    A rung is not interrupted: the trial is billed its 6.4 s (past the $2.50 reserved), and a warning says so.
+    """
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = study_spec("slows", max_usd="100.00", max_trials=1, fallback_trial_seconds=2.0, pruner="none")
+    create_study(url, ledger, spec)
+    meter = SteppedMeter()
+
+    class SlowsAtFour:
+        def __init__(self, params: dict[str, Any]) -> None:
+            pass
+
+        def advance(self, resource: int) -> float:
+            meter.now += {1: 0.2, 2: 0.2, 4: 6.0}[resource]
+            return resource / 10
+
+    result = run_trial(
+        storage_url=url,
+        ledger=ledger,
+        study_name=spec.study_name,
+        trainer=SlowsAtFour,
+        holder="slot-0",
+        slot=0,
+        settle_as=EntryOwner(dag_id="slows", run_id="r1", map_index=0),
+        meter=meter,
+    )
+    trial = result.trial
+    assert trial is not None and trial.fidelity == 4
+    assert trial.settled_usd == Decimal("6.400000") > trial.reserved_usd == Decimal("2.500000")
+    assert "rung 4 took 6.00 s and the trial has used 6.40 s, past the 2.00 s its reservation" in caplog.text

@@ -19,7 +19,9 @@ data than its value said. ``SearchResult.best_value`` stays the winner's value a
 
 The money is ours: before every rung the search reserves that rung's estimated cost in the cost ledger, and
 settles it with what the rung really used once it ran. A rung that cannot be reserved is not run, so the
-spend never passes the cap; after such a cut the search goes on only while the money left could carry the
+spend passes the cap only where a rung ran more than ``safety_factor`` times slower than its estimate (a
+rung is one call to the model and is not interrupted: what it used is billed, and a warning says so); after
+such a cut the search goes on only while the money left could carry the
 fastest configuration seen through every rung (no money on trials that can no longer finish), and none sits
 idle in a reservation for a whole trial.
 
@@ -303,6 +305,17 @@ def budgeted_search(
             billed = billing.bill(
                 reservation.id, f"#{trial.number}@{rung}", f"{dict(trial.params)}: {value:.4f}"
             )
+            if billed - setup > seconds:  # setup: what came before the first rung, billed with it
+                log.warning(
+                    "rung %d of trial %d used %.2f s, past the %.2f s reserved for it (training ran more "
+                    "than safety_factor %g times slower than estimated): it is billed as it ran, and can "
+                    "take the spend past the cap by that much",
+                    rung,
+                    trial.number,
+                    billed,
+                    seconds,
+                    safety_factor,
+                )
             overhead = max(overhead, billed - trained - setup)
             setup = 0.0
             if pruned:

@@ -291,6 +291,19 @@ def _train_rungs(
         value = float(model.advance(rung))
         spent = meter() - tick
         t.train_seconds += spent
+        if meter() - started > limit:
+            log.warning(
+                "rung %d took %.2f s and the trial has used %.2f s, past the %.2f s its reservation of %s "
+                "buys (training ran more than safety_factor %g times slower than its speed so far): a rung "
+                "is not interrupted, so the overrun is billed and can take the study past its cap by that "
+                "much",
+                rung,
+                spent,
+                meter() - started,
+                limit,
+                format_usd(reservation.usd),
+                spec.safety_factor,
+            )
         if previous:
             t.marginal = spent / (rung - previous)
         previous = rung
