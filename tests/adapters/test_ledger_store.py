@@ -220,5 +220,6 @@ def test_preemption_retries_are_counted_apart_from_code_errors(any_ledger: Ledge
     any_ledger.record(entry("2", try_number=1, outcome="failed", cause="preemption"))
     any_ledger.record(entry("1", try_number=2, outcome="failed", cause="error"))
     any_ledger.record(entry("3", try_number=3))
+    # No cause is one "(none)" row, as a missing tag is.
     by_cause = {r.group: (r.entries, r.usd) for r in any_ledger.report(group_by="cause")}
-    assert by_cause == {"preemption": (1, 2), "error": (1, 1), "": (1, 3)}
+    assert by_cause == {"preemption": (1, 2), "error": (1, 1), "(none)": (1, 3)}
