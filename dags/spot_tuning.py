@@ -7,8 +7,9 @@ every stage is capped: a warm-up or promotion is stopped (``max_usd``) once it c
 times its estimate, and that much is reserved in the study's budget before it starts. The trial is
 ``examples/spot_tuning/train_trial.py``, a plain preemptible PyTorch MLP (``costaware_runtime`` only).
 
-1. ``prepare``      checks the settings and the instance type (a typo fails here, before anything is
-                    recorded), then the replayed 2013 day's training and holdout arrays (as ``own_training``);
+1. ``prepare``      checks the settings and the instance type (a typo fails here, before the study's
+                    budget is set or any trial starts), then the replayed 2013 day's training and holdout
+                    arrays (as ``own_training``);
 2. ``spot_window``  spot when the price is good, on-demand when waiting would miss the deadline;
 3. ``plan``         samples ``max_trials`` configurations with a seeded RNG, sizes the study so that the
                     warm-ups and the promotions fit the dollar and GPU-hour caps at the trial's price and
@@ -88,7 +89,8 @@ def upstream_result(ti: Any, task_id: str, key: str) -> Any:
     value = ti.xcom_pull(task_ids=task_id, key=key)
     if value is None:
         raise AirflowFailException(
-            f"{task_id!r} did not finish: nothing to rank, so this run fails with it (its log says why)"
+            f"{task_id!r} did not finish: nothing to rank, so this run fails with it (its log says why, or "
+            "that of the task before it that failed: prepare refuses bad params)"
         )
     return value
 

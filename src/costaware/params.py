@@ -164,8 +164,9 @@ def spot_tuning_params(
             keep_fraction,
             kind="number",
             title="Share promoted",
-            description="The top share of warm-ups promoted; 0.5 prunes the bottom half.",
-            high=1,
+            description="The top share of warm-ups promoted (above 0, at most 1); 0.5 prunes the bottom "
+            "half.",
+            high=1.001,  # exclusive, so 1 (promote every warm-up) passes; the plan refuses what is above 1
         ),
         "checkpoint_minutes": bounded_param(
             checkpoint_minutes,
@@ -187,7 +188,6 @@ def spot_tuning_params(
             title="Overrun allowed (x estimate)",
             description="A warm-up or promotion is stopped once it costs this many times its estimate "
             "(1-10); that much is reserved for it, so the caps hold however long it runs.",
-            low=0.999,  # the bounds are exclusive (see above): 1 and 10 pass
-            high=10.001,
+            high=100,  # the plan refuses what is outside 1-10, saying so; the form only the absurd
         ),
     }

@@ -101,7 +101,10 @@ def test_the_dollar_cap_binds_when_it_is_the_smaller() -> None:
 
 def test_a_plan_with_no_room_for_one_trial_says_what_one_needs() -> None:
     with pytest.raises(
-        ConfigurationError, match=r"need an estimated \$0\.4100 .* on spot g5\.xlarge.*raise a cap"
+        ConfigurationError,
+        # One trial at $0.41 an hour: a warm-up of $0.082 and a promotion held at $0.492, 0.2 + 1.2 GPU-hours.
+        match=r"need an estimated \$0\.4100 .* on spot g5\.xlarge.*raise them to at least \$0\.5740 and "
+        r"1\.4000 for one trial",
     ):
         plan_study(_settings(max_usd="0.1"), usd_per_hour="0.41", gpus=1, on="spot g5.xlarge")
     with pytest.raises(

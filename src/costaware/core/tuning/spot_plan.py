@@ -281,6 +281,11 @@ def plan_study(
     trials = study_size(settings, warmup, warmup_cap, promotion_cap)
     if trials == 0:
         one = warmup + promotion
+        # The least caps that hold one trial: its warm-up's cap, and the warm-up plus the promotion's cap.
+        least = StageCost(
+            max(warmup_cap.usd, warmup.usd + promotion_cap.usd),
+            max(warmup_cap.gpu_hours, warmup.gpu_hours + promotion_cap.gpu_hours),
+        )
         raise ConfigurationError(
             f"one warm-up and its promotion need an estimated ${one.usd:.4f} and {one.gpu_hours:.4f} "
             "GPU-hours"
@@ -288,7 +293,8 @@ def plan_study(
             + f"; at overrun_factor {settings.overrun_factor:g} a warm-up may cost up to "
             f"${warmup_cap.usd:.4f} and {warmup_cap.gpu_hours:.4f} GPU-hours and a promotion up to "
             f"${promotion_cap.usd:.4f} and {promotion_cap.gpu_hours:.4f} before it is stopped; the caps are "
-            f"${settings.max_usd} and {settings.max_gpu_hours} GPU-hours: raise a cap or lower the epochs"
+            f"${settings.max_usd} and {settings.max_gpu_hours} GPU-hours: raise them to at least "
+            f"${_up(least.usd, 4)} and {_up(least.gpu_hours, 4)} for one trial, or lower the epochs"
         )
     kept = kept_count(trials, settings.keep_fraction)
     return SpotPlan(trials, kept, warmup, promotion, warmup_cap, promotion_cap)
@@ -366,8 +372,13 @@ def decide_promotions(
     return decisions
 
 
+def _up(value: Decimal, places: int) -> Decimal:
+    """``value`` rounded up to ``places`` decimals: a least amount said rounded down would not be enough."""
+    return value.quantize(Decimal(1).scaleb(-places), rounding=ROUND_CEILING)
+
+
 def _micro_up(value: Decimal) -> Decimal:
-    return value.quantize(Decimal("0.000001"), rounding=ROUND_CEILING)
+    return _up(value, 6)
 
 
 def _number(value: object) -> float:
