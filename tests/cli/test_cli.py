@@ -220,6 +220,45 @@ def test_budget_show_names_the_budget_like_the_page_and_logs_with_every_digit(
     assert "$0.001655" in row and "$24.998345" in row and "$25.00 " in row
 
 
+def test_budget_show_gives_the_gpu_hours_beside_the_dollars_where_a_budget_caps_them(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The spot tuning plan's GPU-hour cap binds before its dollars: `budget show` used to leave it out."""
+    from decimal import Decimal
+
+    from costaware.core.ledger import Kind, LedgerEntry
+
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=p,study=s", "total", "100", cap_gpu_hours="20")
+    ledger.record(
+        LedgerEntry(
+            dag_id="d",
+            run_id="r",
+            task_id="t",
+            kind=Kind.COMPUTE,
+            usd=Decimal("0.41"),
+            quantity=Decimal("1"),
+            gpu_hours=Decimal("1.5"),
+            tags={"project": "p", "study": "s"},
+        )
+    )
+    ledger.reserve("project=p,study=s", "1", gpu_hours="0.3", holder="h")
+    argv = ["--ledger-url", ledger_url, "budget", "show", "--scope", "project=p,study=s"]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    (row,) = [line for line in lines if line.startswith("project=")]
+    assert any(line.startswith("budget ") and line.endswith("GPU-hours") for line in lines)
+    assert row.endswith("1.5 spent, 0.3 reserved, of 20")
+    assert main([*argv, "--format", "json"]) == 0
+    out = capsys.readouterr().out
+    (usage,) = json.loads(out[out.index("[") :])
+    assert (usage["cap_gpu_hours"], usage["spent_gpu_hours"], usage["reserved_gpu_hours"]) == (
+        "20.000000",
+        "1.500000",
+        "0.300000",
+    )
+
+
 def test_trial_report_shows_cost_per_successful_trial(
     ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

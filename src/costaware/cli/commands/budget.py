@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from decimal import Decimal
 
 from costaware.cli.arguments import open_ledger
 from costaware.cli.commands.governance import current_actor, forecast_cell, forecast_rows
@@ -130,6 +131,16 @@ def budget_show(args: argparse.Namespace) -> int:
         ]
         for u, f in zip(usages, forecasts, strict=True)
     ]
+    if any(u.cap_gpu_hours is not None for u in usages):
+        # A GPU-hour cap can bind before the dollars do (the spot tuning plan's does): shown beside them.
+        headers.append("GPU-hours")
+        for row, u in zip(rows, usages, strict=True):
+            row.append(
+                ""
+                if u.cap_gpu_hours is None
+                else f"{_plain(u.spent_gpu_hours)} spent, {_plain(u.reserved_gpu_hours)} reserved, of "
+                f"{_plain(u.cap_gpu_hours)}"
+            )
     payload = [
         {
             "budget": u.label,
@@ -138,6 +149,9 @@ def budget_show(args: argparse.Namespace) -> int:
             "spent_usd": str(u.spent_usd),
             "reserved_usd": str(u.reserved_usd),
             "left_usd": str(u.left_usd),
+            "cap_gpu_hours": None if u.cap_gpu_hours is None else str(u.cap_gpu_hours),
+            "spent_gpu_hours": str(u.spent_gpu_hours),
+            "reserved_gpu_hours": str(u.reserved_gpu_hours),
             **f,
         }
         for u, f in zip(usages, forecasts, strict=True)
@@ -146,3 +160,8 @@ def budget_show(args: argparse.Namespace) -> int:
     if args.run_id is None and per_run and args.format == "table":
         print(f"per-run budget(s) {', '.join(per_run)} also apply: give --run-id to see one run against them")
     return 0
+
+
+def _plain(hours: Decimal) -> str:
+    """GPU-hours without trailing zeros: ``20``, ``0.009237``, ``0``."""
+    return f"{hours.normalize():f}"
