@@ -67,6 +67,11 @@ def test_daily_tries_and_burn_down(filled: Ledger) -> None:
     recent = Filters(since=datetime.now(timezone.utc) - timedelta(days=30))
     (point,) = daily_spend(filled, recent, "dag")
     assert point[1:] == ("retrain", Decimal("6.5"))
+    # By cause: the entries without one are "(none)", as in the report's rows, not a blank group.
+    assert {(g, usd) for _, g, usd in daily_spend(filled, recent, "cause")} == {
+        ("(none)", Decimal("4.5")),
+        ("preemption", Decimal("2")),
+    }
     assert [t["usd"] for t in costliest_tries(filled, recent, 2)] == [Decimal("3"), Decimal("2")]
     (budget,) = burn_down(filled)
     assert budget.usage.cap_usd == 100 and budget.cumulative[-1][1] == budget.usage.spent_usd

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import func
 from sqlalchemy.sql.elements import ColumnElement
 
 from costaware.adapters.ledger import schema
@@ -73,12 +74,16 @@ def scope_conditions(scope: Scope) -> list[ColumnElement[bool]]:
 
 
 def group_column(group_by: str) -> ColumnElement[Any]:
-    """The SQL expression a report groups by; raises ``ConfigurationError`` for an unknown grouping."""
+    """The SQL expression a report groups by; raises ``ConfigurationError`` for an unknown grouping.
+
+    An empty value (no cause, a tag set to "") is no value: it is NULL here, so it joins the "(none)" group of
+    the entries without one instead of making a blank group of its own.
+    """
     e = schema.entries
     if group_by in GROUP_COLUMNS:
-        return GROUP_COLUMNS[group_by]
+        return func.nullif(GROUP_COLUMNS[group_by], "")
     if group_by.startswith("tag:") and len(group_by) > 4:
         name = group_by[4:]
         Scope.of({name: "x"})  # validates the tag name
-        return e.c[name] if name in INDEXED_TAGS else e.c.tags[name].as_string()
+        return func.nullif(e.c[name] if name in INDEXED_TAGS else e.c.tags[name].as_string(), "")
     raise ConfigurationError(f"cannot group by {group_by!r}: use one of {', '.join(GROUP_BYS)} or tag:<name>")

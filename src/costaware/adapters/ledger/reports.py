@@ -54,8 +54,7 @@ def report(
     ``co2e_unknown`` counts its actual compute entries whose emissions are unknown.
     """
     e = schema.entries
-    # An empty value (no cause, a tag set to "") is no value: one "(none)" row with the NULLs, not a blank.
-    key = func.nullif(group_column(group_by), "")
+    key = group_column(group_by)
     conditions = entry_conditions(since, until, dag_id, run_id, scope, dag_ids=dag_ids)
     actual = e.c.estimated.is_(False)
     compute = e.c.kind == "compute"  # storage and egress entries carry no emissions estimate
