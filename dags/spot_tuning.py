@@ -90,7 +90,7 @@ def upstream_result(ti: Any, task_id: str, key: str) -> Any:
     if value is None:
         raise AirflowFailException(
             f"{task_id!r} did not finish: nothing to rank, so this run fails with it (its log says why, or "
-            "that of the task before it that failed: prepare refuses bad params)"
+            "that of the first task of the run that failed)"
         )
     return value
 

@@ -216,7 +216,9 @@ def test_airflow_s_example_dag_discovery_finds_the_provider_without_an_error(
     airflow_provider_costaware for example DAG discovery" with a traceback, twice.
     """
     from airflow.dag_processing.bundles import manager
+    from airflow.providers_manager import ProvidersManager
 
+    assert "airflow-provider-costaware" in ProvidersManager().providers  # else the check below is empty
     logged: list[tuple[object, ...]] = []
     monkeypatch.setattr(manager.log, "exception", lambda *args, **kwargs: logged.append(args))
     configs: list[object] = []

@@ -103,8 +103,8 @@ def test_a_plan_with_no_room_for_one_trial_says_what_one_needs() -> None:
     with pytest.raises(
         ConfigurationError,
         # One trial at $0.41 an hour: a warm-up of $0.082 and a promotion held at $0.492, 0.2 + 1.2 GPU-hours.
-        match=r"need an estimated \$0\.4100 .* on spot g5\.xlarge.*raise them to at least \$0\.5740 and "
-        r"1\.4000 for one trial",
+        match=r"need an estimated \$0\.4100 .* on spot g5\.xlarge.*one trial needs caps of at least "
+        r"\$0\.5740 and 1\.4000 GPU-hours: raise the cap that is short",
     ):
         plan_study(_settings(max_usd="0.1"), usd_per_hour="0.41", gpus=1, on="spot g5.xlarge")
     with pytest.raises(

@@ -402,10 +402,13 @@ def test_a_rung_that_slows_down_past_its_reservation_is_billed_as_it_ran_and_sai
     """Rung 9 was reserved at the trial's speed on rung 3 (6 units x 1 s x 1.5 = 9 s) and took 60 s.
 
     A rung is one call to the model and is not interrupted: the 60 s are billed, the spend passes the cap of
-    20 by 43, and the warning names the rung and the overrun (docs/tuning.md, "The money guarantee").
+    20 by 43, and the warning says so, with the rung and its training against its estimate.
     """
     clock = Clock()
     result = search(ledger, "20", clock, make_model=lambda params: SlowsDown(params, clock))
     assert result.spent_usd == Decimal(63) == Decimal(str(clock.now))
     assert not ledger.open_reservations()
-    assert "rung 9 of trial 0 used 60.00 s, past the 9.00 s reserved for it" in caplog.text
+    assert (
+        "the spend passed the cap by $43.00: rung 9 of trial 0 was billed 60.00 s against the 9.00 s "
+        "reserved for it (its training took 60.00 s, estimated at 6.00 s)" in caplog.text
+    )

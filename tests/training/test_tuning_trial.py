@@ -162,4 +162,4 @@ def test_a_rung_that_slows_down_past_the_trial_s_reservation_is_billed_and_said(
     trial = result.trial
     assert trial is not None and trial.fidelity == 4
     assert trial.settled_usd == Decimal("6.400000") > trial.reserved_usd == Decimal("2.500000")
-    assert "rung 4 took 6.00 s and the trial has used 6.40 s, past the 2.00 s its reservation" in caplog.text
+    assert "rung 4 took 6.00 s and the trial has used 6.40 s, past the 2.50 s its reservation" in caplog.text

@@ -19,11 +19,11 @@ data than its value said. ``SearchResult.best_value`` stays the winner's value a
 
 The money is ours: before every rung the search reserves that rung's estimated cost in the cost ledger, and
 settles it with what the rung really used once it ran. A rung that cannot be reserved is not run, so the
-spend passes the cap only where a rung ran more than ``safety_factor`` times slower than its estimate (a
-rung is one call to the model and is not interrupted: what it used is billed, and a warning says so); after
-such a cut the search goes on only while the money left could carry the
-fastest configuration seen through every rung (no money on trials that can no longer finish), and none sits
-idle in a reservation for a whole trial.
+spend passes the cap only where a rung, or the bookkeeping billed with it, ran past its reservation when the
+budget had no room left beside it (a rung is one call to the model and is not interrupted: what it used is
+billed, and a warning says by how much the cap was passed). After a cut the search goes on only while the
+money left could carry the fastest configuration seen through every rung (no money on trials that can no
+longer finish), and none sits idle in a reservation for a whole trial.
 
 Every second the search uses (training, Optuna, the ledger) is settled against some rung: each settlement
 bills the time since the previous one (the first, since the search started). The ledger counts whole
@@ -49,6 +49,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from costaware.core.errors import BudgetExceededError, ConfigurationError
+from costaware.core.money import format_usd_exact
 from costaware.core.tuning import fall_adjusted_value, usd_for_seconds
 from costaware.core.tuning.rungs import promotable
 from costaware.extras import require
@@ -305,17 +306,23 @@ def budgeted_search(
             billed = billing.bill(
                 reservation.id, f"#{trial.number}@{rung}", f"{dict(trial.params)}: {value:.4f}"
             )
-            if billed - setup > seconds:  # setup: what came before the first rung, billed with it
-                log.warning(
-                    "rung %d of trial %d used %.2f s, past the %.2f s reserved for it (training ran more "
-                    "than safety_factor %g times slower than estimated): it is billed as it ran, and can "
-                    "take the spend past the cap by that much",
-                    rung,
-                    trial.number,
-                    billed,
-                    seconds,
-                    safety_factor,
-                )
+            if billed > seconds:
+                # Past its reservation (slower training, or the bookkeeping billed with it): that passes the
+                # cap only where the budget had no room left beside it, which is what is said.
+                over = -min((u.left_usd for u in ledger.usage(budget_scope)), default=Decimal(0))
+                if over > 0:
+                    log.warning(
+                        "the spend passed the cap by %s: rung %d of trial %d was billed %.2f s against the "
+                        "%.2f s reserved for it (its training took %.2f s, estimated at %.2f s); a rung is "
+                        "not interrupted, so it is billed as it ran",
+                        format_usd_exact(over),
+                        rung,
+                        trial.number,
+                        billed,
+                        seconds,
+                        trained,
+                        estimate,
+                    )
             overhead = max(overhead, billed - trained - setup)
             setup = 0.0
             if pruned:

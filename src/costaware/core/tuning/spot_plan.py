@@ -293,8 +293,9 @@ def plan_study(
             + f"; at overrun_factor {settings.overrun_factor:g} a warm-up may cost up to "
             f"${warmup_cap.usd:.4f} and {warmup_cap.gpu_hours:.4f} GPU-hours and a promotion up to "
             f"${promotion_cap.usd:.4f} and {promotion_cap.gpu_hours:.4f} before it is stopped; the caps are "
-            f"${settings.max_usd} and {settings.max_gpu_hours} GPU-hours: raise them to at least "
-            f"${_up(least.usd, 4)} and {_up(least.gpu_hours, 4)} for one trial, or lower the epochs"
+            f"${settings.max_usd} and {settings.max_gpu_hours} GPU-hours, and one trial needs caps of at "
+            f"least ${_up(least.usd, 4)} and {_up(least.gpu_hours, 4)} GPU-hours: raise the cap that is "
+            "short, or lower the epochs"
         )
     kept = kept_count(trials, settings.keep_fraction)
     return SpotPlan(trials, kept, warmup, promotion, warmup_cap, promotion_cap)

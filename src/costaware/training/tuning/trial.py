@@ -291,16 +291,16 @@ def _train_rungs(
         value = float(model.advance(rung))
         spent = meter() - tick
         t.train_seconds += spent
-        if meter() - started > limit:
+        used, reserved = meter() - started, seconds_for_usd(reservation.usd, spec.usd_per_hour)
+        if used > reserved:
             log.warning(
                 "rung %d took %.2f s and the trial has used %.2f s, past the %.2f s its reservation of %s "
                 "buys (training ran more than safety_factor %g times slower than its speed so far): a rung "
-                "is not interrupted, so the overrun is billed and can take the study past its cap by that "
-                "much",
+                "is not interrupted, so what it ran over is billed and can take the study past its cap",
                 rung,
                 spent,
-                meter() - started,
-                limit,
+                used,
+                reserved,
                 format_usd(reservation.usd),
                 spec.safety_factor,
             )
