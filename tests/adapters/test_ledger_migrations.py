@@ -6,6 +6,7 @@ script that wrote them): a SQLite file and a pg_dump restored into a fresh datab
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 import shutil
@@ -60,6 +61,19 @@ def before_emissions(read: dict[str, Any]) -> dict[str, Any]:
     return read
 
 
+def as_read_now(expected: dict[str, Any]) -> dict[str, Any]:
+    """What the last release read back, with a report's empty group value labelled as this release labels it.
+
+    An entry without a cause grouped under "" then; it is "(none)" now, as an entry without the grouped value
+    always was (no report of the fixtures has both, so no two rows merge). The data itself is unchanged.
+    """
+    now = copy.deepcopy(expected)
+    for rows in [*now["reports"].values(), now["report_fraud_only"]]:
+        for row in rows:
+            row["group"] = row["group"] or "(none)"
+    return now
+
+
 def tables(engine: Engine) -> set[str]:
     return set(inspect(engine).get_table_names())
 
@@ -110,7 +124,7 @@ def test_a_sqlite_ledger_of_the_last_release_upgrades_in_place(tmp_path: Path) -
 
     ledger = Ledger.from_url(f"sqlite:///{path}")
 
-    assert before_emissions(read_back(ledger)) == EXPECTED["read_back"]["sqlite"]
+    assert before_emissions(read_back(ledger)) == as_read_now(EXPECTED["read_back"]["sqlite"])
     assert revision(ledger.engine) == [migrate.HEAD]
     assert schema_version(ledger.engine) == "1"  # what the last release checks: it still opens this ledger
     assert tables(ledger.engine) == before | {migrate.VERSION_TABLE}
@@ -129,7 +143,7 @@ def test_a_postgresql_ledger_of_the_last_release_upgrades_in_place(postgres_url:
 
     ledger = Ledger.from_url(url)
 
-    assert before_emissions(read_back(ledger)) == EXPECTED["read_back"]["postgres"]
+    assert before_emissions(read_back(ledger)) == as_read_now(EXPECTED["read_back"]["postgres"])
     assert revision(ledger.engine) == [migrate.HEAD]
     assert schema_version(ledger.engine) == "1"
     assert tables(ledger.engine) == before | {migrate.VERSION_TABLE}
