@@ -316,6 +316,14 @@ def spot_tuning() -> None:
         print(
             f"study {run_id}: {study.describe(config)}; {on} at ${usd_per_hour:.4f}/hour, {prices.gpus} GPU"
         )
+        if not params.get("prices"):
+            # The window priced its decision (and its ledger estimate) on the stand-in's history: say so,
+            # or a reader of the run sees two prices and cannot tell which the trials pay.
+            print(
+                f"the spot window watched the recorded {STAND_IN_TYPE} history for its timing only: its "
+                f"price is not {instance_type}'s; the trials pay the price above (give prices for the type's "
+                "own)"
+            )
         # Airflow maps over a task's return value only: the rest goes under keys of its own.
         ti.xcom_push(
             "study",
