@@ -11,12 +11,18 @@ import io
 import json
 import re
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
 #: The ``--format`` choices of every command that prints rows.
 FORMATS = ("table", "json", "csv")
 
 _AMOUNT = re.compile(r"^-?\$[\d,]+\.(\d+)$")
+
+
+def plain(value: Decimal) -> str:
+    """A number without trailing zeros or an exponent: ``0.476`` for ``0.4760000000``; ``2`` for ``2.000``."""
+    return format(value.normalize(), "f")
 
 
 def render_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, labels: int = 1) -> str:

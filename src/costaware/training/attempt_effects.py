@@ -70,6 +70,15 @@ def capped_seconds(state: AttemptState, rate: Decimal) -> int | None:
     return max(0, int(buys - Decimal(str(state.plan.grace_seconds))))  # rounded down: it ends before the cap
 
 
+def least_cap_usd(rate: Decimal, grace_seconds: float) -> Decimal:
+    """The least left of ``max_usd`` that starts an attempt at ``rate``.
+
+    ``MIN_CAPPED_SECONDS`` beyond its grace period: below it :func:`capped_seconds` gives less, and nothing
+    is started.
+    """
+    return rate * Decimal(str(MIN_CAPPED_SECONDS + grace_seconds)) / 3600
+
+
 def cap_spent_message(state: AttemptState, market: str, rate: Decimal) -> str:
     """Why the next attempt is not started: what is left of ``max_usd`` buys less than a minute."""
     from costaware.core.money import format_usd_exact
@@ -81,7 +90,7 @@ def cap_spent_message(state: AttemptState, market: str, rate: Decimal) -> str:
         f"beyond its {plan.grace_seconds:g} s grace period"
     )
     if not state.attempts:
-        least = (rate * Decimal(MIN_CAPPED_SECONDS + plan.grace_seconds) / 3600).quantize(
+        least = least_cap_usd(rate, plan.grace_seconds).quantize(
             Decimal("0.000001"), rounding="ROUND_CEILING"
         )
         return (

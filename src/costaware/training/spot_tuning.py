@@ -22,12 +22,13 @@ from costaware.core.tuning.spot_plan import (
     StageCost,
     Warmup,
     decide_promotions,
+    gpu_hours_per_usd,
     kept_count,
     plan_study,
     rank,
 )
 from costaware.core.tuning.spot_spend import TrialSpend, spend_by_trial, study_spent
-from costaware.training.attempt_effects import MIN_CAPPED_SECONDS
+from costaware.training.attempt_effects import least_cap_usd
 from costaware.training.plan import DEFAULT_GRACE_SECONDS
 
 if TYPE_CHECKING:
@@ -110,12 +111,11 @@ def stage_floor_usd(
     """The least a trial's stage may be capped at, in dollars.
 
     ``LEAST_STAGE_SECONDS`` and the grace period at the ``market``'s price, and never less than what an
-    on-demand attempt needs before the operator starts it (``MIN_CAPPED_SECONDS`` beyond its grace period):
-    a spot trial may fall back to on-demand. Only a plan with very short epochs (a demo) has caps this low.
+    on-demand attempt needs before the operator starts it (``least_cap_usd``): a spot trial may fall back to
+    on-demand. Only a plan with very short epochs (a demo) has caps this low.
     """
-    at_price = Decimal(repr(LEAST_STAGE_SECONDS + grace_seconds)) * prices.usd_per_hour(market)
-    on_demand = Decimal(repr(MIN_CAPPED_SECONDS + grace_seconds)) * prices.on_demand_usd_per_hour
-    return max(at_price, on_demand) / 3600
+    at_price = Decimal(repr(LEAST_STAGE_SECONDS + grace_seconds)) * prices.usd_per_hour(market) / 3600
+    return max(at_price, least_cap_usd(prices.on_demand_usd_per_hour, grace_seconds))
 
 
 def study_spend(ledger: Ledger, *, dag_id: str, run_id: str, study: str) -> dict[str, TrialSpend]:
@@ -355,7 +355,7 @@ def select_promotions(
         spent=spent,
         settings=settings,
         floor_usd=stage_floor_usd(prices, market),
-        gpu_hours_per_usd=prices.gpus / prices.usd_per_hour(market),
+        gpu_hours_per_usd=gpu_hours_per_usd(prices.gpus, prices.usd_per_hour(market)),
     )
     decisions = reserve_promotions(ledger, scope, decisions, dag_id=dag_id, run_id=run_id)
     return Selection(ranked, decisions, spent, capped)

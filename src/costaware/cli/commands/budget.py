@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from decimal import Decimal
 
 from costaware.cli.arguments import open_ledger
 from costaware.cli.commands.governance import current_actor, forecast_cell, forecast_rows
-from costaware.cli.output import emit
+from costaware.cli.output import emit, plain
 from costaware.core.money import format_usd_exact
 
 
@@ -39,7 +38,7 @@ def budget_set(args: argparse.Namespace) -> int:
     budget = ledger.set_budget(
         args.scope, args.period, args.cap_usd, cap_gpu_hours=gpu_cap, timezone=zone, actor=current_actor()
     )
-    hours = None if budget.cap_gpu_hours is None else f"{budget.cap_gpu_hours.normalize():f}"
+    hours = None if budget.cap_gpu_hours is None else plain(budget.cap_gpu_hours)
     gpu = f", {hours} GPU-hours" if hours is not None else ""
     kept = []  # what an existing budget kept because it was not given
     if current is not None and args.cap_gpu_hours is None and hours is not None:
@@ -138,8 +137,8 @@ def budget_show(args: argparse.Namespace) -> int:
             row.append(
                 ""
                 if u.cap_gpu_hours is None
-                else f"{_plain(u.spent_gpu_hours)} spent, {_plain(u.reserved_gpu_hours)} reserved, of "
-                f"{_plain(u.cap_gpu_hours)}"
+                else f"{plain(u.spent_gpu_hours)} spent, {plain(u.reserved_gpu_hours)} reserved, of "
+                f"{plain(u.cap_gpu_hours)}"
             )
     payload = [
         {
@@ -160,8 +159,3 @@ def budget_show(args: argparse.Namespace) -> int:
     if args.run_id is None and per_run and args.format == "table":
         print(f"per-run budget(s) {', '.join(per_run)} also apply: give --run-id to see one run against them")
     return 0
-
-
-def _plain(hours: Decimal) -> str:
-    """GPU-hours without trailing zeros: ``20``, ``0.009237``, ``0``."""
-    return f"{hours.normalize():f}"

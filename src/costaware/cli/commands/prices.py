@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from costaware.cli.arguments import check_range, open_ledger
-from costaware.cli.output import emit
+from costaware.cli.output import emit, plain
 from costaware.core.errors import (
     ConfigurationError,
     CostawareError,
@@ -32,11 +32,6 @@ ORIGINS = {
     "offer-file": "an imported offer file",
     "bundled-snapshot": "the bundled snapshot",
 }
-
-
-def plain(value: Decimal) -> str:
-    """``0.476`` for ``0.4760000000``; ``2`` for ``2.000``."""
-    return format(value.normalize(), "f")
 
 
 def _prices(args: argparse.Namespace) -> OnDemandPrices:

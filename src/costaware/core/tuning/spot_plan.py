@@ -232,6 +232,12 @@ class SpotPlan:
         )
 
 
+def gpu_hours_per_usd(gpus: object, usd_per_hour: object) -> Decimal | None:
+    """The GPU-hours a dollar buys at ``usd_per_hour`` (None at a price of 0: dollars bound no hours)."""
+    price = Decimal(str(usd_per_hour))
+    return Decimal(str(gpus)) / price if price > 0 else None
+
+
 def study_size(
     settings: SpotTuningSettings,
     warmup: StageCost,
@@ -274,8 +280,7 @@ def plan_study(
         ConfigurationError: not even one warm-up and its promotion fit the caps.
     """
     warmup, promotion = settings.stage_costs(usd_per_hour=usd_per_hour, gpus=gpus)
-    price = Decimal(str(usd_per_hour))
-    per_usd = Decimal(str(gpus)) / price if price > 0 else None
+    per_usd = gpu_hours_per_usd(gpus, usd_per_hour)
     warmup_cap = settings.stage_cap(warmup, floor_usd=floor_usd, gpu_hours_per_usd=per_usd)
     promotion_cap = settings.stage_cap(promotion, floor_usd=floor_usd, gpu_hours_per_usd=per_usd)
     trials = study_size(settings, warmup, warmup_cap, promotion_cap)

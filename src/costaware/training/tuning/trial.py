@@ -264,7 +264,8 @@ def _train_rungs(
     """
     spec, meter, started = s.spec, s.meter, s.started
     # Money decides how long the trial may train: what it reserved, less a tail for telling and settling.
-    limit = seconds_for_usd(reservation.usd, spec.usd_per_hour) - min(TAIL_SECONDS, spec.slack_seconds)
+    reserved = seconds_for_usd(reservation.usd, spec.usd_per_hour)
+    limit = reserved - min(TAIL_SECONDS, spec.slack_seconds)
     wall_left = wall_clock_left(spec.caps, s.started_at, utcnow())
     if wall_left is not None:
         limit = min(limit, (meter() - started) + wall_left)
@@ -282,7 +283,7 @@ def _train_rungs(
             t.state = TrialState.CUT
             t.decision = (
                 f"cut before {rung}: its reservation of {format_usd(reservation.usd)} buys "
-                f"{seconds_for_usd(reservation.usd, spec.usd_per_hour):.1f} s, {meter() - started:.1f} s "
+                f"{reserved:.1f} s, {meter() - started:.1f} s "
                 "are used and the next rung "
                 f"needs about {needed:.1f} s"
             )
@@ -291,7 +292,7 @@ def _train_rungs(
         value = float(model.advance(rung))
         spent = meter() - tick
         t.train_seconds += spent
-        used, reserved = meter() - started, seconds_for_usd(reservation.usd, spec.usd_per_hour)
+        used = meter() - started
         if used > reserved:
             log.warning(
                 "rung %d took %.2f s and the trial has used %.2f s, past the %.2f s its reservation of %s "
