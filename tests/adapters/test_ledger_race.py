@@ -6,7 +6,7 @@ import multiprocessing
 from decimal import Decimal
 
 import pytest
-from race_worker import reserve_until_refused
+from race_worker import reserve_and_grow, reserve_until_refused
 from services import fresh_postgres_database
 from sqlalchemy import func, select
 
@@ -49,4 +49,25 @@ def test_parallel_reservations_never_overspend(backend: str, tmp_path, request) 
     (usage,) = ledger.usage("project=race")
     assert usage.spent_usd + usage.reserved_usd == granted * Decimal(AMOUNT)
     assert usage.spent_usd + usage.reserved_usd <= CAP
+    ledger.dispose()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_parallel_growth_never_overspends(backend: str, tmp_path, request) -> None:  # type: ignore[no-untyped-def]
+    """Tasks grow their gate's reservation to their cap at once: the budget ends full, never passed."""
+    url = (
+        f"sqlite:///{tmp_path / 'grow.db'}"
+        if backend == "sqlite"
+        else fresh_postgres_database(request.getfixturevalue("postgres_url"), "grow")
+    )
+    ledger = Ledger.from_url(url)
+    ledger.set_budget("project=race", "month", CAP)
+    with multiprocessing.get_context("spawn").Pool(PROCESSES) as pool:
+        held = pool.starmap(reserve_and_grow, [(url, w, "1.00", "3.00") for w in range(PROCESSES)])
+    amounts = [Decimal(h) for h in held if Decimal(h)]
+    # 12 x $3 do not fit in $25: whichever order they come in, the budget ends exactly full.
+    assert len(amounts) >= int(CAP / 3) and all(Decimal(1) <= a <= Decimal(3) for a in amounts)
+    assert sum(amounts) == CAP
+    (usage,) = ledger.usage("project=race")
+    assert usage.reserved_usd == CAP
     ledger.dispose()

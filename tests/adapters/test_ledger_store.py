@@ -109,6 +109,32 @@ def test_every_covering_budget_is_checked(any_ledger: Ledger) -> None:
     assert count(any_ledger, schema.reservations) == 1
 
 
+def test_grow_raises_a_reservation_as_far_as_every_budget_has_room(any_ledger: Ledger) -> None:
+    any_ledger.set_budget("project=churn", "month", "100")
+    any_ledger.set_budget("team=ml", "day", "10")
+    other = any_ledger.reserve("team=ml", "3")
+    gate = any_ledger.reserve("project=churn,team=ml", "2", holder="d/r/train/-1")
+    assert any_ledger.grow(gate.id, "4").usd == 4  # room in both: to the amount asked
+    assert any_ledger.grow(gate.id, "1").usd == 4  # never lowered
+    grown = any_ledger.grow(gate.id, "20")  # team=ml has $3 left: it grows by that only
+    assert grown.usd == 7 and grown.status == "open"
+    by_budget = {u.label: u for u in any_ledger.usage("project=churn,team=ml")}
+    assert by_budget["team=ml/day"].reserved_usd == 10 and by_budget["team=ml/day"].left_usd == 0
+    assert by_budget["project=churn/month"].reserved_usd == 7  # the other reservation is not in it
+    assert any_ledger.grow(gate.id, "8").usd == 7  # a full budget gives nothing
+    any_ledger.settle(other.id, "0.5", entry=entry("0.5"))
+    assert any_ledger.grow(gate.id, "8").usd == 8  # money given back is room again
+    any_ledger.settle(gate.id, "1", entry=entry("1"))
+    assert any_ledger.grow(gate.id, "9").usd == 8  # a settled reservation stays as it was
+
+
+def test_grow_gives_nothing_where_an_approved_overage_passed_the_cap(any_ledger: Ledger) -> None:
+    any_ledger.set_budget("project=churn", "month", "5")
+    approved = any_ledger.reserve("project=churn", "6", holder="d/r/train/-1", approved_by="lead")
+    assert any_ledger.grow(approved.id, "9").usd == 6
+    assert any_ledger.usage("project=churn")[0].reserved_usd == 6
+
+
 def test_no_budget_is_an_error_naming_the_scope(any_ledger: Ledger) -> None:
     any_ledger.set_budget("project=churn", "month", "1")
     with pytest.raises(

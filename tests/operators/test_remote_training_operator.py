@@ -122,6 +122,43 @@ def test_settles_the_spend_gate_reservation_with_the_billed_total(
     assert found.status == "settled" and found.settled_usd == Decimal(result["usd"])
 
 
+def test_the_spend_gate_reservation_grows_to_max_usd_so_the_budget_holds_the_cap(
+    tmp_path: Path, data: Path, ledger: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ledger.set_budget("project=churn", "month", "10")
+    gate = ledger.reserve(
+        "project=churn", "1.00", holder="remote_dag/scheduled__2026-01-01/train/-1", run_id="r"
+    )
+    op = operator(tmp_path, tags={"project": "churn"}, max_usd="5", deferrable=False)
+    result, _ = drive(op, context_for())
+    with ledger.reading() as conn:
+        found = reservations.reservation(conn, gate.id)
+    assert found.usd == Decimal(5) and found.settled_usd == Decimal(result["usd"])
+    assert "raised the spend gate's reservation from $1.00 to max_usd $5.00" in capsys.readouterr().out
+
+
+def test_max_usd_is_lowered_to_what_the_budget_holds_beside_the_spend_gate_reservation(
+    tmp_path: Path, data: Path, ledger: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # $8.50 is held for another task; the gate reserved $1: this task may bill $1.50, not its $5 cap.
+    ledger.set_budget("project=churn", "month", "10")
+    ledger.reserve("project=churn", "8.50", holder="remote_dag/scheduled__2026-01-01/other/-1")
+    gate = ledger.reserve(
+        "project=churn", "1.00", holder="remote_dag/scheduled__2026-01-01/train/-1", run_id="r"
+    )
+    result, _ = drive(
+        operator(tmp_path, tags={"project": "churn"}, max_usd="5", deferrable=False), context_for()
+    )
+    out = capsys.readouterr().out
+    assert "max_usd $5.00 is lowered to $1.50: the spend gate reserved $1.00" in out
+    assert "$1.50 is left of max_usd" in out  # the attempt's stop is set from the lowered cap
+    with ledger.reading() as conn:
+        found = reservations.reservation(conn, gate.id)
+    assert found.usd == Decimal("1.5") and found.settled_usd == Decimal(result["usd"])
+    (usage,) = ledger.usage("project=churn")
+    assert usage.reserved_usd + usage.spent_usd <= Decimal(10)
+
+
 def test_an_on_demand_start_the_window_chose_says_so_in_its_ledger_note(
     tmp_path: Path, data: Path, ledger: Any
 ) -> None:

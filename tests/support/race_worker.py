@@ -35,3 +35,22 @@ def reserve_until_refused(url: str, worker: int, amount: str, attempts: int) -> 
             )
     ledger.dispose()
     return granted, refused
+
+
+def reserve_and_grow(url: str, worker: int, amount: str, grow_to: str) -> str:
+    """Reserve ``amount`` and grow it toward ``grow_to`` at once, as a task's cap does; return what it holds.
+
+    "0": the reservation itself was refused (others had grown into the budget first).
+    """
+    from costaware import Ledger
+    from costaware.core.errors import BudgetExceededError
+
+    ledger = Ledger.from_url(url)
+    try:
+        reservation = ledger.reserve("project=race", amount, holder=f"race/r/t{worker}/-1")
+    except BudgetExceededError:
+        ledger.dispose()
+        return "0"
+    held = ledger.grow(reservation.id, grow_to).usd
+    ledger.dispose()
+    return str(held)

@@ -11,6 +11,7 @@ task outcomes.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from functools import cached_property
@@ -484,12 +485,46 @@ class RemoteAttemptSteps:
 
         settle_reservation(self.ledger_hook.get_conn(), state)
 
-    def _reserve(self, state: AttemptState) -> None:
-        """No spend gate reserved for it: reserve ``max_usd`` (else the estimate) in ``budget_scope``."""
-        from costaware.training.attempt_effects import reserve_estimate
+    def _reserve(self, state: AttemptState) -> AttemptState:
+        """Hold what the attempts may bill in the budgets; returns the state with the cap they allow.
 
-        if self.budget_scope and (state.plan.max_usd or state.plan.estimated_usd):
-            reserve_estimate(self.ledger_hook.get_conn(), state.plan, self.budget_scope)
+        A spend gate's reservation (its estimate) grows to ``max_usd``; where the budgets have less room,
+        ``max_usd`` is lowered to what they hold, so that no budget is passed. No gate: reserve ``max_usd``
+        (else the estimate) in ``budget_scope``.
+        """
+        from costaware.core.money import format_usd_exact
+        from costaware.training.attempt_effects import gate_reservation, hold_cap, reserve_estimate
+
+        plan = state.plan
+        ledger = self.ledger_hook.get_conn()
+        gate = gate_reservation(ledger, plan)
+        if gate is None:
+            if self.budget_scope and (plan.max_usd or plan.estimated_usd):
+                reserve_estimate(ledger, plan, self.budget_scope)
+            return state
+        if plan.max_usd is None or gate.usd >= Decimal(plan.max_usd):
+            return state
+        cap = Decimal(plan.max_usd)
+        held = hold_cap(ledger, gate, cap)
+        budgets = ", ".join(f"'{b}'" for b in gate.budgets)
+        if held >= cap:
+            self.log.info(
+                "raised the spend gate's reservation from %s to max_usd %s in %s: the budgets hold all the "
+                "attempts may bill",
+                format_usd_exact(gate.usd),
+                format_usd_exact(cap),
+                budgets,
+            )
+            return state
+        self.log.warning(
+            "max_usd %s is lowered to %s: the spend gate reserved %s for this task and %s had room for "
+            "no more than that; raise the budget to give the task its full cap",
+            format_usd_exact(cap),
+            format_usd_exact(held),
+            format_usd_exact(gate.usd),
+            budgets,
+        )
+        return replace(state, plan=replace(plan, max_usd=str(held)))
 
     def _finish(self, context: Context, state: AttemptState) -> dict[str, Any]:
         from costaware.operators.run_record import record_retrain_outcome

@@ -473,7 +473,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         """Write the spec, submit attempt 1 (or find it, on a retry) and wait for it."""
         with airflow_errors():
             state = self._start(context)
-            self._reserve(state)
+            state = self._reserve(state)
             state = self._submit(state, state.plan.first_market, state.plan.first_market_reason)
         return self._wait(context, state)
 

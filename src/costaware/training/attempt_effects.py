@@ -20,7 +20,7 @@ from costaware.training.plan import RemotePlan, job_seconds_left
 if TYPE_CHECKING:
     from costaware.adapters.compute.base import JobRequest
     from costaware.adapters.ledger.store import Ledger
-    from costaware.core.ledger import LedgerEntry
+    from costaware.core.ledger import LedgerEntry, Reservation
 
 
 #: The least an attempt is started for under ``max_usd``: a shorter one could not even load its data.
@@ -235,6 +235,22 @@ def settle_reservation(ledger: Ledger, state: AttemptState) -> None:
     for reservation in ledger.open_reservations(holder_prefix=holder):
         if reservation.holder == holder:
             ledger.settle(reservation.id, total_usd(state))
+
+
+def gate_reservation(ledger: Ledger, plan: RemotePlan) -> Reservation | None:
+    """The open reservation a spend gate made for this task, if any."""
+    holder = task_holder(plan)
+    return next((r for r in ledger.open_reservations(holder_prefix=holder) if r.holder == holder), None)
+
+
+def hold_cap(ledger: Ledger, reservation: Reservation, max_usd: Decimal) -> Decimal:
+    """Grow the gate's ``reservation`` to ``max_usd``, as far as its budgets allow; return what it holds.
+
+    The gate reserved its own estimate, which can be less than the cap the attempts may bill: the budgets
+    hold all of it only once the reservation does. Where they have less room, what the reservation holds is
+    the most this task may spend without passing them.
+    """
+    return ledger.grow(reservation.id, max_usd).usd
 
 
 def reserve_estimate(ledger: Ledger, plan: RemotePlan, budget_scope: str) -> None:

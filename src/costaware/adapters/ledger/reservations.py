@@ -18,10 +18,10 @@ from sqlalchemy import Connection, and_, case, or_, select
 
 from costaware.adapters.ledger import schema
 from costaware.adapters.ledger.audit import append_audit
-from costaware.adapters.ledger.budgets import applicable, budget_usage
+from costaware.adapters.ledger.budgets import applicable, budget_from_row, budget_usage
 from costaware.adapters.ledger.engine import LedgerDatabase
 from costaware.adapters.ledger.entries import insert_entry
-from costaware.core.budgets import Scope, check_cap
+from costaware.core.budgets import Scope, check_cap, period_window
 from costaware.core.errors import ConfigurationError, ReservationNotFoundError
 from costaware.core.ledger import LedgerEntry, Reservation, utcnow
 from costaware.core.money import format_usd_exact, from_micros, parse_usd, to_micros
@@ -118,6 +118,52 @@ def reserve(
         )
         names = ", ".join(f"{b.label} ({w.key})" for _, b, w in covering)  # as BudgetUsage.name
         log.info("reserved %s in %s for %s", format_usd_exact(amount), names, purpose)
+        return reservation(conn, reservation_id)
+
+
+def grow(ledger: LedgerDatabase, reservation_id: str, usd: object) -> Reservation:
+    """Raise an open reservation toward ``usd``, as far as every budget it holds money in has room.
+
+    It is never lowered, and a budget is never passed: where one has less room, the reservation grows only
+    by that much (a budget already past its cap, by an approved overage, gives none). Locked as
+    :func:`reserve` is, so two tasks growing at once cannot both take the last dollars. A reservation that
+    is no longer open is returned as it stands.
+    """
+    target = parse_usd(usd, name="reservation amount")
+    r, h, b = schema.reservations, schema.holds, schema.budgets
+    now = utcnow()
+    with ledger.transaction() as conn:
+        current = reservation(conn, reservation_id)
+        if current.status != "open" or current.expires_at <= now or current.usd >= target:
+            return current
+        held = dict(
+            conn.execute(
+                select(h.c.budget_id, h.c.period_key).where(h.c.reservation_id == reservation_id)
+            ).all()
+        )
+        query = (
+            select(b).where(b.c.id.in_(sorted(held))).order_by(b.c.id)
+        )  # id order, as reserve: no deadlocks
+        if not ledger.is_sqlite:
+            query = query.with_for_update()
+        increase = target - current.usd
+        for row in conn.execute(query).mappings().all():
+            budget, key = budget_from_row(row), held[row["id"]]
+            run_id = key[4:] if key.startswith("run:") else None
+            window = period_window(budget.period, current.created_at, budget.timezone, run_id)
+            usage = budget_usage(conn, row["id"], budget, window, now)
+            increase = min(increase, max(usage.cap_usd - usage.spent_usd - usage.reserved_usd, Decimal(0)))
+        if increase <= 0:
+            return current
+        grown = to_micros(current.usd + increase)
+        conn.execute(r.update().where(r.c.id == reservation_id).values(usd_micros=grown))
+        conn.execute(h.update().where(h.c.reservation_id == reservation_id).values(usd_micros=grown))
+        log.info(
+            "raised reservation %s from %s to %s",
+            reservation_id,
+            format_usd_exact(current.usd),
+            format_usd_exact(current.usd + increase),
+        )
         return reservation(conn, reservation_id)
 
 

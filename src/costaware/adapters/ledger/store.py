@@ -144,6 +144,15 @@ class Ledger(LedgerDatabase):
             approval=approval,
         )
 
+    def grow(self, reservation_id: str, usd: object) -> Reservation:
+        """Raise an open reservation toward ``usd`` as far as its budgets have room (never lower it).
+
+        E.g. a task's ``max_usd`` above what its spend gate reserved: the reservation grows to the cap
+        where the budgets hold it, else by what they have left, so the budgets still hold all the task may
+        spend. Returns the reservation as it now stands; compare its ``usd`` with what was asked.
+        """
+        return reservations.grow(self, reservation_id, usd)
+
     def settle(
         self, reservation_id: str, actual_usd: object, *, entry: LedgerEntry | None = None
     ) -> Reservation:
