@@ -141,6 +141,9 @@ def test_no_budget_is_an_error_naming_the_scope(any_ledger: Ledger) -> None:
         BudgetNotFoundError, match=r"no budget covers scope 'project=fraud'.*costaware budget set"
     ):
         any_ledger.reserve("project=fraud", "1")
+    # A tuning study's budget caps its whole life, as the spot tuning plan sets it.
+    with pytest.raises(BudgetNotFoundError, match=r"--scope 'project=fraud,study=s1' --period total"):
+        any_ledger.reserve("project=fraud,study=s1", "1")
 
 
 def test_run_budget_is_per_run(any_ledger: Ledger) -> None:

@@ -104,6 +104,11 @@ def usage(
         return [budget_usage(conn, bid, budget, window, at) for bid, budget, window in found]
 
 
+def suggested_period(scope: Scope) -> str:
+    """The period a new budget for ``scope`` most likely wants: a tuning study's is its whole life."""
+    return "total" if any(key == "study" for key, _ in scope.tags) else "month"
+
+
 def applicable(
     conn: Connection, wanted: Scope, run_id: str | None, *, is_sqlite: bool, lock: bool = False
 ) -> list[tuple[int, Budget, PeriodWindow]]:
@@ -134,7 +139,7 @@ def applicable(
         known = ", ".join(f"'{budget_from_row(r).label}'" for r in rows) or "none"
         raise BudgetNotFoundError(
             f"no budget covers scope '{wanted}' (budgets: {known}); set one with "
-            f"`costaware budget set --scope '{wanted}' --period month --cap-usd <USD>`"
+            f"`costaware budget set --scope '{wanted}' --period {suggested_period(wanted)} --cap-usd <USD>`"
         )
     return found
 
