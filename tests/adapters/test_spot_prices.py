@@ -137,7 +137,12 @@ def test_unknown_names_are_reported_with_what_is_known() -> None:
         ("time,price\n", "electricity CSV lacks column"),
         (
             "timestamp_utc,usd_per_mwh\n2023-01-01T00:00:00Z,10\n2023-01-01T03:00:00Z,10\n",
-            r"\(3 h, more than",
+            r"no price from .* \(3 h; records must be at most 1:00:00 apart\)",
+        ),
+        # The file's line (the header is line 1), not the record's index from 0.
+        (
+            "timestamp_utc,usd_per_mwh\n2023-01-01T00:00:00Z,10\n2023-01-01T01:00:00Z,abc\n",
+            "line 3: price 'abc'",
         ),
         ("timestamp_utc,usd_per_mwh\n2023-01-01T00:00:00Z,1\n2023-01-01T00:00:00Z,2\n", "two prices at"),
     ],

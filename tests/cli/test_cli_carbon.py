@@ -105,7 +105,18 @@ def test_import_then_show_finds_it(home: Path, capsys: pytest.CaptureFixture[str
 def test_a_bad_file_writes_nothing(home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["carbon", "import", str(FIXTURES / "GB_bad.csv"), "--zone", "GB"]) == 2
     err = capsys.readouterr().err
-    assert "record 1: intensity 'not-a-number' is not a number; nothing was imported" in err
+    # The file's own line, as an editor shows it (the header is line 1): it said "record 1".
+    assert (
+        "GB_bad.csv (gCO2e/kWh, lca) line 3: intensity 'not-a-number' is not a number; nothing was imported"
+        in err
+    )
+    gap = tmp_path / "GB_gap.csv"
+    gap.write_text("timestamp_utc,g_co2eq_per_kwh_lca\n2026-11-20T00:00:00Z,120\n2026-11-20T03:00:00Z,99\n")
+    assert main(["carbon", "import", str(gap), "--zone", "GB"]) == 2
+    # It said "no price" and "pass a larger max_gap", which no command takes.
+    err = capsys.readouterr().err
+    assert "no intensity from 2026-11-20T00:00:00+00:00 to 2026-11-20T03:00:00+00:00" in err
+    assert "(3 h; records must be at most 1:00:00 apart): fill the gap in the source" in err
     # Zones are looked up exactly: "gb" would never be read for GB.
     assert main(["carbon", "import", str(RECORDED), "--zone", "gb"]) == 2
     assert "zone 'gb': grid zone names are written 'GB'" in capsys.readouterr().err

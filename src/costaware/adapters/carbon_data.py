@@ -48,12 +48,16 @@ def carbon_from_text(text: str, *, source: str, basis: str = "lca") -> PriceSeri
             f"{source}: carbon intensity CSV lacks column(s) {', '.join(missing)}; its header is "
             f"{reader.fieldnames!r} (expected timestamp_utc,{column})"
         )
-    points = [(row["timestamp_utc"], row[column]) for row in reader]
+    points, lines = [], []
+    for row in reader:
+        points.append((row["timestamp_utc"], row[column]))
+        lines.append(reader.line_num)  # the file's line, as an editor shows it (the header is line 1)
     series = PriceSeries.from_points(
         points,
         name=f"carbon {source} (gCO2e/kWh, {basis})",
         max_gap=timedelta(hours=1),
         value_name="intensity",
+        lines=lines,
     )
     at, worst = max(series.points, key=lambda point: point[1])
     if worst > MAX_G_PER_KWH:

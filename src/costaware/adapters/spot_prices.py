@@ -220,9 +220,16 @@ def electricity_from_text(text: str, *, source: str) -> PriceSeries:
             f"{source}: electricity CSV lacks column(s) {', '.join(missing)}; "
             f"its header is {reader.fieldnames!r}"
         )
-    points = [(row["timestamp_utc"], row["usd_per_mwh"]) for row in reader]
+    points, lines = [], []
+    for row in reader:
+        points.append((row["timestamp_utc"], row["usd_per_mwh"]))
+        lines.append(reader.line_num)  # the file's line, as an editor shows it (the header is line 1)
     return PriceSeries.from_points(
-        points, name=f"electricity {source} (USD/MWh)", max_gap=timedelta(hours=1), allow_negative=True
+        points,
+        name=f"electricity {source} (USD/MWh)",
+        max_gap=timedelta(hours=1),
+        allow_negative=True,
+        lines=lines,
     )
 
 

@@ -31,15 +31,15 @@ log = logging.getLogger(__name__)
 
 
 def _price(
-    value: object, *, what: str, index: int, allow_negative: bool, value_name: str = "price"
+    value: object, *, what: str, where: str, allow_negative: bool, value_name: str = "price"
 ) -> Decimal:
     try:
         price = value if isinstance(value, Decimal) else Decimal(str(value).strip())
     except (InvalidOperation, ValueError) as e:
-        raise InvalidPriceDataError(f"{what} record {index}: {value_name} {value!r} is not a number") from e
+        raise InvalidPriceDataError(f"{what} {where}: {value_name} {value!r} is not a number") from e
     if not price.is_finite() or (price < 0 and not allow_negative):
         raise InvalidPriceDataError(
-            f"{what} record {index}: {value_name} {value!r} must be a finite number"
+            f"{what} {where}: {value_name} {value!r} must be a finite number"
             + ("" if allow_negative else " >= 0")
         )
     return price
@@ -65,8 +65,8 @@ def parse_instant(
     return datetime.fromisoformat(value.isoformat()).astimezone(timezone.utc)
 
 
-def _instant(value: object, *, what: str, index: int) -> datetime:
-    return parse_instant(value, name=f"{what} record {index}: time", error=InvalidPriceDataError)
+def _instant(value: object, *, what: str, where: str) -> datetime:
+    return parse_instant(value, name=f"{what} {where}: time", error=InvalidPriceDataError)
 
 
 class PriceSeries:
@@ -100,6 +100,7 @@ class PriceSeries:
         max_gap: timedelta | None = None,
         allow_negative: bool = False,
         value_name: str = "price",
+        lines: Sequence[int] | None = None,
     ) -> PriceSeries:
         """Check, sort and de-duplicate ``(time, usd_per_hour)`` records.
 
@@ -110,17 +111,22 @@ class PriceSeries:
             max_gap: Longest allowed time between consecutive records, or ``None`` for no limit.
             allow_negative: Accept prices below zero (wholesale electricity can go negative).
             value_name: What a record's value is, for messages (a carbon file's is an ``intensity``).
+            lines: The file line of each point, for messages (``line 4``); default: its index (``record 2``).
 
         Raises:
             InvalidPriceDataError: no records, a naive or malformed time, a bad price, one time with two
                 prices, or a gap longer than ``max_gap``.
         """
+        points = list(points)
+        where = (
+            [f"line {n}" for n in lines] if lines is not None else [f"record {i}" for i in range(len(points))]
+        )
         records = [
             (
-                _instant(t, what=name, index=i),
-                _price(p, what=name, index=i, allow_negative=allow_negative, value_name=value_name),
+                _instant(t, what=name, where=at),
+                _price(p, what=name, where=at, allow_negative=allow_negative, value_name=value_name),
             )
-            for i, (t, p) in enumerate(points)
+            for at, (t, p) in zip(where, points, strict=True)
         ]
         if not records:
             raise InvalidPriceDataError(
@@ -151,9 +157,9 @@ class PriceSeries:
             for before, after in itertools.pairwise(times):
                 if after - before > max_gap:
                     raise InvalidPriceDataError(
-                        f"{name}: no price from {before.isoformat()} to {after.isoformat()} "
-                        f"({(after - before).total_seconds() / 3600:g} h, more than the {max_gap} allowed); "
-                        "fill the gap in the source or pass a larger max_gap"
+                        f"{name}: no {value_name} from {before.isoformat()} to {after.isoformat()} "
+                        f"({(after - before).total_seconds() / 3600:g} h; records must be at most {max_gap} "
+                        "apart): fill the gap in the source"
                     )
         for note in notes:
             log.info("%s: %s", name, note)
