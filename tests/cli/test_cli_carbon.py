@@ -32,6 +32,26 @@ def test_show_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--hours must be 1 to 8784 (a year), got 999999999" in capsys.readouterr().err
 
 
+def test_a_source_file_that_does_not_cover_the_hours_says_the_bundled_year_is_shown(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A file's hours are shown as they are; past them (or for another zone) the bundled 2023 data answer,
+    # which the table's source line named but nothing pointed out.
+    argv = ["carbon", "show", "--source", str(RECORDED), "--start", "2023-06-14T00:00Z", "--hours", "2"]
+    assert main([*argv, "--zone", "GB"]) == 0
+    captured = capsys.readouterr()
+    assert "from carbon GB_2023.csv" in captured.out
+    assert (
+        f"note: {RECORDED} does not cover GB over these 2 hour(s) (GB_2026-11.csv): they are the bundled"
+        in (captured.err)
+    )
+    assert main([*argv, "--zone", "DE-LU", "--format", "json"]) == 0
+    assert "(no DE-LU_*.csv file)" in json.loads(capsys.readouterr().out)["note"]
+    covered = ["carbon", "show", "--zone", "GB", "--source", str(RECORDED), "--start", "2026-11-20T01:00Z"]
+    assert main([*covered, "--format", "json"]) == 0
+    assert "note" not in json.loads(capsys.readouterr().out)
+
+
 def test_show_json_of_the_bundled_files(capsys: pytest.CaptureFixture[str]) -> None:
     argv = [
         "carbon",

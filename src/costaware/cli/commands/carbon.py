@@ -9,6 +9,7 @@ folder, where the recorded source finds it.
 from __future__ import annotations
 
 import argparse
+import sys
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
@@ -55,6 +56,7 @@ def show(args: argparse.Namespace) -> int:
         series = source.intensity(args.zone, start, start + args.hours * _HOUR)
         forecast = False
     kind = _kind(series.name, forecast)
+    fallback = _fallback_note(source, args, start)
     hours = [start + i * _HOUR for i in range(args.hours) if start + i * _HOUR >= series.start]
     values = [series.mean_usd_per_hour(h, h + _HOUR) for h in hours]
     if not values:
@@ -75,6 +77,8 @@ def show(args: argparse.Namespace) -> int:
             "min": _plain(min(values)),
             "max": _plain(max(values)),
         }
+        if fallback:
+            payload["note"] = fallback
         print(json.dumps(payload, indent=2))
         return 0
     rows = [[f"{h:%Y-%m-%d %H:%M}", _plain(v)] for h, v in zip(hours, values, strict=True)]
@@ -84,7 +88,24 @@ def show(args: argparse.Namespace) -> int:
         summary = [["mean", _plain(mean)], ["min", _plain(min(values))], ["max", _plain(max(values))]]
         print(render_table(["", "gCO2e/kWh"], summary))
         print(f"\n{args.zone}: {len(values)} hour(s), {kind}, from {series.name}")
+    if fallback:
+        print(f"note: {fallback}", file=sys.stderr)
     return 0
+
+
+def _fallback_note(source: object, args: argparse.Namespace, start: datetime) -> str | None:
+    """Where ``--source`` names a folder or file that does not cover the hours: the bundled year was shown."""
+    from costaware.adapters.carbon_source import RecordedCarbon
+
+    if args.source in ("recorded", "bundled", "live") or not isinstance(source, RecordedCarbon):
+        return None
+    if source.files_cover(args.zone, start, start + args.hours * _HOUR):
+        return None
+    names = ", ".join(f.name for f in source.files.get(args.zone, [])) or f"no {args.zone}_*.csv file"
+    return (
+        f"{args.source} does not cover {args.zone} over these {args.hours} hour(s) ({names}): they are the "
+        "bundled 2023 data, the fallback of a recorded source"
+    )
 
 
 def import_file(args: argparse.Namespace) -> int:
