@@ -135,6 +135,23 @@ def test_grow_gives_nothing_where_an_approved_overage_passed_the_cap(any_ledger:
     assert any_ledger.usage("project=churn")[0].reserved_usd == 6
 
 
+def test_delete_budget_refuses_while_money_is_held_then_keeps_the_spend(any_ledger: Ledger) -> None:
+    any_ledger.set_budget("project=churn", "month", "10")
+    any_ledger.set_budget("team=ml", "month", "10")
+    held = any_ledger.reserve("project=churn,team=ml", "4", holder="d/r/train/-1")
+    with pytest.raises(
+        ConfigurationError, match=r"'project=churn/month' has 1 open reservation\(s\) holding \$4"
+    ):
+        any_ledger.delete_budget("project=churn", "month")
+    any_ledger.settle(held.id, "3", entry=entry("3"))
+    deleted = any_ledger.delete_budget("project=churn", "month")
+    assert deleted is not None and deleted.cap_usd == 10
+    assert [b.label for b in any_ledger.budgets()] == ["team=ml/month"]
+    assert any_ledger.delete_budget("project=churn", "month") is None
+    assert any_ledger.usage("team=ml")[0].spent_usd == 3  # the spend and the other budget's hold are kept
+    assert count(any_ledger, schema.entries) == 1 and count(any_ledger, schema.holds) == 1
+
+
 def test_no_budget_is_an_error_naming_the_scope(any_ledger: Ledger) -> None:
     any_ledger.set_budget("project=churn", "month", "1")
     with pytest.raises(

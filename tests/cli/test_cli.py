@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from costaware import Ledger
+from costaware.adapters.ledger.audit import audit_log
 from costaware.cli import main
 from costaware.core.ledger import Kind, LedgerEntry
 
@@ -151,6 +152,29 @@ def test_budget_round_trip(ledger_url: str, capsys: pytest.CaptureFixture[str]) 
     out = capsys.readouterr().out
     (usage,) = json.loads(out[out.index("[") :])
     assert usage["cap_usd"] == "100.000000" and usage["left_usd"] == "100.000000"
+
+
+def test_budget_delete_removes_a_budget_once_nothing_is_held_in_it(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A catch-all '*' budget set by mistake counted every reservation, and no command removed it.
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("*", "month", "50")
+    held = ledger.reserve("project=x", "2", holder="d/r/train/-1")
+    delete = ["--ledger-url", ledger_url, "budget", "delete", "--scope", "*", "--period", "month"]
+    assert main(delete) == 2
+    assert (
+        "budget '*/month' has 1 open reservation(s) holding $2.00: delete it once" in capsys.readouterr().err
+    )
+    ledger.settle(held.id, "1.5")
+    assert main(delete) == 0
+    out = capsys.readouterr().out
+    assert "budget '*/month' deleted (its cap was $50.00); the spend it counted stays in the ledger" in out
+    assert ledger.budgets() == []
+    (audit,) = audit_log(ledger, action="budget_delete")
+    assert audit.target == "*/month" and audit.details["cap_usd"] == "50.000000"
+    assert main(delete) == 2
+    assert "no budget '*/month' to delete (budgets: none)" in capsys.readouterr().err
 
 
 def test_changing_a_budget_keeps_what_is_not_given(

@@ -58,6 +58,12 @@ BUDGET_COMMANDS = (
         ),
     ),
     ActionCommand(
+        "delete",
+        "delete a budget (the spend it counted stays in the ledger)",
+        lazy_load_command(f"{_COMMANDS}.budget.budget_delete"),
+        (ARG_SCOPE, ARG_PERIOD, ARG_LEDGER_URL),
+    ),
+    ActionCommand(
         "list",
         "list budgets",
         lazy_load_command(f"{_COMMANDS}.budget.budget_list"),

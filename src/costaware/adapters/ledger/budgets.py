@@ -69,24 +69,53 @@ def list_budgets(ledger: LedgerDatabase) -> list[Budget]:
     return [budget_from_row(row) for row in rows]
 
 
-def delete_budget(ledger: LedgerDatabase, scope: str | Scope, period: str | Period) -> bool:
-    """Delete the budget of (scope, period); False when there is none.
+def delete_budget(
+    ledger: LedgerDatabase, scope: str | Scope, period: str | Period, *, actor: str = "costaware"
+) -> Budget | None:
+    """Delete the budget of (scope, period), audited in the same transaction; None when there is none.
+
+    The spend it counted stays in the ledger (entries are not a budget's). Its closed holds go with it:
+    they count in no budget once their reservation is settled, released or expired, and each reservation
+    keeps the labels of the budgets it was held in.
 
     Raises:
-        ConfigurationError: the budget has reservations (set its cap to 0 instead).
+        ConfigurationError: a reservation still holds money in it (a task is running on it).
     """
-    t = schema.budgets
+    t, h = schema.budgets, schema.holds
     key = (str(Scope.parse(scope)), Period.parse(period).value)
+    now = utcnow()
     with ledger.transaction() as conn:
-        found = conn.execute(select(t.c.id).where(t.c.scope == key[0], t.c.period == key[1])).first()
-        if not found:
-            return False
-        if conn.execute(select(schema.holds.c.budget_id).where(schema.holds.c.budget_id == found[0])).first():
-            raise ConfigurationError(
-                f"budget '{key[0]}/{key[1]}' has reservations; set its cap to 0 instead of deleting it"
+        ledger.advisory_lock(conn, UPSERT_LOCK)
+        row = conn.execute(select(t).where(t.c.scope == key[0], t.c.period == key[1])).mappings().first()
+        if row is None:
+            return None
+        budget = budget_from_row(row)
+        held = conn.execute(
+            select(func.count(), func.coalesce(func.sum(h.c.usd_micros), 0)).where(
+                h.c.budget_id == row["id"], h.c.open.is_(True), h.c.expires_at > now
             )
-        conn.execute(t.delete().where(t.c.id == found[0]))
-        return True
+        ).one()
+        if held[0]:
+            raise ConfigurationError(
+                f"budget '{budget.label}' has {held[0]} open reservation(s) holding "
+                f"{format_usd(from_micros(held[1]))}: delete it once the tasks that hold them have ended "
+                "(`costaware budget show --scope ...` shows what is reserved)"
+            )
+        conn.execute(h.delete().where(h.c.budget_id == row["id"]))
+        conn.execute(t.delete().where(t.c.id == row["id"]))
+        append_audit(
+            conn,
+            actor=actor,
+            action="budget_delete",
+            target=budget.label,
+            details={
+                "cap_usd": str(budget.cap_usd),
+                "cap_gpu_hours": None if budget.cap_gpu_hours is None else str(budget.cap_gpu_hours),
+                "timezone": budget.timezone,
+            },
+        )
+    log.info("budget %s deleted", budget.label)
+    return budget
 
 
 def usage(

@@ -89,8 +89,17 @@ class Ledger(LedgerDatabase):
     def budgets(self) -> list[Budget]:
         return budgets.list_budgets(self)
 
-    def delete_budget(self, scope: str | Scope, period: str | Period) -> bool:
-        return budgets.delete_budget(self, scope, period)
+    def delete_budget(
+        self, scope: str | Scope, period: str | Period, *, actor: str = "costaware"
+    ) -> Budget | None:
+        """Delete the budget of (scope, period); the deleted budget, or None when there was none.
+
+        Audited under ``actor``. The spend it counted stays in the ledger.
+
+        Raises:
+            ConfigurationError: an open reservation still holds money in it.
+        """
+        return budgets.delete_budget(self, scope, period, actor=actor)
 
     def usage(
         self, scope: str | Scope, *, at: datetime | None = None, run_id: str | None = None

@@ -1,4 +1,4 @@
-"""``costaware budget set|list|show``: create budgets and see what is spent, reserved and left."""
+"""``costaware budget set|delete|list|show``: manage budgets, see what is spent, reserved and left."""
 
 from __future__ import annotations
 
@@ -62,6 +62,27 @@ def budget_set(args: argparse.Namespace) -> int:
             f"way; to change the existing budget, give --scope {twins[0]}",
             file=sys.stderr,
         )
+    return 0
+
+
+def budget_delete(args: argparse.Namespace) -> int:
+    """Delete a budget; audited under the current user. A budget that does not exist is an error."""
+    from costaware.core.budgets import Period, Scope
+    from costaware.core.errors import BudgetNotFoundError
+
+    ledger = open_ledger(args)
+    deleted = ledger.delete_budget(args.scope, args.period, actor=current_actor())
+    if deleted is None:
+        label = f"{Scope.parse(args.scope)}/{Period.parse(args.period).value}"
+        known = ", ".join(f"'{b.label}'" for b in ledger.budgets()) or "none"
+        raise BudgetNotFoundError(
+            f"no budget '{label}' to delete (budgets: {known}); give its --scope and --period as "
+            "`costaware budget list` shows them"
+        )
+    print(
+        f"budget '{deleted.label}' deleted (its cap was {format_usd_exact(deleted.cap_usd)}); the spend it "
+        "counted stays in the ledger"
+    )
     return 0
 
 
