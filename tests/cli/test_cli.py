@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -91,7 +92,17 @@ SET_BUDGET = ["budget", "set", "--scope", "project=x", "--period", "month"]
         (["budget", "set", "--scope", " ", "--period", "month", "--cap-usd", "1"], "or --scope '*' for a"),
         (["report", "--group-by", "week"], "cannot group by 'week'"),
         (["report", "--last-run"], "--last-run needs --dag-id"),
+        # --run-id was silently ignored.
+        (
+            ["report", "--dag-id", "d", "--last-run", "--run-id", "r1"],
+            "--last-run and --run-id 'r1' both name",
+        ),
         (["prices", "show", "m5.lrage"], "did you mean m5.large"),
+        # Matched without case; a region far from all listed the regions, not `prices list` (types only).
+        (["prices", "show", "M5.LARGE"], "did you mean m5.large"),
+        (["prices", "show", "m5.large", "--region", "US-EAST-1"], "did you mean us-east-1"),
+        (["prices", "show", "m5.large", "--region", "mars-1"], "the regions are af-south-1, ap-east-1"),
+        (["prices", "show", "m5.large", "--service", "sagemaker"], "named with 'ml.', e.g. 'ml.m5.large'"),
         # A decimal comma read as a thousands separator set $255 (25,5) and $123 (1,2,3) before.
         ([*SET_BUDGET, "--cap-usd", "25,5"], "write a decimal point"),
         ([*SET_BUDGET, "--cap-usd", "1,2,3"], "a comma may only group thousands"),
@@ -184,6 +195,10 @@ def test_changing_a_budget_keeps_what_is_not_given(
     argv = ["--ledger-url", ledger_url, "budget", "set", "--scope", "project=x", "--period", "month"]
     assert main([*argv, "--cap-usd", "5", "--cap-gpu-hours", "10", "--timezone", "Europe/Berlin"]) == 0
     capsys.readouterr()
+    assert main(["--ledger-url", ledger_url, "budget", "list"]) == 0
+    assert re.search(
+        r"project=x +month +\$5\.00 +10 +Europe/Berlin", capsys.readouterr().out
+    )  # was 10.000000
     assert main([*argv, "--cap-usd", "6"]) == 0
     assert "(kept its GPU-hour cap 10 and time zone Europe/Berlin)" in capsys.readouterr().out
     (budget,) = Ledger.from_url(ledger_url).budgets()

@@ -218,6 +218,11 @@ class OnDemandPrices:
             return _figure(cached, stale=True)
         if bundled_error is not None:
             raise bundled_error
+        if service == "sagemaker" and not instance_type.startswith("ml."):
+            raise PriceNotFoundError(
+                f"no sagemaker price for {instance_type!r}: SageMaker's instance types are named with 'ml.', "
+                f"e.g. 'ml.{instance_type}'"
+            )
         raise PriceNotFoundError(
             f"no {service} price for {instance_type!r} in {region!r}: the bundled snapshot covers EC2 only; "
             "run "

@@ -249,7 +249,9 @@ class PriceCatalog:
             hint = _suggest(instance_type, self._types)
             raise PriceNotFoundError(f"unknown instance type {instance_type!r}{hint}")
         if region not in self._regions:
-            raise PriceNotFoundError(f"unknown region {region!r}{_suggest(region, self._regions)}")
+            raise PriceNotFoundError(
+                f"unknown region {region!r}{_suggest(region, self._regions, region=True)}"
+            )
         if (instance_type, region) in self._unpriced:
             raise PriceNotFoundError(
                 f"the price table lists {instance_type} in {region} without an on-demand price: run "
@@ -313,7 +315,9 @@ class PriceCatalog:
         """
         wanted_arch = normalize_arch(arch) if arch is not None else None
         if region is not None and region not in self._regions:
-            raise PriceNotFoundError(f"unknown region {region!r}{_suggest(region, self._regions)}")
+            raise PriceNotFoundError(
+                f"unknown region {region!r}{_suggest(region, self._regions, region=True)}"
+            )
         chosen = [
             o
             for o in self._offers.values()
@@ -327,10 +331,13 @@ class PriceCatalog:
         return sorted(chosen, key=lambda o: (o.usd_per_hour, o.instance_type, o.region))
 
 
-def _suggest(name: str, known: list[str]) -> str:
-    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
-    return (
-        f"; did you mean {', '.join(close)}?"
-        if close
-        else "; see `costaware prices list` for the known names"
-    )
+def _suggest(name: str, known: list[str], *, region: bool = False) -> str:
+    """``; did you mean ...?``: the closest known names, without case (``US-EAST-1``, ``M5.LARGE``)."""
+    by_lower = {k.lower(): k for k in known}
+    close = [by_lower[c] for c in difflib.get_close_matches(name.lower(), list(by_lower), n=3, cutoff=0.6)]
+    if close:
+        return f"; did you mean {', '.join(close)}?"
+    if region:  # `prices list` lists instance types, not regions; local and wavelength zones left out
+        parents = sorted(r for r in known if re.fullmatch(r"[a-z]{2}(-gov)?-[a-z]+-\d", r))
+        return f"; the regions are {', '.join(parents)} (and their local zones)"
+    return "; see `costaware prices list` for the known names"

@@ -94,7 +94,7 @@ def budget_list(args: argparse.Namespace) -> int:
             str(b.scope),
             b.period.value,
             format_usd_exact(b.cap_usd),
-            "" if b.cap_gpu_hours is None else b.cap_gpu_hours,
+            "" if b.cap_gpu_hours is None else plain(b.cap_gpu_hours),
             b.timezone,
         ]
         for b in budgets

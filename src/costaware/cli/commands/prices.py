@@ -54,7 +54,7 @@ def _check_region(region: str) -> None:
 
     known = bundled_catalog().regions
     if region not in known:
-        raise ConfigurationError(f"unknown region {region!r}{_suggest(region, known)}")
+        raise ConfigurationError(f"unknown region {region!r}{_suggest(region, known, region=True)}")
 
 
 def describe(figure: PriceFigure, now: datetime, ttl_hours: float) -> str:

@@ -33,6 +33,9 @@ def report(args: argparse.Namespace) -> int:
     if args.last_run:
         if not args.dag_id:
             raise CostawareError("--last-run needs --dag-id")
+        if args.run_id:
+            # One of them was silently ignored before.
+            raise CostawareError(f"--last-run and --run-id {args.run_id!r} both name a run: give one of them")
         run_id = ledger.last_run_id(args.dag_id)
         if run_id is None:
             raise CostawareError(f"the ledger has no entries for DAG {args.dag_id!r} yet")
