@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from costaware.core.carbon import Objective
+from costaware.core.money import MICRO_USD
 from costaware.core.simulate.replay import JobOutcome
 
 BASELINE = "on_demand_now"
@@ -51,7 +52,8 @@ class PolicySummary:
         if self.value is not None:
             extra["objective_value"] = float(self.value.quantize(Decimal("0.001")))
         return extra | {
-            "usd": float(self.usd.quantize(Decimal("0.01"))) if self.usd_known else None,
+            # To the micro-dollar as the ledger keeps money (cents hid the small jobs' figures).
+            "usd": float(self.usd.quantize(MICRO_USD)) if self.usd_known else None,
             "vs_oracle": None if self.vs_oracle is None else float(self.vs_oracle),
             "vs_on_demand": None if self.vs_on_demand is None else float(self.vs_on_demand),
             "deadline_misses": self.deadline_misses,
