@@ -131,6 +131,36 @@ def run_tags(
     return tags
 
 
+def check_scope_is_tagged(scope: object, tags: Mapping[str, str], *, task_id: str, gate: str) -> None:
+    """Refuse a budget ``scope`` that the task's ledger entries will not be tagged with.
+
+    A reservation is settled by the task's entries, and a budget counts only entries carrying its scope's
+    tags: a task tagged otherwise would pass the gate every run and never be charged to the budget.
+
+    Raises:
+        ConfigurationError: a tag of the scope missing from ``tags`` or set otherwise, naming both and how to
+            tag the run.
+    """
+    from costaware.core.budgets import Scope
+
+    wanted = Scope.parse(str(scope))
+    wrong = [(key, value) for key, value in wanted.tags if tags.get(key) != value]
+    if not wrong:
+        return
+    key, value = wrong[0]
+    has = f"tagged {key}={tags[key]!r}" if key in tags else f"not tagged {key!r}"
+    how = (
+        f"the run param {key}={value!r}"
+        if key in TAG_NAMES
+        else f"the operator's tags={{{key!r}: {value!r}}}"
+    )
+    raise ConfigurationError(
+        f"{gate} reserves in scope '{wanted}', but task {task_id!r} records its cost {has} "
+        f"(its tags: {dict(tags) or 'none'}): the budget would never be charged. Tag the DAG '{key}:{value}' "
+        f"or give {how}"
+    )
+
+
 def check_tags(tags: Mapping[str, str], *, owner: str) -> dict[str, str]:
     """An operator's ``tags`` argument, checked when the DAG is parsed.
 

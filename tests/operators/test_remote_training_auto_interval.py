@@ -129,6 +129,10 @@ def test_auto_interval_by_market_runtime_and_advisor_entry(
             "must be a number > 0, 'auto' or None, got '300' (a string: write 300, without quotes)",
         ),
         ({"checkpoint_every_seconds": 0}, "must be a number > 0, 'auto' or None, got 0"),
+        (
+            {"checkpoint_every_seconds": "{{ params.ck }}"},
+            "got '{{ params.ck }}' (it is not templated: the interval is part of the DAG; write the number)",
+        ),
     ],
 )
 def test_bad_intervals_are_refused_when_the_dag_is_parsed(

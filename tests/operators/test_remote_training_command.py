@@ -464,13 +464,28 @@ def test_with_no_spend_gate_the_task_reserves_its_cap_and_a_budget_short_of_it_s
 ) -> None:
     # max_usd is the most the attempts can bill: a budget that holds it cannot be passed by them.
     ledger.set_budget("project=churn", "month", "10")
-    op = operator(tmp_path / "a", "ok", max_usd="2", budget_scope="project=churn")
+    tagged = {"budget_scope": "project=churn", "tags": {"project": "churn"}}
+    op = operator(tmp_path / "a", "ok", max_usd="2", **tagged)
     op._reserve(op._start(context_for()))
     (held,) = ledger.open_reservations()
     assert held.usd == Decimal("2")
     # $1.50 left of a $3.50 budget cannot hold a $2 cap: refused before any job.
     ledger.set_budget("project=churn", "month", "3.50")
-    short = operator(tmp_path / "b", "ok", max_usd="2", budget_scope="project=churn")
+    short = operator(tmp_path / "b", "ok", max_usd="2", **tagged)
     with pytest.raises(AirflowFailException, match="project=churn"):
         short.execute(context_for(run_id="manual__short"))
     assert not (tmp_path / "b" / "jobs").exists()
+
+
+def test_a_budget_scope_the_attempts_are_not_tagged_with_starts_nothing(tmp_path: Path, ledger: Any) -> None:
+    # The attempts' entries carried no project tag: the reservation was settled and the budget never charged.
+    ledger.set_budget("project=churn", "month", "10")
+    untagged = operator(tmp_path, "ok", max_usd="2", budget_scope="project=churn")
+    with pytest.raises(
+        AirflowFailException,
+        match=r"budget_scope reserves in scope 'project=churn', but task 'train' records its cost not tagged "
+        r"'project' \(its tags: none\): the budget would never be charged. Tag the DAG 'project:churn' or "
+        r"give the run param project='churn'",
+    ):
+        untagged.execute(context_for())
+    assert ledger.open_reservations() == [] and not (tmp_path / "jobs").exists()

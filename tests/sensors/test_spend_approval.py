@@ -150,7 +150,12 @@ def test_the_request_shows_budget_spent_cap_need_and_forecast() -> None:
 def test_trigger_params_that_override_the_defaults_are_audited_once(env_ledger: Ledger) -> None:
     from airflow.sdk import DAG, Param
 
-    with DAG("retrain", schedule=None, params={"train_budget_usd": Param(2.0), "team": Param("ml")}):
+    with DAG(
+        "retrain",
+        schedule=None,
+        params={"train_budget_usd": Param(2.0), "team": Param("ml")},
+        tags=["project:churn"],
+    ):
         spend_gate = SpendCapSensor(
             task_id="spend_gate", scope="project=churn", estimated_usd="1", for_task_id="train", timeout=5
         )

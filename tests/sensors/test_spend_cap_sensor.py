@@ -4,6 +4,7 @@ import asyncio
 import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -248,3 +249,40 @@ def test_the_reservation_log_names_the_budget_like_the_page(
     out = capsys.readouterr().out
     assert f"Reserved $0.001655 for task 'train' in {usage.name} (reservation" in out
     assert f"reserved $0.001655 in {usage.name} for task 'train'" in caplog.text  # the ledger's own line
+
+
+def test_a_scope_the_target_task_is_not_tagged_with_is_refused_before_reserving(
+    env_ledger: Ledger, tmp_path: Path
+) -> None:
+    # The gate reserved, the task's entries carried no project tag, and the budget was never charged.
+    from airflow.sdk import DAG, Param
+
+    from costaware.operators.remote_training import RemoteTrainingOperator
+
+    def gate_of(run: str, own: dict[str, str] | None = None, **dag_args: Any) -> SpendCapSensor:
+        with DAG("retrain", schedule=None, **dag_args):
+            gate = sensor(deferrable=False, estimated_usd="1")
+            RemoteTrainingOperator(
+                task_id="train",
+                command=["true"],
+                instance_type="m5.large",
+                model_store=str(tmp_path / run),
+                tags=own or {},
+            )
+        return gate
+
+    with pytest.raises(
+        AirflowFailException,
+        match=r"spend gate 'spend_gate' reserves in scope 'project=churn', but task 'train' records its cost "
+        r"not tagged 'project' \(its tags: none\)",
+    ):
+        gate_of("a").poke(context())
+    with pytest.raises(AirflowFailException, match=r"records its cost tagged project='fraud'"):
+        gate_of("b", tags=["project:fraud"]).poke(context())
+    assert env_ledger.open_reservations() == []
+    # Tagged by the DAG, by the run's param, or by the target operator's own tags: reserved.
+    assert gate_of("c", tags=["project:churn"]).poke(context("manual__1"))
+    by_param = gate_of("d", params={"project": Param("churn")})
+    assert by_param.poke({**context("manual__2"), "params": {"project": "churn"}})
+    assert gate_of("e", own={"project": "churn"}).poke(context("manual__3"))
+    assert len(env_ledger.open_reservations()) == 3

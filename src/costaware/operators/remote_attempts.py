@@ -493,6 +493,7 @@ class RemoteAttemptSteps:
         (else the estimate) in ``budget_scope``.
         """
         from costaware.core.money import format_usd_exact
+        from costaware.glue import check_scope_is_tagged
         from costaware.training.attempt_effects import gate_reservation, hold_cap, reserve_estimate
 
         plan = state.plan
@@ -500,6 +501,8 @@ class RemoteAttemptSteps:
         gate = gate_reservation(ledger, plan)
         if gate is None:
             if self.budget_scope and (plan.max_usd or plan.estimated_usd):
+                task_id = plan.identity["task_id"]
+                check_scope_is_tagged(self.budget_scope, plan.tags, task_id=task_id, gate="budget_scope")
                 reserve_estimate(ledger, plan, self.budget_scope)
             return state
         if plan.max_usd is None or gate.usd >= Decimal(plan.max_usd):

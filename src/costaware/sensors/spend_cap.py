@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -156,6 +156,7 @@ class SpendCapSensor(BaseSensorOperator):
             ledger = CostLedgerHook(self.ledger_conn_id).get_conn()
             self._audit_overrides(context, ledger)  # first: a run refused below is audited too
             self._check_compute()
+            self._check_scope_is_tagged(context, target)
             usd = parse_usd(self.estimated_usd, name="estimated_usd")
             gpu_hours = parse_usd(self.estimated_gpu_hours, name="estimated_gpu_hours")
             try:
@@ -189,6 +190,23 @@ class SpendCapSensor(BaseSensorOperator):
             "budgets": list(reservation.budgets),
             "for_task_id": target,
         }
+
+    def _check_scope_is_tagged(self, context: Any, target: str) -> None:
+        """Refuse a scope the target task's ledger entries will not carry (the budget would not be charged).
+
+        Its entries carry the run's tags (the DAG's ``key:value`` tags, the team/project/owner params) and
+        the target operator's own ``tags`` where it has them (costaware's operators).
+        """
+        from costaware.glue import check_scope_is_tagged, tags_for
+
+        if not self.has_dag():
+            return
+        tags = tags_for(self.dag, dict(context.get("params") or {}))
+        task = self.dag.task_dict.get(target)
+        own = getattr(task, "tags", None)
+        if isinstance(own, Mapping):
+            tags.update({str(k): str(v) for k, v in own.items()})
+        check_scope_is_tagged(self.scope, tags, task_id=target, gate=f"spend gate {self.task_id!r}")
 
     def _audit_overrides(self, context: Any, ledger: Any) -> None:
         """Record in the audit trail, once per run, the trigger params that differ from the DAG's defaults."""

@@ -69,6 +69,8 @@ def check_checkpoint_interval(
                 number = float(every_seconds)
         if math.isfinite(number) and number > 0:
             hint = f" (a string: write {number:g}, without quotes)"
+        elif isinstance(every_seconds, str) and "{{" in every_seconds:
+            hint = " (it is not templated: the interval is part of the DAG; write the number)"
         allowed = "a number > 0, 'auto' or None" if allow_auto else "a number > 0 or None"
         raise ConfigurationError(
             f"{lead}{prefix}{seconds_name} must be {allowed}, got {every_seconds!r}{hint}"
