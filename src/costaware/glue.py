@@ -143,7 +143,7 @@ def check_scope_is_tagged(scope: object, tags: Mapping[str, str], *, task_id: st
     """
     from costaware.core.budgets import Scope
 
-    wanted = Scope.parse(str(scope))
+    wanted = Scope.parse(scope if isinstance(scope, Scope | Mapping) else str(scope))
     wrong = [(key, value) for key, value in wanted.tags if tags.get(key) != value]
     if not wrong:
         return

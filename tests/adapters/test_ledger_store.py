@@ -10,6 +10,7 @@ from sqlalchemy import func, select
 
 from costaware import Ledger
 from costaware.adapters.ledger import schema
+from costaware.adapters.ledger.governance import alert_rules, set_alert_rule
 from costaware.core.errors import (
     BudgetExceededError,
     BudgetNotFoundError,
@@ -128,6 +129,15 @@ def test_grow_raises_a_reservation_as_far_as_every_budget_has_room(any_ledger: L
     assert any_ledger.grow(gate.id, "9").usd == 8  # a settled reservation stays as it was
 
 
+def test_grow_gives_nothing_where_the_hold_is_in_another_period_than_its_window(any_ledger: Ledger) -> None:
+    # A time zone changed since: the window rebuilt from the reservation's start would leave its own hold out
+    # of the sum and see $6 of room where there is none (it grew to $14 under a $10 cap).
+    any_ledger.set_budget("project=churn", "day", "10", timezone="Pacific/Kiritimati")
+    held = any_ledger.reserve("project=churn", "4")
+    any_ledger.set_budget("project=churn", "day", "10", timezone="Pacific/Pago_Pago")  # 25 hours apart
+    assert any_ledger.grow(held.id, "100").usd == 4
+
+
 def test_grow_gives_nothing_where_an_approved_overage_passed_the_cap(any_ledger: Ledger) -> None:
     any_ledger.set_budget("project=churn", "month", "5")
     approved = any_ledger.reserve("project=churn", "6", holder="d/r/train/-1", approved_by="lead")
@@ -150,6 +160,10 @@ def test_delete_budget_refuses_while_money_is_held_then_keeps_the_spend(any_ledg
     assert any_ledger.delete_budget("project=churn", "month") is None
     assert any_ledger.usage("team=ml")[0].spent_usd == 3  # the spend and the other budget's hold are kept
     assert count(any_ledger, schema.entries) == 1 and count(any_ledger, schema.holds) == 1
+    # Its alert settings go with it: a budget set again under its name starts from the defaults.
+    set_alert_rule(any_ledger, "team=ml/month", thresholds="90%", notifiers=None, actor="lead")
+    any_ledger.delete_budget("team=ml", "month")
+    assert alert_rules(any_ledger) == {}
 
 
 def test_no_budget_is_an_error_naming_the_scope(any_ledger: Ledger) -> None:

@@ -186,6 +186,11 @@ def test_budget_delete_removes_a_budget_once_nothing_is_held_in_it(
     assert audit.target == "*/month" and audit.details["cap_usd"] == "50.000000"
     assert main(delete) == 2
     assert "no budget '*/month' to delete (budgets: none)" in capsys.readouterr().err
+    # An unset shell variable would name the catch-all '*': refused, as budget set refuses it.
+    ledger.set_budget("*", "month", "50")
+    assert main([*delete[:5], " ", *delete[6:]]) == 2
+    assert "--scope is empty" in capsys.readouterr().err
+    assert [b.label for b in ledger.budgets()] == ["*/month"]
 
 
 def test_changing_a_budget_keeps_what_is_not_given(

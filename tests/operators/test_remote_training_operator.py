@@ -159,6 +159,26 @@ def test_max_usd_is_lowered_to_what_the_budget_holds_beside_the_spend_gate_reser
     assert usage.reserved_usd + usage.spent_usd <= Decimal(10)
 
 
+def test_a_budget_with_no_room_for_one_attempt_beside_the_gate_starts_nothing_and_says_so(
+    tmp_path: Path, data: Path, ledger: Any
+) -> None:
+    # The cap's own message would have said "raise max_usd": the budget is what is short.
+    ledger.set_budget("project=churn", "month", "0.003")
+    holder = "remote_dag/scheduled__2026-01-01/train/-1"
+    gate = ledger.reserve("project=churn", "0.001", holder=holder, run_id="r")
+    op = operator(tmp_path, tags={"project": "churn"}, max_usd="5", deferrable=False)
+    with pytest.raises(
+        AirflowFailException,
+        match=r"'project=churn/month' had room for \$0.003 for this task beside the spend gate's "
+        r"reservation, less than the \$0.00472\d* an attempt needs at \$0.10/hour; nothing was started: "
+        r"raise the budget",
+    ):
+        drive(op, context_for())
+    assert not (tmp_path / "jobs").exists()
+    with ledger.reading() as conn:
+        assert reservations.reservation(conn, gate.id).status == "settled"
+
+
 def test_an_on_demand_start_the_window_chose_says_so_in_its_ledger_note(
     tmp_path: Path, data: Path, ledger: Any
 ) -> None:

@@ -286,3 +286,18 @@ def test_a_scope_the_target_task_is_not_tagged_with_is_refused_before_reserving(
     assert by_param.poke({**context("manual__2"), "params": {"project": "churn"}})
     assert gate_of("e", own={"project": "churn"}).poke(context("manual__3"))
     assert len(env_ledger.open_reservations()) == 3
+
+
+def test_a_task_the_listener_bills_is_only_warned_about_an_untagged_scope(
+    env_ledger: Ledger, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Its cost may be tagged while it runs (annotate_task), which the gate cannot see: it warns, and reserves.
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG
+
+    with DAG("retrain", schedule=None):
+        gate = sensor(deferrable=False, estimated_usd="1")
+        EmptyOperator(task_id="train")
+    assert gate.poke(context())
+    assert "records its cost not tagged 'project'" in capsys.readouterr().out
+    assert len(env_ledger.open_reservations()) == 1

@@ -494,7 +494,13 @@ class RemoteAttemptSteps:
         """
         from costaware.core.money import format_usd_exact
         from costaware.glue import check_scope_is_tagged
-        from costaware.training.attempt_effects import gate_reservation, hold_cap, reserve_estimate
+        from costaware.training.attempt_effects import (
+            cap_rate,
+            gate_reservation,
+            hold_cap,
+            least_cap_usd,
+            reserve_estimate,
+        )
 
         plan = state.plan
         ledger = self.ledger_hook.get_conn()
@@ -527,7 +533,21 @@ class RemoteAttemptSteps:
             format_usd_exact(gate.usd),
             budgets,
         )
-        return replace(state, plan=replace(plan, max_usd=str(held)))
+        lowered = replace(state, plan=replace(plan, max_usd=str(held)))
+        rate = cap_rate(lowered, plan.first_market)
+        least = least_cap_usd(rate, plan.grace_seconds).quantize(
+            Decimal("0.000001"), rounding="ROUND_CEILING"
+        )
+        if held < least:
+            # Said here, naming the budget: the cap's own message would say to raise max_usd.
+            self._settle(lowered)
+            raise AirflowFailException(
+                f"{budgets} had room for {format_usd_exact(held)} for this task beside the spend gate's "
+                f"reservation, less than the {format_usd_exact(least)} an attempt needs at "
+                f"{format_usd_exact(rate)}/hour; nothing was started: raise the budget, or run when money is "
+                "released"
+            )
+        return lowered
 
     def _finish(self, context: Context, state: AttemptState) -> dict[str, Any]:
         from costaware.operators.run_record import record_retrain_outcome

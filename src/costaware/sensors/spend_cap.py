@@ -194,9 +194,12 @@ class SpendCapSensor(BaseSensorOperator):
     def _check_scope_is_tagged(self, context: Any, target: str) -> None:
         """Refuse a scope the target task's ledger entries will not carry (the budget would not be charged).
 
-        Its entries carry the run's tags (the DAG's ``key:value`` tags, the team/project/owner params) and
-        the target operator's own ``tags`` where it has them (costaware's operators).
+        A costaware operator (one with its own ``tags``) records its cost under the run's tags (the DAG's
+        ``key:value`` tags, the team/project/owner params) and its own, known here: a scope they lack is
+        refused. Any other task's cost is recorded by the cost listener, whose tags a task may add while it
+        runs (``costaware.glue.annotate_task(tags=...)``): there a missing tag is only warned about.
         """
+        from costaware.core.errors import ConfigurationError
         from costaware.glue import check_scope_is_tagged, tags_for
 
         if not self.has_dag():
@@ -204,9 +207,16 @@ class SpendCapSensor(BaseSensorOperator):
         tags = tags_for(self.dag, dict(context.get("params") or {}))
         task = self.dag.task_dict.get(target)
         own = getattr(task, "tags", None)
+        if not isinstance(own, Mapping):  # a mapped operator keeps its arguments apart
+            own = (getattr(task, "partial_kwargs", None) or {}).get("tags")
         if isinstance(own, Mapping):
             tags.update({str(k): str(v) for k, v in own.items()})
-        check_scope_is_tagged(self.scope, tags, task_id=target, gate=f"spend gate {self.task_id!r}")
+        try:
+            check_scope_is_tagged(self.scope, tags, task_id=target, gate=f"spend gate {self.task_id!r}")
+        except ConfigurationError as e:
+            if isinstance(own, Mapping):
+                raise
+            self.log.warning("%s, or tag its cost as it runs with costaware.glue.annotate_task(tags=...)", e)
 
     def _audit_overrides(self, context: Any, ledger: Any) -> None:
         """Record in the audit trail, once per run, the trigger params that differ from the DAG's defaults."""

@@ -76,7 +76,7 @@ def delete_budget(
 
     The spend it counted stays in the ledger (entries are not a budget's). Its closed holds go with it:
     they count in no budget once their reservation is settled, released or expired, and each reservation
-    keeps the labels of the budgets it was held in.
+    keeps the labels of the budgets it was held in. Its alert settings go too; the alerts it sent stay.
 
     Raises:
         ConfigurationError: a reservation still holds money in it (a task is running on it).
@@ -86,7 +86,12 @@ def delete_budget(
     now = utcnow()
     with ledger.transaction() as conn:
         ledger.advisory_lock(conn, UPSERT_LOCK)
-        row = conn.execute(select(t).where(t.c.scope == key[0], t.c.period == key[1])).mappings().first()
+        query = select(t).where(t.c.scope == key[0], t.c.period == key[1])
+        if not ledger.is_sqlite:
+            # The row lock reserve and grow take: none holds money in it while it goes, and a later
+            # reserve, re-reading under its lock, no longer sees it.
+            query = query.with_for_update()
+        row = conn.execute(query).mappings().first()
         if row is None:
             return None
         budget = budget_from_row(row)
@@ -103,6 +108,9 @@ def delete_budget(
             )
         conn.execute(h.delete().where(h.c.budget_id == row["id"]))
         conn.execute(t.delete().where(t.c.id == row["id"]))
+        # Its alert settings go too: a budget set again under the same name starts with the defaults. The
+        # alerts it sent stay (append-only, as the audit): a threshold sent this period is not sent again.
+        conn.execute(schema.alert_rules.delete().where(schema.alert_rules.c.budget == budget.label))
         append_audit(
             conn,
             actor=actor,
@@ -139,7 +147,13 @@ def suggested_period(scope: Scope) -> str:
 
 
 def applicable(
-    conn: Connection, wanted: Scope, run_id: str | None, *, is_sqlite: bool, lock: bool = False
+    conn: Connection,
+    wanted: Scope,
+    run_id: str | None,
+    *,
+    is_sqlite: bool,
+    lock: bool = False,
+    at: datetime | None = None,
 ) -> list[tuple[int, Budget, PeriodWindow]]:
     """(id, budget, its current period) of every budget that covers ``wanted``.
 
@@ -163,7 +177,8 @@ def applicable(
         budget = budget_from_row(row)
         if budget.period is Period.RUN and not run_id:
             continue  # per-run caps need a run; spend outside a run is not capped by them
-        found.append((row["id"], budget, period_window(budget.period, utcnow(), budget.timezone, run_id)))
+        window = period_window(budget.period, at or utcnow(), budget.timezone, run_id)
+        found.append((row["id"], budget, window))
     if not found:
         known = ", ".join(f"'{budget_from_row(r).label}'" for r in rows) or "none"
         raise BudgetNotFoundError(

@@ -59,7 +59,9 @@ def reserve(
             ).first()
             if existing:
                 return reservation(conn, existing[0])
-        covering = applicable(conn, wanted, run_id, is_sqlite=ledger.is_sqlite, lock=True)
+        # The periods at the reservation's own instant: a hold made at a period's last moment is keyed as
+        # its created_at says (grow finds its window from it).
+        covering = applicable(conn, wanted, run_id, is_sqlite=ledger.is_sqlite, lock=True, at=now)
         standing = []
         for budget_id, budget, window in covering:
             usage = budget_usage(conn, budget_id, budget, window, now)
@@ -125,39 +127,59 @@ def grow(ledger: LedgerDatabase, reservation_id: str, usd: object) -> Reservatio
     """Raise an open reservation toward ``usd``, as far as every budget it holds money in has room.
 
     It is never lowered, and a budget is never passed: where one has less room, the reservation grows only
-    by that much (a budget already past its cap, by an approved overage, gives none). Locked as
-    :func:`reserve` is, so two tasks growing at once cannot both take the last dollars. A reservation that
-    is no longer open is returned as it stands.
+    by that much (a budget already past its cap, by an approved overage, gives none; so does one whose
+    period no longer matches the hold's, e.g. after its time zone changed). Locked as :func:`reserve` is,
+    the reservation read again under the lock, so two growths at once, or a growth beside a settlement,
+    cannot pass a cap or change a closed reservation. A reservation that is no longer open is returned as
+    it stands.
     """
     target = parse_usd(usd, name="reservation amount")
     r, h, b = schema.reservations, schema.holds, schema.budgets
     now = utcnow()
     with ledger.transaction() as conn:
-        current = reservation(conn, reservation_id)
-        if current.status != "open" or current.expires_at <= now or current.usd >= target:
-            return current
         held = dict(
             conn.execute(
                 select(h.c.budget_id, h.c.period_key).where(h.c.reservation_id == reservation_id)
             ).all()
         )
-        query = (
-            select(b).where(b.c.id.in_(sorted(held))).order_by(b.c.id)
-        )  # id order, as reserve: no deadlocks
-        if not ledger.is_sqlite:
-            query = query.with_for_update()
+        budgets_query = select(b).where(b.c.id.in_(sorted(held))).order_by(b.c.id)  # id order, as reserve
+        mine = select(r.c.id).where(r.c.id == reservation_id)
+        if not ledger.is_sqlite:  # SQLite's write lock already holds everything
+            budgets_query, mine = budgets_query.with_for_update(), mine.with_for_update()
+        rows = conn.execute(budgets_query).mappings().all()
+        conn.execute(mine).all()  # the reservation row, locked after the budgets (reserve's order)
+        current = reservation(conn, reservation_id)  # as it stands under the locks
+        if current.status != "open" or current.expires_at <= now or current.usd >= target:
+            return current
         increase = target - current.usd
-        for row in conn.execute(query).mappings().all():
+        for row in rows:
             budget, key = budget_from_row(row), held[row["id"]]
             run_id = key[4:] if key.startswith("run:") else None
             window = period_window(budget.period, current.created_at, budget.timezone, run_id)
+            if window.key != key:
+                # The hold counts in a period this window would not sum it in: its room is unknown here.
+                log.warning(
+                    "reservation %s not raised: its hold in %s is for period %s, the budget's period of its "
+                    "start is now %s",
+                    reservation_id,
+                    budget.label,
+                    key,
+                    window.key,
+                )
+                return current
             usage = budget_usage(conn, row["id"], budget, window, now)
             increase = min(increase, max(usage.cap_usd - usage.spent_usd - usage.reserved_usd, Decimal(0)))
         if increase <= 0:
             return current
         grown = to_micros(current.usd + increase)
-        conn.execute(r.update().where(r.c.id == reservation_id).values(usd_micros=grown))
-        conn.execute(h.update().where(h.c.reservation_id == reservation_id).values(usd_micros=grown))
+        conn.execute(
+            r.update().where(r.c.id == reservation_id, r.c.status == "open").values(usd_micros=grown)
+        )
+        conn.execute(
+            h.update()
+            .where(h.c.reservation_id == reservation_id, h.c.open.is_(True))
+            .values(usd_micros=grown)
+        )
         log.info(
             "raised reservation %s from %s to %s",
             reservation_id,

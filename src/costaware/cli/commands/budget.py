@@ -70,6 +70,12 @@ def budget_delete(args: argparse.Namespace) -> int:
     from costaware.core.budgets import Period, Scope
     from costaware.core.errors import BudgetNotFoundError
 
+    if not str(args.scope).strip():
+        # An unset shell variable: it would delete the catch-all '*' budget.
+        raise BudgetNotFoundError(
+            "--scope is empty: give the budget's scope as `costaware budget list` shows it, e.g. "
+            "--scope project=churn, or --scope '*' for the budget over every run"
+        )
     ledger = open_ledger(args)
     deleted = ledger.delete_budget(args.scope, args.period, actor=current_actor())
     if deleted is None:
