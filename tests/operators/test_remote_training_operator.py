@@ -159,6 +159,23 @@ def test_max_usd_is_lowered_to_what_the_budget_holds_beside_the_spend_gate_reser
     assert usage.reserved_usd + usage.spent_usd <= Decimal(10)
 
 
+def test_a_retry_holds_max_usd_again_where_its_failed_try_settled_the_gate_reservation(
+    tmp_path: Path, data: Path, ledger: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The listener settled the gate's reservation when the first try failed: the retry held nothing.
+    ledger.set_budget("project=churn", "month", "10")
+    holder = "remote_dag/scheduled__2026-01-01/train/-1"
+    first = ledger.reserve("project=churn", "1.00", holder=holder, run_id="r")
+    ledger.settle(first.id, "0.01")
+    result, _ = drive(
+        operator(tmp_path, tags={"project": "churn"}, max_usd="5", deferrable=False), context_for()
+    )
+    assert "a retry: holding max_usd again in project=churn" in capsys.readouterr().out
+    again = ledger.latest_reservation(holder)
+    assert again.id != first.id and again.usd == Decimal(5)
+    assert again.status == "settled" and again.settled_usd == Decimal(result["usd"])
+
+
 def test_a_budget_with_no_room_for_one_attempt_beside_the_gate_starts_nothing_and_says_so(
     tmp_path: Path, data: Path, ledger: Any
 ) -> None:

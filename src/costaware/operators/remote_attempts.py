@@ -497,6 +497,7 @@ class RemoteAttemptSteps:
         from costaware.training.attempt_effects import (
             cap_rate,
             gate_reservation,
+            hold_again,
             hold_cap,
             least_cap_usd,
             reserve_estimate,
@@ -510,8 +511,14 @@ class RemoteAttemptSteps:
                 task_id = plan.identity["task_id"]
                 check_scope_is_tagged(self.budget_scope, plan.tags, task_id=task_id, gate="budget_scope")
                 reserve_estimate(ledger, plan, self.budget_scope)
-            return state
-        if plan.max_usd is None or gate.usd >= Decimal(plan.max_usd):
+                return state
+            if plan.max_usd is not None:
+                gate = hold_again(ledger, plan)  # a retry: its failed try settled the gate's reservation
+                if gate is not None:
+                    self.log.info(
+                        "a retry: holding max_usd again in %s, where the spend gate reserved", gate.scope
+                    )
+        if gate is None or plan.max_usd is None or gate.usd >= Decimal(plan.max_usd):
             return state
         cap = Decimal(plan.max_usd)
         held = hold_cap(ledger, gate, cap)

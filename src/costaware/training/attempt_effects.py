@@ -243,6 +243,34 @@ def gate_reservation(ledger: Ledger, plan: RemotePlan) -> Reservation | None:
     return next((r for r in ledger.open_reservations(holder_prefix=holder) if r.holder == holder), None)
 
 
+def hold_again(ledger: Ledger, plan: RemotePlan) -> Reservation | None:
+    """An Airflow retry of a task behind a spend gate: hold again, in the gate's scope, from $0.
+
+    The failed try settled the gate's reservation, so the retry's attempts would run with nothing held
+    in the budgets. Returns the new open reservation (grow it with :func:`hold_cap`), or None where no
+    gate ever reserved for this task, or its budget is gone.
+
+    Raises:
+        BudgetExceededError: the gate's budgets are already past their caps.
+    """
+    from costaware.core.errors import BudgetNotFoundError
+
+    holder = task_holder(plan)
+    earlier = ledger.latest_reservation(holder)
+    if earlier is None:
+        return None
+    try:
+        return ledger.reserve(
+            earlier.scope,
+            0,
+            holder=holder,
+            run_id=plan.identity["run_id"],
+            purpose=f"the retry of task {plan.identity['task_id']!r}",
+        )
+    except BudgetNotFoundError:
+        return None
+
+
 def hold_cap(ledger: Ledger, reservation: Reservation, max_usd: Decimal) -> Decimal:
     """Grow the gate's ``reservation`` to ``max_usd``, as far as its budgets allow; return what it holds.
 

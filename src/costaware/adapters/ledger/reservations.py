@@ -240,6 +240,15 @@ def reservation_to_settle(ledger: LedgerDatabase, holder: str) -> Reservation | 
         return None if found is None else reservation(conn, found[0])
 
 
+def latest_of(ledger: LedgerDatabase, holder: str) -> Reservation | None:
+    """The newest reservation made for ``holder``, whatever its status (None: never one)."""
+    r = schema.reservations
+    query = select(r.c.id).where(r.c.holder == holder).order_by(r.c.created_at.desc()).limit(1)
+    with ledger.reading() as conn:
+        found = conn.execute(query).first()
+        return None if found is None else reservation(conn, found[0])
+
+
 def expire_stale(ledger: LedgerDatabase) -> int:
     """Mark open reservations past their TTL as expired (they no longer count); return how many."""
     r, h = schema.reservations, schema.holds

@@ -190,6 +190,13 @@ class Ledger(LedgerDatabase):
         """
         return reservations.reservation_to_settle(self, holder)
 
+    def latest_reservation(self, holder: str) -> Reservation | None:
+        """The newest reservation made for ``holder`` (open, settled, released or expired), if any.
+
+        E.g. a retried task finds the scope its spend gate reserved in, after its failed try settled it.
+        """
+        return reservations.latest_of(self, holder)
+
     def expire_stale(self) -> int:
         """Mark open reservations past their TTL as expired (they no longer count); return how many."""
         return reservations.expire_stale(self)
