@@ -208,10 +208,17 @@ def test_changing_a_budget_keeps_what_is_not_given(
     assert "(kept its GPU-hour cap 10 and time zone Europe/Berlin)" in capsys.readouterr().out
     (budget,) = Ledger.from_url(ledger_url).budgets()
     assert (budget.cap_usd, budget.cap_gpu_hours, budget.timezone) == (6, 10, "Europe/Berlin")
+    # Only what changes: the cap is kept too (--cap-usd was required).
+    assert main([*argv, "--cap-gpu-hours", "none"]) == 0
+    assert "(kept its cap $6.00 and time zone Europe/Berlin)" in capsys.readouterr().out
     assert main([*argv, "--cap-usd", "6", "--cap-gpu-hours", "none", "--timezone", "UTC"]) == 0
     assert "kept" not in capsys.readouterr().out
     (budget,) = Ledger.from_url(ledger_url).budgets()
-    assert (budget.cap_gpu_hours, budget.timezone) == (None, "UTC")
+    assert (budget.cap_usd, budget.cap_gpu_hours, budget.timezone) == (6, None, "UTC")
+    assert main([*argv[:5], "project=new", *argv[6:]]) == 2  # a new budget needs its cap
+    assert "budget 'project=new/month' does not exist yet: give its cap, e.g. --cap-usd 250" in (
+        capsys.readouterr().err
+    )
     # A new budget still starts in UTC with no GPU-hour cap.
     assert main([*argv[:5], "project=y", *argv[6:], "--cap-usd", "1"]) == 0
     assert [(b.cap_gpu_hours, b.timezone) for b in Ledger.from_url(ledger_url).budgets()][1] == (None, "UTC")

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import json
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from airflow.timetables.trigger import CronTriggerTimetable
 
 from costaware import Ledger
 from costaware.adapters.airflow_schedule import TimetableSchedule
+from costaware.adapters.ledger.governance import alert_rules
 from costaware.cli import main
 from costaware.cli.commands.governance import forecast_rows
+from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import Kind, LedgerEntry
+from costaware.notifications.budget import notifiers_from_spec
 
 pytestmark = pytest.mark.usefixtures("clock")
 
@@ -124,6 +128,27 @@ def test_alerts_set_and_list(ledger_url: str, capsys: pytest.CaptureFixture[str]
     assert json.loads(capsys.readouterr().out)[0]["thresholds"] is None
 
 
+def test_alerts_set_refuses_what_is_not_an_airflow_notifier_and_run_budgets(
+    ledger_url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # os.system with {"command": ...} was stored, and a worker ran the command when the alert fired.
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=churn", "month", "100")
+    ledger.set_budget("project=churn", "run", "5")
+    args = ["--ledger-url", ledger_url, "alerts", "set", "--scope", "project=churn"]
+    marker = tmp_path / "ran"
+    spec = json.dumps([{"class": "os.system", "kwargs": {"command": f"touch {marker}"}}])
+    assert main([*args, "--period", "month", "--notifiers", spec]) == 2
+    assert "alert notifier 'os.system' is not an Airflow notifier class" in capsys.readouterr().err
+    assert alert_rules(ledger) == {}
+    # A rule written past the CLI (an older release, the database by hand) is refused by the worker too.
+    with pytest.raises(ConfigurationError, match=r"'os\.system' is not an Airflow notifier class"):
+        notifiers_from_spec(spec)
+    assert not marker.exists()
+    assert main([*args, "--period", "run", "--thresholds", "80%"]) == 2
+    assert "is per run: alerts are checked for day, month and total budgets only" in capsys.readouterr().err
+
+
 def test_alerts_set_changes_what_it_is_given_and_keeps_the_rest(
     ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -166,3 +191,12 @@ def test_alerts_set_refuses_bad_input(
     from costaware.adapters.ledger.governance import alert_rules
 
     assert alert_rules(Ledger.from_url(ledger_url)) == {}
+
+
+def test_a_bad_configured_threshold_names_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every budget without its own rule reads it; the error named only the threshold.
+    from costaware.notifications.budget import configured_thresholds
+
+    monkeypatch.setenv("AIRFLOW__COSTAWARE__ALERT_THRESHOLDS", "80,abc%")
+    with pytest.raises(ConfigurationError, match=r"\[costaware\] alert_thresholds \('80,abc%', or AIRFLOW__"):
+        configured_thresholds()

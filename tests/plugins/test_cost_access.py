@@ -120,6 +120,30 @@ def test_only_the_budget_role_may_set_a_budget_and_it_is_audited(ledger_with_two
     )
 
 
+def test_a_cap_changed_through_the_api_keeps_what_the_change_leaves_out(
+    ledger_with_two_teams: Ledger,
+) -> None:
+    # A cap raise dropped the GPU-hour cap and reset the time zone: a GPU budget could then be passed.
+    ledger = ledger_with_two_teams
+    ledger.set_budget("project=churn", "month", "100", cap_gpu_hours="40", timezone="Europe/Berlin")
+    cost_app.dependency_overrides[require_login] = lambda: USERS["adm"]
+    post = TestClient(cost_app).post
+    assert (
+        post("/api/budgets", json={"scope": "project=churn", "period": "month", "cap_usd": "200"}).status_code
+        == 200
+    )
+    (churn,) = [b for b in ledger.budgets() if str(b.scope) == "project=churn"]
+    assert (churn.cap_usd, churn.cap_gpu_hours, churn.timezone) == (200, 40, "Europe/Berlin")
+    dropped = {"scope": "project=churn", "period": "month", "cap_usd": "200", "cap_gpu_hours": None}
+    assert post("/api/budgets", json=dropped).status_code == 200
+    (churn,) = [b for b in ledger.budgets() if str(b.scope) == "project=churn"]
+    assert churn.cap_gpu_hours is None and churn.timezone == "Europe/Berlin"
+    new = {"scope": "team=ml", "period": "day", "cap_usd": "5", "cap_gpu_hours": "2"}
+    assert post("/api/budgets", json=new).status_code == 200
+    (ml,) = [b for b in ledger.budgets() if str(b.scope) == "team=ml"]
+    assert (ml.cap_gpu_hours, ml.timezone) == (2, "UTC")
+
+
 @pytest.mark.parametrize(
     "body",
     [

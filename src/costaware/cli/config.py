@@ -43,7 +43,11 @@ BUDGET_COMMANDS = (
         (
             ARG_SCOPE,
             ARG_PERIOD,
-            Arg("--cap-usd", required=True, help="the cap in USD, e.g. 250"),
+            Arg(
+                "--cap-usd",
+                default=None,
+                help="the cap in USD, e.g. 250 (changing a budget: default its own)",
+            ),
             Arg(
                 "--cap-gpu-hours",
                 default=None,

@@ -70,7 +70,15 @@ class BudgetAlert:
 def configured_thresholds() -> tuple[str, ...]:
     """``[costaware] alert_thresholds``, else the defaults."""
     raw = option("alert_thresholds")
-    return parse_thresholds(raw) if raw else DEFAULT_THRESHOLDS
+    if not raw:
+        return DEFAULT_THRESHOLDS
+    try:
+        return parse_thresholds(raw)
+    except ConfigurationError as e:
+        # Every budget without its own rule reads it: name where the value came from.
+        raise ConfigurationError(
+            f"[costaware] alert_thresholds ({raw!r}, or AIRFLOW__COSTAWARE__ALERT_THRESHOLDS): {e}"
+        ) from e
 
 
 def configured_notifiers() -> list[Any]:
@@ -102,8 +110,28 @@ def notifiers_from_spec(raw: str | Sequence[Mapping[str, Any]]) -> list[Any]:
             raise ConfigurationError(
                 f"alert notifier class {spec['class']!r} cannot be imported: {e}; install its provider"
             ) from e
+        require_notifier_class(cls, spec["class"])
         out.append(cls(**dict(spec.get("kwargs") or {})))
     return out
+
+
+def require_notifier_class(cls: object, class_path: str) -> None:
+    """Refuse anything but an Airflow notifier class: a ledger row names it, and workers would call it.
+
+    ``os.system`` with ``{"command": ...}`` was called as a "notifier": whoever can write alert rules could
+    run commands on every worker.
+
+    Raises:
+        ConfigurationError: ``cls`` is not a subclass of ``airflow.sdk.BaseNotifier``.
+    """
+    from airflow.sdk import BaseNotifier
+
+    if not (isinstance(cls, type) and issubclass(cls, BaseNotifier)):
+        raise ConfigurationError(
+            f"alert notifier {class_path!r} is not an Airflow notifier class (a subclass of "
+            "airflow.sdk.BaseNotifier, e.g. airflow.providers.slack.notifications.slack.SlackNotifier): not "
+            "called"
+        )
 
 
 def check_budget_alerts(

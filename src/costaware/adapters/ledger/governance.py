@@ -220,6 +220,11 @@ def set_alert_rule(
             f"no budget {budget!r} (budgets: {', '.join(sorted(known)) or 'none'}); set it first with "
             "`costaware budget set`"
         )
+    if budget.endswith("/run"):
+        raise ConfigurationError(
+            f"budget {budget!r} is per run: alerts are checked for day, month and total budgets only; set "
+            "them on one of those"
+        )
     if thresholds is None and notifiers is None:
         raise ConfigurationError(
             f"nothing to set for budget {budget!r}: give thresholds, notifiers or both (what is not given "

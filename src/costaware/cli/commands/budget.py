@@ -35,12 +35,21 @@ def budget_set(args: argparse.Namespace) -> int:
     elif str(gpu_cap).strip().lower() == "none":
         gpu_cap = None
     zone = args.timezone or (current.timezone if current is not None else "UTC")
+    cap = args.cap_usd
+    if cap is None:
+        if current is None:
+            raise InvalidBudgetError(
+                f"budget '{key[0]}/{key[1].value}' does not exist yet: give its cap, e.g. --cap-usd 250"
+            )
+        cap = current.cap_usd
     budget = ledger.set_budget(
-        args.scope, args.period, args.cap_usd, cap_gpu_hours=gpu_cap, timezone=zone, actor=current_actor()
+        args.scope, args.period, cap, cap_gpu_hours=gpu_cap, timezone=zone, actor=current_actor()
     )
     hours = None if budget.cap_gpu_hours is None else plain(budget.cap_gpu_hours)
     gpu = f", {hours} GPU-hours" if hours is not None else ""
     kept = []  # what an existing budget kept because it was not given
+    if current is not None and args.cap_usd is None:
+        kept.append(f"cap {format_usd_exact(budget.cap_usd)}")
     if current is not None and args.cap_gpu_hours is None and hours is not None:
         kept.append(f"GPU-hour cap {hours}")
     if current is not None and args.timezone is None:

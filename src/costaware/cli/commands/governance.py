@@ -116,6 +116,7 @@ def alerts_set(args: argparse.Namespace) -> int:
     from costaware.adapters.ledger.governance import set_alert_rule
     from costaware.core.budgets import Period, Scope
     from costaware.core.errors import ConfigurationError
+    from costaware.notifications.budget import require_notifier_class
 
     try:
         notifiers = None if args.notifiers is None else json.loads(args.notifiers)
@@ -127,6 +128,14 @@ def alerts_set(args: argparse.Namespace) -> int:
         ) from e
     if notifiers is not None and not isinstance(notifiers, list):
         raise ConfigurationError(f"--notifiers must be a JSON list, got {args.notifiers!r}")
+    for spec in notifiers or []:
+        found = (
+            _importable(spec["class"])
+            if isinstance(spec, dict) and isinstance(spec.get("class"), str)
+            else None
+        )
+        if found is not None:  # what cannot be imported here is warned about below; workers check it again
+            require_notifier_class(found, spec["class"])
     label = f"{Scope.parse(args.scope)}/{Period.parse(args.period).value}"
     rule = set_alert_rule(
         open_ledger(args),
@@ -147,6 +156,15 @@ def alerts_set(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
     return 0
+
+
+def _importable(class_path: str) -> object | None:
+    """What ``class_path`` names, where it can be imported here (else None)."""
+    module, _, name = class_path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name, None)
+    except Exception:  # said by _not_importable
+        return None
 
 
 def _not_importable(class_path: str) -> str | None:

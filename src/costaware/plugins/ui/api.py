@@ -36,6 +36,7 @@ from costaware.plugins.ui.filters import DagId, GroupBy, ScopeQ, scope_problem
 
 if TYPE_CHECKING:
     from costaware.adapters.ledger.views import BudgetView
+    from costaware.core.budgets import Budget
 
 router = APIRouter(prefix="/api", responses=ERRORS)
 
@@ -114,12 +115,26 @@ def api_set_budget(change: BudgetChange, user: User) -> BudgetSet:
 
     if not guard(lambda: may_set_budgets(user)):
         raise HTTPException(403, f"user {user_name(user)!r} may not set budgets: ask an admin")
-    budget = guard(
-        lambda: open_ledger().set_budget(
-            change.scope, change.period, change.cap_usd, timezone=change.timezone, actor=user_name(user)
-        )
-    )
+    budget = guard(lambda: _set_budget(change, user_name(user)))
     return BudgetSet(budget=budget.label, cap_usd=str(budget.cap_usd), set_by=user_name(user))
+
+
+def _set_budget(change: BudgetChange, actor: str) -> Budget:
+    """Set the budget; what the change leaves out (GPU-hour cap, time zone) stays the budget's own."""
+    from costaware.core.budgets import Period, Scope
+
+    ledger = open_ledger()
+    key = (str(Scope.parse(change.scope)), Period.parse(change.period))
+    current = next((b for b in ledger.budgets() if (str(b.scope), b.period) == key), None)
+    gpu_hours = (
+        change.cap_gpu_hours
+        if "cap_gpu_hours" in change.model_fields_set
+        else (current.cap_gpu_hours if current is not None else None)
+    )
+    zone = change.timezone or (current.timezone if current is not None else "UTC")
+    return ledger.set_budget(
+        change.scope, change.period, change.cap_usd, cap_gpu_hours=gpu_hours, timezone=zone, actor=actor
+    )
 
 
 @router.get("/top-tries", summary="The most expensive task tries")

@@ -74,7 +74,17 @@ class BudgetChange(BaseModel):
     )
     period: str = Field(pattern=PERIOD_PATTERN)
     cap_usd: str = Field(pattern=r"^[0-9]{1,12}(\.[0-9]{1,6})?$", description="The cap in USD, e.g. 250.")
-    timezone: str = Field(default="UTC", max_length=64)
+    # Left out: the budget's own (a cap raise kept neither before: a GPU budget lost its GPU-hour cap).
+    cap_gpu_hours: str | None = Field(
+        default=None,
+        pattern=r"^[0-9]{1,12}(\.[0-9]{1,6})?$",
+        description="GPU-hour cap; left out: the budget's own (none for a new one); null: no GPU-hour cap.",
+    )
+    timezone: str | None = Field(
+        default=None,
+        max_length=64,
+        description="Where days and months start; left out: the budget's own, else UTC.",
+    )
 
 
 class BudgetSet(Answer):
