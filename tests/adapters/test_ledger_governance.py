@@ -242,3 +242,38 @@ def test_a_failing_notifier_does_not_stop_the_alert_record(ledger: Ledger) -> No
     run_cost(ledger, 1, "6")
     (alert,) = check_budget_alerts(ledger, TAGS, notifiers=[Broken()])
     assert alert.threshold == "50%" and alerts_sent(ledger)[0][2] == "50%"
+
+
+def test_a_budgets_own_notifiers_see_the_alert_and_names_only_and_a_refused_rule_falls_back(
+    ledger: Ledger, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A rule comes from a ledger row: its templates could read `conn`/`var` secrets from the task's context.
+    from types import SimpleNamespace
+
+    from costaware.adapters.ledger.governance import set_alert_rule
+
+    ledger.set_budget("project=churn", "month", "10", actor="lead")
+    ledger.set_budget("*", "month", "10", actor="lead")
+    out = tmp_path / "sent.txt"
+    message = "{{ costaware_alert.threshold }}|{{ dag_id }}|{{ conn is defined }}|{{ var is defined }}"
+    notifier = [{"class": "file_notifier.FileNotifier", "kwargs": {"path": str(out), "message": message}}]
+    set_alert_rule(ledger, "project=churn/month", thresholds="50%", notifiers=notifier, actor="lead")
+    # A rule stored before notifiers were checked (or written by hand): refused, and the defaults send it.
+    with ledger.engine.begin() as conn:
+        conn.execute(
+            text("INSERT INTO costaware_alert_rules (budget, thresholds, notifiers, updated_at) VALUES "
+                 "('*/month', '50%', '[{\"class\": \"os.system\", \"kwargs\": {\"command\": \"true\"}}]', "
+                 "CURRENT_TIMESTAMP)")
+        )  # fmt: skip
+    run_cost(ledger, 1, "6")
+    sent: list[str] = []
+    context = {
+        "conn": "SECRET",
+        "var": "SECRET",
+        "ti": SimpleNamespace(dag_id="retrain", run_id="r", task_id="t"),
+    }
+    alerts = check_budget_alerts(ledger, TAGS, context=context, notifiers=[ListNotifier(sent, "{{ conn }}")])
+    assert sorted(a.budget for a in alerts) == ["*/month", "project=churn/month"]
+    assert out.read_text() == "50%|retrain|False|False\n"
+    assert sent == ["SECRET"]  # the [costaware] notifiers (the deployment's config) get the whole context
+    assert "the alert notifiers of budget */month are refused" in caplog.text

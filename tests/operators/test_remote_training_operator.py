@@ -25,7 +25,7 @@ from costaware.adapters.ledger import reservations
 from costaware.adapters.ledger.efficiency import run_outcome
 from costaware.adapters.model_store import ModelStore
 from costaware.core.errors import ConfigurationError
-from costaware.core.ledger import utcnow
+from costaware.core.ledger import Kind, LedgerEntry, utcnow
 from costaware.core.spot_decision import SpotDecision
 from costaware.operators.remote_training import RemoteTrainingOperator
 from costaware.operators.remote_training_args import parse_decision
@@ -165,15 +165,36 @@ def test_a_retry_holds_max_usd_again_where_its_failed_try_settled_the_gate_reser
     # The listener settled the gate's reservation when the first try failed: the retry held nothing.
     ledger.set_budget("project=churn", "month", "10")
     holder = "remote_dag/scheduled__2026-01-01/train/-1"
-    first = ledger.reserve("project=churn", "1.00", holder=holder, run_id="r")
-    ledger.settle(first.id, "0.01")
-    result, _ = drive(
-        operator(tmp_path, tags={"project": "churn"}, max_usd="5", deferrable=False), context_for()
+    first = ledger.reserve(
+        "project=churn", "1.00", gpu_hours="0.5", holder=holder, run_id="r", ttl=timedelta(hours=48)
     )
+    ledger.settle(first.id, "0.01")
+    op = operator(tmp_path, tags={"project": "churn"}, max_usd="5", deferrable=False)
+    result, _ = drive(op, context_for())
     assert "a retry: holding max_usd again in project=churn" in capsys.readouterr().out
     again = ledger.latest_reservation(holder)
     assert again.id != first.id and again.usd == Decimal(5)
     assert again.status == "settled" and again.settled_usd == Decimal(result["usd"])
+    # The gate's GPU-hours and its reservation_ttl are held again, not the defaults.
+    assert again.gpu_hours == first.gpu_hours and again.expires_at - again.created_at == timedelta(hours=48)
+
+
+def test_a_retry_past_an_approved_overage_holds_nothing_and_still_runs(
+    tmp_path: Path, data: Path, ledger: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Refusing it would leave the job its failed try started running unwatched and unrecorded.
+    ledger.set_budget("project=churn", "month", "1")
+    holder = "remote_dag/scheduled__2026-01-01/train/-1"
+    first = ledger.reserve("project=churn", "2", holder=holder, run_id="r", approved_by="lead")
+    ledger.settle(first.id, "2", entry=LedgerEntry(
+        dag_id="remote_dag", run_id="r", task_id="train", kind=Kind.COMPUTE, usd=Decimal(2),
+        tags={"project": "churn"}, reservation_id=first.id,
+    ))  # fmt: skip
+    op = operator(tmp_path, tags={"project": "churn"}, max_usd="5", deferrable=False)
+    result, _ = drive(op, context_for())
+    assert result["attempts"][-1]["cause"] == "success"
+    assert "a retry: nothing held again in project=churn" in caplog.text
+    assert ledger.latest_reservation(holder).id == first.id
 
 
 def test_a_budget_with_no_room_for_one_attempt_beside_the_gate_starts_nothing_and_says_so(

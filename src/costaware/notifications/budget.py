@@ -115,6 +115,14 @@ def notifiers_from_spec(raw: str | Sequence[Mapping[str, Any]]) -> list[Any]:
     return out
 
 
+def rule_context(context: Mapping[str, Any]) -> dict[str, Any]:
+    """The alert and the run's names, as plain values: no ``conn``, ``var``, ``ti`` or other live objects."""
+    ti = context.get("ti") or context.get("task_instance")
+    names = {name: getattr(ti, name, None) for name in ("dag_id", "run_id", "task_id")}
+    plain = {key: context.get(key) for key in ("ds", "ts", "costaware_alert")}
+    return {key: value for key, value in {**names, **plain}.items() if value is not None}
+
+
 def require_notifier_class(cls: object, class_path: str) -> None:
     """Refuse anything but an Airflow notifier class: a ledger row names it, and workers would call it.
 
@@ -178,7 +186,17 @@ def check_budget_alerts(
     for budget in covering:
         rule = rules.get(budget.label)
         chosen = rule.thresholds if rule and rule.thresholds else default_thresholds
-        targets = notifiers_from_spec(rule.notifiers) if rule and rule.notifiers else default_targets
+        targets, own = default_targets, False
+        if rule and rule.notifiers:
+            try:
+                targets, own = notifiers_from_spec(rule.notifiers), True
+            except ConfigurationError as e:  # one bad rule must not silence the other budgets' alerts
+                out_log.error(
+                    "costaware: the alert notifiers of budget %s are refused (%s): the [costaware] ones are "
+                    "used; fix them with `costaware alerts set`",
+                    budget.label,
+                    e,
+                )
         outlook = budget_outlook(ledger, budget, schedule or NoSchedule(), at=at)
         usage, forecast = outlook.usage, outlook.forecast
         for threshold in crossed_thresholds(
@@ -197,6 +215,10 @@ def check_budget_alerts(
             out_log.warning("%s", alert.message)
             sent.append(alert)
             notify_context = {**(context or {}), "costaware_alert": alert.as_dict()}
+            if own:
+                # A budget's own notifiers come from a ledger row, not the deployment's config: their
+                # templates get the alert and the run's names, not the context (`conn`, `var` read secrets).
+                notify_context = rule_context(notify_context)
             for notifier in targets:
                 try:
                     # A notifier renders its templates in place: each alert gets a fresh copy.

@@ -506,6 +506,7 @@ class RemoteAttemptSteps:
         plan = state.plan
         ledger = self.ledger_hook.get_conn()
         gate = gate_reservation(ledger, plan)
+        retry = False
         if gate is None:
             if self.budget_scope and (plan.max_usd or plan.estimated_usd):
                 task_id = plan.identity["task_id"]
@@ -514,6 +515,7 @@ class RemoteAttemptSteps:
                 return state
             if plan.max_usd is not None:
                 gate = hold_again(ledger, plan)  # a retry: its failed try settled the gate's reservation
+                retry = gate is not None
                 if gate is not None:
                     self.log.info(
                         "a retry: holding max_usd again in %s, where the spend gate reserved", gate.scope
@@ -545,8 +547,9 @@ class RemoteAttemptSteps:
         least = least_cap_usd(rate, plan.grace_seconds).quantize(
             Decimal("0.000001"), rounding="ROUND_CEILING"
         )
-        if held < least:
-            # Said here, naming the budget: the cap's own message would say to raise max_usd.
+        if held < least and not retry:
+            # Said here, naming the budget: the cap's own message would say to raise max_usd. A retry goes
+            # on: its first submit follows the job its failed try left running (else it fails for the cap).
             self._settle(lowered)
             raise AirflowFailException(
                 f"{budgets} had room for {format_usd_exact(held)} for this task beside the spend gate's "

@@ -8,6 +8,7 @@ model version is stored. Logging and the mapping of failures to task outcomes st
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from datetime import datetime
 from decimal import Decimal
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
     from costaware.adapters.ledger.store import Ledger
     from costaware.core.ledger import LedgerEntry, Reservation
 
+
+log = logging.getLogger(__name__)
 
 #: The least an attempt is started for under ``max_usd``: a shorter one could not even load its data.
 MIN_CAPPED_SECONDS = 60
@@ -250,10 +253,10 @@ def hold_again(ledger: Ledger, plan: RemotePlan) -> Reservation | None:
     in the budgets. Returns the new open reservation (grow it with :func:`hold_cap`), or None where no
     gate ever reserved for this task, or its budget is gone.
 
-    Raises:
-        BudgetExceededError: the gate's budgets are already past their caps.
+    A budget already past its cap (an approved overage) holds nothing: None, as before, so that the retry
+    still follows the job its failed try left running.
     """
-    from costaware.core.errors import BudgetNotFoundError
+    from costaware.core.errors import BudgetExceededError, BudgetNotFoundError
 
     holder = task_holder(plan)
     earlier = ledger.latest_reservation(holder)
@@ -263,11 +266,14 @@ def hold_again(ledger: Ledger, plan: RemotePlan) -> Reservation | None:
         return ledger.reserve(
             earlier.scope,
             0,
+            gpu_hours=earlier.gpu_hours,  # what the gate held of a GPU-hour cap, held again
             holder=holder,
             run_id=plan.identity["run_id"],
+            ttl=earlier.expires_at - earlier.created_at,  # the gate's reservation_ttl
             purpose=f"the retry of task {plan.identity['task_id']!r}",
         )
-    except BudgetNotFoundError:
+    except (BudgetNotFoundError, BudgetExceededError) as e:
+        log.warning("a retry: nothing held again in %s (%s)", earlier.scope, e)
         return None
 
 
