@@ -26,6 +26,9 @@ def test_the_objectives_value_an_hour_in_their_own_unit() -> None:
     both = Objective.parse("cost+carbon", "100")
     assert both.hourly_value(2.0, 0.5, 400.0) == pytest.approx(2.0 + 100 * 0.2 / 1000)
     assert both.unit == "USD" and Objective.parse("carbon").unit == "kg CO2e"
+    # Read as every amount of money is ('$100' was refused where --cap-usd '$1,000' was taken).
+    assert Objective.parse("cost+carbon", "$100") == both
+    assert Objective.parse("cost+carbon", "1,000").carbon_usd_per_tonne == 1000.0
 
 
 @pytest.mark.parametrize(

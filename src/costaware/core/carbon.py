@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from costaware.core.errors import ConfigurationError
+from costaware.core.money import parse_usd
 
 OBJECTIVES = ("cost", "carbon", "cost+carbon")
 #: What an unknown grid intensity is called wherever emissions are shown (never a zero).
@@ -49,9 +50,9 @@ class Objective:
             raise ConfigurationError(f"objective {name!r} is not one of {', '.join(OBJECTIVES)}")
         price = 0.0
         if carbon_usd_per_tonne not in (None, "", "None"):
-            try:
-                price = float(str(carbon_usd_per_tonne))
-            except ValueError:
+            try:  # money as every amount is read: "$100" and "1,000" too, as --cap-usd takes them
+                price = float(parse_usd(carbon_usd_per_tonne, name="carbon_usd_per_tonne"))
+            except ConfigurationError:
                 price = -1.0
             if not 0 <= price < math.inf:
                 raise ConfigurationError(
