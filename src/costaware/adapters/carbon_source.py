@@ -162,20 +162,21 @@ class RecordedCarbon:
                 f"{', '.join(self.zones) or 'none'}; import a file with "
                 f"`costaware carbon import FILE --zone {zone}` or use the live source"
             )
-        for file in files:
-            if file not in self._loaded:
-                self._loaded[file] = load_carbon(file, basis=self.basis)
         # An imported file of a few hours used to hide the zone's bundled 2023 data for every other hour.
-        return [self._loaded[f] for f in files] + bundled
+        return [self._load(f) for f in files] + bundled
 
     def files_cover(self, zone: str, start: datetime, end: datetime) -> bool:
         """Whether one of the files given (not the bundled fallback) covers ``zone`` over ``[start, end)``."""
         start, end = _utc(start, "start"), _utc(end, "end")
-        files = self.files.get(zone, [])
-        for file in files:
-            if file not in self._loaded:
-                self._loaded[file] = load_carbon(file, basis=self.basis)
-        return any(s.start <= start and end <= s.last + _HOUR for s in (self._loaded[f] for f in files))
+        return any(
+            s.start <= start and end <= s.last + _HOUR for s in map(self._load, self.files.get(zone, []))
+        )
+
+    def _load(self, file: Path) -> PriceSeries:
+        """A file's series, read once."""
+        if file not in self._loaded:
+            self._loaded[file] = load_carbon(file, basis=self.basis)
+        return self._loaded[file]
 
     def intensity(self, zone: str, start: datetime, end: datetime) -> PriceSeries:
         """The recorded intensity of ``zone`` over ``[start, end)``, from the first file that covers it.

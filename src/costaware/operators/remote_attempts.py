@@ -499,7 +499,7 @@ class RemoteAttemptSteps:
             gate_reservation,
             hold_again,
             hold_cap,
-            least_cap_usd,
+            least_cap_usd_said,
             reserve_estimate,
         )
 
@@ -544,9 +544,7 @@ class RemoteAttemptSteps:
         )
         lowered = replace(state, plan=replace(plan, max_usd=str(held)))
         rate = cap_rate(lowered, plan.first_market)
-        least = least_cap_usd(rate, plan.grace_seconds).quantize(
-            Decimal("0.000001"), rounding="ROUND_CEILING"
-        )
+        least = least_cap_usd_said(rate, plan.grace_seconds)
         if held < least and not retry:
             # Said here, naming the budget: the cap's own message would say to raise max_usd. A retry goes
             # on: its first submit follows the job its failed try left running (else it fails for the cap).

@@ -82,6 +82,11 @@ def least_cap_usd(rate: Decimal, grace_seconds: float) -> Decimal:
     return rate * Decimal(str(MIN_CAPPED_SECONDS + grace_seconds)) / 3600
 
 
+def least_cap_usd_said(rate: Decimal, grace_seconds: float) -> Decimal:
+    """:func:`least_cap_usd` rounded up to the micro-dollar, as a message names it: that much starts one."""
+    return least_cap_usd(rate, grace_seconds).quantize(Decimal("0.000001"), rounding="ROUND_CEILING")
+
+
 def cap_spent_message(state: AttemptState, market: str, rate: Decimal) -> str:
     """Why the next attempt is not started: what is left of ``max_usd`` buys less than a minute."""
     from costaware.core.money import format_usd_exact
@@ -93,9 +98,7 @@ def cap_spent_message(state: AttemptState, market: str, rate: Decimal) -> str:
         f"beyond its {plan.grace_seconds:g} s grace period"
     )
     if not state.attempts:
-        least = least_cap_usd(rate, plan.grace_seconds).quantize(
-            Decimal("0.000001"), rounding="ROUND_CEILING"
-        )
+        least = least_cap_usd_said(rate, plan.grace_seconds)
         return (
             f"max_usd {format_usd_exact(cap)} buys {buys}: raise max_usd to at least "
             f"{format_usd_exact(least)}; nothing was started"
@@ -232,18 +235,21 @@ def task_holder(plan: RemotePlan) -> str:
     return reservation_holder(ident["dag_id"], ident["run_id"], ident["task_id"], ident["map_index"])
 
 
+def open_task_reservations(ledger: Ledger, plan: RemotePlan) -> list[Reservation]:
+    """The task's open reservations (its holder exactly, not a holder it prefixes, e.g. ``/egress``)."""
+    holder = task_holder(plan)
+    return [r for r in ledger.open_reservations(holder_prefix=holder) if r.holder == holder]
+
+
 def settle_reservation(ledger: Ledger, state: AttemptState) -> None:
     """Settle the task's open reservation (the spend gate's, or our own) with the attempts' total."""
-    holder = task_holder(state.plan)
-    for reservation in ledger.open_reservations(holder_prefix=holder):
-        if reservation.holder == holder:
-            ledger.settle(reservation.id, total_usd(state))
+    for reservation in open_task_reservations(ledger, state.plan):
+        ledger.settle(reservation.id, total_usd(state))
 
 
 def gate_reservation(ledger: Ledger, plan: RemotePlan) -> Reservation | None:
     """The open reservation a spend gate made for this task, if any."""
-    holder = task_holder(plan)
-    return next((r for r in ledger.open_reservations(holder_prefix=holder) if r.holder == holder), None)
+    return next(iter(open_task_reservations(ledger, plan)), None)
 
 
 def hold_again(ledger: Ledger, plan: RemotePlan) -> Reservation | None:

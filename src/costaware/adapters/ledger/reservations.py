@@ -168,7 +168,7 @@ def grow(ledger: LedgerDatabase, reservation_id: str, usd: object) -> Reservatio
                 )
                 return current
             usage = budget_usage(conn, row["id"], budget, window, now)
-            increase = min(increase, max(usage.cap_usd - usage.spent_usd - usage.reserved_usd, Decimal(0)))
+            increase = min(increase, max(usage.left_usd, Decimal(0)))
         if increase <= 0:
             return current
         grown = to_micros(current.usd + increase)
