@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
@@ -217,6 +217,26 @@ class PeriodWindow:
     key: str
     start: datetime | None
     end: datetime | None
+
+
+def find_budget(budgets: Iterable[Budget], scope: str | Scope, period: str | Period) -> Budget | None:
+    """The budget of (``scope``, ``period``) among ``budgets``, or None."""
+    key = (str(Scope.parse(scope)), Period.parse(period))
+    return next((b for b in budgets if (str(b.scope), b.period) == key), None)
+
+
+def kept_settings(
+    current: Budget | None, *, cap_gpu_hours: object, gpu_given: bool, timezone: str | None
+) -> tuple[object, str]:
+    """The GPU-hour cap and time zone a change sets: what it gives, else the budget's own.
+
+    A change that leaves them out keeps them (a cap raise dropped the GPU-hour cap and reset the time zone
+    before); a new budget has no GPU-hour cap and starts in UTC. ``gpu_given`` with ``cap_gpu_hours`` None
+    drops the GPU-hour cap.
+    """
+    if not gpu_given:
+        cap_gpu_hours = current.cap_gpu_hours if current is not None else None
+    return cap_gpu_hours, timezone or (current.timezone if current is not None else "UTC")
 
 
 def period_window(

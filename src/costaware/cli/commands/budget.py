@@ -13,7 +13,7 @@ from costaware.core.money import format_usd_exact
 
 def budget_set(args: argparse.Namespace) -> int:
     """Create or change a budget; the change goes into the audit trail under the current user."""
-    from costaware.core.budgets import Period, Scope
+    from costaware.core.budgets import Period, Scope, find_budget, kept_settings
     from costaware.core.errors import InvalidBudgetError
 
     if not str(args.scope).strip():
@@ -25,16 +25,16 @@ def budget_set(args: argparse.Namespace) -> int:
     ledger = open_ledger(args)
     budgets = ledger.budgets()
     existing = {(str(b.scope), b.period) for b in budgets}
-    # Changing a budget changes what is given: a GPU-hour cap or a time zone left out keeps the budget's own
-    # (re-running `budget set` to raise the cap silently dropped both before). --cap-gpu-hours none drops it.
+    # Changing a budget changes what is given; --cap-gpu-hours none drops the GPU-hour cap.
     key = (str(Scope.parse(args.scope)), Period.parse(args.period))
-    current = next((b for b in budgets if (str(b.scope), b.period) == key), None)
-    gpu_cap = args.cap_gpu_hours
-    if gpu_cap is None and current is not None:
-        gpu_cap = current.cap_gpu_hours
-    elif str(gpu_cap).strip().lower() == "none":
-        gpu_cap = None
-    zone = args.timezone or (current.timezone if current is not None else "UTC")
+    current = find_budget(budgets, args.scope, args.period)
+    given = args.cap_gpu_hours
+    gpu_cap, zone = kept_settings(
+        current,
+        cap_gpu_hours=None if str(given).strip().lower() == "none" else given,
+        gpu_given=given is not None,
+        timezone=args.timezone,
+    )
     cap = args.cap_usd
     if cap is None:
         if current is None:

@@ -121,17 +121,15 @@ def api_set_budget(change: BudgetChange, user: User) -> BudgetSet:
 
 def _set_budget(change: BudgetChange, actor: str) -> Budget:
     """Set the budget; what the change leaves out (GPU-hour cap, time zone) stays the budget's own."""
-    from costaware.core.budgets import Period, Scope
+    from costaware.core.budgets import find_budget, kept_settings
 
     ledger = open_ledger()
-    key = (str(Scope.parse(change.scope)), Period.parse(change.period))
-    current = next((b for b in ledger.budgets() if (str(b.scope), b.period) == key), None)
-    gpu_hours = (
-        change.cap_gpu_hours
-        if "cap_gpu_hours" in change.model_fields_set
-        else (current.cap_gpu_hours if current is not None else None)
+    gpu_hours, zone = kept_settings(
+        find_budget(ledger.budgets(), change.scope, change.period),
+        cap_gpu_hours=change.cap_gpu_hours,
+        gpu_given="cap_gpu_hours" in change.model_fields_set,
+        timezone=change.timezone,
     )
-    zone = change.timezone or (current.timezone if current is not None else "UTC")
     return ledger.set_budget(
         change.scope, change.period, change.cap_usd, cap_gpu_hours=gpu_hours, timezone=zone, actor=actor
     )
