@@ -16,7 +16,7 @@ from costaware.training.attempt_effects import (
     job_request,
     money_left,
 )
-from costaware.training.attempts import Attempt, AttemptState
+from costaware.training.attempts import NO_CHECKPOINT, Attempt, AttemptState
 from costaware.training.plan import RemotePlan
 from costaware.training.plan.remote_plan import Billing
 
@@ -63,6 +63,16 @@ def test_the_refusal_says_what_was_billed_and_where_the_checkpoint_is() -> None:
     said = cap_spent_message(state, "on_demand", cap_rate(state, "on_demand"))
     assert said.startswith("max_usd $0.25 is spent: 1 attempt(s) billed $0.249, which leaves $0.001, less")
     assert f"the newest checkpoint stays at {PLAN.checkpoint_uri}: raise max_usd" in said
+    # Where the marker was read, the message says which step a cleared task resumes from, or that none was
+    # pushed and it trains again from the start.
+    rate = cap_rate(state, "on_demand")
+    said = cap_spent_message(state, "on_demand", rate, newest_step=40)
+    assert f"the newest checkpoint (step 40) stays at {PLAN.checkpoint_uri}: raise max_usd" in said
+    said = cap_spent_message(state, "on_demand", rate, newest_step=NO_CHECKPOINT)
+    assert said.endswith(
+        f"no checkpoint was pushed to {PLAN.checkpoint_uri}: raise max_usd and clear the task to train again "
+        "from the start"
+    )
     first = cap_spent_message(capped("0.01"), "on_demand", Decimal("2.00"))
     assert first.endswith("raise max_usd to at least $0.038889; nothing was started")  # 70 s at $2.00/hour
 

@@ -95,7 +95,9 @@ class RemoteAttemptSteps:
             started = backend.find(job_name(plan.base_name, state.next_attempt))
             if started is None:
                 self._settle(state)
-                raise AirflowFailException(cap_spent_message(state, market, rate))
+                # SageMaker syncs its checkpoints itself, without the marker: there, none read says nothing.
+                newest = self._newest_step(state) if state.attempts and plan.backend != "sagemaker" else None
+                raise AirflowFailException(cap_spent_message(state, market, rate, newest_step=newest))
             # An earlier try of this task started it (the cap or a price has changed since): follow it to its
             # end and bill it, under the limit it was given, rather than leave it running unrecorded.
             self.log.warning(
@@ -334,21 +336,28 @@ class RemoteAttemptSteps:
         ``NO_CHECKPOINT`` when none was pushed; None when nothing judges a run by what it kept (no zones, no
         guard, no ``"auto"``) or the marker cannot be read (the run is then judged by its length).
         """
-        from costaware.adapters.checkpoint_store import recorded_step
         from costaware.core.checkpoint_interval import is_auto
-        from costaware.training.attempts import NO_CHECKPOINT
 
         plan = state.plan
         judged = plan.placement.zones or plan.placement.guard or is_auto(self.checkpoint_every_seconds)
-        if not (plan.checkpoint_uri and judged):
+        return self._newest_step(state, unread="the attempt is judged by its run length") if judged else None
+
+    def _newest_step(self, state: AttemptState, *, unread: str = "not known") -> int | None:
+        """The step in the checkpoint URI's ``LATEST.json``; ``NO_CHECKPOINT``: none; None: cannot tell.
+
+        ``unread``: what follows when the marker cannot be read (said in the warning).
+        """
+        from costaware.adapters.checkpoint_store import recorded_step
+        from costaware.training.attempts import NO_CHECKPOINT
+
+        plan = state.plan
+        if not plan.checkpoint_uri:
             return None
         try:
             step = recorded_step(plan.checkpoint_uri, **self._storage_options())
         except (OSError, ValueError) as e:
             self.log.warning(
-                "cannot read the newest checkpoint at %s (%s): the attempt is judged by its run length",
-                plan.checkpoint_uri,
-                e,
+                "cannot read the newest checkpoint at %s (%s): %s", plan.checkpoint_uri, e, unread
             )
             return None
         return NO_CHECKPOINT if step is None else step

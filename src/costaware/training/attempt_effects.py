@@ -87,9 +87,16 @@ def least_cap_usd_said(rate: Decimal, grace_seconds: float) -> Decimal:
     return least_cap_usd(rate, grace_seconds).quantize(Decimal("0.000001"), rounding="ROUND_CEILING")
 
 
-def cap_spent_message(state: AttemptState, market: str, rate: Decimal) -> str:
-    """Why the next attempt is not started: what is left of ``max_usd`` buys less than a minute."""
+def cap_spent_message(
+    state: AttemptState, market: str, rate: Decimal, *, newest_step: int | None = None
+) -> str:
+    """Why the next attempt is not started: what is left of ``max_usd`` buys less than a minute.
+
+    ``newest_step``: the step of the newest checkpoint pushed (``NO_CHECKPOINT``: none; None: not known), so
+    that the message says whether clearing the task resumes or starts over.
+    """
     from costaware.core.money import format_usd_exact
+    from costaware.training.attempts import NO_CHECKPOINT
 
     plan = state.plan
     cap, left = Decimal(plan.max_usd or 0), money_left(state) or Decimal(0)
@@ -103,11 +110,21 @@ def cap_spent_message(state: AttemptState, market: str, rate: Decimal) -> str:
             f"max_usd {format_usd_exact(cap)} buys {buys}: raise max_usd to at least "
             f"{format_usd_exact(least)}; nothing was started"
         )
+    if newest_step == NO_CHECKPOINT:
+        kept = (
+            f"no checkpoint was pushed to {plan.checkpoint_uri}: raise max_usd and clear the task to train "
+            "again from the start"
+        )
+    else:
+        step = "" if newest_step is None else f" (step {newest_step})"
+        kept = (
+            f"the newest checkpoint{step} stays at {plan.checkpoint_uri}: raise max_usd and clear the task "
+            "to resume from it"
+        )
     return (
         f"max_usd {format_usd_exact(cap)} is spent: {len(state.attempts)} attempt(s) billed "
         f"{format_usd_exact(cap - left)}, which leaves {format_usd_exact(left)}, {buys}; nothing was "
-        f"registered, and the newest checkpoint stays at {plan.checkpoint_uri}: raise max_usd and clear the "
-        "task to resume from it"
+        f"registered, and {kept}"
     )
 
 
