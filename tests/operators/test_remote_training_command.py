@@ -480,6 +480,21 @@ def test_with_no_spend_gate_the_task_reserves_its_cap_and_a_budget_short_of_it_s
     assert not (tmp_path / "b" / "jobs").exists()
 
 
+def test_a_retry_with_budget_scope_reserves_what_is_left_of_its_cap_after_its_earlier_tries(
+    tmp_path: Path, ledger: Any
+) -> None:
+    # The retry follows the jobs its earlier tries started, which count against max_usd again in it.
+    ledger.set_budget("project=churn", "month", "10")
+    tagged = {"budget_scope": "project=churn", "tags": {"project": "churn"}}
+    result, _ = drive(operator(tmp_path, "ok", max_usd="2", **tagged), context_for())
+    billed = Decimal(result["usd"])
+    assert billed > 0 and ledger.open_reservations() == []
+    retry = operator(tmp_path, "ok", max_usd="2", **tagged)
+    retry._reserve(retry._start(context_for(try_number=2)))
+    (held,) = ledger.open_reservations()
+    assert held.usd == Decimal(2) - billed
+
+
 def test_a_budget_scope_the_attempts_are_not_tagged_with_starts_nothing(tmp_path: Path, ledger: Any) -> None:
     # The attempts' entries carried no project tag: the reservation was settled and the budget never charged.
     ledger.set_budget("project=churn", "month", "10")

@@ -26,6 +26,7 @@ from costaware.adapters.ledger.efficiency import run_outcome
 from costaware.adapters.model_store import ModelStore
 from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import Kind, LedgerEntry, utcnow
+from costaware.core.money import format_usd_exact
 from costaware.core.spot_decision import SpotDecision
 from costaware.operators.remote_training import RemoteTrainingOperator
 from costaware.operators.remote_training_args import parse_decision
@@ -177,6 +178,38 @@ def test_a_retry_holds_max_usd_again_where_its_failed_try_settled_the_gate_reser
     assert again.status == "settled" and again.settled_usd == Decimal(result["usd"])
     # The gate's GPU-hours and its reservation_ttl are held again, not the defaults.
     assert again.gpu_hours == first.gpu_hours and again.expires_at - again.created_at == timedelta(hours=48)
+
+
+def test_a_retry_holds_only_what_is_left_of_max_usd_after_what_its_earlier_tries_billed(
+    tmp_path: Path, data: Path, ledger: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The retry follows the first try's jobs again, so their cost counts against max_usd in it once more:
+    # holding all of max_usd again would hold that cost twice, and lower the cap where the budget is tight.
+    ledger.set_budget("project=churn", "month", "10")
+    holder = "remote_dag/scheduled__2026-01-01/train/-1"
+    ledger.reserve("project=churn", "1.00", holder=holder, run_id="r")
+    first, _ = drive(
+        operator(tmp_path, tags={"project": "churn"}, max_usd="5", deferrable=False), context_for()
+    )
+    billed = Decimal(first["usd"])
+    assert billed > 0 and ledger.open_reservations() == []
+    # Another task holds all but half of what the first try billed beyond a fresh $5: $5 would not fit.
+    ledger.reserve("project=churn", Decimal(5) - (billed / 2).quantize(Decimal("0.000001")), holder="other")
+    capsys.readouterr()
+    again, _ = drive(
+        operator(tmp_path, tags={"project": "churn"}, max_usd="5", deferrable=False), context_for()
+    )
+    out = capsys.readouterr().out
+    assert "is lowered" not in out
+    said = (
+        f"from $0.00 to {format_usd_exact(Decimal(5) - billed)}, max_usd less the {format_usd_exact(billed)}"
+    )
+    assert f"{said} earlier tries billed" in out
+    assert Decimal(again["usd"]) == billed  # the same job followed, billed once
+    retry = ledger.latest_reservation(holder)
+    assert retry.usd == Decimal(5) - billed and retry.settled_usd == billed
+    (usage,) = ledger.usage("project=churn")
+    assert usage.spent_usd == billed
 
 
 def test_a_retry_past_an_approved_overage_holds_nothing_and_still_runs(

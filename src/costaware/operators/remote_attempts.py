@@ -499,11 +499,13 @@ class RemoteAttemptSteps:
 
         A spend gate's reservation (its estimate) grows to ``max_usd``; where the budgets have less room,
         ``max_usd`` is lowered to what they hold, so that no budget is passed. No gate: reserve ``max_usd``
-        (else the estimate) in ``budget_scope``.
+        (else the estimate) in ``budget_scope``. A retry holds what is left of ``max_usd`` after what its
+        earlier tries billed: it follows their attempts again, and they count against the cap once more.
         """
         from costaware.core.money import format_usd_exact
         from costaware.glue import check_scope_is_tagged
         from costaware.training.attempt_effects import (
+            billed_by_earlier_tries,
             cap_rate,
             gate_reservation,
             hold_again,
@@ -514,44 +516,58 @@ class RemoteAttemptSteps:
 
         plan = state.plan
         ledger = self.ledger_hook.get_conn()
+        earlier = billed_by_earlier_tries(ledger, plan) if plan.max_usd is not None else Decimal(0)
         gate = gate_reservation(ledger, plan)
-        retry = False
+        retry = earlier > 0
         if gate is None:
             if self.budget_scope and (plan.max_usd or plan.estimated_usd):
                 task_id = plan.identity["task_id"]
                 check_scope_is_tagged(self.budget_scope, plan.tags, task_id=task_id, gate="budget_scope")
-                reserve_estimate(ledger, plan, self.budget_scope)
+                reserve_estimate(ledger, plan, self.budget_scope, billed_before=earlier)
                 return state
             if plan.max_usd is not None:
                 gate = hold_again(ledger, plan)  # a retry: its failed try settled the gate's reservation
-                retry = gate is not None
+                retry = retry or gate is not None
                 if gate is not None:
                     self.log.info(
                         "a retry: holding max_usd again in %s, where the spend gate reserved", gate.scope
                     )
-        if gate is None or plan.max_usd is None or gate.usd >= Decimal(plan.max_usd):
+        if plan.max_usd is None:
             return state
         cap = Decimal(plan.max_usd)
-        held = hold_cap(ledger, gate, cap)
+        # What this try's attempts may still bill: the earlier tries' attempts are spent already.
+        wanted = max(cap - earlier, Decimal(0))
+        if gate is None or gate.usd >= wanted:
+            return state
+        held = hold_cap(ledger, gate, wanted)
         budgets = ", ".join(f"'{b}'" for b in gate.budgets)
-        if held >= cap:
+        # A retry says what its earlier tries billed: the hold is what is left of the cap after them.
+        target = f"max_usd {format_usd_exact(cap)}"
+        if earlier:
+            billed = format_usd_exact(earlier)
+            target = f"{format_usd_exact(wanted)}, max_usd less the {billed} earlier tries billed"
+        if held >= wanted:
             self.log.info(
-                "raised the spend gate's reservation from %s to max_usd %s in %s: the budgets hold all the "
-                "attempts may bill",
+                "raised the spend gate's reservation from %s to %s in %s: the budgets hold all the attempts "
+                "may bill",
                 format_usd_exact(gate.usd),
-                format_usd_exact(cap),
+                target,
                 budgets,
             )
             return state
+        lowered_cap = earlier + held
         self.log.warning(
             "max_usd %s is lowered to %s: the spend gate reserved %s for this task and %s had room for "
-            "no more than that; raise the budget to give the task its full cap",
+            "no more than %s; raise the budget to give the task its full cap",
             format_usd_exact(cap),
-            format_usd_exact(held),
+            format_usd_exact(lowered_cap),
             format_usd_exact(gate.usd),
             budgets,
+            f"{format_usd_exact(held)} beside the {format_usd_exact(earlier)} earlier tries billed"
+            if earlier
+            else "that",
         )
-        lowered = replace(state, plan=replace(plan, max_usd=str(held)))
+        lowered = replace(state, plan=replace(plan, max_usd=str(lowered_cap)))
         rate = cap_rate(lowered, plan.first_market)
         least = least_cap_usd_said(rate, plan.grace_seconds)
         if held < least and not retry:

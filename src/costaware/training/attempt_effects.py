@@ -258,6 +258,26 @@ def open_task_reservations(ledger: Ledger, plan: RemotePlan) -> list[Reservation
     return [r for r in ledger.open_reservations(holder_prefix=holder) if r.holder == holder]
 
 
+def billed_by_earlier_tries(ledger: Ledger, plan: RemotePlan) -> Decimal:
+    """What this task's attempts billed before this try: their ledger entries ($0 on a first try).
+
+    An Airflow retry follows the same jobs again by their names, so what its earlier tries' attempts billed
+    counts against ``max_usd`` once more in the retry's own state: the budgets need to hold only the rest.
+    """
+    ident = plan.identity
+    rows = ledger.entries(dag_id=str(ident["dag_id"]), run_id=str(ident["run_id"]))
+    return sum(
+        (
+            Decimal(row["usd"])
+            for row in rows
+            if row["task_id"] == ident["task_id"]
+            and int(row["map_index"]) == int(ident["map_index"])
+            and str(row["price_source"] or "").startswith("remote:")
+        ),
+        Decimal(0),
+    )
+
+
 def settle_reservation(ledger: Ledger, state: AttemptState) -> None:
     """Settle the task's open reservation (the spend gate's, or our own) with the attempts' total."""
     for reservation in open_task_reservations(ledger, state.plan):
@@ -310,16 +330,19 @@ def hold_cap(ledger: Ledger, reservation: Reservation, max_usd: Decimal) -> Deci
     return ledger.grow(reservation.id, max_usd).usd
 
 
-def reserve_estimate(ledger: Ledger, plan: RemotePlan, budget_scope: str) -> None:
+def reserve_estimate(
+    ledger: Ledger, plan: RemotePlan, budget_scope: str, *, billed_before: Decimal = Decimal(0)
+) -> None:
     """Reserve what the task may spend in ``budget_scope``: its ``max_usd``, else the plan's estimate.
 
     For a training that no spend gate reserved for; the caller checks that the plan has one of them. The
-    cap is the most the attempts can bill, so a budget that holds it can never be passed by them.
+    cap is the most the attempts can bill, so a budget that holds it can never be passed by them; a retry
+    holds what is left of it after ``billed_before`` (:func:`billed_by_earlier_tries`), already spent.
     """
     ident = plan.identity
     ledger.reserve(
         budget_scope,
-        plan.max_usd or plan.estimated_usd,
+        max(Decimal(plan.max_usd) - billed_before, Decimal(0)) if plan.max_usd else plan.estimated_usd,
         holder=task_holder(plan),
         run_id=ident["run_id"],
         purpose=f"remote training {ident['task_id']}",
