@@ -300,8 +300,8 @@ def cost_aware_retrain() -> None:
         margin=0.0,
     )
 
-    landed >> [locality, quality]
-    quality >> spend_gate
+    # The features are built only from a day the quality gate passed: a refused day costs nothing more.
+    landed >> [locality, quality] >> features
     splits >> spend_gate >> spot_window >> retrain >> promote
 
 

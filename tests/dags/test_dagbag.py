@@ -20,6 +20,8 @@ def test_retrain_dag_shape() -> None:
     assert dag.get_task("spend_gate").downstream_task_ids == {"spot_window"}
     assert dag.get_task("spend_gate").for_task_id == "retrain"
     assert dag.get_task("retrain").upstream_task_ids == {"spot_window"}
+    # A day the quality gate refuses costs no feature computation, and nothing downstream of it runs.
+    assert dag.get_task("build_features").upstream_task_ids == {"check_locality", "quality_gate"}
     assert type(dag.timetable).__name__ == "OffPeakTimetable"
     assert {"team:ml-platform", "project:flight-delays"} <= set(dag.tags)
 

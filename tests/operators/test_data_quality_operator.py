@@ -101,6 +101,37 @@ def test_bad_batch_fails_with_a_readable_summary(tmp_path: Path) -> None:
     assert stored["result"]["success"] is False and len(stored["failures"]) == 3
 
 
+def test_a_refused_batch_is_moved_to_the_quarantine_so_no_later_run_trains_on_it(tmp_path: Path) -> None:
+    landed = _batch(tmp_path, distance=[1400, -5, 1576, 762])
+    good = tmp_path / "landing" / "flights_2012-12-31.parquet"  # an earlier day, already accepted
+    good.write_bytes(landed.read_bytes())
+    op = DataQualityOperator(
+        task_id="quality_gate",
+        data_path=str(landed),
+        suite=SUITE,
+        results_path=str(tmp_path / "quality"),
+        quarantine_path=str(tmp_path / "refused"),
+    )
+    with pytest.raises(AirflowFailException) as caught:
+        op.execute(_context())
+    moved = tmp_path / "refused" / "retrain_dag" / "scheduled__2013-01-01" / landed.name
+    assert f"the batch was moved to {moved}: fix it and move it back" in str(caught.value)
+    assert not landed.exists() and good.exists()  # only the refused day leaves the landing folder
+    assert len(pd.read_parquet(moved)) == 4  # whole, where the message says
+
+
+def test_a_batch_that_passes_stays_and_a_failed_move_still_refuses(tmp_path: Path) -> None:
+    landed = _batch(tmp_path)
+    _run(tmp_path, SUITE, quarantine_path=str(tmp_path / "refused"))
+    assert landed.exists() and not (tmp_path / "refused").exists()
+    _batch(tmp_path, distance=[1400, -5, 1576, 762])
+    blocker = tmp_path / "blocked"
+    blocker.write_text("a file where the quarantine folder would be")
+    with pytest.raises(AirflowFailException, match=r"could not be moved to .*: move it out of the landing"):
+        _run(tmp_path, SUITE, quarantine_path=str(blocker))
+    assert landed.exists()
+
+
 def test_a_misspelled_column_is_named_with_great_expectations_own_words(tmp_path: Path) -> None:
     # GX nests the error of a missing column under the metric's key: it read "seen nothing (no result)".
     _batch(tmp_path)

@@ -152,7 +152,7 @@ def test_on_kill_requests_a_checkpoint(tmp_path: Path) -> None:
         ({"force_full": "maybe"}, "force_full must be true or false, got 'maybe'"),
         (
             {"new_data_path": "/does/not/exist.parquet"},
-            "training data '/does/not/exist.parquet' does not exist",
+            "data '/does/not/exist.parquet' does not exist",
         ),
         ({"label_threshold": None}, r"label column 'delay' has values .* not 0/1"),
     ],

@@ -164,6 +164,31 @@ def failure_lines(result: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def quarantine(data_path: str, quarantine_path: str, key: str, options: Mapping[str, Any]) -> str:
+    """Move the refused batch (a file, or a folder with its files) to ``quarantine_path/key``; returns where.
+
+    Copied first, then deleted at its place: a failure part way leaves the batch where it was, or in both
+    places, never in neither. The two may be on different stores (local data, an ``s3://`` quarantine).
+
+    Raises:
+        OSError: a store could not be read or written.
+    """
+    from pyarrow import fs
+
+    from costaware.adapters.blob_dir import BlobDir
+
+    source = BlobDir.from_uri(data_path, create=False, **options)
+    target = BlobDir.from_uri(quarantine_path, **options).child(key)
+    parent, _, name = source.root.rstrip("/").rpartition("/")
+    if target.is_local:
+        Path(target.root).mkdir(parents=True, exist_ok=True)
+    fs.copy_files(
+        source.root, target.path(name), source_filesystem=source.fs, destination_filesystem=target.fs
+    )
+    BlobDir(source.fs, parent, parent).delete(name)
+    return f"{target.uri}/{name}"
+
+
 class DataQualityOperator(BaseOperator):
     """Validates a batch with a Great Expectations suite before any training is paid for.
 
@@ -184,12 +209,15 @@ class DataQualityOperator(BaseOperator):
         results_path: Folder or ``s3://`` URI for results; one file per run and task (templated; default
             ``$AIRFLOW_HOME/costaware/quality``).
         columns: Only read these columns (default: all).
+        quarantine_path: Folder or ``s3://`` URI a refused batch is moved to, under
+            ``<dag_id>/<run_id>/`` (templated). Without it the batch stays where it landed, and a later run
+            that reads the whole landing folder trains on it.
         aws_conn_id: Airflow AWS connection for ``s3://`` locations (default ``aws_default``; when that
             connection does not exist, or with ``None``, the SDKs' default credential chain).
         **kwargs: ``BaseOperator`` arguments.
     """
 
-    template_fields: Sequence[str] = ("data_path", "suite", "results_path")
+    template_fields: Sequence[str] = ("data_path", "suite", "results_path", "quarantine_path")
     template_ext: Sequence[str] = ()
     ui_color = "#eaf6e6"
 
@@ -201,10 +229,12 @@ class DataQualityOperator(BaseOperator):
         suite_name: str = "costaware_suite",
         results_path: str | None = None,
         columns: Sequence[str] | None = None,
+        quarantine_path: str | None = None,
         aws_conn_id: str | None = DEFAULT_AWS_CONN_ID,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.quarantine_path = quarantine_path
         self.data_path = data_path
         self.suite = suite
         self.suite_name = suite_name
@@ -242,8 +272,8 @@ class DataQualityOperator(BaseOperator):
             if failures:
                 raise DataQualityError(
                     f"{len(failures)} of {stats.get('evaluated_expectations', '?')} expectations failed on "
-                    f"{self.data_path} ({len(frame)} rows); results in {uri}:\n"
-                    + "\n".join(f"- {x}" for x in failures)
+                    f"{self.data_path} ({len(frame)} rows); results in {uri}"
+                    f"{self._quarantined(facts, options)}:\n" + "\n".join(f"- {x}" for x in failures)
                 )
         self.log.info(
             "all %s expectations passed on %s (%d rows)",
@@ -252,3 +282,21 @@ class DataQualityOperator(BaseOperator):
             len(frame),
         )
         return {"success": True, "statistics": stats, "results_uri": uri, "failures": []}
+
+    def _quarantined(self, facts: Mapping[str, Any], options: Mapping[str, Any]) -> str:
+        """Move the refused batch to ``quarantine_path``; what the failure message adds about it."""
+        from costaware.adapters.checkpoint_store import checkpoint_key
+
+        where = str(self.quarantine_path or "").strip()
+        if not where:
+            return ""
+        try:
+            moved = quarantine(
+                self.data_path, where, checkpoint_key(facts["dag_id"], facts["run_id"]), options
+            )
+        except OSError as e:
+            # The refusal stands either way; the batch is where it was, or also in the quarantine.
+            self.log.error("could not move %s to %s: %s", self.data_path, where, e)
+            return f"; it could not be moved to {where} ({e}): move it out of the landing folder by hand"
+        self.log.warning("moved the refused batch %s to %s", self.data_path, moved)
+        return f"; the batch was moved to {moved}: fix it and move it back to retrain on it"

@@ -36,18 +36,24 @@ def read_parquet(
         base = blobs.root.rsplit("/", 1)[0]
     elif info.type == fs.FileType.Directory:
         selector = fs.FileSelector(blobs.root, recursive=True)
-        paths = sorted(
-            i.path
+        files = [
+            i
             for i in blobs.fs.get_file_info(selector)
-            if i.type == fs.FileType.File
-            and i.path.endswith(".parquet")
-            and not i.base_name.startswith((".", "_"))
-        )
+            if i.type == fs.FileType.File and not i.base_name.startswith((".", "_"))
+        ]
+        paths = sorted(i.path for i in files if i.path.endswith(".parquet"))
+        others = sorted(i.path for i in files if not i.path.endswith(".parquet"))
+        if others:
+            # Said, not silent: a day landed as CSV beside Parquet days would be left out of the training.
+            log.warning(
+                "%d file(s) under %s are not .parquet and are not read: %s; convert them to Parquet",
+                len(others),
+                uri,
+                ", ".join(others[:5]) + (", ..." if len(others) > 5 else ""),
+            )
         base = blobs.root
     else:
-        raise ConfigurationError(
-            f"training data {uri!r} does not exist: check the path (a Parquet file or folder)"
-        )
+        raise ConfigurationError(f"data {uri!r} does not exist: check the path (a Parquet file or folder)")
     if not paths:
         raise ConfigurationError(f"no .parquet files under {uri!r}: land the data first or fix the path")
     digest = hashlib.sha256()
@@ -59,7 +65,14 @@ def read_parquet(
             # (SIGABRT after a clean error exit, seen under load).
             raw = stream.read_buffer()
         digest.update(path[len(base) :].encode() + b"\0" + hashlib.sha256(raw).digest())
-        table = pq.read_table(pa.BufferReader(raw))
+        try:
+            table = pq.read_table(pa.BufferReader(raw))
+        except (pa.ArrowInvalid, OSError) as e:
+            what = "is empty (0 bytes)" if not raw.size else f"is not a Parquet file ({e})"
+            raise ConfigurationError(
+                f"{path} {what}: the data must be Parquet; write it with pandas' DataFrame.to_parquet, "
+                "or fix the path"
+            ) from e
         if columns is None:
             tables.append(table)
             continue
@@ -81,6 +94,8 @@ def training_data(
     import numpy as np
     import pandas as pd
 
+    if not len(frame):
+        raise ConfigurationError("the data has no rows: nothing to train or evaluate on; land a batch first")
     known = frame[frame[label].notna()]
     if len(known) < len(frame):
         log.info("dropped %d rows without a value in label column %r", len(frame) - len(known), label)
@@ -92,10 +107,17 @@ def training_data(
     if label_threshold is not None:
         y = (pd.to_numeric(values, errors="raise") > float(label_threshold)).astype(int).to_numpy()
     else:
-        seen = set(pd.unique(values.astype(float)))
+        try:
+            seen = set(pd.unique(values.astype(float)))
+        except (TypeError, ValueError):
+            shown = [str(v) for v in pd.unique(values)[:5]]
+            raise ConfigurationError(
+                f"label column {label!r} has values {shown}, not 0/1 numbers: give a 0/1 label column "
+                "(or a number with label_threshold)"
+            ) from None
         if not seen <= {0.0, 1.0}:
             raise ConfigurationError(
-                f"label column {label!r} has values {sorted(seen)[:5]}, not 0/1: "
+                f"label column {label!r} has values {[float(v) for v in sorted(seen)[:5]]}, not 0/1: "
                 "set label_threshold or fix the label"
             )
         y = values.astype(float).astype(int).to_numpy()

@@ -55,6 +55,17 @@ def categorical_columns(features: Any, explicit: Sequence[str] | None) -> list[s
             raise ConfigurationError(
                 f"categorical columns {unknown} are not features ({list(features.columns)})"
             )
+        for c in features.columns:
+            if c in explicit or pd.api.types.is_numeric_dtype(features[c]):
+                continue
+            try:
+                features[c].astype(float)
+            except (TypeError, ValueError) as e:
+                raise ConfigurationError(
+                    f"feature column {c!r} holds values that are not numbers ({e}) and is not in categorical "
+                    f"{list(explicit)}: add it there, or leave categorical out to treat every column of text "
+                    "as categorical"
+                ) from e
         return list(explicit)
     return [
         c
