@@ -182,6 +182,23 @@ def test_runs_show_of_an_unknown_run_is_an_error(
     assert "no retrain outcome for run 'nope'" in capsys.readouterr().err
 
 
+def test_runs_show_of_a_run_that_trained_no_model_shows_what_it_cost(
+    ledger: Ledger, ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A run whose quality gate refused the data still paid for its tries: asking what it cost is no error.
+    for task, usd in (("quality_gate", "0.000151"), ("land", "0.0001")):
+        ledger.record(
+            LedgerEntry(dag_id="nightly", run_id="failed1", task_id=task, kind=Kind.COMPUTE, usd=Decimal(usd))
+        )
+    assert main(["--ledger-url", ledger_url, "runs", "show", "failed1"]) == 0
+    out = capsys.readouterr().out
+    assert "run failed1 of DAG nightly: no model (it failed or stopped before a retrain recorded one)" in out
+    assert "run total: $0.000251 (every actual ledger entry of the run)" in out and "quality_gate" in out
+    assert main(["--ledger-url", ledger_url, "runs", "show", "failed1", "--format", "json"]) == 0
+    (shown,) = json.loads(capsys.readouterr().out)
+    assert shown["outcome"] is None and shown["usd"] == "0.000251" and len(shown["entries"]) == 2
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from decimal import Decimal
 from typing import Any
 
 from costaware.cli.arguments import check_range, open_ledger
@@ -117,10 +118,39 @@ def _summary_line(s: Any) -> str:
     )
 
 
+def _show_costs_only(entries: list[dict[str, Any]], run_id: str, fmt: str) -> int:
+    """A run with costs and no retrain outcome, per DAG: what it spent, and on what."""
+    by_dag: dict[str, list[dict[str, Any]]] = {}
+    for e in entries:
+        by_dag.setdefault(str(e["dag_id"]), []).append(e)
+    totals = {
+        dag: sum((e["usd"] for e in _actual_oldest_first(rows)), Decimal(0)) for dag, rows in by_dag.items()
+    }
+    if fmt == "json":
+        shown = [
+            {
+                "dag_id": dag,
+                "run_id": run_id,
+                "outcome": None,
+                "usd": str(totals[dag]),
+                "entries": _entries_json(rows),
+            }
+            for dag, rows in by_dag.items()
+        ]
+        print(json.dumps(shown, indent=2, default=str))
+        return 0
+    for dag, rows in by_dag.items():
+        print(f"run {run_id} of DAG {dag}: no model (it failed or stopped before a retrain recorded one)")
+        print("cost")
+        print(f"  run total: {format_usd_exact(totals[dag])} (every actual ledger entry of the run)")
+        _print_entries(rows, dag, run_id)
+    return 0
+
+
 def show_run(args: argparse.Namespace) -> int:
     """Print one run's outcome, cost and reproducibility record."""
     from costaware.adapters.ledger.efficiency import outcomes, run_outcome
-    from costaware.core.errors import CostawareError
+    from costaware.core.errors import ConfigurationError, CostawareError
 
     ledger = open_ledger(args, reading=True)
     run_id = args.run_id
@@ -133,7 +163,14 @@ def show_run(args: argparse.Namespace) -> int:
         run_id = newest[0].run_id
     elif not run_id:
         raise CostawareError("give a RUN_ID (see `costaware runs list`) or --last --dag-id DAG")
-    found = run_outcome(ledger, run_id, dag_id=args.dag_id)
+    try:
+        found = run_outcome(ledger, run_id, dag_id=args.dag_id)
+    except ConfigurationError:
+        # A run that failed or stopped before any model was trained still cost money: show that.
+        spent = ledger.entries(dag_id=args.dag_id, run_id=run_id)
+        if not spent:
+            raise
+        return _show_costs_only(spent, run_id, args.format)
     if args.format == "json":
         shown = [
             {**o.to_json(), "entries": _entries_json(ledger.entries(dag_id=o.dag_id, run_id=o.run_id))}
