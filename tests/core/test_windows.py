@@ -48,13 +48,22 @@ def test_impossible_windows_name_the_value(text: str, message: str) -> None:
         ("fri-mon", {4, 5, 6, 0}),
         ("daily", set(range(7))),
         (["Monday", "wed"], {0, 2}),
+        ("thurs-saturday", {3, 4, 5}),
     ],
 )
 def test_parse_days(text: str | list[str], days: set[int]) -> None:
     assert parse_days(text) == frozenset(days)
 
 
-@pytest.mark.parametrize(("text", "message"), [("mon-frx", "'mon-frx' is not a day"), ("", "selects no day")])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("mon-frx", "'mon-frx' is not a day"),
+        ("", "selects no day"),
+        ("monkey", "'monkey' is not a day"),  # its first three letters are a day's: not enough
+        ("sunshine", "'sunshine' is not a day"),
+    ],
+)
 def test_bad_days(text: str, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         parse_days(text)

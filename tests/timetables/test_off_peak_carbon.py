@@ -94,13 +94,29 @@ def test_bad_objective_arguments_are_named(kwargs: dict[str, object], message: s
     [
         ({"objective": "carbon", "region": "mars-1"}, "region 'mars-1' has no known grid zone: pass carbon="),
         ({"objective": "carbon"}, "region None has no known grid zone"),
-        ({"objective": "carbon", "carbon": "XX"}, "no bundled carbon intensity for grid zone 'XX'"),
+        ({"objective": "carbon", "carbon": "XX"}, "no bundled carbon intensity for grid zone 'XX': bundled"),
+        ({"objective": "carbon", "carbon": "gb"}, "grid zone 'gb': did you mean 'GB'\\?"),
+        ({"objective": "carbon", "carbon": "/no/such/GB.csv"}, "carbon='/no/such/GB.csv' is not a file"),
+        ({"electricity": "caiso.csv"}, "electricity='caiso.csv' is not a file"),
     ],
 )
-def test_a_missing_carbon_source_is_named_when_the_next_run_is_asked(
+def test_a_carbon_source_the_scheduler_could_not_read_fails_when_the_dag_is_parsed(
     kwargs: dict[str, object], message: str
 ) -> None:
-    tt = OffPeakTimetable(["22:00-06:00"], run_hours=2, **kwargs)  # type: ignore[arg-type]
-    restriction = TimeRestriction(earliest=pendulum.parse(DAY), latest=None, catchup=True)  # type: ignore[arg-type]
+    # Found by the scheduler instead, the error stopped the DAG's schedule with nothing in the UI to say why.
     with pytest.raises(ConfigurationError, match=message):
-        tt.next_dagrun_info(last_automated_data_interval=None, restriction=restriction)
+        OffPeakTimetable(["22:00-06:00"], run_hours=2, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("name", "value"), [("run_hours", "2h"), ("power_kw", "6.5kW")])
+def test_a_length_or_power_with_a_unit_is_named(name: str, value: str) -> None:
+    with pytest.raises(ConfigurationError, match=rf"{name}='{value}' is not a number of"):
+        OffPeakTimetable(["22:00-06:00"], objective="carbon", carbon="GB", **{"run_hours": 2, name: value})
+
+
+def test_a_run_longer_than_its_window_fails_when_the_dag_is_parsed() -> None:
+    with pytest.raises(
+        ConfigurationError, match=r"run_hours=12 is longer than the longest window \(8 hours\)"
+    ):
+        OffPeakTimetable(["22:00-06:00"], objective="carbon", carbon="GB", run_hours=12)
+    assert OffPeakTimetable(["22:00-06:00", "12:00-13:00"], objective="carbon", carbon="GB", run_hours=8)

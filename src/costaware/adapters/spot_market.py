@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 from costaware.adapters import spot_prices
@@ -251,6 +252,41 @@ def carbon_intensity(carbon: str | None, *, region: str | None, objective: Objec
     if text.endswith(".csv") or "/" in text or "\\" in text:
         return load_carbon(text)
     return bundled_carbon(text)
+
+
+def check_carbon_source(carbon: str | None, *, region: str | None, objective: Objective) -> None:
+    """Refuse what :func:`carbon_intensity` would refuse, without reading a series (cheap, at DAG parse).
+
+    A grid zone must be bundled (a wrong case is pointed to the right name), a local CSV path must exist, and
+    without ``carbon`` the region must map to a grid zone.
+
+    Raises:
+        ConfigurationError: the zone, path or region, named, with what to pass.
+    """
+    from costaware.adapters.carbon_data import bundled_zones, grid_zone
+
+    if not objective.needs_carbon:
+        return
+    text = str(carbon or "").strip()
+    if not text:
+        if not (region and grid_zone(region)):
+            carbon_intensity(None, region=region, objective=objective)  # refuses, naming the region
+        return
+    if text.endswith(".csv") or "/" in text or "\\" in text:
+        if "://" not in text and not Path(text).expanduser().is_file():
+            raise ConfigurationError(
+                f"carbon={text!r} is not a file: pass a recorded carbon intensity CSV that exists, or a "
+                f"bundled grid zone ({', '.join(bundled_zones())})"
+            )
+        return
+    zones = bundled_zones()
+    if text not in zones:
+        same = [z for z in zones if z.lower() == text.lower()]
+        hint = f"did you mean {same[0]!r}? " if same else ""
+        raise ConfigurationError(
+            f"no bundled carbon intensity for grid zone {text!r}: {hint}bundled are {', '.join(zones)}; or "
+            "pass the path of a recorded carbon intensity CSV"
+        )
 
 
 def instance_power_kw(instance_type: str, region: str) -> float:

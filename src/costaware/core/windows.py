@@ -102,6 +102,15 @@ def parse_window(text: str) -> DailyWindow:
     return DailyWindow(start, end)
 
 
+#: Day names in full: a token names a day when it is the start of one, three letters at least ("thurs").
+_FULL_DAY_NAMES = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+
+
+def _is_day(token: str) -> bool:
+    """Whether ``token`` names a day: ``mon``, ``monday``, ``thurs``; not ``monkey`` or ``sunshine``."""
+    return len(token) >= 3 and any(full.startswith(token) for full in _FULL_DAY_NAMES)
+
+
 def parse_days(text: str | Sequence[str]) -> frozenset[int]:
     """Parse days of the week: ``"mon-fri"``, ``"mon,wed,fri"``, ``"fri-mon"``, ``"daily"`` or a list.
 
@@ -121,7 +130,7 @@ def parse_days(text: str | Sequence[str]) -> frozenset[int]:
             days.update(range(7))
             continue
         ends = token.split("-")
-        if len(ends) > 2 or any(e[:3] not in DAY_NAMES or len(e) < 3 for e in ends):
+        if len(ends) > 2 or not all(_is_day(e) for e in ends):
             raise ConfigurationError(
                 f"days {text!r}: {token!r} is not a day or a range of days; "
                 "use names like 'mon', 'mon-fri', 'sat,sun'"

@@ -25,6 +25,14 @@ from costaware.core.ledger import utcnow
 from costaware.core.windows import Window, WindowSchedule, cheapest_start, power_hourly_values
 
 
+def _number(value: object, name: str, unit: str) -> float:
+    """``value`` as a float, or a ConfigurationError naming the argument (``"2h"`` is not a number)."""
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ConfigurationError(f"{name}={value!r} is not a number of {unit}: write it as e.g. 2") from None
+
+
 def _pendulum(instant: datetime) -> pendulum.DateTime:
     return pendulum.instance(instant, tz="UTC")
 
@@ -88,8 +96,8 @@ class OffPeakTimetable(Timetable):
         self.carbon = carbon
         self.region = region
         self.electricity = electricity
-        self.run_hours = None if run_hours is None else float(run_hours)
-        self.power_kw = float(power_kw)
+        self.run_hours = None if run_hours is None else _number(run_hours, "run_hours", "hours")
+        self.power_kw = _number(power_kw, "power_kw", "kW")
         if self.ranks and (self.run_hours is None or self.run_hours <= 0):
             raise ConfigurationError(
                 f"run_hours={run_hours!r}: objective {self.objective!r} chooses the start of each run inside "
@@ -97,10 +105,39 @@ class OffPeakTimetable(Timetable):
             )
         if not 0 < self.power_kw < float("inf"):
             raise ConfigurationError(f"power_kw={power_kw!r} is not a power > 0 (kW)")
+        longest = max(w.end_minute - w.start_minute for w in self._schedule.windows) / 60
+        if self.run_hours is not None and self.run_hours > longest:
+            raise ConfigurationError(
+                f"run_hours={run_hours!r} is longer than the longest window ({longest:g} hours): a run would "
+                "go on past its window's end; widen the window or shorten run_hours"
+            )
+        if self.ranks:
+            self._check_sources()
         self.description = (
             f"One run per off-peak window {self._schedule.describe()}; the data interval is the window "
             "(DST-aware: a window can be an hour shorter or longer on the nights clocks change)."
         )
+
+    def _check_sources(self) -> None:
+        """Refuse a carbon zone, region or file the scheduler could not read, when the DAG is parsed.
+
+        Found later, the scheduler's error would stop the DAG's schedule with nothing in the UI to say why.
+        Names and paths only: the series themselves are read when the scheduler asks for the next run.
+        """
+        from pathlib import Path
+
+        from costaware.adapters.spot_market import check_carbon_source
+
+        check_carbon_source(self.carbon, region=self.region, objective=self._objective)
+        if (
+            self.electricity
+            and "://" not in self.electricity
+            and not Path(self.electricity).expanduser().is_file()
+        ):
+            raise ConfigurationError(
+                f"electricity={self.electricity!r} is not a file: pass a recorded hourly electricity price "
+                "CSV (timestamp_utc,usd_per_mwh) that exists"
+            )
 
     @property
     def summary(self) -> str:
