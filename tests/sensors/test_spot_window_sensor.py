@@ -302,7 +302,7 @@ def test_trigger_reports_bad_input_as_an_error_event(tmp_path: Path) -> None:
         ({"instance_type": "p9.mega"}, "unknown instance type 'p9.mega'"),
         ({"deadline": "2030-01-01T00:00:00"}, "has no time zone"),
         ({"expected_runtime_hours": "abc"}, "expected_runtime_hours must be a number > 0, got 'abc'"),
-        ({"target_usd_per_hour": "-1"}, "target_usd_per_hour must be a number >= 0"),
+        ({"target_usd_per_hour": "-1"}, "target_usd_per_hour must be zero or more USD"),
         # A typo in the zone: refused even when the deadline leaves no time to look at its prices.
         ({"availability_zone": "us-east1a"}, "'us-east1a' is not an AWS zone name"),
         (
@@ -332,8 +332,14 @@ def test_bad_inputs_fail_without_retry_and_write_nothing(
         ({"earliest_start": "2030-01-01T00:00:00"}, "has no time zone"),
         ({"expected_runtime_hours": "2h"}, "expected_runtime_hours must be a number > 0, got '2h'"),
         ({"expected_runtime_hours": 0}, "expected_runtime_hours must be a number > 0"),
-        ({"target_usd_per_hour": "-1"}, "target_usd_per_hour must be a number >= 0"),
-        ({"on_demand_usd_per_hour": "0"}, "on_demand_usd_per_hour must be a number > 0"),
+        ({"target_usd_per_hour": "-1"}, "target_usd_per_hour must be zero or more USD"),
+        ({"target_usd_per_hour": "forty cents"}, "target_usd_per_hour must be a number of USD such as"),
+        ({"on_demand_usd_per_hour": "0"}, "on_demand_usd_per_hour must be more than \\$0 an hour"),
+        # A price target cannot be compared with kg CO2e: it was read as 0.10 kg/hour.
+        (
+            {"objective": "carbon", "target_usd_per_hour": "0.10"},
+            "objective 'carbon' ranks starts by kg CO2e",
+        ),
         ({"objective": "co2"}, "objective 'co2'"),
         ({"availability_zone": "us-east1a"}, "'us-east1a' is not an AWS zone name"),
     ],
@@ -345,6 +351,11 @@ def test_bad_values_written_out_fail_when_the_dag_is_parsed(kwargs: dict[str, An
     assert make_sensor(**templated) is not None  # checked once rendered
     with DAG("resolved_later", schedule=None, params={"x": "2"}) as dag:  # and so is a dag.param(...)
         assert make_sensor(**{name: dag.param("x") for name in kwargs}) is not None
+
+
+def test_a_price_written_with_a_dollar_sign_is_read_as_the_price() -> None:
+    sensor = make_sensor(target_usd_per_hour="$0.40", on_demand_usd_per_hour="$0.68")
+    assert sensor is not None
 
 
 def test_constructor_rejects_bad_static_arguments() -> None:

@@ -96,10 +96,11 @@ class SpotWindowSensor(BaseSensorOperator):
         deferrable: Wait in the triggerer instead of a worker slot.
         objective: What the start minimises: ``cost`` (default: the spot price), ``carbon`` (kg CO2e) or
             ``cost+carbon`` (USD plus the carbon price of the emissions) (templated; checked after rendering).
-            With a carbon objective the forecast, ``target_usd_per_hour`` (then in the objective's unit per
-            hour) and the start rule work on the objective's hourly value: the spot price + the carbon price
-            x the grid intensity x the instance's power at full load (bundled power model); spot must still
-            be below on-demand. The decision records ``objective`` and the run's expected ``kg_co2e``.
+            With a carbon objective the forecast, ``target_usd_per_hour`` and the start rule work on the
+            objective's hourly value: the spot price + the carbon price x the grid intensity x the instance's
+            power at full load (bundled power model); spot must still be below on-demand. ``carbon`` alone
+            ranks by kg CO2e and takes no ``target_usd_per_hour``. The decision records ``objective`` and
+            the run's expected ``kg_co2e``.
         carbon_usd_per_tonne: Carbon price of ``cost+carbon``, USD per tonne CO2e (templated).
         carbon: Where the grid intensity comes from: a bundled grid zone (``"GB"``) or a recorded carbon
             intensity CSV path; default the grid zone of ``region`` (templated).
@@ -281,19 +282,16 @@ class SpotWindowSensor(BaseSensorOperator):
                 remedy,
             )
         if self.on_demand_usd_per_hour not in (None, ""):
-            on_demand = parse_decimal(
-                self.on_demand_usd_per_hour, name="on_demand_usd_per_hour", positive=True
-            )
+            on_demand = _price(self.on_demand_usd_per_hour, "on_demand_usd_per_hour", positive=True)
         else:
             from costaware.adapters.price_files import bundled_catalog
 
             on_demand = bundled_catalog().on_demand_usd_per_hour(self.instance_type, self.region)
         target = None
         if self.target_usd_per_hour not in (None, ""):
-            target = str(
-                parse_decimal(self.target_usd_per_hour, name="target_usd_per_hour", non_negative=True)
-            )
+            target = str(_price(self.target_usd_per_hour, "target_usd_per_hour"))
         objective = Objective.parse(self.objective, self.carbon_usd_per_tonne)
+        _check_target_fits(target, objective)
         carbon: dict[str, Any] = {}
         if objective.needs_carbon:
             # Only for carbon objectives: the plan and trigger kwargs of today's DAGs stay as they were.
@@ -528,8 +526,39 @@ def _check_written(
         if _written(value):
             parse_instant(value, name=name)
     if _written(target_usd_per_hour):
-        parse_decimal(target_usd_per_hour, name="target_usd_per_hour", non_negative=True)
+        _price(target_usd_per_hour, "target_usd_per_hour")
     if _written(on_demand_usd_per_hour):
-        parse_decimal(on_demand_usd_per_hour, name="on_demand_usd_per_hour", positive=True)
+        _price(on_demand_usd_per_hour, "on_demand_usd_per_hour", positive=True)
     if _written(objective) and (carbon_usd_per_tonne in (None, "") or _written(carbon_usd_per_tonne)):
-        Objective.parse(objective, carbon_usd_per_tonne)
+        parsed = Objective.parse(objective, carbon_usd_per_tonne)
+        if _written(target_usd_per_hour):
+            _check_target_fits(target_usd_per_hour, parsed)
+
+
+def _price(value: Any, name: str, *, positive: bool = False) -> Decimal:
+    """A price in USD/hour as written (``0.40``, ``"$0.40"``).
+
+    Raises:
+        ConfigurationError: text, a negative price, or $0 where ``positive``; named.
+    """
+    from costaware.core.money import parse_usd
+
+    price = parse_usd(value, name=name)
+    if positive and price == 0:
+        raise ConfigurationError(f"{name} must be more than $0 an hour, got {value!r}")
+    return price
+
+
+def _check_target_fits(target: Any, objective: Objective) -> None:
+    """Refuse a price target where the objective ranks starts by kg CO2e: the two cannot be compared.
+
+    It was read in the objective's unit, so ``"0.10"`` meant 0.10 kg CO2e/hour, and a run started on spot at
+    a price above the dollars the team meant.
+    """
+    if target in (None, "") or objective.name != "carbon":
+        return
+    raise ConfigurationError(
+        f"target_usd_per_hour={target!r} is a price, and objective 'carbon' ranks starts by kg CO2e an hour, "
+        "which a price cannot be compared with: leave target_usd_per_hour out (the sensor starts at the "
+        "forecast's best hour), or use objective 'cost+carbon' (USD an hour plus the carbon price)"
+    )
