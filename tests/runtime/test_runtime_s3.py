@@ -80,9 +80,30 @@ def test_a_missing_bucket_fails_the_attempt_as_retryable(make_job: MakeJob, s3_e
     job = make_job(RESUMING_JOB)
     done = job.run(env=job.env(COSTAWARE_CHECKPOINT_URI="s3://no-such-bucket-here/ckpt", **s3_env))
     assert done.returncode == 74
-    assert "could not restore the checkpoint: could not read s3://no-such-bucket-here/ckpt/LATEST.json" in (
+    # Checked before the restore, as every store is: named as the bucket that does not exist.
+    assert "bucket 'no-such-bucket-here' of s3://no-such-bucket-here/ckpt does not exist: fix the URI" in (
         done.stderr
     )
     assert not (job.root / "seen-1.json").exists()
     with pytest.raises(StoreError, match="check the bucket, the credentials and COSTAWARE_S3_ENDPOINT_URL"):
         restore("s3://no-such-bucket-here/ckpt", job.root / "x")
+
+
+def test_an_output_bucket_that_does_not_exist_fails_before_the_job_runs(
+    make_job: MakeJob, bucket: str, s3_env: dict[str, str]
+) -> None:
+    # Found at the upload instead, the whole training was paid for, and then an attempt more.
+    job = make_job(RESUMING_JOB)
+    done = job.run(
+        env=job.env(
+            COSTAWARE_CHECKPOINT_URI=f"s3://{bucket}/ckpt",
+            COSTAWARE_OUTPUT_URI="s3://no-such-bucket-here/models",
+            **s3_env,
+        )
+    )
+    assert done.returncode == 74, done.stderr
+    assert "bucket 'no-such-bucket-here' of s3://no-such-bucket-here/models does not exist: fix the URI" in (
+        done.stderr
+    )
+    assert not (job.root / "seen-1.json").exists()  # the job never started
+    assert "Traceback" not in done.stderr

@@ -156,7 +156,29 @@ class S3Store(Store):
         return boto3.client("s3", endpoint_url=endpoint, region_name=region)
 
     def check(self) -> None:
-        self._client  # noqa: B018  # creating the client imports boto3 and reads the configuration
+        """Fail before the job runs where the bucket does not exist or the store cannot be reached.
+
+        A bucket the credentials may write to but not list answers 403: that is left for the first write.
+        """
+        client = self._client  # first: without boto3 this says how to install it
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            client.head_bucket(Bucket=self.bucket)
+        except ClientError as e:
+            code = str(e.response.get("Error", {}).get("Code", ""))
+            if code in ("403", "AccessDenied", "Forbidden"):
+                return
+            if code in ("404", "NoSuchBucket", "NotFound"):
+                raise StoreError(
+                    f"bucket {self.bucket!r} of {self.uri} does not exist: fix the URI, or create the bucket"
+                ) from e
+            raise StoreError(f"could not reach {self.uri}: {e}; check the bucket and the credentials") from e
+        except BotoCoreError as e:
+            raise StoreError(
+                f"could not reach {self.uri}: {e}; check {S3_ENDPOINT_URL} (or AWS_ENDPOINT_URL) for an "
+                "S3-compatible store, and the credentials"
+            ) from e
 
     def _key(self, key: str) -> str:
         return self.prefix + check_key(key)
