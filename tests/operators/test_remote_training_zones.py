@@ -200,6 +200,7 @@ def test_zones_a_plan_cannot_honour_are_refused_before_any_job(
 def test_zones_read_from_a_list_or_the_text_a_template_renders(value: object) -> None:
     assert parse_names(value, name="availability_zones") == ("us-west-2a", "us-west-2b")
     assert parse_names("", name="availability_zones") == ()
+    assert parse_names("null", name="availability_zones") == ()  # | tojson of a param left blank
 
 
 def test_zones_that_are_no_list_are_refused_by_name() -> None:

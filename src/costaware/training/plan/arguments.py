@@ -32,8 +32,11 @@ AWS_BACKENDS = ("sagemaker", "batch")
 
 
 def blank(value: Any) -> Any:
-    """``value``, or None when a template rendered it empty (``""``, ``"None"``)."""
-    return None if value in (None, "", "None") else value
+    """``value``, or None when a template rendered it empty: ``""``, ``"None"``, or ``"null"``.
+
+    ``"null"`` is what ``| tojson`` renders of a param left blank; kept, it became a zone named "null".
+    """
+    return None if value in (None, "", "None", "null") else value
 
 
 def positive_hours(value: Any, *, name: str, why: str) -> Decimal:
