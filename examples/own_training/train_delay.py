@@ -5,9 +5,10 @@ at start, save one now and then (and when the spot notice comes), write the metr
 the output folder. The script imports only the standard library, NumPy, PyTorch and ``costaware_runtime``
 (the slim runtime, no Airflow).
 
-By hand (the folders default to ./checkpoints, ./output, ./metrics.json)::
+By hand, under the launcher (it makes temporary folders for the checkpoints, the output and the metrics
+where no ``COSTAWARE_*`` variable names one; run bare, the script refuses: it needs them)::
 
-    python train_delay.py --data /path/with/train.npz/and/holdout.npz --epochs 4
+    costaware-run -- python train_delay.py --data /path/with/train.npz/and/holdout.npz --epochs 4
 
 Under costaware (``dags/own_training.py``): ``RemoteTrainingOperator(command=["python", "train_delay.py",
 "--data", ...])`` runs it on spot, and the launcher restores and syncs the checkpoint folder.

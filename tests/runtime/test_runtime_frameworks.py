@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import signal
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -349,3 +350,14 @@ def test_huggingface_callback_asks_for_a_save_when_the_timer_says_so(sigterm_res
         callback.on_step_end(args, TrainerState(), control)
         asked.append(control.should_save and not control.should_training_stop)
     assert asked == [False, False, True, False, False, True, False]
+
+
+def test_the_torch_helpers_say_how_to_install_pytorch(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The runtime does not depend on PyTorch: an image without it gets the install line, as XGBoost's does.
+    from costaware_runtime import torch as runtime_torch
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
+    with pytest.raises(ImportError, match=r"costaware_runtime.torch needs PyTorch: pip install torch"):
+        runtime_torch.load_state(directory=tmp_path)

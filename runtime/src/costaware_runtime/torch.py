@@ -50,7 +50,7 @@ def save(
     Returns:
         The file written, or None on a distributed rank other than 0 (only rank 0 saves).
     """
-    import torch
+    torch = _torch()
 
     began = time.monotonic()
     if (
@@ -82,7 +82,7 @@ def load_state(
     ``weights_only=True`` (torch's safe loader) allows tensors and plain Python values only; pass False
     only for checkpoints you trust that hold other objects.
     """
-    import torch
+    torch = _torch()
 
     marker = read_marker(directory)
     if marker is None:
@@ -120,8 +120,17 @@ def load(
 
 
 def _unwrap(model: Any) -> Any:
-    import torch
+    torch = _torch()
 
     if isinstance(model, torch.nn.parallel.DistributedDataParallel | torch.nn.DataParallel):
         model = model.module
     return getattr(model, "_orig_mod", model)  # torch.compile's wrapper
+
+
+def _torch() -> Any:
+    """PyTorch, or an ImportError that says how to install it (it is not a dependency of the runtime)."""
+    try:
+        import torch
+    except ImportError as e:
+        raise ImportError(f"costaware_runtime.torch needs PyTorch: pip install torch ({e})") from e
+    return torch

@@ -111,7 +111,8 @@ _HINTS = {
     EXIT_CONTRACT_ERROR: (
         "exit 2: your command exited 2 itself (e.g. python: can't open file: check the script's path), or it "
         "broke the contract (exited 0 without a metrics file or with an empty output folder), or "
-        "costaware-run could not start; the launcher's line above says which"
+        "costaware-run could not start; the job's last log lines (the launcher's begin with "
+        "'costaware-run:') say which"
     ),
     EXIT_PREEMPTED_WITHOUT_CHECKPOINT: (
         "the job exited 75 (preempted) without a notice and without a committed checkpoint (exit 76): save "
