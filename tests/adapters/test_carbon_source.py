@@ -56,6 +56,8 @@ def test_bundled_fallback_for_zones_without_a_file(tmp_path: Path) -> None:
     assert source.zones == ["AU-NSW", "DE-LU", "GB", "US-CAL-CISO"]
     with pytest.raises(PriceNotFoundError, match="no recorded carbon intensity for grid zone 'DE-LU'"):
         RecordedCarbon(tmp_path, bundled=False).intensity("DE-LU", start, start + timedelta(hours=1))
+    with pytest.raises(PriceNotFoundError, match="grid zone 'de-lu': did you mean 'DE-LU'\\? Zone names are"):
+        source.intensity("de-lu", start, start + timedelta(hours=1))  # not "import a file as de-lu"
 
 
 def test_a_zone_file_comes_first_and_the_bundled_year_serves_the_rest(tmp_path: Path) -> None:

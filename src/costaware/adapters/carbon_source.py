@@ -157,6 +157,12 @@ class RecordedCarbon:
         files = self.files.get(zone, [])
         bundled = [bundled_carbon(zone, self.basis)] if self.bundled and zone in bundled_zones() else []
         if not files and not bundled:
+            same = [z for z in self.zones if z.lower() == zone.lower()]
+            if same:  # "gb": the zone is there, named in capitals; importing a file as "gb" would not help
+                raise PriceNotFoundError(
+                    f"no recorded carbon intensity for grid zone {zone!r}: did you mean {same[0]!r}? Zone "
+                    "names are case-sensitive"
+                )
             raise PriceNotFoundError(
                 f"no recorded carbon intensity for grid zone {zone!r}: recorded zones are "
                 f"{', '.join(self.zones) or 'none'}; import a file with "

@@ -247,12 +247,20 @@ class SpotWindowTrigger(BaseTrigger):
                     {"status": "success", "message": decision.reason, "decision": decision.to_xcom()}
                 )
                 return
-            self.log.info(
-                "waiting for a better spot start: price %s USD/hour, capacity %s, latest start %s",
-                observation.usd_per_hour,
-                observation.available,
-                latest_start.isoformat(),
-            )
+            if not_before is not None and now < not_before:
+                # Nothing was looked at yet: "price None, capacity False" read as "no spot capacity".
+                self.log.info(
+                    "waiting for the window to open at %s (latest start %s)",
+                    not_before.isoformat(),
+                    latest_start.isoformat(),
+                )
+            else:
+                self.log.info(
+                    "waiting for a better spot start: price %s USD/hour, capacity %s, latest start %s",
+                    observation.usd_per_hour,
+                    observation.available,
+                    latest_start.isoformat(),
+                )
             wake = (latest_start - now).total_seconds()
             if not_before is not None and now < not_before:
                 wake = min(wake, (not_before - now).total_seconds())
