@@ -309,6 +309,11 @@ def test_trigger_reports_bad_input_as_an_error_event(tmp_path: Path) -> None:
             {"availability_zone": "us-east-1", "deadline": (now() + timedelta(minutes=5)).isoformat()},
             "is a region",
         ),
+        # Waiting for it would miss the deadline (1 hour of work, 8 hours away); it went on-demand before it.
+        (
+            {"earliest_start": (now() + timedelta(hours=7, minutes=30)).isoformat()},
+            "earliest_start .* is after",
+        ),
     ],
 )
 def test_bad_inputs_fail_without_retry_and_write_nothing(
@@ -329,6 +334,10 @@ def test_bad_inputs_fail_without_retry_and_write_nothing(
     [
         ({"deadline": "2030-01-01T00:00:00"}, "has no time zone"),
         ({"deadline": "tomorrow"}, "deadline 'tomorrow'"),
+        (
+            {"earliest_start": "2030-01-02T00:00:00+00:00", "deadline": "2030-01-01T06:00:00+00:00"},
+            "earliest_start '2030-01-02T00:00:00\\+00:00' is not before the deadline",
+        ),
         ({"earliest_start": "2030-01-01T00:00:00"}, "has no time zone"),
         ({"expected_runtime_hours": "2h"}, "expected_runtime_hours must be a number > 0, got '2h'"),
         ({"expected_runtime_hours": 0}, "expected_runtime_hours must be a number > 0"),
@@ -544,7 +553,7 @@ def test_a_deadline_param_before_the_window_wins_over_the_window(
     deadline = (now() + timedelta(hours=3)).isoformat()
     result = make_sensor(prices=str(prices), deadline=deadline).execute(ctx)
     assert result["market"] == "spot" and result["deadline"] == datetime.fromisoformat(deadline).isoformat()
-    assert "comes before the run's window opens" in capsys.readouterr().out
+    assert "leaves no time to wait for the run's window to open" in capsys.readouterr().out
 
 
 def test_a_deadline_in_the_past_is_said_out_loud(

@@ -254,11 +254,19 @@ class SpotWindowSensor(BaseSensorOperator):
             restart_overhead_minutes=self.restart_overhead_minutes,
             priority=priority,
         )
+        if not window_start and not_before is not None and not_before > latest:
+            # Waiting for earliest_start would miss the deadline; starting before it would break it.
+            raise ConfigurationError(
+                f"earliest_start {not_before.isoformat()} is after {latest.isoformat()}, the latest start "
+                f"that the deadline {deadline.isoformat()} allows for {runtime} hour(s) of work: move "
+                "earliest_start earlier or the deadline later"
+            )
         if given_deadline and window_start and not_before is not None and not_before > latest:
             # A deadline given for this run (the trigger form's) wins over the run's window: waiting for
             # the window to open would miss it.
             self.log.warning(
-                "the deadline %s comes before the run's window opens (%s): not waiting for the window",
+                "the deadline %s leaves no time to wait for the run's window to open (%s): not waiting for "
+                "the window",
                 deadline.isoformat(),
                 not_before.isoformat(),
             )
@@ -525,6 +533,16 @@ def _check_written(
     for name, value in (("deadline", deadline), ("earliest_start", earliest_start)):
         if _written(value):
             parse_instant(value, name=name)
+    if _written(deadline) and _written(earliest_start):
+        end, start = (
+            parse_instant(deadline, name="deadline"),
+            parse_instant(earliest_start, name="earliest_start"),
+        )
+        if start >= end:
+            raise ConfigurationError(
+                f"earliest_start {earliest_start!r} is not before the deadline {deadline!r}: no run could "
+                "start in time; move one of them"
+            )
     if _written(target_usd_per_hour):
         _price(target_usd_per_hour, "target_usd_per_hour")
     if _written(on_demand_usd_per_hour):
