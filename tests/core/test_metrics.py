@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 from typing import Any
@@ -126,3 +127,16 @@ def test_model_kind_follows_the_predictions_shape(metric: str, predictions: Any,
 def test_bad_input_is_a_clear_error(metric: str, label: Any, predictions: Any, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         score(metric, np.asarray(label), predictions, label_name="label column 'y'")
+
+
+def test_a_regression_metric_on_a_0_1_label_and_probabilities_says_the_model_looks_like_a_classifier(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING):
+        value = score("rmse", [0, 1, 1, 0], [0.2, 0.7, 0.9, 0.4])
+    assert value == pytest.approx(math.sqrt((0.04 + 0.09 + 0.01 + 0.16) / 4))  # the root of the Brier score
+    assert "rmse scores the label, a 0/1 label, against probabilities" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        score("rmse", [3.0, 1.5], [2.5, 1.0])  # a regression: nothing to say
+    assert caplog.text == ""

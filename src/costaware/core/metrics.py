@@ -17,12 +17,15 @@ predictions tells which. Plain numpy (imported where used, so ``costaware.core``
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from costaware.core.errors import ConfigurationError
+
+log = logging.getLogger(__name__)
 
 BINARY = "binary"
 MULTICLASS = "multiclass"
@@ -136,7 +139,16 @@ def score(metric: str, label: Any, predictions: Any, *, label_name: str = "the l
     if not np.isfinite(pred).all():
         return math.nan  # a model that predicts NaN or inf has no meaningful score
     if kind == REGRESSION:
-        return _REGRESSION[metric](_numeric(y, metric, label_name), pred)
+        numeric = _numeric(y, metric, label_name)
+        if set(np.unique(numeric)) <= {0.0, 1.0} and ((pred >= 0) & (pred <= 1)).all():
+            # Said, not refused: it is a score of the probabilities (RMSE is the root of the Brier score).
+            log.warning(
+                "%s scores %s, a 0/1 label, against probabilities: the model looks like a classifier; "
+                "roc_auc, average_precision or log_loss are the metrics of one",
+                metric,
+                label_name,
+            )
+        return _REGRESSION[metric](numeric, pred)
     if kind == BINARY:
         return _BINARY[metric](
             _classes(y, 2, metric, kind, label_name), np.clip(pred, PROBABILITY_EPS, 1 - PROBABILITY_EPS)

@@ -279,7 +279,7 @@ class CachedFeaturesOperator(BaseOperator):
     def _ledger_entry(self, outcome: Outcome, who: dict[str, Any], rate: Decimal) -> Any:
         """The avoided-cost entry of a hit; for a miss, the entry whose note the listener's entry takes."""
         from costaware.core.ledger import SECONDS_PER_HOUR, Kind, LedgerEntry, Market
-        from costaware.core.money import format_usd
+        from costaware.core.money import format_usd_exact
 
         manifest = outcome.entry.manifest
         hours = (Decimal(str(manifest.compute_seconds)) / SECONDS_PER_HOUR).quantize(Decimal("0.000001"))
@@ -305,7 +305,7 @@ class CachedFeaturesOperator(BaseOperator):
                 manifest.created.date().isoformat(),
                 manifest.key,
                 manifest.rows,
-                format_usd(Decimal(manifest.cost_usd)),
+                format_usd_exact(Decimal(manifest.cost_usd)),
             )
             return LedgerEntry(
                 **common,

@@ -134,11 +134,12 @@ def _raised(info: Mapping[str, Any]) -> list[str]:
     failed (a column that does not exist), nested under one key per metric; both are read.
     """
     found = [info] if "raised_exception" in info else [n for n in info.values() if isinstance(n, Mapping)]
-    return [
+    messages = (
         str(item.get("exception_message")).removeprefix("Error: ")  # said once: the line says "error:"
         for item in found
         if item.get("raised_exception")
-    ]
+    )
+    return list(dict.fromkeys(messages))  # several metrics of one missing column raise the same message
 
 
 def failure_lines(result: Mapping[str, Any]) -> list[str]:
