@@ -29,8 +29,9 @@ one `--ledger-url` names (before the command, or after it on commands that use t
 uses too; see [the ledger](ledger.md).
 
 Every command that prints rows takes `--format table|json|csv` (default `table`): `table` for people, `json`
-with exact figures under machine keys, `csv` for spreadsheets. Report rows are grouped by
-`--group-by` (one of the choices below, or `tag:<name>`); budgets have a `--period`.
+with exact figures under machine keys, `csv` for spreadsheets (amounts as plain numbers, `1234.50` for
+`$1,234.50`). Report rows are grouped by `--group-by` (one of the choices below, or `tag:<name>`); budgets
+have a `--period`.
 
 Exit codes: 0 done; 1 `prices refresh` found no price; 2 bad input (an unknown value, a missing argument, a
 malformed file), with the reason on stderr (`costaware: error: ...`) and nothing written.

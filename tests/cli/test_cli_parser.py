@@ -137,6 +137,6 @@ def test_emit_writes_one_table_csv_and_json(capsys: pytest.CaptureFixture[str]) 
     assert lines[0].split() == ["name", "usd", "n"] and set(lines[1]) <= {"-", " "}
     assert lines[2].index(".") == lines[3].index(".")  # cents and micro-dollars line up
     emit(rows, "csv", headers=["name", "usd", "n"])
-    assert capsys.readouterr().out == 'name,usd,n\r\na,$0.17,2\r\nb,"$1,234.500002",10\r\n'
+    assert capsys.readouterr().out == "name,usd,n\r\na,0.17,2\r\nb,1234.500002,10\r\n"  # numbers a sheet sums
     emit(rows, "json", headers=["name", "usd", "n"])
     assert json.loads(capsys.readouterr().out)[1] == {"name": "b", "usd": "$1,234.500002", "n": 10}

@@ -18,6 +18,17 @@ from typing import Any
 FORMATS = ("table", "json", "csv")
 
 _AMOUNT = re.compile(r"^-?\$[\d,]+\.(\d+)$")
+#: A dollar amount as people read it (``$1,234.50``, ``-$0.17``): CSV gets the number alone.
+_CSV_AMOUNT = re.compile(r"^(-?)\$([\d,]+(?:\.\d+)?)$")
+
+
+def csv_cell(value: Any) -> Any:
+    """``value`` for a CSV cell: a dollar amount as a plain number (``1234.50``), which spreadsheets sum."""
+    if isinstance(value, str):
+        found = _CSV_AMOUNT.match(value)
+        if found:
+            return found.group(1) + found.group(2).replace(",", "")
+    return value
 
 
 def plain(value: Decimal) -> str:
@@ -78,7 +89,7 @@ def emit(
         out = io.StringIO()
         writer = csv.writer(out)
         writer.writerow(headers)
-        writer.writerows(rows)
+        writer.writerows([csv_cell(cell) for cell in row] for row in rows)
         print(out.getvalue(), end="")
     else:
         print(render_table(headers, rows, labels=labels))
