@@ -140,3 +140,12 @@ def test_emit_writes_one_table_csv_and_json(capsys: pytest.CaptureFixture[str]) 
     assert capsys.readouterr().out == "name,usd,n\r\na,0.17,2\r\nb,1234.500002,10\r\n"  # numbers a sheet sums
     emit(rows, "json", headers=["name", "usd", "n"])
     assert json.loads(capsys.readouterr().out)[1] == {"name": "b", "usd": "$1,234.500002", "n": 10}
+
+
+def test_a_value_that_starts_with_a_dash_is_explained(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as ended:
+        main(["alerts", "set", "--scope", "project=x", "--period", "month", "--thresholds", "-10%"])
+    assert ended.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --thresholds: expected one argument (a value that starts with '-' goes after '='" in err
+    assert "--thresholds=-VALUE" in err

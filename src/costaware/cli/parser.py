@@ -10,10 +10,24 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from costaware.cli.arguments import ARG_LEDGER_URL_GLOBAL, ActionCommand, GroupCommand
 from costaware.cli.config import COMMANDS, DESCRIPTION
 from costaware.core.errors import CostawareError
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose "expected one argument" says how to give a value that starts with ``-``."""
+
+    def error(self, message: str) -> NoReturn:
+        if message.endswith("expected one argument"):
+            flag = message.removeprefix("argument ").split(":", 1)[0].split("/")[-1].strip()
+            message += (
+                f" (a value that starts with '-' goes after '=', as in {flag}=-VALUE: argparse reads it as "
+                "an option otherwise)"
+            )
+        super().error(message)
 
 
 def _add_action(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], cmd: ActionCommand) -> None:
@@ -25,7 +39,7 @@ def _add_action(subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every ``costaware`` command; imports no command module."""
-    parser = argparse.ArgumentParser(prog="costaware", description=DESCRIPTION)
+    parser = _Parser(prog="costaware", description=DESCRIPTION)
     ARG_LEDGER_URL_GLOBAL.add_to(parser)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for cmd in COMMANDS:
