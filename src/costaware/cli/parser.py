@@ -30,7 +30,7 @@ class _Parser(argparse.ArgumentParser):
         super().error(message)
 
 
-def _add_action(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], cmd: ActionCommand) -> None:
+def _add_action(subparsers: argparse._SubParsersAction[_Parser], cmd: ActionCommand) -> None:
     parser = subparsers.add_parser(cmd.name, help=cmd.help, description=cmd.description or cmd.help)
     for arg in cmd.args:
         arg.add_to(parser)
