@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -208,6 +209,21 @@ def test_batch_submit_poll_and_idempotence_through_moto(aws: str, batch_queues: 
     assert status.billable_seconds >= 0
     od = backend.submit(request("on_demand", instance_type="m5.large"))
     assert od != job_id and backend.poll(od).market == "on_demand"
+
+
+def test_a_grace_period_longer_than_the_ecs_stop_timeout_is_said_at_submit(
+    aws: str, batch_queues: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # ECS kills a Batch container 30 s after SIGTERM by default: a 110 s grace would have its save cut.
+    backend = open_backend("batch", {**batch_queues, "aws_conn_id": "moto_aws"})
+    with caplog.at_level(logging.WARNING):
+        backend.submit(request(instance_type="m5.large", grace_seconds=110))
+    assert "preemption_grace_seconds 110 is longer than the 30 s ECS gives a Batch container" in caplog.text
+    caplog.clear()
+    raised = open_backend("batch", {**batch_queues, "aws_conn_id": "moto_aws", "stop_timeout_seconds": 120})
+    with caplog.at_level(logging.WARNING):
+        raised.submit(request("on_demand", instance_type="m5.large", grace_seconds=110))
+    assert "ECS gives" not in caplog.text
 
 
 @pytest.mark.parametrize(

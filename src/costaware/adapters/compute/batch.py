@@ -23,6 +23,7 @@ connection needs ``batch:RegisterJobDefinition``); ``job_definition`` itself is 
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,6 +37,11 @@ from costaware.adapters.compute.base import (
 )
 from costaware.adapters.compute.job_contract import RESUBMIT_EXIT_CODES
 from costaware.core.errors import ComputeBackendError, ConfigurationError
+
+log = logging.getLogger(__name__)
+
+#: ECS's default wait from SIGTERM to SIGKILL (``ECS_CONTAINER_STOP_TIMEOUT``) on a Batch compute environment.
+ECS_STOP_TIMEOUT_SECONDS = 30.0
 
 RECLAIM_REASON = "Host EC2*"
 _PENDING = {"SUBMITTED", "PENDING", "RUNNABLE", "STARTING"}
@@ -196,6 +202,9 @@ class BatchBackend:
         work_dir: Writable folder of the container for the job's checkpoint, output and metrics.
         spot_queues: Zone -> job queue on a SPOT compute environment whose subnets are in that zone only:
             where a spot request with an ``availability_zone`` goes. On-demand requests ignore the zone.
+        stop_timeout_seconds: How long the compute environment's ECS agent waits from SIGTERM to SIGKILL
+            (``ECS_CONTAINER_STOP_TIMEOUT``, 30 s unless raised): a grace period longer than it is cut, and
+            each submit says so.
     """
 
     name = "batch"
@@ -213,6 +222,7 @@ class BatchBackend:
         tags: Mapping[str, str] | None = None,
         work_dir: str = WORK_DIR,
         spot_queues: Mapping[str, str] | None = None,
+        stop_timeout_seconds: float = ECS_STOP_TIMEOUT_SECONDS,
     ) -> None:
         missing = [
             n
@@ -238,6 +248,12 @@ class BatchBackend:
         self.aws_conn_id, self.region_name = aws_conn_id, region_name
         self.reclaim_retries, self.tags = reclaim_retries, dict(tags or {})
         self.work_dir = work_dir
+        try:
+            self.stop_timeout_seconds = float(stop_timeout_seconds)
+        except (TypeError, ValueError):
+            raise ConfigurationError(
+                f"stop_timeout_seconds must be a number of seconds, got {stop_timeout_seconds!r}"
+            ) from None
         self.spot_queues = {check_aws_zone(str(z)): str(q) for z, q in dict(spot_queues or {}).items()}
         empty = sorted(z for z, q in self.spot_queues.items() if not q)
         if empty:
@@ -319,6 +335,15 @@ class BatchBackend:
 
     def submit(self, request: JobRequest) -> str:
         require_object_store(request, "batch")  # before any request to AWS
+        if request.grace_seconds > self.stop_timeout_seconds:
+            log.warning(
+                "preemption_grace_seconds %g is longer than the %g s ECS gives a Batch container from "
+                "SIGTERM to SIGKILL: a last checkpoint that takes longer is cut. Raise "
+                "ECS_CONTAINER_STOP_TIMEOUT on the compute environment's instances and set backend_options "
+                "stop_timeout_seconds to it, or lower preemption_grace_seconds",
+                request.grace_seconds,
+                self.stop_timeout_seconds,
+            )
         queue = queue_for(  # a zone without a queue fails before any request to AWS too
             request,
             spot_queue=self.spot_queue,
