@@ -246,6 +246,13 @@ class PriceCatalog:
         if found is not None:
             return found
         if instance_type not in self._types:
+            if instance_type.startswith("ml."):
+                # "did you mean m5.xlarge?" led a SageMaker user to a type SageMaker refuses.
+                raise PriceNotFoundError(
+                    f"no price for the SageMaker type {instance_type!r}: the bundled table holds EC2 types, "
+                    "and SageMaker prices its ml.* types apart; give the prices (spot_usd_per_hour and "
+                    "on_demand_usd_per_hour)"
+                )
             hint = _suggest(instance_type, self._types)
             raise PriceNotFoundError(f"unknown instance type {instance_type!r}{hint}")
         if region not in self._regions:
