@@ -212,6 +212,25 @@ def test_a_retry_holds_only_what_is_left_of_max_usd_after_what_its_earlier_tries
     assert usage.spent_usd == billed
 
 
+def test_a_retry_whose_earlier_jobs_are_gone_holds_all_of_max_usd_again(
+    tmp_path: Path, data: Path, ledger: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A job the backend no longer has is submitted again, not followed: it would not count again in the
+    # retry's state, so holding only what is left of the cap could let the budget be passed.
+    import shutil
+
+    ledger.set_budget("project=churn", "month", "10")
+    holder = "remote_dag/scheduled__2026-01-01/train/-1"
+    ledger.reserve("project=churn", "1.00", holder=holder, run_id="r")
+    drive(operator(tmp_path, tags={"project": "churn"}, max_usd="5", deferrable=False), context_for())
+    shutil.rmtree(tmp_path / "jobs")  # the backend forgot the job (another machine, a deleted pod)
+    capsys.readouterr()
+    drive(operator(tmp_path, tags={"project": "churn"}, max_usd="5", deferrable=False), context_for())
+    out = capsys.readouterr().out
+    assert "the local backend no longer has all 1 attempt(s) earlier tries billed" in out
+    assert ledger.latest_reservation(holder).usd == Decimal(5)
+
+
 def test_a_retry_past_an_approved_overage_holds_nothing_and_still_runs(
     tmp_path: Path, data: Path, ledger: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

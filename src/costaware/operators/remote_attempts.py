@@ -327,7 +327,20 @@ class RemoteAttemptSteps:
         # Only a preempted spot run is judged by what it kept (the guard, the zone choice, "auto"'s re-tune).
         committed = self._committed_step(state) if cause == "preemption" and job["market"] == "spot" else None
         entry, attempt = billed_attempt(state, job, cause, rate, committed_step=committed)
-        self.ledger_hook.get_conn().record(entry)
+        ledger = self.ledger_hook.get_conn()
+        if not ledger.record(entry):
+            # An earlier try recorded this attempt: the ledger's figure is what it cost, and what counts
+            # against max_usd (priced again now, at another zone's or a later price, it could differ).
+            stored = next(
+                (
+                    row["usd"]
+                    for row in ledger.entries(dag_id=entry.dag_id, run_id=entry.run_id)
+                    if row["entry_uid"] == entry.entry_uid
+                ),
+                None,
+            )
+            if stored is not None:
+                attempt = replace(attempt, usd=str(stored))
         return state.recorded(attempt)
 
     def _committed_step(self, state: AttemptState) -> int | None:
@@ -516,9 +529,22 @@ class RemoteAttemptSteps:
 
         plan = state.plan
         ledger = self.ledger_hook.get_conn()
-        earlier = billed_by_earlier_tries(ledger, plan) if plan.max_usd is not None else Decimal(0)
+        earlier, count = (
+            billed_by_earlier_tries(ledger, plan) if plan.max_usd is not None else (Decimal(0), 0)
+        )
+        retry = count > 0
+        if retry and not self._earlier_jobs_kept(plan, count):
+            # A job the backend no longer has is submitted again, not followed: its run would not count
+            # again in this try's state, so the budgets hold all of max_usd, as for a first try.
+            self.log.warning(
+                "a retry: the %s backend no longer has all %d attempt(s) earlier tries billed (%s): "
+                "holding all of max_usd again",
+                plan.backend,
+                count,
+                format_usd_exact(earlier),
+            )
+            earlier = Decimal(0)
         gate = gate_reservation(ledger, plan)
-        retry = earlier > 0
         if gate is None:
             if self.budget_scope and (plan.max_usd or plan.estimated_usd):
                 task_id = plan.identity["task_id"]
@@ -556,12 +582,18 @@ class RemoteAttemptSteps:
             )
             return state
         lowered_cap = earlier + held
+        # A retry's hold starts at $0 (hold_again): what the gate reserved then is not what it holds now.
+        reserved = (
+            "this retry held nothing yet"
+            if gate.usd == 0 and retry
+            else f"the spend gate reserved {format_usd_exact(gate.usd)} for this task"
+        )
         self.log.warning(
-            "max_usd %s is lowered to %s: the spend gate reserved %s for this task and %s had room for "
-            "no more than %s; raise the budget to give the task its full cap",
+            "max_usd %s is lowered to %s: %s and %s had room for no more than %s; raise the budget to give "
+            "the task its full cap",
             format_usd_exact(cap),
             format_usd_exact(lowered_cap),
-            format_usd_exact(gate.usd),
+            reserved,
             budgets,
             f"{format_usd_exact(held)} beside the {format_usd_exact(earlier)} earlier tries billed"
             if earlier
@@ -581,6 +613,13 @@ class RemoteAttemptSteps:
                 "released"
             )
         return lowered
+
+    def _earlier_jobs_kept(self, plan: RemotePlan, count: int) -> bool:
+        """Whether the backend still has the jobs of attempts 1..``count`` (IO: one look-up each)."""
+        from costaware.training.remote import job_name
+
+        backend = self._backend(plan)
+        return all(backend.find(job_name(plan.base_name, n)) for n in range(1, count + 1))
 
     def _finish(self, context: Context, state: AttemptState) -> dict[str, Any]:
         from costaware.operators.run_record import record_retrain_outcome

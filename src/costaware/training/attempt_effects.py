@@ -258,24 +258,24 @@ def open_task_reservations(ledger: Ledger, plan: RemotePlan) -> list[Reservation
     return [r for r in ledger.open_reservations(holder_prefix=holder) if r.holder == holder]
 
 
-def billed_by_earlier_tries(ledger: Ledger, plan: RemotePlan) -> Decimal:
-    """What this task's attempts billed before this try: their ledger entries ($0 on a first try).
+def billed_by_earlier_tries(ledger: Ledger, plan: RemotePlan) -> tuple[Decimal, int]:
+    """What this task's attempts billed before this try, and how many they were ($0 and 0 on a first try).
 
-    An Airflow retry follows the same jobs again by their names, so what its earlier tries' attempts billed
-    counts against ``max_usd`` once more in the retry's own state: the budgets need to hold only the rest.
+    An Airflow retry follows the same jobs again by their names (attempt 1, 2, ...), so what its earlier
+    tries' attempts billed counts against ``max_usd`` once more in the retry's own state (at the ledger's
+    figure): the budgets need to hold only the rest, as long as the backend still has those jobs.
     """
     ident = plan.identity
     rows = ledger.entries(dag_id=str(ident["dag_id"]), run_id=str(ident["run_id"]))
-    return sum(
-        (
-            Decimal(row["usd"])
-            for row in rows
-            if row["task_id"] == ident["task_id"]
-            and int(row["map_index"]) == int(ident["map_index"])
-            and str(row["price_source"] or "").startswith("remote:")
-        ),
-        Decimal(0),
-    )
+    billed = [
+        Decimal(row["usd"])
+        for row in rows
+        if row["task_id"] == ident["task_id"]
+        and int(row["map_index"]) == int(ident["map_index"])
+        and str(row["price_source"] or "").startswith("remote:")
+        and not row["estimated"]
+    ]
+    return sum(billed, Decimal(0)), len(billed)
 
 
 def settle_reservation(ledger: Ledger, state: AttemptState) -> None:
