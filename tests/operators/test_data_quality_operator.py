@@ -11,6 +11,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 from contexts import task_context
 
+from costaware.core.errors import ConfigurationError
 from costaware.operators.data_quality import DataQualityOperator
 
 SUITE = {
@@ -130,6 +131,39 @@ def test_a_batch_that_passes_stays_and_a_failed_move_still_refuses(tmp_path: Pat
     with pytest.raises(AirflowFailException, match=r"could not be moved to .*: move it out of the landing"):
         _run(tmp_path, SUITE, quarantine_path=str(blocker))
     assert landed.exists()
+
+
+def test_a_refused_folder_is_moved_file_by_file_and_a_quarantine_inside_it_is_refused(tmp_path: Path) -> None:
+    batch = tmp_path / "landing"
+    _batch(tmp_path, distance=[1400, -5, 1576, 762])
+    (batch / "part").mkdir()
+    (batch / "part" / "more.parquet").write_bytes((batch / "flights_2013-01-01.parquet").read_bytes())
+    # Inside the batch: deleting the batch would take the copy with it; nothing moves.
+    with pytest.raises(AirflowFailException, match=r"is inside the batch .*: move it out of the landing"):
+        _run(tmp_path, SUITE, quarantine_path=str(batch / "refused"))
+    assert (batch / "flights_2013-01-01.parquet").exists() and (batch / "part" / "more.parquet").exists()
+    with pytest.raises(AirflowFailException, match="the batch was moved to"):
+        _run(tmp_path, SUITE, quarantine_path=str(tmp_path / "refused"))
+    moved = tmp_path / "refused" / "retrain_dag" / "scheduled__2013-01-01" / "landing"
+    assert sorted(p.relative_to(moved).as_posix() for p in moved.rglob("*.parquet")) == [
+        "flights_2013-01-01.parquet",
+        "part/more.parquet",
+    ]
+    assert not batch.exists()  # its files moved, its folders were left empty and removed
+
+
+@pytest.mark.parametrize(("value", "unset"), [("None", True), ("null", True), ("refused", False)])
+def test_a_quarantine_path_left_blank_is_unset_and_a_relative_one_is_refused(
+    tmp_path: Path, value: str, unset: bool
+) -> None:
+    if unset:  # "{{ params.q }}" with the param left blank: no quarantine, not a folder named "None"
+        _batch(tmp_path, distance=[1400, -5, 1576, 762])
+        with pytest.raises(AirflowFailException) as caught:
+            _run(tmp_path, SUITE, quarantine_path=value)
+        assert "moved" not in str(caught.value) and (tmp_path / "landing").exists()
+    else:
+        with pytest.raises(ConfigurationError, match="'refused' is not an absolute folder or an s3:// URI"):
+            DataQualityOperator(task_id="q", data_path="/d", suite=SUITE, quarantine_path=value)
 
 
 def test_a_misspelled_column_is_named_with_great_expectations_own_words(tmp_path: Path) -> None:

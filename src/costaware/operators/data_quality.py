@@ -6,6 +6,7 @@ imported inside ``execute`` only: importing it takes seconds, which DAG parsing 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -18,6 +19,7 @@ from airflow.sdk import BaseOperator
 
 from costaware.core.errors import ConfigurationError
 from costaware.glue import DEFAULT_AWS_CONN_ID, airflow_errors, run_identity, storage_options
+from costaware.operators.templating import is_literal
 from costaware.settings import default_store
 
 if TYPE_CHECKING:
@@ -166,28 +168,80 @@ def failure_lines(result: Mapping[str, Any]) -> list[str]:
 
 
 def quarantine(data_path: str, quarantine_path: str, key: str, options: Mapping[str, Any]) -> str:
-    """Move the refused batch (a file, or a folder with its files) to ``quarantine_path/key``; returns where.
+    """Move the refused batch (a file, or a folder's files) to ``quarantine_path/key``; returns where.
 
-    Copied first, then deleted at its place: a failure part way leaves the batch where it was, or in both
-    places, never in neither. The two may be on different stores (local data, an ``s3://`` quarantine).
+    Each file is copied and its copy's size checked before any is deleted, and only the files copied are
+    deleted: a failure part way leaves the batch where it was, or in both places, never in neither, and a
+    file that lands in the folder meanwhile stays. The two may be on different stores (local data, an
+    ``s3://`` quarantine).
 
     Raises:
-        OSError: a store could not be read or written.
+        ConfigurationError: the quarantine is the batch's own folder or inside it (the batch's deletion
+            would take the copy too).
+        OSError: a store could not be read or written, or a copy came out short.
     """
     from pyarrow import fs
 
     from costaware.adapters.blob_dir import BlobDir
 
     source = BlobDir.from_uri(data_path, create=False, **options)
-    target = BlobDir.from_uri(quarantine_path, **options).child(key)
-    parent, _, name = source.root.rstrip("/").rpartition("/")
-    if target.is_local:
-        Path(target.root).mkdir(parents=True, exist_ok=True)
-    fs.copy_files(
-        source.root, target.path(name), source_filesystem=source.fs, destination_filesystem=target.fs
-    )
-    BlobDir(source.fs, parent, parent).delete(name)
+    target = BlobDir.from_uri(quarantine_path, create=False, **options).child(key)
+    if type(source.fs) is type(target.fs) and (target.root + "/").startswith(source.root.rstrip("/") + "/"):
+        raise ConfigurationError(
+            f"quarantine_path {quarantine_path!r} is inside the batch {data_path!r}: deleting the batch "
+            "would delete its copy too; give a folder outside it"
+        )
+    name = source.root.rstrip("/").rpartition("/")[2]
+    info = source.fs.get_file_info(source.root)
+    if info.type == fs.FileType.File:
+        files = [(source.root, name, info.size)]
+    else:
+        listed = source.fs.get_file_info(fs.FileSelector(source.root, recursive=True))
+        files = [
+            (i.path, f"{name}/{i.path[len(source.root) :].lstrip('/')}", i.size)
+            for i in listed
+            if i.type == fs.FileType.File
+        ]
+    for path, relative, size in files:
+        copy = target.path(relative)
+        if target.is_local:
+            Path(copy).parent.mkdir(parents=True, exist_ok=True)
+        fs.copy_files(path, copy, source_filesystem=source.fs, destination_filesystem=target.fs)
+        if target.fs.get_file_info(copy).size != size:
+            raise OSError(f"the copy of {path} at {copy} is not whole: nothing was deleted")
+    for path, _, _ in files:
+        source.fs.delete_file(path)
+    if source.is_local and info.type == fs.FileType.Directory:
+        _remove_empty_folders(Path(source.root))
     return f"{target.uri}/{name}"
+
+
+def _remove_empty_folders(root: Path) -> None:
+    """Remove ``root`` and the folders under it that are empty now; a folder with a file stays."""
+    for folder in sorted(
+        (p for p in root.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True
+    ):
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+    with contextlib.suppress(OSError):
+        root.rmdir()
+
+
+def _quarantine_location(value: Any) -> str:
+    """``quarantine_path`` as given, "" when unset (a template rendered empty, ``None`` or ``null``).
+
+    Raises:
+        ConfigurationError: a relative path: it would land on whichever worker ran the task.
+    """
+    text = str(value or "").strip()
+    if text in ("", "None", "null"):
+        return ""
+    if "://" not in text and not Path(text).expanduser().is_absolute():
+        raise ConfigurationError(
+            f"quarantine_path {text!r} is not an absolute folder or an s3:// URI: a relative path lands "
+            "wherever the worker runs; give e.g. '/data/quarantine' or 's3://bucket/quarantine'"
+        )
+    return text
 
 
 class DataQualityOperator(BaseOperator):
@@ -235,6 +289,8 @@ class DataQualityOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if is_literal(quarantine_path):
+            _quarantine_location(quarantine_path)  # a relative path fails when the DAG is parsed
         self.quarantine_path = quarantine_path
         self.data_path = data_path
         self.suite = suite
@@ -288,14 +344,14 @@ class DataQualityOperator(BaseOperator):
         """Move the refused batch to ``quarantine_path``; what the failure message adds about it."""
         from costaware.adapters.checkpoint_store import checkpoint_key
 
-        where = str(self.quarantine_path or "").strip()
+        where = _quarantine_location(self.quarantine_path)
         if not where:
             return ""
         try:
             moved = quarantine(
                 self.data_path, where, checkpoint_key(facts["dag_id"], facts["run_id"]), options
             )
-        except OSError as e:
+        except (OSError, ConfigurationError) as e:
             # The refusal stands either way; the batch is where it was, or also in the quarantine.
             self.log.error("could not move %s to %s: %s", self.data_path, where, e)
             return f"; it could not be moved to {where} ({e}): move it out of the landing folder by hand"
