@@ -414,6 +414,8 @@ def test_a_max_usd_template_rendered_empty_means_no_cap_and_the_log_says_so(
     state = op._start(context_for())
     assert state.plan.max_usd is None
     assert "max_usd rendered to '': this run has no cap in dollars" in capsys.readouterr().out
+    op.max_usd = "null"  # as "{{ params.cap | tojson }}" renders a blank param
+    assert op._start(context_for()).plan.max_usd is None
 
 
 def test_max_usd_too_small_for_one_attempt_starts_nothing(tmp_path: Path, ledger: Any) -> None:

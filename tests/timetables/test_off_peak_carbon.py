@@ -120,3 +120,15 @@ def test_a_run_longer_than_its_window_fails_when_the_dag_is_parsed() -> None:
     ):
         OffPeakTimetable(["22:00-06:00"], objective="carbon", carbon="GB", run_hours=12)
     assert OffPeakTimetable(["22:00-06:00", "12:00-13:00"], objective="carbon", carbon="GB", run_hours=8)
+
+
+def test_the_parse_checks_are_for_ranked_runs_and_not_for_a_rebuilt_timetable(tmp_path: Path) -> None:
+    # run_hours means nothing without an objective: a DAG that set it anyway still parses.
+    assert OffPeakTimetable(["22:00-06:00"], run_hours=12).run_hours == 12
+    # The scheduler and API server rebuild it from its serialized form: the DAG processor's files need not
+    # be there too (the scheduler reads them only when it asks for the next run).
+    csv = tmp_path / "GB.csv"
+    csv.write_text("timestamp_utc,g_co2eq_per_kwh_lca\n")
+    tt = OffPeakTimetable(["22:00-06:00"], objective="carbon", carbon=str(csv), run_hours=2)
+    csv.unlink()
+    assert OffPeakTimetable.deserialize(tt.serialize()) == tt

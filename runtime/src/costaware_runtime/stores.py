@@ -158,7 +158,9 @@ class S3Store(Store):
     def check(self) -> None:
         """Fail before the job runs where the bucket does not exist or the store cannot be reached.
 
-        A bucket the credentials may write to but not list answers 403: that is left for the first write.
+        Only a missing bucket (404) or an endpoint that does not answer fails here: any other answer (403
+        from credentials that may write but not list, a gateway without HeadBucket) is left to the first
+        real read or write.
         """
         client = self._client  # first: without boto3 this says how to install it
         from botocore.exceptions import BotoCoreError, ClientError
@@ -167,13 +169,10 @@ class S3Store(Store):
             client.head_bucket(Bucket=self.bucket)
         except ClientError as e:
             code = str(e.response.get("Error", {}).get("Code", ""))
-            if code in ("403", "AccessDenied", "Forbidden"):
-                return
             if code in ("404", "NoSuchBucket", "NotFound"):
                 raise StoreError(
                     f"bucket {self.bucket!r} of {self.uri} does not exist: fix the URI, or create the bucket"
                 ) from e
-            raise StoreError(f"could not reach {self.uri}: {e}; check the bucket and the credentials") from e
         except BotoCoreError as e:
             raise StoreError(
                 f"could not reach {self.uri}: {e}; check {S3_ENDPOINT_URL} (or AWS_ENDPOINT_URL) for an "

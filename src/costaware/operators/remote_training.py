@@ -537,7 +537,7 @@ def cap_usd(value: Any) -> Decimal | None:
     """
     from costaware.core.money import parse_usd
 
-    if value is None or (isinstance(value, str) and value.strip() in ("", "None")):
+    if value is None or (isinstance(value, str) and value.strip() in ("", "None", "null")):
         return None
     amount = parse_usd(value, name="max_usd", allow_negative=True)
     if amount <= 0:

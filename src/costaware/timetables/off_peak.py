@@ -58,6 +58,8 @@ class OffPeakTimetable(Timetable):
         power_kw: What the job draws (kW), the energy of both the electricity and the carbon term.
         electricity: A recorded hourly electricity price CSV (``timestamp_utc,usd_per_mwh``) for the
             cost term of power-priced runs; without it the cost term is 0.
+        check_sources: Check the carbon zone and files now (when the DAG is parsed); False where Airflow
+            rebuilds the timetable from its serialized form.
 
     The carbon and electricity files are read when the scheduler asks for the next run, never when the DAG
     is parsed. The data interval stays the whole window; only ``run_after`` moves inside it.
@@ -83,6 +85,7 @@ class OffPeakTimetable(Timetable):
         run_hours: float | None = None,
         power_kw: float = 1.0,
         electricity: str | None = None,
+        check_sources: bool = True,
     ) -> None:
         self.windows = [windows] if isinstance(windows, str) else list(windows)
         self.days = days if isinstance(days, str) else ",".join(days)
@@ -106,12 +109,12 @@ class OffPeakTimetable(Timetable):
         if not 0 < self.power_kw < float("inf"):
             raise ConfigurationError(f"power_kw={power_kw!r} is not a power > 0 (kW)")
         longest = max(w.end_minute - w.start_minute for w in self._schedule.windows) / 60
-        if self.run_hours is not None and self.run_hours > longest:
+        if self.ranks and self.run_hours is not None and self.run_hours > longest:
             raise ConfigurationError(
                 f"run_hours={run_hours!r} is longer than the longest window ({longest:g} hours): a run would "
                 "go on past its window's end; widen the window or shorten run_hours"
             )
-        if self.ranks:
+        if self.ranks and check_sources:
             self._check_sources()
         self.description = (
             f"One run per off-peak window {self._schedule.describe()}; the data interval is the window "
@@ -168,7 +171,14 @@ class OffPeakTimetable(Timetable):
     def deserialize(cls, data: dict[str, Any]) -> Timetable:
         """Inverse of :meth:`serialize`."""
         extra = {k: v for k, v in data.items() if k not in ("windows", "days", "timezone")}
-        return cls(windows=data["windows"], days=data["days"], timezone=data["timezone"], **extra)
+        # Checked when the DAG was parsed; the scheduler or API server rebuilding it need not see the files.
+        return cls(
+            windows=data["windows"],
+            days=data["days"],
+            timezone=data["timezone"],
+            check_sources=False,
+            **extra,
+        )
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, OffPeakTimetable) and self.serialize() == other.serialize()
