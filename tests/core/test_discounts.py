@@ -107,7 +107,7 @@ def test_a_type_only_the_price_sources_know() -> None:
         "aws-price-list-cache",
         0,
     )
-    with pytest.raises(PriceNotFoundError, match=r"unknown instance type 'ml\.g5\.xlarge'"):
+    with pytest.raises(PriceNotFoundError, match=r"no price for the SageMaker type 'ml\.g5\.xlarge'"):
         price_compute(
             bundled_catalog(), instance_type="ml.g5.xlarge", region="us-east-1", market="on_demand", seconds=1
         )

@@ -37,7 +37,7 @@ def test_instances_filter_cheapest_first() -> None:
         ("m5.large", "us-east-9", "did you mean us-east-"),
         ("p3.2xlarge", "us-east-1-atl-1", "it is priced in"),
         # Not "did you mean m5.xlarge?": SageMaker refuses the EC2 name.
-        ("ml.m5.xlarge", "us-east-1", "SageMaker type 'ml.m5.xlarge': .* give the prices"),
+        ("ml.m5.xlarge", "us-east-1", "SageMaker type 'ml.m5.xlarge': .* give its prices"),
     ],
 )
 def test_unknown_names_suggest(instance_type: str, region: str, message: str) -> None:

@@ -168,7 +168,7 @@ def test_the_study_stops_cleanly_when_the_next_trial_cannot_be_reserved(
         _run_slot(1)  # the stop is sticky: later slots do not try again
     # The study's own budget comes from max_usd: that is the setting to change, not `costaware budget set`.
     said = str(stopped.value)
-    assert "the study's budget is its max_usd ($0.04): give a later study a larger max_usd" in said
+    assert "the study's budget is its max_usd ($0.04): raise max_usd and run the DAG again" in said
     assert "costaware budget set" not in said
     study = optuna.load_study(study_name="s1", storage=env.engine.url.render_as_string(hide_password=False))
     assert study.get_trials() == []  # no trial was asked, nothing reserved
@@ -179,6 +179,31 @@ def test_the_study_stops_cleanly_when_the_next_trial_cannot_be_reserved(
     (line,) = [m for m in capsys.readouterr().out.splitlines() if "study s1: " in m and "; best " in m]
     assert "study s1: no trial ran; best none; spent $0 of $0.04; per trial n/a, " in line
     assert "per successful trial n/a; stop: budget" in line
+
+
+def test_a_study_stopped_for_its_budget_goes_on_once_a_later_run_raises_max_usd(env: Ledger) -> None:
+    plan = _plan(max_usd="0.04", fallback_trial_seconds=60)
+    plan.execute({"ti": _ti(plan)})
+    with pytest.raises(AirflowSkipException, match=r"stopped \(budget\)"):
+        _run_slot(0)
+    raised = _plan(max_usd="5", fallback_trial_seconds=60)
+    assert raised.execute({"ti": _ti(raised)}) == [0, 1, 2, 3, 4, 5]  # no trial started yet
+    assert _run_slot(0)["state"] in ("promoted", "pruned")  # the old stop no longer holds it
+
+
+def test_a_continued_study_numbers_its_slots_on_and_proposes_new_parameters(env: Ledger) -> None:
+    # A slot's number seeds its sampler: numbered from 0 again, the second run proposed the first's.
+    first = _plan(max_trials=2, fallback_trial_seconds=60)
+    assert first.execute({"ti": _ti(first)}) == [0, 1]
+    for slot in (0, 1):
+        _run_slot(slot)
+    more = _plan(max_trials=4, fallback_trial_seconds=60)
+    assert more.execute({"ti": _ti(more)}) == [2, 3]
+    for slot in (2, 3):
+        _run_slot(slot)
+    study = optuna.load_study(study_name="s1", storage=env.engine.url.render_as_string(hide_password=False))
+    proposed = [t.params["lr"] for t in sorted(study.get_trials(), key=lambda t: t.number)]
+    assert len(proposed) == 4 and len(set(proposed)) == 4
 
 
 def test_trainer_errors_fail_the_trial_and_are_retried_by_airflow(env: Ledger) -> None:
@@ -269,6 +294,8 @@ def test_summary_fails_trials_of_this_run_left_running(env: Ledger) -> None:
         ),
         ({"instance_type": "m5.lrage", "usd_per_hour": None}, "unknown instance type 'm5.lrage'"),
         ({"scope": "project"}, "scope must be a mapping or a JSON object"),
+        # The study was written, and then its budget refused: nothing is written now.
+        ({"scope": {"project": "flight delays, q1"}}, "has value 'flight delays, q1': it must be"),
     ],
 )
 def test_bad_study_settings_fail_without_writing(env: Ledger, kwargs: dict, message: str) -> None:  # type: ignore[type-arg]
@@ -296,6 +323,7 @@ def test_bad_study_settings_fail_without_writing(env: Ledger, kwargs: dict, mess
         ({"max_trials": "many"}, "max_trials must be a whole number >= 1, got 'many'"),
         ({"min_resource": 20}, "need 1 <= min_resource <= max_resource"),
         ({"scope": "project"}, "scope must be a mapping or a JSON object"),
+        ({"scope": {"project": "flight delays, q1"}}, "has value 'flight delays, q1': it must be"),
     ],
 )
 def test_settings_that_are_not_templated_fail_when_the_dag_is_parsed(

@@ -250,8 +250,9 @@ class PriceCatalog:
                 # "did you mean m5.xlarge?" led a SageMaker user to a type SageMaker refuses.
                 raise PriceNotFoundError(
                     f"no price for the SageMaker type {instance_type!r}: the bundled table holds EC2 types, "
-                    "and SageMaker prices its ml.* types apart; give the prices (spot_usd_per_hour and "
-                    "on_demand_usd_per_hour)"
+                    "and SageMaker prices its ml.* types apart; give its prices (a training's "
+                    "spot_usd_per_hour and on_demand_usd_per_hour), or fetch them with `costaware prices "
+                    "refresh --service sagemaker`"
                 )
             hint = _suggest(instance_type, self._types)
             raise PriceNotFoundError(f"unknown instance type {instance_type!r}{hint}")

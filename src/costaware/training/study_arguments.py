@@ -75,7 +75,11 @@ class StudyArguments:
         if written(*self._cap_arguments().values()):
             self._caps()
         if written(self.scope):
-            parse_mapping(self.scope, "scope")
+            from costaware.core.budgets import Scope
+
+            # A value with a comma or '=' cannot be a budget scope: said now, not after the study exists.
+            scope = parse_mapping(self.scope, "scope")
+            Scope.of({str(k): str(v) for k, v in scope.items()})
 
     def _schedule(self) -> RungSchedule:
         """The rungs from ``min_resource``, ``max_resource``, ``reduction_factor`` and ``max_rungs``."""

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from costaware.core.errors import ConfigurationError
+from costaware.core.errors import ConfigurationError, did_you_mean
 
 PARAM_KINDS = ("float", "int", "categorical")
 
@@ -35,6 +35,14 @@ class ParamSpec:
         if self.step is not None:
             out["step"] = self.step
         return out
+
+
+#: The keys each kind of parameter takes (a typo such as "lgo" is refused, not ignored).
+_KEYS = {
+    "float": frozenset({"type", "low", "high", "log", "step"}),
+    "int": frozenset({"type", "low", "high", "log", "step"}),
+    "categorical": frozenset({"type", "choices"}),
+}
 
 
 def parse_search_space(space: Mapping[str, Mapping[str, Any]]) -> tuple[ParamSpec, ...]:
@@ -64,8 +72,20 @@ def parse_search_space(space: Mapping[str, Mapping[str, Any]]) -> tuple[ParamSpe
                 f"search space entry {name!r} has type {raw.get('type')!r}: "
                 f"use one of {', '.join(PARAM_KINDS)}"
             )
+        known = _KEYS[kind]
+        unknown = sorted(str(k) for k in raw if k not in known)
+        if unknown:  # "lgo": true was a linear range without a word
+            raise ConfigurationError(
+                f"search space entry {name!r} has unknown key(s) {', '.join(map(repr, unknown))}"
+                f"{did_you_mean(unknown[0], known)}: a {kind} parameter takes {', '.join(sorted(known))}"
+            )
         if kind == "categorical":
-            choices = tuple(raw.get("choices") or ())
+            raw_choices = raw.get("choices")
+            if isinstance(raw_choices, str | bytes | Mapping):  # "abc" was three choices: a, b, c
+                raise ConfigurationError(
+                    f"categorical parameter {name!r} needs 'choices' as a list, got {raw_choices!r}"
+                )
+            choices = tuple(raw_choices or ())
             if not choices:
                 raise ConfigurationError(f"categorical parameter {name!r} needs a non-empty 'choices' list")
             specs.append(ParamSpec(str(name), kind, choices=choices))
@@ -76,8 +96,15 @@ def parse_search_space(space: Mapping[str, Mapping[str, Any]]) -> tuple[ParamSpe
             raise ConfigurationError(
                 f"{kind} parameter {name!r} needs numeric 'low' and 'high', got {dict(raw)!r}"
             ) from e
-        log = bool(raw.get("log", False))
-        step = None if raw.get("step") is None else float(raw["step"])
+        log = raw.get("log", False)
+        if not isinstance(log, bool):  # "false" as text read as true
+            raise ConfigurationError(f"parameter {name!r} has log {log!r}: write true or false, not text")
+        try:
+            step = None if raw.get("step") is None else float(raw["step"])
+        except (TypeError, ValueError):
+            raise ConfigurationError(
+                f"parameter {name!r} has step {raw['step']!r}: a step is a number"
+            ) from None
         if not (math.isfinite(low) and math.isfinite(high)) or low > high:
             raise ConfigurationError(
                 f"parameter {name!r} has an empty range [{low}, {high}]: need low <= high"
@@ -90,5 +117,7 @@ def parse_search_space(space: Mapping[str, Mapping[str, Any]]) -> tuple[ParamSpe
             )
         if kind == "int" and (low != int(low) or high != int(high)):
             raise ConfigurationError(f"int parameter {name!r} needs whole bounds, got [{low}, {high}]")
+        if kind == "int" and step is not None and step != int(step):
+            raise ConfigurationError(f"int parameter {name!r} needs a whole step, got {raw['step']!r}")
         specs.append(ParamSpec(str(name), kind, low, high, log, step))
     return tuple(specs)

@@ -45,6 +45,7 @@ def create_study(storage_url: str, ledger: Ledger, spec: StudySpec) -> dict[str,
     The study's budget is ``max_usd`` (and ``max_gpu_hours``) over scope ``study=<name>`` plus the
     spec's tags, for all time; every trial reserves from it and from any wider budget that covers it.
     """
+    budget_scope = spec.budget_scope  # a scope no budget can have fails before the study is written
     storage = open_storage(storage_url)
     study = optuna.create_study(
         study_name=spec.study_name,
@@ -59,8 +60,17 @@ def create_study(storage_url: str, ledger: Ledger, spec: StudySpec) -> dict[str,
     attrs = study.user_attrs
     if STARTED_ATTR not in attrs:
         study.set_user_attr(STARTED_ATTR, utcnow().isoformat())
+    if attrs.get(STOP_ATTR):
+        # Each DAG run judges the study again with its caps as they are now: a raised max_usd (or a budget
+        # with room again) lets it go on; a study still over a cap stops at its first slot, saying why.
+        log.info(
+            "study %s had stopped (%s); this run judges it again with its current caps",
+            spec.study_name,
+            attrs[STOP_ATTR].get("message", attrs[STOP_ATTR].get("reason")),
+        )
+        study.set_user_attr(STOP_ATTR, None)
     study.set_user_attr(SPEC_ATTR, spec.to_json())
-    ledger.set_budget(spec.budget_scope, "total", spec.caps.max_usd, cap_gpu_hours=spec.caps.max_gpu_hours)
+    ledger.set_budget(budget_scope, "total", spec.caps.max_usd, cap_gpu_hours=spec.caps.max_gpu_hours)
     started = len(started_trials(study.get_trials(deepcopy=False)))
     slots = max(spec.caps.max_trials - started, 0)
     log.info(
@@ -74,7 +84,9 @@ def create_study(storage_url: str, ledger: Ledger, spec: StudySpec) -> dict[str,
     )
     return {
         "study_name": spec.study_name,
-        "slots": list(range(slots)),
+        # Numbered on from the trials already started: a slot's number seeds its sampler, and a study
+        # continued by a second DAG run proposed the same parameters again from slot 0.
+        "slots": list(range(started, started + slots)),
         "trials_already_started": started,
         "rungs": list(spec.schedule.rungs),
         "max_usd": str(spec.caps.max_usd),

@@ -219,8 +219,8 @@ def _reserve_trial(
         if e.scope.startswith(f"{spec.budget_scope}/"):
             message = message.replace(
                 RAISE_THE_CAP,
-                f"the study's budget is its max_usd ({format_usd(spec.caps.max_usd)}): give a later study a "
-                "larger max_usd",
+                f"the study's budget is its max_usd ({format_usd(spec.caps.max_usd)}): raise max_usd and run "
+                "the DAG again, and the study goes on",
             )
         return _stop(s.study, StopReason.BUDGET, message)
     s.reserved_at = s.meter()
@@ -288,12 +288,25 @@ def _train_rungs(
                 f"needs about {needed:.1f} s"
             )
             break
+        guessed = not rate  # no speed known yet: the reservation is fallback_trial_seconds' guess
         tick = meter()
         value = float(model.advance(rung))
         spent = meter() - tick
         t.train_seconds += spent
         used = meter() - started
-        if used > reserved:
+        if used > reserved and guessed:
+            log.warning(
+                "rung %d took %.2f s and the trial has used %.2f s, past the %.2f s its reservation of %s "
+                "buys: no speed was known yet, so the reservation was fallback_trial_seconds' guess; raise "
+                "fallback_trial_seconds to what a trial takes. A rung is not interrupted, so what it ran "
+                "over is billed and can take the study past its cap",
+                rung,
+                spent,
+                used,
+                reserved,
+                format_usd(reservation.usd),
+            )
+        elif used > reserved:
             log.warning(
                 "rung %d took %.2f s and the trial has used %.2f s, past the %.2f s its reservation of %s "
                 "buys (training ran more than safety_factor %g times slower than its speed so far): a rung "
@@ -406,7 +419,7 @@ def _finish_trial(
 
 
 def _stop(study: optuna.study.Study, reason: StopReason, message: str) -> SlotResult:
-    if STOP_ATTR not in study.user_attrs:  # the first stop reason is the one kept
+    if not study.user_attrs.get(STOP_ATTR):  # the first stop reason of a DAG run is the one kept
         study.set_user_attr(
             STOP_ATTR, {"reason": reason.value, "message": message, "at": utcnow().isoformat()}
         )
