@@ -175,6 +175,13 @@ def test_no_budget_is_an_error_naming_the_scope(any_ledger: Ledger) -> None:
     # A tuning study's budget caps its whole life, as the spot tuning plan sets it.
     with pytest.raises(BudgetNotFoundError, match=r"--scope 'project=fraud,study=s1' --period total"):
         any_ledger.reserve("project=fraud,study=s1", "1")
+    # A study's budget is over its project and the study: asked for by the study alone, it is named.
+    any_ledger.set_budget("project=churn,study=s2", "total", "5")
+    with pytest.raises(
+        BudgetNotFoundError,
+        match=r"scope 'study=s2' alone; 'project=churn,study=s2/total' cover\(s\) it with more tags \(to see",
+    ):
+        any_ledger.usage("study=s2")
 
 
 def test_run_budget_is_per_run(any_ledger: Ledger) -> None:

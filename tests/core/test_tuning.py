@@ -160,7 +160,14 @@ def test_bad_search_space_names_the_parameter(space: dict, message: str) -> None
             {"max_usd": "5", "max_trials": 4, "plateau_min_delta": "nan"},
             "plateau_min_delta must be a number >= 0",
         ),
-        ({"max_usd": "5", "max_trials": 4, "max_gpu_hours": "-2"}, "max_gpu_hours must be zero or more"),
+        (
+            {"max_usd": "5", "max_trials": 4, "max_gpu_hours": "-2"},
+            "max_gpu_hours must be a number > 0, got .-2.",
+        ),
+        (
+            {"max_usd": "1", "max_trials": 2, "max_gpu_hours": "two"},
+            "max_gpu_hours must be a number > 0, got .two.",
+        ),
     ],
 )
 def test_bad_caps_name_the_value(kwargs: dict, message: str) -> None:  # type: ignore[type-arg]

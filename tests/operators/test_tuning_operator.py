@@ -294,6 +294,8 @@ def test_summary_fails_trials_of_this_run_left_running(env: Ledger) -> None:
         ),
         ({"instance_type": "m5.lrage", "usd_per_hour": None}, "unknown instance type 'm5.lrage'"),
         ({"scope": "project"}, "scope must be a mapping or a JSON object"),
+        ({"fallback_trial_seconds": "ten"}, "fallback_trial_seconds must be a number > 0, got 'ten'"),
+        ({"seed": "abc"}, "seed must be a whole number, got 'abc'"),
         # The study was written, and then its budget refused: nothing is written now.
         ({"scope": {"project": "flight delays, q1"}}, "has value 'flight delays, q1': it must be"),
     ],

@@ -140,16 +140,16 @@ class StudyArguments:
             caps=self._caps(),
             pruner=self.pruner,
             sampler=self.sampler,
-            seed=int(self.seed),
+            seed=parse_int(self.seed, "seed"),
             scope={str(k): str(v) for k, v in parse_mapping(self.scope, "scope").items()},
             instance_type=self.instance_type,
             region=self.region,
             market=market.value,
             usd_per_hour=rate,
             gpus=gpus,
-            fallback_trial_seconds=float(self.fallback_trial_seconds),
-            safety_factor=float(self.safety_factor),
-            slack_seconds=float(self.slack_seconds),
+            fallback_trial_seconds=parse_seconds(self.fallback_trial_seconds, "fallback_trial_seconds"),
+            safety_factor=parse_seconds(self.safety_factor, "safety_factor"),
+            slack_seconds=parse_seconds(self.slack_seconds, "slack_seconds"),
         )
 
 
@@ -197,3 +197,18 @@ def parse_int(value: Any, name: str) -> int:
         return int(str(value).strip())
     except ValueError as e:
         raise ConfigurationError(f"{name} must be a whole number, got {value!r}") from e
+
+
+def parse_seconds(value: Any, name: str) -> float:
+    """A number > 0 (seconds, or a factor), or its rendered text.
+
+    Raises:
+        ConfigurationError: anything else, naming ``name`` ("ten" read as a raw ValueError).
+    """
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        number = float("nan")
+    if not number > 0 or number == float("inf"):
+        raise ConfigurationError(f"{name} must be a number > 0, got {value!r}")
+    return number

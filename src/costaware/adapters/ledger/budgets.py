@@ -180,6 +180,16 @@ def applicable(
         window = period_window(budget.period, at or utcnow(), budget.timezone, run_id)
         found.append((row["id"], budget, window))
     if not found:
+        # A budget over this scope and more tags (a study's 'project=churn,study=s1'): that is the one asked
+        # for; setting one over the shorter scope, as the generic hint says, would make a second budget.
+        narrower = [b for b in map(budget_from_row, rows) if wanted.covers(b.scope) and b.scope != wanted]
+        if narrower:
+            labels = ", ".join(f"'{b.label}'" for b in narrower)
+            raise BudgetNotFoundError(
+                f"no budget covers scope '{wanted}' alone; {labels} cover(s) it with more tags (to see one, "
+                f"give its whole scope, e.g. --scope '{narrower[0].scope}'); or set one with `costaware "
+                f"budget set --scope '{wanted}' --period {suggested_period(wanted)} --cap-usd <USD>`"
+            )
         known = ", ".join(f"'{budget_from_row(r).label}'" for r in rows) or "none"
         raise BudgetNotFoundError(
             f"no budget covers scope '{wanted}' (budgets: {known}); set one with "
