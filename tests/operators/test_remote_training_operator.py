@@ -229,6 +229,30 @@ def test_a_retry_whose_earlier_jobs_are_gone_holds_all_of_max_usd_again(
     out = capsys.readouterr().out
     assert "the local backend no longer has all 1 attempt(s) earlier tries billed" in out
     assert ledger.latest_reservation(holder).usd == Decimal(5)
+    # The job run again under the lost one's name is a second run: both are in the ledger (keyed by the
+    # job's name alone, the second was taken for the first and its cost dropped).
+    runs = [row for row in ledger.entries(dag_id="remote_dag") if row["price_source"] == "remote:local"]
+    assert len(runs) == 2 and len({row["entry_uid"] for row in runs}) == 2
+    (usage,) = ledger.usage("project=churn")
+    assert usage.spent_usd == sum(row["usd"] for row in runs)
+
+
+def test_an_attempt_an_older_costaware_recorded_by_its_name_alone_is_not_recorded_again(
+    tmp_path: Path, data: Path, ledger: Any
+) -> None:
+    from sqlalchemy import update
+
+    from costaware.adapters.ledger import schema
+    from costaware.training.remote import attempt_key, attempt_uid
+
+    first, _ = drive(operator(tmp_path, deferrable=False), context_for())
+    (row,) = ledger.entries(dag_id="remote_dag")
+    job = first["attempts"][0]["job_id"]
+    identity = {"dag_id": "remote_dag", "run_id": row["run_id"], "task_id": "train"}
+    with ledger.transaction() as conn:  # as an older costaware keyed it
+        conn.execute(update(schema.entries).values(entry_uid=attempt_uid(attempt_key(identity, job))))
+    again, _ = drive(operator(tmp_path, deferrable=False), context_for())  # a retry follows the same job
+    assert len(ledger.entries(dag_id="remote_dag")) == 1 and Decimal(again["usd"]) == row["usd"]
 
 
 def test_a_retry_past_an_approved_overage_holds_nothing_and_still_runs(

@@ -319,6 +319,7 @@ class RemoteAttemptSteps:
 
     def _record_attempt(self, state: AttemptState, job: Mapping[str, Any], cause: str) -> AttemptState:
         from costaware.training.attempt_effects import billed_attempt
+        from costaware.training.remote import attempt_key, attempt_uid
 
         if job["market"] == "spot":
             rate = self._billed_spot_rate(state, job)
@@ -328,19 +329,17 @@ class RemoteAttemptSteps:
         committed = self._committed_step(state) if cause == "preemption" and job["market"] == "spot" else None
         entry, attempt = billed_attempt(state, job, cause, rate, committed_step=committed)
         ledger = self.ledger_hook.get_conn()
-        if not ledger.record(entry):
+        # Keyed by the job's name alone before its end time was part of the key: such an entry is this run.
+        legacy = attempt_uid(attempt_key(state.plan.identity, str(job["job_id"])))
+        uids = {entry.entry_uid, legacy}
+        rows = ledger.entries(dag_id=entry.dag_id, run_id=entry.run_id)
+        stored = next((row["usd"] for row in rows if row["entry_uid"] in uids), None)
+        if stored is None:
+            ledger.record(entry)
+        else:
             # An earlier try recorded this attempt: the ledger's figure is what it cost, and what counts
             # against max_usd (priced again now, at another zone's or a later price, it could differ).
-            stored = next(
-                (
-                    row["usd"]
-                    for row in ledger.entries(dag_id=entry.dag_id, run_id=entry.run_id)
-                    if row["entry_uid"] == entry.entry_uid
-                ),
-                None,
-            )
-            if stored is not None:
-                attempt = replace(attempt, usd=str(stored))
+            attempt = replace(attempt, usd=str(stored))
         return state.recorded(attempt)
 
     def _committed_step(self, state: AttemptState) -> int | None:

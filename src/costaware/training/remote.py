@@ -62,6 +62,22 @@ def attempt_cause(job: Mapping[str, Any]) -> str | None:
     return None
 
 
+def attempt_key(identity: Mapping[str, Any], job_id: str, ended_at: Any = None) -> str:
+    """What an attempt's ``entry_uid`` derives from: the job's name and, where the backend says, its end.
+
+    The name alone made a job submitted again under a name a lost job had (a deleted pod, a ``local`` job
+    folder on another machine) look recorded already, and its cost was dropped; the end time tells the two
+    runs apart, and the same run seen again (an Airflow retry following it) keeps its key.
+    """
+    key = f"remote-attempt:{identity['dag_id']}:{identity['run_id']}:{identity['task_id']}:{job_id}"
+    return key if ended_at is None else f"{key}:ended={float(ended_at):.3f}"
+
+
+def attempt_uid(key: str) -> str:
+    """The ``entry_uid`` of :func:`attempt_key`'s key."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, key).hex
+
+
 def attempt_entry(
     *,
     identity: Mapping[str, Any],
@@ -93,7 +109,7 @@ def attempt_entry(
     on_demand = compute_cost(seconds, on_demand_usd_per_hour)[1] if on_demand_usd_per_hour else None
     ended = job.get("ended_at")
     end = datetime.fromtimestamp(float(ended), timezone.utc) if ended is not None else utcnow()
-    key = f"remote-attempt:{identity['dag_id']}:{identity['run_id']}:{identity['task_id']}:{job['job_id']}"
+    key = attempt_key(identity, str(job["job_id"]), ended)
     reason = str(job.get("reason") or "")
     if market_reason:
         reason = f"{reason}; on-demand: {market_reason}" if reason else f"on-demand: {market_reason}"
@@ -121,7 +137,7 @@ def attempt_entry(
         note=clipped_note(
             f"attempt {attempt}, job {job['job_id']} on {backend}, {seconds} s billed: {reason}"
         ),
-        entry_uid=uuid.uuid5(uuid.NAMESPACE_URL, key).hex,
+        entry_uid=attempt_uid(key),
     )
     return with_emissions(
         entry,
