@@ -102,6 +102,25 @@ def test_efficiency_json_and_options(
     assert json.loads(capsys.readouterr().out)["advice"] == []
 
 
+def test_the_advice_prices_types_as_refreshed_prices_say(
+    measured: Ledger, ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # As RightSizeOperator decides: a refreshed price of c6a.large above c5.4xlarge's makes it no saving.
+    from costaware.adapters.price_source import PriceCache
+    from costaware.core.ledger import utcnow
+    from costaware.core.price_list import ListPrice
+
+    PriceCache(measured).put(
+        [ListPrice("ec2", "c6a.large", "us-east-1", Decimal("5"))],
+        origin="aws-price-list",
+        fetched_at=utcnow(),
+    )
+    args = ["--ledger-url", ledger_url, "report", "--efficiency", "--format", "json"]
+    assert main(args) == 0
+    (advice,) = json.loads(capsys.readouterr().out)["advice"]
+    assert advice["suggested_instance_type"] != "c6a.large"
+
+
 def test_bad_min_saving_is_refused(
     measured: Ledger, ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

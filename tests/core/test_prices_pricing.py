@@ -116,3 +116,16 @@ def test_price_compute_gpu_hours_and_errors() -> None:
         price_compute(
             bundled_catalog(), instance_type="m5.large", region="us-east-1", market="reserved", seconds=1
         )
+
+
+def test_gpus_asked_for_by_count_are_nvidia_ones_and_a_model_may_drop_its_maker() -> None:
+    catalog = bundled_catalog()
+    # The price list counts an Inferentia chip as a GPU: a GPU training cannot use it.
+    cheapest = catalog.instances(region="us-east-1", min_gpus=1)
+    assert cheapest[0].instance_type == "g4dn.xlarge"
+    assert all(o.gpu_model.startswith("NVIDIA ") for o in cheapest)
+    assert {o.gpu_model for o in catalog.instances(region="us-east-1", min_gpus=1, gpu_model="T4")} == {
+        "NVIDIA T4"
+    }
+    named = catalog.instances(region="us-east-1", min_gpus=1, gpu_model="AWS Inferentia")
+    assert named and all(o.instance_type.startswith("inf1.") for o in named)

@@ -319,7 +319,9 @@ class PriceCatalog:
         """Offers that meet every lower bound, cheapest first (ties broken by name for stable output).
 
         ``arch`` (``x86_64`` or ``arm64``, aliases ``amd64``, ``aarch64``) keeps the types of that
-        architecture; types whose architecture the snapshot does not know are left out then.
+        architecture; types whose architecture the snapshot does not know are left out then. ``min_gpus``
+        alone counts NVIDIA GPUs (what a GPU training can use); ``gpu_model`` names any accelerator, in full
+        or without its maker (``"T4"``, ``"AWS Inferentia"``).
         """
         wanted_arch = normalize_arch(arch) if arch is not None else None
         if region is not None and region not in self._regions:
@@ -333,10 +335,19 @@ class PriceCatalog:
             and o.vcpus >= min_vcpus
             and o.memory_gib >= Decimal(min_memory_gib)
             and o.gpus >= Decimal(min_gpus)
-            and (gpu_model is None or o.gpu_model.lower() == gpu_model.lower())
+            and (gpu_model is None or _same_gpu_model(o.gpu_model, gpu_model))
+            # GPUs asked for by count alone are CUDA ones: an Inferentia, Trainium, Radeon or Mali chip is
+            # counted as a GPU by the price list, but a training written for GPUs cannot use it.
+            and (not min_gpus or gpu_model is not None or o.gpu_model.startswith("NVIDIA "))
             and (wanted_arch is None or o.arch == wanted_arch)
         ]
         return sorted(chosen, key=lambda o: (o.usd_per_hour, o.instance_type, o.region))
+
+
+def _same_gpu_model(offered: str, wanted: str) -> bool:
+    """Whether ``wanted`` names ``offered``: in full, or without its maker (``T4`` for ``NVIDIA T4``)."""
+    offered, wanted = offered.lower(), wanted.strip().lower()
+    return wanted == offered or wanted == offered.partition(" ")[2]
 
 
 def _suggest(name: str, known: list[str], *, region: bool = False) -> str:

@@ -44,8 +44,10 @@ class RightSizeOperator(BaseOperator):
         reference_type: Instance type ``fallback_hours`` was measured on (None: same on every type).
         instance_types: Only consider these types (default: every type in the region).
         markets: Markets to consider: ``on_demand`` and/or ``spot``.
-        min_gpus: GPUs the job needs.
-        gpu_model: GPU model the job needs (None: any).
+        min_gpus: GPUs the job needs; by count alone, NVIDIA GPUs (the price list also counts Inferentia,
+            Trainium, Radeon and Mali chips, which a GPU training cannot use).
+        gpu_model: GPU model the job needs (None: any NVIDIA one), in full or without its maker (``"T4"``
+            for ``"NVIDIA T4"``); an accelerator by name (``"AWS Trainium"``) is taken when asked for.
         min_vcpus: vCPUs the job needs.
         arch: Processor architecture the job's image runs on: ``x86_64`` or ``arm64`` (None: any).
         throughput: Measured relative speeds by instance type (others: by vCPUs or GPUs, see below).

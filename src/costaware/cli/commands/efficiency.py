@@ -17,7 +17,7 @@ from costaware.core.money import format_usd_exact
 def report_efficiency(args: argparse.Namespace) -> int:
     """Print measured utilization per task and the right-sizing advice."""
     from costaware.adapters.ledger.efficiency import measurements
-    from costaware.adapters.price_files import bundled_catalog
+    from costaware.adapters.price_source import current_catalog
     from costaware.core.efficiency import advise_tasks, utilization_by_task
 
     ledger = open_ledger(args, reading=True)
@@ -29,7 +29,7 @@ def report_efficiency(args: argparse.Namespace) -> int:
     floor = parse_usd(args.min_saving_usd, name="--min-saving-usd")
     rows = utilization_by_task(measured)
     every = advise_tasks(
-        bundled_catalog(),
+        current_catalog(ledger),  # the prices RightSizeOperator decides on: refreshed or imported ones too
         measured,
         runs_per_month=args.runs_per_month,
         min_tries=args.min_tries,
