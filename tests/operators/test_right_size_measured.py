@@ -50,11 +50,13 @@ def run(**kwargs: object) -> dict[str, object]:
     operator = RightSizeOperator(
         task_id="right_size",
         for_task_id="train",
-        memory_gib="6",
-        instance_types=TYPES,
-        markets=["on_demand"],
-        throughput_exponent=0.0,  # single-threaded: the same runtime on every type
-        **kwargs,  # type: ignore[arg-type]
+        **{
+            "memory_gib": "6",
+            "instance_types": TYPES,
+            "markets": ["on_demand"],
+            "throughput_exponent": 0.0,  # single-threaded: the same runtime on every type
+            **kwargs,
+        },  # type: ignore[arg-type]
     )
     return operator.execute({"ti": SimpleNamespace(dag_id="retrain")})  # type: ignore[arg-type]
 
@@ -86,3 +88,15 @@ def test_too_few_measured_tries_fall_back_to_the_declared_need(
 def test_unknown_sizing_is_refused() -> None:
     with pytest.raises(ValueError, match="sizing must be 'declared' or 'measured', got 'guess'"):
         RightSizeOperator(task_id="x", for_task_id="train", memory_gib="1", sizing="guess")
+
+
+def test_measured_sizing_keeps_the_architecture_the_task_was_measured_on(
+    ledger_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As the efficiency report keeps it: a task measured on x86_64 was sent to a cheaper Graviton type.
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+    measured_ledger(ledger_url, tries=3, peak_gib=7.0)  # on m5.2xlarge, x86_64
+    both = ["m6g.2xlarge", "m5.2xlarge"]  # the arm64 one is cheaper and fits
+    assert run(instance_types=both)["instance_type"] == "m6g.2xlarge"  # declared: any architecture
+    assert run(instance_types=both, sizing="measured")["instance_type"] == "m5.2xlarge"
+    assert run(instance_types=both, sizing="measured", arch="arm64")["instance_type"] == "m6g.2xlarge"

@@ -99,6 +99,12 @@ def test_fallback_before_the_first_run(env_ledger: Ledger) -> None:
         ({"for_task_id": "never_ran"}, "no recorded run on a type in the catalog and no fallback_hours"),
         ({"instance_types": ["m5.lrage"]}, "unknown instance type 'm5.lrage'; did you mean m5.large"),
         ({"markets": ["cheapest"]}, "unknown market 'cheapest'"),
+        ({"min_vcpus": 2.5}, "min_vcpus must be a whole number of vCPUs >= 0, got 2.5"),  # was cut to 2
+        ({"min_vcpus": "-3"}, "min_vcpus must be a whole number of vCPUs >= 0, got '-3'"),
+        ({"min_vcpus": "four"}, "min_vcpus must be a number, got 'four'"),
+        # The needs that rule every type out are named, not memory alone.
+        ({"min_vcpus": 1000}, "with >= 6 GiB and >= 1000 vCPUs fits.*lower memory_gib, min_vcpus"),
+        ({"min_gpus": 1, "gpu_model": "T5"}, "1 GPU\\(s\\) T5 fits.*check gpu_model"),
     ],
 )
 def test_bad_inputs_fail_without_writing(env_ledger: Ledger, kwargs: dict, message: str) -> None:  # type: ignore[type-arg]

@@ -336,12 +336,25 @@ def right_size(
         closest = (
             f"; the fastest candidate, {fastest[1]}, needs {fastest[0]:.2f} h" if fastest is not None else ""
         )
+        needs = [f"{job.memory_gib} GiB"]
+        needs += [f"{job.min_vcpus} vCPUs"] if job.min_vcpus else []
+        needs += (
+            [f"{job.min_gpus} GPU(s)" + (f" {job.gpu_model}" if job.gpu_model else "")]
+            if job.min_gpus
+            else []
+        )
+        levers = ["move the deadline"] if job.deadline_hours is not None else []
+        levers += ["lower memory_gib"] + (["min_vcpus"] if job.min_vcpus else [])
+        levers += (
+            ["check gpu_model (e.g. 'NVIDIA T4' or 'T4'; `costaware prices list --min-gpus 1`)"]
+            if (job.gpu_model)
+            else []
+        )
         raise ConfigurationError(
-            f"no instance in {region} with >= {job.memory_gib} GiB"
-            + (f" and >= {job.min_gpus} GPU(s)" if job.min_gpus else "")
+            f"no instance in {region} with >= {' and >= '.join(needs)}"
             + (f" on {job.arch}" if job.arch else "")
             + (f" finishes within {job.deadline_hours:.2f} h" if job.deadline_hours is not None else " fits")
-            + f"{closest}: move the deadline, lower memory_gib or widen instance_types"
+            + f"{closest}: {', '.join(levers)}, or widen instance_types"
         )
     feasible.sort(key=lambda c: (c.expected_usd, c.expected_hours, c.instance_type, c.market.value))
     best, rest = feasible[0], feasible[1 : 1 + runners_up]

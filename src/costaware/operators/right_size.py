@@ -48,7 +48,7 @@ class RightSizeOperator(BaseOperator):
             Trainium, Radeon and Mali chips, which a GPU training cannot use).
         gpu_model: GPU model the job needs (None: any NVIDIA one), in full or without its maker (``"T4"``
             for ``"NVIDIA T4"``); an accelerator by name (``"AWS Trainium"``) is taken when asked for.
-        min_vcpus: vCPUs the job needs.
+        min_vcpus: vCPUs the job needs, a whole number (templated).
         arch: Processor architecture the job's image runs on: ``x86_64`` or ``arm64`` (None: any).
         throughput: Measured relative speeds by instance type (others: by vCPUs or GPUs, see below).
         throughput_basis: ``vcpus`` (CPU-bound job) or ``gpus``.
@@ -67,6 +67,7 @@ class RightSizeOperator(BaseOperator):
     template_fields: Sequence[str] = (
         "for_task_id",
         "memory_gib",
+        "min_vcpus",
         "deadline_hours",
         "region",
         "fallback_hours",
@@ -142,6 +143,7 @@ class RightSizeOperator(BaseOperator):
         dag_id = self.history_dag_id or context["ti"].dag_id
         with airflow_errors():
             memory_gib, min_vcpus, sizing = self._needs(dag_id)
+            arch = self.arch or self._measured_arch(dag_id)
             job = RightSizeJob(
                 memory_gib=memory_gib,
                 deadline_hours=_optional_float(self.deadline_hours, "deadline_hours"),
@@ -152,7 +154,7 @@ class RightSizeOperator(BaseOperator):
                 reference_type=self.reference_type,
                 markets=tuple(self.markets),  # type: ignore[arg-type]  # parsed to Market by the job
                 checkpoint_minutes=self.checkpoint_minutes,
-                arch=self.arch,
+                arch=arch,
             )
             profile = ThroughputProfile(self.throughput, self.throughput_basis, self.throughput_exponent)
             runs = observations_from_entries(
@@ -179,9 +181,39 @@ class RightSizeOperator(BaseOperator):
             )
         return {**decision.to_json(), "sizing": sizing}
 
+    def _measured_arch(self, dag_id: str) -> str | None:
+        """With ``sizing="measured"`` and no ``arch``: the architecture of the type the task last ran on.
+
+        As the efficiency report keeps it: a task measured on x86_64 may not run on arm64 (its image, its
+        wheels), and the cheapest fit was often a Graviton type.
+        """
+        if self.sizing != "measured":
+            return None
+        from costaware.adapters.ledger.efficiency import measurements
+        from costaware.adapters.price_files import bundled_catalog
+        from costaware.core.efficiency.measurement import recency
+        from costaware.core.errors import PriceNotFoundError
+
+        tries = measurements(self.hook.get_conn(), dag_id=dag_id, task_id=self.for_task_id)
+        newest = max(tries, key=recency, default=None)
+        if newest is None or not newest.instance_type or not newest.region:
+            return None
+        try:
+            arch = bundled_catalog().offer(newest.instance_type, newest.region).arch or None
+        except PriceNotFoundError:
+            return None
+        if arch:
+            self.log.info(
+                "arch %s: the architecture of %s, which %s was measured on (pass arch= to choose another)",
+                arch,
+                newest.instance_type,
+                self.for_task_id,
+            )
+        return arch
+
     def _needs(self, dag_id: str) -> tuple[Any, int, str]:
         """Memory and vCPUs to size for: declared, or measured in the task's tries (``sizing="measured"``)."""
-        declared = parse_decimal(self.memory_gib, name="memory_gib"), int(self.min_vcpus)
+        declared = parse_decimal(self.memory_gib, name="memory_gib"), _whole_vcpus(self.min_vcpus)
         if self.sizing == "declared":
             return (*declared, "declared")
         from costaware.adapters.ledger.efficiency import measurements
@@ -195,6 +227,20 @@ class RightSizeOperator(BaseOperator):
             memory_margin=self.memory_margin,
             cpu_margin=self.memory_margin,
         )
+
+
+def _whole_vcpus(value: object) -> int:
+    """``min_vcpus`` as a whole number >= 0 (2.5 was cut to 2, below the need; -3 was taken).
+
+    Raises:
+        ConfigurationError: anything else, named.
+    """
+    from costaware.core.errors import ConfigurationError
+
+    number = parse_decimal(value, name="min_vcpus") if value not in (None, "", "None") else 0
+    if number < 0 or number != int(number):
+        raise ConfigurationError(f"min_vcpus must be a whole number of vCPUs >= 0, got {value!r}")
+    return int(number)
 
 
 def _optional_float(value: object, name: str) -> float | None:
