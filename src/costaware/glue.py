@@ -97,8 +97,9 @@ def tags_for(dag: Any, params: Mapping[str, Any]) -> dict[str, str]:
                 break
     for name in TAG_NAMES:
         param = params.get(name)
-        if param not in (None, ""):
-            tags[name] = str(param)
+        if param not in (None, "") and str(param).strip():
+            # Stripped, as the cost listener records them: "flight-delays " was a second project.
+            tags[name] = str(param).strip()
     return tags
 
 
@@ -122,13 +123,13 @@ def run_tags(
     except RuntimeError:  # an operator run outside any DAG (tests, ad-hoc execute)
         dag = None
     tags = {**tags_for(dag, dict(context.get("params") or {})), **dict(own or {})}
-    _, dropped = valid_tags(tags)
+    kept, dropped = valid_tags(tags)
     if dropped:
         raise ConfigurationError(
             f"{'; '.join(dropped.values())}. Trigger the run again with other values (the run params "
             f"{', '.join(TAG_NAMES)} and the DAG's 'key:value' tags become ledger tags)"
         )
-    return tags
+    return kept
 
 
 def check_scope_is_tagged(scope: object, tags: Mapping[str, str], *, task_id: str, gate: str) -> None:

@@ -162,11 +162,11 @@ def test_bad_search_space_names_the_parameter(space: dict, message: str) -> None
         ),
         (
             {"max_usd": "5", "max_trials": 4, "max_gpu_hours": "-2"},
-            "max_gpu_hours must be a number > 0, got .-2.",
+            "max_gpu_hours must be a number >= 0, got .-2.",
         ),
         (
             {"max_usd": "1", "max_trials": 2, "max_gpu_hours": "two"},
-            "max_gpu_hours must be a number > 0, got .two.",
+            "max_gpu_hours must be a number >= 0, got .two.",
         ),
     ],
 )

@@ -255,3 +255,39 @@ def test_the_task_log_gets_no_import_chatter_from_great_expectations() -> None:
     assert "success: False" in log  # the suite ran and found the null
     assert "Skipping registering function" not in log
     assert "level: WARNING" in log
+
+
+def test_a_refused_s3_batch_moves_to_an_s3_quarantine_and_leaves_no_empty_prefix(
+    moto_endpoint: str, moto_aws_conn: str, tmp_path: Path
+) -> None:
+    import uuid
+
+    import boto3
+
+    from costaware.adapters.object_store import S3Options
+
+    client = boto3.client(
+        "s3", **S3Options("testing", "testing", None, "us-east-1", moto_endpoint).boto3_kwargs()
+    )
+    bucket = f"dq-{uuid.uuid4().hex[:10]}"
+    client.create_bucket(Bucket=bucket)
+    bad = _batch(tmp_path, distance=[1400, -5, 1576, 762])
+    for key in ("landing/day/part-0.parquet", "landing/day/sub/part-1.parquet", "landing/kept.parquet"):
+        client.put_object(Bucket=bucket, Key=key, Body=bad.read_bytes())
+    op = DataQualityOperator(
+        task_id="quality_gate",
+        data_path=f"s3://{bucket}/landing/day",
+        suite=SUITE,
+        results_path=str(tmp_path / "quality"),
+        quarantine_path=f"s3://{bucket}/refused",
+        aws_conn_id=moto_aws_conn,
+    )
+    with pytest.raises(AirflowFailException, match=f"the batch was moved to s3://{bucket}/refused/"):
+        op.execute(_context())
+    keys = sorted(o["Key"] for o in client.list_objects_v2(Bucket=bucket).get("Contents", []))
+    assert "landing/kept.parquet" in keys  # beside the batch: untouched
+    assert not [k for k in keys if k.startswith("landing/day")]  # no empty marker of the batch is left
+    assert [k for k in keys if k.startswith("refused/")] == [
+        "refused/retrain_dag/scheduled__2013-01-01/day/part-0.parquet",
+        "refused/retrain_dag/scheduled__2013-01-01/day/sub/part-1.parquet",
+    ]

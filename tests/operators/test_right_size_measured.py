@@ -100,3 +100,12 @@ def test_measured_sizing_keeps_the_architecture_the_task_was_measured_on(
     assert run(instance_types=both)["instance_type"] == "m6g.2xlarge"  # declared: any architecture
     assert run(instance_types=both, sizing="measured")["instance_type"] == "m5.2xlarge"
     assert run(instance_types=both, sizing="measured", arch="arm64")["instance_type"] == "m6g.2xlarge"
+
+
+def test_listed_types_of_another_architecture_only_are_not_ruled_out_by_the_measured_one(
+    ledger_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A move to Graviton: the task was measured on x86_64, the list names arm64 types only.
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+    measured_ledger(ledger_url, tries=3, peak_gib=7.0)
+    assert run(instance_types=["m6g.2xlarge"], sizing="measured")["instance_type"] == "m6g.2xlarge"

@@ -50,6 +50,11 @@ def test_tags_from_dag_tags_and_params() -> None:
         "project": "fraud",
         "owner": "ana",
     }
+    # A space typed after a name in the trigger form: the same project, not a second one.
+    assert tags_for(dag, {"project": "flight-delays ", "owner": "  "}) == {
+        "team": "ml",
+        "project": "flight-delays",
+    }
 
 
 def test_success_is_priced_on_the_declared_instance(ledger_env: Ledger) -> None:

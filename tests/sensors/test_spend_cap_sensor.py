@@ -151,7 +151,15 @@ def test_refusals_and_waits_are_noted_for_the_cost_page(env_ledger: Ledger) -> N
     assert after.status == "reserved" and after.budget == waiting.budget and after.usd == waiting.usd
 
 
-@pytest.mark.parametrize(("usd", "message"), [("-3", "zero or more"), ("nan", "finite"), ("lots", "'lots'")])
+@pytest.mark.parametrize(
+    ("usd", "message"),
+    [
+        ("-3", "zero or more"),
+        ("nan", "finite"),
+        ("lots", "'lots'"),
+        ("0.0000001", "rounds to \\$0.00 in the ledger"),
+    ],
+)
 def test_bad_estimate_fails_without_retry_and_reserves_nothing(
     env_ledger: Ledger, usd: str, message: str
 ) -> None:
@@ -239,6 +247,13 @@ def test_nothing_is_reserved_without_a_budget(ledger_url: str, monkeypatch: pyte
     ledger = Ledger.from_url(ledger_url)
     with ledger.engine.connect() as conn:
         assert conn.execute(schema.reservations.select()).first() is None
+    # The Cost page lists it among the gates that did not get their money (it showed only a failed try).
+    from datetime import datetime, timezone
+
+    from costaware.adapters.ledger.gate_requests import gate_requests
+
+    (noted,) = gate_requests(ledger, since=datetime(2000, 1, 1, tzinfo=timezone.utc))
+    assert noted.status == "refused" and "no budget covers scope 'project=churn'" in noted.message
 
 
 def test_the_reservation_log_names_the_budget_like_the_page(

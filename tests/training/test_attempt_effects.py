@@ -81,3 +81,14 @@ def test_the_refusal_says_what_was_billed_and_where_the_checkpoint_is() -> None:
 def test_the_cap_also_bounds_the_backends_runtime_limit(stop_after: int | None, runtime: int) -> None:
     request = job_request(capped("1.00"), "on_demand", NOW, stop_after_seconds=stop_after)
     assert request.max_runtime_seconds == runtime and request.stop_after_seconds == stop_after
+
+
+def test_a_retry_reruns_the_earlier_entries_only_where_each_is_one_job_still_there() -> None:
+    from costaware.training.attempt_effects import entries_rerun_by_retry
+
+    there = {"j-a1", "j-a2"}.__contains__
+    assert entries_rerun_by_retry([], there)  # a first try
+    assert entries_rerun_by_retry(["j-a1", "j-a2"], there)
+    assert not entries_rerun_by_retry(["j-a1", "j-a3"], there)  # the backend lost a3
+    assert not entries_rerun_by_retry(["j-a1", "j-a1"], there)  # a1 ran twice: the retry follows one run
+    assert not entries_rerun_by_retry(["j-a1", None], there)  # a note that names no job

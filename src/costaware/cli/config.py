@@ -184,6 +184,10 @@ PRICES_COMMANDS = (
             Arg("--min-vcpus", type=int, default=0),
             Arg("--min-memory-gib", type=float, default=0),
             Arg("--min-gpus", type=float, default=0, help="at least this many NVIDIA GPUs"),
+            Arg(
+                "--gpu-model",
+                help="this GPU or accelerator model, in full or without its maker: T4, 'AWS Inferentia'",
+            ),
             Arg("--arch", help="x86_64 or arm64"),
             Arg("--limit", type=int, default=20, help="at most this many rows (default: 20)"),
             ARG_FORMAT,

@@ -345,11 +345,10 @@ def right_size(
         )
         levers = ["move the deadline"] if job.deadline_hours is not None else []
         levers += ["lower memory_gib"] + (["min_vcpus"] if job.min_vcpus else [])
-        levers += (
-            ["check gpu_model (e.g. 'NVIDIA T4' or 'T4'; `costaware prices list --min-gpus 1`)"]
-            if (job.gpu_model)
-            else []
-        )
+        if job.gpu_model:
+            levers.append("check gpu_model ('NVIDIA T4' or 'T4'; `costaware prices list --gpu-model NAME`)")
+        if job.arch:
+            levers.append(f"pass arch= for another architecture than {job.arch}")
         raise ConfigurationError(
             f"no instance in {region} with >= {' and >= '.join(needs)}"
             + (f" on {job.arch}" if job.arch else "")

@@ -211,8 +211,14 @@ def quarantine(data_path: str, quarantine_path: str, key: str, options: Mapping[
             raise OSError(f"the copy of {path} at {copy} is not whole: nothing was deleted")
     for path, _, _ in files:
         source.fs.delete_file(path)
-    if source.is_local and info.type == fs.FileType.Directory:
-        _remove_empty_folders(Path(source.root))
+    if info.type == fs.FileType.Directory:
+        if source.is_local:
+            _remove_empty_folders(Path(source.root))
+        else:
+            # S3 keeps an empty marker for a prefix whose last file went: the next run saw an empty batch.
+            left = source.fs.get_file_info(fs.FileSelector(source.root, recursive=True, allow_not_found=True))
+            if not any(i.type == fs.FileType.File for i in left):
+                source.fs.delete_dir(source.root)
     return f"{target.uri}/{name}"
 
 

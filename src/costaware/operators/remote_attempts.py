@@ -329,11 +329,18 @@ class RemoteAttemptSteps:
         committed = self._committed_step(state) if cause == "preemption" and job["market"] == "spot" else None
         entry, attempt = billed_attempt(state, job, cause, rate, committed_step=committed)
         ledger = self.ledger_hook.get_conn()
-        # Keyed by the job's name alone before its end time was part of the key: such an entry is this run.
-        legacy = attempt_uid(attempt_key(state.plan.identity, str(job["job_id"])))
-        uids = {entry.entry_uid, legacy}
-        rows = ledger.entries(dag_id=entry.dag_id, run_id=entry.run_id)
-        stored = next((row["usd"] for row in rows if row["entry_uid"] in uids), None)
+        # Keyed by the job's name alone before its end was part of the key: such an entry is this run when
+        # it billed the same time (a different run under the same name bills its own).
+        legacy = attempt_uid(attempt_key(state.plan.identity, str(job["job_id"]), legacy=True))
+        rows = ledger.entries_by_uid([entry.entry_uid, legacy])
+        stored = next(
+            (
+                row["usd"]
+                for row in rows
+                if row["entry_uid"] == entry.entry_uid or row["quantity"] == entry.quantity
+            ),
+            None,
+        )
         if stored is None:
             ledger.record(entry)
         else:
@@ -519,6 +526,7 @@ class RemoteAttemptSteps:
         from costaware.training.attempt_effects import (
             billed_by_earlier_tries,
             cap_rate,
+            entries_rerun_by_retry,
             gate_reservation,
             hold_again,
             hold_cap,
@@ -528,19 +536,20 @@ class RemoteAttemptSteps:
 
         plan = state.plan
         ledger = self.ledger_hook.get_conn()
-        earlier, count = (
-            billed_by_earlier_tries(ledger, plan) if plan.max_usd is not None else (Decimal(0), 0)
+        earlier, jobs = (
+            billed_by_earlier_tries(ledger, plan) if plan.max_usd is not None else (Decimal(0), [])
         )
-        retry = count > 0
-        if retry and not self._earlier_jobs_kept(plan, count):
-            # A job the backend no longer has is submitted again, not followed: its run would not count
-            # again in this try's state, so the budgets hold all of max_usd, as for a first try.
+        retry = bool(jobs)
+        if retry and not entries_rerun_by_retry(jobs, self._backend(plan).find):
+            # A job the backend no longer has is submitted again, not followed (and one that ran twice is
+            # followed once): those runs would not count again in this try's state, so the budgets hold all
+            # of max_usd, as for a first try.
             self.log.warning(
-                "a retry: the %s backend no longer has all %d attempt(s) earlier tries billed (%s): "
-                "holding all of max_usd again",
-                plan.backend,
-                count,
+                "a retry: the %d attempt(s) earlier tries billed (%s) are not each a job the %s backend "
+                "still has, run once: holding all of max_usd again",
+                len(jobs),
                 format_usd_exact(earlier),
+                plan.backend,
             )
             earlier = Decimal(0)
         gate = gate_reservation(ledger, plan)
@@ -612,13 +621,6 @@ class RemoteAttemptSteps:
                 "released"
             )
         return lowered
-
-    def _earlier_jobs_kept(self, plan: RemotePlan, count: int) -> bool:
-        """Whether the backend still has the jobs of attempts 1..``count`` (IO: one look-up each)."""
-        from costaware.training.remote import job_name
-
-        backend = self._backend(plan)
-        return all(backend.find(job_name(plan.base_name, n)) for n in range(1, count + 1))
 
     def _finish(self, context: Context, state: AttemptState) -> dict[str, Any]:
         from costaware.operators.run_record import record_retrain_outcome

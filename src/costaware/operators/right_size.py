@@ -143,7 +143,8 @@ class RightSizeOperator(BaseOperator):
         dag_id = self.history_dag_id or context["ti"].dag_id
         with airflow_errors():
             memory_gib, min_vcpus, sizing = self._needs(dag_id)
-            arch = self.arch or self._measured_arch(dag_id)
+            measured = str(sizing).startswith("measured")
+            arch = self.arch or (self._measured_arch(dag_id) if measured else None)
             job = RightSizeJob(
                 memory_gib=memory_gib,
                 deadline_hours=_optional_float(self.deadline_hours, "deadline_hours"),
@@ -198,10 +199,22 @@ class RightSizeOperator(BaseOperator):
         newest = max(tries, key=recency, default=None)
         if newest is None or not newest.instance_type or not newest.region:
             return None
+        catalog = bundled_catalog()
         try:
-            arch = bundled_catalog().offer(newest.instance_type, newest.region).arch or None
+            arch = catalog.offer(newest.instance_type, newest.region).arch or None
         except PriceNotFoundError:
             return None
+        listed = list(self.instance_types or [])
+        if arch and listed:
+            # Types listed, none of this architecture (a move to Graviton, say): the list decides.
+            archs = set()
+            for name in listed:
+                try:
+                    archs.add(catalog.offer(name, newest.region).arch)
+                except PriceNotFoundError:
+                    continue
+            if arch not in archs:
+                return None
         if arch:
             self.log.info(
                 "arch %s: the architecture of %s, which %s was measured on (pass arch= to choose another)",

@@ -144,7 +144,9 @@ class SpendCapSensor(BaseSensorOperator):
 
     def _try_reserve(self, context: Any) -> dict[str, Any] | None:
         """Reserve and return the XCom payload; None means 'not now' under on_exceeded='wait'."""
-        from costaware.core.errors import BudgetExceededError
+        from decimal import Decimal
+
+        from costaware.core.errors import BudgetExceededError, BudgetNotFoundError, ConfigurationError
         from costaware.core.ledger import reservation_holder
         from costaware.core.money import format_usd_exact, parse_usd
         from costaware.glue import airflow_errors
@@ -158,6 +160,12 @@ class SpendCapSensor(BaseSensorOperator):
             self._check_compute()
             self._check_scope_is_tagged(context, target)
             usd = parse_usd(self.estimated_usd, name="estimated_usd")
+            if 0 < usd < Decimal("0.000001"):
+                # The ledger keeps micro-dollars: it would hold $0.00, and the gate would gate nothing.
+                raise ConfigurationError(
+                    f"estimated_usd {self.estimated_usd!r} rounds to $0.00 in the ledger, which keeps "
+                    "micro-dollars: give at least $0.000001"
+                )
             gpu_hours = parse_usd(self.estimated_gpu_hours, name="estimated_gpu_hours")
             try:
                 reservation = ledger.reserve(
@@ -175,6 +183,11 @@ class SpendCapSensor(BaseSensorOperator):
                     self._ask_approval(context, e, target)
                 self._refused(ledger, context, target, usd, e)
                 return None
+            except BudgetNotFoundError as e:
+                # No budget covers the scope (a typo in the project): refused too, and the Cost page lists
+                # it with the others that did not get their money (it showed only a failed try).
+                self._note(ledger, context, target, usd, "refused", "", str(e))
+                raise
         self._note(ledger, context, target, usd, "reserved", "", "")
         self.log.info(
             "Reserved %s for task %r in %s (reservation %s)",

@@ -9,7 +9,8 @@ model version is stored. Logging and the mapping of failures to task outcomes st
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,9 @@ if TYPE_CHECKING:
 
 
 log = logging.getLogger(__name__)
+
+#: The start of an attempt entry's note (``costaware.training.remote.attempt_entry``): its job's name.
+_ATTEMPT_NOTE = re.compile(r"^attempt \d+, job (\S+) on ")
 
 #: The least an attempt is started for under ``max_usd``: a shorter one could not even load its data.
 MIN_CAPPED_SECONDS = 60
@@ -258,24 +262,43 @@ def open_task_reservations(ledger: Ledger, plan: RemotePlan) -> list[Reservation
     return [r for r in ledger.open_reservations(holder_prefix=holder) if r.holder == holder]
 
 
-def billed_by_earlier_tries(ledger: Ledger, plan: RemotePlan) -> tuple[Decimal, int]:
-    """What this task's attempts billed before this try, and how many they were ($0 and 0 on a first try).
+def billed_by_earlier_tries(ledger: Ledger, plan: RemotePlan) -> tuple[Decimal, list[str | None]]:
+    """What this task's attempts billed before this try, and the job of each entry ($0 and [] at first).
 
     An Airflow retry follows the same jobs again by their names (attempt 1, 2, ...), so what its earlier
     tries' attempts billed counts against ``max_usd`` once more in the retry's own state (at the ledger's
-    figure): the budgets need to hold only the rest, as long as the backend still has those jobs.
+    figure): the budgets need to hold only the rest, as long as the backend still has those jobs and each
+    ran once (see :func:`entries_rerun_by_retry`). A job is None where the entry's note does not say it.
     """
     ident = plan.identity
     rows = ledger.entries(dag_id=str(ident["dag_id"]), run_id=str(ident["run_id"]))
-    billed = [
-        Decimal(row["usd"])
+    mine = [
+        row
         for row in rows
         if row["task_id"] == ident["task_id"]
         and int(row["map_index"]) == int(ident["map_index"])
         and str(row["price_source"] or "").startswith("remote:")
         and not row["estimated"]
     ]
-    return sum(billed, Decimal(0)), len(billed)
+    jobs = [_job_of_note(str(row["note"] or "")) for row in mine]
+    return sum((Decimal(row["usd"]) for row in mine), Decimal(0)), jobs
+
+
+def _job_of_note(note: str) -> str | None:
+    """The job an attempt entry's note names (``attempt 2, job <name> on local, ...``), or None."""
+    found = _ATTEMPT_NOTE.match(note)
+    return found.group(1) if found else None
+
+
+def entries_rerun_by_retry(jobs: list[str | None], has_job: Callable[[str], object]) -> bool:
+    """Whether a retry follows each earlier entry's job again, once: every job named, once, still there.
+
+    A job with two entries ran twice under its name (lost by the backend, submitted again): the retry follows
+    the last run only, so the first's cost would not count again in its state.
+    """
+    if not jobs or any(job is None for job in jobs) or len(set(jobs)) != len(jobs):
+        return not jobs
+    return all(has_job(str(job)) for job in jobs)
 
 
 def settle_reservation(ledger: Ledger, state: AttemptState) -> None:

@@ -62,15 +62,20 @@ def attempt_cause(job: Mapping[str, Any]) -> str | None:
     return None
 
 
-def attempt_key(identity: Mapping[str, Any], job_id: str, ended_at: Any = None) -> str:
-    """What an attempt's ``entry_uid`` derives from: the job's name and, where the backend says, its end.
+def attempt_key(
+    identity: Mapping[str, Any], job_id: str, ended_at: Any = None, *, legacy: bool = False
+) -> str:
+    """What an attempt's ``entry_uid`` derives from: the job's name and its end (``none`` where unknown).
 
     The name alone made a job submitted again under a name a lost job had (a deleted pod, a ``local`` job
     folder on another machine) look recorded already, and its cost was dropped; the end time tells the two
-    runs apart, and the same run seen again (an Airflow retry following it) keeps its key.
+    runs apart, and the same run seen again (an Airflow retry following it) keeps its key. ``legacy``: the
+    name alone, as costaware keyed attempts before (to find those entries, never to write one).
     """
     key = f"remote-attempt:{identity['dag_id']}:{identity['run_id']}:{identity['task_id']}:{job_id}"
-    return key if ended_at is None else f"{key}:ended={float(ended_at):.3f}"
+    if legacy:
+        return key
+    return f"{key}:ended=" + ("none" if ended_at is None else f"{float(ended_at):.3f}")
 
 
 def attempt_uid(key: str) -> str:

@@ -149,7 +149,7 @@ class StudyArguments:
             gpus=gpus,
             fallback_trial_seconds=parse_seconds(self.fallback_trial_seconds, "fallback_trial_seconds"),
             safety_factor=parse_seconds(self.safety_factor, "safety_factor"),
-            slack_seconds=parse_seconds(self.slack_seconds, "slack_seconds"),
+            slack_seconds=parse_seconds(self.slack_seconds, "slack_seconds", allow_zero=True),
         )
 
 
@@ -199,8 +199,8 @@ def parse_int(value: Any, name: str) -> int:
         raise ConfigurationError(f"{name} must be a whole number, got {value!r}") from e
 
 
-def parse_seconds(value: Any, name: str) -> float:
-    """A number > 0 (seconds, or a factor), or its rendered text.
+def parse_seconds(value: Any, name: str, *, allow_zero: bool = False) -> float:
+    """A number > 0 (>= 0 with ``allow_zero``) of seconds, or a factor, or its rendered text.
 
     Raises:
         ConfigurationError: anything else, naming ``name`` ("ten" read as a raw ValueError).
@@ -209,6 +209,6 @@ def parse_seconds(value: Any, name: str) -> float:
         number = float(str(value).strip())
     except ValueError:
         number = float("nan")
-    if not number > 0 or number == float("inf"):
-        raise ConfigurationError(f"{name} must be a number > 0, got {value!r}")
+    if not (number >= 0 if allow_zero else number > 0) or number == float("inf"):
+        raise ConfigurationError(f"{name} must be a number {'>= 0' if allow_zero else '> 0'}, got {value!r}")
     return number

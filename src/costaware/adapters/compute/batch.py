@@ -172,7 +172,9 @@ def status_from_description(
     stops = [int(a["stoppedAt"]) for a in attempts if a.get("stoppedAt") is not None]
     if job.get("stoppedAt") is not None:
         stops.append(int(job["stoppedAt"]))
-    ended = max(stops) / 1000 if stops and state is not JobState.RUNNING else None
+    # Only a job that is done has ended: a pending one (retried inside Batch) has an earlier attempt's stop.
+    done = state in (JobState.SUCCEEDED, JobState.FAILED, JobState.INTERRUPTED)
+    ended = max(stops) / 1000 if stops and done else None
     return JobStatus(
         job_id=str(job.get("jobId", "")),
         state=state,

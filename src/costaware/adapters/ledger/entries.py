@@ -6,6 +6,7 @@ and micro-kWh (NULL: unknown).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -43,6 +44,14 @@ def entries(
         query = query.where(schema.entries.c.run_id == run_id)
     if limit:
         query = query.limit(limit)
+    with ledger.reading() as conn:
+        rows = conn.execute(query).mappings().all()
+    return [entry_dict(row) for row in rows]
+
+
+def entries_by_uid(ledger: LedgerDatabase, uids: Sequence[str]) -> list[dict[str, Any]]:
+    """The entries whose ``entry_uid`` is one of ``uids`` (an indexed look-up), money as ``Decimal``."""
+    query = select(schema.entries).where(schema.entries.c.entry_uid.in_(list(uids)))
     with ledger.reading() as conn:
         rows = conn.execute(query).mappings().all()
     return [entry_dict(row) for row in rows]

@@ -63,6 +63,10 @@ class Ledger(LedgerDatabase):
         """Raw entries, newest first, money as ``Decimal``."""
         return entries.entries(self, dag_id=dag_id, run_id=run_id, limit=limit)
 
+    def entries_by_uid(self, uids: list[str]) -> list[dict[str, Any]]:
+        """The entries with these ``entry_uid`` values (what recording one of them again would find)."""
+        return entries.entries_by_uid(self, uids)
+
     def last_run_id(self, dag_id: str) -> str | None:
         """The run of ``dag_id`` with the most recent entry."""
         return entries.last_run_id(self, dag_id)

@@ -89,6 +89,7 @@ def list_prices(args: argparse.Namespace) -> int:
         min_vcpus=args.min_vcpus,
         min_memory_gib=Decimal(str(args.min_memory_gib)),
         min_gpus=Decimal(str(args.min_gpus)),
+        gpu_model=args.gpu_model or None,
         arch=args.arch,
     )[: args.limit]  # checked >= 1 above: a negative limit sliced rows off the end
     headers = ["instance type", "region", "vCPUs", "memory GiB", "GPUs", "GPU model", "arch", "USD/hour"]

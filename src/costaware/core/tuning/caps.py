@@ -60,7 +60,11 @@ class TuningCaps:
         if usd <= 0:
             raise ConfigurationError(f"max_usd must be more than $0, got {max_usd!r}: no trial could run")
         # GPU-hours, not dollars: "two" read "must be a number of USD", and "$1" was taken.
-        gpu = None if max_gpu_hours in (None, "") else Decimal(str(_positive(max_gpu_hours, "max_gpu_hours")))
+        gpu = (
+            None
+            if max_gpu_hours in (None, "")
+            else Decimal(str(_positive(max_gpu_hours, "max_gpu_hours", allow_zero=True)))
+        )
         trials = _whole(max_trials, "max_trials", minimum=1)
         wall = None if max_wall_seconds in (None, "") else _positive(max_wall_seconds, "max_wall_seconds")
         plateau = (

@@ -71,8 +71,11 @@ def create_study(storage_url: str, ledger: Ledger, spec: StudySpec) -> dict[str,
         study.set_user_attr(STOP_ATTR, None)
     study.set_user_attr(SPEC_ATTR, spec.to_json())
     ledger.set_budget(budget_scope, "total", spec.caps.max_usd, cap_gpu_hours=spec.caps.max_gpu_hours)
-    started = len(started_trials(study.get_trials(deepcopy=False)))
+    trials = study.get_trials(deepcopy=False)
+    started = len(started_trials(trials))
     slots = max(spec.caps.max_trials - started, 0)
+    # Numbered on from every trial the study has, failed ones too: a slot's number seeds its sampler.
+    first_slot = len(trials)
     log.info(
         "study %s: %d trial slot(s), cap %s, rungs %s (about %.1f of %d per trial with successive halving)",
         spec.study_name,
@@ -86,7 +89,7 @@ def create_study(storage_url: str, ledger: Ledger, spec: StudySpec) -> dict[str,
         "study_name": spec.study_name,
         # Numbered on from the trials already started: a slot's number seeds its sampler, and a study
         # continued by a second DAG run proposed the same parameters again from slot 0.
-        "slots": list(range(started, started + slots)),
+        "slots": list(range(first_slot, first_slot + slots)),
         "trials_already_started": started,
         "rungs": list(spec.schedule.rungs),
         "max_usd": str(spec.caps.max_usd),
