@@ -167,3 +167,17 @@ def test_chart_texts_are_not_clipped_and_labels_do_not_collide(busy_page_url: st
     assert len(labels) == 10 and len(set(labels)) == 10  # ids differing only in microseconds stay apart
     assert legend[-1] == "other (5 groups)" and len(legend) == 21
     assert len(set(colours)) == 21
+
+
+def test_a_narrow_window_scrolls_wide_tables_in_their_own_box(busy_page_url: str) -> None:
+    # At 800 px the tries' table (11 columns, notes) made the whole page scroll sideways.
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": 800, "height": 1200})
+        page.goto(busy_page_url + "?group_by=run")
+        page_width = page.evaluate("document.documentElement.scrollWidth")
+        tables = page.locator("table").count()
+        browser.close()
+    assert tables >= 2 and page_width <= 800

@@ -170,6 +170,9 @@ def test_the_form_s_defaults_show_the_page_not_json(client: TestClient) -> None:
     assert "$6.50" in page.text and "string_pattern_mismatch" not in page.text
     all_scope = client.get("/", params={"days": "", "dag_id": "", "scope": "*", "group_by": ""})
     assert all_scope.status_code == 200 and "$6.50" in all_scope.text
+    # Spaces typed around ',' and '=' are taken, as `costaware report --scope` takes them.
+    spaced = client.get("/", params={"days": "30", "scope": "project = churn, team=ml", "group_by": "dag"})
+    assert spaced.status_code == 200 and "is not a tag filter" not in spaced.text
 
 
 @pytest.mark.parametrize(

@@ -40,6 +40,20 @@ FORM_FIELDS = ("days", "since", "until", "dag_id", "scope", "group_by")
 Days = Annotated[int, Query(ge=1, le=366, description="How many days back from now (default 30).")]
 Since = Annotated[datetime | None, Query(description="ISO datetime with a zone; overrides `days`.")]
 Until = Annotated[datetime | None, Query(description="ISO datetime with a zone (exclusive).")]
+
+
+def tidy_scope(text: str) -> str:
+    """``text`` without the spaces typed around ``,`` and ``=`` (``project=a, team=b``), as the CLI reads it.
+
+    Nothing else changes: what is left is checked against :data:`SCOPE_PATTERN`.
+    """
+    parts = []
+    for part in text.split(","):
+        key, found, value = part.partition("=")
+        parts.append(f"{key.strip()}={value.strip()}" if found else part.strip())
+    return ",".join(parts) if text.strip() else ""
+
+
 DagId = Annotated[str | None, Query(pattern=DAG_ID_PATTERN, description="Only this DAG.")]
 ScopeQ = Annotated[
     str,
@@ -178,7 +192,7 @@ def page_filters(
             f"DAG: {typed['dag_id']!r} is not a DAG id (letters, digits, '_', '.', '-'); "
             "leave it empty for all."
         )
-    scope_text = typed["scope"] or "*"
+    scope_text = tidy_scope(typed["scope"]) or "*"
     if not re.fullmatch(SCOPE_PATTERN, scope_text):
         errors.append(
             f"Scope: {typed['scope']!r} is not a tag filter such as project=churn or project=churn,team=ml; "
