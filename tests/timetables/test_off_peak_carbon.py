@@ -132,3 +132,21 @@ def test_the_parse_checks_are_for_ranked_runs_and_not_for_a_rebuilt_timetable(tm
     tt = OffPeakTimetable(["22:00-06:00"], objective="carbon", carbon=str(csv), run_hours=2)
     csv.unlink()
     assert OffPeakTimetable.deserialize(tt.serialize()) == tt
+
+
+def test_a_date_past_the_bundled_year_starts_at_that_date_and_hour_of_the_year() -> None:
+    # A typical year, as the ledger's emissions read it: December's hour-of-day profile chose 23:00 UTC for
+    # every night of every later season.
+    tt = OffPeakTimetable(["22:00-06:00"], timezone="UTC", objective="carbon", carbon="GB", run_hours=2)
+
+    def start(day: str) -> tuple[int, int]:
+        restriction = TimeRestriction(
+            earliest=pendulum.parse(f"{day}T12:00:00+00:00"), latest=None, catchup=True
+        )  # type: ignore[arg-type]
+        info = tt.next_dagrun_info(last_automated_data_interval=None, restriction=restriction)
+        assert info is not None
+        return info.run_after.hour, info.run_after.minute
+
+    for day in ("06-14", "09-10", "01-20"):
+        assert start(f"2026-{day}") == start(f"2023-{day}")
+    assert len({start(f"2026-{day}") for day in ("06-14", "09-10", "01-20", "03-25")}) > 1

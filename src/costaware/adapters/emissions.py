@@ -150,12 +150,13 @@ def _typical_year(zone: str, start: datetime, end: datetime) -> tuple[float, str
     None for a zone that is not bundled.
     """
     from costaware.adapters.carbon_data import bundled_carbon, bundled_zones
+    from costaware.core.spot_forecast import same_hour_in
 
     if zone not in bundled_zones():
         return None
     series = bundled_carbon(zone)
     year = series.start.year
-    shifted = _same_hour_in(start, year)
+    shifted = same_hour_in(start, year)
     span = max(end - start, timedelta(seconds=1))
     shifted_end = min(shifted + span, series.last + timedelta(hours=1))
     if shifted < series.start or shifted_end <= shifted:
@@ -166,12 +167,6 @@ def _typical_year(zone: str, start: datetime, end: datetime) -> tuple[float, str
         f"(no recorded intensity for {start:%Y-%m-%d %H:%M})"
     )
     return g_per_kwh, source
-
-
-def _same_hour_in(instant: datetime, year: int) -> datetime:
-    """``instant`` moved to ``year`` (29 February to the 28th)."""
-    day = 28 if (instant.month, instant.day) == (2, 29) else instant.day
-    return instant.replace(year=year, day=day)
 
 
 def _machine(instance_type: str | None, region: str | None) -> Machine:

@@ -64,12 +64,25 @@ def forecast_starts(
     ]
 
 
+#: A series at least this long is a year of records: read for another year, it stands in for it.
+_A_YEAR = timedelta(days=360)
+
+
+def same_hour_in(instant: datetime, year: int) -> datetime:
+    """``instant`` moved to ``year`` (29 February to the 28th)."""
+    day = 28 if (instant.month, instant.day) == (2, 29) else instant.day
+    return instant.replace(year=year, day=day)
+
+
 def hourly_series(series: PriceSeries, start: datetime, hours: int, *, weeks: int = 4) -> list[float]:
     """The mean of ``series`` in each of ``hours`` hours from ``start`` (a price, or an intensity).
 
-    Where the series covers the hours (a recorded file, or a forecast file), its values; past its end (the
-    bundled year of intensity read for a later date), the hour-of-day profile of its last ``weeks`` weeks
-    (:class:`~costaware.core.forecast.PriceForecast` fitted at its last record).
+    Where the series covers the hours (a recorded file, or a forecast file), its values. Outside it, a year
+    of records (the bundled 2023 intensity read for 2026) gives each hour its value at the same date and hour
+    of that year, a typical-year estimate as the ledger's emissions use: season and hour of day carry most
+    of a grid's variation (the hour-of-day profile of the year's last weeks, December's, chose the same hour
+    every night of every later season). A shorter series: the hour-of-day profile of its last ``weeks``
+    weeks (:class:`~costaware.core.forecast.PriceForecast` fitted at its last record).
     """
     end = start + timedelta(hours=hours)
     if series.start <= start and end <= series.last + timedelta(hours=1):
@@ -80,7 +93,19 @@ def hourly_series(series: PriceSeries, start: datetime, hours: int, *, weeks: in
     from costaware.core.forecast import PriceForecast
 
     forecast = PriceForecast.fit(series, at=series.last, weeks=weeks)
-    return [float(v) for v in forecast.hourly_usd_per_hour(start, hours)]
+    profile = [float(v) for v in forecast.hourly_usd_per_hour(start, hours)]
+    if series.last - series.start < _A_YEAR:
+        return profile
+    values = []
+    for i, fallback in enumerate(profile):
+        hour = start + timedelta(hours=i)
+        inside = series.start <= hour < series.last + timedelta(hours=1)
+        shifted = hour if inside else same_hour_in(hour, series.start.year)
+        if series.start <= shifted < series.last + timedelta(hours=1):
+            values.append(float(series.mean_usd_per_hour(shifted, shifted + timedelta(hours=1))))
+        else:
+            values.append(fallback)
+    return values
 
 
 def objective_starts(
