@@ -143,7 +143,24 @@ def test_refresh_refused_by_aws_is_a_clear_error(
     assert run(ledger_url, "prices", "refresh", "--aws-conn-id", "moto_pricing") == 2
     err = capsys.readouterr().err
     assert "the AWS Price List API refused the request for us-east-1 through connection 'moto_pricing'" in err
+    assert "check the connection's credentials" in err
     assert PriceCache(Ledger.from_url(ledger_url)).rows() == []
+
+
+def test_refresh_through_a_connection_that_does_not_exist_says_so(
+    ledger_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It fell back to the default credentials, and the error read as if the connection's were wrong.
+    client = boto3.client(
+        "pricing", region_name="us-east-1", aws_access_key_id="k", aws_secret_access_key="s"
+    )
+    stubber = Stubber(client)
+    stubber.add_client_error("get_products", "UnrecognizedClientException", "no credentials")
+    monkeypatch.setattr(aws_pricing, "pricing_client", lambda aws_conn_id, **_: client)
+    with stubber:
+        assert run(ledger_url, "prices", "refresh", "--aws-conn-id", "prices_aws") == 2
+    err = capsys.readouterr().err
+    assert "connection 'prices_aws' does not exist, so the SDKs' default credentials were tried" in err
 
 
 @pytest.mark.parametrize(

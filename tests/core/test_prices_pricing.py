@@ -129,3 +129,11 @@ def test_gpus_asked_for_by_count_are_nvidia_ones_and_a_model_may_drop_its_maker(
     }
     named = catalog.instances(region="us-east-1", min_gpus=1, gpu_model="AWS Inferentia")
     assert named and all(o.instance_type.startswith("inf1.") for o in named)
+
+
+def test_a_family_given_for_a_type_is_named_with_its_smallest_sizes() -> None:
+    with pytest.raises(
+        PriceNotFoundError,
+        match=r"'m5' is an instance family, not a type: give a size, e\.g\. m5\.large, m5\.xlarge, m5\.2x",
+    ):
+        bundled_catalog().offer("m5", "us-east-1")

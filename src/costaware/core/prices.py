@@ -254,6 +254,15 @@ class PriceCatalog:
                     "spot_usd_per_hour and on_demand_usd_per_hour), or fetch them with `costaware prices "
                     "refresh --service sagemaker`"
                 )
+            sizes = sorted(
+                (t for t in self._types if t.startswith(f"{instance_type.strip().lower()}.")), key=_size_order
+            )
+            if "." not in instance_type and sizes:
+                # "m5": a family, whose closest name is no help (it pointed at `prices list`).
+                raise PriceNotFoundError(
+                    f"{instance_type!r} is an instance family, not a type: give a size, e.g. "
+                    f"{', '.join(sizes[:4])}"
+                )
             hint = _suggest(instance_type, self._types)
             raise PriceNotFoundError(f"unknown instance type {instance_type!r}{hint}")
         if region not in self._regions:
@@ -342,6 +351,18 @@ class PriceCatalog:
             and (wanted_arch is None or o.arch == wanted_arch)
         ]
         return sorted(chosen, key=lambda o: (o.usd_per_hour, o.instance_type, o.region))
+
+
+_SIZES = ("nano", "micro", "small", "medium", "large", "xlarge")
+
+
+def _size_order(instance_type: str) -> tuple[int, str]:
+    """Smallest first: ``m5.large`` before ``m5.xlarge`` before ``m5.2xlarge`` before ``m5.metal``."""
+    size = instance_type.partition(".")[2]
+    if size in _SIZES:
+        return _SIZES.index(size), size
+    digits = size.removesuffix("xlarge")
+    return (len(_SIZES) + int(digits), size) if digits.isdigit() else (10_000, size)
 
 
 def _same_gpu_model(offered: str, wanted: str) -> bool:

@@ -268,6 +268,19 @@ def _show_cache(args: argparse.Namespace) -> int:
 # -- refresh and import ---------------------------------------------------------------------------
 
 
+def _connection_exists(conn_id: str) -> bool:
+    """Whether Airflow knows the connection ``conn_id`` (one that does not exist falls back silently)."""
+    from airflow.providers.common.compat.sdk import AirflowNotFoundException, BaseHook
+
+    try:
+        BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        return False
+    except Exception:  # no metadata database here, say: do not claim it is missing
+        return True
+    return True
+
+
 def refresh_prices(args: argparse.Namespace) -> int:
     """Fetch on-demand prices from the AWS Price List API into the price cache; 1 if none matched."""
     from costaware.adapters.aws_pricing import PriceListFetcher
@@ -290,10 +303,15 @@ def refresh_prices(args: argparse.Namespace) -> int:
         except CostawareError:
             raise
         except Exception as e:  # botocore: credentials, endpoint, throttling
+            check = (
+                "check the connection's credentials (pricing:GetProducts)"
+                if _connection_exists(conn_id)
+                else f"connection {conn_id!r} does not exist, so the SDKs' default credentials were tried: "
+                f"create it (`airflow connections add {conn_id} --conn-type aws ...`)"
+            )
             raise CostawareError(
                 f"the AWS Price List API refused the request for {region} through connection {conn_id!r}: "
-                f"{e}; check the connection's credentials (pricing:GetProducts), or use "
-                "`costaware prices import FILE` on a machine without AWS access"
+                f"{e}; {check}, or use `costaware prices import FILE` on a machine without AWS access"
             ) from e
         written = cache.put(prices, origin=LIVE, fetched_at=utcnow())
         total += written
