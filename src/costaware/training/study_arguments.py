@@ -118,6 +118,7 @@ class StudyArguments:
         from costaware.core.ledger import Market
         from costaware.core.money import parse_usd
         from costaware.core.tuning import StudySpec, parse_search_space
+        from costaware.core.tuning.caps import positive_number
 
         catalog = bundled_catalog()
         market = Market.parse(self.market)
@@ -147,9 +148,9 @@ class StudyArguments:
             market=market.value,
             usd_per_hour=rate,
             gpus=gpus,
-            fallback_trial_seconds=parse_seconds(self.fallback_trial_seconds, "fallback_trial_seconds"),
-            safety_factor=parse_seconds(self.safety_factor, "safety_factor"),
-            slack_seconds=parse_seconds(self.slack_seconds, "slack_seconds", allow_zero=True),
+            fallback_trial_seconds=positive_number(self.fallback_trial_seconds, "fallback_trial_seconds"),
+            safety_factor=positive_number(self.safety_factor, "safety_factor"),
+            slack_seconds=positive_number(self.slack_seconds, "slack_seconds", allow_zero=True),
         )
 
 
@@ -197,18 +198,3 @@ def parse_int(value: Any, name: str) -> int:
         return int(str(value).strip())
     except ValueError as e:
         raise ConfigurationError(f"{name} must be a whole number, got {value!r}") from e
-
-
-def parse_seconds(value: Any, name: str, *, allow_zero: bool = False) -> float:
-    """A number > 0 (>= 0 with ``allow_zero``) of seconds, or a factor, or its rendered text.
-
-    Raises:
-        ConfigurationError: anything else, naming ``name`` ("ten" read as a raw ValueError).
-    """
-    try:
-        number = float(str(value).strip())
-    except ValueError:
-        number = float("nan")
-    if not (number >= 0 if allow_zero else number > 0) or number == float("inf"):
-        raise ConfigurationError(f"{name} must be a number {'>= 0' if allow_zero else '> 0'}, got {value!r}")
-    return number

@@ -63,14 +63,16 @@ class TuningCaps:
         gpu = (
             None
             if max_gpu_hours in (None, "")
-            else Decimal(str(_positive(max_gpu_hours, "max_gpu_hours", allow_zero=True)))
+            else Decimal(str(positive_number(max_gpu_hours, "max_gpu_hours", allow_zero=True)))
         )
         trials = _whole(max_trials, "max_trials", minimum=1)
-        wall = None if max_wall_seconds in (None, "") else _positive(max_wall_seconds, "max_wall_seconds")
+        wall = (
+            None if max_wall_seconds in (None, "") else positive_number(max_wall_seconds, "max_wall_seconds")
+        )
         plateau = (
             None if plateau_trials in (None, "") else _whole(plateau_trials, "plateau_trials", minimum=1)
         )
-        delta = _positive(plateau_min_delta, "plateau_min_delta", allow_zero=True)
+        delta = positive_number(plateau_min_delta, "plateau_min_delta", allow_zero=True)
         return cls(usd, trials, gpu, wall, plateau, delta)
 
     def to_json(self) -> dict[str, Any]:
@@ -98,7 +100,12 @@ def _whole(value: object, name: str, *, minimum: int) -> int:
     return number
 
 
-def _positive(value: object, name: str, *, allow_zero: bool = False) -> float:
+def positive_number(value: object, name: str, *, allow_zero: bool = False) -> float:
+    """``value`` (or its rendered text) as a finite number > 0, or >= 0 with ``allow_zero``.
+
+    Raises:
+        ConfigurationError: anything else, naming ``name``.
+    """
     try:
         number = float(str(value).strip()) if not isinstance(value, bool) else math.nan
     except ValueError:
