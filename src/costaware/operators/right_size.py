@@ -142,9 +142,9 @@ class RightSizeOperator(BaseOperator):
 
         dag_id = self.history_dag_id or context["ti"].dag_id
         with airflow_errors():
-            memory_gib, min_vcpus, sizing = self._needs(dag_id)
+            memory_gib, min_vcpus, sizing, tries = self._needs(dag_id)
             measured = str(sizing).startswith("measured")
-            arch = self.arch or (self._measured_arch(dag_id) if measured else None)
+            arch = self.arch or (self._measured_arch(tries) if measured else None)
             job = RightSizeJob(
                 memory_gib=memory_gib,
                 deadline_hours=_optional_float(self.deadline_hours, "deadline_hours"),
@@ -182,20 +182,16 @@ class RightSizeOperator(BaseOperator):
             )
         return {**decision.to_json(), "sizing": sizing}
 
-    def _measured_arch(self, dag_id: str) -> str | None:
-        """With ``sizing="measured"`` and no ``arch``: the architecture of the type the task last ran on.
+    def _measured_arch(self, tries: Sequence[Any]) -> str | None:
+        """Sized on measured ``tries`` with no ``arch``: the architecture of the type the task last ran on.
 
         As the efficiency report keeps it: a task measured on x86_64 may not run on arm64 (its image, its
         wheels), and the cheapest fit was often a Graviton type.
         """
-        if self.sizing != "measured":
-            return None
-        from costaware.adapters.ledger.efficiency import measurements
         from costaware.adapters.price_files import bundled_catalog
         from costaware.core.efficiency.measurement import recency
         from costaware.core.errors import PriceNotFoundError
 
-        tries = measurements(self.hook.get_conn(), dag_id=dag_id, task_id=self.for_task_id)
         newest = max(tries, key=recency, default=None)
         if newest is None or not newest.instance_type or not newest.region:
             return None
@@ -224,22 +220,26 @@ class RightSizeOperator(BaseOperator):
             )
         return arch
 
-    def _needs(self, dag_id: str) -> tuple[Any, int, str]:
-        """Memory and vCPUs to size for: declared, or measured in the task's tries (``sizing="measured"``)."""
+    def _needs(self, dag_id: str) -> tuple[Any, int, str, list[Any]]:
+        """Memory and vCPUs to size for, how they were sized, and the measured tries (none when declared).
+
+        Declared, or measured in the task's tries with ``sizing="measured"``.
+        """
         declared = parse_decimal(self.memory_gib, name="memory_gib"), _whole_vcpus(self.min_vcpus)
         if self.sizing == "declared":
-            return (*declared, "declared")
+            return (*declared, "declared", [])
         from costaware.adapters.ledger.efficiency import measurements
         from costaware.core.efficiency import sized_needs
 
         tries = measurements(self.hook.get_conn(), dag_id=dag_id, task_id=self.for_task_id)
-        return sized_needs(
+        memory_gib, vcpus, sizing = sized_needs(
             *declared,
             tries,
             min_tries=self.min_measured_tries,
             memory_margin=self.memory_margin,
             cpu_margin=self.memory_margin,
         )
+        return memory_gib, vcpus, sizing, list(tries)
 
 
 def _whole_vcpus(value: object) -> int:
