@@ -9,7 +9,6 @@ model version is stored. Logging and the mapping of failures to task outcomes st
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from decimal import Decimal
@@ -26,9 +25,6 @@ if TYPE_CHECKING:
 
 
 log = logging.getLogger(__name__)
-
-#: The start of an attempt entry's note (``costaware.training.remote.attempt_entry``): its job's name.
-_ATTEMPT_NOTE = re.compile(r"^attempt \d+, job (\S+) on ")
 
 #: The least an attempt is started for under ``max_usd``: a shorter one could not even load its data.
 MIN_CAPPED_SECONDS = 60
@@ -270,6 +266,8 @@ def billed_by_earlier_tries(ledger: Ledger, plan: RemotePlan) -> tuple[Decimal, 
     figure): the budgets need to hold only the rest, as long as the backend still has those jobs and each
     ran once (see :func:`entries_rerun_by_retry`). A job is None where the entry's note does not say it.
     """
+    from costaware.training.remote import job_of_attempt_note
+
     ident = plan.identity
     rows = ledger.entries(dag_id=str(ident["dag_id"]), run_id=str(ident["run_id"]))
     mine = [
@@ -280,14 +278,8 @@ def billed_by_earlier_tries(ledger: Ledger, plan: RemotePlan) -> tuple[Decimal, 
         and str(row["price_source"] or "").startswith("remote:")
         and not row["estimated"]
     ]
-    jobs = [_job_of_note(str(row["note"] or "")) for row in mine]
+    jobs = [job_of_attempt_note(str(row["note"] or "")) for row in mine]
     return sum((Decimal(row["usd"]) for row in mine), Decimal(0)), jobs
-
-
-def _job_of_note(note: str) -> str | None:
-    """The job an attempt entry's note names (``attempt 2, job <name> on local, ...``), or None."""
-    found = _ATTEMPT_NOTE.match(note)
-    return found.group(1) if found else None
 
 
 def entries_rerun_by_retry(jobs: list[str | None], has_job: Callable[[str], object]) -> bool:

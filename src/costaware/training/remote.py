@@ -83,6 +83,16 @@ def attempt_uid(key: str) -> str:
     return uuid.uuid5(uuid.NAMESPACE_URL, key).hex
 
 
+#: How an attempt entry's note begins (:func:`attempt_entry` writes it): its attempt and its job's name.
+_ATTEMPT_NOTE = re.compile(r"^attempt \d+, job (\S+) on ")
+
+
+def job_of_attempt_note(note: str) -> str | None:
+    """The job an attempt entry's note names (``attempt 2, job <name> on local, ...``), or None."""
+    found = _ATTEMPT_NOTE.match(note)
+    return found.group(1) if found else None
+
+
 def attempt_entry(
     *,
     identity: Mapping[str, Any],
