@@ -100,15 +100,11 @@ def test_stale_figures_are_flagged(ledger_url: str, capsys: pytest.CaptureFixtur
     assert "STALE: older than the 168 h TTL, run `costaware prices refresh`" in out
 
 
-def test_refresh_through_the_connection(
-    ledger_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def stubbed_pricing(monkeypatch: pytest.MonkeyPatch) -> tuple[Stubber, list[str | None]]:
+    """A Price List client whose answers the test sets, given to every connection; the ids asked for."""
     client = boto3.client(
         "pricing", region_name="us-east-1", aws_access_key_id="k", aws_secret_access_key="s"
     )
-    stubber = Stubber(client)
-    items = [json.dumps(i) for i in json.loads((FIXTURES / "sagemaker_get_products.json").read_text())]
-    stubber.add_response("get_products", {"PriceList": items})
     seen: list[str | None] = []
 
     def client_for(aws_conn_id: str | None, **_: object) -> object:
@@ -116,6 +112,15 @@ def test_refresh_through_the_connection(
         return client
 
     monkeypatch.setattr(aws_pricing, "pricing_client", client_for)
+    return Stubber(client), seen
+
+
+def test_refresh_through_the_connection(
+    ledger_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stubber, seen = stubbed_pricing(monkeypatch)
+    items = [json.dumps(i) for i in json.loads((FIXTURES / "sagemaker_get_products.json").read_text())]
+    stubber.add_response("get_products", {"PriceList": items})
     with stubber:
         code = run(
             ledger_url,
@@ -151,12 +156,8 @@ def test_refresh_through_a_connection_that_does_not_exist_says_so(
     ledger_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # It fell back to the default credentials, and the error read as if the connection's were wrong.
-    client = boto3.client(
-        "pricing", region_name="us-east-1", aws_access_key_id="k", aws_secret_access_key="s"
-    )
-    stubber = Stubber(client)
+    stubber, _ = stubbed_pricing(monkeypatch)
     stubber.add_client_error("get_products", "UnrecognizedClientException", "no credentials")
-    monkeypatch.setattr(aws_pricing, "pricing_client", lambda aws_conn_id, **_: client)
     with stubber:
         assert run(ledger_url, "prices", "refresh", "--aws-conn-id", "prices_aws") == 2
     err = capsys.readouterr().err

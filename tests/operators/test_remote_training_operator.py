@@ -180,25 +180,36 @@ def test_a_retry_holds_max_usd_again_where_its_failed_try_settled_the_gate_reser
     assert again.gpu_hours == first.gpu_hours and again.expires_at - again.created_at == timedelta(hours=48)
 
 
+#: The holder a spend gate reserves under for the task ``train`` of :func:`context_for`'s run.
+GATE_HOLDER = "remote_dag/scheduled__2026-01-01/train/-1"
+
+
+def _gated_budget(ledger: Any) -> None:
+    """A $10 monthly budget of project=churn, with a spend gate's $1 reservation for the task."""
+    ledger.set_budget("project=churn", "month", "10")
+    ledger.reserve("project=churn", "1.00", holder=GATE_HOLDER, run_id="r")
+
+
+def _try_capped_at_5(tmp_path: Path) -> dict[str, Any]:
+    """One try of the task tagged project=churn with max_usd $5, run to its end in the worker."""
+    result, _ = drive(
+        operator(tmp_path, tags={"project": "churn"}, max_usd="5", deferrable=False), context_for()
+    )
+    return result
+
+
 def test_a_retry_holds_only_what_is_left_of_max_usd_after_what_its_earlier_tries_billed(
     tmp_path: Path, data: Path, ledger: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # The retry follows the first try's jobs again, so their cost counts against max_usd in it once more:
     # holding all of max_usd again would hold that cost twice, and lower the cap where the budget is tight.
-    ledger.set_budget("project=churn", "month", "10")
-    holder = "remote_dag/scheduled__2026-01-01/train/-1"
-    ledger.reserve("project=churn", "1.00", holder=holder, run_id="r")
-    first, _ = drive(
-        operator(tmp_path, tags={"project": "churn"}, max_usd="5", deferrable=False), context_for()
-    )
-    billed = Decimal(first["usd"])
+    _gated_budget(ledger)
+    billed = Decimal(_try_capped_at_5(tmp_path)["usd"])
     assert billed > 0 and ledger.open_reservations() == []
     # Another task holds all but half of what the first try billed beyond a fresh $5: $5 would not fit.
     ledger.reserve("project=churn", Decimal(5) - (billed / 2).quantize(Decimal("0.000001")), holder="other")
     capsys.readouterr()
-    again, _ = drive(
-        operator(tmp_path, tags={"project": "churn"}, max_usd="5", deferrable=False), context_for()
-    )
+    again = _try_capped_at_5(tmp_path)
     out = capsys.readouterr().out
     assert "is lowered" not in out
     said = (
@@ -206,7 +217,7 @@ def test_a_retry_holds_only_what_is_left_of_max_usd_after_what_its_earlier_tries
     )
     assert f"{said} earlier tries billed" in out
     assert Decimal(again["usd"]) == billed  # the same job followed, billed once
-    retry = ledger.latest_reservation(holder)
+    retry = ledger.latest_reservation(GATE_HOLDER)
     assert retry.usd == Decimal(5) - billed and retry.settled_usd == billed
     (usage,) = ledger.usage("project=churn")
     assert usage.spent_usd == billed
@@ -219,17 +230,15 @@ def test_a_retry_whose_earlier_jobs_are_gone_holds_all_of_max_usd_again(
     # retry's state, so holding only what is left of the cap could let the budget be passed.
     import shutil
 
-    ledger.set_budget("project=churn", "month", "10")
-    holder = "remote_dag/scheduled__2026-01-01/train/-1"
-    ledger.reserve("project=churn", "1.00", holder=holder, run_id="r")
-    drive(operator(tmp_path, tags={"project": "churn"}, max_usd="5", deferrable=False), context_for())
+    _gated_budget(ledger)
+    _try_capped_at_5(tmp_path)
     shutil.rmtree(tmp_path / "jobs")  # the backend forgot the job (another machine, a deleted pod)
     capsys.readouterr()
-    drive(operator(tmp_path, tags={"project": "churn"}, max_usd="5", deferrable=False), context_for())
+    _try_capped_at_5(tmp_path)
     out = capsys.readouterr().out
     assert "a retry: the 1 attempt(s) earlier tries billed" in out
     assert "are not each a job the local backend still has, run once: holding all of max_usd" in out
-    assert ledger.latest_reservation(holder).usd == Decimal(5)
+    assert ledger.latest_reservation(GATE_HOLDER).usd == Decimal(5)
     # The job run again under the lost one's name is a second run: both are in the ledger (keyed by the
     # job's name alone, the second was taken for the first and its cost dropped).
     runs = [row for row in ledger.entries(dag_id="remote_dag") if row["price_source"] == "remote:local"]
