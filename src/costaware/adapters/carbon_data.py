@@ -84,6 +84,25 @@ def bundled_zones() -> list[str]:
     return sorted(p.name.removesuffix("_2023.csv") for p in folder.iterdir() if p.name.endswith(".csv"))
 
 
+def check_bundled_zone(zone: str) -> None:
+    """Refuse a grid zone whose intensity is not bundled; names only, nothing is read.
+
+    Raises:
+        ConfigurationError: the zone, the right name where only its case is wrong ("gb" for "GB"), and the
+            zones that are bundled.
+    """
+    zones = bundled_zones()
+    if zone in zones:
+        return
+    same = [z for z in zones if z.lower() == zone.lower()]
+    hint = f"did you mean {same[0]!r}? " if same else ""
+    raise ConfigurationError(
+        f"no bundled carbon intensity for grid zone {zone!r}: {hint}bundled are {', '.join(zones)}; pass the "
+        "path of a recorded carbon intensity CSV, import one with `costaware carbon import`, or configure a "
+        "live source"
+    )
+
+
 @functools.cache
 def bundled_carbon(zone: str, basis: str = "lca") -> PriceSeries:
     """The bundled 2023 hourly intensity of ``zone`` (``US-CAL-CISO``, ``DE-LU``, ``GB``, ``AU-NSW``).
@@ -91,11 +110,7 @@ def bundled_carbon(zone: str, basis: str = "lca") -> PriceSeries:
     Raises:
         ConfigurationError: a zone that is not bundled (named, with the ones that are).
     """
-    if zone not in bundled_zones():
-        raise ConfigurationError(
-            f"no bundled carbon intensity for grid zone {zone!r}: bundled are {', '.join(bundled_zones())}; "
-            "import a recorded file with `costaware carbon import` or configure a live source"
-        )
+    check_bundled_zone(zone)
     text = (resources.files("costaware") / _DATA / "carbon_intensity" / f"{zone}_2023.csv").read_text()
     return carbon_from_text(text, source=f"{zone}_2023.csv", basis=basis)
 

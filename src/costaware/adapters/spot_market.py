@@ -254,6 +254,16 @@ def carbon_intensity(carbon: str | None, *, region: str | None, objective: Objec
     return bundled_carbon(text)
 
 
+def check_local_file(path: str, name: str, what: str) -> None:
+    """Refuse a local ``path`` that is no file (a remote ``scheme://`` one is left to its reader).
+
+    Raises:
+        ConfigurationError: ``name=path is not a file``, with ``what`` to pass instead.
+    """
+    if "://" not in path and not Path(path).expanduser().is_file():
+        raise ConfigurationError(f"{name}={path!r} is not a file: pass {what}")
+
+
 def check_carbon_source(carbon: str | None, *, region: str | None, objective: Objective) -> None:
     """Refuse what :func:`carbon_intensity` would refuse, without reading a series (cheap, at DAG parse).
 
@@ -263,7 +273,7 @@ def check_carbon_source(carbon: str | None, *, region: str | None, objective: Ob
     Raises:
         ConfigurationError: the zone, path or region, named, with what to pass.
     """
-    from costaware.adapters.carbon_data import bundled_zones, grid_zone
+    from costaware.adapters.carbon_data import bundled_zones, check_bundled_zone, grid_zone
 
     if not objective.needs_carbon:
         return
@@ -273,20 +283,11 @@ def check_carbon_source(carbon: str | None, *, region: str | None, objective: Ob
             carbon_intensity(None, region=region, objective=objective)  # refuses, naming the region
         return
     if text.endswith(".csv") or "/" in text or "\\" in text:
-        if "://" not in text and not Path(text).expanduser().is_file():
-            raise ConfigurationError(
-                f"carbon={text!r} is not a file: pass a recorded carbon intensity CSV that exists, or a "
-                f"bundled grid zone ({', '.join(bundled_zones())})"
-            )
+        zones = ", ".join(bundled_zones())
+        what = f"a recorded carbon intensity CSV that exists, or a bundled grid zone ({zones})"
+        check_local_file(text, "carbon", what)
         return
-    zones = bundled_zones()
-    if text not in zones:
-        same = [z for z in zones if z.lower() == text.lower()]
-        hint = f"did you mean {same[0]!r}? " if same else ""
-        raise ConfigurationError(
-            f"no bundled carbon intensity for grid zone {text!r}: {hint}bundled are {', '.join(zones)}; or "
-            "pass the path of a recorded carbon intensity CSV"
-        )
+    check_bundled_zone(text)
 
 
 def instance_power_kw(instance_type: str, region: str) -> float:

@@ -127,20 +127,12 @@ class OffPeakTimetable(Timetable):
         Found later, the scheduler's error would stop the DAG's schedule with nothing in the UI to say why.
         Names and paths only: the series themselves are read when the scheduler asks for the next run.
         """
-        from pathlib import Path
-
-        from costaware.adapters.spot_market import check_carbon_source
+        from costaware.adapters.spot_market import check_carbon_source, check_local_file
 
         check_carbon_source(self.carbon, region=self.region, objective=self._objective)
-        if (
-            self.electricity
-            and "://" not in self.electricity
-            and not Path(self.electricity).expanduser().is_file()
-        ):
-            raise ConfigurationError(
-                f"electricity={self.electricity!r} is not a file: pass a recorded hourly electricity price "
-                "CSV (timestamp_utc,usd_per_mwh) that exists"
-            )
+        if self.electricity:
+            what = "a recorded hourly electricity price CSV (timestamp_utc,usd_per_mwh) that exists"
+            check_local_file(self.electricity, "electricity", what)
 
     @property
     def summary(self) -> str:
