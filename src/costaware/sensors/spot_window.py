@@ -530,19 +530,16 @@ def _check_written(
     """
     if _written(expected_runtime_hours):
         parse_decimal(expected_runtime_hours, name="expected_runtime_hours", positive=True)
-    for name, value in (("deadline", deadline), ("earliest_start", earliest_start)):
-        if _written(value):
-            parse_instant(value, name=name)
-    if _written(deadline) and _written(earliest_start):
-        end, start = (
-            parse_instant(deadline, name="deadline"),
-            parse_instant(earliest_start, name="earliest_start"),
+    instants = {
+        name: parse_instant(value, name=name)
+        for name, value in (("deadline", deadline), ("earliest_start", earliest_start))
+        if _written(value)
+    }
+    if len(instants) == 2 and instants["earliest_start"] >= instants["deadline"]:
+        raise ConfigurationError(
+            f"earliest_start {earliest_start!r} is not before the deadline {deadline!r}: no run could "
+            "start in time; move one of them"
         )
-        if start >= end:
-            raise ConfigurationError(
-                f"earliest_start {earliest_start!r} is not before the deadline {deadline!r}: no run could "
-                "start in time; move one of them"
-            )
     if _written(target_usd_per_hour):
         _price(target_usd_per_hour, "target_usd_per_hour")
     if _written(on_demand_usd_per_hour):
