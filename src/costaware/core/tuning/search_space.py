@@ -38,11 +38,8 @@ class ParamSpec:
 
 
 #: The keys each kind of parameter takes (a typo such as "lgo" is refused, not ignored).
-_KEYS = {
-    "float": frozenset({"type", "low", "high", "log", "step"}),
-    "int": frozenset({"type", "low", "high", "log", "step"}),
-    "categorical": frozenset({"type", "choices"}),
-}
+_RANGE_KEYS = frozenset({"type", "low", "high", "log", "step"})
+_KEYS = {"float": _RANGE_KEYS, "int": _RANGE_KEYS, "categorical": frozenset({"type", "choices"})}
 
 
 def parse_search_space(space: Mapping[str, Mapping[str, Any]]) -> tuple[ParamSpec, ...]:
