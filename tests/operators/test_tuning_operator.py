@@ -412,3 +412,18 @@ def test_hyperband_and_no_pruning_run_the_same_way(env: Ledger) -> None:
         if pruner == "none":
             assert {r["state"] for r in results} == {"promoted"}  # every trial trains in full
     assert env.open_reservations() == []
+
+
+@pytest.mark.parametrize(
+    ("stop", "best", "ran", "expected"),
+    [
+        ({"message": "budget: $1.00 of $1.00 spent"}, None, 2, "budget: $1.00 of $1.00 spent"),
+        (None, None, 4, "no trial finished (4 of 4 trials ran, none with a value)"),
+        (None, {"number": 0}, 4, "max_trials reached (4 of 4 trials ran)"),
+        (None, {"number": 0}, 2, "no stop rule fired"),
+    ],
+)
+def test_the_summary_line_says_why_the_study_stopped(stop: Any, best: Any, ran: int, expected: str) -> None:
+    # A study whose every trial failed once read "max_trials reached", as if it had finished its search.
+    summary = {"stop": stop, "best": best, "max_trials": 4}
+    assert TuningStudySummarizeOperator._stop_text(summary, ran) == expected

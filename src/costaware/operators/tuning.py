@@ -373,11 +373,7 @@ class TuningStudySummarizeOperator(_StudyOperator):
             summary["cap_usd"],
             per(summary["cost_per_trial_usd"]),
             per(summary["cost_per_successful_trial_usd"]),
-            summary["stop"]["message"]
-            if summary["stop"]
-            else f"max_trials reached ({ran} of {summary['max_trials']} trials ran)"
-            if ran >= summary["max_trials"]
-            else "no stop rule fired",
+            self._stop_text(summary, ran),
         )
         for row in summary["trials"]:
             self.log.info(
@@ -396,6 +392,17 @@ class TuningStudySummarizeOperator(_StudyOperator):
                 f"their logs ({self.trial_task_id}); they spent ${summary['spent_usd']}"
             )
         return summary
+
+    @staticmethod
+    def _stop_text(summary: dict[str, Any], ran: int) -> str:
+        """Why the study stopped, for the summary line: a stop rule, no trial finishing, or max_trials."""
+        if summary["stop"]:
+            return str(summary["stop"]["message"])
+        if ran and summary["best"] is None:
+            return f"no trial finished ({ran} of {summary['max_trials']} trials ran, none with a value)"
+        if ran >= summary["max_trials"]:
+            return f"max_trials reached ({ran} of {summary['max_trials']} trials ran)"
+        return "no stop rule fired"
 
     def _failed_trial_tasks(self, ti: Any) -> int:
         """How many of this run's trial tasks failed (0 where Airflow cannot say: a test's stand-in)."""
