@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from costaware.adapters.price_files import bundled_catalog
+from costaware.core.discounts import parse_discounts
 from costaware.core.efficiency import GIB, Measurement, advise, measured_requirements
 from costaware.core.errors import ConfigurationError
 
@@ -75,6 +76,24 @@ def test_deliberately_oversized_task_is_flagged() -> None:
     assert advice.suggested_usd_per_run == Decimal("0.0765")
     assert advice.monthly_saving_usd == Decimal("18.105")  # (0.68 - 0.0765) x 30 runs
     assert "c6a.large" in advice.reason() and "$18.10/month" in advice.reason()
+
+
+def test_on_demand_types_are_compared_after_the_discounts_the_ledger_bills() -> None:
+    # A savings plan on m5a halves m5a.large to $0.043/h, below c6a.large's list $0.0765/h: the efficiency
+    # report once advised c6a.large from list prices, a dearer type for this team.
+    plan = parse_discounts("family:m5a=50")
+    advice = advise(bundled_catalog(), tries(), discounts=plan)
+    assert advice is not None and advice.suggested.instance_type == "m5a.large"
+    assert advice.suggested_usd_per_run == Decimal("0.043")
+    # The team's own 60 % beats the family's 50 % on every type (discounts do not stack): c6a.large again.
+    advice = advise(
+        bundled_catalog(), tries(team="ml"), discounts=parse_discounts("family:m5a=50, team:ml=60")
+    )
+    assert advice is not None and advice.suggested.instance_type == "c6a.large"
+    assert advice.current_usd_per_run == Decimal("0.272")  # c5.4xlarge's $0.68 less 60 %
+    # Spot is priced by the advisor, never discounted, as the ledger prices a spot try.
+    spot = advise(bundled_catalog(), tries(market="spot"), discounts=plan)
+    assert spot == advise(bundled_catalog(), tries(market="spot"))
 
 
 def test_right_sized_task_gets_no_advice() -> None:

@@ -5,6 +5,7 @@ from decimal import Decimal
 
 import pytest
 
+from costaware.core.discounts import parse_discounts
 from costaware.core.errors import ConfigurationError, PriceNotFoundError
 from costaware.core.ledger import Market
 from costaware.core.prices import PriceCatalog
@@ -87,6 +88,29 @@ def test_worked_example_b_wins_when_it_meets_the_deadline_and_fits(catalog: Pric
 )
 def test_worked_example_a_otherwise(catalog: PriceCatalog, job: dict, expected: tuple) -> None:  # type: ignore[type-arg]
     assert _choose(catalog, **job) == expected
+
+
+def test_on_demand_candidates_are_priced_after_the_discounts_the_ledger_bills(catalog: PriceCatalog) -> None:
+    job = RightSizeJob(memory_gib=Decimal(16), markets=ON_DEMAND)
+
+    def choose(rules: str, team: str | None = None) -> tuple[str, Decimal]:
+        decision = right_size(
+            catalog,
+            job,
+            region="us-east-1",
+            observations=A_RUN,
+            profile=PROFILE,
+            discounts=parse_discounts(rules),
+            team=team,
+        )
+        return decision.choice.instance_type, decision.choice.expected_usd
+
+    assert choose("") == ("type-b", Decimal("3.080000"))  # list prices: $1.40/h x 2.2 h
+    # A savings plan of 40 % on type-a's family: $2.40 x 1 h, below type-b's $3.08 (as the ledger will bill).
+    assert choose("family:type-a=40") == ("type-a", Decimal("2.400000"))
+    # The team's 50 % applies to every type and beats the family's 40 % (no stacking): type-b at $0.70/h.
+    assert choose("family:type-a=40, team:ml=50", team="ml") == ("type-b", Decimal("1.540000"))
+    assert choose("family:type-a=40, team:ml=50", team="other") == ("type-a", Decimal("2.400000"))
 
 
 def test_spot_is_priced_with_its_expected_interruption_rework(catalog: PriceCatalog) -> None:

@@ -71,6 +71,21 @@ def test_picks_the_cheapest_expected_cost_from_recorded_runs(env_ledger: Ledger)
     assert "finishes within the 4.00 h deadline" in result["reason"]
 
 
+def test_the_discounts_setting_prices_on_demand_candidates(
+    env_ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    costs = {t: _expected(t)[1] for t in TYPES}
+    assert min(costs, key=costs.__getitem__) != "c5.xlarge"  # at list prices
+    # A 90 % plan on c5 makes c5.xlarge the cheapest expected cost, as the ledger will bill its tries.
+    monkeypatch.setenv("AIRFLOW__COSTAWARE__DISCOUNTS", "family:c5=90")
+    result = _operator().execute(_context())
+    assert result["instance_type"] == "c5.xlarge"
+    assert Decimal(result["usd_per_hour"]) == Decimal("0.017000")  # $0.17/h less 90 %
+    assert Decimal(result["expected_usd"]) == (
+        Decimal("0.017") * Decimal(str(_expected("c5.xlarge")[0]))
+    ).quantize(Decimal("0.000001"))
+
+
 def test_deadline_and_memory_push_to_faster_or_bigger_types(env_ledger: Ledger) -> None:
     tight = _operator(deadline_hours="2").execute(_context())
     assert _expected(tight["instance_type"])[0] <= 2 < _expected("m5.large")[0]

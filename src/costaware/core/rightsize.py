@@ -17,6 +17,7 @@ from decimal import Decimal
 from typing import Any
 
 from costaware.core.checkpoint_interval import mean_seconds_between_interruptions
+from costaware.core.discounts import Discount, apply_discount, discount_for
 from costaware.core.errors import ConfigurationError, PriceNotFoundError
 from costaware.core.ledger import Market
 from costaware.core.money import MICRO_USD
@@ -258,6 +259,8 @@ def right_size(
     profile: ThroughputProfile | None = None,
     instance_types: Sequence[str] | None = None,
     runners_up: int = 3,
+    discounts: Sequence[Discount] = (),
+    team: str | None = None,
 ) -> RightSizeDecision:
     """The cheapest expected (instance type, market) in ``region`` that fits in memory and meets the deadline.
 
@@ -269,6 +272,9 @@ def right_size(
         profile: Relative speed of types (default: by vCPUs, exponent 0.8).
         instance_types: Only these types (default: every type in the region).
         runners_up: How many next-cheapest feasible candidates to return.
+        discounts: The ``[costaware] discounts`` rules: on-demand candidates are priced after the largest
+            that applies to their family or ``team``, as the ledger bills them (spot never is).
+        team: The run's ``team`` tag.
 
     Raises:
         ConfigurationError: no candidate fits and meets the deadline (the message says what came closest),
@@ -318,7 +324,8 @@ def right_size(
                 rate = interruptions_per_hour(advice.interruption_range, hours)
                 expected = spot_expected_hours(hours, rate, job)
             else:
-                price, expected = offer.usd_per_hour, hours
+                discount = discount_for(discounts, offer.instance_type, {"team": team} if team else None)
+                price, expected = apply_discount(offer.usd_per_hour, discount), hours
             if fastest is None or expected < fastest[0]:
                 fastest = (expected, name)
             if job.deadline_hours is not None and expected > job.deadline_hours:

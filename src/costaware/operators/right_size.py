@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from costaware.glue import DEFAULT_LEDGER_CONN_ID, airflow_errors, parse_decimal
+from costaware.glue import DEFAULT_LEDGER_CONN_ID, airflow_errors, parse_decimal, tags_for
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -132,7 +132,7 @@ class RightSizeOperator(BaseOperator):
         return CostLedgerHook(self.ledger_conn_id)
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from costaware.adapters.price_source import current_catalog
+        from costaware.adapters.price_source import current_catalog, discounts_from_settings
         from costaware.core.rightsize import (
             RightSizeJob,
             ThroughputProfile,
@@ -168,6 +168,12 @@ class RightSizeOperator(BaseOperator):
                 observations=runs,
                 profile=profile,
                 instance_types=self.instance_types,
+                # On-demand candidates at the prices the ledger will bill: a family's savings plan can
+                # make its on-demand type cheaper than spot elsewhere.
+                discounts=discounts_from_settings(),
+                team=tags_for(self.dag if self.has_dag() else None, dict(context.get("params") or {})).get(
+                    "team"
+                ),
             )
         self.log.info(
             "right-size for %s.%s (sized %s): %s", dag_id, self.for_task_id, sizing, decision.reason

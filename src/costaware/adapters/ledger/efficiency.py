@@ -87,7 +87,7 @@ def measurements(
     if outcome:
         conditions.append(e.c.outcome == outcome)
     query = (
-        select(u, e.c.usd_micros, e.c.instance_type, e.c.region, e.c.market)
+        select(u, e.c.usd_micros, e.c.instance_type, e.c.region, e.c.market, e.c.team)
         .select_from(u.join(e, e.c.entry_uid == u.c.entry_uid))
         .where(and_(true(), *conditions))
         .order_by(u.c.measured_at.desc(), u.c.id.desc())
@@ -114,6 +114,7 @@ def measurements(
             source=r["source"],
             backend_metrics=r["backend_metrics"] or {},
             measured_at=r["measured_at"],
+            team=r["team"],
         )
         for r in rows
     ]

@@ -17,7 +17,7 @@ from costaware.core.money import format_usd_exact
 def report_efficiency(args: argparse.Namespace) -> int:
     """Print measured utilization per task and the right-sizing advice."""
     from costaware.adapters.ledger.efficiency import measurements
-    from costaware.adapters.price_source import current_catalog
+    from costaware.adapters.price_source import current_catalog, discounts_from_settings
     from costaware.core.efficiency import advise_tasks, utilization_by_task
 
     ledger = open_ledger(args, reading=True)
@@ -34,6 +34,7 @@ def report_efficiency(args: argparse.Namespace) -> int:
         runs_per_month=args.runs_per_month,
         min_tries=args.min_tries,
         memory_margin=args.memory_margin,
+        discounts=discounts_from_settings(),  # on-demand types compared at the prices the ledger bills
     )
     advice = [a for a in every if a.monthly_saving_usd >= floor]
     hidden = len(every) - len(advice)

@@ -1,8 +1,10 @@
 """Right-sizing advice: the cheapest catalog type that would have fit a task's measured tries.
 
 The saving is priced per run on both types at the market the task ran on, and per month at the task's run
-frequency (from its schedule, or the runs seen when it has none). Pure: callers pass the catalog and the
-measurements.
+frequency (from its schedule, or the runs seen when it has none). On-demand prices are those after the
+``[costaware] discounts`` that apply to each type and the task's team, as the ledger bills them, so a
+family's savings plan can make its larger type the cheaper one. Pure: callers pass the catalog, the
+measurements and the discount rules.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from costaware.core.discounts import Discount, apply_discount, discount_for
 from costaware.core.efficiency.measurement import Measurement, by_task, recency
 from costaware.core.efficiency.requirements import Requirements, measured_requirements
 from costaware.core.errors import ConfigurationError, PriceNotFoundError
@@ -85,14 +88,25 @@ class Advice:
         }
 
 
-def hourly_price(catalog: PriceCatalog, offer: InstanceOffer, market: Market) -> Decimal:
-    """The type's price on ``market``: the spot advisor's estimate for spot (on-demand when it has none)."""
+def hourly_price(
+    catalog: PriceCatalog,
+    offer: InstanceOffer,
+    market: Market,
+    discounts: Sequence[Discount] = (),
+    team: str | None = None,
+) -> Decimal:
+    """The type's price on ``market``: the spot advisor's estimate for spot (on-demand when it has none).
+
+    On-demand, the largest of ``discounts`` that applies to the type or ``team`` is taken off, as the
+    ledger prices an on-demand try; spot is never discounted there either.
+    """
     if market is Market.SPOT:
         try:
             return catalog.spot_estimate_usd_per_hour(offer.instance_type, offer.region)
         except PriceNotFoundError:
             return offer.usd_per_hour
-    return offer.usd_per_hour
+    tags = {"team": team} if team else None
+    return apply_discount(offer.usd_per_hour, discount_for(discounts, offer.instance_type, tags))
 
 
 def advise(
@@ -104,6 +118,7 @@ def advise(
     memory_margin: float = 0.25,
     cpu_margin: float = 0.25,
     allow_burstable: bool = False,
+    discounts: Sequence[Discount] = (),
 ) -> Advice | None:
     """The cheapest catalog type that fits a task's measured tries, when cheaper than its current type.
 
@@ -122,6 +137,7 @@ def advise(
         memory_margin: Headroom added to the peak memory (0.25 = 25 %).
         cpu_margin: Headroom added to the busy cores.
         allow_burstable: Also suggest burstable (``t*``) types.
+        discounts: The ``[costaware] discounts`` rules; on-demand prices are compared after them.
 
     Returns:
         The advice, or None when too few tries, the instance is local or unknown, or nothing cheaper fits.
@@ -153,7 +169,7 @@ def advise(
     same = [m for m in measurements if m.instance_type == current.instance_type]
     runs = {m.run_id for m in same}
     hours_per_run = sum(m.wall_seconds for m in same) / 3600 / len(runs)
-    rate_now = hourly_price(catalog, current, market)
+    rate_now = hourly_price(catalog, current, market, discounts, newest.team)
     best: tuple[Decimal, InstanceOffer] | None = None
     for offer in catalog.instances(
         region=current.region,
@@ -167,7 +183,7 @@ def advise(
             continue
         if not allow_burstable and BURSTABLE.match(offer.instance_type):
             continue
-        rate = hourly_price(catalog, offer, market)
+        rate = hourly_price(catalog, offer, market, discounts, newest.team)
         if best is None or (rate, offer.instance_type) < (best[0], best[1].instance_type):
             best = (rate, offer)
     if best is None or best[0] >= rate_now:
@@ -210,12 +226,18 @@ def advise_tasks(
     runs_per_month: float | None = None,
     min_tries: int = 3,
     memory_margin: float = 0.25,
+    discounts: Sequence[Discount] = (),
 ) -> list[Advice]:
     """Advice for every task in ``measured`` that has enough tries and a cheaper fit, largest saving first."""
     found = []
     for tries in by_task(measured).values():
         advice = advise(
-            catalog, tries, runs_per_month=runs_per_month, min_tries=min_tries, memory_margin=memory_margin
+            catalog,
+            tries,
+            runs_per_month=runs_per_month,
+            min_tries=min_tries,
+            memory_margin=memory_margin,
+            discounts=discounts,
         )
         if advice is not None:
             found.append(advice)

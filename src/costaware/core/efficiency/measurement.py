@@ -44,6 +44,7 @@ class Measurement:
         source: ``local`` (measured in the task process) or the remote backend that reported it.
         backend_metrics: The backend's own metrics, as it reported them.
         measured_at: When the try ended.
+        team: The ``team`` tag of the try's ledger entry (its team discount applies to its prices).
     """
 
     dag_id: str
@@ -63,6 +64,7 @@ class Measurement:
     source: str = "local"
     backend_metrics: Mapping[str, Any] = field(default_factory=dict)
     measured_at: datetime | None = None
+    team: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("wall_seconds", "cpu_seconds"):

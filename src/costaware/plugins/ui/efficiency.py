@@ -39,12 +39,15 @@ class EfficiencyData:
 def efficiency_data(ledger: Ledger, filters: Filters, runs_per_month: float | None = None) -> EfficiencyData:
     """Utilization per task, right-sizing advice and run outcomes for the page's filters."""
     from costaware.adapters.ledger.views import measurements_in, outcomes_in
-    from costaware.adapters.price_source import current_catalog
+    from costaware.adapters.price_source import current_catalog, discounts_from_settings
     from costaware.core.efficiency import advise_tasks, utilization_by_task
 
     measured = measurements_in(ledger, filters)
     # The prices RightSizeOperator decides on: refreshed or imported ones too, not the bundled snapshot only.
-    advice = advise_tasks(current_catalog(ledger), measured, runs_per_month=runs_per_month)
+    # On-demand types are compared after the [costaware] discounts, as the ledger bills them.
+    advice = advise_tasks(
+        current_catalog(ledger), measured, runs_per_month=runs_per_month, discounts=discounts_from_settings()
+    )
     return EfficiencyData(
         tasks=utilization_by_task(measured),
         advice=[a for a in advice if a.monthly_saving_usd >= MIN_MONTHLY_SAVING_USD],
