@@ -221,6 +221,50 @@ def test_expired_reservations_stop_counting(any_ledger: Ledger) -> None:
     assert any_ledger.reserve("project=churn", "10").status == "open"
 
 
+def test_a_hold_taken_before_midnight_counts_against_the_next_day(any_ledger: Ledger) -> None:
+    # Its job ends after midnight and is billed then: two $90 holds either side of midnight under a $100
+    # day cap were both granted, and day 2 ended at $180 spent.
+    import time_machine
+
+    any_ledger.set_budget("project=churn", "day", "100")
+    with time_machine.travel(datetime(2026, 11, 1, 23, 50, tzinfo=timezone.utc), tick=False) as clock:
+        late = any_ledger.reserve("project=churn", "90", holder="d/r1/train/-1")
+        clock.move_to(datetime(2026, 11, 2, 0, 10, tzinfo=timezone.utc))
+        (usage,) = any_ledger.usage("project=churn")
+        assert (usage.period_key, usage.reserved_usd, usage.left_usd) == ("2026-11-02", 90, 10)
+        with pytest.raises(BudgetExceededError):
+            any_ledger.reserve("project=churn", "90", holder="d/r2/train/-1")
+        clock.move_to(datetime(2026, 11, 2, 1, 0, tzinfo=timezone.utc))
+        any_ledger.settle(late.id, "90", entry=entry("90"))
+        assert any_ledger.usage("project=churn")[0].spent_usd == 90
+        # Asked about the first day, the hold made on it and the spend of the second are told apart.
+        (first_day,) = any_ledger.usage(
+            "project=churn", at=datetime(2026, 11, 1, 23, 55, tzinfo=timezone.utc)
+        )
+        assert (first_day.period_key, first_day.spent_usd) == ("2026-11-01", 0)
+
+
+def test_a_settlement_is_never_undone_by_a_release_and_keeps_every_entry(any_ledger: Ledger) -> None:
+    any_ledger.set_budget("project=churn", "month", "10")
+    held = any_ledger.reserve("project=churn", "4")
+    any_ledger.settle(held.id, "3", entry=entry("3"))
+    # A release that read it open before the settlement committed writes nothing over it.
+    with any_ledger.transaction() as conn:
+        from costaware.adapters.ledger.reservations import close
+
+        close(conn, held.id, "released", None)
+        row = conn.execute(
+            select(schema.reservations.c.status, schema.reservations.c.settled_usd_micros).where(
+                schema.reservations.c.id == held.id
+            )
+        ).one()
+    assert tuple(row) == ("settled", 3_000_000)
+    # A second live try of the task settling the same reservation: its entry is recorded all the same.
+    any_ledger.settle(held.id, "2", entry=entry("2", try_number=2))
+    assert count(any_ledger, schema.entries) == 2
+    assert any_ledger.usage("project=churn")[0].spent_usd == 5
+
+
 def test_record_is_idempotent_on_entry_uid(any_ledger: Ledger) -> None:
     e = entry("1.25")
     assert any_ledger.record(e) is True

@@ -137,7 +137,7 @@ def usage(
     wanted = Scope.parse(scope)
     at = at or utcnow()
     with ledger.reading() as conn:
-        found = applicable(conn, wanted, run_id, is_sqlite=ledger.is_sqlite)
+        found = applicable(conn, wanted, run_id, is_sqlite=ledger.is_sqlite, at=at)
         return [budget_usage(conn, bid, budget, window, at) for bid, budget, window in found]
 
 
@@ -209,9 +209,13 @@ def budget_usage(
     if window.start is not None and window.end is not None:
         conditions += [e.c.incurred_at >= window.start, e.c.incurred_at < window.end]
     h = schema.holds
+    # A day or month hold still open may land its cost in this period: a hold taken at 23:50 whose job
+    # ends after midnight is billed tomorrow, so it counts against tomorrow too (ISO keys sort by date).
+    # A run's hold counts against its own run only.
+    in_period = h.c.period_key == window.key if window.start is None else h.c.period_key <= window.key
     held = select(
         func.coalesce(func.sum(h.c.usd_micros), 0), func.coalesce(func.sum(h.c.gpu_hours_micros), 0)
-    ).where(h.c.budget_id == budget_id, h.c.period_key == window.key, h.c.open.is_(True), h.c.expires_at > at)
+    ).where(h.c.budget_id == budget_id, in_period, h.c.open.is_(True), h.c.expires_at > at)
     spent = select(
         func.coalesce(func.sum(e.c.usd_micros), 0), func.coalesce(func.sum(e.c.gpu_hours_micros), 0)
     ).where(and_(true(), *conditions))

@@ -62,6 +62,14 @@ def reserve(
         # The periods at the reservation's own instant: a hold made at a period's last moment is keyed as
         # its created_at says (grow finds its window from it).
         covering = applicable(conn, wanted, run_id, is_sqlite=ledger.is_sqlite, lock=True, at=now)
+        if holder and not ledger.is_sqlite:
+            # Again under the budgets' locks: a reservation for this holder committed while this one
+            # waited for them (two tries of one task at once) is the one, not a second hold.
+            existing = conn.execute(
+                select(r.c.id).where(r.c.holder == holder, r.c.status == "open", r.c.expires_at > now)
+            ).first()
+            if existing:
+                return reservation(conn, existing[0])
         standing = []
         for budget_id, budget, window in covering:
             usage = budget_usage(conn, budget_id, budget, window, now)
@@ -196,10 +204,12 @@ def settle(
     actual = parse_usd(actual_usd, name="actual cost")
     with ledger.transaction() as conn:
         current = reservation(conn, reservation_id)
+        if entry is not None:
+            # Recorded even when the reservation is settled already (a second live try of the task, a
+            # settlement racing this one): the entry is the money, the reservation only its hold.
+            insert_entry(conn, entry)
         if current.status == "settled":
             return current
-        if entry is not None:
-            insert_entry(conn, entry)
         close(conn, reservation_id, "settled", actual)
         return reservation(conn, reservation_id)
 
@@ -266,11 +276,17 @@ def expire_stale(ledger: LedgerDatabase) -> int:
 
 
 def close(conn: Connection, reservation_id: str, status: str, actual: Decimal | None) -> None:
-    """Mark a reservation settled or released and stop its holds counting."""
+    """Mark a reservation settled or released and stop its holds counting.
+
+    A release changes an open reservation only, and a settlement never overwrites another: on PostgreSQL
+    a release and a settlement of one reservation at once would otherwise both read it open, and the
+    release, written last, would drop the settled amount.
+    """
     r, h = schema.reservations, schema.holds
+    still = r.c.status == "open" if status == "released" else r.c.status != "settled"
     conn.execute(
         r.update()
-        .where(r.c.id == reservation_id)
+        .where(r.c.id == reservation_id, still)
         .values(
             status=status,
             settled_at=utcnow(),
