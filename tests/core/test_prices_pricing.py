@@ -118,6 +118,27 @@ def test_price_compute_gpu_hours_and_errors() -> None:
         )
 
 
+def test_a_rate_given_for_a_type_no_catalog_knows_is_the_charge() -> None:
+    # It was recorded at $0 "unpriced", and settled the task's reservation at $0.
+    charge = price_compute(
+        bundled_catalog(),
+        instance_type="p5e.48xlarge-custom",
+        region="us-east-1",
+        market="on_demand",
+        seconds=1800,
+        usd_per_hour=Decimal("98.32"),
+    )
+    assert (charge.usd, charge.on_demand_usd, charge.price_source) == (Decimal("49.160000"), None, "given")
+    with pytest.raises(PriceNotFoundError):  # no rate: still unknown
+        price_compute(
+            bundled_catalog(),
+            instance_type="p5e.48xlarge-custom",
+            region="us-east-1",
+            market="spot",
+            seconds=1,
+        )
+
+
 def test_gpus_asked_for_by_count_are_nvidia_ones_and_a_model_may_drop_its_maker() -> None:
     catalog = bundled_catalog()
     # The price list counts an Inferentia chip as a GPU: a GPU training cannot use it.

@@ -189,6 +189,39 @@ def test_annotations_from_the_running_task_win(ledger_env: Ledger) -> None:
         listener_module.annotate_task(ti, colour="red")
 
 
+@pytest.mark.parametrize(
+    ("told", "expected"),
+    [
+        # Each once lost the try's entry (an exception before the ledger write), and left its hold open.
+        ({"usd_per_hour": "$0.03"}, ("m5.large", "on_demand", Decimal("0.03"), "")),
+        ({"usd_per_hour": "cheap"}, ("m5.large", "on_demand", Decimal("0.096"), "usd_per_hour ignored")),
+        ({"market": "preemptible"}, ("m5.large", "on_demand", Decimal("0.096"), "recorded as the worker")),
+        ({"instance_type": "x" * 80}, ("m5.large", "on_demand", Decimal("0.096"), "recorded as the worker")),
+    ],
+)
+def test_an_annotation_the_ledger_cannot_take_still_records_the_try(
+    ledger_env: Ledger, told: dict[str, str], expected: tuple[Any, ...]
+) -> None:
+    ti = fake_ti()
+    ti.task = SimpleNamespace(dag=ti.task.dag, params={})  # priced on the worker: m5.large on-demand
+    CostListener().on_task_instance_running(None, ti)
+    listener_module.annotate_task(ti, **told)
+    CostListener().on_task_instance_success(None, ti)
+    (row,) = ledger_env.entries(dag_id="retrain")
+    instance, market, rate, note = expected
+    assert (row["instance_type"], row["market"], row["unit_price_usd"]) == (instance, market, rate)
+    assert note in (row["note"] or "")
+
+
+def test_a_rate_declared_for_a_type_no_catalog_knows_is_billed(ledger_env: Ledger) -> None:
+    ti = fake_ti(instance_type="p5e.48xlarge-custom", usd_per_hour="98.32")
+    ti.start_date = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    ti.end_date = ti.start_date + timedelta(minutes=30)
+    CostListener().on_task_instance_success(None, ti)
+    (row,) = ledger_env.entries(dag_id="retrain")
+    assert (row["usd"], row["price_source"]) == (Decimal("49.16"), "given")
+
+
 def test_price_cache_and_discount_price_the_entry(  # type: ignore[no-untyped-def]
     ledger_env: Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:

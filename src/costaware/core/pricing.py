@@ -47,7 +47,8 @@ def price_compute(
     (the team's own machines) has no on-demand twin, so no savings.
 
     Raises:
-        PriceNotFoundError: neither the caller nor the catalog knows the type or region.
+        PriceNotFoundError: neither the caller nor the catalog knows the type or region, and no
+            ``usd_per_hour`` is given.
         ConfigurationError: a price is negative, or local compute has no rate.
     """
     market = Market.parse(market)
@@ -68,7 +69,12 @@ def price_compute(
         list_price = offer.usd_per_hour if on_demand_usd_per_hour is None else on_demand_usd_per_hour
     except PriceNotFoundError:
         if on_demand_usd_per_hour is None:
-            raise
+            if usd_per_hour is None:
+                raise
+            # A rate the task gives on a type no price source knows (a custom or brand-new type): the rate
+            # is the charge; there is no on-demand twin to save against, and its GPUs are unknown.
+            hours, usd = compute_cost(seconds, usd_per_hour)
+            return ComputeCharge(hours, usd, usd_per_hour, None, Decimal(0), "given")
         gpus, list_price = Decimal(0), on_demand_usd_per_hour  # a type only the price cache knows
     if on_demand_usd_per_hour is None:
         on_demand_source = BUNDLED_PRICE_SOURCE

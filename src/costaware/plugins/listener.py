@@ -168,7 +168,21 @@ class CostListener:
             log.warning("costaware: no runtime known for %s.%s; not charged", ti.dag_id, ti.task_id)
             return
         context = _template_context(ti)
-        entry = with_try_emissions(ti, build_entry(ti, outcome, error, seconds, context), reading, seconds)
+        try:
+            entry = with_try_emissions(
+                ti, build_entry(ti, outcome, error, seconds, context), reading, seconds
+            )
+        except Exception:
+            # Said loudly: the try's cost is missing from the ledger, and its reservation stays open until
+            # the run ends.
+            log.exception(
+                "costaware: the cost of %s.%s try %s (%.0f s) could not be recorded",
+                ti.dag_id,
+                ti.task_id,
+                ti.try_number,
+                seconds,
+            )
+            return
         write_entry(entry, getattr(ti.task, "ledger_conn_id", DEFAULT_LEDGER_CONN_ID))
         _audit_overrides(ti, context)
         record_utilization(ti, entry, reading, getattr(ti.task, "ledger_conn_id", DEFAULT_LEDGER_CONN_ID))

@@ -81,11 +81,7 @@ def build_entry(
 
     ``context`` is the try's template context when the caller has it (the run's params); else it is read.
     """
-    from costaware.adapters.price_files import bundled_catalog
     from costaware.core.budgets import valid_tags
-    from costaware.core.errors import CostawareError
-    from costaware.core.ledger import Kind, LedgerEntry, clipped_note
-    from costaware.core.pricing import price_compute
 
     task = ti.task
     context = template_context(ti) if context is None else context
@@ -96,8 +92,15 @@ def build_entry(
     for name in ("instance_type", "region", "market"):
         if told.get(name):
             compute[name] = str(told[name])
+    note_told = ""
     if told.get("usd_per_hour") is not None:
-        compute["usd_per_hour"] = Decimal(str(told["usd_per_hour"]))
+        try:
+            compute["usd_per_hour"] = parse_usd(told["usd_per_hour"], name="usd_per_hour")
+        except CostawareError as e:  # "$0.192" is read; text that is no amount must not lose the entry
+            log.warning(
+                "costaware: %s.%s: ignoring the annotated usd_per_hour (%s)", ti.dag_id, ti.task_id, e
+            )
+            note_told = f"annotated usd_per_hour ignored: {e}"
     note, cause = str(told.get("note", "")), str(told.get("cause", ""))
     if outcome == "failed":
         cause = cause or str(getattr(error, "ledger_cause", "error"))
@@ -107,6 +110,42 @@ def build_entry(
         # The try's cost is recorded all the same, under the tags that can be; the note says what is missing.
         log.warning("costaware: %s.%s recorded without tag(s): %s", ti.dag_id, ti.task_id, dropped)
         note = "; ".join(filter(None, [f"tags left out: {'; '.join(dropped.values())}", note]))
+    note = "; ".join(filter(None, [note_told, note]))
+    try:
+        return _entry(ti, outcome, seconds, compute, tags, told, note, cause)
+    except CostawareError as e:
+        # The try's own compute cannot be recorded (a market 'preemptible', an instance type too long): its
+        # time is billed as the worker's, so the entry, and the settlement of its reservation, are not lost.
+        worker = compute_of(None)
+        log.error(
+            "costaware: %s.%s: the try's compute %s cannot be recorded (%s); priced as the worker's %s",
+            ti.dag_id,
+            ti.task_id,
+            compute,
+            e,
+            worker,
+        )
+        note = "; ".join(filter(None, [f"recorded as the worker: {e}", note]))
+        return _entry(ti, outcome, seconds, worker, tags, told, note, cause)
+
+
+def _entry(
+    ti: Any,
+    outcome: str,
+    seconds: float,
+    compute: Mapping[str, Any],
+    tags: Mapping[str, str],
+    told: Mapping[str, Any],
+    note: str,
+    cause: str,
+) -> Any:
+    """The entry of a try priced on ``compute``; raises CostawareError where a field cannot be recorded."""
+    from costaware.adapters.price_files import bundled_catalog
+    from costaware.core.ledger import Kind, LedgerEntry, Market, clipped_note
+    from costaware.core.pricing import price_compute
+
+    task = ti.task
+    Market.parse(compute["market"])  # one the ledger cannot record ('preemptible'): the caller's fallback
     try:
         charge = price_compute(bundled_catalog(), seconds=seconds, **compute, **_list_price(compute, tags))
         usd, hours, rate, on_demand = charge.usd, charge.hours, charge.usd_per_hour, charge.on_demand_usd
