@@ -185,7 +185,7 @@ def test_reschedule_mode_pokes_the_same_way(env_ledger: Ledger) -> None:
 
 
 def test_deferral_waits_for_a_raised_cap_then_reserves(env_ledger: Ledger) -> None:
-    gate = sensor(estimated_usd="12", deferrable=True)
+    gate = sensor(estimated_usd="$12", deferrable=True)  # the trigger once crashed on the "$"
     with pytest.raises(TaskDeferred) as deferred:
         gate.execute(context())
     trigger = deferred.value.trigger

@@ -400,11 +400,14 @@ class SpendCapSensor(BaseSensorOperator):
         return None
 
     def _defer(self, context: Any) -> None:
+        from costaware.core.money import parse_usd
+
         self.defer(
             trigger=BudgetAvailableTrigger(
                 scope=str(self.scope),
-                usd=str(self.estimated_usd),
-                gpu_hours=str(self.estimated_gpu_hours),
+                # Parsed as the sensor reads them: the trigger's Decimal() could not read "$4.20" or "1,200".
+                usd=str(parse_usd(self.estimated_usd, name="estimated_usd")),
+                gpu_hours=str(parse_usd(self.estimated_gpu_hours, name="estimated_gpu_hours")),
                 run_id=context["ti"].run_id,
                 ledger_conn_id=self.ledger_conn_id,
                 poll_interval=float(self.poke_interval),
