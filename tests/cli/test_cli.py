@@ -165,6 +165,21 @@ def test_budget_round_trip(ledger_url: str, capsys: pytest.CaptureFixture[str]) 
     assert usage["cap_usd"] == "100.000000" and usage["left_usd"] == "100.000000"
 
 
+def test_the_workers_ledger_connection_is_the_clis_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The compose file gives the workers AIRFLOW_CONN_COSTAWARE_LEDGER only: a budget the CLI set went to a
+    # SQLite file of its own that no worker read. The connection wins over COSTAWARE_LEDGER_URL, as in
+    # CostLedgerHook.
+    shared = tmp_path / "shared.db"
+    connection = {"conn_type": "costaware_ledger", "extra": {"url": f"sqlite:///{shared}"}}
+    monkeypatch.setenv("AIRFLOW_CONN_COSTAWARE_LEDGER", json.dumps(connection))
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", f"sqlite:///{tmp_path / 'other.db'}")
+    assert main(["budget", "set", "--scope", "project=x", "--period", "month", "--cap-usd", "100"]) == 0
+    assert [b.label for b in Ledger.from_url(f"sqlite:///{shared}").budgets()] == ["project=x/month"]
+    assert not (tmp_path / "other.db").exists()
+
+
 def test_budget_delete_removes_a_budget_once_nothing_is_held_in_it(
     ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -141,7 +141,7 @@ def lowercase(text: str) -> str:
 
 
 def open_ledger(args: argparse.Namespace, *, reading: bool = False) -> Ledger:
-    """The ledger that ``--ledger-url`` names, else the default one.
+    """The ledger that ``--ledger-url`` names, else :func:`default_ledger_url`.
 
     ``reading``: the command only reads, so a SQLite file that does not exist is a mistyped location (or
     nothing was recorded yet), not a ledger to create: opening it would make an empty one there and report
@@ -152,16 +152,36 @@ def open_ledger(args: argparse.Namespace, *, reading: bool = False) -> Ledger:
     """
     from costaware.adapters.ledger.store import Ledger
     from costaware.core.errors import CostawareError
-    from costaware.settings import ledger_url
 
-    url = getattr(args, "ledger_url", None) or ledger_url()
+    url = getattr(args, "ledger_url", None) or default_ledger_url()
     missing = _missing_sqlite_file(url) if reading else None
     if missing is not None:
         raise CostawareError(
-            f"no ledger at {missing}: check --ledger-url or COSTAWARE_LEDGER_URL; a ledger is made by the "
-            "first DAG run that records a cost or by `costaware budget set`"
+            f"no ledger at {missing}: check --ledger-url, AIRFLOW_CONN_COSTAWARE_LEDGER or "
+            "COSTAWARE_LEDGER_URL; a ledger is made by the first DAG run that records a cost or by "
+            "`costaware budget set`"
         )
     return Ledger.from_url(url)
+
+
+def default_ledger_url() -> str:
+    """The ledger the workers use, read in ``CostLedgerHook``'s order.
+
+    The ``costaware_ledger`` connection when the environment gives it (``AIRFLOW_CONN_COSTAWARE_LEDGER``, as
+    the docker compose file does), else ``COSTAWARE_LEDGER_URL``, else the embedded SQLite file.
+
+    Without the first, a budget set from a compose container went to a SQLite file inside it, unseen by
+    the workers. Airflow is imported only then: the other commands stay quick.
+    """
+    import os
+
+    from costaware.settings import ledger_url
+
+    if os.environ.get("AIRFLOW_CONN_COSTAWARE_LEDGER", "").strip():
+        from costaware.hooks.ledger import CostLedgerHook
+
+        return CostLedgerHook().get_url()
+    return ledger_url()
 
 
 def _missing_sqlite_file(url: str) -> str | None:
@@ -184,7 +204,8 @@ def _missing_sqlite_file(url: str) -> str | None:
 # -- shared arguments -----------------------------------------------------------------------------
 
 LEDGER_URL_HELP = (
-    "SQLAlchemy URL of the ledger (default: $COSTAWARE_LEDGER_URL, else $AIRFLOW_HOME/costaware/ledger.db)"
+    "SQLAlchemy URL of the ledger (default: the connection in $AIRFLOW_CONN_COSTAWARE_LEDGER, else "
+    "$COSTAWARE_LEDGER_URL, else $AIRFLOW_HOME/costaware/ledger.db)"
 )
 #: Before the command (``costaware --ledger-url URL report``); the same flag after it sets it only if given.
 ARG_LEDGER_URL_GLOBAL = Arg("--ledger-url", help=LEDGER_URL_HELP)
