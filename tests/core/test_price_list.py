@@ -124,6 +124,22 @@ def test_malformed_csv_names_the_line() -> None:
         prices_from_offer_csv("\n".join(bad))
 
 
+def test_a_capacity_block_row_of_the_csv_is_no_on_demand_price() -> None:
+    # AWS's index.csv names the column "MarketOption"; read as "Market Option" only, a later-dated capacity
+    # block price replaced r7i.large's on-demand one.
+    lines = (FIXTURES / "ec2_offer_us-east-1.csv").read_text().splitlines()
+    block = (
+        lines[6]
+        .replace("BBBR7ILARGE001", "BBBR7ILARGECB1")
+        .replace('"2026-07-01"', '"2026-07-15"')
+        .replace('"0.1323000000"', '"0.0500000000"')
+    )
+    assert block.endswith('"OnDemand"')
+    block = block[: -len('"OnDemand"')] + '"CapacityBlock"'
+    table = as_table(prices_from_offer_csv("\n".join([*lines, block])))
+    assert table["r7i.large"] == Decimal("0.1323")
+
+
 @pytest.mark.parametrize("price", ["-0.0960000000", "-1"])
 def test_negative_price_is_rejected(price: str) -> None:
     document = json.loads((FIXTURES / "ec2_get_products.json").read_text())[0]

@@ -67,6 +67,7 @@ CSV_COLUMNS = {
     "Tenancy": "tenancy",
     "Pre Installed S/W": "preInstalledSw",
     "CapacityStatus": "capacitystatus",
+    "MarketOption": "marketoption",  # as AWS writes it in index.csv
     "Market Option": "marketoption",
     "Region Code": "regionCode",
     "Component": "component",
