@@ -12,7 +12,7 @@ import pytest
 from botocore.stub import Stubber
 
 from costaware.adapters.aws_pricing import PriceListFetcher, pricing_client
-from costaware.adapters.price_source import OnDemandPrices, PriceCache, on_demand_usd_per_hour
+from costaware.adapters.price_source import OnDemandPrices, PriceCache, list_price, on_demand_usd_per_hour
 from costaware.core.errors import ConfigurationError, InvalidPriceDataError, PriceNotFoundError
 from costaware.core.price_list import ListPrice, prices_from_products
 
@@ -190,6 +190,26 @@ def test_a_type_only_the_cache_knows(ledger) -> None:  # type: ignore[no-untyped
         [ListPrice("ec2", "hpc7a.12xlarge", "us-east-1", Decimal("7.2"))], origin="offer-file", fetched_at=T0
     )
     assert prices.figure("hpc7a.12xlarge", "us-east-1").price_source == "offer-file-cache"
+
+
+def test_plans_and_gates_price_a_type_as_the_ledger_does(ledger) -> None:  # type: ignore[no-untyped-def]
+    # The spend gate's type check, the spot window's and the remote plan's on-demand price read the snapshot
+    # only: an imported price of a type it lacks was refused there, and a refreshed one ignored.
+    with pytest.raises(PriceNotFoundError):
+        list_price(ledger, "hpc7a.12xlarge", "us-east-1")
+    now = datetime.now(timezone.utc)
+    PriceCache(ledger).put(
+        [
+            ListPrice("ec2", "hpc7a.12xlarge", "us-east-1", Decimal("7.2")),
+            ListPrice("ec2", "m5.large", "us-east-1", Decimal("0.1")),
+            ListPrice("sagemaker", "ml.g5.xlarge", "us-east-1", Decimal("1.408")),
+        ],
+        origin="offer-file",
+        fetched_at=now,
+    )
+    assert list_price(ledger, "hpc7a.12xlarge", "us-east-1") == Decimal("7.2")
+    assert list_price(ledger, "m5.large", "us-east-1") == Decimal("0.1")  # not the snapshot's 0.096
+    assert list_price(ledger, "ml.g5.xlarge", "us-east-1") == Decimal("1.408")
 
 
 def test_no_cache_no_live_is_the_bundled_snapshot() -> None:

@@ -352,6 +352,19 @@ def _default_ledger() -> Ledger | None:
     return _LEDGERS[url]
 
 
+def list_price(ledger: Ledger | None, instance_type: str, region: str) -> Decimal:
+    """The on-demand USD/hour a plan or a decision prices a type at, as the ledger prices a try.
+
+    The price cache (refreshed or imported figures), live, then the snapshot; ``ml.*`` types from
+    SageMaker's list.
+
+    Raises:
+        PriceNotFoundError: no source has the price (the message says how to fetch or import it).
+    """
+    service = "sagemaker" if instance_type.startswith("ml.") else "ec2"
+    return configured_prices(ledger).usd_per_hour(instance_type, region, service)
+
+
 def on_demand_usd_per_hour(
     instance_type: str,
     region: str,

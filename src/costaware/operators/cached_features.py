@@ -182,15 +182,16 @@ class CachedFeaturesOperator(BaseOperator):
         if self.usd_per_hour is not None:
             return parse_usd(self.usd_per_hour, name="usd_per_hour")
         if self.instance_type:
-            from costaware.adapters.price_files import bundled_catalog
+            from costaware.adapters.price_source import list_price
             from costaware.core.errors import ConfigurationError
+            from costaware.hooks.ledger import CostLedgerHook
 
             region = self.region or options.region
             if not region:
                 raise ConfigurationError(
                     f"instance_type={self.instance_type!r} needs region= to look up its price, e.g. us-east-1"
                 )
-            return bundled_catalog().on_demand_usd_per_hour(self.instance_type, region)
+            return list_price(CostLedgerHook(self.ledger_conn_id).get_conn(), self.instance_type, region)
         self.log.warning("neither instance_type nor usd_per_hour is set: misses are recorded at $0")
         return Decimal(0)
 

@@ -146,7 +146,7 @@ class RemoteAttemptSteps:
 
     def _on_demand_in(self, plan: RemotePlan, zone: str) -> Decimal | None:
         """The on-demand price in ``zone``'s region where it is another than the plan's (None: the plan's)."""
-        from costaware.adapters.price_files import bundled_catalog
+        from costaware.adapters.price_source import list_price
         from costaware.core.errors import CostawareError
         from costaware.core.zone_choice import region_of
 
@@ -154,9 +154,9 @@ class RemoteAttemptSteps:
         if region == plan.region:
             return None
         try:
-            return bundled_catalog().on_demand_usd_per_hour(plan.instance_type, region)
+            return list_price(self.ledger_hook.get_conn(), plan.instance_type, region)
         except CostawareError:
-            return None  # not in the bundled list (an ml.* type): the plan's price
+            return None  # no source has it there: the plan's price
 
     def _place(self, state: AttemptState) -> tuple[AttemptState, str, str, str]:
         """The next spot attempt's market, zone, price and, for on-demand, why (``core.zone_choice``).

@@ -391,6 +391,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         from costaware.adapters.checkpoint_store import checkpoint_key
         from costaware.adapters.compute.base import check_backend_options, expand_home, require_s3
         from costaware.adapters.price_files import bundled_catalog
+        from costaware.adapters.price_source import list_price
         from costaware.operators.remote_command import rendered_command
         from costaware.training.attempts import AttemptState
         from costaware.training.entrypoint import job_environment, spec_storage_options, write_spec
@@ -437,8 +438,9 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
             result_uri=result_uri,
             job_env=job_environment(job_opts),
             tags=run_tags(self, context, self.tags),
-            list_price=lambda instance_type, region: bundled_catalog().on_demand_usd_per_hour(
-                instance_type, region
+            # As the ledger prices a try: refreshed or imported prices before the snapshot.
+            list_price=lambda instance_type, region: list_price(
+                self.ledger_hook.get_conn(), instance_type, region
             ),
             interruption_band=lambda instance_type, region: (
                 bundled_catalog().spot_advice(instance_type, region).interruption_range

@@ -108,9 +108,11 @@ class SpendCapSensor(BaseSensorOperator):
             raise ConfigurationError(
                 f"instance_type={self.instance_type!r} is checked with its region: set region too"
             )
-        from costaware.adapters.price_files import bundled_catalog
+        from costaware.adapters.price_source import list_price
+        from costaware.hooks.ledger import CostLedgerHook
 
-        bundled_catalog().on_demand_usd_per_hour(str(self.instance_type), str(self.region))
+        # The sources the ledger prices with: a type only a refreshed or imported price knows is accepted.
+        list_price(CostLedgerHook(self.ledger_conn_id).get_conn(), str(self.instance_type), str(self.region))
 
     def _init_governance(
         self,

@@ -292,9 +292,9 @@ class SpotWindowSensor(BaseSensorOperator):
         if self.on_demand_usd_per_hour not in (None, ""):
             on_demand = _price(self.on_demand_usd_per_hour, "on_demand_usd_per_hour", positive=True)
         else:
-            from costaware.adapters.price_files import bundled_catalog
+            from costaware.adapters.price_source import list_price
 
-            on_demand = bundled_catalog().on_demand_usd_per_hour(self.instance_type, self.region)
+            on_demand = list_price(self.ledger_hook.get_conn(), self.instance_type, self.region)
         target = None
         if self.target_usd_per_hour not in (None, ""):
             target = str(_price(self.target_usd_per_hour, "target_usd_per_hour"))
