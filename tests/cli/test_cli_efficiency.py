@@ -102,6 +102,22 @@ def test_efficiency_json_and_options(
     assert json.loads(capsys.readouterr().out)["advice"] == []
 
 
+def test_efficiency_takes_the_reports_scope_and_run(
+    measured: Ledger, ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # They were ignored: another team's scope printed every DAG's tasks and advice.
+    def tasks(*extra: str) -> dict[str, int]:
+        assert main(["--ledger-url", ledger_url, "report", "--efficiency", "--format", "json", *extra]) == 0
+        return {row["task_id"]: row["tries"] for row in json.loads(capsys.readouterr().out)["tasks"]}
+
+    assert tasks() == {"train": 3, "features": 3}
+    assert tasks("--scope", "project=nosuch") == {}
+    assert tasks("--run-id", "run1") == {"train": 1, "features": 1}
+    assert tasks("--dag-id", "nightly", "--last-run") == {"train": 1, "features": 1}
+    assert main(["--ledger-url", ledger_url, "report", "--efficiency", "--group-by", "dag"]) == 2
+    assert "--group-by dag does not apply to --efficiency" in capsys.readouterr().err
+
+
 def test_the_advice_prices_types_as_refreshed_prices_say(
     measured: Ledger, ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

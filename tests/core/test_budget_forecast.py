@@ -55,6 +55,12 @@ def test_outlooks_join_costs_and_schedules() -> None:
     ]
 
 
+def test_a_run_credited_below_zero_is_forecast_at_nothing() -> None:
+    # A refund recorded against a run made `budget show` fail: "recent run costs [-100]: each must be >= 0".
+    (outlook,) = outlooks_from({"a": [D(-100), D(4)]}, {"a": 2})
+    assert outlook.recent_run_usd == (D(0), D(4))
+
+
 @pytest.mark.parametrize(
     ("build", "match"),
     [

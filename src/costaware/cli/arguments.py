@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import math
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
@@ -154,8 +155,12 @@ def open_ledger(args: argparse.Namespace, *, reading: bool = False) -> Ledger:
     from costaware.core.errors import CostawareError
 
     url = getattr(args, "ledger_url", None) or default_ledger_url()
-    missing = _missing_sqlite_file(url) if reading else None
-    if missing is not None:
+    missing = _missing_sqlite_file(url)
+    if missing is not None and not reading:
+        # Said, so that a mistyped path (sqlite:///tmp/x.db under the current folder, for sqlite:////tmp/x.db)
+        # is seen before anything is written to a ledger no worker reads.
+        print(f"costaware: no ledger at {missing} yet: creating one there", file=sys.stderr)
+    if missing is not None and reading:
         raise CostawareError(
             f"no ledger at {missing}: check --ledger-url, AIRFLOW_CONN_COSTAWARE_LEDGER or "
             "COSTAWARE_LEDGER_URL; a ledger is made by the first DAG run that records a cost or by "
@@ -197,7 +202,7 @@ def _missing_sqlite_file(url: str) -> str | None:
         return None  # Ledger.from_url names what is wrong with it
     if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
         return None
-    path = Path(str(parsed.database)).expanduser()
+    path = Path(str(parsed.database)).expanduser().absolute()
     return None if path.exists() else str(path)
 
 

@@ -97,9 +97,17 @@ def forecast_spend(committed_usd: Decimal, outlooks: Sequence[DagOutlook]) -> Sp
 def outlooks_from(
     recent_costs: Mapping[str, Sequence[Decimal]], runs_left: Mapping[str, int]
 ) -> list[DagOutlook]:
-    """Join per-DAG recent run costs and per-DAG runs left into outlooks (a DAG in either map counts)."""
+    """Join per-DAG recent run costs and per-DAG runs left into outlooks (a DAG in either map counts).
+
+    A run whose entries net below zero (a refund or credit recorded against it) is forecast at $0 a run: a
+    credit does not come again with the next run, and the budget's committed spend already holds it.
+    """
     return [
-        DagOutlook(dag_id, int(runs_left.get(dag_id, 0)), tuple(recent_costs.get(dag_id, ())))
+        DagOutlook(
+            dag_id,
+            int(runs_left.get(dag_id, 0)),
+            tuple(max(usd, Decimal(0)) for usd in recent_costs.get(dag_id, ())),
+        )
         for dag_id in sorted(set(recent_costs) | set(runs_left))
     ]
 

@@ -141,7 +141,9 @@ def measurements_in(ledger: Ledger, filters: Filters) -> list[Measurement]:
     return [
         m
         for m in measured
-        if _readable(filters, m.dag_id) and (in_scope is None or (m.dag_id, m.run_id) in in_scope)
+        if _readable(filters, m.dag_id)
+        and (in_scope is None or (m.dag_id, m.run_id) in in_scope)
+        and (filters.run_id is None or m.run_id == filters.run_id)
     ]
 
 

@@ -11,19 +11,26 @@ from decimal import Decimal
 
 from costaware.cli.arguments import open_ledger
 from costaware.cli.output import emit
+from costaware.core.errors import CostawareError
 from costaware.core.money import format_usd_exact
 
 
 def report_efficiency(args: argparse.Namespace) -> int:
     """Print measured utilization per task and the right-sizing advice."""
-    from costaware.adapters.ledger.efficiency import measurements
+    from costaware.adapters.ledger.reports import Filters
+    from costaware.adapters.ledger.views import measurements_in
     from costaware.adapters.price_source import current_catalog, discounts_from_settings
+    from costaware.cli.commands.report import run_asked_for
     from costaware.core.efficiency import advise_tasks, utilization_by_task
 
+    if args.group_by != "task":
+        raise CostawareError(
+            f"--group-by {args.group_by} does not apply to --efficiency: its rows are always one per task"
+        )
     ledger = open_ledger(args, reading=True)
-    measured = measurements(ledger, dag_id=args.dag_id, since=args.since)
-    if args.until:
-        measured = [m for m in measured if m.measured_at is None or m.measured_at < args.until]
+    # The tries of the runs the filters select, as the Cost page reads them: --scope and a run too.
+    filters = Filters(args.since, args.until, args.dag_id, args.scope, run_asked_for(args, ledger))
+    measured = measurements_in(ledger, filters)
     from costaware.core.money import parse_usd
 
     floor = parse_usd(args.min_saving_usd, name="--min-saving-usd")

@@ -22,6 +22,25 @@ from costaware.core.ledger import format_kg_co2e, total_kg_co2e
 from costaware.core.money import format_usd_exact
 
 
+def run_asked_for(args: argparse.Namespace, ledger: Any) -> str | None:
+    """The run ``--run-id`` or ``--last-run`` names (None: every run).
+
+    Raises:
+        CostawareError: ``--last-run`` without ``--dag-id``, with ``--run-id``, or for a DAG with no entries.
+    """
+    if not args.last_run:
+        return args.run_id  # type: ignore[no-any-return]
+    if not args.dag_id:
+        raise CostawareError("--last-run needs --dag-id")
+    if args.run_id:
+        # One of them was silently ignored before.
+        raise CostawareError(f"--last-run and --run-id {args.run_id!r} both name a run: give one of them")
+    run_id = ledger.last_run_id(args.dag_id)
+    if run_id is None:
+        raise CostawareError(f"the ledger has no entries for DAG {args.dag_id!r} yet")
+    return run_id  # type: ignore[no-any-return]
+
+
 def report(args: argparse.Namespace) -> int:
     """Print spend, estimates and savings versus on-demand, grouped by ``--group-by``."""
     if args.efficiency:
@@ -29,16 +48,7 @@ def report(args: argparse.Namespace) -> int:
 
         return report_efficiency(args)
     ledger = open_ledger(args, reading=True)
-    run_id = args.run_id
-    if args.last_run:
-        if not args.dag_id:
-            raise CostawareError("--last-run needs --dag-id")
-        if args.run_id:
-            # One of them was silently ignored before.
-            raise CostawareError(f"--last-run and --run-id {args.run_id!r} both name a run: give one of them")
-        run_id = ledger.last_run_id(args.dag_id)
-        if run_id is None:
-            raise CostawareError(f"the ledger has no entries for DAG {args.dag_id!r} yet")
+    run_id = run_asked_for(args, ledger)
     rows = ledger.report(
         group_by=args.group_by,
         since=args.since,
