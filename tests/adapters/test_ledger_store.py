@@ -313,7 +313,12 @@ def test_password_is_masked_in_errors() -> None:
 
 
 @pytest.mark.parametrize(
-    ("url", "message"), [("mysql://u@h/db", "uses 'mysql'"), ("not a url", "is not a database URL")]
+    ("url", "message"),
+    [
+        ("mysql://u@h/db", "uses 'mysql'"),
+        ("not a url", "is not a database URL"),
+        ("postgresql+psycopg://u@127.0.0.1/db", "needs the Python module 'psycopg'.*use postgresql://"),
+    ],
 )
 def test_bad_ledger_urls(url: str, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):

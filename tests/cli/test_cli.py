@@ -163,6 +163,12 @@ def test_budget_round_trip(ledger_url: str, capsys: pytest.CaptureFixture[str]) 
     out = capsys.readouterr().out
     (usage,) = json.loads(out[out.index("[") :])
     assert usage["cap_usd"] == "100.000000" and usage["left_usd"] == "100.000000"
+    # CSV cells are plain numbers: the forecast was one "$0.00 ($0.00-$0.00)" cell.
+    argv = ["--ledger-url", ledger_url, "budget", "show", "--scope", "project=x", "--no-schedule"]
+    assert main([*argv, "--format", "csv"]) == 0
+    header, row = capsys.readouterr().out.splitlines()[-2:]
+    assert header == "budget,cap,spent,reserved,left,forecast,forecast low,forecast high"
+    assert row.split(",")[1:] == ["100.00", "0.00", "0.00", "100.00", "0.000000", "0.000000", "0.000000"]
 
 
 def test_the_workers_ledger_connection_is_the_clis_default(
@@ -178,6 +184,21 @@ def test_the_workers_ledger_connection_is_the_clis_default(
     assert main(["budget", "set", "--scope", "project=x", "--period", "month", "--cap-usd", "100"]) == 0
     assert [b.label for b in Ledger.from_url(f"sqlite:///{shared}").budgets()] == ["project=x/month"]
     assert not (tmp_path / "other.db").exists()
+
+
+def test_a_scope_no_entry_has_names_the_values_there_are(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ledger = Ledger.from_url(ledger_url)
+    ledger.record(
+        LedgerEntry(
+            dag_id="d", run_id="r", task_id="t", kind=Kind.COMPUTE, usd=Decimal(1), tags={"project": "churn"}
+        )
+    )
+    assert main(["--ledger-url", ledger_url, "report", "--scope", "project=Churn"]) == 0
+    assert "no recent entry has project=Churn; check its spelling and case (project: churn)" in (
+        capsys.readouterr().out
+    )
 
 
 def test_budget_delete_removes_a_budget_once_nothing_is_held_in_it(
@@ -471,7 +492,10 @@ def test_a_read_of_a_ledger_file_that_does_not_exist_creates_none(
     # A mistyped location used to get a new, empty ledger (folders and all) and report "nothing".
     typo = tmp_path / "nonexistent" / "dir" / "ledger.db"
     assert main(["--ledger-url", f"sqlite:///{typo}", *argv]) == 2
-    assert f"no ledger at {typo}: check --ledger-url or COSTAWARE_LEDGER_URL" in capsys.readouterr().err
+    assert (
+        f"no ledger at {typo}: check --ledger-url, AIRFLOW_CONN_COSTAWARE_LEDGER or COSTAWARE_LEDGER_URL"
+        in capsys.readouterr().err
+    )
     assert not (tmp_path / "nonexistent").exists()
     # A command that writes makes it, as before.
     assert main(["--ledger-url", f"sqlite:///{typo}", "budget", "set", "--scope", "project=x", "--period",

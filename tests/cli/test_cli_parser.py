@@ -142,6 +142,13 @@ def test_emit_writes_one_table_csv_and_json(capsys: pytest.CaptureFixture[str]) 
     assert json.loads(capsys.readouterr().out)[1] == {"name": "b", "usd": "$1,234.500002", "n": 10}
 
 
+def test_csv_text_is_never_a_spreadsheet_formula(capsys: pytest.CaptureFixture[str]) -> None:
+    rows = [["+1+cmd|calc", "-0.5", '=HYPERLINK("x")', "@SUM(A1)", "-$2.00", "plain"]]
+    emit(rows, "csv", headers=list("abcdef"))
+    out = capsys.readouterr().out.splitlines()[1]
+    assert out == '\'+1+cmd|calc,-0.5,"\'=HYPERLINK(""x"")",\'@SUM(A1),-2.00,plain'
+
+
 def test_a_value_that_starts_with_a_dash_is_explained(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as ended:
         main(["alerts", "set", "--scope", "project=x", "--period", "month", "--thresholds", "-10%"])

@@ -69,7 +69,12 @@ class AirflowSchedule:
     read logs a warning and schedules nothing, so the forecast falls back to what is already committed.
     """
 
+    def __init__(self) -> None:
+        self._unreadable = False  # said once: every DAG would fail the same way
+
     def runs_between(self, dag_id: str, start: datetime, end: datetime) -> int:
+        if self._unreadable:
+            return 0
         try:
             from airflow.models.dag import DagModel
             from airflow.models.serialized_dag import SerializedDagModel
@@ -81,6 +86,13 @@ class AirflowSchedule:
                     return 0
                 dag = SerializedDagModel.get_dag(dag_id, session=session)
         except Exception as e:  # the forecast degrades to committed only, with a warning
-            log.warning("cannot read the schedule of DAG %s from Airflow: %s", dag_id, e)
+            self._unreadable = True
+            first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            log.warning(
+                "cannot read the DAG schedules from Airflow's metadata database (%s); the forecast counts "
+                "what is committed only (is AIRFLOW_HOME the deployment's, and `airflow db migrate` run? "
+                "`costaware budget show --no-schedule` skips this)",
+                first_line[:200],
+            )
             return 0
         return 0 if dag is None else count_runs(dag.timetable, start, end)

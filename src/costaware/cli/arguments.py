@@ -117,7 +117,9 @@ def when(text: str) -> datetime:
     except ValueError as e:
         raise argparse.ArgumentTypeError(f"{text!r} is not an ISO date (2026-11-01) or datetime") from e
     if value.tzinfo is None:
-        raise argparse.ArgumentTypeError(f"{text!r} has no time zone: add one, e.g. {text}+00:00")
+        # Only a datetime gets the example: "20260201+00:00" is no date either.
+        example = f"{text}+00:00" if "T" in text or " " in text else "2026-11-01T00:00+01:00"
+        raise argparse.ArgumentTypeError(f"{text!r} has no time zone: add one, e.g. {example}")
     return value
 
 
@@ -231,8 +233,12 @@ ARG_GROUP_BY = Arg(
 )
 ARG_SCOPE = Arg("--scope", required=True, help="tags the budget covers, e.g. project=churn,team=ml")
 ARG_DAG_ID = Arg("--dag-id", help="only this DAG")
-ARG_SINCE = Arg("--since", type=when, help="ISO date or datetime, inclusive")
-ARG_UNTIL = Arg("--until", type=when, help="ISO date or datetime, exclusive")
+ARG_SINCE = Arg(
+    "--since",
+    type=when,
+    help="ISO date (midnight UTC) or datetime with an offset (2026-11-01T00:00+01:00), inclusive",
+)
+ARG_UNTIL = Arg("--until", type=when, help="ISO date (midnight UTC) or datetime with an offset, exclusive")
 ARG_REGION = Arg("--region", default=None, help="AWS region code, e.g. us-east-1")
 ARG_TYPES = Arg("--types", help="instance types to keep: a name or a glob such as 'm5*' or 'ml.g5.*'")
 ARG_SERVICE = Arg("--service", choices=("ec2", "sagemaker"), default=None, help="default: from the type")

@@ -28,7 +28,22 @@ def csv_cell(value: Any) -> Any:
         found = _CSV_AMOUNT.match(value)
         if found:
             return found.group(1) + found.group(2).replace(",", "")
+        if value[:1] in _FORMULA_STARTS and not _is_number(value):
+            # A tag value from a run's params ("=HYPERLINK(...)", "+1+cmd|calc") is text in a spreadsheet,
+            # never a formula it runs.
+            return "'" + value
     return value
+
+
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def plain(value: Decimal) -> str:

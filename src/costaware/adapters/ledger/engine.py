@@ -95,7 +95,23 @@ def ledger_engine(url: str) -> Engine:
         )
     if parsed.get_backend_name() == "sqlite":
         return sqlite_engine(parsed.database)
-    return create_engine(parsed, pool_pre_ping=True, connect_args={"connect_timeout": 10})
+    try:
+        return create_engine(parsed, pool_pre_ping=True, connect_args={"connect_timeout": 10})
+    except ModuleNotFoundError as e:  # postgresql+psycopg (3), +asyncpg: a driver costaware does not ship
+        raise ConfigurationError(
+            f"ledger URL {safe_url(url)} needs the Python module {e.name!r}, which costaware does not "
+            "install: use postgresql:// (psycopg2)"
+        ) from e
+
+
+def _sqlite_hint(engine: Engine, error: Exception) -> str:
+    """Why SQLite cannot open a ledger file that is there: its folder is read-only (WAL writes beside it)."""
+    if engine.url.get_backend_name() != "sqlite" or "unable to open database file" not in str(error):
+        return ""
+    return (
+        "; SQLite needs write access to the ledger's folder too (it keeps -wal and -shm files beside "
+        "the ledger), and the folder must exist"
+    )
 
 
 def sqlite_engine(database: str | None) -> Engine:
@@ -151,7 +167,8 @@ class LedgerDatabase:
         except (OperationalError, DBAPIError) as e:
             raise LedgerUnavailableError(
                 f"cannot reach the cost ledger at {safe_url(str(self.engine.url))}: {_reason(e)}. Check the "
-                f"'costaware_ledger' connection or {LEDGER_URL_ENV}; nothing was recorded or reserved"
+                f"URL (--ledger-url, the 'costaware_ledger' connection or {LEDGER_URL_ENV})"
+                f"{_sqlite_hint(self.engine, e)}; nothing was recorded or reserved"
             ) from e
         try:
             with conn, conn.begin():
@@ -161,7 +178,8 @@ class LedgerDatabase:
                 raise
             raise LedgerUnavailableError(
                 f"cannot write the cost ledger at {safe_url(str(self.engine.url))}: {_reason(e)}. Check the "
-                f"'costaware_ledger' connection or {LEDGER_URL_ENV}; nothing was recorded or reserved"
+                f"URL (--ledger-url, the 'costaware_ledger' connection or {LEDGER_URL_ENV})"
+                f"{_sqlite_hint(self.engine, e)}; nothing was recorded or reserved"
             ) from e
 
     @contextmanager

@@ -86,4 +86,7 @@ def group_column(group_by: str) -> ColumnElement[Any]:
         name = group_by[4:]
         Scope.of({name: "x"})  # validates the tag name
         return func.nullif(e.c[name] if name in INDEXED_TAGS else e.c.tags[name].as_string(), "")
-    raise ConfigurationError(f"cannot group by {group_by!r}: use one of {', '.join(GROUP_BYS)} or tag:<name>")
+    hint = f" (a tag: tag:{group_by})" if group_by in ("team", "project", "owner", "study") else ""
+    raise ConfigurationError(
+        f"cannot group by {group_by!r}{hint}: use one of {', '.join(GROUP_BYS)} or tag:<name>"
+    )

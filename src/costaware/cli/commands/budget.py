@@ -191,6 +191,11 @@ def budget_show(args: argparse.Namespace) -> int:
         }
         for u, f in zip(usages, forecasts, strict=True)
     ]
+    if args.format == "csv":
+        # Plain numbers a spreadsheet sums: the forecast and its interval in columns of their own.
+        headers[5:6] = ["forecast", "forecast low", "forecast high"]
+        for row, f in zip(rows, forecasts, strict=True):
+            row[5:6] = [f["forecast_usd"] or "", f["forecast_low_usd"] or "", f["forecast_high_usd"] or ""]
     emit(rows, args.format, headers=headers, payload=payload)
     if args.run_id is None and per_run and args.format == "table":
         print(f"per-run budget(s) {', '.join(per_run)} also apply: give --run-id to see one run against them")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from decimal import Decimal
 
-from costaware.cli.arguments import open_ledger
+from costaware.cli.arguments import check_range, open_ledger
 from costaware.cli.output import emit
 from costaware.core.errors import CostawareError
 from costaware.core.money import format_usd_exact
@@ -23,6 +23,11 @@ def report_efficiency(args: argparse.Namespace) -> int:
     from costaware.cli.commands.report import run_asked_for
     from costaware.core.efficiency import advise_tasks, utilization_by_task
 
+    # Named by their flags here: the library's errors name its arguments (min_tries).
+    check_range("--min-tries", args.min_tries, low=1)
+    if args.runs_per_month is not None:
+        check_range("--runs-per-month", args.runs_per_month, low=0)
+    check_range("--memory-margin", args.memory_margin, low=0, high=10)
     if args.group_by != "task":
         raise CostawareError(
             f"--group-by {args.group_by} does not apply to --efficiency: its rows are always one per task"

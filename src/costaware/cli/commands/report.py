@@ -41,6 +41,20 @@ def run_asked_for(args: argparse.Namespace, ledger: Any) -> str | None:
     return run_id  # type: ignore[no-any-return]
 
 
+def _scope_hint(ledger: Any, scope: str) -> str:
+    """Where ``--scope`` names a tag value no recent entry has: the values they have (``churn``)."""
+    from costaware.core.budgets import Scope
+
+    wanted = Scope.parse(scope)
+    recent = ledger.entries(limit=500)
+    for key, value in wanted.tags:
+        seen = sorted({str(e["tags"][key]) for e in recent if key in e["tags"]})
+        if value not in seen:
+            listed = ", ".join(seen[:10]) or "none"
+            return f": no recent entry has {key}={value}; check its spelling and case ({key}: {listed})"
+    return ""
+
+
 def report(args: argparse.Namespace) -> int:
     """Print spend, estimates and savings versus on-demand, grouped by ``--group-by``."""
     if args.efficiency:
@@ -103,6 +117,7 @@ def report(args: argparse.Namespace) -> int:
             "hours": str(total_hours),
             "kg_co2e": None if total_kg is None else str(total_kg),
             "co2e_unknown_entries": total_unknown,
+            "entries": sum(r.entries for r in rows),
         },
     }
     untagged_note = None
@@ -131,7 +146,7 @@ def report(args: argparse.Namespace) -> int:
             print(
                 f"(no entries: the ledger has none for DAG {args.dag_id!r}; check the name)"
                 if unknown_dag
-                else "(no entries)"
+                else f"(no entries{_scope_hint(ledger, args.scope)})"
             )
             return 0
         table.append(
