@@ -265,6 +265,26 @@ def test_a_settlement_is_never_undone_by_a_release_and_keeps_every_entry(any_led
     assert any_ledger.usage("project=churn")[0].spent_usd == 5
 
 
+def test_extend_keeps_an_open_hold_counting_and_never_revives_an_expired_one(any_ledger: Ledger) -> None:
+    import time_machine
+
+    any_ledger.set_budget("project=churn", "month", "10")
+    t0 = datetime(2026, 11, 2, 9, 0, tzinfo=timezone.utc)
+    with time_machine.travel(t0, tick=False) as clock:
+        job = any_ledger.reserve("project=churn", "8", holder="d/r1/train/-1")  # 6 h by default
+        assert any_ledger.extend(job.id, t0 + timedelta(hours=30)).expires_at == t0 + timedelta(hours=30)
+        assert any_ledger.extend(job.id, t0 + timedelta(hours=1)).expires_at == t0 + timedelta(hours=30)
+        clock.move_to(t0 + timedelta(hours=7))  # past the 6 h the hold had: it still counts
+        assert any_ledger.usage("project=churn")[0].reserved_usd == 8
+        with pytest.raises(BudgetExceededError):
+            any_ledger.reserve("project=churn", "8")
+        other = any_ledger.reserve("project=churn", "2", ttl=timedelta(hours=1))
+        clock.move_to(t0 + timedelta(hours=9))
+        stale = any_ledger.extend(other.id, t0 + timedelta(hours=40))
+        assert stale.expires_at == t0 + timedelta(hours=8)  # expired at 8 h: not taken back unchecked
+        assert any_ledger.usage("project=churn")[0].reserved_usd == 8
+
+
 def test_record_is_idempotent_on_entry_uid(any_ledger: Ledger) -> None:
     e = entry("1.25")
     assert any_ledger.record(e) is True

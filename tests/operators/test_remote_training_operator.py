@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -121,6 +121,29 @@ def test_settles_the_spend_gate_reservation_with_the_billed_total(
     with ledger.reading() as conn:
         found = reservations.reservation(conn, reservation.id)
     assert found.status == "settled" and found.settled_usd == Decimal(result["usd"])
+
+
+def test_the_gate_reservation_counts_for_as_long_as_the_task_waits_for_its_job(
+    tmp_path: Path, data: Path, ledger: Any
+) -> None:
+    # It expired after its 6 h while the deferred task still waited (up to a day without a deadline), and
+    # a second reservation could then take the same money.
+    ledger.set_budget("project=churn", "month", "10")
+    gate = ledger.reserve(
+        "project=churn", "1.00", holder="remote_dag/scheduled__2026-01-01/train/-1", run_id="r"
+    )
+    later = decision(
+        deadline=(utcnow() + timedelta(hours=20)).isoformat(),
+        latest_start=(utcnow() + timedelta(hours=19)).isoformat(),
+    )
+    train = operator(tmp_path, tags={"project": "churn"}, max_usd="5", spot_decision=later)
+    with pytest.raises(TaskDeferred) as deferred:
+        train.execute(context_for())
+    assert deferred.value.timeout > timedelta(hours=20)
+    (held,) = ledger.open_reservations()
+    assert held.id == gate.id and held.usd == Decimal(5)
+    assert held.expires_at - datetime.now(timezone.utc) > deferred.value.timeout  # the wait, and more
+    drive(operator(tmp_path, tags={"project": "churn"}, max_usd="5", spot_decision=later), context_for())
 
 
 def test_the_spend_gate_reservation_grows_to_max_usd_so_the_budget_holds_the_cap(

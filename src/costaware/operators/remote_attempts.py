@@ -513,6 +513,14 @@ class RemoteAttemptSteps:
 
         settle_reservation(self.ledger_hook.get_conn(), state)
 
+    def _keep_holds(self, state: AttemptState, until: datetime) -> None:
+        """Keep this task's open reservations counting until ``until`` (the end of the wait for its job)."""
+        from costaware.training.attempt_effects import open_task_reservations
+
+        ledger = self.ledger_hook.get_conn()
+        for reservation in open_task_reservations(ledger, state.plan):
+            ledger.extend(reservation.id, until)
+
     def _reserve(self, state: AttemptState) -> AttemptState:
         """Hold what the attempts may bill in the budgets; returns the state with the cap they allow.
 

@@ -481,15 +481,16 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
 
     def _wait(self, context: Context, state: AttemptState) -> Any:
         while True:
+            deadline = state.plan.deadline
+            timeout = (
+                max(deadline - utcnow(), timedelta(0)) + timedelta(hours=1) if deadline else timedelta(days=1)
+            )
             with airflow_errors():
                 trigger = self._trigger(state)
+                # The budgets hold the attempts' money for as long as this wait may last: a hold past its
+                # time limit (6 h by default) stopped counting while the job still billed.
+                self._keep_holds(state, utcnow() + timeout + timedelta(hours=1))
             if self.deferrable:
-                deadline = state.plan.deadline
-                timeout = (
-                    max(deadline - utcnow(), timedelta(0)) + timedelta(hours=1)
-                    if deadline
-                    else timedelta(days=1)
-                )
                 self.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
             # In the worker: poll the same trigger (its price watch and state-change logging) until it fires.
             with airflow_errors():

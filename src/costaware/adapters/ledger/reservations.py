@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -194,6 +194,28 @@ def grow(ledger: LedgerDatabase, reservation_id: str, usd: object) -> Reservatio
             format_usd_exact(current.usd),
             format_usd_exact(current.usd + increase),
         )
+        return reservation(conn, reservation_id)
+
+
+def extend(ledger: LedgerDatabase, reservation_id: str, until: datetime) -> Reservation:
+    """Keep an open reservation counting until ``until`` (never shortened); see ``Ledger.extend``.
+
+    One that has expired already is returned as it stands: its money stopped counting, and counting it
+    again would take it back without a cap check.
+    """
+    r, h = schema.reservations, schema.holds
+    now = utcnow()
+    with ledger.transaction() as conn:
+        current = reservation(conn, reservation_id)
+        if current.status != "open" or current.expires_at <= now or until <= current.expires_at:
+            return current
+        conn.execute(
+            r.update()
+            .where(r.c.id == reservation_id, r.c.status == "open", r.c.expires_at > now)
+            .values(expires_at=until)
+        )
+        still_open = and_(h.c.reservation_id == reservation_id, h.c.open.is_(True))
+        conn.execute(h.update().where(still_open).values(expires_at=until))
         return reservation(conn, reservation_id)
 
 

@@ -177,6 +177,14 @@ class Ledger(LedgerDatabase):
         """
         return reservations.settle(self, reservation_id, actual_usd, entry=entry)
 
+    def extend(self, reservation_id: str, until: datetime) -> Reservation:
+        """Keep an open reservation counting until ``until``: a task that outlives its hold's time limit.
+
+        A remote training waits for its job for hours, deferred; a hold that expired meanwhile would stop
+        counting while the job still bills. Never shortens one; an expired one stays expired.
+        """
+        return reservations.extend(self, reservation_id, until)
+
     def release(self, reservation_id: str) -> Reservation:
         """Give a reservation's money back unspent (the task was skipped or never ran)."""
         return reservations.release(self, reservation_id)
