@@ -8,6 +8,7 @@ Here ``approval_complete`` gets the events Airflow's HITL sends on resume.
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from decimal import Decimal as D
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,7 +18,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from costaware import Ledger
 from costaware.adapters.ledger.audit import audit_log
 from costaware.core.errors import BudgetExceededError
-from costaware.sensors.spend_approval import approval_body, decision
+from costaware.sensors.spend_approval import PassedBudget, approval_body, decision
 from costaware.sensors.spend_cap import SpendCapSensor
 
 ANSWERED = datetime(2026, 11, 24, 0, 31, tzinfo=timezone.utc)
@@ -122,29 +123,47 @@ def test_without_hitl_the_dag_does_not_parse(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_the_request_shows_budget_spent_cap_need_and_forecast() -> None:
     body = approval_body(
-        budget="project=churn/2026-11",
-        spent_usd="8.5",
-        cap_usd="10",
+        budgets=[PassedBudget("project=churn/month (2026-11)", D("8.5"), D("10"), forecast_usd=D("31"))],
         needed_usd="4.000125",
-        forecast_usd="31",
         task="t",
         approvers=["ann", "bob"],
     )
     for text in (
-        "project=churn/2026-11",
+        "**Budget** `project=churn/month (2026-11)`",
         "spent and reserved: $8.50\n",
         "cap: $10.00\n",
-        "needs an estimated $4.000125\n",
+        "Task `t` needs an estimated $4.000125.",
         "with this request: $35.000125",  # the pending request is in the forecast
         "**Who may answer:** `ann`, `bob`.",
+        "past the cap;",
     ):
         assert text in body
-    # Markdown paragraphs: the budget, the figures, who answers and what the buttons do stay on their lines.
-    assert body.count("\n\n") == 3 and "\n\n- spent" in body
-    assert "any user" in approval_body(
-        budget="b", spent_usd="1", cap_usd="1", needed_usd="1", forecast_usd=None, task="t"
-    )
+    # Markdown paragraphs: the budget, the figures, the need, who answers and what the buttons do.
+    assert body.count("\n\n") == 4 and "\n\n- spent" in body
+    assert "any user" in approval_body(budgets=[PassedBudget("b", D(1), D(1))], needed_usd="1", task="t")
     assert gate().approval_timeout == timedelta(hours=12)
+
+
+def test_the_request_lists_every_budget_it_would_pass(env_ledger: Ledger) -> None:
+    # An approval reserves past every covering budget; the request once showed the first one only.
+    env_ledger.set_budget("*", "day", "3")  # $4 passes it alone
+    env_ledger.set_budget("project=churn", "total", "100")  # has room: not listed
+    env_ledger.set_budget("project=churn,study=s1", "total", "50", cap_gpu_hours="1")  # narrower
+    passed = gate()._passed_budgets("manual__1", D(4), D(0))
+    names = [b.name.split(" (")[0] for b in passed]
+    assert names == ["project=churn/month", "*/day"]
+    assert [(b.committed_usd, b.cap_usd) for b in passed] == [(D(8), D(10)), (D(0), D(3))]
+    body = approval_body(budgets=passed, needed_usd=D(4), task="train")
+    assert body.count("**Budget**") == 2 and "past the caps of all 2 budgets above" in body
+
+
+def test_a_gpu_hour_cap_passed_is_shown_in_gpu_hours(env_ledger: Ledger) -> None:
+    env_ledger.set_budget("team=ml", "month", "100", cap_gpu_hours="1")
+    (passed,) = gate(scope="team=ml")._passed_budgets("manual__1", D(4), D(10))
+    assert passed.gpu_hours == (D(0), D(1))
+    body = approval_body(budgets=[passed], needed_usd=D(4), needed_gpu_hours=D(10), task="train")
+    assert "GPU-hours spent and reserved: 0.000000 of a 1.000000 GPU-hour cap" in body
+    assert "needs an estimated $4.00 and 10 GPU-hours" in body
 
 
 def test_trigger_params_that_override_the_defaults_are_audited_once(env_ledger: Ledger) -> None:

@@ -10,7 +10,9 @@ module is the only place that uses them, and :func:`require_hitl` checks them wh
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 APPROVE, REJECT = "Approve", "Reject"
@@ -35,45 +37,65 @@ def require_hitl() -> None:
         ) from e
 
 
+@dataclass(frozen=True, slots=True)
+class PassedBudget:
+    """One budget the request would pass, as the approver reads it.
+
+    ``committed_usd`` is spent plus reserved; ``forecast_usd`` the period-end forecast without the request
+    (None: unknown); ``gpu_hours`` (committed, cap) where the GPU-hour cap is the one passed.
+    """
+
+    name: str
+    committed_usd: Decimal
+    cap_usd: Decimal
+    forecast_usd: Decimal | None = None
+    gpu_hours: tuple[Decimal, Decimal] | None = None
+
+
 def approval_body(
     *,
-    budget: str,
-    spent_usd: object,
-    cap_usd: object,
+    budgets: Sequence[PassedBudget],
     needed_usd: object,
-    forecast_usd: object | None,
     task: str,
+    needed_gpu_hours: object = 0,
     approvers: Sequence[str] = (),
 ) -> str:
     """The text a person reads before approving, as Markdown with one figure a line.
 
-    Every amount is written the same way (:func:`costaware.core.money.format_usd_exact`). The forecast is
-    the period-end spend *with this request approved*: the ledger's forecast counts only what is spent or
-    reserved, and the pending request is neither yet.
+    Every budget the request would pass is listed: an approval reserves past all of them. Every amount is
+    written the same way (:func:`costaware.core.money.format_usd_exact`). A forecast is the period-end spend
+    *with this request approved*: the ledger's forecast counts only what is spent or reserved, and the
+    pending request is neither yet.
     """
-    from decimal import Decimal
-
     from costaware.core.money import format_usd_exact
 
-    def usd(value: object) -> str:
-        return format_usd_exact(Decimal(str(value)))
-
-    figures = [
-        f"- spent and reserved: {usd(spent_usd)}",
-        f"- cap: {usd(cap_usd)}",
-        f"- task `{task}` needs an estimated {usd(needed_usd)}",
-    ]
-    if forecast_usd is not None:
-        with_request = Decimal(str(forecast_usd)) + Decimal(str(needed_usd))
-        figures.append(f"- forecast at the end of the period, with this request: {usd(with_request)}")
+    need = Decimal(str(needed_usd))
+    gpu_need = Decimal(str(needed_gpu_hours or 0))
+    blocks = []
+    for b in budgets:
+        figures = [
+            f"- spent and reserved: {format_usd_exact(b.committed_usd)}",
+            f"- cap: {format_usd_exact(b.cap_usd)}",
+        ]
+        if b.gpu_hours is not None:
+            committed, cap = b.gpu_hours
+            figures.append(f"- GPU-hours spent and reserved: {committed} of a {cap} GPU-hour cap")
+        if b.forecast_usd is not None:
+            with_request = format_usd_exact(b.forecast_usd + need)
+            figures.append(f"- forecast at the end of the period, with this request: {with_request}")
+        blocks += [f"**Budget** `{b.name}`", "\n".join(figures)]
+    asked = f"Task `{task}` needs an estimated {format_usd_exact(need)}" + (
+        f" and {gpu_need} GPU-hours" if gpu_need else ""
+    )
     who = ", ".join(f"`{a}`" for a in approvers) if approvers else "any user who may edit this DAG's runs"
+    passes = "the cap" if len(budgets) == 1 else f"the caps of all {len(budgets)} budgets above"
     # Blank lines between blocks: the UI renders Markdown, where single line breaks run together.
     return "\n\n".join(
         [
-            f"**Budget** `{budget}`",
-            "\n".join(figures),
+            *blocks,
+            f"{asked}.",
             f"**Who may answer:** {who}.",
-            "Approve to reserve the overage past the cap; Reject to stop the run.",
+            f"Approve to reserve the overage past {passes}; Reject to stop the run.",
         ]
     )
 

@@ -182,7 +182,7 @@ class SpendCapSensor(BaseSensorOperator):
             except BudgetExceededError as e:
                 if self.on_exceeded == "approve":
                     self._note(ledger, context, target, usd, "approval", e.scope, str(e))
-                    self._ask_approval(context, e, target)
+                    self._ask_approval(context, e, target, usd, gpu_hours)
                 self._refused(ledger, context, target, usd, e)
                 return None
             except BudgetNotFoundError as e:
@@ -244,21 +244,24 @@ class SpendCapSensor(BaseSensorOperator):
         if changed:
             self.log.info("Run params that override the DAG's defaults (audited): %s", changed)
 
-    def _ask_approval(self, context: Any, error: Any, target: str) -> None:
-        """Ask the approvers whether to spend past the cap; parks the task (``TaskAwaitingInput``)."""
+    def _ask_approval(self, context: Any, error: Any, target: str, usd: Any, gpu_hours: Any) -> None:
+        """Ask the approvers whether to spend past the cap; parks the task (``TaskAwaitingInput``).
+
+        The request lists every budget covering the scope that the amount would pass, not only the first
+        the ledger refused on: an approval reserves past all of them.
+        """
         from costaware.sensors.spend_approval import approval_body, ask
 
-        forecast = self._forecast_text(error.scope)
+        passed = self._passed_budgets(context["ti"].run_id, usd, gpu_hours) or [self._passed_from(error)]
+        names = ", ".join(f"'{b.name}'" for b in passed)
         self.log.warning("Budget exceeded, asking %s for approval: %s", self.approvers or "any user", error)
         ask(
             context,
-            subject=f"Approve spending past budget '{error.scope}'?",
+            subject=f"Approve spending past budget{'s' if len(passed) > 1 else ''} {names}?",
             body=approval_body(
-                budget=error.scope,
-                spent_usd=error.spent_usd,
-                cap_usd=error.cap_usd,
-                needed_usd=error.needed_usd,
-                forecast_usd=forecast,
+                budgets=passed,
+                needed_usd=usd,
+                needed_gpu_hours=gpu_hours,
                 task=target,
                 approvers=self.approvers,
             ),
@@ -267,21 +270,59 @@ class SpendCapSensor(BaseSensorOperator):
             method_name="approval_complete",
         )
 
-    def _forecast_text(self, label: str) -> str | None:
-        """The period-end forecast of the exceeded budget, from this DAG's timetable; None if unknown."""
+    @staticmethod
+    def _passed_from(error: Any) -> Any:
+        from decimal import Decimal
+
+        from costaware.sensors.spend_approval import PassedBudget
+
+        return PassedBudget(error.scope, Decimal(error.spent_usd or 0), Decimal(error.cap_usd or 0))
+
+    def _passed_budgets(self, run_id: str, usd: Any, gpu_hours: Any) -> list[Any]:
+        """The budgets the request would pass, with their forecasts; [] when they cannot be read."""
+        from costaware.hooks.ledger import CostLedgerHook
+        from costaware.sensors.spend_approval import PassedBudget
+
+        try:
+            ledger = CostLedgerHook(self.ledger_conn_id).get_conn()
+            budgets = {b.label: b for b in ledger.budgets()}
+            passed = []
+            for u in ledger.usage(self.scope, run_id=run_id):
+                committed = u.spent_usd + u.reserved_usd
+                gpu_committed = u.spent_gpu_hours + u.reserved_gpu_hours
+                gpu_passed = u.cap_gpu_hours is not None and gpu_committed + gpu_hours > u.cap_gpu_hours
+                if committed + usd <= u.cap_usd and not gpu_passed:
+                    continue
+                passed.append(
+                    PassedBudget(
+                        u.name,
+                        committed,
+                        u.cap_usd,
+                        forecast_usd=self._forecast(ledger, budgets.get(u.label)),
+                        gpu_hours=(gpu_committed, u.cap_gpu_hours)
+                        if gpu_passed and u.cap_gpu_hours is not None
+                        else None,
+                    )
+                )
+            return passed
+        except Exception as e:  # the request still names the budget the ledger refused on
+            self.log.info("Could not list the budgets this request passes: %s", e)
+            return []
+
+    def _forecast(self, ledger: Any, budget: Any) -> Any:
+        """The period-end forecast of ``budget`` from this DAG's timetable; None if unknown (per run)."""
+        from costaware.core.budgets import Period
+
+        if budget is None or budget.period is Period.RUN:
+            return None
         try:
             from costaware.adapters.airflow_schedule import TimetableSchedule
             from costaware.adapters.ledger.governance import budget_outlook
-            from costaware.hooks.ledger import CostLedgerHook
 
-            ledger = CostLedgerHook(self.ledger_conn_id).get_conn()
-            name, _, key = label.rpartition("/")  # e.g. project=churn/2026-11: the scope and the period key
-            period = "total" if key == "total" else "day" if len(key) == 10 else "month"
-            budget = next(b for b in ledger.budgets() if str(b.scope) == name and b.period.value == period)
             schedule = TimetableSchedule({self.dag_id: self.dag.timetable} if self.has_dag() else {})
-            return str(budget_outlook(ledger, budget, schedule).forecast.forecast_usd)
+            return budget_outlook(ledger, budget, schedule).forecast.forecast_usd
         except Exception as e:  # the forecast is a help for the approver, not a condition
-            self.log.info("No forecast for budget %s: %s", label, e)
+            self.log.info("No forecast for budget %s: %s", budget.label, e)
             return None
 
     def approval_complete(self, context: Any, event: dict[str, Any] | None = None) -> Any:
