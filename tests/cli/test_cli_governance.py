@@ -20,6 +20,8 @@ from costaware.notifications.budget import notifiers_from_spec
 
 pytestmark = pytest.mark.usefixtures("clock")
 
+SMTP = "airflow.providers.smtp.notifications.smtp.SmtpNotifier"
+
 
 def spend(ledger: Ledger, run: str, usd: str) -> None:
     ledger.record(
@@ -179,6 +181,10 @@ def test_alerts_set_changes_what_it_is_given_and_keeps_the_rest(
         (["--notifiers", '{"class": "a.B"}'], "--notifiers must be a JSON list"),
         (["--thresholds", "lots"], "alert threshold 'lots'"),
         ([], "nothing to set for budget 'project=churn/month': give thresholds, notifiers or both"),
+        (  # stored, it failed every alert of the budget when the worker built it
+            ["--notifiers", f'[{{"class": "{SMTP}", "kwargs": {{"subject": "x"}}}}]'],
+            f"notifier '{SMTP}' cannot take kwargs ['subject']: missing a required argument: 'to'",
+        ),
     ],
 )
 def test_alerts_set_refuses_bad_input(
@@ -200,3 +206,9 @@ def test_a_bad_configured_threshold_names_the_setting(monkeypatch: pytest.Monkey
     monkeypatch.setenv("AIRFLOW__COSTAWARE__ALERT_THRESHOLDS", "80,abc%")
     with pytest.raises(ConfigurationError, match=r"\[costaware\] alert_thresholds \('80,abc%', or AIRFLOW__"):
         configured_thresholds()
+
+
+def test_a_stored_notifier_that_cannot_be_built_is_refused_by_name() -> None:
+    # A TypeError here escaped the worker's fallback: no alert of the budget was sent, none audited.
+    with pytest.raises(ConfigurationError, match=r"notifier '.*SmtpNotifier' cannot be made with kwargs"):
+        notifiers_from_spec(json.dumps([{"class": SMTP, "kwargs": {"subject": "x"}}]))

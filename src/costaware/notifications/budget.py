@@ -111,7 +111,13 @@ def notifiers_from_spec(raw: str | Sequence[Mapping[str, Any]]) -> list[Any]:
                 f"alert notifier class {spec['class']!r} cannot be imported: {e}; install its provider"
             ) from e
         require_notifier_class(cls, spec["class"])
-        out.append(cls(**dict(spec.get("kwargs") or {})))
+        kwargs = dict(spec.get("kwargs") or {})
+        try:
+            out.append(cls(**kwargs))
+        except Exception as e:  # missing or unknown kwargs ("to" for SmtpNotifier): refused by name
+            raise ConfigurationError(
+                f"alert notifier {spec['class']!r} cannot be made with kwargs {sorted(kwargs)}: {e}"
+            ) from e
     return out
 
 

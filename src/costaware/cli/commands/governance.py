@@ -136,6 +136,7 @@ def alerts_set(args: argparse.Namespace) -> int:
         )
         if found is not None:  # what cannot be imported here is warned about below; workers check it again
             require_notifier_class(found, spec["class"])
+            _check_kwargs(found, spec)
     label = f"{Scope.parse(args.scope)}/{Period.parse(args.period).value}"
     rule = set_alert_rule(
         open_ledger(args),
@@ -156,6 +157,29 @@ def alerts_set(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
     return 0
+
+
+def _check_kwargs(cls: object, spec: dict[str, Any]) -> None:
+    """Refuse kwargs the notifier's constructor cannot take: every alert of the budget failed to send.
+
+    Raises:
+        ConfigurationError: a required argument is missing or an unknown one is given.
+    """
+    import inspect
+
+    from costaware.core.errors import ConfigurationError
+
+    kwargs = spec.get("kwargs") or {}
+    if not isinstance(kwargs, dict):
+        raise ConfigurationError(f"notifier {spec['class']!r}: kwargs must be an object, got {kwargs!r}")
+    try:
+        inspect.signature(cls).bind(**kwargs)  # type: ignore[arg-type]
+    except TypeError as e:
+        raise ConfigurationError(
+            f"notifier {spec['class']!r} cannot take kwargs {sorted(kwargs)}: {e}"
+        ) from e
+    except ValueError:  # no signature to read (a C class): the workers say it when they build it
+        return
 
 
 def _importable(class_path: str) -> object | None:
