@@ -213,6 +213,20 @@ def test_an_annotation_the_ledger_cannot_take_still_records_the_try(
     assert note in (row["note"] or "")
 
 
+def test_bad_worker_settings_still_record_the_try_and_name_the_setting(
+    ledger_env: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIRFLOW__COSTAWARE__WORKER_MARKET", "spto")  # every try was lost
+    monkeypatch.setenv("AIRFLOW__COSTAWARE__WORKER_INSTANCE_TYPE", "m5.larg")
+    ti = fake_ti()
+    ti.task = SimpleNamespace(dag=ti.task.dag, params={})
+    CostListener().on_task_instance_running(None, ti)
+    CostListener().on_task_instance_success(None, ti)
+    (row,) = ledger_env.entries(dag_id="retrain")
+    assert (row["market"], row["price_source"]) == ("on_demand", "unpriced")
+    assert "the [costaware] worker_instance_type setting: fix it there" in row["note"]
+
+
 def test_a_rate_declared_for_a_type_no_catalog_knows_is_billed(ledger_env: Ledger) -> None:
     ti = fake_ti(instance_type="p5e.48xlarge-custom", usd_per_hour="98.32")
     ti.start_date = datetime(2026, 1, 1, tzinfo=timezone.utc)

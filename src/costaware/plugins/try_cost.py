@@ -62,12 +62,28 @@ def compute_of(task: Any) -> dict[str, Any]:
             # The try is still billed, at the catalog price of its instance: never lost for a bad rate.
             log.warning("ignoring the task's usd_per_hour (%s): the try is priced from the catalog", e)
             rate = None
+    market = str(declared.get("market") or _worker_market())
     return {
         "instance_type": str(declared.get("instance_type") or option("worker_instance_type")),
         "region": str(declared.get("region") or option("worker_region")),
-        "market": str(declared.get("market") or option("worker_market")),
+        "market": market,
         "usd_per_hour": rate,
     }
+
+
+def _worker_market() -> str:
+    """``[costaware] worker_market``; a value that is no market ('spto') is said and read as on-demand.
+
+    Else every try priced on the worker would fail to be recorded at all.
+    """
+    from costaware.core.ledger import Market
+
+    raw = option("worker_market")
+    try:
+        return Market.parse(raw).value
+    except CostawareError as e:
+        log.error("costaware: [costaware] worker_market: %s; tries on the worker are priced on-demand", e)
+        return "on_demand"
 
 
 def build_entry(
@@ -151,10 +167,13 @@ def _entry(
         usd, hours, rate, on_demand = charge.usd, charge.hours, charge.usd_per_hour, charge.on_demand_usd
         gpu_hours, source = charge.gpu_hours, charge.price_source
     except CostawareError as e:
-        log.error("costaware: cannot price task %s on %s: %s; recorded at $0", ti.task_id, compute, e)
+        reason = str(e)
+        if compute["instance_type"] == option("worker_instance_type"):
+            reason += " (the [costaware] worker_instance_type setting: fix it there)"
+        log.error("costaware: cannot price task %s on %s: %s; recorded at $0", ti.task_id, compute, reason)
         usd = rate = gpu_hours = Decimal(0)
         hours, on_demand, source = Decimal(str(round(seconds / 3600, 6))), None, "unpriced"
-        note = "; ".join(filter(None, [f"unpriced: {e}", note]))
+        note = "; ".join(filter(None, [f"unpriced: {reason}", note]))
     return LedgerEntry(
         dag_id=ti.dag_id,
         run_id=ti.run_id,
