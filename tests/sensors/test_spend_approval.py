@@ -105,6 +105,10 @@ def test_an_answer_outside_the_options_fails_without_reserving(env_ledger: Ledge
         ({"approvers": "ann"}, "approvers='ann': give a list"),
         ({"approvers": ["ann", ""]}, "approvers=\\['ann', ''\\]"),
         ({"on_exceeded": "ask"}, "on_exceeded='ask': use one of wait, skip, fail, approve"),
+        ({"on_exceeded": "wait"}, "approvers=\\['ann'\\] are asked only with on_exceeded='approve'"),
+        ({"approval_timeout": 4}, "approval_timeout=4: give a positive timedelta"),
+        ({"approval_timeout": timedelta(seconds=-5)}, "give a positive timedelta"),
+        ({"reservation_ttl": 3600}, "reservation_ttl=3600: give a positive timedelta"),
     ],
 )
 def test_bad_arguments_fail_at_parse_time(kwargs: dict[str, Any], match: str) -> None:
@@ -118,7 +122,7 @@ def test_without_hitl_the_dag_does_not_parse(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setitem(sys.modules, "airflow.sdk.execution_time.hitl", None)  # as on Airflow < 3.3
     with pytest.raises(ValueError, match="needs Airflow's human-in-the-loop tasks"):
         gate()
-    gate(on_exceeded="fail")  # the other policies do not need it
+    gate(on_exceeded="fail", approvers=[])  # the other policies do not need it
 
 
 def test_the_request_shows_budget_spent_cap_need_and_forecast() -> None:
@@ -210,3 +214,23 @@ def test_a_run_the_gate_refuses_is_audited_too(env_ledger: Ledger) -> None:
         "bob",
         {"train_instance_type": {"default": "c5.xlarge", "given": "m5.lrage"}},
     )
+
+
+def test_approvers_the_simple_auth_manager_does_not_know_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    from costaware.sensors.spend_approval import unknown_approvers
+
+    # A misspelled approver left a request nobody could answer, for the 12 h of approval_timeout.
+    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "admin:admin, ann:user")
+    assert unknown_approvers(["ann", "nosuchuser"]) == ["nosuchuser"]
+    assert unknown_approvers([]) == []
+    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS", "True")
+    assert unknown_approvers(["nosuchuser"]) == []  # every login is an admin: nothing to say
+
+
+def test_a_request_no_approver_could_answer_fails_at_once(
+    env_ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "admin:admin,ann:user")
+    with pytest.raises(AirflowFailException, match=r"approvers \['nosuchuser'\] are not users of"):
+        gate(approvers=["nosuchuser"], deferrable=False).execute(context())
+    assert env_ledger.usage("project=churn")[0].reserved_usd == 8  # nothing reserved for it

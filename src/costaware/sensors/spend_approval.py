@@ -37,6 +37,27 @@ def require_hitl() -> None:
         ) from e
 
 
+def unknown_approvers(approvers: Sequence[str]) -> list[str]:
+    """The approvers that are no user of this Airflow, where its user list can be read (else []).
+
+    Only the simple auth manager keeps its users in the configuration (``[core]
+    simple_auth_manager_users``, ``name:role`` pairs); with another auth manager, or with every user an
+    admin (``simple_auth_manager_all_admins``), nothing can be said here.
+    """
+    from airflow.configuration import conf
+
+    if not approvers or "SimpleAuthManager" not in conf.get("core", "auth_manager", fallback=""):
+        return []
+    if conf.getboolean("core", "simple_auth_manager_all_admins", fallback=False):
+        return []
+    users = {
+        pair.split(":", 1)[0].strip()
+        for pair in conf.get("core", "simple_auth_manager_users", fallback="").split(",")
+        if pair.strip()
+    }
+    return [a for a in approvers if a not in users]
+
+
 @dataclass(frozen=True, slots=True)
 class PassedBudget:
     """One budget the request would pass, as the approver reads it.

@@ -79,6 +79,10 @@ class SpendCapSensor(BaseSensorOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if not isinstance(reservation_ttl, timedelta) or reservation_ttl <= timedelta(0):
+            raise ValueError(
+                f"reservation_ttl={reservation_ttl!r}: give a positive timedelta, e.g. timedelta(hours=6)"
+            )
         if on_exceeded not in ON_EXCEEDED:
             raise ValueError(f"on_exceeded={on_exceeded!r}: use one of {', '.join(ON_EXCEEDED)}")
         self._init_governance(on_exceeded, approvers, approval_timeout, on_rejected)
@@ -129,6 +133,18 @@ class SpendCapSensor(BaseSensorOperator):
             raise ValueError(f"on_rejected={on_rejected!r}: use one of {', '.join(ON_REJECTED)}")
         if isinstance(approvers, str) or not all(isinstance(a, str) and a.strip() for a in approvers):
             raise ValueError(f"approvers={approvers!r}: give a list of Airflow user ids, e.g. ['ann']")
+        if approvers and on_exceeded != "approve":
+            raise ValueError(
+                f"approvers={list(approvers)!r} are asked only with on_exceeded='approve', not "
+                f"{on_exceeded!r}: set on_exceeded='approve' or drop approvers"
+            )
+        # An int read as hours was 4 seconds: the request timed out (a rejection) before anyone saw it.
+        if approval_timeout is not None and (
+            not isinstance(approval_timeout, timedelta) or approval_timeout <= timedelta(0)
+        ):
+            raise ValueError(
+                f"approval_timeout={approval_timeout!r}: give a positive timedelta, e.g. timedelta(hours=4)"
+            )
         self.approvers = list(approvers)
         self.approval_timeout = approval_timeout
         self.on_rejected = on_rejected
@@ -250,8 +266,17 @@ class SpendCapSensor(BaseSensorOperator):
         The request lists every budget covering the scope that the amount would pass, not only the first
         the ledger refused on: an approval reserves past all of them.
         """
-        from costaware.sensors.spend_approval import approval_body, ask
+        from costaware.sensors.spend_approval import approval_body, ask, unknown_approvers
 
+        unknown = unknown_approvers(self.approvers)
+        if unknown and len(unknown) == len(self.approvers):
+            # Nobody could answer: the run would wait approval_timeout (12 h by default) for nothing.
+            raise AirflowFailException(
+                f"approvers {unknown} are not users of this Airflow (its simple auth manager lists them in "
+                "[core] simple_auth_manager_users): fix approvers; nothing was reserved"
+            )
+        if unknown:
+            self.log.warning("approvers %s are not users of this Airflow: the others may answer", unknown)
         passed = self._passed_budgets(context["ti"].run_id, usd, gpu_hours) or [self._passed_from(error)]
         names = ", ".join(f"'{b.name}'" for b in passed)
         self.log.warning("Budget exceeded, asking %s for approval: %s", self.approvers or "any user", error)
