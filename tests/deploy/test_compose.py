@@ -125,8 +125,20 @@ def test_dags_logs_config_plugins_are_mounted(compose: dict[str, Any]) -> None:
     volumes = compose["services"]["airflow-worker"]["volumes"]
     for folder in ("dags", "logs", "config", "plugins"):
         assert f"${{AIRFLOW_PROJ_DIR:-.}}/{folder}:/opt/airflow/{folder}" in volumes
-    assert compose["services"]["airflow-init"]["volumes"] == ["${AIRFLOW_PROJ_DIR:-.}:/sources"]
+    # airflow-init writes config/airflow.cfg where the services read it, and owns the shared stores.
+    assert compose["services"]["airflow-init"]["volumes"] == [
+        "${AIRFLOW_PROJ_DIR:-.}:/sources",
+        "${AIRFLOW_PROJ_DIR:-.}/config:/opt/airflow/config",
+        "costaware-data:/opt/airflow/costaware",
+    ]
     assert (ROOT / "dags" / "cost_aware_retrain.py").exists()
+
+
+def test_every_airflow_container_shares_the_stores(compose: dict[str, Any]) -> None:
+    # A task on one worker read landed data, features or a local job folder that another container wrote.
+    assert "costaware-data" in compose["volumes"]
+    for name in ("airflow-worker", "airflow-triggerer", "airflow-scheduler", "airflow-apiserver"):
+        assert "costaware-data:/opt/airflow/costaware" in compose["services"][name]["volumes"], name
 
 
 def test_plugins_folder_says_what_belongs_there() -> None:
@@ -153,5 +165,5 @@ def test_dockerfile_extends_the_pinned_airflow_image() -> None:
     assert low and base.group(1).startswith(low.group(1))
     assert '"apache-airflow==${AIRFLOW_VERSION}"' in dockerfile  # pip must not change Airflow's version
     # the executor's extra, and the extras the example DAGs in ./dags import at parse time
-    assert '"/opt/airflow/costaware[celery,tuning,examples]"' in dockerfile
-    assert "COPY --chown=airflow:0 runtime /opt/airflow/costaware/runtime" in dockerfile  # a dependency
+    assert '"/opt/costaware-src[celery,tuning,examples]"' in dockerfile
+    assert "COPY --chown=airflow:0 runtime /opt/costaware-src/runtime" in dockerfile  # a dependency
