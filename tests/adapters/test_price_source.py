@@ -248,6 +248,8 @@ def test_settings(monkeypatch: pytest.MonkeyPatch, ledger) -> None:  # type: ign
     assert ttl_from_settings() == timedelta(hours=168)
     monkeypatch.setenv("AIRFLOW__COSTAWARE__PRICE_TTL_HOURS", "12")
     assert ttl_from_settings() == timedelta(hours=12)
+    monkeypatch.setenv("AIRFLOW__COSTAWARE__PRICE_TTL_HOURS", " ")  # a blank setting: the default
+    assert ttl_from_settings() == timedelta(hours=168)
     for bad in ("0", "-3", "soon", "inf"):
         monkeypatch.setenv("AIRFLOW__COSTAWARE__PRICE_TTL_HOURS", bad)
         with pytest.raises(

@@ -45,11 +45,21 @@ def test_parse_and_match() -> None:
         ("team:ml=-5", "above 0 and below 100, got -5"),
         ("team:ml=5, team:ml=6", "team:ml is given twice"),
         ("family:=5", "a family discount needs a name"),
+        (
+            "family:p4d.24xlarge=30",
+            "names an instance size; a family rule names the family, e.g. family:p4d=30",
+        ),
+        ("family:ml.g5.xlarge=8", "e.g. family:ml.g5=8"),
     ],
 )
 def test_bad_discount_settings(text: str, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         parse_discounts(text)
+
+
+def test_a_family_in_capitals_matches_its_types() -> None:
+    (rule,) = parse_discounts("family:P4D=30")  # matched nothing, silently
+    assert discount_for([rule], "p4d.24xlarge") == rule
 
 
 def test_on_demand_charge_with_discount_keeps_the_list_price_as_on_demand() -> None:

@@ -26,7 +26,7 @@ from costaware.core.errors import ConfigurationError, InvalidPriceDataError, Pri
 from costaware.core.ledger import utcnow
 from costaware.core.price_figures import BUNDLED, LIVE, PriceFigure, is_stale
 from costaware.core.price_list import ListPrice, service_name
-from costaware.settings import ledger_url, option
+from costaware.settings import OPTIONS, ledger_url, option
 
 if TYPE_CHECKING:
     from costaware.adapters.ledger.store import Ledger
@@ -300,6 +300,8 @@ def ttl_from_settings() -> timedelta:
         ConfigurationError: not a positive number.
     """
     raw = option("price_ttl_hours")
+    if not raw.strip():  # AIRFLOW__COSTAWARE__PRICE_TTL_HOURS="" (a blank line in a .env): the default
+        raw = OPTIONS["price_ttl_hours"].default
     try:
         hours = float(raw)
     except ValueError:

@@ -65,10 +65,28 @@ def parse_discounts(text: str) -> tuple[Discount, ...]:
                 "write entries like 'team:ml=12, family:p4d=30'"
             )
         rule = Discount(kind.strip().lower(), name.strip(), value)
+        if rule.kind == "family":
+            rule = _family_rule(rule, entry)
         if (rule.kind, rule.name) in rules:
             raise ConfigurationError(f"[costaware] discounts: {rule.label} is given twice")
         rules[(rule.kind, rule.name)] = rule
     return tuple(rules.values())
+
+
+def _family_rule(rule: Discount, entry: str) -> Discount:
+    """A family as instance types name it: lower case, no size (they matched nothing, silently).
+
+    Raises:
+        ConfigurationError: a size is given (``p4d.24xlarge``): the rule names a family.
+    """
+    name = rule.name.lower()
+    parts = name.split(".")
+    if len(parts) > (2 if parts[0] == "ml" else 1):
+        raise ConfigurationError(
+            f"[costaware] discounts: {entry!r} names an instance size; a family rule names the family, "
+            f"e.g. family:{instance_family(name)}={rule.pct}"
+        )
+    return Discount(rule.kind, name, rule.pct)
 
 
 def instance_family(instance_type: str) -> str:
