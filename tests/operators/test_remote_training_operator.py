@@ -203,6 +203,28 @@ def test_a_retry_holds_max_usd_again_where_its_failed_try_settled_the_gate_reser
     assert again.gpu_hours == first.gpu_hours and again.expires_at - again.created_at == timedelta(hours=48)
 
 
+def test_a_retry_whose_budget_is_past_its_cap_starts_no_new_attempt(
+    tmp_path: Path, data: Path, ledger: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The retry could hold nothing, and ran with all of max_usd and nothing held: new paid attempts on a
+    # budget already past its cap.
+    ledger.set_budget("project=churn", "month", "10")
+    holder = "remote_dag/scheduled__2026-01-01/train/-1"
+    first = ledger.reserve("project=churn", "1.00", holder=holder, run_id="r")
+    ledger.settle(first.id, "0.01")
+    ledger.reserve("project=churn", "12", holder="other", approved_by="lead")  # an approved overage
+    op = operator(tmp_path, tags={"project": "churn"}, max_usd="5", deferrable=False)
+    with pytest.raises(AirflowFailException, match="max_usd") as failed:
+        drive(op, context_for())
+    assert "a retry: the budgets have no room" in capsys.readouterr().out
+    assert "the budgets have no room for this retry (budget 'project=churn/month" in str(failed.value)
+    assert "raise the budget (or approve at the gate) and clear the task; nothing was started" in str(
+        failed.value
+    )
+    assert not (tmp_path / "jobs").exists() or list((tmp_path / "jobs").iterdir()) == []  # none started
+    assert [e for e in ledger.entries() if e["task_id"] == "train"] == []
+
+
 #: The holder a spend gate reserves under for the task ``train`` of :func:`context_for`'s run.
 GATE_HOLDER = "remote_dag/scheduled__2026-01-01/train/-1"
 
@@ -290,10 +312,13 @@ def test_an_attempt_an_older_costaware_recorded_by_its_name_alone_is_not_recorde
     assert len(ledger.entries(dag_id="remote_dag")) == 1 and Decimal(again["usd"]) == row["usd"]
 
 
-def test_a_retry_past_an_approved_overage_holds_nothing_and_still_runs(
-    tmp_path: Path, data: Path, ledger: Any, caplog: pytest.LogCaptureFixture
+def test_a_retry_of_an_approved_overage_holds_the_approved_amount_again_and_runs(
+    tmp_path: Path, data: Path, ledger: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # Refusing it would leave the job its failed try started running unwatched and unrecorded.
+    # The approval stands for the retry of the same task: refusing it would leave the job its failed try
+    # started unwatched, and holding nothing let it run with all of max_usd unheld.
+    from costaware.adapters.ledger.audit import audit_log
+
     ledger.set_budget("project=churn", "month", "1")
     holder = "remote_dag/scheduled__2026-01-01/train/-1"
     first = ledger.reserve("project=churn", "2", holder=holder, run_id="r", approved_by="lead")
@@ -304,8 +329,11 @@ def test_a_retry_past_an_approved_overage_holds_nothing_and_still_runs(
     op = operator(tmp_path, tags={"project": "churn"}, max_usd="5", deferrable=False)
     result, _ = drive(op, context_for())
     assert result["attempts"][-1]["cause"] == "success"
-    assert "a retry: nothing held again in project=churn" in caplog.text
-    assert ledger.latest_reservation(holder).id == first.id
+    assert "max_usd $5.00 is lowered to $2.00" in capsys.readouterr().out  # what was approved
+    again = ledger.latest_reservation(holder)
+    assert again.id != first.id and again.usd == Decimal(2) and again.status == "settled"
+    retry_approval = audit_log(ledger, action="approval")[-1]
+    assert retry_approval.actor == "lead" and retry_approval.details["retry_of"] == first.id
 
 
 def test_a_budget_with_no_room_for_one_attempt_beside_the_gate_starts_nothing_and_says_so(

@@ -568,7 +568,24 @@ class RemoteAttemptSteps:
                 reserve_estimate(ledger, plan, self.budget_scope, billed_before=earlier)
                 return state
             if plan.max_usd is not None:
-                gate = hold_again(ledger, plan)  # a retry: its failed try settled the gate's reservation
+                # A retry: its failed try settled the gate's hold.
+                gate, refused = hold_again(ledger, plan, billed_before=earlier)
+                if refused:
+                    # A budget already past its cap: nothing can be held, so nothing more may be spent. The
+                    # retry follows the job its failed try left running up to what was billed, and starts
+                    # no new one (it ran unheld, new attempts and all, before).
+                    self.log.warning(
+                        "a retry: the budgets have no room (%s): max_usd is lowered to the %s earlier tries "
+                        "billed, so no new attempt starts; raise the budget (or approve at the gate) and "
+                        "clear the task to go on",
+                        refused,
+                        format_usd_exact(earlier),
+                    )
+                    note = (
+                        f"the budgets have no room for this retry ({refused}): raise the budget (or approve "
+                        "at the gate) and clear the task"
+                    )
+                    return replace(state, plan=replace(plan, max_usd=str(earlier), max_usd_note=note))
                 retry = retry or gate is not None
                 if gate is not None:
                     self.log.info(

@@ -106,10 +106,8 @@ def cap_spent_message(
     )
     if not state.attempts:
         least = least_cap_usd_said(rate, plan.grace_seconds)
-        return (
-            f"max_usd {format_usd_exact(cap)} buys {buys}: raise max_usd to at least "
-            f"{format_usd_exact(least)}; nothing was started"
-        )
+        todo = plan.max_usd_note or f"raise max_usd to at least {format_usd_exact(least)}"
+        return f"max_usd {format_usd_exact(cap)} buys {buys}: {todo}; nothing was started"
     if newest_step == NO_CHECKPOINT:
         kept = (
             f"no checkpoint was pushed to {plan.checkpoint_uri}: raise max_usd and clear the task to train "
@@ -304,24 +302,46 @@ def gate_reservation(ledger: Ledger, plan: RemotePlan) -> Reservation | None:
     return next(iter(open_task_reservations(ledger, plan)), None)
 
 
-def hold_again(ledger: Ledger, plan: RemotePlan) -> Reservation | None:
+def hold_again(
+    ledger: Ledger, plan: RemotePlan, *, billed_before: Decimal = Decimal(0)
+) -> tuple[Reservation | None, str | None]:
     """An Airflow retry of a task behind a spend gate: hold again, in the gate's scope, from $0.
 
     The failed try settled the gate's reservation, so the retry's attempts would run with nothing held
     in the budgets. Returns the new open reservation (grow it with :func:`hold_cap`), or None where no
-    gate ever reserved for this task, or its budget is gone.
+    gate ever reserved for this task, or its budget is gone; and, where a budget is already past its cap
+    (an estimate overrun, another task's approved overage), why nothing could be held. The caller then lets
+    the retry spend nothing more than its earlier tries billed: it follows the job its failed try left
+    running, up to that cap, and starts no new one.
 
-    A budget already past its cap (an approved overage) holds nothing: None, as before, so that the retry
-    still follows the job its failed try left running.
+    Where the gate's reservation was itself an approved overage, the approval stands for the retry of the
+    same task: what it approved, less ``billed_before``, is held again past the cap under the same
+    approver, and audited as such.
     """
     from costaware.core.errors import BudgetExceededError, BudgetNotFoundError
 
     holder = task_holder(plan)
     earlier = ledger.latest_reservation(holder)
     if earlier is None:
-        return None
+        return None, None
+    approver = _approver_of(ledger, earlier)
+    if approver is not None:
+        return (
+            ledger.reserve(
+                earlier.scope,
+                max(earlier.usd - billed_before, Decimal(0)),
+                gpu_hours=earlier.gpu_hours,
+                holder=holder,
+                run_id=plan.identity["run_id"],
+                ttl=earlier.expires_at - earlier.created_at,
+                purpose=f"the retry of task {plan.identity['task_id']!r}",
+                approved_by=approver,
+                approval={"retry_of": earlier.id, "billed_before": str(billed_before)},
+            ),
+            None,
+        )
     try:
-        return ledger.reserve(
+        held = ledger.reserve(
             earlier.scope,
             0,
             gpu_hours=earlier.gpu_hours,  # what the gate held of a GPU-hour cap, held again
@@ -330,9 +350,22 @@ def hold_again(ledger: Ledger, plan: RemotePlan) -> Reservation | None:
             ttl=earlier.expires_at - earlier.created_at,  # the gate's reservation_ttl
             purpose=f"the retry of task {plan.identity['task_id']!r}",
         )
-    except (BudgetNotFoundError, BudgetExceededError) as e:
+    except BudgetExceededError as e:
+        return None, str(e)
+    except BudgetNotFoundError as e:
         log.warning("a retry: nothing held again in %s (%s)", earlier.scope, e)
-        return None
+        return None, None
+    return held, None
+
+
+def _approver_of(ledger: Ledger, reservation: Reservation) -> str | None:
+    """Who approved ``reservation`` as an overage (its ``approval`` audit entry), or None."""
+    from costaware.adapters.ledger.audit import audit_log
+
+    for entry in reversed(audit_log(ledger, action="approval")):
+        if entry.target == reservation.holder and entry.details.get("reservation_id") == reservation.id:
+            return entry.actor
+    return None
 
 
 def hold_cap(ledger: Ledger, reservation: Reservation, max_usd: Decimal) -> Decimal:

@@ -186,6 +186,8 @@ class RemotePlan:
         billing: Billing a spot attempt at the mean price over its run, or None (its starting price).
         placement: The allowed zones and the zone choice of each spot attempt.
         max_usd: The most the attempts may bill together, a decimal string, or None (no cap).
+        max_usd_note: Why ``max_usd`` is below the task's own (the budgets had no more room), for the
+            message that says the cap is spent; "" when it is the task's.
     """
 
     backend: str
@@ -212,11 +214,14 @@ class RemotePlan:
     placement: Placement = field(default_factory=Placement)
     first_market_reason: str = ""
     max_usd: str | None = None
+    max_usd_note: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """The plan's keys of the state dict the operator and its trigger carry (JSON primitives)."""
         reason = {"first_market_reason": self.first_market_reason} if self.first_market_reason else {}
         cap = {"max_usd": self.max_usd} if self.max_usd is not None else {}
+        if self.max_usd_note:
+            cap["max_usd_note"] = self.max_usd_note
         return {
             "backend": self.backend,
             "backend_options": dict(self.backend_options),
@@ -278,6 +283,7 @@ class RemotePlan:
             placement=Placement.from_json(data.get("placement") or {}),
             first_market_reason=str(data.get("first_market_reason") or ""),
             max_usd=str(data["max_usd"]) if data.get("max_usd") is not None else None,
+            max_usd_note=str(data.get("max_usd_note") or ""),
         )
 
 
