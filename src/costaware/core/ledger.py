@@ -239,6 +239,18 @@ def compute_cost(seconds: float | Decimal, usd_per_hour: Decimal) -> tuple[Decim
     return exact_hours.quantize(micro), (exact_hours * usd_per_hour).quantize(micro)
 
 
+def try_entry_uid(ti_id: object) -> str:
+    """The ``entry_uid`` of the cost listener's entry for one task try: the same wherever it is written.
+
+    ``ti_id`` is Airflow's id of the try (a new one each try, and for each run of a run id deleted and made
+    again). The worker records a try that ends; the API server records one a person marked while it ran.
+    Where both do (the try ended as it was being marked), the ledger keeps the first.
+    """
+    import hashlib
+
+    return "try-" + hashlib.sha256(f"ti\x00{ti_id}".encode()).hexdigest()[:40]
+
+
 def reservation_holder(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> str:
     """The holder key of the reservation made for one task instance (sensor reserves, listener settles)."""
     return f"{dag_id}/{run_id}/{task_id}/{map_index}"

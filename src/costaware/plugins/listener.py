@@ -5,6 +5,8 @@ the try's own runtime from ``on_task_instance_running`` to its end, prices it on
 declares (see :func:`compute_of`), estimates its emissions (``kg_co2e``; see
 :func:`costaware.plugins.utilization.with_try_emissions`; an on-premises task gives ``power_kw`` and
 ``grid_zone``), and settles the reservation a ``SpendCapSensor`` made for the task.
+A try killed before it could end in its worker (marked failed or success while it ran, a lost worker) is
+recorded where Airflow reports it, from the metadata database (:mod:`costaware.plugins.killed_tries`).
 A try is always recorded: a tag that cannot be stored is left out and named in the entry's note. When
 the ledger cannot be written the entry goes to a spool folder and is written with the next entry that
 succeeds: no row is lost.
@@ -158,9 +160,15 @@ class CostListener:
         release_run_reservations(dag_run, "the run ended with its consumer skipped or never run")
 
     def _record(self, ti: Any, outcome: str, error: BaseException | None) -> None:
-        # State changes made by a person in the UI reach the api-server with an ORM TaskInstance: nothing
-        # ran there, so there is nothing to charge.
-        if type(ti).__module__.startswith("airflow.models") or getattr(ti, "task", None) is None:
+        if type(ti).__module__.startswith("airflow.models"):
+            # A state change the scheduler or the API server reports (a lost worker, a zombie, a task or run
+            # marked while it ran): the try did not end in its worker, whose listener never ran. It is
+            # priced there from the metadata database; one that ran to its end is not counted twice.
+            from costaware.plugins.killed_tries import record_killed_try
+
+            record_killed_try(ti, outcome, DEFAULT_LEDGER_CONN_ID)
+            return
+        if getattr(ti, "task", None) is None:
             return
         reading = stop_probe(ti)
         seconds = _runtime_seconds(ti)

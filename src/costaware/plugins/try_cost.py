@@ -8,6 +8,7 @@ task declares.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from decimal import Decimal
@@ -157,7 +158,7 @@ def _entry(
 ) -> Any:
     """The entry of a try priced on ``compute``; raises CostawareError where a field cannot be recorded."""
     from costaware.adapters.price_files import bundled_catalog
-    from costaware.core.ledger import Kind, LedgerEntry, Market, clipped_note
+    from costaware.core.ledger import Kind, LedgerEntry, Market, clipped_note, try_entry_uid
     from costaware.core.pricing import price_compute
 
     task = ti.task
@@ -180,6 +181,9 @@ def _entry(
         task_id=ti.task_id,
         try_number=int(ti.try_number),
         map_index=int(ti.map_index),
+        # Airflow's id of the try where it has one (a try marked while it ran is recorded by the API server
+        # too, under the same id); else a new one.
+        entry_uid=try_entry_uid(ti.id) if getattr(ti, "id", None) else uuid.uuid4().hex,
         trial=told.get("trial") or getattr(task, "trial", None),
         kind=Kind.COMPUTE,
         usd=usd,

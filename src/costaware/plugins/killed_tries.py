@@ -1,0 +1,123 @@
+"""Tries that were killed before their own listener could run: priced from the metadata database.
+
+A task try records its own cost in the worker when it ends. One that is killed does not end there: the
+executor lost the worker (an evicted pod, an out-of-memory kill), the scheduler found it a zombie, or a
+person marked it (or its run) failed or success while it ran and the supervisor killed the process. Airflow
+then reports the state change in the scheduler or the API server, with a metadata-database TaskInstance.
+This module records those tries there, from the start and end the database holds, priced on the task's
+``costaware_compute`` param (from its serialized definition), else the ``[costaware] worker_*`` settings
+(an operator's own compute arguments are not in that definition), and tagged as the run's other entries
+are (the DAG's tags, its param defaults and the run's conf).
+
+Both sides write the entry under the same :func:`~costaware.core.ledger.try_entry_uid` (of Airflow's id of
+the try), so a try that the worker recorded as well (it ended as it was being marked) is counted once: the
+ledger keeps the first. (The scheduler gives a try it puts up for retry a new id before it reports it;
+there the worker's listener never ran.)
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timezone
+from types import SimpleNamespace
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+def record_killed_try(ti: Any, outcome: str, ledger_conn_id: str) -> Any:
+    """Record the cost of ``ti``'s try from its start and end dates; the entry, or None when it never ran.
+
+    Never raises: a state change must not fail because its cost could not be recorded (it is logged).
+    """
+    from costaware.plugins.listener import write_entry
+    from costaware.plugins.try_cost import build_entry
+
+    try:
+        start = getattr(ti, "start_date", None)
+        if start is None:
+            return None  # queued or scheduled when marked: it never ran, nothing to charge
+        end = getattr(ti, "end_date", None) or datetime.now(timezone.utc)
+        seconds = (end - start).total_seconds()
+        if seconds <= 0:
+            return None
+        dag = _serialized_dag(ti.dag_id)
+        task = _task_of(dag, ti.task_id) if dag is not None else None
+        if getattr(ti, "next_method", None) or getattr(task, "mode", None) == "reschedule":
+            # Deferred (or waiting for a person), or a sensor between pokes: most of start-to-end held no
+            # worker, and how much did is not in the database. Its worker time before it deferred is not
+            # charged either when it ends normally.
+            log.info(
+                "costaware: %s.%s try %s waited outside a worker (deferred or rescheduled): not charged",
+                ti.dag_id,
+                ti.task_id,
+                ti.try_number,
+            )
+            return None
+        params = {**_default_params(dag), **_run_conf(ti)}
+        view = SimpleNamespace(
+            id=getattr(ti, "id", None),
+            dag_id=ti.dag_id,
+            run_id=ti.run_id,
+            task_id=ti.task_id,
+            map_index=int(ti.map_index if ti.map_index is not None else -1),
+            try_number=int(ti.try_number or 1),
+            task=task if task is not None else SimpleNamespace(dag=dag, params={}),
+        )
+        entry = build_entry(view, outcome, None, seconds, {"params": params})
+        from dataclasses import replace
+
+        from costaware.core.ledger import clipped_note
+
+        note = (
+            f"killed before it ended ({outcome}: marked, or its worker lost): {seconds:.0f} s from the "
+            "metadata database's start and end"
+        )
+        entry = replace(entry, cause="killed", note=clipped_note("; ".join(filter(None, [note, entry.note]))))
+        write_entry(entry, ledger_conn_id)
+        return entry
+    except Exception:
+        log.exception(
+            "costaware: the cost of %s.%s try %s, killed before it ended, could not be recorded",
+            getattr(ti, "dag_id", "?"),
+            getattr(ti, "task_id", "?"),
+            getattr(ti, "try_number", "?"),
+        )
+        return None
+
+
+def _serialized_dag(dag_id: str) -> Any:
+    """The DAG as the scheduler knows it (its tasks, tags and params), or None."""
+    try:
+        from airflow.models.serialized_dag import SerializedDagModel
+
+        return SerializedDagModel.get_dag(dag_id)
+    except Exception as e:  # priced on the worker settings and tagged by the run's conf only
+        log.warning("costaware: the definition of DAG %s could not be read: %s", dag_id, e)
+        return None
+
+
+def _run_conf(ti: Any) -> dict[str, Any]:
+    """The run's conf (its team/project/owner params), or {} where it cannot be read here."""
+    try:
+        return dict(getattr(getattr(ti, "dag_run", None), "conf", None) or {})
+    except Exception:  # a detached instance: the DAG's defaults still tag the entry
+        return {}
+
+
+def _task_of(dag: Any, task_id: str) -> Any:
+    try:
+        return dag.get_task(task_id)
+    except Exception:  # a task removed from the DAG since
+        return None
+
+
+def _default_params(dag: Any) -> dict[str, Any]:
+    """The DAG's param defaults (team, project, owner tags), as plain values."""
+    if dag is None:
+        return {}
+    try:
+        params = dag.params
+        return {key: params[key] for key in params}  # ParamsDict resolves each to its value
+    except Exception:
+        return {}

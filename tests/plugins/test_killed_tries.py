@@ -1,0 +1,129 @@
+"""Tries killed before their own listener ran: recorded where Airflow reports them, from the metadata DB.
+
+The scheduler (a lost worker, a zombie) and the API server (a task or run marked while it ran) call the
+listener with a metadata-database TaskInstance. Here that TaskInstance is a stand-in of the same module and
+fields, and the DAG is a real serialized DAG, as ``SerializedDagModel.get_dag`` returns it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pendulum
+import pytest
+from airflow.sdk import DAG, task
+from airflow.serialization.serialized_objects import DagSerialization
+
+from costaware import Ledger
+from costaware.plugins import killed_tries
+from costaware.plugins import listener as listener_module
+from costaware.plugins.listener import CostListener
+
+START = datetime(2026, 11, 2, 9, 0, tzinfo=timezone.utc)
+
+
+class OrmTaskInstance(SimpleNamespace):
+    """Fields of ``airflow.models.taskinstance.TaskInstance`` the listener reads, from that module."""
+
+
+OrmTaskInstance.__module__ = "airflow.models.taskinstance"
+
+
+def serialized_dag() -> Any:
+    with DAG(
+        "nightly",
+        schedule=None,
+        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+        tags=["project:churn"],
+        params={"team": "ml"},
+    ) as dag:
+
+        @task(params={"costaware_compute": {"instance_type": "g5.xlarge", "market": "on_demand"}})
+        def train() -> int:
+            return 1
+
+        @task
+        def prep() -> int:
+            return 1
+
+        train()
+        prep()
+    return DagSerialization.from_dict(DagSerialization.to_dict(dag))
+
+
+def killed(task_id: str = "train", minutes: float = 30, **fields: Any) -> OrmTaskInstance:
+    values: dict[str, Any] = {
+        "id": f"019ad0c4-{task_id}",
+        "dag_id": "nightly",
+        "run_id": "manual__1",
+        "task_id": task_id,
+        "map_index": -1,
+        "try_number": 1,
+        "start_date": START,
+        "end_date": START + timedelta(minutes=minutes),
+        "next_method": None,
+        "dag_run": SimpleNamespace(conf={"owner": "ana"}),
+    }
+    values.update(fields)
+    return OrmTaskInstance(**values)
+
+
+@pytest.fixture
+def ledger(ledger_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Ledger:
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+    monkeypatch.setattr(listener_module, "spool_dir", lambda: tmp_path / "spool")
+    dag = serialized_dag()
+    monkeypatch.setattr(killed_tries, "_serialized_dag", lambda dag_id: dag if dag_id == "nightly" else None)
+    return Ledger.from_url(ledger_url)
+
+
+def test_a_try_killed_while_it_ran_is_charged_on_its_declared_compute_and_tags(ledger: Ledger) -> None:
+    # Marking a running task (or its run) failed killed it in its worker, whose listener never ran: its
+    # 30 minutes on a g5.xlarge were missing from the ledger and from the budgets.
+    ledger.set_budget("project=churn", "month", "100")
+    held = ledger.reserve("project=churn", "5", holder="nightly/manual__1/train/-1")
+    CostListener().on_task_instance_failed(None, killed(), "marked failed")
+    (row,) = ledger.entries(dag_id="nightly")
+    assert (row["instance_type"], row["quantity"], row["cause"]) == ("g5.xlarge", Decimal("0.5"), "killed")
+    assert row["usd"] == (Decimal("1.006") / 2).quantize(Decimal("0.000001"))  # g5.xlarge on-demand
+    assert row["tags"] == {"project": "churn", "team": "ml", "owner": "ana"}
+    assert "killed before it ended" in row["note"]
+    assert ledger.usage("project=churn")[0].reserved_usd == 0  # the gate's hold is settled with it
+    assert held.id
+
+
+def test_a_try_the_worker_recorded_is_not_counted_twice(ledger: Ledger) -> None:
+    # The worker's entry and the metadata one carry the same uid: marking a finished task failed, or a
+    # try ending as it was being marked, counts once.
+    in_worker = SimpleNamespace(
+        id="019ad0c4-prep",
+        dag_id="nightly",
+        run_id="manual__1",
+        task_id="prep",
+        map_index=-1,
+        try_number=1,
+        task=SimpleNamespace(dag=None, params={}),
+        start_date=START,
+        end_date=START + timedelta(minutes=1),
+        get_template_context=dict,
+    )
+    CostListener().on_task_instance_success(None, in_worker)
+    CostListener().on_task_instance_failed(None, killed(task_id="prep"), "marked failed")
+    (row,) = ledger.entries(dag_id="nightly")
+    assert (row["quantity"], row["outcome"]) == (Decimal("0.016667"), "success")  # the worker's, first
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"start_date": None},  # queued when marked: never ran
+        {"next_method": "execute_complete"},  # deferred: start to end held no worker
+    ],
+)
+def test_tries_that_held_no_worker_are_not_charged(ledger: Ledger, fields: dict[str, Any]) -> None:
+    CostListener().on_task_instance_failed(None, killed(**fields), "marked failed")
+    assert ledger.entries(dag_id="nightly") == []
