@@ -93,6 +93,21 @@ def test_a_preempted_attempt_moves_to_the_zone_with_capacity(tmp_path: Path, led
 
 
 @pytest.mark.slow
+def test_a_move_to_another_region_records_its_egress_once(tmp_path: Path, ledger: Any) -> None:
+    # The zone choice weighed the data and checkpoint a move transfers; the ledger never billed it.
+    traces = {"us-west-2a": [True] * 3 + [False] * 400, "us-east-1a": [True] * 403}
+    op = operator(tmp_path, availability_zones=["us-west-2a", "us-east-1a"], restart_overhead_minutes=0)
+    result, _ = replay(op, tmp_path, traces)
+    assert [a["zone"] for a in result["attempts"]][-1] == "us-east-1a"
+    moves = [e for e in ledger.entries() if e["cause"] == "zone_move"]
+    (move,) = moves
+    assert (move["kind"], move["region"], move["unit"]) == ("egress", "us-east-1", "gb")
+    assert move["unit_price_usd"] == Decimal("0.02")  # us-west-2 -> us-east-1
+    assert move["usd"] == (move["quantity"] * Decimal("0.02")).quantize(Decimal("0.000001"))
+    assert "moved from us-west-2 to us-east-1a" in move["note"]
+
+
+@pytest.mark.slow
 def test_the_guard_sends_a_churning_training_to_on_demand(tmp_path: Path) -> None:
     # Capacity for one tick out of two: every spot run ends within a tick, far below the 3 s restart
     # overhead plus the 1 s checkpoint interval, so the third attempt goes to on-demand.

@@ -135,6 +135,8 @@ class RemoteAttemptSteps:
             f" in {zone}" if zone else "",
             _log_files_note(backend, job_id),
         )
+        if zone:
+            self._record_move_egress(state, request.attempt, zone)
         return state.submitted(
             job_id=job_id,
             market=market,
@@ -142,6 +144,50 @@ class RemoteAttemptSteps:
             restored_step=restored,
             market_reason=market_reason if market == "on_demand" else "",
             stop_after_seconds=allowed if binding else None,
+        )
+
+    def _record_move_egress(self, state: AttemptState, attempt: int, zone: str) -> None:
+        """Record the egress of an attempt sent to a zone of another region: its data and checkpoint.
+
+        At the price the zone choice weighed (it was weighed, never billed, before). Keyed by the attempt's
+        job, so a retry that follows it records nothing again. The egress counts in the budgets as spend;
+        ``max_usd`` caps the attempts' compute only.
+        """
+        from costaware.adapters.regions import BYTES_PER_BILLED_GB
+        from costaware.core.ledger import Kind, LedgerEntry
+        from costaware.core.money import MICRO_USD
+        from costaware.core.zone_choice import region_of
+        from costaware.training.remote import job_name
+
+        plan = state.plan
+        region = region_of(zone, plan.region)
+        price = plan.placement.usd_per_gb.get(region)
+        if region == plan.region or price is None:
+            return
+        moved = plan.placement.data_bytes + self._checkpoint_bytes(plan.checkpoint_uri)
+        gigabytes = Decimal(moved) / BYTES_PER_BILLED_GB
+        ident = plan.identity
+        entry = LedgerEntry(
+            dag_id=ident["dag_id"],
+            run_id=ident["run_id"],
+            task_id=ident["task_id"],
+            try_number=int(ident.get("try_number") or 1),
+            map_index=int(ident.get("map_index", -1)),
+            kind=Kind.EGRESS,
+            usd=(gigabytes * Decimal(price)).quantize(MICRO_USD),
+            quantity=gigabytes.quantize(MICRO_USD),
+            unit="gb",
+            unit_price_usd=Decimal(price),
+            region=region,
+            cause="zone_move",
+            price_source="bundled AWS transfer prices",
+            note=f"attempt {attempt} moved from {plan.region} to {zone}: its data and checkpoint ({moved} B)",
+            tags=dict(plan.tags),
+            entry_uid=f"egress:{job_name(plan.base_name, attempt)}"[:64],
+        )
+        self.ledger_hook.get_conn().record(entry)
+        self.log.info(
+            "attempt %d: moving to %s transfers %.6f GB: $%s of egress", attempt, zone, gigabytes, entry.usd
         )
 
     def _on_demand_in(self, plan: RemotePlan, zone: str) -> Decimal | None:
