@@ -120,6 +120,27 @@ def test_only_the_budget_role_may_set_a_budget_and_it_is_audited(ledger_with_two
     )
 
 
+@pytest.mark.parametrize(("cap", "stored"), [(150, 150), ("$1,000", 1000), (" 99.5 ", Decimal("99.5"))])
+def test_a_cap_is_read_as_the_cli_reads_it(
+    ledger_with_two_teams: Ledger, cap: object, stored: object
+) -> None:
+    # A JSON number or "$150" was refused with the field's regex as the only explanation.
+    cost_app.dependency_overrides[require_login] = lambda: USERS["adm"]
+    body = {"scope": "project=churn", "period": "month", "cap_usd": cap}
+    assert TestClient(cost_app).post("/api/budgets", json=body).status_code == 200
+    assert [b.cap_usd for b in ledger_with_two_teams.budgets() if str(b.scope) == "project=churn"] == [stored]
+
+
+def test_a_cap_the_api_cannot_read_names_the_value() -> None:
+    cost_app.dependency_overrides[require_login] = lambda: USERS["adm"]
+    body = {"scope": "project=churn", "period": "month", "cap_usd": "25 USD"}
+    response = TestClient(cost_app).post("/api/budgets", json=body)
+    assert (
+        response.status_code == 422
+        and "cap_usd must be a number of USD such as '4.20', got '25 USD'" in response.text
+    ), response.text
+
+
 def test_a_cap_changed_through_the_api_keeps_what_the_change_leaves_out(
     ledger_with_two_teams: Ledger,
 ) -> None:
@@ -150,6 +171,8 @@ def test_a_cap_changed_through_the_api_keeps_what_the_change_leaves_out(
         {"scope": "project", "period": "month", "cap_usd": "1"},
         {"scope": "project=churn", "period": "week", "cap_usd": "1"},
         {"scope": "project=churn", "period": "month", "cap_usd": "-1"},
+        {"scope": "project=churn", "period": "month", "cap_usd": "lots"},
+        {"scope": "project=churn", "period": "month", "cap_usd": "1e13"},
         {"scope": "project=churn", "period": "month", "cap_usd": "1", "timezone": "Mars/Base"},
     ],
 )

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from costaware.plugins.ui.datamodels.common import Answer, usd_field
 from costaware.plugins.ui.filters import MAX_SCOPE_TAGS, PERIOD_PATTERN, SCOPE_PATTERN
@@ -73,11 +73,10 @@ class BudgetChange(BaseModel):
         description=f"Tags the budget covers, e.g. project=churn (at most {MAX_SCOPE_TAGS} tags).",
     )
     period: str = Field(pattern=PERIOD_PATTERN)
-    cap_usd: str = Field(pattern=r"^[0-9]{1,12}(\.[0-9]{1,6})?$", description="The cap in USD, e.g. 250.")
+    cap_usd: str = Field(description='The cap in USD, e.g. 250, "250.50", "$1,000".')
     # Left out: the budget's own (a cap raise kept neither before: a GPU budget lost its GPU-hour cap).
     cap_gpu_hours: str | None = Field(
         default=None,
-        pattern=r"^[0-9]{1,12}(\.[0-9]{1,6})?$",
         description="GPU-hour cap; left out: the budget's own (none for a new one); null: no GPU-hour cap.",
     )
     timezone: str | None = Field(
@@ -85,6 +84,26 @@ class BudgetChange(BaseModel):
         max_length=64,
         description="Where days and months start; left out: the budget's own, else UTC.",
     )
+
+    @field_validator("cap_usd", "cap_gpu_hours", mode="before")
+    @classmethod
+    def _amount(cls, value: Any, info: Any) -> Any:
+        """An amount as the CLI reads it (250, "$250", "1,000"), else an error naming the value and the field.
+
+        A bare regex refused the JSON number 150 and "$150" with its pattern as the only explanation.
+        """
+        from costaware.core.errors import ConfigurationError
+        from costaware.core.money import parse_usd
+
+        if value is None and info.field_name == "cap_gpu_hours":
+            return None
+        try:
+            amount = parse_usd(value, name=info.field_name)
+        except ConfigurationError as e:
+            raise ValueError(str(e)) from e
+        if amount >= 10**12:
+            raise ValueError(f"{info.field_name} {value!r} is too large: at most 999999999999.999999")
+        return str(amount)
 
 
 class BudgetSet(Answer):
