@@ -83,6 +83,28 @@ def test_import_then_show_source_and_age(
     ]
 
 
+def test_a_region_newer_than_the_snapshot_is_known_once_its_prices_are_imported(
+    ledger_url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # mx-central-1 is not in the bundled table: an imported price of it was refused ("did you mean
+    # me-central-1?"), and the spot line blamed the region the on-demand line had just priced.
+    offer = json.loads((FIXTURES / "ec2_offer_us-east-1.json").read_text())
+    moved = tmp_path / "mx.json"
+    moved.write_text(
+        json.dumps(offer).replace("us-east-1", "mx-central-1").replace("US East (N. Virginia)", "Mexico")
+    )
+    assert run(ledger_url, "prices", "import", str(moved)) == 0
+    assert "for mx-central-1" in capsys.readouterr().out
+    assert run(ledger_url, "prices", "show", "r7i.large", "--region", "mx-central-1") == 0
+    out = capsys.readouterr().out
+    assert "on-demand: 0.1323 USD/h from an imported offer file" in out
+    assert (
+        "spot: no estimate (the bundled Spot Instance Advisor data has no r7i.large in mx-central-1)" in out
+    )
+    assert run(ledger_url, "prices", "show", "r7i.large", "--region", "mx-centrl-1") == 2
+    assert "did you mean mx-central-1" in capsys.readouterr().err
+
+
 def test_stale_figures_are_flagged(ledger_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     old = utcnow() - timedelta(days=8)
     PriceCache(Ledger.from_url(ledger_url)).put(

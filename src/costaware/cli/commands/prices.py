@@ -7,6 +7,7 @@ Price List Query API (an Airflow AWS connection); ``import`` fills it from an of
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from datetime import datetime
@@ -48,13 +49,43 @@ def _prices(args: argparse.Namespace) -> OnDemandPrices:
     return configured_prices(ledger, aws_conn_id=args.aws_conn_id)
 
 
-def _check_region(region: str) -> None:
+def _check_region(region: str, *, cached: Any = None, any_aws_region: bool = False) -> None:
+    """Refuse a region no source knows, with the closest names.
+
+    A region the snapshot lacks (one launched since, e.g. ``mx-central-1``) is known once the price cache
+    holds it (``cached``: an :class:`OnDemandPrices`' cache); ``any_aws_region`` (``refresh``, ``import``):
+    also any region the installed AWS SDK lists, the way to get prices for one.
+    """
     from costaware.adapters.price_files import bundled_catalog
     from costaware.core.prices import _suggest
 
-    known = bundled_catalog().regions
-    if region not in known:
-        raise ConfigurationError(f"unknown region {region!r}{_suggest(region, known, region=True)}")
+    known = set(bundled_catalog().regions)
+    if any_aws_region:
+        known |= _sdk_regions()
+    if region in known:
+        return
+    if cached is not None:
+        # An unreachable cache: the snapshot's regions still answer.
+        with contextlib.suppress(Exception):
+            known |= {row.price.region for row in cached.rows()}
+        if region in known:
+            return
+    raise ConfigurationError(f"unknown region {region!r}{_suggest(region, sorted(known), region=True)}")
+
+
+def _sdk_regions() -> set[str]:
+    """The regions the installed botocore knows (its endpoint data), in every partition."""
+    try:
+        import boto3
+
+        session = boto3.session.Session()
+        return {
+            region
+            for partition in session.get_available_partitions()
+            for region in session.get_available_regions("ec2", partition_name=partition)
+        }
+    except Exception:  # no SDK data: the snapshot's regions only
+        return set()
 
 
 def describe(figure: PriceFigure, now: datetime, ttl_hours: float) -> str:
@@ -121,8 +152,8 @@ def _show(args: argparse.Namespace) -> int:
 
     if args.instance_type is None:
         return _show_cache(args)
-    _check_region(args.region)
     prices = _prices(args)
+    _check_region(args.region, cached=prices.cache)
     now, ttl_hours = utcnow(), ttl_from_settings().total_seconds() / 3600
     figure = prices.figure(args.instance_type, args.region, args.service)
     catalog = prices.catalog
@@ -183,8 +214,13 @@ def _show(args: argparse.Namespace) -> int:
                 "spot_savings_pct": advice.savings_pct,
                 "spot_interruptions_per_month": advice.interruption_range,
             }
-        except CostawareError as e:
-            lines.append(f"  spot: {e}")
+        except CostawareError:
+            # Its own message named a region or on-demand price the figure above has: it is the advisor's
+            # bundled table that lacks this type there.
+            lines.append(
+                f"  spot: no estimate (the bundled Spot Instance Advisor data has no {args.instance_type} in "
+                f"{args.region})"
+            )
     if args.format == "json":
         print(json.dumps(shown, indent=2))
     elif args.format == "csv":
@@ -291,7 +327,7 @@ def refresh_prices(args: argparse.Namespace) -> int:
 
     regions = args.region or ["us-east-1"]
     for region in regions:
-        _check_region(region)
+        _check_region(region, any_aws_region=True)
     conn_id = args.aws_conn_id or option("price_aws_conn_id") or "aws_default"
     fetcher = PriceListFetcher.from_connection(conn_id)
     cache = PriceCache(open_ledger(args))
@@ -334,7 +370,7 @@ def import_prices(args: argparse.Namespace) -> int:
 
     path = Path(args.file)
     if args.region:
-        _check_region(args.region)
+        _check_region(args.region, any_aws_region=True)
     try:
         with path.open(encoding="utf-8", newline="") as handle:
             head = handle.read(256).lstrip("\ufeff \t\r\n")
