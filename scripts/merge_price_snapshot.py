@@ -7,12 +7,15 @@ and instance-type reference). Run: ``python scripts/merge_price_snapshot.py SHAR
 Rules: us-east-1 has one row per type of the us-east-1 table (its price; an empty price when that table has
 none). Specs come from the multi-region table where it knows the type (its GPU names and GPU memory are the
 vendor's), else from the us-east-1 table. Other regions come from the multi-region table. ``arch`` is the
-us-east-1 table's, written as EC2 names it (``amd64`` -> ``x86_64``). Rows without specs keep empty cells.
+us-east-1 table's, written as EC2 names it (``amd64`` -> ``x86_64``); a type that table no longer lists (the
+previous generation: p2, p3, g2, g3, f1, ...) gets it from its family's name (:func:`family_arch`), so that
+``prices list --arch x86_64`` keeps it. Rows without specs keep empty cells.
 """
 
 from __future__ import annotations
 
 import csv
+import re
 import sys
 from pathlib import Path
 
@@ -44,6 +47,15 @@ GPU_NAMES = {
     "qualcomm-ai100": "Qualcomm AI 100",
 }
 ARCH = {"amd64": "x86_64", "arm64": "arm64", "": ""}
+#: Graviton families name the processor with a ``g`` after the generation (m6g, c7gn, t4g, g5g, x2gd); a1 is
+#: the first Graviton.
+GRAVITON = re.compile(r"^(a1|[a-z]+\d+[a-z]*g[a-z]*)$")
+
+
+def family_arch(instance_type: str) -> str:
+    """``arm64`` for a Graviton family, else ``x86_64`` (every other EC2 family is Intel or AMD)."""
+    family = instance_type.split(".")[0]
+    return "arm64" if GRAVITON.match(family) and not family.startswith("u-") else "x86_64"
 
 
 def main(shared: Path, out: Path) -> None:
@@ -63,7 +75,7 @@ def main(shared: Path, out: Path) -> None:
         rows.append({**row, **known, "arch": arch[row["instance_type"]]})
     for row in multi:
         if row["region"] != "us-east-1" or row["instance_type"] not in arch:
-            rows.append({**row, "arch": arch.get(row["instance_type"], "")})
+            rows.append({**row, "arch": arch.get(row["instance_type"]) or family_arch(row["instance_type"])})
     rows.sort(key=lambda r: (r["region"], r["instance_type"]))
     with out.open("w", encoding="utf-8", newline="") as f:
         writer = csv.DictWriter(f, COLUMNS, lineterminator="\n")
