@@ -105,7 +105,14 @@ def test_offer_without_region_code_uses_the_given_region() -> None:
     [
         ('{"offerCode": "AmazonEC2",\n "products": {\n  "A": 1,,\n}}', "not valid JSON at line 3"),
         ('{"offerCode": "AmazonEC2"}', "has no 'products' object"),
-        ('{"offerCode": "AmazonS3", "products": {}}', "unknown price service 'AmazonS3'"),
+        (
+            '{"offerCode": "AmazonS3", "products": {}}',
+            "offer file's offerCode is 'AmazonS3': costaware reads",
+        ),
+        (
+            '{"products": {}}',
+            "offer file's offerCode is '': costaware reads the AmazonEC2 and AmazonSageMaker",
+        ),
         ('"FormatVersion","v1.0"\n"SKU","Unit"\n', "no header row with SKU and TermType"),
     ],
 )
@@ -122,6 +129,21 @@ def test_malformed_csv_names_the_line() -> None:
     bad = [*lines[:6], lines[6].replace('"0.1323000000"', '"0.13x"')]
     with pytest.raises(InvalidPriceDataError, match=r"offer CSV line 7: price '0.13x' is not a number"):
         prices_from_offer_csv("\n".join(bad))
+
+
+@pytest.mark.parametrize("column", ["Instance Type", "Operating System", "Unit", "PricePerUnit"])
+def test_a_csv_without_a_column_the_prices_need_names_it(column: str) -> None:
+    lines = (FIXTURES / "ec2_offer_us-east-1.csv").read_text().splitlines()
+    lines[5] = lines[5].replace(f'"{column}"', '"Something Else"')
+    with pytest.raises(InvalidPriceDataError, match=f"offer CSV's header has no '{column}' column"):
+        prices_from_offer_csv("\n".join(lines))
+
+
+def test_a_price_in_exponent_notation_is_refused() -> None:
+    lines = (FIXTURES / "ec2_offer_us-east-1.csv").read_text().splitlines()
+    lines[6] = lines[6].replace('"0.1323000000"', '"1e3"')
+    with pytest.raises(InvalidPriceDataError, match=r"offer CSV line 7: price '1e3' is not a number"):
+        prices_from_offer_csv("\n".join(lines))
 
 
 def test_a_capacity_block_row_of_the_csv_is_no_on_demand_price() -> None:

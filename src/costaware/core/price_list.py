@@ -132,7 +132,8 @@ def _price(raw: object, where: str) -> Decimal | None:
         value = Decimal(str(raw).strip())
     except InvalidOperation:
         value = None
-    if value is None or not value.is_finite():
+    if value is None or not value.is_finite() or "e" in str(raw).lower():
+        # An exponent ("1e3": $1,000 an hour) is no price AWS writes: a file edited by hand, or mangled.
         raise InvalidPriceDataError(f"{where}: price {raw!r} is not a number")
     if value < 0:
         raise InvalidPriceDataError(f"{where}: price {raw} is negative")
@@ -258,7 +259,7 @@ def prices_from_offer_json(
         raise InvalidPriceDataError(f"offer file is not valid JSON at line {e.lineno}: {e.msg}") from e
     if not isinstance(document, Mapping) or not isinstance(document.get("products"), Mapping):
         raise InvalidPriceDataError("offer file has no 'products' object: is it a Price List offer file?")
-    name = service_name(str(document.get("offerCode", "")))
+    name = _offer_service(str(document.get("offerCode", "")), "offer file's offerCode")
     on_demand = (document.get("terms") or {}).get("OnDemand") or {}
     found: dict[tuple[str, str], ListPrice] = {}
     for sku, product in document["products"].items():
@@ -321,7 +322,16 @@ def prices_from_offer_csv(
             "offer CSV has no header row with SKU and TermType in its first 10 lines: "
             "is it a Price List offer file (index.csv)?"
         )
-    name = service_name(offer_code or "AmazonEC2")
+    name = _offer_service(offer_code or "AmazonEC2", "offer CSV's OfferCode")
+    needed = ["termType", "price", "unit", *(["instanceType", *EC2_ATTRIBUTES] if name == "ec2" else [])]
+    columns = {v: k for k, v in CSV_COLUMNS.items()}
+    missing = [columns.get(c, c) for c in needed if c not in header]
+    if missing:
+        # Without them every row was passed over, and the file "had no Linux on-demand prices".
+        raise InvalidPriceDataError(
+            f"offer CSV's header has no {', '.join(repr(c) for c in missing)} column: is it a whole "
+            "Price List offer file (index.csv)?"
+        )
     found: dict[tuple[str, str], ListPrice] = {}
     for number, row in rows:
         if not row:
@@ -348,6 +358,16 @@ def prices_from_offer_csv(
             sku, effective = record.get("sku", ""), record.get("effectiveDate", "")
             _keep(found, ListPrice(name, instance_type, where, price, sku, effective))
     return _selected(found.values(), types, regions)
+
+
+def _offer_service(code: str, where: str) -> str:
+    """The service of an offer file's code, refused by name when costaware does not read it."""
+    try:
+        return service_name(code)
+    except ConfigurationError as e:
+        raise InvalidPriceDataError(
+            f"{where} is {code!r}: costaware reads the AmazonEC2 and AmazonSageMaker offer files"
+        ) from e
 
 
 def prices_from_offer_file(
