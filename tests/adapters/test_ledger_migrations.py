@@ -65,12 +65,17 @@ def as_read_now(expected: dict[str, Any]) -> dict[str, Any]:
     """What the last release read back, with a report's empty group value labelled as this release labels it.
 
     An entry without a cause grouped under "" then; it is "(none)" now, as an entry without the grouped value
-    always was (no report of the fixtures has both, so no two rows merge). The data itself is unchanged.
+    always was (no report of the fixtures has both, so no two rows merge). A measurement carries its entry's
+    team now (its discount prices the efficiency advice): read from the same entry row. The data itself is
+    unchanged.
     """
     now = copy.deepcopy(expected)
     for rows in [*now["reports"].values(), now["report_fraud_only"]]:
         for row in rows:
             row["group"] = row["group"] or "(none)"
+    teams = {(e["dag_id"], e["run_id"], e["task_id"], e["try_number"]): e["team"] for e in now["entries"]}
+    for m in now["measurements"]:
+        m["team"] = teams[(m["dag_id"], m["run_id"], m["task_id"], m["try_number"])]
     return now
 
 

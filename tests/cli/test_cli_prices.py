@@ -190,7 +190,7 @@ def test_refresh_through_a_connection_that_does_not_exist_says_so(
     ("argv", "message"),
     [
         (
-            ["prices", "refresh", "--region", "us-east-9"],
+            ["prices", "refresh", "--region", "us-east-9"],  # neither the snapshot nor the AWS SDK knows it
             "unknown region 'us-east-9'; did you mean us-east-2, us-east-1",
         ),
         (["prices", "show", "m5.large", "--region", "eu-wset-1"], "unknown region 'eu-wset-1'"),

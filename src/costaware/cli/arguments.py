@@ -171,6 +171,27 @@ def open_ledger(args: argparse.Namespace, *, reading: bool = False) -> Ledger:
     return Ledger.from_url(url)
 
 
+def run_asked_for(args: argparse.Namespace, ledger: Any) -> str | None:
+    """The run ``--run-id`` or ``--last-run`` names (None: every run).
+
+    Raises:
+        CostawareError: ``--last-run`` without ``--dag-id``, with ``--run-id``, or for a DAG with no entries.
+    """
+    from costaware.core.errors import CostawareError
+
+    if not args.last_run:
+        return args.run_id  # type: ignore[no-any-return]
+    if not args.dag_id:
+        raise CostawareError("--last-run needs --dag-id")
+    if args.run_id:
+        # One of them was silently ignored before.
+        raise CostawareError(f"--last-run and --run-id {args.run_id!r} both name a run: give one of them")
+    run_id = ledger.last_run_id(args.dag_id)
+    if run_id is None:
+        raise CostawareError(f"the ledger has no entries for DAG {args.dag_id!r} yet")
+    return run_id  # type: ignore[no-any-return]
+
+
 def default_ledger_url() -> str:
     """The ledger the workers use, read in ``CostLedgerHook``'s order.
 

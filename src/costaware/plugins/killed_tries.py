@@ -1,13 +1,17 @@
 """Tries that were killed before their own listener could run: priced from the metadata database.
 
-A task try records its own cost in the worker when it ends. One that is killed does not end there: the
-executor lost the worker (an evicted pod, an out-of-memory kill), the scheduler found it a zombie, or a
-person marked it (or its run) failed or success while it ran and the supervisor killed the process. Airflow
-then reports the state change in the scheduler or the API server, with a metadata-database TaskInstance.
-This module records those tries there, from the start and end the database holds, priced on the task's
-``costaware_compute`` param (from its serialized definition), else the ``[costaware] worker_*`` settings
-(an operator's own compute arguments are not in that definition), and tagged as the run's other entries
-are (the DAG's tags, its param defaults and the run's conf).
+A task try records its own cost in the worker when it ends. One that is killed does not end there: a
+person marked it (or its run) failed or success while it ran and the supervisor killed the process, or the
+executor lost the whole worker (an evicted pod, a dead machine) and the scheduler failed the try. Airflow
+then reports the state change in the API server or the scheduler, with a metadata-database TaskInstance.
+This module prices those tries there (the listener writes them), from the start and end the database holds:
+on the task's ``costaware_compute`` param (from its serialized definition), else the ``[costaware]
+worker_*`` settings (an operator's own compute arguments are not in that definition), tagged as the run's
+other entries are (the DAG's tags, its param defaults and the run's conf).
+
+Limits: a lost worker is charged up to when the scheduler noticed it (its heartbeat timeout), not when it
+died. A task process killed while its supervisor lives on (an out-of-memory kill of the task alone) is
+reported through the execution API, which calls no listener: that try is not recorded.
 
 Both sides write the entry under the same :func:`~costaware.core.ledger.try_entry_uid` (of Airflow's id of
 the try), so a try that the worker recorded as well (it ended as it was being marked) is counted once: the
@@ -25,12 +29,11 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
-def record_killed_try(ti: Any, outcome: str, ledger_conn_id: str) -> Any:
-    """Record the cost of ``ti``'s try from its start and end dates; the entry, or None when it never ran.
+def killed_try_entry(ti: Any, outcome: str) -> Any:
+    """The entry of ``ti``'s try from its start and end dates, or None when it held no worker.
 
-    Never raises: a state change must not fail because its cost could not be recorded (it is logged).
+    Never raises: a state change must not fail because its cost could not be priced (it is logged).
     """
-    from costaware.plugins.listener import write_entry
     from costaware.plugins.try_cost import build_entry
 
     try:
@@ -73,12 +76,10 @@ def record_killed_try(ti: Any, outcome: str, ledger_conn_id: str) -> Any:
             f"killed before it ended ({outcome}: marked, or its worker lost): {seconds:.0f} s from the "
             "metadata database's start and end"
         )
-        entry = replace(entry, cause="killed", note=clipped_note("; ".join(filter(None, [note, entry.note]))))
-        write_entry(entry, ledger_conn_id)
-        return entry
+        return replace(entry, cause="killed", note=clipped_note("; ".join(filter(None, [note, entry.note]))))
     except Exception:
         log.exception(
-            "costaware: the cost of %s.%s try %s, killed before it ended, could not be recorded",
+            "costaware: the cost of %s.%s try %s, killed before it ended, could not be priced",
             getattr(ti, "dag_id", "?"),
             getattr(ti, "task_id", "?"),
             getattr(ti, "try_number", "?"),

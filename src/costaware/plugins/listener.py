@@ -164,9 +164,11 @@ class CostListener:
             # A state change the scheduler or the API server reports (a lost worker, a zombie, a task or run
             # marked while it ran): the try did not end in its worker, whose listener never ran. It is
             # priced there from the metadata database; one that ran to its end is not counted twice.
-            from costaware.plugins.killed_tries import record_killed_try
+            from costaware.plugins.killed_tries import killed_try_entry
 
-            record_killed_try(ti, outcome, DEFAULT_LEDGER_CONN_ID)
+            killed = killed_try_entry(ti, outcome)
+            if killed is not None:
+                write_entry(killed, DEFAULT_LEDGER_CONN_ID)
             return
         if getattr(ti, "task", None) is None:
             return

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from decimal import Decimal
 
-from costaware.cli.arguments import check_range, open_ledger
+from costaware.cli.arguments import check_range, open_ledger, run_asked_for
 from costaware.cli.output import emit
 from costaware.core.errors import CostawareError
 from costaware.core.money import format_usd_exact
@@ -20,7 +20,6 @@ def report_efficiency(args: argparse.Namespace) -> int:
     from costaware.adapters.ledger.reports import Filters
     from costaware.adapters.ledger.views import measurements_in
     from costaware.adapters.price_source import current_catalog, discounts_from_settings
-    from costaware.cli.commands.report import run_asked_for
     from costaware.core.efficiency import advise_tasks, utilization_by_task
 
     # Named by their flags here: the library's errors name its arguments (min_tries).

@@ -15,30 +15,10 @@ from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
-from costaware.cli.arguments import open_ledger
+from costaware.cli.arguments import open_ledger, run_asked_for
 from costaware.cli.output import emit
-from costaware.core.errors import CostawareError
 from costaware.core.ledger import format_kg_co2e, total_kg_co2e
 from costaware.core.money import format_usd_exact
-
-
-def run_asked_for(args: argparse.Namespace, ledger: Any) -> str | None:
-    """The run ``--run-id`` or ``--last-run`` names (None: every run).
-
-    Raises:
-        CostawareError: ``--last-run`` without ``--dag-id``, with ``--run-id``, or for a DAG with no entries.
-    """
-    if not args.last_run:
-        return args.run_id  # type: ignore[no-any-return]
-    if not args.dag_id:
-        raise CostawareError("--last-run needs --dag-id")
-    if args.run_id:
-        # One of them was silently ignored before.
-        raise CostawareError(f"--last-run and --run-id {args.run_id!r} both name a run: give one of them")
-    run_id = ledger.last_run_id(args.dag_id)
-    if run_id is None:
-        raise CostawareError(f"the ledger has no entries for DAG {args.dag_id!r} yet")
-    return run_id  # type: ignore[no-any-return]
 
 
 def _scope_hint(ledger: Any, scope: str) -> str:
