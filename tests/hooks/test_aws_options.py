@@ -26,6 +26,27 @@ def test_a_missing_default_connection_means_the_default_chain() -> None:
     assert s3_options(None) == S3Options()
 
 
+def test_a_missing_connection_somebody_named_is_said(caplog: pytest.LogCaptureFixture) -> None:
+    # "aws_defualt" silently used the worker's own role, perhaps in another account.
+    assert s3_options("aws_defualt") == S3Options()
+    assert "AWS connection 'aws_defualt' does not exist: the AWS SDK's default credentials" in caplog.text
+    caplog.clear()
+    s3_options("aws_default")
+    assert "does not exist" not in caplog.text
+
+
+def test_a_missing_ledger_connection_somebody_named_is_said(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from costaware.hooks.ledger import CostLedgerHook
+
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", "sqlite:////tmp/elsewhere.db")
+    assert CostLedgerHook("costaware_ledgr").get_url() == "sqlite:////tmp/elsewhere.db"
+    assert "ledger connection 'costaware_ledgr' does not exist: costs go to sqlite:////tmp/elsewhere.db" in (
+        caplog.text
+    )
+
+
 def test_a_connection_gives_its_keys_region_and_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
     connection = {
         "conn_type": "aws",

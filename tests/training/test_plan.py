@@ -167,6 +167,36 @@ def test_the_list_price_is_asked_only_when_nobody_gave_one() -> None:
             DECISION,
             "spot_usd_per_hour must be zero or more USD, got",
         ),
+        # A $0 price billed nothing and let max_usd cap nothing: the attempts ran uncapped.
+        (
+            PlanArguments(on_demand_usd_per_hour="0"),
+            DECISION,
+            "on_demand_usd_per_hour must be more than \\$0",
+        ),
+        (PlanArguments(spot_usd_per_hour="$0"), DECISION, "spot_usd_per_hour must be more than \\$0 an hour"),
+        (
+            PlanArguments(deadline=NOW.isoformat()),
+            {
+                k: v
+                for k, v in DECISION.items()
+                if k not in ("deadline", "latest_start", "expected_runtime_hours")
+            },
+            "deadline 2026-11-24T12:00:00\\+00:00 is given without latest_start: give latest_start",
+        ),
+        (
+            PlanArguments(deadline=NOW.isoformat(), latest_start=(NOW + timedelta(hours=1)).isoformat()),
+            DECISION,
+            "latest_start 2026-11-24T13:00:00\\+00:00 is after the deadline",
+        ),
+        (  # failed the task at the move to us-west-2c, after a paid preemption
+            PlanArguments(
+                backend="batch",
+                backend_options={"spot_queues": {"us-west-2a": "q-a", "us-west-2b": "q-b"}},
+                availability_zones=("us-west-2a", "us-west-2c"),
+            ),
+            DECISION,
+            "availability_zones 'us-west-2c' have no queue in backend_options spot_queues",
+        ),
         (PlanArguments(priority="high"), DECISION, "priority 'high' is unknown; choose one of"),
         (
             PlanArguments(expected_runtime_hours="2h"),
@@ -183,6 +213,16 @@ def test_the_list_price_is_asked_only_when_nobody_gave_one() -> None:
 def test_bad_arguments_are_named(args: PlanArguments, decision: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         plan_of(args, decision)
+
+
+def test_a_deadline_given_alone_keeps_an_on_demand_fallback() -> None:
+    # Given without latest_start, a spot attempt waited for capacity past the deadline, for ever.
+    later = DEADLINE + timedelta(hours=5)
+    start = plan_of(PlanArguments(deadline=later.isoformat()))  # the decision's lead: 2 h 05 min
+    assert start.latest_start == later - timedelta(hours=2, minutes=5)
+    bare = {k: v for k, v in DECISION.items() if k not in ("deadline", "latest_start")}
+    start = plan_of(PlanArguments(deadline=later.isoformat(), expected_runtime_hours="3"), bare)
+    assert start.latest_start == later - timedelta(hours=3)
 
 
 def test_prices_written_with_a_dollar_sign_are_read_as_usd() -> None:

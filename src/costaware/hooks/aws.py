@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from costaware.adapters.object_store import S3Options
+
+log = logging.getLogger(__name__)
 
 
 def s3_options(aws_conn_id: str | None) -> S3Options:
@@ -30,7 +33,15 @@ def s3_options(aws_conn_id: str | None) -> S3Options:
         BaseHook.get_connection(aws_conn_id)
     except AirflowNotFoundException:
         # The default ``aws_default`` was never created: the SDKs' default chain, as the Amazon provider's
-        # hooks fall back to, without their warning on every task that reads local files.
+        # hooks fall back to, without their warning on every task that reads local files. Another name is
+        # one somebody chose, most likely misspelt: said, since the worker's own role (another account,
+        # perhaps) then reads and writes the data.
+        if aws_conn_id != "aws_default":
+            log.warning(
+                "AWS connection %r does not exist: the AWS SDK's default credentials are used instead "
+                "(create it, or fix the name)",
+                aws_conn_id,
+            )
         return S3Options()
     hook = AwsBaseHook(aws_conn_id=aws_conn_id, client_type="s3")
     found = hook.get_session().get_credentials()  # None when no credentials are configured anywhere

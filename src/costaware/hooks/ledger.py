@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
-from costaware.adapters.ledger.engine import url_from_connection_fields
+from costaware.adapters.ledger.engine import safe_url, url_from_connection_fields
 from costaware.glue import DEFAULT_LEDGER_CONN_ID
 
 if TYPE_CHECKING:
     from costaware.adapters.ledger.store import Ledger
 
+log = logging.getLogger(__name__)
 _LEDGERS: dict[str, Ledger] = {}
 _LOCK = threading.Lock()
 
@@ -45,6 +47,15 @@ class CostLedgerHook(BaseHook):
         try:
             conn = self.get_connection(self.ledger_conn_id)
         except AirflowNotFoundException:
+            if self.ledger_conn_id != DEFAULT_LEDGER_CONN_ID:
+                # A name somebody chose, most likely misspelt: the costs would go to another ledger than
+                # the team's, unseen by its budgets.
+                log.warning(
+                    "ledger connection %r does not exist: costs go to %s (COSTAWARE_LEDGER_URL or the "
+                    "embedded SQLite file); create it, or fix ledger_conn_id",
+                    self.ledger_conn_id,
+                    safe_url(ledger_url()),
+                )
             return ledger_url()
         return url_from_connection_fields(
             conn.conn_id,

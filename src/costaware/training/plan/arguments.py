@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -64,6 +64,65 @@ def _hours(value: Any) -> Decimal | None:
     except ArithmeticError:
         return None
     return hours if hours.is_finite() and hours > 0 else None
+
+
+def _positive_price(value: Any, name: str) -> Decimal:
+    """A price an attempt is billed at: more than $0 an hour.
+
+    A $0 price billed nothing, and let max_usd cap nothing: every attempt ran uncapped.
+    """
+    price = parse_usd(value, name=name)
+    if price <= 0:
+        raise ConfigurationError(
+            f"{name} must be more than $0 an hour, got {value!r}: attempts are billed and capped at it"
+        )
+    return price
+
+
+def _check_batch_queues(backend: str, options: Mapping[str, Any], zones: tuple[str, ...]) -> None:
+    """On Batch, every allowed zone has its spot queue: refused before any job, not when an attempt moves.
+
+    A zone without one failed the task at the move, after a preemption had been paid for.
+
+    Raises:
+        ConfigurationError: a zone ``spot_queues`` does not list, named with the zones it has.
+    """
+    if backend != "batch" or not zones:
+        return
+    queues = options.get("spot_queues") or {}
+    if not isinstance(queues, Mapping):
+        return  # the backend's own option check names the type
+    missing = [zone for zone in zones if zone not in queues]
+    if missing:
+        raise ConfigurationError(
+            f"availability_zones {', '.join(map(repr, missing))} have no queue in backend_options "
+            f"spot_queues (it has {', '.join(map(repr, sorted(queues))) or 'none'}): add a spot queue for "
+            "each zone, or allow only the zones that have one"
+        )
+
+
+def _latest_start_for(deadline: datetime, decision: SpotDecision, runtime_hours: Any) -> datetime:
+    """The last moment to start on-demand for a ``deadline`` given without ``latest_start``.
+
+    The spot decision's lead (its deadline less its latest start) where it has one, else the expected
+    runtime. Without either there was no fallback at all: a spot attempt waited for capacity past the
+    deadline, for ever.
+
+    Raises:
+        ConfigurationError: neither says how long the job runs.
+    """
+    if decision.deadline is not None and decision.latest_start is not None:
+        return deadline - (decision.deadline - decision.latest_start)
+    hours = _hours(runtime_hours) if runtime_hours is not None else None
+    if hours is None and decision.expected_runtime_hours is not None:
+        hours = _hours(decision.expected_runtime_hours)
+    if hours is None:
+        raise ConfigurationError(
+            f"deadline {deadline.isoformat()} is given without latest_start: give latest_start (the last "
+            "moment an on-demand start still meets the deadline) or expected_runtime_hours, so that a spot "
+            "attempt falls back to on-demand in time"
+        )
+    return deadline - timedelta(hours=float(hours))
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +222,7 @@ def make_plan(
     options = dict(args.backend_options)
     if backend in AWS_BACKENDS and args.aws_conn_id and "aws_conn_id" not in options:
         options["aws_conn_id"] = args.aws_conn_id
+    _check_batch_queues(backend, options, tuple(args.availability_zones))
     decision = decision or SpotDecision.from_xcom({})  # none: a bare on-demand decision with no job facts
     market = check_market(str(blank(args.market) or decision.market or "on_demand"))
     instance_type = blank(args.instance_type) or decision.instance_type
@@ -182,12 +242,12 @@ def make_plan(
         raise ConfigurationError(
             f"no on-demand price of {instance_type} in {region}: pass on_demand_usd_per_hour"
         )
-    on_demand = parse_usd(on_demand, name="on_demand_usd_per_hour")
+    on_demand = _positive_price(on_demand, "on_demand_usd_per_hour")
     spot = blank(args.spot_usd_per_hour)
     if spot is None and decision.market == "spot":
         spot = decision.usd_per_hour
     if spot is not None:
-        spot = parse_usd(spot, name="spot_usd_per_hour")
+        spot = _positive_price(spot, "spot_usd_per_hour")
     if market == "spot" and spot is None:
         raise ConfigurationError(
             "market is spot but no spot price is known: pass spot_usd_per_hour or a spot decision"
@@ -196,6 +256,13 @@ def make_plan(
     latest_given = blank(args.latest_start)
     deadline = parse_instant(deadline_given, name="deadline") if deadline_given else decision.deadline
     latest = parse_instant(latest_given, name="latest_start") if latest_given else decision.latest_start
+    if deadline_given and not latest_given and deadline is not None:
+        latest = _latest_start_for(deadline, decision, blank(args.expected_runtime_hours))
+    if deadline is not None and latest is not None and latest > deadline:
+        raise ConfigurationError(
+            f"latest_start {latest.isoformat()} is after the deadline {deadline.isoformat()}: the last "
+            "moment to start on-demand must come before the deadline"
+        )
     estimated = decision.estimated_usd
     # Read here only for "auto": otherwise it belongs to pause_on_price, whose check names itself.
     runtime = (
