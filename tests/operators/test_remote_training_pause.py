@@ -317,5 +317,12 @@ def test_with_prices_a_spot_attempt_is_billed_at_the_mean_price_over_its_run(
     assert op._billed_spot_rate(other, job) == Decimal("0.50")
     logged = capsys.readouterr().out
     assert "attempt billed at its starting spot price 0.50 USD/hour: unknown instance type" in logged
+    # A recorded file that ends long before the run (the example's 2021 history) carried its last price
+    # forward for years: it prices no run; the starting price does, and the log says why.
+    years_later = {"billable_seconds": 3600.0, "ended_at": (ended + timedelta(days=400)).timestamp()}
+    assert op._billed_spot_rate(state, years_later) == Decimal("0.50")
+    assert "attempt billed at its starting spot price 0.50 USD/hour: the recorded prices in" in (
+        capsys.readouterr().out
+    )
     # SageMaker bills its own ml.* spot prices: no EC2 series applies.
     assert billing_plan(args, SpotDecision.from_xcom(op.spot_decision), backend="sagemaker") is None

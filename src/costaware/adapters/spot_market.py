@@ -17,7 +17,7 @@ from typing import Any
 
 from costaware.adapters import spot_prices
 from costaware.core.carbon import Objective
-from costaware.core.errors import ConfigurationError
+from costaware.core.errors import ConfigurationError, CostawareError
 from costaware.core.series import PriceSeries, parse_instant
 from costaware.core.spot_forecast import forecast_starts, hourly_series, objective_starts
 from costaware.core.spot_window import Observation, choose_zone, spot_capacity
@@ -190,6 +190,10 @@ def forecast_window(
     )
 
 
+#: A recorded price file whose last record is older than this before a run does not price it.
+RECORDED_PRICES_STALE_AFTER = timedelta(days=30)
+
+
 def mean_spot_price(
     *,
     prices: str,
@@ -218,6 +222,13 @@ def mean_spot_price(
         history_days=int(seconds // 86400) + 2,
     )
     series = history.series(instance_type, region, availability_zone)
+    if prices != "live" and series.last < start - RECORDED_PRICES_STALE_AFTER:
+        # A recorded file that ends long before the run carries its last price forward for years (the
+        # example's 2021 history): that is no price over this run.
+        raise CostawareError(
+            f"the recorded prices in {prices} end on {series.last:%Y-%m-%d}, "
+            f"{(start - series.last).days} days before this run: none covers it"
+        )
     rate: Decimal = series.mean_usd_per_hour(start, end)
     return rate
 
