@@ -438,7 +438,7 @@ def test_max_usd_stops_the_attempt_before_the_cap_and_keeps_its_checkpoint(
     # $0.0001 buys 3.6 s at $0.10/hour: the job that would run until its notice is stopped 1 s (its grace
     # period) before that, saves and exits as preempted, and nothing is left for a second attempt.
     op = operator(tmp_path, "wait-for-notice", max_usd="0.0001", preemption_grace_seconds=1)
-    spent = r"max_usd \$0\.0001 is spent: 1 attempt\(s\) billed \$"
+    spent = r"max_usd \$0\.0001 cannot start another attempt: 1 attempt\(s\) billed \$"
     with pytest.raises(AirflowFailException, match=spent) as e:
         drive(op, context_for())
     assert re.search(r"the newest checkpoint \(step \d+\) stays at .*: raise max_usd", str(e.value))

@@ -61,7 +61,9 @@ def test_a_spot_price_that_may_rise_and_several_instances_are_bounded() -> None:
 def test_the_refusal_says_what_was_billed_and_where_the_checkpoint_is() -> None:
     state = capped("0.25", spent="0.249")
     said = cap_spent_message(state, "on_demand", cap_rate(state, "on_demand"))
-    assert said.startswith("max_usd $0.25 is spent: 1 attempt(s) billed $0.249, which leaves $0.001, less")
+    assert said.startswith(
+        "max_usd $0.25 cannot start another attempt: 1 attempt(s) billed $0.249, which leaves $0.001, less"
+    )
     assert f"the newest checkpoint stays at {PLAN.checkpoint_uri}: raise max_usd" in said
     # Where the marker was read, the message says which step a cleared task resumes from, or that none was
     # pushed and it trains again from the start.

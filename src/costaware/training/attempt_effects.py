@@ -120,8 +120,8 @@ def cap_spent_message(
             "to resume from it"
         )
     return (
-        f"max_usd {format_usd_exact(cap)} is spent: {len(state.attempts)} attempt(s) billed "
-        f"{format_usd_exact(cap - left)}, which leaves {format_usd_exact(left)}, {buys}; nothing was "
+        f"max_usd {format_usd_exact(cap)} cannot start another attempt: {len(state.attempts)} attempt(s) "
+        f"billed {format_usd_exact(cap - left)}, which leaves {format_usd_exact(left)}, {buys}; nothing was "
         f"registered, and {kept}"
     )
 
