@@ -210,6 +210,20 @@ def test_a_run_with_several_models_is_listed_and_priced_once(
     assert "recent runs with outcomes: run1 (see" in capsys.readouterr().err  # once, not once a model
 
 
+def test_runs_that_trained_no_model_are_counted_beside_the_list(
+    measured: Ledger, ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The per-run figures count runs that trained a model: the spend of a failed run was left out unsaid.
+    record_outcome(
+        measured, RunOutcome("nightly", "run0", "v1", metric="roc_auc", metric_value=0.7, recorded_at=T0)
+    )
+    assert main(["--ledger-url", ledger_url, "runs", "list", "--dag-id", "nightly"]) == 0
+    out = capsys.readouterr().out
+    assert "1 run(s), 0 promoted: $0.85 per run" in out
+    assert "2 more run(s) of these DAGs since the oldest above trained no model" in out
+    assert "cost $1.70, not counted above" in out  # run1 and run2, $0.85 each
+
+
 def test_runs_show_of_an_unknown_run_is_an_error(
     measured: Ledger, ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

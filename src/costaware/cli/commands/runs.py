@@ -22,7 +22,8 @@ def list_runs(args: argparse.Namespace) -> int:
     from costaware.core.outcomes import summarize
 
     check_range("--limit", args.limit, low=1)  # 0 read "no retrain outcomes yet", and -1 listed everything
-    found = outcomes(open_ledger(args, reading=True), dag_id=args.dag_id, limit=args.limit)
+    ledger = open_ledger(args, reading=True)
+    found = outcomes(ledger, dag_id=args.dag_id, limit=args.limit)
     headers = ["run", "model", "metric", "value", "champion", "promoted", "rows", "trained", "cost"]
     table = []
     priced: set[tuple[str, str]] = set()
@@ -63,7 +64,33 @@ def list_runs(args: argparse.Namespace) -> int:
     emit(table, "table", headers=headers)
     if summary is not None:
         print(_summary_line(summary))
+    unlisted = _runs_without_a_model(ledger, found)
+    if unlisted:
+        count, usd = len(unlisted), sum(unlisted.values(), Decimal(0))
+        print(
+            f"{count} more run(s) of these DAGs since the oldest above trained no model (failed, or stopped "
+            f"before training) and cost {format_usd_exact(usd)}, not counted above: "
+            "`costaware runs show RUN_ID --dag-id DAG` says what each paid for"
+        )
     return 0
+
+
+def _runs_without_a_model(ledger: Any, found: list[Any]) -> dict[tuple[str, str], Decimal]:
+    """``(dag, run) -> usd`` of the listed DAGs' runs since the oldest outcome that recorded none.
+
+    The per-run figures count runs that trained a model; a failed run's spend was left out unsaid.
+    """
+    times = [o.recorded_at for o in found if o.recorded_at is not None]
+    if not times:
+        return {}
+    since = min(times)
+    listed = {(o.dag_id, o.run_id) for o in found}
+    missing: dict[tuple[str, str], Decimal] = {}
+    for dag_id in sorted({o.dag_id for o in found}):
+        for row in ledger.report(group_by="run", dag_id=dag_id, since=since):
+            if (dag_id, row.group) not in listed and row.usd > 0:
+                missing[(dag_id, row.group)] = row.usd
+    return missing
 
 
 def _actual_oldest_first(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
