@@ -128,7 +128,8 @@ class RemoteAttemptSteps:
         self.log.info(
             "attempt %d: job %s on %s, %s %s%s%s",
             request.attempt,
-            job_id,
+            # Batch answers with its own id: the name is what the docs and the console's search show.
+            job_id if job_id == request.job_name else f"{request.job_name} (id {job_id})",
             plan.backend,
             market,
             plan.instance_type,
