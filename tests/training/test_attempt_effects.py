@@ -94,3 +94,21 @@ def test_a_retry_reruns_the_earlier_entries_only_where_each_is_one_job_still_the
     assert not entries_rerun_by_retry(["j-a1", "j-a3"], there)  # the backend lost a3
     assert not entries_rerun_by_retry(["j-a1", "j-a1"], there)  # a1 ran twice: the retry follows one run
     assert not entries_rerun_by_retry(["j-a1", None], there)  # a note that names no job
+
+
+def test_an_attempt_in_another_region_saves_against_that_regions_on_demand_price() -> None:
+    from costaware.training.attempt_effects import billed_attempt
+    from costaware.training.attempts import Current
+
+    state = replace(capped(None), current=Current(attempt=1, job_id="j-a1", market="spot", zone="eu-west-1a"))
+    job = {
+        "job_id": "j-a1",
+        "market": "spot",
+        "instance_type": "m5.large",
+        "billable_seconds": 3600.0,
+        "state": "succeeded",
+    }
+    entry, _ = billed_attempt(state, job, "success", Decimal("0.50"))
+    assert (entry.region, entry.on_demand_usd) == ("eu-west-1", Decimal("2.00"))  # the plan's, as before
+    entry, _ = billed_attempt(state, job, "success", Decimal("0.50"), on_demand_usd_per_hour=Decimal("2.40"))
+    assert (entry.usd, entry.on_demand_usd) == (Decimal("0.50"), Decimal("2.40"))  # savings in eu-west-1

@@ -374,7 +374,16 @@ class RemoteAttemptSteps:
             rate = Decimal(state.plan.on_demand_usd_per_hour)
         # Only a preempted spot run is judged by what it kept (the guard, the zone choice, "auto"'s re-tune).
         committed = self._committed_step(state) if cause == "preemption" and job["market"] == "spot" else None
-        entry, attempt = billed_attempt(state, job, cause, rate, committed_step=committed)
+        # An attempt in a zone of another region: its savings are against that region's on-demand price.
+        zone = state.current.zone if state.current else ""
+        entry, attempt = billed_attempt(
+            state,
+            job,
+            cause,
+            rate,
+            committed_step=committed,
+            on_demand_usd_per_hour=self._on_demand_in(state.plan, zone),
+        )
         ledger = self.ledger_hook.get_conn()
         # Keyed by the job's name alone before its end was part of the key: such an entry is this run when
         # it billed the same time (a different run under the same name bills its own).

@@ -181,11 +181,14 @@ def billed_attempt(
     usd_per_hour: Decimal,
     *,
     committed_step: int | None = None,
+    on_demand_usd_per_hour: Decimal | None = None,
 ) -> tuple[LedgerEntry, Attempt]:
     """The ledger entry of the running attempt that ended as ``job``, and the attempt as the state keeps it.
 
     ``committed_step``: the newest pushed checkpoint's step once the job ended, where it was read (see
-    :meth:`Attempt.kept_work`; the step it restored was read at its submit).
+    :meth:`Attempt.kept_work`; the step it restored was read at its submit). ``on_demand_usd_per_hour``: the
+    on-demand price of the attempt's own region, where it moved to another than the plan's (its savings are
+    against that); None: the plan's.
 
     Raises:
         ValueError: no attempt is running.
@@ -201,7 +204,7 @@ def billed_attempt(
         attempt=current.attempt,
         job=job,
         usd_per_hour=usd_per_hour,
-        on_demand_usd_per_hour=Decimal(plan.on_demand_usd_per_hour),
+        on_demand_usd_per_hour=on_demand_usd_per_hour or Decimal(plan.on_demand_usd_per_hour),
         region=region_of(current.zone, plan.region) if current.zone else plan.region,
         backend=plan.backend,
         tags=plan.tags,
