@@ -146,6 +146,24 @@ def test_a_price_in_exponent_notation_is_refused() -> None:
         prices_from_offer_csv("\n".join(lines))
 
 
+def test_a_price_change_published_ahead_of_its_date_is_not_todays_price() -> None:
+    # AWS lists a future term beside today's: it won as "the newest", and 0.05 replaced 0.1323.
+    lines = (FIXTURES / "ec2_offer_us-east-1.csv").read_text().splitlines()
+    later = (
+        lines[6]
+        .replace("BBBR7ILARGE001", "BBBR7ILARGEN01")
+        .replace('"2026-07-01"', '"2027-01-01"')
+        .replace('"0.1323000000"', '"0.0500000000"')
+    )
+    text = "\n".join([*lines, later])
+    assert as_table(prices_from_offer_csv(text, as_of="2026-11-29T12:00:00+00:00"))["r7i.large"] == Decimal(
+        "0.1323"
+    )
+    assert as_table(prices_from_offer_csv(text, as_of="2027-01-02T00:00:00+00:00"))["r7i.large"] == Decimal(
+        "0.05"
+    )
+
+
 def test_a_capacity_block_row_of_the_csv_is_no_on_demand_price() -> None:
     # AWS's index.csv names the column "MarketOption"; read as "Market Option" only, a later-dated capacity
     # block price replaced r7i.large's on-demand one.

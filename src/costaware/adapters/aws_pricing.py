@@ -8,6 +8,7 @@ only, so the client is pinned to ``us-east-1`` (any region's prices can be asked
 from __future__ import annotations
 
 import logging
+from datetime import datetime, timezone
 from typing import Any
 
 from costaware.core.errors import ConfigurationError
@@ -97,7 +98,9 @@ class PriceListFetcher:
             token = page.get("NextToken")
             if not token:
                 break
-        prices = prices_from_products(items, service=name, types=types, regions=[region])
+        # A price change AWS published ahead of its date is not today's price.
+        today = datetime.now(timezone.utc).isoformat()
+        prices = prices_from_products(items, service=name, types=types, regions=[region], as_of=today)
         log.info(
             "costaware: %d %s price(s) for %s from %d Price List item(s) in %d page(s)",
             len(prices),

@@ -160,8 +160,16 @@ def _hourly(dimensions: Mapping[str, Any], where: str) -> Decimal | None:
     return found[0][1]
 
 
-def _on_demand(terms: Mapping[str, Any], where: str) -> tuple[Decimal, str] | None:
-    """(price, effective date) of the newest OnDemand term with a non-zero hourly price."""
+def _in_force(effective: str, as_of: str | None) -> tuple[bool, str]:
+    """How a term ranks: in force by ``as_of`` (an ISO instant) before one that starts later, then newest.
+
+    AWS publishes a price change ahead of its date: a term effective next year is not today's price.
+    """
+    return (as_of is None or effective[:10] <= as_of[:10], effective)
+
+
+def _on_demand(terms: Mapping[str, Any], where: str, as_of: str | None = None) -> tuple[Decimal, str] | None:
+    """(price, effective date) of the newest OnDemand term in force with a non-zero hourly price."""
     best: tuple[str, Decimal] | None = None
     for code, term in terms.items():
         if not isinstance(term, Mapping):
@@ -170,16 +178,19 @@ def _on_demand(terms: Mapping[str, Any], where: str) -> tuple[Decimal, str] | No
         if price is None:
             continue
         effective = str(term.get("effectiveDate", ""))
-        if best is None or effective > best[0]:
+        if best is None or _in_force(effective, as_of) > _in_force(best[0], as_of):
             best = (effective, price)
     return None if best is None else (best[1], best[0])
 
 
-def _keep(found: dict[tuple[str, str], ListPrice], price: ListPrice) -> None:
+def _keep(found: dict[tuple[str, str], ListPrice], price: ListPrice, as_of: str | None = None) -> None:
     key = (price.instance_type, price.region)
     held = found.get(key)
-    # Two SKUs for one type: keep the newer term; at the same date, the higher (never under-charge).
-    if held is None or (price.effective_date, price.usd_per_hour) > (held.effective_date, held.usd_per_hour):
+    # Two SKUs for one type: keep the newer term in force; at the same date, the higher (never under-charge).
+    if held is None or (_in_force(price.effective_date, as_of), price.usd_per_hour) > (
+        _in_force(held.effective_date, as_of),
+        held.usd_per_hour,
+    ):
         found[key] = price
 
 
@@ -202,6 +213,7 @@ def prices_from_products(
     service: str,
     types: str | None = None,
     regions: Iterable[str] | None = None,
+    as_of: str | None = None,
 ) -> list[ListPrice]:
     """On-demand prices in ``GetProducts`` ``PriceList`` items (JSON strings or parsed).
 
@@ -210,6 +222,8 @@ def prices_from_products(
         service: ``ec2`` or ``sagemaker`` (or the AWS service code).
         types: Keep the instance types matching this glob (``m5*``, ``ml.g5.*``).
         regions: Keep these region codes.
+        as_of: Today, as an ISO instant: a term that starts later (a published price change) loses to the
+            one in force. None: the newest term.
 
     Raises:
         InvalidPriceDataError: an item is not JSON or not in the documented shape, or a price is negative.
@@ -233,14 +247,19 @@ def prices_from_products(
             continue
         terms = (item.get("terms") or {}).get("OnDemand") or {}
         sku = str(product.get("sku", ""))
-        priced = _on_demand(terms, f"{where} (SKU {sku})")
+        priced = _on_demand(terms, f"{where} (SKU {sku})", as_of)
         if priced is not None:
-            _keep(found, ListPrice(name, instance_type, region, priced[0], sku, priced[1]))
+            _keep(found, ListPrice(name, instance_type, region, priced[0], sku, priced[1]), as_of)
     return _selected(found.values(), types, regions)
 
 
 def prices_from_offer_json(
-    text: str, *, region: str | None = None, types: str | None = None, regions: Iterable[str] | None = None
+    text: str,
+    *,
+    region: str | None = None,
+    types: str | None = None,
+    regions: Iterable[str] | None = None,
+    as_of: str | None = None,
 ) -> list[ListPrice]:
     """On-demand prices in a bulk offer file (``.../offers/v1.0/aws/<service>/current/<region>/index.json``).
 
@@ -249,6 +268,7 @@ def prices_from_offer_json(
         region: Region of the file, for products that name only a ``location`` (older files).
         types: Keep the instance types matching this glob.
         regions: Keep these region codes.
+        as_of: As :func:`prices_from_products`.
 
     Raises:
         InvalidPriceDataError: not JSON (the message names the line), not an offer file, or a bad price.
@@ -274,9 +294,9 @@ def prices_from_offer_json(
             raise InvalidPriceDataError(
                 f"offer file: product {sku} names no regionCode: give the file's region (--region)"
             )
-        priced = _on_demand(on_demand.get(sku) or {}, f"offer file, SKU {sku}")
+        priced = _on_demand(on_demand.get(sku) or {}, f"offer file, SKU {sku}", as_of)
         if priced is not None:
-            _keep(found, ListPrice(name, instance_type, where, priced[0], str(sku), priced[1]))
+            _keep(found, ListPrice(name, instance_type, where, priced[0], str(sku), priced[1]), as_of)
     return _selected(found.values(), types, regions)
 
 
@@ -297,6 +317,7 @@ def prices_from_offer_csv(
     region: str | None = None,
     types: str | None = None,
     regions: Iterable[str] | None = None,
+    as_of: str | None = None,
 ) -> list[ListPrice]:
     """On-demand prices in a bulk offer file in CSV (``.../current/<region>/index.csv``).
 
@@ -356,7 +377,7 @@ def prices_from_offer_csv(
         price = _price(record.get("price", ""), f"offer CSV line {number}")
         if price is not None:
             sku, effective = record.get("sku", ""), record.get("effectiveDate", "")
-            _keep(found, ListPrice(name, instance_type, where, price, sku, effective))
+            _keep(found, ListPrice(name, instance_type, where, price, sku, effective), as_of)
     return _selected(found.values(), types, regions)
 
 
@@ -371,12 +392,17 @@ def _offer_service(code: str, where: str) -> str:
 
 
 def prices_from_offer_file(
-    text: str, *, region: str | None = None, types: str | None = None, regions: Iterable[str] | None = None
+    text: str,
+    *,
+    region: str | None = None,
+    types: str | None = None,
+    regions: Iterable[str] | None = None,
+    as_of: str | None = None,
 ) -> list[ListPrice]:
     """JSON or CSV offer file, told apart by its first character."""
     if text.lstrip("\ufeff \t\r\n").startswith("{"):
-        return prices_from_offer_json(text, region=region, types=types, regions=regions)
-    return prices_from_offer_csv(text, region=region, types=types, regions=regions)
+        return prices_from_offer_json(text, region=region, types=types, regions=regions, as_of=as_of)
+    return prices_from_offer_csv(text, region=region, types=types, regions=regions, as_of=as_of)
 
 
 def product_filters(service: str, *, region: str, instance_type: str | None = None) -> list[dict[str, str]]:

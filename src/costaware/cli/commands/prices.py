@@ -339,15 +339,22 @@ def refresh_prices(args: argparse.Namespace) -> int:
         except CostawareError:
             raise
         except Exception as e:  # botocore: credentials, endpoint, throttling
-            check = (
-                "check the connection's credentials (pricing:GetProducts)"
-                if _connection_exists(conn_id)
-                else f"connection {conn_id!r} does not exist, so the SDKs' default credentials were tried: "
-                f"create it (`airflow connections add {conn_id} --conn-type aws ...`)"
-            )
+            status = int(getattr(e, "response", {}).get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+            if status >= 500:
+                # The endpoint failed, not the credentials (a stand-in server without the pricing API).
+                check = "the endpoint failed: try again later, or check the connection's endpoint_url"
+            elif _connection_exists(conn_id):
+                check = "check the connection's credentials (pricing:GetProducts)"
+            else:
+                check = (
+                    f"connection {conn_id!r} does not exist, so the SDKs' default credentials were tried: "
+                    f"create it (`airflow connections add {conn_id} --conn-type aws ...`)"
+                )
+            # An HTML error page is no message: its first line, shortened.
+            said = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
             raise CostawareError(
                 f"the AWS Price List API refused the request for {region} through connection {conn_id!r}: "
-                f"{e}; {check}, or use `costaware prices import FILE` on a machine without AWS access"
+                f"{said}; {check}, or use `costaware prices import FILE` on a machine without AWS access"
             ) from e
         written = cache.put(prices, origin=LIVE, fetched_at=utcnow())
         total += written
@@ -375,11 +382,12 @@ def import_prices(args: argparse.Namespace) -> int:
         with path.open(encoding="utf-8", newline="") as handle:
             head = handle.read(256).lstrip("\ufeff \t\r\n")
             handle.seek(0)
+            today = utcnow().isoformat()  # a price change published ahead of its date is not today's
             if head.startswith("{"):
                 text = handle.read().lstrip("\ufeff")
-                prices = prices_from_offer_json(text, region=args.region, types=args.types)
+                prices = prices_from_offer_json(text, region=args.region, types=args.types, as_of=today)
             else:  # streamed: a region's EC2 offer CSV is hundreds of MB
-                prices = prices_from_offer_csv(handle, region=args.region, types=args.types)
+                prices = prices_from_offer_csv(handle, region=args.region, types=args.types, as_of=today)
     except OSError as e:
         raise ConfigurationError(f"cannot read offer file {str(path)!r}: {e.strerror}") from e
     except UnicodeDecodeError as e:
