@@ -271,9 +271,11 @@ def test_a_scope_differing_only_in_case_is_a_second_budget_and_says_so(
     assert "new budget beside" not in budget_set("project=x")
     err = budget_set("Project=X")
     assert "note: this is a new budget beside 'project=x' (per month)" in err
-    assert "give --scope project=x" in err
+    assert "give its scope: --scope project=x" in err
     assert "new budget beside" not in budget_set("Project=X")  # changing it again says nothing
     assert sorted(str(b.scope) for b in Ledger.from_url(ledger_url).budgets()) == ["Project=X", "project=x"]
+    # Beside two, both are named: the first alone was not always the one meant.
+    assert "give its scope: --scope Project=X or --scope project=x" in budget_set("PROJECT=X")
     # Another period is another budget anyway: nothing to say.
     argv = ["--ledger-url", ledger_url, "budget", "set", "--scope", "PROJECT=x", "--period", "day"]
     assert main([*argv, "--cap-usd", "5"]) == 0

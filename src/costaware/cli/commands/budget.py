@@ -68,7 +68,8 @@ def budget_set(args: argparse.Namespace) -> int:
         print(
             f"note: this is a new budget beside {', '.join(repr(t) for t in twins)} (per "
             f"{budget.period.value}): scopes match tags exactly, so '{scope}' counts only runs tagged that "
-            f"way; to change the existing budget, give --scope {twins[0]}",
+            f"way; to change an existing budget, give its scope: "
+            + " or ".join(f"--scope {t}" for t in twins),
             file=sys.stderr,
         )
     return 0
