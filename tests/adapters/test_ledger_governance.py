@@ -211,6 +211,24 @@ def test_a_budget_rule_picks_its_own_thresholds_and_notifier(ledger: Ledger, tmp
     assert (alert.budget, alert.threshold) == ("project=churn/month", "90%")
     assert out.read_text().splitlines() == [alert.message]
     assert [e.action for e in audit_log(ledger)][-2:] == ["alert_rule", "alert"]
+    # The audit says who is told (two SMTP rules read the same before), secrets masked.
+    rule = next(e for e in audit_log(ledger) if e.action == "alert_rule")
+    assert rule.details["notifiers"] == [
+        {"class": "file_notifier.FileNotifier", "kwargs": {"path": str(out)}}
+    ]
+    set_alert_rule(
+        ledger,
+        "project=churn/month",
+        thresholds=None,
+        notifiers=[
+            {"class": "x.SlackNotifier", "kwargs": {"channel": "#ml", "webhook_url": "https://h/s3cret"}}
+        ],
+        actor="lead",
+    )
+    last = audit_log(ledger, action="alert_rule")[-1]
+    assert last.details["notifiers"] == [
+        {"class": "x.SlackNotifier", "kwargs": {"channel": "#ml", "webhook_url": "***"}}
+    ]
 
 
 @pytest.mark.parametrize(

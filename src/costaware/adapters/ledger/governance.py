@@ -258,13 +258,31 @@ def set_alert_rule(
             actor=actor,
             action="alert_rule",
             target=budget,
-            details={"thresholds": new_thresholds, "notifiers": [n["class"] for n in new_notifiers or []]},
+            # Who is told, not only how: a change of recipients or channel is the change an audit is for.
+            details={
+                "thresholds": new_thresholds,
+                "notifiers": [audited_notifier(n) for n in new_notifiers or []],
+            },
         )
     return AlertRule(
         budget,
         None if new_thresholds is None else tuple(new_thresholds.split(",")),
         None if new_notifiers is None else list(new_notifiers),
     )
+
+
+#: Notifier kwargs whose values are secrets (a webhook URL is one): named in the audit, never written.
+SECRET_KWARGS = ("password", "secret", "token", "webhook", "key", "credential")
+
+
+def audited_notifier(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A notifier rule as the audit records it: its class and kwargs, secret ones masked."""
+    kwargs = dict(spec.get("kwargs") or {})
+    shown = {
+        name: "***" if any(word in str(name).lower() for word in SECRET_KWARGS) else value
+        for name, value in kwargs.items()
+    }
+    return {"class": spec.get("class"), "kwargs": shown}
 
 
 def alert_rules(ledger: LedgerDatabase) -> dict[str, AlertRule]:
