@@ -244,6 +244,19 @@ def test_a_hold_taken_before_midnight_counts_against_the_next_day(any_ledger: Le
         assert (first_day.period_key, first_day.spent_usd) == ("2026-11-01", 0)
 
 
+def test_a_hold_grown_after_midnight_is_bounded_by_todays_room(any_ledger: Ledger) -> None:
+    # grow checked the room of the hold's own day only: today reached $95 spent + $50 held of $100.
+    import time_machine
+
+    any_ledger.set_budget("project=churn", "day", "100")
+    with time_machine.travel(datetime(2026, 11, 1, 23, 50, tzinfo=timezone.utc), tick=False) as clock:
+        held = any_ledger.reserve("project=churn", "10", holder="d/r1/train/-1")
+        clock.move_to(datetime(2026, 11, 2, 0, 30, tzinfo=timezone.utc))
+        any_ledger.record(entry("85"))  # today: $85 spent + the $10 hold
+        assert any_ledger.grow(held.id, "50").usd == 15  # today's $5 of room
+        assert any_ledger.usage("project=churn")[0].left_usd == 0
+
+
 def test_a_settlement_is_never_undone_by_a_release_and_keeps_every_entry(any_ledger: Ledger) -> None:
     any_ledger.set_budget("project=churn", "month", "10")
     held = any_ledger.reserve("project=churn", "4")

@@ -58,8 +58,11 @@ def killed_try_entry(ti: Any, outcome: str) -> Any:
             )
             return None
         params = {**_default_params(dag), **_run_conf(ti)}
+        try_id = _id_of_the_try(ti)
+        if try_id is None:
+            return None
         view = SimpleNamespace(
-            id=getattr(ti, "id", None),
+            id=try_id,
             dag_id=ti.dag_id,
             run_id=ti.run_id,
             task_id=ti.task_id,
@@ -85,6 +88,48 @@ def killed_try_entry(ti: Any, outcome: str) -> Any:
             getattr(ti, "try_number", "?"),
         )
         return None
+
+
+def _id_of_the_try(ti: Any) -> Any:
+    """Airflow's id of the try that ran, as its worker keyed its entry; None when it did not run.
+
+    A try the scheduler puts up for retry gets a new id before the listener hears of it: the try's own id
+    is then in its ``TaskInstanceHistory`` row (added in the same session, not yet committed). Keyed by the
+    new id, the entry took the next try's key, and the next try's own entry was dropped as a duplicate.
+    """
+    from sqlalchemy import select
+    from sqlalchemy.orm import object_session
+
+    try:
+        from airflow.models.taskinstancehistory import TaskInstanceHistory as History
+    except ImportError:  # an Airflow without the history table: the try keeps its id
+        return getattr(ti, "id", None)
+    key = {
+        "dag_id": ti.dag_id,
+        "run_id": ti.run_id,
+        "task_id": ti.task_id,
+        "map_index": ti.map_index,
+        "try_number": ti.try_number,
+    }
+    session = object_session(ti) if not isinstance(ti, SimpleNamespace) else None
+    row = None
+    if session is not None:
+        pending = [h for h in session.new if isinstance(h, History)]
+        row = next((h for h in pending if all(getattr(h, k) == v for k, v in key.items())), None)
+        if row is None:
+            with session.no_autoflush:
+                row = session.scalar(select(History).filter_by(**key))
+    if row is None:
+        if session is not None and ti.try_number and ti.try_number > 1:
+            # A retry failed before it started still carries the try before's start: nothing of it ran.
+            with session.no_autoflush:
+                before = session.scalar(select(History).filter_by(**{**key, "try_number": ti.try_number - 1}))
+            if before is not None and before.start_date == ti.start_date:
+                return None
+        return getattr(ti, "id", None)
+    if row.start_date is None:
+        return None  # archived without running
+    return row.task_instance_id
 
 
 def _serialized_dag(dag_id: str) -> Any:

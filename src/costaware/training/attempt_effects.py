@@ -108,17 +108,13 @@ def cap_spent_message(
         least = least_cap_usd_said(rate, plan.grace_seconds)
         todo = plan.max_usd_note or f"raise max_usd to at least {format_usd_exact(least)}"
         return f"max_usd {format_usd_exact(cap)} buys {buys}: {todo}; nothing was started"
+    # Where the budgets lowered the cap, raising max_usd does nothing: the note says what does.
+    todo = plan.max_usd_note or "raise max_usd and clear the task"
     if newest_step == NO_CHECKPOINT:
-        kept = (
-            f"no checkpoint was pushed to {plan.checkpoint_uri}: raise max_usd and clear the task to train "
-            "again from the start"
-        )
+        kept = f"no checkpoint was pushed to {plan.checkpoint_uri}: {todo} to train again from the start"
     else:
         step = "" if newest_step is None else f" (step {newest_step})"
-        kept = (
-            f"the newest checkpoint{step} stays at {plan.checkpoint_uri}: raise max_usd and clear the task "
-            "to resume from it"
-        )
+        kept = f"the newest checkpoint{step} stays at {plan.checkpoint_uri}: {todo} to resume from it"
     return (
         f"max_usd {format_usd_exact(cap)} cannot start another attempt: {len(state.attempts)} attempt(s) "
         f"billed {format_usd_exact(cap - left)}, which leaves {format_usd_exact(left)}, {buys}; nothing was "
@@ -327,22 +323,30 @@ def hold_again(
     earlier = ledger.latest_reservation(holder)
     if earlier is None:
         return None, None
-    approver = _approver_of(ledger, earlier)
-    if approver is not None:
-        return (
-            ledger.reserve(
+    approval = _approval_of(ledger, earlier)
+    if approval is not None:
+        approver, approved = approval
+        try:
+            held = ledger.reserve(
                 earlier.scope,
-                max(earlier.usd - billed_before, Decimal(0)),
+                max(approved - billed_before, Decimal(0)),
                 gpu_hours=earlier.gpu_hours,
                 holder=holder,
                 run_id=plan.identity["run_id"],
                 ttl=earlier.expires_at - earlier.created_at,
                 purpose=f"the retry of task {plan.identity['task_id']!r}",
                 approved_by=approver,
-                approval={"retry_of": earlier.id, "billed_before": str(billed_before)},
-            ),
-            None,
-        )
+                # The amount first approved, so that a second retry holds it less what was billed, once.
+                approval={
+                    "retry_of": earlier.id,
+                    "billed_before": str(billed_before),
+                    "approved_usd": str(approved),
+                },
+            )
+        except BudgetNotFoundError as e:
+            log.warning("a retry: nothing held again in %s (%s)", earlier.scope, e)
+            return None, None
+        return held, None
     try:
         held = ledger.reserve(
             earlier.scope,
@@ -361,13 +365,18 @@ def hold_again(
     return held, None
 
 
-def _approver_of(ledger: Ledger, reservation: Reservation) -> str | None:
-    """Who approved ``reservation`` as an overage (its ``approval`` audit entry), or None."""
+def _approval_of(ledger: Ledger, reservation: Reservation) -> tuple[str, Decimal] | None:
+    """Who approved ``reservation`` as an overage and the amount first approved, or None.
+
+    The amount is the gate's approved reservation: a retry's own approval carries it on
+    (``approved_usd``), since the retry's hold is already net of what the tries before it billed.
+    """
     from costaware.adapters.ledger.audit import audit_log
 
     for entry in reversed(audit_log(ledger, action="approval")):
         if entry.target == reservation.holder and entry.details.get("reservation_id") == reservation.id:
-            return entry.actor
+            approved = entry.details.get("approved_usd") or entry.details.get("usd") or reservation.usd
+            return entry.actor, Decimal(str(approved))
     return None
 
 

@@ -177,6 +177,12 @@ def grow(ledger: LedgerDatabase, reservation_id: str, usd: object) -> Reservatio
                 return current
             usage = budget_usage(conn, row["id"], budget, window, now)
             increase = min(increase, max(usage.left_usd, Decimal(0)))
+            today = period_window(budget.period, now, budget.timezone, run_id)
+            if today.key != window.key:
+                # A hold of an earlier day or month counts in today's too (its cost lands when settled):
+                # today's room bounds the growth as well, or it passed today's cap.
+                usage_now = budget_usage(conn, row["id"], budget, today, now)
+                increase = min(increase, max(usage_now.left_usd, Decimal(0)))
         if increase <= 0:
             return current
         grown = to_micros(current.usd + increase)
