@@ -127,3 +127,27 @@ def test_a_try_the_worker_recorded_is_not_counted_twice(ledger: Ledger) -> None:
 def test_tries_that_held_no_worker_are_not_charged(ledger: Ledger, fields: dict[str, Any]) -> None:
     CostListener().on_task_instance_failed(None, killed(**fields), "marked failed")
     assert ledger.entries(dag_id="nightly") == []
+
+
+def test_a_try_put_up_for_retry_does_not_take_the_next_tries_key(ledger: Ledger) -> None:
+    # The scheduler gives the TI the next try's id before it reports the lost try: keyed by the id alone,
+    # the killed try 1 took try 2's key, and try 2's own entry (from its worker) was dropped.
+    CostListener().on_task_instance_failed(None, killed(task_id="prep", id="next-id", try_number=1), "lost")
+    in_worker = SimpleNamespace(
+        id="next-id",
+        dag_id="nightly",
+        run_id="manual__1",
+        task_id="prep",
+        map_index=-1,
+        try_number=2,
+        task=SimpleNamespace(dag=None, params={}),
+        start_date=START,
+        end_date=START + timedelta(minutes=1),
+        get_template_context=dict,
+    )
+    CostListener().on_task_instance_success(None, in_worker)
+    rows = sorted(ledger.entries(dag_id="nightly"), key=lambda r: r["try_number"])
+    assert [(r["try_number"], r["cause"], r["outcome"]) for r in rows] == [
+        (1, "killed", "failed"),
+        (2, "", "success"),
+    ]

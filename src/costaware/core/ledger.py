@@ -239,16 +239,18 @@ def compute_cost(seconds: float | Decimal, usd_per_hour: Decimal) -> tuple[Decim
     return exact_hours.quantize(micro), (exact_hours * usd_per_hour).quantize(micro)
 
 
-def try_entry_uid(ti_id: object) -> str:
+def try_entry_uid(ti_id: object, try_number: int) -> str:
     """The ``entry_uid`` of the cost listener's entry for one task try: the same wherever it is written.
 
-    ``ti_id`` is Airflow's id of the try (a new one each try, and for each run of a run id deleted and made
-    again). The worker records a try that ends; the API server records one a person marked while it ran.
-    Where both do (the try ended as it was being marked), the ledger keeps the first.
+    ``ti_id`` is Airflow's id of the task instance (a new one each try, and for each run of a run id deleted
+    and made again). The worker records a try that ends; the API server records one a person marked while
+    it ran. Where both do (the try ended as it was being marked), the ledger keeps the first. The try number
+    is part of the key: the scheduler gives a try it puts up for retry the next try's id before the listener
+    hears of it, and that entry must not take the next try's key.
     """
     import hashlib
 
-    return "try-" + hashlib.sha256(f"ti\x00{ti_id}".encode()).hexdigest()[:40]
+    return "try-" + hashlib.sha256(f"ti\x00{ti_id}\x00{try_number}".encode()).hexdigest()[:40]
 
 
 def reservation_holder(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> str:

@@ -111,7 +111,15 @@ def _id_of_the_try(ti: Any) -> Any:
         "map_index": ti.map_index,
         "try_number": ti.try_number,
     }
-    session = object_session(ti) if not isinstance(ti, SimpleNamespace) else None
+    session = None
+    if not isinstance(ti, SimpleNamespace):
+        # The scheduler's failure path hands over a TI without its session: Airflow's thread-local one is
+        # the session of that transaction, where the history row is still pending.
+        session = object_session(ti)
+        if session is None:
+            from airflow import settings
+
+            session = settings.Session() if settings.Session is not None else None
     row = None
     if session is not None:
         pending = [h for h in session.new if isinstance(h, History)]

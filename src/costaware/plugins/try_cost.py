@@ -183,7 +183,7 @@ def _entry(
         map_index=int(ti.map_index),
         # Airflow's id of the try where it has one (a try marked while it ran is recorded by the API server
         # too, under the same id); else a new one.
-        entry_uid=try_entry_uid(ti.id) if getattr(ti, "id", None) else uuid.uuid4().hex,
+        entry_uid=try_entry_uid(ti.id, int(ti.try_number)) if getattr(ti, "id", None) else uuid.uuid4().hex,
         trial=told.get("trial") or getattr(task, "trial", None),
         kind=Kind.COMPUTE,
         usd=usd,
