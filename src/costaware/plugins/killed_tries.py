@@ -99,6 +99,7 @@ def _id_of_the_try(ti: Any) -> Any:
     """
     from sqlalchemy import select
     from sqlalchemy.orm import object_session
+    from sqlalchemy.orm.exc import UnmappedInstanceError
 
     try:
         from airflow.models.taskinstancehistory import TaskInstanceHistory as History
@@ -111,15 +112,16 @@ def _id_of_the_try(ti: Any) -> Any:
         "map_index": ti.map_index,
         "try_number": ti.try_number,
     }
-    session = None
-    if not isinstance(ti, SimpleNamespace):
+    try:
+        session = object_session(ti)
+    except UnmappedInstanceError:  # no metadata-database TI: no history to read, the try keeps its id
+        return getattr(ti, "id", None)
+    if session is None:
         # The scheduler's failure path hands over a TI without its session: Airflow's thread-local one is
         # the session of that transaction, where the history row is still pending.
-        session = object_session(ti)
-        if session is None:
-            from airflow import settings
+        from airflow import settings
 
-            session = settings.Session() if settings.Session is not None else None
+        session = settings.Session() if settings.Session is not None else None
     row = None
     if session is not None:
         pending = [h for h in session.new if isinstance(h, History)]

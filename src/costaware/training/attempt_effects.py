@@ -323,39 +323,30 @@ def hold_again(
     earlier = ledger.latest_reservation(holder)
     if earlier is None:
         return None, None
+    amount, approved_past_cap = Decimal(0), {}
     approval = _approval_of(ledger, earlier)
     if approval is not None:
         approver, approved = approval
-        try:
-            held = ledger.reserve(
-                earlier.scope,
-                max(approved - billed_before, Decimal(0)),
-                gpu_hours=earlier.gpu_hours,
-                holder=holder,
-                run_id=plan.identity["run_id"],
-                ttl=earlier.expires_at - earlier.created_at,
-                purpose=f"the retry of task {plan.identity['task_id']!r}",
-                approved_by=approver,
-                # The amount first approved, so that a second retry holds it less what was billed, once.
-                approval={
-                    "retry_of": earlier.id,
-                    "billed_before": str(billed_before),
-                    "approved_usd": str(approved),
-                },
-            )
-        except BudgetNotFoundError as e:
-            log.warning("a retry: nothing held again in %s (%s)", earlier.scope, e)
-            return None, None
-        return held, None
+        amount = max(approved - billed_before, Decimal(0))
+        approved_past_cap = {
+            "approved_by": approver,
+            # The amount first approved, so that a second retry holds it less what was billed, once.
+            "approval": {
+                "retry_of": earlier.id,
+                "billed_before": str(billed_before),
+                "approved_usd": str(approved),
+            },
+        }
     try:
         held = ledger.reserve(
             earlier.scope,
-            0,
+            amount,
             gpu_hours=earlier.gpu_hours,  # what the gate held of a GPU-hour cap, held again
             holder=holder,
             run_id=plan.identity["run_id"],
             ttl=earlier.expires_at - earlier.created_at,  # the gate's reservation_ttl
             purpose=f"the retry of task {plan.identity['task_id']!r}",
+            **approved_past_cap,  # type: ignore[arg-type]
         )
     except BudgetExceededError as e:
         return None, str(e)
