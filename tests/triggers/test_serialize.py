@@ -39,6 +39,8 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "fallback_at": "2026-01-01T02:00:00+00:00",
         "poll_interval": 2.0,
         "price_watch": CAPTURED["watch"],
+        "ledger_conn_id": "test_ledger",
+        "aws_conn_id": "moto_aws",
     },
     "SpotWindowTrigger": {
         "instance_type": "m5.large",

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 from decimal import Decimal
-from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlparse
@@ -23,17 +22,17 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from costaware.core.ledger import utcnow
 from costaware.glue import storage_options
+from costaware.remote_billing import AttemptBilling
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from costaware.adapters.compute.base import ComputeBackend
-    from costaware.hooks.ledger import CostLedgerHook
     from costaware.training.attempts import AttemptState, Event, Fail
     from costaware.training.plan import RemotePlan
 
 
-class RemoteAttemptSteps:
+class RemoteAttemptSteps(AttemptBilling):
     """A mixin of ``RemoteTrainingOperator``: the backend, the ledger, and the side effects of each step."""
 
     max_attempts: int
@@ -47,12 +46,6 @@ class RemoteAttemptSteps:
 
         @property
         def log(self) -> Any: ...
-
-    @cached_property
-    def ledger_hook(self) -> CostLedgerHook:
-        from costaware.hooks.ledger import CostLedgerHook
-
-        return CostLedgerHook(ledger_conn_id=self.ledger_conn_id)
 
     def _storage_options(self) -> dict[str, Any]:
         """How every object of the training is reached: the S3 options of ``aws_conn_id``.
@@ -190,20 +183,6 @@ class RemoteAttemptSteps:
         self.log.info(
             "attempt %d: moving to %s transfers %.6f GB: $%s of egress", attempt, zone, gigabytes, entry.usd
         )
-
-    def _on_demand_in(self, plan: RemotePlan, zone: str) -> Decimal | None:
-        """The on-demand price in ``zone``'s region where it is another than the plan's (None: the plan's)."""
-        from costaware.adapters.price_source import list_price
-        from costaware.core.errors import CostawareError
-        from costaware.core.zone_choice import region_of
-
-        region = region_of(zone, plan.region) if zone else plan.region
-        if region == plan.region:
-            return None
-        try:
-            return list_price(self.ledger_hook.get_conn(), plan.instance_type, region)
-        except CostawareError:
-            return None  # no source has it there: the plan's price
 
     def _place(self, state: AttemptState) -> tuple[AttemptState, str, str, str]:
         """The next spot attempt's market, zone, price and, for on-demand, why (``core.zone_choice``).
@@ -365,45 +344,9 @@ class RemoteAttemptSteps:
         return seconds
 
     def _record_attempt(self, state: AttemptState, job: Mapping[str, Any], cause: str) -> AttemptState:
-        from costaware.training.attempt_effects import billed_attempt
-        from costaware.training.remote import attempt_key, attempt_uid
-
-        if job["market"] == "spot":
-            rate = self._billed_spot_rate(state, job)
-        else:
-            rate = Decimal(state.plan.on_demand_usd_per_hour)
         # Only a preempted spot run is judged by what it kept (the guard, the zone choice, "auto"'s re-tune).
         committed = self._committed_step(state) if cause == "preemption" and job["market"] == "spot" else None
-        # An attempt in a zone of another region: its savings are against that region's on-demand price.
-        zone = state.current.zone if state.current else ""
-        entry, attempt = billed_attempt(
-            state,
-            job,
-            cause,
-            rate,
-            committed_step=committed,
-            on_demand_usd_per_hour=self._on_demand_in(state.plan, zone),
-        )
-        ledger = self.ledger_hook.get_conn()
-        # Keyed by the job's name alone before its end was part of the key: such an entry is this run when
-        # it billed the same time (a different run under the same name bills its own).
-        legacy = attempt_uid(attempt_key(state.plan.identity, str(job["job_id"]), legacy=True))
-        rows = ledger.entries_by_uid([entry.entry_uid, legacy])
-        stored = next(
-            (
-                row["usd"]
-                for row in rows
-                if row["entry_uid"] == entry.entry_uid or row["quantity"] == entry.quantity
-            ),
-            None,
-        )
-        if stored is None:
-            ledger.record(entry)
-        else:
-            # An earlier try recorded this attempt: the ledger's figure is what it cost, and what counts
-            # against max_usd (priced again now, at another zone's or a later price, it could differ).
-            attempt = replace(attempt, usd=str(stored))
-        return state.recorded(attempt)
+        return self._bill_attempt(state, job, cause, committed_step=committed)
 
     def _committed_step(self, state: AttemptState) -> int | None:
         """The step of the newest checkpoint pushed to the training's checkpoint URI (IO; ``Attempt``).
@@ -436,59 +379,6 @@ class RemoteAttemptSteps:
             )
             return None
         return NO_CHECKPOINT if step is None else step
-
-    def _billed_spot_rate(self, state: AttemptState, job: Mapping[str, Any]) -> Decimal:
-        """The spot USD/hour an attempt is billed at.
-
-        Its starting price or, given ``prices``, the time-weighted mean of the price in force over its run
-        (``ended_at`` back by its billed seconds), so that a rise during the run is paid for.
-        """
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        from costaware.adapters.spot_market import mean_spot_price
-        from costaware.core.errors import CostawareError
-
-        started_at = Decimal(str(state.spot_usd_per_hour))
-        billing, plan = state.plan.billing, state.plan
-        seconds = float(job["billable_seconds"])
-        if not billing or seconds <= 0:
-            return started_at
-        ended = job.get("ended_at")
-        end = datetime.fromtimestamp(float(ended), tz=timezone.utc) if ended else utcnow()
-        try:
-            rate = mean_spot_price(
-                prices=billing.prices,
-                instance_type=plan.instance_type,
-                region=plan.region,
-                # An attempt moved to another zone pays that zone's prices.
-                availability_zone=(state.current.zone if state.current else "") or billing.availability_zone,
-                aws_conn_id=self.aws_conn_id,
-                start=end - timedelta(seconds=seconds),
-                end=end,
-            )
-        except (CostawareError, BotoCoreError, ClientError) as e:
-            # The attempt still gets its entry: at the price it started on, with the reason in the log.
-            self.log.warning("attempt billed at its starting spot price %s USD/hour: %s", started_at, e)
-            return started_at
-        zone = (state.current.zone if state.current else "") or billing.availability_zone or ""
-        on_demand = self._on_demand_in(plan, zone) or Decimal(plan.on_demand_usd_per_hour)
-        if rate > on_demand:
-            # AWS interrupts a spot instance whose price passes its maximum, by default the on-demand
-            # price: no hour is billed above it (and max_usd bounds a spot attempt at it).
-            self.log.warning(
-                "mean spot price %s USD/hour over the attempt is above on-demand %s: billed at on-demand",
-                rate,
-                on_demand,
-            )
-            rate = on_demand
-        if rate != started_at:
-            self.log.info(
-                "attempt billed at %s USD/hour, the mean spot price over its %.0f s (it started at %s)",
-                rate,
-                seconds,
-                started_at,
-            )
-        return rate
 
     def _step(self, context: Context, state: AttemptState, event: Event) -> Any:
         """Decide the next step (pure) and perform it: the new state to wait on, or the result (XCom)."""
@@ -562,12 +452,6 @@ class RemoteAttemptSteps:
         if step.retry:
             raise AirflowException(message)
         raise AirflowFailException(message)
-
-    def _settle(self, state: AttemptState) -> None:
-        """Settle this task's reservation (the spend gate's, or our own) with the attempts' total."""
-        from costaware.training.attempt_effects import settle_reservation
-
-        settle_reservation(self.ledger_hook.get_conn(), state)
 
     def _keep_holds(self, state: AttemptState, until: datetime) -> None:
         """Keep this task's open reservations counting until ``until`` (the end of the wait for its job)."""
@@ -819,6 +703,8 @@ class RemoteAttemptSteps:
             fallback_at=latest.isoformat() if latest and current and current.market == "spot" else None,
             poll_interval=self.poll_interval,
             price_watch=watch,
+            ledger_conn_id=self.ledger_conn_id,
+            aws_conn_id=self.aws_conn_id,
         )
 
 

@@ -493,6 +493,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
             if self.deferrable:
                 self.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
             # In the worker: poll the same trigger (its price watch and state-change logging) until it fires.
+            self._waiting_on = trigger  # what on_kill stops and bills
             with airflow_errors():
                 event = trigger.poll_once(utcnow())
                 while event is None:
@@ -528,8 +529,16 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         return self._wait(context, outcome)
 
     def on_kill(self) -> None:
-        """The task was killed: leave the job running; a retry follows it by its stable name."""
-        self.log.info("task killed; the training job keeps running and a retry resumes watching it")
+        """The task was killed while it waited in the worker: stop the job and bill it, as the trigger does.
+
+        A deferred wait is killed in the triggerer (``RemoteTrainingJobTrigger.on_kill``). Killed before its
+        first wait, the task leaves its job running: a retry follows it by its stable name.
+        """
+        trigger = getattr(self, "_waiting_on", None)
+        if trigger is None:
+            self.log.info("task killed before it waited; a submitted job runs on and a retry follows it")
+            return
+        trigger.stop_and_bill()
 
 
 def cap_usd(value: Any) -> Decimal | None:

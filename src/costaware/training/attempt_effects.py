@@ -173,7 +173,7 @@ def job_request(
 def billed_attempt(
     state: AttemptState,
     job: Mapping[str, Any],
-    cause: str,
+    cause: str | None,
     usd_per_hour: Decimal,
     *,
     committed_step: int | None = None,

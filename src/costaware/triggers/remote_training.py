@@ -16,6 +16,11 @@ With a ``price_watch`` it also reads the spot price at each poll (see :func:`wat
 * ``"mode": "resume"`` (no job: the training is paused): an event with ``"resume": decision`` (a
   ``SpotDecision.to_xcom()``) when :func:`~costaware.core.spot_window.decide` says start again, on spot or,
   once the latest resume has come, on-demand.
+
+Where a person kills the waiting task (marks it failed or succeeded, or clears it), Airflow calls the
+trigger's ``on_kill``: it stops the job and bills what it ran, and settles the task's hold
+(:meth:`RemoteTrainingJobTrigger.stop_and_bill`); no task is left to do it. A triggerer restart or a
+timeout calls no ``on_kill``: the job runs on, and the trigger (or a retry) goes on watching it.
 """
 
 from __future__ import annotations
@@ -31,6 +36,11 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from costaware.core.carbon import Objective
 from costaware.core.ledger import utcnow
 from costaware.core.series import parse_instant
+from costaware.glue import DEFAULT_AWS_CONN_ID
+
+#: How long a kill waits for the stopped job to end before it bills the job up to now. Airflow gives
+#: ``on_kill`` 30 s by default (``[triggerer] on_kill_timeout``).
+KILL_WAIT_SECONDS = 20.0
 
 
 def job_event(
@@ -197,6 +207,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         fallback_at: ISO time after which a spot job still pending is reported for fallback (None: never).
         poll_interval: Seconds between polls.
         price_watch: Pause or resume on the spot price (see the module docstring), or ``None``.
+        ledger_conn_id: The cost ledger a killed task's job is billed in (the operator's).
+        aws_conn_id: The AWS connection of the recorded spot prices it is billed at (the operator's).
     """
 
     def __init__(
@@ -208,6 +220,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         fallback_at: str | None = None,
         poll_interval: float = 30.0,
         price_watch: dict[str, Any] | None = None,
+        ledger_conn_id: str = "costaware_ledger",
+        aws_conn_id: str | None = DEFAULT_AWS_CONN_ID,
     ) -> None:
         super().__init__()
         if job_id is None and price_watch is None:
@@ -219,6 +233,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         self.fallback_at = fallback_at
         self.poll_interval = poll_interval
         self.price_watch = dict(price_watch) if price_watch else None
+        self.ledger_conn_id = ledger_conn_id
+        self.aws_conn_id = aws_conn_id
         self._last = ""
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -232,6 +248,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 "fallback_at": self.fallback_at,
                 "poll_interval": self.poll_interval,
                 "price_watch": self.price_watch,
+                "ledger_conn_id": self.ledger_conn_id,
+                "aws_conn_id": self.aws_conn_id,
             },
         )
 
@@ -297,3 +315,82 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 yield TriggerEvent(event)
                 return
             await asyncio.sleep(self.poll_interval)
+
+    async def on_kill(self) -> None:
+        """A person killed the waiting task: stop its job and bill it (Airflow calls this on a kill only)."""
+        await asyncio.to_thread(self.stop_and_bill)
+
+    def stop_and_bill(self, *, wait_seconds: float = KILL_WAIT_SECONDS, poll_seconds: float = 1.0) -> None:
+        """Stop the job of a task a person killed, bill what it ran, and settle the task's hold (blocking IO).
+
+        The operator would have billed the attempt when the job ended and settled the hold when the
+        training ended; once the task is killed nothing would, and the job would run on, unbilled (a
+        clear's new try follows the job by name, but a task marked failed or succeeded has none). The job
+        is asked to stop (SIGTERM first: it checkpoints) and billed as it ended; where it has not ended
+        within ``wait_seconds``, up to now. A paused training has no job: its hold is settled only.
+        """
+        from costaware.remote_billing import KilledTrainingBilling
+        from costaware.training.attempts import AttemptState
+
+        state = AttemptState.from_json(self.state)
+        billing = KilledTrainingBilling(
+            ledger_conn_id=self.ledger_conn_id, aws_conn_id=self.aws_conn_id, log=self.log
+        )
+        if self.job_id is not None and state.current is not None:
+            job = self._stop_job(state, wait_seconds=wait_seconds, poll_seconds=poll_seconds)
+            if job is not None:
+                cause = None if job["state"] == "succeeded" else "killed"
+                state = billing._bill_attempt(state, job, cause)
+                self.log.warning(
+                    "the task was killed: job %s stopped and billed, %.0f s for $%s",
+                    self.job_id,
+                    float(job["billable_seconds"]),
+                    state.attempts[-1].usd,
+                )
+        billing._settle(state)
+
+    def _stop_job(self, state: Any, *, wait_seconds: float, poll_seconds: float) -> dict[str, Any] | None:
+        """Stop the job and wait for its end: its last status (billed up to now if it has not ended)."""
+        import time
+        from dataclasses import replace
+
+        from costaware.adapters.compute.base import JobState, open_backend
+        from costaware.core.errors import JobNotFoundError
+
+        assert self.job_id is not None and state.current is not None
+        backend = open_backend(self.backend, self.backend_options)
+        stopped = state.current.stopped
+        seen_at = utcnow()
+        try:
+            status = backend.poll(self.job_id)
+        except JobNotFoundError:
+            if not stopped:  # gone before we stopped it: nothing to bill it from
+                self.log.warning("the task was killed; job %s is gone, nothing is billed", self.job_id)
+                return None
+            return dict(stopped_job_status(stopped, now=utcnow()).to_dict())
+        if status.state.done:
+            return dict(status.to_dict())
+        self.log.warning("the task was killed: stopping job %s on %s", self.job_id, self.backend)
+        backend.stop(self.job_id)
+        give_up = time.monotonic() + wait_seconds
+        while time.monotonic() < give_up:
+            time.sleep(poll_seconds)
+            try:
+                status = backend.poll(self.job_id)
+            except JobNotFoundError:  # a deleted pod: it ended by now
+                break
+            seen_at = utcnow()
+            if status.state.done:
+                return dict(status.to_dict())
+        now = utcnow()
+        ended = replace(
+            status,
+            billable_seconds=status.billable_seconds
+            + (max(0.0, (now - seen_at).total_seconds()) if status.state == JobState.RUNNING else 0.0),
+            state=JobState.INTERRUPTED,
+            ended_at=now.timestamp(),
+            reason=(
+                f"stopped when its task was killed; not ended after {wait_seconds:.0f} s, billed up to now"
+            ),
+        )
+        return dict(ended.to_dict())

@@ -1,0 +1,180 @@
+"""How a remote training's attempts are billed: a ledger entry per ended attempt, and the task's hold settled.
+
+``RemoteTrainingOperator`` bills each attempt as its trigger reports it ended (``RemoteAttemptSteps``).
+Where a person kills the waiting task (marks it failed or succeeded, or clears it), no task is left to do
+so: the trigger's ``on_kill`` (a deferred wait) or the operator's (a wait in the worker) stops the job and
+bills it with the same code (``RemoteTrainingJobTrigger.stop_and_bill``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from costaware.core.ledger import utcnow
+
+if TYPE_CHECKING:
+    from costaware.hooks.ledger import CostLedgerHook
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan
+
+
+class AttemptBilling:
+    """Bills a remote training's ended attempts in the cost ledger of ``ledger_conn_id``.
+
+    A base of ``RemoteAttemptSteps`` (the operator) and of :class:`KilledTrainingBilling` (its trigger).
+    """
+
+    ledger_conn_id: str
+    aws_conn_id: str | None
+
+    if TYPE_CHECKING:  # BaseOperator's task logger, or the trigger's
+
+        @property
+        def log(self) -> Any: ...
+
+    @cached_property
+    def ledger_hook(self) -> CostLedgerHook:
+        from costaware.hooks.ledger import CostLedgerHook
+
+        return CostLedgerHook(ledger_conn_id=self.ledger_conn_id)
+
+    def _on_demand_in(self, plan: RemotePlan, zone: str) -> Decimal | None:
+        """The on-demand price in ``zone``'s region where it is another than the plan's (None: the plan's)."""
+        from costaware.adapters.price_source import list_price
+        from costaware.core.errors import CostawareError
+        from costaware.core.zone_choice import region_of
+
+        region = region_of(zone, plan.region) if zone else plan.region
+        if region == plan.region:
+            return None
+        try:
+            return list_price(self.ledger_hook.get_conn(), plan.instance_type, region)
+        except CostawareError:
+            return None  # no source has it there: the plan's price
+
+    def _billed_spot_rate(self, state: AttemptState, job: Mapping[str, Any]) -> Decimal:
+        """The spot USD/hour an attempt is billed at.
+
+        Its starting price or, given ``prices``, the time-weighted mean of the price in force over its run
+        (``ended_at`` back by its billed seconds), so that a rise during the run is paid for.
+        """
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        from costaware.adapters.spot_market import mean_spot_price
+        from costaware.core.errors import CostawareError
+
+        started_at = Decimal(str(state.spot_usd_per_hour))
+        billing, plan = state.plan.billing, state.plan
+        seconds = float(job["billable_seconds"])
+        if not billing or seconds <= 0:
+            return started_at
+        ended = job.get("ended_at")
+        end = datetime.fromtimestamp(float(ended), tz=timezone.utc) if ended else utcnow()
+        try:
+            rate = mean_spot_price(
+                prices=billing.prices,
+                instance_type=plan.instance_type,
+                region=plan.region,
+                # An attempt moved to another zone pays that zone's prices.
+                availability_zone=(state.current.zone if state.current else "") or billing.availability_zone,
+                aws_conn_id=self.aws_conn_id,
+                start=end - timedelta(seconds=seconds),
+                end=end,
+            )
+        except (CostawareError, BotoCoreError, ClientError) as e:
+            # The attempt still gets its entry: at the price it started on, with the reason in the log.
+            self.log.warning("attempt billed at its starting spot price %s USD/hour: %s", started_at, e)
+            return started_at
+        zone = (state.current.zone if state.current else "") or billing.availability_zone or ""
+        on_demand = self._on_demand_in(plan, zone) or Decimal(plan.on_demand_usd_per_hour)
+        if rate > on_demand:
+            # AWS interrupts a spot instance whose price passes its maximum, by default the on-demand
+            # price: no hour is billed above it (and max_usd bounds a spot attempt at it).
+            self.log.warning(
+                "mean spot price %s USD/hour over the attempt is above on-demand %s: billed at on-demand",
+                rate,
+                on_demand,
+            )
+            rate = on_demand
+        if rate != started_at:
+            self.log.info(
+                "attempt billed at %s USD/hour, the mean spot price over its %.0f s (it started at %s)",
+                rate,
+                seconds,
+                started_at,
+            )
+        return rate
+
+    def _settle(self, state: AttemptState) -> None:
+        """Settle this task's reservation (the spend gate's, or our own) with the attempts' total."""
+        from costaware.training.attempt_effects import settle_reservation
+
+        settle_reservation(self.ledger_hook.get_conn(), state)
+
+    def _bill_attempt(
+        self,
+        state: AttemptState,
+        job: Mapping[str, Any],
+        cause: str | None,
+        *,
+        committed_step: int | None = None,
+    ) -> AttemptState:
+        """Record the running attempt that ended as ``job`` (once: a retry seeing it again adds nothing).
+
+        ``cause``: the entry's cause (None: from the job's state). Returns the state with the attempt in it.
+        """
+        from costaware.training.attempt_effects import billed_attempt
+        from costaware.training.remote import attempt_key, attempt_uid
+
+        if job["market"] == "spot":
+            rate = self._billed_spot_rate(state, job)
+        else:
+            rate = Decimal(state.plan.on_demand_usd_per_hour)
+        # An attempt in a zone of another region: its savings are against that region's on-demand price.
+        zone = state.current.zone if state.current else ""
+        entry, attempt = billed_attempt(
+            state,
+            job,
+            cause,
+            rate,
+            committed_step=committed_step,
+            on_demand_usd_per_hour=self._on_demand_in(state.plan, zone),
+        )
+        ledger = self.ledger_hook.get_conn()
+        # Keyed by the job's name alone before its end was part of the key: such an entry is this run when
+        # it billed the same time (a different run under the same name bills its own).
+        legacy = attempt_uid(attempt_key(state.plan.identity, str(job["job_id"]), legacy=True))
+        rows = ledger.entries_by_uid([entry.entry_uid, legacy])
+        stored = next(
+            (
+                row["usd"]
+                for row in rows
+                if row["entry_uid"] == entry.entry_uid or row["quantity"] == entry.quantity
+            ),
+            None,
+        )
+        if stored is None:
+            ledger.record(entry)
+        else:
+            # An earlier try recorded this attempt: the ledger's figure is what it cost, and what counts
+            # against max_usd (priced again now, at another zone's or a later price, it could differ).
+            attempt = replace(attempt, usd=str(stored))
+        return state.recorded(attempt)
+
+
+class KilledTrainingBilling(AttemptBilling):
+    """:class:`AttemptBilling` outside the task: what the trigger of a killed task bills with."""
+
+    def __init__(self, *, ledger_conn_id: str, aws_conn_id: str | None, log: Any) -> None:
+        self.ledger_conn_id = ledger_conn_id
+        self.aws_conn_id = aws_conn_id
+        self._log = log
+
+    @property
+    def log(self) -> Any:
+        return self._log

@@ -1,0 +1,171 @@
+"""A person kills a remote training's waiting task: its job is stopped and billed, and its hold settled.
+
+Before, the job ran on with no task left to record its attempt or settle the task's hold (a task marked
+failed or succeeded has no retry to follow the job). Real jobs on the local backend, a team's command
+(``tests/training/own_train.py``) under ``costaware-run``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from datetime import timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import TaskDeferred
+from remote_support import TRAINING, context_for, drive, reimported
+
+from costaware.adapters.compute.base import JobState, open_backend
+from costaware.adapters.ledger import reservations
+from costaware.core.ledger import utcnow
+from costaware.operators.remote_training import RemoteTrainingOperator
+from costaware.triggers.remote_training import RemoteTrainingJobTrigger
+
+pytest.importorskip("costaware_runtime.launcher", reason="pip install -e ./runtime (costaware-run)")
+
+SCRIPT = str(TRAINING / "own_train.py")
+HOLDER = "remote_dag/scheduled__2026-01-01/train/-1"
+
+
+@pytest.fixture(autouse=True)
+def _ledger(monkeypatch: pytest.MonkeyPatch, ledger_url: str) -> None:
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+
+
+def operator(tmp: Path, mode: str, **kwargs: Any) -> RemoteTrainingOperator:
+    now = utcnow()
+    args: dict[str, Any] = {
+        "task_id": "train",
+        "command": [sys.executable, SCRIPT, mode],
+        "model_store": str(tmp / "models"),
+        "checkpoint_store": str(tmp / "ckpt"),
+        "backend_options": {"root": str(tmp / "jobs"), "env": {"OWN_TRAIN_LOG": str(tmp / "seen.jsonl")}},
+        "spot_decision": {
+            "market": "spot",
+            "usd_per_hour": "0.1",
+            "instance_type": "m5.large",
+            "region": "us-east-1",
+            "on_demand_usd_per_hour": "0.4",
+            "deadline": (now + timedelta(minutes=10)).isoformat(),
+            "latest_start": (now + timedelta(minutes=8)).isoformat(),
+        },
+        "tags": {"project": "churn"},
+        "poll_interval": 0.1,
+        **kwargs,
+    }
+    return RemoteTrainingOperator(**args)
+
+
+def deferred_trigger(op: RemoteTrainingOperator) -> RemoteTrainingJobTrigger:
+    """Execute ``op`` to its first deferral: the trigger as the triggerer rebuilds it."""
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(context_for())
+    trigger = reimported(deferred.value.trigger)
+    assert isinstance(trigger, RemoteTrainingJobTrigger)
+    return trigger
+
+
+def wait_for(path: Path, seconds: float = 60.0) -> None:
+    give_up = time.monotonic() + seconds
+    while not path.exists():
+        assert time.monotonic() < give_up, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+def train_entries(ledger: Any) -> list[dict[str, Any]]:
+    return [e for e in ledger.entries() if e["task_id"] == "train"]
+
+
+def test_a_killed_deferred_task_stops_its_job_bills_it_and_settles_its_hold(
+    tmp_path: Path, ledger: Any
+) -> None:
+    ledger.set_budget("project=churn", "month", "10")
+    gate = ledger.reserve("project=churn", "1.00", holder=HOLDER, run_id="r")
+    trigger = deferred_trigger(operator(tmp_path, "wait-for-notice"))
+    assert (trigger.ledger_conn_id, trigger.aws_conn_id) == ("costaware_ledger", "aws_default")
+    wait_for(tmp_path / "seen.jsonl.ready")  # the job runs: it checkpointed and waits
+    assert train_entries(ledger) == []
+
+    asyncio.run(trigger.on_kill())  # what the triggerer calls on a person's mark failed / success / clear
+
+    assert trigger.job_id is not None
+    assert open_backend("local", {"root": str(tmp_path / "jobs")}).poll(trigger.job_id).state.done
+    (entry,) = train_entries(ledger)
+    assert (entry["cause"], entry["outcome"], entry["market"]) == ("killed", "interrupted", "spot")
+    assert Decimal(str(entry["usd"])) > 0 and Decimal(str(entry["quantity"])) > 0
+    assert ledger.open_reservations() == []
+    with ledger.reading() as conn:
+        settled = reservations.reservation(conn, gate.id)
+    assert settled.status == "settled" and settled.settled_usd == Decimal(str(entry["usd"]))
+
+
+def test_a_clear_after_the_kill_follows_the_stopped_job_and_bills_it_once(
+    tmp_path: Path, ledger: Any
+) -> None:
+    trigger = deferred_trigger(operator(tmp_path, "wait-for-notice", max_usd="1"))
+    wait_for(tmp_path / "seen.jsonl.ready")
+    asyncio.run(trigger.on_kill())
+    # The cleared task's new try finds the stopped job by its name (the same attempt, billed already) and
+    # resumes its checkpoint in attempt 2.
+    result, _ = drive(operator(tmp_path, "ok", max_usd="1"), context_for(try_number=2))
+    # The new try sees attempt 1 as its backend ended it (a preemption: exit 75 after saving on the notice).
+    assert [a["cause"] for a in result["attempts"]] == ["preemption", "success"]
+    killed, done = sorted(train_entries(ledger), key=lambda e: e["note"])
+    assert (killed["cause"], done["cause"]) == ("killed", "success")
+    assert Decimal(result["usd"]) == Decimal(str(killed["usd"])) + Decimal(str(done["usd"]))
+
+
+def test_a_job_still_stopping_after_the_wait_is_billed_up_to_now(tmp_path: Path, ledger: Any) -> None:
+    # It ignores SIGTERM: the backend kills it only at the end of its grace period.
+    trigger = deferred_trigger(operator(tmp_path, "ignore-notice", preemption_grace_seconds=3))
+    wait_for(tmp_path / "seen.jsonl")
+    time.sleep(0.5)
+    started = time.monotonic()
+    trigger.stop_and_bill(wait_seconds=0.5, poll_seconds=0.1)
+    assert time.monotonic() - started < 10
+    (entry,) = train_entries(ledger)
+    assert entry["cause"] == "killed" and "billed up to now" in entry["note"]
+    assert Decimal(str(entry["quantity"])) * 3600 >= Decimal("0.5")
+    backend = open_backend("local", {"root": str(tmp_path / "jobs")})
+    assert trigger.job_id is not None
+    give_up = time.monotonic() + 30
+    while backend.poll(trigger.job_id).state != JobState.INTERRUPTED:  # killed at the end of its grace
+        assert time.monotonic() < give_up
+        time.sleep(0.2)
+
+
+def test_a_killed_pause_has_no_job_and_settles_its_hold(tmp_path: Path, ledger: Any) -> None:
+    ledger.set_budget("project=churn", "month", "10")
+    gate = ledger.reserve("project=churn", "1.00", holder=HOLDER, run_id="r")
+    trigger = deferred_trigger(operator(tmp_path, "ok"))
+    paused = RemoteTrainingJobTrigger(
+        **{**trigger.serialize()[1], "job_id": None, "price_watch": {"mode": "resume"}}
+    )
+    # The state still names a current attempt, but there is no job to stop: nothing is billed.
+    paused.stop_and_bill()
+    assert train_entries(ledger) == []
+    with ledger.reading() as conn:
+        settled = reservations.reservation(conn, gate.id)
+    assert settled.status == "settled" and settled.settled_usd == 0
+
+
+def test_a_task_killed_while_it_waits_in_the_worker_stops_and_bills_its_job(
+    tmp_path: Path, ledger: Any
+) -> None:
+    import threading
+
+    # The wait polls once, then sleeps past the test: as in Airflow, whose task process ends after on_kill.
+    op = operator(tmp_path, "wait-for-notice", deferrable=False, poll_interval=3600)
+    threading.Thread(target=op.execute, args=(context_for(),), daemon=True).start()
+    wait_for(tmp_path / "seen.jsonl.ready")
+    give_up = time.monotonic() + 30
+    while getattr(op, "_waiting_on", None) is None:
+        assert time.monotonic() < give_up
+        time.sleep(0.05)
+    op.on_kill()  # Airflow's task runner calls it on SIGTERM, when a person kills the task
+    (entry,) = train_entries(ledger)
+    assert entry["cause"] == "killed" and Decimal(str(entry["usd"])) > 0
