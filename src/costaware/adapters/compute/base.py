@@ -317,19 +317,23 @@ def check_market(market: object) -> str:
     return market
 
 
-def require_zone_placement(backend_name: str, zones: Sequence[str]) -> None:
+def require_zone_placement(
+    backend_name: str, zones: Sequence[str], options: Mapping[str, Any] | None = None
+) -> None:
     """Refuse ``zones`` on a backend that cannot place jobs by zone (its class has ``places_zones = False``).
 
     Called before any job is submitted, so that a spot-across-zones setting fails at once instead of at the
-    first preemption. No zones is always fine.
+    first preemption. No zones is always fine. A backend class whose options say where each zone's jobs go
+    also has ``check_zones(options, zones)``, asked here (Batch: a spot queue per zone).
 
     Args:
         backend_name: The backend name (``local``, ``sagemaker``, ``batch``, ``kubernetes``).
         zones: The zones attempts may be placed in; each must be a valid zone name.
+        options: The backend's options (None: the zones are not checked against them).
 
     Raises:
-        ConfigurationError: an unknown backend, a bad zone name, or zones on a backend that cannot place by
-            zone (SageMaker), with what to do.
+        ConfigurationError: an unknown backend, a bad zone name, zones on a backend that cannot place by
+            zone (SageMaker), or a zone its options do not place, with what to do.
     """
     if not zones:
         return
@@ -344,6 +348,9 @@ def require_zone_placement(backend_name: str, zones: Sequence[str]) -> None:
             "chooses the zone itself and its API takes none; use the batch or kubernetes backend to move "
             "spot attempts across zones, or leave zones unset"
         )
+    check_zones = getattr(backend_class(backend_name), "check_zones", None)
+    if check_zones is not None and options is not None:
+        check_zones(dict(options), tuple(zones))
 
 
 def require_s3(backend: str, **uris: str | None) -> None:
@@ -514,7 +521,8 @@ class ComputeBackend(Protocol):
     """Where training jobs run; see the module docstring for the contract.
 
     Each backend class also sets ``places_zones``: whether it honours ``JobRequest.availability_zone``
-    (:func:`require_zone_placement` reads it).
+    (:func:`require_zone_placement` reads it), and may have a static ``check_zones(options, zones)`` that
+    refuses zones its options do not place.
     """
 
     name: str

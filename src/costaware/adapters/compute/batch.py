@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from costaware.adapters.compute.aws_errors import aws_error
@@ -211,6 +211,26 @@ class BatchBackend:
 
     name = "batch"
     places_zones = True
+
+    @staticmethod
+    def check_zones(options: Mapping[str, Any], zones: Sequence[str]) -> None:
+        """Every allowed zone has its spot queue: refused before any job, not when an attempt moves there.
+
+        A zone without one failed the task at the move, after a preemption had been paid for.
+
+        Raises:
+            ConfigurationError: a zone ``spot_queues`` does not list, named with the zones it has.
+        """
+        queues = options.get("spot_queues") or {}
+        if not isinstance(queues, Mapping):
+            return  # the backend's own option check names the type
+        missing = [zone for zone in zones if zone not in queues]
+        if missing:
+            raise ConfigurationError(
+                f"availability_zones {', '.join(map(repr, missing))} have no queue in backend_options "
+                f"spot_queues (it has {', '.join(map(repr, sorted(queues))) or 'none'}): add a spot queue "
+                "for each zone, or allow only the zones that have one"
+            )
 
     def __init__(
         self,

@@ -79,28 +79,6 @@ def _positive_price(value: Any, name: str) -> Decimal:
     return price
 
 
-def _check_batch_queues(backend: str, options: Mapping[str, Any], zones: tuple[str, ...]) -> None:
-    """On Batch, every allowed zone has its spot queue: refused before any job, not when an attempt moves.
-
-    A zone without one failed the task at the move, after a preemption had been paid for.
-
-    Raises:
-        ConfigurationError: a zone ``spot_queues`` does not list, named with the zones it has.
-    """
-    if backend != "batch" or not zones:
-        return
-    queues = options.get("spot_queues") or {}
-    if not isinstance(queues, Mapping):
-        return  # the backend's own option check names the type
-    missing = [zone for zone in zones if zone not in queues]
-    if missing:
-        raise ConfigurationError(
-            f"availability_zones {', '.join(map(repr, missing))} have no queue in backend_options "
-            f"spot_queues (it has {', '.join(map(repr, sorted(queues))) or 'none'}): add a spot queue for "
-            "each zone, or allow only the zones that have one"
-        )
-
-
 def _latest_start_for(deadline: datetime, decision: SpotDecision, runtime_hours: Any) -> datetime:
     """The last moment to start on-demand for a ``deadline`` given without ``latest_start``.
 
@@ -216,13 +194,15 @@ def make_plan(
     Raises:
         ConfigurationError: an argument that is missing or wrong; the message names it.
     """
-    from costaware.adapters.compute.base import check_backend, check_market
+    from costaware.adapters.compute.base import check_backend, check_market, require_zone_placement
 
     backend = check_backend(str(args.backend))
     options = dict(args.backend_options)
     if backend in AWS_BACKENDS and args.aws_conn_id and "aws_conn_id" not in options:
         options["aws_conn_id"] = args.aws_conn_id
-    _check_batch_queues(backend, options, tuple(args.availability_zones))
+    # Zones the backend cannot place a job in (or, on Batch, a zone without its spot queue) fail here,
+    # before any job, not at the first preemption's move.
+    require_zone_placement(backend, tuple(args.availability_zones), options)
     decision = decision or SpotDecision.from_xcom({})  # none: a bare on-demand decision with no job facts
     market = check_market(str(blank(args.market) or decision.market or "on_demand"))
     instance_type = blank(args.instance_type) or decision.instance_type
@@ -347,11 +327,9 @@ def placement_plan(
             ``allowed_regions`` forbids, a trace of a zone that is not listed, a move whose transfer price is
             unknown; the message names the value.
     """
-    from costaware.adapters.compute.base import require_zone_placement
     from costaware.core.zone_choice import region_of
 
-    zones = tuple(args.availability_zones)
-    require_zone_placement(backend, zones)
+    zones = tuple(args.availability_zones)  # the backend can place them: checked by make_plan
     allowed = set(args.allowed_regions)
     for zone in zones:
         zone_region = region_of(zone, region)
