@@ -76,10 +76,11 @@ def test_push_and_restore_in_process(bucket: str, tmp_path: Path) -> None:
     assert (tmp_path / "b" / "checkpoint-3" / "state.bin").read_bytes() == b"w" * 1000
 
 
-def test_a_missing_bucket_fails_the_attempt_as_retryable(make_job: MakeJob, s3_env: dict[str, str]) -> None:
+def test_a_missing_bucket_fails_the_attempt_unretried(make_job: MakeJob, s3_env: dict[str, str]) -> None:
+    # A wrong URI: a retry would pay a start to fail the same way (it exited 74, retried, before).
     job = make_job(RESUMING_JOB)
     done = job.run(env=job.env(COSTAWARE_CHECKPOINT_URI="s3://no-such-bucket-here/ckpt", **s3_env))
-    assert done.returncode == 74
+    assert done.returncode == 2
     # Checked before the restore, as every store is: named as the bucket that does not exist.
     assert "bucket 'no-such-bucket-here' of s3://no-such-bucket-here/ckpt does not exist: fix the URI" in (
         done.stderr
@@ -101,7 +102,7 @@ def test_an_output_bucket_that_does_not_exist_fails_before_the_job_runs(
             **s3_env,
         )
     )
-    assert done.returncode == 74, done.stderr
+    assert done.returncode == 2, done.stderr
     assert "bucket 'no-such-bucket-here' of s3://no-such-bucket-here/models does not exist: fix the URI" in (
         done.stderr
     )

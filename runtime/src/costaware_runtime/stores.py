@@ -158,9 +158,9 @@ class S3Store(Store):
     def check(self) -> None:
         """Fail before the job runs where the bucket does not exist or the store cannot be reached.
 
-        Only a missing bucket (404) or an endpoint that does not answer fails here: any other answer (403
-        from credentials that may write but not list, a gateway without HeadBucket) is left to the first
-        real read or write.
+        Only a missing bucket (404: a ``ContractError``, not retried) or an endpoint that does not answer (a
+        ``StoreError``, retried) fails here: any other answer (403 from credentials that may write but not
+        list, a gateway without HeadBucket) is left to the first real read or write.
         """
         client = self._client  # first: without boto3 this says how to install it
         from botocore.exceptions import BotoCoreError, ClientError
@@ -170,7 +170,8 @@ class S3Store(Store):
         except ClientError as e:
             code = str(e.response.get("Error", {}).get("Code", ""))
             if code in ("404", "NoSuchBucket", "NotFound"):
-                raise StoreError(
+                # A wrong URI, not a passing failure: every retry would pay a start to fail the same way.
+                raise ContractError(
                     f"bucket {self.bucket!r} of {self.uri} does not exist: fix the URI, or create the bucket"
                 ) from e
         except BotoCoreError as e:
