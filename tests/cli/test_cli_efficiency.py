@@ -222,6 +222,14 @@ def test_runs_that_trained_no_model_are_counted_beside_the_list(
     assert "1 run(s), 0 promoted: $0.85 per run" in out
     assert "2 more run(s) of these DAGs since the oldest above trained no model" in out
     assert "cost $1.70, not counted above" in out  # run1 and run2, $0.85 each
+    # A run whose task still holds budget is running, not failed: it is said apart.
+    measured.set_budget("team=ml", "month", "100")
+    measured.reserve("team=ml", "1", holder="nightly/run2/train/-1", run_id="run2")
+    assert main(["--ledger-url", ledger_url, "runs", "list", "--dag-id", "nightly"]) == 0
+    out = capsys.readouterr().out
+    assert "1 more run(s) of these DAGs since the oldest above trained no model" in out
+    assert "cost $0.85, not counted above" in out
+    assert "1 run(s) still running (a task holds budget) have cost $0.85 so far" in out
 
 
 def test_runs_show_of_an_unknown_run_is_an_error(

@@ -65,12 +65,22 @@ def list_runs(args: argparse.Namespace) -> int:
     if summary is not None:
         print(_summary_line(summary))
     unlisted = _runs_without_a_model(ledger, found)
-    if unlisted:
-        count, usd = len(unlisted), sum(unlisted.values(), Decimal(0))
+    # A run whose task still holds budget is running: it has no model yet, which is not a failure.
+    holding = {tuple(r.holder.split("/", 2)[:2]) for r in ledger.open_reservations() if r.holder}
+    running = {run: usd for run, usd in unlisted.items() if run in holding}
+    ended = {run: usd for run, usd in unlisted.items() if run not in holding}
+    if ended:
+        count, usd = len(ended), sum(ended.values(), Decimal(0))
         print(
-            f"{count} more run(s) of these DAGs since the oldest above trained no model (failed, or stopped "
-            f"before training) and cost {format_usd_exact(usd)}, not counted above: "
-            "`costaware runs show RUN_ID --dag-id DAG` says what each paid for"
+            f"{count} more run(s) of these DAGs since the oldest above trained no model (failed, stopped "
+            f"before training, or still running without a hold) and cost {format_usd_exact(usd)}, not "
+            "counted above: `costaware runs show RUN_ID --dag-id DAG` says what each paid for"
+        )
+    if running:
+        count, usd = len(running), sum(running.values(), Decimal(0))
+        print(
+            f"{count} run(s) still running (a task holds budget) have cost {format_usd_exact(usd)} so far, "
+            "not counted above"
         )
     return 0
 
