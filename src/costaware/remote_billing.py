@@ -123,10 +123,14 @@ class AttemptBilling:
         cause: str | None,
         *,
         committed_step: int | None = None,
+        keyed_by_name: bool = False,
     ) -> AttemptState:
         """Record the running attempt that ended as ``job`` (once: a retry seeing it again adds nothing).
 
-        ``cause``: the entry's cause (None: from the job's state). Returns the state with the attempt in it.
+        ``cause``: the entry's cause (None: from the job's state). ``keyed_by_name``: the job's end is not
+        known yet (a killed task's job still stopping, billed to the latest it can run): the entry is keyed
+        by the job's name alone, so that a cleared task's new try, which sees the real end, finds it and
+        bills the job no second time. Returns the state with the attempt in it.
         """
         from costaware.training.attempt_effects import billed_attempt
         from costaware.training.remote import attempt_key, attempt_uid
@@ -147,14 +151,19 @@ class AttemptBilling:
         )
         ledger = self.ledger_hook.get_conn()
         # Keyed by the job's name alone before its end was part of the key: such an entry is this run when
-        # it billed the same time (a different run under the same name bills its own).
+        # it billed the same time (a different run under the same name bills its own), or when a kill
+        # billed it before it ended (see ``keyed_by_name``).
         legacy = attempt_uid(attempt_key(state.plan.identity, str(job["job_id"]), legacy=True))
+        if keyed_by_name:
+            entry = replace(entry, entry_uid=legacy)
         rows = ledger.entries_by_uid([entry.entry_uid, legacy])
         stored = next(
             (
                 row["usd"]
                 for row in rows
-                if row["entry_uid"] == entry.entry_uid or row["quantity"] == entry.quantity
+                if row["entry_uid"] == entry.entry_uid
+                or row["quantity"] == entry.quantity
+                or row["cause"] == "killed"
             ),
             None,
         )

@@ -119,23 +119,70 @@ def test_a_clear_after_the_kill_follows_the_stopped_job_and_bills_it_once(
     assert Decimal(result["usd"]) == Decimal(str(killed["usd"])) + Decimal(str(done["usd"]))
 
 
-def test_a_job_still_stopping_after_the_wait_is_billed_up_to_now(tmp_path: Path, ledger: Any) -> None:
-    # It ignores SIGTERM: the backend kills it only at the end of its grace period.
-    trigger = deferred_trigger(operator(tmp_path, "ignore-notice", preemption_grace_seconds=3))
+def test_a_job_still_stopping_after_the_wait_is_billed_to_the_end_of_its_grace(
+    tmp_path: Path, ledger: Any
+) -> None:
+    # It ignores SIGTERM: the backend kills it only at the end of its grace period, which it is billed to
+    # (billed up to the kill, it ran most of its grace unbilled). A clear's new try then sees its real end
+    # and bills it no second time.
+    trigger = deferred_trigger(operator(tmp_path, "ignore-notice", preemption_grace_seconds=3, max_usd="1"))
     wait_for(tmp_path / "seen.jsonl")
     time.sleep(0.5)
     started = time.monotonic()
     trigger.stop_and_bill(wait_seconds=0.5, poll_seconds=0.1)
     assert time.monotonic() - started < 10
     (entry,) = train_entries(ledger)
-    assert entry["cause"] == "killed" and "billed up to now" in entry["note"]
-    assert Decimal(str(entry["quantity"])) * 3600 >= Decimal("0.5")
+    assert entry["cause"] == "killed" and "billed to the end of its 3 s grace period" in entry["note"]
+    billed = Decimal(str(entry["quantity"])) * 3600
+    assert Decimal("3.5") <= billed < Decimal("6")  # 0.5 s before the stop, 3 s of grace after it
     backend = open_backend("local", {"root": str(tmp_path / "jobs")})
     assert trigger.job_id is not None
     give_up = time.monotonic() + 30
     while backend.poll(trigger.job_id).state != JobState.INTERRUPTED:  # killed at the end of its grace
         assert time.monotonic() < give_up
         time.sleep(0.2)
+    # It ran about what it was billed: the kill lands a moment after the grace period's end.
+    assert abs(backend.poll(trigger.job_id).billable_seconds - float(billed)) < 0.5
+    result, _ = drive(operator(tmp_path, "ok", max_usd="1"), context_for(try_number=2))
+    first, _ = sorted(train_entries(ledger), key=lambda e: e["note"])
+    assert len(train_entries(ledger)) == 2 and first["entry_uid"] == entry["entry_uid"]
+    assert result["attempts"][0]["usd"] == str(Decimal(str(entry["usd"])))  # the ledger's figure
+
+
+@pytest.mark.parametrize(("state_now", "settled"), [("failed", True), ("success", True), ("scheduled", False)])
+def test_a_cleared_task_leaves_its_hold_to_its_new_try(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch, state_now: str, settled: bool
+) -> None:
+    # The new try of a cleared task may start before the old try's kill is handled, and take the task's
+    # hold over: settled then at the old try's attempts, the new try's attempts ran with nothing held.
+    from types import SimpleNamespace
+
+    from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+    ledger.set_budget("project=churn", "month", "10")
+    gate = ledger.reserve("project=churn", "1.00", holder=HOLDER, run_id="r")
+    trigger = deferred_trigger(operator(tmp_path, "wait-for-notice"))
+    asked: list[dict[str, Any]] = []
+
+    def task_states(**query: Any) -> dict[str, Any]:
+        asked.append(query)
+        return {"scheduled__2026-01-01": {"train": state_now}}
+
+    monkeypatch.setattr(RuntimeTaskInstance, "get_task_states", staticmethod(task_states))
+    # What the triggerer sets on the trigger of a deferred task.
+    trigger.task_instance = SimpleNamespace(  # type: ignore[attr-defined]
+        dag_id="remote_dag", run_id="scheduled__2026-01-01", task_id="train", map_index=-1, try_number=1
+    )
+    wait_for(tmp_path / "seen.jsonl.ready")
+    trigger.stop_and_bill()
+    assert asked == [
+        {"dag_id": "remote_dag", "map_index": -1, "task_ids": ["train"], "run_ids": ["scheduled__2026-01-01"]}
+    ]
+    (entry,) = train_entries(ledger)  # billed either way
+    assert entry["cause"] == "killed"
+    with ledger.reading() as conn:
+        found = reservations.reservation(conn, gate.id)
+    assert (found.status == "settled") is settled
 
 
 def test_a_killed_pause_has_no_job_and_settles_its_hold(tmp_path: Path, ledger: Any) -> None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -38,9 +38,12 @@ from costaware.core.ledger import utcnow
 from costaware.core.series import parse_instant
 from costaware.glue import DEFAULT_AWS_CONN_ID
 
-#: How long a kill waits for the stopped job to end before it bills the job up to now. Airflow gives
-#: ``on_kill`` 30 s by default (``[triggerer] on_kill_timeout``).
+#: How long a kill waits for the stopped job to end before it bills the job to the end of its grace period.
+#: Airflow 3.3 stops awaiting ``on_kill`` after about a second (it cancels the trigger again at its next
+#: loop): the work runs in a thread, which finishes on its own.
 KILL_WAIT_SECONDS = 20.0
+#: The states of a task that will not run again: a kill that leaves one settles the task's hold.
+ENDED_STATES = frozenset({"success", "failed", "skipped", "upstream_failed", "removed"})
 
 
 def job_event(
@@ -327,7 +330,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         training ended; once the task is killed nothing would, and the job would run on, unbilled (a
         clear's new try follows the job by name, but a task marked failed or succeeded has none). The job
         is asked to stop (SIGTERM first: it checkpoints) and billed as it ended; where it has not ended
-        within ``wait_seconds``, up to now. A paused training has no job: its hold is settled only.
+        within ``wait_seconds``, to the end of its grace period, the latest the backend lets it run. A paused
+        training has no job: its hold is settled only. A cleared task's hold is left to its new try.
         """
         from costaware.remote_billing import KilledTrainingBilling
         from costaware.training.attempts import AttemptState
@@ -337,20 +341,53 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             ledger_conn_id=self.ledger_conn_id, aws_conn_id=self.aws_conn_id, log=self.log
         )
         if self.job_id is not None and state.current is not None:
-            job = self._stop_job(state, wait_seconds=wait_seconds, poll_seconds=poll_seconds)
+            job, ended = self._stop_job(state, wait_seconds=wait_seconds, poll_seconds=poll_seconds)
             if job is not None:
                 cause = None if job["state"] == "succeeded" else "killed"
-                state = billing._bill_attempt(state, job, cause)
+                state = billing._bill_attempt(state, job, cause, keyed_by_name=not ended)
                 self.log.warning(
                     "the task was killed: job %s stopped and billed, %.0f s for $%s",
                     self.job_id,
                     float(job["billable_seconds"]),
                     state.attempts[-1].usd,
                 )
+        if self._task_runs_again():
+            # Cleared: its new try took over the task's hold (it may have started already) and settles it
+            # with all the attempts, this one included, when it ends.
+            self.log.info("the task was cleared: its new try keeps the task's budget hold")
+            return
         billing._settle(state)
 
-    def _stop_job(self, state: Any, *, wait_seconds: float, poll_seconds: float) -> dict[str, Any] | None:
-        """Stop the job and wait for its end: its last status (billed up to now if it has not ended)."""
+    def _task_runs_again(self) -> bool:
+        """Whether Airflow has the killed task run again (it was cleared), asked now; False where not known.
+
+        Outside the triggerer (the operator's own ``on_kill``, tests) there is no task instance to ask.
+        """
+        ti = getattr(self, "task_instance", None)
+        if ti is None:
+            return False
+        try:
+            from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+            states = RuntimeTaskInstance.get_task_states(
+                dag_id=ti.dag_id, map_index=ti.map_index, task_ids=[ti.task_id], run_ids=[ti.run_id]
+            )
+        except Exception as e:  # the hold is settled: the safe side for a task that ended
+            self.log.warning("cannot read the killed task's state (%s): its budget hold is settled", e)
+            return False
+        run = states.get(ti.run_id) or {}
+        key = ti.task_id if ti.map_index is None or ti.map_index < 0 else f"{ti.task_id}_{ti.map_index}"
+        state = run.get(key)
+        return str(getattr(state, "value", state)) not in ENDED_STATES
+
+    def _stop_job(
+        self, state: Any, *, wait_seconds: float, poll_seconds: float
+    ) -> tuple[dict[str, Any] | None, bool]:
+        """Stop the job and wait for its end: its last status, and whether that is its end.
+
+        A job still running after ``wait_seconds`` is billed to the end of its grace period from the stop:
+        the backend kills it then (it may end sooner, if it saves and exits on the notice late).
+        """
         import time
         from dataclasses import replace
 
@@ -366,12 +403,13 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         except JobNotFoundError:
             if not stopped:  # gone before we stopped it: nothing to bill it from
                 self.log.warning("the task was killed; job %s is gone, nothing is billed", self.job_id)
-                return None
-            return dict(stopped_job_status(stopped, now=utcnow()).to_dict())
+                return None, True
+            return dict(stopped_job_status(stopped, now=utcnow()).to_dict()), True
         if status.state.done:
-            return dict(status.to_dict())
+            return dict(status.to_dict()), True
         self.log.warning("the task was killed: stopping job %s on %s", self.job_id, self.backend)
         backend.stop(self.job_id)
+        stopped_at = utcnow()
         give_up = time.monotonic() + wait_seconds
         while time.monotonic() < give_up:
             time.sleep(poll_seconds)
@@ -381,16 +419,18 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 break
             seen_at = utcnow()
             if status.state.done:
-                return dict(status.to_dict())
-        now = utcnow()
+                return dict(status.to_dict()), True
+        running = status.state == JobState.RUNNING
+        latest_end = stopped_at + timedelta(seconds=float(state.plan.grace_seconds))
         ended = replace(
             status,
             billable_seconds=status.billable_seconds
-            + (max(0.0, (now - seen_at).total_seconds()) if status.state == JobState.RUNNING else 0.0),
+            + (max(0.0, (latest_end - seen_at).total_seconds()) if running else 0.0),
             state=JobState.INTERRUPTED,
-            ended_at=now.timestamp(),
+            ended_at=(latest_end if running else utcnow()).timestamp(),
             reason=(
-                f"stopped when its task was killed; not ended after {wait_seconds:.0f} s, billed up to now"
+                f"stopped when its task was killed; not ended after {wait_seconds:.0f} s, billed to the end "
+                f"of its {state.plan.grace_seconds:.0f} s grace period, the latest it can run"
             ),
         )
-        return dict(ended.to_dict())
+        return dict(ended.to_dict()), False
