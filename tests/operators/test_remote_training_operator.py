@@ -146,6 +146,31 @@ def test_the_gate_reservation_counts_for_as_long_as_the_task_waits_for_its_job(
     drive(operator(tmp_path, tags={"project": "churn"}, max_usd="5", spot_decision=later), context_for())
 
 
+def test_a_ledger_blip_before_a_wait_does_not_fail_the_task_while_its_job_runs(
+    tmp_path: Path,
+    data: Path,
+    ledger: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Keeping the hold for the wait needs the ledger; failing the task for it left the job running with no
+    # task to watch it or bill it (with no retry left).
+    from costaware.adapters.ledger.store import Ledger
+    from costaware.core.errors import LedgerUnavailableError
+
+    def unreachable(self: Any, reservation_id: str, until: Any) -> Any:
+        raise LedgerUnavailableError("cannot write the cost ledger at sqlite:///x: database is locked")
+
+    ledger.set_budget("project=churn", "month", "10")
+    ledger.reserve("project=churn", "1.00", holder="remote_dag/scheduled__2026-01-01/train/-1", run_id="r")
+    with monkeypatch.context() as patched, pytest.raises(TaskDeferred):
+        patched.setattr(Ledger, "extend", unreachable)
+        operator(tmp_path, tags={"project": "churn"}, max_usd="5").execute(context_for())
+    assert "could not keep the task's budget hold for the wait" in capsys.readouterr().out
+    result, _ = drive(operator(tmp_path, tags={"project": "churn"}, max_usd="5"), context_for())
+    assert [a["cause"] for a in result["attempts"]] == ["success"]
+
+
 def test_the_spend_gate_reservation_grows_to_max_usd_so_the_budget_holds_the_cap(
     tmp_path: Path, data: Path, ledger: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -149,9 +149,11 @@ def test_a_job_still_stopping_after_the_wait_is_billed_to_the_end_of_its_grace(
     assert result["attempts"][0]["usd"] == str(Decimal(str(entry["usd"])))  # the ledger's figure
 
 
-@pytest.mark.parametrize(("state_now", "settled"), [("failed", True), ("success", True), ("scheduled", False)])
+@pytest.mark.parametrize(
+    ("state_now", "settled"), [("failed", True), ("success", True), ("scheduled", False), (None, False)]
+)
 def test_a_cleared_task_leaves_its_hold_to_its_new_try(
-    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch, state_now: str, settled: bool
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch, state_now: str | None, settled: bool
 ) -> None:
     # The new try of a cleared task may start before the old try's kill is handled, and take the task's
     # hold over: settled then at the old try's attempts, the new try's attempts ran with nothing held.

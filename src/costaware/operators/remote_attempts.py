@@ -454,12 +454,25 @@ class RemoteAttemptSteps(AttemptBilling):
         raise AirflowFailException(message)
 
     def _keep_holds(self, state: AttemptState, until: datetime) -> None:
-        """Keep this task's open reservations counting until ``until`` (the end of the wait for its job)."""
+        """Keep this task's open reservations counting until ``until`` (the end of the wait for its job).
+
+        A ledger that cannot be reached now does not fail the task: its job runs on, and a failed task
+        with no retry left would leave it running unwatched and unbilled. The hold then lapses at its own
+        time limit, said in the log.
+        """
+        from costaware.core.errors import LedgerUnavailableError
         from costaware.training.attempt_effects import open_task_reservations
 
-        ledger = self.ledger_hook.get_conn()
-        for reservation in open_task_reservations(ledger, state.plan):
-            ledger.extend(reservation.id, until)
+        try:
+            ledger = self.ledger_hook.get_conn()
+            for reservation in open_task_reservations(ledger, state.plan):
+                ledger.extend(reservation.id, until)
+        except LedgerUnavailableError as e:
+            self.log.warning(
+                "could not keep the task's budget hold for the wait (%s); the job is watched on and billed "
+                "when it ends, but the hold lapses at its own time limit (reservation_ttl)",
+                e,
+            )
 
     def _reserve(self, state: AttemptState) -> AttemptState:
         """Hold what the attempts may bill in the budgets; returns the state with the cap they allow.
