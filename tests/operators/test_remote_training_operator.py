@@ -578,7 +578,9 @@ def test_a_configuration_error_while_polling_fails_the_task_without_retry(
         (queues, AirflowException, "Batch job 'j' does not exist"),  # may be eventual consistency: retried
     ]
     for options, raised, message in cases:
-        trigger = RemoteTrainingJobTrigger(backend="batch", backend_options=options, job_id="j", state=state)
+        trigger = RemoteTrainingJobTrigger(
+            backend="batch", backend_options=options, job_id="j", state=state, poll_interval=0.01
+        )
         event = asyncio.run(reimported(trigger).run().__anext__()).payload
         assert event["status"] == "error" and event["configuration"] is (raised is AirflowFailException)
         with pytest.raises(raised, match=message) as e:

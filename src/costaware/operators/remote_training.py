@@ -495,10 +495,10 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
             # In the worker: poll the same trigger (its price watch and state-change logging) until it fires.
             self._waiting_on = trigger  # what on_kill stops and bills
             with airflow_errors():
-                event = trigger.poll_once(utcnow())
+                event = trigger.poll_tolerant(utcnow())
                 while event is None:
                     time.sleep(self.poll_interval)
-                    event = trigger.poll_once(utcnow())
+                    event = trigger.poll_tolerant(utcnow())
             outcome = self._on_event(context, state, event)
             if isinstance(outcome, dict):
                 return outcome

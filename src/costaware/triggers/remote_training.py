@@ -42,6 +42,8 @@ from costaware.glue import DEFAULT_AWS_CONN_ID
 #: Airflow 3.3 stops awaiting ``on_kill`` after about a second (it cancels the trigger again at its next
 #: loop): the work runs in a thread, which finishes on its own.
 KILL_WAIT_SECONDS = 20.0
+#: Polls in a row that may fail for a passing reason before the wait fails (see ``poll_tolerant``).
+MAX_POLL_ERRORS = 5
 #: The states of a task that will not run again: a kill that leaves one settles the task's hold.
 ENDED_STATES = frozenset({"success", "failed", "skipped", "upstream_failed", "removed"})
 
@@ -239,6 +241,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         self.ledger_conn_id = ledger_conn_id
         self.aws_conn_id = aws_conn_id
         self._last = ""
+        self._poll_errors = 0
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -297,10 +300,40 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 return {**paused, "job": status.to_dict(), "seen_at": now.isoformat()}
         return None
 
+    def poll_tolerant(self, now: datetime) -> dict[str, Any] | None:
+        """:meth:`poll_once`; a passing failure is polled again, up to ``MAX_POLL_ERRORS`` in a row.
+
+        A passing failure: a network error, throttling, a job not listed yet. The job runs on while the poll
+        fails; a task failed for it would leave the job unwatched and, with no retry left, unbilled. A
+        configuration error fails at once: polling again would fail the same way.
+        """
+        from costaware.core.errors import ConfigurationError
+
+        try:
+            event = self.poll_once(now)
+        except ConfigurationError:
+            raise
+        except Exception as e:
+            self._poll_errors += 1
+            if self._poll_errors >= MAX_POLL_ERRORS:
+                raise
+            self.log.warning(
+                "polling job %s on %s failed (%s: %s), %d time(s) in a row: polling again in %g s",
+                self.job_id,
+                self.backend,
+                type(e).__name__,
+                e,
+                self._poll_errors,
+                self.poll_interval,
+            )
+            return None
+        self._poll_errors = 0
+        return event
+
     async def run(self) -> AsyncIterator[TriggerEvent]:
         while True:
             try:
-                event = await asyncio.to_thread(self.poll_once, utcnow())
+                event = await asyncio.to_thread(self.poll_tolerant, utcnow())
             except Exception as e:
                 from costaware.core.errors import ConfigurationError
 
