@@ -163,7 +163,7 @@ class AttemptBilling:
                 for row in rows
                 if row["entry_uid"] == entry.entry_uid
                 or row["quantity"] == entry.quantity
-                or row["cause"] == "killed"
+                or (row["cause"] == "killed" and _started_before(job, row["incurred_at"]))
             ),
             None,
         )
@@ -174,6 +174,18 @@ class AttemptBilling:
             # against max_usd (priced again now, at another zone's or a later price, it could differ).
             attempt = replace(attempt, usd=str(stored))
         return state.recorded(attempt)
+
+
+def _started_before(job: Mapping[str, Any], moment: datetime) -> bool:
+    """Whether ``job``'s run began before ``moment``: the run a kill billed then, not one started after.
+
+    A backend that lost the stopped job takes a new one under the same name; that run starts after the
+    kill's entry and is billed on its own.
+    """
+    ended = job.get("ended_at")
+    end = datetime.fromtimestamp(float(ended), tz=timezone.utc) if ended is not None else utcnow()
+    started = end - timedelta(seconds=float(job["billable_seconds"]))
+    return started < (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc))
 
 
 class KilledTrainingBilling(AttemptBilling):

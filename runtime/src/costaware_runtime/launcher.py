@@ -435,7 +435,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ContractError as e:
         log.error("%s", e)
         return contract.EXIT_CONTRACT_ERROR
-    except StoreError as e:  # a store that cannot be used (a bucket that does not exist): before any training
+    except StoreError as e:  # a store that cannot be reached now (its endpoint): before any training
         log.error("%s", e)
         return contract.EXIT_SYNC_FAILED
     try:

@@ -77,6 +77,9 @@ class RemoteAttemptSteps(AttemptBilling):
         )
         from costaware.training.remote import job_name
 
+        if getattr(self, "_killed", False):  # a kill in the worker (on_kill) came while this step ran
+            self._settle(state)
+            raise AirflowException("the task was killed: no new attempt starts")
         plan = state.plan
         zone = ""
         if market == "spot":

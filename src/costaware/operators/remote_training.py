@@ -33,6 +33,10 @@ if TYPE_CHECKING:
 
 __all__ = ["RemoteTrainingOperator"]
 
+#: How long a kill in the worker waits for the stopped job to end: Airflow kills the task process 5 s after
+#: its SIGTERM, and the billing must be written before then.
+WORKER_KILL_WAIT_SECONDS = 2.0
+
 
 def launcher_reads(command: object) -> tuple[str, ...]:
     """The stores ``costaware-run`` reads and writes itself: the checkpoints, and a command's outputs."""
@@ -353,6 +357,8 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         self.budget_scope = budget_scope
         self.ledger_conn_id = ledger_conn_id
         self.deferrable = deferrable
+        self._killed = False  # set by on_kill: no new attempt starts
+        self._waiting_on: Any = None  # the trigger a wait in the worker polls: what on_kill stops and bills
 
     # -- plan --------------------------------------------------------------------------------------------
 
@@ -493,12 +499,21 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
             if self.deferrable:
                 self.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
             # In the worker: poll the same trigger (its price watch and state-change logging) until it fires.
+            trigger.task_instance = context.get("ti")  # whose state on_kill asks
+            if self._killed:  # killed while the attempt before was handled: this one has just started
+                trigger.stop_and_bill(wait_seconds=WORKER_KILL_WAIT_SECONDS)
+                raise AirflowException("the task was killed: its training job was stopped and billed")
             self._waiting_on = trigger  # what on_kill stops and bills
-            with airflow_errors():
-                event = trigger.poll_tolerant(utcnow())
-                while event is None:
-                    time.sleep(self.poll_interval)
+            try:
+                with airflow_errors():
                     event = trigger.poll_tolerant(utcnow())
+                    while event is None and not self._killed:
+                        time.sleep(self.poll_interval)
+                        event = trigger.poll_tolerant(utcnow())
+            finally:
+                self._waiting_on = None
+            if self._killed:
+                raise AirflowException("the task was killed: its training job was stopped and billed")
             outcome = self._on_event(context, state, event)
             if isinstance(outcome, dict):
                 return outcome
@@ -531,14 +546,18 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
     def on_kill(self) -> None:
         """The task was killed while it waited in the worker: stop the job and bill it, as the trigger does.
 
-        A deferred wait is killed in the triggerer (``RemoteTrainingJobTrigger.on_kill``). Killed before its
-        first wait, the task leaves its job running: a retry follows it by its stable name.
+        A deferred wait is killed in the triggerer (``RemoteTrainingJobTrigger.on_kill``). Airflow calls this
+        on SIGTERM, and kills the process 5 s later: the job is given 2 s to end, else billed to the end of
+        its grace period. No new attempt starts after it. The trigger's ``stop_and_bill`` asks the task's
+        state first: a worker shutting down or an ``execution_timeout`` (the task still running) leaves the
+        job running for a retry to follow, as does a kill before the first wait.
         """
-        trigger = getattr(self, "_waiting_on", None)
+        self._killed = True
+        trigger = self._waiting_on
         if trigger is None:
             self.log.info("task killed before it waited; a submitted job runs on and a retry follows it")
             return
-        trigger.stop_and_bill()
+        trigger.stop_and_bill(wait_seconds=WORKER_KILL_WAIT_SECONDS)
 
 
 def cap_usd(value: Any) -> Decimal | None:

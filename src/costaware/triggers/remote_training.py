@@ -46,6 +46,9 @@ KILL_WAIT_SECONDS = 20.0
 MAX_POLL_ERRORS = 5
 #: The states of a task that will not run again: a kill that leaves one settles the task's hold.
 ENDED_STATES = frozenset({"success", "failed", "skipped", "upstream_failed", "removed"})
+#: The states of a task no person ended: its trigger moved to another triggerer, or its worker is going
+#: away (shutdown, ``execution_timeout``); the job runs on for the task, or its retry, to follow.
+WAITING_STATES = frozenset({"deferred", "running"})
 
 
 def job_event(
@@ -353,7 +356,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             await asyncio.sleep(self.poll_interval)
 
     async def on_kill(self) -> None:
-        """A person killed the waiting task: stop its job and bill it (Airflow calls this on a kill only)."""
+        """A person killed the waiting task: stop its job and bill it (see :meth:`stop_and_bill`)."""
         await asyncio.to_thread(self.stop_and_bill)
 
     def stop_and_bill(self, *, wait_seconds: float = KILL_WAIT_SECONDS, poll_seconds: float = 1.0) -> None:
@@ -365,40 +368,52 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         is asked to stop (SIGTERM first: it checkpoints) and billed as it ended; where it has not ended
         within ``wait_seconds``, to the end of its grace period, the latest the backend lets it run. A paused
         training has no job: its hold is settled only. A cleared task's hold is left to its new try.
+
+        Airflow's state of the task says what happened: ended (marked failed or success, or its run gone),
+        cleared (it runs again), or still waiting, where no person ended it (a trigger moved to another
+        triggerer, a worker shut down, an ``execution_timeout``): then the job runs on, for the task or its
+        retry to follow. Where the state cannot be read (outside Airflow), the task is taken as ended.
         """
         from costaware.remote_billing import KilledTrainingBilling
         from costaware.training.attempts import AttemptState
 
+        verdict = self._task_verdict()
+        if verdict == "waiting":
+            self.log.info("the task still waits (no person ended it): job %s runs on", self.job_id)
+            return
         state = AttemptState.from_json(self.state)
         billing = KilledTrainingBilling(
             ledger_conn_id=self.ledger_conn_id, aws_conn_id=self.aws_conn_id, log=self.log
         )
-        if self.job_id is not None and state.current is not None:
-            job, ended = self._stop_job(state, wait_seconds=wait_seconds, poll_seconds=poll_seconds)
-            if job is not None:
-                cause = None if job["state"] == "succeeded" else "killed"
-                state = billing._bill_attempt(state, job, cause, keyed_by_name=not ended)
-                self.log.warning(
-                    "the task was killed: job %s stopped and billed, %.0f s for $%s",
-                    self.job_id,
-                    float(job["billable_seconds"]),
-                    state.attempts[-1].usd,
+        try:
+            if self.job_id is not None and state.current is not None:
+                job, ended, own_end = self._stop_job(
+                    state, wait_seconds=wait_seconds, poll_seconds=poll_seconds
                 )
-        if self._task_runs_again():
-            # Cleared: its new try took over the task's hold (it may have started already) and settles it
-            # with all the attempts, this one included, when it ends.
-            self.log.info("the task was cleared: its new try keeps the task's budget hold")
-            return
-        billing._settle(state)
+                if job is not None:
+                    # A job that had ended on its own before the kill keeps its own cause.
+                    state = billing._bill_attempt(
+                        state, job, None if own_end else "killed", keyed_by_name=not ended
+                    )
+                    self.log.warning(
+                        "the task was killed: job %s stopped and billed, %.0f s for $%s",
+                        self.job_id,
+                        float(job["billable_seconds"]),
+                        state.attempts[-1].usd,
+                    )
+        finally:
+            if verdict == "cleared":
+                # Its new try took over the task's hold (it may have started already) and settles it with
+                # all the attempts, this one included, when it ends.
+                self.log.info("the task was cleared: its new try keeps the task's budget hold")
+            else:
+                billing._settle(state)
 
-    def _task_runs_again(self) -> bool:
-        """Whether Airflow has the killed task run again (it was cleared), asked now; False where not known.
-
-        Outside the triggerer (the operator's own ``on_kill``, tests) there is no task instance to ask.
-        """
+    def _task_verdict(self) -> str:
+        """``ended``, ``cleared`` or ``waiting``: what Airflow says of the killed task now (see above)."""
         ti = getattr(self, "task_instance", None)
         if ti is None:
-            return False
+            return "ended"
         try:
             from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
 
@@ -406,26 +421,33 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 dag_id=ti.dag_id, map_index=ti.map_index, task_ids=[ti.task_id], run_ids=[ti.run_id]
             )
         except Exception as e:  # the hold is settled: the safe side for a task that ended
-            self.log.warning("cannot read the killed task's state (%s): its budget hold is settled", e)
-            return False
+            self.log.warning("cannot read the killed task's state (%s): taken as ended", e)
+            return "ended"
         run = states.get(ti.run_id) or {}
         key = ti.task_id if ti.map_index is None or ti.map_index < 0 else f"{ti.task_id}_{ti.map_index}"
-        state = run.get(key)
-        return str(getattr(state, "value", state)) not in ENDED_STATES
+        if key not in run:
+            return "ended"  # its run was deleted
+        state = run[key]
+        value = str(getattr(state, "value", state))
+        if value in ENDED_STATES:
+            return "ended"
+        return "waiting" if value in WAITING_STATES else "cleared"
 
     def _stop_job(
         self, state: Any, *, wait_seconds: float, poll_seconds: float
-    ) -> tuple[dict[str, Any] | None, bool]:
-        """Stop the job and wait for its end: its last status, and whether that is its end.
+    ) -> tuple[dict[str, Any] | None, bool, bool]:
+        """Stop the job, wait for its end: its last status, whether that is its end, whether it ended first.
 
-        A job still running after ``wait_seconds`` is billed to the end of its grace period from the stop:
-        the backend kills it then (it may end sooner, if it saves and exits on the notice late).
+        The third says the job had ended on its own before the stop (it keeps its own cause). A job still
+        running after ``wait_seconds`` is billed to the end of its grace period from the stop: the backend
+        kills it then (it may end sooner, if it saves and exits on the notice late). A job the backend no
+        longer has after the stop (a deleted pod) ended by then: billed up to then.
         """
         import time
         from dataclasses import replace
 
         from costaware.adapters.compute.base import JobState, open_backend
-        from costaware.core.errors import JobNotFoundError
+        from costaware.core.errors import ComputeBackendError, JobNotFoundError
 
         assert self.job_id is not None and state.current is not None
         backend = open_backend(self.backend, self.backend_options)
@@ -436,10 +458,10 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         except JobNotFoundError:
             if not stopped:  # gone before we stopped it: nothing to bill it from
                 self.log.warning("the task was killed; job %s is gone, nothing is billed", self.job_id)
-                return None, True
-            return dict(stopped_job_status(stopped, now=utcnow()).to_dict()), True
+                return None, True, True
+            return dict(stopped_job_status(stopped, now=utcnow()).to_dict()), True, False
         if status.state.done:
-            return dict(status.to_dict()), True
+            return dict(status.to_dict()), True, not stopped
         self.log.warning("the task was killed: stopping job %s on %s", self.job_id, self.backend)
         backend.stop(self.job_id)
         stopped_at = utcnow()
@@ -449,10 +471,14 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             try:
                 status = backend.poll(self.job_id)
             except JobNotFoundError:  # a deleted pod: it ended by now
-                break
+                gone = {"job": status.to_dict(), "seen_at": seen_at.isoformat()}
+                return dict(stopped_job_status(gone, now=utcnow()).to_dict()), True, False
+            except ComputeBackendError as e:  # a passing failure: look again, else bill to the latest end
+                self.log.warning("polling the stopped job %s failed: %s", self.job_id, e)
+                continue
             seen_at = utcnow()
             if status.state.done:
-                return dict(status.to_dict()), True
+                return dict(status.to_dict()), True, False
         running = status.state == JobState.RUNNING
         latest_end = stopped_at + timedelta(seconds=float(state.plan.grace_seconds))
         ended = replace(
@@ -466,4 +492,4 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 f"of its {state.plan.grace_seconds:.0f} s grace period, the latest it can run"
             ),
         )
-        return dict(ended.to_dict()), False
+        return dict(ended.to_dict()), False, False

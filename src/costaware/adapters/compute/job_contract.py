@@ -110,7 +110,8 @@ STAGING_FOLDER, RESULT_FILE, REGISTERED_FILE = "_staging", "result.json", "regis
 _HINTS = {
     EXIT_CONTRACT_ERROR: (
         "exit 2: your command exited 2 itself (e.g. python: can't open file: check the script's path), or it "
-        "broke the contract (exited 0 without a metrics file or with an empty output folder), or "
+        "broke the contract (exited 0 without a metrics file or with an empty output folder), a bucket it "
+        "names does not exist, or "
         "costaware-run could not start; the job's last log lines (the launcher's begin with "
         "'costaware-run:') say which"
     ),
