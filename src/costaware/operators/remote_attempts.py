@@ -385,6 +385,7 @@ class RemoteAttemptSteps(AttemptBilling):
 
     def _step(self, context: Context, state: AttemptState, event: Event) -> Any:
         """Decide the next step (pure) and perform it: the new state to wait on, or the result (XCom)."""
+        from costaware.adapters.compute.job_contract import EXIT_PREEMPTED_BEFORE_CHECKPOINT
         from costaware.training.attempts import Fail, Finish, JobEnded, Pause, Resume, Submit, next_step
         from costaware.training.pauses import latest_resume as resume_by
         from costaware.training.pauses import price_watch, work_left
@@ -430,6 +431,9 @@ class RemoteAttemptSteps(AttemptBilling):
                     event.job.get("reason"),
                     "a next attempt resumes from the newest checkpoint if the cap leaves enough for one"
                     if step.cause_of_previous == "max_usd"
+                    # The launcher's exit 77: the attempt saved nothing (an earlier one may have).
+                    else "the next attempt starts from the newest checkpoint there is, or over"
+                    if event.job.get("exit_code") == EXIT_PREEMPTED_BEFORE_CHECKPOINT
                     else "the next attempt resumes from the newest checkpoint",
                 )
             return self._submit(state, step.market, step.market_reason)
