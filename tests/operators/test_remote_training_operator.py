@@ -171,6 +171,23 @@ def test_a_ledger_blip_before_a_wait_does_not_fail_the_task_while_its_job_runs(
     assert [a["cause"] for a in result["attempts"]] == ["success"]
 
 
+def test_the_worker_entry_of_each_try_carries_the_operators_tags(
+    tmp_path: Path, data: Path, ledger: Any
+) -> None:
+    # The listener tagged the worker's own entry with the DAG's tags and the run's params only: a project
+    # given in the operator's tags (its budget_scope's) left the worker's time out of that budget.
+    from costaware.glue import pop_annotations
+
+    context = context_for()
+    with pytest.raises(TaskDeferred) as deferred:
+        operator(tmp_path, tags={"project": "churn"}).execute(context)
+    assert pop_annotations(context["ti"])["tags"] == {"project": "churn"}
+    event = asyncio.run(reimported(deferred.value.trigger).run().__anext__()).payload
+    operator(tmp_path, tags={"project": "churn"}).execute_complete(context, event=event)
+    told = pop_annotations(context["ti"])
+    assert told["tags"] == {"project": "churn"} and told["cause"] == "orchestration"
+
+
 def test_the_spend_gate_reservation_grows_to_max_usd_so_the_budget_holds_the_cap(
     tmp_path: Path, data: Path, ledger: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -481,6 +481,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         """Write the spec, submit attempt 1 (or find it, on a retry) and wait for it."""
         with airflow_errors():
             state = self._start(context)
+            _tag_this_try(context, state)
             state = self._reserve(state)
             state = self._submit(state, state.plan.first_market, state.plan.first_market_reason)
         return self._wait(context, state)
@@ -538,6 +539,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
             raise AirflowException(f"polling the training job failed: {event.get('message')}")
         with airflow_errors():
             state = AttemptState.from_json(event["state"])
+        _tag_this_try(context, state)
         outcome = self._on_event(context, state, event)
         if isinstance(outcome, dict):
             return outcome
@@ -558,6 +560,19 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
             self.log.info("task killed before it waited; a submitted job runs on and a retry follows it")
             return
         trigger.stop_and_bill(wait_seconds=WORKER_KILL_WAIT_SECONDS)
+
+
+def _tag_this_try(context: Context, state: AttemptState) -> None:
+    """The worker's own entry of this try (the listener's) carries the attempts' tags, ``tags=`` included.
+
+    The listener tags an entry with the DAG's tags and the run's params only: a project given in the
+    operator's ``tags`` (and its ``budget_scope``) left the worker's time out of that project's budget.
+    """
+    from costaware.glue import annotate_task
+
+    ti = context.get("ti")
+    if ti is not None and hasattr(ti, "dag_id"):
+        annotate_task(ti, tags=dict(state.plan.tags))
 
 
 def cap_usd(value: Any) -> Decimal | None:
