@@ -93,6 +93,10 @@ def test_same_region_passes(buckets: dict[str, str], ledger_conn: Ledger) -> Non
     assert (row["region"], row["bytes"], row["how"]) == ("us-east-1", SIZE, "head_bucket")
     [entry] = ledger_conn.entries()
     assert (entry["outcome"], entry["usd"], entry["estimated"]) == ("same_region", Decimal(0), True)
+    # The listener's entry of this try (its worker time) carries the operator's tags too.
+    from costaware.glue import pop_annotations
+
+    assert pop_annotations(CONTEXT["ti"])["tags"] == {"project": "flights"}
 
 
 def test_warn_records_the_egress_as_spend(buckets: dict[str, str], ledger_conn: Ledger, capsys: Any) -> None:

@@ -196,6 +196,11 @@ class DataLocalityCheckOperator(BaseOperator):
         from costaware.hooks.ledger import CostLedgerHook
 
         who = {**run_identity(context, self.task_id), "tags": run_tags(self, context, self.tags)}
+        ti = context.get("ti")
+        if self.tags and ti is not None and hasattr(ti, "dag_id"):
+            from costaware.glue import annotate_task
+
+            annotate_task(ti, tags=dict(self.tags))  # this try's own entry counts where its estimates do
         with airflow_errors():
             found = self._estimates(s3_options(self.aws_conn_id))
             ledger = CostLedgerHook(self.ledger_conn_id).get_conn()
