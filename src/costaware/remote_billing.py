@@ -167,6 +167,8 @@ class AttemptBilling:
             ),
             None,
         )
+        if stored is None and keyed_by_name:
+            stored = _this_run_recorded(ledger, state.plan.identity, job)
         if stored is None:
             ledger.record(entry)
         else:
@@ -174,6 +176,29 @@ class AttemptBilling:
             # against max_usd (priced again now, at another zone's or a later price, it could differ).
             attempt = replace(attempt, usd=str(stored))
         return state.recorded(attempt)
+
+
+def _this_run_recorded(ledger: Any, identity: Mapping[str, Any], job: Mapping[str, Any]) -> Decimal | None:
+    """What an entry of this run of ``job`` already billed, under its end's key, else None.
+
+    A kill that bills a job still stopping can race a cleared task's new try, which saw the job end and
+    recorded it under its end: an entry of that job recorded after this run began is this run.
+    """
+    from costaware.training.remote import job_of_attempt_note
+
+    rows = ledger.entries(dag_id=str(identity["dag_id"]), run_id=str(identity["run_id"]))
+    for row in rows:
+        same_task = row["task_id"] == identity["task_id"] and int(row["map_index"]) == int(
+            identity.get("map_index", -1)
+        )
+        if (
+            same_task
+            and str(row["price_source"] or "").startswith("remote:")
+            and job_of_attempt_note(str(row["note"] or "")) == str(job["job_id"])
+            and _started_before(job, row["incurred_at"])
+        ):
+            return Decimal(row["usd"])
+    return None
 
 
 def _started_before(job: Mapping[str, Any], moment: datetime) -> bool:

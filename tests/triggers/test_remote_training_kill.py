@@ -270,6 +270,14 @@ def test_a_run_under_the_same_name_after_a_kill_is_billed_on_its_own(tmp_path: P
     # A run started after the kill under the same name: billed on its own.
     later = billing._bill_attempt(state, {**job, "billable_seconds": 50.0, "ended_at": now + 100}, None)
     assert len(train_entries(ledger)) == 2 and later.attempts[-1].billable_seconds == 50.0
+    # The race the other way: a new try saw another job end and recorded it under its end before the kill,
+    # whose last look saw it still stopping, billed it under its name: billed once.
+    other = {**job, "job_id": "train-other-a1"}
+    billing._bill_attempt(state, {**other, "billable_seconds": 80.0, "ended_at": now - 5}, None)
+    billing._bill_attempt(
+        state, {**other, "billable_seconds": 180.0, "ended_at": now + 95}, "killed", keyed_by_name=True
+    )
+    assert len(train_entries(ledger)) == 3
 
 
 def test_a_killed_pause_has_no_job_and_settles_its_hold(tmp_path: Path, ledger: Any) -> None:
