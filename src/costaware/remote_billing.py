@@ -208,8 +208,11 @@ def _started_before(job: Mapping[str, Any], moment: datetime) -> bool:
     kill's entry and is billed on its own.
     """
     ended = job.get("ended_at")
-    end = datetime.fromtimestamp(float(ended), tz=timezone.utc) if ended is not None else utcnow()
-    started = end - timedelta(seconds=float(job["billable_seconds"]))
+    if ended is None:
+        return True  # a backend that gives no end (SageMaker): its start is not known, the run is taken as it
+    started = datetime.fromtimestamp(float(ended), tz=timezone.utc) - timedelta(
+        seconds=float(job["billable_seconds"])
+    )
     return started < (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc))
 
 

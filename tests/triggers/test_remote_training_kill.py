@@ -224,7 +224,8 @@ def test_a_job_gone_after_the_stop_is_billed_up_to_then(
     tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A Kubernetes pod is deleted by the stop: the backend no longer has it. It ended by then, not at the
-    # end of its grace period, and is keyed by its end as any ended attempt.
+    # end of its grace period. When exactly is not known: it is keyed by the job's name, so that a new try
+    # that saw its real end bills it once.
     from costaware.adapters.compute.local import LocalBackend
     from costaware.core.errors import JobNotFoundError
     from costaware.training.remote import attempt_key, attempt_uid
@@ -242,10 +243,10 @@ def test_a_job_gone_after_the_stop_is_billed_up_to_then(
     monkeypatch.setattr(LocalBackend, "stop", lambda self, job_id: stops.append(job_id))
     trigger.stop_and_bill(poll_seconds=0.1)
     (entry,) = train_entries(ledger)
-    assert entry["cause"] == "killed" and "grace period" not in entry["note"]
+    assert entry["cause"] == "killed" and "the backend no longer has it, billed up to then" in entry["note"]
     assert Decimal(str(entry["quantity"])) * 3600 < 30  # seconds, not the 110 s grace
     identity = {"dag_id": "remote_dag", "run_id": "scheduled__2026-01-01", "task_id": "train"}
-    assert entry["entry_uid"] != attempt_uid(attempt_key(identity, str(trigger.job_id), legacy=True))
+    assert entry["entry_uid"] == attempt_uid(attempt_key(identity, str(trigger.job_id), legacy=True))
 
 
 def test_a_run_under_the_same_name_after_a_kill_is_billed_on_its_own(tmp_path: Path, ledger: Any) -> None:
@@ -332,3 +333,50 @@ def test_a_kill_in_the_worker_starts_no_new_attempt(tmp_path: Path, ledger: Any)
     assert not worker.is_alive() and "the task was killed" in str(failed[0])
     assert len(list((tmp_path / "jobs").iterdir())) == 1
     assert [e["cause"] for e in train_entries(ledger)] == ["killed"]
+
+
+def test_an_execution_timeout_in_the_worker_stops_and_bills_the_job(tmp_path: Path, ledger: Any) -> None:
+    # Airflow raises AirflowTaskTimeout inside execute, then calls on_kill: the job was left running, and
+    # with no retry left it was never billed.
+    from airflow.sdk.exceptions import AirflowTaskTimeout
+    from airflow.sdk.execution_time.timeout import timeout
+
+    op = operator(tmp_path, "wait-for-notice", deferrable=False, poll_interval=0.2)
+    with pytest.raises(AirflowTaskTimeout), timeout(4):
+        op.execute(context_for())
+    op.on_kill()  # as Airflow's task runner does after the timeout
+    (entry,) = train_entries(ledger)
+    assert entry["cause"] == "killed"
+    job = entry["note"].split()[3]
+    give_up = time.monotonic() + 30
+    while not open_backend("local", {"root": str(tmp_path / "jobs")}).poll(job).state.done:
+        assert time.monotonic() < give_up
+        time.sleep(0.2)
+
+
+def test_a_job_the_backend_cannot_tell_about_is_stopped_and_billed_from_its_submit(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SageMaker prices a run only once it ended (0 s while it runs or stops), and a poll may fail: the job
+    # is stopped all the same and billed from its submit to the end of its grace period, an upper bound.
+    from costaware.adapters.compute.local import LocalBackend
+    from costaware.core.errors import ComputeBackendError
+
+    trigger = deferred_trigger(operator(tmp_path, "wait-for-notice", preemption_grace_seconds=3))
+    wait_for(tmp_path / "seen.jsonl.ready")
+    time.sleep(1.0)
+
+    def poll(self: LocalBackend, job_id: str) -> Any:
+        raise ComputeBackendError("ThrottlingException: Rate exceeded")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(LocalBackend, "poll", poll)
+        trigger.stop_and_bill(wait_seconds=0.3, poll_seconds=0.1)
+    (entry,) = train_entries(ledger)
+    assert entry["cause"] == "killed" and "grace period" in entry["note"]
+    assert Decimal(str(entry["quantity"])) * 3600 >= 4  # over a second since the submit, and 3 s of grace
+    assert trigger.job_id is not None
+    give_up = time.monotonic() + 30
+    while not open_backend("local", {"root": str(tmp_path / "jobs")}).poll(trigger.job_id).state.done:
+        assert time.monotonic() < give_up  # it was stopped although no poll answered
+        time.sleep(0.2)

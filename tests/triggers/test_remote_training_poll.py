@@ -42,9 +42,22 @@ def test_a_failure_that_passes_is_polled_through(tmp_path: Any, monkeypatch: pyt
     assert first_event(watch) == ENDED and answers == []
 
 
-def test_a_failure_that_lasts_ends_the_wait_after_a_few_polls(tmp_path: Any) -> None:
-    # The local backend has no job "j": every poll fails, MAX_POLL_ERRORS times.
+def test_a_failure_that_lasts_ends_the_wait_after_a_few_polls(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The local backend has no job "j": every poll fails, MAX_POLL_ERRORS times (once, before).
+    from costaware.adapters.compute.local import LocalBackend
+
+    polls: list[str] = []
+    real_poll = LocalBackend.poll
+
+    def counted(self: LocalBackend, job_id: str) -> Any:
+        polls.append(job_id)
+        return real_poll(self, job_id)
+
+    monkeypatch.setattr(LocalBackend, "poll", counted)
     event = first_event(trigger(tmp_path))
+    assert len(polls) == MAX_POLL_ERRORS
     assert event["status"] == "error" and event["configuration"] is False
     assert "local job 'j' does not exist" in event["message"]
 

@@ -120,6 +120,7 @@ class RemoteAttemptSteps(AttemptBilling):
         # an attempt that ran into it is recorded as stopped by max_usd, not preempted.
         binding = allowed is not None and (plan.backend == "local" or request.max_runtime_seconds == allowed)
         restored = self._committed_step(state) if market == "spot" else None
+        submitted_at = utcnow()
         job_id = backend.submit(request)
         self.log.info(
             "attempt %d: job %s on %s, %s %s%s%s",
@@ -141,6 +142,7 @@ class RemoteAttemptSteps(AttemptBilling):
             restored_step=restored,
             market_reason=market_reason if market == "on_demand" else "",
             stop_after_seconds=allowed if binding else None,
+            submitted_at=submitted_at.isoformat(),
         )
 
     def _record_move_egress(self, state: AttemptState, attempt: int, zone: str) -> None:

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
@@ -33,9 +33,9 @@ if TYPE_CHECKING:
 
 __all__ = ["RemoteTrainingOperator"]
 
-#: How long a kill in the worker waits for the stopped job to end: Airflow kills the task process 5 s after
-#: its SIGTERM, and the billing must be written before then.
-WORKER_KILL_WAIT_SECONDS = 2.0
+#: How long a kill in the worker waits for the stopped job to end: none. Airflow kills the task process 5 s
+#: after its SIGTERM and the billing must be written before then: the job is billed to its grace period's end.
+WORKER_KILL_WAIT_SECONDS = 0.0
 
 
 def launcher_reads(command: object) -> tuple[str, ...]:
@@ -358,6 +358,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         self.ledger_conn_id = ledger_conn_id
         self.deferrable = deferrable
         self._killed = False  # set by on_kill: no new attempt starts
+        self._kill_handled = False  # the job of the wait was stopped and billed
         self._waiting_on: Any = None  # the trigger a wait in the worker polls: what on_kill stops and bills
 
     # -- plan --------------------------------------------------------------------------------------------
@@ -497,24 +498,22 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
                 # The budgets hold the attempts' money for as long as this wait may last: a hold past its
                 # time limit (6 h by default) stopped counting while the job still billed.
                 self._keep_holds(state, utcnow() + timeout + timedelta(hours=1))
+            # What on_kill stops and bills (a kill, an execution_timeout), published before the check below.
+            self._waiting_on = trigger
+            if self._killed:  # killed while the step before ran (a submit): its new job is stopped here
+                self._stop_killed(trigger)
             if self.deferrable:
                 self.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
             # In the worker: poll the same trigger (its price watch and state-change logging) until it fires.
-            trigger.task_instance = context.get("ti")  # whose state on_kill asks
-            if self._killed:  # killed while the attempt before was handled: this one has just started
-                trigger.stop_and_bill(wait_seconds=WORKER_KILL_WAIT_SECONDS)
-                raise AirflowException("the task was killed: its training job was stopped and billed")
-            self._waiting_on = trigger  # what on_kill stops and bills
-            try:
-                with airflow_errors():
+            with airflow_errors():
+                event = trigger.poll_tolerant(utcnow())
+                while event is None and not self._killed:
+                    time.sleep(self.poll_interval)
                     event = trigger.poll_tolerant(utcnow())
-                    while event is None and not self._killed:
-                        time.sleep(self.poll_interval)
-                        event = trigger.poll_tolerant(utcnow())
-            finally:
-                self._waiting_on = None
             if self._killed:
-                raise AirflowException("the task was killed: its training job was stopped and billed")
+                self._stop_killed(trigger)
+            self._waiting_on = None
+            # A kill from here on: the ended attempt is billed below, and no new one starts (_submit).
             outcome = self._on_event(context, state, event)
             if isinstance(outcome, dict):
                 return outcome
@@ -534,6 +533,10 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         if not event or "state" not in event:
             raise AirflowException(f"remote training trigger ended without a job status: {event!r}")
         if event.get("status") != "success":
+            try:  # the worker time of a try failed here is this task's too: tagged as its attempts
+                _tag_this_try(context, AttemptState.from_json(event["state"]))
+            except Exception as e:  # an older or partial state: the failure below is what matters
+                self.log.debug("no tags from the event's state: %s", e)
             if event.get("configuration"):  # a retry would fail the same way
                 raise AirflowFailException(f"polling the training job failed: {event.get('message')}")
             raise AirflowException(f"polling the training job failed: {event.get('message')}")
@@ -549,17 +552,32 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         """The task was killed while it waited in the worker: stop the job and bill it, as the trigger does.
 
         A deferred wait is killed in the triggerer (``RemoteTrainingJobTrigger.on_kill``). Airflow calls this
-        on SIGTERM, and kills the process 5 s later: the job is given 2 s to end, else billed to the end of
-        its grace period. No new attempt starts after it. The trigger's ``stop_and_bill`` asks the task's
-        state first: a worker shutting down or an ``execution_timeout`` (the task still running) leaves the
-        job running for a retry to follow, as does a kill before the first wait.
+        on SIGTERM (a person's mark or clear, a worker shutting down) and after an ``execution_timeout``,
+        and kills the process 5 s after a SIGTERM: the job is stopped and billed at once, to the end of its
+        grace period (a retry resumes from its checkpoint). No new attempt starts after it.
         """
         self._killed = True
         trigger = self._waiting_on
         if trigger is None:
-            self.log.info("task killed before it waited; a submitted job runs on and a retry follows it")
+            # Between two waits: the step under way bills the attempt that ended, and starts no new one.
+            self.log.info("task killed between two waits: no new attempt starts")
             return
-        trigger.stop_and_bill(wait_seconds=WORKER_KILL_WAIT_SECONDS)
+        try:
+            self._stop_killed(trigger)
+        except AirflowException:
+            pass  # said by _stop_killed; Airflow ends the task itself
+        except Exception:  # never into the frame the signal came in: said, and the task ends as Airflow says
+            self.log.exception("could not stop and bill the training job of the killed task")
+
+    def _stop_killed(self, trigger: Any) -> NoReturn:
+        """Stop and bill the job ``trigger`` waits on, once, and end the task (see :meth:`on_kill`)."""
+        if not self._kill_handled:
+            self._kill_handled = True
+            # In the worker, Airflow's state is not asked (a call to the supervisor from the signal handler
+            # could wait on a lock the interrupted code holds), and the job is billed to the end of its grace
+            # period at once (the process is killed 5 s after SIGTERM).
+            trigger.stop_and_bill(wait_seconds=WORKER_KILL_WAIT_SECONDS, ask_state=False)
+        raise AirflowException("the task was killed: its training job was stopped and billed")
 
 
 def _tag_this_try(context: Context, state: AttemptState) -> None:

@@ -142,6 +142,7 @@ class Current:
     restored_step: int | None = None  # see Attempt.restored_step
     market_reason: str = ""  # see Attempt.market_reason
     stop_after_seconds: int | None = None  # what was left of max_usd when it was submitted (None: no cap)
+    submitted_at: str | None = None  # ISO time of the submit (older states: None)
 
     def to_json(self) -> dict[str, Any]:
         # Older states have no pausing/stopped keys until a pause: leave them out when unset.
@@ -154,6 +155,8 @@ class Current:
             data["market_reason"] = self.market_reason
         if self.stop_after_seconds is not None:
             data["stop_after_seconds"] = self.stop_after_seconds
+        if self.submitted_at is not None:
+            data["submitted_at"] = self.submitted_at
         if self.pausing is not None:
             data["pausing"] = self.pausing
         if self.stopped is not None:
@@ -173,6 +176,7 @@ class Current:
             restored_step=_step_or_none(data.get("restored_step")),
             market_reason=str(data.get("market_reason") or ""),
             stop_after_seconds=_step_or_none(data.get("stop_after_seconds")),
+            submitted_at=str(data["submitted_at"]) if data.get("submitted_at") else None,
         )
 
     def stopped_by_cap(self, job: Mapping[str, Any]) -> bool:
@@ -253,12 +257,14 @@ class AttemptState:
         restored_step: int | None = None,
         market_reason: str = "",
         stop_after_seconds: int | None = None,
+        submitted_at: str | None = None,
     ) -> AttemptState:
         """Attempt :attr:`next_attempt` runs as ``job_id`` on ``market`` (in ``zone``, where chosen).
 
         ``restored_step``: the newest pushed checkpoint's step at the submit, where it was read;
         ``market_reason``: why it runs on on-demand, where something chose that (see
-        :attr:`Attempt.market_reason`); ``stop_after_seconds``: when ``max_usd`` stops it.
+        :attr:`Attempt.market_reason`); ``stop_after_seconds``: when ``max_usd`` stops it;
+        ``submitted_at``: when (ISO), the most a job the backend has not priced yet can have run.
         """
         current = Current(
             attempt=self.next_attempt,
@@ -268,6 +274,7 @@ class AttemptState:
             restored_step=restored_step,
             market_reason=market_reason,
             stop_after_seconds=stop_after_seconds,
+            submitted_at=submitted_at,
         )
         return replace(self, current=current)
 

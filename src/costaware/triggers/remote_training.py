@@ -359,7 +359,13 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         """A person killed the waiting task: stop its job and bill it (see :meth:`stop_and_bill`)."""
         await asyncio.to_thread(self.stop_and_bill)
 
-    def stop_and_bill(self, *, wait_seconds: float = KILL_WAIT_SECONDS, poll_seconds: float = 1.0) -> None:
+    def stop_and_bill(
+        self,
+        *,
+        wait_seconds: float = KILL_WAIT_SECONDS,
+        poll_seconds: float = 1.0,
+        ask_state: bool = True,
+    ) -> bool:
         """Stop the job of a task a person killed, bill what it ran, and settle the task's hold (blocking IO).
 
         The operator would have billed the attempt when the job ended and settled the hold when the
@@ -369,18 +375,18 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         within ``wait_seconds``, to the end of its grace period, the latest the backend lets it run. A paused
         training has no job: its hold is settled only. A cleared task's hold is left to its new try.
 
-        Airflow's state of the task says what happened: ended (marked failed or success, or its run gone),
-        cleared (it runs again), or still waiting, where no person ended it (a trigger moved to another
-        triggerer, a worker shut down, an ``execution_timeout``): then the job runs on, for the task or its
-        retry to follow. Where the state cannot be read (outside Airflow), the task is taken as ended.
+        With ``ask_state``, Airflow's state of the task says what happened: ended (marked failed or success,
+        or its run gone), cleared (it runs again), or still waiting, where no person ended it (a new try
+        already follows the job): then the job runs on. Where the state cannot be read (outside Airflow),
+        the task is taken as ended. Returns whether the job was stopped and billed.
         """
         from costaware.remote_billing import KilledTrainingBilling
         from costaware.training.attempts import AttemptState
 
-        verdict = self._task_verdict()
+        verdict = self._task_verdict() if ask_state else "ended"
         if verdict == "waiting":
             self.log.info("the task still waits (no person ended it): job %s runs on", self.job_id)
-            return
+            return False
         state = AttemptState.from_json(self.state)
         billing = KilledTrainingBilling(
             ledger_conn_id=self.ledger_conn_id, aws_conn_id=self.aws_conn_id, log=self.log
@@ -391,10 +397,9 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                     state, wait_seconds=wait_seconds, poll_seconds=poll_seconds
                 )
                 if job is not None:
-                    # A job that had ended on its own before the kill keeps its own cause.
-                    state = billing._bill_attempt(
-                        state, job, None if own_end else "killed", keyed_by_name=not ended
-                    )
+                    # A job that had ended on its own before the kill keeps its own cause, as does a success.
+                    cause = None if own_end or job["state"] == "succeeded" else "killed"
+                    state = billing._bill_attempt(state, job, cause, keyed_by_name=not ended)
                     self.log.warning(
                         "the task was killed: job %s stopped and billed, %.0f s for $%s",
                         self.job_id,
@@ -408,6 +413,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 self.log.info("the task was cleared: its new try keeps the task's budget hold")
             else:
                 billing._settle(state)
+        return True
 
     def _task_verdict(self) -> str:
         """``ended``, ``cleared`` or ``waiting``: what Airflow says of the killed task now (see above)."""
@@ -438,21 +444,25 @@ class RemoteTrainingJobTrigger(BaseTrigger):
     ) -> tuple[dict[str, Any] | None, bool, bool]:
         """Stop the job, wait for its end: its last status, whether that is its end, whether it ended first.
 
-        The third says the job had ended on its own before the stop (it keeps its own cause). A job still
-        running after ``wait_seconds`` is billed to the end of its grace period from the stop: the backend
-        kills it then (it may end sooner, if it saves and exits on the notice late). A job the backend no
-        longer has after the stop (a deleted pod) ended by then: billed up to then.
+        The third says the job had ended on its own before the stop (it keeps its own cause). A job not seen
+        to end within ``wait_seconds`` (still running, gone from the backend, or not answering) is billed to
+        the end of its grace period from the stop, the latest the backend lets it run: its billed time so far
+        and the time since, or, where the backend has not priced it yet (SageMaker, until the job ends), the
+        time since its submit. That is not its end: the entry is keyed by the job's name.
         """
         import time
         from dataclasses import replace
 
-        from costaware.adapters.compute.base import JobState, open_backend
+        from costaware.adapters.compute.base import JobState, JobStatus, open_backend
         from costaware.core.errors import ComputeBackendError, JobNotFoundError
 
         assert self.job_id is not None and state.current is not None
         backend = open_backend(self.backend, self.backend_options)
         stopped = state.current.stopped
         seen_at = utcnow()
+        status = JobStatus(
+            job_id=self.job_id, state=JobState.RUNNING, market=state.current.market, instance_type=""
+        )
         try:
             status = backend.poll(self.job_id)
         except JobNotFoundError:
@@ -460,36 +470,54 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 self.log.warning("the task was killed; job %s is gone, nothing is billed", self.job_id)
                 return None, True, True
             return dict(stopped_job_status(stopped, now=utcnow()).to_dict()), True, False
-        if status.state.done:
-            return dict(status.to_dict()), True, not stopped
+        except ComputeBackendError as e:  # not answering now: stop it all the same, billed to its latest end
+            self.log.warning("polling job %s failed (%s): stopping it all the same", self.job_id, e)
+        else:
+            if status.state.done:
+                return dict(status.to_dict()), True, not stopped
         self.log.warning("the task was killed: stopping job %s on %s", self.job_id, self.backend)
-        backend.stop(self.job_id)
         stopped_at = utcnow()
+        try:
+            backend.stop(self.job_id)
+        except ComputeBackendError as e:
+            self.log.warning(
+                "stopping job %s failed (%s): it is billed to its grace period's end", self.job_id, e
+            )
         give_up = time.monotonic() + wait_seconds
+        gone = False
         while time.monotonic() < give_up:
             time.sleep(poll_seconds)
             try:
-                status = backend.poll(self.job_id)
-            except JobNotFoundError:  # a deleted pod: it ended by now
-                gone = {"job": status.to_dict(), "seen_at": seen_at.isoformat()}
-                return dict(stopped_job_status(gone, now=utcnow()).to_dict()), True, False
-            except ComputeBackendError as e:  # a passing failure: look again, else bill to the latest end
+                polled = backend.poll(self.job_id)
+            except JobNotFoundError:  # a deleted pod: it ended by now, when exactly is not known
+                gone = True
+                break
+            except ComputeBackendError as e:  # a passing failure: look again
                 self.log.warning("polling the stopped job %s failed: %s", self.job_id, e)
                 continue
-            seen_at = utcnow()
+            status, seen_at = polled, utcnow()
             if status.state.done:
                 return dict(status.to_dict()), True, False
-        running = status.state == JobState.RUNNING
-        latest_end = stopped_at + timedelta(seconds=float(state.plan.grace_seconds))
+        latest_end = utcnow() if gone else stopped_at + timedelta(seconds=float(state.plan.grace_seconds))
+        billable = status.billable_seconds
+        if status.state != JobState.PENDING:
+            billable += max(0.0, (latest_end - seen_at).total_seconds())
+            submitted = state.current.submitted_at
+            if submitted:  # a backend that has not priced the run yet (0 s while it runs)
+                since_submit = (latest_end - parse_instant(submitted, name="submitted_at")).total_seconds()
+                billable = max(billable, since_submit)
+        reason = (
+            "stopped when its task was killed; the backend no longer has it, billed up to then"
+            if gone
+            else f"stopped when its task was killed; not ended after {wait_seconds:.0f} s, billed to the end "
+            f"of its {state.plan.grace_seconds:.0f} s grace period, the latest it can run"
+        )
         ended = replace(
             status,
-            billable_seconds=status.billable_seconds
-            + (max(0.0, (latest_end - seen_at).total_seconds()) if running else 0.0),
+            billable_seconds=billable,
             state=JobState.INTERRUPTED,
-            ended_at=(latest_end if running else utcnow()).timestamp(),
-            reason=(
-                f"stopped when its task was killed; not ended after {wait_seconds:.0f} s, billed to the end "
-                f"of its {state.plan.grace_seconds:.0f} s grace period, the latest it can run"
-            ),
+            ended_at=latest_end.timestamp(),
+            instance_type=status.instance_type or state.plan.instance_type,
+            reason=reason,
         )
         return dict(ended.to_dict()), False, False
