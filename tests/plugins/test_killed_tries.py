@@ -151,3 +151,29 @@ def test_a_try_put_up_for_retry_does_not_take_the_next_tries_key(ledger: Ledger)
         (1, "killed", "failed"),
         (2, "", "success"),
     ]
+
+
+def test_a_killed_remote_training_try_carries_the_operators_own_tags(
+    ledger_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Its worker time (a wait in the worker) was recorded without the operator's tags, so the budget the
+    # task holds in (its budget_scope, over those tags) left it out. The tags are a template field now, so
+    # the serialized DAG keeps them; a value still a template is left out.
+    from costaware.operators.remote_training import RemoteTrainingOperator
+
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+    monkeypatch.setattr(listener_module, "spool_dir", lambda: tmp_path / "spool")
+    with DAG("remote", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")) as dag:
+        RemoteTrainingOperator(
+            task_id="train",
+            command=["python", "train.py"],
+            model_store=str(tmp_path / "models"),
+            checkpoint_store=str(tmp_path / "ckpt"),
+            deferrable=False,
+            tags={"project": "churn", "cost_center": "{{ params.cc }}"},
+        )
+    serialized = DagSerialization.from_dict(DagSerialization.to_dict(dag))
+    monkeypatch.setattr(killed_tries, "_serialized_dag", lambda dag_id: serialized)
+    CostListener().on_task_instance_failed(None, killed(dag_id="remote"), "marked failed")
+    (row,) = Ledger.from_url(ledger_url).entries(dag_id="remote")
+    assert row["cause"] == "killed" and row["tags"] == {"project": "churn", "owner": "ana"}

@@ -128,7 +128,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         spec_uri: Where the spec goes (templated; default next to the checkpoints).
         budget_scope: With no reservation from a spend gate, reserve the decision's ``estimated_usd`` here.
         ledger_conn_id: Connection of the cost ledger.
-        tags: Extra allocation tags of the ledger entries.
+        tags: Extra allocation tags of the ledger entries (templated).
         aws_conn_id: AWS connection for ``s3://`` stores and the SageMaker/Batch backends (default
             ``aws_default``; when that connection does not exist, the SDKs' default credential chain). The
             spec and the job's result are read and written through it; the job gets its endpoint (not its
@@ -189,6 +189,8 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         "objective",
         "carbon_usd_per_tonne",
         "carbon",
+        # Also in the serialized DAG: a try killed in its worker is priced from there, with these tags.
+        "tags",
     )
     template_fields_renderers = {"trainer_params": "json", "backend_options": "json"}
     ui_color = "#d9ecf7"

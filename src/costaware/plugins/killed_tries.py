@@ -7,7 +7,8 @@ then reports the state change in the API server or the scheduler, with a metadat
 This module prices those tries there (the listener writes them), from the start and end the database holds:
 on the task's ``costaware_compute`` param (from its serialized definition), else the ``[costaware]
 worker_*`` settings (an operator's own compute arguments are not in that definition), tagged as the run's
-other entries are (the DAG's tags, its param defaults and the run's conf).
+other entries are (the DAG's tags, its param defaults and the run's conf), and with an operator's own
+``tags`` where its definition keeps them (``RemoteTrainingOperator``'s, a template field).
 
 Limits: a lost worker is charged up to when the scheduler noticed it (its heartbeat timeout), not when it
 died. A task process killed while its supervisor lives on (an out-of-memory kill of the task alone) is
@@ -70,6 +71,11 @@ def killed_try_entry(ti: Any, outcome: str) -> Any:
             try_number=int(ti.try_number or 1),
             task=task if task is not None else SimpleNamespace(dag=dag, params={}),
         )
+        own = _operator_tags(task)
+        if own:  # an operator's own tags (RemoteTrainingOperator's), kept in its serialized definition
+            from costaware.glue import annotate_task
+
+            annotate_task(view, tags=own)
         entry = build_entry(view, outcome, None, seconds, {"params": params})
         from dataclasses import replace
 
@@ -88,6 +94,17 @@ def killed_try_entry(ti: Any, outcome: str) -> Any:
             getattr(ti, "try_number", "?"),
         )
         return None
+
+
+def _operator_tags(task: Any) -> dict[str, str]:
+    """An operator's own ``tags`` argument, where its serialized definition keeps it (a template field).
+
+    A value still a template (``{{ params.project }}``) is left out: it is rendered only when the task runs.
+    """
+    tags = getattr(task, "tags", None)
+    if not isinstance(tags, dict):
+        return {}
+    return {str(k): v for k, v in tags.items() if isinstance(v, str) and "{{" not in v}
 
 
 def _id_of_the_try(ti: Any) -> Any:
