@@ -170,10 +170,17 @@ def check_tags(tags: Mapping[str, str], *, owner: str) -> dict[str, str]:
     """
     from costaware.core.budgets import valid_tags
 
-    _, dropped = valid_tags(dict(tags))
+    # A templated value is checked once rendered, when the task runs (run_tags).
+    literal = {k: v for k, v in tags.items() if not is_template(v)}
+    _, dropped = valid_tags(dict(literal))
     if dropped:
         raise ValueError(f"{owner}: {'; '.join(dropped.values())}")
     return dict(tags)
+
+
+def is_template(value: Any) -> bool:
+    """Whether ``value`` is Jinja text Airflow renders (``{{ ... }}``, ``{% ... %}``, ``{# ... #}``)."""
+    return isinstance(value, str) and any(mark in value for mark in ("{{", "{%", "{#"))
 
 
 def audit_run_overrides(ledger: Any, dag: Any, dag_run: Any, dag_id: str, run_id: str) -> dict[str, Any]:

@@ -163,12 +163,15 @@ class AttemptBilling:
                 for row in rows
                 if row["entry_uid"] == entry.entry_uid
                 or row["quantity"] == entry.quantity
-                or (row["cause"] == "killed" and _started_before(job, row["incurred_at"]))
+                or (
+                    row["cause"] == "killed"
+                    and _started_before(job, row["incurred_at"], unknown=state.plan.backend == "sagemaker")
+                )
             ),
             None,
         )
         if stored is None and keyed_by_name:
-            stored = _this_run_recorded(ledger, state.plan.identity, job)
+            stored = _this_run_recorded(ledger, state.plan, job)
         if stored is None:
             ledger.record(entry)
         else:
@@ -178,7 +181,7 @@ class AttemptBilling:
         return state.recorded(attempt)
 
 
-def _this_run_recorded(ledger: Any, identity: Mapping[str, Any], job: Mapping[str, Any]) -> Decimal | None:
+def _this_run_recorded(ledger: Any, plan: RemotePlan, job: Mapping[str, Any]) -> Decimal | None:
     """What an entry of this run of ``job`` already billed, under its end's key, else None.
 
     A kill that bills a job still stopping can race a cleared task's new try, which saw the job end and
@@ -186,6 +189,7 @@ def _this_run_recorded(ledger: Any, identity: Mapping[str, Any], job: Mapping[st
     """
     from costaware.training.remote import job_of_attempt_note
 
+    identity = plan.identity
     rows = ledger.entries(dag_id=str(identity["dag_id"]), run_id=str(identity["run_id"]))
     for row in rows:
         same_task = row["task_id"] == identity["task_id"] and int(row["map_index"]) == int(
@@ -195,21 +199,22 @@ def _this_run_recorded(ledger: Any, identity: Mapping[str, Any], job: Mapping[st
             same_task
             and str(row["price_source"] or "").startswith("remote:")
             and job_of_attempt_note(str(row["note"] or "")) == str(job["job_id"])
-            and _started_before(job, row["incurred_at"])
+            and _started_before(job, row["incurred_at"], unknown=plan.backend == "sagemaker")
         ):
             return Decimal(row["usd"])
     return None
 
 
-def _started_before(job: Mapping[str, Any], moment: datetime) -> bool:
+def _started_before(job: Mapping[str, Any], moment: datetime, *, unknown: bool = False) -> bool:
     """Whether ``job``'s run began before ``moment``: the run a kill billed then, not one started after.
 
     A backend that lost the stopped job takes a new one under the same name; that run starts after the
-    kill's entry and is billed on its own.
+    kill's entry and is billed on its own. ``unknown``: the answer where the job gives no end (SageMaker,
+    whose names are never reused: the same run).
     """
     ended = job.get("ended_at")
     if ended is None:
-        return True  # a backend that gives no end (SageMaker): its start is not known, the run is taken as it
+        return unknown
     started = datetime.fromtimestamp(float(ended), tz=timezone.utc) - timedelta(
         seconds=float(job["billable_seconds"])
     )

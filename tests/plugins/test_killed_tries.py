@@ -177,3 +177,20 @@ def test_a_killed_remote_training_try_carries_the_operators_own_tags(
     CostListener().on_task_instance_failed(None, killed(dag_id="remote"), "marked failed")
     (row,) = Ledger.from_url(ledger_url).entries(dag_id="remote")
     assert row["cause"] == "killed" and row["tags"] == {"project": "churn", "owner": "ana"}
+
+
+def test_a_templated_tag_is_checked_once_rendered_not_when_the_dag_is_parsed() -> None:
+    # Its text before rendering may hold what a tag may not (a ',' of a Jinja call); run_tags checks the
+    # rendered value when the task runs.
+    from costaware.glue import check_tags, is_template
+
+    given = {"project": "{{ params.get('project', 'churn') }}", "team": "ml"}
+    assert check_tags(given, owner="RemoteTrainingOperator 'train'") == given
+    with pytest.raises(ValueError, match="RemoteTrainingOperator 'train'"):
+        check_tags({"team": "ml,vision"}, owner="RemoteTrainingOperator 'train'")
+    assert [is_template(v) for v in ("{{ x }}", "{% if a %}b{% endif %}", "{# c #}", "plain")] == [
+        True,
+        True,
+        True,
+        False,
+    ]

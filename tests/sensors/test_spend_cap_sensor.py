@@ -301,6 +301,11 @@ def test_a_scope_the_target_task_is_not_tagged_with_is_refused_before_reserving(
     assert by_param.poke({**context("manual__2"), "params": {"project": "churn"}})
     assert gate_of("e", own={"project": "churn"}).poke(context("manual__3"))
     assert len(env_ledger.open_reservations()) == 3
+    # A templated tag (the operator renders its tags) is read as it will run: with the run's params.
+    templated = gate_of("f", own={"project": "{{ params.project }}"}, params={"project": Param("churn")})
+    assert templated.poke({**context("manual__4"), "params": {"project": "churn"}})
+    with pytest.raises(AirflowFailException, match=r"records its cost tagged project='fraud'"):
+        templated.poke({**context("manual__5"), "params": {"project": "fraud"}})
 
 
 def test_a_task_the_listener_bills_is_only_warned_about_an_untagged_scope(

@@ -505,6 +505,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
             if self._killed:  # killed while the step before ran (a submit): its new job is stopped here
                 self._stop_killed(trigger)
             if self.deferrable:
+                self._waiting_on = None  # the triggerer watches it from here
                 self.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
             # In the worker: poll the same trigger (its price watch and state-change logging) until it fires.
             with airflow_errors():
@@ -566,20 +567,28 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
             return
         try:
             self._stop_killed(trigger)
-        except AirflowException:
-            pass  # said by _stop_killed; Airflow ends the task itself
+        except _TaskKilled:
+            pass  # Airflow ends the task itself
         except Exception:  # never into the frame the signal came in: said, and the task ends as Airflow says
             self.log.exception("could not stop and bill the training job of the killed task")
 
     def _stop_killed(self, trigger: Any) -> NoReturn:
         """Stop and bill the job ``trigger`` waits on, once, and end the task (see :meth:`on_kill`)."""
         if not self._kill_handled:
-            self._kill_handled = True
+            self._kill_handled = True  # against a second call while this one runs (a signal during it)
             # In the worker, Airflow's state is not asked (a call to the supervisor from the signal handler
             # could wait on a lock the interrupted code holds), and the job is billed to the end of its grace
             # period at once (the process is killed 5 s after SIGTERM).
-            trigger.stop_and_bill(wait_seconds=WORKER_KILL_WAIT_SECONDS, ask_state=False)
-        raise AirflowException("the task was killed: its training job was stopped and billed")
+            try:
+                trigger.stop_and_bill(wait_seconds=WORKER_KILL_WAIT_SECONDS, ask_state=False)
+            except BaseException:  # an execution_timeout's alarm during it: the next call tries again
+                self._kill_handled = False
+                raise
+        raise _TaskKilled("the task was killed: its training job was stopped and billed")
+
+
+class _TaskKilled(AirflowException):
+    """The task was killed while it waited in the worker; its job was stopped and billed."""
 
 
 def _tag_this_try(context: Context, state: AttemptState) -> None:

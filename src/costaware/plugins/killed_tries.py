@@ -104,7 +104,9 @@ def _operator_tags(task: Any) -> dict[str, str]:
     tags = getattr(task, "tags", None)
     if not isinstance(tags, dict):
         return {}
-    return {str(k): v for k, v in tags.items() if isinstance(v, str) and "{{" not in v}
+    from costaware.glue import is_template
+
+    return {str(k): v for k, v in tags.items() if isinstance(v, str) and not is_template(v)}
 
 
 def _id_of_the_try(ti: Any) -> Any:

@@ -241,7 +241,15 @@ class SpendCapSensor(BaseSensorOperator):
         if not isinstance(own, Mapping):  # a mapped operator keeps its arguments apart
             own = (getattr(task, "partial_kwargs", None) or {}).get("tags")
         if isinstance(own, Mapping):
-            tags.update({str(k): str(v) for k, v in own.items()})
+            for key, value in own.items():
+                text = str(value)
+                if "{{" in text or "{%" in text:  # a templated tag (RemoteTrainingOperator's): as it will run
+                    try:
+                        text = str(self.render_template(text, context))
+                    except Exception as e:
+                        self.log.warning("cannot render tag %s=%r of %r here: %s", key, text, target, e)
+                        continue
+                tags[str(key)] = text
         try:
             check_scope_is_tagged(self.scope, tags, task_id=target, gate=f"spend gate {self.task_id!r}")
         except ConfigurationError as e:

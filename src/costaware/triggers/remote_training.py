@@ -460,6 +460,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         backend = open_backend(self.backend, self.backend_options)
         stopped = state.current.stopped
         seen_at = utcnow()
+        unpriced = False  # the backend gave no billed time for the run (its poll failed, or 0 s running)
         status = JobStatus(
             job_id=self.job_id, state=JobState.RUNNING, market=state.current.market, instance_type=""
         )
@@ -472,6 +473,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             return dict(stopped_job_status(stopped, now=utcnow()).to_dict()), True, False
         except ComputeBackendError as e:  # not answering now: stop it all the same, billed to its latest end
             self.log.warning("polling job %s failed (%s): stopping it all the same", self.job_id, e)
+            unpriced = True
         else:
             if status.state.done:
                 return dict(status.to_dict()), True, not stopped
@@ -479,7 +481,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         stopped_at = utcnow()
         try:
             backend.stop(self.job_id)
-        except ComputeBackendError as e:
+        except Exception as e:  # refused (it ended meanwhile: SageMaker's "in status Stopped") or failed
             self.log.warning(
                 "stopping job %s failed (%s): it is billed to its grace period's end", self.job_id, e
             )
@@ -495,7 +497,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             except ComputeBackendError as e:  # a passing failure: look again
                 self.log.warning("polling the stopped job %s failed: %s", self.job_id, e)
                 continue
-            status, seen_at = polled, utcnow()
+            status, seen_at, unpriced = polled, utcnow(), False
             if status.state.done:
                 return dict(status.to_dict()), True, False
         latest_end = utcnow() if gone else stopped_at + timedelta(seconds=float(state.plan.grace_seconds))
@@ -503,7 +505,9 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         if status.state != JobState.PENDING:
             billable += max(0.0, (latest_end - seen_at).total_seconds())
             submitted = state.current.submitted_at
-            if submitted:  # a backend that has not priced the run yet (0 s while it runs)
+            if submitted and (unpriced or status.billable_seconds == 0):
+                # A backend that prices a run only once it ended (SageMaker, Batch: 0 s while it runs), or
+                # did not answer: from this try's submit, which may count time the job queued.
                 since_submit = (latest_end - parse_instant(submitted, name="submitted_at")).total_seconds()
                 billable = max(billable, since_submit)
         reason = (
