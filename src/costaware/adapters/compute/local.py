@@ -371,7 +371,9 @@ def _kill_tree(pid: int) -> bool:
 
     try:
         root = psutil.Process(pid)
-        family = [*root.children(recursive=True), root]
+        # The launcher first: killed after its command, it could see the command die (on a loaded machine
+        # it may run between the two kills) and report a SIGKILL of the job, a code error, not a reclaim.
+        family = [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
         return False
     for process in family:
