@@ -380,3 +380,35 @@ def test_a_job_the_backend_cannot_tell_about_is_stopped_and_billed_from_its_subm
     while not open_backend("local", {"root": str(tmp_path / "jobs")}).poll(trigger.job_id).state.done:
         assert time.monotonic() < give_up  # it was stopped although no poll answered
         time.sleep(0.2)
+
+
+@pytest.mark.parametrize(("max_tries", "stopped"), [(0, True), (1, False)])
+def test_a_task_failing_for_good_while_its_job_runs_stops_and_bills_it(
+    tmp_path: Path, ledger: Any, max_tries: int, stopped: bool
+) -> None:
+    # The wait failed (five failed polls in a row) with no retry left: nothing would follow the job, which
+    # ran on unbilled. With a retry left it runs on: the retry follows it by its name.
+    from airflow.sdk.exceptions import AirflowException
+
+    trigger = deferred_trigger(operator(tmp_path, "wait-for-notice"))
+    wait_for(tmp_path / "seen.jsonl.ready")
+    context = context_for()
+    context["ti"].max_tries = max_tries
+    event = {
+        "status": "error",
+        "message": "ThrottlingException",
+        "state": trigger.state,
+        "configuration": False,
+    }
+    with pytest.raises(AirflowException, match="polling the training job failed"):
+        operator(tmp_path, "wait-for-notice").execute_complete(context, event=event)
+    assert trigger.job_id is not None
+    backend = open_backend("local", {"root": str(tmp_path / "jobs")})
+    if stopped:
+        give_up = time.monotonic() + 30
+        while not backend.poll(trigger.job_id).state.done:
+            assert time.monotonic() < give_up
+            time.sleep(0.2)
+    else:
+        assert not backend.poll(trigger.job_id).state.done
+    assert [e["cause"] for e in train_entries(ledger)] == (["unwatched"] if stopped else [])

@@ -508,11 +508,16 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
                 self._waiting_on = None  # the triggerer watches it from here
                 self.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
             # In the worker: poll the same trigger (its price watch and state-change logging) until it fires.
-            with airflow_errors():
-                event = trigger.poll_tolerant(utcnow())
-                while event is None and not self._killed:
-                    time.sleep(self.poll_interval)
+            try:
+                with airflow_errors():
                     event = trigger.poll_tolerant(utcnow())
+                    while event is None and not self._killed:
+                        time.sleep(self.poll_interval)
+                        event = trigger.poll_tolerant(utcnow())
+            except Exception as e:
+                if isinstance(e, AirflowFailException) or _last_try(context):
+                    self._stop_unwatched(state)
+                raise
             if self._killed:
                 self._stop_killed(trigger)
             self._waiting_on = None
@@ -537,9 +542,14 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
             raise AirflowException(f"remote training trigger ended without a job status: {event!r}")
         if event.get("status") != "success":
             try:  # the worker time of a try failed here is this task's too: tagged as its attempts
-                _tag_this_try(context, AttemptState.from_json(event["state"]))
+                parsed = AttemptState.from_json(event["state"])
+                _tag_this_try(context, parsed)
+                failed_state: AttemptState | None = parsed
             except Exception as e:  # an older or partial state: the failure below is what matters
+                failed_state = None
                 self.log.debug("no tags from the event's state: %s", e)
+            if failed_state is not None and (event.get("configuration") or _last_try(context)):
+                self._stop_unwatched(failed_state)
             if event.get("configuration"):  # a retry would fail the same way
                 raise AirflowFailException(f"polling the training job failed: {event.get('message')}")
             raise AirflowException(f"polling the training job failed: {event.get('message')}")
@@ -572,6 +582,20 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         except Exception:  # never into the frame the signal came in: said, and the task ends as Airflow says
             self.log.exception("could not stop and bill the training job of the killed task")
 
+    def _stop_unwatched(self, state: AttemptState) -> None:
+        """The task fails for good while its job runs: no try follows the job, so it is stopped and billed.
+
+        A retry would follow it by its name; without one it ran on, watched and billed by nobody.
+        """
+        if state.current is None:
+            return
+        try:
+            self._trigger(state).stop_and_bill(
+                ask_state=False, cause="unwatched", why="its task failed with no retry left to follow it"
+            )
+        except Exception:  # best effort: the task's own failure is what it reports
+            self.log.exception("could not stop and bill job %s of the failing task", state.current.job_id)
+
     def _stop_killed(self, trigger: Any) -> NoReturn:
         """Stop and bill the job ``trigger`` waits on, once, and end the task (see :meth:`on_kill`)."""
         if not self._kill_handled:
@@ -585,6 +609,13 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
                 self._kill_handled = False
                 raise
         raise _TaskKilled("the task was killed: its training job was stopped and billed")
+
+
+def _last_try(context: Context) -> bool:
+    """Whether this try is the task's last: a failure now is for good, no retry follows its job."""
+    ti = context.get("ti")
+    tries, most = getattr(ti, "try_number", None), getattr(ti, "max_tries", None)
+    return isinstance(tries, int) and isinstance(most, int) and tries > most
 
 
 class _TaskKilled(AirflowException):

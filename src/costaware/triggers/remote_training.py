@@ -365,6 +365,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         wait_seconds: float = KILL_WAIT_SECONDS,
         poll_seconds: float = 1.0,
         ask_state: bool = True,
+        cause: str = "killed",
+        why: str = "its task was killed",
     ) -> bool:
         """Stop the job of a task a person killed, bill what it ran, and settle the task's hold (blocking IO).
 
@@ -379,6 +381,9 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         or its run gone), cleared (it runs again), or still waiting, where no person ended it (a new try
         already follows the job): then the job runs on. Where the state cannot be read (outside Airflow),
         the task is taken as ended. Returns whether the job was stopped and billed.
+
+        ``cause`` and ``why`` say why the job was stopped in its entry (a task failing for good with its job
+        still running, no retry left to follow it, uses this too: ``unwatched``).
         """
         from costaware.remote_billing import KilledTrainingBilling
         from costaware.training.attempts import AttemptState
@@ -394,14 +399,15 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         try:
             if self.job_id is not None and state.current is not None:
                 job, ended, own_end = self._stop_job(
-                    state, wait_seconds=wait_seconds, poll_seconds=poll_seconds
+                    state, wait_seconds=wait_seconds, poll_seconds=poll_seconds, why=why
                 )
                 if job is not None:
                     # A job that had ended on its own before the kill keeps its own cause, as does a success.
-                    cause = None if own_end or job["state"] == "succeeded" else "killed"
-                    state = billing._bill_attempt(state, job, cause, keyed_by_name=not ended)
+                    own_cause = None if own_end or job["state"] == "succeeded" else cause
+                    state = billing._bill_attempt(state, job, own_cause, keyed_by_name=not ended)
                     self.log.warning(
-                        "the task was killed: job %s stopped and billed, %.0f s for $%s",
+                        "%s: job %s stopped and billed, %.0f s for $%s",
+                        why,
                         self.job_id,
                         float(job["billable_seconds"]),
                         state.attempts[-1].usd,
@@ -440,7 +446,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         return "waiting" if value in WAITING_STATES else "cleared"
 
     def _stop_job(
-        self, state: Any, *, wait_seconds: float, poll_seconds: float
+        self, state: Any, *, wait_seconds: float, poll_seconds: float, why: str = "its task was killed"
     ) -> tuple[dict[str, Any] | None, bool, bool]:
         """Stop the job, wait for its end: its last status, whether that is its end, whether it ended first.
 
@@ -477,7 +483,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         else:
             if status.state.done:
                 return dict(status.to_dict()), True, not stopped
-        self.log.warning("the task was killed: stopping job %s on %s", self.job_id, self.backend)
+        self.log.warning("%s: stopping job %s on %s", why, self.job_id, self.backend)
         stopped_at = utcnow()
         try:
             backend.stop(self.job_id)
@@ -511,9 +517,9 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 since_submit = (latest_end - parse_instant(submitted, name="submitted_at")).total_seconds()
                 billable = max(billable, since_submit)
         reason = (
-            "stopped when its task was killed; the backend no longer has it, billed up to then"
+            f"stopped when {why}; the backend no longer has it, billed up to then"
             if gone
-            else f"stopped when its task was killed; not ended after {wait_seconds:.0f} s, billed to the end "
+            else f"stopped when {why}; not ended after {wait_seconds:.0f} s, billed to the end "
             f"of its {state.plan.grace_seconds:.0f} s grace period, the latest it can run"
         )
         ended = replace(
