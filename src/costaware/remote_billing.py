@@ -163,10 +163,7 @@ class AttemptBilling:
                 for row in rows
                 if row["entry_uid"] == entry.entry_uid
                 or row["quantity"] == entry.quantity
-                or (
-                    row["cause"] == "killed"
-                    and _started_before(job, row["incurred_at"], unknown=state.plan.backend == "sagemaker")
-                )
+                or (row["cause"] == "killed" and _started_before(job, row["incurred_at"], state.plan))
             ),
             None,
         )
@@ -187,34 +184,27 @@ def _this_run_recorded(ledger: Any, plan: RemotePlan, job: Mapping[str, Any]) ->
     A kill that bills a job still stopping can race a cleared task's new try, which saw the job end and
     recorded it under its end: an entry of that job recorded after this run began is this run.
     """
+    from costaware.training.attempt_effects import task_attempt_entries
     from costaware.training.remote import job_of_attempt_note
 
-    identity = plan.identity
-    rows = ledger.entries(dag_id=str(identity["dag_id"]), run_id=str(identity["run_id"]))
-    for row in rows:
-        same_task = row["task_id"] == identity["task_id"] and int(row["map_index"]) == int(
-            identity.get("map_index", -1)
-        )
-        if (
-            same_task
-            and str(row["price_source"] or "").startswith("remote:")
-            and job_of_attempt_note(str(row["note"] or "")) == str(job["job_id"])
-            and _started_before(job, row["incurred_at"], unknown=plan.backend == "sagemaker")
+    for row in task_attempt_entries(ledger, plan):
+        if job_of_attempt_note(str(row["note"] or "")) == str(job["job_id"]) and _started_before(
+            job, row["incurred_at"], plan
         ):
             return Decimal(row["usd"])
     return None
 
 
-def _started_before(job: Mapping[str, Any], moment: datetime, *, unknown: bool = False) -> bool:
+def _started_before(job: Mapping[str, Any], moment: datetime, plan: RemotePlan) -> bool:
     """Whether ``job``'s run began before ``moment``: the run a kill billed then, not one started after.
 
     A backend that lost the stopped job takes a new one under the same name; that run starts after the
-    kill's entry and is billed on its own. ``unknown``: the answer where the job gives no end (SageMaker,
-    whose names are never reused: the same run).
+    kill's entry and is billed on its own. A job that gives no end is the same run on SageMaker, whose
+    names are never reused, and taken as another elsewhere.
     """
     ended = job.get("ended_at")
     if ended is None:
-        return unknown
+        return plan.backend == "sagemaker"
     started = datetime.fromtimestamp(float(ended), tz=timezone.utc) - timedelta(
         seconds=float(job["billable_seconds"])
     )

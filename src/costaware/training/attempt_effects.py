@@ -265,18 +265,23 @@ def billed_by_earlier_tries(ledger: Ledger, plan: RemotePlan) -> tuple[Decimal, 
     """
     from costaware.training.remote import job_of_attempt_note
 
+    mine = task_attempt_entries(ledger, plan)
+    jobs = [job_of_attempt_note(str(row["note"] or "")) for row in mine]
+    return sum((Decimal(row["usd"]) for row in mine), Decimal(0)), jobs
+
+
+def task_attempt_entries(ledger: Ledger, plan: RemotePlan) -> list[dict[str, Any]]:
+    """The attempt entries of this task, every try's (those a remote backend billed, not estimates)."""
     ident = plan.identity
     rows = ledger.entries(dag_id=str(ident["dag_id"]), run_id=str(ident["run_id"]))
-    mine = [
+    return [
         row
         for row in rows
         if row["task_id"] == ident["task_id"]
-        and int(row["map_index"]) == int(ident["map_index"])
+        and int(row["map_index"]) == int(ident.get("map_index", -1))
         and str(row["price_source"] or "").startswith("remote:")
         and not row["estimated"]
     ]
-    jobs = [job_of_attempt_note(str(row["note"] or "")) for row in mine]
-    return sum((Decimal(row["usd"]) for row in mine), Decimal(0)), jobs
 
 
 def entries_rerun_by_retry(jobs: list[str | None], has_job: Callable[[str], object]) -> bool:
