@@ -36,6 +36,7 @@ class RemoteAttemptSteps(AttemptBilling):
     """A mixin of ``RemoteTrainingOperator``: the backend, the ledger, and the side effects of each step."""
 
     max_attempts: int
+    _killed = False  # set by the operator's on_kill: no new attempt starts
     poll_interval: float
     budget_scope: str | None
     ledger_conn_id: str
@@ -77,7 +78,7 @@ class RemoteAttemptSteps(AttemptBilling):
         )
         from costaware.training.remote import job_name
 
-        if getattr(self, "_killed", False):  # a kill in the worker (on_kill) came while this step ran
+        if self._killed:  # a kill in the worker (on_kill) came while this step ran
             self._settle(state)
             raise AirflowException("the task was killed: no new attempt starts")
         plan = state.plan

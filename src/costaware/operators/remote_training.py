@@ -359,7 +359,6 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         self.budget_scope = budget_scope
         self.ledger_conn_id = ledger_conn_id
         self.deferrable = deferrable
-        self._killed = False  # set by on_kill: no new attempt starts
         self._kill_handled = False  # the job of the wait was stopped and billed
         self._waiting_on: Any = None  # the trigger a wait in the worker polls: what on_kill stops and bills
 
@@ -541,15 +540,14 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         if not event or "state" not in event:
             raise AirflowException(f"remote training trigger ended without a job status: {event!r}")
         if event.get("status") != "success":
-            try:  # the worker time of a try failed here is this task's too: tagged as its attempts
-                parsed = AttemptState.from_json(event["state"])
-                _tag_this_try(context, parsed)
-                failed_state: AttemptState | None = parsed
+            try:
+                failed_state = AttemptState.from_json(event["state"])
             except Exception as e:  # an older or partial state: the failure below is what matters
-                failed_state = None
-                self.log.debug("no tags from the event's state: %s", e)
-            if failed_state is not None and (event.get("configuration") or _last_try(context)):
-                self._stop_unwatched(failed_state)
+                self.log.debug("no attempt state in the failed wait's event: %s", e)
+            else:
+                _tag_this_try(context, failed_state)  # the worker time of a failed try is this task's too
+                if event.get("configuration") or _last_try(context):
+                    self._stop_unwatched(failed_state)
             if event.get("configuration"):  # a retry would fail the same way
                 raise AirflowFailException(f"polling the training job failed: {event.get('message')}")
             raise AirflowException(f"polling the training job failed: {event.get('message')}")

@@ -367,7 +367,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         ask_state: bool = True,
         cause: str = "killed",
         why: str = "its task was killed",
-    ) -> bool:
+    ) -> None:
         """Stop the job of a task a person killed, bill what it ran, and settle the task's hold (blocking IO).
 
         The operator would have billed the attempt when the job ended and settled the hold when the
@@ -380,7 +380,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         With ``ask_state``, Airflow's state of the task says what happened: ended (marked failed or success,
         or its run gone), cleared (it runs again), or still waiting, where no person ended it (a new try
         already follows the job): then the job runs on. Where the state cannot be read (outside Airflow),
-        the task is taken as ended. Returns whether the job was stopped and billed.
+        the task is taken as ended.
 
         ``cause`` and ``why`` say why the job was stopped in its entry (a task failing for good with its job
         still running, no retry left to follow it, uses this too: ``unwatched``).
@@ -391,7 +391,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         verdict = self._task_verdict() if ask_state else "ended"
         if verdict == "waiting":
             self.log.info("the task still waits (no person ended it): job %s runs on", self.job_id)
-            return False
+            return
         state = AttemptState.from_json(self.state)
         billing = KilledTrainingBilling(
             ledger_conn_id=self.ledger_conn_id, aws_conn_id=self.aws_conn_id, log=self.log
@@ -419,7 +419,6 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 self.log.info("the task was cleared: its new try keeps the task's budget hold")
             else:
                 billing._settle(state)
-        return True
 
     def _task_verdict(self) -> str:
         """``ended``, ``cleared`` or ``waiting``: what Airflow says of the killed task now (see above)."""
