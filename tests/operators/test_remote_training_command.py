@@ -13,7 +13,6 @@ import signal
 import sys
 import time
 from dataclasses import replace
-from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -21,14 +20,13 @@ from typing import Any
 import pytest
 from airflow.sdk import DAG, Param
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
-from remote_support import TRAINING, context_for, drive
+from remote_support import TRAINING, command_operator_args, context_for, drive
 
 from costaware.adapters.compute.base import JobRequest, JobState, open_backend
 from costaware.adapters.ledger.efficiency import run_outcome
 from costaware.adapters.model_store import ModelStore
 from costaware.cli import main as cli
 from costaware.core.errors import ConfigurationError
-from costaware.core.ledger import utcnow
 from costaware.operators.remote_training import RemoteTrainingOperator
 from costaware.training.attempts import Attempt
 
@@ -42,32 +40,8 @@ def _ledger(monkeypatch: pytest.MonkeyPatch, ledger_url: str) -> None:
     monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
 
 
-def decision() -> dict[str, str]:
-    now = utcnow()
-    return {
-        "market": "spot",
-        "usd_per_hour": "0.1",
-        "instance_type": "m5.large",
-        "region": "us-east-1",
-        "on_demand_usd_per_hour": "0.4",
-        "deadline": (now + timedelta(minutes=10)).isoformat(),
-        "latest_start": (now + timedelta(minutes=8)).isoformat(),
-    }
-
-
 def operator(tmp: Path, mode: str, **kwargs: Any) -> RemoteTrainingOperator:
-    args: dict[str, Any] = {
-        "task_id": "train",
-        "command": [sys.executable, SCRIPT, mode],
-        "model_store": str(tmp / "models"),
-        "checkpoint_store": str(tmp / "ckpt"),
-        "backend_options": {"root": str(tmp / "jobs"), "env": {"OWN_TRAIN_LOG": str(tmp / "seen.jsonl")}},
-        "spot_decision": decision(),
-        "poll_interval": 0.1,
-        "deferrable": False,
-        **kwargs,
-    }
-    return RemoteTrainingOperator(**args)
+    return RemoteTrainingOperator(**{**command_operator_args(tmp, mode), "deferrable": False, **kwargs})
 
 
 def seen(tmp: Path) -> list[dict[str, Any]]:

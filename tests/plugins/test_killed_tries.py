@@ -72,6 +72,22 @@ def killed(task_id: str = "train", minutes: float = 30, **fields: Any) -> OrmTas
     return OrmTaskInstance(**values)
 
 
+def in_worker(ti_id: str, *, try_number: int) -> SimpleNamespace:
+    """The worker's TI of task ``prep`` (its listener's view), a one-minute try."""
+    return SimpleNamespace(
+        id=ti_id,
+        dag_id="nightly",
+        run_id="manual__1",
+        task_id="prep",
+        map_index=-1,
+        try_number=try_number,
+        task=SimpleNamespace(dag=None, params={}),
+        start_date=START,
+        end_date=START + timedelta(minutes=1),
+        get_template_context=dict,
+    )
+
+
 @pytest.fixture
 def ledger(ledger_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Ledger:
     monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
@@ -99,19 +115,7 @@ def test_a_try_killed_while_it_ran_is_charged_on_its_declared_compute_and_tags(l
 def test_a_try_the_worker_recorded_is_not_counted_twice(ledger: Ledger) -> None:
     # The worker's entry and the metadata one carry the same uid: marking a finished task failed, or a
     # try ending as it was being marked, counts once.
-    in_worker = SimpleNamespace(
-        id="019ad0c4-prep",
-        dag_id="nightly",
-        run_id="manual__1",
-        task_id="prep",
-        map_index=-1,
-        try_number=1,
-        task=SimpleNamespace(dag=None, params={}),
-        start_date=START,
-        end_date=START + timedelta(minutes=1),
-        get_template_context=dict,
-    )
-    CostListener().on_task_instance_success(None, in_worker)
+    CostListener().on_task_instance_success(None, in_worker("019ad0c4-prep", try_number=1))
     CostListener().on_task_instance_failed(None, killed(task_id="prep"), "marked failed")
     (row,) = ledger.entries(dag_id="nightly")
     assert (row["quantity"], row["outcome"]) == (Decimal("0.016667"), "success")  # the worker's, first
@@ -133,19 +137,7 @@ def test_a_try_put_up_for_retry_does_not_take_the_next_tries_key(ledger: Ledger)
     # The scheduler gives the TI the next try's id before it reports the lost try: keyed by the id alone,
     # the killed try 1 took try 2's key, and try 2's own entry (from its worker) was dropped.
     CostListener().on_task_instance_failed(None, killed(task_id="prep", id="next-id", try_number=1), "lost")
-    in_worker = SimpleNamespace(
-        id="next-id",
-        dag_id="nightly",
-        run_id="manual__1",
-        task_id="prep",
-        map_index=-1,
-        try_number=2,
-        task=SimpleNamespace(dag=None, params={}),
-        start_date=START,
-        end_date=START + timedelta(minutes=1),
-        get_template_context=dict,
-    )
-    CostListener().on_task_instance_success(None, in_worker)
+    CostListener().on_task_instance_success(None, in_worker("next-id", try_number=2))
     rows = sorted(ledger.entries(dag_id="nightly"), key=lambda r: r["try_number"])
     assert [(r["try_number"], r["cause"], r["outcome"]) for r in rows] == [
         (1, "killed", "failed"),

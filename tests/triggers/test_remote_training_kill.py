@@ -11,28 +11,24 @@ import asyncio
 import contextlib
 import logging
 import signal
-import sys
 import threading
 import time
 from collections.abc import Iterator
-from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
-from remote_support import TRAINING, context_for, drive, reimported
+from remote_support import command_operator_args, context_for, drive, reimported
 
 from costaware.adapters.compute.base import JobState, open_backend
 from costaware.adapters.ledger import reservations
-from costaware.core.ledger import utcnow
 from costaware.operators.remote_training import RemoteTrainingOperator
 from costaware.triggers.remote_training import RemoteTrainingJobTrigger
 
 pytest.importorskip("costaware_runtime.launcher", reason="pip install -e ./runtime (costaware-run)")
 
-SCRIPT = str(TRAINING / "own_train.py")
 HOLDER = "remote_dag/scheduled__2026-01-01/train/-1"
 
 
@@ -54,27 +50,9 @@ def _no_job_left(tmp_path: Path) -> Iterator[None]:
 
 
 def operator(tmp: Path, mode: str, **kwargs: Any) -> RemoteTrainingOperator:
-    now = utcnow()
-    args: dict[str, Any] = {
-        "task_id": "train",
-        "command": [sys.executable, SCRIPT, mode],
-        "model_store": str(tmp / "models"),
-        "checkpoint_store": str(tmp / "ckpt"),
-        "backend_options": {"root": str(tmp / "jobs"), "env": {"OWN_TRAIN_LOG": str(tmp / "seen.jsonl")}},
-        "spot_decision": {
-            "market": "spot",
-            "usd_per_hour": "0.1",
-            "instance_type": "m5.large",
-            "region": "us-east-1",
-            "on_demand_usd_per_hour": "0.4",
-            "deadline": (now + timedelta(minutes=10)).isoformat(),
-            "latest_start": (now + timedelta(minutes=8)).isoformat(),
-        },
-        "tags": {"project": "churn"},
-        "poll_interval": 0.1,
-        **kwargs,
-    }
-    return RemoteTrainingOperator(**args)
+    return RemoteTrainingOperator(
+        **{**command_operator_args(tmp, mode), "tags": {"project": "churn"}, **kwargs}
+    )
 
 
 def deferred_trigger(op: RemoteTrainingOperator) -> RemoteTrainingJobTrigger:
