@@ -231,7 +231,7 @@ class SpendCapSensor(BaseSensorOperator):
         runs (``costaware.glue.annotate_task(tags=...)``): there a missing tag is only warned about.
         """
         from costaware.core.errors import ConfigurationError
-        from costaware.glue import check_scope_is_tagged, tags_for
+        from costaware.glue import check_scope_is_tagged, is_template, tags_for
 
         if not self.has_dag():
             return
@@ -243,7 +243,7 @@ class SpendCapSensor(BaseSensorOperator):
         if isinstance(own, Mapping):
             for key, value in own.items():
                 text = str(value)
-                if "{{" in text or "{%" in text:  # a templated tag (RemoteTrainingOperator's): as it will run
+                if is_template(text):  # a templated tag (RemoteTrainingOperator's): as it will run
                     try:
                         text = str(self.render_template(text, context))
                     except Exception as e:
