@@ -310,28 +310,54 @@ def test_a_retry_holds_only_what_is_left_of_max_usd_after_what_its_earlier_tries
     assert usage.spent_usd == billed
 
 
-def test_a_retry_whose_earlier_jobs_are_gone_holds_all_of_max_usd_again(
+def test_a_retry_whose_earlier_job_is_gone_counts_its_cost_against_max_usd(
     tmp_path: Path, data: Path, ledger: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # A job the backend no longer has is submitted again, not followed: it would not count again in the
-    # retry's state, so holding only what is left of the cap could let the budget be passed.
+    # A job the backend no longer has is submitted again, not followed, so its first run is not in the
+    # retry's state: the retry ran under all of max_usd again and held it, and the tries together could
+    # bill the cap plus what the lost run cost.
     import shutil
 
     _gated_budget(ledger)
-    _try_capped_at_5(tmp_path)
+    billed = Decimal(_try_capped_at_5(tmp_path)["usd"])
     shutil.rmtree(tmp_path / "jobs")  # the backend forgot the job (another machine, a deleted pod)
     capsys.readouterr()
-    _try_capped_at_5(tmp_path)
+    again = Decimal(_try_capped_at_5(tmp_path)["usd"])
     out = capsys.readouterr().out
-    assert "a retry: the 1 attempt(s) earlier tries billed" in out
-    assert "are not each a job the local backend still has, run once: holding all of max_usd" in out
-    assert ledger.latest_reservation(GATE_HOLDER).usd == Decimal(5)
+    lowered = format_usd_exact(Decimal(5) - billed)
+    said = f"a retry: earlier tries billed {format_usd_exact(billed)} for runs the local backend no longer"
+    assert said in out
+    assert f"so its attempts may bill {lowered}, not $5.00" in out
+    retry = ledger.latest_reservation(GATE_HOLDER)
+    assert retry.usd == Decimal(5) - billed and retry.settled_usd == again
     # The job run again under the lost one's name is a second run: both are in the ledger (keyed by the
     # job's name alone, the second was taken for the first and its cost dropped).
     runs = [row for row in ledger.entries(dag_id="remote_dag") if row["price_source"] == "remote:local"]
     assert len(runs) == 2 and len({row["entry_uid"] for row in runs}) == 2
     (usage,) = ledger.usage("project=churn")
-    assert usage.spent_usd == sum(row["usd"] for row in runs)
+    assert usage.spent_usd == sum(row["usd"] for row in runs) == billed + again
+
+
+def test_a_retry_whose_lost_run_spent_the_cap_starts_nothing(tmp_path: Path, data: Path, ledger: Any) -> None:
+    import shutil
+
+    from sqlalchemy import update
+
+    from costaware.adapters.ledger import schema
+
+    _try_capped_at_5(tmp_path)
+    shutil.rmtree(tmp_path / "jobs")
+    with ledger.transaction() as conn:  # the lost run had billed all but a hundredth of a cent of the cap
+        conn.execute(update(schema.entries).values(usd_micros=4_999_900))
+    with pytest.raises(AirflowFailException) as failed:
+        _try_capped_at_5(tmp_path)
+    said = str(failed.value)
+    assert "max_usd $0.0001 buys less than 60 s" in said
+    lost = "that is what is left of $5.00 after the $4.9999 earlier tries billed for runs the backend lost"
+    assert lost in said
+    assert "nothing was started" in said
+    assert not (tmp_path / "jobs").exists() or list((tmp_path / "jobs").iterdir()) == []
+    assert [row["usd"] for row in ledger.entries(dag_id="remote_dag")] == [Decimal("4.9999")]
 
 
 def test_an_attempt_an_older_costaware_recorded_by_its_name_alone_is_not_recorded_again(

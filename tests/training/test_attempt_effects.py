@@ -85,15 +85,17 @@ def test_the_cap_also_bounds_the_backends_runtime_limit(stop_after: int | None, 
     assert request.max_runtime_seconds == runtime and request.stop_after_seconds == stop_after
 
 
-def test_a_retry_reruns_the_earlier_entries_only_where_each_is_one_job_still_there() -> None:
-    from costaware.training.attempt_effects import entries_rerun_by_retry
+def test_a_retry_misses_in_its_state_only_the_runs_it_does_not_follow_again() -> None:
+    from costaware.training.attempt_effects import billed_not_followed
 
     there = {"j-a1", "j-a2"}.__contains__
-    assert entries_rerun_by_retry([], there)  # a first try
-    assert entries_rerun_by_retry(["j-a1", "j-a2"], there)
-    assert not entries_rerun_by_retry(["j-a1", "j-a3"], there)  # the backend lost a3
-    assert not entries_rerun_by_retry(["j-a1", "j-a1"], there)  # a1 ran twice: the retry follows one run
-    assert not entries_rerun_by_retry(["j-a1", None], there)  # a note that names no job
+    one, two, three = Decimal("0.1"), Decimal("0.02"), Decimal("0.003")
+    assert billed_not_followed([], there) == 0  # a first try
+    assert billed_not_followed([("j-a1", one), ("j-a2", two)], there) == 0
+    assert billed_not_followed([("j-a1", one), ("j-a3", three)], there) == three  # the backend lost a3
+    # a1 ran twice under its name: the retry follows its last run only
+    assert billed_not_followed([("j-a1", one), ("j-a1", two)], there) == one
+    assert billed_not_followed([("j-a1", one), (None, three)], there) == three  # a note that names no job
 
 
 def test_an_attempt_in_another_region_saves_against_that_regions_on_demand_price() -> None:

@@ -487,17 +487,49 @@ class RemoteAttemptSteps(AttemptBilling):
     def _reserve(self, state: AttemptState) -> AttemptState:
         """Hold what the attempts may bill in the budgets; returns the state with the cap they allow.
 
-        A spend gate's reservation (its estimate) grows to ``max_usd``; where the budgets have less room,
-        ``max_usd`` is lowered to what they hold, so that no budget is passed. No gate: reserve ``max_usd``
-        (else the estimate) in ``budget_scope``. A retry holds what is left of ``max_usd`` after what its
-        earlier tries billed: it follows their attempts again, and they count against the cap once more.
+        ``max_usd`` bounds the attempts of every try together. A retry follows its earlier tries' jobs
+        again, so their cost counts in its own state once more; a run it cannot follow (the backend lost
+        it) is taken off the cap it runs under instead.
+        """
+        from costaware.core.money import format_usd_exact
+        from costaware.training.attempt_effects import billed_by_earlier_tries, billed_not_followed
+
+        plan = state.plan
+        if plan.max_usd is None:
+            return self._hold(state, Decimal(0), retry=False)
+        earlier, billed = billed_by_earlier_tries(self.ledger_hook.get_conn(), plan)
+        lost = billed_not_followed(billed, self._backend(plan).find) if billed else Decimal(0)
+        held = self._hold(state, earlier, retry=bool(billed))
+        if not lost or held.plan.max_usd is None:
+            return held
+        cap = max(Decimal(held.plan.max_usd) - lost, Decimal(0))
+        self.log.warning(
+            "a retry: earlier tries billed %s for runs the %s backend no longer has (or ran again under the "
+            "same name); this try submits those attempts again, so its attempts may bill %s, not %s, to keep "
+            "the tries within max_usd together",
+            format_usd_exact(lost),
+            plan.backend,
+            format_usd_exact(cap),
+            format_usd_exact(Decimal(held.plan.max_usd)),
+        )
+        note = held.plan.max_usd_note or (
+            f"that is what is left of {format_usd_exact(Decimal(held.plan.max_usd))} after the "
+            f"{format_usd_exact(lost)} earlier tries billed for runs the backend lost; raise max_usd and "
+            "clear the task"
+        )
+        return replace(held, plan=replace(held.plan, max_usd=str(cap), max_usd_note=note))
+
+    def _hold(self, state: AttemptState, earlier: Decimal, *, retry: bool) -> AttemptState:
+        """Hold what is left of ``max_usd`` after ``earlier`` (what earlier tries billed) in the budgets.
+
+        A spend gate's reservation (its estimate) grows to that; where the budgets have less room,
+        ``max_usd`` is lowered to what they hold, so that no budget is passed. No gate: reserve it (else the
+        estimate) in ``budget_scope``. Returns the state with the cap the budgets allow, all tries together.
         """
         from costaware.core.money import format_usd_exact
         from costaware.glue import check_scope_is_tagged
         from costaware.training.attempt_effects import (
-            billed_by_earlier_tries,
             cap_rate,
-            entries_rerun_by_retry,
             gate_reservation,
             hold_again,
             hold_cap,
@@ -507,22 +539,6 @@ class RemoteAttemptSteps(AttemptBilling):
 
         plan = state.plan
         ledger = self.ledger_hook.get_conn()
-        earlier, jobs = (
-            billed_by_earlier_tries(ledger, plan) if plan.max_usd is not None else (Decimal(0), [])
-        )
-        retry = bool(jobs)
-        if retry and not entries_rerun_by_retry(jobs, self._backend(plan).find):
-            # A job the backend no longer has is submitted again, not followed (and one that ran twice is
-            # followed once): those runs would not count again in this try's state, so the budgets hold all
-            # of max_usd, as for a first try.
-            self.log.warning(
-                "a retry: the %d attempt(s) earlier tries billed (%s) are not each a job the %s backend "
-                "still has, run once: holding all of max_usd again",
-                len(jobs),
-                format_usd_exact(earlier),
-                plan.backend,
-            )
-            earlier = Decimal(0)
         gate = gate_reservation(ledger, plan)
         if gate is None:
             if self.budget_scope and (plan.max_usd or plan.estimated_usd):

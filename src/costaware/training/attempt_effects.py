@@ -255,19 +255,22 @@ def open_task_reservations(ledger: Ledger, plan: RemotePlan) -> list[Reservation
     return [r for r in ledger.open_reservations(holder_prefix=holder) if r.holder == holder]
 
 
-def billed_by_earlier_tries(ledger: Ledger, plan: RemotePlan) -> tuple[Decimal, list[str | None]]:
-    """What this task's attempts billed before this try, and the job of each entry ($0 and [] at first).
+def billed_by_earlier_tries(
+    ledger: Ledger, plan: RemotePlan
+) -> tuple[Decimal, list[tuple[str | None, Decimal]]]:
+    """What this task's attempts billed before this try, and each entry's job and cost ($0 and [] at first).
 
     An Airflow retry follows the same jobs again by their names (attempt 1, 2, ...), so what its earlier
     tries' attempts billed counts against ``max_usd`` once more in the retry's own state (at the ledger's
-    figure): the budgets need to hold only the rest, as long as the backend still has those jobs and each
-    ran once (see :func:`entries_rerun_by_retry`). A job is None where the entry's note does not say it.
+    figure): the budgets need to hold only the rest. A run the retry does not follow again
+    (:func:`billed_not_followed`) counts against the cap all the same. A job is None where the entry's note
+    does not say it.
     """
     from costaware.training.remote import job_of_attempt_note
 
-    mine = task_attempt_entries(ledger, plan)
-    jobs = [job_of_attempt_note(str(row["note"] or "")) for row in mine]
-    return sum((Decimal(row["usd"]) for row in mine), Decimal(0)), jobs
+    mine = reversed(task_attempt_entries(ledger, plan))  # oldest first: a name's last run is its last entry
+    billed = [(job_of_attempt_note(str(row["note"] or "")), Decimal(row["usd"])) for row in mine]
+    return sum((usd for _, usd in billed), Decimal(0)), billed
 
 
 def task_attempt_entries(ledger: Ledger, plan: RemotePlan) -> list[dict[str, Any]]:
@@ -284,15 +287,28 @@ def task_attempt_entries(ledger: Ledger, plan: RemotePlan) -> list[dict[str, Any
     ]
 
 
-def entries_rerun_by_retry(jobs: list[str | None], has_job: Callable[[str], object]) -> bool:
-    """Whether a retry follows each earlier entry's job again, once: every job named, once, still there.
+def billed_not_followed(
+    billed: list[tuple[str | None, Decimal]], has_job: Callable[[str], object]
+) -> Decimal:
+    """What earlier tries billed for runs a retry does not follow again, so its own state misses them.
 
-    A job with two entries ran twice under its name (lost by the backend, submitted again): the retry follows
-    the last run only, so the first's cost would not count again in its state.
+    ``billed``: each earlier entry's job and cost, oldest first (:func:`billed_by_earlier_tries`). A job the
+    backend no longer has is submitted again, not followed. A job with two entries ran twice under its name
+    (lost by the backend, submitted again): the retry follows its last run only. An entry that names no job
+    cannot be followed.
     """
-    if not jobs or any(job is None for job in jobs) or len(set(jobs)) != len(jobs):
-        return not jobs
-    return all(has_job(str(job)) for job in jobs)
+    last_run: dict[str, int] = {}
+    for index, (job, _) in enumerate(billed):
+        if job is not None:
+            last_run[job] = index
+    return sum(
+        (
+            usd
+            for index, (job, usd) in enumerate(billed)
+            if job is None or last_run[job] != index or not has_job(job)
+        ),
+        Decimal(0),
+    )
 
 
 def settle_reservation(ledger: Ledger, state: AttemptState) -> None:
