@@ -141,6 +141,29 @@ def test_sagemaker_status_mapping(description: dict[str, Any], state: JobState, 
     assert (status.state, status.billable_seconds) == (state, seconds)
 
 
+def test_a_running_sagemaker_job_is_given_the_time_since_its_training_started() -> None:
+    # SageMaker reports no billable time until a job ends: a stop billed it from the submit, its wait for
+    # capacity included, or (on an Airflow retry) from the retry's own submit, hours short.
+    from datetime import datetime, timezone
+
+    started = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
+    job = {
+        "TrainingJobName": "j",
+        "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 2},
+        "TrainingJobStatus": "InProgress",
+        "SecondaryStatus": "Training",
+        "TrainingStartTime": started,
+    }
+    now = started.timestamp() + 600
+    assert sagemaker.status_from_description(job, now=now).billable_seconds == 1200.0  # 2 instances
+    stopping = {**job, "TrainingJobStatus": "Stopping", "SecondaryStatus": "Stopping"}
+    assert sagemaker.status_from_description(stopping, now=now).billable_seconds == 1200.0
+    waiting = {**job, "SecondaryStatus": "Starting"}  # not started on its instances: nothing billed yet
+    assert sagemaker.status_from_description(waiting, now=now).billable_seconds == 0.0
+    ended = {**job, "TrainingJobStatus": "Completed", "BillableTimeInSeconds": 300}  # AWS's own figure
+    assert sagemaker.status_from_description(ended, now=now).billable_seconds == 600.0
+
+
 # -- Batch -----------------------------------------------------------------------------------------------
 
 
@@ -224,6 +247,30 @@ def test_a_grace_period_longer_than_the_ecs_stop_timeout_is_said_at_submit(
     with caplog.at_level(logging.WARNING):
         raised.submit(request("on_demand", instance_type="m5.large", grace_seconds=110))
     assert "ECS gives" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("job", "seconds"),
+    [
+        ({"status": "RUNNING", "startedAt": 40_000}, 60.0),
+        ({"status": "RUNNABLE", "startedAt": 40_000}, 0.0),  # waiting in the queue: not running
+        # Retried inside Batch after a reclaim: the stopped attempt, then the run since it stopped.
+        (
+            {
+                "status": "RUNNING",
+                "startedAt": 1_000,
+                "attempts": [{"startedAt": 1_000, "stoppedAt": 31_000, "statusReason": "Host EC2 ..."}],
+            },
+            30.0 + 69.0,
+        ),
+    ],
+)
+def test_a_running_batch_job_is_given_the_time_since_it_started_running(
+    job: dict[str, Any], seconds: float
+) -> None:
+    # Batch lists an attempt only once it stopped: a stop billed a running job from its submit instead.
+    status = batch.status_from_description({"jobId": "j", **job}, "spot", "m5.large", now_ms=100_000)
+    assert status.billable_seconds == seconds
 
 
 @pytest.mark.parametrize(

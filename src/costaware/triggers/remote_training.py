@@ -452,8 +452,9 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         The third says the job had ended on its own before the stop (it keeps its own cause). A job not seen
         to end within ``wait_seconds`` (still running, gone from the backend, or not answering) is billed to
         the end of its grace period from the stop, the latest the backend lets it run: its billed time so far
-        and the time since, or, where the backend has not priced it yet (SageMaker, until the job ends), the
-        time since its submit. That is not its end: the entry is keyed by the job's name.
+        (from the backend's own start time) and the time since, or, where the backend gave none (no start
+        time, or no answer), the time since its submit. That is not its end: the entry is keyed by the job's
+        name.
         """
         import time
         from dataclasses import replace
@@ -511,8 +512,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             billable += max(0.0, (latest_end - seen_at).total_seconds())
             submitted = state.current.submitted_at
             if submitted and (unpriced or status.billable_seconds == 0):
-                # A backend that prices a run only once it ended (SageMaker, Batch: 0 s while it runs), or
-                # did not answer: from this try's submit, which may count time the job queued.
+                # A backend that gave no start time for the run, or did not answer: from this try's submit,
+                # which may count time the job queued.
                 since_submit = (latest_end - parse_instant(submitted, name="submitted_at")).total_seconds()
                 billable = max(billable, since_submit)
         reason = (

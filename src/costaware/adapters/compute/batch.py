@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -144,9 +145,19 @@ def _same_queue(described: str, name: str) -> bool:
 
 
 def status_from_description(
-    job: Mapping[str, Any], market: str, instance_type: str, availability_zone: str = ""
+    job: Mapping[str, Any],
+    market: str,
+    instance_type: str,
+    availability_zone: str = "",
+    *,
+    now_ms: int | None = None,
 ) -> JobStatus:
-    """A ``JobStatus`` from ``DescribeJobs`` (pure); times are epoch milliseconds."""
+    """A ``JobStatus`` from ``DescribeJobs`` (pure); times, ``now_ms`` included, are epoch milliseconds.
+
+    Batch lists an attempt only once it stopped. A job still running is also given the time since it
+    started running (or since its last attempt stopped, the later) up to ``now_ms``: what a stop must bill
+    it for at the most, where the time since the submit would also count its wait in the queue.
+    """
     attempts = list(job.get("attempts") or [])
     seconds = sum(
         max(0, int(a["stoppedAt"]) - int(a["startedAt"])) / 1000
@@ -156,6 +167,9 @@ def status_from_description(
     if not attempts and job.get("startedAt") is not None and job.get("stoppedAt") is not None:
         seconds = max(0, int(job["stoppedAt"]) - int(job["startedAt"])) / 1000
     status = str(job.get("status", ""))
+    if status == "RUNNING" and job.get("startedAt") is not None and now_ms is not None:
+        since = max([int(job["startedAt"]), *(int(a["stoppedAt"]) for a in attempts if a.get("stoppedAt"))])
+        seconds += max(0, now_ms - since) / 1000
     last_reason = str(attempts[-1].get("statusReason", "")) if attempts else ""
     reason = str(job.get("statusReason") or last_reason or status)
     exit_code = attempts[-1].get("container", {}).get("exitCode") if attempts else None
@@ -428,7 +442,7 @@ class BatchBackend:
         instance_type = str(
             job.get("container", {}).get("instanceType") or tags.get("costaware:instance", "")
         )
-        return status_from_description(job, market, instance_type, zone)
+        return status_from_description(job, market, instance_type, zone, now_ms=int(time.time() * 1000))
 
     def stop(self, job_id: str) -> None:
         try:

@@ -15,7 +15,9 @@ in it).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from costaware.adapters.compute.aws_errors import aws_error, error_code
@@ -99,13 +101,22 @@ def training_job_request(
     return config
 
 
-def status_from_description(job: Mapping[str, Any]) -> JobStatus:
-    """A ``JobStatus`` from ``DescribeTrainingJob`` (pure)."""
+def status_from_description(job: Mapping[str, Any], *, now: float | None = None) -> JobStatus:
+    """A ``JobStatus`` from ``DescribeTrainingJob`` (pure; ``now``: epoch seconds).
+
+    SageMaker reports ``BillableTimeInSeconds`` only once a job ended. A job still running is given the
+    time since its ``TrainingStartTime`` (the start of billing) up to ``now``: what a stop must bill it for
+    at the most, where the time since the submit would also count its wait for capacity.
+    """
     status = str(job.get("TrainingJobStatus", ""))
     secondary = str(job.get("SecondaryStatus", ""))
     count = int(job.get("ResourceConfig", {}).get("InstanceCount", 1) or 1)
     billable = job.get("BillableTimeInSeconds")
     seconds = float(billable) * count if billable is not None else 0.0
+    started = _epoch_seconds(job.get("TrainingStartTime"))
+    running = status in ("InProgress", "Stopping") and secondary not in _PENDING
+    if billable is None and running and started is not None and now is not None:
+        seconds = max(0.0, now - started) * count
     restarts = [
         t
         for t in job.get("SecondaryStatusTransitions", [])
@@ -133,6 +144,17 @@ def status_from_description(job: Mapping[str, Any]) -> JobStatus:
             "spot_interruptions": len(restarts),
         },
     )
+
+
+def _epoch_seconds(value: Any) -> float | None:
+    """A time of ``DescribeTrainingJob`` (boto3: a datetime; else epoch seconds or ISO text) in seconds."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime):
+        return value.timestamp()
+    if isinstance(value, int | float):
+        return float(value)
+    return datetime.fromisoformat(str(value)).timestamp()
 
 
 class SageMakerBackend:
@@ -232,7 +254,7 @@ class SageMakerBackend:
         job = self._describe(job_id)
         if job is None:
             raise ComputeBackendError(f"SageMaker training job {job_id!r} does not exist")
-        return status_from_description(job)
+        return status_from_description(job, now=time.time())
 
     def stop(self, job_id: str) -> None:
         try:
