@@ -390,3 +390,45 @@ def test_a_task_failing_for_good_while_its_job_runs_stops_and_bills_it(
     else:
         assert not backend.poll(trigger.job_id).state.done
     assert [e["cause"] for e in train_entries(ledger)] == (["unwatched"] if stopped else [])
+
+
+@pytest.mark.parametrize(
+    ("max_tries", "deferrable", "stopped"), [(0, False, True), (0, True, True), (1, False, False)]
+)
+def test_a_try_failing_for_good_between_a_submit_and_its_wait_stops_and_bills_the_job(
+    tmp_path: Path,
+    ledger: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    max_tries: int,
+    deferrable: bool,
+    stopped: bool,
+) -> None:
+    # An execution_timeout (or a store or ledger error) right after a submit, before the wait began: the
+    # job just submitted ran on, with no try to follow it. With a retry left it runs on for the retry.
+    from airflow.sdk.exceptions import AirflowTaskTimeout
+
+    real = RemoteTrainingOperator._trigger
+    calls: list[int] = []
+
+    def fails_once(self: RemoteTrainingOperator, state: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            wait_for(tmp_path / "seen.jsonl.ready")  # the job runs
+            raise AirflowTaskTimeout("Timeout, PID: 1")
+        return real(self, state)
+
+    monkeypatch.setattr(RemoteTrainingOperator, "_trigger", fails_once)
+    context = context_for()
+    context["ti"].max_tries = max_tries
+    with pytest.raises(AirflowTaskTimeout):
+        operator(tmp_path, "wait-for-notice", deferrable=deferrable).execute(context)
+    (job,) = [p.name for p in (tmp_path / "jobs").iterdir()]
+    backend = open_backend("local", {"root": str(tmp_path / "jobs")})
+    if stopped:
+        give_up = time.monotonic() + 30
+        while not backend.poll(job).state.done:
+            assert time.monotonic() < give_up
+            time.sleep(0.2)
+    else:
+        assert not backend.poll(job).state.done
+    assert [e["cause"] for e in train_entries(ledger)] == (["unwatched"] if stopped else [])

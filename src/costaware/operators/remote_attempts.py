@@ -37,6 +37,9 @@ class RemoteAttemptSteps(AttemptBilling):
 
     max_attempts: int
     _killed = False  # set by the operator's on_kill: no new attempt starts
+    # The newest state whose job may be running (None: none): what a try that fails for good stops and
+    # bills. Set as soon as a submit returns, before anything else can fail.
+    _live: AttemptState | None = None
     poll_interval: float
     budget_scope: str | None
     ledger_conn_id: str
@@ -123,6 +126,16 @@ class RemoteAttemptSteps(AttemptBilling):
         restored = self._committed_step(state) if market == "spot" else None
         submitted_at = utcnow()
         job_id = backend.submit(request)
+        submitted = state.submitted(
+            job_id=job_id,
+            market=market,
+            zone=zone,
+            restored_step=restored,
+            market_reason=market_reason if market == "on_demand" else "",
+            stop_after_seconds=allowed if binding else None,
+            submitted_at=submitted_at.isoformat(),
+        )
+        self._live = submitted
         self.log.info(
             "attempt %d: job %s on %s, %s %s%s%s",
             request.attempt,
@@ -136,15 +149,7 @@ class RemoteAttemptSteps(AttemptBilling):
         )
         if zone:
             self._record_move_egress(state, request.attempt, zone)
-        return state.submitted(
-            job_id=job_id,
-            market=market,
-            zone=zone,
-            restored_step=restored,
-            market_reason=market_reason if market == "on_demand" else "",
-            stop_after_seconds=allowed if binding else None,
-            submitted_at=submitted_at.isoformat(),
-        )
+        return submitted
 
     def _record_move_egress(self, state: AttemptState, attempt: int, zone: str) -> None:
         """Record the egress of an attempt sent to a zone of another region: its data and checkpoint.
@@ -352,7 +357,9 @@ class RemoteAttemptSteps(AttemptBilling):
     def _record_attempt(self, state: AttemptState, job: Mapping[str, Any], cause: str) -> AttemptState:
         # Only a preempted spot run is judged by what it kept (the guard, the zone choice, "auto"'s re-tune).
         committed = self._committed_step(state) if cause == "preemption" and job["market"] == "spot" else None
-        return self._bill_attempt(state, job, cause, committed_step=committed)
+        recorded = self._bill_attempt(state, job, cause, committed_step=committed)
+        self._live = None  # its job ended
+        return recorded
 
     def _committed_step(self, state: AttemptState) -> int | None:
         """The step of the newest checkpoint pushed to the training's checkpoint URI (IO; ``Attempt``).

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
@@ -481,15 +482,40 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
 
     def execute(self, context: Context) -> Any:
         """Write the spec, submit attempt 1 (or find it, on a retry) and wait for it."""
-        with airflow_errors():
-            state = self._start(context)
-            _tag_this_try(context, state)
-            state = self._reserve(state)
-            state = self._submit(state, state.plan.first_market, state.plan.first_market_reason)
-        return self._wait(context, state)
+        with self._stops_unwatched_job(context):
+            with airflow_errors():
+                state = self._start(context)
+                _tag_this_try(context, state)
+                state = self._reserve(state)
+                state = self._submit(state, state.plan.first_market, state.plan.first_market_reason)
+            return self._wait(context, state)
+
+    @contextmanager
+    def _stops_unwatched_job(self, context: Context) -> Iterator[None]:
+        """A try that fails for good while a job it submitted runs stops and bills that job.
+
+        Any failure counts: a store or ledger error while an attempt's end is handled, an
+        ``execution_timeout`` during a submit (a timeout during a wait is ``on_kill``'s). A retry would
+        follow the job by its name; without one it ran on, watched and billed by nobody.
+        """
+        from airflow.sdk.exceptions import TaskDeferred
+
+        try:
+            yield
+        except (TaskDeferred, _TaskKilled):
+            raise
+        except BaseException as e:
+            live, self._live = self._live, None
+            # A wait's own failures are handled where it polls, a kill during it by on_kill.
+            during_step = self._waiting_on is None and live is not None and live.current is not None
+            if during_step and (isinstance(e, AirflowFailException) or _last_try(context)):
+                assert live is not None
+                self._stop_unwatched(live)
+            raise
 
     def _wait(self, context: Context, state: AttemptState) -> Any:
         while True:
+            self._live = state if state.current is not None else None
             deadline = state.plan.deadline
             timeout = (
                 max(deadline - utcnow(), timedelta(0)) + timedelta(hours=1) if deadline else timedelta(days=1)
@@ -554,10 +580,12 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         with airflow_errors():
             state = AttemptState.from_json(event["state"])
         _tag_this_try(context, state)
-        outcome = self._on_event(context, state, event)
-        if isinstance(outcome, dict):
-            return outcome
-        return self._wait(context, outcome)
+        self._live = state if state.current is not None else None
+        with self._stops_unwatched_job(context):
+            outcome = self._on_event(context, state, event)
+            if isinstance(outcome, dict):
+                return outcome
+            return self._wait(context, outcome)
 
     def on_kill(self) -> None:
         """The task was killed while it waited in the worker: stop the job and bill it, as the trigger does.
