@@ -245,6 +245,21 @@ def test_a_retry_holds_max_usd_again_where_its_failed_try_settled_the_gate_reser
     assert again.gpu_hours == first.gpu_hours and again.expires_at - again.created_at == timedelta(hours=48)
 
 
+def test_a_retry_with_no_cap_holds_its_estimate_again(
+    tmp_path: Path, data: Path, ledger: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Its failed (or killed in the worker) try settled the gate's hold: with no max_usd the retry ran with
+    # nothing held, unseen by the budgets it shares with other tasks.
+    ledger.set_budget("project=churn", "month", "10")
+    first = ledger.reserve("project=churn", "1.00", holder=GATE_HOLDER, run_id="r")
+    ledger.settle(first.id, "0.01")
+    result, _ = drive(operator(tmp_path, tags={"project": "churn"}, deferrable=False), context_for())
+    assert "a retry: holding $0.05 again in project=churn, the estimate" in capsys.readouterr().out
+    again = ledger.latest_reservation(GATE_HOLDER)
+    assert again.id != first.id and again.usd == Decimal("0.05")  # the decision's estimate
+    assert again.status == "settled" and again.settled_usd == Decimal(result["usd"])
+
+
 def test_a_retry_whose_budget_is_past_its_cap_starts_no_new_attempt(
     tmp_path: Path, data: Path, ledger: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:

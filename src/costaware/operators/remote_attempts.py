@@ -502,9 +502,9 @@ class RemoteAttemptSteps(AttemptBilling):
         from costaware.training.attempt_effects import billed_by_earlier_tries, billed_not_followed
 
         plan = state.plan
-        if plan.max_usd is None:
-            return self._hold(state, Decimal(0), retry=False)
         earlier, billed = billed_by_earlier_tries(self.ledger_hook.get_conn(), plan)
+        if plan.max_usd is None:
+            return self._hold(state, earlier, retry=bool(billed))
         lost = billed_not_followed(billed, self._backend(plan).find) if billed else Decimal(0)
         held = self._hold(state, earlier, retry=bool(billed))
         if not lost or held.plan.max_usd is None:
@@ -577,6 +577,8 @@ class RemoteAttemptSteps(AttemptBilling):
                     self.log.info(
                         "a retry: holding max_usd again in %s, where the spend gate reserved", gate.scope
                     )
+            elif plan.estimated_usd:
+                self._hold_estimate_again(state, earlier)
         if plan.max_usd is None:
             return state
         cap = Decimal(plan.max_usd)
@@ -632,6 +634,39 @@ class RemoteAttemptSteps(AttemptBilling):
                 "released"
             )
         return lowered
+
+    def _hold_estimate_again(self, state: AttemptState, earlier: Decimal) -> None:
+        """A retry with no ``max_usd`` behind a spend gate: hold the estimate again, less what was billed.
+
+        Its failed (or killed) try settled the gate's hold, so the retry ran with nothing held: budgets
+        shared with other tasks did not see the money it was about to spend. Without a cap nothing stops it
+        where the budgets have no room; it says so and runs on.
+        """
+        from costaware.core.money import format_usd_exact
+        from costaware.training.attempt_effects import hold_again, hold_cap
+
+        plan = state.plan
+        ledger = self.ledger_hook.get_conn()
+        gate, refused = hold_again(ledger, plan, billed_before=earlier)
+        if refused:
+            self.log.warning(
+                "a retry: the budgets have no room to hold its estimate again (%s); it runs on with nothing "
+                "held: no max_usd caps it",
+                refused,
+            )
+            return
+        if gate is None or plan.estimated_usd is None:
+            return
+        wanted = max(Decimal(plan.estimated_usd) - earlier, Decimal(0))
+        held = hold_cap(ledger, gate, wanted) if gate.usd < wanted else gate.usd
+        short = f" (the budgets had room for no more of its {format_usd_exact(wanted)})"
+        self.log.info(
+            "a retry: holding %s again in %s, the estimate%s%s",
+            format_usd_exact(held),
+            gate.scope,
+            f" less the {format_usd_exact(earlier)} earlier tries billed" if earlier else "",
+            "" if held >= wanted else short,
+        )
 
     def _finish(self, context: Context, state: AttemptState) -> dict[str, Any]:
         from costaware.operators.run_record import record_retrain_outcome
