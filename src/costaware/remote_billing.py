@@ -67,10 +67,11 @@ class AttemptBilling:
 
         from costaware.adapters.spot_market import mean_spot_price
         from costaware.core.errors import CostawareError
+        from costaware.training.attempt_effects import instances
 
         started_at = Decimal(str(state.spot_usd_per_hour))
         billing, plan = state.plan.billing, state.plan
-        seconds = float(job["billable_seconds"])
+        seconds = float(job["billable_seconds"]) / instances(plan)  # the run's length (all instances billed)
         if not billing or seconds <= 0:
             return started_at
         ended = job.get("ended_at")
@@ -202,11 +203,13 @@ def _started_before(job: Mapping[str, Any], moment: datetime, plan: RemotePlan) 
     kill's entry and is billed on its own. A job that gives no end is the same run on SageMaker, whose
     names are never reused, and taken as another elsewhere.
     """
+    from costaware.training.attempt_effects import instances
+
     ended = job.get("ended_at")
     if ended is None:
         return plan.backend == "sagemaker"
     started = datetime.fromtimestamp(float(ended), tz=timezone.utc) - timedelta(
-        seconds=float(job["billable_seconds"])
+        seconds=float(job["billable_seconds"]) / instances(plan)  # billed seconds count every instance
     )
     return started < (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc))
 

@@ -162,6 +162,27 @@ def test_a_running_sagemaker_job_is_given_the_time_since_its_training_started() 
     assert sagemaker.status_from_description(waiting, now=now).billable_seconds == 0.0
     ended = {**job, "TrainingJobStatus": "Completed", "BillableTimeInSeconds": 300}  # AWS's own figure
     assert sagemaker.status_from_description(ended, now=now).billable_seconds == 600.0
+    as_text = {**job, "TrainingStartTime": "2026-01-01T12:00:00"}  # no zone: UTC, as AWS keeps it
+    assert sagemaker.status_from_description(as_text, now=now).billable_seconds == 1200.0
+    unreadable = {**job, "TrainingStartTime": "soon"}  # no figure rather than a failed stop
+    assert sagemaker.status_from_description(unreadable, now=now).billable_seconds == 0.0
+
+
+def test_time_added_to_a_multi_instance_jobs_billed_seconds_counts_every_instance() -> None:
+    # A SageMaker job's billed seconds are instance-seconds: the time since a stopped job was last seen
+    # (billed up to now when the backend lost it) was added once, a quarter of it on 4 instances.
+    from datetime import datetime, timedelta, timezone
+
+    from costaware.adapters.compute.base import billed_instances
+    from costaware.triggers.remote_training import stopped_job_status
+
+    seen_at = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
+    seen = {"job_id": "j", "state": "running", "billable_seconds": 400.0, "market": "spot"}
+    stopped = {"job": seen, "seen_at": seen_at.isoformat()}
+    count = billed_instances({"instance_count": 4})
+    ended = stopped_job_status(stopped, now=seen_at + timedelta(seconds=30), instances=count)
+    assert (count, ended.billable_seconds) == (4, 400.0 + 4 * 30)
+    assert billed_instances({}) == billed_instances({"instance_count": None}) == 1
 
 
 # -- Batch -----------------------------------------------------------------------------------------------

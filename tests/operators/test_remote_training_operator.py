@@ -340,9 +340,9 @@ def test_a_retry_whose_earlier_job_is_gone_counts_its_cost_against_max_usd(
     again = Decimal(_try_capped_at_5(tmp_path)["usd"])
     out = capsys.readouterr().out
     lowered = format_usd_exact(Decimal(5) - billed)
-    said = f"a retry: earlier tries billed {format_usd_exact(billed)} for runs the local backend no longer"
+    said = f"a retry: earlier tries billed {format_usd_exact(billed)} for runs it cannot follow again"
     assert said in out
-    assert f"so its attempts may bill {lowered}, not $5.00" in out
+    assert f"so its attempts may bill {lowered}, to keep the tries within max_usd $5.00 together" in out
     retry = ledger.latest_reservation(GATE_HOLDER)
     assert retry.usd == Decimal(5) - billed and retry.settled_usd == again
     # The job run again under the lost one's name is a second run: both are in the ledger (keyed by the
@@ -368,7 +368,7 @@ def test_a_retry_whose_lost_run_spent_the_cap_starts_nothing(tmp_path: Path, dat
         _try_capped_at_5(tmp_path)
     said = str(failed.value)
     assert "max_usd $0.0001 buys less than 60 s" in said
-    lost = "that is what is left of $5.00 after the $4.9999 earlier tries billed for runs the backend lost"
+    lost = "what is left of max_usd $5.00 after the $4.9999 earlier tries billed for runs this try cannot"
     assert lost in said
     assert "nothing was started" in said
     assert not (tmp_path / "jobs").exists() or list((tmp_path / "jobs").iterdir()) == []

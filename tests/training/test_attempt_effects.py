@@ -96,6 +96,10 @@ def test_a_retry_misses_in_its_state_only_the_runs_it_does_not_follow_again() ->
     # a1 ran twice under its name: the retry follows its last run only
     assert billed_not_followed([("j-a1", one), ("j-a1", two)], there) == one
     assert billed_not_followed([("j-a1", one), (None, three)], there) == three  # a note that names no job
+    # a1 is lost, a2 is still there: the retry runs attempt 1 again and goes its own way (it may succeed),
+    # so it may never follow a2
+    only_a2 = {"j-a2"}.__contains__
+    assert billed_not_followed([("j-a1", one), ("j-a2", two)], only_a2) == one + two
 
 
 def test_an_attempt_in_another_region_saves_against_that_regions_on_demand_price() -> None:

@@ -335,8 +335,8 @@ def test_an_execution_timeout_in_the_worker_stops_and_bills_the_job(tmp_path: Pa
 def test_a_job_the_backend_cannot_tell_about_is_stopped_and_billed_from_its_submit(
     tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # SageMaker prices a run only once it ended (0 s while it runs or stops), and a poll may fail: the job
-    # is stopped all the same and billed from its submit to the end of its grace period, an upper bound.
+    # A backend may give no start time for a running job, and a poll may fail: the job is stopped all the
+    # same and billed from its submit to the end of its grace period, an upper bound.
     from costaware.adapters.compute.local import LocalBackend
     from costaware.core.errors import ComputeBackendError
 
@@ -393,21 +393,19 @@ def test_a_task_failing_for_good_while_its_job_runs_stops_and_bills_it(
 
 
 @pytest.mark.parametrize(
-    ("max_tries", "deferrable", "stopped"), [(0, False, True), (0, True, True), (1, False, False)]
+    ("where", "max_tries", "stopped"), [("wait", 0, True), ("submit", 0, True), ("wait", 1, False)]
 )
 def test_a_try_failing_for_good_between_a_submit_and_its_wait_stops_and_bills_the_job(
-    tmp_path: Path,
-    ledger: Any,
-    monkeypatch: pytest.MonkeyPatch,
-    max_tries: int,
-    deferrable: bool,
-    stopped: bool,
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch, where: str, max_tries: int, stopped: bool
 ) -> None:
-    # An execution_timeout (or a store or ledger error) right after a submit, before the wait began: the
-    # job just submitted ran on, with no try to follow it. With a retry left it runs on for the retry.
+    # An execution_timeout right after a submit, before the wait began ("wait"), or inside the backend's
+    # submit once it took the job ("submit"): the job ran on, with no try to follow it. With a retry left
+    # it runs on for the retry.
     from airflow.sdk.exceptions import AirflowTaskTimeout
 
-    real = RemoteTrainingOperator._trigger
+    from costaware.adapters.compute.local import LocalBackend
+
+    real_trigger, real_submit = RemoteTrainingOperator._trigger, LocalBackend.submit
     calls: list[int] = []
 
     def fails_once(self: RemoteTrainingOperator, state: Any) -> Any:
@@ -415,13 +413,21 @@ def test_a_try_failing_for_good_between_a_submit_and_its_wait_stops_and_bills_th
         if len(calls) == 1:
             wait_for(tmp_path / "seen.jsonl.ready")  # the job runs
             raise AirflowTaskTimeout("Timeout, PID: 1")
-        return real(self, state)
+        return real_trigger(self, state)
 
-    monkeypatch.setattr(RemoteTrainingOperator, "_trigger", fails_once)
+    def times_out_on_its_way_out(self: LocalBackend, request: Any) -> str:
+        real_submit(self, request)
+        wait_for(tmp_path / "seen.jsonl.ready")
+        raise AirflowTaskTimeout("Timeout, PID: 1")
+
+    if where == "wait":
+        monkeypatch.setattr(RemoteTrainingOperator, "_trigger", fails_once)
+    else:
+        monkeypatch.setattr(LocalBackend, "submit", times_out_on_its_way_out)
     context = context_for()
     context["ti"].max_tries = max_tries
     with pytest.raises(AirflowTaskTimeout):
-        operator(tmp_path, "wait-for-notice", deferrable=deferrable).execute(context)
+        operator(tmp_path, "wait-for-notice", deferrable=False).execute(context)
     (job,) = [p.name for p in (tmp_path / "jobs").iterdir()]
     backend = open_backend("local", {"root": str(tmp_path / "jobs")})
     if stopped:
@@ -432,3 +438,38 @@ def test_a_try_failing_for_good_between_a_submit_and_its_wait_stops_and_bills_th
     else:
         assert not backend.poll(job).state.done
     assert [e["cause"] for e in train_entries(ledger)] == (["unwatched"] if stopped else [])
+
+
+def test_a_deferred_try_failing_for_good_after_it_submitted_the_next_attempt_stops_and_bills_that_job(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The trigger reported attempt 1 preempted; execute_complete billed it and submitted attempt 2, then
+    # failed (a ledger or store error) on the last try: attempt 2's job ran on, unwatched and unbilled.
+    trigger = deferred_trigger(operator(tmp_path, "wait-for-notice"))
+    ready = tmp_path / "seen.jsonl.ready"
+    wait_for(ready)
+    ready.unlink()
+    assert trigger.job_id is not None
+    open_backend("local", {"root": str(tmp_path / "jobs")}).signal(trigger.job_id, signal.SIGTERM)
+    event = asyncio.run(trigger.run().__anext__()).payload  # a spot notice: it saved and exited 75
+    real = RemoteTrainingOperator._trigger
+
+    def fails_at_attempt_2(self: RemoteTrainingOperator, state: Any) -> Any:
+        if state.current is not None and state.current.attempt == 2 and not self._live_failed:
+            self._live_failed = True
+            wait_for(ready)  # attempt 2 runs
+            raise RuntimeError("the ledger cannot be reached")
+        return real(self, state)
+
+    monkeypatch.setattr(RemoteTrainingOperator, "_live_failed", False, raising=False)
+    monkeypatch.setattr(RemoteTrainingOperator, "_trigger", fails_at_attempt_2)
+    context = context_for()
+    context["ti"].max_tries = 0
+    with pytest.raises(RuntimeError, match="ledger"):
+        operator(tmp_path, "wait-for-notice").execute_complete(context, event=event)
+    assert [e["cause"] for e in sorted(train_entries(ledger), key=lambda e: e["incurred_at"])] == [
+        "preemption",
+        "unwatched",
+    ]
+    jobs = open_backend("local", {"root": str(tmp_path / "jobs")})
+    assert all(jobs.poll(folder.name).state.done for folder in (tmp_path / "jobs").iterdir())

@@ -40,6 +40,9 @@ class RemoteAttemptSteps(AttemptBilling):
     # The newest state whose job may be running (None: none): what a try that fails for good stops and
     # bills. Set as soon as a submit returns, before anything else can fail.
     _live: AttemptState | None = None
+    # The state, the attempt's job name, market, zone and submit time while a submit is under way: a
+    # failure inside the submit (an execution_timeout) may come after the backend took the job.
+    _submitting: tuple[AttemptState, str, str, str, str] | None = None
     poll_interval: float
     budget_scope: str | None
     ledger_conn_id: str
@@ -125,7 +128,9 @@ class RemoteAttemptSteps(AttemptBilling):
         binding = allowed is not None and (plan.backend == "local" or request.max_runtime_seconds == allowed)
         restored = self._committed_step(state) if market == "spot" else None
         submitted_at = utcnow()
+        self._submitting = (state, request.job_name, market, zone, submitted_at.isoformat())
         job_id = backend.submit(request)
+        self._submitting = None
         submitted = state.submitted(
             job_id=job_id,
             market=market,
@@ -150,6 +155,24 @@ class RemoteAttemptSteps(AttemptBilling):
         if zone:
             self._record_move_egress(state, request.attempt, zone)
         return submitted
+
+    def _running_job_state(self) -> AttemptState | None:
+        """The newest state whose job may be running: ``_live``, or a job a failed submit left (IO).
+
+        A submit that failed on its way out (an ``execution_timeout`` inside the backend's call) may have
+        had its job taken: it is looked up by the attempt's name.
+        """
+        if self._live is not None or self._submitting is None:
+            return self._live
+        state, name, market, zone, submitted_at = self._submitting
+        try:
+            job_id = self._backend(state.plan).find(name)
+        except Exception as e:  # best effort: the task's own failure is what it reports
+            self.log.warning("cannot tell whether job %s was submitted: %s", name, e)
+            return None
+        if job_id is None:
+            return None
+        return state.submitted(job_id=job_id, market=market, zone=zone, submitted_at=submitted_at)
 
     def _record_move_egress(self, state: AttemptState, attempt: int, zone: str) -> None:
         """Record the egress of an attempt sent to a zone of another region: its data and checkpoint.
@@ -509,20 +532,25 @@ class RemoteAttemptSteps(AttemptBilling):
         held = self._hold(state, earlier, retry=bool(billed))
         if not lost or held.plan.max_usd is None:
             return held
-        cap = max(Decimal(held.plan.max_usd) - lost, Decimal(0))
+        allowed = Decimal(held.plan.max_usd)
+        cap = max(allowed - lost, Decimal(0))
+        # Where the budgets lowered the cap, raising max_usd does nothing: the budget is what to raise.
+        by_budgets = allowed != Decimal(plan.max_usd)
+        amount = format_usd_exact(allowed)
+        limit = f"the {amount} the budgets allow" if by_budgets else f"max_usd {amount}"
         self.log.warning(
-            "a retry: earlier tries billed %s for runs the %s backend no longer has (or ran again under the "
-            "same name); this try submits those attempts again, so its attempts may bill %s, not %s, to keep "
-            "the tries within max_usd together",
+            "a retry: earlier tries billed %s for runs it cannot follow again (the %s backend no longer has "
+            "them, or ran them again under the same name), so its attempts may bill %s, to keep the tries "
+            "within %s together",
             format_usd_exact(lost),
             plan.backend,
             format_usd_exact(cap),
-            format_usd_exact(Decimal(held.plan.max_usd)),
+            limit,
         )
         note = held.plan.max_usd_note or (
-            f"that is what is left of {format_usd_exact(Decimal(held.plan.max_usd))} after the "
-            f"{format_usd_exact(lost)} earlier tries billed for runs the backend lost; raise max_usd and "
-            "clear the task"
+            f"that is what is left of {limit} after the {format_usd_exact(lost)} earlier tries billed for "
+            f"runs this try cannot follow again; raise {'the budget' if by_budgets else 'max_usd'} and clear "
+            "the task"
         )
         return replace(held, plan=replace(held.plan, max_usd=str(cap), max_usd_note=note))
 

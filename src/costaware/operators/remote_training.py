@@ -505,11 +505,11 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         except (TaskDeferred, _TaskKilled):
             raise
         except BaseException as e:
-            live, self._live = self._live, None
             # A wait's own failures are handled where it polls, a kill during it by on_kill.
-            during_step = self._waiting_on is None and live is not None and live.current is not None
-            if during_step and (isinstance(e, AirflowFailException) or _last_try(context)):
-                assert live is not None
+            for_good = isinstance(e, AirflowFailException) or _last_try(context)
+            live = self._running_job_state() if self._waiting_on is None and for_good else None
+            self._live = self._submitting = None
+            if live is not None and live.current is not None:
                 self._stop_unwatched(live)
             raise
 

@@ -32,7 +32,9 @@ MIN_CAPPED_SECONDS = 60
 
 def instances(plan: RemotePlan) -> int:
     """How many instances one attempt bills (SageMaker's ``instance_count``; 1 elsewhere)."""
-    return max(1, int(plan.backend_options.get("instance_count") or 1))
+    from costaware.adapters.compute.base import billed_instances
+
+    return billed_instances(plan.backend_options)
 
 
 def cap_rate(state: AttemptState, market: str, on_demand_usd_per_hour: Decimal | None = None) -> Decimal:
@@ -292,23 +294,23 @@ def billed_not_followed(
 ) -> Decimal:
     """What earlier tries billed for runs a retry does not follow again, so its own state misses them.
 
-    ``billed``: each earlier entry's job and cost, oldest first (:func:`billed_by_earlier_tries`). A job the
-    backend no longer has is submitted again, not followed. A job with two entries ran twice under its name
-    (lost by the backend, submitted again): the retry follows its last run only. An entry that names no job
-    cannot be followed.
+    ``billed``: each earlier entry's job and cost, oldest first (:func:`billed_by_earlier_tries`). A retry
+    follows attempt 1, 2, ... by their names, as long as each is a job the backend still has. A job with
+    two entries ran twice under its name (lost by the backend, submitted again): the retry follows its last
+    run only. From the first attempt it cannot follow (the backend lost it, or its entry names no job) the
+    retry runs attempts of its own, which may end otherwise: no later entry is followed either.
     """
     last_run: dict[str, int] = {}
     for index, (job, _) in enumerate(billed):
         if job is not None:
             last_run[job] = index
-    return sum(
-        (
-            usd
-            for index, (job, usd) in enumerate(billed)
-            if job is None or last_run[job] != index or not has_job(job)
-        ),
-        Decimal(0),
-    )
+    missed, diverged = Decimal(0), False
+    for index, (job, usd) in enumerate(billed):
+        if job is None or (last_run[job] == index and not has_job(job)):
+            diverged = True
+        if diverged or job is None or last_run[job] != index or not has_job(job):
+            missed += usd
+    return missed
 
 
 def settle_reservation(ledger: Ledger, state: AttemptState) -> None:

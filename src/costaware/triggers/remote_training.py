@@ -65,11 +65,11 @@ def job_event(
     return None
 
 
-def stopped_job_status(stopped: Mapping[str, Any], *, now: datetime) -> Any:
+def stopped_job_status(stopped: Mapping[str, Any], *, now: datetime, instances: int = 1) -> Any:
     """The end of a job the operator stopped (a pause) that its backend no longer knows (a deleted pod).
 
-    It ended by ``now`` at the latest: billed as the status seen before the stop plus the time since, which
-    is at most one poll more than it ran, never less (pure).
+    It ended by ``now`` at the latest: billed as the status seen before the stop plus the time since on its
+    ``instances``, which is at most one poll more than it ran, never less (pure).
     """
     from dataclasses import replace
 
@@ -80,7 +80,7 @@ def stopped_job_status(stopped: Mapping[str, Any], *, now: datetime) -> Any:
     return replace(
         seen,
         state=JobState.INTERRUPTED,
-        billable_seconds=seen.billable_seconds + since,
+        billable_seconds=seen.billable_seconds + since * instances,
         ended_at=now.timestamp(),
         reason="stopped for a pause; the backend no longer has the job, so it is billed up to now",
     )
@@ -267,7 +267,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
 
         The operator's synchronous wait (``deferrable=False``) calls this too, so both modes decide alike.
         """
-        from costaware.adapters.compute.base import JobState, open_backend
+        from costaware.adapters.compute.base import JobState, billed_instances, open_backend
         from costaware.core.errors import JobNotFoundError
 
         if self.job_id is None:
@@ -279,7 +279,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             stopped = (self.state.get("current") or {}).get("stopped")
             if not stopped:  # gone without a stop from us: nothing to bill it from
                 raise
-            status = stopped_job_status(stopped, now=now)
+            status = stopped_job_status(stopped, now=now, instances=billed_instances(self.backend_options))
         fallback_at = parse_instant(self.fallback_at, name="fallback_at") if self.fallback_at else None
         event = job_event(status, self.state, fallback_at=fallback_at, now=now)
         if event is not None:
@@ -459,11 +459,12 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         import time
         from dataclasses import replace
 
-        from costaware.adapters.compute.base import JobState, JobStatus, open_backend
+        from costaware.adapters.compute.base import JobState, JobStatus, billed_instances, open_backend
         from costaware.core.errors import ComputeBackendError, JobNotFoundError
 
         assert self.job_id is not None and state.current is not None
         backend = open_backend(self.backend, self.backend_options)
+        count = billed_instances(self.backend_options)  # billed seconds count every instance
         stopped = state.current.stopped
         seen_at = utcnow()
         unpriced = False  # the backend gave no billed time for the run (its poll failed, or 0 s running)
@@ -476,7 +477,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             if not stopped:  # gone before we stopped it: nothing to bill it from
                 self.log.warning("the task was killed; job %s is gone, nothing is billed", self.job_id)
                 return None, True, True
-            return dict(stopped_job_status(stopped, now=utcnow()).to_dict()), True, False
+            gone = stopped_job_status(stopped, now=utcnow(), instances=count)
+            return dict(gone.to_dict()), True, False
         except ComputeBackendError as e:  # not answering now: stop it all the same, billed to its latest end
             self.log.warning("polling job %s failed (%s): stopping it all the same", self.job_id, e)
             unpriced = True
@@ -509,12 +511,13 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         latest_end = utcnow() if gone else stopped_at + timedelta(seconds=float(state.plan.grace_seconds))
         billable = status.billable_seconds
         if status.state != JobState.PENDING:
-            billable += max(0.0, (latest_end - seen_at).total_seconds())
+            billable += count * max(0.0, (latest_end - seen_at).total_seconds())
             submitted = state.current.submitted_at
             if submitted and (unpriced or status.billable_seconds == 0):
                 # A backend that gave no start time for the run, or did not answer: from this try's submit,
                 # which may count time the job queued.
-                since_submit = (latest_end - parse_instant(submitted, name="submitted_at")).total_seconds()
+                since = latest_end - parse_instant(submitted, name="submitted_at")
+                since_submit = count * since.total_seconds()
                 billable = max(billable, since_submit)
         reason = (
             f"stopped when {why}; the backend no longer has it, billed up to then"

@@ -516,6 +516,15 @@ class JobStatus:
         return cls(**values)
 
 
+def billed_instances(options: Mapping[str, Any]) -> int:
+    """How many instances one job bills, from its backend's options (SageMaker's ``instance_count``; else 1).
+
+    A job's ``billable_seconds`` count all of them (instance-seconds): time added to them from the outside
+    (a stopped job's grace period) is multiplied by this.
+    """
+    return max(1, int(options.get("instance_count") or 1))
+
+
 @runtime_checkable
 class ComputeBackend(Protocol):
     """Where training jobs run; see the module docstring for the contract.

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from costaware.adapters.compute.aws_errors import aws_error, error_code
@@ -147,14 +147,20 @@ def status_from_description(job: Mapping[str, Any], *, now: float | None = None)
 
 
 def _epoch_seconds(value: Any) -> float | None:
-    """A time of ``DescribeTrainingJob`` (boto3: a datetime; else epoch seconds or ISO text) in seconds."""
-    if value is None or value == "":
-        return None
-    if isinstance(value, datetime):
-        return value.timestamp()
+    """A time of ``DescribeTrainingJob`` in epoch seconds (boto3 gives a datetime), None where unreadable.
+
+    A time without a zone is UTC, as AWS keeps it.
+    """
     if isinstance(value, int | float):
         return float(value)
-    return datetime.fromisoformat(str(value)).timestamp()
+    if isinstance(value, str) and value:
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    if not isinstance(value, datetime):
+        return None
+    return (value if value.tzinfo else value.replace(tzinfo=timezone.utc)).timestamp()
 
 
 class SageMakerBackend:
