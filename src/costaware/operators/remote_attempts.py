@@ -526,9 +526,12 @@ class RemoteAttemptSteps(AttemptBilling):
 
         plan = state.plan
         earlier, billed = billed_by_earlier_tries(self.ledger_hook.get_conn(), plan)
+        if billed and self._stop_jobs_left_behind(state, billed):
+            earlier, billed = billed_by_earlier_tries(self.ledger_hook.get_conn(), plan)  # now billed too
         if plan.max_usd is None:
             return self._hold(state, earlier, retry=bool(billed))
-        lost = billed_not_followed(billed, self._backend(plan).find) if billed else Decimal(0)
+        backend = self._backend(plan)
+        lost = billed_not_followed(billed, lambda job: _still_there(backend, job)) if billed else Decimal(0)
         held = self._hold(state, earlier, retry=bool(billed))
         if not lost or held.plan.max_usd is None:
             return held
@@ -553,6 +556,54 @@ class RemoteAttemptSteps(AttemptBilling):
             "the task"
         )
         return replace(held, plan=replace(held.plan, max_usd=str(cap), max_usd_note=note))
+
+    def _stop_jobs_left_behind(self, state: AttemptState, billed: list[tuple[str | None, Decimal]]) -> bool:
+        """Stop and bill the jobs an earlier try left that this retry cannot follow; whether there were any.
+
+        A retry follows attempt 1, 2, ... by their names. Where the backend lost one of them, the retry
+        submits that attempt again and goes its own way from there, so the later attempts' jobs (the one
+        its failed try left running, above all) would run on, watched and billed by nobody. They are
+        stopped (a spot notice: each checkpoints, and the retry resumes from the newest checkpoint) and
+        billed first, so that they count against ``max_usd`` too.
+        """
+        from costaware.training.attempts import Current
+        from costaware.training.remote import attempt_of_job, job_name
+
+        plan = state.plan
+        backend = self._backend(plan)
+        # An entry names its job by the backend's id: Batch's is not the name, and says no attempt.
+        ours = [job for job, _ in billed if job is not None and job.startswith(f"{plan.base_name}-a")]
+        numbers = [n for n in map(attempt_of_job, ours) if n is not None]
+        last = max([len(billed), *numbers])
+        first_lost = next(
+            (n for n in range(1, last + 1) if backend.find(job_name(plan.base_name, n)) is None), None
+        )
+        if first_lost is None:
+            return False  # each is still there: the retry follows them all, in order
+        stopped = False
+        for attempt in range(first_lost + 1, last + 2):
+            name = job_name(plan.base_name, attempt)
+            job_id = backend.find(name)
+            if job_id is None:
+                continue
+            self.log.warning(
+                "a retry: attempt %d (job %s) was left by an earlier try, but this retry submits attempt %d "
+                "again (the %s backend no longer has it) and cannot follow it: stopping and billing it",
+                attempt,
+                name,
+                first_lost,
+                plan.backend,
+            )
+            market = backend.poll(job_id).market or plan.first_market
+            left = replace(state, current=Current(attempt=attempt, job_id=job_id, market=market))
+            self._trigger(left).stop_and_bill(
+                ask_state=False,
+                cause="unwatched",
+                why="an earlier try left it and this retry cannot follow it",
+                settle=False,
+            )
+            stopped = True
+        return stopped
 
     def _hold(self, state: AttemptState, earlier: Decimal, *, retry: bool) -> AttemptState:
         """Hold what is left of ``max_usd`` after ``earlier`` (what earlier tries billed) in the budgets.
@@ -815,6 +866,18 @@ class RemoteAttemptSteps(AttemptBilling):
             ledger_conn_id=self.ledger_conn_id,
             aws_conn_id=self.aws_conn_id,
         )
+
+
+def _still_there(backend: ComputeBackend, job: str) -> bool:
+    """Whether ``backend`` still has ``job``, given by its name or by the backend's own id (Batch's)."""
+    from costaware.core.errors import ComputeBackendError
+
+    try:
+        if backend.find(job) is None:
+            backend.poll(job)  # raises where the backend has no job of that id either
+    except ComputeBackendError:  # gone (or not answering: taken as gone, which counts it against the cap)
+        return False
+    return True
 
 
 def _log_files_note(backend: ComputeBackend, job_id: str) -> str:

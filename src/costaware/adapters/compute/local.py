@@ -310,6 +310,9 @@ def supervise(folder: Path) -> int:
         (folder / "started").write_text(repr(started_at))
         # The training handles SIGTERM itself (checkpoint, exit 75); the supervisor only waits for it.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if (folder / "stop").exists():  # stopped before its pid was written: LocalBackend.stop sent nothing
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
         grace = request.get("grace_seconds")
         stop_after = request.get("stop_after_seconds")
         if stop_after is not None:  # the money cap: stop as LocalBackend.stop does, from here
