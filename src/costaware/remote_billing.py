@@ -176,6 +176,12 @@ class AttemptBilling:
             # An earlier try recorded this attempt: the ledger's figure is what it cost, and what counts
             # against max_usd (priced again now, at another zone's or a later price, it could differ).
             attempt = replace(attempt, usd=str(stored))
+            self.log.info(
+                "attempt %d (job %s) was billed already, $%s: counted again here, not billed again",
+                attempt.attempt,
+                job["job_id"],
+                stored,
+            )
         return state.recorded(attempt)
 
 

@@ -309,6 +309,33 @@ def test_budget_show_names_the_budget_like_the_page_and_logs_with_every_digit(
     assert "$0.001655" in row and "$24.998345" in row and "$25.00 " in row
 
 
+def test_budget_holds_lists_what_is_reserved_and_by_which_task(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `budget show` gave the reserved total only: which task held it, and until when, needed SQL.
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=churn", "month", "10")
+    ledger.set_budget("project=other", "month", "10")
+    held = ledger.reserve(
+        "project=churn,team=ml", "1.25", gpu_hours="0.5", holder="retrain/scheduled__1/train/-1", run_id="r"
+    )
+    ledger.reserve("project=other", "2", holder="other/r2/fit/-1", run_id="r2")
+    settled = ledger.reserve("project=churn", "3", holder="retrain/scheduled__0/train/-1", run_id="r0")
+    ledger.settle(settled.id, "1")
+    argv = ["--ledger-url", ledger_url, "budget", "holds", "--scope", "project=churn"]
+    assert main([*argv, "--format", "json"]) == 0
+    (shown,) = json.loads(capsys.readouterr().out)
+    assert (shown["id"], shown["usd"]) == (held.id, "1.250000")
+    assert shown["holder"] == "retrain/scheduled__1/train/-1"
+    assert shown["budgets"] == ["project=churn/month"]
+    assert main(["--ledger-url", ledger_url, "budget", "holds"]) == 0
+    table = capsys.readouterr().out
+    assert "retrain/scheduled__1/train/-1" in table and "$1.25" in table and "other/r2/fit/-1" in table
+    assert "scheduled__0" not in table  # settled: no longer held
+    assert main(["--ledger-url", ledger_url, "budget", "holds", "--scope", "project=none"]) == 0
+    assert "no open holds of project=none: nothing is reserved" in capsys.readouterr().out
+
+
 def test_budget_show_gives_the_gpu_hours_beside_the_dollars_where_a_budget_caps_them(
     ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

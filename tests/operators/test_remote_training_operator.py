@@ -260,6 +260,37 @@ def test_a_retry_with_no_cap_holds_its_estimate_again(
     assert again.status == "settled" and again.settled_usd == Decimal(result["usd"])
 
 
+def test_a_retry_under_budget_scope_with_no_cap_holds_its_estimate_less_what_was_billed(
+    tmp_path: Path, data: Path, ledger: Any
+) -> None:
+    ledger.set_budget("project=churn", "month", "10")
+
+    def one_try() -> Decimal:
+        op = operator(tmp_path, tags={"project": "churn"}, budget_scope="project=churn", deferrable=False)
+        return Decimal(drive(op, context_for())[0]["usd"])
+
+    billed = one_try()
+    assert ledger.latest_reservation(GATE_HOLDER).usd == Decimal("0.05")  # the decision's estimate
+    assert one_try() == billed  # a retry: the same job followed, billed once
+    assert ledger.latest_reservation(GATE_HOLDER).usd == Decimal("0.05") - billed
+
+
+def test_a_retry_says_it_follows_the_earlier_tries_job_and_bills_it_once(
+    tmp_path: Path, data: Path, ledger: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A retry's log read like a fresh start: "attempt 1: job ..." with a limit of its own, then the
+    # attempt's end again, as if it were submitted and billed twice (the ledger had it once).
+    first, _ = drive(operator(tmp_path, max_usd="5", deferrable=False), context_for())
+    capsys.readouterr()
+    again, _ = drive(operator(tmp_path, max_usd="5", deferrable=False), context_for(try_number=2))
+    out = capsys.readouterr().out
+    job = first["attempts"][0]["job_id"]
+    assert f"attempt 1: following job {job} on local" in out and "which an earlier try submitted" in out
+    assert "is stopped after" not in out
+    assert f"attempt 1 (job {job}) was billed already, ${first['usd']}: counted again here" in out
+    assert again["usd"] == first["usd"] and len(ledger.entries(dag_id="remote_dag")) == 1
+
+
 def test_a_retry_whose_budget_is_past_its_cap_starts_no_new_attempt(
     tmp_path: Path, data: Path, ledger: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:

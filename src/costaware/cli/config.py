@@ -89,6 +89,16 @@ BUDGET_COMMANDS = (
             ARG_LEDGER_URL,
         ),
     ),
+    ActionCommand(
+        "holds",
+        "the open holds (reservations) behind 'reserved': which task holds how much, until when",
+        lazy_load_command(f"{_COMMANDS}.budget.budget_holds"),
+        (
+            Arg("--scope", default="*", help="only holds of these tags, e.g. project=churn (default: all)"),
+            ARG_FORMAT,
+            ARG_LEDGER_URL,
+        ),
+    ),
 )
 
 # -- report ---------------------------------------------------------------------------------------

@@ -43,6 +43,7 @@ class RemoteAttemptSteps(AttemptBilling):
     # The state, the attempt's job name, market, zone and submit time while a submit is under way: a
     # failure inside the submit (an execution_timeout) may come after the backend took the job.
     _submitting: tuple[AttemptState, str, str, str, str] | None = None
+    _retry = False  # a later try of the task: its submits may find the jobs an earlier try submitted
     poll_interval: float
     budget_scope: str | None
     ledger_conn_id: str
@@ -115,7 +116,9 @@ class RemoteAttemptSteps(AttemptBilling):
             state, market, utcnow(), zone=zone, checkpoint_every_seconds=every, stop_after_seconds=allowed
         )
         left = money_left(state)
-        if allowed is not None and left is not None:
+        # A retry follows an earlier try's job by its name: said so, without a limit (the job has its own).
+        following = self._retry and backend.find(request.job_name) is not None
+        if allowed is not None and left is not None and not following:
             self.log.info(
                 "attempt %d is stopped after %d s at the latest: %s is left of max_usd, at %s/hour",
                 request.attempt,
@@ -142,15 +145,16 @@ class RemoteAttemptSteps(AttemptBilling):
         )
         self._live = submitted
         self.log.info(
-            "attempt %d: job %s on %s, %s %s%s%s",
+            "attempt %d: %s %s on %s, %s %s%s%s",
             request.attempt,
+            "following job" if following else "job",
             # Batch answers with its own id: the name is what the docs and the console's search show.
             job_id if job_id == request.job_name else f"{request.job_name} (id {job_id})",
             plan.backend,
             market,
             plan.instance_type,
             f" in {zone}" if zone else "",
-            _log_files_note(backend, job_id),
+            ", which an earlier try submitted" if following else _log_files_note(backend, job_id),
         )
         if zone:
             self._record_move_egress(state, request.attempt, zone)

@@ -482,6 +482,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
 
     def execute(self, context: Context) -> Any:
         """Write the spec, submit attempt 1 (or find it, on a retry) and wait for it."""
+        self._retry = _try_number(context) > 1
         with self._stops_unwatched_job(context):
             with airflow_errors():
                 state = self._start(context)
@@ -580,6 +581,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         with airflow_errors():
             state = AttemptState.from_json(event["state"])
         _tag_this_try(context, state)
+        self._retry = _try_number(context) > 1
         self._live = state if state.current is not None else None
         with self._stops_unwatched_job(context):
             outcome = self._on_event(context, state, event)
@@ -635,6 +637,12 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
                 self._kill_handled = False
                 raise
         raise _TaskKilled("the task was killed: its training job was stopped and billed")
+
+
+def _try_number(context: Context) -> int:
+    """This try's number (1 outside Airflow)."""
+    tries = getattr(context.get("ti"), "try_number", None)
+    return tries if isinstance(tries, int) else 1
 
 
 def _last_try(context: Context) -> bool:

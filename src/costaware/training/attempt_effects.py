@@ -411,12 +411,13 @@ def reserve_estimate(
 
     For a training that no spend gate reserved for; the caller checks that the plan has one of them. The
     cap is the most the attempts can bill, so a budget that holds it can never be passed by them; a retry
-    holds what is left of it after ``billed_before`` (:func:`billed_by_earlier_tries`), already spent.
+    holds what is left of it (or of the estimate) after ``billed_before`` (:func:`billed_by_earlier_tries`),
+    already spent.
     """
     ident = plan.identity
     ledger.reserve(
         budget_scope,
-        max(Decimal(plan.max_usd) - billed_before, Decimal(0)) if plan.max_usd else plan.estimated_usd,
+        max(Decimal(plan.max_usd or plan.estimated_usd or 0) - billed_before, Decimal(0)),
         holder=task_holder(plan),
         run_id=ident["run_id"],
         purpose=f"remote training {ident['task_id']}",

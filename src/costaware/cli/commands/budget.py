@@ -1,4 +1,4 @@
-"""``costaware budget set|delete|list|show``: manage budgets, see what is spent, reserved and left."""
+"""``costaware budget set|delete|list|show|holds``: manage budgets, see what is spent, reserved and left."""
 
 from __future__ import annotations
 
@@ -200,4 +200,49 @@ def budget_show(args: argparse.Namespace) -> int:
     emit(rows, args.format, headers=headers, payload=payload)
     if args.run_id is None and per_run and args.format == "table":
         print(f"per-run budget(s) {', '.join(per_run)} also apply: give --run-id to see one run against them")
+    return 0
+
+
+def budget_holds(args: argparse.Namespace) -> int:
+    """Print the open reservations (of ``--scope``'s tags): what ``budget show`` counts as reserved.
+
+    A hold is a task's money set aside before it spends it (a spend gate's estimate, a remote training's
+    ``max_usd``); it is settled with what the task billed, or released when its run ends.
+    """
+    from costaware.core.budgets import Scope
+
+    ledger = open_ledger(args, reading=True)
+    wanted = Scope.parse(args.scope)
+    holds = [r for r in ledger.open_reservations() if wanted.covers(r.scope)]
+    holds.sort(key=lambda r: r.created_at)
+    if not holds and args.format == "table":
+        print(f"no open holds{'' if str(wanted) == '*' else f' of {wanted}'}: nothing is reserved")
+        return 0
+    rows = [
+        [
+            r.holder or "",
+            str(r.scope),
+            format_usd_exact(r.usd),
+            plain(r.gpu_hours) if r.gpu_hours else "",
+            f"{r.created_at:%Y-%m-%d %H:%M} UTC",
+            f"{r.expires_at:%Y-%m-%d %H:%M} UTC",
+            ", ".join(r.budgets),
+        ]
+        for r in holds
+    ]
+    payload = [
+        {
+            "id": r.id,
+            "holder": r.holder,
+            "scope": str(r.scope),
+            "usd": str(r.usd),
+            "gpu_hours": str(r.gpu_hours),
+            "created_at": r.created_at.isoformat(),
+            "expires_at": r.expires_at.isoformat(),
+            "budgets": list(r.budgets),
+        }
+        for r in holds
+    ]
+    headers = ["held by (dag/run/task/map)", "scope", "held", "GPU-hours", "since", "until", "counted in"]
+    emit(rows, args.format, headers=headers, payload=payload)
     return 0
