@@ -23,6 +23,10 @@ if TYPE_CHECKING:
     from costaware.training.plan import RemotePlan
 
 
+#: The causes of an entry a stop billed before its job ended (to its grace period's end, keyed by its name).
+STOP_CAUSES = ("killed", "unwatched")
+
+
 class AttemptBilling:
     """Bills a remote training's ended attempts in the cost ledger of ``ledger_conn_id``.
 
@@ -164,7 +168,8 @@ class AttemptBilling:
                 for row in rows
                 if row["entry_uid"] == entry.entry_uid
                 or row["quantity"] == entry.quantity
-                or (row["cause"] == "killed" and _started_before(job, row["incurred_at"], state.plan))
+                # Billed by a stop before it ended (its task killed, or failing for good): this run.
+                or (row["cause"] in STOP_CAUSES and _started_before(job, row["incurred_at"], state.plan))
             ),
             None,
         )

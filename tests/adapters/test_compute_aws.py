@@ -255,21 +255,6 @@ def test_batch_submit_poll_and_idempotence_through_moto(aws: str, batch_queues: 
     assert od != job_id and backend.poll(od).market == "on_demand"
 
 
-def test_a_retry_tells_a_batch_job_it_billed_by_its_id_is_still_there(
-    aws: str, batch_queues: dict[str, str]
-) -> None:
-    # An attempt's entry names a Batch job by Batch's own id, which find (by name) never matches: every
-    # earlier attempt looked lost to a retry, which then took all of them off its cap again.
-    from costaware.operators.remote_attempts import _still_there
-
-    backend = open_backend("batch", {**batch_queues, "aws_conn_id": "moto_aws"})
-    spot = request(instance_type="m5.large")
-    job_id = backend.submit(spot)
-    assert job_id != spot.job_name and backend.find(job_id) is None
-    assert _still_there(backend, job_id) and _still_there(backend, spot.job_name)
-    assert not _still_there(backend, "3f2c9a4e-0000-4000-8000-000000000000")
-
-
 def test_a_grace_period_longer_than_the_ecs_stop_timeout_is_said_at_submit(
     aws: str, batch_queues: dict[str, str], caplog: pytest.LogCaptureFixture
 ) -> None:

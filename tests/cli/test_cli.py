@@ -334,6 +334,8 @@ def test_budget_holds_lists_what_is_reserved_and_by_which_task(
     assert "scheduled__0" not in table  # settled: no longer held
     assert main(["--ledger-url", ledger_url, "budget", "holds", "--scope", "project=none"]) == 0
     assert "no open holds of project=none: nothing is reserved" in capsys.readouterr().out
+    assert main(["--ledger-url", ledger_url, "budget", "holds", "--scope", ""]) == 2
+    assert "--scope is empty" in capsys.readouterr().err
 
 
 def test_budget_show_gives_the_gpu_hours_beside_the_dollars_where_a_budget_caps_them(

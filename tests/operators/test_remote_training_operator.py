@@ -265,13 +265,13 @@ def test_a_retry_under_budget_scope_with_no_cap_holds_its_estimate_less_what_was
 ) -> None:
     ledger.set_budget("project=churn", "month", "10")
 
-    def one_try() -> Decimal:
+    def one_try(number: int) -> Decimal:
         op = operator(tmp_path, tags={"project": "churn"}, budget_scope="project=churn", deferrable=False)
-        return Decimal(drive(op, context_for())[0]["usd"])
+        return Decimal(drive(op, context_for(try_number=number))[0]["usd"])
 
-    billed = one_try()
+    billed = one_try(1)
     assert ledger.latest_reservation(GATE_HOLDER).usd == Decimal("0.05")  # the decision's estimate
-    assert one_try() == billed  # a retry: the same job followed, billed once
+    assert one_try(2) == billed  # a retry: the same job followed, billed once
     assert ledger.latest_reservation(GATE_HOLDER).usd == Decimal("0.05") - billed
 
 

@@ -85,21 +85,15 @@ def test_the_cap_also_bounds_the_backends_runtime_limit(stop_after: int | None, 
     assert request.max_runtime_seconds == runtime and request.stop_after_seconds == stop_after
 
 
-def test_a_retry_misses_in_its_state_only_the_runs_it_does_not_follow_again() -> None:
+def test_a_retry_misses_in_its_state_only_the_earlier_runs_of_a_job_that_ran_twice() -> None:
     from costaware.training.attempt_effects import billed_not_followed
 
-    there = {"j-a1", "j-a2"}.__contains__
     one, two, three = Decimal("0.1"), Decimal("0.02"), Decimal("0.003")
-    assert billed_not_followed([], there) == 0  # a first try
-    assert billed_not_followed([("j-a1", one), ("j-a2", two)], there) == 0
-    assert billed_not_followed([("j-a1", one), ("j-a3", three)], there) == three  # the backend lost a3
+    assert billed_not_followed([]) == 0  # a first try
+    assert billed_not_followed([("j-a1", one), ("j-a2", two)]) == 0
     # a1 ran twice under its name: the retry follows its last run only
-    assert billed_not_followed([("j-a1", one), ("j-a1", two)], there) == one
-    assert billed_not_followed([("j-a1", one), (None, three)], there) == three  # a note that names no job
-    # a1 is lost, a2 is still there: the retry runs attempt 1 again and goes its own way (it may succeed),
-    # so it may never follow a2
-    only_a2 = {"j-a2"}.__contains__
-    assert billed_not_followed([("j-a1", one), ("j-a2", two)], only_a2) == one + two
+    assert billed_not_followed([("j-a1", one), ("j-a2", three), ("j-a1", two)]) == one
+    assert billed_not_followed([("j-a1", one), (None, three)]) == 0  # a note that names no job
 
 
 def test_an_attempt_in_another_region_saves_against_that_regions_on_demand_price() -> None:

@@ -475,19 +475,19 @@ def test_a_deferred_try_failing_for_good_after_it_submitted_the_next_attempt_sto
     assert all(jobs.poll(folder.name).state.done for folder in (tmp_path / "jobs").iterdir())
 
 
-def test_a_retry_that_cannot_follow_an_earlier_attempt_stops_and_bills_the_job_its_failed_try_left(
-    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
+def test_a_retry_that_cannot_follow_an_earlier_attempt_goes_on_with_the_job_its_failed_try_left(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Try 1: attempt 1 is preempted and billed, attempt 2 runs, the try fails with a retry left. The backend
-    # then loses attempt 1's job. The retry submits attempt 1 again and went its own way: attempt 2 ran on,
-    # watched and billed by nobody, beside it (the tries together past max_usd).
+    # then loses attempt 1's job. The retry submitted attempt 1 again and went its own way: attempt 2 ran
+    # on beside it, watched and billed by nobody (the tries together past max_usd).
     import json
     import shutil
     import sys
 
     from remote_support import TRAINING
 
-    command = [sys.executable, str(TRAINING / "own_train.py"), "save-on-notice", "100"]  # 0.2 s a step
+    command = [sys.executable, str(TRAINING / "own_train.py"), "save-on-notice", "60"]  # 0.2 s a step
     jobs = open_backend("local", {"root": str(tmp_path / "jobs")})
     seen = tmp_path / "seen.jsonl"
 
@@ -500,7 +500,9 @@ def test_a_retry_that_cannot_follow_an_earlier_attempt_stops_and_bills_the_job_i
 
     def fails_at_attempt_2(self: RemoteTrainingOperator, state: Any) -> Any:
         if state.current is not None and state.current.attempt == 2:
+            give_up = time.monotonic() + 60
             while len(seen.read_text().splitlines()) < 2:  # attempt 2 runs
+                assert time.monotonic() < give_up, "attempt 2 never started"
                 time.sleep(0.05)
             raise RuntimeError("the ledger cannot be reached")
         return real(self, state)
@@ -516,25 +518,40 @@ def test_a_retry_that_cannot_follow_an_earlier_attempt_stops_and_bills_the_job_i
     assert [n[-3:] for n in names] == ["-a1", "-a2"]
     assert not jobs.poll(names[1]).state.done  # attempt 2 runs on for the retry
     shutil.rmtree(tmp_path / "jobs" / names[0])  # the backend lost attempt 1
+    capsys.readouterr()
     retry = context_for(try_number=2)
     retry["ti"].max_tries = 1
-    result = operator(tmp_path, "save-on-notice", command=command, deferrable=False).execute(retry)
-    assert result["attempts"][-1]["cause"] == "success"
+    result = operator(tmp_path, "save-on-notice", command=command, max_usd="5", deferrable=False).execute(
+        retry
+    )
+    out = capsys.readouterr().out
+    assert "a retry: the local backend no longer has attempt 1's job" in out
+    assert f"attempt 2: following job {names[1]}" in out
+    # Attempt 2 went on to its end under the retry, billed once; nothing new was submitted.
+    assert [a["attempt"] for a in result["attempts"]] == [2] and result["attempts"][0]["cause"] == "success"
     causes = [e["cause"] for e in sorted(train_entries(ledger), key=lambda e: e["incurred_at"])]
-    assert causes == ["preemption", "unwatched", "success"]
-    assert all(jobs.poll(folder.name).state.done for folder in (tmp_path / "jobs").iterdir())
-    starts = [json.loads(line)["start"] for line in seen.read_text().splitlines()]
-    assert starts[-1] >= starts[1] > 0  # the new attempt 1 resumed from attempt 2's checkpoint
+    assert causes == ["preemption", "success"]
+    assert [p.name for p in (tmp_path / "jobs").iterdir()] == [names[1]]
+    assert [json.loads(line)["attempt"] for line in seen.read_text().splitlines()] == [1, 2]
 
 
 def test_a_local_job_stopped_before_it_started_still_gets_its_notice(tmp_path: Path) -> None:
-    # A stop right after the submit, before the job's pid was written, sent no SIGTERM: the job ran until
-    # the end of its grace period (a retry stopping a job its failed try had just submitted).
+    # A stop that came before the job's pid was written sent no SIGTERM (LocalBackend.stop found no pid):
+    # the job ran on until the grace period's SIGKILL. The supervisor now sends it once it started.
+    import json
+    import shutil
+    import subprocess
+    import sys
+
     trigger = deferred_trigger(operator(tmp_path, "wait-for-notice", preemption_grace_seconds=60))
     assert trigger.job_id is not None
-    jobs = open_backend("local", {"root": str(tmp_path / "jobs")})
-    jobs.stop(trigger.job_id)
-    give_up = time.monotonic() + 30
-    while not jobs.poll(trigger.job_id).state.done:
-        assert time.monotonic() < give_up, "the stop was lost: the job waits for the grace period's SIGKILL"
-        time.sleep(0.1)
+    original = tmp_path / "jobs" / trigger.job_id
+    folder = tmp_path / "early" / "job"
+    folder.mkdir(parents=True)
+    wait_for(original / "request.json")
+    shutil.copy(original / "request.json", folder / "request.json")
+    (folder / "stop").touch()  # stopped before it started: deterministic, not a race
+    run = "import sys; from pathlib import Path; from costaware.adapters.compute.local import supervise; "
+    run += "supervise(Path(sys.argv[1]))"
+    subprocess.run([sys.executable, "-c", run, folder], timeout=30, check=True)
+    assert json.loads((folder / "exit.json").read_text())["exit_code"] != 0  # noticed, not run to its end

@@ -133,7 +133,6 @@ class RemoteAttemptSteps(AttemptBilling):
         submitted_at = utcnow()
         self._submitting = (state, request.job_name, market, zone, submitted_at.isoformat())
         job_id = backend.submit(request)
-        self._submitting = None
         submitted = state.submitted(
             job_id=job_id,
             market=market,
@@ -143,7 +142,7 @@ class RemoteAttemptSteps(AttemptBilling):
             stop_after_seconds=allowed if binding else None,
             submitted_at=submitted_at.isoformat(),
         )
-        self._live = submitted
+        self._live, self._submitting = submitted, None  # one step: never neither while the job runs
         self.log.info(
             "attempt %d: %s %s on %s, %s %s%s%s",
             request.attempt,
@@ -522,20 +521,20 @@ class RemoteAttemptSteps(AttemptBilling):
         """Hold what the attempts may bill in the budgets; returns the state with the cap they allow.
 
         ``max_usd`` bounds the attempts of every try together. A retry follows its earlier tries' jobs
-        again, so their cost counts in its own state once more; a run it cannot follow (the backend lost
-        it) is taken off the cap it runs under instead.
+        again, so their cost counts in its own state once more; what it cannot follow (a run the backend
+        lost) is taken off the cap it runs under instead (:meth:`_go_on_after`).
         """
         from costaware.core.money import format_usd_exact
         from costaware.training.attempt_effects import billed_by_earlier_tries, billed_not_followed
 
         plan = state.plan
         earlier, billed = billed_by_earlier_tries(self.ledger_hook.get_conn(), plan)
-        if billed and self._stop_jobs_left_behind(state, billed):
-            earlier, billed = billed_by_earlier_tries(self.ledger_hook.get_conn(), plan)  # now billed too
+        if billed:
+            state = self._go_on_after(state, billed)
         if plan.max_usd is None:
             return self._hold(state, earlier, retry=bool(billed))
-        backend = self._backend(plan)
-        lost = billed_not_followed(billed, lambda job: _still_there(backend, job)) if billed else Decimal(0)
+        # Going on after them, the retry follows none of the earlier attempts: they all count.
+        lost = earlier if state.first_attempt > 1 else billed_not_followed(billed)
         held = self._hold(state, earlier, retry=bool(billed))
         if not lost or held.plan.max_usd is None:
             return held
@@ -561,53 +560,37 @@ class RemoteAttemptSteps(AttemptBilling):
         )
         return replace(held, plan=replace(held.plan, max_usd=str(cap), max_usd_note=note))
 
-    def _stop_jobs_left_behind(self, state: AttemptState, billed: list[tuple[str | None, Decimal]]) -> bool:
-        """Stop and bill the jobs an earlier try left that this retry cannot follow; whether there were any.
+    def _go_on_after(self, state: AttemptState, billed: list[tuple[str | None, Decimal]]) -> AttemptState:
+        """A retry's state: from attempt 1, or after the earlier attempts where it cannot follow them all.
 
-        A retry follows attempt 1, 2, ... by their names. Where the backend lost one of them, the retry
-        submits that attempt again and goes its own way from there, so the later attempts' jobs (the one
-        its failed try left running, above all) would run on, watched and billed by nobody. They are
-        stopped (a spot notice: each checkpoints, and the retry resumes from the newest checkpoint) and
-        billed first, so that they count against ``max_usd`` too.
+        A retry follows attempt 1, 2, ... by their names, as long as the backend has each. Where it lost
+        one, submitting it again would go another way than the earlier try did and run into the later
+        attempts' names (the job the failed try left running among them): the retry goes on after them
+        instead, following the next attempt's job where an earlier try left one, else submitting it (the
+        training resumes from the newest checkpoint either way).
         """
-        from costaware.training.attempts import Current
         from costaware.training.remote import attempt_of_job, job_name
 
         plan = state.plan
         backend = self._backend(plan)
         # An entry names its job by the backend's id: Batch's is not the name, and says no attempt.
         ours = [job for job, _ in billed if job is not None and job.startswith(f"{plan.base_name}-a")]
-        numbers = [n for n in map(attempt_of_job, ours) if n is not None]
-        last = max([len(billed), *numbers])
-        first_lost = next(
-            (n for n in range(1, last + 1) if backend.find(job_name(plan.base_name, n)) is None), None
+        last = max([len(billed), *(n for n in map(attempt_of_job, ours) if n is not None)])
+        names = {n: job_name(plan.base_name, n) for n in range(1, last + 1)}
+        lost = next((n for n, name in names.items() if backend.find(name) is None), None)
+        if lost is None:
+            return state  # each is still there: followed in order
+        self.log.warning(
+            "a retry: the %s backend no longer has attempt %d's job (%s), so this retry cannot follow the "
+            "earlier attempts: it goes on with attempt %d, and the %d attempt(s) earlier tries billed count "
+            "against max_usd and max_attempts",
+            plan.backend,
+            lost,
+            names[lost],
+            last + 1,
+            len(billed),
         )
-        if first_lost is None:
-            return False  # each is still there: the retry follows them all, in order
-        stopped = False
-        for attempt in range(first_lost + 1, last + 2):
-            name = job_name(plan.base_name, attempt)
-            job_id = backend.find(name)
-            if job_id is None:
-                continue
-            self.log.warning(
-                "a retry: attempt %d (job %s) was left by an earlier try, but this retry submits attempt %d "
-                "again (the %s backend no longer has it) and cannot follow it: stopping and billing it",
-                attempt,
-                name,
-                first_lost,
-                plan.backend,
-            )
-            market = backend.poll(job_id).market or plan.first_market
-            left = replace(state, current=Current(attempt=attempt, job_id=job_id, market=market))
-            self._trigger(left).stop_and_bill(
-                ask_state=False,
-                cause="unwatched",
-                why="an earlier try left it and this retry cannot follow it",
-                settle=False,
-            )
-            stopped = True
-        return stopped
+        return replace(state, first_attempt=last + 1)
 
     def _hold(self, state: AttemptState, earlier: Decimal, *, retry: bool) -> AttemptState:
         """Hold what is left of ``max_usd`` after ``earlier`` (what earlier tries billed) in the budgets.
@@ -870,18 +853,6 @@ class RemoteAttemptSteps(AttemptBilling):
             ledger_conn_id=self.ledger_conn_id,
             aws_conn_id=self.aws_conn_id,
         )
-
-
-def _still_there(backend: ComputeBackend, job: str) -> bool:
-    """Whether ``backend`` still has ``job``, given by its name or by the backend's own id (Batch's)."""
-    from costaware.core.errors import ComputeBackendError
-
-    try:
-        if backend.find(job) is None:
-            backend.poll(job)  # raises where the backend has no job of that id either
-    except ComputeBackendError:  # gone (or not answering: taken as gone, which counts it against the cap)
-        return False
-    return True
 
 
 def _log_files_note(backend: ComputeBackend, job_id: str) -> str:

@@ -9,7 +9,7 @@ model version is stored. Logging and the mapping of failures to task outcomes st
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -289,28 +289,18 @@ def task_attempt_entries(ledger: Ledger, plan: RemotePlan) -> list[dict[str, Any
     ]
 
 
-def billed_not_followed(
-    billed: list[tuple[str | None, Decimal]], has_job: Callable[[str], object]
-) -> Decimal:
-    """What earlier tries billed for runs a retry does not follow again, so its own state misses them.
+def billed_not_followed(billed: list[tuple[str | None, Decimal]]) -> Decimal:
+    """What earlier tries billed for runs a retry following their attempts does not see again.
 
-    ``billed``: each earlier entry's job and cost, oldest first (:func:`billed_by_earlier_tries`). A retry
-    follows attempt 1, 2, ... by their names, as long as each is a job the backend still has. A job with
+    ``billed``: each earlier entry's job and cost, oldest first (:func:`billed_by_earlier_tries`). A job with
     two entries ran twice under its name (lost by the backend, submitted again): the retry follows its last
-    run only. From the first attempt it cannot follow (the backend lost it, or its entry names no job) the
-    retry runs attempts of its own, which may end otherwise: no later entry is followed either.
+    run only. (A retry that cannot follow the attempts at all goes on after them: they all count.)
     """
-    last_run: dict[str, int] = {}
-    for index, (job, _) in enumerate(billed):
-        if job is not None:
-            last_run[job] = index
-    missed, diverged = Decimal(0), False
-    for index, (job, usd) in enumerate(billed):
-        if job is None or (last_run[job] == index and not has_job(job)):
-            diverged = True
-        if diverged or job is None or last_run[job] != index or not has_job(job):
-            missed += usd
-    return missed
+    last_run = {job: index for index, (job, _) in enumerate(billed) if job is not None}
+    return sum(
+        (usd for index, (job, usd) in enumerate(billed) if job is not None and last_run[job] != index),
+        Decimal(0),
+    )
 
 
 def settle_reservation(ledger: Ledger, state: AttemptState) -> None:

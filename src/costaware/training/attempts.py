@@ -207,6 +207,8 @@ class AttemptState:
         command: The team's command, or None for the built-in trainers.
         attempts: The finished attempts, oldest first.
         current: The attempt that runs, or None (before the first, or while paused).
+        first_attempt: The number of this try's first attempt: 1, or, for a retry that cannot follow an
+            earlier try's attempts (the backend lost one), the attempt after them.
     """
 
     plan: RemotePlan
@@ -215,11 +217,12 @@ class AttemptState:
     command: tuple[str, ...] | None = None
     attempts: tuple[Attempt, ...] = ()
     current: Current | None = None
+    first_attempt: int = 1
 
     @property
     def next_attempt(self) -> int:
         """The number of the attempt a submission now would start (1, 2, ...)."""
-        return len(self.attempts) + 1
+        return self.first_attempt + len(self.attempts)
 
     def to_json(self) -> dict[str, Any]:
         """The state dict the operator and its trigger carry (JSON primitives; the plan's keys at the top)."""
@@ -230,6 +233,7 @@ class AttemptState:
             "command": list(self.command) if self.command is not None else None,
             "attempts": [a.to_json() for a in self.attempts],
             "current": self.current.to_json() if self.current else None,
+            **({"first_attempt": self.first_attempt} if self.first_attempt != 1 else {}),
         }
 
     @classmethod
@@ -246,6 +250,7 @@ class AttemptState:
             command=tuple(str(c) for c in command) if command is not None else None,
             attempts=tuple(Attempt.from_json(a) for a in data.get("attempts") or ()),
             current=Current.from_json(current) if current else None,
+            first_attempt=int(data.get("first_attempt") or 1),
         )
 
     def submitted(

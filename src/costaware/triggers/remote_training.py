@@ -367,7 +367,6 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         ask_state: bool = True,
         cause: str = "killed",
         why: str = "its task was killed",
-        settle: bool = True,
     ) -> None:
         """Stop the job of a task a person killed, bill what it ran, and settle the task's hold (blocking IO).
 
@@ -384,8 +383,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         the task is taken as ended.
 
         ``cause`` and ``why`` say why the job was stopped in its entry (a task failing for good with its job
-        still running, no retry left to follow it, uses this too: ``unwatched``). ``settle=False`` leaves
-        the task's hold alone (a retry stopping a job an earlier try left, before it holds its own).
+        still running, no retry left to follow it, uses this too: ``unwatched``).
         """
         from costaware.remote_billing import KilledTrainingBilling
         from costaware.training.attempts import AttemptState
@@ -415,9 +413,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                         state.attempts[-1].usd,
                     )
         finally:
-            if not settle:
-                pass
-            elif verdict == "cleared":
+            if verdict == "cleared":
                 # Its new try took over the task's hold (it may have started already) and settles it with
                 # all the attempts, this one included, when it ends.
                 self.log.info("the task was cleared: its new try keeps the task's budget hold")

@@ -210,7 +210,12 @@ def budget_holds(args: argparse.Namespace) -> int:
     ``max_usd``); it is settled with what the task billed, or released when its run ends.
     """
     from costaware.core.budgets import Scope
+    from costaware.core.errors import InvalidBudgetError
 
+    if not str(args.scope).strip():  # most likely an unset shell variable: said, not widened to every hold
+        raise InvalidBudgetError(
+            "--scope is empty: give the holds' tags, e.g. --scope project=churn, or leave it out for all"
+        )
     ledger = open_ledger(args, reading=True)
     wanted = Scope.parse(args.scope)
     holds = [r for r in ledger.open_reservations() if wanted.covers(r.scope)]
