@@ -575,7 +575,9 @@ class RemoteAttemptSteps(AttemptBilling):
         backend = self._backend(plan)
         # An entry names its job by the backend's id: Batch's is not the name, and says no attempt.
         ours = [job for job, _ in billed if job is not None and job.startswith(f"{plan.base_name}-a")]
-        last = max([len(billed), *(n for n in map(attempt_of_job, ours) if n is not None)])
+        numbers = [n for n in map(attempt_of_job, ours) if n is not None]
+        # The last attempt billed: from the names, else (ids) one attempt per entry.
+        last = max(numbers) if len(numbers) == len(billed) else max([len(billed), *numbers])
         names = {n: job_name(plan.base_name, n) for n in range(1, last + 1)}
         lost = next((n for n, name in names.items() if backend.find(name) is None), None)
         if lost is None:
