@@ -371,7 +371,7 @@ def test_a_retry_whose_earlier_job_is_gone_counts_its_cost_against_max_usd(
     again = Decimal(_try_capped_at_5(tmp_path)["usd"])
     out = capsys.readouterr().out
     lowered = format_usd_exact(Decimal(5) - billed)
-    said = f"a retry: earlier tries billed {format_usd_exact(billed)} for runs it cannot follow again"
+    said = f"a retry: earlier tries billed {format_usd_exact(billed)} for runs it does not follow again"
     assert said in out
     assert f"so its attempts may bill {lowered}, to keep the tries within max_usd $5.00 together" in out
     retry = ledger.latest_reservation(GATE_HOLDER)
@@ -399,7 +399,7 @@ def test_a_retry_whose_lost_run_spent_the_cap_starts_nothing(tmp_path: Path, dat
         _try_capped_at_5(tmp_path)
     said = str(failed.value)
     assert "max_usd $0.0001 buys less than 60 s" in said
-    lost = "what is left of max_usd $5.00 after the $4.9999 earlier tries billed for runs this try cannot"
+    lost = "what is left of max_usd $5.00 after the $4.9999 earlier tries billed for runs this try does not"
     assert lost in said
     assert "nothing was started" in said
     assert not (tmp_path / "jobs").exists() or list((tmp_path / "jobs").iterdir()) == []

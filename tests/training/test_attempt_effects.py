@@ -86,14 +86,23 @@ def test_the_cap_also_bounds_the_backends_runtime_limit(stop_after: int | None, 
 
 
 def test_a_retry_misses_in_its_state_only_the_earlier_runs_of_a_job_that_ran_twice() -> None:
-    from costaware.training.attempt_effects import billed_not_followed
+    from costaware.training.attempt_effects import EarlierAttempt, billed_not_followed
 
     one, two, three = Decimal("0.1"), Decimal("0.02"), Decimal("0.003")
+    a1, a2 = EarlierAttempt(1, "j-a1", one), EarlierAttempt(2, "j-a2", two)
     assert billed_not_followed([]) == 0  # a first try
-    assert billed_not_followed([("j-a1", one), ("j-a2", two)]) == 0
+    assert billed_not_followed([a1, a2]) == 0
     # a1 ran twice under its name: the retry follows its last run only
-    assert billed_not_followed([("j-a1", one), ("j-a2", three), ("j-a1", two)]) == one
-    assert billed_not_followed([("j-a1", one), (None, three)]) == 0  # a note that names no job
+    assert billed_not_followed([a1, EarlierAttempt(2, "j-a2", three), EarlierAttempt(1, "j-a1", two)]) == one
+    assert billed_not_followed([a1, EarlierAttempt(None, None, three)]) == 0  # a note that names no job
+
+
+def test_an_attempt_entrys_note_names_its_attempt_and_its_job() -> None:
+    from costaware.training.remote import attempt_of_note, job_of_attempt_note
+
+    note = "attempt 12, job train-380335d228-a12 on batch (id 3f2c), spot m5.large: preemption"
+    assert (attempt_of_note(note), job_of_attempt_note(note)) == (12, "train-380335d228-a12")
+    assert attempt_of_note("killed before it ended") is None
 
 
 def test_an_attempt_in_another_region_saves_against_that_regions_on_demand_price() -> None:

@@ -45,6 +45,8 @@ def _no_job_left(tmp_path: Path) -> Iterator[None]:
     if root.exists():
         backend = open_backend("local", {"root": str(root)})
         for folder in root.iterdir():
+            # A job whose command has not started yet (no pid) gets its SIGTERM when it does.
+            (folder / "stop").touch()
             with contextlib.suppress(Exception):
                 backend.signal(folder.name, signal.SIGKILL)
 
@@ -535,6 +537,38 @@ def test_a_retry_that_cannot_follow_an_earlier_attempt_goes_on_with_the_job_its_
     assert [json.loads(line)["attempt"] for line in seen.read_text().splitlines()] == [1, 2]
 
 
+def test_a_retry_that_cannot_follow_attempt_1_follows_the_last_attempt_and_trains_no_more(
+    tmp_path: Path, ledger: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Attempt 1 was preempted, attempt 2 succeeded, and the try failed after it (a store error while it
+    # finished). The backend lost attempt 1's job: the retry must not train a third time.
+    import shutil
+
+    first, _ = drive(operator(tmp_path, "preempt-once", deferrable=False), context_for())
+    assert [a["cause"] for a in first["attempts"]] == ["preemption", "success"]
+    (a1,) = [p for p in (tmp_path / "jobs").iterdir() if p.name.endswith("-a1")]
+    shutil.rmtree(a1)
+    capsys.readouterr()
+    again, _ = drive(operator(tmp_path, "preempt-once", deferrable=False), context_for(try_number=2))
+    assert "it goes on with attempt 2" in capsys.readouterr().out
+    assert [p.name[-3:] for p in (tmp_path / "jobs").iterdir()] == ["-a2"]  # nothing new submitted
+    assert [a["attempt"] for a in again["attempts"]] == [2] and again["attempts"][0]["cause"] == "success"
+    assert len(train_entries(ledger)) == 2  # each attempt billed once
+
+
+def test_a_retry_past_max_attempts_starts_nothing(tmp_path: Path, ledger: Any) -> None:
+    import shutil
+
+    from airflow.sdk.exceptions import AirflowFailException
+
+    drive(operator(tmp_path, "ok", deferrable=False), context_for())
+    shutil.rmtree(tmp_path / "jobs")  # the backend lost attempt 1: the retry would start attempt 2
+    with pytest.raises(AirflowFailException, match="past max_attempts=1: raise max_attempts"):
+        drive(operator(tmp_path, "ok", deferrable=False, max_attempts=1), context_for(try_number=2))
+    assert not (tmp_path / "jobs").exists()
+    assert len(train_entries(ledger)) == 1
+
+
 def test_a_local_job_stopped_before_it_started_still_gets_its_notice(tmp_path: Path) -> None:
     # A stop that came before the job's pid was written sent no SIGTERM (LocalBackend.stop found no pid):
     # the job ran on until the grace period's SIGKILL. The supervisor now sends it once it started.
@@ -554,4 +588,5 @@ def test_a_local_job_stopped_before_it_started_still_gets_its_notice(tmp_path: P
     run = "import sys; from pathlib import Path; from costaware.adapters.compute.local import supervise; "
     run += "supervise(Path(sys.argv[1]))"
     subprocess.run([sys.executable, "-c", run, folder], timeout=30, check=True)
+    wait_for(original / "pid")  # the original job runs too: it is killed at the end (_no_job_left)
     assert json.loads((folder / "exit.json").read_text())["exit_code"] != 0  # noticed, not run to its end

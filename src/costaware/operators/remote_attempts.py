@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from costaware.adapters.compute.base import ComputeBackend
+    from costaware.training.attempt_effects import EarlierAttempt
     from costaware.training.attempts import AttemptState, Event, Fail
     from costaware.training.plan import RemotePlan
 
@@ -525,16 +526,15 @@ class RemoteAttemptSteps(AttemptBilling):
         lost) is taken off the cap it runs under instead (:meth:`_go_on_after`).
         """
         from costaware.core.money import format_usd_exact
-        from costaware.training.attempt_effects import billed_by_earlier_tries, billed_not_followed
+        from costaware.training.attempt_effects import billed_by_earlier_tries
 
         plan = state.plan
         earlier, billed = billed_by_earlier_tries(self.ledger_hook.get_conn(), plan)
+        lost = Decimal(0)
         if billed:
-            state = self._go_on_after(state, billed)
+            state, lost = self._go_on_after(state, billed)
         if plan.max_usd is None:
             return self._hold(state, earlier, retry=bool(billed))
-        # Going on after them, the retry follows none of the earlier attempts: they all count.
-        lost = earlier if state.first_attempt > 1 else billed_not_followed(billed)
         held = self._hold(state, earlier, retry=bool(billed))
         if not lost or held.plan.max_usd is None:
             return held
@@ -545,54 +545,65 @@ class RemoteAttemptSteps(AttemptBilling):
         amount = format_usd_exact(allowed)
         limit = f"the {amount} the budgets allow" if by_budgets else f"max_usd {amount}"
         self.log.warning(
-            "a retry: earlier tries billed %s for runs it cannot follow again (the %s backend no longer has "
-            "them, or ran them again under the same name), so its attempts may bill %s, to keep the tries "
-            "within %s together",
+            "a retry: earlier tries billed %s for runs it does not follow again, so its attempts may bill "
+            "%s, to keep the tries within %s together",
             format_usd_exact(lost),
-            plan.backend,
             format_usd_exact(cap),
             limit,
         )
         note = held.plan.max_usd_note or (
             f"that is what is left of {limit} after the {format_usd_exact(lost)} earlier tries billed for "
-            f"runs this try cannot follow again; raise {'the budget' if by_budgets else 'max_usd'} and clear "
-            "the task"
+            f"runs this try does not follow again; raise {'the budget' if by_budgets else 'max_usd'} and "
+            "clear the task"
         )
         return replace(held, plan=replace(held.plan, max_usd=str(cap), max_usd_note=note))
 
-    def _go_on_after(self, state: AttemptState, billed: list[tuple[str | None, Decimal]]) -> AttemptState:
-        """A retry's state: from attempt 1, or after the earlier attempts where it cannot follow them all.
+    def _go_on_after(self, state: AttemptState, billed: list[EarlierAttempt]) -> tuple[AttemptState, Decimal]:
+        """A retry's state, and what earlier tries billed that it does not follow again (against the cap).
 
         A retry follows attempt 1, 2, ... by their names, as long as the backend has each. Where it lost
         one, submitting it again would go another way than the earlier try did and run into the later
-        attempts' names (the job the failed try left running among them): the retry goes on after them
-        instead, following the next attempt's job where an earlier try left one, else submitting it (the
-        training resumes from the newest checkpoint either way).
+        attempts' names (the job the failed try left running among them): the retry goes on from the last
+        attempt instead, following its job where the backend still has it (a success there finishes the
+        training), else from the next, following the job an earlier try left under its name, or submitting
+        it (the training resumes from the newest checkpoint either way).
         """
-        from costaware.training.remote import attempt_of_job, job_name
+        from costaware.training.attempt_effects import billed_not_followed
+        from costaware.training.remote import job_name
 
         plan = state.plan
         backend = self._backend(plan)
-        # An entry names its job by the backend's id: Batch's is not the name, and says no attempt.
-        ours = [job for job, _ in billed if job is not None and job.startswith(f"{plan.base_name}-a")]
-        numbers = [n for n in map(attempt_of_job, ours) if n is not None]
-        # The last attempt billed: from the names, else (ids) one attempt per entry.
+        numbers = [entry.attempt for entry in billed if entry.attempt is not None]
+        # The last attempt billed, from the notes (an older note says none: one attempt per entry).
         last = max(numbers) if len(numbers) == len(billed) else max([len(billed), *numbers])
         names = {n: job_name(plan.base_name, n) for n in range(1, last + 1)}
         lost = next((n for n, name in names.items() if backend.find(name) is None), None)
         if lost is None:
-            return state  # each is still there: followed in order
+            return state, billed_not_followed(billed)  # each is still there: followed in order
+        earlier = sum((entry.usd for entry in billed), Decimal(0))
+        first, followed = last + 1, Decimal(0)
+        if lost != last:  # the last attempt's job is still there: followed again, it counts in the state
+            first = last
+            followed = next(entry.usd for entry in reversed(billed) if entry.attempt == last)
+        name = job_name(plan.base_name, first)
+        if first > self.max_attempts and backend.find(name) is None:
+            raise AirflowFailException(
+                f"a retry: the earlier tries made {last} attempt(s) and the {plan.backend} backend no longer "
+                f"has attempt {lost}'s job, so this retry would start attempt {first}, past max_attempts="
+                f"{self.max_attempts}: raise max_attempts and clear the task; nothing was started"
+            )
         self.log.warning(
             "a retry: the %s backend no longer has attempt %d's job (%s), so this retry cannot follow the "
-            "earlier attempts: it goes on with attempt %d, and the %d attempt(s) earlier tries billed count "
-            "against max_usd and max_attempts",
+            "earlier attempts: it goes on with attempt %d (%s), and the %d attempt(s) earlier tries billed "
+            "count against max_usd and max_attempts",
             plan.backend,
             lost,
             names[lost],
-            last + 1,
-            len(billed),
+            first,
+            name,
+            last,
         )
-        return replace(state, first_attempt=last + 1)
+        return replace(state, first_attempt=first), earlier - followed
 
     def _hold(self, state: AttemptState, earlier: Decimal, *, retry: bool) -> AttemptState:
         """Hold what is left of ``max_usd`` after ``earlier`` (what earlier tries billed) in the budgets.

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Mapping
 from datetime import datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from costaware.core.ledger import reservation_holder
 from costaware.training.attempts import Attempt, AttemptState
@@ -257,22 +257,37 @@ def open_task_reservations(ledger: Ledger, plan: RemotePlan) -> list[Reservation
     return [r for r in ledger.open_reservations(holder_prefix=holder) if r.holder == holder]
 
 
-def billed_by_earlier_tries(
-    ledger: Ledger, plan: RemotePlan
-) -> tuple[Decimal, list[tuple[str | None, Decimal]]]:
-    """What this task's attempts billed before this try, and each entry's job and cost ($0 and [] at first).
+class EarlierAttempt(NamedTuple):
+    """One attempt entry an earlier try of the task billed: its attempt, its job and its cost.
+
+    The attempt and the job are None where the entry's note does not say them (an older costaware).
+    """
+
+    attempt: int | None
+    job: str | None
+    usd: Decimal
+
+
+def billed_by_earlier_tries(ledger: Ledger, plan: RemotePlan) -> tuple[Decimal, list[EarlierAttempt]]:
+    """What this task's attempts billed before this try, and each entry, oldest first ($0 and [] at first).
 
     An Airflow retry follows the same jobs again by their names (attempt 1, 2, ...), so what its earlier
     tries' attempts billed counts against ``max_usd`` once more in the retry's own state (at the ledger's
     figure): the budgets need to hold only the rest. A run the retry does not follow again
-    (:func:`billed_not_followed`) counts against the cap all the same. A job is None where the entry's note
-    does not say it.
+    (:func:`billed_not_followed`) counts against the cap all the same.
     """
-    from costaware.training.remote import job_of_attempt_note
+    from costaware.training.remote import attempt_of_note, job_of_attempt_note
 
     mine = reversed(task_attempt_entries(ledger, plan))  # oldest first: a name's last run is its last entry
-    billed = [(job_of_attempt_note(str(row["note"] or "")), Decimal(row["usd"])) for row in mine]
-    return sum((usd for _, usd in billed), Decimal(0)), billed
+    billed = [
+        EarlierAttempt(
+            attempt_of_note(str(row["note"] or "")),
+            job_of_attempt_note(str(row["note"] or "")),
+            Decimal(row["usd"]),
+        )
+        for row in mine
+    ]
+    return sum((entry.usd for entry in billed), Decimal(0)), billed
 
 
 def task_attempt_entries(ledger: Ledger, plan: RemotePlan) -> list[dict[str, Any]]:
@@ -289,16 +304,16 @@ def task_attempt_entries(ledger: Ledger, plan: RemotePlan) -> list[dict[str, Any
     ]
 
 
-def billed_not_followed(billed: list[tuple[str | None, Decimal]]) -> Decimal:
+def billed_not_followed(billed: list[EarlierAttempt]) -> Decimal:
     """What earlier tries billed for runs a retry following their attempts does not see again.
 
-    ``billed``: each earlier entry's job and cost, oldest first (:func:`billed_by_earlier_tries`). A job with
-    two entries ran twice under its name (lost by the backend, submitted again): the retry follows its last
-    run only. (A retry that cannot follow the attempts at all goes on after them: they all count.)
+    ``billed``: the earlier entries, oldest first (:func:`billed_by_earlier_tries`). A job with two
+    entries ran twice under its name (lost by the backend, submitted again): the retry follows its last run
+    only. (A retry that cannot follow the attempts in order goes on after them: see the operator.)
     """
-    last_run = {job: index for index, (job, _) in enumerate(billed) if job is not None}
+    last_run = {entry.job: index for index, entry in enumerate(billed) if entry.job is not None}
     return sum(
-        (usd for index, (job, usd) in enumerate(billed) if job is not None and last_run[job] != index),
+        (e.usd for index, e in enumerate(billed) if e.job is not None and last_run[e.job] != index),
         Decimal(0),
     )
 

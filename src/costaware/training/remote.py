@@ -84,19 +84,19 @@ def attempt_uid(key: str) -> str:
 
 
 #: How an attempt entry's note begins (:func:`attempt_entry` writes it): its attempt and its job's name.
-_ATTEMPT_NOTE = re.compile(r"^attempt \d+, job (\S+) on ")
+_ATTEMPT_NOTE = re.compile(r"^attempt (\d+), job (\S+) on ")
 
 
-def attempt_of_job(job: str) -> int | None:
-    """The attempt a job name of :func:`job_name` says (``<base>-a2``: 2), or None where it says none."""
-    _, _, number = job.rpartition("-a")
-    return int(number) if number.isdigit() else None
+def attempt_of_note(note: str) -> int | None:
+    """The attempt an attempt entry's note names (``attempt 2, job <name> on local, ...``: 2), or None."""
+    found = _ATTEMPT_NOTE.match(note)
+    return int(found.group(1)) if found else None
 
 
 def job_of_attempt_note(note: str) -> str | None:
     """The job an attempt entry's note names (``attempt 2, job <name> on local, ...``), or None."""
     found = _ATTEMPT_NOTE.match(note)
-    return found.group(1) if found else None
+    return found.group(2) if found else None
 
 
 def attempt_entry(
