@@ -15,6 +15,7 @@ from remote_support import (
     context_for,
     drive,
     local_operator_args,
+    m5_decision,
     reimported,
     training_pythonpath,
     write_data,
@@ -44,18 +45,7 @@ def data(tmp_path: Path) -> Path:
 
 
 def decision(market: str = "spot", **extra: str) -> dict[str, str]:
-    now = utcnow()
-    return {
-        "market": market,
-        "usd_per_hour": "0.1" if market == "spot" else "0.4",
-        "instance_type": "m5.large",
-        "region": "us-east-1",
-        "on_demand_usd_per_hour": "0.4",
-        "estimated_usd": "0.05",
-        "deadline": (now + timedelta(minutes=10)).isoformat(),
-        "latest_start": (now + timedelta(minutes=8)).isoformat(),
-        **extra,
-    }
+    return {**m5_decision(market), "estimated_usd": "0.05", **extra}
 
 
 def operator(tmp: Path, **kwargs: Any) -> RemoteTrainingOperator:

@@ -38,33 +38,38 @@ def local_operator_args(tmp: Path) -> dict[str, Any]:
     }
 
 
-def command_operator_args(tmp: Path, mode: str) -> dict[str, Any]:
-    """``RemoteTrainingOperator`` arguments of a team's command, ``own_train.py MODE``, on the local backend.
-
-    What the script saw per attempt goes to ``tmp/seen.jsonl``; the spot decision is an m5.large at $0.10/h
-    (on-demand $0.40), its deadline 10 minutes away.
-    """
-    import sys
+def m5_decision(market: str = "spot") -> dict[str, str]:
+    """A spot decision for an m5.large in us-east-1 ($0.10/h spot, $0.40 on-demand), due in 10 minutes."""
     from datetime import timedelta
 
     from costaware.core.ledger import utcnow
 
     now = utcnow()
     return {
+        "market": market,
+        "usd_per_hour": "0.1" if market == "spot" else "0.4",
+        "instance_type": "m5.large",
+        "region": "us-east-1",
+        "on_demand_usd_per_hour": "0.4",
+        "deadline": (now + timedelta(minutes=10)).isoformat(),
+        "latest_start": (now + timedelta(minutes=8)).isoformat(),
+    }
+
+
+def command_operator_args(tmp: Path, mode: str) -> dict[str, Any]:
+    """``RemoteTrainingOperator`` arguments of a team's command, ``own_train.py MODE``, on the local backend.
+
+    What the script saw per attempt goes to ``tmp/seen.jsonl``; the spot decision is :func:`m5_decision`.
+    """
+    import sys
+
+    return {
         "task_id": "train",
         "command": [sys.executable, str(TRAINING / "own_train.py"), mode],
         "model_store": str(tmp / "models"),
         "checkpoint_store": str(tmp / "ckpt"),
         "backend_options": {"root": str(tmp / "jobs"), "env": {"OWN_TRAIN_LOG": str(tmp / "seen.jsonl")}},
-        "spot_decision": {
-            "market": "spot",
-            "usd_per_hour": "0.1",
-            "instance_type": "m5.large",
-            "region": "us-east-1",
-            "on_demand_usd_per_hour": "0.4",
-            "deadline": (now + timedelta(minutes=10)).isoformat(),
-            "latest_start": (now + timedelta(minutes=8)).isoformat(),
-        },
+        "spot_decision": m5_decision(),
         "poll_interval": 0.1,
     }
 

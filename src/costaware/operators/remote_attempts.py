@@ -532,12 +532,10 @@ class RemoteAttemptSteps(AttemptBilling):
         earlier, billed = billed_by_earlier_tries(self.ledger_hook.get_conn(), plan)
         lost = Decimal(0)
         if billed:
-            state, lost = self._go_on_after(state, billed)
-        if plan.max_usd is None:
-            return self._hold(state, earlier, retry=bool(billed))
+            state, lost = self._go_on_after(state, billed, earlier)
         held = self._hold(state, earlier, retry=bool(billed))
-        if not lost or held.plan.max_usd is None:
-            return held
+        if not lost or plan.max_usd is None or held.plan.max_usd is None:
+            return held  # nothing to take off, or no cap to take it off
         allowed = Decimal(held.plan.max_usd)
         cap = max(allowed - lost, Decimal(0))
         # Where the budgets lowered the cap, raising max_usd does nothing: the budget is what to raise.
@@ -558,8 +556,12 @@ class RemoteAttemptSteps(AttemptBilling):
         )
         return replace(held, plan=replace(held.plan, max_usd=str(cap), max_usd_note=note))
 
-    def _go_on_after(self, state: AttemptState, billed: list[EarlierAttempt]) -> tuple[AttemptState, Decimal]:
+    def _go_on_after(
+        self, state: AttemptState, billed: list[EarlierAttempt], earlier: Decimal
+    ) -> tuple[AttemptState, Decimal]:
         """A retry's state, and what earlier tries billed that it does not follow again (against the cap).
+
+        ``billed``, ``earlier``: the earlier entries and their total (:func:`billed_by_earlier_tries`).
 
         A retry follows attempt 1, 2, ... by their names, as long as the backend has each. Where it lost
         one, submitting it again would go another way than the earlier try did and run into the later
@@ -580,13 +582,13 @@ class RemoteAttemptSteps(AttemptBilling):
         lost = next((n for n, name in names.items() if backend.find(name) is None), None)
         if lost is None:
             return state, billed_not_followed(billed)  # each is still there: followed in order
-        earlier = sum((entry.usd for entry in billed), Decimal(0))
         first, followed = last + 1, Decimal(0)
         if lost != last:  # the last attempt's job is still there: followed again, it counts in the state
             first = last
             followed = next(entry.usd for entry in reversed(billed) if entry.attempt == last)
         name = job_name(plan.base_name, first)
-        if first > self.max_attempts and backend.find(name) is None:
+        # The last attempt's job was found above; only a next one may not exist yet.
+        if first > self.max_attempts and first > last and backend.find(name) is None:
             raise AirflowFailException(
                 f"a retry: the earlier tries made {last} attempt(s) and the {plan.backend} backend no longer "
                 f"has attempt {lost}'s job, so this retry would start attempt {first}, past max_attempts="

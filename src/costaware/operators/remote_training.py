@@ -495,9 +495,10 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
     def _stops_unwatched_job(self, context: Context) -> Iterator[None]:
         """A try that fails for good while a job it submitted runs stops and bills that job.
 
-        Any failure counts: a store or ledger error while an attempt's end is handled, an
-        ``execution_timeout`` during a submit (a timeout during a wait is ``on_kill``'s). A retry would
-        follow the job by its name; without one it ran on, watched and billed by nobody.
+        Any failure counts: a wait that failed (its polls, a configuration error), a store or ledger error
+        while an attempt's end is handled, an ``execution_timeout`` during a submit (a timeout during a wait
+        is ``on_kill``'s). A retry would follow the job by its name; without one it ran on, watched and
+        billed by nobody.
         """
         from airflow.sdk.exceptions import TaskDeferred
 
@@ -540,9 +541,9 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
                     while event is None and not self._killed:
                         time.sleep(self.poll_interval)
                         event = trigger.poll_tolerant(utcnow())
-            except Exception as e:
-                if isinstance(e, AirflowFailException) or _last_try(context):
-                    self._stop_unwatched(state)
+            except Exception:
+                # A failed wait, not a kill: its job is _stops_unwatched_job's, as a failed step's is.
+                self._waiting_on = None
                 raise
             if self._killed:
                 self._stop_killed(trigger)
@@ -573,11 +574,11 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
                 self.log.debug("no attempt state in the failed wait's event: %s", e)
             else:
                 _tag_this_try(context, failed_state)  # the worker time of a failed try is this task's too
-                if event.get("configuration") or _last_try(context):
-                    self._stop_unwatched(failed_state)
-            if event.get("configuration"):  # a retry would fail the same way
-                raise AirflowFailException(f"polling the training job failed: {event.get('message')}")
-            raise AirflowException(f"polling the training job failed: {event.get('message')}")
+                self._live = failed_state if failed_state.current is not None else None
+            with self._stops_unwatched_job(context):
+                if event.get("configuration"):  # a retry would fail the same way
+                    raise AirflowFailException(f"polling the training job failed: {event.get('message')}")
+                raise AirflowException(f"polling the training job failed: {event.get('message')}")
         with airflow_errors():
             state = AttemptState.from_json(event["state"])
         _tag_this_try(context, state)
@@ -647,9 +648,8 @@ def _try_number(context: Context) -> int:
 
 def _last_try(context: Context) -> bool:
     """Whether this try is the task's last: a failure now is for good, no retry follows its job."""
-    ti = context.get("ti")
-    tries, most = getattr(ti, "try_number", None), getattr(ti, "max_tries", None)
-    return isinstance(tries, int) and isinstance(most, int) and tries > most
+    most = getattr(context.get("ti"), "max_tries", None)
+    return isinstance(most, int) and _try_number(context) > most
 
 
 class _TaskKilled(AirflowException):
