@@ -175,6 +175,8 @@ class AttemptBilling:
         )
         if stored is None and keyed_by_name:
             stored = _this_run_recorded(ledger, state.plan, job)
+        if float(job["billable_seconds"]) > 0:
+            self._record_move_egress(state)
         if stored is None:
             ledger.record(entry)
         else:
@@ -188,6 +190,58 @@ class AttemptBilling:
                 stored,
             )
         return state.recorded(attempt)
+
+    def _record_move_egress(self, state: AttemptState) -> None:
+        """Record the egress of the running attempt in another region: its data and checkpoint, once.
+
+        At the price the zone choice weighed; for an attempt that ran (one stopped before it started read
+        nothing). Keyed by the attempt's job name, so that a retry following the job adds nothing. The
+        egress counts in the budgets as spend; ``max_usd`` caps the attempts' compute only.
+        """
+        from costaware.adapters.regions import BYTES_PER_BILLED_GB
+        from costaware.core.ledger import Kind, LedgerEntry
+        from costaware.core.money import MICRO_USD
+        from costaware.core.zone_choice import region_of
+        from costaware.training.remote import job_name
+
+        plan, current = state.plan, state.current
+        if current is None or not current.moved_bytes:
+            return
+        region = region_of(current.zone, plan.region)
+        price = plan.placement.usd_per_gb.get(region)
+        if price is None:
+            return
+        gigabytes = Decimal(current.moved_bytes) / BYTES_PER_BILLED_GB
+        ident = plan.identity
+        entry = LedgerEntry(
+            dag_id=ident["dag_id"],
+            run_id=ident["run_id"],
+            task_id=ident["task_id"],
+            try_number=int(ident.get("try_number") or 1),
+            map_index=int(ident.get("map_index", -1)),
+            kind=Kind.EGRESS,
+            usd=(gigabytes * Decimal(price)).quantize(MICRO_USD),
+            quantity=gigabytes.quantize(MICRO_USD),
+            unit="gb",
+            unit_price_usd=Decimal(price),
+            region=region,
+            cause="zone_move",
+            price_source="bundled AWS transfer prices",
+            note=(
+                f"attempt {current.attempt} moved from {plan.region} to {current.zone}: its data and "
+                f"checkpoint ({current.moved_bytes} B)"
+            ),
+            tags=dict(plan.tags),
+            entry_uid=f"egress:{job_name(plan.base_name, current.attempt)}"[:64],
+        )
+        if self.ledger_hook.get_conn().record(entry):
+            self.log.info(
+                "attempt %d: its run in %s read %.6f GB across regions: $%s of egress",
+                current.attempt,
+                current.zone,
+                gigabytes,
+                entry.usd,
+            )
 
 
 def _this_run_recorded(ledger: Any, plan: RemotePlan, job: Mapping[str, Any]) -> Decimal | None:

@@ -433,6 +433,7 @@ def test_a_retry_follows_the_attempt_an_earlier_try_started_even_where_the_cap_w
     assert started.current is not None
     # The cap was lowered before the retry: refusing now would leave the running job unwatched, unbilled.
     retry = operator(tmp_path, "ok", max_usd="0.000001")
+    retry._retry = True  # what execute sets on a try after the first
     followed = retry._submit(retry._start(context_for(try_number=2)), "on_demand")
     assert followed.current is not None and followed.current.job_id == started.current.job_id
     assert len(list((tmp_path / "jobs").iterdir())) == 1  # nothing new was started

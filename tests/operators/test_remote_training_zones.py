@@ -7,9 +7,12 @@ time (one tick = ``TICK`` seconds).
 
 from __future__ import annotations
 
+import logging
 import re
 import signal
 import sys
+import time
+from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -17,7 +20,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 from remote_support import TRAINING, context_for, drive, local_operator_args, write_data
 
 from costaware.adapters.compute.local import LocalBackend
@@ -105,6 +108,57 @@ def test_a_move_to_another_region_records_its_egress_once(tmp_path: Path, ledger
     assert move["unit_price_usd"] == Decimal("0.02")  # us-west-2 -> us-east-1
     assert move["usd"] == (move["quantity"] * Decimal("0.02")).quantize(Decimal("0.000001"))
     assert "moved from us-west-2 to us-east-1a" in move["note"]
+
+
+@pytest.mark.slow
+def test_a_retry_follows_an_earlier_job_in_its_own_zone(tmp_path: Path, ledger: Any) -> None:
+    # The first try placed attempt 1 in us-east-1a and died while it waited (no event came back). The retry
+    # would place a new attempt in us-west-2a (the plan's region, no egress): the job it follows is in
+    # us-east-1a all the same, and is billed there, with the move's egress.
+    for zone in ("us-west-2a", "us-east-1a"):
+        (tmp_path / f"capacity-{zone}").write_text("1")
+    first = operator(tmp_path, seconds=1.0, availability_zones=["us-east-1a"])
+    with pytest.raises(TaskDeferred):
+        first.execute(context_for())
+    retry = operator(tmp_path, seconds=1.0, availability_zones=["us-west-2a", "us-east-1a"])
+    result, _ = drive(retry, context_for(try_number=2))
+
+    ((market, zone, cause),) = [(a["market"], a["zone"], a["cause"]) for a in result["attempts"]]
+    assert (market, zone, cause) == ("spot", "us-east-1a", "success")
+    (entry,) = [e for e in ledger.entries() if e["task_id"] == "train" and e["kind"] != "egress"]
+    assert entry["region"] == "us-east-1"
+    (move,) = [e for e in ledger.entries() if e["cause"] == "zone_move"]
+    assert "moved from us-west-2 to us-east-1a" in move["note"]
+
+
+def test_a_moves_egress_is_billed_once_its_attempt_has_run(ledger: Any) -> None:
+    # An attempt placed in another region reads its data and checkpoint across once it runs: one stopped
+    # while it waited for capacity moved nothing, and a retry billing the job again adds no second entry.
+    from attempt_states import CAPTURED  # tests/support/
+
+    from costaware.remote_billing import KilledTrainingBilling
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan
+    from costaware.training.plan.remote_plan import Placement
+
+    plan = RemotePlan.from_json(CAPTURED)  # in us-east-1
+    placement = Placement(zones=("us-east-1a", "us-west-2a"), usd_per_gb={"us-west-2": "0.02"})
+    state = AttemptState(plan=replace(plan, placement=placement), spot_usd_per_hour="0.05")
+    log = logging.getLogger(__name__)
+    billing = KilledTrainingBilling(ledger_conn_id="costaware_ledger", aws_conn_id=None, log=log)
+    job = {"state": "interrupted", "market": "spot", "instance_type": "m5.large", "ended_at": time.time()}
+
+    def moves() -> list[dict[str, Any]]:
+        return [e for e in ledger.entries() if e["cause"] == "zone_move"]
+
+    waited = state.submitted(job_id="train-a1", market="spot", zone="us-west-2a", moved_bytes=3 * 2**30)
+    billing._bill_attempt(waited, {**job, "job_id": "train-a1", "billable_seconds": 0.0}, None)
+    assert moves() == []
+    ran = state.submitted(job_id="train-a2", market="spot", zone="us-west-2a", moved_bytes=3 * 2**30)
+    for _ in range(2):
+        billing._bill_attempt(ran, {**job, "job_id": "train-a2", "billable_seconds": 120.0}, None)
+    (move,) = moves()
+    assert (move["region"], move["quantity"], move["usd"]) == ("us-west-2", Decimal("3"), Decimal("0.06"))
 
 
 @pytest.mark.slow

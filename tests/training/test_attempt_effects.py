@@ -75,6 +75,9 @@ def test_the_refusal_says_what_was_billed_and_where_the_checkpoint_is() -> None:
         f"no checkpoint was pushed to {PLAN.checkpoint_uri}: raise max_usd and clear the task to train again "
         "from the start"
     )
+    # A cap lowered below what the attempts billed (a retry the budgets have no room for) says by how much.
+    over = cap_spent_message(capped("0.00", spent="0.3"), "on_demand", rate)
+    assert "1 attempt(s) billed $0.30, $0.30 more than it; nothing was registered" in over
     first = cap_spent_message(capped("0.01"), "on_demand", Decimal("2.00"))
     assert first.endswith("raise max_usd to at least $0.038889; nothing was started")  # 70 s at $2.00/hour
 

@@ -27,7 +27,7 @@ from costaware.remote_billing import AttemptBilling
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from costaware.adapters.compute.base import ComputeBackend
+    from costaware.adapters.compute.base import ComputeBackend, JobStatus
     from costaware.training.attempt_effects import EarlierAttempt
     from costaware.training.attempts import AttemptState, Event, Fail
     from costaware.training.plan import RemotePlan
@@ -43,7 +43,7 @@ class RemoteAttemptSteps(AttemptBilling):
     _live: AttemptState | None = None
     # The state, the attempt's job name, market, zone and submit time while a submit is under way: a
     # failure inside the submit (an execution_timeout) may come after the backend took the job.
-    _submitting: tuple[AttemptState, str, str, str, str] | None = None
+    _submitting: tuple[AttemptState, str, str, str, str, int] | None = None
     _retry = False  # a later try of the task: its submits may find the jobs an earlier try submitted
     poll_interval: float
     budget_scope: str | None
@@ -90,15 +90,21 @@ class RemoteAttemptSteps(AttemptBilling):
             self._settle(state)
             raise AirflowException("the task was killed: no new attempt starts")
         plan = state.plan
+        backend = self._backend(plan)
+        # A retry follows the job an earlier try submitted under this attempt's name, where it runs.
+        followed = self._earlier_job(backend, job_name(plan.base_name, state.next_attempt))
         zone = ""
-        if market == "spot":
+        if followed is not None:
+            # Placing it again could name another zone or market than the job's own, and bill it there.
+            market = followed.market or market
+            zone = followed.availability_zone or (plan.placement.first_zone if market == "spot" else "")
+            market_reason = ""
+        elif market == "spot":
             state, market, zone, market_reason = self._place(state)
         rate = cap_rate(state, market, self._on_demand_in(plan, zone))
         allowed = capped_seconds(state, rate)
-        backend = self._backend(plan)
         if allowed is not None and allowed < MIN_CAPPED_SECONDS:
-            started = backend.find(job_name(plan.base_name, state.next_attempt))
-            if started is None:
+            if followed is None:
                 self._settle(state)
                 # SageMaker syncs its checkpoints itself, without the marker: there, none read says nothing.
                 newest = self._newest_step(state) if state.attempts and plan.backend != "sagemaker" else None
@@ -109,16 +115,16 @@ class RemoteAttemptSteps(AttemptBilling):
                 "attempt %d was started by an earlier try as %s: following it, although what is left of "
                 "max_usd would not start it now",
                 state.next_attempt,
-                started,
+                followed.job_id,
             )
             allowed = None
-        every = self._retune_interval(state) if market == "spot" else None
+        every = self._retune_interval(state) if market == "spot" and followed is None else None
         request = job_request(
             state, market, utcnow(), zone=zone, checkpoint_every_seconds=every, stop_after_seconds=allowed
         )
         left = money_left(state)
         # A retry follows an earlier try's job by its name: said so, without a limit (the job has its own).
-        following = self._retry and backend.find(request.job_name) is not None
+        following = followed is not None
         if allowed is not None and left is not None and not following:
             self.log.info(
                 "attempt %d is stopped after %d s at the latest: %s is left of max_usd, at %s/hour",
@@ -131,8 +137,9 @@ class RemoteAttemptSteps(AttemptBilling):
         # an attempt that ran into it is recorded as stopped by max_usd, not preempted.
         binding = allowed is not None and (plan.backend == "local" or request.max_runtime_seconds == allowed)
         restored = self._committed_step(state) if market == "spot" else None
+        moved = self._moved_bytes(state, zone)
         submitted_at = utcnow()
-        self._submitting = (state, request.job_name, market, zone, submitted_at.isoformat())
+        self._submitting = (state, request.job_name, market, zone, submitted_at.isoformat(), moved)
         job_id = backend.submit(request)
         submitted = state.submitted(
             job_id=job_id,
@@ -142,6 +149,7 @@ class RemoteAttemptSteps(AttemptBilling):
             market_reason=market_reason if market == "on_demand" else "",
             stop_after_seconds=allowed if binding else None,
             submitted_at=submitted_at.isoformat(),
+            moved_bytes=moved,
         )
         self._live, self._submitting = submitted, None  # one step: never neither while the job runs
         self.log.info(
@@ -156,8 +164,15 @@ class RemoteAttemptSteps(AttemptBilling):
             f" in {zone}" if zone else "",
             ", which an earlier try submitted" if following else _log_files_note(backend, job_id),
         )
-        if zone:
-            self._record_move_egress(state, request.attempt, zone)
+        if moved:
+            self.log.info(
+                "attempt %d: once it runs in %s, it reads %d B of data and checkpoint from %s (billed then "
+                "as egress)",
+                request.attempt,
+                zone,
+                moved,
+                plan.region,
+            )
         return submitted
 
     def _running_job_state(self) -> AttemptState | None:
@@ -168,7 +183,7 @@ class RemoteAttemptSteps(AttemptBilling):
         """
         if self._live is not None or self._submitting is None:
             return self._live
-        state, name, market, zone, submitted_at = self._submitting
+        state, name, market, zone, submitted_at, moved = self._submitting
         try:
             job_id = self._backend(state.plan).find(name)
         except Exception as e:  # best effort: the task's own failure is what it reports
@@ -176,51 +191,45 @@ class RemoteAttemptSteps(AttemptBilling):
             return None
         if job_id is None:
             return None
-        return state.submitted(job_id=job_id, market=market, zone=zone, submitted_at=submitted_at)
+        return state.submitted(
+            job_id=job_id, market=market, zone=zone, submitted_at=submitted_at, moved_bytes=moved
+        )
 
-    def _record_move_egress(self, state: AttemptState, attempt: int, zone: str) -> None:
-        """Record the egress of an attempt sent to a zone of another region: its data and checkpoint.
+    def _earlier_job(self, backend: ComputeBackend, name: str) -> JobStatus | None:
+        """The job an earlier try of this task submitted as ``name``, as the backend sees it now (IO).
 
-        At the price the zone choice weighed (it was weighed, never billed, before). Keyed by the attempt's
-        job, so a retry that follows it records nothing again. The egress counts in the budgets as spend;
-        ``max_usd`` caps the attempts' compute only.
+        None on a first try (nothing to follow), and where the backend has no such job. A job found that
+        cannot be read now says neither market nor zone: it is taken on the market asked for, in the plan's
+        first zone.
         """
-        from costaware.adapters.regions import BYTES_PER_BILLED_GB
-        from costaware.core.ledger import Kind, LedgerEntry
-        from costaware.core.money import MICRO_USD
+        from costaware.adapters.compute.base import JobState, JobStatus
+
+        if not self._retry:
+            return None
+        job_id = backend.find(name)
+        if job_id is None:
+            return None
+        try:
+            return backend.poll(job_id)
+        except Exception as e:  # best effort: the wait polls it again, and fails there if it must
+            self.log.warning(
+                "job %s of an earlier try cannot be read now (%s): market and zone unknown", job_id, e
+            )
+            return JobStatus(job_id=job_id, state=JobState.PENDING)
+
+    def _moved_bytes(self, state: AttemptState, zone: str) -> int:
+        """What an attempt in ``zone`` reads across regions: the data and the checkpoint (IO); 0 in-region.
+
+        Billed as egress at the price the zone choice weighed, once the attempt has run
+        (:meth:`AttemptBilling._record_move_egress`).
+        """
         from costaware.core.zone_choice import region_of
-        from costaware.training.remote import job_name
 
         plan = state.plan
-        region = region_of(zone, plan.region)
-        price = plan.placement.usd_per_gb.get(region)
-        if region == plan.region or price is None:
-            return
-        moved = plan.placement.data_bytes + self._checkpoint_bytes(plan.checkpoint_uri)
-        gigabytes = Decimal(moved) / BYTES_PER_BILLED_GB
-        ident = plan.identity
-        entry = LedgerEntry(
-            dag_id=ident["dag_id"],
-            run_id=ident["run_id"],
-            task_id=ident["task_id"],
-            try_number=int(ident.get("try_number") or 1),
-            map_index=int(ident.get("map_index", -1)),
-            kind=Kind.EGRESS,
-            usd=(gigabytes * Decimal(price)).quantize(MICRO_USD),
-            quantity=gigabytes.quantize(MICRO_USD),
-            unit="gb",
-            unit_price_usd=Decimal(price),
-            region=region,
-            cause="zone_move",
-            price_source="bundled AWS transfer prices",
-            note=f"attempt {attempt} moved from {plan.region} to {zone}: its data and checkpoint ({moved} B)",
-            tags=dict(plan.tags),
-            entry_uid=f"egress:{job_name(plan.base_name, attempt)}"[:64],
-        )
-        self.ledger_hook.get_conn().record(entry)
-        self.log.info(
-            "attempt %d: moving to %s transfers %.6f GB: $%s of egress", attempt, zone, gigabytes, entry.usd
-        )
+        region = region_of(zone, plan.region) if zone else plan.region
+        if region == plan.region or plan.placement.usd_per_gb.get(region) is None:
+            return 0
+        return plan.placement.data_bytes + self._checkpoint_bytes(plan.checkpoint_uri)
 
     def _place(self, state: AttemptState) -> tuple[AttemptState, str, str, str]:
         """The next spot attempt's market, zone, price and, for on-demand, why (``core.zone_choice``).

@@ -101,7 +101,7 @@ def cap_spent_message(
     from costaware.training.attempts import NO_CHECKPOINT
 
     plan = state.plan
-    cap, left = Decimal(plan.max_usd or 0), money_left(state) or Decimal(0)
+    cap, billed = Decimal(plan.max_usd or 0), total_usd(state)
     buys = (
         f"less than {MIN_CAPPED_SECONDS} s on {market} {plan.instance_type} at {format_usd_exact(rate)}/hour "
         f"beyond its {plan.grace_seconds:g} s grace period"
@@ -117,10 +117,15 @@ def cap_spent_message(
     else:
         step = "" if newest_step is None else f" (step {newest_step})"
         kept = f"the newest checkpoint{step} stays at {plan.checkpoint_uri}: {todo} to resume from it"
+    # A cap lowered below what was billed (a retry the budgets have no room for) leaves nothing, not less.
+    leaves = (
+        f"which leaves {format_usd_exact(cap - billed)}, {buys}"
+        if billed <= cap
+        else f"{format_usd_exact(billed - cap)} more than it"
+    )
     return (
         f"max_usd {format_usd_exact(cap)} cannot start another attempt: {len(state.attempts)} attempt(s) "
-        f"billed {format_usd_exact(cap - left)}, which leaves {format_usd_exact(left)}, {buys}; nothing was "
-        f"registered, and {kept}"
+        f"billed {format_usd_exact(billed)}, {leaves}; nothing was registered, and {kept}"
     )
 
 

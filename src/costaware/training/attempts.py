@@ -143,6 +143,9 @@ class Current:
     market_reason: str = ""  # see Attempt.market_reason
     stop_after_seconds: int | None = None  # what was left of max_usd when it was submitted (None: no cap)
     submitted_at: str | None = None  # ISO time of the submit (older states: None)
+    # Bytes a run in another region than the plan's reads across (data and checkpoint at the submit): its
+    # egress, recorded once the attempt has run (a job stopped before it started moved nothing).
+    moved_bytes: int = 0
 
     def to_json(self) -> dict[str, Any]:
         # Older states have no pausing/stopped keys until a pause: leave them out when unset.
@@ -157,6 +160,8 @@ class Current:
             data["stop_after_seconds"] = self.stop_after_seconds
         if self.submitted_at is not None:
             data["submitted_at"] = self.submitted_at
+        if self.moved_bytes:
+            data["moved_bytes"] = self.moved_bytes
         if self.pausing is not None:
             data["pausing"] = self.pausing
         if self.stopped is not None:
@@ -177,6 +182,7 @@ class Current:
             market_reason=str(data.get("market_reason") or ""),
             stop_after_seconds=_step_or_none(data.get("stop_after_seconds")),
             submitted_at=str(data["submitted_at"]) if data.get("submitted_at") else None,
+            moved_bytes=int(data.get("moved_bytes") or 0),
         )
 
     def stopped_by_cap(self, job: Mapping[str, Any]) -> bool:
@@ -263,13 +269,15 @@ class AttemptState:
         market_reason: str = "",
         stop_after_seconds: int | None = None,
         submitted_at: str | None = None,
+        moved_bytes: int = 0,
     ) -> AttemptState:
         """Attempt :attr:`next_attempt` runs as ``job_id`` on ``market`` (in ``zone``, where chosen).
 
         ``restored_step``: the newest pushed checkpoint's step at the submit, where it was read;
         ``market_reason``: why it runs on on-demand, where something chose that (see
         :attr:`Attempt.market_reason`); ``stop_after_seconds``: when ``max_usd`` stops it;
-        ``submitted_at``: when (ISO), the most a job the backend has not priced yet can have run.
+        ``submitted_at``: when (ISO), the most a job the backend has not priced yet can have run;
+        ``moved_bytes``: what a run in another region reads across (see :attr:`Current.moved_bytes`).
         """
         current = Current(
             attempt=self.next_attempt,
@@ -280,6 +288,7 @@ class AttemptState:
             market_reason=market_reason,
             stop_after_seconds=stop_after_seconds,
             submitted_at=submitted_at,
+            moved_bytes=moved_bytes,
         )
         return replace(self, current=current)
 
