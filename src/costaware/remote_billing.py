@@ -137,9 +137,14 @@ class AttemptBilling:
         by the job's name alone, so that a cleared task's new try, which sees the real end, finds it and
         bills the job no second time. Returns the state with the attempt in it.
         """
+        from costaware.adapters.compute.base import placeable_zone
         from costaware.training.attempt_effects import billed_attempt
         from costaware.training.remote import attempt_key, attempt_uid
 
+        ran_in = placeable_zone(str(job.get("availability_zone") or ""))
+        if state.current is not None and ran_in and ran_in != state.current.zone:
+            # Where the backend says the job ran (a followed job whose zone was not known at its follow).
+            state = replace(state, current=replace(state.current, zone=ran_in))
         if job["market"] == "spot":
             rate = self._billed_spot_rate(state, job)
         else:
@@ -192,7 +197,7 @@ class AttemptBilling:
         return state.recorded(attempt)
 
     def _record_move_egress(self, state: AttemptState) -> None:
-        """Record the egress of the running attempt in another region: its data and checkpoint, once.
+        """Record the egress of the running attempt where it ran in another region: its data and checkpoint.
 
         At the price the zone choice weighed; for an attempt that ran (one stopped before it started read
         nothing). Keyed by the attempt's job name, so that a retry following the job adds nothing. The
@@ -205,11 +210,11 @@ class AttemptBilling:
         from costaware.training.remote import job_name
 
         plan, current = state.plan, state.current
-        if current is None or not current.moved_bytes:
+        if current is None or not current.moved_bytes or not current.zone:
             return
         region = region_of(current.zone, plan.region)
         price = plan.placement.usd_per_gb.get(region)
-        if price is None:
+        if region == plan.region or price is None:
             return
         gigabytes = Decimal(current.moved_bytes) / BYTES_PER_BILLED_GB
         ident = plan.identity

@@ -358,7 +358,8 @@ def test_a_retry_whose_earlier_job_is_gone_counts_its_cost_against_max_usd(
     billed = Decimal(_try_capped_at_5(tmp_path)["usd"])
     shutil.rmtree(tmp_path / "jobs")  # the backend forgot the job (another machine, a deleted pod)
     capsys.readouterr()
-    again = Decimal(_try_capped_at_5(tmp_path)["usd"])
+    # The retry's summary counts the lost run too: what its own attempts billed is the rest.
+    again = Decimal(_try_capped_at_5(tmp_path)["usd"]) - billed
     out = capsys.readouterr().out
     lowered = format_usd_exact(Decimal(5) - billed)
     said = f"a retry: earlier tries billed {format_usd_exact(billed)} for runs it does not follow again"

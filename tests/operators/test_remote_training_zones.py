@@ -131,9 +131,10 @@ def test_a_retry_follows_an_earlier_job_in_its_own_zone(tmp_path: Path, ledger: 
     assert "moved from us-west-2 to us-east-1a" in move["note"]
 
 
-def test_a_moves_egress_is_billed_once_its_attempt_has_run(ledger: Any) -> None:
-    # An attempt placed in another region reads its data and checkpoint across once it runs: one stopped
-    # while it waited for capacity moved nothing, and a retry billing the job again adds no second entry.
+def test_a_moves_egress_is_billed_once_its_attempt_has_run_in_another_region(ledger: Any) -> None:
+    # An attempt in a zone of another region reads its data and checkpoint across once it runs: one stopped
+    # while it waited for capacity moved nothing, a retry billing the job again adds no second entry, and
+    # the region is the one the job reports it ran in.
     from attempt_states import CAPTURED  # tests/support/
 
     from costaware.remote_billing import KilledTrainingBilling
@@ -147,18 +148,26 @@ def test_a_moves_egress_is_billed_once_its_attempt_has_run(ledger: Any) -> None:
     log = logging.getLogger(__name__)
     billing = KilledTrainingBilling(ledger_conn_id="costaware_ledger", aws_conn_id=None, log=log)
     job = {"state": "interrupted", "market": "spot", "instance_type": "m5.large", "ended_at": time.time()}
+    three_gb = 3 * 2**30
 
-    def moves() -> list[dict[str, Any]]:
+    def bill(attempt: int, zone: str, seconds: float, ran_in: str = "") -> list[dict[str, Any]]:
+        name = f"train-380335d228-a{attempt}"
+        running = replace(state, first_attempt=attempt).submitted(
+            job_id=name, market="spot", zone=zone, moved_bytes=three_gb
+        )
+        ended = {**job, "job_id": name, "billable_seconds": seconds, "availability_zone": ran_in}
+        billing._bill_attempt(running, ended, None)
         return [e for e in ledger.entries() if e["cause"] == "zone_move"]
 
-    waited = state.submitted(job_id="train-a1", market="spot", zone="us-west-2a", moved_bytes=3 * 2**30)
-    billing._bill_attempt(waited, {**job, "job_id": "train-a1", "billable_seconds": 0.0}, None)
-    assert moves() == []
-    ran = state.submitted(job_id="train-a2", market="spot", zone="us-west-2a", moved_bytes=3 * 2**30)
-    for _ in range(2):
-        billing._bill_attempt(ran, {**job, "job_id": "train-a2", "billable_seconds": 120.0}, None)
-    (move,) = moves()
+    assert bill(1, "us-west-2a", 0.0) == []  # waited for capacity, never ran
+    assert bill(2, "us-east-1a", 120.0) == []  # ran in the plan's region
+    (move,) = bill(3, "us-west-2a", 120.0)
     assert (move["region"], move["quantity"], move["usd"]) == ("us-west-2", Decimal("3"), Decimal("0.06"))
+    assert len(bill(3, "us-west-2a", 120.0)) == 1  # billed again (a retry): still one entry
+    # A job followed without knowing its zone, that reports it ran in us-west-2a: billed there.
+    notes = [m["note"] for m in bill(4, "us-east-1a", 60.0, ran_in="us-west-2a")]
+    assert len(notes) == 2
+    assert any(n.startswith("attempt 4 moved from us-east-1 to us-west-2a") for n in notes)
 
 
 @pytest.mark.slow

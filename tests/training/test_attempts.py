@@ -554,3 +554,13 @@ def test_max_attempts_reached_after_cap_stops_says_to_raise_the_cap() -> None:
     assert isinstance(step, Fail) and step.record_cause == "max_usd"
     assert "max usd: 1" in step.message
     assert "raise max_usd: the cap stopped its attempts short" in step.message
+
+
+def test_a_moves_bytes_and_earlier_tries_spend_travel_with_the_state() -> None:
+    current = Current(2, "j-a2", "spot", zone="us-west-2a", moved_bytes=3 * 2**30)
+    assert Current.from_json(json.loads(json.dumps(current.to_json()))) == current
+    assert "moved_bytes" not in Current(2, "j-a2", "spot").to_json()  # older states stay as they were
+    s = replace(AttemptState.from_json({**CAPTURED, "attempts": [], "current": None}), earlier_usd="0.25")
+    s = replace(s, first_attempt=3, current=current)
+    assert AttemptState.from_json(json.loads(json.dumps(s.to_json()))) == s
+    assert "earlier_usd" not in replace(s, earlier_usd=None).to_json()

@@ -550,10 +550,15 @@ def test_a_retry_that_cannot_follow_attempt_1_follows_the_last_attempt_and_train
     shutil.rmtree(a1)
     capsys.readouterr()
     again, _ = drive(operator(tmp_path, "preempt-once", deferrable=False), context_for(try_number=2))
-    assert "it goes on with attempt 2" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "it goes on with attempt 2" in said
     assert [p.name[-3:] for p in (tmp_path / "jobs").iterdir()] == ["-a2"]  # nothing new submitted
     assert [a["attempt"] for a in again["attempts"]] == [2] and again["attempts"][0]["cause"] == "success"
-    assert len(train_entries(ledger)) == 2  # each attempt billed once
+    entries = train_entries(ledger)
+    assert len(entries) == 2  # each attempt billed once
+    # The summary counts the attempt the retry did not follow again: both attempts, what both billed.
+    assert Decimal(again["usd"]) == sum(Decimal(str(e["usd"])) for e in entries) == Decimal(first["usd"])
+    assert "after 2 attempt(s)" in said
 
 
 def test_a_retry_past_max_attempts_starts_nothing(tmp_path: Path, ledger: Any) -> None:

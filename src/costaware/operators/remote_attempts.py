@@ -75,7 +75,9 @@ class RemoteAttemptSteps(AttemptBilling):
 
         ``market_reason``: why on-demand, where a rule chose it (kept on the attempt, in its ledger note).
         """
+        from costaware.adapters.compute.base import placeable_zone
         from costaware.core.money import format_usd_exact
+        from costaware.core.zone_choice import region_of
         from costaware.training.attempt_effects import (
             MIN_CAPPED_SECONDS,
             cap_rate,
@@ -96,9 +98,13 @@ class RemoteAttemptSteps(AttemptBilling):
         zone = ""
         if followed is not None:
             # Placing it again could name another zone or market than the job's own, and bill it there.
-            market = followed.market or market
-            zone = followed.availability_zone or (plan.placement.first_zone if market == "spot" else "")
-            market_reason = ""
+            if followed.market not in ("", market):
+                market, market_reason = followed.market, ""
+            zone = placeable_zone(followed.availability_zone) or (
+                plan.placement.first_zone if market == "spot" else ""
+            )
+            # Watched from here: a failure before its submit below stops it where this is the last try.
+            self._live = state.submitted(job_id=followed.job_id, market=market, zone=zone)
         elif market == "spot":
             state, market, zone, market_reason = self._place(state)
         rate = cap_rate(state, market, self._on_demand_in(plan, zone))
@@ -137,7 +143,7 @@ class RemoteAttemptSteps(AttemptBilling):
         # an attempt that ran into it is recorded as stopped by max_usd, not preempted.
         binding = allowed is not None and (plan.backend == "local" or request.max_runtime_seconds == allowed)
         restored = self._committed_step(state) if market == "spot" else None
-        moved = self._moved_bytes(state, zone)
+        moved = self._moved_bytes(state)
         submitted_at = utcnow()
         self._submitting = (state, request.job_name, market, zone, submitted_at.isoformat(), moved)
         job_id = backend.submit(request)
@@ -164,7 +170,7 @@ class RemoteAttemptSteps(AttemptBilling):
             f" in {zone}" if zone else "",
             ", which an earlier try submitted" if following else _log_files_note(backend, job_id),
         )
-        if moved:
+        if moved and region_of(zone, plan.region) != plan.region:
             self.log.info(
                 "attempt %d: once it runs in %s, it reads %d B of data and checkpoint from %s (billed then "
                 "as egress)",
@@ -217,17 +223,14 @@ class RemoteAttemptSteps(AttemptBilling):
             )
             return JobStatus(job_id=job_id, state=JobState.PENDING)
 
-    def _moved_bytes(self, state: AttemptState, zone: str) -> int:
-        """What an attempt in ``zone`` reads across regions: the data and the checkpoint (IO); 0 in-region.
+    def _moved_bytes(self, state: AttemptState) -> int:
+        """What an attempt reads across regions where it runs in another: the data and the checkpoint (IO).
 
-        Billed as egress at the price the zone choice weighed, once the attempt has run
-        (:meth:`AttemptBilling._record_move_egress`).
+        0 where the plan allows no zone of another region. Billed as egress at the price the zone choice
+        weighed, once the attempt has run there (:meth:`AttemptBilling._record_move_egress`).
         """
-        from costaware.core.zone_choice import region_of
-
         plan = state.plan
-        region = region_of(zone, plan.region) if zone else plan.region
-        if region == plan.region or plan.placement.usd_per_gb.get(region) is None:
+        if not plan.placement.usd_per_gb:
             return 0
         return plan.placement.data_bytes + self._checkpoint_bytes(plan.checkpoint_uri)
 
@@ -542,6 +545,8 @@ class RemoteAttemptSteps(AttemptBilling):
         lost = Decimal(0)
         if billed:
             state, lost = self._go_on_after(state, billed, earlier)
+            if lost:
+                state = replace(state, earlier_usd=str(lost))
         held = self._hold(state, earlier, retry=bool(billed))
         if not lost or plan.max_usd is None or held.plan.max_usd is None:
             return held  # nothing to take off, or no cap to take it off
@@ -760,7 +765,7 @@ class RemoteAttemptSteps(AttemptBilling):
 
     def _finish(self, context: Context, state: AttemptState) -> dict[str, Any]:
         from costaware.operators.run_record import record_retrain_outcome
-        from costaware.training.attempt_effects import total_usd
+        from costaware.training.attempt_effects import summary_figures
         from costaware.training.entrypoint import read_result
 
         self._settle(state)
@@ -777,12 +782,12 @@ class RemoteAttemptSteps(AttemptBilling):
         else:
             job_id = state.attempts[-1].job_id if state.attempts else ""
             result = read_result(state.plan.result_uri, job_id=job_id, **opts)
-            usd = total_usd(state)
+            made, usd = summary_figures(state)
             self.log.info(
                 "stored %s model version %s after %d attempt(s), %s USD billed",
                 result.get("mode"),
                 result.get("version"),
-                len(state.attempts),
+                made,
                 usd,
             )
             record_retrain_outcome(
@@ -820,16 +825,16 @@ class RemoteAttemptSteps(AttemptBilling):
         """Store the command's outputs as a ``files`` version, record its metrics, return them (XCom)."""
         from costaware.operators.remote_command import format_metrics, register_outputs
         from costaware.operators.run_record import command_outcome, write_outcome
-        from costaware.training.attempt_effects import total_usd
+        from costaware.training.attempt_effects import summary_figures
 
-        usd = total_usd(state)
+        made, usd = summary_figures(state)
         stored = register_outputs(state.to_json(), opts, str(usd))
         self.log.info(
             "stored model version %s (%d files, %d bytes) after %d attempt(s), %s USD billed; metrics: %s",
             stored["version"],
             stored["files"],
             stored["bytes"],
-            len(state.attempts),
+            made,
             usd,
             format_metrics(stored["metrics"]),
         )

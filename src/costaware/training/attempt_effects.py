@@ -250,6 +250,16 @@ def total_usd(state: AttemptState) -> Decimal:
     return sum((Decimal(a.usd) for a in state.attempts), Decimal(0))
 
 
+def summary_figures(state: AttemptState) -> tuple[int, Decimal]:
+    """How many attempts the task made and what they billed, over all its tries (its summary's figures).
+
+    A retry that goes on after earlier tries' attempts (the backend lost one) holds only its own in
+    :attr:`AttemptState.attempts`; the earlier ones count by number and by :attr:`AttemptState.earlier_usd`.
+    """
+    earlier = Decimal(state.earlier_usd or 0)
+    return state.first_attempt - 1 + len(state.attempts), total_usd(state) + earlier
+
+
 def task_holder(plan: RemotePlan) -> str:
     """The reservation holder of the training's task (the spend gate reserves under the same one)."""
     ident = plan.identity

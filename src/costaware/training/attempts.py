@@ -143,8 +143,8 @@ class Current:
     market_reason: str = ""  # see Attempt.market_reason
     stop_after_seconds: int | None = None  # what was left of max_usd when it was submitted (None: no cap)
     submitted_at: str | None = None  # ISO time of the submit (older states: None)
-    # Bytes a run in another region than the plan's reads across (data and checkpoint at the submit): its
-    # egress, recorded once the attempt has run (a job stopped before it started moved nothing).
+    # The data and checkpoint bytes (at the submit) a run in another region than the plan's reads across,
+    # where the plan allows zones there (else 0): egress, recorded once the attempt ran in such a zone.
     moved_bytes: int = 0
 
     def to_json(self) -> dict[str, Any]:
@@ -215,6 +215,8 @@ class AttemptState:
         current: The attempt that runs, or None (before the first, or while paused).
         first_attempt: The number of this try's first attempt: 1, or, for a retry that cannot follow an
             earlier try's attempts (the backend lost one), the attempt after them.
+        earlier_usd: What earlier tries billed for runs this retry does not follow again (a decimal string;
+            None: nothing): taken off its cap, and counted in its summary.
     """
 
     plan: RemotePlan
@@ -224,6 +226,7 @@ class AttemptState:
     attempts: tuple[Attempt, ...] = ()
     current: Current | None = None
     first_attempt: int = 1
+    earlier_usd: str | None = None
 
     @property
     def next_attempt(self) -> int:
@@ -240,6 +243,7 @@ class AttemptState:
             "attempts": [a.to_json() for a in self.attempts],
             "current": self.current.to_json() if self.current else None,
             **({"first_attempt": self.first_attempt} if self.first_attempt != 1 else {}),
+            **({"earlier_usd": self.earlier_usd} if self.earlier_usd is not None else {}),
         }
 
     @classmethod
@@ -257,6 +261,7 @@ class AttemptState:
             attempts=tuple(Attempt.from_json(a) for a in data.get("attempts") or ()),
             current=Current.from_json(current) if current else None,
             first_attempt=int(data.get("first_attempt") or 1),
+            earlier_usd=str(data["earlier_usd"]) if data.get("earlier_usd") is not None else None,
         )
 
     def submitted(
@@ -277,7 +282,7 @@ class AttemptState:
         ``market_reason``: why it runs on on-demand, where something chose that (see
         :attr:`Attempt.market_reason`); ``stop_after_seconds``: when ``max_usd`` stops it;
         ``submitted_at``: when (ISO), the most a job the backend has not priced yet can have run;
-        ``moved_bytes``: what a run in another region reads across (see :attr:`Current.moved_bytes`).
+        ``moved_bytes``: what a run in another region would read across (see :attr:`Current.moved_bytes`).
         """
         current = Current(
             attempt=self.next_attempt,

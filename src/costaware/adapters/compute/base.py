@@ -204,6 +204,14 @@ def check_zone(zone: str) -> str:
     return zone
 
 
+def placeable_zone(zone: str) -> str:
+    """``zone`` where a request may name it (:func:`check_zone`), else "" (a node label of another shape)."""
+    try:
+        return check_zone(zone) if zone else ""
+    except ConfigurationError:
+        return ""
+
+
 def check_aws_zone(zone: str) -> str:
     """``zone`` if it can be an AWS zone name: :func:`check_zone`, and neither a region nor upper case.
 
