@@ -442,4 +442,12 @@ def test_a_first_attempt_has_no_checkpoints_to_size_and_says_nothing_of_it(
     assert "cannot size" not in out.out + out.err  # no checkpoint yet is normal, not a warning
     (tmp_path / "kept").mkdir()
     (tmp_path / "kept" / "state.ckpt").write_bytes(b"x" * 10)
-    assert op._checkpoint_bytes(str(tmp_path / "kept")) == 10
+    assert op._checkpoint_bytes(str(tmp_path / "kept")) == 10  # no commit marker: the whole store
+    # Pushed by the launcher: what a restore reads is the newest checkpoint, not every step the store keeps.
+    from costaware_runtime.checkpoints import push, save_bytes
+
+    work, store = tmp_path / "work", tmp_path / "pushed"
+    for step in (1, 2):
+        save_bytes(b"s" * 100, step=step, directory=work)
+        push(work, str(store))
+    assert op._checkpoint_bytes(str(store)) == 100

@@ -233,14 +233,21 @@ def test_outputs_in_a_folder_the_launcher_made_are_named_when_nothing_is_uploade
     assert (made / "model.bin").read_bytes() == b"model"
 
 
-@pytest.mark.parametrize(("saves", "warned"), [(False, True), (True, False)])
+@pytest.mark.parametrize(
+    ("saves", "cleans_up", "warned"), [(False, False, True), (True, False, False), (True, True, False)]
+)
 def test_a_job_asked_to_checkpoint_that_never_did_is_warned_about(
-    make_job: MakeJob, saves: bool, warned: bool
+    make_job: MakeJob, saves: bool, cleans_up: bool, warned: bool
 ) -> None:
+    # A job that deletes its local checkpoints once done (as the built-in trainers do) did checkpoint: the
+    # launcher pushed them while it ran.
     job = make_job(f"""
 if {saves}:
     cr.save_bytes(b"state", step=1)
-time.sleep(0.5)
+time.sleep(1.5 if {cleans_up} else 0.5)  # the launcher looks for a new checkpoint to push every second
+if {cleans_up}:
+    import shutil
+    shutil.rmtree(os.environ["COSTAWARE_CHECKPOINT_DIR"])
 (cr.output_dir() / "model.bin").write_bytes(b"model")
 cr.write_metrics({{"rmse": 1.0}})
 """)

@@ -146,6 +146,21 @@ def test_a_job_still_stopping_after_the_wait_is_billed_to_the_end_of_its_grace(
     assert result["attempts"][0]["usd"] == str(Decimal(str(entry["usd"])))  # the ledger's figure
 
 
+def test_a_killed_job_that_waited_for_capacity_is_billed_nothing_and_says_it_never_ran(
+    tmp_path: Path, ledger: Any
+) -> None:
+    # Stopped with no time to see its end (a worker's kill): a spot job that never got capacity is billed
+    # 0 s, and its note says why, not that it was billed to the end of a grace period.
+    (tmp_path / "capacity").write_text("0")
+    op = operator(tmp_path, "ok")
+    op.backend_options = {**op.backend_options, "capacity_file": str(tmp_path / "capacity")}
+    trigger = deferred_trigger(op)
+    trigger.stop_and_bill(wait_seconds=0, poll_seconds=0.1)
+    (entry,) = train_entries(ledger)
+    assert entry["quantity"] == 0 and entry["usd"] == 0
+    assert entry["note"].endswith("stopped when its task was killed, while it waited to start: it never ran")
+
+
 @pytest.mark.parametrize(
     ("state_now", "stopped", "settled"),
     [

@@ -322,7 +322,9 @@ class Launcher:
     def _warn_if_never_checkpointed(self, step: int | None) -> None:
         """Warn when a job asked to checkpoint ran two intervals without one: a preemption loses it all."""
         every, started = self.env.checkpoint_every_seconds, self.started_at
-        if step is not None or every is None or started is None:
+        # A job may delete its local checkpoints once done (the built-in trainers do): one pushed counts.
+        pushed = self.sync is not None and self.sync.synced is not None
+        if step is not None or pushed or every is None or started is None:
             return
         ran = time.monotonic() - started
         if ran >= 2 * every:

@@ -143,7 +143,7 @@ class RemoteAttemptSteps(AttemptBilling):
         # an attempt that ran into it is recorded as stopped by max_usd, not preempted.
         binding = allowed is not None and (plan.backend == "local" or request.max_runtime_seconds == allowed)
         restored = self._committed_step(state) if market == "spot" else None
-        moved = self._moved_bytes(state)
+        moved = self._moved_bytes(state, following=following)
         submitted_at = utcnow()
         self._submitting = (state, request.job_name, market, zone, submitted_at.isoformat(), moved)
         job_id = backend.submit(request)
@@ -170,7 +170,7 @@ class RemoteAttemptSteps(AttemptBilling):
             f" in {zone}" if zone else "",
             ", which an earlier try submitted" if following else _log_files_note(backend, job_id),
         )
-        if moved and region_of(zone, plan.region) != plan.region:
+        if moved and not following and region_of(zone, plan.region) != plan.region:
             self.log.info(
                 "attempt %d: once it runs in %s, it reads %d B of data and checkpoint from %s (billed then "
                 "as egress)",
@@ -223,15 +223,18 @@ class RemoteAttemptSteps(AttemptBilling):
             )
             return JobStatus(job_id=job_id, state=JobState.PENDING)
 
-    def _moved_bytes(self, state: AttemptState) -> int:
+    def _moved_bytes(self, state: AttemptState, *, following: bool = False) -> int:
         """What an attempt reads across regions where it runs in another: the data and the checkpoint (IO).
 
         0 where the plan allows no zone of another region. Billed as egress at the price the zone choice
-        weighed, once the attempt has run there (:meth:`AttemptBilling._record_move_egress`).
+        weighed, once the attempt has run there (:meth:`AttemptBilling._record_move_egress`). A job a retry
+        follows has pushed checkpoints of its own since its start: its first attempt restored none.
         """
         plan = state.plan
         if not plan.placement.usd_per_gb:
             return 0
+        if following and state.next_attempt == 1:
+            return plan.placement.data_bytes
         return plan.placement.data_bytes + self._checkpoint_bytes(plan.checkpoint_uri)
 
     def _place(self, state: AttemptState) -> tuple[AttemptState, str, str, str]:
@@ -318,7 +321,11 @@ class RemoteAttemptSteps(AttemptBilling):
         return moves
 
     def _checkpoint_bytes(self, checkpoint_uri: str) -> int:
-        """The size of this training's checkpoints, 0 when none is there yet or they cannot be listed."""
+        """What a restore reads: the newest pushed checkpoint's files; 0 when none is there or unreadable.
+
+        Without a commit marker (SageMaker syncs the folder itself), the whole store.
+        """
+        from costaware.adapters.checkpoint_store import recorded_marker
         from costaware.adapters.input_data import total_bytes
         from costaware.adapters.object_store import S3Options
         from costaware.core.errors import CostawareError
@@ -329,6 +336,9 @@ class RemoteAttemptSteps(AttemptBilling):
             return 0  # no checkpoint yet (a first attempt): nothing to weigh, nothing to warn about
         opts = self._storage_options()
         try:
+            marker = recorded_marker(checkpoint_uri, **opts)
+            if marker is not None:
+                return sum(file.bytes for file in marker.files)
             return total_bytes(checkpoint_uri, S3Options(**opts) if opts else None)[0]
         except (OSError, ValueError, CostawareError) as e:
             self.log.warning(

@@ -131,9 +131,9 @@ def attempt_entry(
     ended = job.get("ended_at")
     end = datetime.fromtimestamp(float(ended), timezone.utc) if ended is not None else utcnow()
     key = attempt_key(identity, str(job["job_id"]), ended)
-    reason = str(job.get("reason") or "")
+    reason = str(job.get("reason") or job["state"])  # a job may end without a word (a capacity wait)
     if market_reason:
-        reason = f"{reason}; on-demand: {market_reason}" if reason else f"on-demand: {market_reason}"
+        reason = f"{reason}; on-demand: {market_reason}"
     entry = LedgerEntry(
         dag_id=str(identity["dag_id"]),
         run_id=str(identity["run_id"]),

@@ -519,12 +519,15 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 since = latest_end - parse_instant(submitted, name="submitted_at")
                 since_submit = count * since.total_seconds()
                 billable = max(billable, since_submit)
-        reason = (
-            f"stopped when {why}; the backend no longer has it, billed up to then"
-            if gone
-            else f"stopped when {why}; not ended after {wait_seconds:.0f} s, billed to the end "
-            f"of its {state.plan.grace_seconds:.0f} s grace period, the latest it can run"
-        )
+        if gone:
+            reason = f"stopped when {why}; the backend no longer has it, billed up to then"
+        elif status.state == JobState.PENDING and billable == 0:
+            reason = f"stopped when {why}, while it waited to start: it never ran"
+        else:
+            reason = (
+                f"stopped when {why}; not ended after {wait_seconds:.0f} s, billed to the end of its "
+                f"{state.plan.grace_seconds:.0f} s grace period, the latest it can run"
+            )
         ended = replace(
             status,
             billable_seconds=billable,
