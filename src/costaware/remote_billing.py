@@ -142,8 +142,10 @@ class AttemptBilling:
         from costaware.training.remote import attempt_key, attempt_uid
 
         ran_in = placeable_zone(str(job.get("availability_zone") or ""))
-        if state.current is not None and ran_in and ran_in != state.current.zone:
-            # Where the backend says the job ran (a followed job whose zone was not known at its follow).
+        placement = state.plan.placement
+        if state.current is not None and ran_in and ran_in in (*placement.zones, placement.first_zone):
+            # Where the backend says the job ran, among the zones the plan prices (a followed job whose zone
+            # was not known at its follow); any other label (a node's) says nothing of its price.
             state = replace(state, current=replace(state.current, zone=ran_in))
         if job["market"] == "spot":
             rate = self._billed_spot_rate(state, job)
@@ -180,8 +182,6 @@ class AttemptBilling:
         )
         if stored is None and keyed_by_name:
             stored = _this_run_recorded(ledger, state.plan, job)
-        if float(job["billable_seconds"]) > 0:
-            self._record_move_egress(state)
         if stored is None:
             ledger.record(entry)
         else:
@@ -194,6 +194,11 @@ class AttemptBilling:
                 job["job_id"],
                 stored,
             )
+        if float(job["billable_seconds"]) > 0:
+            try:
+                self._record_move_egress(state)
+            except Exception:  # the attempt's own entry is what must not be lost
+                self.log.exception("could not record the egress of attempt %d", attempt.attempt)
         return state.recorded(attempt)
 
     def _record_move_egress(self, state: AttemptState) -> None:
@@ -233,8 +238,8 @@ class AttemptBilling:
             cause="zone_move",
             price_source="bundled AWS transfer prices",
             note=(
-                f"attempt {current.attempt} moved from {plan.region} to {current.zone}: its data and "
-                f"checkpoint ({current.moved_bytes} B)"
+                f"attempt {current.attempt} moved from {plan.region} to {current.zone}: its data and the "
+                f"checkpoint it restored, if any ({current.moved_bytes} B)"
             ),
             tags=dict(plan.tags),
             entry_uid=f"egress:{job_name(plan.base_name, current.attempt)}"[:64],

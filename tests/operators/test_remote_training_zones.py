@@ -170,6 +170,26 @@ def test_a_moves_egress_is_billed_once_its_attempt_has_run_in_another_region(led
     assert any(n.startswith("attempt 4 moved from us-east-1 to us-west-2a") for n in notes)
 
 
+def test_a_followed_job_keeps_its_own_market_and_zone(tmp_path: Path) -> None:
+    from costaware.adapters.compute.base import JobState, JobStatus
+
+    op = operator(tmp_path, availability_zones=["us-west-2a", "us-west-2b"])
+    state = op._start(context_for(try_number=2))
+
+    def follow(market: str, zone: str, asked: str = "spot") -> tuple[str, str, str]:
+        job = JobStatus(job_id="j-a1", state=JobState.RUNNING, market=market, availability_zone=zone)
+        _, market, zone, reason, _ = op._follow(state, job, asked, "")
+        assert op._live is not None and op._live.current is not None  # watched from here
+        assert (op._live.current.market, op._live.current.zone) == (market, zone)
+        return market, zone, reason
+
+    assert follow("spot", "us-west-2b") == ("spot", "us-west-2b", "")
+    # An on-demand job the retry would have placed on spot: on-demand, and why.
+    assert follow("on_demand", "") == ("on_demand", "", "the market an earlier try chose for this job")
+    # A spot job on a node whose zone label no request could name: taken in the first zone.
+    assert follow("spot", "zone_a") == ("spot", "us-west-2a", "")
+
+
 @pytest.mark.slow
 def test_the_guard_sends_a_churning_training_to_on_demand(tmp_path: Path) -> None:
     # Capacity for one tick out of two: every spot run ends within a tick, far below the 3 s restart

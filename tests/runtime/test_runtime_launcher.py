@@ -244,17 +244,40 @@ def test_a_job_asked_to_checkpoint_that_never_did_is_warned_about(
     job = make_job(f"""
 if {saves}:
     cr.save_bytes(b"state", step=1)
-time.sleep(1.5 if {cleans_up} else 0.5)  # the launcher looks for a new checkpoint to push every second
+time.sleep(0.5)
 if {cleans_up}:
     import shutil
     shutil.rmtree(os.environ["COSTAWARE_CHECKPOINT_DIR"])
 (cr.output_dir() / "model.bin").write_bytes(b"model")
 cr.write_metrics({{"rmse": 1.0}})
 """)
-    done = job.run(env={**job.env(), "COSTAWARE_CHECKPOINT_EVERY_SECONDS": "0.1"})
+    # The launcher looks for a new checkpoint to push every 0.05 s: pushed well before the job cleans up.
+    done = job.run("--poll-seconds", "0.05", env={**job.env(), "COSTAWARE_CHECKPOINT_EVERY_SECONDS": "0.1"})
     assert done.returncode == 0, done.stderr
     assert bool(re.search(r"ran \d+ s without committing a checkpoint", done.stderr)) is warned
     assert ("a preemption would have restarted it from the beginning" in done.stderr) is warned
+
+
+def test_a_job_that_resumed_and_never_saved_again_is_warned_about(make_job: MakeJob) -> None:
+    # Attempt 1 pushed step 1; attempt 2 restores it, runs on without a save and deletes its local folder:
+    # a preemption of attempt 2 would lose all it did, however it started.
+    first = make_job("""
+cr.save_bytes(b"state", step=1)
+time.sleep(0.5)
+(cr.output_dir() / "model.bin").write_bytes(b"model")
+cr.write_metrics({"rmse": 1.0})
+""")
+    assert first.run("--poll-seconds", "0.05").returncode == 0
+    second = make_job("""
+time.sleep(0.5)
+import shutil
+shutil.rmtree(os.environ["COSTAWARE_CHECKPOINT_DIR"])
+(cr.output_dir() / "model.bin").write_bytes(b"model")
+cr.write_metrics({"rmse": 1.0})
+""")
+    done = second.run(env={**second.env(attempt=2), "COSTAWARE_CHECKPOINT_EVERY_SECONDS": "0.1"})
+    assert "starting from checkpoint step 1" in done.stderr
+    assert re.search(r"ran \d+ s without committing a checkpoint", done.stderr), done.stderr
 
 
 def test_an_empty_output_folder_fails_with_code_2(make_job: MakeJob) -> None:

@@ -457,6 +457,34 @@ def test_a_try_failing_for_good_between_a_submit_and_its_wait_stops_and_bills_th
     assert [e["cause"] for e in train_entries(ledger)] == (["unwatched"] if stopped else [])
 
 
+def test_a_last_try_failing_while_it_takes_up_an_earlier_tries_job_stops_and_bills_it(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Try 1 submitted attempt 1 and was lost. The last try finds the job and fails while it takes it up,
+    # before it asks the backend for it again (a timeout reading the checkpoint store): no try is left to
+    # follow it, so it is stopped and billed.
+    from airflow.sdk.exceptions import AirflowTaskTimeout
+
+    deferred_trigger(operator(tmp_path, "wait-for-notice"))
+    wait_for(tmp_path / "seen.jsonl.ready")  # the job runs
+
+    def times_out(self: RemoteTrainingOperator, state: Any) -> int:
+        raise AirflowTaskTimeout("Timeout, PID: 1")
+
+    monkeypatch.setattr(RemoteTrainingOperator, "_committed_step", times_out)
+    last = context_for(try_number=2)
+    last["ti"].max_tries = 1
+    with pytest.raises(AirflowTaskTimeout):
+        operator(tmp_path, "wait-for-notice", deferrable=False).execute(last)
+    (job,) = [p.name for p in (tmp_path / "jobs").iterdir()]
+    backend = open_backend("local", {"root": str(tmp_path / "jobs")})
+    give_up = time.monotonic() + 30
+    while not backend.poll(job).state.done:
+        assert time.monotonic() < give_up, "the job runs on, watched by nobody"
+        time.sleep(0.2)
+    assert [e["cause"] for e in train_entries(ledger)] == ["unwatched"]
+
+
 def test_a_deferred_try_failing_for_good_after_it_submitted_the_next_attempt_stops_and_bills_that_job(
     tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -323,7 +323,7 @@ class Launcher:
         """Warn when a job asked to checkpoint ran two intervals without one: a preemption loses it all."""
         every, started = self.env.checkpoint_every_seconds, self.started_at
         # A job may delete its local checkpoints once done (the built-in trainers do): one pushed counts.
-        pushed = self.sync is not None and self.sync.synced is not None
+        pushed = self.sync is not None and self.sync.pushed
         if step is not None or pushed or every is None or started is None:
             return
         ran = time.monotonic() - started

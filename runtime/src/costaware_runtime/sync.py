@@ -45,6 +45,8 @@ class CheckpointSync:
         self.directory = directory
         #: The identity (step, saved_at) of the checkpoint the remote holds as latest, once known.
         self.synced: tuple[int, str] | None = None
+        #: Whether this sync pushed a checkpoint of its own (a restore alone does not).
+        self.pushed = False
         self._lock = threading.Lock()
 
     def remote_latest(self) -> tuple[Marker, str] | None:
@@ -150,7 +152,7 @@ class CheckpointSync:
                 )
             self._upload(local, prefix)
             self._prune(keep={prefix, previous}, newer_than=local.step)
-            self.synced = local.identity
+            self.synced, self.pushed = local.identity, True
             log.info("pushed checkpoint step %s to %s", local.step, self.store.url(prefix))
             return local.step
 

@@ -75,7 +75,6 @@ class RemoteAttemptSteps(AttemptBilling):
 
         ``market_reason``: why on-demand, where a rule chose it (kept on the attempt, in its ledger note).
         """
-        from costaware.adapters.compute.base import placeable_zone
         from costaware.core.money import format_usd_exact
         from costaware.core.zone_choice import region_of
         from costaware.training.attempt_effects import (
@@ -95,16 +94,9 @@ class RemoteAttemptSteps(AttemptBilling):
         backend = self._backend(plan)
         # A retry follows the job an earlier try submitted under this attempt's name, where it runs.
         followed = self._earlier_job(backend, job_name(plan.base_name, state.next_attempt))
-        zone = ""
+        zone, moved = "", None
         if followed is not None:
-            # Placing it again could name another zone or market than the job's own, and bill it there.
-            if followed.market not in ("", market):
-                market, market_reason = followed.market, ""
-            zone = placeable_zone(followed.availability_zone) or (
-                plan.placement.first_zone if market == "spot" else ""
-            )
-            # Watched from here: a failure before its submit below stops it where this is the last try.
-            self._live = state.submitted(job_id=followed.job_id, market=market, zone=zone)
+            state, market, zone, market_reason, moved = self._follow(state, followed, market, market_reason)
         elif market == "spot":
             state, market, zone, market_reason = self._place(state)
         rate = cap_rate(state, market, self._on_demand_in(plan, zone))
@@ -143,7 +135,8 @@ class RemoteAttemptSteps(AttemptBilling):
         # an attempt that ran into it is recorded as stopped by max_usd, not preempted.
         binding = allowed is not None and (plan.backend == "local" or request.max_runtime_seconds == allowed)
         restored = self._committed_step(state) if market == "spot" else None
-        moved = self._moved_bytes(state, following=following)
+        if moved is None:
+            moved = self._moved_bytes(state)
         submitted_at = utcnow()
         self._submitting = (state, request.job_name, market, zone, submitted_at.isoformat(), moved)
         job_id = backend.submit(request)
@@ -172,8 +165,8 @@ class RemoteAttemptSteps(AttemptBilling):
         )
         if moved and not following and region_of(zone, plan.region) != plan.region:
             self.log.info(
-                "attempt %d: once it runs in %s, it reads %d B of data and checkpoint from %s (billed then "
-                "as egress)",
+                "attempt %d: once it runs in %s, it reads %d B (its data, and its checkpoint if any) from %s "
+                "(billed then as egress)",
                 request.attempt,
                 zone,
                 moved,
@@ -200,6 +193,33 @@ class RemoteAttemptSteps(AttemptBilling):
         return state.submitted(
             job_id=job_id, market=market, zone=zone, submitted_at=submitted_at, moved_bytes=moved
         )
+
+    def _follow(
+        self, state: AttemptState, job: JobStatus, market: str, market_reason: str
+    ) -> tuple[AttemptState, str, str, str, int]:
+        """The attempt a retry follows in ``job`` (an earlier try's): its state, market, zone, reason, bytes.
+
+        The job's own market and zone, where the backend says (placing it again could name others and bill
+        it there), at that zone's spot price where the plan prices its zones. Watched from here: a failure
+        before its submit returns stops it where this is the last try.
+        """
+        from costaware.adapters.compute.base import placeable_zone
+
+        plan = state.plan
+        if job.market not in ("", market):
+            market = job.market
+            market_reason = "the market an earlier try chose for this job" if market == "on_demand" else ""
+        reported = placeable_zone(job.availability_zone)
+        zone = reported or (plan.placement.first_zone if market == "spot" else "")
+        if market == "spot" and zone in plan.placement.zones:
+            price = self._zone_market(state)[0].get(zone)
+            state = state.resumed_at(str(price)) if price is not None else state
+        moved = self._moved_bytes(state, following=True)
+        reason = market_reason if market == "on_demand" else ""
+        self._live = state.submitted(
+            job_id=job.job_id, market=market, zone=zone, market_reason=reason, moved_bytes=moved
+        )
+        return state, market, zone, market_reason, moved
 
     def _earlier_job(self, backend: ComputeBackend, name: str) -> JobStatus | None:
         """The job an earlier try of this task submitted as ``name``, as the backend sees it now (IO).
