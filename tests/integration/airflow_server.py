@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -16,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from services import airflow_env, free_port
+from services import airflow_env, free_port, stop_process_group
 
 BIN = Path(sys.executable).parent
 
@@ -135,11 +133,7 @@ def api_server(env: dict[str, str], log_path: Path) -> Iterator[tuple[str, dict[
                     time.sleep(1)
             yield base, env
         finally:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+            stop_process_group(proc)
 
 
 @contextmanager
@@ -190,9 +184,5 @@ def airflow_standalone(
         server.login()
         yield server
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        stop_process_group(proc)
         log.close()

@@ -4,9 +4,7 @@ scheduler, DAG processor, triggerer and two Celery workers, one shared ledger in
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -18,7 +16,15 @@ from typing import Any
 
 import pytest
 from airflow_server import AirflowServer
-from services import RETRAIN_TASKS, airflow_env, free_port, ledger_task_ids, postgres_server, wait_for_port
+from services import (
+    RETRAIN_TASKS,
+    airflow_env,
+    free_port,
+    ledger_task_ids,
+    postgres_server,
+    stop_process_group,
+    wait_for_port,
+)
 from sqlalchemy import create_engine, text
 
 from costaware import Ledger
@@ -66,12 +72,7 @@ def _start(
     )
 
     def stop() -> None:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+        stop_process_group(proc)
         log.close()
 
     stack.callback(stop)

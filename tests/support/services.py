@@ -5,8 +5,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -221,3 +223,20 @@ def fresh_postgres_database(base_url: str, prefix: str = "t") -> str:
         conn.execute(text(f"CREATE DATABASE {name}"))
     admin.dispose()
     return base_url.rsplit("/", 1)[0] + f"/{name}"
+
+
+def stop_process_group(proc: subprocess.Popen[Any], *, grace: float = 30.0) -> None:
+    """Stop ``proc`` and its process group (started with ``start_new_session``): SIGTERM, then SIGKILL.
+
+    The leader (``airflow standalone``) stops its own children before it exits; a member that outlives it
+    (a scheduler still starting when the SIGTERM came, seen left running with its executor's workers) would
+    run on, orphaned, after the tests. Once the leader has exited, or ``grace`` has passed, what is left of
+    the group is killed.
+    """
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
