@@ -137,11 +137,10 @@ class AttemptBilling:
         by the job's name alone, so that a cleared task's new try, which sees the real end, finds it and
         bills the job no second time. Returns the state with the attempt in it.
         """
-        from costaware.adapters.compute.base import placeable_zone
         from costaware.training.attempt_effects import billed_attempt
         from costaware.training.remote import attempt_key, attempt_uid
 
-        ran_in = placeable_zone(str(job.get("availability_zone") or ""))
+        ran_in = str(job.get("availability_zone") or "")
         placement = state.plan.placement
         if state.current is not None and ran_in and ran_in in (*placement.zones, placement.first_zone):
             # Where the backend says the job ran, among the zones the plan prices (a followed job whose zone

@@ -94,6 +94,7 @@ class RemoteAttemptSteps(AttemptBilling):
         backend = self._backend(plan)
         # A retry follows the job an earlier try submitted under this attempt's name, where it runs.
         followed = self._earlier_job(backend, job_name(plan.base_name, state.next_attempt))
+        following = followed is not None
         zone, moved = "", None
         if followed is not None:
             state, market, zone, market_reason, moved = self._follow(state, followed, market, market_reason)
@@ -116,13 +117,12 @@ class RemoteAttemptSteps(AttemptBilling):
                 followed.job_id,
             )
             allowed = None
-        every = self._retune_interval(state) if market == "spot" and followed is None else None
+        every = self._retune_interval(state) if market == "spot" and not following else None
         request = job_request(
             state, market, utcnow(), zone=zone, checkpoint_every_seconds=every, stop_after_seconds=allowed
         )
         left = money_left(state)
-        # A retry follows an earlier try's job by its name: said so, without a limit (the job has its own).
-        following = followed is not None
+        # A followed job has the limit an earlier try gave it: none is said here.
         if allowed is not None and left is not None and not following:
             self.log.info(
                 "attempt %d is stopped after %d s at the latest: %s is left of max_usd, at %s/hour",
