@@ -76,8 +76,11 @@ unit: $(BIN)/.installed services
 	$(BIN)/pytest -n $(SLOW_WORKERS) --dist loadfile -m slow; slow=$$?; \
 	exit $$(( unit || slow ))
 
-# The full suite, as CI runs it.
-test: lint types unit
+# The full suite, as CI runs it. A fresh machine (CI's) installs the Python packages and the Debian services
+# (PostgreSQL, Redis, Chromium) at once: both mostly wait on downloads and disk.
+test:
+	@$(MAKE) --no-print-directory -j2 $(BIN)/.installed services
+	@$(MAKE) --no-print-directory lint types unit
 
 # A fast local loop: lint, types and the tests not marked slow (no end-to-end Airflow runs).
 check: lint types services
