@@ -9,7 +9,8 @@ none). Specs come from the multi-region table where it knows the type (its GPU n
 vendor's), else from the us-east-1 table. Other regions come from the multi-region table. ``arch`` is the
 us-east-1 table's, written as EC2 names it (``amd64`` -> ``x86_64``); a type that table no longer lists (the
 previous generation: p2, p3, g2, g3, f1, ...) gets it from its family's name (:func:`family_arch`), so that
-``prices list --arch x86_64`` keeps it. Rows without specs keep empty cells.
+``prices list --arch x86_64`` keeps it. Rows without specs keep empty cells. The GPUs of the families in
+:data:`GPU_CORRECTIONS`, which the multi-region table names wrongly, are corrected in every region.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import csv
 import re
 import sys
+from decimal import Decimal
 from pathlib import Path
 
 COLUMNS = [
@@ -46,6 +48,12 @@ GPU_NAMES = {
     "b300": "NVIDIA B300 Blackwell",
     "qualcomm-ai100": "Qualcomm AI 100",
 }
+#: Families whose GPU the multi-region table names wrongly, corrected from AWS's own pages: g5g carries NVIDIA
+#: T4G GPUs with 16 GiB each (the table says an "ARM Mali-G78MP12" with 4 GiB), g6f and gr6f fractions of an
+#: NVIDIA L4 of 24 GiB (the table says an L40 of 48 GiB: 1/8 of a GPU with 6 GiB instead of 3). The GPU
+#: count (a fraction for g6f) is right in the table and is kept. Sources: "Amazon EC2 G5g instances" and
+#: "Amazon EC2 G6f instances" (aws.amazon.com/ec2/instance-types), AWS Batch's GPU job table.
+GPU_CORRECTIONS = {"g5g": ("NVIDIA T4G", 16), "g6f": ("NVIDIA L4", 24), "gr6f": ("NVIDIA L4", 24)}
 ARCH = {"amd64": "x86_64", "arm64": "arm64", "": ""}
 #: Graviton families name the processor with a ``g`` after the generation (m6g, c7gn, t4g, g5g, x2gd); a1 is
 #: the first Graviton.
@@ -56,6 +64,16 @@ def family_arch(instance_type: str) -> str:
     """``arm64`` for a Graviton family, else ``x86_64`` (every other EC2 family is Intel or AMD)."""
     family = instance_type.split(".")[0]
     return "arm64" if GRAVITON.match(family) and not family.startswith("u-") else "x86_64"
+
+
+def corrected(row: dict[str, str]) -> dict[str, str]:
+    """``row`` with the GPU model and memory of :data:`GPU_CORRECTIONS` where its family is listed."""
+    fix = GPU_CORRECTIONS.get(row["instance_type"].split(".")[0])
+    if fix is None or not row["gpus"]:
+        return row
+    model, gib_per_gpu = fix
+    memory = (Decimal(row["gpus"]) * gib_per_gpu).normalize()
+    return {**row, "gpu_model": model, "gpu_memory_gib": format(memory, "f")}
 
 
 def main(shared: Path, out: Path) -> None:
@@ -76,6 +94,7 @@ def main(shared: Path, out: Path) -> None:
     for row in multi:
         if row["region"] != "us-east-1" or row["instance_type"] not in arch:
             rows.append({**row, "arch": arch.get(row["instance_type"]) or family_arch(row["instance_type"])})
+    rows = [corrected(row) for row in rows]
     rows.sort(key=lambda r: (r["region"], r["instance_type"]))
     with out.open("w", encoding="utf-8", newline="") as f:
         writer = csv.DictWriter(f, COLUMNS, lineterminator="\n")

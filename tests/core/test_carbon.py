@@ -62,6 +62,13 @@ def test_power_grows_with_utilization_and_counts_gpus_at_board_power() -> None:
     p3 = machine_of(bundled_catalog().offer("p3.2xlarge", "us-east-1"))
     assert p3.gpu_model == "V100" and model.power_kw(p3, 0.0) > 0.3  # a V100 at 300 W dominates
     assert "1 x V100 at full power" in model.method(p3, gpu_measured=False)
+    # g6f sells an eighth of an L4: it draws an eighth of the L4's power, not none (as a count of 0 did).
+    g6f = machine_of(bundled_catalog().offer("g6f.large", "us-east-1"))
+    without_gpu = model.power_kw(Machine(vcpus=g6f.vcpus, memory_gib=g6f.memory_gib), 1.0)
+    assert model.power_kw(g6f, 1.0) - without_gpu == pytest.approx(1.135 * 0.125 * 72 / 1000)
+    assert "0.125 x L4 at full power" in model.method(g6f, gpu_measured=False)
+    g5g = machine_of(bundled_catalog().offer("g5g.xlarge", "us-east-1"))
+    assert "1 x T4G at full power" in model.method(g5g, gpu_measured=False)  # not "as default" (300 W)
     with pytest.raises(ConfigurationError, match=r"utilization -0\.1"):
         model.power_kw(cpu, -0.1)
 

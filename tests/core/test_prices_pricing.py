@@ -143,13 +143,30 @@ def test_gpus_asked_for_by_count_are_nvidia_ones_and_a_model_may_drop_its_maker(
     catalog = bundled_catalog()
     # The price list counts an Inferentia chip as a GPU: a GPU training cannot use it.
     cheapest = catalog.instances(region="us-east-1", min_gpus=1)
-    assert cheapest[0].instance_type == "g4dn.xlarge"
     assert all(o.gpu_model.startswith("NVIDIA ") for o in cheapest)
+    # g5g's T4G is an NVIDIA GPU on Graviton: the cheapest GPU of all, and an x86 image cannot run there.
+    assert (cheapest[0].instance_type, cheapest[0].arch) == ("g5g.xlarge", "arm64")
+    assert catalog.instances(region="us-east-1", min_gpus=1, arch="x86_64")[0].instance_type == "g4dn.xlarge"
     assert {o.gpu_model for o in catalog.instances(region="us-east-1", min_gpus=1, gpu_model="T4")} == {
         "NVIDIA T4"
     }
     named = catalog.instances(region="us-east-1", min_gpus=1, gpu_model="AWS Inferentia")
     assert named and all(o.instance_type.startswith("inf1.") for o in named)
+
+
+@pytest.mark.parametrize("region", ["us-east-1", "eu-central-1", "ap-northeast-1"])
+def test_the_gpus_the_multi_region_table_misnamed_are_corrected_in_every_region(region: str) -> None:
+    # It named g5g's GPU an "ARM Mali-G78MP12" of 4 GiB, and g6f's share of an L4 an L40's (twice the memory).
+    catalog = bundled_catalog()
+    names = ("g5g.xlarge", "g5g.16xlarge", "g6f.large", "g6f.4xlarge")
+    offers = [catalog.offer(name, region) for name in names]
+    specs = {o.instance_type: (o.gpus, o.gpu_model, o.gpu_memory_gib) for o in offers}
+    assert specs == {
+        "g5g.xlarge": (1, "NVIDIA T4G", 16),
+        "g5g.16xlarge": (2, "NVIDIA T4G", 32),
+        "g6f.large": (Decimal("0.125"), "NVIDIA L4", 3),
+        "g6f.4xlarge": (Decimal("0.5"), "NVIDIA L4", 12),
+    }
 
 
 def test_a_family_given_for_a_type_is_named_with_its_smallest_sizes() -> None:

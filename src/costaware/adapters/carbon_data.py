@@ -159,7 +159,7 @@ def machine_of(offer: InstanceOffer) -> Machine:
     return Machine(
         vcpus=int(offer.vcpus),
         memory_gib=float(offer.memory_gib),
-        gpus=int(offer.gpus),
+        gpus=float(offer.gpus),  # g6f's 1/8 of an L4 draws its share of the board's power
         gpu_model=str(offer.gpu_model or "").removeprefix("NVIDIA ").strip(),
         arch=offer.arch or "x86_64",
     )

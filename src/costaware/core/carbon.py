@@ -95,11 +95,11 @@ class Objective:
 
 @dataclass(frozen=True, slots=True)
 class Machine:
-    """What draws power: vCPUs, memory, GPUs (with their model), CPU architecture."""
+    """What draws power: vCPUs, memory, GPUs (their model; a fraction for g6f's shares), CPU architecture."""
 
     vcpus: int
     memory_gib: float
-    gpus: int = 0
+    gpus: float = 0
     gpu_model: str = ""
     arch: str = "x86_64"
 
@@ -146,7 +146,7 @@ class PowerModel:
         if machine.gpus:
             known = machine.gpu_model in self.gpu_watts
             model = machine.gpu_model if known else f"{machine.gpu_model or 'unknown GPU'} as default"
-            parts.append(f"{machine.gpus} x {model} at {'measured use' if gpu_measured else 'full power'}")
+            parts.append(f"{machine.gpus:g} x {model} at {'measured use' if gpu_measured else 'full power'}")
         return f"power model: {', '.join(parts)}, PUE {self.pue:g}"
 
 

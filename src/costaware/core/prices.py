@@ -345,7 +345,7 @@ class PriceCatalog:
             and o.memory_gib >= Decimal(min_memory_gib)
             and o.gpus >= Decimal(min_gpus)
             and (gpu_model is None or _same_gpu_model(o.gpu_model, gpu_model))
-            # GPUs asked for by count alone are CUDA ones: an Inferentia, Trainium, Radeon or Mali chip is
+            # GPUs asked for by count alone are CUDA ones: an Inferentia, Trainium or Radeon chip is
             # counted as a GPU by the price list, but a training written for GPUs cannot use it.
             and (not min_gpus or gpu_model is not None or o.gpu_model.startswith("NVIDIA "))
             and (wanted_arch is None or o.arch == wanted_arch)

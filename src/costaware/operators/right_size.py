@@ -45,7 +45,8 @@ class RightSizeOperator(BaseOperator):
         instance_types: Only consider these types (default: every type in the region).
         markets: Markets to consider: ``on_demand`` and/or ``spot``.
         min_gpus: GPUs the job needs; by count alone, NVIDIA GPUs (the price list also counts Inferentia,
-            Trainium, Radeon and Mali chips, which a GPU training cannot use).
+            Trainium and Radeon chips, which a GPU training cannot use), of either architecture unless
+            ``arch`` says (g5g's T4G runs on Graviton).
         gpu_model: GPU model the job needs (None: any NVIDIA one), in full or without its maker (``"T4"``
             for ``"NVIDIA T4"``); an accelerator by name (``"AWS Trainium"``) is taken when asked for.
         min_vcpus: vCPUs the job needs, a whole number (templated).
