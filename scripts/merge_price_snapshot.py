@@ -7,9 +7,9 @@ and instance-type reference). Run: ``python scripts/merge_price_snapshot.py SHAR
 Rules: us-east-1 has one row per type of the us-east-1 table (its price; an empty price when that table has
 none). Specs come from the multi-region table where it knows the type (its GPU names and GPU memory are the
 vendor's), else from the us-east-1 table. Other regions come from the multi-region table. ``arch`` is the
-us-east-1 table's, written as EC2 names it (``amd64`` -> ``x86_64``); a type that table no longer lists (the
-previous generation: p2, p3, g2, g3, f1, ...) gets it from its family's name (:func:`family_arch`), so that
-``prices list --arch x86_64`` keeps it. Rows without specs keep empty cells. The GPUs of the families in
+us-east-1 table's, written as EC2 names it (``amd64`` -> ``x86_64``); a type that table does not label (the
+previous generation: p2, p3, g2, g3, f1, ..., in every region) gets it from its family's name
+(:func:`family_arch`), so that ``prices list --arch x86_64`` keeps it. Rows without specs keep empty cells. The GPUs of the families in
 :data:`GPU_CORRECTIONS`, which the multi-region table names wrongly, are corrected in every region.
 """
 
@@ -90,7 +90,7 @@ def main(shared: Path, out: Path) -> None:
         if known is None:
             known = {c: row[c] for c in SPECS}
             known["gpu_model"] = GPU_NAMES.get(known["gpu_model"], known["gpu_model"])
-        rows.append({**row, **known, "arch": arch[row["instance_type"]]})
+        rows.append({**row, **known, "arch": arch[row["instance_type"]] or family_arch(row["instance_type"])})
     for row in multi:
         if row["region"] != "us-east-1" or row["instance_type"] not in arch:
             rows.append({**row, "arch": arch.get(row["instance_type"]) or family_arch(row["instance_type"])})

@@ -147,6 +147,9 @@ def test_gpus_asked_for_by_count_are_nvidia_ones_and_a_model_may_drop_its_maker(
     # g5g's T4G is an NVIDIA GPU on Graviton: the cheapest GPU of all, and an x86 image cannot run there.
     assert (cheapest[0].instance_type, cheapest[0].arch) == ("g5g.xlarge", "arm64")
     assert catalog.instances(region="us-east-1", min_gpus=1, arch="x86_64")[0].instance_type == "g4dn.xlarge"
+    # The previous generation has no architecture in the us-east-1 source: its family's, as in other regions.
+    for region in ("us-east-1", "eu-west-1"):
+        assert catalog.offer("p3.2xlarge", region).arch == "x86_64"
     assert {o.gpu_model for o in catalog.instances(region="us-east-1", min_gpus=1, gpu_model="T4")} == {
         "NVIDIA T4"
     }
