@@ -9,8 +9,9 @@ none). Specs come from the multi-region table where it knows the type (its GPU n
 vendor's), else from the us-east-1 table. Other regions come from the multi-region table. ``arch`` is the
 us-east-1 table's, written as EC2 names it (``amd64`` -> ``x86_64``); a type that table does not label (the
 previous generation: p2, p3, g2, g3, f1, ..., in every region) gets it from its family's name
-(:func:`family_arch`), so that ``prices list --arch x86_64`` keeps it. Rows without specs keep empty cells. The GPUs of the families in
-:data:`GPU_CORRECTIONS`, which the multi-region table names wrongly, are corrected in every region.
+(:func:`family_arch`), so that ``prices list --arch x86_64`` keeps it. Rows without specs keep empty cells.
+The GPUs of the families in :data:`GPU_CORRECTIONS`, which the multi-region table names wrongly, are corrected
+in every region.
 """
 
 from __future__ import annotations

@@ -70,6 +70,31 @@ def test_bad_input(
     assert Ledger.from_url(ledger_url).entries() == []
 
 
+@pytest.mark.parametrize("command", ["list", "bill", "gc", "evict --max-entries 0"])
+def test_a_store_that_is_missing_or_a_file_is_named_not_read_as_empty_or_made(
+    command: str, tmp_path: Path, ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    typo = tmp_path / "cahce"
+    assert cache(*command.split(), "--store", str(typo), ledger_url=ledger_url) == 2
+    assert f"no feature cache at {typo}: check --store" in capsys.readouterr().err
+    assert not typo.exists()  # `bill` made the folder and recorded $0 for it
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("x")
+    assert cache(*command.split(), "--store", str(a_file), ledger_url=ledger_url) == 2
+    assert f"--store {a_file} is a file, not a feature cache folder" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("no_aws_credentials")
+def test_an_s3_store_without_credentials_says_so_without_a_traceback(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert cache("list", "--store", "s3://team-features/cache", "--region", "us-east-1") == 2
+    err = capsys.readouterr().err
+    assert "feature cache s3://team-features/cache: NoCredentialsError" in err
+    assert "give AWS credentials" in err
+    assert "Traceback" not in err
+
+
 def test_evict_records_storage_and_deletes(
     store: FeatureStore, ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

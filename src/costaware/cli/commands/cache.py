@@ -7,9 +7,12 @@ and ``--region`` point at MinIO or moto.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+from collections.abc import Callable
 from datetime import timedelta
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 from costaware.cli.arguments import check_range, open_ledger
@@ -20,11 +23,52 @@ from costaware.settings import feature_cache
 
 
 def _store(args: argparse.Namespace) -> Any:
+    """The feature cache ``--store`` names (default: the configured one).
+
+    A folder given with ``--store`` must exist: a mistyped path read as an empty cache (or made by ``bill``)
+    would hide the real one. The configured default may not exist yet: no run has cached features there.
+    """
     from costaware.adapters.feature_store import FeatureStore
     from costaware.adapters.object_store import S3Options
 
+    root = args.store or feature_cache()
+    if not root.startswith("s3://"):
+        folder = Path(root)
+        if folder.exists() and not folder.is_dir():
+            raise ConfigurationError(f"--store {root} is a file, not a feature cache folder: give the folder")
+        if args.store and not folder.exists():
+            raise ConfigurationError(
+                f"no feature cache at {root}: check --store (the folder CachedFeaturesOperator writes to; "
+                f"without --store, the configured {feature_cache()})"
+            )
     options = S3Options(region=args.region, endpoint_url=args.endpoint_url)
-    return FeatureStore(args.store or feature_cache(), s3=options)
+    return FeatureStore(root, s3=options)
+
+
+def _store_errors(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """``command`` with a store that cannot be read as an error naming the store and what to do.
+
+    No AWS credentials, a bucket refused, a folder unreadable: not a traceback.
+    """
+
+    @functools.wraps(command)
+    def run(args: argparse.Namespace) -> int:
+        root = args.store or feature_cache()
+        try:
+            return command(args)
+        except OSError as e:
+            raise ConfigurationError(f"feature cache {root}: {e}: check --store and its permissions") from e
+        except Exception as e:
+            if not type(e).__module__.startswith(("botocore", "boto3")):
+                raise
+            hint = (
+                "give AWS credentials (environment, profile or instance role)"
+                if "Credentials" in type(e).__name__
+                else "check --store, --region and --endpoint-url"
+            )
+            raise ConfigurationError(f"feature cache {root}: {type(e).__name__}: {e}; {hint}") from e
+
+    return run
 
 
 def _price(args: argparse.Namespace) -> Decimal:
@@ -96,6 +140,7 @@ def _print_rows(rows: list[dict[str, Any]], fmt: str, title: str) -> None:
     emit(table, fmt, headers=headers, payload=rows)
 
 
+@_store_errors
 def list_entries(args: argparse.Namespace) -> int:
     """Print the cache's entries, most recently used first."""
     store = _store(args)
@@ -109,6 +154,7 @@ def list_entries(args: argparse.Namespace) -> int:
     return 0
 
 
+@_store_errors
 def show_entry(args: argparse.Namespace) -> int:
     """Print one entry's manifest as JSON."""
     from dataclasses import asdict
@@ -125,6 +171,7 @@ def show_entry(args: argparse.Namespace) -> int:
     return 0
 
 
+@_store_errors
 def evict(args: argparse.Namespace) -> int:
     """Delete entries by age, total size, count or key, billing their storage up to now."""
     store = _store(args)
@@ -149,6 +196,7 @@ def evict(args: argparse.Namespace) -> int:
     return 0
 
 
+@_store_errors
 def bill(args: argparse.Namespace) -> int:
     """Record the storage cost of every entry in the ledger up to this hour."""
     store = _store(args)
@@ -160,6 +208,7 @@ def bill(args: argparse.Namespace) -> int:
     return 0
 
 
+@_store_errors
 def collect_garbage(args: argparse.Namespace) -> int:
     """Delete what killed writers left behind."""
     # A cutoff in the future would also take the staging folders of writers still running (0: none is).
