@@ -144,6 +144,18 @@ def test_a_bad_file_writes_nothing(home: Path, tmp_path: Path, capsys: pytest.Ca
     assert "cannot read carbon intensity file" in capsys.readouterr().err
     assert main(["carbon", "import", str(RECORDED), "--zone", "../GB"]) == 2
     assert "is not a grid zone name" in capsys.readouterr().err
+    # A carbon file's errors speak of intensity, not of prices in USD/hour, nor of a header "None".
+    header = "timestamp_utc,g_co2eq_per_kwh_lca\n"
+    bad_files = {
+        "twice.csv": header + "2026-11-20T00:00:00Z,120\n2026-11-20T00:00:00Z,999\n",
+        "header.csv": header,
+        "empty.csv": "",
+    }
+    for name, text in bad_files.items():
+        (tmp_path / name).write_text(text)
+        assert main(["carbon", "import", str(tmp_path / name), "--zone", "GB"]) == 2
+        err = capsys.readouterr().err
+        assert "price" not in err and "USD" not in err and "None" not in err, err
     assert not home.exists()
 
 

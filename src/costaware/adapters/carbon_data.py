@@ -42,7 +42,12 @@ def carbon_from_text(text: str, *, source: str, basis: str = "lca") -> PriceSeri
     if column is None:
         raise ConfigurationError(f"carbon basis {basis!r} is not one of {', '.join(INTENSITY_COLUMNS)}")
     reader = csv.DictReader(io.StringIO(text.lstrip("\ufeff")))
-    missing = [c for c in ("timestamp_utc", column) if c not in (reader.fieldnames or [])]
+    if reader.fieldnames is None:
+        raise InvalidPriceDataError(
+            f"{source}: the file is empty; a carbon intensity CSV starts with the header "
+            f"timestamp_utc,{column} and has a row per hour"
+        )
+    missing = [c for c in ("timestamp_utc", column) if c not in reader.fieldnames]
     if missing:
         raise InvalidPriceDataError(
             f"{source}: carbon intensity CSV lacks column(s) {', '.join(missing)}; its header is "

@@ -130,7 +130,7 @@ class PriceSeries:
         ]
         if not records:
             raise InvalidPriceDataError(
-                f"price series {name!r} has no records; check the file and its filters"
+                f"{value_name} series {name!r} has no records; check the file and its filters"
             )
         notes: list[str] = []
         out_of_order = sum(1 for a, b in itertools.pairwise(records) if b[0] < a[0])
@@ -143,9 +143,10 @@ class PriceSeries:
         for at, price in records:
             if times and at == times[-1]:
                 if price != prices[-1]:
+                    pricing = value_name == "price"
                     raise InvalidPriceDataError(
-                        f"{name}: two prices at {at.isoformat()}: {prices[-1]} and {price} USD/hour; "
-                        "keep one record per time"
+                        f"{name}: two {'prices' if pricing else value_name + ' values'} at {at.isoformat()}: "
+                        f"{prices[-1]} and {price}{' USD/hour' if pricing else ''}; keep one record per time"
                     )
                 duplicates += 1
                 continue
