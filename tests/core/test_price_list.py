@@ -189,6 +189,19 @@ def test_negative_price_is_rejected(price: str) -> None:
         prices_from_products([json.dumps(document)], service="ec2")
 
 
+def test_a_price_no_instance_costs_and_a_name_that_is_no_type_are_refused() -> None:
+    # Both were stored: `prices show "foo bar"` then priced it, and $99,999,999,999,999 an hour was taken.
+    document = json.loads((FIXTURES / "ec2_get_products.json").read_text())[0]
+    dimension = next(iter(document["terms"]["OnDemand"].values()))["priceDimensions"]
+    next(iter(dimension.values()))["pricePerUnit"]["USD"] = "99999999999999"
+    with pytest.raises(InvalidPriceDataError, match="more than any instance costs"):
+        prices_from_products([json.dumps(document)], service="ec2")
+    document = json.loads((FIXTURES / "ec2_get_products.json").read_text())[0]
+    document["product"]["attributes"]["instanceType"] = "foo bar"
+    with pytest.raises(InvalidPriceDataError, match="instance type 'foo bar' is not an instance type name"):
+        prices_from_products([json.dumps(document)], service="ec2")
+
+
 def test_malformed_item() -> None:
     with pytest.raises(InvalidPriceDataError, match="PriceList item 2 is not valid JSON"):
         prices_from_products(['{"product": {}}', "{oops"], service="ec2")

@@ -21,6 +21,7 @@ import csv
 import fnmatch
 import io
 import json
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -108,8 +109,29 @@ def service_name(service: str) -> str:
     raise ConfigurationError(f"unknown price service {service!r}: use ec2 or sagemaker")
 
 
+#: An EC2 instance type as AWS names them (``m5.large``, ``u-12tb1.112xlarge``, ``mac2-m2pro.metal``); a
+#: SageMaker one is ``ml.`` and such a name.
+_TYPE_NAME = re.compile(r"(ml\.)?[a-z][a-z0-9-]*\.[a-z0-9-]+")
+#: No instance costs near this an hour (the dearest are a few hundred USD): a larger price is a mangled file.
+MAX_USD_PER_HOUR = Decimal(10_000)
+
+
 def _wanted(service: str, attributes: Mapping[str, Any]) -> str | None:
-    """The instance type a product prices, or None when costaware does not charge for the product."""
+    """The instance type a product prices, or None when costaware does not charge for the product.
+
+    Raises:
+        InvalidPriceDataError: the product names an instance type that is no type name (``foo bar``).
+    """
+    name = _product_type(service, attributes)
+    if name is not None and not _TYPE_NAME.fullmatch(name):
+        raise InvalidPriceDataError(
+            f"instance type {name!r} is not an instance type name (family.size, e.g. m5.large): is the file "
+            "an AWS Price List offer file?"
+        )
+    return name
+
+
+def _product_type(service: str, attributes: Mapping[str, Any]) -> str | None:
     if service == "ec2":
         if any(attributes.get(k) != v for k, v in EC2_ATTRIBUTES.items()):
             return None
@@ -137,6 +159,11 @@ def _price(raw: object, where: str) -> Decimal | None:
         raise InvalidPriceDataError(f"{where}: price {raw!r} is not a number")
     if value < 0:
         raise InvalidPriceDataError(f"{where}: price {raw} is negative")
+    if value > MAX_USD_PER_HOUR:
+        raise InvalidPriceDataError(
+            f"{where}: price {raw} USD an hour is more than any instance costs (at most "
+            f"{MAX_USD_PER_HOUR} is taken): check the file"
+        )
     return value if value > 0 else None
 
 
