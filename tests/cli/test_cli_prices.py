@@ -198,6 +198,8 @@ def test_refresh_through_a_connection_that_does_not_exist_says_so(
         (["prices", "show", "m5.large", "--region", "eu-wset-1"], "unknown region 'eu-wset-1'"),
         (["prices", "import", "missing.json"], "cannot read offer file 'missing.json'"),
         (["prices", "list", "--arch", "sparc"], "unknown architecture 'sparc'"),
+        # An empty table (exit 0) read as "nothing fits" where the model was mistyped.
+        (["prices", "list", "--gpu-model", "H1000"], "carries GPU model 'H1000'; did you mean H100"),
         (["prices", "list", "--limit", "-5"], "--limit must be 1 or more, got -5"),  # sliced rows off before
         (["prices", "list", "--min-vcpus", "-1"], "--min-vcpus must be 0 or more, got -1"),
     ],
@@ -257,6 +259,18 @@ def test_list_filters_by_architecture(ledger_url: str, capsys: pytest.CaptureFix
     assert {"c7g.xlarge", "m6g.xlarge", "r8g.2xlarge"} <= names and "m5.xlarge" not in names
     assert len(rows) > 300 and {r["arch"] for r in rows} == {"arm64"}
     assert all(int(r["vcpus"]) >= 4 for r in rows)
+    # The JSON of `prices show`: counts as numbers, exact figures as text, null for no GPU (it was "-").
+    m6g = next(r for r in rows if r["instance_type"] == "m6g.xlarge")
+    assert m6g == {
+        "instance_type": "m6g.xlarge",
+        "region": "us-east-1",
+        "vcpus": 4,
+        "memory_gib": "16",
+        "gpus": "0",
+        "gpu_model": None,
+        "arch": "arm64",
+        "usd_per_hour": "0.154",
+    }
 
 
 def test_import_a_file_saved_with_a_byte_order_mark(

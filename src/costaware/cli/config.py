@@ -191,9 +191,14 @@ PRICES_COMMANDS = (
         lazy_load_command(f"{_COMMANDS}.prices.list_prices"),
         (
             ARG_REGION,
-            Arg("--min-vcpus", type=int, default=0),
-            Arg("--min-memory-gib", type=float, default=0),
-            Arg("--min-gpus", type=float, default=0, help="at least this many NVIDIA GPUs"),
+            Arg("--min-vcpus", type=int, default=0, help="at least this many vCPUs"),
+            Arg("--min-memory-gib", type=float, default=0, help="at least this much memory, in GiB"),
+            Arg(
+                "--min-gpus",
+                type=float,
+                default=0,
+                help="at least this many GPUs: NVIDIA ones, unless --gpu-model names another accelerator",
+            ),
             Arg(
                 "--gpu-model",
                 help="this GPU or accelerator model, in full or without its maker: T4, 'AWS Inferentia'",

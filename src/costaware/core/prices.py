@@ -337,6 +337,8 @@ class PriceCatalog:
             raise PriceNotFoundError(
                 f"unknown region {region!r}{_suggest(region, self._regions, region=True)}"
             )
+        if gpu_model is not None:
+            self._check_gpu_model(gpu_model)
         chosen = [
             o
             for o in self._offers.values()
@@ -351,6 +353,15 @@ class PriceCatalog:
             and (wanted_arch is None or o.arch == wanted_arch)
         ]
         return sorted(chosen, key=lambda o: (o.usd_per_hour, o.instance_type, o.region))
+
+    def _check_gpu_model(self, gpu_model: str) -> None:
+        """Refuse a GPU model no type carries (``H1000``): an empty list would read as "nothing fits"."""
+        models = {o.gpu_model for o in self._offers.values() if o.gpu_model}
+        if any(_same_gpu_model(model, gpu_model) for model in models):
+            return
+        names = sorted(models | {model.partition(" ")[2] for model in models if " " in model})
+        hint = _suggest(gpu_model, names)
+        raise PriceNotFoundError(f"no instance type carries GPU model {gpu_model!r}{hint}")
 
 
 _SIZES = ("nano", "micro", "small", "medium", "large", "xlarge")

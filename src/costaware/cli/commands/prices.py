@@ -137,8 +137,20 @@ def list_prices(args: argparse.Namespace) -> int:
         ]
         for o in offers
     ]
-    keys = ("instance_type", "region", "vcpus", "memory_gib", "gpus", "gpu_model", "arch", "usd_per_hour")
-    payload = [dict(zip(keys, map(str, row), strict=True)) for row in rows]
+    # As `prices show` gives them: counts as numbers, exact figures as text, null for what is not known.
+    payload = [
+        {
+            "instance_type": o.instance_type,
+            "region": o.region,
+            "vcpus": o.vcpus if o.specs_known else None,
+            "memory_gib": str(o.memory_gib) if o.specs_known else None,
+            "gpus": str(o.gpus),
+            "gpu_model": o.gpu_model or None,
+            "arch": o.arch or None,
+            "usd_per_hour": plain(o.usd_per_hour),
+        }
+        for o in offers
+    ]
     emit(rows, args.format, headers=headers, payload=payload)
     return 0
 
