@@ -110,7 +110,7 @@ SET_BUDGET = ["budget", "set", "--scope", "project=x", "--period", "month"]
         ([*SET_BUDGET, "--cap-usd", "0.0000001"], "stored as $0"),
         ([*SET_BUDGET, "--cap-usd", "1e308"], "is more than the ledger can store"),
         ([*SET_BUDGET, "--cap-usd", "99999999999999999999"], "is more than the ledger can store"),
-        ([*SET_BUDGET, "--cap-usd", "5", "--cap-gpu-hours", "-1"], "a number of GPU-hours >= 0, got '-1'"),
+        ([*SET_BUDGET, "--cap-usd", "5", "--cap-gpu-hours", "-1"], "GPU-hours >= 0 and at most 9,223,372"),
         (["report", "--since", "2026-12-01", "--until", "2026-11-01"], "is not before --until"),
         (
             ["report", "--since", "2026-11-01", "--until", "2026-11-01"],
@@ -122,7 +122,7 @@ SET_BUDGET = ["budget", "set", "--scope", "project=x", "--period", "month"]
         ),
         (
             ["cache", "evict", "--max-total-gb", "inf"],
-            "--max-total-gb must be 0 or more and at most",
+            "--max-total-gb must be a finite number, 0 or more and at most",
         ),  # traceback
         (["cache", "gc", "--older-than-minutes", "-5"], "--older-than-minutes must be 0 or more"),
         (["runs", "list", "--limit", "0"], "--limit must be 1 or more, got 0"),  # said "no outcomes yet"

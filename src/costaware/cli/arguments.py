@@ -135,7 +135,9 @@ def check_range(
     if not (math.isfinite(value) and above_low and (high is None or value <= high)):
         least = f"{low:g} or more" if low_included else f"more than {low:g}"
         most = "" if high is None else f" and at most {high:g}"
-        raise ConfigurationError(f"{flag} must be {least}{most}, got {value:g}")
+        # inf or nan is refused for not being a number, not for being under the lower bound.
+        number = "" if math.isfinite(value) else "a finite number, "
+        raise ConfigurationError(f"{flag} must be {number}{least}{most}, got {value:g}")
 
 
 def lowercase(text: str) -> str:

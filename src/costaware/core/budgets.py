@@ -202,7 +202,10 @@ def _gpu_hours(value: object, *, name: str) -> Decimal:
     except ConfigurationError:
         hours = Decimal("NaN")
     if not hours.is_finite() or not 0 <= hours <= MAX_USD:
-        raise InvalidBudgetError(f"{name} must be a number of GPU-hours >= 0, got {value!r}")
+        raise InvalidBudgetError(
+            f"{name} must be a number of GPU-hours >= 0 and at most {int(MAX_USD):,} (what the ledger "
+            f"stores), got {value!r}"
+        )
     if 0 < hours < MICRO_USD:
         raise InvalidBudgetError(
             f"{name} {value!r} is below a micro-hour: it would be stored as 0; give at least 0.000001"

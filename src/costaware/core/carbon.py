@@ -52,8 +52,9 @@ class Objective:
         if carbon_usd_per_tonne not in (None, "", "None"):
             try:  # money as every amount is read: "$100" and "1,000" too, as --cap-usd takes them
                 price = float(parse_usd(carbon_usd_per_tonne, name="carbon_usd_per_tonne"))
-            except ConfigurationError:
-                price = -1.0
+            except ConfigurationError as e:
+                # Its own words: not a number, below zero, or more than the ledger can store.
+                raise ConfigurationError(f"{e} (USD per tonne CO2e)") from e
             if not 0 <= price < math.inf:
                 raise ConfigurationError(
                     f"carbon_usd_per_tonne={carbon_usd_per_tonne!r} is not a price >= 0 (USD per tonne CO2e)"

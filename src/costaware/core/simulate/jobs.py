@@ -189,9 +189,12 @@ class TickPlan:
         deadline = math.floor(hard_hours * 60 / minutes)
         checkpoint = max(1, round(job.checkpoint_minutes / minutes)) if job.checkpoint_minutes > 0 else 0
         if work + overhead > deadline:
+            # A job that fits in exact minutes fails only by the grid's rounding: a finer tick is the fix.
+            fits = job.runtime_hours * 60 + job.restart_overhead_minutes <= hard_hours * 60
             raise ConfigurationError(
                 f"job {job.name!r}: on a {minutes}-minute grid it needs {work + overhead} ticks but its "
-                f"deadline is {deadline} ticks away; raise deadline_hours"
+                f"deadline is {deadline} ticks away; "
+                + ("take a finer tick (--tick-minutes)" if fits else "raise deadline_hours")
             )
         return cls(tick.total_seconds() / 3600, work, deadline, overhead, checkpoint)
 
