@@ -35,7 +35,7 @@ def test_instances_filter_cheapest_first() -> None:
     [
         ("m5.lrage", "us-east-1", "did you mean m5.large"),
         ("m5.large", "us-east-9", "did you mean us-east-"),
-        ("p3.2xlarge", "us-east-1-atl-1", "it is priced in"),
+        ("p3.2xlarge", "us-east-1-atl-1", "it is priced in .*: choose one of those, or .* prices refresh"),
         # Not "did you mean m5.xlarge?": SageMaker refuses the EC2 name.
         ("ml.m5.xlarge", "us-east-1", "SageMaker type 'ml.m5.xlarge': .* give its prices"),
     ],

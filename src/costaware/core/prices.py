@@ -279,6 +279,9 @@ class PriceCatalog:
         raise PriceNotFoundError(
             f"no on-demand price for {instance_type} in {region}; it is priced in {', '.join(sold_in[:8])}"
             + (" ..." if len(sold_in) > 8 else "")
+            + f": choose one of those, or where AWS sells it in {region} run `costaware prices refresh "
+            f"--region {region} --types {instance_type}` (AWS access) or `costaware prices import FILE` (an "
+            "offer file)"
         )
 
     def on_demand_usd_per_hour(self, instance_type: str, region: str) -> Decimal:
