@@ -118,6 +118,9 @@ def test_availability_start_places_the_zone_traces_as_it_places_one_trace(
     # The traces begin a day before the submit time: by then zone a has capacity, and the job runs there.
     zoned = run(capsys, *base, "--zones", f"us-east-1a={files['a']},us-east-1b={files['b']}", *start)
     assert zoned["deadline_aware"]["usd"] == pytest.approx(19 / 6 * 0.80, abs=0.005)
+    # A date alone is its midnight UTC, as report --since reads one (it was refused for having no zone).
+    dated = ["--availability-start", "2021-03-08"]
+    assert run(capsys, *base, "--zones", f"us-east-1a={files['a']},us-east-1b={files['b']}", *dated) == zoned
     # The same meaning as for one zone: a zone-a-only job replays like a job pinned to zone a with one trace.
     alone = run(capsys, *base, "--zones", f"us-east-1a={files['a']}", *start)
     pinned = tmp_path / "pinned.csv"

@@ -348,8 +348,8 @@ SIMULATE_ARGS = (
     Arg(
         "--availability-start",
         metavar="TIME",
-        help="ISO time, with a time zone, of the first sample of the --availability and --zones traces "
-        "(default: the earliest submit time)",
+        help="ISO time, with a time zone (or a date: its midnight UTC), of the first sample of the "
+        "--availability and --zones traces (default: the earliest submit time)",
     ),
     Arg(
         "--jobs",

@@ -12,7 +12,7 @@ import io
 import json
 import sys
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -227,14 +227,20 @@ def carbon_inputs(args: argparse.Namespace) -> tuple[Objective, PriceSeries | No
 
 
 def availability_start(value: str | None) -> datetime | None:
-    """The ``--availability-start`` time (ISO 8601 with a time zone, ``Z`` for UTC), or ``None`` if not given.
+    """The ``--availability-start`` time, or ``None`` if not given.
+
+    An ISO 8601 time with a time zone (``Z`` for UTC), or a date alone (its midnight UTC, as
+    ``report --since`` and ``carbon show --start`` read one).
 
     Raises:
-        ConfigurationError: the value does not parse or has no time zone.
+        ConfigurationError: the value does not parse, or is a time without a time zone.
     """
     if not value:
         return None
     try:
+        text = value.strip()
+        if len(text) == 10:
+            return datetime.combine(date.fromisoformat(text), datetime.min.time(), tzinfo=timezone.utc)
         start = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
     except ValueError as e:
         raise ConfigurationError(
