@@ -55,7 +55,7 @@ demo: $(BIN)/.installed
 	$(BIN)/costaware runs show --last --dag-id cost_aware_retrain
 
 services:
-	bash scripts/ensure_services.sh
+	@bash scripts/ensure_services.sh
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check src tests dags benchmarks runtime examples

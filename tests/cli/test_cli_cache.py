@@ -84,6 +84,26 @@ def test_a_store_that_is_missing_or_a_file_is_named_not_read_as_empty_or_made(
     assert f"--store {a_file} is a file, not a feature cache folder" in capsys.readouterr().err
 
 
+def test_a_file_uri_store_is_read_and_a_closed_pipe_is_no_store_error(
+    store: FeatureStore, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import argparse
+
+    from costaware.cli.commands import cache as commands
+
+    assert cache("list", "--store", f"file://{store.root_uri}") == 0  # docs/remote-training.md's form
+    assert "2 entries" in capsys.readouterr().out
+
+    def reader_gone(*args: object, **kwargs: object) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    # `cache list | head`: the CLI ends quietly on a closed pipe; it was reported as the store's fault.
+    monkeypatch.setattr(commands, "_print_rows", reader_gone)
+    args = argparse.Namespace(store=store.root_uri, region=None, endpoint_url=None, format="table")
+    with pytest.raises(BrokenPipeError):
+        commands.list_entries(args)
+
+
 @pytest.mark.usefixtures("no_aws_credentials")
 def test_an_s3_store_without_credentials_says_so_without_a_traceback(
     capsys: pytest.CaptureFixture[str],

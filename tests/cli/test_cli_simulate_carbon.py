@@ -107,7 +107,7 @@ def test_the_table_shows_kg_co2e(tmp_path: Path, capsys: pytest.CaptureFixture[s
         (["--objective", "cost+carbon", "--carbon", "C", "--prices", "P"], "needs --carbon-usd-per-tonne"),
         (
             ["--objective", "cost+carbon", "--carbon", "C", "--prices", "P", "--carbon-usd-per-tonne", "-5"],
-            "carbon_usd_per_tonne must be zero or more USD, got '-5' (USD per tonne CO2e)",
+            "carbon_usd_per_tonne='-5' is not a price in USD per tonne CO2e from 0 to 1,000,000 (e.g. 100)",
         ),
         (["--objective", "carbon"], "--objective carbon needs --carbon FILE"),
         (["--carbon", "C"], "--objective cost needs --prices"),

@@ -147,6 +147,11 @@ def test_gpus_asked_for_by_count_are_nvidia_ones_and_a_model_may_drop_its_maker(
     # g5g's T4G is an NVIDIA GPU on Graviton: the cheapest GPU of all, and an x86 image cannot run there.
     assert (cheapest[0].instance_type, cheapest[0].arch) == ("g5g.xlarge", "arm64")
     assert catalog.instances(region="us-east-1", min_gpus=1, arch="x86_64")[0].instance_type == "g4dn.xlarge"
+    # A model named without a count is one whole GPU; a share of one (g6f's eighth of an L4) is asked for.
+    whole = catalog.instances(region="us-east-1", gpu_model="L4")
+    assert whole[0].instance_type == "g6.xlarge" and all(o.gpus >= 1 for o in whole)
+    shares = catalog.instances(region="us-east-1", gpu_model="L4", min_gpus=Decimal("0.125"))
+    assert shares[0].instance_type == "g6f.large"
     # The previous generation has no architecture in the us-east-1 source: its family's, as in other regions.
     for region in ("us-east-1", "eu-west-1"):
         assert catalog.offer("p3.2xlarge", region).arch == "x86_64"

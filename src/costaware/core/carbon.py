@@ -21,6 +21,8 @@ from costaware.core.errors import ConfigurationError
 from costaware.core.money import parse_usd
 
 OBJECTIVES = ("cost", "carbon", "cost+carbon")
+#: The most ``carbon_usd_per_tonne`` takes: carbon prices are tens to a few hundred USD a tonne.
+MAX_USD_PER_TONNE = 1_000_000.0
 #: What an unknown grid intensity is called wherever emissions are shown (never a zero).
 UNKNOWN = "unknown"
 
@@ -52,12 +54,14 @@ class Objective:
         if carbon_usd_per_tonne not in (None, "", "None"):
             try:  # money as every amount is read: "$100" and "1,000" too, as --cap-usd takes them
                 price = float(parse_usd(carbon_usd_per_tonne, name="carbon_usd_per_tonne"))
-            except ConfigurationError as e:
-                # Its own words: not a number, below zero, or more than the ledger can store.
-                raise ConfigurationError(f"{e} (USD per tonne CO2e)") from e
-            if not 0 <= price < math.inf:
+            except ConfigurationError:
+                price = -1.0
+            # Carbon trades at tens to a few hundred USD a tonne: a million is a typo (it was read as any
+            # amount the ledger can store, and a huge one was told it was "not >= 0").
+            if not 0 <= price <= MAX_USD_PER_TONNE:
                 raise ConfigurationError(
-                    f"carbon_usd_per_tonne={carbon_usd_per_tonne!r} is not a price >= 0 (USD per tonne CO2e)"
+                    f"carbon_usd_per_tonne={carbon_usd_per_tonne!r} is not a price in USD per tonne CO2e "
+                    f"from 0 to {MAX_USD_PER_TONNE:,.0f} (e.g. 100)"
                 )
         elif text == "cost+carbon":
             raise ConfigurationError(

@@ -332,8 +332,12 @@ class PriceCatalog:
 
         ``arch`` (``x86_64`` or ``arm64``, aliases ``amd64``, ``aarch64``) keeps the types of that
         architecture; types whose architecture the snapshot does not know are left out then. ``min_gpus``
-        alone counts NVIDIA GPUs (what a GPU training can use); ``gpu_model`` names any accelerator, in full
-        or without its maker (``"T4"``, ``"AWS Inferentia"``).
+        alone counts NVIDIA GPUs (what a GPU training can use), of either architecture (g5g's T4G is on
+        Graviton); ``gpu_model`` names any accelerator, in full or without its maker (``"T4"``,
+        ``"AWS Inferentia"``), one whole one unless ``min_gpus`` asks for a share (g6f's 0.125 of an L4).
+
+        Raises:
+            PriceNotFoundError: an unknown region, or a GPU model no type carries (the close names said).
         """
         wanted_arch = normalize_arch(arch) if arch is not None else None
         if region is not None and region not in self._regions:
@@ -342,6 +346,9 @@ class PriceCatalog:
             )
         if gpu_model is not None:
             self._check_gpu_model(gpu_model)
+            # A model named without a count is one whole GPU: g6f sells an eighth of an L4, which a job
+            # asking for "an L4" did not mean. Ask for min_gpus=0.125 to get such a share.
+            min_gpus = min_gpus or 1
         chosen = [
             o
             for o in self._offers.values()

@@ -22,20 +22,29 @@ from costaware.core.money import format_usd_exact
 from costaware.settings import feature_cache
 
 
+def _store_root(args: argparse.Namespace) -> tuple[str, str]:
+    """The store's URI and where it came from: ``--store``, else the configured feature cache."""
+    if args.store:
+        return args.store, "--store"
+    return feature_cache(), "the configured feature cache ([costaware] feature_cache)"
+
+
 def _store(args: argparse.Namespace) -> Any:
     """The feature cache ``--store`` names (default: the configured one).
 
-    A folder given with ``--store`` must exist: a mistyped path read as an empty cache (or made by ``bill``)
-    would hide the real one. The configured default may not exist yet: no run has cached features there.
+    A local folder given with ``--store`` must exist: a mistyped path read as an empty cache (or made by
+    ``bill``) would hide the real one. The configured default may not exist yet: no run has cached features.
     """
     from costaware.adapters.feature_store import FeatureStore
     from costaware.adapters.object_store import S3Options
+    from costaware.adapters.object_store.location import parse_uri
 
-    root = args.store or feature_cache()
-    if not root.startswith("s3://"):
-        folder = Path(root)
+    root, origin = _store_root(args)
+    location = parse_uri(root, what=origin)  # a relative path or another scheme: named as the parser does
+    if location.scheme == "local":
+        folder = Path(location.path)
         if folder.exists() and not folder.is_dir():
-            raise ConfigurationError(f"--store {root} is a file, not a feature cache folder: give the folder")
+            raise ConfigurationError(f"{origin} {root} is a file, not a feature cache folder: give a folder")
         if args.store and not folder.exists():
             raise ConfigurationError(
                 f"no feature cache at {root}: check --store (the folder CachedFeaturesOperator writes to; "
@@ -53,18 +62,20 @@ def _store_errors(command: Callable[[argparse.Namespace], int]) -> Callable[[arg
 
     @functools.wraps(command)
     def run(args: argparse.Namespace) -> int:
-        root = args.store or feature_cache()
+        root, origin = _store_root(args)
         try:
             return command(args)
+        except BrokenPipeError:
+            raise  # the reader stopped early (`cache list | head`): the CLI ends quietly, as for any command
         except OSError as e:
-            raise ConfigurationError(f"feature cache {root}: {e}: check --store and its permissions") from e
+            raise ConfigurationError(f"feature cache {root}: {e}: check {origin} and its permissions") from e
         except Exception as e:
             if not type(e).__module__.startswith(("botocore", "boto3")):
                 raise
             hint = (
                 "give AWS credentials (environment, profile or instance role)"
                 if "Credentials" in type(e).__name__
-                else "check --store, --region and --endpoint-url"
+                else f"check {origin}, --region and --endpoint-url"
             )
             raise ConfigurationError(f"feature cache {root}: {type(e).__name__}: {e}; {hint}") from e
 

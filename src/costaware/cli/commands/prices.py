@@ -137,7 +137,8 @@ def list_prices(args: argparse.Namespace) -> int:
         ]
         for o in offers
     ]
-    # As `prices show` gives them: counts as numbers, exact figures as text, null for what is not known.
+    # As `prices show` gives them: vCPUs as a number, exact figures as text (memory, a GPU count that may be
+    # a share such as 0.125, the price), null for what is not known.
     payload = [
         {
             "instance_type": o.instance_type,
