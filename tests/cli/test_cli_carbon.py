@@ -97,6 +97,19 @@ def test_show_without_start_is_the_forecast(capsys: pytest.CaptureFixture[str]) 
     ]
 
 
+def test_show_from_now_without_recorded_hours_is_the_typical_year(capsys: pytest.CaptureFixture[str]) -> None:
+    # `carbon show --zone GB`, a new user's first command, failed: the recorded data are 2023's. It now shows
+    # what the ledger's emissions and the carbon-aware waits use for those hours, and says so.
+    with time_machine.travel("2026-11-20T05:20:00Z", tick=False):
+        assert main(["carbon", "show", "--zone", "GB", "--hours", "2", "--format", "json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["kind"] == "typical-year estimate" and "GB_2023.csv" in shown["series"]
+    assert [(h["hour"][:16], h["g_co2e_per_kwh"]) for h in shown["hours"]] == [
+        ("2026-11-20T05:00", "132.55"),
+        ("2026-11-20T06:00", "190.19"),
+    ]
+
+
 def test_show_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["carbon", "show", "--zone", "GB", "--start", "2020-01-01"]) == 2
     assert (

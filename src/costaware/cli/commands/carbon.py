@@ -13,6 +13,7 @@ import sys
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 from costaware.cli.output import emit, render_table
 from costaware.core.errors import ConfigurationError, PriceNotFoundError
@@ -26,6 +27,8 @@ def _plain(value: Decimal) -> str:
 
 
 def _kind(name: str, forecast: bool) -> str:
+    if name.startswith("typical year"):
+        return "typical-year estimate"
     if "perfect forecast" in name:
         return "recorded (as a perfect forecast)"
     if forecast:
@@ -48,9 +51,10 @@ def show(args: argparse.Namespace) -> int:
         try:
             series = source.forecast(args.zone, start, args.hours)
         except PriceNotFoundError as e:
-            if args.start is not None:
-                raise
-            raise PriceNotFoundError(f"{e}; or pass --start within the recorded hours") from e
+            typical = _typical_year(source, args.zone, start, args.hours)
+            if typical is None:
+                raise PriceNotFoundError(f"{e}; or pass --start within the recorded hours") from e
+            series = typical
         forecast = True
     else:
         series = source.intensity(args.zone, start, start + args.hours * _HOUR)
@@ -91,6 +95,30 @@ def show(args: argparse.Namespace) -> int:
     if fallback:
         print(f"note: {fallback}", file=sys.stderr)
     return 0
+
+
+def _typical_year(source: object, zone: str, start: datetime, hours: int) -> Any:
+    """The bundled year's intensity at the same dates and hours, for future hours a recorded source lacks.
+
+    What the ledger's emissions and the carbon-aware waits use for such hours (a typical-year estimate), so
+    that ``carbon show --zone GB`` answers as they do; None where the source is live or the zone is not
+    bundled.
+    """
+    from costaware.adapters.carbon_data import bundled_carbon, bundled_zones
+    from costaware.adapters.carbon_source import RecordedCarbon
+    from costaware.core.series import PriceSeries
+    from costaware.core.spot_forecast import hourly_series
+
+    if not isinstance(source, RecordedCarbon) or zone not in bundled_zones():
+        return None
+    bundled = bundled_carbon(zone)
+    values = hourly_series(bundled, start, hours)
+    return PriceSeries(
+        [start + i * _HOUR for i in range(hours)],
+        [Decimal(repr(round(value, 2))) for value in values],
+        name=f"typical year: {bundled.name} at the same dates and hours (nothing recorded from "
+        f"{start:%Y-%m-%d %H:%M} UTC)",
+    )
 
 
 def _fallback_note(source: object, args: argparse.Namespace, start: datetime) -> str | None:
