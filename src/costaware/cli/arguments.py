@@ -108,12 +108,21 @@ class LazyChoices(Sequence[str]):
 # -- argument types -------------------------------------------------------------------------------
 
 
+def midnight_utc(text: str) -> datetime | None:
+    """A date alone (``2026-11-01``) as its midnight UTC; None for text of another length (a time).
+
+    Raises:
+        ValueError: ten characters that are no ISO date.
+    """
+    if len(text) != 10:
+        return None
+    return datetime.combine(date.fromisoformat(text), datetime.min.time(), tzinfo=timezone.utc)
+
+
 def when(text: str) -> datetime:
     """An ISO date (UTC midnight) or an ISO datetime with an offset."""
     try:
-        if len(text) == 10:
-            return datetime.combine(date.fromisoformat(text), datetime.min.time(), tzinfo=timezone.utc)
-        value = datetime.fromisoformat(text)
+        value = midnight_utc(text) or datetime.fromisoformat(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(f"{text!r} is not an ISO date (2026-11-01) or datetime") from e
     if value.tzinfo is None:

@@ -13,10 +13,13 @@ import sys
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from costaware.cli.output import emit, render_table
 from costaware.core.errors import ConfigurationError, PriceNotFoundError
+
+if TYPE_CHECKING:
+    from costaware.core.series import PriceSeries
 
 _HOUR = timedelta(hours=1)
 
@@ -97,7 +100,7 @@ def show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _typical_year(source: object, zone: str, start: datetime, hours: int) -> Any:
+def _typical_year(source: object, zone: str, start: datetime, hours: int) -> PriceSeries | None:
     """The bundled year's intensity at the same dates and hours, for future hours a recorded source lacks.
 
     What the ledger's emissions and the carbon-aware waits use for such hours (a typical-year estimate), so

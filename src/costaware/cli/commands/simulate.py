@@ -12,11 +12,12 @@ import io
 import json
 import sys
 from collections.abc import Sequence
-from datetime import date, datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from costaware.cli.arguments import midnight_utc
 from costaware.cli.output import emit
 from costaware.core.carbon import Objective
 from costaware.core.errors import ConfigurationError, PriceNotFoundError
@@ -239,9 +240,7 @@ def availability_start(value: str | None) -> datetime | None:
         return None
     try:
         text = value.strip()
-        if len(text) == 10:
-            return datetime.combine(date.fromisoformat(text), datetime.min.time(), tzinfo=timezone.utc)
-        start = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        start = midnight_utc(text) or datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError as e:
         raise ConfigurationError(
             f"--availability-start {value!r} is not an ISO time; write e.g. 2022-10-26T00:00:00Z"
