@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
+import subprocess
+import sys
 import threading
 import uuid
 import zipfile
@@ -210,3 +213,20 @@ def test_bad_locations_are_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match=r"version id '\.\./x' is not a plain name"):
         ModelStore.open(str(tmp_path / "m")).save(_meta(version="../x"), b"x")
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch is not installed")
+def test_saving_a_model_does_not_import_pytorch_and_leaves_it_importable() -> None:
+    # skops' estimator scan walks into sklearn's PyTorch shim: seconds of CPU per process for nothing.
+    script = (
+        "import sys\n"
+        "from sklearn.linear_model import SGDClassifier\n"
+        "from costaware.adapters.model_formats import dump_skops, load_skops\n"
+        "model = SGDClassifier().fit([[0.0], [1.0]], [0, 1])\n"
+        "assert type(load_skops(dump_skops(model))) is SGDClassifier\n"
+        "assert 'torch' not in sys.modules, 'saving a model imported PyTorch'\n"
+        "import torch\n"
+        "assert torch.tensor([1]).item() == 1\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]

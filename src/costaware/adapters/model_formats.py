@@ -5,6 +5,7 @@ The SDKs are optional: each is imported where it is used, with how to install it
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -26,9 +27,7 @@ DEFAULT_TRUSTED_TYPES: tuple[str, ...] = (
 def dump_skops(model: Any) -> bytes:
     """A scikit-learn model as skops bytes."""
     with _quiet():
-        import skops.io as sio
-
-        return bytes(sio.dumps(model))
+        return bytes(_skops_io().dumps(model))
 
 
 def load_skops(data: bytes, *, trusted_types: Iterable[str] = DEFAULT_TRUSTED_TYPES) -> Any:
@@ -36,8 +35,7 @@ def load_skops(data: bytes, *, trusted_types: Iterable[str] = DEFAULT_TRUSTED_TY
     allowed = set(trusted_types)
     try:
         with _quiet():
-            import skops.io as sio
-
+            sio = _skops_io()
             untrusted = sio.get_untrusted_types(data=data)
     except Exception as e:
         raise UntrustedModelError(f"model file is not a valid skops file ({type(e).__name__}: {e})") from e
@@ -50,6 +48,29 @@ def load_skops(data: bytes, *, trusted_types: Iterable[str] = DEFAULT_TRUSTED_TY
         )
     with _quiet():
         return sio.loads(data, trusted=sorted(set(untrusted)))
+
+
+def _skops_io() -> Any:
+    """``skops.io``, imported without importing PyTorch.
+
+    On import, skops lists scikit-learn's estimators (``sklearn.utils.all_estimators``), and the
+    ``pkgutil.walk_packages`` under it imports every package it walks, scikit-learn's PyTorch shim
+    (``sklearn.externals.array_api_compat.torch``) too, which imports PyTorch where it is installed: 2-3 s
+    of CPU in each process that saves or loads a model, for no estimator (the walk skips a package that
+    fails to import). So PyTorch is held back for that one import, where nothing has imported it yet;
+    afterwards it imports as usual.
+    """
+    if "skops.io" in sys.modules or "torch" in sys.modules:
+        import skops.io
+
+        return skops.io
+    sys.modules["torch"] = None  # type: ignore[assignment]  # `import torch` now raises ImportError
+    try:
+        import skops.io
+    finally:
+        if "torch" in sys.modules and sys.modules["torch"] is None:
+            del sys.modules["torch"]
+    return skops.io
 
 
 @contextmanager
