@@ -163,3 +163,28 @@ def test_a_rung_that_slows_down_past_the_trial_s_reservation_is_billed_and_said(
     assert trial is not None and trial.fidelity == 4
     assert trial.settled_usd == Decimal("6.400000") > trial.reserved_usd == Decimal("2.500000")
     assert "rung 4 took 6.00 s and the trial has used 6.40 s, past the 2.50 s its reservation" in caplog.text
+
+
+def test_two_runs_planned_at_once_number_their_slots_alike_but_propose_different_parameters(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = study_spec("twice", max_usd="100.00", max_trials=8, fallback_trial_seconds=1.0, pruner="none")
+    first_plan, second_plan = create_study(url, ledger, spec), create_study(url, ledger, spec)
+    assert first_plan["slots"] == second_plan["slots"]  # neither run had started a trial
+
+    def proposal(run_id: str, holder: str) -> float:
+        result = run_trial(
+            storage_url=url,
+            ledger=ledger,
+            study_name=spec.study_name,
+            trainer=InstantTrainer,
+            holder=holder,
+            slot=first_plan["slots"][0],
+            settle_as=EntryOwner(dag_id="twice", run_id=run_id, map_index=0),
+            meter=SteppedMeter(),
+        )
+        assert result.trial is not None
+        return float(result.trial.params["x"])
+
+    first = proposal("r1", "twice/r1/trial/0")
+    assert proposal("r2", "twice/r2/trial/0") != first

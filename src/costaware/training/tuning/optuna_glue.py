@@ -5,6 +5,7 @@ Optuna is imported here at module level; this module needs the ``tuning`` extra.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -49,9 +50,16 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
         return _STORAGES.setdefault(key, storage)
 
 
-def make_sampler(spec: StudySpec, slot: int) -> optuna.samplers.BaseSampler:
-    """The study's sampler, seeded per slot so parallel slots do not propose the same parameters."""
+def make_sampler(spec: StudySpec, slot: int, holder: str = "") -> optuna.samplers.BaseSampler:
+    """The study's sampler, seeded per slot and holder, so parallel slots do not propose the same parameters.
+
+    Two DAG runs that plan the same study at once number their slots alike, but their task instances
+    (``holder``) differ. The same study, slot and holder give the same seed (a retry's).
+    """
     seed = spec.seed * 1_000_003 + slot
+    if holder:
+        digest = hashlib.sha256(f"{spec.seed}/{slot}/{holder}".encode()).digest()
+        seed = int.from_bytes(digest[:4], "big")
     if spec.sampler == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     return optuna.samplers.TPESampler(seed=seed, constant_liar=True)

@@ -96,8 +96,12 @@ def create_study(storage_url: str, ledger: Ledger, spec: StudySpec) -> dict[str,
     }
 
 
-def load_study(storage_url: str, study_name: str, slot: int = 0) -> tuple[optuna.study.Study, StudySpec]:
+def load_study(
+    storage_url: str, study_name: str, slot: int = 0, holder: str = ""
+) -> tuple[optuna.study.Study, StudySpec]:
     """The study with the sampler and pruner its stored settings name.
+
+    Its sampler is seeded for this slot and holder (:func:`.optuna_glue.make_sampler`).
 
     Raises:
         ConfigurationError: no study of that name in the storage, or it was not created by costaware.
@@ -117,7 +121,10 @@ def load_study(storage_url: str, study_name: str, slot: int = 0) -> tuple[optuna
         )
     spec = StudySpec.from_json(raw)
     study = optuna.load_study(
-        study_name=study_name, storage=storage, sampler=make_sampler(spec, slot), pruner=make_pruner(spec)
+        study_name=study_name,
+        storage=storage,
+        sampler=make_sampler(spec, slot, holder),
+        pruner=make_pruner(spec),
     )
     return study, spec
 

@@ -127,7 +127,7 @@ def run_trial(
         trainer_kwargs: Extra keyword arguments for ``trainer`` (data paths, ...).
         holder: Reservation holder, unique per task instance (Airflow: ``dag/run/task/map_index``); a retry
             with the same holder resumes the trial its earlier try left running.
-        slot: Slot number; seeds the sampler.
+        slot: Slot number; seeds the sampler, with ``holder``.
         run_id: DAG run id, for budgets with period ``run``.
         settle_as: Settle the reservation here with a compute entry owned by this (outside Airflow). In
             Airflow leave it None: the cost listener prices the task try and settles the reservation.
@@ -169,7 +169,7 @@ def _open_slot(
 ) -> _Slot | SlotResult:
     """Load the study, fail its stale trials, and apply the stop rules (unless this holder resumes)."""
     started = meter()
-    study, spec = load_study(storage_url, study_name, slot)
+    study, spec = load_study(storage_url, study_name, slot, holder)
     trials = study.get_trials(deepcopy=False)
     if fail_stale_trials(study, trials=trials):
         trials = study.get_trials(deepcopy=False)
