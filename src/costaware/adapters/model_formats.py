@@ -50,26 +50,30 @@ def load_skops(data: bytes, *, trusted_types: Iterable[str] = DEFAULT_TRUSTED_TY
         return sio.loads(data, trusted=sorted(set(untrusted)))
 
 
+#: scikit-learn's PyTorch shim: importing it imports PyTorch.
+_SKLEARN_TORCH_SHIM = "sklearn.externals.array_api_compat.torch"
+
+
 def _skops_io() -> Any:
     """``skops.io``, imported without importing PyTorch.
 
     On import, skops lists scikit-learn's estimators (``sklearn.utils.all_estimators``), and the
-    ``pkgutil.walk_packages`` under it imports every package it walks, scikit-learn's PyTorch shim
-    (``sklearn.externals.array_api_compat.torch``) too, which imports PyTorch where it is installed: 2-3 s
-    of CPU in each process that saves or loads a model, for no estimator (the walk skips a package that
-    fails to import). So PyTorch is held back for that one import, where nothing has imported it yet;
-    afterwards it imports as usual.
+    ``pkgutil.walk_packages`` under it imports every package it walks, scikit-learn's PyTorch shim too,
+    which imports PyTorch where it is installed: 2-3 s of CPU in each process that saves or loads a model,
+    for no estimator. The shim alone is held back for that one import (the walk skips a package that fails
+    to import); afterwards it imports as usual. PyTorch itself is not touched: code that finds ``torch`` in
+    ``sys.modules`` takes it for imported.
     """
-    if "skops.io" in sys.modules or "torch" in sys.modules:
+    if "skops.io" in sys.modules or _SKLEARN_TORCH_SHIM in sys.modules:
         import skops.io
 
         return skops.io
-    sys.modules["torch"] = None  # type: ignore[assignment]  # `import torch` now raises ImportError
+    sys.modules[_SKLEARN_TORCH_SHIM] = None  # type: ignore[assignment]  # importing it raises ImportError
     try:
         import skops.io
     finally:
-        if "torch" in sys.modules and sys.modules["torch"] is None:
-            del sys.modules["torch"]
+        if sys.modules.get(_SKLEARN_TORCH_SHIM, "") is None:
+            del sys.modules[_SKLEARN_TORCH_SHIM]
     return skops.io
 
 
