@@ -280,6 +280,44 @@ cr.write_metrics({"rmse": 1.0})
     assert re.search(r"ran \d+ s without committing a checkpoint", done.stderr), done.stderr
 
 
+def test_a_job_that_commits_and_retires_its_checkpoint_before_any_push_is_not_warned_about(
+    make_job: MakeJob,
+) -> None:
+    # The built-in trainers commit late in a short job and delete their checkpoints at the end: the
+    # launcher (polling every 30 s here) never saw the commit, but the retired marker tells it.
+    job = make_job("""
+time.sleep(0.5)
+cr.save_bytes(b"state", step=1)
+assert cr.retire().step == 1 and cr.latest_step() is None
+(cr.output_dir() / "model.bin").write_bytes(b"model")
+cr.write_metrics({"rmse": 1.0})
+""")
+    done = job.run("--poll-seconds", "30", env={**job.env(), "COSTAWARE_CHECKPOINT_EVERY_SECONDS": "0.1"})
+    assert done.returncode == 0, done.stderr
+    assert "without committing a checkpoint" not in done.stderr
+
+
+def test_a_resumed_job_that_retires_the_restored_checkpoint_without_a_save_is_warned_about(
+    make_job: MakeJob,
+) -> None:
+    first = make_job("""
+cr.save_bytes(b"state", step=1)
+time.sleep(0.5)
+(cr.output_dir() / "model.bin").write_bytes(b"model")
+cr.write_metrics({"rmse": 1.0})
+""")
+    assert first.run("--poll-seconds", "0.05").returncode == 0
+    second = make_job("""
+time.sleep(0.5)
+assert cr.retire().step == 1  # the restored commit, not one of this attempt
+(cr.output_dir() / "model.bin").write_bytes(b"model")
+cr.write_metrics({"rmse": 1.0})
+""")
+    done = second.run(env={**second.env(attempt=2), "COSTAWARE_CHECKPOINT_EVERY_SECONDS": "0.1"})
+    assert "starting from checkpoint step 1" in done.stderr
+    assert re.search(r"ran \d+ s without committing a checkpoint", done.stderr), done.stderr
+
+
 def test_an_empty_output_folder_fails_with_code_2(make_job: MakeJob) -> None:
     job = make_job('cr.write_metrics({"rmse": 1.0})\n')
     done = job.run()

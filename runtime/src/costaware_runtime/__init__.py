@@ -18,6 +18,7 @@ from costaware_runtime.checkpoints import (
     prune,
     push,
     restore,
+    retire,
     save_bytes,
 )
 from costaware_runtime.contract import (
@@ -77,6 +78,7 @@ __all__ = [
     "read_manifest",
     "read_metrics",
     "restore",
+    "retire",
     "save_bytes",
     "write_metrics",
 ]

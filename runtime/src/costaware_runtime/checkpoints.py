@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from costaware_runtime import _files
-from costaware_runtime.contract import CHECKPOINT_MARKER, checkpoint_dir
+from costaware_runtime.contract import CHECKPOINT_MARKER, RETIRED_MARKER, checkpoint_dir
 from costaware_runtime.errors import ContractError
 from costaware_runtime.stores import check_key
 
@@ -183,6 +183,35 @@ def commit(
     _files.write_json(root / CHECKPOINT_MARKER, marker.to_json())
     log.info("committed checkpoint step %s (%s files) in %s", step, len(found), root)
     return marker
+
+
+def retire(directory: Path | str | None = None) -> Marker | None:
+    """Delete the checkpoints of ``directory`` (default ``COSTAWARE_CHECKPOINT_DIR``) once the job is done.
+
+    The marker goes first, so nothing more is pushed. Its content stays in ``RETIRED_MARKER``: a commit made
+    just before the end, too late for the launcher to push, still tells it the job did checkpoint (it warns
+    about a job asked to checkpoint that never did). Returns the retired marker (None: nothing committed).
+    """
+    root = _folder(directory)
+    try:
+        marker = read_marker(root)
+    except ContractError:
+        marker = None  # deleted all the same: a bad marker is nothing to keep
+    if marker is not None:
+        _files.write_json(root / RETIRED_MARKER, marker.to_json())
+    (root / CHECKPOINT_MARKER).unlink(missing_ok=True)
+    for folder in root.glob(f"{FOLDER_PREFIX}*"):
+        shutil.rmtree(folder, ignore_errors=True)
+    return marker
+
+
+def retired_marker(directory: Path | str | None = None) -> Marker | None:
+    """The marker :func:`retire` left in ``directory``, or None (none, or unreadable)."""
+    path = _folder(directory) / RETIRED_MARKER
+    try:
+        return parse_marker(path.read_bytes(), str(path))
+    except (OSError, ContractError):
+        return None
 
 
 def _measured_saves(root: Path) -> tuple[float, ...]:

@@ -66,6 +66,8 @@ DEFAULT_GRACE_SECONDS = 110.0  # AWS gives 120 s between the spot notice and the
 MANIFEST_NAME = "_costaware_manifest.json"
 #: Written last into the checkpoint folder (and into each remote step); names the committed step.
 CHECKPOINT_MARKER = "_costaware_checkpoint.json"
+#: Left by ``retire()`` where the marker was: the last checkpoint a finished job committed, then deleted.
+RETIRED_MARKER = "_costaware_checkpoint_retired.json"
 #: Written last into the remote checkpoint prefix; names the step a restore downloads.
 LATEST_NAME = "LATEST.json"
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from types import FrameType
 
 from costaware_runtime import __version__, contract
-from costaware_runtime.checkpoints import latest_step
+from costaware_runtime.checkpoints import Marker, latest_step, read_marker, retired_marker
 from costaware_runtime.contract import JobEnvironment
 from costaware_runtime.errors import CheckpointChangedError, ContractError, CostawareRuntimeError, StoreError
 from costaware_runtime.metrics import read_metrics
@@ -147,6 +147,7 @@ class Launcher:
             raise
         self.process: subprocess.Popen[bytes] | None = None
         self.started_at: float | None = None  # when the job started
+        self.started_from: Marker | None = None  # the commit the job starts from (see _starting_marker)
         self.notice_at: float | None = None  # when SIGTERM reached the launcher
         self.interrupted = False  # Ctrl-C came (taken as the notice)
         self.kill_now = False  # a second Ctrl-C: SIGKILL without waiting out the grace period
@@ -197,6 +198,7 @@ class Launcher:
                 log.info("no checkpoint at %s: starting fresh", self.sync.store.uri)
             else:
                 log.info("starting from checkpoint step %s", step)
+        self.started_from = self._starting_marker()
         if self.notice_at is not None:
             log.warning("the notice came before the job started: not starting it")
             return self.finish(-signal.SIGTERM)
@@ -319,12 +321,33 @@ class Launcher:
         log.error("the job exited %s", returncode)
         return returncode
 
+    def _starting_marker(self) -> Marker | None:
+        """The commit the job starts from (restored, or left by an earlier run), with no retired one left.
+
+        A retired marker found after the job is then the job's own (:func:`costaware_runtime.retire`).
+        """
+        (self.checkpoint_dir / contract.RETIRED_MARKER).unlink(missing_ok=True)
+        try:
+            return read_marker(self.checkpoint_dir)
+        except ContractError:
+            return None
+
+    def _committed_and_retired(self) -> bool:
+        """Whether the job committed a checkpoint of its own and then retired it (deleted once done)."""
+        retired = retired_marker(self.checkpoint_dir)
+        if retired is None:
+            return False
+        return self.started_from is None or retired.identity != self.started_from.identity
+
     def _warn_if_never_checkpointed(self, step: int | None) -> None:
         """Warn when a job asked to checkpoint ran two intervals without one: a preemption loses it all."""
         every, started = self.env.checkpoint_every_seconds, self.started_at
-        # A job may delete its local checkpoints once done (the built-in trainers do): one pushed counts.
+        # A job may delete its local checkpoints once done (the built-in trainers do): one pushed counts,
+        # and so does one it retired before the watcher could push it.
         pushed = self.sync is not None and self.sync.pushed
         if step is not None or pushed or every is None or started is None:
+            return
+        if self._committed_and_retired():
             return
         ran = time.monotonic() - started
         if ran >= 2 * every:

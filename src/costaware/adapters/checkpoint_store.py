@@ -18,14 +18,13 @@ from __future__ import annotations
 import json
 import logging
 import re
-import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
-from costaware_runtime.checkpoints import FOLDER_PREFIX, Marker, load_bytes, save_bytes
+from costaware_runtime.checkpoints import FOLDER_PREFIX, Marker, load_bytes, retire, save_bytes
 from costaware_runtime.contract import CHECKPOINT_MARKER
 from costaware_runtime.errors import ContractError
 
@@ -246,11 +245,10 @@ class CheckpointFolder:
     def clear(self, key: str) -> None:
         """Uncommit and delete the local checkpoints (the marker first, so nothing more is pushed).
 
-        The copy the launcher pushed stays at ``COSTAWARE_CHECKPOINT_URI``, as for any job under the launcher.
+        The copy the launcher pushed stays at ``COSTAWARE_CHECKPOINT_URI``, as for any job under the launcher,
+        and a retired marker tells the launcher that the job committed one (:func:`costaware_runtime.retire`).
         """
-        (self.directory / CHECKPOINT_MARKER).unlink(missing_ok=True)
-        for folder in self.directory.glob(f"{FOLDER_PREFIX}*"):
-            shutil.rmtree(folder, ignore_errors=True)
+        retire(self.directory)
 
 
 def recorded_marker(checkpoint_uri: str, **storage_options: Any) -> Marker | None:
