@@ -491,6 +491,13 @@ def test_code_error_fails_the_task_with_its_reason_and_records_the_attempt(
         ({"market": "cheap"}, "market 'cheap' is not one of spot, on_demand"),
         ({"spot_decision": decision("on_demand"), "market": "spot"}, "no spot price is known"),
         ({"spot_decision": None, "instance_type": None}, "no instance type: pass instance_type"),
+        # Billed at its starting price with only a warning after the paid attempt, before.
+        (
+            {"prices": "lve"},
+            "prices 'lve' is neither 'live' (EC2's spot price history through aws_conn_id) nor a file "
+            "(did you mean 'live'?)",
+        ),
+        ({"prices": "/nope/prices.json"}, "prices '/nope/prices.json' is neither 'live'"),
     ],
 )
 def test_bad_input_fails_before_anything_runs_or_is_written(

@@ -575,7 +575,7 @@ def test_a_price_file_that_is_not_there_fails_even_when_the_deadline_decides_at_
     # not pass in silence and fail (or not) on the next run.
     missing = tmp_path / "nope" / "prices.json"
     sensor = make_sensor(prices=str(missing), deadline=(now() - timedelta(hours=1)).isoformat())
-    with pytest.raises(AirflowFailException, match=rf"prices {re.escape(repr(str(missing)))} is not a file"):
+    with pytest.raises(AirflowFailException, match=rf"prices {re.escape(repr(str(missing)))} is neither"):
         sensor.execute(context())
     assert ledger_env.entries(dag_id="spot_window_test") == []
 

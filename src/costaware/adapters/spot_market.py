@@ -17,13 +17,30 @@ from typing import Any
 
 from costaware.adapters import spot_prices
 from costaware.core.carbon import Objective
-from costaware.core.errors import ConfigurationError, CostawareError
+from costaware.core.errors import ConfigurationError, CostawareError, did_you_mean
 from costaware.core.series import PriceSeries, parse_instant
 from costaware.core.spot_forecast import forecast_starts, hourly_series, objective_starts
 from costaware.core.spot_window import Observation, choose_zone, spot_capacity
 
 LIVE = "live"
 """The ``prices`` value that reads live EC2 spot prices instead of a recorded file."""
+
+
+def check_prices(prices: object, *, name: str = "prices") -> str:
+    """``prices`` when it is ``"live"`` or a file there is; else a ConfigurationError saying what to give.
+
+    Checked when the task starts, before any decision or job: a run that never reads the file (a decision
+    taken at once, or a job billed at its starting price once the file cannot be read) would otherwise go on
+    without the prices it was given, and say so only in a warning after a paid attempt.
+    """
+    text = str(prices).strip()
+    if text == LIVE or Path(text).is_file():
+        return text
+    hint = did_you_mean(text.lower(), [LIVE]) if "/" not in text else ""
+    raise ConfigurationError(
+        f"{name} {text!r} is neither {LIVE!r} (EC2's spot price history through aws_conn_id) nor a "
+        f"file{hint}: give {LIVE!r} or the path of a recorded spot price file (JSON or CSV)"
+    )
 
 
 def spot_history(

@@ -25,6 +25,7 @@ from costaware.adapters.compute.base import (
     zone_check,
 )
 from costaware.adapters.compute.job_contract import check_grace_seconds
+from costaware.adapters.spot_market import check_prices
 from costaware.core.carbon import Objective
 from costaware.core.errors import ConfigurationError
 from costaware.core.spot_window import check_priority
@@ -266,7 +267,8 @@ class RemotePlanArguments:
             checkpoint_every_seconds=self.checkpoint_every_seconds,
             aws_conn_id=self.aws_conn_id,
             pause_on_price=as_bool(self.pause_on_price, "pause_on_price"),
-            prices=self.prices,
+            # Checked now: a file that is not there would only show in a warning after a paid attempt.
+            prices=check_prices(self.prices) if blank(self.prices) is not None else None,
             availability=self.availability,
             expected_runtime_hours=self.expected_runtime_hours,
             priority=self.priority,

@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
 from functools import cached_property
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
@@ -21,6 +20,7 @@ from costaware.adapters.compute.base import check_aws_zone
 from costaware.adapters.spot_market import (
     LIVE,
     carbon_intensity,
+    check_prices,
     forecast_window,
     instance_power_kw,
     intensity_at,
@@ -221,13 +221,7 @@ class SpotWindowSensor(BaseSensorOperator):
         """Everything the decision needs, as JSON primitives (they also become the trigger's kwargs)."""
         if self.availability_zone not in (None, "", "None"):
             check_aws_zone(str(self.availability_zone))  # rendered: checked before any decision uses it
-        prices = str(self.prices or LIVE)
-        if prices != LIVE and "://" not in prices and not Path(prices).is_file():
-            # Checked here because a run that decides at once (a past deadline) never reads the file.
-            raise ConfigurationError(
-                f"prices {prices!r} is not a file: give the path of a recorded spot price file (JSON or "
-                f"CSV), or {LIVE!r} for EC2's spot price history through aws_conn_id"
-            )
+        check_prices(self.prices or LIVE)  # a run that decides at once never reads the file
         runtime = parse_decimal(self.expected_runtime_hours, name="expected_runtime_hours", positive=True)
         deadline_value = (
             self.deadline if self.deadline not in (None, "", "None") else context.get("data_interval_end")
