@@ -7,6 +7,7 @@ time (one tick = ``TICK`` seconds).
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import signal
@@ -282,6 +283,36 @@ def test_zones_a_plan_cannot_honour_are_refused_before_any_job(
         op.spec_uri = "s3://m/spec.json"
     # The operator fails the task without retry (AirflowFailException), with the plan's message.
     with pytest.raises(AirflowFailException, match=message):
+        drive(op, context_for())
+    assert not (tmp_path / "jobs").exists()
+
+
+def recorded_prices(path: Path, zones: list[str]) -> Path:
+    records = [
+        {
+            "AvailabilityZone": zone,
+            "InstanceType": "p3.2xlarge",
+            "ProductDescription": "Linux/UNIX",
+            "SpotPrice": PRICES["spot"],
+            "Timestamp": (utcnow() - timedelta(days=1)).isoformat(),
+        }
+        for zone in zones
+    ]
+    path.write_text(json.dumps({"SpotPriceHistory": records}))
+    return path
+
+
+def test_a_zone_the_price_file_leaves_unpriced_in_a_region_it_prices_is_refused_before_any_job(
+    tmp_path: Path,
+) -> None:
+    # A zone letter typo: on the backend, a job would wait there for capacity that never comes.
+    prices = recorded_prices(tmp_path / "prices.json", ["us-west-2a", "us-west-2b"])
+    op = operator(tmp_path, availability_zones=["us-west-2a", "us-west-2z"], prices=str(prices))
+    with pytest.raises(
+        AirflowFailException,
+        match=r"has no spot price of p3.2xlarge in zone 'us-west-2z', though it prices "
+        "us-west-2a, us-west-2b",
+    ):
         drive(op, context_for())
     assert not (tmp_path / "jobs").exists()
 

@@ -386,6 +386,35 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
             plan.region,
         )
 
+    def _check_zones_priced(self, plan: RemotePlan) -> None:
+        """Refuse an allowed zone that the recorded price file leaves unpriced where it prices its region.
+
+        Such a zone is a typo of its letter (``us-east-1z``) or one that does not offer the instance type:
+        a job sent there waits for capacity that never comes. A region the file has no prices of is left to
+        the attempt's price, as documented; live prices are not asked here.
+
+        Raises:
+            ConfigurationError: the zones that have no price, and the zones that have one.
+        """
+        from costaware.adapters import spot_prices
+        from costaware.adapters.spot_market import LIVE
+        from costaware.core.zone_choice import region_of
+
+        source = plan.billing.prices if plan.billing else (plan.watch.prices if plan.watch else None)
+        if not source or source == LIVE or not plan.placement.zones:
+            return
+        history = spot_prices.load_spot_history(source, products=("Linux/UNIX",))
+        if plan.instance_type not in history.instance_types:
+            return
+        for zone in plan.placement.zones:
+            priced = history.zones(plan.instance_type, region_of(zone, plan.region))
+            if priced and zone not in priced:
+                raise ConfigurationError(
+                    f"availability_zones: {source} has no spot price of {plan.instance_type} in zone "
+                    f"{zone!r}, though it prices {', '.join(priced)}: a typo of the zone, or a zone that "
+                    f"does not offer {plan.instance_type}; remove it, or record its prices in the file"
+                )
+
     def _data_bytes(self, opts: Mapping[str, Any]) -> int:
         """The training data's size, which a job in another region reads across regions (0 for a command)."""
         from costaware.adapters.input_data import total_bytes
@@ -461,6 +490,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         if start.checkpoint_reason:
             self.log.info("%s", start.checkpoint_reason)
         self._warn_other_regions(start.plan, allowed=args.allowed_regions)
+        self._check_zones_priced(start.plan)
         if spec_uri:
             training = self.training_spec(checkpoint_every_seconds=start.plan.checkpoint_every_seconds)
             spec = training.spec_file(
