@@ -79,7 +79,7 @@ def prepared(name: str) -> str:
         "step_sleep": Param(
             0.0,
             type="number",
-            exclusiveMinimum=-1,
+            minimum=0,
             title="Seconds per step",
             description="Slows every step down (demos of a preemption); 0 in real use.",
         ),

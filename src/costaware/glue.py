@@ -170,6 +170,10 @@ def check_tags(tags: Mapping[str, str], *, owner: str) -> dict[str, str]:
     """
     from costaware.core.budgets import valid_tags
 
+    if not isinstance(tags, Mapping):
+        raise ConfigurationError(
+            f"{owner}: tags must be a dict of tag name to value, such as {{'project': 'churn'}}, got {tags!r}"
+        )
     # A templated value is checked once rendered, when the task runs (run_tags).
     literal = {k: v for k, v in tags.items() if not is_template(v)}
     _, dropped = valid_tags(dict(literal))

@@ -243,6 +243,17 @@ def test_stop_sends_sigterm_and_kills_after_the_grace_period(tmp_path: Path) -> 
             {"command": None},
             r"needs either command=\[\.\.\.\] .* data_path, label_column, feature_columns missing",
         ),
+        # Accepted and ignored before; a missing store was caught only when the task started.
+        (
+            {"seed": 7},
+            r"has command= and the built-in trainer's seed: a command reads its own data and settings",
+        ),
+        ({"model_store": None}, r"model_store is None: give where the model versions go"),
+        ({"model_store": " "}, r"model_store is ' ': give where the model versions go"),
+        ({"checkpoint_store": ""}, r"checkpoint_store is empty: leave it out for the default"),
+        # Raw TypeError and AttributeError before, naming neither argument.
+        ({"backend_options": [1, 2]}, r"'train': backend_options must be a dict of option to value"),
+        ({"tags": ["a"]}, r"'train': tags must be a dict of tag name to value"),
         (
             {"command": "python train.py"},
             r"command must be a list of strings, got the string 'python train.py'",

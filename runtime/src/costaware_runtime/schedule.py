@@ -49,9 +49,10 @@ class CheckpointTimer:
     ) -> None:
         chosen = checkpoint_every_seconds(default_seconds) if every_seconds is None else every_seconds
         if isinstance(chosen, bool) or not isinstance(chosen, int | float) or not (0 < chosen < math.inf):
+            what = "is text, not a number of seconds" if isinstance(chosen, str) else "is not seconds > 0"
             raise ContractError(
-                f"checkpoint interval {chosen!r} is not seconds > 0: pass every_seconds=600, or leave it "
-                f"to {CHECKPOINT_EVERY_SECONDS}"
+                f"checkpoint interval {chosen!r} {what}: pass every_seconds=600 (a number), or leave it to "
+                f"{CHECKPOINT_EVERY_SECONDS}"
             )
         self.every_seconds = float(chosen)
         self._clock = clock

@@ -30,6 +30,7 @@ TRAINER_ARGUMENTS = (
     "trainer_params",
     "policy",
     "policy_params",
+    "seed",
 )
 #: What the built-in trainers need, in the order a message lists them.
 REQUIRED_FOR_TRAINER = ("data_path", "label_column", "feature_columns")
@@ -51,7 +52,7 @@ def check_job_kind(owner: str, command: Any, given: Mapping[str, Any]) -> list[s
         if passed:
             raise ConfigurationError(
                 f"{owner} has command= and the built-in trainer's {', '.join(passed)}: a command reads its "
-                "own data, so drop those (or drop command= to train with a built-in trainer)"
+                "own data and settings, so drop those (or drop command= to train with a built-in trainer)"
             )
         return job_contract.check_command(command, owner=f"{owner} command")
     missing = [name for name in REQUIRED_FOR_TRAINER if given.get(name) in (None, [], "")]

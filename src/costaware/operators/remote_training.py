@@ -278,6 +278,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
             "trainer_params": trainer_params,
             "policy": policy,
             "policy_params": policy_params,
+            "seed": seed,
         }
         owner = f"{type(self).__name__} {self.task_id!r}"
         self.command = check_job_kind(owner, command, trainer_arguments)

@@ -180,6 +180,11 @@ class RemotePlanArguments:
         if is_literal(priority) and blank(priority) is not None:
             check_priority(priority)
         self.backend = backend
+        if not isinstance(backend_options, str | Mapping | None):
+            raise ConfigurationError(
+                f"{type(self).__name__} {self.task_id!r}: backend_options must be a dict of option to value "
+                f"(or the JSON text of one), got {backend_options!r}"
+            )
         self.backend_options = (
             backend_options if isinstance(backend_options, str) else dict(backend_options or {})
         )
