@@ -111,8 +111,8 @@ time.sleep(60)
 @pytest.mark.parametrize(
     ("commit_first", "expected", "message"),
     [
-        (False, 77, "preempted (job exit -15) before any checkpoint: the next attempt starts over"),
-        (True, 75, "preempted (job exit -15) after checkpoint step 1"),
+        (False, 77, "preempted (job killed by SIGTERM) before any checkpoint: the next attempt starts over"),
+        (True, 75, "preempted (job killed by SIGTERM) after checkpoint step 1"),
     ],
 )
 def test_a_job_killed_by_the_notice_is_preempted_if_it_has_a_checkpoint(

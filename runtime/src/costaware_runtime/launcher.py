@@ -293,12 +293,13 @@ class Launcher:
         if returncode == contract.EXIT_PREEMPTED or self.notice_at is not None:
             if step is None:
                 log.error(
-                    "preempted (job exit %s) before any checkpoint: the next attempt starts over", returncode
+                    "preempted (%s) before any checkpoint: the next attempt starts over",
+                    _exit_words(returncode),
                 )
                 return contract.EXIT_PREEMPTED_BEFORE_CHECKPOINT
             if not self.final_push():
                 return contract.EXIT_SYNC_FAILED
-            log.warning("preempted (job exit %s) after checkpoint step %s", returncode, step)
+            log.warning("preempted (%s) after checkpoint step %s", _exit_words(returncode), step)
             if self.sync is None and self.checkpoint_dir in self.scratch:
                 # Nothing keeps this checkpoint past the exit: say so, or a rerun by hand starts over unasked.
                 log.warning(
@@ -467,3 +468,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return launcher.run(command)
     finally:
         launcher.remove_scratch()
+
+
+def _exit_words(returncode: int) -> str:
+    """``job exit 75``, or ``job killed by SIGTERM`` for a process ended by a signal (Python's -15)."""
+    if returncode < 0:
+        try:
+            return f"job killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            pass
+    return f"job exit {returncode}"
