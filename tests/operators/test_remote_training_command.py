@@ -495,3 +495,11 @@ def test_a_budget_scope_the_attempts_are_not_tagged_with_starts_nothing(tmp_path
     ):
         untagged.execute(context_for())
     assert ledger.open_reservations() == [] and not (tmp_path / "jobs").exists()
+
+
+def test_a_grace_period_longer_than_the_spot_notice_is_warned_about_on_aws_backends() -> None:
+    from costaware.operators.remote_training import grace_warning
+
+    assert "longer than the 120 s AWS leaves" in str(grace_warning("batch", 100000))
+    assert grace_warning("sagemaker", 110) is None
+    assert grace_warning("kubernetes", 600) is None  # its own terminationGracePeriodSeconds

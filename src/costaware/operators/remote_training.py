@@ -37,6 +37,19 @@ __all__ = ["RemoteTrainingOperator"]
 #: How long a kill in the worker waits for the stopped job to end: none. Airflow kills the task process 5 s
 #: after its SIGTERM and the billing must be written before then: the job is billed to its grace period's end.
 WORKER_KILL_WAIT_SECONDS = 0.0
+#: What AWS leaves between a spot interruption notice and the stop (EC2, hence Batch and SageMaker).
+AWS_SPOT_NOTICE_SECONDS = 120
+
+
+def grace_warning(backend: str, grace_seconds: float) -> str | None:
+    """What to say of a grace period longer than AWS's spot notice on a backend that runs on EC2 spot."""
+    if backend not in ("batch", "sagemaker") or grace_seconds <= AWS_SPOT_NOTICE_SECONDS:
+        return None
+    return (
+        f"preemption_grace_seconds={grace_seconds:g} is longer than the {AWS_SPOT_NOTICE_SECONDS} s AWS "
+        "leaves between a spot notice and the stop: the job may be stopped before it has saved and pushed "
+        f"its checkpoint; keep it at most {DEFAULT_GRACE_SECONDS:g}"
+    )
 
 
 def launcher_reads(command: object) -> tuple[str, ...]:
@@ -491,6 +504,8 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         if start.checkpoint_reason:
             self.log.info("%s", start.checkpoint_reason)
         self._warn_other_regions(start.plan, allowed=args.allowed_regions)
+        if warning := grace_warning(args.backend, self.preemption_grace_seconds):
+            self.log.warning("%s", warning)
         self._check_zones_priced(start.plan)
         if spec_uri:
             training = self.training_spec(checkpoint_every_seconds=start.plan.checkpoint_every_seconds)
