@@ -79,9 +79,10 @@ def prepared(name: str) -> str:
         "step_sleep": Param(
             0.0,
             type="number",
-            minimum=0,
+            # 0 or more, refused by name when triggered: "minimum" would be clamped by the form unsaid.
+            **{"not": {"exclusiveMaximum": 0}},
             title="Seconds per step",
-            description="Slows every step down (demos of a preemption); 0 in real use.",
+            description="0 or more: slows every step down (demos of a preemption); 0 in real use.",
         ),
         "replay_date": Param(None, type=["null", "string"], format="date", title="Day of 2013 to replay"),
         "data_root": Param(None, type=["null", "string"], title="Data folder"),

@@ -490,7 +490,6 @@ def test_code_error_fails_the_task_with_its_reason_and_records_the_attempt(
         ({"backend": "mainframe"}, "unknown compute backend 'mainframe': use one of local, sagemaker"),
         ({"market": "cheap"}, "market 'cheap' is not one of spot, on_demand"),
         ({"spot_decision": decision("on_demand"), "market": "spot"}, "no spot price is known"),
-        ({"spot_decision": None, "instance_type": None}, "no instance type: pass instance_type"),
         # Billed at its starting price with only a warning after the paid attempt, before.
         (
             {"prices": "lve"},

@@ -188,6 +188,12 @@ class RemotePlanArguments:
         self.backend_options = (
             backend_options if isinstance(backend_options, str) else dict(backend_options or {})
         )
+        if instance_type is None and spot_decision is None and not spot_task_id:
+            # Nothing could name it once rendered: say so as the DAG is parsed, not when the task starts.
+            raise ConfigurationError(
+                f"{type(self).__name__} {self.task_id!r} has no instance type: pass instance_type, or "
+                "spot_task_id (or spot_decision) naming a spot window decision, which has one"
+            )
         self.spot_decision = spot_decision
         self.spot_task_id = spot_task_id
         # Not named instance_type/market/region/usd_per_hour: the cost listener reads those attributes to
