@@ -227,6 +227,12 @@ def test_saving_a_model_does_not_import_pytorch_and_leaves_it_importable() -> No
         "assert 'torch' not in sys.modules, 'saving a model imported PyTorch'\n"
         "import torch\n"
         "assert torch.tensor([1]).item() == 1\n"
+        # skops trusts the same estimators as it would have with the shim imported.
+        "from sklearn.utils import all_estimators\n"
+        "from skops.io._trusted_types import SKLEARN_ESTIMATOR_TYPE_NAMES as trusted\n"
+        "from skops.io._utils import get_type_name\n"
+        "names = {get_type_name(c) for _, c in all_estimators()}\n"
+        "assert set(trusted) == {n for n in names if n.startswith('sklearn.')}, 'estimators went missing'\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -250,7 +250,6 @@ def test_stop_sends_sigterm_and_kills_after_the_grace_period(tmp_path: Path) -> 
         ),
         ({"model_store": None}, r"model_store is None: give where the model versions go"),
         ({"model_store": " "}, r"model_store is ' ': give where the model versions go"),
-        ({"checkpoint_store": ""}, r"checkpoint_store is empty: leave it out for the default"),
         (
             {"spot_decision": None, "instance_type": None},
             r"'train' has no instance type: pass instance_type, or spot_task_id",

@@ -517,6 +517,18 @@ def test_bad_input_fails_before_anything_runs_or_is_written(
     assert ledger.entries() == []
 
 
+def test_prices_sagemaker_never_reads_are_not_checked(tmp_path: Path) -> None:
+    # SageMaker bills its own ml.* prices: a prices file matters there only to pause on the price.
+    op = operator(tmp_path, prices="/nope/prices.json")
+    op.backend = "sagemaker"
+    assert op._checked_prices() == "/nope/prices.json"
+    op.pause_on_price = True
+    with pytest.raises(ConfigurationError, match=r"prices '/nope/prices\.json' is neither 'live'"):
+        op._checked_prices()
+    op.backend, op.pause_on_price, op.prices = "local", False, " live "
+    assert op._checked_prices() == "live"
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

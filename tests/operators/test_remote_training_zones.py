@@ -318,6 +318,32 @@ def test_a_zone_the_price_file_leaves_unpriced_in_a_region_it_prices_is_refused_
 
 
 @pytest.mark.parametrize(
+    ("zones", "first_market"),
+    [
+        (("rack-1", "europe-west1-b"), "spot"),  # Kubernetes node labels: no price file names them
+        (("us-west-2a", "us-west-2z"), "on_demand"),  # no spot attempt to place
+        (("us-east-1a", "us-west-2a"), "spot"),  # a region the file has no prices of: the attempt's price
+    ],
+)
+def test_zones_a_price_file_cannot_judge_are_left_to_the_attempts_price(
+    tmp_path: Path, zones: tuple[str, ...], first_market: str
+) -> None:
+    from costaware.training.plan import Billing, Placement, RemotePlan
+
+    prices = recorded_prices(tmp_path / "prices.json", ["us-west-2a", "us-west-2b"])
+    plan = RemotePlan(
+        backend="kubernetes",
+        instance_type="p3.2xlarge",
+        region="us-west-2",
+        on_demand_usd_per_hour=PRICES["on_demand"],
+        first_market=first_market,
+        billing=Billing(prices=str(prices)),
+        placement=Placement(zones=zones),
+    )
+    operator(tmp_path)._check_zones_priced(plan)  # refuses nothing
+
+
+@pytest.mark.parametrize(
     "value",
     [
         ["us-west-2a", "us-west-2b"],

@@ -327,7 +327,8 @@ class Launcher:
 
         A retired marker found after the job is then the job's own (:func:`costaware_runtime.retire`).
         """
-        (self.checkpoint_dir / contract.RETIRED_MARKER).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a read-only folder holds none this run could have left
+            (self.checkpoint_dir / contract.RETIRED_MARKER).unlink(missing_ok=True)
         try:
             return read_marker(self.checkpoint_dir)
         except ContractError:

@@ -5,7 +5,9 @@ The SDKs are optional: each is imported where it is used, with how to install it
 
 from __future__ import annotations
 
+import importlib.abc
 import sys
+import threading
 import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -33,9 +35,10 @@ def dump_skops(model: Any) -> bytes:
 def load_skops(data: bytes, *, trusted_types: Iterable[str] = DEFAULT_TRUSTED_TYPES) -> Any:
     """Load skops bytes, refusing any type that is neither safe by skops' list nor in ``trusted_types``."""
     allowed = set(trusted_types)
+    with _quiet():
+        sio = _skops_io()  # before the try: an import error is no fault of the file
     try:
         with _quiet():
-            sio = _skops_io()
             untrusted = sio.get_untrusted_types(data=data)
     except Exception as e:
         raise UntrustedModelError(f"model file is not a valid skops file ({type(e).__name__}: {e})") from e
@@ -54,26 +57,41 @@ def load_skops(data: bytes, *, trusted_types: Iterable[str] = DEFAULT_TRUSTED_TY
 _SKLEARN_TORCH_SHIM = "sklearn.externals.array_api_compat.torch"
 
 
+class _HoldBackShim(importlib.abc.MetaPathFinder):
+    """Refuses scikit-learn's PyTorch shim to the thread that imports skops, while in ``sys.meta_path``.
+
+    Other threads import it as usual.
+    """
+
+    def __init__(self) -> None:
+        self.thread = threading.get_ident()
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> None:
+        if fullname == _SKLEARN_TORCH_SHIM and threading.get_ident() == self.thread:
+            raise ModuleNotFoundError(f"{fullname} held back while skops lists estimators", name=fullname)
+        return None
+
+
 def _skops_io() -> Any:
     """``skops.io``, imported without importing PyTorch.
 
     On import, skops lists scikit-learn's estimators (``sklearn.utils.all_estimators``), and the
     ``pkgutil.walk_packages`` under it imports every package it walks, scikit-learn's PyTorch shim too,
     which imports PyTorch where it is installed: 2-3 s of CPU in each process that saves or loads a model,
-    for no estimator. The shim alone is held back for that one import (the walk skips a package that fails
-    to import); afterwards it imports as usual. PyTorch itself is not touched: code that finds ``torch`` in
-    ``sys.modules`` takes it for imported.
+    for no estimator. The shim is held back from that one import, in this thread only (the walk skips a
+    package that fails to import); afterwards it imports as usual. PyTorch itself is not touched: code
+    that finds ``torch`` in ``sys.modules`` takes it for imported.
     """
     if "skops.io" in sys.modules or _SKLEARN_TORCH_SHIM in sys.modules:
         import skops.io
 
         return skops.io
-    sys.modules[_SKLEARN_TORCH_SHIM] = None  # type: ignore[assignment]  # importing it raises ImportError
+    finder = _HoldBackShim()
+    sys.meta_path.insert(0, finder)
     try:
         import skops.io
     finally:
-        if sys.modules.get(_SKLEARN_TORCH_SHIM, "") is None:
-            del sys.modules[_SKLEARN_TORCH_SHIM]
+        sys.meta_path.remove(finder)
     return skops.io
 
 

@@ -510,8 +510,12 @@ class RemoteAttemptSteps(AttemptBilling):
                     event.job.get("reason"),
                     "a next attempt resumes from the newest checkpoint if the cap leaves enough for one"
                     if step.cause_of_previous == "max_usd"
-                    # The launcher's exit 77: its reason says what the next attempt starts from.
+                    # The launcher's exit 77: where its own reason is shown (the local backend) it says what
+                    # the next attempt starts from; a platform's reason does not.
                     else "this attempt committed no checkpoint"
+                    if event.job.get("exit_code") == EXIT_PREEMPTED_BEFORE_CHECKPOINT
+                    and str(event.job.get("reason", "")).startswith("costaware-run:")
+                    else "the next attempt starts from the newest checkpoint there is, or over"
                     if event.job.get("exit_code") == EXIT_PREEMPTED_BEFORE_CHECKPOINT
                     else "the next attempt resumes from the newest checkpoint",
                 )

@@ -17,7 +17,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from costaware.adapters.compute.base import require_usable_locations
 from costaware.adapters.compute.job_contract import DEFAULT_GRACE_SECONDS
 from costaware.core.budgets import Scope
-from costaware.core.errors import ConfigurationError
+from costaware.core.errors import ConfigurationError, CostawareError
 from costaware.core.ledger import utcnow
 from costaware.glue import DEFAULT_AWS_CONN_ID, airflow_errors, run_identity, run_tags
 from costaware.operators.remote_attempts import RemoteAttemptSteps
@@ -415,13 +415,19 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         from costaware.core.zone_choice import region_of
 
         source = plan.billing.prices if plan.billing else (plan.watch.prices if plan.watch else None)
-        if not source or source == LIVE or not plan.placement.zones:
+        if not source or source == LIVE or plan.first_market != "spot" or not plan.placement.zones:
             return
-        history = spot_prices.load_spot_history(source, products=("Linux/UNIX",))
+        try:
+            history = spot_prices.load_spot_history(source, products=("Linux/UNIX",))
+        except CostawareError:
+            return  # as the billing does: said when an attempt is priced, at the attempt's price
         if plan.instance_type not in history.instance_types:
             return
         for zone in plan.placement.zones:
-            priced = history.zones(plan.instance_type, region_of(zone, plan.region))
+            region = region_of(zone, "")
+            if not region:
+                continue  # not an AWS zone name: a Kubernetes node label, which no price file names
+            priced = history.zones(plan.instance_type, region)
             if priced and zone not in priced:
                 raise ConfigurationError(
                     f"availability_zones: {source} has no spot price of {plan.instance_type} in zone "

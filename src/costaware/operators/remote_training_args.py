@@ -256,6 +256,19 @@ class RemotePlanArguments:
             return parse_decision(pulled)
         return parse_decision(self.spot_decision)
 
+    def _checked_prices(self) -> str | None:
+        """The rendered ``prices``, checked now where something reads them.
+
+        A file that is not there would only show in a warning after a paid attempt. SageMaker bills its own
+        prices and reads these only to pause.
+        """
+        prices = blank(self.prices)
+        if prices is None:
+            return None
+        if str(self.backend) == "sagemaker" and not as_bool(self.pause_on_price, "pause_on_price"):
+            return str(prices)
+        return check_prices(prices)
+
     def _plan_arguments(self) -> PlanArguments:
         """The rendered arguments as one value (call after Airflow rendered the templates)."""
         from costaware.training.plan import PlanArguments
@@ -278,8 +291,7 @@ class RemotePlanArguments:
             checkpoint_every_seconds=self.checkpoint_every_seconds,
             aws_conn_id=self.aws_conn_id,
             pause_on_price=as_bool(self.pause_on_price, "pause_on_price"),
-            # Checked now: a file that is not there would only show in a warning after a paid attempt.
-            prices=check_prices(self.prices) if blank(self.prices) is not None else None,
+            prices=self._checked_prices(),
             availability=self.availability,
             expected_runtime_hours=self.expected_runtime_hours,
             priority=self.priority,

@@ -85,12 +85,6 @@ class BuiltInTrainingArguments:
                 f"{owner}: model_store is {model_store!r}: give where the model versions go (an absolute "
                 "folder, file:///... or s3://...)"
             )
-        if isinstance(checkpoint_store, str) and not checkpoint_store.strip():
-            # A blank written out is more likely a param left empty than a choice of the default.
-            raise ConfigurationError(
-                f"{owner}: checkpoint_store is empty: leave it out for the default (under "
-                "$AIRFLOW_HOME/costaware/checkpoints), or give a location"
-            )
         if check:
             check_training_arguments(
                 label_column=label_column,

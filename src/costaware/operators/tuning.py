@@ -102,7 +102,7 @@ class TuningStudyCreateOperator(_StudyOperator):
         direction: ``maximize`` or ``minimize``.
         pruner: ``successive_halving`` (at the rungs), ``hyperband`` (Optuna's) or ``none``.
         sampler: ``tpe`` or ``random``.
-        seed: Seed of the sampler (each slot adds its number).
+        seed: Seed of the sampler (each slot's seed is drawn from it, the slot and the task instance).
         scope: Ledger tags the trials are charged to, e.g. ``{"project": "churn"}`` (templated).
         instance_type: Instance the trials run on, for the estimate and the ledger (templated).
         region: Region of that instance (templated).

@@ -221,7 +221,7 @@ class SpotWindowSensor(BaseSensorOperator):
         """Everything the decision needs, as JSON primitives (they also become the trigger's kwargs)."""
         if self.availability_zone not in (None, "", "None"):
             check_aws_zone(str(self.availability_zone))  # rendered: checked before any decision uses it
-        check_prices(self.prices or LIVE)  # a run that decides at once never reads the file
+        self.prices = check_prices(self.prices or LIVE)  # a run that decides at once never reads the file
         runtime = parse_decimal(self.expected_runtime_hours, name="expected_runtime_hours", positive=True)
         deadline_value = (
             self.deadline if self.deadline not in (None, "", "None") else context.get("data_interval_end")

@@ -56,7 +56,7 @@ def make_sampler(spec: StudySpec, slot: int, holder: str = "") -> optuna.sampler
     Two DAG runs that plan the same study at once number their slots alike, but their task instances
     (``holder``) differ. The same study, slot and holder give the same seed (a retry's).
     """
-    seed = spec.seed * 1_000_003 + slot
+    seed = (spec.seed * 1_000_003 + slot) & 0xFFFF_FFFF  # numpy takes 0 <= seed < 2**32
     if holder:
         digest = hashlib.sha256(f"{spec.seed}/{slot}/{holder}".encode()).digest()
         seed = int.from_bytes(digest[:4], "big")
