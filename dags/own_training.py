@@ -30,7 +30,7 @@ from airflow.sdk import Param, dag, get_current_context, task
 
 from costaware.operators.promote import ModelPromoteOperator
 from costaware.operators.remote_training import RemoteTrainingOperator
-from costaware.params import remote_backend_params, tag_param
+from costaware.params import remote_backend_params, seconds_param, tag_param
 from costaware.sensors.spend_cap import SpendCapSensor
 from costaware.sensors.spot_window import SpotWindowSensor
 
@@ -76,13 +76,10 @@ def prepared(name: str) -> str:
         ),
         **remote_backend_params("script"),
         "script": Param(str(SCRIPT), type="string", title="Training script"),
-        "step_sleep": Param(
+        "step_sleep": seconds_param(
             0.0,
-            type="number",
-            # 0 or more, refused by name when triggered: "minimum" would be clamped by the form unsaid.
-            **{"not": {"exclusiveMaximum": 0}},
             title="Seconds per step",
-            description="0 or more: slows every step down (demos of a preemption); 0 in real use.",
+            description="slows every step down (demos of a preemption); 0 in real use.",
         ),
         "replay_date": Param(None, type=["null", "string"], format="date", title="Day of 2013 to replay"),
         "data_root": Param(None, type=["null", "string"], title="Data folder"),

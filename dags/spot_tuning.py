@@ -49,7 +49,13 @@ from airflow.sdk import Param, dag, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from costaware.operators.remote_training import RemoteTrainingOperator
-from costaware.params import bounded_param, remote_backend_params, spot_tuning_params, tag_param
+from costaware.params import (
+    bounded_param,
+    remote_backend_params,
+    seconds_param,
+    spot_tuning_params,
+    tag_param,
+)
 from costaware.sensors.spot_window import SpotWindowSensor
 
 DAG_ID = "spot_tuning"
@@ -235,18 +241,18 @@ def trial_kwargs(
             description="A trial's on-demand price; empty: the bundled list. Required for a SageMaker "
             "ml.* type.",
         ),
-        "seed": Param(13, type="integer", title="Seed", description="Seeds the sampler and the trials."),
+        "seed": bounded_param(
+            13, title="Seed", description="Seeds the sampler and the trials (0 or more).", low=-1
+        ),
         **remote_backend_params("trial"),
         "script": Param(str(SCRIPT), type="string", title="Trial script"),
         "train_days": bounded_param(
             28, title="Days of training data", description="Days up to the replayed one: 1-365.", high=366
         ),
-        "step_sleep": Param(
+        "step_sleep": seconds_param(
             0.0,
-            type="number",
-            exclusiveMinimum=-1,
             title="Seconds per step",
-            description="Slows every step down (demos of a preemption); 0 in real use.",
+            description="slows every step down (demos of a preemption); 0 in real use.",
         ),
         "poll_seconds": bounded_param(
             5.0, title="Poll every (seconds)", description="How often a trial's job is looked at.", high=3601

@@ -79,6 +79,23 @@ def bounded_param(
     )
 
 
+def seconds_param(default: float, *, title: str, description: str) -> Any:
+    """An Airflow ``Param`` for seconds, 0 or more, refused by name below 0 when the run is triggered.
+
+    ``minimum`` would be clamped by the form without a word (see :func:`bounded_param`), and no exclusive
+    bound lets 0 in and keeps every negative out; ``not`` below 0 does.
+    """
+    from airflow.sdk import Param
+
+    return Param(
+        default,
+        type="number",
+        title=title,
+        description=f"0 or more: {description}",
+        **{"not": {"exclusiveMaximum": 0}},  # type: ignore[arg-type]  # a JSON-schema keyword
+    )
+
+
 def remote_backend_params(what: str = "script") -> dict[str, Any]:
     """The trigger form's fields of where a team's command runs.
 

@@ -298,6 +298,10 @@ def test_summary_fails_trials_of_this_run_left_running(env: Ledger) -> None:
         ({"seed": "abc"}, "seed must be a whole number, got 'abc'"),
         # The study was written, and then its budget refused: nothing is written now.
         ({"scope": {"project": "flight delays, q1"}}, "has value 'flight delays, q1': it must be"),
+        # A trial's own tag took its entries out of the budget's scope: the cap never bound.
+        ({"scope": {"project": "p", "trial_state": "x"}}, "scope names 'trial_state', which the study's own"),
+        # Airflow failed the plan's XCom of 1,100 slots after the study and its budget were made.
+        ({"max_trials": "1100"}, r"max_trials=1100 is more trial slots than Airflow maps .*=1024"),
     ],
 )
 def test_bad_study_settings_fail_without_writing(env: Ledger, kwargs: dict, message: str) -> None:  # type: ignore[type-arg]
@@ -326,6 +330,8 @@ def test_bad_study_settings_fail_without_writing(env: Ledger, kwargs: dict, mess
         ({"min_resource": 20}, "need 1 <= min_resource <= max_resource"),
         ({"scope": "project"}, "scope must be a mapping or a JSON object"),
         ({"scope": {"project": "flight delays, q1"}}, "has value 'flight delays, q1': it must be"),
+        ({"scope": {"study": "mine"}}, "scope names 'study', which the study's own ledger entries use"),
+        ({"max_trials": 1025}, r"max_trials=1025 is more trial slots than Airflow maps from one task"),
     ],
 )
 def test_settings_that_are_not_templated_fail_when_the_dag_is_parsed(

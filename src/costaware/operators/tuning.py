@@ -73,6 +73,25 @@ class _StudyOperator(BaseOperator):
         return self.storage_url or self.hook.get_url()
 
 
+def check_map_length(max_trials: Any) -> None:
+    """Refuse more trials than Airflow maps from one task (``[core] max_map_length``), naming both.
+
+    The plan returns one slot per trial to map over; past the limit Airflow fails it only after the study
+    and its budget were made.
+    """
+    from airflow.sdk import conf
+
+    from costaware.training.study_arguments import parse_int
+
+    limit = conf.getint("core", "max_map_length", fallback=1024)
+    trials = parse_int(max_trials, "max_trials")
+    if trials > limit:
+        raise ConfigurationError(
+            f"max_trials={trials} is more trial slots than Airflow maps from one task ([core] "
+            f"max_map_length={limit}): lower max_trials, or raise max_map_length"
+        )
+
+
 class TuningStudyCreateOperator(_StudyOperator):
     """Creates (or reopens) a budget-capped study in the RDB storage and sets its budget in the ledger.
 
@@ -198,12 +217,15 @@ class TuningStudyCreateOperator(_StudyOperator):
         self.slack_seconds = slack_seconds
         # A written-out space, rung range, cap or scope that is wrong fails now, not when the plan task runs.
         StudyArguments.of(self).check_written(is_written_out)
+        if is_written_out(max_trials):
+            check_map_length(max_trials)
 
     def execute(self, context: Context) -> list[int]:
         from costaware.training.tuning import create_study
 
         with airflow_errors():
             spec = self.spec()
+            check_map_length(spec.caps.max_trials)  # before the study and its budget exist
             plan = create_study(self.study_storage(), self.hook.get_conn(), spec)
         self.log.info(
             "study %s: %d slot(s) (%d trial(s) already started), rungs %s, cap $%s on %s %s at $%s/h",

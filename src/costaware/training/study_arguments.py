@@ -78,8 +78,11 @@ class StudyArguments:
             from costaware.core.budgets import Scope
 
             # A value with a comma or '=' cannot be a budget scope: said now, not after the study exists.
+            from costaware.core.tuning.study import check_study_scope
+
             scope = parse_mapping(self.scope, "scope")
             Scope.of({str(k): str(v) for k, v in scope.items()})
+            check_study_scope({str(k): str(v) for k, v in scope.items()})
 
     def _schedule(self) -> RungSchedule:
         """The rungs from ``min_resource``, ``max_resource``, ``reduction_factor`` and ``max_rungs``."""

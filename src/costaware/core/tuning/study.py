@@ -19,6 +19,22 @@ PRUNERS = ("successive_halving", "hyperband", "none")
 SAMPLERS = ("tpe", "random")
 
 
+#: Tags a study's ledger entries carry of their own: a ``scope`` may not name them (``study`` would be
+#: dropped for the study's name, and a trial's ``trial_state`` or ``fidelity`` would take its entries out of
+#: the budget scope, so the cap would never bind).
+RESERVED_SCOPE_KEYS = ("study", "trial_state", "fidelity")
+
+
+def check_study_scope(scope: Mapping[str, str]) -> None:
+    """Refuse a scope key that the study's own entries use (named, with why)."""
+    taken = [key for key in scope if key in RESERVED_SCOPE_KEYS]
+    if taken:
+        raise ConfigurationError(
+            f"scope names {', '.join(map(repr, taken))}, which the study's own ledger entries use "
+            f"({', '.join(RESERVED_SCOPE_KEYS)}): name the study with study_name and choose other tag names"
+        )
+
+
 def check_study_choices(*, direction: str, pruner: str, sampler: str) -> None:
     """Refuse a direction, pruner or sampler that is not one of the known names (named, with the choices)."""
     for name, value, choices in (
@@ -59,6 +75,7 @@ class StudySpec:
 
     def __post_init__(self) -> None:
         check_study_choices(direction=self.direction, pruner=self.pruner, sampler=self.sampler)
+        check_study_scope(self.scope)
         if not self.study_name or any(c in self.study_name for c in ",="):
             raise ConfigurationError(
                 f"study_name {self.study_name!r} must be non-empty, without ',' or '=' (it is a ledger tag)"
