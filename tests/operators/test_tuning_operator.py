@@ -222,22 +222,42 @@ def test_trainer_errors_fail_the_trial_and_are_retried_by_airflow(env: Ledger) -
     assert env.open_reservations() == []
 
 
-@pytest.mark.parametrize(("trial_states", "fails"), [(["failed", "failed"], True), (["skipped"], False)])
+@pytest.mark.parametrize(
+    ("trial_states", "message"),
+    [
+        # A trainer that cannot import fails every trial task before it asks Optuna for a trial: without this
+        # the run would end green, the summary saying only "no trial ran".
+        (["failed", "failed"], r"no trial finished and 2 trial task\(s\) failed"),
+        # Every slot skipped by a stop rule before any trial (a budget too small for one): nothing to show.
+        (["skipped"], r"no trial ran, and the study has none to show: no stop rule fired"),
+        (["success", "skipped"], None),  # the summary stands (here with nothing that finished)
+    ],
+)
 def test_a_study_whose_trial_tasks_all_failed_fails_its_summary(
-    env: Ledger, trial_states: list[str], fails: bool
+    env: Ledger, trial_states: list[str], message: str | None
 ) -> None:
-    # A trainer that cannot import fails every trial task before it asks Optuna for a trial: without this
-    # the run would end green, the summary saying only "no trial ran".
     plan = _plan()
     plan.execute({"ti": _ti(plan)})
     summary_op = TuningStudySummarizeOperator(task_id="summarize", study_name="s1", trial_task_id="trial")
     ti = _ti(summary_op)
     ti.get_task_states = lambda **_: {RUN_ID: {f"trial_{i}": s for i, s in enumerate(trial_states)}}
-    if fails:
-        with pytest.raises(AirflowFailException, match=r"no trial finished and 2 trial task\(s\) failed"):
+    if message:
+        with pytest.raises(AirflowFailException, match=message):
             summary_op.execute({"ti": ti})
-    else:  # skipped by a stop rule (the budget): the summary stands
+    else:
         assert summary_op.execute({"ti": ti})["best"] is None
+
+
+def test_a_run_whose_plan_failed_fails_its_summary_even_when_earlier_runs_left_a_best(env: Ledger) -> None:
+    # A study name used again: its earlier runs' summary made a run whose plan failed end green.
+    plan = _plan()
+    plan.execute({"ti": _ti(plan)})
+    _run_slot(0)
+    summary_op = TuningStudySummarizeOperator(task_id="summarize", study_name="s1", trial_task_id="trial")
+    ti = _ti(summary_op)
+    ti.get_task_states = lambda **_: {RUN_ID: {"trial": "upstream_failed"}}
+    with pytest.raises(AirflowFailException, match="the plan task failed, so this run ran no trial"):
+        summary_op.execute({"ti": ti})
 
 
 def test_a_killed_trial_is_resumed_by_its_retry_or_failed_when_its_lease_expires(env: Ledger) -> None:

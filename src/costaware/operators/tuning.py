@@ -406,12 +406,25 @@ class TuningStudySummarizeOperator(_StudyOperator):
                 row["value"],
                 row["decision"],
             )
-        failed = self._failed_trial_tasks(ti) if best is None else 0
+        states = self._trial_task_states(ti)
+        if states and all(state == "upstream_failed" for state in states):
+            # The plan failed: a study of a name used before would otherwise end green with its old summary.
+            raise AirflowFailException(
+                f"study {summary['study_name']}: the plan task failed, so this run ran no trial: see its log "
+                "(the summary above is the study as earlier runs left it)"
+            )
+        failed = sum(1 for state in states if state in ("failed", "upstream_failed")) if best is None else 0
         if failed:
             # Otherwise the run ends green with nothing to show (a trainer that cannot import, say).
             raise AirflowFailException(
                 f"study {summary['study_name']}: no trial finished and {failed} trial task(s) failed: see "
                 f"their logs ({self.trial_task_id}); they spent ${summary['spent_usd']}"
+            )
+        if best is None and states and all(state == "skipped" for state in states):
+            # Every slot found the study stopped before any trial (a budget too small for one, say).
+            raise AirflowFailException(
+                f"study {summary['study_name']}: no trial ran, and the study has none to show: "
+                f"{self._stop_text(summary, ran)}"
             )
         return summary
 
@@ -426,16 +439,14 @@ class TuningStudySummarizeOperator(_StudyOperator):
             return f"max_trials reached ({ran} of {summary['max_trials']} trials ran)"
         return "no stop rule fired"
 
-    def _failed_trial_tasks(self, ti: Any) -> int:
-        """How many of this run's trial tasks failed (0 where Airflow cannot say: a test's stand-in)."""
+    def _trial_task_states(self, ti: Any) -> list[str]:
+        """The states of this run's trial tasks (none where Airflow cannot say: a test's stand-in)."""
         try:
             states = ti.get_task_states(dag_id=ti.dag_id, task_ids=[self.trial_task_id], run_ids=[ti.run_id])
         except Exception:  # a check for people: without it the summary still stands
-            return 0
+            return []
         found = dict(states or {}).get(ti.run_id) or {}
-        return sum(
-            1 for state in found.values() if getattr(state, "value", state) in ("failed", "upstream_failed")
-        )
+        return [str(getattr(state, "value", state)) for state in found.values()]
 
 
 def budgeted_tuning(

@@ -220,7 +220,7 @@ def _reserve_trial(
             message = message.replace(
                 RAISE_THE_CAP,
                 f"the study's budget is its max_usd ({format_usd(spec.caps.max_usd)}): raise max_usd and run "
-                "the DAG again, and the study goes on",
+                "the DAG again (a run with the same study_name goes on with this study)",
             )
         return _stop(s.study, StopReason.BUDGET, message)
     s.reserved_at = s.meter()
