@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
+import pytest
+
 from costaware import Ledger
+from costaware.core.errors import ConfigurationError
 from costaware.core.tuning import RungSchedule, StudySpec, TuningCaps, parse_search_space
 from costaware.training.tuning import EntryOwner, create_study, run_trial, summarize_study
 
@@ -188,3 +192,21 @@ def test_two_runs_planned_at_once_number_their_slots_alike_but_propose_different
 
     first = proposal("r1", "twice/r1/trial/0")
     assert proposal("r2", "twice/r2/trial/0") != first
+
+
+def test_a_study_name_used_again_for_another_question_is_refused_before_anything_is_written(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # Optuna kept the first direction while the summary took the new one: both spaces' trials ranked together.
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    first = study_spec("again", max_usd="10.00", max_trials=3)
+    create_study(url, ledger, first)
+    create_study(url, ledger, replace(first, caps=TuningCaps.create(max_usd=Decimal("20"), max_trials=5)))
+    other_space = parse_search_space({"y": {"type": "int", "low": 1, "high": 9}})
+    for changed, message in [
+        (replace(first, direction="minimize"), "exists with direction maximize \\(now minimize\\)"),
+        (replace(first, search_space=other_space), "exists with search space .*'x'.* \\(now .*'y'"),
+    ]:
+        with pytest.raises(ConfigurationError, match=message):
+            create_study(url, ledger, changed)
+    (budget,) = ledger.budgets()
+    assert budget.cap_usd == Decimal("20")  # the refused runs changed nothing

@@ -47,6 +47,7 @@ def create_study(storage_url: str, ledger: Ledger, spec: StudySpec) -> dict[str,
     """
     budget_scope = spec.budget_scope  # a scope no budget can have fails before the study is written
     storage = open_storage(storage_url)
+    _check_same_question(storage, spec)
     study = optuna.create_study(
         study_name=spec.study_name,
         storage=storage,
@@ -94,6 +95,37 @@ def create_study(storage_url: str, ledger: Ledger, spec: StudySpec) -> dict[str,
         "rungs": list(spec.schedule.rungs),
         "max_usd": str(spec.caps.max_usd),
     }
+
+
+def _check_same_question(storage: optuna.storages.BaseStorage, spec: StudySpec) -> None:
+    """Refuse to continue a study of this name that asks another question: its direction or search space.
+
+    Its trials would be ranked together with the new ones (Optuna keeps the first direction, the summary
+    would take the new one). The caps, rungs and prices may change from run to run.
+
+    Raises:
+        ConfigurationError: naming what differs, and what to do.
+    """
+    try:
+        study_id = storage.get_study_id_from_name(spec.study_name)
+    except KeyError:
+        return  # a new study
+    raw = storage.get_study_user_attrs(study_id).get(SPEC_ATTR)
+    if raw is None:
+        return  # not one of ours: load_study says so where it matters
+    stored = StudySpec.from_json(raw)
+    differs = []
+    if stored.direction != spec.direction:
+        differs.append(f"direction {stored.direction} (now {spec.direction})")
+    before = {p.name: p.to_json() for p in stored.search_space}
+    now = {p.name: p.to_json() for p in spec.search_space}
+    if before != now:
+        differs.append(f"search space {before} (now {now})")
+    if differs:
+        raise ConfigurationError(
+            f"study {spec.study_name!r} exists with {' and '.join(differs)}: its trials would be ranked "
+            "with these; give a new study_name (e.g. with {{ run_id }} in it), or the study's own settings"
+        )
 
 
 def load_study(
