@@ -210,3 +210,32 @@ def test_a_study_name_used_again_for_another_question_is_refused_before_anything
             create_study(url, ledger, changed)
     (budget,) = ledger.budgets()
     assert budget.cap_usd == Decimal("20")  # the refused runs changed nothing
+
+
+def test_a_trial_cut_by_the_study_s_wall_clock_says_so_not_that_its_money_ran_out(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = study_spec("walled", max_usd="100.00", max_trials=1, fallback_trial_seconds=30.0, pruner="none")
+    spec = replace(spec, caps=TuningCaps.create(max_usd=Decimal("100"), max_trials=1, max_wall_seconds=2))
+    create_study(url, ledger, spec)
+    meter = SteppedMeter()
+
+    class SlowTrainer(InstantTrainer):
+        def advance(self, resource: int) -> float:
+            meter.now += 1.5 * resource  # 1.5 s a unit: rung 2 would end past the study's 2 s
+            return super().advance(resource)
+
+    result = run_trial(
+        storage_url=url,
+        ledger=ledger,
+        study_name=spec.study_name,
+        trainer=SlowTrainer,
+        holder="walled-slot",
+        slot=0,
+        settle_as=EntryOwner(dag_id="walled", run_id="r1", map_index=0),
+        meter=meter,
+    )
+    assert result.trial is not None and result.trial.state == "cut"
+    assert result.trial.decision.startswith(
+        "cut before 2: the study's max_wall_seconds (2 s) leaves this trial"
+    )

@@ -267,6 +267,7 @@ def _train_rungs(
     reserved = seconds_for_usd(reservation.usd, spec.usd_per_hour)
     limit = reserved - min(TAIL_SECONDS, spec.slack_seconds)
     wall_left = wall_clock_left(spec.caps, s.started_at, utcnow())
+    by_wall_clock = wall_left is not None and (meter() - started) + wall_left < limit
     if wall_left is not None:
         limit = min(limit, (meter() - started) + wall_left)
     previous = 0
@@ -282,7 +283,12 @@ def _train_rungs(
         if (meter() - started) + needed > limit:
             t.state = TrialState.CUT
             t.decision = (
-                f"cut before {rung}: its reservation of {format_usd(reservation.usd)} buys "
+                # The study's wall clock, not the money, decided: say which.
+                f"cut before {rung}: the study's max_wall_seconds ({spec.caps.max_wall_seconds:g} s) "
+                f"leaves this trial {limit:.1f} s, {meter() - started:.1f} s are used and the next rung "
+                f"needs about {needed:.1f} s"
+                if by_wall_clock
+                else f"cut before {rung}: its reservation of {format_usd(reservation.usd)} buys "
                 f"{reserved:.1f} s, {meter() - started:.1f} s "
                 "are used and the next rung "
                 f"needs about {needed:.1f} s"
