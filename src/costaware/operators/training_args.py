@@ -85,6 +85,13 @@ class BuiltInTrainingArguments:
                 f"{owner}: model_store is {model_store!r}: give where the model versions go (an absolute "
                 "folder, file:///... or s3://...)"
             )
+        if isinstance(feature_columns, str) and not is_template(feature_columns):
+            # It was read letter by letter: "columns ['d', 'i', 's', ...] are not in the data".
+            names = [name.strip() for name in feature_columns.split(",")]
+            raise ConfigurationError(
+                f"{owner}: feature_columns must be a list of column names, got the string "
+                f"{feature_columns!r}: write {names!r}"
+            )
         if check:
             check_training_arguments(
                 label_column=label_column,

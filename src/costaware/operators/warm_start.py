@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
+from costaware.core.ledger import Market
 from costaware.glue import (
     DEFAULT_AWS_CONN_ID,
     DEFAULT_LEDGER_CONN_ID,
@@ -14,7 +15,9 @@ from costaware.glue import (
     run_identity,
     storage_options,
 )
+from costaware.operators.templating import is_literal
 from costaware.operators.training_args import TRAINING_TEMPLATE_FIELDS, BuiltInTrainingArguments
+from costaware.training.plan import blank
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -136,6 +139,8 @@ class WarmStartRetrainOperator(BuiltInTrainingArguments, BaseOperator):
         # this task's runtime on it. None: the worker defaults.
         self.instance_type = instance_type
         self.region = region
+        if blank(market) is not None and is_literal(market):
+            Market.parse(str(market))  # a typo was priced at the worker's market, with only a logged error
         self.market = market
         self.drift_columns = None if drift_columns is None else list(drift_columns)
         self.usd_per_hour = usd_per_hour
@@ -152,6 +157,8 @@ class WarmStartRetrainOperator(BuiltInTrainingArguments, BaseOperator):
 
         facts = run_identity(context, self.task_id)
         with airflow_errors():
+            if blank(self.market) is not None:
+                Market.parse(str(self.market))  # rendered: checked before the training is paid for
             spec = self.training_spec()
             job = spec.retrain_job(
                 checkpoint_key=checkpoint_key(
