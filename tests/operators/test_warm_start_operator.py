@@ -193,6 +193,10 @@ def test_bad_configuration_fails_without_retry_and_writes_nothing(
         ({"policy": "always-full", "policy_params": {"max_warm_steps": 3}}, "it takes no options"),
         # Priced at the worker's market with a logged error, and the run ended green.
         ({"market": "spto"}, "unknown market 'spto': use one of"),
+        (
+            {"label_threshold": "abc"},
+            r"label_threshold must be a number \(a label above it counts as 1\), got 'abc'",
+        ),
         # Read letter by letter before.
         ({"feature_columns": "x1, x2"}, r"feature_columns must be a list of column names, .*\['x1', 'x2'\]"),
     ],

@@ -7,6 +7,7 @@ into one :class:`~costaware.training.spec.TrainingSpec`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -92,6 +93,8 @@ class BuiltInTrainingArguments:
                 f"{owner}: feature_columns must be a list of column names, got the string "
                 f"{feature_columns!r}: write {names!r}"
             )
+        if not is_template(label_threshold):
+            parse_label_threshold(label_threshold)  # a typo fails here, not as a traceback in the training
         if check:
             check_training_arguments(
                 label_column=label_column,
@@ -152,7 +155,7 @@ class BuiltInTrainingArguments:
             model_store=str(self.model_store or ""),
             checkpoint_store=self.checkpoint_root(),
             new_data_path=blank(self.new_data_path),
-            label_threshold=self.label_threshold,
+            label_threshold=parse_label_threshold(self.label_threshold),
             trainer=self.trainer,
             trainer_params=native_rendered(self._trainer_params_written, self.trainer_params),
             policy=self.policy,
@@ -166,6 +169,25 @@ class BuiltInTrainingArguments:
             checkpoint_every_steps=self.checkpoint_every_steps,
             seed=self.seed,
         )
+
+
+def parse_label_threshold(value: Any) -> float | None:
+    """``label_threshold`` as a number (a rendered template may be text); None when not given.
+
+    Raises:
+        ConfigurationError: not a finite number, naming the value.
+    """
+    if blank(value) is None:
+        return None
+    try:
+        number = float(str(value).strip()) if not isinstance(value, bool) else math.nan
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number):
+        raise ConfigurationError(
+            f"label_threshold must be a number (a label above it counts as 1), got {value!r}"
+        )
+    return number
 
 
 def check_choices(
