@@ -58,3 +58,24 @@ def test_stored_names_old_and_new_resolve_to_the_same_trainer_silently() -> None
     assert isinstance(old, SGDTrainer)
     assert same_trainer("pkg.mod.MyTrainer", "pkg.mod:MyTrainer")
     assert not same_trainer("pkg.mod.MyTrainer", "pkg.mod:OtherTrainer")
+
+
+class HalfTrainer:
+    """Has all but ``save`` and ``load``."""
+
+    name, model_format = "half", "skops"
+
+    def init_model(self, data: object, *, champion: object = None) -> None: ...
+    def n_steps(self, data: object, *, warm: bool) -> int: ...
+    def fit_step(self, model: object, data: object, *, step: int) -> None: ...
+    def predict(self, model: object, features: object) -> None: ...
+
+
+def test_a_trainer_missing_members_is_told_which() -> None:
+    # The message listed all eight members, the present ones too.
+    with pytest.raises(ConfigurationError, match=r":HalfTrainer lacks save, load of the Trainer protocol's"):
+        resolve_trainer(f"{__name__}:HalfTrainer")
+    with pytest.raises(
+        ConfigurationError, match=r"lacks save, load of the Trainer protocol's members \(name, "
+    ):
+        resolve_trainer(HalfTrainer())  # type: ignore[arg-type]

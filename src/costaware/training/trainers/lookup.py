@@ -25,7 +25,7 @@ def resolve_trainer(trainer: str | Trainer, params: Mapping[str, Any] | None = N
         if params:
             raise ConfigurationError("trainer_params only apply when the trainer is given by name")
         if not isinstance(trainer, Trainer):
-            raise ConfigurationError(f"trainer {trainer!r} lacks the Trainer protocol's members")
+            raise ConfigurationError(f"trainer {trainer!r} lacks {_missing_members(trainer)}")
         return trainer
     path = check_trainer_choice(trainer, params)
     cls = import_object(path, what="trainer")
@@ -34,12 +34,15 @@ def resolve_trainer(trainer: str | Trainer, params: Mapping[str, Any] | None = N
     except TypeError as e:
         raise ConfigurationError(f"trainer {trainer!r} does not take these trainer_params: {e}") from e
     if not isinstance(built, Trainer):
-        raise ConfigurationError(
-            f"{path} lacks the Trainer protocol's members (name, model_format, init_model, n_steps, "
-            f"fit_step, "
-            f"save, load, predict)"
-        )
+        raise ConfigurationError(f"{path} lacks {_missing_members(built)}")
     return built
+
+
+def _missing_members(candidate: object) -> str:
+    """Which of the Trainer protocol's members ``candidate`` lacks, and all of them, for the message."""
+    members = ("name", "model_format", "init_model", "n_steps", "fit_step", "save", "load", "predict")
+    missing = [m for m in members if not hasattr(candidate, m)]
+    return f"{', '.join(missing) or 'none'} of the Trainer protocol's members ({', '.join(members)})"
 
 
 def check_trainer_choice(trainer: str, params: Mapping[str, Any] | None = None) -> str:
