@@ -639,6 +639,8 @@ def test_a_failed_scoring_command_fails_the_task_and_promotes_nothing(
         ({"metric": "rmse", "higher_is_better": True}, "metric 'rmse' is better when lower"),
         ({"candidate_metrics": "[3.1]"}, "candidate_metrics must be a dict of named numbers"),
         ({"holdout_path": None}, "scoring on a holdout needs holdout_path and label_column"),
+        ({"margin": -0.1}, "margin must be a finite number >= 0, got -0.1"),
+        ({"margin": "abc"}, "margin must be a number >= 0, got 'abc'"),
     ],
 )
 def test_bad_arguments_fail_when_the_dag_is_parsed(kwargs: dict[str, Any], message: str) -> None:

@@ -240,3 +240,11 @@ def test_native_boosters_warm_start_and_round_trip(tmp_path: Path, trainer: str)
         assert model.booster.num_boosted_rounds() == 30
     if trainer == "lightgbm":
         assert model.booster.current_iteration() == 30
+
+
+def test_a_misspelt_drift_column_is_named_among_the_feature_columns(tmp_path: Path) -> None:
+    # The profile's message listed the data's columns with an internal '__label__' among them.
+    _day(tmp_path / "landing", 1)
+    op = _operator(tmp_path, 1, drift_columns=["x9"])
+    with pytest.raises(AirflowFailException, match=r"drift_columns \['x9'\] are not feature columns of this"):
+        op.execute(_context("r1"))

@@ -14,6 +14,7 @@ from costaware.core.promotion import (
     metric_source,
     parse_command,
     parse_metrics,
+    validate_margin,
     validate_timeout,
 )
 from costaware.glue import (
@@ -134,6 +135,8 @@ class ModelPromoteOperator(BaseOperator):
             parse_command(scoring_command)
         if candidate_metrics is not None and not is_template(candidate_metrics):
             parse_metrics(candidate_metrics, "candidate_metrics")
+        if not is_template(margin):
+            validate_margin(margin)  # it was checked only after the training had been paid for
         self.scoring_timeout_seconds = validate_timeout(scoring_timeout_seconds)
         self.ledger_conn_id = ledger_conn_id
         self.model_store = model_store

@@ -105,6 +105,13 @@ def run_retrain(
     name = trainer_path(trainer)
     features = list(job.feature_columns)
     drift_columns = list(job.drift_columns) if job.drift_columns is not None else features
+    unknown = [c for c in drift_columns if c not in features]
+    if unknown:
+        # Checked here, by the names the user knows: the profile's own message listed an internal column.
+        raise ConfigurationError(
+            f"drift_columns {unknown} are not feature columns of this training ({', '.join(features)}): "
+            "fix the names"
+        )
     store = ModelStore.open(job.model_store, **opts)
     columns = [*features, job.label_column]
 
