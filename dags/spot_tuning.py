@@ -170,7 +170,7 @@ def check_params(params: Any) -> None:
     from costaware.core.errors import CostawareError
 
     count = (params.get("backend_options") or {}).get("instance_count", 1)
-    if count != 1:
+    if str(count).strip() != "1":  # "1" from a form is one instance too
         raise AirflowFailException(
             f"backend_options instance_count={count!r}: this plan prices and caps one instance a trial; "
             "leave instance_count out (a trial of several instances needs a plan priced for them)"
@@ -322,7 +322,7 @@ def spot_tuning() -> None:
         print(
             f"study {run_id}: {study.describe(config)}; {on} at ${usd_per_hour:.4f}/hour, {prices.gpus} GPU"
         )
-        if not params.get("prices"):
+        if not params.get("prices") and instance_type != STAND_IN_TYPE:
             # The window priced its decision (and its ledger estimate) on the stand-in's history: say so,
             # or a reader of the run sees two prices and cannot tell which the trials pay.
             print(

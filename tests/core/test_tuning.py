@@ -129,7 +129,10 @@ def test_search_space_parses_all_kinds() -> None:
         ({"lr": {"type": "float", "low": 0, "high": 1, "step": -1}}, "has step -1.0"),
         # Typos that were taken without a word, or failed only once money was reserved:
         ({"n": {"type": "int", "low": 1, "high": 10, "step": 0.5}}, "'n' needs a whole step, got 0.5"),
-        ({"lr": {"type": "float", "low": 0.1, "high": 1, "log": "false"}}, "has log 'false': write true or"),
+        (
+            {"lr": {"type": "float", "low": 0.1, "high": 1, "log": "false"}},
+            "has log 'false', a str: write the JSON value true or",
+        ),
         ({"lr": {"type": "float", "low": 0.1, "high": 1, "lgo": True}}, r"unknown key\(s\) 'lgo' \(did you"),
         ({"c": {"type": "categorical", "choices": "abc"}}, "needs 'choices' as a list, got 'abc'"),
         ({"lr": {"type": "float", "low": 0, "high": 1, "step": "x"}}, "has step 'x': a step is a number"),

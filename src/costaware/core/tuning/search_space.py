@@ -95,7 +95,10 @@ def parse_search_space(space: Mapping[str, Mapping[str, Any]]) -> tuple[ParamSpe
             ) from e
         log = raw.get("log", False)
         if not isinstance(log, bool):  # "false" as text read as true
-            raise ConfigurationError(f"parameter {name!r} has log {log!r}: write true or false, not text")
+            raise ConfigurationError(
+                f"parameter {name!r} has log {log!r}, a {type(log).__name__}: write the JSON value true or "
+                "false (Python True or False), without quotes"
+            )
         try:
             step = None if raw.get("step") is None else float(raw["step"])
         except (TypeError, ValueError):
