@@ -217,7 +217,18 @@ def test_no_feasible_instance_says_what_came_closest(catalog: PriceCatalog) -> N
         (
             {"memory_gib": Decimal(1), "checkpoint_minutes": 0},
             ConfigurationError,
-            "checkpoint_minutes must be > 0",
+            "checkpoint_minutes must be a number of minutes > 0, got 0",
+        ),
+        # A bare TypeError before ('<=' between str and int).
+        (
+            {"memory_gib": Decimal(1), "checkpoint_minutes": "thirty"},
+            ConfigurationError,
+            "checkpoint_minutes must be a number of minutes > 0, got 'thirty'",
+        ),
+        (
+            {"memory_gib": Decimal(1), "restart_minutes": -1},
+            ConfigurationError,
+            "restart_minutes must be a number of minutes >= 0, got -1",
         ),
     ],
 )
@@ -309,3 +320,8 @@ def test_burstable_types_are_left_out_unless_named() -> None:
     assert ("t3.xlarge", "burstable CPU (t family): throttled once its credits run out") in decision.rejected
     named = right_size(catalog, job, region="us-east-1", instance_types=["t3.xlarge", "c6i.xlarge"])
     assert named.choice.instance_type == "t3.xlarge"  # asked for by name: the user's call
+
+
+def test_minutes_given_as_text_are_read_as_numbers() -> None:
+    job = RightSizeJob(memory_gib=Decimal(1), checkpoint_minutes="30", restart_minutes="0")  # type: ignore[arg-type]
+    assert (job.checkpoint_minutes, job.restart_minutes) == (30.0, 0.0)

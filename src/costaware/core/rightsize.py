@@ -121,10 +121,19 @@ class RightSizeJob:
             raise ConfigurationError(
                 "right-sizing chooses cloud instances: use markets on_demand and/or spot"
             )
-        if self.checkpoint_minutes is not None and self.checkpoint_minutes <= 0:
-            raise ConfigurationError(f"checkpoint_minutes must be > 0, got {self.checkpoint_minutes}")
-        if self.restart_minutes < 0:
-            raise ConfigurationError(f"restart_minutes must be >= 0, got {self.restart_minutes}")
+        # A number given as text ("30" from a form) compared with 0 raised a bare TypeError.
+        for name in ("checkpoint_minutes", "restart_minutes"):
+            value = getattr(self, name)
+            if value is None and name == "checkpoint_minutes":
+                continue
+            try:
+                minutes = float(value) if not isinstance(value, bool) else math.nan
+            except (TypeError, ValueError):
+                minutes = math.nan
+            if not (math.isfinite(minutes) and (minutes > 0 or (name == "restart_minutes" and minutes == 0))):
+                bound = ">= 0" if name == "restart_minutes" else "> 0"
+                raise ConfigurationError(f"{name} must be a number of minutes {bound}, got {value!r}")
+            object.__setattr__(self, name, minutes)
 
 
 @dataclass(frozen=True, slots=True)
