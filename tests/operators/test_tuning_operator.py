@@ -445,7 +445,7 @@ def test_hyperband_and_no_pruning_run_the_same_way(env: Ledger) -> None:
     [
         ({"message": "budget: $1.00 of $1.00 spent"}, None, 2, "budget: $1.00 of $1.00 spent"),
         (None, None, 4, "no trial finished (4 of 4 trials ran, none with a value)"),
-        (None, {"number": 0}, 4, "max_trials reached (4 of 4 trials ran)"),
+        (None, {"number": 0}, 4, "max_trials reached (4 trials ran, max_trials 4)"),
         (None, {"number": 0}, 2, "no stop rule fired"),
     ],
 )

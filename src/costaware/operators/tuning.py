@@ -436,7 +436,8 @@ class TuningStudySummarizeOperator(_StudyOperator):
         if ran and summary["best"] is None:
             return f"no trial finished ({ran} of {summary['max_trials']} trials ran, none with a value)"
         if ran >= summary["max_trials"]:
-            return f"max_trials reached ({ran} of {summary['max_trials']} trials ran)"
+            # A study continued with a lower max_trials may have more trials than it now allows.
+            return f"max_trials reached ({ran} trials ran, max_trials {summary['max_trials']})"
         return "no stop rule fired"
 
     def _trial_task_states(self, ti: Any) -> list[str]:
