@@ -17,7 +17,8 @@ def split_path(path: str, *, what: str) -> tuple[str, str]:
     """``(module, attr)`` of ``"module:attr"``; the dotted ``"module.attr"`` with a ``DeprecationWarning``.
 
     Raises:
-        ConfigurationError: neither form (no ``:`` and no ``.``, or an empty part).
+        ConfigurationError: neither form (no ``:`` and no ``.``, an empty part, or a part that is no Python
+            name: a space, a ``/``, a second ``:``).
     """
     module, sep, attr = path.partition(":")
     if not sep:
@@ -28,7 +29,9 @@ def split_path(path: str, *, what: str) -> tuple[str, str]:
                 DeprecationWarning,
                 stacklevel=3,
             )
-    if not module or not attr or ":" in attr:
+    names = [*module.split("."), attr]
+    if not module or not attr or not all(name.isidentifier() for name in names):
+        # "pkg.mod:fn " or "pkg/mod.py:fn" passed here and failed only where the trial ran.
         raise ConfigurationError(f"{what} must be 'package.module:name', got {path!r}")
     return module, attr
 

@@ -365,6 +365,9 @@ def test_settings_that_are_not_templated_fail_when_the_dag_is_parsed(
     ("trainer", "message"),
     [
         ("boosting", r"trainer must be 'package\.module:name', got 'boosting'"),
+        # Passed the form check and failed only where a trial ran.
+        ("pkg.mod:fn ", r"trainer must be 'package\.module:name', got 'pkg\.mod:fn '"),
+        ("pkg/mod.py:fn", r"trainer must be 'package\.module:name', got 'pkg/mod\.py:fn'"),
         (42, r"trainer must be a callable or 'package\.module:name', got 42"),
     ],
 )
