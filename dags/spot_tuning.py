@@ -170,7 +170,7 @@ def check_params(params: Any) -> None:
     from costaware.core.errors import CostawareError
 
     count = (params.get("backend_options") or {}).get("instance_count", 1)
-    if str(count).strip() != "1":  # "1" from a form is one instance too
+    if _number(count) != 1:  # "1" from a form, or 1.0, is one instance too
         raise AirflowFailException(
             f"backend_options instance_count={count!r}: this plan prices and caps one instance a trial; "
             "leave instance_count out (a trial of several instances needs a plan priced for them)"
@@ -242,7 +242,11 @@ def trial_kwargs(
             "ml.* type.",
         ),
         "seed": bounded_param(
-            13, title="Seed", description="Seeds the sampler and the trials (0 or more).", low=-1
+            13,
+            title="Seed",
+            description="Seeds the sampler and the trials (0 to 2**32 - 1).",
+            low=-1,
+            high=2**32,
         ),
         **remote_backend_params("trial"),
         "script": Param(str(SCRIPT), type="string", title="Trial script"),
@@ -448,6 +452,14 @@ def spot_tuning() -> None:
     arrays >> spot_window >> planned_study
     warmup >> selected
     full_runs >> result
+
+
+def _number(value: object) -> float | None:
+    """``value`` as a number (a form gives text), or None."""
+    try:
+        return float(str(value).strip())
+    except ValueError:
+        return None
 
 
 spot_tuning()

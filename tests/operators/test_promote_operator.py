@@ -145,7 +145,6 @@ def test_half_written_candidate_is_never_promoted(tmp_path: Path, store: ModelSt
     [
         ("v-missing", {}, "model version 'v-missing' is not in"),
         ("None", {}, "no candidate version given"),
-        ("TRAINED", {"margin": "-1"}, "margin must be a finite number >= 0, got -1"),
         ("TRAINED", {"holdout_path": "/nowhere/holdout.parquet"}, "does not exist"),
         ("TRAINED", {"label_column": "x1"}, r"needs labels that are 0/1; label column 'x1' holds \["),
     ],
@@ -654,6 +653,15 @@ def test_bad_arguments_fail_when_the_dag_is_parsed(kwargs: dict[str, Any], messa
     }
     with pytest.raises(ConfigurationError, match=re.escape(message)):
         ModelPromoteOperator(**args)
+
+
+def test_a_margin_airflow_resolves_at_run_time_is_not_checked_when_the_dag_is_parsed() -> None:
+    from airflow.sdk import DAG, Param
+
+    with DAG("margins", schedule=None, params={"m": Param(0.01, type="number")}) as dag:
+        for margin in (dag.param("m"), "{{ params.m }}"):
+            args = {"model_store": "/m", "candidate": "v", "holdout_path": "/h", "label_column": "y"}
+            ModelPromoteOperator(task_id=f"promote_{type(margin).__name__}", margin=margin, **args)
 
 
 def test_a_scoring_command_that_cannot_start(tmp_path: Path, store: ModelStore) -> None:

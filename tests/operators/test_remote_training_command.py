@@ -128,7 +128,8 @@ def test_each_attempt_of_a_command_gets_its_checkpoint_interval(tmp_path: Path, 
     drive(operator(tmp_path / "n", "ok", checkpoint_every_seconds=42), context_for())
     assert seen(tmp_path / "n")[0]["every"] == 42.0
     # "auto": the first attempt gets the planned interval (m5.large's advisor band, bounded to the cap) ...
-    op = operator(tmp_path / "a", "ok", checkpoint_every_seconds="auto")
+    # (a command that saves nothing: a save the launcher pushed before the stop would time the saves)
+    op = operator(tmp_path / "a", "preempt-without-checkpoint", checkpoint_every_seconds="auto")
     state = op._start(context_for())
     assert state.plan.checkpoint_every_seconds == 3600.0
     first = op._submit(state, "spot")

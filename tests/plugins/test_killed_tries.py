@@ -159,6 +159,7 @@ def test_a_killed_remote_training_try_carries_the_operators_own_tags(
         RemoteTrainingOperator(
             task_id="train",
             command=["python", "train.py"],
+            instance_type="m5.large",
             model_store=str(tmp_path / "models"),
             checkpoint_store=str(tmp_path / "ckpt"),
             deferrable=False,

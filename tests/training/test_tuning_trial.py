@@ -201,6 +201,11 @@ def test_a_study_name_used_again_for_another_question_is_refused_before_anything
     first = study_spec("again", max_usd="10.00", max_trials=3)
     create_study(url, ledger, first)
     create_study(url, ledger, replace(first, caps=TuningCaps.create(max_usd=Decimal("20"), max_trials=5)))
+    # Choices that JSON turns into lists compare equal to what the storage gives back.
+    pairs = {"p": {"type": "categorical", "choices": [(1, 2), (3,)]}}
+    paired = replace(first, study_name="pairs", search_space=parse_search_space(pairs))
+    create_study(url, ledger, paired)
+    create_study(url, ledger, paired)
     other_space = parse_search_space({"y": {"type": "int", "low": 1, "high": 9}})
     for changed, message in [
         (replace(first, direction="minimize"), "exists with direction maximize \\(now minimize\\)"),
@@ -208,21 +213,24 @@ def test_a_study_name_used_again_for_another_question_is_refused_before_anything
     ]:
         with pytest.raises(ConfigurationError, match=message):
             create_study(url, ledger, changed)
-    (budget,) = ledger.budgets()
+    (budget,) = [b for b in ledger.budgets() if "study=again" in str(b.scope)]
     assert budget.cap_usd == Decimal("20")  # the refused runs changed nothing
 
 
 def test_a_trial_cut_by_the_study_s_wall_clock_says_so_not_that_its_money_ran_out(tmp_path) -> None:  # type: ignore[no-untyped-def]
     url = f"sqlite:///{tmp_path / 'study.db'}"
     ledger = Ledger.from_url(url)
-    spec = study_spec("walled", max_usd="100.00", max_trials=1, fallback_trial_seconds=30.0, pruner="none")
-    spec = replace(spec, caps=TuningCaps.create(max_usd=Decimal("100"), max_trials=1, max_wall_seconds=2))
+    # The study's clock is the real one (600 s, whatever the machine's load); the trial's is stepped. The
+    # reservation (5,000 s) would let the trial go on: only the wall clock stops it.
+    spec = study_spec("walled", max_usd="100000", max_trials=1, fallback_trial_seconds=5000.0, pruner="none")
+    caps = TuningCaps.create(max_usd=Decimal("100000"), max_trials=1, max_wall_seconds=600)
+    spec = replace(spec, caps=caps)
     create_study(url, ledger, spec)
     meter = SteppedMeter()
 
     class SlowTrainer(InstantTrainer):
         def advance(self, resource: int) -> float:
-            meter.now += 1.5 * resource  # 1.5 s a unit: rung 2 would end past the study's 2 s
+            meter.now += 400 * resource  # 400 s a unit: rung 2 would end past the study's 600 s
             return super().advance(resource)
 
     result = run_trial(
@@ -237,5 +245,5 @@ def test_a_trial_cut_by_the_study_s_wall_clock_says_so_not_that_its_money_ran_ou
     )
     assert result.trial is not None and result.trial.state == "cut"
     assert result.trial.decision.startswith(
-        "cut before 2: the study's max_wall_seconds (2 s) leaves this trial"
+        "cut before 2: the study's max_wall_seconds (600 s) leaves this trial"
     )

@@ -24,7 +24,7 @@ from costaware.glue import (
     run_identity,
     storage_options,
 )
-from costaware.operators.templating import is_template
+from costaware.operators.templating import is_literal, is_template
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -135,7 +135,7 @@ class ModelPromoteOperator(BaseOperator):
             parse_command(scoring_command)
         if candidate_metrics is not None and not is_template(candidate_metrics):
             parse_metrics(candidate_metrics, "candidate_metrics")
-        if not is_template(margin):
+        if is_literal(margin):  # not a Jinja template, an XComArg or a dag.param: those are checked rendered
             validate_margin(margin)  # it was checked only after the training had been paid for
         self.scoring_timeout_seconds = validate_timeout(scoring_timeout_seconds)
         self.ledger_conn_id = ledger_conn_id

@@ -86,15 +86,17 @@ class BuiltInTrainingArguments:
                 f"{owner}: model_store is {model_store!r}: give where the model versions go (an absolute "
                 "folder, file:///... or s3://...)"
             )
-        if isinstance(feature_columns, str) and not is_template(feature_columns):
+        # Neither is rendered by Airflow: a template's text would reach the training as it is.
+        refuse_template("label_threshold", label_threshold, write="write the number")
+        refuse_template("feature_columns", feature_columns, write="write the list of column names")
+        if isinstance(feature_columns, str):
             # It was read letter by letter: "columns ['d', 'i', 's', ...] are not in the data".
             names = [name.strip() for name in feature_columns.split(",")]
             raise ConfigurationError(
                 f"{owner}: feature_columns must be a list of column names, got the string "
                 f"{feature_columns!r}: write {names!r}"
             )
-        if not is_template(label_threshold):
-            parse_label_threshold(label_threshold)  # a typo fails here, not as a traceback in the training
+        parse_label_threshold(label_threshold)  # a typo fails here, not as a traceback in the training
         if check:
             check_training_arguments(
                 label_column=label_column,

@@ -73,23 +73,11 @@ class _StudyOperator(BaseOperator):
         return self.storage_url or self.hook.get_url()
 
 
-def check_map_length(max_trials: Any) -> None:
-    """Refuse more trials than Airflow maps from one task (``[core] max_map_length``), naming both.
-
-    The plan returns one slot per trial to map over; past the limit Airflow fails it only after the study
-    and its budget were made.
-    """
+def max_map_length() -> int:
+    """Airflow's ``[core] max_map_length``: the most task instances one task maps (1024 by default)."""
     from airflow.sdk import conf
 
-    from costaware.training.study_arguments import parse_int
-
-    limit = conf.getint("core", "max_map_length", fallback=1024)
-    trials = parse_int(max_trials, "max_trials")
-    if trials > limit:
-        raise ConfigurationError(
-            f"max_trials={trials} is more trial slots than Airflow maps from one task ([core] "
-            f"max_map_length={limit}): lower max_trials, or raise max_map_length"
-        )
+    return conf.getint("core", "max_map_length", fallback=1024)
 
 
 class TuningStudyCreateOperator(_StudyOperator):
@@ -217,16 +205,16 @@ class TuningStudyCreateOperator(_StudyOperator):
         self.slack_seconds = slack_seconds
         # A written-out space, rung range, cap or scope that is wrong fails now, not when the plan task runs.
         StudyArguments.of(self).check_written(is_written_out)
-        if is_written_out(max_trials):
-            check_map_length(max_trials)
 
     def execute(self, context: Context) -> list[int]:
         from costaware.training.tuning import create_study
 
         with airflow_errors():
             spec = self.spec()
-            check_map_length(spec.caps.max_trials)  # before the study and its budget exist
-            plan = create_study(self.study_storage(), self.hook.get_conn(), spec)
+            # The plan's slots past Airflow's limit were refused only after the study and budget were made.
+            plan = create_study(
+                self.study_storage(), self.hook.get_conn(), spec, max_slots=max_map_length()
+            )
         self.log.info(
             "study %s: %d slot(s) (%d trial(s) already started), rungs %s, cap $%s on %s %s at $%s/h",
             plan["study_name"],
@@ -410,8 +398,8 @@ class TuningStudySummarizeOperator(_StudyOperator):
         if states and all(state == "upstream_failed" for state in states):
             # The plan failed: a study of a name used before would otherwise end green with its old summary.
             raise AirflowFailException(
-                f"study {summary['study_name']}: the plan task failed, so this run ran no trial: see its log "
-                "(the summary above is the study as earlier runs left it)"
+                f"study {summary['study_name']}: the plan task failed or did not run, so this run ran no "
+                "trial: see its log (the summary above is the study as earlier runs left it)"
             )
         failed = sum(1 for state in states if state in ("failed", "upstream_failed")) if best is None else 0
         if failed:
@@ -420,10 +408,10 @@ class TuningStudySummarizeOperator(_StudyOperator):
                 f"study {summary['study_name']}: no trial finished and {failed} trial task(s) failed: see "
                 f"their logs ({self.trial_task_id}); they spent ${summary['spent_usd']}"
             )
-        if best is None and states and all(state == "skipped" for state in states):
-            # Every slot found the study stopped before any trial (a budget too small for one, say).
+        if ran == 0 and states and all(state == "skipped" for state in states):
+            # Every slot found the study stopped before it had any trial (a budget too small for one, say).
             raise AirflowFailException(
-                f"study {summary['study_name']}: no trial ran, and the study has none to show: "
+                f"study {summary['study_name']}: no trial ran, and the study has none: "
                 f"{self._stop_text(summary, ran)}"
             )
         return summary
@@ -435,9 +423,10 @@ class TuningStudySummarizeOperator(_StudyOperator):
             return str(summary["stop"]["message"])
         if ran and summary["best"] is None:
             return f"no trial finished ({ran} of {summary['max_trials']} trials ran, none with a value)"
-        if ran >= summary["max_trials"]:
+        counted = ran - summary["states"].get("failed", 0)  # a failed trial does not count against max_trials
+        if counted >= summary["max_trials"]:
             # A study continued with a lower max_trials may have more trials than it now allows.
-            return f"max_trials reached ({ran} trials ran, max_trials {summary['max_trials']})"
+            return f"max_trials reached ({counted} trials ran, max_trials {summary['max_trials']})"
         return "no stop rule fired"
 
     def _trial_task_states(self, ti: Any) -> list[str]:

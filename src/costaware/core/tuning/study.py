@@ -75,7 +75,6 @@ class StudySpec:
 
     def __post_init__(self) -> None:
         check_study_choices(direction=self.direction, pruner=self.pruner, sampler=self.sampler)
-        check_study_scope(self.scope)
         if not self.study_name or any(c in self.study_name for c in ",="):
             raise ConfigurationError(
                 f"study_name {self.study_name!r} must be non-empty, without ',' or '=' (it is a ledger tag)"

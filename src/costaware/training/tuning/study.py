@@ -6,6 +6,7 @@ and each trial's state in one trial user attribute (:data:`TRIAL_ATTR`).
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from datetime import datetime
@@ -24,6 +25,7 @@ from costaware.core.tuning import (
     fall_adjusted_value,
     trial_costs,
 )
+from costaware.core.tuning.study import check_study_scope
 from costaware.training.tuning.optuna_glue import make_pruner, make_sampler, open_storage
 from costaware.training.tuning.reservations import study_usage
 
@@ -38,16 +40,36 @@ STOP_ATTR = "costaware_stop"
 TRIAL_ATTR = "costaware"
 
 
-def create_study(storage_url: str, ledger: Ledger, spec: StudySpec) -> dict[str, Any]:
+def create_study(
+    storage_url: str, ledger: Ledger, spec: StudySpec, *, max_slots: int | None = None
+) -> dict[str, Any]:
     """Create (or reopen) the study and set its ledger budget; returns the plan as JSON.
 
     Reopening a study with the same name keeps its trials and start time: a second DAG run continues it.
     The study's budget is ``max_usd`` (and ``max_gpu_hours``) over scope ``study=<name>`` plus the
     spec's tags, for all time; every trial reserves from it and from any wider budget that covers it.
+
+    Args:
+        storage_url: Optuna RDB storage URL of the study.
+        ledger: The ledger that holds the study's budget.
+        spec: The study's settings.
+        max_slots: The most slots the plan may return (Airflow's ``[core] max_map_length``); None: any.
+
+    Raises:
+        ConfigurationError: before anything is written: a scope that names the study's own tags, a study
+            of this name that asks another question, or more slots than ``max_slots``.
     """
     budget_scope = spec.budget_scope  # a scope no budget can have fails before the study is written
+    check_study_scope(spec.scope)
     storage = open_storage(storage_url)
-    _check_same_question(storage, spec)
+    started_before = _check_same_question(storage, spec)
+    if max_slots is not None and spec.caps.max_trials - started_before > max_slots:
+        raise ConfigurationError(
+            f"max_trials={spec.caps.max_trials} leaves {spec.caps.max_trials - started_before} trial slots "
+            f"to map (the study has {started_before} trials), more than Airflow maps from one task "
+            f"([core] max_map_length={max_slots}): lower max_trials, or raise max_map_length (on the "
+            "API server, the DAG processor and the workers)"
+        )
     study = optuna.create_study(
         study_name=spec.study_name,
         storage=storage,
@@ -97,11 +119,15 @@ def create_study(storage_url: str, ledger: Ledger, spec: StudySpec) -> dict[str,
     }
 
 
-def _check_same_question(storage: optuna.storages.BaseStorage, spec: StudySpec) -> None:
+def _check_same_question(storage: optuna.storages.BaseStorage, spec: StudySpec) -> int:
     """Refuse to continue a study of this name that asks another question: its direction or search space.
 
     Its trials would be ranked together with the new ones (Optuna keeps the first direction, the summary
-    would take the new one). The caps, rungs and prices may change from run to run.
+    would take the new one). The caps, rungs and prices may change from run to run. Only the stored
+    direction and space are read, as JSON: a stored spec that no longer passes today's checks is no reason.
+
+    Returns:
+        How many trials the study has started (0 for a new one).
 
     Raises:
         ConfigurationError: naming what differs, and what to do.
@@ -109,16 +135,18 @@ def _check_same_question(storage: optuna.storages.BaseStorage, spec: StudySpec) 
     try:
         study_id = storage.get_study_id_from_name(spec.study_name)
     except KeyError:
-        return  # a new study
+        return 0  # a new study
+    started = len(started_trials(storage.get_all_trials(study_id, deepcopy=False)))
     raw = storage.get_study_user_attrs(study_id).get(SPEC_ATTR)
     if raw is None:
-        return  # not one of ours: load_study says so where it matters
-    stored = StudySpec.from_json(raw)
+        return started  # not one of ours: load_study says so where it matters
+    stored = json.loads(raw) if isinstance(raw, str) else raw
     differs = []
-    if stored.direction != spec.direction:
-        differs.append(f"direction {stored.direction} (now {spec.direction})")
-    before = {p.name: p.to_json() for p in stored.search_space}
-    now = {p.name: p.to_json() for p in spec.search_space}
+    if stored.get("direction") != spec.direction:
+        differs.append(f"direction {stored.get('direction')} (now {spec.direction})")
+    # Through JSON both sides: a tuple choice comes back from storage as a list.
+    before = json.loads(json.dumps(stored.get("search_space", {})))
+    now = json.loads(json.dumps({p.name: p.to_json() for p in spec.search_space}))
     if before != now:
         differs.append(f"search space {before} (now {now})")
     if differs:
@@ -126,6 +154,7 @@ def _check_same_question(storage: optuna.storages.BaseStorage, spec: StudySpec) 
             f"study {spec.study_name!r} exists with {' and '.join(differs)}: its trials would be ranked "
             "with these; give a new study_name (e.g. with {{ run_id }} in it), or the study's own settings"
         )
+    return started
 
 
 def load_study(
