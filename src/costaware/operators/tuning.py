@@ -212,9 +212,7 @@ class TuningStudyCreateOperator(_StudyOperator):
         with airflow_errors():
             spec = self.spec()
             # The plan's slots past Airflow's limit were refused only after the study and budget were made.
-            plan = create_study(
-                self.study_storage(), self.hook.get_conn(), spec, max_slots=max_map_length()
-            )
+            plan = create_study(self.study_storage(), self.hook.get_conn(), spec, max_slots=max_map_length())
         self.log.info(
             "study %s: %d slot(s) (%d trial(s) already started), rungs %s, cap $%s on %s %s at $%s/h",
             plan["study_name"],
