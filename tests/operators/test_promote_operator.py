@@ -655,13 +655,17 @@ def test_bad_arguments_fail_when_the_dag_is_parsed(kwargs: dict[str, Any], messa
         ModelPromoteOperator(**args)
 
 
-def test_a_margin_airflow_resolves_at_run_time_is_not_checked_when_the_dag_is_parsed() -> None:
+def test_values_airflow_resolves_at_run_time_are_not_checked_when_the_dag_is_parsed() -> None:
     from airflow.sdk import DAG, Param
 
     with DAG("margins", schedule=None, params={"m": Param(0.01, type="number")}) as dag:
         for margin in (dag.param("m"), "{{ params.m }}"):
             args = {"model_store": "/m", "candidate": "v", "holdout_path": "/h", "label_column": "y"}
             ModelPromoteOperator(task_id=f"promote_{type(margin).__name__}", margin=margin, **args)
+        # The same for candidate metrics (a training task's XCom): they were refused as no dict.
+        ModelPromoteOperator(
+            task_id="promote_metrics", model_store="/m", candidate="v", candidate_metrics=dag.param("m")
+        )
 
 
 def test_a_scoring_command_that_cannot_start(tmp_path: Path, store: ModelStore) -> None:

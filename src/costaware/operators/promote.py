@@ -133,7 +133,7 @@ class ModelPromoteOperator(BaseOperator):
             )
         if scoring_command is not None and not is_template(scoring_command):
             parse_command(scoring_command)
-        if candidate_metrics is not None and not is_template(candidate_metrics):
+        if candidate_metrics is not None and is_literal(candidate_metrics):  # an XComArg is checked rendered
             parse_metrics(candidate_metrics, "candidate_metrics")
         if is_literal(margin):  # not a Jinja template, an XComArg or a dag.param: those are checked rendered
             validate_margin(margin)  # it was checked only after the training had been paid for
