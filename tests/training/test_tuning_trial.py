@@ -36,6 +36,20 @@ class InstantTrainer:
         return -((self.x - 0.3) ** 2) + resource / 1000
 
 
+def one_trial(url: str, ledger: Ledger, spec: StudySpec, trainer: Any, meter: SteppedMeter) -> Any:
+    """Slot 0 of ``spec``'s study, run outside Airflow on ``meter``'s clock."""
+    return run_trial(
+        storage_url=url,
+        ledger=ledger,
+        study_name=spec.study_name,
+        trainer=trainer,
+        holder=f"{spec.study_name}-slot-0",
+        slot=0,
+        settle_as=EntryOwner(dag_id=spec.study_name, run_id="r1", map_index=0),
+        meter=meter,
+    )
+
+
 def study_spec(name: str, *, max_usd: str, max_trials: int, **kwargs: Any) -> StudySpec:
     """A study of one float ``x`` in [0, 1] at rungs 1, 2, 4, sampled at random, $1 a second of slot time."""
     return StudySpec(
@@ -153,16 +167,7 @@ def test_a_rung_that_slows_down_past_the_trial_s_reservation_is_billed_and_said(
             meter.now += {1: 0.2, 2: 0.2, 4: 6.0}[resource]
             return resource / 10
 
-    result = run_trial(
-        storage_url=url,
-        ledger=ledger,
-        study_name=spec.study_name,
-        trainer=SlowsAtFour,
-        holder="slot-0",
-        slot=0,
-        settle_as=EntryOwner(dag_id="slows", run_id="r1", map_index=0),
-        meter=meter,
-    )
+    result = one_trial(url, ledger, spec, SlowsAtFour, meter)
     trial = result.trial
     assert trial is not None and trial.fidelity == 4
     assert trial.settled_usd == Decimal("6.400000") > trial.reserved_usd == Decimal("2.500000")
@@ -233,16 +238,7 @@ def test_a_trial_cut_by_the_study_s_wall_clock_says_so_not_that_its_money_ran_ou
             meter.now += 400 * resource  # 400 s a unit: rung 2 would end past the study's 600 s
             return super().advance(resource)
 
-    result = run_trial(
-        storage_url=url,
-        ledger=ledger,
-        study_name=spec.study_name,
-        trainer=SlowTrainer,
-        holder="walled-slot",
-        slot=0,
-        settle_as=EntryOwner(dag_id="walled", run_id="r1", map_index=0),
-        meter=meter,
-    )
+    result = one_trial(url, ledger, spec, SlowTrainer, meter)
     assert result.trial is not None and result.trial.state == "cut"
     assert result.trial.decision.startswith(
         "cut before 2: the study's max_wall_seconds (600 s) leaves this trial"
