@@ -280,3 +280,23 @@ def test_training_stops_within_the_budget(monkeypatch: pytest.MonkeyPatch) -> No
 def test_bad_trainer_arguments(kwargs: dict, message: str) -> None:  # type: ignore[type-arg]
     with pytest.raises(ConfigurationError, match=message):
         _trainer(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"base_batch_size": "32"}, "base_batch_size must be a whole number, got '32'"),
+        ({"budget_seconds": "30"}, "budget_seconds must be a number, got '30'"),
+        ({"adapt_every": 2.5}, "adapt_every must be a whole number, got 2.5"),
+    ],
+)
+def test_settings_of_the_wrong_type_are_named(kwargs: dict[str, Any], message: str) -> None:
+    # A bare TypeError ('<' between str and int) before.
+    with pytest.raises(ConfigurationError, match=message):
+        _trainer(**kwargs)
+
+
+def test_numpy_numbers_are_numbers() -> None:
+    import numpy as np
+
+    assert _trainer(base_batch_size=np.int64(16), budget_seconds=np.float64(30.0)).base_batch_size == 16

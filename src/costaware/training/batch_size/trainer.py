@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -78,6 +79,18 @@ class AdaptiveBatchTrainer:
         tolerance: float = 0.05,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        # Text ("32" from a config file) compared with numbers below raised a bare TypeError.
+        for name, value, kind in (
+            ("base_batch_size", base_batch_size, numbers.Integral),
+            ("max_batch_size", max_batch_size, numbers.Integral),
+            ("adapt_every", adapt_every, numbers.Integral),
+            ("base_lr", base_lr, numbers.Real),
+            ("budget_seconds", budget_seconds, numbers.Real),
+            ("tolerance", tolerance, numbers.Real),
+        ):
+            if isinstance(value, bool) or not isinstance(value, kind):
+                what = "a whole number" if kind is numbers.Integral else "a number"
+                raise ConfigurationError(f"{name} must be {what}, got {value!r}")
         scale_learning_rate(base_lr, base_batch_size, base_batch_size, lr_rule)  # validates all three
         if not (budget_seconds > 0 and math.isfinite(budget_seconds)):
             raise ConfigurationError(f"budget_seconds must be > 0, got {budget_seconds}")
