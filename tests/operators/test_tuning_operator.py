@@ -461,3 +461,13 @@ def test_the_summary_line_says_why_the_study_stopped(
     # A study whose every trial failed once read "max_trials reached", as if it had finished its search.
     summary = {"stop": stop, "best": best, "max_trials": 4, "states": states}
     assert TuningStudySummarizeOperator._stop_text(summary, sum(states.values())) == expected
+
+
+def test_a_gpu_hour_cap_on_an_instance_without_gpus_is_warned_about(
+    env: Ledger, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan = _plan(max_gpu_hours="5")  # m5.large: no GPU, so the cap never binds
+    capsys.readouterr()
+    plan.execute({"ti": _ti(plan)})
+    out = capsys.readouterr()
+    assert "max_gpu_hours=5.0 binds nothing: m5.large has no GPU" in " ".join((out.out + out.err).split())

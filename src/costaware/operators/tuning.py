@@ -213,6 +213,12 @@ class TuningStudyCreateOperator(_StudyOperator):
             spec = self.spec()
             # The plan's slots past Airflow's limit were refused only after the study and budget were made.
             plan = create_study(self.study_storage(), self.hook.get_conn(), spec, max_slots=max_map_length())
+        if spec.caps.max_gpu_hours is not None and not spec.gpus:
+            self.log.warning(
+                "max_gpu_hours=%s binds nothing: %s has no GPU (the study's cap is max_usd)",
+                spec.caps.max_gpu_hours,
+                spec.instance_type,
+            )
         self.log.info(
             "study %s: %d slot(s) (%d trial(s) already started), rungs %s, cap $%s on %s %s at $%s/h",
             plan["study_name"],
