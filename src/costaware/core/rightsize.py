@@ -22,6 +22,7 @@ from costaware.core.errors import ConfigurationError, PriceNotFoundError
 from costaware.core.ledger import Market
 from costaware.core.money import MICRO_USD
 from costaware.core.prices import BURSTABLE, InstanceOffer, PriceCatalog, normalize_arch
+from costaware.core.tuning.caps import positive_number
 
 #: Mid-points of the Spot Instance Advisor's interruption ranges (shares of instances interrupted in a month).
 INTERRUPTION_MIDPOINTS = {"<5%": 0.025, "5-10%": 0.075, "10-15%": 0.125, "15-20%": 0.175, ">20%": 0.25}
@@ -122,18 +123,11 @@ class RightSizeJob:
                 "right-sizing chooses cloud instances: use markets on_demand and/or spot"
             )
         # A number given as text ("30" from a form) compared with 0 raised a bare TypeError.
-        for name in ("checkpoint_minutes", "restart_minutes"):
-            value = getattr(self, name)
-            if value is None and name == "checkpoint_minutes":
-                continue
-            try:
-                minutes = float(value) if not isinstance(value, bool) else math.nan
-            except (TypeError, ValueError):
-                minutes = math.nan
-            if not (math.isfinite(minutes) and (minutes > 0 or (name == "restart_minutes" and minutes == 0))):
-                bound = ">= 0" if name == "restart_minutes" else "> 0"
-                raise ConfigurationError(f"{name} must be a number of minutes {bound}, got {value!r}")
-            object.__setattr__(self, name, minutes)
+        if self.checkpoint_minutes is not None:
+            every = positive_number(self.checkpoint_minutes, "checkpoint_minutes", unit="minutes")
+            object.__setattr__(self, "checkpoint_minutes", every)
+        restart = positive_number(self.restart_minutes, "restart_minutes", allow_zero=True, unit="minutes")
+        object.__setattr__(self, "restart_minutes", restart)
 
 
 @dataclass(frozen=True, slots=True)

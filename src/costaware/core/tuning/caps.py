@@ -100,8 +100,10 @@ def _whole(value: object, name: str, *, minimum: int) -> int:
     return number
 
 
-def positive_number(value: object, name: str, *, allow_zero: bool = False) -> float:
+def positive_number(value: object, name: str, *, allow_zero: bool = False, unit: str = "") -> float:
     """``value`` (or its rendered text) as a finite number > 0, or >= 0 with ``allow_zero``.
+
+    ``unit`` (``"minutes"``) is named in the message: "a number of minutes > 0".
 
     Raises:
         ConfigurationError: anything else, naming ``name``.
@@ -112,7 +114,8 @@ def positive_number(value: object, name: str, *, allow_zero: bool = False) -> fl
         number = math.nan
     if not math.isfinite(number) or number < 0 or (number == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
-        raise ConfigurationError(f"{name} must be a number {bound}, got {value!r}")
+        number_of = f"a number of {unit}" if unit else "a number"
+        raise ConfigurationError(f"{name} must be {number_of} {bound}, got {value!r}")
     return number
 
 
