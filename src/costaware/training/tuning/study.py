@@ -62,13 +62,23 @@ def create_study(
     budget_scope = spec.budget_scope  # a scope no budget can have fails before the study is written
     check_study_scope(spec.scope)
     storage = open_storage(storage_url)
-    started_before = _check_same_question(storage, spec)
-    if max_slots is not None and spec.caps.max_trials - started_before > max_slots:
+    # The study's trials as they are before anything is written (none for a new study): read once, for the
+    # checks below and for the slots.
+    try:
+        study_id: int | None = storage.get_study_id_from_name(spec.study_name)
+    except KeyError:
+        study_id = None
+    trials = storage.get_all_trials(study_id, deepcopy=False) if study_id is not None else []
+    if study_id is not None:
+        _check_same_question(storage, study_id, spec)
+    started = len(started_trials(trials))
+    slots = max(spec.caps.max_trials - started, 0)
+    if max_slots is not None and slots > max_slots:
         raise ConfigurationError(
-            f"max_trials={spec.caps.max_trials} leaves {spec.caps.max_trials - started_before} trial slots "
-            f"to map (the study has {started_before} trials), more than Airflow maps from one task "
-            f"([core] max_map_length={max_slots}): lower max_trials, or raise max_map_length (on the "
-            "API server, the DAG processor and the workers)"
+            f"max_trials={spec.caps.max_trials} leaves {slots} trial slots to map (the study has "
+            f"{started} trials), more than Airflow maps from one task ([core] max_map_length="
+            f"{max_slots}): lower max_trials, or raise max_map_length (on the API server, the DAG "
+            "processor and the workers)"
         )
     study = optuna.create_study(
         study_name=spec.study_name,
@@ -94,9 +104,6 @@ def create_study(
         study.set_user_attr(STOP_ATTR, None)
     study.set_user_attr(SPEC_ATTR, spec.to_json())
     ledger.set_budget(budget_scope, "total", spec.caps.max_usd, cap_gpu_hours=spec.caps.max_gpu_hours)
-    trials = study.get_trials(deepcopy=False)
-    started = len(started_trials(trials))
-    slots = max(spec.caps.max_trials - started, 0)
     # Numbered on from every trial the study has, failed ones too: a slot's number seeds its sampler.
     first_slot = len(trials)
     log.info(
@@ -119,27 +126,19 @@ def create_study(
     }
 
 
-def _check_same_question(storage: optuna.storages.BaseStorage, spec: StudySpec) -> int:
-    """Refuse to continue a study of this name that asks another question: its direction or search space.
+def _check_same_question(storage: optuna.storages.BaseStorage, study_id: int, spec: StudySpec) -> None:
+    """Refuse to continue the stored study if it asks another question: its direction or search space.
 
     Its trials would be ranked together with the new ones (Optuna keeps the first direction, the summary
     would take the new one). The caps, rungs and prices may change from run to run. Only the stored
     direction and space are read, as JSON: a stored spec that no longer passes today's checks is no reason.
 
-    Returns:
-        How many trials the study has started (0 for a new one).
-
     Raises:
         ConfigurationError: naming what differs, and what to do.
     """
-    try:
-        study_id = storage.get_study_id_from_name(spec.study_name)
-    except KeyError:
-        return 0  # a new study
-    started = len(started_trials(storage.get_all_trials(study_id, deepcopy=False)))
     raw = storage.get_study_user_attrs(study_id).get(SPEC_ATTR)
     if raw is None:
-        return started  # not one of ours: load_study says so where it matters
+        return  # not one of ours: load_study says so where it matters
     stored = json.loads(raw) if isinstance(raw, str) else raw
     differs = []
     if stored.get("direction") != spec.direction:
@@ -154,7 +153,6 @@ def _check_same_question(storage: optuna.storages.BaseStorage, spec: StudySpec) 
             f"study {spec.study_name!r} exists with {' and '.join(differs)}: its trials would be ranked "
             "with these; give a new study_name (e.g. with {{ run_id }} in it), or the study's own settings"
         )
-    return started
 
 
 def load_study(
