@@ -292,7 +292,7 @@ class RemoteAttemptSteps(AttemptBilling):
         from costaware.core.errors import CostawareError
 
         plan, placement = state.plan, state.plan.placement
-        source = plan.billing.prices if plan.billing else (plan.watch.prices if plan.watch else None)
+        source = plan.spot_prices
         now = utcnow()
         prices: dict[str, Decimal] = {}
         capacity: dict[str, bool | None] = {}

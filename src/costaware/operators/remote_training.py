@@ -43,7 +43,9 @@ AWS_SPOT_NOTICE_SECONDS = 120
 
 def grace_warning(backend: str, grace_seconds: float) -> str | None:
     """What to say of a grace period longer than AWS's spot notice on a backend that runs on EC2 spot."""
-    if backend not in ("batch", "sagemaker") or grace_seconds <= AWS_SPOT_NOTICE_SECONDS:
+    from costaware.training.plan import AWS_BACKENDS
+
+    if backend not in AWS_BACKENDS or grace_seconds <= AWS_SPOT_NOTICE_SECONDS:
         return None
     return (
         f"preemption_grace_seconds={grace_seconds:g} is longer than the {AWS_SPOT_NOTICE_SECONDS} s AWS "
@@ -414,7 +416,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         from costaware.adapters.spot_market import LIVE
         from costaware.core.zone_choice import region_of
 
-        source = plan.billing.prices if plan.billing else (plan.watch.prices if plan.watch else None)
+        source = plan.spot_prices
         if not source or source == LIVE or plan.first_market != "spot" or not plan.placement.zones:
             return
         try:

@@ -216,6 +216,11 @@ class RemotePlan:
     max_usd: str | None = None
     max_usd_note: str = ""
 
+    @property
+    def spot_prices(self) -> str | None:
+        """Where the attempts find spot prices: the billing's source, else the price watch's (None: none)."""
+        return self.billing.prices if self.billing else (self.watch.prices if self.watch else None)
+
     def to_json(self) -> dict[str, Any]:
         """The plan's keys of the state dict the operator and its trigger carry (JSON primitives)."""
         reason = {"first_market_reason": self.first_market_reason} if self.first_market_reason else {}
