@@ -76,13 +76,13 @@ class StudyArguments:
             self._caps()
         if written(self.scope):
             from costaware.core.budgets import Scope
-
-            # A value with a comma or '=' cannot be a budget scope: said now, not after the study exists.
             from costaware.core.tuning.study import check_study_scope
 
-            scope = parse_mapping(self.scope, "scope")
-            Scope.of({str(k): str(v) for k, v in scope.items()})
-            check_study_scope({str(k): str(v) for k, v in scope.items()})
+            tags = {str(k): str(v) for k, v in parse_mapping(self.scope, "scope").items()}
+            # A value with a comma or '=' cannot be a budget scope, nor may a key be the study's own tag:
+            # said now, not after the study exists.
+            Scope.of(tags)
+            check_study_scope(tags)
 
     def _schedule(self) -> RungSchedule:
         """The rungs from ``min_resource``, ``max_resource``, ``reduction_factor`` and ``max_rungs``."""

@@ -40,7 +40,9 @@ def resolve_trainer(trainer: str | Trainer, params: Mapping[str, Any] | None = N
 
 def _missing_members(candidate: object) -> str:
     """Which of the Trainer protocol's members ``candidate`` lacks, and all of them, for the message."""
-    members = ("name", "model_format", "init_model", "n_steps", "fit_step", "save", "load", "predict")
+    # Read from the protocol itself: its attributes, then its methods, as written there.
+    methods = [name for name, value in vars(Trainer).items() if not name.startswith("_") and callable(value)]
+    members = [*Trainer.__annotations__, *methods]
     missing = [m for m in members if not hasattr(candidate, m)]
     return f"{', '.join(missing) or 'none'} of the Trainer protocol's members ({', '.join(members)})"
 
