@@ -32,7 +32,7 @@ from airflow.sdk import Param, dag, get_current_context, task
 
 from costaware.operators.promote import ModelPromoteOperator
 from costaware.operators.remote_training import RemoteTrainingOperator
-from costaware.params import tag_param
+from costaware.params import tag_param, usd_param
 from costaware.sensors.spend_cap import SpendCapSensor
 from costaware.sensors.spot_window import SpotWindowSensor
 from costaware.timetables import OffPeakTimetable
@@ -75,11 +75,16 @@ def data_root() -> str:
         "project": tag_param(
             PROJECT, title="Project", description="Project charged; its budget gates training."
         ),
-        "train_budget_usd": Param("0.05", type="string", pattern=r"^\d{1,6}(\.\d{1,6})?$"),
-        "train_max_usd": Param(
+        "train_budget_usd": usd_param(
+            "0.05",
+            title="Training estimate (USD)",
+            description="What the training is expected to cost: reserved against the project's budget "
+            "before it starts.",
+        ),
+        "train_max_usd": usd_param(
             "1.00",
-            type=["null", "string"],
-            pattern=r"^\d{1,6}(\.\d{1,6})?$",
+            optional=True,
+            title="Training cap (USD)",
             description="Hard cap on what the training's attempts may bill together: an attempt is stopped "
             "(checkpointed) before it would pass it. Empty: no cap.",
         ),

@@ -16,7 +16,7 @@ from typing import Any
 
 from costaware.core.budgets import TAG_VALUE_PATTERN, TAG_VALUE_RULE
 
-__all__ = ["TAG_VALUE_PATTERN", "bounded_param", "spot_tuning_params", "tag_param"]
+__all__ = ["TAG_VALUE_PATTERN", "bounded_param", "spot_tuning_params", "tag_param", "usd_param"]
 
 
 def tag_param(default: str, *, title: str, description: str = "", max_length: int = 200) -> Any:
@@ -76,6 +76,35 @@ def bounded_param(
     kind = kind or ("integer" if isinstance(default, int) else "number")
     return Param(
         default, type=kind, exclusiveMinimum=low, exclusiveMaximum=high, title=title, description=description
+    )
+
+
+USD_PATTERN = r"^\d{1,6}(\.\d{1,6})?$"
+USD_RULE = "US dollars as digits with an optional dot, such as 1.50 (no $, no comma, up to 999999.999999)"
+
+
+def usd_param(default: str | None, *, title: str, description: str, optional: bool = False) -> Any:
+    """An Airflow ``Param`` for an amount of dollars, a string so that no float rounds a cent away.
+
+    The trigger form refuses what the pattern does not match before the run starts; Airflow's message
+    quotes the pattern, so the rule is also written out in the field's description. ``optional`` (or a
+    ``None`` default) lets the field be left empty, which the DAG reads as no amount.
+
+    Raises:
+        ValueError: a default that the pattern refuses, so a bad one fails when the DAG parses.
+    """
+    import re
+
+    from airflow.sdk import Param
+
+    if default is not None and not re.match(USD_PATTERN, default):
+        raise ValueError(f"usd_param default {default!r} for {title!r} must be {USD_RULE}")
+    return Param(
+        default,
+        type=["null", "string"] if optional or default is None else "string",
+        pattern=USD_PATTERN,
+        title=title,
+        description=f"{description} {USD_RULE}.",
     )
 
 
