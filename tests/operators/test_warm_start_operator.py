@@ -167,6 +167,16 @@ def test_bad_configuration_fails_without_retry_and_writes_nothing(
     assert not any((tmp_path / "ckpt").rglob("*.ckpt"))
 
 
+def test_a_market_misspelt_in_a_template_fails_when_rendered_before_any_training(tmp_path: Path) -> None:
+    _day(tmp_path / "landing", 1)
+    op = _operator(tmp_path, 1, market="{{ ti.xcom_pull(task_ids='spot_window')['market'] }}")
+    op.market = "spto"  # what rendering the template gave; the constructor could not check it
+    with pytest.raises(AirflowFailException, match="unknown market 'spto': use one of"):
+        op.execute(_context())
+    assert ModelStore.open(str(tmp_path / "models")).version_ids() == []
+    assert not any((tmp_path / "ckpt").rglob("*.ckpt"))
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
