@@ -231,7 +231,7 @@ def test_training_resumes_past_a_corrupt_checkpoint(tmp_path: Path, caplog: pyte
     with caplog.at_level(logging.INFO):
         result = run_retrain(RetrainJob(**fields))
     assert result["resumed_from_step"] == 6
-    assert "step-000000007.ckpt is unusable (header is cut off)" in caplog.text
+    assert caplog.text.count("step-000000007.ckpt is unusable (header is cut off)") == 1  # said once
 
 
 @pytest.mark.parametrize(

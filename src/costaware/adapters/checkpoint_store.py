@@ -77,8 +77,13 @@ class CheckpointStorage(Protocol):
         """
         ...
 
-    def latest(self, key: str, *, meta: Mapping[str, Any] | None = None) -> Checkpoint | None:
-        """The newest usable checkpoint of ``key`` (with ``meta``: only one saved under the same plan)."""
+    def latest(
+        self, key: str, *, meta: Mapping[str, Any] | None = None, quiet: bool = False
+    ) -> Checkpoint | None:
+        """The newest usable checkpoint of ``key`` (with ``meta``: only one saved under the same plan).
+
+        ``quiet`` skips unusable ones without a warning, for a look ahead of the read that reports them.
+        """
         ...
 
     def clear(self, key: str) -> None:
@@ -151,22 +156,28 @@ class CheckpointStore:
             self.blobs.delete(f"{key}/step-{old:09d}.ckpt")
         return checkpoint
 
-    def latest(self, key: str, *, meta: Mapping[str, Any] | None = None) -> Checkpoint | None:
+    def latest(
+        self, key: str, *, meta: Mapping[str, Any] | None = None, quiet: bool = False
+    ) -> Checkpoint | None:
         """The newest valid checkpoint under ``key``, or None.
 
-        Files that are cut off, altered or unreadable are skipped with a warning. With ``meta``, a checkpoint
-        whose plan metadata differs (another data set, trainer or mode) is skipped with a warning too.
+        Files that are cut off, altered or unreadable are skipped with a warning (none when ``quiet``). With
+        ``meta``, a checkpoint whose plan metadata differs (another data set, trainer or mode) is skipped
+        with a warning too.
         """
         for step in self.steps(key):
             name = f"{key}/step-{step:09d}.ckpt"
             try:
                 blob = self.blobs.read_bytes(name)
             except OSError as e:
-                log.warning(
-                    "checkpoint %s/%s is unusable (%s): ignored, trying an older one", self.uri, name, e
-                )
+                if not quiet:
+                    log.warning(
+                        "checkpoint %s/%s is unusable (%s): ignored, trying an older one", self.uri, name, e
+                    )
                 continue
-            checkpoint = usable_checkpoint(blob, step=step, meta=meta, where=f"{self.uri}/{name}")
+            checkpoint = usable_checkpoint(
+                blob, step=step, meta=meta, where=f"{self.uri}/{name}", quiet=quiet
+            )
             if checkpoint is not None:
                 return checkpoint
         return None
@@ -229,18 +240,22 @@ class CheckpointFolder:
         )
         return checkpoint
 
-    def latest(self, key: str, *, meta: Mapping[str, Any] | None = None) -> Checkpoint | None:
+    def latest(
+        self, key: str, *, meta: Mapping[str, Any] | None = None, quiet: bool = False
+    ) -> Checkpoint | None:
         """The committed checkpoint, if usable (see :meth:`CheckpointStore.latest`), or None."""
         where = f"{self.directory}/{CHECKPOINT_MARKER}"
         try:
             found = load_bytes(self.STATE_FILE, self.directory)
         except (ContractError, OSError) as e:
-            log.warning("checkpoint %s is unusable (%s): ignored, starting over", where, e)
+            if not quiet:
+                log.warning("checkpoint %s is unusable (%s): ignored, starting over", where, e)
             return None
         if found is None:
             return None
         step, blob = found
-        return usable_checkpoint(blob, step=step, meta=meta, where=f"{self.directory}/{FOLDER_PREFIX}{step}")
+        where = f"{self.directory}/{FOLDER_PREFIX}{step}"
+        return usable_checkpoint(blob, step=step, meta=meta, where=where, quiet=quiet)
 
     def clear(self, key: str) -> None:
         """Uncommit and delete the local checkpoints (the marker first, so nothing more is pushed).
@@ -313,23 +328,24 @@ def encode_checkpoint(checkpoint: Checkpoint) -> bytes:
 
 
 def usable_checkpoint(
-    blob: bytes, *, step: int, meta: Mapping[str, Any] | None, where: str
+    blob: bytes, *, step: int, meta: Mapping[str, Any] | None, where: str, quiet: bool = False
 ) -> Checkpoint | None:
     """The checkpoint in ``blob`` (saved as step ``step``), or None with a warning when it fails a check.
 
     Checks: the file is whole and unaltered, it says the step it was saved as, and with ``meta`` its plan
-    metadata equals ``meta`` (another data set, trainer or mode is not resumed).
+    metadata equals ``meta`` (another data set, trainer or mode is not resumed). ``quiet``: no warning.
     """
+    warn = (lambda *args: None) if quiet else log.warning
     try:
         checkpoint = decode_checkpoint(blob)
     except ValueError as e:
-        log.warning("checkpoint %s is unusable (%s): ignored, trying an older one", where, e)
+        warn("checkpoint %s is unusable (%s): ignored, trying an older one", where, e)
         return None
     if checkpoint.step != step:
-        log.warning("checkpoint %s says step %d: ignored", where, checkpoint.step)
+        warn("checkpoint %s says step %d: ignored", where, checkpoint.step)
         return None
     if meta is not None and dict(checkpoint.meta) != dict(meta):
-        log.warning(
+        warn(
             "checkpoint %s was saved for another plan (%s, now %s): ignored",
             where,
             dict(checkpoint.meta),

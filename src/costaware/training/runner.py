@@ -61,7 +61,7 @@ def _incompatibility(champion: ModelVersion, trainer: str, features: Sequence[st
 
 def _refuse_foreign_checkpoint(store: CheckpointStorage, key: str, trainer: str) -> None:
     """Refuse to train over the checkpoints of another trainer (a wrong key or a reused prefix)."""
-    newest = store.latest(key)
+    newest = store.latest(key, quiet=True)  # the Checkpointer's resume warns of unusable ones, once
     other = str(newest.meta.get("trainer", "")) if newest else ""
     if newest and other and other != trainer:
         raise ConfigurationError(
