@@ -196,7 +196,7 @@ def test_training_grows_the_batch_with_the_noise_scale_and_keeps_the_lr_rule() -
     x, y = _data()
     trainer = _trainer(lr_rule="linear", adapt_every=10, memory_limit_bytes=2_000_000, clock=_ticking_clock())
     report = trainer.fit(x, y, epochs=2, seed=3)
-    assert report.stopped_by == "epochs" and report.epochs >= 2
+    assert report.stopped_by == "epochs" and report.epochs == 2  # the last step takes what is left
     assert sum(report.losses[-20:]) / 20 < 0.75 * sum(report.losses[:20]) / 20
     assert len(report.changes) >= 2 and max(c.batch_size for c in report.changes) > 16
     for change in report.changes:
@@ -211,8 +211,9 @@ def test_training_grows_the_batch_with_the_noise_scale_and_keeps_the_lr_rule() -
 def test_a_last_step_past_the_epochs_on_an_adaptation_step_ends_training(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """16 rows a step over 100: the 7th step ends at 112, and the 7th is when the batch is re-chosen. That
-    choice, with -12 examples left, raised ValueError (no batch within 5 % of a negative best)."""
+    """16 rows a step over 100: the 7th step ends the epoch (at 112 before the last step was trimmed to the 4
+    rows left), and the 7th is when the batch is re-chosen. That choice, with -12 examples left, raised
+    ValueError (no batch within 5 % of a negative best)."""
     from costaware.training.batch_size import trainer as trainer_module
 
     asked: list[float] = []
@@ -226,7 +227,7 @@ def test_a_last_step_past_the_epochs_on_an_adaptation_step_ends_training(
     x, y = _data(n=100, seed=1)
     trainer = _trainer(adapt_every=7, max_batch_size=16, clock=_ticking_clock())
     report = trainer.fit(x, y, epochs=1, seed=1)
-    assert (report.steps, report.examples, report.stopped_by) == (7, 112, "epochs")
+    assert (report.steps, report.examples, report.epochs, report.stopped_by) == (7, 100, 1.0, "epochs")
     assert trainer.noise.value is not None  # a choice would have had a noise scale to run on
     assert asked == []  # nothing was left to choose a batch for
     late, why = choose_batch_size(

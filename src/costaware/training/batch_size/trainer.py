@@ -254,19 +254,25 @@ class AdaptiveBatchTrainer:
             if elapsed + step_time > self.budget_seconds:
                 stopped_by = "budget"
                 break
-            if cursor + batch > n:
+            # The last step takes what is left of the epochs (at least 2 rows, one per half), so a large
+            # batch does not train past them: epochs=1 once trained 1.24 passes at a batch of 256.
+            size = max(2, min(batch, total - examples))
+            if cursor + size > n:
                 order, cursor = torch.randperm(n, generator=generator), 0
-            index = order[cursor : cursor + batch]
-            cursor += batch
+            index = order[cursor : cursor + size]
+            cursor += size
             tick = self.clock()
             losses.append(self._step(inputs[index], targets[index]))
             seconds = self.clock() - tick
             previous = self._seconds_per_step.get(batch)
-            self._seconds_per_step[batch] = seconds if previous is None else 0.8 * previous + 0.2 * seconds
-            examples += batch
+            if previous is None:
+                self._seconds_per_step[batch] = seconds
+            elif size == batch:  # a short last step would skew the batch's step time
+                self._seconds_per_step[batch] = 0.8 * previous + 0.2 * seconds
+            examples += size
             steps += 1
             noise = self.noise.value
-            # (Past the last example, the last step overshot the epochs: nothing is left to choose for.)
+            # (Past the last example nothing is left to choose a batch for.)
             if steps % self.adapt_every == 0 and noise is not None and examples < total:
                 chosen, reason = choose_batch_size(
                     candidates,
