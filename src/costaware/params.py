@@ -190,7 +190,8 @@ def spot_tuning_params(
             max_gpu_hours,
             kind="number",
             title="GPU-hour cap",
-            description="Hard stop in GPU-hours (billed hours x the instance's GPUs).",
+            description="Hard stop in GPU-hours (billed hours x the instance's GPUs). To leave them "
+            "uncapped, give a large number such as 100000: the dollar cap still binds.",
         ),
         "max_trials": bounded_param(max_trials, title="Trials", description="1-1000.", high=1001),
         "warmup_epochs": bounded_param(
