@@ -4,7 +4,8 @@ The training is ``examples/own_training/train_delay.py``, a 130-line PyTorch reg
 in minutes. It imports ``costaware_runtime`` (the slim runtime, no Airflow) for four things: load the newest
 checkpoint, save one now and then, write its metrics, leave its model in the output folder.
 
-1. ``prepare``      the replayed 2013 day's training and holdout arrays (``train.npz``, ``holdout.npz``);
+1. ``prepare``      on the local backend, checks the script and interpreter are there; then the replayed
+                    2013 day's training and holdout arrays (``train.npz``, ``holdout.npz``);
 2. ``spend_gate``   the training's budget is reserved from the project's monthly budget;
 3. ``spot_window``  spot when the price is good, on-demand when waiting would miss the deadline;
 4. ``train``        ``RemoteTrainingOperator(command=[...])``: the script under ``costaware-run`` on the
@@ -27,10 +28,11 @@ from pathlib import Path
 
 import pendulum
 from airflow.sdk import Param, dag, get_current_context, task
+from airflow.sdk.exceptions import AirflowFailException
 
 from costaware.operators.promote import ModelPromoteOperator
 from costaware.operators.remote_training import RemoteTrainingOperator
-from costaware.params import remote_backend_params, seconds_param, tag_param
+from costaware.params import check_local_command, remote_backend_params, seconds_param, tag_param
 from costaware.sensors.spend_cap import SpendCapSensor
 from costaware.sensors.spot_window import SpotWindowSensor
 
@@ -89,10 +91,17 @@ def prepared(name: str) -> str:
 def own_training() -> None:
     @task
     def prepare() -> dict[str, str]:
-        """Land the days up to the replayed one (and the next, the holdout), then write the arrays."""
+        """Check the script is here (local backend), land the days up to the replayed one (and the next,
+        the holdout), then write the arrays."""
+        from costaware.core.errors import ConfigurationError
         from costaware.examples import flights
 
-        return flights.replay_arrays(get_current_context(), "own_training")
+        context = get_current_context()
+        try:  # before the spend gate reserves the training's money
+            check_local_command(context["params"])
+        except ConfigurationError as e:
+            raise AirflowFailException(str(e)) from e
+        return flights.replay_arrays(context, "own_training")
 
     arrays = prepare()
     spend_gate = SpendCapSensor(

@@ -51,6 +51,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from costaware.operators.remote_training import RemoteTrainingOperator
 from costaware.params import (
     bounded_param,
+    check_local_command,
     remote_backend_params,
     seconds_param,
     spot_tuning_params,
@@ -302,6 +303,7 @@ def spot_tuning() -> None:
         market = decision.market if decision is not None else "on_demand"
         instance_type, scope = str(params["instance_type"]), f"project={params['project']},study={run_id}"
         try:  # a bad param, a price not found, caps too small for one trial: a retry cannot help
+            check_local_command(params)  # before any trial's money is reserved
             config, prices = settings_and_prices(params, decision if params.get("prices") else None)
             ledger, on = CostLedgerHook().get_conn(), f"{market} {instance_type}"
             study = open_study(

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 from airflow.sdk.definitions.param import ParamValidationError
 
-from costaware.params import seconds_param, usd_param
+from costaware.core.errors import ConfigurationError
+from costaware.params import check_local_command, seconds_param, usd_param
 
 
 @pytest.mark.parametrize("given", ["1.50", "0", "999999.999999"])
@@ -38,3 +42,31 @@ def test_seconds_param_takes_zero_and_refuses_negatives(given: object, ok: bool)
     else:
         with pytest.raises(ParamValidationError):
             param.resolve(given)
+
+
+def test_check_local_command_refuses_a_script_or_python_this_worker_lacks(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    good = {"backend": "local", "script": str(script), "python": sys.executable}
+    check_local_command(good)
+    with pytest.raises(ConfigurationError, match=r"script '.*/trian.py' is not a file on this worker"):
+        check_local_command({**good, "script": str(tmp_path / "trian.py")})
+    with pytest.raises(ConfigurationError, match="python 'pyhton3' is not an executable on this worker"):
+        check_local_command({**good, "python": "pyhton3"})
+    check_local_command({**good, "backend": "batch", "script": "/in/the/image.py", "python": "python"})
+
+
+def test_own_training_refuses_a_misspelt_script_before_its_spend_gate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.sdk.exceptions import AirflowFailException
+
+    root = Path(__file__).resolve().parents[1]
+    dag = DagBag(dag_folder=str(root / "dags" / "own_training.py")).dags["own_training"]
+    prepare = dag.get_task("prepare").python_callable
+    params = {"backend": "local", "script": str(tmp_path / "trian_delay.py"), "python": sys.executable}
+    context = {"params": params}
+    monkeypatch.setitem(prepare.__globals__, "get_current_context", lambda: context)
+    with pytest.raises(AirflowFailException, match=r"trian_delay\.py' is not a file on this worker"):
+        prepare()  # the check comes first: nothing is landed or written

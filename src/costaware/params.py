@@ -12,11 +12,19 @@ trigger with such a value before the run starts, naming the param::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from costaware.core.budgets import TAG_VALUE_PATTERN, TAG_VALUE_RULE
 
-__all__ = ["TAG_VALUE_PATTERN", "bounded_param", "spot_tuning_params", "tag_param", "usd_param"]
+__all__ = [
+    "TAG_VALUE_PATTERN",
+    "bounded_param",
+    "check_local_command",
+    "spot_tuning_params",
+    "tag_param",
+    "usd_param",
+]
 
 
 def tag_param(default: str, *, title: str, description: str = "", max_length: int = 200) -> Any:
@@ -159,6 +167,37 @@ def remote_backend_params(what: str = "script") -> dict[str, Any]:
             "(it needs torch); 'python' in a container.",
         ),
     }
+
+
+def check_local_command(params: Mapping[str, Any], *, script: str = "script") -> None:
+    """On the ``local`` backend, refuse a ``script`` or ``python`` param that this worker does not have.
+
+    The form cannot check paths, and a typo failed only in the training task, after the spend gate had
+    reserved its money; a DAG calls this in a task ahead of the gate. Other backends run the command in a
+    container this worker cannot see.
+
+    Raises:
+        ConfigurationError: the script is not a file, or the interpreter is not an executable, here.
+    """
+    import shutil
+    from pathlib import Path
+
+    from costaware.core.errors import ConfigurationError
+
+    if str(params.get("backend") or "local") != "local":
+        return
+    path = str(params.get(script) or "")
+    if not Path(path).is_file():
+        raise ConfigurationError(
+            f"{script} {path!r} is not a file on this worker: give the full path of the script the local "
+            "backend runs"
+        )
+    python = str(params.get("python") or "")
+    if not shutil.which(python):
+        raise ConfigurationError(
+            f"python {python!r} is not an executable on this worker: give an interpreter's path (the default "
+            "is this Airflow's own)"
+        )
 
 
 def spot_tuning_params(
