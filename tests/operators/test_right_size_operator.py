@@ -156,3 +156,17 @@ def test_fresh_cached_prices_replace_the_snapshot(env_ledger: Ledger) -> None:
     )
     after = _operator(deadline_hours="4").execute(_context())
     assert (after["instance_type"], Decimal(after["usd_per_hour"])) == ("c5.xlarge", cheap)
+
+
+def test_an_arm64_choice_without_arch_is_warned_about(
+    env_ledger: Ledger, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sized = {"instance_types": None, "memory_gib": "64", "fallback_hours": "1", "for_task_id": "never_ran"}
+    result = _operator(**sized).execute(_context())
+    assert (
+        bundled_catalog().offer(result["instance_type"], "us-east-1").arch == "arm64"
+    )  # Graviton is cheapest
+    logged = "".join(capsys.readouterr())  # the task's logger writes to the console here
+    assert f"{result['instance_type']} is arm64 (Graviton)" in logged and "pass arch='x86_64'" in logged
+    _operator(**sized, arch="arm64").execute(_context())  # asked for: nothing to warn about
+    assert "is arm64 (Graviton)" not in "".join(capsys.readouterr())

@@ -162,8 +162,9 @@ class RightSizeOperator(BaseOperator):
             runs = observations_from_entries(
                 self.hook.get_conn().entries(dag_id=dag_id, limit=HISTORY_LIMIT), self.for_task_id
             )
+            catalog = current_catalog(self.hook.get_conn())  # the snapshot, updated by fresh cached prices
             decision = right_size(
-                current_catalog(self.hook.get_conn()),  # the snapshot, updated by fresh cached prices
+                catalog,
                 job,
                 region=self.region,
                 observations=runs,
@@ -179,6 +180,8 @@ class RightSizeOperator(BaseOperator):
         self.log.info(
             "right-size for %s.%s (sized %s): %s", dag_id, self.for_task_id, sizing, decision.reason
         )
+        if arch is None:
+            self._warn_if_arm64(catalog, decision.choice.instance_type, decision.choice.region)
         for candidate in decision.runners_up:
             self.log.info(
                 "  runner-up %s %s: $%s (%.2f h)",
@@ -188,6 +191,21 @@ class RightSizeOperator(BaseOperator):
                 candidate.expected_hours,
             )
         return {**decision.to_json(), "sizing": sizing}
+
+    def _warn_if_arm64(self, catalog: Any, instance_type: str, region: str) -> None:
+        """Say so when no ``arch`` was given and the choice is arm64: an x86_64 image does not start there."""
+        from costaware.core.errors import PriceNotFoundError
+
+        try:
+            chosen_arch = catalog.offer(instance_type, region).arch
+        except PriceNotFoundError:
+            return
+        if chosen_arch == "arm64":
+            self.log.warning(
+                "%s is arm64 (Graviton): the job's image and wheels must be built for arm64; pass "
+                "arch='x86_64' to choose among x86_64 types only",
+                instance_type,
+            )
 
     def _measured_arch(self, tries: Sequence[Any]) -> str | None:
         """Sized on measured ``tries`` with no ``arch``: the architecture of the type the task last ran on.
