@@ -115,6 +115,8 @@ def test_environment_celery_postgres_ledger(compose: dict[str, Any]) -> None:
     )
     assert url == "postgresql+psycopg2://airflow:pw123@postgres:5432/costaware"
     assert env["AIRFLOW_CONFIG"] == "/opt/airflow/config/airflow.cfg"  # a [costaware] section there applies
+    # One region for pricing and for the locality guard (which reads the variable, not the option).
+    assert env["COSTAWARE_WORKER_REGION"] == env["AIRFLOW__COSTAWARE__WORKER_REGION"] == "us-east-1"
     init_sql = (ROOT / "docker" / "postgres-init.sql").read_text()
     assert "CREATE DATABASE costaware" in init_sql
     mounts = compose["services"]["postgres"]["volumes"]
@@ -167,3 +169,11 @@ def test_dockerfile_extends_the_pinned_airflow_image() -> None:
     # the executor's extra, and the extras the example DAGs in ./dags import at parse time
     assert '"/opt/costaware-src[celery,tuning,examples]"' in dockerfile
     assert "COPY --chown=airflow:0 runtime /opt/costaware-src/runtime" in dockerfile  # a dependency
+
+
+def test_documented_cli_calls_go_through_bash() -> None:
+    # The official image's /entrypoint hands any command but bash/python to `airflow`: `airflow-cli
+    # costaware budget set` ran `airflow costaware ...`, which Airflow refuses.
+    doc = (ROOT / "docs" / "deployment.md").read_text()
+    calls = re.findall(r"docker compose run airflow-cli (\S+)", doc)
+    assert calls and all(first in ("bash", "python", "airflow") for first in calls), calls
