@@ -191,3 +191,49 @@ def test_bad_inputs_fail_without_writing(
 def test_unknown_policy_is_rejected_at_parse_time() -> None:
     with pytest.raises(ConfigurationError, match="policy 'maybe' is unknown: use one of block, warn"):
         check(["s3://b/x"], policy="maybe")
+
+
+def test_a_single_uri_or_a_rendered_list_is_read_as_inputs(
+    tmp_path: Path, buckets: dict[str, str], ledger_conn: Ledger, monkeypatch: Any
+) -> None:
+    # A string was read letter by letter: "/" became an input and the check walked the whole disk.
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.parquet").write_bytes(b"x" * 4096)
+    monkeypatch.setenv("COSTAWARE_WORKER_REGION", "us-east-1")
+    result = check(str(data)).execute(CONTEXT)
+    assert result["uris"] == {"0": str(data)}
+    rendered = repr([f"s3://{buckets['us']}/flights", str(data)])  # what a template's list renders to
+    assert check(rendered).execute(CONTEXT)["uris"] == {"0": f"s3://{buckets['us']}/flights", "1": str(data)}
+
+
+def test_a_replica_matches_its_source_with_or_without_a_trailing_slash(
+    buckets: dict[str, str], ledger_conn: Ledger
+) -> None:
+    source, replica = f"s3://{buckets['eu']}/flights", f"s3://{buckets['us']}/flights"
+    result = check([source + "/"], replicas={source: {"us-east-1": replica}}).execute(CONTEXT)
+    assert result["uris"] == {"0": replica}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"inputs": ""}, "inputs '' name no data"),
+        ({"inputs": [" "]}, r"name no data \(empty: \['0'\]\)"),
+        ({"inputs": "[s3://a/x]"}, "is text that is no list or dict of URIs"),
+        ({"inputs": 42}, "inputs must be a list of URIs or {name: URI}, got int 42"),
+        ({"compute_region": None}, "compute_region is None: name the AWS region the compute runs in"),
+    ],
+)
+def test_inputs_and_regions_that_name_nothing_are_refused_without_writing(
+    ledger_conn: Ledger, kwargs: dict[str, Any], message: str
+) -> None:
+    args = {"inputs": ["s3://bucket/x"], **kwargs}
+    with pytest.raises(AirflowFailException, match=message):
+        check(**args).execute(CONTEXT)
+    assert ledger_conn.entries() == []
+
+
+def test_replicas_given_flat_are_refused_at_parse_time() -> None:
+    with pytest.raises(ConfigurationError, match=r"replicas\['s3://a/x'\] is 's3://b/x': map each source"):
+        check(["s3://a/x"], replicas={"s3://a/x": "s3://b/x"})

@@ -39,6 +39,35 @@ def _describe(estimate: EgressEstimate) -> str:
     )
 
 
+def _literal(text: str) -> Any:
+    """A list or dict written out as text (a template that rendered one), or a clear error."""
+    import ast
+
+    from costaware.core.errors import ConfigurationError
+
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError) as e:
+        raise ConfigurationError(
+            f"inputs {text!r} is text that is no list or dict of URIs: give a list of URIs or {{name: URI}}"
+        ) from e
+
+
+def _replicas(replicas: Mapping[str, Any] | None) -> dict[str, dict[str, str]]:
+    """``{source URI: {region: replica URI}}`` with the sources' trailing ``/`` dropped, or a clear error."""
+    from costaware.core.errors import ConfigurationError
+
+    found: dict[str, dict[str, str]] = {}
+    for source, copies in dict(replicas or {}).items():
+        if not isinstance(copies, Mapping):
+            raise ConfigurationError(
+                f"replicas[{source!r}] is {copies!r}: map each source URI to {{region: replica URI}}, e.g. "
+                "{'s3://data-eu/flights': {'us-east-1': 's3://data-us/flights'}}"
+            )
+        found[str(source).rstrip("/")] = {str(region): str(uri) for region, uri in copies.items()}
+    return found
+
+
 class DataLocalityCheckOperator(BaseOperator):
     """Check that the data lives where the compute runs; estimate, gate and record cross-region egress.
 
@@ -111,14 +140,34 @@ class DataLocalityCheckOperator(BaseOperator):
         self.worker_region = worker_region
         self.declared_regions = dict(declared_regions or {})
         self.declared_bytes = dict(declared_bytes or {})
-        self.replicas = {k: dict(v) for k, v in (replicas or {}).items()}
+        self.replicas = _replicas(replicas)
         self.aws_conn_id = aws_conn_id
         self.ledger_conn_id = ledger_conn_id
         self.tags = check_tags(tags or {}, owner=f"{type(self).__name__} {self.task_id!r}")
 
     def _named_inputs(self) -> dict[str, str]:
-        items = self.inputs.items() if isinstance(self.inputs, Mapping) else enumerate(self.inputs)
-        return {str(name): str(getattr(value, "uri", value)) for name, value in items}
+        """``{name: URI}`` of the rendered ``inputs``; a list's inputs are named by position."""
+        from costaware.core.errors import ConfigurationError
+
+        inputs = self.inputs
+        if isinstance(inputs, str):
+            # One URI, or a template's list rendered as text: read letter by letter, "/" became an input
+            # and the check walked the worker's whole disk.
+            inputs = _literal(inputs) if inputs.strip()[:1] in ("[", "{") else [inputs]
+        if not isinstance(inputs, (Mapping, Sequence)) or isinstance(inputs, (str, bytes)):
+            raise ConfigurationError(
+                f"inputs must be a list of URIs or {{name: URI}}, got {type(inputs).__name__} {inputs!r}"
+            )
+        items = inputs.items() if isinstance(inputs, Mapping) else enumerate(inputs)
+        named = {str(name): str(getattr(value, "uri", value)).strip() for name, value in items}
+        empty = [name for name, uri in named.items() if not uri]
+        if not named or empty:
+            raise ConfigurationError(
+                f"inputs {self.inputs!r} name no data"
+                + (f" (empty: {empty})" if empty else "")
+                + ": give the URIs or paths the run reads"
+            )
+        return named
 
     def _estimates(self, options: S3Options) -> list[tuple[str, EgressEstimate, EgressEstimate | None]]:
         """(name, estimate of the input, estimate of its same-region replica or None) per input."""
@@ -126,6 +175,11 @@ class DataLocalityCheckOperator(BaseOperator):
         from costaware.adapters.regions import estimate_egress, locate
         from costaware.core.errors import ConfigurationError
 
+        if not isinstance(self.compute_region, str) or not self.compute_region.strip():
+            raise ConfigurationError(
+                f"compute_region is {self.compute_region!r}: name the AWS region the compute runs in, e.g. "
+                "us-east-1"
+            )
         catalog = bundled_catalog()
         worker = self.worker_region or worker_region()
         found = []
@@ -138,7 +192,7 @@ class DataLocalityCheckOperator(BaseOperator):
                 options=options,
             )
             estimate = estimate_egress(where, self.compute_region, catalog.transfer_usd_per_gb)
-            replica_uri = self.replicas.get(uri, {}).get(self.compute_region)
+            replica_uri = self.replicas.get(uri.rstrip("/"), {}).get(self.compute_region)
             replica = None
             if estimate.cross_region and replica_uri:
                 replica_at = locate(
