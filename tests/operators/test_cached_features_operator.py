@@ -177,6 +177,10 @@ def _bad_transform(inputs: dict[str, pd.DataFrame]) -> dict[str, int]:
             {"instance_type": "m5.huge", "region": "us-east-1", "usd_per_hour": None},
             "unknown instance type 'm5.huge'",
         ),
+        # A misspelt package keyed nothing: upgrading the real one returned stale features.
+        ({"libraries": ["pandas", "pandsa"]}, r"libraries \['pandsa'\] are not installed on this worker"),
+        # What a template of inputs rendered to: a string, not {name: URI}.
+        ({"inputs": "s3://bucket/flights"}, "inputs must be a non-empty {name: URI or Asset}"),
     ],
 )
 def test_bad_arguments_fail_without_writing(
@@ -261,3 +265,32 @@ def test_s3_inputs_and_s3_store_through_an_airflow_connection(
     client.put_object(Bucket=bucket, Key="raw/flights/part-1.parquet", Body=local.read_bytes())  # new data
     third = operator(transform, inputs, store, aws_conn_id="moto_aws").execute(context("s3_3"))
     assert third["hit"] is False and third["key"] != first["key"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"inputs": ["s3://bucket/flights"]}, r"inputs must be a non-empty \{name: URI or Asset\}"),
+        ({"inputs": {}}, "inputs must be a non-empty"),
+        ({"libraries": "pandas"}, "libraries must be a list of package names, e.g. .* got 'pandas'"),
+    ],
+)
+def test_inputs_and_libraries_of_the_wrong_shape_are_refused_at_parse_time(
+    kwargs: dict[str, Any], message: str, tmp_path: Path
+) -> None:
+    args = {"inputs": {"flights": "s3://bucket/flights"}, **kwargs}
+    with pytest.raises(ConfigurationError, match=message):
+        operator(_paths_transform, args.pop("inputs"), str(tmp_path / "cache"), **args)
+
+
+def test_an_input_that_is_not_parquet_fails_without_retry_or_cache_entry(
+    transform_module: Any, tmp_path: Path, ledger_conn: Ledger
+) -> None:
+    folder = tmp_path / "flights"
+    folder.mkdir()
+    (folder / "2013-01-01.parquet").write_bytes(b"route,delay\nJFK-LAX,10\n")  # a CSV named .parquet
+    op = operator(transform_module(), {"flights": str(folder)}, str(tmp_path / "cache"))
+    with pytest.raises(AirflowFailException, match=r"input '.*/flights' is not readable as parquet"):
+        op.execute(context())
+    assert ledger_conn.entries() == []
+    assert not list((tmp_path / "cache").rglob("*.parquet"))

@@ -203,6 +203,7 @@ def read_frame(uri: str, options: S3Options | None = None) -> Any:
     The format follows the file names: ``.csv`` / ``.csv.gz`` files are read as CSV, anything else as
     Parquet. Names starting with ``.`` or ``_`` are skipped, as pyarrow.dataset does.
     """
+    import pyarrow as pa
     import pyarrow.dataset as ds
 
     location = parse_uri(uri, what="input")
@@ -218,4 +219,8 @@ def read_frame(uri: str, options: S3Options | None = None) -> Any:
             fmt = "csv"
         if len(keys) == 1 and keys[0] == location.path:
             path = f"{location.bucket}/{keys[0]}"
-    return ds.dataset(path, filesystem=fs, format=fmt).to_table().to_pandas()
+    try:
+        return ds.dataset(path, filesystem=fs, format=fmt).to_table().to_pandas()
+    except pa.ArrowInvalid as e:
+        # Not data a retry could fix (a file that is not Parquet, a CSV with ragged rows): said once, plainly.
+        raise ConfigurationError(f"input {uri!r} is not readable as {fmt}: {e}") from e

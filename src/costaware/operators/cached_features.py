@@ -40,6 +40,40 @@ def _asset_uri(value: Any) -> str:
     return uri
 
 
+def _check_inputs(inputs: Any) -> None:
+    """Refuse ``inputs`` that are not ``{name: URI or Asset}`` (a list raised a bare AttributeError)."""
+    from costaware.core.errors import ConfigurationError
+
+    if not isinstance(inputs, Mapping) or not inputs:
+        raise ConfigurationError(
+            f"inputs must be a non-empty {{name: URI or Asset}} (the transform gets them by name), got "
+            f"{inputs!r}: e.g. {{'flights': 's3://bucket/flights/'}}"
+        )
+
+
+def _library_names(libraries: Any) -> tuple[str, ...]:
+    """``libraries`` as package names; one name given as text was read letter by letter."""
+    from costaware.core.errors import ConfigurationError
+
+    if isinstance(libraries, str) or not all(isinstance(name, str) and name for name in libraries):
+        raise ConfigurationError(
+            f"libraries must be a list of package names, e.g. ['pandas', 'pyarrow'], got {libraries!r}"
+        )
+    return tuple(libraries)
+
+
+def _check_installed(versions: Mapping[str, str]) -> None:
+    """A listed library that is not installed keys nothing: most likely a misspelt name."""
+    from costaware.core.errors import ConfigurationError
+
+    absent = sorted(name for name, version in versions.items() if version == "absent")
+    if absent:
+        raise ConfigurationError(
+            f"libraries {absent} are not installed on this worker, so their versions cannot key the cache: "
+            "check the names (pip's distribution names, e.g. 'scikit-learn')"
+        )
+
+
 def fingerprint_inputs(
     inputs: Mapping[str, Any], context: Mapping[str, Any], options: S3Options, mode: str
 ) -> list[InputFingerprint]:
@@ -159,13 +193,15 @@ class CachedFeaturesOperator(BaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.transform = transform
+        if not isinstance(inputs, str):  # a string is a template, checked once rendered
+            _check_inputs(inputs)
         self.inputs = inputs
         self.transform_params = transform_params or {}
         self.store_uri = store_uri
         self.version = version
         self.pass_paths = pass_paths
         self.fingerprint_mode = fingerprint_mode
-        self.libraries = tuple(libraries)
+        self.libraries = _library_names(libraries)
         self.aws_conn_id = aws_conn_id
         self.ledger_conn_id = ledger_conn_id
         self.instance_type = instance_type
@@ -234,10 +270,12 @@ class CachedFeaturesOperator(BaseOperator):
 
         who = {**run_identity(context, self.task_id), "tags": run_tags(self, context, self.tags)}
         with airflow_errors():
+            _check_inputs(self.inputs)
             options = s3_options(self.aws_conn_id)
             fingerprints = fingerprint_inputs(self.inputs, context, options, self.fingerprint_mode)
             code = code_fingerprint(self.transform, version=self.version)
             libraries = library_versions(self.libraries)
+            _check_installed(libraries)
             key = cache_key(fingerprints, code, self.transform_params, libraries)
             store = FeatureStore(self.store_uri or default_store_uri(), s3=options)
             template = Manifest(
