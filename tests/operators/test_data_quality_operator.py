@@ -291,3 +291,52 @@ def test_a_refused_s3_batch_moves_to_an_s3_quarantine_and_leaves_no_empty_prefix
         "refused/retrain_dag/scheduled__2013-01-01/day/part-0.parquet",
         "refused/retrain_dag/scheduled__2013-01-01/day/sub/part-1.parquet",
     ]
+
+
+def _gate(tmp: Path, landed: Path) -> DataQualityOperator:
+    return DataQualityOperator(
+        task_id="quality_gate",
+        data_path=str(landed),
+        suite=SUITE,
+        results_path=str(tmp / "quality"),
+        quarantine_path=str(tmp / "refused"),
+    )
+
+
+def test_a_mistake_in_the_suite_fails_without_quarantining_good_data(tmp_path: Path) -> None:
+    landed = _batch(tmp_path)
+    gate = _gate(tmp_path, landed)
+    wrong = {"type": "expect_column_values_to_be_between", "kwargs": {"column": "distance", "min_value": 10,
+             "max_value": 0}}  # fmt: skip
+    gate.suite = {"expectations": [*SUITE["expectations"], wrong]}
+    with pytest.raises(AirflowFailException) as caught:
+        gate.execute(_context())
+    message = str(caught.value)
+    assert "1 of 5 expectations could not be evaluated" in message
+    assert "the suite is wrong, not the data (the batch stays where it is)" in message
+    assert "min_value cannot be greater than max_value" in message
+    assert landed.exists() and not (tmp_path / "refused").exists()
+    # With a real failure beside it, the batch is refused as usual, and both are listed.
+    _batch(tmp_path, distance=[1400, -5, 1576, 762])
+    with pytest.raises(AirflowFailException, match="2 of 5 expectations failed") as caught:
+        gate.execute(_context())
+    assert "the batch was moved to" in str(caught.value) and not landed.exists()
+
+
+def test_a_rerun_after_a_quarantine_says_where_the_batch_went(tmp_path: Path) -> None:
+    landed = _batch(tmp_path, distance=[1400, -5, 1576, 762])
+    with pytest.raises(AirflowFailException, match="the batch was moved to"):
+        _gate(tmp_path, landed).execute(_context())
+    moved = tmp_path / "refused" / "retrain_dag" / "scheduled__2013-01-01" / landed.name
+    with pytest.raises(AirflowFailException, match=f"quarantined it to {moved}: move it back"):
+        _gate(tmp_path, landed).execute(_context())
+
+
+def test_a_quarantine_inside_the_landing_folder_is_refused_before_validating(tmp_path: Path) -> None:
+    # Readers of the landing folder walk its sub-folders: the refused day was still trained on.
+    landed = _batch(tmp_path, distance=[1400, -5, 1576, 762])
+    gate = _gate(tmp_path, landed)
+    gate.quarantine_path = str(tmp_path / "landing" / "quarantine")
+    with pytest.raises(AirflowFailException, match=r"is inside '.*/landing', the folder the batch landed in"):
+        gate.execute(_context())
+    assert landed.exists() and not (tmp_path / "quality").exists()

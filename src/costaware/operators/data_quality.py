@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 _GX_IMPORT_LOGGER = "great_expectations._docs_decorators"
 
 #: Result keys worth showing as "seen", in order of preference.
+#: What GX 1.x says of an expectation's column that the data lacks.
+_MISSING_COLUMN = "in BatchData does not exist"
 _SEEN_KEYS = (
     "observed_value",
     "unexpected_count",
@@ -165,6 +167,48 @@ def failure_lines(result: Mapping[str, Any]) -> list[str]:
             f"seen {', '.join(seen) or 'nothing (no result)'}"
         )
     return lines
+
+
+def suite_errors(result: Mapping[str, Any]) -> list[str]:
+    """The failed expectations that raised an error other than a missing column: mistakes in the suite.
+
+    ``min_value`` above ``max_value``, an unknown argument: the data was not judged, so a batch is not
+    refused for them. A column the data lacks stays a data failure (an upstream schema change looks the
+    same as a misspelt column; the failure line names the column either way).
+    """
+    broken = []
+    for item in result.get("results", []):
+        raised = _raised(item.get("exception_info") or {})
+        if not item.get("success") and raised and not all(_MISSING_COLUMN in m for m in raised):
+            broken.append(item)
+    return failure_lines({"results": broken})
+
+
+def quarantined_copy(
+    data_path: str, quarantine_path: str, key: str, options: Mapping[str, Any]
+) -> str | None:
+    """Where :func:`quarantine` put ``data_path`` under ``key``, when it is there; else None."""
+    from costaware.adapters.blob_dir import BlobDir
+
+    target = BlobDir.from_uri(quarantine_path, create=False, **options).child(key)
+    name = data_path.rstrip("/").rpartition("/")[2]
+    return f"{target.uri}/{name}" if name and target.exists(name) else None
+
+
+def check_quarantine_outside(data_path: str, quarantine_path: str) -> None:
+    """Refuse a quarantine inside the folder a batch file landed in.
+
+    Readers of a landing folder walk its sub-folders (the retraining's ``read_parquet``, pyarrow datasets):
+    a refused ``landing/day.parquet`` moved to ``landing/quarantine`` was still trained on. (A batch that is
+    a folder is checked by :func:`quarantine`: the quarantine must not be inside it.)
+    """
+    landing, _, name = data_path.rstrip("/").rpartition("/")
+    if landing and Path(name).suffix and (quarantine_path.rstrip("/") + "/").startswith(landing + "/"):
+        raise ConfigurationError(
+            f"quarantine_path {quarantine_path!r} is inside {landing!r}, the folder the batch landed in: "
+            "readers of that folder walk its sub-folders and would still train on a refused batch; give a "
+            "folder outside it"
+        )
 
 
 def quarantine(data_path: str, quarantine_path: str, key: str, options: Mapping[str, Any]) -> str:
@@ -308,16 +352,19 @@ class DataQualityOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         from costaware.adapters.blob_dir import BlobDir
         from costaware.adapters.checkpoint_store import checkpoint_key
-        from costaware.training.data import read_parquet
 
         os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
         facts = run_identity(context, self.task_id)
         with airflow_errors():
             options = storage_options(self.aws_conn_id)
             suite = build_suite(self.suite, self.suite_name)
-            frame, fingerprint = read_parquet(self.data_path, self.columns, options)
+            where = _quarantine_location(self.quarantine_path)
+            if where:
+                check_quarantine_outside(str(self.data_path), where)
+            frame, fingerprint = self._read(where, facts, options)
             result = validate_frame(frame, suite)
             failures = failure_lines(result)
+            broken = suite_errors(result)
             name = checkpoint_key(facts["dag_id"], facts["run_id"], f"{facts['task_id']}.json")
             record = {
                 "data_path": self.data_path,
@@ -332,6 +379,14 @@ class DataQualityOperator(BaseOperator):
             results.write_bytes(name, json.dumps(record, indent=2, default=str).encode())
             uri = f"{results.uri}/{name}"
             stats = result.get("statistics", {})
+            if broken and len(broken) == len(failures):
+                # Only the suite's own mistakes failed: the data was not judged, so it is not quarantined.
+                raise ConfigurationError(
+                    f"{len(broken)} of {stats.get('evaluated_expectations', '?')} expectations could not be "
+                    f"evaluated on {self.data_path}: the suite is wrong, not the data (the batch stays where "
+                    f"it is); results in {uri}; fix the suite and rerun:\n"
+                    + "\n".join(f"- {x}" for x in broken)
+                )
             if failures:
                 raise DataQualityError(
                     f"{len(failures)} of {stats.get('evaluated_expectations', '?')} expectations failed on "
@@ -345,6 +400,23 @@ class DataQualityOperator(BaseOperator):
             len(frame),
         )
         return {"success": True, "statistics": stats, "results_uri": uri, "failures": []}
+
+    def _read(self, where: str, facts: Mapping[str, Any], options: Mapping[str, Any]) -> tuple[Any, str]:
+        """The batch and its fingerprint; a batch an earlier try quarantined is said to be there."""
+        from costaware.adapters.checkpoint_store import checkpoint_key
+        from costaware.training.data import read_parquet
+
+        try:
+            return read_parquet(self.data_path, self.columns, options)
+        except ConfigurationError as e:
+            key = checkpoint_key(facts["dag_id"], facts["run_id"])
+            moved = quarantined_copy(str(self.data_path), where, key, options) if where else None
+            if moved is None:
+                raise
+            raise ConfigurationError(
+                f"{e}; an earlier try of this run quarantined it to {moved}: move it back to validate it "
+                "again"
+            ) from e
 
     def _quarantined(self, facts: Mapping[str, Any], options: Mapping[str, Any]) -> str:
         """Move the refused batch to ``quarantine_path``; what the failure message adds about it."""
