@@ -171,6 +171,7 @@ def test_a_gpu_hour_cap_passed_is_shown_in_gpu_hours(env_ledger: Ledger) -> None
 
 
 def test_trigger_params_that_override_the_defaults_are_audited_once(env_ledger: Ledger) -> None:
+    from airflow.providers.standard.operators.empty import EmptyOperator
     from airflow.sdk import DAG, Param
 
     with DAG(
@@ -182,6 +183,7 @@ def test_trigger_params_that_override_the_defaults_are_audited_once(env_ledger: 
         spend_gate = SpendCapSensor(
             task_id="spend_gate", scope="project=churn", estimated_usd="1", for_task_id="train", timeout=5
         )
+        EmptyOperator(task_id="train")
     ctx = {
         **context(),
         "dag_run": SimpleNamespace(conf={"train_budget_usd": 9.0, "team": "ml"}, triggering_user_name="ann"),
@@ -195,6 +197,7 @@ def test_trigger_params_that_override_the_defaults_are_audited_once(env_ledger: 
 
 def test_a_run_the_gate_refuses_is_audited_too(env_ledger: Ledger) -> None:
     """Overrides are audited before anything is checked: a typo in the form still leaves its trace."""
+    from airflow.providers.standard.operators.empty import EmptyOperator
     from airflow.sdk import DAG, Param
 
     with DAG("retrain", schedule=None, params={"train_instance_type": Param("c5.xlarge")}):
@@ -202,6 +205,7 @@ def test_a_run_the_gate_refuses_is_audited_too(env_ledger: Ledger) -> None:
             task_id="spend_gate", scope="project=churn", estimated_usd="1", for_task_id="train", timeout=5,
             instance_type="{{ params.train_instance_type }}", region="us-east-1",
         )  # fmt: skip
+        EmptyOperator(task_id="train")
     spend_gate.instance_type = "m5.lrage"  # as rendered from the trigger's conf
     ctx = {
         **context(),

@@ -321,3 +321,19 @@ def test_a_task_the_listener_bills_is_only_warned_about_an_untagged_scope(
     assert gate.poke(context())
     assert "records its cost not tagged 'project'" in capsys.readouterr().out
     assert len(env_ledger.open_reservations()) == 1
+
+
+def test_a_misspelt_for_task_id_is_refused_before_anything_is_reserved(env_ledger: Ledger) -> None:
+    # The money was held for a task that never runs until the reservation expired (6 hours by default).
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG
+
+    with DAG("retrain", schedule=None):
+        gate = sensor(deferrable=False, estimated_usd="1", for_task_id="trian")
+        EmptyOperator(task_id="train")
+    with pytest.raises(
+        AirflowFailException,
+        match=r"for_task_id 'trian' is not a task of DAG 'retrain' \(did you mean 'train'\?\); nothing was",
+    ):
+        gate.poke(context())
+    assert env_ledger.open_reservations() == []

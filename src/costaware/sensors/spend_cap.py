@@ -151,6 +151,17 @@ class SpendCapSensor(BaseSensorOperator):
 
     def _target(self) -> str:
         if self.for_task_id:
+            tasks = self.dag.task_dict if self.has_dag() else {}
+            if tasks and self.for_task_id not in tasks:
+                # Reserved for a task that never runs, the money was held until the reservation expired.
+                import difflib
+
+                close = difflib.get_close_matches(str(self.for_task_id), list(tasks), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else f": use one of {sorted(tasks)}"
+                raise AirflowFailException(
+                    f"SpendCapSensor {self.task_id!r}: for_task_id {self.for_task_id!r} is not a task of DAG "
+                    f"{self.dag.dag_id!r}{hint}; nothing was reserved"
+                )
             return self.for_task_id
         downstream = sorted(self.downstream_task_ids)
         if len(downstream) != 1:
@@ -171,10 +182,10 @@ class SpendCapSensor(BaseSensorOperator):
         from costaware.hooks.ledger import CostLedgerHook
 
         ti = context["ti"]
-        target = self._target()
         with airflow_errors():
             ledger = CostLedgerHook(self.ledger_conn_id).get_conn()
             self._audit_overrides(context, ledger)  # first: a run refused below is audited too
+            target = self._target()
             self._check_compute()
             self._check_scope_is_tagged(context, target)
             usd = parse_usd(self.estimated_usd, name="estimated_usd")
