@@ -118,7 +118,7 @@ def test_a_budget_override_beyond_the_cap_is_refused_before_training(airflow_env
     # A short summary, not one long line and a chained traceback through the ledger.
     assert "Budget refused task 'retrain': it needs an estimated $500.00" in output
     assert "  budget:   project=flight-delays/month (" in output and "  need:     $500.00" in output
-    assert "  to do:    raise the cap with `costaware budget set`" in output
+    assert "  to do:    it is more than the whole cap, so no new period makes room: raise the cap" in output
     assert "The above exception was the direct cause" not in output
     ledger = Ledger.from_url(airflow_env["COSTAWARE_LEDGER_URL"])
     rows = ledger.entries(dag_id="cost_aware_retrain", run_id=ledger.last_run_id("cost_aware_retrain"))

@@ -56,9 +56,16 @@ def test_poke_reserves_for_the_downstream_task(env_ledger: Ledger) -> None:
     assert env_ledger.usage("project=churn")[0].reserved_usd == 4
 
 
-def test_poke_waits_while_the_budget_is_short(env_ledger: Ledger) -> None:
+def test_poke_waits_while_the_budget_is_short(env_ledger: Ledger, capsys: pytest.CaptureFixture[str]) -> None:
     assert sensor(estimated_usd="11", deferrable=False).poke(context()) is False
     assert env_ledger.open_reservations() == []
+    # $11 against a $10 cap: a new period never makes room, and the wait says so.
+    assert "it is more than the whole cap, so no new period makes room" in capsys.readouterr().out
+    trigger = BudgetAvailableTrigger(scope="project=churn", usd="11", gpu_hours="0", run_id="manual__1")
+    assert "(more than its whole cap: only a higher cap makes room)" in str(trigger._shortfall())
+    env_ledger.reserve("project=churn", "8")
+    assert sensor(estimated_usd="4", deferrable=False).poke(context("manual__2")) is False
+    assert "whole cap" not in capsys.readouterr().out  # room comes back when the reservation settles
 
 
 def test_skip_and_fail_policies_name_the_budget(env_ledger: Ledger) -> None:
@@ -86,7 +93,7 @@ def test_a_refusal_is_a_short_summary_in_the_log_not_a_chained_traceback(
     assert fields["budget"].startswith("project=churn/month (") and fields["budget"].endswith(")")
     assert (fields["cap"], fields["spent"], fields["reserved"]) == ("$10.00", "$0.001655", "$0.00")
     assert (fields["left"], fields["need"]) == ("$9.998345", "$11.00")  # not "$10.00 left" next to it
-    assert fields["to do"].startswith("raise the cap with `costaware budget set`")
+    assert fields["to do"].startswith("it is more than the whole cap, so no new period makes room: raise")
 
 
 def _spent(usd: str) -> Any:

@@ -315,6 +315,9 @@ def check_cap(usage: CapStanding, amount: Decimal, gpu_hours: Decimal, purpose: 
         cap, spent = format_usd_exact(usage.cap_usd), format_usd_exact(usage.spent_usd)
         reserved, need = format_usd_exact(usage.reserved_usd), format_usd_exact(amount)
         todo = RAISE_THE_CAP
+        if amount > usage.cap_usd:
+            # A gate that waits would wait for good: a new period starts at the same cap.
+            todo = f"it is more than the whole cap, so no new period makes room: {todo}"
         raise BudgetExceededError(
             f"budget '{name}' has {left} left (cap {cap}, spent {spent}, reserved {reserved}); "
             f"{purpose} needs an estimated {need}: {todo}",

@@ -69,7 +69,10 @@ class BudgetAvailableTrigger(BaseTrigger):
         for usage in ledger.usage(self.scope, run_id=self.run_id):
             if usage.left_usd < need:
                 left = format_usd_exact(usage.left_usd)
-                return f"budget '{usage.name}' has {left} left, need {format_usd_exact(need)}"
+                whole = (
+                    " (more than its whole cap: only a higher cap makes room)" if need > usage.cap_usd else ""
+                )
+                return f"budget '{usage.name}' has {left} left, need {format_usd_exact(need)}{whole}"
             if usage.cap_gpu_hours is not None:
                 left_gpu = usage.cap_gpu_hours - usage.spent_gpu_hours - usage.reserved_gpu_hours
                 if left_gpu < gpu:
