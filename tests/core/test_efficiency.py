@@ -178,3 +178,18 @@ def test_no_measurement_is_refused() -> None:
 def test_negative_measurement_is_refused() -> None:
     with pytest.raises(ConfigurationError, match="cpu_seconds of a measurement must be >= 0 seconds, got -1"):
         Measurement("d", "t", "r", 1, None, None, None, Decimal("0"), 1.0, -1.0, 0)
+
+
+def test_xen_era_families_are_never_suggested() -> None:
+    # A task with one light core once got c5.4xlarge -> m1.small: the cheapest fit on paper, a 2006 core.
+    from costaware.core.prices import LEGACY
+
+    advice = advise(bundled_catalog(), tries(cpu=600.0, peak_gib=0.5))
+    assert advice is not None and advice.requirements.vcpus == 1
+    assert not LEGACY.match(advice.suggested.instance_type), advice.suggested.instance_type
+    legacy = [
+        o
+        for o in bundled_catalog().instances(region="us-east-1", min_vcpus=1)
+        if LEGACY.match(o.instance_type)
+    ]
+    assert {o.instance_type.split(".")[0] for o in legacy} >= {"m1", "m3", "c3", "r3"}  # still in the catalog

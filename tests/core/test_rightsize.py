@@ -325,3 +325,19 @@ def test_burstable_types_are_left_out_unless_named() -> None:
 def test_minutes_given_as_text_are_read_as_numbers() -> None:
     job = RightSizeJob(memory_gib=Decimal(1), checkpoint_minutes="30", restart_minutes="0")  # type: ignore[arg-type]
     assert (job.checkpoint_minutes, job.restart_minutes) == (30.0, 0.0)
+
+
+def test_xen_era_types_are_left_out_unless_named() -> None:
+    table = (
+        "region,instance_type,vcpus,memory_gib,gpus,arch,usd_per_hour\n"
+        "us-east-1,c6a.large,2,4,0,x86_64,0.0765\n"
+        "us-east-1,m1.small,1,1.7,0,x86_64,0.044\n"
+        "us-east-1,m3.medium,1,3.75,0,x86_64,0.067\n"
+    )
+    catalog = PriceCatalog.from_csv_text(table)
+    job = RightSizeJob(memory_gib=Decimal(1), fallback_hours=1.0, markets=ON_DEMAND)
+    decision = right_size(catalog, job, region="us-east-1")
+    assert decision.choice.instance_type == "c6a.large"
+    assert ("m1.small", "a Xen-era family (2006-2015): runtimes do not carry over") in decision.rejected
+    named = right_size(catalog, job, region="us-east-1", instance_types=["m1.small", "c6a.large"])
+    assert named.choice.instance_type == "m1.small"  # asked for by name: the user's call

@@ -26,6 +26,11 @@ ARCH_ALIASES = {"x86_64": "x86_64", "amd64": "x86_64", "x86": "x86_64", "arm64":
 
 #: Families whose CPU is burstable (credits): a sustained training would be throttled once they run out.
 BURSTABLE = re.compile(r"^t\d[a-z]*\.")
+#: Families of the Xen era (2006-2015), still sold: the cheapest fits on paper (m1.small, m3.medium), but
+#: their cores are a decade old, so a runtime measured on a current type does not carry over. The EC2 user
+#: guide's previous-generation types with instance-store root volumes (C1, C3, D2, I2, M1, M2, M3, R3; not
+#: X1, still the large-memory choice), and the cluster, GPU and storage families of those years.
+LEGACY = re.compile(r"^(c1|c3|cc1|cc2|cg1|cr1|d2|g2|hi1|hs1|i2|m1|m2|m3|r3|t1)\.")
 
 
 def normalize_arch(arch: str) -> str:

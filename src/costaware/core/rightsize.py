@@ -21,7 +21,7 @@ from costaware.core.discounts import Discount, apply_discount, discount_for
 from costaware.core.errors import ConfigurationError, PriceNotFoundError
 from costaware.core.ledger import Market
 from costaware.core.money import MICRO_USD
-from costaware.core.prices import BURSTABLE, InstanceOffer, PriceCatalog, normalize_arch
+from costaware.core.prices import BURSTABLE, LEGACY, InstanceOffer, PriceCatalog, normalize_arch
 from costaware.core.tuning.caps import positive_number
 
 #: Mid-points of the Spot Instance Advisor's interruption ranges (shares of instances interrupted in a month).
@@ -306,6 +306,9 @@ def right_size(
             rejected.append(
                 (offer.instance_type, "burstable CPU (t family): throttled once its credits run out")
             )
+            continue
+        if instance_types is None and LEGACY.match(offer.instance_type):
+            rejected.append((offer.instance_type, "a Xen-era family (2006-2015): runtimes do not carry over"))
             continue
         if offer.memory_gib < job.memory_gib:
             rejected.append((offer.instance_type, f"{offer.memory_gib} GiB < {job.memory_gib} GiB needed"))

@@ -21,7 +21,7 @@ from costaware.core.efficiency.requirements import Requirements, measured_requir
 from costaware.core.errors import ConfigurationError, PriceNotFoundError
 from costaware.core.ledger import Market
 from costaware.core.money import MICRO_USD, format_usd
-from costaware.core.prices import BURSTABLE, InstanceOffer, PriceCatalog
+from costaware.core.prices import BURSTABLE, LEGACY, InstanceOffer, PriceCatalog
 
 DAYS_PER_MONTH = 730 / 24
 
@@ -125,8 +125,9 @@ def advise(
     The task's current type, region and market are those of its newest try. Candidates have at least the
     measured memory and busy cores (plus margins), no fewer GPUs than the current type (and none when it has
     none), the current type's processor architecture (a task measured on x86_64 may not run on arm64: its
-    wheels or container image may not exist there), and are not burstable unless ``allow_burstable``. The
-    runtime per run is assumed unchanged: the candidate has every core the task kept busy.
+    wheels or container image may not exist there), and are not burstable unless ``allow_burstable`` nor of
+    a Xen-era family (``LEGACY``). The runtime per run is assumed unchanged: the candidate has every core the
+    task kept busy, of a current generation.
 
     Args:
         catalog: Prices and sizes.
@@ -182,6 +183,8 @@ def advise(
         if offer.instance_type == current.instance_type or (current.gpus == 0 and offer.gpus > 0):
             continue
         if not allow_burstable and BURSTABLE.match(offer.instance_type):
+            continue
+        if LEGACY.match(offer.instance_type):  # a decade-old core: the measured runtime does not carry over
             continue
         rate = hourly_price(catalog, offer, market, discounts, newest.team)
         if best is None or (rate, offer.instance_type) < (best[0], best[1].instance_type):
