@@ -344,3 +344,14 @@ def test_a_misspelt_for_task_id_is_refused_before_anything_is_reserved(env_ledge
     ):
         gate.poke(context())
     assert env_ledger.open_reservations() == []
+
+
+@pytest.mark.parametrize("scope", ["", "  ", None])
+def test_a_scope_that_rendered_empty_is_refused_not_read_as_every_run(env_ledger: Ledger, scope: Any) -> None:
+    env_ledger.set_budget("*", "month", "100")  # a global budget the empty scope used to reserve from
+    with pytest.raises(AirflowFailException, match="reservation scope is empty: give the tags it counts"):
+        sensor(scope=scope, deferrable=False).poke(context())
+    assert env_ledger.open_reservations() == []
+    with pytest.raises(ValueError, match=r"budget scope is empty: .* or '\*' for every run"):
+        env_ledger.set_budget(scope, "month", "5")
+    assert {str(b.scope) for b in env_ledger.budgets()} == {"*", "project=churn"}

@@ -108,6 +108,22 @@ class Scope:
         return cls.of(pairs)
 
     @classmethod
+    def given(cls, text: str | Scope | Mapping[str, str] | None, *, what: str = "scope") -> Scope:
+        """:meth:`parse` for a scope money is set for or held in: a blank one is refused, not read as ``*``.
+
+        A template that rendered empty (``{{ params.project }}`` unset) set a budget over every run, or held
+        money in it; ``"*"`` says that on purpose.
+
+        Raises:
+            InvalidBudgetError: ``text`` is None or blank.
+        """
+        if text is None or (isinstance(text, str) and not text.strip()):
+            raise InvalidBudgetError(
+                f"{what} is empty: give the tags it counts, e.g. 'project=churn', or '*' for every run"
+            )
+        return cls.parse(text)
+
+    @classmethod
     def of(cls, tags: Mapping[str, str]) -> Scope:
         for key, value in tags.items():
             problem = tag_problem(key, value)
@@ -169,7 +185,7 @@ class Budget:
         timezone: str = "UTC",
     ) -> Budget:
         """Build a budget from user input, with errors that name the bad value."""
-        parsed_scope, parsed_period = Scope.parse(scope), Period.parse(period)
+        parsed_scope, parsed_period = Scope.given(scope, what="budget scope"), Period.parse(period)
         label = f"budget '{parsed_scope}/{parsed_period.value}'"
         try:
             cap = parse_usd(cap_usd, name=f"cap of {label}")

@@ -45,7 +45,7 @@ def reserve(
     approval: dict[str, Any] | None = None,
 ) -> Reservation:
     """Set ``usd`` aside in every budget that covers ``scope``; see ``Ledger.reserve``."""
-    wanted = Scope.parse(scope)
+    wanted = Scope.given(scope, what="reservation scope")
     amount = parse_usd(usd, name="reservation amount")
     gpu = parse_usd(gpu_hours, name="reserved GPU-hours")
     if ttl <= timedelta(0):
