@@ -179,8 +179,6 @@ def _bad_transform(inputs: dict[str, pd.DataFrame]) -> dict[str, int]:
         ),
         # A misspelt package keyed nothing: upgrading the real one returned stale features.
         ({"libraries": ["pandas", "pandsa"]}, r"libraries \['pandsa'\] are not installed on this worker"),
-        # What a template of inputs rendered to: a string, not {name: URI}.
-        ({"inputs": "s3://bucket/flights"}, "inputs must be a non-empty {name: URI or Asset}"),
     ],
 )
 def test_bad_arguments_fail_without_writing(
@@ -272,6 +270,7 @@ def test_s3_inputs_and_s3_store_through_an_airflow_connection(
     [
         ({"inputs": ["s3://bucket/flights"]}, r"inputs must be a non-empty \{name: URI or Asset\}"),
         ({"inputs": {}}, "inputs must be a non-empty"),
+        ({"inputs": "s3://bucket/flights"}, "inputs must be a non-empty"),
         ({"libraries": "pandas"}, "libraries must be a list of package names, e.g. .* got 'pandas'"),
     ],
 )
@@ -281,6 +280,14 @@ def test_inputs_and_libraries_of_the_wrong_shape_are_refused_at_parse_time(
     args = {"inputs": {"flights": "s3://bucket/flights"}, **kwargs}
     with pytest.raises(ConfigurationError, match=message):
         operator(_paths_transform, args.pop("inputs"), str(tmp_path / "cache"), **args)
+
+
+def test_inputs_a_template_rendered_to_text_fail_without_writing(tmp_path: Path, ledger_conn: Ledger) -> None:
+    op = operator(_paths_transform, "{{ ti.xcom_pull(task_ids='land') }}", str(tmp_path / "cache"))  # type: ignore[arg-type]
+    op.inputs = "s3://bucket/flights"  # type: ignore[assignment]  # what it rendered to
+    with pytest.raises(AirflowFailException, match=r"inputs must be a non-empty \{name: URI or Asset\}"):
+        op.execute(context())
+    assert not (tmp_path / "cache").exists() and ledger_conn.entries() == []
 
 
 def test_an_input_that_is_not_parquet_fails_without_retry_or_cache_entry(

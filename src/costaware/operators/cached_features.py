@@ -17,6 +17,7 @@ from costaware.glue import (
     run_identity,
     run_tags,
 )
+from costaware.operators.templating import is_literal
 from costaware.settings import feature_cache
 
 if TYPE_CHECKING:
@@ -193,7 +194,7 @@ class CachedFeaturesOperator(BaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.transform = transform
-        if not isinstance(inputs, str):  # a string is a template, checked once rendered
+        if isinstance(inputs, Mapping) or is_literal(inputs):  # an XComArg or a template: once rendered
             _check_inputs(inputs)
         self.inputs = inputs
         self.transform_params = transform_params or {}
