@@ -126,6 +126,8 @@ SET_BUDGET = ["budget", "set", "--scope", "project=x", "--period", "month"]
         ),  # traceback
         (["cache", "gc", "--older-than-minutes", "-5"], "--older-than-minutes must be 0 or more"),
         (["runs", "list", "--limit", "0"], "--limit must be 1 or more, got 0"),  # said "no outcomes yet"
+        # A script's unset variable: the default ledger was written without a word.
+        ([*SET_BUDGET, "--cap-usd", "5", "--ledger-url", " "], "--ledger-url is empty: give the ledger"),
     ],
 )
 def test_bad_input_is_a_clear_error_and_writes_nothing(

@@ -47,6 +47,26 @@ def test_a_missing_ledger_connection_somebody_named_is_said(
     )
 
 
+def test_a_ledger_connection_airflow_cannot_read_is_refused_not_skipped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A missing "}" made Airflow skip the variable: every worker wrote to its own SQLite file, and no budget
+    # held across them.
+    from costaware.core.errors import ConfigurationError
+    from costaware.hooks.ledger import CostLedgerHook
+
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", "sqlite:////tmp/elsewhere.db")
+    monkeypatch.setenv("AIRFLOW_CONN_COSTAWARE_LEDGER", '{"conn_type": "postgres", "host": "db"')
+    with pytest.raises(
+        ConfigurationError, match=r"AIRFLOW_CONN_COSTAWARE_LEDGER is set but Airflow cannot read"
+    ):
+        CostLedgerHook().get_url()
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_COSTAWARE_LEDGER", json.dumps({"conn_type": "sqlite", "host": "/tmp/x.db"})
+    )
+    assert CostLedgerHook().get_url() == "sqlite:////tmp/x.db"
+
+
 def test_a_connection_gives_its_keys_region_and_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
     connection = {
         "conn_type": "aws",

@@ -167,7 +167,14 @@ def open_ledger(args: argparse.Namespace, *, reading: bool = False) -> Ledger:
     from costaware.adapters.ledger.store import Ledger
     from costaware.core.errors import CostawareError
 
-    url = getattr(args, "ledger_url", None) or default_ledger_url()
+    given = getattr(args, "ledger_url", None)
+    if given is not None and not given.strip():
+        # A script's unset variable (--ledger-url "$LEDGER") wrote to the default ledger without a word.
+        raise CostawareError(
+            "--ledger-url is empty: give the ledger's URL (e.g. postgresql://user:password@host/costaware), "
+            "or leave the option out for the default ledger"
+        )
+    url = given or default_ledger_url()
     missing = _missing_sqlite_file(url)
     if missing is not None and not reading:
         # Said, so that a mistyped path (sqlite:///tmp/x.db under the current folder, for sqlite:////tmp/x.db)

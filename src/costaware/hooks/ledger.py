@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +48,17 @@ class CostLedgerHook(BaseHook):
         try:
             conn = self.get_connection(self.ledger_conn_id)
         except AirflowNotFoundException:
+            variable = f"AIRFLOW_CONN_{self.ledger_conn_id.upper()}"
+            if os.environ.get(variable, "").strip():
+                # Airflow skips a variable it cannot parse as if it were unset: every worker then kept its
+                # own SQLite ledger, and no budget held across them.
+                from costaware.core.errors import ConfigurationError
+
+                raise ConfigurationError(
+                    f"{variable} is set but Airflow cannot read it as a connection: fix it (a URI such as "
+                    "postgresql://user:password@host:5432/costaware, or a JSON object with conn_type, host, "
+                    f"login, ...); costs would otherwise go to {safe_url(ledger_url())}"
+                ) from None
             if self.ledger_conn_id != DEFAULT_LEDGER_CONN_ID:
                 # A name somebody chose, most likely misspelt: the costs would go to another ledger than
                 # the team's, unseen by its budgets.
