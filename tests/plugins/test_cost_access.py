@@ -184,3 +184,16 @@ def test_bad_budget_changes_are_refused_and_not_recorded(
     response = TestClient(cost_app).post("/api/budgets", json=body)
     assert response.status_code == 422, response.text
     assert len(audit_log(ledger_with_two_teams)) == before
+
+
+def test_an_unreadable_ledger_is_said_on_the_page_and_in_json(
+    ledger_with_two_teams: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The DAG check read the ledger first and answered raw JSON inside the Airflow UI.
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", "postgresql://nobody:secret@127.0.0.1:1/ledger")
+    page = client_for("adm").get("/", params={"days": "30"})
+    assert page.status_code == 503 and page.headers["content-type"].startswith("text/html")
+    assert "cannot be read right now" in page.text and "<form" in page.text and "secret" not in page.text
+    for path in ("/api/summary", "/api/budgets", "/api/spend"):
+        answer = client_for("adm").get(path)
+        assert answer.status_code == 503 and "cannot be read right now" in answer.json()["detail"], path

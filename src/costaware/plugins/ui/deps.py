@@ -78,11 +78,21 @@ def public(message: str) -> str:
 
 
 def readable_dags(user: User) -> frozenset[str]:
-    """The DAGs in the ledger that the logged-in user may read (the auth manager decides)."""
+    """The DAGs in the ledger that the logged-in user may read (the auth manager decides).
+
+    No DAG when the ledger cannot be read: the route's own read fails the same way, and says so its way (the
+    Cost page in its red box above the form; raised here, it was a JSON answer in place of the page).
+    Nothing is shown meanwhile: a read that succeeds after all is narrowed to no DAG.
+    """
     from costaware.adapters.ledger.views import ledger_dag_ids
     from costaware.plugins.ui.access import readable_dag_ids
 
-    return guard(lambda: readable_dag_ids(user, ledger_dag_ids(open_ledger())))
+    try:
+        return guard(lambda: readable_dag_ids(user, ledger_dag_ids(open_ledger())))
+    except HTTPException as e:
+        if e.status_code != 503:
+            raise
+        return frozenset()
 
 
 #: The DAGs the user may read; None (a test's override) means every DAG.
