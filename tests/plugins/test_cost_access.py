@@ -197,3 +197,23 @@ def test_an_unreadable_ledger_is_said_on_the_page_and_in_json(
     for path in ("/api/summary", "/api/budgets", "/api/spend"):
         answer = client_for("adm").get(path)
         assert answer.status_code == 503 and "cannot be read right now" in answer.json()["detail"], path
+
+
+@pytest.mark.parametrize(
+    ("setting", "allowed"),
+    [
+        ("ADMIN", {"adm"}),
+        ("op", {"adm", "olga"}),  # a role covers those below it: admin may whatever an op may
+        ("viewer", {"adm", "olga", "ann", "vera"}),
+        ("ADMN", set()),  # a typo: nobody, said in the api-server log
+    ],
+)
+def test_the_budget_role_is_a_floor_and_a_misspelt_one_is_logged(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, setting: str, allowed: set[str]
+) -> None:
+    from costaware.plugins.ui.access import may_set_budgets
+
+    monkeypatch.setenv("AIRFLOW__COSTAWARE__BUDGET_ADMIN_ROLE", setting)
+    users = {**USERS, "olga": SimpleAuthManagerUser(username="olga", role="op")}
+    assert {name for name, user in users.items() if may_set_budgets(user)} == allowed
+    assert ("budget_admin_role 'ADMN' is not a role" in caplog.text) == (setting == "ADMN")

@@ -9,9 +9,12 @@ whose spending DAGs they may all read. Setting a budget needs ``[costaware] budg
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from costaware.plugins.ui.permissions import BUDGETS_VIEW, FAB_AUTH_MANAGER, SET_BUDGETS_METHOD
+
+log = logging.getLogger(__name__)
 
 __all__ = ["fab_permission_views", "may_set_budgets", "readable_dag_ids", "user_name"]
 
@@ -47,9 +50,21 @@ def may_set_budgets(user: Any) -> bool:
     from costaware.settings import option
 
     if isinstance(user, SimpleAuthManagerUser):
-        # The simple auth manager allows every custom view to every role: decide by the role.
-        wanted = option("budget_admin_role").upper()
-        return (user.role or "").upper() == wanted
+        # The simple auth manager allows every custom view to every role: decide by the role, as Airflow
+        # orders them (a role covers those below it: ADMIN may whatever OP may).
+        from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManagerRole
+
+        order = {role.name: role.order for role in SimpleAuthManagerRole}
+        wanted = option("budget_admin_role").strip().upper()
+        if wanted not in order:
+            log.error(
+                "[costaware] budget_admin_role %r is not a role of the simple auth manager (%s): nobody may "
+                "set budgets until it is fixed",
+                wanted,
+                ", ".join(order),
+            )
+            return False
+        return bool(order.get((user.role or "").upper(), -1) >= order[wanted])
     return bool(
         _auth_manager().is_authorized_custom_view(
             method=SET_BUDGETS_METHOD, resource_name=BUDGETS_VIEW, user=user
