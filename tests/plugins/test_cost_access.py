@@ -174,6 +174,8 @@ def test_a_cap_changed_through_the_api_keeps_what_the_change_leaves_out(
         {"scope": "project=churn", "period": "month", "cap_usd": "lots"},
         {"scope": "project=churn", "period": "month", "cap_usd": "1e13"},
         {"scope": "project=churn", "period": "month", "cap_usd": "1", "timezone": "Mars/Base"},
+        # A misspelt field was dropped: 200, and no GPU-hour cap.
+        {"scope": "project=churn", "period": "month", "cap_usd": "150", "cap_gpu_hourz": 3},
     ],
 )
 def test_bad_budget_changes_are_refused_and_not_recorded(
@@ -217,3 +219,16 @@ def test_the_budget_role_is_a_floor_and_a_misspelt_one_is_logged(
     users = {**USERS, "olga": SimpleAuthManagerUser(username="olga", role="op")}
     assert {name for name, user in users.items() if may_set_budgets(user)} == allowed
     assert ("budget_admin_role 'ADMN' is not a role" in caplog.text) == (setting == "ADMN")
+
+
+def test_a_cap_json_cannot_hold_as_a_float_is_a_422_and_the_answer_is_the_stored_cap(
+    ledger_with_two_teams: Ledger,
+) -> None:
+    client = client_for("adm")
+    huge = '{"scope": "project=churn", "period": "month", "cap_usd": 1e400}'  # inf once parsed: a 500 before
+    response = client.post("/api/budgets", content=huge, headers={"Content-Type": "application/json"})
+    assert response.status_code == 422 and "inf" in response.text
+    body = {"scope": "project=churn", "period": "month", "cap_usd": "150.1234567"}
+    answer = client.post("/api/budgets", json=body).json()
+    (churn,) = [b for b in ledger_with_two_teams.budgets() if str(b.scope) == "project=churn"]
+    assert answer["cap_usd"] == str(churn.cap_usd) == "150.123457"  # as stored, to the micro-dollar

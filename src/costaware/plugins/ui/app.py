@@ -8,11 +8,14 @@ the JSON routes answer 401. The routes live in ``api.py`` and ``efficiency.py`` 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
+from fastapi.encoders import jsonable_encoder
 from fastapi.exception_handlers import http_exception_handler
-from fastapi.responses import RedirectResponse, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from costaware.plugins.ui import api, efficiency, page
@@ -53,6 +56,27 @@ async def login_or_error(request: Request, exc: StarletteHTTPException) -> Respo
         # Every auth manager takes keyword arguments; the simple one and FAB honour ``next_url``.
         return RedirectResponse(get_auth_manager().get_url_login(next_url=back), status_code=303)
     return await http_exception_handler(request, exc)
+
+
+@cost_app.exception_handler(RequestValidationError)
+async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
+    """FastAPI's 422, with inputs JSON cannot hold written as text.
+
+    A JSON number too large for a float (``1e400``) arrives as ``inf``, which the default answer echoed and
+    could not encode: the client got a 500.
+    """
+
+    def safe(value: Any) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):
+            return str(value)
+        if isinstance(value, dict):
+            return {k: safe(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [safe(v) for v in value]
+        return value
+
+    errors = jsonable_encoder([safe(error) for error in exc.errors()])
+    return JSONResponse(status_code=422, content={"detail": errors})
 
 
 @cost_app.get("/openapi.json", include_in_schema=False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from costaware.plugins.ui.datamodels.common import Answer, usd_field
 from costaware.plugins.ui.filters import MAX_SCOPE_TAGS, PERIOD_PATTERN, SCOPE_PATTERN
@@ -66,6 +66,9 @@ class Budgets(Answer):
 
 class BudgetChange(BaseModel):
     """A budget to create or change from the UI."""
+
+    # A misspelt field ("cap_gpu_hourz") was dropped and the change answered 200 without it.
+    model_config = ConfigDict(extra="forbid")
 
     scope: str = Field(
         pattern=SCOPE_PATTERN,
