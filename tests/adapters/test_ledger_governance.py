@@ -231,6 +231,26 @@ def test_a_budget_rule_picks_its_own_thresholds_and_notifier(ledger: Ledger, tmp
     ]
 
 
+def test_the_audit_masks_secrets_by_any_common_name_nested_and_in_urls() -> None:
+    # The trail is append-only: passwd, smtp_pass, auth, bearer and a DSN's password stayed in it in clear.
+    from costaware.adapters.ledger.governance import audited_notifier
+
+    kwargs = {
+        "to": "lead@example.com",
+        "passwd": "p1",
+        "smtp_pass": "p2",
+        "auth": ("user", "p3"),
+        "bearer": "p4",
+        "dsn": "postgresql://u:p5@h/db",
+        "endpoint": "https://bot:p6@chat.example.com/hook",
+        "options": {"api_token": "p7", "retries": 3},
+    }
+    shown = audited_notifier({"class": "x.Notifier", "kwargs": kwargs})["kwargs"]
+    assert not any(f"p{i}" in str(shown) for i in range(1, 8)), shown
+    assert shown["to"] == "lead@example.com" and shown["options"] == {"api_token": "***", "retries": 3}
+    assert shown["endpoint"] == "https://bot:***@chat.example.com/hook"
+
+
 @pytest.mark.parametrize(
     ("budget", "thresholds", "notifiers", "match"),
     [

@@ -6,6 +6,7 @@ once, the one whose insert succeeds sends the alert. Every change is audited (``
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -271,18 +272,45 @@ def set_alert_rule(
     )
 
 
-#: Notifier kwargs whose values are secrets (a webhook URL is one): named in the audit, never written.
-SECRET_KWARGS = ("password", "secret", "token", "webhook", "key", "credential")
+#: Parts of notifier kwarg names whose values are secrets (a webhook URL is one): named in the audit, never
+#: written. Generous on purpose: the audit trail is append-only, so a secret written there stays.
+SECRET_KWARGS = (
+    "pass",  # password, passwd, smtp_pass
+    "pwd",
+    "secret",
+    "token",
+    "webhook",
+    "key",
+    "credential",
+    "auth",
+    "bearer",
+    "dsn",
+    "cookie",
+    "session",
+    "signature",
+    "private",
+)
+#: The password of a URL's ``user:password@`` part.
+_URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^:/@\s]*:)[^@/\s]+@", re.IGNORECASE)
+
+
+def _masked(name: str, value: Any) -> Any:
+    """``value`` as the audit may keep it: secret names masked at any depth, URL passwords too."""
+    if any(word in name.lower() for word in SECRET_KWARGS):
+        return "***"
+    if isinstance(value, Mapping):
+        return {str(k): _masked(str(k), v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_masked(name, v) for v in value]
+    if isinstance(value, str):
+        return _URL_PASSWORD.sub(r"\g<head>***@", value)
+    return value
 
 
 def audited_notifier(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """A notifier rule as the audit records it: its class and kwargs, secret ones masked."""
+    """A notifier rule as the audit records it: its class and kwargs, secret ones masked (nested too)."""
     kwargs = dict(spec.get("kwargs") or {})
-    shown = {
-        name: "***" if any(word in str(name).lower() for word in SECRET_KWARGS) else value
-        for name, value in kwargs.items()
-    }
-    return {"class": spec.get("class"), "kwargs": shown}
+    return {"class": spec.get("class"), "kwargs": {str(k): _masked(str(k), v) for k, v in kwargs.items()}}
 
 
 def alert_rules(ledger: LedgerDatabase) -> dict[str, AlertRule]:
