@@ -315,3 +315,20 @@ def test_a_budgets_own_notifiers_see_the_alert_and_names_only_and_a_refused_rule
     assert out.read_text() == "50%|retrain|False|False\n"
     assert sent == ["SECRET"]  # the [costaware] notifiers (the deployment's config) get the whole context
     assert "the alert notifiers of budget */month are refused" in caplog.text
+
+
+def test_a_bad_configured_alert_setting_silences_no_budget(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # One typo in [costaware] alert_thresholds or alert_notifiers stopped every budget's alerts.
+    monkeypatch.setenv("AIRFLOW__COSTAWARE__ALERT_THRESHOLDS", "50,bogus")
+    monkeypatch.setenv("AIRFLOW__COSTAWARE__ALERT_NOTIFIERS", '[{"class": "x.Y"')
+    ledger.set_budget("project=churn", "month", "10", actor="lead")
+    run_cost(ledger, 1, "6")
+    alerts = check_budget_alerts(ledger, TAGS)
+    assert [a.threshold for a in alerts] == ["50%"]  # the built-in thresholds stood in
+    assert (
+        "[costaware] alert_thresholds ('50,bogus'" in caplog.text
+        and "defaults 50%,80%,100%,forecast" in caplog.text
+    )
+    assert "[costaware] alert_notifiers is refused" in caplog.text

@@ -130,6 +130,24 @@ def test_alerts_set_and_list(ledger_url: str, capsys: pytest.CaptureFixture[str]
     assert json.loads(capsys.readouterr().out)[0]["thresholds"] is None
 
 
+def test_alerts_list_says_when_the_defaults_stand_in_for_a_bad_setting(
+    ledger_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # "(defaults)" read as the configured ones while every worker refused them.
+    Ledger.from_url(ledger_url).set_budget("project=churn", "month", "100")
+    assert main(["--ledger-url", ledger_url, "alerts", "list"]) == 0
+    assert "warning" not in capsys.readouterr().err
+    monkeypatch.setenv("AIRFLOW__COSTAWARE__ALERT_THRESHOLDS", "50,bogus")
+    monkeypatch.setenv("AIRFLOW__COSTAWARE__ALERT_NOTIFIERS", "[{")
+    assert main(["--ledger-url", ledger_url, "alerts", "list"]) == 0
+    err = capsys.readouterr().err
+    assert (
+        "warning: [costaware] alert_thresholds ('50,bogus'" in err
+        and "workers use 50%,80%,100%,forecast" in err
+    )
+    assert "warning: [costaware] alert_notifiers is refused" in err
+
+
 def test_alerts_set_refuses_what_is_not_an_airflow_notifier_and_run_budgets(
     ledger_url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -179,10 +179,26 @@ def check_budget_alerts(
     from costaware.adapters.ledger.governance import NoSchedule, alert_rules, budget_outlook, claim_alert
     from costaware.core.budgets import Period, Scope
 
-    default_thresholds = configured_thresholds() if thresholds is None else parse_thresholds(thresholds)
-    default_targets = configured_notifiers() if notifiers is None else list(notifiers)
-    rules = alert_rules(ledger)
     out_log = task_log or log
+    # A bad [costaware] setting silenced every budget's alerts, those with rules of their own too: it is
+    # said at every check, and the built-in defaults stand in for it.
+    try:
+        default_thresholds = configured_thresholds() if thresholds is None else parse_thresholds(thresholds)
+    except ConfigurationError as e:
+        out_log.error(
+            "costaware: %s; the defaults %s are used until it is fixed", e, ",".join(DEFAULT_THRESHOLDS)
+        )
+        default_thresholds = DEFAULT_THRESHOLDS
+    try:
+        default_targets = configured_notifiers() if notifiers is None else list(notifiers)
+    except ConfigurationError as e:
+        out_log.error(
+            "costaware: [costaware] alert_notifiers is refused (%s): alerts of budgets without notifiers of "
+            "their own go to the task log only until it is fixed",
+            e,
+        )
+        default_targets = []
+    rules = alert_rules(ledger)
     scope = Scope.parse(tags)
     sent: list[BudgetAlert] = []
     try:

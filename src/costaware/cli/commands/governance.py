@@ -232,4 +232,25 @@ def alerts_list(args: argparse.Namespace) -> int:
             }
         )
     emit(rows, args.format, headers=["budget", "thresholds", "notifiers", "sent"], payload=payload)
+    _warn_of_bad_defaults()
     return 0
+
+
+def _warn_of_bad_defaults() -> None:
+    """Say on stderr when "(defaults)" stands for a [costaware] setting the workers refuse."""
+    from costaware.core.budget_forecast import DEFAULT_THRESHOLDS
+    from costaware.core.errors import ConfigurationError
+    from costaware.notifications.budget import configured_notifiers, configured_thresholds
+
+    try:
+        configured_thresholds()
+    except ConfigurationError as e:
+        print(f"costaware: warning: {e}; the workers use {','.join(DEFAULT_THRESHOLDS)}", file=sys.stderr)
+    try:
+        configured_notifiers()
+    except ConfigurationError as e:
+        print(
+            f"costaware: warning: [costaware] alert_notifiers is refused ({e}): the workers send the alerts "
+            "of budgets without notifiers of their own to the task log only",
+            file=sys.stderr,
+        )
