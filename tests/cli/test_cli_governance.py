@@ -169,6 +169,23 @@ def test_alerts_set_refuses_what_is_not_an_airflow_notifier_and_run_budgets(
     assert "is per run: alerts are checked for day, month and total budgets only" in capsys.readouterr().err
 
 
+def test_alerts_set_refuses_a_class_its_module_lacks(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The module imports, the name does not exist: a typo, kept with a warning before; no alert ever sent.
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=churn", "month", "100")
+    typo = json.dumps(
+        [{"class": "airflow.providers.smtp.notifications.smtp.SmtpNotifer", "kwargs": {"to": "a@b"}}]
+    )
+    args = ["--ledger-url", ledger_url, "alerts", "set", "--scope", "project=churn", "--period", "month"]
+    assert main([*args, "--notifiers", typo]) == 2
+    assert "has no 'SmtpNotifer': did you mean airflow.providers.smtp.notifications.smtp.SmtpNotifier?" in (
+        capsys.readouterr().err
+    )
+    assert alert_rules(ledger) == {}
+
+
 def test_alerts_set_changes_what_it_is_given_and_keeps_the_rest(
     ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -137,6 +137,8 @@ def alerts_set(args: argparse.Namespace) -> int:
         if found is not None:  # what cannot be imported here is warned about below; workers check it again
             require_notifier_class(found, spec["class"])
             _check_kwargs(found, spec)
+        elif isinstance(spec, dict) and isinstance(spec.get("class"), str):
+            _refuse_a_misspelt_class(spec["class"])
     label = f"{Scope.parse(args.scope)}/{Period.parse(args.period).value}"
     rule = set_alert_rule(
         open_ledger(args),
@@ -180,6 +182,30 @@ def _check_kwargs(cls: object, spec: dict[str, Any]) -> None:
         ) from e
     except ValueError:  # no signature to read (a C class): the workers say it when they build it
         return
+
+
+def _refuse_a_misspelt_class(class_path: str) -> None:
+    """Refuse a class its module, importable here, does not have: a typo, not a provider missing here.
+
+    ``SmtpNotifer`` was kept with a warning, and every alert of the budget then failed to send.
+
+    Raises:
+        ConfigurationError: the module imports and has no such name.
+    """
+    import difflib
+
+    from costaware.core.errors import ConfigurationError
+
+    module_name, _, name = class_path.rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception:  # not installed here: the workers may have it, said as a warning later
+        return
+    if hasattr(module, name):
+        return
+    close = difflib.get_close_matches(name, [n for n in dir(module) if not n.startswith("_")], n=1)
+    hint = f": did you mean {module_name}.{close[0]}?" if close else ""
+    raise ConfigurationError(f"notifier class {class_path!r}: module {module_name!r} has no {name!r}{hint}")
 
 
 def _importable(class_path: str) -> object | None:
