@@ -106,6 +106,11 @@ def test_an_answer_outside_the_options_fails_without_reserving(env_ledger: Ledge
         ({"approvers": ["ann", ""]}, "approvers=\\['ann', ''\\]"),
         ({"on_exceeded": "ask"}, "on_exceeded='ask': use one of wait, skip, fail, approve"),
         ({"on_exceeded": "wait"}, "approvers=\\['ann'\\] are asked only with on_exceeded='approve'"),
+        # Accepted and never used: a refusal under "fail" failed the run, not the skip asked for.
+        (
+            {"on_exceeded": "fail", "approvers": [], "on_rejected": "skip"},
+            "on_rejected='skip' applies only with on_exceeded='approve'",
+        ),
         ({"approval_timeout": 4}, "approval_timeout=4: give a positive timedelta"),
         ({"approval_timeout": timedelta(seconds=-5)}, "give a positive timedelta"),
         ({"reservation_ttl": 3600}, "reservation_ttl=3600: give a positive timedelta"),

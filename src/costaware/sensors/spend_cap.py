@@ -138,6 +138,12 @@ class SpendCapSensor(BaseSensorOperator):
                 f"approvers={list(approvers)!r} are asked only with on_exceeded='approve', not "
                 f"{on_exceeded!r}: set on_exceeded='approve' or drop approvers"
             )
+        if on_rejected != "fail" and on_exceeded != "approve":
+            raise ValueError(
+                f"on_rejected={on_rejected!r} applies only with on_exceeded='approve' (a person's answer), "
+                f"not {on_exceeded!r}: set on_exceeded='approve', or on_exceeded={on_rejected!r} for what a "
+                "refusal does"
+            )
         # An int read as hours was 4 seconds: the request timed out (a rejection) before anyone saw it.
         if approval_timeout is not None and (
             not isinstance(approval_timeout, timedelta) or approval_timeout <= timedelta(0)
