@@ -31,9 +31,10 @@ CHOICE = "ti.xcom_pull(task_ids='right_size')"
 
 
 def _data_root(params: dict[str, Any]) -> Path:
-    if params.get("data_root"):
-        return Path(params["data_root"])
-    return Path(os.environ.get("AIRFLOW_HOME", Path.home() / "airflow")) / "costaware" / "flights"
+    from costaware.examples.flights import data_root_param
+
+    default = Path(os.environ.get("AIRFLOW_HOME", Path.home() / "airflow")) / "costaware" / "flights"
+    return Path(data_root_param(params.get("data_root"), default))
 
 
 @dag(

