@@ -66,10 +66,11 @@ def as_read_now(expected: dict[str, Any]) -> dict[str, Any]:
 
     An entry without a cause grouped under "" then; it is "(none)" now, as an entry without the grouped value
     always was (no report of the fixtures has both, so no two rows merge). A measurement carries its entry's
-    team now (its discount prices the efficiency advice): read from the same entry row. The data itself is
-    unchanged.
+    team now (its discount prices the efficiency advice): read from the same entry row. The summary counts
+    the entries that could not be priced now (none of the fixtures'). The data itself is unchanged.
     """
     now = copy.deepcopy(expected)
+    now["summary"]["unpriced_entries"] = 0
     for rows in [*now["reports"].values(), now["report_fraud_only"]]:
         for row in rows:
             row["group"] = row["group"] or "(none)"

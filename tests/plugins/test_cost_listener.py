@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import contextlib
+import io
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from types import SimpleNamespace
@@ -140,6 +142,25 @@ def test_unpriced_instance_is_recorded_at_zero_with_a_note(ledger_env: Ledger) -
     CostListener().on_task_instance_success(None, ti)
     (row,) = ledger_env.entries(dag_id="retrain")
     assert row["usd"] == 0 and row["price_source"] == "unpriced" and "did you mean m5.large" in row["note"]
+    # A report says so, not a plain $0.00 (one typo in a worker setting made every try free).
+    from costaware.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["--ledger-url", str(ledger_env.engine.url), "report", "--dag-id", "retrain"]) == 0
+    assert "unpriced: 1 entry could not be priced and count $0" in out.getvalue()
+
+
+def test_a_misspelt_costaware_compute_key_is_said(
+    ledger_env: Ledger, caplog: pytest.LogCaptureFixture
+) -> None:
+    ti = fake_ti()
+    ti.task.params = {"costaware_compute": {"instance_type": "c5.xlarge", "markt": "spot"}}
+    CostListener().on_task_instance_running(None, ti)
+    CostListener().on_task_instance_success(None, ti)
+    assert "costaware_compute keys ['markt'] are not read (use instance_type, region, market" in caplog.text
+    (row,) = ledger_env.entries(dag_id="retrain")
+    assert (row["instance_type"], row["market"]) == ("c5.xlarge", "on_demand")  # still recorded
 
 
 def test_unreachable_ledger_spools_and_the_next_entry_drains_it(

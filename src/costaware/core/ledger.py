@@ -20,6 +20,8 @@ from costaware.core.money import parse_usd
 SECONDS_PER_HOUR = Decimal(3600)
 #: The longest note an entry keeps (a backend's failure text can run to kilobytes).
 MAX_NOTE_CHARS = 500
+#: The ``price_source`` of a try that could not be priced (recorded at $0, the reason in its note).
+UNPRICED = "unpriced"
 
 
 def clipped_note(text: str, limit: int = MAX_NOTE_CHARS) -> str:

@@ -49,6 +49,15 @@ def compute_of(task: Any) -> dict[str, Any]:
         param = None
     if isinstance(param, Mapping):
         declared.update({k: param[k] for k in COMPUTE_FIELDS if param.get(k) not in (None, "")})
+        unknown = sorted(str(k) for k in param if k not in COMPUTE_FIELDS)
+        if unknown:  # {"markt": "spot"} priced the try on-demand without a word
+            log.error(
+                "costaware: task %s: %s keys %s are not read (use %s): the try is priced without them",
+                getattr(task, "task_id", "?"),
+                PRICING_PARAM,
+                unknown,
+                ", ".join(COMPUTE_FIELDS),
+            )
     if getattr(type(task), "cost_compute_from_arguments", False):
         for name in COMPUTE_FIELDS:
             value = getattr(task, name, None)
@@ -158,7 +167,7 @@ def _entry(
 ) -> Any:
     """The entry of a try priced on ``compute``; raises CostawareError where a field cannot be recorded."""
     from costaware.adapters.price_files import bundled_catalog
-    from costaware.core.ledger import Kind, LedgerEntry, Market, clipped_note, try_entry_uid
+    from costaware.core.ledger import UNPRICED, Kind, LedgerEntry, Market, clipped_note, try_entry_uid
     from costaware.core.pricing import price_compute
 
     task = ti.task
@@ -173,7 +182,7 @@ def _entry(
             reason += " (the [costaware] worker_instance_type setting: fix it there)"
         log.error("costaware: cannot price task %s on %s: %s; recorded at $0", ti.task_id, compute, reason)
         usd = rate = gpu_hours = Decimal(0)
-        hours, on_demand, source = Decimal(str(round(seconds / 3600, 6))), None, "unpriced"
+        hours, on_demand, source = Decimal(str(round(seconds / 3600, 6))), None, UNPRICED
         note = "; ".join(filter(None, [f"unpriced: {reason}", note]))
     return LedgerEntry(
         dag_id=ti.dag_id,

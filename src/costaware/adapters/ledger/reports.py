@@ -17,7 +17,7 @@ from costaware.adapters.ledger import budgets, schema
 from costaware.adapters.ledger.engine import LedgerDatabase
 from costaware.adapters.ledger.queries import entry_conditions, group_column
 from costaware.core.budgets import Period, Scope, period_window
-from costaware.core.ledger import BudgetUsage, ReportRow, total_kg_co2e, utcnow
+from costaware.core.ledger import UNPRICED, BudgetUsage, ReportRow, total_kg_co2e, utcnow
 from costaware.core.money import from_micros
 
 
@@ -127,6 +127,8 @@ class Summary:
     cache_avoided_usd: Decimal
     egress_usd: Decimal
     egress_avoided_usd: Decimal
+    #: Entries the listener could not price (a misspelt instance type, say), counted at $0.
+    unpriced_entries: int = 0
 
     @property
     def savings_usd(self) -> Decimal:
@@ -167,6 +169,7 @@ def summary(ledger: LedgerDatabase, filters: Filters) -> Summary:
         total(e.c.outcome == "cache_hit"),
         total(and_(actual, e.c.kind == "egress")),
         total(and_(~actual, e.c.kind == "egress")),
+        count(e.c.price_source == UNPRICED),
     ).where(and_(true(), *filters.conditions()))
     with ledger.reading() as conn:
         row = conn.execute(query).one()
@@ -181,6 +184,7 @@ def summary(ledger: LedgerDatabase, filters: Filters) -> Summary:
         cache_avoided_usd=from_micros(row[7]),
         egress_usd=from_micros(row[8]),
         egress_avoided_usd=from_micros(row[9]),
+        unpriced_entries=int(row[10]),
     )
 
 

@@ -148,6 +148,7 @@ def report(args: argparse.Namespace) -> int:
 
     discounts = discounts_by_rule(ledger, Filters(args.since, args.until, args.dag_id, args.scope, run_id))
     payload["discounts"] = {rule: str(usd) for rule, usd in discounts.items()}
+    payload["unpriced_entries"] = totals.unpriced_entries
     payload["failed_tries"] = {
         "preemption": totals.preempted_tries,
         "other": totals.failed_tries - totals.preempted_tries,
@@ -184,6 +185,15 @@ def report(args: argparse.Namespace) -> int:
     if args.format == "table" and discounts:
         listed = ", ".join(f"{rule} {format_usd_exact(usd)}" for rule, usd in discounts.items())
         print(f"discounts on on-demand prices (part of the savings): {listed}")
+    if args.format == "table" and totals.unpriced_entries:
+        # Counted at $0: a misspelt instance type in a setting made every try on the workers free.
+        n = totals.unpriced_entries
+        print(
+            f"unpriced: {n} entr{'y' if n == 1 else 'ies'} could not be priced and count $0 (a misspelt "
+            "instance type, or one no price source knows; each entry's note says why): fix the task's "
+            "costaware_compute or [costaware] worker_instance_type, or import its price (`costaware prices "
+            "import`)"
+        )
     if args.format == "table" and totals.failed_tries:
         print(
             f"failed tries: {totals.preempted_tries} after a spot preemption, "
