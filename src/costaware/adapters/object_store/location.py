@@ -59,7 +59,8 @@ def parse_uri(uri: str, *, what: str = "URI") -> Location:
                 "(3-63 characters: lower-case letters, digits, '.', '-')"
             )
         key = parsed.path[1:] if parsed.path.startswith("/") else parsed.path
-        return Location("s3", bucket, safe_relative_path(key, what=f"key of {what} {uri!r}"))
+        plain = "write the key without '.', '..' or empty segments, e.g. 's3://bucket/team/features'"
+        return Location("s3", bucket, safe_relative_path(key, what=f"key of {what} {uri!r}", advice=plain))
     if parsed.scheme in ("", "file"):
         path = parsed.path if parsed.scheme == "file" else text
         if not path.startswith("/"):
@@ -67,8 +68,13 @@ def parse_uri(uri: str, *, what: str = "URI") -> Location:
                 f"{what} {uri!r} is a relative path: workers run in changing folders, so give an absolute "
                 "path such as '/data/flights' or an s3:// URI"
             )
-        if path != "/":
-            safe_relative_path(path[1:], what=f"{what} {uri!r}")
+        segments = path[1:].rstrip("/").split("/")
+        if path != "/" and (any(s in ("", ".", "..") for s in segments) or "\\" in path or "\x00" in path):
+            # "/data/../data/x" was told to use a relative path, which is refused just above.
+            raise ConfigurationError(
+                f"{what} {uri!r} has an empty, '.' or '..' segment, a backslash or a NUL byte: write the "
+                "absolute path without them, e.g. '/data/flights'"
+            )
         return Location("local", "", path.rstrip("/") or "/")
     raise ConfigurationError(
         f"{what} {uri!r} has scheme {parsed.scheme!r}: use an absolute local path or s3://bucket/prefix"

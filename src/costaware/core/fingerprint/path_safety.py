@@ -28,11 +28,16 @@ def validate_key(key: str) -> str:
     return key
 
 
-def safe_relative_path(value: str, *, what: str = "path") -> str:
+PLAIN_NAMES = "use a relative path of plain names such as 'team/features'"
+
+
+def safe_relative_path(value: str, *, what: str = "path", advice: str = PLAIN_NAMES) -> str:
     r"""Normalise a relative path or prefix (``a/b/``) and reject anything that could leave its root.
 
     Rejected: empty segments (``a//b``), ``.`` or ``..`` segments, absolute paths (``/x``, ``C:\x``),
     backslashes and NUL bytes. A trailing ``/`` is dropped.
+
+    ``advice``: what the message tells to do instead (a caller checking part of a URI says it its way).
 
     Raises:
         ConfigurationError: the value is unsafe; the message names it.
@@ -48,7 +53,5 @@ def safe_relative_path(value: str, *, what: str = "path") -> str:
     elif text and any(seg in ("", ".", "..") for seg in text.split("/")):
         problem = "has an empty, '.' or '..' segment"
     if problem:
-        raise ConfigurationError(
-            f"{what} {value!r} {problem}: use a relative path of plain names such as 'team/features'"
-        )
+        raise ConfigurationError(f"{what} {value!r} {problem}: {advice}")
     return text
