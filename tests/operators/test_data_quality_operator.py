@@ -340,3 +340,26 @@ def test_a_quarantine_inside_the_landing_folder_is_refused_before_validating(tmp
     with pytest.raises(AirflowFailException, match=r"is inside '.*/landing', the folder the batch landed in"):
         gate.execute(_context())
     assert landed.exists() and not (tmp_path / "quality").exists()
+
+
+def test_a_relative_results_path_is_refused_at_parse_time() -> None:
+    # Accepted, and the results were written under whatever folder the worker ran in.
+    with pytest.raises(ConfigurationError, match="results_path 'qres' is not an absolute folder or an s3://"):
+        DataQualityOperator(task_id="q", data_path="/d", suite=SUITE, results_path="qres")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"columns": ["carier"]}, r"columns \['carier'\] are not in .*: fix columns$"),  # not feature_columns
+        ({"data_path": " "}, "data_path is empty: give the Parquet file or folder"),
+    ],
+)
+def test_bad_arguments_are_named_as_this_operator_names_them(
+    tmp_path: Path, kwargs: dict[str, Any], message: str
+) -> None:
+    _batch(tmp_path)
+    args = {"task_id": "quality_gate", "data_path": str(tmp_path / "landing"), "suite": SUITE, **kwargs}
+    with pytest.raises(AirflowFailException, match=message):
+        DataQualityOperator(results_path=str(tmp_path / "quality"), **args).execute(_context())
+    assert not (tmp_path / "quality").exists()

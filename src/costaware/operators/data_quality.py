@@ -277,8 +277,10 @@ def _remove_empty_folders(root: Path) -> None:
         root.rmdir()
 
 
-def _quarantine_location(value: Any) -> str:
-    """``quarantine_path`` as given, "" when unset (a template rendered empty, ``None`` or ``null``).
+def _quarantine_location(value: Any, name: str = "quarantine_path", example: str = "quarantine") -> str:
+    """A folder argument (``quarantine_path``, ``results_path``) as given; "" when unset.
+
+    Unset: None, or a template that rendered empty, ``None`` or ``null``.
 
     Raises:
         ConfigurationError: a relative path: it would land on whichever worker ran the task.
@@ -288,8 +290,8 @@ def _quarantine_location(value: Any) -> str:
         return ""
     if "://" not in text and not Path(text).expanduser().is_absolute():
         raise ConfigurationError(
-            f"quarantine_path {text!r} is not an absolute folder or an s3:// URI: a relative path lands "
-            "wherever the worker runs; give e.g. '/data/quarantine' or 's3://bucket/quarantine'"
+            f"{name} {text!r} is not an absolute folder or an s3:// URI: a relative path lands "
+            f"wherever the worker runs; give e.g. '/data/{example}' or 's3://bucket/{example}'"
         )
     return text
 
@@ -341,6 +343,8 @@ class DataQualityOperator(BaseOperator):
         super().__init__(**kwargs)
         if is_literal(quarantine_path):
             _quarantine_location(quarantine_path)  # a relative path fails when the DAG is parsed
+        if is_literal(results_path):
+            _quarantine_location(results_path, "results_path", "quality")  # it was accepted and written to
         self.quarantine_path = quarantine_path
         self.data_path = data_path
         self.suite = suite
@@ -375,7 +379,8 @@ class DataQualityOperator(BaseOperator):
                 "failures": failures,
                 "result": result,
             }
-            results = BlobDir.from_uri(self.results_path or default_store("quality"), **options)
+            results_at = _quarantine_location(self.results_path, "results_path", "quality")
+            results = BlobDir.from_uri(results_at or default_store("quality"), **options)
             results.write_bytes(name, json.dumps(record, indent=2, default=str).encode())
             uri = f"{results.uri}/{name}"
             stats = result.get("statistics", {})
@@ -406,8 +411,10 @@ class DataQualityOperator(BaseOperator):
         from costaware.adapters.checkpoint_store import checkpoint_key
         from costaware.training.data import read_parquet
 
+        if not str(self.data_path or "").strip():  # "store location is empty" named no argument
+            raise ConfigurationError("data_path is empty: give the Parquet file or folder of the new batch")
         try:
-            return read_parquet(self.data_path, self.columns, options)
+            return read_parquet(self.data_path, self.columns, options, columns_from="columns")
         except ConfigurationError as e:
             key = checkpoint_key(facts["dag_id"], facts["run_id"])
             moved = quarantined_copy(str(self.data_path), where, key, options) if where else None

@@ -19,9 +19,15 @@ log = logging.getLogger(__name__)
 
 
 def read_parquet(
-    uri: str, columns: Sequence[str] | None, storage_options: Mapping[str, Any] | None = None
+    uri: str,
+    columns: Sequence[str] | None,
+    storage_options: Mapping[str, Any] | None = None,
+    *,
+    columns_from: str = "feature_columns/label_column",
 ) -> tuple[Any, str]:
     """Read ``columns`` (None: all) of one Parquet file or every ``*.parquet`` under a folder (local or S3).
+
+    ``columns_from``: the argument(s) the columns came from, for the message when one is missing.
 
     Returns the DataFrame and a fingerprint: SHA-256 over each file's relative name and content.
     """
@@ -79,8 +85,7 @@ def read_parquet(
         missing = [c for c in columns if c not in table.column_names]
         if missing:
             raise ConfigurationError(
-                f"columns {missing} are not in {path} (it has {table.column_names}): "
-                "fix feature_columns/label_column"
+                f"columns {missing} are not in {path} (it has {table.column_names}): fix {columns_from}"
             )
         tables.append(table.select(list(columns)))
     frame = pa.concat_tables(tables, promote_options="permissive").to_pandas()
