@@ -162,6 +162,27 @@ def check_scope_is_tagged(scope: object, tags: Mapping[str, str], *, task_id: st
     )
 
 
+def check_task_of_dag(operator: Any, task_id: str, *, argument: str, otherwise: str) -> None:
+    """Refuse a ``task_id`` that is no task of ``operator``'s DAG, with the closest name.
+
+    ``argument`` names where it was given (``for_task_id``); ``otherwise`` says what a typo did before.
+
+    Raises:
+        ConfigurationError: the DAG has no such task (not checked for an operator without a DAG).
+    """
+    import difflib
+
+    tasks = operator.dag.task_dict if operator.has_dag() else {}
+    if not tasks or task_id in tasks:
+        return
+    close = difflib.get_close_matches(str(task_id), list(tasks), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else f": use one of {sorted(tasks)}"
+    raise ConfigurationError(
+        f"{type(operator).__name__} {operator.task_id!r}: {argument} {task_id!r} is not a task of DAG "
+        f"{operator.dag.dag_id!r}{hint}; {otherwise}"
+    )
+
+
 def check_tags(tags: Mapping[str, str], *, owner: str) -> dict[str, str]:
     """An operator's ``tags`` argument, checked when the DAG is parsed.
 

@@ -170,3 +170,23 @@ def test_an_arm64_choice_without_arch_is_warned_about(
     assert f"{result['instance_type']} is arm64 (Graviton)" in logged and "pass arch='x86_64'" in logged
     _operator(**sized, arch="arm64").execute(_context())  # asked for: nothing to warn about
     assert "is arm64 (Graviton)" not in "".join(capsys.readouterr())
+
+
+def test_a_misspelt_for_task_id_and_a_bad_min_measured_tries_are_named(env_ledger: Ledger) -> None:
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG
+
+    from costaware.core.errors import ConfigurationError
+
+    with DAG("retrain", schedule=None):
+        sizer = _operator(for_task_id="trian", fallback_hours="1")
+        EmptyOperator(task_id="train")
+    # It found no runs of "trian" and sized on fallback_hours alone, without a word.
+    with pytest.raises(
+        AirflowFailException, match=r"for_task_id 'trian' is not a task of DAG 'retrain' \(did"
+    ):
+        sizer.execute(_context())
+    with pytest.raises(
+        ConfigurationError, match="min_measured_tries must be a whole number of 1 or more, got 0"
+    ):
+        _operator(min_measured_tries=0)

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from costaware.glue import DEFAULT_LEDGER_CONN_ID, airflow_errors, parse_decimal, tags_for
+from costaware.core.errors import ConfigurationError
+from costaware.glue import DEFAULT_LEDGER_CONN_ID, airflow_errors, check_task_of_dag, parse_decimal, tags_for
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -106,6 +107,15 @@ class RightSizeOperator(BaseOperator):
             raise ValueError(f"sizing must be 'declared' or 'measured', got {sizing!r}")
         self.sizing = sizing
         self.memory_margin = memory_margin
+        # Checked by its own name: the efficiency code's message named it min_tries.
+        if (
+            isinstance(min_measured_tries, bool)
+            or not isinstance(min_measured_tries, int)
+            or min_measured_tries < 1
+        ):
+            raise ConfigurationError(
+                f"min_measured_tries must be a whole number of 1 or more, got {min_measured_tries!r}"
+            )
         self.min_measured_tries = min_measured_tries
         self.for_task_id = for_task_id
         self.memory_gib = memory_gib
@@ -143,6 +153,10 @@ class RightSizeOperator(BaseOperator):
 
         dag_id = self.history_dag_id or context["ti"].dag_id
         with airflow_errors():
+            if not self.history_dag_id:  # "retrian" found no runs and was sized on fallback_hours alone
+                check_task_of_dag(
+                    self, self.for_task_id, argument="for_task_id", otherwise="no runs of it can size the job"
+                )
             memory_gib, min_vcpus, sizing, tries = self._needs(dag_id)
             measured = str(sizing).startswith("measured")
             arch = self.arch or (self._measured_arch(tries) if measured else None)

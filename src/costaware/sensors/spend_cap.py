@@ -157,17 +157,16 @@ class SpendCapSensor(BaseSensorOperator):
 
     def _target(self) -> str:
         if self.for_task_id:
-            tasks = self.dag.task_dict if self.has_dag() else {}
-            if tasks and self.for_task_id not in tasks:
-                # Reserved for a task that never runs, the money was held until the reservation expired.
-                import difflib
+            from costaware.core.errors import ConfigurationError
+            from costaware.glue import check_task_of_dag
 
-                close = difflib.get_close_matches(str(self.for_task_id), list(tasks), n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else f": use one of {sorted(tasks)}"
-                raise AirflowFailException(
-                    f"SpendCapSensor {self.task_id!r}: for_task_id {self.for_task_id!r} is not a task of DAG "
-                    f"{self.dag.dag_id!r}{hint}; nothing was reserved"
+            try:
+                # Reserved for a task that never runs, the money was held until the reservation expired.
+                check_task_of_dag(
+                    self, self.for_task_id, argument="for_task_id", otherwise="nothing was reserved"
                 )
+            except ConfigurationError as e:
+                raise AirflowFailException(str(e)) from None
             return self.for_task_id
         downstream = sorted(self.downstream_task_ids)
         if len(downstream) != 1:
