@@ -102,6 +102,18 @@ def test_efficiency_json_and_options(
     assert json.loads(capsys.readouterr().out)["advice"] == []
 
 
+def test_efficiency_says_a_misspelt_dag_and_hidden_savings_as_they_are(
+    measured: Ledger, ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["--ledger-url", ledger_url, "report", "--efficiency"]
+    assert main([*base, "--dag-id", "nightyl"]) == 0  # "(no measured tries)" before: as if nothing ran
+    assert "(no entries: the ledger has none for DAG 'nightyl'; check the name)" in capsys.readouterr().out
+    assert main([*base, "--dag-id", "nightly", "--runs-per-month", "0"]) == 0
+    out = capsys.readouterr().out  # "no cheaper type fits" before: one fits, and saves $0 at no runs
+    assert "right-sizing: 1 cheaper type(s) fit, each saving under $0.01/month" in out
+    assert "no cheaper type fits" not in out
+
+
 def test_efficiency_takes_the_reports_scope_and_run(
     measured: Ledger, ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -85,7 +85,10 @@ def report_efficiency(args: argparse.Namespace) -> int:
         return 0
     print("efficiency" + (f" of DAG {args.dag_id}" if args.dag_id else "") + " (measured successful tries)")
     if not rows:
-        print("(no measured tries: the costaware listener measures each task try it prices)")
+        if args.dag_id and ledger.last_run_id(args.dag_id) is None:  # as `costaware report` says it
+            print(f"(no entries: the ledger has none for DAG {args.dag_id!r}; check the name)")
+        else:
+            print("(no measured tries: the costaware listener measures each task try it prices)")
         return 0
     emit(table, "table", headers=headers)
     total = sum((Decimal(r["usd"]) for r in rows), Decimal(0))
@@ -98,10 +101,17 @@ def report_efficiency(args: argparse.Namespace) -> int:
         if hidden
         else ""
     )
+    if not advice and hidden:
+        # "No cheaper type fits" was wrong: they fit, each saving less than the floor a month.
+        print(
+            f"right-sizing: {hidden} cheaper type(s) fit, each saving under {format_usd_exact(floor)}/month "
+            "(--min-saving-usd 0 shows them)"
+        )
+        return 0
     if not advice:
         print(
             f"right-sizing: no cheaper type fits (tasks need {args.min_tries}+ measured tries; "
-            f"local and unknown instance types are not sized){small}"
+            "local and unknown instance types are not sized)"
         )
         return 0
     print("right-sizing (cheapest catalog type that fits the measured peak memory and busy cores):")
