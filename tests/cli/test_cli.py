@@ -212,9 +212,9 @@ def test_budget_delete_removes_a_budget_once_nothing_is_held_in_it(
     held = ledger.reserve("project=x", "2", holder="d/r/train/-1")
     delete = ["--ledger-url", ledger_url, "budget", "delete", "--scope", "*", "--period", "month"]
     assert main(delete) == 2
-    assert (
-        "budget '*/month' has 1 open reservation(s) holding $2.00: delete it once" in capsys.readouterr().err
-    )
+    err = capsys.readouterr().err
+    assert "budget '*/month' has 1 open reservation(s) holding $2.00: delete it once" in err
+    assert "(`costaware budget holds --scope '*'` lists them" in err  # `budget show` did not
     ledger.settle(held.id, "1.5")
     assert main(delete) == 0
     out = capsys.readouterr().out

@@ -104,7 +104,7 @@ def delete_budget(
             raise ConfigurationError(
                 f"budget '{budget.label}' has {held[0]} open reservation(s) holding "
                 f"{format_usd(from_micros(held[1]))}: delete it once the tasks that hold them have ended "
-                "(`costaware budget show --scope ...` shows what is reserved)"
+                f"(`costaware budget holds --scope '{budget.scope}'` lists them and their tasks)"
             )
         conn.execute(h.delete().where(h.c.budget_id == row["id"]))
         conn.execute(t.delete().where(t.c.id == row["id"]))
