@@ -552,3 +552,22 @@ def test_budget_show_names_the_per_run_budgets_it_cannot_show_without_a_run(
     assert "per-run budget(s) project=r/run also apply: give --run-id" in capsys.readouterr().out
     assert main([*argv, "show", "--scope", "project=r", "--run-id", "x"]) == 0
     assert "project=r/run (run:x)" in capsys.readouterr().out
+
+
+def test_the_report_says_when_cost_entries_wait_in_this_machine_s_spool(
+    ledger_url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The ledger was unreachable: the listener kept the rows there, and every report undercounted in silence.
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
+    Ledger.from_url(ledger_url).dispose()
+    report = ["--ledger-url", ledger_url, "report"]
+    assert main(report) == 0
+    assert "spool:" not in capsys.readouterr().out
+    spool = tmp_path / "costaware" / "spool"
+    spool.mkdir(parents=True)
+    (spool / "a1.json").write_text("{}")
+    (spool / "b2.json").write_text("{}")
+    assert main(report) == 0
+    assert f"spool: 2 cost entries wait in {spool}" in capsys.readouterr().out
+    assert main([*report, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["spooled_entries_here"] == 2

@@ -19,6 +19,7 @@ from costaware.cli.arguments import open_ledger, run_asked_for
 from costaware.cli.output import emit
 from costaware.core.ledger import format_kg_co2e, total_kg_co2e
 from costaware.core.money import format_usd_exact
+from costaware.settings import costaware_home
 
 
 def _scope_hint(ledger: Any, scope: str) -> str:
@@ -100,6 +101,9 @@ def report(args: argparse.Namespace) -> int:
             "entries": sum(r.entries for r in rows),
         },
     }
+    spooled = _spooled_entries()
+    if spooled:
+        payload["spooled_entries_here"] = spooled
     untagged_note = None
     if args.group_by.startswith("tag:") and rows and all(r.group == "(none)" for r in rows):
         # A misspelled tag groups everything under (none): say so instead of a plausible-looking table.
@@ -128,6 +132,8 @@ def report(args: argparse.Namespace) -> int:
                 if unknown_dag
                 else f"(no entries{_scope_hint(ledger, args.scope)})"
             )
+            if spooled:
+                print(_spool_note(spooled))
             return 0
         table.append(
             [
@@ -185,6 +191,8 @@ def report(args: argparse.Namespace) -> int:
     if args.format == "table" and discounts:
         listed = ", ".join(f"{rule} {format_usd_exact(usd)}" for rule, usd in discounts.items())
         print(f"discounts on on-demand prices (part of the savings): {listed}")
+    if args.format == "table" and spooled:
+        print(_spool_note(spooled))
     if args.format == "table" and totals.unpriced_entries:
         # Counted at $0: a misspelt instance type in a setting made every try on the workers free.
         n = totals.unpriced_entries
@@ -201,6 +209,20 @@ def report(args: argparse.Namespace) -> int:
             "(--group-by cause splits their cost)"
         )
     return 0
+
+
+def _spooled_entries() -> int:
+    """How many cost entries wait in this machine's spool (``$AIRFLOW_HOME/costaware/spool``)."""
+    return len(list(costaware_home("spool").glob("*.json")))
+
+
+def _spool_note(spooled: int) -> str:
+    """Costs a worker on this machine could not write: the report is short of them until they are."""
+    return (
+        f"spool: {spooled} cost entr{'y waits' if spooled == 1 else 'ies wait'} in {costaware_home('spool')} "
+        "(the ledger could not be written when they were recorded) and count nowhere yet; the next task "
+        "that records its cost on this machine writes them first"
+    )
 
 
 def _trial_costs(rows: Sequence[Any]) -> Any:
