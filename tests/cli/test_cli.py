@@ -551,7 +551,13 @@ def test_budget_show_names_the_per_run_budgets_it_cannot_show_without_a_run(
     assert main([*argv, "show", "--scope", "project=r"]) == 0
     assert "per-run budget(s) project=r/run also apply: give --run-id" in capsys.readouterr().out
     assert main([*argv, "show", "--scope", "project=r", "--run-id", "x"]) == 0
-    assert "project=r/run (run:x)" in capsys.readouterr().out
+    shown = capsys.readouterr()
+    assert "project=r/run (run:x)" in shown.out
+    # A run the ledger has never seen (a typo) showed its whole cap left without a word.
+    assert "the ledger has no entry or hold of run 'x': check the run id" in shown.err
+    Ledger.from_url(ledger_url).reserve("project=r", "1", holder="d/x/train/-1", run_id="x")
+    assert main([*argv, "show", "--scope", "project=r", "--run-id", "x"]) == 0
+    assert "no entry or hold" not in capsys.readouterr().err
 
 
 def test_the_report_says_when_cost_entries_wait_in_this_machine_s_spool(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from costaware.cli.arguments import open_ledger
 from costaware.cli.commands.governance import current_actor, forecast_cell, forecast_rows
@@ -200,7 +201,21 @@ def budget_show(args: argparse.Namespace) -> int:
     emit(rows, args.format, headers=headers, payload=payload)
     if args.run_id is None and per_run and args.format == "table":
         print(f"per-run budget(s) {', '.join(per_run)} also apply: give --run-id to see one run against them")
+    if args.run_id is not None and not _run_is_known(ledger, args.run_id):
+        # A misspelt run id showed the full per-run cap left, as if the run had spent nothing.
+        print(
+            f"costaware: note: the ledger has no entry or hold of run {args.run_id!r}: check the run id "
+            "(`costaware runs list` lists runs)",
+            file=sys.stderr,
+        )
     return 0
+
+
+def _run_is_known(ledger: Any, run_id: str) -> bool:
+    """Whether the ledger has an entry of ``run_id``, or an open hold of one of its tasks."""
+    if ledger.entries(run_id=run_id, limit=1):
+        return True
+    return any((r.holder or "").split("/")[1:2] == [run_id] for r in ledger.open_reservations())
 
 
 def budget_holds(args: argparse.Namespace) -> int:
