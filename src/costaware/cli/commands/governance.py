@@ -107,7 +107,8 @@ def audit(args: argparse.Namespace) -> int:
         }
         for e in entries
     ]
-    emit(rows, args.format, headers=headers, payload=payload)
+    # Every column is text: left-aligned (right-aligned, the details were padded to the widest row).
+    emit(rows, args.format, headers=headers, payload=payload, labels=len(headers))
     return 0
 
 
