@@ -81,6 +81,7 @@ def test_bad_inputs_name_the_value(build: object, match: str) -> None:
         ("50%,80%,100%,forecast", DEFAULT_THRESHOLDS),
         ([100, "50", "forecast", "50%"], ("50%", "100%", "forecast")),
         (" 90% ", ("90%",)),
+        ("1%", ("1%",)),
     ],
 )
 def test_thresholds_parse(spec: object, expected: tuple[str, ...]) -> None:
@@ -105,3 +106,9 @@ def test_crossed_thresholds() -> None:
         "80%",
         "100%",
     ]
+
+
+def test_a_bare_1_is_refused_as_ambiguous() -> None:
+    # Meant as "at the cap" (1.0), it alerted at 1 % of it; 0.8 is refused, so 1 looked right.
+    with pytest.raises(ConfigurationError, match=r"'1' is ambiguous: write '1%' .* or '100%' for the cap"):
+        parse_thresholds("1,forecast")

@@ -139,6 +139,12 @@ def parse_thresholds(spec: str | Sequence[str | int]) -> tuple[str, ...]:
             forecast = True
             continue
         digits = part.removesuffix("%")
+        if digits == "1" and not part.endswith("%"):
+            # A fraction's habit (0.8 is refused): "1" meant "at the cap" and alerted at 1 %.
+            raise ConfigurationError(
+                "alert threshold '1' is ambiguous: write '1%' for one percent of the cap, or '100%' for the "
+                "cap"
+            )
         if not digits.isdigit() or not 1 <= int(digits) <= 1000:
             raise ConfigurationError(
                 f"alert threshold {part!r} is neither a percentage of the cap (1..1000, e.g. '80%') "
