@@ -34,7 +34,7 @@ def _data_root(params: dict[str, Any]) -> Path:
     from costaware.examples.flights import data_root_param
 
     default = Path(os.environ.get("AIRFLOW_HOME", Path.home() / "airflow")) / "costaware" / "flights"
-    return Path(data_root_param(params.get("data_root"), default))
+    return Path(data_root_param(params.get("data_root"), default, allow_uri=False))
 
 
 @dag(

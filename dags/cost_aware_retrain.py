@@ -73,7 +73,7 @@ def data_root() -> Path:
     from costaware.examples.flights import data_root_param
 
     default = Path(os.environ.get("AIRFLOW_HOME", Path.home() / "airflow")) / "costaware" / "flights"
-    return Path(data_root_param(get_current_context()["params"].get("data_root"), default))
+    return Path(data_root_param(get_current_context()["params"].get("data_root"), default, allow_uri=False))
 
 
 def flight_delay_features(inputs: dict[str, Any], *, replay_date: str) -> Any:

@@ -84,6 +84,9 @@ def test_an_example_dag_s_data_root_is_a_folder_or_an_s3_prefix(
     assert data_root_param("~/flights", "/default") == str(tmp_path / "flights")
     assert data_root_param("s3://bucket/flights/", "/default") == "s3://bucket/flights"
     assert data_root_param(None, "/default") == data_root_param("  ", "/default") == "/default"
+    # Path("s3://b/x") is the relative folder "s3:/b/x": refused where the DAG's data is a local folder.
+    with pytest.raises(AirflowFailException, match="is a URI, and this DAG's data lives in a local folder"):
+        data_root_param("s3://bucket/flights", "/default", allow_uri=False)
     with pytest.raises(AirflowFailException, match="data_root 'flights' is a relative path"):
         data_root_param("flights", "/default")
     (tmp_path / "a-file").write_text("x")

@@ -332,3 +332,9 @@ def test_a_bad_configured_alert_setting_silences_no_budget(
         and "defaults 50%,80%,100%,forecast" in caplog.text
     )
     assert "[costaware] alert_notifiers is refused" in caplog.text
+
+
+def test_thresholds_a_caller_passes_are_its_own_and_a_bad_one_raises(ledger: Ledger) -> None:
+    ledger.set_budget("project=churn", "month", "10", actor="lead")
+    with pytest.raises(ConfigurationError, match="'1' is ambiguous"):
+        check_budget_alerts(ledger, TAGS, thresholds="1", notifiers=[])

@@ -237,3 +237,26 @@ def test_inputs_and_regions_that_name_nothing_are_refused_without_writing(
 def test_replicas_given_flat_are_refused_at_parse_time() -> None:
     with pytest.raises(ConfigurationError, match=r"replicas\['s3://a/x'\] is 's3://b/x': map each source"):
         check(["s3://a/x"], replicas={"s3://a/x": "s3://b/x"})
+
+
+def test_declared_regions_and_sizes_match_with_or_without_a_trailing_slash(ledger_conn: Ledger) -> None:
+    # Declared for "gs://x/flights/", the input "gs://x/flights" was told to declare what was declared.
+    op = check(
+        ["gs://x/flights"],
+        declared_regions={"gs://x/flights/": "us-east-1"},
+        declared_bytes={"gs://x/flights/": 4096},
+    )
+    assert op.execute(CONTEXT)["egress_usd"] == "0.000000"
+
+
+def test_a_budget_scope_that_rendered_empty_is_refused_not_read_as_every_budget(
+    buckets: dict[str, str], ledger_conn: Ledger
+) -> None:
+    ledger_conn.set_budget("*", "month", "100")
+    op = check(
+        [f"s3://{buckets['eu']}/flights"], policy="allow_within_budget", budget_scope="{{ params.scope }}"
+    )
+    op.budget_scope = ""  # what the template rendered to
+    with pytest.raises(AirflowFailException, match="budget_scope is empty: give the tags it counts"):
+        op.execute(CONTEXT)
+    assert ledger_conn.open_reservations() == []

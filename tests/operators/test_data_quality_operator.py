@@ -323,6 +323,14 @@ def test_a_mistake_in_the_suite_fails_without_quarantining_good_data(tmp_path: P
     assert "the batch was moved to" in str(caught.value) and not landed.exists()
 
 
+def test_a_column_whose_type_changed_upstream_is_a_data_failure_and_quarantined(tmp_path: Path) -> None:
+    # GX raises on it ("must either be None or of the same type"): the data's fault, not the suite's.
+    landed = _batch(tmp_path, distance=["1400", "abc", "1576", "762"])
+    with pytest.raises(AirflowFailException, match="expectations failed on") as caught:
+        _gate(tmp_path, landed).execute(_context())
+    assert "the batch was moved to" in str(caught.value) and not landed.exists()
+
+
 def test_a_rerun_after_a_quarantine_says_where_the_batch_went(tmp_path: Path) -> None:
     landed = _batch(tmp_path, distance=[1400, -5, 1576, 762])
     with pytest.raises(AirflowFailException, match="the batch was moved to"):

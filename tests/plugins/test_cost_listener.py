@@ -159,8 +159,14 @@ def test_a_misspelt_costaware_compute_key_is_said(
     CostListener().on_task_instance_running(None, ti)
     CostListener().on_task_instance_success(None, ti)
     assert "costaware_compute keys ['markt'] are not read (use instance_type, region, market" in caplog.text
-    (row,) = ledger_env.entries(dag_id="retrain")
-    assert (row["instance_type"], row["market"]) == ("c5.xlarge", "on_demand")  # still recorded
+    caplog.clear()
+    ti = fake_ti(task_id="onprem")  # the carbon keys are the utilization listener's: not flagged
+    ti.task.params = {"costaware_compute": {"instance_type": "m5.large", "grid_zone": "GB", "power_kw": 0.2}}
+    CostListener().on_task_instance_running(None, ti)
+    CostListener().on_task_instance_success(None, ti)
+    assert "are not read" not in caplog.text
+    rows = {r["task_id"]: r for r in ledger_env.entries(dag_id="retrain")}
+    assert (rows["train"]["instance_type"], rows["train"]["market"]) == ("c5.xlarge", "on_demand")  # recorded
 
 
 def test_unreachable_ledger_spools_and_the_next_entry_drains_it(

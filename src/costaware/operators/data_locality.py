@@ -313,7 +313,12 @@ class DataLocalityCheckOperator(BaseOperator):
                 )
             return
         holder = f"{who['dag_id']}/{who['run_id']}/{who['task_id']}/{who['map_index']}/egress"
-        scope = self.budget_scope or ",".join(f"{k}={v}" for k, v in sorted(self.tags.items())) or "*"
+        if self.budget_scope is not None:  # given (a template may render it empty): refused, not "*"
+            from costaware.core.budgets import Scope
+
+            scope = str(Scope.given(self.budget_scope, what="budget_scope"))
+        else:
+            scope = ",".join(f"{k}={v}" for k, v in sorted(self.tags.items())) or "*"
         try:
             reservation = ledger.reserve(
                 scope, total, holder=holder, run_id=who["run_id"], purpose=f"cross-region egress ({what})"

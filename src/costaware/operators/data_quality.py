@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 _GX_IMPORT_LOGGER = "great_expectations._docs_decorators"
 
 #: Result keys worth showing as "seen", in order of preference.
-#: What GX 1.x says of an expectation's column that the data lacks.
-_MISSING_COLUMN = "in BatchData does not exist"
+#: What GX 1.x says of an expectation that no data could satisfy: the suite's mistake, not the data's.
+SUITE_MISTAKES = ("min_value cannot be greater than max_value",)
 _SEEN_KEYS = (
     "observed_value",
     "unexpected_count",
@@ -170,16 +170,16 @@ def failure_lines(result: Mapping[str, Any]) -> list[str]:
 
 
 def suite_errors(result: Mapping[str, Any]) -> list[str]:
-    """The failed expectations that raised an error other than a missing column: mistakes in the suite.
+    """The failed expectations whose error is a mistake of the suite itself (:data:`SUITE_MISTAKES`).
 
-    ``min_value`` above ``max_value``, an unknown argument: the data was not judged, so a batch is not
-    refused for them. A column the data lacks stays a data failure (an upstream schema change looks the
-    same as a misspelt column; the failure line names the column either way).
+    ``min_value`` above ``max_value``: the data was not judged, so a batch is not refused for it. Every
+    other error stays a data failure: a column the data lacks, or one whose type changed upstream
+    (strings where numbers were), raises too, and that batch must not stay where the next run reads it.
     """
     broken = []
     for item in result.get("results", []):
         raised = _raised(item.get("exception_info") or {})
-        if not item.get("success") and raised and not all(_MISSING_COLUMN in m for m in raised):
+        if not item.get("success") and raised and all(any(m in r for m in SUITE_MISTAKES) for r in raised):
             broken.append(item)
     return failure_lines({"results": broken})
 

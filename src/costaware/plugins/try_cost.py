@@ -22,6 +22,9 @@ from costaware.settings import option
 log = logging.getLogger(__name__)
 
 COMPUTE_FIELDS = ("instance_type", "region", "market", "usd_per_hour")
+#: Operator attributes (or ``costaware_compute`` param keys) an on-premises task gives for its emissions,
+#: read by the utilization listener (``plugins/utilization.py``).
+CARBON_FIELDS = ("power_kw", "grid_zone")
 PRICING_PARAM = "costaware_compute"
 """The task param that says where any operator's tries run, e.g. ``{"instance_type": "g5.xlarge"}``."""
 
@@ -49,14 +52,15 @@ def compute_of(task: Any) -> dict[str, Any]:
         param = None
     if isinstance(param, Mapping):
         declared.update({k: param[k] for k in COMPUTE_FIELDS if param.get(k) not in (None, "")})
-        unknown = sorted(str(k) for k in param if k not in COMPUTE_FIELDS)
+        known = (*COMPUTE_FIELDS, *CARBON_FIELDS)  # the carbon ones are read by the utilization listener
+        unknown = sorted(str(k) for k in param if k not in known)
         if unknown:  # {"markt": "spot"} priced the try on-demand without a word
             log.error(
                 "costaware: task %s: %s keys %s are not read (use %s): the try is priced without them",
                 getattr(task, "task_id", "?"),
                 PRICING_PARAM,
                 unknown,
-                ", ".join(COMPUTE_FIELDS),
+                ", ".join(known),
             )
     if getattr(type(task), "cost_compute_from_arguments", False):
         for name in COMPUTE_FIELDS:

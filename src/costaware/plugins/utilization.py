@@ -177,13 +177,9 @@ def measurement_of(ti: Any, entry: Any, reading: Any) -> Any:
     )
 
 
-#: Operator attributes (or ``costaware_compute`` param keys) an on-premises task gives for its emissions.
-CARBON_FIELDS = ("power_kw", "grid_zone")
-
-
 def carbon_overrides(task: Any) -> dict[str, Any]:
     """``power_kw`` and ``grid_zone`` of a task: its operator attributes, else its ``costaware_compute``."""
-    from costaware.plugins.try_cost import PRICING_PARAM
+    from costaware.plugins.try_cost import CARBON_FIELDS, PRICING_PARAM
 
     try:
         param = (getattr(task, "params", None) or {}).get(PRICING_PARAM)
