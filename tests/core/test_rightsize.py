@@ -306,38 +306,42 @@ def test_with_on_demand_overlays_prices(catalog: PriceCatalog) -> None:
     assert updated.spot_advice("type-a", "us-east-1") == catalog.spot_advice("type-a", "us-east-1")
 
 
-def test_burstable_types_are_left_out_unless_named() -> None:
-    # A 2-hour retrain on t4g ran out of CPU credits; the efficiency advice already left the t family out.
-    table = (
-        "region,instance_type,vcpus,memory_gib,gpus,arch,usd_per_hour\n"
-        "us-east-1,c6i.xlarge,4,8,0,x86_64,0.17\n"
-        "us-east-1,t3.xlarge,4,16,0,x86_64,0.1664\n"
-    )
-    catalog = PriceCatalog.from_csv_text(table)
-    job = RightSizeJob(memory_gib=Decimal(4), fallback_hours=2.0, markets=ON_DEMAND)
+@pytest.mark.parametrize(
+    ("rows", "chosen", "left_out", "why"),
+    [
+        # A 2-hour retrain on t4g ran out of CPU credits; the efficiency advice already left the t family out.
+        (
+            ["c6i.xlarge,4,8,0,x86_64,0.17", "t3.xlarge,4,16,0,x86_64,0.1664"],
+            "c6i.xlarge",
+            "t3.xlarge",
+            "burstable CPU (t family): throttled once its credits run out",
+        ),
+        # The cheapest fit on paper was m1.small, a 2006 core whose runtime nothing measured.
+        (
+            [
+                "c6a.large,2,4,0,x86_64,0.0765",
+                "m1.small,1,1.7,0,x86_64,0.044",
+                "m3.medium,1,3.75,0,x86_64,0.067",
+            ],
+            "c6a.large",
+            "m1.small",
+            "a Xen-era family (2006-2015): runtimes do not carry over",
+        ),
+    ],
+)
+def test_burstable_and_xen_era_types_are_left_out_unless_named(
+    rows: list[str], chosen: str, left_out: str, why: str
+) -> None:
+    header = "region,instance_type,vcpus,memory_gib,gpus,arch,usd_per_hour\n"
+    catalog = PriceCatalog.from_csv_text(header + "".join(f"us-east-1,{row}\n" for row in rows))
+    job = RightSizeJob(memory_gib=Decimal(1), fallback_hours=2.0, markets=ON_DEMAND)
     decision = right_size(catalog, job, region="us-east-1")
-    assert decision.choice.instance_type == "c6i.xlarge"
-    assert ("t3.xlarge", "burstable CPU (t family): throttled once its credits run out") in decision.rejected
-    named = right_size(catalog, job, region="us-east-1", instance_types=["t3.xlarge", "c6i.xlarge"])
-    assert named.choice.instance_type == "t3.xlarge"  # asked for by name: the user's call
+    assert decision.choice.instance_type == chosen
+    assert (left_out, why) in decision.rejected
+    named = right_size(catalog, job, region="us-east-1", instance_types=[left_out, chosen])
+    assert named.choice.instance_type == left_out  # asked for by name: the user's call
 
 
 def test_minutes_given_as_text_are_read_as_numbers() -> None:
     job = RightSizeJob(memory_gib=Decimal(1), checkpoint_minutes="30", restart_minutes="0")  # type: ignore[arg-type]
     assert (job.checkpoint_minutes, job.restart_minutes) == (30.0, 0.0)
-
-
-def test_xen_era_types_are_left_out_unless_named() -> None:
-    table = (
-        "region,instance_type,vcpus,memory_gib,gpus,arch,usd_per_hour\n"
-        "us-east-1,c6a.large,2,4,0,x86_64,0.0765\n"
-        "us-east-1,m1.small,1,1.7,0,x86_64,0.044\n"
-        "us-east-1,m3.medium,1,3.75,0,x86_64,0.067\n"
-    )
-    catalog = PriceCatalog.from_csv_text(table)
-    job = RightSizeJob(memory_gib=Decimal(1), fallback_hours=1.0, markets=ON_DEMAND)
-    decision = right_size(catalog, job, region="us-east-1")
-    assert decision.choice.instance_type == "c6a.large"
-    assert ("m1.small", "a Xen-era family (2006-2015): runtimes do not carry over") in decision.rejected
-    named = right_size(catalog, job, region="us-east-1", instance_types=["m1.small", "c6a.large"])
-    assert named.choice.instance_type == "m1.small"  # asked for by name: the user's call
