@@ -231,4 +231,6 @@ def test_a_cap_json_cannot_hold_as_a_float_is_a_422_and_the_answer_is_the_stored
     body = {"scope": "project=churn", "period": "month", "cap_usd": "150.1234567"}
     answer = client.post("/api/budgets", json=body).json()
     (churn,) = [b for b in ledger_with_two_teams.budgets() if str(b.scope) == "project=churn"]
-    assert answer["cap_usd"] == str(churn.cap_usd) == "150.123457"  # as stored, to the micro-dollar
+    assert answer["cap_usd"] == "150.123457" and churn.cap_usd == Decimal(answer["cap_usd"])  # as stored
+    body["cap_usd"] = "100"
+    assert client.post("/api/budgets", json=body).json()["cap_usd"] == "100"  # no trailing zeros

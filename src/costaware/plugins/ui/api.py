@@ -116,7 +116,9 @@ def api_set_budget(change: BudgetChange, user: User) -> BudgetSet:
     if not guard(lambda: may_set_budgets(user)):
         raise HTTPException(403, f"user {user_name(user)!r} may not set budgets: ask an admin")
     budget = guard(lambda: _set_budget(change, user_name(user)))
-    return BudgetSet(budget=budget.label, cap_usd=str(budget.cap_usd), set_by=user_name(user))
+    # The stored cap (to the micro-dollar) without trailing zeros: "100", "150.123457".
+    stored = format(budget.cap_usd.normalize(), "f")
+    return BudgetSet(budget=budget.label, cap_usd=stored, set_by=user_name(user))
 
 
 def _set_budget(change: BudgetChange, actor: str) -> Budget:
