@@ -88,6 +88,22 @@ class AirflowServer:
             assert time.monotonic() < deadline, self.task_states(dag_id, run_id)
             time.sleep(1)
 
+    def wait_for_defer_exit(self, dag_id: str, run_id: str, task_id: str, timeout: float = 90) -> None:
+        """Wait until the scheduler has taken the exit of the process that deferred ``task_id``.
+
+        A test that frees a deferred task at once (a price drop, a raised cap, a second after the deferral)
+        can resume it before the scheduler drains that process's success event; Airflow 3.3 then fails the
+        resumed try ("state mismatch", apache/airflow#72716, fixes open). Real prices and caps do not move
+        within the second; a test's do.
+        """
+        key = f"TaskInstanceKey(dag_id='{dag_id}', task_id='{task_id}', run_id='{run_id}'"
+        event = f"Received executor event with state success for task instance {key}"
+        log = self.home / "standalone.log"
+        deadline = time.monotonic() + timeout
+        while event not in log.read_text(errors="replace"):
+            assert time.monotonic() < deadline, f"the exit of the process deferring {task_id} never came"
+            time.sleep(0.5)
+
     def wait_for_run(self, dag_id: str, run_id: str, timeout: float = 300) -> str:
         deadline = time.monotonic() + timeout
         state = ""

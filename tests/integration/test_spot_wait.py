@@ -61,28 +61,10 @@ def test_defers_in_the_real_triggerer(server: tuple[AirflowServer, Ledger], tmp_
         "spot_wait", {"prices": str(prices), "deadline": (now() + timedelta(hours=30)).isoformat()}
     )
     airflow.wait_for_task_state("spot_wait", run_id, "spot_window", "deferred")
-    _wait_for_the_defer_exit(airflow, run_id)
+    airflow.wait_for_defer_exit("spot_wait", run_id, "spot_window")
     append(prices, "0.40")
     assert airflow.wait_for_run("spot_wait", run_id) == "success"
     logs = list(airflow.home.glob("logs/dag_id=spot_wait/**/task_id=spot_window/*.trigger.*.log"))
     assert logs and any("Trigger fired event" in p.read_text() for p in logs)
     (decision,) = [r for r in ledger.entries(dag_id="spot_wait", run_id=run_id) if r["estimated"]]
     assert decision["market"] == "spot" and decision["unit_price_usd"] == Decimal("0.4")
-
-
-def _wait_for_the_defer_exit(airflow: AirflowServer, run_id: str, timeout: float = 90) -> None:
-    """Wait until the scheduler has taken the deferring process's exit, before the price drops.
-
-    A trigger that fires at once (the price drops a second after the deferral) can resume the task before
-    the scheduler drains that process's success event; Airflow 3.3 then fails the resumed try ("state
-    mismatch", apache/airflow#72716, fixes open). Real prices do not move within the second; this test's did.
-    """
-    import time
-
-    key = f"TaskInstanceKey(dag_id='spot_wait', task_id='spot_window', run_id='{run_id}'"
-    event = f"Received executor event with state success for task instance {key}"
-    log = airflow.home / "standalone.log"
-    deadline = time.monotonic() + timeout
-    while event not in log.read_text(errors="replace"):
-        assert time.monotonic() < deadline, "the deferring process's exit never reached the scheduler"
-        time.sleep(0.5)

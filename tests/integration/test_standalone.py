@@ -36,6 +36,7 @@ def test_spend_gate_waits_in_the_triggerer_until_the_cap_is_raised(
     airflow.wait_for_task_state("budget_wait", run_id, "spend_gate", "deferred")
     waiting = [r for r in ledger.open_reservations() if str(r.scope) == "project=wait-test"]
     assert waiting == []  # nothing reserved while the budget is short
+    airflow.wait_for_defer_exit("budget_wait", run_id, "spend_gate")
     ledger.set_budget("project=wait-test", "month", "5")
     assert airflow.wait_for_run("budget_wait", run_id) == "success"
     trigger_logs = list(airflow.home.glob("logs/dag_id=budget_wait/**/task_id=spend_gate/*trigger*"))
