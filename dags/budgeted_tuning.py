@@ -66,7 +66,8 @@ def _data_root(params: dict[str, Any]) -> Path:
         "data_root": Param(
             None,
             type=["null", "string"],
-            description="Folder for landed data; empty: $AIRFLOW_HOME/costaware/flights.",
+            description="An absolute folder for landed data (~ allowed); "
+            "empty: $AIRFLOW_HOME/costaware/flights.",
         ),
     },
     doc_md=__doc__,

@@ -176,7 +176,7 @@ def flight_delay_features(inputs: dict[str, Any], *, replay_date: str) -> Any:
             None,
             type=["null", "string"],
             title="Data folder",
-            description="Folder for landed data, features and models; "
+            description="An absolute folder for landed data, features and models (~ allowed); "
             "empty: $AIRFLOW_HOME/costaware/flights.",
         ),
     },

@@ -84,7 +84,13 @@ def prepared(name: str) -> str:
             description="slows every step down (demos of a preemption); 0 in real use.",
         ),
         "replay_date": Param(None, type=["null", "string"], format="date", title="Day of 2013 to replay"),
-        "data_root": Param(None, type=["null", "string"], title="Data folder"),
+        "data_root": Param(
+            None,
+            type=["null", "string"],
+            title="Data folder",
+            description="An absolute folder (~ allowed) or an s3:// prefix for the arrays, models and "
+            "checkpoints; empty: $AIRFLOW_HOME/costaware/own_training.",
+        ),
     },
     doc_md=__doc__,
 )

@@ -126,7 +126,13 @@ def data_root() -> str:
             description="Pause the spot training through a price rise and resume it from its checkpoint.",
         ),
         "replay_date": Param(None, type=["null", "string"], format="date"),
-        "data_root": Param(None, type=["null", "string"]),
+        "data_root": Param(
+            None,
+            type=["null", "string"],
+            title="Data folder",
+            description="An absolute folder (~ allowed) or an s3:// prefix for landed data, models and "
+            "checkpoints; empty: $AIRFLOW_HOME/costaware/remote.",
+        ),
     },
     doc_md=__doc__,
 )

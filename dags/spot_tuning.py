@@ -263,7 +263,13 @@ def trial_kwargs(
             5.0, title="Poll every (seconds)", description="How often a trial's job is looked at.", high=3601
         ),
         "replay_date": Param(None, type=["null", "string"], format="date", title="Day of 2013 to replay"),
-        "data_root": Param(None, type=["null", "string"], title="Data folder"),
+        "data_root": Param(
+            None,
+            type=["null", "string"],
+            title="Data folder",
+            description="An absolute folder (~ allowed) or an s3:// prefix for the arrays, models and "
+            "checkpoints; empty: $AIRFLOW_HOME/costaware/spot_tuning.",
+        ),
     },
     doc_md=__doc__,
 )
