@@ -7,6 +7,7 @@ it, read in one statement so PostgreSQL's READ COMMITTED sees both at the same i
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from datetime import datetime
 
 from sqlalchemy import Connection, RowMapping, and_, func, select, text, true
@@ -27,10 +28,15 @@ UPSERT_LOCK = 74210032
 
 
 def set_budget(ledger: LedgerDatabase, budget: Budget, *, actor: str) -> Budget:
-    """Create or replace the budget of (scope, period), audited in the same transaction."""
+    """Create or replace the budget of (scope, period), audited in the same transaction.
+
+    Returns the budget as stored: its caps to the micro-dollar (and micro-GPU-hour) the ledger keeps.
+    """
+    cap_micros = to_micros(budget.cap_usd)
+    gpu_micros = None if budget.cap_gpu_hours is None else to_micros(budget.cap_gpu_hours)
     values = {
-        "cap_usd_micros": to_micros(budget.cap_usd),
-        "cap_gpu_hours_micros": None if budget.cap_gpu_hours is None else to_micros(budget.cap_gpu_hours),
+        "cap_usd_micros": cap_micros,
+        "cap_gpu_hours_micros": gpu_micros,
         "timezone": budget.timezone,
         "updated_at": utcnow(),
     }
@@ -53,13 +59,17 @@ def set_budget(ledger: LedgerDatabase, budget: Budget, *, actor: str) -> Budget:
             target=budget.label,
             details={
                 "old_cap_usd": None if found is None else str(from_micros(found[1])),
-                "new_cap_usd": str(from_micros(to_micros(budget.cap_usd))),
+                "new_cap_usd": str(from_micros(cap_micros)),
                 "cap_gpu_hours": None if budget.cap_gpu_hours is None else str(budget.cap_gpu_hours),
                 "timezone": budget.timezone,
             },
         )
     log.info("budget %s set to %s", budget.label, format_usd(budget.cap_usd))
-    return budget
+    return replace(
+        budget,
+        cap_usd=from_micros(cap_micros),
+        cap_gpu_hours=None if gpu_micros is None else from_micros(gpu_micros),
+    )
 
 
 def list_budgets(ledger: LedgerDatabase) -> list[Budget]:

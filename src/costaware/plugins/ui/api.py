@@ -132,13 +132,10 @@ def _set_budget(change: BudgetChange, actor: str) -> Budget:
         gpu_given="cap_gpu_hours" in change.model_fields_set,
         timezone=change.timezone,
     )
-    ledger.set_budget(
+    # As stored (to the micro-dollar): the answer echoed 150.1234567.
+    return ledger.set_budget(
         change.scope, change.period, change.cap_usd, cap_gpu_hours=gpu_hours, timezone=zone, actor=actor
     )
-    # As stored (to the micro-dollar), as the CLI prints it: the answer echoed 150.1234567.
-    stored = find_budget(ledger.budgets(), change.scope, change.period)
-    assert stored is not None  # just set
-    return stored
 
 
 @router.get("/top-tries", summary="The most expensive task tries")
