@@ -73,8 +73,10 @@ def data_root_param(value: object, default: Path | str, *, allow_uri: bool = Tru
     """
     from airflow.sdk.exceptions import AirflowFailException
 
+    from costaware.training.plan import blank
+
     text = str(value or "").strip()
-    if not text or text in ("None", "null"):
+    if blank(text) is None:
         return str(default)
     if "://" in text:
         if not allow_uri:  # Path("s3://b/x") is the relative folder "s3:/b/x": the data landed there

@@ -21,6 +21,7 @@ from costaware.core.errors import ConfigurationError
 from costaware.glue import DEFAULT_AWS_CONN_ID, airflow_errors, run_identity, storage_options
 from costaware.operators.templating import is_literal
 from costaware.settings import default_store
+from costaware.training.plan import blank
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -29,9 +30,9 @@ if TYPE_CHECKING:
 #: (its API-docs registry): noise in every task log, with nothing for the user to do.
 _GX_IMPORT_LOGGER = "great_expectations._docs_decorators"
 
-#: Result keys worth showing as "seen", in order of preference.
 #: What GX 1.x says of an expectation that no data could satisfy: the suite's mistake, not the data's.
 SUITE_MISTAKES = ("min_value cannot be greater than max_value",)
+#: Result keys worth showing as "seen", in order of preference.
 _SEEN_KEYS = (
     "observed_value",
     "unexpected_count",
@@ -277,7 +278,7 @@ def _remove_empty_folders(root: Path) -> None:
         root.rmdir()
 
 
-def _quarantine_location(value: Any, name: str = "quarantine_path", example: str = "quarantine") -> str:
+def _folder_location(value: Any, name: str = "quarantine_path", example: str = "quarantine") -> str:
     """A folder argument (``quarantine_path``, ``results_path``) as given; "" when unset.
 
     Unset: None, or a template that rendered empty, ``None`` or ``null``.
@@ -286,7 +287,7 @@ def _quarantine_location(value: Any, name: str = "quarantine_path", example: str
         ConfigurationError: a relative path: it would land on whichever worker ran the task.
     """
     text = str(value or "").strip()
-    if text in ("", "None", "null"):
+    if blank(text) is None:
         return ""
     if "://" not in text and not Path(text).expanduser().is_absolute():
         raise ConfigurationError(
@@ -342,9 +343,9 @@ class DataQualityOperator(BaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         if is_literal(quarantine_path):
-            _quarantine_location(quarantine_path)  # a relative path fails when the DAG is parsed
+            _folder_location(quarantine_path)  # a relative path fails when the DAG is parsed
         if is_literal(results_path):
-            _quarantine_location(results_path, "results_path", "quality")  # it was accepted and written to
+            _folder_location(results_path, "results_path", "quality")  # it was accepted and written to
         self.quarantine_path = quarantine_path
         self.data_path = data_path
         self.suite = suite
@@ -362,7 +363,7 @@ class DataQualityOperator(BaseOperator):
         with airflow_errors():
             options = storage_options(self.aws_conn_id)
             suite = build_suite(self.suite, self.suite_name)
-            where = _quarantine_location(self.quarantine_path)
+            where = _folder_location(self.quarantine_path)
             if where:
                 check_quarantine_outside(str(self.data_path), where)
             frame, fingerprint = self._read(where, facts, options)
@@ -379,7 +380,7 @@ class DataQualityOperator(BaseOperator):
                 "failures": failures,
                 "result": result,
             }
-            results_at = _quarantine_location(self.results_path, "results_path", "quality")
+            results_at = _folder_location(self.results_path, "results_path", "quality")
             results = BlobDir.from_uri(results_at or default_store("quality"), **options)
             results.write_bytes(name, json.dumps(record, indent=2, default=str).encode())
             uri = f"{results.uri}/{name}"
@@ -429,7 +430,7 @@ class DataQualityOperator(BaseOperator):
         """Move the refused batch to ``quarantine_path``; what the failure message adds about it."""
         from costaware.adapters.checkpoint_store import checkpoint_key
 
-        where = _quarantine_location(self.quarantine_path)
+        where = _folder_location(self.quarantine_path)
         if not where:
             return ""
         try:
