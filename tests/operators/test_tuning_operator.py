@@ -181,6 +181,33 @@ def test_the_study_stops_cleanly_when_the_next_trial_cannot_be_reserved(
     assert "per successful trial n/a; stop: budget" in line
 
 
+@pytest.mark.parametrize("on_exceeded", ["fail", "skip"])
+def test_a_run_with_no_money_for_one_trial_fails_or_skips_as_on_exceeded_says(
+    env: Ledger, on_exceeded: str
+) -> None:
+    # A scheduled study whose project budget is spent: every run turned red, with nothing wrong to fix.
+    plan = _plan(max_usd="0.04", fallback_trial_seconds=60)
+    plan.execute({"ti": _ti(plan)})
+    with pytest.raises(AirflowSkipException, match=r"stopped \(budget\)"):
+        _run_slot(0)
+    summary_op = TuningStudySummarizeOperator(
+        task_id="summarize", study_name="s1", trial_task_id="trial", on_exceeded=on_exceeded
+    )
+    ti = _ti(summary_op)
+    ti.get_task_states = lambda **_: {RUN_ID: {"trial_0": "skipped"}}
+    if on_exceeded == "skip":
+        with pytest.raises(AirflowSkipException, match=r"no trial of this run could be paid for, skipped"):
+            summary_op.execute({"ti": ti})
+    else:
+        with pytest.raises(AirflowFailException, match=r"on_exceeded='skip' skips such a run instead"):
+            summary_op.execute({"ti": ti})
+
+
+def test_on_exceeded_other_than_fail_or_skip_is_refused_as_the_dag_is_parsed() -> None:
+    with pytest.raises(ValueError, match=r"on_exceeded='wait': use 'fail' .* or 'skip'"):
+        TuningStudySummarizeOperator(task_id="s", study_name="s1", trial_task_id="t", on_exceeded="wait")
+
+
 def test_a_study_stopped_for_its_budget_goes_on_once_a_later_run_raises_max_usd(env: Ledger) -> None:
     plan = _plan(max_usd="0.04", fallback_trial_seconds=60)
     plan.execute({"ti": _ti(plan)})

@@ -24,6 +24,7 @@ from airflow.sdk import BaseOperator, TaskGroup
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from costaware.core.errors import ConfigurationError
+from costaware.core.tuning.caps import StopReason
 from costaware.extras import require
 from costaware.glue import DEFAULT_LEDGER_CONN_ID, airflow_errors
 from costaware.importing import split_path
@@ -346,6 +347,8 @@ class TuningStudySummarizeOperator(_StudyOperator):
     Args:
         study_name: The study (templated).
         trial_task_id: Task id of the trial tasks, to find the trials of this run.
+        on_exceeded: When the budget had no room for one trial of this run: ``fail`` (the run shows red)
+            or ``skip`` (a scheduled study whose project budget is used up for the period skips quietly).
         storage_url: Optuna storage URL (templated); None: the ledger's database.
         ledger_conn_id: Airflow connection of the cost ledger.
         **kwargs: ``BaseOperator`` arguments (``trigger_rule`` defaults to ``all_done``).
@@ -354,10 +357,13 @@ class TuningStudySummarizeOperator(_StudyOperator):
     template_fields: Sequence[str] = ("study_name", "storage_url")
     ui_color = "#efe6fb"
 
-    def __init__(self, *, study_name: str, trial_task_id: str, **kwargs: Any) -> None:
+    def __init__(
+        self, *, study_name: str, trial_task_id: str, on_exceeded: str = "fail", **kwargs: Any
+    ) -> None:
         kwargs.setdefault("trigger_rule", "all_done")
         super().__init__(study_name=study_name, **kwargs)
         self.trial_task_id = trial_task_id
+        self.on_exceeded = check_on_exceeded(on_exceeded)
 
     def execute(self, context: Context) -> dict[str, Any]:
         from costaware.core.ledger import reservation_holder
@@ -412,12 +418,25 @@ class TuningStudySummarizeOperator(_StudyOperator):
                 f"study {summary['study_name']}: no trial finished and {failed} trial task(s) failed: see "
                 f"their logs ({self.trial_task_id}); they spent ${summary['spent_usd']}"
             )
-        if ran == 0 and states and all(state == "skipped" for state in states):
-            # Every slot found the study stopped before it had any trial (a budget too small for one, say).
-            raise AirflowFailException(
-                f"study {summary['study_name']}: no trial ran, and the study has none: "
-                f"{self._stop_text(summary, ran)}"
-            )
+        if states and all(state == "skipped" for state in states):
+            stop = summary["stop"] or {}
+            if stop.get("reason") == StopReason.BUDGET.value and self.on_exceeded == "skip":
+                # A scheduled study whose budget is spent for the period: no money, nothing wrong.
+                raise AirflowSkipException(
+                    f"study {summary['study_name']}: no trial of this run could be paid for, skipped "
+                    f"(on_exceeded='skip'): {stop.get('message')}"
+                )
+            if ran == 0:
+                # Every slot found the study stopped before it had any trial (a budget too small for one).
+                hint = (
+                    " (on_exceeded='skip' skips such a run instead)"
+                    if stop.get("reason") == StopReason.BUDGET.value
+                    else ""
+                )
+                raise AirflowFailException(
+                    f"study {summary['study_name']}: no trial ran, and the study has none: "
+                    f"{self._stop_text(summary, ran)}{hint}"
+                )
         return summary
 
     @staticmethod
@@ -453,6 +472,7 @@ def budgeted_tuning(
     ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID,
     trial_retries: int = 1,
     max_active_trials: int | None = None,
+    on_exceeded: str = "fail",
     **study: Any,
 ) -> TaskGroup:
     """A task group ``plan -> trial (mapped) -> summarize`` that runs one budget-capped study.
@@ -466,6 +486,8 @@ def budgeted_tuning(
         ledger_conn_id: Airflow connection of the cost ledger.
         trial_retries: Retries of each trial task (a retry resumes the trial).
         max_active_trials: Most trial tasks running at once in a DAG run (None: as workers allow).
+        on_exceeded: See :class:`TuningStudySummarizeOperator`: ``fail`` or ``skip`` a run whose budget had
+            no room for one trial.
         **study: The study's settings, passed to :class:`TuningStudyCreateOperator` (``search_space``,
             ``min_resource``, ``max_resource``, ``max_usd``, ``max_trials``, ...).
     """
@@ -489,10 +511,19 @@ def budgeted_tuning(
             **trial_args,
         ).expand(slot=plan.output)
         summary = TuningStudySummarizeOperator(
-            task_id="summarize", trial_task_id=f"{group_id}.trial", **shared
+            task_id="summarize", trial_task_id=f"{group_id}.trial", on_exceeded=on_exceeded, **shared
         )
         trials >> summary
     return group
+
+
+def check_on_exceeded(on_exceeded: Any) -> str:
+    """``fail`` or ``skip``, refused as the DAG is parsed otherwise."""
+    if on_exceeded not in ("fail", "skip"):
+        raise ValueError(
+            f"on_exceeded={on_exceeded!r}: use 'fail' (a run with no money for a trial fails) or 'skip'"
+        )
+    return str(on_exceeded)
 
 
 def check_trial_trainer(trainer: Any) -> None:
