@@ -260,6 +260,16 @@ def reservation_holder(dag_id: str, run_id: str, task_id: str, map_index: int = 
     return f"{dag_id}/{run_id}/{task_id}/{map_index}"
 
 
+def holder_run_id(holder: str | None) -> str | None:
+    """The run id in a holder key: :func:`reservation_holder`'s, or a search's ``search/<run>/...``.
+
+    Airflow's dag and run ids have no ``/`` (its ``allowed_run_id_pattern``), so the key splits back; None
+    for a holder of another form.
+    """
+    parts = (holder or "").split("/")
+    return parts[1] if len(parts) >= 3 else None
+
+
 def entry_to_json(entry: LedgerEntry) -> dict[str, object]:
     """A JSON-safe dict of an entry (money as strings), e.g. for the spool of entries not yet written."""
     out: dict[str, object] = {}

@@ -215,7 +215,9 @@ def _run_is_known(ledger: Any, run_id: str) -> bool:
     """Whether the ledger has an entry of ``run_id``, or an open hold of one of its tasks."""
     if ledger.entries(run_id=run_id, limit=1):
         return True
-    return any((r.holder or "").split("/")[1:2] == [run_id] for r in ledger.open_reservations())
+    from costaware.core.ledger import holder_run_id
+
+    return any(holder_run_id(r.holder) == run_id for r in ledger.open_reservations())
 
 
 def budget_holds(args: argparse.Namespace) -> int:
