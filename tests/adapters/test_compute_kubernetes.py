@@ -138,6 +138,29 @@ def _pod(phase: str, terminated: dict[str, Any] | None = None, **status: Any) ->
             JobState.INTERRUPTED,
             30.0,
         ),
+        # The OOM killer's 137 was read as a preemption: up to max_attempts paid attempts, each killed.
+        (
+            _pod(
+                "Failed",
+                {
+                    "exitCode": 137,
+                    "reason": "OOMKilled",
+                    "startedAt": "2026-01-01T00:00:00Z",
+                    "finishedAt": "2026-01-01T00:00:30Z",
+                },
+            ),
+            JobState.FAILED,
+            30.0,
+        ),
+        (  # the kubelet's SIGKILL after a drain's grace period: the condition says it was a disruption
+            _pod(
+                "Failed",
+                {"exitCode": 137, "startedAt": "2026-01-01T00:00:00Z", "finishedAt": "2026-01-01T00:00:30Z"},
+                conditions=[{"type": "DisruptionTarget", "status": "True"}],
+            ),
+            JobState.INTERRUPTED,
+            30.0,
+        ),
     ],
 )
 def test_pod_status_mapping(pod: dict[str, Any], state: JobState, seconds: float) -> None:
@@ -189,3 +212,23 @@ def test_a_deleted_pod_is_reported_gone_and_stopping_it_again_is_a_no_op(
     assert not isinstance(raised.value, JobNotFoundError)
     with pytest.raises(ComputeBackendError, match="cannot delete pod 'train-1'"):
         backend.stop("train-1")
+
+
+class _NodeGoneApi(_PodGoneApi):
+    """The pod is there (running); reading its node fails: reclaimed and deleted, or "get nodes" forbidden."""
+
+    def read_namespaced_pod(self, name: str, namespace: str) -> Any:
+        return _pod("Running")
+
+    def read_node(self, name: str) -> Any:
+        raise _ApiException(self.status)
+
+
+@pytest.mark.parametrize("status", [404, 403])
+def test_a_node_that_cannot_be_read_leaves_its_labels_blank_not_the_pod_gone(
+    monkeypatch: pytest.MonkeyPatch, status: int
+) -> None:
+    backend = open_backend("kubernetes", {"image": "costaware:1"})
+    monkeypatch.setattr(backend, "_api", lambda: _NodeGoneApi(status))
+    polled = backend.poll("p")
+    assert polled.state == JobState.RUNNING and polled.instance_type == ""

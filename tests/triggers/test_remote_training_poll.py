@@ -74,3 +74,65 @@ def test_a_configuration_error_ends_the_wait_at_once(tmp_path: Any, monkeypatch:
     event = first_event(watch)
     assert event["configuration"] is True and len(calls) == 1
     assert MAX_POLL_ERRORS > 1
+
+
+def test_a_job_deleted_under_the_watch_is_an_interruption_billed_from_what_was_seen(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A drain deletes the bare pod and its node: the exit 75 is never seen. The 404 failed the wait five
+    # polls later, the paid attempt never reached the ledger, and a retry bought attempt 1 again.
+    from datetime import datetime, timedelta, timezone
+
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.adapters.compute.local import LocalBackend
+    from costaware.core.errors import JobNotFoundError
+
+    running = JobStatus(
+        job_id="j", state=JobState.RUNNING, market="spot", instance_type="g5.xlarge", billable_seconds=600.0
+    )
+    answers: list[Any] = [running, JobNotFoundError("404")]
+
+    def poll(self: LocalBackend, job_id: str) -> Any:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(LocalBackend, "poll", poll)
+    watch = trigger(tmp_path)
+    t0 = datetime(2026, 3, 1, 12, tzinfo=timezone.utc)
+    assert watch.poll_once(t0) is None  # running: 600 s so far
+    event = watch.poll_once(t0 + timedelta(seconds=45))
+    assert event is not None and event["status"] == "success" and event["fallback"] is False
+    assert event["job"]["state"] == "interrupted"  # the operator resumes from the checkpoint, on the next
+    assert event["job"]["billable_seconds"] == 645.0
+    assert "a drain or a reclaim deleted it" in event["job"]["reason"]
+
+
+def test_a_job_never_seen_is_not_listed_yet_until_ten_minutes_after_its_submit(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A triggerer restart forgets what it saw: then the attempt is billed from its submit, never less.
+    from datetime import datetime, timedelta, timezone
+
+    from costaware.adapters.compute.local import LocalBackend
+    from costaware.core.errors import JobNotFoundError
+    from costaware.triggers.remote_training import NOT_LISTED_GRACE_SECONDS
+
+    def gone(self: LocalBackend, job_id: str) -> Any:
+        raise JobNotFoundError("404")
+
+    monkeypatch.setattr(LocalBackend, "poll", gone)
+    submitted = datetime(2026, 3, 1, 12, tzinfo=timezone.utc)
+    state = {**STATE, "current": {**STATE["current"], "submitted_at": submitted.isoformat()}}  # type: ignore[dict-item]
+    watch = RemoteTrainingJobTrigger(
+        backend="local", backend_options={"root": str(tmp_path)}, job_id="j", state=state, poll_interval=0.01
+    )
+    with pytest.raises(JobNotFoundError):  # a passing failure: polled again
+        watch.poll_once(submitted + timedelta(seconds=30))
+    event = watch.poll_once(submitted + timedelta(seconds=NOT_LISTED_GRACE_SECONDS + 60))
+    assert event is not None and event["job"]["state"] == "interrupted"
+    assert event["job"]["billable_seconds"] == NOT_LISTED_GRACE_SECONDS + 60
+    assert "billed from its submit" in event["job"]["reason"]
+    with pytest.raises(JobNotFoundError):  # no submit time recorded (an older state): as before
+        trigger(tmp_path).poll_once(submitted + timedelta(days=1))

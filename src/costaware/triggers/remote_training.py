@@ -44,6 +44,8 @@ from costaware.glue import DEFAULT_AWS_CONN_ID
 KILL_WAIT_SECONDS = 20.0
 #: Polls in a row that may fail for a passing reason before the wait fails (see ``poll_tolerant``).
 MAX_POLL_ERRORS = 5
+#: How long after its submit a job the backend does not know counts as gone (before: not listed yet).
+NOT_LISTED_GRACE_SECONDS = 600.0
 #: The states of a task that will not run again: a kill that leaves one settles the task's hold.
 ENDED_STATES = frozenset({"success", "failed", "skipped", "upstream_failed", "removed"})
 #: The states of a task no person ended: its trigger moved to another triggerer, or its worker is going
@@ -83,6 +85,56 @@ def stopped_job_status(stopped: Mapping[str, Any], *, now: datetime, instances: 
         billable_seconds=seen.billable_seconds + since * instances,
         ended_at=now.timestamp(),
         reason="stopped for a pause; the backend no longer has the job, so it is billed up to now",
+    )
+
+
+def vanished_job_status(
+    job_id: str,
+    state: Mapping[str, Any],
+    *,
+    last_seen: tuple[Any, datetime] | None,
+    now: datetime,
+    instances: int = 1,
+) -> Any:
+    """The end of a job its backend no longer has though nobody here stopped it, or None: not gone yet.
+
+    A Kubernetes drain or spot reclaim deletes the bare pod (its node too), so the exit 75 is never seen:
+    the pod's 404 is the interruption. It is billed as the status last seen plus the time since on its
+    ``instances``; seen only waiting, or never (the triggerer restarted), from the attempt's submit, which
+    may count time it queued: never less than it ran. A job never seen is "not listed yet" (a backend's
+    eventual consistency) until ``NOT_LISTED_GRACE_SECONDS`` after its submit (pure).
+    """
+    from dataclasses import replace
+
+    from costaware.adapters.compute.base import JobState, JobStatus
+
+    current = state.get("current") or {}
+    submitted = current.get("submitted_at")
+    since_submit = (
+        max(0.0, (now - parse_instant(submitted, name="submitted_at")).total_seconds()) if submitted else None
+    )
+    if last_seen is not None and last_seen[0].state != JobState.PENDING:
+        seen, seen_at = last_seen
+        billable = seen.billable_seconds + max(0.0, (now - seen_at).total_seconds()) * instances
+        reason = "the backend no longer has the job (a drain or a reclaim deleted it): billed up to now"
+    elif since_submit is not None and (last_seen is not None or since_submit >= NOT_LISTED_GRACE_SECONDS):
+        seen = last_seen[0] if last_seen is not None else None
+        billable = since_submit * instances
+        reason = (
+            "the backend no longer has the job, and it was not seen running: billed from its submit up to "
+            "now, the most it can have run"
+        )
+    else:
+        return None
+    base = seen or JobStatus(
+        job_id=job_id, state=JobState.RUNNING, market=str(current.get("market") or ""), instance_type=""
+    )
+    return replace(
+        base,
+        state=JobState.INTERRUPTED,
+        billable_seconds=billable,
+        ended_at=now.timestamp(),
+        reason=reason,
     )
 
 
@@ -245,6 +297,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         self.aws_conn_id = aws_conn_id
         self._last = ""
         self._poll_errors = 0
+        #: The job's latest status and when it was seen: what a job deleted under us is billed from.
+        self._last_seen: tuple[Any, datetime] | None = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -276,10 +330,19 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         try:
             status = open_backend(self.backend, self.backend_options).poll(self.job_id)
         except JobNotFoundError:
+            count = billed_instances(self.backend_options)
             stopped = (self.state.get("current") or {}).get("stopped")
-            if not stopped:  # gone without a stop from us: nothing to bill it from
-                raise
-            status = stopped_job_status(stopped, now=now, instances=billed_instances(self.backend_options))
+            if stopped:
+                status = stopped_job_status(stopped, now=now, instances=count)
+            else:
+                status = vanished_job_status(
+                    self.job_id, self.state, last_seen=self._last_seen, now=now, instances=count
+                )
+                if status is None:  # not listed yet: a passing failure, polled again
+                    raise
+                self.log.warning("job %s on %s: %s", self.job_id, self.backend, status.reason)
+        else:
+            self._last_seen = (status, now)
         fallback_at = parse_instant(self.fallback_at, name="fallback_at") if self.fallback_at else None
         event = job_event(status, self.state, fallback_at=fallback_at, now=now)
         if event is not None:

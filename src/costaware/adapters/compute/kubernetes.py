@@ -195,9 +195,9 @@ def status_from_pod(pod: Mapping[str, Any], node_labels: Mapping[str, str] | Non
     if phase == "Succeeded":
         job_state = JobState.SUCCEEDED
     elif phase == "Failed":
-        preempted = (
-            exit_code in (*RESUBMIT_EXIT_CODES, 137, 143) or disrupted or reason in ("Evicted", "Shutdown")
-        )
+        # A drain SIGTERMs the launcher, which exits 75 or 77; a 137 or 143 without a disruption is the
+        # job's own end (the OOM killer, activeDeadlineSeconds): resubmitted, it would fail again, paid.
+        preempted = exit_code in RESUBMIT_EXIT_CODES or disrupted or reason in ("Evicted", "Shutdown")
         job_state = JobState.INTERRUPTED if preempted else JobState.FAILED
     elif phase == "Running":
         job_state = JobState.RUNNING
@@ -316,19 +316,24 @@ class KubernetesBackend:
         api = self._api()
         try:
             pod = api.api_client.sanitize_for_serialization(api.read_namespaced_pod(job_id, self.namespace))
-            node = pod.get("spec", {}).get("nodeName")
-            labels = api.read_node(node).metadata.labels if node else {}
         except Exception as e:
-            if getattr(e, "status", None) == 404:  # deleted (a stop, or the cluster's pod GC) and gone
+            if getattr(e, "status", None) == 404:  # deleted (a stop, a drain, the pod GC) and gone
                 raise JobNotFoundError(f"pod {job_id!r} is not in namespace {self.namespace!r}") from e
             raise ComputeBackendError(f"cannot read pod {job_id!r}: {e}") from e
+        node = pod.get("spec", {}).get("nodeName")
+        try:
+            labels = api.read_node(node).metadata.labels if node else {}
+        except Exception:
+            # Only the instance type and zone labels: a reclaimed node already deleted, or a service account
+            # without the cluster-wide "get nodes", must not read as the pod being gone.
+            labels = {}
         return status_from_pod(pod, labels or {})
 
     def stop(self, job_id: str) -> None:
         """Delete the pod: its container gets SIGTERM (and checkpoints), then the pod is gone.
 
         A later poll may then find nothing (``JobNotFoundError``); the operator ends the attempt from the
-        status it saw last.
+        status it saw last (as for a pod a drain deleted: see ``vanished_job_status``).
         """
         try:
             self._api().delete_namespaced_pod(job_id, self.namespace)
