@@ -15,6 +15,7 @@ from decimal import Decimal
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from costaware.adapters.compute.base import BILLED_AT_ON_DEMAND
 from costaware.core.ledger import utcnow
 
 if TYPE_CHECKING:
@@ -146,9 +147,11 @@ class AttemptBilling:
             # Where the backend says the job ran, among the zones the plan prices (a followed job whose zone
             # was not known at its follow); any other label (a node's) says nothing of its price.
             state = replace(state, current=replace(state.current, zone=ran_in))
-        if job["market"] == "spot":
+        if job["market"] == "spot" and not (job.get("metrics") or {}).get(BILLED_AT_ON_DEMAND):
             rate = self._billed_spot_rate(state, job)
         else:
+            # On-demand, or SageMaker managed spot's billable time, which holds the spot saving already:
+            # priced at the spot rate, the saving was taken twice and the ledger under-counted.
             rate = Decimal(state.plan.on_demand_usd_per_hour)
         # An attempt in a zone of another region: its savings are against that region's on-demand price.
         zone = state.current.zone if state.current else ""

@@ -528,3 +528,38 @@ def test_a_first_attempt_has_no_checkpoints_to_size_and_says_nothing_of_it(
         save_bytes(b"s" * 100, step=step, directory=work)
         push(work, str(store))
     assert op._checkpoint_bytes(str(store)) == 100
+
+
+def test_sagemaker_managed_spot_billable_time_is_priced_at_on_demand(ledger: Any) -> None:
+    # BillableTimeInSeconds of a managed spot job holds the saving already (saving = 1 - billable /
+    # training time): priced at the spot rate again, the ledger under-counted 10 h at $4 (AWS: $12) as $3.60.
+    from attempt_states import CAPTURED  # tests/support/
+
+    from costaware.adapters.compute import sagemaker
+    from costaware.remote_billing import KilledTrainingBilling
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan
+
+    plan = replace(RemotePlan.from_json(CAPTURED), backend="sagemaker", on_demand_usd_per_hour="4")
+    state = AttemptState(plan=plan, spot_usd_per_hour="1.2")
+    billing = KilledTrainingBilling(
+        ledger_conn_id="costaware_ledger", aws_conn_id=None, log=logging.getLogger(__name__)
+    )
+    described = {
+        "TrainingJobName": "train-380335d228-a1",
+        "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1},
+        "EnableManagedSpotTraining": True,
+        "TrainingJobStatus": "Completed",
+        "SecondaryStatus": "Completed",
+        "TrainingTimeInSeconds": 36_000,
+        "BillableTimeInSeconds": 10_800,
+    }
+    ended = sagemaker.status_from_description(described).to_dict()
+    running = state.submitted(job_id=ended["job_id"], market="spot")
+    billing._bill_attempt(running, ended, None)
+    (entry,) = [e for e in ledger.entries() if e["task_id"] == "train" or e["job_id"] == ended["job_id"]]
+    assert entry["usd"] == Decimal("12")
+    # While it runs, SageMaker gives no billable time: the time since its start is wall clock, spot-priced.
+    running_description = {**described, "TrainingJobStatus": "InProgress", "SecondaryStatus": "Training"}
+    del running_description["BillableTimeInSeconds"]
+    assert not sagemaker.status_from_description(running_description).metrics["billed_at_on_demand"]

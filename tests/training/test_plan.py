@@ -22,6 +22,7 @@ from costaware.training.plan import (
     RemotePlan,
     job_seconds_left,
     make_plan,
+    wait_limit,
 )
 from costaware.training.spec import TrainingSpec
 
@@ -298,6 +299,20 @@ def test_an_attempt_may_run_until_the_deadline_and_the_fallback_until_it_finishe
     assert job_seconds_left(plan, DEADLINE + timedelta(hours=1), "spot") == 86400
     # A deadline in 2099 asked SageMaker for 72 years: capped at its default quota of 5 days.
     assert job_seconds_left(plan, DEADLINE - timedelta(days=365), "spot") == 5 * 86400
+
+
+def test_the_wait_on_an_attempt_outlasts_the_attempt_s_own_time_limit() -> None:
+    # The on-demand fallback near the deadline runs up to a day, and the wait timed out an hour past the
+    # deadline: the task failed with the paid job running on, unwatched and unbilled.
+    plan = plan_of(PlanArguments()).plan
+    grace = timedelta(seconds=float(plan.grace_seconds))
+    near = DEADLINE - timedelta(minutes=30)
+    assert wait_limit(plan, near, "on_demand") == timedelta(days=1) + grace + timedelta(hours=1)
+    assert wait_limit(plan, NOW, "spot") == timedelta(hours=11) + grace  # the deadline's hour and more
+    assert wait_limit(replace(plan, deadline=None), NOW, "spot") == timedelta(days=1, hours=1) + grace
+    # Paused (no job): until an hour past the deadline, as before.
+    assert wait_limit(plan, NOW, None) == timedelta(hours=11)
+    assert wait_limit(replace(plan, deadline=None), NOW, None) == timedelta(days=1)
 
 
 # -- TrainingSpec ------------------------------------------------------------------------------------------

@@ -570,12 +570,11 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
             raise
 
     def _wait(self, context: Context, state: AttemptState) -> Any:
+        from costaware.training.plan import wait_limit
+
         while True:
             self._live = state if state.current is not None else None
-            deadline = state.plan.deadline
-            timeout = (
-                max(deadline - utcnow(), timedelta(0)) + timedelta(hours=1) if deadline else timedelta(days=1)
-            )
+            timeout = wait_limit(state.plan, utcnow(), state.current.market if state.current else None)
             with airflow_errors():
                 trigger = self._trigger(state)
                 # The budgets hold the attempts' money for as long as this wait may last: a hold past its

@@ -63,6 +63,11 @@ class JobState(str, Enum):
         return self in (JobState.INTERRUPTED, JobState.SUCCEEDED, JobState.FAILED)
 
 
+#: A ``JobStatus.metrics`` key: true where its billed seconds are priced at the on-demand rate though the
+#: job ran on spot (SageMaker managed spot's billable time, which holds the spot saving already).
+BILLED_AT_ON_DEMAND = "billed_at_on_demand"
+
+
 @dataclass(frozen=True, slots=True)
 class JobRequest:
     """One attempt of a training job: the built-in entrypoint (``spec_uri``) or a user command.

@@ -10,7 +10,7 @@ in ``Environment``. The built-in trainers' command is ``python -m costaware.trai
 ``costaware-runtime``) and the trainer's libraries; a user command's image (``image=`` of the operator, else
 ``image_uri``) needs only ``costaware-runtime[s3]`` and the team's code. Billed seconds are
 ``BillableTimeInSeconds`` x ``InstanceCount`` (what AWS charges: spot savings and interruptions are already
-in it).
+in it, so a spot job's are priced at the on-demand ``ml.*`` rate).
 """
 
 from __future__ import annotations
@@ -21,7 +21,13 @@ from datetime import datetime, timezone
 from typing import Any
 
 from costaware.adapters.compute.aws_errors import aws_error, error_code
-from costaware.adapters.compute.base import JobRequest, JobState, JobStatus, require_object_store
+from costaware.adapters.compute.base import (
+    BILLED_AT_ON_DEMAND,
+    JobRequest,
+    JobState,
+    JobStatus,
+    require_object_store,
+)
 from costaware.core.errors import ComputeBackendError, ConfigurationError
 
 #: SecondaryStatus values that mean "waiting for (spot) capacity", not running yet.
@@ -142,6 +148,10 @@ def status_from_description(job: Mapping[str, Any], *, now: float | None = None)
         metrics={
             "training_seconds": job.get("TrainingTimeInSeconds"),
             "spot_interruptions": len(restarts),
+            # AWS's figure for managed spot already holds the saving (saving = 1 - billable / training
+            # time): it is priced at the on-demand ml.* rate. The time since the start (billable not given
+            # yet) is wall clock, priced at the spot rate.
+            BILLED_AT_ON_DEMAND: billable is not None,
         },
     )
 

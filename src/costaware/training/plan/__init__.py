@@ -20,6 +20,7 @@ from costaware.training.plan.arguments import (
     job_seconds_left,
     make_plan,
     positive_hours,
+    wait_limit,
     watch_plan,
 )
 from costaware.training.plan.remote_plan import (
@@ -44,5 +45,6 @@ __all__ = [
     "job_seconds_left",
     "make_plan",
     "positive_hours",
+    "wait_limit",
     "watch_plan",
 ]

@@ -456,6 +456,23 @@ def job_seconds_left(plan: RemotePlan, now: datetime, market: str = "spot") -> i
     return min(MAX_JOB_SECONDS, max(60, left))
 
 
+def wait_limit(plan: RemotePlan, now: datetime, market: str | None) -> timedelta:
+    """How long the operator's wait on an attempt on ``market`` may last (None: paused, no job).
+
+    An hour past the deadline (a day without one), and never less than the attempt's own time limit
+    (:func:`job_seconds_left` from now, its submit) plus its grace period and an hour for the queue and the
+    polls: a wait that timed out first failed the task with the paid job running on, unwatched and unbilled
+    (an on-demand fallback near the deadline gets a day).
+    """
+    by_deadline = max(plan.deadline - now, timedelta(0)) + timedelta(hours=1) if plan.deadline else None
+    if market is None:
+        return by_deadline or timedelta(seconds=DAY_SECONDS)
+    job = timedelta(seconds=job_seconds_left(plan, now, market) + float(plan.grace_seconds)) + timedelta(
+        hours=1
+    )
+    return max(by_deadline or job, job)
+
+
 def _decided_on_demand(args: PlanArguments, decision: SpotDecision) -> str:
     """Why attempt 1 runs on on-demand when the spot window decided so (no market given: the decision's).
 
