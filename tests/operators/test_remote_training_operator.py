@@ -473,6 +473,24 @@ def test_an_on_demand_start_the_window_chose_says_so_in_its_ledger_note(
     assert entry["note"].endswith(f"; on-demand: {why}")
 
 
+def test_a_log_that_cannot_be_read_does_not_hide_the_failure(
+    tmp_path: Path, data: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On Batch or SageMaker a throttled describe raised in place of the failure: a retryable AWS error
+    # instead of "failed: ... not retried", and the retry followed the job to fail again.
+    from costaware.adapters.compute.local import LocalBackend
+    from costaware.core.errors import ComputeBackendError
+
+    def throttled(self: LocalBackend, job_id: str, tail: int = 20) -> str:
+        raise ComputeBackendError("ThrottlingException: Rate exceeded")
+
+    monkeypatch.setattr(LocalBackend, "logs", throttled)
+    op = operator(tmp_path, feature_columns=["x1", "nope"], deferrable=False)
+    with pytest.raises(AirflowFailException, match=r"failed: bad training spec or input") as failed:
+        drive(op, context_for())
+    assert "its log could not be read (ComputeBackendError: ThrottlingException" in str(failed.value)
+
+
 def test_code_error_fails_the_task_with_its_reason_and_records_the_attempt(
     tmp_path: Path, data: Path, ledger: Any
 ) -> None:

@@ -277,3 +277,18 @@ def test_a_marker_without_save_times_reads_as_none_measured_and_a_bad_one_is_ref
     assert parse_marker(json.dumps(old).encode(), "old").save_seconds == ()
     with pytest.raises(ContractError, match=r"bad holds save_seconds \[-3.0\]: each must be seconds >= 0"):
         parse_marker(json.dumps({**old, "save_seconds": [-3]}).encode(), "bad")
+
+
+def test_a_relative_checkpoint_folder_saves_and_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # save_bytes(..., directory="ckpt") (or COSTAWARE_CHECKPOINT_DIR=ckpt, a local try) failed: "checkpoint
+    # file 'ckpt/checkpoint-1/state.bin' does not exist in .../ckpt", the path joined onto the folder twice.
+    from costaware_runtime import load_bytes, save_bytes
+
+    monkeypatch.chdir(tmp_path)
+    save_bytes(b"weights", step=1, directory="ckpt")
+    assert load_bytes(directory="ckpt") == (1, b"weights")
+    monkeypatch.setenv("COSTAWARE_CHECKPOINT_DIR", "other")
+    save_bytes(b"more", step=2)
+    assert load_bytes() == (2, b"more") and (tmp_path / "other" / "checkpoint-2" / "state.bin").exists()

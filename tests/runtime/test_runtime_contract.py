@@ -90,6 +90,8 @@ def test_metrics_round_trip_with_numpy_scalars(tmp_path: Path) -> None:
     ("metrics", "message"),
     [
         ({"rmse": math.inf}, "metric 'rmse' is inf, not a finite number"),
+        # math.isfinite raised OverflowError on it: a traceback, not the metric named.
+        ({"rows": 10**400}, "metric 'rows' is an int of 401 digits, not a finite number"),
         ({"rmse": "3.2"}, "metric 'rmse' is '3.2' (str), not a number"),
         ({"": 1.0}, "metric name '' is not a non-empty string"),
         ({}, "holds no metrics"),

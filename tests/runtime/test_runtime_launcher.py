@@ -566,3 +566,29 @@ def test_a_launcher_inside_a_launcher_runs_the_job_once(make_job: MakeJob) -> No
     assert (job.root / "runs").read_text() == "x"
     assert done.stderr.count("done: 1 files") == 1  # one upload, by the outer launcher
     assert json.loads(job.result.read_text())["files"] == 1
+
+
+def test_the_checkpoint_watcher_keeps_going_after_an_unexpected_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Anything but the runtime's own errors (a PermissionError opening a file) ended the watcher's thread in
+    # silence: the job trained on, and no later checkpoint was pushed.
+    import threading
+
+    from costaware_runtime.launcher import _Watcher
+
+    pushed = threading.Event()
+    calls: list[int] = []
+
+    class Sync:
+        def push_changed(self) -> None:
+            calls.append(1)
+            if len(calls) == 1:
+                raise PermissionError("[Errno 13] Permission denied: 'checkpoint-3/state.bin'")
+            pushed.set()
+
+    watcher = _Watcher(Sync(), poll_seconds=0.01)  # type: ignore[arg-type]
+    watcher.start()
+    assert pushed.wait(5)
+    watcher.stop()
+    assert "checkpoint push failed, retrying: PermissionError: [Errno 13]" in caplog.text

@@ -108,3 +108,22 @@ def test_an_output_bucket_that_does_not_exist_fails_before_the_job_runs(
     )
     assert not (job.root / "seen-1.json").exists()  # the job never started
     assert "Traceback" not in done.stderr
+
+
+def test_a_download_that_runs_out_of_retries_is_a_store_error(
+    bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # boto3's transfer manager raises its own RetriesExceededError (neither botocore's nor a ClientError):
+    # it escaped as a traceback and exit 1, a code error, where exit 74 (a sync failure, retried) was meant.
+    from boto3.exceptions import RetriesExceededError
+    from costaware_runtime.stores import open_store
+
+    store = open_store(f"s3://{bucket}/ckpt")
+
+    def fails(*args: object, **kwargs: object) -> None:
+        raise RetriesExceededError(ConnectionResetError("reset by peer"))
+
+    monkeypatch.setattr(store._client, "download_file", fails)  # type: ignore[attr-defined]
+    with pytest.raises(StoreError, match=r"could not download s3://.*/ckpt/x: Max Retries Exceeded"):
+        store.download("x", tmp_path / "x")
+    assert not (tmp_path / "x").exists()

@@ -99,7 +99,9 @@ def parse_marker(raw: bytes, where: str) -> Marker:
 
 
 def _folder(directory: Path | str | None) -> Path:
-    return checkpoint_dir() if directory is None else Path(directory)
+    # Absolute: the save helpers pass commit() paths built from it, which a relative folder ("ckpt", as in a
+    # local try) turned into "ckpt/ckpt/..." inside it.
+    return (checkpoint_dir() if directory is None else Path(directory)).absolute()
 
 
 def read_marker(directory: Path | str | None = None) -> Marker | None:

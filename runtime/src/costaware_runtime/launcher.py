@@ -92,10 +92,11 @@ class _Watcher(threading.Thread):
                 self.sync.push_changed()
             except CheckpointChangedError as e:
                 log.debug("skipped a superseded checkpoint: %s", e)  # the newer commit is pushed next
-            except CostawareRuntimeError as e:
-                if str(e) != self._last_error:  # a store that is down fails every second
-                    log.warning("checkpoint push failed, retrying: %s", e)
-                self._last_error = str(e)
+            except Exception as e:  # any error: a dead watcher left the job training on with no pushes
+                said = str(e) if isinstance(e, CostawareRuntimeError) else f"{type(e).__name__}: {e}"
+                if said != self._last_error:  # a store that is down fails every second
+                    log.warning("checkpoint push failed, retrying: %s", said)
+                self._last_error = said
 
     def stop(self) -> None:
         self.stopping.set()

@@ -33,8 +33,17 @@ def check_metrics(metrics: Mapping[Any, object], where: str) -> dict[str, float 
             raise MetricsError(
                 f"{where}: metric {name!r} is {value!r} ({type(value).__name__}), not a number: {_HOW}"
             )
-        if not math.isfinite(value):
-            raise MetricsError(f"{where}: metric {name!r} is {value!r}, not a finite number")
+        try:
+            finite = math.isfinite(value)
+        except OverflowError:  # an int past a float's range (10**400): said, not a traceback
+            finite = False
+        if not finite:
+            shown = (
+                f"{value!r}"
+                if isinstance(value, float) or abs(value) < 10**30
+                else f"an int of {len(str(value))} digits"
+            )
+            raise MetricsError(f"{where}: metric {name!r} is {shown}, not a finite number")
         checked[name] = value
     return checked
 

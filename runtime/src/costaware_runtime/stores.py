@@ -220,11 +220,14 @@ class S3Store(Store):
 
     @contextmanager
     def _errors(self, key: str, action: str) -> Iterator[None]:
+        from boto3.exceptions import Boto3Error
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
             yield
-        except (BotoCoreError, ClientError) as e:
+        # Boto3Error: the transfer manager's own (RetriesExceededError after a download's retries), which
+        # escaped as a traceback and an exit 1, read as a code error where exit 74 (retried) was meant.
+        except (BotoCoreError, ClientError, Boto3Error, OSError) as e:
             raise StoreError(
                 f"could not {action} {self.url(key)}: {e}; check the bucket, the credentials and "
                 f"{S3_ENDPOINT_URL} (or AWS_ENDPOINT_URL) for an S3-compatible store"

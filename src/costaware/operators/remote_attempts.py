@@ -537,8 +537,11 @@ class RemoteAttemptSteps(AttemptBilling):
         if step.job_id is not None:
             self._settle(state)
             backend = self._backend(state.plan)
-            logs = backend.logs(step.job_id, tail=5)
-            message = f"{message}; last log lines: {logs[-800:]}{_log_files_note(backend, step.job_id)}"
+            try:
+                logs = backend.logs(step.job_id, tail=5)
+                message = f"{message}; last log lines: {logs[-800:]}{_log_files_note(backend, step.job_id)}"
+            except Exception as e:  # the failure is what must be said (a throttled describe raised instead)
+                message = f"{message}; its log could not be read ({type(e).__name__}: {e})"
         if step.retry:
             raise AirflowException(message)
         raise AirflowFailException(message)
