@@ -351,11 +351,17 @@ def test_password_is_masked_in_errors() -> None:
         ("mysql://u@h/db", "uses 'mysql'"),
         ("not a url", "is not a database URL"),
         ("postgresql+psycopg://u@127.0.0.1/db", "needs the Python module 'psycopg'.*use postgresql://"),
+        # SQLAlchemy's int() of the port escaped as a ValueError traceback, the password in it.
+        (
+            "postgresql://u:s3cret@host:abc/db",
+            r"'postgresql://u:\*\*\*@host:abc/db' has a port that is not a",
+        ),
     ],
 )
 def test_bad_ledger_urls(url: str, message: str) -> None:
-    with pytest.raises(ConfigurationError, match=message):
+    with pytest.raises(ConfigurationError, match=message) as refused:
         Ledger.from_url(url)
+    assert "s3cret" not in str(refused.value)
 
 
 def test_over_long_fields_are_refused_before_the_database(any_ledger: Ledger) -> None:

@@ -577,3 +577,26 @@ def test_the_report_says_when_cost_entries_wait_in_this_machine_s_spool(
     assert f"spool: 2 cost entries wait in {spool}" in capsys.readouterr().out
     assert main([*report, "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["spooled_entries_here"] == 2
+
+
+def test_logs_go_to_stderr_even_when_airflow_is_imported_during_the_command(tmp_path: Path) -> None:
+    # Airflow points its console logs at stdout once imported (a connection, a stale price's warning): the
+    # lines came before `--format json`'s data and broke `| jq`. A fresh process: Airflow not imported yet.
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "from costaware.cli.log_output import route_logs_to_stderr\n"
+        "route_logs_to_stderr()\n"
+        "import logging, structlog, airflow\n"
+        "logging.getLogger('costaware.adapters.price_source').warning('stale price')\n"
+        "structlog.get_logger('airflow.sdk').warning('AWS Connection')\n"
+        "print('[1]')\n"
+    )
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout == "[1]\n"
+    assert "stale price" in done.stderr and "AWS Connection" in done.stderr

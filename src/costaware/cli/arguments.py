@@ -239,7 +239,7 @@ def _missing_sqlite_file(url: str) -> str | None:
 
     try:
         parsed = make_url(url)
-    except ArgumentError:
+    except (ArgumentError, ValueError):  # ValueError: a port that is not a number
         return None  # Ledger.from_url names what is wrong with it
     if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
         return None

@@ -14,6 +14,7 @@ from typing import NoReturn
 
 from costaware.cli.arguments import ARG_LEDGER_URL_GLOBAL, ActionCommand, GroupCommand
 from costaware.cli.config import COMMANDS, DESCRIPTION
+from costaware.cli.log_output import route_logs_to_stderr
 from costaware.core.errors import CostawareError
 
 
@@ -60,6 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     prints ``costaware: error: <message>`` on stderr and returns 2; argparse's own errors exit with 2.
     """
     args = build_parser().parse_args(argv)
+    route_logs_to_stderr()
     since, until = getattr(args, "since", None), getattr(args, "until", None)
     if since is not None and until is not None and since >= until:
         print(

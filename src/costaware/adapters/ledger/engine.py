@@ -28,8 +28,15 @@ def safe_url(url: str) -> str:
     """The URL with its password masked, for messages."""
     try:
         return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
+    except (ArgumentError, ValueError):
         return "<unparsable URL>"
+
+
+def _masked(url: str) -> str:
+    """``url`` as written with its password masked: for a URL too malformed to parse."""
+    import re
+
+    return re.sub(r"(://[^/:@]*:)[^@/]*@", r"\1***@", url)
 
 
 def _reason(error: DBAPIError) -> str:
@@ -84,7 +91,12 @@ def ledger_engine(url: str) -> Engine:
         parsed = make_url(url)
     except ArgumentError as e:
         raise ConfigurationError(
-            f"ledger URL {url!r} is not a database URL such as 'sqlite:///ledger.db'"
+            f"ledger URL {_masked(url)!r} is not a database URL such as 'sqlite:///ledger.db'"
+        ) from e
+    except ValueError as e:  # SQLAlchemy's int() of the port
+        raise ConfigurationError(
+            f"ledger URL {_masked(url)!r} has a port that is not a number ({e}): write it as "
+            "'postgresql://user:password@host:5432/db'"
         ) from e
     if parsed.drivername in ("postgres", "postgresql"):
         # The bare name means psycopg 3 in SQLAlchemy 2.1; costaware ships psycopg2.
