@@ -176,6 +176,21 @@ def test_refresh_refused_by_aws_is_a_clear_error(
     assert PriceCache(Ledger.from_url(ledger_url)).rows() == []
 
 
+def test_a_refresh_of_several_regions_that_fails_in_one_writes_none(
+    ledger_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first region was cached before the second failed, though the error said nothing was written.
+    stubber, _ = stubbed_pricing(monkeypatch)
+    items = [json.dumps(i) for i in json.loads((FIXTURES / "sagemaker_get_products.json").read_text())]
+    stubber.add_response("get_products", {"PriceList": items})
+    stubber.add_client_error("get_products", "AccessDeniedException", "not allowed in ap-south-1")
+    argv = ["prices", "refresh", "--service", "sagemaker", "--region", "us-east-1", "--region", "ap-south-1"]
+    with stubber:
+        assert run(ledger_url, *argv) == 2
+    assert "refused the request for ap-south-1" in capsys.readouterr().err
+    assert PriceCache(Ledger.from_url(ledger_url)).rows() == []
+
+
 def test_refresh_through_a_connection_that_does_not_exist_says_so(
     ledger_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -197,6 +212,9 @@ def test_refresh_through_a_connection_that_does_not_exist_says_so(
         ),
         (["prices", "show", "m5.large", "--region", "eu-wset-1"], "unknown region 'eu-wset-1'"),
         (["prices", "import", "missing.json"], "cannot read offer file 'missing.json'"),
+        # An unset shell variable: it matched nothing, and the import blamed the file.
+        (["prices", "import", "missing.json", "--types", ""], "--types is empty: give a type or pattern"),
+        (["prices", "refresh", "--types", " "], "--types is empty: give a type or pattern"),
         (["prices", "list", "--arch", "sparc"], "unknown architecture 'sparc'"),
         # An empty table (exit 0) read as "nothing fits" where the model was mistyped.
         (["prices", "list", "--gpu-model", "H1000"], "carries GPU model 'H1000'; did you mean H100"),

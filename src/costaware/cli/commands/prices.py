@@ -330,6 +330,14 @@ def _connection_exists(conn_id: str) -> bool:
     return True
 
 
+def _check_types(types: str | None) -> None:
+    """Refuse ``--types ''`` (an unset shell variable): it matched nothing, and the import blamed the file."""
+    if types is not None and not types.strip():
+        raise ConfigurationError(
+            "--types is empty: give a type or pattern such as 'g5.*' or 'm5*', or leave --types out for all"
+        )
+
+
 def refresh_prices(args: argparse.Namespace) -> int:
     """Fetch on-demand prices from the AWS Price List API into the price cache; 1 if none matched."""
     from costaware.adapters.aws_pricing import PriceListFetcher
@@ -344,8 +352,9 @@ def refresh_prices(args: argparse.Namespace) -> int:
     conn_id = args.aws_conn_id or option("price_aws_conn_id") or "aws_default"
     fetcher = PriceListFetcher.from_connection(conn_id)
     cache = PriceCache(open_ledger(args))
+    _check_types(args.types)
     exact = args.types if args.types and not any(c in args.types for c in "*?[") else None
-    total = 0
+    fetched = []  # every region first, then the cache: a region that fails writes nothing at all
     for region in regions:
         try:
             prices = fetcher.fetch(args.service, region, instance_type=exact, types=args.types)
@@ -369,6 +378,9 @@ def refresh_prices(args: argparse.Namespace) -> int:
                 f"the AWS Price List API refused the request for {region} through connection {conn_id!r}: "
                 f"{said}; {check}, or use `costaware prices import FILE` on a machine without AWS access"
             ) from e
+        fetched.append((region, prices))
+    total = 0
+    for region, prices in fetched:
         written = cache.put(prices, origin=LIVE, fetched_at=utcnow())
         total += written
         print(
@@ -389,6 +401,7 @@ def import_prices(args: argparse.Namespace) -> int:
     from costaware.core.price_list import prices_from_offer_csv, prices_from_offer_json
 
     path = Path(args.file)
+    _check_types(args.types)
     if args.region:
         _check_region(args.region, any_aws_region=True)
     try:
