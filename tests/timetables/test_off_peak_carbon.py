@@ -108,6 +108,31 @@ def test_a_carbon_source_the_scheduler_could_not_read_fails_when_the_dag_is_pars
         OffPeakTimetable(["22:00-06:00"], run_hours=2, **kwargs)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("argument", "text", "message"),
+    [
+        # An electricity CSV passed as the carbon file: the scheduler's next_dagrun_info raised on it.
+        (
+            "carbon",
+            "timestamp_utc,usd_per_mwh\n",
+            r"lacks column\(s\) g_co2eq_per_kwh_lca or g_co2eq_per_kwh_direct",
+        ),
+        ("carbon", "", r"lacks column\(s\) timestamp_utc, .* \(the file is empty\)"),
+        ("electricity", "timestamp_utc,g_co2eq_per_kwh_lca\n", r"lacks column\(s\) usd_per_mwh"),
+    ],
+)
+def test_a_file_of_another_format_fails_when_the_dag_is_parsed(
+    tmp_path: Path, argument: str, text: str, message: str
+) -> None:
+    wrong = tmp_path / "wrong.csv"
+    wrong.write_text(text)
+    kwargs = (
+        {"objective": "carbon", "carbon": str(wrong)} if argument == "carbon" else {"electricity": str(wrong)}
+    )
+    with pytest.raises(ConfigurationError, match=message):
+        OffPeakTimetable(["22:00-06:00"], run_hours=2, **kwargs)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(("name", "value"), [("run_hours", "2h"), ("power_kw", "6.5kW")])
 def test_a_length_or_power_with_a_unit_is_named(name: str, value: str) -> None:
     with pytest.raises(ConfigurationError, match=rf"{name}='{value}' is not a number of"):

@@ -282,14 +282,34 @@ def carbon_intensity(carbon: str | None, *, region: str | None, objective: Objec
     return bundled_carbon(text)
 
 
-def check_local_file(path: str, name: str, what: str) -> None:
-    """Refuse a local ``path`` that is no file (a remote ``scheme://`` one is left to its reader).
+def check_local_file(path: str, name: str, what: str, *, columns: Sequence[Sequence[str]] = ()) -> None:
+    """Refuse a local ``path`` that is no file, or whose header lacks ``columns`` (remote ones: left alone).
+
+    ``columns``: for each, the names of which the header must have one. Only the first line is read: the
+    rows are the reader's, when the series is needed.
 
     Raises:
-        ConfigurationError: ``name=path is not a file``, with ``what`` to pass instead.
+        ConfigurationError: ``name=path is not a file``, or lacks a column, with ``what`` to pass instead.
     """
-    if "://" not in path and not Path(path).expanduser().is_file():
+    if "://" in path:
+        return
+    file = Path(path).expanduser()
+    if not file.is_file():
         raise ConfigurationError(f"{name}={path!r} is not a file: pass {what}")
+    if not columns:
+        return
+    try:
+        with file.open(encoding="utf-8", newline="") as handle:
+            header = [c.strip() for c in handle.readline().lstrip("\ufeff").rstrip("\r\n").split(",")]
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigurationError(f"{name}={path!r} cannot be read ({e}): pass {what}") from e
+    missing = [" or ".join(names) for names in columns if not any(n in header for n in names)]
+    if missing:
+        # Found by the scheduler instead, the error stopped the DAG's schedule with nothing in the UI.
+        shown = "the file is empty" if header == [""] else f"its header is {','.join(header)[:120]!r}"
+        raise ConfigurationError(
+            f"{name}={path!r} lacks column(s) {', '.join(missing)} ({shown}): pass {what}"
+        )
 
 
 def check_carbon_source(carbon: str | None, *, region: str | None, objective: Objective) -> None:
@@ -301,7 +321,7 @@ def check_carbon_source(carbon: str | None, *, region: str | None, objective: Ob
     Raises:
         ConfigurationError: the zone, path or region, named, with what to pass.
     """
-    from costaware.adapters.carbon_data import bundled_zones, check_bundled_zone, grid_zone
+    from costaware.adapters.carbon_data import INTENSITY_COLUMNS, bundled_zones, check_bundled_zone, grid_zone
 
     if not objective.needs_carbon:
         return
@@ -312,8 +332,12 @@ def check_carbon_source(carbon: str | None, *, region: str | None, objective: Ob
         return
     if text.endswith(".csv") or "/" in text or "\\" in text:
         zones = ", ".join(bundled_zones())
-        what = f"a recorded carbon intensity CSV that exists, or a bundled grid zone ({zones})"
-        check_local_file(text, "carbon", what)
+        what = (
+            "a recorded carbon intensity CSV (timestamp_utc,g_co2eq_per_kwh_lca) that exists, or a bundled "
+            f"grid zone ({zones})"
+        )
+        intensity = tuple(INTENSITY_COLUMNS.values())
+        check_local_file(text, "carbon", what, columns=[("timestamp_utc",), intensity])
         return
     check_bundled_zone(text)
 

@@ -132,7 +132,9 @@ class OffPeakTimetable(Timetable):
         check_carbon_source(self.carbon, region=self.region, objective=self._objective)
         if self.electricity:
             what = "a recorded hourly electricity price CSV (timestamp_utc,usd_per_mwh) that exists"
-            check_local_file(self.electricity, "electricity", what)
+            check_local_file(
+                self.electricity, "electricity", what, columns=[("timestamp_utc",), ("usd_per_mwh",)]
+            )
 
     @property
     def summary(self) -> str:
