@@ -175,3 +175,33 @@ def test_a_date_past_the_bundled_year_starts_at_that_date_and_hour_of_the_year()
     for day in ("06-14", "09-10", "01-20"):
         assert start(f"2026-{day}") == start(f"2023-{day}")
     assert len({start(f"2026-{day}") for day in ("06-14", "09-10", "01-20", "03-25")}) > 1
+
+
+def test_an_imported_carbon_file_comes_before_the_bundled_year(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `costaware carbon import` reached `carbon show` and the ledger, but every scheduling decision read the
+    # bundled 2023 year alone, and a zone only imported ("PL") was refused as the DAG was parsed.
+    from costaware.cli import main
+
+    fixture = tmp_path / "GB_2026-11-20.csv"  # cleanest at 13:00, where the bundled year's is at night
+    rows = [f"2026-11-20T{h:02d}:00:00Z,{50 if h == 13 else 300}" for h in range(24)]
+    fixture.write_text("timestamp_utc,g_co2eq_per_kwh_lca\n" + "\n".join(rows) + "\n")
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+
+    def start(zone: str) -> pendulum.DateTime:
+        tt = OffPeakTimetable(["00:00-24:00"], timezone="UTC", run_hours=1, objective="carbon", carbon=zone)
+        earliest = pendulum.parse("2026-11-20T00:00:00Z")
+        restriction = TimeRestriction(earliest=earliest, latest=None, catchup=True)  # type: ignore[arg-type]
+        info = tt.next_dagrun_info(last_automated_data_interval=None, restriction=restriction)
+        assert info is not None
+        return info.run_after
+
+    typical = start("GB")  # the bundled year's cleanest hour of 20 November
+    assert main(["carbon", "import", str(fixture), "--zone", "GB"]) == 0
+    assert typical != pendulum.parse("2026-11-20T13:00:00Z")
+    assert start("GB") == pendulum.parse("2026-11-20T13:00:00Z")
+    with pytest.raises(ConfigurationError, match="no bundled carbon intensity for grid zone 'PL'"):
+        start("PL")
+    assert main(["carbon", "import", str(fixture), "--zone", "PL"]) == 0
+    assert start("PL") == pendulum.parse("2026-11-20T13:00:00Z")

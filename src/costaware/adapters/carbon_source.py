@@ -224,6 +224,29 @@ class RecordedCarbon:
         )
 
 
+def imported_zones() -> list[str]:
+    """The grid zones with a file imported by ``costaware carbon import`` (in :func:`carbon_folder`)."""
+    return sorted(RecordedCarbon(bundled=False).files)
+
+
+def imported_carbon(zone: str, at: datetime) -> PriceSeries | None:
+    """The imported series of ``zone`` a decision at ``at`` weighs, or None: the bundled typical year's.
+
+    The newest imported file that covers ``at`` (a current record, or a forecast written as one); for a
+    zone with no bundled year, its newest imported file whatever it covers. Decisions read the bundled year
+    alone before, whatever was imported, while the ledger's emissions read the import.
+    """
+    recorded = RecordedCarbon(bundled=False)
+    series = [recorded._load(file) for file in recorded.files.get(zone, [])]
+    if not series:
+        return None
+    at = _utc(at, "at")
+    covering = [s for s in series if s.start <= at < s.last + _HOUR]
+    if covering:
+        return max(covering, key=lambda s: s.last)
+    return None if zone in bundled_zones() else max(series, key=lambda s: s.last)
+
+
 # -- the live GB Carbon Intensity API -----------------------------------------------------------------------
 
 

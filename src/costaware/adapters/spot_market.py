@@ -250,13 +250,20 @@ def mean_spot_price(
     return rate
 
 
-def carbon_intensity(carbon: str | None, *, region: str | None, objective: Objective) -> PriceSeries | None:
+def carbon_intensity(
+    carbon: str | None, *, region: str | None, objective: Objective, at: datetime | None = None
+) -> PriceSeries | None:
     """The hourly gCO2e/kWh series an objective weighs, or None for ``cost`` (which reads nothing).
 
+    For a grid zone, a file imported with ``costaware carbon import`` that covers ``at`` comes first (as
+    for the ledger's emissions), then the bundled year (see
+    :func:`~costaware.adapters.carbon_source.imported_carbon`).
+
     Args:
-        carbon: A bundled grid zone (``"GB"``), a recorded CSV path, or None for the zone of ``region``.
+        carbon: A grid zone (``"GB"``), a recorded CSV path, or None for the zone of ``region``.
         region: The cloud region of the task (for the default zone).
         objective: The decision's objective.
+        at: When the decision's hours begin (default now).
 
     Raises:
         ConfigurationError: no ``carbon`` and a region with no known grid zone (named, with what to pass),
@@ -264,22 +271,22 @@ def carbon_intensity(carbon: str | None, *, region: str | None, objective: Objec
         InvalidPriceDataError: an unreadable or malformed CSV.
     """
     from costaware.adapters.carbon_data import bundled_carbon, grid_zone, load_carbon
+    from costaware.adapters.carbon_source import imported_carbon
+    from costaware.core.ledger import utcnow
 
     if not objective.needs_carbon:
         return None
     text = str(carbon or "").strip()
-    if not text:
-        zone = grid_zone(region) if region else None
-        if zone is None:
-            raise ConfigurationError(
-                f"objective {objective.name!r} needs the grid carbon intensity, and region {region!r} has no "
-                "known grid zone: pass carbon= a grid zone (e.g. 'GB', 'US-CAL-CISO') or a recorded "
-                "carbon intensity CSV path"
-            )
-        return bundled_carbon(zone)
     if text.endswith(".csv") or "/" in text or "\\" in text:
         return load_carbon(text)
-    return bundled_carbon(text)
+    zone = text or (grid_zone(region) if region else None)
+    if zone is None:
+        raise ConfigurationError(
+            f"objective {objective.name!r} needs the grid carbon intensity, and region {region!r} has no "
+            "known grid zone: pass carbon= a grid zone (e.g. 'GB', 'US-CAL-CISO') or a recorded "
+            "carbon intensity CSV path"
+        )
+    return imported_carbon(zone, at or utcnow()) or bundled_carbon(zone)
 
 
 def check_local_file(path: str, name: str, what: str, *, columns: Sequence[Sequence[str]] = ()) -> None:
@@ -322,6 +329,7 @@ def check_carbon_source(carbon: str | None, *, region: str | None, objective: Ob
         ConfigurationError: the zone, path or region, named, with what to pass.
     """
     from costaware.adapters.carbon_data import INTENSITY_COLUMNS, bundled_zones, check_bundled_zone, grid_zone
+    from costaware.adapters.carbon_source import imported_zones
 
     if not objective.needs_carbon:
         return
@@ -339,7 +347,8 @@ def check_carbon_source(carbon: str | None, *, region: str | None, objective: Ob
         intensity = tuple(INTENSITY_COLUMNS.values())
         check_local_file(text, "carbon", what, columns=[("timestamp_utc",), intensity])
         return
-    check_bundled_zone(text)
+    if text not in imported_zones():  # an imported zone ("PL") is read as a bundled one is
+        check_bundled_zone(text)
 
 
 def instance_power_kw(instance_type: str, region: str) -> float:

@@ -37,10 +37,12 @@ _STDERR = _Stderr()
 
 
 def route_logs_to_stderr() -> None:
-    """Move Airflow's console logs to stderr: now if it is imported, else as soon as it is."""
-    if "airflow" in sys.modules:
-        _to_stderr()
-    elif not any(isinstance(finder, _AfterAirflowImport) for finder in sys.meta_path):
+    """Move Airflow's console logs to stderr as soon as Airflow is imported.
+
+    A process that imported Airflow before (a program or a test calling ``main()``) keeps its logging as
+    it set it: only the ``costaware`` command's own process is changed.
+    """
+    if "airflow" not in sys.modules and not any(isinstance(f, _AfterAirflowImport) for f in sys.meta_path):
         sys.meta_path.insert(0, _AfterAirflowImport())
 
 

@@ -332,7 +332,7 @@ class SpotWindowSensor(BaseSensorOperator):
             runtime_hours=runtime,
             history_days=self.history_days,
             objective=objective,
-            intensity=carbon_intensity(carbon.get("carbon"), region=self.region, objective=objective),
+            intensity=carbon_intensity(carbon.get("carbon"), region=self.region, objective=objective, at=now),
             power_kw=float(carbon.get("power_kw", 0.0)),
         )
 
@@ -344,7 +344,7 @@ class SpotWindowSensor(BaseSensorOperator):
         if wants_observation(now, latest_start=latest_start, not_before=not_before):
             observation = observe_market(now=now, on_demand_usd_per_hour=on_demand, **self._observe_kwargs())
         objective = _objective(plan)
-        intensity = carbon_intensity(plan.get("carbon"), region=self.region, objective=objective)
+        intensity = carbon_intensity(plan.get("carbon"), region=self.region, objective=objective, at=now)
         return decide_on_objective(
             now=now,
             observation=observation,

@@ -189,7 +189,9 @@ class OffPeakTimetable(Timetable):
         from costaware.core.spot_forecast import hourly_series
 
         hours = max(1, int(window.hours))
-        intensity = carbon_intensity(self.carbon, region=self.region, objective=self._objective)
+        intensity = carbon_intensity(
+            self.carbon, region=self.region, objective=self._objective, at=window.start
+        )
         prices = load_electricity(self.electricity) if self.electricity else None
         values = power_hourly_values(
             objective=self._objective,
