@@ -600,3 +600,19 @@ def test_logs_go_to_stderr_even_when_airflow_is_imported_during_the_command(tmp_
     )
     assert done.stdout == "[1]\n"
     assert "stale price" in done.stderr and "AWS Connection" in done.stderr
+
+
+def test_budget_show_refuses_an_empty_scope_and_notes_one_no_budget_names(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--ledger-url", ledger_url, "budget"]
+    assert main([*argv, "set", "--scope", "*", "--period", "total", "--cap-usd", "100"]) == 0
+    assert main([*argv, "set", "--scope", "project=churn", "--period", "month", "--cap-usd", "5"]) == 0
+    capsys.readouterr()
+    assert main([*argv, "show", "--scope", ""]) == 2
+    assert "--scope is empty" in capsys.readouterr().err
+    # A typo showed the catch-all budget alone, as if that were all there is.
+    assert main([*argv, "show", "--scope", "project=chrun"]) == 0
+    assert "no budget names scope 'project=chrun': only the catch-all" in capsys.readouterr().err
+    assert main([*argv, "show", "--scope", "project=churn"]) == 0
+    assert "no budget names" not in capsys.readouterr().err

@@ -320,3 +320,11 @@ def test_runs_show_lists_why_an_attempt_ran_on_demand_and_caps_a_long_list(
         "cause": "success",
         "note": why,
     }
+
+
+def test_efficiency_settings_without_efficiency_are_refused(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Accepted in silence, they changed nothing.
+    assert main(["--ledger-url", ledger_url, "report", "--runs-per-month", "5", "--min-tries", "1"]) == 2
+    assert "--runs-per-month, --min-tries apply only with --efficiency" in capsys.readouterr().err

@@ -143,10 +143,11 @@ def test_emit_writes_one_table_csv_and_json(capsys: pytest.CaptureFixture[str]) 
 
 
 def test_csv_text_is_never_a_spreadsheet_formula(capsys: pytest.CaptureFixture[str]) -> None:
-    rows = [["+1+cmd|calc", "-0.5", '=HYPERLINK("x")', "@SUM(A1)", "-$2.00", "plain"]]
-    emit(rows, "csv", headers=list("abcdef"))
+    # "-", the tables' mark for none, is an empty cell (it came out as the text "'-").
+    rows = [["+1+cmd|calc", "-0.5", '=HYPERLINK("x")', "@SUM(A1)", "-$2.00", "plain", "-"]]
+    emit(rows, "csv", headers=list("abcdefg"))
     out = capsys.readouterr().out.splitlines()[1]
-    assert out == '\'+1+cmd|calc,-0.5,"\'=HYPERLINK(""x"")",\'@SUM(A1),-2.00,plain'
+    assert out == '\'+1+cmd|calc,-0.5,"\'=HYPERLINK(""x"")",\'@SUM(A1),-2.00,plain,'
 
 
 def test_a_value_that_starts_with_a_dash_is_explained(capsys: pytest.CaptureFixture[str]) -> None:

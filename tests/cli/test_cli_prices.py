@@ -211,6 +211,9 @@ def test_refresh_through_a_connection_that_does_not_exist_says_so(
             "unknown region 'us-east-9'; did you mean us-east-2, us-east-1",
         ),
         (["prices", "show", "m5.large", "--region", "eu-wset-1"], "unknown region 'eu-wset-1'"),
+        # Without a type it read "the price cache is empty", exit 0; an empty one was us-east-1, unsaid.
+        (["prices", "show", "--region", "us-east-9"], "unknown region 'us-east-9'"),
+        (["prices", "show", "m5.large", "--region", ""], "--region is empty"),
         (["prices", "import", "missing.json"], "cannot read offer file 'missing.json'"),
         # An unset shell variable: it matched nothing, and the import blamed the file.
         (["prices", "import", "missing.json", "--types", ""], "--types is empty: give a type or pattern"),

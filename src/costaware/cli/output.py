@@ -25,6 +25,8 @@ _CSV_AMOUNT = re.compile(r"^(-?)\$([\d,]+(?:\.\d+)?)$")
 def csv_cell(value: Any) -> Any:
     """``value`` for a CSV cell: a dollar amount as a plain number (``1234.50``), which spreadsheets sum."""
     if isinstance(value, str):
+        if value == "-":  # the tables' "none" mark: an empty cell (it came out as the text "'-")
+            return ""
         found = _CSV_AMOUNT.match(value)
         if found:
             return found.group(1) + found.group(2).replace(",", "")

@@ -140,8 +140,13 @@ def budget_show(args: argparse.Namespace) -> int:
     """Print cap, spent, reserved, left and the forecast of each budget covering ``--scope``."""
     from costaware.adapters.ledger.governance import NoSchedule
     from costaware.core.budgets import Period, Scope
-    from costaware.core.errors import BudgetNotFoundError
+    from costaware.core.errors import BudgetNotFoundError, InvalidBudgetError
 
+    if not str(args.scope).strip():  # an unset shell variable: said, not read as every budget
+        raise InvalidBudgetError(
+            "--scope is empty: give the tags of the work, e.g. --scope project=churn, or '*' for the "
+            "catch-all"
+        )
     ledger = open_ledger(args, reading=True)
     scope = Scope.parse(args.scope)
     # A per-run budget has no usage without a run: said, rather than left out unsaid.
@@ -199,6 +204,13 @@ def budget_show(args: argparse.Namespace) -> int:
         for row, f in zip(rows, forecasts, strict=True):
             row[5:6] = [f["forecast_usd"] or "", f["forecast_low_usd"] or "", f["forecast_high_usd"] or ""]
     emit(rows, args.format, headers=headers, payload=payload)
+    if str(scope) != "*" and all(u.label.rpartition("/")[0] == "*" for u in usages):
+        # "project=chrun" (a typo) showed the catch-all budget alone, as if that were all there is.
+        print(
+            f"costaware: note: no budget names scope {str(scope)!r}: only the catch-all budget(s) above "
+            "cover it (`costaware budget list` lists the budgets)",
+            file=sys.stderr,
+        )
     if args.run_id is None and per_run and args.format == "table":
         print(f"per-run budget(s) {', '.join(per_run)} also apply: give --run-id to see one run against them")
     if args.run_id is not None and not _run_is_known(ledger, args.run_id):

@@ -267,13 +267,24 @@ def _show_cache(args: argparse.Namespace) -> int:
     from costaware.core.ledger import utcnow
     from costaware.core.price_figures import format_age, is_stale
 
-    rows: list[CachedPrice] = PriceCache(open_ledger(args)).rows(
+    cache = PriceCache(open_ledger(args))
+    if args.region_given:
+        _check_region(args.region_given, cached=cache)  # a typo read "the price cache is empty"
+    rows: list[CachedPrice] = cache.rows(
         service=args.service if args.service_given else None, region=args.region_given
     )
     now, ttl = utcnow(), ttl_from_settings()
     if not rows and args.format == "table":
+        which = (
+            ""
+            if not (args.region_given or args.service_given)
+            else " has no figure of "
+            + " in ".join(
+                w for w in (args.service if args.service_given else "", args.region_given or "") if w
+            )
+        )
         print(
-            "the price cache is empty: prices come from the bundled snapshot. Fill it with "
+            f"the price cache{which or ' is empty'}: prices come from the bundled snapshot. Fill it with "
             "`costaware prices refresh` (AWS access) or `costaware prices import FILE`."
         )
         return 0
@@ -435,6 +446,8 @@ def import_prices(args: argparse.Namespace) -> int:
 
 def show_prices(args: argparse.Namespace) -> int:
     """Print a type's on-demand price with its source and age; without a type, the price cache."""
+    if args.region is not None and not args.region.strip():  # an unset shell variable: not us-east-1 unsaid
+        raise ConfigurationError("--region is empty: give a region such as us-east-1, or leave it out")
     args.service_given, args.region_given = args.service is not None, args.region
     args.service = args.service or ("sagemaker" if (args.instance_type or "").startswith("ml.") else "ec2")
     args.region = args.region or "us-east-1"

@@ -17,6 +17,7 @@ from typing import Any
 
 from costaware.cli.arguments import open_ledger, run_asked_for
 from costaware.cli.output import emit
+from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import format_kg_co2e, total_kg_co2e
 from costaware.core.money import format_usd_exact
 from costaware.settings import costaware_home
@@ -42,6 +43,17 @@ def report(args: argparse.Namespace) -> int:
         from costaware.cli.commands.efficiency import report_efficiency
 
         return report_efficiency(args)
+    efficiency_only = {
+        "--runs-per-month": None,
+        "--min-tries": 3,
+        "--memory-margin": 0.25,
+        "--min-saving-usd": "0.01",
+    }
+    given = [f for f, default in efficiency_only.items() if getattr(args, f[2:].replace("-", "_")) != default]
+    if given:  # accepted in silence, they changed nothing
+        raise ConfigurationError(
+            f"{', '.join(given)} apply only with --efficiency: add it, or leave them out"
+        )
     ledger = open_ledger(args, reading=True)
     run_id = run_asked_for(args, ledger)
     rows = ledger.report(
