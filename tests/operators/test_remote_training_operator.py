@@ -505,6 +505,28 @@ def test_code_error_fails_the_task_with_its_reason_and_records_the_attempt(
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
+        ({"objective": "carbn"}, "objective 'carbn'"),
+        ({"objective": "cost+carbon", "pause_on_price": True}, "needs carbon_usd_per_tonne"),
+        ({"objective": "carbon", "pause_on_price": True, "carbon": "gb"}, "did you mean 'GB'"),
+        # The pause rule is all the objective steers here: without it, nothing was carbon-aware, unsaid.
+        (
+            {"objective": "carbon"},
+            "objective='carbon' steers only the pause rule here, and pause_on_price is off",
+        ),
+    ],
+)
+def test_objective_settings_written_out_fail_when_the_dag_is_parsed(
+    tmp_path: Path, kwargs: dict[str, Any], message: str
+) -> None:
+    # Found after rendering, they failed the task once the spend gate had reserved its money.
+    with pytest.raises(ConfigurationError, match=message):
+        operator(tmp_path, **kwargs)
+    assert operator(tmp_path, objective="{{ params.objective }}") is not None  # checked once rendered
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
         ({"backend": "mainframe"}, "unknown compute backend 'mainframe': use one of local, sagemaker"),
         ({"market": "cheap"}, "market 'cheap' is not one of spot, on_demand"),
         ({"spot_decision": decision("on_demand"), "market": "spot"}, "no spot price is known"),

@@ -351,6 +351,14 @@ def test_bad_inputs_fail_without_retry_and_write_nothing(
         ),
         ({"objective": "co2"}, "objective 'co2'"),
         ({"availability_zone": "us-east1a"}, "'us-east1a' is not an AWS zone name"),
+        # The doc promised these at parse time; they failed the task once it ran.
+        ({"region": "us-east-1a"}, "region 'us-east-1a' is a zone: region takes regions, e.g. 'us-east-1'"),
+        (
+            {"region": "eu-west-2", "availability_zone": "us-east-1a"},
+            "'us-east-1a' is not in region 'eu-west-2'",
+        ),
+        ({"objective": "carbon", "carbon": "gb"}, "grid zone 'gb': did you mean 'GB'"),
+        ({"objective": "carbon", "region": "us-east-1"}, "region 'us-east-1' has no known grid zone"),
     ],
 )
 def test_bad_values_written_out_fail_when_the_dag_is_parsed(kwargs: dict[str, Any], message: str) -> None:

@@ -239,6 +239,7 @@ class RemotePlanArguments:
         self.objective = objective
         self.carbon_usd_per_tonne = carbon_usd_per_tonne
         self.carbon = carbon
+        _check_objective_written(objective, carbon_usd_per_tonne, carbon, pause_on_price)
 
     def _decision(self, context: Mapping[str, Any]) -> SpotDecision | None:
         """The spot window decision: ``spot_task_id``'s XCom, else the rendered ``spot_decision``, or None.
@@ -305,3 +306,29 @@ class RemotePlanArguments:
             carbon_usd_per_tonne=self.carbon_usd_per_tonne,
             carbon=self.carbon,
         )
+
+
+def _check_objective_written(objective: Any, usd_per_tonne: Any, carbon: Any, pause_on_price: Any) -> None:
+    """The objective's settings as written out, checked when the DAG is parsed.
+
+    Found after rendering, "carbn" failed the task once the spend gate had reserved its money.
+
+    Raises:
+        ConfigurationError: an unknown objective, ``cost+carbon`` without its price, a grid zone or file
+            the pause rule could not read, or a carbon objective with ``pause_on_price`` off (the pause rule
+            is all it steers here: the start is the spot window's).
+    """
+    from costaware.adapters.spot_market import check_carbon_source
+
+    if not is_literal(objective) or not (usd_per_tonne in (None, "") or is_literal(usd_per_tonne)):
+        return
+    parsed = Objective.parse(objective, usd_per_tonne)
+    if not parsed.needs_carbon:
+        return
+    if is_literal(pause_on_price) and not as_bool(pause_on_price, "pause_on_price"):
+        raise ConfigurationError(
+            f"objective={objective!r} steers only the pause rule here, and pause_on_price is off: set "
+            "pause_on_price=True, or give the objective to the SpotWindowSensor that chooses the start"
+        )
+    if is_literal(carbon) and str(carbon or "").strip():
+        check_carbon_source(str(carbon), region=None, objective=parsed)

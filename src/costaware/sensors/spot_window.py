@@ -207,6 +207,32 @@ class SpotWindowSensor(BaseSensorOperator):
         self.objective = objective
         self.carbon_usd_per_tonne = carbon_usd_per_tonne
         self.carbon = carbon
+        self._check_places_written()
+
+    def _check_places_written(self) -> None:
+        """The region, zone and grid as written out, checked when the DAG is parsed (templates: at run time).
+
+        Raises:
+            ConfigurationError: a zone given as the region, a zone of another region, or a grid zone or file
+                the decision could not read (a region with no grid, for a carbon objective).
+        """
+        from costaware.adapters.compute.base import check_aws_regions
+        from costaware.adapters.spot_market import check_carbon_source
+        from costaware.core.zone_choice import region_of
+
+        region = self.region if is_literal(self.region) and self.region else None
+        if region is not None:
+            check_aws_regions([str(region)], name="region")
+        zone = self.availability_zone if is_literal(self.availability_zone) else None
+        if region is not None and zone and region_of(str(zone), "") != region:
+            raise ConfigurationError(
+                f"availability_zone {zone!r} is not in region {region!r}: give a zone of {region} (e.g. "
+                f"'{region}a'), or the zone's region"
+            )
+        literal = all(is_literal(v) for v in (self.objective, self.carbon_usd_per_tonne, self.carbon))
+        if literal and (self.carbon or region is not None):
+            objective = Objective.parse(self.objective, self.carbon_usd_per_tonne)
+            check_carbon_source(self.carbon, region=region, objective=objective)
 
     @cached_property
     def ledger_hook(self) -> CostLedgerHook:
