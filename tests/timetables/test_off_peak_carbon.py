@@ -52,8 +52,15 @@ def test_cost_plus_carbon_at_price_zero_is_cost_and_a_high_price_moves_towards_c
 
 
 def test_default_cost_starts_when_the_window_opens_and_reads_nothing() -> None:
-    start, window = first_run(carbon="/nonexistent.csv")
+    start, window = first_run()
     assert start == window
+    # A DAG serialized before carbon= with cost was refused still schedules, reading no file.
+    old = OffPeakTimetable.deserialize(
+        {"windows": ["00:00-24:00"], "days": "*", "timezone": "UTC", "carbon": "/nonexistent.csv"}
+    )
+    restriction = TimeRestriction(earliest=pendulum.parse(DAY), latest=None, catchup=True)  # type: ignore[arg-type]
+    info = old.next_dagrun_info(last_automated_data_interval=None, restriction=restriction)
+    assert info is not None and info.run_after == pendulum.parse(DAY)
 
 
 def test_carbon_without_electricity_ranks_on_bundled_gb_intensity() -> None:
@@ -82,6 +89,15 @@ def test_serialize_round_trips_the_objective_and_keeps_todays_form() -> None:
         ({"objective": "cost+carbon", "carbon_usd_per_tonne": "lots", "run_hours": 2}, "'lots'"),
         ({"objective": "carbon"}, "needs run_hours"),
         ({"objective": "carbon", "run_hours": 2, "power_kw": 0}, "power_kw=0"),
+        # A forgotten objective= left carbon unused: no carbon awareness, and no word of it.
+        (
+            {"carbon": "GB", "run_hours": 2},
+            "carbon='GB' is read only by objective 'carbon' or 'cost\\+carbon'",
+        ),
+        (
+            {"objective": "carbon", "carbon_usd_per_tonne": 100, "run_hours": 2},
+            "carbon_usd_per_tonne=100 is read only by objective 'cost\\+carbon', not 'carbon'",
+        ),
     ],
 )
 def test_bad_objective_arguments_are_named(kwargs: dict[str, object], message: str) -> None:

@@ -69,6 +69,25 @@ class Objective:
             )
         return cls(text, price)
 
+    def check_settings_used(self, carbon_usd_per_tonne: object = None, carbon: object = None) -> None:
+        """Refuse settings this objective does not read (checked where they are written out).
+
+        A forgotten ``objective=`` left ``carbon="GB"`` unused: no carbon awareness, and no word of it.
+
+        Raises:
+            ConfigurationError: ``carbon_usd_per_tonne`` without ``cost+carbon``, or ``carbon`` with ``cost``.
+        """
+        if carbon_usd_per_tonne not in (None, "", "None") and self.name != "cost+carbon":
+            raise ConfigurationError(
+                f"carbon_usd_per_tonne={carbon_usd_per_tonne!r} is read only by objective 'cost+carbon', not "
+                f"{self.name!r}: set objective='cost+carbon', or leave carbon_usd_per_tonne out"
+            )
+        if carbon not in (None, "") and not self.needs_carbon:
+            raise ConfigurationError(
+                f"carbon={carbon!r} is read only by objective 'carbon' or 'cost+carbon', not 'cost': set the "
+                "objective, or leave carbon out"
+            )
+
     @property
     def needs_carbon(self) -> bool:
         """Whether the grid's intensity is needed (``cost`` needs none)."""

@@ -323,6 +323,7 @@ def _check_objective_written(objective: Any, usd_per_tonne: Any, carbon: Any, pa
     if not is_literal(objective) or not (usd_per_tonne in (None, "") or is_literal(usd_per_tonne)):
         return
     parsed = Objective.parse(objective, usd_per_tonne)
+    parsed.check_settings_used(usd_per_tonne, carbon if is_literal(carbon) else None)
     if not parsed.needs_carbon:
         return
     if is_literal(pause_on_price) and not as_bool(pause_on_price, "pause_on_price"):

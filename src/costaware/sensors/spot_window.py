@@ -232,6 +232,7 @@ class SpotWindowSensor(BaseSensorOperator):
         literal = all(is_literal(v) for v in (self.objective, self.carbon_usd_per_tonne, self.carbon))
         if literal and (self.carbon or region is not None):
             objective = Objective.parse(self.objective, self.carbon_usd_per_tonne)
+            objective.check_settings_used(carbon=self.carbon)
             check_carbon_source(self.carbon, region=region, objective=objective)
 
     @cached_property
@@ -566,6 +567,7 @@ def _check_written(
         _price(on_demand_usd_per_hour, "on_demand_usd_per_hour", positive=True)
     if _written(objective) and (carbon_usd_per_tonne in (None, "") or _written(carbon_usd_per_tonne)):
         parsed = Objective.parse(objective, carbon_usd_per_tonne)
+        parsed.check_settings_used(carbon_usd_per_tonne)
         if _written(target_usd_per_hour):
             _check_target_fits(target_usd_per_hour, parsed)
 

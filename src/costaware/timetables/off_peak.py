@@ -92,6 +92,8 @@ class OffPeakTimetable(Timetable):
         self.timezone = str(timezone)
         self._schedule = WindowSchedule.parse(self.windows, self.days, self.timezone)
         self._objective = Objective.parse(objective, carbon_usd_per_tonne)
+        if check_sources:  # as the DAG is parsed; a DAG serialized before this check still deserializes
+            self._objective.check_settings_used(carbon_usd_per_tonne, carbon)
         self.objective = self._objective.name
         self.carbon_usd_per_tonne = (
             None if carbon_usd_per_tonne is None else self._objective.carbon_usd_per_tonne
