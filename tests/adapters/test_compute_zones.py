@@ -334,3 +334,35 @@ def test_a_drop_in_one_zone_preempts_only_that_zones_jobs(tmp_path: Path) -> Non
             if (tmp_path / "jobs" / job).exists():
                 backend.stop(job)
                 backend.signal(job, signal.SIGKILL)
+
+
+def test_a_local_job_whose_start_time_is_not_written_yet_is_pending_not_56_years_old(tmp_path: Path) -> None:
+    # The supervisor wrote "started" in place: a poll between its open and its write read "" as epoch 0,
+    # and a stop in that moment billed decades.
+    backend = LocalBackend(root=str(tmp_path / "jobs"))
+    folder = tmp_path / "jobs" / "half-a1"
+    folder.mkdir(parents=True)
+    (folder / "request.json").write_text('{"market": "spot", "instance_type": "m5.large"}')
+    (folder / "started").write_text("")
+    assert backend.poll("half-a1").state == JobState.PENDING
+    (folder / "started").write_text(repr(time.time() - 5))
+    running = backend.poll("half-a1")
+    assert running.state == JobState.RUNNING and 5 <= running.billable_seconds < 60
+
+
+def test_a_local_job_that_cannot_start_leaves_no_folder_for_its_retry_to_find(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Left behind, the folder made every retry's submit "submitted before": pending for ever.
+    import subprocess
+
+    from costaware.core.errors import ComputeBackendError
+
+    def no_fork(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(11, "Resource temporarily unavailable")
+
+    backend = LocalBackend(root=str(tmp_path / "jobs"))
+    monkeypatch.setattr(subprocess, "Popen", no_fork)
+    with pytest.raises(ComputeBackendError, match="cannot start local job 'nofork-a1'"):
+        backend.submit(local_request(tmp_path, "nofork-a1"))
+    assert backend.find("nofork-a1") is None

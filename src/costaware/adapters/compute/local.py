@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import re
 import shutil
@@ -57,8 +58,13 @@ def default_root() -> str:
 
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:
+    _write_text(path, json.dumps(dict(data)))
+
+
+def _write_text(path: Path, text: str) -> None:
+    """Whole or not there: a poll reading a half-written ``started`` took it as epoch 0 (56 years billed)."""
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(dict(data)))
+    tmp.write_text(text)
     tmp.replace(path)
 
 
@@ -191,6 +197,8 @@ class LocalBackend:
                 start_new_session=True,  # the job outlives the worker process that submitted it
             )
         except OSError as e:
+            # Left behind, the folder made every retry's submit "submitted before", pending for ever.
+            shutil.rmtree(folder, ignore_errors=True)
             raise ComputeBackendError(f"cannot start local job {request.job_name!r}: {e}") from e
         return request.job_name
 
@@ -238,10 +246,13 @@ class LocalBackend:
                 ended_at=float(ended["stopped_at"]),
                 **common,
             )
-        started = folder / "started"
-        if not started.exists():
+        try:
+            started_at = float((folder / "started").read_text().strip() or "nan")
+        except FileNotFoundError:
+            started_at = math.nan
+        if math.isnan(started_at):  # not started (a folder of an older release may hold an empty file)
             return JobStatus(state=JobState.PENDING, **common)
-        seconds = max(0.0, time.time() - float(started.read_text() or 0))
+        seconds = max(0.0, time.time() - started_at)
         return JobStatus(state=JobState.RUNNING, billable_seconds=seconds, **common)
 
     def pid(self, job_id: str) -> int | None:
@@ -306,8 +317,8 @@ def supervise(folder: Path) -> int:
     started_at = time.time()
     with (folder / "stdout.log").open("ab") as out, (folder / "stderr.log").open("ab") as err:
         proc = subprocess.Popen(request["command"], stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env)
-        (folder / "pid").write_text(str(proc.pid))
-        (folder / "started").write_text(repr(started_at))
+        _write_text(folder / "pid", str(proc.pid))
+        _write_text(folder / "started", repr(started_at))
         # The training handles SIGTERM itself (checkpoint, exit 75); the supervisor only waits for it.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if (folder / "stop").exists():  # stopped before its pid was written: LocalBackend.stop sent nothing
