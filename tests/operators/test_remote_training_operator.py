@@ -502,6 +502,21 @@ def test_code_error_fails_the_task_with_its_reason_and_records_the_attempt(
     assert not (tmp_path / "models").exists() or ModelStore.open(str(tmp_path / "models")).versions() == []
 
 
+def test_a_task_cleared_after_a_code_error_runs_a_new_attempt(
+    tmp_path: Path, data: Path, ledger: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The usual fix-then-clear: the retry followed the failed job by its name, saw it failed, and failed
+    # again at once without running anything, on every clear.
+    with pytest.raises(AirflowFailException, match="bad training spec or input"):
+        drive(operator(tmp_path, feature_columns=["x1", "nope"], deferrable=False), context_for())
+    result, _ = drive(operator(tmp_path, deferrable=False), context_for(try_number=2))
+    (attempt,) = result["attempts"]
+    assert attempt["attempt"] == 2 and attempt["cause"] == "success"
+    assert "failed in its code, so this retry does not follow the earlier attempts" in capsys.readouterr().out
+    causes = sorted(e["cause"] for e in ledger.entries() if e["task_id"] == "train")
+    assert causes == ["code_error", "success"]  # each attempt billed once
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

@@ -630,28 +630,35 @@ class RemoteAttemptSteps(AttemptBilling):
         # The last attempt billed, from the notes (an older note says none: one attempt per entry).
         last = max(numbers) if len(numbers) == len(billed) else max([len(billed), *numbers])
         names = {n: job_name(plan.base_name, n) for n in range(1, last + 1)}
-        lost = next((n for n, name in names.items() if backend.find(name) is None), None)
-        if lost is None:
-            return state, billed_not_followed(billed)  # each is still there: followed in order
-        first, followed = last + 1, Decimal(0)
-        if lost != last:  # the last attempt's job is still there: followed again, it counts in the state
-            first = last
-            followed = next(entry.usd for entry in reversed(billed) if entry.attempt == last)
+        if billed[-1].cause == "code_error":
+            # The training failed for good (no Airflow retry follows that), so a person cleared the task,
+            # most likely after a fix: followed again, the failed job failed this try at once, for ever.
+            lost, first, followed = last, last + 1, Decimal(0)
+        else:
+            missing = next((n for n, name in names.items() if backend.find(name) is None), None)
+            if missing is None:
+                return state, billed_not_followed(billed)  # each is still there: followed in order
+            lost, first, followed = missing, last + 1, Decimal(0)
+            if lost != last:  # the last attempt's job is still there: followed again, it counts in the state
+                first = last
+                followed = next(entry.usd for entry in reversed(billed) if entry.attempt == last)
         name = job_name(plan.base_name, first)
+        why = (
+            f"attempt {lost}'s job ({names[lost]}) failed in its code"
+            if billed[-1].cause == "code_error"
+            else f"the {plan.backend} backend no longer has attempt {lost}'s job ({names[lost]})"
+        )
         # The last attempt's job was found above; only a next one may not exist yet.
         if first > self.max_attempts and first > last and backend.find(name) is None:
             raise AirflowFailException(
-                f"a retry: the earlier tries made {last} attempt(s) and the {plan.backend} backend no longer "
-                f"has attempt {lost}'s job, so this retry would start attempt {first}, past max_attempts="
-                f"{self.max_attempts}: raise max_attempts and clear the task; nothing was started"
+                f"a retry: the earlier tries made {last} attempt(s) and {why}, so this retry would start "
+                f"attempt {first}, past max_attempts={self.max_attempts}: raise max_attempts and clear the "
+                "task; nothing was started"
             )
         self.log.warning(
-            "a retry: the %s backend no longer has attempt %d's job (%s), so this retry cannot follow the "
-            "earlier attempts: it goes on with attempt %d (%s), and the %d attempt(s) earlier tries billed "
-            "count against max_usd and max_attempts",
-            plan.backend,
-            lost,
-            names[lost],
+            "a retry: %s, so this retry does not follow the earlier attempts: it goes on with attempt %d "
+            "(%s), and the %d attempt(s) earlier tries billed count against max_usd and max_attempts",
+            why,
             first,
             name,
             last,

@@ -281,6 +281,7 @@ class EarlierAttempt(NamedTuple):
     attempt: int | None
     job: str | None
     usd: Decimal
+    cause: str = ""  # the entry's cause: "code_error" ended the task for good
 
 
 def billed_by_earlier_tries(ledger: Ledger, plan: RemotePlan) -> tuple[Decimal, list[EarlierAttempt]]:
@@ -299,6 +300,7 @@ def billed_by_earlier_tries(ledger: Ledger, plan: RemotePlan) -> tuple[Decimal, 
             attempt_of_note(str(row["note"] or "")),
             job_of_attempt_note(str(row["note"] or "")),
             Decimal(row["usd"]),
+            str(row["cause"] or ""),
         )
         for row in mine
     ]
