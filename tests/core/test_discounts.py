@@ -40,9 +40,10 @@ def test_parse_and_match() -> None:
         ("team:ml", "cannot read 'team:ml'"),
         ("team:ml=lots", "cannot read 'team:ml=lots'"),
         ("region:us=5", "discount kind must be team or family, got 'region'"),
-        ("team:ml=0", "above 0 and below 100, got 0"),
-        ("family:p4d=100", "above 0 and below 100, got 100"),
-        ("team:ml=-5", "above 0 and below 100, got -5"),
+        ("team:ml=0", "above 0 and at most 99, got 0"),
+        ("team:ml=99.9999999", "above 0 and at most 99, got 99.9999999"),  # priced every hour at $0
+        ("family:p4d=100", "above 0 and at most 99, got 100"),
+        ("team:ml=-5", "above 0 and at most 99, got -5"),
         ("team:ml=5, team:ml=6", "team:ml is given twice"),
         ("family:=5", "a family discount needs a name"),
         (

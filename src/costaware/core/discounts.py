@@ -18,6 +18,10 @@ from costaware.core.money import MICRO_USD
 KINDS = ("team", "family")
 
 
+#: The largest discount taken, in percent.
+MAX_PCT = Decimal(99)
+
+
 @dataclass(frozen=True, slots=True)
 class Discount:
     """A percentage off on-demand list prices for one team or one instance family."""
@@ -31,9 +35,11 @@ class Discount:
             raise ConfigurationError(f"discount kind must be team or family, got {self.kind!r}")
         if not self.name:
             raise ConfigurationError(f"a {self.kind} discount needs a name, e.g. {self.kind}:ml=10")
-        if not self.pct.is_finite() or not 0 < self.pct < 100:
+        # At most 99: no price plan takes more, and 99.9999999 priced every hour at $0 in silence.
+        if not self.pct.is_finite() or not 0 < self.pct <= MAX_PCT:
             raise ConfigurationError(
-                f"discount {self.kind}:{self.name} must be a percentage above 0 and below 100, got {self.pct}"
+                f"discount {self.kind}:{self.name} must be a percentage above 0 and at most {MAX_PCT}, got "
+                f"{self.pct}"
             )
 
     @property
