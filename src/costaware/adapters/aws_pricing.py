@@ -83,6 +83,7 @@ class PriceListFetcher:
         filters = product_filters(name, region=region, instance_type=instance_type)
         items: list[str] = []
         token: str | None = None
+        pages = 0
         while True:
             request: dict[str, Any] = {
                 "ServiceCode": SERVICE_CODES[name],
@@ -94,6 +95,7 @@ class PriceListFetcher:
                 request["NextToken"] = token
             page = self.client.get_products(**request)
             self.requests += 1
+            pages += 1
             items.extend(page.get("PriceList", []))
             token = page.get("NextToken")
             if not token:
@@ -107,6 +109,6 @@ class PriceListFetcher:
             name,
             region,
             len(items),
-            self.requests,
+            pages,  # this region's (self.requests counts every fetch of this fetcher)
         )
         return prices

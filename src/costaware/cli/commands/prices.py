@@ -176,7 +176,7 @@ def _show(args: argparse.Namespace) -> int:
         "instance_type": args.instance_type,
         "region": args.region,
         "service": args.service,
-        "on_demand_usd_per_hour": str(figure.usd_per_hour),
+        "on_demand_usd_per_hour": plain(figure.usd_per_hour),  # "1E-7" was no number for jq
         "origin": figure.origin,
         "fetched_at": figure.fetched_at.isoformat() if figure.fetched_at else None,
         "stale": figure.stale,
@@ -223,7 +223,7 @@ def _show(args: argparse.Namespace) -> int:
                 f"interruptions {advice.interruption_range} per month"
             )
             shown |= {
-                "spot_estimate_usd_per_hour": str(estimate),
+                "spot_estimate_usd_per_hour": plain(estimate),
                 "spot_savings_pct": advice.savings_pct,
                 "spot_interruptions_per_month": advice.interruption_range,
             }
@@ -307,7 +307,7 @@ def _show_cache(args: argparse.Namespace) -> int:
             "service": r.price.service,
             "region": r.price.region,
             "instance_type": r.price.instance_type,
-            "usd_per_hour": str(r.price.usd_per_hour),
+            "usd_per_hour": plain(r.price.usd_per_hour),
             "source": r.origin,
             "fetched_at": r.fetched_at.isoformat(),
             "age_seconds": int((now - r.fetched_at).total_seconds()),
