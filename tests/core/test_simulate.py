@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
@@ -117,6 +118,10 @@ def test_electricity_jobs_use_power_draw() -> None:
     assert report.summaries["on_demand_now"].usd == Decimal("3.000000")
     assert report.summaries["oracle"].usd == Decimal("0.600000")
     assert report.summaries["cheapest_window"].usd == Decimal("0.600000")
+    # A job past the file's hours read its last hour for every hour, in silence.
+    late = replace(j, name="late", submit_time=T0 + timedelta(days=20))
+    with pytest.raises(PriceNotFoundError, match=r"job 'late' runs from .* outside power, which covers"):
+        simulate([late], market)
 
 
 @pytest.mark.parametrize(
@@ -370,3 +375,22 @@ def test_a_power_job_needs_no_instance_type_or_region() -> None:
     assert (job.power_kw, job.instance_type, job.region) == (Decimal("6.5"), "", "")
     with pytest.raises(ConfigurationError, match=r"lacks instance_type, region; .*\(or power_kw instead of"):
         Job.from_mapping({**row, "power_kw": ""})
+
+
+def test_an_unknown_column_is_named_with_the_one_meant() -> None:
+    # "availabilty_zone" or "prio" dropped the setting in silence: the job replayed unpinned, as normal.
+    row = {
+        "name": "a",
+        "power_kw": "6.5",
+        "submit_time": "2023-06-14T22:00:00Z",
+        "runtime_hours": "3",
+        "deadline_hours": "12",
+        "checkpoint_minutes": "30",
+        "restart_overhead_minutes": "5",
+        "availabilty_zone": "us-east-1f",
+    }
+    with pytest.raises(
+        ConfigurationError,
+        match=r"job 'a' has unknown column\(s\) 'availabilty_zone' \(did you mean 'availability_zone'",
+    ):
+        Job.from_mapping(row)

@@ -28,6 +28,9 @@ _JOB_FIELDS = (
 )
 
 
+#: Every column a jobs file may have: the required ones, then the optional ones.
+_KNOWN_FIELDS = (*_JOB_FIELDS, "power_kw", "availability_zone", "priority", "zones")
+
 #: The most hours a job's runtime or deadline may span: ten years (1e9 hours overflowed the calendar).
 MAX_JOB_HOURS = Decimal(87_600)
 
@@ -113,6 +116,17 @@ class Job:
             ConfigurationError: a missing column or a bad value; the message names the job and the value.
         """
         name = str(row.get("name") or "").strip() or "<unnamed>"
+        unknown = sorted(str(c) for c in row if c not in _KNOWN_FIELDS)
+        if unknown:
+            # "availabilty_zone" or "prio": the setting was dropped in silence, the job replayed without it.
+            import difflib
+
+            meant = [m for c in unknown for m in difflib.get_close_matches(c, _KNOWN_FIELDS, n=1, cutoff=0.6)]
+            raise ConfigurationError(
+                f"job {name!r} has unknown column(s) {', '.join(map(repr, unknown))}"
+                + (f" (did you mean {', '.join(map(repr, meant))}?)" if meant else "")
+                + f"; the columns are {', '.join(_KNOWN_FIELDS)}"
+            )
         power = row.get("power_kw")
         # A job with its own power (an on-premises box on power prices) has no instance type or region.
         needed = [c for c in _JOB_FIELDS if power in (None, "") or c not in ("instance_type", "region")]

@@ -192,7 +192,18 @@ def _cost_market(job: Job, data: MarketData, plan: TickPlan, tick: timedelta) ->
                 f"job {job.name!r} sets power_kw but no electricity prices were given; pass an electricity "
                 "CSV (timestamp_utc,usd_per_mwh) as --prices"
             )
-        per_hour = data.electricity_usd_per_mwh.scaled(job.power_kw / 1000, name=f"power for {job.name}")
+        prices = data.electricity_usd_per_mwh
+        end = start + count * tick
+        if start < prices.start or end > prices.last + timedelta(hours=1):
+            # An hourly market, unlike spot's change-only records: outside it, a held price is no price
+            # (the replay read its first or last hour for every hour, and said nothing).
+            raise PriceNotFoundError(
+                f"job {job.name!r} runs from {start.isoformat()} up to {end.isoformat()} (its deadline plus "
+                f"a forced finish), outside {prices.name}, which covers {prices.start.isoformat()} to "
+                f"{(prices.last + timedelta(hours=1)).isoformat()}; give an electricity file covering the "
+                "jobs' hours"
+            )
+        per_hour = prices.scaled(job.power_kw / 1000, name=f"power for {job.name}")
         fitted = PriceForecast.fit(per_hour, at=start, weeks=data.forecast_weeks)
         return TickMarket(
             on_demand=per_hour.tick_means(start, tick, count),
