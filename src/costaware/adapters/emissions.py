@@ -162,8 +162,9 @@ def _typical_year(zone: str, start: datetime, end: datetime) -> tuple[float, str
     if shifted < series.start or shifted_end <= shifted:
         return None
     g_per_kwh = float(series.mean_usd_per_hour(shifted, shifted_end))
+    # Short enough for the ledger's 128 characters: the series' own name cut it off mid-date.
     source = (
-        f"grid {zone}: typical year, {series.name} at {shifted:%m-%d %H:%M} UTC "
+        f"grid {zone}: typical year, bundled {year} at {shifted:%m-%d %H:%M} UTC "
         f"(no recorded intensity for {start:%Y-%m-%d %H:%M})"
     )
     return g_per_kwh, source
