@@ -135,6 +135,13 @@ def test_a_region_missing_from_the_price_snapshot_still_has_its_machine() -> Non
         ({"instance_type": "no.such", "region": "us-west-1"}, "unknown: estimate failed: PriceNotFoundError"),
         ({"instance_type": None, "region": "us-west-1"}, "unknown: estimate failed: ValueError: no instance"),
         ({"instance_type": None, "region": "x", "power_kw": "-1", "grid_zone": "GB"}, "power_kw='-1' is not"),
+        # A unit in the text said only "could not convert string to float", naming no setting.
+        (
+            {"instance_type": None, "region": "x", "power_kw": "6.5kW", "grid_zone": "GB"},
+            "power_kw='6.5kW' is not a",
+        ),
+        # Watts typed as kW: 1,000 times the emissions, recorded in silence.
+        ({"instance_type": None, "region": "x", "power_kw": 6500, "grid_zone": "GB"}, "watts given as kW?"),
         (
             {"instance_type": "m5.large", "region": "x", "grid_zone": "XX"},
             "no recorded carbon intensity for grid zone 'XX'",

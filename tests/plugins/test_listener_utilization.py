@@ -203,7 +203,7 @@ def test_a_bad_power_kw_still_records_the_cost(ledger_env: Ledger) -> None:
 
     (entry,) = ledger_env.entries(dag_id="retrain")
     assert entry["usd"] >= 0 and entry["kg_co2e"] is None and entry["kwh"] is None
-    assert entry["carbon_method"].startswith("unknown: estimate failed: ValueError: could not convert")
+    assert entry["carbon_method"].startswith("unknown: estimate failed: ValueError: power_kw='lots' is not a")
 
 
 def test_the_workers_grid_zone_applies_to_tasks_that_name_none(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -28,6 +28,9 @@ from costaware.core.series import PriceSeries
 
 log = logging.getLogger(__name__)
 
+#: The most kW one task's machine is taken to draw: a rack of GPUs draws tens; 6500 is watts typed as kW.
+MAX_POWER_KW = 1000.0
+
 #: ``(zone, start, end) -> series of gCO2e/kWh covering [start, end)``, raising ``PriceNotFoundError`` when
 #: nothing covers it: ``CarbonSource.intensity`` (``costaware.adapters.carbon_source``).
 IntensityOf = Callable[[str, datetime, datetime], PriceSeries]
@@ -63,8 +66,12 @@ def estimate(
     try:
         found = _estimate(instance_type, region, start, end, cpu_seconds, power_kw, grid_zone, intensity_of)
     except Exception as e:  # never lose a cost over its emissions: recorded as unknown, with why
-        log.warning("costaware: no emissions estimate for %s in %s: %s", instance_type, region, e)
+        what = f"power_kw {power_kw!r}" if power_kw not in (None, "") else f"{instance_type} in {region}"
+        log.warning("costaware: no emissions estimate for %s: %s", what, e)
         return fields(None, None, f"unknown: estimate failed: {type(e).__name__}: {e}", "")
+    if found.kg_co2e is None and grid_zone:
+        # A zone the task gave ("gb"): said in its log, not only in the ledger's carbon_method.
+        log.warning("costaware: emissions unknown for grid_zone %r: %s", grid_zone, found.reason)
     return fields(found.kwh, found.kg_co2e, _method(found), found.source)
 
 
@@ -108,9 +115,15 @@ def _estimate(
     hours = seconds / 3600
     model = power_model()
     if power_kw not in (None, ""):
-        kw = float(str(power_kw))
-        if not 0 <= kw < float("inf"):
-            raise ValueError(f"power_kw={power_kw!r} is not a power >= 0 in kW")
+        try:
+            kw = float(str(power_kw))
+        except ValueError:
+            raise ValueError(f"power_kw={power_kw!r} is not a number of kW (e.g. 6.5)") from None
+        if not 0 <= kw <= MAX_POWER_KW:
+            raise ValueError(
+                f"power_kw={power_kw!r} is not a machine's power in kW (0 to {MAX_POWER_KW:g}): watts given "
+                "as kW? 6500 W is 6.5 kW"
+            )
         method = f"operator power_kw {kw:g} kW"
     else:
         machine = _machine(instance_type, region)

@@ -195,7 +195,8 @@ def report(args: argparse.Namespace) -> int:
         known = "none" if total_kg is None else f"{format_kg_co2e(total_kg, 0)} kg"
         print(
             f"kg CO2e: {total_unknown} compute entr{'y has' if total_unknown == 1 else 'ies have'} unknown "
-            f"emissions (no grid intensity for their region or time; `costaware carbon import` adds one); "
+            "emissions (each entry's carbon_method says why: no grid intensity for its region or time, which "
+            "`costaware carbon import` adds, or a power_kw or grid_zone that could not be read); "
             f"'+?' marks a known sum ({known} in all) that is short of them"
         )
     if args.format == "table" and untagged_note:
