@@ -579,7 +579,10 @@ def test_the_report_says_when_cost_entries_wait_in_this_machine_s_spool(
     assert json.loads(capsys.readouterr().out)["spooled_entries_here"] == 2
 
 
-def test_logs_go_to_stderr_even_when_airflow_is_imported_during_the_command(tmp_path: Path) -> None:
+@pytest.mark.parametrize("json_logs", [False, True])
+def test_logs_go_to_stderr_even_when_airflow_is_imported_during_the_command(
+    tmp_path: Path, json_logs: bool
+) -> None:
     # Airflow points its console logs at stdout once imported (a connection, a stale price's warning): the
     # lines came before `--format json`'s data and broke `| jq`. A fresh process: Airflow not imported yet.
     import os
@@ -587,14 +590,17 @@ def test_logs_go_to_stderr_even_when_airflow_is_imported_during_the_command(tmp_
     import sys
 
     script = (
+        "import importlib.util\n"
         "from costaware.cli.log_output import route_logs_to_stderr\n"
         "route_logs_to_stderr()\n"
+        "importlib.util.find_spec('airflow')\n"  # a look-up imports nothing: the hook stays for the import
         "import logging, structlog, airflow\n"
         "logging.getLogger('costaware.adapters.price_source').warning('stale price')\n"
         "structlog.get_logger('airflow.sdk').warning('AWS Connection')\n"
         "print('[1]')\n"
     )
-    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path)}
+    # JSON logs write bytes: the text-only stand-in for stderr raised TypeError on the first line.
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__LOGGING__JSON_LOGS": str(json_logs)}
     done = subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120, check=True
     )

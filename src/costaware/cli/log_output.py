@@ -32,18 +32,41 @@ class _Stderr:
     def isatty(self) -> bool:
         return sys.stderr.isatty()
 
+    @property
+    def buffer(self) -> _StderrBytes:  # what a bytes logger (Airflow's JSON logs) writes to
+        return _STDERR_BYTES
+
+
+class _StderrBytes:
+    """Bytes to whatever ``sys.stderr`` is at the time (``[logging] json_logs`` writes bytes)."""
+
+    def write(self, data: bytes) -> int:
+        buffer = getattr(sys.stderr, "buffer", None)
+        if buffer is not None:
+            return int(buffer.write(data))
+        return sys.stderr.write(data.decode("utf-8", "replace"))
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
 
 _STDERR = _Stderr()
+_STDERR_BYTES = _StderrBytes()
 
 
 def route_logs_to_stderr() -> None:
-    """Move Airflow's console logs to stderr as soon as Airflow is imported.
+    """Move Airflow's console logs to stderr as soon as Airflow is imported (undo: :func:`stop_routing`).
 
     A process that imported Airflow before (a program or a test calling ``main()``) keeps its logging as
     it set it: only the ``costaware`` command's own process is changed.
     """
     if "airflow" not in sys.modules and not any(isinstance(f, _AfterAirflowImport) for f in sys.meta_path):
         sys.meta_path.insert(0, _AfterAirflowImport())
+
+
+def stop_routing() -> None:
+    """Take the import hook out again where Airflow was not imported (a program that called ``main()``)."""
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _AfterAirflowImport)]
 
 
 def _to_stderr() -> None:
@@ -58,25 +81,33 @@ def _to_stderr() -> None:
         return
     factory = structlog.get_config().get("logger_factory")
     if getattr(factory, "io", sys.stderr) is None:  # Airflow's factory: None writes to stdout
-        factory.io = _STDERR  # type: ignore[union-attr]
+        bytes_out = issubclass(getattr(factory, "cls", object), structlog.BytesLogger)  # json_logs
+        factory.io = _STDERR_BYTES if bytes_out else _STDERR  # type: ignore[union-attr]
 
 
 class _AfterAirflowImport(importlib.abc.MetaPathFinder):
     """Finds ``airflow`` as Python would, and moves its logs to stderr once its package has run."""
 
+    _finding = False
+
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> ModuleSpec | None:
-        if fullname != "airflow":
+        if fullname != "airflow" or self._finding:
             return None
-        sys.meta_path.remove(self)  # once: and find_spec below must not find this finder again
-        spec = importlib.util.find_spec(fullname)
+        self._finding = True  # find_spec below must not find this finder again
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._finding = False
         loader = spec.loader if spec is not None else None
         if loader is None or not hasattr(loader, "exec_module"):
             return spec
         run_package = loader.exec_module
 
         def exec_module(module: ModuleType) -> None:
+            # Once Airflow runs, not at a mere look-up (importlib.util.find_spec("airflow") imports nothing).
+            stop_routing()
             data_out, sys.stdout = sys.stdout, _STDERR  # what logs while the package runs, and its handlers
             try:
                 run_package(module)

@@ -14,7 +14,7 @@ from typing import NoReturn
 
 from costaware.cli.arguments import ARG_LEDGER_URL_GLOBAL, ActionCommand, GroupCommand
 from costaware.cli.config import COMMANDS, DESCRIPTION
-from costaware.cli.log_output import route_logs_to_stderr
+from costaware.cli.log_output import route_logs_to_stderr, stop_routing
 from costaware.core.errors import CostawareError
 
 
@@ -84,3 +84,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         # at /dev/null so that Python's flush at exit does not raise again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    finally:
+        stop_routing()  # a command that never imported Airflow leaves a calling program's imports alone
