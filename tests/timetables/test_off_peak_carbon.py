@@ -221,3 +221,32 @@ def test_an_imported_carbon_file_comes_before_the_bundled_year(
         start("PL")
     assert main(["carbon", "import", str(fixture), "--zone", "PL"]) == 0
     assert start("PL") == pendulum.parse("2026-11-20T13:00:00Z")
+
+
+def test_a_short_import_is_followed_by_the_typical_year_not_its_own_flat_profile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Four imported hours were all the decisions saw: every later hour got their flat profile, and no
+    # decision told a clean hour from a dirty one.
+    from datetime import datetime, timezone
+
+    from costaware.adapters.carbon_data import bundled_carbon
+    from costaware.adapters.spot_market import carbon_intensity
+    from costaware.cli import main
+    from costaware.core.carbon import Objective
+    from costaware.core.spot_forecast import hourly_series
+
+    fixture = tmp_path / "GB_short.csv"
+    rows = [f"2026-11-20T{h:02d}:00:00Z,100" for h in range(4)]
+    fixture.write_text("timestamp_utc,g_co2eq_per_kwh_lca\n" + "\n".join(rows) + "\n")
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    assert main(["carbon", "import", str(fixture), "--zone", "GB"]) == 0
+    at = datetime(2026, 11, 20, 1, tzinfo=timezone.utc)
+    series = carbon_intensity("GB", region=None, objective=Objective.parse("carbon"), at=at)
+    assert series is not None
+    hourly = hourly_series(series, at, 24)
+    assert hourly[:3] == [100.0, 100.0, 100.0]  # the import where it has hours
+    typical = bundled_carbon("GB")
+    later = datetime(2023, 11, 20, 10, tzinfo=timezone.utc)
+    assert hourly[9] == float(typical.mean_usd_per_hour(later, later.replace(hour=11)))  # then the year's
+    assert len(set(hourly[3:])) > 3  # a day's shape, not one flat value

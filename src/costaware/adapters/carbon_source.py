@@ -242,9 +242,40 @@ def imported_carbon(zone: str, at: datetime) -> PriceSeries | None:
         return None
     at = _utc(at, "at")
     covering = [s for s in series if s.start <= at < s.last + _HOUR]
-    if covering:
-        return max(covering, key=lambda s: s.last)
-    return None if zone in bundled_zones() else max(series, key=lambda s: s.last)
+    if not covering:
+        return None if zone in bundled_zones() else max(series, key=lambda s: s.last)
+    newest = max(covering, key=lambda s: s.last)
+    return _then_typical_year(newest, zone, until=at + FILLED_AHEAD) if zone in bundled_zones() else newest
+
+
+#: How far past a decision's hour an import shorter than that is followed by the bundled typical year.
+FILLED_AHEAD = timedelta(days=14)
+
+
+def _then_typical_year(imported: PriceSeries, zone: str, *, until: datetime) -> PriceSeries:
+    """``imported``, then the bundled year's values at the same dates and hours up to ``until``.
+
+    A few imported hours alone gave every later hour their flat profile, so that no decision told a clean
+    hour from a dirty one; the ledger's emissions fall back to the typical year the same way.
+    """
+    from costaware.core.spot_forecast import same_hour_in
+
+    end = imported.last + _HOUR
+    if end >= until:
+        return imported
+    bundled = bundled_carbon(zone)
+    year_end = bundled.last + _HOUR
+    times = [at for at, _ in imported.points]
+    values = [value for _, value in imported.points]
+    hour = end
+    while hour < until:
+        shifted = same_hour_in(hour, bundled.start.year)
+        if not bundled.start <= shifted < year_end:
+            break
+        times.append(hour)
+        values.append(bundled.mean_usd_per_hour(shifted, shifted + _HOUR))
+        hour += _HOUR
+    return PriceSeries(times, values, name=f"{imported.name}, then the typical year", notes=imported.notes)
 
 
 # -- the live GB Carbon Intensity API -----------------------------------------------------------------------
