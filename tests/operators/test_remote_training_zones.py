@@ -559,6 +559,12 @@ def test_sagemaker_managed_spot_billable_time_is_priced_at_on_demand(ledger: Any
     billing._bill_attempt(running, ended, None)
     (entry,) = [e for e in ledger.entries() if e["task_id"] == "train" or e["job_id"] == ended["job_id"]]
     assert entry["usd"] == Decimal("12")
+    # On-demand would have billed the whole 10 h: the saving read $0 against the billable 3 h.
+    assert entry["on_demand_usd"] == Decimal("40")
+    # And max_usd bounds a SageMaker spot attempt at on-demand: billable time can come up to the run's.
+    from costaware.training.attempt_effects import cap_rate
+
+    assert cap_rate(state, "spot") == Decimal("4")
     # While it runs, SageMaker gives no billable time: the time since its start is wall clock, spot-priced.
     running_description = {**described, "TrainingJobStatus": "InProgress", "SecondaryStatus": "Training"}
     del running_description["BillableTimeInSeconds"]

@@ -42,12 +42,19 @@ def cap_rate(state: AttemptState, market: str, on_demand_usd_per_hour: Decimal |
 
     Its price, except for a spot attempt billed at the mean price in force over its run (``prices``
     given): that price may rise while it runs, so the on-demand price bounds it (AWS interrupts spot
-    there by default, and the bill is clamped to it). ``on_demand_usd_per_hour``: of the attempt's zone's
-    region, where it is another than the plan's.
+    there by default, and the bill is clamped to it); and SageMaker managed spot, billed at on-demand.
+    ``on_demand_usd_per_hour``: of the attempt's zone's region, where it is another than the plan's.
     """
     plan = state.plan
     on_demand = on_demand_usd_per_hour or Decimal(plan.on_demand_usd_per_hour)
-    if market == "spot" and not plan.billing and state.spot_usd_per_hour is not None:
+    # SageMaker bills managed spot as billable seconds at the on-demand rate, and the billable seconds can
+    # come up to the run's own: only the on-demand rate keeps max_usd a hard cap there.
+    if (
+        market == "spot"
+        and not plan.billing
+        and plan.backend != "sagemaker"
+        and state.spot_usd_per_hour is not None
+    ):
         rate = Decimal(state.spot_usd_per_hour)
     else:
         rate = on_demand

@@ -127,7 +127,11 @@ def attempt_entry(
     """
     seconds = Decimal(str(round(float(job["billable_seconds"]), 3)))
     hours, usd = compute_cost(seconds, usd_per_hour)
-    on_demand = compute_cost(seconds, on_demand_usd_per_hour)[1] if on_demand_usd_per_hour else None
+    # SageMaker managed spot: billable seconds at on-demand, the saving in their fewness. On-demand would
+    # have billed the whole run (its training seconds): the saving, which read $0 against the billable ones.
+    ran = (job.get("metrics") or {}).get("on_demand_seconds")
+    counterfactual = Decimal(str(round(float(ran), 3))) if ran is not None else seconds
+    on_demand = compute_cost(counterfactual, on_demand_usd_per_hour)[1] if on_demand_usd_per_hour else None
     ended = job.get("ended_at")
     end = datetime.fromtimestamp(float(ended), timezone.utc) if ended is not None else utcnow()
     key = attempt_key(identity, str(job["job_id"]), ended)

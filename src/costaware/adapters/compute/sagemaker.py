@@ -152,6 +152,12 @@ def status_from_description(job: Mapping[str, Any], *, now: float | None = None)
             # time): it is priced at the on-demand ml.* rate. The time since the start (billable not given
             # yet) is wall clock, priced at the spot rate.
             BILLED_AT_ON_DEMAND: billable is not None,
+            # What on-demand would have billed for the same run: its whole training time.
+            **(
+                {"on_demand_seconds": float(job["TrainingTimeInSeconds"]) * count}
+                if billable is not None and job.get("TrainingTimeInSeconds") is not None
+                else {}
+            ),
         },
     )
 
