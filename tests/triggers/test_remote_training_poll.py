@@ -136,3 +136,34 @@ def test_a_job_never_seen_is_not_listed_yet_until_ten_minutes_after_its_submit(
     assert "billed from its submit" in event["job"]["reason"]
     with pytest.raises(JobNotFoundError):  # no submit time recorded (an older state): as before
         trigger(tmp_path).poll_once(submitted + timedelta(days=1))
+
+
+def test_a_job_seen_waiting_then_deleted_is_billed_from_when_it_was_seen_not_its_submit(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A spot pod that waited three hours for capacity was billed those hours as a run once deleted.
+    from datetime import datetime, timedelta, timezone
+
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.adapters.compute.local import LocalBackend
+    from costaware.core.errors import JobNotFoundError
+
+    submitted = datetime(2026, 3, 1, 9, tzinfo=timezone.utc)
+    waiting = JobStatus(job_id="j", state=JobState.PENDING, market="spot", instance_type="")
+    answers: list[Any] = [waiting, JobNotFoundError("404")]
+
+    def poll(self: LocalBackend, job_id: str) -> Any:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(LocalBackend, "poll", poll)
+    state = {**STATE, "current": {**STATE["current"], "submitted_at": submitted.isoformat()}}  # type: ignore[dict-item]
+    watch = RemoteTrainingJobTrigger(
+        backend="local", backend_options={"root": str(tmp_path)}, job_id="j", state=state, poll_interval=0.01
+    )
+    seen = submitted + timedelta(hours=3)
+    assert watch.poll_once(seen) is None
+    event = watch.poll_once(seen + timedelta(seconds=30))
+    assert event is not None and event["job"]["billable_seconds"] == 30.0

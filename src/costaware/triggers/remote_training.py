@@ -95,14 +95,15 @@ def vanished_job_status(
     last_seen: tuple[Any, datetime] | None,
     now: datetime,
     instances: int = 1,
+    listed_grace: float = NOT_LISTED_GRACE_SECONDS,
 ) -> Any:
     """The end of a job its backend no longer has though nobody here stopped it, or None: not gone yet.
 
     A Kubernetes drain or spot reclaim deletes the bare pod (its node too), so the exit 75 is never seen:
     the pod's 404 is the interruption. It is billed as the status last seen plus the time since on its
-    ``instances``; seen only waiting, or never (the triggerer restarted), from the attempt's submit, which
-    may count time it queued: never less than it ran. A job never seen is "not listed yet" (a backend's
-    eventual consistency) until ``NOT_LISTED_GRACE_SECONDS`` after its submit (pure).
+    ``instances`` (seen waiting: from then); never seen (the triggerer restarted), from the attempt's
+    submit, which may count time it queued: never less than it ran. A job never seen is "not listed yet"
+    (a backend's eventual consistency) until ``listed_grace`` seconds after its submit (pure).
     """
     from dataclasses import replace
 
@@ -113,16 +114,16 @@ def vanished_job_status(
     since_submit = (
         max(0.0, (now - parse_instant(submitted, name="submitted_at")).total_seconds()) if submitted else None
     )
-    if last_seen is not None and last_seen[0].state != JobState.PENDING:
+    seen: Any = None
+    if last_seen is not None:  # waiting when seen: it can have run since then at the most
         seen, seen_at = last_seen
         billable = seen.billable_seconds + max(0.0, (now - seen_at).total_seconds()) * instances
         reason = "the backend no longer has the job (a drain or a reclaim deleted it): billed up to now"
-    elif since_submit is not None and (last_seen is not None or since_submit >= NOT_LISTED_GRACE_SECONDS):
-        seen = last_seen[0] if last_seen is not None else None
+    elif since_submit is not None and since_submit >= listed_grace:
         billable = since_submit * instances
         reason = (
-            "the backend no longer has the job, and it was not seen running: billed from its submit up to "
-            "now, the most it can have run"
+            "the backend no longer has the job, and it was not seen here: billed from its submit up to now, "
+            "the most it can have run"
         )
     else:
         return None
@@ -537,9 +538,20 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         try:
             status = backend.poll(self.job_id)
         except JobNotFoundError:
-            if not stopped:  # gone before we stopped it: nothing to bill it from
-                self.log.warning("the task was killed; job %s is gone, nothing is billed", self.job_id)
-                return None, True, True
+            if not stopped:  # gone before we stopped it (a drain deleted the pod): billed from its submit
+                vanished = vanished_job_status(
+                    self.job_id,
+                    state.to_json(),
+                    last_seen=None,
+                    now=utcnow(),
+                    instances=count,
+                    listed_grace=0,
+                )
+                if vanished is None:  # no submit time (an older state): nothing to bill it from
+                    self.log.warning("the task was killed; job %s is gone, nothing is billed", self.job_id)
+                    return None, True, True
+                self.log.warning("the task was killed; job %s: %s", self.job_id, vanished.reason)
+                return dict(vanished.to_dict()), True, True  # ended on its own: an interruption
             gone = stopped_job_status(stopped, now=utcnow(), instances=count)
             return dict(gone.to_dict()), True, False
         except ComputeBackendError as e:  # not answering now: stop it all the same, billed to its latest end
