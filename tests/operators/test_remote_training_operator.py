@@ -512,7 +512,9 @@ def test_a_task_cleared_after_a_code_error_runs_a_new_attempt(
     result, _ = drive(operator(tmp_path, deferrable=False), context_for(try_number=2))
     (attempt,) = result["attempts"]
     assert attempt["attempt"] == 2 and attempt["cause"] == "success"
-    assert "failed in its code, so this retry does not follow the earlier attempts" in capsys.readouterr().out
+    assert (
+        "failed (code error), so this retry does not follow the earlier attempts" in capsys.readouterr().out
+    )
     causes = sorted(e["cause"] for e in ledger.entries() if e["task_id"] == "train")
     assert causes == ["code_error", "success"]  # each attempt billed once
 

@@ -33,6 +33,11 @@ if TYPE_CHECKING:
     from costaware.training.plan import RemotePlan
 
 
+#: The causes of an attempt whose failure fails the task without a retry: a later try is a person's clear
+#: (after a fix), which goes on with a new attempt instead of following the failed job to its failure.
+FAILED_FOR_GOOD = ("code_error", "store_error")
+
+
 class RemoteAttemptSteps(AttemptBilling):
     """A mixin of ``RemoteTrainingOperator``: the backend, the ledger, and the side effects of each step."""
 
@@ -535,7 +540,10 @@ class RemoteAttemptSteps(AttemptBilling):
     def _fail(self, state: AttemptState, step: Fail) -> NoReturn:
         message = step.message
         if step.job_id is not None:
-            self._settle(state)
+            try:
+                self._settle(state)
+            except Exception as e:  # the failure must stand: a retry would pay for the failed code again
+                self.log.warning("could not settle the task's hold now (%s): it lapses at its time limit", e)
             backend = self._backend(state.plan)
             try:
                 logs = backend.logs(step.job_id, tail=5)
@@ -630,7 +638,7 @@ class RemoteAttemptSteps(AttemptBilling):
         # The last attempt billed, from the notes (an older note says none: one attempt per entry).
         last = max(numbers) if len(numbers) == len(billed) else max([len(billed), *numbers])
         names = {n: job_name(plan.base_name, n) for n in range(1, last + 1)}
-        if billed[-1].cause == "code_error":
+        if billed[-1].cause in FAILED_FOR_GOOD:
             # The training failed for good (no Airflow retry follows that), so a person cleared the task,
             # most likely after a fix: followed again, the failed job failed this try at once, for ever.
             lost, first, followed = last, last + 1, Decimal(0)
@@ -644,8 +652,8 @@ class RemoteAttemptSteps(AttemptBilling):
                 followed = next(entry.usd for entry in reversed(billed) if entry.attempt == last)
         name = job_name(plan.base_name, first)
         why = (
-            f"attempt {lost}'s job ({names[lost]}) failed in its code"
-            if billed[-1].cause == "code_error"
+            f"attempt {lost}'s job ({names[lost]}) failed ({billed[-1].cause.replace('_', ' ')})"
+            if billed[-1].cause in FAILED_FOR_GOOD
             else f"the {plan.backend} backend no longer has attempt {lost}'s job ({names[lost]})"
         )
         # The last attempt's job was found above; only a next one may not exist yet.
