@@ -135,16 +135,20 @@ def test_a_carbon_source_the_scheduler_could_not_read_fails_when_the_dag_is_pars
         ),
         ("carbon", "", r"lacks column\(s\) timestamp_utc, .* \(the file is empty\)"),
         ("electricity", "timestamp_utc,g_co2eq_per_kwh_lca\n", r"lacks column\(s\) usd_per_mwh"),
+        ("electricity", '"timestamp_utc","usd_per_mwh"\n', None),  # quoted, as the reader takes it
     ],
 )
 def test_a_file_of_another_format_fails_when_the_dag_is_parsed(
-    tmp_path: Path, argument: str, text: str, message: str
+    tmp_path: Path, argument: str, text: str, message: str | None
 ) -> None:
     wrong = tmp_path / "wrong.csv"
     wrong.write_text(text)
     kwargs = (
         {"objective": "carbon", "carbon": str(wrong)} if argument == "carbon" else {"electricity": str(wrong)}
     )
+    if message is None:
+        assert OffPeakTimetable(["22:00-06:00"], run_hours=2, **kwargs) is not None  # type: ignore[arg-type]
+        return
     with pytest.raises(ConfigurationError, match=message):
         OffPeakTimetable(["22:00-06:00"], run_hours=2, **kwargs)  # type: ignore[arg-type]
 

@@ -306,8 +306,12 @@ def check_local_file(path: str, name: str, what: str, *, columns: Sequence[Seque
     if not columns:
         return
     try:
+        import csv
+
         with file.open(encoding="utf-8", newline="") as handle:
-            header = [c.strip() for c in handle.readline().lstrip("\ufeff").rstrip("\r\n").split(",")]
+            # As the readers read it: a quoted header ("timestamp_utc","usd_per_mwh") is a good one.
+            first = handle.readline().lstrip("\ufeff")
+            header = [c.strip() for c in next(csv.reader([first]), [""])] or [""]
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigurationError(f"{name}={path!r} cannot be read ({e}): pass {what}") from e
     missing = [" or ".join(names) for names in columns if not any(n in header for n in names)]
