@@ -150,6 +150,11 @@ def test_a_bad_file_writes_nothing(home: Path, tmp_path: Path, capsys: pytest.Ca
     err = capsys.readouterr().err
     assert "no intensity from 2026-11-20T00:00:00+00:00 to 2026-11-20T03:00:00+00:00" in err
     assert "(3 h; records must be at most 1:00:00 apart): fill the gap in the source" in err
+    # kg per kWh (0.09) was taken as grams: every estimate a ten-thousandth of the truth, in silence.
+    kg = tmp_path / "GB_kg.csv"
+    kg.write_text("timestamp_utc,g_co2eq_per_kwh_lca\n2026-11-20T00:00:00Z,0.09\n2026-11-20T01:00:00Z,0.12\n")
+    assert main(["carbon", "import", str(kg), "--zone", "GB"]) == 2
+    assert "is at most 0.12 over the whole file" in capsys.readouterr().err and not home.exists()
     # Zones are looked up exactly: "gb" would never be read for GB.
     assert main(["carbon", "import", str(RECORDED), "--zone", "gb"]) == 2
     assert "zone 'gb': grid zone names are written 'GB'" in capsys.readouterr().err

@@ -29,6 +29,8 @@ _DATA = "data"
 
 #: The most gCO2e/kWh a recorded hour may hold: several times the dirtiest grid's (coal, ~1,000).
 MAX_G_PER_KWH = Decimal(5000)
+#: A file's highest hour below this is in another unit (kg/kWh): no grid stays under 1 gCO2e/kWh all along.
+MIN_PEAK_G_PER_KWH = Decimal(1)
 
 
 def carbon_from_text(text: str, *, source: str, basis: str = "lca") -> PriceSeries:
@@ -70,6 +72,12 @@ def carbon_from_text(text: str, *, source: str, basis: str = "lca") -> PriceSeri
         raise InvalidPriceDataError(
             f"{source}: {column} {worst} at {at:%Y-%m-%d %H:%M} UTC is not a grid's intensity (coal is about "
             f"1,000 gCO2e/kWh; at most {MAX_G_PER_KWH} is taken): check the column's unit (grams per kWh)"
+        )
+    if worst < MIN_PEAK_G_PER_KWH:
+        # 0.09 (kg/kWh) was taken as 0.09 g: every estimate a ten-thousandth of the truth, in silence.
+        raise InvalidPriceDataError(
+            f"{source}: {column} is at most {worst} over the whole file, below any grid's intensity (the "
+            f"cleanest run about 10 gCO2e/kWh): check the column's unit (grams per kWh, not kg)"
         )
     return series
 
