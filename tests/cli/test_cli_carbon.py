@@ -27,7 +27,10 @@ def test_show_table(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "2026-11-20 01:00          121" in out and "2026-11-20 03:00          123" in out
     assert "mean          122" in out and "min           121" in out and "max           123" in out
-    assert "GB: 3 hour(s), recorded, from carbon GB_2026-11.csv (gCO2e/kWh, lca), recorded" in out
+    assert "GB: 3 hour(s), recorded, from carbon GB_2026-11.csv (gCO2e/kWh, lca)\n" in out  # "recorded" once
+    assert main([*argv, "--hours", "3", "--format", "csv"]) == 0
+    shown = capsys.readouterr()  # what the rows are goes to stderr: an estimate is not to pass for records
+    assert shown.out.startswith("hour (UTC),gCO2e/kWh") and "GB: 3 hour(s), recorded, from" in shown.err
     assert main([*argv, "--hours", "999999999"]) == 2  # a traceback (OverflowError) before
     assert "--hours must be 1 to 8784 (a year), got 999999999" in capsys.readouterr().err
 

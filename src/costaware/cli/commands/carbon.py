@@ -90,11 +90,14 @@ def show(args: argparse.Namespace) -> int:
         return 0
     rows = [[f"{h:%Y-%m-%d %H:%M}", _plain(v)] for h, v in zip(hours, values, strict=True)]
     emit(rows, args.format, headers=["hour (UTC)", "gCO2e/kWh"])
+    said = f"{args.zone}: {len(values)} hour(s), {kind}, from {series.name.removesuffix(', recorded')}"
     if args.format == "table":
         print()
         summary = [["mean", _plain(mean)], ["min", _plain(min(values))], ["max", _plain(max(values))]]
         print(render_table(["", "gCO2e/kWh"], summary))
-        print(f"\n{args.zone}: {len(values)} hour(s), {kind}, from {series.name}")
+        print(f"\n{said}")
+    elif args.format == "csv":  # estimates are not to pass for records where the rows go on alone
+        print(said, file=sys.stderr)
     if fallback:
         print(f"note: {fallback}", file=sys.stderr)
     return 0
