@@ -92,6 +92,12 @@ def test_period_and_group_by_come_from_the_core_constants() -> None:
             ["simulate", "--prices", "p.json", "--jobs", "j.csv", "--policy", "cheapest"],
             "invalid choice: 'cheapest'",
         ),
+        # Told by the top parser, whose usage says nothing of the command's options.
+        (
+            ["prices", "show", "m5.large", "--regoin", "us-east-1"],
+            "costaware prices show: error: unrecognized arguments: --regoin us-east-1 (did you mean "
+            "--region?)",
+        ),
     ],
 )
 def test_argument_errors_name_the_bad_value(

@@ -35,7 +35,30 @@ def _add_action(subparsers: argparse._SubParsersAction[_Parser], cmd: ActionComm
     parser = subparsers.add_parser(cmd.name, help=cmd.help, description=cmd.description or cmd.help)
     for arg in cmd.args:
         arg.add_to(parser)
-    parser.set_defaults(func=cmd.func)
+    parser.set_defaults(func=cmd.func, command_parser=parser)
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """``parser.parse_args``, where an unknown option is told by its own command, with the one meant.
+
+    argparse leaves extras to the top parser, whose usage ("costaware [-h] ... COMMAND") says nothing of
+    the command's options: ``prices show m5.large --regoin us-east-1`` read as if the command were wrong.
+    """
+    import difflib
+
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        command: argparse.ArgumentParser = getattr(args, "command_parser", parser)
+        options = [o for action in command._actions for o in action.option_strings]
+        meant = [
+            m
+            for e in extras
+            if e.startswith("-")
+            for m in difflib.get_close_matches(e.split("=")[0], options, n=1)
+        ]
+        hint = f" (did you mean {', '.join(meant)}?)" if meant else ""
+        command.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+    return args
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     A :class:`~costaware.core.errors.CostawareError` (bad input, an unknown price, an unreachable ledger)
     prints ``costaware: error: <message>`` on stderr and returns 2; argparse's own errors exit with 2.
     """
-    args = build_parser().parse_args(argv)
+    args = _parse(build_parser(), argv)
     route_logs_to_stderr()
     since, until = getattr(args, "since", None), getattr(args, "until", None)
     if since is not None and until is not None and since >= until:
