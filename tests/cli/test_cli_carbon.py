@@ -192,3 +192,17 @@ def test_a_second_import_replaces_the_first(
     assert (home / "GB_imported.csv").read_text() == newer.read_text()
     assert main(["carbon", "import", str(FIXTURES / "GB_bad.csv"), "--zone", "GB"]) == 2
     assert (home / "GB_imported.csv").read_text() == newer.read_text()  # a bad file keeps the last good one
+
+
+def test_half_hourly_records_are_counted_as_hours_and_an_empty_zone_is_refused(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    half = tmp_path / "GB_half.csv"
+    rows = [f"2026-11-20T{h:02d}:{m:02d}:00Z,{100 + h}" for h in range(24) for m in (0, 30)]
+    half.write_text("timestamp_utc,g_co2eq_per_kwh_lca\n" + "\n".join(rows) + "\n")
+    assert main(["carbon", "import", str(half), "--zone", "GB"]) == 0
+    assert (
+        "imported 24 hour(s) in 48 records of GB carbon intensity" in capsys.readouterr().out
+    )  # "48 hour(s)"
+    assert main(["carbon", "show", "--zone", "", "--start", "2026-11-20T00:00:00Z"]) == 2
+    assert "--zone is empty" in capsys.readouterr().err

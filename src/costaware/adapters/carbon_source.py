@@ -166,7 +166,7 @@ class RecordedCarbon:
             raise PriceNotFoundError(
                 f"no recorded carbon intensity for grid zone {zone!r}: recorded zones are "
                 f"{', '.join(self.zones) or 'none'}; import a file with "
-                f"`costaware carbon import FILE --zone {zone}` or use the live source"
+                f"`costaware carbon import FILE --zone {zone}`{_or_live(zone)}"
             )
         # An imported file of a few hours used to hide the zone's bundled 2023 data for every other hour.
         return [self._load(f) for f in files] + bundled
@@ -204,7 +204,7 @@ class RecordedCarbon:
         )
         raise PriceNotFoundError(
             f"no recorded carbon intensity for {zone} from {start:%Y-%m-%d %H:%M} to "
-            f"{end:%Y-%m-%d %H:%M} UTC: {spans}; import a file that covers it or use the live source"
+            f"{end:%Y-%m-%d %H:%M} UTC: {spans}; import a file that covers it{_or_live(zone)}"
         )
 
     def forecast(self, zone: str, now: datetime, hours: int) -> PriceSeries:
@@ -222,6 +222,15 @@ class RecordedCarbon:
             name=name,
             notes=recorded.notes,
         )
+
+
+def _or_live(zone: str) -> str:
+    """The live source, as a way out, only for the zones it serves (it was offered for every zone)."""
+    return (
+        f" or use the live source (--source live; it serves {', '.join(LIVE_ZONES)})"
+        if zone in LIVE_ZONES
+        else ""
+    )
 
 
 def imported_zones() -> list[str]:

@@ -45,6 +45,8 @@ def show(args: argparse.Namespace) -> int:
 
     from costaware.adapters.carbon_source import carbon_source
 
+    if not str(args.zone).strip():  # an unset shell variable: it was suggested back as "--zone "
+        raise ConfigurationError("--zone is empty: give a grid zone such as GB or DE-LU")
     if not 1 <= args.hours <= 8784:  # a year at most (999999999 overflowed the calendar)
         raise ConfigurationError(f"--hours must be 1 to 8784 (a year), got {args.hours}")
     now = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
@@ -176,8 +178,10 @@ def import_file(args: argparse.Namespace) -> int:
     target = folder / f"{zone}_imported.csv"
     replaced = target.exists()
     write_atomically(target, data)
+    hours = len({at.replace(minute=0, second=0) for at, _ in series.points})  # half-hourly rows are not hours
+    records = "" if hours == len(series) else f" in {len(series)} records"
     print(
-        f"imported {len(series)} hour(s) of {zone} carbon intensity from {path.name} "
+        f"imported {hours} hour(s){records} of {zone} carbon intensity from {path.name} "
         f"({series.start:%Y-%m-%d %H:%M} to {series.last:%Y-%m-%d %H:%M} UTC) into {target}"
         + (", replacing the previous import" if replaced else "")
     )
