@@ -278,6 +278,5 @@ ARG_SINCE = Arg(
     help="ISO date (midnight UTC) or datetime with an offset (2026-11-01T00:00+01:00), inclusive",
 )
 ARG_UNTIL = Arg("--until", type=when, help="ISO date (midnight UTC) or datetime with an offset, exclusive")
-ARG_REGION = Arg("--region", default=None, help="AWS region code, e.g. us-east-1")
 ARG_TYPES = Arg("--types", help="instance types to keep: a name or a glob such as 'm5*' or 'ml.g5.*'")
 ARG_SERVICE = Arg("--service", choices=("ec2", "sagemaker"), default=None, help="default: from the type")

@@ -13,7 +13,6 @@ from costaware.cli.arguments import (
     ARG_GROUP_BY,
     ARG_LEDGER_URL,
     ARG_PERIOD,
-    ARG_REGION,
     ARG_SCOPE,
     ARG_SERVICE,
     ARG_SINCE,
@@ -190,7 +189,7 @@ PRICES_COMMANDS = (
         "instance types of the bundled snapshot that fit, cheapest first",
         lazy_load_command(f"{_COMMANDS}.prices.list_prices"),
         (
-            ARG_REGION,
+            Arg("--region", default=None, help="AWS region code, e.g. us-east-1 (default: every region)"),
             Arg("--min-vcpus", type=int, default=0, help="at least this many vCPUs"),
             Arg("--min-memory-gib", type=float, default=0, help="at least this much memory, in GiB"),
             Arg(
@@ -214,7 +213,12 @@ PRICES_COMMANDS = (
         lazy_load_command(f"{_COMMANDS}.prices.show_prices"),
         (
             Arg("instance_type", nargs="?", help="e.g. m5.large or ml.g5.xlarge"),
-            ARG_REGION,
+            Arg(
+                "--region",
+                default=None,
+                help="AWS region code, e.g. eu-west-1 (default: us-east-1 for a type, every region for the "
+                "cache)",
+            ),
             ARG_SERVICE,
             Arg("--team", help="show the price after this team's discount"),
             Arg("--aws-conn-id", help="look the price up live through this connection when not cached"),
