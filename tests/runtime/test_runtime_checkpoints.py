@@ -292,3 +292,18 @@ def test_a_relative_checkpoint_folder_saves_and_loads(
     monkeypatch.setenv("COSTAWARE_CHECKPOINT_DIR", "other")
     save_bytes(b"more", step=2)
     assert load_bytes() == (2, b"more") and (tmp_path / "other" / "checkpoint-2" / "state.bin").exists()
+
+
+def test_a_marker_whose_file_did_not_come_back_whole_is_named(tmp_path: Path) -> None:
+    # SageMaker syncs the folder file by file: the marker can arrive without the file it names, and the
+    # load died with a FileNotFoundError traceback (exit 1, read as a code error, without a word of why).
+    from costaware_runtime import ContractError, load_bytes, save_bytes
+
+    save_bytes(b"weights" * 100, step=4, directory=tmp_path)
+    state = tmp_path / "checkpoint-4" / "state.bin"
+    state.write_bytes(b"weig")  # cut short
+    with pytest.raises(ContractError, match=r"step 4's file 'checkpoint-4/state.bin' has 4 bytes of the 700"):
+        load_bytes(directory=tmp_path)
+    state.unlink()
+    with pytest.raises(ContractError, match=r"'checkpoint-4/state.bin' is missing in"):
+        load_bytes(directory=tmp_path)

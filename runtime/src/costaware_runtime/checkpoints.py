@@ -289,7 +289,18 @@ def held_file(marker: Marker, names: Sequence[str], directory: Path | str | None
     for name in names:
         relative = f"{FOLDER_PREFIX}{marker.step}/{name}"
         if relative in held:
-            return _folder(directory) / relative
+            path = _folder(directory) / relative
+            recorded = next(f.bytes for f in marker.files if f.path == relative)
+            size = path.stat().st_size if path.is_file() else None
+            if size != recorded:
+                # A folder synced file by file (SageMaker's /opt/ml/checkpoints) can bring the marker back
+                # without a file it names: said here, not a FileNotFoundError traceback.
+                state = "is missing" if size is None else f"has {size} bytes of the {recorded} committed"
+                raise ContractError(
+                    f"checkpoint step {marker.step}'s file {relative!r} {state} in {_folder(directory)}: the "
+                    "checkpoint did not come back whole; its upload was cut short"
+                )
+            return path
     found = ", ".join(repr(path.split("/", 1)[-1]) for path in held) or "no file"
     wanted = " or ".join(repr(name) for name in names)
     raise ContractError(
