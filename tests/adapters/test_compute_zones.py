@@ -366,3 +366,28 @@ def test_a_local_job_that_cannot_start_leaves_no_folder_for_its_retry_to_find(
     with pytest.raises(ComputeBackendError, match="cannot start local job 'nofork-a1'"):
         backend.submit(local_request(tmp_path, "nofork-a1"))
     assert backend.find("nofork-a1") is None
+
+
+def test_a_launcher_killed_with_sigkill_takes_its_training_with_it(tmp_path: Path) -> None:
+    # The launcher runs the command in a process group of its own: `kill -9` of the launcher left the
+    # training running, unbilled, beside the next attempt that resumed from its checkpoint.
+    import os
+    import signal
+
+    import psutil
+
+    backend = LocalBackend(root=str(tmp_path / "jobs"))
+    job = backend.submit(local_request(tmp_path, "orphan-a1", market="on_demand"))
+    wait_for(backend, job, {JobState.RUNNING})
+    launcher = None
+    deadline = time.monotonic() + 15
+    while launcher is None or not launcher.children():  # the launcher has started its command
+        assert time.monotonic() < deadline, "the launcher never started its command"
+        pid = backend.pid(job)
+        launcher = psutil.Process(pid) if pid else None
+        time.sleep(0.05)
+    (training,) = launcher.children()
+    os.kill(launcher.pid, signal.SIGKILL)
+    ended = wait_for(backend, job, {JobState.INTERRUPTED, JobState.FAILED, JobState.SUCCEEDED})
+    assert ended.exit_code == -signal.SIGKILL
+    assert not training.is_running() or training.status() == psutil.STATUS_ZOMBIE

@@ -315,6 +315,7 @@ def supervise(folder: Path) -> int:
             return 0
         time.sleep(0.05)
     started_at = time.time()
+    _adopt_orphans()
     with (folder / "stdout.log").open("ab") as out, (folder / "stderr.log").open("ab") as err:
         proc = subprocess.Popen(request["command"], stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env)
         _write_text(folder / "pid", str(proc.pid))
@@ -329,10 +330,35 @@ def supervise(folder: Path) -> int:
         if stop_after is not None:  # the money cap: stop as LocalBackend.stop does, from here
             _stop_when_due(proc, folder, float(stop_after))
         code = _wait(proc, folder / "stop", float(grace)) if grace is not None else proc.wait()
+        _kill_orphans()
     _write_json(
         folder / "exit.json", {"exit_code": code, "started_at": started_at, "stopped_at": time.time()}
     )
     return 0
+
+
+def _adopt_orphans() -> None:
+    """Make this supervisor the parent of whatever the launcher leaves behind when it dies (Linux).
+
+    The launcher runs the command in a process group of its own; a ``kill -9`` of the launcher left the
+    training running, unbilled, beside the next attempt that resumed it.
+    """
+    import ctypes
+
+    pr_set_child_subreaper = 36
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1, 0, 0, 0)
+
+
+def _kill_orphans() -> None:
+    """SIGKILL what the launcher left running (adopted by :func:`_adopt_orphans`): the attempt has ended."""
+    import psutil
+
+    left = psutil.Process().children(recursive=True)
+    for process in left:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+    psutil.wait_procs(left, timeout=5)
 
 
 def _stop_when_due(proc: subprocess.Popen[bytes], folder: Path, after_seconds: float) -> None:
