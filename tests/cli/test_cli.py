@@ -622,3 +622,25 @@ def test_budget_show_refuses_an_empty_scope_and_notes_one_no_budget_names(
     assert "no budget names scope 'project=chrun': only the catch-all" in capsys.readouterr().err
     assert main([*argv, "show", "--scope", "project=churn"]) == 0
     assert "no budget names" not in capsys.readouterr().err
+
+
+def test_budget_release_gives_back_a_hold_nothing_will_settle_and_audits_it(
+    ledger_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ctrl-C of `airflow dags test` left the task's hold counting as reserved for a day, with no way out.
+    monkeypatch.setenv("USER", "ops")
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=x", "month", "5")
+    ledger.reserve("project=x", "1", holder="d/manual__1/train/-1", run_id="manual__1")
+    argv = ["--ledger-url", ledger_url, "budget"]
+    assert main([*argv, "release", "--holder", "d/manual__2/train/-1"]) == 2
+    assert (
+        "no open hold of 'd/manual__2/train/-1' (open holds: 'd/manual__1/train/-1')"
+        in capsys.readouterr().err
+    )
+    assert main([*argv, "release", "--holder", "d/manual__1/train/-1"]) == 0
+    assert "released $1.00 held by d/manual__1/train/-1 in project=x/month" in capsys.readouterr().out
+    assert ledger.open_reservations() == []
+    assert main(["--ledger-url", ledger_url, "audit", "--action", "hold_release", "--format", "json"]) == 0
+    (line,) = json.loads(capsys.readouterr().out)
+    assert (line["action"], line["target"]) == ("hold_release", "d/manual__1/train/-1")

@@ -98,6 +98,19 @@ BUDGET_COMMANDS = (
             ARG_LEDGER_URL,
         ),
     ),
+    ActionCommand(
+        "release",
+        "give back a hold whose task will not settle it (its run was killed); audited",
+        lazy_load_command(f"{_COMMANDS}.budget.budget_release"),
+        (
+            Arg(
+                "--holder",
+                required=True,
+                help="the hold's holder as `budget holds` shows it (dag/run/task/map)",
+            ),
+            ARG_LEDGER_URL,
+        ),
+    ),
 )
 
 # -- report ---------------------------------------------------------------------------------------

@@ -21,7 +21,16 @@ from costaware.adapters.ledger.engine import LedgerDatabase
 from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import utcnow
 
-AUDIT_ACTIONS = ("budget_set", "budget_delete", "alert_rule", "approval", "rejection", "override", "alert")
+AUDIT_ACTIONS = (
+    "budget_set",
+    "budget_delete",
+    "alert_rule",
+    "approval",
+    "rejection",
+    "override",
+    "alert",
+    "hold_release",
+)
 
 
 @dataclass(frozen=True, slots=True)

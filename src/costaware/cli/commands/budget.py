@@ -280,3 +280,38 @@ def budget_holds(args: argparse.Namespace) -> int:
     headers = ["held by (dag/run/task/map)", "scope", "held", "GPU-hours", "since", "until", "counted in"]
     emit(rows, args.format, headers=headers, payload=payload)
     return 0
+
+
+def budget_release(args: argparse.Namespace) -> int:
+    """Give back the open holds of ``--holder``; audited under the current user.
+
+    For a hold nothing will settle: its run was killed where no run-end listener ran (Ctrl-C of
+    ``airflow dags test``), which left it counting as reserved until its time limit, a day or more.
+    """
+    from costaware.adapters.ledger.audit import record_audit
+    from costaware.core.errors import InvalidBudgetError
+
+    holder = str(args.holder).strip()
+    if not holder:
+        raise InvalidBudgetError("--holder is empty: give it as `costaware budget holds` shows it")
+    ledger = open_ledger(args)
+    holds = [r for r in ledger.open_reservations() if r.holder == holder]
+    if not holds:
+        open_holders = sorted({r.holder or "" for r in ledger.open_reservations()})
+        listed = ", ".join(repr(h) for h in open_holders[:5]) or "none"
+        raise InvalidBudgetError(
+            f"no open hold of {holder!r} (open holds: {listed}{' ...' if len(open_holders) > 5 else ''}); "
+            "give the holder as `costaware budget holds` shows it"
+        )
+    for hold in holds:
+        ledger.release(hold.id)
+        record_audit(
+            ledger,
+            actor=current_actor(),
+            action="hold_release",
+            target=holder,
+            details={"reservation": hold.id, "usd": str(hold.usd), "budgets": list(hold.budgets)},
+        )
+        where = ", ".join(hold.budgets) or str(hold.scope)
+        print(f"released {format_usd_exact(hold.usd)} held by {holder} in {where}")
+    return 0
