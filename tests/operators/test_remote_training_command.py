@@ -251,6 +251,8 @@ def test_stop_sends_sigterm_and_kills_after_the_grace_period(tmp_path: Path) -> 
         ),
         ({"model_store": None}, r"model_store is None: give where the model versions go"),
         ({"model_store": " "}, r"model_store is ' ': give where the model versions go"),
+        # It sent the checkpoints to a local default, unsaid (on a remote backend: not the job's store).
+        ({"checkpoint_store": ""}, r"checkpoint_store is '': give where checkpoints go"),
         (
             {"spot_decision": None, "instance_type": None},
             r"'train' has no instance type: pass instance_type, or spot_task_id",

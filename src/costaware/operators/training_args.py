@@ -81,6 +81,11 @@ class BuiltInTrainingArguments:
         """
         # Called after BaseOperator's __init__: a refusal names the task, as the DAG's import error shows it.
         owner = f"{type(self).__name__} {getattr(self, 'task_id', '')!r}"
+        if isinstance(checkpoint_store, str) and not checkpoint_store.strip():
+            raise ConfigurationError(
+                f"{owner}: checkpoint_store is {checkpoint_store!r}: give where checkpoints go (an absolute "
+                "folder, file:///... or s3://...), or leave it out for $AIRFLOW_HOME/costaware/checkpoints"
+            )
         if model_store is None or (isinstance(model_store, str) and not model_store.strip()):
             raise ConfigurationError(
                 f"{owner}: model_store is {model_store!r}: give where the model versions go (an absolute "
@@ -137,6 +142,12 @@ class BuiltInTrainingArguments:
         The default is made absolute: a job runs in a folder of its own, where a relative ``AIRFLOW_HOME``
         would point elsewhere.
         """
+        if self.checkpoint_store is not None and not str(self.checkpoint_store).strip():
+            # As model_store: an unset variable or param sent the checkpoints to a local default, unsaid.
+            raise ConfigurationError(
+                "checkpoint_store is '': give where checkpoints go (an absolute folder, file:///... or "
+                "s3://...), or leave it out for $AIRFLOW_HOME/costaware/checkpoints"
+            )
         if self.checkpoint_store:
             return str(self.checkpoint_store).rstrip("/")
         return str(Path(default_store("checkpoints")).expanduser().absolute())
