@@ -13,7 +13,7 @@ from contexts import task_context
 
 from costaware import Ledger
 from costaware.adapters.ledger import schema
-from costaware.core.errors import LedgerUnavailableError
+from costaware.core.errors import ConfigurationError, LedgerUnavailableError
 from costaware.sensors.spend_cap import SpendCapSensor
 from costaware.triggers.budget import BudgetAvailableTrigger
 
@@ -170,9 +170,14 @@ def test_refusals_and_waits_are_noted_for_the_cost_page(env_ledger: Ledger) -> N
 def test_bad_estimate_fails_without_retry_and_reserves_nothing(
     env_ledger: Ledger, usd: str, message: str
 ) -> None:
+    gate = sensor(deferrable=False)
+    gate.estimated_usd = usd  # as a template renders it
     with pytest.raises(AirflowFailException, match=message):
-        sensor(estimated_usd=usd, deferrable=False).poke(context())
+        gate.poke(context())
     assert env_ledger.open_reservations() == []
+    if usd != "0.0000001":  # written out, it fails as the DAG is parsed (it passed, and failed the run)
+        with pytest.raises(ConfigurationError, match=message):
+            sensor(estimated_usd=usd, deferrable=False)
 
 
 def test_unknown_on_exceeded_is_rejected_at_parse_time() -> None:
@@ -349,9 +354,13 @@ def test_a_misspelt_for_task_id_is_refused_before_anything_is_reserved(env_ledge
 @pytest.mark.parametrize("scope", ["", "  ", None])
 def test_a_scope_that_rendered_empty_is_refused_not_read_as_every_run(env_ledger: Ledger, scope: Any) -> None:
     env_ledger.set_budget("*", "month", "100")  # a global budget the empty scope used to reserve from
+    gate = sensor(deferrable=False)
+    gate.scope = scope  # as a template renders it
     with pytest.raises(AirflowFailException, match="reservation scope is empty: give the tags it counts"):
-        sensor(scope=scope, deferrable=False).poke(context())
+        gate.poke(context())
     assert env_ledger.open_reservations() == []
+    with pytest.raises(ValueError, match="scope is empty: give the tags it counts"):  # written out: at parse
+        sensor(scope=scope, deferrable=False)
     with pytest.raises(ValueError, match=r"budget scope is empty: .* or '\*' for every run"):
         env_ledger.set_budget(scope, "month", "5")
     assert {str(b.scope) for b in env_ledger.budgets()} == {"*", "project=churn"}

@@ -86,6 +86,7 @@ class SpendCapSensor(BaseSensorOperator):
         if on_exceeded not in ON_EXCEEDED:
             raise ValueError(f"on_exceeded={on_exceeded!r}: use one of {', '.join(ON_EXCEEDED)}")
         self._init_governance(on_exceeded, approvers, approval_timeout, on_rejected)
+        _check_written(scope, estimated_usd, estimated_gpu_hours)
         self.scope = scope
         self.estimated_usd = estimated_usd
         self.estimated_gpu_hours = estimated_gpu_hours
@@ -517,3 +518,25 @@ class SpendCapSensor(BaseSensorOperator):
             return result
         self._defer(context)
         return None
+
+
+def _check_written(scope: Any, estimated_usd: Any, estimated_gpu_hours: Any) -> None:
+    """The scope and the estimates as written out, checked when the DAG is parsed (templates: at run time).
+
+    A bare ``"project"``, an empty scope or ``"5 USD"`` passed the parse and failed the run, as
+    ``RemoteTrainingOperator``'s ``budget_scope`` did not.
+
+    Raises:
+        InvalidBudgetError: a scope that is blank or not ``key=value,...``.
+        ConfigurationError: an estimate that is not a number of USD (or GPU-hours) >= 0.
+    """
+    from costaware.core.budgets import Scope
+    from costaware.core.money import parse_usd
+    from costaware.operators.templating import is_literal
+
+    if is_literal(scope):
+        Scope.given(scope, what="scope")
+    if is_literal(estimated_usd):
+        parse_usd(estimated_usd, name="estimated_usd")
+    if is_literal(estimated_gpu_hours):
+        parse_usd(estimated_gpu_hours, name="estimated_gpu_hours")
