@@ -53,7 +53,15 @@ def parse_instant(
         try:
             value = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
         except ValueError as e:
-            raise error(f"{name} {value!r} is not ISO-8601") from e
+            # A setting (not a file's record) gets an example: "2h" is the usual mistake.
+            hint = (
+                ""
+                if issubclass(error, InvalidPriceDataError)
+                else ": write a time with its zone, e.g. '2026-01-31T06:00:00Z' (a duration such as '2h' is "
+                'none: add it to a time in a template, "{{ (data_interval_end + macros.timedelta(hours=2))'
+                '.isoformat() }}")'
+            )
+            raise error(f"{name} {value!r} is not ISO-8601{hint}") from e
     if not isinstance(value, datetime):
         raise error(f"{name} must be a datetime or ISO-8601 text, got {value!r}")
     if value.tzinfo is None or value.utcoffset() is None:
