@@ -90,6 +90,8 @@ def test_a_command_with_metrics_becomes_a_files_version_with_its_metrics(
     assert cli(["--ledger-url", ledger_url, "runs", "show", "scheduled__2026-01-01"]) == 0
     shown = capsys.readouterr().out
     assert f"model {result['version']}" in shown and '"steps": 6' in shown and '"loss": ' in shown
+    # What the built-in trainers record and a command's run does not have is left out (it read "mode: full").
+    assert "  mode: " not in shown and "  parent: " not in shown and "  data_fingerprint: " not in shown
     attempt = seen(tmp_path)[0]
     assert attempt == {"attempt": 1, "market": "spot", "start": 0, "grace": "110", "every": 300.0}
 

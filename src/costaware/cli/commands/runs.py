@@ -184,6 +184,10 @@ def _show_costs_only(entries: list[dict[str, Any]], run_id: str, fmt: str) -> in
     return 0
 
 
+#: Record fields of the built-in trainers only: for a team's own command they read empty or meaningless.
+_BUILT_IN_ONLY = frozenset({"data_fingerprint", "features_key", "mode", "parent"})
+
+
 def show_run(args: argparse.Namespace) -> int:
     """Print one run's outcome, cost and reproducibility record."""
     from costaware.adapters.ledger.efficiency import outcomes, run_outcome
@@ -246,7 +250,10 @@ def show_run(args: argparse.Namespace) -> int:
         if o.record is None:
             print("  none: the retrain did not record one (ledger unreachable, or an older costaware)")
             continue
+        own_command = o.record.trainer == "command"
         for name, value in o.record.to_json().items():
+            if own_command and name in _BUILT_IN_ONLY and (name in ("mode", "parent") or not value):
+                continue  # a team's command: what costaware did not read (a features_key given is shown)
             text = json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else str(value)
             print(f"  {name}: {text}")
     return 0
