@@ -46,6 +46,21 @@ def test_what_is_left_buys_seconds_at_the_attempts_price_less_its_grace_period()
     assert capped_seconds(capped(None), cap_rate(capped(None), "spot")) is None  # no cap, no limit
 
 
+def test_the_stop_notice_comes_before_the_backends_own_kill_not_only_the_grace() -> None:
+    # The grace alone let a capped attempt bill past max_usd: the pod is killed 10 s after it, SageMaker
+    # ends a job 120 s after its SIGTERM, Batch at its stop timeout.
+    state = capped("1.00", spent="0.25")  # $0.75 at $0.50/hour on spot: 5,400 s
+    pod = replace(state, command=("python", "train.py"), plan=replace(state.plan, backend="kubernetes"))
+    assert capped_seconds(pod, cap_rate(pod, "spot")) == 5400 - 20
+    batch = replace(
+        state, plan=replace(state.plan, backend="batch", backend_options={"stop_timeout_seconds": 60})
+    )
+    assert capped_seconds(batch, cap_rate(batch, "spot")) == 5400 - 60
+    sagemaker = replace(state, plan=replace(state.plan, backend="sagemaker"))
+    # ... and SageMaker spot at the on-demand rate it bills: $0.75 at $2.00/hour is 1,350 s.
+    assert capped_seconds(sagemaker, cap_rate(sagemaker, "spot")) == 1350 - 120
+
+
 def test_a_spot_price_that_may_rise_and_several_instances_are_bounded() -> None:
     state = capped("1.00")
     # Billed at the price in force over its run (prices given): bounded at on-demand, or at the

@@ -689,6 +689,7 @@ class RemoteAttemptSteps(AttemptBilling):
             hold_cap,
             least_cap_usd_said,
             reserve_estimate,
+            stop_seconds,
         )
 
         plan = state.plan
@@ -769,7 +770,7 @@ class RemoteAttemptSteps(AttemptBilling):
         )
         lowered = replace(state, plan=replace(plan, max_usd=str(lowered_cap)))
         rate = cap_rate(lowered, plan.first_market)
-        least = least_cap_usd_said(rate, plan.grace_seconds)
+        least = least_cap_usd_said(rate, stop_seconds(lowered))
         if held < least and not retry:
             # Said here, naming the budget: the cap's own message would say to raise max_usd. A retry goes
             # on: its first submit follows the job its failed try left running (else it fails for the cap).

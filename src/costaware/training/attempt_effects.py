@@ -9,6 +9,7 @@ model version is stored. Logging and the mapping of failures to task outcomes st
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from datetime import datetime
 from decimal import Decimal
@@ -79,7 +80,38 @@ def capped_seconds(state: AttemptState, rate: Decimal) -> int | None:
     if left is None or rate <= 0:
         return None
     buys = left * 3600 / rate
-    return max(0, int(buys - Decimal(str(state.plan.grace_seconds))))  # rounded down: it ends before the cap
+    return max(0, int(buys - Decimal(str(stop_seconds(state)))))  # rounded down: it ends before the cap
+
+
+#: SageMaker's time from the SIGTERM at MaxRuntimeInSeconds to the end of the job, whatever the grace.
+SAGEMAKER_STOP_SECONDS = 120.0
+
+
+def stop_seconds(state: AttemptState) -> float:
+    """The most a job runs past its time limit: its grace period, or the backend's own kill delay if longer.
+
+    Kubernetes kills at the pod's ``terminationGracePeriodSeconds`` (a command's grace + 10 s), SageMaker
+    120 s after its SIGTERM, Batch at its ``stop_timeout_seconds``: the grace alone let a capped attempt
+    bill up to two minutes past ``max_usd``.
+    """
+    from costaware.adapters.compute.batch import ECS_STOP_TIMEOUT_SECONDS
+    from costaware.adapters.compute.kubernetes import LAUNCHER_MARGIN_SECONDS
+
+    plan = state.plan
+    grace = float(plan.grace_seconds)
+    options = plan.backend_options
+    if plan.backend == "kubernetes":
+        pod = (
+            math.ceil(grace) + LAUNCHER_MARGIN_SECONDS
+            if state.command
+            else float(options.get("termination_grace_seconds", 110))
+        )
+        return max(grace, float(pod))
+    if plan.backend == "sagemaker":
+        return max(grace, SAGEMAKER_STOP_SECONDS)
+    if plan.backend == "batch":
+        return max(grace, float(options.get("stop_timeout_seconds", ECS_STOP_TIMEOUT_SECONDS)))
+    return grace
 
 
 def least_cap_usd(rate: Decimal, grace_seconds: float) -> Decimal:
@@ -114,7 +146,7 @@ def cap_spent_message(
         f"beyond its {plan.grace_seconds:g} s grace period"
     )
     if not state.attempts:
-        least = least_cap_usd_said(rate, plan.grace_seconds)
+        least = least_cap_usd_said(rate, stop_seconds(state))
         todo = plan.max_usd_note or f"raise max_usd to at least {format_usd_exact(least)}"
         return f"max_usd {format_usd_exact(cap)} buys {buys}: {todo}; nothing was started"
     # Where the budgets lowered the cap, raising max_usd does nothing: the note says what does.

@@ -525,6 +525,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
 
         from costaware.adapters.compute.base import JobState, JobStatus, billed_instances, open_backend
         from costaware.core.errors import ComputeBackendError, JobNotFoundError
+        from costaware.training.attempt_effects import stop_seconds
 
         assert self.job_id is not None and state.current is not None
         backend = open_backend(self.backend, self.backend_options)
@@ -583,7 +584,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             status, seen_at, unpriced = polled, utcnow(), False
             if status.state.done:
                 return dict(status.to_dict()), True, False
-        latest_end = utcnow() if gone else stopped_at + timedelta(seconds=float(state.plan.grace_seconds))
+        # The backend's own kill comes at stop_seconds (SageMaker's 120 s, the pod's grace + 10 s).
+        latest_end = utcnow() if gone else stopped_at + timedelta(seconds=stop_seconds(state))
         billable = status.billable_seconds
         if status.state != JobState.PENDING:
             billable += count * max(0.0, (latest_end - seen_at).total_seconds())
@@ -600,8 +602,9 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             reason = f"stopped when {why}, while it waited to start: it never ran"
         else:
             reason = (
-                f"stopped when {why}; not ended after {wait_seconds:.0f} s, billed to the end of its "
-                f"{state.plan.grace_seconds:.0f} s grace period, the latest it can run"
+                f"stopped when {why}; not ended after {wait_seconds:.0f} s, billed to "
+                f"{stop_seconds(state):.0f} s after the stop (its grace period, or the backend's own kill if "
+                "later), the latest it can run"
             )
         ended = replace(
             status,
