@@ -446,7 +446,8 @@ class BatchBackend:
 
     def stop(self, job_id: str) -> None:
         try:
-            self.client.terminate_job(jobId=job_id, reason="stopped by costaware (deadline fallback)")
+            # One reason for every stop (a pause, a kill, the deadline fallback): it said "deadline fallback".
+            self.client.terminate_job(jobId=job_id, reason="stopped by costaware (see the Airflow task log)")
         except Exception as e:
             raise aws_error(
                 e,
