@@ -523,6 +523,10 @@ def test_a_task_cleared_after_a_code_error_runs_a_new_attempt(
     ("kwargs", "message"),
     [
         ({"objective": "carbn"}, "objective 'carbn'"),
+        # Written out empty, market "" was on-demand, unsaid; a zone as the region failed the run.
+        ({"market": ""}, "market is '': leave it out to take the spot window decision's"),
+        ({"instance_type": ""}, "instance_type is ''"),
+        ({"region": "us-east-1a"}, "region 'us-east-1a' is a zone: region takes regions"),
         ({"objective": "cost+carbon", "pause_on_price": True}, "needs carbon_usd_per_tonne"),
         ({"objective": "carbon", "pause_on_price": True, "carbon": "gb"}, "did you mean 'GB'"),
         # The pause rule is all the objective steers here: without it, nothing was carbon-aware, unsaid.
@@ -532,7 +536,7 @@ def test_a_task_cleared_after_a_code_error_runs_a_new_attempt(
         ),
     ],
 )
-def test_objective_settings_written_out_fail_when_the_dag_is_parsed(
+def test_settings_written_out_fail_when_the_dag_is_parsed(
     tmp_path: Path, kwargs: dict[str, Any], message: str
 ) -> None:
     # Found after rendering, they failed the task once the spend gate had reserved its money.

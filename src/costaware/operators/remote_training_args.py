@@ -175,8 +175,17 @@ class RemotePlanArguments:
         # Templated, checked again by the plan; a value written out is checked now, when the DAG is parsed.
         if is_literal(backend):
             check_backend(backend)
+        # Written out empty, they were read as unset: market "" as on-demand, unsaid. Left out: unset.
+        for name, value in (("market", market), ("instance_type", instance_type), ("region", region)):
+            if isinstance(value, str) and not value.strip():
+                raise ConfigurationError(
+                    f"{type(self).__name__} {self.task_id!r}: {name} is '': leave it out to take the spot "
+                    "window decision's, or give one"
+                )
         if is_literal(market) and blank(market) is not None:
             check_market(market)
+        if is_literal(region) and region is not None:
+            check_aws_regions([str(region)], name="region")  # "us-east-1a" (a zone) or "us east 1"
         if is_literal(priority) and blank(priority) is not None:
             check_priority(priority)
         self.backend = backend
