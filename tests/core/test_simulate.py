@@ -360,17 +360,21 @@ def test_cli_zones_fail_over(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "--zones item 'us-east-1a' must be ZONE=TRACE" in capsys.readouterr().err
 
 
+#: A jobs file's row of an on-premises job (its own power, no instance type or region).
+POWER_JOB = {
+    "name": "n1",
+    "power_kw": "6.5",
+    "submit_time": "2023-06-14T22:00:00Z",
+    "runtime_hours": "3",
+    "deadline_hours": "12",
+    "checkpoint_minutes": "30",
+    "restart_overhead_minutes": "5",
+}
+
+
 def test_a_power_job_needs_no_instance_type_or_region() -> None:
     # docs/carbon.md's power jobs were refused: "job 'n1' lacks instance_type, region".
-    row = {
-        "name": "n1",
-        "power_kw": "6.5",
-        "submit_time": "2023-06-14T22:00:00Z",
-        "runtime_hours": "3",
-        "deadline_hours": "12",
-        "checkpoint_minutes": "30",
-        "restart_overhead_minutes": "5",
-    }
+    row = dict(POWER_JOB)
     job = Job.from_mapping(row)
     assert (job.power_kw, job.instance_type, job.region) == (Decimal("6.5"), "", "")
     with pytest.raises(ConfigurationError, match=r"lacks instance_type, region; .*\(or power_kw instead of"):
@@ -379,16 +383,7 @@ def test_a_power_job_needs_no_instance_type_or_region() -> None:
 
 def test_an_unknown_column_is_named_with_the_one_meant() -> None:
     # "availabilty_zone" or "prio" dropped the setting in silence: the job replayed unpinned, as normal.
-    row = {
-        "name": "a",
-        "power_kw": "6.5",
-        "submit_time": "2023-06-14T22:00:00Z",
-        "runtime_hours": "3",
-        "deadline_hours": "12",
-        "checkpoint_minutes": "30",
-        "restart_overhead_minutes": "5",
-        "availabilty_zone": "us-east-1f",
-    }
+    row = {**POWER_JOB, "name": "a", "availabilty_zone": "us-east-1f"}
     with pytest.raises(
         ConfigurationError,
         match=r"job 'a' has unknown column\(s\) 'availabilty_zone' \(did you mean 'availability_zone'",

@@ -24,6 +24,19 @@ def trigger(tmp_path: Any) -> RemoteTrainingJobTrigger:
     )
 
 
+def answering(monkeypatch: pytest.MonkeyPatch, answers: list[Any]) -> None:
+    """The local backend's polls answer ``answers`` in turn (an exception is raised)."""
+    from costaware.adapters.compute.local import LocalBackend
+
+    def poll(self: LocalBackend, job_id: str) -> Any:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(LocalBackend, "poll", poll)
+
+
 def first_event(watch: RemoteTrainingJobTrigger) -> dict[str, Any]:
     return asyncio.run(watch.run().__anext__()).payload  # type: ignore[no-any-return]
 
@@ -84,21 +97,13 @@ def test_a_job_deleted_under_the_watch_is_an_interruption_billed_from_what_was_s
     from datetime import datetime, timedelta, timezone
 
     from costaware.adapters.compute.base import JobState, JobStatus
-    from costaware.adapters.compute.local import LocalBackend
     from costaware.core.errors import JobNotFoundError
 
     running = JobStatus(
         job_id="j", state=JobState.RUNNING, market="spot", instance_type="g5.xlarge", billable_seconds=600.0
     )
     answers: list[Any] = [running, JobNotFoundError("404")]
-
-    def poll(self: LocalBackend, job_id: str) -> Any:
-        answer = answers.pop(0)
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-
-    monkeypatch.setattr(LocalBackend, "poll", poll)
+    answering(monkeypatch, answers)
     watch = trigger(tmp_path)
     t0 = datetime(2026, 3, 1, 12, tzinfo=timezone.utc)
     assert watch.poll_once(t0) is None  # running: 600 s so far
@@ -145,20 +150,12 @@ def test_a_job_seen_waiting_then_deleted_is_billed_from_when_it_was_seen_not_its
     from datetime import datetime, timedelta, timezone
 
     from costaware.adapters.compute.base import JobState, JobStatus
-    from costaware.adapters.compute.local import LocalBackend
     from costaware.core.errors import JobNotFoundError
 
     submitted = datetime(2026, 3, 1, 9, tzinfo=timezone.utc)
     waiting = JobStatus(job_id="j", state=JobState.PENDING, market="spot", instance_type="")
     answers: list[Any] = [waiting, JobNotFoundError("404")]
-
-    def poll(self: LocalBackend, job_id: str) -> Any:
-        answer = answers.pop(0)
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-
-    monkeypatch.setattr(LocalBackend, "poll", poll)
+    answering(monkeypatch, answers)
     state = {**STATE, "current": {**STATE["current"], "submitted_at": submitted.isoformat()}}  # type: ignore[dict-item]
     watch = RemoteTrainingJobTrigger(
         backend="local", backend_options={"root": str(tmp_path)}, job_id="j", state=state, poll_interval=0.01

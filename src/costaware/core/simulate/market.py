@@ -115,18 +115,27 @@ def market_for(job: Job, data: MarketData, plan: TickPlan, tick: timedelta) -> T
     return _carbon_market(job, data, plan, tick, data.carbon_g_per_kwh)
 
 
+def _check_covers(job: Job, series: PriceSeries, start: datetime, end: datetime, what: str) -> None:
+    """Refuse a job whose hours (its deadline plus a forced finish) an hourly series does not cover.
+
+    Raises:
+        PriceNotFoundError: the job, its hours and what the series covers.
+    """
+    covers_until = series.last + timedelta(hours=1)
+    if start < series.start or end > covers_until:
+        raise PriceNotFoundError(
+            f"job {job.name!r} runs from {start.isoformat()} up to {end.isoformat()} (its deadline plus a "
+            f"forced finish), outside {series.name}, which covers {series.start.isoformat()} to "
+            f"{covers_until.isoformat()}; give {what} covering the jobs' hours"
+        )
+
+
 def _carbon_market(
     job: Job, data: MarketData, plan: TickPlan, tick: timedelta, carbon: PriceSeries
 ) -> TickMarket:
     """The cost market with the objective's values, the real USD and the kg CO2e per hour of every tick."""
     objective, start, count = data.objective, job.submit_time, plan.horizon
-    end = start + count * tick
-    if start < carbon.start or end > carbon.last + timedelta(hours=1):
-        raise PriceNotFoundError(
-            f"job {job.name!r} runs from {start.isoformat()} up to {end.isoformat()} (its deadline plus a "
-            f"forced finish), outside {carbon.name}, which covers {carbon.start.isoformat()} to "
-            f"{(carbon.last + timedelta(hours=1)).isoformat()}; give a carbon file covering the jobs' hours"
-        )
+    _check_covers(job, carbon, start, start + count * tick, "a carbon file")
     kw = _power_kw(job, data)
     if objective.name == "carbon" and _no_prices(job, data):
         # Emissions only: an instance type still has its catalog's on-demand price; own power has none.
@@ -193,16 +202,9 @@ def _cost_market(job: Job, data: MarketData, plan: TickPlan, tick: timedelta) ->
                 "CSV (timestamp_utc,usd_per_mwh) as --prices"
             )
         prices = data.electricity_usd_per_mwh
-        end = start + count * tick
-        if start < prices.start or end > prices.last + timedelta(hours=1):
-            # An hourly market, unlike spot's change-only records: outside it, a held price is no price
-            # (the replay read its first or last hour for every hour, and said nothing).
-            raise PriceNotFoundError(
-                f"job {job.name!r} runs from {start.isoformat()} up to {end.isoformat()} (its deadline plus "
-                f"a forced finish), outside {prices.name}, which covers {prices.start.isoformat()} to "
-                f"{(prices.last + timedelta(hours=1)).isoformat()}; give an electricity file covering the "
-                "jobs' hours"
-            )
+        # An hourly market, unlike spot's change-only records: outside it, a held price is no price (the
+        # replay read its first or last hour for every hour, and said nothing).
+        _check_covers(job, prices, start, start + count * tick, "an electricity file")
         per_hour = prices.scaled(job.power_kw / 1000, name=f"power for {job.name}")
         fitted = PriceForecast.fit(per_hour, at=start, weeks=data.forecast_weeks)
         return TickMarket(
