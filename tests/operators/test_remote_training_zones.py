@@ -561,6 +561,8 @@ def test_sagemaker_managed_spot_billable_time_is_priced_at_on_demand(ledger: Any
     assert entry["usd"] == Decimal("12")
     # On-demand would have billed the whole 10 h: the saving read $0 against the billable 3 h.
     assert entry["on_demand_usd"] == Decimal("40")
+    # The machine ran those 10 h: GPU-hours (a g5.xlarge has one GPU) count them, not the billable 3 h.
+    assert entry["gpu_hours"] == Decimal("10")
     # And max_usd bounds a SageMaker spot attempt at on-demand: billable time can come up to the run's.
     from costaware.training.attempt_effects import cap_rate
 

@@ -127,11 +127,12 @@ def attempt_entry(
     """
     seconds = Decimal(str(round(float(job["billable_seconds"]), 3)))
     hours, usd = compute_cost(seconds, usd_per_hour)
-    # SageMaker managed spot: billable seconds at on-demand, the saving in their fewness. On-demand would
-    # have billed the whole run (its training seconds): the saving, which read $0 against the billable ones.
+    # SageMaker managed spot: billable seconds at on-demand, the saving in their fewness. The machines ran
+    # the whole training time: what on-demand would have billed (the saving read $0 against the billable
+    # seconds), and the GPU-hours and the energy used.
     ran = (job.get("metrics") or {}).get("on_demand_seconds")
-    counterfactual = Decimal(str(round(float(ran), 3))) if ran is not None else seconds
-    on_demand = compute_cost(counterfactual, on_demand_usd_per_hour)[1] if on_demand_usd_per_hour else None
+    ran_seconds = Decimal(str(round(float(ran), 3))) if ran is not None else seconds
+    on_demand = compute_cost(ran_seconds, on_demand_usd_per_hour)[1] if on_demand_usd_per_hour else None
     ended = job.get("ended_at")
     end = datetime.fromtimestamp(float(ended), timezone.utc) if ended is not None else utcnow()
     key = attempt_key(identity, str(job["job_id"]), ended)
@@ -155,7 +156,7 @@ def attempt_entry(
         on_demand_usd=on_demand,
         tags=dict(tags),
         trial=str(tags["trial"])[:250] if tags.get("trial") else None,
-        gpu_hours=(hours * gpus).quantize(Decimal("0.000001")),
+        gpu_hours=(ran_seconds / 3600 * gpus).quantize(Decimal("0.000001")),
         outcome=OUTCOMES.get(str(job["state"]), "failed"),
         cause=cause or CAUSES.get(str(job["state"]), "code_error"),
         price_source=f"remote:{backend}",
@@ -168,7 +169,7 @@ def attempt_entry(
         entry,
         instance_type=entry.instance_type,
         region=entry.region,
-        start=end - timedelta(seconds=float(seconds)),
+        start=end - timedelta(seconds=float(ran_seconds)),
         end=end,
         cpu_seconds=None,
     )
