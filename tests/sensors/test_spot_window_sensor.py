@@ -360,6 +360,7 @@ def test_bad_inputs_fail_without_retry_and_write_nothing(
         ({"objective": "carbon", "carbon": "gb"}, "grid zone 'gb': did you mean 'GB'"),
         ({"objective": "carbon", "region": "us-east-1"}, "region 'us-east-1' has no known grid zone"),
         ({"carbon": "GB"}, "carbon='GB' is read only by objective 'carbon' or 'cost\\+carbon', not 'cost'"),
+        ({"instance_type": ""}, "instance_type is '': give one"),
         (
             {"objective": "carbon", "carbon": "GB", "carbon_usd_per_tonne": 100},
             "carbon_usd_per_tonne=100 is read only by objective 'cost\\+carbon', not 'carbon'",

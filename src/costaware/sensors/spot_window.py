@@ -220,6 +220,10 @@ class SpotWindowSensor(BaseSensorOperator):
         from costaware.adapters.spot_market import check_carbon_source
         from costaware.core.zone_choice import region_of
 
+        for name in ("instance_type", "region", "expected_runtime_hours"):  # a deadline "": the run's end
+            value = getattr(self, name)
+            if isinstance(value, str) and not value.strip():  # written out empty: it failed the run
+                raise ConfigurationError(f"{name} is '': give one (an unset variable or param, most likely)")
         region = self.region if is_literal(self.region) and self.region else None
         if region is not None:
             check_aws_regions([str(region)], name="region")
