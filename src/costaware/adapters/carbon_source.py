@@ -250,11 +250,12 @@ def imported_carbon(zone: str, at: datetime) -> PriceSeries | None:
     if not series:
         return None
     at = _utc(at, "at")
+    bundled = zone in bundled_zones()
     covering = [s for s in series if s.start <= at < s.last + _HOUR]
     if not covering:
-        return None if zone in bundled_zones() else max(series, key=lambda s: s.last)
+        return None if bundled else max(series, key=lambda s: s.last)
     newest = max(covering, key=lambda s: s.last)
-    return _then_typical_year(newest, zone, until=at + FILLED_AHEAD) if zone in bundled_zones() else newest
+    return _then_typical_year(newest, zone, until=at + FILLED_AHEAD) if bundled else newest
 
 
 #: How far past a decision's hour an import shorter than that is followed by the bundled typical year.

@@ -638,24 +638,22 @@ class RemoteAttemptSteps(AttemptBilling):
         # The last attempt billed, from the notes (an older note says none: one attempt per entry).
         last = max(numbers) if len(numbers) == len(billed) else max([len(billed), *numbers])
         names = {n: job_name(plan.base_name, n) for n in range(1, last + 1)}
+        first, followed = last + 1, Decimal(0)
         if billed[-1].cause in FAILED_FOR_GOOD:
             # The training failed for good (no Airflow retry follows that), so a person cleared the task,
             # most likely after a fix: followed again, the failed job failed this try at once, for ever.
-            lost, first, followed = last, last + 1, Decimal(0)
+            lost = last
+            why = f"attempt {lost}'s job ({names[lost]}) failed ({billed[-1].cause.replace('_', ' ')})"
         else:
             missing = next((n for n, name in names.items() if backend.find(name) is None), None)
             if missing is None:
                 return state, billed_not_followed(billed)  # each is still there: followed in order
-            lost, first, followed = missing, last + 1, Decimal(0)
+            lost = missing
+            why = f"the {plan.backend} backend no longer has attempt {lost}'s job ({names[lost]})"
             if lost != last:  # the last attempt's job is still there: followed again, it counts in the state
                 first = last
                 followed = next(entry.usd for entry in reversed(billed) if entry.attempt == last)
         name = job_name(plan.base_name, first)
-        why = (
-            f"attempt {lost}'s job ({names[lost]}) failed ({billed[-1].cause.replace('_', ' ')})"
-            if billed[-1].cause in FAILED_FOR_GOOD
-            else f"the {plan.backend} backend no longer has attempt {lost}'s job ({names[lost]})"
-        )
         # The last attempt's job was found above; only a next one may not exist yet.
         if first > self.max_attempts and first > last and backend.find(name) is None:
             raise AirflowFailException(

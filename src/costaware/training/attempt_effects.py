@@ -9,7 +9,6 @@ model version is stored. Logging and the mapping of failures to task outcomes st
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Mapping
 from datetime import datetime
 from decimal import Decimal
@@ -95,16 +94,18 @@ def stop_seconds(state: AttemptState) -> float:
     bill up to two minutes past ``max_usd``.
     """
     from costaware.adapters.compute.batch import ECS_STOP_TIMEOUT_SECONDS
-    from costaware.adapters.compute.kubernetes import LAUNCHER_MARGIN_SECONDS
+    from costaware.adapters.compute.kubernetes import TERMINATION_GRACE_SECONDS, pod_grace_seconds
 
     plan = state.plan
     grace = float(plan.grace_seconds)
     options = plan.backend_options
     if plan.backend == "kubernetes":
-        pod = (
-            math.ceil(grace) + LAUNCHER_MARGIN_SECONDS
-            if state.command
-            else float(options.get("termination_grace_seconds", 110))
+        pod = pod_grace_seconds(
+            grace,
+            is_command=bool(state.command),
+            termination_grace_seconds=int(
+                options.get("termination_grace_seconds", TERMINATION_GRACE_SECONDS)
+            ),
         )
         return max(grace, float(pod))
     if plan.backend == "sagemaker":

@@ -44,6 +44,19 @@ WORK_DIR = "/costaware"
 _WORK_VOLUME = "costaware-work"
 #: What the launcher gets after its grace period to push the last checkpoint before the kubelet's SIGKILL.
 LAUNCHER_MARGIN_SECONDS = 10
+#: The built-in trainers' pod's SIGTERM-to-SIGKILL (``termination_grace_seconds``), inside the spot notice.
+TERMINATION_GRACE_SECONDS = 110
+
+
+def pod_grace_seconds(grace_seconds: float, *, is_command: bool, termination_grace_seconds: int) -> int:
+    """The pod's ``terminationGracePeriodSeconds``: when the kubelet kills it after a stop or a drain.
+
+    A user command's is its own grace period + 10 s (the launcher's last push first); the built-in
+    trainers' is ``termination_grace_seconds``.
+    """
+    if is_command:
+        return math.ceil(grace_seconds) + LAUNCHER_MARGIN_SECONDS
+    return int(termination_grace_seconds)
 
 
 def render_pod(
@@ -57,7 +70,7 @@ def render_pod(
     tolerations: Sequence[Mapping[str, Any]] = (),
     node_selector: Mapping[str, str] | None = None,
     service_account: str | None = None,
-    termination_grace_seconds: int = 110,
+    termination_grace_seconds: int = TERMINATION_GRACE_SECONDS,
     labels: Mapping[str, str] | None = None,
     work_dir: str = WORK_DIR,
 ) -> dict[str, Any]:
@@ -87,10 +100,12 @@ def render_pod(
     if request.instance_type:
         selector.setdefault(INSTANCE_LABEL, request.instance_type)
     env = request.environment(work_dir=work_dir)
-    grace = int(termination_grace_seconds)
-    if request.is_command:
-        grace = math.ceil(request.grace_seconds) + LAUNCHER_MARGIN_SECONDS
-    else:
+    grace = pod_grace_seconds(
+        request.grace_seconds,
+        is_command=request.is_command,
+        termination_grace_seconds=termination_grace_seconds,
+    )
+    if not request.is_command:
         # The built-in trainers' pod keeps termination_grace_seconds; their launcher sends its own SIGKILL
         # 10 s earlier, so that it can still push the last checkpoint before the kubelet's.
         env[GRACE_SECONDS] = str(max(1, grace - LAUNCHER_MARGIN_SECONDS))
@@ -250,7 +265,7 @@ class KubernetesBackend:
         tolerations: Sequence[Mapping[str, Any]] = (),
         node_selector: Mapping[str, str] | None = None,
         service_account: str | None = None,
-        termination_grace_seconds: int = 110,
+        termination_grace_seconds: int = TERMINATION_GRACE_SECONDS,
         work_dir: str = WORK_DIR,
         image: str = "",
     ) -> None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import re
 import shutil
@@ -247,12 +246,12 @@ class LocalBackend:
                 **common,
             )
         try:
-            started_at = float((folder / "started").read_text().strip() or "nan")
+            started = (folder / "started").read_text().strip()
         except FileNotFoundError:
-            started_at = math.nan
-        if math.isnan(started_at):  # not started (a folder of an older release may hold an empty file)
+            started = ""
+        if not started:  # not started (a folder of an older release may hold an empty file)
             return JobStatus(state=JobState.PENDING, **common)
-        seconds = max(0.0, time.time() - started_at)
+        seconds = max(0.0, time.time() - float(started))
         return JobStatus(state=JobState.RUNNING, billable_seconds=seconds, **common)
 
     def pid(self, job_id: str) -> int | None:
