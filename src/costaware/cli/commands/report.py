@@ -43,13 +43,14 @@ def report(args: argparse.Namespace) -> int:
         from costaware.cli.commands.efficiency import report_efficiency
 
         return report_efficiency(args)
-    efficiency_only = {
-        "--runs-per-month": None,
-        "--min-tries": 3,
-        "--memory-margin": 0.25,
-        "--min-saving-usd": "0.01",
-    }
-    given = [f for f, default in efficiency_only.items() if getattr(args, f[2:].replace("-", "_")) != default]
+    # Their defaults are the parser's own, so that a changed default is no setting "given".
+    parser = getattr(args, "command_parser", None)
+    efficiency_only = ("runs_per_month", "min_tries", "memory_margin", "min_saving_usd")
+    given = [
+        f"--{dest.replace('_', '-')}"
+        for dest in efficiency_only
+        if parser is not None and getattr(args, dest) != parser.get_default(dest)
+    ]
     if given:  # accepted in silence, they changed nothing
         raise ConfigurationError(
             f"{', '.join(given)} apply only with --efficiency: add it, or leave them out"
