@@ -73,18 +73,33 @@ def stopped_job_status(stopped: Mapping[str, Any], *, now: datetime, instances: 
     It ended by ``now`` at the latest: billed as the status seen before the stop plus the time since on its
     ``instances``, which is at most one poll more than it ran, never less (pure).
     """
+    from costaware.adapters.compute.base import JobStatus
+
+    return _ended_by_now(
+        JobStatus.from_dict(stopped["job"]),
+        parse_instant(stopped["seen_at"], name="seen_at"),
+        now=now,
+        instances=instances,
+        reason="stopped for a pause; the backend no longer has the job, so it is billed up to now",
+    )
+
+
+def _ended_by_now(seen: Any, seen_at: datetime, *, now: datetime, instances: int, reason: str) -> Any:
+    """``seen`` (a ``JobStatus``) interrupted by ``now``: its billed time and the time since on ``instances``.
+
+    Never less than it ran, at most one poll more (pure).
+    """
     from dataclasses import replace
 
-    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.adapters.compute.base import JobState
 
-    seen = JobStatus.from_dict(stopped["job"])
-    since = max(0.0, (now - parse_instant(stopped["seen_at"], name="seen_at")).total_seconds())
+    since = max(0.0, (now - seen_at).total_seconds())
     return replace(
         seen,
         state=JobState.INTERRUPTED,
         billable_seconds=seen.billable_seconds + since * instances,
         ended_at=now.timestamp(),
-        reason="stopped for a pause; the backend no longer has the job, so it is billed up to now",
+        reason=reason,
     )
 
 
@@ -105,38 +120,28 @@ def vanished_job_status(
     submit, which may count time it queued: never less than it ran. A job never seen is "not listed yet"
     (a backend's eventual consistency) until ``listed_grace`` seconds after its submit (pure).
     """
-    from dataclasses import replace
-
     from costaware.adapters.compute.base import JobState, JobStatus
 
-    current = state.get("current") or {}
-    submitted = current.get("submitted_at")
-    since_submit = (
-        max(0.0, (now - parse_instant(submitted, name="submitted_at")).total_seconds()) if submitted else None
-    )
-    seen: Any = None
     if last_seen is not None:  # waiting when seen: it can have run since then at the most
         seen, seen_at = last_seen
-        billable = seen.billable_seconds + max(0.0, (now - seen_at).total_seconds()) * instances
         reason = "the backend no longer has the job (a drain or a reclaim deleted it): billed up to now"
-    elif since_submit is not None and since_submit >= listed_grace:
-        billable = since_submit * instances
-        reason = (
-            "the backend no longer has the job, and it was not seen here: billed from its submit up to now, "
-            "the most it can have run"
-        )
-    else:
+        return _ended_by_now(seen, seen_at, now=now, instances=instances, reason=reason)
+    current = state.get("current") or {}
+    submitted = current.get("submitted_at")
+    if not submitted:
         return None
-    base = seen or JobStatus(
+    submitted_at = parse_instant(submitted, name="submitted_at")
+    if max(0.0, (now - submitted_at).total_seconds()) < listed_grace:
+        return None
+    # Never seen: as a job seen at its submit with nothing billed, the most it can have run.
+    unseen = JobStatus(
         job_id=job_id, state=JobState.RUNNING, market=str(current.get("market") or ""), instance_type=""
     )
-    return replace(
-        base,
-        state=JobState.INTERRUPTED,
-        billable_seconds=billable,
-        ended_at=now.timestamp(),
-        reason=reason,
+    reason = (
+        "the backend no longer has the job, and it was not seen here: billed from its submit up to now, "
+        "the most it can have run"
     )
+    return _ended_by_now(unseen, submitted_at, now=now, instances=instances, reason=reason)
 
 
 def price_event(
