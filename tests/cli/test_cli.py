@@ -88,8 +88,6 @@ SET_BUDGET = ["budget", "set", "--scope", "project=x", "--period", "month"]
         ([*SET_BUDGET, "--cap-usd", "-1"], "zero or more"),
         ([*SET_BUDGET, "--cap-usd", "nan"], "finite"),
         (["budget", "set", "--scope", "project", "--period", "month", "--cap-usd", "1"], "not key=value"),
-        # An unset shell variable: it set a catch-all budget that gated every run.
-        (["budget", "set", "--scope", " ", "--period", "month", "--cap-usd", "1"], "or --scope '*' for a"),
         (["report", "--group-by", "week"], "cannot group by 'week'"),
         (["report", "--last-run"], "--last-run needs --dag-id"),
         # --run-id was silently ignored.
@@ -126,8 +124,6 @@ SET_BUDGET = ["budget", "set", "--scope", "project=x", "--period", "month"]
         ),  # traceback
         (["cache", "gc", "--older-than-minutes", "-5"], "--older-than-minutes must be 0 or more"),
         (["runs", "list", "--limit", "0"], "--limit must be 1 or more, got 0"),  # said "no outcomes yet"
-        # A script's unset variable: the default ledger was written without a word.
-        ([*SET_BUDGET, "--cap-usd", "5", "--ledger-url", " "], "--ledger-url is empty: give the ledger"),
     ],
 )
 def test_bad_input_is_a_clear_error_and_writes_nothing(
@@ -226,8 +222,9 @@ def test_budget_delete_removes_a_budget_once_nothing_is_held_in_it(
     assert "no budget '*/month' to delete (budgets: none)" in capsys.readouterr().err
     # An unset shell variable would name the catch-all '*': refused, as budget set refuses it.
     ledger.set_budget("*", "month", "50")
-    assert main([*delete[:5], " ", *delete[6:]]) == 2
-    assert "--scope is empty" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="2"):
+        main([*delete[:5], " ", *delete[6:]])
+    assert "argument --scope: empty: give the budget's tags" in capsys.readouterr().err
     assert [b.label for b in ledger.budgets()] == ["*/month"]
 
 
@@ -336,8 +333,9 @@ def test_budget_holds_lists_what_is_reserved_and_by_which_task(
     assert "scheduled__0" not in table  # settled: no longer held
     assert main(["--ledger-url", ledger_url, "budget", "holds", "--scope", "project=none"]) == 0
     assert "no open holds of project=none: nothing is reserved" in capsys.readouterr().out
-    assert main(["--ledger-url", ledger_url, "budget", "holds", "--scope", ""]) == 2
-    assert "--scope is empty" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="2"):
+        main(["--ledger-url", ledger_url, "budget", "holds", "--scope", ""])
+    assert "argument --scope: empty: give a value (only holds of" in capsys.readouterr().err
 
 
 def test_budget_show_gives_the_gpu_hours_beside_the_dollars_where_a_budget_caps_them(
@@ -615,8 +613,9 @@ def test_budget_show_refuses_an_empty_scope_and_notes_one_no_budget_names(
     assert main([*argv, "set", "--scope", "*", "--period", "total", "--cap-usd", "100"]) == 0
     assert main([*argv, "set", "--scope", "project=churn", "--period", "month", "--cap-usd", "5"]) == 0
     capsys.readouterr()
-    assert main([*argv, "show", "--scope", ""]) == 2
-    assert "--scope is empty" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="2"):
+        main([*argv, "show", "--scope", ""])
+    assert "argument --scope: empty: give the tags of the work" in capsys.readouterr().err
     # A typo showed the catch-all budget alone, as if that were all there is.
     assert main([*argv, "show", "--scope", "project=chrun"]) == 0
     assert "no budget names scope 'project=chrun': only the catch-all" in capsys.readouterr().err
@@ -644,3 +643,41 @@ def test_budget_release_gives_back_a_hold_nothing_will_settle_and_audits_it(
     assert main(["--ledger-url", ledger_url, "audit", "--action", "hold_release", "--format", "json"]) == 0
     (line,) = json.loads(capsys.readouterr().out)
     assert (line["action"], line["target"]) == ("hold_release", "d/manual__1/train/-1")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        # An unset shell variable: it set a catch-all budget that gated every run.
+        (["budget", "set", "--scope", " ", "--period", "month", "--cap-usd", "1"], "or '*' for the budget"),
+        # A script's unset variable: the default ledger was written without a word.
+        (["--ledger-url", " ", *SET_BUDGET, "--cap-usd", "5"], "--ledger-url: empty: give the ledger's URL"),
+        ([*SET_BUDGET, "--cap-usd", "5", "--ledger-url", ""], "--ledger-url: empty: give the ledger's URL"),
+        # Read as "not given": the default time zone, the default store (listed, or evicted from).
+        ([*SET_BUDGET, "--cap-usd", "5", "--timezone", ""], "--timezone: empty: give a value (where days"),
+        (["cache", "evict", "--store", "", "--max-entries", "1"], "--store: empty: give a value (cache root"),
+        (["cache", "list", "--region", " "], "--region: empty: give a value (S3 client region), or leave"),
+        # An empty table of every type, as if no filter were given.
+        (["prices", "list", "--gpu-model", ""], "--gpu-model: empty: give a value (this GPU"),
+        # It made a ledger before it refused the type.
+        (["prices", "show", ""], "argument instance_type: empty: give a value (e.g. m5.large"),
+        (["prices", "show", "m5.large", "--region", ""], "--region: empty: give a value (AWS region code"),
+        (["prices", "import", "missing.json", "--types", ""], "--types: empty: give a type or pattern"),
+        (["prices", "refresh", "--types", " "], "--types: empty: give a type or pattern"),
+        (["carbon", "show", "--zone", ""], "--zone: empty: give a value (grid zone, e.g. GB"),
+        (["budget", "release", "--holder", ""], "--holder: empty: give a value (the hold's holder"),
+        (["simulate", "--jobs", "jobs.csv", "--prices", "a.json", "--prices", ""], "--prices: empty"),
+    ],
+)
+def test_blank_text_is_refused_by_the_parser_and_nothing_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    # Blank text is most often an unset shell variable, never meant as "not given".
+    ledger_file, store = tmp_path / "ledger.db", tmp_path / "features"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COSTAWARE_LEDGER_URL", f"sqlite:///{ledger_file}")
+        mp.setenv("COSTAWARE_FEATURE_CACHE", str(store))
+        with pytest.raises(SystemExit, match="2"):
+            main(argv)
+    assert message in capsys.readouterr().err
+    assert not ledger_file.exists() and not store.exists()

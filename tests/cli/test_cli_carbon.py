@@ -204,5 +204,6 @@ def test_half_hourly_records_are_counted_as_hours_and_an_empty_zone_is_refused(
     assert (
         "imported 24 hour(s) in 48 records of GB carbon intensity" in capsys.readouterr().out
     )  # "48 hour(s)"
-    assert main(["carbon", "show", "--zone", "", "--start", "2026-11-20T00:00:00Z"]) == 2
-    assert "--zone is empty" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="2"):
+        main(["carbon", "show", "--zone", "", "--start", "2026-11-20T00:00:00Z"])
+    assert "--zone: empty: give a value (grid zone" in capsys.readouterr().err

@@ -27,15 +27,31 @@ if TYPE_CHECKING:
 
 
 class Arg:
-    """One command-line argument: the flags and keyword arguments of ``ArgumentParser.add_argument``."""
+    """One command-line argument: the flags and keyword arguments of ``ArgumentParser.add_argument``.
 
-    def __init__(self, *flags: str, **kwargs: Any) -> None:
+    A text value that is blank is refused while the command line is parsed (see :func:`refuse_blank`):
+    ``if_empty`` says what to give instead; ``allow_empty`` keeps blank text for a flag where it means
+    something (``--thresholds ''``: the defaults).
+    """
+
+    def __init__(self, *flags: str, if_empty: str | None = None, allow_empty: bool = False, **kwargs: Any):
         self.flags = flags
         self.kwargs = kwargs
+        self.if_empty = if_empty
+        self.allow_empty = allow_empty
 
     def add_to(self, parser: argparse.ArgumentParser) -> None:
         """Add this argument to ``parser``."""
-        parser.add_argument(*self.flags, **self.kwargs)
+        kwargs = dict(self.kwargs)
+        # Only plain text: a typed value (a number, a date) or a choice refuses '' on its own.
+        stores_text = kwargs.get("action", "store") in ("store", "append")
+        plain_text = stores_text and not {"type", "choices"} & set(kwargs)
+        if plain_text and not self.allow_empty:
+            optional = self.flags[0].startswith("-") and not kwargs.get("required")
+            what = f" ({kwargs['help'].replace('%%', '%')})" if "help" in kwargs else ""
+            generic = f"give a value{what}" + (", or leave the option out" if optional else "")
+            kwargs["type"] = refuse_blank(self.if_empty or generic)
+        parser.add_argument(*self.flags, **kwargs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +124,21 @@ class LazyChoices(Sequence[str]):
 # -- argument types -------------------------------------------------------------------------------
 
 
+def refuse_blank(hint: str) -> Callable[[str], str]:
+    """An argument type that refuses blank text, told with ``hint``, and keeps any other text as it is.
+
+    Blank text is most often a script's unset variable (``--store "$STORE"``): read as "not given", it
+    listed or evicted the default store, or set a budget in the default time zone, without a word.
+    """
+
+    def text(value: str) -> str:
+        if not value.strip():
+            raise argparse.ArgumentTypeError(f"empty: {hint}")
+        return value
+
+    return text
+
+
 def midnight_utc(text: str) -> datetime | None:
     """A date alone (``2026-11-01``) as its midnight UTC; None for text of another length (a time).
 
@@ -167,14 +198,8 @@ def open_ledger(args: argparse.Namespace, *, reading: bool = False) -> Ledger:
     from costaware.adapters.ledger.store import Ledger
     from costaware.core.errors import CostawareError
 
-    given = getattr(args, "ledger_url", None)
-    if given is not None and not given.strip():
-        # A script's unset variable (--ledger-url "$LEDGER") wrote to the default ledger without a word.
-        raise CostawareError(
-            "--ledger-url is empty: give the ledger's URL (e.g. postgresql://user:password@host/costaware), "
-            "or leave the option out for the default ledger"
-        )
-    url = given or default_ledger_url()
+    # A blank --ledger-url (a script's unset variable) is refused by the parser: not the default ledger.
+    url = getattr(args, "ledger_url", None) or default_ledger_url()
     missing = _missing_sqlite_file(url)
     if missing is not None and not reading:
         # Said, so that a mistyped path (sqlite:///tmp/x.db under the current folder, for sqlite:////tmp/x.db)
@@ -254,8 +279,14 @@ LEDGER_URL_HELP = (
     "$COSTAWARE_LEDGER_URL, else $AIRFLOW_HOME/costaware/ledger.db)"
 )
 #: Before the command (``costaware --ledger-url URL report``); the same flag after it sets it only if given.
-ARG_LEDGER_URL_GLOBAL = Arg("--ledger-url", help=LEDGER_URL_HELP)
-ARG_LEDGER_URL = Arg("--ledger-url", default=argparse.SUPPRESS, help=LEDGER_URL_HELP)
+LEDGER_URL_IF_EMPTY = (
+    "give the ledger's URL (e.g. postgresql://user:password@host/costaware), or leave the option out for the "
+    "default ledger"
+)
+ARG_LEDGER_URL_GLOBAL = Arg("--ledger-url", help=LEDGER_URL_HELP, if_empty=LEDGER_URL_IF_EMPTY)
+ARG_LEDGER_URL = Arg(
+    "--ledger-url", default=argparse.SUPPRESS, help=LEDGER_URL_HELP, if_empty=LEDGER_URL_IF_EMPTY
+)
 ARG_FORMAT = Arg("--format", choices=FORMATS, default="table", help="output format (default: table)")
 ARG_PERIOD = Arg(
     "--period",
@@ -270,7 +301,13 @@ ARG_GROUP_BY = Arg(
     metavar="{" + ",".join((*GROUP_BYS, "tag:<name>")) + "}",
     help="what one row of the report is (default: task)",
 )
-ARG_SCOPE = Arg("--scope", required=True, help="tags the budget covers, e.g. project=churn,team=ml")
+ARG_SCOPE = Arg(
+    "--scope",
+    required=True,
+    help="tags the budget covers, e.g. project=churn,team=ml",
+    # Most likely an unset shell variable: read as '*', it would set or delete the budget over every run.
+    if_empty="give the budget's tags, e.g. --scope project=churn, or '*' for the budget over every run",
+)
 ARG_DAG_ID = Arg("--dag-id", help="only this DAG")
 ARG_SINCE = Arg(
     "--since",
@@ -278,5 +315,10 @@ ARG_SINCE = Arg(
     help="ISO date (midnight UTC) or datetime with an offset (2026-11-01T00:00+01:00), inclusive",
 )
 ARG_UNTIL = Arg("--until", type=when, help="ISO date (midnight UTC) or datetime with an offset, exclusive")
-ARG_TYPES = Arg("--types", help="instance types to keep: a name or a glob such as 'm5*' or 'ml.g5.*'")
+ARG_TYPES = Arg(
+    "--types",
+    help="instance types to keep: a name or a glob such as 'm5*' or 'ml.g5.*'",
+    # It matched nothing, and the import blamed the file.
+    if_empty="give a type or pattern such as 'g5.*' or 'm5*', or leave --types out for all",
+)
 ARG_SERVICE = Arg("--service", choices=("ec2", "sagemaker"), default=None, help="default: from the type")

@@ -77,7 +77,12 @@ BUDGET_COMMANDS = (
         "spent, reserved and left for the budgets covering a scope",
         lazy_load_command(f"{_COMMANDS}.budget.budget_show"),
         (
-            Arg("--scope", required=True, help="tags, e.g. project=churn: every budget covering them"),
+            Arg(
+                "--scope",
+                required=True,
+                help="tags, e.g. project=churn: every budget covering them",
+                if_empty="give the tags of the work, e.g. --scope project=churn, or '*' for the catch-all",
+            ),
             Arg("--run-id", default=None, help="the DAG run, for budgets with period 'run'"),
             ARG_FORMAT,
             Arg(
@@ -176,7 +181,12 @@ ALERTS_COMMANDS = (
         (
             Arg("--scope", required=True, help="the budget's scope, e.g. project=churn"),
             ARG_PERIOD,
-            Arg("--thresholds", default=None, help="e.g. 50%%,80%%,100%%,forecast; '' for the defaults"),
+            Arg(
+                "--thresholds",
+                default=None,
+                help="e.g. 50%%,80%%,100%%,forecast; '' for the defaults",
+                allow_empty=True,
+            ),
             Arg(
                 "--notifiers",
                 default=None,

@@ -17,12 +17,6 @@ def budget_set(args: argparse.Namespace) -> int:
     from costaware.core.budgets import Period, Scope, find_budget, kept_settings
     from costaware.core.errors import InvalidBudgetError
 
-    if not str(args.scope).strip():
-        # Most likely an unset shell variable: it would set a budget over every run, gating all of them.
-        raise InvalidBudgetError(
-            "--scope is empty: give the tags the budget counts, e.g. --scope project=churn, or --scope '*' "
-            "for a budget over every run"
-        )
     ledger = open_ledger(args)
     budgets = ledger.budgets()
     existing = {(str(b.scope), b.period) for b in budgets}
@@ -81,12 +75,6 @@ def budget_delete(args: argparse.Namespace) -> int:
     from costaware.core.budgets import Period, Scope
     from costaware.core.errors import BudgetNotFoundError
 
-    if not str(args.scope).strip():
-        # An unset shell variable: it would delete the catch-all '*' budget.
-        raise BudgetNotFoundError(
-            "--scope is empty: give the budget's scope as `costaware budget list` shows it, e.g. "
-            "--scope project=churn, or --scope '*' for the budget over every run"
-        )
     ledger = open_ledger(args)
     deleted = ledger.delete_budget(args.scope, args.period, actor=current_actor())
     if deleted is None:
@@ -140,13 +128,8 @@ def budget_show(args: argparse.Namespace) -> int:
     """Print cap, spent, reserved, left and the forecast of each budget covering ``--scope``."""
     from costaware.adapters.ledger.governance import NoSchedule
     from costaware.core.budgets import Period, Scope
-    from costaware.core.errors import BudgetNotFoundError, InvalidBudgetError
+    from costaware.core.errors import BudgetNotFoundError
 
-    if not str(args.scope).strip():  # an unset shell variable: said, not read as every budget
-        raise InvalidBudgetError(
-            "--scope is empty: give the tags of the work, e.g. --scope project=churn, or '*' for the "
-            "catch-all"
-        )
     ledger = open_ledger(args, reading=True)
     scope = Scope.parse(args.scope)
     # A per-run budget has no usage without a run: said, rather than left out unsaid.
@@ -239,12 +222,7 @@ def budget_holds(args: argparse.Namespace) -> int:
     ``max_usd``); it is settled with what the task billed, or released when its run ends.
     """
     from costaware.core.budgets import Scope
-    from costaware.core.errors import InvalidBudgetError
 
-    if not str(args.scope).strip():  # most likely an unset shell variable: said, not widened to every hold
-        raise InvalidBudgetError(
-            "--scope is empty: give the holds' tags, e.g. --scope project=churn, or leave it out for all"
-        )
     ledger = open_ledger(args, reading=True)
     wanted = Scope.parse(args.scope)
     holds = [r for r in ledger.open_reservations() if wanted.covers(r.scope)]
@@ -292,8 +270,6 @@ def budget_release(args: argparse.Namespace) -> int:
     from costaware.core.errors import InvalidBudgetError
 
     holder = str(args.holder).strip()
-    if not holder:
-        raise InvalidBudgetError("--holder is empty: give it as `costaware budget holds` shows it")
     ledger = open_ledger(args)
     holds = [r for r in ledger.open_reservations() if r.holder == holder]
     if not holds:

@@ -45,8 +45,6 @@ def show(args: argparse.Namespace) -> int:
 
     from costaware.adapters.carbon_source import carbon_source
 
-    if not str(args.zone).strip():  # an unset shell variable: it was suggested back as "--zone "
-        raise ConfigurationError("--zone is empty: give a grid zone such as GB or DE-LU")
     if not 1 <= args.hours <= 8784:  # a year at most (999999999 overflowed the calendar)
         raise ConfigurationError(f"--hours must be 1 to 8784 (a year), got {args.hours}")
     now = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)

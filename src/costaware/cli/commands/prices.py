@@ -341,14 +341,6 @@ def _connection_exists(conn_id: str) -> bool:
     return True
 
 
-def _check_types(types: str | None) -> None:
-    """Refuse ``--types ''`` (an unset shell variable): it matched nothing, and the import blamed the file."""
-    if types is not None and not types.strip():
-        raise ConfigurationError(
-            "--types is empty: give a type or pattern such as 'g5.*' or 'm5*', or leave --types out for all"
-        )
-
-
 def refresh_prices(args: argparse.Namespace) -> int:
     """Fetch on-demand prices from the AWS Price List API into the price cache; 1 if none matched."""
     from costaware.adapters.aws_pricing import PriceListFetcher
@@ -363,7 +355,6 @@ def refresh_prices(args: argparse.Namespace) -> int:
     conn_id = args.aws_conn_id or option("price_aws_conn_id") or "aws_default"
     fetcher = PriceListFetcher.from_connection(conn_id)
     cache = PriceCache(open_ledger(args))
-    _check_types(args.types)
     exact = args.types if args.types and not any(c in args.types for c in "*?[") else None
     fetched = []  # every region first, then the cache: a region that fails writes nothing at all
     for region in regions:
@@ -412,7 +403,6 @@ def import_prices(args: argparse.Namespace) -> int:
     from costaware.core.price_list import prices_from_offer_csv, prices_from_offer_json
 
     path = Path(args.file)
-    _check_types(args.types)
     if args.region:
         _check_region(args.region, any_aws_region=True)
     try:
@@ -446,8 +436,6 @@ def import_prices(args: argparse.Namespace) -> int:
 
 def show_prices(args: argparse.Namespace) -> int:
     """Print a type's on-demand price with its source and age; without a type, the price cache."""
-    if args.region is not None and not args.region.strip():  # an unset shell variable: not us-east-1 unsaid
-        raise ConfigurationError("--region is empty: give a region such as us-east-1, or leave it out")
     args.service_given, args.region_given = args.service is not None, args.region
     args.service = args.service or ("sagemaker" if (args.instance_type or "").startswith("ml.") else "ec2")
     args.region = args.region or "us-east-1"
