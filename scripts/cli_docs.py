@@ -35,7 +35,9 @@ with exact figures under machine keys, `csv` for spreadsheets (amounts as plain 
 have a `--period`.
 
 Exit codes: 0 done; 1 `prices refresh` found no price; 2 bad input (an unknown value, a missing argument, a
-malformed file), with the reason on stderr (`costaware: error: ...`) and nothing written.
+malformed file), with the reason on stderr (`costaware: error: ...`) and nothing written. A blank value
+(`--store ""`, most often an unset shell variable) is refused, never read as "not given"; only
+`alerts set --thresholds ''` means something (the defaults).
 
 ```bash
 costaware budget set --scope project=churn --period month --cap-usd 500 --timezone Europe/Berlin
