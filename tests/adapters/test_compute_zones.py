@@ -391,3 +391,75 @@ def test_a_launcher_killed_with_sigkill_takes_its_training_with_it(tmp_path: Pat
     ended = wait_for(backend, job, {JobState.INTERRUPTED, JobState.FAILED, JobState.SUCCEEDED})
     assert ended.exit_code == -signal.SIGKILL
     assert not training.is_running() or training.status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_local_job_whose_supervisor_died_is_an_interruption_billed_to_its_last_heartbeat(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A worker container restart (here: the supervisor killed alone) left the job RUNNING for ever, its
+    # bill growing with the clock until the wait's limit, and the training running on beside the retry.
+    import os
+
+    import psutil
+
+    from costaware.adapters.compute import local
+
+    backend = LocalBackend(root=str(tmp_path / "jobs"))
+    job = backend.submit(local_request(tmp_path, "gone-a1", market="on_demand"))
+    wait_for(backend, job, {JobState.RUNNING})
+    deadline = time.monotonic() + 15
+    while not (launcher_pid := backend.pid(job)) or not psutil.Process(launcher_pid).children():
+        assert time.monotonic() < deadline, "the launcher never started its command"
+        time.sleep(0.05)
+    launcher = psutil.Process(launcher_pid)
+    (training,) = launcher.children()
+    supervisor = launcher.parent()
+    assert supervisor is not None and "costaware.adapters.compute.local" in " ".join(supervisor.cmdline())
+    os.kill(supervisor.pid, signal.SIGKILL)
+    supervisor.wait(10)
+    last_beat = float((tmp_path / "jobs" / job / "alive").read_text())
+    assert backend.poll(job).state == JobState.RUNNING  # a heartbeat younger than the limit: still running
+    monkeypatch.setattr(local, "GONE_AFTER_SECONDS", 0.2)
+    time.sleep(0.5)
+    ended = backend.poll(job)
+    assert ended.state == JobState.INTERRUPTED and ended.exit_code == -signal.SIGKILL
+    assert (
+        ended.reason.startswith("its supervisor stopped at ")
+        and "billed to its last heartbeat" in ended.reason
+    )
+    assert ended.ended_at == last_beat  # billed to the heartbeat, not to the poll
+    assert 0 <= ended.billable_seconds <= local.HEARTBEAT_SECONDS + 5
+    for process in (launcher, training):  # what the supervisor left running is stopped with it
+        with pytest.raises(psutil.NoSuchProcess):
+            process.wait(10)
+            process.status()
+    assert backend.poll(job) == ended  # recorded: every later poll reads the same end
+
+
+def test_a_local_job_whose_supervisor_never_started_ran_nothing_and_bills_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+    import os
+
+    from costaware.adapters.compute import local
+
+    backend = LocalBackend(root=str(tmp_path / "jobs"))
+    folder = tmp_path / "jobs" / "never-a1"
+    folder.mkdir(parents=True)
+    (folder / "request.json").write_text(
+        json.dumps({"market": "spot", "instance_type": "m5.large", "heartbeat_seconds": 5.0})
+    )
+    assert (
+        backend.poll("never-a1").state == JobState.PENDING
+    )  # just submitted: its supervisor may be starting
+    an_hour_ago = time.time() - 3600
+    os.utime(folder / "request.json", (an_hour_ago, an_hour_ago))
+    ended = backend.poll("never-a1")
+    assert ended.state == JobState.INTERRUPTED and ended.billable_seconds == 0
+    # An older release's supervisor writes no heartbeat: its job is read as before, never ended by a poll.
+    (older := tmp_path / "jobs" / "older-a1").mkdir()
+    (older / "request.json").write_text('{"market": "spot", "instance_type": "m5.large"}')
+    os.utime(older / "request.json", (an_hour_ago, an_hour_ago))
+    assert backend.poll("older-a1").state == JobState.PENDING
+    assert local.GONE_AFTER_SECONDS > 10 * local.HEARTBEAT_SECONDS

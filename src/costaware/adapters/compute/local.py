@@ -11,6 +11,10 @@ in the interpreter's environment) with the job contract's variables: a user comm
 entrypoint run by this backend's interpreter. Its local folders are under ``<root>/<job_name>/work/``.
 ``stop`` asks the supervisor to send SIGTERM, then SIGKILL once the request's grace period has passed.
 
+The supervisor writes its heartbeat (the time, in ``alive``) every few seconds. A job whose supervisor has
+stopped beating (the machine or the worker's container restarted, or it was killed) ended unrecorded: a poll
+ends it as an interruption, billed to the last heartbeat, where it read ``RUNNING`` for ever before.
+
 Billed seconds are the training process's wall time; market, instance type and availability zone are the
 requested ones (the local machine stands in for them, e.g. in tests and demos that replay spot interruptions).
 A ``capacity_file`` with ``{zone}`` in its path is one file per zone, so that a replay can take capacity away
@@ -26,10 +30,12 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +55,11 @@ _BACKSTOP_SECONDS = 10.0
 CAPPED_FILE = "capped"
 #: The placeholder of a per-zone ``capacity_file``.
 ZONE_PLACEHOLDER = "{zone}"
+#: How often the supervisor writes its heartbeat.
+HEARTBEAT_SECONDS = 5.0
+#: A supervisor whose heartbeat is older than this is gone. Far above HEARTBEAT_SECONDS: a loaded machine
+#: may hold a process back for seconds, and containers sharing the jobs folder may disagree on the time a bit.
+GONE_AFTER_SECONDS = 120.0
 
 
 def default_root() -> str:
@@ -62,7 +73,7 @@ def _write_json(path: Path, data: Mapping[str, Any]) -> None:
 
 def _write_text(path: Path, text: str) -> None:
     """Whole or not there: a poll reading a half-written ``started`` took it as epoch 0 (56 years billed)."""
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # the supervisor and a poll may both write
     tmp.write_text(text)
     tmp.replace(path)
 
@@ -185,6 +196,9 @@ class LocalBackend:
                 "capacity_file": capacity,
                 "grace_seconds": request.grace_seconds,
                 "stop_after_seconds": request.stop_after_seconds,
+                # The supervisor runs here: only here may a poll stop a training its supervisor left.
+                "host": socket.gethostname(),
+                "heartbeat_seconds": HEARTBEAT_SECONDS,  # an older release's supervisor wrote none
             },
         )
         try:
@@ -221,6 +235,8 @@ class LocalBackend:
             "availability_zone": str(request.get("availability_zone") or ""),  # older job folders lack it
         }
         exit_file = folder / "exit.json"
+        if not exit_file.exists():
+            self._end_if_supervisor_gone(folder, request)
         if exit_file.exists():
             ended = json.loads(exit_file.read_text())
             code = int(ended["exit_code"])
@@ -234,6 +250,13 @@ class LocalBackend:
             else:
                 state = JobState.FAILED
                 reason = reason or f"exit code {code}"
+            if ended.get("supervisor_gone"):
+                at = datetime.fromtimestamp(float(ended["stopped_at"]), timezone.utc)
+                reason = (
+                    f"its supervisor stopped at {at.isoformat(timespec='seconds')} without recording how the "
+                    "job ended (the machine or the worker's container restarted, or the supervisor was "
+                    "killed): billed to its last heartbeat"
+                )
             capped = folder / CAPPED_FILE
             if code != 0 and capped.exists():
                 reason = f"stopped at its max_usd limit after {capped.read_text().strip()} s ({reason})"
@@ -253,6 +276,38 @@ class LocalBackend:
             return JobStatus(state=JobState.PENDING, **common)
         seconds = max(0.0, time.time() - float(started))
         return JobStatus(state=JobState.RUNNING, billable_seconds=seconds, **common)
+
+    def _end_if_supervisor_gone(self, folder: Path, request: Mapping[str, Any]) -> None:
+        """Write the job's ``exit.json`` (a SIGKILL: an interruption) where its supervisor stopped beating.
+
+        Billed to the last heartbeat. A training the supervisor left running is killed first where this
+        is its machine: the next attempt resumes from its checkpoint, and two would write the same files.
+        """
+        if "heartbeat_seconds" not in request:
+            return  # an older release's supervisor: no heartbeat to read
+        try:
+            last = float((folder / "alive").read_text())
+        except (FileNotFoundError, ValueError):
+            last = (folder / "request.json").stat().st_mtime  # its supervisor never started
+        if time.time() - last <= GONE_AFTER_SECONDS:
+            return
+        try:
+            started = float((folder / "started").read_text())
+        except (FileNotFoundError, ValueError):
+            started = None  # it never started its training: nothing ran, nothing is billed
+        pid = self.pid(folder.name)
+        if started is not None and pid is not None and request.get("host") == socket.gethostname():
+            _kill_tree(pid, started_by=started)
+        started_at = last if started is None else started
+        _write_json(
+            folder / "exit.json",
+            {
+                "exit_code": -signal.SIGKILL,
+                "started_at": started_at,
+                "stopped_at": max(last, started_at),
+                "supervisor_gone": True,
+            },
+        )
 
     def pid(self, job_id: str) -> int | None:
         """The training process's pid while it runs (None before it started or after it ended)."""
@@ -305,7 +360,9 @@ def supervise(folder: Path) -> int:
     request = json.loads((folder / "request.json").read_text())
     env = {**os.environ, **request["env"]}
     capacity = Path(request["capacity_file"]) if request.get("capacity_file") else None
+    beat = _heartbeat(folder)
     while capacity is not None and capacity.exists() and capacity.read_text().strip() == "0":
+        beat()
         if (folder / "stop").exists():
             now = time.time()
             _write_json(
@@ -319,6 +376,7 @@ def supervise(folder: Path) -> int:
         proc = subprocess.Popen(request["command"], stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env)
         _write_text(folder / "pid", str(proc.pid))
         _write_text(folder / "started", repr(started_at))
+        beat(now=True)  # a heartbeat before the start would bill a supervisor gone now from its start: 0 s
         # The training handles SIGTERM itself (checkpoint, exit 75); the supervisor only waits for it.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if (folder / "stop").exists():  # stopped before its pid was written: LocalBackend.stop sent nothing
@@ -328,12 +386,26 @@ def supervise(folder: Path) -> int:
         stop_after = request.get("stop_after_seconds")
         if stop_after is not None:  # the money cap: stop as LocalBackend.stop does, from here
             _stop_when_due(proc, folder, float(stop_after))
-        code = _wait(proc, folder / "stop", float(grace)) if grace is not None else proc.wait()
+        code = _wait(proc, folder / "stop", None if grace is None else float(grace), beat)
         _kill_orphans()
     _write_json(
         folder / "exit.json", {"exit_code": code, "started_at": started_at, "stopped_at": time.time()}
     )
     return 0
+
+
+def _heartbeat(folder: Path) -> Callable[..., None]:
+    """A function that writes the time to ``alive``: now, then every HEARTBEAT_SECONDS (or when ``now``)."""
+    due = 0.0
+
+    def beat(now: bool = False) -> None:
+        nonlocal due
+        if now or time.monotonic() >= due:
+            _write_text(folder / "alive", repr(time.time()))
+            due = time.monotonic() + HEARTBEAT_SECONDS
+
+    beat()
+    return beat
 
 
 def _adopt_orphans() -> None:
@@ -380,11 +452,13 @@ def _stop_when_due(proc: subprocess.Popen[bytes], folder: Path, after_seconds: f
     threading.Thread(target=stop_when_due, daemon=True).start()
 
 
-def _wait(proc: subprocess.Popen[bytes], stop: Path, grace_seconds: float) -> int:
-    """Wait for ``proc``; once ``stop`` exists, SIGKILL it if it is still running ``grace_seconds`` later.
+def _wait(
+    proc: subprocess.Popen[bytes], stop: Path, grace_seconds: float | None, beat: Callable[..., None]
+) -> int:
+    """Wait for ``proc``, beating; once ``stop`` exists, SIGKILL it if it still runs ``grace_seconds`` later.
 
     ``LocalBackend.stop`` sends the SIGTERM itself; this enforces the end of the grace period even when the
-    worker that asked for the stop has gone.
+    worker that asked for the stop has gone. No grace period: the job itself decides when it ends.
     """
     kill_at: float | None = None
     while True:
@@ -392,6 +466,9 @@ def _wait(proc: subprocess.Popen[bytes], stop: Path, grace_seconds: float) -> in
             return proc.wait(timeout=_WATCH_SECONDS)
         except subprocess.TimeoutExpired:
             pass
+        beat()
+        if grace_seconds is None:
+            continue
         if kill_at is None and stop.exists():
             # The launcher SIGKILLs the command at the end of the grace period itself; this is the backstop
             # for a launcher that hangs, a little later so that the launcher's own exit code is kept.
@@ -401,15 +478,19 @@ def _wait(proc: subprocess.Popen[bytes], stop: Path, grace_seconds: float) -> in
             return proc.wait()
 
 
-def _kill_tree(pid: int) -> bool:
+def _kill_tree(pid: int, *, started_by: float | None = None) -> bool:
     """SIGKILL ``pid`` and every process it started (the launcher puts the command in its own group).
 
+    ``started_by``: the time the job's training started; a process of that pid created later is another
+    one (the pid was reused after the machine restarted) and is left alone.
     Returns whether ``pid`` was still there.
     """
     import psutil
 
     try:
         root = psutil.Process(pid)
+        if started_by is not None and root.create_time() > started_by + 1.0:
+            return False
         # The launcher first: killed after its command, it could see the command die (on a loaded machine
         # it may run between the two kills) and report a SIGKILL of the job, a code error, not a reclaim.
         family = [root, *root.children(recursive=True)]
