@@ -745,3 +745,52 @@ def test_a_configuration_error_while_polling_fails_the_task_without_retry(
         with pytest.raises(raised, match=message) as e:
             operator(tmp_path).execute_complete(context_for(), event=event)
         assert type(e.value) is raised
+
+
+def test_budget_scope_with_nothing_to_hold_is_refused_when_the_dag_is_parsed(tmp_path: Path) -> None:
+    # Neither max_usd nor a decision: the budgets were never told of the job until it billed.
+    with pytest.raises(
+        ConfigurationError, match=r"budget_scope='project=churn' holds max_usd .* give max_usd"
+    ):
+        operator(
+            tmp_path,
+            spot_decision=None,
+            market="spot",
+            instance_type="m5.large",
+            budget_scope="project=churn",
+        )
+    with pytest.raises(Exception, match="budget_scope is empty"):  # blank was skipped: nothing held
+        operator(tmp_path, max_usd="5", budget_scope=" ")
+
+
+def test_a_decision_without_an_estimate_and_no_cap_starts_nothing_under_budget_scope(
+    tmp_path: Path, data: Path, ledger: Any
+) -> None:
+    ledger.set_budget("project=churn", "month", "10")
+    unestimated = m5_decision()  # a decision written by hand, without estimated_usd
+    op = operator(
+        tmp_path, tags={"project": "churn"}, budget_scope="project=churn", spot_decision=unestimated
+    )
+    with pytest.raises(AirflowFailException, match=r"this task has neither .* nothing was started"):
+        op.execute(context_for())
+    assert not (tmp_path / "jobs").exists() or not any((tmp_path / "jobs").iterdir())
+    assert ledger.open_reservations() == []
+
+
+def test_budget_scope_is_templated_and_holds_in_the_rendered_scope(
+    tmp_path: Path, data: Path, ledger: Any
+) -> None:
+    # It was not a template field: the literal '{{ ... }}' reached the tag check at run time.
+    ledger.set_budget("project=churn", "month", "10")
+    op = operator(
+        tmp_path,
+        tags={"project": "churn"},
+        budget_scope="project={{ params.project }}",
+        max_usd="2",
+        deferrable=False,
+    )
+    context = {**context_for(), "params": {"project": "churn"}}
+    op.render_template_fields(context)
+    drive(op, context)
+    hold = ledger.latest_reservation(GATE_HOLDER)
+    assert str(hold.scope) == "project=churn" and hold.usd == Decimal("2")

@@ -678,6 +678,7 @@ class RemoteAttemptSteps(AttemptBilling):
         ``max_usd`` is lowered to what they hold, so that no budget is passed. No gate: reserve it (else the
         estimate) in ``budget_scope``. Returns the state with the cap the budgets allow, all tries together.
         """
+        from costaware.core.budgets import Scope
         from costaware.core.money import format_usd_exact
         from costaware.glue import check_scope_is_tagged
         from costaware.training.attempt_effects import (
@@ -694,10 +695,18 @@ class RemoteAttemptSteps(AttemptBilling):
         ledger = self.ledger_hook.get_conn()
         gate = gate_reservation(ledger, plan)
         if gate is None:
-            if self.budget_scope and (plan.max_usd or plan.estimated_usd):
+            if self.budget_scope is not None:
+                scope = str(Scope.given(self.budget_scope, what="budget_scope"))  # as rendered
+                if plan.max_usd is None and plan.estimated_usd is None:
+                    # Nothing held, and the job started: the budgets never heard of it until it billed.
+                    raise AirflowFailException(
+                        f"budget_scope={scope!r} holds max_usd (or the spot decision's estimated_usd) in its "
+                        "budgets before the job starts, and this task has neither (its decision carries no "
+                        "estimate): give max_usd, the most the training may spend; nothing was started"
+                    )
                 task_id = plan.identity["task_id"]
-                check_scope_is_tagged(self.budget_scope, plan.tags, task_id=task_id, gate="budget_scope")
-                reserve_estimate(ledger, plan, self.budget_scope, billed_before=earlier)
+                check_scope_is_tagged(scope, plan.tags, task_id=task_id, gate="budget_scope")
+                reserve_estimate(ledger, plan, scope, billed_before=earlier)
                 return state
             if plan.max_usd is not None:
                 # A retry: its failed try settled the gate's hold.

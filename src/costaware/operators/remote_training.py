@@ -142,7 +142,9 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
             when what is left buys less than a minute the task fails, the checkpoint kept.
         poll_interval: Seconds between status polls.
         spec_uri: Where the spec goes (templated; default next to the checkpoints).
-        budget_scope: With no reservation from a spend gate, reserve the decision's ``estimated_usd`` here.
+        budget_scope: With no reservation from a spend gate, hold ``max_usd`` (else the decision's
+            ``estimated_usd``) in the budgets of these tags before the job starts (templated); one of the two
+            is needed, or there would be nothing to hold.
         ledger_conn_id: Connection of the cost ledger.
         tags: Extra allocation tags of the ledger entries (templated).
         aws_conn_id: AWS connection for ``s3://`` stores and the SageMaker/Batch backends (default
@@ -205,6 +207,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         "objective",
         "carbon_usd_per_tonne",
         "carbon",
+        "budget_scope",
         # Also in the serialized DAG: a try killed in its worker is priced from there, with these tags.
         "tags",
     )
@@ -281,8 +284,15 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
             or not 0 < poll_interval < math.inf
         ):
             raise ConfigurationError(f"poll_interval must be seconds > 0, got {poll_interval!r}")
-        if budget_scope:
-            Scope.parse(budget_scope)  # "key=value,...": a bare name fails here, not at the reservation
+        if budget_scope is not None and is_literal(budget_scope):
+            # "key=value,...": a bare name or blank text fails here, not at the reservation.
+            Scope.given(budget_scope, what="budget_scope")
+        if budget_scope is not None and max_usd is None and spot_decision is None and spot_task_id is None:
+            raise ConfigurationError(
+                f"{type(self).__name__} {self.task_id!r}: budget_scope={budget_scope!r} holds max_usd "
+                "(or the spot decision's estimated_usd) in its budgets before the job starts, and this task "
+                "has neither: give max_usd, the most the training may spend"
+            )
         trainer_arguments = {
             "data_path": data_path,
             "label_column": label_column,
