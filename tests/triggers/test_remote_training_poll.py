@@ -133,8 +133,11 @@ def test_a_job_never_seen_is_not_listed_yet_until_ten_minutes_after_its_submit(
     watch = RemoteTrainingJobTrigger(
         backend="local", backend_options={"root": str(tmp_path)}, job_id="j", state=state, poll_interval=0.01
     )
-    with pytest.raises(JobNotFoundError):  # a passing failure: polled again
-        watch.poll_once(submitted + timedelta(seconds=30))
+    # Not listed yet: polled again, and no failure: counted as one, five polls (2.5 minutes at the default
+    # interval) failed the wait long before the job could be billed as gone.
+    for seconds in range(30, int(NOT_LISTED_GRACE_SECONDS), 30):
+        assert watch.poll_tolerant(submitted + timedelta(seconds=seconds)) is None
+    assert watch._poll_errors == 0
     event = watch.poll_once(submitted + timedelta(seconds=NOT_LISTED_GRACE_SECONDS + 60))
     assert event is not None and event["job"]["state"] == "interrupted"
     assert event["job"]["billable_seconds"] == NOT_LISTED_GRACE_SECONDS + 60

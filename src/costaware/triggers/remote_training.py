@@ -344,8 +344,13 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 status = vanished_job_status(
                     self.job_id, self.state, last_seen=self._last_seen, now=now, instances=count
                 )
-                if status is None:  # not listed yet: a passing failure, polled again
-                    raise
+                if status is None:
+                    if not (self.state.get("current") or {}).get("submitted_at"):
+                        raise  # no submit time to tell "not listed yet" from gone: a failure, polled again
+                    # Not listed yet (a backend's eventual consistency): no failure. Counted as one, five
+                    # polls failed the wait long before NOT_LISTED_GRACE_SECONDS could bill it as gone.
+                    self.log.info("job %s is not listed on %s yet: polled again", self.job_id, self.backend)
+                    return None
                 self.log.warning("job %s on %s: %s", self.job_id, self.backend, status.reason)
         else:
             self._last_seen = (status, now)
