@@ -237,6 +237,33 @@ def test_trigger_reports_a_missing_budget_as_error(env_ledger: Ledger) -> None:
     assert "no budget covers scope 'project=fraud'" in event.payload["message"]
 
 
+@pytest.mark.parametrize("failures", [2, 5])
+def test_trigger_reads_the_budgets_again_after_a_passing_failure(
+    env_ledger: Ledger, monkeypatch: pytest.MonkeyPatch, failures: int
+) -> None:
+    # A wait of days for next month's budget failed its run at one ledger connection blip.
+    from costaware.core.errors import LedgerUnavailableError
+    from costaware.triggers import MAX_POLL_ERRORS
+
+    calls: list[int] = []
+    real = BudgetAvailableTrigger._shortfall
+
+    def blip(self: BudgetAvailableTrigger) -> Any:
+        calls.append(1)
+        if len(calls) <= failures:
+            raise LedgerUnavailableError("server closed the connection unexpectedly")
+        return real(self)
+
+    monkeypatch.setattr(BudgetAvailableTrigger, "_shortfall", blip)
+    trigger = BudgetAvailableTrigger(scope="project=churn", usd="1", poll_interval=0.01)
+    event = asyncio.run(trigger.run().__anext__())  # type: ignore[attr-defined]
+    if failures < MAX_POLL_ERRORS:
+        assert event.payload["status"] == "success" and len(calls) == failures + 1
+    else:
+        assert event.payload["status"] == "error" and len(calls) == MAX_POLL_ERRORS
+        assert "server closed the connection" in event.payload["message"]
+
+
 def test_trigger_round_trips_by_class_path_without_dags_on_the_path(tmp_path) -> None:  # type: ignore[no-untyped-def]
     classpath, kwargs = BudgetAvailableTrigger(scope="project=churn", usd="4.2", run_id="r").serialize()
     code = (

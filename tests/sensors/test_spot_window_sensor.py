@@ -612,3 +612,41 @@ def test_zones_written_out_are_checked_when_the_dag_is_parsed(zones: object, mes
         make_sensor(availability_zones=zones)
     # A template is checked once rendered.
     assert make_sensor(availability_zones="{{ params.zones }}").availability_zones == "{{ params.zones }}"
+
+
+@pytest.mark.parametrize("failures", [2, 5])
+def test_a_price_poll_that_fails_is_polled_again_before_the_task_is_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failures: int
+) -> None:
+    # One EC2 throttle ended the wait: with no retry set, the run failed while spot was cheap.
+    from costaware.triggers import MAX_POLL_ERRORS
+
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="0.30")  # spot now, once a poll reads it
+    at = now()
+    sensor = make_sensor(prices=str(prices), deadline=(at + timedelta(hours=12)).isoformat())
+    plan = sensor._plan(context(), at)
+    trigger = SpotWindowTrigger(
+        on_demand_usd_per_hour=plan["on_demand_usd_per_hour"],
+        forecast_starts=plan["forecast_starts"],
+        latest_start=plan["latest_start"],
+        not_before=plan["not_before"],
+        target_usd_per_hour=plan["target_usd_per_hour"],
+        poll_interval=0.01,
+        **sensor._observe_kwargs(),
+    )
+    real_observe, calls = SpotWindowTrigger._observe, []
+
+    def throttled(self: SpotWindowTrigger, *args: Any) -> Any:
+        calls.append(args)
+        if len(calls) <= failures:
+            raise RuntimeError("RequestLimitExceeded")
+        return real_observe(self, *args)
+
+    monkeypatch.setattr(SpotWindowTrigger, "_observe", throttled)
+    event = run_trigger(trigger)
+    if failures < MAX_POLL_ERRORS:
+        assert event["status"] == "success" and len(calls) == failures + 1
+    else:
+        assert event["status"] == "error" and event["retry"] is True and len(calls) == MAX_POLL_ERRORS
+        assert "spot price poll failed: RequestLimitExceeded" in event["message"]

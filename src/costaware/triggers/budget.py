@@ -80,13 +80,29 @@ class BudgetAvailableTrigger(BaseTrigger):
         return None
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        last = ""
+        from costaware.core.errors import ConfigurationError
+        from costaware.triggers import MAX_POLL_ERRORS
+
+        last, errors = "", 0
         while True:
             try:
                 shortfall = await asyncio.to_thread(self._shortfall)
             except Exception as e:
-                yield TriggerEvent({"status": "error", "message": f"{type(e).__name__}: {e}"})
-                return
+                errors += 1
+                # A wait of days for next month's budget failed its run at one ledger blip.
+                if isinstance(e, ConfigurationError) or errors >= MAX_POLL_ERRORS:
+                    yield TriggerEvent({"status": "error", "message": f"{type(e).__name__}: {e}"})
+                    return
+                self.log.warning(
+                    "reading the budgets failed (%s: %s), %d time(s) in a row: reading again in %g s",
+                    type(e).__name__,
+                    e,
+                    errors,
+                    self.poll_interval,
+                )
+                await asyncio.sleep(self.poll_interval)
+                continue
+            errors = 0
             if shortfall is None:
                 yield TriggerEvent({"status": "success", "message": f"budget for '{self.scope}' has room"})
                 return

@@ -37,13 +37,12 @@ from costaware.core.carbon import Objective
 from costaware.core.ledger import utcnow
 from costaware.core.series import parse_instant
 from costaware.glue import DEFAULT_AWS_CONN_ID
+from costaware.triggers import MAX_POLL_ERRORS
 
 #: How long a kill waits for the stopped job to end before it bills the job to the end of its grace period.
 #: Airflow 3.3 stops awaiting ``on_kill`` after about a second (it cancels the trigger again at its next
 #: loop): the work runs in a thread, which finishes on its own.
 KILL_WAIT_SECONDS = 20.0
-#: Polls in a row that may fail for a passing reason before the wait fails (see ``poll_tolerant``).
-MAX_POLL_ERRORS = 5
 #: How long after its submit a job the backend does not know counts as gone (before: not listed yet).
 NOT_LISTED_GRACE_SECONDS = 600.0
 #: The states of a task that will not run again: a kill that leaves one settles the task's hold.

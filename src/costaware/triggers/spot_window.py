@@ -45,6 +45,7 @@ from costaware.core.spot_window import (
     window_decision,
 )
 from costaware.glue import DEFAULT_AWS_CONN_ID
+from costaware.triggers import MAX_POLL_ERRORS
 
 __all__ = [
     "LIVE",
@@ -210,6 +211,7 @@ class SpotWindowTrigger(BaseTrigger):
         except (CostawareError, ArithmeticError) as e:
             yield TriggerEvent({"status": "error", "message": str(e), "retry": False})
             return
+        errors = 0  # failed price polls in a row
         while True:
             now = utcnow()
             observation = Observation()
@@ -219,12 +221,22 @@ class SpotWindowTrigger(BaseTrigger):
                 except ConfigurationError as e:
                     yield TriggerEvent({"status": "error", "message": str(e), "retry": False})
                     return
-                except Exception as e:  # transient (network, throttling): the task retries
-                    self.log.warning("spot price poll failed: %s", e)
-                    yield TriggerEvent(
-                        {"status": "error", "message": f"spot price poll failed: {e}", "retry": True}
+                except Exception as e:  # transient (network, throttling): read again, then the task retries
+                    errors += 1
+                    if errors >= MAX_POLL_ERRORS:
+                        yield TriggerEvent(
+                            {"status": "error", "message": f"spot price poll failed: {e}", "retry": True}
+                        )
+                        return
+                    self.log.warning(
+                        "spot price poll failed (%s), %d time(s) in a row: polling again in %g s",
+                        e,
+                        errors,
+                        self.poll_interval,
                     )
-                    return
+                    await asyncio.sleep(self.poll_interval)
+                    continue
+                errors = 0
             try:
                 decision = decide_on_objective(
                     now=now,
