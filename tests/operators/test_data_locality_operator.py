@@ -124,6 +124,31 @@ def test_allow_within_budget_reserves_and_records(buckets: dict[str, str], ledge
     assert usage.reserved_usd == 0 and usage.spent_usd == usd  # settled, not held twice
 
 
+def test_a_retry_after_a_failed_settle_records_the_transfer_once(
+    buckets: dict[str, str], ledger_conn: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The retry got the same open hold back and wrote a second "allowed" entry: $2 spent for one transfer.
+    from costaware.core.errors import LedgerUnavailableError
+
+    ledger_conn.set_budget("project=flights", "month", "1.00")
+    usd = expected_usd("eu-west-1", "us-east-1")
+    real_settle = Ledger.settle
+
+    def settle_fails_once(self: Ledger, *args: Any, **kwargs: Any) -> Any:
+        monkeypatch.setattr(Ledger, "settle", real_settle)
+        raise LedgerUnavailableError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(Ledger, "settle", settle_fails_once)
+    op = check({"flights": f"s3://{buckets['eu']}/flights"}, policy="allow_within_budget")
+    with pytest.raises(Exception, match="server closed the connection"):
+        op.execute(CONTEXT)
+    op.execute(CONTEXT)  # the retry
+    [entry] = ledger_conn.entries()
+    assert (entry["outcome"], entry["usd"]) == ("allowed", usd)
+    [usage] = ledger_conn.usage("project=flights")
+    assert usage.reserved_usd == 0 and usage.spent_usd == usd
+
+
 def test_allow_within_budget_fails_when_the_budget_cannot_cover_it(
     buckets: dict[str, str], ledger_conn: Ledger
 ) -> None:

@@ -221,9 +221,12 @@ class DataLocalityCheckOperator(BaseOperator):
         note: str,
         reservation_id: str | None = None,
     ) -> LedgerEntry:
+        import dataclasses
+        import hashlib
+
         from costaware.core.ledger import Kind, LedgerEntry
 
-        return LedgerEntry(
+        entry = LedgerEntry(
             dag_id=who["dag_id"],
             run_id=who["run_id"],
             task_id=who["task_id"],
@@ -243,6 +246,12 @@ class DataLocalityCheckOperator(BaseOperator):
             tags=who["tags"],
             reservation_id=reservation_id,
         )
+        if reservation_id is None:
+            return entry
+        # One entry per input and hold: a retry after a failed settle gets the same open hold back and
+        # recorded the transfer a second time. A cleared run holds anew, and records its transfer anew.
+        key = f"egress\x00{reservation_id}\x00{estimate.placement.uri}".encode()
+        return dataclasses.replace(entry, entry_uid="egress-" + hashlib.sha256(key).hexdigest()[:40])
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Locate every input, price its egress, apply the policy and record the estimates."""
