@@ -243,7 +243,7 @@ def test_a_ledger_at_an_unknown_revision_is_refused_and_left_as_it_is(tmp_path: 
         conn.execute(text(f"UPDATE {migrate.VERSION_TABLE} SET version_num = 'f00dcafe'"))
     with pytest.raises(
         ConfigurationError,
-        match=r"has schema revision 'f00dcafe', newer than this costaware \(revision '0002'\): upgrade",
+        match=r"has schema revision 'f00dcafe', newer than this costaware \(revision '0003'\): upgrade",
     ):
         Ledger.from_url(url)
     assert revision(engine) == ["f00dcafe"]
@@ -275,7 +275,7 @@ def test_a_ledger_at_the_baseline_gets_the_emissions_columns_and_keeps_its_rows(
     engine.dispose()
 
     ledger = Ledger.from_url(url)
-    assert revision(ledger.engine) == [migrate.HEAD] == ["0002"]
+    assert revision(ledger.engine) == [migrate.HEAD] == ["0003"]
     assert schema_differences(ledger.engine) == []
     [old] = ledger.entries()
     assert (old["entry_uid"], old["usd"]) == ("old", Decimal("0.1"))

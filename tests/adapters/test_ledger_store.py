@@ -92,6 +92,26 @@ def test_reserve_settle_release_and_usage(any_ledger: Ledger) -> None:
         any_ledger.release("nope")
 
 
+def test_an_open_hold_counts_less_what_it_has_paid_for_already(any_ledger: Ledger) -> None:
+    # A training's attempts are billed while its hold stays open: counted as spent and as held, $50 of a
+    # $60 hold left a $100 budget at -$10 and refused another task's $5.
+    any_ledger.set_budget("project=churn", "month", "100", cap_gpu_hours="10")
+    hold = any_ledger.reserve("project=churn", "60", gpu_hours="4", holder="d/r1/train/-1")
+    any_ledger.record(entry("50", reservation_id=hold.id, gpu_hours=Decimal("3")))
+    any_ledger.record(entry("7", reservation_id=hold.id, estimated=True))  # an estimate pays for nothing
+    any_ledger.record(entry("2"))  # another task's spend, not paid from the hold
+    (usage,) = any_ledger.usage("project=churn")
+    assert (usage.spent_usd, usage.reserved_usd, usage.left_usd) == (Decimal(52), Decimal(10), Decimal(38))
+    assert (usage.spent_gpu_hours, usage.reserved_gpu_hours) == (Decimal(3), Decimal(1))
+    any_ledger.reserve("project=churn", "5")  # refused before
+    any_ledger.record(entry("65", reservation_id=hold.id))  # past its hold: nothing more is held
+    (usage,) = any_ledger.usage("project=churn")
+    assert (usage.spent_usd, usage.reserved_usd) == (Decimal(117), Decimal(5))
+    any_ledger.settle(hold.id, "115")
+    (usage,) = any_ledger.usage("project=churn")
+    assert (usage.spent_usd, usage.reserved_usd) == (Decimal(117), Decimal(5))
+
+
 def test_holder_makes_reserve_idempotent(any_ledger: Ledger) -> None:
     any_ledger.set_budget("project=churn", "month", "10")
     a = any_ledger.reserve("project=churn", "6", holder="d/r/train/-1")

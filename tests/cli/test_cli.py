@@ -321,10 +321,14 @@ def test_budget_holds_lists_what_is_reserved_and_by_which_task(
     ledger.reserve("project=other", "2", holder="other/r2/fit/-1", run_id="r2")
     settled = ledger.reserve("project=churn", "3", holder="retrain/scheduled__0/train/-1", run_id="r0")
     ledger.settle(settled.id, "1")
+    # An attempt billed while the hold stays open: paid from it, so only the rest is reserved.
+    ledger.record(
+        LedgerEntry("retrain", "scheduled__1", "train", Kind.COMPUTE, Decimal("0.75"), reservation_id=held.id)
+    )
     argv = ["--ledger-url", ledger_url, "budget", "holds", "--scope", "project=churn"]
     assert main([*argv, "--format", "json"]) == 0
     (shown,) = json.loads(capsys.readouterr().out)
-    assert (shown["id"], shown["usd"]) == (held.id, "1.250000")
+    assert (shown["id"], shown["usd"], shown["paid_usd"]) == (held.id, "1.250000", "0.750000")
     assert shown["holder"] == "retrain/scheduled__1/train/-1"
     assert shown["budgets"] == ["project=churn/month"]
     assert main(["--ledger-url", ledger_url, "budget", "holds"]) == 0

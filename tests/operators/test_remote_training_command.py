@@ -491,6 +491,35 @@ def test_a_retry_with_budget_scope_reserves_what_is_left_of_its_cap_after_its_ea
     assert held.usd == Decimal(2) - billed
 
 
+def test_an_attempt_billed_while_the_task_holds_its_cap_is_counted_once_in_the_budgets(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The hold stays at max_usd until the task ends: attempt 1's entry counted as spent and held, so the
+    # budget showed more committed than the task can ever spend, and refused other tasks for it.
+    from costaware.operators.remote_attempts import RemoteAttemptSteps
+
+    ledger.set_budget("project=churn", "month", "10")
+    seen_after: list[tuple[Decimal, Decimal]] = []
+    record = RemoteAttemptSteps._record_attempt
+
+    def counted(self: Any, state: Any, job: Any, cause: str) -> Any:
+        recorded = record(self, state, job, cause)
+        (usage,) = ledger.usage("project=churn")
+        seen_after.append((usage.spent_usd, usage.reserved_usd))
+        return recorded
+
+    monkeypatch.setattr(RemoteAttemptSteps, "_record_attempt", counted)
+    tagged = {"budget_scope": "project=churn", "tags": {"project": "churn"}}
+    result, _ = drive(operator(tmp_path, "preempt-once", max_usd="2", **tagged), context_for())
+    assert [a["cause"] for a in result["attempts"]] == ["preemption", "success"]
+    (first_spent, first_held), _ = seen_after
+    assert first_spent > 0 and first_spent + first_held == Decimal(2)  # the cap, never more
+    paid = [
+        e for e in ledger.entries() if e["task_id"] == "train" and e["price_source"].startswith("remote:")
+    ]
+    assert len(paid) == 2 and len({e["reservation_id"] for e in paid}) == 1 and paid[0]["reservation_id"]
+
+
 def test_a_budget_scope_the_attempts_are_not_tagged_with_starts_nothing(tmp_path: Path, ledger: Any) -> None:
     # The attempts' entries carried no project tag: the reservation was settled and the budget never charged.
     ledger.set_budget("project=churn", "month", "10")

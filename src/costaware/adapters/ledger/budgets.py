@@ -9,8 +9,9 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import Connection, RowMapping, and_, func, select, text, true
+from sqlalchemy import Connection, RowMapping, and_, case, func, select, text, true
 
 from costaware.adapters.ledger import schema
 from costaware.adapters.ledger.audit import append_audit
@@ -223,8 +224,18 @@ def budget_usage(
     # ends after midnight is billed tomorrow, so it counts against tomorrow too (ISO keys sort by date).
     # A run's hold counts against its own run only.
     in_period = h.c.period_key == window.key if window.start is None else h.c.period_key <= window.key
+
+    # An open hold counts less what it has paid for already: a training's attempts are billed while its
+    # hold stays open until the task ends, and counted twice (spent and held) the budget refused others.
+    def paid(micros: Any) -> Any:
+        linked = (e.c.reservation_id == h.c.reservation_id, e.c.estimated.is_(False))
+        return select(func.coalesce(func.sum(micros), 0)).where(*linked).correlate(h).scalar_subquery()
+
+    rest_usd = h.c.usd_micros - paid(e.c.usd_micros)
+    rest_gpu = h.c.gpu_hours_micros - paid(e.c.gpu_hours_micros)
     held = select(
-        func.coalesce(func.sum(h.c.usd_micros), 0), func.coalesce(func.sum(h.c.gpu_hours_micros), 0)
+        func.coalesce(func.sum(case((rest_usd > 0, rest_usd), else_=0)), 0),
+        func.coalesce(func.sum(case((rest_gpu > 0, rest_gpu), else_=0)), 0),
     ).where(h.c.budget_id == budget_id, in_period, h.c.open.is_(True), h.c.expires_at > at)
     spent = select(
         func.coalesce(func.sum(e.c.usd_micros), 0), func.coalesce(func.sum(e.c.gpu_hours_micros), 0)

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import Connection, and_, case, or_, select
+from sqlalchemy import Connection, and_, case, func, or_, select
 
 from costaware.adapters.ledger import schema
 from costaware.adapters.ledger.audit import append_audit
@@ -261,6 +261,21 @@ def open_reservations(ledger: LedgerDatabase, *, holder_prefix: str | None = Non
     with ledger.reading() as conn:
         ids = [row[0] for row in conn.execute(query.order_by(r.c.created_at))]
         return [reservation(conn, rid) for rid in ids]
+
+
+def paid_from(ledger: LedgerDatabase, reservation_ids: list[str]) -> dict[str, Decimal]:
+    """What the entries paid from each reservation cost so far (estimates aside); ids with none are left out.
+
+    A budget counts an open hold less this: a training's attempts are billed while its hold stays open.
+    """
+    e = schema.entries
+    query = (
+        select(e.c.reservation_id, func.sum(e.c.usd_micros))
+        .where(e.c.reservation_id.in_(reservation_ids), e.c.estimated.is_(False))
+        .group_by(e.c.reservation_id)
+    )
+    with ledger.reading() as conn:
+        return {str(rid): from_micros(micros) for rid, micros in conn.execute(query)}
 
 
 def reservation_to_settle(ledger: LedgerDatabase, holder: str) -> Reservation | None:

@@ -114,6 +114,8 @@ entries = Table(
     Index("ix_costaware_entries_dag_run", "dag_id", "run_id"),
     Index("ix_costaware_entries_project_time", "project", "incurred_at"),
     Index("ix_costaware_entries_team_time", "team", "incurred_at"),
+    # What each open hold has spent already (revision 0003): a budget counts only the rest of it as held.
+    Index("ix_costaware_entries_reservation", "reservation_id"),
 )
 
 budgets = Table(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from decimal import Decimal
 from typing import Any
 
 from costaware.cli.arguments import open_ledger
@@ -230,11 +231,14 @@ def budget_holds(args: argparse.Namespace) -> int:
     if not holds and args.format == "table":
         print(f"no open holds{'' if str(wanted) == '*' else f' of {wanted}'}: nothing is reserved")
         return 0
+    # A training's attempts are billed while its hold stays open: what is left of it is what is reserved.
+    paid = ledger.paid_from([r.id for r in holds])
     rows = [
         [
             r.holder or "",
             str(r.scope),
             format_usd_exact(r.usd),
+            format_usd_exact(paid.get(r.id, Decimal(0))),
             plain(r.gpu_hours) if r.gpu_hours else "",
             f"{r.created_at:%Y-%m-%d %H:%M} UTC",
             f"{r.expires_at:%Y-%m-%d %H:%M} UTC",
@@ -248,6 +252,7 @@ def budget_holds(args: argparse.Namespace) -> int:
             "holder": r.holder,
             "scope": str(r.scope),
             "usd": str(r.usd),
+            "paid_usd": str(paid.get(r.id, Decimal(0))),
             "gpu_hours": str(r.gpu_hours),
             "created_at": r.created_at.isoformat(),
             "expires_at": r.expires_at.isoformat(),
@@ -255,7 +260,16 @@ def budget_holds(args: argparse.Namespace) -> int:
         }
         for r in holds
     ]
-    headers = ["held by (dag/run/task/map)", "scope", "held", "GPU-hours", "since", "until", "counted in"]
+    headers = [
+        "held by (dag/run/task/map)",
+        "scope",
+        "held",
+        "paid so far",
+        "GPU-hours",
+        "since",
+        "until",
+        "counted in",
+    ]
     emit(rows, args.format, headers=headers, payload=payload)
     return 0
 
