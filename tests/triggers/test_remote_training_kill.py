@@ -638,3 +638,24 @@ def test_a_local_job_stopped_before_it_started_still_gets_its_notice(tmp_path: P
     subprocess.run([sys.executable, "-c", run, folder], timeout=30, check=True)
     wait_for(original / "pid")  # the original job runs too: it is killed at the end (_no_job_left)
     assert json.loads((folder / "exit.json").read_text())["exit_code"] != 0  # noticed, not run to its end
+
+
+def test_a_retry_the_budgets_have_no_room_for_follows_and_bills_the_job_its_failed_try_left(
+    tmp_path: Path, ledger: Any
+) -> None:
+    # The retry's budget_scope hold was refused, and the try failed before it looked for the earlier job:
+    # attempt 1 ran on, watched and billed by nobody. Now it is followed to its end and billed, and no new
+    # attempt starts (max_usd is lowered to what the earlier tries billed), as behind a spend gate.
+    from costaware.core.ledger import Kind, LedgerEntry
+
+    ledger.set_budget("project=churn", "month", "10")
+    scoped = {"budget_scope": "project=churn", "max_usd": "5"}
+    trigger = deferred_trigger(operator(tmp_path, "ok", **scoped))
+    assert trigger.job_id is not None
+    for hold in ledger.open_reservations():  # try 1 failed: the cost listener settles its hold
+        ledger.settle(hold.id, "0")
+    ledger.record(LedgerEntry("other", "o", "t", Kind.COMPUTE, Decimal("8"), tags={"project": "churn"}))
+    result, _ = drive(operator(tmp_path, "ok", deferrable=False, **scoped), context_for(try_number=2))
+    assert [a["attempt"] for a in result["attempts"]] == [1]
+    (billed,) = train_entries(ledger)
+    assert billed["cause"] == "success" and Decimal(billed["usd"]) > 0

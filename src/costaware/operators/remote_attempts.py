@@ -671,6 +671,27 @@ class RemoteAttemptSteps(AttemptBilling):
         )
         return replace(state, first_attempt=first), earlier - followed
 
+    def _spend_no_more(self, state: AttemptState, earlier: Decimal, refused: str) -> AttemptState:
+        """A retry whose budgets have no room: ``max_usd`` lowered to what its earlier tries billed.
+
+        A budget already past its cap: nothing can be held, so nothing more may be spent. The retry follows
+        the job its failed try left running up to what was billed (stopped there, and billed), and starts no
+        new one; failing instead left that job running with nobody to watch or bill it.
+        """
+        from costaware.core.money import format_usd_exact
+
+        self.log.warning(
+            "a retry: the budgets have no room (%s): max_usd is lowered to the %s earlier tries billed, so "
+            "no new attempt starts; raise the budget (or approve at the gate) and clear the task to go on",
+            refused,
+            format_usd_exact(earlier),
+        )
+        note = (
+            f"the budgets have no room for this retry ({refused}): raise the budget (or approve at the gate) "
+            "and clear the task"
+        )
+        return replace(state, plan=replace(state.plan, max_usd=str(earlier), max_usd_note=note))
+
     def _hold(self, state: AttemptState, earlier: Decimal, *, retry: bool) -> AttemptState:
         """Hold what is left of ``max_usd`` after ``earlier`` (what earlier tries billed) in the budgets.
 
@@ -679,6 +700,7 @@ class RemoteAttemptSteps(AttemptBilling):
         estimate) in ``budget_scope``. Returns the state with the cap the budgets allow, all tries together.
         """
         from costaware.core.budgets import Scope
+        from costaware.core.errors import BudgetExceededError
         from costaware.core.money import format_usd_exact
         from costaware.glue import check_scope_is_tagged
         from costaware.training.attempt_effects import (
@@ -706,27 +728,19 @@ class RemoteAttemptSteps(AttemptBilling):
                     )
                 task_id = plan.identity["task_id"]
                 check_scope_is_tagged(scope, plan.tags, task_id=task_id, gate="budget_scope")
-                reserve_estimate(ledger, plan, scope, billed_before=earlier)
+                try:
+                    reserve_estimate(ledger, plan, scope, billed_before=earlier)
+                except BudgetExceededError as e:
+                    if not self._retry:
+                        raise  # nothing runs yet: refused before any job
+                    # The job the failed try left running would be watched and billed by nobody.
+                    return self._spend_no_more(state, earlier, str(e))
                 return state
             if plan.max_usd is not None:
                 # A retry: its failed try settled the gate's hold.
                 gate, refused = hold_again(ledger, plan, billed_before=earlier)
                 if refused:
-                    # A budget already past its cap: nothing can be held, so nothing more may be spent. The
-                    # retry follows the job its failed try left running up to what was billed, and starts
-                    # no new one (it ran unheld, new attempts and all, before).
-                    self.log.warning(
-                        "a retry: the budgets have no room (%s): max_usd is lowered to the %s earlier tries "
-                        "billed, so no new attempt starts; raise the budget (or approve at the gate) and "
-                        "clear the task to go on",
-                        refused,
-                        format_usd_exact(earlier),
-                    )
-                    note = (
-                        f"the budgets have no room for this retry ({refused}): raise the budget (or approve "
-                        "at the gate) and clear the task"
-                    )
-                    return replace(state, plan=replace(plan, max_usd=str(earlier), max_usd_note=note))
+                    return self._spend_no_more(state, earlier, refused)
                 retry = retry or gate is not None
                 if gate is not None:
                     self.log.info(
