@@ -85,14 +85,22 @@ def test_the_spend_never_passes_the_cap_and_every_rung_is_in_the_ledger(ledger: 
     assert states[-1] == "cut" and "cut" not in states[:-1], states
 
 
-def test_a_second_search_on_the_scope_reports_its_own_spend_not_the_scopes(ledger: Any) -> None:
+def test_each_search_has_a_budget_of_its_own_and_leaves_the_scopes_alone(ledger: Any) -> None:
+    # The total budget was set on the scope itself: a project's scope got a $10 cap for all time, and a
+    # second search on it got only what the first one left.
+    ledger.set_budget("study=toy", "month", "100")
     first = search(ledger, "10", Clock())
-    second = search(ledger, "40", Clock())  # the same scope: its total budget is now 40, 10 of it spent
+    second = search(ledger, "40", Clock())
 
     total = sum(Decimal(str(e["usd"])) for e in ledger.entries())
-    assert first.spent_usd > 0 and second.spent_usd > 0
+    assert Decimal(0) < first.spent_usd <= 10 and Decimal(10) < second.spent_usd <= 40
     assert second.spent_usd == total - first.spent_usd
-    assert total <= Decimal("40")
+    assert first.budget_scope != second.budget_scope and first.budget_scope.startswith("search=")
+    budgets = {b.label: b.cap_usd for b in ledger.budgets()}
+    assert budgets["study=toy/month"] == 100  # the scope's own budget: untouched, and it counts both
+    assert budgets[f"{first.budget_scope}/total"] == 10 and budgets[f"{second.budget_scope}/total"] == 40
+    (month,) = ledger.usage("study=toy")
+    assert month.spent_usd == total
 
 
 def test_with_money_enough_it_tries_every_configuration_once_and_finds_the_peak(ledger: Any) -> None:

@@ -108,6 +108,8 @@ class SearchResult:
     #: The rungs the default pruner judged at when the search ended (empty: no early rung ranked the fair
     #: evidence above chance; None: a pruner was given).
     prune_rungs: tuple[int, ...] | None = None
+    #: The search's own budget, ``scope`` plus ``search=<id>`` (``costaware budget show --scope ...``).
+    budget_scope: str = ""
 
 
 def budgeted_search(
@@ -139,9 +141,12 @@ def budgeted_search(
         space: Optuna distributions of the hyperparameters.
         rungs: Increasing resource levels; the last is full fidelity.
         ledger: Where the budget, the reservations and the compute entries live.
-        scope: Ledger tags of the search's budget (a ``total`` budget of ``cap_usd`` is set on them).
-        cap_usd: The most the search may spend.
-        usd_per_hour: Price of one second of this process, per hour.
+        scope: Ledger tags of the search's entries, e.g. ``{"project": "churn"}``: the budgets over them
+            count its spend too. The search's own budget (``total``, ``cap_usd``) is over these tags plus
+            ``search=<id>``, a new id each call (``SearchResult.budget_scope``): a project's own budgets are
+            never set or changed by a search.
+        cap_usd: The most this search may spend (USD, a ``Decimal`` or its text).
+        usd_per_hour: Price of one second of this process, per hour (USD, a ``Decimal`` or its text).
         first_rung_seconds: Estimated seconds of the first rung before any rung ran (the user's guess).
         direction: ``maximize`` or ``minimize`` the metric.
         sampler: Optuna sampler (default ``TPESampler(seed=seed)`` with Optuna's defaults: its first 10
@@ -172,7 +177,23 @@ def budgeted_search(
     import optuna
 
     from costaware.core.budgets import Scope
+    from costaware.core.money import parse_usd
 
+    cap_usd = parse_usd(cap_usd, name="cap_usd")
+    usd_per_hour = parse_usd(usd_per_hour, name="usd_per_hour")
+    if isinstance(scope, str) or not isinstance(scope, Mapping):
+        raise ConfigurationError(f"scope must be a mapping of tags ({{'project': 'churn'}}), got {scope!r}")
+    if "search" in scope:
+        raise ConfigurationError(
+            f"scope has a 'search' tag ({scope['search']!r}): that tag is the search's own (its budget is "
+            "over scope plus search=<id>); name yours otherwise"
+        )
+    if isinstance(reduction_factor, bool) or not isinstance(reduction_factor, int) or reduction_factor < 2:
+        raise ConfigurationError(f"reduction_factor must be an integer >= 2, got {reduction_factor!r}")
+    if isinstance(max_trials, bool) or not isinstance(max_trials, int) or max_trials < 1:
+        raise ConfigurationError(f"max_trials must be an integer >= 1, got {max_trials!r}")
+    if isinstance(first_rung_seconds, bool) or not isinstance(first_rung_seconds, int | float):
+        raise ConfigurationError(f"first_rung_seconds must be seconds (a number), got {first_rung_seconds!r}")
     rung_list = [int(r) for r in rungs]
     if not rung_list or any(r < 1 for r in rung_list) or rung_list != sorted(set(rung_list)):
         raise ConfigurationError(f"rungs must be increasing integers >= 1, got {list(rungs)!r}")
@@ -191,14 +212,16 @@ def budgeted_search(
     prune_rungs: tuple[int, ...] | None = () if pruner is None else None
     weights = bracket_weights(len(early), reduction_factor)
     in_bracket = [0] * len(weights)
-    budget_scope = Scope.of(dict(scope))
+    run = uuid.uuid4().hex[:8]
+    # A budget of its own: set on the caller's scope, it capped (or freed) a whole project for all time.
+    tags = {**scope, "search": run}
+    budget_scope = Scope.of(tags)
     ledger.set_budget(budget_scope, "total", cap_usd)
     study = optuna.create_study(
         direction="maximize" if direction == "maximize" else "minimize",
         sampler=sampler or optuna.samplers.TPESampler(seed=seed),
         pruner=pruner or optuna.pruners.NopPruner(),
     )
-    run = uuid.uuid4().hex[:8]
     seen: dict[tuple[Any, ...], SearchTrial] = {}
     trials: list[SearchTrial] = []
     guess = first_rung_seconds / rung_list[0]
@@ -212,7 +235,7 @@ def budgeted_search(
     billing = SearchBilling(
         ledger,
         budget_scope=budget_scope,
-        tags=scope,
+        tags=tags,
         usd_per_hour=usd_per_hour,
         owner=owner,
         run=run,
@@ -390,4 +413,5 @@ def budgeted_search(
         spent_usd=billing.billed_usd,
         stop=stop,
         states=states,
+        budget_scope=str(budget_scope),
     )
