@@ -336,6 +336,8 @@ def test_summary_fails_trials_of_this_run_left_running(env: Ledger) -> None:
         ({"search_space": {"lr": {"type": "float", "low": 1, "high": 0}}}, r"'lr' has an empty range"),
         ({"max_usd": "0"}, r"max_usd must be more than \$0, got '0'"),
         ({"max_usd": "-5"}, r"max_usd must be more than \$0, got '-5'"),
+        # Stored as $0 by the ledger: the plan wrote the study, then failed setting its budget.
+        ({"max_usd": "0.0000005"}, r"max_usd '0.0000005' is below the ledger's smallest amount, \$0.000001"),
         ({"max_trials": "many"}, "max_trials must be a whole number >= 1, got 'many'"),
         (
             {"min_resource": 20},

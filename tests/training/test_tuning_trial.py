@@ -243,3 +243,23 @@ def test_a_trial_cut_by_the_study_s_wall_clock_says_so_not_that_its_money_ran_ou
     assert result.trial.decision.startswith(
         "cut before 2: the study's max_wall_seconds (600 s) leaves this trial"
     )
+
+
+def test_a_continued_study_s_wall_clock_starts_with_its_dag_run(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # Kept from the first run, the start made every later run of a nightly study stop at its first slot.
+    from datetime import datetime, timedelta, timezone
+
+    import optuna
+
+    from costaware.training.tuning import study as study_module
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = study_spec("nightly", max_usd="10", max_trials=4)
+    spec = replace(spec, caps=TuningCaps.create(max_usd=Decimal("10"), max_trials=4, max_wall_seconds=60))
+    first = datetime(2026, 11, 1, 2, tzinfo=timezone.utc)
+    for night in (first, first + timedelta(days=1)):
+        monkeypatch.setattr(study_module, "utcnow", lambda night=night: night)
+        create_study(url, ledger, spec)
+        started = optuna.load_study(study_name="nightly", storage=url).user_attrs[study_module.STARTED_ATTR]
+        assert datetime.fromisoformat(started) == night

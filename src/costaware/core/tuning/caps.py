@@ -15,7 +15,7 @@ from enum import Enum
 from typing import Any
 
 from costaware.core.errors import ConfigurationError
-from costaware.core.money import parse_usd
+from costaware.core.money import MICRO_USD, parse_usd
 from costaware.core.tuning.trials import FinishedTrial, TrialState
 
 
@@ -59,6 +59,12 @@ class TuningCaps:
         usd = parse_usd(max_usd, name="max_usd", allow_negative=True)
         if usd <= 0:
             raise ConfigurationError(f"max_usd must be more than $0, got {max_usd!r}: no trial could run")
+        if usd < MICRO_USD:
+            # The study's budget would be stored as $0: refused here, before the study is written, not by
+            # the ledger after it.
+            raise ConfigurationError(
+                f"max_usd {max_usd!r} is below the ledger's smallest amount, $0.000001: give at least that"
+            )
         # GPU-hours, not dollars: "two" read "must be a number of USD", and "$1" was taken.
         gpu = (
             None

@@ -45,7 +45,9 @@ def create_study(
 ) -> dict[str, Any]:
     """Create (or reopen) the study and set its ledger budget; returns the plan as JSON.
 
-    Reopening a study with the same name keeps its trials and start time: a second DAG run continues it.
+    Reopening a study with the same name keeps its trials: a second DAG run continues it. Its start time is
+    this run's: ``max_wall_seconds`` bounds each DAG run (kept from the first run, a nightly study that
+    continued found its wall clock spent at once, every night).
     The study's budget is ``max_usd`` (and ``max_gpu_hours``) over scope ``study=<name>`` plus the
     spec's tags, for all time; every trial reserves from it and from any wider budget that covers it.
 
@@ -91,8 +93,7 @@ def create_study(
         load_if_exists=True,
     )
     attrs = study.user_attrs
-    if STARTED_ATTR not in attrs:
-        study.set_user_attr(STARTED_ATTR, utcnow().isoformat())
+    study.set_user_attr(STARTED_ATTR, utcnow().isoformat())
     if attrs.get(STOP_ATTR):
         # Each DAG run judges the study again with its caps as they are now: a raised max_usd (or a budget
         # with room again) lets it go on; a study still over a cap stops at its first slot, saying why.
