@@ -12,6 +12,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from costaware import Ledger
 from costaware.core.errors import ConfigurationError
+from costaware.core.ledger import Kind, LedgerEntry
 from costaware.core.tuning import fall_adjusted_value
 from costaware.operators.tuning import (
     BudgetedTuningOperator,
@@ -186,7 +187,9 @@ def test_a_run_with_no_money_for_one_trial_fails_or_skips_as_on_exceeded_says(
     env: Ledger, on_exceeded: str
 ) -> None:
     # A scheduled study whose project budget is spent: every run turned red, with nothing wrong to fix.
-    plan = _plan(max_usd="0.04", fallback_trial_seconds=60)
+    env.set_budget("project=churn", "month", "1")
+    env.record(LedgerEntry("other", "r", "t", Kind.COMPUTE, Decimal("0.95"), tags={"project": "churn"}))
+    plan = _plan(max_usd="5", fallback_trial_seconds=10)  # a trial needs about $0.10: next month has room
     plan.execute({"ti": _ti(plan)})
     with pytest.raises(AirflowSkipException, match=r"stopped \(budget\)"):
         _run_slot(0)
@@ -201,6 +204,21 @@ def test_a_run_with_no_money_for_one_trial_fails_or_skips_as_on_exceeded_says(
     else:
         with pytest.raises(AirflowFailException, match=r"on_exceeded='skip' skips such a run instead"):
             summary_op.execute({"ti": ti})
+
+
+def test_a_trial_more_than_a_budget_s_whole_cap_fails_the_run_even_with_on_exceeded_skip(env: Ledger) -> None:
+    # Skipped, it read as "no money this month" where no month would ever pay for one trial.
+    plan = _plan(max_usd="0.04", fallback_trial_seconds=60)
+    plan.execute({"ti": _ti(plan)})
+    with pytest.raises(AirflowSkipException, match=r"stopped \(budget\)"):
+        _run_slot(0)
+    summary_op = TuningStudySummarizeOperator(
+        task_id="summarize", study_name="s1", trial_task_id="trial", on_exceeded="skip"
+    )
+    ti = _ti(summary_op)
+    ti.get_task_states = lambda **_: {RUN_ID: {"trial_0": "skipped"}}
+    with pytest.raises(AirflowFailException, match=r"no new period makes room: .* more than the whole cap"):
+        summary_op.execute({"ti": ti})
 
 
 def test_on_exceeded_other_than_fail_or_skip_is_refused_as_the_dag_is_parsed() -> None:

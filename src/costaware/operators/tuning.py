@@ -420,6 +420,12 @@ class TuningStudySummarizeOperator(_StudyOperator):
             )
         if states and all(state == "skipped" for state in states):
             stop = summary["stop"] or {}
+            if stop.get("reason") == StopReason.BUDGET.value and stop.get("renews") is False:
+                # Skipped, the run read as "no money this month" where no month will ever have enough.
+                raise AirflowFailException(
+                    f"study {summary['study_name']}: no trial of this run could be paid for, and no new "
+                    f"period makes room: {stop.get('message')}"
+                )
             if stop.get("reason") == StopReason.BUDGET.value and self.on_exceeded == "skip":
                 # A scheduled study whose budget is spent for the period: no money, nothing wrong.
                 raise AirflowSkipException(

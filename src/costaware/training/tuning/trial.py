@@ -222,7 +222,9 @@ def _reserve_trial(
                 f"the study's budget is its max_usd ({format_usd(spec.caps.max_usd)}): raise max_usd and run "
                 "the DAG again (a run with the same study_name goes on with this study)",
             )
-        return _stop(s.study, StopReason.BUDGET, message)
+        # A trial that needs more than a budget's whole cap: no new period makes room for it, ever.
+        renews = not (e.needed_usd and e.cap_usd and float(e.needed_usd) > float(e.cap_usd))
+        return _stop(s.study, StopReason.BUDGET, message, renews=renews)
     s.reserved_at = s.meter()
     return reservation, estimate
 
@@ -424,11 +426,14 @@ def _finish_trial(
     )
 
 
-def _stop(study: optuna.study.Study, reason: StopReason, message: str) -> SlotResult:
+def _stop(study: optuna.study.Study, reason: StopReason, message: str, *, renews: bool = True) -> SlotResult:
+    """Record why the study stops (the first reason of a DAG run is kept).
+
+    ``renews``: a budget's next period may make room (False: the need is more than its whole cap).
+    """
     if not study.user_attrs.get(STOP_ATTR):  # the first stop reason of a DAG run is the one kept
-        study.set_user_attr(
-            STOP_ATTR, {"reason": reason.value, "message": message, "at": utcnow().isoformat()}
-        )
+        stop = {"reason": reason.value, "message": message, "at": utcnow().isoformat()}
+        study.set_user_attr(STOP_ATTR, stop if renews else {**stop, "renews": False})
     log.info("study %s stops: %s (%s)", study.study_name, reason.value, message)
     return SlotResult(ran=False, reason=message, stop=reason)
 
