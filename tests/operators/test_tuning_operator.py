@@ -22,6 +22,7 @@ from costaware.operators.tuning import (
 )
 from costaware.plugins import listener
 from costaware.training.study_arguments import resolve_trial_trainer
+from costaware.training.tuning import summarize_study
 
 DAG_ID, RUN_ID = "tune_dag", "manual__1"
 SPACE = {"lr": {"type": "float", "low": 0.05, "high": 1.0, "log": True}}
@@ -340,8 +341,11 @@ def test_summary_fails_trials_of_this_run_left_running(env: Ledger) -> None:
     with pytest.raises(Interrupted):
         _run_slot(3, trainer=KilledTrainer)
     summary_op = TuningStudySummarizeOperator(task_id="summarize", study_name="s1", trial_task_id="trial")
-    summary = summary_op.execute({"ti": _ti(summary_op)})
-    assert summary["failed_now"] == [0] and summary["states"] == {"failed": 1} and summary["best"] is None
+    # No trial has a value: nothing to promote, so the run fails (it ended green before).
+    with pytest.raises(AirflowFailException, match="1 trial\\(s\\) ran and none was trained in full"):
+        summary_op.execute({"ti": _ti(summary_op)})
+    summary = summarize_study(env.engine.url.render_as_string(hide_password=False), env, "s1")
+    assert summary["states"] == {"failed": 1} and summary["best"] is None
     url = env.engine.url.render_as_string(hide_password=False)
     assert not optuna.load_study(study_name="s1", storage=url).get_trials(
         states=(optuna.trial.TrialState.RUNNING,)

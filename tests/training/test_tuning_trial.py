@@ -263,3 +263,24 @@ def test_a_continued_study_s_wall_clock_starts_with_its_dag_run(tmp_path, monkey
         create_study(url, ledger, spec)
         started = optuna.load_study(study_name="nightly", storage=url).user_attrs[study_module.STARTED_ATTR]
         assert datetime.fromisoformat(started) == night
+
+
+def test_a_trial_whose_metric_is_nan_failed_and_is_not_promoted(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # A diverged configuration was "promoted@32 ... trained in full, nan": Optuna refused the value, and the
+    # summary counted it as promoted.
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = study_spec("diverged", max_usd="100", max_trials=1, fallback_trial_seconds=1.0, pruner="none")
+    create_study(url, ledger, spec)
+
+    class Diverging(InstantTrainer):
+        def advance(self, resource: int) -> float:
+            super().advance(resource)
+            return float("nan") if resource > spec.schedule.rungs[0] else 0.5
+
+    result = one_trial(url, ledger, spec, Diverging, SteppedMeter())
+    assert result.trial is not None and result.trial.state == "failed"
+    assert "its metric is nan, not a number" in result.trial.decision
+    assert all(value == value for _, value in result.trial.rungs)  # no NaN kept (JSON cannot hold it)
+    summary = summarize_study(url, ledger, "diverged")
+    assert summary["states"] == {"failed": 1} and summary["best"] is None

@@ -443,6 +443,14 @@ class TuningStudySummarizeOperator(_StudyOperator):
                     f"study {summary['study_name']}: no trial ran, and the study has none: "
                     f"{self._stop_text(summary, ran)}{hint}"
                 )
+        if best is None and ran:
+            # Trials ran and none has a value at full fidelity (cut by the wall clock, pruned to the end,
+            # diverged): nothing to promote, which ended green before.
+            raise AirflowFailException(
+                f"study {summary['study_name']}: {ran} trial(s) ran and none was trained in full with a "
+                f"value, so there is no best to promote: {self._stop_text(summary, ran)} (see the trials "
+                "above; raise max_wall_seconds or max_usd, or check the trainer's metric)"
+            )
         return summary
 
     @staticmethod

@@ -10,6 +10,7 @@ trials, apply the stop rules), :func:`_reserve_trial` (estimate and reserve the 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -301,6 +302,12 @@ def _train_rungs(
         value = float(model.advance(rung))
         spent = meter() - tick
         t.train_seconds += spent
+        if not math.isfinite(value):
+            # A diverged configuration (a learning rate too high): failed, not "trained in full, nan", which
+            # Optuna refused and the summary counted as promoted.
+            t.state = TrialState.FAILED
+            t.decision = f"failed at {rung}: its metric is {value}, not a number (the training diverged?)"
+            break
         used = meter() - started
         if used > reserved and guessed:
             log.warning(
@@ -391,6 +398,8 @@ def _finish_trial(
     trial.set_user_attr(TRIAL_ATTR, info)
     if t.state is TrialState.PROMOTED and t.final is not None:
         s.study.tell(trial, t.final)
+    elif t.state is TrialState.FAILED:
+        s.study.tell(trial, state=optuna.trial.TrialState.FAIL)
     else:
         s.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
     label = trial_label(trial.number, t.state, t.fidelity)
