@@ -534,6 +534,13 @@ def test_a_task_cleared_after_a_code_error_runs_a_new_attempt(
             {"objective": "carbon"},
             "objective='carbon' steers only the pause rule here, and pause_on_price is off",
         ),
+        # Each of these started a job (billed) or failed the task start with a raw ValueError.
+        ({"seed": "abc"}, "seed must be a whole number, got 'abc'"),
+        ({"trainer": " "}, "trainer is ' ': name a trainer"),
+        (
+            {"model_store": "s4://b/models"},
+            r"model_store 's4://b/models' has the scheme 's4', .* did you mean s3",
+        ),
     ],
 )
 def test_settings_written_out_fail_when_the_dag_is_parsed(

@@ -184,6 +184,15 @@ def test_the_list_price_is_asked_only_when_nobody_gave_one() -> None:
             },
             "deadline 2026-11-24T12:00:00\\+00:00 is given without latest_start: give latest_start",
         ),
+        (  # it read "given without latest_start ... or expected_runtime_hours", which was given
+            PlanArguments(deadline=NOW.isoformat(), expected_runtime_hours="-1"),
+            {
+                k: v
+                for k, v in DECISION.items()
+                if k not in ("deadline", "latest_start", "expected_runtime_hours")
+            },
+            "expected_runtime_hours must be a number of hours > 0 such as '2.5', got '-1'",
+        ),
         (
             PlanArguments(deadline=NOW.isoformat(), latest_start=(NOW + timedelta(hours=1)).isoformat()),
             DECISION,

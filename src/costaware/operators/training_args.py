@@ -102,6 +102,15 @@ class BuiltInTrainingArguments:
                 f"{feature_columns!r}: write {names!r}"
             )
         parse_label_threshold(label_threshold)  # a typo fails here, not as a traceback in the training
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            # Not templated: "abc" failed the task start with int()'s own words, retried.
+            raise ConfigurationError(f"{owner}: seed must be a whole number, got {seed!r}")
+        if isinstance(trainer, str) and not trainer.strip():
+            # Read as "not given": the default trainer trained without a word.
+            raise ConfigurationError(
+                f"{owner}: trainer is {trainer!r}: name a trainer (e.g. {DEFAULT_TRAINER!r}), or leave it "
+                "out for the default"
+            )
         if check:
             check_training_arguments(
                 label_column=label_column,

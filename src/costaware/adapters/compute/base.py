@@ -403,6 +403,25 @@ def expand_home(uri: str) -> str:
 FILE_LOCATIONS = frozenset({"spec_uri"})
 
 
+def _check_known_scheme(what: str, text: str, scheme: str) -> None:
+    """Refuse a scheme no store can open (``s4://``): the job it started failed at its first read, billed.
+
+    Raises:
+        ConfigurationError: named with the argument, the location and the scheme meant.
+    """
+    import difflib
+
+    from fsspec.registry import known_implementations, registry
+
+    known = {*known_implementations, *registry}
+    if scheme in known:
+        return
+    common = sorted({"s3", "file", "gs", "az", "abfs"} & known)
+    meant = difflib.get_close_matches(scheme.lower(), common, n=1, cutoff=0.5)
+    hint = f"did you mean {meant[0]}://?" if meant else "use s3://bucket/prefix, file:///path or a folder"
+    raise ConfigurationError(f"{what} {text!r} has the scheme {scheme!r}, which no store can open: {hint}")
+
+
 def require_usable_locations(
     backend: str,
     *,
@@ -455,6 +474,7 @@ def require_usable_locations(
                     f"{what} {text!r} is not a location a training job can use: give a local folder (an "
                     "absolute path), file:///path or s3://bucket/prefix"
                 )
+            _check_known_scheme(what, text, parsed.scheme)
             continue  # the provider's stores open it, or say why not
         if parsed.scheme == "file" and parsed.netloc not in ("", "localhost"):
             raise ConfigurationError(

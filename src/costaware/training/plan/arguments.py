@@ -91,6 +91,8 @@ def _latest_start_for(deadline: datetime, decision: SpotDecision, runtime_hours:
     """
     if decision.deadline is not None and decision.latest_start is not None:
         return deadline - (decision.deadline - decision.latest_start)
+    if runtime_hours is not None:
+        _check_hours(runtime_hours, name="expected_runtime_hours")  # -1 read "given without" before
     hours = _hours(runtime_hours) if runtime_hours is not None else None
     if hours is None and decision.expected_runtime_hours is not None:
         hours = _hours(decision.expected_runtime_hours)
