@@ -255,6 +255,19 @@ def test_batch_submit_poll_and_idempotence_through_moto(aws: str, batch_queues: 
     assert od != job_id and backend.poll(od).market == "on_demand"
 
 
+def test_a_missing_spot_queue_is_named_on_an_on_demand_submit(aws: str, batch_queues: dict[str, str]) -> None:
+    # The look-up of an earlier submit reads every queue: a missing spot queue was blamed on the on-demand
+    # queue the request was for ("check on_demand_queue").
+    backend = open_backend(
+        "batch", {**batch_queues, "spot_queue": "no-such-queue", "aws_conn_id": "moto_aws"}
+    )
+    with pytest.raises(ConfigurationError) as refused:
+        backend.submit(request("on_demand", instance_type="m5.large"))
+    message = str(refused.value)
+    assert "in job queue 'no-such-queue'" in message and "check spot_queue in backend_options" in message
+    assert "on_demand_queue" not in message
+
+
 def test_a_grace_period_longer_than_the_ecs_stop_timeout_is_said_at_submit(
     aws: str, batch_queues: dict[str, str], caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -312,11 +312,26 @@ class BatchBackend:
         return self._find(job_name)
 
     def _find(self, job_name: str) -> str | None:
-        """The id of a job already submitted under ``job_name`` to any queue (idempotent submit)."""
+        """The id of a job already submitted under ``job_name`` to any queue (idempotent submit).
+
+        Raises:
+            ConfigurationError, ComputeBackendError: a queue could not be read, named with its option (a
+                missing spot queue was blamed on the on-demand queue the request was for).
+        """
+        options = {self.spot_queue: "spot_queue", self.on_demand_queue: "on_demand_queue"}
+        options.update({q: f"spot_queues[{zone!r}]" for zone, q in self.spot_queues.items()})
         for queue in dict.fromkeys((self.spot_queue, self.on_demand_queue, *self.spot_queues.values())):
-            response = self.client.list_jobs(
-                jobQueue=queue, filters=[{"name": "JOB_NAME", "values": [job_name]}]
-            )
+            try:
+                response = self.client.list_jobs(
+                    jobQueue=queue, filters=[{"name": "JOB_NAME", "values": [job_name]}]
+                )
+            except Exception as e:
+                raise aws_error(
+                    e,
+                    f"cannot look for Batch job {job_name!r} in job queue {queue!r}",
+                    f"check {options[queue]} in backend_options (it must exist in region "
+                    f"{self.region_name or 'of the connection'}) and the connection's permissions",
+                ) from e
             for summary in response.get("jobSummaryList", []):
                 if summary.get("jobName") == job_name:
                     return str(summary["jobId"])
@@ -404,8 +419,8 @@ class BatchBackend:
                 spot_queues=self.spot_queues,
             )
             return str(self.client.submit_job(**body)["jobId"])
-        except ConfigurationError:
-            raise
+        except (ConfigurationError, ComputeBackendError):
+            raise  # said already: a queue _find could not read, named with its option
         except Exception as e:
             market = "spot_queue" if request.market == "spot" else "on_demand_queue"
             if request.market == "spot" and request.availability_zone:
