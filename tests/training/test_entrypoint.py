@@ -89,6 +89,19 @@ def test_missing_spec_exits_2_with_one_line_reason(tmp_path: Path) -> None:
     assert last.startswith("bad training spec or input: training spec ") and "does not exist" in last
 
 
+def test_a_store_it_cannot_reach_is_no_bad_spec(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    # It exited 2 (bad spec, never retried) with "write the spec first", where the endpoint was wrong.
+    from costaware.training.entrypoint import main
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    assert main(["--spec", "s3://ml/jobs/spec.json", "--endpoint-url", "http://127.0.0.1:1"]) == 1
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("store unavailable: cannot read the training spec 's3://ml/jobs/spec.json'")
+    assert "through the endpoint 'http://127.0.0.1:1' (--endpoint-url" in last
+    assert "write the spec first" not in last
+
+
 def test_checkpoint_of_another_trainer_is_refused_and_nothing_is_stored(tmp_path: Path) -> None:
     write_data(tmp_path / "data")
     CheckpointStore.open(str(tmp_path / "ckpt")).save(

@@ -107,9 +107,15 @@ def read_spec(uri: str, **storage_options: Any) -> dict[str, Any]:
     folder, name = _split(uri)
     try:
         raw = BlobDir.from_uri(folder, create=False, **storage_options).read_bytes(name)
-    except (FileNotFoundError, OSError) as e:
-        raise ConfigurationError(
-            f"training spec {uri!r} does not exist or cannot be read ({e}): write the spec first"
+    except FileNotFoundError as e:
+        raise ConfigurationError(f"training spec {uri!r} does not exist ({e}): write the spec first") from e
+    except OSError as e:
+        # An endpoint that cannot be reached is no bad spec: "write the spec first" sent people the wrong way.
+        endpoint = storage_options.get("endpoint_url")
+        raise StoreUnavailableError(
+            f"cannot read the training spec {uri!r} ({e}): check that the store is reachable from here"
+            + (f" through the endpoint {endpoint!r}" if endpoint else "")
+            + f" (--endpoint-url, ${ENDPOINT_ENV}) and the credentials"
         ) from e
     return _json_object(raw, f"training spec {uri!r}")
 
@@ -245,6 +251,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigurationError as e:
         print(f"bad training spec or input: {e}", file=sys.stderr, flush=True)
         return CONFIG_EXIT_CODE
+    except StoreUnavailableError as e:
+        print(f"store unavailable: {e}", file=sys.stderr, flush=True)
+        return ERROR_EXIT_CODE
     except Exception as e:  # the one-line reason is the contract with every backend
         log.exception("training failed")
         print(f"training failed: {type(e).__name__}: {e}".replace("\n", " "), file=sys.stderr, flush=True)
