@@ -96,7 +96,8 @@ def usd_param(default: str | None, *, title: str, description: str, optional: bo
 
     The trigger form refuses what the pattern does not match before the run starts; Airflow's message
     quotes the pattern, so the rule is also written out in the field's description. ``optional`` (or a
-    ``None`` default) lets the field be left empty, which the DAG reads as no amount.
+    ``None`` default) lets the field be left empty (null, or ``""`` from ``dags trigger -c``: refused by the
+    pattern before, though the description said "Empty"), which the DAG reads as no amount.
 
     Raises:
         ValueError: a default that the pattern refuses, so a bad one fails when the DAG parses.
@@ -107,10 +108,11 @@ def usd_param(default: str | None, *, title: str, description: str, optional: bo
 
     if default is not None and not re.match(USD_PATTERN, default):
         raise ValueError(f"usd_param default {default!r} for {title!r} must be {USD_RULE}")
+    optional = optional or default is None
     return Param(
         default,
-        type=["null", "string"] if optional or default is None else "string",
-        pattern=USD_PATTERN,
+        type=["null", "string"] if optional else "string",
+        pattern=f"^({USD_PATTERN[1:-1]})?$" if optional else USD_PATTERN,
         title=title,
         description=f"{description} {USD_RULE}.",
     )
