@@ -81,6 +81,14 @@ def test_select_and_best_fail_naming_the_plan_when_it_did_not_finish() -> None:
         ({"warmup_epochs": 5, "full_epochs": 3}, "full_epochs 3 must be more than warmup_epochs 5"),
         ({"instance_type": "g5.xlarg"}, "unknown instance type 'g5.xlarg'; did you mean g5.xlarge"),
         ({"instance_type": "ml.g5.xlarge"}, "ml.g5.xlarge is a SageMaker type, whose prices are not in"),
+        # Each failed every warm-up after the plan had set the study's budget, one per run.
+        (
+            {"backend": "sagemaker", "backend_options": {"role_arn": "arn:aws:iam::1:role/r"}},
+            "the sagemaker backend needs backend_options 'output_s3_uri' (see docs/remote-training.md); "
+            "SageMaker jobs need an s3:// data_root, got '$AIRFLOW_HOME/costaware/spot_tuning'",
+        ),
+        ({"backend": "batch"}, "Batch backend needs spot_queue, on_demand_queue, job_definition"),
+        ({"backend_options": {"roots": "/tmp"}}, "'roots' is not an option of the local backend"),
     ],
 )
 def test_prepare_refuses_bad_settings_before_anything_is_recorded(
