@@ -263,3 +263,39 @@ def test_time_based_checkpoints_use_the_clock(tmp_path: Path) -> None:
     now[0] = 90.0
     c.step_done(3, lambda: b"three")
     assert c.store.steps("k") == [2] and c.saves == 1
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"checkpoint_key": None}, "lacks checkpoint_key: give them"),  # a TypeError from __init__ before
+        (
+            {"feature_colums": ["x1"]},
+            "'feature_colums' is no RetrainJob field (did you mean 'feature_columns'?)",
+        ),
+        ({"feature_columns": "x1,x2"}, "feature_columns must be a list of column names, got the string"),
+        ({"force_full": "maybe"}, "force_full must be true or false, got 'maybe'"),
+    ],
+)
+def test_a_bad_job_file_is_named_and_runs_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fields: dict[str, Any], message: str
+) -> None:
+    from costaware.training.runner import main
+
+    given = {**_fields(tmp_path, "bad"), **fields}
+    config = tmp_path / "job.json"
+    config.write_text(json.dumps({k: v for k, v in given.items() if v is not None}))
+    assert main(["--config", str(config)]) == 2
+    assert message in json.loads(capsys.readouterr().out)["error"]
+    assert not (tmp_path / "bad").exists()
+    assert main(["--config", str(tmp_path / "nope.json")]) == 2  # a traceback, exit 1, before
+    assert "cannot read the job file" in json.loads(capsys.readouterr().out)["error"]
+
+
+def test_force_full_false_as_text_warm_starts(tmp_path: Path) -> None:
+    # "false" was bool("false"), True: a full retrain where a warm start was asked for.
+    from costaware.training.runner import job_from_file
+
+    config = tmp_path / "job.json"
+    config.write_text(json.dumps({**_fields(tmp_path, "ff"), "force_full": "false"}))
+    assert job_from_file(str(config)).force_full is False

@@ -258,16 +258,67 @@ def promote_candidate(**kwargs: Any) -> dict[str, Any]:
 # -- command line --------------------------------------------------------------------------------------------
 
 
+def job_from_file(path: str) -> RetrainJob:
+    """The ``RetrainJob`` of a JSON job file, every mistake named (a missing file was a traceback, exit 1).
+
+    Raises:
+        ConfigurationError: a file that cannot be read, is not a JSON object, lacks a required field or
+            names one ``RetrainJob`` does not have; ``force_full`` that is no boolean; ``feature_columns``
+            given as one string (read letter by letter before).
+    """
+    import dataclasses
+    import difflib
+    from pathlib import Path
+
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise ConfigurationError(
+            f"cannot read the job file {path!r} ({e.strerror or e}): give a JSON file of RetrainJob fields"
+        ) from e
+    try:
+        given = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigurationError(f"job file {path!r} is not JSON: {e}") from e
+    if not isinstance(given, dict):
+        raise ConfigurationError(f"job file {path!r} must hold a JSON object of RetrainJob fields")
+    fields = {f.name: f for f in dataclasses.fields(RetrainJob)}
+    for name in given:
+        if name not in fields:
+            meant = difflib.get_close_matches(name, list(fields), n=1)
+            hint = f"did you mean {meant[0]!r}?" if meant else f"the fields are {', '.join(fields)}"
+            raise ConfigurationError(f"job file {path!r}: {name!r} is no RetrainJob field ({hint})")
+    missing = [
+        name
+        for name, f in fields.items()
+        if name not in given and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise ConfigurationError(
+            f"job file {path!r} lacks {', '.join(missing)}: give them (docs/retraining.md, 'Outside Airflow')"
+        )
+    flag = given.get("force_full", False)
+    if isinstance(flag, str):  # "false" was true: a full retrain where a warm start was asked for
+        if flag.strip().lower() not in ("true", "false"):
+            raise ConfigurationError(f"job file {path!r}: force_full must be true or false, got {flag!r}")
+        given["force_full"] = flag.strip().lower() == "true"
+    if isinstance(given["feature_columns"], str):
+        names = [n.strip() for n in given["feature_columns"].split(",")]
+        raise ConfigurationError(
+            f"job file {path!r}: feature_columns must be a list of column names, got the string "
+            f"{given['feature_columns']!r}: write {json.dumps(names)}"
+        )
+    return RetrainJob(**given)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m costaware.training.runner --config job.json``: one retrain; exit 75 when preempted."""
     parser = argparse.ArgumentParser(prog="python -m costaware.training.runner", description=main.__doc__)
     parser.add_argument("--config", required=True, help="JSON file with the RetrainJob fields")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
-    with open(args.config) as f:
-        fields = json.load(f)
     try:
-        result = run_retrain(RetrainJob(**fields))
+        result = run_retrain(job_from_file(args.config))
     except PreemptedError as e:
         print(
             json.dumps(
