@@ -236,3 +236,15 @@ def test_saving_a_model_does_not_import_pytorch_and_leaves_it_importable() -> No
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_decision_on_an_undefined_metric_is_strict_json(tmp_path: Path) -> None:
+    # A bare NaN ("candidate_metric": NaN) is no JSON: strict readers (jq, browsers) refused the file.
+    store = ModelStore.open(str(tmp_path / "models"))
+    name = store.record_decision(
+        {"metric": "roc_auc", "candidate_metric": float("nan"), "champion_metric": 0.7, "promote": False}
+    )
+    raw = (tmp_path / "models" / "decisions" / name).read_text()
+    decision = json.loads(raw, parse_constant=lambda token: pytest.fail(f"not strict JSON: {token}"))
+    assert decision["candidate_metric"] is None and decision["champion_metric"] == 0.7
+    assert store.recent_quality() == (0.7,)

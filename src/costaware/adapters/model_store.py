@@ -184,7 +184,8 @@ class ModelStore:
     def record_decision(self, decision: Mapping[str, Any]) -> str:
         """Store one promotion decision (JSON-able); returns its name."""
         name = f"{new_version_id()[1:]}.json"
-        self.blobs.write_bytes(f"decisions/{name}", _json(dict(decision)))
+        # A metric that is not defined (NaN) is null: a bare NaN is no JSON, and strict readers refused it.
+        self.blobs.write_bytes(f"decisions/{name}", _json(_finite(dict(decision))))
         return name
 
     def decisions(self, limit: int | None = None) -> list[dict[str, Any]]:
@@ -221,6 +222,19 @@ class ModelStore:
                 higher = True
             values.append(float(value) if higher else -float(value))
         return tuple(values)
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN or infinite float, at any depth, as None."""
+    import math
+
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _json(data: Mapping[str, Any]) -> bytes:
