@@ -79,3 +79,16 @@ def test_a_trainer_missing_members_is_told_which() -> None:
         ConfigurationError, match=r"lacks save, load of the Trainer protocol's members \(name, "
     ):
         resolve_trainer(HalfTrainer())  # type: ignore[arg-type]
+
+
+class NoPredict(HalfTrainer):
+    def save(self, model: object, path: object) -> None: ...
+    def load(self, path: object) -> None: ...
+
+    predict = None  # type: ignore[assignment]
+
+
+def test_a_trainer_member_that_is_no_method_is_told_which() -> None:
+    # "NoPredict lacks none of the Trainer protocol's members": it had predict, as None.
+    with pytest.raises(ConfigurationError, match=r":NoPredict lacks predict \(a method, got None\) of the"):
+        resolve_trainer(f"{__name__}:NoPredict")

@@ -44,6 +44,12 @@ def _missing_members(candidate: object) -> str:
     methods = [name for name, value in vars(Trainer).items() if not name.startswith("_") and callable(value)]
     members = [*Trainer.__annotations__, *methods]
     missing = [m for m in members if not hasattr(candidate, m)]
+    # A method set to something else (predict = None) is there, and still not one: "lacks none" before.
+    missing += [
+        f"{m} (a method, got {getattr(candidate, m)!r})"
+        for m in methods
+        if hasattr(candidate, m) and not callable(getattr(candidate, m))
+    ]
     return f"{', '.join(missing) or 'none'} of the Trainer protocol's members ({', '.join(members)})"
 
 
