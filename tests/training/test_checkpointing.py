@@ -299,3 +299,17 @@ def test_force_full_false_as_text_warm_starts(tmp_path: Path) -> None:
     config = tmp_path / "job.json"
     config.write_text(json.dumps({**_fields(tmp_path, "ff"), "force_full": "false"}))
     assert job_from_file(str(config)).force_full is False
+
+
+def test_a_save_after_a_resume_past_a_corrupt_file_keeps_the_good_one(tmp_path: Path) -> None:
+    # keep=2 kept the newest two files: the new one and the cut-off one, and deleted the good one the
+    # training had just resumed from.
+    store = CheckpointStore.open(str(tmp_path / "ckpt"))
+    store.save("k", 6, b"six")
+    store.save("k", 7, b"seven")
+    (tmp_path / "ckpt" / "k" / "step-000000007.ckpt").write_bytes(b"CWCKPT1\n{not json")
+    resumed = store.latest("k")
+    assert resumed is not None and resumed.step == 6
+    store.save("k", 8, b"eight")
+    assert store.steps("k") == [8, 6]
+    assert store.latest("k").state == b"eight"  # type: ignore[union-attr]

@@ -15,10 +15,11 @@ the next older one), so a checkpoint cut off by a kill never breaks a resume.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -105,6 +106,7 @@ class CheckpointStore:
             raise ConfigurationError(f"keep must be an integer >= 2, got {keep!r}")
         self.blobs = blobs
         self.keep = keep
+        self._corrupt: set[str] = set()  # files latest() found cut off or altered (deleted at the next save)
 
     @classmethod
     def open(cls, uri: str, *, keep: int = 2, **storage_options: Any) -> CheckpointStore:
@@ -152,8 +154,13 @@ class CheckpointStore:
         )
         blob = encode_checkpoint(checkpoint)
         self.blobs.write_bytes(f"{self._check_key(key)}/step-{step:09d}.ckpt", blob)
-        for old in self.steps(key)[self.keep :]:
-            self.blobs.delete(f"{key}/step-{old:09d}.ckpt")
+        # A file found cut off or altered goes first: kept, it took the place of a good older one, which
+        # the pruning deleted (a resume after a bad newest file kept the bad one and lost the good one).
+        names = [f"{key}/step-{s:09d}.ckpt" for s in self.steps(key)]
+        corrupt = [n for n in names if n in self._corrupt]
+        for old in [*corrupt, *[n for n in names if n not in corrupt][self.keep :]]:
+            self.blobs.delete(old)
+        self._corrupt.difference_update(corrupt)
         return checkpoint
 
     def latest(
@@ -176,7 +183,12 @@ class CheckpointStore:
                     )
                 continue
             checkpoint = usable_checkpoint(
-                blob, step=step, meta=meta, where=f"{self.uri}/{name}", quiet=quiet
+                blob,
+                step=step,
+                meta=meta,
+                where=f"{self.uri}/{name}",
+                quiet=quiet,
+                on_corrupt=functools.partial(self._corrupt.add, name),
             )
             if checkpoint is not None:
                 return checkpoint
@@ -328,18 +340,27 @@ def encode_checkpoint(checkpoint: Checkpoint) -> bytes:
 
 
 def usable_checkpoint(
-    blob: bytes, *, step: int, meta: Mapping[str, Any] | None, where: str, quiet: bool = False
+    blob: bytes,
+    *,
+    step: int,
+    meta: Mapping[str, Any] | None,
+    where: str,
+    quiet: bool = False,
+    on_corrupt: Callable[[], None] | None = None,
 ) -> Checkpoint | None:
     """The checkpoint in ``blob`` (saved as step ``step``), or None with a warning when it fails a check.
 
     Checks: the file is whole and unaltered, it says the step it was saved as, and with ``meta`` its plan
     metadata equals ``meta`` (another data set, trainer or mode is not resumed). ``quiet``: no warning.
+    ``on_corrupt``: called when the file is cut off or altered (no plan could ever resume it).
     """
     warn = (lambda *args: None) if quiet else log.warning
     try:
         checkpoint = decode_checkpoint(blob)
     except ValueError as e:
         warn("checkpoint %s is unusable (%s): ignored, trying an older one", where, e)
+        if on_corrupt is not None:
+            on_corrupt()
         return None
     if checkpoint.step != step:
         warn("checkpoint %s says step %d: ignored", where, checkpoint.step)
