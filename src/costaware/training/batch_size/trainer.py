@@ -147,7 +147,34 @@ class AdaptiveBatchTrainer:
                 if isinstance(value, torch.Tensor):
                     keep(value)
         self.optimizer.zero_grad(set_to_none=True)
-        return sum(sizes.values())
+        return sum(sizes.values()) + self._state_to_come()
+
+    def _state_to_come(self) -> int:
+        """Bytes of the optimizer state its first step will make for parameters that have none yet.
+
+        An optimizer makes its state lazily: probed before any step, Adam's two moments (twice the
+        parameters) were not counted, and the batch chosen ran out of memory once training began. Estimated
+        from the optimizer's kind; one it does not know is taken as Adam's, the common larger case.
+        """
+        import torch
+
+        kind = type(self.optimizer).__name__
+        defaults = getattr(self.optimizer, "defaults", {})
+        if kind in ("SGD",):
+            copies = 1 if defaults.get("momentum") else 0
+        elif kind in ("RMSprop",):
+            copies = 1 + bool(defaults.get("momentum")) + bool(defaults.get("centered"))
+        elif kind in ("Adagrad", "Adadelta") or kind == "Rprop":
+            copies = 1 if kind == "Adagrad" else 2
+        else:  # Adam, AdamW, NAdam, RAdam, Adamax, and any optimizer not known here
+            copies = 2
+        missing = [
+            p
+            for group in self.optimizer.param_groups
+            for p in group["params"]
+            if isinstance(p, torch.Tensor) and p.requires_grad and not self.optimizer.state.get(p)
+        ]
+        return copies * sum(p.numel() * p.element_size() for p in missing)
 
     def probe(self, inputs: Any, targets: Any) -> ProbeResult:
         """The largest batch (up to ``max_batch_size`` and the data) whose training step fits in memory."""
