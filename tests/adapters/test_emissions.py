@@ -47,6 +47,13 @@ def test_a_cloud_try_in_a_mapped_region_gets_kg(cpu_seconds: float | None, use: 
     )
 
 
+def test_a_sagemaker_type_draws_the_power_of_its_ec2_type() -> None:
+    # "no emissions estimate for ml.m5.large: no price for the SageMaker type", on every SageMaker attempt.
+    sagemaker = estimate(instance_type="ml.m5.large", region="us-west-1", start=START, end=END)
+    ec2 = estimate(instance_type="m5.large", region="us-west-1", start=START, end=END)
+    assert sagemaker["kg_co2e"] is not None and sagemaker["kg_co2e"] == ec2["kg_co2e"]
+
+
 def test_measured_cpu_gives_less_energy_than_full_load() -> None:
     idle = estimate(instance_type="m5.large", region="us-west-1", start=START, end=END, cpu_seconds=0)
     full = estimate(instance_type="m5.large", region="us-west-1", start=START, end=END)

@@ -189,6 +189,9 @@ def _machine(instance_type: str | None, region: str | None) -> Machine:
 
     if not instance_type:
         raise ValueError("no instance type and no power_kw: give one of them")
+    # A SageMaker ml.* type runs on the EC2 type of the same name: same vCPUs, memory and GPUs, so the same
+    # power (its price differs, which is not read here). Every SageMaker entry's emissions were unknown.
+    instance_type = instance_type.removeprefix("ml.")
     catalog = bundled_catalog()
     try:
         return machine_of(catalog.offer(instance_type, region or ""))
