@@ -222,6 +222,17 @@ def test_a_trial_more_than_a_budget_s_whole_cap_fails_the_run_even_with_on_excee
         summary_op.execute({"ti": ti})
 
 
+def test_trainer_kwargs_the_trainer_does_not_take_fail_the_slot_before_any_money_is_held(env: Ledger) -> None:
+    # A TypeError in every trial, after its reservation, retried 5 minutes apart by Airflow.
+    plan = _plan()
+    plan.execute({"ti": _ti(plan)})
+    with pytest.raises(AirflowFailException, match=r"cannot be called with trainer_kwargs \['fail_a'\]"):
+        _run_slot(0, trainer_kwargs={"fail_a": 2})
+    assert env.open_reservations() == []
+    url = env.engine.url.render_as_string(hide_password=False)
+    assert optuna.load_study(study_name="s1", storage=url).trials == []  # no trial was asked for
+
+
 def test_on_exceeded_other_than_fail_or_skip_is_refused_as_the_dag_is_parsed() -> None:
     with pytest.raises(ValueError, match=r"on_exceeded='wait': use 'fail' .* or 'skip'"):
         TuningStudySummarizeOperator(task_id="s", study_name="s1", trial_task_id="t", on_exceeded="wait")

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import optuna
 
 from costaware.core.budgets import RAISE_THE_CAP
-from costaware.core.errors import BudgetExceededError
+from costaware.core.errors import BudgetExceededError, ConfigurationError
 from costaware.core.ledger import utcnow
 from costaware.core.money import format_usd
 from costaware.core.tuning import (
@@ -142,9 +142,11 @@ def run_trial(
         The slot's result; ``ran=False`` with the stop reason when the study is over.
 
     Raises:
-        ConfigurationError: the study does not exist.
+        ConfigurationError: the study does not exist, or ``trainer`` cannot be called with
+            ``trainer_kwargs`` (before anything is reserved).
         Exception: whatever the trainer raised (the trial is marked failed first).
     """
+    _check_trainer_call(trainer, trainer_kwargs or {})
     opened = _open_slot(storage_url, study_name, holder, slot, meter)
     if isinstance(opened, SlotResult):
         return opened
@@ -163,6 +165,27 @@ def run_trial(
         _fail_trial(s, ledger, trial, reservation, tags, training.fidelity, e, on_label, settle_as)
         raise
     return _finish_trial(s, ledger, trial, info, tags, training, reservation, estimate, on_label, settle_as)
+
+
+def _check_trainer_call(trainer: TrainerFactory, trainer_kwargs: Mapping[str, Any]) -> None:
+    """Refuse ``trainer_kwargs`` that ``trainer(params, **trainer_kwargs)`` cannot take.
+
+    A misspelt keyword failed every trial as a TypeError after its money was reserved, retried by Airflow
+    (5 minutes apart by default), the run six failed trials later.
+    """
+    import inspect
+
+    try:
+        signature = inspect.signature(trainer)
+    except (TypeError, ValueError):
+        return  # a callable whose signature cannot be read: its own call says
+    try:
+        signature.bind({}, **dict(trainer_kwargs))
+    except TypeError as e:
+        name = getattr(trainer, "__qualname__", repr(trainer))
+        raise ConfigurationError(
+            f"trainer {name}{signature} cannot be called with trainer_kwargs {sorted(trainer_kwargs)}: {e}"
+        ) from e
 
 
 def _open_slot(
