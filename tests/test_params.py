@@ -91,8 +91,12 @@ def test_an_example_dag_s_data_root_is_a_folder_or_an_s3_prefix(
     # Path("s3://b/x") is the relative folder "s3:/b/x": refused where the DAG's data is a local folder.
     with pytest.raises(AirflowFailException, match="is a URI, and this DAG's data lives in a local folder"):
         data_root_param("s3://bucket/flights", "/default", allow_uri=False)
-    with pytest.raises(AirflowFailException, match="data_root 'flights' is a relative path"):
+    with pytest.raises(AirflowFailException, match=r"data_root 'flights' is a relative path.*or an s3://"):
         data_root_param("flights", "/default")
+    # Where a URI is refused, the hint to give one is not offered.
+    with pytest.raises(AirflowFailException, match="relative path") as refused:
+        data_root_param("flights", "/default", allow_uri=False)
+    assert "s3://" not in str(refused.value)
     (tmp_path / "a-file").write_text("x")
     with pytest.raises(AirflowFailException, match="is a file: give a folder"):
         data_root_param(str(tmp_path / "a-file"), "/default")

@@ -89,7 +89,7 @@ def data_root_param(value: object, default: Path | str, *, allow_uri: bool = Tru
     if not path.is_absolute():
         raise AirflowFailException(
             f"data_root {text!r} is a relative path: it would land wherever the worker runs; give an "
-            "absolute folder, e.g. /data/flights, or an s3:// prefix"
+            f"absolute folder, e.g. {Path.cwd() / path}" + (", or an s3:// prefix" if allow_uri else "")
         )
     if path.exists() and not path.is_dir():
         raise AirflowFailException(f"data_root {text!r} is a file: give a folder (it is made if missing)")
