@@ -463,3 +463,16 @@ def test_a_local_job_whose_supervisor_never_started_ran_nothing_and_bills_nothin
     os.utime(older / "request.json", (an_hour_ago, an_hour_ago))
     assert backend.poll("older-a1").state == JobState.PENDING
     assert local.GONE_AFTER_SECONDS > 10 * local.HEARTBEAT_SECONDS
+
+
+def test_a_heartbeat_that_cannot_be_written_does_not_end_the_supervisor(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # An OSError (a full disk, a network folder's hiccup) ended supervise() with a traceback: two minutes
+    # later a poll took the job for gone and killed the healthy training.
+    from costaware.adapters.compute.local import _heartbeat
+
+    (tmp_path / "alive").mkdir()  # the write's rename onto it fails
+    beat = _heartbeat(tmp_path)
+    beat(now=True)
+    assert "cannot write the heartbeat" in capsys.readouterr().err

@@ -112,6 +112,23 @@ def test_an_open_hold_counts_less_what_it_has_paid_for_already(any_ledger: Ledge
     assert (usage.spent_usd, usage.reserved_usd) == (Decimal(117), Decimal(5))
 
 
+def test_a_refusal_says_whether_a_new_period_can_make_room(any_ledger: Ledger) -> None:
+    # A skip or a wait on a refusal no period renews lasts for good: the study's own total budget spent.
+    any_ledger.set_budget("project=churn", "month", "10")
+    any_ledger.set_budget("study=s1", "total", "10")
+    any_ledger.record(entry("9", tags={"project": "churn", "study": "s1"}))
+    refusals = {}
+    for scope, amount in (("project=churn", "5"), ("project=other,study=s1", "5"), ("project=churn", "11")):
+        with pytest.raises(BudgetExceededError) as refused:
+            any_ledger.reserve(scope, amount)
+        refusals[(scope, amount)] = refused.value.renews
+    assert refusals == {
+        ("project=churn", "5"): True,  # next month has room
+        ("project=other,study=s1", "5"): False,  # a total budget never starts afresh
+        ("project=churn", "11"): False,  # more than the whole cap
+    }
+
+
 def test_holder_makes_reserve_idempotent(any_ledger: Ledger) -> None:
     any_ledger.set_budget("project=churn", "month", "10")
     a = any_ledger.reserve("project=churn", "6", holder="d/r/train/-1")

@@ -801,3 +801,9 @@ def test_budget_scope_is_templated_and_holds_in_the_rendered_scope(
     drive(op, context)
     hold = ledger.latest_reservation(GATE_HOLDER)
     assert str(hold.scope) == "project=churn" and hold.usd == Decimal("2")
+
+
+def test_stores_pyarrow_opens_pass_the_scheme_check(tmp_path: Path) -> None:
+    # fsspec alone does not know abfss:// or viewfs://, which the stores open through pyarrow.
+    for store in ("abfss://models@acct.dfs.core.windows.net/churn", "viewfs://cluster/models", "gs://b/m"):
+        assert operator(tmp_path, model_store=store).model_store == store

@@ -297,6 +297,8 @@ class CapStanding(Protocol):
     @property
     def name(self) -> str: ...
     @property
+    def period_key(self) -> str: ...
+    @property
     def cap_usd(self) -> Decimal: ...
     @property
     def spent_usd(self) -> Decimal: ...
@@ -337,6 +339,7 @@ def check_cap(usage: CapStanding, amount: Decimal, gpu_hours: Decimal, purpose: 
         raise BudgetExceededError(
             f"budget '{name}' has {left} left (cap {cap}, spent {spent}, reserved {reserved}); "
             f"{purpose} needs an estimated {need}: {todo}",
+            renews=usage.period_key != "total" and amount <= usage.cap_usd,
             scope=name,
             spent_usd=str(usage.spent_usd + usage.reserved_usd),
             cap_usd=str(usage.cap_usd),
@@ -362,6 +365,7 @@ def check_cap(usage: CapStanding, amount: Decimal, gpu_hours: Decimal, purpose: 
             f"budget '{name}' has "
             f"{usage.cap_gpu_hours - usage.spent_gpu_hours - usage.reserved_gpu_hours} GPU-hours "
             f"left of {usage.cap_gpu_hours}; {purpose} needs {gpu_hours}: raise the GPU-hour cap",
+            renews=usage.period_key != "total" and gpu_hours <= usage.cap_gpu_hours,
             scope=name,
             spent_usd=str(usage.spent_usd),
             cap_usd=str(usage.cap_usd),

@@ -40,8 +40,12 @@ class BudgetExceededError(CostawareError):
         cap_usd: str = "",
         needed_usd: str = "",
         summary: str = "",
+        renews: bool = True,
     ) -> None:
         super().__init__(message)
+        #: Whether a new period of the budget may make room (False: a ``total`` budget, or a need above
+        #: its whole cap): a wait or a skip would last for good.
+        self.renews = renews
         self.scope = scope
         self.spent_usd = spent_usd
         self.cap_usd = cap_usd

@@ -220,6 +220,7 @@ class DataLocalityCheckOperator(BaseOperator):
         outcome: str,
         note: str,
         reservation_id: str | None = None,
+        position: int = 0,
     ) -> LedgerEntry:
         import dataclasses
         import hashlib
@@ -250,7 +251,8 @@ class DataLocalityCheckOperator(BaseOperator):
             return entry
         # One entry per input and hold: a retry after a failed settle gets the same open hold back and
         # recorded the transfer a second time. A cleared run holds anew, and records its transfer anew.
-        key = f"egress\x00{reservation_id}\x00{estimate.placement.uri}".encode()
+        # Its position among the inputs too: two inputs of the same URI are two transfers.
+        key = f"egress\x00{reservation_id}\x00{position}\x00{estimate.placement.uri}".encode()
         return dataclasses.replace(entry, entry_uid="egress-" + hashlib.sha256(key).hexdigest()[:40])
 
     def execute(self, context: Context) -> dict[str, Any]:
@@ -338,10 +340,18 @@ class DataLocalityCheckOperator(BaseOperator):
                     self._entry(who, e, actual=False, outcome="blocked", note="avoided egress, over budget")
                 )
             raise
-        for e in moving:
+        for position, e in enumerate(moving):
             note = f"egress paid from budget '{scope}'"
             ledger.record(
-                self._entry(who, e, actual=True, outcome="allowed", note=note, reservation_id=reservation.id)
+                self._entry(
+                    who,
+                    e,
+                    actual=True,
+                    outcome="allowed",
+                    note=note,
+                    reservation_id=reservation.id,
+                    position=position,
+                )
             )
         ledger.settle(reservation.id, total)
         self.log.info(

@@ -675,20 +675,21 @@ class RemoteAttemptSteps(AttemptBilling):
         """A retry whose budgets have no room: ``max_usd`` lowered to what its earlier tries billed.
 
         A budget already past its cap: nothing can be held, so nothing more may be spent. The retry follows
-        the job its failed try left running up to what was billed (stopped there, and billed), and starts no
-        new one; failing instead left that job running with nobody to watch or bill it.
+        the job its failed try left running to its end (under the limit that job was given) and bills it, and
+        starts no new one; failing instead left that job running with nobody to watch or bill it.
         """
         from costaware.core.money import format_usd_exact
 
+        gate = "" if self.budget_scope is not None else " (or approve at the gate)"
         self.log.warning(
             "a retry: the budgets have no room (%s): max_usd is lowered to the %s earlier tries billed, so "
-            "no new attempt starts; raise the budget (or approve at the gate) and clear the task to go on",
+            "no new attempt starts; raise the budget%s and clear the task to go on",
             refused,
             format_usd_exact(earlier),
+            gate,
         )
         note = (
-            f"the budgets have no room for this retry ({refused}): raise the budget (or approve at the gate) "
-            "and clear the task"
+            f"the budgets have no room for this retry ({refused}): raise the budget{gate} and clear the task"
         )
         return replace(state, plan=replace(state.plan, max_usd=str(earlier), max_usd_note=note))
 
@@ -720,6 +721,9 @@ class RemoteAttemptSteps(AttemptBilling):
             if self.budget_scope is not None:
                 scope = str(Scope.given(self.budget_scope, what="budget_scope"))  # as rendered
                 if plan.max_usd is None and plan.estimated_usd is None:
+                    if self._retry:
+                        # The job an earlier try left (under a spend gate's hold, say) would run on unwatched.
+                        return self._spend_no_more(state, earlier, "nothing to hold: no max_usd, no estimate")
                     # Nothing held, and the job started: the budgets never heard of it until it billed.
                     raise AirflowFailException(
                         f"budget_scope={scope!r} holds max_usd (or the spot decision's estimated_usd) in its "
@@ -753,9 +757,14 @@ class RemoteAttemptSteps(AttemptBilling):
         cap = Decimal(plan.max_usd)
         # What this try's attempts may still bill: the earlier tries' attempts are spent already.
         wanted = max(cap - earlier, Decimal(0))
-        if gate is None or gate.usd >= wanted:
+        if gate is None:
             return state
-        held = hold_cap(ledger, gate, wanted)
+        # A cleared task's hold is still open, and has paid its earlier tries' attempts: what it covers for
+        # the attempts to come is the rest (the budgets count only that as reserved).
+        paid = ledger.paid_from([gate.id]).get(gate.id, Decimal(0))
+        if gate.usd - paid >= wanted:
+            return state
+        held = max(hold_cap(ledger, gate, wanted + paid) - paid, Decimal(0))
         budgets = ", ".join(f"'{b}'" for b in gate.budgets)
         # A retry says what its earlier tries billed: the hold is what is left of the cap after them.
         target = f"max_usd {format_usd_exact(cap)}"

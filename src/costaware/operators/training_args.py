@@ -105,7 +105,7 @@ class BuiltInTrainingArguments:
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             # Not templated: "abc" failed the task start with int()'s own words, retried.
             raise ConfigurationError(f"{owner}: seed must be a whole number, got {seed!r}")
-        if isinstance(trainer, str) and not trainer.strip():
+        if check and isinstance(trainer, str) and not trainer.strip():
             # Read as "not given": the default trainer trained without a word.
             raise ConfigurationError(
                 f"{owner}: trainer is {trainer!r}: name a trainer (e.g. {DEFAULT_TRAINER!r}), or leave it "

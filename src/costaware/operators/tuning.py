@@ -104,7 +104,8 @@ class TuningStudyCreateOperator(_StudyOperator):
         max_usd: USD cap of the study (templated).
         max_trials: Most trials the study runs (templated).
         max_gpu_hours: GPU-hour cap of the study (templated).
-        max_wall_seconds: No trial starts after the study has run this long; running ones stop (templated).
+        max_wall_seconds: No trial starts after the study has run this long in this DAG run (counted from
+            its ``plan``); running ones stop (templated).
         plateau_trials: Stop after this many trials without the best value improving (templated).
         plateau_min_delta: What counts as an improvement for the plateau rule (templated).
         direction: ``maximize`` or ``minimize``.

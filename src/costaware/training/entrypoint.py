@@ -111,6 +111,8 @@ def read_spec(uri: str, **storage_options: Any) -> dict[str, Any]:
         raise ConfigurationError(f"training spec {uri!r} does not exist ({e}): write the spec first") from e
     except OSError as e:
         # An endpoint that cannot be reached is no bad spec: "write the spec first" sent people the wrong way.
+        if "://" not in uri or uri.startswith("file://"):
+            raise ConfigurationError(f"training spec {uri!r} cannot be read ({e})") from e
         endpoint = storage_options.get("endpoint_url")
         raise StoreUnavailableError(
             f"cannot read the training spec {uri!r} ({e}): check that the store is reachable from here"
@@ -252,7 +254,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"bad training spec or input: {e}", file=sys.stderr, flush=True)
         return CONFIG_EXIT_CODE
     except StoreUnavailableError as e:
-        print(f"store unavailable: {e}", file=sys.stderr, flush=True)
+        log.exception("a store is unavailable")
+        print(f"store unavailable: {e}".replace("\n", " "), file=sys.stderr, flush=True)
         return ERROR_EXIT_CODE
     except Exception as e:  # the one-line reason is the contract with every backend
         log.exception("training failed")

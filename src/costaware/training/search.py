@@ -108,7 +108,8 @@ class SearchResult:
     #: The rungs the default pruner judged at when the search ended (empty: no early rung ranked the fair
     #: evidence above chance; None: a pruner was given).
     prune_rungs: tuple[int, ...] | None = None
-    #: The search's own budget, ``scope`` plus ``search=<id>`` (``costaware budget show --scope ...``).
+    #: The search's own budget while it ran, ``scope`` plus ``search=<id>``; deleted at its end, its spend
+    #: stays tagged so (``costaware report --scope search=<id>``).
     budget_scope: str = ""
 
 
@@ -143,8 +144,8 @@ def budgeted_search(
         ledger: Where the budget, the reservations and the compute entries live.
         scope: Ledger tags of the search's entries, e.g. ``{"project": "churn"}``: the budgets over them
             count its spend too. The search's own budget (``total``, ``cap_usd``) is over these tags plus
-            ``search=<id>``, a new id each call (``SearchResult.budget_scope``): a project's own budgets are
-            never set or changed by a search.
+            ``search=<id>``, a new id each call (``SearchResult.budget_scope``), deleted when the search
+            ends: a project's own budgets are never set or changed by a search.
         cap_usd: The most this search may spend (USD, a ``Decimal`` or its text).
         usd_per_hour: Price of one second of this process, per hour (USD, a ``Decimal`` or its text).
         first_rung_seconds: Estimated seconds of the first rung before any rung ran (the user's guess).
@@ -396,6 +397,12 @@ def budgeted_search(
     else:
         stop = f"max_trials={max_trials} configurations trained"
     stop = billing.settle_tail(stop)
+    try:
+        # Its cap served this call alone: kept, one budget a call piled up, and every reserve and budget
+        # check of the ledger reads them all. The spend stays (tagged search=<id>).
+        ledger.delete_budget(budget_scope, "total", actor=f"budgeted_search {run}")
+    except Exception as e:  # a rung still held (settle failed): the budget stays, as said
+        log.warning("search %s: its budget %s/total stays: %s", run, budget_scope, e)
     complete = [t for t in trials if t.value is not None]
     best = None
     if complete:

@@ -234,7 +234,10 @@ class SpotWindowTrigger(BaseTrigger):
                         errors,
                         self.poll_interval,
                     )
-                    await asyncio.sleep(self.poll_interval)
+                    # No later than the latest start: its on-demand decision does not wait for a poll.
+                    await asyncio.sleep(
+                        max(0.0, min(self.poll_interval, (latest_start - now).total_seconds()))
+                    )
                     continue
                 errors = 0
             try:

@@ -413,7 +413,8 @@ def _check_known_scheme(what: str, text: str, scheme: str) -> None:
 
     from fsspec.registry import known_implementations, registry
 
-    known = {*known_implementations, *registry}
+    # The stores open locations through pyarrow's file systems too (abfss://, viewfs://), fsspec's otherwise.
+    known = {*known_implementations, *registry, "abfs", "abfss", "hdfs", "viewfs", "gs", "gcs"}
     if scheme in known:
         return
     common = sorted({"s3", "file", "gs", "az", "abfs"} & known)

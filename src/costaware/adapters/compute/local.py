@@ -401,8 +401,11 @@ def _heartbeat(folder: Path) -> Callable[..., None]:
     def beat(now: bool = False) -> None:
         nonlocal due
         if now or time.monotonic() >= due:
-            _write_text(folder / "alive", repr(time.time()))
             due = time.monotonic() + HEARTBEAT_SECONDS
+            try:
+                _write_text(folder / "alive", repr(time.time()))
+            except OSError as e:  # a full disk, a network folder's hiccup: the job runs on, tried again later
+                print(f"costaware supervisor: cannot write the heartbeat ({e})", file=sys.stderr, flush=True)
 
     beat()
     return beat

@@ -227,8 +227,13 @@ def budget_usage(
 
     # An open hold counts less what it has paid for already: a training's attempts are billed while its
     # hold stays open until the task ends, and counted twice (spent and held) the budget refused others.
+    # Only what this budget counts as spent: an entry of other tags paid from the hold is not in its spend.
     def paid(micros: Any) -> Any:
-        linked = (e.c.reservation_id == h.c.reservation_id, e.c.estimated.is_(False))
+        linked = (
+            e.c.reservation_id == h.c.reservation_id,
+            e.c.estimated.is_(False),
+            *scope_conditions(budget.scope),
+        )
         return select(func.coalesce(func.sum(micros), 0)).where(*linked).correlate(h).scalar_subquery()
 
     rest_usd = h.c.usd_micros - paid(e.c.usd_micros)

@@ -172,7 +172,8 @@ def stop_reason(
         if elapsed >= caps.max_wall_seconds:
             return (
                 StopReason.WALL_CLOCK,
-                f"the study has run {elapsed:.0f} s, max_wall_seconds is {caps.max_wall_seconds:.0f}",
+                f"the study has run {elapsed:.0f} s in this DAG run, max_wall_seconds is "
+                f"{caps.max_wall_seconds:.0f}",
             )
     if caps.plateau_trials is not None:
         since = trials_since_improvement(finished, direction, caps.plateau_min_delta)

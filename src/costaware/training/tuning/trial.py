@@ -246,9 +246,8 @@ def _reserve_trial(
                 f"the study's budget is its max_usd ({format_usd(spec.caps.max_usd)}): raise max_usd and run "
                 "the DAG again (a run with the same study_name goes on with this study)",
             )
-        # A trial that needs more than a budget's whole cap: no new period makes room for it, ever.
-        renews = not (e.needed_usd and e.cap_usd and float(e.needed_usd) > float(e.cap_usd))
-        return _stop(s.study, StopReason.BUDGET, message, renews=renews)
+        # A total budget, or a trial above a budget's whole cap: no new period makes room for it, ever.
+        return _stop(s.study, StopReason.BUDGET, message, renews=e.renews)
     s.reserved_at = s.meter()
     return reservation, estimate
 
