@@ -248,3 +248,12 @@ def test_a_decision_on_an_undefined_metric_is_strict_json(tmp_path: Path) -> Non
     decision = json.loads(raw, parse_constant=lambda token: pytest.fail(f"not strict JSON: {token}"))
     assert decision["candidate_metric"] is None and decision["champion_metric"] == 0.7
     assert store.recent_quality() == (0.7,)
+
+
+def test_a_version_asked_of_a_store_with_none_points_at_the_location(tmp_path: Path) -> None:
+    # "pick one of []" read as if the version were wrong, where the store's path was mistyped.
+    from costaware.adapters.model_versions import VersionNotFoundError
+
+    store = ModelStore.open(str(tmp_path / "modles"))
+    with pytest.raises(VersionNotFoundError, match="has no version at all: check the model_store location"):
+        store.get("v20261130")

@@ -119,9 +119,15 @@ class ModelStore:
                     f"version {version!r} in {self.uri} has no metadata: its write did not finish; "
                     "it is never used"
                 ) from None
-            raise VersionNotFoundError(
-                f"model version {version!r} is not in {self.uri}: pick one of {self.version_ids()[-5:]}"
-            ) from None
+            known = self.version_ids()
+            # "pick one of []" read as if the version were the problem: a store with no version at all is
+            # most often a mistyped location.
+            pick = (
+                f"pick one of {known[-5:]}"
+                if known
+                else "the store has no version at all: check the model_store location (a typo?)"
+            )
+            raise VersionNotFoundError(f"model version {version!r} is not in {self.uri}: {pick}") from None
         return ModelVersion.from_dict(json.loads(raw))
 
     def version_ids(self) -> list[str]:
