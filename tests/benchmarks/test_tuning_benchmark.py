@@ -62,3 +62,20 @@ def test_sampled_configurations_stay_in_the_space() -> None:
         config = _mlp.sample_config(rng)
         for name, (_kind, low, high) in _mlp.SPACE.items():
             assert low <= config[name] <= high, (name, config[name])
+
+
+def test_a_subset_of_the_arms_is_not_judged(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # "target_met": false read as a missed target where the docs say a subset is not judged.
+    import json
+
+    def ran(name: str, *args: object) -> dict:  # type: ignore[type-arg]
+        return {"target_met": None, "arms": {"costaware": {"auc_mean": 0.7}}, "naive_holdout_auc": 0.69}
+
+    monkeypatch.setattr(tuning, "run_dataset", ran)
+    monkeypatch.setattr(sys, "argv", ["tuning.py", "--quick", "--arms", "costaware", "--json"])
+    assert tuning.main() == 0
+    out = capsys.readouterr().out
+    assert "target met (all data sets): not judged" in out
+    assert json.loads(out.strip().splitlines()[-1])["target_met"] is None
