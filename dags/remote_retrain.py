@@ -106,13 +106,18 @@ def data_root() -> str:
             description="Instance type of the training (an ml.* type on SageMaker); empty: the spot "
             "window's instance type.",
         ),
-        "spot_usd_per_hour": Param(
+        # Dollars checked by the trigger form: "cheap" failed only at retrain, after landing and the gate.
+        "spot_usd_per_hour": usd_param(
             None,
-            type=["null", "string"],
+            title="Spot price (USD/hour)",
             description="Spot price of the training instance (SageMaker ml.* prices are not EC2 prices); "
             "empty: the spot window's.",
         ),
-        "on_demand_usd_per_hour": Param(None, type=["null", "string"]),
+        "on_demand_usd_per_hour": usd_param(
+            None,
+            title="On-demand price (USD/hour)",
+            description="On-demand price of the training instance; empty: the spot window's.",
+        ),
         "spot_deadline": Param(None, type=["null", "string"], format="date-time"),
         "priority": Param(
             "normal",

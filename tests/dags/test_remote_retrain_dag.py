@@ -31,6 +31,14 @@ def test_remote_retrain_parses_fast_with_its_tasks() -> None:
         "retrain",
         "promote",
     }
+    # Prices are dollars, checked by the trigger form ("cheap" failed only at retrain, after the gate).
+    from airflow.sdk.definitions.param import ParamValidationError
+
+    for name in ("spot_usd_per_hour", "on_demand_usd_per_hour"):
+        param = dag.params.get_param(name)
+        assert param.resolve("0.069") == "0.069" and param.resolve(None) is None
+        with pytest.raises(ParamValidationError):
+            param.resolve("cheap")
 
 
 @pytest.mark.slow
