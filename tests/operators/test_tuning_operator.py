@@ -415,6 +415,9 @@ def test_bad_study_settings_fail_without_writing(env: Ledger, kwargs: dict, mess
         ({"scope": "project"}, "scope must be a mapping or a JSON object"),
         ({"scope": {"project": "flight delays, q1"}}, "has value 'flight delays, q1': it must be"),
         ({"scope": {"study": "mine"}}, "scope names 'study', which the study's own ledger entries use"),
+        # Both were refused only when the plan task ran.
+        ({"safety_factor": 0.5}, r"safety_factor must be >= 1 \(estimates are multiplied by it"),
+        ({"fallback_trial_seconds": -5}, "fallback_trial_seconds must be"),
     ],
 )
 def test_settings_that_are_not_templated_fail_when_the_dag_is_parsed(

@@ -64,6 +64,7 @@ class StudyArguments:
             ConfigurationError: a value that is wrong; the message names it.
         """
         from costaware.core.tuning import parse_search_space
+        from costaware.core.tuning.caps import positive_number
 
         def written(*values: Any) -> bool:
             return all(written_out(value) for value in values)
@@ -74,6 +75,14 @@ class StudyArguments:
             self._schedule()
         if written(*self._cap_arguments().values()):
             self._caps()
+        # Written out, they were refused only when the plan task ran.
+        if written(self.fallback_trial_seconds):
+            positive_number(self.fallback_trial_seconds, "fallback_trial_seconds")
+        if written(self.safety_factor) and positive_number(self.safety_factor, "safety_factor") < 1:
+            raise ConfigurationError(
+                f"safety_factor must be >= 1 (estimates are multiplied by it before reserving), got "
+                f"{self.safety_factor!r}"
+            )
         if written(self.scope):
             from costaware.core.budgets import Scope
             from costaware.core.tuning.study import check_study_scope
