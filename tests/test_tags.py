@@ -20,6 +20,11 @@ from costaware.glue import run_tags
         ({"team": "a=b"}, {}, ["team"]),
         ({"team": "  "}, {}, ["team"]),
         ({"1bad": "x"}, {}, ["1bad"]),
+        # PostgreSQL refused these where SQLite took them; spooled, one blocked every later entry.
+        ({"project": "p" * 129, "team": "ml"}, {"team": "ml"}, ["project"]),
+        ({"project": "a\x00b"}, {}, ["project"]),
+        ({"owner": "line\nbreak"}, {}, ["owner"]),
+        ({"project": "p" * 128}, {"project": "p" * 128}, []),
     ],
 )
 def test_valid_tags_split_what_can_be_stored(tags: dict, kept: dict, dropped: list) -> None:  # type: ignore[type-arg]

@@ -190,6 +190,43 @@ def test_unreachable_ledger_spools_and_the_next_entry_drains_it(
     assert list((tmp_path / "spool").glob("*.json")) == []
 
 
+def test_a_spooled_entry_settles_its_hold_and_a_refused_one_blocks_nothing(
+    ledger_env: Ledger,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path,  # type: ignore[no-untyped-def]
+) -> None:
+    # Drained with a bare record, a spooled entry left its task's hold open beside it: $50 spent and $60
+    # held of $100 read -$11 left. One file the ledger refused stopped every later one, for good.
+    import json
+
+    from costaware.core.ledger import reservation_holder
+
+    good_url = str(ledger_env.engine.url)
+    ledger_env.set_budget("project=churn", "month", "100")
+    hold = ledger_env.reserve("project=churn", "60", holder=reservation_holder("retrain", "run1", "prep", -1))
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", "postgresql://nobody@127.0.0.1:1/ledger")
+    ti = fake_ti(task_id="prep")
+    CostListener().on_task_instance_running(None, ti)
+    CostListener().on_task_instance_success(None, ti)
+    (spooled,) = (tmp_path / "spool").glob("*.json")
+    written = json.loads(spooled.read_text())
+    assert written["ledger_conn_id"] == "costaware_ledger"
+    # Beside it: one the ledger refuses (a spool written by hand, malformed), one for another ledger.
+    (tmp_path / "spool" / "0-bad.json").write_text(json.dumps({"entry": {"usd": "1"}}))
+    other = {**written, "ledger_conn_id": "team_ledger"}
+    other["entry"] = {**written["entry"], "entry_uid": "other-ledger-entry"}
+    (tmp_path / "spool" / "zz-other.json").write_text(json.dumps(other))
+
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", good_url)
+    ti = fake_ti(task_id="train")
+    CostListener().on_task_instance_running(None, ti)
+    CostListener().on_task_instance_success(None, ti)
+    assert sorted(r["task_id"] for r in ledger_env.entries(dag_id="retrain")) == ["prep", "train"]
+    assert ledger_env.latest_reservation(hold.holder or "").status == "settled"  # type: ignore[union-attr]
+    assert [p.name for p in (tmp_path / "spool" / "refused").iterdir()] == ["0-bad.json"]
+    assert [p.name for p in (tmp_path / "spool").glob("*.json")] == ["zz-other.json"]  # its own ledger's
+
+
 def test_runtime_falls_back_to_start_and_end_dates(ledger_env: Ledger) -> None:
     ti = fake_ti()
     ti.start_date = datetime(2026, 1, 1, tzinfo=timezone.utc)

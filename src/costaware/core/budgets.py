@@ -29,6 +29,9 @@ The one spelling of the rule: ``Scope.of`` checks it, and DAG params that become
 JSON-schema ``pattern`` so a trigger with such a value is refused before the run starts.
 """
 TAG_VALUE_RULE = "non-empty, without ',' or '='"
+#: The longest tag value: the ledger's team/project/owner columns hold 128 characters.
+MAX_TAG_VALUE = 128
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def tag_problem(key: str, value: object) -> str | None:
@@ -40,6 +43,11 @@ def tag_problem(key: str, value: object) -> str | None:
         )
     if not re.match(TAG_VALUE_PATTERN, str(value)):
         return f"tag {key!r} has value {value!r}: it must be {TAG_VALUE_RULE}"
+    # PostgreSQL refused such an entry where SQLite took it: spooled, it blocked every later one there.
+    if len(str(value).strip()) > MAX_TAG_VALUE:
+        return f"tag {key!r} has a value of {len(str(value).strip())} characters: at most {MAX_TAG_VALUE}"
+    if _CONTROL.search(str(value)):
+        return f"tag {key!r} has value {value!r}: it must hold no control characters (a NUL, a newline)"
     return None
 
 

@@ -139,6 +139,8 @@ class LedgerEntry:
         if self.incurred_at.tzinfo is None:
             raise ConfigurationError(f"incurred_at {self.incurred_at.isoformat()} has no time zone")
         Scope.of(self.tags)  # validates tag names and values
+        if "\x00" in self.note:  # PostgreSQL refuses a NUL in text (an error message can carry one)
+            object.__setattr__(self, "note", self.note.replace("\x00", ""))
         for name, limit in FIELD_LIMITS.items():
             value = getattr(self, name)
             if value is not None and len(str(value)) > limit:

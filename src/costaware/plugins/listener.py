@@ -68,30 +68,25 @@ def _runtime_seconds(ti: Any) -> float | None:
 
 
 def write_entry(entry: Any, ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID) -> None:
-    """Record ``entry`` and settle its task's reservation; spool it when the ledger is unreachable."""
-    from costaware.core.ledger import entry_from_json, entry_to_json, reservation_holder
+    """Record ``entry`` and settle its task's reservation; spool it when the ledger is unreachable.
+
+    Then the entries spooled for the same ledger are written, each as it would have been (settling its
+    task's reservation), each on its own: one that the ledger refuses moves to ``spool/refused`` instead of
+    blocking the rest.
+    """
+    from costaware.core.ledger import entry_to_json
     from costaware.hooks.ledger import CostLedgerHook
 
     try:
         ledger = CostLedgerHook(ledger_conn_id).get_conn()
-        holder = reservation_holder(entry.dag_id, entry.run_id, entry.task_id, entry.map_index)
-        # Open, or released by the run's end while this listener was still on its way (see
-        # release_run_reservations): either way the cost settles the task's own reservation.
-        reservation = ledger.reservation_to_settle(holder)
-        if reservation is not None:
-            ledger.settle(reservation.id, entry.usd, entry=_with_reservation(entry, reservation.id))
-        else:
-            ledger.record(entry)
-        for path in sorted(spool_dir().glob("*.json")):
-            ledger.record(entry_from_json(json.loads(path.read_text())))
-            path.unlink()
-            log.info("costaware: wrote spooled ledger entry %s", path.name)
+        _record_and_settle(ledger, entry)
     except Exception as e:
         folder = spool_dir()
         folder.mkdir(parents=True, exist_ok=True)
         target = folder / f"{entry.entry_uid}.json"
         temp = target.with_suffix(".tmp")
-        temp.write_text(json.dumps(entry_to_json(entry)))
+        # The ledger it is for: drained into another, it was counted against that one's budgets.
+        temp.write_text(json.dumps({"ledger_conn_id": ledger_conn_id, "entry": entry_to_json(entry)}))
         temp.replace(target)
         log.error(
             "costaware: could not write the cost of %s.%s try %s to the ledger (%s); kept in %s and written "
@@ -102,6 +97,61 @@ def write_entry(entry: Any, ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID) -> Non
             e,
             target,
         )
+        return
+    _drain_spool(ledger, ledger_conn_id)
+
+
+def _record_and_settle(ledger: Any, entry: Any) -> None:
+    """Record ``entry``, settling its task's reservation with it where the task holds one.
+
+    Recorded alone beside an open hold, its cost counted twice in the budgets (spent and held) until the run
+    ended; the ledger keeps one entry per ``entry_uid``, so a second write adds nothing.
+    """
+    from costaware.core.ledger import reservation_holder
+
+    holder = reservation_holder(entry.dag_id, entry.run_id, entry.task_id, entry.map_index)
+    # Open, or released by the run's end while this listener was still on its way (see
+    # release_run_reservations): either way the cost settles the task's own reservation.
+    reservation = ledger.reservation_to_settle(holder)
+    if reservation is not None:
+        ledger.settle(reservation.id, entry.usd, entry=_with_reservation(entry, reservation.id))
+    else:
+        ledger.record(entry)
+
+
+def _drain_spool(ledger: Any, ledger_conn_id: str) -> None:
+    """Write the entries spooled for ``ledger_conn_id``; never raises (the entry just written stays)."""
+    from sqlalchemy.exc import DataError
+
+    from costaware.core.errors import LedgerUnavailableError
+    from costaware.core.ledger import entry_from_json
+
+    for path in sorted(spool_dir().glob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+            # An older spool file is the entry alone, for the default ledger.
+            if data.get("ledger_conn_id", DEFAULT_LEDGER_CONN_ID) != ledger_conn_id:
+                continue  # drained by the next entry written to its own ledger
+            _record_and_settle(ledger, entry_from_json(data.get("entry", data)))
+        except LedgerUnavailableError as e:
+            if not isinstance(e.__cause__, DataError):  # down again: the rest waits with it
+                log.warning("costaware: spooled entries wait for the ledger again (%s)", e)
+                return
+            _set_aside(path, e)  # PostgreSQL's "value too long": this entry, not the ledger
+            continue
+        except Exception as e:
+            _set_aside(path, e)
+            continue
+        path.unlink()
+        log.info("costaware: wrote spooled ledger entry %s", path.name)
+
+
+def _set_aside(path: Path, error: Exception) -> None:
+    """Move a spooled entry the ledger refuses to ``spool/refused``: kept, and no longer in the way."""
+    refused = path.parent / "refused"
+    refused.mkdir(exist_ok=True)
+    path.replace(refused / path.name)
+    log.error("costaware: spooled %s refused by the ledger (%s): moved to %s", path.name, error, refused)
 
 
 def _with_reservation(entry: Any, reservation_id: str) -> Any:

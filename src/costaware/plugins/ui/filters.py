@@ -27,7 +27,9 @@ TAG_NAME = TAG_NAME_PATTERN
 GROUP_BY_PATTERN = rf"^({'|'.join(GROUP_BYS)}|tag:{TAG_NAME})$"
 PERIOD_PATTERN = rf"^({'|'.join(p.value for p in Period)})$"
 DAG_ID_PATTERN = r"^[A-Za-z0-9_.-]{1,250}$"
-SCOPE_PATTERN = rf"^(\*|{TAG_NAME}=[^,=]{{1,128}}(,{TAG_NAME}=[^,=]{{1,128}})*)$"
+#: A value as ``tag_problem`` allows it: no control characters (a NUL failed the query on PostgreSQL).
+_TAG_VALUE = r"[^,=\x00-\x1f\x7f]{1,128}"
+SCOPE_PATTERN = rf"^(\*|{TAG_NAME}={_TAG_VALUE}(,{TAG_NAME}={_TAG_VALUE})*)$"
 #: Tags one scope filter may name. Each is one more condition in every query: thousands of them exceed
 #: what a database accepts in one statement (SQLite: "Expression tree is too large"), and no real
 #: allocation has more than a handful.
