@@ -103,6 +103,21 @@ def test_a_long_failure_is_noted_to_its_last_whole_word(ledger_env: Ledger) -> N
     assert row["note"][:-1].rstrip(" ,;:").rsplit(" ", 1)[-1] in {"row", "123456", "failed"}
 
 
+def test_a_failure_s_secrets_are_masked_in_the_ledger_note(ledger_env: Ledger) -> None:
+    # The note kept the password the task's own log hides, shown on the Cost page to every DAG reader.
+    from airflow.sdk.log import mask_secret
+
+    mask_secret("s3cr3t-token-42")
+    ti = fake_ti()
+    listener = CostListener()
+    listener.on_task_instance_running(None, ti)
+    error = RuntimeError("cannot connect to postgresql://etl:Tr0ub4dor&3@db:5432/x with s3cr3t-token-42")
+    listener.on_task_instance_failed(None, ti, error)
+    (row,) = ledger_env.entries(dag_id="retrain")
+    assert "Tr0ub4dor" not in row["note"] and "s3cr3t-token-42" not in row["note"]
+    assert "postgresql://etl:***@db:5432/x" in row["note"]
+
+
 def test_listener_settles_the_tasks_reservation(ledger_env: Ledger) -> None:
     ledger_env.set_budget("project=churn", "month", "5")
     reservation = ledger_env.reserve("project=churn", "2", holder="retrain/run1/train/-1")

@@ -8,6 +8,7 @@ task declares.
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from collections.abc import Mapping
 from datetime import datetime, timezone
@@ -140,7 +141,7 @@ def build_entry(
         # The try's cost is recorded all the same, under the tags that can be; the note says what is missing.
         log.warning("costaware: %s.%s recorded without tag(s): %s", ti.dag_id, ti.task_id, dropped)
         note = "; ".join(filter(None, [f"tags left out: {'; '.join(dropped.values())}", note]))
-    note = "; ".join(filter(None, [note_told, note]))
+    note = redacted("; ".join(filter(None, [note_told, note])))
     try:
         return _entry(ti, outcome, seconds, compute, tags, told, note, cause)
     except CostawareError as e:
@@ -247,6 +248,25 @@ def dag_of(task: Any) -> Any:
         return task.dag
     except (AttributeError, RuntimeError):  # an operator run outside any DAG (tests, ad-hoc execute)
         return None
+
+
+#: A password in a URL (``postgresql://etl:secret@db``), hidden even when nobody registered it as a secret.
+_URL_PASSWORD = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]+:)[^@\s]+@")
+
+
+def redacted(text: str) -> str:
+    """``text`` with the secrets Airflow masks in its logs, and any URL's password, as ``***``.
+
+    A failed try's error went to the ledger's note as it was, shown on the Cost page and by the JSON API
+    to everyone who can read the DAG, where the task's own log hides it.
+    """
+    try:
+        from airflow.sdk._shared.secrets_masker import redact
+
+        text = str(redact(text))
+    except Exception:  # an Airflow without the masker (or a masker that fails) hides nothing more here
+        pass
+    return _URL_PASSWORD.sub(r"\1***@", text)
 
 
 def template_context(ti: Any) -> Mapping[str, Any]:
