@@ -176,7 +176,13 @@ def check_budget_alerts(
     Returns:
         The alerts this call sent (those another worker sent first are not repeated).
     """
-    from costaware.adapters.ledger.governance import NoSchedule, alert_rules, budget_outlook, claim_alert
+    from costaware.adapters.ledger.governance import (
+        NoSchedule,
+        alert_rules,
+        budget_outlook,
+        claim_alert,
+        unclaim_alert,
+    )
     from costaware.core.budgets import Period, Scope
 
     out_log = task_log or log
@@ -244,14 +250,23 @@ def check_budget_alerts(
                 # A budget's own notifiers come from a ledger row, not the deployment's config: their
                 # templates get the alert and the run's names, not the context (`conn`, `var` read secrets).
                 notify_context = rule_context(notify_context)
+            failures = []
             for notifier in targets:
                 try:
                     # A notifier renders its templates in place: each alert gets a fresh copy.
                     copy.copy(notifier)(notify_context)
                 except Exception as e:  # a broken mail server must not fail the task that spent
+                    failures.append(f"{type(notifier).__name__}: {e}")
                     out_log.error(
                         "costaware: notifier %s failed for %s: %s", type(notifier).__name__, alert, e
                     )
+            if targets and len(failures) == len(targets):
+                # None delivered it: given back, the next check sends it again (it was lost for the period).
+                try:
+                    unclaim_alert(ledger, budget.label, usage.period_key, threshold, why="; ".join(failures))
+                except Exception as e:
+                    out_log.error("costaware: alert %s stays claimed, unsent: %s", alert, e)
+                sent.remove(alert)
     return sent
 
 

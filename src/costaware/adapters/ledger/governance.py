@@ -58,6 +58,26 @@ def claim_alert(
     return True
 
 
+def unclaim_alert(ledger: LedgerDatabase, budget: str, period_key: str, threshold: str, *, why: str) -> None:
+    """Give back an alert's claim that no notifier could deliver, so that a later check sends it again.
+
+    Claimed before sending (at most once), an alert whose every notifier failed (a mail server down for a
+    minute) was never sent that period. The audit keeps both lines: the claim, and why it was given back.
+    """
+    t = schema.alerts_sent
+    with ledger.transaction() as conn:
+        conn.execute(
+            t.delete().where(t.c.budget == budget, t.c.period_key == period_key, t.c.threshold == threshold)
+        )
+        append_audit(
+            conn,
+            actor="costaware",
+            action="alert",
+            target=f"{budget}@{period_key}",
+            details={"threshold": threshold, "unsent": why},
+        )
+
+
 def alerts_sent(ledger: LedgerDatabase, budget: str | None = None) -> list[tuple[str, str, str]]:
     """(budget, period key, threshold) of every alert sent, in the order they were sent."""
     t = schema.alerts_sent
