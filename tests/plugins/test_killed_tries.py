@@ -93,7 +93,9 @@ def ledger(ledger_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
     monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
     monkeypatch.setattr(listener_module, "spool_dir", lambda: tmp_path / "spool")
     dag = serialized_dag()
-    monkeypatch.setattr(killed_tries, "_serialized_dag", lambda dag_id: dag if dag_id == "nightly" else None)
+    monkeypatch.setattr(
+        killed_tries, "_serialized_dag", lambda dag_id, session=None: dag if dag_id == "nightly" else None
+    )
     return Ledger.from_url(ledger_url)
 
 
@@ -166,7 +168,7 @@ def test_a_killed_remote_training_try_carries_the_operators_own_tags(
             tags={"project": "churn", "cost_center": "{{ params.cc }}"},
         )
     serialized = DagSerialization.from_dict(DagSerialization.to_dict(dag))
-    monkeypatch.setattr(killed_tries, "_serialized_dag", lambda dag_id: serialized)
+    monkeypatch.setattr(killed_tries, "_serialized_dag", lambda dag_id, session=None: serialized)
     CostListener().on_task_instance_failed(None, killed(dag_id="remote"), "marked failed")
     (row,) = Ledger.from_url(ledger_url).entries(dag_id="remote")
     assert row["cause"] == "killed" and row["tags"] == {"project": "churn", "owner": "ana"}
@@ -187,3 +189,39 @@ def test_a_templated_tag_is_checked_once_rendered_not_when_the_dag_is_parsed() -
         True,
         False,
     ]
+
+
+def test_a_killed_try_is_priced_off_the_callers_thread_and_its_dag_read_in_its_session(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # In the scheduler, the pricing's connection look-ups opened Airflow's thread-local session, which is
+    # the scheduler's own transaction: committed (or rolled back) and closed mid-batch.
+    import threading
+
+    from airflow.models.serialized_dag import SerializedDagModel
+
+    from costaware.plugins import try_cost
+
+    threads: list[str] = []
+    real_build = try_cost.build_entry
+
+    def build(*args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return real_build(*args, **kwargs)
+
+    monkeypatch.setattr(try_cost, "build_entry", build)
+    CostListener().on_task_instance_failed(None, killed(), "marked failed")
+    assert threads == ["costaware-killed-try"]
+    assert [r["cause"] for r in ledger.entries(dag_id="nightly")] == ["killed"]
+
+    sessions: list[Any] = []
+    monkeypatch.setattr(
+        SerializedDagModel, "get_dag", lambda dag_id, **kw: sessions.append(kw.get("session"))
+    )
+    monkeypatch.undo()  # the fixture's stand-in off: read the real way, in the session given
+    monkeypatch.setattr(
+        SerializedDagModel, "get_dag", lambda dag_id, **kw: sessions.append(kw.get("session"))
+    )
+    caller = object()
+    killed_tries._serialized_dag("nightly", caller)
+    assert sessions == [caller]

@@ -23,6 +23,7 @@ there the worker's listener never ran.)
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import datetime, timezone
 from types import SimpleNamespace
 from typing import Any
@@ -35,6 +36,18 @@ def killed_try_entry(ti: Any, outcome: str) -> Any:
 
     Never raises: a state change must not fail because its cost could not be priced (it is logged).
     """
+    price = killed_try_pricing(ti, outcome)
+    return price() if price is not None else None
+
+
+def killed_try_pricing(ti: Any, outcome: str) -> Callable[[], Any] | None:
+    """What the metadata database says of ``ti``'s try, read now; its pricing, to call in another thread.
+
+    The reads use the caller's session (the scheduler's transaction, where the try's history row is still
+    pending). The pricing looks up the ledger's connection and prices, which open Airflow's thread-local
+    session: in the scheduler's thread that commits (or rolls back) and closes the scheduler's own
+    transaction. None when the try held no worker or cannot be read; never raises.
+    """
     from costaware.plugins.try_cost import build_entry
 
     try:
@@ -45,7 +58,7 @@ def killed_try_entry(ti: Any, outcome: str) -> Any:
         seconds = (end - start).total_seconds()
         if seconds <= 0:
             return None
-        dag = _serialized_dag(ti.dag_id)
+        dag = _serialized_dag(ti.dag_id, _session_of(ti))
         task = _task_of(dag, ti.task_id) if dag is not None else None
         if getattr(ti, "next_method", None) or getattr(task, "mode", None) == "reschedule":
             # Deferred (or waiting for a person), or a sensor between pokes: most of start-to-end held no
@@ -76,24 +89,53 @@ def killed_try_entry(ti: Any, outcome: str) -> Any:
             from costaware.glue import annotate_task
 
             annotate_task(view, tags=own)
-        entry = build_entry(view, outcome, None, seconds, {"params": params})
+    except Exception:
+        _said_unpriced(ti)
+        return None
+    who = (ti.dag_id, ti.task_id, ti.try_number)
+
+    def price() -> Any:
         from dataclasses import replace
 
         from costaware.core.ledger import clipped_note
 
+        try:
+            entry = build_entry(view, outcome, None, seconds, {"params": params})
+        except Exception:
+            _said_unpriced(SimpleNamespace(dag_id=who[0], task_id=who[1], try_number=who[2]))
+            return None
         note = (
             f"killed before it ended ({outcome}: marked, or its worker lost): {seconds:.0f} s from the "
             "metadata database's start and end"
         )
         return replace(entry, cause="killed", note=clipped_note("; ".join(filter(None, [note, entry.note]))))
-    except Exception:
-        log.exception(
-            "costaware: the cost of %s.%s try %s, killed before it ended, could not be priced",
-            getattr(ti, "dag_id", "?"),
-            getattr(ti, "task_id", "?"),
-            getattr(ti, "try_number", "?"),
-        )
-        return None
+
+    return price
+
+
+def _said_unpriced(ti: Any) -> None:
+    log.exception(
+        "costaware: the cost of %s.%s try %s, killed before it ended, could not be priced",
+        getattr(ti, "dag_id", "?"),
+        getattr(ti, "task_id", "?"),
+        getattr(ti, "try_number", "?"),
+    )
+
+
+def _session_of(ti: Any) -> Any:
+    """The metadata-database session ``ti`` belongs to, else Airflow's thread-local one (the caller's)."""
+    from sqlalchemy.orm import object_session
+    from sqlalchemy.orm.exc import UnmappedInstanceError
+
+    try:
+        session = object_session(ti)
+    except UnmappedInstanceError:
+        session = None
+    if session is None:
+        from airflow import settings
+
+        session = settings.Session() if settings.Session is not None else None
+    return session
 
 
 def _operator_tags(task: Any) -> dict[str, str]:
@@ -161,11 +203,17 @@ def _id_of_the_try(ti: Any) -> Any:
     return row.task_instance_id
 
 
-def _serialized_dag(dag_id: str) -> Any:
-    """The DAG as the scheduler knows it (its tasks, tags and params), or None."""
+def _serialized_dag(dag_id: str, session: Any = None) -> Any:
+    """The DAG as the scheduler knows it (its tasks, tags and params), or None.
+
+    Read in ``session`` (the caller's): without one, ``provide_session`` made Airflow's thread-local
+    session, committed it and closed it, the scheduler's own transaction with it.
+    """
     try:
         from airflow.models.serialized_dag import SerializedDagModel
 
+        if session is not None:
+            return SerializedDagModel.get_dag(dag_id, session=session)
         return SerializedDagModel.get_dag(dag_id)
     except Exception as e:  # priced on the worker settings and tagged by the run's conf only
         log.warning("costaware: the definition of DAG %s could not be read: %s", dag_id, e)

@@ -154,6 +154,26 @@ def _set_aside(path: Path, error: Exception) -> None:
     log.error("costaware: spooled %s refused by the ledger (%s): moved to %s", path.name, error, refused)
 
 
+def _write_priced(price: Any) -> None:
+    entry = price()
+    if entry is not None:
+        write_entry(entry, DEFAULT_LEDGER_CONN_ID)
+
+
+def _in_own_thread(work: Any, *, name: str, wait_seconds: float = 5.0) -> None:
+    """Run ``work`` in a thread of its own and wait for it at most ``wait_seconds``.
+
+    In the scheduler or the API server, the ledger's connection look-up opens Airflow's thread-local
+    session: in the caller's thread that committed (or rolled back) and closed the caller's transaction
+    (the scheduler's batch of state changes). A slower ledger finishes after, without holding it.
+    """
+    import threading
+
+    worker = threading.Thread(target=work, name=name, daemon=True)
+    worker.start()
+    worker.join(timeout=wait_seconds)
+
+
 def _with_reservation(entry: Any, reservation_id: str) -> Any:
     from dataclasses import replace
 
@@ -214,11 +234,11 @@ class CostListener:
             # A state change the scheduler or the API server reports (a lost worker, a zombie, a task or run
             # marked while it ran): the try did not end in its worker, whose listener never ran. It is
             # priced there from the metadata database; one that ran to its end is not counted twice.
-            from costaware.plugins.killed_tries import killed_try_entry
+            from costaware.plugins.killed_tries import killed_try_pricing
 
-            killed = killed_try_entry(ti, outcome)
-            if killed is not None:
-                write_entry(killed, DEFAULT_LEDGER_CONN_ID)
+            price = killed_try_pricing(ti, outcome)  # the database's facts, read in the caller's session
+            if price is not None:
+                _in_own_thread(lambda: _write_priced(price), name="costaware-killed-try")
             return
         if getattr(ti, "task", None) is None:
             return
