@@ -215,9 +215,6 @@ def test_a_killed_try_is_priced_off_the_callers_thread_and_its_dag_read_in_its_s
     assert [r["cause"] for r in ledger.entries(dag_id="nightly")] == ["killed"]
 
     sessions: list[Any] = []
-    monkeypatch.setattr(
-        SerializedDagModel, "get_dag", lambda dag_id, **kw: sessions.append(kw.get("session"))
-    )
     monkeypatch.undo()  # the fixture's stand-in off: read the real way, in the session given
     monkeypatch.setattr(
         SerializedDagModel, "get_dag", lambda dag_id, **kw: sessions.append(kw.get("session"))
