@@ -415,3 +415,22 @@ def test_preemption_retries_are_counted_apart_from_code_errors(any_ledger: Ledge
     # No cause is one "(none)" row, as a missing tag is.
     by_cause = {r.group: (r.entries, r.usd) for r in any_ledger.report(group_by="cause")}
     assert by_cause == {"preemption": (1, 2), "error": (1, 1), "(none)": (1, 3)}
+
+
+def test_daily_spend_is_by_utc_day_whatever_the_sessions_time_zone(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # date() of a timestamptz takes the session's zone: a server or role in New York moved 02:00 UTC spend
+    # to the day before.
+    from datetime import date
+
+    from costaware.adapters.ledger.reports import Filters, daily_spend
+
+    monkeypatch.setenv("PGTZ", "America/New_York")  # libpq sets the session's time zone from it
+    ledger = Ledger.from_url(fresh_postgres_database(postgres_url))
+    try:
+        at = datetime(2026, 11, 30, 2, tzinfo=timezone.utc)  # 21:00 on Nov 29 in New York
+        ledger.record(entry("4", incurred_at=at))
+        assert daily_spend(ledger, Filters(), "dag") == [(date(2026, 11, 30), "d", Decimal(4))]
+    finally:
+        ledger.dispose()

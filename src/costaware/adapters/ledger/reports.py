@@ -194,7 +194,10 @@ def daily_spend(
     """Actual USD per UTC day and group, oldest day first."""
     e = schema.entries
     key = group_column(group_by)
-    day = func.date(e.c.incurred_at)
+    # PostgreSQL's date() of a timestamptz takes the session's time zone, which a server or role may set:
+    # spend near midnight went to the wrong UTC day (and SQLite, storing UTC, disagreed).
+    utc = e.c.incurred_at if ledger.is_sqlite else func.timezone("UTC", e.c.incurred_at)
+    day = func.date(utc)
     query = (
         select(day, key, func.sum(e.c.usd_micros))
         .where(and_(e.c.estimated.is_(False), *filters.conditions()))
