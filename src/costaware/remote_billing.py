@@ -138,7 +138,7 @@ class AttemptBilling:
         by the job's name alone, so that a cleared task's new try, which sees the real end, finds it and
         bills the job no second time. Returns the state with the attempt in it.
         """
-        from costaware.training.attempt_effects import billed_attempt, open_task_reservations
+        from costaware.training.attempt_effects import billed_attempt, gate_reservation
         from costaware.training.remote import attempt_key, attempt_uid
 
         ran_in = str(job.get("availability_zone") or "")
@@ -164,7 +164,7 @@ class AttemptBilling:
             on_demand_usd_per_hour=self._on_demand_in(state.plan, zone),
         )
         ledger = self.ledger_hook.get_conn()
-        hold = next(iter(open_task_reservations(ledger, state.plan)), None)
+        hold = gate_reservation(ledger, state.plan)  # the spend gate's, or the task's own (budget_scope)
         if hold is not None:
             # Paid from the task's hold, which stays open until the task ends: the budgets count the rest of
             # the hold only, not the attempt twice (spent and held).

@@ -123,14 +123,19 @@ def _said_unpriced(ti: Any) -> None:
 
 
 def _session_of(ti: Any) -> Any:
-    """The metadata-database session ``ti`` belongs to, else Airflow's thread-local one (the caller's)."""
+    """The metadata-database session ``ti`` belongs to, else Airflow's thread-local one (the caller's).
+
+    None for an object no session maps (no metadata-database TI), or where Airflow has no session.
+    The scheduler's failure path hands over a TI without its session: Airflow's thread-local one is the
+    session of that transaction, where the try's history row is still pending.
+    """
     from sqlalchemy.orm import object_session
     from sqlalchemy.orm.exc import UnmappedInstanceError
 
     try:
         session = object_session(ti)
     except UnmappedInstanceError:
-        session = None
+        return None
     if session is None:
         from airflow import settings
 
@@ -159,8 +164,6 @@ def _id_of_the_try(ti: Any) -> Any:
     new id, the entry took the next try's key, and the next try's own entry was dropped as a duplicate.
     """
     from sqlalchemy import select
-    from sqlalchemy.orm import object_session
-    from sqlalchemy.orm.exc import UnmappedInstanceError
 
     try:
         from airflow.models.taskinstancehistory import TaskInstanceHistory as History
@@ -173,16 +176,7 @@ def _id_of_the_try(ti: Any) -> Any:
         "map_index": ti.map_index,
         "try_number": ti.try_number,
     }
-    try:
-        session = object_session(ti)
-    except UnmappedInstanceError:  # no metadata-database TI: no history to read, the try keeps its id
-        return getattr(ti, "id", None)
-    if session is None:
-        # The scheduler's failure path hands over a TI without its session: Airflow's thread-local one is
-        # the session of that transaction, where the history row is still pending.
-        from airflow import settings
-
-        session = settings.Session() if settings.Session is not None else None
+    session = _session_of(ti)  # None (no metadata-database TI): no history to read, the try keeps its id
     row = None
     if session is not None:
         pending = [h for h in session.new if isinstance(h, History)]

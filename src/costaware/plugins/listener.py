@@ -33,6 +33,7 @@ from airflow.listeners import hookimpl
 from costaware.glue import ANNOTATION_FIELDS, DEFAULT_LEDGER_CONN_ID, TAG_NAMES, annotate_task, tags_for
 from costaware.glue import try_key as _key
 from costaware.plugins.reservation_release import (
+    in_own_thread,
     release_for_doomed_downstream,
     release_run_reservations,
 )
@@ -160,20 +161,6 @@ def _write_priced(price: Any) -> None:
         write_entry(entry, DEFAULT_LEDGER_CONN_ID)
 
 
-def _in_own_thread(work: Any, *, name: str, wait_seconds: float = 5.0) -> None:
-    """Run ``work`` in a thread of its own and wait for it at most ``wait_seconds``.
-
-    In the scheduler or the API server, the ledger's connection look-up opens Airflow's thread-local
-    session: in the caller's thread that committed (or rolled back) and closed the caller's transaction
-    (the scheduler's batch of state changes). A slower ledger finishes after, without holding it.
-    """
-    import threading
-
-    worker = threading.Thread(target=work, name=name, daemon=True)
-    worker.start()
-    worker.join(timeout=wait_seconds)
-
-
 def _with_reservation(entry: Any, reservation_id: str) -> Any:
     from dataclasses import replace
 
@@ -238,7 +225,7 @@ class CostListener:
 
             price = killed_try_pricing(ti, outcome)  # the database's facts, read in the caller's session
             if price is not None:
-                _in_own_thread(lambda: _write_priced(price), name="costaware-killed-try")
+                in_own_thread(lambda: _write_priced(price), name="costaware-killed-try")
             return
         if getattr(ti, "task", None) is None:
             return

@@ -9,6 +9,7 @@ unreleased reservation still expires at its TTL.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from costaware.plugins.try_cost import dag_of
@@ -126,8 +127,6 @@ def release_run_reservations(dag_run: Any, reason: str, *, wait_seconds: float =
     with its own session, and the caller waits at most ``wait_seconds`` for it: the scheduler must not
     hold its transaction (on SQLite, the database's write lock) for long; a slower release finishes after.
     """
-    import threading
-
     args = (
         str(dag_run.dag_id),
         str(dag_run.run_id),
@@ -136,9 +135,23 @@ def release_run_reservations(dag_run: Any, reason: str, *, wait_seconds: float =
         _ledger_conn_ids(getattr(dag_run, "dag", None)),
     )
     released: list[Any] = []
-    worker = threading.Thread(
-        target=lambda: released.extend(release_reservations(*args)), name="costaware-release", daemon=True
+    in_own_thread(
+        lambda: released.extend(release_reservations(*args)),
+        name="costaware-release",
+        wait_seconds=wait_seconds,
     )
+    return released
+
+
+def in_own_thread(work: Callable[[], Any], *, name: str, wait_seconds: float = 5.0) -> None:
+    """Run ``work`` in a thread of its own and wait for it at most ``wait_seconds``.
+
+    In the scheduler or the API server, a ledger's connection look-up opens Airflow's thread-local session:
+    in the caller's thread that committed (or rolled back) and closed the caller's transaction (the
+    scheduler's batch of state changes). A slower ledger finishes after, without holding it.
+    """
+    import threading
+
+    worker = threading.Thread(target=work, name=name, daemon=True)
     worker.start()
     worker.join(timeout=wait_seconds)
-    return released

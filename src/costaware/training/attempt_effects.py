@@ -382,7 +382,7 @@ def settle_reservation(ledger: Ledger, state: AttemptState) -> None:
 
 
 def gate_reservation(ledger: Ledger, plan: RemotePlan) -> Reservation | None:
-    """The open reservation a spend gate made for this task, if any."""
+    """The task's open reservation, if any: a spend gate's, or the task's own (``budget_scope``)."""
     return next(iter(open_task_reservations(ledger, plan)), None)
 
 

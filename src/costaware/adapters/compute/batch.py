@@ -318,9 +318,10 @@ class BatchBackend:
             ConfigurationError, ComputeBackendError: a queue could not be read, named with its option (a
                 missing spot queue was blamed on the on-demand queue the request was for).
         """
+        # Each queue once, with the option that names it.
         options = {self.spot_queue: "spot_queue", self.on_demand_queue: "on_demand_queue"}
         options.update({q: f"spot_queues[{zone!r}]" for zone, q in self.spot_queues.items()})
-        for queue in dict.fromkeys((self.spot_queue, self.on_demand_queue, *self.spot_queues.values())):
+        for queue, option in options.items():
             try:
                 response = self.client.list_jobs(
                     jobQueue=queue, filters=[{"name": "JOB_NAME", "values": [job_name]}]
@@ -329,7 +330,7 @@ class BatchBackend:
                 raise aws_error(
                     e,
                     f"cannot look for Batch job {job_name!r} in job queue {queue!r}",
-                    f"check {options[queue]} in backend_options (it must exist in region "
+                    f"check {option} in backend_options (it must exist in region "
                     f"{self.region_name or 'of the connection'}) and the connection's permissions",
                 ) from e
             for summary in response.get("jobSummaryList", []):

@@ -160,14 +160,14 @@ class AdaptiveBatchTrainer:
 
         kind = type(self.optimizer).__name__
         defaults = getattr(self.optimizer, "defaults", {})
-        if kind in ("SGD",):
-            copies = 1 if defaults.get("momentum") else 0
-        elif kind in ("RMSprop",):
-            copies = 1 + bool(defaults.get("momentum")) + bool(defaults.get("centered"))
-        elif kind in ("Adagrad", "Adadelta") or kind == "Rprop":
-            copies = 1 if kind == "Adagrad" else 2
-        else:  # Adam, AdamW, NAdam, RAdam, Adamax, and any optimizer not known here
-            copies = 2
+        # Tensors of the parameters' size each kind keeps per parameter; Adam's 2 for any other kind.
+        copies = {
+            "SGD": int(bool(defaults.get("momentum"))),
+            "RMSprop": 1 + bool(defaults.get("momentum")) + bool(defaults.get("centered")),
+            "Adagrad": 1,
+            "Adadelta": 2,
+            "Rprop": 2,
+        }.get(kind, 2)
         missing = [
             p
             for group in self.optimizer.param_groups
