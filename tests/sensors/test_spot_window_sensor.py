@@ -126,14 +126,7 @@ def test_sensor_trigger_and_resume_watch_make_the_same_decision(
     from_sensor = sensor._decide_now(plan, at)
 
     monkeypatch.setattr(trigger_module, "utcnow", lambda: at)
-    trigger = SpotWindowTrigger(
-        on_demand_usd_per_hour=plan["on_demand_usd_per_hour"],
-        forecast_starts=plan["forecast_starts"],
-        latest_start=plan["latest_start"],
-        not_before=plan["not_before"],
-        target_usd_per_hour=plan["target_usd_per_hour"],
-        **sensor._observe_kwargs(),
-    )
+    trigger = sensor._trigger(plan)  # as the sensor defers with it
     from_trigger = SpotDecision.from_xcom(run_trigger(trigger)["decision"])
 
     watch = {"mode": "resume", "on_demand_usd_per_hour": plan["on_demand_usd_per_hour"]}
@@ -624,17 +617,10 @@ def test_a_price_poll_that_fails_is_polled_again_before_the_task_is_retried(
     prices = tmp_path / "prices.csv"
     write_history(prices, current="0.30")  # spot now, once a poll reads it
     at = now()
-    sensor = make_sensor(prices=str(prices), deadline=(at + timedelta(hours=12)).isoformat())
-    plan = sensor._plan(context(), at)
-    trigger = SpotWindowTrigger(
-        on_demand_usd_per_hour=plan["on_demand_usd_per_hour"],
-        forecast_starts=plan["forecast_starts"],
-        latest_start=plan["latest_start"],
-        not_before=plan["not_before"],
-        target_usd_per_hour=plan["target_usd_per_hour"],
-        poll_interval=0.01,
-        **sensor._observe_kwargs(),
+    sensor = make_sensor(
+        prices=str(prices), deadline=(at + timedelta(hours=12)).isoformat(), poke_interval=0.01
     )
+    trigger = sensor._trigger(sensor._plan(context(), at))
     real_observe, calls = SpotWindowTrigger._observe, []
 
     def throttled(self: SpotWindowTrigger, *args: Any) -> Any:

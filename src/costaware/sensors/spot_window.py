@@ -7,7 +7,7 @@ compute entry in the cost ledger; the training task downstream reads ``market`` 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
 from functools import cached_property
@@ -443,24 +443,24 @@ class SpotWindowSensor(BaseSensorOperator):
         latest_start = parse_instant(plan["latest_start"], name="latest_start")
         self.log.info("deferring: waiting for a spot start until %s at the latest", plan["latest_start"])
         self.defer(
-            trigger=SpotWindowTrigger(
-                on_demand_usd_per_hour=plan["on_demand_usd_per_hour"],
-                forecast_starts=plan["forecast_starts"],
-                latest_start=plan["latest_start"],
-                not_before=plan["not_before"],
-                target_usd_per_hour=plan["target_usd_per_hour"],
-                poll_interval=self.poke_interval,
-                **self._observe_kwargs(),
-                **{
-                    k: plan[k]
-                    for k in ("objective", "carbon_usd_per_tonne", "carbon", "power_kw")
-                    if k in plan
-                },
-                **({"runtime_hours": plan["runtime_hours"]} if "objective" in plan else {}),
-            ),
+            trigger=self._trigger(plan),
             method_name="execute_complete",
             kwargs={"plan": plan},
             timeout=max(latest_start - now, timedelta(0)) + timedelta(minutes=15),
+        )
+
+    def _trigger(self, plan: Mapping[str, Any]) -> SpotWindowTrigger:
+        """The trigger that waits out ``plan`` in the triggerer, polling every ``poke_interval``."""
+        return SpotWindowTrigger(
+            on_demand_usd_per_hour=plan["on_demand_usd_per_hour"],
+            forecast_starts=plan["forecast_starts"],
+            latest_start=plan["latest_start"],
+            not_before=plan["not_before"],
+            target_usd_per_hour=plan["target_usd_per_hour"],
+            poll_interval=self.poke_interval,
+            **self._observe_kwargs(),
+            **{k: plan[k] for k in ("objective", "carbon_usd_per_tonne", "carbon", "power_kw") if k in plan},
+            **({"runtime_hours": plan["runtime_hours"]} if "objective" in plan else {}),
         )
 
     def poke(self, context: Context) -> bool | PokeReturnValue:
