@@ -208,6 +208,20 @@ def is_template(value: Any) -> bool:
     return isinstance(value, str) and any(mark in value for mark in ("{{", "{%", "{#"))
 
 
+def ledger_conn_id_of(task: Any) -> str:
+    """The ledger connection ``task`` writes to: its ``ledger_conn_id``, else the default.
+
+    Every costaware operator and sensor keeps ``ledger_conn_id`` among its template fields, so the copy of
+    the task that the scheduler and the API server hold (its serialized definition) has it too: a killed
+    try and a run's end reach the ledger the task used. One still a template there (rendered only when the
+    task runs) falls back to the default ledger.
+    """
+    conn_id = getattr(task, "ledger_conn_id", None)
+    if isinstance(conn_id, str) and conn_id.strip() and not is_template(conn_id):
+        return conn_id
+    return DEFAULT_LEDGER_CONN_ID
+
+
 def audit_run_overrides(ledger: Any, dag: Any, dag_run: Any, dag_id: str, run_id: str) -> dict[str, Any]:
     """Record in the audit trail, once per run, the trigger params that differ from the DAG's defaults.
 

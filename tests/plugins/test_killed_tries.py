@@ -222,3 +222,80 @@ def test_a_killed_try_is_priced_off_the_callers_thread_and_its_dag_read_in_its_s
     caller = object()
     killed_tries._serialized_dag("nightly", caller)
     assert sessions == [caller]
+
+
+def test_a_killed_try_and_its_runs_end_reach_the_ledger_its_task_names(
+    ledger_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The scheduler holds the serialized task, which kept no ledger_conn_id: a task on a team ledger had
+    # its killed try written to the default ledger, and its run's end released only the default ledger's
+    # holds (the team's counted on until their time limit). It is a template field now.
+    import json
+
+    from airflow.providers.standard.operators.empty import EmptyOperator
+
+    from costaware.sensors.spend_cap import SpendCapSensor
+
+    team_url = f"sqlite:///{tmp_path / 'team.db'}"
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_TEAM_LEDGER", json.dumps({"conn_type": "sqlite", "host": str(tmp_path / "team.db")})
+    )
+    monkeypatch.setattr(listener_module, "spool_dir", lambda: tmp_path / "spool")
+    with DAG("team", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")) as dag:
+        gate = SpendCapSensor(
+            task_id="gate", scope="project=churn", estimated_usd="5", ledger_conn_id="team_ledger"
+        )
+        gate >> EmptyOperator(task_id="train")
+        SpendCapSensor(
+            task_id="templated", scope="project=churn", estimated_usd="5", ledger_conn_id="{{ params.l }}"
+        )
+    serialized = DagSerialization.from_dict(DagSerialization.to_dict(dag))
+    assert [t.ledger_conn_id for t in serialized.tasks if t.task_id != "train"] == [
+        "team_ledger",
+        "{{ params.l }}",
+    ]
+    monkeypatch.setattr(killed_tries, "_serialized_dag", lambda dag_id, session=None: serialized)
+    team, default = Ledger.from_url(team_url), Ledger.from_url(ledger_url)
+    team.set_budget("project=churn", "month", "100")
+    team.reserve("project=churn", "5", holder="team/manual__1/train/-1")
+
+    CostListener().on_task_instance_failed(None, killed(dag_id="team", task_id="gate"), "marked failed")
+    assert [r["cause"] for r in team.entries(dag_id="team")] == ["killed"]
+    assert default.entries(dag_id="team") == []
+    CostListener().on_task_instance_failed(None, killed(dag_id="team", task_id="templated"), "marked failed")
+    assert [r["task_id"] for r in default.entries(dag_id="team")] == ["templated"]  # rendered only at run
+
+    CostListener().on_dag_run_failed(SimpleNamespace(dag_id="team", run_id="manual__1", dag=serialized), "x")
+    assert team.open_reservations() == []
+
+
+def test_every_operator_and_sensor_with_a_ledger_keeps_it_in_its_serialized_definition() -> None:
+    import importlib
+    import inspect
+    import pkgutil
+
+    from airflow.sdk import BaseOperator
+
+    import costaware.operators
+    import costaware.sensors
+
+    missing, seen = [], 0
+    for package in (costaware.operators, costaware.sensors):
+        for info in pkgutil.iter_modules(package.__path__):
+            module = importlib.import_module(f"{package.__name__}.{info.name}")
+            for cls in vars(module).values():
+                if not (
+                    inspect.isclass(cls)
+                    and issubclass(cls, BaseOperator)
+                    and cls.__module__ == module.__name__
+                ):
+                    continue
+                inits = [k.__init__ for k in cls.__mro__ if "__init__" in vars(k)]
+                if cls.__name__[0] != "_" and any(
+                    "ledger_conn_id" in inspect.signature(i).parameters for i in inits
+                ):
+                    seen += 1
+                    if "ledger_conn_id" not in cls.template_fields:
+                        missing.append(cls.__name__)
+    assert seen >= 12 and missing == []

@@ -166,6 +166,7 @@ class CachedFeaturesOperator(BaseOperator):
         "instance_type",
         "region",
         "usd_per_hour",
+        "ledger_conn_id",
     )
     template_fields_renderers = {"inputs": "json", "transform_params": "json"}
     ui_color = "#e3f2fd"

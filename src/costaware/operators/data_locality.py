@@ -108,7 +108,13 @@ class DataLocalityCheckOperator(BaseOperator):
         tags: Allocation tags (team, project, owner) of the ledger entries.
     """
 
-    template_fields: Sequence[str] = ("inputs", "compute_region", "budget_scope", "worker_region")
+    template_fields: Sequence[str] = (
+        "inputs",
+        "compute_region",
+        "budget_scope",
+        "worker_region",
+        "ledger_conn_id",
+    )
     ui_color = "#fff3e0"
 
     def __init__(

@@ -96,6 +96,7 @@ class ModelPromoteOperator(BaseOperator):
         "margin",
         "candidate_metrics",
         "scoring_command",
+        "ledger_conn_id",
     )
     ui_color = "#fdf1d8"
 

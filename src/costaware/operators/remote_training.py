@@ -210,6 +210,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         "budget_scope",
         # Also in the serialized DAG: a try killed in its worker is priced from there, with these tags.
         "tags",
+        "ledger_conn_id",
     )
     template_fields_renderers = {"trainer_params": "json", "backend_options": "json"}
     ui_color = "#d9ecf7"

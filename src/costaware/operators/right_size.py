@@ -73,6 +73,7 @@ class RightSizeOperator(BaseOperator):
         "deadline_hours",
         "region",
         "fallback_hours",
+        "ledger_conn_id",
     )
     ui_color = "#e3f1fb"
 

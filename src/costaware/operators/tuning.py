@@ -145,6 +145,7 @@ class TuningStudyCreateOperator(_StudyOperator):
         "usd_per_hour",
         "fallback_trial_seconds",
         "storage_url",
+        "ledger_conn_id",
     )
     ui_color = "#efe6fb"
 
@@ -271,7 +272,7 @@ class BudgetedTuningOperator(_StudyOperator):
         **kwargs: ``BaseOperator`` arguments.
     """
 
-    template_fields: Sequence[str] = ("study_name", "trainer_kwargs", "storage_url")
+    template_fields: Sequence[str] = ("study_name", "trainer_kwargs", "storage_url", "ledger_conn_id")
     ui_color = "#efe6fb"
 
     def __init__(
@@ -355,7 +356,7 @@ class TuningStudySummarizeOperator(_StudyOperator):
         **kwargs: ``BaseOperator`` arguments (``trigger_rule`` defaults to ``all_done``).
     """
 
-    template_fields: Sequence[str] = ("study_name", "storage_url")
+    template_fields: Sequence[str] = ("study_name", "storage_url", "ledger_conn_id")
     ui_color = "#efe6fb"
 
     def __init__(

@@ -85,6 +85,7 @@ class WarmStartRetrainOperator(BuiltInTrainingArguments, BaseOperator):
         "region",
         "market",
         "features_key",
+        "ledger_conn_id",
     )
     template_fields_renderers = {"trainer_params": "json"}
     ui_color = "#e3f0fb"

@@ -8,7 +8,8 @@ This module prices those tries there (the listener writes them), from the start 
 on the task's ``costaware_compute`` param (from its serialized definition), else the ``[costaware]
 worker_*`` settings (an operator's own compute arguments are not in that definition), tagged as the run's
 other entries are (the DAG's tags, its param defaults and the run's conf), and with an operator's own
-``tags`` where its definition keeps them (``RemoteTrainingOperator``'s, a template field).
+``tags`` where its definition keeps them (``RemoteTrainingOperator``'s, a template field). It goes to the
+ledger the task names (``ledger_conn_id``, a template field of every costaware operator and sensor).
 
 Limits: a lost worker is charged up to when the scheduler noticed it (its heartbeat timeout), not when it
 died. A task process killed while its supervisor lives on (an out-of-memory kill of the task alone) is
@@ -36,18 +37,19 @@ def killed_try_entry(ti: Any, outcome: str) -> Any:
 
     Never raises: a state change must not fail because its cost could not be priced (it is logged).
     """
-    price = killed_try_pricing(ti, outcome)
-    return price() if price is not None else None
+    pricing = killed_try_pricing(ti, outcome)
+    return pricing[1]() if pricing is not None else None
 
 
-def killed_try_pricing(ti: Any, outcome: str) -> Callable[[], Any] | None:
-    """What the metadata database says of ``ti``'s try, read now; its pricing, to call in another thread.
+def killed_try_pricing(ti: Any, outcome: str) -> tuple[str, Callable[[], Any]] | None:
+    """The ledger ``ti``'s task writes to, and the pricing of its try (read now), to call in another thread.
 
     The reads use the caller's session (the scheduler's transaction, where the try's history row is still
     pending). The pricing looks up the ledger's connection and prices, which open Airflow's thread-local
     session: in the scheduler's thread that commits (or rolls back) and closes the scheduler's own
     transaction. None when the try held no worker or cannot be read; never raises.
     """
+    from costaware.glue import ledger_conn_id_of
     from costaware.plugins.try_cost import build_entry
 
     try:
@@ -84,6 +86,7 @@ def killed_try_pricing(ti: Any, outcome: str) -> Callable[[], Any] | None:
             try_number=int(ti.try_number or 1),
             task=task if task is not None else SimpleNamespace(dag=dag, params={}),
         )
+        ledger_conn_id = ledger_conn_id_of(task)  # a template field: the serialized definition keeps it
         own = _operator_tags(task)
         if own:  # an operator's own tags (RemoteTrainingOperator's), kept in its serialized definition
             from costaware.glue import annotate_task
@@ -110,7 +113,7 @@ def killed_try_pricing(ti: Any, outcome: str) -> Callable[[], Any] | None:
         )
         return replace(entry, cause="killed", note=clipped_note("; ".join(filter(None, [note, entry.note]))))
 
-    return price
+    return ledger_conn_id, price
 
 
 def _said_unpriced(ti: Any) -> None:

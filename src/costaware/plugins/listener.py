@@ -30,7 +30,14 @@ from typing import Any
 
 from airflow.listeners import hookimpl
 
-from costaware.glue import ANNOTATION_FIELDS, DEFAULT_LEDGER_CONN_ID, TAG_NAMES, annotate_task, tags_for
+from costaware.glue import (
+    ANNOTATION_FIELDS,
+    DEFAULT_LEDGER_CONN_ID,
+    TAG_NAMES,
+    annotate_task,
+    ledger_conn_id_of,
+    tags_for,
+)
 from costaware.glue import try_key as _key
 from costaware.plugins.reservation_release import (
     in_own_thread,
@@ -155,10 +162,10 @@ def _set_aside(path: Path, error: Exception) -> None:
     log.error("costaware: spooled %s refused by the ledger (%s): moved to %s", path.name, error, refused)
 
 
-def _write_priced(price: Any) -> None:
+def _write_priced(ledger_conn_id: str, price: Any) -> None:
     entry = price()
     if entry is not None:
-        write_entry(entry, DEFAULT_LEDGER_CONN_ID)
+        write_entry(entry, ledger_conn_id)
 
 
 def _with_reservation(entry: Any, reservation_id: str) -> Any:
@@ -176,7 +183,7 @@ def _audit_overrides(ti: Any, context: Mapping[str, Any]) -> None:
         dag_run = context.get("dag_run")
         if not getattr(dag_run, "conf", None):
             return  # a scheduled run, or a trigger with nothing given: nothing to audit, no ledger call
-        ledger = CostLedgerHook(getattr(ti.task, "ledger_conn_id", DEFAULT_LEDGER_CONN_ID)).get_conn()
+        ledger = CostLedgerHook(ledger_conn_id_of(ti.task)).get_conn()
         audit_run_overrides(ledger, dag_of(ti.task), dag_run, ti.dag_id, ti.run_id)
     except Exception as e:
         log.warning("costaware: could not audit the params of %s/%s: %s", ti.dag_id, ti.run_id, e)
@@ -223,9 +230,9 @@ class CostListener:
             # priced there from the metadata database; one that ran to its end is not counted twice.
             from costaware.plugins.killed_tries import killed_try_pricing
 
-            price = killed_try_pricing(ti, outcome)  # the database's facts, read in the caller's session
-            if price is not None:
-                in_own_thread(lambda: _write_priced(price), name="costaware-killed-try")
+            pricing = killed_try_pricing(ti, outcome)  # the database's facts, read in the caller's session
+            if pricing is not None:
+                in_own_thread(lambda: _write_priced(*pricing), name="costaware-killed-try")
             return
         if getattr(ti, "task", None) is None:
             return
@@ -250,12 +257,12 @@ class CostListener:
                 seconds,
             )
             return
-        write_entry(entry, getattr(ti.task, "ledger_conn_id", DEFAULT_LEDGER_CONN_ID))
+        write_entry(entry, ledger_conn_id_of(ti.task))
         _audit_overrides(ti, context)
-        record_utilization(ti, entry, reading, getattr(ti.task, "ledger_conn_id", DEFAULT_LEDGER_CONN_ID))
+        record_utilization(ti, entry, reading, ledger_conn_id_of(ti.task))
         from costaware.notifications.budget import alerts_after_spend
 
-        alerts_after_spend(ti, dict(entry.tags), getattr(ti.task, "ledger_conn_id", DEFAULT_LEDGER_CONN_ID))
+        alerts_after_spend(ti, dict(entry.tags), ledger_conn_id_of(ti.task))
 
 
 cost_listener = CostListener()

@@ -93,12 +93,10 @@ def release_reservations(
 
 
 def _ledger_conn_ids(dag: Any) -> set[str]:
-    found = {"costaware_ledger"}
-    for task in getattr(dag, "tasks", None) or []:
-        conn_id = getattr(task, "ledger_conn_id", None)
-        if isinstance(conn_id, str) and conn_id:
-            found.add(conn_id)
-    return found
+    """The ledgers the DAG's tasks use, and the default (the spend gate's holds may be there)."""
+    from costaware.glue import DEFAULT_LEDGER_CONN_ID, ledger_conn_id_of
+
+    return {DEFAULT_LEDGER_CONN_ID} | {ledger_conn_id_of(task) for task in getattr(dag, "tasks", None) or []}
 
 
 def release_for_doomed_downstream(ti: Any, outcome: str) -> list[Any]:

@@ -50,7 +50,7 @@ class OffPeakWindowSensor(BaseSensorOperator):
         of the same window already covered is skipped (downstream tasks skip too).
     """
 
-    template_fields: Sequence[str] = ()
+    template_fields: Sequence[str] = ("ledger_conn_id",)
     ui_color = "#e6f0ff"
 
     def __init__(

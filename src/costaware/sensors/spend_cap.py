@@ -56,6 +56,7 @@ class SpendCapSensor(BaseSensorOperator):
         "instance_type",
         "region",
         "market",
+        "ledger_conn_id",
     )
     ui_color = "#fdf2d0"
 

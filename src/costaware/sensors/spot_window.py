@@ -123,6 +123,7 @@ class SpotWindowSensor(BaseSensorOperator):
         "objective",
         "carbon_usd_per_tonne",
         "carbon",
+        "ledger_conn_id",
     )
     ui_color = "#fff4d6"
 
