@@ -3,6 +3,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from services import fresh_postgres_database
@@ -434,3 +435,43 @@ def test_daily_spend_is_by_utc_day_whatever_the_sessions_time_zone(
         assert daily_spend(ledger, Filters(), "dag") == [(date(2026, 11, 30), "d", Decimal(4))]
     finally:
         ledger.dispose()
+
+
+def test_an_entry_written_twice_at_once_is_kept_once_and_its_hold_still_settles(any_ledger: Ledger) -> None:
+    # A spooled entry drained while its task's hold is settled with it: on PostgreSQL both transactions
+    # looked for the row, saw none, and the second failed on the unique key, rolling back its settle (the
+    # hold stayed open until its time limit).
+    import threading
+
+    from costaware.adapters.ledger.entries import insert_entry
+
+    any_ledger.set_budget("project=churn", "month", "10")
+    hold = any_ledger.reserve("project=churn", "10", holder="d/r1/train/-1")
+    twice = entry("3")
+    settled: list[Any] = []
+    with any_ledger.transaction() as conn:
+        assert insert_entry(conn, twice)  # the drain's write, not committed yet
+        settling = threading.Thread(
+            target=lambda: settled.append(any_ledger.settle(hold.id, "3", entry=twice))
+        )
+        settling.start()
+        settling.join(timeout=1)  # waits on the unique key (PostgreSQL) or the write lock (SQLite)
+        assert settling.is_alive()
+    settling.join(timeout=60)
+    assert [r.status for r in settled] == ["settled"]
+    assert [e["usd"] for e in any_ledger.entries(dag_id="d")] == [Decimal("3")]
+    (usage,) = any_ledger.usage("project=churn")
+    assert (usage.spent_usd, usage.reserved_usd) == (Decimal("3"), Decimal("0"))
+
+
+def test_a_value_a_column_refuses_in_a_write_is_raised_as_the_costaware_error_it_is(
+    any_ledger: Ledger,
+) -> None:
+    # SQLAlchemy wrapped it in a StatementError: Airflow's error translation saw a database error, not the
+    # bad value, and retried the task.
+    from costaware.adapters.ledger.window_claims import claim_window
+    from costaware.core.errors import ConfigurationError
+
+    naive = datetime(2026, 11, 30, 22)
+    with pytest.raises(ConfigurationError):
+        claim_window(any_ledger, "d", naive, "r1", datetime(2026, 11, 30, 21, tzinfo=timezone.utc))

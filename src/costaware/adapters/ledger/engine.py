@@ -193,6 +193,9 @@ class LedgerDatabase:
                 f"URL (--ledger-url, the 'costaware_ledger' connection or {LEDGER_URL_ENV})"
                 f"{_sqlite_hint(self.engine, e)}; nothing was recorded or reserved"
             ) from e
+        except StatementError as e:
+            _raise_costaware_error_unwrapped(e)
+            raise
 
     @contextmanager
     def reading(self) -> Iterator[Connection]:
@@ -205,12 +208,19 @@ class LedgerDatabase:
                 f"cannot read the cost ledger at {safe_url(str(self.engine.url))}: {_reason(e)}"
             ) from e
         except StatementError as e:
-            # SQLAlchemy wraps what a column type refuses (a time outside UTC's range); pass it on unwrapped.
-            if isinstance(e.orig, CostawareError):
-                raise e.orig from e
+            _raise_costaware_error_unwrapped(e)
             raise
 
     def advisory_lock(self, conn: Connection, key: int) -> None:
         """On PostgreSQL, serialise transactions that take the same ``key`` (SQLite's lock already does)."""
         if not self.is_sqlite:
             conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({int(key)})")
+
+
+def _raise_costaware_error_unwrapped(error: StatementError) -> None:
+    """SQLAlchemy wraps what a column type refuses (a naive time, one outside UTC's range): raise it as is.
+
+    Else Airflow's error translation sees a database error, not the bad value, and retries the task.
+    """
+    if isinstance(error.orig, CostawareError):
+        raise error.orig from error

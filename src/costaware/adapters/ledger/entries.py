@@ -19,14 +19,22 @@ from costaware.core.money import from_micros, to_micros
 
 
 def insert_entry(conn: Connection, entry: LedgerEntry) -> bool:
-    """Add ``entry`` in the caller's transaction unless its ``entry_uid`` is there; returns whether new."""
-    exists = conn.execute(
-        select(schema.entries.c.id).where(schema.entries.c.entry_uid == entry.entry_uid)
-    ).first()
-    if exists:
-        return False
-    conn.execute(schema.entries.insert().values(**entry_row(entry)))
-    return True
+    """Add ``entry`` in the caller's transaction unless its ``entry_uid`` is there; returns whether new.
+
+    One statement that skips a duplicate (``ON CONFLICT DO NOTHING``), not a look-up then an insert: on
+    PostgreSQL two transactions writing the same entry at once (a spooled entry drained as its task's
+    hold is settled with it) both saw no row, and the second failed on the unique key and rolled back
+    the settle it was part of.
+    """
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+    statement = (
+        insert(schema.entries)
+        .values(**entry_row(entry))
+        .on_conflict_do_nothing(index_elements=[schema.entries.c.entry_uid])
+    )
+    return bool(conn.execute(statement).rowcount)
 
 
 def entries(
