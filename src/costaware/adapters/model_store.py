@@ -18,9 +18,11 @@ of files (``model_files``).
 
 from __future__ import annotations
 
+import enum
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -34,6 +36,7 @@ from costaware.adapters.model_formats import (
 from costaware.adapters.model_versions import (
     STATUSES,
     Champion,
+    ChampionChangedError,
     IncompleteVersionError,
     ModelVersion,
     UntrustedModelError,
@@ -46,6 +49,15 @@ from costaware.core.promotion import COMPLETE
 __all__ = ["ModelStore"]
 
 log = logging.getLogger(__name__)
+
+
+class _Unchecked(enum.Enum):
+    """``set_champion``'s default: replace whatever the champion is, unchecked."""
+
+    UNCHECKED = "unchecked"
+
+
+_UNCHECKED = _Unchecked.UNCHECKED
 
 
 class ModelStore:
@@ -170,22 +182,67 @@ class ModelStore:
         pointer = self.champion_pointer()
         return self.get(pointer.version) if pointer else None
 
-    def set_champion(self, version: str) -> Champion:
-        """Make ``version`` the champion in one atomic write; only complete versions qualify."""
+    def set_champion(self, version: str, *, replacing: str | _Unchecked | None = _UNCHECKED) -> Champion:
+        """Make ``version`` the champion in one atomic write; only complete versions qualify.
+
+        Args:
+            version: The new champion.
+            replacing: The champion ``version`` was judged against (None: there was none). When the store's
+                champion is another by now (a promotion that ran beside this one switched it), nothing is
+                written. Left out, whatever the champion is gets replaced (a person's rollback).
+
+        Raises:
+            ChampionChangedError: ``replacing`` is no longer the champion.
+        """
         meta = self.get(version)
         if meta.status != COMPLETE:
             raise ConfigurationError(
                 f"version {version!r} has status {meta.status!r}: only complete versions can become champion"
             )
-        current = self.champion_pointer()
-        pointer = Champion(
-            version=version,
-            switched_at=datetime.now(timezone.utc).isoformat(),
-            previous=current.version if current else None,
-        )
-        self.blobs.write_bytes("champion.json", _json(asdict(pointer)))
+        with self._champion_lock():
+            current = self.champion_pointer()
+            if not isinstance(replacing, _Unchecked):
+                self.check_champion(replacing, current)
+            pointer = Champion(
+                version=version,
+                switched_at=datetime.now(timezone.utc).isoformat(),
+                previous=current.version if current else None,
+            )
+            self.blobs.write_bytes("champion.json", _json(asdict(pointer)))
         log.info("champion of %s is now %s (was %s)", self.uri, version, pointer.previous)
         return pointer
+
+    def check_champion(
+        self, expected: str | None, current: Champion | _Unchecked | None = _UNCHECKED
+    ) -> None:
+        """Raise ``ChampionChangedError`` unless the champion is still ``expected`` (None: none yet)."""
+        pointer = self.champion_pointer() if isinstance(current, _Unchecked) else current
+        now = pointer.version if pointer else None
+        if now != expected:
+            raise ChampionChangedError(
+                f"the champion of {self.uri} changed from {expected!r} to {now!r} while the candidate was "
+                f"judged against {expected!r} (a promotion ran beside this one): nothing was switched; a "
+                f"retry of the task judges it against {now!r}"
+            )
+
+    @contextmanager
+    def _champion_lock(self) -> Iterator[None]:
+        """On a local store, one champion switch at a time across processes.
+
+        An object store has no lock: its check and its write are a moment apart.
+        """
+        if not self.blobs.is_local:
+            yield
+            return
+        import fcntl
+
+        Path(self.blobs.root).mkdir(parents=True, exist_ok=True)
+        with open(Path(self.blobs.root) / ".champion.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
 
     def record_decision(self, decision: Mapping[str, Any]) -> str:
         """Store one promotion decision (JSON-able); returns its name."""

@@ -24,6 +24,10 @@ class ModelStoreError(CostawareError):
     """Raised when the model store holds something unusable (a missing, incomplete or tampered version)."""
 
 
+class ChampionChangedError(ModelStoreError):
+    """Raised when the champion changed while a candidate was scored against it; a retry scores again."""
+
+
 class VersionNotFoundError(ModelStoreError, ConfigurationError, LookupError):
     """Raised when a model version is not in the store."""
 
