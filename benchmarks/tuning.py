@@ -167,6 +167,7 @@ def arm_costaware(data: dict[str, Any], cap_usd: Decimal, estimate: float, seed:
             seed=seed,
             reduction_factor=REDUCTION_FACTOR,
             owner=("benchmark", "tuning"),
+            meter=time.process_time,  # every arm is measured in this process's CPU seconds (a shared machine)
         )
         seconds = meter.spent()
         ledger.dispose()

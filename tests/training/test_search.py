@@ -419,3 +419,80 @@ def test_a_rung_that_slows_down_past_its_reservation_is_billed_as_it_ran_and_sai
         "the spend passed the cap by $43.00: rung 9 of trial 0 was billed 60.00 s against the 9.00 s "
         "reserved for it (its training took 60.00 s, estimated at 6.00 s)" in caplog.text
     )
+
+
+class RunsOutOfMemory(Quadratic):
+    """Its third rung trains two seconds, then raises, as a model out of GPU memory does."""
+
+    def advance(self, resource: int) -> float:
+        if resource == 9:
+            self.clock.now += 2
+            raise MemoryError("CUDA out of memory")
+        return super().advance(resource)
+
+
+def test_a_search_whose_model_raises_bills_what_ran_and_leaves_no_hold_or_budget(ledger: Any) -> None:
+    # The failing rung's reservation stayed open (counted against the project's budgets until its time
+    # limit), the search's own budget stayed for good, and the seconds the rung ran were never billed.
+    ledger.set_budget("study=toy", "month", "100")
+    clock = Clock()
+    with pytest.raises(MemoryError, match="CUDA out of memory"):
+        search(ledger, "40", clock, make_model=lambda params: RunsOutOfMemory(params, clock))
+    assert ledger.open_reservations() == []
+    assert [b.label for b in ledger.budgets()] == ["study=toy/month"]
+    billed = sum(Decimal(str(e["usd"])) for e in ledger.entries())
+    assert billed == Decimal(str(clock.now)) == Decimal(1 + 2 + 2)  # rungs 1 and 3, then 2 s of rung 9
+    (failed,) = [e for e in ledger.entries() if "failed" in (e["note"] or "")]
+    assert "MemoryError: CUDA out of memory" in failed["note"]
+
+
+def test_the_bookkeeping_after_the_last_rung_is_billed_even_when_no_money_is_left_to_reserve(
+    ledger: Any,
+) -> None:
+    # The tail was left out of the ledger when the budget was spent to the micro-dollar: money used that no
+    # budget saw. It is billed past the cap, as a rung that ran long is, and said.
+    from costaware.training.search_billing import SearchBilling
+
+    clock = Clock()
+    ledger.set_budget("search=x", "total", "1")
+    billing = SearchBilling(
+        ledger,
+        budget_scope="search=x",  # type: ignore[arg-type]
+        tags={"search": "x"},
+        usd_per_hour=PRICE,
+        owner=("search", "search"),
+        run="x",
+        meter=clock,
+        started=0.0,
+    )
+    held = ledger.reserve("search=x", "1", holder="search/x/0/1")
+    clock.now = 1.0
+    billing.bill(held.id, "#0@1", "rung")
+    clock.now = 1.5
+    stop = billing.settle_tail("budget spent")
+    assert "billed past the cap" in stop
+    assert sum(Decimal(str(e["usd"])) for e in ledger.entries()) == Decimal("1.5")
+
+
+def test_by_default_a_rung_is_billed_the_time_it_ran_not_this_process_cpu_time(ledger: Any) -> None:
+    # The default meter was CPU time: a rung waiting on a GPU (here, asleep) was billed almost nothing.
+    import time
+
+    class Waits(Quadratic):
+        def advance(self, resource: int) -> float:
+            time.sleep(0.05 * (resource - self.trained))
+            self.trained = resource
+            return 0.5
+
+    result = budgeted_search(
+        lambda params: Waits(params, Clock()),
+        space={"a": optuna.distributions.CategoricalDistribution([0])},
+        rungs=[1, 2],
+        ledger=ledger,
+        scope={"study": "toy"},
+        cap_usd=Decimal("10"),
+        usd_per_hour=PRICE,
+        first_rung_seconds=0.05,
+        max_trials=1,
+    )
+    assert result.spent_usd >= Decimal("0.1")  # two units asleep, a dollar a second

@@ -130,7 +130,7 @@ def budgeted_search(
     safety_factor: float = 1.5,
     max_trials: int = 10_000,
     max_repeats: int = 200,
-    meter: Callable[[], float] = time.process_time,
+    meter: Callable[[], float] = time.monotonic,
     owner: tuple[str, str] = ("search", "search"),
     seed: int | None = None,
 ) -> SearchResult:
@@ -171,7 +171,10 @@ def budgeted_search(
             latest rung).
         max_trials: Stop after this many configurations were trained.
         max_repeats: Stop after this many proposals in a row repeated a configuration already tried.
-        meter: The clock that measures what the search uses (process CPU seconds by default).
+        meter: The clock that measures what the search uses: wall-clock seconds by default, as a machine
+            is billed (CPU seconds of this process would bill a GPU-bound rung at almost nothing, and a
+            rung on many threads several times over); ``time.process_time`` where the machine is shared
+            and this process is what is paid for.
         owner: ``(dag_id, task_id)`` of the ledger entries.
         seed: Seed of the default sampler.
     """
@@ -257,152 +260,158 @@ def budgeted_search(
 
     # Billed with the first rung, but no part of what every rung needs besides its training.
     setup = meter() - started
-    while len(trials) < max_trials:
-        trial = study.ask(dict(space))
-        key = tuple(sorted(trial.params.items()))
-        if key in seen:
-            # A configuration already tried teaches the sampler nothing new: the same outcome, for free.
-            repeats += 1
-            earlier = seen[key]
-            if earlier.value is not None:
-                study.tell(trial, earlier.score(direction))
-            else:
-                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-            if repeats >= max_repeats:
-                stop = f"{repeats} proposals repeated configurations already tried: the space is covered"
-                break
-            continue
-        repeats = 0
-        bracket = next_bracket(in_bracket, weights) if prune_rungs is not None else 0
-        model = make_model(dict(trial.params))
-        done: list[tuple[int, float]] = []
-        state = "complete"
-        previous = 0
-        own: float | None = None  # this trial's slowest seconds per unit so far
-        latest: float | None = None  # and on its latest rung
-        trained_total = 0.0
-        judged: list[int] = []
-        for rung in rung_list:
-            # A first rung is priced at the slowest first rung seen, else at the slowest speed seen (this
-            # configuration's is unknown yet); later rungs at this configuration's own speed on its latest
-            # rung: pricing a fast configuration's long last rung at the slowest one's speed, or at its own
-            # first rung's (which carries the fixed cost of a fit and of scoring over a few units), would
-            # refuse rungs the money left can pay.
-            if latest is not None:
-                estimate = latest * (rung - previous)
-            elif slowest_first:
-                estimate = slowest_first
-            else:
-                estimate = (measured or guess) * (rung - previous)
-            seconds = estimate * safety_factor + overhead
-            try:
-                reservation = ledger.reserve(
-                    budget_scope,
-                    usd_for_seconds(seconds, usd_per_hour),
-                    holder=f"search/{run}/{trial.number}/{rung}",
-                    ttl=timedelta(seconds=max(2 * seconds, 60.0)),
-                    purpose=f"rung {rung} of trial {trial.number}",
-                )
-            except BudgetExceededError as e:
-                state, stop = "cut", str(e)
-                break
-            tick = meter()
-            value = float(model.advance(rung))
-            trained = meter() - tick
-            if not done:
-                slowest_first = max(slowest_first, trained)
-            latest = trained / (rung - previous)
-            own = max(own or 0.0, latest)
-            measured = max(measured or 0.0, own)
-            trained_total += trained
-            previous = rung
-            done.append((rung, value))
-            trial.report(value, rung)
-            if rung == rung_list[-1]:
-                pruned = False
-            elif prune_rungs is None:
-                pruned = trial.should_prune()
-            elif judged_at(bracket, rung):
-                judged.append(rung)
-                pruned = not goes_on(bracket, rung, value, trial.number)
-            else:
-                pruned = False
-            billed = billing.bill(
-                reservation.id, f"#{trial.number}@{rung}", f"{dict(trial.params)}: {value:.4f}"
-            )
-            if billed > seconds:
-                # Past its reservation (slower training, or the bookkeeping billed with it): that passes the
-                # cap only where the budget had no room left beside it, which is what is said.
-                over = -min((u.left_usd for u in ledger.usage(budget_scope)), default=Decimal(0))
-                if over > 0:
-                    log.warning(
-                        "the spend passed the cap by %s: rung %d of trial %d was billed %.2f s against the "
-                        "%.2f s reserved for it (its training took %.2f s, estimated at %.2f s); a rung is "
-                        "not interrupted, so it is billed as it ran",
-                        format_usd_exact(over),
-                        rung,
-                        trial.number,
-                        billed,
-                        seconds,
-                        trained,
-                        estimate,
-                    )
-            overhead = max(overhead, billed - trained - setup)
-            setup = 0.0
-            if pruned:
-                state = "pruned"
-                break
-        record = SearchTrial(trial.number, dict(trial.params), tuple(done), state, bracket, tuple(judged))
-        seen[key] = record
-        trials.append(record)
-        in_bracket[bracket] += 1
-        if state == "complete":
-            study.tell(trial, record.score(direction))
-        elif done:
-            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-        else:
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            break  # not even a new trial's first rung can be paid: the search is over
-        if own is not None:
-            fastest = own if fastest is None else min(fastest, own)
-        if state == "complete":
-            cheapest = trained_total if cheapest is None else min(cheapest, trained_total)
-        if prune_rungs is not None and state == "complete":
-            kept = trusted_rungs(
-                [(t.judged, t.rungs) for t in trials if t.value is not None],
-                early,
-                reduction_factor,
-                reduction_factor=reduction_factor,
-                direction=direction,
-            )
-            if kept != prune_rungs:
-                # A configuration pruned at a rung no longer judged at was judged by a rung that misleads:
-                # it may be proposed again, and run on.
-                dropped = set(prune_rungs) - set(kept)
-                for earlier_key, earlier in list(seen.items()):
-                    if earlier.state == "pruned" and earlier.rungs[-1][0] in dropped:
-                        del seen[earlier_key]
-                prune_rungs = kept
-                log.info("budgeted search now prunes at rungs %s", list(kept) or "none")
-        if state == "cut" and fastest is not None:
-            # Only a trial that reaches the last rung counts. Go on only if what is left could carry even
-            # the fastest configuration seen through every rung (what the cheapest completed trial really
-            # used, else the fastest speed seen over every unit); else new trials would pay first rungs and
-            # be cut in turn, and the rest of the money is better left unspent.
-            trial_seconds = cheapest if cheapest is not None else fastest * rung_list[-1]
-            left = float(cap_usd - ledger.spent(budget_scope)) * 3600 / float(usd_per_hour)
-            if left < trial_seconds * safety_factor + len(rung_list) * overhead:
-                stop = f"{stop}; not even the fastest configuration seen could reach the last rung"
-                break
-    else:
-        stop = f"max_trials={max_trials} configurations trained"
-    stop = billing.settle_tail(stop)
+    running: list[tuple[str, str]] = []  # the rung reserved and not billed yet: (its reservation, label)
     try:
-        # Its cap served this call alone: kept, one budget a call piled up, and every reserve and budget
-        # check of the ledger reads them all. The spend stays (tagged search=<id>).
-        ledger.delete_budget(budget_scope, "total", actor=f"budgeted_search {run}")
-    except Exception as e:  # a rung still held (settle failed): the budget stays, as said
-        log.warning("search %s: its budget %s/total stays: %s", run, budget_scope, e)
+        while len(trials) < max_trials:
+            trial = study.ask(dict(space))
+            key = tuple(sorted(trial.params.items()))
+            if key in seen:
+                # A configuration already tried teaches the sampler nothing new: the same outcome, for free.
+                repeats += 1
+                earlier = seen[key]
+                if earlier.value is not None:
+                    study.tell(trial, earlier.score(direction))
+                else:
+                    study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                if repeats >= max_repeats:
+                    stop = f"{repeats} proposals repeated configurations already tried: the space is covered"
+                    break
+                continue
+            repeats = 0
+            bracket = next_bracket(in_bracket, weights) if prune_rungs is not None else 0
+            model = make_model(dict(trial.params))
+            done: list[tuple[int, float]] = []
+            state = "complete"
+            previous = 0
+            own: float | None = None  # this trial's slowest seconds per unit so far
+            latest: float | None = None  # and on its latest rung
+            trained_total = 0.0
+            judged: list[int] = []
+            for rung in rung_list:
+                # A first rung is priced at the slowest first rung seen, else at the slowest speed seen (this
+                # configuration's is unknown yet); later rungs at this configuration's own speed on its latest
+                # rung: pricing a fast configuration's long last rung at the slowest one's speed, or at its
+                # own first rung's (which carries the fixed cost of a fit and of scoring over a few units),
+                # would refuse rungs the money left can pay.
+                if latest is not None:
+                    estimate = latest * (rung - previous)
+                elif slowest_first:
+                    estimate = slowest_first
+                else:
+                    estimate = (measured or guess) * (rung - previous)
+                seconds = estimate * safety_factor + overhead
+                try:
+                    reservation = ledger.reserve(
+                        budget_scope,
+                        usd_for_seconds(seconds, usd_per_hour),
+                        holder=f"search/{run}/{trial.number}/{rung}",
+                        ttl=timedelta(seconds=max(2 * seconds, 60.0)),
+                        purpose=f"rung {rung} of trial {trial.number}",
+                    )
+                    running[:] = [(reservation.id, f"#{trial.number}@{rung}")]
+                except BudgetExceededError as e:
+                    state, stop = "cut", str(e)
+                    break
+                tick = meter()
+                value = float(model.advance(rung))
+                trained = meter() - tick
+                if not done:
+                    slowest_first = max(slowest_first, trained)
+                latest = trained / (rung - previous)
+                own = max(own or 0.0, latest)
+                measured = max(measured or 0.0, own)
+                trained_total += trained
+                previous = rung
+                done.append((rung, value))
+                trial.report(value, rung)
+                if rung == rung_list[-1]:
+                    pruned = False
+                elif prune_rungs is None:
+                    pruned = trial.should_prune()
+                elif judged_at(bracket, rung):
+                    judged.append(rung)
+                    pruned = not goes_on(bracket, rung, value, trial.number)
+                else:
+                    pruned = False
+                billed = billing.bill(
+                    reservation.id, f"#{trial.number}@{rung}", f"{dict(trial.params)}: {value:.4f}"
+                )
+                running.clear()
+                if billed > seconds:
+                    # Past its reservation (slower training, or the bookkeeping billed with it): that passes
+                    # the cap only where the budget had no room left beside it, which is what is said.
+                    over = -min((u.left_usd for u in ledger.usage(budget_scope)), default=Decimal(0))
+                    if over > 0:
+                        log.warning(
+                            "the spend passed the cap by %s: rung %d of trial %d was billed %.2f s against "
+                            "the %.2f s reserved for it (its training took %.2f s, estimated at %.2f s); a "
+                            "rung is not interrupted, so it is billed as it ran",
+                            format_usd_exact(over),
+                            rung,
+                            trial.number,
+                            billed,
+                            seconds,
+                            trained,
+                            estimate,
+                        )
+                overhead = max(overhead, billed - trained - setup)
+                setup = 0.0
+                if pruned:
+                    state = "pruned"
+                    break
+            record = SearchTrial(trial.number, dict(trial.params), tuple(done), state, bracket, tuple(judged))
+            seen[key] = record
+            trials.append(record)
+            in_bracket[bracket] += 1
+            if state == "complete":
+                study.tell(trial, record.score(direction))
+            elif done:
+                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            else:
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                break  # not even a new trial's first rung can be paid: the search is over
+            if own is not None:
+                fastest = own if fastest is None else min(fastest, own)
+            if state == "complete":
+                cheapest = trained_total if cheapest is None else min(cheapest, trained_total)
+            if prune_rungs is not None and state == "complete":
+                kept = trusted_rungs(
+                    [(t.judged, t.rungs) for t in trials if t.value is not None],
+                    early,
+                    reduction_factor,
+                    reduction_factor=reduction_factor,
+                    direction=direction,
+                )
+                if kept != prune_rungs:
+                    # A configuration pruned at a rung no longer judged at was judged by a rung that misleads:
+                    # it may be proposed again, and run on.
+                    dropped = set(prune_rungs) - set(kept)
+                    for earlier_key, earlier in list(seen.items()):
+                        if earlier.state == "pruned" and earlier.rungs[-1][0] in dropped:
+                            del seen[earlier_key]
+                    prune_rungs = kept
+                    log.info("budgeted search now prunes at rungs %s", list(kept) or "none")
+            if state == "cut" and fastest is not None:
+                # Only a trial that reaches the last rung counts. Go on only if what is left could carry even
+                # the fastest configuration seen through every rung (what the cheapest completed trial really
+                # used, else the fastest speed seen over every unit); else new trials would pay first rungs
+                # and be cut in turn, and the rest of the money is better left unspent.
+                trial_seconds = cheapest if cheapest is not None else fastest * rung_list[-1]
+                left = float(cap_usd - ledger.spent(budget_scope)) * 3600 / float(usd_per_hour)
+                if left < trial_seconds * safety_factor + len(rung_list) * overhead:
+                    stop = f"{stop}; not even the fastest configuration seen could reach the last rung"
+                    break
+        else:
+            stop = f"max_trials={max_trials} configurations trained"
+    except BaseException as e:
+        # A model that raised (out of memory, a configuration it cannot train): what ran is billed, on the
+        # rung's reservation, and the search's budget goes, as at its end; else the hold counted against the
+        # project's budgets until its time limit and the search's budget stayed for good.
+        _bill_what_ran(billing, running, e)
+        _delete_search_budget(ledger, budget_scope, run)
+        raise
+    stop = billing.settle_tail(stop)
+    _delete_search_budget(ledger, budget_scope, run)
     complete = [t for t in trials if t.value is not None]
     best = None
     if complete:
@@ -422,3 +431,25 @@ def budgeted_search(
         states=states,
         budget_scope=str(budget_scope),
     )
+
+
+def _bill_what_ran(billing: SearchBilling, running: list[tuple[str, str]], error: BaseException) -> None:
+    """Bill the time a search used up to its failure: on its running rung's reservation, then the rest."""
+    try:
+        if running:
+            reservation_id, label = running[0]
+            billing.bill(reservation_id, label, f"the rung failed: {type(error).__name__}: {error}")
+        billing.settle_tail("")
+    except Exception:
+        log.exception("search %s: what ran before it failed could not be billed", billing.run)
+
+
+def _delete_search_budget(ledger: Ledger, budget_scope: Any, run: str) -> None:
+    """Delete the search's own budget: its cap served one call (the spend stays, tagged search=<id>).
+
+    Kept, one budget a call piled up, and every reserve and budget check of the ledger reads them all.
+    """
+    try:
+        ledger.delete_budget(budget_scope, "total", actor=f"budgeted_search {run}")
+    except Exception as e:  # a rung still held (its settle failed): the budget stays, as said
+        log.warning("search %s: its budget %s/total stays: %s", run, budget_scope, e)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from costaware.core.errors import BudgetExceededError
 from costaware.core.ledger import Kind, LedgerEntry, Market, clipped_note, compute_cost
+from costaware.core.money import format_usd_exact
 from costaware.core.tuning import usd_for_seconds
 
 if TYPE_CHECKING:
@@ -63,12 +64,13 @@ class SearchBilling:
             usd_for_seconds(self.billed_seconds + (now - self.last_bill), self.usd_per_hour) - self.billed_usd
         )
 
-    def bill(self, reservation_id: str, label: str, note: str, now: float | None = None) -> float:
+    def bill(self, reservation_id: str | None, label: str, note: str, now: float | None = None) -> float:
         """Settle the reservation with the seconds used since the last settlement; returns them.
 
         The USD brings the search's settled total up to all the time used so far, rounded up to the
         micro-dollar: rounding each settlement on its own would drop up to half a micro-dollar every time,
-        as much as a short rung costs.
+        as much as a short rung costs. With no reservation (none could be taken) the entry is recorded
+        alone: the time was used, and a bill left out is money that no budget sees.
         """
         now = self.meter() if now is None else now
         seconds = now - self.last_bill
@@ -95,14 +97,18 @@ class SearchBilling:
             note=clipped_note(note),
             reservation_id=reservation_id,
         )
-        self.ledger.settle(reservation_id, usd, entry=entry)
+        if reservation_id is None:
+            self.ledger.record(entry)
+        else:
+            self.ledger.settle(reservation_id, usd, entry=entry)
         return seconds
 
     def settle_tail(self, stop: str) -> str:
         """Settle the time after the last rung on a reservation of its own; returns the stop note.
 
         Nothing is reserved when the rounding carried so far covers it. When even that cannot be reserved
-        (the budget is spent to the micro-dollar) the tail stays unbilled and the stop note says so.
+        (the budget is spent to the micro-dollar) the tail is billed all the same, past the cap as a rung
+        that ran long is, and the stop note says so.
         """
         now = self.meter()
         usd = self.owed(now)
@@ -116,7 +122,10 @@ class SearchBilling:
                 purpose="bookkeeping after the last rung",
             )
         except BudgetExceededError:
-            unbilled = now - self.last_bill
-            return f"{stop}; the last {unbilled:.3f} s (bookkeeping after the last rung) stay unbilled"
+            seconds = self.bill(None, "tail", "bookkeeping after the last rung (past the cap)", now)
+            return (
+                f"{stop}; the last {seconds:.3f} s (bookkeeping after the last rung) were billed past the "
+                f"cap: nothing was left to reserve them ({format_usd_exact(usd)})"
+            )
         self.bill(reservation.id, "tail", "bookkeeping after the last rung", now)
         return stop
