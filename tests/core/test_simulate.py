@@ -137,6 +137,11 @@ def test_electricity_jobs_use_power_draw() -> None:
         ({"checkpoint_minutes": "abc"}, "checkpoint_minutes must be a number >= 0, got 'abc'"),
         ({"region": ""}, "lacks region"),
         ({"priority": "urgent"}, "job 'nightly': priority 'urgent' is unknown; choose one of critical"),
+        # Watts typed as kW: the ledger refused it, the simulator ran on it (a thousand times the emissions).
+        (
+            {"power_kw": "6500"},
+            r"job 'nightly': power_kw='6500' is not a machine's power in kW \(0 to 1000\)",
+        ),
     ],
 )
 def test_bad_jobs_name_the_value(row: dict[str, str], message: str) -> None:

@@ -89,6 +89,7 @@ def test_serialize_round_trips_the_objective_and_keeps_todays_form() -> None:
         ({"objective": "cost+carbon", "carbon_usd_per_tonne": "lots", "run_hours": 2}, "'lots'"),
         ({"objective": "carbon"}, "needs run_hours"),
         ({"objective": "carbon", "run_hours": 2, "power_kw": 0}, "power_kw=0"),
+        ({"objective": "carbon", "run_hours": 2, "power_kw": 6500}, "power_kw=6500 .* watts given as kW"),
         # A forgotten objective= left carbon unused: no carbon awareness, and no word of it.
         (
             {"carbon": "GB", "run_hours": 2},

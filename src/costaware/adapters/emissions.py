@@ -21,15 +21,13 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from costaware.core.carbon import Emissions, Machine, emissions
+from costaware.core.carbon import MAX_POWER_KW, Emissions, Machine, emissions
 from costaware.core.errors import ConfigurationError, PriceNotFoundError
 from costaware.core.ledger import FIELD_LIMITS, LedgerEntry
 from costaware.core.series import PriceSeries
 
 log = logging.getLogger(__name__)
 
-#: The most kW one task's machine is taken to draw: a rack of GPUs draws tens; 6500 is watts typed as kW.
-MAX_POWER_KW = 1000.0
 
 #: ``(zone, start, end) -> series of gCO2e/kWh covering [start, end)``, raising ``PriceNotFoundError`` when
 #: nothing covers it: ``CarbonSource.intensity`` (``costaware.adapters.carbon_source``).

@@ -23,6 +23,8 @@ from costaware.core.money import parse_usd
 OBJECTIVES = ("cost", "carbon", "cost+carbon")
 #: The most ``carbon_usd_per_tonne`` takes: carbon prices are tens to a few hundred USD a tonne.
 MAX_USD_PER_TONNE = 1_000_000.0
+#: The most kW one task's machine is taken to draw: a rack of GPUs draws tens; 6500 is watts typed as kW.
+MAX_POWER_KW = 1000.0
 #: What an unknown grid intensity is called wherever emissions are shown (never a zero).
 UNKNOWN = "unknown"
 

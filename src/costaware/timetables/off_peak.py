@@ -19,7 +19,7 @@ from typing import Any
 import pendulum
 from airflow.timetables.base import DagRunInfo, DataInterval, TimeRestriction, Timetable
 
-from costaware.core.carbon import Objective
+from costaware.core.carbon import MAX_POWER_KW, Objective
 from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import utcnow
 from costaware.core.windows import Window, WindowSchedule, cheapest_start, power_hourly_values
@@ -108,8 +108,11 @@ class OffPeakTimetable(Timetable):
                 f"run_hours={run_hours!r}: objective {self.objective!r} chooses the start of each run inside "
                 "its window and needs run_hours, how long a run lasts (hours > 0)"
             )
-        if not 0 < self.power_kw < float("inf"):
-            raise ConfigurationError(f"power_kw={power_kw!r} is not a power > 0 (kW)")
+        if not 0 < self.power_kw <= MAX_POWER_KW:
+            raise ConfigurationError(
+                f"power_kw={power_kw!r} is not a machine's power in kW (more than 0, at most "
+                f"{MAX_POWER_KW:g}): watts given as kW? 6500 W is 6.5 kW"
+            )
         longest = max(w.end_minute - w.start_minute for w in self._schedule.windows) / 60
         if self.ranks and self.run_hours is not None and self.run_hours > longest:
             raise ConfigurationError(

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 
+from costaware.core.carbon import MAX_POWER_KW
 from costaware.core.errors import ConfigurationError
 
 _JOB_FIELDS = (
@@ -50,6 +51,16 @@ def _number(
             f"job {job!r}: {column} must be at most {at_most} (ten years), got {value!r}"
         )
     return number
+
+
+def _power_kw(job: str, value: object) -> Decimal:
+    kw = _number(job, "power_kw", value, positive=True)
+    if kw > Decimal(str(MAX_POWER_KW)):
+        raise ConfigurationError(
+            f"job {job!r}: power_kw={value!r} is not a machine's power in kW (0 to {MAX_POWER_KW:g}): watts "
+            f"given as kW? 6500 W is 6.5 kW"
+        )
+    return kw
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +183,7 @@ class Job:
             restart_overhead_minutes=_number(
                 name, "restart_overhead_minutes", row["restart_overhead_minutes"]
             ),
-            power_kw=None if power in (None, "") else _number(name, "power_kw", power, positive=True),
+            power_kw=None if power in (None, "") else _power_kw(name, power),
             availability_zone=zone,
             priority=priority,
             zones=zones,
