@@ -237,3 +237,33 @@ def test_live_refuses_other_zones_and_horizons(tmp_path: Path) -> None:
         live.intensity("GB", T0, T0 + timedelta(hours=1))
     with pytest.raises(ConfigurationError, match="ttl_seconds must be >= 0"):
         LiveCarbon(base_url="http://127.0.0.1:9", ttl_seconds=-1)
+
+
+def test_a_window_two_files_cover_together_is_joined_end_to_end(tmp_path: Path) -> None:
+    # A try from the end of the bundled 2023 year into an imported 2024 file was refused ("no recorded
+    # carbon intensity"), its emissions unknown, though each of its hours is recorded.
+    new_year = datetime(2024, 1, 1, tzinfo=UTC)
+    rows = [
+        f"{(new_year + timedelta(hours=h)):%Y-%m-%dT%H:%M:%SZ},{400 + h},{500 + h},false" for h in range(3)
+    ]
+    header = (FIXTURES / "GB_2026-11.csv").read_text().splitlines()[0]
+    (tmp_path / "GB_2024.csv").write_text("\n".join([header, *rows]) + "\n")
+    source = RecordedCarbon(tmp_path)
+    series = source.intensity("GB", new_year - timedelta(hours=2), new_year + timedelta(hours=2))
+    assert [t for t, _ in series.points] == [new_year + timedelta(hours=h) for h in (-2, -1, 0, 1)]
+    assert [v for _, v in series.points][2:] == [Decimal(500), Decimal(501)]
+    assert "GB_2023.csv" in series.name and "GB_2024.csv" in series.name
+    with pytest.raises(PriceNotFoundError, match="import a file that covers it"):  # an hour in none
+        source.intensity("GB", new_year, new_year + timedelta(hours=4))
+
+
+def test_a_file_named_for_another_zone_is_said_when_nothing_covers_the_window(tmp_path: Path) -> None:
+    # --source mydata.csv --zone GB: the file was passed by in silence (its name says zone 'mydata').
+    mine = tmp_path / "mydata.csv"
+    mine.write_bytes((FIXTURES / "GB_2026-11.csv").read_bytes())
+    with pytest.raises(
+        PriceNotFoundError, match=r"Not read for GB: mydata.csv \(zone 'mydata'\).*GB_<anything>"
+    ):
+        RecordedCarbon(mine).intensity("GB", T0, T0 + timedelta(hours=1))
+    with pytest.raises(PriceNotFoundError, match=r"Not read for GB: mydata.csv"):
+        RecordedCarbon(mine, bundled=False).intensity("GB", T0, T0 + timedelta(hours=1))

@@ -25,6 +25,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -139,6 +140,8 @@ class RecordedCarbon:
                         "<ZONE>_<anything>.csv files or one such file"
                     )
         self.files: dict[str, list[Path]] = {}
+        #: Files named one by one: one whose name names no zone asked for is said, not silently passed by.
+        self.named_files = [path for path in folders if path.is_file()]
         for path in folders:
             found = sorted(path.glob("*.csv")) if path.is_dir() else [path] if path.is_file() else []
             for file in found:
@@ -166,7 +169,7 @@ class RecordedCarbon:
             raise PriceNotFoundError(
                 f"no recorded carbon intensity for grid zone {zone!r}: recorded zones are "
                 f"{', '.join(self.zones) or 'none'}; import a file with "
-                f"`costaware carbon import FILE --zone {zone}`{_or_live(zone)}"
+                f"`costaware carbon import FILE --zone {zone}`{_or_live(zone)}{self._not_read(zone)}"
             )
         # An imported file of a few hours used to hide the zone's bundled 2023 data for every other hour.
         return [self._load(f) for f in files] + bundled
@@ -187,6 +190,8 @@ class RecordedCarbon:
     def intensity(self, zone: str, start: datetime, end: datetime) -> PriceSeries:
         """The recorded intensity of ``zone`` over ``[start, end)``, from the first file that covers it.
 
+        A window no one file covers is joined from several (a 2024 file after the bundled 2023 year).
+
         Raises:
             ConfigurationError: ``end`` is not after ``start``, or a naive time.
             PriceNotFoundError: no file of the zone, or none covering the window (each file's span named).
@@ -199,12 +204,27 @@ class RecordedCarbon:
         for series in candidates:
             if series.start <= start and end <= series.last + _HOUR:
                 return _window(series, start, end, name=f"{series.name}, recorded")
+        joined = _joined(candidates, start, end)
+        if joined is not None:
+            return joined
         spans = "; ".join(
             f"{s.name} covers {s.start:%Y-%m-%d %H:%M} to {s.last + _HOUR:%Y-%m-%d %H:%M}" for s in candidates
         )
         raise PriceNotFoundError(
             f"no recorded carbon intensity for {zone} from {start:%Y-%m-%d %H:%M} to "
             f"{end:%Y-%m-%d %H:%M} UTC: {spans}; import a file that covers it{_or_live(zone)}"
+            f"{self._not_read(zone)}"
+        )
+
+    def _not_read(self, zone: str) -> str:
+        """Why a file named one by one was not read for ``zone`` (its name names another), or ""."""
+        others = [f for f in self.named_files if zone_of(f) != zone]
+        if not others:
+            return ""
+        names = ", ".join(f"{f.name} (zone {zone_of(f)!r})" for f in others)
+        return (
+            f". Not read for {zone}: {names}; a file's zone is the start of its name, <ZONE>_<anything>.csv: "
+            f"name it {zone}_<anything>.csv"
         )
 
     def forecast(self, zone: str, now: datetime, hours: int) -> PriceSeries:
@@ -222,6 +242,31 @@ class RecordedCarbon:
             name=name,
             notes=recorded.notes,
         )
+
+
+def _joined(candidates: Sequence[PriceSeries], start: datetime, end: datetime) -> PriceSeries | None:
+    """``[start, end)`` from several series end to end (an imported 2024 file after the bundled 2023 year).
+
+    Each hour comes from the first series, in ``candidates``' order, that covers it; None when an hour of
+    the window is in none of them.
+    """
+    points: list[tuple[datetime, Decimal]] = []
+    used: list[str] = []
+    at = start
+    while at < end:
+        covering = [i for i, s in enumerate(candidates) if s.start <= at < s.last + _HOUR]
+        if not covering:
+            return None
+        first = covering[0]
+        series = candidates[first]
+        # Up to where it ends, or where a series before it in the order begins.
+        until = min([end, series.last + _HOUR] + [s.start for s in candidates[:first] if at < s.start])
+        part = _window(series, at, until, name=series.name).points
+        points += [(max(t, at), value) for t, value in part]
+        if series.name not in used:
+            used.append(series.name)
+        at = until
+    return PriceSeries.from_points(points, name=f"{' + '.join(used)}, recorded")
 
 
 def _or_live(zone: str) -> str:
