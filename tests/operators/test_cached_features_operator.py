@@ -165,12 +165,7 @@ def _bad_transform(inputs: dict[str, pd.DataFrame]) -> dict[str, int]:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"store_uri": "s3://bucket/../elsewhere"}, r"'\.\.' segment"),
-        ({"store_uri": "cache/relative"}, "is a relative path"),
-        ({"inputs": {"flights": "relative/flights"}}, "is a relative path"),
-        ({"inputs": {"flights": "/data/../../etc"}}, r"'\.\.' segment"),
         ({"transform_params": {"model": object()}}, "has no stable fingerprint"),
-        ({"fingerprint_mode": "quick"}, "fingerprint mode 'quick' is unknown"),
         ({"inputs": {"t": "bigquery://proj/ds/t"}}, "no event of it in inlet_events"),
         ({"instance_type": "m5.2xlarge", "usd_per_hour": None}, "needs region= to look up its price"),
         (
@@ -272,14 +267,46 @@ def test_s3_inputs_and_s3_store_through_an_airflow_connection(
         ({"inputs": {}}, "inputs must be a non-empty"),
         ({"inputs": "s3://bucket/flights"}, "inputs must be a non-empty"),
         ({"libraries": "pandas"}, "libraries must be a list of package names, e.g. .* got 'pandas'"),
+        # These failed when the task ran, some only after the transform had run and its entry was stored.
+        ({"store_uri": "s3://bucket/../elsewhere"}, r"'\.\.' segment"),
+        ({"store_uri": "cache/relative"}, "store_uri 'cache/relative' is a relative path"),
+        (
+            {"inputs": {"flights": "relative/flights"}},
+            "input 'flights' 'relative/flights' is a relative path",
+        ),
+        ({"inputs": {"flights": "/data/../../etc"}}, r"'\.\.' segment"),
+        (
+            {"fingerprint_mode": "contents"},
+            "fingerprint_mode='contents' is unknown \\(did you mean 'content'",
+        ),
+        ({"storage_usd_per_gb_month": "-1"}, "storage_usd_per_gb_month"),
+        ({"usd_per_hour": "-0.19"}, "usd_per_hour"),
     ],
 )
 def test_inputs_and_libraries_of_the_wrong_shape_are_refused_at_parse_time(
     kwargs: dict[str, Any], message: str, tmp_path: Path
 ) -> None:
-    args = {"inputs": {"flights": "s3://bucket/flights"}, **kwargs}
+    args = {"inputs": {"flights": "s3://bucket/flights"}, "store_uri": str(tmp_path / "cache"), **kwargs}
     with pytest.raises(ConfigurationError, match=message):
-        operator(_paths_transform, args.pop("inputs"), str(tmp_path / "cache"), **args)
+        operator(_paths_transform, args.pop("inputs"), args.pop("store_uri"), **args)
+
+
+def test_templated_settings_are_checked_once_rendered_before_the_transform_runs(
+    flights_dir: Path, tmp_path: Path, ledger_conn: Ledger
+) -> None:
+    ran: list[int] = []
+
+    def transform(inputs: dict[str, Any]) -> pd.DataFrame:
+        ran.append(1)
+        return pd.DataFrame({"x": [1]})
+
+    op = operator(
+        transform, {"flights": str(flights_dir)}, "{{ params.store }}", usd_per_hour="{{ params.rate }}"
+    )
+    op.store_uri, op.usd_per_hour = str(tmp_path / "cache"), "-0.19"  # what they rendered to
+    with pytest.raises(AirflowFailException, match="usd_per_hour"):
+        op.execute(context())
+    assert ran == [] and not (tmp_path / "cache").exists() and ledger_conn.entries() == []
 
 
 def test_inputs_a_template_rendered_to_text_fail_without_writing(tmp_path: Path, ledger_conn: Ledger) -> None:

@@ -213,6 +213,40 @@ class CachedFeaturesOperator(BaseOperator):
         self.wait_timeout_seconds = wait_timeout_seconds
         self.bill_storage = bill_storage
         self.storage_usd_per_gb_month = storage_usd_per_gb_month
+        self._check_settings(rendered=False)
+
+    def _check_settings(self, *, rendered: bool) -> None:
+        """Refuse a bad setting before any input is read or the transform runs.
+
+        Some were checked only after the transform had run and its entry was stored: paid for, then failed.
+        Called when the DAG is parsed (values written out) and again once the templates are rendered.
+        """
+        from costaware.adapters.input_data import MODES
+        from costaware.adapters.object_store.location import parse_uri
+        from costaware.core.errors import ConfigurationError, did_you_mean
+        from costaware.core.money import parse_usd
+
+        def known(value: object) -> bool:
+            return rendered or is_literal(value)
+
+        mode = self.fingerprint_mode
+        if mode not in MODES:
+            raise ConfigurationError(
+                f"fingerprint_mode={mode!r} is unknown{did_you_mean(mode, MODES)}: use one of "
+                f"{', '.join(MODES)}"
+            )
+        parse_usd(self.storage_usd_per_gb_month, name="storage_usd_per_gb_month")
+        if self.usd_per_hour is not None and known(self.usd_per_hour):
+            parse_usd(self.usd_per_hour, name="usd_per_hour")
+        if self.store_uri and known(self.store_uri):
+            parse_uri(str(self.store_uri), what="store_uri")
+        if isinstance(self.inputs, Mapping):
+            for name, value in self.inputs.items():
+                local = isinstance(value, str) and (
+                    "://" not in value or value.startswith(("s3://", "file://"))
+                )
+                if local and known(value):
+                    parse_uri(value, what=f"input {name!r}")
 
     def _usd_per_hour(self, options: S3Options) -> Decimal:
         from costaware.core.money import parse_usd
@@ -273,6 +307,7 @@ class CachedFeaturesOperator(BaseOperator):
         who = {**run_identity(context, self.task_id), "tags": run_tags(self, context, self.tags)}
         with airflow_errors():
             _check_inputs(self.inputs)
+            self._check_settings(rendered=True)
             options = s3_options(self.aws_conn_id)
             fingerprints = fingerprint_inputs(self.inputs, context, options, self.fingerprint_mode)
             code = code_fingerprint(self.transform, version=self.version)
