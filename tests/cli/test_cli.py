@@ -433,7 +433,13 @@ def test_report_sums_kg_co2e_per_group_and_says_unknown(
     for task, kg in (("known", "0.25"), ("known", "1.5"), ("partly", "2"), ("partly", None), ("none", None)):
         ledger.record(
             LedgerEntry(
-                "d", "r", task, Kind.COMPUTE, Decimal("1"), kg_co2e=None if kg is None else Decimal(kg)
+                "d",
+                "r",
+                task,
+                Kind.COMPUTE,
+                Decimal("1"),
+                kg_co2e=None if kg is None else Decimal(kg),
+                carbon_method="unknown: region 'us-east-1' has no grid zone" if kg is None else "",
             )
         )
     ledger.record(LedgerEntry("d", "r", "egress", Kind.EGRESS, Decimal("1")))  # not estimated: "-"
@@ -459,6 +465,12 @@ def test_report_sums_kg_co2e_per_group_and_says_unknown(
     assert lines["egress"][-1] == "-"
     assert lines["TOTAL"][-1] == "3.750+?"
     assert "kg CO2e: 2 compute entries have unknown emissions" in out
+    # The footer's "carbon_method says which" names where to read it (no command showed it).
+    assert "costaware runs show --run-id RUN --format json" in out
+    assert main(["--ledger-url", ledger_url, "runs", "show", "r", "--dag-id", "d", "--format", "json"]) == 0
+    (shown,) = json.loads(capsys.readouterr().out)
+    unknown = [e for e in shown["entries"] if e["kind"] == "compute" and e["kg_co2e"] is None]
+    assert [e["carbon_method"] for e in unknown] == ["unknown: region 'us-east-1' has no grid zone"] * 2
 
     assert main(["--ledger-url", ledger_url, "report", "--dag-id", "d", "--group-by", "dag"]) == 0
     assert "3.750+?" in capsys.readouterr().out

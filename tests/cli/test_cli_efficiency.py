@@ -317,8 +317,11 @@ def test_runs_show_lists_why_an_attempt_ran_on_demand_and_caps_a_long_list(
         "kind": "compute",
         "market": "on_demand",
         "usd": "0.010000",  # the stored micro-dollars, exact
+        "kg_co2e": None,  # unknown, and why (no estimate was asked for this entry):
         "cause": "success",
         "note": why,
+        "carbon_method": "",
+        "carbon_source": "",
     }
 
 

@@ -196,9 +196,10 @@ def report(args: argparse.Namespace) -> int:
         known = "none" if total_kg is None else f"{format_kg_co2e(total_kg, 0)} kg"
         print(
             f"kg CO2e: {total_unknown} compute entr{'y has' if total_unknown == 1 else 'ies have'} unknown "
-            "emissions (each entry's carbon_method says why: no grid intensity for its region or time, which "
-            "`costaware carbon import` adds, or a power_kw or grid_zone that could not be read); "
-            f"'+?' marks a known sum ({known} in all) that is short of them"
+            "emissions: no grid intensity for its region or time (`costaware carbon import` adds it, a "
+            "grid_zone names it), or a power_kw or grid_zone that could not be read; each entry's "
+            "carbon_method says which (`costaware runs show --run-id RUN --format json`). "
+            f"'+?' marks a sum short of them (known: {known})"
         )
     if args.format == "table" and untagged_note:
         print(untagged_note)

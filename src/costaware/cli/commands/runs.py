@@ -110,8 +110,12 @@ def _actual_oldest_first(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _entries_json(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The run's actual entries, oldest first, as ``--format json`` gives them (all of them, USD as text)."""
-    keys = ("task_id", "kind", "market", "usd", "cause", "note")
-    return [{k: str(e[k]) if k == "usd" else e[k] for k in keys} for e in _actual_oldest_first(entries)]
+    keys = ("task_id", "kind", "market", "usd", "kg_co2e", "cause", "note", "carbon_method", "carbon_source")
+    text = ("usd", "kg_co2e")  # Decimals as text; an unknown kg_co2e stays null
+    return [
+        {k: str(e[k]) if k in text and e[k] is not None else e[k] for k in keys}
+        for e in _actual_oldest_first(entries)
+    ]
 
 
 #: Entries listed under a run's cost at most; a tuning run can hold hundreds.
