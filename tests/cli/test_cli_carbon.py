@@ -207,3 +207,20 @@ def test_half_hourly_records_are_counted_as_hours_and_an_empty_zone_is_refused(
     with pytest.raises(SystemExit, match="2"):
         main(["carbon", "show", "--zone", "", "--start", "2026-11-20T00:00:00Z"])
     assert "--zone: empty: give a value (grid zone" in capsys.readouterr().err
+
+
+def test_a_region_or_a_grids_everyday_name_is_steered_to_the_zone_id(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # "--zone CAISO" was told to import a file as CAISO: a zone of its own that no us-west-1 task reads.
+    assert main(["carbon", "show", "--zone", "CAISO", "--start", "2023-06-01", "--hours", "1"]) == 2
+    assert "did you mean 'US-CAL-CISO'" in capsys.readouterr().err
+    assert main(["carbon", "show", "--zone", "us-west-1", "--start", "2023-06-01", "--hours", "1"]) == 2
+    assert "'us-west-1' is a region, whose grid zone is 'US-CAL-CISO'" in capsys.readouterr().err
+    for zone, said in (("NSW", "did you mean 'AU-NSW'"), ("DE LU", "no '_', '/', space")):
+        assert main(["carbon", "import", str(RECORDED), "--zone", zone]) == 2
+        assert said in capsys.readouterr().err
+    assert not home.exists() or list(home.iterdir()) == []
+    # A file named for one zone imported as another: done as asked, and said.
+    assert main(["carbon", "import", str(RECORDED), "--zone", "DE-LU"]) == 0
+    assert "GB_2026-11.csv is named for zone 'GB'; it is imported as 'DE-LU'" in capsys.readouterr().err

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import functools
 import io
+import re
 from datetime import timedelta
 from decimal import Decimal
 from importlib import resources
@@ -108,7 +109,7 @@ def check_bundled_zone(zone: str) -> None:
     if zone in zones:
         return
     same = [z for z in zones if z.lower() == zone.lower()]
-    hint = f"did you mean {same[0]!r}? " if same else ""
+    hint = f"did you mean {same[0]!r}? " if same else zone_hint(zone)
     raise ConfigurationError(
         f"no bundled carbon intensity for grid zone {zone!r}: {hint}bundled are {', '.join(zones)}; pass the "
         "path of a recorded carbon intensity CSV, import one with `costaware carbon import`, or configure a "
@@ -152,9 +153,32 @@ def power_model() -> PowerModel:
 
 
 @functools.cache
-def _region_grids() -> dict[tuple[str, str], str]:
+def _region_grid_rows() -> tuple[dict[str, str], ...]:
     text = (resources.files("costaware") / _DATA / "region_grids.csv").read_text(encoding="utf-8")
-    return {(r["provider"], r["region"]): r["grid_zone"] for r in csv.DictReader(io.StringIO(text))}
+    return tuple(csv.DictReader(io.StringIO(text)))
+
+
+def _region_grids() -> dict[tuple[str, str], str]:
+    return {(r["provider"], r["region"]): r["grid_zone"] for r in _region_grid_rows()}
+
+
+def zone_hint(name: str) -> str:
+    """``did you mean 'US-CAL-CISO'? `` for a region or a grid's common name (``CAISO``, ``NSW``), else "".
+
+    A zone is named by its id; the region it serves or the grid's everyday name steered people to import
+    data under a second name.
+    """
+    text = str(name).strip()
+    rows = _region_grid_rows()
+    for row in rows:
+        if row["region"] == text:
+            return f"{text!r} is a region, whose grid zone is {row['grid_zone']!r}. "
+    if len(text) >= 3:
+        word = re.compile(rf"\b{re.escape(text)}\b", re.IGNORECASE)
+        for row in rows:
+            if text.upper() in row["grid_zone"].split("-") or word.search(row["source"]):
+                return f"did you mean {row['grid_zone']!r} ({row['source']})? "
+    return ""
 
 
 def known_grid_zones() -> list[str]:

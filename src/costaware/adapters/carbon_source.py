@@ -29,7 +29,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol
 
-from costaware.adapters.carbon_data import bundled_carbon, bundled_zones, load_carbon
+from costaware.adapters.carbon_data import bundled_carbon, bundled_zones, load_carbon, zone_hint
 from costaware.core.errors import (
     ConfigurationError,
     CostawareError,
@@ -165,6 +165,11 @@ class RecordedCarbon:
                 raise PriceNotFoundError(
                     f"no recorded carbon intensity for grid zone {zone!r}: did you mean {same[0]!r}? Zone "
                     "names are case-sensitive"
+                )
+            hint = zone_hint(zone)
+            if hint:  # a region or a grid's everyday name: importing data under it makes a second zone
+                raise PriceNotFoundError(
+                    f"no recorded carbon intensity for grid zone {zone!r}: {hint.strip()}"
                 )
             raise PriceNotFoundError(
                 f"no recorded carbon intensity for grid zone {zone!r}: recorded zones are "

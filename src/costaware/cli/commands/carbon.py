@@ -149,17 +149,27 @@ def import_file(args: argparse.Namespace) -> int:
     from costaware.core.errors import InvalidPriceDataError
 
     zone = args.zone.strip()
-    if not zone or "_" in zone or "/" in zone or zone.startswith("."):
+    if not zone or any(mark in zone for mark in "_/ \t") or zone.startswith("."):
         raise ConfigurationError(
-            f"zone {args.zone!r} is not a grid zone name (e.g. GB, DE-LU: no '_', '/' or leading '.')"
+            f"zone {args.zone!r} is not a grid zone name (e.g. GB, DE-LU: no '_', '/', space or leading '.')"
         )
-    from costaware.adapters.carbon_data import known_grid_zones
+    from costaware.adapters.carbon_data import known_grid_zones, zone_hint
+    from costaware.adapters.carbon_source import zone_of
 
     known = {name.upper(): name for name in known_grid_zones()}
     if zone not in known.values() and zone.upper() in known:
         # Zones are looked up exactly: a file imported as "gb" would never be read for GB.
         raise ConfigurationError(f"zone {zone!r}: grid zone names are written {known[zone.upper()]!r}")
+    if zone not in known.values() and zone_hint(zone):
+        # Imported as "CAISO" or "us-west-1", it is a zone of its own that no task of the region reads.
+        raise ConfigurationError(f"zone {zone!r}: {zone_hint(zone).strip()} Import it under the zone's id")
     path = Path(args.file)
+    named = zone_of(path)
+    if named != zone and named in known.values():
+        print(
+            f"warning: {path.name} is named for zone {named!r}; it is imported as {zone!r}, as --zone says",
+            file=sys.stderr,
+        )
     try:
         data = path.read_bytes()
         text = data.decode("utf-8")
