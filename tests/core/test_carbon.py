@@ -35,6 +35,11 @@ def test_the_objectives_value_an_hour_in_their_own_unit() -> None:
     ("name", "price", "message"),
     [
         ("greenest", None, "objective 'greenest' is not one of cost, carbon, cost\\+carbon"),
+        (
+            "Cost + Carbon",
+            100,
+            "objective 'Cost \\+ Carbon' is not one of .* \\(did you mean 'cost\\+carbon'\\?\\)",
+        ),
         ("cost+carbon", None, "needs carbon_usd_per_tonne"),
         ("cost+carbon", "-5", "carbon_usd_per_tonne='-5' is not a price in USD per tonne CO2e from 0 to"),
         # Too large was "not a price >= 0" (it is above zero): the range is said.

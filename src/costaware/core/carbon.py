@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 
-from costaware.core.errors import ConfigurationError
+from costaware.core.errors import ConfigurationError, did_you_mean
 from costaware.core.money import parse_usd
 
 OBJECTIVES = ("cost", "carbon", "cost+carbon")
@@ -51,7 +51,10 @@ class Objective:
         """
         text = str(name or "cost").strip()
         if text not in OBJECTIVES:
-            raise ConfigurationError(f"objective {name!r} is not one of {', '.join(OBJECTIVES)}")
+            raise ConfigurationError(
+                f"objective {name!r} is not one of {', '.join(OBJECTIVES)}"
+                f"{did_you_mean(''.join(text.split()).lower(), OBJECTIVES)}"
+            )
         price = 0.0
         if carbon_usd_per_tonne not in (None, "", "None"):
             try:  # money as every amount is read: "$100" and "1,000" too, as --cap-usd takes them

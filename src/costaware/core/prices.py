@@ -318,7 +318,9 @@ class PriceCatalog:
             raise PriceNotFoundError(
                 f"no transfer prices from region {src_region!r}{_suggest(src_region, known_src)}"
             )
-        known_dst = sorted({d for s, d in self._transfer if s == src_region})
+        # The source itself too: a typo of it ("us-east1" from us-east-1) is the likeliest slip, and moving
+        # within one region costs nothing.
+        known_dst = sorted({d for s, d in self._transfer if s == src_region} | {src_region})
         raise PriceNotFoundError(
             f"no transfer price from {src_region} to {dst_region!r}{_suggest(dst_region, known_dst)}"
         )

@@ -87,6 +87,14 @@ def report_efficiency(args: argparse.Namespace) -> int:
     if not rows:
         if args.dag_id and ledger.last_run_id(args.dag_id) is None:  # as `costaware report` says it
             print(f"(no entries: the ledger has none for DAG {args.dag_id!r}; check the name)")
+        elif args.since or args.until or args.scope:
+            given = {"since": args.since, "until": args.until, "scope": args.scope}
+            window = " ".join(
+                f"--{name} {value.isoformat() if hasattr(value, 'isoformat') else value}"
+                for name, value in given.items()
+                if value
+            )
+            print(f"(no measured tries match {window}: widen them, or leave them out)")
         else:
             print("(no measured tries: the costaware listener measures each task try it prices)")
         return 0
