@@ -154,7 +154,7 @@ def test_pass_paths_and_bad_transform_output(flights_dir: Path, tmp_path: Path, 
     assert ledger_conn.entries(run_id="manual__2") == []
 
 
-def _paths_transform(inputs: dict[str, str]) -> pd.DataFrame:
+def _paths_transform(inputs: dict[str, str], model: Any = None) -> pd.DataFrame:
     return pd.DataFrame({"path": [inputs["flights"]]})
 
 
@@ -281,6 +281,11 @@ def test_s3_inputs_and_s3_store_through_an_airflow_connection(
         ),
         ({"storage_usd_per_gb_month": "-1"}, "storage_usd_per_gb_month"),
         ({"usd_per_hour": "-0.19"}, "usd_per_hour"),
+        (
+            {"transform_params": {"window_day": 3}},
+            "transform_params key 'window_day' is not an argument of transform '_paths_transform': it takes "
+            "model",
+        ),
     ],
 )
 def test_inputs_and_libraries_of_the_wrong_shape_are_refused_at_parse_time(
