@@ -354,6 +354,11 @@ def test_a_relative_results_path_is_refused_at_parse_time() -> None:
     # Accepted, and the results were written under whatever folder the worker ran in.
     with pytest.raises(ConfigurationError, match="results_path 'qres' is not an absolute folder or an s3://"):
         DataQualityOperator(task_id="q", data_path="/d", suite=SUITE, results_path="qres")
+    # A relative batch was read from the folder the worker ran in (the CLI's, the scheduler's...).
+    with pytest.raises(
+        ConfigurationError, match=r"data_path 'data/landing/day2\.parquet' is not an absolute path"
+    ):
+        DataQualityOperator(task_id="q", data_path="data/landing/day2.parquet", suite=SUITE)
 
 
 @pytest.mark.parametrize(

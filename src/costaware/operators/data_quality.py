@@ -297,6 +297,16 @@ def _folder_location(value: Any, name: str = "quarantine_path", example: str = "
     return text
 
 
+def _check_data_path(value: Any) -> None:
+    """Refuse a relative ``data_path``: it was read from whichever folder the worker happened to run in."""
+    text = str(value or "").strip()
+    if text and "://" not in text and not Path(text).expanduser().is_absolute():  # empty: said when read
+        raise ConfigurationError(
+            f"data_path {text!r} is not an absolute path or an s3:// URI: a relative path is read from the "
+            "folder the worker runs in; give e.g. '/data/landing/day2.parquet' or 's3://bucket/landing/'"
+        )
+
+
 class DataQualityOperator(BaseOperator):
     """Validates a batch with a Great Expectations suite before any training is paid for.
 
@@ -342,6 +352,8 @@ class DataQualityOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if is_literal(data_path):
+            _check_data_path(data_path)
         if is_literal(quarantine_path):
             _folder_location(quarantine_path)  # a relative path fails when the DAG is parsed
         if is_literal(results_path):
@@ -361,6 +373,7 @@ class DataQualityOperator(BaseOperator):
         os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
         facts = run_identity(context, self.task_id)
         with airflow_errors():
+            _check_data_path(self.data_path)
             options = storage_options(self.aws_conn_id)
             suite = build_suite(self.suite, self.suite_name)
             where = _folder_location(self.quarantine_path)
