@@ -90,6 +90,19 @@ def test_cost_plus_carbon_with_prices_and_the_default_objective(
     assert "objective" not in plain
 
 
+def test_carbon_takes_a_bundled_zone_as_the_operators_do(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # "--carbon GB" was "cannot read carbon intensity file 'GB'"; the jobs run in March 2023.
+    f = _files(tmp_path)
+    import costaware
+
+    by_zone = _run(capsys, ["--jobs", f["jobs"], "--carbon", "GB", "--objective", "carbon"])
+    bundled = Path(costaware.__file__).parent / "data" / "carbon_intensity" / "GB_2023.csv"
+    by_file = _run(capsys, ["--jobs", f["jobs"], "--carbon", str(bundled), "--objective", "carbon"])
+    assert by_zone == by_file and by_zone["policies"]["oracle"]["kg_co2e"] is not None
+
+
 def test_the_table_shows_kg_co2e(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     f = _files(tmp_path)
     assert main(["simulate", "--jobs", f["jobs"], "--carbon", f["carbon"], "--objective", "carbon"]) == 0
@@ -109,7 +122,7 @@ def test_the_table_shows_kg_co2e(tmp_path: Path, capsys: pytest.CaptureFixture[s
             ["--objective", "cost+carbon", "--carbon", "C", "--prices", "P", "--carbon-usd-per-tonne", "-5"],
             "carbon_usd_per_tonne='-5' is not a price in USD per tonne CO2e from 0 to 1,000,000 (e.g. 100)",
         ),
-        (["--objective", "carbon"], "--objective carbon needs --carbon FILE"),
+        (["--objective", "carbon"], "--objective carbon needs --carbon (a bundled grid zone such as DE-LU"),
         (["--carbon", "C"], "--objective cost needs --prices"),
         (["--objective", "carbon", "--carbon", "SHORT"], "outside carbon short.csv"),
     ],

@@ -338,9 +338,10 @@ SIMULATE_ARGS = (
     ),
     Arg(
         "--carbon",
-        metavar="FILE",
+        metavar="FILE_OR_ZONE",
         help="hourly grid carbon intensity CSV (timestamp_utc,g_co2eq_per_kwh_lca) of the grid the jobs draw "
-        "from: adds kg CO2e per policy; needed by --objective carbon and cost+carbon",
+        "from, or a bundled zone (AU-NSW, DE-LU, GB, US-CAL-CISO: its 2023 year): adds kg CO2e per policy; "
+        "needed by --objective carbon and cost+carbon",
     ),
     Arg(
         "--objective",

@@ -212,8 +212,8 @@ def carbon_inputs(args: argparse.Namespace) -> tuple[Objective, PriceSeries | No
     file = getattr(args, "carbon", None)
     if objective.needs_carbon and not file:
         raise ConfigurationError(
-            f"--objective {objective.name} needs --carbon FILE (an hourly carbon intensity CSV, "
-            "timestamp_utc,g_co2eq_per_kwh_lca, e.g. shared/data/carbon_intensity/DE-LU_2023.csv)"
+            f"--objective {objective.name} needs --carbon (a bundled grid zone such as DE-LU, or an hourly "
+            "carbon intensity CSV, timestamp_utc,g_co2eq_per_kwh_lca)"
         )
     if not args.prices and objective.name != "carbon":
         raise ConfigurationError(
@@ -222,8 +222,10 @@ def carbon_inputs(args: argparse.Namespace) -> tuple[Objective, PriceSeries | No
         )
     if not file:
         return objective, None
-    from costaware.adapters.carbon_data import load_carbon
+    from costaware.adapters.carbon_data import bundled_carbon, bundled_zones, load_carbon
 
+    if file in bundled_zones() and not Path(file).exists():  # a zone, as the operators take it
+        return objective, bundled_carbon(file)
     return objective, load_carbon(file)
 
 
