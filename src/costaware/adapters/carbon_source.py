@@ -529,7 +529,8 @@ class LiveCarbon:
         except (urllib.error.URLError, OSError) as e:
             reason = getattr(e, "reason", e)
             raise CarbonSourceUnavailableError(
-                f"cannot reach the carbon intensity API at {url}: {reason}"
+                f"cannot reach the carbon intensity API at {url}: {reason}; the recorded source (recorded "
+                "files, then the bundled 2023 year) needs no network"
             ) from e
         except UnicodeDecodeError as e:
             raise InvalidPriceDataError(
