@@ -284,3 +284,26 @@ def test_a_trial_whose_metric_is_nan_failed_and_is_not_promoted(tmp_path) -> Non
     assert all(value == value for _, value in result.trial.rungs)  # no NaN kept (JSON cannot hold it)
     summary = summarize_study(url, ledger, "diverged")
     assert summary["states"] == {"failed": 1} and summary["best"] is None
+
+
+def test_a_trial_whose_lease_cannot_be_written_fails_and_gives_back_its_money(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # Asked, then its lease unwritten (a locked SQLite storage): the trial stayed RUNNING with no lease, so
+    # no stale rule ever ended it and it counted against max_trials for good; its hold stayed open.
+    import optuna
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = study_spec("locked", max_usd="100", max_trials=2, fallback_trial_seconds=1.0)
+    create_study(url, ledger, spec)
+
+    def locked(self: Any, key: str, value: Any) -> None:
+        raise RuntimeError("database is locked")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(optuna.trial.Trial, "set_user_attr", locked)
+        with pytest.raises(RuntimeError, match="database is locked"):
+            one_trial(url, ledger, spec, InstantTrainer, SteppedMeter())
+    study = optuna.load_study(study_name="locked", storage=url)
+    assert [t.state for t in study.get_trials()] == [optuna.trial.TrialState.FAIL]
+    assert ledger.open_reservations() == []
+    assert one_trial(url, ledger, spec, InstantTrainer, SteppedMeter()).trial is not None  # the study goes on

@@ -9,6 +9,7 @@ trials, apply the stop rules), :func:`_reserve_trial` (estimate and reserve the 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -156,7 +157,14 @@ def run_trial(
         return reserved
     reservation, estimate = reserved
     tick = meter()
-    trial, info, tags = _start_trial(s, reservation, holder, slot, on_label)
+    try:
+        trial, info, tags = _start_trial(s, reservation, holder, slot, on_label)
+    except Exception as e:
+        if settle_as is not None:  # in Airflow the cost listener settles the hold with the try
+            tags = s.spec.budget_scope.as_dict()
+            seconds = meter() - s.started
+            settle_trial(ledger, s.spec, reservation.id, seconds, settle_as, "start", tags, "failed", str(e))
+        raise
     training = _Training(bookkeeping=meter() - tick)
     try:
         model = trainer(dict(trial.params), **dict(trainer_kwargs or {}))
@@ -260,6 +268,26 @@ def _start_trial(
         trial = optuna.trial.Trial(s.study, s.resumed._trial_id)
     else:
         trial = s.study.ask(distributions(s.spec))
+    try:
+        return _lease(s, trial, reservation, holder, slot, on_label)
+    except Exception:
+        if s.resumed is None:
+            # Asked, its lease unwritten (a locked SQLite storage): left RUNNING, no stale rule would ever
+            # end it, and it counted against max_trials for good.
+            with contextlib.suppress(Exception):
+                s.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        raise
+
+
+def _lease(
+    s: _Slot,
+    trial: optuna.trial.Trial,
+    reservation: Reservation,
+    holder: str,
+    slot: int,
+    on_label: OnLabel | None,
+) -> tuple[optuna.trial.Trial, dict[str, Any], dict[str, str]]:
+    """Record on ``trial`` who holds it, with which reservation, until when."""
     info = {
         **(trial_info(s.resumed) if s.resumed is not None else {}),
         "holder": holder,
