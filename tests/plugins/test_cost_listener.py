@@ -131,6 +131,34 @@ def test_listener_settles_the_tasks_reservation(ledger_env: Ledger) -> None:
     assert row["reservation_id"] == reservation.id
 
 
+def test_a_try_the_task_will_retry_is_paid_from_its_hold_which_stays_for_the_next_try(
+    ledger_env: Ledger,
+) -> None:
+    # The first failed try settled the hold: the retries ran with none, and another gate could take the
+    # money they went on to spend.
+    ledger_env.set_budget("project=churn", "month", "5")
+    reservation = ledger_env.reserve("project=churn", "2", holder="retrain/run1/train/-1")
+    for try_number, state in ((1, "up_for_retry"), (2, "success")):
+        ti = fake_ti(try_number=try_number)
+        ti.state = state
+        ti.start_date = datetime(2026, 1, 1, try_number, tzinfo=timezone.utc)
+        ti.end_date = ti.start_date + timedelta(hours=1)
+        if state == "up_for_retry":
+            CostListener().on_task_instance_failed(None, ti, RuntimeError("flaky"))
+            (usage,) = ledger_env.usage("project=churn")
+            assert (usage.reserved_usd, usage.spent_usd) == (
+                Decimal("2") - Decimal("0.096"),
+                Decimal("0.096"),
+            )
+            assert ledger_env.latest_reservation(reservation.holder or "").status == "open"  # type: ignore[union-attr]
+        else:
+            CostListener().on_task_instance_success(None, ti)
+    (usage,) = ledger_env.usage("project=churn")
+    assert (usage.reserved_usd, usage.spent_usd) == (0, Decimal("0.192"))
+    assert ledger_env.latest_reservation(reservation.holder or "").status == "settled"  # type: ignore[union-attr]
+    assert [r["reservation_id"] for r in ledger_env.entries(dag_id="retrain")] == [reservation.id] * 2
+
+
 def test_a_cost_arriving_after_the_run_end_released_its_reservation_still_settles_it(
     ledger_env: Ledger,
 ) -> None:

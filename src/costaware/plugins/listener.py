@@ -75,8 +75,12 @@ def _runtime_seconds(ti: Any) -> float | None:
     return None
 
 
-def write_entry(entry: Any, ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID) -> None:
+def write_entry(entry: Any, ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID, *, retrying: bool = False) -> None:
     """Record ``entry`` and settle its task's reservation; spool it when the ledger is unreachable.
+
+    ``retrying``: the try failed and the task will run again: its entry is paid from the task's hold, which
+    stays open for the next try (settled by the first, the retries ran with no hold, and another task could
+    take the money they spent).
 
     Then the entries spooled for the same ledger are written, each as it would have been (settling its
     task's reservation), each on its own: one that the ledger refuses moves to ``spool/refused`` instead of
@@ -87,14 +91,15 @@ def write_entry(entry: Any, ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID) -> Non
 
     try:
         ledger = CostLedgerHook(ledger_conn_id).get_conn()
-        _record_and_settle(ledger, entry)
+        _record_and_settle(ledger, entry, retrying=retrying)
     except Exception as e:
         folder = spool_dir()
         folder.mkdir(parents=True, exist_ok=True)
         target = folder / f"{entry.entry_uid}.json"
         temp = target.with_suffix(".tmp")
         # The ledger it is for: drained into another, it was counted against that one's budgets.
-        temp.write_text(json.dumps({"ledger_conn_id": ledger_conn_id, "entry": entry_to_json(entry)}))
+        spooled = {"ledger_conn_id": ledger_conn_id, "entry": entry_to_json(entry), "retrying": retrying}
+        temp.write_text(json.dumps(spooled))
         temp.replace(target)
         log.error(
             "costaware: could not write the cost of %s.%s try %s to the ledger (%s); kept in %s and written "
@@ -109,8 +114,10 @@ def write_entry(entry: Any, ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID) -> Non
     _drain_spool(ledger, ledger_conn_id)
 
 
-def _record_and_settle(ledger: Any, entry: Any) -> None:
+def _record_and_settle(ledger: Any, entry: Any, *, retrying: bool = False) -> None:
     """Record ``entry``, settling its task's reservation with it where the task holds one.
+
+    A try the task will retry is paid from the open hold without settling it (see :func:`write_entry`).
 
     Recorded alone beside an open hold, its cost counted twice in the budgets (spent and held) until the run
     ended; the ledger keeps one entry per ``entry_uid``, so a second write adds nothing.
@@ -121,10 +128,12 @@ def _record_and_settle(ledger: Any, entry: Any) -> None:
     # Open, or released by the run's end while this listener was still on its way (see
     # release_run_reservations): either way the cost settles the task's own reservation.
     reservation = ledger.reservation_to_settle(holder)
-    if reservation is not None:
-        ledger.settle(reservation.id, entry.usd, entry=_with_reservation(entry, reservation.id))
-    else:
+    if reservation is None:
         ledger.record(entry)
+    elif retrying and reservation.status == "open":
+        ledger.record(_with_reservation(entry, reservation.id))  # paid from the hold, which stays
+    else:
+        ledger.settle(reservation.id, entry.usd, entry=_with_reservation(entry, reservation.id))
 
 
 def _drain_spool(ledger: Any, ledger_conn_id: str) -> None:
@@ -140,7 +149,9 @@ def _drain_spool(ledger: Any, ledger_conn_id: str) -> None:
             # An older spool file is the entry alone, for the default ledger.
             if data.get("ledger_conn_id", DEFAULT_LEDGER_CONN_ID) != ledger_conn_id:
                 continue  # drained by the next entry written to its own ledger
-            _record_and_settle(ledger, entry_from_json(data.get("entry", data)))
+            _record_and_settle(
+                ledger, entry_from_json(data.get("entry", data)), retrying=data.get("retrying", False)
+            )
         except LedgerUnavailableError as e:
             if not isinstance(e.__cause__, DataError):  # down again: the rest waits with it
                 log.warning("costaware: spooled entries wait for the ledger again (%s)", e)
@@ -162,10 +173,16 @@ def _set_aside(path: Path, error: Exception) -> None:
     log.error("costaware: spooled %s refused by the ledger (%s): moved to %s", path.name, error, refused)
 
 
-def _write_priced(ledger_conn_id: str, price: Any) -> None:
+def _write_priced(ledger_conn_id: str, price: Any, retrying: bool) -> None:
     entry = price()
     if entry is not None:
-        write_entry(entry, ledger_conn_id)
+        write_entry(entry, ledger_conn_id, retrying=retrying)
+
+
+def _will_retry(ti: Any) -> bool:
+    """Whether ``ti``'s try failed and the task will run again (Airflow put it up for retry)."""
+    state = getattr(ti, "state", None)
+    return str(getattr(state, "value", state)) == "up_for_retry"
 
 
 def _with_reservation(entry: Any, reservation_id: str) -> Any:
@@ -232,7 +249,8 @@ class CostListener:
 
             pricing = killed_try_pricing(ti, outcome)  # the database's facts, read in the caller's session
             if pricing is not None:
-                in_own_thread(lambda: _write_priced(*pricing), name="costaware-killed-try")
+                retrying = _will_retry(ti)
+                in_own_thread(lambda: _write_priced(*pricing, retrying), name="costaware-killed-try")
             return
         if getattr(ti, "task", None) is None:
             return
@@ -257,7 +275,7 @@ class CostListener:
                 seconds,
             )
             return
-        write_entry(entry, ledger_conn_id_of(ti.task))
+        write_entry(entry, ledger_conn_id_of(ti.task), retrying=_will_retry(ti))
         _audit_overrides(ti, context)
         record_utilization(ti, entry, reading, ledger_conn_id_of(ti.task))
         from costaware.notifications.budget import alerts_after_spend
