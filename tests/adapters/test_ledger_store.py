@@ -475,3 +475,16 @@ def test_a_value_a_column_refuses_in_a_write_is_raised_as_the_costaware_error_it
     naive = datetime(2026, 11, 30, 22)
     with pytest.raises(ConfigurationError):
         claim_window(any_ledger, "d", naive, "r1", datetime(2026, 11, 30, 21, tzinfo=timezone.utc))
+
+
+def test_a_reservation_without_run_id_says_the_per_run_cap_it_does_not_apply(
+    any_ledger: Ledger, caplog: pytest.LogCaptureFixture
+) -> None:
+    # reserve() written as ledger.md showed it (no run_id) passed a $5 per-run cap with $6, in silence.
+    any_ledger.set_budget("project=churn", "month", "100")
+    any_ledger.set_budget("project=churn", "run", "5")
+    with caplog.at_level("WARNING"):
+        any_ledger.reserve("project=churn", "6")
+    assert "budget project=churn/run is per run: this reservation gave no run_id" in caplog.text
+    with pytest.raises(BudgetExceededError, match="project=churn/run"):
+        any_ledger.reserve("project=churn", "6", run_id="r1")

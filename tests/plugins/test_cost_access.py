@@ -163,6 +163,16 @@ def test_a_cap_changed_through_the_api_keeps_what_the_change_leaves_out(
     assert post("/api/budgets", json=new).status_code == 200
     (ml,) = [b for b in ledger.budgets() if str(b.scope) == "team=ml"]
     assert (ml.cap_gpu_hours, ml.timezone) == (2, "UTC")
+    # The cap left out of a change (only the GPU-hour cap given) is the budget's own; it was 422, "cap_usd:
+    # Field required". A new budget still needs it, and GPU-hours are not USD.
+    gpu_only = {"scope": "project=churn", "period": "month", "cap_gpu_hours": "60"}
+    assert post("/api/budgets", json=gpu_only).status_code == 200
+    (churn,) = [b for b in ledger.budgets() if str(b.scope) == "project=churn"]
+    assert (churn.cap_usd, churn.cap_gpu_hours) == (200, 60)
+    missing = post("/api/budgets", json={"scope": "team=data", "period": "day"})
+    assert missing.status_code == 422 and "does not exist yet: give cap_usd" in missing.text
+    hours = post("/api/budgets", json={**gpu_only, "cap_gpu_hours": "-1"})
+    assert hours.status_code == 422 and "cap_gpu_hours must be a number of GPU-hours" in hours.text
 
 
 @pytest.mark.parametrize(

@@ -180,6 +180,15 @@ def test_bad_estimate_fails_without_retry_and_reserves_nothing(
             sensor(estimated_usd=usd, deferrable=False)
 
 
+@pytest.mark.parametrize("hours", ["-1", "$4"])
+def test_gpu_hours_are_checked_as_gpu_hours_not_usd(hours: str) -> None:
+    # "estimated_gpu_hours must be zero or more USD", and "$4" was taken for 4 GPU-hours.
+    with pytest.raises(
+        ConfigurationError, match=f"estimated_gpu_hours must be a number of GPU-hours .*'\\{hours}'"
+    ):
+        sensor(estimated_gpu_hours=hours, deferrable=False)
+
+
 def test_unknown_on_exceeded_is_rejected_at_parse_time() -> None:
     with pytest.raises(ValueError, match="on_exceeded='later'"):
         sensor(on_exceeded="later")

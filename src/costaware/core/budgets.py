@@ -15,7 +15,7 @@ from typing import Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from costaware.core.errors import BudgetExceededError, ConfigurationError, InvalidBudgetError
-from costaware.core.money import MAX_USD, MICRO_USD, format_usd_exact, parse_usd
+from costaware.core.money import MICRO_USD, format_usd_exact, parse_gpu_hours, parse_usd
 
 #: A tag name (``team``, ``cost-center``): the ledger, the CLI and the Cost page's filters all use this.
 TAG_NAME_PATTERN = r"[A-Za-z][A-Za-z0-9_.-]{0,63}"
@@ -222,14 +222,9 @@ def _gpu_hours(value: object, *, name: str) -> Decimal:
     micro-units as money is, so a cap below a micro-hour would be stored as 0.
     """
     try:
-        hours = Decimal("NaN") if "$" in str(value) else parse_usd(value, name=name)
-    except ConfigurationError:
-        hours = Decimal("NaN")
-    if not hours.is_finite() or not 0 <= hours <= MAX_USD:
-        raise InvalidBudgetError(
-            f"{name} must be a number of GPU-hours >= 0 and at most {int(MAX_USD):,} (what the ledger "
-            f"stores), got {value!r}"
-        )
+        hours = parse_gpu_hours(value, name=name)
+    except ConfigurationError as e:
+        raise InvalidBudgetError(str(e)) from None
     if 0 < hours < MICRO_USD:
         raise InvalidBudgetError(
             f"{name} {value!r} is below a micro-hour: it would be stored as 0; give at least 0.000001"

@@ -62,6 +62,25 @@ def parse_usd(value: object, *, name: str = "amount", allow_negative: bool = Fal
     return amount
 
 
+def parse_gpu_hours(value: object, *, name: str) -> Decimal:
+    """GPU-hours from user input: a finite number >= 0, read as amounts are (a comma only groups thousands).
+
+    Raises:
+        ConfigurationError: not a number of GPU-hours (``"$4"`` included: hours, not USD), or below zero;
+            the message names ``name`` and says GPU-hours (it said USD).
+    """
+    try:
+        hours = Decimal("NaN") if "$" in str(value) else parse_usd(value, name=name)
+    except ConfigurationError:
+        hours = Decimal("NaN")
+    if not hours.is_finite() or not 0 <= hours <= MAX_USD:
+        raise ConfigurationError(
+            f"{name} must be a number of GPU-hours >= 0 and at most {int(MAX_USD):,} (what the ledger "
+            f"stores), got {value!r}"
+        )
+    return hours
+
+
 def to_micros(amount: Decimal) -> int:
     """USD to whole micro-dollars, rounding half to even (banker's rounding, no drift over many rows).
 

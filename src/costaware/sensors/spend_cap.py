@@ -184,7 +184,7 @@ class SpendCapSensor(BaseSensorOperator):
 
         from costaware.core.errors import BudgetExceededError, BudgetNotFoundError, ConfigurationError
         from costaware.core.ledger import reservation_holder
-        from costaware.core.money import format_usd_exact, parse_usd
+        from costaware.core.money import format_usd_exact, parse_gpu_hours, parse_usd
         from costaware.glue import airflow_errors
         from costaware.hooks.ledger import CostLedgerHook
 
@@ -202,7 +202,7 @@ class SpendCapSensor(BaseSensorOperator):
                     f"estimated_usd {self.estimated_usd!r} rounds to $0.00 in the ledger, which keeps "
                     "micro-dollars: give at least $0.000001"
                 )
-            gpu_hours = parse_usd(self.estimated_gpu_hours, name="estimated_gpu_hours")
+            gpu_hours = parse_gpu_hours(self.estimated_gpu_hours, name="estimated_gpu_hours")
             try:
                 reservation = ledger.reserve(
                     self.scope,
@@ -380,7 +380,7 @@ class SpendCapSensor(BaseSensorOperator):
         """Resume after a person answered (or the wait timed out): reserve the overage, or fail/skip."""
         from costaware.adapters.ledger.audit import record_audit
         from costaware.core.ledger import reservation_holder
-        from costaware.core.money import parse_usd
+        from costaware.core.money import parse_gpu_hours, parse_usd
         from costaware.glue import airflow_errors
         from costaware.hooks.ledger import CostLedgerHook
         from costaware.sensors.spend_approval import decision
@@ -408,7 +408,7 @@ class SpendCapSensor(BaseSensorOperator):
             reservation = ledger.reserve(
                 self.scope,
                 usd,
-                gpu_hours=parse_usd(self.estimated_gpu_hours, name="estimated_gpu_hours"),
+                gpu_hours=parse_gpu_hours(self.estimated_gpu_hours, name="estimated_gpu_hours"),
                 holder=holder,
                 run_id=ti.run_id,
                 ttl=self.reservation_ttl,
@@ -494,14 +494,14 @@ class SpendCapSensor(BaseSensorOperator):
         return None
 
     def _defer(self, context: Any) -> None:
-        from costaware.core.money import parse_usd
+        from costaware.core.money import parse_gpu_hours, parse_usd
 
         self.defer(
             trigger=BudgetAvailableTrigger(
                 scope=str(self.scope),
                 # Parsed as the sensor reads them: the trigger's Decimal() could not read "$4.20" or "1,200".
                 usd=str(parse_usd(self.estimated_usd, name="estimated_usd")),
-                gpu_hours=str(parse_usd(self.estimated_gpu_hours, name="estimated_gpu_hours")),
+                gpu_hours=str(parse_gpu_hours(self.estimated_gpu_hours, name="estimated_gpu_hours")),
                 run_id=context["ti"].run_id,
                 ledger_conn_id=self.ledger_conn_id,
                 poll_interval=float(self.poke_interval),
@@ -532,7 +532,7 @@ def _check_written(scope: Any, estimated_usd: Any, estimated_gpu_hours: Any) -> 
         ConfigurationError: an estimate that is not a number of USD (or GPU-hours) >= 0.
     """
     from costaware.core.budgets import Scope
-    from costaware.core.money import parse_usd
+    from costaware.core.money import parse_gpu_hours, parse_usd
     from costaware.operators.templating import is_literal
 
     if is_literal(scope):
@@ -540,4 +540,4 @@ def _check_written(scope: Any, estimated_usd: Any, estimated_gpu_hours: Any) -> 
     if is_literal(estimated_usd):
         parse_usd(estimated_usd, name="estimated_usd")
     if is_literal(estimated_gpu_hours):
-        parse_usd(estimated_gpu_hours, name="estimated_gpu_hours")
+        parse_gpu_hours(estimated_gpu_hours, name="estimated_gpu_hours")

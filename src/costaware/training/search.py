@@ -305,6 +305,7 @@ def budgeted_search(
                         budget_scope,
                         usd_for_seconds(seconds, usd_per_hour),
                         holder=f"search/{run}/{trial.number}/{rung}",
+                        run_id=run,  # a per-run budget caps one search
                         ttl=timedelta(seconds=max(2 * seconds, 60.0)),
                         purpose=f"rung {rung} of trial {trial.number}",
                     )

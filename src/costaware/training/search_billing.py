@@ -119,6 +119,7 @@ class SearchBilling:
                 self.budget_scope,
                 usd,
                 holder=f"search/{self.run}/tail",
+                run_id=self.run,
                 purpose="bookkeeping after the last rung",
             )
         except BudgetExceededError:

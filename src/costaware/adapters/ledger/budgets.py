@@ -187,7 +187,14 @@ def applicable(
     for row in covering:
         budget = budget_from_row(row)
         if budget.period is Period.RUN and not run_id:
-            continue  # per-run caps need a run; spend outside a run is not capped by them
+            # Per-run caps need a run; spend outside a run is not capped by them. A reservation says so: one
+            # written without run_id passed a per-run cap in silence.
+            if lock:
+                log.warning(
+                    "budget %s is per run: this reservation gave no run_id, so that cap does not apply",
+                    budget.label,
+                )
+            continue
         window = period_window(budget.period, at or utcnow(), budget.timezone, run_id)
         found.append((row["id"], budget, window))
     if not found:

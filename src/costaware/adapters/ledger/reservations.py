@@ -24,7 +24,7 @@ from costaware.adapters.ledger.entries import insert_entry
 from costaware.core.budgets import Scope, check_cap, period_window
 from costaware.core.errors import ConfigurationError, ReservationNotFoundError
 from costaware.core.ledger import LedgerEntry, Reservation, utcnow
-from costaware.core.money import format_usd_exact, from_micros, parse_usd, to_micros
+from costaware.core.money import format_usd_exact, from_micros, parse_gpu_hours, parse_usd, to_micros
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ def reserve(
     """Set ``usd`` aside in every budget that covers ``scope``; see ``Ledger.reserve``."""
     wanted = Scope.given(scope, what="reservation scope")
     amount = parse_usd(usd, name="reservation amount")
-    gpu = parse_usd(gpu_hours, name="reserved GPU-hours")
+    gpu = parse_gpu_hours(gpu_hours, name="reserved GPU-hours")
     if ttl <= timedelta(0):
         raise ConfigurationError(f"reservation ttl must be positive, got {ttl}")
     now = utcnow()

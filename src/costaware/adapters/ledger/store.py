@@ -172,8 +172,9 @@ class Ledger(LedgerDatabase):
         """Close a reservation with what was actually spent; ``entry`` (the actual cost) is recorded with it.
 
         Spend is the sum of the entries: without ``entry`` nothing counts against the budgets, so leave it
-        out only when the cost was recorded already. Settling twice is harmless: the second call returns the
-        settled reservation and records nothing.
+        out only when the cost was recorded already. A second call changes nothing of the reservation, but
+        its ``entry`` is recorded: it is money spent (a second live try of the task). To retry a settle that
+        may have succeeded, pass the same entry (its ``entry_uid``): the ledger keeps one of each.
         """
         return reservations.settle(self, reservation_id, actual_usd, entry=entry)
 

@@ -76,7 +76,11 @@ class BudgetChange(BaseModel):
         description=f"Tags the budget covers, e.g. project=churn (at most {MAX_SCOPE_TAGS} tags).",
     )
     period: str = Field(pattern=PERIOD_PATTERN)
-    cap_usd: str = Field(description='The cap in USD, e.g. 250, "250.50", "$1,000".')
+    cap_usd: str | None = Field(
+        default=None,
+        description='The cap in USD, e.g. 250, "250.50", "$1,000"; left out: the budget\'s own (a new '
+        "budget needs it).",
+    )
     # Left out: the budget's own (a cap raise kept neither before: a GPU budget lost its GPU-hour cap).
     cap_gpu_hours: str | None = Field(
         default=None,
@@ -96,12 +100,15 @@ class BudgetChange(BaseModel):
         A bare regex refused the JSON number 150 and "$150" with its pattern as the only explanation.
         """
         from costaware.core.errors import ConfigurationError
-        from costaware.core.money import parse_usd
+        from costaware.core.money import parse_gpu_hours, parse_usd
 
-        if value is None and info.field_name == "cap_gpu_hours":
-            return None
+        if value is None:
+            return None  # cap_usd: the budget's own; cap_gpu_hours: no GPU-hour cap
         try:
-            amount = parse_usd(value, name=info.field_name)
+            if info.field_name == "cap_gpu_hours":
+                amount = parse_gpu_hours(value, name=info.field_name)
+            else:
+                amount = parse_usd(value, name=info.field_name)
         except ConfigurationError as e:
             raise ValueError(str(e)) from e
         if amount >= 10**12:
