@@ -659,6 +659,13 @@ def test_budget_release_gives_back_a_hold_nothing_will_settle_and_audits_it(
     assert main(["--ledger-url", ledger_url, "audit", "--action", "hold_release", "--format", "json"]) == 0
     (line,) = json.loads(capsys.readouterr().out)
     assert (line["action"], line["target"]) == ("hold_release", "d/manual__1/train/-1")
+    # One reserved from Python with no holder is listed and released by its id (it could not be at all).
+    anonymous = ledger.reserve("project=x", "2")
+    assert main([*argv, "holds"]) == 0
+    assert f"(none: id {anonymous.id})" in capsys.readouterr().out
+    assert main([*argv, "release", "--holder", anonymous.id]) == 0
+    assert f"released $2.00 held by {anonymous.id} in project=x/month" in capsys.readouterr().out
+    assert ledger.open_reservations() == []
 
 
 @pytest.mark.parametrize(

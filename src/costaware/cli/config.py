@@ -111,7 +111,8 @@ BUDGET_COMMANDS = (
             Arg(
                 "--holder",
                 required=True,
-                help="the hold's holder as `budget holds` shows it (dag/run/task/map)",
+                help="the hold's holder as `budget holds` shows it (dag/run/task/map), or the id it shows "
+                "for a hold with no holder",
             ),
             ARG_LEDGER_URL,
         ),

@@ -235,7 +235,7 @@ def budget_holds(args: argparse.Namespace) -> int:
     paid = ledger.paid_from([r.id for r in holds])
     rows = [
         [
-            r.holder or "",
+            r.holder or f"(none: id {r.id})",  # one reserved from Python without a holder: released by its id
             str(r.scope),
             format_usd_exact(r.usd),
             format_usd_exact(paid.get(r.id, Decimal(0))),
@@ -285,13 +285,14 @@ def budget_release(args: argparse.Namespace) -> int:
 
     holder = str(args.holder).strip()
     ledger = open_ledger(args)
-    holds = [r for r in ledger.open_reservations() if r.holder == holder]
+    # Or its id: a hold reserved from Python without a holder could not be released at all.
+    holds = [r for r in ledger.open_reservations() if holder in (r.holder, r.id)]
     if not holds:
         open_holders = sorted({r.holder or "" for r in ledger.open_reservations()})
         listed = ", ".join(repr(h) for h in open_holders[:5]) or "none"
         raise InvalidBudgetError(
             f"no open hold of {holder!r} (open holds: {listed}{' ...' if len(open_holders) > 5 else ''}); "
-            "give the holder as `costaware budget holds` shows it"
+            "give the holder (or, for a hold with none, its id) as `costaware budget holds` shows it"
         )
     for hold in holds:
         ledger.release(hold.id)
@@ -303,5 +304,5 @@ def budget_release(args: argparse.Namespace) -> int:
             details={"reservation": hold.id, "usd": str(hold.usd), "budgets": list(hold.budgets)},
         )
         where = ", ".join(hold.budgets) or str(hold.scope)
-        print(f"released {format_usd_exact(hold.usd)} held by {holder} in {where}")
+        print(f"released {format_usd_exact(hold.usd)} held by {hold.holder or hold.id} in {where}")
     return 0
