@@ -243,3 +243,13 @@ def test_a_request_no_approver_could_answer_fails_at_once(
     with pytest.raises(AirflowFailException, match=r"approvers \['nosuchuser'\] are not users of"):
         gate(approvers=["nosuchuser"], deferrable=False).execute(context())
     assert env_ledger.usage("project=churn")[0].reserved_usd == 8  # nothing reserved for it
+
+
+def test_approvers_nobody_could_be_are_said_at_a_run_within_the_cap_too(
+    env_ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Checked only when a run passed its cap: the run that needed an approval was the one that failed.
+    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "admin:admin,ann:user")
+    with pytest.raises(AirflowFailException, match=r"approvers \['nosuchuser'\] are not users of"):
+        gate(approvers=["nosuchuser"], estimated_usd="0.5", deferrable=False).execute(context())
+    assert gate(estimated_usd="0.5", deferrable=False).execute(context())["usd"] == "0.500000"

@@ -286,13 +286,9 @@ class SpendCapSensor(BaseSensorOperator):
         if changed:
             self.log.info("Run params that override the DAG's defaults (audited): %s", changed)
 
-    def _ask_approval(self, context: Any, error: Any, target: str, usd: Any, gpu_hours: Any) -> None:
-        """Ask the approvers whether to spend past the cap; parks the task (``TaskAwaitingInput``).
-
-        The request lists every budget covering the scope that the amount would pass, not only the first
-        the ledger refused on: an approval reserves past all of them.
-        """
-        from costaware.sensors.spend_approval import approval_body, ask, unknown_approvers
+    def _check_approvers(self) -> None:
+        """Fail when none of ``approvers`` is a user of this Airflow: nobody could answer the request."""
+        from costaware.sensors.spend_approval import unknown_approvers
 
         unknown = unknown_approvers(self.approvers)
         if unknown and len(unknown) == len(self.approvers):
@@ -303,6 +299,16 @@ class SpendCapSensor(BaseSensorOperator):
             )
         if unknown:
             self.log.warning("approvers %s are not users of this Airflow: the others may answer", unknown)
+
+    def _ask_approval(self, context: Any, error: Any, target: str, usd: Any, gpu_hours: Any) -> None:
+        """Ask the approvers whether to spend past the cap; parks the task (``TaskAwaitingInput``).
+
+        The request lists every budget covering the scope that the amount would pass, not only the first
+        the ledger refused on: an approval reserves past all of them.
+        """
+        from costaware.sensors.spend_approval import approval_body, ask
+
+        self._check_approvers()
         passed = self._passed_budgets(context["ti"].run_id, usd, gpu_hours) or [self._passed_from(error)]
         names = ", ".join(f"'{b.name}'" for b in passed)
         self.log.warning("Budget exceeded, asking %s for approval: %s", self.approvers or "any user", error)
@@ -484,6 +490,8 @@ class SpendCapSensor(BaseSensorOperator):
 
     def execute(self, context: Any) -> Any:
         if self.on_exceeded == "approve":
+            # At every run, not only the one that passes its cap: that run is the one it was set up for.
+            self._check_approvers()
             return self._try_reserve(context)  # reserves, or asks a person (never waits for room)
         if not self.deferrable:
             return super().execute(context)
