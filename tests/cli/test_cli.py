@@ -281,6 +281,18 @@ def test_a_scope_differing_only_in_case_is_a_second_budget_and_says_so(
     assert "new budget beside" not in capsys.readouterr().err
 
 
+def test_a_zero_cap_says_what_an_unquoted_dollar_does(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # "--cap-usd $500" unquoted reaches us as "00": a $0 cap that refused every hold, without a word.
+    assert main(["--ledger-url", ledger_url, *SET_BUDGET, "--cap-usd", "00"]) == 0
+    assert "note: a $0 cap refuses every hold of project=x; if you typed a $ amount, quote it" in (
+        capsys.readouterr().err
+    )
+    assert main(["--ledger-url", ledger_url, *SET_BUDGET, "--cap-usd", "500"]) == 0
+    assert "note" not in capsys.readouterr().err
+
+
 def test_budget_show_names_the_budget_like_the_page_and_logs_with_every_digit(
     ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -486,6 +498,11 @@ def test_a_report_for_a_dag_the_ledger_does_not_know_says_so(
     assert "(no entries: the ledger has none for DAG 'dd'; check the name)" in capsys.readouterr().out
     assert main(["--ledger-url", ledger_url, "report", "--dag-id", "d", "--since", "2099-01-01"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "(no entries)"  # a known DAG, nothing in the range
+    # A mistyped run id read as a run that cost nothing.
+    assert main(["--ledger-url", ledger_url, "report", "--dag-id", "d", "--run-id", "nope"]) == 0
+    assert "(no entries: the ledger has none for run 'nope' of DAG 'd'; check the run id" in (
+        capsys.readouterr().out
+    )
 
 
 def test_grouping_by_a_tag_no_entry_has_says_so(ledger_url: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -56,6 +56,13 @@ def budget_set(args: argparse.Namespace) -> int:
         + gpu
         + (f" (kept its {' and '.join(kept)})" if kept else "")
     )
+    if budget.cap_usd == 0 and args.cap_usd is not None:
+        # "--cap-usd $500" unquoted: the shell reads $5 as a variable (empty) and passes "00".
+        print(
+            f"note: a $0 cap refuses every hold of {budget.scope}; if you typed a $ amount, quote it "
+            "('$500') or leave the $ out (500): the shell reads $5 as a variable",
+            file=sys.stderr,
+        )
     scope = str(budget.scope)
     same_period = [s for s, period in existing if period == budget.period]
     twins = sorted(s for s in same_period if s != scope and s.casefold() == scope.casefold())

@@ -140,11 +140,17 @@ def report(args: argparse.Namespace) -> int:
         print(title)
         if not rows:
             unknown_dag = args.dag_id and not run_id and ledger.last_run_id(args.dag_id) is None
-            print(
-                f"(no entries: the ledger has none for DAG {args.dag_id!r}; check the name)"
-                if unknown_dag
-                else f"(no entries{_scope_hint(ledger, args.scope)})"
-            )
+            unknown_run = run_id and not ledger.entries(dag_id=args.dag_id, run_id=run_id, limit=1)
+            if unknown_dag:
+                print(f"(no entries: the ledger has none for DAG {args.dag_id!r}; check the name)")
+            elif unknown_run:
+                print(
+                    f"(no entries: the ledger has none for run {run_id!r}"
+                    + (f" of DAG {args.dag_id!r}" if args.dag_id else "")
+                    + "; check the run id: `costaware runs list` lists them)"
+                )
+            else:
+                print(f"(no entries{_scope_hint(ledger, args.scope)})")
             if spooled:
                 print(_spool_note(spooled))
             return 0
