@@ -721,3 +721,20 @@ def test_blank_text_is_refused_by_the_parser_and_nothing_is_written(
             main(argv)
     assert message in capsys.readouterr().err
     assert not ledger_file.exists() and not store.exists()
+
+
+def test_budget_show_says_entries_that_count_nothing_because_they_could_not_be_priced(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A misspelt worker_instance_type made every try $0: the report said so, the budget read low in silence.
+    from costaware.core.ledger import UNPRICED
+
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=x", "month", "5")
+    ledger.record(
+        LedgerEntry("d", "r", "t", Kind.COMPUTE, Decimal("0"), tags={"project": "x"}, price_source=UNPRICED)
+    )
+    assert main(["--ledger-url", ledger_url, "budget", "show", "--scope", "project=x"]) == 0
+    assert "note: 1 entry of project=x in these periods could not be priced and count $0" in (
+        capsys.readouterr().err
+    )

@@ -78,6 +78,31 @@ def budget_set(args: argparse.Namespace) -> int:
     return 0
 
 
+def _say_unpriced(ledger: Any, scope: Any, usages: list[Any], run_id: str | None) -> None:
+    """Say when entries these budgets count could not be priced: they count $0, so the budgets read low."""
+    from costaware.adapters.ledger.reports import Filters, summary
+    from costaware.core.budgets import find_budget, period_window
+    from costaware.core.ledger import utcnow
+
+    budgets = ledger.budgets()
+    now = utcnow()
+    starts = []
+    for usage in usages:
+        label_scope, _, period = usage.label.rpartition("/")
+        budget = find_budget(budgets, label_scope, period)
+        if budget is not None:
+            starts.append(period_window(budget.period, now, budget.timezone, run_id).start)
+    since = None if not starts or None in starts else min(s for s in starts if s is not None)
+    n = summary(ledger, Filters(since=since, scope=str(scope), run_id=run_id)).unpriced_entries
+    if n:
+        print(
+            f"costaware: note: {n} entr{'y' if n == 1 else 'ies'} of {scope} in these periods could not be "
+            "priced and count $0, so spent reads low (`costaware report --scope "
+            f"{scope}` says why): fix the task's costaware_compute or [costaware] worker_instance_type",
+            file=sys.stderr,
+        )
+
+
 def budget_delete(args: argparse.Namespace) -> int:
     """Delete a budget; audited under the current user. A budget that does not exist is an error."""
     from costaware.core.budgets import Period, Scope
@@ -202,6 +227,7 @@ def budget_show(args: argparse.Namespace) -> int:
             "cover it (`costaware budget list` lists the budgets)",
             file=sys.stderr,
         )
+    _say_unpriced(ledger, scope, usages, args.run_id)
     if args.run_id is None and per_run and args.format == "table":
         print(f"per-run budget(s) {', '.join(per_run)} also apply: give --run-id to see one run against them")
     if args.run_id is not None and not _run_is_known(ledger, args.run_id):
