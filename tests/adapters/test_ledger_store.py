@@ -488,3 +488,16 @@ def test_a_reservation_without_run_id_says_the_per_run_cap_it_does_not_apply(
     assert "budget project=churn/run is per run: this reservation gave no run_id" in caplog.text
     with pytest.raises(BudgetExceededError, match="project=churn/run"):
         any_ledger.reserve("project=churn", "6", run_id="r1")
+
+
+def test_a_refusal_names_every_budget_the_amount_would_pass(any_ledger: Ledger) -> None:
+    # Named alone, the day's cap was raised, the run ran again, and the per-run cap refused it in turn.
+    any_ledger.set_budget("project=churn", "day", "10")
+    any_ledger.set_budget("project=churn", "run", "5")
+    any_ledger.set_budget("project=churn", "month", "100")
+    with pytest.raises(BudgetExceededError) as refused:
+        any_ledger.reserve("project=churn", "20", run_id="r1")
+    assert "budget 'project=churn/day (" in str(refused.value)
+    assert "it would pass 'project=churn/run (run:r1)' too: raise those caps as well" in str(refused.value)
+    assert "month" not in str(refused.value).split("; it would pass")[1]
+    assert refused.value.renews is False  # 20 is more than the whole per-run cap: no new period makes room

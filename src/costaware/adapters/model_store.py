@@ -235,14 +235,15 @@ class ModelStore:
             yield
             return
         import fcntl
+        import os
 
         Path(self.blobs.root).mkdir(parents=True, exist_ok=True)
-        with open(Path(self.blobs.root) / ".champion.lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+        folder = os.open(self.blobs.root, os.O_RDONLY)  # the store's folder itself: no lock file left in it
+        try:
+            fcntl.flock(folder, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(folder)  # closing the descriptor releases the lock
 
     def record_decision(self, decision: Mapping[str, Any]) -> str:
         """Store one promotion decision (JSON-able); returns its name."""

@@ -22,7 +22,7 @@ from costaware.adapters.ledger.budgets import applicable, budget_from_row, budge
 from costaware.adapters.ledger.engine import LedgerDatabase
 from costaware.adapters.ledger.entries import insert_entry
 from costaware.core.budgets import Scope, check_cap, period_window
-from costaware.core.errors import ConfigurationError, ReservationNotFoundError
+from costaware.core.errors import BudgetExceededError, ConfigurationError, ReservationNotFoundError
 from costaware.core.ledger import LedgerEntry, Reservation, utcnow
 from costaware.core.money import format_usd_exact, from_micros, parse_gpu_hours, parse_usd, to_micros
 
@@ -71,11 +71,17 @@ def reserve(
             if existing:
                 return reservation(conn, existing[0])
         standing = []
+        refusals: list[tuple[Any, BudgetExceededError]] = []
         for budget_id, budget, window in covering:
             usage = budget_usage(conn, budget_id, budget, window, now)
             if approved_by is None:
-                check_cap(usage, amount, gpu, purpose)
+                try:
+                    check_cap(usage, amount, gpu, purpose)
+                except BudgetExceededError as e:
+                    refusals.append((usage, e))
             standing.append(usage)
+        if refusals:
+            raise _all_refusals(refusals)
         reservation_id = uuid.uuid4().hex
         if approved_by is not None:
             append_audit(
@@ -129,6 +135,28 @@ def reserve(
         names = ", ".join(f"{b.label} ({w.key})" for _, b, w in covering)  # as BudgetUsage.name
         log.info("reserved %s in %s for %s", format_usd_exact(amount), names, purpose)
         return reservation(conn, reservation_id)
+
+
+def _all_refusals(refusals: list[tuple[Any, BudgetExceededError]]) -> BudgetExceededError:
+    """The first budget's refusal, naming the others the amount would pass too.
+
+    Naming only the first, a person raised its cap, ran again, and was refused by the next.
+    """
+    first = refusals[0][1]
+    if len(refusals) == 1:
+        return first
+    others = ", ".join(f"'{usage.name}'" for usage, _ in refusals[1:])
+    also = f"it would pass {others} too: raise those caps as well"
+    return BudgetExceededError(
+        f"{first}; {also}",
+        # A wait ends only when every refusing budget can renew.
+        renews=all(e.renews for _, e in refusals),
+        scope=first.scope,
+        spent_usd=first.spent_usd,
+        cap_usd=first.cap_usd,
+        needed_usd=first.needed_usd,
+        summary=f"{first.summary}\n  also:     {also}",
+    )
 
 
 def grow(ledger: LedgerDatabase, reservation_id: str, usd: object) -> Reservation:
