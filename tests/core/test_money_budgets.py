@@ -200,6 +200,14 @@ def test_check_cap_refuses_a_usd_overrun_naming_the_budget_and_what_to_do() -> N
     )
 
 
+def test_a_budget_over_its_cap_says_by_how_much_and_a_zero_estimate_is_not_told_to_go_lower() -> None:
+    # "has $0.00 left ... needs an estimated $0.00: ... or lower the estimate": neither could be done.
+    with pytest.raises(BudgetExceededError) as info:
+        check_cap(standing("10.25", "0"), Decimal(0), Decimal(0), "task 'zero'")
+    assert "has nothing left (it is $0.25 over its cap) (cap $10.00" in str(info.value)
+    assert str(info.value).endswith("needs an estimated $0.00: raise the cap with `costaware budget set`")
+
+
 def test_check_cap_refuses_a_gpu_hour_overrun() -> None:
     with pytest.raises(
         BudgetExceededError, match=r"has 2 GPU-hours left of 8; task 'x' needs 3: raise the GPU"

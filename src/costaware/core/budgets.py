@@ -333,14 +333,18 @@ def check_cap(usage: CapStanding, amount: Decimal, gpu_hours: Decimal, purpose: 
     name = usage.name
     if usage.spent_usd + usage.reserved_usd + amount > usage.cap_usd:
         left = format_usd_exact(max(usage.left_usd, Decimal(0)))
+        has = f"{left} left"
+        if usage.left_usd < 0:  # spent past its cap already (a task billed above its estimate)
+            has = f"nothing left (it is {format_usd_exact(-usage.left_usd)} over its cap)"
         cap, spent = format_usd_exact(usage.cap_usd), format_usd_exact(usage.spent_usd)
         reserved, need = format_usd_exact(usage.reserved_usd), format_usd_exact(amount)
-        todo = RAISE_THE_CAP
+        # A $0 estimate cannot be lowered: only the cap can make room.
+        todo = RAISE_THE_CAP if amount > 0 else "raise the cap with `costaware budget set`"
         if amount > usage.cap_usd:
             # A gate that waits would wait for good: a new period starts at the same cap.
             todo = f"it is more than the whole cap, so no new period makes room: {todo}"
         raise BudgetExceededError(
-            f"budget '{name}' has {left} left (cap {cap}, spent {spent}, reserved {reserved}); "
+            f"budget '{name}' has {has} (cap {cap}, spent {spent}, reserved {reserved}); "
             f"{purpose} needs an estimated {need}: {todo}",
             renews=usage.period_key != "total" and amount <= usage.cap_usd,
             scope=name,
@@ -349,7 +353,7 @@ def check_cap(usage: CapStanding, amount: Decimal, gpu_hours: Decimal, purpose: 
             needed_usd=str(amount),
             summary="\n".join(
                 [
-                    f"Budget refused {purpose}: it needs an estimated {need}, the budget has {left} left.",
+                    f"Budget refused {purpose}: it needs an estimated {need}, the budget has {has}.",
                     f"  budget:   {name}",
                     f"  cap:      {cap}",
                     f"  spent:    {spent}",
