@@ -116,7 +116,8 @@ def _spent(usd: str) -> Any:
     [
         ({"instance_type": "m5.lrage", "region": "us-east-1"}, "did you mean m5.large"),
         ({"instance_type": "m5.large", "region": "us-esat-1"}, "us-esat-1"),
-        ({"instance_type": "m5.large"}, "set region too"),
+        # Without region: the worker's (us-east-1 by default), so a typo is named ("set region too" hid it).
+        ({"instance_type": "c5.4xlarg"}, "unknown instance type 'c5.4xlarg'.*did you mean"),
         ({"market": "spotty"}, "unknown market 'spotty'"),
     ],
 )

@@ -108,17 +108,14 @@ class SpendCapSensor(BaseSensorOperator):
             Market.parse(str(self.market))
         if self.instance_type in (None, "", "None"):
             return
-        if self.region in (None, "", "None"):
-            from costaware.core.errors import ConfigurationError
-
-            raise ConfigurationError(
-                f"instance_type={self.instance_type!r} is checked with its region: set region too"
-            )
         from costaware.adapters.price_source import list_price
         from costaware.hooks.ledger import CostLedgerHook
+        from costaware.settings import option
 
+        # No region: the one a task naming none is priced in (it was "set region too", hiding a typo).
+        region = str(option("worker_region")) if self.region in (None, "", "None") else str(self.region)
         # The sources the ledger prices with: a type only a refreshed or imported price knows is accepted.
-        list_price(CostLedgerHook(self.ledger_conn_id).get_conn(), str(self.instance_type), str(self.region))
+        list_price(CostLedgerHook(self.ledger_conn_id).get_conn(), str(self.instance_type), region)
 
     def _init_governance(
         self,
