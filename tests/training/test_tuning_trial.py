@@ -307,3 +307,28 @@ def test_a_trial_whose_lease_cannot_be_written_fails_and_gives_back_its_money(tm
     assert [t.state for t in study.get_trials()] == [optuna.trial.TrialState.FAIL]
     assert ledger.open_reservations() == []
     assert one_trial(url, ledger, spec, InstantTrainer, SteppedMeter()).trial is not None  # the study goes on
+
+
+def test_a_retried_trial_gets_its_hold_back_less_what_its_failed_try_paid(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # A failed try's hold stays open for the retry (the listener pays the try from it): the retry got the
+    # whole hold back and trained as if it were free, and the study spent $1.30 of its $1 cap.
+    from costaware.core.ledger import Kind, LedgerEntry
+    from costaware.training.tuning.reservations import reserve_trial_cost
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = study_spec("retried", max_usd="1", max_trials=2, fallback_trial_seconds=0.8)
+    create_study(url, ledger, spec)
+    holder = "tuning/r1/trial/0"
+    first = reserve_trial_cost(ledger, spec, lambda: 0.8, holder, "r1", 0, 0.01)
+    assert first.usd == Decimal("0.8")
+    paid = LedgerEntry(
+        "tuning", "r1", "trial", Kind.COMPUTE, Decimal("0.5"), tags=spec.budget_scope.as_dict(),
+        reservation_id=first.id,
+    )  # fmt: skip
+    ledger.record(paid)  # the failed try, paid from the hold
+    again = reserve_trial_cost(ledger, spec, lambda: 0.8, holder, "r1", 0, 0.01)
+    assert again.id == first.id
+    assert again.usd == Decimal("0.5")  # the hold grew to the cap ($1): $0.50 of it is this try's
+    (usage,) = [u for u in ledger.usage(spec.budget_scope) if u.label.endswith("/total")]
+    assert usage.spent_usd + usage.reserved_usd <= usage.cap_usd

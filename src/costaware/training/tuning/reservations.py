@@ -46,7 +46,7 @@ def reserve_trial_cost(
     while True:
         usd = usd_for_seconds(seconds, spec.usd_per_hour)
         try:
-            return ledger.reserve(
+            held = ledger.reserve(
                 spec.budget_scope,
                 usd,
                 gpu_hours=(Decimal(str(seconds)) / 3600 * spec.gpus).quantize(Decimal("0.000001")),
@@ -55,6 +55,7 @@ def reserve_trial_cost(
                 ttl=timedelta(seconds=max(2 * seconds, 60.0)),
                 purpose=f"trial slot {slot} of study '{spec.study_name}'",
             )
+            return _unpaid(ledger, held, usd)
         except BudgetExceededError:
             own = study_usage(ledger, spec)
             if own is None or own.reserved_usd <= 0 or own.spent_usd + usd > own.cap_usd:
@@ -64,6 +65,27 @@ def reserve_trial_cost(
             log.info("slot %d waits for %s reserved by running trials", slot, format_usd(own.reserved_usd))
             time.sleep(poll_seconds)
             seconds = seconds_needed()
+
+
+def _unpaid(ledger: Ledger, held: Reservation, usd: Decimal) -> Reservation:
+    """``held`` as this try may spend it: less what an earlier try of the task paid from it.
+
+    A try put up for retry leaves its hold open, paid in part; the retry gets that hold back from
+    ``reserve``. Trained as if the whole of it were free, the trial spent past the study's cap. The hold is
+    grown back toward what this try needs where the budgets have room (``grow`` never passes a cap).
+    """
+    from dataclasses import replace
+
+    paid = ledger.paid_from([held.id]).get(held.id, Decimal(0))
+    if paid <= 0:
+        return held
+    grown = ledger.grow(held.id, paid + usd)
+    log.info(
+        "the trial's hold was paid %s by an earlier try: %s of it is left",
+        format_usd(paid),
+        format_usd(grown.usd - paid),
+    )
+    return replace(grown, usd=max(grown.usd - paid, Decimal(0)))
 
 
 def study_usage(ledger: Ledger, spec: StudySpec) -> BudgetUsage | None:
