@@ -217,6 +217,9 @@ def ledger_conn_id_of(task: Any) -> str:
     task runs) falls back to the default ledger.
     """
     conn_id = getattr(task, "ledger_conn_id", None)
+    if conn_id is None:  # a mapped task in the scheduler keeps its arguments in partial_kwargs
+        partial = getattr(task, "partial_kwargs", None)
+        conn_id = partial.get("ledger_conn_id") if isinstance(partial, dict) else None
     if isinstance(conn_id, str) and conn_id.strip() and not is_template(conn_id):
         return conn_id
     return DEFAULT_LEDGER_CONN_ID

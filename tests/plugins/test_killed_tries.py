@@ -299,3 +299,17 @@ def test_every_operator_and_sensor_with_a_ledger_keeps_it_in_its_serialized_defi
                     if "ledger_conn_id" not in cls.template_fields:
                         missing.append(cls.__name__)
     assert seen >= 12 and missing == []
+
+
+def test_a_mapped_tasks_ledger_is_read_from_its_partial_arguments() -> None:
+    # A tuning trial (a mapped task) kept its ledger_conn_id in partial_kwargs in the scheduler: its killed
+    # tries went to the default ledger.
+    from costaware.glue import ledger_conn_id_of
+    from costaware.sensors.spend_cap import SpendCapSensor
+
+    with DAG("mapped", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")) as dag:
+        SpendCapSensor.partial(task_id="gate", scope="project=churn", ledger_conn_id="team_ledger").expand(
+            estimated_usd=["1", "2"]
+        )
+    (task,) = DagSerialization.from_dict(DagSerialization.to_dict(dag)).tasks
+    assert type(task).__name__ == "SerializedMappedOperator" and ledger_conn_id_of(task) == "team_ledger"
