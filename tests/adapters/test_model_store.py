@@ -200,6 +200,7 @@ def test_champion_switch_is_atomic_for_concurrent_readers(tmp_path: Path) -> Non
     assert errors == []
     assert seen <= set(versions) and len(seen) >= 2
     assert sorted(p.name for p in (tmp_path / "models").iterdir()) == [
+        ".champion.lock",  # what switches lock (no data)
         "champion.json",
         "versions",
     ]  # no temp files

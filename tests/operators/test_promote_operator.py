@@ -679,32 +679,33 @@ def test_a_scoring_command_that_cannot_start(tmp_path: Path, store: ModelStore) 
     assert store.champion_pointer().version == champion and store.decisions() == []  # type: ignore[union-attr]
 
 
-@pytest.mark.parametrize("switched", ["before its decision is kept", "as its pointer is written"])
 def test_a_promotion_beside_another_never_replaces_a_champion_it_was_not_judged_against(
-    tmp_path: Path, store: ModelStore, monkeypatch: pytest.MonkeyPatch, switched: str
+    tmp_path: Path, store: ModelStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Two promotions of one store at once both beat v1: the second one's switch replaced the first's
     # better champion, unjudged, and its decision named v1 as the champion it beat.
     from costaware.adapters.model_versions import ChampionChangedError
+    from costaware.training import promotion
 
     v1 = _files_version(store, {"rmse": 3.4})
     store.set_champion(v1)
     better, good = _files_version(store, {"rmse": 3.0}), _files_version(store, {"rmse": 3.2})
-    record_decision = ModelStore.record_decision
+    decide = promotion.decide_promotion
+    landed: list[str] = []
 
-    def other_promotion_lands(self: ModelStore, decision: dict[str, Any]) -> str:
-        if switched == "before its decision is kept":
-            ModelStore.open(str(tmp_path / "models")).set_champion(better, replacing=v1)
-        name = record_decision(self, decision)
-        if switched == "as its pointer is written":
-            ModelStore.open(str(tmp_path / "models")).set_champion(better, replacing=v1)
-        return name
+    def the_other_promotion_lands_while_this_one_is_judged(**kwargs: Any) -> Any:
+        if not landed:
+            landed.append(better)
+            assert _promote(tmp_path, better, candidate_metrics={"rmse": 3.0}, metric="rmse")["promote"]
+        return decide(**kwargs)
 
-    monkeypatch.setattr(ModelStore, "record_decision", other_promotion_lands)
+    monkeypatch.setattr(promotion, "decide_promotion", the_other_promotion_lands_while_this_one_is_judged)
     with pytest.raises(ChampionChangedError, match=f"changed from '{v1}' to '{better}'") as raised:
         _promote(tmp_path, good, candidate_metrics={"rmse": 3.2}, metric="rmse")
     assert not isinstance(raised.value, ConfigurationError)  # Airflow retries it: the retry judges again
     assert store.champion_pointer().version == better  # type: ignore[union-attr]
+    # No decision says it promoted: the retrain policy reads promoted decisions as the served metric.
+    assert [d["candidate"] for d in store.decisions() if d["promote"]] == [better]
     monkeypatch.undo()
     again = _promote(tmp_path, good, candidate_metrics={"rmse": 3.2}, metric="rmse")
     assert not again["promote"] and again["champion"] == better

@@ -21,7 +21,7 @@ from __future__ import annotations
 import enum
 import json
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, replace
 from datetime import datetime, timezone
@@ -49,6 +49,10 @@ from costaware.core.promotion import COMPLETE
 __all__ = ["ModelStore"]
 
 log = logging.getLogger(__name__)
+
+
+#: The file a local store's champion switches lock (kept: it holds no data).
+CHAMPION_LOCK = ".champion.lock"
 
 
 class _Unchecked(enum.Enum):
@@ -182,7 +186,13 @@ class ModelStore:
         pointer = self.champion_pointer()
         return self.get(pointer.version) if pointer else None
 
-    def set_champion(self, version: str, *, replacing: str | _Unchecked | None = _UNCHECKED) -> Champion:
+    def set_champion(
+        self,
+        version: str,
+        *,
+        replacing: str | _Unchecked | None = _UNCHECKED,
+        before_switch: Callable[[], object] | None = None,
+    ) -> Champion:
         """Make ``version`` the champion in one atomic write; only complete versions qualify.
 
         Args:
@@ -190,6 +200,9 @@ class ModelStore:
             replacing: The champion ``version`` was judged against (None: there was none). When the store's
                 champion is another by now (a promotion that ran beside this one switched it), nothing is
                 written. Left out, whatever the champion is gets replaced (a person's rollback).
+            before_switch: Called once the check passed, just before the pointer is written (under the
+                lock on a local store): the promotion keeps its decision there, so a refused switch leaves
+                no decision that says it promoted.
 
         Raises:
             ChampionChangedError: ``replacing`` is no longer the champion.
@@ -203,6 +216,8 @@ class ModelStore:
             current = self.champion_pointer()
             if not isinstance(replacing, _Unchecked):
                 self.check_champion(replacing, current)
+            if before_switch is not None:
+                before_switch()
             pointer = Champion(
                 version=version,
                 switched_at=datetime.now(timezone.utc).isoformat(),
@@ -234,16 +249,21 @@ class ModelStore:
         if not self.blobs.is_local:
             yield
             return
-        import fcntl
+        try:
+            import fcntl
+        except ImportError:  # Windows: no flock; the check and the write are a moment apart, as on S3
+            yield
+            return
         import os
 
         Path(self.blobs.root).mkdir(parents=True, exist_ok=True)
-        folder = os.open(self.blobs.root, os.O_RDONLY)  # the store's folder itself: no lock file left in it
+        # A file opened for writing: an NFS mount emulates flock with POSIX locks, which need one.
+        lock = os.open(Path(self.blobs.root) / CHAMPION_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(folder, fcntl.LOCK_EX)
+            fcntl.flock(lock, fcntl.LOCK_EX)
             yield
         finally:
-            os.close(folder)  # closing the descriptor releases the lock
+            os.close(lock)  # closing the descriptor releases the lock
 
     def record_decision(self, decision: Mapping[str, Any]) -> str:
         """Store one promotion decision (JSON-able); returns its name."""

@@ -174,14 +174,18 @@ def promote_candidate(
         "decided_at": datetime.now(timezone.utc).isoformat(),
         "run": dict(run or {}),
     }
-    judged_against = champion.version if champion else None
     if decision.promote:
         # Two promotions of one store at once (two runs, two DAGs) both beat the champion they read: the
-        # later switch must not replace the earlier one unjudged. Checked before the decision is kept,
-        # and again as the pointer is written.
-        store.check_champion(judged_against)
-    record["decision_file"] = store.record_decision(record)
-    if decision.promote:
-        store.set_champion(candidate, replacing=judged_against)
+        # later switch must not replace the earlier one unjudged. The decision is kept only once the check
+        # passed, just before the pointer is written (a refused one said it promoted, and its candidate's
+        # metric fed the retrain policy's quality window as if it had served).
+        def keep_decision() -> None:
+            record["decision_file"] = store.record_decision(record)
+
+        store.set_champion(
+            candidate, replacing=champion.version if champion else None, before_switch=keep_decision
+        )
+    else:
+        record["decision_file"] = store.record_decision(record)
     log.info("promotion: %s", decision.reason)
     return record
