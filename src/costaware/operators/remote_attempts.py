@@ -741,7 +741,8 @@ class RemoteAttemptSteps(AttemptBilling):
                     return self._spend_no_more(state, earlier, str(e))
                 return state
             if plan.max_usd is not None:
-                # A retry: its failed try settled the gate's hold.
+                # A retry: the gate's hold is still open (a failed try the task retries is paid from it),
+                # or, expired or released meanwhile, held again from $0.
                 gate, refused = hold_again(ledger, plan, billed_before=earlier)
                 if refused:
                     return self._spend_no_more(state, earlier, refused)
@@ -816,9 +817,10 @@ class RemoteAttemptSteps(AttemptBilling):
     def _hold_estimate_again(self, state: AttemptState, earlier: Decimal) -> None:
         """A retry with no ``max_usd`` behind a spend gate: hold the estimate again, less what was billed.
 
-        Its failed (or killed) try settled the gate's hold, so the retry ran with nothing held: budgets
-        shared with other tasks did not see the money it was about to spend. Without a cap nothing stops it
-        where the budgets have no room; it says so and runs on.
+        Where the gate's hold expired or was released (a killed try's run marked, a long retry delay), the
+        retry ran with nothing held: budgets shared with other tasks did not see the money it was about to
+        spend. (A failed try the task retries leaves the hold open, paid in part: ``reserve`` returns it.)
+        Without a cap nothing stops it where the budgets have no room; it says so and runs on.
         """
         from costaware.core.money import format_usd_exact
         from costaware.training.attempt_effects import hold_again, hold_cap

@@ -391,8 +391,9 @@ def hold_again(
 ) -> tuple[Reservation | None, str | None]:
     """An Airflow retry of a task behind a spend gate: hold again, in the gate's scope, from $0.
 
-    The failed try settled the gate's reservation, so the retry's attempts would run with nothing held
-    in the budgets. Returns the new open reservation (grow it with :func:`hold_cap`), or None where no
+    A failed try the task retries leaves the gate's hold open (paid in part): ``reserve`` returns it as it
+    stands. Where it expired or was released meanwhile, the retry's attempts would run with nothing held in
+    the budgets. Returns the new open reservation (grow it with :func:`hold_cap`), or None where no
     gate ever reserved for this task, or its budget is gone; and, where a budget is already past its cap
     (an estimate overrun, another task's approved overage), why nothing could be held. The caller then lets
     the retry spend nothing more than its earlier tries billed: it follows the job its failed try left

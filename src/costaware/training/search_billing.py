@@ -75,10 +75,7 @@ class SearchBilling:
         now = self.meter() if now is None else now
         seconds = now - self.last_bill
         usd = self.owed(now)
-        self.billed_seconds += seconds
-        self.billed_usd += usd
         hours, _ = compute_cost(seconds, self.usd_per_hour)
-        self.last_bill = now
         entry = LedgerEntry(
             dag_id=self.owner[0],
             run_id=self.run,
@@ -101,6 +98,10 @@ class SearchBilling:
             self.ledger.record(entry)
         else:
             self.ledger.settle(reservation_id, usd, entry=entry)
+        # Moved on once written: a write that failed leaves these seconds to the next bill.
+        self.billed_seconds += seconds
+        self.billed_usd += usd
+        self.last_bill = now
         return seconds
 
     def settle_tail(self, stop: str) -> str:
