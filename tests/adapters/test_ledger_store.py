@@ -501,3 +501,16 @@ def test_a_refusal_names_every_budget_the_amount_would_pass(any_ledger: Ledger) 
     assert "it would pass 'project=churn/run (run:r1)' too: raise those caps as well" in str(refused.value)
     assert "month" not in str(refused.value).split("; it would pass")[1]
     assert refused.value.renews is False  # 20 is more than the whole per-run cap: no new period makes room
+
+
+def test_settling_with_an_entry_outside_the_holds_scope_is_said(
+    any_ledger: Ledger, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Accepted in silence: the hold closed, and the budget it was in never counted the money.
+    any_ledger.set_budget("project=churn", "month", "10")
+    hold = any_ledger.reserve("project=churn", "1")
+    with caplog.at_level("WARNING"):
+        any_ledger.settle(hold.id, "0.5", entry=entry("0.5", tags={"project": "other"}))
+    assert "outside that scope: the budgets it held in (project=churn/month) do not count its $0.50" in (
+        caplog.text
+    )

@@ -260,6 +260,17 @@ def settle(
     actual = parse_usd(actual_usd, name="actual cost")
     with ledger.transaction() as conn:
         current = reservation(conn, reservation_id)
+        if entry is not None and not current.scope.matches(entry.tags):
+            # Accepted (the money was spent), but said: the budgets the hold was in do not count this entry.
+            log.warning(
+                "settling the hold %s of %s with an entry tagged %s, outside that scope: the budgets it held "
+                "in (%s) do not count its %s",
+                reservation_id,
+                current.scope,
+                entry.tags or "with nothing",
+                ", ".join(current.budgets),
+                format_usd_exact(entry.usd),
+            )
         if entry is not None:
             # Recorded even when the reservation is settled already (a second live try of the task, a
             # settlement racing this one): the entry is the money, the reservation only its hold.
