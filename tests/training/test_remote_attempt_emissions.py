@@ -109,3 +109,14 @@ def test_the_note_says_why_on_demand_and_a_long_one_ends_on_a_whole_word() -> No
     assert len(note) <= MAX_NOTE_CHARS and note.endswith("…") and long.startswith(note[:-1])
     assert note[:-1].split()[-1] in ("600", "s", "interval")
     assert clipped_note("short") == "short"
+
+
+def test_an_attempts_note_masks_a_password_its_jobs_reason_quotes() -> None:
+    # The job's reason went to the note as it was: on the Cost page, to everyone who reads the DAG.
+    entry = entry_for(
+        "us-east-1",
+        state="failed",
+        reason="connect postgresql://etl:hunter2@db/x failed",
+        ended_at=ENDED.timestamp(),
+    )
+    assert "hunter2" not in (entry.note or "") and "postgresql://etl:***@db/x" in (entry.note or "")

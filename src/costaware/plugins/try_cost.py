@@ -8,13 +8,13 @@ task declares.
 from __future__ import annotations
 
 import logging
-import re
 import uuid
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any
 
+from costaware.adapters.redaction import redacted
 from costaware.core.errors import CostawareError
 from costaware.core.money import parse_usd
 from costaware.glue import pop_annotations, tags_for
@@ -248,25 +248,6 @@ def dag_of(task: Any) -> Any:
         return task.dag
     except (AttributeError, RuntimeError):  # an operator run outside any DAG (tests, ad-hoc execute)
         return None
-
-
-#: A password in a URL (``postgresql://etl:secret@db``), hidden even when nobody registered it as a secret.
-_URL_PASSWORD = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]+:)[^@\s]+@")
-
-
-def redacted(text: str) -> str:
-    """``text`` with the secrets Airflow masks in its logs, and any URL's password, as ``***``.
-
-    A failed try's error went to the ledger's note as it was, shown on the Cost page and by the JSON API
-    to everyone who can read the DAG, where the task's own log hides it.
-    """
-    try:
-        from airflow.sdk._shared.secrets_masker import redact
-
-        text = str(redact(text))
-    except Exception:  # an Airflow without the masker (or a masker that fails) hides nothing more here
-        pass
-    return _URL_PASSWORD.sub(r"\1***@", text)
 
 
 def template_context(ti: Any) -> Mapping[str, Any]:

@@ -14,6 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 from costaware.adapters.emissions import with_emissions
+from costaware.adapters.redaction import redacted
 from costaware.core.ledger import Kind, LedgerEntry, clipped_note, compute_cost, utcnow
 
 _SLUG = re.compile(r"[^a-z0-9]+")
@@ -160,8 +161,9 @@ def attempt_entry(
         outcome=OUTCOMES.get(str(job["state"]), "failed"),
         cause=cause or CAUSES.get(str(job["state"]), "code_error"),
         price_source=f"remote:{backend}",
+        # The job's reason may quote its command line or environment: a secret there is masked.
         note=clipped_note(
-            f"attempt {attempt}, job {job['job_id']} on {backend}, {seconds} s billed: {reason}"
+            redacted(f"attempt {attempt}, job {job['job_id']} on {backend}, {seconds} s billed: {reason}")
         ),
         entry_uid=attempt_uid(key),
     )
