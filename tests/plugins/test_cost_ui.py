@@ -315,3 +315,27 @@ def test_every_text_from_the_ledger_is_escaped(client: TestClient, filled: Ledge
     assert "<script>" not in html and "<b>task</b>" not in html
     assert "&lt;script&gt;alert(&#x27;run&#x27;)&lt;/script&gt;" in html
     assert "<td>&lt;b&gt;task&lt;/b&gt;</td>" in html
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_budgets_burn_down_counts_its_own_time_zones_days(backend: str, tmp_path, request) -> None:  # type: ignore[no-untyped-def]
+    # Drawn by UTC days: a Berlin budget's spend at 23:30 UTC (00:30 the next day in Berlin) went to the
+    # day before.
+    import time_machine
+    from services import fresh_postgres_database
+
+    url = (
+        f"sqlite:///{tmp_path / 'l.db'}"
+        if backend == "sqlite"
+        else fresh_postgres_database(request.getfixturevalue("postgres_url"), "burn")
+    )
+    ledger = Ledger.from_url(url)
+    ledger.set_budget("project=churn", "month", "100", timezone="Europe/Berlin")
+    for at, usd in (("2026-11-10T12:00:00+00:00", "1"), ("2026-11-10T23:30:00+00:00", "2")):
+        ledger.record(entry(usd, incurred_at=datetime.fromisoformat(at)))
+    with time_machine.travel("2026-11-20T12:00:00Z", tick=False):
+        (budget,) = burn_down(ledger)
+    assert [(d.isoformat(), v) for d, v in budget.cumulative] == [
+        ("2026-11-10", Decimal("1")),
+        ("2026-11-11", Decimal("3")),
+    ]

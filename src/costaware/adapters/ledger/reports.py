@@ -6,7 +6,7 @@ Every filter is a bound parameter of a SQLAlchemy expression; no SQL is built fr
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timezone
 from decimal import Decimal
 from typing import Any
 
@@ -16,7 +16,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from costaware.adapters.ledger import budgets, schema
 from costaware.adapters.ledger.engine import LedgerDatabase
 from costaware.adapters.ledger.queries import entry_conditions, group_column
-from costaware.core.budgets import Period, Scope, period_window
+from costaware.core.budgets import Period, Scope, parse_timezone, period_window
 from costaware.core.ledger import UNPRICED, BudgetUsage, ReportRow, total_kg_co2e, utcnow
 from costaware.core.money import from_micros
 
@@ -328,18 +328,43 @@ def burn_down(ledger: LedgerDatabase) -> list[BurnDown]:
             continue  # per-run caps have no single period to draw
         window = period_window(budget.period, now, budget.timezone)
         (usage,) = [u for u in budgets.usage(ledger, budget.scope, at=now) if u.label == budget.label]
-        days = daily_spend(
-            ledger, Filters(since=window.start, until=window.end, scope=str(budget.scope)), "dag"
-        )
+        filters = Filters(since=window.start, until=window.end, scope=str(budget.scope))
+        zone = parse_timezone(budget.timezone)
         running, cumulative = Decimal(0), []
         per_day: dict[date, Decimal] = {}
-        for day, _, usd in days:
+        # The budget's own days (a Berlin month's spend at 23:30 UTC is the next day's), from UTC hours.
+        for hour, usd in _hourly_spend(ledger, filters):
+            day = hour.astimezone(zone).date()
             per_day[day] = per_day.get(day, Decimal(0)) + usd
         for day in sorted(per_day):
             running += per_day[day]
             cumulative.append((day, running))
         out.append(BurnDown(usage, window.start, window.end, cumulative))
     return out
+
+
+def _hourly_spend(ledger: LedgerDatabase, filters: Filters) -> list[tuple[datetime, Decimal]]:
+    """Actual USD per UTC hour (the hour's start, aware), oldest first.
+
+    An hour is as fine as a time zone's day needs, but for the few zones with half-hour offsets: India's day
+    starts at 18:30 UTC, and the half hour from then to 19:00 counts with the day before.
+    """
+    e = schema.entries
+    if ledger.is_sqlite:
+        hour = func.strftime("%Y-%m-%d %H:00:00", e.c.incurred_at)
+    else:  # as daily_spend: the session's time zone must not move the hour
+        hour = func.to_char(func.timezone("UTC", e.c.incurred_at), "YYYY-MM-DD HH24:00:00")
+    query = (
+        select(hour, func.sum(e.c.usd_micros))
+        .where(and_(e.c.estimated.is_(False), *filters.conditions()))
+        .group_by(hour)
+        .order_by(hour)
+    )
+    with ledger.reading() as conn:
+        rows = conn.execute(query).all()
+    return [
+        (datetime.fromisoformat(str(h)).replace(tzinfo=timezone.utc), from_micros(usd)) for h, usd in rows
+    ]
 
 
 def _as_date(value: Any) -> date:
