@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import pytest
 from race_worker import reserve_and_grow, reserve_until_refused
-from services import fresh_postgres_database
+from services import database_url
 from sqlalchemy import func, select
 
 from costaware import Ledger
@@ -21,11 +21,7 @@ CAP = Decimal("25.00")  # 35 reservations of $0.70 fit in $24.50; 144 are attemp
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_parallel_reservations_never_overspend(backend: str, tmp_path, request) -> None:  # type: ignore[no-untyped-def]
-    url = (
-        f"sqlite:///{tmp_path / 'race.db'}"
-        if backend == "sqlite"
-        else fresh_postgres_database(request.getfixturevalue("postgres_url"), "race")
-    )
+    url = database_url(backend, tmp_path, request, "race")
     ledger = Ledger.from_url(url)
     ledger.set_budget("project=race", "month", CAP)
 
@@ -55,11 +51,7 @@ def test_parallel_reservations_never_overspend(backend: str, tmp_path, request) 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_parallel_growth_never_overspends(backend: str, tmp_path, request) -> None:  # type: ignore[no-untyped-def]
     """Tasks grow their gate's reservation to their cap at once: the budget ends full, never passed."""
-    url = (
-        f"sqlite:///{tmp_path / 'grow.db'}"
-        if backend == "sqlite"
-        else fresh_postgres_database(request.getfixturevalue("postgres_url"), "grow")
-    )
+    url = database_url(backend, tmp_path, request, "grow")
     ledger = Ledger.from_url(url)
     ledger.set_budget("project=race", "month", CAP)
     with multiprocessing.get_context("spawn").Pool(PROCESSES) as pool:

@@ -322,13 +322,9 @@ def test_a_budgets_burn_down_counts_its_own_time_zones_days(backend: str, tmp_pa
     # Drawn by UTC days: a Berlin budget's spend at 23:30 UTC (00:30 the next day in Berlin) went to the
     # day before.
     import time_machine
-    from services import fresh_postgres_database
+    from services import database_url
 
-    url = (
-        f"sqlite:///{tmp_path / 'l.db'}"
-        if backend == "sqlite"
-        else fresh_postgres_database(request.getfixturevalue("postgres_url"), "burn")
-    )
+    url = database_url(backend, tmp_path, request, "burn")
     ledger = Ledger.from_url(url)
     ledger.set_budget("project=churn", "month", "100", timezone="Europe/Berlin")
     for at, usd in (("2026-11-10T12:00:00+00:00", "1"), ("2026-11-10T23:30:00+00:00", "2")):

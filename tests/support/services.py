@@ -225,6 +225,13 @@ def fresh_postgres_database(base_url: str, prefix: str = "t") -> str:
     return base_url.rsplit("/", 1)[0] + f"/{name}"
 
 
+def database_url(backend: str, tmp_path: Path, request: Any, name: str) -> str:
+    """A fresh SQLite file or PostgreSQL database named after ``name``, for tests over both backends."""
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path / f'{name}.db'}"
+    return fresh_postgres_database(request.getfixturevalue("postgres_url"), name)
+
+
 def stop_process_group(proc: subprocess.Popen[Any], *, grace: float = 30.0) -> None:
     """Stop ``proc`` and its process group (started with ``start_new_session``): SIGTERM, then SIGKILL.
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from services import fresh_postgres_database
+from services import database_url
 from sqlalchemy import func, select
 
 from costaware import Ledger
@@ -123,11 +123,7 @@ def test_parallel_trials_never_pass_the_study_cap(backend: str, tmp_path, reques
 
     from costaware.training.tuning import create_study, summarize_study
 
-    url = (
-        f"sqlite:///{tmp_path / 'study.db'}"
-        if backend == "sqlite"
-        else fresh_postgres_database(request.getfixturevalue("postgres_url"), "tune")
-    )
+    url = database_url(backend, tmp_path, request, "tune")
     ledger = Ledger.from_url(url)
     spec = _spec(f"race-{backend}")
     create_study(url, ledger, spec)
