@@ -232,3 +232,53 @@ def test_a_node_that_cannot_be_read_leaves_its_labels_blank_not_the_pod_gone(
     monkeypatch.setattr(backend, "_api", lambda: _NodeGoneApi(status))
     polled = backend.poll("p")
     assert polled.state == JobState.RUNNING and polled.instance_type == ""
+
+
+def test_the_training_containers_status_is_read_beside_an_injected_sidecar() -> None:
+    # Statuses come sorted by name: an istio-proxy's 5 s and exit 0 were read as the training's 3 hours,
+    # preempted (exit 75): a failure for good, and the hours unbilled.
+    def terminated(name: str, code: int, finished: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "state": {
+                "terminated": {"exitCode": code, "startedAt": "2026-01-01T00:00:00Z", "finishedAt": finished}
+            },
+        }
+
+    pod = {
+        "metadata": {"name": "p"},
+        "status": {
+            "phase": "Failed",
+            "containerStatuses": [
+                terminated("istio-proxy", 0, "2026-01-01T00:00:05Z"),
+                terminated("train", 75, "2026-01-01T03:00:00Z"),
+            ],
+        },
+    }
+    status = status_from_pod(pod)
+    assert (status.state, status.billable_seconds, status.exit_code) == (JobState.INTERRUPTED, 10800.0, 75)
+
+
+@pytest.mark.parametrize("reason", ["ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError"])
+def test_a_container_that_cannot_start_fails_instead_of_pending_for_a_day(reason: str) -> None:
+    # It stayed Pending until activeDeadlineSeconds, its GPU node paid the while, the ledger at $0.
+    waiting = {"reason": reason, "message": 'Back-off pulling image "ghcr.io/team/trian:1"'}
+    pod = {
+        "metadata": {"name": "p"},
+        "status": {
+            "phase": "Pending",
+            "containerStatuses": [{"name": "train", "state": {"waiting": waiting}}],
+        },
+    }
+    status = status_from_pod(pod)
+    assert status.state == JobState.FAILED and status.reason.startswith(f"{reason}: Back-off pulling image")
+    first_pull = {**pod, "status": {**pod["status"], "containerStatuses": [
+        {"name": "train", "state": {"waiting": {"reason": "ErrImagePull"}}}
+    ]}}  # fmt: skip
+    assert status_from_pod(first_pull).state == JobState.PENDING  # the first failure may be a blip
+
+
+@pytest.mark.parametrize("reason", ["Terminated", "NodeShutdown", "Shutdown"])
+def test_a_node_shutdown_is_a_preemption_in_every_kubernetes_spelling(reason: str) -> None:
+    pod = {"metadata": {"name": "p"}, "status": {"phase": "Failed", "reason": reason}}
+    assert status_from_pod(pod).state == JobState.INTERRUPTED

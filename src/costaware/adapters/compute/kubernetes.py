@@ -112,7 +112,7 @@ def render_pod(
     launcher = request.command()
     split = launcher.index("--") + 1
     container: dict[str, Any] = {
-        "name": "train",
+        "name": TRAIN_CONTAINER,
         "image": request.image or image,
         "command": launcher[:split],
         "args": launcher[split:],
@@ -186,6 +186,25 @@ def pod_zone(pod: Mapping[str, Any]) -> str:
     return str((spec.get("nodeSelector") or {}).get(ZONE_LABEL, ""))
 
 
+#: The training's container in the pods :func:`render_pod` writes.
+TRAIN_CONTAINER = "train"
+#: A pod's reason when its node went away under it: graceful node shutdown (``Terminated`` since
+#: Kubernetes 1.21, ``Shutdown`` before; ``NodeShutdown`` for a pod a shutting-down node refused) or an
+#: eviction.
+NODE_GONE_REASONS = frozenset({"Evicted", "Shutdown", "Terminated", "NodeShutdown"})
+#: A container's waiting reasons that no wait ends: the image cannot be pulled (after the kubelet's first
+#: retries: ``ImagePullBackOff``) or named, or its configuration is wrong (a missing secret or config map).
+CANNOT_START_REASONS = frozenset(
+    {
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "ErrImageNeverPull",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+    }
+)
+
+
 def status_from_pod(pod: Mapping[str, Any], node_labels: Mapping[str, str] | None = None) -> JobStatus:
     """A ``JobStatus`` from a pod (as a dict, camelCase keys) and its node's labels (pure).
 
@@ -193,9 +212,14 @@ def status_from_pod(pod: Mapping[str, Any], node_labels: Mapping[str, str] | Non
     """
     meta, status = pod.get("metadata", {}), pod.get("status", {})
     phase = str(status.get("phase", "Pending"))
-    container: dict[str, Any] = next(iter(status.get("containerStatuses") or []), {})
+    statuses = status.get("containerStatuses") or []
+    # The training's own container: the kubelet sorts statuses by name, so an injected sidecar
+    # (istio-proxy) came first, and its 5 s and exit 0 were read as the training's.
+    container: dict[str, Any] = next(
+        (c for c in statuses if c.get("name") == TRAIN_CONTAINER), next(iter(statuses), {})
+    )
     state = container.get("state") or {}
-    terminated, running = state.get("terminated"), state.get("running")
+    terminated, running, waiting = state.get("terminated"), state.get("running"), state.get("waiting")
     conditions = {c.get("type"): c for c in status.get("conditions") or []}
     disrupted = conditions.get("DisruptionTarget", {}).get("status") == "True"
     reason = str(status.get("reason") or (terminated or {}).get("reason") or phase)
@@ -212,8 +236,13 @@ def status_from_pod(pod: Mapping[str, Any], node_labels: Mapping[str, str] | Non
     elif phase == "Failed":
         # A drain SIGTERMs the launcher, which exits 75 or 77; a 137 or 143 without a disruption is the
         # job's own end (the OOM killer, activeDeadlineSeconds): resubmitted, it would fail again, paid.
-        preempted = exit_code in RESUBMIT_EXIT_CODES or disrupted or reason in ("Evicted", "Shutdown")
+        preempted = exit_code in RESUBMIT_EXIT_CODES or disrupted or reason in NODE_GONE_REASONS
         job_state = JobState.INTERRUPTED if preempted else JobState.FAILED
+    elif waiting and str(waiting.get("reason")) in CANNOT_START_REASONS:
+        # A bad image or container setting stays Pending until activeDeadlineSeconds (a day), its node
+        # paid the while; no retry mends it.
+        job_state = JobState.FAILED
+        reason = f"{waiting.get('reason')}: {waiting.get('message') or 'the container cannot start'}"
     elif phase == "Running":
         job_state = JobState.RUNNING
     else:
