@@ -348,3 +348,68 @@ def test_batch_status_mapping(job: dict[str, Any], state: JobState, seconds: flo
     # When it stopped (the last attempt's end, epoch seconds): what the price over its run is read up to.
     stops = [a["stoppedAt"] for a in [*job.get("attempts", []), job] if "stoppedAt" in a]
     assert status.ended_at == (max(stops) / 1000 if stops else None)
+
+
+def test_stopping_a_sagemaker_job_that_already_ended_is_nothing_to_do(
+    aws: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # AWS refuses StopTrainingJob on an ended job (ValidationException "... is in status Completed"): read
+    # as a configuration error, it failed the task for good after a training that succeeded.
+    from botocore.stub import Stubber
+
+    backend = sagemaker_backend()
+    client = backend.client  # type: ignore[attr-defined]
+    monkeypatch.setattr(type(backend), "client", property(lambda self: client))
+    with Stubber(client) as stub:
+        stub.add_client_error(
+            "stop_training_job",
+            service_error_code="ValidationException",
+            service_message="The request was rejected because the training job is in status Completed.",
+            http_status_code=400,
+        )
+        backend.stop("j")  # no error
+        stub.add_client_error(
+            "stop_training_job", service_error_code="AccessDeniedException", http_status_code=403
+        )
+        with pytest.raises(ConfigurationError, match="sagemaker:StopTrainingJob"):
+            backend.stop("j")
+
+
+def test_a_sagemaker_job_waiting_again_after_an_interruption_is_billed_from_its_first_start() -> None:
+    # Pending again after a spot interruption, it read 0 s: the on-demand fallback stopped it unbilled.
+    from datetime import datetime, timezone
+
+    started = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
+    job = {
+        "TrainingJobName": "j",
+        "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1},
+        "TrainingJobStatus": "InProgress",
+        "SecondaryStatus": "Starting",
+        "TrainingStartTime": started,
+        "SecondaryStatusTransitions": [
+            {"Status": "Training"},
+            {"Status": "Interrupted"},
+            {"Status": "Starting"},
+        ],
+    }
+    status = sagemaker.status_from_description(job, now=started.timestamp() + 3 * 3600)
+    assert (status.state, status.billable_seconds) == (JobState.PENDING, 10800.0)
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [
+        "CapacityError: Unable to provision requested ML compute capacity. Please retry using a different ML "
+        "instance type.",
+        "InternalServerError: We encountered an internal error. Please try again.",
+    ],
+)
+def test_a_sagemaker_job_that_failed_on_aws_side_may_run_again(reason: str) -> None:
+    # Read as a code error, it failed the task for good at the on-demand fallback, when capacity is short.
+    job = {
+        "TrainingJobName": "j",
+        "TrainingJobStatus": "Failed",
+        "SecondaryStatus": "Failed",
+        "FailureReason": reason,
+    }
+    assert sagemaker.status_from_description(job).state == JobState.INTERRUPTED

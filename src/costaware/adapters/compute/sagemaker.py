@@ -32,6 +32,8 @@ from costaware.core.errors import ComputeBackendError, ConfigurationError
 
 #: SecondaryStatus values that mean "waiting for (spot) capacity", not running yet.
 _PENDING = {"Starting", "Pending", "LaunchingMLInstances", "PreparingTrainingStack"}
+#: How a ``FailureReason`` starts when the job failed for want of capacity or on SageMaker's side.
+AWS_SIDE_FAILURES = ("CapacityError", "InternalServerError")
 #: The folder SageMaker syncs with ``CheckpointConfig.S3Uri``.
 CHECKPOINT_DIR = "/opt/ml/checkpoints"
 #: Where a user command's output folder and metrics file live: on the training volume, not the image's disk.
@@ -120,20 +122,27 @@ def status_from_description(job: Mapping[str, Any], *, now: float | None = None)
     billable = job.get("BillableTimeInSeconds")
     seconds = float(billable) * count if billable is not None else 0.0
     started = _epoch_seconds(job.get("TrainingStartTime"))
-    running = status in ("InProgress", "Stopping") and secondary not in _PENDING
-    if billable is None and running and started is not None and now is not None:
-        seconds = max(0.0, now - started) * count
     restarts = [
         t
         for t in job.get("SecondaryStatusTransitions", [])
         if t.get("Status") in ("Interrupted", "Restarting")
     ]
+    # A managed-spot job waiting for capacity again after an interruption (Starting, Pending) trained
+    # before: billed from its first start on, as a running one is (a stop billed it 0 s).
+    running = status in ("InProgress", "Stopping") and (secondary not in _PENDING or bool(restarts))
+    if billable is None and running and started is not None and now is not None:
+        seconds = max(0.0, now - started) * count
     if status == "Completed":
         state = JobState.SUCCEEDED
     elif status in ("Stopped", "Stopping") or secondary == "MaxWaitTimeExceeded":
         state = JobState.INTERRUPTED if status != "Stopping" else JobState.RUNNING
     elif status == "Failed":
-        state = JobState.INTERRUPTED if secondary == "MaxWaitTimeExceeded" else JobState.FAILED
+        # No capacity, or SageMaker's own fault: not the training's, and a new job may run (it was a code
+        # error, failed for good, at the on-demand fallback near the deadline, when capacity is short).
+        theirs = secondary == "MaxWaitTimeExceeded" or str(job.get("FailureReason") or "").startswith(
+            AWS_SIDE_FAILURES
+        )
+        state = JobState.INTERRUPTED if theirs else JobState.FAILED
     elif secondary in _PENDING:
         state = JobState.PENDING
     else:
@@ -282,6 +291,11 @@ class SageMakerBackend:
         try:
             self.client.stop_training_job(TrainingJobName=job_id)
         except Exception as e:
+            code, _ = error_code(e)
+            if code == "ValidationException" and "status" in str(e):
+                # "... is in status Completed": it ended before the stop reached it, nothing to stop (it
+                # failed the task for good, after a training that succeeded).
+                return
             raise aws_error(
                 e,
                 f"cannot stop SageMaker training job {job_id!r}",
