@@ -476,3 +476,34 @@ def test_a_heartbeat_that_cannot_be_written_does_not_end_the_supervisor(
     beat = _heartbeat(tmp_path)
     beat(now=True)
     assert "cannot write the heartbeat" in capsys.readouterr().err
+
+
+def test_the_supervisor_runs_on_the_workers_interpreter_and_the_job_on_its_own(tmp_path: Path) -> None:
+    # With python= a venv of costaware-runtime alone, the supervisor (costaware's own module) died at once
+    # there, and the job was read as preempted, again and again up to max_attempts.
+    import psutil
+
+    calls = tmp_path / "calls"
+    job_python = tmp_path / "venv" / "bin" / "python"
+    job_python.parent.mkdir(parents=True)
+    job_python.write_text(f'#!/bin/sh\necho "$@" >> {calls}\nexec {sys.executable} "$@"\n')
+    job_python.chmod(0o755)
+    backend = LocalBackend(root=str(tmp_path / "jobs"), python=str(job_python))
+    job = backend.submit(local_request(tmp_path, "own-python-a1", market="on_demand"))
+    try:
+        wait_for(backend, job, {JobState.RUNNING})
+        deadline = time.monotonic() + 15
+        while not (launcher_pid := backend.pid(job)):
+            assert time.monotonic() < deadline, "the launcher never started"
+            time.sleep(0.05)
+        supervisor = psutil.Process(launcher_pid).parent()
+        assert supervisor is not None and supervisor.cmdline()[:3] == [
+            sys.executable,
+            "-m",
+            "costaware.adapters.compute.local",
+        ]
+        ran = calls.read_text()
+        assert "costaware_runtime" in ran  # the job's own interpreter ran the launcher...
+        assert "costaware.adapters.compute.local" not in ran  # ...and not the supervisor
+    finally:
+        backend.stop(job)

@@ -203,7 +203,10 @@ class LocalBackend:
         )
         try:
             subprocess.Popen(
-                [self.python, "-m", "costaware.adapters.compute.local", "--job-dir", str(folder)],
+                # The supervisor is costaware's own: this worker's interpreter runs it. ``python`` (the job's,
+                # perhaps a venv with costaware-runtime alone) runs the command: as the supervisor it died at
+                # once, and its job was read as preempted again and again.
+                [sys.executable, "-m", "costaware.adapters.compute.local", "--job-dir", str(folder)],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=(folder / "supervisor.log").open("ab"),
