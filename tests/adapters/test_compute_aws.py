@@ -413,3 +413,18 @@ def test_a_sagemaker_job_that_failed_on_aws_side_may_run_again(reason: str) -> N
         "FailureReason": reason,
     }
     assert sagemaker.status_from_description(job).state == JobState.INTERRUPTED
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"instance_count": "two"}, "instance_count must be a whole number from 1 to 1000, got 'two'"),
+        ({"volume_size_gb": -5}, "volume_size_gb must be a whole number from 1 to 16384, got -5"),
+    ],
+)
+def test_sagemaker_number_options_are_checked_naming_them(options: dict[str, Any], message: str) -> None:
+    # A bare "invalid literal for int()" at the first bill, or nothing until AWS refused the job.
+    base = {"role_arn": ROLE, "output_s3_uri": "s3://ml/out", "image_uri": "i"}
+    with pytest.raises(ConfigurationError, match=message):
+        open_backend("sagemaker", {**base, **options})
+    assert open_backend("sagemaker", {**base, "instance_count": "2"}).instance_count == 2  # type: ignore[attr-defined]

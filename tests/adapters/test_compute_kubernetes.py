@@ -282,3 +282,13 @@ def test_a_container_that_cannot_start_fails_instead_of_pending_for_a_day(reason
 def test_a_node_shutdown_is_a_preemption_in_every_kubernetes_spelling(reason: str) -> None:
     pod = {"metadata": {"name": "p"}, "status": {"phase": "Failed", "reason": reason}}
     assert status_from_pod(pod).state == JobState.INTERRUPTED
+
+
+def test_a_templated_grace_period_is_read_as_a_number_and_a_bad_one_named() -> None:
+    # "60" from a template raised "TypeError: '<' not supported" at the first submit.
+    backend = open_backend("kubernetes", {"image": "i", "termination_grace_seconds": "60"})
+    assert backend.termination_grace_seconds == 60  # type: ignore[attr-defined]
+    with pytest.raises(
+        ConfigurationError, match="termination_grace_seconds must be a whole number from 1 to 119"
+    ):
+        open_backend("kubernetes", {"image": "i", "termination_grace_seconds": "sixty"})

@@ -550,13 +550,31 @@ class JobStatus:
         return cls(**values)
 
 
+def whole_number(value: object, name: str, *, low: int, high: int) -> int:
+    """A backend option that is a whole number from ``low`` to ``high`` (templated options arrive as text).
+
+    Raises:
+        ConfigurationError: anything else, naming the option and its value (it was a bare TypeError or
+            ValueError at the first submit).
+    """
+    try:
+        number = int(str(value).strip()) if not isinstance(value, bool) else None
+    except ValueError:
+        number = None
+    if number is None or not low <= number <= high:
+        raise ConfigurationError(
+            f"backend option {name} must be a whole number from {low} to {high}, got {value!r}"
+        )
+    return number
+
+
 def billed_instances(options: Mapping[str, Any]) -> int:
     """How many instances one job bills, from its backend's options (SageMaker's ``instance_count``; else 1).
 
     A job's ``billable_seconds`` count all of them (instance-seconds): time added to them from the outside
     (a stopped job's grace period) is multiplied by this.
     """
-    return max(1, int(options.get("instance_count") or 1))
+    return whole_number(options.get("instance_count") or 1, "instance_count", low=1, high=1000)
 
 
 @runtime_checkable

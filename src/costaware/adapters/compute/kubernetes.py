@@ -27,7 +27,13 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from costaware.adapters.compute.base import JobRequest, JobState, JobStatus, require_object_store
+from costaware.adapters.compute.base import (
+    JobRequest,
+    JobState,
+    JobStatus,
+    require_object_store,
+    whole_number,
+)
 from costaware.adapters.compute.job_contract import GRACE_SECONDS, RESUBMIT_EXIT_CODES
 from costaware.core.errors import ComputeBackendError, ConfigurationError, JobNotFoundError
 from costaware.core.ledger import utcnow
@@ -302,7 +308,9 @@ class KubernetesBackend:
         self.capacity_label, self.capacity_values = capacity_label, dict(capacity_values or {}) or None
         self.resources, self.tolerations = dict(resources or {}), [dict(t) for t in tolerations]
         self.node_selector, self.service_account = dict(node_selector or {}), service_account
-        self.termination_grace_seconds = termination_grace_seconds
+        self.termination_grace_seconds = whole_number(
+            termination_grace_seconds, "termination_grace_seconds", low=1, high=119
+        )
         self.work_dir = work_dir
 
     def render(self, request: JobRequest) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from costaware.adapters.compute.base import (
     JobState,
     JobStatus,
     require_object_store,
+    whole_number,
 )
 from costaware.core.errors import ComputeBackendError, ConfigurationError
 
@@ -226,7 +227,8 @@ class SageMakerBackend:
                 raise ConfigurationError(f"SageMaker backend needs {name}: set it in backend_options")
         self.role_arn, self.image_uri, self.output_s3_uri = role_arn, image_uri, output_s3_uri
         self.aws_conn_id, self.region_name = aws_conn_id, region_name
-        self.instance_count, self.volume_size_gb = instance_count, volume_size_gb
+        self.instance_count = whole_number(instance_count, "instance_count", low=1, high=1000)
+        self.volume_size_gb = whole_number(volume_size_gb, "volume_size_gb", low=1, high=16384)
         self.environment, self.tags = dict(environment or {}), dict(tags or {})
 
     @property
