@@ -9,6 +9,7 @@ in ``costaware.core.spot_window`` and ``costaware.core.spot_forecast``.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -24,6 +25,12 @@ from costaware.core.spot_window import Observation, choose_zone, spot_capacity
 
 LIVE = "live"
 """The ``prices`` value that reads live EC2 spot prices instead of a recorded file."""
+
+
+log = logging.getLogger(__name__)
+
+#: A recorded price file whose last record is older than this at the decision is said (as simulate does).
+STALE_RECORD = timedelta(days=30)
 
 
 def check_prices(prices: object, *, name: str = "prices") -> str:
@@ -95,6 +102,17 @@ def observe_spot(
     else:
         history = spot_prices.load_spot_history(prices, products=products)
         source = f"recorded {prices}"
+        last = history.series(instance_type, region, availability_zone).last
+        if now - last > STALE_RECORD:
+            # A file of years ago read as today's market, in silence (the bundled demo's is one: said too).
+            source += f" (its last price is of {last:%Y-%m-%d}, held since: not today's market)"
+            log.warning(
+                "the spot price of %s in %s comes from %s, whose last record is %s: held to now",
+                instance_type,
+                availability_zone or region,
+                prices,
+                last.isoformat(),
+            )
     price = spot_prices.current_spot_price(history, instance_type, region, availability_zone, now)
     trace_available: bool | None = None
     if availability:

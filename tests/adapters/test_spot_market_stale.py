@@ -1,0 +1,45 @@
+"""A recorded spot price file read at a decision long after its last record: said, not read as today's."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from costaware.adapters.spot_market import observe_spot
+
+HEADER = "timestamp,region,availability_zone,instance_type,product_description,usd_per_hour\n"
+LAST = "2021-05-31T00:00:00+00:00"
+
+
+def observe(path: Path, now: datetime) -> tuple[Decimal, bool, str]:
+    return observe_spot(
+        prices=str(path),
+        instance_type="p3.2xlarge",
+        region="us-east-1",
+        availability_zone="us-east-1a",
+        aws_conn_id=None,
+        ttl_seconds=300,
+        products=["Linux/UNIX"],
+        on_demand_usd_per_hour=Decimal("3.06"),
+        availability=None,
+        availability_start=None,
+        now=now,
+    )
+
+
+def test_a_price_file_years_old_is_said_to_be_held_not_todays(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A 2021 file decided a 2026 start on its last price, as if it were today's market, in silence.
+    path = tmp_path / "prices.csv"
+    path.write_text(HEADER + f"{LAST},us-east-1,us-east-1a,p3.2xlarge,Linux/UNIX,0.98\n")
+    with caplog.at_level("WARNING"):
+        price, _, source = observe(path, datetime(2026, 11, 30, 12, tzinfo=timezone.utc))
+    assert price == Decimal("0.98")
+    assert "(its last price is of 2021-05-31, held since: not today's market)" in source
+    assert "whose last record is 2021-05-31" in caplog.text
+    _, _, fresh = observe(path, datetime(2021, 6, 2, tzinfo=timezone.utc))  # two days on: nothing to say
+    assert "held since" not in fresh
