@@ -350,6 +350,12 @@ def test_bad_inputs_fail_without_retry_and_write_nothing(
             {"region": "eu-west-2", "availability_zone": "us-east-1a"},
             "'us-east-1a' is not in region 'eu-west-2'",
         ),
+        (
+            {"region": "us-east-1", "availability_zones": ["us-east-1a", "us-west-2b"]},
+            "availability_zones 'us-west-2b' is not in region 'us-east-1'",
+        ),
+        # A naive datetime (not text) passed the parse and failed the run.
+        ({"deadline": datetime(2026, 12, 1, 6)}, "deadline 2026-12-01T06:00:00 has no time zone"),
         ({"objective": "carbon", "carbon": "gb"}, "grid zone 'gb': did you mean 'GB'"),
         ({"objective": "carbon", "region": "us-east-1"}, "region 'us-east-1' has no known grid zone"),
         ({"carbon": "GB"}, "carbon='GB' is read only by objective 'carbon' or 'cost\\+carbon', not 'cost'"),
@@ -509,6 +515,11 @@ def test_priority_and_zone_traces_are_checked(tmp_path: Path, ledger_env: Ledger
     with pytest.raises(AirflowFailException, match="is one trace but availability_zones lists 2 zones"):
         sensor.execute(context())
     assert ledger_env.entries(dag_id="spot_window_test") == []
+    # One zone and one trace: that zone's (it was refused as "lists 1 zones").
+    one = make_sensor(
+        prices=str(prices), availability_zones=["us-east-1b"], availability=str(tmp_path / "b.json")
+    )
+    assert one._observe_kwargs()["zone_availability"] == {"us-east-1b": str(tmp_path / "b.json")}
 
 
 def _ui_run_context(windows: str) -> dict[str, Any]:

@@ -229,11 +229,14 @@ class SpotWindowSensor(BaseSensorOperator):
         if region is not None:
             check_aws_regions([str(region)], name="region")
         zone = self.availability_zone if is_literal(self.availability_zone) else None
-        if region is not None and zone and region_of(str(zone), "") != region:
-            raise ConfigurationError(
-                f"availability_zone {zone!r} is not in region {region!r}: give a zone of {region} (e.g. "
-                f"'{region}a'), or the zone's region"
-            )
+        listed = list(parse_zones(self.availability_zones)) if is_literal(self.availability_zones) else []
+        for name, value in [("availability_zone", zone)] + [("availability_zones", z) for z in listed]:
+            # Each zone listed too: one of another region passed, and failed the run as "no spot prices".
+            if region is not None and value and region_of(str(value), "") != region:
+                raise ConfigurationError(
+                    f"{name} {value!r} is not in region {region!r}: give a zone of {region} (e.g. "
+                    f"'{region}a'), or the zone's region"
+                )
         literal = all(is_literal(v) for v in (self.objective, self.carbon_usd_per_tonne, self.carbon))
         if literal and (self.carbon or region is not None):
             objective = Objective.parse(self.objective, self.carbon_usd_per_tonne)
@@ -409,6 +412,9 @@ class SpotWindowSensor(BaseSensorOperator):
                     "is not set; list the zones, or give one trace path"
                 )
             zone_traces, availability = {str(k): str(v) for k, v in availability.items()}, None
+        elif availability and zones and len(zones) == 1:
+            # One zone, one trace: that zone's (it was refused as "lists 1 zones").
+            zone_traces, availability = {zones[0]: str(availability)}, None
         elif availability and zones:
             raise ConfigurationError(
                 f"availability {availability!r} is one trace but availability_zones lists "
@@ -536,7 +542,8 @@ def _objective(plan: dict[str, Any]) -> Objective:
 
 def _written(value: Any) -> bool:
     """Whether ``value`` is given and holds no template (so it can be checked when the DAG is parsed)."""
-    return value not in (None, "", "None") and is_literal(value)
+    # A datetime written out too: a naive one passed the parse, and failed the run.
+    return value not in (None, "", "None") and (is_literal(value) or isinstance(value, datetime))
 
 
 def _check_written(
