@@ -61,3 +61,14 @@ def test_jobs_past_the_price_history_are_named_and_jobs_within_it_are_not(
         "note: 1 job(s) of p3.2xlarge in us-east-1 (churn first) have deadlines more than 30 days past the "
         "last spot price change recorded (2021-03-01): the replay holds that price for them" in err
     )
+
+
+def test_a_jobs_file_with_a_header_alone_is_said_with_availability_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # With --availability it was "ValueError: min() arg is an empty sequence", a traceback.
+    argv = _files(tmp_path)
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text(jobs.read_text().splitlines()[0] + "\n")
+    assert main(argv) == 2
+    assert "no jobs to simulate; the jobs file has no rows" in capsys.readouterr().err

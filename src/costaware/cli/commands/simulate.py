@@ -74,6 +74,8 @@ def _market(
     from costaware.adapters import spot_prices
     from costaware.adapters.price_files import bundled_catalog, catalog_from_files
 
+    if not jobs:  # said before the traces are read (they start at the first job: a traceback, before)
+        raise ConfigurationError("no jobs to simulate; the jobs file has no rows")
     products = tuple(args.product or spot_prices.LINUX)
     histories: list[spot_prices.SpotPriceHistory] = []
     electricity: PriceSeries | None = None
