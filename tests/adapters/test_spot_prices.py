@@ -129,6 +129,11 @@ def test_unknown_names_are_reported_with_what_is_known() -> None:
         history.series("m5.large", "eu-west-1")
     with pytest.raises(PriceNotFoundError, match="zone 'us-east-1b'; zones: us-east-1a"):
         history.series("m5.large", "us-east-1", "us-east-1b")
+    # A real type the file does not record: the file is what to change ("did you mean m5.large?" before).
+    with pytest.raises(
+        PriceNotFoundError, match=r"p\.csv has no spot prices of m5\.xlarge \(it records m5\.large\): give a"
+    ):
+        history.series("m5.xlarge", "us-east-1")
 
 
 @pytest.mark.parametrize(

@@ -104,6 +104,15 @@ class SpotPriceHistory:
             PriceNotFoundError: unknown type, region or zone; the message says what is known.
         """
         if instance_type not in self.instance_types:
+            from costaware.adapters.price_files import bundled_catalog
+
+            if instance_type in bundled_catalog().instance_types:
+                # A real type the file does not record: the file is the thing to change, not the type (it was
+                # "unknown instance type 'g4dn.8xlarge' ... did you mean p3.16xlarge?").
+                raise PriceNotFoundError(
+                    f"{self.source} has no spot prices of {instance_type} (it records "
+                    f"{', '.join(self.instance_types)}): give a price file that records {instance_type}"
+                )
             close = difflib.get_close_matches(instance_type, self.instance_types, n=3, cutoff=0.6)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
             raise PriceNotFoundError(
