@@ -303,3 +303,13 @@ def test_the_form_offers_every_grouping_of_a_report(client: TestClient) -> None:
     select = html[html.index('<select name="group_by">') : html.index("</select>")]
     for choice in (*GROUP_BYS, *(f"tag:{tag}" for tag in INDEXED_TAGS)):
         assert f'<option value="{choice}"' in select, choice
+
+
+def test_until_alone_counts_days_back_from_until() -> None:
+    # From now, an Until older than Days made a backwards range: $0 on the page, and no word.
+    from costaware.plugins.ui.filters import check_filters
+
+    until = datetime(2026, 10, 1, tzinfo=timezone.utc)
+    filters, problems = check_filters(30, None, until, None, "*")
+    assert problems == [] and filters is not None
+    assert (filters.since, filters.until) == (until - timedelta(days=30), until)

@@ -117,7 +117,9 @@ def check_filters(
         problems.append(("scope", problem))
     if problems:
         return None, problems
-    start = start or datetime.now(timezone.utc) - timedelta(days=days)
+    # Days back from Until where only Until is given (from now, an Until older than Days made a backwards
+    # range: $0, and no word).
+    start = start or (end or datetime.now(timezone.utc)) - timedelta(days=days)
     return Filters(since=start, until=end, dag_id=dag_id, scope=scope), []
 
 
