@@ -54,11 +54,14 @@ def test_airflow_services_build_the_extended_image(compose: dict[str, Any]) -> N
 
 
 SECRETS = ("FERNET_KEY", "AIRFLOW_JWT_SECRET", "POSTGRES_PASSWORD", "AIRFLOW_ADMIN_PASSWORD")
-_VARIABLE = re.compile(r"\$\{(?P<name>[A-Z_][A-Z0-9_]*)(?:(?P<op>:-|:\?)(?P<arg>[^}]*))?\}")
+_VARIABLE = re.compile(r"\$\{(?P<name>[A-Z_][A-Z0-9_]*)(?:(?P<op>:-|:\?)(?P<arg>[^}$]*))?\}")
 
 
 def interpolate(text: str, env: dict[str, str]) -> str:
-    """Compose's ``${VAR}``, ``${VAR:-default}`` and ``${VAR:?message}`` (an error when unset or empty)."""
+    """Compose's ``${VAR}``, ``${VAR:-default}`` and ``${VAR:?message}`` (an error when unset or empty).
+
+    A default may hold variables of its own (``${A:-x${B}}``): the innermost are read first.
+    """
 
     def one(match: re.Match[str]) -> str:
         value = env.get(match["name"], "")
@@ -66,7 +69,10 @@ def interpolate(text: str, env: dict[str, str]) -> str:
             raise KeyError(f"required variable {match['name']} is missing a value: {match['arg']}")
         return value or (match["arg"] if match["op"] == ":-" else "")
 
-    return _VARIABLE.sub(one, text.replace("$$", "\0")).replace("\0", "$")
+    text = text.replace("$$", "\0")
+    while (done := _VARIABLE.sub(one, text)) != text:
+        text = done
+    return text.replace("\0", "$")
 
 
 SECRET_ENV = {
@@ -97,7 +103,8 @@ def test_no_secret_has_a_literal_fallback() -> None:
 
 
 def test_environment_celery_postgres_ledger(compose: dict[str, Any]) -> None:
-    compose = dict(yaml.safe_load(interpolate((ROOT / "docker-compose.yaml").read_text(), SECRET_ENV)))
+    raw = (ROOT / "docker-compose.yaml").read_text()
+    compose = dict(yaml.safe_load(interpolate(raw, SECRET_ENV)))
     env = compose["services"]["airflow-scheduler"]["environment"]
     assert env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
     assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("postgresql+psycopg2://")
@@ -114,6 +121,10 @@ def test_environment_celery_postgres_ledger(compose: dict[str, Any]) -> None:
         "costaware_ledger", scheme, host, user, password, int(port), database, None
     )
     assert url == "postgresql+psycopg2://airflow:pw123@postgres:5432/costaware"
+    # A ledger of your own in .env is the one every container uses (it was written out, and .env ignored).
+    own = "postgres://ml:secret@ledger.internal:5432/costs"
+    mine = dict(yaml.safe_load(interpolate(raw, {**SECRET_ENV, "AIRFLOW_CONN_COSTAWARE_LEDGER": own})))
+    assert mine["services"]["airflow-scheduler"]["environment"]["AIRFLOW_CONN_COSTAWARE_LEDGER"] == own
     assert env["AIRFLOW_CONFIG"] == "/opt/airflow/config/airflow.cfg"  # a [costaware] section there applies
     # One region for pricing and for the locality guard (which reads the variable, not the option).
     assert env["COSTAWARE_WORKER_REGION"] == env["AIRFLOW__COSTAWARE__WORKER_REGION"] == "us-east-1"
