@@ -181,6 +181,8 @@ def test_gates_follow_the_scope_filter(client: TestClient, ledger: Ledger) -> No
     assert runs == {"g-inside", "g-late", "g-ml"}
     runs = {g["run_id"] for g in client.get("/api/gates", params={"scope": "team=ml%"}).json()["gates"]}
     assert runs == {"g-ml"}  # '%' is a character of the value, not a wildcard
+    # Matched as written: SQLite's LIKE took Project=CHURN for project=churn (PostgreSQL's did not).
+    assert client.get("/api/gates", params={"scope": "Project=CHURN"}).json()["gates"] == []
     gates = section(
         client.get("/", params={"scope": "project=fraud"}).text, "Refused and waiting spend gates"
     )

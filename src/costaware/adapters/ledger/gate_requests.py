@@ -14,7 +14,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from costaware.adapters.ledger import schema
 from costaware.adapters.ledger.engine import LedgerDatabase
@@ -120,9 +120,12 @@ def gate_requests(
     query = select(t).where(t.c.updated_at >= since)
     if until is not None:
         query = query.where(t.c.updated_at < until)
+    # SQLite's LIKE ignores case (PostgreSQL's does not): a gate of project=Flight-Delays was listed beside
+    # the $0 of that scope's spend. instr and strpos match the text as it is.
+    find = func.instr if ledger.is_sqlite else func.strpos
     for key, value in Scope.parse(scope).tags:
         # Stored scopes are canonical ("k=v,k=v", values without ',' or '='): match whole parts only.
-        query = query.where((literal(",") + t.c.scope + ",").contains(f",{key}={value},", autoescape=True))
+        query = query.where(find(literal(",") + t.c.scope + ",", f",{key}={value},") > 0)
     if dag_id:
         query = query.where(t.c.dag_id == dag_id)
     if dag_ids is not None:  # the DAGs a Cost page user may read
