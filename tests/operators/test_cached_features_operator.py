@@ -110,6 +110,7 @@ def test_miss_then_hit_locally(
     (miss,) = ledger_conn.entries(run_id="run_1")
     assert (miss["kind"], miss["estimated"], miss["outcome"]) == ("compute", False, "success")
     assert miss["note"].startswith("computed features ") and miss["project"] == "flights"
+    assert str(tmp_path) not in miss["note"]  # the Cost page shows notes: no path on the server
     assert miss["unit_price_usd"] == Decimal("3.60")
     second_run = {e["outcome"]: e for e in ledger_conn.entries(run_id="run_2")}
     hit = second_run["cache_hit"]

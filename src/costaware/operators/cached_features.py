@@ -429,7 +429,9 @@ class CachedFeaturesOperator(BaseOperator):
             estimated=False,
             outcome="cache_miss",
             cause="feature_cache",
-            note=f"computed features {manifest.key} into {outcome.entry.uri}",
+            # The key, not the path: notes are on the Cost page, which names no path on the server (the
+            # task log and `costaware cache show KEY` give where it is).
+            note=f"computed features {manifest.key} (costaware cache show {manifest.key})",
         )
 
     @staticmethod
