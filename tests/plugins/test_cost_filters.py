@@ -315,3 +315,15 @@ def test_until_alone_counts_days_back_from_until() -> None:
     filters, problems = check_filters(30, None, until, None, "*")
     assert problems == [] and filters is not None
     assert (filters.since, filters.until) == (until - timedelta(days=30), until)
+
+
+def test_filters_that_select_nothing_say_why_they_may_be_mistyped(client: TestClient) -> None:
+    # A misspelt DAG id or a tag in the wrong case showed $0 as if it were a real figure.
+    answer = client.get("/api/summary", params={"dag_id": "Early_Dag"}).json()
+    assert answer["entries"] == 0
+    assert answer["note"] == "the ledger has no entries for DAG 'Early_Dag': check its name (case counts)"
+    typo = client.get("/api/summary", params={"scope": "project=Churn"}).json()["note"]
+    assert typo.startswith("no recent entry has project=Churn; check its spelling and case (project: ")
+    assert client.get("/api/summary", params={"dag_id": "early_dag"}).json()["note"] is None
+    page = client.get("/", params={"dag_id": "Early_Dag"}).text
+    assert "No entries: the ledger has no entries for DAG &#x27;Early_Dag&#x27;" in page

@@ -53,6 +53,34 @@ def ledger_dag_ids(ledger: Ledger) -> set[str]:
         }
 
 
+def scope_hint(ledger: Ledger, scope: str, dag_ids: frozenset[str] | None = None) -> str:
+    """Where ``scope`` names a tag value no recent entry has: which values they have, else "".
+
+    ``dag_ids``: only the entries of these DAGs are looked at (a Cost page user's readable ones).
+    """
+    wanted = Scope.parse(scope)
+    recent = [e for e in ledger.entries(limit=500) if dag_ids is None or e["dag_id"] in dag_ids]
+    for key, value in wanted.tags:
+        seen = sorted({str(e["tags"][key]) for e in recent if key in e["tags"]})
+        if value not in seen:
+            listed = ", ".join(seen[:10]) or "none"
+            return f"no recent entry has {key}={value}; check its spelling and case ({key}: {listed})"
+    return ""
+
+
+def empty_filters_hint(ledger: Ledger, filters: Filters) -> str:
+    """Why filters that select nothing may be mistyped: a DAG the ledger has no entry of, a tag no entry has.
+
+    "" where neither: the range holds nothing, as it may. A figure of $0 read as a real one otherwise.
+    """
+    if filters.dag_id and (
+        ledger.last_run_id(filters.dag_id) is None
+        or (filters.dag_ids is not None and filters.dag_id not in filters.dag_ids)
+    ):
+        return f"the ledger has no entries for DAG {filters.dag_id!r}: check its name (case counts)"
+    return scope_hint(ledger, filters.scope, filters.dag_ids) if filters.scope != "*" else ""
+
+
 def spend_by(ledger: Ledger, filters: Filters, group_by: str) -> list[ReportRow]:
     """Spend per group of the entries under ``filters``, dearest first."""
     f = filters

@@ -25,16 +25,10 @@ from costaware.settings import costaware_home
 
 def _scope_hint(ledger: Any, scope: str) -> str:
     """Where ``--scope`` names a tag value no recent entry has: the values they have (``churn``)."""
-    from costaware.core.budgets import Scope
+    from costaware.adapters.ledger.views import scope_hint
 
-    wanted = Scope.parse(scope)
-    recent = ledger.entries(limit=500)
-    for key, value in wanted.tags:
-        seen = sorted({str(e["tags"][key]) for e in recent if key in e["tags"]})
-        if value not in seen:
-            listed = ", ".join(seen[:10]) or "none"
-            return f": no recent entry has {key}={value}; check its spelling and case ({key}: {listed})"
-    return ""
+    hint = scope_hint(ledger, scope)
+    return f": {hint}" if hint else ""
 
 
 def report(args: argparse.Namespace) -> int:

@@ -45,8 +45,12 @@ router = APIRouter(prefix="/api", responses=ERRORS)
 def api_summary(filters: ReportFilters) -> SpendSummary:
     """Totals of the entries in range: spend, on-demand equivalent, savings, cache hits, egress."""
     from costaware.adapters.ledger.reports import summary
+    from costaware.adapters.ledger.views import empty_filters_hint
 
-    return SpendSummary.of(guard(lambda: summary(open_ledger(), filters)))
+    ledger = open_ledger()
+    found = guard(lambda: summary(ledger, filters))
+    note = guard(lambda: empty_filters_hint(ledger, filters)) if found.entries == 0 else ""
+    return SpendSummary.of(found, note=note or None)
 
 
 @router.get("/spend", summary="Spend per group (DAG, task, run, trial, tag, ...), costliest first")

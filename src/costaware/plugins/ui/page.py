@@ -60,7 +60,7 @@ def read_report(f: Filters, group_by: str) -> Report:
         summary,
         top_groups,
     )
-    from costaware.adapters.ledger.views import gates_in, spend_by
+    from costaware.adapters.ledger.views import empty_filters_hint, gates_in, spend_by
     from costaware.plugins.ui.api import budgets_for
     from costaware.plugins.ui.efficiency import efficiency_data
     from costaware.plugins.ui.view import Report
@@ -68,8 +68,10 @@ def read_report(f: Filters, group_by: str) -> Report:
     ledger = open_ledger()
     by_group, rest = top_groups(spend_by(ledger, f, group_by))
     per_day, folded = fold_daily(daily_spend(ledger, f, group_by))
+    totals = summary(ledger, f)
     return Report(
-        summary=summary(ledger, f),
+        summary=totals,
+        note=empty_filters_hint(ledger, f) if totals.entries == 0 else "",
         per_day=per_day,
         other_day_group=other_label(folded) if folded else None,
         by_group=by_group,

@@ -46,6 +46,7 @@ class Report:
     budgets: list[BudgetView]
     efficiency: EfficiencyData
     gates: list[GateRequest]
+    note: str = ""  # with no entry in range: why the filters may be mistyped
 
 
 @dataclass(frozen=True, slots=True)

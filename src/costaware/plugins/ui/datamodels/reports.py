@@ -29,10 +29,13 @@ class SpendSummary(Answer):
     cache_avoided_usd: str = usd_field()
     egress_usd: str = usd_field()
     egress_avoided_usd: str = usd_field()
+    #: With no entry: why the filters may be mistyped (a DAG the ledger has no entry of, an unknown tag).
+    note: str | None = None
 
     @classmethod
-    def of(cls, s: Summary) -> SpendSummary:
+    def of(cls, s: Summary, *, note: str | None = None) -> SpendSummary:
         return cls(
+            note=note,
             usd=str(s.usd),
             on_demand_usd=str(s.on_demand_usd),
             savings_usd=str(s.savings_usd),
