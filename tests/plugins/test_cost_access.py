@@ -231,6 +231,16 @@ def test_the_budget_role_is_a_floor_and_a_misspelt_one_is_logged(
     assert ("budget_admin_role 'ADMN' is not a role" in caplog.text) == (setting == "ADMN")
 
 
+def test_a_misspelt_budget_role_is_named_to_the_admin_it_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The admin was told "may not set budgets: ask an admin", and the log named the role upper-cased.
+    monkeypatch.setenv("AIRFLOW__COSTAWARE__BUDGET_ADMIN_ROLE", "Operators")
+    response = client_for("adm").post(
+        "/api/budgets", json={"scope": "project=churn", "period": "month", "cap_usd": "5"}
+    )
+    assert response.status_code == 403
+    assert "budget_admin_role 'Operators' is not a role of the simple auth manager" in response.text
+
+
 def test_a_cap_json_cannot_hold_as_a_float_is_a_422_and_the_answer_is_the_stored_cap(
     ledger_with_two_teams: Ledger,
 ) -> None:

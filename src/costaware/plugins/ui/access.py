@@ -57,18 +57,30 @@ def may_set_budgets(user: Any) -> bool:
         order = {role.name: role.order for role in SimpleAuthManagerRole}
         wanted = option("budget_admin_role").strip().upper()
         if wanted not in order:
-            log.error(
-                "[costaware] budget_admin_role %r is not a role of the simple auth manager (%s): nobody may "
-                "set budgets until it is fixed",
-                wanted,
-                ", ".join(order),
-            )
+            log.error("%s", budget_role_problem())
             return False
         return bool(order.get((user.role or "").upper(), -1) >= order[wanted])
     return bool(
         _auth_manager().is_authorized_custom_view(
             method=SET_BUDGETS_METHOD, resource_name=BUDGETS_VIEW, user=user
         )
+    )
+
+
+def budget_role_problem() -> str:
+    """What is wrong with ``[costaware] budget_admin_role`` under the simple auth manager, else ""."""
+    from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManagerRole
+
+    from costaware.settings import option
+
+    given = option("budget_admin_role")
+    roles = [role.name for role in SimpleAuthManagerRole]
+    if given.strip().upper() in roles:
+        return ""
+    # As typed, not upper-cased: the setting to look for is the one written.
+    return (
+        f"[costaware] budget_admin_role {given!r} is not a role of the simple auth manager "
+        f"({', '.join(roles)}): nobody may set budgets until it is fixed"
     )
 
 

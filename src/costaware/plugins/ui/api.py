@@ -47,7 +47,7 @@ def api_summary(filters: ReportFilters) -> SpendSummary:
     from costaware.adapters.ledger.reports import summary
     from costaware.adapters.ledger.views import empty_filters_hint
 
-    ledger = open_ledger()
+    ledger = guard(open_ledger)  # an unreachable ledger is a 503, said, not a 500
     found = guard(lambda: summary(ledger, filters))
     note = guard(lambda: empty_filters_hint(ledger, filters)) if found.entries == 0 else ""
     return SpendSummary.of(found, note=note or None)
@@ -115,10 +115,14 @@ def budgets_for(readable: frozenset[str] | None, dag_id: str | None, scope: str)
 @router.post("/budgets", summary="Create or change a budget (needs the budget permission); audited")
 def api_set_budget(change: BudgetChange, user: User) -> BudgetSet:
     """Create or change a budget; 403 without the permission. The audit trail records who and the caps."""
-    from costaware.plugins.ui.access import may_set_budgets, user_name
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+
+    from costaware.plugins.ui.access import budget_role_problem, may_set_budgets, user_name
 
     if not guard(lambda: may_set_budgets(user)):
-        raise HTTPException(403, f"user {user_name(user)!r} may not set budgets: ask an admin")
+        why = budget_role_problem() if isinstance(user, SimpleAuthManagerUser) else ""
+        # A misspelt role refused the admin too, told to "ask an admin".
+        raise HTTPException(403, why or f"user {user_name(user)!r} may not set budgets: ask an admin")
     budget = guard(lambda: _set_budget(change, user_name(user)))
     # The stored cap (to the micro-dollar) without trailing zeros: "100", "150.123457".
     stored = format(budget.cap_usd.normalize(), "f")
