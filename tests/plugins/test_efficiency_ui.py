@@ -120,3 +120,10 @@ def test_the_scope_filter_keeps_the_runs_with_spend_in_it(client: TestClient) ->
     html = client.get("/", params={"scope": "project=churn"}).text
     assert "nightly.train" not in html and "No retrain outcomes yet" in html
     assert len(client.get("/api/outcomes", params={"scope": "*"}).json()["runs"]) == 3
+
+
+def test_too_few_tries_are_said_not_read_as_no_cheaper_type(client: TestClient) -> None:
+    # With 2 tries in range the page said "No cheaper instance type fits": the reason was the count.
+    since = (datetime.now(timezone.utc) - timedelta(days=2, hours=12)).isoformat()
+    html = client.get("/", params={"since": since}).text
+    assert "Too few measured tries to suggest a type: right-sizing needs 3 or more" in html
