@@ -205,6 +205,11 @@ def test_the_costaware_ledger_connection_type_takes_postgres_fields() -> None:
     assert url == "postgresql+psycopg2://u:p@db:5432/led"
     with pytest.raises(ConfigurationError, match=r"has type 'http': the ledger needs a 'costaware_ledger', "):
         url_from_connection_fields("x", "http", "h", None, None, None, None, None)
+    # AIRFLOW_CONN_COSTAWARE_LEDGER='costaware_ledger://...' reaches us with no type: say how to write it.
+    with pytest.raises(
+        ConfigurationError, match=r"has type '': .* write the type costaware-ledger:// or postgres://"
+    ):
+        url_from_connection_fields("costaware_ledger", "", "h", None, None, None, None, None)
 
 
 def test_airflow_s_example_dag_discovery_finds_the_provider_without_an_error(

@@ -74,10 +74,13 @@ def url_from_connection_fields(
         ).render_as_string(hide_password=False)
     if kind == "sqlite":
         return f"sqlite:///{host or schema}"
+    # A URL like costaware_ledger://... has no scheme to Airflow ('_' is none): its type reads ''.
+    blank = " (as a URL, write the type costaware-ledger:// or postgres://: '_' is no URL scheme)"
     raise ConfigurationError(
         f"connection {conn_id!r} has type {conn_type!r}: the ledger needs a 'costaware_ledger', "
         "'postgres' or 'sqlite' connection, "
         'or any connection whose extra holds {"url": "postgresql+psycopg2://..."}'
+        + (blank if not conn_type else "")
     )
 
 
