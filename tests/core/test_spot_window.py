@@ -3,6 +3,7 @@ from __future__ import annotations
 import dataclasses
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -266,3 +267,24 @@ def test_decide_table(now: datetime, observation: Observation, expected: SpotDec
 )
 def test_the_market_is_read_only_inside_the_window(now: datetime, wanted: bool) -> None:
     assert wants_observation(now, latest_start=T + timedelta(hours=3), not_before=T) is wanted
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"runtime_hours": Decimal(-3)}, "runtime_hours must be 0 or more, got Decimal\\('-3'\\)"),
+        ({"restart_overhead_minutes": -10}, "restart_overhead_minutes must be 0 or more, got -10"),
+        ({"deadline": datetime(2026, 12, 1, 11)}, "deadline 2026-12-01T11:00:00 has no time zone"),
+    ],
+)
+def test_latest_start_refuses_what_no_job_has(kwargs: dict[str, Any], message: str) -> None:
+    # A library call: -3 hours gave a latest start after the deadline; a naive deadline failed later, in
+    # decide(), as a bare TypeError.
+    args: dict[str, Any] = {
+        "deadline": datetime(2026, 12, 1, 11, tzinfo=timezone.utc),
+        "runtime_hours": Decimal(3),
+        "restart_overhead_minutes": 10,
+        **kwargs,
+    }
+    with pytest.raises(ConfigurationError, match=message):
+        latest_start(**args)

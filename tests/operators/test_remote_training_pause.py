@@ -316,7 +316,7 @@ def test_with_prices_a_spot_attempt_is_billed_at_the_mean_price_over_its_run(
     other = replace(state, plan=replace(plan, instance_type="c5.large"))
     assert op._billed_spot_rate(other, job) == Decimal("0.50")
     logged = capsys.readouterr().out
-    assert "attempt billed at its starting spot price 0.50 USD/hour: unknown instance type" in logged
+    assert "starting spot price 0.50 USD/hour: prices.csv has no spot prices of c5.large" in logged
     # A recorded file that ends long before the run (the example's 2021 history) carried its last price
     # forward for years: it prices no run; the starting price does, and the log says why.
     years_later = {"billable_seconds": 3600.0, "ended_at": (ended + timedelta(days=400)).timestamp()}

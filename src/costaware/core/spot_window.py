@@ -84,6 +84,15 @@ def latest_start(
     * ``best_effort``: the deadline itself; the deadline is soft and the run may end after it.
     """
     priority = check_priority(priority)
+    # As a library call too (the sensor checks its own): -3 hours ran after the deadline, and a naive
+    # deadline failed later in decide() as a bare TypeError.
+    deadline = parse_instant(deadline, name="deadline")
+    if not Decimal(str(runtime_hours)) >= 0:  # 0: a resume with no work left
+        raise ConfigurationError(f"runtime_hours must be 0 or more, got {runtime_hours!r}")
+    if not float(restart_overhead_minutes) >= 0:
+        raise ConfigurationError(
+            f"restart_overhead_minutes must be 0 or more, got {restart_overhead_minutes!r}"
+        )
     overhead = timedelta(minutes=restart_overhead_minutes)
     runtime = timedelta(hours=float(runtime_hours))
     if priority == "best_effort":
