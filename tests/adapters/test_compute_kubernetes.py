@@ -292,3 +292,63 @@ def test_a_templated_grace_period_is_read_as_a_number_and_a_bad_one_named() -> N
         ConfigurationError, match="termination_grace_seconds must be a whole number from 1 to 119"
     ):
         open_backend("kubernetes", {"image": "i", "termination_grace_seconds": "sixty"})
+
+
+class _OnePodApi(_PodGoneApi):
+    """The CoreV1Api calls a poll makes, answering with one pod, and the deletes it is asked for."""
+
+    def __init__(self, pod: dict[str, Any]) -> None:
+        super().__init__(200)
+        self.pod, self.deleted = pod, []
+
+    def read_namespaced_pod(self, name: str, namespace: str) -> Any:
+        return self.pod
+
+    def delete_namespaced_pod(self, name: str, namespace: str) -> Any:
+        self.deleted.append(name)
+
+
+def test_a_pod_ended_for_us_but_not_for_kubernetes_is_deleted_at_the_poll(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The training done beside a sidecar left the pod Running (read RUNNING till activeDeadlineSeconds); a
+    # container that cannot start was failed but left Pending on its paid node, to start later, unwatched.
+    done = {
+        "metadata": {"name": "train-1"},
+        "status": {
+            "phase": "Running",
+            "containerStatuses": [
+                {"name": "istio-proxy", "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}},
+                {
+                    "name": "train",
+                    "state": {
+                        "terminated": {
+                            "exitCode": 0,
+                            "startedAt": "2026-01-01T00:00:00Z",
+                            "finishedAt": "2026-01-01T03:00:00Z",
+                        }
+                    },
+                },
+            ],
+        },
+    }
+    stuck = {
+        "metadata": {"name": "train-2"},
+        "status": {
+            "phase": "Pending",
+            "containerStatuses": [{"name": "train", "state": {"waiting": {"reason": "ImagePullBackOff"}}}],
+        },
+    }
+    backend = open_backend("kubernetes", {"image": "costaware:1", "namespace": "ml"})
+    for pod, state in ((done, JobState.SUCCEEDED), (stuck, JobState.FAILED)):
+        api = _OnePodApi(pod)
+        monkeypatch.setattr(backend, "_api", lambda api=api: api)
+        assert backend.poll(pod["metadata"]["name"]).state == state
+        assert api.deleted == [pod["metadata"]["name"]]
+    running = {
+        **done,
+        "status": {"phase": "Running", "containerStatuses": [done["status"]["containerStatuses"][0]]},
+    }
+    api = _OnePodApi(running)
+    monkeypatch.setattr(backend, "_api", lambda: api)
+    assert backend.poll("train-1").state == JobState.RUNNING and api.deleted == []  # nothing ended: kept

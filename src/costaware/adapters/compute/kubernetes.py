@@ -237,7 +237,15 @@ def status_from_pod(pod: Mapping[str, Any], node_labels: Mapping[str, str] | Non
         seconds = _seconds(running.get("startedAt"), None)
     else:
         seconds = 0.0
-    if phase == "Succeeded":
+    if phase == "Running" and terminated:
+        # The training ended while the pod runs on (a sidecar such as istio-proxy): its own end decides.
+        if exit_code == 0:
+            job_state = JobState.SUCCEEDED
+        elif exit_code in RESUBMIT_EXIT_CODES or disrupted:
+            job_state = JobState.INTERRUPTED
+        else:
+            job_state = JobState.FAILED
+    elif phase == "Succeeded":
         job_state = JobState.SUCCEEDED
     elif phase == "Failed":
         # A drain SIGTERMs the launcher, which exits 75 or 77; a 137 or 143 without a disruption is the
@@ -379,7 +387,13 @@ class KubernetesBackend:
             # Only the instance type and zone labels: a reclaimed node already deleted, or a service account
             # without the cluster-wide "get nodes", must not read as the pod being gone.
             labels = {}
-        return status_from_pod(pod, labels or {})
+        status = status_from_pod(pod, labels or {})
+        if status.state.done and str(pod.get("status", {}).get("phase")) in ("Pending", "Running"):
+            # Ended for us, not for Kubernetes: a container that cannot start waits on its paid node till
+            # activeDeadlineSeconds (and starts, unwatched, once its image comes), a training done beside a
+            # sidecar leaves the pod running. Deleted now.
+            self.stop(job_id)
+        return status
 
     def stop(self, job_id: str) -> None:
         """Delete the pod: its container gets SIGTERM (and checkpoints), then the pod is gone.
