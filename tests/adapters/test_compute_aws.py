@@ -428,3 +428,9 @@ def test_sagemaker_number_options_are_checked_naming_them(options: dict[str, Any
     with pytest.raises(ConfigurationError, match=message):
         open_backend("sagemaker", {**base, **options})
     assert open_backend("sagemaker", {**base, "instance_count": "2"}).instance_count == 2  # type: ignore[attr-defined]
+    # A template renders 1.0 for one instance (the spot tuning DAG takes it): a whole number all the same.
+    assert open_backend("sagemaker", {**base, "instance_count": 1.0}).instance_count == 1  # type: ignore[attr-defined]
+    with pytest.raises(
+        ConfigurationError, match=r"instance_count must be a whole number from 1 to 1000, got 1\.5"
+    ):
+        open_backend("sagemaker", {**base, "instance_count": 1.5})

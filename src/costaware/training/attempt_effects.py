@@ -93,6 +93,7 @@ def stop_seconds(state: AttemptState) -> float:
     120 s after its SIGTERM, Batch at its ``stop_timeout_seconds``: the grace alone let a capped attempt
     bill up to two minutes past ``max_usd``.
     """
+    from costaware.adapters.compute.base import whole_number
     from costaware.adapters.compute.batch import ECS_STOP_TIMEOUT_SECONDS
     from costaware.adapters.compute.kubernetes import TERMINATION_GRACE_SECONDS, pod_grace_seconds
 
@@ -103,8 +104,11 @@ def stop_seconds(state: AttemptState) -> float:
         pod = pod_grace_seconds(
             grace,
             is_command=bool(state.command),
-            termination_grace_seconds=int(
-                options.get("termination_grace_seconds", TERMINATION_GRACE_SECONDS)
+            termination_grace_seconds=whole_number(
+                options.get("termination_grace_seconds", TERMINATION_GRACE_SECONDS),
+                "termination_grace_seconds",
+                low=1,
+                high=119,
             ),
         )
         return max(grace, float(pod))

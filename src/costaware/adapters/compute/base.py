@@ -557,10 +557,16 @@ def whole_number(value: object, name: str, *, low: int, high: int) -> int:
         ConfigurationError: anything else, naming the option and its value (it was a bare TypeError or
             ValueError at the first submit).
     """
+    from decimal import Decimal, InvalidOperation
+
     try:
-        number = int(str(value).strip()) if not isinstance(value, bool) else None
-    except ValueError:
-        number = None
+        exact = Decimal(str(value).strip()) if not isinstance(value, bool) else None
+    except InvalidOperation:
+        exact = None
+    # 30, "30", 30.0 and "30.0" alike (a template renders 1.0 for one instance); 30.5 is no whole number.
+    number = (
+        int(exact) if exact is not None and exact.is_finite() and exact == exact.to_integral_value() else None
+    )
     if number is None or not low <= number <= high:
         raise ConfigurationError(
             f"backend option {name} must be a whole number from {low} to {high}, got {value!r}"
