@@ -39,7 +39,19 @@ def test_a_price_file_years_old_is_said_to_be_held_not_todays(
     with caplog.at_level("WARNING"):
         price, _, source = observe(path, datetime(2026, 11, 30, 12, tzinfo=timezone.utc))
     assert price == Decimal("0.98")
-    assert "(its last price is of 2021-05-31, held since: not today's market)" in source
-    assert "whose last record is 2021-05-31" in caplog.text
+    assert "(recorded up to 2021-05-31: its last prices are held since, not today's market)" in source
+    assert "were recorded up to 2021-05-31" in caplog.text
     _, _, fresh = observe(path, datetime(2021, 6, 2, tzinfo=timezone.utc))  # two days on: nothing to say
     assert "held since" not in fresh
+
+
+def test_a_zone_whose_price_went_unchanged_in_a_fresh_file_is_not_called_stale(tmp_path: Path) -> None:
+    # Prices are recorded as they change: us-east-1a's may be weeks old in a file recorded yesterday.
+    path = tmp_path / "prices.csv"
+    path.write_text(
+        HEADER
+        + f"{LAST},us-east-1,us-east-1a,p3.2xlarge,Linux/UNIX,0.98\n"
+        + "2021-07-30T00:00:00+00:00,us-east-1,us-east-1b,p3.2xlarge,Linux/UNIX,1.01\n"
+    )
+    _, _, source = observe(path, datetime(2021, 7, 31, tzinfo=timezone.utc))
+    assert "recorded up to" not in source

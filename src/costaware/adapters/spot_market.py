@@ -29,6 +29,16 @@ LIVE = "live"
 
 log = logging.getLogger(__name__)
 
+_SAID: set[str] = set()
+
+
+def _said_once(key: str, message: str) -> None:
+    """Log ``message`` once per process for ``key`` (a trigger observes every poll)."""
+    if key not in _SAID:
+        _SAID.add(key)
+        log.warning("%s", message)
+
+
 #: A recorded price file whose last record is older than this at the decision is said (as simulate does).
 STALE_RECORD = timedelta(days=30)
 
@@ -102,16 +112,15 @@ def observe_spot(
     else:
         history = spot_prices.load_spot_history(prices, products=products)
         source = f"recorded {prices}"
-        last = history.series(instance_type, region, availability_zone).last
+        # The file's newest record, of any zone: one zone's price may rightly go weeks unchanged.
+        last = history.last_record
         if now - last > STALE_RECORD:
             # A file of years ago read as today's market, in silence (the bundled demo's is one: said too).
-            source += f" (its last price is of {last:%Y-%m-%d}, held since: not today's market)"
-            log.warning(
-                "the spot price of %s in %s comes from %s, whose last record is %s: held to now",
-                instance_type,
-                availability_zone or region,
+            source += f" (recorded up to {last:%Y-%m-%d}: its last prices are held since, not today's market)"
+            _said_once(
                 prices,
-                last.isoformat(),
+                f"the spot prices of {prices} were recorded up to {last.isoformat()}: their last ones are "
+                "held to now",
             )
     price = spot_prices.current_spot_price(history, instance_type, region, availability_zone, now)
     trace_available: bool | None = None

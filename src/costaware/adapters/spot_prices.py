@@ -97,6 +97,14 @@ class SpotPriceHistory:
         """What was fixed while reading (sorting, duplicates), per series."""
         return [f"{s.name}: {note}" for s in self._series.values() for note in s.notes]
 
+    @property
+    def last_record(self) -> datetime:
+        """The newest record of the file, of any type and zone: how recent the recording is.
+
+        One zone's price may go weeks unchanged (a price is recorded only as it changes).
+        """
+        return max(series.last for series in self._series.values())
+
     def series(self, instance_type: str, region: str, availability_zone: str | None = None) -> PriceSeries:
         """The spot price of a type in one zone, or the cheapest zone of the region at each instant.
 
