@@ -327,3 +327,8 @@ def test_filters_that_select_nothing_say_why_they_may_be_mistyped(client: TestCl
     assert client.get("/api/summary", params={"dag_id": "early_dag"}).json()["note"] is None
     page = client.get("/", params={"dag_id": "Early_Dag"}).text
     assert "No entries: the ledger has no entries for DAG &#x27;Early_Dag&#x27;" in page
+
+
+def test_an_until_with_no_days_before_it_is_a_422_not_a_500(client: TestClient) -> None:
+    response = client.get("/api/summary", params={"until": "0001-01-10T00:00:00+00:00", "days": 30})
+    assert response.status_code == 422 and "leaves no 30 days before it" in response.json()["detail"]

@@ -119,7 +119,11 @@ def check_filters(
         return None, problems
     # Days back from Until where only Until is given (from now, an Until older than Days made a backwards
     # range: $0, and no word).
-    start = start or (end or datetime.now(timezone.utc)) - timedelta(days=days)
+    if start is None:
+        try:
+            start = (end or datetime.now(timezone.utc)) - timedelta(days=days)
+        except OverflowError:  # an Until in the first days of year 1: no day before it to count from
+            return None, [("until", f"{end.isoformat() if end else ''} leaves no {days} days before it")]
     return Filters(since=start, until=end, dag_id=dag_id, scope=scope), []
 
 
