@@ -183,6 +183,10 @@ def test_gates_follow_the_scope_filter(client: TestClient, ledger: Ledger) -> No
     assert runs == {"g-ml"}  # '%' is a character of the value, not a wildcard
     # Matched as written: SQLite's LIKE took Project=CHURN for project=churn (PostgreSQL's did not).
     assert client.get("/api/gates", params={"scope": "Project=CHURN"}).json()["gates"] == []
+    # Noted as the gate wrote it ("team=ml, project=churn"), it was never listed under project=churn.
+    gate(ledger, "g-spaced", NOW - timedelta(days=5), dag_id="ml_dag", scope="team=ml, project=churn")
+    runs = {g["run_id"] for g in client.get("/api/gates", params={"scope": "project=churn"}).json()["gates"]}
+    assert "g-spaced" in runs
     gates = section(
         client.get("/", params={"scope": "project=fraud"}).text, "Refused and waiting spend gates"
     )

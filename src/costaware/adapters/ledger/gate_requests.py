@@ -91,10 +91,25 @@ def note_gate_request(
                 task_id=task_id,
                 map_index=map_index,
                 for_task_id=for_task_id,
-                scope=scope[:512],
+                scope=_canonical(scope)[:512],
                 **values,
             )
         )
+
+
+def _canonical(scope: str) -> str:
+    """``scope`` as :class:`~costaware.core.budgets.Scope` writes it (sorted, no spaces), else as given.
+
+    The scope filter matches whole ``k=v`` parts of it: ``"team=ml, project=churn"`` stored as written was
+    never listed under ``project=churn``.
+    """
+    from costaware.core.budgets import Scope
+    from costaware.core.errors import ConfigurationError
+
+    try:
+        return str(Scope.parse(scope))
+    except ConfigurationError:  # noted as the gate had it; the gate itself refused it
+        return scope
 
 
 def gate_requests(
