@@ -33,6 +33,33 @@ from clocks import CLOCKS  # noqa: E402  # tests/support/ is on pythonpath (pypr
 from services import moto_server, postgres_server  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def costaware_loggers_on(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Each test starts with costaware's loggers as the package leaves them: enabled, and propagating.
+
+    A library that configures logging with ``fileConfig`` disables every logger that exists then; a later
+    test in the same worker that reads the log (``caplog``) read nothing. When a test leaves them so, they
+    are turned on again, and a warning in the run's summary names that test.
+    """
+    import logging
+    import warnings
+
+    yield
+    silenced = [
+        name
+        for name, logger in list(logging.Logger.manager.loggerDict.items())
+        if name.startswith("costaware")
+        and isinstance(logger, logging.Logger)
+        and (logger.disabled or not logger.propagate or logger.level > logging.INFO)
+    ]
+    for name in silenced:
+        logger = logging.getLogger(name)
+        logger.disabled, logger.propagate = False, True
+        logger.setLevel(logging.NOTSET)
+    if silenced:
+        warnings.warn(f"{request.node.nodeid} left costaware loggers silenced: {silenced[:5]}", stacklevel=1)
+
+
 @pytest.fixture(params=CLOCKS, ids=lambda instant: f"clock-{instant[:16]}")
 def clock(request: pytest.FixtureRequest) -> Iterator[object]:
     """The wall clock set to each of :data:`CLOCKS` in turn; it ticks on from there (triggers need time).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 
@@ -75,7 +76,14 @@ def test_a_subset_of_the_arms_is_not_judged(
 
     monkeypatch.setattr(tuning, "run_dataset", ran)
     monkeypatch.setattr(sys, "argv", ["tuning.py", "--quick", "--arms", "costaware", "--json"])
-    assert tuning.main() == 0
+    # main() quiets the costaware and optuna loggers for the script's run: put them back for the next tests
+    # (left at WARNING, a later test that read the log read nothing).
+    levels = {name: logging.getLogger(name).level for name in ("optuna", "costaware")}
+    try:
+        assert tuning.main() == 0
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
     out = capsys.readouterr().out
     assert "target met (all data sets): not judged" in out
     assert json.loads(out.strip().splitlines()[-1])["target_met"] is None
