@@ -215,7 +215,7 @@ class ModelStore:
         with self._champion_lock():
             current = self.champion_pointer()
             if not isinstance(replacing, _Unchecked):
-                self.check_champion(replacing, current)
+                self._check_champion(replacing, current)
             if before_switch is not None:
                 before_switch()
             pointer = Champion(
@@ -227,12 +227,9 @@ class ModelStore:
         log.info("champion of %s is now %s (was %s)", self.uri, version, pointer.previous)
         return pointer
 
-    def check_champion(
-        self, expected: str | None, current: Champion | _Unchecked | None = _UNCHECKED
-    ) -> None:
-        """Raise ``ChampionChangedError`` unless the champion is still ``expected`` (None: none yet)."""
-        pointer = self.champion_pointer() if isinstance(current, _Unchecked) else current
-        now = pointer.version if pointer else None
+    def _check_champion(self, expected: str | None, current: Champion | None) -> None:
+        """Raise ``ChampionChangedError`` unless ``current`` is still ``expected`` (None: none yet)."""
+        now = current.version if current else None
         if now != expected:
             raise ChampionChangedError(
                 f"the champion of {self.uri} changed from {expected!r} to {now!r} while the candidate was "

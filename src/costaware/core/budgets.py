@@ -261,6 +261,21 @@ def kept_settings(
     return cap_gpu_hours, timezone or (current.timezone if current is not None else "UTC")
 
 
+def kept_cap(current: Budget | None, cap_usd: object, *, scope: str, period: str, give: str) -> object:
+    """The USD cap a change sets: what it gives, else the budget's own.
+
+    Raises:
+        InvalidBudgetError: none given for a budget that does not exist yet; ``give`` says how to give it.
+    """
+    if cap_usd is not None:
+        return cap_usd
+    if current is None:
+        raise InvalidBudgetError(
+            f"budget '{Scope.parse(scope)}/{Period.parse(period).value}' does not exist yet: {give}"
+        )
+    return current.cap_usd
+
+
 def period_window(
     period: Period, at: datetime, tz_name: str = "UTC", run_id: str | None = None
 ) -> PeriodWindow:

@@ -32,15 +32,6 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
-def killed_try_entry(ti: Any, outcome: str) -> Any:
-    """The entry of ``ti``'s try from its start and end dates, or None when it held no worker.
-
-    Never raises: a state change must not fail because its cost could not be priced (it is logged).
-    """
-    pricing = killed_try_pricing(ti, outcome)
-    return pricing[1]() if pricing is not None else None
-
-
 def killed_try_pricing(ti: Any, outcome: str) -> tuple[str, Callable[[], Any]] | None:
     """The ledger ``ti``'s task writes to, and the pricing of its try (read now), to call in another thread.
 

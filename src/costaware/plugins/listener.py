@@ -275,12 +275,13 @@ class CostListener:
                 seconds,
             )
             return
-        write_entry(entry, ledger_conn_id_of(ti.task), retrying=_will_retry(ti))
+        ledger_conn_id = ledger_conn_id_of(ti.task)
+        write_entry(entry, ledger_conn_id, retrying=_will_retry(ti))
         _audit_overrides(ti, context)
-        record_utilization(ti, entry, reading, ledger_conn_id_of(ti.task))
+        record_utilization(ti, entry, reading, ledger_conn_id)
         from costaware.notifications.budget import alerts_after_spend
 
-        alerts_after_spend(ti, dict(entry.tags), ledger_conn_id_of(ti.task))
+        alerts_after_spend(ti, dict(entry.tags), ledger_conn_id)
 
 
 cost_listener = CostListener()

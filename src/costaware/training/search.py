@@ -260,7 +260,7 @@ def budgeted_search(
 
     # Billed with the first rung, but no part of what every rung needs besides its training.
     setup = meter() - started
-    running: list[tuple[str, str]] = []  # the rung reserved and not billed yet: (its reservation, label)
+    running: tuple[str, str] | None = None  # the rung reserved and not billed yet: (its reservation, label)
     try:
         while len(trials) < max_trials:
             trial = study.ask(dict(space))
@@ -309,7 +309,7 @@ def budgeted_search(
                         ttl=timedelta(seconds=max(2 * seconds, 60.0)),
                         purpose=f"rung {rung} of trial {trial.number}",
                     )
-                    running[:] = [(reservation.id, f"#{trial.number}@{rung}")]
+                    running = (reservation.id, f"#{trial.number}@{rung}")
                 except BudgetExceededError as e:
                     state, stop = "cut", str(e)
                     break
@@ -334,10 +334,8 @@ def budgeted_search(
                     pruned = not goes_on(bracket, rung, value, trial.number)
                 else:
                     pruned = False
-                billed = billing.bill(
-                    reservation.id, f"#{trial.number}@{rung}", f"{dict(trial.params)}: {value:.4f}"
-                )
-                running.clear()
+                billed = billing.bill(*running, f"{dict(trial.params)}: {value:.4f}")
+                running = None
                 if billed > seconds:
                     # Past its reservation (slower training, or the bookkeeping billed with it): that passes
                     # the cap only where the budget had no room left beside it, which is what is said.
@@ -434,12 +432,11 @@ def budgeted_search(
     )
 
 
-def _bill_what_ran(billing: SearchBilling, running: list[tuple[str, str]], error: BaseException) -> None:
+def _bill_what_ran(billing: SearchBilling, running: tuple[str, str] | None, error: BaseException) -> None:
     """Bill the time a search used up to its failure: on its running rung's reservation, then the rest."""
     try:
-        if running:
-            reservation_id, label = running[0]
-            billing.bill(reservation_id, label, f"the rung failed: {type(error).__name__}: {error}")
+        if running is not None:
+            billing.bill(*running, f"the rung failed: {type(error).__name__}: {error}")
         billing.settle_tail("")
     except Exception:
         log.exception("search %s: what ran before it failed could not be billed", billing.run)

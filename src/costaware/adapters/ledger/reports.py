@@ -194,10 +194,7 @@ def daily_spend(
     """Actual USD per UTC day and group, oldest day first."""
     e = schema.entries
     key = group_column(group_by)
-    # PostgreSQL's date() of a timestamptz takes the session's time zone, which a server or role may set:
-    # spend near midnight went to the wrong UTC day (and SQLite, storing UTC, disagreed).
-    utc = e.c.incurred_at if ledger.is_sqlite else func.timezone("UTC", e.c.incurred_at)
-    day = func.date(utc)
+    day = func.date(_incurred_utc(ledger))
     query = (
         select(day, key, func.sum(e.c.usd_micros))
         .where(and_(e.c.estimated.is_(False), *filters.conditions()))
@@ -351,9 +348,9 @@ def _hourly_spend(ledger: LedgerDatabase, filters: Filters) -> list[tuple[dateti
     """
     e = schema.entries
     if ledger.is_sqlite:
-        hour = func.strftime("%Y-%m-%d %H:00:00", e.c.incurred_at)
-    else:  # as daily_spend: the session's time zone must not move the hour
-        hour = func.to_char(func.timezone("UTC", e.c.incurred_at), "YYYY-MM-DD HH24:00:00")
+        hour = func.strftime("%Y-%m-%d %H:00:00", _incurred_utc(ledger))
+    else:
+        hour = func.to_char(_incurred_utc(ledger), "YYYY-MM-DD HH24:00:00")
     query = (
         select(hour, func.sum(e.c.usd_micros))
         .where(and_(e.c.estimated.is_(False), *filters.conditions()))
@@ -365,6 +362,16 @@ def _hourly_spend(ledger: LedgerDatabase, filters: Filters) -> list[tuple[dateti
     return [
         (datetime.fromisoformat(str(h)).replace(tzinfo=timezone.utc), from_micros(usd)) for h, usd in rows
     ]
+
+
+def _incurred_utc(ledger: LedgerDatabase) -> Any:
+    """The entries' ``incurred_at`` as UTC wall time, for grouping by day or hour.
+
+    PostgreSQL reads a timestamptz in the session's time zone, which a server or role may set: spend near
+    midnight went to the wrong UTC day (SQLite, storing UTC, disagreed).
+    """
+    incurred = schema.entries.c.incurred_at
+    return incurred if ledger.is_sqlite else func.timezone("UTC", incurred)
 
 
 def _as_date(value: Any) -> date:

@@ -15,14 +15,12 @@ from costaware.core.money import format_usd_exact
 
 def budget_set(args: argparse.Namespace) -> int:
     """Create or change a budget; the change goes into the audit trail under the current user."""
-    from costaware.core.budgets import Period, Scope, find_budget, kept_settings
-    from costaware.core.errors import InvalidBudgetError
+    from costaware.core.budgets import find_budget, kept_cap, kept_settings
 
     ledger = open_ledger(args)
     budgets = ledger.budgets()
     existing = {(str(b.scope), b.period) for b in budgets}
     # Changing a budget changes what is given; --cap-gpu-hours none drops the GPU-hour cap.
-    key = (str(Scope.parse(args.scope)), Period.parse(args.period))
     current = find_budget(budgets, args.scope, args.period)
     given = args.cap_gpu_hours
     gpu_cap, zone = kept_settings(
@@ -31,13 +29,9 @@ def budget_set(args: argparse.Namespace) -> int:
         gpu_given=given is not None,
         timezone=args.timezone,
     )
-    cap = args.cap_usd
-    if cap is None:
-        if current is None:
-            raise InvalidBudgetError(
-                f"budget '{key[0]}/{key[1].value}' does not exist yet: give its cap, e.g. --cap-usd 250"
-            )
-        cap = current.cap_usd
+    cap = kept_cap(
+        current, args.cap_usd, scope=args.scope, period=args.period, give="give its cap, e.g. --cap-usd 250"
+    )
     budget = ledger.set_budget(
         args.scope, args.period, cap, cap_gpu_hours=gpu_cap, timezone=zone, actor=current_actor()
     )

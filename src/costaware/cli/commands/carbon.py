@@ -160,9 +160,10 @@ def import_file(args: argparse.Namespace) -> int:
     if zone not in known.values() and zone.upper() in known:
         # Zones are looked up exactly: a file imported as "gb" would never be read for GB.
         raise ConfigurationError(f"zone {zone!r}: grid zone names are written {known[zone.upper()]!r}")
-    if zone not in known.values() and zone_hint(zone):
+    hint = zone_hint(zone) if zone not in known.values() else ""
+    if hint:
         # Imported as "CAISO" or "us-west-1", it is a zone of its own that no task of the region reads.
-        raise ConfigurationError(f"zone {zone!r}: {zone_hint(zone).strip()} Import it under the zone's id")
+        raise ConfigurationError(f"zone {zone!r}: {hint.strip()} Import it under the zone's id")
     path = Path(args.file)
     named = zone_of(path)
     if named != zone and named in known.values():

@@ -131,8 +131,7 @@ def api_set_budget(change: BudgetChange, user: User) -> BudgetSet:
 
 def _set_budget(change: BudgetChange, actor: str) -> Budget:
     """Set the budget; what the change leaves out (GPU-hour cap, time zone) stays the budget's own."""
-    from costaware.core.budgets import find_budget, kept_settings
-    from costaware.core.errors import ConfigurationError
+    from costaware.core.budgets import find_budget, kept_cap, kept_settings
 
     ledger = open_ledger()
     current = find_budget(ledger.budgets(), change.scope, change.period)
@@ -142,11 +141,9 @@ def _set_budget(change: BudgetChange, actor: str) -> Budget:
         gpu_given="cap_gpu_hours" in change.model_fields_set,
         timezone=change.timezone,
     )
-    cap = change.cap_usd if change.cap_usd is not None else current.cap_usd if current is not None else None
-    if cap is None:
-        raise ConfigurationError(
-            f"budget {change.scope}/{change.period} does not exist yet: give cap_usd, the cap in USD"
-        )
+    cap = kept_cap(
+        current, change.cap_usd, scope=change.scope, period=change.period, give="give cap_usd, the cap in USD"
+    )
     # As stored (to the micro-dollar): the answer echoed 150.1234567.
     return ledger.set_budget(
         change.scope, change.period, cap, cap_gpu_hours=gpu_hours, timezone=zone, actor=actor
