@@ -284,8 +284,7 @@ def test_s3_inputs_and_s3_store_through_an_airflow_connection(
         ({"usd_per_hour": "-0.19"}, "usd_per_hour"),
         (
             {"transform_params": {"window_day": 3}},
-            "transform_params key 'window_day' is not an argument of transform '_paths_transform': it takes "
-            "model",
+            "transform_params 'window_day' is not an option of transform '_paths_transform'; it takes model",
         ),
     ],
 )

@@ -100,7 +100,9 @@ def did_you_mean(name: object, known: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def check_keywords(target: Callable[..., Any], given: Iterable[str], *, field: str, of: str) -> None:
+def check_keywords(
+    target: Callable[..., Any], given: Iterable[str], *, field: str, of: str, positional: int = 0
+) -> None:
     """Refuse a keyword ``target`` does not take, naming it, the closest one and all it takes.
 
     A typo would otherwise surface as a bare ``__init__() got an unexpected keyword`` where the object is
@@ -112,14 +114,19 @@ def check_keywords(target: Callable[..., Any], given: Iterable[str], *, field: s
         given: The keyword names as written.
         field: The argument that holds them, which the message starts with (``"trainer_params"``).
         of: What they are keywords of, for the message (``"trainer 'sklearn-sgd'"``).
+        positional: How many leading parameters the caller passes by position (a feature transform's
+            ``inputs``): not keywords it takes.
 
     Raises:
         ConfigurationError: a keyword ``target`` does not take.
     """
-    parameters = inspect.signature(target).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+    try:
+        parameters = list(inspect.signature(target).parameters.values())
+    except (TypeError, ValueError):  # no signature to read (a builtin): the call itself says
         return
-    accepted = [n for n, p in parameters.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL]
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return
+    accepted = [p.name for p in parameters[positional:] if p.kind is not inspect.Parameter.VAR_POSITIONAL]
     for name in given:
         if name not in accepted:
             takes = f"it takes {', '.join(accepted)}" if accepted else "it takes no options"

@@ -63,29 +63,6 @@ def _library_names(libraries: Any) -> tuple[str, ...]:
     return tuple(libraries)
 
 
-def _check_transform_params(transform: Callable[..., Any], params: Mapping[str, Any]) -> None:
-    """Refuse a key of ``transform_params`` the transform does not take (a bare TypeError named neither)."""
-    import inspect
-
-    from costaware.core.errors import ConfigurationError, did_you_mean
-
-    try:
-        signature = inspect.signature(transform)
-    except (TypeError, ValueError):  # a builtin or a callable without one: it says so when called
-        return
-    taken = signature.parameters.values()
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in taken):
-        return
-    names = [p.name for p in list(taken)[1:] if p.kind is not inspect.Parameter.VAR_POSITIONAL]
-    for key in params:
-        if key not in names:
-            name = getattr(transform, "__qualname__", transform)
-            raise ConfigurationError(
-                f"transform_params key {key!r} is not an argument of transform {name!r}"
-                f"{did_you_mean(key, names)}: it takes {', '.join(names) or 'only inputs'}"
-            )
-
-
 def _check_installed(versions: Mapping[str, str]) -> None:
     """A listed library that is not installed keys nothing: most likely a misspelt name."""
     from costaware.core.errors import ConfigurationError
@@ -246,7 +223,7 @@ class CachedFeaturesOperator(BaseOperator):
         """
         from costaware.adapters.input_data import MODES
         from costaware.adapters.object_store.location import parse_uri
-        from costaware.core.errors import ConfigurationError, did_you_mean
+        from costaware.core.errors import ConfigurationError, check_keywords, did_you_mean
         from costaware.core.money import parse_usd
 
         def known(value: object) -> bool:
@@ -264,7 +241,11 @@ class CachedFeaturesOperator(BaseOperator):
         if self.store_uri and known(self.store_uri):
             parse_uri(str(self.store_uri), what="store_uri")
         if isinstance(self.transform_params, Mapping):
-            _check_transform_params(self.transform, self.transform_params)
+            name = getattr(self.transform, "__qualname__", self.transform)
+            check_keywords(
+                self.transform, self.transform_params, field="transform_params", of=f"transform {name!r}",
+                positional=1,  # the inputs, passed first
+            )  # fmt: skip
         if isinstance(self.inputs, Mapping):
             for name, value in self.inputs.items():
                 local = isinstance(value, str) and (
