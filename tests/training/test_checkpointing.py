@@ -234,6 +234,48 @@ def test_training_resumes_past_a_corrupt_checkpoint(tmp_path: Path, caplog: pyte
     assert caplog.text.count("step-000000007.ckpt is unusable (header is cut off)") == 1  # said once
 
 
+def _preempt_at(step_at: int) -> Any:
+    def install(c: Checkpointer) -> None:
+        real = c.step_done
+
+        def step_done(step: int, state: Any, *, last: bool = False) -> None:
+            if step == step_at:
+                c.request_preemption("test notice")
+            real(step, state, last=last)
+
+        c.step_done = step_done  # type: ignore[method-assign]
+
+    return install
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"label_threshold": 0.5},
+        {"feature_columns": ["x1", "x2"]},
+        {"label_column": "x1", "label_threshold": 0.0, "feature_columns": ["x2", "c"]},
+    ],
+    ids=["label_threshold", "features", "label"],
+)
+def test_a_checkpoint_of_other_inputs_is_not_resumed(
+    tmp_path: Path, change: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same file read for another label or columns has one fingerprint: its model is not carried on."""
+    _data(tmp_path / "data")
+    fields = {**_fields(tmp_path, "run"), "trainer": "sklearn-sgd", "checkpoint_every_steps": 2}
+    with pytest.raises(PreemptedError):
+        run_retrain(RetrainJob(**fields), on_checkpointer=_preempt_at(5))
+    with caplog.at_level(logging.WARNING):
+        result = run_retrain(RetrainJob(**{**fields, **change}))
+    assert result["resumed_from_step"] is None
+    assert "saved for another plan" in caplog.text
+    # The same inputs again still resume (from the checkpoint the changed run left alone).
+    fields_again = {**fields, "checkpoint_key": "dag/retrain/run-2"}
+    with pytest.raises(PreemptedError):
+        run_retrain(RetrainJob(**fields_again), on_checkpointer=_preempt_at(5))
+    assert run_retrain(RetrainJob(**fields_again))["resumed_from_step"] == 5
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

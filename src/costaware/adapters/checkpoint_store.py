@@ -169,8 +169,8 @@ class CheckpointStore:
         """The newest valid checkpoint under ``key``, or None.
 
         Files that are cut off, altered or unreadable are skipped with a warning (none when ``quiet``). With
-        ``meta``, a checkpoint whose plan metadata differs (another data set, trainer or mode) is skipped
-        with a warning too.
+        ``meta``, a checkpoint whose plan metadata differs (another data set, trainer, mode or label) is
+        skipped with a warning too.
         """
         for step in self.steps(key):
             name = f"{key}/step-{step:09d}.ckpt"
@@ -351,7 +351,7 @@ def usable_checkpoint(
     """The checkpoint in ``blob`` (saved as step ``step``), or None with a warning when it fails a check.
 
     Checks: the file is whole and unaltered, it says the step it was saved as, and with ``meta`` its plan
-    metadata equals ``meta`` (another data set, trainer or mode is not resumed). ``quiet``: no warning.
+    metadata equals ``meta`` (another data set, trainer, mode or label is not resumed). ``quiet``: no warning.
     ``on_corrupt``: called when the file is cut off or altered (no plan could ever resume it).
     """
     warn = (lambda *args: None) if quiet else log.warning

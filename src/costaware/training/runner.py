@@ -160,6 +160,11 @@ def run_retrain(
         "params": hashlib.sha256(
             json.dumps(dict(job.trainer_params), sort_keys=True, default=str).encode()
         ).hexdigest()[:16],
+        # What the model learns from and to predict: the same file read with other columns or another label
+        # threshold has the same fingerprint, and a model half-trained on it must not be carried on.
+        "features": features,
+        "label": job.label_column,
+        "label_threshold": job.label_threshold,
     }
     if checkpoints is None:
         checkpoints = CheckpointStore.open(job.checkpoint_store, **opts)
