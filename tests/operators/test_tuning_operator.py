@@ -159,6 +159,17 @@ def test_plan_trials_and_summary_record_every_trial_in_the_ledger(env: Ledger) -
         _run_slot(6)
 
 
+def test_a_project_budget_refusing_first_still_says_the_study_cap_is_max_usd(env: Ledger) -> None:
+    env.set_budget("project=churn", "total", "0.01")
+    plan = _plan(max_usd="0.04", fallback_trial_seconds=5)  # a trial reserves 5 + 2 s at $36/h = $0.07
+    plan.execute({"ti": _ti(plan)})
+    with pytest.raises(AirflowSkipException, match=r"stopped \(budget\)") as stopped:
+        _run_slot(0)
+    said = str(stopped.value)
+    assert "'project=churn/total" in said and "'project=churn,study=s1/" in said  # both refusing budgets
+    assert "the study's budget is its max_usd ($0.04): raise max_usd and run the DAG again" in said
+
+
 def test_the_study_stops_cleanly_when_the_next_trial_cannot_be_reserved(
     env: Ledger, capsys: pytest.CaptureFixture[str]
 ) -> None:

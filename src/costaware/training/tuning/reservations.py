@@ -42,6 +42,8 @@ def reserve_trial_cost(
     the money already spent leaves no room for this trial. Waiting ends when those reservations expire.
     """
     seconds = seconds_needed()
+    # Real time, not the trial's meter: what is waited for is other trials' holds, whose ttl the ledger
+    # counts in real time.
     deadline = time.monotonic() + max(2 * seconds, 60.0)
     while True:
         usd = usd_for_seconds(seconds, spec.usd_per_hour)

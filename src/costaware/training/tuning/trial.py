@@ -247,13 +247,16 @@ def _reserve_trial(
         if s.resumed is not None:
             finish_failed(s.study, s.resumed, "no budget left to resume it")
         message = str(e)
-        # The study's own budget (named "<scope>/<period> (...)"), set by the plan from max_usd.
+        # The study's own budget (named "<scope>/<period> (...)"), set by the plan from max_usd: raised by
+        # max_usd, not by `costaware budget set` (the plan would set it back).
+        raise_max_usd = (
+            f"the study's budget is its max_usd ({format_usd(spec.caps.max_usd)}): raise max_usd and run "
+            "the DAG again (a run with the same study_name goes on with this study)"
+        )
         if e.scope.startswith(f"{spec.budget_scope}/"):
-            message = message.replace(
-                RAISE_THE_CAP,
-                f"the study's budget is its max_usd ({format_usd(spec.caps.max_usd)}): raise max_usd and run "
-                "the DAG again (a run with the same study_name goes on with this study)",
-            )
+            message = message.replace(RAISE_THE_CAP, raise_max_usd)
+        elif f"'{spec.budget_scope}/" in message:  # another budget refused first and named the study's too
+            message = f"{message}; {raise_max_usd}"
         # A total budget, or a trial above a budget's whole cap: no new period makes room for it, ever.
         return _stop(s.study, StopReason.BUDGET, message, renews=e.renews)
     s.reserved_at = s.meter()
