@@ -10,7 +10,7 @@ from datetime import date, datetime, timezone
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import String, and_, case, cast, distinct, func, select, true
+from sqlalchemy import Integer, String, and_, case, cast, distinct, func, select, true
 from sqlalchemy.sql.elements import ColumnElement
 
 from costaware.adapters.ledger import budgets, schema
@@ -329,9 +329,9 @@ def burn_down(ledger: LedgerDatabase) -> list[BurnDown]:
         zone = parse_timezone(budget.timezone)
         running, cumulative = Decimal(0), []
         per_day: dict[date, Decimal] = {}
-        # The budget's own days (a Berlin month's spend at 23:30 UTC is the next day's), from UTC hours.
-        for hour, usd in _hourly_spend(ledger, filters):
-            day = hour.astimezone(zone).date()
+        # The budget's own days (a Berlin month's spend at 23:30 UTC is the next day's).
+        for quarter, usd in _quarter_hour_spend(ledger, filters):
+            day = quarter.astimezone(zone).date()
             per_day[day] = per_day.get(day, Decimal(0)) + usd
         for day in sorted(per_day):
             running += per_day[day]
@@ -340,28 +340,33 @@ def burn_down(ledger: LedgerDatabase) -> list[BurnDown]:
     return out
 
 
-def _hourly_spend(ledger: LedgerDatabase, filters: Filters) -> list[tuple[datetime, Decimal]]:
-    """Actual USD per UTC hour (the hour's start, aware), oldest first.
+def _quarter_hour_spend(ledger: LedgerDatabase, filters: Filters) -> list[tuple[datetime, Decimal]]:
+    """Actual USD per quarter hour (its start, aware UTC), oldest first.
 
-    An hour is as fine as a time zone's day needs, but for the few zones with half-hour offsets: India's day
-    starts at 18:30 UTC, and the half hour from then to 19:00 counts with the day before.
+    A quarter hour is as fine as any time zone's day needs: India's starts at 18:30 UTC and Nepal's at
+    18:15 UTC, which an hour would date with the day before.
     """
     e = schema.entries
     if ledger.is_sqlite:
-        hour = func.strftime("%Y-%m-%d %H:00:00", _incurred_utc(ledger))
+        epoch = cast(func.strftime("%s", e.c.incurred_at), Integer)
     else:
-        hour = func.to_char(_incurred_utc(ledger), "YYYY-MM-DD HH24:00:00")
+        epoch = cast(func.floor(func.extract("epoch", e.c.incurred_at)), Integer)  # UTC in any session
+    bucket = epoch // _QUARTER_HOUR_SECONDS
     query = (
-        select(hour, func.sum(e.c.usd_micros))
+        select(bucket, func.sum(e.c.usd_micros))
         .where(and_(e.c.estimated.is_(False), *filters.conditions()))
-        .group_by(hour)
-        .order_by(hour)
+        .group_by(bucket)
+        .order_by(bucket)
     )
     with ledger.reading() as conn:
         rows = conn.execute(query).all()
     return [
-        (datetime.fromisoformat(str(h)).replace(tzinfo=timezone.utc), from_micros(usd)) for h, usd in rows
+        (datetime.fromtimestamp(int(b) * _QUARTER_HOUR_SECONDS, timezone.utc), from_micros(usd))
+        for b, usd in rows
     ]
+
+
+_QUARTER_HOUR_SECONDS = 900
 
 
 def _incurred_utc(ledger: LedgerDatabase) -> Any:
