@@ -548,7 +548,9 @@ def test_a_reader_that_stops_early_gets_no_traceback(ledger_url: str, tmp_path: 
 @pytest.mark.parametrize(
     "argv",
     [["report"], ["budget", "list"], ["budget", "show", "--scope", "project=x"], ["runs", "list"], ["audit"],
-     ["alerts", "list"], ["report", "--efficiency"]],
+     ["alerts", "list"], ["report", "--efficiency"], ["prices", "show"],
+     ["budget", "delete", "--scope", "project=x", "--period", "month"],
+     ["budget", "release", "--holder", "h"]],
 )  # fmt: skip
 def test_a_read_of_a_ledger_file_that_does_not_exist_creates_none(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]

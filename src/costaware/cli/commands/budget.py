@@ -102,7 +102,7 @@ def budget_delete(args: argparse.Namespace) -> int:
     from costaware.core.budgets import Period, Scope
     from costaware.core.errors import BudgetNotFoundError
 
-    ledger = open_ledger(args)
+    ledger = open_ledger(args, reading=True)  # a missing ledger has no budget to delete: not made for it
     deleted = ledger.delete_budget(args.scope, args.period, actor=current_actor())
     if deleted is None:
         label = f"{Scope.parse(args.scope)}/{Period.parse(args.period).value}"
@@ -311,7 +311,7 @@ def budget_release(args: argparse.Namespace) -> int:
     from costaware.core.errors import InvalidBudgetError
 
     holder = str(args.holder).strip()
-    ledger = open_ledger(args)
+    ledger = open_ledger(args, reading=True)  # nor a hold to release
     # Or its id: a hold reserved from Python without a holder could not be released at all.
     holds = [r for r in ledger.open_reservations() if holder in (r.holder, r.id)]
     if not holds:

@@ -267,7 +267,7 @@ def _show_cache(args: argparse.Namespace) -> int:
     from costaware.core.ledger import utcnow
     from costaware.core.price_figures import format_age, is_stale
 
-    cache = PriceCache(open_ledger(args))
+    cache = PriceCache(open_ledger(args, reading=True))
     if args.region_given:
         _check_region(args.region_given, cached=cache)  # a typo read "the price cache is empty"
     rows: list[CachedPrice] = cache.rows(
