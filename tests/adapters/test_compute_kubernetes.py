@@ -284,6 +284,36 @@ def test_a_node_shutdown_is_a_preemption_in_every_kubernetes_spelling(reason: st
     assert status_from_pod(pod).state == JobState.INTERRUPTED
 
 
+@pytest.mark.parametrize(
+    ("message", "own"),
+    [
+        ('Container train exceeded its local ephemeral storage limit "10Gi". ', True),
+        ("Pod ephemeral local storage usage exceeds the total limit of containers 10Gi. ", True),
+        ('Usage of EmptyDir volume "work" exceeds the limit "4Gi". ', True),
+        ("The node was low on resource: ephemeral-storage. Container train was using 9Gi, which exceeds its "
+         "request of 0. ", False),
+        ("The node was low on resource: memory. ", False),
+    ],
+)  # fmt: skip
+def test_a_pod_evicted_past_its_own_disk_limit_fails_and_node_pressure_is_retried(
+    message: str, own: bool
+) -> None:
+    # The kubelet's messages; the launcher, SIGTERMed by the eviction, exits 75 and the pod is marked
+    # disrupted either way. Resubmitted, a pod past its own limit filled its disk again, paid each time.
+    pod = _pod(
+        "Failed",
+        {"exitCode": 75, "startedAt": "2026-01-01T00:00:00Z", "finishedAt": "2026-01-01T00:01:00Z"},
+        reason="Evicted",
+        message=message,
+        conditions=[{"type": "DisruptionTarget", "status": "True"}],
+    )
+    status = status_from_pod(pod)
+    assert status.state == (JobState.FAILED if own else JobState.INTERRUPTED)
+    if own:
+        raise_it = "(raise the pod's ephemeral-storage limit in resources=)"
+        assert status.reason == f"Evicted: {message.strip()} {raise_it}"
+
+
 def test_a_templated_grace_period_is_read_as_a_number_and_a_bad_one_named() -> None:
     # "60" from a template raised "TypeError: '<' not supported" at the first submit.
     backend = open_backend("kubernetes", {"image": "i", "termination_grace_seconds": "60"})

@@ -198,6 +198,14 @@ TRAIN_CONTAINER = "train"
 #: Kubernetes 1.21, ``Shutdown`` before; ``NodeShutdown`` for a pod a shutting-down node refused) or an
 #: eviction.
 NODE_GONE_REASONS = frozenset({"Evicted", "Shutdown", "Terminated", "NodeShutdown"})
+#: The kubelet's eviction messages for a pod past its own disk limits (its ephemeral storage, a container's
+#: or its emptyDir's): the training's own doing, which a resubmitted pod repeats, paid again. An eviction for
+#: the node's pressure ("The node was low on resource: ...") may be a neighbour's doing and is retried.
+OWN_LIMIT_EVICTIONS = (
+    "exceeded its local ephemeral storage limit",
+    "ephemeral local storage usage exceeds the total limit",
+    "Usage of EmptyDir volume",
+)
 #: A container's waiting reasons that no wait ends: the image cannot be pulled (after the kubelet's first
 #: retries: ``ImagePullBackOff``) or named, or its configuration is wrong (a missing secret or config map).
 CANNOT_START_REASONS = frozenset(
@@ -251,6 +259,10 @@ def status_from_pod(pod: Mapping[str, Any], node_labels: Mapping[str, str] | Non
         # A drain SIGTERMs the launcher, which exits 75 or 77; a 137 or 143 without a disruption is the
         # job's own end (the OOM killer, activeDeadlineSeconds): resubmitted, it would fail again, paid.
         preempted = exit_code in RESUBMIT_EXIT_CODES or disrupted or reason in NODE_GONE_REASONS
+        message = str(status.get("message") or "")
+        if reason == "Evicted" and any(m in message for m in OWN_LIMIT_EVICTIONS):
+            preempted = False
+            reason = f"Evicted: {message.strip()} (raise the pod's ephemeral-storage limit in resources=)"
         job_state = JobState.INTERRUPTED if preempted else JobState.FAILED
     elif waiting and str(waiting.get("reason")) in CANNOT_START_REASONS:
         # A bad image or container setting stays Pending until activeDeadlineSeconds (a day), its node
