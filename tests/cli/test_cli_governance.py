@@ -123,6 +123,7 @@ def test_alerts_set_and_list(ledger_url: str, capsys: pytest.CaptureFixture[str]
         "thresholds": ["80%", "forecast"],
         "notifiers": [smtp_class],
         "sent": [],
+        "per_run": False,
     }
     # Back to the [costaware] defaults: said as such, not a blank cell that reads as "no alerts".
     assert main([*base, "set", "--scope", "project=churn", "--period", "month", "--thresholds", ""]) == 0
@@ -150,6 +151,19 @@ def test_alerts_list_says_when_the_defaults_stand_in_for_a_bad_setting(
         and "workers use 50%,80%,100%,forecast" in err
     )
     assert "warning: [costaware] alert_notifiers is refused" in err
+
+
+def test_alerts_list_says_a_per_run_budget_has_no_alerts(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It read "(defaults)", as if the default alerts were sent for it; none ever is.
+    Ledger.from_url(ledger_url).set_budget("project=churn", "run", "5")
+    assert main(["--ledger-url", ledger_url, "alerts", "list"]) == 0
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("project=churn")]
+    assert "(defaults)" not in line and "per run: its cap stops the run, no alerts" in line
+    assert main(["--ledger-url", ledger_url, "alerts", "list", "--format", "json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["per_run"] is True and row["thresholds"] is None
 
 
 def test_alerts_set_refuses_what_is_not_an_airflow_notifier_and_run_budgets(

@@ -235,8 +235,19 @@ def alerts_list(args: argparse.Namespace) -> int:
     ledger = open_ledger(args, reading=True)
     rules = alert_rules(ledger)
     sent = alerts_sent(ledger)
-    rows, payload = [], []
+    from costaware.core.budgets import Period
+
+    rows: list[list[str]] = []
+    payload: list[dict[str, Any]] = []
+
     for b in ledger.budgets():
+        if b.period is Period.RUN:
+            # No alerts: a run's cap stops the run itself ("(defaults)" read as if the defaults were sent).
+            rows.append([b.label, "-", "-", "- (per run: its cap stops the run, no alerts)"])
+            payload.append(
+                {"budget": b.label, "thresholds": None, "notifiers": None, "sent": [], "per_run": True}
+            )
+            continue
         rule = rules.get(b.label)
         # None or empty: the [costaware] defaults apply (a blank cell read as "no alerts").
         thresholds = list(rule.thresholds or ()) if rule is not None else []
@@ -256,6 +267,7 @@ def alerts_list(args: argparse.Namespace) -> int:
                 "thresholds": thresholds or None,
                 "notifiers": notifiers or None,
                 "sent": sent_here,
+                "per_run": False,
             }
         )
     emit(rows, args.format, headers=["budget", "thresholds", "notifiers", "sent"], payload=payload)
