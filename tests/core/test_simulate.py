@@ -363,6 +363,15 @@ def test_cli_zones_fail_over(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert by_job["a"].spot_hours < by_job["a"].run_hours and by_job["both"].usd < by_job["a"].usd
     assert main([*base, "--zones", "us-east-1a"]) == 2
     assert "--zones item 'us-east-1a' must be ZONE=TRACE" in capsys.readouterr().err
+    # The jobs' zones column with one --availability trace and no --zones: every zone counted as always
+    # available, and a trace with no capacity at all reported the jobs all on spot.
+    never = tmp_path / "never.json"
+    never.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [0] * 2400}))
+    assert main([*base, "--availability", str(never), "--availability-start", T0.isoformat()]) == 2
+    assert (
+        "job 'both' runs in zones us-east-1a|us-east-1b but us-east-1a, us-east-1b have no availability trace"
+        in capsys.readouterr().err
+    )
 
 
 #: A jobs file's row of an on-premises job (its own power, no instance type or region).

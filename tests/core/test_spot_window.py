@@ -272,11 +272,16 @@ def test_the_market_is_read_only_inside_the_window(now: datetime, wanted: bool) 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"runtime_hours": Decimal(-3)}, "runtime_hours must be 0 or more, got Decimal\\('-3'\\)"),
-        ({"restart_overhead_minutes": -10}, "restart_overhead_minutes must be 0 or more, got -10"),
+        ({"runtime_hours": Decimal(-3)}, r"runtime_hours must be a number of hours from 0 to 87600, got "
+         r"Decimal\('-3'\)"),
+        ({"restart_overhead_minutes": -10}, "restart_overhead_minutes must be a number of minutes from 0 to "
+         "5256000, got -10"),
+        ({"runtime_hours": float("nan")}, "runtime_hours must be a number of hours from 0 to 87600, got nan"),
+        ({"restart_overhead_minutes": float("inf")}, "restart_overhead_minutes must be .* got inf"),
+        ({"runtime_hours": "three"}, "runtime_hours must be a number of hours .* got 'three'"),
         ({"deadline": datetime(2026, 12, 1, 11)}, "deadline 2026-12-01T11:00:00 has no time zone"),
     ],
-)
+)  # fmt: skip
 def test_latest_start_refuses_what_no_job_has(kwargs: dict[str, Any], message: str) -> None:
     # A library call: -3 hours gave a latest start after the deadline; a naive deadline failed later, in
     # decide(), as a bare TypeError.
@@ -288,3 +293,20 @@ def test_latest_start_refuses_what_no_job_has(kwargs: dict[str, Any], message: s
     }
     with pytest.raises(ConfigurationError, match=message):
         latest_start(**args)
+
+
+@pytest.mark.parametrize("priority", ["normal", "critical", "best_effort"])
+def test_latest_start_takes_a_float_or_text_runtime_for_every_priority(priority: str) -> None:
+    # 4.0 and "4" worked for normal jobs and raised TypeError (float x Decimal) for critical ones.
+    deadline = datetime(2026, 12, 1, 11, tzinfo=timezone.utc)
+    wanted = latest_start(
+        deadline=deadline, runtime_hours=Decimal(4), restart_overhead_minutes=10, priority=priority
+    )
+    for runtime in (4.0, "4", 4):
+        got = latest_start(
+            deadline=deadline,
+            runtime_hours=runtime,  # type: ignore[arg-type]
+            restart_overhead_minutes=10.0,
+            priority=priority,
+        )
+        assert got == wanted

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 
 from costaware.core.carbon import Objective
 from costaware.core.errors import ConfigurationError
@@ -87,20 +87,32 @@ def latest_start(
     # As a library call too (the sensor checks its own): -3 hours ran after the deadline, and a naive
     # deadline failed later in decide() as a bare TypeError.
     deadline = parse_instant(deadline, name="deadline")
-    if not Decimal(str(runtime_hours)) >= 0:  # 0: a resume with no work left
-        raise ConfigurationError(f"runtime_hours must be 0 or more, got {runtime_hours!r}")
-    if not float(restart_overhead_minutes) >= 0:
-        raise ConfigurationError(
-            f"restart_overhead_minutes must be 0 or more, got {restart_overhead_minutes!r}"
-        )
-    overhead = timedelta(minutes=restart_overhead_minutes)
-    runtime = timedelta(hours=float(runtime_hours))
+    # Read once as finite Decimals: a float or "4" runtime failed only for critical jobs (float x Decimal),
+    # and NaN or infinity raised bare decimal and overflow errors.
+    hours = _finite_at_least_0(runtime_hours, "runtime_hours", "hours")  # 0: a resume with no work left
+    minutes = _finite_at_least_0(restart_overhead_minutes, "restart_overhead_minutes", "minutes")
+    overhead = timedelta(minutes=float(minutes))
+    runtime = timedelta(hours=float(hours))
     if priority == "best_effort":
         return deadline
     if priority == "critical":
-        reserve = max(overhead, timedelta(hours=float(runtime_hours * CRITICAL_RESERVE_SHARE)))
+        reserve = max(overhead, timedelta(hours=float(hours * CRITICAL_RESERVE_SHARE)))
         return deadline - runtime - overhead - overhead - reserve
     return deadline - runtime - overhead
+
+
+def _finite_at_least_0(value: object, name: str, unit: str) -> Decimal:
+    try:
+        number = Decimal(str(value).strip())
+    except (InvalidOperation, ValueError):
+        number = Decimal("NaN")
+    # Ten years at most: timedelta overflows past about 2.7 million years, and no deadline is that far.
+    if not number.is_finite() or number < 0 or number > _MOST[unit]:
+        raise ConfigurationError(f"{name} must be a number of {unit} from 0 to {_MOST[unit]}, got {value!r}")
+    return number
+
+
+_MOST = {"hours": Decimal(87_600), "minutes": Decimal(87_600 * 60)}
 
 
 def forecast_min(

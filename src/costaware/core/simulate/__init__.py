@@ -78,6 +78,8 @@ def simulate(
     classes = {name: policy_class(name) for name in dict.fromkeys([*wanted, BASELINE, ORACLE])}
     if tick is None:
         tick = timedelta(seconds=data.availability.gap_seconds) if data.availability else DEFAULT_TICK
+    if tick <= timedelta(0):
+        raise ConfigurationError(f"tick must be a positive duration, got {tick}")
     outcomes: list[JobOutcome] = []
     for job in jobs:
         plan = TickPlan.of(job, tick)
@@ -87,7 +89,9 @@ def simulate(
             outcome = run_job(
                 policy, market, plan, job=job.name, priority=job.priority, restart_guard=restart_guard
             )
-            if outcome.met_deadline and outcome.finished_hours > float(job.deadline_hours):
+            # finished_hours is ticks x tick hours, a float: 0.30000000000000004 on a 0.3 h deadline is on
+            # time.
+            if outcome.met_deadline and outcome.finished_hours > float(job.deadline_hours) + 1e-9:
                 # Only a best-effort job is past its deadline without a miss: late. A miss is not also late
                 # (it was counted under both before).
                 outcome = replace(outcome, late=True)

@@ -101,6 +101,17 @@ class Job:
         from costaware.core.spot_window import check_priority
 
         object.__setattr__(self, "priority", check_priority(self.priority))
+        # Checked here too, not only when read from a file: a Job built in Python with runtime_hours 0 cost
+        # nothing and missed nothing, and a negative overhead crashed the replay.
+        for column, positive in (
+            ("runtime_hours", True),
+            ("deadline_hours", True),
+            ("checkpoint_minutes", False),
+            ("restart_overhead_minutes", False),
+        ):
+            limit = MAX_JOB_HOURS if column.endswith("_hours") else None
+            value = _number(self.name, column, getattr(self, column), positive=positive, at_most=limit)
+            object.__setattr__(self, column, value)
         if self.zones and self.availability_zone:
             raise ConfigurationError(
                 f"job {self.name!r} sets both availability_zone {self.availability_zone!r} and zones "
@@ -202,7 +213,7 @@ class TickPlan:
 
     @classmethod
     def of(cls, job: Job, tick: timedelta) -> TickPlan:
-        """Round a job onto the tick grid: work and overhead up, deadline down (never optimistic).
+        """Round a job onto the grid, never optimistic: work, overhead, checkpoint spacing up; deadline down.
 
         Raises:
             ConfigurationError: after rounding, work plus overhead no longer fits before the deadline.
@@ -212,7 +223,7 @@ class TickPlan:
         overhead = math.ceil(job.restart_overhead_minutes / minutes)
         hard_hours = job.deadline_hours + (job.runtime_hours if job.priority == "best_effort" else 0)
         deadline = math.floor(hard_hours * 60 / minutes)
-        checkpoint = max(1, round(job.checkpoint_minutes / minutes)) if job.checkpoint_minutes > 0 else 0
+        checkpoint = max(1, math.ceil(job.checkpoint_minutes / minutes)) if job.checkpoint_minutes > 0 else 0
         if work + overhead > deadline:
             # A job that fits in exact minutes fails only by the grid's rounding: a finer tick is the fix.
             fits = job.runtime_hours * 60 + job.restart_overhead_minutes <= hard_hours * 60

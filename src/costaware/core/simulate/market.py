@@ -249,6 +249,16 @@ def _zoned_market(
     start, count = job.submit_time, plan.horizon
     assert data.spot_series is not None  # checked by the caller
     traces = data.zone_availability or {}
+    # A zone without a trace counts as always available: right only when no capacity was given at all. A
+    # one-zone trace, or traces for some zones, left the rest full and reported spot that never was.
+    untraced = [z for z in job.zones if z not in traces]
+    if untraced and (traces or data.availability is not None):
+        given = ", ".join(sorted(traces)) if traces else "one --availability trace, for a job in one zone"
+        raise ConfigurationError(
+            f"job {job.name!r} runs in zones {'|'.join(job.zones)} but {', '.join(untraced)} "
+            f"{'has' if len(untraced) == 1 else 'have'} no availability trace (given: {given}); give each "
+            "zone its trace (--zones ZONE=TRACE,ZONE=TRACE), or leave availability out for every zone"
+        )
     per_zone: list[tuple[Sequence[float], Sequence[bool]]] = []
     forecasts: list[list[float]] = []
     histories: list[list[bool]] = []
