@@ -403,3 +403,26 @@ def test_an_unknown_column_is_named_with_the_one_meant() -> None:
         match=r"job 'a' has unknown column\(s\) 'availabilty_zone' \(did you mean 'availability_zone'",
     ):
         Job.from_mapping(row)
+
+
+def test_a_job_done_on_its_deadline_is_not_late() -> None:
+    # 6 ticks of 3 minutes end at 0.30000000000000004 hours: read as past a 0.3 h deadline, so "late".
+    t0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    prices = PriceSeries.from_points([(t0 - timedelta(days=30), "1.00")], name="spot")
+    trace = AvailabilityTrace([0, 0, 0, 0, 1, 1] + [1] * 50, gap_seconds=180, start=t0, name="tr")
+    data = MarketData(
+        on_demand_usd_per_hour=lambda t, r: Decimal(3), spot_series=lambda t, r, z: prices, availability=trace
+    )
+    job = Job(
+        name="j",
+        instance_type="x",
+        region="r",
+        submit_time=t0,
+        runtime_hours=Decimal("0.1"),
+        deadline_hours=Decimal("0.3"),
+        checkpoint_minutes=Decimal(3),
+    )
+    report = simulate([job], data, ["spot_now"])
+    (outcome,) = [o for o in report.outcomes if o.policy == "spot_now"]
+    assert outcome.met_deadline and outcome.finished_hours == pytest.approx(0.3)
+    assert not outcome.late
