@@ -125,6 +125,7 @@ def test_evict_records_storage_and_deletes(
     charges = store.storage_charges_for(store.evict(None, dry_run=True, only=[KEYS[0]]), now=later)
     assert charges[0].quantity > 0 and charges[0].task_id == evicted_key
     argv = ["evict", "--key", KEYS[0], "--store", store.root_uri]
+    Ledger.from_url(ledger_url).dispose()  # the ledger the workers made
     assert cache(*argv, ledger_url=ledger_url) == 0
     assert [e.key for e in store.entries()] == [KEYS[1]]
     recorded = Ledger.from_url(ledger_url).entries()
@@ -134,6 +135,27 @@ def test_evict_records_storage_and_deletes(
         0,
         1,
     )  # 0 within the hour it was made
+
+
+def test_bill_and_evict_into_a_ledger_that_does_not_exist_take_nothing(
+    store: FeatureStore, tmp_path: Path, ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The cache keeps how far it was billed: a bill into a ledger made at a typo used up that span, and
+    # the real ledger never got it; an evict recorded its last charges there and deleted the entries.
+    typo = f"sqlite:///{tmp_path / 'ledgr.db'}"
+    assert cache("bill", "--store", store.root_uri, ledger_url=typo) == 2
+    assert cache("evict", "--key", KEYS[0], "--store", store.root_uri, ledger_url=typo) == 2
+    assert "no ledger at" in capsys.readouterr().err and not (tmp_path / "ledgr.db").exists()
+    assert len(store.entries()) == 2
+    Ledger.from_url(ledger_url).dispose()
+    month_later = (datetime.now(timezone.utc) + timedelta(days=31)).isoformat()
+    assert cache("bill", "--store", store.root_uri, "--format", "json", ledger_url=ledger_url) == 0
+    billed = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert billed["billed_until"] is not None and billed["billed_until"] < month_later
+    # A dry run checks the price the real evict would refuse.
+    assert cache("evict", "--max-entries", "1", "--dry-run", "--usd-per-gb-month", "-1", "--store",
+                 store.root_uri) == 2  # fmt: skip
+    assert "--usd-per-gb-month must be zero or more USD, got '-1'" in capsys.readouterr().err
 
 
 def test_gc_and_no_airflow_import(store: FeatureStore, capsys: pytest.CaptureFixture[str]) -> None:

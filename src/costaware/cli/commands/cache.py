@@ -194,12 +194,15 @@ def evict(args: argparse.Namespace) -> int:
         raise ConfigurationError(
             f"the cache has no entry {', '.join(missing)}: nothing was evicted; see `costaware cache list`"
         )
+    price = _price(args)  # checked on a dry run too: it passed one and failed the real evict
     if args.dry_run:
         _print_rows([_row(e) for e in chosen], args.format, f"would evict {len(chosen)} entries")
         return 0
-    charges = store.storage_charges_for(chosen, usd_per_gb_month=_price(args)) if chosen else []
+    charges = store.storage_charges_for(chosen, usd_per_gb_month=price) if chosen else []
     if charges:
-        ledger = open_ledger(args)
+        # An existing ledger only, checked before anything is evicted: the last charges of the evicted
+        # entries went to a ledger made at a mistyped --ledger-url, and the entries were gone.
+        ledger = open_ledger(args, reading=True)
         for charge in charges:
             ledger.record(charge)
     store.evict(policy, only=[e.key for e in chosen])
@@ -210,12 +213,26 @@ def evict(args: argparse.Namespace) -> int:
 @_store_errors
 def bill(args: argparse.Namespace) -> int:
     """Record the storage cost of every entry in the ledger up to this hour."""
+    from costaware.adapters.feature_billing import billed_until
+
     store = _store(args)
-    charges = store.bill_storage(open_ledger(args).record, usd_per_gb_month=_price(args))
+    # An existing ledger only: the cache keeps how far it was billed, so a bill into a ledger made at a
+    # mistyped --ledger-url used up that span, and the real ledger never got it.
+    price = _price(args)
+    ledger = open_ledger(args, reading=True)
+    charges = store.bill_storage(ledger.record, usd_per_gb_month=price)
     total = sum((c.usd for c in charges), Decimal(0))
-    summary = {"entries": len(charges), "usd": str(total)}
+    until = billed_until(store.store)
+    summary = {
+        "entries": len(charges),
+        "usd": str(total),
+        "billed_until": until.isoformat() if until else None,
+    }
     entries = f"{len(charges)} entr{'y' if len(charges) == 1 else 'ies'}"
-    emit_summary(summary, args.format, f"recorded storage of {entries}: {format_usd_exact(total)}")
+    said = f"recorded storage of {entries}: {format_usd_exact(total)}"
+    if until is not None:
+        said += f"; the cache's storage is billed up to {until.isoformat()} (bills end at the hour's start)"
+    emit_summary(summary, args.format, said)
     return 0
 
 
