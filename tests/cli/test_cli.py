@@ -478,7 +478,7 @@ def test_report_sums_kg_co2e_per_group_and_says_unknown(
     assert lines["TOTAL"][-1] == "3.750+?"
     assert "kg CO2e: 2 compute entries have unknown emissions" in out
     # The footer's "carbon_method says which" names where to read it (no command showed it).
-    assert "costaware runs show --run-id RUN --format json" in out
+    assert "costaware runs show RUN --format json" in out
     assert main(["--ledger-url", ledger_url, "runs", "show", "r", "--dag-id", "d", "--format", "json"]) == 0
     (shown,) = json.loads(capsys.readouterr().out)
     unknown = [e for e in shown["entries"] if e["kind"] == "compute" and e["kg_co2e"] is None]

@@ -263,7 +263,7 @@ def test_runs_show_of_a_run_that_trained_no_model_shows_what_it_cost(
         )
     assert main(["--ledger-url", ledger_url, "runs", "show", "failed1"]) == 0
     out = capsys.readouterr().out
-    assert "run failed1 of DAG nightly: no model (it failed or stopped before a retrain recorded one)" in out
+    assert "run failed1 of DAG nightly: no retrain outcome recorded (a tuning run records none" in out
     assert "run total: $0.000251 (every actual ledger entry of the run)" in out and "quality_gate" in out
     assert main(["--ledger-url", ledger_url, "runs", "show", "failed1", "--format", "json"]) == 0
     (shown,) = json.loads(capsys.readouterr().out)

@@ -491,7 +491,13 @@ RUNS_COMMANDS = (
             Arg("run_id", nargs="?", help="the Airflow run id (or --last with --dag-id)"),
             ARG_DAG_ID,
             Arg("--last", action="store_true", help="the newest run of --dag-id that has an outcome"),
-            Arg("--format", choices=("text", "json"), default="text", help="one run's record, not rows"),
+            Arg(
+                "--format",
+                choices=("text", "json"),
+                default="text",
+                help="json: a list with an item per model the run recorded (a tuning run has several; a "
+                "run with none, one item per DAG with its cost and entries)",
+            ),
             ARG_LEDGER_URL,
         ),
     ),

@@ -198,7 +198,7 @@ def report(args: argparse.Namespace) -> int:
             f"kg CO2e: {total_unknown} compute entr{'y has' if total_unknown == 1 else 'ies have'} unknown "
             "emissions: no grid intensity for its region or time (`costaware carbon import` adds it, a "
             "grid_zone names it), or a power_kw or grid_zone that could not be read; each entry's "
-            "carbon_method says which (`costaware runs show --run-id RUN --format json`). "
+            "carbon_method says which (`costaware runs show RUN --format json`). "
             f"'+?' marks a sum short of them (known: {known})"
         )
     if args.format == "table" and untagged_note:

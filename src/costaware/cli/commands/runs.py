@@ -181,7 +181,10 @@ def _show_costs_only(entries: list[dict[str, Any]], run_id: str, fmt: str) -> in
         print(json.dumps(shown, indent=2, default=str))
         return 0
     for dag, rows in by_dag.items():
-        print(f"run {run_id} of DAG {dag}: no model (it failed or stopped before a retrain recorded one)")
+        print(
+            f"run {run_id} of DAG {dag}: no retrain outcome recorded (a tuning run records none; a retrain "
+            "that failed or stopped before its model was stored neither)"
+        )
         print("cost")
         print(f"  run total: {format_usd_exact(totals[dag])} (every actual ledger entry of the run)")
         _print_entries(rows, dag, run_id)
