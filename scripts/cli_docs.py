@@ -24,10 +24,10 @@ INTRO = f"""\
 <!-- Generated from the parser by scripts/cli_docs.py; do not edit. Regenerate: {COMMAND} -->
 
 Budgets, cost reports, price look-ups, policy replay and the feature cache, from a shell. The ledger is the
-one `--ledger-url` names (before the command, or after it on commands that use the ledger), else the
-`costaware_ledger` connection when `AIRFLOW_CONN_COSTAWARE_LEDGER` gives it (as in the compose file), else
-`COSTAWARE_LEDGER_URL`, else the SQLite file `$AIRFLOW_HOME/costaware/ledger.db` that the Airflow side
-uses too: the order the workers read them in; see [the ledger](ledger.md).
+one `--ledger-url` names (before the command, or after it on commands that use the ledger; two different ones
+are refused), else the `costaware_ledger` connection when `AIRFLOW_CONN_COSTAWARE_LEDGER` gives it (as in the
+compose file), else `COSTAWARE_LEDGER_URL`, else the SQLite file `$AIRFLOW_HOME/costaware/ledger.db` that the
+Airflow side uses too: the order the workers read them in; see [the ledger](ledger.md).
 
 Every command that prints rows takes `--format table|json|csv` (default `table`): `table` for people, `json`
 with exact figures under machine keys, `csv` for spreadsheets (amounts as plain numbers, `1234.50` for

@@ -134,6 +134,15 @@ def test_ledger_url_may_follow_the_command(ledger_url: str, capsys: pytest.Captu
     out = capsys.readouterr().out
     (budget,) = json.loads(out[out.index("[") :])
     assert budget["scope"] == "team=ml" and budget["cap_usd"] == "5.000000"
+    # Both places: the same URL is fine; two different ones were read as the last, in silence.
+    assert main(["--ledger-url", ledger_url, "budget", "list", "--ledger-url", ledger_url]) == 0
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as refused:
+        main(["--ledger-url", "sqlite:////tmp/other.db", "budget", "list", "--ledger-url", ledger_url])
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    twice = "--ledger-url is given twice, before the command (sqlite:////tmp/other.db) and after it"
+    assert f"{twice} ({ledger_url}): give one" in err
 
 
 def test_emit_writes_one_table_csv_and_json(capsys: pytest.CaptureFixture[str]) -> None:

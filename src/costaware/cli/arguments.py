@@ -285,7 +285,11 @@ LEDGER_URL_IF_EMPTY = (
 )
 ARG_LEDGER_URL_GLOBAL = Arg("--ledger-url", help=LEDGER_URL_HELP, if_empty=LEDGER_URL_IF_EMPTY)
 ARG_LEDGER_URL = Arg(
-    "--ledger-url", default=argparse.SUPPRESS, help=LEDGER_URL_HELP, if_empty=LEDGER_URL_IF_EMPTY
+    "--ledger-url",
+    dest="ledger_url_after",  # read beside the global one: both given and different is refused
+    default=argparse.SUPPRESS,
+    help=LEDGER_URL_HELP,
+    if_empty=LEDGER_URL_IF_EMPTY,
 )
 ARG_FORMAT = Arg("--format", choices=FORMATS, default="table", help="output format (default: table)")
 ARG_PERIOD = Arg(

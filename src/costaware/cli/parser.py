@@ -58,6 +58,16 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
         ]
         hint = f" (did you mean {', '.join(meant)}?)" if meant else ""
         command.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+    after = getattr(args, "ledger_url_after", None)
+    if after is not None:
+        before = getattr(args, "ledger_url", None)
+        if before is not None and before != after:
+            # The one after the command won in silence: a budget set written this way went to either.
+            command = getattr(args, "command_parser", parser)
+            command.error(
+                f"--ledger-url is given twice, before the command ({before}) and after it ({after}): give one"
+            )
+        args.ledger_url = after
     return args
 
 

@@ -264,10 +264,16 @@ def _discount(args: argparse.Namespace) -> Any:
 
 def _show_cache(args: argparse.Namespace) -> int:
     from costaware.adapters.price_source import PriceCache, ttl_from_settings
+    from costaware.core.errors import CostawareError
     from costaware.core.ledger import utcnow
     from costaware.core.price_figures import format_age, is_stale
 
-    cache = PriceCache(open_ledger(args, reading=True))
+    try:
+        cache = PriceCache(open_ledger(args, reading=True))
+    except CostawareError:
+        if args.region_given:
+            _check_region(args.region_given)  # a typo first: it is the mistake to fix
+        raise
     if args.region_given:
         _check_region(args.region_given, cached=cache)  # a typo read "the price cache is empty"
     rows: list[CachedPrice] = cache.rows(
