@@ -21,7 +21,7 @@ from costaware.core.policies import (
     Situation,
     policy_class,
 )
-from costaware.core.policies.cheapest_window import start_rule
+from costaware.core.policies.cheapest_window import pause_rule, start_rule
 from costaware.core.policies.rules import checkpointed
 from costaware.core.simulate import JobOutcome, TickMarket, TickPlan, run_job, zoned_tick_market
 
@@ -195,10 +195,38 @@ def test_local_power_policies_shift_to_cheap_hours() -> None:
 
 @pytest.mark.parametrize(
     ("now", "forecast_min", "target", "starts"),
-    [(1.0, 0.9, None, False), (0.9, 0.9, None, True), (1.0, None, None, True), (1.0, 0.5, 1.2, True)],
+    [
+        (1.0, 0.9, None, False),
+        (0.9, 0.9, None, True),
+        (1.0, None, None, True),
+        (1.0, 0.5, 1.2, True),
+        # Power paid to be drawn (DE-LU went below zero): an equal price is at the minimum there too.
+        (-5.0, -5.0, None, True),
+        (-4.0, -5.0, None, False),
+        (-6.0, -5.0, None, True),
+        (-5.0, 0.0, -5.0, True),
+    ],
 )
 def test_start_rule(now: float, forecast_min: float | None, target: float | None, starts: bool) -> None:
     assert (start_rule(now, forecast_min, target) is not None) is starts
+
+
+@pytest.mark.parametrize(
+    ("keep", "pause", "priority", "pauses"),
+    [
+        (13.0, 10.0, "normal", True),  # 30 % dearer than pausing: past the 20 % margin
+        (11.0, 10.0, "normal", False),
+        (10.0, 10.0, "best_effort", False),
+        (10.01, 10.0, "best_effort", True),
+        (50.0, 10.0, "critical", False),
+        # Negative prices: -11 is cheaper than -10, and -9 only 10 % dearer; both read as a pause before.
+        (-11.0, -10.0, "normal", False),
+        (-9.0, -10.0, "normal", False),
+        (-7.9, -10.0, "normal", True),
+    ],
+)
+def test_pause_rule(keep: float, pause: float, priority: str, pauses: bool) -> None:
+    assert pause_rule(keep, pause, priority) is pauses
 
 
 @pytest.mark.parametrize(("progress", "every", "kept"), [(7, 3, 6), (7, 0, 0), (6, 3, 6), (2, 5, 0)])

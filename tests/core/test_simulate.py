@@ -426,3 +426,36 @@ def test_a_job_done_on_its_deadline_is_not_late() -> None:
     (outcome,) = [o for o in report.outcomes if o.policy == "spot_now"]
     assert outcome.met_deadline and outcome.finished_hours == pytest.approx(0.3)
     assert not outcome.late
+
+
+def test_a_policy_decides_on_the_price_at_the_ticks_start_and_pays_the_ticks_mean() -> None:
+    # It saw the mean of the tick's 10 minutes, 1.4 here: minutes of a future it could not know.
+    from costaware.core.policies import Action, Policy, Situation
+    from costaware.core.simulate import market_for, run_job
+
+    submit = T0 + timedelta(days=8)
+    prices = PriceSeries.from_points([(T0, "1.00"), (submit + timedelta(minutes=9), "5.00")], name="spot")
+    data = MarketData(on_demand_usd_per_hour=lambda t, r: Decimal(9), spot_series=lambda t, r, z: prices)
+    one = job(runtime_hours=Decimal("0.5"), restart_overhead_minutes=Decimal(0))
+    tick = timedelta(minutes=10)
+    plan = TickPlan.of(one, tick)
+    seen: list[float | None] = []
+
+    class Recorder(Policy):
+        name = "recorder"
+
+        def decide(self, situation: Situation) -> Action:
+            seen.append(situation.spot_usd_per_hour)
+            return Action.SPOT
+
+    outcome = run_job(Recorder(), market_for(one, data, plan, tick), plan)
+    assert seen == [1.0, 5.0, 5.0]
+    assert outcome.usd == Decimal("1.900000")  # 1.4 (9 minutes at $1, 1 at $5) + 5 + 5, for 10 minutes each
+
+
+def test_ratios_against_a_reference_below_zero_are_left_out() -> None:
+    # Power paid to be drawn: the cheaper policy read the higher ratio.
+    from costaware.core.simulate.report import _ratio
+
+    assert _ratio(Decimal(-3), Decimal(-2)) is None and _ratio(Decimal(1), Decimal(0)) is None
+    assert _ratio(Decimal(3), Decimal(2)) == Decimal("1.5000")

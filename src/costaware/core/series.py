@@ -288,6 +288,27 @@ class PriceSeries:
             seconds = end
         return out
 
+    def tick_starts(self, start: datetime, tick: timedelta, count: int) -> list[float]:
+        """The price in force at the start of each of ``count`` ticks from ``start`` (floats).
+
+        What a decision at a tick's start can know; :meth:`tick_means` reads the tick's whole span, a few
+        minutes of the future.
+
+        Raises:
+            PriceNotFoundError: ``start`` is before the first record.
+        """
+        seconds = start.timestamp()
+        step = tick.total_seconds()
+        index = self._index(seconds, start)
+        times, prices, n = self._seconds, self._floats, len(self._seconds)
+        out: list[float] = []
+        for i in range(count):
+            at = seconds + i * step
+            while index + 1 < n and times[index + 1] <= at:
+                index += 1
+            out.append(prices[index])
+        return out
+
     @staticmethod
     def pointwise_min(series: Sequence[PriceSeries], *, name: str) -> PriceSeries:
         """The lowest price in force at each instant across ``series`` (e.g. across availability zones).

@@ -29,6 +29,17 @@ from costaware.core.policies.rules import safe_on_spot, safe_to_wait, spot_usabl
 
 #: Prices equal up to float noise count as equal (tick means and forecasts are sums of floats).
 PRICE_TOLERANCE = 1 + 1e-9
+
+
+def _at_most(value: float, limit: float) -> bool:
+    """``value <= limit`` up to float noise, for prices of either sign.
+
+    Power markets go below zero (DE-LU had 291 negative hours in 2023): ``limit * PRICE_TOLERANCE`` is then
+    stricter, not looser, and an equal price no longer counted as at the limit.
+    """
+    return value <= limit + abs(limit) * (PRICE_TOLERANCE - 1)
+
+
 #: How much dearer than pausing (resuming at the forecast minimum, paying one more restart) running on must
 #: be before a ``normal`` job pauses: the forecast is a seasonal average, and a pause made on a forecast error
 #: costs a restart. A ``best_effort`` job pauses at any expected saving: it is paused first. A ``critical``
@@ -49,11 +60,11 @@ def start_rule(
         target_usd_per_hour: Start whenever the price is at or below this.
     """
     now = float(now_usd_per_hour)
-    if target_usd_per_hour is not None and now <= float(target_usd_per_hour) * PRICE_TOLERANCE:
+    if target_usd_per_hour is not None and _at_most(now, float(target_usd_per_hour)):
         return f"price {now_usd_per_hour} is at or below the target {target_usd_per_hour} USD/hour"
     if forecast_min_usd_per_hour is None:
         return "no later start is left before the deadline"
-    if now <= float(forecast_min_usd_per_hour) * PRICE_TOLERANCE:
+    if _at_most(now, float(forecast_min_usd_per_hour)):
         return (
             f"price {now_usd_per_hour} is at or below the forecast minimum {forecast_min_usd_per_hour} "
             "USD/hour of the rest of the window"
@@ -69,7 +80,12 @@ def pause_rule(keep_usd: float | Decimal, pause_usd: float | Decimal, priority: 
     the forecast minimum) never pauses, since pausing adds a restart: pause and resume never chase each other.
     """
     margin = PAUSE_MARGIN[priority]
-    return margin is not None and float(keep_usd) > float(pause_usd) * (1 + margin) * PRICE_TOLERANCE
+    if margin is None:
+        return False
+    keep, pause = float(keep_usd), float(pause_usd)
+    # The margin on the size of the pause's cost, so that it holds for negative prices too: "more than -10
+    # by 20 %" read as -11 > -12, and a job paused where running on was cheaper.
+    return keep - pause > (margin + PRICE_TOLERANCE - 1) * abs(pause)
 
 
 class CheapestWindowPolicy(Policy):

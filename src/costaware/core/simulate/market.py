@@ -37,7 +37,8 @@ class TickMarket:
     With ``zones`` (per zone: spot prices and capacity), ``spot`` and ``available`` are the cheapest zone with
     capacity at each tick and whether any zone has capacity, as if a job could move between zones for free
     (the view a clairvoyant policy that does not plan zones gets); the oracle and the other policies run zone
-    by zone.
+    by zone. Policies decide on the ``*_now`` values (the price at the tick's start); ticks are billed at the
+    means.
     ``zone_history`` is each zone's capacity before submit (None for a zone without a trace), which a policy
     gets for the zone its job is placed in; ``available_before`` is capacity in any zone.
     """
@@ -55,6 +56,11 @@ class TickMarket:
     usd_spot: Sequence[float] | None = None
     kg_per_hour: Sequence[float] | None = None
     usd_known: bool = True
+    #: The values in force at each tick's start: what a policy deciding then can know (the fields above are
+    #: tick means, which the ticks are billed by and which read minutes ahead). None: as the means.
+    on_demand_now: Sequence[float] | None = None
+    spot_now: Sequence[float] | None = None
+    zones_now: tuple[Sequence[float], ...] | None = None
 
 
 def cheapest_zone(zones: Sequence[tuple[Sequence[float], Sequence[bool]]], t: int) -> int:
@@ -161,6 +167,9 @@ def _carbon_market(
         return [objective.hourly_value(u, kw, x) for u, x in zip(usd, g, strict=True)]
 
     spot = base.spot
+    # The values at each tick's start, for the decisions (the intensity then, as the prices then).
+    grams_now = carbon.tick_starts(start, tick, count)
+    on_demand_now = base.on_demand_now if base.on_demand_now is not None else base.on_demand
     return replace(
         base,
         on_demand=values(base.on_demand, grams),
@@ -171,6 +180,8 @@ def _carbon_market(
         usd_spot=spot,
         kg_per_hour=kg,
         usd_known=usd_known,
+        on_demand_now=values(on_demand_now, grams_now),
+        spot_now=None if base.spot_now is None else values(base.spot_now, grams_now),
     )
 
 
@@ -211,6 +222,7 @@ def _cost_market(job: Job, data: MarketData, plan: TickPlan, tick: timedelta) ->
             on_demand=per_hour.tick_means(start, tick, count),
             on_demand_forecast=fitted.ticks(start, tick, count),
             local=True,
+            on_demand_now=per_hour.tick_starts(start, tick, count),
         )
     on_demand = float(data.on_demand_usd_per_hour(job.instance_type, job.region))
     if data.spot_series is None:
@@ -233,6 +245,7 @@ def _cost_market(job: Job, data: MarketData, plan: TickPlan, tick: timedelta) ->
         spot_forecast=fitted.ticks(start, tick, count),
         available=available,
         available_before=before,
+        spot_now=series.tick_starts(start, tick, count),
     )
 
 
@@ -263,6 +276,7 @@ def _zoned_market(
     forecasts: list[list[float]] = []
     histories: list[list[bool]] = []
     zone_history: list[Sequence[bool] | None] = []
+    zones_now: list[Sequence[float]] = []
     for name in job.zones:
         series = data.spot_series(job.instance_type, job.region, name)
         if series.start > start:
@@ -273,6 +287,7 @@ def _zoned_market(
         trace = traces.get(name)
         available = trace.ticks(start, tick, count) if trace is not None else [True] * count
         per_zone.append((series.tick_means(start, tick, count), available))
+        zones_now.append(series.tick_starts(start, tick, count))
         forecasts.append(
             PriceForecast.fit(series, at=start, weeks=data.forecast_weeks).ticks(start, tick, count)
         )
@@ -282,12 +297,15 @@ def _zoned_market(
             histories.append(seen or [])
     length = min((len(h) for h in histories), default=0)
     before = [any(h[len(h) - length + i] for h in histories) for i in range(length)] if length else None
-    return zoned_tick_market(
-        per_zone,
-        [on_demand] * count,
-        spot_forecast=[min(values) for values in zip(*forecasts, strict=True)],
-        available_before=before,
-        zone_history=tuple(zone_history),
+    return replace(
+        zoned_tick_market(
+            per_zone,
+            [on_demand] * count,
+            spot_forecast=[min(values) for values in zip(*forecasts, strict=True)],
+            available_before=before,
+            zone_history=tuple(zone_history),
+        ),
+        zones_now=tuple(zones_now),
     )
 
 

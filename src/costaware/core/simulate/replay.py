@@ -160,8 +160,11 @@ def run_job(
     rule = None
     if has_spot and not policy.clairvoyant:
         rule = _ZoneRule(plan, len(zones) if zones else 1, guard=restart_guard)
-    prices = [p for p, _ in zones] if zones else []
+    # Decisions read the prices at each tick's start; ticks are billed at their means (see the market).
+    prices = (list(market.zones_now) if market.zones_now else [p for p, _ in zones]) if zones else []
     capacity = [a for _, a in zones] if zones else []
+    spot_now = market.spot_now if market.spot_now is not None else market.spot
+    on_demand_now = market.on_demand_now if market.on_demand_now is not None else market.on_demand
     zone = -1  # the zone the job runs in on spot, or where a (re)start would go while it does not
     run_zone, run_start = -1, 0  # the zone and first tick of the job's last spot run
     pinned = False  # the guard sent the job to on-demand for the rest of its run
@@ -174,7 +177,7 @@ def run_job(
     usd, kg = 0.0, 0.0
     while progress < plan.work:
         available = has_spot and (market.available is None or market.available[t])
-        spot_price = market.spot[t] if market.spot is not None else None
+        spot_price = spot_now[t] if spot_now is not None else None
         if zones and running is Action.SPOT and not zones[zone][1][t]:
             available = False  # the job's own zone lost capacity: a preemption, even if others have some
         preempted = running is Action.SPOT and not available
@@ -196,7 +199,7 @@ def run_job(
                 )
                 pinned = zone < 0
             available = zone >= 0 and zones[zone][1][t]
-            spot_price = zones[zone][0][t] if zone >= 0 else spot_price
+            spot_price = prices[zone][t] if zone >= 0 else spot_price
             if market.zone_history is not None and zone >= 0 and market.zone_history[zone] is not None:
                 history = market.zone_history[zone]
             # else: a market without per-zone history (zoned_tick_market without zone_history, or a zone
@@ -224,7 +227,7 @@ def run_job(
                     overhead_left=overhead_left,
                     spot_usd_per_hour=spot_price,
                     spot_available=available,
-                    on_demand_usd_per_hour=market.on_demand[t],
+                    on_demand_usd_per_hour=on_demand_now[t],
                     spot_forecast=market.spot_forecast,
                     on_demand_forecast=market.on_demand_forecast,
                     hindsight=hindsight,
@@ -239,7 +242,6 @@ def run_job(
             moved = running is Action.SPOT and wanted != zone
             zone = wanted
             available = zones[zone][1][t]
-            spot_price = zones[zone][0][t]
         if action is Action.SPOT and not available:
             action = Action.WAIT
         if action is Action.WAIT:
@@ -259,8 +261,8 @@ def run_job(
                 else:
                     progress += 1
             if action is Action.SPOT:
-                assert spot_price is not None  # available implies a spot market
-                cost += spot_price * dt
+                assert market.spot is not None  # available implies a spot market
+                cost += (zones[zone][0][t] if zones and zone >= 0 else market.spot[t]) * dt
                 spot_ticks += 1
                 if valued:
                     assert usd_spot is not None  # a spot market keeps its USD beside the values

@@ -22,7 +22,7 @@ ORACLE = "oracle"
 
 @dataclass(frozen=True, slots=True)
 class PolicySummary:
-    """Totals of one policy over all jobs; ratios are ``None`` when the reference costs nothing.
+    """Totals of one policy over all jobs; ratios are ``None`` when the reference costs nothing or less.
 
     ``restart_guard_fired`` counts the jobs the restart-thrash guard sent to on-demand for the rest of their
     run. ``value`` is the objective's total when it is not ``cost`` (the ratios compare it), ``kg_co2e`` the
@@ -89,7 +89,9 @@ class SimulationReport:
 
 
 def _ratio(value: Decimal, reference: Decimal) -> Decimal | None:
-    return None if reference == 0 else (value / reference).quantize(Decimal("0.0001"))
+    # None also for a reference below zero (power paid to be drawn): the ratio would read upside down, the
+    # cheaper policy the higher one.
+    return None if reference <= 0 else (value / reference).quantize(Decimal("0.0001"))
 
 
 def summarize(outcomes: Iterable[JobOutcome], policies: Sequence[str]) -> dict[str, PolicySummary]:
