@@ -297,6 +297,18 @@ def test_cli_by_trace_with_priorities(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "2 availability traces given; add --by-trace" in capsys.readouterr().err
     assert main([*base, "--by-trace"]) == 2
     assert "--by-trace needs at least one --availability" in capsys.readouterr().err
+    # Two files of one name: a row each (the second replaced the first's); the same file twice is refused.
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "trace.json").write_text(steady.read_text())
+    (tmp_path / "b" / "trace.json").write_text(scarce.read_text())
+    same_name = ["--availability", str(tmp_path / "a" / "trace.json"), "--availability",
+                 str(tmp_path / "b" / "trace.json")]  # fmt: skip
+    assert main([*base, *same_name, "--by-trace", "--format", "json"]) == 0
+    named = json.loads(capsys.readouterr().out)["traces"]
+    assert set(named) == {str(tmp_path / "a" / "trace.json"), str(tmp_path / "b" / "trace.json")}
+    assert main([*base, "--availability", str(steady), "--availability", str(steady), "--by-trace"]) == 2
+    assert f"--availability {steady} is given more than once" in capsys.readouterr().err
 
 
 def test_cli_zones_fail_over(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -459,3 +471,50 @@ def test_ratios_against_a_reference_below_zero_are_left_out() -> None:
 
     assert _ratio(Decimal(-3), Decimal(-2)) is None and _ratio(Decimal(1), Decimal(0)) is None
     assert _ratio(Decimal(3), Decimal(2)) == Decimal("1.5000")
+
+
+def test_a_tick_coarser_than_the_trace_sees_the_outages_inside_it() -> None:
+    # Read at each tick's start only, a 10-minute outage between two 30-minute tick starts was never seen.
+    trace = AvailabilityTrace([1, 0, 1] * 4, gap_seconds=600, start=T0, name="t")
+    assert trace.ticks(T0, timedelta(minutes=30), 4) == [False] * 4
+    assert trace.ticks(T0, timedelta(minutes=10), 3) == [True, False, True]
+    assert trace.ticks(T0, timedelta(minutes=5), 4) == [True, True, False, False]
+    whole = AvailabilityTrace([1, 1, 1, 0], gap_seconds=600, start=T0, name="w")
+    assert whole.ticks(T0, timedelta(minutes=20), 2) == [True, False]
+    # The zones' traces set the default tick too.
+    fine = AvailabilityTrace([1] * 2000, gap_seconds=300, start=T0, name="fine")
+    prices = PriceSeries.from_points([(T0, "0.5")], name="p")
+    data = MarketData(
+        on_demand_usd_per_hour=lambda t, r: Decimal(3),
+        spot_series=lambda t, r, z: prices,
+        zone_availability={"us-east-1a": fine, "us-east-1b": fine},
+    )
+    zoned = job(zones=("us-east-1a", "us-east-1b"), submit_time=T0, restart_overhead_minutes=Decimal(5))
+    report = simulate([zoned], data, ["deadline_aware"])
+    (outcome,) = [o for o in report.outcomes if o.policy == "deadline_aware"]
+    assert outcome.finished_hours == pytest.approx(2 + 5 / 60)  # on 10-minute ticks the restart took 10
+
+
+def test_under_the_carbon_objective_spot_is_taken_on_its_price_as_live() -> None:
+    # Both markets emit the same per hour: compared on kg CO2e, spot was never cheaper, and the replayed
+    # policies ran on on-demand ($12) where the live rule takes spot ($4).
+    from costaware.core.carbon import Objective
+
+    t0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    spot = PriceSeries.from_points([(t0 - timedelta(days=30), "1.00")], name="spot")
+    grid = PriceSeries.from_points(
+        [(t0 - timedelta(days=30) + timedelta(hours=h), "300") for h in range(24 * 32)], name="grid"
+    )
+    one = Job(name="j", instance_type="x", region="r", submit_time=t0, runtime_hours=Decimal(4),
+              deadline_hours=Decimal(12))  # fmt: skip
+    data = MarketData(
+        on_demand_usd_per_hour=lambda t, r: Decimal(3),
+        spot_series=lambda t, r, z: spot,
+        carbon_g_per_kwh=grid,
+        objective=Objective.parse("carbon"),
+        power_kw_of=lambda t, r: 1.0,
+    )
+    report = simulate([one], data, ["deadline_aware", "cheapest_window"])
+    for name in ("deadline_aware", "cheapest_window"):
+        (outcome,) = [o for o in report.outcomes if o.policy == name]
+        assert outcome.spot_hours == pytest.approx(4.0) and outcome.usd == Decimal("4.000000"), name

@@ -20,6 +20,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import logging
+import math
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal, InvalidOperation
@@ -389,7 +390,10 @@ class AvailabilityTrace:
         return sum(self.samples) / len(self.samples)
 
     def ticks(self, start: datetime, tick: timedelta, count: int) -> list[bool]:
-        """Capacity at the start of each of ``count`` ticks from ``start``.
+        """Capacity through each of ``count`` ticks from ``start``: every sample the tick spans has it.
+
+        A tick longer than the trace's spacing spans several samples; read at its start only, an outage
+        between two tick starts never preempted anything.
 
         Raises:
             PriceNotFoundError: part of the span is outside the trace; the message gives its coverage.
@@ -402,8 +406,16 @@ class AvailabilityTrace:
                 f"{self.end.isoformat()}, not {start.isoformat()} + {count} ticks of {tick}; "
                 "move --availability-start or the jobs"
             )
-        step = tick.total_seconds()
-        return [self.samples[int((offset + i * step) // self.gap_seconds)] for i in range(count)]
+        step, gap, samples = tick.total_seconds(), self.gap_seconds, self.samples
+        if step <= gap:
+            return [samples[int((offset + i * step) // gap)] for i in range(count)]
+        out = []
+        for i in range(count):
+            first = int((offset + i * step) // gap)
+            # The last sample that starts before the tick ends (the trace may end inside the last tick).
+            last = min(math.ceil((offset + (i + 1) * step) / gap) - 1, len(samples) - 1)
+            out.append(all(samples[first : last + 1]))
+        return out
 
     def at(self, instant: datetime) -> bool:
         """Capacity at ``instant``.

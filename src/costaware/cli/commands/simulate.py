@@ -228,6 +228,16 @@ def carbon_inputs(args: argparse.Namespace) -> tuple[Objective, PriceSeries | No
 
     if file in bundled_zones() and not Path(file).exists():  # a zone, as the operators take it
         return objective, bundled_carbon(file)
+    if not Path(file).exists() and "/" not in file and "." not in file:
+        # Neither a file nor a bundled zone: most likely a zone typed wrong ("gb" for "GB"); said as such,
+        # with the zones there are, rather than "cannot read carbon intensity file 'gb'".
+        zones = bundled_zones()
+        same = [z for z in zones if z.lower() == file.lower()]
+        meant = f"did you mean {same[0]!r}? " if same else ""
+        raise ConfigurationError(
+            f"--carbon {file!r} is neither a file nor a bundled grid zone: {meant}bundled are "
+            f"{', '.join(zones)} (case-sensitive); or give the path of an hourly carbon intensity CSV"
+        )
     return objective, load_carbon(file)
 
 
@@ -378,6 +388,11 @@ def replay(args: argparse.Namespace) -> int:
         raise ConfigurationError(
             f"{len(traces)} availability traces given; add --by-trace to replay the jobs once per trace"
         )
+    repeated = sorted({t for t in traces if traces.count(t) > 1})
+    if repeated:
+        raise ConfigurationError(
+            f"--availability {repeated[0]} is given more than once: give each trace once"
+        )
     tick = None
     if args.tick_minutes is not None:
         if not args.tick_minutes > 0:
@@ -385,9 +400,13 @@ def replay(args: argparse.Namespace) -> int:
         tick = timedelta(minutes=args.tick_minutes)
     reports: dict[str, SimulationReport] = {}
     notes: list[str] = []
+    stems = [Path(t).stem for t in traces]
     for trace in traces or [None]:
-        data, notes = _market(args, jobs, trace)
-        name = Path(trace).stem if trace else ""
+        data, trace_notes = _market(args, jobs, trace)
+        notes += [n for n in trace_notes if n not in notes]
+        # Named by the file's stem, or by its path where two traces share one (a/trace.json, b/trace.json:
+        # the second's row replaced the first's).
+        name = (Path(trace).stem if stems.count(Path(trace).stem) == 1 else trace) if trace else ""
         reports[name] = simulate(
             jobs,
             data,

@@ -67,6 +67,10 @@ class Situation:
     hindsight: Hindsight | None = None
     availability_history: Sequence[bool] | None = None
     priority: str = "normal"
+    #: The real USD/hour of spot and on-demand now when the two fields above hold another objective's values
+    #: (kg CO2e under ``carbon``); None: they are USD. Spot is usable on its price, as live.
+    usd_spot_now: float | None = None
+    usd_on_demand_now: float | None = None
 
 
 class Policy(abc.ABC):

@@ -46,9 +46,13 @@ def safe_on_spot(s: Situation) -> bool:
 
 
 def spot_usable(s: Situation) -> bool:
-    """Spot exists, has capacity now, and is cheaper than on-demand."""
-    return (
-        s.spot_usd_per_hour is not None
-        and s.spot_available
-        and s.spot_usd_per_hour < s.on_demand_usd_per_hour
-    )
+    """Spot exists, has capacity now, and is cheaper than on-demand (in USD, whatever the objective).
+
+    Under the ``carbon`` objective both markets emit the same per hour: compared on those values, spot was
+    never usable in a replay, while the live rule (``decide_on_objective``) takes it on its price.
+    """
+    if s.spot_usd_per_hour is None or not s.spot_available:
+        return False
+    if s.usd_spot_now is not None and s.usd_on_demand_now is not None:
+        return s.usd_spot_now < s.usd_on_demand_now
+    return s.spot_usd_per_hour < s.on_demand_usd_per_hour

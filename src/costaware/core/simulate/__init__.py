@@ -60,7 +60,8 @@ def simulate(
         data: Prices, capacity, forecast settings, and the carbon intensity and objective (the oracle and
             every policy minimise the objective; outcomes track USD and kg CO2e beside it).
         policies: Policy names to report, in order (see ``costaware.core.policies.POLICIES``).
-        tick: Grid spacing; default the availability trace's spacing, else 10 minutes.
+        tick: Grid spacing; default the finest availability trace's spacing (the zones' too), else 10
+            minutes. A tick longer than a trace's spacing has capacity only if every sample it spans has.
         restart_guard: Replay the restart-thrash guard (a job whose zones all churn faster than it can
             checkpoint runs on on-demand to the end), as the live operator does; False to measure without it.
 
@@ -77,7 +78,10 @@ def simulate(
     wanted = list(dict.fromkeys(policies))
     classes = {name: policy_class(name) for name in dict.fromkeys([*wanted, BASELINE, ORACLE])}
     if tick is None:
-        tick = timedelta(seconds=data.availability.gap_seconds) if data.availability else DEFAULT_TICK
+        # The finest trace's spacing, the zones' traces included (they fell back to 10 minutes).
+        traces = [data.availability] if data.availability else []
+        traces += list((data.zone_availability or {}).values())
+        tick = timedelta(seconds=min(t.gap_seconds for t in traces)) if traces else DEFAULT_TICK
     if tick <= timedelta(0):
         raise ConfigurationError(f"tick must be a positive duration, got {tick}")
     outcomes: list[JobOutcome] = []

@@ -61,6 +61,9 @@ class TickMarket:
     on_demand_now: Sequence[float] | None = None
     spot_now: Sequence[float] | None = None
     zones_now: tuple[Sequence[float], ...] | None = None
+    #: The real USD/hour at each tick's start, when the values above are another objective's.
+    usd_on_demand_now: Sequence[float] | None = None
+    usd_spot_now: Sequence[float] | None = None
 
 
 def cheapest_zone(zones: Sequence[tuple[Sequence[float], Sequence[bool]]], t: int) -> int:
@@ -182,6 +185,8 @@ def _carbon_market(
         usd_known=usd_known,
         on_demand_now=values(on_demand_now, grams_now),
         spot_now=None if base.spot_now is None else values(base.spot_now, grams_now),
+        usd_on_demand_now=on_demand_now,
+        usd_spot_now=base.spot_now,
     )
 
 

@@ -233,6 +233,10 @@ def run_job(
                     hindsight=hindsight,
                     availability_history=history,
                     priority=priority,
+                    usd_spot_now=market.usd_spot_now[t] if market.usd_spot_now is not None else None,
+                    usd_on_demand_now=(
+                        market.usd_on_demand_now[t] if market.usd_on_demand_now is not None else None
+                    ),
                 )
             )
         moved = False  # the plan runs this spot tick in another zone than the last: a new start
