@@ -276,6 +276,7 @@ def test_runs_show_of_a_run_that_trained_no_model_shows_what_it_cost(
         (["--last"], "needs --dag-id"),
         (["run1", "--last", "--dag-id", "nightly"], "takes no RUN_ID"),
         (["--last", "--dag-id", "never-ran"], "no retrain outcomes of DAG 'never-ran'"),
+        (["--last", "--dag-id", "nigthly"], "'nigthly' yet; did you mean 'nightly'? (DAGs in the ledger:"),
         ([], "give a RUN_ID"),
     ],
 )

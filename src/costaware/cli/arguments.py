@@ -231,8 +231,24 @@ def run_asked_for(args: argparse.Namespace, ledger: Any) -> str | None:
         raise CostawareError(f"--last-run and --run-id {args.run_id!r} both name a run: give one of them")
     run_id = ledger.last_run_id(args.dag_id)
     if run_id is None:
-        raise CostawareError(f"the ledger has no entries for DAG {args.dag_id!r} yet")
+        hint = dag_hint(ledger, args.dag_id)
+        raise CostawareError(f"the ledger has no entries for DAG {args.dag_id!r} yet{hint}")
     return run_id  # type: ignore[no-any-return]
+
+
+def dag_hint(ledger: Any, dag_id: str) -> str:
+    """``; did you mean 'x'? DAGs in the ledger: ...`` for a DAG id the ledger has no entry of ("" if none).
+
+    A typo read as "nothing recorded yet", like a DAG that never ran.
+    """
+    import difflib
+
+    known = sorted({row.group for row in ledger.report(group_by="dag")} - {dag_id})
+    if not known:
+        return ""
+    meant = difflib.get_close_matches(dag_id, known, n=1)
+    listed = ", ".join(known[:10]) + (" ..." if len(known) > 10 else "")
+    return (f"; did you mean {meant[0]!r}?" if meant else "") + f" (DAGs in the ledger: {listed})"
 
 
 def default_ledger_url() -> str:

@@ -7,7 +7,7 @@ import json
 from decimal import Decimal
 from typing import Any
 
-from costaware.cli.arguments import check_range, open_ledger
+from costaware.cli.arguments import check_range, dag_hint, open_ledger
 from costaware.cli.output import emit
 from costaware.core.money import format_usd_exact
 
@@ -56,9 +56,11 @@ def list_runs(args: argparse.Namespace) -> int:
         emit(table, args.format, headers=headers, payload=payload)
         return 0
     if not found:
+        whose = f" of DAG {args.dag_id!r}" if args.dag_id else ""
+        hint = dag_hint(ledger, args.dag_id) if args.dag_id else ""
         print(
-            "no retrain outcomes yet: WarmStartRetrainOperator, RemoteTrainingOperator and "
-            "ModelPromoteOperator record them"
+            f"no retrain outcomes{whose} yet: WarmStartRetrainOperator, RemoteTrainingOperator and "
+            f"ModelPromoteOperator record them{hint}"
         )
         return 0
     emit(table, "table", headers=headers)
@@ -207,7 +209,8 @@ def show_run(args: argparse.Namespace) -> int:
             raise CostawareError("--last takes no RUN_ID and needs --dag-id, e.g. --last --dag-id nightly")
         newest = outcomes(ledger, dag_id=args.dag_id, limit=1)
         if not newest:
-            raise CostawareError(f"the ledger has no retrain outcomes of DAG {args.dag_id!r} yet")
+            hint = dag_hint(ledger, args.dag_id)
+            raise CostawareError(f"the ledger has no retrain outcomes of DAG {args.dag_id!r} yet{hint}")
         run_id = newest[0].run_id
     elif not run_id:
         raise CostawareError("give a RUN_ID (see `costaware runs list`) or --last --dag-id DAG")
