@@ -34,8 +34,9 @@ with exact figures under machine keys, `csv` for spreadsheets (amounts as plain 
 `$1,234.50`). Report rows are grouped by `--group-by` (one of the choices below, or `tag:<name>`); budgets
 have a `--period`.
 
-Exit codes: 0 done; 1 `prices refresh` found no price; 2 bad input (an unknown value, a missing argument, a
-malformed file), with the reason on stderr (`costaware: error: ...`) and nothing written. A blank value
+Exit codes: 0 done; 1 `prices refresh` found no price; 2 an error: bad input (an unknown value, a missing
+argument, a malformed file) or a ledger, store or AWS API that could not be reached or refused (no
+credentials), with the reason on stderr (`costaware: error: ...`) and nothing written. A blank value
 (`--store ""`, most often an unset shell variable) is refused, never read as "not given"; only
 `alerts set --thresholds ''` means something (the defaults).
 

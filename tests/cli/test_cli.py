@@ -214,7 +214,7 @@ def test_budget_delete_removes_a_budget_once_nothing_is_held_in_it(
     ledger.settle(held.id, "1.5")
     assert main(delete) == 0
     out = capsys.readouterr().out
-    assert "budget '*/month' deleted (its cap was $50.00); the spend it counted stays in the ledger" in out
+    assert "budget '*/month' deleted (its cap was $50.00) with its alert settings" in out
     assert ledger.budgets() == []
     (audit,) = audit_log(ledger, action="budget_delete")
     assert audit.target == "*/month" and audit.details["cap_usd"] == "50.000000"

@@ -109,7 +109,8 @@ def test_efficiency_says_a_misspelt_dag_and_hidden_savings_as_they_are(
     assert main([*base, "--dag-id", "nightyl"]) == 0  # "(no measured tries)" before: as if nothing ran
     assert "(no entries: the ledger has none for DAG 'nightyl'; check the name)" in capsys.readouterr().out
     assert main([*base, "--dag-id", "nightly", "--since", "2099-01-01"]) == 0  # not "the listener measures"
-    assert "(no measured tries match --since 2099-01-01" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "(no measured tries match --since 2099-01-01T00:00:00+00:00: widen them" in out  # no "--scope *"
     assert main([*base, "--dag-id", "nightly", "--runs-per-month", "0"]) == 0
     out = capsys.readouterr().out  # "no cheaper type fits" before: one fits, and saves $0 at no runs
     assert "right-sizing: 1 cheaper type(s) fit, each saving under $0.01/month" in out

@@ -51,7 +51,13 @@ def test_budget_show_json_has_the_forecast_fields(
     assert (row["forecast_usd"], row["forecast_low_usd"], row["forecast_high_usd"]) == ("10.000000",) * 3
     assert row["forecast_above_cap"] is False and row["runs_left"] == 0
     assert main(args) == 0
-    assert "$10.00 ($10.00-$10.00)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "$10.00 ($10.00-$10.00)" in out and "! the forecast passes" not in out
+    # Past the cap: the row's "!" is explained under the table.
+    spend(ledger, "r3", "95")
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert " !" in out and "! the forecast passes the cap by the period's end" in out
 
 
 def test_forecast_rows_count_the_timetable_runs(ledger_url: str) -> None:

@@ -121,6 +121,12 @@ def test_stale_figures_are_flagged(ledger_url: str, capsys: pytest.CaptureFixtur
     out = capsys.readouterr().out
     assert "on-demand: 1.408 USD/h from the AWS Price List API" in out
     assert "STALE: older than the 168 h TTL, run `costaware prices refresh`" in out
+    # Imported from an offer file (a machine without AWS access): the advice is a newer file.
+    PriceCache(Ledger.from_url(ledger_url)).put(
+        [ListPrice("ec2", "c7i.large", "eu-west-1", Decimal("0.1"))], origin="offer-file", fetched_at=old
+    )
+    assert run(ledger_url, "prices", "show", "c7i.large", "--region", "eu-west-1") == 0
+    assert "STALE: older than the 168 h TTL, import a newer offer file" in capsys.readouterr().out
 
 
 def stubbed_pricing(monkeypatch: pytest.MonkeyPatch) -> tuple[Stubber, list[str | None]]:
@@ -239,8 +245,10 @@ def test_bad_input(
         ),
         (
             (FIXTURES / "ec2_offer_us-east-1.csv").read_text().replace('"0.8048000000"', '"-0.8"'),
-            "bad.json: offer CSV line 11: price -0.8 is negative",
+            "bad.csv: offer CSV line 11: price -0.8 is negative",
         ),
+        # A .json file that is no JSON: told where the JSON breaks, not that a CSV header is missing.
+        ("not json\n", "bad.json: offer file is not valid JSON at line 1"),
         (
             (FIXTURES / "ec2_offer_us-east-1.json").read_text().replace("0.8048000000", "-0.8"),
             "SKU BBBG6XLARGE001, term BBBG6XLARGE001.JRTCKXETXF, dimension",
@@ -251,7 +259,7 @@ def test_bad_input(
 def test_malformed_offer_file_writes_nothing(
     ledger_url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path, body: str, message: str
 ) -> None:
-    bad = tmp_path / "bad.json"
+    bad = tmp_path / ("bad.csv" if body.startswith('"') or "SKU" in body[:2000] else "bad.json")
     bad.write_text(body)
     assert run(ledger_url, "prices", "import", str(bad)) == 2
     assert message in capsys.readouterr().err

@@ -142,7 +142,7 @@ def test_a_csv_without_a_column_the_prices_need_names_it(column: str) -> None:
 def test_a_price_in_exponent_notation_is_refused() -> None:
     lines = (FIXTURES / "ec2_offer_us-east-1.csv").read_text().splitlines()
     lines[6] = lines[6].replace('"0.1323000000"', '"1e3"')
-    with pytest.raises(InvalidPriceDataError, match=r"offer CSV line 7: price '1e3' is not a number"):
+    with pytest.raises(InvalidPriceDataError, match=r"line 7: price '1e3' is written with an exponent"):
         prices_from_offer_csv("\n".join(lines))
 
 

@@ -360,7 +360,8 @@ SIMULATE_ARGS = (
         "--availability",
         action="append",
         metavar="FILE",
-        help="spot availability trace (JSON, 0/1 per tick); repeat with --by-trace to compare traces",
+        help='spot availability trace, JSON {"metadata": {"gap_seconds": 600}, "data": [1, 0, ...]} (0/1 per '
+        "gap); repeat with --by-trace to compare traces",
     ),
     Arg(
         "--zones",

@@ -154,9 +154,13 @@ def _price(raw: object, where: str) -> Decimal | None:
         value = Decimal(str(raw).strip())
     except InvalidOperation:
         value = None
-    if value is None or not value.is_finite() or "e" in str(raw).lower():
-        # An exponent ("1e3": $1,000 an hour) is no price AWS writes: a file edited by hand, or mangled.
+    if value is None or not value.is_finite():
         raise InvalidPriceDataError(f"{where}: price {raw!r} is not a number")
+    if "e" in str(raw).lower():
+        # An exponent ("1e3": $1,000 an hour) is no price AWS writes: a file edited by hand, or mangled.
+        raise InvalidPriceDataError(
+            f"{where}: price {raw!r} is written with an exponent, which AWS never writes: check the file"
+        )
     if value < 0:
         raise InvalidPriceDataError(f"{where}: price {raw} is negative")
     if value > MAX_USD_PER_HOUR:

@@ -112,8 +112,9 @@ def budget_delete(args: argparse.Namespace) -> int:
             "`costaware budget list` shows them"
         )
     print(
-        f"budget '{deleted.label}' deleted (its cap was {format_usd_exact(deleted.cap_usd)}); the spend it "
-        "counted stays in the ledger"
+        f"budget '{deleted.label}' deleted (its cap was {format_usd_exact(deleted.cap_usd)}) with its alert "
+        "settings (`alerts set` again after a new `budget set`); the spend it counted and the alerts it sent "
+        "stay in the ledger"
     )
     return 0
 
@@ -222,6 +223,8 @@ def budget_show(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     _say_unpriced(ledger, scope, usages, args.run_id)
+    if args.format == "table" and any(f.get("forecast_above_cap") for f in forecasts):
+        print("! the forecast passes the cap by the period's end")
     if args.run_id is None and per_run and args.format == "table":
         print(f"per-run budget(s) {', '.join(per_run)} also apply: give --run-id to see one run against them")
     if args.run_id is not None and not _run_is_known(ledger, args.run_id):

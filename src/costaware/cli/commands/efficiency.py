@@ -87,8 +87,10 @@ def report_efficiency(args: argparse.Namespace) -> int:
     if not rows:
         if args.dag_id and ledger.last_run_id(args.dag_id) is None:  # as `costaware report` says it
             print(f"(no entries: the ledger has none for DAG {args.dag_id!r}; check the name)")
-        elif args.since or args.until or args.scope:
-            given = {"since": args.since, "until": args.until, "scope": args.scope}
+        elif args.since or args.until or args.scope not in (None, "*"):
+            # --scope's default "*" was named as if given: "no measured tries match --scope *".
+            scope = args.scope if args.scope != "*" else None
+            given = {"since": args.since, "until": args.until, "scope": scope}
             window = " ".join(
                 f"--{name} {value.isoformat() if hasattr(value, 'isoformat') else value}"
                 for name, value in given.items()

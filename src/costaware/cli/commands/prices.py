@@ -97,7 +97,15 @@ def describe(figure: PriceFigure, now: datetime, ttl_hours: float) -> str:
     if figure.fetched_at is not None and age is not None:
         text += f", fetched {figure.fetched_at:%Y-%m-%d %H:%M} UTC ({format_age(age)} ago)"
     if figure.stale:
-        text += f"; STALE: older than the {ttl_hours:g} h TTL, run `costaware prices refresh`"
+        from costaware.core.price_figures import OFFER_FILE
+
+        # An imported figure is for machines without AWS access: a refresh is no advice there.
+        again = (
+            "import a newer offer file (`costaware prices import FILE`)"
+            if figure.origin == OFFER_FILE
+            else "run `costaware prices refresh`"
+        )
+        text += f"; STALE: older than the {ttl_hours:g} h TTL, {again}"
     return text
 
 
@@ -416,7 +424,9 @@ def import_prices(args: argparse.Namespace) -> int:
             head = handle.read(256).lstrip("\ufeff \t\r\n")
             handle.seek(0)
             today = utcnow().isoformat()  # a price change published ahead of its date is not today's
-            if head.startswith("{"):
+            # A .json file is read as JSON whatever it starts with: its error then says where the JSON
+            # breaks (it was read as a CSV without the header, which named the wrong format).
+            if head.startswith("{") or path.suffix.lower() == ".json":
                 text = handle.read().lstrip("\ufeff")
                 prices = prices_from_offer_json(text, region=args.region, types=args.types, as_of=today)
             else:  # streamed: a region's EC2 offer CSV is hundreds of MB

@@ -47,7 +47,8 @@ def report(args: argparse.Namespace) -> int:
     ]
     if given:  # accepted in silence, they changed nothing
         raise ConfigurationError(
-            f"{', '.join(given)} apply only with --efficiency: add it, or leave them out"
+            f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} only with --efficiency: add "
+            f"it, or leave {'it' if len(given) == 1 else 'them'} out"
         )
     ledger = open_ledger(args, reading=True)
     run_id = run_asked_for(args, ledger)
