@@ -10,6 +10,8 @@ where no ``COSTAWARE_*`` variable names one; run bare, the script refuses: it ne
 
     costaware-run -- python train_delay.py --data /path/with/train.npz/and/holdout.npz --epochs 4
 
+``--data`` may be an ``s3://`` prefix too (a job on SageMaker, Batch or Kubernetes).
+
 Under costaware (``dags/own_training.py``): ``RemoteTrainingOperator(command=["python", "train_delay.py",
 "--data", ...])`` runs it on spot, and the launcher restores and syncs the checkpoint folder.
 
@@ -52,6 +54,24 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def local_data(data: str) -> Path:
+    """The folder of ``train.npz`` and ``holdout.npz``; an ``s3://`` prefix is fetched into a local one first.
+
+    (A job on SageMaker, Batch or Kubernetes reads its arrays from S3; the runtime's store takes
+    ``COSTAWARE_S3_ENDPOINT_URL`` as the launcher does.)
+    """
+    if "://" not in data:
+        return Path(data)
+    import tempfile
+
+    from costaware_runtime.stores import open_store
+
+    store, folder = open_store(data), Path(tempfile.mkdtemp(prefix="delay-arrays-"))
+    for split in ("train", "holdout"):
+        store.download(f"{split}.npz", folder / f"{split}.npz")
+    return folder
+
+
 def load(folder: Path, split: str) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
     """Features, delays in minutes and the delay scale of one split (``train.npz`` or ``holdout.npz``)."""
     with np.load(folder / f"{split}.npz") as data:
@@ -70,9 +90,13 @@ def model_for(features: int, hidden: int) -> nn.Module:
 def main(argv: list[str] | None = None) -> int:
     """Train from the newest checkpoint to the last step, then write metrics and the model."""
     args = arguments(argv)
+    # First: the first call installs the runtime's SIGTERM handler, so that a spot notice during the
+    # start-up (imports, data, CUDA) is kept for the first step rather than killing the process.
+    runtime.preemption_requested()
     torch.manual_seed(args.seed)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    x, y, scale = load(Path(args.data), "train")
+    data = local_data(args.data)
+    x, y, scale = load(data, "train")
     # The arrays are small: on the device once, so that a step copies nothing from the host.
     x, target = x.to(device), ((y - scale["y_mean"]) / scale["y_std"]).to(device)
     model = model_for(x.shape[1], args.hidden).to(device)
@@ -129,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"spot notice: saved step {step} of {total}, exiting for the next attempt", flush=True)
             runtime.exit_preempted()
 
-    metrics = evaluate(model, Path(args.data), scale, device)
+    metrics = evaluate(model, data, scale, device)
     runtime.write_metrics(metrics)
     out = Path(runtime.output_dir())
     torch.save(model.state_dict(), out / "model.pt")

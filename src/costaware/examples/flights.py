@@ -141,7 +141,7 @@ def make_features(flights: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(
         {
             "month": flown["month"].astype("int64"),
-            "day_of_week": when.dt.dayofweek.astype("int64"),
+            "day_of_week": when.dt.day_of_week.astype("int64"),
             "sched_dep_hour": (flown["sched_dep_time"] // 100).astype("int64"),
             "distance": flown["distance"].astype("float64"),
             "carrier": flown["carrier"].astype("string"),
@@ -197,7 +197,7 @@ def delay_arrays(flights: pd.DataFrame) -> tuple[Any, Any]:
         (flown["sched_dep_time"] // 100).to_numpy(float),
         flown["distance"].to_numpy(float),
         flown["month"].to_numpy(float),
-        when.dt.dayofweek.to_numpy(float),
+        when.dt.day_of_week.to_numpy(float),
     ]
     columns += [(flown["carrier"] == c).to_numpy(float) for c in CARRIERS]
     columns += [(flown["origin"] == o).to_numpy(float) for o in ORIGINS]
@@ -220,17 +220,34 @@ def write_delay_arrays(
     x_hold, y_hold = delay_arrays(load_days(landing_dir, day + timedelta(days=1), day + timedelta(days=1)))
     mean, std = x_train.mean(axis=0), x_train.std(axis=0)
     std[std == 0] = 1.0
-    target = Path(folder)
-    target.mkdir(parents=True, exist_ok=True)
+    rows = {"train_rows": str(len(y_train)), "holdout_rows": str(len(y_hold))}
     y_mean, y_std = np.float32(y_train.mean()), np.float32(y_train.std() or 1.0)
-    paths = {}
-    for split, x, y in (("train", x_train, y_train), ("holdout", x_hold, y_hold)):
-        path = target / f"{split}.npz"
-        temp = target / f".{split}.{os.getpid()}.npz"
-        np.savez(temp, x=(x - mean) / std, y=y, y_mean=y_mean, y_std=y_std)
-        temp.replace(path)
-        paths[split] = str(path)
-    return {"folder": str(target), **paths, "train_rows": str(len(y_train)), "holdout_rows": str(len(y_hold))}
+
+    def write(target: Path) -> dict[str, str]:
+        target.mkdir(parents=True, exist_ok=True)
+        paths = {}
+        for split, x, y in (("train", x_train, y_train), ("holdout", x_hold, y_hold)):
+            path = target / f"{split}.npz"
+            temp = target / f".{split}.{os.getpid()}.npz"
+            np.savez(temp, x=(x - mean) / std, y=y, y_mean=y_mean, y_std=y_std)
+            temp.replace(path)
+            paths[split] = str(path)
+        return paths
+
+    if "://" not in str(folder):
+        return {"folder": str(Path(folder)), **write(Path(folder)), **rows}
+    # An s3:// prefix (a job on SageMaker, Batch or Kubernetes reads it): written here, then uploaded.
+    # Path("s3://b/x") was the relative folder "s3:/b/x" under the worker's current one.
+    import tempfile
+
+    from costaware_runtime.stores import open_store
+
+    uri, store = str(folder).rstrip("/"), open_store(str(folder))
+    with tempfile.TemporaryDirectory(prefix="delay-arrays-") as local:
+        for split, path in write(Path(local)).items():
+            with open(path, "rb") as handle:
+                store.put(f"{split}.npz", handle)
+    return {"folder": uri, "train": f"{uri}/train.npz", "holdout": f"{uri}/holdout.npz", **rows}
 
 
 def replay_arrays(context: Mapping[str, Any], name: str, *, train_days: int = 28) -> dict[str, str]:
