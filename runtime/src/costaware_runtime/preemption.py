@@ -34,12 +34,23 @@ def _handler_chaining(previous: Any) -> Any:
         if callable(previous) and previous is not signal.default_int_handler:
             previous(signum, frame)
 
+    handle._costaware_preemption = True  # type: ignore[attr-defined]
     return handle
 
 
-def _install() -> Any:
+def _install() -> tuple[Any, Any] | None:
+    """Install the runtime's SIGTERM handler: ``(installed, previous)``, or None where it is already there.
+
+    Wrapping our own handler again stacked one more call per guard: after a loop of guards, a chain
+    thousands deep that raised RecursionError on the notice instead of saving.
+    """
     try:
-        return signal.signal(signal.SIGTERM, _handler_chaining(signal.getsignal(signal.SIGTERM)))
+        current = signal.getsignal(signal.SIGTERM)
+        if getattr(current, "_costaware_preemption", False):
+            return None
+        handler = _handler_chaining(current)
+        signal.signal(signal.SIGTERM, handler)
+        return handler, current
     except ValueError as e:  # not the main thread
         raise CostawareRuntimeError(
             "the preemption handler can only be installed from the main thread: call "
@@ -81,17 +92,20 @@ class PreemptionGuard:
     """
 
     def __init__(self) -> None:
-        self._previous: Any = None
+        self._installed: tuple[Any, Any] | None = None
 
     def __enter__(self) -> PreemptionGuard:
-        self._previous = _install()
+        self._installed = _install()  # None: an outer guard or preemption_requested() installed it
         return self
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
-        if not _installed:  # preemption_requested() keeps its handler for the life of the process
-            signal.signal(signal.SIGTERM, self._previous)
+        installed, self._installed = self._installed, None
+        # preemption_requested() keeps its handler for the life of the process; one installed since by the
+        # job is left alone.
+        if installed is not None and not _installed and signal.getsignal(signal.SIGTERM) is installed[0]:
+            signal.signal(signal.SIGTERM, installed[1])
 
     @property
     def requested(self) -> bool:
