@@ -92,6 +92,31 @@ def test_a_disabled_loss_scaler_in_the_checkpoint_leaves_an_enabled_one_as_it_st
     assert enabled.get_scale() == 1024.0
 
 
+@needs("torch")
+@pytest.mark.parametrize(
+    ("extra", "kind"),
+    [
+        (np.float64(0.3), "numpy.float64"),
+        (np.random.get_state(), "builtins.tuple"),  # the legacy state, as jobs save it
+        ({"losses": [np.float32(1.5)]}, "builtins.dict"),
+    ],
+)
+def test_extra_state_the_safe_loader_would_refuse_is_refused_at_save(
+    tmp_path: Path, extra: object, kind: str
+) -> None:
+    # It saved fine and failed only on resume after a preemption: every retry crashed as a code error.
+    import torch
+    from costaware_runtime import ContractError
+    from costaware_runtime import torch as ct
+
+    with pytest.raises(ContractError, match=rf"extra best= holds a {kind} that torch's weights-only loader"):
+        ct.save(torch.nn.Linear(2, 1), step=1, directory=tmp_path, best=extra, epoch=2)
+    assert latest_step(tmp_path) is None and not (tmp_path / "checkpoint-1").exists()  # nothing saved
+    ct.save(torch.nn.Linear(2, 1), step=1, directory=tmp_path, best=float(np.float64(0.3)), w=torch.ones(2))
+    state = ct.load_state(directory=tmp_path)
+    assert state is not None and state["extra"]["best"] == 0.3
+
+
 # Trains with a two-worker DataLoader; on the notice saves with costaware_runtime.torch and exits 75.
 TORCH_JOB = """
 import torch

@@ -15,12 +15,15 @@ two newest are kept locally. Resume::
 
 from __future__ import annotations
 
+import io
+import re
 import time
 from pathlib import Path
 from typing import Any
 
 from costaware_runtime import _files
 from costaware_runtime.checkpoints import checkpoint_folder, commit, held_file, prune, read_marker
+from costaware_runtime.errors import ContractError
 
 CHECKPOINT_FILE = "torch.pt"
 
@@ -49,6 +52,10 @@ def save(
 
     Returns:
         The file written, or None on a distributed rank other than 0 (only rank 0 saves).
+
+    Raises:
+        ContractError: A value of ``extra`` would not load back with torch's weights-only loader (a numpy
+            number, ``np.random.get_state()``); nothing is saved.
     """
     torch = _torch()
 
@@ -59,6 +66,7 @@ def save(
         and torch.distributed.get_rank()
     ):
         return None
+    _check_extra(torch, extra)
     state: dict[str, Any] = {"step": step, "model": _unwrap(model).state_dict(), "extra": extra}
     if optimizer is not None:
         state["optimizer"] = optimizer.state_dict()
@@ -117,6 +125,30 @@ def load(
     if scaler is not None and state.get("scaler"):
         scaler.load_state_dict(state["scaler"])
     return int(state["step"])
+
+
+def _check_extra(torch: Any, extra: dict[str, Any]) -> None:
+    """Refuse a value of ``extra`` that :func:`load_state` could not read back.
+
+    torch.save pickles anything, but the loader is weights-only: a numpy number saved fine and failed only
+    on resume after a preemption, so every retry crashed as a code error.
+    """
+    for key, value in extra.items():
+        if isinstance(value, torch.Tensor):
+            continue  # always loadable; not worth copying
+        buffer = io.BytesIO()
+        torch.save(value, buffer)
+        buffer.seek(0)
+        try:
+            torch.load(buffer, weights_only=True)
+        except Exception as e:  # an UnpicklingError that names the refused global
+            found = re.search(r"GLOBAL (\S+) was not an allowed global", str(e))
+            refused = found.group(1) if found else f"{type(e).__name__}: {e}"
+            raise ContractError(
+                f"extra {key}= holds a {type(value).__module__}.{type(value).__qualname__} that torch's "
+                f"weights-only loader refuses ({refused}), so this checkpoint could not be loaded on resume: "
+                "save plain Python values (float(x), array.tolist()) or tensors (torch.from_numpy(array))"
+            ) from e
 
 
 def _unwrap(model: Any) -> Any:
