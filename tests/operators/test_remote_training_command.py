@@ -329,6 +329,12 @@ def test_a_step_interval_is_refused_for_a_command(tmp_path: Path) -> None:
             "model_store 's4://ml/models' is not a location a training job can use",
         ),
         ({"model_store": "s3:///models"}, "model_store 's3:///models' names no bucket"),
+        # The launcher cut it at '#': runs sharing a checkpoint prefix pruned each other's steps.
+        (
+            {"checkpoint_store": "s3://bkt/runs/job#1"},
+            "checkpoint_store 's3://bkt/runs/job#1' holds '#', which ends a URI's path: it would name the "
+            "same place as 's3://bkt/runs/job'",
+        ),
         (
             {"checkpoint_store": "ckpt"},
             "checkpoint_store 'ckpt' is a relative path: it would resolve against",

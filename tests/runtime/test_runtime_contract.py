@@ -136,6 +136,10 @@ def test_open_store(uri: str, kind: type, root: str) -> None:
             "'gs://bucket/x' is not a supported location: use a local folder, file:// or s3://",
         ),
         ("s3:///x", "'s3:///x' names no bucket: use s3://bucket/prefix"),
+        # urlparse cut these off: both named runs/job/, and two runs pruned each other's checkpoints.
+        ("s3://bkt/runs/job#1", "'s3://bkt/runs/job#1' holds '#', which ends a URI's path: it would name"),
+        ("s3://bkt/runs/job?x=1", "holds '?', which ends a URI's path: it would name the same place as 's3:"),
+        ("file:///data/job#", "leave '#' and '?' out of the location"),
         (
             "file://ckpts/run1",  # not /run1
             "'file://ckpts/run1' names the host 'ckpts': a file URI takes three slashes, file:///ckpts/run1",
@@ -151,6 +155,13 @@ def test_open_store_refuses(uri: str, message: str) -> None:
 def test_open_object_splits_a_file_uri() -> None:
     store, key = open_object("s3://bucket/runs/7/result.json")
     assert (store.uri, key) == ("s3://bucket/runs/7", "result.json")
+    # The parent of file:///result.json was read as "file:", the current folder.
+    store, key = open_object("file:///result.json")
+    assert (store.uri, key) == ("/", "result.json")
+    store, key = open_object("result.json")
+    assert (store.uri, key) == (".", "result.json")
+    with pytest.raises(ContractError, match=r"'s3://b/r\.json#2' holds '#', which ends a URI's path"):
+        open_object("s3://b/r.json#2")
     with pytest.raises(ContractError, match="names a folder, not a file"):
         open_object("s3://bucket/runs/")
 

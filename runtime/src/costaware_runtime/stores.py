@@ -246,10 +246,11 @@ def open_store(uri: str) -> Store:
     """The store at ``uri``: a local folder path, ``file:///path`` or ``s3://bucket/prefix``.
 
     Raises:
-        ContractError: ``uri`` has another scheme, an ``s3://`` URI names no bucket, or a ``file://`` URI
-            names a host.
+        ContractError: ``uri`` has another scheme, an ``s3://`` URI names no bucket, a ``file://`` URI
+            names a host, or an ``s3://`` or ``file://`` URI holds a ``#`` or ``?``.
     """
     parsed = urlparse(uri)
+    _refuse_cut_uri(uri, parsed.scheme)
     if parsed.scheme == "s3":
         if not parsed.netloc:
             raise ContractError(f"{uri!r} names no bucket: use s3://bucket/prefix")
@@ -270,8 +271,26 @@ def open_store(uri: str) -> Store:
 def open_object(uri: str) -> tuple[Store, str]:
     """The store holding the single object ``uri`` and the object's key in it."""
     parsed = urlparse(uri)
+    _refuse_cut_uri(uri, parsed.scheme)
     path = PurePosixPath(parsed.path if parsed.scheme else uri)
     if not path.name or uri.endswith("/"):
         raise ContractError(f"{uri!r} names a folder, not a file: add a file name such as result.json")
-    parent = uri[: len(uri) - len(path.name)].rstrip("/") or ("/" if uri.startswith("/") else ".")
+    # From the parsed path: cutting the name off the text left file:///result.json's parent as "file:",
+    # which opened the current folder.
+    parent = f"{parsed.scheme}://{parsed.netloc}{path.parent}" if parsed.scheme else str(path.parent)
     return open_store(parent), path.name
+
+
+def _refuse_cut_uri(uri: str, scheme: str) -> None:
+    """Refuse an ``s3://`` or ``file://`` URI holding ``#`` or ``?``, which a URI parser cuts off.
+
+    s3://bkt/runs/job#1 and s3://bkt/runs/job?x=1 both named runs/job/: two runs shared one checkpoint
+    prefix and pruned each other's steps.
+    """
+    if scheme in ("s3", "file"):
+        for mark in ("#", "?"):
+            if mark in uri:
+                raise ContractError(
+                    f"{uri!r} holds {mark!r}, which ends a URI's path: it would name the same place as "
+                    f"{uri.split(mark)[0]!r}; leave '#' and '?' out of the location"
+                )
