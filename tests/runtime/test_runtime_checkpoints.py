@@ -279,6 +279,22 @@ def test_a_marker_without_save_times_reads_as_none_measured_and_a_bad_one_is_ref
         parse_marker(json.dumps({**old, "save_seconds": [-3]}).encode(), "bad")
 
 
+def test_a_file_named_with_a_backslash_is_refused_at_commit_not_at_every_later_read(local: Path) -> None:
+    # commit() wrote a marker naming it that read_marker() then refused: every later read raised, and a
+    # preemption after a real checkpoint was reported as one before any (77).
+    folder = checkpoint_folder(1, local)
+    (folder / "a\\b.bin").write_bytes(b"x")
+    with pytest.raises(
+        ContractError, match=r"checkpoint file '.*a\\\\b\.bin' cannot be committed: .*rename it"
+    ):
+        commit(local, 1, [folder])
+    assert read_marker(local) is None
+    # A marker that names one anyway (written by hand, or by an older runtime) is named when read.
+    bad = {"step": 2, "saved_at": "t", "files": [{"path": "checkpoint-2/a\\b.bin", "bytes": 1}]}
+    with pytest.raises(ContractError, match=r"^marker.json is not a checkpoint marker \(ContractError"):
+        parse_marker(json.dumps(bad).encode(), "marker.json")
+
+
 def test_a_relative_checkpoint_folder_saves_and_loads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

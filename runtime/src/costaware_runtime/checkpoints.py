@@ -87,7 +87,7 @@ def parse_marker(raw: bytes, where: str) -> Marker:
             for f in data["files"]
         )
         save_seconds = tuple(float(x) for x in data.get("save_seconds") or ())
-    except (ValueError, KeyError, TypeError) as e:
+    except (ValueError, KeyError, TypeError, ContractError) as e:  # ContractError: a path check_key refuses
         raise ContractError(
             f"{where} is not a checkpoint marker ({e!r}): write it with costaware_runtime.commit()"
         ) from e
@@ -147,7 +147,8 @@ def commit(
         The marker written.
 
     Raises:
-        ContractError: A file is missing or outside ``directory``, or there are none.
+        ContractError: A file is missing, outside ``directory`` or named so no store could hold it (a
+            backslash in it), or there are none.
     """
     root = _folder(directory).resolve()
     _check_step(step)
@@ -169,6 +170,12 @@ def commit(
                 ) from None
             if relative == CHECKPOINT_MARKER:
                 continue
+            try:
+                check_key(relative)  # read_marker refuses it: every later read of the marker would fail
+            except ContractError as e:
+                raise ContractError(
+                    f"checkpoint file {str(file)!r} cannot be committed: {e}; rename it"
+                ) from e
             stat = file.stat()
             found[relative] = CommittedFile(relative, stat.st_size, stat.st_mtime_ns)
     if not found:
