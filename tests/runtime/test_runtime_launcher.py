@@ -303,6 +303,22 @@ cr.write_metrics({"rmse": 1.0})
     assert "without committing a checkpoint" not in done.stderr
 
 
+def test_an_output_file_no_store_can_hold_fails_with_code_2_before_any_upload(make_job: MakeJob) -> None:
+    # It passed the check, then the store refused its key in the middle of the upload: a traceback, exit 1
+    # (read as the job's own failure) and half the files uploaded.
+    job = make_job("""
+(cr.output_dir() / "a.bin").write_bytes(b"model")
+(cr.output_dir() / "weights\\\\1.bin").write_bytes(b"w")
+cr.write_metrics({"rmse": 1.0})
+""")
+    done = job.run()
+    assert done.returncode == 2, done.stderr
+    named = str(Path(job.env()["COSTAWARE_OUTPUT_DIR"]) / "weights\\1.bin")
+    assert f"output file {named!r} cannot be uploaded: " in done.stderr and "rename it" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not job.outputs.exists() and not job.result.exists()
+
+
 def test_an_empty_output_folder_fails_with_code_2(make_job: MakeJob) -> None:
     job = make_job('cr.write_metrics({"rmse": 1.0})\n')
     done = job.run()

@@ -411,6 +411,9 @@ class Launcher:
         except StoreError as e:
             log.error("%s", e)
             return contract.EXIT_SYNC_FAILED
+        except ContractError as e:  # a key or location the store refuses: it would fail every retry too
+            log.error("%s", e)
+            return contract.EXIT_CONTRACT_ERROR
         if self.output_dir is None:
             log.info("done (the job stored its model itself): metrics %s", metrics)
         else:

@@ -36,7 +36,8 @@ def output_files(directory: Path) -> list[Path]:
     """The files under ``directory``, sorted by relative path.
 
     Raises:
-        ContractError: ``directory`` holds no file, or a file named like the manifest.
+        ContractError: ``directory`` holds no file, a file named like the manifest, or a file whose
+            name a store cannot hold (a backslash in it).
     """
     files = sorted(path for path in directory.rglob("*") if path.is_file()) if directory.is_dir() else []
     if not files:
@@ -46,6 +47,12 @@ def output_files(directory: Path) -> list[Path]:
         )
     if directory / MANIFEST_NAME in files:
         raise ContractError(f"{directory / MANIFEST_NAME} is reserved for the launcher's manifest: rename it")
+    for path in files:
+        # Checked before any upload: a name the store refuses (a backslash) failed halfway through one.
+        try:
+            check_key(path.relative_to(directory).as_posix())
+        except ContractError as e:
+            raise ContractError(f"output file {str(path)!r} cannot be uploaded: {e}; rename it") from e
     return files
 
 
