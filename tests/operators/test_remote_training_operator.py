@@ -681,6 +681,22 @@ def test_local_backend_submit_is_idempotent_by_job_name(tmp_path: Path) -> None:
     assert "does not exist" in status.reason and "missing.json" in backend.logs("t-1")
 
 
+def test_local_backend_submit_closes_its_copy_of_the_supervisor_log(tmp_path: Path) -> None:
+    # It was left to the garbage collector: a ResourceWarning per submit in the long-running worker.
+    import gc
+    import warnings
+
+    backend = open_backend("local", {"root": str(tmp_path / "jobs")})
+    request = JobRequest(
+        job_name="t-2", spec_uri=str(tmp_path / "missing.json"), market="on_demand", instance_type="m5.large"
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        backend.submit(request)
+        gc.collect()
+    assert not [w for w in caught if "supervisor.log" in str(w.message)]
+
+
 def test_listener_prices_the_worker_not_the_training(tmp_path: Path, data: Path, ledger: Any) -> None:
     from types import SimpleNamespace
 

@@ -202,16 +202,18 @@ class LocalBackend:
             },
         )
         try:
-            subprocess.Popen(
-                # The supervisor is costaware's own: this worker's interpreter runs it. ``python`` (the job's,
-                # perhaps a venv with costaware-runtime alone) runs the command: as the supervisor it died at
-                # once, and its job was read as preempted again and again.
-                [sys.executable, "-m", "costaware.adapters.compute.local", "--job-dir", str(folder)],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=(folder / "supervisor.log").open("ab"),
-                start_new_session=True,  # the job outlives the worker process that submitted it
-            )
+            # The supervisor has its own copy of the descriptor: this long-running worker closes its one now.
+            with (folder / "supervisor.log").open("ab") as log_file:
+                subprocess.Popen(
+                    # The supervisor is costaware's own: this worker's interpreter runs it. ``python`` (the
+                    # job's, perhaps a venv with costaware-runtime alone) runs the command: as the supervisor
+                    # it died at once, and its job was read as preempted again and again.
+                    [sys.executable, "-m", "costaware.adapters.compute.local", "--job-dir", str(folder)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=log_file,
+                    start_new_session=True,  # the job outlives the worker process that submitted it
+                )
         except OSError as e:
             # Left behind, the folder made every retry's submit "submitted before", pending for ever.
             shutil.rmtree(folder, ignore_errors=True)
