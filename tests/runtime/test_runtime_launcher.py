@@ -175,6 +175,12 @@ def test_exit_75_without_a_checkpoint_is_a_code_error(make_job: MakeJob) -> None
         ("sys.exit(3)", 3, "the job exited 3"),
         ("sys.exit(76)", 1, "the job exited 76, a code the launcher reserves: reporting 1"),
         ("os.kill(os.getpid(), signal.SIGKILL)", 137, "the job was killed by SIGKILL"),
+        # A signal Python has no name for: a ValueError traceback and exit 1 before.
+        (
+            "os.kill(os.getpid(), signal.SIGRTMIN + 1)",
+            128 + signal.SIGRTMIN + 1,
+            f"the job was killed by signal {signal.SIGRTMIN + 1}",
+        ),
     ],
 )
 def test_other_failures_pass_through_and_keep_the_checkpoint(

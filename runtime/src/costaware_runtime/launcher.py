@@ -314,8 +314,7 @@ class Launcher:
             return contract.EXIT_PREEMPTED
         self.final_push()  # a failed job's checkpoint still helps whoever debugs or reruns it
         if returncode < 0:
-            name = signal.Signals(-returncode).name
-            log.error("the job was killed by %s", name)
+            log.error("the job was killed by %s", _signal_name(-returncode))
             return 128 - returncode
         if returncode in contract.RESERVED_EXIT_CODES:
             log.error("the job exited %s, a code the launcher reserves: reporting 1", returncode)
@@ -477,9 +476,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _exit_words(returncode: int) -> str:
     """``job exit 75``, or ``job killed by SIGTERM`` for a process ended by a signal (Python's -15)."""
-    if returncode < 0:
-        try:
-            return f"job killed by {signal.Signals(-returncode).name}"
-        except ValueError:
-            pass
-    return f"job exit {returncode}"
+    return f"job killed by {_signal_name(-returncode)}" if returncode < 0 else f"job exit {returncode}"
+
+
+def _signal_name(signum: int) -> str:
+    """``SIGTERM``, or ``signal 35`` for one Python has no name for (a real-time signal)."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
