@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import signal
 import subprocess
@@ -510,6 +511,55 @@ def test_a_missing_command_is_127(tmp_path: Path) -> None:
     assert "command not found: python3 train.py (the command is one word with spaces: give its words " in (
         done.stderr
     )
+
+
+@pytest.mark.parametrize(
+    ("first_line", "code", "message"),
+    [
+        # An executable script without a #! line: the launcher died with an ENOEXEC traceback (exit 1).
+        (
+            "print('hi')",
+            126,
+            "cannot run {script}: Exec format error (a script needs a first line such as #!",
+        ),
+        # Its interpreter is missing, not the script: it was reported as "command not found: ./x.py".
+        (
+            "#!/no/such/python3",
+            127,
+            "the interpreter of {script} was not found: its first line '#!/no/such/python3' names a program",
+        ),
+    ],
+)
+@pytest.mark.parametrize("nested", [False, True])
+def test_a_script_that_cannot_run_says_why(
+    tmp_path: Path, first_line: str, code: int, message: str, nested: bool
+) -> None:
+    script = tmp_path / "x.py"
+    script.write_text(first_line + "\n")
+    script.chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "COSTAWARE_CHECKPOINT_DIR": str(tmp_path / "c")}
+    env |= {name: os.environ[name] for name in ("PYTHONPATH",) if name in os.environ}
+    done = subprocess.run(
+        [sys.executable, "-m", "costaware_runtime", "--", str(script)],
+        capture_output=True,
+        text=True,
+        env=env | ({"COSTAWARE_LAUNCHED": "1"} if nested else {}),  # under a launcher: it execs the command
+    )
+    assert done.returncode == code, done.stderr
+    assert message.format(script=script) in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "1e10", "0"])
+def test_a_poll_interval_that_is_not_a_usable_number_of_seconds_is_refused(
+    make_job: MakeJob, value: str
+) -> None:
+    # inf and 1e10 passed: the watcher's wait died with OverflowError, and nothing was pushed until the end.
+    job = make_job(RESUMING_JOB)
+    done = job.run("--poll-seconds", value)
+    assert done.returncode == 2, done.stderr
+    assert f"--poll-seconds {float(value)!r} is not a number of seconds > 0 and at most 3600" in done.stderr
+    assert not (job.root / "seen-1.json").exists()
 
 
 def test_a_bad_grace_period_flag_is_named_as_typed(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -34,6 +35,9 @@ from costaware_runtime.stores import open_object, open_store
 from costaware_runtime.sync import CheckpointSync
 
 log = logging.getLogger("costaware_runtime.launcher")
+
+#: The longest --poll-seconds: a checkpoint pushed an hour late is of little use after a preemption.
+MAX_POLL_SECONDS = 3600.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -111,8 +115,12 @@ class Launcher:
         self.options = options
         given = options.grace_seconds
         self.grace_seconds = env.grace_seconds if given is None else contract.parse_grace_seconds(given)
-        if not options.poll_seconds > 0:
-            raise ContractError(f"--poll-seconds {options.poll_seconds!r} is not a number of seconds > 0")
+        # At most an hour: inf or 1e10 passed, and the watcher's wait died with OverflowError (no pushes).
+        if not 0 < options.poll_seconds <= MAX_POLL_SECONDS:
+            raise ContractError(
+                f"--poll-seconds {options.poll_seconds!r} is not a number of seconds > 0 and at most "
+                f"{MAX_POLL_SECONDS:g}: give how often to look for a new checkpoint, such as 1"
+            )
         if options.no_outputs and env.output_uri:
             raise ContractError(
                 f"--no-outputs (the job stores its model itself) and "
@@ -206,12 +214,10 @@ class Launcher:
         try:
             self.started_at = time.monotonic()
             self.process = subprocess.Popen(command, env=self.child_environment(), process_group=0)
-        except FileNotFoundError:
-            log.error("command not found: %s%s", command[0], _one_word_hint(command))
-            return 127
-        except PermissionError:
-            log.error("command is not executable: %s", command[0])
-            return 126
+        except OSError as e:
+            code, said = _start_failure(command, e)
+            log.error("%s", said)
+            return code
         for signum in self.pending:
             self._forward(signum)
         watcher = _Watcher(self.sync, self.options.poll_seconds) if self.sync else None
@@ -439,6 +445,35 @@ def _one_word_hint(command: Sequence[str]) -> str:
     return ""
 
 
+def _start_failure(command: Sequence[str], error: OSError) -> tuple[int, str]:
+    """The exit code (127 not found, 126 cannot run) and the words for a command that did not start."""
+    if isinstance(error, FileNotFoundError):
+        found = command[0] if os.sep in command[0] else shutil.which(command[0])
+        if found and Path(found).is_file():
+            # The file is there: what is missing is the interpreter its #! line names.
+            with contextlib.suppress(OSError), open(found, "rb") as script:
+                first = script.readline(200).decode(errors="replace").strip()
+                if first.startswith("#!"):
+                    return 127, (
+                        f"the interpreter of {command[0]} was not found: its first line {first!r} names "
+                        "a program this image does not have; install it, or fix that line"
+                    )
+            return 127, (
+                f"{command[0]} could not be started: {error.strerror} (the file is there: a program it "
+                "needs to start, such as its loader, is not)"
+            )
+        return 127, f"command not found: {command[0]}{_one_word_hint(command)}"
+    if isinstance(error, PermissionError):
+        return 126, f"command is not executable: {command[0]}"
+    # ENOEXEC (a script without a #! line) and the like: the file is there but cannot run.
+    hint = (
+        " (a script needs a first line such as #!/usr/bin/env python3)"
+        if error.errno == errno.ENOEXEC
+        else ""
+    )
+    return 126, f"cannot run {command[0]}: {error.strerror or error}{hint}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``costaware-run``; returns the exit code."""
     parser = build_parser()
@@ -449,12 +484,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if os.environ.get(LAUNCHED) == "1":
         try:
             os.execvp(command[0], command)  # already under a launcher: become the command
-        except FileNotFoundError:
-            print(f"costaware-run: command not found: {command[0]}{_one_word_hint(command)}", file=sys.stderr)
-            return 127
-        except PermissionError:
-            print(f"costaware-run: command is not executable: {command[0]}", file=sys.stderr)
-            return 126
+        except OSError as e:
+            code, said = _start_failure(command, e)
+            print(f"costaware-run: {said}", file=sys.stderr)
+            return code
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("costaware-run: %(message)s"))
     root = logging.getLogger("costaware_runtime")
