@@ -162,6 +162,47 @@ cr.exit_preempted()
     assert "preempted (job exit 75) before any checkpoint: the next attempt starts over" in stderr
 
 
+# On the notice: commits step 2, then changes its file, so that the final push of it fails.
+UNPUSHABLE_JOB = """
+cr.preemption_requested()
+READY.touch()
+while not cr.preemption_requested():
+    time.sleep(0.005)
+cr.save_bytes(b"two", step=2)
+(Path(os.environ["COSTAWARE_CHECKPOINT_DIR"]) / "checkpoint-2" / "state.bin").write_bytes(b"changed")
+cr.exit_preempted()
+"""
+
+
+@pytest.mark.parametrize(("older_in_the_store", "expected"), [(True, 75), (False, 77)])
+def test_a_final_push_that_fails_after_the_notice_is_a_preemption_not_a_store_failure(
+    make_job: MakeJob, older_in_the_store: bool, expected: int
+) -> None:
+    # It was 74 (a store failure) even with an older checkpoint in the store to resume from, and the provider
+    # takes two 74s in a row as fatal.
+    if older_in_the_store:
+        first = make_job(RESUMING_JOB)
+        assert first.run(env=first.env(attempt=1, STOP_AT="1")).returncode == 75
+    job = make_job(UNPUSHABLE_JOB)  # the same folders: attempt 2 restores step 1 where attempt 1 pushed it
+    code, stderr = job.preempt(job.start("--poll-seconds", "30", env=job.env(attempt=2)))
+    assert code == expected, stderr
+    assert "could not push the last checkpoint" in stderr
+    if older_in_the_store:
+        assert "checkpoint step 2 could not be pushed; the next attempt resumes from step 1" in stderr
+        assert job.latest()["step"] == 1
+    else:
+        assert "checkpoint step 2 could not be pushed and the store holds none" in stderr
+
+
+def test_a_checkpoint_committed_just_before_a_contract_error_is_still_pushed(make_job: MakeJob) -> None:
+    # The exit-2 path returned before the final push: a commit the watcher had not yet seen was lost.
+    job = make_job('cr.save_bytes(b"late", step=3)\n')  # and no metrics
+    done = job.run("--poll-seconds", "30")
+    assert done.returncode == 2, done.stderr
+    assert "the job wrote no metrics file" in done.stderr
+    assert job.latest()["step"] == 3
+
+
 def test_exit_75_without_a_checkpoint_is_a_code_error(make_job: MakeJob) -> None:
     job = make_job("cr.exit_preempted()\n")
     done = job.run()

@@ -305,7 +305,7 @@ class Launcher:
                 )
                 return contract.EXIT_PREEMPTED_BEFORE_CHECKPOINT
             if not self.final_push():
-                return contract.EXIT_SYNC_FAILED
+                return self._preempted_unpushed(returncode, step)
             log.warning("preempted (%s) after checkpoint step %s", _exit_words(returncode), step)
             if self.sync is None and self.checkpoint_dir in self.scratch:
                 # Nothing keeps this checkpoint past the exit: say so, or a rerun by hand starts over unasked.
@@ -369,6 +369,30 @@ class Launcher:
                 every,
             )
 
+    def _preempted_unpushed(self, returncode: int, step: int) -> int:
+        """Preempted, and the last checkpoint could not be pushed: what the store holds decides.
+
+        Not 74: the machine is going away, and the provider takes two store failures in a row as fatal,
+        while the next attempt can resume from an older checkpoint already in the store.
+        """
+        synced = self.sync.synced if self.sync is not None else None
+        if synced is None:
+            log.error(
+                "preempted (%s): checkpoint step %s could not be pushed and the store holds none, so the "
+                "next attempt starts over",
+                _exit_words(returncode),
+                step,
+            )
+            return contract.EXIT_PREEMPTED_BEFORE_CHECKPOINT
+        log.warning(
+            "preempted (%s): checkpoint step %s could not be pushed; the next attempt resumes from step %s, "
+            "the newest in the store",
+            _exit_words(returncode),
+            step,
+            synced[0],
+        )
+        return contract.EXIT_PREEMPTED
+
     def final_push(self) -> bool:
         if self.sync is None:
             return True
@@ -387,6 +411,7 @@ class Launcher:
                 check_outputs(self.output_dir) if self.output_dir is not None else OutputSummary(None, 0, 0)
             )
         except ContractError as e:
+            self.final_push()  # a checkpoint committed in the job's last second still helps a rerun
             made = self.output_dir if self.env.output_dir is None else None
             # A folder made here, holding what the job wrote: say where, or it is lost in the temp folder.
             kept = f" (the outputs stay in {made})" if made is not None and any(made.iterdir()) else ""
