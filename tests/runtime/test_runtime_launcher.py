@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import logging
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from runtime_jobs import RESUMING_JOB, Job, MakeJob
@@ -79,6 +83,138 @@ def test_sigterm_reaches_the_job_which_saves_and_exits_75(make_job: MakeJob) -> 
     step = int((job.root / "saved").read_text())
     assert job.latest()["step"] == step
     assert (job.remote / f"step-{step}" / f"checkpoint-{step}" / "state.bin").read_text() == str(step)
+
+
+def test_a_hang_up_is_a_preemption_notice(make_job: MakeJob) -> None:
+    # SIGHUP (the terminal or ssh session gone) ended the launcher and left its job running on alone.
+    job = make_job(PREEMPTIBLE_JOB)
+    code, stderr = job.preempt(job.start(), signals=(signal.SIGHUP,))
+    assert code == 75, stderr
+    assert "hang-up (SIGHUP): taken as a preemption notice" in stderr
+    assert job.latest()["step"] == int((job.root / "saved").read_text())
+
+
+def pid_gone(pid: int, within: float = 10) -> bool:
+    """Whether process ``pid`` is gone (or a zombie) within ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.02)
+    return False
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux's")
+def test_the_job_dies_with_a_launcher_killed_outright(make_job: MakeJob) -> None:
+    # SIGKILL (or the OOM killer) on the launcher left its job training on, unwatched and never pushed.
+    job = make_job("""
+(READY.parent / "job-pid").write_text(str(os.getpid()))
+READY.touch()
+time.sleep(60)
+""")
+    launcher = job.start()
+    job.wait_ready(launcher)
+    pid = int((job.root / "job-pid").read_text())
+    launcher.kill()
+    launcher.communicate(timeout=30)
+    try:
+        assert pid_gone(pid)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+def test_what_the_job_left_in_its_process_group_is_ended_before_the_upload(make_job: MakeJob) -> None:
+    # A helper the job started and never stopped ran on after the attempt, into the next one's machine time.
+    job = make_job("""
+import subprocess
+helper = subprocess.Popen([sys.executable, "-c", '''
+import pathlib, signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: (pathlib.Path(sys.argv[1]).touch(), sys.exit(0)))
+pathlib.Path(sys.argv[2]).touch()
+time.sleep(60)
+''', str(READY.parent / "helper-got-sigterm"), str(READY.parent / "helper-up")])
+(READY.parent / "helper-pid").write_text(str(helper.pid))
+while not (READY.parent / "helper-up").exists():
+    time.sleep(0.01)
+(cr.output_dir() / "model.bin").write_bytes(b"model")
+cr.write_metrics({"rmse": 1.0})
+""")
+    done = job.run()
+    pid = int((job.root / "helper-pid").read_text())
+    try:
+        assert done.returncode == 0, done.stderr
+        assert (job.root / "helper-got-sigterm").exists() and pid_gone(pid, within=5)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def in_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Job], int]]:
+    """Run ``costaware-run`` in this process (to reach into its start-up), its signal handlers put back."""
+    from costaware_runtime.launcher import main
+
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    # Where the launcher installs none in time, a notice lands here instead of ending pytest.
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    logger = logging.getLogger("costaware_runtime")
+    handlers_before = list(logger.handlers)
+
+    def run(job: Job) -> int:
+        monkeypatch.delenv("COSTAWARE_LAUNCHED", raising=False)
+        for name, value in job.env().items():
+            monkeypatch.setenv(name, value)
+        return main(["--", sys.executable, str(job.script)])
+
+    yield run
+    for signum, handler in handlers.items():
+        signal.signal(signum, handler)
+    logger.handlers[:] = handlers_before
+
+
+def test_a_notice_while_the_launcher_checks_its_stores_is_kept_and_the_job_not_started(
+    make_job: MakeJob, in_process: Callable[[Job], int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The handlers came only after the store checks (seconds): a SIGTERM then was lost where the launcher is
+    # PID 1, so the job started on a machine about to go, and killed the launcher (143) elsewhere.
+    from costaware_runtime.stores import LocalStore
+
+    monkeypatch.setattr(LocalStore, "check", lambda store: os.kill(os.getpid(), signal.SIGTERM))
+    job = make_job(RESUMING_JOB)
+    assert in_process(job) == 77
+    assert not (job.root / "seen-1.json").exists()
+
+
+def test_a_notice_after_the_job_exited_is_not_passed_to_its_old_pid(
+    make_job: MakeJob, in_process: Callable[[Job], int], monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    # It went to the reaped PID (perhaps another process's by then), with "SIGKILL in 110s" that never came.
+    from costaware_runtime import launcher
+
+    upload, kill = launcher.upload_outputs, os.kill
+    sent: list[tuple[int, int]] = []
+
+    def notice_then_upload(*args: Any, **kwargs: Any) -> Any:
+        kill(os.getpid(), signal.SIGTERM)
+        return upload(*args, **kwargs)
+
+    def note_kill(pid: int, signum: int) -> None:
+        sent.append((pid, signum))
+        kill(pid, signum)
+
+    monkeypatch.setattr(launcher, "upload_outputs", notice_then_upload)
+    monkeypatch.setattr(os, "kill", note_kill)
+    job = make_job(RESUMING_JOB)
+    assert in_process(job) == 0
+    stderr = capsys.readouterr().err
+    assert "preemption notice after the job exited: finishing" in stderr
+    assert "passing SIGTERM on" not in stderr and sent == []
 
 
 def test_ctrl_c_is_a_preemption_notice_and_a_second_one_kills_the_job(make_job: MakeJob) -> None:

@@ -23,9 +23,9 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import FrameType
 
 from costaware_runtime import __version__, contract
+from costaware_runtime._signals import Notices, die_with_the_launcher, end_group
 from costaware_runtime.checkpoints import Marker, latest_step, read_marker, retired_marker
 from costaware_runtime.contract import JobEnvironment
 from costaware_runtime.errors import CheckpointChangedError, ContractError, CostawareRuntimeError, StoreError
@@ -110,7 +110,9 @@ class _Watcher(threading.Thread):
 class Launcher:
     """One attempt: the job's process, its signals and what happens after it exits."""
 
-    def __init__(self, env: JobEnvironment, options: argparse.Namespace) -> None:
+    def __init__(
+        self, env: JobEnvironment, options: argparse.Namespace, notices: Notices | None = None
+    ) -> None:
         self.env = env
         self.options = options
         given = options.grace_seconds
@@ -157,10 +159,8 @@ class Launcher:
         self.process: subprocess.Popen[bytes] | None = None
         self.started_at: float | None = None  # when the job started
         self.started_from: Marker | None = None  # the commit the job starts from (see _starting_marker)
-        self.notice_at: float | None = None  # when SIGTERM reached the launcher
-        self.interrupted = False  # Ctrl-C came (taken as the notice)
-        self.kill_now = False  # a second Ctrl-C: SIGKILL without waiting out the grace period
-        self.pending: list[int] = []  # signals that came before the job started
+        self.notices = notices or Notices()
+        self.notices.grace_seconds, self.notices.signal_group = self.grace_seconds, options.signal_group
 
     def _scratch_dir(self, kind: str, variable: str) -> Path:
         folder = _temp_dir(kind, variable, note=" (removed at exit)")
@@ -191,9 +191,8 @@ class Launcher:
         )
 
     def run(self, command: Sequence[str]) -> int:
-        # Handlers first: a notice during the restore must not kill the launcher before it can answer.
-        for notice in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(notice, self._on_signal)
+        if signal.getsignal(signal.SIGTERM) != self.notices.on_signal:
+            self.notices.install()  # main() installs them before the store checks; a Launcher made alone here
         if self.sync is not None:
             try:
                 step = self.sync.restore()
@@ -208,58 +207,32 @@ class Launcher:
             else:
                 log.info("starting from checkpoint step %s", step)
         self.started_from = self._starting_marker()
-        if self.notice_at is not None:
+        if self.notices.notice_at is not None:
             log.warning("the notice came before the job started: not starting it")
             return self.finish(-signal.SIGTERM)
         try:
             self.started_at = time.monotonic()
-            self.process = subprocess.Popen(command, env=self.child_environment(), process_group=0)
+            self.process = subprocess.Popen(
+                command,
+                env=self.child_environment(),
+                process_group=0,
+                preexec_fn=die_with_the_launcher(),  # no thread runs yet: the watcher starts below
+            )
         except OSError as e:
             code, said = _start_failure(command, e)
             log.error("%s", said)
             return code
-        for signum in self.pending:
-            self._forward(signum)
+        self.notices.process = self.process
+        for signum in self.notices.pending:
+            self.notices.forward(signum)
         watcher = _Watcher(self.sync, self.options.poll_seconds) if self.sync else None
         if watcher:
             watcher.start()
         returncode = self._wait(self.process)
+        end_group(self.process.pid, self.grace_seconds)  # before the outputs are read and uploaded
         if watcher:
             watcher.stop()
         return self.finish(returncode)
-
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        if signum == signal.SIGINT:
-            # Ctrl-C by hand (the job runs in its own process group, so only the launcher gets it): stop as a
-            # preemption would, the job saving on SIGTERM and the next run resuming, instead of a Python
-            # traceback read as a code error. Ctrl-C again kills the job now.
-            if self.interrupted:
-                log.warning("interrupted again: SIGKILL now")
-                self.kill_now = True
-                return
-            self.interrupted = True
-            if self.notice_at is not None:
-                log.warning("interrupted (Ctrl-C) after the notice: Ctrl-C again kills the job now")
-                return
-            log.warning("interrupted (Ctrl-C): taken as a preemption notice; Ctrl-C again kills the job now")
-            signum = signal.SIGTERM
-        if signum == signal.SIGTERM and self.notice_at is None:
-            self.notice_at = time.monotonic()
-            log.warning("preemption notice: passing SIGTERM on, SIGKILL in %gs", self.grace_seconds)
-        if self.process is None:
-            self.pending.append(signum)
-        else:
-            self._forward(signum)
-
-    def _forward(self, signum: int) -> None:
-        assert self.process is not None
-        try:
-            if self.options.signal_group:
-                os.killpg(self.process.pid, signum)
-            else:
-                os.kill(self.process.pid, signum)
-        except ProcessLookupError:
-            pass  # it has just exited
 
     def _wait(self, process: subprocess.Popen[bytes]) -> int:
         killed = False
@@ -268,9 +241,10 @@ class Launcher:
                 return process.wait(timeout=0.1)
             except subprocess.TimeoutExpired:
                 pass
-            late = self.notice_at is not None and time.monotonic() - self.notice_at >= self.grace_seconds
-            if (late or self.kill_now) and not killed:
-                if not self.kill_now:
+            notice_at, kill_now = self.notices.notice_at, self.notices.kill_now
+            late = notice_at is not None and time.monotonic() - notice_at >= self.grace_seconds
+            if (late or kill_now) and not killed:
+                if not kill_now:
                     log.error("the job did not exit within %gs of the notice: SIGKILL", self.grace_seconds)
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
@@ -288,7 +262,7 @@ class Launcher:
             return self.succeed(step)
         # After a notice, exit 75 without a checkpoint is a preemption before the first one (77, retried):
         # the job did what it was told. Without a notice, it claims a checkpoint it never committed.
-        if returncode == contract.EXIT_PREEMPTED and step is None and self.notice_at is None:
+        if returncode == contract.EXIT_PREEMPTED and step is None and self.notices.notice_at is None:
             log.error(
                 "the job exited %s, the code for 'preempted after a checkpoint', but no notice came and "
                 "%s holds no committed checkpoint: commit one before exit_preempted() (a code error, not "
@@ -297,7 +271,7 @@ class Launcher:
                 self.checkpoint_dir,
             )
             return contract.EXIT_PREEMPTED_WITHOUT_CHECKPOINT
-        if returncode == contract.EXIT_PREEMPTED or self.notice_at is not None:
+        if returncode == contract.EXIT_PREEMPTED or self.notices.notice_at is not None:
             if step is None:
                 log.error(
                     "preempted (%s) before any checkpoint: the next attempt starts over",
@@ -513,13 +487,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             code, said = _start_failure(command, e)
             print(f"costaware-run: {said}", file=sys.stderr)
             return code
+    notices = Notices()
+    notices.install()  # before the store checks: a notice then is kept, not lost or fatal
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("costaware-run: %(message)s"))
     root = logging.getLogger("costaware_runtime")
     root.addHandler(handler)
     root.setLevel(logging.WARNING if options.quiet else logging.INFO)
     try:
-        launcher = Launcher(JobEnvironment.from_env(), options)
+        launcher = Launcher(JobEnvironment.from_env(), options, notices)
     except ContractError as e:
         log.error("%s", e)
         return contract.EXIT_CONTRACT_ERROR

@@ -1,0 +1,138 @@
+"""Signals between ``costaware-run`` and its job: the notices the launcher takes, and how the job ends.
+
+The handlers go in before the launcher checks its stores (seconds): a SIGTERM then was lost where the
+launcher is PID 1 (a container's, whose default is to ignore it) and killed it with exit 143 elsewhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from types import FrameType
+
+log = logging.getLogger("costaware_runtime.launcher")
+
+#: What the launcher takes as the preemption notice: SIGTERM, Ctrl-C, and a hang-up (its terminal or ssh
+#: session gone), which left the job running on alone.
+NOTICES = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+#: Longest wait for what the job left in its process group to exit on SIGTERM, before SIGKILL.
+GROUP_GRACE_SECONDS = 5.0
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+class Notices:
+    """The launcher's signal handlers and what they have seen; they pass each notice on to the job."""
+
+    def __init__(self) -> None:
+        self.notice_at: float | None = None  # when the notice reached the launcher
+        self.interrupted = False  # Ctrl-C came (taken as the notice)
+        self.kill_now = False  # a second Ctrl-C: SIGKILL without waiting out the grace period
+        self.pending: list[int] = []  # signals that came before the job started
+        self.process: subprocess.Popen[bytes] | None = None  # the job, once started
+        self.grace_seconds: float | None = None  # known once the options are read
+        self.signal_group = False  # --signal-group
+
+    def install(self) -> None:
+        for signum in NOTICES:
+            signal.signal(signum, self.on_signal)
+
+    def on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if signum == signal.SIGINT:
+            # Ctrl-C by hand (the job runs in its own process group, so only the launcher gets it): stop as a
+            # preemption would, the job saving on SIGTERM and the next run resuming, instead of a Python
+            # traceback read as a code error. Ctrl-C again kills the job now.
+            if self.interrupted:
+                log.warning("interrupted again: SIGKILL now")
+                self.kill_now = True
+                return
+            self.interrupted = True
+            if self.notice_at is not None:
+                log.warning("interrupted (Ctrl-C) after the notice: Ctrl-C again kills the job now")
+                return
+            log.warning("interrupted (Ctrl-C): taken as a preemption notice; Ctrl-C again kills the job now")
+            signum = signal.SIGTERM
+        elif signum == signal.SIGHUP:
+            log.warning("hang-up (SIGHUP): taken as a preemption notice")
+            signum = signal.SIGTERM
+        process = self.process
+        if signum == signal.SIGTERM and self.notice_at is None:
+            self.notice_at = time.monotonic()
+            if process is None:
+                log.warning("preemption notice before the job started")
+            elif process.returncode is None:
+                log.warning("preemption notice: passing SIGTERM on, SIGKILL in %gs", self.grace_seconds)
+            else:
+                log.warning("preemption notice after the job exited: finishing")
+        if process is None:
+            self.pending.append(signum)
+        elif process.returncode is None:  # once reaped, its PID may be another process's
+            self.forward(signum)
+
+    def forward(self, signum: int) -> None:
+        assert self.process is not None
+        try:
+            if self.signal_group:
+                os.killpg(self.process.pid, signum)
+            else:
+                os.kill(self.process.pid, signum)
+        except ProcessLookupError:
+            pass  # it has just exited
+
+
+def die_with_the_launcher() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that has Linux SIGKILL the job when the launcher dies; None elsewhere.
+
+    A launcher killed outright (SIGKILL, the OOM killer) left its job training on, unwatched and unpushed.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    launcher = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != launcher:  # it died before the line above: nothing would tell us now
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
+
+
+def end_group(group: int, grace_seconds: float) -> None:
+    """SIGTERM what is left of the job's process group once its main process has exited.
+
+    SIGKILL after ``grace_seconds`` (at most :data:`GROUP_GRACE_SECONDS`): helpers the job left behind ran
+    on past the attempt, perhaps still writing into its folders while they were uploaded.
+    """
+    try:
+        os.killpg(group, signal.SIGTERM)
+    except ProcessLookupError:
+        return  # none left
+    deadline = time.monotonic() + min(grace_seconds, GROUP_GRACE_SECONDS)
+    while _reap(group) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if _reap(group):
+        log.warning("processes the job left in its process group did not exit on SIGTERM: SIGKILL")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)
+
+
+def _reap(group: int) -> bool:
+    """Whether ``group`` still has a process; reaps the ones that are this process's children (as PID 1)."""
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-group, os.WNOHANG)[0]:
+            pass
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    return True
