@@ -817,6 +817,41 @@ def test_a_launcher_inside_a_launcher_runs_the_job_once(make_job: MakeJob) -> No
     assert json.loads(job.result.read_text())["files"] == 1
 
 
+def test_the_options_of_a_launcher_given_as_the_command_are_adopted(make_job: MakeJob) -> None:
+    """An image whose ENTRYPOINT is ``costaware-run --``, given ``costaware-run --no-outputs -- ...``.
+
+    The inner launcher ran its command directly and its options were dropped: a built-in training that
+    succeeded then exited 2, "left no files in COSTAWARE_OUTPUT_DIR".
+    """
+    job = make_job(SELF_STORING_JOB)
+    env = job.env()
+    del env["COSTAWARE_OUTPUT_DIR"], env["COSTAWARE_OUTPUT_URI"]
+    inner = [sys.executable, "-m", "costaware_runtime", "--no-outputs", "--", sys.executable, str(job.script)]
+    outer = [sys.executable, "-m", "costaware_runtime", "--grace-seconds", "5", "--", *inner]
+    done = subprocess.run(outer, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "done (the job stored its model itself)" in done.stderr
+    assert (job.root / "saw-output-dir").read_text() == "False"
+
+    conflicting = [*outer[: -len(inner)], "costaware-run", "--grace-seconds", "10", "--", "true"]
+    done = subprocess.run(conflicting, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "--grace-seconds 5 here and --grace-seconds 10 in the command's own costaware-run disagree" in (
+        done.stderr
+    )
+
+
+def test_options_of_a_launcher_run_inside_a_job_are_named_as_ignored(make_job: MakeJob) -> None:
+    job = make_job(NESTED_JOB)
+    env = job.env() | {"COSTAWARE_LAUNCHED": "1"}  # as the outer launcher sets it for its job
+    done = job.run("--no-outputs", env=env)
+    assert done.returncode == 0, done.stderr
+    assert (
+        "already under a launcher, which runs this command with its own options: --no-outputs here is "
+        in (done.stderr)
+    )
+
+
 def test_the_checkpoint_watcher_keeps_going_after_an_unexpected_error(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
         f"(default: ${contract.GRACE_SECONDS} or {contract.DEFAULT_GRACE_SECONDS:g})",
     )
     parser.add_argument(
-        "--poll-seconds", type=float, default=1.0, help="how often to look for a new checkpoint (default: 1)"
+        "--poll-seconds", type=float, default=None, help="how often to look for a new checkpoint (default: 1)"
     )
     parser.add_argument(
         "--no-sync",
@@ -444,6 +444,55 @@ def _one_word_hint(command: Sequence[str]) -> str:
     return ""
 
 
+#: The options whose values a launcher may not give two ways (outside and inside), and the flags it ORs.
+_VALUED_OPTIONS = {"grace_seconds": "--grace-seconds", "poll_seconds": "--poll-seconds"}
+_FLAGS = ("no_sync", "no_outputs", "signal_group", "quiet")  # quiet last: it changes only the logging
+
+
+def _is_launcher(command: Sequence[str]) -> bool:
+    """Whether ``command`` is ``costaware-run ...`` or ``python -m costaware_runtime ...``."""
+    return Path(command[0]).name == "costaware-run" or list(command[1:3]) == ["-m", "costaware_runtime"]
+
+
+def _adopt(parser: argparse.ArgumentParser, options: argparse.Namespace, command: Sequence[str]) -> list[str]:
+    """Take a launcher's own ``costaware-run [options] -- ...`` command into this one: its inner command.
+
+    An image whose ENTRYPOINT is ``costaware-run --`` given ``costaware-run --no-outputs -- ...`` by a
+    backend launched the inner one under the outer, which ran its command directly and dropped its
+    options: a built-in training that succeeded then failed with "left no files in COSTAWARE_OUTPUT_DIR".
+    """
+    inner = parser.parse_args(command[3 if command[1:3] == ["-m", "costaware_runtime"] else 1 :])
+    for name, flag in _VALUED_OPTIONS.items():
+        mine, theirs = getattr(options, name), getattr(inner, name)
+        if mine is not None and theirs is not None and not _same_number(mine, theirs):
+            parser.error(
+                f"{flag} {mine} here and {flag} {theirs} in the command's own costaware-run disagree: "
+                "give it once (the command's own launcher is run as part of this one)"
+            )
+        setattr(options, name, theirs if mine is None else mine)
+    for name in _FLAGS:
+        setattr(options, name, getattr(options, name) or getattr(inner, name))
+    rest: list[str] = inner.command
+    return rest[1:] if rest[:1] == ["--"] else rest
+
+
+def _same_number(a: object, b: object) -> bool:
+    try:
+        return float(str(a)) == float(str(b))
+    except ValueError:
+        return a == b
+
+
+def _given(options: argparse.Namespace) -> list[str]:
+    """The options given on the command line that change what a launcher does, as typed."""
+    valued = [
+        f"{flag} {getattr(options, name)}"
+        for name, flag in _VALUED_OPTIONS.items()
+        if getattr(options, name) is not None
+    ]
+    return valued + ["--" + name.replace("_", "-") for name in _FLAGS[:-1] if getattr(options, name)]
+
+
 def _start_failure(command: Sequence[str], error: OSError) -> tuple[int, str]:
     """The exit code (127 not found, 126 cannot run) and the words for a command that did not start."""
     if isinstance(error, FileNotFoundError):
@@ -478,8 +527,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     options = parser.parse_args(argv)
     command = options.command[1:] if options.command[:1] == ["--"] else options.command
+    while command and _is_launcher(command):
+        command = _adopt(parser, options, command)
     if not command:
         parser.error("no command: use costaware-run [options] -- <command...>")
+    if os.environ.get(LAUNCHED) == "1" and _given(options):
+        # Inside a job (a shell script's costaware-run): the outer launcher's options are the ones in force.
+        print(
+            f"costaware-run: already under a launcher, which runs this command with its own options: "
+            f"{' '.join(_given(options))} here is ignored; give it to the outer costaware-run",
+            file=sys.stderr,
+        )
+    if options.poll_seconds is None:
+        options.poll_seconds = 1.0
     if os.environ.get(LAUNCHED) == "1":
         try:
             os.execvp(command[0], command)  # already under a launcher: become the command
