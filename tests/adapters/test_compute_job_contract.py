@@ -122,6 +122,10 @@ def test_a_good_result_is_parsed() -> None:
     assert parsed.metrics == {"rmse": 3.25, "rows": 100}
     assert (parsed.files, parsed.bytes, parsed.attempt, parsed.checkpoint_step) == (2, 70, 2, 5)
     assert parse(result(checkpoint_step=None)).checkpoint_step is None
+    assert parsed.warnings == ()  # an older launcher writes none
+    assert parse(result(warnings=["the job ran 20 s without committing"])).warnings == (
+        "the job ran 20 s without committing",
+    )
 
 
 @pytest.mark.parametrize(
@@ -142,6 +146,7 @@ def test_a_good_result_is_parsed() -> None:
         (result(bytes=-1), "has bytes = -1"),
         (result(attempt=1), "was written by attempt 1, not by attempt 2"),
         (result(checkpoint_step=-3), "has checkpoint_step = -3"),
+        (result(warnings="careful"), "has warnings = 'careful', not a list of texts"),
     ],
 )
 def test_a_malformed_result_names_the_job_the_field_and_what_to_do(data: Any, message: str) -> None:

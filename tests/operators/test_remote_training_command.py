@@ -8,6 +8,7 @@ exit codes, the ledger and the model store.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import signal
 import sys
@@ -158,6 +159,17 @@ def test_each_attempt_of_a_command_gets_its_checkpoint_interval(tmp_path: Path, 
         assert seen_when_started(tmp_path / "a", 2)[1]["every"] == pytest.approx(643.4, abs=0.5)
     finally:
         op._backend(later.plan).stop(later.current.job_id)
+
+
+def test_a_command_that_never_checkpointed_is_said_in_the_task_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The launcher's warning was only in the job's own log, unread while the task succeeds; the first
+    # preemption then restarted the training from its first step.
+    with caplog.at_level(logging.WARNING):
+        drive(operator(tmp_path, "save-on-notice", checkpoint_every_seconds=0.5), context_for())
+    said = [r.getMessage() for r in caplog.records if "costaware-run in job" in r.getMessage()]
+    assert len(said) == 1 and "without committing a checkpoint" in said[0], caplog.text
 
 
 @pytest.mark.parametrize(

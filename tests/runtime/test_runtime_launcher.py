@@ -440,6 +440,10 @@ cr.write_metrics({{"rmse": 1.0}})
     assert done.returncode == 0, done.stderr
     assert bool(re.search(r"ran \d+ s without committing a checkpoint", done.stderr)) is warned
     assert ("a preemption would have restarted it from the beginning" in done.stderr) is warned
+    # In the result too, for the provider's task log: the job's own log is seldom read when it succeeds.
+    warnings = json.loads(job.result.read_text())["warnings"]
+    assert (len(warnings) == 1 and "without committing a checkpoint" in warnings[0]) is warned
+    assert warnings or not warned
 
 
 @pytest.mark.parametrize(

@@ -132,6 +132,9 @@ class Launcher:
         # serve no later attempt, so they go at exit; a made output folder goes once its files are uploaded,
         # and stays if nothing took them (no output URI, or a failure) and the job left files in it.
         self.scratch: list[Path] = []
+        #: Warnings the provider should see too: written into the result (its task log then says them),
+        #: where the job's own log is seldom read while the task succeeds.
+        self.warnings: list[str] = []
         self.checkpoint_dir = env.checkpoint_dir or self._scratch_dir("checkpoints", contract.CHECKPOINT_DIR)
         self.output_dir: Path | None = None
         if not options.no_outputs:
@@ -333,15 +336,15 @@ class Launcher:
             return
         ran = time.monotonic() - started
         if ran >= 2 * every:
-            log.warning(
-                "the job ran %.0f s without committing a checkpoint (%s=%g asks for one every %g s): a "
-                "preemption would have restarted it from the beginning; save with costaware_runtime "
-                "(save_bytes, or checkpoint_folder() then commit(), when CheckpointTimer says it is due)",
-                ran,
-                contract.CHECKPOINT_EVERY_SECONDS,
-                every,
-                every,
+            asks = f"{contract.CHECKPOINT_EVERY_SECONDS}={every:g}"
+            said = (
+                f"the job ran {ran:.0f} s without committing a checkpoint ({asks} asks for one every "
+                f"{every:g} s): a preemption would have restarted it from the "
+                "beginning; save with costaware_runtime (save_bytes, or checkpoint_folder() then commit(), "
+                "when CheckpointTimer says it is due)"
             )
+            log.warning("%s", said)
+            self.warnings.append(said)
 
     def _preempted_unpushed(self, returncode: int, step: int) -> int:
         """Preempted, and the last checkpoint could not be pushed: what the store holds decides.
@@ -408,6 +411,7 @@ class Launcher:
                 "bytes": summary.bytes,
                 "attempt": self.env.attempt,
                 "checkpoint_step": step,
+                "warnings": self.warnings,
             }
             if self.env.result_uri:
                 store, key = open_object(self.env.result_uri)

@@ -134,6 +134,8 @@ def register_outputs(
         attempt=attempt,
         output_uri=output_uri,
     )
+    for warning in result.warnings:
+        log.warning("costaware-run in job %s: %s", job_id, warning)
     identity = dict(state["identity"])
     meta = ModelVersion(
         version=new_version_id(),

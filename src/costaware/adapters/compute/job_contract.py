@@ -275,6 +275,8 @@ class JobResult:
     bytes: int
     attempt: int
     checkpoint_step: int | None
+    #: What the launcher warned of (a job that never checkpointed): the task log says it too.
+    warnings: tuple[str, ...] = ()
 
 
 def _same_location(a: str, b: str) -> bool:
@@ -321,6 +323,9 @@ def parse_result(data: Any, *, job: str, where: str, attempt: int, output_uri: s
     step = data.get("checkpoint_step")
     if step is not None and (type(step) is not int or step < 0):
         raise bad(f"has checkpoint_step = {step!r}, not a step number or null")
+    warnings = data.get("warnings") or []  # absent from an older launcher's result
+    if not isinstance(warnings, list) or not all(isinstance(w, str) for w in warnings):
+        raise bad(f"has warnings = {warnings!r}, not a list of texts")
     return JobResult(
         metrics=dict(metrics),
         output_uri=uri,
@@ -328,4 +333,5 @@ def parse_result(data: Any, *, job: str, where: str, attempt: int, output_uri: s
         bytes=counts["bytes"],
         attempt=counts["attempt"],
         checkpoint_step=step,
+        warnings=tuple(warnings),
     )
