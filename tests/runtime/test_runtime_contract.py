@@ -96,6 +96,8 @@ def test_metrics_round_trip_with_numpy_scalars(tmp_path: Path) -> None:
         ({"": 1.0}, "metric name '' is not a non-empty string"),
         ({}, "holds no metrics"),
         ({"loss": np.array([1.0, 2.0])}, "metric 'loss' is array([1., 2.]) (ndarray), not a number"),
+        # AttributeError: 'list' object has no attribute 'items', before.
+        ([3.2], "write_metrics takes a mapping of names to numbers, got list [3.2]: write e.g."),
     ],
 )
 def test_write_metrics_refuses_bad_values_and_writes_nothing(

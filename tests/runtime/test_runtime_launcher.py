@@ -880,3 +880,15 @@ def test_the_checkpoint_watcher_keeps_going_after_an_unexpected_error(
     assert pushed.wait(5)
     watcher.stop()
     assert "checkpoint push failed, retrying: PermissionError: [Errno 13]" in caplog.text
+
+
+def test_a_misspelt_contract_variable_is_named_with_the_one_meant(make_job: MakeJob) -> None:
+    # COSTAWARE_CHECKPOINTS_URI was ignored in silence: checkpoints went to a temporary folder, and the
+    # next attempt started over. The provider's own settings in a job's environment are left alone.
+    job = make_job("(cr.output_dir() / 'model.bin').write_bytes(b'm')\ncr.write_metrics({'rmse': 1.0})")
+    env = job.env(COSTAWARE_CHECKPOINTS_URI="/tmp/x", COSTAWARE_LEDGER_URL="sqlite:///x.db")
+    done = job.run(env=env)
+    assert done.returncode == 0, done.stderr
+    said = "COSTAWARE_CHECKPOINTS_URI is not a variable costaware-run reads: did you mean"
+    assert f"{said} COSTAWARE_CHECKPOINT_URI?" in done.stderr
+    assert "COSTAWARE_LEDGER_URL" not in done.stderr

@@ -90,6 +90,20 @@ def test_a_missing_bucket_fails_the_attempt_unretried(make_job: MakeJob, s3_env:
         restore("s3://no-such-bucket-here/ckpt", job.root / "x")
 
 
+@pytest.mark.usefixtures("no_aws_credentials")
+def test_no_credentials_at_all_fail_the_attempt_unretried(make_job: MakeJob, s3_env: dict[str, str]) -> None:
+    # "Unable to locate credentials" exited 74, a passing store failure: two paid attempts, then the task
+    # failed the way it was always going to.
+    job = make_job(RESUMING_JOB)
+    env = {k: v for k, v in job.env(COSTAWARE_CHECKPOINT_URI="s3://team-ck/x", **s3_env).items()
+           if not k.startswith("AWS_") or k in ("AWS_DEFAULT_REGION", "AWS_SHARED_CREDENTIALS_FILE",
+                                                "AWS_CONFIG_FILE", "AWS_EC2_METADATA_DISABLED")}  # fmt: skip
+    done = job.run(env=env)
+    assert done.returncode == 2, done.stderr
+    assert "no AWS credentials to reach s3://team-ck/x: give the job a role" in done.stderr
+    assert not (job.root / "seen-1.json").exists()
+
+
 def test_an_output_bucket_that_does_not_exist_fails_before_the_job_runs(
     make_job: MakeJob, bucket: str, s3_env: dict[str, str]
 ) -> None:

@@ -21,7 +21,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from costaware_runtime import __version__, contract
@@ -558,6 +558,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     root = logging.getLogger("costaware_runtime")
     root.addHandler(handler)
     root.setLevel(logging.WARNING if options.quiet else logging.INFO)
+    for name, meant in _misspelt_variables(os.environ):
+        # COSTAWARE_CHECKPOINTS_URI was ignored in silence: no checkpoint was pushed, nothing resumed.
+        log.warning("%s is not a variable costaware-run reads: did you mean %s?", name, meant)
     try:
         launcher = Launcher(JobEnvironment.from_env(), options, notices)
     except ContractError as e:
@@ -570,6 +573,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return launcher.run(command)
     finally:
         launcher.remove_scratch()
+
+
+def _misspelt_variables(environ: Mapping[str, str]) -> list[tuple[str, str]]:
+    """``COSTAWARE_*`` variables close to one of the contract's but not one: ``(given, meant)``.
+
+    Only close ones: the provider's own settings (``COSTAWARE_LEDGER_URL``) may be in a job's environment.
+    """
+    import difflib
+
+    known = [value for name, value in vars(contract).items() if name.isupper() and str(value).startswith(
+        "COSTAWARE_")] + [LAUNCHED]  # fmt: skip
+    found = []
+    for name in sorted(environ):
+        if name.startswith("COSTAWARE_") and name not in known:
+            meant = difflib.get_close_matches(name, known, n=1, cutoff=0.9)
+            if meant:
+                found.append((name, meant[0]))
+    return found
 
 
 def _exit_words(returncode: int) -> str:

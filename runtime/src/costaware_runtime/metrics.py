@@ -62,6 +62,11 @@ def write_metrics(metrics: Mapping[str, SupportsFloat], path: Path | str | None 
     target = path if path is not None else os.environ.get(METRICS_PATH, "").strip()
     if not target:
         raise MetricsError(f"{METRICS_PATH} is not set: run the job under costaware-run, or pass path=")
+    if not isinstance(metrics, Mapping):  # a list or a bare number: AttributeError 'items' before
+        raise MetricsError(
+            f"write_metrics takes a mapping of names to numbers, got {type(metrics).__name__} "
+            f"{metrics!r:.80}: write e.g. write_metrics({{'rmse': 3.2}})"
+        )
     plain = {name: _plain_number(value) for name, value in metrics.items()}
     checked = check_metrics(plain, str(target))
     _files.write_json(Path(target), checked)

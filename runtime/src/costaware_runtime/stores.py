@@ -163,7 +163,7 @@ class S3Store(Store):
         list, a gateway without HeadBucket) is left to the first real read or write.
         """
         client = self._client  # first: without boto3 this says how to install it
-        from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
         try:
             client.head_bucket(Bucket=self.bucket)
@@ -174,6 +174,12 @@ class S3Store(Store):
                 raise ContractError(
                     f"bucket {self.bucket!r} of {self.uri} does not exist: fix the URI, or create the bucket"
                 ) from e
+        except NoCredentialsError as e:
+            # No credentials at all: every retry would pay a start to fail the same way (74 retried it).
+            raise ContractError(
+                f"no AWS credentials to reach {self.uri}: give the job a role (SageMaker, Batch, an IRSA "
+                "service account) or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+            ) from e
         except BotoCoreError as e:
             raise StoreError(
                 f"could not reach {self.uri}: {e}; check {S3_ENDPOINT_URL} (or AWS_ENDPOINT_URL) for an "
