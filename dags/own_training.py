@@ -32,7 +32,13 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from costaware.operators.promote import ModelPromoteOperator
 from costaware.operators.remote_training import RemoteTrainingOperator
-from costaware.params import check_local_command, remote_backend_params, seconds_param, tag_param
+from costaware.params import (
+    check_local_command,
+    remote_backend_params,
+    seconds_param,
+    spot_deadline_param,
+    tag_param,
+)
 from costaware.sensors.spend_cap import SpendCapSensor
 from costaware.sensors.spot_window import SpotWindowSensor
 
@@ -84,6 +90,7 @@ def prepared(name: str) -> str:
             description="slows every step down (demos of a preemption); 0 in real use.",
         ),
         "replay_date": Param(None, type=["null", "string"], format="date", title="Day of 2013 to replay"),
+        "spot_deadline": spot_deadline_param(),
         "data_root": Param(
             None,
             type=["null", "string"],
@@ -125,6 +132,7 @@ def own_training() -> None:
         region=REGION,
         expected_runtime_hours=0.25,
         prices=RECORDED_SPOT_PRICES,
+        deadline="{{ params.spot_deadline or '' }}",  # empty: the end of the run's data interval
         deferrable=True,
         poke_interval=300,
     )

@@ -54,6 +54,7 @@ from costaware.params import (
     check_local_command,
     remote_backend_params,
     seconds_param,
+    spot_deadline_param,
     spot_tuning_params,
     tag_param,
 )
@@ -254,6 +255,7 @@ def trial_kwargs(
             f"Empty: the bundled recorded {STAND_IN_TYPE} history stands in for the window's timing and the "
             "trials pay the instance type's advisor spot estimate or its on-demand price.",
         ),
+        "spot_deadline": spot_deadline_param(),
         "spot_usd_per_hour": Param(
             None,
             type=["null", "number"],
@@ -318,6 +320,7 @@ def spot_tuning() -> None:
         region=REGION,
         expected_runtime_hours="{{ params.warmup_epochs * params.epoch_minutes / 60 }}",
         prices="{{ params.prices or '" + RECORDED_SPOT_PRICES + "' }}",
+        deadline="{{ params.spot_deadline or '' }}",  # empty: the end of the run's data interval
         deferrable=True,
         poke_interval=300,
     )

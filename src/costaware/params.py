@@ -135,6 +135,25 @@ def seconds_param(default: float, *, title: str, description: str) -> Any:
     )
 
 
+def spot_deadline_param() -> Any:
+    """The trigger form's training deadline, for ``SpotWindowSensor(deadline="{{ params.spot_deadline }}")``.
+
+    Without it a replayed day's run (a 2013 logical date) had a deadline long past: every attempt went
+    on-demand, and the form had no field to change that.
+    """
+    from airflow.sdk import Param
+
+    return Param(
+        None,
+        type=["null", "string"],
+        format="date-time",
+        title="Training deadline",
+        description="When training must be done; until then the spot window may wait for a good price. "
+        "Read in the time zone chosen in the Airflow UI's user menu (UTC unless you changed it). Empty: the "
+        "end of the run's data interval (long past for a replayed day: on-demand at once).",
+    )
+
+
 def remote_backend_params(what: str = "script") -> dict[str, Any]:
     """The trigger form's fields of where a team's command runs.
 
