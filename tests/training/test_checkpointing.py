@@ -248,6 +248,23 @@ def _preempt_at(step_at: int) -> Any:
     return install
 
 
+def test_a_new_plans_saves_outlive_an_old_plans_later_steps(tmp_path: Path) -> None:
+    # A retry under another plan starts at step 0; the old plan's steps 400 and 500 outranked its saves,
+    # and each was deleted as soon as it was written: a second preemption resumed from nothing.
+    store = CheckpointStore.open(str(tmp_path / "ckpt"))
+    key = "dag/task/run1"
+    store.save(key, 400, b"a400", {"plan": "A"})
+    store.save(key, 500, b"a500", {"plan": "A"})
+    assert store.latest(key, meta={"plan": "B"}, quiet=True) is None
+    store.save(key, 10, b"b10", {"plan": "B"})
+    assert store.steps(key) == [10]
+    store.save(key, 20, b"b20", {"plan": "B"})
+    store.save(key, 30, b"b30", {"plan": "B"})
+    assert store.steps(key) == [30, 20]
+    resumed = store.latest(key, meta={"plan": "B"})
+    assert resumed is not None and (resumed.step, resumed.state) == (30, b"b30")
+
+
 @pytest.mark.parametrize(
     "change",
     [

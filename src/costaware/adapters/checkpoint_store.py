@@ -156,9 +156,14 @@ class CheckpointStore:
         self.blobs.write_bytes(f"{self._check_key(key)}/step-{step:09d}.ckpt", blob)
         # A file found cut off or altered goes first: kept, it took the place of a good older one, which
         # the pruning deleted (a resume after a bad newest file kept the bad one and lost the good one).
-        names = [f"{key}/step-{s:09d}.ckpt" for s in self.steps(key)]
+        # So do steps past the one just written: a run resumes from its newest usable checkpoint, so a later
+        # step is another plan's (a retry that changed its data or mode starts at 0). Kept, they ranked
+        # above this run's own, and the pruning deleted each new save as soon as it was written.
+        steps = self.steps(key)
+        names = [f"{key}/step-{s:09d}.ckpt" for s in steps if s <= step]
+        stale = [f"{key}/step-{s:09d}.ckpt" for s in steps if s > step]
         corrupt = [n for n in names if n in self._corrupt]
-        for old in [*corrupt, *[n for n in names if n not in corrupt][self.keep :]]:
+        for old in [*stale, *corrupt, *[n for n in names if n not in corrupt][self.keep :]]:
             self.blobs.delete(old)
         self._corrupt.difference_update(corrupt)
         return checkpoint
