@@ -54,11 +54,20 @@ def s3_client(options: S3Options | None = None) -> Any:
 
 
 def s3_filesystem(options: S3Options | None = None) -> pyarrow.fs.S3FileSystem:
-    """A pyarrow S3 filesystem for ``options`` (the endpoint may be plain http, as moto's is)."""
+    """A pyarrow S3 filesystem for ``options`` (the endpoint may be plain http, as moto's is).
+
+    Without a region in ``options``, the one boto3 reads (``AWS_DEFAULT_REGION``, the AWS config), as the
+    store's boto3 client does: "us-east-1" put in its place sent a worker in eu-west-1 to another region
+    for large writes and input reads only.
+    """
+    import boto3
     from pyarrow import fs
 
     opts = options or S3Options()
     kwargs: dict[str, Any] = {}
+    region = opts.region or boto3.session.Session().region_name
+    if region:
+        kwargs["region"] = region
     if opts.endpoint_url:
         parsed = urlparse(opts.endpoint_url)
         kwargs["endpoint_override"] = parsed.netloc or parsed.path
@@ -67,7 +76,7 @@ def s3_filesystem(options: S3Options | None = None) -> pyarrow.fs.S3FileSystem:
         kwargs.update(
             access_key=opts.access_key, secret_key=opts.secret_key, session_token=opts.session_token
         )
-    return fs.S3FileSystem(region=opts.region or "us-east-1", **kwargs)
+    return fs.S3FileSystem(**kwargs)
 
 
 def filesystem(location: Location, options: S3Options | None = None) -> tuple[pyarrow.fs.FileSystem, str]:
