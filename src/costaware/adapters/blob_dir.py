@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from costaware.adapters.object_store.location import refuse_cut_uri
 from costaware.core.errors import ConfigurationError
 
 
@@ -67,8 +68,17 @@ class BlobDir:
                 "store location is empty: pass a local folder or an s3://bucket/prefix URI"
             )
         parsed = urlparse(text)
+        refuse_cut_uri(parsed, text, "store location")
         if parsed.scheme in ("", "file") or (len(parsed.scheme) == 1 and os.name == "nt"):
-            path = Path(parsed.path if parsed.scheme == "file" else text).expanduser().resolve()
+            given = Path(parsed.path if parsed.scheme == "file" else text).expanduser()
+            if not given.is_absolute():
+                # Resolved against the task's working folder, which changes between workers and tries: the
+                # store a retry read was not the one its first try wrote.
+                raise ConfigurationError(
+                    f"store location {text!r} is a relative path: give an absolute folder such as "
+                    f"{Path.cwd() / given} or an s3:// URI"
+                )
+            path = given.resolve()
             if create:
                 path.mkdir(parents=True, exist_ok=True)
             return cls(fs.LocalFileSystem(), str(path), str(path))

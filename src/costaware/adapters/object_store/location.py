@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from urllib.parse import urlparse
+from urllib.parse import ParseResult, urlparse
 
 from costaware.core.errors import ConfigurationError
 from costaware.core.fingerprint import safe_relative_path
@@ -42,6 +42,20 @@ class Location:
         return Location(self.scheme, self.bucket, joined)
 
 
+def refuse_cut_uri(parsed: ParseResult, text: str, what: str) -> None:
+    """Refuse an ``s3://`` or ``file://`` URI holding ``#`` or ``?``: its path ends there.
+
+    ``s3://bucket/runs/2026#1/features`` was read as ``runs/2026``: the store, and what it fingerprinted,
+    was a parent folder shared with other runs.
+    """
+    if parsed.scheme in ("s3", "file") and (parsed.fragment or parsed.query or "#" in text or "?" in text):
+        cut = parsed.path or "/"
+        raise ConfigurationError(
+            f"{what} {text!r} holds '#' or '?', where a URI's path ends (it would mean {parsed.scheme}://"
+            f"{parsed.netloc}{cut}): name the location without them"
+        )
+
+
 def parse_uri(uri: str, *, what: str = "URI") -> Location:
     """Parse ``/abs/path``, ``file:///abs/path`` or ``s3://bucket/prefix``.
 
@@ -51,6 +65,7 @@ def parse_uri(uri: str, *, what: str = "URI") -> Location:
     """
     text = str(uri).strip()
     parsed = urlparse(text)
+    refuse_cut_uri(parsed, text, what)
     if parsed.scheme == "s3":
         bucket = parsed.netloc
         if not _BUCKET.match(bucket):

@@ -1,0 +1,49 @@
+"""Object store locations: the pyarrow filesystem's region, URIs a "#" would cut, relative folders."""
+
+from __future__ import annotations
+
+import pytest
+
+from costaware.adapters.object_store.clients import S3Options, s3_client, s3_filesystem
+
+
+def test_the_arrow_filesystem_takes_the_region_boto3_takes(monkeypatch: pytest.MonkeyPatch) -> None:
+    # "us-east-1" stood in for a missing region: a worker in eu-west-1 wrote large files and read inputs in
+    # another region than its boto3 client did.
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
+    assert s3_filesystem(S3Options()).region == "eu-west-1"
+    assert s3_client(S3Options()).meta.region_name == "eu-west-1"
+    assert s3_filesystem(S3Options(region="ap-south-1")).region == "ap-south-1"
+
+
+@pytest.mark.parametrize(
+    ("uri", "meant"),
+    [
+        ("s3://bucket/runs/2026#1/features", "s3://bucket/runs/2026"),
+        ("s3://bucket/data?versionId=abc", "s3://bucket/data"),
+        ("file:///data/run#3/x", "file:///data/run"),
+    ],
+)
+def test_a_uri_that_a_hash_or_question_mark_would_cut_is_refused(uri: str, meant: str) -> None:
+    # Read as the parent folder, shared with other runs: their caches, models and fingerprints mixed.
+    from costaware.adapters.blob_dir import BlobDir
+    from costaware.adapters.object_store.location import parse_uri
+    from costaware.core.errors import ConfigurationError
+
+    for opening in (parse_uri, BlobDir.from_uri):
+        with pytest.raises(ConfigurationError, match=f"holds '#' or '\\?'.*it would mean {meant}\\)"):
+            opening(uri)
+    assert parse_uri("/data/run#3/x").path == "/data/run#3/x"  # a plain folder may hold them
+
+
+def test_a_relative_store_folder_is_refused(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    # Resolved against the task's current folder, which changes between workers and tries.
+    from costaware.adapters.blob_dir import BlobDir
+    from costaware.core.errors import ConfigurationError
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(
+        ConfigurationError, match="store location 'models' is a relative path: give an absolute"
+    ):
+        BlobDir.from_uri("models")
+    assert not (tmp_path / "models").exists()
