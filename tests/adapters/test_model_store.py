@@ -214,6 +214,13 @@ def test_bad_locations_are_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match=r"version id '\.\./x' is not a plain name"):
         ModelStore.open(str(tmp_path / "m")).save(_meta(version="../x"), b"x")
     assert not (tmp_path / "x").exists()
+    # Read and promoted by id too: "../../outside/evil" read metadata from outside the store, and
+    # set_champion wrote it into champion.json.
+    store = ModelStore.open(str(tmp_path / "m"))
+    for reading in (store.get, store.set_champion):
+        with pytest.raises(ConfigurationError, match=r"version id '\.\./\.\./outside/evil' is not a plain"):
+            reading("../../outside/evil")
+    assert store.champion() is None
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch is not installed")

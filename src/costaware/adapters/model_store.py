@@ -89,8 +89,7 @@ class ModelStore:
         """Write a new version: the model file first, the metadata (with the model's checksum) last."""
         if meta.status not in STATUSES:
             raise ConfigurationError(f"status {meta.status!r} is not one of {', '.join(STATUSES)}")
-        if not meta.version or "/" in meta.version or meta.version.startswith("."):
-            raise ConfigurationError(f"version id {meta.version!r} is not a plain name: use new_version_id()")
+        _check_version_id(meta.version, "use new_version_id()")
         folder = f"versions/{meta.version}"
         if self.blobs.exists(folder):
             raise ConfigurationError(
@@ -126,6 +125,9 @@ class ModelStore:
 
     def get(self, version: str) -> ModelVersion:
         """Metadata of ``version``."""
+        # Checked here too: "../../x" read metadata from outside the store, and set_champion (which reads
+        # through get) wrote it into champion.json.
+        _check_version_id(version, "give a version id as `costaware runs list` or the store lists it")
         folder = f"versions/{version}"
         try:
             raw = self.blobs.read_bytes(f"{folder}/metadata.json")
@@ -320,3 +322,10 @@ def _finite(value: Any) -> Any:
 
 def _json(data: Mapping[str, Any]) -> bytes:
     return json.dumps(data, indent=2, sort_keys=True, default=str).encode()
+
+
+def _check_version_id(version: str, advice: str) -> None:
+    """Refuse a version id that is not one plain folder name (no slash or backslash, no leading dot)."""
+    plain = isinstance(version, str) and bool(version) and not version.startswith(".")
+    if not plain or any(c in version for c in "/\\\x00"):
+        raise ConfigurationError(f"version id {version!r} is not a plain name: {advice}")
