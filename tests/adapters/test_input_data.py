@@ -113,6 +113,10 @@ def test_s3_fingerprint_uses_etags_without_download(moto_endpoint: str) -> None:
     single = fingerprint_uri("f", f"s3://{bucket}/flights/a.parquet", opts)
     assert (single.bytes, single.files) == (10, 1)
     assert total_bytes(f"s3://{bucket}/flights", opts) == (30, 2)
+    # A mistyped prefix read as 0 bytes (a replica priced at $0); a checkpoint not yet made may be empty.
+    with pytest.raises(ConfigurationError, match=f"input 's3://{bucket}/flihgts' holds no object: check"):
+        total_bytes(f"s3://{bucket}/flihgts", opts)
+    assert total_bytes(f"s3://{bucket}/ckpt", opts, missing_ok=True) == (0, 0)
     client.put_object(Bucket=bucket, Key="flights/a.parquet", Body=b"c" * 10)  # same size, new ETag
     assert fingerprint_uri("f", f"s3://{bucket}/flights", opts).digest != prefix.digest
     assert fingerprint_uri("f", f"s3://{bucket}/flights/a.parquet", opts).digest != single.digest

@@ -111,11 +111,21 @@ def _list_s3_objects(location: Location, options: S3Options | None) -> list[dict
     return found
 
 
-def total_bytes(uri: str, options: S3Options | None = None) -> tuple[int, int]:
-    """(bytes, number of files) of a local file/folder or an S3 object/prefix, from metadata only."""
+def total_bytes(uri: str, options: S3Options | None = None, *, missing_ok: bool = False) -> tuple[int, int]:
+    """(bytes, number of files) of a local file/folder or an S3 object/prefix, from metadata only.
+
+    Raises:
+        ConfigurationError: an S3 prefix with no object, unless ``missing_ok`` (a checkpoint not yet made),
+            as a local path that does not exist is: a mistyped input or replica read as 0 bytes, and a
+            data-locality check priced it at $0 and accepted the replica.
+    """
     location = parse_uri(uri, what="input")
     if location.scheme == "s3":
         objects = _list_s3(location, options)
+        if not objects and not missing_ok:
+            raise ConfigurationError(
+                f"input {uri!r} holds no object: check the bucket and prefix, or the upstream task"
+            )
         return sum(int(o["Size"]) for o in objects), len(objects)
     stats = [st for _, st in _walk_local(Path(location.path))]
     return sum(st.st_size for st in stats), len(stats)

@@ -364,7 +364,7 @@ class RemoteAttemptSteps(AttemptBilling):
             marker = recorded_marker(checkpoint_uri, **opts)
             if marker is not None:
                 return sum(file.bytes for file in marker.files)
-            return total_bytes(checkpoint_uri, S3Options(**opts) if opts else None)[0]
+            return total_bytes(checkpoint_uri, S3Options(**opts) if opts else None, missing_ok=True)[0]
         except (OSError, ValueError, CostawareError) as e:
             self.log.warning(
                 "cannot size the checkpoints at %s (%s): a move counts the data only", checkpoint_uri, e
