@@ -2,9 +2,11 @@ from __future__ import annotations
 
 import functools
 import importlib
+import json
 import subprocess
 import sys
 import textwrap
+import types
 from datetime import date
 from decimal import Decimal
 from pathlib import Path
@@ -19,6 +21,7 @@ from costaware.core.fingerprint import (
     canonical_params,
     code_fingerprint,
     fingerprint_input,
+    is_project_module,
     library_versions,
     safe_relative_path,
     validate_key,
@@ -187,6 +190,30 @@ def test_code_fingerprint_of_partial_and_explicit_version(project) -> None:  # t
     )
     with pytest.raises(ConfigurationError, match="version must be a non-empty string"):
         code_fingerprint(transform, version=" ")
+
+
+def test_project_code_under_the_python_prefix_is_still_project_code(project, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # python:3.x images: sys.base_prefix is /usr/local and the DAGs live in /usr/local/airflow/dags.
+    monkeypatch.setattr(sys, "base_prefix", str(tmp_path))
+    monkeypatch.setattr(sys, "base_exec_prefix", str(tmp_path))
+    base = code_fingerprint(project())
+    assert any(p.startswith("module:") and p.endswith(".helpers") for p in base.parts)
+    assert code_fingerprint(project(scale=3)).digest != base.digest
+
+
+@pytest.mark.parametrize(
+    ("file", "project_code"),
+    [
+        ("/usr/local/airflow/dags/helpers.py", True),
+        ("/opt/venv/lib/python3.11/site-packages/lib.py", False),
+        ("/usr/lib/python3/dist-packages/lib.py", False),
+        (json.__file__, False),
+    ],
+)
+def test_library_folders_are_not_project_code(file: str, project_code: bool) -> None:
+    module = types.ModuleType("somelib")
+    module.__file__ = file
+    assert is_project_module(module) is project_code
 
 
 def test_code_without_source_needs_a_version() -> None:

@@ -41,17 +41,28 @@ class CodeFingerprint:
     parts: tuple[str, ...]
 
 
+_LIBRARY_DIRS = frozenset({"site-packages", "dist-packages"})
+
+
 def _library_roots() -> tuple[str, ...]:
-    paths = sysconfig.get_paths()
-    roots = {paths["stdlib"], paths["purelib"], paths["platlib"], sys.base_prefix, sys.base_exec_prefix}
-    return tuple(str(Path(r).resolve()) for r in roots if r)
+    # The library folders only, never a bare prefix: python:3.x images have sys.base_prefix /usr/local, and
+    # DAG helpers under /usr/local/airflow/dags must stay project code.
+    roots = {
+        path
+        for vars_ in ({}, {"base": sys.base_prefix, "platbase": sys.base_exec_prefix})
+        for key, path in sysconfig.get_paths(vars=vars_).items()
+        if key in ("stdlib", "platstdlib", "purelib", "platlib")
+    }
+    return tuple(sorted(str(Path(r).resolve()) for r in roots if r))
 
 
 def _is_project_file(name: str, file: str | None) -> bool:
     if name.partition(".")[0] in sys.stdlib_module_names or not file or not file.endswith(".py"):
         return False
-    resolved = str(Path(file).resolve())
-    return not any(resolved.startswith(root + "/") for root in _library_roots())
+    resolved = Path(file).resolve()
+    if _LIBRARY_DIRS.intersection(resolved.parts):
+        return False
+    return not any(str(resolved).startswith(root + "/") for root in _library_roots())
 
 
 def is_project_module(module: types.ModuleType) -> bool:
