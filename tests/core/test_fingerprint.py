@@ -3,6 +3,7 @@ from __future__ import annotations
 import functools
 import importlib
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -190,6 +191,96 @@ def test_code_fingerprint_of_partial_and_explicit_version(project) -> None:  # t
     )
     with pytest.raises(ConfigurationError, match="version must be a non-empty string"):
         code_fingerprint(transform, version=" ")
+
+
+@pytest.fixture
+def module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """write(source) writes a one-file module on sys.path and (re-)imports it."""
+    name = f"fpmod_{tmp_path.name.replace('-', '_')}"
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def write(source: str):  # type: ignore[no-untyped-def]
+        (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
+        sys.modules.pop(name, None)
+        importlib.invalidate_caches()
+        return importlib.import_module(name)
+
+    yield write
+    sys.modules.pop(name, None)
+
+
+CONSTANTS = """
+import re
+
+RENAMES = {renames}
+PATTERN = re.compile({pattern!r})
+
+def transform(inputs):
+    return [RENAMES, PATTERN]
+"""
+
+
+@pytest.mark.parametrize(
+    ("edit", "changes"),
+    [
+        ({"renames": {"a": "c"}}, True),
+        ({"renames": {"a": "b", "z": ["y"]}}, True),
+        ({"renames": {"a": {"b", "c"}}}, True),
+        ({"pattern": r"\d+"}, True),
+        ({"renames": {"a": "b"}}, False),
+    ],
+)
+def test_module_containers_and_objects_the_transform_reads_are_keyed(module, edit, changes) -> None:  # type: ignore[no-untyped-def]
+    def key(renames: object = None, pattern: str = "a+") -> str:
+        source = CONSTANTS.format(renames=renames or {"a": "b"}, pattern=pattern)
+        return code_fingerprint(module(source).transform).digest
+
+    assert (key(**edit) != key()) is changes
+
+
+def test_an_object_global_with_no_statement_behind_it_needs_a_version(module) -> None:  # type: ignore[no-untyped-def]
+    mod = module("def transform(inputs):\n    return LOOKUP\n")
+    mod.LOOKUP = object()  # set from outside: nothing in the module's source says what it is
+    with pytest.raises(ConfigurationError, match=r"global fpmod_\w+\.LOOKUP, a object .*version="):
+        code_fingerprint(mod.transform)
+
+
+SETS_AND_STEPS = """
+NAMES = frozenset({{"alpha", "beta", "gamma", "delta", "epsilon", "zeta"}})
+
+def _step(x):
+    return x + {offset}
+
+STEPS = (_step, len)
+
+def transform(inputs):
+    return [s(inputs) for s in STEPS if NAMES]
+"""
+
+
+def test_sets_and_functions_in_constants_give_the_same_key_in_every_process(module, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    mod = module(SETS_AND_STEPS.format(offset=1))
+    assert any(p.endswith("._step") for p in code_fingerprint(mod.transform).parts)
+    assert (
+        code_fingerprint(mod.transform).digest
+        != code_fingerprint(module(SETS_AND_STEPS.format(offset=2)).transform).digest
+    )  # a helper reached only through the tuple is tracked
+    script = (
+        "import sys; from costaware.core.fingerprint import code_fingerprint; "
+        f"import {mod.__name__} as m; print(code_fingerprint(m.transform).digest)"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    digests = {
+        subprocess.run(
+            [sys.executable, "-c", script],
+            env={**env, "PYTHONHASHSEED": seed},
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        for seed in ("1", "2", "3")
+    }
+    assert len(digests) == 1, digests
 
 
 def test_project_code_under_the_python_prefix_is_still_project_code(project, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

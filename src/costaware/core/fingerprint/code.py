@@ -1,14 +1,16 @@
 """Fingerprints of a transform's code: its source and the sources of the project modules it uses.
 
 What counts is what can change the transform's output: its own source, helpers from the same file that it
-calls, primitive module-level constants it reads, and the whole sources of the project modules it uses (and
-of those they import). The standard library and site-packages are left out: their versions count only
-through the library versions in the key.
+calls, the module-level values it reads (as canonical JSON; for an object such as a compiled regex, the
+statement that makes it), and the whole sources of the project modules it uses (and of those they
+import). The standard library and site-packages are left out: their versions count only through the library
+versions in the key.
 """
 
 from __future__ import annotations
 
 import ast
+import enum
 import functools
 import importlib.util
 import inspect
@@ -16,7 +18,7 @@ import sys
 import sysconfig
 import textwrap
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -160,16 +162,79 @@ class _Collector:
         if isinstance(value, types.ModuleType):
             self._modules([value.__name__])
             return
-        if isinstance(value, _PRIMITIVES) or (isinstance(value, (tuple, frozenset)) and len(value) <= 64):
-            self.parts[f"global:{getattr(home, '__name__', '?')}.{name}"] = repr(value)
+        label = f"global:{getattr(home, '__name__', '?')}.{name}"
+        if isinstance(value, _PRIMITIVES):
+            self.parts[label] = repr(value)  # repr, as before: keys of existing cache entries stay valid
             return
+        if callable(value):
+            self._track_callable(value, name, home)
+            return
+        try:
+            self.parts[label] = canonical_value(self._plain(value, name, home), name)
+        except _NoStableText:
+            # A compiled regex, a logger, ...: what made it is the statement that binds it in its module.
+            self.parts[label] = self._binding_source(name, value, home)
+
+    def _track_callable(self, value: Any, name: str, home: types.ModuleType | None) -> None:
         owner = sys.modules.get(getattr(value, "__module__", None) or "")
-        if owner is None or not (inspect.isfunction(value) or inspect.isclass(value) or callable(value)):
+        if owner is None:
             return
         if home is not None and owner is home:
             self.callable(value, name)  # a helper in the same file: its own source, not the whole file
         else:
             self._modules([owner.__name__])
+
+    def _plain(self, value: Any, where: str, home: types.ModuleType | None) -> Any:
+        """``value`` as JSON-like data; callables and modules inside it are tracked and stand as their names.
+
+        Raises:
+            _NoStableText: something inside has no stable text (an object that is not JSON-like).
+        """
+        if isinstance(value, types.ModuleType):
+            self._modules([value.__name__])
+            return {"__module__": value.__name__}
+        if isinstance(value, Mapping):
+            return {
+                self._text(k, where, home): self._plain(v, f"{where}[{k!r}]", home) for k, v in value.items()
+            }
+        if isinstance(value, (list, tuple)):
+            return [self._plain(v, f"{where}[{i}]", home) for i, v in enumerate(value)]
+        if isinstance(value, (set, frozenset)):  # sorted text: a set's own order follows the hash seed
+            return {"__set__": sorted(self._text(v, where, home) for v in value)}
+        if isinstance(value, functools.partial):
+            return {"__partial__": self._plain([value.func, value.args, value.keywords], where, home)}
+        if callable(value) and not isinstance(value, enum.Enum):
+            self._track_callable(value, where, home)
+            target = value if hasattr(value, "__qualname__") else type(value)
+            return {"__callable__": f"{getattr(target, '__module__', '?')}.{target.__qualname__}"}
+        try:
+            canonical_value(value, where)
+        except ConfigurationError as e:
+            raise _NoStableText(where) from e
+        return value
+
+    def _text(self, value: Any, where: str, home: types.ModuleType | None) -> str:
+        return canonical_value(self._plain(value, where, home), where)
+
+    def _binding_source(self, name: str, value: Any, home: types.ModuleType | None) -> str:
+        """The source of the module-level statements in ``home`` that bind ``name``; refused if none do."""
+        file = getattr(home, "__file__", None)
+        statements: list[str] = []
+        if file and file.endswith(".py"):
+            source = Path(file).read_text(encoding="utf-8")
+            for node in _module_statements(ast.parse(source).body):
+                if name in _bound_names(node):
+                    statements.append(ast.get_source_segment(source, node) or "")
+            if statements:
+                # `from myproject.settings import PATTERN`: the module that made it counts.
+                self._modules(_imports("\n".join(statements), getattr(home, "__package__", None) or ""))
+                return "\n".join(statements)
+        raise ConfigurationError(
+            f"the transform reads the global {getattr(home, '__name__', '?')}.{name}, a "
+            f"{type(value).__name__} ({value!r:.60}) that has no stable fingerprint and no statement in its "
+            "module that makes it: make it JSON-like (str, numbers, lists, dicts, sets), or pass "
+            "version='<your version>' to key the cache by an explicit version instead"
+        )
 
     def _modules(self, names: list[str]) -> None:
         """Add the whole source of each project module named, and of the project modules it imports."""
@@ -186,6 +251,36 @@ class _Collector:
             self._modules(_imports(source, package))
 
 
+class _NoStableText(Exception):
+    """Raised inside the collector when a value has no stable text; the caller decides what to do."""
+
+
+def _module_statements(body: list[ast.stmt]) -> list[ast.stmt]:
+    """Statements that run at import time, also inside ``if``/``try``/``with`` blocks, not in functions."""
+    out: list[ast.stmt] = []
+    for node in body:
+        out.append(node)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            for child in getattr(node, field, None) or []:
+                out += _module_statements(child.body if isinstance(child, ast.ExceptHandler) else [child])
+    return out
+
+
+def _bound_names(node: ast.stmt) -> set[str]:
+    """Names a statement binds: assignment targets and imported names."""
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {(alias.asname or alias.name).partition(".")[0] for alias in node.names}
+    if isinstance(node, ast.Assign):
+        targets: list[ast.expr] = list(node.targets)
+    elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+        targets = [node.target]
+    else:
+        return set()
+    return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+
+
 def _code_names(code: types.CodeType) -> set[str]:
     names = set(code.co_names)
     for const in code.co_consts:
@@ -198,16 +293,20 @@ def code_fingerprint(transform: Callable[..., Any], *, version: str | None = Non
     """Fingerprint a transform by its source and the sources of the project modules it uses.
 
     Taken into account: the transform's own source; helpers from the same file that it calls (their
-    source); primitive module-level constants it reads; whole sources of project modules it uses, and of
-    project modules those import. Modules from the standard library or site-packages are left out (their
-    versions count only through ``libraries``). With ``version`` set, the source is not read at all.
+    source, also when reached only through a module-level tuple or dict); the module-level values it reads
+    (JSON-like ones by value, other objects by the statement that makes them); whole sources of project
+    modules it uses, and of project modules those import. Modules from the standard library or
+    site-packages are left out (their versions count only through ``libraries``). With ``version`` set, the
+    source is not read at all.
 
     Args:
         transform: The feature transform (function, ``functools.partial``, or callable object).
         version: An explicit version string; use it when the source cannot be read or should not matter.
 
     Raises:
-        ConfigurationError: the source cannot be read and no ``version`` was given, or ``version`` is blank.
+        ConfigurationError: the source cannot be read, or a module-level object it reads has no stable
+            text and no statement in its module makes it, and no ``version`` was given; or ``version`` is
+            blank.
     """
     if version is not None:
         if not str(version).strip():
