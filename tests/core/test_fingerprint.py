@@ -283,6 +283,36 @@ def test_sets_and_functions_in_constants_give_the_same_key_in_every_process(modu
     assert len(digests) == 1, digests
 
 
+CALLABLE_OBJECTS = """
+from dataclasses import dataclass
+
+class Scale:
+    def __init__(self, factor, model=None):
+        self.factor = factor
+        self.model = model
+
+    def __call__(self, inputs):
+        return inputs * self.factor
+
+@dataclass(frozen=True, slots=True)
+class Shift:
+    offset: int
+
+    def __call__(self, inputs):
+        return inputs + self.offset
+"""
+
+
+def test_callable_objects_are_keyed_by_their_attributes(module) -> None:  # type: ignore[no-untyped-def]
+    mod = module(CALLABLE_OBJECTS)
+    assert code_fingerprint(mod.Scale(2)) == code_fingerprint(mod.Scale(2))
+    assert code_fingerprint(mod.Scale(2)).digest != code_fingerprint(mod.Scale(3)).digest
+    assert code_fingerprint(mod.Shift(1)).digest != code_fingerprint(mod.Shift(2)).digest  # __slots__
+    with pytest.raises(ConfigurationError, match=r"Scale\['model'\] \(object .*version=") as info:
+        code_fingerprint(mod.Scale(2, model=object()))
+    assert "callable object" in str(info.value)
+
+
 def test_project_code_under_the_python_prefix_is_still_project_code(project, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     # python:3.x images: sys.base_prefix is /usr/local and the DAGs live in /usr/local/airflow/dags.
     monkeypatch.setattr(sys, "base_prefix", str(tmp_path))

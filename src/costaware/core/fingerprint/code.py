@@ -139,6 +139,8 @@ class _Collector:
             ) from e
         self.parts[f"source:{name}"] = source
         module = sys.modules.get(getattr(target, "__module__", "") or "")
+        if target is not fn:  # a callable object: Scale(factor=2) and Scale(factor=3) share their source
+            self.parts[f"state:{name}:{label}"] = self._state(fn, name, module)
         # Imports inside the function (the Airflow way: heavy imports where they are used).
         self._modules(_imports(source, getattr(module, "__package__", None) or ""))
         if inspect.isfunction(target):
@@ -147,6 +149,23 @@ class _Collector:
             for member in vars(target).values():
                 if inspect.isfunction(member):
                     self._function_references(member, module)
+
+    def _state(self, obj: Any, name: str, home: types.ModuleType | None) -> str:
+        """The attributes of a callable object as canonical JSON (``__dict__`` and ``__slots__``)."""
+        state = dict(getattr(obj, "__dict__", {}))
+        for cls in type(obj).__mro__:
+            slots = getattr(cls, "__slots__", ())
+            for slot in [slots] if isinstance(slots, str) else slots:
+                if slot not in ("__dict__", "__weakref__") and hasattr(obj, slot):
+                    state[slot] = getattr(obj, slot)
+        try:
+            return canonical_value(self._plain(state, name, home), name)
+        except _NoStableText as e:
+            raise ConfigurationError(
+                f"transform {name} is a callable object whose attribute {e} has no stable fingerprint: "
+                "give it JSON-like attributes (str, numbers, lists, dicts), or pass "
+                "version='<your version>' to key the cache by an explicit version instead"
+            ) from e
 
     def _function_references(self, fn: types.FunctionType, module: types.ModuleType | None) -> None:
         for cell_name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=False):
@@ -210,7 +229,7 @@ class _Collector:
         try:
             canonical_value(value, where)
         except ConfigurationError as e:
-            raise _NoStableText(where) from e
+            raise _NoStableText(f"{where} ({type(value).__name__} {value!r:.60})") from e
         return value
 
     def _text(self, value: Any, where: str, home: types.ModuleType | None) -> str:
@@ -292,7 +311,8 @@ def _code_names(code: types.CodeType) -> set[str]:
 def code_fingerprint(transform: Callable[..., Any], *, version: str | None = None) -> CodeFingerprint:
     """Fingerprint a transform by its source and the sources of the project modules it uses.
 
-    Taken into account: the transform's own source; helpers from the same file that it calls (their
+    Taken into account: the transform's own source (for a callable object, its class's source and its
+    attributes); helpers from the same file that it calls (their
     source, also when reached only through a module-level tuple or dict); the module-level values it reads
     (JSON-like ones by value, other objects by the statement that makes them); whole sources of project
     modules it uses, and of project modules those import. Modules from the standard library or
