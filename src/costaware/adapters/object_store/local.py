@@ -4,17 +4,43 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from costaware.adapters.object_store.base import ObjectInfo, ObjectStore
 from costaware.adapters.object_store.hashing import hash_bytes
 from costaware.core.fingerprint import safe_relative_path
 
+#: The lock file of conditional writes, at the store's root.
+LOCK_FILE = ".object-store.lock"
+
 
 class LocalObjectStore(ObjectStore):
     """An :class:`ObjectStore` in a local (or network-mounted) folder."""
 
     scheme = "local"
+
+    @contextmanager
+    def _conditional(self) -> Iterator[None]:
+        """One conditional replace or delete at a time across processes, like S3's If-Match.
+
+        Without it two callers holding the same token both read a match and both overwrite.
+        """
+        try:
+            import fcntl
+        except ImportError:  # Windows: no flock; the check and the write are a moment apart
+            yield
+            return
+        root = Path(self.root.path)
+        root.mkdir(parents=True, exist_ok=True)
+        # Opened for writing: an NFS mount emulates flock with POSIX locks, which need that.
+        lock = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(lock)  # closing the descriptor releases the lock
 
     def path(self, rel: str) -> Path:
         """The absolute local path of ``rel``."""
@@ -56,30 +82,37 @@ class LocalObjectStore(ObjectStore):
 
     def replace(self, rel: str, data: bytes, token: str) -> str | None:
         """See :meth:`ObjectStore.replace`."""
-        current = self.read(rel)
-        if current is None or current[1] != token:
-            return None
-        self.write(rel, data)
+        staged = self._staged(rel, data)
+        try:
+            with self._conditional():
+                current = self.read(rel)
+                if current is None or current[1] != token:
+                    return None
+                staged.replace(self.path(rel))
+        finally:
+            staged.unlink(missing_ok=True)
         return hash_bytes(data)
 
     def delete(self, rel: str, token: str | None = None) -> bool:
         """See :meth:`ObjectStore.delete`."""
         target = self.path(rel)
         if token is not None:
-            current = self.read(rel)
-            if current is None or current[1] != token:
-                return False
-            # Move it aside first, then check it is still the version we meant to delete.
-            aside = target.with_name(f".{target.name}.{os.getpid()}.{time.monotonic_ns()}.del")
-            try:
-                target.rename(aside)
-            except FileNotFoundError:
-                return False
-            if hash_bytes(aside.read_bytes()) != token:
-                aside.rename(target)
-                return False
-            aside.unlink()
-            return True
+            with self._conditional():
+                current = self.read(rel)
+                if current is None or current[1] != token:
+                    return False
+                # Move it aside first, then check it is still the version we meant to delete (a plain
+                # write takes no lock).
+                aside = target.with_name(f".{target.name}.{os.getpid()}.{time.monotonic_ns()}.del")
+                try:
+                    target.rename(aside)
+                except FileNotFoundError:
+                    return False
+                if hash_bytes(aside.read_bytes()) != token:
+                    aside.rename(target)
+                    return False
+                aside.unlink()
+                return True
         try:
             target.unlink()
         except FileNotFoundError:
