@@ -27,24 +27,63 @@ DEFAULT_LEASE = timedelta(minutes=10)
 
 
 class Lease:
-    """A held lock on one key, renewed by a daemon thread until released."""
+    """A held lock on one key, renewed by a daemon thread until released.
+
+    Attributes:
+        lost: Set once the lease is no longer ours (taken over, or expired while renewing failed): another
+            run may be computing the same key.
+    """
 
     def __init__(
         self, store: ObjectStore, rel: str, body: dict[str, Any], token: str, lease: timedelta
     ) -> None:
         self.store, self.rel, self.body, self.token, self.lease = store, rel, body, token, lease
+        self.expires_at = datetime.fromisoformat(body["expires_at"])
+        self.lost = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._renew, name=f"lease-{rel}", daemon=True)
         self._thread.start()
 
     def _renew(self) -> None:
-        while not self._stop.wait(self.lease.total_seconds() / 3):
-            body = {**self.body, "expires_at": (utcnow() + self.lease).isoformat()}
-            new = self.store.replace(self.rel, json.dumps(body).encode(), self.token)
+        interval = self.lease.total_seconds() / 3
+        wait = interval
+        while not self._stop.wait(wait):
+            expires_at = utcnow() + self.lease
+            body = {**self.body, "expires_at": expires_at.isoformat()}
+            try:
+                new = self.store.replace(self.rel, json.dumps(body).encode(), self.token)
+                if new is None and (written := self._ours_after_all()) is not None:
+                    self.token, wait = written, 0  # renew again at once, now with the right token
+                    continue
+            except Exception as e:  # a 503, an NFS hiccup: the lease is ours until it expires, keep trying
+                if utcnow() >= self.expires_at:
+                    log.error("lost the lease %s: renewing it failed until it expired (%s)", self.rel, e)
+                    self.lost.set()
+                    return
+                log.warning(
+                    "renewing the lease %s failed, retrying (it expires at %s): %s",
+                    self.rel,
+                    self.expires_at.isoformat(),
+                    e,
+                )
+                wait = interval / 10
+                continue
             if new is None:
                 log.warning("lost the lease %s (it expired and was taken over)", self.rel)
+                self.lost.set()
                 return
-            self.token = new
+            self.token, self.expires_at, wait = new, expires_at, interval
+
+    def _ours_after_all(self) -> str | None:
+        """The lock's token when it is still ours: a renewal was written but its answer never came."""
+        current = self.store.read(self.rel)
+        if current is None:
+            return None
+        try:
+            ours = json.loads(current[0])["token"] == self.body["token"]
+        except (ValueError, KeyError, TypeError):
+            return None
+        return current[1] if ours else None
 
     def release(self) -> None:
         self._stop.set()

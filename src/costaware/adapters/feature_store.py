@@ -223,7 +223,14 @@ class FeatureStore:
                 return Outcome(entry, hit=True, recovered_corrupt=recovered)
             with hold_lease(self.store, key, self.lease) as lease:
                 if lease is not None:
-                    return self._compute_locked(key, compute, manifest, recovered)
+                    outcome = self._compute_locked(key, compute, manifest, recovered)
+                    if lease.lost.is_set():
+                        log.warning(
+                            "the lease of cache key %s was lost while computing it: another run may have "
+                            "computed it too",
+                            key,
+                        )
+                    return outcome
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"another writer has held cache key {key} at {self.root_uri} for over {wait_timeout}; "

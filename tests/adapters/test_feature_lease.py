@@ -1,0 +1,59 @@
+"""The writer lease's renewal thread: it outlives transient store failures and says when the lease is lost."""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from costaware.adapters.feature_lease import hold_lease
+from costaware.adapters.object_store import LocalObjectStore, open_store
+
+KEY = "0123456789abcdef0123456789abcdef"
+
+
+class _Flaky(LocalObjectStore):
+    """Fails the renewals listed in ``failures`` (1-based), after writing when ``written``; counts them."""
+
+    failures: frozenset[int] = frozenset()
+    written = False
+
+    def __init__(self, root: object, wanted: int) -> None:
+        super().__init__(root)  # type: ignore[arg-type]
+        self.calls = 0
+        self.wanted = wanted
+        self.reached = threading.Event()
+
+    def replace(self, rel: str, data: bytes, token: str) -> str | None:
+        self.calls += 1
+        if self.calls >= self.wanted:
+            self.reached.set()
+        if self.calls in self.failures:
+            if self.written:
+                super().replace(rel, data, token)
+            raise OSError("503 Slow Down")
+        return super().replace(rel, data, token)
+
+
+@pytest.mark.parametrize("written", [False, True], ids=["not-written", "written-answer-lost"])
+def test_a_failed_renewal_is_retried_and_the_lease_kept(tmp_path: Path, written: bool) -> None:
+    store = _Flaky(open_store(str(tmp_path / "cache")).root, wanted=3)
+    store.failures, store.written = frozenset({1}), written
+    with hold_lease(store, KEY, timedelta(seconds=1.5)) as lease:
+        assert lease is not None
+        assert store.reached.wait(timeout=30), f"the renewal thread stopped after {store.calls} call(s)"
+        assert not lease.lost.is_set()
+        body = json.loads((tmp_path / "cache" / "locks" / f"{KEY}.json").read_bytes())
+        assert body["token"] == lease.body["token"]
+    assert not (tmp_path / "cache" / "locks" / f"{KEY}.json").exists()  # released with the right token
+
+
+def test_a_lease_that_expires_while_renewals_fail_is_flagged_lost(tmp_path: Path) -> None:
+    store = _Flaky(open_store(str(tmp_path / "cache")).root, wanted=1)
+    store.failures = frozenset(range(1, 1000))
+    with hold_lease(store, KEY, timedelta(seconds=0.3)) as lease:
+        assert lease is not None
+        assert lease.lost.wait(timeout=30)
