@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -359,3 +360,59 @@ def test_evict_and_bill_storage(store_spec: tuple[str, S3Options | None]) -> Non
     assert store.lookup(keys[1]) is None
     assert [e.key for e in store.evict(policy, only=[keys[2]])] == [keys[2]]
     assert [e.key for e in store.entries()] == [keys[0]]
+
+
+class _Killed(BaseException):
+    """The bill's process was killed here."""
+
+
+def _billed_spans(charges: Any) -> list[tuple[str, str]]:
+    return sorted(tuple(re.search(r"(\S+ \S+) to (\S+ \S+) UTC", c.note).groups()) for c in charges)
+
+
+def _contiguous(spans: list[tuple[str, str]], start: datetime, end: datetime) -> bool:
+    hour = end.replace(minute=0, second=0, microsecond=0)
+    ends = [spans[0][0], *(e for _, e in spans)]
+    starts = [*(s for s, _ in spans), f"{hour:%Y-%m-%d %H:%M}"]
+    return spans[0][0] == f"{start:%Y-%m-%d %H:%M}" and ends == starts
+
+
+def test_a_bill_killed_before_its_watermark_is_finished_by_the_next(
+    store_spec: tuple[str, S3Options | None],
+) -> None:
+    root, options = store_spec
+    store = FeatureStore(root, s3=options)
+    store.get_or_compute(KEY, computer([]), template())
+    created = store.entries()[0].manifest.created
+    ledger: dict[str, Any] = {}  # keeps one charge per entry_uid, as the ledger does
+
+    def record_then_die(charge: Any) -> None:
+        ledger.setdefault(charge.entry_uid, charge)
+        raise _Killed
+
+    with pytest.raises(_Killed):
+        store.bill_storage(record_then_die, until=created + timedelta(hours=2))
+    store.bill_storage(lambda c: ledger.setdefault(c.entry_uid, c), until=created + timedelta(hours=5))
+    spans = _billed_spans(ledger.values())
+    assert _contiguous(spans, created, created + timedelta(hours=5)), spans
+
+
+def test_two_bills_at_once_never_bill_a_span_twice(store_spec: tuple[str, S3Options | None]) -> None:
+    root, options = store_spec
+    store, other = FeatureStore(root, s3=options), FeatureStore(root, s3=options)
+    store.get_or_compute(KEY, computer([]), template())
+    created = store.entries()[0].manifest.created
+    ledger: dict[str, Any] = {}
+
+    def record(charge: Any) -> None:
+        ledger.setdefault(charge.entry_uid, charge)
+
+    def record_after_a_later_bill(charge: Any) -> None:
+        if not ledger:  # a bill across the next hours runs from start to end meanwhile
+            other.bill_storage(record, until=created + timedelta(hours=5))
+        record(charge)
+
+    store.bill_storage(record_after_a_later_bill, until=created + timedelta(hours=2))
+    store.bill_storage(record, until=created + timedelta(hours=8))
+    spans = _billed_spans(ledger.values())
+    assert _contiguous(spans, created, created + timedelta(hours=8)), spans

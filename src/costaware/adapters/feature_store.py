@@ -33,7 +33,7 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 
-from costaware.adapters.feature_billing import billed_until, mark_billed, storage_charge
+from costaware.adapters.feature_billing import bill_spans, billed_until, storage_charge
 from costaware.adapters.feature_lease import DEFAULT_LEASE, hold_lease
 from costaware.adapters.feature_manifest import Computed, Entry, Manifest, Outcome
 from costaware.adapters.object_store import S3Options, hash_bytes, open_store
@@ -280,8 +280,9 @@ class FeatureStore:
     ) -> list[LedgerEntry]:
         """Record storage charges (kind ``storage``, unit ``gb_month``) of every entry since the last bill.
 
-        Bills run to the start of the current hour, so two bills in one hour record the same entries
-        (same ``entry_uid``) and the ledger keeps them once.
+        Bills run to the start of the current hour, so a second bill in the same hour records nothing; a
+        bill killed half-way is finished by the next one with the same ``entry_uid`` values, which the
+        ledger keeps once (see :mod:`costaware.adapters.feature_billing`).
 
         Args:
             record: Where the charges go, e.g. ``ledger.record``.
@@ -290,18 +291,15 @@ class FeatureStore:
             tags: Allocation tags for the charges.
         """
         end = (until or utcnow()).replace(minute=0, second=0, microsecond=0)
-        start = billed_until(self.store) or datetime.min.replace(tzinfo=timezone.utc)
-        if end <= start:
-            return []  # billed this hour already: one read, no listing
-        found = (
-            storage_charge(self.root_uri, e, start, end, usd_per_gb_month, tags or {}, "stored")
-            for e in self.entries()
-        )
-        charges = [charge for charge in found if charge is not None]
-        for charge in charges:
-            record(charge)
-        mark_billed(self.store, end)
-        return charges
+
+        def charges(start: datetime, stop: datetime) -> list[LedgerEntry]:
+            found = (
+                storage_charge(self.root_uri, e, start, stop, usd_per_gb_month, tags or {}, "stored")
+                for e in self.entries()
+            )
+            return [charge for charge in found if charge is not None]
+
+        return bill_spans(self.store, end, charges, record)
 
     def evict(
         self,
