@@ -287,6 +287,20 @@ def test_live_prices_follow_next_token_cache_and_keep_linux(
     assert live.history(["m5.large"], start=start, end=end) is history and RecordedEc2.requests == 9
     clock[0] += 2  # past the TTL
     assert live.history(["m5.large"], start=start, end=end) is not history and RecordedEc2.requests == 18
+    # Expired entries go as new ones come: the triggerer kept every TTL period's query for ever.
+    clock[0] += 301
+    live.history(["m5.large"], start=start, end=end + timedelta(hours=1))
+    assert len(spot_prices._CACHE) == 1
+
+
+@pytest.mark.parametrize(
+    ("zone", "region"),
+    [("us-east-1a", "us-east-1"), ("us-east-1-bos-1a", "us-east-1"), ("us-west-2-lax-1b", "us-west-2"),
+     ("us-gov-west-1a", "us-gov-west-1"), ("", "")],
+)  # fmt: skip
+def test_the_region_of_a_zone_local_zones_too(zone: str, region: str) -> None:
+    # A local zone's region read "us-east-1-bos-1", which no price names: its records were unreachable.
+    assert spot_prices.region_of(zone) == region
 
 
 @pytest.mark.usefixtures("no_aws_credentials")

@@ -115,6 +115,12 @@ def test_bad_objective_arguments_are_named(kwargs: dict[str, object], message: s
         ({"objective": "carbon", "carbon": "gb"}, "grid zone 'gb': did you mean 'GB'\\?"),
         ({"objective": "carbon", "carbon": "/no/such/GB.csv"}, "carbon='/no/such/GB.csv' is not a file"),
         ({"electricity": "caiso.csv"}, "electricity='caiso.csv' is not a file"),
+        # Passed at parse, then every run failed "No such file": the readers read local files only.
+        (
+            {"objective": "carbon", "carbon": "s3://grids/GB_2024.csv"},
+            "carbon='s3://grids/GB_2024.csv' is a URI, and it is read as a local file: copy it",
+        ),
+        ({"electricity": "s3://m/caiso.csv"}, "electricity='s3://m/caiso.csv' is a URI"),
     ],
 )
 def test_a_carbon_source_the_scheduler_could_not_read_fails_when_the_dag_is_parsed(

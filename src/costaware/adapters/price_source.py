@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Protocol
 
-from sqlalchemy import and_, delete, select
+from sqlalchemy import select
 
 from costaware.adapters.ledger import schema
 from costaware.core.errors import ConfigurationError, InvalidPriceDataError, PriceNotFoundError
@@ -81,21 +81,21 @@ class PriceCache:
                     f"price of {p.instance_type} in {p.region} must be > 0 USD/hour, got {p.usd_per_hour}: "
                     "nothing was cached"
                 )
+        from sqlalchemy.dialects import postgresql, sqlite
+
         table = schema.price_cache
         with self.ledger.transaction() as conn:
-            for p in rows:
-                conn.execute(
-                    delete(table).where(
-                        and_(
-                            table.c.service == p.service,
-                            table.c.region == p.region,
-                            table.c.instance_type == p.instance_type,
-                        )
-                    )
-                )
+            # One upsert, not a delete then an insert: on PostgreSQL two workers refreshing the same stale
+            # figure both deleted nothing, and the second insert failed on the key (and the look-up with it).
+            insert = (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(table)
+            updated = ("usd_per_hour", "source", "sku", "effective_date", "fetched_at")
+            upsert = insert.on_conflict_do_update(
+                index_elements=[table.c.service, table.c.region, table.c.instance_type],
+                set_={name: insert.excluded[name] for name in updated},
+            )
             if rows:
                 conn.execute(
-                    table.insert(),
+                    upsert,
                     [
                         {
                             "service": p.service,

@@ -317,16 +317,21 @@ def carbon_intensity(
 
 
 def check_local_file(path: str, name: str, what: str, *, columns: Sequence[Sequence[str]] = ()) -> None:
-    """Refuse a local ``path`` that is no file, or whose header lacks ``columns`` (remote ones: left alone).
+    """Refuse a ``path`` that is no local file, or whose header lacks ``columns``.
 
     ``columns``: for each, the names of which the header must have one. Only the first line is read: the
     rows are the reader's, when the series is needed.
 
     Raises:
-        ConfigurationError: ``name=path is not a file``, or lacks a column, with ``what`` to pass instead.
+        ConfigurationError: ``name=path is not a file`` (a URI too: the carbon and electricity readers read
+            local files, and an s3:// one passed here, then failed every run as "No such file"), or lacks
+            a column, with ``what`` to pass instead.
     """
     if "://" in path:
-        return
+        raise ConfigurationError(
+            f"{name}={path!r} is a URI, and it is read as a local file: copy it to every worker's disk and "
+            f"pass its path, or pass {what}"
+        )
     file = Path(path).expanduser()
     if not file.is_file():
         raise ConfigurationError(f"{name}={path!r} is not a file: pass {what}")

@@ -12,6 +12,7 @@ import csv
 import difflib
 import io
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -30,8 +31,15 @@ _RECORD_KEYS = ("AvailabilityZone", "InstanceType", "ProductDescription", "SpotP
 
 
 def region_of(availability_zone: str) -> str:
-    """``us-east-1a`` -> ``us-east-1`` (also local zones such as ``us-east-1-bos-1a``)."""
-    return availability_zone.rstrip("abcdefghijklmnopqrstuvwxyz") if availability_zone else availability_zone
+    """``us-east-1a`` -> ``us-east-1``; a local zone such as ``us-east-1-bos-1a`` -> ``us-east-1`` too."""
+    if not availability_zone:
+        return availability_zone
+    # A local or Wavelength zone is <region>-<place>-<n><letter>: its region is the first three parts
+    # (stripping the letter alone left "us-east-1-bos-1", a region no price names).
+    local = re.fullmatch(r"([a-z]{2}(?:-gov)?-[a-z]+-\d+)-[a-z0-9-]+-\d+[a-z]", availability_zone)
+    if local:
+        return local.group(1)
+    return availability_zone.rstrip("abcdefghijklmnopqrstuvwxyz")
 
 
 def _wanted(product: str, products: Sequence[str]) -> bool:
@@ -449,6 +457,10 @@ class LiveSpotPrices:
         source = f"EC2 {self.region_name or 'default region'} via {self.aws_conn_id}"
         history = SpotPriceHistory.from_records(records, source=source, products=products)
         with _CACHE_LOCK:
+            # Expired entries go as new ones come: each TTL period's query is a key of its own, and the
+            # long-lived triggerer kept every one of them.
+            for stale in [k for k, (expires, _) in _CACHE.items() if expires <= now]:
+                del _CACHE[stale]
             _CACHE[key] = (now + self.ttl_seconds, history)
         return history
 
