@@ -242,6 +242,22 @@ def test_rank_is_by_loss_then_trial() -> None:
     assert [w.trial for w in rank(warmups)] == [1, 2, 0]
 
 
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_a_warm_up_whose_loss_is_not_finite_ranks_last_and_is_never_promoted(bad: float) -> None:
+    """A diverged trial (nan) once took the only place kept and the best trial was pruned."""
+    warmups = [Warmup(n, loss, Decimal(1), Decimal(1)) for n, loss in enumerate((bad, 0.3, 0.1))]
+    ranked = rank(warmups)
+    assert [w.trial for w in ranked] == [2, 1, 0]
+    settings = _settings(max_usd=100, max_gpu_hours=100, warmup_epochs=1, full_epochs=3)
+    decisions = decide_promotions(ranked, keep=1, spent=StageCost(Decimal(0), Decimal(0)), settings=settings)
+    assert [(d.trial, d.promoted) for d in decisions] == [(2, True), (1, False), (0, False)]
+    decisions = decide_promotions(ranked, keep=3, spent=StageCost(Decimal(0), Decimal(0)), settings=settings)
+    assert [d.trial for d in decisions if d.promoted] == [2, 1]
+    assert decisions[2].reason == (
+        f"not promoted: its loss is {bad}, not a finite number (the training diverged)"
+    )
+
+
 def _row(trial: str, task_id: str, usd: str, hours: str, **changed: Any) -> dict[str, Any]:
     row = {
         "tags": {"study": "s1", "trial": trial},

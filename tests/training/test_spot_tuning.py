@@ -164,6 +164,27 @@ def test_select_promotions_ranks_prunes_and_reserves_from_the_ledger(ledger: Any
     assert all(r.usd == 3 for r in held)
 
 
+def test_a_warm_up_with_a_nan_or_missing_loss_ranks_last_and_is_not_promoted(ledger: Any) -> None:
+    ledger.set_budget(SCOPE, "total", "10", cap_gpu_hours="20")
+    for trial in range(4):
+        _bill(ledger, trial, "warmup", "1", "0.5")
+    losses: tuple[Any, ...] = (float("nan"), 2, None, 1)
+    results = [{"metrics": {"trial": n, "val_rmse": v}, "version": f"v{n}"} for n, v in enumerate(losses)]
+    selection = select_promotions(
+        ledger,
+        results,
+        settings=SETTINGS,
+        study="run1",
+        scope=SCOPE,
+        prices=TrialPrices(Decimal("0.5"), Decimal(2), Decimal(2)),
+        market="on_demand",
+        dag_id="d",
+        run_id="run1",
+    )
+    assert [w.trial for w in selection.ranked] == [3, 1, 0, 2]
+    assert [w.trial for w, _ in selection.promoted] == [3, 1]
+
+
 def test_select_promotions_without_a_finished_warm_up_says_so(ledger: Any) -> None:
     prices = TrialPrices(Decimal("0.5"), Decimal(1), Decimal(1))
     kwargs: dict[str, Any] = {"settings": SETTINGS, "study": "run1", "scope": SCOPE, "prices": prices}

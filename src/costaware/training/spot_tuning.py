@@ -7,6 +7,7 @@ catalog and the ledger, and reserves what they decide. It needs no Airflow: a ta
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -103,6 +104,15 @@ def finished_results(pulled: Any) -> list[Mapping[str, Any]]:
     if isinstance(pulled, Mapping):
         pulled = [pulled]
     return [r for r in pulled or [] if isinstance(r, Mapping) and "metrics" in r]
+
+
+def _loss(value: Any) -> float:
+    # A loss the training wrote as null or text is no ranking either: read as nan, it ranks last and is
+    # not promoted (decide_promotions says why) instead of failing the whole selection.
+    try:
+        return float(value) if not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError):
+        return math.nan
 
 
 def stage_floor_usd(
@@ -332,7 +342,7 @@ def select_promotions(
     for result in finished_results(results):
         number = int(result["metrics"]["trial"])
         billed = spend.get(str(number), TrialSpend())
-        loss = float(result["metrics"][loss_metric])
+        loss = _loss(result["metrics"][loss_metric])
         warmups.append(Warmup(number, loss, billed.usd, billed.hours * gpu_count, str(result["version"])))
     finished = {w.trial for w in warmups}
     capped = tuple(t for t in capped_trials(rows, study=study, task_id="warmup") if t not in finished)

@@ -334,8 +334,11 @@ class PromotionDecision:
 
 
 def rank(warmups: Iterable[Warmup]) -> list[Warmup]:
-    """Best first: lowest loss, then lowest trial number."""
-    return sorted(warmups, key=lambda w: (w.loss, w.trial))
+    """Best first: lowest loss, then lowest trial number; a loss that is not finite (nan, inf) last."""
+    # A NaN compares false both ways, so left in the key it would scramble the order around it.
+    return sorted(
+        warmups, key=lambda w: (not math.isfinite(w.loss), w.loss if math.isfinite(w.loss) else 0, w.trial)
+    )
 
 
 def decide_promotions(
@@ -349,7 +352,8 @@ def decide_promotions(
 ) -> list[PromotionDecision]:
     """One decision per warm-up of ``ranked`` (best first), in its order.
 
-    A warm-up below the top ``keep`` is pruned. One in the top ``keep`` is promoted while what was spent plus
+    A warm-up below the top ``keep`` is pruned, and one whose loss is not finite (it diverged) is never
+    promoted. One in the top ``keep`` is promoted while what was spent plus
     the promotions so far plus its own, each at its cap, stays within both caps; else it is stopped by the
     cap. A promotion is estimated from its warm-up's billed cost per epoch (startup included, so on the high
     side) and capped by ``settings.stage_cap`` (with ``floor_usd`` and ``gpu_hours_per_usd``).
@@ -360,6 +364,10 @@ def decide_promotions(
     for place, warmup in enumerate(ranked):
         if place >= keep:
             why = f"pruned: rank {place + 1} of {len(ranked)}, {keep} kept"
+            decisions.append(PromotionDecision(warmup.trial, False, why))
+            continue
+        if not math.isfinite(warmup.loss):
+            why = f"not promoted: its loss is {warmup.loss}, not a finite number (the training diverged)"
             decisions.append(PromotionDecision(warmup.trial, False, why))
             continue
         estimate = StageCost(warmup.usd * per_epoch, warmup.gpu_hours * per_epoch)
