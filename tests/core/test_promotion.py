@@ -44,6 +44,11 @@ NAN = float("nan")
         ("roc_auc", None, 0.73, 0.72, "complete", True, 0.0, True, "better, promoted"),
         ("roc_auc", None, 0.715, 0.72, "complete", True, 0.01, True, "within margin 0.01, promoted"),
         ("r2", None, 0.60, 0.65, "complete", True, 0.01, False, "worse by 0.0500 (margin 0.01)"),
+        # exactly at the boundary, which float subtraction puts a hair past it (0.80 - 0.81 = -0.01000...09)
+        ("roc_auc", None, 0.80, 0.81, "complete", True, 0.01, True, "worse by 0.0100, within margin 0.01"),
+        ("roc_auc", None, 0.7, 0.8, "complete", True, 0.1, True, "worse by 0.1000, within margin 0.1"),
+        ("rmse", None, 0.81, 0.80, "complete", True, 0.01, True, "worse by 0.0100, within margin 0.01"),
+        ("roc_auc", None, 0.7999, 0.81, "complete", True, 0.01, False, "worse by 0.0101 (margin 0.01)"),
         # lower is better (built-in direction)
         ("log_loss", None, 0.50, 0.55, "complete", True, 0.0, True, "(lower is better): better, promoted"),
         ("log_loss", None, 0.60, 0.55, "complete", True, 0.0, False, "worse by 0.0500"),

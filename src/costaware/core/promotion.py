@@ -34,6 +34,9 @@ DEFAULT_SCORING_TIMEOUT_SECONDS = 3600.0
 #: Longest metric name: the ledger's run outcomes keep the name in a 32-character column.
 MAX_METRIC_NAME = 32
 
+#: How far past the margin, relative to the figures, a candidate may be and still count as within it.
+_MARGIN_REL_TOL = 1e-9
+
 
 def higher_is_better(metric: str) -> bool:
     """Whether a higher value of the known ``metric`` means a better model.
@@ -337,6 +340,9 @@ def decide_promotion(
         return decision(True, f"{text}: better, promoted")
     if gain == 0:
         return decision(True, f"{text}: equal, promoted")
-    if -gain <= margin:
+    # 0.80 - 0.81 is -0.010000000000000009 in floats: a candidate exactly at the margin's boundary must
+    # not be refused for the rounding, so the test allows one part in a billion of the figures.
+    slack = _MARGIN_REL_TOL * max(abs(candidate_metric), abs(champion_metric), margin)
+    if -gain <= margin + slack:
         return decision(True, f"{text}: worse by {-gain:.4f}, within margin {margin:g}, promoted")
     return decision(False, f"{text}: worse by {-gain:.4f} (margin {margin:g}), champion kept")
