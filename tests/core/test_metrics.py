@@ -17,6 +17,7 @@ RNG = np.random.default_rng(7)
 N = 400
 Y_BIN = RNG.integers(0, 2, N)
 P_BIN = np.clip(0.35 * Y_BIN + RNG.uniform(0, 0.65, N), 0, 1)
+P_SURE = [1e-9, 1e-8, 2e-8, 0.5]
 P_TIES = np.round(P_BIN, 1)  # many equal scores: ties must count as half, as in scikit-learn
 Y_REG = RNG.normal(20, 5, N)
 P_REG = Y_REG + RNG.normal(0, 2, N)
@@ -36,7 +37,11 @@ SKLEARN: list[tuple[str, Any, Any, Callable[[], float]]] = [
     ("average_precision", Y_BIN, P_TIES, lambda: sk.average_precision_score(Y_BIN, P_TIES)),
     ("accuracy", Y_BIN, P_BIN, lambda: sk.accuracy_score(Y_BIN, P_BIN >= 0.5)),
     ("log_loss", Y_BIN, P_BIN, lambda: sk.log_loss(Y_BIN, _clip(P_BIN), labels=[0, 1])),
-    ("brier", Y_BIN, P_BIN, lambda: sk.brier_score_loss(Y_BIN, _clip(P_BIN))),
+    ("brier", Y_BIN, P_BIN, lambda: sk.brier_score_loss(Y_BIN, P_BIN)),
+    # very confident predictions keep their order: clipped to 1e-7 they once tied (roc_auc 0.75)
+    ("roc_auc", [0, 0, 1, 1], P_SURE, lambda: sk.roc_auc_score([0, 0, 1, 1], P_SURE)),
+    ("average_precision", [0, 1, 0, 1], P_SURE, lambda: sk.average_precision_score([0, 1, 0, 1], P_SURE)),
+    ("brier", [0, 1], [0.0, 1.0], lambda: 0.0),
     ("macro_f1", Y_BIN, P_BIN, lambda: sk.f1_score(Y_BIN, P_BIN >= 0.5, average="macro")),
     ("rmse", Y_REG, P_REG, lambda: sk.root_mean_squared_error(Y_REG, P_REG)),
     ("mae", Y_REG, P_REG, lambda: sk.mean_absolute_error(Y_REG, P_REG)),
@@ -122,6 +127,19 @@ def test_model_kind_follows_the_predictions_shape(metric: str, predictions: Any,
         ("rmse", [1.0, float("nan")], [1.0, 2.0], "label column 'y' holds non-finite values"),
         ("mae", [1.0, 2.0, 3.0], [1.0, 2.0], "mae: 3 labels but 2 predictions"),
         ("mae", [], [], "mae: no rows to score"),
+        (
+            "roc_auc",
+            [0, 1, 1],
+            [-0.5, 2.5, 0.5],
+            r"roc_auc on a binary model needs probabilities in \[0, 1\]; the model predicted -0.5, 2.5: "
+            r"use a trainer whose predict returns positive-class probabilities",
+        ),
+        (
+            "log_loss",
+            [0, 1],
+            [[1.2, -0.2], [0.5, 0.5]],
+            r"needs probabilities in \[0, 1\].*-0.2, 1.2: .*class",
+        ),
     ],
 )
 def test_bad_input_is_a_clear_error(metric: str, label: Any, predictions: Any, message: str) -> None:

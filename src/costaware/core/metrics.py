@@ -2,7 +2,9 @@
 
 Each function takes the true labels and a model's predictions as array-likes and returns a float, NaN when
 the metric is undefined on that holdout (one class only, a constant target, a non-finite prediction). NaN is
-not an error: the promotion rules never promote a candidate whose metric is undefined.
+not an error: the promotion rules never promote a candidate whose metric is undefined. Class probabilities
+outside [0, 1] are an error (the model predicts scores or logits); they are clipped away from 0 and 1 only
+for ``log_loss``, which would be infinite there.
 
 What the predictions are depends on the model kind:
 
@@ -149,11 +151,36 @@ def score(metric: str, label: Any, predictions: Any, *, label_name: str = "the l
                 label_name,
             )
         return _REGRESSION[metric](numeric, pred)
+    pred = _probabilities(pred, metric, kind)
     if kind == BINARY:
-        return _BINARY[metric](
-            _classes(y, 2, metric, kind, label_name), np.clip(pred, PROBABILITY_EPS, 1 - PROBABILITY_EPS)
-        )
+        return _BINARY[metric](_classes(y, 2, metric, kind, label_name), pred)
     return _MULTICLASS[metric](_classes(y, pred.shape[1], metric, kind, label_name), pred)
+
+
+#: How far outside [0, 1] a probability may be and count as float noise (1.0000000000000002) rather than a
+#: model that predicts scores or logits.
+_PROBABILITY_NOISE = 1e-9
+
+
+def _probabilities(pred: Any, metric: str, kind: str) -> Any:
+    """``pred`` checked to be probabilities: a score or logit clipped to [0, 1] would score another model."""
+    import numpy as np
+
+    bad = (pred < -_PROBABILITY_NOISE) | (pred > 1 + _PROBABILITY_NOISE)
+    if bad.any():
+        seen = sorted(set(pred[bad].tolist()))
+        more = f" and {len(seen) - 3} more" if len(seen) > 3 else ""
+        shown = ", ".join(f"{v:g}" for v in seen[:3]) + more
+        what = (
+            "class probabilities"
+            if kind == MULTICLASS
+            else "positive-class probabilities (predict_proba[:, 1])"
+        )
+        raise ConfigurationError(
+            f"{metric} on a {kind} model needs probabilities in [0, 1]; the model predicted {shown}: "
+            f"use a trainer whose predict returns {what}, not scores or logits"
+        )
+    return np.clip(pred, 0.0, 1.0)
 
 
 def _numeric(y: Any, metric: str, label_name: str) -> Any:
@@ -230,6 +257,9 @@ def _binary_accuracy(y: Any, p: Any) -> float:
 def _binary_log_loss(y: Any, p: Any) -> float:
     import numpy as np
 
+    # Only here, where a probability of exactly 0 or 1 would make the loss infinite: clipping for the
+    # ranking metrics would tie confident predictions (1e-9 and 1e-8 both become 1e-7).
+    p = np.clip(p, PROBABILITY_EPS, 1 - PROBABILITY_EPS)
     return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
 
 
