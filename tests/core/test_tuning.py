@@ -197,7 +197,11 @@ def test_caps_from_template_strings_round_trip() -> None:
         ([FinishedTrial(P, 0.7), FinishedTrial(C, None), FinishedTrial(P, 0.69)], "maximize", 0.0, 2),
         ([FinishedTrial(P, 0.7), FinishedTrial(C, None), FinishedTrial(P, 0.75)], "maximize", 0.0, 0),
         ([FinishedTrial(P, 0.7), FinishedTrial(P, 0.7005), FinishedTrial(P, 0.701)], "maximize", 0.002, 2),
-        ([FinishedTrial(P, 0.7), FinishedTrial(P, 0.7015), FinishedTrial(P, 0.7025)], "maximize", 0.002, 2),
+        # small gains add up from the last improvement's value: 0.7025 is 0.0025 past 0.7, progress
+        ([FinishedTrial(P, 0.7), FinishedTrial(P, 0.7015), FinishedTrial(P, 0.7025)], "maximize", 0.002, 0),
+        ([FinishedTrial(P, v) for v in (0.800, 0.806, 0.812, 0.818, 0.824)], "maximize", 0.01, 0),
+        ([FinishedTrial(P, v) for v in (1.0, 0.994, 0.988, 0.982, 0.976)], "minimize", 0.01, 0),
+        ([FinishedTrial(P, v) for v in (0.800, 0.806, 0.809)], "maximize", 0.01, 2),
         ([FinishedTrial(P, 0.7), FinishedTrial(P, 0.703)], "maximize", 0.002, 0),
         ([FinishedTrial(P, 2.0), FinishedTrial(P, 1.5), FinishedTrial(P, 1.6)], "minimize", 0.1, 1),
         ([FinishedTrial(P, 0.7), FinishedTrial(TrialState.CUT, 0.9)], "maximize", 0.0, 1),  # cut: not in full

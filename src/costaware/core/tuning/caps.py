@@ -33,7 +33,7 @@ class TuningCaps:
     """What a study may use: USD and GPU-hours (enforced by ledger reservations), trials, wall clock, plateau.
 
     ``plateau_trials=K`` stops the study once K trials in a row finished without improving the best fully
-    trained value by at least ``plateau_min_delta``.
+    trained value by at least ``plateau_min_delta``, measured from the best at its last such improvement.
     """
 
     max_usd: Decimal
@@ -128,20 +128,25 @@ def positive_number(value: object, name: str, *, allow_zero: bool = False, unit:
 def trials_since_improvement(finished: Sequence[FinishedTrial], direction: str, min_delta: float) -> int:
     """How many trials ended since the best fully trained value last improved by ``min_delta`` or more.
 
-    Before the first fully trained trial there is nothing to improve on, so the count stays 0.
+    The value measured from is the best as of that last improvement (as Keras' ``EarlyStopping``): smaller
+    gains do not move it, so steady progress of less than ``min_delta`` a trial adds up and counts once it
+    reaches ``min_delta``. Before the first fully trained trial there is nothing to improve on, so the count
+    stays 0.
     """
-    best: float | None = None
+    anchor: float | None = None
     since = 0
     for trial in finished:
         value = trial.value
         if trial.state is TrialState.PROMOTED and value is not None and not math.isnan(value):
-            gain = math.inf if best is None else (value - best if direction == "maximize" else best - value)
+            gain = (
+                math.inf
+                if anchor is None
+                else (value - anchor if direction == "maximize" else anchor - value)
+            )
             if gain >= min_delta and gain > 0:
-                best, since = value, 0
+                anchor, since = value, 0
                 continue
-            if gain > 0:
-                best = value  # better, but not by enough to count as progress
-        if best is not None:
+        if anchor is not None:
             since += 1
     return since
 
