@@ -132,12 +132,37 @@ def test_sampling_is_seeded_and_a_smaller_study_runs_a_prefix() -> None:
 
 
 @pytest.mark.parametrize(
+    "space",
+    [
+        {"x": ("uniform", (0.1, 0.4999))},  # 0.49996 rounds to 0.5
+        {"x": ("uniform", (0.0001, 0.0012))},  # 0.0004 rounds to 0.0
+        {"x": ("log", (0.00123456, 0.00125))},  # 0.0012349 rounds to 0.00123
+        {"x": ("log", (0.5, 0.9999))},  # 0.99996 rounds to 1.0
+        {"x": ("uniform", (0.00015, 0.00015)), "y": ("log", (0.0012345, 0.0012345))},  # one value each
+    ],
+)
+def test_a_rounded_value_stays_within_its_range(space: dict[str, Any]) -> None:
+    drawn = [h for n in range(50) for h in sample_trials(space, 200, n)]
+    for hparams in drawn:
+        for name, (_, (low, high)) in space.items():
+            assert low <= hparams[name] <= high
+    if space["x"][1][0] == space["x"][1][1]:
+        assert {h["x"] for h in drawn} == {0.00015} and {h["y"] for h in drawn} == {0.0012345}
+
+
+@pytest.mark.parametrize(
     ("space", "message"),
     [
         ({"lr": ("normal", (0, 1))}, r"'lr' has kind 'normal': use one of"),
         ({"lr": ("log", (0.0, 1e-2))}, r"'lr' \(log\) has range \(0\.0, 0\.01\).*low > 0"),
         ({"dropout": ("uniform", (0.3, 0.1))}, r"'dropout' \(uniform\) has range .*low <= high"),
         ({"hidden": ("choice", ())}, r"'hidden' has no values"),
+        (
+            {"lr": ("uniform", (0.0001, 0.0004))},
+            r"'lr' \(uniform\) has range \(0\.0001, 0\.0004\), narrower than the 0\.001 its values are "
+            r"rounded to .*every trial would get the same value: widen the range, or make it log",
+        ),
+        ({"lr": ("log", (0.00123456, 0.0012349))}, r"'lr' \(log\) has range .* narrower than the 1e-05"),
     ],
 )
 def test_a_bad_search_space_is_refused_by_name(space: dict[str, Any], message: str) -> None:

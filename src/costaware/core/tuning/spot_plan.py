@@ -34,7 +34,9 @@ def sample_trials(
 ) -> list[dict[str, Any]]:
     """``count`` configurations of ``space`` drawn with a generator seeded by ``seed``.
 
-    Trial ``n`` gets the same configuration whatever ``count`` is, so a smaller study runs a prefix.
+    Trial ``n`` gets the same configuration whatever ``count`` is, so a smaller study runs a prefix. A
+    ``uniform`` value is rounded to 3 decimals, a ``log`` one to 3 significant digits, then kept within the
+    range.
 
     Args:
         space: Name -> (kind, values): ``("log", (low, high))``, ``("uniform", (low, high))`` or
@@ -43,8 +45,8 @@ def sample_trials(
         seed: Seeds the generator.
 
     Raises:
-        ConfigurationError: an unknown kind, or a range that is not (low, high) with 0 < low <= high for
-            ``log``.
+        ConfigurationError: an unknown kind, a range that is not (low, high) with 0 < low <= high for
+            ``log``, or one narrower than the rounding (but not a single value, low == high).
     """
     for name, (kind, values) in space.items():
         if kind not in SPACE_KINDS:
@@ -58,19 +60,37 @@ def sample_trials(
             )
         if kind == "choice" and not values:
             raise ConfigurationError(f"search space {name!r} has no values to choose from")
+        if kind != "choice" and 0 < values[1] - values[0] < _rounding_step(kind, values[0]):
+            step = _rounding_step(kind, values[0])
+            raise ConfigurationError(
+                f"search space {name!r} ({kind}) has range {tuple(values)!r}, narrower than the {step:g} its "
+                "values are rounded to (uniform: 3 decimals, log: 3 significant digits), so every trial "
+                "would get the same value: widen the range"
+                + (", or make it log (rounded to 3 significant digits)" if kind == "uniform" else "")
+            )
     rng = random.Random(seed)
     trials = []
     for _ in range(count):
         hparams: dict[str, Any] = {}
         for name, (kind, values) in space.items():
             if kind == "log":
-                hparams[name] = float(f"{math.exp(rng.uniform(*map(math.log, values))):.3g}")
+                drawn = float(f"{math.exp(rng.uniform(*map(math.log, values))):.3g}")
             elif kind == "uniform":
-                hparams[name] = round(rng.uniform(*values), 3)
+                drawn = round(rng.uniform(*values), 3)
             else:
                 hparams[name] = rng.choice(values)
+                continue
+            # Rounding can step past an end (0.0012349 -> 0.00123 below a low of 0.00123456).
+            hparams[name] = min(max(drawn, values[0]), values[1])
         trials.append(hparams)
     return trials
+
+
+def _rounding_step(kind: str, low: float) -> float:
+    """The spacing of the rounded values near ``low``: 0.001 (uniform), or 3 significant digits' (log)."""
+    if kind == "uniform":
+        return 1e-3
+    return 10.0 ** (math.floor(math.log10(low)) - 2)
 
 
 def kept_count(trials: int, keep_fraction: float) -> int:
