@@ -164,7 +164,8 @@ def test_parse_direction(value: Any, expected: bool | None) -> None:
         ("{'rmse': 3.2, 'mae': 1}", {"rmse": 3.2, "mae": 1}),  # a dict rendered by Jinja: its repr
         ('{"rmse": 3.2, "ok": true}', {"rmse": 3.2, "ok": True}),  # JSON text
         ({"rmse": "3.2", "name": "sgd"}, {"rmse": 3.2, "name": "sgd"}),  # one template per value
-        ("{'loss': nan}", None),
+        ("{'loss': nan_x}", None),
+        ("{'loss': __import__}", None),
         ("[1, 2]", None),
         ("rmse=3.2", None),
         (7, None),
@@ -176,6 +177,15 @@ def test_parse_metrics(value: Any, expected: dict[str, Any] | None) -> None:
             parse_metrics(value, "candidate_metrics")
     else:
         assert parse_metrics(value, "candidate_metrics") == expected
+
+
+def test_parse_metrics_reads_a_repr_s_nan_and_inf() -> None:
+    """A dict's repr writes them as bare names: the dict was refused though the metric used was a number."""
+    text = repr({"rmse": 3.2, "loss": float("nan"), "gap": float("inf"), "low": -float("inf")})
+    metrics = parse_metrics(text, "candidate_metrics")
+    assert metrics["rmse"] == 3.2 and math.isnan(metrics["loss"])
+    assert (metrics["gap"], metrics["low"]) == (math.inf, -math.inf)
+    assert metric_value(metrics, "rmse", "candidate") == 3.2
 
 
 @pytest.mark.parametrize(

@@ -98,7 +98,8 @@ def parse_metrics(value: Mapping[str, Any] | str, where: str) -> dict[str, Any]:
 
     Airflow renders ``"{{ ti.xcom_pull(task_ids='train')['metrics'] }}"`` to the dict's ``repr`` unless the
     DAG renders templates as native objects; both arrive here. A value that is the text of a number (a
-    template per value, ``{"rmse": "{{ ... }}"}``) becomes that number.
+    template per value, ``{"rmse": "{{ ... }}"}``) becomes that number; ``nan``, ``inf`` and ``-inf`` (how the
+    repr writes those floats) are read as those floats.
 
     Raises:
         ConfigurationError: The value is not a mapping or the text of one, naming ``where``.
@@ -109,7 +110,7 @@ def parse_metrics(value: Mapping[str, Any] | str, where: str) -> dict[str, Any]:
             data = json.loads(value)
         except ValueError:
             try:
-                data = ast.literal_eval(value.strip())
+                data = ast.literal_eval(_with_special_floats(ast.parse(value.strip(), mode="eval")))
             except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
                 data = None
     if not isinstance(data, Mapping):
@@ -118,6 +119,22 @@ def parse_metrics(value: Mapping[str, Any] | str, where: str) -> dict[str, Any]:
             "\"{{ ti.xcom_pull(task_ids='train')['metrics'] }}\""
         )
     return {str(k): _number_text(v) for k, v in data.items()}
+
+
+class _SpecialFloats(ast.NodeTransformer):
+    """The names ``nan`` and ``inf`` as the floats a repr spells so (``-inf`` is the minus of ``inf``)."""
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if node.id in ("nan", "inf"):
+            return ast.copy_location(ast.Constant(float(node.id)), node)
+        return node
+
+
+def _with_special_floats(tree: ast.Expression) -> ast.AST:
+    # A dict's repr writes a NaN metric as the bare name nan, which literal_eval refuses: the whole dict
+    # was then refused even when the metric promoted on was a plain number.
+    converted: ast.AST = _SpecialFloats().visit(tree)
+    return converted
 
 
 def _number_text(value: Any) -> Any:
