@@ -39,6 +39,28 @@ def test_cost_per_unit_gain_of_one_run() -> None:
     assert outcome("a", "0.50", 0.69, 0.70, False).usd_per_unit_gain is None
 
 
+@pytest.mark.parametrize(
+    ("value", "champion", "metric"),
+    [
+        (0.1 + 0.2, 0.3, "roc_auc"),  # a gain of 5.6e-17: float noise once read as $9e15 per unit
+        (0.8 + 1e-16, 0.8, "roc_auc"),
+        (1e-27, 0.0, "roc_auc"),  # a real but tiny gain: decimal.InvalidOperation in the division
+        (0.0, 1e-27, "rmse"),
+    ],
+)
+def test_a_gain_too_small_to_price_has_no_per_unit_figure_and_never_raises(
+    value: float, champion: float, metric: str
+) -> None:
+    runs = [outcome("a", "5", value, champion, True, metric=metric)]
+    assert runs[0].usd_per_unit_gain is None
+    s = summarize(runs)
+    assert (s.usd, s.usd_per_unit_gain) == (Decimal(5), None)
+    # beside a real gain, the noise adds nothing to what the dollars bought
+    better = (0.72, 0.70) if metric == "roc_auc" else (0.70, 0.72)  # a gain of 0.02 either way
+    s = summarize([*runs, outcome("b", "0.5", *better, True, metric=metric)])
+    assert s.usd_per_unit_gain == Decimal("275.000000")
+
+
 def test_summary_cost_per_run_per_promoted_and_per_gain() -> None:
     runs = [
         outcome("1", "0.30", 0.70, None, True),

@@ -14,12 +14,16 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from costaware.core.errors import ConfigurationError
 from costaware.core.money import MICRO_USD
 from costaware.core.promotion import higher_is_better
+
+#: A gain below this share of the figures compared is float noise, not a gain: it gets no per-unit figure
+#: (a gain of 5.6e-17 from 0.1 + 0.2 against 0.3 read as $9e16 per unit).
+_GAIN_REL_EPS = 1e-9
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,12 +139,21 @@ class RunOutcome:
         return delta if better_high else -delta
 
     @property
+    def counted_gain(self) -> float | None:
+        """The gain when it is one: above float noise (0.1 + 0.2 against 0.3) relative to the figures."""
+        gain = self.gain
+        if gain is None or self.metric_value is None or self.champion_metric is None:
+            return None
+        noise = _GAIN_REL_EPS * max(abs(self.metric_value), abs(self.champion_metric))
+        return gain if gain > noise else None
+
+    @property
     def usd_per_unit_gain(self) -> Decimal | None:
         """USD this run paid per unit of metric gained over the previous champion (promoted runs only)."""
-        gain = self.gain
-        if not self.promoted or self.usd is None or gain is None or gain <= 0:
+        gain = self.counted_gain
+        if not self.promoted or self.usd is None or gain is None:
             return None
-        return (self.usd / Decimal(str(gain))).quantize(MICRO_USD)
+        return _usd_per_unit(self.usd, gain)
 
     def to_json(self) -> dict[str, Any]:
         """The outcome as JSON primitives (money as strings), as the CLI and the Cost page's API give it."""
@@ -217,14 +230,21 @@ def summarize(outcomes: Sequence[RunOutcome]) -> OutcomeSummary:
     priced = [usd for usd in run_usd.values() if usd is not None]
     usd = sum(priced, Decimal(0))
     promoted = [o for o in outcomes if o.promoted]
-    gained = [o for o in promoted if o.usd is not None and (o.gain or 0) > 0]
-    total_gain = sum(o.gain or 0.0 for o in gained)
+    gained = [o for o in promoted if o.usd is not None and o.counted_gain is not None]
+    total_gain = sum(o.counted_gain or 0.0 for o in gained)
     return OutcomeSummary(
         runs=len(run_usd),
         promoted=len(promoted),
         usd=usd,
         per_run_usd=(usd / len(priced)).quantize(MICRO_USD) if priced else None,
         per_promoted_usd=(usd / len(promoted)).quantize(MICRO_USD) if promoted and priced else None,
-        usd_per_unit_gain=(usd / Decimal(str(total_gain))).quantize(MICRO_USD) if gained else None,
+        usd_per_unit_gain=_usd_per_unit(usd, total_gain) if gained else None,
         metric=next(iter(metrics), ""),
     )
+
+
+def _usd_per_unit(usd: Decimal, gain: float) -> Decimal | None:
+    try:
+        return (usd / Decimal(str(gain))).quantize(MICRO_USD)
+    except InvalidOperation:  # past Decimal's 28 digits (a gain of 1e-27): no figure that says anything
+        return None
