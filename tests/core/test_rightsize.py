@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from decimal import Decimal
 
 import pytest
@@ -174,7 +175,8 @@ def test_runtime_prediction_sources(catalog: PriceCatalog) -> None:
     gpu_job = ThroughputProfile(basis="gpus")
     assert predict_hours(b, A_RUN, catalog, gpu_job, job) is None  # no GPU: cannot run there
     with pytest.raises(
-        ConfigurationError, match="no recorded run on a type in the catalog and no fallback_hours"
+        ConfigurationError,
+        match="no recorded run on a type in the catalog that throughput lists and no fallback_hours",
     ):
         predict_hours(
             b,
@@ -183,6 +185,36 @@ def test_runtime_prediction_sources(catalog: PriceCatalog) -> None:
             PROFILE,
             RightSizeJob(memory_gib=Decimal(1)),
         )
+
+
+def test_given_speeds_leave_out_the_types_they_do_not_list(catalog: PriceCatalog) -> None:
+    """A measured speed and a vCPU count's are not on one scale: mixed, type-b (8 vCPUs) was 8 ** 0.8 = 5.3
+    times type-c (given 1.0), a 4 h run there predicted at 0.76 h, and a 2 h deadline falsely "met"."""
+    profile = ThroughputProfile(speeds={"type-c": 1.0})
+    job = RightSizeJob(memory_gib=Decimal(1), deadline_hours=2.0, markets=ON_DEMAND)
+    c_run = [RuntimeObservation("type-c", 4.0)]
+    with pytest.raises(ConfigurationError) as error:
+        right_size(catalog, job, region="us-east-1", observations=c_run, profile=profile)
+    assert "give more types' speeds in throughput" in str(error.value)
+    decision = right_size(
+        catalog, replace(job, deadline_hours=None), region="us-east-1", observations=c_run, profile=profile
+    )
+    assert decision.choice.instance_type == "type-c" and decision.choice.predicted_hours == 4.0
+    why = "not in throughput: give its relative speed to consider it"
+    assert {("type-a", why), ("type-b", why)} <= set(decision.rejected)
+    b = catalog.offer("type-b", "us-east-1")
+    with pytest.raises(
+        ConfigurationError, match=r"instance type 'type-b' is not in throughput \(which lists"
+    ):
+        predict_hours(b, c_run, catalog, profile, job)
+    fallback = RightSizeJob(memory_gib=Decimal(1), fallback_hours=3.0, reference_type="type-b")
+    with pytest.raises(ConfigurationError, match=r"'type-b' is not in throughput .*give its relative speed"):
+        predict_hours(catalog.offer("type-c", "us-east-1"), [], catalog, profile, fallback)
+    # a run on a type left out is not scaled: only the fallback (or a run on a listed type) predicts
+    with pytest.raises(
+        ConfigurationError, match="no recorded run on a type in the catalog that throughput lists and no"
+    ):
+        predict_hours(catalog.offer("type-c", "us-east-1"), A_RUN, catalog, profile, RightSizeJob(Decimal(1)))
 
 
 def test_no_feasible_instance_says_what_came_closest(catalog: PriceCatalog) -> None:

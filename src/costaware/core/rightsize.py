@@ -41,7 +41,8 @@ class ThroughputProfile:
     """How fast the job runs on each instance type, relative to the others.
 
     ``speeds`` gives measured relative speeds (e.g. from a benchmark: ``{"c5.xlarge": 1.0, "c5.4xlarge":
-    3.2}``). For a type not listed, speed is ``count ** exponent`` where count is the type's vCPUs
+    3.2}``); once given, only the types listed have a speed (a measured figure and a count's are not on one
+    scale). Without ``speeds``, a type's speed is ``count ** exponent`` where count is its vCPUs
     (``basis="vcpus"``, CPU-bound jobs) or GPUs (``basis="gpus"``); ``exponent`` below 1 says the job does
     not scale perfectly (0.0 says the job runs equally fast everywhere, e.g. single-threaded).
     """
@@ -59,9 +60,26 @@ class ThroughputProfile:
         if bad:
             raise ConfigurationError(f"throughput speeds must be positive numbers, got {bad}")
 
+    def knows(self, instance_type: str) -> bool:
+        """Whether the profile gives ``instance_type`` a speed: every type, unless ``speeds`` is given."""
+        return not self.speeds or instance_type in self.speeds
+
     def speed(self, offer: InstanceOffer) -> float:
+        """The job's relative speed on ``offer``'s type (0.0: it cannot run there).
+
+        Raises:
+            ConfigurationError: ``speeds`` is given and does not list the type.
+        """
         if offer.instance_type in self.speeds:
             return float(self.speeds[offer.instance_type])
+        if self.speeds:
+            # Scaled by its vCPUs it would be on another scale than the measured figures: with
+            # {"c5.xlarge": 1.0}, c5.2xlarge got 8 ** 0.8 = 5.3, five times c5.xlarge instead of 1.7.
+            raise ConfigurationError(
+                f"instance type {offer.instance_type!r} is not in throughput (which lists "
+                f"{', '.join(sorted(self.speeds))}): give its relative speed too, or leave throughput out "
+                f"to scale every type by its {self.basis}"
+            )
         count = float(offer.vcpus if self.basis == "vcpus" else offer.gpus)
         if count <= 0:
             return 0.0  # a GPU job on a type without GPUs does not run at all
@@ -186,7 +204,8 @@ def predict_hours(
     """Predicted runtime of the job on ``offer``'s type and how it was predicted; None if it cannot run there.
 
     Raises:
-        ConfigurationError: no recorded run can be scaled and the job has no ``fallback_hours``.
+        ConfigurationError: no recorded run can be scaled and the job has no ``fallback_hours``, or the
+            profile's ``speeds`` leave out ``offer``'s type or ``job.reference_type``.
     """
     target_speed = profile.speed(offer)
     if target_speed <= 0:
@@ -196,6 +215,8 @@ def predict_hours(
         return statistics.median(same), f"median of {len(same)} recorded run(s) on {offer.instance_type}"
     scaled, sources = [], set()
     for obs in observations:
+        if not profile.knows(obs.instance_type):
+            continue  # a run on a type the given speeds leave out: nothing to scale it by
         try:
             seen = catalog.offer(obs.instance_type, offer.region)
         except PriceNotFoundError:
@@ -211,8 +232,10 @@ def predict_hours(
         )
     if job.fallback_hours is None:
         raise ConfigurationError(
-            "the job has no recorded run on a type in the catalog and no fallback_hours: give fallback_hours "
-            "(the runtime on reference_type) until it has run once"
+            "the job has no recorded run on a type in the catalog"
+            + (" that throughput lists" if profile.speeds else "")
+            + " and no fallback_hours: give fallback_hours (the runtime on reference_type) until it has run "
+            "once"
         )
     if job.reference_type is None:
         return job.fallback_hours, "fallback_hours (no recorded run; same on every type)"
@@ -313,6 +336,11 @@ def right_size(
         if offer.memory_gib < job.memory_gib:
             rejected.append((offer.instance_type, f"{offer.memory_gib} GiB < {job.memory_gib} GiB needed"))
             continue
+        if not profile.knows(offer.instance_type):
+            rejected.append(
+                (offer.instance_type, "not in throughput: give its relative speed to consider it")
+            )
+            continue
         predicted = predict_hours(offer, runs, catalog, profile, job)
         if predicted is None:
             rejected.append((offer.instance_type, f"cannot run the job ({profile.basis} = 0)"))
@@ -358,6 +386,7 @@ def right_size(
         )
         levers = ["move the deadline"] if job.deadline_hours is not None else []
         levers += ["lower memory_gib"] + (["min_vcpus"] if job.min_vcpus else [])
+        levers += ["give more types' speeds in throughput"] if profile.speeds else []
         if job.gpu_model:
             levers.append("check gpu_model ('NVIDIA T4' or 'T4'; `costaware prices list --gpu-model NAME`)")
         if job.arch:

@@ -52,7 +52,8 @@ class RightSizeOperator(BaseOperator):
             for ``"NVIDIA T4"``); an accelerator by name (``"AWS Trainium"``) is taken when asked for.
         min_vcpus: vCPUs the job needs, a whole number (templated).
         arch: Processor architecture the job's image runs on: ``x86_64`` or ``arm64`` (None: any).
-        throughput: Measured relative speeds by instance type (others: by vCPUs or GPUs, see below).
+        throughput: Measured relative speeds by instance type; given, only the types listed are considered
+            (without it, every type's speed comes from its vCPUs or GPUs, see below).
         throughput_basis: ``vcpus`` (CPU-bound job) or ``gpus``.
         throughput_exponent: How well the job scales with the basis (1.0: linearly, 0.0: not at all).
         checkpoint_minutes: How often the job checkpoints (for the cost of spot interruptions).
