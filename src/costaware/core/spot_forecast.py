@@ -79,10 +79,11 @@ def hourly_series(series: PriceSeries, start: datetime, hours: int, *, weeks: in
 
     Where the series covers the hours (a recorded file, or a forecast file), its values. Outside it, a year
     of records (the bundled 2023 intensity read for 2026) gives each hour its value at the same date and hour
-    of that year, a typical-year estimate as the ledger's emissions use: season and hour of day carry most
-    of a grid's variation (the hour-of-day profile of the year's last weeks, December's, chose the same hour
-    every night of every later season). A shorter series: the hour-of-day profile of its last ``weeks``
-    weeks (:class:`~costaware.core.forecast.PriceForecast` fitted at its last record).
+    within it (a year from July: March from its second calendar year), a typical-year estimate as the
+    ledger's emissions use: season and hour of day carry most of a grid's variation (the hour-of-day profile
+    of the year's last weeks, December's, chose the same hour every night of every later season). A shorter
+    series: the hour-of-day profile of its last ``weeks`` weeks
+    (:class:`~costaware.core.forecast.PriceForecast` fitted at its last record).
     """
     end = start + timedelta(hours=hours)
     if series.start <= start and end <= series.last + timedelta(hours=1):
@@ -96,15 +97,19 @@ def hourly_series(series: PriceSeries, start: datetime, hours: int, *, weeks: in
     profile = [float(v) for v in forecast.hourly_usd_per_hour(start, hours)]
     if series.last - series.start < _A_YEAR:
         return profile
+    after = series.last + timedelta(hours=1)
     values = []
     for i, fallback in enumerate(profile):
         hour = start + timedelta(hours=i)
-        inside = series.start <= hour < series.last + timedelta(hours=1)
-        shifted = hour if inside else same_hour_in(hour, series.start.year)
-        if series.start <= shifted < series.last + timedelta(hours=1):
-            values.append(float(series.mean_usd_per_hour(shifted, shifted + timedelta(hours=1))))
-        else:
+        # A year of records starting in July spans two calendar years: March is in the second one.
+        years = (series.start.year, series.start.year + 1)
+        shifted = next(
+            (t for t in [hour, *(same_hour_in(hour, y) for y in years)] if series.start <= t < after), None
+        )
+        if shifted is None:
             values.append(fallback)
+        else:
+            values.append(float(series.mean_usd_per_hour(shifted, shifted + timedelta(hours=1))))
     return values
 
 
