@@ -126,7 +126,27 @@ def test_search_space_parses_all_kinds() -> None:
         ({"n": {"type": "int", "low": 1.5, "high": 3}}, r"'n' needs whole bounds, got \[1.5, 3.0\]"),
         ({"c": {"type": "categorical", "choices": []}}, "'c' needs a non-empty 'choices' list"),
         ({"lr": 0.1}, "entry 'lr' must be a mapping"),
-        ({"lr": {"type": "float", "low": 0, "high": 1, "step": -1}}, "has step -1.0"),
+        (
+            {"lr": {"type": "float", "low": 0, "high": 1, "step": -1}},
+            "'lr' has step -1: a step must be a finite",
+        ),
+        # nan and inf were taken as a float's step, and an int's failed with a bare ValueError/OverflowError
+        (
+            {"lr": {"type": "float", "low": 0, "high": 1, "step": math.nan}},
+            "'lr' has step nan: a step must be",
+        ),
+        (
+            {"lr": {"type": "float", "low": 0, "high": 1, "step": "inf"}},
+            "'lr' has step 'inf': a step must be",
+        ),
+        (
+            {"n": {"type": "int", "low": 1, "high": 10, "step": math.nan}},
+            "'n' has step nan: a step must be a",
+        ),
+        (
+            {"n": {"type": "int", "low": 1, "high": 10, "step": math.inf}},
+            "'n' has step inf: a step must be a",
+        ),
         # Typos that were taken without a word, or failed only once money was reserved:
         ({"n": {"type": "int", "low": 1, "high": 10, "step": 0.5}}, "'n' needs a whole step, got 0.5"),
         (

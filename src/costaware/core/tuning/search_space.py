@@ -111,9 +111,11 @@ def parse_search_space(space: Mapping[str, Mapping[str, Any]]) -> tuple[ParamSpe
             )
         if log and low <= 0:
             raise ConfigurationError(f"parameter {name!r} is log-scaled, so low must be > 0, got {low}")
-        if step is not None and (step <= 0 or log):
+        # nan passed "step <= 0" and inf too; an int one then failed with a bare ValueError/OverflowError.
+        if step is not None and (not math.isfinite(step) or step <= 0 or log):
             raise ConfigurationError(
-                f"parameter {name!r} has step {step}: a step must be > 0 and cannot be combined with log"
+                f"parameter {name!r} has step {raw['step']!r}: a step must be a finite number > 0 and cannot "
+                "be combined with log"
             )
         if kind == "int" and (low != int(low) or high != int(high)):
             raise ConfigurationError(f"int parameter {name!r} needs whole bounds, got [{low}, {high}]")
