@@ -15,7 +15,7 @@ from enum import Enum
 from costaware.core.budgets import Scope
 from costaware.core.carbon import UNKNOWN
 from costaware.core.errors import ConfigurationError
-from costaware.core.money import parse_usd
+from costaware.core.money import MAX_USD, parse_usd
 
 SECONDS_PER_HOUR = Decimal(3600)
 #: The longest note an entry keeps (a backend's failure text can run to kilobytes).
@@ -136,6 +136,10 @@ class LedgerEntry:
         if self.market is not None:
             object.__setattr__(self, "market", Market.parse(self.market))
         parse_usd(self.usd, name=f"usd of entry {self.dag_id}/{self.task_id}", allow_negative=True)
+        # Checked here, by name: a NaN or an infinite amount otherwise failed only in the write, with an error
+        # that named no field, and a negative quantity was stored and summed.
+        for name, negative in _AMOUNTS:
+            _check_amount(self, name, allow_negative=negative)
         if self.incurred_at.tzinfo is None:
             raise ConfigurationError(f"incurred_at {self.incurred_at.isoformat()} has no time zone")
         Scope.of(self.tags)  # validates tag names and values
@@ -148,6 +152,39 @@ class LedgerEntry:
                     f"ledger entry field {name} is {len(str(value))} characters, over its limit of {limit}: "
                     f"{str(value)[:60]!r}...; put long text in the entry's note"
                 )
+
+
+#: The entry's numeric fields besides ``usd`` and whether they may be below 0 (``on_demand_usd`` pairs with
+#: ``usd``, a credit's included; what was used and what it emitted cannot be).
+_AMOUNTS = (
+    ("on_demand_usd", True),
+    ("unit_price_usd", False),
+    ("quantity", False),
+    ("gpu_hours", False),
+    ("kwh", False),
+    ("kg_co2e", False),
+)
+
+
+def _check_amount(entry: LedgerEntry, name: str, *, allow_negative: bool) -> None:
+    value = getattr(entry, name)
+    if value is None:
+        return
+    try:
+        number = value if isinstance(value, Decimal) else Decimal(str(value))
+    except ArithmeticError:
+        number = Decimal("NaN")
+    if (
+        isinstance(value, bool)
+        or not number.is_finite()
+        or abs(number) > MAX_USD
+        or (number < 0 and not allow_negative)
+    ):
+        bound = "" if allow_negative else " >= 0"
+        raise ConfigurationError(
+            f"ledger entry {entry.dag_id}/{entry.task_id}: {name} must be a finite number{bound} of at most "
+            f"{int(MAX_USD):,}, got {value!r}: fix what computed it"
+        )
 
 
 @dataclass(frozen=True, slots=True)

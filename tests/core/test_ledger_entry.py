@@ -1,0 +1,43 @@
+"""A ledger entry refuses, by field name, an amount no ledger column can hold or no cost can have."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from costaware.core.errors import ConfigurationError
+from costaware.core.ledger import Kind, LedgerEntry
+
+
+def _entry(**changed: object) -> LedgerEntry:
+    values: dict[str, object] = {"dag_id": "d", "run_id": "r", "task_id": "train", "kind": Kind.COMPUTE}
+    values["usd"] = Decimal("1.5")
+    return LedgerEntry(**{**values, **changed})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        (
+            "quantity",
+            Decimal("NaN"),
+            r"quantity must be a finite number >= 0 of at most .*, got Decimal\('NaN'\)",
+        ),
+        ("quantity", Decimal(-1), r"quantity must be a finite number >= 0 .*got Decimal\('-1'\)"),
+        ("gpu_hours", Decimal("-0.5"), r"gpu_hours must be a finite number >= 0 .*got Decimal\('-0\.5'\)"),
+        ("on_demand_usd", Decimal("Infinity"), r"on_demand_usd must be a finite number of at most"),
+        ("unit_price_usd", Decimal("-2"), r"unit_price_usd must be a finite number >= 0"),
+        ("kwh", float("nan"), r"kwh must be a finite number >= 0 .*got nan"),
+        ("kg_co2e", Decimal("1e30"), r"kg_co2e must be a finite number >= 0 of at most 9,223,372,036,854"),
+    ],
+)
+def test_a_bad_amount_is_refused_naming_its_field(field: str, value: object, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=r"ledger entry d/train: " + message):
+        _entry(**{field: value})
+
+
+def test_good_amounts_and_a_credit_are_taken() -> None:
+    credit = _entry(usd=Decimal("-3"), on_demand_usd=Decimal("-4"), quantity=Decimal(2), kwh=None)
+    assert (credit.usd, credit.on_demand_usd, credit.quantity) == (Decimal(-3), Decimal(-4), Decimal(2))
+    assert _entry(gpu_hours=Decimal(0), kg_co2e=Decimal("0.25")).kg_co2e == Decimal("0.25")
