@@ -95,9 +95,12 @@ def tags_for(dag: Any, params: Mapping[str, Any]) -> dict[str, str]:
             if found and key.strip() and value.strip():
                 tags[key.strip()] = value.strip()
                 break
+    from costaware.core.budgets import is_unset
+
     for name in TAG_NAMES:
         param = params.get(name)
-        if param not in (None, "") and str(param).strip():
+        # "None" too, as a blank: what a template of an unset param renders, not a project called None.
+        if param not in (None, "") and str(param).strip() and not is_unset(param):
             # Stripped, as the cost listener records them: "flight-delays " was a second project.
             tags[name] = str(param).strip()
     return tags

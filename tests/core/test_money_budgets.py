@@ -6,7 +6,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from costaware.core.budgets import Budget, Period, Scope, check_cap, period_window
+from costaware.core.budgets import Budget, Period, Scope, check_cap, period_window, valid_tags
 from costaware.core.errors import BudgetExceededError, ConfigurationError, InvalidBudgetError
 from costaware.core.ledger import BudgetUsage
 from costaware.core.money import format_usd, from_micros, parse_usd, to_micros
@@ -112,6 +112,19 @@ def test_scope_parse_canonical_and_matching() -> None:
 def test_scope_rejects(text: str, message: str) -> None:
     with pytest.raises(InvalidBudgetError, match=message):
         Scope.parse(text)
+
+
+@pytest.mark.parametrize("value", [None, "None", " None "])
+def test_a_tag_value_never_set_is_refused_naming_the_tag(value: object) -> None:
+    """None (or a template of an unset param, which renders 'None') once became the tag project=None."""
+    message = r"tag 'project' has value .*None.*, which says it was never set .*: give it a value"
+    with pytest.raises(InvalidBudgetError, match=message):
+        Scope.of({"team": "ml", "project": value})  # type: ignore[dict-item]
+    with pytest.raises(InvalidBudgetError, match=message):
+        Scope.parse(f"team=ml,project={value}")
+    kept, dropped = valid_tags({"team": "ml", "project": value})
+    assert kept == {"team": "ml"} and list(dropped) == ["project"]
+    assert Scope.of({"project": "None-such"}) == Scope.parse("project=None-such")  # only the bare word
 
 
 @pytest.mark.parametrize(

@@ -34,12 +34,23 @@ MAX_TAG_VALUE = 128
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
+def is_unset(value: object) -> bool:
+    """Whether a tag value is None, or the text ``None`` that a template of an unset value renders to."""
+    return value is None or (isinstance(value, str) and value.strip() == "None")
+
+
 def tag_problem(key: str, value: object) -> str | None:
     """Why ``key=value`` cannot be an allocation tag, or None when it can."""
     if not _TAG_KEY.match(str(key)):
         return (
             f"tag name {key!r} is not allowed: start with a letter, then letters, digits, '_', '.', '-' "
             "(at most 64 characters)"
+        )
+    if is_unset(value):
+        # str(None) would have made a real tag of it, "project=None", as would a template of an unset param.
+        return (
+            f"tag {key!r} has value {value!r}, which says it was never set (a template of an unset param "
+            "renders 'None'): give it a value, or leave the tag out"
         )
     if not re.match(TAG_VALUE_PATTERN, str(value)):
         return f"tag {key!r} has value {value!r}: it must be {TAG_VALUE_RULE}"
