@@ -51,6 +51,7 @@ def test_preempted_attempt_resumes_and_the_next_uploads_the_model(make_job: Make
         "bytes": 7,
         "attempt": 2,
         "checkpoint_step": 5,
+        "warnings": [],
     }
     manifest = json.loads((job.outputs / "_costaware_manifest.json").read_text())
     assert [(f["path"], f["bytes"]) for f in manifest["files"]] == [("model.bin", 5), ("sub/config.json", 2)]
@@ -537,6 +538,7 @@ def test_no_outputs_needs_only_the_metrics_and_reports_no_files(make_job: MakeJo
         "bytes": 0,
         "attempt": 1,
         "checkpoint_step": 4,
+        "warnings": [],
     }
     assert (job.root / "saw-output-dir").read_text() == "False"  # no folder made, none to fill
     assert "done (the job stored its model itself)" in done.stderr
