@@ -514,3 +514,25 @@ def test_settling_with_an_entry_outside_the_holds_scope_is_said(
     assert "outside that scope: the budgets it held in (project=churn/month) do not count its $0.50" in (
         caplog.text
     )
+
+
+def test_a_budget_stored_with_a_never_set_tag_still_loads_and_can_be_deleted(ledger_url: str) -> None:
+    # Refused when read back, one old "project=None" budget failed every reservation in the ledger, and
+    # `budget delete` refused to remove it.
+    from sqlalchemy import update
+
+    from costaware import Ledger
+    from costaware.adapters.ledger import schema
+
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=churn", "month", "100")
+    ledger.set_budget("project=old", "month", "5")
+    with ledger.transaction() as conn:
+        conn.execute(
+            update(schema.budgets).where(schema.budgets.c.scope == "project=old").values(scope="project=None")
+        )
+    assert {str(b.scope) for b in ledger.budgets()} == {"project=churn", "project=None"}
+    held = ledger.reserve({"project": "churn"}, "1", holder="t1", run_id="r1")
+    assert held.usd == Decimal("1")
+    assert ledger.delete_budget("project=None", "month") is not None
+    ledger.dispose()

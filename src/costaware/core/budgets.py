@@ -39,18 +39,27 @@ def is_unset(value: object) -> bool:
     return value is None or (isinstance(value, str) and value.strip() == "None")
 
 
+def unset_problem(key: str, value: object) -> str | None:
+    """Why ``key=value`` must not be written as a new tag: its value says it was never set.
+
+    Checked where tags are written (entries, budgets, holds), not where stored ones are read: a budget
+    made ``project=None`` before this check must still load, and be deleted.
+    """
+    if is_unset(value):
+        # str(None) would have made a real tag of it, "project=None", as would a template of an unset param.
+        return (
+            f"tag {key!r} has value {value!r}, which says it was never set (a template of an unset param "
+            "renders 'None'): give it a value, or leave the tag out"
+        )
+    return None
+
+
 def tag_problem(key: str, value: object) -> str | None:
     """Why ``key=value`` cannot be an allocation tag, or None when it can."""
     if not _TAG_KEY.match(str(key)):
         return (
             f"tag name {key!r} is not allowed: start with a letter, then letters, digits, '_', '.', '-' "
             "(at most 64 characters)"
-        )
-    if is_unset(value):
-        # str(None) would have made a real tag of it, "project=None", as would a template of an unset param.
-        return (
-            f"tag {key!r} has value {value!r}, which says it was never set (a template of an unset param "
-            "renders 'None'): give it a value, or leave the tag out"
         )
     if not re.match(TAG_VALUE_PATTERN, str(value)):
         return f"tag {key!r} has value {value!r}: it must be {TAG_VALUE_RULE}"
@@ -67,7 +76,7 @@ def valid_tags(tags: Mapping[str, object]) -> tuple[dict[str, str], dict[str, st
     kept: dict[str, str] = {}
     dropped: dict[str, str] = {}
     for key, value in tags.items():
-        problem = tag_problem(key, value)
+        problem = unset_problem(key, value) or tag_problem(key, value)
         if problem is None:
             kept[key] = str(value).strip()
         else:
@@ -140,7 +149,12 @@ class Scope:
             raise InvalidBudgetError(
                 f"{what} is empty: give the tags it counts, e.g. 'project=churn', or '*' for every run"
             )
-        return cls.parse(text)
+        scope = cls.parse(text)
+        for key, value in scope.tags:
+            problem = unset_problem(key, value)
+            if problem is not None:
+                raise InvalidBudgetError(problem)
+        return scope
 
     @classmethod
     def of(cls, tags: Mapping[str, str]) -> Scope:
