@@ -47,3 +47,6 @@ def test_a_relative_store_folder_is_refused(tmp_path, monkeypatch: pytest.Monkey
     ):
         BlobDir.from_uri("models")
     assert not (tmp_path / "models").exists()
+    # Only where a store is written: a file read by hand may be relative (`--spec ./spec.json`).
+    (tmp_path / "spec.json").write_text("{}")
+    assert BlobDir.from_uri(".", create=False).read_bytes("spec.json") == b"{}"

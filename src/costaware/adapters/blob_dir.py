@@ -71,9 +71,10 @@ class BlobDir:
         refuse_cut_uri(parsed, text, "store location")
         if parsed.scheme in ("", "file") or (len(parsed.scheme) == 1 and os.name == "nt"):
             given = Path(parsed.path if parsed.scheme == "file" else text).expanduser()
-            if not given.is_absolute():
-                # Resolved against the task's working folder, which changes between workers and tries: the
-                # store a retry read was not the one its first try wrote.
+            if create and not given.is_absolute():
+                # A store written to (models, checkpoints, results): resolved against the task's working
+                # folder, which changes between workers and tries, a retry read another store than its first
+                # try wrote. A file read by hand (a spec, a data file) may be relative.
                 raise ConfigurationError(
                     f"store location {text!r} is a relative path: give an absolute folder such as "
                     f"{Path.cwd() / given} or an s3:// URI"

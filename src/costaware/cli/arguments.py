@@ -303,6 +303,7 @@ ARG_LEDGER_URL_GLOBAL = Arg("--ledger-url", help=LEDGER_URL_HELP, if_empty=LEDGE
 ARG_LEDGER_URL = Arg(
     "--ledger-url",
     dest="ledger_url_after",  # read beside the global one: both given and different is refused
+    metavar="LEDGER_URL",
     default=argparse.SUPPRESS,
     help=LEDGER_URL_HELP,
     if_empty=LEDGER_URL_IF_EMPTY,
