@@ -218,6 +218,25 @@ def test_a_notice_after_the_job_exited_is_not_passed_to_its_old_pid(
     assert "passing SIGTERM on" not in stderr and sent == []
 
 
+def test_a_notice_after_the_job_failed_keeps_its_exit_code(
+    make_job: MakeJob, in_process: Callable[[Job], int], monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    # A code error read as "preempted before any checkpoint" (77) was retried and paid again.
+    from costaware_runtime import launcher
+
+    end_group, kill = launcher.end_group, os.kill
+
+    def notice_then_end_group(*args: Any, **kwargs: Any) -> Any:
+        kill(os.getpid(), signal.SIGTERM)
+        return end_group(*args, **kwargs)
+
+    monkeypatch.setattr(launcher, "end_group", notice_then_end_group)
+    job = make_job("raise SystemExit(1)")
+    assert in_process(job) == 1
+    stderr = capsys.readouterr().err
+    assert "preemption notice after the job exited: finishing" in stderr and "preempted" not in stderr
+
+
 def test_ctrl_c_is_a_preemption_notice_and_a_second_one_kills_the_job(make_job: MakeJob) -> None:
     job = make_job(PREEMPTIBLE_JOB)
     code, stderr = job.preempt(job.start(), signals=(signal.SIGINT,))

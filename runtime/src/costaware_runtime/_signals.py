@@ -63,13 +63,16 @@ class Notices:
             signum = signal.SIGTERM
         process = self.process
         if signum == signal.SIGTERM and self.notice_at is None:
+            if process is not None and process.returncode is not None:
+                # Not a notice the job acted on: its exit code stands (a code error read as a preemption
+                # before any checkpoint was retried, paid again).
+                log.warning("preemption notice after the job exited: finishing")
+                return
             self.notice_at = time.monotonic()
             if process is None:
                 log.warning("preemption notice before the job started")
-            elif process.returncode is None:
-                log.warning("preemption notice: passing SIGTERM on, SIGKILL in %gs", self.grace_seconds)
             else:
-                log.warning("preemption notice after the job exited: finishing")
+                log.warning("preemption notice: passing SIGTERM on, SIGKILL in %gs", self.grace_seconds)
         if process is None:
             self.pending.append(signum)
         elif process.returncode is None:  # once reaped, its PID may be another process's
@@ -117,12 +120,15 @@ def end_group(group: int, grace_seconds: float) -> None:
         os.killpg(group, signal.SIGTERM)
     except ProcessLookupError:
         return  # none left
+    except PermissionError:  # one it may not signal (another user's): left, not a launcher crash
+        log.warning("processes the job left in its process group cannot be signalled: left running")
+        return
     deadline = time.monotonic() + min(grace_seconds, GROUP_GRACE_SECONDS)
     while _reap(group) and time.monotonic() < deadline:
         time.sleep(0.02)
     if _reap(group):
         log.warning("processes the job left in its process group did not exit on SIGTERM: SIGKILL")
-        with contextlib.suppress(ProcessLookupError):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(group, signal.SIGKILL)
 
 
@@ -133,6 +139,6 @@ def _reap(group: int) -> bool:
             pass
     try:
         os.killpg(group, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, PermissionError):
         return False
     return True

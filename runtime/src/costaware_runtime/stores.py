@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -166,7 +167,16 @@ class S3Store(Store):
         from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
         try:
-            client.head_bucket(Bucket=self.bucket)
+            for wait in CREDENTIAL_RETRY_SECONDS:
+                try:
+                    client.head_bucket(Bucket=self.bucket)
+                    break
+                except NoCredentialsError:
+                    # An instance role's metadata service can time out once (botocore then finds none):
+                    # asked again before the attempt is failed for good.
+                    time.sleep(wait)
+            else:
+                client.head_bucket(Bucket=self.bucket)
         except ClientError as e:
             code = str(e.response.get("Error", {}).get("Code", ""))
             if code in ("404", "NoSuchBucket", "NotFound"):
@@ -246,6 +256,10 @@ def _local_errors(where: str, action: str) -> Iterator[None]:
         yield
     except OSError as e:
         raise StoreError(f"could not {action} {where}: {e}") from e
+
+
+#: Waits before asking again for credentials that were not found (then "no credentials" is final).
+CREDENTIAL_RETRY_SECONDS = (1.0, 3.0)
 
 
 def open_store(uri: str) -> Store:
