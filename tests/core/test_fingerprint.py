@@ -391,3 +391,47 @@ def test_fingerprint_module_keeps_core_free_of_airflow() -> None:
         """
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_bound_methods_lambdas_regexes_and_imported_instances_are_keyed(module, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # Each of these served stale features: a bound method lost its instance, two lambdas of one module
+    # shared a key part (the last one won), an instance imported from another project module was keyed by
+    # that module's source alone. A regex attribute was refused, as a star import's name was.
+    mod = module(CALLABLE_OBJECTS)
+    assert code_fingerprint(mod.Scale(2).__call__).digest != code_fingerprint(mod.Scale(3).__call__).digest
+
+    steps = (
+        "STEPS = (lambda df: df + {first}, lambda df: df * 2)\n\ndef transform(inputs):\n    return STEPS\n"
+    )
+    assert (
+        code_fingerprint(module(steps.format(first=1)).transform).digest
+        != code_fingerprint(module(steps.format(first=100)).transform).digest
+    )
+
+    rx = "import re\n\nclass Clean:\n    def __init__(self, p):\n        self.rx = re.compile(p)\n\n" \
+         "    def __call__(self, inputs):\n        return self.rx\n"  # fmt: skip
+    cleaning = module(rx)
+    assert code_fingerprint(cleaning.Clean("a+")).digest != code_fingerprint(cleaning.Clean("b+")).digest
+
+    helper = f"scalers_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{helper}.py").write_text(CALLABLE_OBJECTS)
+    imported = f"from {helper} import Scale\n\nSCALER = Scale({{factor}})\n\n"
+    imported += "def transform(x):\n    return SCALER(x)\n"
+    try:
+        assert (
+            code_fingerprint(module(imported.format(factor=2)).transform).digest
+            != code_fingerprint(module(imported.format(factor=3)).transform).digest
+        )
+        (tmp_path / f"{helper}.py").write_text("import re\n\nPATTERN = re.compile('a+')\n")
+        sys.modules.pop(helper, None)
+        starred = module(f"from {helper} import *\n\ndef transform(inputs):\n    return PATTERN\n")
+        assert code_fingerprint(starred.transform).digest  # keyed by the star import, not refused
+    finally:
+        sys.modules.pop(helper, None)
+    plain = module("COLUMNS = ('a', 'b')\n\ndef transform(inputs):\n    return COLUMNS\n")
+    from costaware.core.fingerprint.code import _Collector
+
+    collector = _Collector()
+    collector.callable(plain.transform, "transform")
+    # A tuple of plain values keeps the key text it had: existing cache entries stay hits.
+    assert collector.parts[f"global:{plain.__name__}.COLUMNS"] == "('a', 'b')"

@@ -14,6 +14,7 @@ import enum
 import functools
 import importlib.util
 import inspect
+import re
 import sys
 import sysconfig
 import textwrap
@@ -125,11 +126,16 @@ class _Collector:
             self.parts[f"partial:{label}"] = canonical_value([list(obj.args), obj.keywords], label)
             self.callable(obj.func, label)
             return
+        bound_to = None
         if isinstance(obj, types.MethodType):
+            # Scale(factor=2).apply: the instance's attributes count as a callable object's do.
+            bound_to = None if inspect.isclass(obj.__self__) else obj.__self__
             obj = obj.__func__
         fn = inspect.unwrap(obj) if callable(obj) else obj
         target = fn if inspect.isfunction(fn) or inspect.isclass(fn) else type(fn)
         name = f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', '?')}"
+        if "<lambda>" in name:  # two lambdas of one module share the name: keyed by where each is
+            name = f"{name}:{label}"
         try:
             source = textwrap.dedent(inspect.getsource(target))
         except (OSError, TypeError) as e:
@@ -141,6 +147,8 @@ class _Collector:
         module = sys.modules.get(getattr(target, "__module__", "") or "")
         if target is not fn:  # a callable object: Scale(factor=2) and Scale(factor=3) share their source
             self.parts[f"state:{name}:{label}"] = self._state(fn, name, module)
+        elif bound_to is not None:
+            self.parts[f"state:{name}:{label}"] = self._state(bound_to, name, module)
         # Imports inside the function (the Airflow way: heavy imports where they are used).
         self._modules(_imports(source, getattr(module, "__package__", None) or ""))
         if inspect.isfunction(target):
@@ -182,8 +190,12 @@ class _Collector:
             self._modules([value.__name__])
             return
         label = f"global:{getattr(home, '__name__', '?')}.{name}"
-        if isinstance(value, _PRIMITIVES):
-            self.parts[label] = repr(value)  # repr, as before: keys of existing cache entries stay valid
+        if isinstance(value, _PRIMITIVES) or (
+            isinstance(value, tuple) and all(isinstance(v, _PRIMITIVES) for v in value)
+        ):
+            # repr, as before: keys of existing cache entries stay valid (a tuple of plain values prints
+            # the same in every process; a set does not, and goes below).
+            self.parts[label] = repr(value)
             return
         if callable(value):
             self._track_callable(value, name, home)
@@ -197,11 +209,22 @@ class _Collector:
     def _track_callable(self, value: Any, name: str, home: types.ModuleType | None) -> None:
         owner = sys.modules.get(getattr(value, "__module__", None) or "")
         if owner is None:
+            owner = sys.modules.get(getattr(type(value), "__module__", None) or "")
+        if owner is None:
             return
         if home is not None and owner is home:
             self.callable(value, name)  # a helper in the same file: its own source, not the whole file
-        else:
-            self._modules([owner.__name__])
+            return
+        self._modules([owner.__name__])
+        instance = value.__self__ if isinstance(value, types.MethodType) else value
+        plain_callable = inspect.isroutine(instance) or inspect.isclass(instance) or isinstance(
+            instance, (types.ModuleType, functools.partial)
+        )  # fmt: skip
+        if not plain_callable and _module_file(type(instance).__module__) is not None:
+            # SCALER = Scale(factor=2) with Scale from another project module: its module's source is the
+            # same for factor=2 and factor=3, so the instance's attributes count too.
+            label = f"{getattr(home, '__name__', '?')}.{name}"
+            self.parts[f"state:{label}"] = self._state(instance, label, home)
 
     def _plain(self, value: Any, where: str, home: types.ModuleType | None) -> Any:
         """``value`` as JSON-like data; callables and modules inside it are tracked and stand as their names.
@@ -222,6 +245,9 @@ class _Collector:
             return {"__set__": sorted(self._text(v, where, home) for v in value)}
         if isinstance(value, functools.partial):
             return {"__partial__": self._plain([value.func, value.args, value.keywords], where, home)}
+        if isinstance(value, re.Pattern):  # a compiled regex: what it matches is its text and flags
+            return {"__regex__": [value.pattern if isinstance(value.pattern, str) else repr(value.pattern),
+                                  int(value.flags)]}  # fmt: skip
         if callable(value) and not isinstance(value, enum.Enum):
             self._track_callable(value, where, home)
             target = value if hasattr(value, "__qualname__") else type(value)
@@ -242,7 +268,8 @@ class _Collector:
         if file and file.endswith(".py"):
             source = Path(file).read_text(encoding="utf-8")
             for node in _module_statements(ast.parse(source).body):
-                if name in _bound_names(node):
+                star = isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names)
+                if name in _bound_names(node) or star:  # `from consts import *` may bind it
                     statements.append(ast.get_source_segment(source, node) or "")
             if statements:
                 # `from myproject.settings import PATTERN`: the module that made it counts.
