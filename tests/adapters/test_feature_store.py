@@ -397,6 +397,30 @@ def test_a_bill_killed_before_its_watermark_is_finished_by_the_next(
     assert _contiguous(spans, created, created + timedelta(hours=5)), spans
 
 
+def test_an_evict_after_a_killed_bill_bills_its_span_once(store_spec: tuple[str, S3Options | None]) -> None:
+    # The evicted entry was charged from the watermark, over the span the killed bill had recorded too.
+    root, options = store_spec
+    store = FeatureStore(root, s3=options)
+    store.get_or_compute(KEY, computer([]), template())
+    created = store.entries()[0].manifest.created
+    ledger: dict[str, Any] = {}
+
+    def record_then_die(charge: Any) -> None:
+        ledger.setdefault(charge.entry_uid, charge)
+        raise _Killed
+
+    with pytest.raises(_Killed):
+        store.bill_storage(record_then_die, until=created + timedelta(hours=2))
+    for charge in store.storage_charges_for(store.entries(), now=created + timedelta(hours=3)):
+        ledger.setdefault(charge.entry_uid, charge)
+    claimed = (created + timedelta(hours=2)).replace(minute=0, second=0, microsecond=0)
+    minutes = "%Y-%m-%d %H:%M"
+    assert _billed_spans(ledger.values()) == [
+        (f"{created:{minutes}}", f"{claimed:{minutes}}"),
+        (f"{claimed:{minutes}}", f"{created + timedelta(hours=3):{minutes}}"),
+    ]
+
+
 def test_two_bills_at_once_never_bill_a_span_twice(store_spec: tuple[str, S3Options | None]) -> None:
     root, options = store_spec
     store, other = FeatureStore(root, s3=options), FeatureStore(root, s3=options)

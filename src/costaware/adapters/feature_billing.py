@@ -36,7 +36,7 @@ BILLING_FILE = "billing.json"
 _ATTEMPTS = 10
 
 
-def _read_state(store: ObjectStore) -> tuple[datetime | None, datetime | None, str | None]:
+def read_state(store: ObjectStore) -> tuple[datetime | None, datetime | None, str | None]:
     """(billed until, end of a bill in progress, version token) of billing.json; no file: no token."""
     got = store.read(BILLING_FILE)
     if got is None:
@@ -59,7 +59,7 @@ def _read_state(store: ObjectStore) -> tuple[datetime | None, datetime | None, s
 
 def billed_until(store: ObjectStore) -> datetime | None:
     """Until when the storage of the cache in ``store`` has been billed; None: never (or unreadable)."""
-    return _read_state(store)[0]
+    return read_state(store)[0]
 
 
 def _swap(store: ObjectStore, token: str | None, until: datetime | None, pending: datetime | None) -> bool:
@@ -88,7 +88,7 @@ def bill_spans(
     """
     recorded: list[LedgerEntry] = []
     for _ in range(_ATTEMPTS):
-        until, pending, token = _read_state(store)
+        until, pending, token = read_state(store)
         start = until or datetime.min.replace(tzinfo=timezone.utc)
         if pending is not None and pending > start:
             # Claimed by a bill that may have died half-way: the same span gives the same entry_uids.

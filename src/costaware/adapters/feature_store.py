@@ -33,7 +33,7 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 
-from costaware.adapters.feature_billing import bill_spans, billed_until, storage_charge
+from costaware.adapters.feature_billing import bill_spans, read_state, storage_charge
 from costaware.adapters.feature_lease import DEFAULT_LEASE, hold_lease
 from costaware.adapters.feature_manifest import Computed, Entry, Manifest, Outcome
 from costaware.adapters.object_store import S3Options, hash_bytes, open_store
@@ -342,12 +342,24 @@ class FeatureStore:
         now: datetime | None = None,
         usd_per_gb_month: Decimal = S3_STANDARD_USD_PER_GB_MONTH,
     ) -> list[LedgerEntry]:
-        """Storage charges of evicted entries from the last bill until their eviction."""
+        """Storage charges of evicted entries from the last bill until their eviction.
+
+        A span a bill claimed but may not have finished (killed half-way) is charged as that bill charges
+        it, the same ``entry_uid`` (the ledger keeps it once): charged from the watermark as "evicted",
+        that span was billed twice.
+        """
         end = now or utcnow()
-        start = billed_until(self.store) or datetime.min.replace(tzinfo=timezone.utc)
-        found = (
-            storage_charge(self.root_uri, e, start, end, usd_per_gb_month, {}, "evicted") for e in evicted
-        )
+        until, pending, _ = read_state(self.store)
+        start = until or datetime.min.replace(tzinfo=timezone.utc)
+        found = []
+        for e in evicted:
+            if pending is not None and pending > start:
+                found.append(storage_charge(self.root_uri, e, start, pending, usd_per_gb_month, {}, "stored"))
+            found.append(
+                storage_charge(
+                    self.root_uri, e, max(start, pending or start), end, usd_per_gb_month, {}, "evicted"
+                )
+            )
         return [charge for charge in found if charge is not None]
 
     def _delete_entry(self, key: str) -> None:
