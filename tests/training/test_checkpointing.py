@@ -263,6 +263,19 @@ def test_a_new_plans_saves_outlive_an_old_plans_later_steps(tmp_path: Path) -> N
     assert store.steps(key) == [30, 20]
     resumed = store.latest(key, meta={"plan": "B"})
     assert resumed is not None and (resumed.step, resumed.state) == (30, b"b30")
+    # A later step that could not be read (a passing store error) is not taken for another plan's.
+    again = CheckpointStore.open(str(tmp_path / "ckpt"))
+    read = again.blobs.read_bytes
+
+    def unreadable_30(name: str) -> bytes:
+        if name.endswith("step-000000030.ckpt"):
+            raise OSError("503 Slow Down")
+        return read(name)
+
+    again.blobs.read_bytes = unreadable_30  # type: ignore[method-assign]
+    assert again.latest(key, meta={"plan": "B"}, quiet=True).step == 20  # type: ignore[union-attr]
+    again.save(key, 25, b"b25", {"plan": "B"})
+    assert 30 in again.steps(key)
 
 
 @pytest.mark.parametrize(

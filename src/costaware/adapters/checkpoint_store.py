@@ -107,6 +107,7 @@ class CheckpointStore:
         self.blobs = blobs
         self.keep = keep
         self._corrupt: set[str] = set()  # files latest() found cut off or altered (deleted at the next save)
+        self._unread: set[str] = set()  # files latest() could not read (a passing error): never pruned
 
     @classmethod
     def open(cls, uri: str, *, keep: int = 2, **storage_options: Any) -> CheckpointStore:
@@ -161,7 +162,7 @@ class CheckpointStore:
         # above this run's own, and the pruning deleted each new save as soon as it was written.
         steps = self.steps(key)
         names = [f"{key}/step-{s:09d}.ckpt" for s in steps if s <= step]
-        stale = [f"{key}/step-{s:09d}.ckpt" for s in steps if s > step]
+        stale = [n for n in (f"{key}/step-{s:09d}.ckpt" for s in steps if s > step) if n not in self._unread]
         corrupt = [n for n in names if n in self._corrupt]
         for old in [*stale, *corrupt, *[n for n in names if n not in corrupt][self.keep :]]:
             self.blobs.delete(old)
@@ -182,6 +183,9 @@ class CheckpointStore:
             try:
                 blob = self.blobs.read_bytes(name)
             except OSError as e:
+                # Perhaps a passing store error: this run resumes from an older one, but the file is not
+                # taken for another plan's and pruned.
+                self._unread.add(name)
                 if not quiet:
                     log.warning(
                         "checkpoint %s/%s is unusable (%s): ignored, trying an older one", self.uri, name, e
