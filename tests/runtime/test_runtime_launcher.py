@@ -730,6 +730,12 @@ def test_a_missing_command_is_127(tmp_path: Path) -> None:
             127,
             "the interpreter of {script} was not found: its first line '#!/no/such/python3' names a program",
         ),
+        # Saved with Windows line endings: its interpreter exists, yet it was "not found", said as such.
+        (
+            "#!/bin/sh\r",
+            127,
+            "{script} has Windows line endings (CRLF): its first line names the program '/bin/sh' followed",
+        ),
     ],
 )
 @pytest.mark.parametrize("nested", [False, True])

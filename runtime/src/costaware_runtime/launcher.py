@@ -504,7 +504,14 @@ def _start_failure(command: Sequence[str], error: OSError) -> tuple[int, str]:
         if found and Path(found).is_file():
             # The file is there: what is missing is the interpreter its #! line names.
             with contextlib.suppress(OSError), open(found, "rb") as script:
-                first = script.readline(200).decode(errors="replace").strip()
+                line = script.readline(200).decode(errors="replace").rstrip("\n")
+                first = line.strip()
+                if first.startswith("#!") and line.endswith("\r"):
+                    # Windows line endings: the kernel looks for an interpreter named "python3\r".
+                    return 127, (
+                        f"{command[0]} has Windows line endings (CRLF): its first line names the program "
+                        f"{first[2:].strip()!r} followed by a carriage return; convert it (dos2unix)"
+                    )
                 if first.startswith("#!"):
                     return 127, (
                         f"the interpreter of {command[0]} was not found: its first line {first!r} names "

@@ -140,7 +140,7 @@ def _check_extra(torch: Any, extra: dict[str, Any]) -> None:
         torch.save(value, buffer)
         buffer.seek(0)
         try:
-            torch.load(buffer, weights_only=True)
+            torch.load(buffer, weights_only=True, map_location="cpu")  # no second copy on the GPU
         except Exception as e:  # an UnpicklingError that names the refused global
             found = re.search(r"GLOBAL (\S+) was not an allowed global", str(e))
             refused = found.group(1) if found else f"{type(e).__name__}: {e}"

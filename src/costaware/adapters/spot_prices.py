@@ -34,8 +34,8 @@ def region_of(availability_zone: str) -> str:
     """``us-east-1a`` -> ``us-east-1``; a local zone such as ``us-east-1-bos-1a`` -> ``us-east-1`` too."""
     if not availability_zone:
         return availability_zone
-    # A local or Wavelength zone is <region>-<place>-<n><letter>: its region is the first three parts
-    # (stripping the letter alone left "us-east-1-bos-1", a region no price names).
+    # A Local Zone is <region>-<place>-<n><letter>: its region is the first three parts (stripping the
+    # letter alone left "us-east-1-bos-1", a region no price names). Wavelength zones are left as they are.
     local = re.fullmatch(r"([a-z]{2}(?:-gov)?-[a-z]+-\d+)-[a-z0-9-]+-\d+[a-z]", availability_zone)
     if local:
         return local.group(1)

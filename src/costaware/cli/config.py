@@ -403,7 +403,12 @@ SIMULATE_ARGS = (
         metavar="DESCRIPTION",
         help="spot product description to keep (default: Linux/UNIX); repeatable",
     ),
-    Arg("--tick-minutes", type=float, metavar="N", help="grid spacing (default: trace's, else 10)"),
+    Arg(
+        "--tick-minutes",
+        type=float,
+        metavar="N",
+        help="grid spacing (default: the finest trace's, zones' too, else 10)",
+    ),
     Arg(
         "--restart-guard",
         action="store_true",

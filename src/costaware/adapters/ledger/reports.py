@@ -10,7 +10,7 @@ from datetime import date, datetime, timezone
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import Integer, String, and_, case, cast, distinct, func, select, true
+from sqlalchemy import BigInteger, String, and_, case, cast, distinct, func, select, true
 from sqlalchemy.sql.elements import ColumnElement
 
 from costaware.adapters.ledger import budgets, schema
@@ -348,9 +348,9 @@ def _quarter_hour_spend(ledger: LedgerDatabase, filters: Filters) -> list[tuple[
     """
     e = schema.entries
     if ledger.is_sqlite:
-        epoch = cast(func.strftime("%s", e.c.incurred_at), Integer)
+        epoch = cast(func.strftime("%s", e.c.incurred_at), BigInteger)
     else:
-        epoch = cast(func.floor(func.extract("epoch", e.c.incurred_at)), Integer)  # UTC in any session
+        epoch = cast(func.floor(func.extract("epoch", e.c.incurred_at)), BigInteger)  # UTC, any session
     bucket = epoch // _QUARTER_HOUR_SECONDS
     query = (
         select(bucket, func.sum(e.c.usd_micros))
