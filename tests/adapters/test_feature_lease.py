@@ -57,3 +57,28 @@ def test_a_lease_that_expires_while_renewals_fail_is_flagged_lost(tmp_path: Path
     with hold_lease(store, KEY, timedelta(seconds=0.3)) as lease:
         assert lease is not None
         assert lease.lost.wait(timeout=30)
+
+
+class _Refusing(LocalObjectStore):
+    """Refuses every renewal while the lock still reads as ours (a store whose tokens never match)."""
+
+    def __init__(self, root: object) -> None:
+        super().__init__(root)  # type: ignore[arg-type]
+        self.calls = 0
+
+    def replace(self, rel: str, data: bytes, token: str) -> str | None:
+        if rel.startswith("locks/"):
+            self.calls += 1
+            return None
+        return super().replace(rel, data, token)
+
+
+def test_a_store_that_keeps_refusing_its_own_token_loses_the_lease_instead_of_spinning(
+    tmp_path: Path,
+) -> None:
+    # The renewal retried at once, with no wait, for as long as the lock read as ours: a busy loop.
+    store = _Refusing(open_store(str(tmp_path / "cache")).root)
+    with hold_lease(store, KEY, timedelta(seconds=0.3)) as lease:
+        assert lease is not None
+        assert lease.lost.wait(timeout=30)
+        assert store.calls == 2  # the renewal, and one retry with the token read back

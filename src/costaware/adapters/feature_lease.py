@@ -52,7 +52,8 @@ class Lease:
             body = {**self.body, "expires_at": expires_at.isoformat()}
             try:
                 new = self.store.replace(self.rel, json.dumps(body).encode(), self.token)
-                if new is None and (written := self._ours_after_all()) is not None:
+                # Once: a store that keeps refusing the token it hands back would spin this loop.
+                if new is None and wait > 0 and (written := self._ours_after_all()) is not None:
                     self.token, wait = written, 0  # renew again at once, now with the right token
                     continue
             except Exception as e:  # a 503, an NFS hiccup: the lease is ours until it expires, keep trying
