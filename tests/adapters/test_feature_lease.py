@@ -82,3 +82,16 @@ def test_a_store_that_keeps_refusing_its_own_token_loses_the_lease_instead_of_sp
         assert lease is not None
         assert lease.lost.wait(timeout=30)
         assert store.calls == 2  # the renewal, and one retry with the token read back
+
+
+class _NoDelete(LocalObjectStore):
+    def delete(self, rel: str, token: str | None = None) -> bool:
+        raise OSError("503 Slow Down")
+
+
+def test_a_release_the_store_refuses_leaves_the_lease_to_expire(tmp_path: Path) -> None:
+    # The error went up through the feature computation that had just finished, failing the task.
+    store = _NoDelete(open_store(str(tmp_path / "cache")).root)
+    with hold_lease(store, KEY, timedelta(seconds=30)) as lease:
+        assert lease is not None
+    assert (tmp_path / "cache" / "locks" / f"{KEY}.json").exists()  # expires by itself

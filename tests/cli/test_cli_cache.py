@@ -8,6 +8,7 @@ import sys
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -163,3 +164,25 @@ def test_gc_and_no_airflow_import(store: FeatureStore, capsys: pytest.CaptureFix
     assert "removed 0 leftovers" in capsys.readouterr().out
     code = "import sys, costaware.cli.commands.cache; assert 'airflow' not in sys.modules, 'airflow imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_bill_counts_only_what_the_ledger_did_not_hold(
+    store: FeatureStore, ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A bill finishing one killed half-way records that span's charges again (the ledger keeps them once):
+    # they were counted as recorded.
+    ledger = Ledger.from_url(ledger_url)
+
+    class Killed(Exception):
+        pass
+
+    def record_then_die(charge: Any) -> None:
+        ledger.record(charge)
+        raise Killed
+
+    with pytest.raises(Killed):
+        store.bill_storage(record_then_die, until=datetime.now(timezone.utc) + timedelta(hours=2))
+    assert len(ledger.entries()) == 1
+    assert cache("bill", "--store", store.root_uri, "--format", "json", ledger_url=ledger_url) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["entries"] == 1
+    assert len(ledger.entries()) == 2

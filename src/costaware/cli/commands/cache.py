@@ -13,13 +13,16 @@ from collections.abc import Callable
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from costaware.cli.arguments import check_range, open_ledger
 from costaware.cli.output import emit, emit_summary
 from costaware.core.errors import ConfigurationError
 from costaware.core.money import format_usd_exact
 from costaware.settings import feature_cache
+
+if TYPE_CHECKING:
+    from costaware.core.ledger import LedgerEntry
 
 
 def _store_root(args: argparse.Namespace) -> tuple[str, str]:
@@ -220,7 +223,15 @@ def bill(args: argparse.Namespace) -> int:
     # mistyped --ledger-url used up that span, and the real ledger never got it.
     price = _price(args)
     ledger = open_ledger(args, reading=True)
-    charges = store.bill_storage(ledger.record, usd_per_gb_month=price)
+    new: list[LedgerEntry] = []
+
+    def record(charge: LedgerEntry) -> None:
+        # Only what the ledger did not hold: a bill finishing a killed one records its charges again.
+        if ledger.record(charge):
+            new.append(charge)
+
+    store.bill_storage(record, usd_per_gb_month=price)
+    charges = new
     total = sum((c.usd for c in charges), Decimal(0))
     until = billed_until(store.store)
     summary = {
