@@ -21,8 +21,10 @@ class BlobDir:
     """A folder of whole-file blobs on the local disk or in an object store, written atomically.
 
     Local writes go to a temporary file that is renamed over the target; an object store makes an object
-    visible only once its upload completes. Either way a reader sees the old blob or the new one, never
-    half of one.
+    visible only once its upload completes. A reader sees the old blob or the new one, never half of one,
+    with one exception: pyarrow completes an S3 upload when its stream is closed, also after the writer
+    raised midway, so a failed write can leave a short object. The stores write their metadata last, so
+    such a blob is never read as part of a version or checkpoint; it costs storage until deleted.
 
     Args:
         filesystem: A ``pyarrow.fs.FileSystem``.
