@@ -83,6 +83,11 @@ def test_a_slot_that_waits_for_money_reserves_its_wait_and_settles_within_it(tmp
         while meter.reads < 3 and time.monotonic() < deadline:
             time.sleep(0.01)
         meter.now += 5.0  # the waiting slot's machine was paid five seconds meanwhile
+        # Settled only once the slot has read the clock after that: settled at once, a slot that had read
+        # it just before (under load) was granted its money on the earlier reading.
+        seen = meter.reads
+        while meter.reads <= seen and time.monotonic() < deadline:
+            time.sleep(0.01)
         ledger.settle(other.id, Decimal("0.50"))
 
     finisher = threading.Thread(target=other_trial_finishes)
