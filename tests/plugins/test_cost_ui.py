@@ -318,35 +318,26 @@ def test_every_text_from_the_ledger_is_escaped(client: TestClient, filled: Ledge
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
-def test_a_budgets_burn_down_counts_its_own_time_zones_days(backend: str, tmp_path, request) -> None:  # type: ignore[no-untyped-def]
-    # Drawn by UTC days: a Berlin budget's spend at 23:30 UTC (00:30 the next day in Berlin) went to the
-    # day before.
+@pytest.mark.parametrize(
+    ("zone", "before", "after"),
+    [
+        # Drawn by UTC days: a Berlin budget's spend at 23:30 UTC (00:30 the next day there) went to the
+        # day before.
+        ("Europe/Berlin", "2026-11-10T12:00:00+00:00", "2026-11-10T23:30:00+00:00"),
+        # Drawn by UTC hours: India's day starts at 18:30 UTC, and spend at 18:40 went to the day before.
+        ("Asia/Kolkata", "2026-11-10T18:20:00+00:00", "2026-11-10T18:40:00+00:00"),
+    ],
+)
+def test_a_budgets_burn_down_counts_its_own_time_zones_days(  # type: ignore[no-untyped-def]
+    backend: str, zone: str, before: str, after: str, tmp_path, request
+) -> None:
     import time_machine
     from services import database_url
 
-    url = database_url(backend, tmp_path, request, "burn")
+    url = database_url(backend, tmp_path, request, f"burn_{zone.split('/')[1].lower()}")
     ledger = Ledger.from_url(url)
-    ledger.set_budget("project=churn", "month", "100", timezone="Europe/Berlin")
-    for at, usd in (("2026-11-10T12:00:00+00:00", "1"), ("2026-11-10T23:30:00+00:00", "2")):
-        ledger.record(entry(usd, incurred_at=datetime.fromisoformat(at)))
-    with time_machine.travel("2026-11-20T12:00:00Z", tick=False):
-        (budget,) = burn_down(ledger)
-    assert [(d.isoformat(), v) for d, v in budget.cumulative] == [
-        ("2026-11-10", Decimal("1")),
-        ("2026-11-11", Decimal("3")),
-    ]
-
-
-@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
-def test_a_half_hour_time_zones_day_starts_on_its_half_hour(backend: str, tmp_path, request) -> None:  # type: ignore[no-untyped-def]
-    # India's day starts at 18:30 UTC: spend at 18:40 UTC is the next day's there, spend at 18:20 is not.
-    import time_machine
-    from services import database_url
-
-    url = database_url(backend, tmp_path, request, "burn_kolkata")
-    ledger = Ledger.from_url(url)
-    ledger.set_budget("project=churn", "month", "100", timezone="Asia/Kolkata")
-    for at, usd in (("2026-11-10T18:20:00+00:00", "1"), ("2026-11-10T18:40:00+00:00", "2")):
+    ledger.set_budget("project=churn", "month", "100", timezone=zone)
+    for at, usd in ((before, "1"), (after, "2")):
         ledger.record(entry(usd, incurred_at=datetime.fromisoformat(at)))
     with time_machine.travel("2026-11-20T12:00:00Z", tick=False):
         (budget,) = burn_down(ledger)
