@@ -219,5 +219,7 @@ def test_retrain_dag_and_a_deferred_gate_through_the_triggerer(
     tasks = ledger_task_ids(ledger, "cost_aware_retrain", retrain, expected=RETRAIN_TASKS)
     assert tasks == RETRAIN_TASKS
     assert set(_hostnames(airflow, "cost_aware_retrain", retrain).values()) <= {"worker-1", "worker-2"}
+    # Settled by the listener of 'train', which writes a moment after the run reads "success".
+    assert "train" in ledger_task_ids(ledger, "budget_wait", waiting, expected=frozenset({"train"}))
     (usage,) = ledger.usage("project=wait-test")
     assert usage.reserved_usd == 0  # the gate's reservation was settled when 'train' finished

@@ -39,6 +39,8 @@ def test_spend_gate_waits_in_the_triggerer_until_the_cap_is_raised(
     airflow.wait_for_defer_exit("budget_wait", run_id, "spend_gate")
     ledger.set_budget("project=wait-test", "month", "5")
     assert airflow.wait_for_run("budget_wait", run_id) == "success"
+    # The run reads "success" a moment before the listener writes its last task's entry: read until there.
+    assert "train" in ledger_task_ids(ledger, "budget_wait", run_id, expected=frozenset({"train"}))
     trigger_logs = list(airflow.home.glob("logs/dag_id=budget_wait/**/task_id=spend_gate/*trigger*"))
     assert trigger_logs and any("has room" in p.read_text() for p in trigger_logs)
     (usage,) = ledger.usage("project=wait-test")
