@@ -300,15 +300,9 @@ class PriceSeries:
         """
         seconds = start.timestamp()
         step = tick.total_seconds()
-        index = self._index(seconds, start)
-        times, prices, n = self._seconds, self._floats, len(self._seconds)
-        out: list[float] = []
-        for i in range(count):
-            at = seconds + i * step
-            while index + 1 < n and times[index + 1] <= at:
-                index += 1
-            out.append(prices[index])
-        return out
+        self._index(seconds, start)  # refuses a start before the first record
+        times, prices = self._seconds, self._floats
+        return [prices[bisect.bisect_right(times, seconds + i * step) - 1] for i in range(count)]
 
     @staticmethod
     def pointwise_min(series: Sequence[PriceSeries], *, name: str) -> PriceSeries:
