@@ -7,10 +7,13 @@ imports in a fresh interpreter).
 
 from __future__ import annotations
 
+import signal
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from costaware_runtime import preemption
 from runtime_jobs import PRELUDE, Job, MakeJob
 
 
@@ -25,3 +28,13 @@ def make_job(tmp_path: Path) -> MakeJob:
         return Job(tmp_path, script)
 
     return make
+
+
+@pytest.fixture
+def sigterm_restored() -> Iterator[None]:
+    """The runtime installs its SIGTERM handler on first use; put pytest's back, and its state, afterwards."""
+    previous = signal.getsignal(signal.SIGTERM)
+    yield
+    signal.signal(signal.SIGTERM, previous)
+    preemption._installed = False
+    preemption._requested.clear()

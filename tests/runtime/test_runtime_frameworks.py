@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import signal
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
-from costaware_runtime import latest_step, preemption
+from costaware_runtime import latest_step
 from runtime_jobs import MakeJob
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -23,16 +21,6 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def needs(module: str) -> pytest.MarkDecorator:
     missing = importlib.util.find_spec(module) is None
     return pytest.mark.skipif(missing, reason=f"{module} is not installed (pip install {module})")
-
-
-@pytest.fixture
-def sigterm_restored() -> Iterator[None]:
-    """The callbacks install the runtime's SIGTERM handler; put pytest's back afterwards."""
-    previous = signal.getsignal(signal.SIGTERM)
-    yield
-    signal.signal(signal.SIGTERM, previous)
-    preemption._installed = False
-    preemption._requested.clear()
 
 
 @needs("torch")

@@ -5,19 +5,11 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
 
 import pytest
 from costaware_runtime import PreemptionGuard, preemption, preemption_requested
 
-
-@pytest.fixture(autouse=True)
-def sigterm_restored() -> Iterator[None]:
-    previous = signal.getsignal(signal.SIGTERM)
-    yield
-    signal.signal(signal.SIGTERM, previous)
-    preemption._installed = False
-    preemption._requested.clear()
+pytestmark = pytest.mark.usefixtures("sigterm_restored")
 
 
 def notice() -> None:
