@@ -454,6 +454,8 @@ def require_usable_locations(
     from pathlib import Path
     from urllib.parse import urlparse
 
+    from costaware.adapters.object_store.location import refuse_cut_uri
+
     for what, uri in uris.items():
         if not uri:
             continue
@@ -465,14 +467,9 @@ def require_usable_locations(
                 "give a location"
             )
         parsed = urlparse(text)
-        cut = next((mark for mark in "#?" if mark in text), None) if parsed.scheme in ("s3", "file") else None
-        if cut:
-            # The job's launcher cuts the URI there: runs/job#1 and runs/job#2 would share one checkpoint
-            # prefix and prune each other's steps.
-            raise ConfigurationError(
-                f"{what} {text!r} holds {cut!r}, which ends a URI's path: it would name the same place as "
-                f"{text.split(cut)[0]!r}; leave '#' and '?' out of the location"
-            )
+        # The job's launcher cuts the URI there: runs/job#1 and runs/job#2 would share one checkpoint
+        # prefix and prune each other's steps.
+        refuse_cut_uri(parsed, text, what)
         if parsed.scheme == "s3":
             if not parsed.netloc:
                 raise ConfigurationError(f"{what} {text!r} names no bucket: use s3://bucket/prefix")

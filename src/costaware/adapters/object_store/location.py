@@ -46,13 +46,13 @@ def refuse_cut_uri(parsed: ParseResult, text: str, what: str) -> None:
     """Refuse an ``s3://`` or ``file://`` URI holding ``#`` or ``?``: its path ends there.
 
     ``s3://bucket/runs/2026#1/features`` was read as ``runs/2026``: the store, and what it fingerprinted,
-    was a parent folder shared with other runs.
+    was a parent folder shared with other runs (the job's launcher refuses them in the same words).
     """
-    if parsed.scheme in ("s3", "file") and (parsed.fragment or parsed.query or "#" in text or "?" in text):
-        cut = parsed.path or "/"
+    cut = next((mark for mark in "#?" if mark in text), None) if parsed.scheme in ("s3", "file") else None
+    if cut:
         raise ConfigurationError(
-            f"{what} {text!r} holds '#' or '?', where a URI's path ends (it would mean {parsed.scheme}://"
-            f"{parsed.netloc}{cut}): name the location without them"
+            f"{what} {text!r} holds {cut!r}, which ends a URI's path: it would name the same place as "
+            f"{text.split(cut)[0]!r}; leave '#' and '?' out of the location"
         )
 
 
