@@ -12,7 +12,6 @@ import csv
 import difflib
 import io
 import json
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -32,14 +31,10 @@ _RECORD_KEYS = ("AvailabilityZone", "InstanceType", "ProductDescription", "SpotP
 
 def region_of(availability_zone: str) -> str:
     """``us-east-1a`` -> ``us-east-1``; a local zone such as ``us-east-1-bos-1a`` -> ``us-east-1`` too."""
-    if not availability_zone:
-        return availability_zone
-    # A Local Zone is <region>-<place>-<n><letter>: its region is the first three parts (stripping the
-    # letter alone left "us-east-1-bos-1", a region no price names). Wavelength zones are left as they are.
-    local = re.fullmatch(r"([a-z]{2}(?:-gov)?-[a-z]+-\d+)-[a-z0-9-]+-\d+[a-z]", availability_zone)
-    if local:
-        return local.group(1)
-    return availability_zone.rstrip("abcdefghijklmnopqrstuvwxyz")
+    from costaware.core.zone_choice import region_of as aws_region_of
+
+    # Stripping the letter alone left a local zone's "us-east-1-bos-1", a region no price names.
+    return aws_region_of(availability_zone, availability_zone.rstrip("abcdefghijklmnopqrstuvwxyz"))
 
 
 def _wanted(product: str, products: Sequence[str]) -> bool:
