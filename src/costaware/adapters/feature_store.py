@@ -351,15 +351,11 @@ class FeatureStore:
         end = now or utcnow()
         until, pending, _ = read_state(self.store)
         start = until or datetime.min.replace(tzinfo=timezone.utc)
+        claimed = pending if pending is not None and pending > start else start
         found = []
         for e in evicted:
-            if pending is not None and pending > start:
-                found.append(storage_charge(self.root_uri, e, start, pending, usd_per_gb_month, {}, "stored"))
-            found.append(
-                storage_charge(
-                    self.root_uri, e, max(start, pending or start), end, usd_per_gb_month, {}, "evicted"
-                )
-            )
+            found.append(storage_charge(self.root_uri, e, start, claimed, usd_per_gb_month, {}, "stored"))
+            found.append(storage_charge(self.root_uri, e, claimed, end, usd_per_gb_month, {}, "evicted"))
         return [charge for charge in found if charge is not None]
 
     def _delete_entry(self, key: str) -> None:
