@@ -919,3 +919,47 @@ def test_a_misspelt_contract_variable_is_named_with_the_one_meant(make_job: Make
     said = "COSTAWARE_CHECKPOINTS_URI is not a variable costaware-run reads: did you mean"
     assert f"{said} COSTAWARE_CHECKPOINT_URI?" in done.stderr
     assert "COSTAWARE_LEDGER_URL" not in done.stderr
+
+
+def test_a_job_started_at_a_terminal_reads_no_input_instead_of_stopping_for_good(make_job: MakeJob) -> None:
+    # The job's own process group is a background group of the terminal: reading it would stop the job
+    # (SIGTTIN) and leave the launcher waiting forever. The launcher, here the session leader of a pseudo
+    # terminal as a shell would make it, gives the job no input: input() ends at once.
+    import fcntl
+    import pty
+    import termios
+
+    job = make_job("""
+try:
+    answer = input("continue? ")
+except EOFError:
+    answer = "end of input"
+(READY.parent / "answer").write_text(answer)
+""")
+    leader, follower = pty.openpty()
+
+    def take_the_terminal() -> None:
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    launcher = subprocess.Popen(
+        job.command(),
+        env=job.env(),
+        stdin=follower,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=take_the_terminal,
+    )
+    os.close(follower)
+    try:
+        _, stderr = launcher.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(launcher.pid, signal.SIGKILL)
+        launcher.communicate()
+        pytest.fail("the job stopped on reading the terminal and the launcher waited for it")
+    finally:
+        os.close(leader)
+    # It ended (its exit code is the outputs' business: it wrote none) and read the end of its input.
+    assert (job.root / "answer").read_text() == "end of input", stderr
+    assert "the job reads no terminal input" in stderr

@@ -218,6 +218,7 @@ class Launcher:
             self.process = subprocess.Popen(
                 command,
                 env=self.child_environment(),
+                stdin=_job_stdin(),
                 process_group=0,
                 preexec_fn=die_with_the_launcher(),  # no thread runs yet: the watcher starts below
             )
@@ -495,6 +496,24 @@ def _given(options: argparse.Namespace) -> list[str]:
         if getattr(options, name) is not None
     ]
     return valued + ["--" + name.replace("_", "-") for name in _FLAGS[:-1] if getattr(options, name)]
+
+
+def _job_stdin() -> int | None:
+    """The job's standard input: the launcher's, unless that is a terminal.
+
+    The job runs in a process group of its own (so that a notice can end it whole), which is a background
+    group of the terminal: its first read of the terminal (``input()``, a ``breakpoint()``) would stop it
+    for good and the launcher would wait forever. Given no input instead, such a read ends at once
+    (``EOFError``), and the job fails with its own traceback.
+    """
+    try:
+        at_terminal = os.isatty(sys.stdin.fileno())
+    except (AttributeError, OSError, ValueError):  # no stdin, or one without a file descriptor
+        return None
+    if not at_terminal:
+        return None
+    log.info("the job reads no terminal input (it runs in a process group of its own): stdin is empty")
+    return subprocess.DEVNULL
 
 
 def _start_failure(command: Sequence[str], error: OSError) -> tuple[int, str]:
