@@ -115,7 +115,7 @@ def test_a_refused_batch_is_moved_to_the_quarantine_so_no_later_run_trains_on_it
     )
     with pytest.raises(AirflowFailException) as caught:
         op.execute(_context())
-    moved = tmp_path / "refused" / "retrain_dag" / "scheduled__2013-01-01" / landed.name
+    moved = tmp_path / "refused" / "retrain_dag" / "scheduled__2013-01-01" / "quality_gate" / landed.name
     assert f"the batch was moved to {moved}: fix it and move it back" in str(caught.value)
     assert not landed.exists() and good.exists()  # only the refused day leaves the landing folder
     assert len(pd.read_parquet(moved)) == 4  # whole, where the message says
@@ -144,7 +144,7 @@ def test_a_refused_folder_is_moved_file_by_file_and_a_quarantine_inside_it_is_re
     assert (batch / "flights_2013-01-01.parquet").exists() and (batch / "part" / "more.parquet").exists()
     with pytest.raises(AirflowFailException, match="the batch was moved to"):
         _run(tmp_path, SUITE, quarantine_path=str(tmp_path / "refused"))
-    moved = tmp_path / "refused" / "retrain_dag" / "scheduled__2013-01-01" / "landing"
+    moved = tmp_path / "refused" / "retrain_dag" / "scheduled__2013-01-01" / "quality_gate" / "landing"
     assert sorted(p.relative_to(moved).as_posix() for p in moved.rglob("*.parquet")) == [
         "flights_2013-01-01.parquet",
         "part/more.parquet",
@@ -288,8 +288,8 @@ def test_a_refused_s3_batch_moves_to_an_s3_quarantine_and_leaves_no_empty_prefix
     assert "landing/kept.parquet" in keys  # beside the batch: untouched
     assert not [k for k in keys if k.startswith("landing/day")]  # no empty marker of the batch is left
     assert [k for k in keys if k.startswith("refused/")] == [
-        "refused/retrain_dag/scheduled__2013-01-01/day/part-0.parquet",
-        "refused/retrain_dag/scheduled__2013-01-01/day/sub/part-1.parquet",
+        "refused/retrain_dag/scheduled__2013-01-01/quality_gate/day/part-0.parquet",
+        "refused/retrain_dag/scheduled__2013-01-01/quality_gate/day/sub/part-1.parquet",
     ]
 
 
@@ -335,7 +335,7 @@ def test_a_rerun_after_a_quarantine_says_where_the_batch_went(tmp_path: Path) ->
     landed = _batch(tmp_path, distance=[1400, -5, 1576, 762])
     with pytest.raises(AirflowFailException, match="the batch was moved to"):
         _gate(tmp_path, landed).execute(_context())
-    moved = tmp_path / "refused" / "retrain_dag" / "scheduled__2013-01-01" / landed.name
+    moved = tmp_path / "refused" / "retrain_dag" / "scheduled__2013-01-01" / "quality_gate" / landed.name
     with pytest.raises(AirflowFailException, match=f"quarantined it to {moved}: move it back"):
         _gate(tmp_path, landed).execute(_context())
 
@@ -376,3 +376,72 @@ def test_bad_arguments_are_named_as_this_operator_names_them(
     with pytest.raises(AirflowFailException, match=message):
         DataQualityOperator(results_path=str(tmp_path / "quality"), **args).execute(_context())
     assert not (tmp_path / "quality").exists()
+
+
+def _refused_day(folder: Path, distance: list[int]) -> Path:
+    path = folder / "day.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frame = pd.DataFrame({"carrier": ["UA"] * 4, "distance": distance, "origin": ["EWR"] * 4})
+    frame.to_parquet(path, index=False)
+    return path
+
+
+def test_two_gates_of_one_run_refusing_same_named_batches_keep_both(tmp_path: Path) -> None:
+    # Both went to refused/<dag>/<run>/day.parquet: the second copy overwrote the first, both sources were
+    # deleted, and the train batch was gone.
+    train = _refused_day(tmp_path / "landing" / "train", [1400, -5, 1576, 762])
+    holdout = _refused_day(tmp_path / "landing" / "holdout", [-1, -2, -3, -4])
+    uris = {}
+    for task_id, landed in (("check_train", train), ("check_holdout", holdout)):
+        gate = _gate(tmp_path, landed)
+        gate.task_id = task_id
+        with pytest.raises(AirflowFailException, match="the batch was moved to"):
+            gate.execute(task_context(task_id, dag_id="d", run_id="r1"))
+        uris[task_id] = json.loads((tmp_path / "quality" / "d" / "r1" / f"{task_id}.json").read_text())
+    assert not train.exists() and not holdout.exists()
+    refused = tmp_path / "refused" / "d" / "r1"
+    assert pd.read_parquet(refused / "check_train" / "day.parquet")["distance"].tolist() == [
+        1400,
+        -5,
+        1576,
+        762,
+    ]
+    assert pd.read_parquet(refused / "check_holdout" / "day.parquet")["distance"].tolist() == [-1, -2, -3, -4]
+    assert uris["check_train"]["data_path"] == str(train)  # each gate's results kept apart
+    assert uris["check_holdout"]["data_path"] == str(holdout)
+
+
+def test_a_mapped_gate_keeps_each_refused_batch_and_each_result(tmp_path: Path) -> None:
+    days = [_refused_day(tmp_path / "landing" / f"site{i}", [i, -5, 1576, 762]) for i in range(2)]
+    for index, landed in enumerate(days):
+        with pytest.raises(AirflowFailException, match="the batch was moved to"):
+            _gate(tmp_path, landed).execute(
+                task_context("quality_gate", dag_id="d", run_id="r1", map_index=index)
+            )
+    base = ("d", "r1", "quality_gate")
+    for index in range(2):
+        moved = tmp_path.joinpath("refused", *base, str(index), "day.parquet")
+        assert pd.read_parquet(moved)["distance"].tolist()[0] == index
+        result = json.loads(tmp_path.joinpath("quality", *base, f"{index}.json").read_text())
+        assert result["data_path"] == str(days[index]) and result["run"]["map_index"] == index
+
+
+def test_a_different_file_already_in_the_quarantine_is_never_overwritten(tmp_path: Path) -> None:
+    landed = _refused_day(tmp_path / "landing", [1400, -5, 1576, 762])
+    taken = tmp_path / "refused" / "d" / "r1" / "quality_gate" / "day.parquet"
+    taken.parent.mkdir(parents=True)
+    taken.write_bytes(b"an earlier refused batch")
+    with pytest.raises(AirflowFailException, match=r"already holds another file .*: nothing was moved"):
+        _gate(tmp_path, landed).execute(task_context("quality_gate", dag_id="d", run_id="r1"))
+    assert taken.read_bytes() == b"an earlier refused batch" and landed.exists()  # both kept
+
+
+def test_an_earlier_tries_identical_copy_counts_as_the_copy(tmp_path: Path) -> None:
+    # A try killed between copying and deleting left the copy and the source: the retry completes the move.
+    landed = _refused_day(tmp_path / "landing", [1400, -5, 1576, 762])
+    copy = tmp_path / "refused" / "d" / "r1" / "quality_gate" / "day.parquet"
+    copy.parent.mkdir(parents=True)
+    copy.write_bytes(landed.read_bytes())
+    with pytest.raises(AirflowFailException, match=f"the batch was moved to {copy}"):
+        _gate(tmp_path, landed).execute(task_context("quality_gate", dag_id="d", run_id="r1", try_number=2))
+    assert not landed.exists() and len(pd.read_parquet(copy)) == 4

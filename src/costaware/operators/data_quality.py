@@ -185,6 +185,18 @@ def suite_errors(result: Mapping[str, Any]) -> list[str]:
     return failure_lines({"results": broken})
 
 
+def task_key(facts: Mapping[str, Any]) -> str:
+    """``<dag_id>/<run_id>/<task_id>``, and ``/<map_index>`` for a mapped task: one folder per gate.
+
+    Two gates of one run (a train and a holdout batch both named ``day.parquet``), or the mapped copies of
+    one, each get their own quarantine folder and results file.
+    """
+    from costaware.adapters.checkpoint_store import checkpoint_key
+
+    mapped = [facts["map_index"]] if int(facts.get("map_index", -1)) >= 0 else []
+    return checkpoint_key(facts["dag_id"], facts["run_id"], facts["task_id"], *mapped)
+
+
 def quarantined_copy(
     data_path: str, quarantine_path: str, key: str, options: Mapping[str, Any]
 ) -> str | None:
@@ -217,12 +229,14 @@ def quarantine(data_path: str, quarantine_path: str, key: str, options: Mapping[
 
     Each file is copied and its copy's size checked before any is deleted, and only the files copied are
     deleted: a failure part way leaves the batch where it was, or in both places, never in neither, and a
-    file that lands in the folder meanwhile stays. The two may be on different stores (local data, an
-    ``s3://`` quarantine).
+    file that lands in the folder meanwhile stays. A file already at a copy's place is never overwritten:
+    one with the same bytes (an earlier try's copy) counts as the copy, any other stops the move before
+    anything is copied. The two may be on different stores (local data, an ``s3://`` quarantine).
 
     Raises:
         ConfigurationError: the quarantine is the batch's own folder or inside it (the batch's deletion
             would take the copy too).
+        FileExistsError: another file is already where a copy would go (nothing was copied or deleted).
         OSError: a store could not be read or written, or a copy came out short.
     """
     from pyarrow import fs
@@ -247,12 +261,25 @@ def quarantine(data_path: str, quarantine_path: str, key: str, options: Mapping[
             for i in listed
             if i.type == fs.FileType.File
         ]
+    to_copy = []
     for path, relative, size in files:
         copy = target.path(relative)
+        found = target.fs.get_file_info(copy)
+        if found.type == fs.FileType.NotFound:
+            to_copy.append((path, copy, size))
+        elif not _same_bytes(source.fs, path, target.fs, copy, size):
+            # copy_files overwrites: an earlier refused batch of the same name was lost with its source.
+            raise FileExistsError(
+                f"{target.uri}/{relative} already holds another file than {path}: nothing was moved; move "
+                "that file away, or the batch out of the landing folder by hand"
+            )
+    for path, copy, size in to_copy:
         if target.is_local:
             Path(copy).parent.mkdir(parents=True, exist_ok=True)
         fs.copy_files(path, copy, source_filesystem=source.fs, destination_filesystem=target.fs)
         if target.fs.get_file_info(copy).size != size:
+            with contextlib.suppress(OSError):  # ours: left there, it would block the next try's move
+                target.fs.delete_file(copy)
             raise OSError(f"the copy of {path} at {copy} is not whole: nothing was deleted")
     for path, _, _ in files:
         source.fs.delete_file(path)
@@ -265,6 +292,20 @@ def quarantine(data_path: str, quarantine_path: str, key: str, options: Mapping[
             if not any(i.type == fs.FileType.File for i in left):
                 source.fs.delete_dir(source.root)
     return f"{target.uri}/{name}"
+
+
+def _same_bytes(source_fs: Any, source: str, target_fs: Any, target: str, size: int | None) -> bool:
+    """Whether the file at ``target`` holds the bytes of ``source`` (read in chunks: batches can be large)."""
+    if target_fs.get_file_info(target).size != size:
+        return False
+    chunk = 8 << 20
+    with source_fs.open_input_stream(source) as mine, target_fs.open_input_stream(target) as theirs:
+        while True:
+            block = mine.read(chunk)
+            if block != theirs.read(chunk):
+                return False
+            if not block:
+                return True
 
 
 def _remove_empty_folders(root: Path) -> None:
@@ -324,12 +365,13 @@ class DataQualityOperator(BaseOperator):
         data_path: Parquet file or folder to validate (local or ``s3://``) (templated).
         suite: The expectation suite (JSON forms or a callable; see above) (templated when a string).
         suite_name: Name of the suite when the JSON gives none.
-        results_path: Folder or ``s3://`` URI for results; one file per run and task (templated; default
-            ``$AIRFLOW_HOME/costaware/quality``).
+        results_path: Folder or ``s3://`` URI for results; one file per run, task and map index
+            (templated; default ``$AIRFLOW_HOME/costaware/quality``).
         columns: Only read these columns (default: all).
         quarantine_path: Folder or ``s3://`` URI a refused batch is moved to, under
-            ``<dag_id>/<run_id>/`` (templated). Without it the batch stays where it landed, and a later run
-            that reads the whole landing folder trains on it.
+            ``<dag_id>/<run_id>/<task_id>/`` (``.../<map_index>/`` when mapped); a file already there is
+            never overwritten (templated). Without it the batch stays where it landed, and a later run that
+            reads the whole landing folder trains on it.
         aws_conn_id: Airflow AWS connection for ``s3://`` locations (default ``aws_default``; when that
             connection does not exist, or with ``None``, the SDKs' default credential chain).
         **kwargs: ``BaseOperator`` arguments.
@@ -368,7 +410,6 @@ class DataQualityOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from costaware.adapters.blob_dir import BlobDir
-        from costaware.adapters.checkpoint_store import checkpoint_key
 
         os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
         facts = run_identity(context, self.task_id)
@@ -383,7 +424,7 @@ class DataQualityOperator(BaseOperator):
             result = validate_frame(frame, suite)
             failures = failure_lines(result)
             broken = suite_errors(result)
-            name = checkpoint_key(facts["dag_id"], facts["run_id"], f"{facts['task_id']}.json")
+            name = f"{task_key(facts)}.json"
             record = {
                 "data_path": self.data_path,
                 "data_fingerprint": fingerprint,
@@ -422,7 +463,6 @@ class DataQualityOperator(BaseOperator):
 
     def _read(self, where: str, facts: Mapping[str, Any], options: Mapping[str, Any]) -> tuple[Any, str]:
         """The batch and its fingerprint; a batch an earlier try quarantined is said to be there."""
-        from costaware.adapters.checkpoint_store import checkpoint_key
         from costaware.training.data import read_parquet
 
         if not str(self.data_path or "").strip():  # "store location is empty" named no argument
@@ -430,8 +470,7 @@ class DataQualityOperator(BaseOperator):
         try:
             return read_parquet(self.data_path, self.columns, options, columns_from="columns")
         except ConfigurationError as e:
-            key = checkpoint_key(facts["dag_id"], facts["run_id"])
-            moved = quarantined_copy(str(self.data_path), where, key, options) if where else None
+            moved = quarantined_copy(str(self.data_path), where, task_key(facts), options) if where else None
             if moved is None:
                 raise
             raise ConfigurationError(
@@ -441,15 +480,11 @@ class DataQualityOperator(BaseOperator):
 
     def _quarantined(self, facts: Mapping[str, Any], options: Mapping[str, Any]) -> str:
         """Move the refused batch to ``quarantine_path``; what the failure message adds about it."""
-        from costaware.adapters.checkpoint_store import checkpoint_key
-
         where = _folder_location(self.quarantine_path)
         if not where:
             return ""
         try:
-            moved = quarantine(
-                self.data_path, where, checkpoint_key(facts["dag_id"], facts["run_id"]), options
-            )
+            moved = quarantine(self.data_path, where, task_key(facts), options)
         except (OSError, ConfigurationError) as e:
             # The refusal stands either way; the batch is where it was, or also in the quarantine.
             self.log.error("could not move %s to %s: %s", self.data_path, where, e)
