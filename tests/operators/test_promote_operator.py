@@ -710,3 +710,53 @@ def test_a_promotion_beside_another_never_replaces_a_champion_it_was_not_judged_
     again = _promote(tmp_path, good, candidate_metrics={"rmse": 3.2}, metric="rmse")
     assert not again["promote"] and again["champion"] == better
     assert store.champion_pointer().version == better  # type: ignore[union-attr]
+
+
+def test_a_retry_after_a_successful_promotion_returns_the_decision_it_made(
+    tmp_path: Path, store: ModelStore
+) -> None:
+    # Cleared after its promotion (or its try lost after the switch), the task failed for good: "candidate
+    # ... is already the champion ... pass a new version".
+    v1 = _files_version(store, {"rmse": 3.4})
+    store.set_champion(v1)
+    v2 = _files_version(store, {"rmse": 3.1})
+    first = _promote(tmp_path, v2, candidate_metrics={"rmse": 3.1}, metric="rmse")
+    assert first["promote"] and store.champion_pointer().version == v2  # type: ignore[union-attr]
+    retry = ModelPromoteOperator(
+        task_id="promote",
+        model_store=str(tmp_path / "models"),
+        candidate=v2,
+        candidate_metrics={"rmse": 3.1},
+        metric="rmse",
+    ).execute(task_context("promote", dag_id="retrain_dag", run_id="run-1", try_number=2))
+    assert retry == first  # the same decision, with its file
+    assert len(store.decisions()) == 1  # nothing judged or recorded again
+    assert store.champion_pointer().previous == v1  # type: ignore[union-attr]  # not switched again
+
+
+def test_promoting_a_champion_another_run_or_a_person_made_is_still_refused(
+    tmp_path: Path, store: ModelStore
+) -> None:
+    by_hand = _files_version(store, {"rmse": 3.4})
+    store.set_champion(by_hand)
+    with pytest.raises(
+        AirflowFailException,
+        match=r"already the champion of .*, set by hand \(no recorded promotion names it\): pass a new",
+    ):
+        _promote(tmp_path, by_hand, candidate_metrics={"rmse": 3.4}, metric="rmse")
+    v2 = _files_version(store, {"rmse": 3.1})
+    _promote(tmp_path, v2, candidate_metrics={"rmse": 3.1}, metric="rmse")
+    other_run = ModelPromoteOperator(
+        task_id="promote",
+        model_store=str(tmp_path / "models"),
+        candidate=v2,
+        candidate_metrics={"rmse": 3.1},
+        metric="rmse",
+    )
+    with pytest.raises(
+        AirflowFailException,
+        match="already the champion of .*, promoted by task 'promote' of run 'run-1' of DAG 'retrain_dag' "
+        r"\(.*\.json\): pass a new version",
+    ):
+        other_run.execute(task_context("promote", dag_id="retrain_dag", run_id="run-2"))
+    assert len(store.decisions()) == 1

@@ -278,6 +278,14 @@ class ModelStore:
             names = names[-limit:] if limit > 0 else []
         return [json.loads(self.blobs.read_bytes(f"decisions/{n}")) for n in names]
 
+    def promotion_of(self, version: str) -> dict[str, Any] | None:
+        """The newest recorded decision that promoted ``version``, with its ``decision_file``; else None."""
+        for name in reversed(self.blobs.list("decisions")):
+            decision = json.loads(self.blobs.read_bytes(f"decisions/{name}"))
+            if decision.get("promote") and decision.get("candidate") == version:
+                return {**decision, "decision_file": name}
+        return None
+
     def recent_quality(self, limit: int = 10) -> tuple[float, ...]:
         """The production model's holdout metric at each recent decision, oldest first, higher is better.
 

@@ -100,9 +100,7 @@ def promote_candidate(
         meta, status = None, "incomplete"
     champion = store.champion()
     if champion and champion.version == candidate:
-        raise ConfigurationError(
-            f"candidate {candidate!r} is already the champion of {store.uri}: pass a new version"
-        )
+        return _promoted_before(store, candidate, dict(run or {}))
     figures: dict[str, float | None] = {"candidate": None, "champion": None}
     scores: dict[str, dict[str, float]] = {}
     holdout_rows, holdout_fingerprint = 0, ""
@@ -189,3 +187,39 @@ def promote_candidate(
         record["decision_file"] = store.record_decision(record)
     log.info("promotion: %s", decision.reason)
     return record
+
+
+#: The fields of a run identity that name one task instance (``try_number`` differs between its tries).
+_TASK_INSTANCE = ("dag_id", "run_id", "task_id", "map_index")
+
+
+def _promoted_before(store: ModelStore, candidate: str, run: Mapping[str, Any]) -> dict[str, Any]:
+    """The decision that made ``candidate`` the champion, when this task instance made it.
+
+    A retry or a clear after a successful promotion asks again: it gets the decision it made, and nothing is
+    judged or written a second time.
+
+    Raises:
+        ConfigurationError: another run (or a person) made it the champion: promoting it again judges nothing.
+    """
+    earlier = store.promotion_of(candidate)
+    made_by = dict((earlier or {}).get("run") or {})
+    if earlier is not None and all(made_by.get(k) == run.get(k) for k in _TASK_INSTANCE):
+        log.info(
+            "candidate %r is already the champion of %s, promoted by an earlier try of this task (%s): "
+            "returning that decision",
+            candidate,
+            store.uri,
+            earlier["decision_file"],
+        )
+        return earlier
+    if earlier is None:
+        how = "set by hand (no recorded promotion names it)"
+    else:
+        how = (
+            f"promoted by task {made_by.get('task_id')!r} of run {made_by.get('run_id')!r} of DAG "
+            f"{made_by.get('dag_id')!r} ({earlier['decision_file']})"
+        )
+    raise ConfigurationError(
+        f"candidate {candidate!r} is already the champion of {store.uri}, {how}: pass a new version"
+    )
