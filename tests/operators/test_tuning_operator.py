@@ -509,6 +509,54 @@ def test_task_group_wires_plan_trials_and_summary() -> None:
     assert tasks["tune.summarize"].trial_task_id == "tune.trial"
 
 
+@pytest.mark.parametrize("prefix_group_id", [True, False])
+def test_a_study_group_inside_another_group_summarizes_its_own_trials(prefix_group_id: bool) -> None:
+    # Nested in TaskGroup("ml"), the summary looked for "tuning.trial": it found none of the trials of
+    # "ml.tuning.trial", failed none left running, and a run whose every trial failed ended green.
+    from airflow.sdk import DAG, TaskGroup
+
+    with DAG("g", schedule=None), TaskGroup("ml", prefix_group_id=prefix_group_id):
+        group = budgeted_tuning(
+            study_name="s",
+            trainer=QuadraticTrainer,
+            search_space=SPACE,
+            min_resource=1,
+            max_resource=4,
+            max_usd="1",
+            max_trials=3,
+        )
+    tasks = {t.task_id.rpartition(".")[2]: t for t in group.children.values()}
+    trial_id = tasks["trial"].task_id
+    assert trial_id == ("ml.tuning.trial" if prefix_group_id else "tuning.trial")
+    assert tasks["summarize"].trial_task_id == trial_id
+
+
+def test_a_nested_study_groups_summary_fails_its_trials_left_running(env: Ledger) -> None:
+    from airflow.sdk import DAG, TaskGroup
+
+    with DAG("g", schedule=None), TaskGroup("ml"):
+        group = budgeted_tuning(
+            study_name="s1",
+            trainer=QuadraticTrainer,
+            search_space=SPACE,
+            min_resource=2,
+            max_resource=16,
+            max_usd="5",
+            max_trials=6,
+        )
+    summary_op = next(t for t in group.children.values() if t.task_id.endswith(".summarize"))
+    plan = _plan()
+    plan.execute({"ti": _ti(plan)})
+    killed = BudgetedTuningOperator(task_id="ml.tuning.trial", study_name="s1", trainer=KilledTrainer, slot=0)
+    with pytest.raises(Interrupted):
+        killed.execute({"ti": _ti(killed, map_index=0)})
+    with pytest.raises(AirflowFailException, match="1 trial\\(s\\) ran and none was trained in full"):
+        summary_op.execute({"ti": _ti(summary_op)})
+    url = env.engine.url.render_as_string(hide_password=False)
+    (trial,) = optuna.load_study(study_name="s1", storage=url).get_trials()
+    assert trial.state == optuna.trial.TrialState.FAIL  # left RUNNING before: its holder was not matched
+
+
 def test_hyperband_and_no_pruning_run_the_same_way(env: Ledger) -> None:
     for pruner, name in (("hyperband", "hb"), ("none", "np")):
         plan = _plan(study_name=name, pruner=pruner, max_trials=4)

@@ -526,8 +526,10 @@ def budgeted_tuning(
             **shared,
             **trial_args,
         ).expand(slot=plan.output)
+        # The trials' real id: inside another group it is "ml.tuning.trial", not "tuning.trial" (the summary
+        # found none of them, and failed no trial left running).
         summary = TuningStudySummarizeOperator(
-            task_id="summarize", trial_task_id=f"{group_id}.trial", on_exceeded=on_exceeded, **shared
+            task_id="summarize", trial_task_id=trials.task_id, on_exceeded=on_exceeded, **shared
         )
         trials >> summary
     return group
