@@ -186,3 +186,134 @@ def test_tuning_trial_passes_templated_numbers_to_the_trainer(ledger_url: str) -
     SEEN.clear()
     trial.execute(rendered(trial, {"ti": ti(trial)}, {"cap": 4}))
     assert SEEN == [{"cap": 4, "path": "/data/4"}] and type(SEEN[0]["cap"]) is int
+
+
+# -- a whole dict from one template or an XComArg --------------------------------------------------------
+
+
+def _warm_start(tmp: Path, trainer_params: Any) -> WarmStartRetrainOperator:
+    return WarmStartRetrainOperator(
+        task_id="retrain",
+        data_path=str(tmp / "data"),
+        label_column="y",
+        feature_columns=["x1", "x2", "c"],
+        model_store=str(tmp / "models"),
+        checkpoint_store=str(tmp / "ckpt"),
+        trainer_params=trainer_params,
+    )
+
+
+@pytest.mark.parametrize("template", ["{{ params.tp }}", "{{ params.tp | tojson }}"])
+def test_a_whole_template_of_trainer_params_reaches_the_trainer(
+    tmp_path: Path, ledger: Any, template: str
+) -> None:
+    # It failed the DAG file: "trainer_params '{' is not an option of trainer 'sklearn-sgd'".
+    write_data(tmp_path / "data")
+    with DAG("whole_template", schedule=None, params={"tp": Param({"epochs": 2, "alpha": 0.001})}):
+        op = _warm_start(tmp_path, template)
+    result = op.execute(rendered(op, task_context("retrain"), {"tp": {"epochs": 2, "alpha": 0.001}}))
+    params = ModelStore.open(str(tmp_path / "models")).get(result["version"]).params
+    assert params["epochs"] == 2 and params["alpha"] == 0.001
+
+
+def test_trainer_params_from_an_xcom_arg_reach_the_trainer(tmp_path: Path, ledger: Any) -> None:
+    # It failed the DAG file: "TypeError: 'XComArg' object is not iterable".
+    from airflow.sdk import task
+
+    write_data(tmp_path / "data")
+    with DAG("from_xcom", schedule=None):
+
+        @task
+        def choose() -> dict[str, Any]:
+            return {"epochs": 2}
+
+        op = _warm_start(tmp_path, choose())
+    assert op.upstream_task_ids == {"choose"}  # Airflow saw the XCom: the task waits for it
+    context = {**task_context("retrain"), "ti": context_for(choose={"epochs": 2})["ti"]}
+    op.render_template_fields(context)
+    result = op.execute(context)
+    assert ModelStore.open(str(tmp_path / "models")).get(result["version"]).params["epochs"] == 2
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("[2, 3]", r"trainer_params must be a dict of keyword arguments, got str '\[2, 3\]'"),
+        ("{'epochz': 2}", r"trainer_params 'epochz' is not an option of trainer 'sklearn-sgd'"),
+        ("{1: 2}", r"trainer_params must name each argument with a string, got the keys 1"),
+    ],
+)
+def test_a_whole_template_rendering_no_trainer_params_fails_before_training(
+    tmp_path: Path, ledger: Any, value: str, message: str
+) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    write_data(tmp_path / "data")
+    with DAG("whole_template_bad", schedule=None):
+        op = _warm_start(tmp_path, "{{ params.tp }}")
+    with pytest.raises(AirflowFailException, match=message):
+        op.execute(rendered(op, task_context("retrain"), {"tp": value}))
+    assert not (tmp_path / "models").exists()
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (5, r"trainer_params must be a dict of keyword arguments, got int 5"),
+        ("epochs=2", r"trainer_params must be a dict of keyword arguments, got str 'epochs=2'"),
+        ('{"epochz": 2}', r"trainer_params 'epochz' is not an option"),  # text written out: read now
+    ],
+)
+def test_trainer_params_that_are_no_dict_fail_when_the_dag_is_parsed(
+    tmp_path: Path, value: Any, message: str
+) -> None:
+    from costaware.core.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match=f"WarmStartRetrainOperator 'retrain': {message}"):
+        _warm_start(tmp_path, value)
+
+
+def test_a_remote_job_gets_the_dict_a_whole_template_rendered(tmp_path: Path, ledger: Any) -> None:
+    with DAG("whole_template_remote", schedule=None):
+        op = RemoteTrainingOperator(
+            **local_operator_args(tmp_path),
+            trainer_params="{{ params.tp }}",
+            market="on_demand",
+            instance_type="m5.large",
+            on_demand_usd_per_hour="0.1",
+        )
+    with pytest.raises(TaskDeferred):
+        op.execute(rendered(op, context_for(), {"tp": {"epochs": 2, "alpha": 0.001}}))
+    (spec_file,) = (tmp_path / "ckpt" / "_jobs").rglob("spec.json")
+    assert json.loads(spec_file.read_text())["trainer_params"] == {"epochs": 2, "alpha": 0.001}
+
+
+def test_budgeted_tuning_takes_trainer_kwargs_from_a_whole_template(ledger_url: str) -> None:
+    # budgeted_tuning(trainer_kwargs="{{ params.kw }}") failed the DAG file: "dictionary update sequence".
+    from costaware.operators.tuning import budgeted_tuning
+
+    Ledger.from_url(ledger_url)
+    with DAG("tuning_whole_template", schedule=None):
+        group = budgeted_tuning(
+            study_name="whole",
+            trainer=RecordingTrainer,
+            trainer_kwargs="{{ params.kw }}",
+            search_space={"lr": {"type": "float", "low": 0.05, "high": 1.0}},
+            min_resource=1,
+            max_resource=2,
+            max_usd="5",
+            max_trials=1,
+            instance_type="m5.large",
+            usd_per_hour="1",
+            fallback_trial_seconds=5,
+        )
+    plan = next(t for t in group.children.values() if t.task_id == "tuning.plan")
+    ident = {"dag_id": "tune", "run_id": "manual__1", "map_index": 0, "try_number": 1}
+    plan.execute({"ti": SimpleNamespace(task_id="tuning.plan", task=plan, **ident)})
+    trial = BudgetedTuningOperator(
+        task_id="trial", study_name="whole", trainer=RecordingTrainer, trainer_kwargs="{{ params.kw }}"
+    )
+    SEEN.clear()
+    context = {"ti": SimpleNamespace(task_id="trial", task=trial, **ident)}
+    trial.execute(rendered(trial, context, {"kw": {"cap": 4, "path": "/data/4"}}))
+    assert SEEN == [{"cap": 4, "path": "/data/4"}]

@@ -106,10 +106,11 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         checkpoint_store: Checkpoint store (templated; default ``$AIRFLOW_HOME/costaware/checkpoints``;
             ``s3://`` on the SageMaker, Batch and Kubernetes backends).
         trainer: Trainer name or dotted path (see ``WarmStartRetrainOperator``; default ``sklearn-sgd``).
-        trainer_params: Trainer keyword arguments (templated). A value written as a template that renders to
-            exactly a number or bool literal (``{"epochs": "{{ params.epochs }}"}`` -> ``"5"``) reaches the
-            trainer as an ``int``, ``float`` or ``bool``, without ``render_template_as_native_obj``; other
-            strings stay strings.
+        trainer_params: Trainer keyword arguments (templated): a dict, or a whole template or ``XComArg``
+            that renders one (checked once rendered, before the job starts). A value written as a template
+            that renders to exactly a number or bool literal (``{"epochs": "{{ params.epochs }}"}`` ->
+            ``"5"``) reaches the trainer as an ``int``, ``float`` or ``bool``, without
+            ``render_template_as_native_obj``; other strings stay strings.
         label_threshold: When set, the label is ``label_column > label_threshold``.
         policy: Retrain policy name (``drift``, ``always-full``, ``always-warm``).
         policy_params: Keyword arguments of the policy.
@@ -228,7 +229,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         new_data_path: str | None = None,
         checkpoint_store: str | None = None,
         trainer: str | None = None,
-        trainer_params: Mapping[str, Any] | None = None,
+        trainer_params: Mapping[str, Any] | str | None = None,
         label_threshold: float | None = None,
         policy: str | None = None,
         policy_params: Mapping[str, Any] | None = None,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import json
 import math
 import re
 from collections.abc import Mapping
@@ -111,3 +112,65 @@ def native_rendered(written: Any, rendered: Any) -> Any:
     if sequences and len(rendered) == len(written):
         return type(rendered)(native_rendered(w, r) for w, r in zip(written, rendered, strict=True))
     return rendered
+
+
+def keyword_arguments(value: Any, name: str) -> Any:
+    """A dict of keyword arguments (``trainer_params``, ``trainer_kwargs``) as an operator keeps it to render.
+
+    A mapping is copied. A whole value that Airflow resolves only when the task runs is kept as written: a
+    template (``"{{ params.trainer_params }}"``), an ``XComArg`` (``task.output``) or a ``dag.param``;
+    :func:`rendered_keywords` reads what it rendered to. Plain text is read now (JSON or a Python dict).
+
+    Raises:
+        ConfigurationError: a number, a list, or text that is no dict; the message names ``name``.
+    """
+    if value is None:
+        return {}
+    if isinstance(value, Mapping):
+        return dict(value)
+    if is_template(value):
+        return value
+    if isinstance(value, str) or is_literal(value):
+        return rendered_keywords(value, name)
+    return value  # an XComArg or a dag.param: Airflow resolves it as the task runs
+
+
+def rendered_keywords(value: Any, name: str) -> dict[str, Any]:
+    """A rendered keyword-arguments argument as a dict.
+
+    Without ``render_template_as_native_obj`` a template of a whole dict renders to its text (the dict's
+    repr, or JSON with ``| tojson``): both are read. Empty, ``None`` or ``null`` (a param left blank) is no
+    arguments.
+
+    Raises:
+        ConfigurationError: anything that is not a dict with string keys, naming ``name`` and what it got.
+    """
+    from costaware.training.plan import blank
+
+    data: Any = value
+    if blank(value.strip() if isinstance(value, str) else value) is None:
+        return {}
+    if isinstance(value, str):
+        try:
+            data = json.loads(value)
+        except ValueError:
+            try:
+                data = ast.literal_eval(value.strip())
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                data = None
+    shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+    if not isinstance(data, Mapping):
+        from costaware.core.errors import ConfigurationError
+
+        raise ConfigurationError(
+            f"{name} must be a dict of keyword arguments, got {type(value).__name__} {shown}: give a dict, "
+            "or a template or XCom that renders one (e.g. a dict param, or its JSON with '| tojson')"
+        )
+    if not all(isinstance(key, str) for key in data):
+        from costaware.core.errors import ConfigurationError
+
+        keys = sorted(repr(key) for key in data if not isinstance(key, str))
+        raise ConfigurationError(
+            f"{name} must name each argument with a string, got the keys {', '.join(keys)} in {shown}"
+        )
+    return dict(data)

@@ -14,7 +14,14 @@ from typing import Any
 
 from costaware.core.errors import ConfigurationError
 from costaware.glue import as_bool
-from costaware.operators.templating import as_written, is_template, native_rendered, refuse_template
+from costaware.operators.templating import (
+    as_written,
+    is_template,
+    keyword_arguments,
+    native_rendered,
+    refuse_template,
+    rendered_keywords,
+)
 from costaware.settings import default_store
 from costaware.training.plan import blank
 from costaware.training.spec import (
@@ -45,7 +52,7 @@ class BuiltInTrainingArguments:
     new_data_path: str | None
     checkpoint_store: str | None
     trainer: str
-    trainer_params: dict[str, Any]
+    trainer_params: Any  # a dict, or a whole template or XComArg until Airflow renders it
     label_threshold: float | None
     policy: Any
     policy_params: dict[str, Any]
@@ -64,7 +71,7 @@ class BuiltInTrainingArguments:
         new_data_path: str | None,
         checkpoint_store: str | None,
         trainer: str | None,
-        trainer_params: Mapping[str, Any] | None,
+        trainer_params: Mapping[str, Any] | str | None,
         label_threshold: float | None,
         policy: Any,
         policy_params: Mapping[str, Any] | None,
@@ -81,6 +88,11 @@ class BuiltInTrainingArguments:
         """
         # Called after BaseOperator's __init__: a refusal names the task, as the DAG's import error shows it.
         owner = f"{type(self).__name__} {getattr(self, 'task_id', '')!r}"
+        try:
+            # A whole template or XComArg is kept to render: "'{' is not an option of trainer" before.
+            trainer_params = keyword_arguments(trainer_params, "trainer_params")
+        except ConfigurationError as e:
+            raise ConfigurationError(f"{owner}: {e}") from e
         if isinstance(checkpoint_store, str) and not checkpoint_store.strip():
             raise ConfigurationError(
                 f"{owner}: checkpoint_store is {checkpoint_store!r}: give where checkpoints go (an absolute "
@@ -120,7 +132,8 @@ class BuiltInTrainingArguments:
                 allow_auto=allow_auto_interval,
                 owner=owner,
             )
-            check_choices(owner, trainer or DEFAULT_TRAINER, trainer_params, policy, policy_params)
+            written = trainer_params if isinstance(trainer_params, Mapping) else {}  # else checked rendered
+            check_choices(owner, trainer or DEFAULT_TRAINER, written, policy, policy_params)
         elif checkpoint_every_seconds is not None:
             # A command gets the interval as COSTAWARE_CHECKPOINT_EVERY_SECONDS (None: not set, the
             # command's own): a bad one must fail here, not as a job that was already launched with it.
@@ -134,7 +147,7 @@ class BuiltInTrainingArguments:
         self.new_data_path = new_data_path
         self.checkpoint_store = checkpoint_store
         self.trainer = trainer or DEFAULT_TRAINER
-        self.trainer_params = dict(trainer_params or {})
+        self.trainer_params = trainer_params
         # Kept as written to tell, after rendering, which values were templates (see native_rendered).
         self._trainer_params_written = as_written(self.trainer_params)
         self.label_threshold = label_threshold
@@ -170,6 +183,12 @@ class BuiltInTrainingArguments:
         Raises:
             ConfigurationError: a rendered value that is empty or wrong; the message names it.
         """
+        trainer_params = rendered_keywords(self.trainer_params, "trainer_params")
+        if not isinstance(self._trainer_params_written, Mapping):
+            # A whole template or XComArg: its names are known only now, before any job is started.
+            from costaware.training.trainers.lookup import check_trainer_choice
+
+            check_trainer_choice(self.trainer, trainer_params)
         return TrainingSpec(
             data_path=str(self.data_path or ""),
             label_column=str(self.label_column or ""),
@@ -179,7 +198,7 @@ class BuiltInTrainingArguments:
             new_data_path=blank(self.new_data_path),
             label_threshold=parse_label_threshold(self.label_threshold),
             trainer=self.trainer,
-            trainer_params=native_rendered(self._trainer_params_written, self.trainer_params),
+            trainer_params=native_rendered(self._trainer_params_written, trainer_params),
             policy=self.policy,
             policy_params=dict(self.policy_params),
             force_full=as_bool(self.force_full, "force_full"),

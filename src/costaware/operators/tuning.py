@@ -28,7 +28,14 @@ from costaware.core.tuning.caps import StopReason
 from costaware.extras import require
 from costaware.glue import DEFAULT_LEDGER_CONN_ID, airflow_errors
 from costaware.importing import split_path
-from costaware.operators.templating import as_written, is_written_out, native_rendered, refuse_template
+from costaware.operators.templating import (
+    as_written,
+    is_written_out,
+    keyword_arguments,
+    native_rendered,
+    refuse_template,
+    rendered_keywords,
+)
 from costaware.training.study_arguments import StudyArguments, resolve_trial_trainer
 
 require("tuning", needed_by=__name__)  # at DAG parse time, with the pip line, rather than in a trial
@@ -263,9 +270,11 @@ class BudgetedTuningOperator(_StudyOperator):
         study_name: The study (templated).
         trainer: ``trainer(params, **trainer_kwargs)`` returning an object whose ``advance(resource)``
             trains up to that fidelity and returns the score; a callable or ``"module:function"``.
-        trainer_kwargs: Keyword arguments for the trainer, e.g. data paths (templated). A value written as a
-            template that renders to exactly a number or bool literal arrives as an ``int``, ``float`` or
-            ``bool``; other strings stay strings.
+        trainer_kwargs: Keyword arguments for the trainer, e.g. data paths (templated): a dict, or a whole
+            template or ``XComArg`` that renders one (its text, JSON or a Python dict, is read; anything
+            else fails the trial before any money is held). A value written as a template that renders to
+            exactly a number or bool literal arrives as an ``int``, ``float`` or ``bool``; other strings
+            stay strings.
         slot: The slot number (set by ``expand(slot=...)``).
         storage_url: Optuna storage URL (templated); None: the ledger's database.
         ledger_conn_id: Airflow connection of the cost ledger.
@@ -280,14 +289,14 @@ class BudgetedTuningOperator(_StudyOperator):
         *,
         study_name: str,
         trainer: Callable[..., Any] | str,
-        trainer_kwargs: Mapping[str, Any] | None = None,
+        trainer_kwargs: Mapping[str, Any] | str | None = None,
         slot: int = 0,
         **kwargs: Any,
     ) -> None:
         super().__init__(study_name=study_name, **kwargs)
         check_trial_trainer(trainer)
         self.trainer = trainer
-        self.trainer_kwargs = dict(trainer_kwargs or {})
+        self.trainer_kwargs = keyword_arguments(trainer_kwargs, "trainer_kwargs")
         self._trainer_kwargs_written = as_written(self.trainer_kwargs)
         self.slot = slot
 
@@ -318,7 +327,9 @@ class BudgetedTuningOperator(_StudyOperator):
                 ledger=self.hook.get_conn(),
                 study_name=str(self.study_name),
                 trainer=trainer,
-                trainer_kwargs=native_rendered(self._trainer_kwargs_written, self.trainer_kwargs),
+                trainer_kwargs=native_rendered(
+                    self._trainer_kwargs_written, rendered_keywords(self.trainer_kwargs, "trainer_kwargs")
+                ),
                 holder=reservation_holder(
                     ti.dag_id, ti.run_id, ti.task_id, -1 if ti.map_index is None else int(ti.map_index)
                 ),
@@ -483,7 +494,7 @@ def budgeted_tuning(
     group_id: str = "tuning",
     study_name: str,
     trainer: Callable[..., Any] | str,
-    trainer_kwargs: Mapping[str, Any] | None = None,
+    trainer_kwargs: Mapping[str, Any] | str | None = None,
     storage_url: str | None = None,
     ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID,
     trial_retries: int = 1,
@@ -522,7 +533,7 @@ def budgeted_tuning(
         trials = BudgetedTuningOperator.partial(
             task_id="trial",
             trainer=trainer,
-            trainer_kwargs=dict(trainer_kwargs or {}),
+            trainer_kwargs=keyword_arguments(trainer_kwargs, "trainer_kwargs"),
             **shared,
             **trial_args,
         ).expand(slot=plan.output)

@@ -52,9 +52,10 @@ class WarmStartRetrainOperator(BuiltInTrainingArguments, BaseOperator):
             ``$AIRFLOW_HOME/costaware/checkpoints``).
         trainer: ``sklearn-sgd``, ``sklearn-hgb``, ``xgboost``, ``lightgbm`` or the path
             (``"pkg.mod:Class"``) of a class that implements ``costaware.training.trainers.Trainer``.
-        trainer_params: Keyword arguments of the trainer (templated). A value written as a template that
-            renders to exactly a number or bool literal (``{"epochs": "{{ params.epochs }}"}``) reaches the
-            trainer as an ``int``, ``float`` or ``bool``; other strings stay strings.
+        trainer_params: Keyword arguments of the trainer (templated): a dict, or a whole template or
+            ``XComArg`` that renders one (its text, JSON or a Python dict, is read). A value written as a
+            template that renders to exactly a number or bool literal (``{"epochs": "{{ params.epochs }}"}``)
+            reaches the trainer as an ``int``, ``float`` or ``bool``; other strings stay strings.
         label_threshold: When set, the label is ``label_column > label_threshold``.
         policy: ``drift`` (default), ``always-full``, ``always-warm``, or a ``RetrainPolicy`` instance.
         policy_params: Keyword arguments of a policy given by name (e.g. ``max_warm_steps``).
@@ -100,7 +101,7 @@ class WarmStartRetrainOperator(BuiltInTrainingArguments, BaseOperator):
         new_data_path: str | None = None,
         checkpoint_store: str | None = None,
         trainer: str = "sklearn-sgd",
-        trainer_params: Mapping[str, Any] | None = None,
+        trainer_params: Mapping[str, Any] | str | None = None,
         label_threshold: float | None = None,
         policy: str | RetrainPolicy | None = None,
         policy_params: Mapping[str, Any] | None = None,
