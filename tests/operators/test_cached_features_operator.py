@@ -189,7 +189,11 @@ def test_bad_arguments_fail_without_writing(
     assert ledger_conn.entries() == []
 
 
-def test_miss_is_priced_from_the_catalog(flights_dir: Path, tmp_path: Path, ledger_conn: Ledger) -> None:
+# "None": what "{{ params.rate }}" renders with the param left blank; it failed the run ("not an amount").
+@pytest.mark.parametrize("usd_per_hour", [None, "None", "null"], ids=["not-given", "None", "null"])
+def test_miss_is_priced_from_the_catalog(
+    flights_dir: Path, tmp_path: Path, ledger_conn: Ledger, usd_per_hour: str | None
+) -> None:
     from costaware.adapters.price_files import bundled_catalog
 
     op = operator(
@@ -198,13 +202,18 @@ def test_miss_is_priced_from_the_catalog(flights_dir: Path, tmp_path: Path, ledg
         str(tmp_path / "cache"),
         instance_type="m5.2xlarge",
         region="us-east-1",
-        usd_per_hour=None,
+        usd_per_hour=usd_per_hour,
         pass_paths=True,
     )
-    run_with_listener(op, context())
+    first = run_with_listener(op, context())
+    listed = bundled_catalog().on_demand_usd_per_hour("m5.2xlarge", "us-east-1")
     [entry] = ledger_conn.entries()
-    assert entry["unit_price_usd"] == bundled_catalog().on_demand_usd_per_hour("m5.2xlarge", "us-east-1")
+    assert entry["unit_price_usd"] == listed
     assert (entry["instance_type"], entry["market"]) == ("m5.2xlarge", "on_demand")
+    # The hit's avoided-cost estimate is on-demand at that price too, not "local".
+    run_with_listener(op, context("run_2"))
+    (avoided,) = [e for e in ledger_conn.entries(run_id="run_2") if e["outcome"] == "cache_hit"]
+    assert avoided["usd"] == Decimal(first["cost_usd"]) and avoided["market"] == "on_demand"
 
 
 def test_asset_inputs_by_uri_and_by_event(flights_dir: Path, tmp_path: Path, ledger_conn: Ledger) -> None:

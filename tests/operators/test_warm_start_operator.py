@@ -84,6 +84,17 @@ def test_full_retrain_on_day_one_then_warm_starts_with_reasons(
     assert not any((tmp_path / "ckpt").rglob("*.ckpt"))
 
 
+@pytest.mark.parametrize("unset", ["None", "null", ""])
+def test_a_price_template_of_an_unset_param_trains_without_a_cost(tmp_path: Path, unset: str) -> None:
+    # usd_per_hour="{{ params.rate }}" with the param left blank rendered "None": the run failed after
+    # reading the data ("usd_per_hour 'None' is not an amount").
+    _day(tmp_path / "landing", 1)
+    op = _operator(tmp_path, 1, usd_per_hour="{{ params.rate }}")
+    op.usd_per_hour = unset  # as rendered
+    result = op.execute(_context("r1"))
+    assert ModelStore.open(str(tmp_path / "models")).get(result["version"]).cost_usd is None
+
+
 def test_force_full_and_drift_trigger_full_retrains(tmp_path: Path) -> None:
     store = ModelStore.open(str(tmp_path / "models"))
     _day(tmp_path / "landing", 1)

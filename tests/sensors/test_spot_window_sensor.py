@@ -186,6 +186,28 @@ def test_poke_mode_returns_the_decision(tmp_path: Path, ledger_env: Ledger) -> N
     assert poked.is_done and poked.xcom_value["market"] == "spot"
 
 
+@pytest.mark.parametrize("unset", ["None", "null", ""])
+def test_prices_a_template_of_an_unset_param_rendered_are_unset(
+    tmp_path: Path, ledger_env: Ledger, unset: str
+) -> None:
+    # "{{ params.target }}" with the param left blank: the run failed ("target_usd_per_hour 'None' is not a
+    # price"), where the deadline, earliest_start and zone rendered so meant "not given".
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="0.30")
+    sensor = make_sensor(prices=str(prices), deadline="{{ params.deadline }}", deferrable=False)
+    sensor.deadline = (now() + timedelta(hours=12)).isoformat()
+    sensor.target_usd_per_hour = sensor.on_demand_usd_per_hour = unset  # as rendered
+    sensor.earliest_start = sensor.availability_zone = unset
+    poked = sensor.poke(context())
+    assert not isinstance(poked, bool) and poked.is_done
+    decision = poked.xcom_value
+    assert decision["market"] == "spot" and "target" not in decision["reason"]
+    from costaware.adapters.price_files import bundled_catalog
+
+    listed = bundled_catalog().on_demand_usd_per_hour("p3.2xlarge", "us-east-1")
+    assert Decimal(decision["on_demand_usd_per_hour"]) == listed  # the list price, as when not given
+
+
 def test_waits_for_the_window_to_open(tmp_path: Path, ledger_env: Ledger) -> None:
     prices = tmp_path / "prices.csv"
     write_history(prices, current="0.10")  # cheap now, but the window has not opened

@@ -19,6 +19,7 @@ from costaware.glue import (
 )
 from costaware.operators.templating import is_literal
 from costaware.settings import feature_cache
+from costaware.training.plan import blank
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -148,7 +149,8 @@ class CachedFeaturesOperator(BaseOperator):
         ledger_conn_id: Airflow connection of the cost ledger.
         instance_type: Instance type the transform runs on, to price a miss from the catalog (templated).
         region: Region of that instance (templated).
-        usd_per_hour: Price of the worker per hour, when it is not a catalog instance (templated).
+        usd_per_hour: Price of the worker per hour, when it is not a catalog instance (templated; one
+            rendered empty, ``None`` or ``null`` is not given).
         tags: Allocation tags (team, project, owner) of the ledger entries.
         wait_timeout_seconds: How long to wait for another run computing the same key.
         bill_storage: Record the cache's storage cost (kind ``storage``) up to the current hour.
@@ -236,7 +238,7 @@ class CachedFeaturesOperator(BaseOperator):
                 f"{', '.join(MODES)}"
             )
         parse_usd(self.storage_usd_per_gb_month, name="storage_usd_per_gb_month")
-        if self.usd_per_hour is not None and known(self.usd_per_hour):
+        if blank(self.usd_per_hour) is not None and known(self.usd_per_hour):
             parse_usd(self.usd_per_hour, name="usd_per_hour")
         if self.store_uri and known(self.store_uri):
             parse_uri(str(self.store_uri), what="store_uri")
@@ -257,7 +259,7 @@ class CachedFeaturesOperator(BaseOperator):
     def _usd_per_hour(self, options: S3Options) -> Decimal:
         from costaware.core.money import parse_usd
 
-        if self.usd_per_hour is not None:
+        if blank(self.usd_per_hour) is not None:  # a template of an unset param renders "None": unset
             return parse_usd(self.usd_per_hour, name="usd_per_hour")
         if self.instance_type:
             from costaware.adapters.price_source import list_price
@@ -377,7 +379,9 @@ class CachedFeaturesOperator(BaseOperator):
             "unit": "hour",
             "instance_type": self.instance_type,
             "region": self.region,
-            "market": Market.ON_DEMAND if self.instance_type and self.usd_per_hour is None else Market.LOCAL,
+            "market": (
+                Market.ON_DEMAND if self.instance_type and blank(self.usd_per_hour) is None else Market.LOCAL
+            ),
             "tags": who["tags"],
         }
         if outcome.hit:

@@ -64,7 +64,8 @@ class WarmStartRetrainOperator(BuiltInTrainingArguments, BaseOperator):
         force_full: Retrain in full whatever the policy says (templated, e.g. ``"{{ params.force_full }}"``).
         checkpoint_every_seconds: Checkpoint at least this often (None: not by time).
         checkpoint_every_steps: Checkpoint every this many steps (None: not by steps).
-        usd_per_hour: Price of the worker, to store the training's cost with the version (templated).
+        usd_per_hour: Price of the worker, to store the training's cost with the version (templated; one
+            rendered empty, ``None`` or ``null`` is not given).
         instance_type: Instance type the training runs on, for the cost listener (templated).
         region: Its region (templated).
         market: ``on_demand``, ``spot`` or ``local``, e.g. a ``SpotWindowSensor``'s decision (templated).
@@ -168,7 +169,7 @@ class WarmStartRetrainOperator(BuiltInTrainingArguments, BaseOperator):
                 ),
                 run=facts,
                 storage_options=storage_options(self.aws_conn_id),
-                usd_per_hour=self.usd_per_hour or None,
+                usd_per_hour=blank(self.usd_per_hour) or None,  # "None": a template of an unset param
                 drift_columns=self.drift_columns,
             )
             result = run_retrain(job, on_checkpointer=self._remember)

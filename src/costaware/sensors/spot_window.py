@@ -47,6 +47,7 @@ from costaware.glue import (
 )
 from costaware.operators.remote_training_args import parse_zones
 from costaware.operators.templating import is_literal
+from costaware.training.plan import blank
 from costaware.triggers.spot_window import SpotWindowTrigger
 
 if TYPE_CHECKING:
@@ -178,7 +179,7 @@ class SpotWindowSensor(BaseSensorOperator):
         self.instance_type = instance_type
         self.region = region
         self.expected_runtime_hours = expected_runtime_hours
-        if is_literal(availability_zone) and availability_zone not in (None, ""):
+        if is_literal(availability_zone) and blank(availability_zone) is not None:
             check_aws_zone(str(availability_zone))  # a typo would otherwise match no zone's prices
         self.availability_zone = availability_zone
         self.prices = prices
@@ -243,6 +244,11 @@ class SpotWindowSensor(BaseSensorOperator):
             objective.check_settings_used(carbon=self.carbon)
             check_carbon_source(self.carbon, region=region, objective=objective)
 
+    def _zone(self) -> str | None:
+        """The rendered ``availability_zone``; None when not given (a template of an unset param: "None")."""
+        zone = blank(self.availability_zone)
+        return None if zone is None else str(zone)
+
     @cached_property
     def ledger_hook(self) -> CostLedgerHook:
         """The cost ledger hook (built on first use, not at parse time)."""
@@ -254,12 +260,12 @@ class SpotWindowSensor(BaseSensorOperator):
 
     def _plan(self, context: Context, now: datetime, *, forecast: bool = True) -> dict[str, Any]:
         """Everything the decision needs, as JSON primitives (they also become the trigger's kwargs)."""
-        if self.availability_zone not in (None, "", "None"):
+        if self._zone() is not None:
             check_aws_zone(str(self.availability_zone))  # rendered: checked before any decision uses it
         self.prices = check_prices(self.prices or LIVE)  # a run that decides at once never reads the file
         runtime = parse_decimal(self.expected_runtime_hours, name="expected_runtime_hours", positive=True)
         deadline_value = (
-            self.deadline if self.deadline not in (None, "", "None") else context.get("data_interval_end")
+            self.deadline if blank(self.deadline) is not None else context.get("data_interval_end")
         )
         if deadline_value is None:
             # A run started by hand or through the API without a logical date has no data interval: with
@@ -271,8 +277,8 @@ class SpotWindowSensor(BaseSensorOperator):
             )
         else:
             deadline = parse_instant(deadline_value, name="deadline")
-        given_deadline = self.deadline not in (None, "", "None")
-        start_value = self.earliest_start if self.earliest_start not in (None, "", "None") else None
+        given_deadline = blank(self.deadline) is not None
+        start_value = blank(self.earliest_start)
         window_start = start_value is None
         start_value = start_value or context.get("data_interval_start")
         not_before = parse_instant(start_value, name="earliest_start") if start_value else None
@@ -318,14 +324,15 @@ class SpotWindowSensor(BaseSensorOperator):
                 "already past" if deadline <= now else "less than the expected runtime away",
                 remedy,
             )
-        if self.on_demand_usd_per_hour not in (None, ""):
+        # A template of an unset param renders "None" (or "null" with tojson): unset, as for the deadline.
+        if blank(self.on_demand_usd_per_hour) is not None:
             on_demand = _price(self.on_demand_usd_per_hour, "on_demand_usd_per_hour", positive=True)
         else:
             from costaware.adapters.price_source import list_price
 
             on_demand = list_price(self.ledger_hook.get_conn(), self.instance_type, self.region)
         target = None
-        if self.target_usd_per_hour not in (None, ""):
+        if blank(self.target_usd_per_hour) is not None:
             target = str(_price(self.target_usd_per_hour, "target_usd_per_hour"))
         objective = Objective.parse(self.objective, self.carbon_usd_per_tonne)
         _check_target_fits(target, objective)
@@ -361,7 +368,7 @@ class SpotWindowSensor(BaseSensorOperator):
             aws_conn_id=self.aws_conn_id,
             ttl_seconds=self.cache_seconds,
             products=self.products,
-            zones=self._zones() or [self.availability_zone],
+            zones=self._zones() or [self._zone()],
             now=now,
             latest_start=latest_start,
             runtime_hours=runtime,
@@ -424,7 +431,7 @@ class SpotWindowSensor(BaseSensorOperator):
         return {
             "availability_zones": zones,
             "zone_availability": zone_traces,
-            "availability_zone": self.availability_zone,
+            "availability_zone": self._zone(),
             "availability": availability,
             "prices": self.prices,
             "instance_type": self.instance_type,
@@ -509,7 +516,7 @@ class SpotWindowSensor(BaseSensorOperator):
             expected_runtime_hours=Decimal(plan["runtime_hours"]),
             latest_start=parse_instant(plan["latest_start"], name="latest_start"),
             deadline=parse_instant(plan["deadline"], name="deadline"),
-            availability_zone=self.availability_zone,
+            availability_zone=self._zone(),
         )
         self.log.info("decision: %s at %s USD/hour: %s", result.market, result.usd_per_hour, result.reason)
         if self.record_decision:
@@ -543,7 +550,7 @@ def _objective(plan: dict[str, Any]) -> Objective:
 def _written(value: Any) -> bool:
     """Whether ``value`` is given and holds no template (so it can be checked when the DAG is parsed)."""
     # A datetime written out too: a naive one passed the parse, and failed the run.
-    return value not in (None, "", "None") and (is_literal(value) or isinstance(value, datetime))
+    return blank(value) is not None and (is_literal(value) or isinstance(value, datetime))
 
 
 def _check_written(
