@@ -120,6 +120,22 @@ def test_miss_then_hit_locally(
     assert second_run["success"]["estimated"] is False
 
 
+def test_a_retry_of_a_hit_records_its_avoided_cost_once(
+    transform_module: Any, flights_dir: Path, tmp_path: Path, ledger_conn: Ledger
+) -> None:
+    # A second try (its storage bill failed, say) wrote a second avoided-cost estimate: savings counted twice.
+    store, inputs = str(tmp_path / "cache"), {"flights": str(flights_dir)}
+    first = operator(transform_module(), inputs, store).execute(context("run_1"))
+    for try_number in (1, 2):
+        retry = task_context("features", run_id="run_2", try_number=try_number)
+        assert operator(transform_module(), inputs, store).execute(retry)["hit"] is True
+    hits = [e for e in ledger_conn.entries(run_id="run_2") if e["outcome"] == "cache_hit"]
+    assert len(hits) == 1 and hits[0]["usd"] == Decimal(first["cost_usd"])
+    # Another run's hit is its own avoided cost.
+    operator(transform_module(), inputs, store).execute(context("run_3"))
+    assert [e["outcome"] for e in ledger_conn.entries(run_id="run_3")] == ["cache_hit"]
+
+
 def test_what_invalidates_and_what_does_not(
     transform_module: Any, flights_dir: Path, tmp_path: Path, ledger_conn: Ledger
 ) -> None:

@@ -110,6 +110,32 @@ def test_warn_records_the_egress_as_spend(buckets: dict[str, str], ledger_conn: 
     assert (entry["outcome"], entry["estimated"], entry["usd"]) == ("warned", False, usd)
 
 
+def _retry_context(try_number: int) -> dict[str, Any]:
+    ti = SimpleNamespace(
+        dag_id="retrain", task_id="locality", run_id="r1", try_number=try_number, map_index=-1
+    )
+    return {"ti": ti, "run_id": "r1"}
+
+
+@pytest.mark.parametrize("policy", ["warn", "block"])
+def test_a_retry_records_each_inputs_egress_once(
+    buckets: dict[str, str], ledger_conn: Ledger, policy: str
+) -> None:
+    # A second try wrote a second "warned" entry (random uid): one transfer counted twice as spend.
+    eu, us = f"s3://{buckets['eu']}/flights", f"s3://{buckets['us']}/flights"
+    op = check([eu, eu, us], policy=policy)  # the same URI twice is two transfers
+    for try_number in (1, 2):
+        try:
+            op.execute(_retry_context(try_number))
+        except AirflowFailException:
+            assert policy == "block"
+    usd = expected_usd("eu-west-1", "us-east-1")
+    moved = "warned" if policy == "warn" else "blocked"
+    outcomes = sorted((e["outcome"], e["usd"]) for e in ledger_conn.entries())
+    assert outcomes == sorted([(moved, usd), (moved, usd), ("same_region", Decimal(0))])
+    assert ledger_conn.spent() == (2 * usd if policy == "warn" else 0)
+
+
 def test_allow_within_budget_reserves_and_records(buckets: dict[str, str], ledger_conn: Ledger) -> None:
     ledger_conn.set_budget("project=flights", "month", "1.00")
     usd = expected_usd("eu-west-1", "us-east-1")

@@ -362,6 +362,8 @@ class CachedFeaturesOperator(BaseOperator):
 
     def _ledger_entry(self, outcome: Outcome, who: dict[str, Any], rate: Decimal) -> Any:
         """The avoided-cost entry of a hit; for a miss, the entry whose note the listener's entry takes."""
+        import hashlib
+
         from costaware.core.ledger import SECONDS_PER_HOUR, Kind, LedgerEntry, Market
         from costaware.core.money import format_usd_exact
 
@@ -393,6 +395,10 @@ class CachedFeaturesOperator(BaseOperator):
                 manifest.rows,
                 format_usd_exact(Decimal(manifest.cost_usd)),
             )
+            # One avoided cost per task instance and key: a retry (a storage bill that failed after the
+            # hit, say) recorded the estimate again, and the savings report counted it twice.
+            parts = (who["dag_id"], who["run_id"], who["task_id"], who["map_index"], manifest.key)
+            key = "\x00".join(["cache_hit", *map(str, parts)]).encode()
             return LedgerEntry(
                 **common,
                 estimated=True,
@@ -400,6 +406,7 @@ class CachedFeaturesOperator(BaseOperator):
                 cause="feature_cache",
                 note=f"avoided: reused features {manifest.key} computed by {manifest.producer_label} "
                 f"on {manifest.created_at}",
+                entry_uid="cache-hit-" + hashlib.sha256(key).hexdigest()[:40],
             )
         self.log.info(
             "computed features in %.1f s (%d rows, %d bytes) and stored them as %s",

@@ -225,8 +225,8 @@ class DataLocalityCheckOperator(BaseOperator):
         actual: bool,
         outcome: str,
         note: str,
+        position: int,
         reservation_id: str | None = None,
-        position: int = 0,
     ) -> LedgerEntry:
         import dataclasses
         import hashlib
@@ -254,11 +254,15 @@ class DataLocalityCheckOperator(BaseOperator):
             reservation_id=reservation_id,
         )
         if reservation_id is None:
-            return entry
-        # One entry per input and hold: a retry after a failed settle gets the same open hold back and
-        # recorded the transfer a second time. A cleared run holds anew, and records its transfer anew.
-        # Its position among the inputs too: two inputs of the same URI are two transfers.
-        key = f"egress\x00{reservation_id}\x00{position}\x00{estimate.placement.uri}".encode()
+            # One entry per task instance, outcome and input: a retry (or a clear) of the task recorded its
+            # estimates again, a "warned" transfer twice as spend. Its position among the inputs too: two
+            # inputs of the same URI are two transfers.
+            parts = (who["dag_id"], who["run_id"], who["task_id"], who["map_index"], outcome, position)
+            key = "\x00".join(["egress", *map(str, parts), estimate.placement.uri]).encode()
+        else:
+            # One entry per input and hold: a retry after a failed settle gets the same open hold back and
+            # recorded the transfer a second time. A cleared run holds anew, and records its transfer anew.
+            key = f"egress\x00{reservation_id}\x00{position}\x00{estimate.placement.uri}".encode()
         return dataclasses.replace(entry, entry_uid="egress-" + hashlib.sha256(key).hexdigest()[:40])
 
     def execute(self, context: Context) -> dict[str, Any]:
@@ -287,8 +291,9 @@ class DataLocalityCheckOperator(BaseOperator):
         """Apply the policy; records every estimate in the ledger, then raises when the run must stop."""
         from costaware.core.errors import BudgetExceededError, CrossRegionEgressError
 
-        moving = [e for _, e, replica in found if e.cross_region and replica is None]
-        for _, estimate, replica in found:
+        # Each input's place among them: the entries' uid (the same on a retry).
+        moving = [(i, e) for i, (_, e, replica) in enumerate(found) if e.cross_region and replica is None]
+        for i, (_, estimate, replica) in enumerate(found):
             if replica is not None:
                 self.log.info(
                     "using the same-region replica %s instead of %s",
@@ -302,31 +307,43 @@ class DataLocalityCheckOperator(BaseOperator):
                         actual=False,
                         outcome="avoided",
                         note=f"replica {replica.placement.uri} used",
+                        position=i,
                     )
                 )
             elif not estimate.cross_region:
                 ledger.record(
-                    self._entry(who, estimate, actual=False, outcome="same_region", note="no transfer")
+                    self._entry(
+                        who, estimate, actual=False, outcome="same_region", note="no transfer", position=i
+                    )
                 )
         if not moving:
             return
-        total = sum((e.usd for e in moving), Decimal(0))
-        what = "; ".join(_describe(e) for e in moving)
+        total = sum((e.usd for _, e in moving), Decimal(0))
+        what = "; ".join(_describe(e) for _, e in moving)
         if self.policy == "block":
-            for e in moving:
+            for i, e in moving:
                 ledger.record(
-                    self._entry(who, e, actual=False, outcome="blocked", note="avoided egress, run blocked")
+                    self._entry(
+                        who,
+                        e,
+                        actual=False,
+                        outcome="blocked",
+                        note="avoided egress, run blocked",
+                        position=i,
+                    )
                 )
             raise CrossRegionEgressError(
-                f"cross-region egress blocked: {what}. Run the compute in {moving[0].placement.region}, "
+                f"cross-region egress blocked: {what}. Run the compute in {moving[0][1].placement.region}, "
                 f"configure a replica in {self.compute_region} (replicas=), or set "
                 f"policy='allow_within_budget' to pay ${total} from a budget"
             )
         if self.policy == "warn":
             self.log.warning("cross-region egress of an estimated $%s: %s", total, what)
-            for e in moving:
+            for i, e in moving:
                 ledger.record(
-                    self._entry(who, e, actual=True, outcome="warned", note="cross-region egress allowed")
+                    self._entry(
+                        who, e, actual=True, outcome="warned", note="cross-region egress allowed", position=i
+                    )
                 )
             return
         holder = f"{who['dag_id']}/{who['run_id']}/{who['task_id']}/{who['map_index']}/egress"
@@ -341,12 +358,20 @@ class DataLocalityCheckOperator(BaseOperator):
                 scope, total, holder=holder, run_id=who["run_id"], purpose=f"cross-region egress ({what})"
             )
         except BudgetExceededError:
-            for e in moving:
+            for i, e in moving:
                 ledger.record(
-                    self._entry(who, e, actual=False, outcome="blocked", note="avoided egress, over budget")
+                    self._entry(
+                        who,
+                        e,
+                        actual=False,
+                        outcome="blocked",
+                        note="avoided egress, over budget",
+                        position=i,
+                    )
                 )
             raise
-        for position, e in enumerate(moving):
+        # The position among the moving inputs, as the hold's entries had it before (the same uids).
+        for position, (_, e) in enumerate(moving):
             note = f"egress paid from budget '{scope}'"
             ledger.record(
                 self._entry(
