@@ -445,3 +445,16 @@ def test_an_earlier_tries_identical_copy_counts_as_the_copy(tmp_path: Path) -> N
     with pytest.raises(AirflowFailException, match=f"the batch was moved to {copy}"):
         _gate(tmp_path, landed).execute(task_context("quality_gate", dag_id="d", run_id="r1", try_number=2))
     assert not landed.exists() and len(pd.read_parquet(copy)) == 4
+
+
+def test_the_results_say_when_on_the_projects_clock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # It read datetime.now() itself: a test (or a replay) that sets the project's clock was not followed.
+    from datetime import datetime, timezone
+
+    from costaware.operators import data_quality
+
+    at = datetime(2013, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    monkeypatch.setattr(data_quality, "utcnow", lambda: at)
+    _batch(tmp_path)
+    _run(tmp_path, SUITE)
+    assert _stored(tmp_path)["validated_at"] == "2013-01-02T03:04:05+00:00"

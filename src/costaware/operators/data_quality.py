@@ -11,13 +11,13 @@ import json
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
 from costaware.core.errors import ConfigurationError
+from costaware.core.ledger import utcnow
 from costaware.glue import DEFAULT_AWS_CONN_ID, airflow_errors, run_identity, storage_options
 from costaware.operators.templating import is_literal
 from costaware.settings import default_store
@@ -429,7 +429,7 @@ class DataQualityOperator(BaseOperator):
                 "data_path": self.data_path,
                 "data_fingerprint": fingerprint,
                 "rows": len(frame),
-                "validated_at": datetime.now(timezone.utc).isoformat(),
+                "validated_at": utcnow().isoformat(),  # the project's clock: a test can set it
                 "run": facts,
                 "failures": failures,
                 "result": result,
