@@ -235,6 +235,37 @@ def test_resume_defers_again_when_someone_else_took_the_money(env_ledger: Ledger
         sensor().execute_complete(context(), event={"status": "success", "message": "room"})
 
 
+def test_lost_races_do_not_wait_past_the_sensors_timeout(env_ledger: Ledger) -> None:
+    # Each resume that found the room taken waited a whole timeout again: lost races kept it waiting on.
+    from datetime import datetime, timedelta, timezone
+
+    import time_machine
+    from airflow.sdk.exceptions import AirflowSensorTimeout
+
+    start = datetime(2026, 3, 1, 12, tzinfo=timezone.utc)
+    room = {"status": "success", "message": "room"}
+    with time_machine.travel(start, tick=False) as clock:
+        env_ledger.reserve("project=churn", "8")  # another run holds the room
+        with pytest.raises(TaskDeferred) as first:
+            sensor(timeout=5, deferrable=True).execute(context())
+        assert first.value.timeout == timedelta(seconds=5)
+        carried = first.value.kwargs or {}
+        clock.move_to(start + timedelta(seconds=3))
+        with pytest.raises(TaskDeferred) as again:
+            sensor(timeout=5).execute_complete(context(), event=room, **carried)
+        assert again.value.timeout == timedelta(seconds=2)  # what is left, not 5 s again
+        assert again.value.kwargs == carried
+        clock.move_to(start + timedelta(seconds=6))
+        with pytest.raises(AirflowSensorTimeout, match=r"had no room left for 'train' when the sensor's"):
+            sensor(timeout=5).execute_complete(context(), event=room, **carried)
+        # soft_fail skips it, as it does the trigger's own timeout.
+        with pytest.raises(AirflowSkipException):
+            sensor(timeout=5, soft_fail=True).resume_execution(
+                "execute_complete", {"event": room, **carried}, context()
+            )
+        assert [r.usd for r in env_ledger.open_reservations()] == [8]  # nothing reserved for train
+
+
 def test_trigger_error_event_fails_the_task(env_ledger: Ledger) -> None:
     with pytest.raises(Exception, match="budget wait failed: boom"):
         sensor().execute_complete(context(), event={"status": "error", "message": "boom"})

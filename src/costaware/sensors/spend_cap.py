@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
-from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
+from airflow.sdk.exceptions import (
+    AirflowException,
+    AirflowFailException,
+    AirflowSensorTimeout,
+    AirflowSkipException,
+)
 
+from costaware.core.ledger import utcnow
 from costaware.glue import DEFAULT_LEDGER_CONN_ID
 from costaware.triggers.budget import BudgetAvailableTrigger
 
@@ -498,9 +504,27 @@ class SpendCapSensor(BaseSensorOperator):
         self._defer(context)
         return None
 
-    def _defer(self, context: Any) -> None:
+    def _defer(self, context: Any, wait_ends: str | None = None) -> None:
+        """Wait in the triggerer until the budget has room, at most until ``wait_ends`` (ISO).
+
+        ``wait_ends`` (None: ``timeout`` from now) is carried over each wait: a resume that lost the room to
+        another run waited a whole ``timeout`` again, so lost races kept the sensor waiting past it.
+
+        Raises:
+            AirflowSensorTimeout: ``wait_ends`` has passed.
+        """
         from costaware.core.money import parse_gpu_hours, parse_usd
 
+        now = utcnow()
+        ends = (
+            datetime.fromisoformat(wait_ends) if wait_ends else now + timedelta(seconds=float(self.timeout))
+        )
+        if ends <= now:
+            raise AirflowSensorTimeout(
+                f"budget scope '{self.scope}' had no room left for {self._target()!r} when the sensor's "
+                f"timeout of {float(self.timeout):g} s ran out (the room that came was taken by other runs): "
+                "raise the cap, lower estimated_usd, or give the sensor a longer timeout"
+            )
         self.defer(
             trigger=BudgetAvailableTrigger(
                 scope=str(self.scope),
@@ -512,17 +536,24 @@ class SpendCapSensor(BaseSensorOperator):
                 poll_interval=float(self.poke_interval),
             ),
             method_name="execute_complete",
-            timeout=timedelta(seconds=float(self.timeout)),
+            kwargs={"wait_ends": ends.isoformat()},
+            timeout=ends - now,
         )
 
-    def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> Any:
-        """Resume after the trigger saw room: reserve now (another run may have taken it; then wait again)."""
+    def execute_complete(
+        self, context: Any, event: dict[str, Any] | None = None, wait_ends: str | None = None
+    ) -> Any:
+        """Resume after the trigger saw room: reserve now (another run may have taken it; then wait again).
+
+        ``wait_ends``: when the sensor's ``timeout`` runs out, from its first wait (None: a wait deferred
+        by an earlier version, which gets a whole ``timeout`` again).
+        """
         if not event or event.get("status") != "success":
             raise AirflowException(f"budget wait failed: {(event or {}).get('message', event)}")
         result = self._try_reserve(context)
         if result:
             return result
-        self._defer(context)
+        self._defer(context, wait_ends)
         return None
 
 
