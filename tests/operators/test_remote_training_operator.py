@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import re
+import signal
 import time
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
@@ -679,6 +681,54 @@ def test_local_backend_submit_is_idempotent_by_job_name(tmp_path: Path) -> None:
         time.sleep(0.1)
     assert status.state == JobState.FAILED and status.exit_code == 2
     assert "does not exist" in status.reason and "missing.json" in backend.logs("t-1")
+
+
+@pytest.mark.parametrize(
+    ("limits", "reason"),
+    [
+        ({"max_runtime_seconds": 3}, r"stopped at its time limit \(max_runtime_seconds\) after 3\.0 s"),
+        ({"max_runtime_seconds": 3, "stop_after_seconds": 3}, r"stopped at its max_usd limit after 3\.0 s"),
+    ],
+    ids=["time-limit", "max-usd-first"],
+)
+def test_local_backend_stops_a_job_at_its_time_limit(
+    tmp_path: Path, limits: dict[str, int], reason: str
+) -> None:
+    # SageMaker, Batch and Kubernetes end a job at its time limit; the local backend (the default) ran it on,
+    # billed, after the task's wait for it had timed out.
+    import sys
+
+    pytest.importorskip("costaware_runtime.launcher", reason="pip install -e ./runtime (costaware-run)")
+    from remote_support import TRAINING
+
+    seen = tmp_path / "seen.jsonl"
+    backend = open_backend("local", {"root": str(tmp_path / "jobs"), "env": {"OWN_TRAIN_LOG": str(seen)}})
+    request = JobRequest(
+        job_name="t-3",
+        spec_uri="",
+        market="on_demand",
+        instance_type="m5.large",
+        checkpoint_uri=str(tmp_path / "ckpt"),
+        model_store=str(tmp_path / "models"),
+        output_uri=str(tmp_path / "out"),
+        result_uri=str(tmp_path / "result.json"),
+        user_command=(sys.executable, str(TRAINING / "own_train.py"), "wait-for-notice"),
+        grace_seconds=5,
+        **limits,
+    )
+    backend.submit(request)
+    try:
+        for _ in range(600):
+            status = backend.poll("t-3")
+            if status.state.done:
+                break
+            time.sleep(0.1)
+    finally:
+        backend.signal("t-3", signal.SIGKILL)  # never left running by a failure here
+    assert status.state == JobState.INTERRUPTED, status  # stopped as a notice stops it: it checkpointed
+    assert status.exit_code == 75
+    assert re.match(reason, status.reason)
+    assert 3 <= status.billable_seconds < 30
 
 
 def test_local_backend_submit_closes_its_copy_of_the_supervisor_log(tmp_path: Path) -> None:

@@ -138,7 +138,7 @@ class RemoteAttemptSteps(AttemptBilling):
             )
         # The stop the cap sets, where it is the limit the job got (an earlier deadline limit is not it):
         # an attempt that ran into it is recorded as stopped by max_usd, not preempted.
-        binding = allowed is not None and (plan.backend == "local" or request.max_runtime_seconds == allowed)
+        binding = allowed is not None and request.max_runtime_seconds == allowed
         restored = self._committed_step(state) if market == "spot" else None
         if moved is None:
             moved = self._moved_bytes(state)

@@ -80,7 +80,9 @@ class JobRequest:
         checkpoint_uri: Where checkpoints live: ``COSTAWARE_CHECKPOINT_URI`` of every attempt (SageMaker syncs
             ``CheckpointConfig.S3Uri`` with the checkpoint folder itself).
         model_store: The model store the job writes its version to.
-        max_runtime_seconds: Longest the training may run.
+        max_runtime_seconds: Longest the training may run: every backend ends it there (SageMaker's
+            ``MaxRuntimeInSeconds``, Batch's ``attemptDurationSeconds``, Kubernetes'
+            ``activeDeadlineSeconds``; the ``local`` backend stops it itself, as a stop would).
         max_wait_seconds: Longest to wait for spot capacity plus run (SageMaker managed spot).
         env: Extra environment variables of the training process.
         user_command: The team's own command (run under ``costaware-run``); empty for the built-in trainers.
@@ -97,9 +99,9 @@ class JobRequest:
             (``COSTAWARE_CHECKPOINT_EVERY_SECONDS``; with ``"auto"``, the interval re-tuned for it); None:
             unset.
         stop_after_seconds: Stop the attempt (SIGTERM, then SIGKILL after the grace period) once it has run
-            this long: what is left of the task's ``max_usd``. The cloud backends get it as part of
-            ``max_runtime_seconds``; the ``local`` backend, which has no other limit, enforces it itself.
-            None: no money cap.
+            this long: what is left of the task's ``max_usd``. Every backend gets it as part of
+            ``max_runtime_seconds``; the ``local`` backend also keeps it apart, to say which limit stopped
+            the job. None: no money cap.
     """
 
     job_name: str

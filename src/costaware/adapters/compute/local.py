@@ -9,7 +9,9 @@ of the same name finds it and returns the running job.
 Every job runs under the launcher (``costaware-run -- <command...>``, from ``costaware-runtime`` installed
 in the interpreter's environment) with the job contract's variables: a user command, or the built-in
 entrypoint run by this backend's interpreter. Its local folders are under ``<root>/<job_name>/work/``.
-``stop`` asks the supervisor to send SIGTERM, then SIGKILL once the request's grace period has passed.
+``stop`` asks the supervisor to send SIGTERM, then SIGKILL once the request's grace period has passed. The
+supervisor stops the training the same way once it has run its ``max_runtime_seconds`` (or, sooner, its
+``stop_after_seconds``), as SageMaker, Batch and Kubernetes end a job at their own time limit.
 
 The supervisor writes its heartbeat (the time, in ``alive``) every few seconds. A job whose supervisor has
 stopped beating (the machine or the worker's container restarted, or it was killed) ended unrecorded: a poll
@@ -53,6 +55,8 @@ _WATCH_SECONDS = 0.05
 _BACKSTOP_SECONDS = 10.0
 #: Written when the job was stopped at its ``stop_after_seconds`` (``max_usd``).
 CAPPED_FILE = "capped"
+#: Written when the job was stopped at its ``max_runtime_seconds`` (the attempt's time limit).
+TIME_LIMIT_FILE = "time_limit"
 #: The placeholder of a per-zone ``capacity_file``.
 ZONE_PLACEHOLDER = "{zone}"
 #: How often the supervisor writes its heartbeat.
@@ -196,6 +200,7 @@ class LocalBackend:
                 "capacity_file": capacity,
                 "grace_seconds": request.grace_seconds,
                 "stop_after_seconds": request.stop_after_seconds,
+                "max_runtime_seconds": request.max_runtime_seconds,
                 # The supervisor runs here: only here may a poll stop a training its supervisor left.
                 "host": socket.gethostname(),
                 "heartbeat_seconds": HEARTBEAT_SECONDS,  # an older release's supervisor wrote none
@@ -262,9 +267,14 @@ class LocalBackend:
                     "job ended (the machine or the worker's container restarted, or the supervisor was "
                     "killed): billed to its last heartbeat"
                 )
-            capped = folder / CAPPED_FILE
+            capped, limited = folder / CAPPED_FILE, folder / TIME_LIMIT_FILE
             if code != 0 and capped.exists():
                 reason = f"stopped at its max_usd limit after {capped.read_text().strip()} s ({reason})"
+            elif code != 0 and limited.exists():
+                reason = (
+                    f"stopped at its time limit (max_runtime_seconds) after {limited.read_text().strip()} s "
+                    f"({reason})"
+                )
             return JobStatus(
                 state=state,
                 billable_seconds=seconds,
@@ -388,9 +398,9 @@ def supervise(folder: Path) -> int:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGTERM)
         grace = request.get("grace_seconds")
-        stop_after = request.get("stop_after_seconds")
-        if stop_after is not None:  # the money cap: stop as LocalBackend.stop does, from here
-            _stop_when_due(proc, folder, float(stop_after))
+        limit = _time_limit(request)
+        if limit is not None:  # stop as LocalBackend.stop does, from here
+            _stop_when_due(proc, folder, *limit)
         code = _wait(proc, folder / "stop", None if grace is None else float(grace), beat)
         _kill_orphans()
     _write_json(
@@ -440,11 +450,27 @@ def _kill_orphans() -> None:
     psutil.wait_procs(left, timeout=5)
 
 
-def _stop_when_due(proc: subprocess.Popen[bytes], folder: Path, after_seconds: float) -> None:
+def _time_limit(request: Mapping[str, Any]) -> tuple[float, str] | None:
+    """When the supervisor stops the training, and the file that will say why; None: never.
+
+    ``stop_after_seconds`` (``max_usd``) where it comes first, else ``max_runtime_seconds``, which the cloud
+    backends enforce themselves: a local job left to run past it was billed on after the operator's wait for
+    it had timed out. A request of an older release has no ``max_runtime_seconds``: no time limit, as then.
+    """
+    cap, runtime = request.get("stop_after_seconds"), request.get("max_runtime_seconds")
+    if cap is not None and (runtime is None or float(cap) <= float(runtime)):
+        return float(cap), CAPPED_FILE
+    if runtime is not None:
+        return float(runtime), TIME_LIMIT_FILE
+    return None
+
+
+def _stop_when_due(proc: subprocess.Popen[bytes], folder: Path, after_seconds: float, why: str) -> None:
     """In a thread: once ``proc`` has run ``after_seconds``, ask it to stop (the ``stop`` file, SIGTERM).
 
     The training checkpoints on the SIGTERM and exits as preempted; :func:`_wait` kills it after the
-    grace period if it does not. The ``capped`` file tells :meth:`LocalBackend.poll` why it stopped.
+    grace period if it does not. The file ``why`` (:data:`CAPPED_FILE`, :data:`TIME_LIMIT_FILE`) tells
+    :meth:`LocalBackend.poll` why it stopped.
     """
     import threading
 
@@ -452,7 +478,7 @@ def _stop_when_due(proc: subprocess.Popen[bytes], folder: Path, after_seconds: f
         try:
             proc.wait(timeout=after_seconds)
         except subprocess.TimeoutExpired:
-            (folder / CAPPED_FILE).write_text(repr(after_seconds))
+            (folder / why).write_text(repr(after_seconds))
             (folder / "stop").touch()
             with contextlib.suppress(ProcessLookupError):  # it ended just now
                 proc.send_signal(signal.SIGTERM)
