@@ -409,6 +409,84 @@ def test_a_task_failing_for_good_while_its_job_runs_stops_and_bills_it(
     assert [e["cause"] for e in train_entries(ledger)] == (["unwatched"] if stopped else [])
 
 
+def keeping_xcoms(context: dict[str, Any], xcoms: dict[tuple[str, int], Any]) -> dict[str, Any]:
+    """``context`` whose task instance pushes and pulls its XComs in ``xcoms``, as JSON as Airflow keeps them.
+
+    One store for the deferring try and its resume: Airflow keeps a try's XComs over a deferral.
+    """
+    import json
+
+    ti = context["ti"]
+
+    def push(key: str, value: Any) -> None:
+        xcoms[(key, ti.map_index)] = json.loads(json.dumps(value))
+
+    def pull(
+        task_ids: str | None = None, key: str = "return_value", map_indexes: Any = None, **_: Any
+    ) -> Any:
+        return xcoms.get((key, map_indexes)) if task_ids == ti.task_id else None
+
+    ti.xcom_push, ti.xcom_pull = push, pull
+    return context
+
+
+@pytest.mark.parametrize(
+    ("error", "max_tries", "stopped", "said"),
+    [
+        ("Trigger timeout", 0, True, "the wait for the training job timed out .*: it was stopped and billed"),
+        ("Trigger failure", 0, True, r"the trigger watching the training job failed \(Trigger failure\)"),
+        ("Trigger timeout", 1, False, "may still run: the retry follows it by its name and bills it"),
+    ],
+)
+def test_a_deferral_timeout_on_the_last_try_stops_and_bills_the_job(
+    tmp_path: Path, ledger: Any, error: str, max_tries: int, stopped: bool, said: str
+) -> None:
+    # Airflow resumes a timed-out deferral only to fail it in BaseOperator.resume_execution, before
+    # execute_complete runs, and calls no trigger on_kill: the job ran on (the local backend kept no time
+    # limit), unbilled, and the task's hold stayed open. With a retry left, the retry follows the job.
+    from airflow.sdk.exceptions import AirflowException
+
+    ledger.set_budget("project=churn", "month", "10")
+    gate = ledger.reserve("project=churn", "1.00", holder=HOLDER, run_id="r")
+    xcoms: dict[tuple[str, int], Any] = {}
+    with pytest.raises(TaskDeferred) as deferred:
+        operator(tmp_path, "wait-for-notice").execute(keeping_xcoms(context_for(), xcoms))
+    wait_for(tmp_path / "seen.jsonl.ready")  # the job runs
+    # The resume Airflow runs on a timeout: a new operator, and the error alone in next_kwargs.
+    resumed = keeping_xcoms(context_for(), xcoms)
+    resumed["ti"].max_tries = max_tries
+    with pytest.raises(AirflowException, match=said):
+        operator(tmp_path, "wait-for-notice").resume_execution("__fail__", {"error": error}, resumed)
+    job = deferred.value.trigger.job_id
+    backend = open_backend("local", {"root": str(tmp_path / "jobs")})
+    if stopped:
+        assert backend.poll(job).state.done  # stopped_and_bill waited for its end
+        (entry,) = train_entries(ledger)
+        assert (entry["cause"], entry["outcome"]) == ("unwatched", "interrupted")
+        with ledger.reading() as conn:
+            settled = reservations.reservation(conn, gate.id)
+        assert settled.status == "settled" and settled.settled_usd == Decimal(str(entry["usd"])) > 0
+    else:
+        assert not backend.poll(job).state.done
+        assert train_entries(ledger) == [] and [r.id for r in ledger.open_reservations()] == [gate.id]
+
+
+def test_a_deferral_timeout_without_the_waits_state_says_what_to_stop_by_hand(
+    tmp_path: Path, ledger: Any
+) -> None:
+    # A deferral of an earlier costaware (no state kept): nothing to stop from; the message says so.
+    from airflow.sdk.exceptions import AirflowException
+
+    context = keeping_xcoms(context_for(), {})
+    context["ti"].max_tries = 0
+    with pytest.raises(
+        AirflowException,
+        match=r"no retry is left to follow its job, and the wait's state is not there to stop it from .*: "
+        r"look for this task's jobs on the 'local' backend",
+    ):
+        operator(tmp_path, "ok").resume_execution("__fail__", {"error": "Trigger timeout"}, context)
+
+
 @pytest.mark.parametrize(
     ("where", "max_tries", "stopped"), [("wait", 0, True), ("submit", 0, True), ("wait", 1, False)]
 )

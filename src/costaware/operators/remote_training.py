@@ -39,6 +39,10 @@ __all__ = ["RemoteTrainingOperator"]
 WORKER_KILL_WAIT_SECONDS = 0.0
 #: What AWS leaves between a spot interruption notice and the stop (EC2, hence Batch and SageMaker).
 AWS_SPOT_NOTICE_SECONDS = 120
+#: The XCom (of the waiting try) holding the attempt state a deferred wait watches. Airflow resumes a wait
+#: that timed out (or whose trigger failed) with nothing of the deferral but the error: this is how that
+#: resume finds the job to stop and bill.
+WAIT_STATE_XCOM_KEY = "costaware_wait_state"
 
 
 def grace_warning(backend: str, grace_seconds: float) -> str | None:
@@ -598,6 +602,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
                 self._stop_killed(trigger)
             if self.deferrable:
                 self._waiting_on = None  # the triggerer watches it from here
+                self._keep_wait_state(context, state)
                 self.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
             # In the worker: poll the same trigger (its price watch and state-change logging) until it fires.
             try:
@@ -655,6 +660,98 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
                 return outcome
             return self._wait(context, outcome)
 
+    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
+        """Airflow's resume; a wait that ended with no event stops and bills its job on the last try.
+
+        A deferral timeout (the wait's limit passed: the backend did not end the job at its own time limit,
+        a Batch job queued or retried past it) or a trigger that failed resumes the task only to fail it,
+        in ``BaseOperator.resume_execution``, before ``execute_complete`` runs, and no trigger ``on_kill``
+        is called. The job ran on: with no retry left to follow it by its name, it was never billed and
+        the task's hold stayed open.
+        """
+        from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR
+        from airflow.sdk.exceptions import TaskDeferralError, TaskDeferralTimeout
+
+        if next_method != TRIGGER_FAIL_REPR:
+            return super().resume_execution(next_method, next_kwargs, context)
+        try:
+            return super().resume_execution(next_method, next_kwargs, context)
+        except (TaskDeferralTimeout, TaskDeferralError) as e:
+            self._wait_ended_unseen(context, e)
+
+    def _keep_wait_state(self, context: Context, state: AttemptState) -> None:
+        """Keep the state the deferred wait watches where a resume without an event reads it (an XCom).
+
+        A failure only warns: the trigger watches the job all the same; a timeout could not stop it.
+        """
+        push = getattr(context.get("ti"), "xcom_push", None)
+        if push is None:  # outside Airflow
+            return
+        try:
+            push(key=WAIT_STATE_XCOM_KEY, value=state.to_json())
+        except Exception as e:
+            self.log.warning(
+                "could not keep the wait's state in XCom %r (%s): the trigger watches the job all the same, "
+                "but a deferral timeout would leave it running",
+                WAIT_STATE_XCOM_KEY,
+                e,
+            )
+
+    def _wait_ended_unseen(self, context: Context, error: Exception) -> NoReturn:
+        """Fail the try whose wait ended with no event (see :meth:`resume_execution`).
+
+        Its job may run on: on the last try it is stopped and billed (cause ``unwatched``) and the hold
+        settled; with a retry left, the retry follows it by its name, as after any failed try.
+        """
+        from airflow.sdk.exceptions import TaskDeferralTimeout
+
+        if isinstance(error, TaskDeferralTimeout):
+            what = "the wait for the training job timed out (Airflow's deferral timeout)"
+        else:
+            what = f"the trigger watching the training job failed ({error})"
+        state = self._kept_wait_state(context)
+        if state is not None:
+            _tag_this_try(context, state)  # the worker time of this try is the training's too
+            if state.current is None:
+                raise AirflowException(
+                    f"{what} while the training was paused, with no job running: a retry, or a clear, "
+                    "resumes it from its checkpoint"
+                ) from error
+        job = (
+            f"job {state.current.job_id} (attempt {state.current.attempt})" if state and state.current else ""
+        )
+        if not _last_try(context):
+            raise AirflowException(
+                f"{what}; {job or 'its job'} may still run: the retry follows it by its name and bills it"
+            ) from error
+        if state is None:
+            raise AirflowException(
+                f"{what}; no retry is left to follow its job, and the wait's state is not there to stop it "
+                f"from (XCom {WAIT_STATE_XCOM_KEY!r}): look for this task's jobs on the {self.backend!r} "
+                "backend and stop any still running"
+            ) from error
+        if self._stop_unwatched(state, why=f"{what} with no retry left to follow it"):
+            done = "it was stopped and billed (cause unwatched), and the task's hold settled"
+        else:
+            done = f"stopping it failed (see above): stop it on the {state.plan.backend!r} backend by hand"
+        raise AirflowException(
+            f"{what}; no retry is left to follow {job}: {done}; clear the task to resume from its checkpoint"
+        ) from error
+
+    def _kept_wait_state(self, context: Context) -> AttemptState | None:
+        """The state :meth:`_keep_wait_state` kept for this try's deferred wait; None: none, or unreadable."""
+        from costaware.training.attempts import AttemptState
+
+        ti = context.get("ti")
+        if ti is None or not hasattr(ti, "xcom_pull"):
+            return None
+        try:
+            kept = ti.xcom_pull(task_ids=ti.task_id, key=WAIT_STATE_XCOM_KEY, map_indexes=ti.map_index)
+            return AttemptState.from_json(kept) if kept else None
+        except Exception as e:  # the failure to report is the wait's
+            self.log.warning("cannot read the wait's state in XCom %r: %s", WAIT_STATE_XCOM_KEY, e)
+            return None
+
     def on_kill(self) -> None:
         """The task was killed while it waited in the worker: stop the job and bill it, as the trigger does.
 
@@ -676,19 +773,22 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         except Exception:  # never into the frame the signal came in: said, and the task ends as Airflow says
             self.log.exception("could not stop and bill the training job of the killed task")
 
-    def _stop_unwatched(self, state: AttemptState) -> None:
+    def _stop_unwatched(
+        self, state: AttemptState, *, why: str = "its task failed with no retry left to follow it"
+    ) -> bool:
         """The task fails for good while its job runs: no try follows the job, so it is stopped and billed.
 
-        A retry would follow it by its name; without one it ran on, watched and billed by nobody.
+        A retry would follow it by its name; without one it ran on, watched and billed by nobody. ``why``
+        goes into the entry's note. Returns whether it was stopped and billed (False: said in the log).
         """
         if state.current is None:
-            return
+            return False
         try:
-            self._trigger(state).stop_and_bill(
-                ask_state=False, cause="unwatched", why="its task failed with no retry left to follow it"
-            )
+            self._trigger(state).stop_and_bill(ask_state=False, cause="unwatched", why=why)
         except Exception:  # best effort: the task's own failure is what it reports
             self.log.exception("could not stop and bill job %s of the failing task", state.current.job_id)
+            return False
+        return True
 
     def _stop_killed(self, trigger: Any) -> NoReturn:
         """Stop and bill the job ``trigger`` waits on, once, and end the task (see :meth:`on_kill`)."""

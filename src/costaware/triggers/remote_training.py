@@ -19,8 +19,9 @@ With a ``price_watch`` it also reads the spot price at each poll (see :func:`wat
 
 Where a person kills the waiting task (marks it failed or succeeded, or clears it), Airflow calls the
 trigger's ``on_kill``: it stops the job and bills what it ran, and settles the task's hold
-(:meth:`RemoteTrainingJobTrigger.stop_and_bill`); no task is left to do it. A triggerer restart or a
-timeout calls no ``on_kill``: the job runs on, and the trigger (or a retry) goes on watching it.
+(:meth:`RemoteTrainingJobTrigger.stop_and_bill`); no task is left to do it. A triggerer restart calls no
+``on_kill``: the job runs on, and the trigger goes on watching it. Nor does a deferral timeout: the operator's
+resume stops and bills the job then, on the last try (``RemoteTrainingOperator.resume_execution``).
 """
 
 from __future__ import annotations
