@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -432,3 +433,104 @@ def test_a_scope_that_rendered_empty_is_refused_not_read_as_every_run(env_ledger
     with pytest.raises(ValueError, match=r"budget scope is empty: .* or '\*' for every run"):
         env_ledger.set_budget(scope, "month", "5")
     assert {str(b.scope) for b in env_ledger.budgets()} == {"*", "project=churn"}
+
+
+def test_a_gate_before_a_mapped_task_is_refused_before_anything_is_reserved(env_ledger: Ledger) -> None:
+    # The gate reserved under map index -1; each mapped try settles under its own (0, 1, ...), and a mapped
+    # RemoteTrainingOperator looked for its hold there: the estimate counted in the budget until the run
+    # ended, beside what the tries billed, and the operator's max_usd was never held.
+    from airflow.sdk import DAG, task
+
+    @task
+    def train(shard: int) -> int:
+        return shard
+
+    with DAG("retrain", schedule=None):
+        gate = sensor(deferrable=False, estimated_usd="1", for_task_id=None)
+        gate >> train.expand(shard=[0, 1])
+    with pytest.raises(
+        AirflowFailException,
+        match=r"spend gate 'spend_gate' is not mapped and its task 'train' is mapped \(\.expand\): .* "
+        r"put the gate and the task in one mapped task group .*; nothing was reserved",
+    ):
+        gate.poke(context())
+    assert env_ledger.open_reservations() == []
+
+
+@pytest.mark.parametrize(
+    ("gate_id", "map_index", "said"),
+    [
+        (
+            "spend_gate",
+            -1,
+            "is not mapped and its task 'per_shard.train' is in mapped task group 'per_shard'",
+        ),
+        ("per_shard.spend_gate", 0, "is in mapped task group 'per_shard' and its task 'train' is not mapped"),
+    ],
+)
+def test_a_gate_mapped_apart_from_its_task_is_refused(
+    env_ledger: Ledger, gate_id: str, map_index: int, said: str
+) -> None:
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG, task_group
+
+    gate_in_group = gate_id.startswith("per_shard.")
+    with DAG("retrain", schedule=None) as dag:
+
+        @task_group
+        def per_shard(shard: int) -> None:
+            if gate_in_group:
+                sensor(deferrable=False, estimated_usd="1", for_task_id="train")
+            else:
+                EmptyOperator(task_id="train")
+
+        per_shard.expand(shard=[0, 1])
+        if gate_in_group:
+            EmptyOperator(task_id="train")
+        else:
+            sensor(deferrable=False, estimated_usd="1", for_task_id="per_shard.train")
+    with pytest.raises(AirflowFailException, match=re.escape(f"spend gate {gate_id!r} {said}: ")):
+        dag.task_dict[gate_id].poke(task_context(gate_id, map_index=map_index))
+    assert env_ledger.open_reservations() == []
+
+
+def test_a_mapped_gate_is_refused() -> None:
+    # Each of its instances reserved under its own map index for an unmapped task (settled under -1).
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG
+
+    from costaware.sensors.spend_cap import check_same_instances
+
+    with DAG("retrain", schedule=None) as dag:
+        gates = SpendCapSensor.partial(task_id="spend_gate", estimated_usd="1").expand(
+            scope=["project=churn", "project=fraud"]
+        )
+        gates >> EmptyOperator(task_id="train")
+    with pytest.raises(
+        ConfigurationError,
+        match=r"spend gate 'spend_gate' is mapped \(\.expand\) and its task 'train' is not",
+    ):
+        check_same_instances(dag.task_dict["spend_gate"], dag.task_dict["train"])
+
+
+def test_a_gate_in_the_mapped_task_group_of_its_task_reserves_for_the_task_of_its_map_index(
+    env_ledger: Ledger,
+) -> None:
+    # Tasks of one mapped task group share their map indexes: the try of 'per_shard.train' at index 1
+    # settles (and a RemoteTrainingOperator there grows) the hold of the gate at index 1.
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG, task_group
+
+    from costaware.core.ledger import reservation_holder
+
+    with DAG("retrain", schedule=None) as dag:
+
+        @task_group
+        def per_shard(shard: int) -> None:
+            sensor(deferrable=False, estimated_usd="1", for_task_id=None) >> EmptyOperator(task_id="train")
+
+        per_shard.expand(shard=[0, 1])
+    gate = dag.task_dict["per_shard.spend_gate"]
+    assert gate.poke(task_context("per_shard.spend_gate", map_index=1))
+    (held,) = env_ledger.open_reservations()
+    assert held.holder == reservation_holder("retrain", "manual__1", "per_shard.train", 1)

@@ -38,7 +38,9 @@ class SpendCapSensor(BaseSensorOperator):
         scope: Budget scope as ``key=value`` tags, e.g. ``project=churn`` (templated).
         estimated_usd: What the next task is expected to cost, in USD (templated).
         estimated_gpu_hours: Its expected GPU-hours, for budgets with a GPU-hour cap (templated).
-        for_task_id: Task the money is for; default: this sensor's only downstream task (templated).
+        for_task_id: Task the money is for; default: this sensor's only downstream task (templated). It
+            must be mapped as the sensor is: both unmapped, or both in one mapped task group (each sensor
+            instance reserves for the task instance of its own map index); otherwise it is refused.
         on_exceeded: ``wait``, ``skip``, ``fail`` or ``approve`` (ask a person, see ``approvers``).
         reservation_ttl: How long the reservation holds if never settled.
         ledger_conn_id: Airflow connection of the ledger (falls back to ``COSTAWARE_LEDGER_URL``).
@@ -161,8 +163,9 @@ class SpendCapSensor(BaseSensorOperator):
         self.on_rejected = on_rejected
 
     def _target(self) -> str:
+        from costaware.core.errors import ConfigurationError
+
         if self.for_task_id:
-            from costaware.core.errors import ConfigurationError
             from costaware.glue import check_task_of_dag
 
             try:
@@ -172,14 +175,23 @@ class SpendCapSensor(BaseSensorOperator):
                 )
             except ConfigurationError as e:
                 raise AirflowFailException(str(e)) from None
-            return self.for_task_id
-        downstream = sorted(self.downstream_task_ids)
-        if len(downstream) != 1:
-            raise AirflowFailException(
-                f"SpendCapSensor {self.task_id!r} has {len(downstream)} downstream tasks ({downstream}): "
-                "set for_task_id to the task the budget is reserved for"
-            )
-        return downstream[0]
+            target = str(self.for_task_id)
+        else:
+            downstream = sorted(self.downstream_task_ids)
+            if len(downstream) != 1:
+                raise AirflowFailException(
+                    f"SpendCapSensor {self.task_id!r} has {len(downstream)} downstream tasks ({downstream}): "
+                    "set for_task_id to the task the budget is reserved for"
+                )
+            target = downstream[0]
+        if self.has_dag():
+            try:
+                check_same_instances(
+                    self.dag.task_dict.get(self.task_id, self), self.dag.task_dict.get(target)
+                )
+            except ConfigurationError as e:
+                raise AirflowFailException(str(e)) from None
+        return target
 
     def _try_reserve(self, context: Any) -> dict[str, Any] | None:
         """Reserve and return the XCom payload; None means 'not now' under on_exceeded='wait'."""
@@ -259,8 +271,6 @@ class SpendCapSensor(BaseSensorOperator):
         tags = tags_for(self.dag, dict(context.get("params") or {}))
         task = self.dag.task_dict.get(target)
         own = getattr(task, "tags", None)
-        if not isinstance(own, Mapping):  # a mapped operator keeps its arguments apart
-            own = (getattr(task, "partial_kwargs", None) or {}).get("tags")
         if isinstance(own, Mapping):
             for key, value in own.items():
                 text = str(value)
@@ -555,6 +565,50 @@ class SpendCapSensor(BaseSensorOperator):
             return result
         self._defer(context, wait_ends)
         return None
+
+
+def check_same_instances(gate: Any, task: Any) -> None:
+    """Refuse a gate whose map index does not name its task's instance (its hold would never be settled).
+
+    The gate reserves under its own map index; each try of the task settles the hold of its own, and a
+    ``RemoteTrainingOperator`` grows the one of its own map index to ``max_usd``. A gate before a mapped task
+    (``.expand``) reserved under -1, which no instance (0, 1, ...) settled: the budget counted the estimate
+    beside what the instances billed until the run ended, and their ``max_usd`` was never held. Tasks of one
+    mapped task group share their map indexes: a gate there reserves for the task instance of its own.
+
+    Raises:
+        ConfigurationError: one of them is mapped itself, or they are not in the same mapped task groups.
+    """
+    from costaware.core.errors import ConfigurationError
+
+    if task is None:
+        return
+    mapped = getattr(gate, "is_mapped", False) or getattr(task, "is_mapped", False)
+    if not mapped and _mapped_groups(gate) == _mapped_groups(task):
+        return
+    raise ConfigurationError(
+        f"spend gate {gate.task_id!r} {_mapping_of(gate)} and its task {task.task_id!r} {_mapping_of(task)}: "
+        "the gate reserves under its own map index and each try of the task settles under its own, so "
+        "no try would settle the gate's hold (the budget would count it until the run ends) and a "
+        "RemoteTrainingOperator would not find it (its max_usd never held); put the gate and the task in "
+        "one mapped task group (expanded together, each gate reserves for the task of its map index), or "
+        "give a mapped RemoteTrainingOperator budget_scope= and max_usd= instead of a gate (each instance "
+        "then holds its own); nothing was reserved"
+    )
+
+
+def _mapped_groups(node: Any) -> tuple[str, ...]:
+    """The group ids of the mapped task groups ``node`` is in, innermost first."""
+    groups = getattr(node, "iter_mapped_task_groups", None)
+    return tuple(group.group_id for group in groups()) if groups is not None else ()
+
+
+def _mapping_of(node: Any) -> str:
+    """How ``node`` is mapped, in words: ``is mapped (.expand)``, ``is in mapped task group 'g'``, ..."""
+    if getattr(node, "is_mapped", False):
+        return "is mapped (.expand)"
+    groups = _mapped_groups(node)
+    return f"is in mapped task group {groups[0]!r}" if groups else "is not mapped"
 
 
 def _check_written(scope: Any, estimated_usd: Any, estimated_gpu_hours: Any) -> None:
