@@ -496,3 +496,77 @@ def test_by_default_a_rung_is_billed_the_time_it_ran_not_this_process_cpu_time(l
         max_trials=1,
     )
     assert result.spent_usd >= Decimal("0.1")  # two units asleep, a dollar a second
+
+
+class Diverges(Quadratic):
+    """Its metric is nan from rung ``at`` on (a learning rate too high); 0.5 before it."""
+
+    def __init__(self, params: dict[str, Any], clock: Clock, at: int) -> None:
+        super().__init__(params, clock)
+        self.at = at
+
+    def advance(self, resource: int) -> float:
+        self.clock.now += resource - self.trained
+        self.trained = resource
+        return float("nan") if resource >= self.at else 0.5
+
+
+class Flat(Quadratic):
+    """0.51, 0.52, 0.53 for a = 1, 2, 3 at every rung."""
+
+    def advance(self, resource: int) -> float:
+        self.clock.now += resource - self.trained
+        self.trained = resource
+        return 0.5 + self.params["a"] / 100
+
+
+@pytest.mark.parametrize("direction", ["maximize", "minimize"])
+def test_a_diverged_first_trial_fails_at_its_rung_and_never_wins(
+    ledger: Any, direction: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The first trial's nan was accepted at every rung, the trial trained in full and was recorded complete,
+    # and max/min over the scores kept its nan as it came first: best_params {'a': 0}, best_value nan.
+    clock = Clock()
+    made: list[dict[str, Any]] = []
+
+    def make_model(params: dict[str, Any]) -> Quadratic:
+        made.append(params)
+        return Diverges(params, clock, at=1) if len(made) == 1 else Flat(params, clock)
+
+    result = search(
+        ledger,
+        "1000",
+        clock,
+        make_model=make_model,
+        space={"a": optuna.distributions.CategoricalDistribution([0, 1, 2, 3])},
+        direction=direction,
+        pruner=optuna.pruners.NopPruner(),
+        max_repeats=5,
+    )
+    first = result.trials[0]
+    assert (first.state, first.rungs) == ("failed", ())
+    assert result.states == {"failed": 1, "complete": 3}
+    best = (max if direction == "maximize" else min)(result.trials[1:], key=lambda t: t.value)
+    assert result.best_params == best.params and result.best_value == best.value
+    # Only its first rung (one second) was trained and paid: 1 + 3 x 9 seconds in all.
+    assert clock.now == 1 + 3 * 9 and result.spent_usd == Decimal(28)
+    assert f"trial 0 {first.params} failed at rung 1: its metric is nan" in caplog.text
+
+
+def test_a_trial_that_diverges_at_a_later_rung_is_not_trained_on(ledger: Any) -> None:
+    clock = Clock()
+    result = search(
+        ledger,
+        "1000",
+        clock,
+        make_model=lambda params: Diverges(params, clock, at=3),
+        space={"a": optuna.distributions.CategoricalDistribution([0])},
+        pruner=optuna.pruners.NopPruner(),
+        max_repeats=1,
+    )
+    (trial,) = result.trials
+    assert (trial.state, trial.rungs, trial.value) == ("failed", ((1, 0.5),), None)
+    assert result.best_params is None and result.best_value is None
+    assert clock.now == 3  # rungs 1 and 3 trained, rung 9 never paid
+    notes = sorted(e["note"] for e in ledger.entries() if e["trial"] != "tail")
+    assert notes == ["{'a': 0}: 0.5000", "{'a': 0}: nan; failed: not a number"]

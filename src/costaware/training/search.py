@@ -74,7 +74,9 @@ class SearchTrial:
     number: int
     params: dict[str, Any]
     rungs: tuple[tuple[int, float], ...]
-    state: str  # "complete", "pruned", "cut" (its next rung could not be paid) or "repeat" (seen before)
+    #: "complete", "pruned", "cut" (its next rung could not be paid) or "failed" (its metric was not a
+    #: finite number at the rung after its last: it diverged; that rung is not in ``rungs``).
+    state: str
     #: Its Hyperband bracket: judged from early rung ``bracket`` on (as many as early rungs: never judged).
     bracket: int = 0
     #: The rungs it was judged at (its bracket's, where pruning was trusted when it passed them).
@@ -271,6 +273,8 @@ def budgeted_search(
                 earlier = seen[key]
                 if earlier.value is not None:
                     study.tell(trial, earlier.score(direction))
+                elif earlier.state == "failed":
+                    study.tell(trial, state=optuna.trial.TrialState.FAIL)
                 else:
                     study.tell(trial, state=optuna.trial.TrialState.PRUNED)
                 if repeats >= max_repeats:
@@ -323,9 +327,14 @@ def budgeted_search(
                 measured = max(measured or 0.0, own)
                 trained_total += trained
                 previous = rung
-                done.append((rung, value))
-                trial.report(value, rung)
-                if rung == rung_list[-1]:
+                # A diverged configuration (a learning rate too high) fails at this rung: trained on to the
+                # last, it was paid for every rung, recorded complete, and its nan won the search when it
+                # came first (no value compares above or below nan).
+                failed = not math.isfinite(value)
+                if not failed:
+                    done.append((rung, value))
+                    trial.report(value, rung)
+                if failed or rung == rung_list[-1]:
                     pruned = False
                 elif prune_rungs is None:
                     pruned = trial.should_prune()
@@ -334,7 +343,8 @@ def budgeted_search(
                     pruned = not goes_on(bracket, rung, value, trial.number)
                 else:
                     pruned = False
-                billed = billing.bill(*running, f"{dict(trial.params)}: {value:.4f}")
+                note = f"{dict(trial.params)}: {value:.4f}"
+                billed = billing.bill(*running, f"{note}; failed: not a number" if failed else note)
                 running = None
                 if billed > seconds:
                     # Past its reservation (slower training, or the bookkeeping billed with it): that passes
@@ -355,6 +365,17 @@ def budgeted_search(
                         )
                 overhead = max(overhead, billed - trained - setup)
                 setup = 0.0
+                if failed:
+                    state = "failed"
+                    log.warning(
+                        "trial %d %s failed at rung %d: its metric is %s, not a finite number (the training "
+                        "diverged?); it is not trained on",
+                        trial.number,
+                        dict(trial.params),
+                        rung,
+                        value,
+                    )
+                    break
                 if pruned:
                     state = "pruned"
                     break
@@ -364,6 +385,8 @@ def budgeted_search(
             in_bracket[bracket] += 1
             if state == "complete":
                 study.tell(trial, record.score(direction))
+            elif state == "failed":
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
             elif done:
                 study.tell(trial, state=optuna.trial.TrialState.PRUNED)
             else:
@@ -411,11 +434,13 @@ def budgeted_search(
         raise
     stop = billing.settle_tail(stop)
     _delete_search_budget(ledger, budget_scope, run)
-    complete = [t for t in trials if t.value is not None]
+    # Only a finite score can win: nan compares neither above nor below, so max/min kept one that came first.
+    scores = [(t.score(direction), t) for t in trials]
+    scored = [(score, t) for score, t in scores if score is not None and math.isfinite(score)]
     best = None
-    if complete:
+    if scored:
         pick = max if direction == "maximize" else min
-        best = pick(complete, key=lambda t: t.score(direction) or 0.0)
+        best = pick(scored, key=lambda pair: pair[0])[1]
     states: dict[str, int] = {}
     for t in trials:
         states[t.state] = states.get(t.state, 0) + 1
