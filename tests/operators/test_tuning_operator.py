@@ -341,8 +341,12 @@ def test_a_killed_trial_is_resumed_by_its_retry_or_failed_when_its_lease_expires
     assert left.state == optuna.trial.TrialState.RUNNING  # killed, not failed: the retry may resume it
 
     resumed = _run_slot(0, try_number=2)  # Airflow retries the same task instance (same holder)
-    assert resumed["number"] == left.number and resumed["resumed"] is True
+    # Its parameters, trained from the first rung as a new trial: the killed try's rungs stay with the old.
+    assert resumed["number"] != left.number and resumed["resumed"] is True
     assert resumed["params"] == left.params
+    retried = optuna.load_study(study_name="s1", storage=url).trials[left.number]
+    assert retried.state == optuna.trial.TrialState.FAIL
+    assert retried.user_attrs["costaware"]["decision"].startswith("failed: its task was retried: trial #")
 
     with pytest.raises(Interrupted):
         _run_slot(1, trainer=KilledTrainer)  # killed, and no retry comes

@@ -337,3 +337,68 @@ def test_a_retried_trial_gets_its_hold_back_less_what_its_failed_try_paid(tmp_pa
     assert again.usd == Decimal("0.5")  # the hold grew to the cap ($1): $0.50 of it is this try's
     (usage,) = [u for u in ledger.usage(spec.budget_scope) if u.label.endswith("/total")]
     assert usage.spent_usd + usage.reserved_usd <= usage.cap_usd
+
+
+class Killed(BaseException):
+    """What a worker sees when it is killed mid-trial (SIGTERM, spot notice): the trial stays RUNNING."""
+
+
+def test_a_retried_trial_is_ranked_on_its_own_rungs_and_paid_from_the_same_hold(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # The retry took over the trial its killed try left RUNNING and trained from the first rung again;
+    # Optuna ignored its reports of rungs 1 and 2 (only a warning), so the trial kept the dead try's 0.9 and
+    # 0.95 beside the retry's 0.7, and the summary scored it 0.45 (0.7 less its "fall" from 0.95).
+    import optuna
+
+    from costaware.core.ledger import Kind, LedgerEntry
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = study_spec("retry", max_usd="100", max_trials=2, fallback_trial_seconds=10.0, pruner="none")
+    create_study(url, ledger, spec)
+    meter = SteppedMeter()
+
+    class DiesAtFour(InstantTrainer):
+        def advance(self, resource: int) -> float:
+            meter.now += 1.0
+            if resource == 4:
+                raise Killed
+            return {1: 0.9, 2: 0.95}[resource]
+
+    class Climbs(InstantTrainer):
+        def advance(self, resource: int) -> float:
+            meter.now += 1.0
+            return {1: 0.5, 2: 0.6, 4: 0.7}[resource]
+
+    with pytest.raises(Killed):
+        one_trial(url, ledger, spec, DiesAtFour, meter)
+    (hold,) = ledger.open_reservations()
+    study = optuna.load_study(study_name="retry", storage=url)
+    (left,) = study.get_trials()
+    assert left.state == optuna.trial.TrialState.RUNNING and left.intermediate_values == {1: 0.9, 2: 0.95}
+    # The cost listener bills the killed try from the hold, as it does in Airflow.
+    ledger.record(
+        LedgerEntry(
+            "retry", "r1", "trial", Kind.COMPUTE, Decimal(3), tags=spec.budget_scope.as_dict(),
+            reservation_id=hold.id,
+        )
+    )  # fmt: skip
+
+    result = one_trial(url, ledger, spec, Climbs, meter)  # the retry: the same holder
+    trial = result.trial
+    assert trial is not None and trial.resumed and trial.number != left.number
+    assert trial.params == left.params and trial.rungs == ((1, 0.5), (2, 0.6), (4, 0.7))
+    trials = {t.number: t for t in optuna.load_study(study_name="retry", storage=url).get_trials()}
+    assert trials[trial.number].intermediate_values == {1: 0.5, 2: 0.6, 4: 0.7}
+    old = trials[left.number]
+    assert old.state == optuna.trial.TrialState.FAIL
+    assert old.user_attrs["costaware"]["decision"] == (
+        f"failed: its task was retried: trial #{trial.number} trains its parameters again from the first rung"
+    )
+    summary = summarize_study(url, ledger, "retry")
+    assert summary["best"]["number"] == trial.number
+    assert summary["best"]["value"] == summary["best"]["score"] == 0.7
+    assert summary["states"] == {"failed": 1, "promoted": 1}
+    # The retry paid from the same hold, less what the killed try was billed, and settled it.
+    assert trial.reservation_id == hold.id and trial.reserved_usd == hold.usd
+    assert trial.settled_usd == Decimal(3) and ledger.open_reservations() == []
+    assert ledger.spent(spec.budget_scope) == Decimal(6)

@@ -260,7 +260,8 @@ class BudgetedTuningOperator(_StudyOperator):
     the reservation and writes one compute entry whose trial is ``#<number> <state>@<fidelity>`` (e.g.
     ``#3 pruned@10``) with tags ``study``, ``trial_state``, ``fidelity`` and the rung results in its note.
 
-    A retry of this task resumes the trial its earlier try left running; a trial whose worker was killed
+    A retry of this task trains the parameters of the trial its earlier try left running again, from the
+    first rung, as a new trial (that one is marked failed); a trial whose worker was killed
     without a retry is marked failed once its reservation expired (by the next slot or the summary).
 
     Returns (XCom) the trial: ``number``, ``label``, ``state``, ``value``, ``fidelity``, ``rungs``,
@@ -511,7 +512,7 @@ def budgeted_tuning(
         trainer_kwargs: See :class:`BudgetedTuningOperator` (templated).
         storage_url: Optuna storage URL; None: the ledger's database.
         ledger_conn_id: Airflow connection of the cost ledger.
-        trial_retries: Retries of each trial task (a retry resumes the trial).
+        trial_retries: Retries of each trial task (a retry trains the trial's parameters again).
         max_active_trials: Most trial tasks running at once in a DAG run (None: as workers allow).
         on_exceeded: See :class:`TuningStudySummarizeOperator`: ``fail`` or ``skip`` a run whose budget had
             no room for one trial.

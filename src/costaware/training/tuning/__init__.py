@@ -14,7 +14,8 @@ ledger, so trial slots on any number of workers share both:
 
 Optuna's heartbeat does not cover ask/tell, so a trial's lease is its reservation: a trial still
 ``RUNNING`` after its reservation expired belonged to a worker that died; the next slot marks it failed.
-A retry of the same task (same reservation holder) resumes the trial instead.
+A retry of the same task (same reservation holder) trains that trial's parameters again instead, as a new
+trial, and the one it left fails.
 
 The package is split by concern: :mod:`.optuna_glue` (storage, sampler, pruners, search space),
 :mod:`.study` (the study's lifecycle), :mod:`.trial` (one trial slot, in steps), :mod:`.reservations`

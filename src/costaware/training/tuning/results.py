@@ -26,6 +26,7 @@ class TrialResult:
     train_seconds: float
     reserved_usd: Decimal
     reservation_id: str
+    #: It trains the parameters of the trial an earlier try of its task left running (that one failed).
     resumed: bool
     estimate: str
     settled_usd: Decimal | None = None

@@ -2,7 +2,7 @@
 
 :func:`run_trial` runs in steps, each a function here: :func:`_open_slot` (load the study, fail stale
 trials, apply the stop rules), :func:`_reserve_trial` (estimate and reserve the trial's cost),
-:func:`_start_trial` (ask Optuna for parameters, or resume the trial this holder left running),
+:func:`_start_trial` (ask Optuna for parameters, or retrain those of the trial this holder left running),
 :func:`_train_rungs` (train rung by rung within the money reserved, pruned by successive halving) and
 :func:`_finish_trial` (tell Optuna, label the ledger entry, settle outside Airflow).
 """
@@ -128,7 +128,8 @@ def run_trial(
         trainer: ``trainer(params, **trainer_kwargs)`` returns a :class:`FidelityModel`.
         trainer_kwargs: Extra keyword arguments for ``trainer`` (data paths, ...).
         holder: Reservation holder, unique per task instance (Airflow: ``dag/run/task/map_index``); a retry
-            with the same holder resumes the trial its earlier try left running.
+            with the same holder trains the parameters of the trial its earlier try left running again, from
+            the first rung, as a new trial (that one fails), paid from the same hold.
         slot: Slot number; seeds the sampler, with ``holder``.
         run_id: DAG run id, for budgets with period ``run``.
         settle_as: Settle the reservation here with a compute entry owned by this (outside Airflow). In
@@ -266,20 +267,43 @@ def _reserve_trial(
 def _start_trial(
     s: _Slot, reservation: Reservation, holder: str, slot: int, on_label: OnLabel | None
 ) -> tuple[optuna.trial.Trial, dict[str, Any], dict[str, str]]:
-    """Ask Optuna for the trial's parameters (or resume this holder's trial) and record the lease on it."""
-    if s.resumed is not None:
-        trial = optuna.trial.Trial(s.study, s.resumed._trial_id)
-    else:
-        trial = s.study.ask(distributions(s.spec))
+    """Ask Optuna for the trial's parameters (or retrain this holder's trial's) and record the lease on it."""
+    trial = _retrain(s.study, s.resumed) if s.resumed is not None else s.study.ask(distributions(s.spec))
     try:
         return _lease(s, trial, reservation, holder, slot, on_label)
     except Exception:
-        if s.resumed is None:
-            # Asked, its lease unwritten (a locked SQLite storage): left RUNNING, no stale rule would ever
-            # end it, and it counted against max_trials for good.
-            with contextlib.suppress(Exception):
-                s.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        # Made, its lease unwritten (a locked SQLite storage): left RUNNING, no stale rule would ever end it,
+        # and it counted against max_trials for good.
+        with contextlib.suppress(Exception):
+            s.study.tell(trial, state=optuna.trial.TrialState.FAIL)
         raise
+
+
+def _retrain(study: optuna.study.Study, left: optuna.trial.FrozenTrial) -> optuna.trial.Trial:
+    """A new trial with the parameters of ``left`` (left running by this holder's earlier try), which fails.
+
+    The retry trains from the first rung again. On ``left`` Optuna ignores a report of a rung the earlier try
+    reported (it only warns), so the pruner and the summary's ranking read the dead try's values beside the
+    retry's last one (0.9 and 0.95 before it died, then 0.7 at full fidelity: scored 0.45, not 0.7). The
+    money is the holder's hold, not the trial's: the retry pays from it, less what the earlier try paid.
+    """
+    # Created RUNNING with its parameters in one write: a trial enqueued instead could be taken by another
+    # slot's ask.
+    template = optuna.trial.create_trial(
+        state=optuna.trial.TrialState.RUNNING, params=left.params, distributions=left.distributions
+    )
+    trial_id = study._storage.create_new_trial(study._study_id, template_trial=template)
+    trial = optuna.trial.Trial(study, trial_id)
+    try:
+        why = f"its task was retried: trial #{trial.number} trains its parameters again from the first rung"
+        finish_failed(study, left, why, left.last_step or 0)
+    except Exception:
+        # Left running, it is this holder's still: the next try takes it over again.
+        with contextlib.suppress(Exception):
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        raise
+    log.info("trial %d of a failed try is trained again as trial %d", left.number, trial.number)
+    return trial
 
 
 def _lease(
@@ -292,7 +316,7 @@ def _lease(
 ) -> tuple[optuna.trial.Trial, dict[str, Any], dict[str, str]]:
     """Record on ``trial`` who holds it, with which reservation, until when."""
     info = {
-        **(trial_info(s.resumed) if s.resumed is not None else {}),
+        **({"retries": s.resumed.number} if s.resumed is not None else {}),
         "holder": holder,
         "slot": slot,
         "reservation": reservation.id,
