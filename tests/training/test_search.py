@@ -570,3 +570,22 @@ def test_a_trial_that_diverges_at_a_later_rung_is_not_trained_on(ledger: Any) ->
     assert clock.now == 3  # rungs 1 and 3 trained, rung 9 never paid
     notes = sorted(e["note"] for e in ledger.entries() if e["trial"] != "tail")
     assert notes == ["{'a': 0}: 0.5000", "{'a': 0}: nan; failed: not a number"]
+
+
+def test_a_one_class_validation_set_is_refused_before_a_rung_is_reserved(ledger: Any) -> None:
+    # Every trial paid a first rung and failed on a nan metric: ROC AUC of one class is not defined.
+    import pandas as pd
+
+    from costaware.training.tuning import BoostingFidelityModel
+
+    train = pd.DataFrame({"f": [0.0, 1.0, 2.0, 3.0], "y": [0, 1, 0, 1]})
+    valid = pd.DataFrame({"f": [0.0, 1.0], "y": [1, 1]})
+    refused = r"^the validation set's label column 'y' holds one class only, 1"
+    with pytest.raises(ConfigurationError, match=refused):
+        search(
+            ledger,
+            "100",
+            Clock(),
+            make_model=lambda params: BoostingFidelityModel({}, train, valid, "y"),  # type: ignore[arg-type, return-value]
+        )
+    assert ledger.entries() == [] and ledger.open_reservations() == [] and ledger.budgets() == []

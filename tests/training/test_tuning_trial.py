@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from dataclasses import replace
@@ -402,3 +403,75 @@ def test_a_retried_trial_is_ranked_on_its_own_rungs_and_paid_from_the_same_hold(
     assert trial.reservation_id == hold.id and trial.reserved_usd == hold.usd
     assert trial.settled_usd == Decimal(3) and ledger.open_reservations() == []
     assert ledger.spent(spec.budget_scope) == Decimal(6)
+
+
+def _label_files(tmp_path: Any, valid_labels: list[Any]) -> dict[str, str]:
+    """Parquet files of a feature ``f`` and a label ``y``: training of both classes, validation as given."""
+    import pandas as pd
+
+    train = pd.DataFrame({"f": [float(i) for i in range(20)], "y": [i % 2 for i in range(20)]})
+    valid = pd.DataFrame({"f": [float(i) for i in range(len(valid_labels))], "y": valid_labels})
+    train.to_parquet(tmp_path / "train.parquet", index=False)
+    valid.to_parquet(tmp_path / "valid.parquet", index=False)
+    return {
+        "train_path": str(tmp_path / "train.parquet"),
+        "valid_path": str(tmp_path / "valid.parquet"),
+        "label": "y",
+    }
+
+
+def test_a_one_class_validation_set_is_refused_before_any_slot_reserves(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # Every trial failed "its metric is nan ... (the training diverged?)" after its slot had reserved money
+    # and trained a rung: ROC AUC of one class is not defined.
+    import optuna
+
+    from costaware.training.tuning import boosting_trainer
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = study_spec("one-class", max_usd="100", max_trials=2, fallback_trial_seconds=1.0)
+    create_study(url, ledger, spec)
+    kwargs = _label_files(tmp_path, [0] * 8)
+    with pytest.raises(ConfigurationError) as refused:
+        run_trial(
+            storage_url=url,
+            ledger=ledger,
+            study_name=spec.study_name,
+            trainer=boosting_trainer,
+            trainer_kwargs=kwargs,
+            holder="one-class/slot-0",
+            slot=0,
+            settle_as=EntryOwner(dag_id="one-class", run_id="r1", map_index=0),
+            meter=SteppedMeter(),
+        )
+    assert str(refused.value).startswith(
+        f"the validation set's label column 'y' ({kwargs['valid_path']}) holds one class only, 0: "
+    )
+    assert ledger.open_reservations() == [] and ledger.entries() == []
+    assert optuna.load_study(study_name="one-class", storage=url).get_trials() == []
+
+
+@pytest.mark.parametrize(
+    ("valid_labels", "found"),
+    [
+        ([1, 1, None], "holds one class only, 1.0:"),  # a missing label is no class
+        ([None, None], "holds no class (no row with a label):"),
+        ([0, 1, 2, 1], "holds 3 classes (0, 1, 2):"),
+        (["late", "late"], "holds one class only, 'late':"),
+    ],
+)
+def test_the_boosting_model_refuses_a_label_it_cannot_score(valid_labels: list[Any], found: str) -> None:
+    import pandas as pd
+
+    from costaware.training.tuning import BoostingFidelityModel, check_binary_label
+
+    train = pd.DataFrame({"f": [0.0, 1.0, 2.0, 3.0], "y": [0, 1, 0, 1]})
+    valid = pd.DataFrame({"f": [0.0] * len(valid_labels), "y": valid_labels})
+    column = "^the {} set's label column 'y' "
+    with pytest.raises(ConfigurationError, match=column.format("validation") + re.escape(found)):
+        BoostingFidelityModel({}, train, valid, "y")
+    with pytest.raises(ConfigurationError, match=column.format("training") + "holds one class only, 0"):
+        BoostingFidelityModel({}, train.assign(y=0), train, "y")
+    with pytest.raises(ConfigurationError, match=r"^the training set has no label column 'label' \(its col"):
+        check_binary_label(train, "label", "training")
+    check_binary_label(train, "y", "training")  # two classes: nothing to say

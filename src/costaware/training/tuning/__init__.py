@@ -30,6 +30,8 @@ from costaware.training.tuning.fidelity import (
     FidelityModel,
     TrainerFactory,
     boosting_trainer,
+    check_binary_label,
+    check_boosting_inputs,
     is_finite,
 )
 from costaware.training.tuning.optuna_glue import (
@@ -68,6 +70,8 @@ __all__ = [
     "TrainerFactory",
     "TrialResult",
     "boosting_trainer",
+    "check_binary_label",
+    "check_boosting_inputs",
     "create_study",
     "fail_stale_trials",
     "hyperband_pruner",

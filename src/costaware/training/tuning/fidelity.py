@@ -15,6 +15,9 @@ class FidelityModel(Protocol):
     def advance(self, resource: int) -> float: ...
 
 
+#: ``trainer(params, **trainer_kwargs)``. It may carry ``check_inputs(**trainer_kwargs)``: a trial slot calls
+#: it before it reserves money, and what it raises (a ``ConfigurationError`` naming a bad input) fails the
+#: slot; the trainer itself is called only once the slot has reserved and asked for parameters.
 TrainerFactory = Callable[..., FidelityModel]
 
 
@@ -30,6 +33,10 @@ class BoostingFidelityModel:
         valid: Validation frame (same columns).
         label: Name of the 0/1 label column.
         random_state: Seed of the booster.
+
+    Raises:
+        ConfigurationError: ``label`` is not a column of both frames with two classes in each
+            (:func:`check_binary_label`).
     """
 
     def __init__(
@@ -37,6 +44,8 @@ class BoostingFidelityModel:
     ) -> None:
         from sklearn.ensemble import HistGradientBoostingClassifier
 
+        check_binary_label(train, label, "training")
+        check_binary_label(valid, label, "validation")
         features = [c for c in train.columns if c != label]
         self._x, self._y = train[features], train[label]
         self._vx, self._vy = valid[features], valid[label]
@@ -57,7 +66,10 @@ class BoostingFidelityModel:
 def boosting_trainer(
     params: Mapping[str, Any], *, train_path: str, valid_path: str, label: str, random_state: int = 0
 ) -> BoostingFidelityModel:
-    """A :class:`BoostingFidelityModel` over two Parquet files; string columns become categorical."""
+    """A :class:`BoostingFidelityModel` over two Parquet files; string columns become categorical.
+
+    A trial slot checks the files' labels first (:func:`check_boosting_inputs`), before it reserves money.
+    """
     import pandas as pd
 
     train, valid = pd.read_parquet(train_path), pd.read_parquet(valid_path)
@@ -67,6 +79,70 @@ def boosting_trainer(
             train[column] = pd.Categorical(train[column], categories=categories)
             valid[column] = pd.Categorical(valid[column], categories=categories)
     return BoostingFidelityModel(params, train, valid, label, random_state)
+
+
+def check_boosting_inputs(*, train_path: str, valid_path: str, label: str, random_state: int = 0) -> None:
+    """Refuse the files of :func:`boosting_trainer` whose ``label`` does not hold two classes in each.
+
+    Takes the trainer's keyword arguments (``random_state`` needs no check) and reads the label column only.
+    Raises ``ConfigurationError`` as :func:`check_binary_label` does.
+    """
+    for path, what in ((train_path, "training"), (valid_path, "validation")):
+        check_binary_label(_label_column(path, label), label, what, path=path)
+
+
+boosting_trainer.check_inputs = check_boosting_inputs  # type: ignore[attr-defined]
+
+
+def _label_column(path: str, label: str) -> Any:
+    """The ``label`` column of the Parquet file at ``path``, or the whole file when it has no such column."""
+    import pandas as pd
+
+    try:
+        return pd.read_parquet(path, columns=[label])
+    except Exception:  # pyarrow's words for a missing column are its own: the check names the columns
+        return pd.read_parquet(path)
+
+
+def check_binary_label(frame: Any, label: str, what: str, *, path: str = "") -> None:
+    """Refuse ``frame`` unless its column ``label`` holds exactly two classes (missing values aside).
+
+    ROC AUC ranks a 0/1 label and needs rows of both classes: with one in the validation set every trial
+    failed ("its metric is nan") after its slot had reserved money and trained a rung, and with one in the
+    training set every model predicted a constant and every trial scored 0.5.
+
+    Args:
+        frame: A pandas frame.
+        label: The label column.
+        what: ``training`` or ``validation``, for the message.
+        path: Where ``frame`` was read from, for the message.
+
+    Raises:
+        ConfigurationError: no column ``label``, or one with other than two classes, naming what it holds.
+    """
+    where = f" ({path})" if path else ""
+    if label not in frame.columns:
+        columns = ", ".join(repr(str(c)) for c in list(frame.columns)[:12])
+        more = ", ..." if len(frame.columns) > 12 else ""
+        raise ConfigurationError(
+            f"the {what} set{where} has no label column {label!r} (its columns: {columns}{more}): give "
+            "label=<the name of its 0/1 column>"
+        )
+    classes = sorted(frame[label].dropna().unique().tolist(), key=repr)
+    if len(classes) == 2:
+        return
+    if not classes:
+        found = "no class (no row with a label)"
+    elif len(classes) == 1:
+        found = f"one class only, {classes[0]!r}"
+    else:
+        shown = ", ".join(repr(c) for c in classes[:5]) + (", ..." if len(classes) > 5 else "")
+        found = f"{len(classes)} classes ({shown})"
+    raise ConfigurationError(
+        f"the {what} set's label column {label!r}{where} holds {found}: the boosting model is scored by ROC "
+        f"AUC of a 0/1 label, which needs rows of both classes; give a {what} set with both (a longer "
+        "period, or a split stratified by the label)"
+    )
 
 
 def is_finite(value: float | None) -> bool:

@@ -144,8 +144,8 @@ def run_trial(
         The slot's result; ``ran=False`` with the stop reason when the study is over.
 
     Raises:
-        ConfigurationError: the study does not exist, or ``trainer`` cannot be called with
-            ``trainer_kwargs`` (before anything is reserved).
+        ConfigurationError: the study does not exist, ``trainer`` cannot be called with ``trainer_kwargs``,
+            or its ``check_inputs`` refused them (before anything is reserved).
         Exception: whatever the trainer raised (the trial is marked failed first).
     """
     _check_trainer_call(trainer, trainer_kwargs or {})
@@ -177,24 +177,30 @@ def run_trial(
 
 
 def _check_trainer_call(trainer: TrainerFactory, trainer_kwargs: Mapping[str, Any]) -> None:
-    """Refuse ``trainer_kwargs`` that ``trainer(params, **trainer_kwargs)`` cannot take.
+    """Refuse ``trainer_kwargs`` that ``trainer(params, **trainer_kwargs)`` cannot take, or its inputs refuse.
 
     A misspelt keyword failed every trial as a TypeError after its money was reserved, retried by Airflow
-    (5 minutes apart by default), the run six failed trials later.
+    (5 minutes apart by default), the run six failed trials later. Data the trainer cannot score (a
+    validation label of one class) failed every trial after each slot had reserved and trained a rung: the
+    trainer's ``check_inputs`` says so before anything is reserved.
     """
     import inspect
 
+    check = getattr(trainer, "check_inputs", None)
     try:
         signature = inspect.signature(trainer)
     except (TypeError, ValueError):
-        return  # a callable whose signature cannot be read: its own call says
+        signature = None  # a callable whose signature cannot be read: its own call says
     try:
-        signature.bind({}, **dict(trainer_kwargs))
+        if signature is not None:
+            signature.bind({}, **dict(trainer_kwargs))
     except TypeError as e:
         name = getattr(trainer, "__qualname__", repr(trainer))
         raise ConfigurationError(
             f"trainer {name}{signature} cannot be called with trainer_kwargs {sorted(trainer_kwargs)}: {e}"
         ) from e
+    if callable(check):
+        check(**dict(trainer_kwargs))
 
 
 def _open_slot(
