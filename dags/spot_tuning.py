@@ -211,6 +211,14 @@ def check_backend(params: Any) -> None:
         raise AirflowFailException(f"the {backend} backend cannot run the trials: " + "; ".join(problems))
 
 
+def trial_backend(params: Any) -> dict[str, Any]:
+    """Where the trials run (``backend``, ``backend_options``): how long before its cap a stage is stopped."""
+    return {
+        "backend": str(params.get("backend") or "local"),
+        "backend_options": dict(params.get("backend_options") or {}),
+    }
+
+
 def trial_kwargs(
     params: Any, study: str, trial: int, stage: str, command: list[str], max_usd: Any
 ) -> dict[str, Any]:
@@ -344,7 +352,15 @@ def spot_tuning() -> None:
             config, prices = settings_and_prices(params, decision if params.get("prices") else None)
             ledger, on = CostLedgerHook().get_conn(), f"{market} {instance_type}"
             study = open_study(
-                ledger, scope, config, prices, market=market, dag_id=DAG_ID, run_id=run_id, on=on
+                ledger,
+                scope,
+                config,
+                prices,
+                market=market,
+                dag_id=DAG_ID,
+                run_id=run_id,
+                on=on,
+                **trial_backend(params),  # its stop delay sets a stage's least cap
             )
         except CostawareError as e:
             raise AirflowFailException(str(e)) from e
@@ -432,6 +448,7 @@ def spot_tuning() -> None:
                 market=study["market"],
                 dag_id=DAG_ID,
                 run_id=run_id,
+                **trial_backend(params),
             )
         except ValueError as e:  # no warm-up finished
             raise AirflowFailException(str(e)) from e

@@ -179,7 +179,8 @@ def test_dags_test_warms_up_prunes_promotes_and_holds_the_caps(tmp_path: Path) -
     # warm-up's billed cost per epoch (x 1.5): it is refused unless the warm-up cost under $0.00004 (a third
     # of a second on spot), which no run of the script does.
     # A stage's least cap on on-demand, the most it can be (a past day: the window chose on-demand).
-    floor = stage_floor_usd(trial_prices(bundled_catalog(), "g5.xlarge", "us-east-1"), "on_demand")
+    prices = trial_prices(bundled_catalog(), "g5.xlarge", "us-east-1")
+    floor = stage_floor_usd(prices, "on_demand", backend="local")
     cap = floor * Decimal("1.25")
     one = {"max_trials": 1, "full_epochs": 5000, "epoch_minutes": 0.001, "max_usd": float(cap)}
     output, run_id = _run(env, {**small, **one})

@@ -54,16 +54,63 @@ def test_a_promoted_run_resumes_from_its_warm_up_s_version_files() -> None:
 
 def test_open_study_sets_the_budget_and_reserves_every_warm_up(ledger: Any) -> None:
     prices = TrialPrices(Decimal("0.5"), Decimal(1), Decimal(1))
-    plan = open_study(ledger, SCOPE, SETTINGS, prices, market="spot", dag_id="d", run_id="run1")
+    local = {"backend": "local", "backend_options": {}}
+    plan = open_study(ledger, SCOPE, SETTINGS, prices, market="spot", dag_id="d", run_id="run1", **local)
     assert plan.trials == 4  # 4 x 1 epoch + 2 x 2 epochs at $0.5/hour with 1-minute epochs: cents
     held = ledger.open_reservations(holder_prefix="d/run1/warmup/")
     assert sorted(r.holder for r in held) == [f"d/run1/warmup/{n}" for n in range(4)]
     # Each is held at its cap: 1.5 x $0.0083 is less than a stage's least, 710 s at the $0.5 spot price,
     # whose GPU-hours are what it buys there; an on-demand attempt needs less (170 s at $1).
-    assert stage_floor_usd(prices, "spot") == Decimal(710) / 2 / 3600
-    assert stage_floor_usd(TrialPrices(Decimal("0.1"), Decimal(1), Decimal(1)), "spot") == Decimal(170) / 3600
+    assert stage_floor_usd(prices, "spot", **local) == Decimal(710) / 2 / 3600
+    cheap = TrialPrices(Decimal("0.1"), Decimal(1), Decimal(1))
+    assert stage_floor_usd(cheap, "spot", **local) == Decimal(170) / 3600
     assert plan.warmup_cap == StageCost(Decimal("0.098612"), Decimal("0.197224")) == plan.promotion_cap
     assert all(r.usd == plan.warmup_cap.usd and r.gpu_hours == plan.warmup_cap.gpu_hours for r in held)
+
+
+@pytest.mark.parametrize(
+    ("backend", "command", "stop"),
+    [
+        ("sagemaker", (), 120),  # SageMaker ends a job 120 s after its SIGTERM, whatever the grace
+        ("kubernetes", ("python", "train.py"), 120),  # a command's pod: its grace + 10 s
+        ("batch", (), 110),
+        ("local", (), 110),
+    ],
+)
+def test_a_stage_capped_at_its_least_starts_an_attempt_on_every_backend(
+    backend: str, command: tuple[str, ...], stop: int
+) -> None:
+    # The least cap was sized with the 110 s grace alone: on SageMaker or a Kubernetes command the operator
+    # subtracts the backend's 120 s from what the cap buys (170 s), leaving 50 s, under the 60 s it starts an
+    # attempt for: no trial started.
+    from dataclasses import replace
+
+    from attempt_states import CAPTURED  # tests/support/
+
+    from costaware.training.attempt_effects import MIN_CAPPED_SECONDS, cap_rate, capped_seconds
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan
+
+    prices = TrialPrices(Decimal("0.1"), Decimal(1), Decimal(1))  # an on-demand attempt's least binds
+    known = stage_floor_usd(prices, "spot", backend=backend)
+    assert known == Decimal(MIN_CAPPED_SECONDS + stop) / 3600
+    unknown = stage_floor_usd(prices, "spot")  # the backend not known: the longest stop of any backend
+    assert unknown == Decimal(MIN_CAPPED_SECONDS + 120) / 3600
+    for floor in (known, unknown):
+        cap = SETTINGS.stage_cap(StageCost(Decimal(0), Decimal(0)), floor_usd=floor).usd  # as the plan caps
+        plan = replace(
+            RemotePlan.from_json(CAPTURED),
+            backend=backend,
+            backend_options={},
+            grace_seconds=110.0,
+            max_usd=str(cap),
+            on_demand_usd_per_hour="1",
+            billing=None,
+            deadline=None,
+        )
+        state = AttemptState(plan=plan, spot_usd_per_hour="0.1", command=command)
+        for market in ("spot", "on_demand"):
+            assert capped_seconds(state, cap_rate(state, market)) >= MIN_CAPPED_SECONDS, (floor, market)
 
 
 def test_the_seed_s_plan_caps_each_stage_at_one_and_a_half_times_its_estimate(ledger: Any) -> None:
@@ -89,7 +136,7 @@ def test_a_plan_too_big_for_one_trial_writes_nothing(ledger: Any) -> None:
 
 
 def test_a_warm_up_the_project_s_budget_cannot_hold_names_its_trial(ledger: Any) -> None:
-    ledger.set_budget("project=p", "total", "0.3")  # room for one warm-up at its cap, $0.197223 on-demand
+    ledger.set_budget("project=p", "total", "0.3")  # room for one warm-up at its cap, $0.2 on-demand
     prices = TrialPrices(Decimal(1), Decimal(1), Decimal(1))
     with pytest.raises(BudgetExceededError, match=r"trial 1 cannot be reserved"):
         open_study(ledger, SCOPE, SETTINGS, prices, market="on_demand", dag_id="d", run_id="run1")

@@ -93,17 +93,36 @@ def stop_seconds(state: AttemptState) -> float:
     120 s after its SIGTERM, Batch at its ``stop_timeout_seconds``: the grace alone let a capped attempt
     bill up to two minutes past ``max_usd``.
     """
-    from costaware.adapters.compute.base import whole_number
+    plan = state.plan
+    return backend_stop_seconds(
+        plan.backend, float(plan.grace_seconds), plan.backend_options, is_command=bool(state.command)
+    )
+
+
+def backend_stop_seconds(
+    backend: str | None,
+    grace_seconds: float,
+    options: Mapping[str, Any] | None = None,
+    *,
+    is_command: bool = True,
+) -> float:
+    """:func:`stop_seconds` of a job on ``backend`` with ``options``, before any attempt exists.
+
+    ``backend`` None (not known yet): the most of any backend with its default options, e.g. for a cap
+    sized before the backend is chosen.
+    """
+    from costaware.adapters.compute.base import BACKENDS, whole_number
     from costaware.adapters.compute.batch import ECS_STOP_TIMEOUT_SECONDS
     from costaware.adapters.compute.kubernetes import TERMINATION_GRACE_SECONDS, pod_grace_seconds
 
-    plan = state.plan
-    grace = float(plan.grace_seconds)
-    options = plan.backend_options
-    if plan.backend == "kubernetes":
+    if backend is None:
+        return max(backend_stop_seconds(name, grace_seconds, is_command=is_command) for name in BACKENDS)
+    grace = float(grace_seconds)
+    options = options or {}
+    if backend == "kubernetes":
         pod = pod_grace_seconds(
             grace,
-            is_command=bool(state.command),
+            is_command=is_command,
             termination_grace_seconds=whole_number(
                 options.get("termination_grace_seconds", TERMINATION_GRACE_SECONDS),
                 "termination_grace_seconds",
@@ -112,9 +131,9 @@ def stop_seconds(state: AttemptState) -> float:
             ),
         )
         return max(grace, float(pod))
-    if plan.backend == "sagemaker":
+    if backend == "sagemaker":
         return max(grace, SAGEMAKER_STOP_SECONDS)
-    if plan.backend == "batch":
+    if backend == "batch":
         return max(grace, float(options.get("stop_timeout_seconds", ECS_STOP_TIMEOUT_SECONDS)))
     return grace
 

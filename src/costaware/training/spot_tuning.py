@@ -29,7 +29,7 @@ from costaware.core.tuning.spot_plan import (
     rank,
 )
 from costaware.core.tuning.spot_spend import TrialSpend, spend_by_trial, study_spent
-from costaware.training.attempt_effects import least_cap_usd
+from costaware.training.attempt_effects import backend_stop_seconds, least_cap_usd
 from costaware.training.plan import DEFAULT_GRACE_SECONDS
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 RESERVATION_TTL = timedelta(days=3)
 #: A stage's cap buys at least this long before its stop notice. A cloud attempt takes minutes to start
 #: (SageMaker provisions in 3-5), so a cap sized from very short epochs (a demo) would stop the job before
-#: it trained; the operator itself starts none that gets less than ``MIN_CAPPED_SECONDS`` (60).
+#: it trained; the operator itself starts none that gets less than ``MIN_CAPPED_SECONDS`` (60) before it.
 LEAST_STAGE_SECONDS = 600
 
 
@@ -116,16 +116,27 @@ def _loss(value: Any) -> float:
 
 
 def stage_floor_usd(
-    prices: TrialPrices, market: str, grace_seconds: float = DEFAULT_GRACE_SECONDS
+    prices: TrialPrices,
+    market: str,
+    grace_seconds: float = DEFAULT_GRACE_SECONDS,
+    *,
+    backend: str | None = None,
+    backend_options: Mapping[str, Any] | None = None,
 ) -> Decimal:
     """The least a trial's stage may be capped at, in dollars.
 
-    ``LEAST_STAGE_SECONDS`` and the grace period at the ``market``'s price, and never less than what an
-    on-demand attempt needs before the operator starts it (``least_cap_usd``): a spot trial may fall back to
-    on-demand. Only a plan with very short epochs (a demo) has caps this low.
+    ``LEAST_STAGE_SECONDS`` and the time from the stop notice to the job's end at the ``market``'s price,
+    and never less than what an on-demand attempt needs before the operator starts it (``least_cap_usd``):
+    a spot trial may fall back to on-demand. The notice comes that long before the cap: the grace period, or
+    the ``backend``'s own kill delay where it is longer (SageMaker's 120 s, a Kubernetes command's grace
+    + 10 s: :func:`~costaware.training.attempt_effects.backend_stop_seconds`); sized with the grace alone,
+    a cap there bought 50 s, less than the minute the operator starts an attempt for, and no trial ran.
+    ``backend`` None (not known when the plan is sized): the longest of any backend. Only a plan with very
+    short epochs (a demo) has caps this low.
     """
-    at_price = Decimal(repr(LEAST_STAGE_SECONDS + grace_seconds)) * prices.usd_per_hour(market) / 3600
-    return max(at_price, least_cap_usd(prices.on_demand_usd_per_hour, grace_seconds))
+    stop = backend_stop_seconds(backend, grace_seconds, backend_options)
+    at_price = Decimal(repr(LEAST_STAGE_SECONDS + stop)) * prices.usd_per_hour(market) / 3600
+    return max(at_price, least_cap_usd(prices.on_demand_usd_per_hour, stop))
 
 
 def study_spend(ledger: Ledger, *, dag_id: str, run_id: str, study: str) -> dict[str, TrialSpend]:
@@ -144,6 +155,8 @@ def open_study(
     run_id: str,
     on: str = "",
     ttl: timedelta = RESERVATION_TTL,
+    backend: str | None = None,
+    backend_options: Mapping[str, Any] | None = None,
 ) -> SpotPlan:
     """Size the study at the ``market``'s price, set its budget and reserve each planned warm-up at its cap.
 
@@ -162,12 +175,16 @@ def open_study(
         run_id: The run.
         on: What a trial runs on, for the error (``"spot g5.xlarge"``).
         ttl: How long the reservations hold.
+        backend: The trials' compute backend, and ``backend_options`` its options: a stage's least cap
+            (:func:`stage_floor_usd`); None: the longest stop of any backend.
+        backend_options: See ``backend``.
 
     Raises:
         ConfigurationError: not even one warm-up and its promotion fit the caps.
         BudgetExceededError: a warm-up could not be reserved (another budget of the scope has less left).
     """
-    price, floor_usd = prices.usd_per_hour(market), stage_floor_usd(prices, market)
+    price = prices.usd_per_hour(market)
+    floor_usd = stage_floor_usd(prices, market, backend=backend, backend_options=backend_options)
     plan = plan_study(settings, usd_per_hour=price, gpus=prices.gpus, on=on, floor_usd=floor_usd)
     ledger.set_budget(
         scope, "total", str(settings.max_usd), cap_gpu_hours=str(settings.max_gpu_hours), actor=dag_id
@@ -316,6 +333,8 @@ def select_promotions(
     dag_id: str,
     run_id: str,
     loss_metric: str = "val_rmse",
+    backend: str | None = None,
+    backend_options: Mapping[str, Any] | None = None,
 ) -> Selection:
     """Rank the finished warm-ups, prune, and promote (reserving each at its cap) while the caps allow.
 
@@ -332,6 +351,9 @@ def select_promotions(
         dag_id: The DAG of the run.
         run_id: The run: the study's entries are the run's.
         loss_metric: The metric ranked on, lower is better.
+        backend: The trials' compute backend, and ``backend_options`` its options, as ``open_study`` had
+            them: a promotion's least cap.
+        backend_options: See ``backend``.
 
     Raises:
         ValueError: no warm-up finished.
@@ -364,7 +386,7 @@ def select_promotions(
         keep=kept_count(len(ranked), settings.keep_fraction),
         spent=spent,
         settings=settings,
-        floor_usd=stage_floor_usd(prices, market),
+        floor_usd=stage_floor_usd(prices, market, backend=backend, backend_options=backend_options),
         gpu_hours_per_usd=gpu_hours_per_usd(prices.gpus, prices.usd_per_hour(market)),
     )
     decisions = reserve_promotions(ledger, scope, decisions, dag_id=dag_id, run_id=run_id)
