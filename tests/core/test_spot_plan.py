@@ -249,7 +249,8 @@ def test_the_reasons_name_the_rank_and_the_caps() -> None:
     )
     assert [d.reason for d in decisions] == [
         "stopped by the cap: $5.0000 of $4, 2.0000 of 10 GPU-hours with it",
-        "stopped by the cap: $5.0000 of $4, 2.0000 of 10 GPU-hours with it",
+        "stopped by the cap: trial 0, ranked above it, did not fit; the promotions stop at the first that "
+        "does not",
         "pruned: rank 3 of 3, 2 kept",
     ]
     settings = _settings(max_usd=10, max_gpu_hours=10, warmup_epochs=1, full_epochs=3)
@@ -259,6 +260,31 @@ def test_the_reasons_name_the_rank_and_the_caps() -> None:
     assert decisions[0].reason == "promoted (est. $2.0000, stopped at $3.0000)"
     refused = PromotionDecision(0, True, "promoted").stopped("stopped by the ledger: no")
     assert (refused.promoted, refused.reason) == (False, "stopped by the ledger: no")
+
+
+def test_promotions_stop_at_the_first_that_does_not_fit_not_skip_to_a_worse_cheaper_one(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The best warm-up cost $2 (a promotion held at $6), the next $1 ($3): a cap of $5 holds only the second.
+
+    It was promoted in the best one's place, while the docs (and ``reserve_promotions``, at the ledger's first
+    refusal) stop the promotions at the first that does not fit.
+    """
+    settings = _settings(max_usd=5, max_gpu_hours=100, warmup_epochs=2, full_epochs=6)
+    ranked = [Warmup(0, 0.1, Decimal(2), Decimal(2)), Warmup(1, 0.2, Decimal(1), Decimal(1))]
+    ranked.append(Warmup(2, 0.3, Decimal(1), Decimal(1)))
+    with caplog.at_level("INFO", logger="costaware.core.tuning.spot_plan"):
+        none = StageCost(Decimal(0), Decimal(0))
+        decisions = decide_promotions(ranked, keep=2, spent=none, settings=settings)
+    assert [d.promoted for d in decisions] == [False, False, False]
+    assert decisions[0].reason == "stopped by the cap: $6.0000 of $5, 6.0000 of 100 GPU-hours with it"
+    assert decisions[1].reason.startswith("stopped by the cap: trial 0, ranked above it, did not fit")
+    assert decisions[1].cap == StageCost(Decimal(3), Decimal(3))  # it would have fit
+    assert decisions[2].reason == "pruned: rank 3 of 3, 2 kept"
+    assert (
+        "promotions stop at trial 0 (rank 1 of 3, stopped by the cap: $6.0000 of $5, 6.0000 of 100 GPU-hours "
+        "with it): 1 more of the top 2, ranked below it, are not promoted" in caplog.text
+    )
 
 
 def test_rank_is_by_loss_then_trial() -> None:

@@ -12,6 +12,7 @@ and what training every trial in full would have cost; reading prices and the le
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 from collections.abc import Iterable, Mapping, Sequence
@@ -21,6 +22,8 @@ from typing import Any
 
 from costaware.core.errors import ConfigurationError
 from costaware.core.money import parse_usd
+
+log = logging.getLogger(__name__)
 
 #: The kinds of a search space entry: log-uniform floats, uniform floats, one of the values.
 SPACE_KINDS = ("log", "uniform", "choice")
@@ -374,13 +377,16 @@ def decide_promotions(
 
     A warm-up below the top ``keep`` is pruned, and one whose loss is not finite (it diverged) is never
     promoted. One in the top ``keep`` is promoted while what was spent plus
-    the promotions so far plus its own, each at its cap, stays within both caps; else it is stopped by the
-    cap. A promotion is estimated from its warm-up's billed cost per epoch (startup included, so on the high
-    side) and capped by ``settings.stage_cap`` (with ``floor_usd`` and ``gpu_hours_per_usd``).
+    the promotions so far plus its own, each at its cap, stays within both caps; the first that does not fit
+    is stopped by the cap, and so is every one ranked below it (as ``reserve_promotions`` stops at the
+    ledger's first refusal): a worse trial whose promotion costs less is not promoted in a better one's
+    place. A promotion is estimated from its warm-up's billed cost per epoch (startup included, so on the
+    high side) and capped by ``settings.stage_cap`` (with ``floor_usd`` and ``gpu_hours_per_usd``).
     """
     decisions = []
     total, caps = spent, settings.caps
     per_epoch = Decimal(settings.added_epochs) / settings.warmup_epochs
+    stopped = ""  # why the promotions stopped: the first warm-up whose promotion did not fit
     for place, warmup in enumerate(ranked):
         if place >= keep:
             why = f"pruned: rank {place + 1} of {len(ranked)}, {keep} kept"
@@ -392,13 +398,30 @@ def decide_promotions(
             continue
         estimate = StageCost(warmup.usd * per_epoch, warmup.gpu_hours * per_epoch)
         cap = settings.stage_cap(estimate, floor_usd=floor_usd, gpu_hours_per_usd=gpu_hours_per_usd)
+        if stopped:
+            decisions.append(PromotionDecision(warmup.trial, False, stopped, estimate, cap))
+            continue
         after = total + cap
         if not after.fits(caps):
             why = (
-                f"stopped by the cap: ${after.usd:.4f} of ${caps.usd}, "
-                f"{after.gpu_hours:.4f} of {caps.gpu_hours} GPU-hours with it"
+                f"stopped by the cap: ${after.usd:.4f} of ${caps.usd}, {after.gpu_hours:.4f} of "
+                f"{caps.gpu_hours} GPU-hours with it"
             )
             decisions.append(PromotionDecision(warmup.trial, False, why, estimate, cap))
+            stopped = (
+                f"stopped by the cap: trial {warmup.trial}, ranked above it, did not fit; the promotions "
+                "stop at the first that does not"
+            )
+            log.info(
+                "promotions stop at trial %d (rank %d of %d, %s): %d more of the top %d, ranked below it, "
+                "are not promoted",
+                warmup.trial,
+                place + 1,
+                len(ranked),
+                why,
+                max(min(keep, len(ranked)) - place - 1, 0),
+                keep,
+            )
             continue
         total = after
         reason = f"promoted (est. ${estimate.usd:.4f}, stopped at ${cap.usd:.4f})"
