@@ -274,6 +274,8 @@ def test_a_cap_below_the_first_rung_trains_nothing(ledger: Any) -> None:
         ({"first_rung_seconds": 0.0}, "first_rung_seconds must be > 0"),
         ({"safety_factor": 0.5}, "safety_factor must be >= 1"),
         ({"space": {}}, "space is empty"),
+        # Free compute: cap_usd never stopped the search, and a cut divided by the price of 0.
+        ({"usd_per_hour": Decimal(0)}, r"usd_per_hour must be more than \$0, got 0: the search stops when"),
     ],
 )
 def test_bad_settings_are_refused_before_anything_is_written(

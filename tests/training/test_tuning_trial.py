@@ -475,3 +475,52 @@ def test_the_boosting_model_refuses_a_label_it_cannot_score(valid_labels: list[A
     with pytest.raises(ConfigurationError, match=r"^the training set has no label column 'label' \(its col"):
         check_binary_label(train, "label", "training")
     check_binary_label(train, "y", "training")  # two classes: nothing to say
+
+
+def test_on_free_compute_a_trial_is_cut_at_the_gpu_hours_it_reserved(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # At usd_per_hour 0 the trial's $0 reservation bought infinite seconds: it was never cut, and trained on
+    # past the GPU-hours it had reserved, so max_gpu_hours did not hold.
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = study_spec("owned", max_usd="1", max_trials=1, fallback_trial_seconds=2.0, pruner="none")
+    caps = TuningCaps.create(max_usd=Decimal(1), max_trials=1, max_gpu_hours="0.01")
+    spec = replace(spec, usd_per_hour=Decimal(0), gpus=Decimal(1), caps=caps)
+    create_study(url, ledger, spec)
+    meter = SteppedMeter()
+
+    class SecondARung(InstantTrainer):
+        def advance(self, resource: int) -> float:
+            meter.now += 1.0
+            return super().advance(resource)
+
+    result = one_trial(url, ledger, spec, SecondARung, meter)
+    trial = result.trial
+    assert trial is not None and trial.state == "cut" and trial.fidelity == 1
+    # 2 s estimated + 0.5 s slack, one GPU: 0.000694 GPU-hours, 2.5 s; rung 2 needs 1.5 s beside the 1 s used.
+    assert trial.decision.startswith("cut before 2: its reservation of 0.000694 GPU-hours buys 2.5 s, 1.0 s")
+    (usage,) = [u for u in ledger.usage(spec.budget_scope) if u.label.endswith("/total")]
+    assert usage.spent_gpu_hours <= Decimal("0.000694") and usage.spent_usd == 0
+
+
+def test_a_retry_on_free_compute_gets_the_gpu_hours_its_failed_try_left(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # The dollars bound nothing at a price of 0: a retry that got its hold's GPU-hours back whole trained as
+    # if what its failed try used were still held, past max_gpu_hours.
+    from costaware.core.ledger import Kind, LedgerEntry
+    from costaware.training.tuning.reservations import reserve_trial_cost
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = study_spec("owned-retry", max_usd="1", max_trials=2, fallback_trial_seconds=36.0)
+    caps = TuningCaps.create(max_usd=Decimal(1), max_trials=2, max_gpu_hours="1")
+    spec = replace(spec, usd_per_hour=Decimal(0), gpus=Decimal(1), caps=caps)
+    create_study(url, ledger, spec)
+    holder = "tuning/r1/trial/0"
+    first = reserve_trial_cost(ledger, spec, lambda: 36.0, holder, "r1", 0, 0.01)
+    assert (first.usd, first.gpu_hours) == (Decimal(0), Decimal("0.01"))
+    paid = LedgerEntry(
+        "tuning", "r1", "trial", Kind.COMPUTE, Decimal(0), gpu_hours=Decimal("0.004"),
+        tags=spec.budget_scope.as_dict(), reservation_id=first.id,
+    )  # fmt: skip
+    ledger.record(paid)  # the failed try, paid from the hold
+    again = reserve_trial_cost(ledger, spec, lambda: 36.0, holder, "r1", 0, 0.01)
+    assert again.id == first.id and again.gpu_hours == Decimal("0.006")

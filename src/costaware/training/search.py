@@ -149,7 +149,8 @@ def budgeted_search(
             ``search=<id>``, a new id each call (``SearchResult.budget_scope``), deleted when the search
             ends: a project's own budgets are never set or changed by a search.
         cap_usd: The most this search may spend (USD, a ``Decimal`` or its text).
-        usd_per_hour: Price of one second of this process, per hour (USD, a ``Decimal`` or its text).
+        usd_per_hour: Price of one second of this process, per hour (USD, a ``Decimal`` or its text; more
+            than 0: the money left is what stops the search).
         first_rung_seconds: Estimated seconds of the first rung before any rung ran (the user's guess).
         direction: ``maximize`` or ``minimize`` the metric.
         sampler: Optuna sampler (default ``TPESampler(seed=seed)`` with Optuna's defaults: its first 10
@@ -187,6 +188,14 @@ def budgeted_search(
 
     cap_usd = parse_usd(cap_usd, name="cap_usd")
     usd_per_hour = parse_usd(usd_per_hour, name="usd_per_hour")
+    if usd_per_hour <= 0:
+        # Free compute: every rung's reservation is $0, so cap_usd never stops the search, and a cut (another
+        # budget refusing) divided by the price.
+        raise ConfigurationError(
+            f"usd_per_hour must be more than $0, got {usd_per_hour}: the search stops when cap_usd is spent, "
+            "which free compute never does; give what an hour of this machine costs you (owned GPUs: their "
+            "hourly cost, amortized)"
+        )
     if isinstance(scope, str) or not isinstance(scope, Mapping):
         raise ConfigurationError(f"scope must be a mapping of tags ({{'project': 'churn'}}), got {scope!r}")
     if "search" in scope:

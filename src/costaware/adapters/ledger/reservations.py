@@ -302,14 +302,18 @@ def open_reservations(ledger: LedgerDatabase, *, holder_prefix: str | None = Non
         return [reservation(conn, rid) for rid in ids]
 
 
-def paid_from(ledger: LedgerDatabase, reservation_ids: list[str]) -> dict[str, Decimal]:
+def paid_from(
+    ledger: LedgerDatabase, reservation_ids: list[str], *, gpu_hours: bool = False
+) -> dict[str, Decimal]:
     """What the entries paid from each reservation cost so far (estimates aside); ids with none are left out.
 
     A budget counts an open hold less this: a training's attempts are billed while its hold stays open.
+    ``gpu_hours``: the GPU-hours they paid instead of the dollars.
     """
     e = schema.entries
+    paid = e.c.gpu_hours_micros if gpu_hours else e.c.usd_micros
     query = (
-        select(e.c.reservation_id, func.sum(e.c.usd_micros))
+        select(e.c.reservation_id, func.sum(paid))
         .where(e.c.reservation_id.in_(reservation_ids), e.c.estimated.is_(False))
         .group_by(e.c.reservation_id)
     )

@@ -194,9 +194,12 @@ class Ledger(LedgerDatabase):
         """Open, unexpired reservations (optionally those whose holder starts with a prefix)."""
         return reservations.open_reservations(self, holder_prefix=holder_prefix)
 
-    def paid_from(self, reservation_ids: list[str]) -> dict[str, Decimal]:
-        """What the entries paid from each reservation cost so far (ids with none are left out)."""
-        return reservations.paid_from(self, reservation_ids)
+    def paid_from(self, reservation_ids: list[str], *, gpu_hours: bool = False) -> dict[str, Decimal]:
+        """What the entries paid from each reservation cost so far (ids with none are left out).
+
+        ``gpu_hours``: the GPU-hours they paid instead of the dollars.
+        """
+        return reservations.paid_from(self, reservation_ids, gpu_hours=gpu_hours)
 
     def reservation_to_settle(self, holder: str) -> Reservation | None:
         """The reservation a finished task's cost settles: its open one, else one released for it meanwhile.

@@ -74,20 +74,31 @@ def _unpaid(ledger: Ledger, held: Reservation, usd: Decimal) -> Reservation:
 
     A try put up for retry leaves its hold open, paid in part; the retry gets that hold back from
     ``reserve``. Trained as if the whole of it were free, the trial spent past the study's cap. The hold is
-    grown back toward what this try needs where the budgets have room (``grow`` never passes a cap).
+    grown back toward what this try needs where the budgets have room (``grow`` never passes a cap). Its
+    GPU-hours are not grown: what the earlier try paid of them is taken off (they bound a trial on free
+    compute, where the dollars bound nothing).
     """
     from dataclasses import replace
 
     paid = ledger.paid_from([held.id]).get(held.id, Decimal(0))
-    if paid <= 0:
+    paid_gpu_hours = Decimal(0)
+    if held.gpu_hours > 0:
+        paid_gpu_hours = ledger.paid_from([held.id], gpu_hours=True).get(held.id, Decimal(0))
+    if paid <= 0 and paid_gpu_hours <= 0:
         return held
-    grown = ledger.grow(held.id, paid + usd)
+    grown = ledger.grow(held.id, paid + usd) if paid > 0 else held
     log.info(
-        "the trial's hold was paid %s by an earlier try: %s of it is left",
+        "the trial's hold was paid %s and %s GPU-hours by an earlier try: %s and %s GPU-hours of it are left",
         format_usd(paid),
+        paid_gpu_hours,
         format_usd(grown.usd - paid),
+        max(grown.gpu_hours - paid_gpu_hours, Decimal(0)),
     )
-    return replace(grown, usd=max(grown.usd - paid, Decimal(0)))
+    return replace(
+        grown,
+        usd=max(grown.usd - paid, Decimal(0)),
+        gpu_hours=max(grown.gpu_hours - paid_gpu_hours, Decimal(0)),
+    )
 
 
 def study_usage(ledger: Ledger, spec: StudySpec) -> BudgetUsage | None:

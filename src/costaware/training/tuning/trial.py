@@ -350,7 +350,7 @@ def _train_rungs(
     """
     spec, meter, started = s.spec, s.meter, s.started
     # Money decides how long the trial may train: what it reserved, less a tail for telling and settling.
-    reserved = seconds_for_usd(reservation.usd, spec.usd_per_hour)
+    reserved, bought_with = _reserved_seconds(reservation, spec)
     limit = reserved - min(TAIL_SECONDS, spec.slack_seconds)
     wall_left = wall_clock_left(spec.caps, s.started_at, utcnow())
     by_wall_clock = wall_left is not None and (meter() - started) + wall_left < limit
@@ -374,7 +374,7 @@ def _train_rungs(
                 f"leaves this trial {limit:.1f} s, {meter() - started:.1f} s are used and the next rung "
                 f"needs about {needed:.1f} s"
                 if by_wall_clock
-                else f"cut before {rung}: its reservation of {format_usd(reservation.usd)} buys "
+                else f"cut before {rung}: its reservation of {bought_with} buys "
                 f"{reserved:.1f} s, {meter() - started:.1f} s "
                 "are used and the next rung "
                 f"needs about {needed:.1f} s"
@@ -402,7 +402,7 @@ def _train_rungs(
                 spent,
                 used,
                 reserved,
-                format_usd(reservation.usd),
+                bought_with,
             )
         elif used > reserved:
             log.warning(
@@ -413,7 +413,7 @@ def _train_rungs(
                 spent,
                 used,
                 reserved,
-                format_usd(reservation.usd),
+                bought_with,
                 spec.safety_factor,
             )
         if previous:
@@ -431,6 +431,19 @@ def _train_rungs(
             t.state = TrialState.PRUNED
             t.decision = pruning_note(s.study, trial) or f"pruned at {rung} with {value:.4f}"
             break
+
+
+def _reserved_seconds(reservation: Reservation, spec: StudySpec) -> tuple[float, str]:
+    """How long the trial may run on what it reserved, and what bought that time (for the notes).
+
+    Its dollars at the study's price. On free compute (``usd_per_hour`` 0: owned GPUs) dollars buy no end:
+    the GPU-hours it reserved, at the study's GPUs, bound it instead, so that ``max_gpu_hours`` holds (the
+    trial trained on past what the cap held). With neither a price nor GPUs nothing it reserved bounds it:
+    ``max_trials`` and ``max_wall_seconds`` do.
+    """
+    if spec.usd_per_hour > 0 or spec.gpus <= 0:
+        return seconds_for_usd(reservation.usd, spec.usd_per_hour), format_usd(reservation.usd)
+    return float(reservation.gpu_hours * 3600 / spec.gpus), f"{reservation.gpu_hours} GPU-hours"
 
 
 def _fail_trial(
