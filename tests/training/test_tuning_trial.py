@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from costaware import Ledger
-from costaware.core.errors import ConfigurationError
+from costaware.core.errors import BudgetExceededError, ConfigurationError
 from costaware.core.tuning import RungSchedule, StudySpec, TuningCaps, parse_search_space
 from costaware.training.tuning import EntryOwner, create_study, run_trial, summarize_study
 
@@ -524,3 +524,44 @@ def test_a_retry_on_free_compute_gets_the_gpu_hours_its_failed_try_left(tmp_path
     ledger.record(paid)  # the failed try, paid from the hold
     again = reserve_trial_cost(ledger, spec, lambda: 36.0, holder, "r1", 0, 0.01)
     assert again.id == first.id and again.gpu_hours == Decimal("0.006")
+
+
+def test_on_free_compute_a_slot_waits_for_the_gpu_hours_running_trials_hold(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # At a price of 0 running trials hold GPU-hours and no dollars: a slot refused while they ran read
+    # "nothing in flight" and stopped the study for good, though their holds were about to come back.
+    from costaware.core.ledger import Kind, LedgerEntry
+    from costaware.training.tuning.reservations import reserve_trial_cost
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = study_spec("owned-wait", max_usd="1", max_trials=3, fallback_trial_seconds=36.0)
+    caps = TuningCaps.create(max_usd=Decimal(1), max_trials=3, max_gpu_hours="0.015")
+    spec = replace(spec, usd_per_hour=Decimal(0), gpus=Decimal(1), caps=caps)
+    create_study(url, ledger, spec)
+    running = reserve_trial_cost(ledger, spec, lambda: 36.0, "other-trial", "r1", 0, 0.01)  # 0.01 GPU-hours
+    asked = []
+
+    def seconds_needed() -> float:
+        asked.append(1)
+        if len(asked) == 2:  # refused once: the running trial settles, having used 0.001 GPU-hours
+            used = LedgerEntry(
+                "tuning", "r1", "trial", Kind.COMPUTE, Decimal(0), gpu_hours=Decimal("0.001"),
+                tags=spec.budget_scope.as_dict(), reservation_id=running.id,
+            )  # fmt: skip
+            ledger.settle(running.id, Decimal(0), entry=used)
+        return 36.0
+
+    held = reserve_trial_cost(ledger, spec, seconds_needed, "waiting-slot", "r1", 1, 0.01)
+    assert len(asked) == 2 and held.gpu_hours == Decimal("0.01")
+    # With 0.011 GPU-hours spent, no trial of 0.01 fits the 0.015, whatever comes back: refused at once,
+    # though another trial holds some.
+    used = LedgerEntry(
+        "tuning", "r1", "trial", Kind.COMPUTE, Decimal(0), gpu_hours=Decimal("0.01"),
+        tags=spec.budget_scope.as_dict(), reservation_id=held.id,
+    )  # fmt: skip
+    ledger.settle(held.id, Decimal(0), entry=used)
+    reserve_trial_cost(ledger, spec, lambda: 7.2, "small-trial", "r1", 2, 0.01)  # 0.002 GPU-hours
+    started = time.monotonic()
+    with pytest.raises(BudgetExceededError):
+        reserve_trial_cost(ledger, spec, lambda: 36.0, "third-slot", "r1", 3, 60.0)
+    assert time.monotonic() - started < 30  # not one poll of 60 s

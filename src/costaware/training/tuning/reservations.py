@@ -39,7 +39,8 @@ def reserve_trial_cost(
 
     Other trials' reservations are mostly returned when they settle (pruned trials spend a fraction of
     their estimate), so a refusal stops the study only when nothing else of the study is in flight, or
-    the money already spent leaves no room for this trial. Waiting ends when those reservations expire.
+    what was already spent leaves no room for this trial (dollars, and GPU-hours under ``max_gpu_hours``).
+    Waiting ends when those reservations expire.
     """
     seconds = seconds_needed()
     # Real time, not the trial's meter: what is waited for is other trials' holds, whose ttl the ledger
@@ -47,11 +48,12 @@ def reserve_trial_cost(
     deadline = time.monotonic() + max(2 * seconds, 60.0)
     while True:
         usd = usd_for_seconds(seconds, spec.usd_per_hour)
+        gpu_hours = (Decimal(str(seconds)) / 3600 * spec.gpus).quantize(Decimal("0.000001"))
         try:
             held = ledger.reserve(
                 spec.budget_scope,
                 usd,
-                gpu_hours=(Decimal(str(seconds)) / 3600 * spec.gpus).quantize(Decimal("0.000001")),
+                gpu_hours=gpu_hours,
                 holder=holder,
                 run_id=run_id,
                 ttl=timedelta(seconds=max(2 * seconds, 60.0)),
@@ -60,13 +62,29 @@ def reserve_trial_cost(
             return _unpaid(ledger, held, usd)
         except BudgetExceededError:
             own = study_usage(ledger, spec)
-            if own is None or own.reserved_usd <= 0 or own.spent_usd + usd > own.cap_usd:
+            if own is None or not _may_come_back(own, usd, gpu_hours):
                 raise
             if time.monotonic() >= deadline:
                 raise
-            log.info("slot %d waits for %s reserved by running trials", slot, format_usd(own.reserved_usd))
+            log.info(
+                "slot %d waits for %s and %s GPU-hours reserved by running trials",
+                slot,
+                format_usd(own.reserved_usd),
+                own.reserved_gpu_hours,
+            )
             time.sleep(poll_seconds)
             seconds = seconds_needed()
+
+
+def _may_come_back(own: BudgetUsage, usd: Decimal, gpu_hours: Decimal) -> bool:
+    """Whether the study's budget may make room: other trials hold some of it, and what is spent leaves room.
+
+    GPU-hours count as dollars do: on free compute (a price of 0) trials hold GPU-hours and no dollars, and a
+    slot refused while they ran stopped the study for good.
+    """
+    in_flight = own.reserved_usd > 0 or own.reserved_gpu_hours > 0
+    gpu_room = own.cap_gpu_hours is None or own.spent_gpu_hours + gpu_hours <= own.cap_gpu_hours
+    return in_flight and own.spent_usd + usd <= own.cap_usd and gpu_room
 
 
 def _unpaid(ledger: Ledger, held: Reservation, usd: Decimal) -> Reservation:
