@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Literal
 
 from costaware.core.errors import ConfigurationError, CostawareError
 from costaware.core.promotion import COMPLETE
@@ -18,6 +18,9 @@ from costaware.core.promotion import COMPLETE
 #: (``costaware.adapters.model_files``).
 MODEL_SUFFIXES = {"skops": "skops", "xgboost-ubj": "ubj", "lightgbm-txt": "txt", "files": "json"}
 STATUSES = (COMPLETE, "interrupted", "failed")
+#: ``ModelVersion.label_threshold`` of a version stored before versions recorded it: its label may have been
+#: any threshold's, so no run's label counts as the same.
+UNRECORDED: Literal["unrecorded"] = "unrecorded"
 
 
 class ModelStoreError(CostawareError):
@@ -59,6 +62,8 @@ class ModelVersion:
         data_fingerprint: SHA-256 over the training files' names and contents.
         features: Feature columns, in order.
         label: Label column.
+        label_threshold: The label was ``label > label_threshold``; None: the column's own 0/1 values;
+            ``UNRECORDED`` (read back from a version stored before the threshold was recorded): not known.
         status: ``complete``, ``interrupted`` or ``failed``; only complete versions can become champion.
         params: Trainer parameters.
         metrics: Training facts and metrics (rows, seconds, steps, ...).
@@ -79,6 +84,7 @@ class ModelVersion:
     data_fingerprint: str
     features: tuple[str, ...]
     label: str
+    label_threshold: float | Literal["unrecorded"] | None = None
     status: str = COMPLETE
     params: Mapping[str, Any] = field(default_factory=dict)
     metrics: Mapping[str, Any] = field(default_factory=dict)
@@ -104,6 +110,8 @@ class ModelVersion:
         known = {f for f in cls.__dataclass_fields__}
         values = {k: v for k, v in data.items() if k in known}
         values["features"] = tuple(values.get("features", ()))
+        # Absent, not None: the version was stored before the threshold was, whatever its label was made of.
+        values.setdefault("label_threshold", UNRECORDED)
         return cls(**values)
 
 

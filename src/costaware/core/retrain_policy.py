@@ -253,7 +253,8 @@ class RetrainContext:
         warm_steps_since_full: Warm retrains in the champion's lineage since its last full retrain.
         recent_quality: The production model's holdout metric on recent days, oldest first, higher is better.
         force_full: A person asked for a full retrain (e.g. a DAG run param).
-        incompatible: Non-empty when the champion cannot be continued, saying why (other trainer, features).
+        incompatible: Non-empty when the champion cannot be continued, saying why (another trainer, other
+            features, another label or label threshold).
     """
 
     has_champion: bool

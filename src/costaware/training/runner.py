@@ -20,7 +20,7 @@ from typing import Any
 
 from costaware.adapters.checkpoint_store import CheckpointStorage, CheckpointStore
 from costaware.adapters.model_store import ModelStore
-from costaware.adapters.model_versions import ModelVersion, new_version_id
+from costaware.adapters.model_versions import UNRECORDED, ModelVersion, new_version_id
 from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import compute_cost
 from costaware.core.money import parse_usd
@@ -47,13 +47,29 @@ log = logging.getLogger(__name__)
 # -- retrain -------------------------------------------------------------------------------------------------
 
 
-def _incompatibility(champion: ModelVersion, trainer: str, features: Sequence[str], label: str) -> str:
+def _label_rule(label: str, threshold: float | None) -> str:
+    return f"{label!r} as 0/1" if threshold is None else f"{label!r} > {threshold:g}"
+
+
+def _incompatibility(
+    champion: ModelVersion, trainer: str, features: Sequence[str], label: str, label_threshold: float | None
+) -> str:
     if not same_trainer(champion.trainer, trainer):
         return f"it was trained by {champion.trainer!r}, this run uses {trainer!r}"
     if list(champion.features) != list(features):
         return f"its features {list(champion.features)} differ from {list(features)}"
     if champion.label != label:
         return f"its label {champion.label!r} differs from {label!r}"
+    if champion.label_threshold == UNRECORDED:
+        return (
+            f"it was stored without its label threshold (an older costaware), so its label may not be "
+            f"this run's {_label_rule(label, label_threshold)}"
+        )
+    if champion.label_threshold != label_threshold:
+        return (
+            f"its label {_label_rule(champion.label, champion.label_threshold)} differs from this run's "
+            f"{_label_rule(label, label_threshold)}"
+        )
     if not champion.reference_profile:
         return "it has no reference data profile"
     return ""
@@ -119,7 +135,8 @@ def run_retrain(
     new_data = training_data(new_frame, features, job.label_column, job.label_threshold)
     labelled = new_data.features.assign(__label__=new_data.label)
     champion = store.champion()
-    incompatible = _incompatibility(champion, name, features, job.label_column) if champion else ""
+    threshold = None if job.label_threshold is None else float(job.label_threshold)
+    incompatible = _incompatibility(champion, name, features, job.label_column, threshold) if champion else ""
     drift = None
     if champion and not incompatible and champion.reference_profile:
         reference = DataProfile.from_dict(champion.reference_profile)
@@ -217,6 +234,7 @@ def run_retrain(
             data_fingerprint=fingerprint,
             features=tuple(features),
             label=job.label_column,
+            label_threshold=threshold,
             params=dict(job.trainer_params),
             metrics=metrics,
             cost_usd=cost,
