@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,12 @@ from costaware.adapters.model_store import ModelStore
 from costaware.adapters.model_versions import UNRECORDED, ModelVersion
 from costaware.training.runner import run_retrain
 from costaware.training.spec import RetrainJob
+from costaware.training.trainers import HistGradientBoostingTrainer, TrainingData
 
 #: The chance of a positive label in each category, far apart so a forgotten category shows.
 RATES = {"A": 0.1, "B": 0.5, "C": 0.85}
+#: 300 rows of each category, ``x`` as in the data: a model's mean score per category is its rate.
+PROBE = pd.DataFrame({"x": np.random.default_rng(99).normal(size=900), "c": np.repeat(list("ABC"), 300)})
 
 
 def _batch(path: Path, categories: str, *, seed: int, shares: list[float] | None = None) -> Path:
@@ -53,6 +57,113 @@ def _champion(tmp: Path, job: RetrainJob) -> tuple[ModelStore, str]:
     version = run_retrain(job)["version"]
     store.set_champion(version)
     return store, version
+
+
+def _rates(trainer: HistGradientBoostingTrainer, model: Any) -> np.ndarray:
+    scores = np.asarray(trainer.predict(model, PROBE))
+    return np.array([scores[PROBE.c == c].mean() for c in "ABC"])
+
+
+def _model(store: ModelStore, version: str) -> tuple[HistGradientBoostingTrainer, Any]:
+    trainer = HistGradientBoostingTrainer(trees_per_step=10)  # a warm step: the 10 trees of warm_iter
+    return trainer, trainer.load(store.model_bytes(store.get(version)))
+
+
+# -- sklearn-hgb: the categories a warm batch lacks ---------------------------------------------------------
+
+
+def _hgb_fitted(categories: str) -> tuple[HistGradientBoostingTrainer, Any]:
+    trainer = HistGradientBoostingTrainer(max_iter=10, trees_per_step=10)
+    rng = np.random.default_rng(0)
+    features = pd.DataFrame({"x": rng.normal(size=500), "c": rng.choice(list(categories), 500)})
+    data = TrainingData(features, rng.integers(0, 2, 500))
+    return trainer, trainer.fit_step(trainer.init_model(data, champion=None), data, step=0)
+
+
+@pytest.fixture(scope="module")
+def abc_model() -> tuple[HistGradientBoostingTrainer, Any]:
+    return _hgb_fitted("ABC")
+
+
+@pytest.mark.parametrize(
+    ("batch", "expected"),
+    [
+        (["A", "B", "C"], ""),
+        (["C", "B", "A", "A", "D"], ""),  # order, repeats and a new category change nothing
+        (["A", "B"], "'c': 'C'"),
+        (["B", "C"], "'c': 'A'"),  # a gap before the last would shift B onto A's splits, C onto B's
+        (["A", "B", None], "'c': 'C'"),
+    ],
+)
+def test_hgb_names_the_categories_a_batch_lacks(
+    abc_model: tuple[HistGradientBoostingTrainer, Any], batch: list[str | None], expected: str
+) -> None:
+    trainer, model = abc_model
+    data = TrainingData(pd.DataFrame({"x": np.zeros(len(batch)), "c": batch}), np.zeros(len(batch), int))
+    said = trainer.incompatibility(model, data)
+    if not expected:
+        assert said == ""
+    else:
+        assert said == (
+            f"the new data lacks categories it learned ({expected}), and sklearn-hgb would forget them in a "
+            "warm start"
+        )
+
+
+def test_hgb_counts_a_missing_value_it_learned_as_a_category_and_lists_five_at_most() -> None:
+    trainer, model = _hgb_fitted("ABCDEFGH")
+    data = TrainingData(pd.DataFrame({"x": [0.0], "c": ["A"]}), np.zeros(1, int))
+    assert "('c': 'B', 'C', 'D', 'E', 'F' and 2 more)" in trainer.incompatibility(model, data)
+    learned = TrainingData(
+        pd.DataFrame({"x": np.zeros(4), "c": ["A", "B", None, None]}), np.array([0, 1, 0, 1])
+    )
+    model = trainer.fit_step(trainer.init_model(learned, champion=None), learned, step=0)
+    batch = TrainingData(pd.DataFrame({"x": [0.0, 0.0], "c": ["A", "B"]}), np.zeros(2, int))
+    assert "('c': (missing))" in trainer.incompatibility(model, batch)
+
+
+@pytest.mark.parametrize(
+    ("lacking", "shares"),
+    [
+        ("C", [0.45, 0.45, 0.1]),  # the last category: counted as missing, so C scored as B (0.52 measured)
+        ("A", None),  # one before the last: B read through A's splits and C through B's (A scored 0.96)
+    ],
+)
+def test_hgb_batch_without_a_category_retrains_in_full_and_keeps_what_the_champion_knew(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, lacking: str, shares: list[float] | None
+) -> None:
+    _batch(tmp_path / "landing" / "day-001.parquet", "ABC", seed=1, shares=shares)
+    store, champion = _champion(tmp_path, _job(tmp_path))
+    before = _rates(*_model(store, champion))
+    assert np.abs(before - list(RATES.values())).max() < 0.05  # the champion learned each category's rate
+
+    day2 = _batch(tmp_path / "landing" / "day-002.parquet", "ABC".replace(lacking, ""), seed=2)
+    # What a warm start would do to the champion: forget the category the batch lacks.
+    trainer, model = _model(store, champion)
+    data = pd.read_parquet(day2)
+    warm = trainer.fit_step(model, TrainingData(data[["x", "c"]], data.y.to_numpy()), step=0)
+    assert np.abs(_rates(trainer, warm) - before).max() > 0.25
+
+    with caplog.at_level(logging.INFO, logger="costaware.training.runner"):
+        result = run_retrain(_job(tmp_path, day2))
+    assert result["mode"] == "full" and result["parent"] is None
+    assert result["reason"] == (
+        f"champion cannot be continued (the new data lacks categories it learned ('c': '{lacking}'), and "
+        "sklearn-hgb would forget them in a warm start): full retrain"
+    )
+    assert f"retrain mode: full; reason: {result['reason']}" in caplog.text
+    # The full retrain read day one again: every category keeps the champion's rate.
+    assert np.abs(_rates(*_model(store, result["version"])) - before).max() < 0.05
+    assert store.get(result["version"]).metrics["rows"] == 4000
+
+
+def test_hgb_batch_with_every_category_still_warm_starts(tmp_path: Path) -> None:
+    _batch(tmp_path / "landing" / "day-001.parquet", "ABC", seed=1)
+    _, champion = _champion(tmp_path, _job(tmp_path))
+    day2 = _batch(tmp_path / "landing" / "day-002.parquet", "ABC", seed=2)
+    result = run_retrain(_job(tmp_path, day2))
+    assert (result["mode"], result["parent"], result["rows"]) == ("warm", champion, 2000)
+    assert result["reason"] == "policy always warm-starts when it can"
 
 
 # -- the label threshold ------------------------------------------------------------------------------------

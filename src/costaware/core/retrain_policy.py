@@ -254,7 +254,7 @@ class RetrainContext:
         recent_quality: The production model's holdout metric on recent days, oldest first, higher is better.
         force_full: A person asked for a full retrain (e.g. a DAG run param).
         incompatible: Non-empty when the champion cannot be continued, saying why (another trainer, other
-            features, another label or label threshold).
+            features, another label or label threshold, a batch its trainer cannot continue it on).
     """
 
     has_champion: bool

@@ -8,6 +8,7 @@ instance) and exits with code 75 after a preemption, so any scheduler can retry 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import hashlib
 import json
@@ -142,21 +143,27 @@ def run_retrain(
         reference = DataProfile.from_dict(champion.reference_profile)
         current = profile_frame(labelled, drift_columns, label="__label__", reference=reference)
         drift = drift_report(reference, current, columns=drift_columns)
-    decision = policy.decide(
-        RetrainContext(
-            has_champion=champion is not None,
-            drift=drift,
-            warm_steps_since_full=champion.warm_steps_since_full if champion else 0,
-            recent_quality=store.recent_quality(job.quality_window),
-            force_full=bool(job.force_full),
-            incompatible=incompatible,
-        )
+    context = RetrainContext(
+        has_champion=champion is not None,
+        drift=drift,
+        warm_steps_since_full=champion.warm_steps_since_full if champion else 0,
+        recent_quality=store.recent_quality(job.quality_window),
+        force_full=bool(job.force_full),
+        incompatible=incompatible,
     )
+    decision = policy.decide(context)
+    if decision.warm and champion:
+        start_model = trainer.load(store.model_bytes(champion))
+        # Whether the model itself survives this batch only its trainer knows (sklearn-hgb forgets the
+        # categories a batch lacks): a trainer may say why not, and the policy chooses again knowing it.
+        check = getattr(trainer, "incompatibility", None)
+        refusal = check(start_model, new_data) if check else ""
+        if refusal:
+            decision = policy.decide(dataclasses.replace(context, incompatible=refusal))
     log.info("retrain mode: %s; reason: %s", decision.mode.value, decision.reason)
 
     if decision.warm and champion:
         data, fingerprint, reference_profile = new_data, new_fingerprint, champion.reference_profile
-        start_model = trainer.load(store.model_bytes(champion))
         parent, warm_steps = champion.version, champion.warm_steps_since_full + 1
     else:
         if job.new_data_path and job.new_data_path != job.data_path:
@@ -289,7 +296,6 @@ def job_from_file(path: str) -> RetrainJob:
             names one ``RetrainJob`` does not have; ``force_full`` that is no boolean; ``feature_columns``
             given as one string (read letter by letter before).
     """
-    import dataclasses
     import difflib
     from pathlib import Path
 

@@ -9,7 +9,9 @@ A trainer trains in steps so the runner can checkpoint between them and resume a
 * ``save(model) -> bytes`` / ``load(bytes) -> model`` — the model in a format that loads without pickle.
   Checkpoints use them too: resuming is ``load`` of the checkpoint, then the remaining ``fit_step`` calls,
   so ``fit_step`` must depend only on its arguments (seed randomness from ``step``);
-* ``predict(model, features) -> scores`` — probability of the positive class, for evaluation.
+* ``predict(model, features) -> scores`` — probability of the positive class, for evaluation;
+* optional: ``incompatibility(champion, data) -> str`` — why the champion model cannot be continued on
+  ``data`` (empty when it can); a warm start the policy chose becomes its choice with that reason.
 
 Any class with these members (and ``name``, ``model_format`` attributes) plugs in by its path,
 ``"pkg.mod:Class"``.

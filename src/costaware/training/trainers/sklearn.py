@@ -146,7 +146,8 @@ class HistGradientBoostingTrainer(_SklearnTrainer):
     """Histogram gradient boosting with ``warm_start``; one step adds ``trees_per_step`` trees.
 
     Full retrain: ordinal-encodes categorical columns (native categorical splits) and grows ``max_iter``
-    trees. Warm start: adds ``warm_iter`` trees fitted on the new data to the champion's ensemble.
+    trees. Warm start: adds ``warm_iter`` trees fitted on the new data to the champion's ensemble, only when
+    the new data holds every category the champion learned (``incompatibility``).
 
     Args:
         max_iter: Trees in a full retrain (rounded up to a multiple of ``trees_per_step``).
@@ -216,6 +217,33 @@ class HistGradientBoostingTrainer(_SklearnTrainer):
 
     def n_steps(self, data: TrainingData, *, warm: bool) -> int:
         return math.ceil((self.warm_iter if warm else self.max_iter) / self.trees_per_step)
+
+    def incompatibility(self, champion: Any, data: TrainingData) -> str:
+        """Why ``champion`` cannot be continued on ``data``: categories it learned that ``data`` lacks.
+
+        Each ``fit`` of scikit-learn's boosting takes a categorical column's categories from that call's
+        data, and every tree, the champion's too, reads its splits through them: a category the batch lacks
+        counts as missing, and the categories after it shift onto their neighbours' splits. Empty when
+        ``data`` holds every category of the champion's encoder (those of its full retrain).
+        """
+        cats = self._cats(champion)
+        if not cats:
+            return ""
+        encoder = champion.named_steps["prep"].named_transformers_["cat"]
+        frame = self._frame(data.features[cats], cats)
+        lacking = []
+        for column, known in zip(cats, encoder.categories_, strict=True):
+            seen = set(frame[column].unique())
+            gone = ["(missing)" if v == MISSING else repr(v) for v in known if v not in seen]
+            if gone:
+                more = f" and {len(gone) - 5} more" if len(gone) > 5 else ""
+                lacking.append(f"{column!r}: {', '.join(gone[:5])}{more}")
+        if not lacking:
+            return ""
+        return (
+            f"the new data lacks categories it learned ({'; '.join(lacking)}), and {self.name} would "
+            "forget them in a warm start"
+        )
 
     def fit_step(self, model: Any, data: TrainingData, *, step: int) -> Any:
         import numpy as np
