@@ -6,6 +6,7 @@ import json
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 from airflow.sdk import CronTriggerTimetable as SdkCronTriggerTimetable
@@ -43,6 +44,48 @@ def test_runs_past_the_counting_cap_are_extrapolated(monkeypatch: pytest.MonkeyP
     exact = count_runs(every_minute, T0, T0 + timedelta(days=1))
     monkeypatch.setattr(schedule, "MAX_RUNS", 100)
     assert exact == 1440 and count_runs(every_minute, T0, T0 + timedelta(days=1)) == exact
+
+
+class CountingTimetable:
+    """A real cron timetable that counts the runs asked of it: the work a count does."""
+
+    can_be_scheduled = True
+
+    def __init__(self, cron: str) -> None:
+        self.inner = CronTriggerTimetable(cron, timezone="UTC")
+        self.asked = 0
+
+    def next_dagrun_info(self, **kwargs: Any) -> Any:
+        self.asked += 1
+        return self.inner.next_dagrun_info(**kwargs)
+
+
+def test_a_count_asks_at_most_max_runs_and_extrapolates_the_rest() -> None:
+    every_minute = CountingTimetable("* * * * *")
+    assert count_runs(every_minute, T0, T0 + timedelta(days=1), max_runs=100) == 1440
+    assert every_minute.asked == 100
+    with pytest.raises(ValueError, match="max_runs must be at least 2, got 1"):
+        count_runs(every_minute, T0, T0 + timedelta(days=1), max_runs=1)
+
+
+def test_a_schedule_counts_each_window_of_a_dag_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The Cost page asked for the same DAG's month once per budget it spends in: a per-minute DAG's month
+    # took seconds each time.
+    every_minute = CountingTimetable("* * * * *")
+    given = TimetableSchedule({"a": every_minute}, max_runs=50)
+    end = T0 + timedelta(hours=3)
+    assert [given.runs_between("a", T0, end) for _ in range(3)] == [180] * 3
+    assert every_minute.asked == 50
+    read: list[str] = []
+
+    def from_the_database(self: AirflowSchedule, dag_id: str) -> Any:
+        read.append(dag_id)
+        return every_minute
+
+    monkeypatch.setattr(AirflowSchedule, "_timetable", from_the_database)
+    airflow = AirflowSchedule()
+    assert [airflow.runs_between("a", T0, end) for _ in range(3)] == [180] * 3
+    assert read == ["a"] and every_minute.asked == 50 + 181  # the 181st is past the end
 
 
 @pytest.mark.parametrize(

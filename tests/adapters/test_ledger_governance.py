@@ -347,3 +347,37 @@ def test_thresholds_a_caller_passes_are_its_own_and_a_bad_one_raises(ledger: Led
     ledger.set_budget("project=churn", "month", "10", actor="lead")
     with pytest.raises(ConfigurationError, match="'1' is ambiguous"):
         check_budget_alerts(ledger, TAGS, thresholds="1", notifiers=[])
+
+
+def test_the_alerts_after_a_try_count_a_bounded_number_of_runs(
+    ledger: Ledger, ledger_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # They run in the task process, last: a per-minute DAG's month counted to 10,000 runs per budget kept
+    # the listener past [core] task_success_overtime, and Airflow killed it before any alert went out.
+    from types import SimpleNamespace
+
+    from costaware.adapters.airflow_schedule import TASK_MAX_RUNS
+    from costaware.notifications.budget import alerts_after_spend
+
+    class Counting:
+        asked = 0
+        inner = CronTriggerTimetable("* * * * *", timezone="UTC")
+
+        def next_dagrun_info(self, **kwargs: Any) -> Any:
+            self.asked += 1
+            return self.inner.next_dagrun_info(**kwargs)
+
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+    for scope in ("project=churn", "team=ml", "*"):
+        ledger.set_budget(scope, "month", "1000")
+    ledger.set_budget("project=churn", "day", "100")
+    run_cost(ledger, 1)
+    timetable = Counting()
+    ti = SimpleNamespace(
+        dag_id="retrain",
+        task=SimpleNamespace(dag=SimpleNamespace(timetable=timetable), log=None),
+        get_template_context=dict,
+    )
+    alerts_after_spend(ti, TAGS)
+    # One count per window (the day's, the month's), each stopped at the task's bound.
+    assert 0 < timetable.asked <= 2 * TASK_MAX_RUNS

@@ -345,3 +345,30 @@ def test_a_budgets_burn_down_counts_its_own_time_zones_days(  # type: ignore[no-
         ("2026-11-10", Decimal("1")),
         ("2026-11-11", Decimal("3")),
     ]
+
+
+def test_a_dag_in_many_budgets_has_its_runs_counted_once_per_request(filled: Ledger) -> None:
+    # Each budget counted the DAG's runs to its period end at its own instant: a per-minute DAG's month was
+    # walked (seconds of work) once per budget, on every load of the page and of /api/budgets.
+    from typing import Any
+
+    from airflow.timetables.trigger import CronTriggerTimetable
+
+    from costaware.adapters.airflow_schedule import TimetableSchedule
+    from costaware.adapters.ledger.views import budget_views
+
+    class Counting:
+        asked = 0
+        inner = CronTriggerTimetable("*/10 * * * *", timezone="UTC")
+
+        def next_dagrun_info(self, **kwargs: Any) -> Any:
+            self.asked += 1
+            return self.inner.next_dagrun_info(**kwargs)
+
+    filled.set_budget("team=ml", "month", "100")
+    filled.set_budget("*", "month", "100")
+    timetable = Counting()
+    views = budget_views(filled, TimetableSchedule({"retrain": timetable}), readable=None)
+    assert len(views) == 3
+    runs_left = {view.forecast.runs_left for view in views}
+    assert len(runs_left) == 1 and timetable.asked == runs_left.pop() + 1  # the last asked is past the end

@@ -149,6 +149,28 @@ def test_runs_per_month_from_the_dag_schedule() -> None:
     assert runs_per_month(DAG("d3", schedule=None, start_date=after), after) is None
 
 
+def test_runs_per_month_of_a_per_minute_dag_asks_for_a_bounded_number_of_runs() -> None:
+    # Walked run by run (up to 100,000), a per-minute DAG took about a minute after every try: Airflow killed
+    # the listener at [core] task_success_overtime, before it sent the budget alerts.
+    from airflow.timetables.trigger import CronTriggerTimetable
+
+    from costaware.adapters.airflow_schedule import TASK_MAX_RUNS
+
+    class Counting:
+        can_be_scheduled = True
+        asked = 0
+        inner = CronTriggerTimetable("* * * * *", timezone="UTC")
+
+        def next_dagrun_info(self, **kwargs: Any) -> Any:
+            self.asked += 1
+            return self.inner.next_dagrun_info(**kwargs)
+
+    timetable = Counting()
+    after = pendulum.datetime(2026, 11, 1, tz="UTC")
+    assert runs_per_month(SimpleNamespace(dag_id="d", timetable=timetable), after) == 730 * 60
+    assert timetable.asked == TASK_MAX_RUNS
+
+
 def _carbon_file_covering_now(folder: Any, zone: str, g_per_kwh: int) -> None:
     now = pendulum.now("UTC").start_of("hour")
     rows = [f"{now.add(hours=h).isoformat()},{g_per_kwh},{g_per_kwh}" for h in range(-2, 3)]

@@ -18,13 +18,22 @@ log = logging.getLogger(__name__)
 #: Runs counted one by one; past them the rest of the window is extrapolated (a per-minute cron's month is
 #: 44,640 runs).
 MAX_RUNS = 10_000
+#: The same in a task process (the cost listener): a try's listener must end within Airflow's
+#: ``[core] task_success_overtime`` (20 s), or the supervisor kills it before it sends the budget alerts.
+#: Each run counted costs about a millisecond (Airflow rebuilds its cron for every next run).
+TASK_MAX_RUNS = 500
 
 
-def count_runs(timetable: Any, start: datetime, end: datetime) -> int:
-    """How many runs ``timetable`` (an ``airflow.timetables.base.Timetable``) starts in ``[start, end)``."""
+def count_runs(timetable: Any, start: datetime, end: datetime, *, max_runs: int = MAX_RUNS) -> int:
+    """How many runs ``timetable`` (an ``airflow.timetables.base.Timetable``) starts in ``[start, end)``.
+
+    Past ``max_runs`` runs, the rest of the window is extrapolated at the pace of the runs counted.
+    """
     import pendulum
     from airflow.timetables.base import TimeRestriction
 
+    if max_runs < 2:  # the pace needs two runs
+        raise ValueError(f"max_runs must be at least 2, got {max_runs}")
     if end <= start:
         return 0
     if not hasattr(timetable, "next_dagrun_info"):
@@ -42,7 +51,7 @@ def count_runs(timetable: Any, start: datetime, end: datetime) -> int:
         if info.run_after >= start:
             counted_from = counted_from or info.run_after
             count += 1
-            if count >= MAX_RUNS:
+            if count >= max_runs:
                 # Counted one by one no further: the rest of the window at the pace so far. Stopped at the
                 # cap, a per-minute DAG's month read 10,000 runs, and its forecast alert came late.
                 pace = (info.run_after - counted_from).total_seconds() / (count - 1)  # seconds a run
@@ -64,14 +73,27 @@ def core_timetable(timetable: Any) -> Any:
 
 
 class TimetableSchedule:
-    """Runs of the timetables given per DAG id (DAGs not named schedule nothing)."""
+    """Runs of the timetables given per DAG id (DAGs not named schedule nothing), each window counted once.
 
-    def __init__(self, timetables: Mapping[str, Any]) -> None:
+    Args:
+        timetables: The timetable of each DAG id.
+        max_runs: Runs counted one by one per window (:func:`count_runs`); ``TASK_MAX_RUNS`` in a task.
+    """
+
+    def __init__(self, timetables: Mapping[str, Any], *, max_runs: int = MAX_RUNS) -> None:
         self.timetables = dict(timetables)
+        self.max_runs = max_runs
+        self._counted: dict[tuple[str, datetime, datetime], int] = {}
 
     def runs_between(self, dag_id: str, start: datetime, end: datetime) -> int:
         timetable = self.timetables.get(dag_id)
-        return 0 if timetable is None else count_runs(timetable, start, end)
+        if timetable is None:
+            return 0
+        # Budgets of one period share the window: a DAG in several of them was counted once per budget.
+        key = (dag_id, start, end)
+        if key not in self._counted:
+            self._counted[key] = count_runs(timetable, start, end, max_runs=self.max_runs)
+        return self._counted[key]
 
 
 class AirflowSchedule:
@@ -79,14 +101,30 @@ class AirflowSchedule:
 
     A DAG the database does not know (deleted, or never parsed) schedules nothing; a database that cannot be
     read logs a warning and schedules nothing, so the forecast falls back to what is already committed.
+    One instance serves one request (a page, a command): each DAG is read, and each window counted, once.
     """
 
     def __init__(self) -> None:
         self._unreadable = False  # said once: every DAG would fail the same way
+        self._timetables: dict[str, Any] = {}  # None: the DAG schedules nothing
+        self._counted: dict[tuple[str, datetime, datetime], int] = {}
 
     def runs_between(self, dag_id: str, start: datetime, end: datetime) -> int:
-        if self._unreadable:
+        if dag_id not in self._timetables:
+            self._timetables[dag_id] = self._timetable(dag_id)
+        timetable = self._timetables[dag_id]
+        if timetable is None:
             return 0
+        # The Cost page counted a per-minute DAG's month (seconds of work) once per budget it spends in.
+        key = (dag_id, start, end)
+        if key not in self._counted:
+            self._counted[key] = count_runs(timetable, start, end)
+        return self._counted[key]
+
+    def _timetable(self, dag_id: str) -> Any:
+        """The DAG's timetable as the metadata database has it; None: it schedules nothing, or unknown."""
+        if self._unreadable:
+            return None
         try:
             from airflow.models.dag import DagModel
             from airflow.models.serialized_dag import SerializedDagModel
@@ -95,7 +133,7 @@ class AirflowSchedule:
             with create_session() as session:
                 model = session.get(DagModel, dag_id)
                 if model is None or model.is_paused or model.is_stale:
-                    return 0
+                    return None
                 dag = SerializedDagModel.get_dag(dag_id, session=session)
         except Exception as e:  # the forecast degrades to committed only, with a warning
             self._unreadable = True
@@ -106,5 +144,5 @@ class AirflowSchedule:
                 "`costaware budget show --no-schedule` skips this)",
                 first_line[:200],
             )
-            return 0
-        return 0 if dag is None else count_runs(dag.timetable, start, end)
+            return None
+        return None if dag is None else dag.timetable

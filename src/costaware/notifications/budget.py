@@ -184,8 +184,10 @@ def check_budget_alerts(
         unclaim_alert,
     )
     from costaware.core.budgets import Period, Scope
+    from costaware.core.ledger import utcnow
 
     out_log = task_log or log
+    at = at or utcnow()  # one instant for every budget: the DAG's runs in a window are counted once
     # A bad [costaware] setting silenced every budget's alerts, those with rules of their own too: it is
     # said at every check, and the built-in defaults stand in for it.
     if thresholds is not None:  # the caller's own: a bad one is the caller's error, raised
@@ -278,14 +280,17 @@ def alerts_after_spend(
     The forecast counts the runs the task's own DAG schedules (a worker cannot read other DAGs' timetables
     in Airflow 3). Errors are logged: an alert never fails the task.
     """
-    from costaware.adapters.airflow_schedule import TimetableSchedule
+    from costaware.adapters.airflow_schedule import TASK_MAX_RUNS, TimetableSchedule
     from costaware.hooks.ledger import CostLedgerHook
 
     task = getattr(ti, "task", None)
     try:
         dag = getattr(task, "dag", None)
         timetable = getattr(dag, "timetable", None)
-        schedule = TimetableSchedule({ti.dag_id: timetable} if timetable is not None else {})
+        # Bounded: the listener that calls this is killed past [core] task_success_overtime.
+        schedule = TimetableSchedule(
+            {ti.dag_id: timetable} if timetable is not None else {}, max_runs=TASK_MAX_RUNS
+        )
         try:
             context: Mapping[str, Any] = ti.get_template_context()
         except Exception:  # the context only feeds the notifiers' templates

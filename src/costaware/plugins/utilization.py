@@ -103,31 +103,22 @@ def stop_probe(ti: Any) -> Any:
 
 
 def runs_per_month(dag: Any, after: datetime | None = None) -> float | None:
-    """How many runs the DAG's timetable schedules in the 730 hours after ``after`` (None: no schedule)."""
+    """How many runs the DAG's timetable schedules in the 730 hours after ``after`` (None: no schedule).
+
+    Past ``TASK_MAX_RUNS`` runs the month is extrapolated at the pace of the runs counted: this runs in the
+    task process after every try, and walking a per-minute DAG's month run by run took longer than Airflow
+    lets the listener run (the budget alerts after it were never sent).
+    """
     from datetime import timedelta
 
     timetable = getattr(dag, "timetable", None)
     if timetable is None or not getattr(timetable, "can_be_scheduled", True):
         return None
     try:
-        import pendulum
-        from airflow.timetables.base import TimeRestriction
+        from costaware.adapters.airflow_schedule import TASK_MAX_RUNS, count_runs
 
-        if not hasattr(timetable, "next_dagrun_info"):
-            # A Task SDK timetable (e.g. from a cron string) only describes the schedule; the scheduler's
-            # own conversion gives the class that computes runs.
-            from airflow.serialization.encoders import coerce_to_core_timetable
-
-            timetable = coerce_to_core_timetable(timetable)
-        start = pendulum.instance(after or datetime.now(timezone.utc))
-        end = start + timedelta(hours=730)
-        restriction = TimeRestriction(earliest=start, latest=end, catchup=True)
-        last, count = None, 0
-        while count < 100_000:
-            info = timetable.next_dagrun_info(last_automated_data_interval=last, restriction=restriction)
-            if info is None or info.run_after > end or (last is not None and info.data_interval == last):
-                break
-            count, last = count + 1, info.data_interval
+        start = after or datetime.now(timezone.utc)
+        count = count_runs(timetable, start, start + timedelta(hours=730), max_runs=TASK_MAX_RUNS)
         return float(count) if count else None
     except Exception as e:  # an exotic timetable: the frequency falls back to the runs seen
         log.info("costaware: cannot count the runs of %s per month: %s", getattr(dag, "dag_id", "?"), e)

@@ -113,8 +113,10 @@ def budget_views(
         scope: Only budgets that count some of this scope's spend.
     """
     from costaware.adapters.ledger.governance import budget_dags, budget_outlook, visible_budgets
+    from costaware.core.ledger import utcnow
 
     wanted = Scope.parse(scope).as_dict()
+    now = utcnow()
     visible = {
         b.label: b
         for b in visible_budgets(ledger, readable)
@@ -122,7 +124,8 @@ def budget_views(
         and (dag_id is None or dag_id in budget_dags(ledger, b))
     }
     return [
-        BudgetView(b, budget_outlook(ledger, visible[b.usage.label], schedule).forecast)
+        # One instant for every budget: a DAG's runs in a window are counted once (see AirflowSchedule).
+        BudgetView(b, budget_outlook(ledger, visible[b.usage.label], schedule, at=now).forecast)
         for b in burn_down(ledger)
         if b.usage.label in visible
     ]

@@ -38,19 +38,21 @@ def forecast_rows(ledger: Any, usages: Sequence[Any], *, schedule: Any = None) -
     """
     from costaware.adapters.ledger.governance import budget_outlook
     from costaware.core.budgets import Period
+    from costaware.core.ledger import utcnow
 
     if schedule is None:
         from costaware.adapters.airflow_schedule import AirflowSchedule
 
         schedule = AirflowSchedule()
     by_label = {b.label: b for b in ledger.budgets()}
+    at = utcnow()  # one instant for every budget: a DAG's runs in a window are counted once
     out: list[dict[str, Any]] = []
     for usage in usages:
         budget = by_label.get(usage.label)
         if budget is None or budget.period is Period.RUN:
             out.append({"forecast_usd": None, "forecast_low_usd": None, "forecast_high_usd": None})
             continue
-        f = budget_outlook(ledger, budget, schedule).forecast
+        f = budget_outlook(ledger, budget, schedule, at=at).forecast
         out.append(
             {
                 "forecast_usd": str(f.forecast_usd),
