@@ -606,10 +606,12 @@ def test_the_report_says_when_cost_entries_wait_in_this_machine_s_spool(
     spool.mkdir(parents=True)
     (spool / "a1.json").write_text("{}")
     (spool / "b2.json").write_text("{}")
+    # One a task process took to write and was killed before it did: it waits as much.
+    (spool / "c3.json.1764547200.4242.claimed").write_text("{}")
     assert main(report) == 0
-    assert f"spool: 2 cost entries wait in {spool}" in capsys.readouterr().out
+    assert f"spool: 3 cost entries wait in {spool}" in capsys.readouterr().out
     assert main([*report, "--format", "json"]) == 0
-    assert json.loads(capsys.readouterr().out)["spooled_entries_here"] == 2
+    assert json.loads(capsys.readouterr().out)["spooled_entries_here"] == 3
 
 
 @pytest.mark.parametrize("json_logs", [False, True])

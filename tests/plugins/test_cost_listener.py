@@ -272,6 +272,118 @@ def test_a_spooled_entry_settles_its_hold_and_a_refused_one_blocks_nothing(
     assert [p.name for p in (tmp_path / "spool").glob("*.json")] == ["zz-other.json"]  # its own ledger's
 
 
+def _spool(folder: Any, *task_ids: str, ledger_conn_id: str = "costaware_ledger") -> list[Any]:
+    """Spool one entry per task id, as ``write_entry`` does when the ledger is down."""
+    import json
+
+    from costaware.core.ledger import Kind, LedgerEntry, entry_to_json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for task_id in task_ids:
+        entry = LedgerEntry(
+            dag_id="retrain", run_id="run1", task_id=task_id, kind=Kind.COMPUTE, usd=Decimal("1"),
+            tags={"project": "churn"},
+        )  # fmt: skip
+        path = folder / f"{task_id}-{entry.entry_uid}.json"  # drained in task id order
+        path.write_text(json.dumps({"ledger_conn_id": ledger_conn_id, "entry": entry_to_json(entry)}))
+        paths.append(path)
+    return sorted(paths)
+
+
+def test_a_spooled_entry_another_process_takes_mid_drain_is_left_to_it(
+    ledger_env: Ledger,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path,  # type: ignore[no-untyped-def]
+) -> None:
+    # Two task processes drained at once: the file the other had just written and removed failed the read,
+    # then the move to refused/ raised FileNotFoundError out of the listener, and the try's utilization,
+    # alerts and the release of its doomed downstream holds were skipped.
+    _, second = _spool(tmp_path / "spool", "a", "b")
+    record = listener_module._record_and_settle
+
+    def the_other_process_takes_the_second(ledger: Any, entry: Any, **kwargs: Any) -> None:
+        if entry.task_id == "a":  # this process is writing the first: the other takes the second
+            second.rename(tmp_path / "taken")
+        record(ledger, entry, **kwargs)
+
+    monkeypatch.setattr(listener_module, "_record_and_settle", the_other_process_takes_the_second)
+    ti = fake_ti(task_id="train")
+    CostListener().on_task_instance_running(None, ti)
+    CostListener().on_task_instance_success(None, ti)  # raised FileNotFoundError
+    assert sorted(r["task_id"] for r in ledger_env.entries(dag_id="retrain")) == ["a", "train"]
+    assert sorted(p.name for p in tmp_path.joinpath("spool").rglob("*")) == []  # nothing set aside
+    assert (tmp_path / "taken").exists()  # the other process's to write
+
+
+DRAIN = """
+import sys, time
+from pathlib import Path
+from costaware import Ledger
+from costaware.plugins import listener
+listener.spool_dir = lambda: Path(sys.argv[2])
+ledger = Ledger.from_url(sys.argv[1])
+while time.time() < float(sys.argv[3]):  # both start together
+    time.sleep(0.001)
+listener._drain_spool(ledger, "costaware_ledger")
+"""
+
+
+def test_two_processes_draining_one_spool_write_each_entry_once(
+    ledger_env: Ledger,
+    tmp_path,  # type: ignore[no-untyped-def]
+) -> None:
+    import subprocess
+    import sys
+    import time
+
+    folder = tmp_path / "spool"
+    _spool(folder, *(f"t{i:03}" for i in range(60)))
+    start = str(time.time() + 3)
+    url = str(ledger_env.engine.url)
+    drains = [
+        subprocess.Popen([sys.executable, "-c", DRAIN, url, str(folder), start], stderr=subprocess.PIPE)
+        for _ in range(2)
+    ]
+    for drain in drains:
+        _, err = drain.communicate(timeout=120)
+        assert drain.returncode == 0, err.decode()[-2000:]
+    assert len(ledger_env.entries(dag_id="retrain")) == 60
+    assert list(folder.rglob("*")) == []
+
+
+def test_a_drain_stopped_by_the_ledger_puts_its_claim_back_and_a_dead_drains_claim_is_reclaimed(
+    ledger_env: Ledger,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path,  # type: ignore[no-untyped-def]
+) -> None:
+    import os
+    import time
+
+    from costaware.core.errors import LedgerUnavailableError
+
+    folder = tmp_path / "spool"
+    first, second = _spool(folder, "a", "b")
+
+    def down(*args: Any, **kwargs: Any) -> None:
+        raise LedgerUnavailableError("the ledger went away")
+
+    monkeypatch.setattr(listener_module, "_record_and_settle", down)
+    listener_module._drain_spool(ledger_env, "costaware_ledger")
+    assert sorted(folder.iterdir()) == [first, second]  # both wait in the spool, neither claimed
+    monkeypatch.undo()
+    monkeypatch.setattr(listener_module, "spool_dir", lambda: folder)
+    # A drain killed after it claimed (Airflow stops a listener past its overtime) left its claim; a claim
+    # of a drain at work now is its own.
+    old = int(time.time()) - listener_module.STALE_CLAIM_SECONDS - 60
+    first.rename(folder / f"{first.name}.{old}.{os.getpid()}.claimed")
+    working = folder / f"{second.name}.{int(time.time())}.{os.getpid()}.claimed"
+    second.rename(working)
+    listener_module._drain_spool(ledger_env, "costaware_ledger")
+    assert [r["task_id"] for r in ledger_env.entries(dag_id="retrain")] == ["a"]
+    assert list(folder.iterdir()) == [working]
+
+
 def test_runtime_falls_back_to_start_and_end_dates(ledger_env: Ledger) -> None:
     ti = fake_ti()
     ti.start_date = datetime(2026, 1, 1, tzinfo=timezone.utc)

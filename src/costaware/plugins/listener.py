@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -136,41 +137,95 @@ def _record_and_settle(ledger: Any, entry: Any, *, retrying: bool = False) -> No
         ledger.settle(reservation.id, entry.usd, entry=_with_reservation(entry, reservation.id))
 
 
+#: A claim older than this was made by a process killed while it drained (Airflow stops a listener past
+#: ``[core] task_success_overtime``): its entry goes back to the spool. A write takes a second or so.
+STALE_CLAIM_SECONDS = 15 * 60
+
+
 def _drain_spool(ledger: Any, ledger_conn_id: str) -> None:
-    """Write the entries spooled for ``ledger_conn_id``; never raises (the entry just written stays)."""
+    """Write the entries spooled for ``ledger_conn_id``; never raises (the entry just written stays).
+
+    Task processes that end at once drain the spool at once: each takes a file by renaming it (atomic)
+    before reading it, so each entry is written by one of them, and a file gone was taken by another.
+    """
     from sqlalchemy.exc import DataError
 
     from costaware.core.errors import LedgerUnavailableError
     from costaware.core.ledger import entry_from_json
 
-    for path in sorted(spool_dir().glob("*.json")):
+    folder = spool_dir()
+    _reclaim_stale(folder)
+    for path in sorted(folder.glob("*.json")):
+        claimed = _claim(path)
+        if claimed is None:
+            continue  # another process took it
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(claimed.read_text())
             # An older spool file is the entry alone, for the default ledger.
             if data.get("ledger_conn_id", DEFAULT_LEDGER_CONN_ID) != ledger_conn_id:
-                continue  # drained by the next entry written to its own ledger
+                _put_back(claimed, path)  # drained by the next entry written to its own ledger
+                continue
             _record_and_settle(
                 ledger, entry_from_json(data.get("entry", data)), retrying=data.get("retrying", False)
             )
         except LedgerUnavailableError as e:
             if not isinstance(e.__cause__, DataError):  # down again: the rest waits with it
+                _put_back(claimed, path)
                 log.warning("costaware: spooled entries wait for the ledger again (%s)", e)
                 return
-            _set_aside(path, e)  # PostgreSQL's "value too long": this entry, not the ledger
+            _set_aside(claimed, path.name, e)  # PostgreSQL's "value too long": this entry, not the ledger
             continue
         except Exception as e:
-            _set_aside(path, e)
+            _set_aside(claimed, path.name, e)
             continue
-        path.unlink()
+        claimed.unlink(missing_ok=True)
         log.info("costaware: wrote spooled ledger entry %s", path.name)
 
 
-def _set_aside(path: Path, error: Exception) -> None:
+def _claim(path: Path) -> Path | None:
+    """Take the spooled ``path`` for this process (``<name>.<unix time>.<pid>.claimed``); None: taken."""
+    claimed = path.with_name(f"{path.name}.{int(time.time())}.{os.getpid()}.claimed")
+    try:
+        path.rename(claimed)
+    except FileNotFoundError:
+        return None
+    except OSError as e:  # a spool folder this process may not change: the entry stays for another
+        log.error("costaware: could not take spooled %s: %s", path.name, e)
+        return None
+    return claimed
+
+
+def _put_back(claimed: Path, path: Path) -> None:
+    """Return a claimed entry to the spool, for the next drain."""
+    try:
+        claimed.replace(path)
+    except OSError as e:  # kept under its claimed name: a later drain puts it back once it is stale
+        log.error("costaware: could not return spooled %s to %s: %s", claimed.name, path.parent, e)
+
+
+def _reclaim_stale(folder: Path) -> None:
+    """Put back the entries claimed by processes that died before they wrote them."""
+    for claimed in folder.glob("*.claimed"):
+        try:
+            name, stamp, _pid, _ = claimed.name.rsplit(".", 3)
+            stale = time.time() - int(stamp) > STALE_CLAIM_SECONDS
+        except ValueError:  # not a claim of ours
+            continue
+        if stale:
+            log.warning("costaware: spooled %s was claimed by a process that did not finish: put back", name)
+            _put_back(claimed, folder / name)
+
+
+def _set_aside(claimed: Path, name: str, error: Exception) -> None:
     """Move a spooled entry the ledger refuses to ``spool/refused``: kept, and no longer in the way."""
-    refused = path.parent / "refused"
-    refused.mkdir(exist_ok=True)
-    path.replace(refused / path.name)
-    log.error("costaware: spooled %s refused by the ledger (%s): moved to %s", path.name, error, refused)
+    refused = claimed.parent / "refused"
+    try:
+        refused.mkdir(exist_ok=True)
+        claimed.replace(refused / name)
+    except OSError as e:  # kept under its claimed name: a later drain tries it again once it is stale
+        log.error("costaware: could not set aside spooled %s (%s): %s", name, error, e)
+        return
+    log.error("costaware: spooled %s refused by the ledger (%s): moved to %s", name, error, refused)
 
 
 def _write_priced(ledger_conn_id: str, price: Any, retrying: bool) -> None:

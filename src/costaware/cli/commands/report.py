@@ -228,8 +228,12 @@ def report(args: argparse.Namespace) -> int:
 
 
 def _spooled_entries() -> int:
-    """How many cost entries wait in this machine's spool (``$AIRFLOW_HOME/costaware/spool``)."""
-    return len(list(costaware_home("spool").glob("*.json")))
+    """How many cost entries wait in this machine's spool (``$AIRFLOW_HOME/costaware/spool``).
+
+    Those a task process has taken to write (``*.claimed``, or left so when it was killed) wait too.
+    """
+    folder = costaware_home("spool")
+    return len(list(folder.glob("*.json"))) + len(list(folder.glob("*.claimed")))
 
 
 def _spool_note(spooled: int) -> str:
