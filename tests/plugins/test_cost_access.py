@@ -101,6 +101,40 @@ def test_budgets_whose_dags_a_user_cannot_read_are_hidden(ledger_with_two_teams:
     assert sorted(b["budget"] for b in budgets) == ["*/month", "project=churn/month", "project=fraud/month"]
 
 
+def test_a_budget_held_or_asked_by_a_dag_a_user_cannot_read_is_hidden_before_any_spend(
+    ledger_with_two_teams: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Only DAGs with entries were checked: ann, who reads churn_retrain only, saw project=secret reserving
+    # $750 for secret_dag's training before it had spent anything.
+    from dag_scoped_auth import DAG_SCOPES
+
+    from costaware.adapters.ledger.gate_requests import note_gate_request
+    from costaware.core.ledger import reservation_holder
+
+    monkeypatch.setitem(DAG_SCOPES, "sam", {"secret_dag"})
+    monkeypatch.setitem(USERS, "sam", SimpleAuthManagerUser(username="sam", role="user"))
+    ledger = ledger_with_two_teams
+    for project in ("secret", "hidden"):
+        ledger.set_budget(f"project={project}", "month", "1000", actor="lead")
+    holder = reservation_holder("secret_dag", "r1", "train")
+    ledger.reserve("project=secret", "750", holder=holder, run_id="r1")
+    note_gate_request(
+        ledger, dag_id="secret_dag", run_id="r2", task_id="gate", map_index=-1, for_task_id="train",
+        scope="project=hidden", budget="project=hidden/month (2026-11)", usd=Decimal("5000"),
+        status="waiting", message="no room yet",
+    )  # fmt: skip
+
+    def budgets(name: str) -> dict[str, str]:
+        cost_app.dependency_overrides[require_login] = lambda: USERS[name]
+        got = TestClient(cost_app).get("/api/budgets").json()["budgets"]
+        return {b["budget"]: b["reserved_usd"] for b in got}
+
+    assert budgets("ann") == {"project=churn/month": "0.000000"}
+    # Whoever may read secret_dag sees them (the DAG is known to the page by its hold, with no entry).
+    assert budgets("sam") == {"project=secret/month": "750.000000", "project=hidden/month": "0.000000"}
+    assert set(budgets("adm")) >= {"project=secret/month", "project=hidden/month"}
+
+
 def test_only_the_budget_role_may_set_a_budget_and_it_is_audited(ledger_with_two_teams: Ledger) -> None:
     change = {"scope": "project=churn", "period": "month", "cap_usd": "150"}
     for name in ("ann", "vera"):

@@ -192,16 +192,57 @@ def budget_dags(ledger: LedgerDatabase, budget: Budget) -> set[str]:
         return {row[0] for row in conn.execute(query)}
 
 
-def visible_budgets(ledger: LedgerDatabase, dag_ids: frozenset[str] | None) -> list[Budget]:
-    """The budgets a user who may read ``dag_ids`` may see: those whose spending DAGs are all readable.
+def holder_dag_id(holder: str) -> str:
+    """The DAG in a reservation holder's key (``dag/run/task/map_index``; a tuning search's: ``search``)."""
+    return holder.split("/", 1)[0]
 
-    ``None`` means every DAG (all budgets are visible). A budget nothing has spent in yet reveals no DAG's
-    cost, so it is visible to every user.
+
+def holding_dags(ledger: LedgerDatabase, budget: Budget | None = None) -> set[str]:
+    """The DAGs whose reservations hold money now (in ``budget``, or in any); a hold with no holder: none."""
+    b, h, r = schema.budgets, schema.holds, schema.reservations
+    query = (
+        select(r.c.holder)
+        .select_from(h.join(r, r.c.id == h.c.reservation_id).join(b, b.c.id == h.c.budget_id))
+        .where(h.c.open.is_(True), r.c.holder.is_not(None))
+        .distinct()
+    )
+    if budget is not None:
+        query = query.where(b.c.scope == str(budget.scope), b.c.period == budget.period.value)
+    with ledger.reading() as conn:
+        return {holder_dag_id(row[0]) for row in conn.execute(query)}
+
+
+def involved_dags(ledger: LedgerDatabase, budget: Budget) -> set[str]:
+    """The DAGs a budget's figures tell about: it shows a user nothing more than all of them may read.
+
+    Those that spent in its scope, those holding money in it now (a spend gate's reservation: its
+    ``reserved_usd``, before anything is spent), and those whose spend gates asked for money in its scope.
+    """
+    from costaware.core.errors import ConfigurationError
+
+    g = schema.gate_requests
+    with ledger.reading() as conn:
+        gates = conn.execute(select(g.c.dag_id, g.c.scope).distinct()).all()
+    asked = set()
+    for dag_id, scope in gates:
+        try:
+            if budget.scope.covers(Scope.parse(scope)):
+                asked.add(dag_id)
+        except ConfigurationError:  # a scope the gate refused: it asked no budget
+            continue
+    return budget_dags(ledger, budget) | holding_dags(ledger, budget) | asked
+
+
+def visible_budgets(ledger: LedgerDatabase, dag_ids: frozenset[str] | None) -> list[Budget]:
+    """The budgets a user who may read ``dag_ids`` may see: those whose involved DAGs are all readable.
+
+    ``None`` means every DAG (all budgets are visible). A budget no DAG has spent in, holds money in or asked
+    for money in yet reveals no DAG's cost, so it is visible to every user (see :func:`involved_dags`).
     """
     budgets = list_budgets(ledger)
     if dag_ids is None:
         return budgets
-    return [b for b in budgets if budget_dags(ledger, b) <= dag_ids]
+    return [b for b in budgets if involved_dags(ledger, b) <= dag_ids]
 
 
 # -- per-budget alert rules ------------------------------------------------------------------------

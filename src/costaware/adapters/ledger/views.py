@@ -41,16 +41,20 @@ class BudgetView:
 
 
 def ledger_dag_ids(ledger: Ledger) -> set[str]:
-    """Every DAG the ledger holds something of: a priced entry or a spend gate's request.
+    """Every DAG the ledger holds something of: a priced entry, a spend gate's request, money held now.
 
-    A DAG whose gate refused its first run has no priced entry yet, and its users must still see the gate.
+    A DAG whose gate refused its first run has no priced entry yet, and its users must still see the gate;
+    a budget another DAG's gate holds money in is shown to those who may read that DAG (``involved_dags``).
     """
+    from costaware.adapters.ledger.governance import holding_dags
+
     with ledger.reading() as conn:
-        return {
+        found = {
             row[0]
             for table in (schema.entries, schema.gate_requests)
             for row in conn.execute(select(table.c.dag_id).distinct())
         }
+    return found | holding_dags(ledger)
 
 
 def scope_hint(ledger: Ledger, scope: str, dag_ids: frozenset[str] | None = None) -> str:

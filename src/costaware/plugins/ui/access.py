@@ -1,10 +1,10 @@
 """Who may see which costs on the Cost page and API, from Airflow's own auth manager.
 
 A user sees the entries of the DAGs the auth manager lets them read (``GET`` on the DAG), and the budgets
-whose spending DAGs they may all read. Setting a budget needs ``[costaware] budget_admin_role`` (default
-``ADMIN``) under the simple auth manager, and ``PUT`` on the custom view ``Budgets`` under any other
-(e.g. FAB: the permission ``can_edit`` on ``Budgets``, which :func:`fab_permission_views` declares so that
-``airflow sync-perm`` creates it and gives it to Admin).
+whose DAGs (spending, holding money or asking for it there) they may all read. Setting a budget needs
+``[costaware] budget_admin_role`` (default ``ADMIN``) under the simple auth manager, and ``PUT`` on the
+custom view ``Budgets`` under any other (e.g. FAB: the permission ``can_edit`` on ``Budgets``, which
+:func:`fab_permission_views` declares so that ``airflow sync-perm`` creates it and gives it to Admin).
 """
 
 from __future__ import annotations
