@@ -67,13 +67,18 @@ def as_read_now(expected: dict[str, Any]) -> dict[str, Any]:
     An entry without a cause grouped under "" then; it is "(none)" now, as an entry without the grouped value
     always was (no report of the fixtures has both, so no two rows merge). A measurement carries its entry's
     team now (its discount prices the efficiency advice): read from the same entry row. The summary counts
-    the entries that could not be priced now (none of the fixtures'). The data itself is unchanged.
+    the entries that could not be priced now (none of the fixtures'). A run's group is ``<dag>/<run id>`` now
+    (two DAGs' runs of one id were one group; the fixtures' run ids are each one DAG's, so no row merges or
+    splits). The data itself is unchanged.
     """
     now = copy.deepcopy(expected)
     now["summary"]["unpriced_entries"] = 0
     for rows in [*now["reports"].values(), now["report_fraud_only"]]:
         for row in rows:
             row["group"] = row["group"] or "(none)"
+    dag_of_run = {e["run_id"]: e["dag_id"] for e in now["entries"]}
+    for row in now["reports"]["run"]:
+        row["group"] = f"{dag_of_run[row['group']]}/{row['group']}"
     teams = {(e["dag_id"], e["run_id"], e["task_id"], e["try_number"]): e["team"] for e in now["entries"]}
     for m in now["measurements"]:
         m["team"] = teams[(m["dag_id"], m["run_id"], m["task_id"], m["try_number"])]

@@ -428,10 +428,10 @@ def test_report_writes_dollars_like_the_cost_page_with_decimal_points_lined_up(
     lines = {
         line.split()[0]: line
         for line in capsys.readouterr().out.splitlines()
-        if line.startswith(("r-", "TOTAL"))
+        if line.startswith(("d/r-", "TOTAL"))
     }
-    assert "$0.17 " in lines["r-cents"] and "$0.170000" not in lines["r-cents"]  # the page's format
-    assert "$1,234.50 " in lines["r-big"] and "$1,234.840002" in lines["TOTAL"]
+    assert "$0.17 " in lines["d/r-cents"] and "$0.170000" not in lines["d/r-cents"]  # the page's format
+    assert "$1,234.50 " in lines["d/r-big"] and "$1,234.840002" in lines["TOTAL"]
     points = {line.index(".", line.index("$")) for line in lines.values()}
     assert len(points) == 1  # the actual column's decimal points line up
     assert main(["--ledger-url", ledger_url, "report", "--group-by", "run", "--format", "csv"]) == 0

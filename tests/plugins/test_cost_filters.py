@@ -140,7 +140,7 @@ def test_since_and_until_filter_every_section_of_the_page(client: TestClient) ->
     assert client.get("/api/summary", params=RANGE).json()["usd"] == "3.000000"
     assert [
         r["group"] for r in client.get("/api/spend", params={**RANGE, "group_by": "run"}).json()["rows"]
-    ] == ["r-inside"]
+    ] == ["retrain/r-inside"]  # a run is named with its DAG
     assert [g["run_id"] for g in client.get("/api/gates", params=RANGE).json()["gates"]] == ["g-inside"]
 
 

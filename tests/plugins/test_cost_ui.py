@@ -372,3 +372,19 @@ def test_a_dag_in_many_budgets_has_its_runs_counted_once_per_request(filled: Led
     assert len(views) == 3
     runs_left = {view.forecast.runs_left for view in views}
     assert len(runs_left) == 1 and timetable.asked == runs_left.pop() + 1  # the last asked is past the end
+
+
+def test_runs_of_two_dags_with_one_run_id_are_two_runs(filled: Ledger, client: TestClient) -> None:
+    # Grouped by run id alone, two daily DAGs' scheduled runs of a day were one bar and one row.
+    day = "scheduled__2026-11-23T00:00:00+00:00"
+    filled.record(entry("4.00", dag_id="churn", run_id=day))
+    filled.record(entry("1.00", dag_id="fraud", run_id=day))
+    rows = client.get("/api/spend", params={"group_by": "run"}).json()["rows"]
+    by_run = {r["group"]: r["usd"] for r in rows}
+    assert (by_run[f"churn/{day}"], by_run[f"fraud/{day}"]) == ("4.000000", "1.000000")
+    assert day not in by_run and by_run["retrain/r1"] == "5.000000"
+    points = client.get("/api/daily", params={"group_by": "run"}).json()["points"]
+    assert {p["group"] for p in points} >= {f"churn/{day}", f"fraud/{day}"}
+    page = client.get("/").text
+    runs = page[page.index("<h2>Runs</h2>") :]
+    assert f"<title>churn/{day}: $4.00</title>" in runs and f"<title>fraud/{day}: $1.00</title>" in runs

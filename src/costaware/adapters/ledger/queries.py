@@ -24,7 +24,8 @@ _e = schema.entries
 GROUP_COLUMNS: Mapping[str, ColumnElement[Any]] = {
     "dag": _e.c.dag_id,
     "task": _e.c.dag_id + "." + _e.c.task_id,
-    "run": _e.c.run_id,
+    # A run id alone is no run: every daily DAG's scheduled run of a day has the same one.
+    "run": _e.c.dag_id + "/" + _e.c.run_id,
     "trial": _e.c.trial,
     "kind": _e.c.kind,
     "market": _e.c.market,

@@ -100,8 +100,9 @@ def _runs_without_a_model(ledger: Any, found: list[Any]) -> dict[tuple[str, str]
     missing: dict[tuple[str, str], Decimal] = {}
     for dag_id in sorted({o.dag_id for o in found}):
         for row in ledger.report(group_by="run", dag_id=dag_id, since=since):
-            if (dag_id, row.group) not in listed and row.usd > 0:
-                missing[(dag_id, row.group)] = row.usd
+            run_id = row.group.removeprefix(f"{dag_id}/")  # a run's group is "<dag>/<run>"
+            if (dag_id, run_id) not in listed and row.usd > 0:
+                missing[(dag_id, run_id)] = row.usd
     return missing
 
 
