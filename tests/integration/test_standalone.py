@@ -89,3 +89,16 @@ def test_a_run_marked_failed_by_a_person_gives_its_reservations_back(
         assert time.monotonic() < deadline, "the reservation is still held after the run was marked failed"
         time.sleep(1)
     assert ledger.usage("project=mark-test")[0].reserved_usd == 0
+    # The gate's request no longer reads "waiting" on the Cost page: its run ended.
+    from datetime import datetime, timezone
+
+    from costaware.adapters.ledger.gate_requests import gate_requests
+
+    def gate_status() -> str:
+        since = datetime(2000, 1, 1, tzinfo=timezone.utc)
+        (gate,) = [g for g in gate_requests(ledger, since=since, dag_id="budget_wait") if g.run_id == run_id]
+        return gate.status
+
+    while gate_status() != "run_ended":
+        assert time.monotonic() < deadline, f"the gate still reads {gate_status()!r} after its run ended"
+        time.sleep(1)

@@ -576,6 +576,55 @@ def test_run_end_releases_every_reservation_still_open_for_the_run(ledger_env: L
     assert ledger_env.usage("project=churn")[0].reserved_usd == Decimal("2")
 
 
+def _gate_waits(ledger: Ledger, run_id: str, task_id: str = "gate", status: str = "waiting") -> None:
+    from costaware.adapters.ledger.gate_requests import note_gate_request
+
+    note_gate_request(
+        ledger, dag_id="retrain", run_id=run_id, task_id=task_id, map_index=-1, for_task_id="train",
+        scope="project=churn", budget="project=churn/month (2026-11)", usd=Decimal("9"), status=status,
+        message="budget 'project=churn/month (2026-11)' has $1.00 left",
+    )  # fmt: skip
+
+
+def _gate_statuses(ledger: Ledger) -> dict[tuple[str, str], str]:
+    from costaware.adapters.ledger.gate_requests import gate_requests
+
+    found = gate_requests(ledger, since=datetime(2000, 1, 1, tzinfo=timezone.utc))
+    return {(g.run_id, g.task_id): g.status for g in found}
+
+
+@pytest.mark.parametrize("hook", ["on_task_instance_failed", "on_task_instance_skipped"])
+def test_a_spend_gate_that_gave_up_waiting_is_no_longer_waiting(ledger_env: Ledger, hook: str) -> None:
+    # Only the gate's own next note changed its row: one whose wait timed out (failed, or skipped with
+    # soft_fail) stayed "waiting" on the Cost page for good.
+    _gate_waits(ledger_env, "run1")
+    _gate_waits(ledger_env, "run1", task_id="other_gate")
+    ti = fake_ti(task_id="gate")
+    ti.state = "up_for_retry"  # the next try waits on
+    CostListener().on_task_instance_failed(None, ti, RuntimeError("timed out"))
+    assert _gate_statuses(ledger_env)[("run1", "gate")] == "waiting"
+    ti = fake_ti(task_id="gate", try_number=2)
+    ti.state = "failed" if hook == "on_task_instance_failed" else "skipped"
+    args = (RuntimeError("Sensor has timed out"),) if hook == "on_task_instance_failed" else ()
+    getattr(CostListener(), hook)(None, ti, *args)
+    assert _gate_statuses(ledger_env) == {("run1", "gate"): "gave_up", ("run1", "other_gate"): "waiting"}
+
+
+@pytest.mark.parametrize("hook", ["on_dag_run_failed", "on_dag_run_success"])
+def test_run_end_closes_its_spend_gates_still_waiting(ledger_env: Ledger, hook: str) -> None:
+    _gate_waits(ledger_env, "run1")
+    _gate_waits(ledger_env, "run1", task_id="approval_gate", status="approval")
+    _gate_waits(ledger_env, "run1", task_id="refusing_gate", status="refused")
+    _gate_waits(ledger_env, "run10")  # another run
+    getattr(CostListener(), hook)(SimpleNamespace(dag_id="retrain", run_id="run1"), "task_failure")
+    assert _gate_statuses(ledger_env) == {
+        ("run1", "gate"): "run_ended",
+        ("run1", "approval_gate"): "run_ended",
+        ("run1", "refusing_gate"): "refused",
+        ("run10", "gate"): "waiting",
+    }
+
+
 def test_release_never_raises_when_the_ledger_is_down(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COSTAWARE_LEDGER_URL", "postgresql://nobody@127.0.0.1:1/ledger")
     dag_run = SimpleNamespace(dag_id="retrain", run_id="run1")

@@ -246,6 +246,34 @@ def test_refused_and_waiting_gates_are_on_the_page(client: TestClient, filled: L
     }
 
 
+def test_gates_closed_by_their_task_or_run_say_so_on_the_page(client: TestClient, filled: Ledger) -> None:
+    from costaware.adapters.ledger.gate_requests import close_open_requests, note_gate_request
+
+    for run_id in ("r-timed-out", "r-ended"):
+        note_gate_request(
+            filled, dag_id="retrain", run_id=run_id, task_id="spend_gate", map_index=-1, for_task_id="train",
+            scope="project=churn", budget="project=churn/month (2026-11)", usd=Decimal("7"), status="waiting",
+            message="has $0.00 left",
+        )  # fmt: skip
+    closed = close_open_requests(
+        filled, dag_id="retrain", run_id="r-timed-out", status="gave_up", task_id="spend_gate"
+    )
+    assert closed == 1
+    assert close_open_requests(filled, dag_id="retrain", run_id="r-ended", status="run_ended") == 1
+    assert close_open_requests(filled, dag_id="retrain", run_id="r-ended", status="run_ended") == 0
+    with pytest.raises(ValueError, match="closed as gave_up or run_ended, not 'waiting'"):
+        close_open_requests(filled, dag_id="retrain", run_id="r-ended", status="waiting")
+    section = client.get("/").text
+    section = section[section.index("Refused and waiting spend gates") :]
+    assert "gave up (the gate timed out or failed while waiting)" in section
+    assert "run ended while waiting" in section
+    gates = client.get("/api/gates").json()["gates"]
+    assert {(g["run_id"], g["status"]) for g in gates} == {
+        ("r-timed-out", "gave_up"),
+        ("r-ended", "run_ended"),
+    }
+
+
 def test_approved_and_rejected_overages_are_on_the_page(client: TestClient, filled: Ledger) -> None:
     from costaware.adapters.ledger.gate_requests import note_gate_request
 

@@ -41,6 +41,7 @@ from costaware.glue import (
 )
 from costaware.glue import try_key as _key
 from costaware.plugins.reservation_release import (
+    end_waiting_gate,
     in_own_thread,
     release_for_doomed_downstream,
     release_run_reservations,
@@ -279,13 +280,15 @@ class CostListener:
     ) -> None:
         self._record(task_instance, "failed", error)
         state = getattr(task_instance, "state", None)
-        if str(getattr(state, "value", state)) == "failed":
-            release_for_doomed_downstream(task_instance, "failed")  # not on a retry: it may still succeed
+        if str(getattr(state, "value", state)) == "failed":  # not on a retry: it may still succeed
+            release_for_doomed_downstream(task_instance, "failed")
+            end_waiting_gate(task_instance)  # a spend gate whose wait timed out
 
     @hookimpl
     def on_task_instance_skipped(self, previous_state: Any, task_instance: Any) -> None:
         self._record(task_instance, "skipped", None)
         release_for_doomed_downstream(task_instance, "skipped")
+        end_waiting_gate(task_instance)  # a spend gate with soft_fail whose wait timed out
 
     @hookimpl
     def on_dag_run_failed(self, dag_run: Any, msg: str) -> None:

@@ -133,12 +133,63 @@ def release_run_reservations(dag_run: Any, reason: str, *, wait_seconds: float =
         _ledger_conn_ids(getattr(dag_run, "dag", None)),
     )
     released: list[Any] = []
-    in_own_thread(
-        lambda: released.extend(release_reservations(*args)),
-        name="costaware-release",
-        wait_seconds=wait_seconds,
-    )
+
+    def work() -> None:
+        released.extend(release_reservations(*args))
+        end_waiting_gates(args[0], args[1], "run_ended", args[4])
+
+    in_own_thread(work, name="costaware-release", wait_seconds=wait_seconds)
     return released
+
+
+def end_waiting_gates(
+    dag_id: str,
+    run_id: str,
+    status: str,
+    ledger_conn_ids: set[str] | frozenset[str],
+    *,
+    task_id: str | None = None,
+    map_index: int = -1,
+) -> int:
+    """Close the run's spend gate requests still waiting or asking for approval (or one gate task's).
+
+    ``status``: ``gave_up`` (the gate's task ended while it waited: timed out, failed or skipped) or
+    ``run_ended``. Never raises: the Cost page keeps showing "waiting" a while longer.
+    """
+    from costaware.adapters.ledger.gate_requests import close_open_requests
+    from costaware.hooks.ledger import CostLedgerHook
+
+    closed = 0
+    for conn_id in sorted(ledger_conn_ids):
+        try:
+            closed += close_open_requests(
+                CostLedgerHook(conn_id).get_conn(),
+                dag_id=dag_id,
+                run_id=run_id,
+                status=status,
+                task_id=task_id,
+                map_index=map_index,
+            )
+        except Exception as e:
+            log.warning("costaware: could not close the waiting spend gates of %s/%s: %s", dag_id, run_id, e)
+    return closed
+
+
+def end_waiting_gate(ti: Any) -> int:
+    """After a task failed for good or skipped, close its spend gate request if it was still waiting."""
+    from costaware.glue import ledger_conn_id_of
+
+    task = getattr(ti, "task", None)
+    if task is None or type(ti).__module__.startswith("airflow.models"):
+        return 0  # a state set by hand reaches the api-server; the run-end hook covers it
+    return end_waiting_gates(
+        ti.dag_id,
+        ti.run_id,
+        "gave_up",
+        {ledger_conn_id_of(task)},
+        task_id=ti.task_id,
+        map_index=int(ti.map_index),
+    )
 
 
 def in_own_thread(work: Callable[[], Any], *, name: str, wait_seconds: float = 5.0) -> None:

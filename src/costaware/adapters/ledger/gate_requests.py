@@ -2,8 +2,9 @@
 
 A ``SpendCapSensor`` notes a refusal or a wait here; a wait that ends with a reservation is marked
 ``reserved``. A gate with ``on_exceeded="approve"`` notes ``approval`` while it waits for a person, then
-``approved`` (with who approved) or ``rejected``. Rows live in the ledger database (table
-``costaware_gate_requests``).
+``approved`` (with who approved) or ``rejected``. A row still open when its gate task ends (a wait that
+timed out) is marked ``gave_up``, and one still open when its run ends ``run_ended``, by the cost listener.
+Rows live in the ledger database (table ``costaware_gate_requests``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,17 @@ from costaware.adapters.ledger.engine import LedgerDatabase
 from costaware.core.ledger import utcnow
 from costaware.core.money import from_micros, to_micros
 
-STATUSES = ("refused", "skipped", "waiting", "reserved", "approval", "approved", "rejected")
+STATUSES = (
+    "refused",
+    "skipped",
+    "waiting",
+    "reserved",
+    "approval",
+    "approved",
+    "rejected",
+    "gave_up",
+    "run_ended",
+)
 #: A row in one of these states is updated by the gate's next note instead of adding a row.
 OPEN_STATUSES = ("waiting", "approval")
 #: Notes that end an open row; with no open row there is nothing to show (the money came at once).
@@ -95,6 +106,34 @@ def note_gate_request(
                 **values,
             )
         )
+
+
+def close_open_requests(
+    ledger: LedgerDatabase,
+    *,
+    dag_id: str,
+    run_id: str,
+    status: str,
+    task_id: str | None = None,
+    map_index: int = -1,
+) -> int:
+    """Mark the run's requests still waiting or asking for approval (or one gate task's) ``status``.
+
+    The gate's own notes end a wait it lived through; one that timed out, failed or whose run ended stayed
+    "waiting" on the Cost page for good. Returns how many rows were closed.
+    """
+    if status not in ("gave_up", "run_ended"):
+        raise ValueError(f"gate requests are closed as gave_up or run_ended, not {status!r}")
+    t = schema.gate_requests
+    match = [t.c.dag_id == dag_id, t.c.run_id == run_id, t.c.status.in_(OPEN_STATUSES)]
+    if task_id is not None:
+        match += [t.c.task_id == task_id, t.c.map_index == map_index]
+    # Most runs and tasks have no open row: a read, not the ledger's write lock, finds nothing to close.
+    with ledger.reading() as conn:
+        if conn.execute(select(t.c.id).where(*match).limit(1)).first() is None:
+            return 0
+    with ledger.transaction() as conn:
+        return int(conn.execute(t.update().where(*match).values(status=status, updated_at=utcnow())).rowcount)
 
 
 def _canonical(scope: str) -> str:

@@ -27,6 +27,8 @@ GATE_OUTCOMES = {
     "approval": "waiting for approval",
     "approved": "overage approved",
     "rejected": "overage rejected",
+    "gave_up": "gave up (the gate timed out or failed while waiting)",
+    "run_ended": "run ended while waiting",
 }
 
 

@@ -136,7 +136,10 @@ class Gate(Answer):
     scope: str
     budget: str
     usd: str = usd_field()
-    status: str = Field(description="refused, skipped, waiting, reserved, approval, approved or rejected.")
+    status: str = Field(
+        description="refused, skipped, waiting, reserved, approval, approved, rejected, gave_up (the gate's "
+        "task ended while it waited) or run_ended (its run ended while it waited)."
+    )
     message: str
 
     @classmethod
