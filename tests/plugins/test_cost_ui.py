@@ -41,7 +41,7 @@ def filled(ledger_url: str, monkeypatch: pytest.MonkeyPatch) -> Ledger:
     now = datetime.now(timezone.utc)
     ledger.record(entry("3.00", on_demand_usd=Decimal("10"), market="spot"))
     ledger.record(entry("1.50", task_id="prep", run_id="r2", tags={"project": "churn", "team": "data"}))
-    ledger.record(entry("2.00", task_id="train", outcome="failed", cause="preemption"))
+    ledger.record(entry("2.00", task_id="train", outcome="failed", cause="preemption", try_number=2))
     ledger.record(entry("0.40", task_id="features", estimated=True, outcome="cache_hit"))
     ledger.record(entry("0.90", kind=Kind.EGRESS, estimated=True, unit="gb"))
     ledger.record(entry("99", incurred_at=now - timedelta(days=90)))  # outside the 30-day window
@@ -416,3 +416,43 @@ def test_runs_of_two_dags_with_one_run_id_are_two_runs(filled: Ledger, client: T
     page = client.get("/").text
     runs = page[page.index("<h2>Runs</h2>") :]
     assert f"<title>churn/{day}: $4.00</title>" in runs and f"<title>fraud/{day}: $1.00</title>" in runs
+
+
+def test_the_costliest_tries_are_tries_each_its_entries_summed(filled: Ledger, client: TestClient) -> None:
+    # Ranked entry by entry, a remote training's try of three $2 attempts showed up three times, below a $5
+    # try, and a try of many small entries did not show at all.
+    for attempt, cause, note in (
+        (1, "preemption", "attempt 1: spot reclaimed"),
+        (2, "", "attempt 2"),
+        (3, "", ""),
+    ):
+        filled.record(
+            entry(
+                "2.00",
+                task_id="tune",
+                run_id="r9",
+                cause=cause,
+                note=note,
+                market="spot" if attempt < 3 else "on_demand",
+                on_demand_usd=Decimal("2.50"),
+                quantity=Decimal("0.25"),
+            )
+        )
+    filled.record(entry("5.00", task_id="big", run_id="r9", outcome="failed", note="one entry"))
+    top = costliest_tries(filled, Filters(since=datetime.now(timezone.utc) - timedelta(days=30)), 2)
+    assert [(t["task_id"], t["usd"]) for t in top] == [("tune", Decimal(6)), ("big", Decimal(5))]
+    tries = client.get("/api/top-tries", params={"limit": 2}).json()["tries"]
+    assert [(t["task_id"], t["usd"], t["entries"]) for t in tries] == [
+        ("tune", "6.000000", 3),
+        ("big", "5.000000", 1),
+    ]
+    tune = tries[0]
+    assert (tune["on_demand_usd"], tune["hours"]) == ("7.500000", "0.750000")
+    assert (tune["cause"], tune["note"], tune["market"]) == (
+        "preemption",
+        "attempt 1: spot reclaimed\nattempt 2",
+        "spot",
+    )
+    page = client.get("/").text
+    table = page[page.index("<h2>Most expensive task tries</h2>") :]
+    assert table.count("<td>tune</td>") == 1 and "<td>$6.00</td>" in table

@@ -10,7 +10,7 @@ from datetime import date, datetime, timezone
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import BigInteger, String, and_, case, cast, distinct, func, select, true
+from sqlalchemy import BigInteger, String, and_, case, cast, distinct, func, or_, select, true
 from sqlalchemy.sql.elements import ColumnElement
 
 from costaware.adapters.ledger import budgets, schema
@@ -207,50 +207,72 @@ def daily_spend(
 
 
 def costliest_tries(ledger: LedgerDatabase, filters: Filters, limit: int = 10) -> list[dict[str, Any]]:
-    """The most expensive actual entries (one per task try), costliest first, with their cause and note."""
+    """The most expensive task tries, costliest first: each try's actual entries summed, with their notes.
+
+    A try may have several entries (a remote training's attempts, its egress, the worker's own time); ranked
+    one by one, a try showed up twice and a try of many small entries not at all. Instance, market and
+    outcome are those of the try's costliest entry; its causes and notes are listed in the order incurred.
+    """
     e = schema.entries
-    query = (
+    key = (e.c.dag_id, e.c.run_id, e.c.task_id, e.c.map_index, e.c.try_number)
+    actual = and_(e.c.estimated.is_(False), *filters.conditions())
+    usd = func.sum(e.c.usd_micros)
+    tries = (
         select(
-            e.c.dag_id,
-            e.c.run_id,
-            e.c.task_id,
-            e.c.try_number,
-            e.c.map_index,
-            e.c.instance_type,
-            e.c.market,
-            e.c.outcome,
-            e.c.cause,
-            e.c.note,
-            e.c.usd_micros,
-            e.c.on_demand_usd_micros,
-            e.c.quantity_micros,
-            e.c.incurred_at,
+            *key,
+            usd.label("usd"),
+            func.sum(func.coalesce(e.c.on_demand_usd_micros, e.c.usd_micros)).label("od"),
+            func.sum(case((e.c.unit == "hour", e.c.quantity_micros), else_=0)).label("hours"),
+            func.count().label("n"),
+            func.max(e.c.incurred_at).label("last"),
         )
-        .where(and_(e.c.estimated.is_(False), *filters.conditions()))
-        .order_by(e.c.usd_micros.desc(), e.c.id)
+        .where(actual)
+        .group_by(*key)
+        .order_by(usd.desc(), func.min(e.c.id))
         .limit(limit)
     )
     with ledger.reading() as conn:
-        rows = conn.execute(query).mappings().all()
-    return [
-        {
-            "dag_id": r["dag_id"],
-            "run_id": r["run_id"],
-            "task_id": r["task_id"],
-            "try_number": r["try_number"],
-            "map_index": r["map_index"],
-            "instance_type": r["instance_type"],
-            "market": r["market"],
-            "outcome": r["outcome"],
-            "cause": r["cause"] or "",
-            "note": r["note"] or "",
-            "usd": from_micros(r["usd_micros"]),
-            "on_demand_usd": from_micros(r["on_demand_usd_micros"] or r["usd_micros"]),
-            "hours": from_micros(r["quantity_micros"]),
-            "incurred_at": r["incurred_at"],
-        }
-        for r in rows
-    ]
+        top = conn.execute(tries).mappings().all()
+        if not top:
+            return []
+        one_of = or_(*(and_(*(col == row[col.name] for col in key)) for row in top))
+        parts = conn.execute(
+            select(*key, e.c.instance_type, e.c.market, e.c.outcome, e.c.cause, e.c.note, e.c.usd_micros)
+            .where(actual, one_of)
+            .order_by(e.c.incurred_at, e.c.id)
+        ).mappings()
+        by_try: dict[tuple[Any, ...], list[Any]] = {}
+        for part in parts:
+            by_try.setdefault(tuple(part[col.name] for col in key), []).append(part)
+    out = []
+    for row in top:
+        entries = by_try[tuple(row[col.name] for col in key)]
+        costliest = max(entries, key=lambda part: part["usd_micros"])  # the first of equals: incurred first
+        out.append(
+            {
+                "dag_id": row["dag_id"],
+                "run_id": row["run_id"],
+                "task_id": row["task_id"],
+                "try_number": row["try_number"],
+                "map_index": row["map_index"],
+                "instance_type": costliest["instance_type"],
+                "market": costliest["market"],
+                "outcome": costliest["outcome"],
+                "cause": ", ".join(_distinct(part["cause"] for part in entries)),
+                "note": "\n".join(_distinct(part["note"] for part in entries)),
+                "entries": int(row["n"]),
+                "usd": from_micros(row["usd"]),
+                "on_demand_usd": from_micros(row["od"]),
+                "hours": from_micros(row["hours"]),
+                "incurred_at": row["last"],
+            }
+        )
+    return out
+
+
+def _distinct(texts: Any) -> list[str]:
+    """The non-empty ``texts``, each once, in their order."""
+    return list(dict.fromkeys(text for text in texts if text))
 
 
 #: Groups a dashboard shows one by one (charts: one colour each); the rest are one "other" group.

@@ -125,28 +125,29 @@ class Daily(Answer):
 
 
 class TaskTry(Answer):
-    """One task try's actual cost."""
+    """One task try's actual cost: its entries summed."""
 
     dag_id: str
     run_id: str
     task_id: str
     try_number: int
     map_index: int
-    instance_type: str | None
-    market: str | None
-    outcome: str
+    instance_type: str | None = Field(description="The instance of the try's costliest entry.")
+    market: str | None = Field(description="The market of the try's costliest entry.")
+    outcome: str = Field(description="The outcome of the try's costliest entry.")
     cause: str = Field(
-        description="What the entry was for or why the try ended (preemption, error, success, orchestration, "
-        "feature_cache, ...); '' when none was recorded."
+        description="What the entries were for or why the try ended (preemption, error, success, "
+        "orchestration, feature_cache, ...), each once, comma-separated; '' when none was recorded."
     )
     note: str = Field(
-        description="The entry's note: what failed, why it ran on on-demand, which tags were left out "
-        "('' if none)."
+        description="The entries' notes, one a line in the order incurred: what failed, why it ran on "
+        "on-demand, which tags were left out ('' if none)."
     )
+    entries: int = Field(description="How many ledger entries the try has.")
     usd: str = usd_field()
     on_demand_usd: str = usd_field()
     hours: str = Field(description="Billed hours, an exact decimal string.")
-    incurred_at: str
+    incurred_at: str = Field(description="When the try's last entry was incurred.")
 
     @classmethod
     def of(cls, t: dict[str, Any]) -> TaskTry:
