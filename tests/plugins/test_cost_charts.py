@@ -209,3 +209,39 @@ def test_the_page_and_the_cli_write_dollars_alike(
         assert f"<td>{shown}</td>" in table and f">{shown}</text>" in charts_html, shown
     assert "$1,235.001655" in html  # the Spent card: the CLI's TOTAL
     assert "$0.500000" not in cli + html and "$0.5<" not in html
+
+
+# -- negative entries (credits, refunds) -------------------------------------------------------------
+
+
+def bars(svg: str) -> list[tuple[float, float]]:
+    """Each stacked bar segment's y and height."""
+    found = re.findall(r'<rect x="[\d.-]+" y="([\d.-]+)" width="[\d.-]+" height="([\d.-]+)"', svg)
+    return [(float(y), float(h)) for y, h in found]
+
+
+@pytest.mark.parametrize(
+    ("spent", "credit"),
+    [
+        ("10", "-8"),  # the day's net $2 was the scale: the $10 bar was five plots tall
+        ("3", "-8"),  # a negative net: a negative height
+    ],
+)
+def test_credits_are_left_out_of_the_bars_and_named_below(spent: str, credit: str) -> None:
+    day = date(2026, 11, 23)
+    svg = charts.stacked_bars([(day, "train", Decimal(spent)), (day, "refunds", Decimal(credit))], "Spend")
+    plot = charts.HEIGHT - 2 * charts.PAD
+    drawn = bars(svg)
+    assert len(drawn) == 1
+    for y, h in drawn:
+        assert 0 <= h <= plot + 0.05 and charts.PAD - 0.05 <= y <= charts.HEIGHT - charts.PAD
+    assert max(h for _, h in drawn) == pytest.approx(plot, abs=0.05)  # the tallest spend fills the plot
+    note = f"{charts.money(Decimal(credit))} in all: {charts.money(Decimal(credit))} (refunds on 2026-11-23)"
+    assert note in svg
+
+
+def test_many_credits_are_counted_past_the_first_five() -> None:
+    points = [(date(2026, 11, 1 + i), f"credit_{i}", Decimal(-1 - i)) for i in range(8)]
+    svg = charts.stacked_bars(points, "Spend")
+    assert bars(svg) == [] and "-$36.00 in all" in svg and "and 3 more." in svg
+    assert svg.count("(credit_") == 5

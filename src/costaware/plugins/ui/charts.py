@@ -98,6 +98,9 @@ def _common_prefix(a: str, b: str) -> int:
 def stacked_bars(days: Sequence[tuple[date, str, Decimal]], title: str, *, other: str | None = None) -> str:
     """Spend per day, one stacked bar per day, one colour per group (legend below), costliest at the bottom.
 
+    A bar stacks what was spent; a group whose day is negative (a credit or refund larger than its spend)
+    is not drawn and is named in a note below the chart.
+
     Args:
         days: ``(day, group, usd)`` points; at most ``len(PALETTE)`` groups besides ``other`` get their own
             colour (fold the rest first: ``ledger.reports.fold_daily``).
@@ -116,7 +119,9 @@ def stacked_bars(days: Sequence[tuple[date, str, Decimal]], title: str, *, other
         groups.append(other)
         colour[other] = OTHER_COLOUR
     rank = {g: i for i, g in enumerate(groups)}
-    per_day = {d: sum((usd for day, _, usd in days if day == d), Decimal(0)) for d in dates}
+    # Scaled to the tallest stack of spend: a day's net total (credits taken off) made a bar taller than the
+    # chart, and a day whose credits passed its spend a negative height.
+    per_day = {d: sum((usd for day, _, usd in days if day == d and usd > 0), Decimal(0)) for d in dates}
     top = max(per_day.values()) or Decimal(1)
     frame, left = _frame(title, top)
     slot = (WIDTH - left - PAD) / len(dates)
@@ -143,7 +148,26 @@ def stacked_bars(days: Sequence[tuple[date, str, Decimal]], title: str, *, other
     legend = "".join(
         f'<span class="key"><i style="background:{colour[g]}"></i>{escape(g)}</span>' for g in groups
     )
-    return "".join(parts) + f'<div class="legend">{legend}</div>'
+    return "".join(parts) + f'<div class="legend">{legend}</div>' + _credits_note(days)
+
+
+#: Credits a chart's note names one by one; the rest are counted.
+MAX_CREDITS_NAMED = 5
+
+
+def _credits_note(days: Sequence[tuple[date, str, Decimal]]) -> str:
+    """The note under a stacked bar chart naming the negative amounts it does not draw ("" when none)."""
+    credits = sorted((p for p in days if p[2] < 0), key=lambda p: (p[2], p[0], p[1]))
+    if not credits:
+        return ""
+    named = [f"{money(usd)} ({escape(group)} on {day.isoformat()})" for day, group, usd in credits]
+    if len(named) > MAX_CREDITS_NAMED:
+        named = [*named[:MAX_CREDITS_NAMED], f"and {len(named) - MAX_CREDITS_NAMED:,} more"]
+    total = money(sum((usd for _, _, usd in credits), Decimal(0)))
+    return (
+        f'<p class="note">Credits and refunds are not drawn (the bars show spend), {total} in all: '
+        f"{', '.join(named)}.</p>"
+    )
 
 
 def horizontal_bars(
