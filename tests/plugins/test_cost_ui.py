@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
@@ -456,3 +457,28 @@ def test_the_costliest_tries_are_tries_each_its_entries_summed(filled: Ledger, c
     page = client.get("/").text
     table = page[page.index("<h2>Most expensive task tries</h2>") :]
     assert table.count("<td>tune</td>") == 1 and "<td>$6.00</td>" in table
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"scope": "project=churn, team=ml", "since": "20261101T000000Z", "days": "30"},
+        {"scope": " project = churn ", "until": "2099-01-01T00:00+02:00", "days": "007", "dag_id": "retrain"},
+    ],
+)
+def test_the_json_api_link_answers_for_the_filters_the_page_took(
+    client: TestClient, params: dict[str, str]
+) -> None:
+    # Built from the fields as typed, the link answered 422 where the page's form had read them leniently.
+    from html import unescape
+
+    from costaware.core.money import format_usd_exact
+
+    page = client.get("/", params=params)
+    assert page.status_code == 200
+    found = re.search(r'<a href="(api/summary\?[^"]*)">JSON API</a>', page.text)
+    assert found is not None
+    answer = client.get("/" + unescape(found.group(1)))
+    assert answer.status_code == 200, answer.text
+    card = page.text[page.text.index("Spent") :]
+    assert format_usd_exact(Decimal(answer.json()["usd"])) in card[:200]  # the figure the page shows

@@ -71,8 +71,25 @@ class CostPage:
 
     @property
     def query(self) -> str:
-        """The form's filters as a URL query, for the JSON API link."""
-        return query_string(self.typed)
+        """The filters as a URL query, for the JSON API link: as the page read them, in the API's spelling.
+
+        As typed, the link answered 422 for what the page's lenient form took (a scope typed with spaces, an
+        ISO time in basic format); with bad fields it carries them as typed, to the same errors.
+        """
+        f, typed = self.filters, self.typed
+        if f is None:
+            return query_string(typed)
+        since = f.since.isoformat() if typed.get("since") and f.since else ""
+        values = {
+            # Days count back from Until (or now): the API works out the same start from them.
+            "days": str(int(typed["days"])) if typed.get("days") and not since else "",
+            "since": since,
+            "until": f.until.isoformat() if f.until else "",
+            "dag_id": f.dag_id or "",
+            "scope": "" if f.scope == "*" else f.scope,
+            "group_by": self.group_by,
+        }
+        return query_string(values)
 
     @property
     def scope(self) -> str:
