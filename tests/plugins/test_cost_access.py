@@ -135,6 +135,25 @@ def test_a_budget_held_or_asked_by_a_dag_a_user_cannot_read_is_hidden_before_any
     assert set(budgets("adm")) >= {"project=secret/month", "project=hidden/month"}
 
 
+def test_the_feature_cache_s_storage_bills_do_not_hide_a_budget_whose_dags_a_user_may_read(
+    ledger_with_two_teams: Ledger,
+) -> None:
+    # Recorded under the DAG id costaware_feature_cache, which no per-DAG grant names: the budget of every
+    # project whose cache was billed disappeared for all but users who may read every DAG.
+    from costaware.adapters.feature_billing import STORAGE_DAG_ID
+
+    ledger = ledger_with_two_teams
+    ledger.set_budget("project=cached", "month", "10", actor="lead")
+    spend(ledger, STORAGE_DAG_ID, "0.25", "churn")
+    spend(ledger, STORAGE_DAG_ID, "0.50", "cached")  # the cache's bill alone: no DAG of the user's decides
+    cost_app.dependency_overrides[require_login] = lambda: USERS["ann"]
+    budgets = TestClient(cost_app).get("/api/budgets").json()["budgets"]
+    assert [(b["budget"], b["spent_usd"]) for b in budgets] == [("project=churn/month", "3.250000")]
+    cost_app.dependency_overrides[require_login] = lambda: USERS["adm"]
+    budgets = TestClient(cost_app).get("/api/budgets").json()["budgets"]
+    assert "project=cached/month" in {b["budget"] for b in budgets}
+
+
 def test_only_the_budget_role_may_set_a_budget_and_it_is_audited(ledger_with_two_teams: Ledger) -> None:
     change = {"scope": "project=churn", "period": "month", "cap_usd": "150"}
     for name in ("ann", "vera"):

@@ -237,12 +237,26 @@ def visible_budgets(ledger: LedgerDatabase, dag_ids: frozenset[str] | None) -> l
     """The budgets a user who may read ``dag_ids`` may see: those whose involved DAGs are all readable.
 
     ``None`` means every DAG (all budgets are visible). A budget no DAG has spent in, holds money in or asked
-    for money in yet reveals no DAG's cost, so it is visible to every user (see :func:`involved_dags`).
+    for money in yet reveals no DAG's cost, so it is visible to every user (see :func:`involved_dags`). The
+    feature cache's storage bills count as the budget's other DAGs' (see below); DAGs Airflow no longer knows
+    still count: their spend is in the budget's figures, and only those who could read them may see it.
     """
+    from costaware.adapters.feature_billing import STORAGE_DAG_ID
+
     budgets = list_budgets(ledger)
     if dag_ids is None:
         return budgets
-    return [b for b in budgets if involved_dags(ledger, b) <= dag_ids]
+    visible = []
+    for budget in budgets:
+        dags = involved_dags(ledger, budget)
+        if len(dags) > 1:
+            # The feature cache's storage bills have a DAG id of their own, which no per-DAG grant names (FAB
+            # refused it to every user without access to all DAGs). The task that bills them records its own
+            # entry with the same tags, so its DAG is among the others, and they decide.
+            dags.discard(STORAGE_DAG_ID)
+        if dags <= dag_ids:
+            visible.append(budget)
+    return visible
 
 
 # -- per-budget alert rules ------------------------------------------------------------------------
