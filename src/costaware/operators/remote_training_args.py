@@ -9,8 +9,6 @@ attributes, so the arguments stay attributes of the operator (and show in its Re
 
 from __future__ import annotations
 
-import ast
-import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
@@ -30,7 +28,7 @@ from costaware.core.carbon import Objective
 from costaware.core.errors import ConfigurationError
 from costaware.core.spot_window import check_priority
 from costaware.glue import as_bool, check_tags
-from costaware.operators.templating import is_literal
+from costaware.operators.templating import is_literal, literal_text
 from costaware.training.plan import blank
 
 if TYPE_CHECKING:
@@ -41,12 +39,9 @@ if TYPE_CHECKING:
 def _literal(text: str, *, name: str, what: str) -> Any:
     """JSON text, or the text of a rendered Python literal (a template's ``{{ ... }}`` of a dict or list)."""
     try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        try:
-            return ast.literal_eval(text)
-        except (ValueError, SyntaxError) as e:
-            raise ConfigurationError(f"{name} {text[:80]!r} is neither JSON nor {what}") from e
+        return literal_text(text)
+    except ValueError as e:
+        raise ConfigurationError(f"{name} {text[:80]!r} is neither JSON nor {what}") from e
 
 
 def parse_mapping(value: Any, *, name: str = "spot decision") -> dict[str, Any]:

@@ -94,6 +94,24 @@ def native_literal(text: str) -> Any:
     return text
 
 
+def literal_text(text: str) -> Any:
+    """A value written out as text: JSON, or the repr of a Python literal.
+
+    That is what a template of a dict or a list renders to without ``render_template_as_native_obj``.
+
+    Raises:
+        ValueError: the text is neither.
+    """
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    try:
+        return ast.literal_eval(text.strip())
+    except (SyntaxError, TypeError, MemoryError, RecursionError) as e:
+        raise ValueError(f"{text[:80]!r} is neither JSON nor a Python literal") from e
+
+
 def native_rendered(written: Any, rendered: Any) -> Any:
     """``rendered``, each string that was a template in ``written`` and is a number or bool literal converted.
 
@@ -152,12 +170,9 @@ def rendered_keywords(value: Any, name: str) -> dict[str, Any]:
         return {}
     if isinstance(value, str):
         try:
-            data = json.loads(value)
+            data = literal_text(value)
         except ValueError:
-            try:
-                data = ast.literal_eval(value.strip())
-            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-                data = None
+            data = None
     shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
     if not isinstance(data, Mapping):
         from costaware.core.errors import ConfigurationError
