@@ -28,8 +28,10 @@ class SpendCapSensor(BaseSensorOperator):
 
     The reservation is settled with the actual cost by the costaware listener when that task ends (or
     expires after ``reservation_ttl``). When the budget has too little left, ``on_exceeded`` decides:
-    ``wait`` until the cap is raised or the next budget period starts (deferred by default, so no worker
-    slot is held), ``skip`` the run's downstream tasks, ``fail`` with a message naming the budget, or
+    ``wait`` until the cap is raised or the next budget period starts (in the triggerer with
+    ``deferrable=True``, so no worker slot is held; when not given, Airflow's ``[operators]
+    default_deferrable`` decides, off by default: poke), ``skip`` the run's downstream tasks, ``fail`` with
+    a message naming the budget, or
     ``approve``: ask ``approvers`` in the Airflow UI (human-in-the-loop, "Required actions") whether to spend
     past the cap; an approval reserves the overage and is written to the audit trail with the approver's
     name, the time and the amount; a rejection or a timeout fails or skips, as ``on_rejected`` says.
