@@ -203,7 +203,9 @@ def test_check_cap_refuses_a_usd_overrun_naming_the_budget_and_what_to_do() -> N
     assert str(error) == (
         "budget 'project=churn/month (2026-11)' has $0.50 left (cap $10.00, spent $4.00, reserved $5.50); "
         "task 'train' needs an estimated $0.51: "
-        "raise the cap with `costaware budget set` or lower the estimate"
+        "raise the cap with `costaware budget set` or lower the estimate; the $5.50 reserved is held by "
+        "open holds: `costaware budget holds` lists them, and `costaware budget release --holder <holder>` "
+        "gives back one whose run was killed or deleted (nothing else settles it before it expires)"
     )
     assert (error.scope, error.spent_usd, error.cap_usd, error.needed_usd) == (
         "project=churn/month (2026-11)",
@@ -222,6 +224,32 @@ def test_a_budget_over_its_cap_says_by_how_much_and_a_zero_estimate_is_not_told_
         check_cap(standing("10.25", "0"), Decimal(0), Decimal(0), "task 'zero'")
     assert "has nothing left (it is $0.25 over its cap) (cap $10.00" in str(info.value)
     assert str(info.value).endswith("needs an estimated $0.00: raise the cap with `costaware budget set`")
+
+
+def test_a_refusal_with_nothing_reserved_names_no_holds() -> None:
+    with pytest.raises(BudgetExceededError) as info:
+        check_cap(standing("9.5", "0"), Decimal("0.51"), Decimal(0), "task 'train'")
+    assert str(info.value).endswith(": raise the cap with `costaware budget set` or lower the estimate")
+
+
+@pytest.mark.parametrize(("spent", "reserved"), [("10.25", "0"), ("10", "0"), ("4", "6")])
+def test_a_budget_with_nothing_left_is_not_told_to_lower_the_estimate(spent: str, reserved: str) -> None:
+    # Left $0 (or less): no estimate above $0 fits, so "or lower the estimate" sent people the wrong way.
+    with pytest.raises(BudgetExceededError) as info:
+        check_cap(standing(spent, reserved), Decimal("0.05"), Decimal(0), "task 'train'")
+    assert "lower the estimate" not in str(info.value)
+    assert "needs an estimated $0.05: raise the cap with `costaware budget set`" in str(info.value)
+    assert "lower the estimate" not in info.value.summary
+    # A killed run's hold (Ctrl-C of `airflow dags test`) is what "reserved" holds: say how to free it.
+    assert ("the $6.00 reserved is held by open holds" in str(info.value)) == (reserved == "6")
+    assert ("costaware budget release --holder" in info.value.summary) == (reserved == "6")
+
+
+def test_an_estimate_above_the_whole_cap_is_not_told_that_releasing_holds_helps() -> None:
+    with pytest.raises(BudgetExceededError) as info:
+        check_cap(standing("0", "2"), Decimal("11"), Decimal(0), "task 'train'")
+    assert "more than the whole cap" in str(info.value)
+    assert "budget holds" not in str(info.value)
 
 
 def test_check_cap_refuses_a_gpu_hour_overrun() -> None:

@@ -358,7 +358,19 @@ class CapStanding(Protocol):
 
 
 #: What a refusal tells a person to do; a caller whose budget is set another way says that instead.
-RAISE_THE_CAP = "raise the cap with `costaware budget set` or lower the estimate"
+RAISE_THE_CAP_ONLY = "raise the cap with `costaware budget set`"
+RAISE_THE_CAP = f"{RAISE_THE_CAP_ONLY} or lower the estimate"
+
+
+def _holds_hint(reserved_usd: Decimal) -> str:
+    """Where the reserved money is: a killed run's hold (Ctrl-C of `dags test`) stays open until expiry."""
+    if reserved_usd <= 0:
+        return ""
+    return (
+        f"; the {format_usd_exact(reserved_usd)} reserved is held by open holds: `costaware budget holds` "
+        "lists them, and `costaware budget release --holder <holder>` gives back one whose run was killed "
+        "or deleted (nothing else settles it before it expires)"
+    )
 
 
 def check_cap(usage: CapStanding, amount: Decimal, gpu_hours: Decimal, purpose: str) -> None:
@@ -378,11 +390,14 @@ def check_cap(usage: CapStanding, amount: Decimal, gpu_hours: Decimal, purpose: 
             has = f"nothing left (it is {format_usd_exact(-usage.left_usd)} over its cap)"
         cap, spent = format_usd_exact(usage.cap_usd), format_usd_exact(usage.spent_usd)
         reserved, need = format_usd_exact(usage.reserved_usd), format_usd_exact(amount)
-        # A $0 estimate cannot be lowered: only the cap can make room.
-        todo = RAISE_THE_CAP if amount > 0 else "raise the cap with `costaware budget set`"
+        # A $0 estimate cannot be lowered, nor can any estimate make room in a budget with nothing left:
+        # only the cap (or a released hold) can.
+        todo = RAISE_THE_CAP if amount > 0 and usage.left_usd > 0 else RAISE_THE_CAP_ONLY
         if amount > usage.cap_usd:
             # A gate that waits would wait for good: a new period starts at the same cap.
             todo = f"it is more than the whole cap, so no new period makes room: {todo}"
+        else:  # above the whole cap, no released hold makes room either
+            todo += _holds_hint(usage.reserved_usd)
         raise BudgetExceededError(
             f"budget '{name}' has {has} (cap {cap}, spent {spent}, reserved {reserved}); "
             f"{purpose} needs an estimated {need}: {todo}",

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 
-from costaware.core.budgets import RAISE_THE_CAP
+from costaware.core.budgets import RAISE_THE_CAP, RAISE_THE_CAP_ONLY
 from costaware.core.errors import BudgetExceededError, ConfigurationError
 from costaware.core.ledger import utcnow
 from costaware.core.money import format_usd
@@ -261,7 +261,9 @@ def _reserve_trial(
             "the DAG again (a run with the same study_name goes on with this study)"
         )
         if e.scope.startswith(f"{spec.budget_scope}/"):
-            message = message.replace(RAISE_THE_CAP, raise_max_usd)
+            # The longer first: a budget with nothing left is not told to lower the estimate.
+            todo = RAISE_THE_CAP if RAISE_THE_CAP in message else RAISE_THE_CAP_ONLY
+            message = message.replace(todo, raise_max_usd)
         elif f"'{spec.budget_scope}/" in message:  # another budget refused first and named the study's too
             message = f"{message}; {raise_max_usd}"
         # A total budget, or a trial above a budget's whole cap: no new period makes room for it, ever.
