@@ -689,6 +689,32 @@ def test_budget_release_gives_back_a_hold_nothing_will_settle_and_audits_it(
     assert ledger.open_reservations() == []
 
 
+def test_budget_release_reports_and_audits_what_was_still_reserved_not_the_whole_hold(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It said "released $0.05" (audit usd 0.050000) while $0.000455 of the hold was paid and $0.049545 held.
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=x", "month", "5")
+    held = ledger.reserve("project=x", "0.05", holder="d/manual__1/train/-1", run_id="manual__1")
+    ledger.record(
+        LedgerEntry(
+            "d", "manual__1", "train", Kind.COMPUTE, Decimal("0.000455"), tags={"project": "x"},
+            reservation_id=held.id,
+        )
+    )  # fmt: skip
+    argv = ["--ledger-url", ledger_url, "budget"]
+    assert main([*argv, "release", "--holder", "d/manual__1/train/-1"]) == 0
+    assert capsys.readouterr().out.strip() == (
+        "released $0.049545 held by d/manual__1/train/-1 in project=x/month (what was still reserved: "
+        "$0.000455 of its $0.05 hold was paid from it and stays spent)"
+    )
+    assert main(["--ledger-url", ledger_url, "audit", "--action", "hold_release", "--format", "json"]) == 0
+    (line,) = json.loads(capsys.readouterr().out)
+    details = line["details"]
+    figures = [Decimal(details[k]) for k in ("usd", "held_usd", "paid_usd")]
+    assert figures == [Decimal("0.049545"), Decimal("0.05"), Decimal("0.000455")]
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

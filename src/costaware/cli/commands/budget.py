@@ -324,15 +324,32 @@ def budget_release(args: argparse.Namespace) -> int:
             f"no open hold of {holder!r} (open holds: {listed}{' ...' if len(open_holders) > 5 else ''}); "
             "give the holder (or, for a hold with none, its id) as `costaware budget holds` shows it"
         )
+    # What was paid from a hold (a training's attempts billed while it stayed open) stays spent: only the
+    # rest was reserved, and is what the release gives back.
+    paid = ledger.paid_from([r.id for r in holds])
     for hold in holds:
         ledger.release(hold.id)
+        hold_paid = paid.get(hold.id, Decimal(0))
+        freed = max(hold.usd - hold_paid, Decimal(0))
         record_audit(
             ledger,
             actor=current_actor(),
             action="hold_release",
             target=holder,
-            details={"reservation": hold.id, "usd": str(hold.usd), "budgets": list(hold.budgets)},
+            details={
+                "reservation": hold.id,
+                "usd": str(freed),
+                "held_usd": str(hold.usd),
+                "paid_usd": str(hold_paid),
+                "budgets": list(hold.budgets),
+            },
         )
         where = ", ".join(hold.budgets) or str(hold.scope)
-        print(f"released {format_usd_exact(hold.usd)} held by {hold.holder or hold.id} in {where}")
+        said = f"released {format_usd_exact(freed)} held by {hold.holder or hold.id} in {where}"
+        if hold_paid:
+            said += (
+                f" (what was still reserved: {format_usd_exact(hold_paid)} of its "
+                f"{format_usd_exact(hold.usd)} hold was paid from it and stays spent)"
+            )
+        print(said)
     return 0
