@@ -167,7 +167,7 @@ def test_a_project_budget_refusing_first_still_says_the_study_cap_is_max_usd(env
         _run_slot(0)
     said = str(stopped.value)
     assert "'project=churn/total" in said and "'project=churn,study=s1/" in said  # both refusing budgets
-    assert "the study's budget is its max_usd ($0.04): raise max_usd and run the DAG again" in said
+    assert "the study's budget is its max_usd ($0.04): raise max_usd, or set fallback_trial_seconds" in said
 
 
 def test_the_study_stops_cleanly_when_the_next_trial_cannot_be_reserved(
@@ -181,7 +181,12 @@ def test_the_study_stops_cleanly_when_the_next_trial_cannot_be_reserved(
         _run_slot(1)  # the stop is sticky: later slots do not try again
     # The study's own budget comes from max_usd: that is the setting to change, not `costaware budget set`.
     said = str(stopped.value)
-    assert "the study's budget is its max_usd ($0.04): raise max_usd and run the DAG again" in said
+    # The estimate before any trial finished is fallback_trial_seconds (600 s unless set): it was not named.
+    assert (
+        "the study's budget is its max_usd ($0.04): raise max_usd, or set fallback_trial_seconds (now 5 s: "
+        "what one trial at max_resource is assumed to take until one has finished, the estimate's source) "
+        "to what a trial takes, and run the DAG again (a run with study_name 's1' goes on with this study)"
+    ) in said
     assert "costaware budget set" not in said
     study = optuna.load_study(study_name="s1", storage=env.engine.url.render_as_string(hide_password=False))
     assert study.get_trials() == []  # no trial was asked, nothing reserved
@@ -192,6 +197,21 @@ def test_the_study_stops_cleanly_when_the_next_trial_cannot_be_reserved(
     (line,) = [m for m in capsys.readouterr().out.splitlines() if "study s1: " in m and "; best " in m]
     assert "study s1: no trial ran; best none; spent $0 of $0.04; per trial n/a, " in line
     assert "per successful trial n/a; stop: budget" in line
+
+
+def test_a_refused_study_named_after_its_run_is_not_promised_to_go_on_in_the_next_run(env: Ledger) -> None:
+    # study_name="delays-{{ run_id }}": "a run with the same study_name goes on with this study" was untrue.
+    name = f"delays-{RUN_ID}"
+    plan = _plan(study_name=name, max_usd="0.04", fallback_trial_seconds=5)
+    plan.execute({"ti": _ti(plan)})
+    with pytest.raises(AirflowSkipException, match=r"stopped \(budget\)") as stopped:
+        _run_slot(0, study_name=name)
+    said = str(stopped.value)
+    assert "goes on with this study" not in said
+    assert (
+        f"(the study_name {name!r} holds this run's id, so the next run starts a new study; give a fixed "
+        "study_name to go on with one)"
+    ) in said
 
 
 @pytest.mark.parametrize("on_exceeded", ["fail", "skip"])

@@ -257,8 +257,9 @@ def _reserve_trial(
         # The study's own budget (named "<scope>/<period> (...)"), set by the plan from max_usd: raised by
         # max_usd, not by `costaware budget set` (the plan would set it back).
         raise_max_usd = (
-            f"the study's budget is its max_usd ({format_usd(spec.caps.max_usd)}): raise max_usd and run "
-            "the DAG again (a run with the same study_name goes on with this study)"
+            f"the study's budget is its max_usd ({format_usd(spec.caps.max_usd)}): raise max_usd"
+            f"{_estimate_advice(estimate, spec.fallback_trial_seconds)} and run the DAG again "
+            f"{_rerun_advice(spec.study_name, run_id)}"
         )
         if e.scope.startswith(f"{spec.budget_scope}/"):
             # The longer first: a budget with nothing left is not told to lower the estimate.
@@ -270,6 +271,28 @@ def _reserve_trial(
         return _stop(s.study, StopReason.BUDGET, message, renews=e.renews)
     s.reserved_at = s.meter()
     return reservation, estimate
+
+
+def _estimate_advice(estimate: TrialEstimate, fallback_trial_seconds: float) -> str:
+    """Where the refused estimate came from, and the setting that changes it."""
+    if estimate.seconds_per_unit is not None:
+        return f" (the estimate comes from the study's finished trials: {estimate.source})"
+    # Until a trial has reached a rung the estimate is the user's guess, 600 s unless set.
+    return (
+        f", or set fallback_trial_seconds (now {fallback_trial_seconds:g} s: what one trial at max_resource "
+        "is assumed to take until one has finished, the estimate's source) to what a trial takes,"
+    )
+
+
+def _rerun_advice(study_name: str, run_id: str | None) -> str:
+    """Whether a new run goes on with this study: not when its name holds this run's id."""
+    if run_id and run_id in study_name:
+        # study_name="delays-{{ run_id }}": every run is a study of its own.
+        return (
+            f"(the study_name {study_name!r} holds this run's id, so the next run starts a new study; "
+            "give a fixed study_name to go on with one)"
+        )
+    return f"(a run with study_name {study_name!r} goes on with this study)"
 
 
 def _start_trial(
