@@ -257,7 +257,11 @@ def test_trainer_kwargs_the_trainer_does_not_take_fail_the_slot_before_any_money
     # A TypeError in every trial, after its reservation, retried 5 minutes apart by Airflow.
     plan = _plan()
     plan.execute({"ti": _ti(plan)})
-    with pytest.raises(AirflowFailException, match=r"cannot be called with trainer_kwargs \['fail_a'\]"):
+    # A misspelt key is named, with the one meant ('lable' only said "missing a required argument: 'label'").
+    with pytest.raises(
+        AirflowFailException,
+        match=r"trainer_kwargs 'fail_a' is not an option of trainer QuadraticTrainer.*'fail_at'",
+    ):
         _run_slot(0, trainer_kwargs={"fail_a": 2})
     assert env.open_reservations() == []
     url = env.engine.url.render_as_string(hide_password=False)
@@ -315,7 +319,13 @@ def test_trainer_errors_fail_the_trial_and_are_retried_by_airflow(env: Ledger) -
     [
         # A trainer that cannot import fails every trial task before it asks Optuna for a trial: without this
         # the run would end green, the summary saying only "no trial ran".
-        (["failed", "failed"], r"no trial finished and 2 trial task\(s\) failed"),
+        # Their worker time is billed to the DAG, not the study: "they spent $0" disagreed with the ledger.
+        (
+            ["failed", "failed"],
+            r"no trial finished and 2 trial task\(s\) failed: .*the study's budget was charged \$0 for "
+            r"trials, and the failed tries' worker time is in the ledger under task 'trial' \(`costaware "
+            r"report --group-by task`\)",
+        ),
         # Every slot skipped by a stop rule before any trial (a budget too small for one): nothing to show.
         (["skipped"], r"no trial ran, and the study has none: no stop rule fired"),
         (["success", "skipped"], None),  # the summary stands (here with nothing that finished)

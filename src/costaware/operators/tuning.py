@@ -430,7 +430,10 @@ class TuningStudySummarizeOperator(_StudyOperator):
             # Otherwise the run ends green with nothing to show (a trainer that cannot import, say).
             raise AirflowFailException(
                 f"study {summary['study_name']}: no trial finished and {failed} trial task(s) failed: see "
-                f"their logs ({self.trial_task_id}); they spent ${summary['spent_usd']}"
+                f"their logs ({self.trial_task_id}); the study's budget was charged ${summary['spent_usd']} "
+                # Not "they spent $0": their tries' worker time is billed to the DAG, not to the study.
+                f"for trials, and the failed tries' worker time is in the ledger under task "
+                f"{self.trial_task_id!r} (`costaware report --group-by task`)"
             )
         if states and all(state == "skipped" for state in states):
             stop = summary["stop"] or {}

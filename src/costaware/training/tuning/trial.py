@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import optuna
 
 from costaware.core.budgets import RAISE_THE_CAP, RAISE_THE_CAP_ONLY
-from costaware.core.errors import BudgetExceededError, ConfigurationError
+from costaware.core.errors import BudgetExceededError, ConfigurationError, check_keywords
 from costaware.core.ledger import utcnow
 from costaware.core.money import format_usd
 from costaware.core.tuning import (
@@ -191,11 +191,13 @@ def _check_trainer_call(trainer: TrainerFactory, trainer_kwargs: Mapping[str, An
         signature = inspect.signature(trainer)
     except (TypeError, ValueError):
         signature = None  # a callable whose signature cannot be read: its own call says
+    name = getattr(trainer, "__qualname__", repr(trainer))
+    # A misspelt key ('lable') first, by name: the bind below says only that 'label' is missing.
+    check_keywords(trainer, trainer_kwargs, field="trainer_kwargs", of=f"trainer {name}", positional=1)
     try:
         if signature is not None:
             signature.bind({}, **dict(trainer_kwargs))
     except TypeError as e:
-        name = getattr(trainer, "__qualname__", repr(trainer))
         raise ConfigurationError(
             f"trainer {name}{signature} cannot be called with trainer_kwargs {sorted(trainer_kwargs)}: {e}"
         ) from e
