@@ -209,7 +209,12 @@ def _classes(y: Any, k: int, metric: str, kind: str, label_name: str) -> Any:
     if values is None or bad.any():
         seen = sorted(set(y[bad].tolist()), key=str)[:5]
         what = "0/1" if kind == BINARY else f"a class index 0..{k - 1} (the model predicts {k} classes)"
-        fix = "set label_threshold or fix the label" if kind == BINARY else "map the classes to 0..k-1"
+        if kind != BINARY:
+            fix = "map the classes to 0..k-1"
+        elif values is None:  # label_threshold compares numbers: text needs mapping, not a threshold
+            fix = "map the labels to 0/1 (e.g. 'yes' -> 1, 'no' -> 0) where the data is written"
+        else:
+            fix = "set label_threshold (1 where the label is above it) or map the label to 0/1"
         raise ConfigurationError(
             f"{metric} on a {kind} model needs labels that are {what}; {label_name} holds {seen!r}: {fix}"
         )
