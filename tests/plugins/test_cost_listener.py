@@ -597,17 +597,35 @@ def _gate_statuses(ledger: Ledger) -> dict[tuple[str, str], str]:
 def test_a_spend_gate_that_gave_up_waiting_is_no_longer_waiting(ledger_env: Ledger, hook: str) -> None:
     # Only the gate's own next note changed its row: one whose wait timed out (failed, or skipped with
     # soft_fail) stayed "waiting" on the Cost page for good.
+    from costaware.sensors.spend_cap import SpendCapSensor
+
     _gate_waits(ledger_env, "run1")
     _gate_waits(ledger_env, "run1", task_id="other_gate")
+    gate = SpendCapSensor(task_id="gate", scope="project=churn", estimated_usd="9", for_task_id="train")
     ti = fake_ti(task_id="gate")
-    ti.state = "up_for_retry"  # the next try waits on
+    ti.task, ti.state = gate, "up_for_retry"  # the next try waits on
     CostListener().on_task_instance_failed(None, ti, RuntimeError("timed out"))
     assert _gate_statuses(ledger_env)[("run1", "gate")] == "waiting"
     ti = fake_ti(task_id="gate", try_number=2)
-    ti.state = "failed" if hook == "on_task_instance_failed" else "skipped"
+    ti.task, ti.state = gate, "failed" if hook == "on_task_instance_failed" else "skipped"
     args = (RuntimeError("Sensor has timed out"),) if hook == "on_task_instance_failed" else ()
     getattr(CostListener(), hook)(None, ti, *args)
     assert _gate_statuses(ledger_env) == {("run1", "gate"): "gave_up", ("run1", "other_gate"): "waiting"}
+
+
+def test_a_task_that_is_no_spend_gate_ends_no_gate_request(
+    ledger_env: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every skipped branch task of every DAG came here: none may call the ledger for gates it never noted.
+    from costaware.plugins import reservation_release
+
+    def no_ledger_call(*args: Any, **kwargs: Any) -> int:
+        raise AssertionError("the gate requests of a task that is no spend gate were looked up")
+
+    monkeypatch.setattr(reservation_release, "end_waiting_gates", no_ledger_call)
+    ti = fake_ti(task_id="branch_b")
+    ti.state = "skipped"
+    CostListener().on_task_instance_skipped(None, ti)
 
 
 @pytest.mark.parametrize("hook", ["on_dag_run_failed", "on_dag_run_success"])

@@ -9,6 +9,7 @@ unreleased reservation still expires at its TTL.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -182,6 +183,8 @@ def end_waiting_gate(ti: Any) -> int:
     task = getattr(ti, "task", None)
     if task is None or type(ti).__module__.startswith("airflow.models"):
         return 0  # a state set by hand reaches the api-server; the run-end hook covers it
+    if not _is_spend_gate(task):
+        return 0  # only a spend gate notes requests: no ledger call for every skipped branch task
     return end_waiting_gates(
         ti.dag_id,
         ti.run_id,
@@ -190,6 +193,12 @@ def end_waiting_gate(ti: Any) -> int:
         task_id=ti.task_id,
         map_index=int(ti.map_index),
     )
+
+
+def _is_spend_gate(task: Any) -> bool:
+    """Whether ``task`` is a ``SpendCapSensor``: one can be only where its module was loaded (no import)."""
+    spend_cap = sys.modules.get("costaware.sensors.spend_cap")
+    return spend_cap is not None and isinstance(task, spend_cap.SpendCapSensor)
 
 
 def in_own_thread(work: Callable[[], Any], *, name: str, wait_seconds: float = 5.0) -> None:
