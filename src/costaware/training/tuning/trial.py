@@ -349,7 +349,7 @@ def _lease(
 ) -> tuple[optuna.trial.Trial, dict[str, Any], dict[str, str]]:
     """Record on ``trial`` who holds it, with which reservation, until when."""
     info = {
-        **({"retries": s.resumed.number} if s.resumed is not None else {}),
+        **({"retry_of": s.resumed.number} if s.resumed is not None else {}),  # the trial its failed try left
         "holder": holder,
         "slot": slot,
         "reservation": reservation.id,
