@@ -212,24 +212,34 @@ def holding_dags(ledger: LedgerDatabase, budget: Budget | None = None) -> set[st
         return {holder_dag_id(row[0]) for row in conn.execute(query)}
 
 
-def involved_dags(ledger: LedgerDatabase, budget: Budget) -> set[str]:
-    """The DAGs a budget's figures tell about: it shows a user nothing more than all of them may read.
-
-    Those that spent in its scope, those holding money in it now (a spend gate's reservation: its
-    ``reserved_usd``, before anything is spent), and those whose spend gates asked for money in its scope.
-    """
+def _gate_scopes(ledger: LedgerDatabase) -> list[tuple[str, Scope]]:
+    """Each DAG whose spend gate asked for money, with the scope it asked in (a scope refused: left out)."""
     from costaware.core.errors import ConfigurationError
 
     g = schema.gate_requests
     with ledger.reading() as conn:
         gates = conn.execute(select(g.c.dag_id, g.c.scope).distinct()).all()
-    asked = set()
+    asked = []
     for dag_id, scope in gates:
         try:
-            if budget.scope.covers(Scope.parse(scope)):
-                asked.add(dag_id)
+            asked.append((dag_id, Scope.parse(scope)))
         except ConfigurationError:  # a scope the gate refused: it asked no budget
             continue
+    return asked
+
+
+def involved_dags(
+    ledger: LedgerDatabase, budget: Budget, gate_scopes: list[tuple[str, Scope]] | None = None
+) -> set[str]:
+    """The DAGs a budget's figures tell about: it shows a user nothing more than all of them may read.
+
+    Those that spent in its scope, those holding money in it now (a spend gate's reservation: its
+    ``reserved_usd``, before anything is spent), and those whose spend gates asked for money in its scope
+    (``gate_scopes``, read once by a caller that asks for many budgets; None: read here).
+    """
+    if gate_scopes is None:
+        gate_scopes = _gate_scopes(ledger)
+    asked = {dag_id for dag_id, scope in gate_scopes if budget.scope.covers(scope)}
     return budget_dags(ledger, budget) | holding_dags(ledger, budget) | asked
 
 
@@ -246,9 +256,10 @@ def visible_budgets(ledger: LedgerDatabase, dag_ids: frozenset[str] | None) -> l
     budgets = list_budgets(ledger)
     if dag_ids is None:
         return budgets
+    gate_scopes = _gate_scopes(ledger)  # one read of the gate requests for every budget
     visible = []
     for budget in budgets:
-        dags = involved_dags(ledger, budget)
+        dags = involved_dags(ledger, budget, gate_scopes)
         if len(dags) > 1:
             # The feature cache's storage bills have a DAG id of their own, which no per-DAG grant names (FAB
             # refused it to every user without access to all DAGs). The task that bills them records its own
