@@ -106,20 +106,14 @@ class AirflowSchedule:
 
     def __init__(self) -> None:
         self._unreadable = False  # said once: every DAG would fail the same way
-        self._timetables: dict[str, Any] = {}  # None: the DAG schedules nothing
-        self._counted: dict[tuple[str, datetime, datetime], int] = {}
+        # The timetables read so far (None: the DAG schedules nothing), each window counted once: the Cost
+        # page counted a per-minute DAG's month (seconds of work) once per budget it spends in.
+        self._read = TimetableSchedule({})
 
     def runs_between(self, dag_id: str, start: datetime, end: datetime) -> int:
-        if dag_id not in self._timetables:
-            self._timetables[dag_id] = self._timetable(dag_id)
-        timetable = self._timetables[dag_id]
-        if timetable is None:
-            return 0
-        # The Cost page counted a per-minute DAG's month (seconds of work) once per budget it spends in.
-        key = (dag_id, start, end)
-        if key not in self._counted:
-            self._counted[key] = count_runs(timetable, start, end)
-        return self._counted[key]
+        if dag_id not in self._read.timetables:
+            self._read.timetables[dag_id] = self._timetable(dag_id)
+        return self._read.runs_between(dag_id, start, end)
 
     def _timetable(self, dag_id: str) -> Any:
         """The DAG's timetable as the metadata database has it; None: it schedules nothing, or unknown."""
