@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import threading
 import time
@@ -328,6 +329,63 @@ def test_a_kill_in_the_worker_starts_no_new_attempt(tmp_path: Path, ledger: Any)
     assert not worker.is_alive() and "the task was killed" in str(failed[0])
     assert len(list((tmp_path / "jobs").iterdir())) == 1
     assert [e["cause"] for e in train_entries(ledger)] == ["killed"]
+
+
+def test_ctrl_c_of_dags_test_during_a_wait_in_the_worker_stops_and_bills_its_job(
+    tmp_path: Path, ledger: Any
+) -> None:
+    # `airflow dags test` runs the task in its own process and calls no on_kill on Ctrl-C: the
+    # KeyboardInterrupt failed the task and the job ran on, stopped and billed by nobody.
+    op = operator(tmp_path, "wait-for-notice", deferrable=False, poll_interval=0.2)
+
+    def press_ctrl_c() -> None:
+        wait_for(tmp_path / "seen.jsonl.ready")
+        while getattr(op, "_waiting_on", None) is None:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # as at a terminal
+    try:
+        threading.Thread(target=press_ctrl_c, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            op.execute(context_for())
+    finally:
+        signal.signal(signal.SIGINT, before)
+    (entry,) = train_entries(ledger)
+    assert entry["cause"] == "killed" and Decimal(str(entry["usd"])) > 0
+    job = entry["note"].split()[3]
+    assert [p.name for p in (tmp_path / "jobs").iterdir()] == [job]  # no attempt 2
+    give_up = time.monotonic() + 30
+    while not open_backend("local", {"root": str(tmp_path / "jobs")}).poll(job).state.done:
+        assert time.monotonic() < give_up  # stopped, not left running
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("inline", [True, False], ids=["dags_test", "triggerer"])
+def test_a_deferred_wait_cancelled_by_ctrl_c_of_dags_test_stops_and_bills_its_job(
+    tmp_path: Path, ledger: Any, inline: bool
+) -> None:
+    # `airflow dags test` runs the trigger inline and cancels it on Ctrl-C: the job ran on, unbilled. A
+    # triggerer cancels a trigger it hands to another, which watches the job on: that job keeps running.
+    from airflow.sdk.execution_time.supervisor import InProcessSupervisorComms, set_supervisor_comms
+
+    trigger = deferred_trigger(operator(tmp_path, "wait-for-notice"))
+    wait_for(tmp_path / "seen.jsonl.ready")
+
+    async def cancel_the_watch() -> None:
+        watch = asyncio.ensure_future(anext(trigger.run(), None))
+        await asyncio.sleep(0.5)
+        watch.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await watch
+
+    comms = InProcessSupervisorComms(supervisor=None) if inline else None  # type: ignore[arg-type]
+    with set_supervisor_comms(comms):
+        asyncio.run(cancel_the_watch())
+    assert trigger.job_id is not None
+    ended = open_backend("local", {"root": str(tmp_path / "jobs")}).poll(trigger.job_id).state.done
+    assert [e["cause"] for e in train_entries(ledger)] == (["killed"] if inline else [])
+    assert ended is inline
 
 
 def test_an_execution_timeout_in_the_worker_stops_and_bills_the_job(tmp_path: Path, ledger: Any) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
@@ -611,6 +611,14 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
                     while event is None and not self._killed:
                         time.sleep(self.poll_interval)
                         event = trigger.poll_tolerant(utcnow())
+            except KeyboardInterrupt:
+                # Ctrl-C of `airflow dags test`, which runs the task in its own process and calls no
+                # on_kill: the job ran on, unbilled, while the task failed. Stopped and billed as a kill.
+                self._killed = True
+                with suppress(_TaskKilled):
+                    self._stop_killed(trigger)
+                self.log.warning("interrupted: training job stopped and billed; no new attempt starts")
+                raise
             except Exception:
                 # A failed wait, not a kill: its job is _stops_unwatched_job's, as a failed step's is.
                 self._waiting_on = None

@@ -408,6 +408,18 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         return event
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        try:
+            async for event in self._watch():
+                yield event
+        except asyncio.CancelledError:
+            # A triggerer cancels a trigger it hands to another (the job is watched on), but `airflow dags
+            # test` runs it inline and cancels it on Ctrl-C: nobody would watch or bill the job after.
+            if _inline_in_dags_test():
+                self.log.warning("interrupted: stopping job %s and billing it, as for a kill", self.job_id)
+                self.stop_and_bill()
+            raise
+
+    async def _watch(self) -> AsyncIterator[TriggerEvent]:
         while True:
             try:
                 event = await asyncio.to_thread(self.poll_tolerant, utcnow())
@@ -625,3 +637,13 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             reason=reason,
         )
         return dict(ended.to_dict()), False, False
+
+
+def _inline_in_dags_test() -> bool:
+    """Whether this trigger runs inline in `airflow dags test` (in-process supervisor), not a triggerer."""
+    try:
+        from airflow.sdk.execution_time import task_runner
+        from airflow.sdk.execution_time.supervisor import InProcessSupervisorComms
+    except ImportError:  # another Airflow: no inline run known
+        return False
+    return isinstance(getattr(task_runner, "SUPERVISOR_COMMS", None), InProcessSupervisorComms)
