@@ -332,6 +332,49 @@ def test_critical_jobs_turn_to_on_demand_earlier() -> None:
     assert critical.index("o") == normal.index("o") - 4  # keeps a checkpoint and a restart in reserve
 
 
+def _pauses(name: str, m: TickMarket, plan: TickPlan, priority: str) -> list[int]:
+    """Ticks at which the policy stopped a running job of its own accord (not a preemption)."""
+    policy = policy_class(name)()
+    decide = policy.decide
+    stops: list[int] = []
+
+    def record(s: Situation) -> Action:
+        action = decide(s)
+        if s.running is not Action.WAIT and action is Action.WAIT:
+            stops.append(s.tick)
+        return action
+
+    policy.decide = record  # type: ignore[method-assign]
+    outcome = run_job(policy, m, plan, priority=priority)
+    assert outcome.met_deadline
+    return stops
+
+
+@pytest.mark.parametrize(
+    "name", ["deadline_aware", "cheapest_window", "cheapest_window_pausing", "availability_aware"]
+)
+def test_no_policy_pauses_a_running_critical_job(name: str) -> None:
+    n = 60
+    # Power whose price in force spikes, unforeseen, right after the start; spot that turns dearer than
+    # on-demand for a while with capacity all along. Either tempts a running job to stop and resume later.
+    power = [0.1] * 2 + [3.0] * 6 + [0.2] * (n - 8)
+    power_market = TickMarket(on_demand=power, on_demand_forecast=[0.2] * n, local=True, on_demand_now=power)
+    spot = [1.0] * 3 + [5.0] * 4 + [1.0] * (n - 7)
+    spot_market = TickMarket(
+        on_demand=[3.0] * n,
+        on_demand_forecast=[3.0] * n,
+        spot=spot,
+        spot_forecast=[1.0] * n,
+        available=[True] * n,
+        spot_now=spot,
+    )
+    plan = TickPlan(DT, 6, 30, 1, 2)
+    for m in (power_market, spot_market):
+        assert _pauses(name, m, plan, "critical") == []
+    # The same markets do make the greedy rule stop a normal job: the scenario tests a real temptation.
+    assert all(_pauses("deadline_aware", m, plan, "normal") for m in (power_market, spot_market))
+
+
 @st.composite
 def zoned_scenarios(draw: st.DrawFn) -> tuple[TickMarket, TickPlan]:
     work = draw(st.integers(1, 6))

@@ -25,7 +25,7 @@ from decimal import Decimal
 
 from costaware.core.errors import ConfigurationError
 from costaware.core.policies.base import Action, Policy, Situation
-from costaware.core.policies.rules import safe_on_spot, safe_to_wait, spot_usable
+from costaware.core.policies.rules import may_pause, safe_on_spot, safe_to_wait, spot_usable
 
 #: Prices equal up to float noise count as equal (tick means and forecasts are sums of floats).
 PRICE_TOLERANCE = 1 + 1e-9
@@ -129,7 +129,7 @@ class CheapestWindowPolicy(Policy):
                 return Action.ON_DEMAND
             if spot_usable(s) and safe_on_spot(s):
                 return Action.SPOT
-            return Action.WAIT if safe_to_wait(s) else Action.ON_DEMAND
+            return Action.WAIT if safe_to_wait(s) and may_pause(s) else Action.ON_DEMAND
         action = self._first_start(s) if spot_market else self._local_start(s)
         self._started = action is not Action.WAIT
         return action

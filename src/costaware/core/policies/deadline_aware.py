@@ -9,6 +9,9 @@ rule, made robust to the work lost back to the last checkpoint).
 Without a spot market (on-premises power at an hourly price) the same slack buys cheaper hours instead: each
 tick it compares running the rest of the work from now with pausing and running it as one block later (paying
 the restart overhead again), by the forecast, and does the cheaper, until pausing is no longer safe.
+
+A running ``critical`` job never stops of its own accord (:func:`~costaware.core.policies.rules.may_pause`):
+where the rule would wait (spot dearer than on-demand, a power price spike) it runs on on-demand instead.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 import itertools
 
 from costaware.core.policies.base import Action, Policy, Situation
-from costaware.core.policies.rules import safe_on_spot, safe_to_wait, spot_usable
+from costaware.core.policies.rules import may_pause, safe_on_spot, safe_to_wait, spot_usable
 
 
 class DeadlineAwarePolicy(Policy):
@@ -33,14 +36,14 @@ class DeadlineAwarePolicy(Policy):
             return Action.ON_DEMAND
         if spot_usable(s) and safe_on_spot(s):
             return Action.SPOT
-        if safe_to_wait(s):
+        if safe_to_wait(s) and may_pause(s):
             return Action.WAIT
         return Action.ON_DEMAND
 
 
 def _cheap_hours(s: Situation) -> Action:
     """Run now, or pause for a cheaper block later (by the forecast), whichever costs less, while safe."""
-    if not safe_to_wait(s):
+    if not safe_to_wait(s) or not may_pause(s):
         return Action.ON_DEMAND
     running = s.running is Action.ON_DEMAND
     need = s.work_ticks - s.progress

@@ -25,6 +25,15 @@ def reserve_ticks(s: Situation) -> int:
     return max(s.checkpoint_ticks, 1) + s.overhead_ticks if s.priority == "critical" else 0
 
 
+def may_pause(s: Situation) -> bool:
+    """Whether the job may stop of its own accord this tick: a ``critical`` job that runs never does.
+
+    A preempted job is not running any more (``running`` is ``WAIT``): waiting out the lost capacity is no
+    pause.
+    """
+    return s.priority != "critical" or s.running is Action.WAIT
+
+
 def safe_to_wait(s: Situation) -> bool:
     """Whether idling this tick still leaves time to finish on on-demand from the next tick."""
     return s.tick + 1 + (s.work_ticks - s.progress) + s.overhead_ticks + reserve_ticks(s) <= s.deadline_tick
