@@ -137,6 +137,12 @@ def test_electricity_jobs_use_power_draw() -> None:
         ({"checkpoint_minutes": "abc"}, "checkpoint_minutes must be a number >= 0, got 'abc'"),
         ({"region": ""}, "lacks region"),
         ({"priority": "urgent"}, "job 'nightly': priority 'urgent' is unknown; choose one of critical"),
+        # One zone twice was replayed as two zones on one trace (a fail-over to the zone just left).
+        (
+            {"zones": "us-east-1a|us-east-1b|us-east-1a"},
+            r"job 'nightly' lists zone\(s\) us-east-1a more than once in zones "
+            r"us-east-1a\|us-east-1b\|us-east-1a",
+        ),
         # Watts typed as kW: the ledger refused it, the simulator ran on it (a thousand times the emissions).
         (
             {"power_kw": "6500"},

@@ -117,6 +117,14 @@ class Job:
                 f"job {self.name!r} sets both availability_zone {self.availability_zone!r} and zones "
                 f"{'|'.join(self.zones)}; give one zone or a list of zones"
             )
+        repeated = sorted({z for z in self.zones if self.zones.count(z) > 1})
+        if repeated:
+            # Replayed as two zones with one trace: a preempted job "failed over" to the zone it left, and
+            # the restart-thrash guard needed each copy to churn before it fired.
+            raise ConfigurationError(
+                f"job {self.name!r} lists zone(s) {', '.join(repeated)} more than once in zones "
+                f"{'|'.join(self.zones)}; list each zone once"
+            )
         if self.submit_time.tzinfo is None or self.submit_time.utcoffset() is None:
             raise ConfigurationError(
                 f"job {self.name!r}: submit_time {self.submit_time.isoformat()} has no time zone; "
