@@ -96,7 +96,7 @@ SHARE: dict[str, float] = {}
 #: Settings of the hindsight-tuned diagnostic: ticks capacity must have held before a (re)start, and the
 #: slack (ticks beyond the plain wait rule) below which it starts at once; (0, 0) is ``deadline_aware``.
 RUN_AGE_SETTINGS = [(0, 0)] + [(age, guard) for age in (1, 2, 3) for guard in (0, 6, 18)]
-#: The availability traces' jobs replayed with the restart-thrash guard off (filled while the traces run).
+#: The availability traces' jobs replayed with the restart-thrash guard on (filled while the traces run).
 GUARDED: dict[str, list[JobOutcome]] = {}
 #: Diagnostics per availability trace: cost vs the oracle on the same jobs (filled while the traces run).
 DIAGNOSTICS: dict[str, dict[str, float | str]] = {}
