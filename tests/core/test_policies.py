@@ -54,8 +54,11 @@ def scenarios(draw: st.DrawFn) -> tuple[TickMarket, TickPlan, str]:
     available = None if local else draw(st.lists(st.booleans(), min_size=horizon, max_size=horizon))
     before = None if local else draw(st.lists(st.booleans(), max_size=30))
     priority = draw(st.sampled_from(["critical", "normal", "best_effort"]))
+    # A tick spanning several trace samples: capacity at its start, which may go inside it.
+    coarse = available is not None and draw(st.booleans())
+    at_start = [a or draw(st.booleans()) for a in available] if coarse and available is not None else None
     m = market(spot, available, on_demand)
-    m = dataclasses.replace(m, available_before=before)
+    m = dataclasses.replace(m, available_before=before, available_at_start=at_start)
     return m, TickPlan(DT, work, deadline, overhead, checkpoint), priority
 
 
@@ -114,6 +117,27 @@ def test_oracle_matches_brute_force(
     oracle = OraclePolicy()
     run_job(oracle, m, plan)
     assert oracle.optimal_usd == pytest.approx(brute_force(m, plan), abs=2e-6)  # usd is rounded to 1e-6
+
+
+@settings(max_examples=40, deadline=None, database=None)
+@given(
+    st.lists(st.floats(0.1, 2.5), min_size=12, max_size=12),
+    st.lists(st.tuples(st.booleans(), st.booleans()), min_size=12, max_size=12),
+    st.integers(1, 3),
+    st.integers(0, 1),
+    st.integers(1, 2),
+)
+def test_oracle_matches_brute_force_where_capacity_goes_inside_a_tick(
+    spot: list[float], capacity: list[tuple[bool, bool]], work: int, overhead: int, checkpoint: int
+) -> None:
+    # Per tick: capacity at its start, and whether it holds through the tick (never without the first).
+    plan = TickPlan(DT, work, min(6, work + overhead + 2), overhead, checkpoint)
+    at_start = [opened for opened, _ in capacity]
+    through = [opened and held for opened, held in capacity]
+    m = dataclasses.replace(market(spot, through, [2.0] * 12), available_at_start=at_start)
+    oracle = OraclePolicy()
+    run_job(oracle, m, plan)
+    assert oracle.optimal_usd == pytest.approx(brute_force(m, plan), abs=2e-6)
 
 
 def test_deadline_aware_switches_to_on_demand_when_spot_is_gone() -> None:

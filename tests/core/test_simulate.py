@@ -501,6 +501,39 @@ def test_a_tick_coarser_than_the_trace_sees_the_outages_inside_it() -> None:
     assert outcome.finished_hours == pytest.approx(2 + 5 / 60)  # on 10-minute ticks the restart took 10
 
 
+def test_a_coarse_tick_tells_a_policy_the_capacity_at_its_start_not_a_drop_inside_it() -> None:
+    from costaware.core.policies import Situation, SpotNowPolicy
+    from costaware.core.policies.base import Action
+    from costaware.core.simulate import market_for, run_job
+
+    # 10-minute samples on 30-minute ticks: capacity at the first tick's start, gone 20 minutes in.
+    submit = T0 + timedelta(days=8)
+    trace = AvailabilityTrace([1, 1, 0] + [1] * 300, gap_seconds=600, start=submit, name="t")
+    market_data = data(spot_series(["0.9"]), trace)
+    j = job(submit_time=submit, restart_overhead_minutes=Decimal(0), checkpoint_minutes=Decimal(60))
+    tick = timedelta(minutes=30)
+    plan = TickPlan.of(j, tick)
+    told: list[bool] = []
+
+    class Watching(SpotNowPolicy):
+        def decide(self, situation: Situation) -> Action:
+            told.append(situation.spot_available)
+            return super().decide(situation)
+
+    outcome = run_job(Watching(), market_for(j, market_data, plan, tick), plan)
+    # Told the capacity of the whole tick, it saw the drop 20 minutes ahead and waited for the next tick.
+    assert told[0] is True
+    # It started on spot, lost the capacity inside the tick (paid, the work back to the checkpoint), resumed.
+    assert outcome.preemptions == 1 and outcome.spot_hours == pytest.approx(2.5)
+    assert outcome.finished_hours == pytest.approx(2.5)
+    # The oracle plans on the same rules (simulate checks its replay against its solver) and stays the least.
+    report = simulate(
+        [j], market_data, ["spot_now", "deadline_aware", "availability_aware", "oracle"], tick=tick
+    )
+    oracle = report.summaries["oracle"].usd
+    assert all(s.usd >= oracle for s in report.summaries.values() if s.deadline_misses == 0)
+
+
 def test_under_the_carbon_objective_spot_is_taken_on_its_price_as_live() -> None:
     # Both markets emit the same per hour: compared on kg CO2e, spot was never cheaper, and the replayed
     # policies ran on on-demand ($12) where the live rule takes spot ($4).

@@ -35,6 +35,11 @@ class Hindsight:
     available: Sequence[bool] | None
     on_demand: Sequence[float]
     zones: tuple[tuple[Sequence[float], Sequence[bool]], ...] | None = None
+    #: Capacity at each tick's start (per zone with ``zones``), where a tick spans several trace samples and
+    #: may lose its capacity inside: a job on spot is preempted at a tick's start only where capacity is gone
+    #: then, and runs a spot tick only where capacity holds through it. None: as ``available`` (the zones').
+    available_at_start: Sequence[bool] | None = None
+    zones_at_start: tuple[Sequence[bool], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,8 @@ the simulator's:
 * ``SPOT`` / ``ON_DEMAND`` cost that tick's price; on a new start the first ``overhead_ticks`` ticks make no
   progress; spot is impossible in a tick without capacity;
 * a job on spot whose capacity disappears is preempted before it can act, losing its work back to the last
-  checkpoint;
+  checkpoint; where a tick spans several trace samples (:attr:`Hindsight.available_at_start`), spot may start
+  on capacity at the tick's start, and capacity that goes inside the tick preempts the job at its end;
 * with several zones (:attr:`Hindsight.zones`) each zone is a spot market of its own: moving to another zone
   is a new start, and only a drop in the job's own zone preempts it. This is the exact multi-zone optimum
   under the simulator's rules; planning on the collapsed market instead (the cheapest zone with capacity at
@@ -89,6 +90,12 @@ def solve_zoned(s: Situation, h: Hindsight) -> tuple[float, list[Action], list[i
     markets: list[tuple[Sequence[float], Sequence[bool] | None]] = (
         list(h.zones) if h.zones else ([] if h.spot is None else [(h.spot, h.available)])
     )
+    # Capacity at each tick's start, where a spot tick may start; a drop inside the tick preempts at its end.
+    at_start: list[Sequence[bool] | None] = (
+        list(h.zones_at_start) if h.zones and h.zones_at_start else [None] * len(markets)
+    )
+    if not h.zones and h.available_at_start is not None and markets:
+        at_start = [h.available_at_start]
     # Kinds of state: 0 idle, 1..Z running on spot in zone k-1, Z+1 running on on-demand.
     spot_kinds = list(range(1, len(markets) + 1))
     on_demand = len(markets) + 1
@@ -145,7 +152,10 @@ def solve_zoned(s: Situation, h: Hindsight) -> tuple[float, list[Action], list[i
         prices[on_demand] = h.on_demand[t] * dt
         for k in spot_kinds:
             spot, available = markets[k - 1]
-            if available is not None and not available[t]:
+            opened = at_start[k - 1] if at_start[k - 1] is not None else available
+            # Preempted at this tick's start: no capacity now, or it went inside the last tick.
+            gone_inside = t > 0 and available is not None and not available[t - 1]
+            if (opened is not None and not opened[t]) or gone_inside:
                 if pre_back is None:
                     pre_back = np.arange(size)
                 moved = value[pre_src[k]]
@@ -154,7 +164,7 @@ def solve_zoned(s: Situation, h: Hindsight) -> tuple[float, list[Action], list[i
                         value[b] = v
                         pre_back[b] = a
                 value[pre_src[k]] = inf
-            else:
+            if opened is None or opened[t]:
                 prices[k] = spot[t] * dt
         cost = value[src_a] + prices[kind_a]
         order = np.lexsort((kind_a, cost, dst_a))

@@ -61,7 +61,8 @@ def simulate(
             every policy minimise the objective; outcomes track USD and kg CO2e beside it).
         policies: Policy names to report, in order (see ``costaware.core.policies.POLICIES``).
         tick: Grid spacing; default the finest availability trace's spacing (the zones' too), else 10
-            minutes. A tick longer than a trace's spacing has capacity only if every sample it spans has.
+            minutes. Where a tick spans several samples of a trace, a policy is told the capacity at the
+            tick's start, and a spot tick whose capacity goes inside it is paid and preempted at its end.
         restart_guard: Replay the restart-thrash guard (a job whose zones all churn faster than it can
             checkpoint runs on on-demand to the end), as the live operator does; False to measure without it.
 

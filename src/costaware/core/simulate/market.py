@@ -64,6 +64,11 @@ class TickMarket:
     #: The real USD/hour at each tick's start, when the values above are another objective's.
     usd_on_demand_now: Sequence[float] | None = None
     usd_spot_now: Sequence[float] | None = None
+    #: Capacity at each tick's start (per zone: ``zones_at_start``), what a policy deciding then can know,
+    #: where a tick spans several trace samples: ``available`` (and the zones') is then capacity through the
+    #: whole tick, which reads minutes ahead. None: as ``available`` (a tick no longer than the spacing).
+    available_at_start: Sequence[bool] | None = None
+    zones_at_start: tuple[Sequence[bool], ...] | None = None
 
 
 def cheapest_zone(zones: Sequence[tuple[Sequence[float], Sequence[bool]]], t: int) -> int:
@@ -241,8 +246,9 @@ def _cost_market(job: Job, data: MarketData, plan: TickPlan, tick: timedelta) ->
             f"({series.start.isoformat()})"
         )
     fitted = PriceForecast.fit(series, at=start, weeks=data.forecast_weeks)
-    available = data.availability.ticks(start, tick, count) if data.availability is not None else None
-    before = _before(data.availability, start, tick) if data.availability is not None else None
+    trace = data.availability
+    available = trace.ticks(start, tick, count) if trace is not None else None
+    before = _before(trace, start, tick) if trace is not None else None
     return TickMarket(
         on_demand=[on_demand] * count,
         on_demand_forecast=[on_demand] * count,
@@ -251,7 +257,15 @@ def _cost_market(job: Job, data: MarketData, plan: TickPlan, tick: timedelta) ->
         available=available,
         available_before=before,
         spot_now=series.tick_starts(start, tick, count),
+        available_at_start=_at_start(trace, start, tick, count) if trace is not None else None,
     )
+
+
+def _at_start(trace: AvailabilityTrace, start: datetime, tick: timedelta, count: int) -> list[bool] | None:
+    """Capacity at each tick's start where a tick spans several samples; None where ``ticks`` reads it."""
+    if tick.total_seconds() <= trace.gap_seconds:
+        return None
+    return [trace.at(start + i * tick) for i in range(count)]
 
 
 def _before(trace: AvailabilityTrace, start: datetime, tick: timedelta) -> list[bool] | None:
@@ -282,6 +296,7 @@ def _zoned_market(
     histories: list[list[bool]] = []
     zone_history: list[Sequence[bool] | None] = []
     zones_now: list[Sequence[float]] = []
+    at_start: list[Sequence[bool]] = []
     for name in job.zones:
         series = data.spot_series(job.instance_type, job.region, name)
         if series.start > start:
@@ -292,6 +307,8 @@ def _zoned_market(
         trace = traces.get(name)
         available = trace.ticks(start, tick, count) if trace is not None else [True] * count
         per_zone.append((series.tick_means(start, tick, count), available))
+        opened = _at_start(trace, start, tick, count) if trace is not None else None
+        at_start.append(available if opened is None else opened)
         zones_now.append(series.tick_starts(start, tick, count))
         forecasts.append(
             PriceForecast.fit(series, at=start, weeks=data.forecast_weeks).ticks(start, tick, count)
@@ -302,6 +319,7 @@ def _zoned_market(
             histories.append(seen or [])
     length = min((len(h) for h in histories), default=0)
     before = [any(h[len(h) - length + i] for h in histories) for i in range(length)] if length else None
+    coarse = any(opened is not available for opened, (_, available) in zip(at_start, per_zone, strict=True))
     return replace(
         zoned_tick_market(
             per_zone,
@@ -309,6 +327,7 @@ def _zoned_market(
             spot_forecast=[min(values) for values in zip(*forecasts, strict=True)],
             available_before=before,
             zone_history=tuple(zone_history),
+            zones_at_start=at_start if coarse else None,
         ),
         zones_now=tuple(zones_now),
     )
@@ -321,10 +340,15 @@ def zoned_tick_market(
     spot_forecast: Sequence[float] | None = None,
     available_before: Sequence[bool] | None = None,
     zone_history: Sequence[Sequence[bool] | None] | None = None,
+    zones_at_start: Sequence[Sequence[bool]] | None = None,
 ) -> TickMarket:
-    """A market over several zones (per zone: spot prices and capacity per tick), with its collapsed view."""
+    """A market over several zones (per zone: spot prices and capacity per tick), with its collapsed view.
+
+    ``zones_at_start``: each zone's capacity at each tick's start, where it differs from the whole tick's.
+    """
     count = len(on_demand)
     cheapest = [cheapest_zone(per_zone, t) for t in range(count)]
+    opened = None if zones_at_start is None else [any(z[t] for z in zones_at_start) for t in range(count)]
     spot = [per_zone[z][0][t] if z >= 0 else min(p[t] for p, _ in per_zone) for t, z in enumerate(cheapest)]
     return TickMarket(
         on_demand=on_demand,
@@ -335,4 +359,6 @@ def zoned_tick_market(
         available_before=available_before,
         zones=tuple((list(p), list(a)) for p, a in per_zone),
         zone_history=None if zone_history is None else tuple(zone_history),
+        available_at_start=opened,
+        zones_at_start=None if zones_at_start is None else tuple(list(z) for z in zones_at_start),
     )

@@ -4,7 +4,9 @@ Time is cut into ticks (10 minutes, or the availability trace's spacing) from ea
 tick:
 
 1. a job that ran on spot in the last tick and has lost capacity now is preempted: its work falls back to the
-   last checkpoint (``checkpoint_minutes`` of work apart; 0 means no checkpoints);
+   last checkpoint (``checkpoint_minutes`` of work apart; 0 means no checkpoints). Where a tick spans several
+   samples of the trace, capacity "now" is the sample at the tick's start (what a decision then can know), and
+   a spot tick whose capacity goes inside it is paid and preempted at its end, as if at the next tick's start;
 2. the policy says ``WAIT``, ``SPOT`` or ``ON_DEMAND`` (past the deadline the simulator forces on-demand and
    counts a miss); spot without capacity is a wait;
 3. a running tick costs its price; after each (re)start the first ``restart_overhead_minutes`` make no
@@ -149,7 +151,14 @@ def run_job(
     # zoned job on the collapsed market.
     planned_zones = bool(market.zones) and policy.clairvoyant and policy.plans_zones
     hindsight = (
-        Hindsight(market.spot, market.available, market.on_demand, market.zones if planned_zones else None)
+        Hindsight(
+            market.spot,
+            market.available,
+            market.on_demand,
+            market.zones if planned_zones else None,
+            available_at_start=market.available_at_start,
+            zones_at_start=market.zones_at_start if planned_zones else None,
+        )
         if policy.clairvoyant
         else None
     )
@@ -162,7 +171,11 @@ def run_job(
         rule = _ZoneRule(plan, len(zones) if zones else 1, guard=restart_guard)
     # Decisions read the prices at each tick's start; ticks are billed at their means (see the market).
     prices = (list(market.zones_now) if market.zones_now else [p for p, _ in zones]) if zones else []
-    capacity = [a for _, a in zones] if zones else []
+    # Capacity at each tick's start decides and preempts; a spot tick without it to the end is cut (below).
+    capacity = (
+        (list(market.zones_at_start) if market.zones_at_start else [a for _, a in zones]) if zones else []
+    )
+    opened = market.available_at_start if market.available_at_start is not None else market.available
     spot_now = market.spot_now if market.spot_now is not None else market.spot
     on_demand_now = market.on_demand_now if market.on_demand_now is not None else market.on_demand
     zone = -1  # the zone the job runs in on spot, or where a (re)start would go while it does not
@@ -175,12 +188,14 @@ def run_job(
     usd_spot = market.usd_spot if market.usd_spot is not None else market.spot
     kg_per_hour = market.kg_per_hour
     usd, kg = 0.0, 0.0
+    cut = False  # the last tick's spot run lost its capacity inside the tick
     while progress < plan.work:
-        available = has_spot and (market.available is None or market.available[t])
+        available = has_spot and (opened is None or opened[t])
         spot_price = spot_now[t] if spot_now is not None else None
-        if zones and running is Action.SPOT and not zones[zone][1][t]:
+        if zones and running is Action.SPOT and not capacity[zone][t]:
             available = False  # the job's own zone lost capacity: a preemption, even if others have some
         preempted = running is Action.SPOT and not available
+        lost, cut = preempted or cut, False
         if preempted:
             progress = checkpointed(progress, plan.checkpoint)
             running, overhead_left = Action.WAIT, 0
@@ -198,13 +213,13 @@ def run_job(
                     remaining_ticks=plan.work - progress,
                 )
                 pinned = zone < 0
-            available = zone >= 0 and zones[zone][1][t]
+            available = zone >= 0 and capacity[zone][t]
             spot_price = prices[zone][t] if zone >= 0 else spot_price
             if market.zone_history is not None and zone >= 0 and market.zone_history[zone] is not None:
                 history = market.zone_history[zone]
             # else: a market without per-zone history (zoned_tick_market without zone_history, or a zone
             # without a trace) gives the collapsed one: capacity in any zone before submit.
-        elif preempted and rule is not None and rule.window is not None and spot_price is not None:
+        elif lost and rule is not None and rule.window is not None and spot_price is not None:
             # One zone: the rule can only keep it or leave it out (the guard).
             pinned = rule.choose([spot_price], [False], current=0, remaining_ticks=plan.work - progress) < 0
         if pinned:
@@ -245,7 +260,7 @@ def run_job(
             wanted = policy.zone_at(t)
             moved = running is Action.SPOT and wanted != zone
             zone = wanted
-            available = zones[zone][1][t]
+            available = capacity[zone][t]
         if action is Action.SPOT and not available:
             action = Action.WAIT
         if action is Action.WAIT:
@@ -278,6 +293,17 @@ def run_job(
             if kg_per_hour is not None:
                 kg += kg_per_hour[t] * dt
             run_ticks += 1
+            whole = (
+                zones[zone][1][t] if zones and zone >= 0 else market.available is None or market.available[t]
+            )
+            if action is Action.SPOT and not whole and progress < plan.work:
+                # Capacity was there at the tick's start and went inside it (a tick spanning several trace
+                # samples): preempted at the tick's end, as at the next tick's start (a finished job is done).
+                progress = checkpointed(progress, plan.checkpoint)
+                running, overhead_left, cut = Action.WAIT, 0, True
+                preemptions += 1
+                if rule is not None:
+                    rule.record(max(run_zone, 0), t + 1 - run_start)
         t += 1
     return JobOutcome(
         job=job,
