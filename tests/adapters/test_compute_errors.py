@@ -43,6 +43,13 @@ def client_error(code: str, status: int, message: str = "refused") -> ClientErro
         ("RequestLimitExceeded", 400, False),
         ("ResourceLimitExceeded", 400, False),
         ("ExpiredTokenException", 400, False),
+        # botocore's own throttling codes: read as refusals, a throttled poll failed the task for good
+        ("LimitExceededException", 400, False),
+        ("BandwidthLimitExceeded", 400, False),
+        ("TransactionInProgressException", 400, False),
+        ("PriorRequestNotComplete", 400, False),
+        ("EC2ThrottledException", 400, False),
+        ("SomeNewThrottle", 429, False),  # too many requests, whatever the code
         ("ServerException", 500, False),  # Batch's 5xx
         ("InternalFailure", 500, False),
         ("ServiceUnavailable", 503, False),
@@ -179,3 +186,11 @@ def test_a_required_backend_option_left_out_is_named() -> None:
     with pytest.raises(ConfigurationError, match="the sagemaker backend needs backend_options 'role_arn'"):
         check_backend_options("sagemaker", {"output_s3_uri": "s3://ml-team/out"})
     check_backend_options("local", {})  # every option of the local backend has a default
+
+
+def test_every_code_botocore_retries_as_a_throttle_is_retried_here() -> None:
+    # botocore gives up on a throttle after its own retries: the task must retry too, not fail for good.
+    from botocore.retries.standard import ThrottledRetryableChecker
+
+    for code in ThrottledRetryableChecker._THROTTLED_ERROR_CODES:
+        assert not is_configuration_error(client_error(code, 400)), code

@@ -38,6 +38,13 @@ TRANSIENT_CODES = (
     "RequestThrottled",
     "SlowDown",
     "ProvisionedThroughputExceeded",
+    # The rest of botocore's own throttling codes: read as a refusal (any other 4xx), a throttled poll
+    # failed the task for good and stopped its paid job.
+    "LimitExceededException",
+    "BandwidthLimitExceeded",
+    "TransactionInProgress",
+    "PriorRequestNotComplete",
+    "EC2ThrottledException",
     "ServiceUnavailable",
     "InternalFailure",
     "InternalServerError",
@@ -63,15 +70,16 @@ def is_configuration_error(error: BaseException) -> bool:
     """Whether retrying the request that raised ``error`` cannot help (pure).
 
     botocore's ``ParamValidationError`` (the request was refused before it was sent) and the codes in
-    :data:`CONFIGURATION_CODES` are; throttling, 5xx and everything without an AWS error code are not. Any
-    other 4xx is a refusal of the request as sent, so it counts as configuration too.
+    :data:`CONFIGURATION_CODES` are; throttling (any 429 too, whatever its code), 5xx and everything without
+    an AWS error code are not. Any other 4xx is a refusal of the request as sent, so it counts as
+    configuration too.
     """
     if type(error).__name__ == "ParamValidationError":
         return True
     code, status = error_code(error)
     if not code:
         return False
-    if code.startswith(TRANSIENT_CODES) or (status is not None and status >= 500):
+    if code.startswith(TRANSIENT_CODES) or (status is not None and (status >= 500 or status == 429)):
         return False
     return code.startswith(CONFIGURATION_CODES) or (status is not None and 400 <= status < 500)
 
