@@ -507,3 +507,16 @@ def test_the_supervisor_runs_on_the_workers_interpreter_and_the_job_on_its_own(t
         assert "costaware.adapters.compute.local" not in ran  # ...and not the supervisor
     finally:
         backend.stop(job)
+
+
+def test_kubernetes_zones_a_node_selector_pin_excludes_are_refused_before_any_job() -> None:
+    # Accepted, the move of a preempted attempt to us-east-1b failed the task after the preemption was paid.
+    pinned = {"image": "i", "node_selector": {ZONE_LABEL: "us-east-1a"}}
+    with pytest.raises(
+        ConfigurationError,
+        match=r"availability_zones 'us-east-1b' cannot be placed: backend_options node_selector pins "
+        r"topology\.kubernetes\.io/zone='us-east-1a'",
+    ):
+        require_zone_placement("kubernetes", ["us-east-1a", "us-east-1b"], pinned)
+    require_zone_placement("kubernetes", ["us-east-1a"], pinned)
+    require_zone_placement("kubernetes", ["us-east-1a", "us-east-1b"], {"image": "i"})

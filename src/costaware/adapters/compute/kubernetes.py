@@ -309,6 +309,28 @@ class KubernetesBackend:
     name = "kubernetes"
     places_zones = True
 
+    @staticmethod
+    def check_zones(options: Mapping[str, Any], zones: Sequence[str]) -> None:
+        """A ``node_selector`` that pins a zone pins every attempt there: refused before any job.
+
+        Other zones were refused only when an attempt moved there, failing the task after a preemption
+        had been paid for.
+
+        Raises:
+            ConfigurationError: zones other than the one ``node_selector`` pins, named with it.
+        """
+        selector = options.get("node_selector") or {}
+        if not isinstance(selector, Mapping) or ZONE_LABEL not in selector:
+            return
+        pinned = str(selector[ZONE_LABEL])
+        others = [zone for zone in zones if zone != pinned]
+        if others:
+            raise ConfigurationError(
+                f"availability_zones {', '.join(map(repr, others))} cannot be placed: backend_options "
+                f"node_selector pins {ZONE_LABEL}={pinned!r}; drop {ZONE_LABEL} from node_selector to let "
+                f"attempts move across zones, or allow only {pinned!r}"
+            )
+
     def __init__(
         self,
         *,
