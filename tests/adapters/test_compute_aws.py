@@ -434,3 +434,54 @@ def test_sagemaker_number_options_are_checked_naming_them(options: dict[str, Any
         ConfigurationError, match=r"instance_count must be a whole number from 1 to 1000, got 1\.5"
     ):
         open_backend("sagemaker", {**base, "instance_count": 1.5})
+
+
+def test_a_sagemaker_create_whose_job_was_taken_after_all_returns_that_job(
+    aws: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The create's answer was lost and botocore sent it again: SageMaker refused the name as taken
+    # (ResourceInUse), read as a bad request that failed the task for good and stopped its job.
+    from datetime import datetime
+
+    from botocore.stub import Stubber
+
+    backend = sagemaker_backend()
+    client = backend.client  # type: ignore[attr-defined]
+    monkeypatch.setattr(type(backend), "client", property(lambda self: client))
+    spot = request()
+    taken = {
+        "TrainingJobName": spot.job_name,
+        "TrainingJobArn": f"arn:aws:sagemaker:us-east-1:123456789012:training-job/{spot.job_name}",
+        "AlgorithmSpecification": {"TrainingInputMode": "File"},
+        "ModelArtifacts": {"S3ModelArtifacts": "s3://ml/out"},
+        "TrainingJobStatus": "InProgress",
+        "SecondaryStatus": "Starting",
+        "ResourceConfig": {"InstanceType": "ml.m5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 30},
+        "StoppingCondition": {},
+        "CreationTime": datetime(2026, 1, 1),
+    }
+
+    def not_found(stub: Stubber) -> None:
+        stub.add_client_error(
+            "describe_training_job",
+            service_error_code="ValidationException",
+            service_message="Requested resource not found.",
+        )
+
+    with Stubber(client) as stub:
+        not_found(stub)
+        stub.add_client_error(
+            "create_training_job",
+            service_error_code="ResourceInUse",
+            service_message="a training job with this name already exists",
+        )
+        stub.add_response("describe_training_job", taken)
+        assert backend.submit(spot) == spot.job_name
+        # A create refused for what it asks, with no job taken, still fails without retry.
+        not_found(stub)
+        stub.add_client_error(
+            "create_training_job", service_error_code="ValidationException", service_message="bad role"
+        )
+        not_found(stub)
+        with pytest.raises(ConfigurationError, match="ValidationException: bad role"):
+            backend.submit(spot)

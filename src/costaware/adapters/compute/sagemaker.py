@@ -271,6 +271,11 @@ class SageMakerBackend:
         try:
             self.client.create_training_job(**config)
         except Exception as e:
+            if self._created_after_all(request.job_name):
+                # The create reached SageMaker but its answer was lost, and botocore's own retry of it was
+                # refused as ResourceInUse: read as a bad request, it failed the task for good and stopped
+                # the job it had started.
+                return request.job_name
             raise aws_error(
                 e,
                 f"cannot create SageMaker training job {request.job_name!r} with role {self.role_arn!r}, "
@@ -279,6 +284,13 @@ class SageMakerBackend:
                 "connection's permissions (sagemaker:CreateTrainingJob, iam:PassRole)",
             ) from e
         return request.job_name
+
+    def _created_after_all(self, job_name: str) -> bool:
+        """Whether a create that raised took its job anyway (best effort: False where it cannot tell)."""
+        try:
+            return self._describe(job_name) is not None
+        except Exception:
+            return False
 
     def find(self, job_name: str) -> str | None:
         return job_name if self._describe(job_name) is not None else None
