@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
 import pytest
 from remote_support import aws_client, make_batch_queues
+from services import late_first_answer
 
 from costaware.adapters.compute import batch, sagemaker
 from costaware.adapters.compute.base import ComputeBackend, JobRequest, JobState, open_backend
@@ -485,3 +487,37 @@ def test_a_sagemaker_create_whose_job_was_taken_after_all_returns_that_job(
         not_found(stub)
         with pytest.raises(ConfigurationError, match="ValidationException: bad role"):
             backend.submit(spot)
+
+
+def test_a_batch_submit_botocore_sent_again_leaves_one_job_running(
+    aws: str, batch_queues: dict[str, str], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Batch takes a second job of the same name: the submit whose answer came after the read timeout, sent
+    # again by botocore, ran a second job nobody watched, stopped or billed.
+    spot = request(instance_type="m5.large")
+    with late_first_answer(aws, "/v1/submitjob", seconds=3) as proxy:
+        conn = {
+            "conn_type": "aws",
+            "login": "testing",
+            "password": "testing",
+            "extra": {
+                "region_name": "us-east-1",
+                "endpoint_url": proxy,
+                "config_kwargs": {"read_timeout": 1, "connect_timeout": 1},
+            },
+        }
+        monkeypatch.setenv("AIRFLOW_CONN_SLOW_AWS", json.dumps(conn))
+        backend = open_backend("batch", {**batch_queues, "aws_conn_id": "slow_aws"})
+        with caplog.at_level(logging.WARNING):
+            job_id = backend.submit(spot)
+    client = aws_client("batch", aws)
+    named = [{"name": "JOB_NAME", "values": [spot.job_name]}]
+    jobs = client.list_jobs(jobQueue=batch_queues["spot_queue"], filters=named)["jobSummaryList"]
+    copies = [job["jobId"] for job in jobs if job["jobId"] != job_id]
+    assert len(copies) == 1  # the submit reached Batch twice
+    # moto ends its jobs at once: the stop shows in the reason it keeps (AWS ignores a stop of an ended job).
+    stopped = client.describe_jobs(jobs=copies)["jobs"][0]
+    assert (
+        stopped["statusReason"] == f"a second submit of costaware job {spot.job_name} (it runs as {job_id})"
+    )
+    assert f"terminated the copies {copies[0]}; it runs as {job_id}" in caplog.text

@@ -165,6 +165,64 @@ def moto_server() -> Iterator[str]:
         proc.wait(timeout=10)
 
 
+@contextmanager
+def late_first_answer(endpoint: str, path: str, seconds: float) -> Iterator[str]:
+    """A proxy to ``endpoint`` (moto's server) that answers the first request to ``path`` ``seconds`` late.
+
+    The request itself reaches the server at once: what a client whose read timeout is shorter sees when
+    the service took a call and its answer was lost (botocore then sends the call again). Yields its URL.
+    """
+    import http.server
+    import threading
+    import urllib.error
+    import urllib.request
+
+    delayed: list[str] = []
+
+    class Proxy(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+            forwarded = urllib.request.Request(
+                endpoint + self.path, data=body, method=self.command, headers=headers
+            )
+            try:
+                with urllib.request.urlopen(forwarded, timeout=30) as response:
+                    status, data, answer = response.status, response.read(), response.headers
+            except urllib.error.HTTPError as e:
+                status, data, answer = e.code, e.read(), e.headers
+            if self.path == path and not delayed:
+                delayed.append(self.path)
+                time.sleep(seconds)
+            self.send_response(status)
+            for name, value in answer.items():
+                if name.lower() not in (
+                    "content-length",
+                    "transfer-encoding",
+                    "connection",
+                    "server",
+                    "date",
+                ):
+                    self.send_header(name, value)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 BIN = Path(sys.executable).parent
 
 

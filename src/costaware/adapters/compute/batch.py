@@ -9,7 +9,8 @@ queue.
 on anything else, so a code error is not retried. Billed seconds are the sum over the job's attempts of
 ``stoppedAt - startedAt``. A job that ended FAILED because of a host reclaim (its last attempt's reason
 starts with ``Host EC2``) or with a resubmit exit code of the job contract (75, 77, 74) is ``interrupted``:
-the operator resubmits it from the checkpoint.
+the operator resubmits it from the checkpoint. Batch takes a second job of a name it has: the copies of a
+submit that botocore sent again (its answer came after the read timeout) are terminated once it returns.
 
 Every job runs under the launcher: the container override ``command = ["costaware-run", "--", *command]``
 (the built-in trainers: ``costaware-run --no-outputs -- python -m costaware.training.entrypoint --spec
@@ -419,7 +420,7 @@ class BatchBackend:
                 work_dir=self.work_dir,
                 spot_queues=self.spot_queues,
             )
-            return str(self.client.submit_job(**body)["jobId"])
+            job_id = str(self.client.submit_job(**body)["jobId"])
         except (ConfigurationError, ComputeBackendError):
             raise  # said already: a queue _find could not read, named with its option
         except Exception as e:
@@ -433,6 +434,40 @@ class BatchBackend:
                 f"check {market} and job_definition in backend_options (they must exist in region "
                 f"{self.region_name or 'of the connection'}) and the connection's permissions",
             ) from e
+        self._end_duplicates(request.job_name, queue, job_id)
+        return job_id
+
+    def _end_duplicates(self, job_name: str, queue: str, job_id: str) -> None:
+        """Terminate the other jobs named ``job_name`` in ``queue``: copies made by the submit of ``job_id``.
+
+        Batch does not refuse a second job of a name, and botocore sends a ``SubmitJob`` whose answer came
+        too late (a read timeout) again: each copy ran a job nobody watched, stopped or billed. Best effort:
+        the job taken is ``job_id`` either way.
+        """
+        named = [{"name": "JOB_NAME", "values": [job_name]}]
+        try:
+            summaries = self.client.list_jobs(jobQueue=queue, filters=named).get("jobSummaryList", [])
+            copies = [
+                str(s["jobId"]) for s in summaries if s.get("jobName") == job_name and s["jobId"] != job_id
+            ]
+            for copy in copies:
+                self.client.terminate_job(
+                    jobId=copy, reason=f"a second submit of costaware job {job_name} (it runs as {job_id})"
+                )
+        except Exception as e:
+            log.warning(
+                "cannot look for copies of Batch job %s (%s) in queue %s: %s", job_name, job_id, queue, e
+            )
+            return
+        if copies:
+            log.warning(
+                "Batch took the submit of job %s more than once (its answer came late and was sent again): "
+                "terminated the copies %s; it runs as %s. Their time before the stop is not billed: see "
+                "them in the Batch console",
+                job_name,
+                ", ".join(copies),
+                job_id,
+            )
 
     def _describe(self, job_id: str) -> dict[str, Any]:
         try:
