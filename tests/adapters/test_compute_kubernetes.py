@@ -382,3 +382,37 @@ def test_a_pod_ended_for_us_but_not_for_kubernetes_is_deleted_at_the_poll(
     api = _OnePodApi(running)
     monkeypatch.setattr(backend, "_api", lambda: api)
     assert backend.poll("train-1").state == JobState.RUNNING and api.deleted == []  # nothing ended: kept
+
+
+class _RefusingApi:
+    """The API server's answer to a pod create: an HTTP error (no cluster here to refuse it)."""
+
+    def __init__(self, status: int) -> None:
+        self.status = status
+
+    def create_namespaced_pod(self, namespace: str, body: Any) -> Any:
+        raise _ApiException(self.status)
+
+
+@pytest.mark.parametrize(
+    ("status", "message"),
+    [
+        (404, r"in namespace 'ml': \(404\) Reason: Not Found; check namespace in backend_options"),
+        (403, "grant it 'create' on pods"),
+        (422, "check resources, tolerations, node_selector and service_account"),
+    ],
+)
+def test_a_pod_the_api_server_refuses_fails_without_retry(
+    monkeypatch: pytest.MonkeyPatch, status: int, message: str
+) -> None:
+    # Each Airflow retry was refused the same way: a missing namespace read as a passing failure.
+    backend = open_backend("kubernetes", {"image": "costaware:1", "namespace": "ml"})
+    monkeypatch.setattr(backend, "_api", lambda: _RefusingApi(status))
+    with pytest.raises(ConfigurationError, match=message):
+        backend.submit(request())
+    monkeypatch.setattr(backend, "_api", lambda: _RefusingApi(503))
+    with pytest.raises(ComputeBackendError, match="cannot create pod") as raised:
+        backend.submit(request())
+    assert not isinstance(raised.value, ConfigurationError)
+    monkeypatch.setattr(backend, "_api", lambda: _RefusingApi(409))
+    assert backend.submit(request()) == request().job_name

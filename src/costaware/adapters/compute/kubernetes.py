@@ -206,6 +206,13 @@ OWN_LIMIT_EVICTIONS = (
     "ephemeral local storage usage exceeds the total limit",
     "Usage of EmptyDir volume",
 )
+#: The API server's refusals of a pod that a retry cannot mend, by HTTP status, with what to check.
+REFUSED_POD = {
+    400: "check resources, tolerations and node_selector in backend_options",
+    403: "the connection's account may not create pods there: grant it 'create' on pods (RBAC)",
+    404: "check namespace in backend_options: the namespace must exist",
+    422: "check resources, tolerations, node_selector and service_account in backend_options",
+}
 #: A container's waiting reasons that no wait ends: the image cannot be pulled (after the kubelet's first
 #: retries: ``ImagePullBackOff``) or named, or its configuration is wrong (a missing secret or config map).
 CANNOT_START_REASONS = frozenset(
@@ -392,8 +399,15 @@ class KubernetesBackend:
         try:
             api.create_namespaced_pod(namespace=self.namespace, body=body)
         except Exception as e:
-            if getattr(e, "status", None) == 409:  # AlreadyExists: submitted before (an Airflow retry)
+            status = getattr(e, "status", None)
+            if status == 409:  # AlreadyExists: submitted before (an Airflow retry)
                 return request.job_name
+            if status in REFUSED_POD:
+                # Retried, each try was refused the same way (and a last one read as a passing failure).
+                raise ConfigurationError(
+                    f"cannot create pod {request.job_name!r} in namespace {self.namespace!r}: {e}; "
+                    f"{REFUSED_POD[status]}"
+                ) from e
             raise ComputeBackendError(f"cannot create pod {request.job_name!r}: {e}") from e
         return request.job_name
 
