@@ -418,6 +418,26 @@ def test_a_sagemaker_job_that_failed_on_aws_side_may_run_again(reason: str) -> N
 
 
 @pytest.mark.parametrize(
+    ("reason", "state", "exit_code"),
+    [
+        ("AlgorithmError: , exit code: 74", JobState.INTERRUPTED, 74),  # a store the launcher could not reach
+        ("AlgorithmError: , exit code: 75", JobState.INTERRUPTED, 75),
+        ("AlgorithmError: Exit Code: 127", JobState.FAILED, 127),  # an older job's spelling
+        ("AlgorithmError: , exit code: 1", JobState.FAILED, 1),
+        ("AlgorithmError: framework error: Traceback ...", JobState.FAILED, None),
+    ],
+)
+def test_a_sagemaker_jobs_exit_code_is_read_as_the_job_contract_says(
+    reason: str, state: JobState, exit_code: int | None
+) -> None:
+    # Read as none, a launcher's exit 74 failed the task for good where Batch and Kubernetes resubmit it,
+    # and a failed task's message had no hint of what its exit code means (127: command not found).
+    job = {"TrainingJobName": "j", "TrainingJobStatus": "Failed", "SecondaryStatus": "Failed"}
+    status = sagemaker.status_from_description({**job, "FailureReason": reason})
+    assert (status.state, status.exit_code) == (state, exit_code)
+
+
+@pytest.mark.parametrize(
     ("options", "message"),
     [
         ({"instance_count": "two"}, "instance_count must be a whole number from 1 to 1000, got 'two'"),

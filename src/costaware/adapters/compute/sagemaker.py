@@ -15,6 +15,7 @@ in it, so a spot job's are priced at the on-demand ``ml.*`` rate).
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping
 from datetime import datetime, timezone
@@ -29,12 +30,16 @@ from costaware.adapters.compute.base import (
     require_object_store,
     whole_number,
 )
+from costaware.adapters.compute.job_contract import RESUBMIT_EXIT_CODES
 from costaware.core.errors import ComputeBackendError, ConfigurationError
 
 #: SecondaryStatus values that mean "waiting for (spot) capacity", not running yet.
 _PENDING = {"Starting", "Pending", "LaunchingMLInstances", "PreparingTrainingStack"}
 #: How a ``FailureReason`` starts when the job failed for want of capacity or on SageMaker's side.
 AWS_SIDE_FAILURES = ("CapacityError", "InternalServerError")
+#: The container's exit code in a ``FailureReason``: ``AlgorithmError: , exit code: 74`` (``Exit Code: 1``
+#: in older jobs).
+_EXIT_CODE = re.compile(r"exit code:\s*(-?\d+)", re.IGNORECASE)
 #: The folder SageMaker syncs with ``CheckpointConfig.S3Uri``.
 CHECKPOINT_DIR = "/opt/ml/checkpoints"
 #: Where a user command's output folder and metrics file live: on the training volume, not the image's disk.
@@ -131,6 +136,8 @@ def status_from_description(job: Mapping[str, Any], *, now: float | None = None)
     # A managed-spot job waiting for capacity again after an interruption (Starting, Pending) trained
     # before: billed from its first start on, as a running one is (a stop billed it 0 s).
     running = status in ("InProgress", "Stopping") and (secondary not in _PENDING or bool(restarts))
+    found = _EXIT_CODE.search(str(job.get("FailureReason") or "")) if status == "Failed" else None
+    exit_code = int(found.group(1)) if found else None
     if billable is None and running and started is not None and now is not None:
         seconds = max(0.0, now - started) * count
     if status == "Completed":
@@ -139,11 +146,13 @@ def status_from_description(job: Mapping[str, Any], *, now: float | None = None)
         state = JobState.INTERRUPTED if status != "Stopping" else JobState.RUNNING
     elif status == "Failed":
         # No capacity, or SageMaker's own fault: not the training's, and a new job may run (it was a code
-        # error, failed for good, at the on-demand fallback near the deadline, when capacity is short).
+        # error, failed for good, at the on-demand fallback near the deadline, when capacity is short). So
+        # may a launcher's resubmit exit code (74: a store it could not reach), as on Batch and Kubernetes.
         theirs = secondary == "MaxWaitTimeExceeded" or str(job.get("FailureReason") or "").startswith(
             AWS_SIDE_FAILURES
         )
-        state = JobState.INTERRUPTED if theirs else JobState.FAILED
+        resubmit = exit_code is not None and exit_code in RESUBMIT_EXIT_CODES
+        state = JobState.INTERRUPTED if theirs or resubmit else JobState.FAILED
     elif secondary in _PENDING:
         state = JobState.PENDING
     else:
@@ -155,6 +164,7 @@ def status_from_description(job: Mapping[str, Any], *, now: float | None = None)
         market="spot" if job.get("EnableManagedSpotTraining") else "on_demand",
         instance_type=str(job.get("ResourceConfig", {}).get("InstanceType", "")),
         reason=str(job.get("FailureReason") or secondary or status),
+        exit_code=exit_code,
         metrics={
             "training_seconds": job.get("TrainingTimeInSeconds"),
             "spot_interruptions": len(restarts),
