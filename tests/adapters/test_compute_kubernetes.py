@@ -416,3 +416,25 @@ def test_a_pod_the_api_server_refuses_fails_without_retry(
     assert not isinstance(raised.value, ConfigurationError)
     monkeypatch.setattr(backend, "_api", lambda: _RefusingApi(409))
     assert backend.submit(request()) == request().job_name
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"spot": "spot"}, r"missing: on_demand; not a market: none"),
+        ({"spot": "spot", "on-demand": "on-demand"}, r"missing: on_demand; not a market: on-demand"),
+        ({"spot": "SPOT", "on_demand": ""}, r"missing: on_demand;"),
+    ],
+)
+def test_capacity_values_without_a_market_are_refused_before_any_pod(
+    values: dict[str, str], message: str
+) -> None:
+    # Accepted, the spot attempts ran and were paid for, and the on-demand fallback failed at its submit.
+    with pytest.raises(
+        ConfigurationError, match=rf"capacity_values .* must give a node label value .*{message}"
+    ):
+        open_backend("kubernetes", {"image": "costaware:1", "capacity_values": values})
+    both = {"spot": "SPOT", "on_demand": "ON_DEMAND"}
+    backend = open_backend("kubernetes", {"image": "costaware:1", "capacity_values": both})
+    pod = backend.render(request("on_demand"))  # type: ignore[attr-defined]
+    assert pod["spec"]["nodeSelector"]["karpenter.sh/capacity-type"] == "ON_DEMAND"

@@ -28,6 +28,7 @@ from datetime import datetime
 from typing import Any
 
 from costaware.adapters.compute.base import (
+    MARKETS,
     JobRequest,
     JobState,
     JobStatus,
@@ -295,6 +296,31 @@ def status_from_pod(pod: Mapping[str, Any], node_labels: Mapping[str, str] | Non
     )
 
 
+def _checked_capacity_values(values: Mapping[str, str] | None) -> dict[str, str] | None:
+    """``capacity_values`` with a label value for each market, or None (the label's defaults).
+
+    Raises:
+        ConfigurationError: a market without a value, or a key that is no market: a pod of that market
+            failed at its submit, an on-demand fallback after the spot attempts had been paid for.
+    """
+    if not values:
+        return None
+    if not isinstance(values, Mapping):
+        raise ConfigurationError(
+            f"capacity_values must map each market to its node label value, got {values!r}: e.g. "
+            f"{EKS_VALUES!r}"
+        )
+    given = {str(k): str(v) for k, v in values.items()}
+    missing = [market for market in MARKETS if not given.get(market, "").strip()]
+    unknown = sorted(set(given) - set(MARKETS))
+    if missing or unknown:
+        raise ConfigurationError(
+            f"capacity_values {given!r} must give a node label value for each of {', '.join(MARKETS)} "
+            f"(missing: {', '.join(missing) or 'none'}; not a market: {', '.join(unknown) or 'none'})"
+        )
+    return given
+
+
 class KubernetesBackend:
     """Pods on a Kubernetes cluster with spot and on-demand node pools.
 
@@ -354,7 +380,7 @@ class KubernetesBackend:
         image: str = "",
     ) -> None:
         self.image, self.namespace, self.kubernetes_conn_id = image, namespace, kubernetes_conn_id
-        self.capacity_label, self.capacity_values = capacity_label, dict(capacity_values or {}) or None
+        self.capacity_label, self.capacity_values = capacity_label, _checked_capacity_values(capacity_values)
         self.resources, self.tolerations = dict(resources or {}), [dict(t) for t in tolerations]
         self.node_selector, self.service_account = dict(node_selector or {}), service_account
         self.termination_grace_seconds = whole_number(
