@@ -198,7 +198,7 @@ def batch_queues(aws: str) -> dict[str, str]:
 
 def test_under_max_usd_batch_retries_nothing_itself() -> None:
     # Each Batch attempt would get the whole limit again: the operator resubmits with what is left.
-    capped = request(max_runtime_seconds=900, stop_after_seconds=900)
+    capped = request(max_runtime_seconds=900, stop_after_seconds=900, instance_type="m5.large")
     body = batch.submit_job_request(
         capped, spot_queue="spot-q", on_demand_queue="od-q", job_definition="train", reclaim_retries=2
     )
@@ -208,7 +208,11 @@ def test_under_max_usd_batch_retries_nothing_itself() -> None:
 
 def test_batch_request_shape_retries_only_host_reclaims() -> None:
     body = batch.submit_job_request(
-        request(), spot_queue="spot-q", on_demand_queue="od-q", job_definition="train", reclaim_retries=2
+        request(instance_type="m5.large"),
+        spot_queue="spot-q",
+        on_demand_queue="od-q",
+        job_definition="train",
+        reclaim_retries=2,
     )
     assert body["jobQueue"] == "spot-q"
     assert body["retryStrategy"] == {
@@ -232,7 +236,10 @@ def test_batch_request_shape_retries_only_host_reclaims() -> None:
         "containerOverrides"
     ]["environment"]
     od = batch.submit_job_request(
-        request("on_demand"), spot_queue="s", on_demand_queue="od-q", job_definition="t"
+        request("on_demand", instance_type="m5.large"),
+        spot_queue="s",
+        on_demand_queue="od-q",
+        job_definition="t",
     )
     assert od["jobQueue"] == "od-q"
 

@@ -251,7 +251,7 @@ def test_the_pod_runs_the_image_and_the_command_with_the_grace_period_and_a_work
     assert container["volumeMounts"] == [{"name": "costaware-work", "mountPath": "/costaware"}]
     assert spec["volumes"] == [{"name": "costaware-work", "emptyDir": {}}]
     backend = open_backend("kubernetes", {"image": "fallback:1"})
-    plain = backend.render(request(image=""))  # type: ignore[attr-defined]
+    plain = backend.render(request(image="", instance_type="g5.xlarge"))  # type: ignore[attr-defined]
     assert plain["spec"]["containers"][0]["image"] == "fallback:1"
     with pytest.raises(ConfigurationError, match="has no image: pass image= to the operator or set image"):
         open_backend("kubernetes", {}).render(request(image=""))  # type: ignore[attr-defined]

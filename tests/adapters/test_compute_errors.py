@@ -161,13 +161,27 @@ def _kubernetes(r: JobRequest) -> Any:
 def test_remote_backends_refuse_a_store_their_job_cannot_reach(
     build: Any, label: str, field: str, what: str, value: str
 ) -> None:
+    instance_type = "ml.m5.xlarge" if label == "SageMaker" else "m5.xlarge"
     with pytest.raises(ConfigurationError) as e:
-        build(request(instance_type="ml.m5.xlarge", **{field: value}))
+        build(request(instance_type=instance_type, **{field: value}))
     assert str(e.value) == (
         f"{label} jobs need an s3:// {what}, got {value!r}: the job runs on another machine, which cannot "
         f"reach it; set {what} to an s3://bucket/prefix that the job's role can read and write"
     )
-    build(request(instance_type="ml.m5.xlarge"))  # the same request on S3 is fine
+    build(request(instance_type=instance_type))  # the same request on S3 is fine
+
+
+@pytest.mark.parametrize(("build", "label"), [(_batch, "AWS Batch"), (_kubernetes, "Kubernetes")])
+def test_a_sagemaker_instance_type_is_refused_on_the_backends_that_run_on_ec2(build: Any, label: str) -> None:
+    # A pod held to node.kubernetes.io/instance-type=ml.m5.xlarge waited unscheduled for a day; a Batch job
+    # ran on whatever its compute environment chose; both were priced at SageMaker's ml.* rate.
+    with pytest.raises(
+        ConfigurationError,
+        match=rf"instance type 'ml.m5.xlarge' is a SageMaker type, but {label} runs on EC2 instances: give "
+        r"'m5.xlarge', or use the sagemaker backend",
+    ):
+        build(request(instance_type="ml.m5.xlarge"))
+    build(request(instance_type="m5.xlarge"))
 
 
 def test_batch_refuses_a_local_store_before_submitting(aws: str) -> None:

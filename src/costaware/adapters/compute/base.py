@@ -511,6 +511,23 @@ def require_usable_locations(
             )
 
 
+def require_ec2_instance_type(request: JobRequest, backend: str) -> None:
+    """Refuse a SageMaker ``ml.*`` instance type on a backend that runs on EC2 instances (Batch, Kubernetes).
+
+    No node has such a type: a pod held to it waited unscheduled until the task's time limit (a day), a
+    Batch job ran on whatever its compute environment chose, and either was priced at SageMaker's rates.
+
+    Raises:
+        ConfigurationError: an ``ml.*`` type, named with the EC2 type meant.
+    """
+    if backend in ("batch", "kubernetes") and request.instance_type.startswith("ml."):
+        raise ConfigurationError(
+            f"instance type {request.instance_type!r} is a SageMaker type, but {REMOTE_BACKENDS[backend]} "
+            f"runs on EC2 instances: give {request.instance_type.removeprefix('ml.')!r}, or use the "
+            "sagemaker backend"
+        )
+
+
 def require_object_store(request: JobRequest, backend: str) -> None:
     """:func:`require_s3` over the spec, checkpoint, model store and staging locations of a request."""
     require_s3(

@@ -35,6 +35,7 @@ from costaware.adapters.compute.base import (
     JobState,
     JobStatus,
     check_aws_zone,
+    require_ec2_instance_type,
     require_object_store,
 )
 from costaware.adapters.compute.job_contract import RESUBMIT_EXIT_CODES
@@ -79,6 +80,7 @@ def submit_job_request(
     ``on_demand_queue`` whatever its zone.
     """
     require_object_store(request, "batch")
+    require_ec2_instance_type(request, "batch")
     queue = queue_for(
         request, spot_queue=spot_queue, on_demand_queue=on_demand_queue, spot_queues=spot_queues
     )
@@ -388,6 +390,7 @@ class BatchBackend:
 
     def submit(self, request: JobRequest) -> str:
         require_object_store(request, "batch")  # before any request to AWS
+        require_ec2_instance_type(request, "batch")
         if request.grace_seconds > self.stop_timeout_seconds:
             log.warning(
                 "preemption_grace_seconds %g is longer than the %g s ECS gives a Batch container from "

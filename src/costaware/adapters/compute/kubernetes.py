@@ -32,6 +32,7 @@ from costaware.adapters.compute.base import (
     JobRequest,
     JobState,
     JobStatus,
+    require_ec2_instance_type,
     require_object_store,
     whole_number,
 )
@@ -87,6 +88,7 @@ def render_pod(
     of ``termination_grace_seconds``.
     """
     require_object_store(request, "kubernetes")
+    require_ec2_instance_type(request, "kubernetes")
     values = dict(capacity_values or (EKS_VALUES if capacity_label == EKS_LABEL else KARPENTER_VALUES))
     if request.market not in values:
         raise ConfigurationError(
