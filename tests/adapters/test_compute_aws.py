@@ -249,6 +249,17 @@ def test_batch_missing_queue_names_are_refused() -> None:
         open_backend("batch", {"job_definition": "train"})
 
 
+def test_batch_reclaim_retries_are_read_as_a_templated_count_and_a_bad_one_named() -> None:
+    # A template renders "2", refused; True was taken as one retry.
+    queues = {"spot_queue": "s", "on_demand_queue": "o", "job_definition": "d"}
+    assert open_backend("batch", {**queues, "reclaim_retries": "2"}).reclaim_retries == 2  # type: ignore[attr-defined]
+    for bad in (True, "two", 10, -1):
+        with pytest.raises(
+            ConfigurationError, match=rf"reclaim_retries must be a whole number from 0 to 9, got {bad!r}"
+        ):
+            open_backend("batch", {**queues, "reclaim_retries": bad})
+
+
 def test_batch_submit_poll_and_idempotence_through_moto(aws: str, batch_queues: dict[str, str]) -> None:
     backend = open_backend("batch", {**batch_queues, "aws_conn_id": "moto_aws"})
     spot = request(instance_type="m5.large")

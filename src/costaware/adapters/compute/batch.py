@@ -37,6 +37,7 @@ from costaware.adapters.compute.base import (
     check_aws_zone,
     require_ec2_instance_type,
     require_object_store,
+    whole_number,
 )
 from costaware.adapters.compute.job_contract import RESUBMIT_EXIT_CODES
 from costaware.core.errors import ComputeBackendError, ConfigurationError
@@ -277,15 +278,15 @@ class BatchBackend:
                 f"Batch backend needs {', '.join(missing)}: set them in backend_options (the job queues of "
                 "a SPOT and an EC2 compute environment, and the job definition)"
             )
-        if not isinstance(reclaim_retries, int) or not 0 <= reclaim_retries <= 9:
-            raise ConfigurationError(f"reclaim_retries must be an integer 0-9, got {reclaim_retries!r}")
         self.spot_queue, self.on_demand_queue, self.job_definition = (
             spot_queue,
             on_demand_queue,
             job_definition,
         )
         self.aws_conn_id, self.region_name = aws_conn_id, region_name
-        self.reclaim_retries, self.tags = reclaim_retries, dict(tags or {})
+        # A templated option arrives as text ("2"); True is no count (it read as 1).
+        self.reclaim_retries = whole_number(reclaim_retries, "reclaim_retries", low=0, high=9)
+        self.tags = dict(tags or {})
         self.work_dir = work_dir
         try:
             self.stop_timeout_seconds = float(stop_timeout_seconds)
