@@ -559,3 +559,15 @@ def test_a_batch_submit_botocore_sent_again_leaves_one_job_running(
         stopped["statusReason"] == f"a second submit of costaware job {spot.job_name} (it runs as {job_id})"
     )
     assert f"terminated the copies {copies[0]}; it runs as {job_id}" in caplog.text
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", -30, 0, "thirty"])
+def test_a_batch_stop_timeout_that_is_no_number_of_seconds_is_named(value: object) -> None:
+    # "inf" sized the stop of every max_usd cap as endless, and no attempt could start; "nan" hid the
+    # warning of a grace period ECS cuts.
+    queues = {"spot_queue": "s", "on_demand_queue": "o", "job_definition": "d"}
+    with pytest.raises(
+        ConfigurationError, match=rf"stop_timeout_seconds must be a number of seconds > 0 .*got {value!r}"
+    ):
+        open_backend("batch", {**queues, "stop_timeout_seconds": value})
+    assert open_backend("batch", {**queues, "stop_timeout_seconds": "110"}).stop_timeout_seconds == 110  # type: ignore[attr-defined]

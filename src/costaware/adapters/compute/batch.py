@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -291,9 +292,13 @@ class BatchBackend:
         try:
             self.stop_timeout_seconds = float(stop_timeout_seconds)
         except (TypeError, ValueError):
+            self.stop_timeout_seconds = math.nan
+        # "inf" sized every max_usd cap's stop as endless (no attempt could start); "nan" hid the warning.
+        if not math.isfinite(self.stop_timeout_seconds) or self.stop_timeout_seconds <= 0:
             raise ConfigurationError(
-                f"stop_timeout_seconds must be a number of seconds, got {stop_timeout_seconds!r}"
-            ) from None
+                f"stop_timeout_seconds must be a number of seconds > 0 (the compute environment's "
+                f"ECS_CONTAINER_STOP_TIMEOUT), got {stop_timeout_seconds!r}"
+            )
         self.spot_queues = {check_aws_zone(str(z)): str(q) for z, q in dict(spot_queues or {}).items()}
         empty = sorted(z for z, q in self.spot_queues.items() if not q)
         if empty:
