@@ -527,6 +527,54 @@ def test_a_sagemaker_create_whose_job_was_taken_after_all_returns_that_job(
             backend.submit(spot)
 
 
+def slow_connection(monkeypatch: pytest.MonkeyPatch, endpoint: str) -> str:
+    """The AWS connection ``slow_aws`` to ``endpoint`` with a one-second read timeout; returns its id."""
+    conn = {
+        "conn_type": "aws",
+        "login": "testing",
+        "password": "testing",
+        "extra": {
+            "region_name": "us-east-1",
+            "endpoint_url": endpoint,
+            "config_kwargs": {
+                "read_timeout": 1,
+                "connect_timeout": 1,
+                "retries": {"mode": "standard", "total_max_attempts": 3},
+            },
+        },
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_SLOW_AWS", json.dumps(conn))
+    return "slow_aws"
+
+
+def test_a_batch_submit_whose_every_answer_was_lost_leaves_one_job_to_its_retry(
+    aws: str, batch_queues: dict[str, str], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Each SubmitJob botocore sent was taken, none answered in time: the submit failed (retried), and the
+    # retry followed one of the jobs while the others ran on, unwatched and unbilled.
+    from costaware.core.errors import ComputeBackendError
+
+    spot = request(instance_type="m5.large")
+    with late_first_answer(aws, "/v1/submitjob", seconds=2, times=100) as proxy:
+        slow = open_backend("batch", {**batch_queues, "aws_conn_id": slow_connection(monkeypatch, proxy)})
+        with pytest.raises(ComputeBackendError, match="cannot submit Batch job"):
+            slow.submit(spot)
+    client = aws_client("batch", aws)
+    named = [{"name": "JOB_NAME", "values": [spot.job_name]}]
+    taken = client.list_jobs(jobQueue=batch_queues["spot_queue"], filters=named)["jobSummaryList"]
+    assert len(taken) == 3  # the call and botocore's two retries of it
+    backend = open_backend("batch", {**batch_queues, "aws_conn_id": "moto_aws"})
+    with caplog.at_level(logging.WARNING):
+        followed = backend.submit(spot)  # the Airflow retry
+    assert followed == max(taken, key=lambda job: job["createdAt"])["jobId"]
+    others = [job["jobId"] for job in taken if job["jobId"] != followed]
+    reasons = {job["statusReason"] for job in client.describe_jobs(jobs=others)["jobs"]}
+    assert reasons == {f"a second submit of costaware job {spot.job_name} (it runs as {followed})"}
+    assert f"terminated the copies {', '.join(others)}" in caplog.text or all(
+        o in caplog.text for o in others
+    )
+
+
 def test_a_batch_submit_botocore_sent_again_leaves_one_job_running(
     aws: str, batch_queues: dict[str, str], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -534,18 +582,7 @@ def test_a_batch_submit_botocore_sent_again_leaves_one_job_running(
     # again by botocore, ran a second job nobody watched, stopped or billed.
     spot = request(instance_type="m5.large")
     with late_first_answer(aws, "/v1/submitjob", seconds=3) as proxy:
-        conn = {
-            "conn_type": "aws",
-            "login": "testing",
-            "password": "testing",
-            "extra": {
-                "region_name": "us-east-1",
-                "endpoint_url": proxy,
-                "config_kwargs": {"read_timeout": 1, "connect_timeout": 1},
-            },
-        }
-        monkeypatch.setenv("AIRFLOW_CONN_SLOW_AWS", json.dumps(conn))
-        backend = open_backend("batch", {**batch_queues, "aws_conn_id": "slow_aws"})
+        backend = open_backend("batch", {**batch_queues, "aws_conn_id": slow_connection(monkeypatch, proxy)})
         with caplog.at_level(logging.WARNING):
             job_id = backend.submit(spot)
     client = aws_client("batch", aws)

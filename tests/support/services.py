@@ -166,8 +166,8 @@ def moto_server() -> Iterator[str]:
 
 
 @contextmanager
-def late_first_answer(endpoint: str, path: str, seconds: float) -> Iterator[str]:
-    """A proxy to ``endpoint`` (moto's server) that answers the first request to ``path`` ``seconds`` late.
+def late_first_answer(endpoint: str, path: str, seconds: float, *, times: int = 1) -> Iterator[str]:
+    """A proxy to ``endpoint`` (moto's server) that answers the first ``times`` requests to ``path`` late.
 
     The request itself reaches the server at once: what a client whose read timeout is shorter sees when
     the service took a call and its answer was lost (botocore then sends the call again). Yields its URL.
@@ -191,7 +191,7 @@ def late_first_answer(endpoint: str, path: str, seconds: float) -> Iterator[str]
                     status, data, answer = response.status, response.read(), response.headers
             except urllib.error.HTTPError as e:
                 status, data, answer = e.code, e.read(), e.headers
-            if self.path == path and not delayed:
+            if self.path == path and len(delayed) < times:
                 delayed.append(self.path)
                 time.sleep(seconds)
             self.send_response(status)

@@ -10,7 +10,8 @@ on anything else, so a code error is not retried. Billed seconds are the sum ove
 ``stoppedAt - startedAt``. A job that ended FAILED because of a host reclaim (its last attempt's reason
 starts with ``Host EC2``) or with a resubmit exit code of the job contract (75, 77, 74) is ``interrupted``:
 the operator resubmits it from the checkpoint. Batch takes a second job of a name it has: the copies of a
-submit that botocore sent again (its answer came after the read timeout) are terminated once it returns.
+submit that botocore sent again (its answer came after the read timeout) are terminated once it returns, or
+by the retry that follows the newest of them where the submit failed.
 
 Every job runs under the launcher: the container override ``command = ["costaware-run", "--", *command]``
 (the built-in trainers: ``costaware-run --no-outputs -- python -m costaware.training.entrypoint --spec
@@ -318,10 +319,13 @@ class BatchBackend:
         return BatchClientHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name).client
 
     def find(self, job_name: str) -> str | None:
-        return self._find(job_name)
+        found = self._found_in(job_name)
+        return found[0] if found is not None else None
 
-    def _find(self, job_name: str) -> str | None:
-        """The id of a job already submitted under ``job_name`` to any queue (idempotent submit).
+    def _found_in(self, job_name: str) -> tuple[str, str] | None:
+        """The id and queue of the job submitted under ``job_name`` before (idempotent submit), or None.
+
+        The newest where Batch took several (see :meth:`_end_duplicates`).
 
         Raises:
             ConfigurationError, ComputeBackendError: a queue could not be read, named with its option (a
@@ -342,9 +346,10 @@ class BatchBackend:
                     f"check {option} in backend_options (it must exist in region "
                     f"{self.region_name or 'of the connection'}) and the connection's permissions",
                 ) from e
-            for summary in response.get("jobSummaryList", []):
-                if summary.get("jobName") == job_name:
-                    return str(summary["jobId"])
+            named = [j for j in response.get("jobSummaryList", []) if j.get("jobName") == job_name]
+            if named:
+                newest = max(named, key=lambda j: int(j.get("createdAt") or 0))
+                return str(newest["jobId"]), queue
         return None
 
     def _active(self, name: str) -> list[dict[str, Any]]:
@@ -414,9 +419,11 @@ class BatchBackend:
         )
         definition = self.job_definition
         try:
-            found = self._find(request.job_name)
-            if found:
-                return found  # submitted before (an Airflow retry)
+            found = self._found_in(request.job_name)
+            if found is not None:  # submitted before (an Airflow retry)
+                # A submit that failed after botocore had sent it more than once left several jobs.
+                self._end_duplicates(request.job_name, found[1], found[0])
+                return found[0]
             if request.image:
                 definition = self.definition_for(request.image)
             body = submit_job_request(
@@ -431,7 +438,7 @@ class BatchBackend:
             )
             job_id = str(self.client.submit_job(**body)["jobId"])
         except (ConfigurationError, ComputeBackendError):
-            raise  # said already: a queue _find could not read, named with its option
+            raise  # said already: a queue _found_in could not read, named with its option
         except Exception as e:
             market = "spot_queue" if request.market == "spot" else "on_demand_queue"
             if request.market == "spot" and request.availability_zone:
