@@ -170,6 +170,29 @@ def test_a_running_sagemaker_job_is_given_the_time_since_its_training_started() 
     assert sagemaker.status_from_description(unreadable, now=now).billable_seconds == 0.0
 
 
+def test_an_ended_sagemaker_job_without_billable_time_is_billed_from_its_start_to_its_end() -> None:
+    # moto (and an ended job AWS leaves the field out of) reports no BillableTimeInSeconds: billed 0 s.
+    from datetime import datetime, timedelta, timezone
+
+    started = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
+    job = {
+        "TrainingJobName": "j",
+        "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 2},
+        "TrainingStartTime": started,
+        "TrainingEndTime": started + timedelta(seconds=300),
+    }
+    for ended in ("Completed", "Stopped", "Failed"):
+        status = sagemaker.status_from_description({**job, "TrainingJobStatus": ended}, now=0.0)
+        assert status.billable_seconds == 600.0, ended  # 2 instances
+    reported = {**job, "TrainingJobStatus": "Completed", "BillableTimeInSeconds": 100}  # spot: AWS's figure
+    assert sagemaker.status_from_description(reported).billable_seconds == 200.0
+    never_trained = {k: v for k, v in job.items() if k != "TrainingStartTime"}
+    assert (
+        sagemaker.status_from_description({**never_trained, "TrainingJobStatus": "Failed"}).billable_seconds
+        == 0
+    )
+
+
 def test_time_added_to_a_multi_instance_jobs_billed_seconds_counts_every_instance() -> None:
     # A SageMaker job's billed seconds are instance-seconds: the time since a stopped job was last seen
     # (billed up to now when the backend lost it) was added once, a quarter of it on 4 instances.

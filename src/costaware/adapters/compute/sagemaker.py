@@ -140,6 +140,11 @@ def status_from_description(job: Mapping[str, Any], *, now: float | None = None)
     exit_code = int(found.group(1)) if found else None
     if billable is None and running and started is not None and now is not None:
         seconds = max(0.0, now - started) * count
+    ended = _epoch_seconds(job.get("TrainingEndTime"))
+    if billable is None and not running and started is not None and ended is not None:
+        # An ended job that trained but reports no billable time (as moto's do): billed from its start to
+        # its end, an upper bound (managed spot bills less), never 0 s.
+        seconds = max(0.0, ended - started) * count
     if status == "Completed":
         state = JobState.SUCCEEDED
     elif status in ("Stopped", "Stopping") or secondary == "MaxWaitTimeExceeded":
