@@ -36,7 +36,8 @@ have a `--period`.
 
 Exit codes: 0 done; 1 `prices refresh` found no price; 2 an error: bad input (an unknown value, a missing
 argument, a malformed file) or a ledger, store or AWS API that could not be reached or refused (no
-credentials), with the reason on stderr (`costaware: error: ...`) and nothing written. A blank value
+credentials), with the reason on stderr (`costaware: error: ...`) and nothing written; 130 interrupted
+(Ctrl-C: `costaware: interrupted` on stderr). A blank value
 (`--store ""`, most often an unset shell variable) is refused, never read as "not given"; only
 `alerts set --thresholds ''` means something (the defaults).
 

@@ -768,3 +768,38 @@ def test_budget_show_says_entries_that_count_nothing_because_they_could_not_be_p
     assert "note: 1 entry of project=x in these periods could not be priced and count $0" in (
         capsys.readouterr().err
     )
+
+
+def test_ctrl_c_ends_with_one_line_and_exit_status_130(ledger_url: str, tmp_path: Path) -> None:
+    import errno
+    import os
+    import signal
+    import time
+
+    # A FIFO holds `prices import` in its read until Ctrl-C comes: the command is interrupted mid-way.
+    offer = tmp_path / "offer.json"
+    os.mkfifo(offer)
+    script = "from costaware.cli import main; raise SystemExit(main())"
+    command = subprocess.Popen(
+        [sys.executable, "-c", script, "--ledger-url", ledger_url, "prices", "import", str(offer)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while True:  # a writer can open the FIFO once the command has opened it to read
+        try:
+            writer = os.open(offer, os.O_WRONLY | os.O_NONBLOCK)
+            break
+        except OSError as e:
+            assert e.errno == errno.ENXIO and time.monotonic() < deadline and command.poll() is None
+            time.sleep(0.05)
+    try:
+        time.sleep(0.2)  # into its read, which waits for text that never comes
+        command.send_signal(signal.SIGINT)
+        out, err = command.communicate(timeout=60)
+    finally:
+        os.close(writer)
+    assert command.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "costaware: interrupted" and "Traceback" not in err, err
+    assert out == "" and not (tmp_path / "ledger.db").exists()  # nothing imported, no ledger made

@@ -92,6 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     A :class:`~costaware.core.errors.CostawareError` (bad input, an unknown price, an unreachable ledger)
     prints ``costaware: error: <message>`` on stderr and returns 2; argparse's own errors exit with 2.
+    Ctrl-C prints ``costaware: interrupted`` and returns 130.
     """
     args = _parse(build_parser(), argv)
     route_logs_to_stderr()
@@ -112,6 +113,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CostawareError as e:
         print(f"costaware: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # Ctrl-C: a line, not a traceback through whatever module was running. 130 is what a shell gives a
+        # command killed by SIGINT, so `costaware ... && next` stops as it would for any other command.
+        print("costaware: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         # The reader stopped early (`costaware report | head`): what it read is what it wanted. Point stdout
         # at /dev/null so that Python's flush at exit does not raise again.
