@@ -50,6 +50,17 @@ def test_list_and_show(store: FeatureStore, capsys: pytest.CaptureFixture[str]) 
     assert shown["key"] == KEYS[1] and shown["rows"] == 2000 and shown["cost_usd"] == "0.05"
 
 
+def test_list_as_csv_gives_plain_numbers(store: FeatureStore, capsys: pytest.CaptureFixture[str]) -> None:
+    import csv
+    import io
+
+    assert cache("list", "--store", store.root_uri, "--format", "csv") == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    # The 2000-row entry was "2,000": a spreadsheet read it as text, and its sum left it out.
+    assert sorted(int(r["rows"]) for r in rows) == [1000, 2000]
+    assert sorted(Decimal(r["cost"]) for r in rows) == [Decimal("0.05")] * 2
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

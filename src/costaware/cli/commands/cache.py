@@ -142,7 +142,7 @@ def _print_rows(rows: list[dict[str, Any]], fmt: str, title: str) -> None:
     table = [
         [
             r["key"],
-            f"{r['rows']:,}",
+            f"{r['rows']:,}" if fmt == "table" else r["rows"],  # "29,454" is text to a spreadsheet
             f"{r['bytes'] / 1e6:.2f}",
             r["created_at"][:16],
             r["last_used_at"][:16],
