@@ -438,6 +438,31 @@ def test_report_writes_dollars_like_the_cost_page_with_decimal_points_lined_up(
     assert ",0.17," in capsys.readouterr().out  # CSV cells are plain numbers, not padded
 
 
+def test_a_report_of_one_dag_does_not_repeat_its_name_in_each_run_or_task(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ledger = Ledger.from_url(ledger_url)
+    for dag_id, run_id in (("nightly", "scheduled__2026-11-23T00:00:00+00:00"), ("other", "manual_1")):
+        ledger.record(
+            LedgerEntry(dag_id=dag_id, run_id=run_id, task_id="train", kind=Kind.COMPUTE, usd=Decimal(1))
+        )
+    report = ["--ledger-url", ledger_url, "report", "--dag-id", "nightly"]
+    for group_by in ("run", "task"):
+        assert main([*report, "--group-by", group_by, "--format", "csv"]) == 0
+        labels = [line.split(",")[0] for line in capsys.readouterr().out.splitlines()[1:]]
+        assert labels == [{"run": "scheduled__2026-11-23T00:00:00+00:00", "task": "train"}[group_by]]
+    assert main([*report, "--group-by", "run"]) == 0
+    assert (
+        "\nscheduled__2026-11-23T00:00:00+00:00  " in capsys.readouterr().out
+    )  # was "nightly/scheduled__..."
+    assert main([*report, "--group-by", "run", "--format", "json"]) == 0  # JSON keeps the whole group
+    assert [r["group"] for r in json.loads(capsys.readouterr().out)["rows"]] == [
+        "nightly/scheduled__2026-11-23T00:00:00+00:00"
+    ]
+    assert main(["--ledger-url", ledger_url, "report", "--group-by", "run", "--format", "csv"]) == 0
+    assert "nightly/scheduled__2026-11-23T00:00:00+00:00," in capsys.readouterr().out  # every DAG: named
+
+
 def test_report_sums_kg_co2e_per_group_and_says_unknown(
     ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -66,7 +66,11 @@ def report(args: argparse.Namespace) -> int:
     total_hours = sum((r.hours for r in rows), Decimal(0))
     total_kg, total_unknown = total_kg_co2e(rows)
     headers = [args.group_by, "entries", "hours", "actual", "estimated", "on-demand", "savings", "kg CO2e"]
-    prefix = f"{args.dag_id}." if args.dag_id and args.group_by == "task" else ""
+    # One DAG's rows need not repeat its name (a task's group is "<dag>.<task>", a run's "<dag>/<run>"), as
+    # the README's report shows them; JSON keeps the groups whole.
+    prefix = (
+        {"task": f"{args.dag_id}.", "run": f"{args.dag_id}/"}.get(args.group_by, "") if args.dag_id else ""
+    )
     table = [
         [
             r.group.removeprefix(prefix),
