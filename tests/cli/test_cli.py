@@ -714,6 +714,28 @@ def test_budget_release_gives_back_a_hold_nothing_will_settle_and_audits_it(
     assert ledger.open_reservations() == []
 
 
+@pytest.mark.parametrize("period", ["month", "total"])
+def test_budget_set_says_when_the_new_cap_is_under_what_is_spent_and_reserved(
+    period: str, ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Lowered mid-period without a word: "left" turned negative unseen and the next gate was refused.
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=x", period, "10")
+    held = ledger.reserve("project=x", "4", holder="d/manual__1/train/-1", run_id="manual__1")
+    ledger.record(LedgerEntry("d", "manual__0", "train", Kind.COMPUTE, Decimal("3"), tags={"project": "x"}))
+    set_cap = ["--ledger-url", ledger_url, "budget", "set", "--scope", "project=x", "--period", period]
+    assert main([*set_cap, "--cap-usd", "5"]) == 0
+    err = capsys.readouterr().err
+    assert (
+        f"note: project=x/{period} " in err
+        and "has $3.00 spent and $4.00 reserved, $2.00 over its cap $5.00" in err
+    )
+    assert ("the period ends or the cap is raised" in err) is (period == "month")
+    assert [r.id for r in ledger.open_reservations()] == [held.id]  # the hold and the spend are kept
+    assert main([*set_cap, "--cap-usd", "7"]) == 0  # exactly what is committed: nothing over it
+    assert "over its cap" not in capsys.readouterr().err
+
+
 def test_budget_release_reports_and_audits_what_was_still_reserved_not_the_whole_hold(
     ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

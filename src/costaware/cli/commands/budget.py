@@ -57,6 +57,7 @@ def budget_set(args: argparse.Namespace) -> int:
             "('$500') or leave the $ out (500): the shell reads $5 as a variable",
             file=sys.stderr,
         )
+    _say_over_cap(ledger, budget)
     scope = str(budget.scope)
     same_period = [s for s, period in existing if period == budget.period]
     twins = sorted(s for s in same_period if s != scope and s.casefold() == scope.casefold())
@@ -70,6 +71,29 @@ def budget_set(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _say_over_cap(ledger: Any, budget: Any) -> None:
+    """Say when a cap is set below what its period has spent and reserved already.
+
+    The cap was taken without a word, and "left" turned negative unseen: the next gate in it was refused.
+    """
+    from costaware.core.budgets import Period
+
+    if budget.period is Period.RUN:  # each run starts afresh: nothing is committed to a cap yet
+        return
+    usage = next((u for u in ledger.usage(budget.scope) if u.label == budget.label), None)
+    if usage is None or usage.left_usd >= 0:
+        return
+    until = "" if budget.period is Period.TOTAL else " the period ends or"
+    print(
+        f"costaware: note: {usage.name} has {format_usd_exact(usage.spent_usd)} spent and "
+        f"{format_usd_exact(usage.reserved_usd)} reserved, {format_usd_exact(-usage.left_usd)} over its "
+        f"cap {format_usd_exact(usage.cap_usd)}: new holds in it are refused without an approval "
+        f"until{until} the cap is raised (`costaware budget holds --scope '{budget.scope}'` lists what is "
+        "reserved)",
+        file=sys.stderr,
+    )
 
 
 def _say_unpriced(ledger: Any, scope: Any, usages: list[Any], run_id: str | None) -> None:
