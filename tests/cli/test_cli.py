@@ -760,6 +760,20 @@ def test_budget_release_reports_and_audits_what_was_still_reserved_not_the_whole
     details = line["details"]
     figures = [Decimal(details[k]) for k in ("usd", "held_usd", "paid_usd")]
     assert figures == [Decimal("0.049545"), Decimal("0.05"), Decimal("0.000455")]
+    # Billed past its hold (a training's attempts): nothing was left to give back, and it said "$0.060455 of
+    # its $0.05 hold was paid from it".
+    held = ledger.reserve("project=x", "0.05", holder="d/manual__2/train/-1", run_id="manual__2")
+    ledger.record(
+        LedgerEntry(
+            "d", "manual__2", "train", Kind.COMPUTE, Decimal("0.06"), tags={"project": "x"},
+            reservation_id=held.id,
+        )
+    )  # fmt: skip
+    assert main([*argv, "release", "--holder", "d/manual__2/train/-1"]) == 0
+    assert capsys.readouterr().out.strip() == (
+        "released $0.00 held by d/manual__2/train/-1 in project=x/month (nothing was still reserved: $0.06 "
+        "was billed against its $0.05 hold and stays spent)"
+    )
 
 
 @pytest.mark.parametrize(

@@ -370,7 +370,13 @@ def budget_release(args: argparse.Namespace) -> int:
         )
         where = ", ".join(hold.budgets) or str(hold.scope)
         said = f"released {format_usd_exact(freed)} held by {hold.holder or hold.id} in {where}"
-        if hold_paid:
+        if hold_paid >= hold.usd:
+            # "$6.25 of its $3.00 hold was paid from it": what was billed passed the hold, none was left.
+            said += (
+                f" (nothing was still reserved: {format_usd_exact(hold_paid)} was billed against its "
+                f"{format_usd_exact(hold.usd)} hold and stays spent)"
+            )
+        elif hold_paid:
             said += (
                 f" (what was still reserved: {format_usd_exact(hold_paid)} of its "
                 f"{format_usd_exact(hold.usd)} hold was paid from it and stays spent)"
