@@ -528,6 +528,31 @@ def test_a_report_for_a_dag_the_ledger_does_not_know_says_so(
     assert "(no entries: the ledger has none for run 'nope' of DAG 'd'; check the run id" in (
         capsys.readouterr().out
     )
+    # A script's CSV or JSON was empty, exit 0, and nothing said the DAG or tag was mistyped.
+    for fmt in ("csv", "json"):
+        assert main(["--ledger-url", ledger_url, "report", "--dag-id", "dd", "--format", fmt]) == 0
+        out, err = capsys.readouterr()
+        assert err == "costaware: note: no entries: the ledger has none for DAG 'dd'; check the name\n"
+        assert json.loads(out)["rows"] == [] if fmt == "json" else out.count("\n") == 1  # the data alone
+    assert main(["--ledger-url", ledger_url, "report", "--run-id", "nope", "--format", "csv"]) == 0
+    assert "note: no entries: the ledger has none for run 'nope'; check the run id" in capsys.readouterr().err
+    assert (
+        main(
+            [
+                "--ledger-url",
+                ledger_url,
+                "report",
+                "--dag-id",
+                "d",
+                "--since",
+                "2099-01-01",
+                "--format",
+                "csv",
+            ]
+        )
+        == 0
+    )
+    assert capsys.readouterr().err == ""  # a known DAG, nothing in the range: nothing to check
 
 
 def test_grouping_by_a_tag_no_entry_has_says_so(ledger_url: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
@@ -138,18 +139,7 @@ def report(args: argparse.Namespace) -> int:
             title += f", run {run_id}"
         print(title)
         if not rows:
-            unknown_dag = args.dag_id and not run_id and ledger.last_run_id(args.dag_id) is None
-            unknown_run = run_id and not ledger.entries(dag_id=args.dag_id, run_id=run_id, limit=1)
-            if unknown_dag:
-                print(f"(no entries: the ledger has none for DAG {args.dag_id!r}; check the name)")
-            elif unknown_run:
-                print(
-                    f"(no entries: the ledger has none for run {run_id!r}"
-                    + (f" of DAG {args.dag_id!r}" if args.dag_id else "")
-                    + "; check the run id: `costaware runs list` lists them)"
-                )
-            else:
-                print(f"(no entries{_scope_hint(ledger, args.scope)})")
+            print(f"(no entries{_why_empty(ledger, args, run_id)})")
             if spooled:
                 print(_spool_note(spooled))
             return 0
@@ -165,6 +155,10 @@ def report(args: argparse.Namespace) -> int:
                 format_kg_co2e(total_kg, total_unknown),
             ]
         )
+    if not rows:
+        why = _why_empty(ledger, args, run_id)
+        if why:  # beside the empty rows a script reads: a mistyped name read as "it cost nothing"
+            print(f"costaware: note: no entries{why}", file=sys.stderr)
     from costaware.adapters.ledger.reports import Filters, summary
 
     totals = summary(ledger, Filters(args.since, args.until, args.dag_id, args.scope, run_id))
@@ -229,6 +223,19 @@ def report(args: argparse.Namespace) -> int:
             "(--group-by cause splits their cost)"
         )
     return 0
+
+
+def _why_empty(ledger: Any, args: argparse.Namespace, run_id: str | None) -> str:
+    """``: <why>`` where an empty report's DAG, run or scope is one the ledger has no entry of; else ""."""
+    if args.dag_id and not run_id and ledger.last_run_id(args.dag_id) is None:
+        return f": the ledger has none for DAG {args.dag_id!r}; check the name"
+    if run_id and not ledger.entries(dag_id=args.dag_id, run_id=run_id, limit=1):
+        return (
+            f": the ledger has none for run {run_id!r}"
+            + (f" of DAG {args.dag_id!r}" if args.dag_id else "")
+            + "; check the run id: `costaware runs list` lists them"
+        )
+    return _scope_hint(ledger, args.scope)
 
 
 def _spooled_entries() -> int:
