@@ -414,6 +414,18 @@ def test_trial_report_shows_cost_per_successful_trial(
     assert main(["--ledger-url", ledger_url, "report", "--dag-id", "tune", "--group-by", "trial"]) == 0
     out = capsys.readouterr().out
     assert "3 trials, 2 trained to full fidelity: $2.00 per trial, $3.00 per successful trial" in out
+    trials = ["--ledger-url", ledger_url, "report", "--group-by", "trial", "--format", "json"]
+    assert main([*trials, "--dag-id", "tune"]) == 0
+    assert json.loads(capsys.readouterr().out)["trials"]["per_successful_trial_usd"] == "3.000000"
+    # A search whose every trial was pruned: JSON's null, not the text "None".
+    ledger.record(
+        LedgerEntry(
+            dag_id="cut", run_id="r", task_id="trial", kind=Kind.COMPUTE, usd=Decimal(1), trial="#0 pruned@3"
+        )
+    )
+    assert main([*trials, "--dag-id", "cut"]) == 0
+    shown = json.loads(capsys.readouterr().out)["trials"]
+    assert (shown["successful"], shown["per_successful_trial_usd"]) == (0, None)
 
 
 def test_report_writes_dollars_like_the_cost_page_with_decimal_points_lined_up(

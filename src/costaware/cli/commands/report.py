@@ -177,7 +177,12 @@ def report(args: argparse.Namespace) -> int:
             "trials": per_trial.trials,
             "successful": per_trial.successful,
             "per_trial_usd": str(per_trial.per_trial_usd),
-            "per_successful_trial_usd": str(per_trial.per_successful_trial_usd),
+            # null where no trial was trained to full fidelity: str() gave the text "None"
+            "per_successful_trial_usd": (
+                None
+                if per_trial.per_successful_trial_usd is None
+                else str(per_trial.per_successful_trial_usd)
+            ),
         }
     emit(table, args.format, headers=headers, payload=payload)
     if args.format == "table" and per_trial is not None:
