@@ -258,6 +258,26 @@ def test_alerts_set_refuses_bad_input(
     assert alert_rules(Ledger.from_url(ledger_url)) == {}
 
 
+def test_alerts_set_on_a_ledger_that_does_not_exist_makes_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A mistyped --ledger-url: it made an empty ledger there, then said its budget did not exist.
+    typo = tmp_path / "ledgr.db"
+    args = [
+        "--ledger-url",
+        f"sqlite:///{typo}",
+        "alerts",
+        "set",
+        "--scope",
+        "project=churn",
+        "--period",
+        "month",
+    ]
+    assert main([*args, "--thresholds", "50%"]) == 2
+    assert f"no ledger at {typo}: check --ledger-url" in capsys.readouterr().err
+    assert not typo.exists()
+
+
 def test_a_bad_configured_threshold_names_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     # Every budget without its own rule reads it; the error named only the threshold.
     from costaware.notifications.budget import configured_thresholds

@@ -144,7 +144,8 @@ def alerts_set(args: argparse.Namespace) -> int:
             _refuse_a_misspelt_class(spec["class"])
     label = f"{Scope.parse(args.scope)}/{Period.parse(args.period).value}"
     rule = set_alert_rule(
-        open_ledger(args),
+        # A rule needs its budget, so a ledger that does not exist (a mistyped URL) is not made for it.
+        open_ledger(args, reading=True),
         label,
         thresholds=args.thresholds,
         notifiers=notifiers,
