@@ -32,6 +32,18 @@ def test_show_names_the_bundled_snapshot(ledger_url: str, capsys: pytest.Capture
     assert "on-demand: 0.476 USD/h from the bundled snapshot" in out
 
 
+def test_show_at_a_ledger_url_with_no_ledger_makes_none_and_says_the_cache_was_not_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A mistyped --ledger-url: the look-up made an empty ledger there and read its empty cache unsaid.
+    typo = tmp_path / "ledgr.db"
+    assert run(f"sqlite:///{typo}", "prices", "show", "m5.large", "--format", "json") == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["origin"] == "bundled-snapshot"
+    assert f"warning: price cache not read (no ledger at {typo}: check --ledger-url" in err
+    assert not typo.exists()
+
+
 def test_show_speaks_json_and_csv_too(
     ledger_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

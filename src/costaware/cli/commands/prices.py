@@ -42,9 +42,13 @@ def _prices(args: argparse.Namespace) -> OnDemandPrices:
     from costaware.core.errors import LedgerUnavailableError
 
     try:
-        ledger = open_ledger(args)
+        # A look-up makes no ledger: one at a mistyped --ledger-url was made empty and its cache read as such.
+        ledger = open_ledger(args, reading=True)
     except LedgerUnavailableError as e:  # the snapshot still answers
         print(f"costaware: warning: price cache unavailable ({e})", file=sys.stderr)
+        return configured_prices(aws_conn_id=args.aws_conn_id, cache=False)
+    except CostawareError as e:  # no ledger there: no refreshed or imported price to read
+        print(f"costaware: warning: price cache not read ({e})", file=sys.stderr)
         return configured_prices(aws_conn_id=args.aws_conn_id, cache=False)
     return configured_prices(ledger, aws_conn_id=args.aws_conn_id)
 
