@@ -165,8 +165,14 @@ def test_budget_round_trip(ledger_url: str, capsys: pytest.CaptureFixture[str]) 
     argv = ["--ledger-url", ledger_url, "budget", "show", "--scope", "project=x", "--no-schedule"]
     assert main([*argv, "--format", "csv"]) == 0
     header, row = capsys.readouterr().out.splitlines()[-2:]
-    assert header == "budget,cap,spent,reserved,left,forecast,forecast low,forecast high"
-    assert row.split(",")[1:] == ["100.00", "0.00", "0.00", "100.00", "0.000000", "0.000000", "0.000000"]
+    assert header == (
+        "budget,cap,spent,reserved,left,forecast,forecast low,forecast high,"
+        "GPU-hour cap,GPU-hours spent,GPU-hours reserved"
+    )
+    assert row.split(",")[1:] == [
+        *("100.00", "0.00", "0.00", "100.00", "0.000000", "0.000000", "0.000000"),
+        *("", "0", "0"),  # no GPU-hour cap: its columns are there all the same
+    ]
 
 
 def test_the_workers_ledger_connection_is_the_clis_default(
@@ -391,6 +397,14 @@ def test_budget_show_gives_the_gpu_hours_beside_the_dollars_where_a_budget_caps_
         "1.500000",
         "0.300000",
     )
+    # CSV: three numbers a spreadsheet sums, not the table's "1.5 spent, 0.3 reserved, of 20" text.
+    assert main([*argv, "--format", "csv", "--no-schedule"]) == 0
+    import csv
+    import io
+
+    (shown,) = csv.DictReader(io.StringIO(capsys.readouterr().out))
+    gpu = [shown[c] for c in ("GPU-hour cap", "GPU-hours spent", "GPU-hours reserved")]
+    assert [Decimal(v) for v in gpu] == [Decimal("20"), Decimal("1.5"), Decimal("0.3")]
 
 
 def test_trial_report_shows_cost_per_successful_trial(

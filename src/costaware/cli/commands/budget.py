@@ -208,7 +208,7 @@ def budget_show(args: argparse.Namespace) -> int:
         ]
         for u, f in zip(usages, forecasts, strict=True)
     ]
-    if any(u.cap_gpu_hours is not None for u in usages):
+    if args.format != "csv" and any(u.cap_gpu_hours is not None for u in usages):
         # A GPU-hour cap can bind before the dollars do (the spot tuning plan's does): shown beside them.
         headers.append("GPU-hours")
         for row, u in zip(rows, usages, strict=True):
@@ -238,6 +238,12 @@ def budget_show(args: argparse.Namespace) -> int:
         headers[5:6] = ["forecast", "forecast low", "forecast high"]
         for row, f in zip(rows, forecasts, strict=True):
             row[5:6] = [f["forecast_usd"] or "", f["forecast_low_usd"] or "", f["forecast_high_usd"] or ""]
+        # The GPU-hours as numbers, in columns every budget has: they were one text cell ("0.5 spent, 0
+        # reserved, of 40"), in a column only a GPU-hour cap brought.
+        headers += ["GPU-hour cap", "GPU-hours spent", "GPU-hours reserved"]
+        for row, u in zip(rows, usages, strict=True):
+            cap = "" if u.cap_gpu_hours is None else plain(u.cap_gpu_hours)
+            row += [cap, plain(u.spent_gpu_hours), plain(u.reserved_gpu_hours)]
     emit(rows, args.format, headers=headers, payload=payload)
     if str(scope) != "*" and all(u.label.rpartition("/")[0] == "*" for u in usages):
         # "project=chrun" (a typo) showed the catch-all budget alone, as if that were all there is.
