@@ -517,6 +517,21 @@ def test_report_sums_kg_co2e_per_group_and_says_unknown(
         "d.egress": (None, 0),
     }
     assert (payload["total"]["kg_co2e"], payload["total"]["co2e_unknown_entries"]) == ("3.750000", 2)
+    # CSV: the known sum as a number and the entries it lacks beside it ("2.000+?" and "unknown" were text).
+    assert main(["--ledger-url", ledger_url, "report", "--dag-id", "d", "--format", "csv"]) == 0
+    import csv
+    import io
+
+    shown = {
+        r["task"]: (r["kg CO2e"], r["kg CO2e unknown entries"])
+        for r in csv.DictReader(io.StringIO(capsys.readouterr().out))
+    }
+    assert shown == {
+        "known": ("1.750000", "0"),
+        "partly": ("2.000000", "1"),
+        "none": ("", "1"),
+        "egress": ("", "0"),
+    }
 
     assert main(["--ledger-url", ledger_url, "report", "--dag-id", "d"]) == 0
     out = capsys.readouterr().out

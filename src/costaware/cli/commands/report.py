@@ -4,7 +4,8 @@ The ``kg CO2e`` column sums the estimated emissions of each group's actual entri
 (``costaware.core.ledger.format_kg_co2e``): ``12.345`` every compute entry has an estimate; ``12.345+?``
 the known sum, plus compute entries whose emissions are unknown (so the true figure is higher); ``unknown``
 none of them has one; ``-`` the group has no compute entry. The JSON output gives ``kg_co2e`` (null when no
-entry has an estimate) and ``co2e_unknown_entries``.
+entry has an estimate) and ``co2e_unknown_entries``; the CSV output the same two, as the ``kg CO2e`` (empty
+when no entry has an estimate) and ``kg CO2e unknown entries`` columns.
 """
 
 from __future__ import annotations
@@ -184,6 +185,13 @@ def report(args: argparse.Namespace) -> int:
                 else str(per_trial.per_successful_trial_usd)
             ),
         }
+    if args.format == "csv":
+        # Numbers a spreadsheet sums: "0.3+?" and "unknown" were text. The known sum (empty: none known), and
+        # beside it how many compute entries it lacks, as JSON gives them.
+        headers.append("kg CO2e unknown entries")
+        for cells, r in zip(table, rows, strict=True):
+            cells[-1] = "" if r.kg_co2e is None else str(r.kg_co2e)
+            cells.append(r.co2e_unknown)
     emit(table, args.format, headers=headers, payload=payload)
     if args.format == "table" and per_trial is not None:
         each = (
