@@ -223,6 +223,17 @@ def test_a_run_with_several_models_is_listed_and_priced_once(
     )
     assert main(["--ledger-url", ledger_url, "runs", "show", "nope"]) == 2
     assert "recent runs with outcomes: run1 (see" in capsys.readouterr().err  # once, not once a model
+    # JSON too: each model's item carried the run's whole cost (and entries), so a sum over them was 3x.
+    assert main(["--ledger-url", ledger_url, "runs", "list", "--dag-id", "nightly", "--format", "json"]) == 0
+    listed = [r for r in json.loads(capsys.readouterr().out)["runs"] if r["run_id"] == "run1"]
+    assert [(r["usd"], r.get("usd_listed_under")) for r in listed] == [
+        ("0.850000", None),
+        (None, "trial-0"),
+        (None, "trial-0"),
+    ]
+    assert main(["--ledger-url", ledger_url, "runs", "show", "run1", "--format", "json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert [(r["usd"], len(r["entries"])) for r in shown] == [("0.850000", 2), (None, 0), (None, 0)]
 
 
 def test_runs_that_trained_no_model_are_counted_beside_the_list(

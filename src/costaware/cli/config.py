@@ -501,8 +501,9 @@ RUNS_COMMANDS = (
                 "--format",
                 choices=("text", "json"),
                 default="text",
-                help="json: a list with an item per model the run recorded (a tuning run has several; a "
-                "run with none, one item per DAG with its cost and entries)",
+                help="json: a list with an item per model the run recorded (a tuning run has several: the "
+                "run's cost and entries are on the first; a run with none, one item per DAG with its cost "
+                "and entries)",
             ),
             ARG_LEDGER_URL,
         ),

@@ -51,7 +51,7 @@ def list_runs(args: argparse.Namespace) -> int:
         )
     metrics = {o.metric for o in found if o.metric}
     summary = summarize(found) if len(metrics) <= 1 else None
-    payload = {"runs": [o.to_json() for o in found], "summary": summary.to_json() if summary else None}
+    payload = {"runs": _once_per_run(found), "summary": summary.to_json() if summary else None}
     if args.format != "table":
         emit(table, args.format, headers=headers, payload=payload)
         return 0
@@ -85,6 +85,28 @@ def list_runs(args: argparse.Namespace) -> int:
             "not counted above"
         )
     return 0
+
+
+def _once_per_run(found: list[Any], entries: Any = None) -> list[dict[str, Any]]:
+    """Each outcome as JSON, a run's cost (and ``entries(outcome)``) on its first model's item only.
+
+    A run that recorded several models (a tuning run's trials) repeated its whole cost on each: a sum over
+    the items counted it once per model. The others name the item that has it (``usd_listed_under``), as
+    the table's "(above)" does.
+    """
+    listed: dict[tuple[str, str], str] = {}
+    items = []
+    for o in found:
+        item = o.to_json()
+        first = listed.get((o.dag_id, o.run_id))
+        if first is not None:
+            item |= {"usd": None, "usd_listed_under": first}
+        elif o.usd is not None:
+            listed[(o.dag_id, o.run_id)] = o.model_version
+        if entries is not None:
+            item["entries"] = [] if first is not None else entries(o)
+        items.append(item)
+    return items
 
 
 def _runs_without_a_model(ledger: Any, found: list[Any]) -> dict[tuple[str, str], Decimal]:
@@ -224,10 +246,9 @@ def show_run(args: argparse.Namespace) -> int:
             raise
         return _show_costs_only(spent, run_id, args.format)
     if args.format == "json":
-        shown = [
-            {**o.to_json(), "entries": _entries_json(ledger.entries(dag_id=o.dag_id, run_id=o.run_id))}
-            for o in found
-        ]
+        shown = _once_per_run(
+            found, lambda o: _entries_json(ledger.entries(dag_id=o.dag_id, run_id=o.run_id))
+        )
         print(json.dumps(shown, indent=2, default=str))
         return 0
     listed: set[tuple[str, str]] = set()
