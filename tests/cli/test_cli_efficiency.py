@@ -108,6 +108,16 @@ def test_efficiency_says_a_misspelt_dag_and_hidden_savings_as_they_are(
     base = ["--ledger-url", ledger_url, "report", "--efficiency"]
     assert main([*base, "--dag-id", "nightyl"]) == 0  # "(no measured tries)" before: as if nothing ran
     assert "(no entries: the ledger has none for DAG 'nightyl'; check the name)" in capsys.readouterr().out
+    # A mistyped run said "(no measured tries: the costaware listener measures each task try it prices)",
+    # and CSV or JSON said nothing at all.
+    assert main([*base, "--dag-id", "nightly", "--run-id", "rnu1"]) == 0
+    assert "(no entries: the ledger has none for run 'rnu1' of DAG 'nightly'; check the run id" in (
+        capsys.readouterr().out
+    )
+    assert main([*base, "--dag-id", "nightyl", "--format", "json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["tasks"] == []
+    assert err == "costaware: note: no entries: the ledger has none for DAG 'nightyl'; check the name\n"
     assert main([*base, "--dag-id", "nightly", "--since", "2099-01-01"]) == 0  # not "the listener measures"
     out = capsys.readouterr().out
     assert "(no measured tries match --since 2099-01-01T00:00:00+00:00: widen them" in out  # no "--scope *"

@@ -236,6 +236,25 @@ def run_asked_for(args: argparse.Namespace, ledger: Any) -> str | None:
     return run_id  # type: ignore[no-any-return]
 
 
+def why_empty(ledger: Any, args: argparse.Namespace, run_id: str | None) -> str:
+    """``: <why>`` where a report's DAG, run or scope is one the ledger has no entry of; else "".
+
+    For ``costaware report`` (and ``--efficiency``) that selected nothing: a typo read as "it cost nothing".
+    """
+    from costaware.adapters.ledger.views import scope_hint
+
+    if args.dag_id and not run_id and ledger.last_run_id(args.dag_id) is None:
+        return f": the ledger has none for DAG {args.dag_id!r}; check the name"
+    if run_id and not ledger.entries(dag_id=args.dag_id, run_id=run_id, limit=1):
+        return (
+            f": the ledger has none for run {run_id!r}"
+            + (f" of DAG {args.dag_id!r}" if args.dag_id else "")
+            + "; check the run id: `costaware runs list` lists them"
+        )
+    hint = scope_hint(ledger, args.scope)
+    return f": {hint}" if hint else ""
+
+
 def dag_hint(ledger: Any, dag_id: str) -> str:
     """``; did you mean 'x'? DAGs in the ledger: ...`` for a DAG id the ledger has no entry of ("" if none).
 

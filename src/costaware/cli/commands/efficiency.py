@@ -7,9 +7,10 @@ Its options (``--runs-per-month``, ``--min-tries``, ...) are declared with ``rep
 from __future__ import annotations
 
 import argparse
+import sys
 from decimal import Decimal
 
-from costaware.cli.arguments import check_range, open_ledger, run_asked_for
+from costaware.cli.arguments import check_range, open_ledger, run_asked_for, why_empty
 from costaware.cli.output import emit
 from costaware.core.errors import CostawareError
 from costaware.core.money import format_usd_exact
@@ -35,6 +36,10 @@ def report_efficiency(args: argparse.Namespace) -> int:
     # The tries of the runs the filters select, as the Cost page reads them: --scope and a run too.
     filters = Filters(args.since, args.until, args.dag_id, args.scope, run_asked_for(args, ledger))
     measured = measurements_in(ledger, filters)
+    # Nothing measured for a DAG, run or tag the ledger has no entry of: a typo, said as `report` says it.
+    why = "" if measured else why_empty(ledger, args, filters.run_id)
+    if why and args.format != "table":  # beside the data on stdout, as `report` puts it
+        print(f"costaware: note: no entries{why}", file=sys.stderr)
     from costaware.core.money import parse_usd
 
     floor = parse_usd(args.min_saving_usd, name="--min-saving-usd")
@@ -85,8 +90,8 @@ def report_efficiency(args: argparse.Namespace) -> int:
         return 0
     print("efficiency" + (f" of DAG {args.dag_id}" if args.dag_id else "") + " (measured successful tries)")
     if not rows:
-        if args.dag_id and ledger.last_run_id(args.dag_id) is None:  # as `costaware report` says it
-            print(f"(no entries: the ledger has none for DAG {args.dag_id!r}; check the name)")
+        if why:
+            print(f"(no entries{why})")
         elif args.since or args.until or args.scope not in (None, "*"):
             # --scope's default "*" was named as if given: "no measured tries match --scope *".
             scope = args.scope if args.scope != "*" else None

@@ -17,20 +17,12 @@ from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
-from costaware.cli.arguments import open_ledger, run_asked_for
+from costaware.cli.arguments import open_ledger, run_asked_for, why_empty
 from costaware.cli.output import emit
 from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import format_kg_co2e, total_kg_co2e
 from costaware.core.money import format_usd_exact
 from costaware.settings import costaware_home
-
-
-def _scope_hint(ledger: Any, scope: str) -> str:
-    """Where ``--scope`` names a tag value no recent entry has: the values they have (``churn``)."""
-    from costaware.adapters.ledger.views import scope_hint
-
-    hint = scope_hint(ledger, scope)
-    return f": {hint}" if hint else ""
 
 
 def report(args: argparse.Namespace) -> int:
@@ -140,7 +132,7 @@ def report(args: argparse.Namespace) -> int:
             title += f", run {run_id}"
         print(title)
         if not rows:
-            print(f"(no entries{_why_empty(ledger, args, run_id)})")
+            print(f"(no entries{why_empty(ledger, args, run_id)})")
             if spooled:
                 print(_spool_note(spooled))
             return 0
@@ -157,7 +149,7 @@ def report(args: argparse.Namespace) -> int:
             ]
         )
     if not rows:
-        why = _why_empty(ledger, args, run_id)
+        why = why_empty(ledger, args, run_id)
         if why:  # beside the empty rows a script reads: a mistyped name read as "it cost nothing"
             print(f"costaware: note: no entries{why}", file=sys.stderr)
     from costaware.adapters.ledger.reports import Filters, summary
@@ -236,19 +228,6 @@ def report(args: argparse.Namespace) -> int:
             "(--group-by cause splits their cost)"
         )
     return 0
-
-
-def _why_empty(ledger: Any, args: argparse.Namespace, run_id: str | None) -> str:
-    """``: <why>`` where an empty report's DAG, run or scope is one the ledger has no entry of; else ""."""
-    if args.dag_id and not run_id and ledger.last_run_id(args.dag_id) is None:
-        return f": the ledger has none for DAG {args.dag_id!r}; check the name"
-    if run_id and not ledger.entries(dag_id=args.dag_id, run_id=run_id, limit=1):
-        return (
-            f": the ledger has none for run {run_id!r}"
-            + (f" of DAG {args.dag_id!r}" if args.dag_id else "")
-            + "; check the run id: `costaware runs list` lists them"
-        )
-    return _scope_hint(ledger, args.scope)
 
 
 def _spooled_entries() -> int:
