@@ -309,6 +309,20 @@ def test_runs_show_needs_a_run_id_or_last_with_a_dag(
     assert message in capsys.readouterr().err
 
 
+def test_runs_list_of_a_misspelt_dag_says_so_beside_csv_and_json(
+    measured: Ledger, ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The table said "did you mean"; CSV and JSON gave no runs and exit 0 without a word.
+    for fmt in ("csv", "json"):
+        assert main(["--ledger-url", ledger_url, "runs", "list", "--dag-id", "nigthly", "--format", fmt]) == 0
+        out, err = capsys.readouterr()
+        assert json.loads(out)["runs"] == [] if fmt == "json" else out.count("\n") == 1  # the data alone
+        assert err.startswith("costaware: note: the ledger has no entries for DAG 'nigthly'; check the name")
+        assert "did you mean 'nightly'?" in err
+    assert main(["--ledger-url", ledger_url, "runs", "list", "--dag-id", "nightly", "--format", "csv"]) == 0
+    assert capsys.readouterr().err == ""
+
+
 def test_runs_show_lists_why_an_attempt_ran_on_demand_and_caps_a_long_list(
     ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from decimal import Decimal
 from typing import Any
 
@@ -54,6 +55,13 @@ def list_runs(args: argparse.Namespace) -> int:
     payload = {"runs": _once_per_run(found), "summary": summary.to_json() if summary else None}
     if args.format != "table":
         emit(table, args.format, headers=headers, payload=payload)
+        if not found and args.dag_id and ledger.last_run_id(args.dag_id) is None:
+            # Beside the empty data a script reads (the table says it): a mistyped DAG read as "no runs yet".
+            print(
+                f"costaware: note: the ledger has no entries for DAG {args.dag_id!r}; check the name"
+                f"{dag_hint(ledger, args.dag_id)}",
+                file=sys.stderr,
+            )
         return 0
     if not found:
         whose = f" of DAG {args.dag_id!r}" if args.dag_id else ""
