@@ -355,6 +355,24 @@ def test_budget_holds_lists_what_is_reserved_and_by_which_task(
     assert "scheduled__0" not in table  # settled: no longer held
     assert main(["--ledger-url", ledger_url, "budget", "holds", "--scope", "project=none"]) == 0
     assert "no open holds of project=none: nothing is reserved" in capsys.readouterr().out
+    # A mistyped tag read as "nothing is reserved" while a task held money under the real one.
+    ledger.record(
+        LedgerEntry("retrain", "scheduled__0", "train", Kind.COMPUTE, Decimal(1), tags={"project": "churn"})
+    )
+    assert main(["--ledger-url", ledger_url, "budget", "holds", "--scope", "project=chrun"]) == 0
+    assert (
+        "nothing is reserved (no recent entry has project=chrun; check its spelling and case (project: churn"
+        in (capsys.readouterr().out)
+    )
+    assert (
+        main(["--ledger-url", ledger_url, "budget", "holds", "--scope", "project=chrun", "--format", "json"])
+        == 0
+    )
+    out, err = capsys.readouterr()
+    assert (
+        json.loads(out) == []
+        and "note: no open holds of project=chrun: no recent entry has project=chrun" in err
+    )
     with pytest.raises(SystemExit, match="2"):
         main(["--ledger-url", ledger_url, "budget", "holds", "--scope", ""])
     assert "argument --scope: empty: give a value (only holds of" in capsys.readouterr().err

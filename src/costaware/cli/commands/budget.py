@@ -288,9 +288,19 @@ def budget_holds(args: argparse.Namespace) -> int:
     wanted = Scope.parse(args.scope)
     holds = [r for r in ledger.open_reservations() if wanted.covers(r.scope)]
     holds.sort(key=lambda r: r.created_at)
-    if not holds and args.format == "table":
-        print(f"no open holds{'' if str(wanted) == '*' else f' of {wanted}'}: nothing is reserved")
-        return 0
+    if not holds:
+        from costaware.adapters.ledger.views import scope_hint
+
+        # A mistyped tag read as "nothing is reserved" while a task held money under the real one.
+        hint = scope_hint(ledger, str(wanted)) if str(wanted) != "*" else ""
+        if args.format == "table":
+            print(
+                f"no open holds{'' if str(wanted) == '*' else f' of {wanted}'}: nothing is reserved"
+                + (f" ({hint})" if hint else "")
+            )
+            return 0
+        if hint:
+            print(f"costaware: note: no open holds of {wanted}: {hint}", file=sys.stderr)
     # A training's attempts are billed while its hold stays open: what is left of it is what is reserved.
     paid = ledger.paid_from([r.id for r in holds])
     rows = [
