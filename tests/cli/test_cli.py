@@ -700,6 +700,14 @@ def test_budget_show_names_the_per_run_budgets_it_cannot_show_without_a_run(
     Ledger.from_url(ledger_url).reserve("project=r", "1", holder="d/x/train/-1", run_id="x")
     assert main([*argv, "show", "--scope", "project=r", "--run-id", "x"]) == 0
     assert "no entry or hold" not in capsys.readouterr().err
+    # JSON: every row has the same keys (the per-run one lacked runs_left and forecast_above_cap).
+    assert (
+        main([*argv, "show", "--scope", "project=r", "--run-id", "x", "--format", "json", "--no-schedule"])
+        == 0
+    )
+    rows = {row["budget"]: row for row in json.loads(capsys.readouterr().out)}
+    month, run = rows["project=r/month"], rows["project=r/run"]
+    assert set(run) == set(month) and (run["runs_left"], run["forecast_above_cap"]) == (None, None)
 
 
 def test_the_report_says_when_cost_entries_wait_in_this_machine_s_spool(

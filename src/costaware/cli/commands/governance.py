@@ -50,7 +50,16 @@ def forecast_rows(ledger: Any, usages: Sequence[Any], *, schedule: Any = None) -
     for usage in usages:
         budget = by_label.get(usage.label)
         if budget is None or budget.period is Period.RUN:
-            out.append({"forecast_usd": None, "forecast_low_usd": None, "forecast_high_usd": None})
+            # The same keys as a forecast row: a script reading row["runs_left"] failed on a per-run budget.
+            out.append(
+                {
+                    "forecast_usd": None,
+                    "forecast_low_usd": None,
+                    "forecast_high_usd": None,
+                    "runs_left": None,
+                    "forecast_above_cap": None,
+                }
+            )
             continue
         f = budget_outlook(ledger, budget, schedule, at=at).forecast
         out.append(
