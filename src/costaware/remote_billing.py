@@ -62,6 +62,41 @@ class AttemptBilling:
         except CostawareError:
             return None  # no source has it there: the plan's price
 
+    def _ran_on_scale(self, plan: RemotePlan, job: Mapping[str, Any]) -> Decimal:
+        """The ratio of the on-demand prices of the type ``job`` ran on and the plan's; 1 where the same.
+
+        Batch (a compute environment's choice) and Kubernetes (a node pool's) may run a job on another type
+        than the plan's, which priced it: that type's price, as a ratio, so a dearer one is not under-billed.
+        """
+        from costaware.adapters.price_source import list_price
+        from costaware.core.errors import CostawareError
+
+        ran_on = str(job.get("instance_type") or "").removeprefix("ml.")
+        planned = plan.instance_type.removeprefix("ml.")
+        if not ran_on or ran_on == planned:
+            return Decimal(1)
+        try:
+            conn = self.ledger_hook.get_conn()
+            scale = list_price(conn, ran_on, plan.region) / list_price(conn, planned, plan.region)
+        except (CostawareError, ArithmeticError) as e:
+            self.log.warning(
+                "job %s ran on %s, not the planned %s, whose price is unknown (%s): billed at %s's price",
+                job.get("job_id"),
+                ran_on,
+                planned,
+                e,
+                planned,
+            )
+            return Decimal(1)
+        self.log.warning(
+            "job %s ran on %s, not the planned %s: billed at %.3fx its price (their on-demand prices)",
+            job.get("job_id"),
+            ran_on,
+            planned,
+            scale,
+        )
+        return scale
+
     def _billed_spot_rate(self, state: AttemptState, job: Mapping[str, Any]) -> Decimal:
         """The spot USD/hour an attempt is billed at.
 
@@ -155,13 +190,15 @@ class AttemptBilling:
             rate = Decimal(state.plan.on_demand_usd_per_hour)
         # An attempt in a zone of another region: its savings are against that region's on-demand price.
         zone = state.current.zone if state.current else ""
+        on_demand = self._on_demand_in(state.plan, zone) or Decimal(state.plan.on_demand_usd_per_hour)
+        scale = self._ran_on_scale(state.plan, job)
         entry, attempt = billed_attempt(
             state,
             job,
             cause,
-            rate,
+            rate * scale,
             committed_step=committed_step,
-            on_demand_usd_per_hour=self._on_demand_in(state.plan, zone),
+            on_demand_usd_per_hour=on_demand * scale,
         )
         ledger = self.ledger_hook.get_conn()
         hold = gate_reservation(ledger, state.plan)  # the spend gate's, or the task's own (budget_scope)

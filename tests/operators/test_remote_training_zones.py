@@ -171,6 +171,34 @@ def test_a_moves_egress_is_billed_once_its_attempt_has_run_in_another_region(led
     assert any(n.startswith("attempt 4 moved from us-east-1 to us-west-2a") for n in notes)
 
 
+@pytest.mark.parametrize(
+    ("ran_on", "times"), [("m5.large", 1), ("m5.2xlarge", 4), ("", 1), ("x9.unknown", 1)]
+)
+def test_an_attempt_is_billed_at_the_price_of_the_type_it_ran_on(
+    ledger: Any, ran_on: str, times: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Batch's compute environment (or a Kubernetes node pool) may run a job on another type than the
+    # plan's: it was billed at the planned m5.large's price while the ledger named the dearer type.
+    from attempt_states import CAPTURED  # tests/support/
+
+    from costaware.remote_billing import KilledTrainingBilling
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan
+
+    plan = RemotePlan.from_json(CAPTURED)
+    assert (plan.instance_type, plan.region) == ("m5.large", "us-east-1")
+    state = AttemptState(plan=plan, spot_usd_per_hour="0.05").submitted(job_id="train-a1", market="spot")
+    billing = KilledTrainingBilling(
+        ledger_conn_id="costaware_ledger", aws_conn_id=None, log=logging.getLogger(__name__)
+    )
+    job = {"job_id": "train-a1", "state": "succeeded", "market": "spot", "instance_type": ran_on}
+    billing._bill_attempt(state, {**job, "billable_seconds": 3600.0, "ended_at": time.time()}, None)
+    (entry,) = [e for e in ledger.entries() if e["task_id"] == "train"]
+    assert Decimal(str(entry["usd"])) == Decimal("0.05") * times
+    if ran_on == "x9.unknown":
+        assert "whose price is unknown" in caplog.text
+
+
 def test_a_followed_job_keeps_its_own_market_and_zone(tmp_path: Path) -> None:
     from costaware.adapters.compute.base import JobState, JobStatus
 
@@ -540,7 +568,12 @@ def test_sagemaker_managed_spot_billable_time_is_priced_at_on_demand(ledger: Any
     from costaware.training.attempts import AttemptState
     from costaware.training.plan import RemotePlan
 
-    plan = replace(RemotePlan.from_json(CAPTURED), backend="sagemaker", on_demand_usd_per_hour="4")
+    plan = replace(
+        RemotePlan.from_json(CAPTURED),
+        backend="sagemaker",
+        instance_type="ml.g5.xlarge",  # the type the job runs on (another would be priced at its own)
+        on_demand_usd_per_hour="4",
+    )
     state = AttemptState(plan=plan, spot_usd_per_hour="1.2")
     billing = KilledTrainingBilling(
         ledger_conn_id="costaware_ledger", aws_conn_id=None, log=logging.getLogger(__name__)
