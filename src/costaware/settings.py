@@ -14,6 +14,7 @@ in ``costaware.adapters.compute.job_contract`` and the runtime.
 
 from __future__ import annotations
 
+import configparser
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,9 +87,10 @@ OPTIONS: dict[str, Option] = {
         Option(
             "alert_thresholds",
             "Budget alert thresholds for budgets without their own rules: percentages of the cap and "
-            "'forecast' (forecast above cap); empty: 50%,80%,100%,forecast. See docs/governance.md.",
+            "'forecast' (forecast above cap); empty: 50%,80%,100%,forecast. In airflow.cfg write each % "
+            "as %% (an environment variable takes it as is). See docs/governance.md.",
             "",
-            "50%,80%,100%,forecast",
+            "50%%,80%%,100%%,forecast",
         ),
         Option(
             "alert_notifiers",
@@ -132,7 +134,17 @@ def option(name: str) -> str:
         from airflow.sdk import conf
     except ImportError:  # the CLI on a machine without Airflow reads the variable Airflow would
         return os.environ.get(f"AIRFLOW__{SECTION.upper()}__{name.upper()}", default)
-    return str(conf.get(SECTION, name, fallback=default))
+    try:
+        return str(conf.get(SECTION, name, fallback=default))
+    except configparser.InterpolationError as e:
+        from costaware.core.errors import ConfigurationError
+
+        # airflow.cfg reads '%' as the start of an interpolation: `alert_thresholds = 50%,80%` failed the
+        # alert check after every try and `costaware alerts list` with configparser's traceback.
+        raise ConfigurationError(
+            f"[costaware] {name} in airflow.cfg cannot be read ({e}): write each '%' as '%%' there "
+            f"(e.g. 50%%,80%%), or set AIRFLOW__{SECTION.upper()}__{name.upper()} with a single '%'"
+        ) from e
 
 
 def airflow_home() -> Path:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from airflow.sdk import BaseNotifier
 from airflow.timetables.trigger import CronTriggerTimetable
+from airflow_cfg import airflow_cfg
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
@@ -341,6 +342,19 @@ def test_a_bad_configured_alert_setting_silences_no_budget(
         and "defaults 50%,80%,100%,forecast" in caplog.text
     )
     assert "[costaware] alert_notifiers is refused" in caplog.text
+
+
+def test_a_percent_airflow_cfg_cannot_read_silences_no_budget(
+    ledger: Ledger, caplog: pytest.LogCaptureFixture
+) -> None:
+    # configparser's InterpolationSyntaxError for `alert_thresholds = 50%,80%` escaped the check after
+    # every try: no budget's alert was sent, those with rules of their own neither.
+    ledger.set_budget("project=churn", "month", "10", actor="lead")
+    run_cost(ledger, 1, "6")
+    with airflow_cfg("costaware", "alert_thresholds = 50%,80%\n"):
+        alerts = check_budget_alerts(ledger, TAGS, notifiers=[])
+    assert [a.threshold for a in alerts] == ["50%"]  # the built-in thresholds stood in
+    assert "alert_thresholds in airflow.cfg cannot be read" in caplog.text and "'%%'" in caplog.text
 
 
 def test_thresholds_a_caller_passes_are_its_own_and_a_bad_one_raises(ledger: Ledger) -> None:
