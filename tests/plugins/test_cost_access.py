@@ -251,6 +251,35 @@ def test_bad_budget_changes_are_refused_and_not_recorded(
     assert len(audit_log(ledger_with_two_teams)) == before
 
 
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        ({"scope": "project churn"}, "scope part 'project churn' of 'project churn' is not key=value"),
+        ({"scope": ""}, "scope is empty: give the tags it counts"),
+        ({"scope": "1project=churn"}, "tag name '1project' is not allowed: start with a letter"),
+        ({"period": "monthly"}, "unknown budget period 'monthly': use one of run, day, month, total"),
+    ],
+)
+def test_a_scope_or_period_the_api_cannot_read_names_the_value(body: dict[str, str], said: str) -> None:
+    # The field's regex was the only explanation: "String should match pattern '^(\\*|[A-Za-z]...".
+    cost_app.dependency_overrides[require_login] = lambda: USERS["adm"]
+    change = {"scope": "project=churn", "period": "month", "cap_usd": "5", **body}
+    response = TestClient(cost_app).post("/api/budgets", json=change)
+    assert response.status_code == 422 and said in response.text, response.text
+    assert "should match pattern" not in response.text
+
+
+def test_a_scope_is_read_as_the_cli_reads_it(ledger_with_two_teams: Ledger) -> None:
+    # `costaware budget set --scope 'project = churn, team = ml'` and the page's filter took the spaces;
+    # the API refused them with its regex.
+    cost_app.dependency_overrides[require_login] = lambda: USERS["adm"]
+    body = {"scope": " project = churn , team = ml ", "period": " Month ", "cap_usd": "7"}
+    response = TestClient(cost_app).post("/api/budgets", json=body)
+    assert response.status_code == 200 and response.json()["budget"] == "project=churn,team=ml/month"
+    caps = [b.cap_usd for b in ledger_with_two_teams.budgets() if str(b.scope) == "project=churn,team=ml"]
+    assert caps == [7]
+
+
 def test_an_unreadable_ledger_is_said_on_the_page_and_in_json(
     ledger_with_two_teams: Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from costaware.plugins.ui.datamodels.common import Answer, usd_field
-from costaware.plugins.ui.filters import MAX_SCOPE_TAGS, PERIOD_PATTERN, SCOPE_PATTERN
+from costaware.plugins.ui.filters import MAX_SCOPE_TAGS, PERIOD_PATTERN, SCOPE_PATTERN, tidy_scope
 
 if TYPE_CHECKING:
     from costaware.adapters.ledger.gate_requests import GateRequest
@@ -91,6 +92,46 @@ class BudgetChange(BaseModel):
         max_length=64,
         description="Where days and months start; left out: the budget's own, else UTC.",
     )
+
+    @field_validator("scope", mode="before")
+    @classmethod
+    def _scope(cls, value: Any) -> Any:
+        """The scope as the CLI reads it (``project = churn``: ``project=churn``), else a named error.
+
+        The pattern alone refused ``project = churn`` and ``project churn`` with the regex as the only
+        explanation.
+        """
+        from costaware.core.budgets import Scope
+        from costaware.core.errors import InvalidBudgetError
+
+        if not isinstance(value, str):
+            return value  # pydantic's own "Input should be a valid string"
+        scope = tidy_scope(value)
+        if not re.fullmatch(SCOPE_PATTERN, scope):
+            try:
+                Scope.given(scope)  # its message says which part is wrong
+            except InvalidBudgetError as e:
+                raise ValueError(str(e)) from e
+            raise ValueError(
+                f"scope {value!r} is not tags such as project=churn or project=churn,team=ml (a tag name "
+                "starts with a letter, up to 64 letters, digits, '_', '.', '-'; a value up to 128 "
+                "characters, no ',' or '='), or * for all spend"
+            )
+        return scope
+
+    @field_validator("period", mode="before")
+    @classmethod
+    def _period(cls, value: Any) -> Any:
+        """A period the ledger knows, else an error naming the value and the choices."""
+        from costaware.core.budgets import Period
+        from costaware.core.errors import InvalidBudgetError
+
+        if not isinstance(value, str):
+            return value
+        try:
+            return Period.parse(value.strip()).value
+        except InvalidBudgetError as e:
+            raise ValueError(str(e)) from e
 
     @field_validator("cap_usd", "cap_gpu_hours", mode="before")
     @classmethod
