@@ -127,3 +127,10 @@ def test_too_few_tries_are_said_not_read_as_no_cheaper_type(client: TestClient) 
     since = (datetime.now(timezone.utc) - timedelta(days=2, hours=12)).isoformat()
     html = client.get("/", params={"since": since}).text
     assert "Too few measured tries to suggest a type: right-sizing needs 3 or more" in html
+
+
+def test_no_measured_try_is_said_not_read_as_no_cheaper_type(client: TestClient) -> None:
+    # An empty ledger, or filters that select no try, read "No cheaper instance type fits the measured tries".
+    html = client.get("/", params={"dag_id": "another_dag"}).text
+    assert "no measured tries in this range" in html
+    assert "Too few measured tries to suggest a type" in html and "No cheaper instance type" not in html
