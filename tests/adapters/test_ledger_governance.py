@@ -212,6 +212,17 @@ def test_forecast_without_a_schedule_is_what_is_committed(ledger: Ledger) -> Non
     assert (f.forecast_usd, f.low_usd, f.high_usd, f.runs_left) == (D(7), D(7), D(7), 0)
 
 
+def test_an_alert_message_gives_every_figure_to_the_micro_dollar() -> None:
+    from costaware.notifications.budget import BudgetAlert
+
+    # A forecast of $12.000009 read "$12.00" beside "spent $0.000009": figures that did not add up.
+    alert = BudgetAlert("project=churn/month", "2026-11", "forecast", D("0.000009"), D(10), D("12.000009"))
+    assert alert.message == (
+        "costaware budget 'project=churn/month' (2026-11) is forecast to end the period at $12.000009, "
+        "above its cap: spent $0.000009 of $10.00, forecast $12.000009"
+    )
+
+
 def test_a_budget_rule_picks_its_own_thresholds_and_notifier(ledger: Ledger, tmp_path: Path) -> None:
     from costaware.adapters.ledger.governance import set_alert_rule
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from costaware.core.budget_forecast import DEFAULT_THRESHOLDS, FORECAST, crossed_thresholds, parse_thresholds
 from costaware.core.errors import BudgetNotFoundError, ConfigurationError
-from costaware.core.money import format_usd
+from costaware.core.money import format_usd_exact
 from costaware.glue import DEFAULT_LEDGER_CONN_ID
 from costaware.settings import option
 
@@ -45,14 +45,16 @@ class BudgetAlert:
 
     @property
     def message(self) -> str:
+        # Every digit to the micro-dollar, as on the Cost page: a forecast of $12.000009 read "$12.00" next
+        # to "spent $0.000009", figures that no longer added up.
         if self.threshold == FORECAST:
-            what = f"is forecast to end the period at {format_usd(self.forecast_usd)}, above its cap"
+            what = f"is forecast to end the period at {format_usd_exact(self.forecast_usd)}, above its cap"
         else:
             what = f"passed {self.threshold} of its cap"
         return (
             f"costaware budget '{self.budget}' ({self.period_key}) {what}: spent "
-            f"{format_usd(self.spent_usd)} of {format_usd(self.cap_usd)}, "
-            f"forecast {format_usd(self.forecast_usd)}"
+            f"{format_usd_exact(self.spent_usd)} of {format_usd_exact(self.cap_usd)}, "
+            f"forecast {format_usd_exact(self.forecast_usd)}"
         )
 
     def as_dict(self) -> dict[str, str]:
