@@ -88,6 +88,18 @@ def test_api_summary_and_spend(client: TestClient) -> None:
     assert client.get("/api/daily").json()["points"][0]["group"] == "retrain"
 
 
+def test_a_budget_says_what_spend_gates_hold_in_it(filled: Ledger, client: TestClient) -> None:
+    # An approved overage read "-$56.50 left" beside "spent $6.50": the money held was on no part of the page.
+    def budgets() -> str:
+        page = client.get("/").text
+        return page[page.index("<h2>Budgets</h2>") : page.index("<h2>Spend by tag</h2>")]
+
+    assert "Budget project=churn/month (" in budgets() and "reserved by spend gates" not in budgets()
+    filled.reserve("project=churn", "150", holder="retrain/r9/spend_gate/-1", approved_by="ann")
+    assert ": -$56.50 left" in budgets()
+    assert "$150.00 reserved by spend gates, not spent yet: counted in what is left." in budgets()
+
+
 def test_the_costliest_tries_say_why_in_the_api_and_on_the_page(filled: Ledger, client: TestClient) -> None:
     """A try's cause and note (why it failed, why it ran on on-demand) reach the JSON and the page's table,
     the whole note in the cell's tooltip however the cell cuts it."""
