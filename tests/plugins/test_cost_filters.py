@@ -252,6 +252,25 @@ def test_a_scope_with_too_many_tags_is_a_422_that_states_the_limit(
     assert "sqlite" not in response.text and ledger_url.removeprefix("sqlite:///") not in response.text
 
 
+@pytest.mark.parametrize("path", [*JSON_ROUTES, "/api/budgets"])
+@pytest.mark.parametrize("scope", ["project", "project = churn", "1project=churn"])
+def test_a_scope_that_is_not_tags_is_a_422_that_names_it(client: TestClient, path: str, scope: str) -> None:
+    # The answer was pydantic's "String should match pattern '^(\\*|[A-Za-z][A-Za-z0-9_.-]{0,63}=...'".
+    response = client.get(path, params={"scope": scope})
+    assert response.status_code == 422, response.text
+    detail = response.json()["detail"]
+    assert detail.startswith(f"scope: {scope!r} is not a tag filter such as project=churn"), detail
+    assert "should match pattern" not in response.text
+
+
+def test_the_scope_filter_keeps_its_pattern_in_the_openapi(client: TestClient) -> None:
+    from costaware.plugins.ui.filters import SCOPE_PATTERN
+
+    schema = client.get("/openapi.json").json()
+    (scope,) = [p for p in schema["paths"]["/api/summary"]["get"]["parameters"] if p["name"] == "scope"]
+    assert scope["schema"]["pattern"] == SCOPE_PATTERN
+
+
 def test_fifty_tags_still_filter(client: TestClient) -> None:
     assert client.get("/api/summary", params={"scope": many_tags(50)}).json()["usd"] == "0.000000"
     assert client.get("/", params={"scope": many_tags(50)}).status_code == 200

@@ -60,7 +60,8 @@ DagId = Annotated[str | None, Query(pattern=DAG_ID_PATTERN, description="Only th
 ScopeQ = Annotated[
     str,
     Query(
-        pattern=SCOPE_PATTERN,
+        # Checked by scope_problem, whose 422 names the value: the pattern's own error showed only the regex.
+        json_schema_extra={"pattern": SCOPE_PATTERN},
         description=f"Tag filter such as project=churn,team=ml (at most {MAX_SCOPE_TAGS} tags).",
     ),
 ]
@@ -87,12 +88,17 @@ def utc_instant(value: datetime) -> tuple[datetime | None, str | None]:
 
 
 def scope_problem(scope: str) -> str | None:
-    """What is wrong with ``scope`` as a filter (too many tags), or None when nothing is."""
+    """What is wrong with ``scope`` as a filter (too many tags, not tags), or None when nothing is."""
     tags = 0 if scope.strip() in ("", "*") else scope.count(",") + 1
     if tags > MAX_SCOPE_TAGS:
         return (
             f"{tags:,} tags given, at most {MAX_SCOPE_TAGS} are allowed: "
             "filter on the few tags that matter, e.g. project=churn,team=ml"
+        )
+    if not re.fullmatch(SCOPE_PATTERN, scope):
+        return (
+            f"{scope!r} is not a tag filter such as project=churn or project=churn,team=ml (a tag name "
+            "starts with a letter, no spaces around ',' and '=', no ',' or '=' in a value); * for all spend"
         )
     return None
 
