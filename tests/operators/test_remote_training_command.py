@@ -14,6 +14,7 @@ import signal
 import sys
 import time
 from dataclasses import replace
+from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -288,6 +289,15 @@ def test_stop_sends_sigterm_and_kills_after_the_grace_period(tmp_path: Path) -> 
         ({"priority": "high"}, "priority 'high' is unknown; choose one of critical, normal, best_effort"),
         ({"poll_interval": 0}, "poll_interval must be seconds > 0, got 0"),
         ({"budget_scope": "flight-delays"}, "scope part 'flight-delays' of 'flight-delays' is not key=value"),
+        # Written out, these passed the parse and failed the task only when it ran (after a spend gate).
+        ({"deadline": "2026-12-01T08:00:00"}, "deadline 2026-12-01T08:00:00 has no time zone"),
+        ({"deadline": datetime(2026, 12, 1, 8)}, "deadline 2026-12-01T08:00:00 has no time zone"),
+        ({"deadline": "tomorrow 8am"}, "deadline 'tomorrow 8am' is not ISO-8601"),
+        ({"latest_start": "2026-12-01T06:00:00"}, "latest_start 2026-12-01T06:00:00 has no time zone"),
+        (
+            {"deadline": "2026-12-01T08:00:00Z", "latest_start": "2026-12-01T09:00:00Z"},
+            r"latest_start 2026-12-01T09:00:00\+00:00 is after the deadline 2026-12-01T08:00:00\+00:00",
+        ),
         # Before, a command took any interval: "fast" failed at the first submit with a raw ValueError,
         # and -5 launched a job that failed on it.
         *(
@@ -304,6 +314,11 @@ def test_bad_arguments_fail_when_the_dag_is_parsed(
 ) -> None:
     with pytest.raises(ConfigurationError, match=message):
         operator(tmp_path, "ok", **kwargs)
+
+
+def test_a_templated_deadline_is_checked_once_rendered_not_when_parsed(tmp_path: Path) -> None:
+    train = operator(tmp_path, "ok", deadline="{{ params.deadline }}", latest_start="{{ params.latest }}")
+    assert train.deadline == "{{ params.deadline }}"
 
 
 @pytest.mark.parametrize("every", [None, "auto", " Auto ", 60, 0.5])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,7 @@ from costaware.adapters.compute.job_contract import check_grace_seconds
 from costaware.adapters.spot_market import check_prices
 from costaware.core.carbon import Objective
 from costaware.core.errors import ConfigurationError
+from costaware.core.series import parse_instant
 from costaware.core.spot_window import check_priority
 from costaware.glue import as_bool, check_tags
 from costaware.operators.templating import is_literal, literal_text
@@ -207,6 +209,7 @@ class RemotePlanArguments:
         self.job_region = region
         self.spot_usd_per_hour = spot_usd_per_hour
         self.on_demand_usd_per_hour = on_demand_usd_per_hour
+        _check_instants_written(deadline, latest_start)
         self.deadline = deadline
         self.latest_start = latest_start
         self.tags = check_tags(tags or {}, owner=f"{type(self).__name__} {self.task_id!r}")
@@ -309,6 +312,29 @@ class RemotePlanArguments:
             objective=Objective.parse(self.objective, self.carbon_usd_per_tonne).name,
             carbon_usd_per_tonne=self.carbon_usd_per_tonne,
             carbon=self.carbon,
+        )
+
+
+def _check_instants_written(deadline: Any, latest_start: Any) -> None:
+    """Check a deadline and latest start written out in the DAG now, as the plan reads them once rendered.
+
+    A naive or mistyped time passed the parse and failed the task only when it ran, after a spend gate had
+    reserved its money (the spot window sensor refuses the same values as the DAG is parsed).
+
+    Raises:
+        ConfigurationError: a time that is not ISO-8601 or has no time zone, or a latest start after the
+            deadline, named.
+    """
+    instants = {
+        name: parse_instant(value, name=name)
+        for name, value in (("deadline", deadline), ("latest_start", latest_start))
+        if blank(value) is not None and (is_literal(value) or isinstance(value, datetime))
+    }
+    if len(instants) == 2 and instants["latest_start"] > instants["deadline"]:
+        raise ConfigurationError(
+            f"latest_start {instants['latest_start'].isoformat()} is after the deadline "
+            f"{instants['deadline'].isoformat()}: the last moment to start on-demand must come before the "
+            "deadline"
         )
 
 
