@@ -15,6 +15,7 @@ from spot_history import now, write_history
 
 from costaware.adapters.carbon_data import bundled_carbon
 from costaware.adapters.spot_market import instance_power_kw
+from costaware.core.errors import ConfigurationError
 from costaware.sensors.spot_window import SpotWindowSensor
 from costaware.triggers.spot_window import SpotWindowTrigger
 
@@ -140,3 +141,23 @@ def test_bad_objective_arguments_fail_the_task_naming_the_value(
         setattr(sensor, name, value)
     with pytest.raises(AirflowFailException, match=message):
         sensor.execute({"run_id": "manual__bad"})
+
+
+def test_an_imported_zone_written_in_another_case_is_named_when_parsed_and_when_rendered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # "pl" for an imported "PL" was refused as not bundled, naming only the bundled zones.
+    from costaware.cli import main
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    recorded = tmp_path / "PL_2026.csv"
+    gb_restamped(recorded)
+    assert main(["carbon", "import", str(recorded), "--zone", "PL"]) == 0
+    hint = "grid zone 'pl': did you mean 'PL', imported with `costaware carbon import`"
+    with pytest.raises(ConfigurationError, match=hint):
+        make_sensor(tmp_path, objective="carbon", carbon="pl")
+    sensor = make_sensor(tmp_path, objective="carbon", carbon="{{ params.zone }}")
+    sensor.carbon = "pl"  # as rendered
+    with pytest.raises(AirflowFailException, match=hint):
+        sensor.execute({"run_id": "manual__pl"})
+    assert make_sensor(tmp_path, objective="carbon", carbon="PL").carbon == "PL"

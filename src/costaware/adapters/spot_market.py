@@ -313,7 +313,35 @@ def carbon_intensity(
             "known grid zone: pass carbon= a grid zone (e.g. 'GB', 'US-CAL-CISO') or a recorded "
             "carbon intensity CSV path"
         )
-    return imported_carbon(zone, at or utcnow()) or bundled_carbon(zone)
+    series = imported_carbon(zone, at or utcnow())
+    if series is None:
+        check_grid_zone(zone)
+    return series or bundled_carbon(zone)
+
+
+def check_grid_zone(zone: str) -> None:
+    """Refuse a grid zone neither imported nor bundled; names only, nothing is read.
+
+    An imported zone written in another case ("pl" for an imported "PL") was refused as not bundled, with
+    the bundled zones only: the import the user had made was never named.
+
+    Raises:
+        ConfigurationError: the zone, the imported or bundled name where only its case differs, and the
+            zones that are bundled.
+    """
+    from costaware.adapters.carbon_data import check_bundled_zone
+    from costaware.adapters.carbon_source import imported_zones
+
+    imported = imported_zones()
+    if zone in imported:
+        return
+    same = [name for name in imported if name.lower() == zone.lower()]
+    if same:
+        raise ConfigurationError(
+            f"no carbon intensity for grid zone {zone!r}: did you mean {same[0]!r}, imported with "
+            "`costaware carbon import`? Zone names are case-sensitive"
+        )
+    check_bundled_zone(zone)
 
 
 def check_local_file(path: str, name: str, what: str, *, columns: Sequence[Sequence[str]] = ()) -> None:
@@ -364,8 +392,7 @@ def check_carbon_source(carbon: str | None, *, region: str | None, objective: Ob
     Raises:
         ConfigurationError: the zone, path or region, named, with what to pass.
     """
-    from costaware.adapters.carbon_data import INTENSITY_COLUMNS, bundled_zones, check_bundled_zone, grid_zone
-    from costaware.adapters.carbon_source import imported_zones
+    from costaware.adapters.carbon_data import INTENSITY_COLUMNS, bundled_zones, grid_zone
 
     if not objective.needs_carbon:
         return
@@ -383,8 +410,7 @@ def check_carbon_source(carbon: str | None, *, region: str | None, objective: Ob
         intensity = tuple(INTENSITY_COLUMNS.values())
         check_local_file(text, "carbon", what, columns=[("timestamp_utc",), intensity])
         return
-    if text not in imported_zones():  # an imported zone ("PL") is read as a bundled one is
-        check_bundled_zone(text)
+    check_grid_zone(text)  # an imported zone ("PL") is read as a bundled one is
 
 
 def instance_power_kw(instance_type: str, region: str) -> float:
