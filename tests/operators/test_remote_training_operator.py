@@ -667,6 +667,26 @@ def test_spot_job_without_capacity_falls_back_to_on_demand_at_the_latest_start(
     assert "on-demand:" not in entries[0]["note"]
 
 
+def test_a_spot_decision_past_its_latest_safe_start_runs_attempt_1_on_demand(
+    tmp_path: Path, data: Path, ledger: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A past deadline: attempt 1 was submitted on spot, stopped at its first poll and billed as "no spot
+    # capacity by the latest safe start", then attempt 2 ran on on-demand.
+    late = decision(deadline="2025-01-01T01:00:00+00:00", latest_start="2025-01-01T00:50:00+00:00")
+    result, deferrals = drive(operator(tmp_path, spot_decision=late), context_for())
+    assert deferrals == 1
+    (only,) = result["attempts"]
+    assert (only["market"], only["cause"]) == ("on_demand", "success")
+    why = (
+        "the latest safe start 2025-01-01T00:50:00+00:00 for the deadline 2025-01-01T01:00:00+00:00 "
+        "had passed"
+    )
+    assert only["market_reason"].startswith(why)
+    (entry,) = [e for e in ledger.entries() if e["task_id"] == "train" and e["cause"] != "orchestration"]
+    assert entry["market"] == "on_demand" and f"on-demand: {why}" in entry["note"]
+    assert f"attempt 1 on on-demand: {why}" in capsys.readouterr().out
+
+
 def test_local_backend_submit_is_idempotent_by_job_name(tmp_path: Path) -> None:
     backend = open_backend("local", {"root": str(tmp_path / "jobs")})
     request = JobRequest(

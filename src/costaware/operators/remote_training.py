@@ -558,6 +558,8 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
                 state = self._start(context)
                 _tag_this_try(context, state)
                 state = self._reserve(state)
+                if state.plan.first_market_reason and not self._retry:
+                    self.log.info("attempt 1 on on-demand: %s", state.plan.first_market_reason)
                 state = self._submit(state, state.plan.first_market, state.plan.first_market_reason)
             return self._wait(context, state)
 

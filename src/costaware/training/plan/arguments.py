@@ -245,6 +245,16 @@ def make_plan(
             f"latest_start {latest.isoformat()} is after the deadline {deadline.isoformat()}: the last "
             "moment to start on-demand must come before the deadline"
         )
+    first_market_reason = _decided_on_demand(args, decision)
+    if market == "spot" and latest is not None and now is not None and now >= latest:
+        # Submitted on spot, attempt 1 was stopped at its first poll for on-demand, and billed as "no spot
+        # capacity by the latest safe start": past that start only on-demand can still meet the deadline.
+        market = "on_demand"
+        by = f" for the deadline {deadline.isoformat()}" if deadline is not None else ""
+        first_market_reason = (
+            f"the latest safe start {latest.isoformat()}{by} had passed when the task started: "
+            "only on-demand can still finish in time"
+        )
     estimated = decision.estimated_usd
     # Read here only for "auto": otherwise it belongs to pause_on_price, whose check names itself.
     runtime = (
@@ -285,7 +295,7 @@ def make_plan(
         tags=dict(tags),
         estimated_usd=str(estimated) if estimated else None,
         first_market=market,
-        first_market_reason=_decided_on_demand(args, decision),
+        first_market_reason=first_market_reason,
         checkpoint_every_seconds=every_seconds,
         watch=watch_plan(args, decision, deadline=deadline, region=region),
         billing=billing_plan(args, decision, backend=backend),
