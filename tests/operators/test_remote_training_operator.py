@@ -687,6 +687,46 @@ def test_a_spot_decision_past_its_latest_safe_start_runs_attempt_1_on_demand(
     assert f"attempt 1 on on-demand: {why}" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(
+    ("spot_task_id", "wired", "message"),
+    [
+        (
+            "spot_windw",
+            True,
+            "spot_task_id 'spot_windw' names no task of DAG 'remote_dag': did you mean 'spot_window'",
+        ),
+        (
+            "xyz",
+            True,
+            "spot_task_id 'xyz' names no task of DAG 'remote_dag': its tasks are spot_window, train",
+        ),
+        (
+            "spot_window",
+            False,
+            "task 'spot_window' left no spot decision in XCom: it is not upstream of 'train', so it need not "
+            "have run first; set spot_window >> train",
+        ),
+        ("spot_window", True, "task 'spot_window' left no spot decision in XCom: check spot_task_id"),
+    ],
+)
+def test_a_spot_task_id_that_left_no_decision_says_whether_it_is_misspelt_or_not_upstream(
+    tmp_path: Path, ledger: Any, spot_task_id: str, wired: bool, message: str
+) -> None:
+    # "check spot_task_id" alone left the typo, or the missing `>>`, to be found by hand.
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG
+
+    with DAG("remote_dag", schedule=None) as dag:
+        window = EmptyOperator(task_id="spot_window")
+        train = operator(tmp_path, spot_decision=None, spot_task_id=spot_task_id)
+        if wired:
+            window >> train
+    with pytest.raises(AirflowFailException, match=re.escape(message)):
+        train.execute({**context_for(), "dag": dag, "task": train})
+    assert not (tmp_path / "jobs").exists()
+    assert [e for e in ledger.entries() if e["task_id"] == "train"] == []
+
+
 def test_local_backend_submit_is_idempotent_by_job_name(tmp_path: Path) -> None:
     backend = open_backend("local", {"root": str(tmp_path / "jobs")})
     request = JobRequest(

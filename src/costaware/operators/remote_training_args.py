@@ -258,11 +258,30 @@ class RemotePlanArguments:
             ti = context.get("ti")
             pulled = ti.xcom_pull(task_ids=self.spot_task_id) if ti is not None else None
             if pulled is None:
-                raise ConfigurationError(
-                    f"task {self.spot_task_id!r} left no spot decision in XCom: check spot_task_id"
-                )
+                raise ConfigurationError(self._no_decision_message(context))
             return parse_decision(pulled)
         return parse_decision(self.spot_decision)
+
+    def _no_decision_message(self, context: Mapping[str, Any]) -> str:
+        """Why ``spot_task_id`` left no decision, as far as the DAG tells: a misspelt or unwired task.
+
+        "check spot_task_id" alone left a typo ("spot_windw") or a sensor not upstream to be found by hand.
+        """
+        import difflib
+
+        wanted = str(self.spot_task_id)
+        dag, task = context.get("dag"), context.get("task")
+        if dag is not None and wanted not in dag.task_ids:
+            close = difflib.get_close_matches(wanted, dag.task_ids, n=1)
+            tasks = ", ".join(sorted(dag.task_ids))
+            hint = f"did you mean {close[0]!r}?" if close else f"its tasks are {tasks}"
+            return f"spot_task_id {wanted!r} names no task of DAG {dag.dag_id!r}: {hint}"
+        if task is not None and wanted not in task.get_flat_relative_ids(upstream=True):
+            return (
+                f"task {wanted!r} left no spot decision in XCom: it is not upstream of {self.task_id!r}, so "
+                f"it need not have run first; set {wanted} >> {self.task_id}"
+            )
+        return f"task {wanted!r} left no spot decision in XCom: check spot_task_id"
 
     def _checked_prices(self) -> str | None:
         """The rendered ``prices``, checked now where something reads them.
