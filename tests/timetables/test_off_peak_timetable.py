@@ -156,7 +156,10 @@ def test_summary_description_and_serialization() -> None:
         ({"windows": ["22:00-06:00", "05:00-07:00"]}, "overlap"),
         ({"windows": []}, "windows is empty"),
         ({"days": "mon-frx"}, "'mon-frx' is not a day"),
-        ({"timezone": "Mars/Olympus"}, "unknown time zone 'Mars/Olympus'"),
+        ({"timezone": "Mars/Olympus"}, "unknown time zone 'Mars/Olympus'; use an IANA name"),
+        # A misspelt zone was named with a stock example only, not the zone meant.
+        ({"timezone": "America/NewYork"}, r"'America/NewYork' \(did you mean 'America/New_York'\?\)"),
+        ({"timezone": "europe/berlin"}, r"'europe/berlin' \(did you mean 'Europe/Berlin'\?\)"),
     ],
 )
 def test_bad_arguments_name_the_value(kwargs: dict[str, object], message: str) -> None:

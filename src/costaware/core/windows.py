@@ -154,8 +154,24 @@ def zone(name: str) -> ZoneInfo:
         return ZoneInfo(str(name))
     except (ZoneInfoNotFoundError, ValueError) as e:
         raise ConfigurationError(
-            f"unknown time zone {name!r}; use an IANA name such as 'America/New_York' or 'UTC'"
+            f"unknown time zone {name!r}{_zone_hint(str(name))}; use an IANA name such as 'America/New_York' "
+            "or 'UTC'"
         ) from e
+
+
+def _zone_hint(name: str) -> str:
+    """`` (did you mean 'America/New_York'?)`` for a misspelt zone ("America/NewYork"), else "".
+
+    Read only on the error path: listing the zones reads the tz database's folder.
+    """
+    import difflib
+    from zoneinfo import available_timezones
+
+    known = sorted(available_timezones())
+    by_case = {zone.lower(): zone for zone in known}
+    close = [by_case[name.lower()]] if name.lower() in by_case else []
+    close = close or difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def require_aware(instant: datetime, *, name: str = "time") -> datetime:
