@@ -120,3 +120,25 @@ def test_an_attempts_note_masks_a_password_its_jobs_reason_quotes() -> None:
         ended_at=ENDED.timestamp(),
     )
     assert "hunter2" not in (entry.note or "") and "postgresql://etl:***@db/x" in (entry.note or "")
+
+
+def test_a_local_attempt_is_counted_on_the_workers_grid_a_cloud_one_on_its_regions(
+    monkeypatch: Any,
+) -> None:
+    # A local job runs on the worker: its emissions read the plan's region's grid (unknown for us-east-1)
+    # while the worker's own try beside it was counted on [costaware] worker_grid_zone.
+    monkeypatch.setenv("AIRFLOW__COSTAWARE__WORKER_GRID_ZONE", "US-CAL-CISO")
+    local = entry_for("us-east-1", ended_at=ENDED.timestamp())
+    assert local.kg_co2e is not None and local.carbon_source.startswith("grid US-CAL-CISO: ")
+    job = {"job_id": "j1", "instance_type": "m5.large", "market": "spot", "state": "succeeded"}
+    cloud = attempt_entry(
+        identity=IDENTITY,
+        attempt=1,
+        job={**job, "billable_seconds": 7200, "ended_at": ENDED.timestamp()},
+        usd_per_hour=Decimal("0.05"),
+        on_demand_usd_per_hour=Decimal("0.096"),
+        region="us-east-1",
+        backend="sagemaker",
+        tags={},
+    )
+    assert cloud.kg_co2e is None and "us-east-1" in cloud.carbon_method  # the region's grid, not the worker's

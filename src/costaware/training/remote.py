@@ -174,4 +174,19 @@ def attempt_entry(
         start=end - timedelta(seconds=float(ran_seconds)),
         end=end,
         cpu_seconds=None,
+        grid_zone=_local_grid_zone() if backend == "local" else None,
     )
+
+
+def _local_grid_zone() -> str | None:
+    """The grid a ``local`` job draws from: the worker's (``[costaware] worker_grid_zone``), as its tries do.
+
+    A local job runs on the worker, not in the plan's region: without it, its emissions read that region's
+    grid (unknown for most), while the worker's own try beside it was counted on the worker's grid.
+    """
+    from costaware.settings import option
+
+    try:
+        return option("worker_grid_zone").strip() or None
+    except Exception:  # a setting that cannot be read: the region's grid, as before
+        return None
