@@ -314,6 +314,8 @@ def test_approved_and_rejected_overages_are_on_the_page(client: TestClient, fill
     section = client.get("/").text.split("Refused and waiting spend gates")[1]
     assert "overage approved" in section and "approved by ann" in section
     assert "overage rejected" in section and "waiting for approval" in section
+    # A gate waiting on a person says where to answer it, not only the budget's "raise the cap".
+    assert section.count("approve or reject it under Browse, Required Actions") == 1
 
 
 def test_openapi_documents_every_answer(client: TestClient) -> None:
