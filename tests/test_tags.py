@@ -65,3 +65,28 @@ def test_tag_param_refuses_a_bad_default_and_states_the_rule() -> None:
     assert "without ',' or '='" in param.description
     with pytest.raises(ValueError, match="'a,b' for 'Team'"):
         tag_param("a,b", title="Team")
+
+
+@pytest.mark.parametrize(
+    ("scope", "meant"),
+    [
+        ("projct=churn", "project=churn"),  # a key typo
+        ("project=chrun,team=ml", "project=churn,team=ml"),  # a value typo, the other tag kept
+        ("owner=alice", None),  # nothing close: no guess
+    ],
+)
+def test_a_scope_the_task_is_not_tagged_with_names_the_scope_its_tags_give(
+    scope: str, meant: str | None
+) -> None:
+    # The message told a person to tag the DAG 'projct:churn': the typo, where the scope was mistyped.
+    from costaware.glue import check_scope_is_tagged
+
+    tags = {"project": "churn", "team": "ml"}
+    with pytest.raises(ConfigurationError) as refused:
+        check_scope_is_tagged(scope, tags, task_id="train", gate="spend gate 'gate'")
+    message = str(refused.value)
+    assert "the budget would never be charged" in message
+    if meant is None:
+        assert "typo" not in message and "Tag the DAG 'owner:alice'" in message
+    else:
+        assert f"A typo in the scope? The task's tags give scope '{meant}'. Otherwise, tag the DAG" in message

@@ -11,7 +11,7 @@ The module imports no Airflow at import time.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -158,11 +158,32 @@ def check_scope_is_tagged(scope: object, tags: Mapping[str, str], *, task_id: st
         if key in TAG_NAMES
         else f"the operator's tags={{{key!r}: {value!r}}}"
     )
+    typo = _scope_typo(wanted.tags, key, value, tags)
     raise ConfigurationError(
         f"{gate} reserves in scope '{wanted}', but task {task_id!r} records its cost {has} "
-        f"(its tags: {dict(tags) or 'none'}): the budget would never be charged. Tag the DAG '{key}:{value}' "
-        f"or give {how}"
+        f"(its tags: {dict(tags) or 'none'}): the budget would never be charged. "
+        f"{typo}{'Otherwise, tag' if typo else 'Tag'} the DAG '{key}:{value}' or give {how}"
     )
+
+
+def _scope_typo(scope_tags: Sequence[tuple[str, str]], key: str, value: str, tags: Mapping[str, str]) -> str:
+    """The scope meant, where its tag ``key=value`` reads as a typo of one the task has ('projct', 'chrun').
+
+    A typo in a gate's scope is likelier than a task meant to carry it: the tag was the one to suggest.
+    """
+    import difflib
+
+    if key in tags:
+        if not difflib.get_close_matches(value, [tags[key]], n=1):
+            return ""
+        tagged = key
+    else:
+        close = difflib.get_close_matches(key, list(tags), n=1)
+        if not close:
+            return ""
+        tagged = close[0]
+    meant = ",".join(f"{tagged}={tags[tagged]}" if k == key else f"{k}={v}" for k, v in scope_tags)
+    return f"A typo in the scope? The task's tags give scope '{meant}'. "
 
 
 def check_task_of_dag(operator: Any, task_id: str, *, argument: str, otherwise: str) -> None:
