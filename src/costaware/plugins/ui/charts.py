@@ -53,6 +53,21 @@ def text_px(text: str) -> float:
     return len(text) * CHAR_PX
 
 
+#: A title's width per character (13 px bold, as the page's CSS sets it): wider than a tick label's.
+TITLE_CHAR_PX = 7.8
+
+
+def title_text(title: str) -> str:
+    """A chart's title; one too long for the chart is drawn narrower to fit, never cut at its right edge.
+
+    A budget's title carries its scope and figures to the micro-dollar: with three tags it ran past the edge.
+    """
+    fit = (
+        f' textLength="{WIDTH}" lengthAdjust="spacingAndGlyphs"' if len(title) * TITLE_CHAR_PX > WIDTH else ""
+    )
+    return f'<text x="0" y="16" class="title"{fit}>{escape(title)}</text>'
+
+
 def axis_left(top_label: str) -> float:
     """Where a chart's plot starts: right of its y-axis amount, which is drawn right-aligned before it."""
     return max(float(LEFT), text_px(top_label) + 8)
@@ -192,7 +207,7 @@ def horizontal_bars(
     span = max(40.0, WIDTH - label_w - value_w)
     parts = [
         f'<svg role="img" aria-label="{escape(title)}" viewBox="0 0 {WIDTH} {height}" class="chart">',
-        f'<text x="0" y="16" class="title">{escape(title)}</text>',
+        title_text(title),
     ]
     for i, ((name, usd), label, amount) in enumerate(zip(shown, labels, amounts, strict=True)):
         y = 32 + i * line
@@ -283,8 +298,8 @@ def _frame(title: str, top: Decimal) -> tuple[str, float]:
     left = axis_left(label)
     return (
         f'<svg role="img" aria-label="{escape(title)}" viewBox="0 0 {WIDTH} {HEIGHT}" class="chart">'
-        f'<text x="0" y="16" class="title">{escape(title)}</text>'
-        f'<line x1="{left:.1f}" x2="{WIDTH - PAD}" y1="{HEIGHT - PAD}" y2="{HEIGHT - PAD}" class="axis"/>'
+        + title_text(title)
+        + f'<line x1="{left:.1f}" x2="{WIDTH - PAD}" y1="{HEIGHT - PAD}" y2="{HEIGHT - PAD}" class="axis"/>'
         f'<text x="{left - 4:.1f}" y="{PAD + 4}" class="tick" text-anchor="end">{label}</text>'
     ), left
 
@@ -306,7 +321,7 @@ def cost_vs_metric(runs: Sequence[Any]) -> str:
     title = f"Cost per run (bars) and holdout {metric} (line); filled points were promoted"
     parts = [
         f'<svg role="img" aria-label="{escape(title)}" viewBox="0 0 {WIDTH} {HEIGHT}" class="chart">',
-        f'<text x="0" y="16" class="title">{escape(title)}</text>',
+        title_text(title),
         f'<line x1="{left:.1f}" x2="{WIDTH - PAD}" y1="{HEIGHT - PAD}" y2="{HEIGHT - PAD}" class="axis"/>',
         f'<text x="{left - 4:.1f}" y="{PAD + 4}" class="tick" text-anchor="end">{escape(money(top))}</text>',
         # The metric's scale sits right of the plot, right-aligned so a wide value is not cut off.
