@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from costaware.plugins.ui.datamodels.common import Answer, usd_field
-from costaware.plugins.ui.filters import MAX_SCOPE_TAGS, PERIOD_PATTERN, SCOPE_PATTERN, tidy_scope
+from costaware.plugins.ui.filters import PERIOD_PATTERN, SCOPE_PATTERN, tidy_scope
 
 if TYPE_CHECKING:
     from costaware.adapters.ledger.gate_requests import GateRequest
@@ -74,7 +74,7 @@ class BudgetChange(BaseModel):
     scope: str = Field(
         pattern=SCOPE_PATTERN,
         max_length=512,  # the ledger's column
-        description=f"Tags the budget covers, e.g. project=churn (at most {MAX_SCOPE_TAGS} tags).",
+        description="Tags the budget covers, e.g. project=churn (at most 512 characters).",
     )
     period: str = Field(pattern=PERIOD_PATTERN)
     cap_usd: str | None = Field(
