@@ -223,6 +223,22 @@ def test_an_alert_message_gives_every_figure_to_the_micro_dollar() -> None:
     )
 
 
+def test_a_credit_above_the_periods_spend_leaves_forecasts_and_alerts_working(ledger: Ledger) -> None:
+    # Refused as "committed spend -40 ... must be >= 0": the Cost page, `budget show` and every alert check of
+    # the scope failed for the rest of the period.
+    ledger.set_budget("project=churn", "month", "100", actor="lead")
+    ledger.set_budget("*", "month", "1000", actor="lead")
+    run_cost(ledger, 1, "10")
+    refund = LedgerEntry("retrain", "run1", "train", Kind.COMPUTE, D(-50), tags=TAGS, note="provider credit")
+    ledger.record(refund)
+    by_label = {b.label: b for b in ledger.budgets()}
+    f = budget_outlook(ledger, by_label["project=churn/month"], NoSchedule()).forecast
+    assert (f.committed_usd, f.forecast_usd) == (D(-40), D(-40))
+    assert check_budget_alerts(ledger, TAGS, notifiers=[]) == []
+    run_cost(ledger, 2, "95")  # $55 net: past 50 % of $100, the credit counted
+    assert [a.threshold for a in check_budget_alerts(ledger, TAGS, notifiers=[])] == ["50%"]
+
+
 def test_a_budget_rule_picks_its_own_thresholds_and_notifier(ledger: Ledger, tmp_path: Path) -> None:
     from costaware.adapters.ledger.governance import set_alert_rule
 

@@ -61,10 +61,15 @@ def test_a_run_credited_below_zero_is_forecast_at_nothing() -> None:
     assert outlook.recent_run_usd == (D(0), D(4))
 
 
+def test_a_period_credited_below_zero_is_forecast_from_its_credit() -> None:
+    # A refund above the period's spend made the forecast refuse "committed spend -40 must be ... >= 0".
+    f = forecast_spend(D("-40"), [DagOutlook("a", 2, (D(3), D(5)))])
+    assert (f.committed_usd, f.forecast_usd, f.low_usd, f.high_usd) == (D(-40), D(-32), D(-34), D(-30))
+
+
 @pytest.mark.parametrize(
     ("build", "match"),
     [
-        (lambda: forecast_spend(D("-1"), []), "committed spend -1"),
         (lambda: forecast_spend(D("NaN"), []), "committed spend NaN"),
         (lambda: DagOutlook("x", -2, ()), "runs_left=-2"),
         (lambda: DagOutlook("x", 1, (D("-3"),)), "recent run costs"),

@@ -62,14 +62,17 @@ def forecast_spend(committed_usd: Decimal, outlooks: Sequence[DagOutlook]) -> Sp
     """The period-end forecast of a budget (see the module docstring for the method).
 
     Args:
-        committed_usd: Spent plus reserved this period.
+        committed_usd: Spent plus reserved this period; below zero where a refund or credit recorded this
+            period outweighs the spend (the ledger takes negative entries).
         outlooks: One per DAG spending in the budget's scope.
 
     Raises:
-        ConfigurationError: a negative or non-finite committed amount.
+        ConfigurationError: a committed amount that is not a finite number.
     """
-    if not committed_usd.is_finite() or committed_usd < 0:
-        raise ConfigurationError(f"committed spend {committed_usd} must be a finite amount >= 0")
+    if not committed_usd.is_finite():
+        # Only a non-finite amount: a credit above the period's spend made every budget view, forecast and
+        # alert check of that scope fail ("must be a finite amount >= 0").
+        raise ConfigurationError(f"committed spend {committed_usd} must be a finite amount")
     mean = low = high = Decimal(0)
     runs = 0
     unpriced: list[str] = []
