@@ -282,6 +282,27 @@ def test_a_hold_taken_before_midnight_counts_against_the_next_day(any_ledger: Le
         assert (first_day.period_key, first_day.spent_usd) == ("2026-11-01", 0)
 
 
+def test_a_hold_keeps_counting_after_its_budgets_time_zone_moves_west(any_ledger: Ledger) -> None:
+    # Held at 01:00 UTC on 1 December (key 2026-12-01), then the budget moved to Los Angeles, where it is
+    # still 30 November: the hold's key sorted after today's, it counted in no period and a second $10 was
+    # granted under the $10 cap.
+    import time_machine
+
+    any_ledger.set_budget("project=churn", "day", "10")
+    with time_machine.travel(datetime(2026, 12, 1, 1, 0, tzinfo=timezone.utc), tick=False):
+        held = any_ledger.reserve("project=churn", "10", holder="d/r1/train/-1")
+        any_ledger.set_budget("project=churn", "day", "10", timezone="America/Los_Angeles")
+        (usage,) = any_ledger.usage("project=churn")
+        assert (usage.period_key, usage.reserved_usd, usage.left_usd) == ("2026-11-30", 10, 0)
+        with pytest.raises(BudgetExceededError):
+            any_ledger.reserve("project=churn", "10", holder="d/r2/train/-1")
+        # Asked about a day that ended before the hold was made, it is not counted there.
+        (before,) = any_ledger.usage("project=churn", at=datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc))
+        assert (before.period_key, before.reserved_usd) == ("2026-11-29", 0)
+        any_ledger.release(held.id)
+        assert any_ledger.reserve("project=churn", "10", holder="d/r2/train/-1").usd == 10
+
+
 def test_a_hold_grown_after_midnight_is_bounded_by_todays_room(any_ledger: Ledger) -> None:
     # grow checked the room of the hold's own day only: today reached $95 spent + $50 held of $100.
     import time_machine

@@ -226,11 +226,18 @@ def budget_usage(
         conditions.append(e.c.run_id == window.key[4:])
     if window.start is not None and window.end is not None:
         conditions += [e.c.incurred_at >= window.start, e.c.incurred_at < window.end]
-    h = schema.holds
+    h, r = schema.holds, schema.reservations
     # A day or month hold still open may land its cost in this period: a hold taken at 23:50 whose job
-    # ends after midnight is billed tomorrow, so it counts against tomorrow too (ISO keys sort by date).
+    # ends after midnight is billed tomorrow, so it counts against tomorrow too. It counts from the period
+    # its reservation was made in, by that instant, not by its key: the key is of the budget's time zone
+    # then, and after a change of zone west (UTC to Los Angeles) today's key sorted before the key of a hold
+    # made minutes ago, so that hold counted nowhere and its money was handed out again.
     # A run's hold counts against its own run only.
-    in_period = h.c.period_key == window.key if window.start is None else h.c.period_key <= window.key
+    if window.start is None or window.end is None:
+        in_period = h.c.period_key == window.key
+    else:
+        made = select(r.c.id).where(r.c.id == h.c.reservation_id, r.c.created_at < window.end)
+        in_period = made.correlate(h).exists()
 
     # An open hold counts less what it has paid for already: a training's attempts are billed while its
     # hold stays open until the task ends, and counted twice (spent and held) the budget refused others.
