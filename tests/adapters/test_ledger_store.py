@@ -364,6 +364,24 @@ def test_record_is_idempotent_on_entry_uid(any_ledger: Ledger) -> None:
     assert any_ledger.spent("project=churn") == Decimal("1.25")
 
 
+def test_an_entry_whose_unit_price_has_many_digits_is_recorded_on_both_databases(any_ledger: Ledger) -> None:
+    # A unit price made from a float (Decimal(0.1): 57 characters) passed the entry's checks, and PostgreSQL
+    # refused the row ("value too long for type character varying(40)"): the cost was not recorded there.
+    for price in (
+        Decimal(0.1),  # noqa: RUF032 - the float is the point: its Decimal runs to 57 characters
+        Decimal("0.000000123456789012345678901234567890123456789"),
+        Decimal(1e12 / 7),
+    ):
+        priced = entry("0.1", unit_price_usd=price)
+        assert any_ledger.record(priced) is True
+        (row,) = any_ledger.entries_by_uid([priced.entry_uid])
+        assert row["usd"] == Decimal("0.1")
+        assert (
+            row["unit_price_usd"] == priced.unit_price_usd
+        )  # as the entry holds it: the store kept it whole
+        assert abs(row["unit_price_usd"] - price) <= price * Decimal("1e-22")
+
+
 def test_report_groupings(any_ledger: Ledger) -> None:
     any_ledger.record(entry("3", on_demand_usd=Decimal("10"), market="spot"))
     any_ledger.record(

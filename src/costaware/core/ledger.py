@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from enum import Enum
 
 from costaware.core.budgets import Scope
@@ -51,7 +51,11 @@ FIELD_LIMITS = {
     "reservation_id": 64,
     "carbon_method": 512,
     "carbon_source": 128,
+    "unit_price_usd": 40,
 }
+#: The significant digits a unit price keeps where its text is longer than the store's column: a price is
+#: what the money was worked out from, and 24 digits keep it to far below a micro-dollar at any quantity.
+UNIT_PRICE_DIGITS = 24
 #: Tags with their own indexed column in the store; any other tag lives in a JSON column.
 INDEXED_TAGS = ("team", "project", "owner")
 #: What a cost report can group by (besides ``tag:<name>``): the CLI, the Cost page and the ledger's queries
@@ -140,6 +144,13 @@ class LedgerEntry:
         # that named no field, and a negative quantity was stored and summed.
         for name, negative in _AMOUNTS:
             _check_amount(self, name, allow_negative=negative)
+        price = self.unit_price_usd
+        if isinstance(price, Decimal) and len(str(price)) > FIELD_LIMITS["unit_price_usd"]:
+            # The store keeps a unit price as text of at most 40 characters: one made from a float
+            # (Decimal(0.1) is 57 of them) was refused by PostgreSQL, and the entry, its cost, with it.
+            with localcontext() as exact:
+                exact.prec = UNIT_PRICE_DIGITS
+                object.__setattr__(self, "unit_price_usd", +price)
         if self.incurred_at.tzinfo is None:
             raise ConfigurationError(f"incurred_at {self.incurred_at.isoformat()} has no time zone")
         Scope.of(self.tags)  # validates tag names and values
