@@ -259,6 +259,65 @@ def test_expired_reservations_stop_counting(any_ledger: Ledger) -> None:
     assert any_ledger.reserve("project=churn", "10").status == "open"
 
 
+@pytest.mark.parametrize("change", ["settled", "released", "extended"])
+def test_expiry_never_overwrites_what_committed_while_it_waited(postgres_url: str, change: str) -> None:
+    # expire_stale read the holds past their TTL, then wrote 'expired' over each by id alone: a settlement
+    # committed between the two became 'expired', and an extended hold stopped counting while its job billed.
+    import threading
+    import time
+
+    import time_machine
+    from sqlalchemy import create_engine, text
+
+    from costaware.adapters.ledger.reservations import close
+
+    url = fresh_postgres_database(postgres_url)
+    # Autocommit: pg_stat_activity is read once per transaction, so a poll inside one saw its first answer.
+    ledger, watcher = Ledger.from_url(url), create_engine(url, isolation_level="AUTOCOMMIT")
+    ledger.set_budget("project=churn", "month", "10")
+    t0 = datetime(2026, 11, 10, 12, 0, tzinfo=timezone.utc)
+    with time_machine.travel(t0, tick=False) as clock:
+        held = ledger.reserve("project=churn", "4", ttl=timedelta(hours=1))
+        clock.move_to(t0 + timedelta(hours=2))  # past its TTL, not yet marked
+        expired: list[int] = []
+        with ledger.transaction() as conn:  # the other worker's write, not yet committed
+            if change == "extended":
+                conn.execute(
+                    schema.reservations.update()
+                    .where(schema.reservations.c.id == held.id)
+                    .values(expires_at=t0 + timedelta(hours=5))
+                )
+                conn.execute(
+                    schema.holds.update()
+                    .where(schema.holds.c.reservation_id == held.id)
+                    .values(expires_at=t0 + timedelta(hours=5))
+                )
+            else:
+                close(conn, held.id, change, Decimal(3) if change == "settled" else None)
+            expiry = threading.Thread(target=lambda: expired.append(ledger.expire_stale()))
+            expiry.start()
+            waiting = (
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            )
+            deadline = time.monotonic() + 30
+            with watcher.connect() as watch:
+                while not watch.execute(text(waiting)).scalar_one() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                assert watch.execute(text(waiting)).scalar_one() == 1  # its write waits for this one
+        expiry.join(timeout=30)
+        with ledger.engine.connect() as conn:
+            status = conn.execute(
+                select(schema.reservations.c.status).where(schema.reservations.c.id == held.id)
+            ).scalar_one()
+        assert expired == [0]
+        assert status == ("open" if change == "extended" else change)
+        if change == "extended":
+            assert ledger.usage("project=churn")[0].reserved_usd == 4  # still counting
+    watcher.dispose()
+    ledger.dispose()
+
+
 def test_a_hold_taken_before_midnight_counts_against_the_next_day(any_ledger: Ledger) -> None:
     # Its job ends after midnight and is billed then: two $90 holds either side of midnight under a $100
     # day cap were both granted, and day 2 ended at $180 spent.

@@ -354,7 +354,13 @@ def expire_stale(ledger: LedgerDatabase) -> int:
             row[0] for row in conn.execute(select(r.c.id).where(r.c.status == "open", r.c.expires_at <= now))
         ]
         if stale:
-            conn.execute(r.update().where(r.c.id.in_(stale)).values(status="expired"))
+            # Checked again as each row is written: on PostgreSQL a settlement, release or extension that
+            # committed after the read above was overwritten (a settled hold became 'expired', an extended
+            # one stopped counting while its job still billed).
+            still_stale = and_(r.c.id.in_(stale), r.c.status == "open", r.c.expires_at <= now)
+            expired = conn.execute(r.update().where(still_stale).values(status="expired").returning(r.c.id))
+            stale = [row[0] for row in expired]
+        if stale:
             conn.execute(h.update().where(h.c.reservation_id.in_(stale)).values(open=False))
     if stale:
         log.warning("expired %d reservation(s) left open past their TTL", len(stale))
