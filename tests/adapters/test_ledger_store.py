@@ -441,6 +441,17 @@ def test_an_entry_whose_unit_price_has_many_digits_is_recorded_on_both_databases
         assert abs(row["unit_price_usd"] - price) <= price * Decimal("1e-22")
 
 
+@pytest.mark.parametrize("uid", ["", "   ", "u" * 65])
+def test_an_entry_uid_no_store_can_key_by_is_refused_by_name(any_ledger: Ledger, uid: str) -> None:
+    # A blank uid keyed every such entry alike (the second, a different cost, was dropped as a repeat), and
+    # PostgreSQL refused one over 64 characters as "value too long ... Check the URL" while SQLite kept it.
+    with pytest.raises(ConfigurationError, match=rf"entry_uid {uid!r} .*1 to 64 characters"):
+        entry("1", entry_uid=uid)
+    assert count(any_ledger, schema.entries) == 0
+    longest = entry("1", entry_uid="u" * 64)
+    assert any_ledger.record(longest) is True and any_ledger.record(entry("2", entry_uid="u" * 63)) is True
+
+
 def test_report_groupings(any_ledger: Ledger) -> None:
     any_ledger.record(entry("3", on_demand_usd=Decimal("10"), market="spot"))
     any_ledger.record(

@@ -56,6 +56,8 @@ FIELD_LIMITS = {
 #: The significant digits a unit price keeps where its text is longer than the store's column: a price is
 #: what the money was worked out from, and 24 digits keep it to far below a micro-dollar at any quantity.
 UNIT_PRICE_DIGITS = 24
+#: The longest ``entry_uid`` the store keys entries by.
+MAX_ENTRY_UID = 64
 #: Tags with their own indexed column in the store; any other tag lives in a JSON column.
 INDEXED_TAGS = ("team", "project", "owner")
 #: What a cost report can group by (besides ``tag:<name>``): the CLI, the Cost page and the ledger's queries
@@ -151,6 +153,15 @@ class LedgerEntry:
             with localcontext() as exact:
                 exact.prec = UNIT_PRICE_DIGITS
                 object.__setattr__(self, "unit_price_usd", +price)
+        uid = self.entry_uid
+        if not isinstance(uid, str) or not uid.strip() or len(uid) > MAX_ENTRY_UID:
+            # The ledger keeps one entry per uid: a blank one keyed different costs alike (all but the first
+            # dropped as repeats), and PostgreSQL refused one over its column where SQLite kept it.
+            raise ConfigurationError(
+                f"ledger entry {self.dag_id}/{self.task_id}: entry_uid {uid!r} must be 1 to {MAX_ENTRY_UID} "
+                "characters, not blank: derive it from what identifies the cost (a hash of it, as "
+                "try_entry_uid does), or leave it out for a new one"
+            )
         if self.incurred_at.tzinfo is None:
             raise ConfigurationError(f"incurred_at {self.incurred_at.isoformat()} has no time zone")
         Scope.of(self.tags)  # validates tag names and values
