@@ -267,6 +267,44 @@ def test_a_ledger_at_an_unknown_revision_is_refused_and_left_as_it_is(tmp_path: 
     engine.dispose()
 
 
+def test_a_revision_the_database_refuses_changes_nothing_and_says_so(tmp_path: Path) -> None:
+    # An index made by hand under revision 0003's name: the upgrade failed with "index ... already exists.
+    # Check the URL (--ledger-url, ...)", of a ledger it had reached.
+    from alembic import command
+
+    from costaware.adapters.ledger.engine import ledger_engine
+    from costaware.core.errors import LedgerUnavailableError
+
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    engine = ledger_engine(url)
+    with engine.begin() as conn:
+        command.upgrade(migrate._config(conn), "0002")
+        conn.execute(
+            text(
+                "INSERT INTO costaware_entries (entry_uid, incurred_at, dag_id, run_id, task_id, try_number, "
+                "map_index, kind, quantity_micros, unit, unit_price_usd, usd_micros, gpu_hours_micros, "
+                "estimated, tags, outcome, cause, price_source, note) VALUES ('old', '2026-11-01 10:00:00', "
+                "'d', 'r', 't', 1, -1, 'compute', 1000000, 'hour', '0.1', 100000, 0, 0, '{}', 'success', "
+                "'', 'snapshot', '')"
+            )
+        )
+        conn.execute(text("CREATE INDEX ix_costaware_entries_reservation ON costaware_entries (dag_id)"))
+    with pytest.raises(LedgerUnavailableError) as refused:
+        Ledger.from_url(url)
+    message = str(refused.value)
+    assert "cannot upgrade the cost ledger" in message and "from schema revision 0002 to 0003" in message
+    assert "ix_costaware_entries_reservation already exists" in message and "Check the URL" not in message
+    assert revision(engine) == ["0002"]
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT entry_uid FROM costaware_entries")).scalars().all() == ["old"]
+        conn.execute(text("DROP INDEX ix_costaware_entries_reservation"))
+        conn.commit()
+    engine.dispose()
+    ledger = Ledger.from_url(url)  # the cause fixed, it opens at the head with its row
+    assert revision(ledger.engine) == ["0003"] and [e["entry_uid"] for e in ledger.entries()] == ["old"]
+    ledger.dispose()
+
+
 def test_a_ledger_at_the_baseline_gets_the_emissions_columns_and_keeps_its_rows(tmp_path: Path) -> None:
     from alembic import command
 

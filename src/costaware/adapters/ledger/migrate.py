@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, column, inspect, select, table
+from sqlalchemy.exc import DBAPIError
 
 from costaware.adapters.ledger import schema
 from costaware.adapters.ledger.engine import LedgerDatabase, safe_url
-from costaware.core.errors import ConfigurationError
+from costaware.core.errors import ConfigurationError, LedgerUnavailableError
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -40,14 +41,26 @@ def upgrade(ledger: LedgerDatabase) -> None:
 
     Raises:
         ConfigurationError: the ledger was written by a newer costaware (nothing is changed then).
-        LedgerUnavailableError: the database cannot be reached.
+        LedgerUnavailableError: the database cannot be reached, or refused a revision (nothing is changed
+            then either).
     """
     with ledger.transaction() as conn:
         ledger.advisory_lock(conn, UPGRADE_LOCK)
         revision = _standing(ledger, conn)
         if revision != HEAD:
-            _run_revisions(conn)
             url = safe_url(str(ledger.engine.url))
+            try:
+                _run_revisions(conn)
+            except DBAPIError as e:
+                # Said as what it is: the engine's message told a person to check the URL of a ledger it
+                # had reached. The transaction rolls back, so the ledger stays as it was.
+                reason = " ".join(str(e.orig or e).split()).rstrip(".")
+                raise LedgerUnavailableError(
+                    f"cannot upgrade the cost ledger at {url} from schema revision {revision or 'none'} to "
+                    f"{HEAD}: the database refused it ({reason}). Nothing was changed: the ledger stays at "
+                    f"revision {revision or 'none'} with every row; fix what the database refused (e.g. a "
+                    "table or index of that name made by hand) and open it again"
+                ) from e
             log.info("ledger at %s: schema revision %s -> %s", url, revision or "none", HEAD)
         _write_schema_version(conn)
 
