@@ -318,6 +318,15 @@ def test_expiry_never_overwrites_what_committed_while_it_waited(postgres_url: st
     ledger.dispose()
 
 
+def test_a_ttl_past_the_last_date_is_refused_by_name(any_ledger: Ledger) -> None:
+    # It failed as Python's "OverflowError: date value out of range", naming neither the ttl nor a fix.
+    any_ledger.set_budget("project=churn", "month", "10")
+    with pytest.raises(ConfigurationError, match=r"reservation ttl 9000000 days, 0:00:00 would end after"):
+        any_ledger.reserve("project=churn", "1", ttl=timedelta(days=9_000_000))
+    assert count(any_ledger, schema.reservations) == 0
+    assert any_ledger.reserve("project=churn", "1", ttl=timedelta(days=365)).usd == 1
+
+
 def test_a_hold_taken_before_midnight_counts_against_the_next_day(any_ledger: Ledger) -> None:
     # Its job ends after midnight and is billed then: two $90 holds either side of midnight under a $100
     # day cap were both granted, and day 2 ended at $180 spent.

@@ -51,6 +51,13 @@ def reserve(
     if ttl <= timedelta(0):
         raise ConfigurationError(f"reservation ttl must be positive, got {ttl}")
     now = utcnow()
+    try:
+        expires_at = now + ttl
+    except OverflowError:  # said as the ttl it is, not Python's "date value out of range"
+        raise ConfigurationError(
+            f"reservation ttl {ttl} would end after the year 9999: give a shorter one (the default is "
+            f"{DEFAULT_RESERVATION_TTL}; `Ledger.extend` keeps a hold counting longer)"
+        ) from None
     r, h = schema.reservations, schema.holds
     with ledger.transaction() as conn:
         if holder:
@@ -113,7 +120,7 @@ def reserve(
                 gpu_hours_micros=to_micros(gpu),
                 status="open",
                 created_at=now,
-                expires_at=now + ttl,
+                expires_at=expires_at,
                 budgets=labels,
             )
         )
@@ -126,7 +133,7 @@ def reserve(
                     "period_key": window.key,
                     "usd_micros": to_micros(amount),
                     "gpu_hours_micros": to_micros(gpu),
-                    "expires_at": now + ttl,
+                    "expires_at": expires_at,
                     "open": True,
                 }
                 for budget_id, _, window in covering
