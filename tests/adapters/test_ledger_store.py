@@ -176,6 +176,21 @@ def test_grow_gives_nothing_where_the_hold_is_in_another_period_than_its_window(
     assert any_ledger.grow(held.id, "100").usd == 4
 
 
+def test_grow_gives_nothing_where_a_budget_set_since_covers_the_hold(any_ledger: Ledger) -> None:
+    # The hold is not in a budget set after it was made: grown to $500, it counted in none of that $10 cap,
+    # which then granted its own $10 as well.
+    any_ledger.set_budget("project=churn", "month", "1000")
+    held = any_ledger.reserve("project=churn", "1", holder="d/r1/train/-1", run_id="r1")
+    any_ledger.set_budget("*", "month", "10")
+    assert any_ledger.grow(held.id, "500").usd == 1
+    assert {u.label: u.reserved_usd for u in any_ledger.usage("project=churn")} == {
+        "project=churn/month": 1,
+        "*/month": 0,
+    }
+    later = any_ledger.reserve("project=churn", "1", holder="d/r2/train/-1", run_id="r2")  # in both: grows
+    assert any_ledger.grow(later.id, "9").usd == 9
+
+
 def test_grow_gives_nothing_where_an_approved_overage_passed_the_cap(any_ledger: Ledger) -> None:
     any_ledger.set_budget("project=churn", "month", "5")
     approved = any_ledger.reserve("project=churn", "6", holder="d/r/train/-1", approved_by="lead")

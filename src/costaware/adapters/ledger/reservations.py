@@ -22,8 +22,13 @@ from costaware.adapters.ledger.budgets import applicable, budget_from_row, budge
 from costaware.adapters.ledger.engine import LedgerDatabase
 from costaware.adapters.ledger.entries import insert_entry
 from costaware.core.budgets import Scope, check_cap, period_window
-from costaware.core.errors import BudgetExceededError, ConfigurationError, ReservationNotFoundError
-from costaware.core.ledger import LedgerEntry, Reservation, utcnow
+from costaware.core.errors import (
+    BudgetExceededError,
+    BudgetNotFoundError,
+    ConfigurationError,
+    ReservationNotFoundError,
+)
+from costaware.core.ledger import LedgerEntry, Reservation, holder_run_id, utcnow
 from costaware.core.money import format_usd_exact, from_micros, parse_gpu_hours, parse_usd, to_micros
 
 log = logging.getLogger(__name__)
@@ -171,7 +176,8 @@ def grow(ledger: LedgerDatabase, reservation_id: str, usd: object) -> Reservatio
 
     It is never lowered, and a budget is never passed: where one has less room, the reservation grows only
     by that much (a budget already past its cap, by an approved overage, gives none; so does one whose
-    period no longer matches the hold's, e.g. after its time zone changed). Locked as :func:`reserve` is,
+    period no longer matches the hold's, e.g. after its time zone changed; and it does not grow at all where a
+    budget set since covers its scope, as it holds nothing there). Locked as :func:`reserve` is,
     the reservation read again under the lock, so two growths at once, or a growth beside a settlement,
     cannot pass a cap or change a closed reservation. A reservation that is no longer open is returned as
     it stands.
@@ -193,6 +199,18 @@ def grow(ledger: LedgerDatabase, reservation_id: str, usd: object) -> Reservatio
         conn.execute(mine).all()  # the reservation row, locked after the budgets (reserve's order)
         current = reservation(conn, reservation_id)  # as it stands under the locks
         if current.status != "open" or current.expires_at <= now or current.usd >= target:
+            return current
+        unheld = _budgets_set_since(conn, ledger, current, held)
+        if unheld:
+            # Set after the reservation: the hold is not in it, so it would count none of the growth, and
+            # the growth was granted past its cap (a $10 budget over '*' beside a $500 hold).
+            log.warning(
+                "reservation %s not raised: budget(s) %s cover its scope %s and were set after it was made, "
+                "so it holds nothing in them",
+                reservation_id,
+                ", ".join(unheld),
+                current.scope,
+            )
             return current
         increase = target - current.usd
         for row in rows:
@@ -236,6 +254,19 @@ def grow(ledger: LedgerDatabase, reservation_id: str, usd: object) -> Reservatio
             format_usd_exact(current.usd + increase),
         )
         return reservation(conn, reservation_id)
+
+
+def _budgets_set_since(
+    conn: Connection, ledger: LedgerDatabase, current: Reservation, held: dict[Any, str]
+) -> list[str]:
+    """Labels of the budgets covering ``current``'s scope that it holds nothing in (set after it was made)."""
+    run_keys = [key[4:] for key in held.values() if key.startswith("run:")]
+    run_id = run_keys[0] if run_keys else holder_run_id(current.holder)
+    try:
+        covering = applicable(conn, current.scope, run_id, is_sqlite=ledger.is_sqlite, at=current.created_at)
+    except BudgetNotFoundError:  # none left: nothing to pass
+        return []
+    return [budget.label for budget_id, budget, _ in covering if budget_id not in held]
 
 
 def extend(ledger: LedgerDatabase, reservation_id: str, until: datetime) -> Reservation:

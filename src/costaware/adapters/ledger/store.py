@@ -162,7 +162,9 @@ class Ledger(LedgerDatabase):
 
         E.g. a task's ``max_usd`` above what its spend gate reserved: the reservation grows to the cap
         where the budgets hold it, else by what they have left, so the budgets still hold all the task may
-        spend. Returns the reservation as it now stands; compare its ``usd`` with what was asked.
+        spend. It does not grow where a budget set after it was made covers its scope (it holds nothing
+        there, so that budget would not count the growth). Returns the reservation as it now stands; compare
+        its ``usd`` with what was asked.
         """
         return reservations.grow(self, reservation_id, usd)
 
