@@ -196,6 +196,14 @@ def test_check_cap_lets_what_fits_through(usage: BudgetUsage, usd: str, gpu: str
     check_cap(usage, Decimal(usd), Decimal(gpu), "task 'train'")
 
 
+def test_a_gpu_hour_refusal_gives_the_committed_dollars_as_a_usd_refusal_does() -> None:
+    # Its spent_usd was the spend alone ($4 where $9.50 was committed): an approval request built from the
+    # refusal showed the budget with $5.50 less committed than a USD refusal of the same budget did.
+    with pytest.raises(BudgetExceededError) as info:
+        check_cap(standing("4", "5.5", gpu_cap="8", gpu_used="7"), Decimal("0.1"), Decimal(2), "task 'train'")
+    assert (info.value.spent_usd, info.value.cap_usd) == ("9.5", "10")
+
+
 def test_check_cap_refuses_a_usd_overrun_naming_the_budget_and_what_to_do() -> None:
     with pytest.raises(BudgetExceededError) as info:
         check_cap(standing("4", "5.5"), Decimal("0.51"), Decimal(0), "task 'train'")

@@ -429,7 +429,8 @@ def check_cap(usage: CapStanding, amount: Decimal, gpu_hours: Decimal, purpose: 
             f"left of {usage.cap_gpu_hours}; {purpose} needs {gpu_hours}: raise the GPU-hour cap",
             renews=usage.period_key != "total" and gpu_hours <= usage.cap_gpu_hours,
             scope=name,
-            spent_usd=str(usage.spent_usd),
+            # What is committed, as the USD refusal gives it: an approval request shows it as such.
+            spent_usd=str(usage.spent_usd + usage.reserved_usd),
             cap_usd=str(usage.cap_usd),
             needed_usd=str(amount),
         )
