@@ -245,6 +245,31 @@ def test_run_budget_is_per_run(any_ledger: Ledger) -> None:
         any_ledger.reserve("project=churn", "1", run_id="r1")
 
 
+def test_a_per_run_budget_counts_one_dags_run_not_every_dag_run_of_that_id(any_ledger: Ledger) -> None:
+    # Two daily DAGs share the run id 'scheduled__<date>': each counted the other's spend and holds against
+    # its own per-run cap ($5 + $9 of $10 read as one run's $14, so a $4 reservation was refused).
+    run = "scheduled__2026-12-01T00:00:00+00:00"
+    any_ledger.set_budget("project=churn", "run", "10")
+    any_ledger.record(entry("5", dag_id="churn_a", run_id=run))
+    any_ledger.record(entry("9", dag_id="churn_b", run_id=run))
+    (a,) = any_ledger.usage("project=churn", run_id=run, dag_id="churn_a")
+    (b,) = any_ledger.usage("project=churn", run_id=run, dag_id="churn_b")
+    assert (a.spent_usd, b.spent_usd) == (Decimal(5), Decimal(9))
+    (either,) = any_ledger.usage("project=churn", run_id=run)  # no DAG given: that run id of every DAG
+    assert either.spent_usd == Decimal(14)
+    any_ledger.reserve("project=churn", "4", run_id=run, dag_id="churn_a", holder=f"churn_a/{run}/train/-1")
+    (b,) = any_ledger.usage("project=churn", run_id=run, dag_id="churn_b")
+    assert b.reserved_usd == 0  # churn_a's hold is not in churn_b's run
+    (either,) = any_ledger.usage("project=churn", run_id=run)
+    assert either.reserved_usd == Decimal(4)  # every DAG's run of that id: every DAG's hold
+    with pytest.raises(BudgetExceededError):
+        any_ledger.reserve("project=churn", "2", run_id=run, dag_id="churn_a")  # $5 + $4 held + $2 > $10
+    # A hold made with no DAG (as before holds named theirs) still counts in each DAG's run of its id.
+    any_ledger.reserve("project=churn", "0.5", run_id=run, approved_by="lead")  # caps: $14 of any DAG
+    (b,) = any_ledger.usage("project=churn", run_id=run, dag_id="churn_b")
+    assert b.reserved_usd == Decimal("0.5")
+
+
 def test_gpu_hour_cap(any_ledger: Ledger) -> None:
     any_ledger.set_budget("project=churn", "month", "1000", cap_gpu_hours="8")
     any_ledger.reserve("project=churn", "1", gpu_hours="6")

@@ -708,6 +708,14 @@ def test_budget_show_names_the_per_run_budgets_it_cannot_show_without_a_run(
     rows = {row["budget"]: row for row in json.loads(capsys.readouterr().out)}
     month, run = rows["project=r/month"], rows["project=r/run"]
     assert set(run) == set(month) and (run["runs_left"], run["forecast_above_cap"]) == (None, None)
+    # Run ids repeat across DAGs: --dag-id names the run of one DAG, whose hold it counts.
+    assert main([*argv, "show", "--scope", "project=r", "--run-id", "x", "--dag-id", "d"]) == 0
+    shown = capsys.readouterr()
+    assert "project=r/run (run:d/x)" in shown.out and "no entry or hold" not in shown.err
+    assert main([*argv, "show", "--scope", "project=r", "--run-id", "x", "--dag-id", "other"]) == 0
+    assert "no entry or hold of run 'x' of DAG 'other'" in capsys.readouterr().err
+    assert main([*argv, "show", "--scope", "project=r", "--dag-id", "d"]) == 2
+    assert "--dag-id d names the DAG of a run: give --run-id RUN too" in capsys.readouterr().err
 
 
 def test_the_report_says_when_cost_entries_wait_in_this_machine_s_spool(

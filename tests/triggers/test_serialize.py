@@ -30,6 +30,7 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "run_id": "manual__2026-01-01",
         "ledger_conn_id": "test_ledger",
         "poll_interval": 5.0,
+        "dag_id": "churn_retrain",
     },
     "RemoteTrainingJobTrigger": {
         "backend": "local",

@@ -84,6 +84,12 @@ BUDGET_COMMANDS = (
                 if_empty="give the tags of the work, e.g. --scope project=churn, or '*' for the catch-all",
             ),
             Arg("--run-id", default=None, help="the DAG run, for budgets with period 'run'"),
+            Arg(
+                "--dag-id",
+                default=None,
+                help="the DAG of --run-id (run ids such as scheduled__<date> repeat across DAGs; "
+                "without it, that run id of every DAG)",
+            ),
             ARG_FORMAT,
             Arg(
                 "--no-schedule",

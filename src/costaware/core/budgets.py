@@ -302,7 +302,7 @@ def kept_cap(current: Budget | None, cap_usd: object, *, scope: str, period: str
 
 
 def period_window(
-    period: Period, at: datetime, tz_name: str = "UTC", run_id: str | None = None
+    period: Period, at: datetime, tz_name: str = "UTC", run_id: str | None = None, dag_id: str | None = None
 ) -> PeriodWindow:
     """The period of ``period`` that contains instant ``at``, in the budget's time zone.
 
@@ -319,7 +319,9 @@ def period_window(
     if period is Period.RUN:
         if not run_id:
             raise InvalidBudgetError("a budget with period 'run' needs the DAG run id of the spend")
-        return PeriodWindow(f"run:{run_id}", None, None)
+        # A DAG run is its DAG and its run id: two daily DAGs share the run id 'scheduled__<date>', and one
+        # counted the other's spend against its per-run cap. Without the DAG (an older hold): the run id.
+        return PeriodWindow(f"run:{dag_id}/{run_id}" if dag_id else f"run:{run_id}", None, None)
     tz = parse_timezone(tz_name)
     local = at.astimezone(tz)
     if period is Period.DAY:

@@ -331,6 +331,12 @@ def holder_run_id(holder: str | None) -> str | None:
     return parts[1] if len(parts) >= 3 else None
 
 
+def holder_dag_id(holder: str | None) -> str | None:
+    """The DAG id in a :func:`reservation_holder` key (``dag/run/task/map_index``); None for another form."""
+    parts = (holder or "").split("/")
+    return parts[0] if len(parts) == 4 and parts[0] else None
+
+
 def entry_to_json(entry: LedgerEntry) -> dict[str, object]:
     """A JSON-safe dict of an entry (money as strings), e.g. for the spool of entries not yet written."""
     out: dict[str, object] = {}

@@ -355,7 +355,12 @@ class DataLocalityCheckOperator(BaseOperator):
             scope = ",".join(f"{k}={v}" for k, v in sorted(self.tags.items())) or "*"
         try:
             reservation = ledger.reserve(
-                scope, total, holder=holder, run_id=who["run_id"], purpose=f"cross-region egress ({what})"
+                scope,
+                total,
+                holder=holder,
+                run_id=who["run_id"],
+                dag_id=who["dag_id"],
+                purpose=f"cross-region egress ({what})",
             )
         except BudgetExceededError:
             for i, e in moving:

@@ -227,6 +227,7 @@ class SpendCapSensor(BaseSensorOperator):
                     gpu_hours=gpu_hours,
                     holder=reservation_holder(ti.dag_id, ti.run_id, target, ti.map_index),
                     run_id=ti.run_id,
+                    dag_id=ti.dag_id,
                     ttl=self.reservation_ttl,
                     purpose=f"task {target!r}",
                 )
@@ -246,7 +247,7 @@ class SpendCapSensor(BaseSensorOperator):
             "Reserved %s for task %r in %s (reservation %s)",
             format_usd_exact(usd),
             target,
-            self._budget_names(ledger, ti.run_id, reservation.budgets),
+            self._budget_names(ledger, ti, reservation.budgets),
             reservation.id,
         )
         return {
@@ -324,7 +325,7 @@ class SpendCapSensor(BaseSensorOperator):
         from costaware.sensors.spend_approval import approval_body, ask
 
         self._check_approvers()
-        passed = self._passed_budgets(context["ti"].run_id, usd, gpu_hours) or [self._passed_from(error)]
+        passed = self._passed_budgets(context["ti"], usd, gpu_hours) or [self._passed_from(error)]
         names = ", ".join(f"'{b.name}'" for b in passed)
         self.log.warning("Budget exceeded, asking %s for approval: %s", self.approvers or "any user", error)
         ask(
@@ -350,7 +351,7 @@ class SpendCapSensor(BaseSensorOperator):
 
         return PassedBudget(error.scope, Decimal(error.spent_usd or 0), Decimal(error.cap_usd or 0))
 
-    def _passed_budgets(self, run_id: str, usd: Any, gpu_hours: Any) -> list[Any]:
+    def _passed_budgets(self, ti: Any, usd: Any, gpu_hours: Any) -> list[Any]:
         """The budgets the request would pass, with their forecasts; [] when they cannot be read."""
         from costaware.hooks.ledger import CostLedgerHook
         from costaware.sensors.spend_approval import PassedBudget
@@ -359,7 +360,7 @@ class SpendCapSensor(BaseSensorOperator):
             ledger = CostLedgerHook(self.ledger_conn_id).get_conn()
             budgets = {b.label: b for b in ledger.budgets()}
             passed = []
-            for u in ledger.usage(self.scope, run_id=run_id):
+            for u in ledger.usage(self.scope, run_id=ti.run_id, dag_id=ti.dag_id):
                 committed = u.spent_usd + u.reserved_usd
                 gpu_committed = u.spent_gpu_hours + u.reserved_gpu_hours
                 gpu_passed = u.cap_gpu_hours is not None and gpu_committed + gpu_hours > u.cap_gpu_hours
@@ -432,6 +433,7 @@ class SpendCapSensor(BaseSensorOperator):
                 gpu_hours=parse_gpu_hours(self.estimated_gpu_hours, name="estimated_gpu_hours"),
                 holder=holder,
                 run_id=ti.run_id,
+                dag_id=ti.dag_id,
                 ttl=self.reservation_ttl,
                 purpose=f"task {target!r}",
                 approved_by=who,
@@ -450,10 +452,11 @@ class SpendCapSensor(BaseSensorOperator):
             "approved_by": who,
         }
 
-    def _budget_names(self, ledger: Any, run_id: str, labels: Any) -> str:
+    def _budget_names(self, ledger: Any, ti: Any, labels: Any) -> str:
         """``project=churn/month (2026-11)``: the names the Cost page and the CLI use."""
         try:
-            names = [u.name for u in ledger.usage(self.scope, run_id=run_id) if u.label in set(labels)]
+            in_run = ledger.usage(self.scope, run_id=ti.run_id, dag_id=ti.dag_id)
+            names = [u.name for u in in_run if u.label in set(labels)]
         except Exception:  # only a log line: the labels will do
             names = []
         return ", ".join(names or list(labels))
@@ -544,6 +547,7 @@ class SpendCapSensor(BaseSensorOperator):
                 usd=str(parse_usd(self.estimated_usd, name="estimated_usd")),
                 gpu_hours=str(parse_gpu_hours(self.estimated_gpu_hours, name="estimated_gpu_hours")),
                 run_id=context["ti"].run_id,
+                dag_id=context["ti"].dag_id,
                 ledger_conn_id=self.ledger_conn_id,
                 poll_interval=float(self.poke_interval),
             ),

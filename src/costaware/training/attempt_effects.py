@@ -453,6 +453,7 @@ def hold_again(
             gpu_hours=earlier.gpu_hours,  # what the gate held of a GPU-hour cap, held again
             holder=holder,
             run_id=plan.identity["run_id"],
+            dag_id=plan.identity["dag_id"],
             ttl=earlier.expires_at - earlier.created_at,  # the gate's reservation_ttl
             purpose=f"the retry of task {plan.identity['task_id']!r}",
             **approved_past_cap,  # type: ignore[arg-type]
@@ -506,6 +507,7 @@ def reserve_estimate(
         max(Decimal(plan.max_usd or plan.estimated_usd or 0) - billed_before, Decimal(0)),
         holder=task_holder(plan),
         run_id=ident["run_id"],
+        dag_id=ident["dag_id"],
         purpose=f"remote training {ident['task_id']}",
     )
 

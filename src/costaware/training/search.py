@@ -319,6 +319,7 @@ def budgeted_search(
                         usd_for_seconds(seconds, usd_per_hour),
                         holder=f"search/{run}/{trial.number}/{rung}",
                         run_id=run,  # a per-run budget caps one search
+                        dag_id=owner[0],
                         ttl=timedelta(seconds=max(2 * seconds, 60.0)),
                         purpose=f"rung {rung} of trial {trial.number}",
                     )

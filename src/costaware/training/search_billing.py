@@ -121,6 +121,7 @@ class SearchBilling:
                 usd,
                 holder=f"search/{self.run}/tail",
                 run_id=self.run,
+                dag_id=self.owner[0],
                 purpose="bookkeeping after the last rung",
             )
         except BudgetExceededError:

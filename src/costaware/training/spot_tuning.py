@@ -197,6 +197,7 @@ def open_study(
                 gpu_hours=f"{plan.warmup_cap.gpu_hours:.6f}",
                 holder=reservation_holder(dag_id, run_id, "warmup", number),
                 run_id=run_id,
+                dag_id=dag_id,
                 ttl=ttl,
                 purpose=f"the warm-up of trial {number}",
             )
@@ -235,6 +236,7 @@ def reserve_promotions(
                     gpu_hours=f"{decision.cap.gpu_hours:.6f}",
                     holder=reservation_holder(dag_id, run_id, "full", index),
                     run_id=run_id,
+                    dag_id=dag_id,
                     ttl=ttl,
                     purpose=f"the promotion of trial {decision.trial}",
                 )

@@ -25,6 +25,7 @@ class BudgetAvailableTrigger(BaseTrigger):
         usd: Amount needed, as a string (money crosses trigger boundaries as strings).
         gpu_hours: GPU-hours needed, as a string.
         run_id: The DAG run, for budgets with period ``run``.
+        dag_id: The DAG of that run (None: a trigger serialized before it was kept; any DAG's run).
         ledger_conn_id: Airflow connection of the ledger.
         poll_interval: Seconds between checks.
     """
@@ -37,12 +38,14 @@ class BudgetAvailableTrigger(BaseTrigger):
         run_id: str | None = None,
         ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID,
         poll_interval: float = 60.0,
+        dag_id: str | None = None,
     ) -> None:
         super().__init__()
         self.scope = scope
         self.usd = usd
         self.gpu_hours = gpu_hours
         self.run_id = run_id
+        self.dag_id = dag_id
         self.ledger_conn_id = ledger_conn_id
         self.poll_interval = poll_interval
 
@@ -54,6 +57,7 @@ class BudgetAvailableTrigger(BaseTrigger):
                 "usd": self.usd,
                 "gpu_hours": self.gpu_hours,
                 "run_id": self.run_id,
+                "dag_id": self.dag_id,
                 "ledger_conn_id": self.ledger_conn_id,
                 "poll_interval": self.poll_interval,
             },
@@ -66,7 +70,7 @@ class BudgetAvailableTrigger(BaseTrigger):
 
         ledger = CostLedgerHook(self.ledger_conn_id).get_conn()
         need, gpu = Decimal(self.usd), Decimal(self.gpu_hours)
-        for usage in ledger.usage(self.scope, run_id=self.run_id):
+        for usage in ledger.usage(self.scope, run_id=self.run_id, dag_id=self.dag_id):
             if usage.left_usd < need:
                 left = format_usd_exact(usage.left_usd)
                 whole = (

@@ -11,7 +11,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, RowMapping, and_, case, func, select, text, true
+from sqlalchemy import Connection, RowMapping, and_, case, func, or_, select, text, true
 
 from costaware.adapters.ledger import schema
 from costaware.adapters.ledger.audit import append_audit
@@ -138,7 +138,12 @@ def delete_budget(
 
 
 def usage(
-    ledger: LedgerDatabase, scope: str | Scope, *, at: datetime | None = None, run_id: str | None = None
+    ledger: LedgerDatabase,
+    scope: str | Scope,
+    *,
+    at: datetime | None = None,
+    run_id: str | None = None,
+    dag_id: str | None = None,
 ) -> list[BudgetUsage]:
     """Where each budget that applies to ``scope`` stands now (or at ``at``).
 
@@ -148,7 +153,7 @@ def usage(
     wanted = Scope.parse(scope)
     at = at or utcnow()
     with ledger.reading() as conn:
-        found = applicable(conn, wanted, run_id, is_sqlite=ledger.is_sqlite, at=at)
+        found = applicable(conn, wanted, run_id, is_sqlite=ledger.is_sqlite, at=at, dag_id=dag_id)
         return [budget_usage(conn, bid, budget, window, at) for bid, budget, window in found]
 
 
@@ -165,6 +170,7 @@ def applicable(
     is_sqlite: bool,
     lock: bool = False,
     at: datetime | None = None,
+    dag_id: str | None = None,
 ) -> list[tuple[int, Budget, PeriodWindow]]:
     """(id, budget, its current period) of every budget that covers ``wanted``.
 
@@ -195,7 +201,7 @@ def applicable(
                     budget.label,
                 )
             continue
-        window = period_window(budget.period, at or utcnow(), budget.timezone, run_id)
+        window = period_window(budget.period, at or utcnow(), budget.timezone, run_id, dag_id)
         found.append((row["id"], budget, window))
     if not found:
         # A budget over this scope and more tags (a study's 'project=churn,study=s1'): that is the one asked
@@ -216,6 +222,22 @@ def applicable(
     return found
 
 
+def _holds_of_run(period_key: Any, key: str) -> Any:
+    """The holds a run window ``run:<dag>/<run>`` (or ``run:<run>``, any DAG's) counts.
+
+    Holds made before run keys named their DAG are keyed ``run:<run>``: a DAG's run counts them too (the
+    run id's, whichever DAG: never less than it held); a window of every DAG's run counts every DAG's hold.
+    """
+    dag_id, _, run_id = key[4:].rpartition("/")
+    legacy = f"run:{run_id}"
+    if dag_id:
+        return period_key.in_([key, legacy])
+    return or_(
+        period_key == legacy,
+        and_(period_key.startswith("run:"), period_key.endswith(f"/{run_id}", autoescape=True)),
+    )
+
+
 def budget_usage(
     conn: Connection, budget_id: int, budget: Budget, window: PeriodWindow, at: datetime
 ) -> BudgetUsage:
@@ -223,7 +245,11 @@ def budget_usage(
     e = schema.entries
     conditions = [e.c.estimated.is_(False), *scope_conditions(budget.scope)]
     if window.key.startswith("run:"):
-        conditions.append(e.c.run_id == window.key[4:])
+        # 'run:<dag>/<run>' (a run of one DAG), or 'run:<run>' where the DAG was not given
+        dag_id, _, run_id = window.key[4:].rpartition("/")
+        conditions.append(e.c.run_id == run_id)
+        if dag_id:
+            conditions.append(e.c.dag_id == dag_id)
     if window.start is not None and window.end is not None:
         conditions += [e.c.incurred_at >= window.start, e.c.incurred_at < window.end]
     h, r = schema.holds, schema.reservations
@@ -233,7 +259,9 @@ def budget_usage(
     # then, and after a change of zone west (UTC to Los Angeles) today's key sorted before the key of a hold
     # made minutes ago, so that hold counted nowhere and its money was handed out again.
     # A run's hold counts against its own run only.
-    if window.start is None or window.end is None:
+    if window.key.startswith("run:"):
+        in_period = _holds_of_run(h.c.period_key, window.key)
+    elif window.start is None or window.end is None:
         in_period = h.c.period_key == window.key
     else:
         made = select(r.c.id).where(r.c.id == h.c.reservation_id, r.c.created_at < window.end)

@@ -44,6 +44,7 @@ def reserve(
     gpu_hours: object = 0,
     holder: str | None = None,
     run_id: str | None = None,
+    dag_id: str | None = None,
     ttl: timedelta = DEFAULT_RESERVATION_TTL,
     purpose: str = "the next task",
     approved_by: str | None = None,
@@ -73,7 +74,9 @@ def reserve(
                 return reservation(conn, existing[0])
         # The periods at the reservation's own instant: a hold made at a period's last moment is keyed as
         # its created_at says (grow finds its window from it).
-        covering = applicable(conn, wanted, run_id, is_sqlite=ledger.is_sqlite, lock=True, at=now)
+        covering = applicable(
+            conn, wanted, run_id, is_sqlite=ledger.is_sqlite, lock=True, at=now, dag_id=dag_id
+        )
         if holder and not ledger.is_sqlite:
             # Again under the budgets' locks: a reservation for this holder committed while this one
             # waited for them (two tries of one task at once) is the one, not a second hold.

@@ -106,14 +106,21 @@ class Ledger(LedgerDatabase):
         return budgets.delete_budget(self, scope, period, actor=actor)
 
     def usage(
-        self, scope: str | Scope, *, at: datetime | None = None, run_id: str | None = None
+        self,
+        scope: str | Scope,
+        *,
+        at: datetime | None = None,
+        run_id: str | None = None,
+        dag_id: str | None = None,
     ) -> list[BudgetUsage]:
         """Where each budget that applies to ``scope`` stands now (or at ``at``).
+
+        A per-run budget counts the run ``run_id`` of DAG ``dag_id`` (of any DAG without ``dag_id``).
 
         Raises:
             BudgetNotFoundError: no budget applies to the scope.
         """
-        return budgets.usage(self, scope, at=at, run_id=run_id)
+        return budgets.usage(self, scope, at=at, run_id=run_id, dag_id=dag_id)
 
     # -- reservations -----------------------------------------------------------------------------
 
@@ -125,6 +132,7 @@ class Ledger(LedgerDatabase):
         gpu_hours: object = 0,
         holder: str | None = None,
         run_id: str | None = None,
+        dag_id: str | None = None,
         ttl: timedelta = DEFAULT_RESERVATION_TTL,
         purpose: str = "the next task",
         approved_by: str | None = None,
@@ -139,6 +147,8 @@ class Ledger(LedgerDatabase):
         Atomic across processes: two workers racing for the last dollars cannot both get them.
         With ``holder`` set (e.g. ``dag/run/task/map_index``), asking again while that holder's
         reservation is open returns the same reservation, so a retried sensor does not reserve twice.
+        A per-run budget holds it in the run ``run_id`` of DAG ``dag_id`` (give both: run ids such as
+        ``scheduled__<date>`` repeat across DAGs).
 
         Raises:
             BudgetExceededError: a covering budget has too little left; the message names it.
@@ -151,6 +161,7 @@ class Ledger(LedgerDatabase):
             gpu_hours=gpu_hours,
             holder=holder,
             run_id=run_id,
+            dag_id=dag_id,
             ttl=ttl,
             purpose=purpose,
             approved_by=approved_by,

@@ -180,14 +180,16 @@ def budget_show(args: argparse.Namespace) -> int:
     """Print cap, spent, reserved, left and the forecast of each budget covering ``--scope``."""
     from costaware.adapters.ledger.governance import NoSchedule
     from costaware.core.budgets import Period, Scope
-    from costaware.core.errors import BudgetNotFoundError
+    from costaware.core.errors import BudgetNotFoundError, ConfigurationError
 
+    if args.dag_id and not args.run_id:
+        raise ConfigurationError(f"--dag-id {args.dag_id} names the DAG of a run: give --run-id RUN too")
     ledger = open_ledger(args, reading=True)
     scope = Scope.parse(args.scope)
     # A per-run budget has no usage without a run: said, rather than left out unsaid.
     per_run = [b.label for b in ledger.budgets() if b.period == Period.RUN and b.scope.covers(scope)]
     try:
-        usages = ledger.usage(args.scope, run_id=args.run_id)
+        usages = ledger.usage(args.scope, run_id=args.run_id, dag_id=args.dag_id)
     except BudgetNotFoundError as e:
         if args.run_id is None and per_run:
             raise BudgetNotFoundError(
@@ -257,23 +259,27 @@ def budget_show(args: argparse.Namespace) -> int:
         print("! the forecast passes the cap by the period's end")
     if args.run_id is None and per_run and args.format == "table":
         print(f"per-run budget(s) {', '.join(per_run)} also apply: give --run-id to see one run against them")
-    if args.run_id is not None and not _run_is_known(ledger, args.run_id):
+    if args.run_id is not None and not _run_is_known(ledger, args.run_id, args.dag_id):
         # A misspelt run id showed the full per-run cap left, as if the run had spent nothing.
+        of_dag = f" of DAG {args.dag_id!r}" if args.dag_id else ""
         print(
-            f"costaware: note: the ledger has no entry or hold of run {args.run_id!r}: check the run id "
-            "(`costaware runs list` lists runs)",
+            f"costaware: note: the ledger has no entry or hold of run {args.run_id!r}{of_dag}: check the run "
+            "id (`costaware runs list` lists runs)",
             file=sys.stderr,
         )
     return 0
 
 
-def _run_is_known(ledger: Any, run_id: str) -> bool:
-    """Whether the ledger has an entry of ``run_id``, or an open hold of one of its tasks."""
-    if ledger.entries(run_id=run_id, limit=1):
+def _run_is_known(ledger: Any, run_id: str, dag_id: str | None) -> bool:
+    """Whether the ledger has an entry of ``run_id`` (of ``dag_id``), or an open hold of one of its tasks."""
+    if ledger.entries(run_id=run_id, dag_id=dag_id, limit=1):
         return True
-    from costaware.core.ledger import holder_run_id
+    from costaware.core.ledger import holder_dag_id, holder_run_id
 
-    return any(holder_run_id(r.holder) == run_id for r in ledger.open_reservations())
+    return any(
+        holder_run_id(r.holder) == run_id and dag_id in (None, holder_dag_id(r.holder))
+        for r in ledger.open_reservations()
+    )
 
 
 def budget_holds(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from costaware.core.errors import BudgetExceededError
-from costaware.core.ledger import Kind, LedgerEntry, Market, clipped_note
+from costaware.core.ledger import Kind, LedgerEntry, Market, clipped_note, holder_dag_id
 from costaware.core.money import format_usd
 from costaware.core.tuning import StudySpec, usd_for_seconds
 from costaware.training.tuning.results import EntryOwner
@@ -56,6 +56,7 @@ def reserve_trial_cost(
                 gpu_hours=gpu_hours,
                 holder=holder,
                 run_id=run_id,
+                dag_id=holder_dag_id(holder),  # Airflow's holder: the trial task's DAG
                 ttl=timedelta(seconds=max(2 * seconds, 60.0)),
                 purpose=f"trial slot {slot} of study '{spec.study_name}'",
             )
