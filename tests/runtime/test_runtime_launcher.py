@@ -527,6 +527,49 @@ cr.write_metrics({"rmse": 1.0})
     assert not job.outputs.exists() and not job.result.exists()
 
 
+@pytest.mark.parametrize(
+    ("link", "kind"),
+    [
+        ("weights.bin", "a link to {target!r}, which does not exist"),
+        ("tokenizer", "a link to the folder {target!r}"),
+    ],
+)
+def test_an_output_link_the_upload_cannot_follow_fails_with_code_2(
+    make_job: MakeJob, tmp_path: Path, link: str, kind: str
+) -> None:
+    # Skipped in silence: the model was promoted without its weights (a link to a file never written) or
+    # without the files of a linked folder.
+    target = tmp_path / "elsewhere" / link
+    job = make_job(f"""
+target = Path({str(target)!r})
+if target.name == "tokenizer":
+    target.mkdir(parents=True)
+    (target / "vocab.txt").write_text("a b c")
+(cr.output_dir() / "config.json").write_text("{{}}")
+os.symlink(target, cr.output_dir() / {link!r})
+cr.write_metrics({{"rmse": 1.0}})
+""")
+    done = job.run()
+    assert done.returncode == 2, done.stderr
+    named = str(Path(job.env()["COSTAWARE_OUTPUT_DIR"]) / link)
+    assert f"output {named!r} is {kind.format(target=str(target))}" in done.stderr
+    assert not job.outputs.exists() and not job.result.exists()
+
+
+def test_an_output_link_to_a_file_uploads_what_it_points_to(make_job: MakeJob, tmp_path: Path) -> None:
+    # A Hugging Face download links its files into a cache: the model is the files they point to.
+    cached = tmp_path / "cache" / "weights.bin"
+    cached.parent.mkdir()
+    cached.write_bytes(b"weights")
+    job = make_job(f"""
+os.symlink({str(cached)!r}, cr.output_dir() / "weights.bin")
+cr.write_metrics({{"rmse": 1.0}})
+""")
+    done = job.run()
+    assert done.returncode == 0, done.stderr
+    assert (job.outputs / "weights.bin").read_bytes() == b"weights"
+
+
 def test_an_empty_output_folder_fails_with_code_2(make_job: MakeJob) -> None:
     job = make_job('cr.write_metrics({"rmse": 1.0})\n')
     done = job.run()

@@ -36,10 +36,24 @@ def output_files(directory: Path) -> list[Path]:
     """The files under ``directory``, sorted by relative path.
 
     Raises:
-        ContractError: ``directory`` holds no file, a file named like the manifest, or a file whose
-            name a store cannot hold (a backslash in it).
+        ContractError: ``directory`` holds no file, a file named like the manifest, a file whose
+            name a store cannot hold (a backslash in it), a link to nothing or a link to a folder.
     """
-    files = sorted(path for path in directory.rglob("*") if path.is_file()) if directory.is_dir() else []
+    found = sorted(directory.rglob("*")) if directory.is_dir() else []
+    for path in found:
+        # A link is uploaded as the file it points to; one the upload cannot follow was skipped in silence,
+        # and a model without its weights (a dangling link) or a linked folder's files was promoted.
+        if path.is_symlink() and not path.exists():
+            raise ContractError(
+                f"output {str(path)!r} is a link to {str(path.readlink())!r}, which does not exist: write "
+                f"the file itself into {OUTPUT_DIR}"
+            )
+        if path.is_symlink() and path.is_dir():
+            raise ContractError(
+                f"output {str(path)!r} is a link to the folder {str(path.readlink())!r}, whose files would "
+                f"not be uploaded: copy that folder into {OUTPUT_DIR}"
+            )
+    files = [path for path in found if path.is_file()]
     if not files:
         raise ContractError(
             f"the job exited 0 but left no files in {OUTPUT_DIR}={directory}: save the model there "
