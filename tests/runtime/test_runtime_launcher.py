@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from costaware_runtime._files import temp_sibling
 from runtime_jobs import RESUMING_JOB, Job, MakeJob
 
 
@@ -61,6 +62,26 @@ def test_preempted_attempt_resumes_and_the_next_uploads_the_model(make_job: Make
     assert job.latest()["step"] == 5
     assert "step-5" in remote_steps(job) and len(remote_steps(job)) <= 2
     assert (job.remote / "step-5" / "checkpoint-5" / "state.bin").read_bytes() == b"state after 5"
+
+
+def test_a_push_killed_mid_copy_leaves_no_temporary_file_behind_once_its_step_is_pruned(
+    make_job: MakeJob,
+) -> None:
+    # A launcher killed while copying a step to a folder store left the copy's temporary file there: no key
+    # named it, so no prune deleted it or its folder, a checkpoint's size per kill, for good.
+    job = make_job(RESUMING_JOB)
+    first = job.run(env=job.env(attempt=1, STOP_AT="2"))
+    assert first.returncode == 75, first.stderr
+    # What a SIGKILL in the middle of the first file of step 3's push leaves (stores.LocalStore.put).
+    killed = temp_sibling(job.remote / "step-3" / "checkpoint-3" / "state.bin")
+    killed.parent.mkdir(parents=True)
+    killed.write_bytes(b"half a state")
+
+    second = job.run(env=job.env(attempt=2))
+    assert second.returncode == 0, second.stderr
+    assert job.latest()["step"] == 5
+    assert not [path.relative_to(job.remote) for path in job.remote.rglob("*.tmp")]
+    assert "step-3" not in remote_steps(job)
 
 
 PREEMPTIBLE_JOB = """

@@ -6,6 +6,7 @@ store is first used, so the runtime itself needs nothing beyond the standard lib
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import shutil
@@ -61,6 +62,14 @@ class Store(ABC):
     @abstractmethod
     def delete(self, keys: Iterable[str]) -> None:
         """Remove ``keys``; keys that are already gone are fine."""
+
+    def folders(self, prefix: str = "") -> list[str]:
+        """The top-level folders whose names start with ``prefix``, sorted."""
+        return sorted({key.split("/", 1)[0] for key in self.keys(prefix) if "/" in key})
+
+    def delete_folder(self, folder: str) -> None:
+        """Remove the top-level ``folder`` and everything in it."""
+        self.delete(self.keys(f"{check_key(folder)}/"))
 
     def check(self) -> None:  # noqa: B027  # most stores have nothing to check
         """Fail now if the store cannot be used at all (an S3 store without boto3)."""
@@ -119,6 +128,19 @@ class LocalStore(Store):
                     if key.startswith(prefix):
                         found.append(key)
         return sorted(found)
+
+    def folders(self, prefix: str = "") -> list[str]:
+        # From the folder itself: one holding only a killed writer's temporary file lists no key.
+        with _local_errors(self.uri, "list"):
+            if not self.root.is_dir():
+                return []
+            return sorted(p.name for p in self.root.iterdir() if p.is_dir() and p.name.startswith(prefix))
+
+    def delete_folder(self, folder: str) -> None:
+        # Whole, temporary files too: a writer killed mid-copy left one that no key names and nothing
+        # deleted (a checkpoint's size, per kill, for good).
+        with _local_errors(self.url(folder), "delete"), contextlib.suppress(FileNotFoundError):
+            shutil.rmtree(self._path(folder))
 
     def delete(self, keys: Iterable[str]) -> None:
         with _local_errors(self.uri, "delete"):

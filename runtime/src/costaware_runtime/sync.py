@@ -190,15 +190,10 @@ class CheckpointSync:
 
     def _prune(self, keep: set[str | None], newer_than: int) -> None:
         """Delete every step folder but ``keep`` and those of a step after ``newer_than``."""
-        doomed = [
-            key
-            for key in self.store.keys("step-")
-            if (found := _STEP_FOLDER.fullmatch(folder := key.split("/", 1)[0]))
-            and folder not in keep
-            and int(found.group(1)) <= newer_than
-        ]
-        if doomed:
-            self.store.delete(doomed)
+        for folder in self.store.folders("step-"):
+            found = _STEP_FOLDER.fullmatch(folder)
+            if found and folder not in keep and int(found.group(1)) <= newer_than:
+                self.store.delete_folder(folder)
 
     def _complete(self, marker: Marker) -> bool:
         for file in marker.files:
