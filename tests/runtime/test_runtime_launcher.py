@@ -84,6 +84,29 @@ def test_a_push_killed_mid_copy_leaves_no_temporary_file_behind_once_its_step_is
     assert "step-3" not in remote_steps(job)
 
 
+def test_a_checkpoint_folder_another_jobs_sync_left_is_refused_not_resumed_from(make_job: MakeJob) -> None:
+    # Two jobs given one checkpoint folder: the second resumed from the first one's weights and pushed them
+    # into its own store as its own, saying only "starting from checkpoint step 2".
+    job = make_job(RESUMING_JOB)
+    first = job.run(env=job.env(attempt=1, STOP_AT="2"))
+    assert first.returncode == 75, first.stderr
+    other_store = job.root / "another-jobs-checkpoints"
+
+    other = job.run(env=job.env(attempt=1, COSTAWARE_CHECKPOINT_URI=str(other_store)))
+    assert other.returncode == 2, other.stderr
+    folder = job.env()["COSTAWARE_CHECKPOINT_DIR"]
+    assert (
+        f"{folder} holds checkpoint step 2 of {job.remote}, not of {other_store}: another job's or run's"
+    ) in other.stderr
+    assert seen(job, 1)["start"] == 0  # still the first job's: the other one never started
+    assert not other_store.exists()
+
+    # The same job, its store spelt another way, resumes as before.
+    same = job.run(env=job.env(attempt=2, COSTAWARE_CHECKPOINT_URI=f"file://{job.remote}/"))
+    assert same.returncode == 0, same.stderr
+    assert seen(job, 2)["start"] == 2
+
+
 PREEMPTIBLE_JOB = """
 cr.preemption_requested()
 step = cr.latest_step() or 0

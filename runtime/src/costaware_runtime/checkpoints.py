@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from costaware_runtime import _files
-from costaware_runtime.contract import CHECKPOINT_MARKER, RETIRED_MARKER, checkpoint_dir
+from costaware_runtime.contract import CHECKPOINT_MARKER, ORIGIN_NAME, RETIRED_MARKER, checkpoint_dir
 from costaware_runtime.errors import ContractError
 from costaware_runtime.stores import check_key
 
@@ -168,7 +168,7 @@ def commit(
                 raise ContractError(
                     f"checkpoint file {str(file)!r} is outside {root}: save into it"
                 ) from None
-            if relative == CHECKPOINT_MARKER:
+            if relative in (CHECKPOINT_MARKER, RETIRED_MARKER, ORIGIN_NAME):  # the runtime's, not the job's
                 continue
             try:
                 check_key(relative)  # read_marker refuses it: every later read of the marker would fail

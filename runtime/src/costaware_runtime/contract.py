@@ -68,6 +68,8 @@ MANIFEST_NAME = "_costaware_manifest.json"
 CHECKPOINT_MARKER = "_costaware_checkpoint.json"
 #: Left by ``retire()`` where the marker was: the last checkpoint a finished job committed, then deleted.
 RETIRED_MARKER = "_costaware_checkpoint_retired.json"
+#: Left in the checkpoint folder by a sync: the location its checkpoints came from or went to.
+ORIGIN_NAME = "_costaware_origin.json"
 #: Written last into the remote checkpoint prefix; names the step a restore downloads.
 LATEST_NAME = "LATEST.json"
 

@@ -78,6 +78,10 @@ class Store(ABC):
         """Store ``data`` under ``key``."""
         self.put(key, io.BytesIO(data))
 
+    def location(self) -> str:
+        """What tells this store apart from another whatever way its URI was spelt."""
+        return self.uri
+
     def url(self, key: str = "") -> str:
         """The full URI of ``key``."""
         return f"{self.uri.rstrip('/')}/{key}" if key else self.uri
@@ -92,6 +96,9 @@ class LocalStore(Store):
 
     def _path(self, key: str) -> Path:
         return self.root.joinpath(*check_key(key).split("/"))
+
+    def location(self) -> str:
+        return str(self.root.resolve())  # "ckpts", "./ckpts" and file:///abs/ckpts are one folder
 
     def put(self, key: str, source: BinaryIO) -> None:
         with (

@@ -13,6 +13,7 @@ except those of a later step than the one pushed (a job that went back never del
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -22,8 +23,9 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
+from costaware_runtime import _files
 from costaware_runtime.checkpoints import CommittedFile, Marker, parse_marker, read_marker, write_marker
-from costaware_runtime.contract import CHECKPOINT_MARKER, LATEST_NAME
+from costaware_runtime.contract import CHECKPOINT_MARKER, LATEST_NAME, ORIGIN_NAME
 from costaware_runtime.errors import CheckpointChangedError, ContractError, StoreError
 from costaware_runtime.stores import check_key, open_store
 
@@ -73,8 +75,11 @@ class CheckpointSync:
         :meth:`push_changed`.
         """
         with self._lock:
-            latest = self.remote_latest()
             local = read_marker(self.directory)
+            if local is not None:
+                self._check_origin(local)
+            latest = self.remote_latest()
+            self._claim()
             if latest is None:
                 return None if local is None else local.step
             remote, prefix = latest
@@ -150,11 +155,43 @@ class CheckpointSync:
                     latest[1],
                     latest[0].step,
                 )
+            self._claim()
             self._upload(local, prefix)
             self._prune(keep={prefix, previous}, newer_than=local.step)
             self.synced, self.pushed = local.identity, True
             log.info("pushed checkpoint step %s to %s", local.step, self.store.url(prefix))
             return local.step
+
+    def _check_origin(self, local: Marker) -> None:
+        """Refuse a local checkpoint that another location's sync left: another job's or run's.
+
+        A checkpoint folder shared by two jobs had the second resume from the first one's weights and push
+        them into its own store as its own.
+        """
+        path = self.directory / ORIGIN_NAME
+        try:
+            origin = json.loads(path.read_bytes())["location"]
+        except FileNotFoundError:
+            return  # committed here and never synced: the job's own, kept and pushed
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ContractError(f"{path} is damaged ({e!r}): delete it, and the checkpoints with it") from e
+        if origin != self.store.location():
+            raise ContractError(
+                f"{self.directory} holds checkpoint step {local.step} of {origin}, not of {self.store.uri}: "
+                "another job's or run's; give this one an empty checkpoint folder, or empty this one"
+            )
+
+    def _claim(self) -> None:
+        """Record in the local folder which location its checkpoints belong to (once)."""
+        path = self.directory / ORIGIN_NAME
+        location = self.store.location()
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            if json.loads(path.read_bytes())["location"] == location:
+                return
+        try:
+            _files.write_json(path, {"location": location})
+        except OSError as e:  # a read-only folder: the check above is lost, not the training
+            log.warning("could not record in %s whose checkpoints it holds: %s", path, e)
 
     def _upload(self, marker: Marker, prefix: str) -> None:
         for file in marker.files:
