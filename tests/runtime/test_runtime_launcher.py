@@ -614,6 +614,34 @@ cr.write_metrics({{"rmse": 1.0}})
     assert (job.outputs / "weights.bin").read_bytes() == b"weights"
 
 
+def test_metrics_an_earlier_run_left_do_not_pass_a_job_that_wrote_none(make_job: MakeJob) -> None:
+    # Run again with the same metrics path (by hand), a job that exited 0 without writing metrics passed
+    # with the earlier run's: exit 0, its model uploaded with metrics it never had.
+    job = make_job("""
+(cr.output_dir() / "model.bin").write_text(os.environ["MODEL"])
+if os.environ.get("WRITE_METRICS") == "1":
+    cr.write_metrics({"rmse": 1.0})
+""")
+    good = job.run(env=job.env(MODEL="good", WRITE_METRICS="1"))
+    assert good.returncode == 0, good.stderr
+
+    silent = job.run(env=job.env(MODEL="diverged"))
+    assert silent.returncode == 2, silent.stderr
+    assert f"the job wrote no metrics file {job.env()['COSTAWARE_METRICS_PATH']}" in silent.stderr
+    assert json.loads(job.result.read_text())["metrics"] == {"rmse": 1.0}  # still the good run's result
+    assert (job.outputs / "model.bin").read_text() == "good"
+
+
+def test_metrics_that_cannot_be_removed_stop_the_attempt_before_the_job(make_job: MakeJob) -> None:
+    job = make_job('(READY.parent / "ran").touch()\n')
+    Path(job.env()["COSTAWARE_METRICS_PATH"], "in-the-way").mkdir(parents=True)
+    done = job.run()
+    assert done.returncode == 2, done.stderr
+    named = job.env()["COSTAWARE_METRICS_PATH"]
+    assert f"COSTAWARE_METRICS_PATH={named} is already there and cannot be removed" in done.stderr
+    assert not (job.root / "ran").exists()
+
+
 def test_an_empty_output_folder_fails_with_code_2(make_job: MakeJob) -> None:
     job = make_job('cr.write_metrics({"rmse": 1.0})\n')
     done = job.run()

@@ -214,6 +214,11 @@ class Launcher:
             log.warning("the notice came before the job started: not starting it")
             return self.finish(-signal.SIGTERM)
         try:
+            self._remove_earlier_metrics()
+        except ContractError as e:
+            log.error("%s", e)
+            return contract.EXIT_CONTRACT_ERROR
+        try:
             self.started_at = time.monotonic()
             self.process = subprocess.Popen(
                 command,
@@ -237,6 +242,23 @@ class Launcher:
         if watcher:
             watcher.stop()
         return self.finish(returncode)
+
+    def _remove_earlier_metrics(self) -> None:
+        """Remove a metrics file an earlier run left: a job that exited 0 without metrics passed with them.
+
+        Raises:
+            ContractError: It cannot be removed (a folder in its place, a read-only folder).
+        """
+        try:
+            self.metrics_path.unlink()
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            raise ContractError(
+                f"{contract.METRICS_PATH}={self.metrics_path} is already there and cannot be removed "
+                f"({e.strerror}): give this attempt a metrics path of its own"
+            ) from e
+        log.info("removed the metrics an earlier run left in %s: this run writes its own", self.metrics_path)
 
     def _wait(self, process: subprocess.Popen[bytes]) -> int:
         killed = False
