@@ -350,8 +350,10 @@ time.sleep(60)
 
 def test_a_job_that_honours_the_notice_before_its_first_checkpoint_starts_over(make_job: MakeJob) -> None:
     # The docs' loop, noticed before anything was committed: exit 75 after the notice is 77 (retried, starts
-    # over), not the code error 76 (before, the task failed for good).
+    # over), not the code error 76 (before, the task failed for good). The handler goes in before READY: a
+    # notice between the two killed the job with SIGTERM instead (a failure of this test under load).
     job = make_job("""
+cr.preemption_requested()
 READY.touch()
 while not cr.preemption_requested():
     time.sleep(0.005)
