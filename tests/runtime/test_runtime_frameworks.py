@@ -307,10 +307,15 @@ class Ready(TrainerCallback):
             READY.touch()
         time.sleep(0.02)
 
+# "best": a save after every step's evaluation only when its eval_loss is a new best ("greater" is better
+# here, so only the first step's is), as for a team that keeps its best model only.
+saving = (dict(save_strategy="best", eval_strategy="steps", eval_steps=1, metric_for_best_model="loss",
+    greater_is_better=True, label_names=["y"]) if os.environ.get("SAVE") == "best" else dict(save_steps=10))
 args = TrainingArguments(output_dir=str(cr.checkpoint_dir()), max_steps=int(os.environ["STEPS"]),
-    save_steps=10, save_total_limit=2, per_device_train_batch_size=4, report_to=[], use_cpu=True,
-    disable_tqdm=True)
-trainer = Trainer(Tiny(), args, train_dataset=Data(), callbacks=[Ready(), CostawareCallback()])
+    save_total_limit=2, per_device_train_batch_size=4, report_to=[], use_cpu=True, disable_tqdm=True,
+    **saving)
+trainer = Trainer(Tiny(), args, train_dataset=Data(), eval_dataset=Data(),
+    callbacks=[Ready(), CostawareCallback()])
 resume = latest_hf_checkpoint()
 (READY.parent / f"resume-{cr.attempt()}").write_text(str(resume))
 trainer.train(resume_from_checkpoint=resume)
@@ -332,6 +337,18 @@ def test_huggingface_trainer_is_preempted_and_resumes(make_job: MakeJob) -> None
     assert second.returncode == 0, second.stderr
     assert (job.root / "resume-2").read_text().endswith(f"checkpoint-{saved}")
     assert json.loads(job.result.read_text())["metrics"] == {"global_step": saved + 15}
+
+
+@needs("transformers")
+def test_a_trainer_that_skips_the_save_the_notice_asked_for_still_exits_75(make_job: MakeJob) -> None:
+    # save_strategy="best" keeps a step's save only for a new best: stopped on the notice without it,
+    # trainer.train() returned, the job went on, and a model trained 13 steps of 1000 was uploaded (exit 0).
+    job = make_job(HUGGINGFACE_JOB)
+    code, stderr = job.preempt(job.start(env=job.env(STEPS="1000", SAVE="best")), timeout=300)
+    assert code == 75, stderr
+    assert "preempted (job exit 75) after checkpoint step 1" in stderr  # the first step's, the only best
+    assert job.latest()["step"] == 1
+    assert not job.outputs.exists() and not job.result.exists()
 
 
 @needs("transformers")

@@ -11,7 +11,9 @@ transformers is imported when ``CostawareCallback`` is first looked up, never be
 
 Each checkpoint the Trainer saves (``checkpoint-<global_step>/``) is committed, so the launcher pushes it.
 On the preemption notice the callback asks the Trainer to save and stop at the end of the current step, then
-commits that checkpoint and exits 75. ``CostawareCallback(timer=costaware_runtime.CheckpointTimer())`` also
+commits that checkpoint and exits 75 (also where the Trainer skipped that save, as ``save_strategy="best"``
+does for a step that is no new best: the next attempt resumes from the newest one saved).
+``CostawareCallback(timer=costaware_runtime.CheckpointTimer())`` also
 asks for a save whenever the provider's interval (``COSTAWARE_CHECKPOINT_EVERY_SECONDS``) has passed.
 """
 
@@ -77,6 +79,14 @@ def _callback_class() -> type:
                 control.should_training_stop = True
             elif self.timer is not None and self.timer.due():
                 control.should_save = True
+            return control
+
+        def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            # Stopped on the notice without the save it asked for (save_strategy="best" saves a new best
+            # only): returning let the job go on as if trained to the end, and its half-trained model was
+            # promoted.
+            if self.stopping:
+                exit_preempted()
             return control
 
         def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
