@@ -311,6 +311,27 @@ def test_a_missing_spot_queue_is_named_on_an_on_demand_submit(aws: str, batch_qu
     assert "on_demand_queue" not in message
 
 
+@pytest.mark.parametrize(
+    ("grace", "stop_timeout", "given"), [(110, 30, "20"), (110, 120, "110"), (5, 8, "1")]
+)
+def test_the_launchers_grace_period_ends_before_ecs_kills_the_container(
+    grace: float, stop_timeout: float, given: str
+) -> None:
+    # The launcher was told 110 s while ECS kills the container 30 s after SIGTERM: its save and its last
+    # push were cut. It ends 10 s before the kill, as on Kubernetes, to push what it saved.
+    from costaware.adapters.compute.job_contract import GRACE_SECONDS
+
+    body = batch.submit_job_request(
+        request(instance_type="m5.large", grace_seconds=grace),
+        spot_queue="spot-q",
+        on_demand_queue="od-q",
+        job_definition="train",
+        stop_timeout_seconds=stop_timeout,
+    )
+    env = {e["name"]: e["value"] for e in body["containerOverrides"]["environment"]}
+    assert env[GRACE_SECONDS] == given
+
+
 def test_a_grace_period_longer_than_the_ecs_stop_timeout_is_said_at_submit(
     aws: str, batch_queues: dict[str, str], caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -318,7 +339,10 @@ def test_a_grace_period_longer_than_the_ecs_stop_timeout_is_said_at_submit(
     backend = open_backend("batch", {**batch_queues, "aws_conn_id": "moto_aws"})
     with caplog.at_level(logging.WARNING):
         backend.submit(request(instance_type="m5.large", grace_seconds=110))
-    assert "preemption_grace_seconds 110 is longer than the 30 s ECS gives a Batch container" in caplog.text
+    assert (
+        "preemption_grace_seconds 110 does not fit the 30 s ECS gives a Batch container from SIGTERM to "
+        "SIGKILL: the job's command gets 20 s to save, and the launcher 10 s more to push it"
+    ) in caplog.text
     caplog.clear()
     raised = open_backend("batch", {**batch_queues, "aws_conn_id": "moto_aws", "stop_timeout_seconds": 120})
     with caplog.at_level(logging.WARNING):

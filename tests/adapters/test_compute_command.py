@@ -194,7 +194,8 @@ def test_batch_runs_an_image_through_a_copy_of_the_job_definition(aws: str) -> N
     assert container["command"] == ["costaware-run", "--", *COMMAND]
     environment = {e["name"]: e["value"] for e in container["environment"]}
     assert environment.pop("AWS_BATCH_JOB_ID")  # Batch's own
-    assert environment == contract("/tmp/costaware")
+    # The launcher's grace period ends 10 s before ECS's SIGKILL (30 s after SIGTERM), not at 100 s.
+    assert environment == {**contract("/tmp/costaware"), "COSTAWARE_GRACE_SECONDS": "20"}
 
     # The next attempt reuses the copy, and a job without image= runs the job definition as it is.
     again = backend.submit(request(instance_type="m5.large", job_name="train-0123456789-a3"))

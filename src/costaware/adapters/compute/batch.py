@@ -41,7 +41,11 @@ from costaware.adapters.compute.base import (
     require_object_store,
     whole_number,
 )
-from costaware.adapters.compute.job_contract import RESUBMIT_EXIT_CODES
+from costaware.adapters.compute.job_contract import (
+    GRACE_SECONDS,
+    LAUNCHER_MARGIN_SECONDS,
+    RESUBMIT_EXIT_CODES,
+)
 from costaware.core.errors import ComputeBackendError, ConfigurationError
 
 log = logging.getLogger(__name__)
@@ -76,11 +80,14 @@ def submit_job_request(
     tags: Mapping[str, str] | None = None,
     work_dir: str = WORK_DIR,
     spot_queues: Mapping[str, str] | None = None,
+    stop_timeout_seconds: float | None = None,
 ) -> dict[str, Any]:
     """The ``SubmitJob`` request of one attempt (pure); ``job_definition`` is the revision that runs it.
 
     A spot request with an ``availability_zone`` goes to ``spot_queues[zone]``; an on-demand one to
-    ``on_demand_queue`` whatever its zone.
+    ``on_demand_queue`` whatever its zone. Given ECS's ``stop_timeout_seconds`` (SIGTERM to SIGKILL of the
+    container), the launcher's grace period ends ``LAUNCHER_MARGIN_SECONDS`` before it, as on Kubernetes:
+    the launcher then still pushes the last checkpoint, which a longer grace period had ECS kill mid-push.
     """
     require_object_store(request, "batch")
     require_ec2_instance_type(request, "batch")
@@ -88,6 +95,11 @@ def submit_job_request(
         request, spot_queue=spot_queue, on_demand_queue=on_demand_queue, spot_queues=spot_queues
     )
     environment = request.environment(work_dir=work_dir)
+    if (
+        stop_timeout_seconds is not None
+        and request.grace_seconds > stop_timeout_seconds - LAUNCHER_MARGIN_SECONDS
+    ):
+        environment[GRACE_SECONDS] = f"{max(1.0, stop_timeout_seconds - LAUNCHER_MARGIN_SECONDS):g}"
     return {
         "jobName": request.job_name,
         "jobQueue": queue,
@@ -402,14 +414,16 @@ class BatchBackend:
     def submit(self, request: JobRequest) -> str:
         require_object_store(request, "batch")  # before any request to AWS
         require_ec2_instance_type(request, "batch")
-        if request.grace_seconds > self.stop_timeout_seconds:
+        if request.grace_seconds > self.stop_timeout_seconds - LAUNCHER_MARGIN_SECONDS:
             log.warning(
-                "preemption_grace_seconds %g is longer than the %g s ECS gives a Batch container from "
-                "SIGTERM to SIGKILL: a last checkpoint that takes longer is cut. Raise "
-                "ECS_CONTAINER_STOP_TIMEOUT on the compute environment's instances and set backend_options "
-                "stop_timeout_seconds to it, or lower preemption_grace_seconds",
+                "preemption_grace_seconds %g does not fit the %g s ECS gives a Batch container from "
+                "SIGTERM to SIGKILL: the job's command gets %g s to save, and the launcher %g s more to push "
+                "it. For longer, raise ECS_CONTAINER_STOP_TIMEOUT on the compute environment's instances and "
+                "set backend_options stop_timeout_seconds to it",
                 request.grace_seconds,
                 self.stop_timeout_seconds,
+                max(1.0, self.stop_timeout_seconds - LAUNCHER_MARGIN_SECONDS),
+                LAUNCHER_MARGIN_SECONDS,
             )
         queue = queue_for(  # a zone without a queue fails before any request to AWS too
             request,
@@ -435,6 +449,7 @@ class BatchBackend:
                 tags=self.tags,
                 work_dir=self.work_dir,
                 spot_queues=self.spot_queues,
+                stop_timeout_seconds=self.stop_timeout_seconds,
             )
             job_id = str(self.client.submit_job(**body)["jobId"])
         except (ConfigurationError, ComputeBackendError):

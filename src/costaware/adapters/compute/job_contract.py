@@ -70,6 +70,7 @@ __all__ = [
     "EXIT_SYNC_FAILED",
     "GRACE_SECONDS",
     "LAUNCHER",
+    "LAUNCHER_MARGIN_SECONDS",
     "MANIFEST_NAME",
     "MARKET",
     "METRICS_FILE",
@@ -97,6 +98,8 @@ __all__ = [
 
 #: The launcher's console script (``costaware_runtime.launcher:main``; ``python -m costaware_runtime``).
 LAUNCHER = "costaware-run"
+#: What the launcher keeps after its grace period, before the platform's SIGKILL, to push the last checkpoint.
+LAUNCHER_MARGIN_SECONDS = 10
 #: The module of the built-in trainers' job (``python -m costaware.training.entrypoint --spec URI``).
 ENTRYPOINT = "costaware.training.entrypoint"
 

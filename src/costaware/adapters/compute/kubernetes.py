@@ -36,7 +36,11 @@ from costaware.adapters.compute.base import (
     require_object_store,
     whole_number,
 )
-from costaware.adapters.compute.job_contract import GRACE_SECONDS, RESUBMIT_EXIT_CODES
+from costaware.adapters.compute.job_contract import (
+    GRACE_SECONDS,
+    LAUNCHER_MARGIN_SECONDS,
+    RESUBMIT_EXIT_CODES,
+)
 from costaware.core.errors import ComputeBackendError, ConfigurationError, JobNotFoundError
 from costaware.core.ledger import utcnow
 
@@ -50,8 +54,6 @@ _INSTALL = "pip install 'airflow-provider-costaware[kubernetes]' (apache-airflow
 #: Where a user command's local folders live: an emptyDir volume, writable even on a read-only root.
 WORK_DIR = "/costaware"
 _WORK_VOLUME = "costaware-work"
-#: What the launcher gets after its grace period to push the last checkpoint before the kubelet's SIGKILL.
-LAUNCHER_MARGIN_SECONDS = 10
 #: The built-in trainers' pod's SIGTERM-to-SIGKILL (``termination_grace_seconds``), inside the spot notice.
 TERMINATION_GRACE_SECONDS = 110
 
