@@ -132,6 +132,34 @@ def test_bad_roots_are_rejected(root: str, message: str) -> None:
         FeatureStore(root)
 
 
+def unwritable_folder(tmp_path: Path) -> Path:
+    """A folder this process may not create files in.
+
+    A mode of 0o555 stops any user but root; root is stopped by the kernel under /sys, where no process
+    may make a folder.
+    """
+    if os.geteuid() == 0:
+        return Path("/sys/costaware-feature-cache")
+    folder = tmp_path / "read-only-cache"
+    folder.mkdir()
+    folder.chmod(0o555)
+    return folder
+
+
+def test_a_cache_folder_that_refuses_writes_names_it_and_the_setting(tmp_path: Path) -> None:
+    # A read-only mount (or a folder of another user) failed the task with a bare "OSError: [Errno 30]
+    # Read-only file system: '.../locks'", saying nothing of the feature cache or how to choose another.
+    folder = unwritable_folder(tmp_path)
+    calls: list[int] = []
+    with pytest.raises(ConfigurationError) as raised:
+        FeatureStore(str(folder)).get_or_compute(KEY, computer(calls), template())
+    message = str(raised.value)
+    assert f"feature cache {folder}: cannot write to the store folder {folder} (" in message
+    assert f"make it writable for the user the tasks run as (uid {os.geteuid()})" in message
+    assert "store_uri= or COSTAWARE_FEATURE_CACHE names the folder" in message
+    assert calls == []  # refused before the transform spent anything
+
+
 def test_relative_paths_cannot_leave_the_root(tmp_path: Path) -> None:
     store = FeatureStore(str(tmp_path / "cache"))
     for rel in ("../outside", "/etc/passwd", "entries/../../x"):

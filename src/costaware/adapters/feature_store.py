@@ -42,7 +42,12 @@ from costaware.core.cache_policy import (
     EntryStats,
     EvictionPolicy,
 )
-from costaware.core.errors import ConfigurationError, CorruptEntryError, CostawareError
+from costaware.core.errors import (
+    ConfigurationError,
+    CorruptEntryError,
+    CostawareError,
+    StoreNotWritableError,
+)
 from costaware.core.fingerprint import safe_relative_path, validate_key
 from costaware.core.ledger import LedgerEntry, utcnow
 
@@ -208,8 +213,20 @@ class FeatureStore:
 
         Raises:
             TimeoutError: another writer held the key longer than ``wait_timeout`` (transient: retry).
+            StoreNotWritableError: the cache's folder refuses writes (read-only, no permission).
         """
         validate_key(key)
+        try:
+            return self._get_or_compute(key, compute, manifest, wait_timeout)
+        except StoreNotWritableError as e:
+            raise StoreNotWritableError(
+                f"feature cache {self.root_uri}: {e}. Every run writes there, a cache hit too (its lease and "
+                "last-used time); store_uri= or COSTAWARE_FEATURE_CACHE names the folder"
+            ) from e
+
+    def _get_or_compute(
+        self, key: str, compute: Callable[[], Computed], manifest: Manifest, wait_timeout: timedelta
+    ) -> Outcome:
         deadline = time.monotonic() + wait_timeout.total_seconds()
         recovered = False
         while True:

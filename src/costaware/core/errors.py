@@ -90,6 +90,10 @@ class StoreUnavailableError(CostawareError):
     """Raised when an object store cannot be read or written for a reason a retry may fix; retried."""
 
 
+class StoreNotWritableError(ConfigurationError):
+    """Raised when a local store's folder refuses writes (a read-only mount, no permission)."""
+
+
 class ScoringError(ConfigurationError):
     """Raised when a promotion's scoring command fails, times out or writes no valid metrics."""
 

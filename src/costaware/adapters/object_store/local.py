@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from collections.abc import Iterator
@@ -10,16 +11,33 @@ from pathlib import Path
 
 from costaware.adapters.object_store.base import ObjectInfo, ObjectStore
 from costaware.adapters.object_store.hashing import hash_bytes
+from costaware.core.errors import StoreNotWritableError
 from costaware.core.fingerprint import safe_relative_path
 
 #: The lock file of conditional writes, at the store's root.
 LOCK_FILE = ".object-store.lock"
+
+#: What a folder the tasks may not write answers: a read-only mount, or no permission for their user.
+_NOT_WRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
 
 
 class LocalObjectStore(ObjectStore):
     """An :class:`ObjectStore` in a local (or network-mounted) folder."""
 
     scheme = "local"
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Turn a folder that refuses writes into an error naming it and the fix, not a bare OSError."""
+        try:
+            yield
+        except OSError as e:
+            if e.errno not in _NOT_WRITABLE:
+                raise
+            raise StoreNotWritableError(
+                f"cannot write to the store folder {self.root.path} ({e.strerror}: {e.filename}): make it "
+                f"writable for the user the tasks run as (uid {os.geteuid()}), or use another folder"
+            ) from e
 
     @contextmanager
     def _conditional(self) -> Iterator[None]:
@@ -33,9 +51,10 @@ class LocalObjectStore(ObjectStore):
             yield
             return
         root = Path(self.root.path)
-        root.mkdir(parents=True, exist_ok=True)
-        # Opened for writing: an NFS mount emulates flock with POSIX locks, which need that.
-        lock = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        with self._writing():
+            root.mkdir(parents=True, exist_ok=True)
+            # Opened for writing: an NFS mount emulates flock with POSIX locks, which need that.
+            lock = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)
             yield
@@ -56,12 +75,13 @@ class LocalObjectStore(ObjectStore):
 
     def _staged(self, rel: str, data: bytes) -> Path:
         target = self.path(rel)
-        target.parent.mkdir(parents=True, exist_ok=True)
         staged = target.with_name(f".{target.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
-        with open(staged, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        with self._writing():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with open(staged, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
         return staged
 
     def write(self, rel: str, data: bytes) -> None:
