@@ -7,6 +7,7 @@ import re
 import shlex
 import subprocess
 import sys
+import uuid
 from decimal import Decimal
 from pathlib import Path
 
@@ -964,3 +965,27 @@ def test_ctrl_c_ends_with_one_line_and_exit_status_130(ledger_url: str, tmp_path
     assert command.returncode == 130, err
     assert err.strip().splitlines()[-1] == "costaware: interrupted" and "Traceback" not in err, err
     assert out == "" and not (tmp_path / "ledger.db").exists()  # nothing imported, no ledger made
+
+
+def test_a_ledger_connection_written_as_a_sqlalchemy_url_reaches_postgres(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # AIRFLOW_CONN_COSTAWARE_LEDGER copied from AIRFLOW__DATABASE__SQL_ALCHEMY_CONN (postgresql+psycopg2://)
+    # failed every task and command with "has type 'postgresql+psycopg2': the ledger needs a ... 'postgres'
+    # ... connection", though its fields are PostgreSQL's.
+    monkeypatch.setenv("AIRFLOW_CONN_COSTAWARE_LEDGER", postgres_url)
+    scope = f"project=sqlalchemy-url-{uuid.uuid4().hex[:8]}"
+    assert main(["budget", "set", "--scope", scope, "--period", "month", "--cap-usd", "100"]) == 0
+    assert f"{scope}/month" in [b.label for b in Ledger.from_url(postgres_url).budgets()]
+
+
+def test_a_ledger_connection_with_another_driver_says_how_to_write_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_COSTAWARE_LEDGER", "postgresql+asyncpg://u@db:5432/costaware")
+    assert main(["budget", "show", "--scope", "project=x"]) == 2
+    assert (
+        "has type 'postgresql+asyncpg': the ledger needs a 'costaware_ledger', 'postgres' or 'sqlite' "
+        'connection, or any connection whose extra holds {"url": "postgresql+psycopg2://..."} (as a URL, '
+        "write postgres://... instead of postgresql+asyncpg://...)"
+    ) in capsys.readouterr().err

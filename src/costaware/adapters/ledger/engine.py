@@ -63,7 +63,10 @@ def url_from_connection_fields(
     if isinstance(extras, dict) and extras.get("url"):
         return str(extras["url"])
     kind = (conn_type or "").lower()
-    if kind in ("postgres", "postgresql", "costaware_ledger"):  # costaware_ledger: our own type, same fields
+    # postgresql+psycopg2: the SQLAlchemy URL of AIRFLOW__DATABASE__SQL_ALCHEMY_CONN, pasted as the
+    # connection's URI; Airflow keeps the whole scheme as its type, and the fields are PostgreSQL's.
+    postgres_types = ("postgres", "postgresql", "postgresql+psycopg2", "postgres+psycopg2")
+    if kind in (*postgres_types, "costaware_ledger"):  # costaware_ledger: our own type, same fields
         return URL.create(
             "postgresql+psycopg2",
             username=login or None,
@@ -74,13 +77,15 @@ def url_from_connection_fields(
         ).render_as_string(hide_password=False)
     if kind == "sqlite":
         return f"sqlite:///{host or schema}"
-    # A URL like costaware_ledger://... has no scheme to Airflow ('_' is none): its type reads ''.
-    blank = " (as a URL, write the type costaware-ledger:// or postgres://: '_' is no URL scheme)"
+    hint = ""
+    if not conn_type:  # a URL like costaware_ledger://... has no scheme to Airflow ('_' is none)
+        hint = " (as a URL, write the type costaware-ledger:// or postgres://: '_' is no URL scheme)"
+    elif "+" in conn_type:  # a SQLAlchemy URL with a driver costaware does not ship (psycopg2 only)
+        hint = f" (as a URL, write postgres://... instead of {conn_type}://...)"
     raise ConfigurationError(
         f"connection {conn_id!r} has type {conn_type!r}: the ledger needs a 'costaware_ledger', "
         "'postgres' or 'sqlite' connection, "
-        'or any connection whose extra holds {"url": "postgresql+psycopg2://..."}'
-        + (blank if not conn_type else "")
+        'or any connection whose extra holds {"url": "postgresql+psycopg2://..."}' + hint
     )
 
 
