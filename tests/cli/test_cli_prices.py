@@ -318,3 +318,21 @@ def test_import_a_file_saved_with_a_byte_order_mark(
     bom.write_text("\ufeff" + (FIXTURES / "ec2_offer_us-east-1.json").read_text(), encoding="utf-8")
     assert run(ledger_url, "prices", "import", str(bom), "--types", "g6*") == 0
     assert "imported 1 ec2 price(s) for us-east-1 from index.json" in capsys.readouterr().out
+
+
+def test_an_offer_file_with_a_misspelt_region_writes_nothing(
+    ledger_url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # A row's 'us-eats-1' was imported, and from the cache `prices show --region us-eats-1` took it as known.
+    lines = (FIXTURES / "ec2_offer_us-east-1.csv").read_text().splitlines(keepends=True)
+    misspelt = [line.replace('"us-east-1","OnDemand"', '"us-eats-1","OnDemand"') for line in lines]
+    bad = tmp_path / "index.csv"
+    bad.write_text("".join(misspelt))
+    assert run(ledger_url, "prices", "import", str(bad)) == 2
+    assert (
+        f"{bad}: unknown region 'us-eats-1'; did you mean us-east-1, us-west-1, us-east-2? (a region code "
+        "of the file's prices); nothing was imported: fix the code"
+    ) in capsys.readouterr().err
+    assert PriceCache(Ledger.from_url(ledger_url)).rows() == []
+    assert run(ledger_url, "prices", "show", "r7i.large", "--region", "us-eats-1") == 2
+    assert "unknown region 'us-eats-1'" in capsys.readouterr().err

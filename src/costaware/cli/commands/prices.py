@@ -447,8 +447,17 @@ def import_prices(args: argparse.Namespace) -> int:
             + (f" matching {args.types!r}" if args.types else "")
             + " (an AmazonEC2 or AmazonSageMaker offer file is expected); nothing was imported"
         )
-    written = PriceCache(open_ledger(args)).put(prices, origin=OFFER_FILE, fetched_at=utcnow())
     regions = sorted({p.region for p in prices})
+    # A region typed into a file's row went into the cache, and from there `prices show` took it as known.
+    for region in regions:
+        try:
+            _check_region(region, any_aws_region=True)
+        except ConfigurationError as e:
+            raise InvalidPriceDataError(
+                f"{path}: {e} (a region code of the file's prices); nothing was imported: fix the code, or "
+                "upgrade boto3 for a region launched since (its region list counts too)"
+            ) from e
+    written = PriceCache(open_ledger(args)).put(prices, origin=OFFER_FILE, fetched_at=utcnow())
     services = sorted({p.service for p in prices})
     print(f"imported {written} {'/'.join(services)} price(s) for {', '.join(regions)} from {path.name}")
     return 0
