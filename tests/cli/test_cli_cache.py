@@ -96,6 +96,23 @@ def test_a_store_that_is_missing_or_a_file_is_named_not_read_as_empty_or_made(
     assert f"--store {a_file} is a file, not a feature cache folder" in capsys.readouterr().err
 
 
+def test_a_bad_configured_cache_is_named_by_the_variable_it_came_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A relative COSTAWARE_FEATURE_CACHE was blamed on "[costaware] feature_cache", an option nothing reads.
+    monkeypatch.setenv("COSTAWARE_FEATURE_CACHE", "features")
+    assert cache("list") == 2
+    err = capsys.readouterr().err
+    assert "the feature cache in $COSTAWARE_FEATURE_CACHE 'features' is a relative path" in err
+    assert "[costaware] feature_cache" not in err
+    monkeypatch.delenv("COSTAWARE_FEATURE_CACHE")
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "home"))
+    (tmp_path / "home" / "costaware").mkdir(parents=True)
+    (tmp_path / "home" / "costaware" / "features").write_text("x")
+    assert cache("list") == 2
+    assert "the default feature cache ($AIRFLOW_HOME/costaware/features) " in capsys.readouterr().err
+
+
 def test_a_file_uri_store_is_read_and_a_closed_pipe_is_no_store_error(
     store: FeatureStore, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

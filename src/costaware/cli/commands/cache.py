@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 from collections.abc import Callable
 from datetime import timedelta
 from decimal import Decimal
@@ -19,7 +20,7 @@ from costaware.cli.arguments import check_range, open_ledger
 from costaware.cli.output import emit, emit_summary
 from costaware.core.errors import ConfigurationError
 from costaware.core.money import format_usd_exact
-from costaware.settings import feature_cache
+from costaware.settings import FEATURE_CACHE_ENV, feature_cache
 
 if TYPE_CHECKING:
     from costaware.core.ledger import LedgerEntry
@@ -29,7 +30,11 @@ def _store_root(args: argparse.Namespace) -> tuple[str, str]:
     """The store's URI and where it came from: ``--store``, else the configured feature cache."""
     if args.store:
         return args.store, "--store"
-    return feature_cache(), "the configured feature cache ([costaware] feature_cache)"
+    # Named by the variable it is read from: "[costaware] feature_cache" sent people to an option no
+    # release has read.
+    if os.environ.get(FEATURE_CACHE_ENV):
+        return feature_cache(), f"the feature cache in ${FEATURE_CACHE_ENV}"
+    return feature_cache(), "the default feature cache ($AIRFLOW_HOME/costaware/features)"
 
 
 def _store(args: argparse.Namespace) -> Any:
