@@ -989,3 +989,17 @@ def test_a_ledger_connection_with_another_driver_says_how_to_write_it(
         'connection, or any connection whose extra holds {"url": "postgresql+psycopg2://..."} (as a URL, '
         "write postgres://... instead of postgresql+asyncpg://...)"
     ) in capsys.readouterr().err
+
+
+def test_a_ledger_url_naming_a_database_not_created_says_to_create_it(
+    postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The server answered "database ... does not exist"; the message said only to check the URL, though
+    # the URL was right and the database had not been made (costaware makes its tables, not the database).
+    missing = postgres_url.rsplit("/", 1)[0] + "/costaware_not_created"
+    assert main(["--ledger-url", missing, "budget", "show", "--scope", "project=x"]) == 2
+    assert (
+        'database "costaware_not_created" does not exist. Check the URL (--ledger-url, the '
+        "'costaware_ledger' connection or COSTAWARE_LEDGER_URL), or create the database first (CREATE "
+        "DATABASE costaware_not_created;): costaware creates its tables, not it; nothing was recorded"
+    ) in capsys.readouterr().err

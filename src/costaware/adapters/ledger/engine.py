@@ -134,6 +134,17 @@ def _sqlite_hint(engine: Engine, error: Exception) -> str:
     )
 
 
+def _missing_database_hint(engine: Engine, error: Exception) -> str:
+    """What to run when the PostgreSQL server answers but the ledger's database is not there.
+
+    costaware makes its tables on first use, never the database.
+    """
+    name = engine.url.database
+    if engine.url.get_backend_name() != "postgresql" or f'database "{name}" does not exist' not in str(error):
+        return ""
+    return f", or create the database first (CREATE DATABASE {name};): costaware creates its tables, not it"
+
+
 def sqlite_engine(database: str | None) -> Engine:
     """A SQLite engine whose write transactions take the database lock at once (``BEGIN IMMEDIATE``)."""
     if database and database != ":memory:":
@@ -188,7 +199,8 @@ class LedgerDatabase:
             raise LedgerUnavailableError(
                 f"cannot reach the cost ledger at {safe_url(str(self.engine.url))}: {_reason(e)}. Check the "
                 f"URL (--ledger-url, the 'costaware_ledger' connection or {LEDGER_URL_ENV})"
-                f"{_sqlite_hint(self.engine, e)}; nothing was recorded or reserved"
+                f"{_missing_database_hint(self.engine, e)}{_sqlite_hint(self.engine, e)}; nothing was "
+                "recorded or reserved"
             ) from e
         try:
             with conn, conn.begin():
