@@ -167,3 +167,55 @@ def test_a_job_seen_waiting_then_deleted_is_billed_from_when_it_was_seen_not_its
     assert watch.poll_once(seen) is None
     event = watch.poll_once(seen + timedelta(seconds=30))
     assert event is not None and event["job"]["billable_seconds"] == 30.0
+
+
+def inline_in_dags_test(monkeypatch: pytest.MonkeyPatch, watch: RemoteTrainingJobTrigger) -> list[str]:
+    """`airflow dags test` runs the trigger inline; record the stops it makes (``stop_and_bill``)."""
+    import costaware.triggers.remote_training as module
+
+    stops: list[str] = []
+    monkeypatch.setattr(module, "_inline_in_dags_test", lambda: True)
+    monkeypatch.setattr(watch, "stop_and_bill", lambda **kwargs: stops.append("stopped"))
+    return stops
+
+
+def test_dags_test_taking_the_event_does_not_stop_and_bill_the_job(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Airflow's InProcessTestSupervisor.run_trigger_in_process takes the first event with
+    # asyncio.run(anext(trigger.run(), None)), which then cancels the generator: every finished attempt
+    # logged "its task was killed: job ... stopped and billed" and settled the task's hold from the trigger.
+    watch = trigger(tmp_path)
+    stops = inline_in_dags_test(monkeypatch, watch)
+    monkeypatch.setattr(watch, "poll_once", lambda now: ENDED)
+
+    async def run_trigger_in_process() -> Any:
+        return await anext(watch.run(), None)
+
+    assert asyncio.run(run_trigger_in_process()).payload == ENDED
+    assert stops == []
+
+
+def test_dags_test_interrupted_while_it_waits_stops_and_bills_the_job(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ctrl-C while the job runs: nobody would watch or bill it after.
+    watch = trigger(tmp_path)
+    stops = inline_in_dags_test(monkeypatch, watch)
+    polled = asyncio.Event()
+
+    def still_running(now: Any) -> None:
+        polled.set()
+        return None
+
+    monkeypatch.setattr(watch, "poll_once", still_running)
+
+    async def interrupt_the_wait() -> None:
+        waiting = asyncio.create_task(anext(watch.run(), None))
+        await polled.wait()
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+
+    asyncio.run(interrupt_the_wait())
+    assert stops == ["stopped"]

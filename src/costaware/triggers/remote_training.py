@@ -408,13 +408,17 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         return event
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        delivered = False
         try:
             async for event in self._watch():
+                delivered = True
                 yield event
         except asyncio.CancelledError:
             # A triggerer cancels a trigger it hands to another (the job is watched on), but `airflow dags
-            # test` runs it inline and cancels it on Ctrl-C: nobody would watch or bill the job after.
-            if _inline_in_dags_test():
+            # test` runs it inline and cancels it on Ctrl-C: nobody would watch or bill the job after. Its
+            # inline run also cancels the trigger once it has taken the event: the operator handles the job
+            # from there (stopping and billing it as killed logged a kill and settled the hold too early).
+            if _inline_in_dags_test() and not delivered:
                 self.log.warning("interrupted: stopping job %s and billing it, as for a kill", self.job_id)
                 self.stop_and_bill()
             raise
