@@ -82,8 +82,9 @@ def test_arguments_win_over_the_decision_and_templates_rendered_empty_do_not() -
         deadline=(NOW + timedelta(hours=3)).isoformat(),
         aws_conn_id="aws_prod",
     )
-    plan = plan_of(args).plan
+    plan = plan_of(args, list_price=lambda instance_type, region: Decimal("0.17")).plan
     assert (plan.first_market, plan.instance_type, plan.region) == ("on_demand", "c5.xlarge", "us-west-2")
+    assert plan.on_demand_usd_per_hour == "0.17"  # c5.xlarge's, not the window's m5.2xlarge's 0.96
     assert plan.deadline == NOW + timedelta(hours=3)
     assert plan.backend_options == {}  # the local backend needs no AWS connection
 
@@ -113,6 +114,34 @@ def test_the_list_price_is_asked_only_when_nobody_gave_one() -> None:
     decision = {k: v for k, v in DECISION.items() if k != "on_demand_usd_per_hour"}
     assert plan_of(PlanArguments(), decision, list_price=list_price).plan.on_demand_usd_per_hour == "0.17"
     assert asked == [("m5.2xlarge", "us-west-2")]
+
+
+def test_another_instance_type_or_region_than_the_windows_is_not_billed_at_the_windows_prices() -> None:
+    # remote_retrain's remote_instance_type=m5.xlarge behind a window on c5.4xlarge: the m5.xlarge attempt
+    # was capped and billed at the c5.4xlarge's on-demand $0.68/hour instead of its own.
+    asked: list[tuple[str, str]] = []
+
+    def list_price(instance_type: str, region: str) -> Decimal:
+        asked.append((instance_type, region))
+        return {"m5.xlarge": Decimal("0.192"), "m5.2xlarge": Decimal("0.40")}[instance_type]
+
+    on_demand = plan_of(PlanArguments(market="on_demand", instance_type="m5.xlarge"), list_price=list_price)
+    assert on_demand.plan.on_demand_usd_per_hour == "0.192" and asked == [("m5.xlarge", "us-west-2")]
+    elsewhere = plan_of(PlanArguments(market="on_demand", region="us-east-1"), list_price=list_price)
+    assert elsewhere.plan.on_demand_usd_per_hour == "0.40"  # m5.2xlarge in us-east-1, not us-west-2's
+    with pytest.raises(ConfigurationError) as refused:
+        plan_of(PlanArguments(instance_type="m5.xlarge"), list_price=list_price)  # on spot, as decided
+    assert str(refused.value) == (
+        "market is spot but the spot window's price $0.31/hour is for m5.2xlarge in us-west-2, not m5.xlarge "
+        "in us-west-2: pass spot_usd_per_hour for m5.xlarge, or give the SpotWindowSensor that instance type"
+    )
+    given = PlanArguments(
+        instance_type="ml.m5.xlarge", spot_usd_per_hour="0.069", on_demand_usd_per_hour="0.23"
+    )
+    start = plan_of(given, list_price=list_price)
+    assert (start.spot_usd_per_hour, start.plan.on_demand_usd_per_hour) == ("0.069", "0.23")
+    same = plan_of(PlanArguments(instance_type="m5.2xlarge", region="us-west-2"), list_price=list_price)
+    assert (same.spot_usd_per_hour, same.plan.on_demand_usd_per_hour) == ("0.31", "0.96")
 
 
 @pytest.mark.parametrize(

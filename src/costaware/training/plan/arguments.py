@@ -215,8 +215,13 @@ def make_plan(
     # here, before a job runs, not when its ledger entry is written (or be billed as a negative cost).
     if blank(args.priority) is not None:
         check_priority(args.priority)
+    # The window's prices are its own instance type's in its region: another type or region given here is
+    # priced on its own (an m5.xlarge was billed at the window's c5.4xlarge $0.68/hour).
+    other_job = (decision.instance_type is not None and instance_type != decision.instance_type) or (
+        decision.region is not None and region != decision.region
+    )
     on_demand = blank(args.on_demand_usd_per_hour)
-    if on_demand is None:
+    if on_demand is None and not other_job:
         on_demand = decision.on_demand_usd_per_hour
     if on_demand is None and list_price is not None:
         on_demand = list_price(str(instance_type), region)
@@ -226,10 +231,16 @@ def make_plan(
         )
     on_demand = _positive_price(on_demand, "on_demand_usd_per_hour")
     spot = blank(args.spot_usd_per_hour)
-    if spot is None and decision.market == "spot":
+    if spot is None and decision.market == "spot" and not other_job:
         spot = decision.usd_per_hour
     if spot is not None:
         spot = _positive_price(spot, "spot_usd_per_hour")
+    if market == "spot" and spot is None and other_job and decision.usd_per_hour is not None:
+        raise ConfigurationError(
+            f"market is spot but the spot window's price ${decision.usd_per_hour}/hour is for "
+            f"{decision.instance_type} in {decision.region}, not {instance_type} in {region}: pass "
+            f"spot_usd_per_hour for {instance_type}, or give the SpotWindowSensor that instance type"
+        )
     if market == "spot" and spot is None:
         raise ConfigurationError(
             "market is spot but no spot price is known: pass spot_usd_per_hour or a spot decision"
