@@ -655,3 +655,30 @@ def test_a_batch_stop_timeout_that_is_no_number_of_seconds_is_named(value: objec
     ):
         open_backend("batch", {**queues, "stop_timeout_seconds": value})
     assert open_backend("batch", {**queues, "stop_timeout_seconds": "110"}).stop_timeout_seconds == 110  # type: ignore[attr-defined]
+
+
+def test_a_batch_job_that_never_ran_its_container_says_so_in_its_log_lines(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # moto's server, without Docker, ends every job FAILED with no reason and no exit code: the task failed
+    # with "last log lines: attempt 1:  exit None", which said nothing of why.
+    backend = open_backend(
+        "batch", {"spot_queue": "s", "on_demand_queue": "o", "job_definition": "d", "aws_conn_id": "moto_aws"}
+    )
+    never_ran = {"status": "FAILED", "attempts": [{"container": {"taskArn": "t"}, "startedAt": 1}]}
+    ran = {
+        "status": "FAILED",
+        "statusReason": "Essential container in task exited",
+        "attempts": [{"container": {"exitCode": 1}, "statusReason": "Essential container in task exited"}],
+    }
+    jobs = {"never-ran": never_ran, "ran": ran}
+    monkeypatch.setattr(type(backend), "_describe", lambda self, job_id: jobs[job_id])
+    assert backend.logs("never-ran").splitlines() == [
+        "attempt 1: Batch gave no reason; no exit code: its container never ran or was not seen to end (an "
+        "image that could not be pulled, a stand-in such as moto's server that runs no container)",
+        "FAILED: Batch gave no reason",
+    ]
+    assert backend.logs("ran").splitlines() == [
+        "attempt 1: Essential container in task exited; exit 1",
+        "FAILED: Essential container in task exited",
+    ]

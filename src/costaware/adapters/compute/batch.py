@@ -538,10 +538,25 @@ class BatchBackend:
             ) from e
 
     def logs(self, job_id: str, tail: int = 20) -> str:
-        job = self._describe(job_id)
-        lines = [
-            f"attempt {i + 1}: {a.get('statusReason', '')} exit {a.get('container', {}).get('exitCode')}"
-            for i, a in enumerate(job.get("attempts") or [])
-        ]
-        lines.append(f"{job.get('status')}: {job.get('statusReason', '')}")
-        return "\n".join(lines[-tail:])
+        return "\n".join(job_log_lines(self._describe(job_id))[-tail:])
+
+
+def job_log_lines(job: Mapping[str, Any]) -> list[str]:
+    """What Batch says of a job's attempts and its end (a Batch job's own output is in CloudWatch Logs).
+
+    An attempt with no exit code never ran its container, or was not seen to end: that says so, where it
+    said "exit None" (a job definition whose image cannot be pulled, or moto's server, which runs none).
+    """
+    lines = []
+    for number, attempt in enumerate(job.get("attempts") or [], start=1):
+        reason = attempt.get("statusReason") or "Batch gave no reason"
+        code = (attempt.get("container") or {}).get("exitCode")
+        ended = (
+            f"exit {code}"
+            if code is not None
+            else "no exit code: its container never ran or was not seen to end (an image that could not "
+            "be pulled, a stand-in such as moto's server that runs no container)"
+        )
+        lines.append(f"attempt {number}: {reason}; {ended}")
+    lines.append(f"{job.get('status')}: {job.get('statusReason') or 'Batch gave no reason'}")
+    return lines
