@@ -82,6 +82,7 @@ def test_a_job_that_left_no_result_fails_naming_it_and_registers_nothing(
     assert f"training job {job!r} exited 0 but its result 's3://{bucket}/models/_staging/" in message
     assert "/attempt-1/result.json' is not there" in message and "under costaware-run" in message
     assert "nothing was registered" in message
+    assert f"The sagemaker backend reported job {job!r} succeeded after 0 s billed: it ran nothing" in message
     assert models(bucket, moto_endpoint).version_ids() == []
     (entry,) = [e for e in ledger.entries() if e["task_id"] == "train"]  # the attempt is billed
     assert entry["cause"] == "success"

@@ -168,5 +168,8 @@ def test_a_finished_job_without_its_result_fails_with_its_own_message(
     assert f"s3://{bucket}/checkpoints/_jobs/" in message and "result.json" in message
     assert "check that aws_conn_id reaches the job's S3 endpoint" in message
     assert "write the spec first" not in message
+    # ... and that the job ran nothing: the store and the endpoint were right (it said only to check them)
+    assert "The sagemaker backend reported job 'train-" in message
+    assert "succeeded after 0 s billed: it ran nothing there" in message
     (entry,) = [e for e in ledger.entries() if e["task_id"] == "train"]  # the billed attempt is recorded
     assert entry["cause"] == "success"

@@ -62,6 +62,10 @@ class InvalidPriceDataError(ConfigurationError):
     """Raised when a price table or price series is malformed (missing columns, bad numbers, bad order)."""
 
 
+class ResultMissingError(ConfigurationError):
+    """Raised when a training job that ended successfully left no result where the worker reads it."""
+
+
 class CrossRegionEgressError(CostawareError):
     """Raised when data would cross regions without an explicit allowance."""
 

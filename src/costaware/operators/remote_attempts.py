@@ -20,6 +20,7 @@ from urllib.parse import urlparse
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from costaware.core.errors import ResultMissingError
 from costaware.core.ledger import utcnow
 from costaware.glue import storage_options
 from costaware.remote_billing import AttemptBilling
@@ -862,11 +863,15 @@ class RemoteAttemptSteps(AttemptBilling):
                 ti, cause="orchestration", note="worker waited for remote training; billed per attempt"
             )
         opts = self._storage_options()
-        if state.command:
-            summary = self._finish_command(context, state, opts)
-        else:
-            job_id = state.attempts[-1].job_id if state.attempts else ""
-            result = read_result(state.plan.result_uri, job_id=job_id, **opts)
+        try:
+            if state.command:
+                summary = self._finish_command(context, state, opts)
+            else:
+                job_id = state.attempts[-1].job_id if state.attempts else ""
+                result = read_result(state.plan.result_uri, job_id=job_id, **opts)
+        except ResultMissingError as e:
+            raise ResultMissingError(f"{e}{ran_nothing(state)}") from e
+        if not state.command:
             made, usd = summary_figures(state)
             self.log.info(
                 "stored %s model version %s after %d attempt(s), %s USD billed",
@@ -976,3 +981,19 @@ def _log_files_note(backend: ComputeBackend, job_id: str) -> str:
         return ""
     out, err = log_files(job_id)
     return f" (the job's whole output: {out}, {err})"
+
+
+def ran_nothing(state: AttemptState) -> str:
+    """Why a job that succeeded after 0 s billed left no result; "" for a job that ran.
+
+    Such a job ran nothing (moto's SageMaker server completes every job at once, without a container):
+    the message said only to check the store and the endpoint, which were right.
+    """
+    last = state.attempts[-1] if state.attempts else None
+    if last is None or last.billable_seconds > 0:
+        return ""
+    return (
+        f". The {state.plan.backend} backend reported job {last.job_id!r} succeeded after 0 s billed: it "
+        "ran nothing there (a stand-in such as moto's server completes jobs without running a container), "
+        "so the store is not the cause; run it on the real service, or on the local backend"
+    )

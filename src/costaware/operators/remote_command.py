@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from costaware.adapters.compute import job_contract
-from costaware.core.errors import ConfigurationError, StoreUnavailableError
+from costaware.core.errors import ConfigurationError, ResultMissingError, StoreUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ def _read_result(store: Any, folder: str, job_id: str) -> Any:
     try:
         raw = store.blobs.read_bytes(f"{folder}/{job_contract.RESULT_FILE}")
     except FileNotFoundError as e:
-        raise ConfigurationError(
+        raise ResultMissingError(
             f"training job {job_id!r} exited 0 but its result {where!r} is not there ({e}): costaware-run "
             "writes it on success, so check that the image runs the command under costaware-run with "
             "costaware-runtime[s3] installed, that the job's role may write under the model store, and that "

@@ -47,7 +47,7 @@ from costaware_runtime.metrics import write_metrics
 from costaware_runtime.preemption import preemption_requested
 
 from costaware.adapters.checkpoint_store import CheckpointFolder
-from costaware.core.errors import ConfigurationError, StoreUnavailableError
+from costaware.core.errors import ConfigurationError, ResultMissingError, StoreUnavailableError
 from costaware.training.checkpointing import PREEMPTED_EXIT_CODE, PreemptedError
 from costaware.training.spec import RetrainJob
 
@@ -126,8 +126,8 @@ def read_result(uri: str, *, job_id: str = "", **storage_options: Any) -> dict[s
     """The summary a finished job wrote to its ``result_uri``, read through ``storage_options``.
 
     Raises:
-        ConfigurationError: no result there (the job and the reader see different stores), or not a JSON
-            object.
+        ResultMissingError: no result there (the job and the reader see different stores).
+        ConfigurationError: not a JSON object.
         StoreUnavailableError: the store could not be read for another reason (network, throttling); a
             retry reads it again.
     """
@@ -138,7 +138,7 @@ def read_result(uri: str, *, job_id: str = "", **storage_options: Any) -> dict[s
     try:
         raw = BlobDir.from_uri(folder, create=False, **storage_options).read_bytes(name)
     except FileNotFoundError as e:
-        raise ConfigurationError(
+        raise ResultMissingError(
             f"{job} ended successfully but its result {uri!r} is not there ({e}): the job and the worker "
             "must see the same store; check that aws_conn_id reaches the job's S3 endpoint and bucket and "
             "that the job's role may write under the checkpoint store"
