@@ -284,7 +284,11 @@ def test_stop_sends_sigterm_and_kills_after_the_grace_period(tmp_path: Path) -> 
             {"preemption_grace_seconds": -5},
             "preemption_grace_seconds must be a number of seconds > 0, got -5",
         ),
-        ({"backend": "sagemkaer"}, "unknown compute backend 'sagemkaer': use one of local, sagemaker"),
+        (
+            {"backend": "sagemkaer"},
+            r"unknown compute backend 'sagemkaer' \(did you mean 'sagemaker'\?\): use one of local,",
+        ),
+        ({"backend": "Local"}, r"unknown compute backend 'Local' \(did you mean 'local'\?\): use one of"),
         ({"market": "spto"}, "market 'spto' is not one of spot, on_demand"),
         ({"priority": "high"}, "priority 'high' is unknown; choose one of critical, normal, best_effort"),
         ({"poll_interval": 0}, "poll_interval must be seconds > 0, got 0"),

@@ -148,6 +148,11 @@ def test_another_instance_type_or_region_than_the_windows_is_not_billed_at_the_w
     ("args", "decision", "message"),
     [
         (PlanArguments(backend="ec2"), DECISION, "unknown compute backend 'ec2': use one of"),
+        (
+            PlanArguments(backend="{{ params.backend }}"),
+            DECISION,
+            "unknown compute backend '{{ params.backend }}': use one of",
+        ),
         (PlanArguments(market="cheap"), DECISION, "market 'cheap' is not one of"),
         (PlanArguments(), {}, "no instance type: pass instance_type"),
         (PlanArguments(market="spot", instance_type="m5.large"), {}, "no on-demand price of m5.large"),

@@ -19,7 +19,7 @@ from enum import Enum
 from typing import Any, Protocol, runtime_checkable
 
 from costaware.adapters.compute import job_contract
-from costaware.core.errors import ConfigurationError, check_keywords
+from costaware.core.errors import ConfigurationError, check_keywords, did_you_mean
 
 #: Backend names and the class that implements each (module path, class name).
 BACKENDS: dict[str, tuple[str, str]] = {
@@ -317,7 +317,8 @@ def check_backend(name: object) -> str:
         ConfigurationError: any other value, named, with the known names.
     """
     if not isinstance(name, str) or name not in BACKENDS:
-        raise ConfigurationError(f"unknown compute backend {name!r}: use one of {', '.join(BACKENDS)}")
+        close = did_you_mean(name.lower(), BACKENDS) if isinstance(name, str) else ""
+        raise ConfigurationError(f"unknown compute backend {name!r}{close}: use one of {', '.join(BACKENDS)}")
     return name
 
 
