@@ -289,6 +289,10 @@ def test_stop_sends_sigterm_and_kills_after_the_grace_period(tmp_path: Path) -> 
             r"unknown compute backend 'sagemkaer' \(did you mean 'sagemaker'\?\): use one of local,",
         ),
         ({"backend": "Local"}, r"unknown compute backend 'Local' \(did you mean 'local'\?\): use one of"),
+        (
+            {"backend_options": {"capacity_fil": "/tmp/capacity"}},
+            r"backend_options 'capacity_fil' is not an option of the local backend \(did you mean",
+        ),
         ({"market": "spto"}, "market 'spto' is not one of spot, on_demand"),
         ({"priority": "high"}, "priority 'high' is unknown; choose one of critical, normal, best_effort"),
         ({"poll_interval": 0}, "poll_interval must be seconds > 0, got 0"),
@@ -403,7 +407,9 @@ def test_a_local_store_no_job_could_write_fails_before_any_job_is_bought(tmp_pat
 
 
 def test_a_typo_in_backend_options_fails_before_any_money_or_job(tmp_path: Path, ledger: Any) -> None:
-    train = operator(tmp_path, "ok", backend_options={"roott": str(tmp_path / "jobs")})
+    # Options as JSON text (a template's) are checked once rendered; written out, when the DAG is parsed.
+    options = json.dumps({"roott": str(tmp_path / "jobs")})
+    train = operator(tmp_path, "ok", backend_options=options)
     with pytest.raises(AirflowFailException) as failed:
         drive(train, context_for())
     assert str(failed.value).startswith(

@@ -59,7 +59,8 @@ def spot_decision() -> dict[str, str]:
 def operator(tmp: Path, *, seconds: float = 6.0, **kwargs: Any) -> RemoteTrainingOperator:
     write_data(tmp / "data", rows=2000)
     args = local_operator_args(tmp)
-    args["backend_options"] = {**args["backend_options"], "capacity_file": str(tmp / "capacity-{zone}")}
+    local_options = {**args["backend_options"], "capacity_file": str(tmp / "capacity-{zone}")}
+    args["backend_options"] = kwargs.pop("backend_options", local_options)
     return RemoteTrainingOperator(
         **args,
         trainer="slow_trainer.SlowSGDTrainer",
@@ -299,8 +300,10 @@ def test_without_the_guard_a_churning_training_stays_on_spot(tmp_path: Path) -> 
 def test_zones_a_plan_cannot_honour_are_refused_before_any_job(
     tmp_path: Path, kwargs: dict[str, Any], message: str
 ) -> None:
-    op = operator(tmp_path, **kwargs)
+    # Built on the local backend (its options, local stores), then moved to SageMaker as a whole.
+    op = operator(tmp_path, **{name: value for name, value in kwargs.items() if name != "backend"})
     if kwargs.get("backend") == "sagemaker":
+        op.backend = "sagemaker"
         op.backend_options = {
             "role_arn": "arn:aws:iam::123456789012:role/x",
             "image_uri": "i",
@@ -482,7 +485,9 @@ def test_a_region_typo_in_a_template_fails_before_any_job(tmp_path: Path) -> Non
 def test_kubernetes_zone_labels_are_any_label_value(tmp_path: Path) -> None:
     # Only the backends that place by AWS zone refuse a region or an upper-case AWS zone name.
     labels = "us-south-1,DC-East-1a,us-eats-1b"  # a label need not name an AWS region
-    assert operator(tmp_path, backend="kubernetes", availability_zones=labels).availability_zones == labels
+    pod = {"image": "costaware:1"}
+    on_kubernetes = operator(tmp_path, backend="kubernetes", backend_options=pod, availability_zones=labels)
+    assert on_kubernetes.availability_zones == labels
     with pytest.raises(
         ConfigurationError,
         match=re.escape("'US-EAST-1' is a region, not a zone: list its zones, e.g. us-east-1a"),

@@ -16,6 +16,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from costaware.adapters.compute.base import (
+    backend_class,
     check_aws_regions,
     check_aws_zone,
     check_backend,
@@ -26,7 +27,7 @@ from costaware.adapters.compute.base import (
 from costaware.adapters.compute.job_contract import check_grace_seconds
 from costaware.adapters.spot_market import check_prices
 from costaware.core.carbon import Objective
-from costaware.core.errors import ConfigurationError
+from costaware.core.errors import ConfigurationError, check_keywords
 from costaware.core.series import parse_instant
 from costaware.core.spot_window import check_priority
 from costaware.glue import as_bool, check_tags
@@ -194,6 +195,15 @@ class RemotePlanArguments:
         self.backend_options = (
             backend_options if isinstance(backend_options, str) else dict(backend_options or {})
         )
+        if is_literal(backend) and isinstance(backend_options, Mapping):
+            # A misspelt option written out ('spot_queu') failed only when the task started, after the
+            # spend gate and the spot window; the options the backend needs are checked then, once rendered.
+            check_keywords(
+                backend_class(str(backend or "local")),
+                [str(name) for name in backend_options],
+                field="backend_options",
+                of=f"the {backend or 'local'} backend",
+            )
         if instance_type is None and spot_decision is None and not spot_task_id:
             # Nothing could name it once rendered: say so as the DAG is parsed, not when the task starts.
             raise ConfigurationError(
