@@ -158,7 +158,7 @@ def test_the_request_lists_every_budget_it_would_pass(env_ledger: Ledger) -> Non
     env_ledger.set_budget("*", "day", "3")  # $4 passes it alone
     env_ledger.set_budget("project=churn", "total", "100")  # has room: not listed
     env_ledger.set_budget("project=churn,study=s1", "total", "50", cap_gpu_hours="1")  # narrower
-    passed = gate()._passed_budgets("manual__1", D(4), D(0))
+    passed = gate()._passed_budgets(SimpleNamespace(run_id="manual__1", dag_id="retrain"), D(4), D(0))
     names = [b.name.split(" (")[0] for b in passed]
     assert names == ["project=churn/month", "*/day"]
     assert [(b.committed_usd, b.cap_usd) for b in passed] == [(D(8), D(10)), (D(0), D(3))]
@@ -168,7 +168,9 @@ def test_the_request_lists_every_budget_it_would_pass(env_ledger: Ledger) -> Non
 
 def test_a_gpu_hour_cap_passed_is_shown_in_gpu_hours(env_ledger: Ledger) -> None:
     env_ledger.set_budget("team=ml", "month", "100", cap_gpu_hours="1")
-    (passed,) = gate(scope="team=ml")._passed_budgets("manual__1", D(4), D(10))
+    (passed,) = gate(scope="team=ml")._passed_budgets(
+        SimpleNamespace(run_id="manual__1", dag_id="retrain"), D(4), D(10)
+    )
     assert passed.gpu_hours == (D(0), D(1))
     body = approval_body(budgets=[passed], needed_usd=D(4), needed_gpu_hours=D(10), task="train")
     assert "GPU-hours spent and reserved: 0.000000 of a 1.000000 GPU-hour cap" in body
