@@ -222,13 +222,22 @@ def applicable(
     return found
 
 
+def _run_of_key(key: str) -> tuple[str, str]:
+    """(DAG id, run id) of a run window's key ``run:<dag>/<run>``; the DAG is "" in ``run:<run>`` (any DAG).
+
+    Split at the first ``/``: a DAG id has none (Airflow's pattern); a run id may, where a deployment allows.
+    """
+    dag_id, slash, run_id = key[4:].partition("/")
+    return (dag_id, run_id) if slash else ("", key[4:])
+
+
 def _holds_of_run(period_key: Any, key: str) -> Any:
     """The holds a run window ``run:<dag>/<run>`` (or ``run:<run>``, any DAG's) counts.
 
     Holds made before run keys named their DAG are keyed ``run:<run>``: a DAG's run counts them too (the
     run id's, whichever DAG: never less than it held); a window of every DAG's run counts every DAG's hold.
     """
-    dag_id, _, run_id = key[4:].rpartition("/")
+    dag_id, run_id = _run_of_key(key)
     legacy = f"run:{run_id}"
     if dag_id:
         return period_key.in_([key, legacy])
@@ -246,7 +255,7 @@ def budget_usage(
     conditions = [e.c.estimated.is_(False), *scope_conditions(budget.scope)]
     if window.key.startswith("run:"):
         # 'run:<dag>/<run>' (a run of one DAG), or 'run:<run>' where the DAG was not given
-        dag_id, _, run_id = window.key[4:].rpartition("/")
+        dag_id, run_id = _run_of_key(window.key)
         conditions.append(e.c.run_id == run_id)
         if dag_id:
             conditions.append(e.c.dag_id == dag_id)
