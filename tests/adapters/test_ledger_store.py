@@ -270,6 +270,27 @@ def test_a_per_run_budget_counts_one_dags_run_not_every_dag_run_of_that_id(any_l
     assert b.reserved_usd == Decimal("0.5")
 
 
+def test_a_run_id_with_a_slash_is_never_read_as_a_dag(any_ledger: Ledger) -> None:
+    # A deployment's allowed_run_id_pattern may allow '/': the key of a window without a DAG,
+    # 'run:manual/2026-12-01', was read as DAG 'manual', run '2026-12-01', which spent nothing, and a
+    # tuning trial (its holder's DAG unread) was granted $5 of a $10 cap $9 had already spent.
+    from costaware.core.budgets import MAX_PERIOD_KEY_CHARS, run_key, run_of_key
+    from costaware.core.ledger import holder_dag_id
+
+    run = "manual/2026-12-01"
+    any_ledger.set_budget("project=churn", "run", "10")
+    any_ledger.record(entry("9", dag_id="d", run_id=run))
+    for dag_id in ("d", None):
+        (usage,) = any_ledger.usage("project=churn", run_id=run, dag_id=dag_id)
+        assert usage.spent_usd == Decimal(9), dag_id
+    assert holder_dag_id(f"d/{run}/trial/-1") == "d"
+    with pytest.raises(BudgetExceededError):
+        any_ledger.reserve("project=churn", "5", run_id=run)
+    assert run_of_key(run_key(run, "d")) == ("d", run) and run_of_key(run_key(run)) == (None, run)
+    # A key the column cannot hold (a long DAG id) is the run id's alone: counts more, never less.
+    assert run_key("r", "d" * 300) == "run:r" and len(run_key("r", "d" * 250)) <= MAX_PERIOD_KEY_CHARS
+
+
 def test_gpu_hour_cap(any_ledger: Ledger) -> None:
     any_ledger.set_budget("project=churn", "month", "1000", cap_gpu_hours="8")
     any_ledger.reserve("project=churn", "1", gpu_hours="6")

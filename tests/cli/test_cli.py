@@ -712,7 +712,7 @@ def test_budget_show_names_the_per_run_budgets_it_cannot_show_without_a_run(
     # Run ids repeat across DAGs: --dag-id names the run of one DAG, whose hold it counts.
     assert main([*argv, "show", "--scope", "project=r", "--run-id", "x", "--dag-id", "d"]) == 0
     shown = capsys.readouterr()
-    assert "project=r/run (run:d/x)" in shown.out and "no entry or hold" not in shown.err
+    assert "project=r/run (run@d/x)" in shown.out and "no entry or hold" not in shown.err
     assert main([*argv, "show", "--scope", "project=r", "--run-id", "x", "--dag-id", "other"]) == 0
     assert "no entry or hold of run 'x' of DAG 'other'" in capsys.readouterr().err
     assert main([*argv, "show", "--scope", "project=r", "--dag-id", "d"]) == 2

@@ -301,6 +301,35 @@ def kept_cap(current: Budget | None, cap_usd: object, *, scope: str, period: str
     return current.cap_usd
 
 
+#: The longest period key the ledger stores (its holds' and alerts' ``period_key`` column).
+MAX_PERIOD_KEY_CHARS = 300
+
+
+def run_key(run_id: str, dag_id: str | None = None) -> str:
+    """The period key of a DAG run: ``run@<dag>/<run>``, or ``run:<run>`` for that run id of any DAG.
+
+    A DAG run is its DAG and its run id: two daily DAGs share the run id ``scheduled__<date>``, and each
+    counted the other's spend against its per-run cap. The two forms cannot be confused (a DAG id has no
+    ``/``; a run id may, where a deployment allows it). Without the DAG, or where the key would pass the
+    column (a DAG id of 250 characters), the run id alone: it counts every DAG's run of it, more, never less.
+    """
+    key = f"run@{dag_id}/{run_id}" if dag_id else f"run:{run_id}"
+    return key if len(key) <= MAX_PERIOD_KEY_CHARS else f"run:{run_id}"
+
+
+def is_run_key(key: str) -> bool:
+    """Whether ``key`` is a DAG run's (see :func:`run_key`)."""
+    return key.startswith(("run:", "run@"))
+
+
+def run_of_key(key: str) -> tuple[str | None, str]:
+    """(DAG id or None for any DAG, run id) of a :func:`run_key`."""
+    if key.startswith("run@"):
+        dag_id, _, run_id = key[4:].partition("/")
+        return dag_id, run_id
+    return None, key[4:]
+
+
 def period_window(
     period: Period, at: datetime, tz_name: str = "UTC", run_id: str | None = None, dag_id: str | None = None
 ) -> PeriodWindow:
@@ -319,9 +348,7 @@ def period_window(
     if period is Period.RUN:
         if not run_id:
             raise InvalidBudgetError("a budget with period 'run' needs the DAG run id of the spend")
-        # A DAG run is its DAG and its run id: two daily DAGs share the run id 'scheduled__<date>', and one
-        # counted the other's spend against its per-run cap. Without the DAG (an older hold): the run id.
-        return PeriodWindow(f"run:{dag_id}/{run_id}" if dag_id else f"run:{run_id}", None, None)
+        return PeriodWindow(run_key(run_id, dag_id), None, None)
     tz = parse_timezone(tz_name)
     local = at.astimezone(tz)
     if period is Period.DAY:

@@ -332,9 +332,12 @@ def holder_run_id(holder: str | None) -> str | None:
 
 
 def holder_dag_id(holder: str | None) -> str | None:
-    """The DAG id in a :func:`reservation_holder` key (``dag/run/task/map_index``); None for another form."""
+    """The DAG id in a :func:`reservation_holder` key (``dag/run/task/map_index``); None for another form.
+
+    A DAG id has no ``/``: the first part, also where the run id has one.
+    """
     parts = (holder or "").split("/")
-    return parts[0] if len(parts) == 4 and parts[0] else None
+    return parts[0] if len(parts) >= 4 and parts[0] else None  # a run id may hold a '/' where allowed
 
 
 def entry_to_json(entry: LedgerEntry) -> dict[str, object]:

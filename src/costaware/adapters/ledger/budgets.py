@@ -17,7 +17,16 @@ from costaware.adapters.ledger import schema
 from costaware.adapters.ledger.audit import append_audit
 from costaware.adapters.ledger.engine import LedgerDatabase
 from costaware.adapters.ledger.queries import scope_conditions
-from costaware.core.budgets import Budget, Period, PeriodWindow, Scope, period_window
+from costaware.core.budgets import (
+    Budget,
+    Period,
+    PeriodWindow,
+    Scope,
+    is_run_key,
+    period_window,
+    run_key,
+    run_of_key,
+)
 from costaware.core.errors import BudgetNotFoundError, ConfigurationError
 from costaware.core.ledger import BudgetUsage, utcnow
 from costaware.core.money import format_usd, from_micros, to_micros
@@ -222,28 +231,19 @@ def applicable(
     return found
 
 
-def _run_of_key(key: str) -> tuple[str, str]:
-    """(DAG id, run id) of a run window's key ``run:<dag>/<run>``; the DAG is "" in ``run:<run>`` (any DAG).
-
-    Split at the first ``/``: a DAG id has none (Airflow's pattern); a run id may, where a deployment allows.
-    """
-    dag_id, slash, run_id = key[4:].partition("/")
-    return (dag_id, run_id) if slash else ("", key[4:])
-
-
 def _holds_of_run(period_key: Any, key: str) -> Any:
-    """The holds a run window ``run:<dag>/<run>`` (or ``run:<run>``, any DAG's) counts.
+    """The holds a run window ``run@<dag>/<run>`` (or ``run:<run>``, any DAG's) counts.
 
     Holds made before run keys named their DAG are keyed ``run:<run>``: a DAG's run counts them too (the
     run id's, whichever DAG: never less than it held); a window of every DAG's run counts every DAG's hold.
     """
-    dag_id, run_id = _run_of_key(key)
-    legacy = f"run:{run_id}"
+    dag_id, run_id = run_of_key(key)
+    any_dag = run_key(run_id)
     if dag_id:
-        return period_key.in_([key, legacy])
+        return period_key.in_([key, any_dag])
     return or_(
-        period_key == legacy,
-        and_(period_key.startswith("run:"), period_key.endswith(f"/{run_id}", autoescape=True)),
+        period_key == any_dag,
+        and_(period_key.startswith("run@"), period_key.endswith(f"/{run_id}", autoescape=True)),
     )
 
 
@@ -253,9 +253,9 @@ def budget_usage(
     """What the budget's scope spent in ``window`` and what open reservations hold in it at ``at``."""
     e = schema.entries
     conditions = [e.c.estimated.is_(False), *scope_conditions(budget.scope)]
-    if window.key.startswith("run:"):
-        # 'run:<dag>/<run>' (a run of one DAG), or 'run:<run>' where the DAG was not given
-        dag_id, run_id = _run_of_key(window.key)
+    if is_run_key(window.key):
+        # 'run@<dag>/<run>' (a run of one DAG), or 'run:<run>' where the DAG was not given
+        dag_id, run_id = run_of_key(window.key)
         conditions.append(e.c.run_id == run_id)
         if dag_id:
             conditions.append(e.c.dag_id == dag_id)
@@ -268,7 +268,7 @@ def budget_usage(
     # then, and after a change of zone west (UTC to Los Angeles) today's key sorted before the key of a hold
     # made minutes ago, so that hold counted nowhere and its money was handed out again.
     # A run's hold counts against its own run only.
-    if window.key.startswith("run:"):
+    if is_run_key(window.key):
         in_period = _holds_of_run(h.c.period_key, window.key)
     elif window.start is None or window.end is None:
         in_period = h.c.period_key == window.key

@@ -21,7 +21,7 @@ from costaware.adapters.ledger.audit import append_audit
 from costaware.adapters.ledger.budgets import applicable, budget_from_row, budget_usage
 from costaware.adapters.ledger.engine import LedgerDatabase
 from costaware.adapters.ledger.entries import insert_entry
-from costaware.core.budgets import Scope, check_cap, period_window
+from costaware.core.budgets import Scope, check_cap, is_run_key, period_window, run_of_key
 from costaware.core.errors import (
     BudgetExceededError,
     BudgetNotFoundError,
@@ -218,8 +218,8 @@ def grow(ledger: LedgerDatabase, reservation_id: str, usd: object) -> Reservatio
         increase = target - current.usd
         for row in rows:
             budget, key = budget_from_row(row), held[row["id"]]
-            run_id = key[4:] if key.startswith("run:") else None
-            window = period_window(budget.period, current.created_at, budget.timezone, run_id)
+            dag_id, run_id = run_of_key(key) if is_run_key(key) else (None, None)
+            window = period_window(budget.period, current.created_at, budget.timezone, run_id, dag_id)
             if window.key != key:
                 # The hold counts in a period this window would not sum it in: its room is unknown here.
                 log.warning(
@@ -233,7 +233,7 @@ def grow(ledger: LedgerDatabase, reservation_id: str, usd: object) -> Reservatio
                 return current
             usage = budget_usage(conn, row["id"], budget, window, now)
             increase = min(increase, max(usage.left_usd, Decimal(0)))
-            today = period_window(budget.period, now, budget.timezone, run_id)
+            today = period_window(budget.period, now, budget.timezone, run_id, dag_id)
             if today.key != window.key:
                 # A hold of an earlier day or month counts in today's too (its cost lands when settled):
                 # today's room bounds the growth as well, or it passed today's cap.
@@ -263,10 +263,12 @@ def _budgets_set_since(
     conn: Connection, ledger: LedgerDatabase, current: Reservation, held: dict[Any, str]
 ) -> list[str]:
     """Labels of the budgets covering ``current``'s scope that it holds nothing in (set after it was made)."""
-    run_keys = [key[4:] for key in held.values() if key.startswith("run:")]
-    run_id = run_keys[0] if run_keys else holder_run_id(current.holder)
+    run_keys = [run_of_key(key) for key in held.values() if is_run_key(key)]
+    dag_id, run_id = run_keys[0] if run_keys else (None, holder_run_id(current.holder))
     try:
-        covering = applicable(conn, current.scope, run_id, is_sqlite=ledger.is_sqlite, at=current.created_at)
+        covering = applicable(
+            conn, current.scope, run_id, is_sqlite=ledger.is_sqlite, at=current.created_at, dag_id=dag_id
+        )
     except BudgetNotFoundError:  # none left: nothing to pass
         return []
     return [budget.label for budget_id, budget, _ in covering if budget_id not in held]
