@@ -127,8 +127,14 @@ def test_another_instance_type_or_region_than_the_windows_is_not_billed_at_the_w
 
     on_demand = plan_of(PlanArguments(market="on_demand", instance_type="m5.xlarge"), list_price=list_price)
     assert on_demand.plan.on_demand_usd_per_hour == "0.192" and asked == [("m5.xlarge", "us-west-2")]
-    # The window's $0.62 estimate was its m5.2xlarge's ($0.96/hour): held for an m5.xlarge at $0.192 too.
-    assert on_demand.plan.estimated_usd == "0.124000"
+    # The window's $0.62 estimate is its m5.2xlarge's ($0.96/hour): a cheaper m5.xlarge may run longer, so
+    # the hold stays $0.62; a dearer type is held at the ratio of the on-demand prices.
+    assert on_demand.plan.estimated_usd == "0.62"
+    dearer = plan_of(
+        PlanArguments(market="on_demand", instance_type="m5.xlarge", on_demand_usd_per_hour="1.92"),
+        list_price=list_price,
+    )
+    assert dearer.plan.estimated_usd == "1.240000"  # $0.62 x 1.92 / 0.96
     elsewhere = plan_of(PlanArguments(market="on_demand", region="us-east-1"), list_price=list_price)
     assert elsewhere.plan.on_demand_usd_per_hour == "0.40"  # m5.2xlarge in us-east-1, not us-west-2's
     with pytest.raises(ConfigurationError) as refused:

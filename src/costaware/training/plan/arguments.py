@@ -267,13 +267,13 @@ def make_plan(
             "only on-demand can still finish in time"
         )
     estimated = decision.estimated_usd
-    if estimated and other_job:
-        # The window estimated its own type's run: the same run on another type or region, at the ratio of
-        # their on-demand prices (a gate or budget_scope held the window's type's cost for it); unknown
-        # where the window gave no on-demand price.
-        theirs = decision.on_demand_usd_per_hour
-        scaled = Decimal(str(estimated)) * on_demand / Decimal(str(theirs)) if theirs else None
-        estimated = scaled.quantize(Decimal("0.000001")) if scaled is not None else None
+    theirs = decision.on_demand_usd_per_hour
+    if estimated and other_job and theirs:
+        # The window estimated its own type's run. A dearer type or region costs more by the ratio of their
+        # on-demand prices, if it runs as long; a cheaper one may run longer (fewer vCPUs), so the hold
+        # never drops below the window's estimate.
+        scaled = (Decimal(str(estimated)) * on_demand / Decimal(str(theirs))).quantize(Decimal("0.000001"))
+        estimated = max(Decimal(str(estimated)), scaled)
     # Read here only for "auto": otherwise it belongs to pause_on_price, whose check names itself.
     runtime = (
         blank(args.expected_runtime_hours) or decision.expected_runtime_hours
