@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
@@ -616,9 +616,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
             except KeyboardInterrupt:
                 # Ctrl-C of `airflow dags test`, which runs the task in its own process and calls no
                 # on_kill: the job ran on, unbilled, while the task failed. Stopped and billed as a kill.
-                self._killed = True
-                with suppress(_TaskKilled):
-                    self._stop_killed(trigger)
+                self.on_kill()
                 self.log.warning("interrupted: training job stopped and billed; no new attempt starts")
                 raise
             except Exception:

@@ -45,6 +45,7 @@ from costaware.adapters.compute.job_contract import (
     GRACE_SECONDS,
     LAUNCHER_MARGIN_SECONDS,
     RESUBMIT_EXIT_CODES,
+    launcher_grace_seconds,
 )
 from costaware.core.errors import ComputeBackendError, ConfigurationError
 
@@ -95,11 +96,9 @@ def submit_job_request(
         request, spot_queue=spot_queue, on_demand_queue=on_demand_queue, spot_queues=spot_queues
     )
     environment = request.environment(work_dir=work_dir)
-    if (
-        stop_timeout_seconds is not None
-        and request.grace_seconds > stop_timeout_seconds - LAUNCHER_MARGIN_SECONDS
-    ):
-        environment[GRACE_SECONDS] = f"{max(1.0, stop_timeout_seconds - LAUNCHER_MARGIN_SECONDS):g}"
+    cut = None if stop_timeout_seconds is None else cut_grace(request.grace_seconds, stop_timeout_seconds)
+    if cut is not None:
+        environment[GRACE_SECONDS] = f"{cut:g}"
     return {
         "jobName": request.job_name,
         "jobQueue": queue,
@@ -124,6 +123,13 @@ def submit_job_request(
             "costaware:instance": request.instance_type,
         },
     }
+
+
+def cut_grace(grace_seconds: float, stop_timeout_seconds: float) -> float | None:
+    """The launcher's grace period where ECS's stop timeout is too short for ``grace_seconds``; else None."""
+    if grace_seconds <= stop_timeout_seconds - LAUNCHER_MARGIN_SECONDS:
+        return None
+    return launcher_grace_seconds(stop_timeout_seconds)
 
 
 def queue_for(
@@ -414,7 +420,8 @@ class BatchBackend:
     def submit(self, request: JobRequest) -> str:
         require_object_store(request, "batch")  # before any request to AWS
         require_ec2_instance_type(request, "batch")
-        if request.grace_seconds > self.stop_timeout_seconds - LAUNCHER_MARGIN_SECONDS:
+        cut = cut_grace(request.grace_seconds, self.stop_timeout_seconds)
+        if cut is not None:
             log.warning(
                 "preemption_grace_seconds %g does not fit the %g s ECS gives a Batch container from "
                 "SIGTERM to SIGKILL: the job's command gets %g s to save, and the launcher %g s more to push "
@@ -422,7 +429,7 @@ class BatchBackend:
                 "set backend_options stop_timeout_seconds to it",
                 request.grace_seconds,
                 self.stop_timeout_seconds,
-                max(1.0, self.stop_timeout_seconds - LAUNCHER_MARGIN_SECONDS),
+                cut,
                 LAUNCHER_MARGIN_SECONDS,
             )
         queue = queue_for(  # a zone without a queue fails before any request to AWS too

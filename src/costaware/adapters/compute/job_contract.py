@@ -93,6 +93,7 @@ __all__ = [
     "contract_environment",
     "exit_hint",
     "launcher_command",
+    "launcher_grace_seconds",
     "parse_result",
 ]
 
@@ -100,6 +101,16 @@ __all__ = [
 LAUNCHER = "costaware-run"
 #: What the launcher keeps after its grace period, before the platform's SIGKILL, to push the last checkpoint.
 LAUNCHER_MARGIN_SECONDS = 10
+
+
+def launcher_grace_seconds(kill_after_seconds: float) -> float:
+    """The launcher's grace period where the platform kills it ``kill_after_seconds`` after SIGTERM.
+
+    It ends :data:`LAUNCHER_MARGIN_SECONDS` before that kill (at least 1 s), so its last push comes first.
+    """
+    return max(1.0, kill_after_seconds - LAUNCHER_MARGIN_SECONDS)
+
+
 #: The module of the built-in trainers' job (``python -m costaware.training.entrypoint --spec URI``).
 ENTRYPOINT = "costaware.training.entrypoint"
 

@@ -40,6 +40,7 @@ from costaware.adapters.compute.job_contract import (
     GRACE_SECONDS,
     LAUNCHER_MARGIN_SECONDS,
     RESUBMIT_EXIT_CODES,
+    launcher_grace_seconds,
 )
 from costaware.core.errors import ComputeBackendError, ConfigurationError, JobNotFoundError
 from costaware.core.ledger import utcnow
@@ -119,7 +120,7 @@ def render_pod(
     if not request.is_command:
         # The built-in trainers' pod keeps termination_grace_seconds; their launcher sends its own SIGKILL
         # 10 s earlier, so that it can still push the last checkpoint before the kubelet's.
-        env[GRACE_SECONDS] = str(max(1, grace - LAUNCHER_MARGIN_SECONDS))
+        env[GRACE_SECONDS] = f"{launcher_grace_seconds(grace):g}"
     launcher = request.command()
     split = launcher.index("--") + 1
     container: dict[str, Any] = {
