@@ -172,6 +172,11 @@ def feature_cache() -> str:
     return os.environ.get(FEATURE_CACHE_ENV) or default_store("features")
 
 
+def worker_grid_zone() -> str | None:
+    """``[costaware] worker_grid_zone``: the grid the workers draw from (tries, local jobs), or None."""
+    return option("worker_grid_zone").strip() or None
+
+
 def worker_region() -> str | None:
     """``$COSTAWARE_WORKER_REGION``: the region of the Airflow worker, or None where it is not set."""
     return os.environ.get(WORKER_REGION_ENV) or None

@@ -184,9 +184,9 @@ def carbon_overrides(task: Any) -> dict[str, Any]:
         if value not in (None, ""):
             out[name] = value
     if "grid_zone" not in out:
-        from costaware.settings import option
+        from costaware.settings import worker_grid_zone
 
-        worker_grid = option("worker_grid_zone").strip()
+        worker_grid = worker_grid_zone()
         if worker_grid:  # the grid the deployment says its workers draw from
             out["grid_zone"] = worker_grid
     return out

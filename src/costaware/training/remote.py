@@ -184,9 +184,9 @@ def _local_grid_zone() -> str | None:
     A local job runs on the worker, not in the plan's region: without it, its emissions read that region's
     grid (unknown for most), while the worker's own try beside it was counted on the worker's grid.
     """
-    from costaware.settings import option
+    from costaware.settings import worker_grid_zone
 
     try:
-        return option("worker_grid_zone").strip() or None
+        return worker_grid_zone()
     except Exception:  # a setting that cannot be read: the region's grid, as before
         return None
