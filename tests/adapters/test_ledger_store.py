@@ -466,6 +466,40 @@ def test_a_settlement_is_never_undone_by_a_release_and_keeps_every_entry(any_led
     assert any_ledger.usage("project=churn")[0].spent_usd == 5
 
 
+def test_a_cost_settled_after_its_hold_was_released_is_kept_and_said_where_it_passes_a_cap(
+    any_ledger: Ledger, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Released while its task still ran (`budget release --force`), another task took the money, and the
+    # task's $4.00 then settled against the released hold: the $5 budget read -$3.00 left, without a word.
+    import time_machine
+
+    errors = lambda: [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]  # noqa: E731
+    with (
+        time_machine.travel(datetime(2026, 11, 2, 9, 0, tzinfo=timezone.utc), tick=False),
+        caplog.at_level("ERROR", logger="costaware.adapters.ledger.reservations"),
+    ):
+        any_ledger.set_budget("project=churn", "month", "5")
+        held = any_ledger.reserve("project=churn", "4", holder="d/r1/train/-1")
+        any_ledger.release(held.id)
+        any_ledger.record(entry("4", task_id="other"))
+        any_ledger.settle(held.id, "4", entry=entry("4"))
+        assert any_ledger.usage("project=churn")[0].left_usd == -3
+        assert count(any_ledger, schema.entries) == 2  # the late cost is recorded all the same
+        (said,) = errors()
+        assert (
+            f"the hold {held.id} of d/r1/train/-1 had been released (`costaware budget release`, or its "
+            "run's end) when its task's cost of $4.00 was settled: recorded" in said
+        )
+        assert "project=churn/month (2026-11) is $3.00 over its cap $5.00" in said
+        # Within the cap (its run's end released it while its listener was on its way): nothing to say.
+        caplog.clear()
+        any_ledger.set_budget("project=churn", "month", "100")
+        second = any_ledger.reserve("project=churn", "1", holder="d/r2/train/-1")
+        any_ledger.release(second.id)
+        any_ledger.settle(second.id, "1", entry=entry("1", run_id="r2"))
+        assert errors() == []
+
+
 def test_extend_keeps_an_open_hold_counting_and_never_revives_an_expired_one(any_ledger: Ledger) -> None:
     import time_machine
 

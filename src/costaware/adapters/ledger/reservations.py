@@ -318,10 +318,45 @@ def settle(
             # Recorded even when the reservation is settled already (a second live try of the task, a
             # settlement racing this one): the entry is the money, the reservation only its hold.
             insert_entry(conn, entry)
+            if current.status == "released":
+                _say_budgets_passed_after_release(conn, current, entry)
         if current.status == "settled":
             return current
         close(conn, reservation_id, "settled", actual)
         return reservation(conn, reservation_id)
+
+
+def _say_budgets_passed_after_release(conn: Connection, current: Reservation, entry: LedgerEntry) -> None:
+    """Log an error where a cost settled against a released hold has put a budget past its cap.
+
+    Its task billed after the hold was given back (a `costaware budget release --force` of a task that
+    still ran): the money had been free for others meanwhile, and a $5 budget read -$3.00 left without a
+    word. The entry is recorded all the same: the money was spent.
+    """
+    h, b = schema.holds, schema.budgets
+    held = dict(
+        conn.execute(select(h.c.budget_id, h.c.period_key).where(h.c.reservation_id == current.id)).all()
+    )
+    now = utcnow()
+    over = []
+    for row in conn.execute(select(b).where(b.c.id.in_(sorted(held))).order_by(b.c.id)).mappings():
+        budget, key = budget_from_row(row), held[row["id"]]
+        dag_id, run_id = run_of_key(key) if is_run_key(key) else (None, None)
+        window = period_window(budget.period, now, budget.timezone, run_id, dag_id)
+        usage = budget_usage(conn, row["id"], budget, window, now)
+        if usage.left_usd < 0:
+            by, cap = format_usd_exact(-usage.left_usd), format_usd_exact(usage.cap_usd)
+            over.append(f"{usage.name} is {by} over its cap {cap}")
+    if over:
+        log.error(
+            "the hold %s of %s had been released (`costaware budget release`, or its run's end) when its "
+            "task's cost of %s was settled: recorded, and %s (`costaware audit --action hold_release` says "
+            "who released it by hand)",
+            current.id,
+            current.holder or current.scope,
+            format_usd_exact(entry.usd),
+            "; ".join(over),
+        )
 
 
 def release(ledger: LedgerDatabase, reservation_id: str) -> Reservation:
