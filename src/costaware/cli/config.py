@@ -111,7 +111,7 @@ BUDGET_COMMANDS = (
     ),
     ActionCommand(
         "release",
-        "give back a hold whose task will not settle it (its run was killed); audited",
+        "give back a hold whose task has ended without settling it (its run was killed); audited",
         lazy_load_command(f"{_COMMANDS}.budget.budget_release"),
         (
             Arg(
@@ -119,6 +119,12 @@ BUDGET_COMMANDS = (
                 required=True,
                 help="the hold's holder as `budget holds` shows it (dag/run/task/map), or the id it shows "
                 "for a hold with no holder",
+            ),
+            Arg(
+                "--force",
+                action="store_true",
+                help="release without checking in Airflow's metadata database that the holding task has "
+                "ended (a run of `airflow dags test` stopped with Ctrl-C still reads running)",
             ),
             ARG_LEDGER_URL,
         ),

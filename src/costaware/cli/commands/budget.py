@@ -354,7 +354,9 @@ def budget_release(args: argparse.Namespace) -> int:
     """Give back the open holds of ``--holder``; audited under the current user.
 
     For a hold nothing will settle: its run was killed where no run-end listener ran (Ctrl-C of
-    ``airflow dags test``), which left it counting as reserved until its time limit, a day or more.
+    ``airflow dags test``), which left it counting as reserved until its time limit, a day or more. A hold
+    whose task Airflow's metadata database says may still run (or that cannot be read) is kept unless
+    ``--force`` is given: that task would settle its cost against the released hold, past the budget's cap.
     """
     from costaware.adapters.ledger.audit import record_audit
     from costaware.core.errors import InvalidBudgetError
@@ -370,6 +372,8 @@ def budget_release(args: argparse.Namespace) -> int:
             f"no open hold of {holder!r} (open holds: {listed}{' ...' if len(open_holders) > 5 else ''}); "
             "give the holder (or, for a hold with none, its id) as `costaware budget holds` shows it"
         )
+    if not args.force:
+        _refuse_while_a_task_may_bill(holder, holds)
     # What was paid from a hold (a training's attempts billed while it stayed open) stays spent: only the
     # rest was reserved, and is what the release gives back.
     paid = ledger.paid_from([r.id for r in holds])
@@ -388,6 +392,7 @@ def budget_release(args: argparse.Namespace) -> int:
                 "held_usd": str(hold.usd),
                 "paid_usd": str(hold_paid),
                 "budgets": list(hold.budgets),
+                "forced": bool(args.force),
             },
         )
         where = ", ".join(hold.budgets) or str(hold.scope)
@@ -405,3 +410,39 @@ def budget_release(args: argparse.Namespace) -> int:
             )
         print(said)
     return 0
+
+
+def _refuse_while_a_task_may_bill(holder: str, holds: list[Any]) -> None:
+    """Refuse to release a hold whose task Airflow's metadata database says may still bill, or cannot say.
+
+    Released while its task ran, a hold was settled by that task's cost after the money had been handed to
+    others: a $5 budget read -$3.00 left. Holds that name no task instance (reserved from Python) are not
+    checked: nothing in Airflow settles them.
+    """
+    from costaware.adapters.airflow_tasks import (
+        AirflowDatabaseUnreadable,
+        task_instance_of,
+        task_instance_standing,
+    )
+    from costaware.core.errors import InvalidBudgetError
+
+    for hold in holds:
+        key = task_instance_of(hold.holder)
+        if key is None:
+            continue
+        try:
+            standing = task_instance_standing(key)
+        except AirflowDatabaseUnreadable as e:
+            raise InvalidBudgetError(
+                f"hold of {holder!r} not released: cannot read Airflow's metadata database to check that "
+                f"{key} has ended ({e}). Run the command with the deployment's AIRFLOW_HOME (or "
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN), or give --force once you know the task runs no more: "
+                "a task still running settles its cost against a released hold, past the budget's cap"
+            ) from e
+        if not standing.ended:
+            raise InvalidBudgetError(
+                f"hold of {holder!r} not released: {key} is {standing.said()} in Airflow's metadata "
+                "database, so it may still bill and would settle its cost against the released hold, past "
+                "the budget's cap. Let it end (its run's end releases the hold), or mark it failed; a run of "
+                "`airflow dags test` stopped with Ctrl-C still reads running: give --force for that one"
+            )

@@ -1,0 +1,135 @@
+"""`costaware budget release` gives back a hold only when Airflow says its task can bill no more.
+
+Released while its task ran, the hold was settled by that task's cost after the money had gone to others:
+a $5 budget read -$3.00 left. The metadata database here is a real SQLite one with Airflow's own tables.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from airflow_db import airflow_metadata_db
+
+from costaware import Ledger
+from costaware.cli import main
+
+HOLDER = "nightly/manual__1/train/-1"
+
+
+def _held(ledger_url: str) -> Ledger:
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=x", "month", "5")
+    ledger.reserve("project=x", "4", holder=HOLDER, run_id="manual__1", dag_id="nightly")
+    return ledger
+
+
+@pytest.mark.parametrize(
+    ("state", "said"),
+    [
+        ("running", "is running"),
+        ("queued", "is queued"),
+        ("deferred", "is deferred"),
+        ("up_for_retry", "is up_for_retry"),
+        (None, "is not started (its run is running)"),
+    ],
+)
+def test_a_hold_whose_task_may_still_bill_is_kept_unless_forced(
+    state: str | None,
+    said: str,
+    ledger_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    put = airflow_metadata_db(tmp_path, monkeypatch)
+    put("nightly", "manual__1", "train", state)
+    ledger = _held(ledger_url)
+    argv = ["--ledger-url", ledger_url, "budget", "release", "--holder", HOLDER]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"hold of '{HOLDER}' not released: task 'train' (map index -1) of DAG 'nightly' run 'manual__1' "
+        in err
+    )
+    assert said in err and "give --force" in err
+    assert [r.holder for r in ledger.open_reservations()] == [HOLDER]
+    # The task then bills $8: settled against the hold still open, the budget was never handed the money.
+    assert main([*argv, "--force"]) == 0
+    assert "released $4.00 held by" in capsys.readouterr().out
+    assert ledger.open_reservations() == []
+    assert main(["--ledger-url", ledger_url, "audit", "--action", "hold_release", "--format", "json"]) == 0
+    (line,) = json.loads(capsys.readouterr().out)
+    assert line["details"]["forced"] is True
+
+
+@pytest.mark.parametrize(
+    ("state", "run_state"),
+    [("success", "running"), ("failed", "failed"), ("skipped", "success"), (None, "failed")],
+)
+def test_a_hold_whose_task_has_ended_is_released(
+    state: str | None,
+    run_state: str,
+    ledger_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    put = airflow_metadata_db(tmp_path, monkeypatch)
+    put("nightly", "manual__1", "train", state, run_state=run_state)
+    ledger = _held(ledger_url)
+    assert main(["--ledger-url", ledger_url, "budget", "release", "--holder", HOLDER]) == 0
+    assert "released $4.00 held by nightly/manual__1/train/-1 in project=x/month" in capsys.readouterr().out
+    assert ledger.open_reservations() == []
+
+
+def test_a_task_the_database_does_not_know_or_an_unreadable_database_needs_force(
+    ledger_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    put = airflow_metadata_db(tmp_path, monkeypatch)
+    put("other", "manual__1", "train", "success")
+    ledger = _held(ledger_url)
+    argv = ["--ledger-url", ledger_url, "budget", "release", "--holder", HOLDER]
+    assert main(argv) == 2
+    assert "is not in Airflow's metadata database (nor is its run)" in capsys.readouterr().err
+    # A metadata database never migrated (the AIRFLOW_HOME of a laptop, not the deployment's).
+    from airflow import settings
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import scoped_session, sessionmaker
+
+    bare = create_engine(f"sqlite:///{tmp_path / 'bare.db'}")
+    monkeypatch.setattr(settings, "Session", scoped_session(sessionmaker(bind=bare)))
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "cannot read Airflow's metadata database to check that task 'train'" in err
+    assert "no such table: task_instance" in err and "AIRFLOW_HOME" in err and "--force" in err
+    assert len(ledger.open_reservations()) == 1
+    assert main([*argv, "--force"]) == 0
+    assert ledger.open_reservations() == []
+
+
+def test_a_hold_naming_no_task_instance_is_released_unchecked(
+    ledger_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from airflow import settings
+
+    monkeypatch.setattr(settings, "Session", None)  # no database at all: nothing is asked of it
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=x", "month", "5")
+    anonymous = ledger.reserve("project=x", "2")
+    assert main(["--ledger-url", ledger_url, "budget", "release", "--holder", anonymous.id]) == 0
+    assert ledger.open_reservations() == []
+
+
+def test_an_egress_hold_is_checked_as_its_task(
+    ledger_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    put = airflow_metadata_db(tmp_path, monkeypatch)
+    put("nightly", "manual__1", "copy", "running")
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=x", "month", "5")
+    ledger.reserve("project=x", "1", holder="nightly/manual__1/copy/-1/egress", run_id="manual__1")
+    argv = ["--ledger-url", ledger_url, "budget", "release", "--holder", "nightly/manual__1/copy/-1/egress"]
+    assert main(argv) == 2
+    assert "task 'copy' (map index -1) of DAG 'nightly' run 'manual__1' is running" in capsys.readouterr().err
