@@ -609,3 +609,122 @@ def test_sagemaker_managed_spot_billable_time_is_priced_at_on_demand(ledger: Any
     running_description = {**described, "TrainingJobStatus": "InProgress", "SecondaryStatus": "Training"}
     del running_description["BillableTimeInSeconds"]
     assert not sagemaker.status_from_description(running_description).metrics["billed_at_on_demand"]
+
+
+def test_a_job_on_a_dearer_type_is_stopped_within_max_usd_at_that_types_price(
+    ledger: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Its stop was sized at the planned m5.large's price: on an m5.2xlarge (4 times dearer) the attempt ran
+    # the 7090 s that $0.10 buys at $0.05/hour, and was billed $0.40 against max_usd $0.10.
+    from attempt_states import CAPTURED  # tests/support/
+
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.remote_billing import KilledTrainingBilling
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan
+    from costaware.triggers.remote_training import RemoteTrainingJobTrigger
+
+    plan = replace(RemotePlan.from_json(CAPTURED), max_usd="0.10", billing=None)  # at its spot price
+    assert (plan.instance_type, plan.grace_seconds) == ("m5.large", 110.0)
+    state = AttemptState(plan=plan, spot_usd_per_hour="0.05").submitted(
+        job_id="train-a1", market="spot", stop_after_seconds=7090
+    )
+    ran_on = {"job_id": "train-a1", "market": "spot", "instance_type": "m5.2xlarge"}
+    answers = [
+        JobStatus(state=JobState.RUNNING, billable_seconds=1000.0, **ran_on),
+        JobStatus(state=JobState.RUNNING, billable_seconds=1690.0, **ran_on),  # $0.10 less its grace
+        JobStatus(state=JobState.RUNNING, billable_seconds=1750.0, **ran_on),  # in its grace period
+        JobStatus(state=JobState.INTERRUPTED, billable_seconds=1800.0, ended_at=time.time(), **ran_on),
+    ]
+    stops: list[str] = []
+    monkeypatch.setattr(LocalBackend, "poll", lambda self, job_id: answers.pop(0))
+    monkeypatch.setattr(LocalBackend, "stop", lambda self, job_id: stops.append(job_id))
+    watch = RemoteTrainingJobTrigger(
+        backend="local", backend_options={"root": str(tmp_path)}, job_id="train-a1", state=state.to_json()
+    )
+    assert watch.poll_once(utcnow()) is None and stops == []
+    # $0.10 at $0.20/hour (4 times $0.05), less the 110 s grace period (the trigger's log is structlog's)
+    assert (
+        "$0.10 is left of max_usd at $0.20/hour there, so it is stopped after 1690 s"
+        in capsys.readouterr().out
+    )
+    assert watch.poll_once(utcnow()) is None and stops == ["train-a1"]
+    assert watch.poll_once(utcnow()) is None and stops == ["train-a1"]  # asked once
+    event = watch.poll_once(utcnow())
+    assert event is not None and event["job"]["state"] == "interrupted"
+    ended = AttemptState.from_json(event["state"])
+    assert ended.current is not None and ended.current.stopped_by_cap(event["job"])  # cause max_usd
+    billing = KilledTrainingBilling(
+        ledger_conn_id="costaware_ledger", aws_conn_id=None, log=logging.getLogger(__name__)
+    )
+    billing._bill_attempt(ended, event["job"], "max_usd")
+    (entry,) = [e for e in ledger.entries() if e["task_id"] == "train"]
+    assert Decimal(str(entry["usd"])) == Decimal("0.10")  # within max_usd, billed at the dearer type
+
+
+def test_a_job_on_the_planned_or_a_cheaper_type_keeps_the_stop_it_was_given(
+    ledger: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from attempt_states import CAPTURED  # tests/support/
+
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan
+    from costaware.triggers.remote_training import RemoteTrainingJobTrigger
+
+    plan = replace(RemotePlan.from_json(CAPTURED), max_usd="0.10", billing=None)  # at its spot price
+    state = AttemptState(plan=plan, spot_usd_per_hour="0.05").submitted(
+        job_id="train-a1", market="spot", stop_after_seconds=7090
+    )
+    stops: list[str] = []
+    monkeypatch.setattr(LocalBackend, "stop", lambda self, job_id: stops.append(job_id))
+    for ran_on in ("m5.large", "t3.micro"):
+        running = JobStatus(
+            job_id="train-a1",
+            state=JobState.RUNNING,
+            market="spot",
+            instance_type=ran_on,
+            billable_seconds=5000.0,
+        )
+        monkeypatch.setattr(LocalBackend, "poll", lambda self, job_id, running=running: running)
+        watch = RemoteTrainingJobTrigger(
+            backend="local", backend_options={"root": str(tmp_path)}, job_id="train-a1", state=state.to_json()
+        )
+        assert watch.poll_once(utcnow()) is None
+    assert stops == []
+
+
+def test_a_wait_in_the_worker_records_the_dearer_types_stop_as_max_usd(
+    ledger: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The worker's wait read the job's end with the stop its submit set (7090 s), not the trigger's: the
+    # attempt stopped within max_usd was recorded as a preemption, as if the cap had not stopped it.
+    from attempt_states import CAPTURED  # tests/support/
+
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan
+
+    plan = replace(
+        RemotePlan.from_json(CAPTURED),
+        max_usd="0.10",
+        billing=None,
+        backend_options={"root": str(tmp_path / "jobs")},
+        checkpoint_uri=str(tmp_path / "ckpt"),
+    )
+    state = AttemptState(plan=plan, spot_usd_per_hour="0.05").submitted(
+        job_id="train-a1", market="spot", stop_after_seconds=7090
+    )
+    ran_on = {"job_id": "train-a1", "market": "spot", "instance_type": "m5.2xlarge"}
+    answers = [
+        JobStatus(state=JobState.RUNNING, billable_seconds=1690.0, **ran_on),
+        JobStatus(state=JobState.INTERRUPTED, billable_seconds=1800.0, ended_at=time.time(), **ran_on),
+    ]
+    monkeypatch.setattr(LocalBackend, "poll", lambda self, job_id: answers.pop(0))
+    monkeypatch.setattr(LocalBackend, "stop", lambda self, job_id: None)
+    op = operator(tmp_path, deferrable=False)
+    op.poll_interval = 0
+    with pytest.raises(AirflowFailException, match=r"max_usd \$0.10 cannot start another attempt"):
+        op._wait(context_for(), state)
+    (entry,) = [e for e in ledger.entries() if e["task_id"] == "train"]
+    assert (entry["cause"], Decimal(str(entry["usd"]))) == ("max_usd", Decimal("0.10"))

@@ -588,6 +588,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
             raise
 
     def _wait(self, context: Context, state: AttemptState) -> Any:
+        from costaware.training.attempts import AttemptState
         from costaware.training.plan import wait_limit
 
         while True:
@@ -626,6 +627,11 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
             if self._killed:
                 self._stop_killed(trigger)
             self._waiting_on = None
+            if "state" in event:
+                # As a deferred wait's event is read (execute_complete): the wait may have set a stop of its
+                # own (a job on a dearer type stopped within max_usd), which its end is recorded by.
+                with airflow_errors():
+                    state = AttemptState.from_json(event["state"])
             # A kill from here on: the ended attempt is billed below, and no new one starts (_submit).
             outcome = self._on_event(context, state, event)
             if isinstance(outcome, dict):

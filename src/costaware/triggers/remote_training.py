@@ -305,6 +305,10 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         self._poll_errors = 0
         #: The job's latest status and when it was seen: what a job deleted under us is billed from.
         self._last_seen: tuple[Any, datetime] | None = None
+        #: Per job seen on another type than planned: how long it may run there under max_usd (None: no
+        #: bound), worked out once; and the job stopped for it (stopped once).
+        self._other_type_limit: tuple[str, int | None] | None = None
+        self._stopped_for_cap: str | None = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -361,6 +365,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         if status.state.value != self._last:
             self.log.info("job %s on %s: %s", self.job_id, self.backend, status.state.value)
             self._last = status.state.value
+        if status.state == JobState.RUNNING and status.instance_type:
+            self._stop_within_cap_on_other_type(status)
         if self.price_watch and status.state == JobState.RUNNING and status.market == "spot":
             try:
                 paused = watch_event(self.price_watch, self.state, now=now)
@@ -406,6 +412,71 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             return None
         self._poll_errors = 0
         return event
+
+    def _stop_within_cap_on_other_type(self, status: Any) -> None:
+        """Stop a job that runs on a dearer type than planned once it has run what ``max_usd`` buys there.
+
+        Batch (a compute environment's choice) and Kubernetes (a node pool's) may run a job on another type
+        than the plan's. Its stop was sized at the planned type's price, and it is billed at the type it ran
+        on: on one 4 times dearer, it billed 4 times what was left of ``max_usd``. The time it may run is
+        worked out again at that type's price (its grace period before the cap, as at the submit), and the
+        job is stopped there (SIGTERM: it checkpoints); it ends recorded as stopped by ``max_usd``.
+        """
+        from costaware.adapters.compute.base import open_backend
+        from costaware.core.money import format_usd_exact
+        from costaware.remote_billing import KilledTrainingBilling
+        from costaware.training.attempt_effects import cap_rate, capped_seconds, instances, money_left
+        from costaware.training.attempts import AttemptState
+
+        job_id = str(status.job_id or self.job_id)
+        planned = str(self.state.get("instance_type") or "").removeprefix("ml.")
+        if self._stopped_for_cap == job_id or self.state.get("max_usd") is None or not planned:
+            return  # stopped already, no cap, or no plan in the state (nothing to weigh it against)
+        if status.instance_type.removeprefix("ml.") == planned:
+            return
+        state = AttemptState.from_json(self.state)
+        plan, current = state.plan, state.current
+        if current is None:
+            return
+        if self._other_type_limit is None or self._other_type_limit[0] != job_id:
+            billing = KilledTrainingBilling(
+                ledger_conn_id=self.ledger_conn_id, aws_conn_id=self.aws_conn_id, log=self.log
+            )
+            scale = billing._ran_on_scale(plan, status.to_dict())
+            rate = cap_rate(state, current.market, billing._on_demand_in(plan, current.zone)) * scale
+            limit = capped_seconds(state, rate) if scale > 1 else None  # a cheaper type stays within it
+            self._other_type_limit = (job_id, limit)
+            if limit is not None:
+                self.log.warning(
+                    "job %s runs on %s, not the planned %s: %s is left of max_usd at %s/hour there, so it is "
+                    "stopped after %d s of running",
+                    job_id,
+                    status.instance_type,
+                    plan.instance_type,
+                    format_usd_exact(money_left(state) or Decimal(0)),
+                    format_usd_exact(rate),
+                    limit,
+                )
+        limit = self._other_type_limit[1]
+        if limit is None or float(status.billable_seconds) / instances(plan) < limit:
+            return
+        self.log.warning(
+            "job %s on %s has run %.0f s, what max_usd buys there: stopping it (it checkpoints in its grace "
+            "period)",
+            job_id,
+            status.instance_type,
+            float(status.billable_seconds) / instances(plan),
+        )
+        try:
+            open_backend(self.backend, self.backend_options).stop(job_id)
+        except Exception as e:  # asked again at the next poll
+            self.log.warning("stopping job %s failed (%s): asked again at the next poll", job_id, e)
+            return
+        self._stopped_for_cap = job_id
+        # Its end is then recorded as stopped by max_usd (the stop it ran into), not as a preemption.
+        current_json = dict(self.state.get("current") or {})
+        current_json["stop_after_seconds"] = limit
+        self.state = {**self.state, "current": current_json}
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         delivered = False
