@@ -335,7 +335,11 @@ def test_ctrl_c_of_dags_test_during_a_wait_in_the_worker_stops_and_bills_its_job
     tmp_path: Path, ledger: Any
 ) -> None:
     # `airflow dags test` runs the task in its own process and calls no on_kill on Ctrl-C: the
-    # KeyboardInterrupt failed the task and the job ran on, stopped and billed by nobody.
+    # KeyboardInterrupt failed the task and the job ran on, stopped and billed by nobody. Then the log said
+    # "no new attempt starts" while Airflow retried the KeyboardInterrupt, and the retry started one: the
+    # task now fails for good (AirflowFailException: no retry).
+    from airflow.sdk.exceptions import AirflowFailException
+
     op = operator(tmp_path, "wait-for-notice", deferrable=False, poll_interval=0.2)
 
     def press_ctrl_c() -> None:
@@ -347,10 +351,15 @@ def test_ctrl_c_of_dags_test_during_a_wait_in_the_worker_stops_and_bills_its_job
     before = signal.signal(signal.SIGINT, signal.default_int_handler)  # as at a terminal
     try:
         threading.Thread(target=press_ctrl_c, daemon=True).start()
-        with pytest.raises(KeyboardInterrupt):
-            op.execute(context_for())
+        with pytest.raises(AirflowFailException) as failed:
+            op.execute(context_for(try_number=1))
     finally:
         signal.signal(signal.SIGINT, before)
+    assert isinstance(failed.value.__cause__, KeyboardInterrupt)
+    assert str(failed.value) == (
+        "interrupted (Ctrl-C): training job stopped and billed; the task fails without a retry, so no new "
+        "attempt starts (clear the task to train on from its newest checkpoint)"
+    )
     (entry,) = train_entries(ledger)
     assert entry["cause"] == "killed" and Decimal(str(entry["usd"])) > 0
     job = entry["note"].split()[3]
@@ -358,6 +367,37 @@ def test_ctrl_c_of_dags_test_during_a_wait_in_the_worker_stops_and_bills_its_job
     give_up = time.monotonic() + 30
     while not open_backend("local", {"root": str(tmp_path / "jobs")}).poll(job).state.done:
         assert time.monotonic() < give_up  # stopped, not left running
+        time.sleep(0.2)
+
+
+def test_ctrl_c_outside_the_waits_poll_stops_and_bills_the_job_just_submitted_on_any_try(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A Ctrl-C while a job was being submitted (or an ended attempt billed and the next submitted) missed
+    # the wait's handler: with a retry left the KeyboardInterrupt was retried and the job ran on, for the
+    # retry to follow; only a last try stopped it. It now ends the task as a Ctrl-C in the wait does.
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from costaware.adapters.compute.local import LocalBackend
+
+    real_submit = LocalBackend.submit
+
+    def submit_then_ctrl_c(self: LocalBackend, request: Any) -> str:
+        real_submit(self, request)
+        raise KeyboardInterrupt  # as the SIGINT lands: the job is taken, the submit has not returned
+
+    monkeypatch.setattr(LocalBackend, "submit", submit_then_ctrl_c)
+    op = operator(tmp_path, "wait-for-notice", deferrable=False, poll_interval=0.2)
+    with pytest.raises(AirflowFailException) as failed:
+        op.execute(context_for(try_number=1))  # retries left: no max_tries reached
+    assert isinstance(failed.value.__cause__, KeyboardInterrupt)
+    (job,) = [p.name for p in (tmp_path / "jobs").iterdir()]
+    assert str(failed.value).startswith(f"interrupted (Ctrl-C): job {job} stopped and billed; the task fails")
+    (entry,) = train_entries(ledger)
+    assert entry["cause"] == "unwatched" and Decimal(str(entry["usd"])) > 0  # stopped by us, and billed
+    give_up = time.monotonic() + 30
+    while not open_backend("local", {"root": str(tmp_path / "jobs")}).poll(job).state.done:
+        assert time.monotonic() < give_up  # stopped, not left running for a retry to follow
         time.sleep(0.2)
 
 

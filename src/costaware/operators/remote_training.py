@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 
 __all__ = ["RemoteTrainingOperator"]
 
+#: Why a job no try follows is stopped (its entry's note).
+UNWATCHED_WHY = "its task failed with no retry left to follow it"
 #: How long a kill in the worker waits for the stopped job to end: none. Airflow kills the task process 5 s
 #: after its SIGTERM and the billing must be written before then: the job is billed to its grace period's end.
 WORKER_KILL_WAIT_SECONDS = 0.0
@@ -579,12 +581,19 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         except (TaskDeferred, _TaskKilled):
             raise
         except BaseException as e:
-            # A wait's own failures are handled where it polls, a kill during it by on_kill.
-            for_good = isinstance(e, AirflowFailException) or _last_try(context)
+            # A wait's own failures are handled where it polls, a kill during it by on_kill. A Ctrl-C here
+            # (an ended attempt billed, the next submitted) ends the task as one in the wait does: for good.
+            interrupted = isinstance(e, KeyboardInterrupt)
+            for_good = interrupted or isinstance(e, AirflowFailException) or _last_try(context)
             live = self._running_job_state() if self._waiting_on is None and for_good else None
             self._live = self._submitting = None
+            stopped = None
             if live is not None and live.current is not None:
-                self._stop_unwatched(live)
+                why = "its task was interrupted (Ctrl-C)" if interrupted else UNWATCHED_WHY
+                stopped = live.current.job_id if self._stop_unwatched(live, why=why) else None
+            if interrupted:
+                said = f"job {stopped} stopped and billed" if stopped else "no job was left running"
+                raise _interrupted(said) from e
             raise
 
     def _wait(self, context: Context, state: AttemptState) -> Any:
@@ -614,12 +623,16 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
                     while event is None and not self._killed:
                         time.sleep(self.poll_interval)
                         event = trigger.poll_tolerant(utcnow())
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as e:
                 # Ctrl-C of `airflow dags test`, which runs the task in its own process and calls no
                 # on_kill: the job ran on, unbilled, while the task failed. Stopped and billed as a kill.
                 self.on_kill()
-                self.log.warning("interrupted: training job stopped and billed; no new attempt starts")
-                raise
+                done = (
+                    "training job stopped and billed"
+                    if self._kill_handled
+                    else "its training job could not be stopped (the error is above): stop it yourself"
+                )
+                raise _interrupted(done) from e
             except Exception:
                 # A failed wait, not a kill: its job is _stops_unwatched_job's, as a failed step's is.
                 self._waiting_on = None
@@ -787,9 +800,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         except Exception:  # never into the frame the signal came in: said, and the task ends as Airflow says
             self.log.exception("could not stop and bill the training job of the killed task")
 
-    def _stop_unwatched(
-        self, state: AttemptState, *, why: str = "its task failed with no retry left to follow it"
-    ) -> bool:
+    def _stop_unwatched(self, state: AttemptState, *, why: str = UNWATCHED_WHY) -> bool:
         """The task fails for good while its job runs: no try follows the job, so it is stopped and billed.
 
         A retry would follow it by its name; without one it ran on, watched and billed by nobody. ``why``
@@ -833,6 +844,18 @@ def _last_try(context: Context) -> bool:
 
 class _TaskKilled(AirflowException):
     """The task was killed while it waited in the worker; its job was stopped and billed."""
+
+
+def _interrupted(done: str) -> AirflowFailException:
+    """The failure a Ctrl-C (``KeyboardInterrupt``) ends the task with: for good, so no retry starts a job.
+
+    Raised as such, Airflow retried the task where it had retries (``airflow dags test`` runs the retry at
+    once), and the retry started a new attempt.
+    """
+    return AirflowFailException(
+        f"interrupted (Ctrl-C): {done}; the task fails without a retry, so no new attempt starts "
+        "(clear the task to train on from its newest checkpoint)"
+    )
 
 
 def _tag_this_try(context: Context, state: AttemptState) -> None:
