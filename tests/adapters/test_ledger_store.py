@@ -275,7 +275,7 @@ def test_a_run_id_with_a_slash_is_never_read_as_a_dag(any_ledger: Ledger) -> Non
     # 'run:manual/2026-12-01', was read as DAG 'manual', run '2026-12-01', which spent nothing, and a
     # tuning trial (its holder's DAG unread) was granted $5 of a $10 cap $9 had already spent.
     from costaware.core.budgets import MAX_PERIOD_KEY_CHARS, run_key, run_of_key
-    from costaware.core.ledger import holder_dag_id
+    from costaware.core.ledger import holder_dag_id, holder_run_id
 
     run = "manual/2026-12-01"
     any_ledger.set_budget("project=churn", "run", "10")
@@ -284,6 +284,11 @@ def test_a_run_id_with_a_slash_is_never_read_as_a_dag(any_ledger: Ledger) -> Non
         (usage,) = any_ledger.usage("project=churn", run_id=run, dag_id=dag_id)
         assert usage.spent_usd == Decimal(9), dag_id
     assert holder_dag_id(f"d/{run}/trial/-1") == "d"
+    # Its holds read back to the whole run id (they were cut at the '/': 'manual').
+    for holder in (f"d/{run}/trial/-1", f"d/{run}/trial/3/egress", f"search/{run}/7/2", f"search/{run}/tail"):
+        assert holder_run_id(holder) == run, holder
+    assert holder_run_id("d/r/t/-1") == "r" and holder_run_id("search/r/tail") == "r"
+    assert holder_run_id("one-part") is None
     with pytest.raises(BudgetExceededError):
         any_ledger.reserve("project=churn", "5", run_id=run)
     assert run_of_key(run_key(run, "d")) == ("d", run) and run_of_key(run_key(run)) == (None, run)

@@ -324,11 +324,19 @@ def reservation_holder(dag_id: str, run_id: str, task_id: str, map_index: int = 
 def holder_run_id(holder: str | None) -> str | None:
     """The run id in a holder key: :func:`reservation_holder`'s, or a search's ``search/<run>/...``.
 
-    Airflow's dag and run ids have no ``/`` (its ``allowed_run_id_pattern``), so the key splits back; None
-    for a holder of another form.
+    The forms are ``dag/run/task/map_index`` (a data-locality hold adds ``/egress``),
+    ``search/run/trial/rung`` and ``search/run/tail``. A DAG id has no ``/`` but a run id may, where a
+    deployment's ``allowed_run_id_pattern`` allows it: the run id is all between the first part and the
+    last two (one for a search's tail). None for a holder of another form.
     """
     parts = (holder or "").split("/")
-    return parts[1] if len(parts) >= 3 else None
+    if parts[-1] == "egress" and len(parts) >= 5:
+        parts = parts[:-1]
+    if parts[0] == "search" and parts[-1] == "tail" and len(parts) >= 3:
+        return "/".join(parts[1:-1])
+    if len(parts) >= 4:
+        return "/".join(parts[1:-2])
+    return parts[1] if len(parts) == 3 else None
 
 
 def holder_dag_id(holder: str | None) -> str | None:
