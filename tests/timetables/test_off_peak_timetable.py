@@ -100,6 +100,29 @@ def test_catchup_false_starts_from_the_current_or_next_window(instant: str) -> N
     assert caught_up[1].start == utc("2020-01-02T00:00:00Z")
 
 
+def test_a_dag_without_start_date_runs_in_the_window_open_now_or_the_next() -> None:
+    # Airflow 3 takes a DAG without start_date (with catchup off); its cron timetables schedule it from
+    # now, where this one returned None and the DAG never ran, with nothing to say why.
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    with DAG("no_start", schedule=OffPeakTimetable(["22:00-06:00"], timezone=NY), catchup=False) as dag:
+        EmptyOperator(task_id="t")
+    scheduled = DagSerialization.from_dict(DagSerialization.to_dict(dag))
+    with time_machine.travel("2025-06-11T16:00:00Z", tick=False):  # noon in New York, between windows
+        between = scheduled.next_dagrun_info(last_automated_run_info=None)
+    with time_machine.travel("2025-06-11T04:00:00Z", tick=False):  # midnight: a window is open
+        inside = scheduled.next_dagrun_info(last_automated_run_info=None)
+    assert between is not None and between.data_interval is not None
+    assert (between.data_interval.start, between.data_interval.end) == (
+        utc("2025-06-12T02:00:00Z"),
+        utc("2025-06-12T10:00:00Z"),
+    )
+    assert inside is not None and inside.data_interval is not None
+    assert inside.data_interval.start == utc("2025-06-11T02:00:00Z")
+
+
 def test_latest_stops_the_schedule() -> None:
     tt = OffPeakTimetable(windows=["22:00-06:00"], timezone="UTC")
     restriction = TimeRestriction(

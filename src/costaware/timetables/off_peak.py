@@ -227,11 +227,15 @@ class OffPeakTimetable(Timetable):
     def next_dagrun_info(
         self, *, last_automated_data_interval: DataInterval | None, restriction: TimeRestriction
     ) -> DagRunInfo | None:
-        """The next window after the last run's; without catchup, the window open now or the next one."""
+        """The next window after the last run's; without catchup, the window open now or the next one.
+
+        A DAG without a ``start_date`` (Airflow 3 allows one with catchup off) starts with the window open
+        now or the next one, as Airflow's cron timetables do: returning None left it without any run.
+        """
         if last_automated_data_interval is not None:
             window = self._schedule.next_window(last_automated_data_interval.end)
         elif restriction.earliest is None:
-            return None
+            window = self._schedule.next_window(pendulum.instance(utcnow()), include_open=True)
         else:
             window = self._schedule.next_window(restriction.earliest)
         if not restriction.catchup:
