@@ -179,10 +179,28 @@ def test_many_workers_send_each_alert_once(ledger: Ledger) -> None:
         t.start()
     for t in threads:
         t.join()
-    # 50 % and 80 % of $10, each sent once, by whichever worker recorded it first
-    assert sum(results) == 2 and len(sent) == 2
+    # 80 % of $10 (50 % is covered by it), sent once, by whichever worker recorded it first
+    assert sum(results) == 1 and len(sent) == 1 and "passed 80% of its cap" in sent[0]
     assert sorted(t for _, _, t in alerts_sent(ledger)) == ["50%", "80%"]
     assert not claim_alert(ledger, "project=churn/month", alerts_sent(ledger)[0][1], "50%", details={})
+
+
+def test_a_spend_past_several_percentages_sends_the_highest_alone(ledger: Ledger) -> None:
+    # One run from $4 to $9.50 of a $10 cap sent "passed 50%" and "passed 80%" together.
+    ledger.set_budget("project=churn", "month", "10", actor="lead")
+    run_cost(ledger, 1, "4")
+    sent: list[str] = []
+    assert check_budget_alerts(ledger, TAGS, notifiers=[ListNotifier(sent)]) == []
+    run_cost(ledger, 2, "5.5")
+    assert [a.threshold for a in check_budget_alerts(ledger, TAGS, notifiers=[ListNotifier(sent)])] == ["80%"]
+    assert len(sent) == 1 and "passed 80% of its cap: spent $9.50 of $10.00" in sent[0]
+    # The lower one is recorded as covered by it: it does not fire later in the period either.
+    assert sorted(t for _, _, t in alerts_sent(ledger)) == ["50%", "80%"]
+    covered = {a.details["threshold"]: a.details.get("covered_by") for a in audit_log(ledger, action="alert")}
+    assert covered == {"80%": None, "50%": "80%"}
+    run_cost(ledger, 3, "0.5")
+    alerts = check_budget_alerts(ledger, TAGS, notifiers=[ListNotifier(sent)])
+    assert [a.threshold for a in alerts] == ["100%"] and len(sent) == 2
 
 
 def test_an_alert_no_notifier_delivered_is_sent_again_at_the_next_check(ledger: Ledger) -> None:

@@ -1,5 +1,8 @@
 """Budget alerts: each threshold of each budget fires at most once per period, through Airflow notifiers.
 
+A spend that passes several percentages at once sends the highest of them only; the lower ones are recorded
+as covered by it.
+
 The thresholds (default ``50%, 80%, 100%`` of the cap and ``forecast``: the period-end forecast passes the
 cap) and the notifiers are set per budget in the ledger (``costaware alerts set``), else come from
 ``[costaware] alert_thresholds`` and ``[costaware] alert_notifiers``. A notifier is any
@@ -234,8 +237,11 @@ def check_budget_alerts(
                 )
         outlook = budget_outlook(ledger, budget, schedule or NoSchedule(), at=at)
         usage, forecast = outlook.usage, outlook.forecast
-        for threshold in crossed_thresholds(
-            chosen, spent_usd=usage.spent_usd, cap_usd=usage.cap_usd, forecast_usd=forecast.forecast_usd
+        higher: str | None = None  # the highest percentage reached, sent now or by an earlier check
+        for threshold in _highest_first(
+            crossed_thresholds(
+                chosen, spent_usd=usage.spent_usd, cap_usd=usage.cap_usd, forecast_usd=forecast.forecast_usd
+            )
         ):
             alert = BudgetAlert(
                 budget.label,
@@ -245,6 +251,15 @@ def check_budget_alerts(
                 usage.cap_usd,
                 forecast.forecast_usd,
             )
+            if threshold != FORECAST and higher is not None:
+                # One spend past several percentages (40 % to 105 %) sent "passed 50 %", "passed 80 %" and
+                # "passed 100 %" at once: the highest is sent, the lower ones are recorded as covered by it,
+                # so that they do not fire later in the period either.
+                covered = {**alert.as_dict(), "covered_by": higher}
+                claim_alert(ledger, budget.label, usage.period_key, threshold, details=covered)
+                continue
+            if threshold != FORECAST:
+                higher = threshold
             if not claim_alert(ledger, budget.label, usage.period_key, threshold, details=alert.as_dict()):
                 continue
             out_log.warning("%s", alert.message)
@@ -272,6 +287,14 @@ def check_budget_alerts(
                     out_log.error("costaware: alert %s stays claimed, unsent: %s", alert, e)
                 sent.remove(alert)
     return sent
+
+
+def _highest_first(thresholds: Sequence[str]) -> list[str]:
+    """The percentages from the highest down, then ``forecast`` (it is about another figure)."""
+    percents = sorted(
+        (t for t in thresholds if t != FORECAST), key=lambda t: Decimal(t.removesuffix("%")), reverse=True
+    )
+    return [*percents, *(t for t in thresholds if t == FORECAST)]
 
 
 def alerts_after_spend(
