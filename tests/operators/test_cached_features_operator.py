@@ -306,6 +306,9 @@ def test_s3_inputs_and_s3_store_through_an_airflow_connection(
             "fingerprint_mode='contents' is unknown \\(did you mean 'content'",
         ),
         ({"storage_usd_per_gb_month": "-1"}, "storage_usd_per_gb_month"),
+        # "2h" failed the run with a bare TypeError; a negative wait gave up on another writer at once.
+        ({"wait_timeout_seconds": "2h"}, "wait_timeout_seconds must be a number of seconds > 0, got '2h'"),
+        ({"wait_timeout_seconds": -5}, "wait_timeout_seconds must be a number of seconds > 0, got -5"),
         ({"usd_per_hour": "-0.19"}, "usd_per_hour"),
         (
             {"transform_params": {"window_day": 3}},
@@ -319,6 +322,13 @@ def test_inputs_and_libraries_of_the_wrong_shape_are_refused_at_parse_time(
     args = {"inputs": {"flights": "s3://bucket/flights"}, "store_uri": str(tmp_path / "cache"), **kwargs}
     with pytest.raises(ConfigurationError, match=message):
         operator(_paths_transform, args.pop("inputs"), args.pop("store_uri"), **args)
+
+
+def test_a_transform_that_is_not_a_function_is_refused_at_parse_time(tmp_path: Path) -> None:
+    # A dotted path failed only as the task ran: "'str' object is not callable".
+    refused = r"transform must be a function .* got str 'features\.build'"
+    with pytest.raises(ConfigurationError, match=refused):
+        operator("features.build", {"flights": "s3://bucket/flights"}, str(tmp_path / "cache"))
 
 
 def test_templated_settings_are_checked_once_rendered_before_the_transform_runs(

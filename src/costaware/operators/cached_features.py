@@ -196,6 +196,14 @@ class CachedFeaturesOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if not callable(transform):
+            from costaware.core.errors import ConfigurationError
+
+            # A dotted path ("features.build") failed only as the task ran, as "'str' object is not callable".
+            raise ConfigurationError(
+                f"transform must be a function (inputs, **transform_params) -> DataFrame, got "
+                f"{type(transform).__name__} {transform!r}: import it in the DAG file and pass it"
+            )
         self.transform = transform
         if isinstance(inputs, Mapping) or is_literal(inputs):  # an XComArg or a template: once rendered
             _check_inputs(inputs)
@@ -212,7 +220,12 @@ class CachedFeaturesOperator(BaseOperator):
         self.region = region
         self.usd_per_hour = usd_per_hour
         self.tags = check_tags(tags or {}, owner=f"{type(self).__name__} {self.task_id!r}")
-        self.wait_timeout_seconds = wait_timeout_seconds
+        from costaware.core.tuning.caps import positive_number
+
+        # "2h" failed the run with a bare TypeError, a negative wait gave up on another writer at once.
+        self.wait_timeout_seconds = positive_number(
+            wait_timeout_seconds, "wait_timeout_seconds", unit="seconds"
+        )
         self.bill_storage = bill_storage
         self.storage_usd_per_gb_month = storage_usd_per_gb_month
         self._check_settings(rendered=False)
