@@ -206,6 +206,29 @@ def test_suite_from_json_file_and_from_code(tmp_path: Path) -> None:
     assert _run(tmp_path, in_code, suite_name="coded")["success"]
 
 
+def test_a_suite_in_code_survives_airflows_rendering(tmp_path: Path) -> None:
+    # Airflow 3 calls a callable in a template field with (context=..., jinja_env=...) as it renders the
+    # task: every run of a suite in code failed with "got an unexpected keyword argument 'context'".
+    _batch(tmp_path)
+
+    def in_code() -> list[Any]:
+        import great_expectations as gx
+
+        return [gx.expectations.ExpectColumnValuesToNotBeNull(column="carrier")]
+
+    op = DataQualityOperator(
+        task_id="quality_gate",
+        data_path="{{ params.landing }}",
+        suite=in_code,
+        results_path=str(tmp_path / "quality"),
+    )
+    context = {**_context(), "params": {"landing": str(tmp_path / "landing")}}
+    op.render_template_fields(context)
+    result = op.execute(context)
+    assert result["success"] and result["statistics"]["evaluated_expectations"] == 1
+    assert op.data_path == str(tmp_path / "landing")
+
+
 @pytest.mark.parametrize(
     ("suite", "message"),
     [

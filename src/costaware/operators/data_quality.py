@@ -402,7 +402,11 @@ class DataQualityOperator(BaseOperator):
             _folder_location(results_path, "results_path", "quality")  # it was accepted and written to
         self.quarantine_path = quarantine_path
         self.data_path = data_path
-        self.suite = suite
+        # Airflow 3 calls a callable it finds in a template field with (context=..., jinja_env=...) as it
+        # renders the task: a suite in code failed every run with "got an unexpected keyword argument
+        # 'context'". It is kept out of the templated field and called in execute.
+        self.suite_code: Callable[[], Any] | None = suite if callable(suite) else None
+        self.suite: SuiteSpec | None = None if callable(suite) else suite
         self.suite_name = suite_name
         self.results_path = results_path
         self.columns = None if columns is None else list(columns)
@@ -416,7 +420,8 @@ class DataQualityOperator(BaseOperator):
         with airflow_errors():
             _check_data_path(self.data_path)
             options = storage_options(self.aws_conn_id)
-            suite = build_suite(self.suite, self.suite_name)
+            spec = self.suite_code if self.suite_code is not None else self.suite
+            suite = build_suite(spec if spec is not None else [], self.suite_name)
             where = _folder_location(self.quarantine_path)
             if where:
                 check_quarantine_outside(str(self.data_path), where)
