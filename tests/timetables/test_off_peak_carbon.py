@@ -261,3 +261,33 @@ def test_a_short_import_is_followed_by_the_typical_year_not_its_own_flat_profile
     later = datetime(2023, 11, 20, 10, tzinfo=timezone.utc)
     assert hourly[9] == float(typical.mean_usd_per_hour(later, later.replace(hour=11)))  # then the year's
     assert len(set(hourly[3:])) > 3  # a day's shape, not one flat value
+
+
+def test_a_file_the_scheduler_cannot_read_starts_the_run_when_its_window_opens(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Raised, the scheduler dropped the DAG's next run ("Failed to fetch run info"): it never ran again.
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    csv = tmp_path / "power.csv"
+    cheap = {3, 4}  # the window's cheapest two hours start at 03:00
+    csv.write_text(
+        "timestamp_utc,usd_per_mwh\n"
+        + "".join(f"2025-06-11T{h:02d}:00:00Z,{10 if h in cheap else 90}\n" for h in range(24))
+    )
+    timetable = OffPeakTimetable(["00:00-06:00"], timezone="UTC", run_hours=2, electricity=str(csv))
+    start = pendulum.datetime(2025, 6, 11, tz="UTC")
+    with DAG("ranked", schedule=timetable, start_date=start, catchup=True) as dag:
+        EmptyOperator(task_id="t")
+    scheduled = DagSerialization.from_dict(DagSerialization.to_dict(dag))
+    ranked = scheduled.next_dagrun_info(last_automated_run_info=None)
+    assert ranked is not None and ranked.run_after == pendulum.datetime(2025, 6, 11, 3, tz="UTC")
+
+    csv.unlink()  # moved since the DAG was parsed, or not on the scheduler's machine
+    rebuilt = DagSerialization.from_dict(DagSerialization.to_dict(dag))
+    info = rebuilt.next_dagrun_info(last_automated_run_info=None)
+    assert info is not None and info.data_interval is not None
+    assert info.run_after == info.data_interval.start == pendulum.datetime(2025, 6, 11, tz="UTC")
+    assert "cannot rank the hours of the window" in caplog.text and str(csv) in caplog.text

@@ -12,6 +12,7 @@ Register it with the plugin (``timetables = [OffPeakTimetable]``) and import it 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -20,9 +21,11 @@ import pendulum
 from airflow.timetables.base import DagRunInfo, DataInterval, TimeRestriction, Timetable
 
 from costaware.core.carbon import MAX_POWER_KW, Objective
-from costaware.core.errors import ConfigurationError
+from costaware.core.errors import ConfigurationError, CostawareError
 from costaware.core.ledger import utcnow
 from costaware.core.windows import Window, WindowSchedule, cheapest_start, power_hourly_values
+
+log = logging.getLogger(__name__)
 
 
 def _number(value: object, name: str, unit: str) -> float:
@@ -186,9 +189,28 @@ class OffPeakTimetable(Timetable):
         return hash((tuple(self.windows), self.days, self.timezone, self.objective, self.carbon))
 
     def _start(self, window: Window) -> pendulum.DateTime:
-        """When the run starts: the window's opening, or with an objective its best hour (reads the files)."""
+        """When the run starts: the window's opening, or with an objective its best hour (reads the files).
+
+        A file the scheduler cannot read (moved or deleted since the DAG was parsed, or not on the
+        scheduler's machine) starts the run when its window opens, said in the scheduler's log: raised, it
+        made Airflow drop the DAG's next run, and the DAG never ran again, with nothing in the UI.
+        """
         if not self.ranks or self.run_hours is None:
             return _pendulum(window.start)
+        try:
+            return self._best_start(window, self.run_hours)
+        except (CostawareError, OSError) as e:
+            log.error(
+                "costaware: OffPeakTimetable %s cannot rank the hours of the window from %s (%s): the run "
+                "starts when the window opens; fix carbon= or electricity=",
+                self.summary,
+                window.start.isoformat(),
+                e,
+            )
+            return _pendulum(window.start)
+
+    def _best_start(self, window: Window, run_hours: float) -> pendulum.DateTime:
+        """The window's best hour for the objective, from the carbon and electricity files."""
         from costaware.adapters.spot_market import carbon_intensity
         from costaware.adapters.spot_prices import load_electricity
         from costaware.core.spot_forecast import hourly_series
@@ -205,7 +227,7 @@ class OffPeakTimetable(Timetable):
             g_co2e_per_kwh=hourly_series(intensity, window.start, hours) if intensity else None,
             hours=hours,
         )
-        return _pendulum(cheapest_start(window, self.run_hours, values))
+        return _pendulum(cheapest_start(window, run_hours, values))
 
     def _info(self, window: Window) -> DagRunInfo:
         start, end = _pendulum(window.start), _pendulum(window.end)
