@@ -206,6 +206,18 @@ def test_suite_from_json_file_and_from_code(tmp_path: Path) -> None:
     assert _run(tmp_path, in_code, suite_name="coded")["success"]
 
 
+def test_a_suite_checking_a_column_left_unread_fails_without_quarantining_the_batch(tmp_path: Path) -> None:
+    # Great Expectations said "The column 'distance' in BatchData does not exist": a good batch failed as a
+    # data failure, and was moved to the quarantine, for the operator's own columns= setting.
+    batch = _batch(tmp_path)
+    unread = r"checks column\(s\) \['distance'\], which columns="
+    with pytest.raises(AirflowFailException, match=unread) as info:
+        _run(tmp_path, SUITE, columns=["carrier", "origin"], quarantine_path=str(tmp_path / "quarantine"))
+    assert isinstance(info.value.__cause__, ConfigurationError)
+    assert batch.exists() and not (tmp_path / "quarantine").exists() and not (tmp_path / "quality").exists()
+    assert _run(tmp_path, SUITE, columns=["carrier", "origin", "distance"])["success"]
+
+
 def test_a_suite_in_code_survives_airflows_rendering(tmp_path: Path) -> None:
     # Airflow 3 calls a callable in a template field with (context=..., jinja_env=...) as it renders the
     # task: every run of a suite in code failed with "got an unexpected keyword argument 'context'".

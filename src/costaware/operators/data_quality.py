@@ -101,6 +101,43 @@ def build_suite(suite: SuiteSpec, name: str) -> Any:
     return gx.ExpectationSuite(name=spec["name"], expectations=expectations)
 
 
+#: Expectation arguments that name columns of the batch.
+_COLUMN_ARGUMENTS = ("column", "column_A", "column_B", "column_list", "column_set")
+
+
+def suite_columns(suite: Any) -> set[str]:
+    """The columns a ``gx.ExpectationSuite``'s expectations name."""
+    names: set[str] = set()
+    for expectation in suite.expectations:
+        kwargs = expectation.configuration.kwargs
+        for argument in _COLUMN_ARGUMENTS:
+            value = kwargs.get(argument)
+            if isinstance(value, str):
+                names.add(value)
+            elif isinstance(value, list | tuple | set | frozenset):
+                names.update(str(v) for v in value)
+    return names
+
+
+def check_columns_read(suite: Any, columns: Sequence[str] | None) -> None:
+    """Refuse a suite that checks a column ``columns`` leaves unread.
+
+    Great Expectations reports such a column as missing from the data: a good batch failed the gate as a
+    data failure, and was moved to the quarantine, for the operator's own setting.
+
+    Raises:
+        ConfigurationError: the suite names a column that is not in ``columns``.
+    """
+    if columns is None:
+        return
+    unread = sorted(suite_columns(suite) - set(columns))
+    if unread:
+        raise ConfigurationError(
+            f"the suite checks column(s) {unread}, which columns={list(columns)!r} leaves unread: the batch "
+            "would fail for them however good it is; add them to columns, or leave columns out to read all"
+        )
+
+
 def validate_frame(frame: Any, suite: Any) -> dict[str, Any]:
     """Validate a pandas DataFrame against a suite in an ephemeral (in-memory) GX context; JSON result."""
     gx = _import_great_expectations()
@@ -367,7 +404,7 @@ class DataQualityOperator(BaseOperator):
         suite_name: Name of the suite when the JSON gives none.
         results_path: Folder or ``s3://`` URI for results; one file per run, task and map index
             (templated; default ``$AIRFLOW_HOME/costaware/quality``).
-        columns: Only read these columns (default: all).
+        columns: Only read these columns (default: all); every column the suite checks must be among them.
         quarantine_path: Folder or ``s3://`` URI a refused batch is moved to, under
             ``<dag_id>/<run_id>/<task_id>/`` (``.../<map_index>/`` when mapped); a file already there is
             never overwritten (templated). Without it the batch stays where it landed, and a later run that
@@ -425,7 +462,8 @@ class DataQualityOperator(BaseOperator):
             where = _folder_location(self.quarantine_path)
             if where:
                 check_quarantine_outside(str(self.data_path), where)
-            frame, fingerprint = self._read(where, facts, options)
+            frame, fingerprint = self._read(where, facts, options)  # a misspelt column is named here
+            check_columns_read(suite, self.columns)
             result = validate_frame(frame, suite)
             failures = failure_lines(result)
             broken = suite_errors(result)
