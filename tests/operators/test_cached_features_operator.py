@@ -331,6 +331,19 @@ def test_a_transform_that_is_not_a_function_is_refused_at_parse_time(tmp_path: P
         operator("features.build", {"flights": "s3://bucket/flights"}, str(tmp_path / "cache"))
 
 
+@pytest.mark.parametrize("rendered", ["None", "null", ""])
+def test_a_store_uri_rendered_blank_is_the_default_cache(
+    rendered: str, flights_dir: Path, tmp_path: Path, ledger_conn: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # "{{ params.cache }}" with the param left blank renders "None": it failed the run as "a
+    # relative path", where usd_per_hour rendered so means not given.
+    monkeypatch.setenv("COSTAWARE_FEATURE_CACHE", str(tmp_path / "default-cache"))
+    op = operator(_paths_transform, {"flights": str(flights_dir)}, "{{ params.cache }}", pass_paths=True)
+    op.store_uri = rendered  # what it rendered to
+    result = op.execute(context())
+    assert result["hit"] is False and result["uri"].startswith(str(tmp_path / "default-cache"))
+
+
 def test_templated_settings_are_checked_once_rendered_before_the_transform_runs(
     flights_dir: Path, tmp_path: Path, ledger_conn: Ledger
 ) -> None:

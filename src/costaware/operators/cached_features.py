@@ -137,8 +137,9 @@ class CachedFeaturesOperator(BaseOperator):
         transform: The feature transform (see above).
         inputs: Input name to a local path, ``s3://`` URI or Airflow Asset (templated).
         transform_params: Keyword arguments of the transform; part of the key (templated).
-        store_uri: Where entries live: an absolute folder or ``s3://bucket/prefix`` (templated); default
-            ``$COSTAWARE_FEATURE_CACHE`` or ``$AIRFLOW_HOME/costaware/features``.
+        store_uri: Where entries live: an absolute folder or ``s3://bucket/prefix`` (templated; one
+            rendered empty, ``None`` or ``null`` is not given); default ``$COSTAWARE_FEATURE_CACHE`` or
+            ``$AIRFLOW_HOME/costaware/features``.
         version: Key the code by this string instead of by its source (templated).
         pass_paths: Hand the transform URIs instead of DataFrames (for transforms that read lazily).
         fingerprint_mode: ``auto`` (metadata; content where metadata cannot be trusted), ``metadata``
@@ -253,7 +254,7 @@ class CachedFeaturesOperator(BaseOperator):
         parse_usd(self.storage_usd_per_gb_month, name="storage_usd_per_gb_month")
         if blank(self.usd_per_hour) is not None and known(self.usd_per_hour):
             parse_usd(self.usd_per_hour, name="usd_per_hour")
-        if self.store_uri and known(self.store_uri):
+        if blank(self.store_uri) is not None and known(self.store_uri):
             parse_uri(str(self.store_uri), what="store_uri")
         if isinstance(self.transform_params, Mapping):
             name = getattr(self.transform, "__qualname__", self.transform)
@@ -335,7 +336,10 @@ class CachedFeaturesOperator(BaseOperator):
             libraries = library_versions(self.libraries)
             _check_installed(libraries)
             key = cache_key(fingerprints, code, self.transform_params, libraries)
-            store = FeatureStore(self.store_uri or default_store_uri(), s3=options)
+            # "None": a template of a param left blank, as for usd_per_hour: the default cache, said.
+            if self.store_uri is not None and blank(self.store_uri) is None:
+                self.log.info("store_uri rendered %r: using the default cache", self.store_uri)
+            store = FeatureStore(blank(self.store_uri) or default_store_uri(), s3=options)
             template = Manifest(
                 key=key,
                 data_path="",
