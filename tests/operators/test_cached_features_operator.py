@@ -162,6 +162,21 @@ def test_what_invalidates_and_what_does_not(
     assert touched["hit"] is False and touched["key"] != base["key"]
 
 
+@pytest.mark.parametrize("rendered", ["None", "null", ""])
+def test_a_version_rendered_blank_keys_the_code_by_its_source(
+    rendered: str, transform_module: Any, flights_dir: Path, tmp_path: Path, ledger_conn: Ledger
+) -> None:
+    # "{{ params.code_version }}" with the param left blank renders "None": kept as the version, every later
+    # edit of the transform had the same key, and the stale features were reused.
+    store, inputs = str(tmp_path / "cache"), {"flights": str(flights_dir)}
+    runs = []
+    for suffix in ("", ".head(1)"):
+        op = operator(transform_module(suffix), inputs, store, version="{{ params.code_version }}")
+        op.version = rendered  # what it rendered to
+        runs.append(op.execute(context()))
+    assert runs[1]["hit"] is False and runs[1]["key"] != runs[0]["key"] and runs[1]["rows"] == 1
+
+
 def test_pass_paths_and_bad_transform_output(flights_dir: Path, tmp_path: Path, ledger_conn: Ledger) -> None:
     store = str(tmp_path / "cache")
     got = operator(_paths_transform, {"flights": str(flights_dir)}, store, pass_paths=True).execute(context())

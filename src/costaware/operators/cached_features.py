@@ -140,7 +140,8 @@ class CachedFeaturesOperator(BaseOperator):
         store_uri: Where entries live: an absolute folder or ``s3://bucket/prefix`` (templated; one
             rendered empty, ``None`` or ``null`` is not given); default ``$COSTAWARE_FEATURE_CACHE`` or
             ``$AIRFLOW_HOME/costaware/features``.
-        version: Key the code by this string instead of by its source (templated).
+        version: Key the code by this string instead of by its source (templated; one rendered empty,
+            ``None`` or ``null`` is not given).
         pass_paths: Hand the transform URIs instead of DataFrames (for transforms that read lazily).
         fingerprint_mode: ``auto`` (metadata; content where metadata cannot be trusted), ``metadata``
             or ``content``.
@@ -332,7 +333,12 @@ class CachedFeaturesOperator(BaseOperator):
             self._check_settings(rendered=True)
             options = s3_options(self.aws_conn_id)
             fingerprints = fingerprint_inputs(self.inputs, context, options, self.fingerprint_mode)
-            code = code_fingerprint(self.transform, version=self.version)
+            # "None": a template of a param left blank. Kept as a version, it keyed every later edit of the
+            # transform as the same code, and the stale features were reused; keyed by the source instead.
+            version = blank(self.version)
+            if version is None and self.version is not None:
+                self.log.info("version rendered %r: the code is keyed by its source", self.version)
+            code = code_fingerprint(self.transform, version=version)
             libraries = library_versions(self.libraries)
             _check_installed(libraries)
             key = cache_key(fingerprints, code, self.transform_params, libraries)
