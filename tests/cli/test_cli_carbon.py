@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -113,11 +114,29 @@ def test_show_from_now_without_recorded_hours_is_the_typical_year(capsys: pytest
     ]
 
 
+def test_show_of_past_hours_without_recorded_ones_is_the_typical_year(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # `--start 2025-06-01` failed ("no recorded carbon intensity") where no --start gave the typical year,
+    # though the ledger's emissions price such past hours at that typical year. It is now shown, and said.
+    from costaware.adapters.emissions import _typical_year
+
+    with time_machine.travel("2026-11-20T05:20:00Z", tick=False):
+        argv = ["carbon", "show", "--zone", "GB", "--start", "2025-06-01T00:00Z", "--hours", "2"]
+        assert main([*argv, "--format", "json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["kind"] == "typical-year estimate" and "GB_2023.csv" in shown["series"]
+    start = datetime(2025, 6, 1, tzinfo=timezone.utc)
+    ledger = [_typical_year("GB", start + timedelta(hours=h), start + timedelta(hours=h + 1)) for h in (0, 1)]
+    assert [float(h["g_co2e_per_kwh"]) for h in shown["hours"]] == [
+        pytest.approx(found[0], abs=0.01) for found in ledger if found is not None
+    ]
+    with time_machine.travel("2026-11-20T05:20:00Z", tick=False):
+        assert main(argv) == 0
+    assert "typical-year estimate" in capsys.readouterr().out
+
+
 def test_show_errors(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["carbon", "show", "--zone", "GB", "--start", "2020-01-01"]) == 2
-    assert (
-        "GB_2023.csv (gCO2e/kWh, lca) covers 2023-01-01 00:00 to 2024-01-01 00:00" in capsys.readouterr().err
-    )
     assert main(["carbon", "show", "--zone", "FR", "--source", "live", "--hours", "2"]) == 2
     assert "covers zone GB only, not 'FR'" in capsys.readouterr().err
     assert main(["carbon", "show", "--zone", "GB", "--source", "nowhere"]) == 2

@@ -320,7 +320,9 @@ CARBON_COMMANDS = (
             "Prints the hourly carbon intensity of a grid zone with its mean, min and max, and whether the "
             "values are recorded or forecast. A start in the past reads recorded (or measured) values; no "
             "start, or one in the future, reads the source's forecast (a recorded source gives its recorded "
-            "values as a perfect forecast)."
+            "values as a perfect forecast). Hours, past or future, that a recorded source lacks show the "
+            "bundled year's values at the same dates, labelled a typical-year estimate: what the ledger's "
+            "emissions use for them."
         ),
     ),
     ActionCommand(

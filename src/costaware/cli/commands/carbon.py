@@ -50,18 +50,18 @@ def show(args: argparse.Namespace) -> int:
     now = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
     start = args.start.astimezone(timezone.utc) if args.start is not None else now
     source = carbon_source(args.source)
-    if start >= now:  # the future (or now): what the source forecasts
-        try:
+    forecast = start >= now  # the future (or now): what the source forecasts
+    try:
+        if forecast:
             series = source.forecast(args.zone, start, args.hours)
-        except PriceNotFoundError as e:
-            typical = _typical_year(source, args.zone, start, args.hours)
-            if typical is None:
-                raise PriceNotFoundError(f"{e}; or pass --start within the recorded hours") from e
-            series = typical
-        forecast = True
-    else:
-        series = source.intensity(args.zone, start, start + args.hours * _HOUR)
-        forecast = False
+        else:
+            series = source.intensity(args.zone, start, start + args.hours * _HOUR)
+    except PriceNotFoundError as e:
+        # Past hours no file records are priced by the ledger's emissions at the typical year too: show that.
+        typical = _typical_year(source, args.zone, start, args.hours)
+        if typical is None:
+            raise PriceNotFoundError(f"{e}; or pass --start within the recorded hours") from e
+        series = typical
     kind = _kind(series.name, forecast)
     fallback = _fallback_note(source, args, start)
     hours = [start + i * _HOUR for i in range(args.hours) if start + i * _HOUR >= series.start]
@@ -104,7 +104,7 @@ def show(args: argparse.Namespace) -> int:
 
 
 def _typical_year(source: object, zone: str, start: datetime, hours: int) -> PriceSeries | None:
-    """The bundled year's intensity at the same dates and hours, for future hours a recorded source lacks.
+    """The bundled year's intensity at the same dates and hours, for hours a recorded source lacks.
 
     What the ledger's emissions and the carbon-aware waits use for such hours (a typical-year estimate), so
     that ``carbon show --zone GB`` answers as they do; None where the source is live or the zone is not
