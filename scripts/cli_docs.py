@@ -29,10 +29,10 @@ are refused), else the `costaware_ledger` connection when `AIRFLOW_CONN_COSTAWAR
 compose file), else `COSTAWARE_LEDGER_URL`, else the SQLite file `$AIRFLOW_HOME/costaware/ledger.db` that the
 Airflow side uses too: the order the workers read them in; see [the ledger](ledger.md).
 
-Every command that prints rows takes `--format table|json|csv` (default `table`): `table` for people, `json`
-with exact figures under machine keys, `csv` for spreadsheets (amounts as plain numbers, `1234.50` for
-`$1,234.50`). Report rows are grouped by `--group-by` (one of the choices below, or `tag:<name>`); budgets
-have a `--period`.
+Every command that prints rows takes `--format table|json|csv` (default `table`; `cache show`, a manifest,
+defaults to `json`): `table` for people, `json` with exact figures under machine keys, `csv` for spreadsheets
+(amounts as plain numbers, `1234.50` for `$1,234.50`). Report rows are grouped by `--group-by` (one of the
+choices below, or `tag:<name>`); budgets have a `--period`.
 
 Exit codes: 0 done; 1 `prices refresh` found no price; 2 an error: bad input (an unknown value, a missing
 argument, a malformed file) or a ledger, store or AWS API that could not be reached or refused (no

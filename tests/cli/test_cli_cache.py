@@ -50,6 +50,22 @@ def test_list_and_show(store: FeatureStore, capsys: pytest.CaptureFixture[str]) 
     assert shown["key"] == KEYS[1] and shown["rows"] == 2000 and shown["cost_usd"] == "0.05"
 
 
+def test_show_honours_format(store: FeatureStore, capsys: pytest.CaptureFixture[str]) -> None:
+    import csv
+    import io
+
+    # `cache show --format csv` printed JSON all the same.
+    assert cache("show", KEYS[1], "--store", store.root_uri, "--format", "csv") == 0
+    rows = {r["field"]: r["value"] for r in csv.DictReader(io.StringIO(capsys.readouterr().out))}
+    assert rows["key"] == KEYS[1] and rows["rows"] == "2000" and rows["cost_usd"] == "0.05"
+    assert json.loads(rows["producer"]) == {"dag_id": "d", "run_id": "r2"}
+    assert cache("show", KEYS[1], "--store", store.root_uri, "--format", "table") == 0
+    table = capsys.readouterr().out
+    assert table.splitlines()[0].split() == ["field", "value"] and f"key {KEYS[1]}" in " ".join(table.split())
+    assert cache("show", KEYS[1], "--store", store.root_uri, "--format", "json") == 0
+    assert json.loads(capsys.readouterr().out)["key"] == KEYS[1]
+
+
 def test_list_as_csv_gives_plain_numbers(store: FeatureStore, capsys: pytest.CaptureFixture[str]) -> None:
     import csv
     import io

@@ -25,6 +25,7 @@ from costaware.cli.arguments import (
     lazy_load_command,
     when,
 )
+from costaware.cli.output import FORMATS
 from costaware.core.policies import POLICIES
 from costaware.core.simulate import DEFAULT_POLICIES
 from costaware.settings import FEATURE_CACHE_ENV
@@ -456,9 +457,19 @@ CACHE_COMMANDS = (
     ),
     ActionCommand(
         "show",
-        "the manifest of one entry (JSON)",
+        "the manifest of one entry (JSON by default)",
         lazy_load_command(f"{_COMMANDS}.cache.show_entry"),
-        (Arg("key", help="the entry's key, from `costaware cache list`"), *CACHE_ARGS),
+        (
+            Arg("key", help="the entry's key, from `costaware cache list`"),
+            *(arg for arg in CACHE_ARGS if arg is not ARG_FORMAT),
+            # JSON stays the default: scripts read `cache show KEY` as JSON.
+            Arg(
+                "--format",
+                choices=FORMATS,
+                default="json",
+                help="output format (default: json; table and csv: one field a row, nested values as JSON)",
+            ),
+        ),
     ),
     ActionCommand(
         "evict",

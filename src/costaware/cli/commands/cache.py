@@ -175,18 +175,21 @@ def list_entries(args: argparse.Namespace) -> int:
 
 @_store_errors
 def show_entry(args: argparse.Namespace) -> int:
-    """Print one entry's manifest as JSON."""
+    """Print one entry's manifest: JSON, or one field a row as a table or CSV."""
     from dataclasses import asdict
 
     entry = _store(args).lookup(args.key)
     if entry is None:
         raise ConfigurationError(f"the cache has no entry {args.key}: see `costaware cache list`")
-    print(
-        json.dumps(
-            {**asdict(entry.manifest), "uri": entry.uri, "last_used_at": entry.last_used_at.isoformat()},
-            indent=2,
-        )
-    )
+    manifest = {**asdict(entry.manifest), "uri": entry.uri, "last_used_at": entry.last_used_at.isoformat()}
+    if args.format == "json":
+        print(json.dumps(manifest, indent=2))
+        return 0
+    rows = [
+        [name, json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else value]
+        for name, value in manifest.items()
+    ]
+    emit(rows, args.format, headers=["field", "value"])
     return 0
 
 
