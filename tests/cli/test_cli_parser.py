@@ -6,6 +6,7 @@ import argparse
 import json
 import subprocess
 import sys
+from decimal import Decimal
 
 import pytest
 
@@ -15,7 +16,7 @@ from costaware.cli.arguments import ActionCommand, GroupCommand
 from costaware.cli.config import COMMANDS
 from costaware.cli.output import FORMATS, emit, render_table
 from costaware.core.budgets import Period
-from costaware.core.ledger import GROUP_BYS
+from costaware.core.ledger import GROUP_BYS, Kind, LedgerEntry
 
 
 def _actions() -> list[ActionCommand]:
@@ -114,6 +115,28 @@ def test_period_is_matched_whatever_its_case(ledger_url: str, capsys: pytest.Cap
     argv = ["budget", "set", "--scope", "team=ml", "--period", "Month", "--cap-usd", "10"]
     assert main(["--ledger-url", ledger_url, *argv]) == 0
     assert "per month" in capsys.readouterr().out
+
+
+def test_every_keyword_is_matched_whatever_its_case(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --period Month was accepted, --group-by TASK and --format JSON refused: one rule now, for every choice.
+    ledger = Ledger.from_url(ledger_url)
+    ledger.record(LedgerEntry(dag_id="d", run_id="r", task_id="t", kind=Kind.COMPUTE, usd=Decimal("1"),
+                              tags={"Team": "ml"}))  # fmt: skip
+    report = ["--ledger-url", ledger_url, "report"]
+    assert main([*report, "--group-by", "TASK", "--format", "JSON"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["group_by"] == "task" and [r["group"] for r in shown["rows"]] == ["d.t"]
+    # The keyword "tag:" whatever its case; the tag's own name as given (tags are matched exactly).
+    assert main([*report, "--group-by", "TAG:Team", "--format", "csv"]) == 0
+    assert capsys.readouterr().out.splitlines()[:2][1].startswith("ml,")
+    assert main([*report, "--group-by", "Taks"]) == 2
+    assert "cannot group by 'Taks'" in capsys.readouterr().err
+    assert main(["--ledger-url", ledger_url, "audit", "--action", "Budget_Set", "--format", "Csv"]) == 0
+    with pytest.raises(SystemExit):
+        main([*report, "--group-by", " "])
+    assert "--group-by: empty: give what one row of the report is" in capsys.readouterr().err
 
 
 def test_ledger_url_may_follow_the_command(ledger_url: str, capsys: pytest.CaptureFixture[str]) -> None:

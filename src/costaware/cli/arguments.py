@@ -51,6 +51,9 @@ class Arg:
             what = f" ({kwargs['help'].replace('%%', '%')})" if "help" in kwargs else ""
             generic = f"give a value{what}" + (", or leave the option out" if optional else "")
             kwargs["type"] = refuse_blank(self.if_empty or generic)
+        if "choices" in kwargs and "type" not in kwargs:
+            # A keyword is matched whatever its case (--format JSON, --service EC2), as --period Month was.
+            kwargs["type"] = lowercase
         parser.add_argument(*self.flags, **kwargs)
 
 
@@ -183,6 +186,20 @@ def check_range(
 def lowercase(text: str) -> str:
     """``Month`` -> ``month``: a choice is matched whatever its case."""
     return text.strip().lower()
+
+
+def group_by_name(text: str) -> str:
+    """``TASK`` -> ``task``, ``TAG:team`` -> ``tag:team``: a keyword whatever its case, a tag as given.
+
+    Tag names are matched exactly (a tag ``Team`` is not ``team``); anything else is kept as it is, so the
+    report's error names it.
+    """
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty: give what one row of the report is, e.g. --group-by task")
+    keyword, colon, tag = text.strip().partition(":")
+    if colon and keyword.lower() == "tag":
+        return f"tag:{tag}"
+    return text.strip().lower() if text.strip().lower() in GROUP_BYS else text
 
 
 def open_ledger(args: argparse.Namespace, *, reading: bool = False) -> Ledger:
@@ -338,6 +355,7 @@ ARG_PERIOD = Arg(
 ARG_GROUP_BY = Arg(
     "--group-by",
     default="task",
+    type=group_by_name,
     metavar="{" + ",".join((*GROUP_BYS, "tag:<name>")) + "}",
     help="what one row of the report is (default: task)",
 )
