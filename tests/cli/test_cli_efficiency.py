@@ -121,10 +121,15 @@ def test_efficiency_says_a_misspelt_dag_and_hidden_savings_as_they_are(
     assert main([*base, "--dag-id", "nightly", "--since", "2099-01-01"]) == 0  # not "the listener measures"
     out = capsys.readouterr().out
     assert "(no measured tries match --since 2099-01-01T00:00:00+00:00: widen them" in out  # no "--scope *"
-    assert main([*base, "--dag-id", "nightly", "--runs-per-month", "0"]) == 0
-    out = capsys.readouterr().out  # "no cheaper type fits" before: one fits, and saves $0 at no runs
-    assert "right-sizing: 1 cheaper type(s) fit, each saving under $0.01/month" in out
+    assert main([*base, "--dag-id", "nightly", "--min-saving-usd", "1000"]) == 0
+    out = capsys.readouterr().out  # "no cheaper type fits" before: one fits, and saves under the floor
+    assert "right-sizing: 1 cheaper type(s) fit, each saving under $1,000.00/month" in out
     assert "no cheaper type fits" not in out
+    # 0 runs a month saved $0 on every suggestion and hid them all: refused, with what to give instead.
+    assert main([*base, "--dag-id", "nightly", "--runs-per-month", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "--runs-per-month must be more than 0, got 0: the monthly saving is per run times runs" in err
+    assert "leave it out to use each DAG's schedule" in err
 
 
 def test_efficiency_takes_the_reports_scope_and_run(

@@ -153,7 +153,8 @@ REPORT_ARGS = (
         "--runs-per-month",
         type=float,
         default=None,
-        help="with --efficiency: run frequency for the monthly saving (default: from each DAG's schedule)",
+        help="with --efficiency: runs a month (more than 0) for the monthly saving (default: from each DAG's "
+        "schedule)",
     ),
     Arg(
         "--min-tries",

@@ -12,7 +12,7 @@ from decimal import Decimal
 
 from costaware.cli.arguments import check_range, open_ledger, run_asked_for, why_empty
 from costaware.cli.output import emit
-from costaware.core.errors import CostawareError
+from costaware.core.errors import ConfigurationError, CostawareError
 from costaware.core.money import format_usd_exact
 
 
@@ -26,7 +26,14 @@ def report_efficiency(args: argparse.Namespace) -> int:
     # Named by their flags here: the library's errors name its arguments (min_tries).
     check_range("--min-tries", args.min_tries, low=1)
     if args.runs_per_month is not None:
-        check_range("--runs-per-month", args.runs_per_month, low=0)
+        try:
+            check_range("--runs-per-month", args.runs_per_month, low=0, low_included=False)
+        except ConfigurationError as e:
+            # 0 saved $0 a month on every suggestion, and so hid all of them under --min-saving-usd.
+            raise ConfigurationError(
+                f"{e}: the monthly saving is per run times runs a month; give how often the DAG runs, or "
+                "leave it out to use each DAG's schedule"
+            ) from e
     check_range("--memory-margin", args.memory_margin, low=0, high=10)
     if args.group_by != "task":
         raise CostawareError(
