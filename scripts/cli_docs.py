@@ -31,10 +31,11 @@ Airflow side uses too: the order the workers read them in; see [the ledger](ledg
 
 Every command that prints rows takes `--format table|json|csv` (default `table`; `cache show`, a manifest,
 defaults to `json`): `table` for people, `json` with exact figures under machine keys, `csv` for spreadsheets
-(amounts as plain numbers, `1234.50` for `$1,234.50`). Report rows are grouped by `--group-by` (one of the
-choices below, or `tag:<name>`); budgets have a `--period`. A keyword (a `--format`, `--period`,
-`--group-by` or other choice, and the `tag:` of `tag:<name>`) is matched whatever its case (`--group-by
-TASK`); names of your own (tags, DAG ids, scopes) are matched exactly.
+(amounts as plain numbers, `1234.50` for `$1,234.50`; shares and utilization, such as `spot_share` and `CPU
+util`, as fractions of 1, `0.45` for `45%`, as in `json`). Report rows are grouped by `--group-by` (one of the
+choices below, or `tag:<name>`); budgets have a `--period`. A keyword (a `--format`, `--period`, `--group-by`
+or other choice, and the `tag:` of `tag:<name>`) is matched whatever its case (`--group-by TASK`); names of
+your own (tags, DAG ids, scopes) are matched exactly.
 
 Exit codes: 0 done; 1 `prices refresh` found no price; 2 an error: bad input (an unknown value, a missing
 argument, a malformed file) or a ledger, store or AWS API that could not be reached or refused (no

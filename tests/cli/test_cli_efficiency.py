@@ -84,6 +84,16 @@ def test_efficiency_report_flags_the_oversized_task(
         "$18.105/month at 30 runs/month (from the DAG's schedule)" in out
     )
     assert "nightly.features" not in out.split("right-sizing")[1]  # it is right-sized
+    # CSV gave "6.2%": text to a spreadsheet. It is the fraction of 1 that JSON gives.
+    import csv
+    import io
+
+    assert (
+        main(["--ledger-url", ledger_url, "report", "--efficiency", "--dag-id", "nightly", "--format", "csv"])
+        == 0
+    )
+    util = {r["task"]: r["CPU util"] for r in csv.DictReader(io.StringIO(capsys.readouterr().out))}
+    assert util == {"train": "0.0625", "features": "0.9"}
 
 
 def test_efficiency_json_and_options(

@@ -72,3 +72,19 @@ def test_a_jobs_file_with_a_header_alone_is_said_with_availability_too(
     jobs.write_text(jobs.read_text().splitlines()[0] + "\n")
     assert main(argv) == 2
     assert "no jobs to simulate; the jobs file has no rows" in capsys.readouterr().err
+
+
+def test_csv_gives_the_spot_share_as_a_number(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # "66.7%" was text to a spreadsheet: CSV now gives the fraction of 1 that JSON gives.
+    import csv
+    import io
+
+    base = [*_files(tmp_path), "--policy", "spot_now", "--policy", "on_demand_now"]
+    assert main([*base, "--format", "json"]) == 0
+    shares = {name: p["spot_share"] for name, p in json.loads(capsys.readouterr().out)["policies"].items()}
+    assert main([*base, "--format", "csv"]) == 0
+    rows = {r["policy"]: r for r in csv.DictReader(io.StringIO(capsys.readouterr().out))}
+    assert {name: float(r["spot_share"]) for name, r in rows.items()} == shares
+    assert 0 < shares["spot_now"] <= 1 and shares["on_demand_now"] == 0
+    assert main(base) == 0
+    assert "%" in capsys.readouterr().out  # people still read a percentage

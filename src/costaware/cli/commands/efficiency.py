@@ -93,6 +93,9 @@ def report_efficiency(args: argparse.Namespace) -> int:
         for r in rows
     ]
     if args.format == "csv":
+        # A number a spreadsheet computes with, a fraction of 1 as JSON gives it: "45.0%" was text.
+        for cells, r in zip(table, rows, strict=True):
+            cells[5] = "" if r["cpu_utilization"] is None else f"{r['cpu_utilization']:g}"
         emit(table, "csv", headers=headers)
         return 0
     print("efficiency" + (f" of DAG {args.dag_id}" if args.dag_id else "") + " (measured successful tries)")

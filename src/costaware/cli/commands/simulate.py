@@ -315,9 +315,12 @@ def zone_files(values: Sequence[str], traces: Sequence[str] = ()) -> dict[str, s
 
 
 def table_rows(
-    report: SimulationReport | dict[str, SimulationReport],
+    report: SimulationReport | dict[str, SimulationReport], *, fractions: bool = False
 ) -> tuple[list[str], list[tuple[str, ...]]]:
-    """The headers and rows ``costaware simulate`` prints: a row per policy (and per trace, given several)."""
+    """The headers and rows ``costaware simulate`` prints: a row per policy (and per trace, given several).
+
+    ``fractions``: ``spot_share`` as a number of 1 (``0.45``), as CSV and JSON give it, not ``45.0%``.
+    """
     reports = report if isinstance(report, dict) else {"": report}
     by_trace = isinstance(report, dict)
     carbon = any(s.kg_co2e is not None for one in reports.values() for s in one.summaries.values())
@@ -334,14 +337,14 @@ def table_rows(
         "spot_share",
     ]
     rows = [
-        (*((trace,) if by_trace else ()), *_row(name, s, carbon=carbon))
+        (*((trace,) if by_trace else ()), *_row(name, s, carbon=carbon, fractions=fractions))
         for trace, one in reports.items()
         for name, s in one.summaries.items()
     ]
     return headers, rows
 
 
-def _row(name: str, s: PolicySummary, *, carbon: bool = False) -> tuple[str, ...]:
+def _row(name: str, s: PolicySummary, *, carbon: bool = False, fractions: bool = False) -> tuple[str, ...]:
     emissions = "unknown" if s.kg_co2e is None else f"{s.kg_co2e.quantize(Decimal('0.001'))}"
     return (
         name,
@@ -352,7 +355,7 @@ def _row(name: str, s: PolicySummary, *, carbon: bool = False) -> tuple[str, ...
         str(s.deadline_misses),
         str(s.late),
         str(s.preemptions),
-        f"{s.spot_share:.1%}",
+        f"{round(s.spot_share, 4):g}" if fractions else f"{s.spot_share:.1%}",
     )
 
 
@@ -417,12 +420,12 @@ def replay(args: argparse.Namespace) -> int:
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     if args.by_trace:
-        headers, rows = table_rows(reports)
+        headers, rows = table_rows(reports, fractions=args.format == "csv")
         payload: dict[str, Any] = {"traces": {name: r.to_json() for name, r in reports.items()}}
         emit(rows, args.format, headers=headers, payload=payload, labels=2)
         return 0
     (only,) = reports.values()
-    headers, rows = table_rows(only)
+    headers, rows = table_rows(only, fractions=args.format == "csv")
     emit(rows, args.format, headers=headers, payload=only.to_json())
     if args.format == "table":
         objective = only.objective
