@@ -40,7 +40,11 @@ your own (tags, DAG ids, scopes) are matched exactly.
 Exit codes: 0 done; 1 `prices refresh` found no price; 2 an error: bad input (an unknown value, a missing
 argument, a malformed file) or a ledger, store or AWS API that could not be reached or refused (no
 credentials), with the reason on stderr (`costaware: error: ...`) and nothing written; 130 interrupted
-(Ctrl-C: `costaware: interrupted` on stderr). A blank value
+(Ctrl-C: `costaware: interrupted` on stderr). A `--dag-id` or run id the ledger has no entry of is an
+unknown value, exit 2 on every command (`report`, `report --efficiency`, `runs list`, `runs show`), with the
+DAGs the ledger has: a typo is never read as "it cost nothing" (a DAG that has not run yet has no entry
+either). A known DAG or run that the other filters (`--since`, `--until`, `--scope`) select nothing of is an
+empty answer, exit 0. A blank value
 (`--store ""`, most often an unset shell variable) is refused, never read as "not given"; only
 `alerts set --thresholds ''` means something (the defaults).
 

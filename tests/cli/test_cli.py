@@ -574,45 +574,29 @@ def test_report_sums_kg_co2e_per_group_and_says_unknown(
     assert "3.750+?" in capsys.readouterr().out
 
 
-def test_a_report_for_a_dag_the_ledger_does_not_know_says_so(
+def test_a_report_for_a_dag_the_ledger_does_not_know_is_an_error(
     ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     Ledger.from_url(ledger_url).record(
         LedgerEntry(dag_id="d", run_id="r", task_id="t", kind=Kind.COMPUTE, usd=Decimal("1"))
     )
-    assert main(["--ledger-url", ledger_url, "report", "--dag-id", "dd"]) == 0
-    assert "(no entries: the ledger has none for DAG 'dd'; check the name)" in capsys.readouterr().out
-    assert main(["--ledger-url", ledger_url, "report", "--dag-id", "d", "--since", "2099-01-01"]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == "(no entries)"  # a known DAG, nothing in the range
-    # A mistyped run id read as a run that cost nothing.
-    assert main(["--ledger-url", ledger_url, "report", "--dag-id", "d", "--run-id", "nope"]) == 0
-    assert "(no entries: the ledger has none for run 'nope' of DAG 'd'; check the run id" in (
-        capsys.readouterr().out
-    )
-    # A script's CSV or JSON was empty, exit 0, and nothing said the DAG or tag was mistyped.
-    for fmt in ("csv", "json"):
-        assert main(["--ledger-url", ledger_url, "report", "--dag-id", "dd", "--format", fmt]) == 0
+    # It answered exit 0 with a note (empty CSV or JSON: "it cost nothing") where `runs show --last` and
+    # `report --last-run` answered exit 2: one rule now, an id the ledger has never seen is an error.
+    for fmt in ("table", "csv", "json"):
+        assert main(["--ledger-url", ledger_url, "report", "--dag-id", "dd", "--format", fmt]) == 2
         out, err = capsys.readouterr()
-        assert err == "costaware: note: no entries: the ledger has none for DAG 'dd'; check the name\n"
-        assert json.loads(out)["rows"] == [] if fmt == "json" else out.count("\n") == 1  # the data alone
-    assert main(["--ledger-url", ledger_url, "report", "--run-id", "nope", "--format", "csv"]) == 0
-    assert "note: no entries: the ledger has none for run 'nope'; check the run id" in capsys.readouterr().err
-    assert (
-        main(
-            [
-                "--ledger-url",
-                ledger_url,
-                "report",
-                "--dag-id",
-                "d",
-                "--since",
-                "2099-01-01",
-                "--format",
-                "csv",
-            ]
-        )
-        == 0
-    )
+        assert out == "" and "error: the ledger has no entries for DAG 'dd': check the name" in err
+        assert "did you mean 'd'?" in err
+    # A mistyped run id read as a run that cost nothing.
+    assert main(["--ledger-url", ledger_url, "report", "--dag-id", "d", "--run-id", "nope"]) == 2
+    assert "the ledger has no entries for run 'nope' of DAG 'd': check the run id" in capsys.readouterr().err
+    assert main(["--ledger-url", ledger_url, "report", "--run-id", "nope", "--format", "csv"]) == 2
+    assert "the ledger has no entries for run 'nope': check the run id" in capsys.readouterr().err
+    # A known DAG with nothing in the range is an empty answer, exit 0.
+    assert main(["--ledger-url", ledger_url, "report", "--dag-id", "d", "--since", "2099-01-01"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "(no entries)"
+    argv = ["--ledger-url", ledger_url, "report", "--dag-id", "d", "--since", "2099-01-01", "--format", "csv"]
+    assert main(argv) == 0
     assert capsys.readouterr().err == ""  # a known DAG, nothing in the range: nothing to check
 
 

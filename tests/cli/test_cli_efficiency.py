@@ -116,18 +116,16 @@ def test_efficiency_says_a_misspelt_dag_and_hidden_savings_as_they_are(
     measured: Ledger, ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     base = ["--ledger-url", ledger_url, "report", "--efficiency"]
-    assert main([*base, "--dag-id", "nightyl"]) == 0  # "(no measured tries)" before: as if nothing ran
-    assert "(no entries: the ledger has none for DAG 'nightyl'; check the name)" in capsys.readouterr().out
-    # A mistyped run said "(no measured tries: the costaware listener measures each task try it prices)",
-    # and CSV or JSON said nothing at all.
-    assert main([*base, "--dag-id", "nightly", "--run-id", "rnu1"]) == 0
-    assert "(no entries: the ledger has none for run 'rnu1' of DAG 'nightly'; check the run id" in (
-        capsys.readouterr().out
+    # An unknown DAG or run is an error, as everywhere (it was exit 0 with a note: "as if nothing ran").
+    assert main([*base, "--dag-id", "nightyl"]) == 2
+    assert "the ledger has no entries for DAG 'nightyl': check the name" in capsys.readouterr().err
+    assert main([*base, "--dag-id", "nightly", "--run-id", "rnu1"]) == 2
+    assert "the ledger has no entries for run 'rnu1' of DAG 'nightly': check the run id" in (
+        capsys.readouterr().err
     )
-    assert main([*base, "--dag-id", "nightyl", "--format", "json"]) == 0
+    assert main([*base, "--dag-id", "nightyl", "--format", "json"]) == 2
     out, err = capsys.readouterr()
-    assert json.loads(out)["tasks"] == []
-    assert err == "costaware: note: no entries: the ledger has none for DAG 'nightyl'; check the name\n"
+    assert out == "" and "did you mean 'nightly'?" in err
     assert main([*base, "--dag-id", "nightly", "--since", "2099-01-01"]) == 0  # not "the listener measures"
     out = capsys.readouterr().out
     assert "(no measured tries match --since 2099-01-01T00:00:00+00:00: widen them" in out  # no "--scope *"
@@ -312,8 +310,8 @@ def test_runs_show_of_a_run_that_trained_no_model_shows_what_it_cost(
     [
         (["--last"], "needs --dag-id"),
         (["run1", "--last", "--dag-id", "nightly"], "takes no RUN_ID"),
-        (["--last", "--dag-id", "never-ran"], "no retrain outcomes of DAG 'never-ran'"),
-        (["--last", "--dag-id", "nigthly"], "'nigthly' yet; did you mean 'nightly'? (DAGs in the ledger:"),
+        (["--last", "--dag-id", "never-ran"], "no entries for DAG 'never-ran': check the name"),
+        (["--last", "--dag-id", "nigthly"], "has none); did you mean 'nightly'? (DAGs in the ledger:"),
         ([], "give a RUN_ID"),
     ],
 )
@@ -324,15 +322,14 @@ def test_runs_show_needs_a_run_id_or_last_with_a_dag(
     assert message in capsys.readouterr().err
 
 
-def test_runs_list_of_a_misspelt_dag_says_so_beside_csv_and_json(
+def test_runs_list_of_a_misspelt_dag_is_an_error(
     measured: Ledger, ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # The table said "did you mean"; CSV and JSON gave no runs and exit 0 without a word.
-    for fmt in ("csv", "json"):
-        assert main(["--ledger-url", ledger_url, "runs", "list", "--dag-id", "nigthly", "--format", fmt]) == 0
+    # It gave no runs and exit 0 (with a note), where `runs show --last` gave exit 2: one rule now.
+    for fmt in ("table", "csv", "json"):
+        assert main(["--ledger-url", ledger_url, "runs", "list", "--dag-id", "nigthly", "--format", fmt]) == 2
         out, err = capsys.readouterr()
-        assert json.loads(out)["runs"] == [] if fmt == "json" else out.count("\n") == 1  # the data alone
-        assert err.startswith("costaware: note: the ledger has no entries for DAG 'nigthly'; check the name")
+        assert out == "" and "error: the ledger has no entries for DAG 'nigthly': check the name" in err
         assert "did you mean 'nightly'?" in err
     assert main(["--ledger-url", ledger_url, "runs", "list", "--dag-id", "nightly", "--format", "csv"]) == 0
     assert capsys.readouterr().err == ""

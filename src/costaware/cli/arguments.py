@@ -235,11 +235,13 @@ def run_asked_for(args: argparse.Namespace, ledger: Any) -> str | None:
     """The run ``--run-id`` or ``--last-run`` names (None: every run).
 
     Raises:
-        CostawareError: ``--last-run`` without ``--dag-id``, with ``--run-id``, or for a DAG with no entries.
+        CostawareError: ``--last-run`` without ``--dag-id``, with ``--run-id``, or a DAG or run the ledger
+            has no entries of (:func:`refuse_unknown_names`).
     """
     from costaware.core.errors import CostawareError
 
     if not args.last_run:
+        refuse_unknown_names(ledger, args.dag_id, args.run_id)
         return args.run_id  # type: ignore[no-any-return]
     if not args.dag_id:
         raise CostawareError("--last-run needs --dag-id")
@@ -253,21 +255,39 @@ def run_asked_for(args: argparse.Namespace, ledger: Any) -> str | None:
     return run_id  # type: ignore[no-any-return]
 
 
-def why_empty(ledger: Any, args: argparse.Namespace, run_id: str | None) -> str:
-    """``: <why>`` where a report's DAG, run or scope is one the ledger has no entry of; else "".
+def refuse_unknown_names(ledger: Any, dag_id: str | None, run_id: str | None) -> None:
+    """Refuse a ``--dag-id`` or run the ledger has no entry of: a typo read as "it cost nothing".
 
-    For ``costaware report`` (and ``--efficiency``) that selected nothing: a typo read as "it cost nothing".
+    One rule for every command: a DAG or run id the ledger has never seen is an error (exit 2), as
+    ``runs show --last`` and ``report --last-run`` always made it; a known one that a window or a scope
+    selects nothing of is an empty answer (exit 0).
+
+    Raises:
+        CostawareError: naming the id, with the DAGs the ledger has (and the closest one).
+    """
+    from costaware.core.errors import CostawareError
+
+    if dag_id and ledger.last_run_id(dag_id) is None:
+        raise CostawareError(
+            f"the ledger has no entries for DAG {dag_id!r}: check the name (a DAG that has not run yet has "
+            f"none){dag_hint(ledger, dag_id)}"
+        )
+    if run_id and not ledger.entries(dag_id=dag_id, run_id=run_id, limit=1):
+        raise CostawareError(
+            f"the ledger has no entries for run {run_id!r}"
+            + (f" of DAG {dag_id!r}" if dag_id else "")
+            + ": check the run id: `costaware runs list` lists them"
+        )
+
+
+def why_empty(ledger: Any, args: argparse.Namespace) -> str:
+    """``: <why>`` where a report's scope is one the ledger has no entry of; else "".
+
+    For ``costaware report`` (and ``--efficiency``) that selected nothing; an unknown DAG or run was refused
+    before (:func:`refuse_unknown_names`).
     """
     from costaware.adapters.ledger.views import scope_hint
 
-    if args.dag_id and not run_id and ledger.last_run_id(args.dag_id) is None:
-        return f": the ledger has none for DAG {args.dag_id!r}; check the name"
-    if run_id and not ledger.entries(dag_id=args.dag_id, run_id=run_id, limit=1):
-        return (
-            f": the ledger has none for run {run_id!r}"
-            + (f" of DAG {args.dag_id!r}" if args.dag_id else "")
-            + "; check the run id: `costaware runs list` lists them"
-        )
     hint = scope_hint(ledger, args.scope)
     return f": {hint}" if hint else ""
 

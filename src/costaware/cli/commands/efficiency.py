@@ -44,7 +44,7 @@ def report_efficiency(args: argparse.Namespace) -> int:
     filters = Filters(args.since, args.until, args.dag_id, args.scope, run_asked_for(args, ledger))
     measured = measurements_in(ledger, filters)
     # Nothing measured for a DAG, run or tag the ledger has no entry of: a typo, said as `report` says it.
-    why = "" if measured else why_empty(ledger, args, filters.run_id)
+    why = "" if measured else why_empty(ledger, args)
     if why and args.format != "table":  # beside the data on stdout, as `report` puts it
         print(f"costaware: note: no entries{why}", file=sys.stderr)
     from costaware.core.money import parse_usd

@@ -132,7 +132,7 @@ def report(args: argparse.Namespace) -> int:
             title += f", run {run_id}"
         print(title)
         if not rows:
-            print(f"(no entries{why_empty(ledger, args, run_id)})")
+            print(f"(no entries{why_empty(ledger, args)})")
             if spooled:
                 print(_spool_note(spooled))
             return 0
@@ -149,7 +149,7 @@ def report(args: argparse.Namespace) -> int:
             ]
         )
     if not rows:
-        why = why_empty(ledger, args, run_id)
+        why = why_empty(ledger, args)
         if why:  # beside the empty rows a script reads: a mistyped name read as "it cost nothing"
             print(f"costaware: note: no entries{why}", file=sys.stderr)
     from costaware.adapters.ledger.reports import Filters, summary

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from decimal import Decimal
 from typing import Any
 
-from costaware.cli.arguments import check_range, dag_hint, open_ledger
+from costaware.cli.arguments import check_range, dag_hint, open_ledger, refuse_unknown_names
 from costaware.cli.output import emit
 from costaware.core.money import format_usd_exact
 
@@ -24,6 +23,7 @@ def list_runs(args: argparse.Namespace) -> int:
 
     check_range("--limit", args.limit, low=1)  # 0 read "no retrain outcomes yet", and -1 listed everything
     ledger = open_ledger(args, reading=True)
+    refuse_unknown_names(ledger, args.dag_id, None)
     found = outcomes(ledger, dag_id=args.dag_id, limit=args.limit)
     headers = ["run", "model", "metric", "value", "champion", "promoted", "rows", "trained", "cost"]
     table = []
@@ -55,20 +55,12 @@ def list_runs(args: argparse.Namespace) -> int:
     payload = {"runs": _once_per_run(found), "summary": summary.to_json() if summary else None}
     if args.format != "table":
         emit(table, args.format, headers=headers, payload=payload)
-        if not found and args.dag_id and ledger.last_run_id(args.dag_id) is None:
-            # Beside the empty data a script reads (the table says it): a mistyped DAG read as "no runs yet".
-            print(
-                f"costaware: note: the ledger has no entries for DAG {args.dag_id!r}; check the name"
-                f"{dag_hint(ledger, args.dag_id)}",
-                file=sys.stderr,
-            )
         return 0
     if not found:
         whose = f" of DAG {args.dag_id!r}" if args.dag_id else ""
-        hint = dag_hint(ledger, args.dag_id) if args.dag_id else ""
         print(
             f"no retrain outcomes{whose} yet: WarmStartRetrainOperator, RemoteTrainingOperator and "
-            f"ModelPromoteOperator record them{hint}"
+            "ModelPromoteOperator record them"
         )
         return 0
     emit(table, "table", headers=headers)
@@ -238,6 +230,7 @@ def show_run(args: argparse.Namespace) -> int:
     if args.last:
         if run_id or not args.dag_id:
             raise CostawareError("--last takes no RUN_ID and needs --dag-id, e.g. --last --dag-id nightly")
+        refuse_unknown_names(ledger, args.dag_id, None)
         newest = outcomes(ledger, dag_id=args.dag_id, limit=1)
         if not newest:
             hint = dag_hint(ledger, args.dag_id)
