@@ -96,6 +96,25 @@ def test_import_then_show_source_and_age(
     ]
 
 
+def test_an_imported_type_the_bundled_catalog_lacks_is_warned_of_with_the_closest(
+    ledger_url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # A misspelt type in a hand-edited file was imported in silence: it priced nothing, and the tasks on
+    # the real type stayed unpriced. It is imported (AWS files carry types newer than the catalog), and said.
+    typo = tmp_path / "typo.csv"
+    typo.write_text((FIXTURES / "ec2_offer_us-east-1.csv").read_text().replace('"r7i.large"', '"r7i.lrage"'))
+    assert run(ledger_url, "prices", "import", str(typo)) == 0
+    captured = capsys.readouterr()
+    assert "imported 2 ec2 price(s) for us-east-1 from typo.csv" in captured.out
+    assert (
+        "warning: typo.csv: 1 instance type(s) the bundled catalog does not know: 'r7i.lrage' (did you mean "
+        "r7i.large" in captured.err
+    )
+    assert "imported as written" in captured.err
+    assert run(ledger_url, "prices", "import", str(FIXTURES / "ec2_offer_us-east-1.csv")) == 0
+    assert "warning" not in capsys.readouterr().err  # known types: nothing to say
+
+
 def test_a_region_newer_than_the_snapshot_is_known_once_its_prices_are_imported(
     ledger_url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

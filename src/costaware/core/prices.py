@@ -399,10 +399,15 @@ def _same_gpu_model(offered: str, wanted: str) -> bool:
     return wanted == offered or wanted == offered.partition(" ")[2]
 
 
+def closest_names(name: str, known: Iterable[str]) -> list[str]:
+    """The (up to three) known names closest to ``name``, without case (``US-EAST-1``, ``M5.LARGE``)."""
+    by_lower = {k.lower(): k for k in known}
+    return [by_lower[c] for c in difflib.get_close_matches(name.lower(), list(by_lower), n=3, cutoff=0.6)]
+
+
 def _suggest(name: str, known: list[str], *, region: bool = False) -> str:
     """``; did you mean ...?``: the closest known names, without case (``US-EAST-1``, ``M5.LARGE``)."""
-    by_lower = {k.lower(): k for k in known}
-    close = [by_lower[c] for c in difflib.get_close_matches(name.lower(), list(by_lower), n=3, cutoff=0.6)]
+    close = closest_names(name, known)
     if close:
         return f"; did you mean {', '.join(close)}?"
     if region:  # `prices list` lists instance types, not regions; local and wavelength zones left out

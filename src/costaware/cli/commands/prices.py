@@ -457,10 +457,38 @@ def import_prices(args: argparse.Namespace) -> int:
                 f"{path}: {e} (a region code of the file's prices); nothing was imported: fix the code, or "
                 "upgrade boto3 for a region launched since (its region list counts too)"
             ) from e
+    _warn_of_unknown_types(path, [p.instance_type for p in prices if p.service == "ec2"])
     written = PriceCache(open_ledger(args)).put(prices, origin=OFFER_FILE, fetched_at=utcnow())
     services = sorted({p.service for p in prices})
     print(f"imported {written} {'/'.join(services)} price(s) for {', '.join(regions)} from {path.name}")
     return 0
+
+
+def _warn_of_unknown_types(path: Path, instance_types: list[str]) -> None:
+    """Warn of EC2 types the bundled catalog lacks, with the closest it has: a typo in a hand-edited file.
+
+    A warning, not a refusal: an AWS file may carry types newer than the bundled snapshot. A misspelt type
+    imported in silence priced nothing, and the tasks on the real type stayed unpriced.
+    """
+    from costaware.adapters.price_files import bundled_catalog
+    from costaware.core.prices import closest_names
+
+    known = bundled_catalog().instance_types
+    unknown = sorted(set(instance_types) - set(known))
+    if not unknown:
+        return
+    shown = [
+        f"{name!r}"
+        + (f" (did you mean {', '.join(close)}?)" if (close := closest_names(name, known)) else "")
+        for name in unknown[:5]
+    ]
+    more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+    print(
+        f"costaware: warning: {path.name}: {len(unknown)} instance type(s) the bundled catalog does not "
+        f"know: {', '.join(shown)}{more}; imported as written (a type newer than the catalog is fine): if "
+        "one is misspelt, fix the file and import it again",
+        file=sys.stderr,
+    )
 
 
 def show_prices(args: argparse.Namespace) -> int:
