@@ -992,3 +992,24 @@ def test_a_ledger_url_naming_a_database_not_created_says_to_create_it(
         "'costaware_ledger' connection or COSTAWARE_LEDGER_URL), or create the database first (CREATE "
         "DATABASE costaware_not_created;): costaware creates its tables, not it; nothing was recorded"
     ) in capsys.readouterr().err
+
+
+def test_a_database_not_created_fails_the_task_without_retry(postgres_url: str) -> None:
+    # It was a LedgerUnavailableError, which Airflow retries as an outage: a task waited out every retry
+    # to fail on what no retry creates. It is a configuration error now; a server that is down stays one.
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from costaware.core.errors import ConfigurationError, LedgerUnavailableError
+    from costaware.glue import airflow_errors
+
+    missing = postgres_url.rsplit("/", 1)[0] + "/costaware_not_created"
+    with pytest.raises(ConfigurationError, match="create the database first") as raised:
+        Ledger.from_url(missing)
+    assert not isinstance(raised.value, LedgerUnavailableError)
+    failed = pytest.raises(AirflowFailException, match='database "costaware_not_created" does not exist')
+    with failed, airflow_errors():
+        Ledger.from_url(missing)
+    host = postgres_url.rsplit("@", 1)[1].split("/", 1)[0]
+    down = postgres_url.replace(host, "127.0.0.1:1")  # nothing listens: an outage, retried
+    with pytest.raises(LedgerUnavailableError):
+        Ledger.from_url(down)

@@ -74,6 +74,10 @@ class LedgerUnavailableError(CostawareError):
     """Raised when the ledger database cannot be reached or written; transient, so the task is retried."""
 
 
+class LedgerDatabaseMissingError(ConfigurationError):
+    """Raised when the ledger's PostgreSQL database does not exist; no retry creates it, so none is made."""
+
+
 class ReservationNotFoundError(CostawareError, LookupError):
     """Raised when settling or releasing a reservation id that the ledger does not hold."""
 

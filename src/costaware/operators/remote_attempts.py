@@ -562,14 +562,14 @@ class RemoteAttemptSteps(AttemptBilling):
         with no retry left would leave it running unwatched and unbilled. The hold then lapses at its own
         time limit, said in the log.
         """
-        from costaware.core.errors import LedgerUnavailableError
+        from costaware.core.errors import LedgerDatabaseMissingError, LedgerUnavailableError
         from costaware.training.attempt_effects import open_task_reservations
 
         try:
             ledger = self.ledger_hook.get_conn()
             for reservation in open_task_reservations(ledger, state.plan):
                 ledger.extend(reservation.id, until)
-        except LedgerUnavailableError as e:
+        except (LedgerUnavailableError, LedgerDatabaseMissingError) as e:
             self.log.warning(
                 "could not keep the task's budget hold for the wait (%s); the job is watched on and billed "
                 "when it ends, but the hold lapses at its own time limit (reservation_ttl)",

@@ -20,7 +20,12 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, OperationalError, StatementError
 
-from costaware.core.errors import ConfigurationError, CostawareError, LedgerUnavailableError
+from costaware.core.errors import (
+    ConfigurationError,
+    CostawareError,
+    LedgerDatabaseMissingError,
+    LedgerUnavailableError,
+)
 from costaware.settings import LEDGER_URL_ENV
 
 
@@ -190,17 +195,20 @@ class LedgerDatabase:
         Raises:
             LedgerUnavailableError: the database cannot be reached or refused the write (not a broken
                 unique key: that ``IntegrityError`` is the caller's to handle).
+            LedgerDatabaseMissingError: the PostgreSQL server has no database of the URL's name.
         """
         # Connecting apart from writing, so that a ledger that cannot be reached says so (every command opens
         # the ledger through a write: the schema check), not "cannot write" to someone who only reads.
         try:
             conn = self.engine.connect()
         except (OperationalError, DBAPIError) as e:
-            raise LedgerUnavailableError(
+            missing = _missing_database_hint(self.engine, e)
+            # A database not created is no outage: retried as one, a task waited out its retries to fail.
+            error = LedgerDatabaseMissingError if missing else LedgerUnavailableError
+            raise error(
                 f"cannot reach the cost ledger at {safe_url(str(self.engine.url))}: {_reason(e)}. Check the "
                 f"URL (--ledger-url, the 'costaware_ledger' connection or {LEDGER_URL_ENV})"
-                f"{_missing_database_hint(self.engine, e)}{_sqlite_hint(self.engine, e)}; nothing was "
-                "recorded or reserved"
+                f"{missing}{_sqlite_hint(self.engine, e)}; nothing was recorded or reserved"
             ) from e
         try:
             with conn, conn.begin():
