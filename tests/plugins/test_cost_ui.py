@@ -154,6 +154,29 @@ def test_bad_filters_are_rejected_before_any_query(
     assert filled.spent("*") == Decimal("105.5")  # the table is intact
 
 
+@pytest.mark.parametrize(
+    ("path", "params", "said"),
+    [
+        ("/api/summary", {"dag_id": "a b"}, "dag_id: 'a b' is not a DAG id: use letters, digits, '_', '.'"),
+        ("/api/budgets", {"dag_id": "a/b"}, "dag_id: 'a/b' is not a DAG id"),
+        ("/api/spend", {"group_by": "taks"}, "group_by: 'taks' is not a grouping: use one of dag, task, run"),
+        ("/api/daily", {"group_by": "tag:"}, "group_by: 'tag:' is not a grouping"),
+    ],
+)
+def test_a_bad_dag_id_or_grouping_is_answered_in_words_not_a_regex(
+    client: TestClient, path: str, params: dict[str, str], said: str
+) -> None:
+    # The 422 held pydantic's "String should match pattern '^[A-Za-z0-9_.-]{1,250}$'" and not the value.
+    response = client.get(path, params=params)
+    assert response.status_code == 422
+    detail = response.json()["detail"]
+    assert isinstance(detail, str) and detail.startswith(said) and "^" not in detail, detail
+    assert client.get("/api/spend").json()["group_by"] == "dag"  # the default is kept
+    assert client.get("/api/summary", params={"dag_id": "retrain"}).status_code == 200
+    schema = client.get("/openapi.json").json()["paths"]["/api/spend"]["get"]["parameters"]
+    assert {p["name"]: p["schema"].get("pattern") for p in schema}["group_by"]  # still documented
+
+
 def test_page_renders_svg_charts_and_numbers(client: TestClient) -> None:
     page = client.get("/", params={"group_by": "task"})
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")

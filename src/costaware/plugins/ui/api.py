@@ -54,7 +54,7 @@ def api_summary(filters: ReportFilters) -> SpendSummary:
 
 
 @router.get("/spend", summary="Spend per group (DAG, task, run, trial, tag, ...), costliest first")
-def api_spend(filters: ReportFilters, group_by: GroupBy = "dag", limit: Limit = None) -> Spend:
+def api_spend(filters: ReportFilters, group_by: GroupBy, limit: Limit = None) -> Spend:
     """Spend per group, costliest first; with ``limit``, the rest totalled in ``other`` (null: none left)."""
     from costaware.adapters.ledger.reports import top_groups
     from costaware.adapters.ledger.views import spend_by
@@ -68,7 +68,7 @@ def api_spend(filters: ReportFilters, group_by: GroupBy = "dag", limit: Limit = 
 
 
 @router.get("/daily", summary="Actual spend per UTC day and group")
-def api_daily(filters: ReportFilters, group_by: GroupBy = "dag", limit: Limit = None) -> Daily:
+def api_daily(filters: ReportFilters, group_by: GroupBy, limit: Limit = None) -> Daily:
     """Actual spend per UTC day and group, for charts; with ``limit``, the other groups summed per day."""
     from costaware.adapters.ledger.reports import daily_spend, fold_daily, other_label
 

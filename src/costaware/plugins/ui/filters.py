@@ -14,7 +14,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Annotated
 from urllib.parse import urlencode
 
-from fastapi import HTTPException, Query
+from fastapi import Depends, HTTPException, Query
 
 from costaware.core.budgets import TAG_NAME_PATTERN, Period
 from costaware.core.ledger import GROUP_BYS, INDEXED_TAGS
@@ -56,7 +56,56 @@ def tidy_scope(text: str) -> str:
     return ",".join(parts) if text.strip() else ""
 
 
-DagId = Annotated[str | None, Query(pattern=DAG_ID_PATTERN, description="Only this DAG.")]
+def dag_id_problem(dag_id: str) -> str | None:
+    """What is wrong with ``dag_id`` as a filter, in words, or None when nothing is."""
+    if re.fullmatch(DAG_ID_PATTERN, dag_id):
+        return None
+    return (
+        f"{dag_id!r} is not a DAG id: use letters, digits, '_', '.' and '-' (at most 250 characters), or "
+        "leave it out for every DAG"
+    )
+
+
+def group_by_problem(group_by: str) -> str | None:
+    """What is wrong with ``group_by`` as a grouping, in words, or None when nothing is."""
+    if re.fullmatch(GROUP_BY_PATTERN, group_by):
+        return None
+    return (
+        f"{group_by!r} is not a grouping: use one of {', '.join(GROUP_BYS)}, or tag:<name> for a tag (its "
+        "name starts with a letter)"
+    )
+
+
+def checked_dag_id(
+    # Checked by dag_id_problem, whose 422 names the value: the pattern's own error showed only the regex.
+    dag_id: Annotated[
+        str | None, Query(json_schema_extra={"pattern": DAG_ID_PATTERN}, description="Only this DAG.")
+    ] = None,
+) -> str | None:
+    """The ``dag_id`` filter of the JSON routes; 422 naming the value when it is no DAG id."""
+    problem = None if dag_id is None else dag_id_problem(dag_id)
+    if problem:
+        raise HTTPException(422, f"dag_id: {problem}")
+    return dag_id
+
+
+def checked_group_by(
+    group_by: Annotated[
+        str,
+        Query(
+            json_schema_extra={"pattern": GROUP_BY_PATTERN},
+            description=f"{', '.join(GROUP_BYS)} or tag:<name>.",
+        ),
+    ] = "dag",
+) -> str:
+    """The ``group_by`` of the JSON routes; 422 naming the value when it is no grouping."""
+    problem = group_by_problem(group_by)
+    if problem:
+        raise HTTPException(422, f"group_by: {problem}")
+    return group_by
+
+
+DagId = Annotated[str | None, Depends(checked_dag_id)]
 ScopeQ = Annotated[
     str,
     Query(
@@ -65,9 +114,7 @@ ScopeQ = Annotated[
         description=f"Tag filter such as project=churn,team=ml (at most {MAX_SCOPE_TAGS} tags).",
     ),
 ]
-GroupBy = Annotated[
-    str, Query(pattern=GROUP_BY_PATTERN, description=f"{', '.join(GROUP_BYS)} or tag:<name>.")
-]
+GroupBy = Annotated[str, Depends(checked_group_by)]
 
 
 def utc_instant(value: datetime) -> tuple[datetime | None, str | None]:
@@ -201,7 +248,7 @@ def page_filters(
             errors.append(
                 f"{name.title()}: {typed[name]!r} is not an ISO time such as 2026-11-01T00:00+00:00."
             )
-    if typed["dag_id"] and not re.fullmatch(DAG_ID_PATTERN, typed["dag_id"]):
+    if typed["dag_id"] and dag_id_problem(typed["dag_id"]):
         errors.append(
             f"DAG: {typed['dag_id']!r} is not a DAG id (letters, digits, '_', '.', '-'); "
             "leave it empty for all."
@@ -214,7 +261,7 @@ def page_filters(
         )
         scope_text = "*"
     grouping = typed["group_by"] or "dag"
-    if not re.fullmatch(GROUP_BY_PATTERN, grouping):
+    if group_by_problem(grouping):
         errors.append(f"Group by: {grouping!r} is not one of {', '.join(GROUP_BY_CHOICES)} or tag:<name>.")
     filters, problems = check_filters(
         span, instants["since"], instants["until"], typed["dag_id"] or None, scope_text
