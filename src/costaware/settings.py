@@ -134,6 +134,10 @@ def option(name: str) -> str:
         from airflow.sdk import conf
     except ImportError:  # the CLI on a machine without Airflow reads the variable Airflow would
         return os.environ.get(f"AIRFLOW__{SECTION.upper()}__{name.upper()}", default)
+    except configparser.Error as e:  # Airflow reads airflow.cfg on import
+        from costaware.core.errors import ConfigurationError
+
+        raise ConfigurationError(airflow_cfg_problem(e)) from e
     try:
         return str(conf.get(SECTION, name, fallback=default))
     except configparser.InterpolationError as e:
@@ -145,6 +149,21 @@ def option(name: str) -> str:
             f"[costaware] {name} in airflow.cfg cannot be read ({e}): write each '%' as '%%' there "
             f"(e.g. 50%%,80%%), or set AIRFLOW__{SECTION.upper()}__{name.upper()} with a single '%'"
         ) from e
+
+
+def airflow_cfg_problem(error: configparser.Error) -> str:
+    """What is wrong in airflow.cfg and what to do, in one line (configparser's error was a traceback)."""
+    if isinstance(error, configparser.DuplicateSectionError):
+        return (
+            f"airflow.cfg cannot be read: {error.source} line {error.lineno} starts a second "
+            f"[{error.section}] section: merge its options into the first one and delete the second header"
+        )
+    if isinstance(error, configparser.DuplicateOptionError):
+        return (
+            f"airflow.cfg cannot be read: {error.source} line {error.lineno} sets {error.option!r} of "
+            f"[{error.section}] a second time: keep one of the two lines"
+        )
+    return f"airflow.cfg cannot be read: {' '.join(str(error).split())}: fix the file"
 
 
 def airflow_home() -> Path:

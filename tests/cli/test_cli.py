@@ -1013,3 +1013,39 @@ def test_a_database_not_created_fails_the_task_without_retry(postgres_url: str) 
     down = postgres_url.replace(host, "127.0.0.1:1")  # nothing listens: an outage, retried
     with pytest.raises(LedgerUnavailableError):
         Ledger.from_url(down)
+
+
+@pytest.mark.parametrize(
+    ("cfg", "said"),
+    [
+        (
+            "[costaware]\nworker_instance_type = m5.large\n[costaware]\nworker_grid_zone = GB\n",
+            "airflow.cfg line 3 starts a second [costaware] section: merge its options into the first one",
+        ),
+        (
+            "[costaware]\nworker_instance_type = m5.large\nworker_instance_type = c5.large\n",
+            "airflow.cfg line 3 sets 'worker_instance_type' of [costaware] a second time: keep one",
+        ),
+    ],
+)
+def test_an_airflow_cfg_configparser_refuses_is_one_line_not_a_traceback(
+    tmp_path: Path, cfg: str, said: str
+) -> None:
+    # configparser's DuplicateSectionError came as a traceback through Airflow's import.
+    import os
+
+    (tmp_path / "airflow.cfg").write_text(cfg)
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path)}
+    # Unit-test mode reads unit_tests.cfg instead: the file a deployment reads is the one to test.
+    env = {k: v for k, v in env.items() if not k.startswith(("AIRFLOW__COSTAWARE__", "AIRFLOW__CORE__UNIT"))}
+    script = "from costaware.cli import main; raise SystemExit(main())"
+    done = subprocess.run(
+        [sys.executable, "-c", script, "prices", "show", "m5.large"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"costaware: error: airflow.cfg cannot be read: {tmp_path / 'airflow.cfg'} line" in done.stderr
+    assert said in done.stderr and "Traceback" not in done.stderr

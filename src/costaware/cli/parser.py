@@ -7,6 +7,7 @@ The ledger URL comes from ``--ledger-url``, else ``COSTAWARE_LEDGER_URL``, else 
 from __future__ import annotations
 
 import argparse
+import configparser
 import os
 import sys
 from collections.abc import Sequence
@@ -16,6 +17,7 @@ from costaware.cli.arguments import ARG_LEDGER_URL_GLOBAL, ActionCommand, GroupC
 from costaware.cli.config import COMMANDS, DESCRIPTION
 from costaware.cli.log_output import route_logs_to_stderr, stop_routing
 from costaware.core.errors import CostawareError
+from costaware.settings import airflow_cfg_problem
 
 
 class _Parser(argparse.ArgumentParser):
@@ -112,6 +114,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except CostawareError as e:
         print(f"costaware: error: {e}", file=sys.stderr)
+        return 2
+    except configparser.Error as e:  # raised by Airflow's import, which reads airflow.cfg
+        print(f"costaware: error: {airflow_cfg_problem(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         # Ctrl-C: a line, not a traceback through whatever module was running. 130 is what a shell gives a
