@@ -199,6 +199,32 @@ def test_a_bad_file_writes_nothing(home: Path, tmp_path: Path, capsys: pytest.Ca
     assert not home.exists()
 
 
+def test_every_intensity_column_the_file_has_is_checked(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Only g_co2eq_per_kwh_lca was checked: a direct column of kilograms (or text) was imported, and
+    # RecordedCarbon(basis="direct") failed on it later, far from the file.
+    header = "timestamp_utc,g_co2eq_per_kwh_direct,g_co2eq_per_kwh_lca,estimated\n"
+    bad_direct = {
+        "kg.csv": header + "2026-11-20T00:00:00Z,0.09,120,false\n2026-11-20T01:00:00Z,0.1,121,false\n",
+        "text.csv": header + "2026-11-20T00:00:00Z,100,120,false\n2026-11-20T01:00:00Z,n/a,121,false\n",
+    }
+    said = {"kg.csv": "g_co2eq_per_kwh_direct is at most 0.1 over the whole file", "text.csv": "line 3"}
+    for name, text in bad_direct.items():
+        (tmp_path / name).write_text(text)
+        assert main(["carbon", "import", str(tmp_path / name), "--zone", "GB"]) == 2
+        err = capsys.readouterr().err
+        assert said[name] in err and "direct" in err and "nothing was imported" in err, err
+    assert not home.exists()
+    # A file without a direct column is still taken (lca is the one every source needs).
+    lca_only = tmp_path / "lca.csv"
+    lca_only.write_text(
+        "timestamp_utc,g_co2eq_per_kwh_lca\n2026-11-20T00:00:00Z,120\n2026-11-20T01:00:00Z,121\n"
+    )
+    assert main(["carbon", "import", str(lca_only), "--zone", "GB"]) == 0
+    assert main(["carbon", "import", str(RECORDED), "--zone", "GB"]) == 0  # both columns good
+
+
 def test_a_second_import_replaces_the_first(
     home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -332,11 +332,16 @@ CARBON_COMMANDS = (
         "check a recorded carbon intensity CSV and add it to the recorded source",
         lazy_load_command(f"{_COMMANDS}.carbon.import_file"),
         (
-            Arg("file", help="CSV with timestamp_utc and g_co2eq_per_kwh_lca (the shared format)"),
+            Arg(
+                "file",
+                help="CSV with timestamp_utc and g_co2eq_per_kwh_lca, optionally g_co2eq_per_kwh_direct (the "
+                "shared format)",
+            ),
             Arg("--zone", required=True, help="the grid zone the file records, e.g. GB"),
         ),
         description=(
-            "Checks the file (hourly, no gaps, numbers) and copies it to $AIRFLOW_HOME/costaware/carbon/"
+            "Checks the file (hourly, no gaps, gCO2e/kWh numbers in g_co2eq_per_kwh_lca and, where the file "
+            "has it, g_co2eq_per_kwh_direct) and copies it to $AIRFLOW_HOME/costaware/carbon/"
             "<ZONE>_imported.csv, where --source recorded finds it; a bad file writes nothing, and a second "
             "import of a zone replaces the first."
         ),

@@ -9,6 +9,8 @@ folder, where the recorded source finds it.
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import sys
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
@@ -144,7 +146,7 @@ def _fallback_note(source: object, args: argparse.Namespace, start: datetime) ->
 
 def import_file(args: argparse.Namespace) -> int:
     """Check a recorded intensity CSV and copy it into the carbon folder as the zone's imported file."""
-    from costaware.adapters.carbon_data import carbon_from_text
+    from costaware.adapters.carbon_data import INTENSITY_COLUMNS, carbon_from_text
     from costaware.adapters.carbon_source import carbon_folder, write_atomically
     from costaware.core.errors import InvalidPriceDataError
 
@@ -178,8 +180,14 @@ def import_file(args: argparse.Namespace) -> int:
         raise InvalidPriceDataError(f"cannot read carbon intensity file {str(path)!r}: {e.strerror}") from e
     except UnicodeDecodeError as e:
         raise InvalidPriceDataError(f"{path.name} is not UTF-8 text: nothing was imported") from e
+    header = next(csv.reader(io.StringIO(text.lstrip("\ufeff"))), [])
     try:
         series = carbon_from_text(text, source=path.name)
+        # Every intensity column the file has is read by some source (RecordedCarbon(basis="direct")): a
+        # bad one passed the import and failed there, far from the file.
+        for basis, column in INTENSITY_COLUMNS.items():
+            if basis != "lca" and column in header:
+                carbon_from_text(text, source=path.name, basis=basis)
     except InvalidPriceDataError as e:
         raise InvalidPriceDataError(f"{e}; nothing was imported") from e
     folder = carbon_folder()
