@@ -262,3 +262,39 @@ def test_a_job_pinned_to_one_zone_reads_availability_beside_zones(
     )
     argv = ["--prices", str(prices), "--jobs", str(jobs), "--zones", f"us-east-1b={files['b']}"]
     assert run(capsys, *argv, "--availability", str(files["a"]))  # the pinned job reads trace a
+
+
+ROOT = Path(__file__).resolve().parents[2]
+SHARED = next(
+    (p / "shared" for p in (ROOT.parent, ROOT.parent.parent) if (p / "shared" / "data").exists()),
+    ROOT.parent / "shared",
+)
+
+
+@pytest.mark.skipif(
+    not (SHARED / "data" / "spot_availability").exists(), reason="shared data not beside the repo"
+)
+def test_the_zones_example_of_the_docs_runs_as_written(tmp_path: Path) -> None:
+    # docs/spot-windows.md's `--zones us-west-2a=a.json,...` failed on the shared data: its prices are
+    # us-east-1's, its traces us-west-2's ("zone 'us-west-2a' has no p3.16xlarge spot prices").
+    import re
+    import shlex
+    import subprocess
+    import sys
+
+    page = (ROOT / "docs" / "spot-windows.md").read_text()
+    blocks = re.findall(r"```(\w*)\n(.*?)```", page, flags=re.S)
+    (command,) = [text for lang, text in blocks if lang == "bash" and "--zones" in text]
+    (jobs,) = [text for lang, text in blocks if lang == "csv" and text.startswith("name,instance_type")]
+    repo = tmp_path / "repo"  # the repository root, with the shared data beside it as the page says
+    repo.mkdir()
+    (tmp_path / "shared").symlink_to(SHARED)
+    (repo / "jobs.csv").write_text(jobs)
+    script = command.replace(".venv/bin/costaware", f"{shlex.quote(sys.executable)} -m costaware.cli")
+    done = subprocess.run(
+        ["bash", "-euc", script], cwd=repo, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    rows = {line.split()[0]: line.split() for line in done.stdout.splitlines() if line.strip()}
+    assert {"oracle", "deadline_aware", "on_demand_now"} <= set(rows)
+    assert rows["oracle"][2] == "1.000"
