@@ -460,6 +460,18 @@ def test_trial_report_shows_cost_per_successful_trial(
     assert main([*trials, "--dag-id", "cut"]) == 0
     shown = json.loads(capsys.readouterr().out)["trials"]
     assert (shown["successful"], shown["per_successful_trial_usd"]) == (0, None)
+    # A budgeted_search's rungs ("#3@1", "#3@rung2"): counted with the trial's ending where a row gives it,
+    # else as a trial that did not end (the budget cut it). They had no summary at all.
+    for label, usd in (("#0@1", "1"), ("#0 promoted@9", "3"), ("#1@1", "1"), ("#1 pruned@3", "1"),
+                       ("#3@rung1", "1"), ("#3@rung2", "1"), ("tail", "1")):  # fmt: skip
+        ledger.record(
+            LedgerEntry(dag_id="search", run_id="r", task_id="search", kind=Kind.COMPUTE, usd=Decimal(usd),
+                        trial=label)
+        )  # fmt: skip
+    assert main([*trials, "--dag-id", "search"]) == 0
+    shown = json.loads(capsys.readouterr().out)["trials"]
+    assert (shown["trials"], shown["successful"]) == (3, 1)
+    assert (shown["per_trial_usd"], shown["per_successful_trial_usd"]) == ("2.666667", "8.000000")
 
 
 def test_report_writes_dollars_like_the_cost_page_with_decimal_points_lined_up(

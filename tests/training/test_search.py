@@ -591,3 +591,34 @@ def test_a_one_class_validation_set_is_refused_before_a_rung_is_reserved(ledger:
             make_model=lambda params: BoostingFidelityModel({}, train, valid, "y"),  # type: ignore[arg-type, return-value]
         )
     assert ledger.entries() == [] and ledger.open_reservations() == [] and ledger.budgets() == []
+
+
+def test_the_report_by_trial_counts_a_searchs_trials_and_those_trained_in_full(
+    ledger: Any, ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A search's entries were labelled "#3@9" only: `report --group-by trial` gave no per-trial summary.
+    # Each trial's last entry now says how it ended ("#3 promoted@9"), as budgeted_tuning's do.
+    import json
+
+    from costaware.cli import main
+
+    clock = Clock()
+    result = search(ledger, "40", clock)
+    assert main(["--ledger-url", ledger_url, "report", "--group-by", "trial", "--format", "json"]) == 0
+    summary = json.loads(capsys.readouterr().out)["trials"]
+    complete = [t for t in result.trials if t.state == "complete"]
+    billed = {int(e["trial"][1:].split("@")[0].split()[0]) for e in ledger.entries() if e["trial"] != "tail"}
+    assert complete and summary["trials"] == len(billed)  # a trial the budget cut before a rung cost nothing
+    assert summary["successful"] == len(complete)
+    trial_usd = result.spent_usd - sum(
+        (Decimal(str(e["usd"])) for e in ledger.entries() if e["trial"] == "tail"), Decimal(0)
+    )
+    assert Decimal(summary["per_successful_trial_usd"]) == (trial_usd / len(complete)).quantize(
+        Decimal("0.000001")
+    )
+    labels = {e["trial"] for e in ledger.entries()}
+    for trial in result.trials:
+        last = trial.rungs[-1][0] if trial.rungs else None
+        ending = {"complete": "promoted"}.get(trial.state, trial.state)
+        if last is not None and trial.state in ("complete", "pruned"):
+            assert f"#{trial.number} {ending}@{last}" in labels

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 from costaware.core.errors import BudgetExceededError, ConfigurationError
 from costaware.core.money import format_usd_exact
-from costaware.core.tuning import fall_adjusted_value, usd_for_seconds
+from costaware.core.tuning import TrialState, fall_adjusted_value, trial_label, usd_for_seconds
 from costaware.core.tuning.rungs import promotable
 from costaware.extras import require
 from costaware.training.search_billing import SearchBilling
@@ -354,7 +354,19 @@ def budgeted_search(
                 else:
                     pruned = False
                 note = f"{dict(trial.params)}: {value:.4f}"
-                billed = billing.bill(*running, f"{note}; failed: not a number" if failed else note)
+                # The trial's last entry says how it ended (`#7 pruned@3`), as budgeted_tuning's do: `report
+                # --group-by trial` counts the trials, and those trained to full fidelity, from it.
+                ended = (
+                    TrialState.FAILED
+                    if failed
+                    else TrialState.PRUNED
+                    if pruned
+                    else TrialState.PROMOTED
+                    if rung == rung_list[-1]
+                    else None
+                )
+                label = running[1] if ended is None else trial_label(trial.number, ended, rung)
+                billed = billing.bill(running[0], label, f"{note}; failed: not a number" if failed else note)
                 running = None
                 if billed > seconds:
                     # Past its reservation (slower training, or the bookkeeping billed with it): that passes

@@ -249,12 +249,31 @@ def _spool_note(spooled: int) -> str:
 
 
 def _trial_costs(rows: Sequence[Any]) -> Any:
-    """Cost per trial and per successful trial, from the ``#<n> <state>@<fidelity>`` trial labels."""
+    """Cost per trial and per successful trial, from the trial labels of the rows.
+
+    ``#<n> <state>@<fidelity>`` is one trial that ended so (budgeted_tuning's entry, or the last of a
+    budgeted_search trial); ``#<n>@<rung>`` is a rung of a budgeted_search trial, counted with its trial's
+    ending where one row gives it, else as a trial that did not end (cut by the budget, or still running).
+    """
     from costaware.core.tuning import TrialState, trial_costs
 
-    costs = []
+    states = {s.value for s in TrialState}
+    ended: dict[str, list[tuple[TrialState, Decimal]]] = {}
+    rungs: dict[str, Decimal] = {}
     for row in rows:
-        found = re.match(r"^#\d+ ([a-z]+)@\d+$", row.group)
-        if found and found.group(1) in {s.value for s in TrialState}:
-            costs.append((TrialState(found.group(1)), row.usd))
+        found = re.match(r"^#(\d+)(?: ([a-z]+))?@\S+$", row.group)
+        if not found or (found.group(2) is not None and found.group(2) not in states):
+            continue
+        number, state = found.group(1), found.group(2)
+        if state is None:
+            rungs[number] = rungs.get(number, Decimal(0)) + row.usd
+        else:
+            ended.setdefault(number, []).append((TrialState(state), row.usd))
+    for number, usd in rungs.items():
+        endings = ended.get(number)
+        if endings and len(endings) == 1:  # the earlier rungs of the trial that ended so
+            endings[0] = (endings[0][0], endings[0][1] + usd)
+        else:
+            ended.setdefault(number, []).append((TrialState.RUNNING, usd))
+    costs = [cost for endings in ended.values() for cost in endings]
     return trial_costs(costs) if costs else None
