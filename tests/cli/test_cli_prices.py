@@ -113,6 +113,12 @@ def test_an_imported_type_the_bundled_catalog_lacks_is_warned_of_with_the_closes
     assert "imported as written" in captured.err
     assert run(ledger_url, "prices", "import", str(FIXTURES / "ec2_offer_us-east-1.csv")) == 0
     assert "warning" not in capsys.readouterr().err  # known types: nothing to say
+    # A misspelt --types matched nothing, and the error did not say what was meant.
+    assert (
+        run(ledger_url, "prices", "import", str(FIXTURES / "ec2_offer_us-east-1.csv"), "--types", "r7i.lrage")
+        == 2
+    )
+    assert "matching 'r7i.lrage' (did you mean r7i.large" in capsys.readouterr().err
 
 
 def test_a_region_newer_than_the_snapshot_is_known_once_its_prices_are_imported(

@@ -444,7 +444,7 @@ def import_prices(args: argparse.Namespace) -> int:
     if not prices:
         raise InvalidPriceDataError(
             f"{path}: no Linux on-demand instance prices"
-            + (f" matching {args.types!r}" if args.types else "")
+            + (f" matching {args.types!r}{_types_hint(args.types)}" if args.types else "")
             + " (an AmazonEC2 or AmazonSageMaker offer file is expected); nothing was imported"
         )
     regions = sorted({p.region for p in prices})
@@ -462,6 +462,17 @@ def import_prices(args: argparse.Namespace) -> int:
     services = sorted({p.service for p in prices})
     print(f"imported {written} {'/'.join(services)} price(s) for {', '.join(regions)} from {path.name}")
     return 0
+
+
+def _types_hint(types: str) -> str:
+    """`` (did you mean m5.large?)`` for a ``--types`` name (no glob) close to a bundled type; else ""."""
+    from costaware.adapters.price_files import bundled_catalog
+    from costaware.core.prices import closest_names
+
+    if any(mark in types for mark in "*?[") or types.startswith("ml."):
+        return ""
+    close = closest_names(types.strip(), bundled_catalog().instance_types)
+    return f" (did you mean {', '.join(close)}?)" if close else ""
 
 
 def _warn_of_unknown_types(path: Path, instance_types: list[str]) -> None:
