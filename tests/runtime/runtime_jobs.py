@@ -101,6 +101,21 @@ class Job:
         loaded: dict[str, object] = json.loads((self.remote / "LATEST.json").read_text())
         return loaded
 
+    def pushed(self, step: int) -> Path:
+        """The remote folder of ``step`` (each push has one of its own, ``step-<n>-<random>``)."""
+        (folder,) = self.remote.glob(f"step-{step}-*")
+        return folder
+
+
+#: A time long past, for a folder some killed attempt left (``backdate``): any sync reads it as stale.
+LONG_AGO = 1_000_000_000.0
+
+
+def backdate(folder: Path, when: float = LONG_AGO) -> None:
+    """Set the times of ``folder`` and of everything in it to ``when``, as if last written then."""
+    for path in [folder, *folder.rglob("*")]:
+        os.utime(path, (when, when))
+
 
 #: Writes a job script and returns its :class:`Job` (the ``make_job`` fixture).
 MakeJob = Callable[[str], Job]

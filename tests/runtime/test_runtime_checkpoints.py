@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
+import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -22,7 +27,7 @@ from costaware_runtime import (
     save_bytes,
 )
 from costaware_runtime.checkpoints import SAVE_HISTORY, parse_marker, read_marker
-from costaware_runtime.sync import CheckpointSync
+from costaware_runtime.sync import STALE_FOLDER_SECONDS, CheckpointSync
 
 
 @pytest.fixture
@@ -33,6 +38,20 @@ def local(tmp_path: Path) -> Path:
 @pytest.fixture
 def remote(tmp_path: Path) -> Path:
     return tmp_path / "remote"
+
+
+#: When an earlier attempt wrote its checkpoint, in the tests that set the sync's clock.
+EARLIER = 1_800_000_000.0
+
+
+def steps_held(remote: Path) -> list[int]:
+    """The steps of the remote's step folders (each push has a folder ``step-<n>-<random>`` of its own)."""
+    return sorted(int(path.name.split("-")[1]) for path in remote.glob("step-*"))
+
+
+def folder_of(remote: Path, step: int) -> Path:
+    (folder,) = remote.glob(f"step-{step}-*")
+    return folder
 
 
 def test_commit_writes_the_marker_last_listing_every_file(local: Path) -> None:
@@ -117,9 +136,9 @@ def test_push_then_restore_into_an_empty_folder(local: Path, remote: Path, tmp_p
     assert push(local, str(remote)) == 12
 
     latest = json.loads((remote / "LATEST.json").read_text())
-    assert (latest["step"], latest["prefix"]) == (12, "step-12")
+    assert (latest["step"], latest["prefix"]) == (12, folder_of(remote, 12).name)
     assert latest["files"] == [{"path": "checkpoint-12/state.bin", "bytes": 7}]
-    assert (remote / "step-12" / "_costaware_checkpoint.json").exists()
+    assert (folder_of(remote, 12) / "_costaware_checkpoint.json").exists()
 
     fresh = tmp_path / "fresh"
     assert restore(f"file://{remote}", fresh) == 12
@@ -131,7 +150,13 @@ def test_push_keeps_the_new_step_and_the_one_before(local: Path, remote: Path) -
     for step in (1, 2, 3):
         save_bytes(b"x", step=step, directory=local)
         push(local, str(remote))
-    assert sorted(path.name for path in remote.iterdir()) == ["LATEST.json", "step-2", "step-3"]
+    assert steps_held(remote) == [2, 3] and (remote / "LATEST.json").exists()
+
+
+def backdate(folder: Path, when: float) -> None:
+    """Set the times of ``folder`` and of everything in it to ``when``, as if last written then."""
+    for path in [folder, *folder.rglob("*")]:
+        os.utime(path, (when, when))
 
 
 def test_a_job_that_went_back_never_deletes_the_later_steps(
@@ -139,37 +164,43 @@ def test_a_job_that_went_back_never_deletes_the_later_steps(
 ) -> None:
     save_bytes(b"step 84", step=84, directory=tmp_path / "earlier attempt")
     push(tmp_path / "earlier attempt", str(remote))
+    earlier = folder_of(remote, 84)
+    backdate(earlier, EARLIER)
     # The next attempt started over instead of loading step 84, and pushes as it trains.
+    now = EARLIER + 60.0
+    sync = CheckpointSync(str(remote), local, clock=lambda: now)
     for step in (33, 65):
         save_bytes(f"step {step}".encode(), step=step, directory=local)
-        push(local, str(remote))
-    assert sorted(path.name for path in remote.iterdir()) == ["LATEST.json", "step-33", "step-65", "step-84"]
-    assert (remote / "step-84" / "checkpoint-84" / "state.bin").read_bytes() == b"step 84"
+        sync.push_changed()
+    assert steps_held(remote) == [33, 65, 84]
+    assert (earlier / "checkpoint-84" / "state.bin").read_bytes() == b"step 84"
     assert json.loads((remote / "LATEST.json").read_text())["step"] == 65
     assert "checkpoint step 33 is older than step 84" in caplog.text
-    # Reaching step 84 again writes a folder of its own, never into the kept one (the two saves would mix);
-    # the earlier save of the same step is then pruned: the job has caught up with it.
+    # Reaching step 84 again writes a folder of its own, never into the kept one (the two saves would mix).
     save_bytes(b"step 84 again", step=84, directory=local)
-    push(local, str(remote))
+    sync.push_changed()
     again = json.loads((remote / "LATEST.json").read_text())["prefix"]
-    assert again.startswith("step-84-")
+    assert again.startswith("step-84-") and again != earlier.name
     assert (remote / again / "checkpoint-84" / "state.bin").read_bytes() == b"step 84 again"
-    assert sorted(path.name for path in remote.iterdir()) == ["LATEST.json", "step-65", again]
-    # Once the job is past them, the old steps are pruned as usual.
+    # The earlier attempt's save is another writer's, written a minute ago: kept. The job's own step 33 goes.
+    assert steps_held(remote) == [65, 84, 84] and earlier.exists()
+    # Once the job is past them, the old steps are pruned as usual, the other writer's once it is stale.
+    now = EARLIER + STALE_FOLDER_SECONDS + 1
     save_bytes(b"step 90", step=90, directory=local)
-    push(local, str(remote))
-    assert sorted(path.name for path in remote.iterdir()) == ["LATEST.json", again, "step-90"]
+    sync.push_changed()
+    assert sorted(path.name for path in remote.glob("step-*")) == sorted([again, folder_of(remote, 90).name])
 
 
 def test_the_same_step_saved_again_never_overwrites_what_latest_names(local: Path, remote: Path) -> None:
     save_bytes(b"first", step=4, directory=local)
     push(local, str(remote))
+    first = json.loads((remote / "LATEST.json").read_text())["prefix"]
     save_bytes(b"second", step=4, directory=local)
     push(local, str(remote))
     prefix = json.loads((remote / "LATEST.json").read_text())["prefix"]
-    assert prefix.startswith("step-4-")
+    assert prefix.startswith("step-4-") and prefix != first
     assert (remote / prefix / "checkpoint-4" / "state.bin").read_bytes() == b"second"
-    assert (remote / "step-4" / "checkpoint-4" / "state.bin").read_bytes() == b"first"
+    assert (remote / first / "checkpoint-4" / "state.bin").read_bytes() == b"first"
 
 
 def test_a_file_changed_after_its_commit_is_not_pushed(local: Path, remote: Path) -> None:
@@ -213,7 +244,7 @@ def test_a_damaged_latest_is_reported(local: Path, remote: Path) -> None:
 def test_a_remote_file_of_the_wrong_size_fails_the_restore(local: Path, remote: Path, tmp_path: Path) -> None:
     save_bytes(b"weights", step=1, directory=local)
     push(local, str(remote))
-    (remote / "step-1" / "checkpoint-1" / "state.bin").write_bytes(b"tampered with")
+    (folder_of(remote, 1) / "checkpoint-1" / "state.bin").write_bytes(b"tampered with")
     fresh = tmp_path / "fresh"
     with pytest.raises(StoreError, match=r"has 13 bytes, LATEST\.json says 7"):
         restore(str(remote), fresh)
@@ -323,3 +354,63 @@ def test_a_marker_whose_file_did_not_come_back_whole_is_named(tmp_path: Path) ->
     state.unlink()
     with pytest.raises(ContractError, match=r"'checkpoint-4/state.bin' is missing in"):
         load_bytes(directory=tmp_path)
+
+
+CONCURRENT_WRITER = """
+import sys
+from pathlib import Path
+from costaware_runtime import StoreError, save_bytes
+from costaware_runtime.sync import CheckpointSync
+
+local, remote, first, last, every = Path(sys.argv[1]), sys.argv[2], *map(int, sys.argv[3:])
+sync = CheckpointSync(remote, local)
+for step in range(first, last + 1, every):
+    save_bytes(f"{local.name} {step}".encode(), step=step, directory=local)
+    try:
+        sync.push_changed()
+    except StoreError as e:
+        print(f"push of step {step} failed: {e}")
+"""
+
+
+def test_two_writers_at_once_never_leave_latest_naming_pruned_files(tmp_path: Path) -> None:
+    # A leftover attempt and the next one (or a launcher per rank) pushing to one location: each pruned the
+    # step the other had just pointed LATEST.json at, or was uploading, and a resume found its files gone.
+    remote = tmp_path / "remote"
+    script = tmp_path / "writer.py"
+    script.write_text(CONCURRENT_WRITER)
+    broken: list[str] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            try:
+                raw = (remote / "LATEST.json").read_text()
+            except FileNotFoundError:
+                continue
+            latest = json.loads(raw)
+            missing = [
+                f["path"] for f in latest["files"] if not (remote / latest["prefix"] / f["path"]).is_file()
+            ]
+            with contextlib.suppress(FileNotFoundError):
+                if missing and (remote / "LATEST.json").read_text() == raw:  # still the pointer: not a race
+                    broken.append(f"{latest['prefix']} lacks {missing}")
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    writers = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(tmp_path / name), str(remote), *map(str, steps)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for name, steps in (("leftover", (1, 40, 1)), ("next", (1, 40, 2)))
+    ]
+    failures = [writer.communicate(timeout=120)[0] for writer in writers]
+    done.set()
+    watcher.join()
+    assert [writer.returncode for writer in writers] == [0, 0]
+    assert broken == []
+    assert failures == ["", ""]  # neither took the other's folder from under its upload
+    step = restore(str(remote), tmp_path / "resumed")
+    assert step is not None and load_bytes(directory=tmp_path / "resumed") is not None

@@ -331,7 +331,7 @@ def test_huggingface_trainer_is_preempted_and_resumes(make_job: MakeJob) -> None
     assert code == 75, stderr
     saved = job.latest()["step"]
     assert isinstance(saved, int) and saved >= 12
-    assert (job.remote / f"step-{saved}" / f"checkpoint-{saved}" / "trainer_state.json").exists()
+    assert (job.pushed(saved) / f"checkpoint-{saved}" / "trainer_state.json").exists()
 
     second = job.run(env=job.env(attempt=2, STEPS=str(saved + 15)))
     assert second.returncode == 0, second.stderr

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from costaware_runtime._files import temp_sibling
-from runtime_jobs import RESUMING_JOB, Job, MakeJob
+from runtime_jobs import RESUMING_JOB, Job, MakeJob, backdate
 
 
 def seen(job: Job, attempt: int) -> dict[str, object]:
@@ -26,8 +26,8 @@ def seen(job: Job, attempt: int) -> dict[str, object]:
     return found
 
 
-def remote_steps(job: Job) -> set[str]:
-    return {path.name for path in job.remote.iterdir() if path.name.startswith("step-")}
+def remote_steps(job: Job) -> list[int]:
+    return sorted(int(path.name.split("-")[1]) for path in job.remote.glob("step-*"))
 
 
 def test_preempted_attempt_resumes_and_the_next_uploads_the_model(make_job: MakeJob) -> None:
@@ -60,8 +60,8 @@ def test_preempted_attempt_resumes_and_the_next_uploads_the_model(make_job: Make
     assert manifest["metrics"] == {"rmse": 3.25, "rows": 100} and manifest["checkpoint_step"] == 5
     # The newest step is LATEST, and at most the one before it is kept.
     assert job.latest()["step"] == 5
-    assert "step-5" in remote_steps(job) and len(remote_steps(job)) <= 2
-    assert (job.remote / "step-5" / "checkpoint-5" / "state.bin").read_bytes() == b"state after 5"
+    assert 5 in remote_steps(job) and len(remote_steps(job)) <= 2
+    assert (job.pushed(5) / "checkpoint-5" / "state.bin").read_bytes() == b"state after 5"
 
 
 def test_a_push_killed_mid_copy_leaves_no_temporary_file_behind_once_its_step_is_pruned(
@@ -72,16 +72,18 @@ def test_a_push_killed_mid_copy_leaves_no_temporary_file_behind_once_its_step_is
     job = make_job(RESUMING_JOB)
     first = job.run(env=job.env(attempt=1, STOP_AT="2"))
     assert first.returncode == 75, first.stderr
-    # What a SIGKILL in the middle of the first file of step 3's push leaves (stores.LocalStore.put).
-    killed = temp_sibling(job.remote / "step-3" / "checkpoint-3" / "state.bin")
+    # What a SIGKILL in the middle of the first file of step 3's push leaves (stores.LocalStore.put), long
+    # enough ago for the next attempt to take the folder for a dead writer's.
+    killed = temp_sibling(job.remote / "step-3-5eed" / "checkpoint-3" / "state.bin")
     killed.parent.mkdir(parents=True)
     killed.write_bytes(b"half a state")
+    backdate(job.remote / "step-3-5eed")
 
     second = job.run(env=job.env(attempt=2))
     assert second.returncode == 0, second.stderr
     assert job.latest()["step"] == 5
     assert not [path.relative_to(job.remote) for path in job.remote.rglob("*.tmp")]
-    assert "step-3" not in remote_steps(job)
+    assert 3 not in remote_steps(job)
 
 
 def test_a_checkpoint_folder_another_jobs_sync_left_is_refused_not_resumed_from(make_job: MakeJob) -> None:
@@ -127,7 +129,7 @@ def test_sigterm_reaches_the_job_which_saves_and_exits_75(make_job: MakeJob) -> 
     assert "preemption notice: passing SIGTERM on" in stderr
     step = int((job.root / "saved").read_text())
     assert job.latest()["step"] == step
-    assert (job.remote / f"step-{step}" / f"checkpoint-{step}" / "state.bin").read_text() == str(step)
+    assert (job.pushed(step) / f"checkpoint-{step}" / "state.bin").read_text() == str(step)
 
 
 def test_a_hang_up_is_a_preemption_notice(make_job: MakeJob) -> None:
@@ -702,10 +704,11 @@ def test_a_partly_pushed_step_is_never_restored(make_job: MakeJob) -> None:
     job = make_job(RESUMING_JOB)
     assert job.run(env=job.env(attempt=1, STOP_AT="1")).returncode == 75
     # An upload of step 2 that died before LATEST.json was written: files and marker, but no LATEST.
-    partial = job.remote / "step-2"
+    partial = job.remote / "step-2-5eed"
     (partial / "checkpoint-2").mkdir(parents=True)
     (partial / "checkpoint-2" / "state.bin").write_bytes(b"half")
     (partial / "_costaware_checkpoint.json").write_text('{"step": 2}')
+    backdate(partial)  # its writer died long ago: the next push prunes it
 
     done = job.run(env=job.env(attempt=2))
     assert done.returncode == 0, done.stderr

@@ -18,17 +18,21 @@ import logging
 import math
 import re
 import shutil
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from costaware_runtime import _files
 from costaware_runtime.contract import CHECKPOINT_MARKER, ORIGIN_NAME, RETIRED_MARKER, checkpoint_dir
 from costaware_runtime.errors import ContractError
 from costaware_runtime.stores import check_key
+
+if TYPE_CHECKING:
+    from costaware_runtime.sync import CheckpointSync
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +40,10 @@ FOLDER_PREFIX = "checkpoint-"
 _FOLDER = re.compile(r"checkpoint-(\d+)")
 #: How many measured save durations a marker keeps (the newest last).
 SAVE_HISTORY = 8
+#: push()'s syncs, one per (URI, folder): a new one per call took the folders it pushed before for another
+#: writer's, which it prunes only once they are hours old.
+_syncs: dict[tuple[str, Path], CheckpointSync] = {}
+_syncs_lock = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,13 +356,22 @@ def push(directory: Path | str | None, uri: str) -> int:
         CheckpointChangedError: A committed file changed or vanished after the commit.
         StoreError: The store could not be written.
     """
-    from costaware_runtime.sync import CheckpointSync
-
     folder = _folder(directory)
-    step = CheckpointSync(uri, folder).push_changed()
+    step = _sync_of(uri, folder).push_changed()
     if step is None:
         raise ContractError(f"{folder} holds no committed checkpoint to push: save one, then commit it")
     return step
+
+
+def _sync_of(uri: str, folder: Path) -> CheckpointSync:
+    """This process's one sync of ``folder`` with ``uri``: it prunes the folders it pushed at once."""
+    from costaware_runtime.sync import CheckpointSync
+
+    with _syncs_lock:
+        sync = _syncs.get((uri, folder))
+        if sync is None:
+            sync = _syncs[uri, folder] = CheckpointSync(uri, folder)
+        return sync
 
 
 def _check_step(step: int) -> int:

@@ -63,6 +63,10 @@ class Store(ABC):
     def delete(self, keys: Iterable[str]) -> None:
         """Remove ``keys``; keys that are already gone are fine."""
 
+    @abstractmethod
+    def modified(self, folder: str) -> float | None:
+        """When anything under the top-level ``folder`` last changed (epoch seconds); None: it is empty."""
+
     def folders(self, prefix: str = "") -> list[str]:
         """The top-level folders whose names start with ``prefix``, sorted."""
         return sorted({key.split("/", 1)[0] for key in self.keys(prefix) if "/" in key})
@@ -148,6 +152,17 @@ class LocalStore(Store):
         # deleted (a checkpoint's size, per kill, for good).
         with _local_errors(self.url(folder), "delete"), contextlib.suppress(FileNotFoundError):
             shutil.rmtree(self._path(folder))
+
+    def modified(self, folder: str) -> float | None:
+        # The folders and temporary files too: a writer busy copying a file into it counts as a change.
+        root = self._path(folder)
+        newest: float | None = None
+        with _local_errors(self.url(folder), "list"):
+            for path, _, names in os.walk(root):
+                for entry in (Path(path), *(Path(path, name) for name in names)):
+                    with contextlib.suppress(FileNotFoundError):  # renamed or deleted meanwhile
+                        newest = max(newest or 0.0, entry.stat().st_mtime)
+        return newest
 
     def delete(self, keys: Iterable[str]) -> None:
         with _local_errors(self.uri, "delete"):
@@ -254,6 +269,17 @@ class S3Store(Store):
             for page in pages:
                 found.extend(item["Key"][len(self.prefix) :] for item in page.get("Contents", []))
         return sorted(found)
+
+    def modified(self, folder: str) -> float | None:
+        newest: float | None = None
+        with self._errors(folder, "list"):
+            pages = self._client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=f"{self.prefix}{check_key(folder)}/"
+            )
+            for page in pages:
+                for item in page.get("Contents", []):
+                    newest = max(newest or 0.0, item["LastModified"].timestamp())
+        return newest
 
     def delete(self, keys: Iterable[str]) -> None:
         full = [{"Key": self._key(key)} for key in keys]

@@ -2,13 +2,22 @@
 
 Remote layout, written in this order so that a reader never restores half a step::
 
-    <uri>/step-<n>/<committed files...>      1. every file the local marker lists
-    <uri>/step-<n>/_costaware_checkpoint.json 2. that step's marker
-    <uri>/LATEST.json                         3. last: {"step", "saved_at", "prefix", "files", "pushed_at"}
-                                                 (and "save_seconds" when the saves were timed)
+    <uri>/step-<n>-<random>/<committed files...>      1. every file the local marker lists
+    <uri>/step-<n>-<random>/_costaware_checkpoint.json 2. that step's marker
+    <uri>/LATEST.json                                  3. last: {"step", "saved_at", "prefix", "files",
+                                                          "pushed_at"} (and "save_seconds" when timed)
 
-Then every ``step-*`` folder but the one just pushed and the one ``LATEST.json`` named before is deleted,
-except those of a later step than the one pushed (a job that went back never deletes the work ahead of it).
+Every push goes to a folder of its own, ``step-<n>-<random>``, so two writers (a leftover attempt, a launcher
+per rank) never write into one folder. Then step folders are pruned, never those of a later step than the
+one pushed (a job that went back never deletes the work ahead of it), nor the one ``LATEST.json`` named
+before this push (a restore may be reading it), nor the one it names when read again just before pruning:
+
+* a folder this sync pushed itself goes at once: it pointed ``LATEST.json`` elsewhere since, and no other
+  writer ever points it at a folder it did not write;
+* another writer's goes only once nothing in it changed for :data:`STALE_FOLDER_SECONDS`. That writer may be
+  alive, between uploading its files and pointing ``LATEST.json`` at them: deleting its folder then left
+  ``LATEST.json`` naming files that were gone, and the next attempt could not resume. A killed attempt's
+  folders stay until then, or until the run's checkpoints are deleted with the run's end.
 """
 
 from __future__ import annotations
@@ -19,7 +28,9 @@ import logging
 import os
 import re
 import threading
+import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -32,6 +43,9 @@ from costaware_runtime.stores import check_key, open_store
 log = logging.getLogger(__name__)
 
 _STEP_FOLDER = re.compile(r"step-(\d+)(-[0-9a-f]+)?")
+#: How long another writer's step folder must have been left unchanged before a sync deletes it: longer than
+#: any one file's upload takes, so a live writer's folder is never taken from under it.
+STALE_FOLDER_SECONDS = 6 * 3600.0
 
 
 class CheckpointSync:
@@ -40,11 +54,15 @@ class CheckpointSync:
     Args:
         uri: A local folder, ``file://`` or ``s3://bucket/prefix``.
         directory: The local checkpoint folder (``COSTAWARE_CHECKPOINT_DIR``).
+        clock: The wall clock in epoch seconds, which another writer's folder's age is read against.
     """
 
-    def __init__(self, uri: str, directory: Path) -> None:
+    def __init__(self, uri: str, directory: Path, *, clock: Callable[[], float] = time.time) -> None:
         self.store = open_store(uri)
         self.directory = directory
+        self.clock = clock
+        #: The step folders this sync pushed, which it alone may point ``LATEST.json`` at.
+        self._own: set[str] = set()
         #: The identity (step, saved_at) of the checkpoint the remote holds as latest, once known.
         self.synced: tuple[int, str] | None = None
         #: Whether this sync pushed a checkpoint of its own (a restore alone does not).
@@ -136,11 +154,8 @@ class CheckpointSync:
                 self.synced = local.identity
                 return local.step
             previous = None if latest is None else latest[1]
-            prefix = f"step-{local.step}"
-            if prefix == previous or self.store.keys(f"{prefix}/"):
-                # The same step saved again, or a later step kept after the job went back (below): never
-                # overwrite or mix into a folder that holds another save.
-                prefix = f"step-{local.step}-{uuid.uuid4().hex[:8]}"
+            # Never an existing folder's name: the same step saved again, or by another writer at once.
+            prefix = f"step-{local.step}-{uuid.uuid4().hex[:8]}"
             if latest is not None and latest[0].step > local.step:
                 # The job went back (it did not load the checkpoint it was given, or started over on
                 # purpose): its step becomes the latest, but the later steps' work is never deleted.
@@ -156,6 +171,7 @@ class CheckpointSync:
                     latest[0].step,
                 )
             self._claim()
+            self._own.add(prefix)  # before the upload: a failed one leaves a folder of ours to prune
             self._upload(local, prefix)
             self._prune(keep={prefix, previous}, newer_than=local.step)
             self.synced, self.pushed = local.identity, True
@@ -226,11 +242,23 @@ class CheckpointSync:
             )
 
     def _prune(self, keep: set[str | None], newer_than: int) -> None:
-        """Delete every step folder but ``keep`` and those of a step after ``newer_than``."""
+        """Delete the step folders up to step ``newer_than`` but ``keep`` (see the module's docstring)."""
+        try:
+            latest = self.remote_latest()
+        except StoreError as e:  # pruning nothing is safe; deleting without knowing what it names is not
+            log.warning("not pruning %s: %s", self.store.uri, e)
+            return
+        named = None if latest is None else latest[1]
         for folder in self.store.folders("step-"):
             found = _STEP_FOLDER.fullmatch(folder)
-            if found and folder not in keep and int(found.group(1)) <= newer_than:
-                self.store.delete_folder(folder)
+            if not found or folder in keep or folder == named or int(found.group(1)) > newer_than:
+                continue
+            if folder not in self._own:
+                changed = self.store.modified(folder)
+                if changed is not None and self.clock() - changed < STALE_FOLDER_SECONDS:
+                    continue
+            self.store.delete_folder(folder)
+            self._own.discard(folder)
 
     def _complete(self, marker: Marker) -> bool:
         for file in marker.files:
