@@ -27,6 +27,7 @@ from costaware_runtime import (
     save_bytes,
 )
 from costaware_runtime.checkpoints import SAVE_HISTORY, parse_marker, read_marker
+from costaware_runtime.stores import LocalStore
 from costaware_runtime.sync import STALE_FOLDER_SECONDS, CheckpointSync
 
 
@@ -414,3 +415,24 @@ def test_two_writers_at_once_never_leave_latest_naming_pruned_files(tmp_path: Pa
     assert failures == ["", ""]  # neither took the other's folder from under its upload
     step = restore(str(remote), tmp_path / "resumed")
     assert step is not None and load_bytes(directory=tmp_path / "resumed") is not None
+
+
+def test_a_local_store_checks_that_its_folder_can_be_written(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(ContractError, match=r"a-file is a file, not a folder: give a folder's path"):
+        LocalStore(tmp_path / "a-file").check()
+    with pytest.raises(ContractError, match=r"deep/store is under .*a-file, a file, not a folder"):
+        LocalStore(tmp_path / "a-file" / "deep" / "store").check()
+    LocalStore(tmp_path / "not yet" / "made").check()  # made at the first write, not by the check
+    assert not (tmp_path / "not yet").exists() and sorted(tmp_path.iterdir()) == [tmp_path / "a-file"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a folder whatever its mode")
+def test_a_local_store_in_a_folder_it_may_not_write_is_refused(tmp_path: Path) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    try:
+        with pytest.raises(ContractError, match=r"locked/store cannot be written: .*locked \(where"):
+            LocalStore(locked / "store").check()
+    finally:
+        locked.chmod(0o700)

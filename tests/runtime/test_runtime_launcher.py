@@ -689,6 +689,21 @@ def test_no_outputs_needs_only_the_metrics_and_reports_no_files(make_job: MakeJo
     assert missing.returncode == 2 and "the job wrote no metrics file" in missing.stderr
 
 
+@pytest.mark.parametrize("variable", ["COSTAWARE_CHECKPOINT_URI", "COSTAWARE_OUTPUT_URI"])
+def test_a_local_store_under_a_file_is_refused_before_the_job_starts(
+    make_job: MakeJob, variable: str
+) -> None:
+    # Failed with exit 74, retried to fail the same way: the checkpoints' at the restore, the outputs' only
+    # once the job had trained to the end.
+    job = make_job(RESUMING_JOB)
+    (job.root / "a-file").write_text("not a folder")
+    bad = job.root / "a-file" / "store"
+    done = job.run(env=job.env(**{variable: str(bad)}))
+    assert done.returncode == 2, done.stderr
+    assert f"{bad} is under {job.root / 'a-file'}, a file, not a folder: give a folder's path" in done.stderr
+    assert not (job.root / "seen-1.json").exists()
+
+
 def test_no_outputs_and_an_output_uri_disagree_before_the_job_starts(make_job: MakeJob) -> None:
     job = make_job(SELF_STORING_JOB)
     done = job.run("--no-outputs")

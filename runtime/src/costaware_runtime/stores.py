@@ -7,6 +7,7 @@ store is first used, so the runtime itself needs nothing beyond the standard lib
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import os
 import shutil
@@ -75,8 +76,8 @@ class Store(ABC):
         """Remove the top-level ``folder`` and everything in it."""
         self.delete(self.keys(f"{check_key(folder)}/"))
 
-    def check(self) -> None:  # noqa: B027  # most stores have nothing to check
-        """Fail now if the store cannot be used at all (an S3 store without boto3)."""
+    def check(self) -> None:  # noqa: B027  # a store with nothing to check needs no override
+        """Fail now if the store cannot be used at all (an S3 store without boto3, a folder under a file)."""
 
     def put_bytes(self, key: str, data: bytes) -> None:
         """Store ``data`` under ``key``."""
@@ -103,6 +104,37 @@ class LocalStore(Store):
 
     def location(self) -> str:
         return str(self.root.resolve())  # "ckpts", "./ckpts" and file:///abs/ckpts are one folder
+
+    def check(self) -> None:
+        """Fail before the job runs where the folder cannot be written, nor made.
+
+        A folder under a file, or one the job may not write, failed only at the first push or at the outputs'
+        upload, after the training (and as a passing failure, retried: training again to fail again). Nothing
+        is made here: a folder that does not exist yet is checked through the nearest one that does.
+
+        Raises:
+            ContractError: The folder, or the nearest folder above it that exists, is a file or not writable.
+            StoreError: The filesystem could not be asked (a mount that does not answer).
+        """
+        existing = self.root.absolute()
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if not existing.is_dir():
+            where = "is a file" if existing == self.root.absolute() else f"is under {existing}, a file"
+            raise ContractError(f"{self.uri} {where}, not a folder: give a folder's path")
+        try:
+            # A real write, not os.access: a read-only mount or an ACL refuses it where the mode bits allow.
+            probe = _files.temp_sibling(existing / "costaware-write-check")
+            probe.touch(exist_ok=False)
+            probe.unlink()
+        except OSError as e:
+            if isinstance(e, PermissionError) or e.errno == errno.EROFS:
+                made = "" if existing == self.root.absolute() else f" (where {self.uri} would be made)"
+                raise ContractError(
+                    f"{self.uri} cannot be written: {existing}{made} refuses a new file ({e.strerror}); "
+                    "give a folder the job may write, or make it writable"
+                ) from e
+            raise StoreError(f"could not write to {existing} for {self.uri}: {e}") from e
 
     def put(self, key: str, source: BinaryIO) -> None:
         with (
