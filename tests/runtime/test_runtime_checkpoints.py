@@ -436,3 +436,31 @@ def test_a_local_store_in_a_folder_it_may_not_write_is_refused(tmp_path: Path) -
             LocalStore(locked / "store").check()
     finally:
         locked.chmod(0o700)
+
+
+def test_only_rank_0_saves_in_a_multi_process_training(local: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every rank saving into the one folder: a rank a step behind replaced rank 0's file with its own, set
+    # the marker back to its step and pruned the newer step rank 0 had committed.
+    monkeypatch.setenv("RANK", "0")
+    save_bytes(b"rank 0 at 1", step=1, directory=local)
+    save_bytes(b"rank 0 at 2", step=2, directory=local)
+    monkeypatch.setenv("RANK", "1")
+    assert save_bytes(b"rank 1 at 1", step=1, directory=local) is None
+    monkeypatch.delenv("RANK")
+    monkeypatch.setenv("LOCAL_RANK", "3")  # only the local one set
+    assert save_bytes(b"local rank 3 at 1", step=1, directory=local) is None
+    assert load_bytes(directory=local) == (2, b"rank 0 at 2")
+    assert sorted(path.name for path in local.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
+    assert (local / "checkpoint-1" / "state.bin").read_bytes() == b"rank 0 at 1"
+
+
+@pytest.mark.parametrize("value", ["one", "-1", "0.5"])
+def test_a_rank_that_is_not_a_number_is_refused(
+    local: Path, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("RANK", value)
+    with pytest.raises(
+        ContractError, match=rf"RANK='{value}' is not a process rank: unset it, or set a whole"
+    ):
+        save_bytes(b"x", step=1, directory=local)
+    assert not local.exists()

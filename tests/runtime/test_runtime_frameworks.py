@@ -233,6 +233,25 @@ def test_lightgbm_checkpoints_every_n_rounds_and_resumes(tmp_path: Path, sigterm
     assert latest_step(tmp_path) == 9
 
 
+@needs("lightgbm")
+def test_boosting_callbacks_save_on_rank_0_only(
+    tmp_path: Path, sigterm_restored: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every worker of a distributed training saving into one folder: the slowest set the marker back to its
+    # round and pruned the newer round rank 0 had committed.
+    import lightgbm as lgb
+    from costaware_runtime.boosting import LightGBMCheckpoint
+
+    features, target = regression_data()
+    params = {"objective": "regression", "num_leaves": 4, "verbose": -1}
+    monkeypatch.setenv("RANK", "0")
+    lgb.train(params, lgb.Dataset(features, target), 6, callbacks=[LightGBMCheckpoint(3, directory=tmp_path)])
+    monkeypatch.setenv("RANK", "1")  # a worker behind rank 0
+    lgb.train(params, lgb.Dataset(features, target), 4, callbacks=[LightGBMCheckpoint(3, directory=tmp_path)])
+    assert latest_step(tmp_path) == 6
+    assert sorted(path.name for path in tmp_path.glob("checkpoint-*")) == ["checkpoint-3", "checkpoint-6"]
+
+
 BOOSTING_JOB = """
 import numpy as np
 from costaware_runtime.boosting import LightGBMCheckpoint, XGBoostCheckpoint, latest_model_path

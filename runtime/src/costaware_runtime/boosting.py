@@ -23,6 +23,7 @@ from typing import Any
 
 from costaware_runtime import _files
 from costaware_runtime.checkpoints import checkpoint_folder, commit, held_file, prune, read_marker
+from costaware_runtime.contract import process_rank
 from costaware_runtime.preemption import exit_preempted, preemption_requested
 from costaware_runtime.schedule import CheckpointTimer
 
@@ -83,7 +84,10 @@ class _RoundSaver:
     def _after_round(self, rounds: int, serialize: Callable[[], bytes], name: str) -> None:
         preempted = preemption_requested()
         by_rounds = self.every_rounds is not None and rounds % self.every_rounds == 0
-        if (self.timer is not None and self.timer.due()) or by_rounds or preempted:
+        due = (self.timer is not None and self.timer.due()) or by_rounds or preempted
+        # Rank 0 alone: every worker of a distributed training saving into one folder set the marker back
+        # to the slowest one's round, and pruned the newer round rank 0 had committed.
+        if due and process_rank() == 0:
             began = time.monotonic()
             path = checkpoint_folder(rounds, self.directory) / name
             _files.write_bytes(path, serialize())

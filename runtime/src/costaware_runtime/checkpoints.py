@@ -27,7 +27,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from costaware_runtime import _files
-from costaware_runtime.contract import CHECKPOINT_MARKER, ORIGIN_NAME, RETIRED_MARKER, checkpoint_dir
+from costaware_runtime.contract import (
+    CHECKPOINT_MARKER,
+    ORIGIN_NAME,
+    RETIRED_MARKER,
+    checkpoint_dir,
+    process_rank,
+)
 from costaware_runtime.errors import ContractError
 from costaware_runtime.stores import check_key
 
@@ -271,8 +277,12 @@ def save_bytes(
     name: str = "state.bin",
     directory: Path | str | None = None,
     started_at: float | None = None,
-) -> Path:
+) -> Path | None:
     """Save ``data`` as the checkpoint of ``step`` (``checkpoint-<step>/<name>``), commit it, prune old ones.
+
+    In a multi-process training only rank 0 (``RANK``, else ``LOCAL_RANK``) saves: every rank sharing one
+    folder replaced the others' file, set the marker back to its own step, and pruned the newer step rank 0
+    had committed as an abandoned save.
 
     Args:
         data: The state.
@@ -283,9 +293,11 @@ def save_bytes(
             seconds the marker records count the serializing too; default: when this call began.
 
     Returns:
-        The file written.
+        The file written, or None on a rank other than 0.
     """
     began = time.monotonic() if started_at is None else started_at
+    if process_rank() != 0:
+        return None
     path = checkpoint_folder(step, directory) / check_key(name)
     _files.write_bytes(path, data)
     commit(directory, step, [path], save_seconds=max(0.0, time.monotonic() - began))

@@ -233,6 +233,28 @@ def market() -> str:
     return parse_market(os.environ.get(MARKET, "").strip() or None)
 
 
+#: The variables that give a process its rank in a multi-process training (torchrun, DeepSpeed and Accelerate
+#: set both), the global one first.
+RANK_VARIABLES = ("RANK", "LOCAL_RANK")
+
+
+def process_rank() -> int:
+    """This process's rank in a multi-process training (``RANK``, else ``LOCAL_RANK``); 0 when neither is set.
+
+    Raises:
+        ContractError: The variable is set to something that is not a whole number >= 0.
+    """
+    for name in RANK_VARIABLES:
+        value = os.environ.get(name, "").strip()
+        if value:
+            if not value.isdigit():
+                raise ContractError(
+                    f"{name}={value!r} is not a process rank: unset it, or set a whole number >= 0"
+                )
+            return int(value)
+    return 0
+
+
 def checkpoint_dir() -> Path:
     """The local checkpoint folder (``COSTAWARE_CHECKPOINT_DIR``), created if missing.
 
