@@ -10,6 +10,7 @@ from pathlib import Path
 import boto3
 import pytest
 from costaware_runtime import StoreError, download_outputs, push, restore, save_bytes
+from costaware_runtime.sync import STALE_UPLOAD_SECONDS, CheckpointSync
 from runtime_jobs import RESUMING_JOB, MakeJob
 
 
@@ -74,6 +75,37 @@ def test_push_and_restore_in_process(bucket: str, tmp_path: Path) -> None:
     assert push(tmp_path / "a", uri) == 3
     assert restore(uri, tmp_path / "b") == 3
     assert (tmp_path / "b" / "checkpoint-3" / "state.bin").read_bytes() == b"w" * 1000
+
+
+def unfinished_uploads(bucket: str, endpoint: str) -> dict[str, float]:
+    listed = boto3.client("s3", endpoint_url=endpoint).list_multipart_uploads(Bucket=bucket, Prefix="ckpt/")
+    return {upload["Key"]: upload["Initiated"].timestamp() for upload in listed.get("Uploads", [])}
+
+
+def test_unfinished_uploads_a_killed_push_left_are_aborted_at_the_next_start(
+    bucket: str, s3_env: dict[str, str], tmp_path: Path
+) -> None:
+    # A SIGKILL in the middle of a multipart push left the upload open: its parts were billed for good.
+    endpoint = s3_env["COSTAWARE_S3_ENDPOINT_URL"]
+    s3 = boto3.client("s3", endpoint_url=endpoint)
+    uploads: dict[str, str] = {}
+    for key in ("ckpt/step-3-5eed/checkpoint-3/state.bin", "elsewhere/step-3/state.bin"):
+        uploads[key] = s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+        s3.upload_part(Bucket=bucket, Key=key, UploadId=uploads[key], PartNumber=1, Body=b"p" * 1024)
+
+    def unfinished() -> list[str]:
+        return sorted(upload["Key"] for upload in s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []))
+
+    listed = s3.list_multipart_uploads(Bucket=bucket, Prefix="ckpt/")["Uploads"]
+    begun = listed[0]["Initiated"].timestamp()
+    # A minute after it began: maybe a live writer's (a leftover attempt still pushing), left alone.
+    now = begun + 60
+    assert CheckpointSync(f"s3://{bucket}/ckpt", tmp_path / "soon", clock=lambda: now).restore() is None
+    assert unfinished() == ["ckpt/step-3-5eed/checkpoint-3/state.bin", "elsewhere/step-3/state.bin"]
+    # Past STALE_UPLOAD_SECONDS: the next start aborts it; another prefix's upload is not its to touch.
+    now = begun + STALE_UPLOAD_SECONDS + 1
+    assert CheckpointSync(f"s3://{bucket}/ckpt", tmp_path / "later", clock=lambda: now).restore() is None
+    assert unfinished() == ["elsewhere/step-3/state.bin"]
 
 
 def test_a_missing_bucket_fails_the_attempt_unretried(make_job: MakeJob, s3_env: dict[str, str]) -> None:

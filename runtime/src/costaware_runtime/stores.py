@@ -79,6 +79,14 @@ class Store(ABC):
     def check(self) -> None:  # noqa: B027  # a store with nothing to check needs no override
         """Fail now if the store cannot be used at all (an S3 store without boto3, a folder under a file)."""
 
+    def abort_uploads(self, prefix: str, started_before: float) -> list[str]:
+        """Abort the unfinished uploads to keys under ``prefix`` begun before ``started_before`` (epoch s).
+
+        Returns the keys whose uploads were aborted. A folder store has none: what a killed copy left (a
+        temporary file) goes with its folder.
+        """
+        return []
+
     def put_bytes(self, key: str, data: bytes) -> None:
         """Store ``data`` under ``key``."""
         self.put(key, io.BytesIO(data))
@@ -312,6 +320,25 @@ class S3Store(Store):
                 for item in page.get("Contents", []):
                     newest = max(newest or 0.0, item["LastModified"].timestamp())
         return newest
+
+    def abort_uploads(self, prefix: str, started_before: float) -> list[str]:
+        # A push killed mid-file (SIGKILL, the instance reclaimed) leaves its multipart upload open: no key
+        # lists or deletes its parts, which are billed until it is aborted.
+        aborted = []
+        with self._errors(prefix, "abort the unfinished uploads under"):
+            pages = self._client.get_paginator("list_multipart_uploads").paginate(
+                Bucket=self.bucket, Prefix=self.prefix + prefix
+            )
+            for page in pages:
+                for upload in page.get("Uploads", []):
+                    if upload["Initiated"].timestamp() >= started_before:
+                        continue  # maybe a live writer's
+                    with contextlib.suppress(self._client.exceptions.NoSuchUpload):  # finished meanwhile
+                        self._client.abort_multipart_upload(
+                            Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
+                        )
+                    aborted.append(upload["Key"][len(self.prefix) :])
+        return aborted
 
     def delete(self, keys: Iterable[str]) -> None:
         full = [{"Key": self._key(key)} for key in keys]

@@ -18,6 +18,11 @@ before this push (a restore may be reading it), nor the one it names when read a
   alive, between uploading its files and pointing ``LATEST.json`` at them: deleting its folder then left
   ``LATEST.json`` naming files that were gone, and the next attempt could not resume. A killed attempt's
   folders stay until then, or until the run's checkpoints are deleted with the run's end.
+
+A push killed in the middle of a file left an S3 multipart upload open, its parts billed for good: the
+unfinished uploads under ``step-`` begun over :data:`STALE_UPLOAD_SECONDS` ago are aborted when a sync starts
+(its restore) and after each push. One that a live writer still runs only fails that writer's push (retried
+with its next commit): ``LATEST.json`` never names a folder before its upload is complete.
 """
 
 from __future__ import annotations
@@ -46,6 +51,8 @@ _STEP_FOLDER = re.compile(r"step-(\d+)(-[0-9a-f]+)?")
 #: How long another writer's step folder must have been left unchanged before a sync deletes it: longer than
 #: any one file's upload takes, so a live writer's folder is never taken from under it.
 STALE_FOLDER_SECONDS = 6 * 3600.0
+#: How long ago an unfinished upload (an S3 multipart upload) under ``step-`` must have begun to be aborted.
+STALE_UPLOAD_SECONDS = 15 * 60.0
 
 
 class CheckpointSync:
@@ -63,6 +70,7 @@ class CheckpointSync:
         self.clock = clock
         #: The step folders this sync pushed, which it alone may point ``LATEST.json`` at.
         self._own: set[str] = set()
+        self._abort_refused = False  # said once: credentials without s3:AbortMultipartUpload
         #: The identity (step, saved_at) of the checkpoint the remote holds as latest, once known.
         self.synced: tuple[int, str] | None = None
         #: Whether this sync pushed a checkpoint of its own (a restore alone does not).
@@ -98,6 +106,7 @@ class CheckpointSync:
                 self._check_origin(local)
             latest = self.remote_latest()
             self._claim()
+            self._abort_stale_uploads()  # what the attempt before left, killed mid-push
             if latest is None:
                 return None if local is None else local.step
             remote, prefix = latest
@@ -241,8 +250,26 @@ class CheckpointSync:
                 "write each step into its own folder (costaware_runtime.checkpoint_folder)"
             )
 
+    def _abort_stale_uploads(self) -> None:
+        """Abort the unfinished uploads under ``step-`` begun :data:`STALE_UPLOAD_SECONDS` ago or earlier."""
+        try:
+            aborted = self.store.abort_uploads("step-", self.clock() - STALE_UPLOAD_SECONDS)
+        except StoreError as e:  # a role that may not list or abort them: the training goes on
+            if not self._abort_refused:
+                log.warning(
+                    "could not abort unfinished uploads (their parts are billed until they are): %s; "
+                    "allow s3:ListBucketMultipartUploads and s3:AbortMultipartUpload, or give the bucket a "
+                    "lifecycle rule that aborts incomplete multipart uploads",
+                    e,
+                )
+            self._abort_refused = True
+            return
+        if aborted:
+            log.info("aborted %s unfinished uploads a killed push left: %s", len(aborted), ", ".join(aborted))
+
     def _prune(self, keep: set[str | None], newer_than: int) -> None:
         """Delete the step folders up to step ``newer_than`` but ``keep`` (see the module's docstring)."""
+        self._abort_stale_uploads()
         try:
             latest = self.remote_latest()
         except StoreError as e:  # pruning nothing is safe; deleting without knowing what it names is not
