@@ -682,3 +682,33 @@ def test_a_batch_job_that_never_ran_its_container_says_so_in_its_log_lines(
         "attempt 1: Essential container in task exited; exit 1",
         "FAILED: Essential container in task exited",
     ]
+
+
+def test_the_copies_a_resent_submit_left_are_billed_with_the_job(
+    aws: str, batch_queues: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The copies were terminated, but the seconds each ran before its stop were billed to nobody.
+    spot = request(instance_type="m5.large")
+    with late_first_answer(aws, "/v1/submitjob", seconds=3) as proxy:
+        backend = open_backend("batch", {**batch_queues, "aws_conn_id": slow_connection(monkeypatch, proxy)})
+        job_id = backend.submit(spot)
+    # Another run's job of the same name, stopped for another reason, is not this job's copy.
+    client = aws_client("batch", aws)
+    queue, definition = batch_queues["spot_queue"], batch_queues["job_definition"]
+    other = client.submit_job(jobName=spot.job_name, jobQueue=queue, jobDefinition=definition)["jobId"]
+    client.terminate_job(jobId=other, reason="stopped by costaware (see the Airflow task log)")
+    status = open_backend("batch", {**batch_queues, "aws_conn_id": "moto_aws"}).poll(job_id)
+    assert status.metrics["batch_copies"] == 1
+    assert "billed with 1 copy of its submit" in status.reason
+
+
+def test_a_copys_run_is_added_to_the_jobs_billed_seconds() -> None:
+    job = {"jobId": "j", "status": "SUCCEEDED", "attempts": [{"startedAt": 0, "stoppedAt": 600_000}]}
+    status = batch.status_from_description(job, "spot", "m5.large")
+    stopped_copy = {"jobId": "c", "status": "FAILED", "attempts": [{"startedAt": 1_000, "stoppedAt": 46_000}]}
+    running_copy = {"jobId": "d", "status": "RUNNING", "startedAt": 2_000}
+    billed = batch.with_copies(status, [stopped_copy, running_copy], now_ms=12_000)
+    assert billed.billable_seconds == 600 + 45 + 10
+    assert billed.metrics == {"batch_attempts": 1, "batch_copies": 2, "batch_copy_seconds": 55}
+    assert (billed.state, billed.ended_at) == (status.state, status.ended_at)  # the job's own end
+    assert batch.with_copies(status, [], now_ms=12_000) == status

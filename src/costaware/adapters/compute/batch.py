@@ -11,7 +11,8 @@ on anything else, so a code error is not retried. Billed seconds are the sum ove
 starts with ``Host EC2``) or with a resubmit exit code of the job contract (75, 77, 74) is ``interrupted``:
 the operator resubmits it from the checkpoint. Batch takes a second job of a name it has: the copies of a
 submit that botocore sent again (its answer came after the read timeout) are terminated once it returns, or
-by the retry that follows the newest of them where the submit failed.
+by the retry that follows the newest of them where the submit failed; the time each ran before its stop is
+billed with the job (a poll finds them by the reason of their stop).
 
 Every job runs under the launcher: the container override ``command = ["costaware-run", "--", *command]``
 (the built-in trainers: ``costaware-run --no-outputs -- python -m costaware.training.entrypoint --spec
@@ -29,6 +30,7 @@ import logging
 import math
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from costaware.adapters.compute.aws_errors import aws_error
@@ -166,6 +168,32 @@ def queue_for(
 def _same_queue(described: str, name: str) -> bool:
     """Whether a job's ``jobQueue`` (an ARN) is the configured queue ``name`` (a name or an ARN)."""
     return bool(name) and (described == name or described.endswith(f"/{name}"))
+
+
+def copy_reason(job_name: str, job_id: str) -> str:
+    """The reason of the stop of a copy of ``job_id``'s submit: how a poll of ``job_id`` finds it to bill."""
+    return f"a second submit of costaware job {job_name} (it runs as {job_id})"
+
+
+def with_copies(status: JobStatus, copies: Sequence[Mapping[str, Any]], *, now_ms: int) -> JobStatus:
+    """``status`` billed with the time its submit's ``copies`` ran before their stop (pure).
+
+    Batch bills each copy as the job it is, on the same queue (market): their seconds are the job's, said
+    in its reason and counted in its metrics.
+    """
+    seconds = sum(
+        status_from_description(copy, status.market, status.instance_type, now_ms=now_ms).billable_seconds
+        for copy in copies
+    )
+    if not copies:
+        return status
+    return replace(
+        status,
+        billable_seconds=status.billable_seconds + seconds,
+        reason=f"{status.reason}; billed with {len(copies)} {'copy' if len(copies) == 1 else 'copies'} "
+        f"of its submit, stopped after {seconds:g} s in all",
+        metrics={**status.metrics, "batch_copies": len(copies), "batch_copy_seconds": seconds},
+    )
 
 
 def status_from_description(
@@ -482,16 +510,10 @@ class BatchBackend:
         too late (a read timeout) again: each copy ran a job nobody watched, stopped or billed. Best effort:
         the job taken is ``job_id`` either way.
         """
-        named = [{"name": "JOB_NAME", "values": [job_name]}]
         try:
-            summaries = self.client.list_jobs(jobQueue=queue, filters=named).get("jobSummaryList", [])
-            copies = [
-                str(s["jobId"]) for s in summaries if s.get("jobName") == job_name and s["jobId"] != job_id
-            ]
+            copies = self._other_jobs_named(job_name, queue, job_id)
             for copy in copies:
-                self.client.terminate_job(
-                    jobId=copy, reason=f"a second submit of costaware job {job_name} (it runs as {job_id})"
-                )
+                self.client.terminate_job(jobId=copy, reason=copy_reason(job_name, job_id))
         except Exception as e:
             log.warning(
                 "cannot look for copies of Batch job %s (%s) in queue %s: %s", job_name, job_id, queue, e
@@ -500,12 +522,30 @@ class BatchBackend:
         if copies:
             log.warning(
                 "Batch took the submit of job %s more than once (its answer came late and was sent again): "
-                "terminated the copies %s; it runs as %s. Their time before the stop is not billed: see "
-                "them in the Batch console",
+                "terminated the copies %s; it runs as %s. The time they ran is billed with it",
                 job_name,
                 ", ".join(copies),
                 job_id,
             )
+
+    def _other_jobs_named(self, job_name: str, queue: str, job_id: str) -> list[str]:
+        """The ids of the jobs named ``job_name`` in ``queue`` other than ``job_id``."""
+        named = [{"name": "JOB_NAME", "values": [job_name]}]
+        summaries = self.client.list_jobs(jobQueue=queue, filters=named).get("jobSummaryList", [])
+        return [str(s["jobId"]) for s in summaries if s.get("jobName") == job_name and s["jobId"] != job_id]
+
+    def _copies(self, job: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The copies of ``job``'s submit that :meth:`_end_duplicates` terminated (their stop's reason says).
+
+        Each ran (and was paid for) until its stop: the job's bill holds their time. Another run's job under
+        the same name (a task cleared after its job was lost) has no such reason, and is not counted.
+        """
+        name, job_id = str(job.get("jobName", "")), str(job.get("jobId", ""))
+        others = self._other_jobs_named(name, str(job.get("jobQueue", "")), job_id) if name else []
+        found: list[dict[str, Any]] = []
+        for start in range(0, len(others), 100):  # DescribeJobs takes 100 ids at most
+            found.extend(self.client.describe_jobs(jobs=others[start : start + 100]).get("jobs", []))
+        return [c for c in found if c.get("statusReason") == copy_reason(name, job_id)]
 
     def _describe(self, job_id: str) -> dict[str, Any]:
         try:
@@ -531,7 +571,14 @@ class BatchBackend:
         instance_type = str(
             job.get("container", {}).get("instanceType") or tags.get("costaware:instance", "")
         )
-        return status_from_description(job, market, instance_type, zone, now_ms=int(time.time() * 1000))
+        now_ms = int(time.time() * 1000)
+        status = status_from_description(job, market, instance_type, zone, now_ms=now_ms)
+        try:
+            copies = self._copies(job)
+        except Exception as e:  # the job's own status stands; the next poll looks for its copies again
+            log.warning("cannot look for copies of Batch job %s to bill with it: %s", job_id, e)
+            return status
+        return with_copies(status, copies, now_ms=now_ms)
 
     def stop(self, job_id: str) -> None:
         try:
