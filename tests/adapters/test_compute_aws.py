@@ -219,32 +219,31 @@ def batch_queues(aws: str) -> dict[str, str]:
     return make_batch_queues(aws)
 
 
-def test_under_max_usd_batch_retries_nothing_itself() -> None:
-    # Each Batch attempt would get the whole limit again: the operator resubmits with what is left.
-    capped = request(max_runtime_seconds=900, stop_after_seconds=900, instance_type="m5.large")
-    body = batch.submit_job_request(
-        capped, spot_queue="spot-q", on_demand_queue="od-q", job_definition="train", reclaim_retries=2
-    )
-    assert body["retryStrategy"]["attempts"] == 1
+@pytest.mark.parametrize("stop_after", [None, 900])
+def test_batch_retries_nothing_itself_so_no_job_outruns_its_time_limit(stop_after: int | None) -> None:
+    # Each Batch attempt gets the whole attemptDurationSeconds again: with reclaim_retries=2 a job limited
+    # to 900 s could run 2700 s. Under max_usd or not, the operator resubmits with the time that is left.
+    limited = request(max_runtime_seconds=900, stop_after_seconds=stop_after, instance_type="m5.large")
+    body = batch.submit_job_request(limited, spot_queue="spot-q", on_demand_queue="od-q", job_definition="t")
+    # Set, not left out: the job definition's own retryStrategy would apply.
+    assert body["retryStrategy"] == {"attempts": 1}
     assert body["timeout"] == {"attemptDurationSeconds": 900}
 
 
-def test_batch_request_shape_retries_only_host_reclaims() -> None:
+def test_reclaim_retries_still_load_and_are_said_to_be_unused_at_each_submit(
+    aws: str, batch_queues: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    backend = open_backend("batch", {**batch_queues, "aws_conn_id": "moto_aws", "reclaim_retries": 2})
+    with caplog.at_level(logging.WARNING):
+        backend.submit(request(instance_type="m5.large", max_runtime_seconds=900))
+    assert "reclaim_retries=2 is not used" in caplog.text and "3 times max_runtime" in caplog.text
+
+
+def test_batch_request_shape() -> None:
     body = batch.submit_job_request(
-        request(instance_type="m5.large"),
-        spot_queue="spot-q",
-        on_demand_queue="od-q",
-        job_definition="train",
-        reclaim_retries=2,
+        request(instance_type="m5.large"), spot_queue="spot-q", on_demand_queue="od-q", job_definition="train"
     )
     assert body["jobQueue"] == "spot-q"
-    assert body["retryStrategy"] == {
-        "attempts": 3,
-        "evaluateOnExit": [
-            {"onStatusReason": "Host EC2*", "action": "RETRY"},
-            {"onReason": "*", "action": "EXIT"},
-        ],
-    }
     assert body["containerOverrides"]["command"] == [
         "costaware-run",
         "--no-outputs",

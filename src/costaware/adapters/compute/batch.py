@@ -5,14 +5,16 @@ place spot attempts by zone, ``spot_queues`` names one spot queue per zone, each
 environment whose subnets are all in that zone (Batch has no zone field on a job); a spot request with an
 ``availability_zone`` goes to that zone's queue. On-demand requests ignore the zone: there is one on-demand
 queue.
-``retryStrategy.evaluateOnExit`` retries host reclaims (status reason ``Host EC2*``) inside Batch and exits
-on anything else, so a code error is not retried. Billed seconds are the sum over the job's attempts of
-``stoppedAt - startedAt``. A job that ended FAILED because of a host reclaim (its last attempt's reason
-starts with ``Host EC2``) or with a resubmit exit code of the job contract (75, 77, 74) is ``interrupted``:
-the operator resubmits it from the checkpoint. Batch takes a second job of a name it has: the copies of a
-submit that botocore sent again (its answer came after the read timeout) are terminated once it returns, or
-by the retry that follows the newest of them where the submit failed; the time each ran before its stop is
-billed with the job (a poll finds them by the reason of their stop).
+Every job gets ``retryStrategy.attempts = 1`` (over any retry strategy of the job definition): Batch gives
+each of its attempts the whole ``attemptDurationSeconds`` again, so its own retry of a reclaim could run a job
+for several times its time limit; the operator resubmits it instead, from its checkpoint, with the time that
+is left. Billed seconds are the sum over the job's attempts of ``stoppedAt - startedAt``. A job that ended
+FAILED because of a host reclaim (its last attempt's reason starts with ``Host EC2``) or with a resubmit
+exit code of the job contract (75, 77, 74) is ``interrupted``: the operator resubmits it from the checkpoint.
+Batch takes a second job of a name it has: the copies of a submit that botocore sent again (its answer came
+after the read timeout) are terminated once it returns, or by the retry that follows the newest of them where
+the submit failed; the time each ran before its stop is billed with the job (a poll finds them by the reason
+of their stop).
 
 Every job runs under the launcher: the container override ``command = ["costaware-run", "--", *command]``
 (the built-in trainers: ``costaware-run --no-outputs -- python -m costaware.training.entrypoint --spec
@@ -56,7 +58,6 @@ log = logging.getLogger(__name__)
 #: ECS's default wait from SIGTERM to SIGKILL (``ECS_CONTAINER_STOP_TIMEOUT``) on a Batch compute environment.
 ECS_STOP_TIMEOUT_SECONDS = 30.0
 
-RECLAIM_REASON = "Host EC2*"
 _PENDING = {"SUBMITTED", "PENDING", "RUNNABLE", "STARTING"}
 #: Where a user command's local folders live in the container (writable in any image).
 WORK_DIR = "/tmp/costaware"
@@ -79,7 +80,6 @@ def submit_job_request(
     spot_queue: str,
     on_demand_queue: str,
     job_definition: str,
-    reclaim_retries: int = 2,
     tags: Mapping[str, str] | None = None,
     work_dir: str = WORK_DIR,
     spot_queues: Mapping[str, str] | None = None,
@@ -109,15 +109,10 @@ def submit_job_request(
             "command": request.command(),
             "environment": [{"name": k, "value": v} for k, v in sorted(environment.items())],
         },
-        "retryStrategy": {
-            # Under max_usd (stop_after_seconds) each Batch attempt would get the whole limit again: the
-            # operator resubmits instead, with what is left.
-            "attempts": 1 if request.stop_after_seconds is not None else 1 + int(reclaim_retries),
-            "evaluateOnExit": [
-                {"onStatusReason": RECLAIM_REASON, "action": "RETRY"},
-                {"onReason": "*", "action": "EXIT"},
-            ],
-        },
+        # One attempt: each Batch attempt gets the whole attemptDurationSeconds (and max_usd's stop) again,
+        # so a retry inside Batch could run past both; the operator resubmits with what is left. Set here,
+        # as the job definition's own retryStrategy would apply otherwise.
+        "retryStrategy": {"attempts": 1},
         "timeout": {"attemptDurationSeconds": max(60, int(request.max_runtime_seconds))},
         "tags": {
             **dict(tags or {}),
@@ -265,7 +260,9 @@ class BatchBackend:
             trainer's libraries; a user command's ``image=`` runs in a revision of it with that image.
         aws_conn_id: Airflow AWS connection (None: the default chain).
         region_name: Region (default the connection's).
-        reclaim_retries: Retries inside Batch after a host reclaim, before the operator resubmits.
+        reclaim_retries: Not used (kept so that DAGs that set it still load; a value above 0 is warned of at
+            each submit): Batch's own retries each got the whole time limit again, so the operator
+            resubmits a reclaimed job instead.
         tags: Tags of the jobs.
         work_dir: Writable folder of the container for the job's checkpoint, output and metrics.
         spot_queues: Zone -> job queue on a SPOT compute environment whose subnets are in that zone only:
@@ -306,7 +303,7 @@ class BatchBackend:
         job_definition: str = "",
         aws_conn_id: str | None = "aws_default",
         region_name: str | None = None,
-        reclaim_retries: int = 2,
+        reclaim_retries: int = 0,
         tags: Mapping[str, str] | None = None,
         work_dir: str = WORK_DIR,
         spot_queues: Mapping[str, str] | None = None,
@@ -448,6 +445,16 @@ class BatchBackend:
     def submit(self, request: JobRequest) -> str:
         require_object_store(request, "batch")  # before any request to AWS
         require_ec2_instance_type(request, "batch")
+        if self.reclaim_retries:
+            log.warning(
+                "backend option reclaim_retries=%d is not used: Batch gives each of its own retries the "
+                "whole time limit again, so 1 + %d attempts could run %d times max_runtime; the operator "
+                "resubmits a reclaimed job from its checkpoint with the time that is left (max_attempts "
+                "bounds them). Drop reclaim_retries from backend_options",
+                self.reclaim_retries,
+                self.reclaim_retries,
+                1 + self.reclaim_retries,
+            )
         cut = cut_grace(request.grace_seconds, self.stop_timeout_seconds)
         if cut is not None:
             log.warning(
@@ -480,7 +487,6 @@ class BatchBackend:
                 spot_queue=self.spot_queue,
                 on_demand_queue=self.on_demand_queue,
                 job_definition=definition,
-                reclaim_retries=self.reclaim_retries,
                 tags=self.tags,
                 work_dir=self.work_dir,
                 spot_queues=self.spot_queues,
