@@ -711,3 +711,33 @@ def test_a_copys_run_is_added_to_the_jobs_billed_seconds() -> None:
     assert billed.metrics == {"batch_attempts": 1, "batch_copies": 2, "batch_copy_seconds": 55}
     assert (billed.state, billed.ended_at) == (status.state, status.ended_at)  # the job's own end
     assert batch.with_copies(status, [], now_ms=12_000) == status
+
+
+def test_a_batch_job_not_listed_right_after_its_submit_is_polled_again(
+    aws: str, batch_queues: dict[str, str]
+) -> None:
+    # DescribeJobs may not list a job just submitted: read as an error, five such polls failed the wait
+    # with the job running on, unwatched.
+    from datetime import datetime, timedelta, timezone
+
+    from costaware.core.errors import JobNotFoundError
+    from costaware.triggers.remote_training import NOT_LISTED_GRACE_SECONDS, RemoteTrainingJobTrigger
+
+    options = {**batch_queues, "aws_conn_id": "moto_aws"}
+    with pytest.raises(JobNotFoundError, match="Batch job 'not-yet' does not exist"):
+        open_backend("batch", options).poll("not-yet")
+    submitted = datetime(2026, 3, 1, 12, tzinfo=timezone.utc)
+    current = {"attempt": 1, "job_id": "not-yet", "market": "spot", "submitted_at": submitted.isoformat()}
+    watch = RemoteTrainingJobTrigger(
+        backend="batch",
+        backend_options=options,
+        job_id="not-yet",
+        state={"attempts": [], "current": current},
+        poll_interval=0.01,
+    )
+    for seconds in (5, 30, 60, 120, 240, 480):
+        assert watch.poll_tolerant(submitted + timedelta(seconds=seconds)) is None
+    assert watch._poll_errors == 0
+    # Bounded: never listed 10 minutes after its submit, it is billed as gone, from its submit.
+    event = watch.poll_once(submitted + timedelta(seconds=NOT_LISTED_GRACE_SECONDS + 1))
+    assert event is not None and event["job"]["state"] == "interrupted"

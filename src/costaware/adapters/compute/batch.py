@@ -51,7 +51,7 @@ from costaware.adapters.compute.job_contract import (
     RESUBMIT_EXIT_CODES,
     launcher_grace_seconds,
 )
-from costaware.core.errors import ComputeBackendError, ConfigurationError
+from costaware.core.errors import ComputeBackendError, ConfigurationError, JobNotFoundError
 
 log = logging.getLogger(__name__)
 
@@ -563,7 +563,9 @@ class BatchBackend:
                 "check aws_conn_id, region_name and the connection's permissions (batch:DescribeJobs)",
             ) from e
         if not jobs:
-            raise ComputeBackendError(f"Batch job {job_id!r} does not exist")
+            # Right after a submit DescribeJobs may not list the job yet (eventual consistency): the wait
+            # polls again for a while after its submit (then bills it as gone), where an error failed it.
+            raise JobNotFoundError(f"Batch job {job_id!r} does not exist (DescribeJobs does not list it)")
         job: dict[str, Any] = jobs[0]
         return job
 
