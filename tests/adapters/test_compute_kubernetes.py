@@ -438,3 +438,53 @@ def test_capacity_values_without_a_market_are_refused_before_any_pod(
     backend = open_backend("kubernetes", {"image": "costaware:1", "capacity_values": both})
     pod = backend.render(request("on_demand"))  # type: ignore[attr-defined]
     assert pod["spec"]["nodeSelector"]["karpenter.sh/capacity-type"] == "ON_DEMAND"
+
+
+def _unknown_pod(**status: Any) -> dict[str, Any]:
+    """A pod whose node lost contact: phase Unknown, its training container last seen running."""
+    running = {"name": "train", "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}
+    return {
+        "metadata": {"name": "train-1", "labels": {"costaware/market": "spot"}},
+        "status": {"phase": "Unknown", "containerStatuses": [running], **status},
+    }
+
+
+def test_a_pod_whose_node_lost_contact_runs_billed_then_counts_as_interrupted() -> None:
+    # Phase Unknown read as pending: billed 0 s, and watched till the deadline as if it waited for a node.
+    from costaware.adapters.compute.kubernetes import UNKNOWN_PHASE_SECONDS
+
+    lost_at = datetime(2026, 1, 1, 1, 0, tzinfo=timezone.utc)
+    not_ready = {"type": "Ready", "status": "False", "lastTransitionTime": lost_at.isoformat()}
+    pod = _unknown_pod(conditions=[not_ready])
+    early = status_from_pod(pod, now=lost_at.replace(minute=2))
+    assert (early.state, early.billable_seconds, early.ended_at) == (JobState.RUNNING, 3720.0, None)
+    assert "lost contact 120 s ago" in early.reason
+    late_at = datetime.fromtimestamp(lost_at.timestamp() + UNKNOWN_PHASE_SECONDS, tz=timezone.utc)
+    late = status_from_pod(pod, now=late_at)
+    assert (late.state, late.billable_seconds) == (JobState.INTERRUPTED, 3600 + UNKNOWN_PHASE_SECONDS)
+    assert late.ended_at == late_at.timestamp() and "counted as an interruption" in late.reason
+    # No time to count from: an interruption at once rather than a wait with no end.
+    assert status_from_pod(_unknown_pod(), now=lost_at).state == JobState.INTERRUPTED
+    # An eviction's deletion time counts when the Ready condition says nothing.
+    evicted = {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": lost_at.isoformat()}}
+    evicted["status"] = {k: v for k, v in pod["status"].items() if k != "conditions"}
+    assert status_from_pod(evicted, now=lost_at.replace(minute=1)).state == JobState.RUNNING
+    # The container's own end, seen before the contact was lost, decides.
+    ended = {"exitCode": 0, "startedAt": "2026-01-01T00:00:00Z", "finishedAt": "2026-01-01T00:30:00Z"}
+    done = _unknown_pod(containerStatuses=[{"name": "train", "state": {"terminated": ended}}])
+    assert status_from_pod(done, now=lost_at).state == JobState.SUCCEEDED
+
+
+def test_a_pod_out_of_contact_too_long_is_deleted_at_the_poll(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Deleted, it is stopped by its kubelet if its node comes back, instead of running on, unwatched.
+    from costaware.adapters.compute import kubernetes
+
+    lost_at = datetime(2026, 1, 1, 1, 0, tzinfo=timezone.utc)
+    not_ready = {"type": "Ready", "status": "Unknown", "lastTransitionTime": lost_at.isoformat()}
+    api = _OnePodApi(_unknown_pod(conditions=[not_ready]))
+    backend = open_backend("kubernetes", {"image": "costaware:1", "namespace": "ml"})
+    monkeypatch.setattr(backend, "_api", lambda: api)
+    monkeypatch.setattr(kubernetes, "utcnow", lambda: lost_at.replace(minute=1))
+    assert backend.poll("train-1").state == JobState.RUNNING and api.deleted == []
+    monkeypatch.setattr(kubernetes, "utcnow", lambda: lost_at.replace(minute=10))
+    assert backend.poll("train-1").state == JobState.INTERRUPTED and api.deleted == ["train-1"]

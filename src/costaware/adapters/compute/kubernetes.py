@@ -171,9 +171,24 @@ def _instant(value: Any) -> datetime | None:
     return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
 
 
-def _seconds(start: Any, end: Any) -> float:
-    begin, finish = _instant(start), _instant(end) or utcnow()
+def _seconds(start: Any, end: Any, now: datetime | None = None) -> float:
+    begin, finish = _instant(start), _instant(end) or now or utcnow()
     return max(0.0, (finish - begin).total_seconds()) if begin else 0.0
+
+
+def out_of_contact_since(pod: Mapping[str, Any]) -> datetime | None:
+    """Since when a pod in phase ``Unknown`` is out of contact, where its status says, else None.
+
+    The node controller marks the pods of a node it lost contact with not ready (the ``Ready`` condition's
+    last transition); an eviction of them sets a deletion time.
+    """
+    status, meta = pod.get("status") or {}, pod.get("metadata") or {}
+    ready: Mapping[str, Any] = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {}
+    )
+    if str(ready.get("status")) != "True" and ready.get("lastTransitionTime"):
+        return _instant(ready["lastTransitionTime"])
+    return _instant(meta.get("deletionTimestamp"))
 
 
 def pod_zone(pod: Mapping[str, Any]) -> str:
@@ -198,6 +213,10 @@ def pod_zone(pod: Mapping[str, Any]) -> str:
     return str((spec.get("nodeSelector") or {}).get(ZONE_LABEL, ""))
 
 
+#: How long a pod in phase ``Unknown`` (its node lost contact) counts as running before it counts as
+#: interrupted and is deleted: Kubernetes' own default before it evicts the pods of an unreachable node
+#: (the ``node.kubernetes.io/unreachable`` toleration of 300 s).
+UNKNOWN_PHASE_SECONDS = 300.0
 #: The training's container in the pods :func:`render_pod` writes.
 TRAIN_CONTAINER = "train"
 #: A pod's reason when its node went away under it: graceful node shutdown (``Terminated`` since
@@ -232,11 +251,16 @@ CANNOT_START_REASONS = frozenset(
 )
 
 
-def status_from_pod(pod: Mapping[str, Any], node_labels: Mapping[str, str] | None = None) -> JobStatus:
-    """A ``JobStatus`` from a pod (as a dict, camelCase keys) and its node's labels (pure).
+def status_from_pod(
+    pod: Mapping[str, Any], node_labels: Mapping[str, str] | None = None, *, now: datetime | None = None
+) -> JobStatus:
+    """A ``JobStatus`` from a pod (as a dict, camelCase keys) and its node's labels (pure given ``now``).
 
-    The zone is the one the pod was held to, else its node's ``topology.kubernetes.io/zone`` label.
+    The zone is the one the pod was held to, else its node's ``topology.kubernetes.io/zone`` label. A pod
+    in phase ``Unknown`` (its node lost contact) runs, billed, for ``UNKNOWN_PHASE_SECONDS``; then it counts
+    as interrupted (see :data:`UNKNOWN_PHASE_SECONDS`).
     """
+    now = now or utcnow()
     meta, status = pod.get("metadata", {}), pod.get("status", {})
     phase = str(status.get("phase", "Pending"))
     statuses = status.get("containerStatuses") or []
@@ -253,13 +277,30 @@ def status_from_pod(pod: Mapping[str, Any], node_labels: Mapping[str, str] | Non
     exit_code = (terminated or {}).get("exitCode")
     finished = _instant((terminated or {}).get("finishedAt"))
     if terminated:
-        seconds = _seconds(terminated.get("startedAt"), terminated.get("finishedAt"))
+        seconds = _seconds(terminated.get("startedAt"), terminated.get("finishedAt"), now)
     elif running:
-        seconds = _seconds(running.get("startedAt"), None)
+        seconds = _seconds(running.get("startedAt"), None, now)
     else:
         seconds = 0.0
-    if phase == "Running" and terminated:
-        # The training ended while the pod runs on (a sidecar such as istio-proxy): its own end decides.
+    if phase == "Unknown" and not terminated:
+        # Its node lost contact: the pod may run on (and its node is paid) or be gone with a reclaimed
+        # node. Read as pending, it was billed nothing and watched for as long as the deadline allowed.
+        since = out_of_contact_since(pod)
+        lost = 0.0 if since is None else max(0.0, (now - since).total_seconds())
+        if since is not None and lost < UNKNOWN_PHASE_SECONDS:
+            job_state = JobState.RUNNING
+            reason = f"Unknown: the pod's node lost contact {lost:.0f} s ago"
+        else:
+            job_state = JobState.INTERRUPTED
+            reason = (
+                "Unknown: the pod's node lost contact "
+                + (f"{lost:.0f} s ago" if since is not None else "(since when, its status does not say)")
+                + ": counted as an interruption, billed up to now, and the pod deleted"
+            )
+            finished = now
+    elif phase in ("Running", "Unknown") and terminated:
+        # The training ended while the pod runs on (a sidecar such as istio-proxy), or before its node lost
+        # contact: its own end decides.
         if exit_code == 0:
             job_state = JobState.SUCCEEDED
         elif exit_code in RESUBMIT_EXIT_CODES or disrupted:
@@ -466,11 +507,12 @@ class KubernetesBackend:
             # Only the instance type and zone labels: a reclaimed node already deleted, or a service account
             # without the cluster-wide "get nodes", must not read as the pod being gone.
             labels = {}
-        status = status_from_pod(pod, labels or {})
-        if status.state.done and str(pod.get("status", {}).get("phase")) in ("Pending", "Running"):
+        status = status_from_pod(pod, labels or {}, now=utcnow())
+        if status.state.done and str(pod.get("status", {}).get("phase")) in ("Pending", "Running", "Unknown"):
             # Ended for us, not for Kubernetes: a container that cannot start waits on its paid node till
             # activeDeadlineSeconds (and starts, unwatched, once its image comes), a training done beside a
-            # sidecar leaves the pod running. Deleted now.
+            # sidecar leaves the pod running, a pod whose node lost contact may run on once it is back.
+            # Deleted now.
             self.stop(job_id)
         return status
 
