@@ -16,8 +16,8 @@ project=flight-delays --period month --cap-usd 25``; ``make demo`` sets it):
 read and write of the run goes through it, its ``endpoint_url`` extra included: moto or MinIO work) and the
 params ``backend=sagemaker`` and ``backend_options={"role_arn": ..., "image_uri": ..., "output_s3_uri": ...}``
 (with ``data_root`` on S3 and ``remote_instance_type`` an ``ml.*`` type); on AWS Batch ``backend=batch``
-and ``backend_options={"spot_queue": ..., "on_demand_queue": ..., "job_definition": ...}``. See
-docs/remote-training.md.
+and ``backend_options={"spot_queue": ..., "on_demand_queue": ..., "job_definition": ...}`` (the param
+``preemption_grace_seconds`` left empty fits ECS's stop timeout there). See docs/remote-training.md.
 """
 
 from __future__ import annotations
@@ -99,6 +99,15 @@ def data_root() -> str:
             type="object",
             description="Options of the backend (SageMaker: role_arn, image_uri, output_s3_uri; Batch: "
             "spot_queue, on_demand_queue, job_definition; Kubernetes: image, namespace, ...).",
+        ),
+        "preemption_grace_seconds": Param(
+            None,
+            type=["null", "number"],
+            exclusiveMinimum=0,
+            title="Preemption grace (seconds)",
+            description="From SIGTERM (a spot notice, a pause, a stop) to SIGKILL, for the training to save "
+            "and push its checkpoint. Empty: the backend's, 110 s (inside AWS's 120 s spot notice); on "
+            "Batch, backend_options stop_timeout_seconds (ECS's, 30 s unless raised) less 10 s.",
         ),
         "remote_instance_type": Param(
             None,
@@ -225,6 +234,7 @@ def remote_retrain() -> None:
         checkpoint_every_seconds=60,
         backend="{{ params.backend }}",
         backend_options="{{ params.backend_options | tojson }}",
+        preemption_grace_seconds="{{ params.preemption_grace_seconds or '' }}",
         spot_task_id="spot_window",
         instance_type="{{ params.remote_instance_type or '' }}",
         spot_usd_per_hour="{{ params.spot_usd_per_hour or '' }}",

@@ -39,6 +39,12 @@ def test_remote_retrain_parses_fast_with_its_tasks() -> None:
         assert param.resolve("0.069") == "0.069" and param.resolve(None) is None
         with pytest.raises(ParamValidationError):
             param.resolve("cheap")
+    # Without it every Batch run warned that its 110 s were cut to what ECS gives; empty: the backend's.
+    grace = dag.params.get_param("preemption_grace_seconds")
+    assert grace.resolve(None) is None and grace.resolve(20) == 20
+    with pytest.raises(ParamValidationError):
+        grace.resolve(0)
+    assert "params.preemption_grace_seconds" in dag.get_task("retrain").preemption_grace_seconds
 
 
 @pytest.mark.slow

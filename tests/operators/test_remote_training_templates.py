@@ -317,3 +317,56 @@ def test_budgeted_tuning_takes_trainer_kwargs_from_a_whole_template(ledger_url: 
     context = {"ti": SimpleNamespace(task_id="trial", task=trial, **ident)}
     trial.execute(rendered(trial, context, {"kw": {"cap": 4, "path": "/data/4"}}))
     assert SEEN == [{"cap": 4, "path": "/data/4"}]
+
+
+@pytest.mark.parametrize(
+    ("backend", "options", "grace", "seconds"),
+    [
+        ("local", {}, 45, 45.0),
+        ("local", {}, None, 110.0),
+        # Batch: what ECS leaves before its SIGKILL, less the launcher's push; 110 s was cut at each submit.
+        ("batch", {"spot_queue": "s", "on_demand_queue": "o", "job_definition": "d"}, None, 20.0),
+        (
+            "batch",
+            {"spot_queue": "s", "on_demand_queue": "o", "job_definition": "d", "stop_timeout_seconds": 120},
+            None,
+            110.0,
+        ),
+    ],
+)
+def test_a_templated_grace_period_is_read_rendered_and_blank_is_the_backends(
+    tmp_path: Path, backend: str, options: dict[str, Any], grace: Any, seconds: float
+) -> None:
+    from costaware.adapters.compute.batch import cut_grace
+
+    with DAG("templated_grace", schedule=None, params={"grace": Param(None, type=["null", "number"])}):
+        op = RemoteTrainingOperator(
+            **{**local_operator_args(tmp_path), "backend_options": "{{ params.options | tojson }}"},
+            backend="{{ params.backend }}",
+            preemption_grace_seconds="{{ params.grace or '' }}",
+            market="on_demand",
+            instance_type="m5.large",
+            on_demand_usd_per_hour="0.1",
+        )
+    rendered(op, context_for(), {"grace": grace, "backend": backend, "options": options})
+    assert op._plan_arguments().grace_seconds == seconds
+    if backend == "batch":  # nothing for the submit to cut, nor to warn of
+        assert cut_grace(seconds, float(options.get("stop_timeout_seconds", 30))) is None
+
+
+def test_a_templated_grace_period_that_renders_no_number_is_named(tmp_path: Path) -> None:
+    from costaware.core.errors import ConfigurationError
+
+    with DAG("templated_grace_bad", schedule=None, params={"grace": Param("soon", type="string")}):
+        op = RemoteTrainingOperator(
+            **local_operator_args(tmp_path),
+            preemption_grace_seconds="{{ params.grace }}",
+            market="on_demand",
+            instance_type="m5.large",
+            on_demand_usd_per_hour="0.1",
+        )
+    rendered(op, context_for(), {"grace": "soon"})
+    with pytest.raises(
+        ConfigurationError, match="preemption_grace_seconds must be a number of seconds > 0, got 'soon'"
+    ):
+        op._plan_arguments()

@@ -104,7 +104,8 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
             backend's ``image_uri``/``image``/job definition). Batch runs it through a revision of its job
             definition with this image.
         preemption_grace_seconds: Seconds from SIGTERM (a preemption notice, a pause) to SIGKILL for a
-            command (default 110: AWS gives 120).
+            command (templated; blank: the backend's, 110 s inside AWS's 120 s spot notice, and on Batch
+            its ``stop_timeout_seconds`` less 10 s, 20 s with ECS's default, which it need not cut).
         data_path: Parquet file or folder with all training data (templated; built-in trainers).
         label_column: Label column (built-in trainers).
         feature_columns: Feature columns, in model order (built-in trainers).
@@ -190,6 +191,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
     template_fields: Sequence[str] = (
         "command",
         "image",
+        "preemption_grace_seconds",
         *TRAINING_TEMPLATE_FIELDS,
         "backend",
         "backend_options",
@@ -228,7 +230,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         model_store: str,
         command: Sequence[str] | None = None,
         image: str | None = None,
-        preemption_grace_seconds: float = DEFAULT_GRACE_SECONDS,
+        preemption_grace_seconds: float | str | None = None,
         data_path: str | None = None,
         label_column: str | None = None,
         feature_columns: Sequence[str] | None = None,
@@ -530,7 +532,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         if start.checkpoint_reason:
             self.log.info("%s", start.checkpoint_reason)
         self._warn_other_regions(start.plan, allowed=args.allowed_regions)
-        if warning := grace_warning(args.backend, self.preemption_grace_seconds):
+        if warning := grace_warning(args.backend, args.grace_seconds):
             self.log.warning("%s", warning)
         self._check_zones_priced(start.plan)
         if spec_uri:

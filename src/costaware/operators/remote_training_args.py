@@ -101,12 +101,42 @@ def parse_decision(value: Any) -> SpotDecision | None:
     return SpotDecision.from_xcom(mapping) if mapping else None
 
 
+def backend_grace_seconds(
+    value: object, backend: str, backend_options: Mapping[str, Any] | str | None
+) -> float:
+    """``preemption_grace_seconds`` as rendered, or blank: the default of ``backend`` with its options.
+
+    110 s (inside AWS's 120 s spot notice); on Batch, ECS's ``stop_timeout_seconds`` (30 s unless raised)
+    less the launcher's margin, what the submit gives the command anyway: 110 s there was cut, with a
+    warning at every submit.
+
+    Raises:
+        ConfigurationError: a value that is no number of seconds > 0, named.
+    """
+    from costaware.adapters.compute.job_contract import DEFAULT_GRACE_SECONDS, launcher_grace_seconds
+
+    if blank(value) is not None:
+        return check_grace_seconds(value)
+    if backend != "batch":
+        return DEFAULT_GRACE_SECONDS
+    from costaware.adapters.compute.batch import ECS_STOP_TIMEOUT_SECONDS
+
+    options = parse_mapping(backend_options, name="backend_options")
+    try:
+        stop = float(options.get("stop_timeout_seconds", ECS_STOP_TIMEOUT_SECONDS))
+    except (TypeError, ValueError):
+        return DEFAULT_GRACE_SECONDS  # the backend names the bad option, before any submit
+    if not math.isfinite(stop) or stop <= 0:
+        return DEFAULT_GRACE_SECONDS
+    return launcher_grace_seconds(stop)
+
+
 class RemotePlanArguments:
     """A mixin of ``RemoteTrainingOperator``: the plan's arguments and the spot decision they fall back to."""
 
     task_id: str
     image: str | None
-    preemption_grace_seconds: float
+    preemption_grace_seconds: float | str | None
     backend: str
     backend_options: Mapping[str, Any] | str
     spot_decision: Any
@@ -139,7 +169,7 @@ class RemotePlanArguments:
         self,
         *,
         image: str | None,
-        preemption_grace_seconds: float,
+        preemption_grace_seconds: float | str | None,
         backend: str,
         backend_options: Mapping[str, Any] | str | None,
         spot_decision: Any,
@@ -169,7 +199,10 @@ class RemotePlanArguments:
     ) -> None:
         """Keep the arguments; check what needs no rendering (the message names the argument)."""
         self.image = image
-        self.preemption_grace_seconds = check_grace_seconds(preemption_grace_seconds)
+        # Templated: a value written out is checked now, when the DAG is parsed; blank is the backend's.
+        self.preemption_grace_seconds = preemption_grace_seconds
+        if is_literal(preemption_grace_seconds) and blank(preemption_grace_seconds) is not None:
+            self.preemption_grace_seconds = check_grace_seconds(preemption_grace_seconds)
         # Templated, checked again by the plan; a value written out is checked now, when the DAG is parsed.
         if is_literal(backend):
             check_backend(backend)
@@ -324,7 +357,9 @@ class RemotePlanArguments:
             deadline=self.deadline,
             latest_start=self.latest_start,
             image=self.image,
-            grace_seconds=self.preemption_grace_seconds,
+            grace_seconds=backend_grace_seconds(
+                self.preemption_grace_seconds, str(self.backend), self.backend_options
+            ),
             checkpoint_every_seconds=self.checkpoint_every_seconds,
             aws_conn_id=self.aws_conn_id,
             pause_on_price=as_bool(self.pause_on_price, "pause_on_price"),
