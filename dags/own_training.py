@@ -17,7 +17,9 @@ Runs on the ``local`` backend (a child process of the worker, which then needs `
 has a budget (``costaware budget set --scope project=flight-delays --period month --cap-usd 25``):
 ``airflow dags test own_training 2013-02-01``. On SageMaker, Batch or Kubernetes give ``backend``,
 ``image`` (built from ``runtime/Dockerfile.train.example``), ``backend_options``, ``python=python``, and a
-``data_root`` on S3. See docs/own-training.md.
+``data_root`` on S3. Every task reaches AWS through the SDK's default credential chain (``aws_conn_id=None``),
+not the ``aws_default`` connection: the worker needs the keys (and, for MinIO or moto, ``AWS_ENDPOINT_URL``)
+in its environment or role. See docs/own-training.md.
 """
 
 from __future__ import annotations
@@ -133,6 +135,7 @@ def own_training() -> None:
         expected_runtime_hours=0.25,
         prices=RECORDED_SPOT_PRICES,
         deadline="{{ params.spot_deadline or '' }}",  # empty: the end of the run's data interval
+        aws_conn_id=None,  # the SDK's default chain, as every task of this DAG (live prices only)
         deferrable=True,
         poke_interval=300,
     )
@@ -170,6 +173,7 @@ def own_training() -> None:
         metric="rmse",
         higher_is_better=False,
         candidate_metrics="{{ ti.xcom_pull(task_ids='train')['metrics'] }}",
+        aws_conn_id=None,  # as train: the SDK's default chain, where prepare wrote the arrays too
     )
     arrays >> spend_gate >> spot_window >> train >> promote
 

@@ -23,6 +23,13 @@ def test_own_training_parses_fast_with_its_tasks() -> None:
     dag = bag.dags["own_training"]
     assert set(dag.task_ids) == {"prepare", "spend_gate", "spot_window", "train", "promote"}
     assert dag.get_task("promote").metric == "rmse"
+    # One way to AWS, the SDK's default chain, as docs/own-training.md says: promote read the model store
+    # through the aws_default connection, which may name other keys or another endpoint than train's.
+    assert {t.task_id: t.aws_conn_id for t in dag.tasks if hasattr(t, "aws_conn_id")} == {
+        "spot_window": None,
+        "train": None,
+        "promote": None,
+    }
 
 
 def test_the_example_script_imports_nothing_of_the_provider() -> None:
