@@ -191,6 +191,19 @@ def test_an_ended_sagemaker_job_without_billable_time_is_billed_from_its_start_t
         sagemaker.status_from_description({**never_trained, "TrainingJobStatus": "Failed"}).billable_seconds
         == 0
     )
+    # A success trained: with no start either, it was billed 0 s; from its creation, the most it ran.
+    created = {**never_trained, "CreationTime": started - timedelta(seconds=60)}
+    completed = sagemaker.status_from_description({**created, "TrainingJobStatus": "Completed"})
+    assert completed.billable_seconds == 2 * 360
+    no_end = {k: v for k, v in created.items() if k != "TrainingEndTime"}
+    modified = {
+        **no_end,
+        "TrainingJobStatus": "Completed",
+        "LastModifiedTime": started + timedelta(seconds=40),
+    }
+    assert sagemaker.status_from_description(modified).billable_seconds == 2 * 100
+    failed = sagemaker.status_from_description({**created, "TrainingJobStatus": "Failed"})
+    assert failed.billable_seconds == 0  # may never have trained (no capacity): nothing billed
 
 
 def test_time_added_to_a_multi_instance_jobs_billed_seconds_counts_every_instance() -> None:

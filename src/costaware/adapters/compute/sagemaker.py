@@ -145,6 +145,13 @@ def status_from_description(job: Mapping[str, Any], *, now: float | None = None)
         # An ended job that trained but reports no billable time (as moto's do): billed from its start to
         # its end, an upper bound (managed spot bills less), never 0 s.
         seconds = max(0.0, ended - started) * count
+    if billable is None and status == "Completed" and started is None:
+        # A job that succeeded trained, though SageMaker gave neither its billable time nor its start: from
+        # its creation, the most it can have run (its wait for capacity too), never 0 s.
+        created = _epoch_seconds(job.get("CreationTime"))
+        last = ended if ended is not None else _epoch_seconds(job.get("LastModifiedTime"))
+        if created is not None and last is not None:
+            seconds = max(0.0, last - created) * count
     if status == "Completed":
         state = JobState.SUCCEEDED
     elif status in ("Stopped", "Stopping") or secondary == "MaxWaitTimeExceeded":
