@@ -835,3 +835,29 @@ def test_a_retry_the_budgets_have_no_room_for_follows_and_bills_the_job_its_fail
     assert [a["attempt"] for a in result["attempts"]] == [1]
     (billed,) = train_entries(ledger)
     assert billed["cause"] == "success" and Decimal(billed["usd"]) > 0
+
+
+def test_a_killed_job_the_backend_does_not_list_yet_is_stopped_all_the_same(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Batch's DescribeJobs may not list a job just submitted: taken as gone, it was billed from its submit
+    # but never stopped, and ran on once listed, with no task left to bill it.
+    from costaware.adapters.compute.local import LocalBackend
+    from costaware.core.errors import JobNotFoundError
+
+    trigger = deferred_trigger(operator(tmp_path, "wait-for-notice", preemption_grace_seconds=3))
+    wait_for(tmp_path / "seen.jsonl.ready")
+
+    def poll(self: LocalBackend, job_id: str) -> Any:
+        raise JobNotFoundError(f"job {job_id!r} is not listed")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(LocalBackend, "poll", poll)
+        trigger.stop_and_bill(wait_seconds=0.3, poll_seconds=0.1)
+    (entry,) = train_entries(ledger)
+    assert "billed from its submit" in entry["note"]
+    assert trigger.job_id is not None
+    give_up = time.monotonic() + 30
+    while not open_backend("local", {"root": str(tmp_path / "jobs")}).poll(trigger.job_id).state.done:
+        assert time.monotonic() < give_up, "the job was not stopped"
+        time.sleep(0.2)

@@ -637,6 +637,14 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             status = backend.poll(self.job_id)
         except JobNotFoundError:
             if not stopped:  # gone before we stopped it (a drain deleted the pod): billed from its submit
+                try:
+                    # Or not listed yet (a Batch job just submitted): it may start still, so stopped all
+                    # the same (a pod already gone is nothing to stop).
+                    backend.stop(self.job_id)
+                except Exception as e:
+                    self.log.warning(
+                        "stopping job %s, which the backend does not list, failed: %s", self.job_id, e
+                    )
                 vanished = vanished_job_status(
                     self.job_id,
                     state.to_json(),
