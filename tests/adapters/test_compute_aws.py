@@ -754,3 +754,12 @@ def test_a_batch_job_not_listed_right_after_its_submit_is_polled_again(
     # Bounded: never listed 10 minutes after its submit, it is billed as gone, from its submit.
     event = watch.poll_once(submitted + timedelta(seconds=NOT_LISTED_GRACE_SECONDS + 1))
     assert event is not None and event["job"]["state"] == "interrupted"
+
+
+def test_a_sagemaker_job_not_listed_is_not_listed_yet_for_the_wait(aws: str) -> None:
+    # As on Batch: an error, five polls of a job just created that DescribeTrainingJob did not find yet
+    # failed the wait with the job running on.
+    from costaware.core.errors import JobNotFoundError
+
+    with pytest.raises(JobNotFoundError, match="SageMaker training job 'not-yet' does not exist"):
+        sagemaker_backend().poll("not-yet")

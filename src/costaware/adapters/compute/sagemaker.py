@@ -31,7 +31,7 @@ from costaware.adapters.compute.base import (
     whole_number,
 )
 from costaware.adapters.compute.job_contract import RESUBMIT_EXIT_CODES
-from costaware.core.errors import ComputeBackendError, ConfigurationError
+from costaware.core.errors import ConfigurationError, JobNotFoundError
 
 #: SecondaryStatus values that mean "waiting for (spot) capacity", not running yet.
 _PENDING = {"Starting", "Pending", "LaunchingMLInstances", "PreparingTrainingStack"}
@@ -320,7 +320,9 @@ class SageMakerBackend:
     def poll(self, job_id: str) -> JobStatus:
         job = self._describe(job_id)
         if job is None:
-            raise ComputeBackendError(f"SageMaker training job {job_id!r} does not exist")
+            # As on Batch: right after its create a job may not be listed yet; the wait polls again for a
+            # while after the submit (then bills it as gone), where an error failed it after five polls.
+            raise JobNotFoundError(f"SageMaker training job {job_id!r} does not exist")
         return status_from_description(job, now=time.time())
 
     def stop(self, job_id: str) -> None:
