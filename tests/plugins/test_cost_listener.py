@@ -766,3 +766,25 @@ def test_a_run_whose_params_differ_from_the_defaults_is_audited_once_without_a_g
     (override,) = audit_log(ledger_env, action="override")
     assert (override.actor, override.target) == ("ann", "retrain/run1")
     assert override.details == {"owner": {"default": "ana", "given": "bob"}}
+
+
+class Job:
+    """Stands for ``airflow.jobs.job.Job``, which the scheduler hands ``on_starting`` as it starts."""
+
+
+def test_a_scheduler_starting_drains_what_its_machine_spooled_and_a_task_process_does_not(
+    ledger_env: Ledger,
+    tmp_path,  # type: ignore[no-untyped-def]
+) -> None:
+    # A killed try recorded by the scheduler while the ledger was down waited for the next killed try there.
+    from airflow.sdk.execution_time.task_runner import TaskRunnerMarker
+
+    _spool(tmp_path / "spool", "a")
+    _spool(tmp_path / "spool", "b", ledger_conn_id="team_ledger")  # every ledger's, not one's
+    CostListener().on_starting(TaskRunnerMarker())  # a task process drains after its own entry
+    assert ledger_env.entries(dag_id="retrain") == []
+    CostListener().on_starting(Job())
+    assert sorted(r["task_id"] for r in ledger_env.entries(dag_id="retrain")) == ["a", "b"]
+    assert list((tmp_path / "spool").rglob("*")) == []
+    CostListener().on_starting(Job())  # nothing waits: nothing written twice
+    assert len(ledger_env.entries(dag_id="retrain")) == 2

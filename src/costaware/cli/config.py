@@ -541,6 +541,36 @@ RUNS_COMMANDS = (
     ),
 )
 
+# -- spool ----------------------------------------------------------------------------------------
+
+ARG_SPOOL_DIR = Arg(
+    "--spool-dir",
+    default=None,
+    help="the spool folder (default: $AIRFLOW_HOME/costaware/spool, this machine's; give the folder where "
+    "a worker's spool volume is mounted here)",
+)
+SPOOL_COMMANDS = (
+    ActionCommand(
+        "show",
+        "the cost entries waiting for the ledger: waiting, claimed by a drain, or refused",
+        lazy_load_command(f"{_COMMANDS}.spool.show"),
+        (ARG_SPOOL_DIR, ARG_FORMAT),
+    ),
+    ActionCommand(
+        "drain",
+        "write the waiting cost entries to the ledger each was recorded for, now",
+        lazy_load_command(f"{_COMMANDS}.spool.drain"),
+        (ARG_SPOOL_DIR, ARG_FORMAT),
+        description=(
+            "Writes every cost entry waiting in the spool to the ledger its task used (its Airflow "
+            "connection, read here as the workers read it), settling the task's hold, as the listener's own "
+            "drain does and safely beside it: each file is claimed by renaming it first. Prints how many "
+            "were written, still wait (their ledger still cannot be written, or another drain holds them) "
+            "and were refused (moved to refused/ in the spool); exits 1 when any was not written."
+        ),
+    ),
+)
+
 COMMANDS: tuple[ActionCommand | GroupCommand, ...] = (
     GroupCommand("budget", "set and inspect budgets", BUDGET_COMMANDS),
     ActionCommand(
@@ -575,4 +605,5 @@ COMMANDS: tuple[ActionCommand | GroupCommand, ...] = (
     ),
     GroupCommand("cache", "list, show, evict and bill the feature cache", CACHE_COMMANDS),
     GroupCommand("runs", "retrain runs: model outcome, cost and reproducibility record", RUNS_COMMANDS),
+    GroupCommand("spool", "cost entries waiting for the ledger: list them, write them now", SPOOL_COMMANDS),
 )

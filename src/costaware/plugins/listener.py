@@ -8,25 +8,22 @@ declares (see :func:`compute_of`), estimates its emissions (``kg_co2e``; see
 A try killed before it could end in its worker (marked failed or success while it ran, a lost worker) is
 recorded where Airflow reports it, from the metadata database (:mod:`costaware.plugins.killed_tries`).
 A try is always recorded: a tag that cannot be stored is left out and named in the entry's note. When
-the ledger cannot be written the entry goes to a spool folder and is written with the next entry that
-succeeds: no row is lost.
+the ledger cannot be written the entry goes to a spool folder (:mod:`costaware.ledger_spool`) and is
+written with the next entry that succeeds, or by ``costaware spool drain``: no row is lost.
 
 Money reserved for a task that will never run is given back at once: when a task fails for good (or
 skips), the reservations of the downstream tasks that can no longer run are released; when a run ends
 (failed, marked failed, or succeeded with a consumer skipped), every reservation still open for the run is.
 
 Pricing a try lives in :mod:`costaware.plugins.try_cost`, releasing reservations in
-:mod:`costaware.plugins.reservation_release`; this module holds the hooks, the runtime and the spool.
+:mod:`costaware.plugins.reservation_release`; this module holds the hooks and the runtime.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from airflow.listeners import hookimpl
@@ -40,6 +37,8 @@ from costaware.glue import (
     tags_for,
 )
 from costaware.glue import try_key as _key
+from costaware.ledger_spool import STALE_CLAIM_SECONDS, drain, spool_dir, spool_entry
+from costaware.ledger_spool import record_and_settle as _record_and_settle
 from costaware.plugins.reservation_release import (
     end_waiting_gate,
     in_own_thread,
@@ -54,18 +53,21 @@ from costaware.plugins.utilization import (
     stop_probe,
     with_try_emissions,
 )
-from costaware.settings import costaware_home
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ANNOTATION_FIELDS", "TAG_NAMES", "CostListener", "annotate_task", "cost_listener", "tags_for"]
+__all__ = [
+    "ANNOTATION_FIELDS",
+    "STALE_CLAIM_SECONDS",
+    "TAG_NAMES",
+    "CostListener",
+    "annotate_task",
+    "cost_listener",
+    "spool_dir",
+    "tags_for",
+]
 
 _STARTS: dict[tuple[str, str, str, int, int], float] = {}
-
-
-def spool_dir() -> Path:
-    """Where entries wait when the ledger cannot be written: ``$AIRFLOW_HOME/costaware/spool``."""
-    return costaware_home("spool")
 
 
 def _runtime_seconds(ti: Any) -> float | None:
@@ -88,24 +90,16 @@ def write_entry(entry: Any, ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID, *, ret
     task's reservation), each on its own: one that the ledger refuses moves to ``spool/refused`` instead of
     blocking the rest.
     """
-    from costaware.core.ledger import entry_to_json
     from costaware.hooks.ledger import CostLedgerHook
 
     try:
         ledger = CostLedgerHook(ledger_conn_id).get_conn()
         _record_and_settle(ledger, entry, retrying=retrying)
     except Exception as e:
-        folder = spool_dir()
-        folder.mkdir(parents=True, exist_ok=True)
-        target = folder / f"{entry.entry_uid}.json"
-        temp = target.with_suffix(".tmp")
-        # The ledger it is for: drained into another, it was counted against that one's budgets.
-        spooled = {"ledger_conn_id": ledger_conn_id, "entry": entry_to_json(entry), "retrying": retrying}
-        temp.write_text(json.dumps(spooled))
-        temp.replace(target)
+        target = spool_entry(spool_dir(), entry, ledger_conn_id, retrying=retrying)
         log.error(
             "costaware: could not write the cost of %s.%s try %s to the ledger (%s); kept in %s and written "
-            "with the next entry that succeeds",
+            "with the next entry that succeeds, or by `costaware spool drain`",
             entry.dag_id,
             entry.task_id,
             entry.try_number,
@@ -116,117 +110,17 @@ def write_entry(entry: Any, ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID, *, ret
     _drain_spool(ledger, ledger_conn_id)
 
 
-def _record_and_settle(ledger: Any, entry: Any, *, retrying: bool = False) -> None:
-    """Record ``entry``, settling its task's reservation with it where the task holds one.
-
-    A try the task will retry is paid from the open hold without settling it (see :func:`write_entry`).
-
-    Recorded alone beside an open hold, its cost counted twice in the budgets (spent and held) until the run
-    ended; the ledger keeps one entry per ``entry_uid``, so a second write adds nothing.
-    """
-    from costaware.core.ledger import reservation_holder
-
-    holder = reservation_holder(entry.dag_id, entry.run_id, entry.task_id, entry.map_index)
-    # Open, or released by the run's end while this listener was still on its way (see
-    # release_run_reservations): either way the cost settles the task's own reservation.
-    reservation = ledger.reservation_to_settle(holder)
-    if reservation is None:
-        ledger.record(entry)
-    elif retrying and reservation.status == "open":
-        ledger.record(_with_reservation(entry, reservation.id))  # paid from the hold, which stays
-    else:
-        ledger.settle(reservation.id, entry.usd, entry=_with_reservation(entry, reservation.id))
-
-
-#: A claim older than this was made by a process killed while it drained (Airflow stops a listener past
-#: ``[core] task_success_overtime``): its entry goes back to the spool. A write takes a second or so.
-STALE_CLAIM_SECONDS = 15 * 60
-
-
 def _drain_spool(ledger: Any, ledger_conn_id: str) -> None:
-    """Write the entries spooled for ``ledger_conn_id``; never raises (the entry just written stays).
+    """Write the entries spooled for ``ledger_conn_id`` (see :func:`costaware.ledger_spool.drain`).
 
-    Task processes that end at once drain the spool at once: each takes a file by renaming it (atomic)
-    before reading it, so each entry is written by one of them, and a file gone was taken by another.
+    Never raises: the entry just written stays written, and each spooled one is kept somewhere.
     """
-    from sqlalchemy.exc import DataError
-
-    from costaware.core.errors import LedgerUnavailableError
-    from costaware.core.ledger import entry_from_json
-
-    folder = spool_dir()
-    _reclaim_stale(folder)
-    for path in sorted(folder.glob("*.json")):
-        claimed = _claim(path)
-        if claimed is None:
-            continue  # another process took it
-        try:
-            data = json.loads(claimed.read_text())
-            # An older spool file is the entry alone, for the default ledger.
-            if data.get("ledger_conn_id", DEFAULT_LEDGER_CONN_ID) != ledger_conn_id:
-                _put_back(claimed, path)  # drained by the next entry written to its own ledger
-                continue
-            _record_and_settle(
-                ledger, entry_from_json(data.get("entry", data)), retrying=data.get("retrying", False)
-            )
-        except LedgerUnavailableError as e:
-            if not isinstance(e.__cause__, DataError):  # down again: the rest waits with it
-                _put_back(claimed, path)
-                log.warning("costaware: spooled entries wait for the ledger again (%s)", e)
-                return
-            _set_aside(claimed, path.name, e)  # PostgreSQL's "value too long": this entry, not the ledger
-            continue
-        except Exception as e:
-            _set_aside(claimed, path.name, e)
-            continue
-        claimed.unlink(missing_ok=True)
-        log.info("costaware: wrote spooled ledger entry %s", path.name)
-
-
-def _claim(path: Path) -> Path | None:
-    """Take the spooled ``path`` for this process (``<name>.<unix time>.<pid>.claimed``); None: taken."""
-    claimed = path.with_name(f"{path.name}.{int(time.time())}.{os.getpid()}.claimed")
-    try:
-        path.rename(claimed)
-    except FileNotFoundError:
-        return None
-    except OSError as e:  # a spool folder this process may not change: the entry stays for another
-        log.error("costaware: could not take spooled %s: %s", path.name, e)
-        return None
-    return claimed
-
-
-def _put_back(claimed: Path, path: Path) -> None:
-    """Return a claimed entry to the spool, for the next drain."""
-    try:
-        claimed.replace(path)
-    except OSError as e:  # kept under its claimed name: a later drain puts it back once it is stale
-        log.error("costaware: could not return spooled %s to %s: %s", claimed.name, path.parent, e)
-
-
-def _reclaim_stale(folder: Path) -> None:
-    """Put back the entries claimed by processes that died before they wrote them."""
-    for claimed in folder.glob("*.claimed"):
-        try:
-            name, stamp, _pid, _ = claimed.name.rsplit(".", 3)
-            stale = time.time() - int(stamp) > STALE_CLAIM_SECONDS
-        except ValueError:  # not a claim of ours
-            continue
-        if stale:
-            log.warning("costaware: spooled %s was claimed by a process that did not finish: put back", name)
-            _put_back(claimed, folder / name)
-
-
-def _set_aside(claimed: Path, name: str, error: Exception) -> None:
-    """Move a spooled entry the ledger refuses to ``spool/refused``: kept, and no longer in the way."""
-    refused = claimed.parent / "refused"
-    try:
-        refused.mkdir(exist_ok=True)
-        claimed.replace(refused / name)
-    except OSError as e:  # kept under its claimed name: a later drain tries it again once it is stale
-        log.error("costaware: could not set aside spooled %s (%s): %s", name, error, e)
-        return
-    log.error("costaware: spooled %s refused by the ledger (%s): moved to %s", name, error, refused)
+    drain(
+        spool_dir(),
+        lambda _conn_id: ledger,
+        only_ledger_conn_id=ledger_conn_id,
+        record=_record_and_settle,  # read here, so that a test can stand in for the ledger's write
+    )
 
 
 def _write_priced(ledger_conn_id: str, price: Any, retrying: bool) -> None:
@@ -239,12 +133,6 @@ def _will_retry(ti: Any) -> bool:
     """Whether ``ti``'s try failed and the task will run again (Airflow put it up for retry)."""
     state = getattr(ti, "state", None)
     return str(getattr(state, "value", state)) == "up_for_retry"
-
-
-def _with_reservation(entry: Any, reservation_id: str) -> Any:
-    from dataclasses import replace
-
-    return replace(entry, reservation_id=reservation_id)
 
 
 def _audit_overrides(ti: Any, context: Mapping[str, Any]) -> None:
@@ -262,8 +150,32 @@ def _audit_overrides(ti: Any, context: Mapping[str, Any]) -> None:
         log.warning("costaware: could not audit the params of %s/%s: %s", ti.dag_id, ti.run_id, e)
 
 
+def _drain_every_ledger() -> None:
+    """Write what waits in this machine's spool, each entry to its own ledger; never raises."""
+    from costaware.hooks.ledger import CostLedgerHook
+
+    try:
+        result = drain(spool_dir(), lambda conn_id: CostLedgerHook(conn_id).get_conn())
+    except Exception as e:  # a spool folder that cannot be read: said, and the component starts as ever
+        log.error("costaware: could not drain the spool %s: %s", spool_dir(), e)
+        return
+    for conn_id, why in sorted((result.unavailable or {}).items()):
+        log.warning("costaware: spooled entries of ledger %r still wait (%s)", conn_id, why)
+
+
 class CostListener:
     """Airflow listener that writes one compute entry per finished task try."""
+
+    @hookimpl
+    def on_starting(self, component: Any) -> None:
+        # A scheduler (or triggerer, or DAG processor) starting drains what its machine spooled: a killed
+        # try it recorded while the ledger was down waited otherwise for the next killed try there. A task
+        # process drains after its own entry instead, without delaying its start on a ledger still down.
+        if type(component).__module__.startswith("airflow.sdk"):
+            return
+        if next(spool_dir().glob("*.json"), None) is None:
+            return  # nothing waits: no ledger is opened
+        in_own_thread(_drain_every_ledger, name="costaware-spool-drain")
 
     @hookimpl
     def on_task_instance_running(self, previous_state: Any, task_instance: Any) -> None:

@@ -243,8 +243,8 @@ def _spool_note(spooled: int) -> str:
     """Costs a worker on this machine could not write: the report is short of them until they are."""
     return (
         f"spool: {spooled} cost entr{'y waits' if spooled == 1 else 'ies wait'} in {costaware_home('spool')} "
-        "(the ledger could not be written when they were recorded) and count nowhere yet; the next task "
-        "that records its cost on this machine writes them first"
+        "(the ledger could not be written when they were recorded) and count nowhere yet: "
+        "`costaware spool drain` writes them now (else the next task that records its cost on this machine)"
     )
 
 

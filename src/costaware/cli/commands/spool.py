@@ -1,0 +1,135 @@
+"""``costaware spool show|drain``: the cost entries waiting on this machine for the ledger, and writing them.
+
+A task's cost that the ledger could not take waits in the spool until a drain writes it. The listener
+drains after its next entry succeeds on the same machine; on a pod per task, an ephemeral worker, or a
+scheduler whose killed tries are rare, that may be never. ``spool drain`` writes them now, with the
+listener's claim protocol (:mod:`costaware.ledger_spool`), so it is safe beside running tasks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from costaware.cli.output import emit, emit_summary
+
+
+def _folder(args: argparse.Namespace) -> Path:
+    """The spool ``--spool-dir`` names, else this machine's; a folder given that does not exist is refused.
+
+    Raises:
+        CostawareError: ``--spool-dir`` is not a folder.
+    """
+    from costaware.core.errors import CostawareError
+    from costaware.ledger_spool import spool_dir
+
+    if args.spool_dir is None:
+        return spool_dir()  # none yet: nothing was ever spooled here
+    folder = Path(args.spool_dir).expanduser()
+    if not folder.is_dir():
+        raise CostawareError(
+            f"--spool-dir {args.spool_dir!r} is not a folder: give the spool folder the workers write "
+            "($AIRFLOW_HOME/costaware/spool on them, or where its volume is mounted here)"
+        )
+    return folder
+
+
+def show(args: argparse.Namespace) -> int:
+    """List the spooled entries: waiting, claimed by a drain, or refused by the ledger."""
+    folder = _folder(args)
+    files = list(_spooled_files(folder))
+    if not files and args.format == "table":
+        print(f"spool {folder}: empty, no cost entry waits for the ledger")
+        return 0
+    rows = [_row(f) for f in files]
+    headers = ["file", "state", "ledger_conn_id", "dag_id", "run_id", "task_id", "try", "usd"]
+    emit(rows, args.format, headers=headers)
+    return 0
+
+
+def _spooled_files(folder: Path) -> Any:
+    from costaware.ledger_spool import spooled_files
+
+    return spooled_files(folder)
+
+
+def _row(spooled: Any) -> list[Any]:
+    from costaware.glue import DEFAULT_LEDGER_CONN_ID
+
+    data = spooled.data
+    if data is None:
+        return [spooled.path.name, f"{spooled.state} (unreadable)", "", "", "", "", "", ""]
+    entry = data.get("entry", data)
+    entry = entry if isinstance(entry, dict) else {}
+    return [
+        spooled.path.name,
+        spooled.state,
+        data.get("ledger_conn_id", DEFAULT_LEDGER_CONN_ID),
+        *(entry.get(name, "") for name in ("dag_id", "run_id", "task_id", "try_number", "usd")),
+    ]
+
+
+def drain(args: argparse.Namespace) -> int:
+    """Write every spooled entry to the ledger its task used; 1 when some could not be written.
+
+    Raises:
+        CostawareError: ``--ledger-url`` given (each entry names its own ledger), or a bad ``--spool-dir``.
+    """
+    from costaware.core.errors import CostawareError
+    from costaware.ledger_spool import REFUSED
+    from costaware.ledger_spool import drain as drain_spool
+
+    if getattr(args, "ledger_url", None):
+        # Written to another ledger than its task's, an entry counts against budgets that never held it.
+        raise CostawareError(
+            f"spool drain writes each entry to the ledger its task used (the connection `costaware spool "
+            f"show` lists), not to --ledger-url {args.ledger_url}: leave --ledger-url out and give this "
+            "machine the workers' ledger connection (AIRFLOW_CONN_<ID> or COSTAWARE_LEDGER_URL)"
+        )
+    folder = _folder(args)
+    ledgers: dict[str, Any] = {}
+
+    def ledger_for(conn_id: str) -> Any:
+        from costaware.hooks.ledger import CostLedgerHook
+
+        if conn_id not in ledgers:
+            ledgers[conn_id] = CostLedgerHook(conn_id).get_conn()
+        return ledgers[conn_id]
+
+    result = drain_spool(folder, ledger_for)
+    # Counted after the drain: what another process claimed (writing it now, or killed doing so) waits too.
+    waiting = len(list(folder.glob("*.json"))) + len(list(folder.glob("*.claimed")))
+    refused = len(list((folder / REFUSED).glob("*.json")))  # this drain's, and older ones still there
+    unavailable = result.unavailable or {}
+    summary = {
+        "spool": str(folder),
+        "written": result.written,
+        "still_waiting": waiting,
+        "refused": result.refused,
+        "unavailable_ledgers": unavailable,
+    }
+    sentence = f"spool {folder}: {result.written} written, {waiting} still waiting, {result.refused} refused"
+    emit_summary(summary, args.format, sentence)
+    for conn_id, why in sorted(unavailable.items()):
+        print(
+            f"costaware: ledger {conn_id!r} could not be written ({why}): its entries wait; fix it and run "
+            "`costaware spool drain` again",
+            file=sys.stderr,
+        )
+    if waiting and not unavailable:
+        print(
+            "costaware: entries claimed by another drain are written by it; one killed while it drained "
+            "is put back 15 minutes after it claimed it: run `costaware spool drain` again then",
+            file=sys.stderr,
+        )
+    if refused:
+        print(
+            f"costaware: {refused} entr{'y' if refused == 1 else 'ies'} the ledger refused "
+            f"{'is' if refused == 1 else 'are'} kept in {folder / REFUSED} (`costaware spool show` lists "
+            "them; the ledger's reason is logged above): fix the file, move it back to the spool and drain "
+            "again",
+            file=sys.stderr,
+        )
+    return 1 if waiting or result.refused else 0

@@ -1,0 +1,232 @@
+"""Internal: the spool of cost entries the ledger could not take, kept on disk until they are written.
+
+When the ledger cannot be written, the listener keeps the entry in ``$AIRFLOW_HOME/costaware/spool`` as
+``<entry_uid>.json`` (with the ledger connection it is for). It is written later by a drain: the listener's
+after its next entry succeeds, or ``costaware spool drain`` (:mod:`costaware.cli.commands.spool`) at any
+time, from any machine that sees the folder. Drains run at once (task processes ending together, the
+command beside them): each takes a file by renaming it (atomic) to ``<name>.<unix time>.<pid>.claimed``
+before reading it, so each entry is written by one of them, and a file gone was taken by another. A claim
+older than :data:`STALE_CLAIM_SECONDS` belonged to a drain that was killed: it goes back to the spool. An
+entry the ledger refuses (not the ledger being down) moves to ``spool/refused``, kept and out of the way.
+
+The listener and the CLI share this module, which imports no Airflow at import time.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from costaware.glue import DEFAULT_LEDGER_CONN_ID
+from costaware.settings import costaware_home
+
+log = logging.getLogger(__name__)
+
+#: A claim older than this was made by a process killed while it drained (Airflow stops a listener past
+#: ``[core] task_success_overtime``): its entry goes back to the spool. A write takes a second or so.
+STALE_CLAIM_SECONDS = 15 * 60
+
+REFUSED = "refused"
+
+
+def spool_dir() -> Path:
+    """Where entries wait when the ledger cannot be written: ``$AIRFLOW_HOME/costaware/spool``."""
+    return costaware_home("spool")
+
+
+def spool_entry(folder: Path, entry: Any, ledger_conn_id: str, *, retrying: bool) -> Path:
+    """Keep ``entry`` in ``folder`` for a later drain; returns its file (written whole, then renamed)."""
+    from costaware.core.ledger import entry_to_json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"{entry.entry_uid}.json"
+    temp = target.with_suffix(".tmp")
+    # The ledger it is for: drained into another, it was counted against that one's budgets.
+    spooled = {"ledger_conn_id": ledger_conn_id, "entry": entry_to_json(entry), "retrying": retrying}
+    temp.write_text(json.dumps(spooled))
+    temp.replace(target)
+    return target
+
+
+def record_and_settle(ledger: Any, entry: Any, *, retrying: bool = False) -> None:
+    """Record ``entry``, settling its task's reservation with it where the task holds one.
+
+    ``retrying``: the try failed and the task will run again: its entry is paid from the task's hold, which
+    stays open for the next try (settled by the first, the retries ran with no hold, and another task could
+    take the money they spent).
+
+    Recorded alone beside an open hold, its cost counted twice in the budgets (spent and held) until the run
+    ended; the ledger keeps one entry per ``entry_uid``, so a second write adds nothing.
+    """
+    from costaware.core.ledger import reservation_holder
+
+    holder = reservation_holder(entry.dag_id, entry.run_id, entry.task_id, entry.map_index)
+    # Open, or released by the run's end while this listener was still on its way (see
+    # release_run_reservations): either way the cost settles the task's own reservation.
+    reservation = ledger.reservation_to_settle(holder)
+    if reservation is None:
+        ledger.record(entry)
+    elif retrying and reservation.status == "open":
+        ledger.record(replace(entry, reservation_id=reservation.id))  # paid from the hold, which stays
+    else:
+        ledger.settle(reservation.id, entry.usd, entry=replace(entry, reservation_id=reservation.id))
+
+
+@dataclass
+class DrainResult:
+    """What one drain did: entries written, set aside as refused, and left waiting for their ledger."""
+
+    written: int = 0
+    refused: int = 0
+    waiting: int = 0
+    #: Ledger connection id -> why it could not be opened or written (its entries wait).
+    unavailable: dict[str, str] | None = None
+
+
+def drain(
+    folder: Path,
+    ledger_for: Callable[[str], Any],
+    *,
+    only_ledger_conn_id: str | None = None,
+    record: Callable[..., None] = record_and_settle,
+) -> DrainResult:
+    """Write the entries spooled in ``folder``; never raises for an entry (each is kept somewhere).
+
+    Args:
+        folder: the spool.
+        ledger_for: the ledger of a connection id (raising: that ledger cannot be opened, its entries wait).
+        only_ledger_conn_id: write only this ledger's entries (the others stay for a drain of their own),
+            and stop at the first sign that it is down; None: every ledger's.
+        record: writes one entry (:func:`record_and_settle`).
+    """
+    from sqlalchemy.exc import DataError
+
+    from costaware.core.errors import LedgerUnavailableError
+    from costaware.core.ledger import entry_from_json
+
+    result = DrainResult(unavailable={})
+    unavailable: dict[str, str] = result.unavailable  # type: ignore[assignment]
+    if not folder.is_dir():
+        return result
+    _reclaim_stale(folder)
+    for path in sorted(folder.glob("*.json")):
+        claimed = _claim(path)
+        if claimed is None:
+            continue  # another process took it
+        conn_id = DEFAULT_LEDGER_CONN_ID
+        try:
+            data = json.loads(claimed.read_text())
+            # An older spool file is the entry alone, for the default ledger.
+            conn_id = str(data.get("ledger_conn_id", DEFAULT_LEDGER_CONN_ID))
+            if only_ledger_conn_id is not None and conn_id != only_ledger_conn_id:
+                _put_back(claimed, path)  # drained by the next entry written to its own ledger
+                continue
+            if conn_id in unavailable:
+                _put_back(claimed, path)
+                result.waiting += 1
+                continue
+            entry = entry_from_json(data.get("entry", data))
+            try:
+                ledger = ledger_for(conn_id)
+            except Exception as e:  # a connection that cannot be read: the entry is fine, it waits
+                _put_back(claimed, path)
+                unavailable[conn_id] = str(e)
+                result.waiting += 1
+                continue
+            record(ledger, entry, retrying=bool(data.get("retrying", False)))
+        except LedgerUnavailableError as e:
+            if not isinstance(e.__cause__, DataError):  # down again: the rest of its entries wait with it
+                _put_back(claimed, path)
+                log.warning("costaware: spooled entries wait for the ledger again (%s)", e)
+                result.waiting += 1
+                if only_ledger_conn_id is not None:
+                    return result
+                unavailable[conn_id] = str(e)
+                continue
+            _set_aside(claimed, path.name, e)  # PostgreSQL's "value too long": this entry, not the ledger
+            result.refused += 1
+            continue
+        except Exception as e:
+            _set_aside(claimed, path.name, e)
+            result.refused += 1
+            continue
+        claimed.unlink(missing_ok=True)
+        result.written += 1
+        log.info("costaware: wrote spooled ledger entry %s", path.name)
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class SpooledFile:
+    """One file of the spool as ``costaware spool show`` lists it."""
+
+    path: Path
+    #: ``waiting`` (for the next drain), ``claimed`` (a drain is writing it, or died doing so) or ``refused``.
+    state: str
+    #: The parsed file; None when it cannot be read as JSON.
+    data: dict[str, Any] | None
+
+
+def spooled_files(folder: Path) -> Iterator[SpooledFile]:
+    """The spool's entries, waiting and claimed first, then the refused ones; reads no ledger."""
+    for pattern, state in (("*.json", "waiting"), ("*.claimed", "claimed"), (f"{REFUSED}/*.json", REFUSED)):
+        for path in sorted(folder.glob(pattern)):
+            try:
+                data = json.loads(path.read_text())
+            except FileNotFoundError:
+                continue  # written or moved by a drain since the listing
+            except (OSError, ValueError):
+                data = None
+            yield SpooledFile(path, state, data if isinstance(data, dict) else None)
+
+
+def _claim(path: Path) -> Path | None:
+    """Take the spooled ``path`` for this process (``<name>.<unix time>.<pid>.claimed``); None: taken."""
+    claimed = path.with_name(f"{path.name}.{int(time.time())}.{os.getpid()}.claimed")
+    try:
+        path.rename(claimed)
+    except FileNotFoundError:
+        return None
+    except OSError as e:  # a spool folder this process may not change: the entry stays for another
+        log.error("costaware: could not take spooled %s: %s", path.name, e)
+        return None
+    return claimed
+
+
+def _put_back(claimed: Path, path: Path) -> None:
+    """Return a claimed entry to the spool, for the next drain."""
+    try:
+        claimed.replace(path)
+    except OSError as e:  # kept under its claimed name: a later drain puts it back once it is stale
+        log.error("costaware: could not return spooled %s to %s: %s", claimed.name, path.parent, e)
+
+
+def _reclaim_stale(folder: Path) -> None:
+    """Put back the entries claimed by processes that died before they wrote them."""
+    for claimed in folder.glob("*.claimed"):
+        try:
+            name, stamp, _pid, _ = claimed.name.rsplit(".", 3)
+            stale = time.time() - int(stamp) > STALE_CLAIM_SECONDS
+        except ValueError:  # not a claim of ours
+            continue
+        if stale:
+            log.warning("costaware: spooled %s was claimed by a process that did not finish: put back", name)
+            _put_back(claimed, folder / name)
+
+
+def _set_aside(claimed: Path, name: str, error: Exception) -> None:
+    """Move a spooled entry the ledger refuses to ``spool/refused``: kept, and no longer in the way."""
+    refused = claimed.parent / REFUSED
+    try:
+        refused.mkdir(exist_ok=True)
+        claimed.replace(refused / name)
+    except OSError as e:  # kept under its claimed name: a later drain tries it again once it is stale
+        log.error("costaware: could not set aside spooled %s (%s): %s", name, error, e)
+        return
+    log.error("costaware: spooled %s refused by the ledger (%s): moved to %s", name, error, refused)

@@ -1,0 +1,121 @@
+"""``costaware spool show|drain``: cost entries the ledger could not take are written on demand, none lost."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from costaware import Ledger
+from costaware.cli import main
+from costaware.core.ledger import Kind, LedgerEntry, reservation_holder
+from costaware.ledger_spool import STALE_CLAIM_SECONDS, spool_entry
+
+UNREACHABLE = "postgresql://nobody@127.0.0.1:1/ledger"
+
+
+def _entry(task_id: str) -> LedgerEntry:
+    return LedgerEntry(
+        dag_id="retrain", run_id="run1", task_id=task_id, kind=Kind.COMPUTE, usd=Decimal("2"),
+        tags={"project": "churn"},
+    )  # fmt: skip
+
+
+@pytest.fixture
+def spool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This machine's spool, under its own AIRFLOW_HOME."""
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    monkeypatch.delenv("AIRFLOW_CONN_COSTAWARE_LEDGER", raising=False)
+    return tmp_path / "airflow" / "costaware" / "spool"
+
+
+def test_drain_writes_what_waits_once_the_ledger_is_back_and_settles_holds(
+    spool: Path,
+    ledger: Ledger,
+    ledger_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A pod per task (KubernetesExecutor) spooled rows that no later task on that machine would ever write.
+    ledger.set_budget("project=churn", "month", "100")
+    hold = ledger.reserve("project=churn", "60", holder=reservation_holder("retrain", "run1", "prep", -1))
+    for task_id in ("prep", "train"):
+        spool_entry(spool, _entry(task_id), "costaware_ledger", retrying=False)
+
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", UNREACHABLE)
+    assert main(["spool", "drain"]) == 1
+    out, err = capsys.readouterr()
+    assert f"spool {spool}: 0 written, 2 still waiting, 0 refused" in out
+    assert "ledger 'costaware_ledger' could not be written" in err
+    assert len(list(spool.glob("*.json"))) == 2 and not list(spool.glob("*.claimed"))  # put back
+    assert ledger.entries(dag_id="retrain") == []
+
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+    assert main(["spool", "show"]) == 0
+    shown = capsys.readouterr().out
+    assert shown.count("waiting") == 2 and "prep" in shown and "train" in shown
+    assert main(["spool", "drain", "--format", "json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["written"], summary["still_waiting"], summary["refused"]) == (2, 0, 0)
+    assert sorted(r["task_id"] for r in ledger.entries(dag_id="retrain")) == ["prep", "train"]
+    assert ledger.latest_reservation(hold.holder or "").status == "settled"  # type: ignore[union-attr]
+    assert list(spool.iterdir()) == []
+    assert main(["spool", "drain"]) == 0  # nothing left: nothing written twice
+    assert "0 written, 0 still waiting" in capsys.readouterr().out
+    assert len(ledger.entries(dag_id="retrain")) == 2
+
+
+def test_drain_writes_each_entry_to_its_own_ledger_and_sets_aside_what_the_ledger_refuses(
+    spool: Path,
+    ledger: Ledger,
+    ledger_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    team_url = f"sqlite:///{tmp_path / 'team.db'}"
+    team = Ledger.from_url(team_url)
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_TEAM_LEDGER", json.dumps({"conn_type": "generic", "extra": {"url": team_url}})
+    )
+    spool_entry(spool, _entry("ours"), "costaware_ledger", retrying=False)
+    spool_entry(spool, _entry("theirs"), "team_ledger", retrying=False)
+    (spool / "0-bad.json").write_text(json.dumps({"entry": {"usd": "1"}}))  # no DAG, no task: refused
+    # Claimed by a drain at work now (left to it), and by one killed 16 minutes ago (put back, written).
+    working = spool / f"{_entry('w').entry_uid}.json.{int(time.time())}.{os.getpid()}.claimed"
+    working.write_text(json.dumps({"entry": {"usd": "1"}}))
+    dead = spool_entry(spool, _entry("dead"), "costaware_ledger", retrying=False)
+    dead.rename(spool / f"{dead.name}.{int(time.time()) - STALE_CLAIM_SECONDS - 60}.4242.claimed")
+
+    assert main(["spool", "drain"]) == 1
+    out, err = capsys.readouterr()
+    assert f"spool {spool}: 3 written, 1 still waiting, 1 refused" in out
+    assert "1 entry the ledger refused is kept in" in err and "claimed by another drain" in err
+    assert sorted(r["task_id"] for r in ledger.entries(dag_id="retrain")) == ["dead", "ours"]
+    assert [r["task_id"] for r in team.entries(dag_id="retrain")] == ["theirs"]
+    assert [p.name for p in (spool / "refused").iterdir()] == ["0-bad.json"]
+    assert list(spool.glob("*.claimed")) == [working]
+    assert main(["spool", "show", "--format", "json"]) == 0
+    states = {row["file"]: row["state"] for row in json.loads(capsys.readouterr().out)}
+    assert states == {working.name: "claimed", "0-bad.json": "refused"}
+    team.dispose()
+
+
+def test_spool_commands_refuse_a_folder_that_is_not_one_and_a_ledger_url(
+    spool: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spool_entry(spool, _entry("prep"), "costaware_ledger", retrying=False)
+    assert main(["spool", "show", "--spool-dir", str(tmp_path / "nope")]) == 2
+    assert f"--spool-dir '{tmp_path / 'nope'}' is not a folder" in capsys.readouterr().err
+    # Written to a URL given here, an entry would count against budgets its task never held money in.
+    assert main(["--ledger-url", f"sqlite:///{tmp_path / 'other.db'}", "spool", "drain"]) == 2
+    assert "leave --ledger-url out" in capsys.readouterr().err
+    assert len(list(spool.glob("*.json"))) == 1 and not (tmp_path / "other.db").exists()
+    # A machine that never spooled anything: an empty spool, not an error.
+    assert main(["spool", "show", "--spool-dir", str(tmp_path)]) == 0
+    assert "empty, no cost entry waits" in capsys.readouterr().out
