@@ -134,6 +134,22 @@ def test_api_spend_and_page_give_kg_co2e_and_unknown(filled: Ledger, client: Tes
         assert shown in page
 
 
+def test_group_by_is_read_whatever_its_case_as_the_cli_reads_it(client: TestClient) -> None:
+    # `costaware report --group-by TASK` worked while the API answered 422 for the same word.
+    expected = client.get("/api/spend", params={"group_by": "task"}).json()
+    for typed in ("TASK", "Task", " task "):
+        body = client.get("/api/spend", params={"group_by": typed}).json()
+        assert body == expected, typed
+        daily = client.get("/api/daily", params={"group_by": typed})
+        assert daily.status_code == 200 and daily.json()["group_by"] == "task"
+    # A tag keyword in any case; the tag's name as given (a tag Team is not team).
+    by_team = client.get("/api/spend", params={"group_by": "tag:team"}).json()
+    assert client.get("/api/spend", params={"group_by": "TAG:team"}).json() == by_team
+    page = client.get("/", params={"group_by": "Task"}).text
+    assert "Group by" not in page.split("<form", 1)[0] and "is not one of" not in page
+    assert '<option value="task" selected' in page
+
+
 @pytest.mark.parametrize(
     ("path", "params"),
     [

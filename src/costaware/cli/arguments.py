@@ -21,6 +21,7 @@ from costaware.cli.output import FORMATS
 from costaware.core.budgets import Period
 from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import GROUP_BYS
+from costaware.core.ledger import group_by_name as grouping_of
 
 if TYPE_CHECKING:
     from costaware.adapters.ledger.store import Ledger
@@ -189,17 +190,10 @@ def lowercase(text: str) -> str:
 
 
 def group_by_name(text: str) -> str:
-    """``TASK`` -> ``task``, ``TAG:team`` -> ``tag:team``: a keyword whatever its case, a tag as given.
-
-    Tag names are matched exactly (a tag ``Team`` is not ``team``); anything else is kept as it is, so the
-    report's error names it.
-    """
+    """``--group-by`` as :func:`costaware.core.ledger.group_by_name` reads it; empty is refused."""
     if not text.strip():
         raise argparse.ArgumentTypeError("empty: give what one row of the report is, e.g. --group-by task")
-    keyword, colon, tag = text.strip().partition(":")
-    if colon and keyword.lower() == "tag":
-        return f"tag:{tag}"
-    return text.strip().lower() if text.strip().lower() in GROUP_BYS else text
+    return grouping_of(text)
 
 
 def open_ledger(args: argparse.Namespace, *, reading: bool = False) -> Ledger:

@@ -65,6 +65,18 @@ INDEXED_TAGS = ("team", "project", "owner")
 GROUP_BYS = ("dag", "task", "run", "trial", "kind", "market", "cause", "outcome")
 
 
+def group_by_name(text: str) -> str:
+    """``TASK`` -> ``task``, ``TAG:team`` -> ``tag:team``: a keyword whatever its case, a tag as given.
+
+    One reading for the CLI's ``--group-by`` and the Cost API's ``group_by``. Tag names are matched exactly
+    (a tag ``Team`` is not ``team``); anything else is kept as it is, so the caller's error names it.
+    """
+    keyword, colon, tag = text.strip().partition(":")
+    if colon and keyword.lower() == "tag":
+        return f"tag:{tag}"
+    return text.strip().lower() if text.strip().lower() in GROUP_BYS else text
+
+
 class Kind(str, Enum):
     """What the money paid for."""
 

@@ -17,7 +17,7 @@ from urllib.parse import urlencode
 from fastapi import Depends, HTTPException, Query
 
 from costaware.core.budgets import TAG_NAME_PATTERN, Period
-from costaware.core.ledger import GROUP_BYS, INDEXED_TAGS
+from costaware.core.ledger import GROUP_BYS, INDEXED_TAGS, group_by_name
 
 if TYPE_CHECKING:
     from costaware.adapters.ledger.reports import Filters
@@ -94,15 +94,17 @@ def checked_group_by(
         str,
         Query(
             json_schema_extra={"pattern": GROUP_BY_PATTERN},
-            description=f"{', '.join(GROUP_BYS)} or tag:<name>.",
+            description=f"{', '.join(GROUP_BYS)} or tag:<name>; keywords in any case (TASK is task), "
+            "tag names exactly.",
         ),
     ] = "dag",
 ) -> str:
-    """The ``group_by`` of the JSON routes; 422 naming the value when it is no grouping."""
-    problem = group_by_problem(group_by)
+    """The ``group_by`` of the JSON routes, read in any case as the CLI reads it; 422 naming a bad one."""
+    grouping = group_by_name(group_by)
+    problem = group_by_problem(grouping)
     if problem:
         raise HTTPException(422, f"group_by: {problem}")
-    return group_by
+    return grouping
 
 
 DagId = Annotated[str | None, Depends(checked_dag_id)]
@@ -260,7 +262,7 @@ def page_filters(
             "leave it empty (or *) for all."
         )
         scope_text = "*"
-    grouping = typed["group_by"] or "dag"
+    grouping = group_by_name(typed["group_by"]) if typed["group_by"] else "dag"
     if group_by_problem(grouping):
         errors.append(f"Group by: {grouping!r} is not one of {', '.join(GROUP_BY_CHOICES)} or tag:<name>.")
     filters, problems = check_filters(
