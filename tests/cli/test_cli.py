@@ -474,6 +474,40 @@ def test_trial_report_shows_cost_per_successful_trial(
     assert (shown["per_trial_usd"], shown["per_successful_trial_usd"]) == ("2.666667", "8.000000")
 
 
+def test_trial_report_over_several_runs_counts_each_run_s_trials_apart(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Every run of a search numbers its trials from #0: merged by label, run r1's trial #0 cut by the budget
+    # ("#0@1" alone) was counted as a rung of run r2's promoted #0, and two promoted #1s left their rungs
+    # over as a third trial that never ended.
+    ledger = Ledger.from_url(ledger_url)
+    rows = {
+        "r1": (("#0@1", "1"), ("#1@1", "1"), ("#1 promoted@9", "3")),
+        "r2": (("#0@1", "1"), ("#0 promoted@9", "3"), ("#1@1", "1"), ("#1 promoted@9", "3")),
+    }
+    for run_id, labels in rows.items():
+        for label, usd in labels:
+            ledger.record(
+                LedgerEntry(dag_id="search", run_id=run_id, task_id="search", kind=Kind.COMPUTE,
+                            usd=Decimal(usd), trial=label)
+            )  # fmt: skip
+    # The same labels in another DAG's run of the same id are that DAG's trials.
+    ledger.record(
+        LedgerEntry(dag_id="other", run_id="r1", task_id="t", kind=Kind.COMPUTE, usd=Decimal(2),
+                    trial="#0 pruned@3")
+    )  # fmt: skip
+    trials = ["--ledger-url", ledger_url, "report", "--group-by", "trial", "--format", "json"]
+    assert main([*trials, "--dag-id", "search"]) == 0
+    shown = json.loads(capsys.readouterr().out)["trials"]
+    assert (shown["trials"], shown["successful"]) == (4, 3)  # r1: #0 cut, #1 promoted; r2: both promoted
+    assert (shown["per_trial_usd"], shown["per_successful_trial_usd"]) == ("3.250000", "4.333333")
+    assert main([*trials, "--dag-id", "search", "--run-id", "r1"]) == 0
+    assert json.loads(capsys.readouterr().out)["trials"]["trials"] == 2
+    assert main(trials) == 0  # every DAG: other/r1's #0 is a trial of its own
+    shown = json.loads(capsys.readouterr().out)["trials"]
+    assert (shown["trials"], shown["successful"]) == (5, 3)
+
+
 def test_report_writes_dollars_like_the_cost_page_with_decimal_points_lined_up(
     ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

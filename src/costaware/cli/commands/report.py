@@ -164,7 +164,13 @@ def report(args: argparse.Namespace) -> int:
         "preemption": totals.preempted_tries,
         "other": totals.failed_tries - totals.preempted_tries,
     }
-    per_trial = _trial_costs(rows) if args.group_by == "trial" else None
+    per_trial = None
+    if args.group_by == "trial":
+        from costaware.adapters.ledger.trials import trial_spend
+
+        per_trial = _trial_costs(
+            trial_spend(ledger, Filters(args.since, args.until, args.dag_id, args.scope, run_id))
+        )
     if per_trial is not None:
         payload["trials"] = {
             "trials": per_trial.trials,
@@ -248,32 +254,33 @@ def _spool_note(spooled: int) -> str:
     )
 
 
-def _trial_costs(rows: Sequence[Any]) -> Any:
-    """Cost per trial and per successful trial, from the trial labels of the rows.
+def _trial_costs(spend: Sequence[tuple[str, str, Decimal]]) -> Any:
+    """Cost per trial and per successful trial, from what each trial label of each run spent.
 
     ``#<n> <state>@<fidelity>`` is one trial that ended so (budgeted_tuning's entry, or the last of a
     budgeted_search trial); ``#<n>@<rung>`` is a rung of a budgeted_search trial, counted with its trial's
     ending where one row gives it, else as a trial that did not end (cut by the budget, or still running).
+    Trials are numbered within their run: ``#0`` of one run is not ``#0`` of another.
     """
     from costaware.core.tuning import TrialState, trial_costs
 
     states = {s.value for s in TrialState}
-    ended: dict[str, list[tuple[TrialState, Decimal]]] = {}
-    rungs: dict[str, Decimal] = {}
-    for row in rows:
-        found = re.match(r"^#(\d+)(?: ([a-z]+))?@\S+$", row.group)
+    ended: dict[tuple[str, str], list[tuple[TrialState, Decimal]]] = {}
+    rungs: dict[tuple[str, str], Decimal] = {}
+    for run, label, usd in spend:
+        found = re.match(r"^#(\d+)(?: ([a-z]+))?@\S+$", label)
         if not found or (found.group(2) is not None and found.group(2) not in states):
             continue
-        number, state = found.group(1), found.group(2)
+        trial, state = (run, found.group(1)), found.group(2)
         if state is None:
-            rungs[number] = rungs.get(number, Decimal(0)) + row.usd
+            rungs[trial] = rungs.get(trial, Decimal(0)) + usd
         else:
-            ended.setdefault(number, []).append((TrialState(state), row.usd))
-    for number, usd in rungs.items():
-        endings = ended.get(number)
+            ended.setdefault(trial, []).append((TrialState(state), usd))
+    for trial, usd in rungs.items():
+        endings = ended.get(trial)
         if endings and len(endings) == 1:  # the earlier rungs of the trial that ended so
             endings[0] = (endings[0][0], endings[0][1] + usd)
         else:
-            ended.setdefault(number, []).append((TrialState.RUNNING, usd))
+            ended.setdefault(trial, []).append((TrialState.RUNNING, usd))
     costs = [cost for endings in ended.values() for cost in endings]
     return trial_costs(costs) if costs else None
