@@ -446,6 +446,9 @@ def test_a_search_whose_model_raises_bills_what_ran_and_leaves_no_hold_or_budget
     assert billed == Decimal(str(clock.now)) == Decimal(1 + 2 + 2)  # rungs 1 and 3, then 2 s of rung 9
     (failed,) = [e for e in ledger.entries() if "failed" in (e["note"] or "")]
     assert "MemoryError: CUDA out of memory" in failed["note"]
+    # Its trial ended there, failed: billed as a bare rung (#0@9), `report --group-by trial` counted it as
+    # a trial the budget cut.
+    assert failed["trial"] == "#0 failed@9"
 
 
 def test_the_bookkeeping_after_the_last_rung_is_billed_even_when_no_money_is_left_to_reserve(

@@ -271,7 +271,8 @@ def budgeted_search(
 
     # Billed with the first rung, but no part of what every rung needs besides its training.
     setup = meter() - started
-    running: tuple[str, str] | None = None  # the rung reserved and not billed yet: (its reservation, label)
+    # The rung reserved and not billed yet: (its reservation, trial number, rung).
+    running: tuple[str, int, int] | None = None
     try:
         while len(trials) < max_trials:
             trial = study.ask(dict(space))
@@ -323,7 +324,7 @@ def budgeted_search(
                         ttl=timedelta(seconds=max(2 * seconds, 60.0)),
                         purpose=f"rung {rung} of trial {trial.number}",
                     )
-                    running = (reservation.id, f"#{trial.number}@{rung}")
+                    running = (reservation.id, trial.number, rung)
                 except BudgetExceededError as e:
                     state, stop = "cut", str(e)
                     break
@@ -365,7 +366,7 @@ def budgeted_search(
                     if rung == rung_list[-1]
                     else None
                 )
-                label = running[1] if ended is None else trial_label(trial.number, ended, rung)
+                label = f"#{trial.number}@{rung}" if ended is None else trial_label(trial.number, ended, rung)
                 billed = billing.bill(running[0], label, f"{note}; failed: not a number" if failed else note)
                 running = None
                 if billed > seconds:
@@ -479,11 +480,22 @@ def budgeted_search(
     )
 
 
-def _bill_what_ran(billing: SearchBilling, running: tuple[str, str] | None, error: BaseException) -> None:
-    """Bill the time a search used up to its failure: on its running rung's reservation, then the rest."""
+def _bill_what_ran(
+    billing: SearchBilling, running: tuple[str, int, int] | None, error: BaseException
+) -> None:
+    """Bill the time a search used up to its failure: on its running rung's reservation, then the rest.
+
+    The running rung's trial ended there: it is billed as failed (``#3 failed@9``), as a diverged one is;
+    a bare rung label (``#3@9``) read as a trial the budget cut.
+    """
     try:
         if running is not None:
-            billing.bill(*running, f"the rung failed: {type(error).__name__}: {error}")
+            reservation_id, number, rung = running
+            billing.bill(
+                reservation_id,
+                trial_label(number, TrialState.FAILED, rung),
+                f"the rung failed: {type(error).__name__}: {error}",
+            )
         billing.settle_tail("")
     except Exception:
         log.exception("search %s: what ran before it failed could not be billed", billing.run)
