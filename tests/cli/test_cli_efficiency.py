@@ -305,6 +305,23 @@ def test_runs_show_of_a_run_that_trained_no_model_shows_what_it_cost(
     assert shown["outcome"] is None and shown["usd"] == "0.000251" and len(shown["entries"]) == 2
 
 
+def test_runs_show_last_of_a_dag_with_costs_but_no_outcome_says_so_not_that_the_name_is_wrong(
+    ledger: Ledger, ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It said "... of DAG 'tune' yet (DAGs in the ledger: d)", which reads as if 'tune' were misspelt.
+    for dag_id, run_id in (("tune", "t1"), ("tune", "t2"), ("d", "r1")):
+        ledger.record(
+            LedgerEntry(dag_id=dag_id, run_id=run_id, task_id="search", kind=Kind.COMPUTE, usd=Decimal(1))
+        )
+    assert main(["--ledger-url", ledger_url, "runs", "show", "--last", "--dag-id", "tune"]) == 2
+    err = capsys.readouterr().err
+    assert "DAG 'tune' has cost entries in the ledger but no recorded retrain outcome" in err
+    assert "DAGs in the ledger" not in err and "did you mean" not in err
+    last = ledger.last_run_id("tune")
+    assert f"`costaware runs show {last} --dag-id tune`" in err  # what its newest run cost
+    assert main(["--ledger-url", ledger_url, "runs", "show", str(last), "--dag-id", "tune"]) == 0
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -7,7 +7,7 @@ import json
 from decimal import Decimal
 from typing import Any
 
-from costaware.cli.arguments import check_range, dag_hint, open_ledger, refuse_unknown_names
+from costaware.cli.arguments import check_range, open_ledger, refuse_unknown_names
 from costaware.cli.output import emit
 from costaware.core.money import format_usd_exact
 
@@ -233,8 +233,17 @@ def show_run(args: argparse.Namespace) -> int:
         refuse_unknown_names(ledger, args.dag_id, None)
         newest = outcomes(ledger, dag_id=args.dag_id, limit=1)
         if not newest:
-            hint = dag_hint(ledger, args.dag_id)
-            raise CostawareError(f"the ledger has no retrain outcomes of DAG {args.dag_id!r} yet{hint}")
+            # The name is right (refused above otherwise): listing the other DAGs read as if it were not.
+            import shlex
+
+            last = ledger.last_run_id(args.dag_id)
+            raise CostawareError(
+                f"DAG {args.dag_id!r} has cost entries in the ledger but no recorded retrain outcome (a "
+                "tuning DAG, or runs that ended before a model was trained, record none; "
+                "WarmStartRetrainOperator, RemoteTrainingOperator and ModelPromoteOperator do): "
+                f"`costaware runs show {shlex.quote(str(last))} --dag-id {shlex.quote(args.dag_id)}` "
+                "shows what its newest run cost"
+            )
         run_id = newest[0].run_id
     elif not run_id:
         raise CostawareError("give a RUN_ID (see `costaware runs list`) or --last --dag-id DAG")
