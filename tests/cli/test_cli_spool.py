@@ -119,3 +119,21 @@ def test_spool_commands_refuse_a_folder_that_is_not_one_and_a_ledger_url(
     # A machine that never spooled anything: an empty spool, not an error.
     assert main(["spool", "show", "--spool-dir", str(tmp_path)]) == 0
     assert "empty, no cost entry waits" in capsys.readouterr().out
+
+
+def test_drain_on_a_machine_without_the_workers_ledger_leaves_the_entries_waiting(
+    spool: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The hook falls back to a SQLite file under $AIRFLOW_HOME where no connection is set: run where the
+    # workers' settings are not, the drain emptied the spool into a new ledger that no budget reads.
+    monkeypatch.delenv("COSTAWARE_LEDGER_URL", raising=False)
+    monkeypatch.delenv("AIRFLOW_CONN_TEAM_LEDGER", raising=False)
+    spool_entry(spool, _entry("ours"), "costaware_ledger", retrying=False)
+    spool_entry(spool, _entry("theirs"), "team_ledger", retrying=False)
+    assert main(["spool", "drain"]) == 1
+    out, err = capsys.readouterr()
+    assert "0 written, 2 still waiting, 0 refused" in out
+    embedded = tmp_path / "airflow" / "costaware" / "ledger.db"
+    assert f"no ledger at {embedded}: this machine does not see the workers' ledger" in err
+    assert "the connection 'team_ledger' does not exist on this machine: set AIRFLOW_CONN_TEAM_LEDGER" in err
+    assert not embedded.exists() and len(list(spool.glob("*.json"))) == 2

@@ -211,7 +211,7 @@ def open_ledger(args: argparse.Namespace, *, reading: bool = False) -> Ledger:
 
     # A blank --ledger-url (a script's unset variable) is refused by the parser: not the default ledger.
     url = getattr(args, "ledger_url", None) or default_ledger_url()
-    missing = _missing_sqlite_file(url)
+    missing = missing_sqlite_file(url)
     if missing is not None and not reading:
         # Said, so that a mistyped path (sqlite:///tmp/x.db under the current folder, for sqlite:////tmp/x.db)
         # is seen before anything is written to a ledger no worker reads.
@@ -321,7 +321,7 @@ def default_ledger_url() -> str:
     return ledger_url()
 
 
-def _missing_sqlite_file(url: str) -> str | None:
+def missing_sqlite_file(url: str) -> str | None:
     """The path of ``url``'s SQLite file when it does not exist; else None (also for another database)."""
     from pathlib import Path
 
