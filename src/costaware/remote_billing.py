@@ -62,14 +62,18 @@ class AttemptBilling:
         except CostawareError:
             return None  # no source has it there: the plan's price
 
-    def _ran_on_scale(self, plan: RemotePlan, job: Mapping[str, Any]) -> Decimal:
+    def _ran_on_scale(
+        self, plan: RemotePlan, job: Mapping[str, Any], *, raise_unavailable: bool = False
+    ) -> Decimal:
         """The ratio of the on-demand prices of the type ``job`` ran on and the plan's; 1 where the same.
 
         Batch (a compute environment's choice) and Kubernetes (a node pool's) may run a job on another type
         than the plan's, which priced it: that type's price, as a ratio, so a dearer one is not under-billed.
+        ``raise_unavailable``: a ledger that cannot be read raises :class:`LedgerUnavailableError` (a caller
+        that can ask again later) instead of reading as the plan's price.
         """
         from costaware.adapters.price_source import list_price
-        from costaware.core.errors import CostawareError
+        from costaware.core.errors import CostawareError, LedgerUnavailableError
 
         ran_on = str(job.get("instance_type") or "").removeprefix("ml.")
         planned = plan.instance_type.removeprefix("ml.")
@@ -79,6 +83,8 @@ class AttemptBilling:
             conn = self.ledger_hook.get_conn()
             scale = list_price(conn, ran_on, plan.region) / list_price(conn, planned, plan.region)
         except (CostawareError, ArithmeticError) as e:
+            if raise_unavailable and isinstance(e, LedgerUnavailableError):
+                raise
             self.log.warning(
                 "job %s ran on %s, not the planned %s, whose price is unknown (%s): billed at %s's price",
                 job.get("job_id"),

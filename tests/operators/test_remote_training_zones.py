@@ -728,3 +728,46 @@ def test_a_wait_in_the_worker_records_the_dearer_types_stop_as_max_usd(
         op._wait(context_for(), state)
     (entry,) = [e for e in ledger.entries() if e["task_id"] == "train"]
     assert (entry["cause"], Decimal(str(entry["usd"]))) == ("max_usd", Decimal("0.10"))
+
+
+def test_a_price_unknown_for_one_poll_does_not_turn_off_the_dearer_types_stop(
+    ledger: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The limit was worked out once per job: a ledger that could not be read at the first poll that saw the
+    # job on a dearer type read as the plan's price, the job was never stopped, and billed $0.40 of $0.10.
+    from attempt_states import CAPTURED  # tests/support/
+
+    import costaware.adapters.price_source as price_source
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.core.errors import LedgerUnavailableError
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan
+    from costaware.triggers.remote_training import RemoteTrainingJobTrigger
+
+    plan = replace(RemotePlan.from_json(CAPTURED), max_usd="0.10", billing=None)  # at its spot price
+    state = AttemptState(plan=plan, spot_usd_per_hour="0.05").submitted(
+        job_id="train-a1", market="spot", stop_after_seconds=7090
+    )
+    ran_on = {"job_id": "train-a1", "market": "spot", "instance_type": "m5.2xlarge"}
+    answers = [
+        JobStatus(state=JobState.RUNNING, billable_seconds=s, **ran_on) for s in (100.0, 1000.0, 1690.0)
+    ]
+    stops: list[str] = []
+    monkeypatch.setattr(LocalBackend, "poll", lambda self, job_id: answers.pop(0))
+    monkeypatch.setattr(LocalBackend, "stop", lambda self, job_id: stops.append(job_id))
+    real_list_price = price_source.list_price
+    calls: list[str] = []
+
+    def down_at_first(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args[1])
+        if len(calls) == 1:
+            raise LedgerUnavailableError("ledger down for one poll")
+        return real_list_price(*args, **kwargs)
+
+    monkeypatch.setattr(price_source, "list_price", down_at_first)
+    watch = RemoteTrainingJobTrigger(
+        backend="local", backend_options={"root": str(tmp_path)}, job_id="train-a1", state=state.to_json()
+    )
+    assert watch.poll_once(utcnow()) is None and stops == []  # price unknown: asked again
+    assert watch.poll_once(utcnow()) is None and stops == []  # 1000 s of the 1690 s $0.10 buys there
+    assert watch.poll_once(utcnow()) is None and stops == ["train-a1"]

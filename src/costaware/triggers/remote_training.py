@@ -423,6 +423,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         job is stopped there (SIGTERM: it checkpoints); it ends recorded as stopped by ``max_usd``.
         """
         from costaware.adapters.compute.base import open_backend
+        from costaware.core.errors import LedgerUnavailableError
         from costaware.core.money import format_usd_exact
         from costaware.remote_billing import KilledTrainingBilling
         from costaware.training.attempt_effects import cap_rate, capped_seconds, instances, money_left
@@ -442,7 +443,13 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             billing = KilledTrainingBilling(
                 ledger_conn_id=self.ledger_conn_id, aws_conn_id=self.aws_conn_id, log=self.log
             )
-            scale = billing._ran_on_scale(plan, status.to_dict())
+            try:
+                scale = billing._ran_on_scale(plan, status.to_dict(), raise_unavailable=True)
+            except LedgerUnavailableError as e:
+                # Not kept: read as the plan's price, the job would never be stopped, and its bill (the
+                # ledger back by then) would come at the dearer price, past max_usd.
+                self.log.warning("price of %s unknown for now (%s): asked again at the next poll", job_id, e)
+                return
             rate = cap_rate(state, current.market, billing._on_demand_in(plan, current.zone)) * scale
             limit = capped_seconds(state, rate) if scale > 1 else None  # a cheaper type stays within it
             self._other_type_limit = (job_id, limit)
