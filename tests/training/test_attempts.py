@@ -540,6 +540,20 @@ def test_an_attempt_stopped_at_max_usd_is_told_from_a_reclaim_and_a_code_error(
     assert plain.record_cause != "max_usd"
 
 
+@pytest.mark.parametrize(("run_seconds", "capped"), [(30.0, False), (60.0, True)])
+def test_a_cap_stop_is_judged_by_the_run_length_not_the_seconds_of_all_instances(
+    run_seconds: float, capped: bool
+) -> None:
+    # SageMaker bills every instance: 4 instances preempted 30 s into a 60 s limit bill 120 s.
+    plan = replace(PLAN, backend="sagemaker", backend_options={"instance_count": 4})
+    running = replace(state(done=1), plan=plan)
+    assert running.current is not None
+    capped_state = replace(running, current=replace(running.current, stop_after_seconds=60))
+    ended_job = {**job("interrupted", reason="preempted"), "billable_seconds": run_seconds * 4}
+    step = next_step(capped_state, JobEnded(ended_job), NOW, max_attempts=10, latest_resume=None)
+    assert step.record_cause == ("max_usd" if capped else "preemption")
+
+
 def test_the_stop_a_cap_set_travels_with_the_running_attempt() -> None:
     current = Current(2, "j-a2", "spot", stop_after_seconds=61)
     assert Current.from_json(json.loads(json.dumps(current.to_json()))) == current

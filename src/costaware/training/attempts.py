@@ -15,6 +15,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from costaware.adapters.compute.base import billed_instances
 from costaware.adapters.compute.job_contract import (
     EXIT_PREEMPTED,
     EXIT_PREEMPTED_BEFORE_CHECKPOINT,
@@ -185,12 +186,13 @@ class Current:
             moved_bytes=int(data.get("moved_bytes") or 0),
         )
 
-    def stopped_by_cap(self, job: Mapping[str, Any]) -> bool:
+    def stopped_by_cap(self, job: Mapping[str, Any], *, instances: int = 1) -> bool:
         """Whether ``job`` (this attempt, ended) ran into the stop that ``max_usd`` set for it.
 
         The backend says so (a runtime limit reached), or an interrupted job ran that long. A Batch timeout
         or a Kubernetes deadline can end as failed, a SageMaker spot job bills less than it ran: either
-        test alone would miss some.
+        test alone would miss some. ``instances``: how many instances its ``billable_seconds`` count
+        (SageMaker's ``instance_count``); the stop is on the run's own length.
         """
         if self.stop_after_seconds is None or job.get("state") not in ("interrupted", "failed"):
             return False
@@ -198,7 +200,7 @@ class Current:
         if any(said in reason for said in RUNTIME_LIMIT_REASONS):
             return True
         # Ran that long and was stopped; a job that failed on its own then is still a failure.
-        ran_out = float(job.get("billable_seconds") or 0) >= self.stop_after_seconds
+        ran_out = float(job.get("billable_seconds") or 0) / instances >= self.stop_after_seconds
         return ran_out and job.get("state") == "interrupted"
 
 
@@ -565,7 +567,11 @@ def next_step(
         )
         return _within_attempts(state, submit, max_attempts)
     cause = attempt_cause(job) or CAUSES.get(ended, "code_error")
-    capped = ended != "succeeded" and state.current is not None and state.current.stopped_by_cap(job)
+    capped = (
+        ended != "succeeded"
+        and state.current is not None
+        and state.current.stopped_by_cap(job, instances=billed_instances(state.plan.backend_options))
+    )
     if capped:
         cause = "max_usd"  # stopped at what was left of the cap: the next submit says whether more is left
     if ended == "succeeded":
