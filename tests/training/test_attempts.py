@@ -496,6 +496,20 @@ def test_remaining_hours(
     assert left == expected
 
 
+def test_remaining_hours_count_how_long_a_multi_instance_attempt_ran_not_its_instance_seconds() -> None:
+    # 4 instances for 1200 s bill 4800 s; the run kept 1200 - 300 restart - 300 interval = 600 s of work.
+    plan = replace(PLAN, backend="sagemaker", backend_options={"instance_count": 4})
+    ended = {**job("interrupted"), "billable_seconds": 4800.0}
+    left = remaining_hours(
+        replace(state(), plan=plan),
+        runtime_hours=Decimal(1),
+        restart_overhead_minutes=5.0,
+        checkpoint_every_seconds=300.0,
+        ended=ended,
+    )
+    assert left == Decimal("0.833333")
+
+
 @pytest.mark.parametrize(
     ("steps", "exit_code", "saved"),
     [

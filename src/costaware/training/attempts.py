@@ -326,7 +326,8 @@ def remaining_hours(
     """Work left, estimated from above, counting the job status ``ended`` too (not yet recorded).
 
     An attempt keeps what it ran past its restart, less one checkpoint interval (the most a stop or a
-    preemption loses); without timed checkpoints a stop may lose everything.
+    preemption loses); without timed checkpoints a stop may lose everything. How long it ran is its billed
+    seconds over its instances (SageMaker's ``instance_count`` bills each).
     """
     kept = 0.0
     if checkpoint_every_seconds:
@@ -334,7 +335,8 @@ def remaining_hours(
         seconds = [float(a.billable_seconds) for a in state.attempts]
         if ended is not None:
             seconds.append(float(ended["billable_seconds"]))
-        kept = sum(max(0.0, s - lost) for s in seconds)
+        count = billed_instances(state.plan.backend_options)
+        kept = sum(max(0.0, s / count - lost) for s in seconds)
     return max(runtime_hours - Decimal(str(round(kept / 3600, 6))), Decimal(0))
 
 
