@@ -72,7 +72,6 @@ class AttemptBilling:
         ``raise_unavailable``: a ledger that cannot be read raises :class:`LedgerUnavailableError` (a caller
         that can ask again later) instead of reading as the plan's price.
         """
-        from costaware.adapters.price_source import list_price
         from costaware.core.errors import CostawareError, LedgerUnavailableError
 
         ran_on = str(job.get("instance_type") or "").removeprefix("ml.")
@@ -80,8 +79,7 @@ class AttemptBilling:
         if not ran_on or ran_on == planned:
             return Decimal(1)
         try:
-            conn = self.ledger_hook.get_conn()
-            scale = list_price(conn, ran_on, plan.region) / list_price(conn, planned, plan.region)
+            scale = self._type_price_ratio(plan, ran_on)
         except (CostawareError, ArithmeticError) as e:
             if raise_unavailable and isinstance(e, LedgerUnavailableError):
                 raise
@@ -102,6 +100,20 @@ class AttemptBilling:
             scale,
         )
         return scale
+
+    def _type_price_ratio(self, plan: RemotePlan, instance_type: str) -> Decimal:
+        """The on-demand price of ``instance_type`` over the plan's type's, in the plan's region (IO).
+
+        Raises:
+            CostawareError: a type no price source has; ArithmeticError: a planned type priced at 0.
+        """
+        from costaware.adapters.price_source import list_price
+
+        conn = self.ledger_hook.get_conn()
+        planned = plan.instance_type.removeprefix("ml.")
+        return list_price(conn, instance_type.removeprefix("ml."), plan.region) / list_price(
+            conn, planned, plan.region
+        )
 
     def _billed_spot_rate(self, state: AttemptState, job: Mapping[str, Any]) -> Decimal:
         """The spot USD/hour an attempt is billed at.

@@ -771,3 +771,53 @@ def test_a_price_unknown_for_one_poll_does_not_turn_off_the_dearer_types_stop(
     assert watch.poll_once(utcnow()) is None and stops == []  # price unknown: asked again
     assert watch.poll_once(utcnow()) is None and stops == []  # 1000 s of the 1690 s $0.10 buys there
     assert watch.poll_once(utcnow()) is None and stops == ["train-a1"]
+
+
+@pytest.mark.parametrize(
+    ("billed_usd", "stop_after_seconds"),
+    [
+        ("0.08", 250),  # $0.02 left buys 360 s at $0.20/hour, less the 110 s grace (1330 s at $0.05/hour)
+        ("0.094", None),  # $0.006 buys 108 s at $0.20/hour, less than its grace: nothing is started
+    ],
+)
+def test_the_attempt_after_one_on_a_dearer_type_is_sized_at_that_types_price(
+    ledger: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    billed_usd: str,
+    stop_after_seconds: int | None,
+) -> None:
+    # Attempt 1 ran on an m5.2xlarge (4 times the planned m5.large): attempt 2 was still sized at the
+    # planned price, its limit (and its "stopped after" log) 4 times what is left of max_usd buys there,
+    # and it started where that was less than a minute of it.
+    from attempt_states import CAPTURED  # tests/support/
+
+    from costaware.training.attempts import Attempt, AttemptState
+    from costaware.training.plan import RemotePlan
+
+    plan = replace(
+        RemotePlan.from_json(CAPTURED),
+        max_usd="0.10",
+        billing=None,
+        backend_options={"root": str(tmp_path / "jobs")},
+        checkpoint_uri=str(tmp_path / "ckpt"),
+    )
+    on_dearer = Attempt(1, "train-a1", "spot", "m5.2xlarge", 1690.0, billed_usd, "max_usd", "stopped")
+    state = AttemptState(plan=plan, spot_usd_per_hour="0.05", attempts=(on_dearer,))
+    submitted: list[Any] = []
+    monkeypatch.setattr(LocalBackend, "submit", lambda self, request: submitted.append(request) or "train-a2")
+    op = operator(tmp_path, deferrable=False)
+    if stop_after_seconds is None:
+        with pytest.raises(AirflowFailException, match=r"less than 60 s on spot m5\.2xlarge at \$0\.20/hour"):
+            op._submit(state, "spot")
+        assert submitted == []
+        return
+    running = op._submit(state, "spot")
+    (request,) = submitted
+    assert request.stop_after_seconds == stop_after_seconds
+    assert running.current is not None and running.current.stop_after_seconds == stop_after_seconds
+    assert (
+        f"attempt 2 is stopped after {stop_after_seconds} s at the latest: $0.02 is left of max_usd, at "
+        "$0.20/hour on m5.2xlarge, the type attempt 1 ran on" in capsys.readouterr().out
+    )

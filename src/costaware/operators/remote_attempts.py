@@ -107,13 +107,19 @@ class RemoteAttemptSteps(AttemptBilling):
         elif market == "spot":
             state, market, zone, market_reason = self._place(state)
         rate = cap_rate(state, market, self._on_demand_in(plan, zone))
+        # The backend that put the last attempt on a dearer type than planned likely does so again: sized
+        # at the planned price, the attempt got a limit the trigger cut short, or started with too little.
+        sized_on, scale = self._dearer_type_ran_on(state) if plan.max_usd is not None else (None, Decimal(1))
+        rate *= scale
         allowed = capped_seconds(state, rate)
         if allowed is not None and allowed < MIN_CAPPED_SECONDS:
             if followed is None:
                 self._settle(state)
                 # SageMaker syncs its checkpoints itself, without the marker: there, none read says nothing.
                 newest = self._newest_step(state) if state.attempts and plan.backend != "sagemaker" else None
-                raise AirflowFailException(cap_spent_message(state, market, rate, newest_step=newest))
+                raise AirflowFailException(
+                    cap_spent_message(state, market, rate, newest_step=newest, instance_type=sized_on)
+                )
             # An earlier try of this task started it (the cap or a price has changed since): follow it to its
             # end and bill it, under the limit it was given, rather than leave it running unrecorded.
             self.log.warning(
@@ -131,11 +137,12 @@ class RemoteAttemptSteps(AttemptBilling):
         # A followed job has the limit an earlier try gave it: none is said here.
         if allowed is not None and left is not None and not following:
             self.log.info(
-                "attempt %d is stopped after %d s at the latest: %s is left of max_usd, at %s/hour",
+                "attempt %d is stopped after %d s at the latest: %s is left of max_usd, at %s/hour%s",
                 request.attempt,
                 allowed,
                 format_usd_exact(left),
                 format_usd_exact(rate),
+                f" on {sized_on}, the type attempt {state.attempts[-1].attempt} ran on" if sized_on else "",
             )
         # The stop the cap sets, where it is the limit the job got (an earlier deadline limit is not it):
         # an attempt that ran into it is recorded as stopped by max_usd, not preempted.
@@ -179,6 +186,34 @@ class RemoteAttemptSteps(AttemptBilling):
                 plan.region,
             )
         return submitted
+
+    def _dearer_type_ran_on(self, state: AttemptState) -> tuple[str | None, Decimal]:
+        """The type the last attempt ran on and its price over the planned type's, where it is dearer (IO).
+
+        ``(None, 1)`` where it ran on the planned type, a cheaper one (the planned price bounds it), one the
+        backend did not say, or one no price source has (warned: the trigger still stops it in time).
+        """
+        from costaware.core.errors import CostawareError
+
+        last = state.attempts[-1] if state.attempts else None
+        if last is None:
+            return None, Decimal(1)
+        ran_on = last.instance_type.removeprefix("ml.")
+        if not ran_on or ran_on == state.plan.instance_type.removeprefix("ml."):
+            return None, Decimal(1)
+        try:
+            scale = self._type_price_ratio(state.plan, ran_on)
+        except (CostawareError, ArithmeticError) as e:
+            self.log.warning(
+                "attempt %d ran on %s, not the planned %s, whose price is unknown (%s): the next attempt is "
+                "sized at the planned price",
+                last.attempt,
+                ran_on,
+                state.plan.instance_type,
+                e,
+            )
+            return None, Decimal(1)
+        return (last.instance_type, scale) if scale > 1 else (None, Decimal(1))
 
     def _running_job_state(self) -> AttemptState | None:
         """The newest state whose job may be running: ``_live``, or a job a failed submit left (IO).

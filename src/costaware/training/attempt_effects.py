@@ -153,12 +153,18 @@ def least_cap_usd_said(rate: Decimal, grace_seconds: float) -> Decimal:
 
 
 def cap_spent_message(
-    state: AttemptState, market: str, rate: Decimal, *, newest_step: int | None = None
+    state: AttemptState,
+    market: str,
+    rate: Decimal,
+    *,
+    newest_step: int | None = None,
+    instance_type: str | None = None,
 ) -> str:
     """Why the next attempt is not started: what is left of ``max_usd`` buys less than a minute.
 
     ``newest_step``: the step of the newest checkpoint pushed (``NO_CHECKPOINT``: none; None: not known), so
-    that the message says whether clearing the task resumes or starts over.
+    that the message says whether clearing the task resumes or starts over. ``instance_type``: the type
+    ``rate`` is of, where not the plan's (a dearer one the backend ran the last attempt on).
     """
     from costaware.core.money import format_usd_exact
     from costaware.training.attempts import NO_CHECKPOINT
@@ -166,7 +172,8 @@ def cap_spent_message(
     plan = state.plan
     cap, billed = Decimal(plan.max_usd or 0), total_usd(state)
     buys = (
-        f"less than {MIN_CAPPED_SECONDS} s on {market} {plan.instance_type} at {format_usd_exact(rate)}/hour "
+        f"less than {MIN_CAPPED_SECONDS} s on {market} {instance_type or plan.instance_type} at "
+        f"{format_usd_exact(rate)}/hour "
         f"beyond its {plan.grace_seconds:g} s grace period"
     )
     if not state.attempts:
