@@ -313,3 +313,67 @@ def test_a_mapped_tasks_ledger_is_read_from_its_partial_arguments() -> None:
         )
     (task,) = DagSerialization.from_dict(DagSerialization.to_dict(dag)).tasks
     assert type(task).__name__ == "SerializedMappedOperator" and ledger_conn_id_of(task) == "team_ledger"
+
+
+def test_a_killed_try_is_priced_on_the_dag_version_it_ran_not_a_later_one(
+    ledger_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The try ran on a g5.xlarge; the DAG was changed to a g5.2xlarge while it ran. Its price was read from
+    # the latest serialized DAG: the killed try was billed on a type it never ran on.
+    import uuid
+
+    from airflow.models import import_all_models
+    from airflow.models.base import Base
+    from airflow.models.dag import DagModel
+    from airflow.models.dag_version import DagVersion
+    from airflow.models.dagbundle import DagBundleModel
+    from airflow.models.dagrun import DagRun
+    from airflow.models.serialized_dag import SerializedDagModel
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.serialization.serialized_objects import LazyDeserializedDAG
+    from sqlalchemy import create_engine, select
+    from sqlalchemy.orm import Session
+
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+    versions = select(DagVersion).where(DagVersion.dag_id == "nightly")
+    import_all_models()
+    engine = create_engine(f"sqlite:///{tmp_path / 'airflow.db'}")
+    Base.metadata.create_all(engine)
+
+    def version_on(instance_type: str) -> LazyDeserializedDAG:
+        with DAG("nightly", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")) as dag:
+
+            @task(params={"costaware_compute": {"instance_type": instance_type, "market": "on_demand"}})
+            def train() -> int:
+                return 1
+
+            train()
+        return LazyDeserializedDAG(data=DagSerialization.to_dict(dag))
+
+    with Session(engine) as session:
+        session.add_all([DagBundleModel(name="dags"), DagModel(dag_id="nightly", bundle_name="dags")])
+        session.flush()
+        SerializedDagModel.write_dag(version_on("g5.xlarge"), bundle_name="dags", session=session)
+        ran = session.scalars(versions).one()
+        run = DagRun(dag_id="nightly", run_id="manual__1", run_type="manual", conf={})
+        session.add(run)
+        session.flush()
+        first = SerializedDagModel.get_dag("nightly", session=session)
+        ti = TaskInstance(task=first.get_task("train"), run_id="manual__1", dag_version_id=ran.id)
+        ti.id = uuid.uuid4()
+        ti.start_date, ti.end_date, ti.try_number = START, START + timedelta(minutes=30), 1
+        session.add(ti)
+        session.flush()
+        SerializedDagModel.write_dag(version_on("g5.2xlarge"), bundle_name="dags", session=session)
+        session.flush()
+        assert len(session.scalars(versions).all()) == 2
+        latest = SerializedDagModel.get_dag("nightly", session=session)
+        assert latest.get_task("train").params["costaware_compute"]["instance_type"] == "g5.2xlarge"
+
+        priced = killed_tries.killed_try_pricing(ti, "failed")
+        assert priced is not None
+        entry = priced[1]()
+    assert (entry.instance_type, entry.usd) == (
+        "g5.xlarge",
+        (Decimal("1.006") / 2).quantize(Decimal("0.000001")),
+    )

@@ -5,11 +5,12 @@ person marked it (or its run) failed or success while it ran and the supervisor 
 executor lost the whole worker (an evicted pod, a dead machine) and the scheduler failed the try. Airflow
 then reports the state change in the API server or the scheduler, with a metadata-database TaskInstance.
 This module prices those tries there (the listener writes them), from the start and end the database holds:
-on the task's ``costaware_compute`` param (from its serialized definition), else the ``[costaware]
-worker_*`` settings (an operator's own compute arguments are not in that definition), tagged as the run's
-other entries are (the DAG's tags, its param defaults and the run's conf), and with an operator's own
-``tags`` where its definition keeps them (``RemoteTrainingOperator``'s, a template field). It goes to the
-ledger the task names (``ledger_conn_id``, a template field of every costaware operator and sensor).
+on the task's ``costaware_compute`` param (from its serialized definition, in the DAG version the try
+ran), else the ``[costaware] worker_*`` settings (an operator's own compute arguments are not in that
+definition), tagged as the run's other entries are (the DAG's tags, its param defaults and the run's
+conf), and with an operator's own ``tags`` where its definition keeps them (``RemoteTrainingOperator``'s,
+a template field). It goes to the ledger the task names (``ledger_conn_id``, a template field of every
+costaware operator and sensor).
 
 Limits: a lost worker is charged up to when the scheduler noticed it (its heartbeat timeout), not when it
 died. A task process killed while its supervisor lives on (an out-of-memory kill of the task alone) is
@@ -51,7 +52,7 @@ def killed_try_pricing(ti: Any, outcome: str) -> tuple[str, Callable[[], Any]] |
         seconds = (end - start).total_seconds()
         if seconds <= 0:
             return None
-        dag = _serialized_dag(ti.dag_id, _session_of(ti))
+        dag = _dag_the_try_ran(ti, _session_of(ti))
         task = _task_of(dag, ti.task_id) if dag is not None else None
         if getattr(ti, "next_method", None) or getattr(task, "mode", None) == "reschedule":
             # Deferred (or waiting for a person), or a sensor between pokes: most of start-to-end held no
@@ -189,6 +190,32 @@ def _id_of_the_try(ti: Any) -> Any:
     if row.start_date is None:
         return None  # archived without running
     return row.task_instance_id
+
+
+def _dag_the_try_ran(ti: Any, session: Any) -> Any:
+    """The DAG as the try ran it: the version its TaskInstance names, else the latest one.
+
+    A DAG changed since the try started (a ``costaware_compute`` param, a tag) has a newer version: read
+    from the latest, a killed try was priced on compute it never ran on.
+    """
+    version_id = getattr(ti, "dag_version_id", None)
+    if version_id is not None and session is not None:
+        try:
+            from airflow.models.dag_version import DagVersion
+
+            with session.no_autoflush:  # the scheduler's transaction: flush nothing of it from here
+                version = session.get(DagVersion, version_id)
+                serialized = version.serialized_dag if version is not None else None
+                if serialized is not None:
+                    return serialized.dag
+        except Exception as e:  # the latest version still prices it
+            log.warning(
+                "costaware: version %s of DAG %s could not be read (%s): the latest is",
+                version_id,
+                ti.dag_id,
+                e,
+            )
+    return _serialized_dag(ti.dag_id, session)
 
 
 def _serialized_dag(dag_id: str, session: Any = None) -> Any:
