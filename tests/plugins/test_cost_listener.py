@@ -788,3 +788,35 @@ def test_a_scheduler_starting_drains_what_its_machine_spooled_and_a_task_process
     assert list((tmp_path / "spool").rglob("*")) == []
     CostListener().on_starting(Job())  # nothing waits: nothing written twice
     assert len(ledger_env.entries(dag_id="retrain")) == 2
+
+
+def test_a_try_is_priced_from_the_price_cache_of_the_ledger_its_task_writes_to(  # type: ignore[no-untyped-def]
+    ledger_env: Ledger, monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    # The team imported its negotiated price into its own ledger: the try was written there but priced from
+    # the default ledger's cache, where it found none: at the bundled list price.
+    import json
+
+    from costaware.adapters.price_source import PriceCache
+    from costaware.core.ledger import utcnow
+    from costaware.core.price_list import ListPrice
+
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_TEAM_LEDGER", json.dumps({"conn_type": "sqlite", "host": str(tmp_path / "team.db")})
+    )
+    team = Ledger.from_url(f"sqlite:///{tmp_path / 'team.db'}")
+    PriceCache(team).put(
+        [ListPrice("ec2", "m5n.2xlarge", "us-east-1", Decimal("0.1"))],
+        origin="aws-price-list",
+        fetched_at=utcnow(),
+    )
+    ti = fake_ti(
+        instance_type="m5n.2xlarge", region="us-east-1", market="on_demand", ledger_conn_id="team_ledger"
+    )
+    ti.task.dag = SimpleNamespace(tags=[])
+    ti.start_date = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    ti.end_date = ti.start_date + timedelta(hours=1)
+    CostListener().on_task_instance_success(None, ti)
+    assert ledger_env.entries(dag_id="retrain") == []
+    (row,) = team.entries(dag_id="retrain")
+    assert (row["price_source"], Decimal(row["usd"])) == ("aws-price-list-cache", Decimal("0.1"))

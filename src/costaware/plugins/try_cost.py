@@ -17,7 +17,7 @@ from typing import Any
 from costaware.adapters.redaction import redacted
 from costaware.core.errors import CostawareError
 from costaware.core.money import parse_usd
-from costaware.glue import pop_annotations, tags_for
+from costaware.glue import ledger_conn_id_of, pop_annotations, tags_for
 from costaware.settings import option
 
 log = logging.getLogger(__name__)
@@ -178,7 +178,8 @@ def _entry(
     task = ti.task
     Market.parse(compute["market"])  # one the ledger cannot record ('preemptible'): the caller's fallback
     try:
-        charge = price_compute(bundled_catalog(), seconds=seconds, **compute, **_list_price(compute, tags))
+        listed = _list_price(compute, tags, ledger_conn_id_of(task))
+        charge = price_compute(bundled_catalog(), seconds=seconds, **compute, **listed)
         usd, hours, rate, on_demand = charge.usd, charge.hours, charge.usd_per_hour, charge.on_demand_usd
         gpu_hours, source = charge.gpu_hours, charge.price_source
     except CostawareError as e:
@@ -218,8 +219,12 @@ def _entry(
     )
 
 
-def _list_price(compute: Mapping[str, Any], tags: Mapping[str, str]) -> dict[str, Any]:
-    """On-demand figure (price cache -> live -> snapshot) and discount, as ``price_compute`` arguments."""
+def _list_price(compute: Mapping[str, Any], tags: Mapping[str, str], ledger_conn_id: str) -> dict[str, Any]:
+    """On-demand figure (price cache -> live -> snapshot) and discount, as ``price_compute`` arguments.
+
+    The price cache is the one in the ledger the task writes to (``ledger_conn_id``), where a team imported
+    its prices (``costaware prices import``), not the default ledger's.
+    """
     from costaware.adapters.price_source import configured_prices, discounts_from_settings
     from costaware.core.discounts import discount_for
     from costaware.hooks.ledger import CostLedgerHook
@@ -233,7 +238,7 @@ def _list_price(compute: Mapping[str, Any], tags: Mapping[str, str]) -> dict[str
     except Exception as e:  # a bad setting must not lose the entry: priced without the discount
         log.error("costaware: [costaware] discounts ignored: %s", e)
     try:
-        prices = configured_prices(CostLedgerHook().get_conn())
+        prices = configured_prices(CostLedgerHook(ledger_conn_id=ledger_conn_id).get_conn())
         service = "sagemaker" if instance_type.startswith("ml.") else "ec2"
         figure = prices.figure(instance_type, str(compute["region"]), service)
     except Exception as e:  # no figure anywhere, or the cache is unreachable: the snapshot's rules apply
