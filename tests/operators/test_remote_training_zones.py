@@ -821,3 +821,36 @@ def test_the_attempt_after_one_on_a_dearer_type_is_sized_at_that_types_price(
         f"attempt 2 is stopped after {stop_after_seconds} s at the latest: $0.02 is left of max_usd, at "
         "$0.20/hour on m5.2xlarge, the type attempt 1 ran on" in capsys.readouterr().out
     )
+
+
+def test_auto_checkpoint_interval_weighs_how_long_a_multi_instance_run_ran(tmp_path: Path) -> None:
+    # SageMaker's 4 instances preempted after 700 s bill 2800 s: "auto" re-tuned the interval as if the
+    # spot runs lasted 4 times as long, checkpointing far less often than the churn called for.
+    from attempt_states import CAPTURED  # tests/support/
+
+    from costaware.training.attempts import Attempt, AttemptState
+    from costaware.training.plan import RemotePlan
+    from costaware.training.plan.interval import observed_interval
+
+    plan = replace(
+        RemotePlan.from_json(CAPTURED),
+        backend="sagemaker",
+        backend_options={"instance_count": 4},
+        checkpoint_every_seconds=3600.0,
+        checkpoint_uri=str(tmp_path / "ckpt"),
+        spec_uri="",
+    )
+    preempted = tuple(
+        Attempt(n, f"train-a{n}", "spot", "ml.m5.large", 2800.0, "0.01", "preemption", "preempted")
+        for n in (1, 2)
+    )
+    op = operator(tmp_path, deferrable=False)
+    op.checkpoint_every_seconds = "auto"
+    retuned = op._retune_interval(AttemptState(plan=plan, spot_usd_per_hour="0.05", attempts=preempted))
+    ran = observed_interval(
+        [700.0, 700.0],
+        planned_seconds=3600.0,
+        saved_on_notice=[False, False],
+        restart_overhead_seconds=plan.placement.restart_overhead_seconds,
+    )
+    assert ran is not None and retuned == ran[0]

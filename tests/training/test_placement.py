@@ -71,6 +71,16 @@ def test_one_zone_thrashing_on_its_own_goes_on_demand() -> None:
     assert next_zone(state(*runs, zones=(), guard=True), prices={}, capacity={}, move_usd={}).zone is None
 
 
+def test_the_guard_weighs_how_long_a_multi_instance_run_ran_not_its_instance_seconds() -> None:
+    # Two SageMaker runs of 4 instances, each preempted after 100 s (short of the 120 s restart + 60 s
+    # interval), billed 400 s each: read as 400 s runs that kept work, the guard never fired.
+    runs = [("spot", "", 400.0, "preemption")] * 2
+    s = state(*runs, zones=(), guard=True)
+    s = replace(s, plan=replace(s.plan, backend="sagemaker", backend_options={"instance_count": 4}))
+    assert preempted_runs(s) == {"": (PreemptedRun(100.0), PreemptedRun(100.0))}
+    assert next_zone(s, prices={}, capacity={}, move_usd={}).zone is None
+
+
 def test_runs_that_saved_a_checkpoint_of_their_own_never_fire_the_guard() -> None:
     # Two 100 s runs in each zone, each shorter than the 120 s restart + 60 s interval: by length they thrash.
     # A job that committed a newer step on each notice got past its restart in every run, whatever the

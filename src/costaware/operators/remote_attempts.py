@@ -442,7 +442,7 @@ class RemoteAttemptSteps(AttemptBilling):
             return None
         opts = self._storage_options()
         observed = observed_interval(
-            [a.billable_seconds for a in preempted],
+            [state.run_seconds(a.billable_seconds) for a in preempted],
             planned_seconds=float(plan.checkpoint_every_seconds),
             save_seconds=self._measured_saves(plan.checkpoint_uri),
             # Exit 75 with a newer step than the attempt restored: it saved on its notice and lost nothing.

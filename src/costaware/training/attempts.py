@@ -266,6 +266,14 @@ class AttemptState:
             earlier_usd=str(data["earlier_usd"]) if data.get("earlier_usd") is not None else None,
         )
 
+    def run_seconds(self, billable_seconds: float) -> float:
+        """How long a job of this training ran that billed ``billable_seconds``: they count every instance.
+
+        SageMaker's ``instance_count`` instances each bill the run: its seconds are the billed ones over
+        them. The cap's stop, the work kept and the restart-thrash guard weigh the run, not the bill.
+        """
+        return float(billable_seconds) / billed_instances(self.plan.backend_options)
+
     def submitted(
         self,
         *,
@@ -332,11 +340,10 @@ def remaining_hours(
     kept = 0.0
     if checkpoint_every_seconds:
         lost = restart_overhead_minutes * 60 + float(checkpoint_every_seconds)
-        seconds = [float(a.billable_seconds) for a in state.attempts]
+        seconds = [state.run_seconds(a.billable_seconds) for a in state.attempts]
         if ended is not None:
-            seconds.append(float(ended["billable_seconds"]))
-        count = billed_instances(state.plan.backend_options)
-        kept = sum(max(0.0, s / count - lost) for s in seconds)
+            seconds.append(state.run_seconds(ended["billable_seconds"]))
+        kept = sum(max(0.0, s - lost) for s in seconds)
     return max(runtime_hours - Decimal(str(round(kept / 3600, 6))), Decimal(0))
 
 

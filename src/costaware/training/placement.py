@@ -34,19 +34,19 @@ def last_zone(state: AttemptState) -> str | None:
 def preempted_runs(state: AttemptState) -> dict[str, tuple[PreemptedRun, ...]]:
     """``zone -> its preempted spot attempts``, oldest first.
 
-    Each with its billed seconds, whether it kept work (``Attempt.kept_work``) and whether it saved on its
-    notice (unknown: it did not).
+    Each with how long it ran (its billed seconds over its instances), whether it kept work
+    (``Attempt.kept_work``) and whether it saved on its notice (unknown: it did not).
     """
     runs: dict[str, list[PreemptedRun]] = {}
     for attempt in state.attempts:
         if attempt.market == "spot" and attempt.cause == "preemption":
-            runs.setdefault(attempt.zone, []).append(_preempted_run(attempt))
+            runs.setdefault(attempt.zone, []).append(_preempted_run(state, attempt))
     return {zone: tuple(zone_runs) for zone, zone_runs in runs.items()}
 
 
-def _preempted_run(attempt: Attempt) -> PreemptedRun:
+def _preempted_run(state: AttemptState, attempt: Attempt) -> PreemptedRun:
     return PreemptedRun(
-        seconds=float(attempt.billable_seconds),
+        seconds=state.run_seconds(attempt.billable_seconds),  # how long it ran, not its instance-seconds
         kept_work=attempt.kept_work(),
         saved_on_notice=attempt.saved_on_notice() is True,
     )
