@@ -272,7 +272,12 @@ def test_a_cap_below_the_first_rung_trains_nothing(ledger: Any) -> None:
         ({"rungs": [3, 1]}, "rungs must be increasing"),
         ({"direction": "up"}, "direction must be"),
         ({"first_rung_seconds": 0.0}, "first_rung_seconds must be > 0"),
-        ({"safety_factor": 0.5}, "safety_factor must be >= 1"),
+        ({"safety_factor": 0.5}, "safety_factor must be a number >= 1"),
+        # A fractional rung was cut to a whole one (2.5 trained to 2), a nan safety factor passed the check
+        # and every rung's reservation failed with a message about the ledger, naming no setting.
+        ({"rungs": [1, 2.5, 9]}, r"rungs must be increasing integers >= 1, got \[1, 2\.5, 9\]"),
+        ({"safety_factor": float("nan")}, r"safety_factor must be a number >= 1, got nan"),
+        ({"safety_factor": "2"}, r"safety_factor must be a number >= 1, got '2'"),
         ({"space": {}}, "space is empty"),
         # Free compute: cap_usd never stopped the search, and a cut divided by the price of 0.
         ({"usd_per_hour": Decimal(0)}, r"usd_per_hour must be more than \$0, got 0: the search stops when"),

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -209,15 +210,21 @@ def budgeted_search(
         raise ConfigurationError(f"max_trials must be an integer >= 1, got {max_trials!r}")
     if isinstance(first_rung_seconds, bool) or not isinstance(first_rung_seconds, int | float):
         raise ConfigurationError(f"first_rung_seconds must be seconds (a number), got {first_rung_seconds!r}")
-    rung_list = [int(r) for r in rungs]
+    # A fractional rung (2.5) is no level the model trains to: refused, not cut to a whole one.
+    whole = all(isinstance(r, numbers.Integral) and not isinstance(r, bool) for r in rungs)
+    rung_list = [int(r) for r in rungs] if whole else []
     if not rung_list or any(r < 1 for r in rung_list) or rung_list != sorted(set(rung_list)):
         raise ConfigurationError(f"rungs must be increasing integers >= 1, got {list(rungs)!r}")
     if direction not in ("maximize", "minimize"):
         raise ConfigurationError(f"direction must be 'maximize' or 'minimize', got {direction!r}")
     if not (first_rung_seconds > 0 and math.isfinite(first_rung_seconds)):
         raise ConfigurationError(f"first_rung_seconds must be > 0, got {first_rung_seconds!r}")
-    if safety_factor < 1:
-        raise ConfigurationError(f"safety_factor must be >= 1, got {safety_factor!r}")
+    if (
+        isinstance(safety_factor, bool)
+        or not isinstance(safety_factor, int | float)
+        or not (math.isfinite(safety_factor) and safety_factor >= 1)
+    ):
+        raise ConfigurationError(f"safety_factor must be a number >= 1, got {safety_factor!r}")
     if not space:
         raise ConfigurationError("space is empty: give at least one hyperparameter distribution")
     started = meter()  # what comes before the first rung (the budget, the study) is billed with it
