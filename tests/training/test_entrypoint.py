@@ -121,6 +121,9 @@ def test_checkpoint_of_another_trainer_is_refused_and_nothing_is_stored(tmp_path
         ({"data_path": "x", "colour": "red"}, "training spec has unknown keys ['colour']"),
         ({"storage_options": {"secret_key": "s"}}, "storage_options ['secret_key'] are not allowed"),
         ({"data_path": "x"}, "training spec is incomplete"),
+        # A seed of text was a ValueError (exit 1, a code error); 1.5 was trained as seed 1.
+        ({"data_path": "x", "seed": "abc"}, "training spec seed must be a whole number, got 'abc'"),
+        ({"data_path": "x", "seed": 1.5}, "training spec seed must be a whole number, got 1.5"),
     ],
 )
 def test_bad_specs_are_refused_by_name(spec: dict[str, Any], message: str) -> None:

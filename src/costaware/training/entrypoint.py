@@ -175,8 +175,13 @@ def job_from_spec(spec: Mapping[str, Any]) -> RetrainJob:
             f"training spec storage_options {secret} are not allowed: a spec holds only "
             f"{', '.join(SPEC_STORAGE_OPTIONS)}; give credentials through the environment or the job's role"
         )
-    if spec.get("seed") is not None:
-        values["trainer_params"] = {"seed": int(spec["seed"]), **dict(values.get("trainer_params") or {})}
+    seed = spec.get("seed")
+    if seed is not None:
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ConfigurationError(
+                f"training spec seed must be a whole number, got {seed!r}: write it as a JSON integer"
+            )
+        values["trainer_params"] = {"seed": seed, **dict(values.get("trainer_params") or {})}
     try:
         return RetrainJob(**values)
     except TypeError as e:
