@@ -15,6 +15,9 @@ commits that checkpoint and exits 75 (also where the Trainer skipped that save, 
 does for a step that is no new best: the next attempt resumes from the newest one saved).
 ``CostawareCallback(timer=costaware_runtime.CheckpointTimer())`` also
 asks for a save whenever the provider's interval (``COSTAWARE_CHECKPOINT_EVERY_SECONDS``) has passed.
+
+Under torchrun the ranks agree at the end of every step (one small all-reduce) and save and stop together;
+rank 0 commits once every rank has written its files.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from costaware_runtime import _ranks
 from costaware_runtime.checkpoints import commit, read_marker
 from costaware_runtime.contract import CHECKPOINT_DIR, checkpoint_dir
 from costaware_runtime.errors import ContractError
@@ -73,11 +77,16 @@ def _callback_class() -> type:
             return control
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-            if preemption_requested():
+            # Under torchrun every rank takes the same decision (see _ranks): a save has collectives of
+            # its own, and a rank that stopped alone left the others in the next step's all-reduce. The
+            # interval is rank 0's, so ranks whose timers tick a step apart do not save twice.
+            timer_due = self.timer is not None and _ranks.is_rank_zero() and self.timer.due()
+            notice, timer_due = _ranks.any_rank([preemption_requested(), timer_due])
+            if notice:
                 self.stopping = True
                 control.should_save = True
                 control.should_training_stop = True
-            elif self.timer is not None and self.timer.due():
+            elif timer_due:
                 control.should_save = True
             return control
 
@@ -90,11 +99,16 @@ def _callback_class() -> type:
             return control
 
         def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-            # The Trainer calls on_save once checkpoint-<global_step>/ is complete (and old ones rotated).
+            # The Trainer calls on_save once checkpoint-<global_step>/ is complete (and old ones rotated) on
+            # this rank; each rank writes its own rng_state_<rank>.pth there, so rank 0 commits only once
+            # every rank has written (else the commit missed, or caught half-written, another rank's file).
+            _ranks.wait_for_all()
             folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
             if state.is_world_process_zero and folder.is_dir():
                 commit(args.output_dir, state.global_step, [folder])
             if self.stopping:
+                # A rank that exited first failed the group: torchrun stopped the others, rank 0 committing.
+                _ranks.wait_for_all()
                 exit_preempted()
             return control
 

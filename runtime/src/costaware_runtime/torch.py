@@ -4,13 +4,17 @@ torch is imported inside the functions; the runtime never requires it. A checkpo
 ``checkpoint-<step>/torch.pt``, written to a temporary name and renamed, then committed (marker last); the
 two newest are kept locally. Resume::
 
-    step = costaware_runtime.torch.load(model, optimizer) or 0
+    from costaware_runtime import torch as ct
+
+    timer = costaware_runtime.CheckpointTimer()
+    step = ct.load(model, optimizer) or 0
     for step in range(step, total_steps):
         train_one_step()
-        if (step + 1) % 500 == 0 or preemption_requested():
-            costaware_runtime.torch.save(model, optimizer, step=step + 1)
-        if preemption_requested():
-            exit_preempted()
+        save, stop = ct.checkpoint_decision(timer)  # the same on every rank under torchrun
+        if save or (step + 1) % 500 == 0:
+            ct.save(model, optimizer, step=step + 1)  # rank 0 writes; the other ranks return None
+        if stop:
+            ct.exit_preempted()  # every rank exits once rank 0 has committed
 """
 
 from __future__ import annotations
@@ -19,13 +23,45 @@ import io
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple, NoReturn
 
-from costaware_runtime import _files
+from costaware_runtime import _files, _ranks, preemption
 from costaware_runtime.checkpoints import checkpoint_folder, commit, held_file, prune, read_marker
 from costaware_runtime.errors import ContractError
+from costaware_runtime.schedule import CheckpointTimer
 
 CHECKPOINT_FILE = "torch.pt"
+
+
+class Decision(NamedTuple):
+    """What to do after this step: ``save`` a checkpoint, then ``stop`` (exit 75); stop implies save."""
+
+    save: bool
+    stop: bool
+
+
+def checkpoint_decision(timer: CheckpointTimer | None = None) -> Decision:
+    """Whether to save and stop after this step, the same on every rank: call it on each rank every step.
+
+    ``stop`` is true once any rank has the preemption notice; ``save`` as well, or when ``timer`` (rank 0's:
+    ranks whose timers tick a step apart would save twice) says a checkpoint is due. Under torchrun the
+    ranks agree with one small all-reduce: a rank deciding alone (``cr.preemption_requested()``) stopped at
+    its step while the others waited for it in the next one's gradient all-reduce, until torchrun killed
+    the group. In a single process it is ``cr.preemption_requested()`` and ``timer.due()``, nothing more.
+    """
+    timer_due = timer is not None and _ranks.is_rank_zero() and timer.due()
+    notice, timer_due = _ranks.any_rank([preemption.preemption_requested(), timer_due])
+    return Decision(save=notice or timer_due, stop=notice)
+
+
+def exit_preempted() -> NoReturn:
+    """Exit 75 on every rank together, once rank 0 has saved; ``cr.exit_preempted()`` in a single process.
+
+    Call it on every rank when :func:`checkpoint_decision` says stop. A rank that exited first failed the
+    group, and torchrun stopped the others, rank 0 in the middle of its save.
+    """
+    _ranks.wait_for_all()
+    preemption.exit_preempted()
 
 
 def save(
