@@ -350,6 +350,26 @@ time.sleep(60)
     assert "did not exit within 0.5s of the notice: SIGKILL" in stderr
 
 
+@pytest.mark.parametrize(
+    ("grace", "preset", "expected"), [("50", None, 45.0), ("0.5", None, 1.0), ("50", "7", 7.0)]
+)
+def test_torchrun_gives_its_ranks_most_of_the_grace_period(
+    make_job: MakeJob, grace: str, preset: str | None, expected: float
+) -> None:
+    # torchrun SIGKILLed its ranks 30 s after the notice whatever the grace period: a 35 s save of rank 0
+    # under a 110 s grace period was cut, exit 77 with nothing committed. One the image sets is kept.
+    job = make_job("""
+(cr.output_dir() / "model.bin").write_bytes(b"model")
+cr.write_metrics({"shutdown": float(os.environ["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"])})
+""")
+    env = job.env(**({"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": preset} if preset else {}))
+    if not preset:
+        env.pop("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", None)
+    done = job.run("--grace-seconds", grace, env=env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(job.result.read_text())["metrics"] == {"shutdown": expected}
+
+
 def test_a_job_that_honours_the_notice_before_its_first_checkpoint_starts_over(make_job: MakeJob) -> None:
     # The docs' loop, noticed before anything was committed: exit 75 after the notice is 77 (retried, starts
     # over), not the code error 76 (before, the task failed for good). The handler goes in before READY: a

@@ -180,9 +180,18 @@ class Launcher:
 
     def child_environment(self) -> dict[str, str]:
         folders = {contract.OUTPUT_DIR: str(self.output_dir)} if self.output_dir is not None else {}
+        # torchrun SIGKILLed its ranks 30 s after passing the notice on, whatever the grace period: rank 0's
+        # save of a large model was cut and nothing committed. It now waits most of the grace period, and
+        # still ends them before the launcher's SIGKILL, which misses them (each in a session of its own).
+        torchrun = (
+            {}
+            if TORCHRUN_SHUTDOWN in os.environ
+            else {TORCHRUN_SHUTDOWN: str(torchrun_shutdown_seconds(self.grace_seconds))}
+        )
         return (
             os.environ
             | folders
+            | torchrun
             | {
                 contract.CHECKPOINT_DIR: str(self.checkpoint_dir),
                 contract.METRICS_PATH: str(self.metrics_path),
@@ -456,6 +465,16 @@ class Launcher:
 #: ``costaware-run --``, started by a backend that adds its own) runs its command directly instead of
 #: launching it a second time (two restores, two uploads, two signal relays).
 LAUNCHED = "COSTAWARE_LAUNCHED"
+#: How long torchrun gives its ranks after passing a notice on, before SIGKILL (recent PyTorch; 30 s before).
+TORCHRUN_SHUTDOWN = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
+
+
+def torchrun_shutdown_seconds(grace_seconds: float) -> int:
+    """How long torchrun waits for its ranks after the notice: 90 % of the grace period (at least 1 s).
+
+    The rest is for torchrun to SIGKILL the ranks and exit before the launcher's own SIGKILL.
+    """
+    return max(1, int(grace_seconds * 0.9))
 
 
 def _temp_dir(kind: str, variable: str, note: str = "") -> Path:
