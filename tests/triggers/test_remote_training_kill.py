@@ -331,16 +331,21 @@ def test_a_kill_in_the_worker_starts_no_new_attempt(tmp_path: Path, ledger: Any)
     assert [e["cause"] for e in train_entries(ledger)] == ["killed"]
 
 
+@pytest.mark.parametrize("inline", [True, False], ids=["dags_test", "worker"])
 def test_ctrl_c_of_dags_test_during_a_wait_in_the_worker_stops_and_bills_its_job(
-    tmp_path: Path, ledger: Any
+    tmp_path: Path, ledger: Any, inline: bool
 ) -> None:
     # `airflow dags test` runs the task in its own process and calls no on_kill on Ctrl-C: the
     # KeyboardInterrupt failed the task and the job ran on, stopped and billed by nobody. Then the log said
     # "no new attempt starts" while Airflow retried the KeyboardInterrupt, and the retry started one: the
-    # task now fails for good (AirflowFailException: no retry).
+    # task now fails for good (AirflowFailException: no retry). A worker stopped with Ctrl-C forwards the
+    # SIGINT to its task through its supervisor: the job is stopped and billed the same, and the task fails
+    # as before (its retry resumes from the checkpoint), not for good.
     from airflow.sdk.exceptions import AirflowFailException
+    from airflow.sdk.execution_time.supervisor import InProcessSupervisorComms, set_supervisor_comms
 
     op = operator(tmp_path, "wait-for-notice", deferrable=False, poll_interval=0.2)
+    comms = InProcessSupervisorComms(supervisor=None) if inline else None  # type: ignore[arg-type]
 
     def press_ctrl_c() -> None:
         wait_for(tmp_path / "seen.jsonl.ready")
@@ -351,15 +356,19 @@ def test_ctrl_c_of_dags_test_during_a_wait_in_the_worker_stops_and_bills_its_job
     before = signal.signal(signal.SIGINT, signal.default_int_handler)  # as at a terminal
     try:
         threading.Thread(target=press_ctrl_c, daemon=True).start()
-        with pytest.raises(AirflowFailException) as failed:
+        with (
+            set_supervisor_comms(comms),
+            pytest.raises(AirflowFailException if inline else KeyboardInterrupt) as failed,
+        ):
             op.execute(context_for(try_number=1))
     finally:
         signal.signal(signal.SIGINT, before)
-    assert isinstance(failed.value.__cause__, KeyboardInterrupt)
-    assert str(failed.value) == (
-        "interrupted (Ctrl-C): training job stopped and billed; the task fails without a retry, so no new "
-        "attempt starts (clear the task to train on from its newest checkpoint)"
-    )
+    if inline:
+        assert isinstance(failed.value.__cause__, KeyboardInterrupt)
+        assert str(failed.value) == (
+            "interrupted (Ctrl-C): training job stopped and billed; the task fails without a retry, so no "
+            "new attempt starts (clear the task to train on from its newest checkpoint)"
+        )
     (entry,) = train_entries(ledger)
     assert entry["cause"] == "killed" and Decimal(str(entry["usd"])) > 0
     job = entry["note"].split()[3]
@@ -373,10 +382,12 @@ def test_ctrl_c_of_dags_test_during_a_wait_in_the_worker_stops_and_bills_its_job
 def test_ctrl_c_outside_the_waits_poll_stops_and_bills_the_job_just_submitted_on_any_try(
     tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A Ctrl-C while a job was being submitted (or an ended attempt billed and the next submitted) missed
-    # the wait's handler: with a retry left the KeyboardInterrupt was retried and the job ran on, for the
-    # retry to follow; only a last try stopped it. It now ends the task as a Ctrl-C in the wait does.
+    # A Ctrl-C of `dags test` while a job was being submitted (or an ended attempt billed and the next
+    # submitted) missed the wait's handler: with a retry left the KeyboardInterrupt was retried and the job
+    # ran on, for the retry to follow; only a last try stopped it. It now ends the task as a Ctrl-C in the
+    # wait does.
     from airflow.sdk.exceptions import AirflowFailException
+    from airflow.sdk.execution_time.supervisor import InProcessSupervisorComms, set_supervisor_comms
 
     from costaware.adapters.compute.local import LocalBackend
 
@@ -384,11 +395,15 @@ def test_ctrl_c_outside_the_waits_poll_stops_and_bills_the_job_just_submitted_on
 
     def submit_then_ctrl_c(self: LocalBackend, request: Any) -> str:
         real_submit(self, request)
+        time.sleep(1)  # it runs a second: billed more than the micro-dollar it rounds to
         raise KeyboardInterrupt  # as the SIGINT lands: the job is taken, the submit has not returned
 
     monkeypatch.setattr(LocalBackend, "submit", submit_then_ctrl_c)
     op = operator(tmp_path, "wait-for-notice", deferrable=False, poll_interval=0.2)
-    with pytest.raises(AirflowFailException) as failed:
+    with (
+        set_supervisor_comms(InProcessSupervisorComms(supervisor=None)),  # type: ignore[arg-type]
+        pytest.raises(AirflowFailException) as failed,
+    ):
         op.execute(context_for(try_number=1))  # retries left: no max_tries reached
     assert isinstance(failed.value.__cause__, KeyboardInterrupt)
     (job,) = [p.name for p in (tmp_path / "jobs").iterdir()]
@@ -861,3 +876,27 @@ def test_a_killed_job_the_backend_does_not_list_yet_is_stopped_all_the_same(
     while not open_backend("local", {"root": str(tmp_path / "jobs")}).poll(trigger.job_id).state.done:
         assert time.monotonic() < give_up, "the job was not stopped"
         time.sleep(0.2)
+
+
+def test_a_workers_forwarded_sigint_outside_the_wait_leaves_the_job_to_the_retry(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A worker stopped with Ctrl-C forwards the SIGINT to its tasks: not a person's Ctrl-C of `dags test`.
+    # Ending it for good failed every waiting training of the worker without its retries; with a retry
+    # left the job runs on for the retry to follow, as for any failure of a try.
+    from costaware.adapters.compute.local import LocalBackend
+
+    real_submit = LocalBackend.submit
+
+    def submit_then_sigint(self: LocalBackend, request: Any) -> str:
+        real_submit(self, request)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(LocalBackend, "submit", submit_then_sigint)
+    op = operator(tmp_path, "wait-for-notice", deferrable=False, poll_interval=0.2)
+    with pytest.raises(KeyboardInterrupt):
+        op.execute(context_for(try_number=1))  # retries left
+    (job,) = [p.name for p in (tmp_path / "jobs").iterdir()]
+    assert not open_backend("local", {"root": str(tmp_path / "jobs")}).poll(job).state.done
+    assert train_entries(ledger) == []  # the retry follows it and bills it
+    open_backend("local", {"root": str(tmp_path / "jobs")}).stop(job)

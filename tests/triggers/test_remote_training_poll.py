@@ -174,7 +174,7 @@ def inline_in_dags_test(monkeypatch: pytest.MonkeyPatch, watch: RemoteTrainingJo
     import costaware.triggers.remote_training as module
 
     stops: list[str] = []
-    monkeypatch.setattr(module, "_inline_in_dags_test", lambda: True)
+    monkeypatch.setattr(module, "in_dags_test", lambda: True)
     monkeypatch.setattr(watch, "stop_and_bill", lambda **kwargs: stops.append("stopped"))
     return stops
 

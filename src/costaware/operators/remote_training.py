@@ -583,9 +583,10 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         except (TaskDeferred, _TaskKilled):
             raise
         except BaseException as e:
-            # A wait's own failures are handled where it polls, a kill during it by on_kill. A Ctrl-C here
-            # (an ended attempt billed, the next submitted) ends the task as one in the wait does: for good.
-            interrupted = isinstance(e, KeyboardInterrupt)
+            # A wait's own failures are handled where it polls, a kill during it by on_kill. A Ctrl-C of
+            # `dags test` here (an ended attempt billed, the next submitted) ends the task as one in the wait
+            # does: for good. A worker's supervisor forwarding its own SIGINT is a failure like any other.
+            interrupted = _ctrl_c_of_dags_test(e)
             for_good = interrupted or isinstance(e, AirflowFailException) or _last_try(context)
             live = self._running_job_state() if self._waiting_on is None and for_good else None
             self._live = self._submitting = None
@@ -628,7 +629,11 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
             except KeyboardInterrupt as e:
                 # Ctrl-C of `airflow dags test`, which runs the task in its own process and calls no
                 # on_kill: the job ran on, unbilled, while the task failed. Stopped and billed as a kill.
+                # A worker shut down with Ctrl-C forwards the SIGINT to its tasks: the same stop, and the
+                # task fails as it did (a retry resumes from the checkpoint), not for good.
                 self.on_kill()
+                if not _ctrl_c_of_dags_test(e):
+                    raise
                 done = (
                     "training job stopped and billed"
                     if self._kill_handled
@@ -846,6 +851,17 @@ def _last_try(context: Context) -> bool:
 
 class _TaskKilled(AirflowException):
     """The task was killed while it waited in the worker; its job was stopped and billed."""
+
+
+def _ctrl_c_of_dags_test(error: BaseException) -> bool:
+    """Whether ``error`` is a person's Ctrl-C of ``airflow dags test``, which ends the task for good.
+
+    A worker's supervisor forwards a SIGINT to its task too (the worker stopped with Ctrl-C): failed for
+    good, every waiting training of the worker would lose its retries.
+    """
+    from costaware.triggers.remote_training import in_dags_test
+
+    return isinstance(error, KeyboardInterrupt) and in_dags_test()
 
 
 def _interrupted(done: str) -> AirflowFailException:

@@ -496,7 +496,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             # test` runs it inline and cancels it on Ctrl-C: nobody would watch or bill the job after. Its
             # inline run also cancels the trigger once it has taken the event: the operator handles the job
             # from there (stopping and billing it as killed logged a kill and settled the hold too early).
-            if _inline_in_dags_test() and not delivered:
+            if in_dags_test() and not delivered:
                 self.log.warning("interrupted: stopping job %s and billing it, as for a kill", self.job_id)
                 self.stop_and_bill()
             raise
@@ -729,8 +729,12 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         return dict(ended.to_dict()), False, False
 
 
-def _inline_in_dags_test() -> bool:
-    """Whether this trigger runs inline in `airflow dags test` (in-process supervisor), not a triggerer."""
+def in_dags_test() -> bool:
+    """Whether this runs in `airflow dags test` (its in-process supervisor), not a worker or a triggerer.
+
+    There a Ctrl-C is a person's: a worker's supervisor also forwards a SIGINT (the worker shut down with
+    Ctrl-C), a triggerer cancels a trigger to hand it to another.
+    """
     try:
         from airflow.sdk.execution_time import task_runner
         from airflow.sdk.execution_time.supervisor import InProcessSupervisorComms
