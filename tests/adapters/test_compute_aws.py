@@ -756,6 +756,65 @@ def test_a_batch_job_not_listed_right_after_its_submit_is_polled_again(
     assert event is not None and event["job"]["state"] == "interrupted"
 
 
+def test_a_batch_job_billed_as_never_listed_is_stopped_before_its_attempt_is_resubmitted(
+    aws: str, batch_queues: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A job DescribeJobs lagged on for 10 minutes was billed as gone and resubmitted without a stop: when it
+    # existed after all, it ran on beside the new attempt, billed to nobody.
+    from datetime import datetime, timedelta, timezone
+
+    from costaware.core.errors import JobNotFoundError
+    from costaware.triggers.remote_training import NOT_LISTED_GRACE_SECONDS, RemoteTrainingJobTrigger
+
+    options = {**batch_queues, "aws_conn_id": "moto_aws"}
+    job_id = open_backend("batch", options).submit(request(instance_type="m5.large"))
+
+    def lagging(self: batch.BatchBackend, job: str) -> Any:
+        raise JobNotFoundError(f"Batch job {job!r} does not exist (DescribeJobs does not list it)")
+
+    monkeypatch.setattr(batch.BatchBackend, "_describe", lagging)
+    submitted = datetime(2026, 3, 1, 12, tzinfo=timezone.utc)
+    current = {"attempt": 1, "job_id": job_id, "market": "spot", "submitted_at": submitted.isoformat()}
+    watch = RemoteTrainingJobTrigger(
+        backend="batch", backend_options=options, job_id=job_id, state={"attempts": [], "current": current}
+    )
+    assert watch.poll_once(submitted + timedelta(seconds=60)) is None  # not listed yet: nothing stopped
+    assert aws_client("batch", aws).describe_jobs(jobs=[job_id])["jobs"][0].get("statusReason") is None
+    event = watch.poll_once(submitted + timedelta(seconds=NOT_LISTED_GRACE_SECONDS + 1))
+    assert event is not None and event["job"]["state"] == "interrupted"
+    described = aws_client("batch", aws).describe_jobs(jobs=[job_id])["jobs"][0]
+    assert described["statusReason"] == "stopped by costaware (see the Airflow task log)"
+
+
+def test_a_stop_of_a_job_never_listed_that_fails_still_bills_it_and_says_so(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Best effort: a stop refused (no such job after all) must not fail the wait over a job billed as gone.
+    from datetime import datetime, timedelta, timezone
+
+    from costaware.adapters.compute.local import LocalBackend
+    from costaware.core.errors import ComputeBackendError, JobNotFoundError
+    from costaware.triggers.remote_training import NOT_LISTED_GRACE_SECONDS, RemoteTrainingJobTrigger
+
+    def gone(self: LocalBackend, job_id: str) -> Any:
+        raise JobNotFoundError("not listed")
+
+    def refused(self: LocalBackend, job_id: str) -> None:
+        raise ComputeBackendError(f"no job {job_id!r}")
+
+    monkeypatch.setattr(LocalBackend, "poll", gone)
+    monkeypatch.setattr(LocalBackend, "stop", refused)
+    submitted = datetime(2026, 3, 1, 12, tzinfo=timezone.utc)
+    current = {"attempt": 1, "job_id": "j", "market": "spot", "submitted_at": submitted.isoformat()}
+    watch = RemoteTrainingJobTrigger(
+        backend="local", backend_options={"root": str(tmp_path)}, job_id="j", state={"current": current}
+    )
+    event = watch.poll_once(submitted + timedelta(seconds=NOT_LISTED_GRACE_SECONDS + 1))
+    assert event is not None and event["job"]["state"] == "interrupted"
+    said = capsys.readouterr().out
+    assert "stopping job j, which local does not list, failed (ComputeBackendError: no job 'j')" in said
+
+
 def test_a_sagemaker_job_not_listed_is_not_listed_yet_for_the_wait(aws: str) -> None:
     # As on Batch: an error, five polls of a job just created that DescribeTrainingJob did not find yet
     # failed the wait with the job running on.

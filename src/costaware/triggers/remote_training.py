@@ -356,6 +356,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                     self.log.info("job %s is not listed on %s yet: polled again", self.job_id, self.backend)
                     return None
                 self.log.warning("job %s on %s: %s", self.job_id, self.backend, status.reason)
+                self._stop_unlisted()
         else:
             self._last_seen = (status, now)
         fallback_at = parse_instant(self.fallback_at, name="fallback_at") if self.fallback_at else None
@@ -382,6 +383,27 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             if paused is not None:
                 return {**paused, "job": status.to_dict(), "seen_at": now.isoformat()}
         return None
+
+    def _stop_unlisted(self) -> None:
+        """Stop the job billed as gone, best effort, before its attempt is resubmitted.
+
+        A Batch or SageMaker job still not listed 10 minutes after its submit may exist after all (a listing
+        that lags): it ran on beside the resubmitted attempt, billed to nobody. A pod already gone is
+        nothing to stop.
+        """
+        from costaware.adapters.compute.base import open_backend
+
+        try:
+            open_backend(self.backend, self.backend_options).stop(str(self.job_id))
+        except Exception as e:
+            self.log.warning(
+                "stopping job %s, which %s does not list, failed (%s: %s); if it exists after all, stop it "
+                "by hand: it is billed only up to now",
+                self.job_id,
+                self.backend,
+                type(e).__name__,
+                e,
+            )
 
     def poll_tolerant(self, now: datetime) -> dict[str, Any] | None:
         """:meth:`poll_once`; a passing failure is polled again, up to ``MAX_POLL_ERRORS`` in a row.
