@@ -488,3 +488,89 @@ def test_a_pod_out_of_contact_too_long_is_deleted_at_the_poll(monkeypatch: pytes
     assert backend.poll("train-1").state == JobState.RUNNING and api.deleted == []
     monkeypatch.setattr(kubernetes, "utcnow", lambda: lost_at.replace(minute=10))
     assert backend.poll("train-1").state == JobState.INTERRUPTED and api.deleted == ["train-1"]
+
+
+def _terminating_pod(deleted_at: datetime, grace: int = 120) -> dict[str, Any]:
+    """A pod evicted from a node out of reach: phase still Running, a deletion time its kubelet never met."""
+    pod = _unknown_pod()
+    pod["metadata"] = {**pod["metadata"], "deletionTimestamp": deleted_at.isoformat()}
+    pod["spec"] = {"nodeName": "n1", "terminationGracePeriodSeconds": grace}
+    pod["status"] = {**pod["status"], "phase": "Running"}
+    return pod
+
+
+def test_a_running_pod_stuck_terminating_counts_as_interrupted_one_grace_period_past_its_deletion() -> None:
+    # Current Kubernetes keeps an unreachable node's evicted pods Running, with a deletionTimestamp, until
+    # the Node object goes: read as running, the attempt was billed and not resubmitted, maybe till the
+    # deadline.
+    from datetime import timedelta
+
+    deleted_at = datetime(2026, 1, 1, 1, 0, tzinfo=timezone.utc)
+    pod = _terminating_pod(deleted_at, grace=120)
+    within = status_from_pod(pod, now=deleted_at + timedelta(seconds=119))
+    assert (within.state, within.billable_seconds, within.ended_at) == (JobState.RUNNING, 3719.0, None)
+    late_at = deleted_at + timedelta(seconds=120)
+    late = status_from_pod(pod, now=late_at)
+    assert (late.state, late.billable_seconds, late.ended_at) == (
+        JobState.INTERRUPTED,
+        3720.0,
+        late_at.timestamp(),
+    )
+    assert (
+        "has not confirmed the stop 120 s later" in late.reason
+        and "counted as an interruption" in late.reason
+    )
+    # Not deleted: running for as long as it runs.
+    running = {**pod, "metadata": {k: v for k, v in pod["metadata"].items() if k != "deletionTimestamp"}}
+    assert status_from_pod(running, now=deleted_at + timedelta(days=1)).state == JobState.RUNNING
+
+
+def test_a_running_pod_on_a_node_tainted_unreachable_counts_as_interrupted_after_300_s() -> None:
+    # A pod that tolerates the unreachable taint (a blanket "operator: Exists") is never evicted at all.
+    from datetime import timedelta
+
+    from costaware.adapters.compute.kubernetes import UNKNOWN_PHASE_SECONDS
+
+    tainted_at = datetime(2026, 1, 1, 1, 0, tzinfo=timezone.utc)
+    taints = [
+        {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": tainted_at.isoformat()}
+    ]
+    pod = {**_unknown_pod(), "status": {**_unknown_pod()["status"], "phase": "Running"}}
+    early = status_from_pod(pod, now=tainted_at + timedelta(seconds=60), node_taints=taints)
+    assert early.state == JobState.RUNNING
+    late = status_from_pod(pod, now=tainted_at + timedelta(seconds=UNKNOWN_PHASE_SECONDS), node_taints=taints)
+    assert late.state == JobState.INTERRUPTED and "unreachable since" in late.reason
+    spot_taint = [{"key": "spot", "effect": "NoSchedule", "timeAdded": tainted_at.isoformat()}]
+    assert status_from_pod(pod, now=tainted_at + timedelta(days=1), node_taints=spot_taint).state == (
+        JobState.RUNNING
+    )
+
+
+class _UnreachableNodeApi(_OnePodApi):
+    """A running pod on a node the node controller tainted unreachable."""
+
+    def __init__(self, pod: dict[str, Any], tainted_at: datetime) -> None:
+        super().__init__(pod)
+        self.tainted_at = tainted_at
+
+    def read_node(self, name: str) -> Any:
+        taint = {"key": "node.kubernetes.io/unreachable", "timeAdded": self.tainted_at.isoformat()}
+        return {
+            "metadata": {"labels": {"node.kubernetes.io/instance-type": "g5.xlarge"}},
+            "spec": {"taints": [taint]},
+        }
+
+
+def test_a_pod_on_a_node_unreachable_too_long_is_deleted_at_the_poll(monkeypatch: pytest.MonkeyPatch) -> None:
+    from costaware.adapters.compute import kubernetes
+
+    tainted_at = datetime(2026, 1, 1, 1, 0, tzinfo=timezone.utc)
+    pod = _pod("Running")
+    api = _UnreachableNodeApi(pod, tainted_at)
+    backend = open_backend("kubernetes", {"image": "costaware:1", "namespace": "ml"})
+    monkeypatch.setattr(backend, "_api", lambda: api)
+    monkeypatch.setattr(kubernetes, "utcnow", lambda: tainted_at.replace(minute=1))
+    polled = backend.poll("p")
+    assert (polled.state, polled.instance_type, api.deleted) == (JobState.RUNNING, "g5.xlarge", [])
+    monkeypatch.setattr(kubernetes, "utcnow", lambda: tainted_at.replace(minute=10))
+    assert backend.poll("p").state == JobState.INTERRUPTED and api.deleted == ["p"]

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from costaware.adapters.compute.base import (
@@ -191,6 +191,41 @@ def out_of_contact_since(pod: Mapping[str, Any]) -> datetime | None:
     return _instant(meta.get("deletionTimestamp"))
 
 
+def interrupted_while_running_from(
+    pod: Mapping[str, Any], node_taints: Sequence[Mapping[str, Any]] = ()
+) -> tuple[datetime, str] | None:
+    """From when a pod still in phase ``Running`` counts as interrupted, and why; None if nothing says so.
+
+    Current Kubernetes keeps such a pod's phase ``Running``: its node is tainted
+    ``node.kubernetes.io/unreachable`` (counted from then for ``UNKNOWN_PHASE_SECONDS``, as phase
+    ``Unknown`` is), and an eviction (or a stop) that its kubelet never confirms leaves it Terminating, with
+    a ``deletionTimestamp``, until the Node object is deleted. A reachable kubelet ends a deleted pod by its
+    deletion time (the delete plus its grace period): counted from one more grace period past it.
+    """
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    candidates: list[tuple[datetime, str]] = []
+    tainted = (_instant(t.get("timeAdded")) for t in node_taints if t.get("key") == UNREACHABLE_TAINT)
+    if since := next((t for t in tainted if t is not None), None):
+        candidates.append(
+            (
+                since + timedelta(seconds=UNKNOWN_PHASE_SECONDS),
+                f"its node has been unreachable since {since.isoformat()}",
+            )
+        )
+    deleted = _instant(meta.get("deletionTimestamp"))
+    if deleted is not None:
+        grace = spec.get("terminationGracePeriodSeconds", meta.get("deletionGracePeriodSeconds"))
+        grace_seconds = float(grace) if grace is not None else DEFAULT_POD_GRACE_SECONDS
+        candidates.append(
+            (
+                deleted + timedelta(seconds=grace_seconds),
+                f"it was to be deleted by {deleted.isoformat()} and its node has not confirmed the stop "
+                f"{grace_seconds:g} s later (Terminating: the node is out of reach)",
+            )
+        )
+    return min(candidates, key=lambda c: c[0]) if candidates else None
+
+
 def pod_zone(pod: Mapping[str, Any]) -> str:
     """The zone a pod is held to, empty if none.
 
@@ -217,6 +252,10 @@ def pod_zone(pod: Mapping[str, Any]) -> str:
 #: interrupted and is deleted: Kubernetes' own default before it evicts the pods of an unreachable node
 #: (the ``node.kubernetes.io/unreachable`` toleration of 300 s).
 UNKNOWN_PHASE_SECONDS = 300.0
+#: The taint the node controller puts on a node it lost contact with.
+UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
+#: Kubernetes' terminationGracePeriodSeconds when a pod gives none.
+DEFAULT_POD_GRACE_SECONDS = 30.0
 #: The training's container in the pods :func:`render_pod` writes.
 TRAIN_CONTAINER = "train"
 #: A pod's reason when its node went away under it: graceful node shutdown (``Terminated`` since
@@ -252,13 +291,18 @@ CANNOT_START_REASONS = frozenset(
 
 
 def status_from_pod(
-    pod: Mapping[str, Any], node_labels: Mapping[str, str] | None = None, *, now: datetime | None = None
+    pod: Mapping[str, Any],
+    node_labels: Mapping[str, str] | None = None,
+    *,
+    now: datetime | None = None,
+    node_taints: Sequence[Mapping[str, Any]] = (),
 ) -> JobStatus:
     """A ``JobStatus`` from a pod (as a dict, camelCase keys) and its node's labels (pure given ``now``).
 
     The zone is the one the pod was held to, else its node's ``topology.kubernetes.io/zone`` label. A pod
     in phase ``Unknown`` (its node lost contact) runs, billed, for ``UNKNOWN_PHASE_SECONDS``; then it counts
-    as interrupted (see :data:`UNKNOWN_PHASE_SECONDS`).
+    as interrupted (see :data:`UNKNOWN_PHASE_SECONDS`). So does a pod still ``Running`` past the bound of
+    :func:`interrupted_while_running_from` (its node's ``node_taints`` and its own deletion time).
     """
     now = now or utcnow()
     meta, status = pod.get("metadata", {}), pod.get("status", {})
@@ -297,6 +341,18 @@ def status_from_pod(
                 + (f"{lost:.0f} s ago" if since is not None else "(since when, its status does not say)")
                 + ": counted as an interruption, billed up to now, and the pod deleted"
             )
+            finished = now
+    elif (
+        phase == "Running" and not terminated and (stuck := interrupted_while_running_from(pod, node_taints))
+    ):
+        # Its node is out of reach: the phase stays Running, and read so, the pod was billed (and not
+        # resubmitted) until the Node object went, possibly until the deadline.
+        lost_at, why = stuck
+        if now < lost_at:
+            job_state = JobState.RUNNING
+        else:
+            job_state = JobState.INTERRUPTED
+            reason = f"Running, but {why}: counted as an interruption, billed up to now, and the pod deleted"
             finished = now
     elif phase in ("Running", "Unknown") and terminated:
         # The training ended while the pod runs on (a sidecar such as istio-proxy), or before its node lost
@@ -501,13 +557,19 @@ class KubernetesBackend:
                 raise JobNotFoundError(f"pod {job_id!r} is not in namespace {self.namespace!r}") from e
             raise ComputeBackendError(f"cannot read pod {job_id!r}: {e}") from e
         node = pod.get("spec", {}).get("nodeName")
+        labels: Mapping[str, str] = {}
+        taints: list[Mapping[str, Any]] = []
         try:
-            labels = api.read_node(node).metadata.labels if node else {}
+            if node:
+                read = api.api_client.sanitize_for_serialization(api.read_node(node))
+                labels = (read.get("metadata") or {}).get("labels") or {}
+                taints = list((read.get("spec") or {}).get("taints") or [])
         except Exception:
-            # Only the instance type and zone labels: a reclaimed node already deleted, or a service account
-            # without the cluster-wide "get nodes", must not read as the pod being gone.
-            labels = {}
-        status = status_from_pod(pod, labels or {}, now=utcnow())
+            # Only the instance type and zone labels, and the unreachable taint: a reclaimed node already
+            # deleted, or a service account without the cluster-wide "get nodes", must not read as the pod
+            # being gone.
+            labels, taints = {}, []
+        status = status_from_pod(pod, labels, now=utcnow(), node_taints=taints)
         if status.state.done and str(pod.get("status", {}).get("phase")) in ("Pending", "Running", "Unknown"):
             # Ended for us, not for Kubernetes: a container that cannot start waits on its paid node till
             # activeDeadlineSeconds (and starts, unwatched, once its image comes), a training done beside a
