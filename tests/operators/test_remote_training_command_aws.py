@@ -85,7 +85,9 @@ def test_a_job_that_left_no_result_fails_naming_it_and_registers_nothing(
     assert f"The sagemaker backend reported job {job!r} succeeded after 0 s billed: it ran nothing" in message
     assert models(bucket, moto_endpoint).version_ids() == []
     (entry,) = [e for e in ledger.entries() if e["task_id"] == "train"]  # the attempt is billed
-    assert entry["cause"] == "success"
+    # ... as what it was: the task failed for it, so no success (the money bought no model).
+    assert (entry["cause"], entry["outcome"]) == ("code_error", "failed")
+    assert f"exited 0 but left no result at s3://{bucket}/models/_staging/" in entry["note"]
 
 
 @pytest.mark.parametrize(

@@ -172,4 +172,6 @@ def test_a_finished_job_without_its_result_fails_with_its_own_message(
     assert "The sagemaker backend reported job 'train-" in message
     assert "succeeded after 0 s billed: it ran nothing there" in message
     (entry,) = [e for e in ledger.entries() if e["task_id"] == "train"]  # the billed attempt is recorded
-    assert entry["cause"] == "success"
+    # ... as what it was: the task failed for it, so no success (the money bought no model).
+    assert (entry["cause"], entry["outcome"]) == ("code_error", "failed")
+    assert f"succeeded but left no result at s3://{bucket}/checkpoints/_jobs/" in entry["note"]

@@ -522,7 +522,17 @@ class RemoteAttemptSteps(AttemptBilling):
             )
             self._backend(state.plan).stop(str(event.job["job_id"]))
         if step.record_cause is not None and isinstance(event, JobEnded):
-            state = self._record_attempt(state, event.job, step.record_cause)
+            ended, cause = event.job, step.record_cause
+            missing = self._missing_result(state, ended) if isinstance(step, Finish) else None
+            if missing is not None:
+                # The task fails for it: billed as a success, the ledger said the money bought a model.
+                ended = {
+                    **ended,
+                    "state": "failed",
+                    "reason": f"{ended.get('reason') or 'succeeded'}; {missing}",
+                }
+                cause = "code_error"
+            state = self._record_attempt(state, ended, cause)
         if isinstance(step, Pause):
             assert current is not None  # a price rise is seen on a running job
             self.log.warning(
@@ -883,6 +893,30 @@ class RemoteAttemptSteps(AttemptBilling):
             f" less the {format_usd_exact(earlier)} earlier tries billed" if earlier else "",
             "" if held >= wanted else short,
         )
+
+    def _missing_result(self, state: AttemptState, job: Mapping[str, Any]) -> str | None:
+        """What a job that succeeded failed to leave (its result), or None where it is there (IO).
+
+        Only a result that is not there counts; one that cannot be read now (or is malformed) is left to
+        :meth:`_finish`, which reads it again and says why.
+        """
+        from costaware.operators.remote_command import command_result_missing
+        from costaware.training.entrypoint import read_result
+
+        current = state.current
+        job_id = str(job.get("job_id") or "")
+        opts = self._storage_options()
+        try:
+            if not state.command:
+                read_result(state.plan.result_uri, job_id=job_id, **opts)
+                return None
+            if current is None:
+                return None
+            return command_result_missing(state.to_json(), opts, attempt=current.attempt, job_id=job_id)
+        except ResultMissingError:
+            return f"succeeded but left no result at {state.plan.result_uri}"
+        except Exception:  # read again by _finish, which fails or retries the task with the reason
+            return None
 
     def _finish(self, context: Context, state: AttemptState) -> dict[str, Any]:
         from costaware.operators.run_record import record_retrain_outcome

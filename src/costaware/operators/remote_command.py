@@ -103,6 +103,31 @@ def _read_result(store: Any, folder: str, job_id: str) -> Any:
         ) from e
 
 
+def command_result_missing(
+    state: Mapping[str, Any], storage_options: Mapping[str, Any], *, attempt: int, job_id: str
+) -> str | None:
+    """What attempt ``attempt`` (its job exited 0) failed to leave: its launcher's result; None if there.
+
+    A version registered for it before (a retry of the task) counts as its result.
+
+    Raises:
+        StoreUnavailableError: the store could not be read (the caller reads it again later).
+    """
+    from costaware.adapters.model_store import ModelStore
+
+    store = ModelStore.open(str(state["model_store"]), **dict(storage_options))
+    folder = job_contract.attempt_folder(state["base_name"], attempt)
+    for name in (job_contract.REGISTERED_FILE, job_contract.RESULT_FILE):
+        try:
+            store.blobs.read_bytes(f"{folder}/{name}")
+            return None
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            raise StoreUnavailableError(f"cannot read {store.uri}/{folder}/{name} ({e})") from e
+    return f"exited 0 but left no result at {store.uri}/{folder}/{job_contract.RESULT_FILE}"
+
+
 def register_outputs(
     state: Mapping[str, Any], storage_options: Mapping[str, Any], usd: str
 ) -> dict[str, Any]:
