@@ -712,6 +712,34 @@ def test_the_copies_a_resent_submit_left_are_billed_with_the_job(
     status = open_backend("batch", {**batch_queues, "aws_conn_id": "moto_aws"}).poll(job_id)
     assert status.metrics["batch_copies"] == 1
     assert "billed with 1 copy of its submit" in status.reason
+    # The copy is tagged as one before its stop: on AWS the stop's reason shows only once it has stopped.
+    named = client.list_jobs(jobQueue=queue, filters=[{"name": "JOB_NAME", "values": [spot.job_name]}])
+    ids = [j["jobId"] for j in named["jobSummaryList"] if j["jobId"] not in (job_id, other)]
+    (copy,) = client.describe_jobs(jobs=ids)["jobs"]
+    assert copy["tags"][batch.COPY_OF_TAG] == job_id
+
+
+def test_a_copy_still_shutting_down_is_billed_with_the_jobs_last_poll(
+    aws: str, batch_queues: dict[str, str]
+) -> None:
+    # On AWS a terminated copy's reason shows only once it has stopped: a copy still shutting down at the
+    # job's last poll was counted at no later poll, billed to nobody. Its tag, set before its stop, counts.
+    spot = request(instance_type="m5.large")
+    options = {**batch_queues, "aws_conn_id": "moto_aws"}
+    job_id = open_backend("batch", options).submit(spot)
+    client = aws_client("batch", aws)
+    queue, definition = batch_queues["spot_queue"], batch_queues["job_definition"]
+    # What Batch shows of a copy between its tag and its stopped state: the tag, no reason yet.
+    shutting_down = client.submit_job(
+        jobName=spot.job_name, jobQueue=queue, jobDefinition=definition, tags={batch.COPY_OF_TAG: job_id}
+    )["jobId"]
+    assert client.describe_jobs(jobs=[shutting_down])["jobs"][0].get("statusReason") is None
+    # A copy of another job is not this job's.
+    client.submit_job(
+        jobName=spot.job_name, jobQueue=queue, jobDefinition=definition, tags={batch.COPY_OF_TAG: "other"}
+    )
+    status = open_backend("batch", options).poll(job_id)
+    assert status.metrics["batch_copies"] == 1 and "billed with 1 copy of its submit" in status.reason
 
 
 def test_a_copys_run_is_added_to_the_jobs_billed_seconds() -> None:

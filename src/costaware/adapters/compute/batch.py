@@ -165,6 +165,11 @@ def _same_queue(described: str, name: str) -> bool:
     return bool(name) and (described == name or described.endswith(f"/{name}"))
 
 
+#: The tag :meth:`BatchBackend._end_duplicates` puts on a copy before its stop: the id of the job it copies.
+#: Batch sets a terminated job's reason only once it has stopped; the tag shows at once.
+COPY_OF_TAG = "costaware:copy-of"
+
+
 def copy_reason(job_name: str, job_id: str) -> str:
     """The reason of the stop of a copy of ``job_id``'s submit: how a poll of ``job_id`` finds it to bill."""
     return f"a second submit of costaware job {job_name} (it runs as {job_id})"
@@ -519,6 +524,7 @@ class BatchBackend:
         try:
             copies = self._other_jobs_named(job_name, queue, job_id)
             for copy in copies:
+                self._mark_copy(copy, job_id)
                 self.client.terminate_job(jobId=copy, reason=copy_reason(job_name, job_id))
         except Exception as e:
             log.warning(
@@ -534,6 +540,24 @@ class BatchBackend:
                 job_id,
             )
 
+    def _mark_copy(self, copy: str, job_id: str) -> None:
+        """Tag ``copy`` as a copy of ``job_id``: while it shuts down its stop's reason is not set yet.
+
+        A copy still terminating at the job's last poll was billed to nobody. Best effort (it needs
+        ``batch:TagResource``): without the tag, the copy counts once its reason shows.
+        """
+        try:
+            (described,) = self.client.describe_jobs(jobs=[copy]).get("jobs", [])
+            self.client.tag_resource(resourceArn=described["jobArn"], tags={COPY_OF_TAG: job_id})
+        except Exception as e:
+            log.warning(
+                "cannot tag Batch job %s as a copy of %s (%s): it is billed with %s once its stop shows",
+                copy,
+                job_id,
+                e,
+                job_id,
+            )
+
     def _other_jobs_named(self, job_name: str, queue: str, job_id: str) -> list[str]:
         """The ids of the jobs named ``job_name`` in ``queue`` other than ``job_id``."""
         named = [{"name": "JOB_NAME", "values": [job_name]}]
@@ -541,17 +565,23 @@ class BatchBackend:
         return [str(s["jobId"]) for s in summaries if s.get("jobName") == job_name and s["jobId"] != job_id]
 
     def _copies(self, job: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """The copies of ``job``'s submit that :meth:`_end_duplicates` terminated (their stop's reason says).
+        """The copies of ``job``'s submit that :meth:`_end_duplicates` terminated (their tag or reason says).
 
-        Each ran (and was paid for) until its stop: the job's bill holds their time. Another run's job under
-        the same name (a task cleared after its job was lost) has no such reason, and is not counted.
+        Each ran (and was paid for) until its stop: the job's bill holds their time, and one still shutting
+        down (its reason not set yet) its time up to now. Another run's job under the same name (a task
+        cleared after its job was lost) has no such tag or reason, and is not counted.
         """
         name, job_id = str(job.get("jobName", "")), str(job.get("jobId", ""))
         others = self._other_jobs_named(name, str(job.get("jobQueue", "")), job_id) if name else []
         found: list[dict[str, Any]] = []
         for start in range(0, len(others), 100):  # DescribeJobs takes 100 ids at most
             found.extend(self.client.describe_jobs(jobs=others[start : start + 100]).get("jobs", []))
-        return [c for c in found if c.get("statusReason") == copy_reason(name, job_id)]
+        return [
+            c
+            for c in found
+            if c.get("statusReason") == copy_reason(name, job_id)
+            or (c.get("tags") or {}).get(COPY_OF_TAG) == job_id
+        ]
 
     def _describe(self, job_id: str) -> dict[str, Any]:
         try:
