@@ -15,7 +15,7 @@ from decimal import Decimal
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from costaware.adapters.compute.base import BILLED_AT_ON_DEMAND
+from costaware.adapters.compute.base import BILLED_AT_ON_DEMAND, COPY_SECONDS_BY_TYPE
 from costaware.core.ledger import utcnow
 
 if TYPE_CHECKING:
@@ -69,12 +69,34 @@ class AttemptBilling:
 
         Batch (a compute environment's choice) and Kubernetes (a node pool's) may run a job on another type
         than the plan's, which priced it: that type's price, as a ratio, so a dearer one is not under-billed.
+        A Batch job's billed seconds that hold its copies' (``COPY_SECONDS_BY_TYPE``) get the mean of the
+        ratios, weighted by the seconds on each type: each copy is priced at the type it ran on.
         ``raise_unavailable``: a ledger that cannot be read raises :class:`LedgerUnavailableError` (a caller
         that can ask again later) instead of reading as the plan's price.
         """
+        own_type = str(job.get("instance_type") or "")
+        copies = dict((job.get("metrics") or {}).get(COPY_SECONDS_BY_TYPE) or {})
+        total = Decimal(str(job.get("billable_seconds") or 0))
+
+        def scale(instance_type: str) -> Decimal:
+            return self._type_scale(plan, job, instance_type, raise_unavailable=raise_unavailable)
+
+        if not copies or total <= 0 or all(t == own_type for t in copies):
+            return scale(own_type)
+        copy_seconds = {t: Decimal(str(s)) for t, s in copies.items()}
+        own_seconds = max(total - sum(copy_seconds.values()), Decimal(0))
+        weighted = own_seconds * scale(own_type) + sum(
+            (s * scale(t) for t, s in copy_seconds.items()), Decimal(0)
+        )
+        return weighted / max(total, own_seconds + sum(copy_seconds.values()))
+
+    def _type_scale(
+        self, plan: RemotePlan, job: Mapping[str, Any], instance_type: str, *, raise_unavailable: bool = False
+    ) -> Decimal:
+        """The ratio of the on-demand prices of ``instance_type`` (``job`` ran on it) and the plan's type."""
         from costaware.core.errors import CostawareError, LedgerUnavailableError
 
-        ran_on = str(job.get("instance_type") or "").removeprefix("ml.")
+        ran_on = instance_type.removeprefix("ml.")
         planned = plan.instance_type.removeprefix("ml.")
         if not ran_on or ran_on == planned:
             return Decimal(1)

@@ -749,7 +749,16 @@ def test_a_copys_run_is_added_to_the_jobs_billed_seconds() -> None:
     running_copy = {"jobId": "d", "status": "RUNNING", "startedAt": 2_000}
     billed = batch.with_copies(status, [stopped_copy, running_copy], now_ms=12_000)
     assert billed.billable_seconds == 600 + 45 + 10
-    assert billed.metrics == {"batch_attempts": 1, "batch_copies": 2, "batch_copy_seconds": 55}
+    assert billed.metrics == {
+        "batch_attempts": 1,
+        "batch_copies": 2,
+        "batch_copy_seconds": 55,
+        "batch_copy_seconds_by_type": {"m5.large": 55},
+    }
+    # A copy the compute environment placed on another type: its seconds are priced at that type.
+    elsewhere = {**stopped_copy, "container": {"instanceType": "m5.2xlarge"}}
+    billed = batch.with_copies(status, [elsewhere, running_copy], now_ms=12_000)
+    assert billed.metrics["batch_copy_seconds_by_type"] == {"m5.2xlarge": 45, "m5.large": 10}
     assert (billed.state, billed.ended_at) == (status.state, status.ended_at)  # the job's own end
     assert batch.with_copies(status, [], now_ms=12_000) == status
 

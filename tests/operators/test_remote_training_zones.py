@@ -200,6 +200,39 @@ def test_an_attempt_is_billed_at_the_price_of_the_type_it_ran_on(
         assert "whose price is unknown" in caplog.text
 
 
+def test_a_batch_jobs_copy_is_billed_at_the_price_of_the_type_it_ran_on(ledger: Any) -> None:
+    # The copies of a resent submit were priced as the job's type: one the compute environment placed on a
+    # type 4 times dearer was billed a quarter of what it cost.
+    from attempt_states import CAPTURED  # tests/support/
+
+    from costaware.adapters.compute.base import COPY_SECONDS_BY_TYPE
+    from costaware.remote_billing import KilledTrainingBilling
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan
+
+    plan = RemotePlan.from_json(CAPTURED)
+    state = AttemptState(plan=plan, spot_usd_per_hour="0.05").submitted(job_id="train-a1", market="spot")
+    billing = KilledTrainingBilling(
+        ledger_conn_id="costaware_ledger", aws_conn_id=None, log=logging.getLogger(__name__)
+    )
+    job = {
+        "job_id": "train-a1",
+        "state": "succeeded",
+        "market": "spot",
+        "instance_type": "m5.large",
+        "billable_seconds": 3600.0,  # 3000 s of its own, 600 s of a copy on m5.2xlarge
+        "metrics": {
+            "batch_copies": 1,
+            "batch_copy_seconds": 600.0,
+            COPY_SECONDS_BY_TYPE: {"m5.2xlarge": 600.0},
+        },
+        "ended_at": time.time(),
+    }
+    billing._bill_attempt(state, job, None)
+    (entry,) = [e for e in ledger.entries() if e["task_id"] == "train"]
+    assert Decimal(str(entry["usd"])) == Decimal("0.05") * (3000 + 600 * 4) / 3600
+
+
 def test_a_followed_job_keeps_its_own_market_and_zone(tmp_path: Path) -> None:
     from costaware.adapters.compute.base import JobState, JobStatus
 

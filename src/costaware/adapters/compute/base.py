@@ -63,6 +63,9 @@ class JobState(str, Enum):
         return self in (JobState.INTERRUPTED, JobState.SUCCEEDED, JobState.FAILED)
 
 
+#: A ``JobStatus.metrics`` key: the seconds of a Batch job's copies (a resent submit's) per instance type they
+#: ran on, which the billing prices each at its own type (a compute environment may place a copy on another).
+COPY_SECONDS_BY_TYPE = "batch_copy_seconds_by_type"
 #: A ``JobStatus.metrics`` key: true where its billed seconds are priced at the on-demand rate though the
 #: job ran on spot (SageMaker managed spot's billable time, which holds the spot saving already).
 BILLED_AT_ON_DEMAND = "billed_at_on_demand"

@@ -37,6 +37,7 @@ from typing import Any
 
 from costaware.adapters.compute.aws_errors import aws_error
 from costaware.adapters.compute.base import (
+    COPY_SECONDS_BY_TYPE,
     JobRequest,
     JobState,
     JobStatus,
@@ -179,20 +180,28 @@ def with_copies(status: JobStatus, copies: Sequence[Mapping[str, Any]], *, now_m
     """``status`` billed with the time its submit's ``copies`` ran before their stop (pure).
 
     Batch bills each copy as the job it is, on the same queue (market): their seconds are the job's, said
-    in its reason and counted in its metrics.
+    in its reason and counted in its metrics, per the instance type each ran on (``container.instanceType``,
+    else the job's) in ``COPY_SECONDS_BY_TYPE``.
     """
-    seconds = sum(
-        status_from_description(copy, status.market, status.instance_type, now_ms=now_ms).billable_seconds
-        for copy in copies
-    )
     if not copies:
         return status
+    by_type: dict[str, float] = {}
+    for copy in copies:
+        ran_on = str((copy.get("container") or {}).get("instanceType") or status.instance_type)
+        billed = status_from_description(copy, status.market, ran_on, now_ms=now_ms).billable_seconds
+        by_type[ran_on] = by_type.get(ran_on, 0.0) + billed
+    seconds = sum(by_type.values())
     return replace(
         status,
         billable_seconds=status.billable_seconds + seconds,
         reason=f"{status.reason}; billed with {len(copies)} {'copy' if len(copies) == 1 else 'copies'} "
         f"of its submit, stopped after {seconds:g} s in all",
-        metrics={**status.metrics, "batch_copies": len(copies), "batch_copy_seconds": seconds},
+        metrics={
+            **status.metrics,
+            "batch_copies": len(copies),
+            "batch_copy_seconds": seconds,
+            COPY_SECONDS_BY_TYPE: by_type,
+        },
     )
 
 
