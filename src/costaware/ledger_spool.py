@@ -2,8 +2,10 @@
 
 When the ledger cannot be written, the listener keeps the entry in ``$AIRFLOW_HOME/costaware/spool`` as
 ``<entry_uid>.json`` (with the ledger connection it is for). It is written later by a drain: the listener's
-after its next entry succeeds, or ``costaware spool drain`` (:mod:`costaware.cli.commands.spool`) at any
-time, from any machine that sees the folder. Drains run at once (task processes ending together, the
+after its next entry succeeds (into that entry's ledger), a scheduler's as it starts, or ``costaware spool
+drain`` (:mod:`costaware.cli.commands.spool`) at any time, from any machine that sees the folder. The last
+two open each entry's ledger with :func:`workers_ledger`, which refuses one this machine does not see: its
+entries wait. Drains run at once (task processes ending together, the
 command beside them): each takes a file by renaming it (atomic) to ``<name>.<unix time>.<pid>.claimed``
 before reading it, so each entry is written by one of them, and a file gone was taken by another. A claim
 older than :data:`STALE_CLAIM_SECONDS` belonged to a drain that was killed: it goes back to the spool. An
@@ -76,6 +78,43 @@ def record_and_settle(ledger: Any, entry: Any, *, retrying: bool = False) -> Non
         ledger.record(replace(entry, reservation_id=reservation.id))  # paid from the hold, which stays
     else:
         ledger.settle(reservation.id, entry.usd, entry=replace(entry, reservation_id=reservation.id))
+
+
+def workers_ledger(conn_id: str) -> Any:
+    """The ledger of ``conn_id`` as a worker opens it, unless this machine plainly does not see it.
+
+    The hook falls back to ``COSTAWARE_LEDGER_URL`` or a SQLite file under ``$AIRFLOW_HOME`` where the
+    connection is missing: a drain on a machine without the workers' settings (``costaware spool drain``,
+    a scheduler starting) emptied the spool into a ledger no budget reads. A SQLite file that does not exist
+    yet, or a connection other than the default one that does not exist here, is refused instead (a drain
+    leaves its entries waiting).
+
+    Raises:
+        CostawareError: naming the connection and what to set.
+    """
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    from costaware.adapters.ledger.engine import missing_sqlite_file
+    from costaware.core.errors import CostawareError
+    from costaware.hooks.ledger import CostLedgerHook
+
+    hook = CostLedgerHook(conn_id)
+    if conn_id != DEFAULT_LEDGER_CONN_ID:
+        try:
+            hook.get_connection(conn_id)
+        except AirflowNotFoundException:
+            raise CostawareError(
+                f"the connection {conn_id!r} does not exist on this machine: set AIRFLOW_CONN_"
+                f"{conn_id.upper()} as the workers have it (where they lack it too, to the ledger their "
+                "costs went to instead)"
+            ) from None
+    missing = missing_sqlite_file(hook.get_url())
+    if missing is not None:
+        raise CostawareError(
+            f"no ledger at {missing}: this machine does not see the workers' ledger; set "
+            f"AIRFLOW_CONN_{conn_id.upper()} or COSTAWARE_LEDGER_URL as they have it"
+        )
+    return hook.get_conn()
 
 
 @dataclass

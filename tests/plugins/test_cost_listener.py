@@ -774,11 +774,14 @@ class Job:
 
 def test_a_scheduler_starting_drains_what_its_machine_spooled_and_a_task_process_does_not(
     ledger_env: Ledger,
+    ledger_url: str,
     tmp_path,  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # A killed try recorded by the scheduler while the ledger was down waited for the next killed try there.
     from airflow.sdk.execution_time.task_runner import TaskRunnerMarker
 
+    monkeypatch.setenv("AIRFLOW_CONN_TEAM_LEDGER", ledger_url)  # as the workers have it
     _spool(tmp_path / "spool", "a")
     _spool(tmp_path / "spool", "b", ledger_conn_id="team_ledger")  # every ledger's, not one's
     CostListener().on_starting(TaskRunnerMarker())  # a task process drains after its own entry
@@ -820,3 +823,33 @@ def test_a_try_is_priced_from_the_price_cache_of_the_ledger_its_task_writes_to( 
     assert ledger_env.entries(dag_id="retrain") == []
     (row,) = team.entries(dag_id="retrain")
     assert (row["price_source"], Decimal(row["usd"])) == ("aws-price-list-cache", Decimal("0.1"))
+
+
+def test_a_scheduler_without_the_workers_ledger_leaves_their_spooled_entries_waiting(
+    tmp_path,  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The drain opened each ledger through the hook's fallback: a scheduler without the workers' connection
+    # or COSTAWARE_LEDGER_URL emptied the spool into a new $AIRFLOW_HOME/costaware/ledger.db no budget reads.
+    import logging
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    monkeypatch.delenv("COSTAWARE_LEDGER_URL", raising=False)
+    monkeypatch.delenv("AIRFLOW_CONN_COSTAWARE_LEDGER", raising=False)
+    monkeypatch.delenv("AIRFLOW_CONN_TEAM_LEDGER", raising=False)
+    spool = tmp_path / "spool"
+    monkeypatch.setattr(listener_module, "spool_dir", lambda: spool)
+    spooled = _spool(spool, "a") + _spool(spool, "b", ledger_conn_id="team_ledger")
+    with caplog.at_level(logging.WARNING, logger=listener_module.__name__):
+        CostListener().on_starting(Job())
+    embedded = tmp_path / "airflow" / "costaware" / "ledger.db"
+    assert not embedded.exists()
+    assert sorted(spool.glob("*.json")) == sorted(spooled)  # both wait, none refused
+    assert not (spool / "refused").exists()
+    logged = caplog.text
+    assert f"spooled entries of ledger 'costaware_ledger' still wait (no ledger at {embedded}" in logged
+    assert (
+        "ledger 'team_ledger' still wait (the connection 'team_ledger' does not exist on this machine"
+        in logged
+    )

@@ -206,6 +206,7 @@ def open_ledger(args: argparse.Namespace, *, reading: bool = False) -> Ledger:
     Raises:
         CostawareError: ``reading`` and the SQLite file does not exist.
     """
+    from costaware.adapters.ledger.engine import missing_sqlite_file
     from costaware.adapters.ledger.store import Ledger
     from costaware.core.errors import CostawareError
 
@@ -319,23 +320,6 @@ def default_ledger_url() -> str:
 
         return CostLedgerHook().get_url()
     return ledger_url()
-
-
-def missing_sqlite_file(url: str) -> str | None:
-    """The path of ``url``'s SQLite file when it does not exist; else None (also for another database)."""
-    from pathlib import Path
-
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    try:
-        parsed = make_url(url)
-    except (ArgumentError, ValueError):  # ValueError: a port that is not a number
-        return None  # Ledger.from_url names what is wrong with it
-    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
-        return None
-    path = Path(str(parsed.database)).expanduser().absolute()
-    return None if path.exists() else str(path)
 
 
 # -- shared arguments -----------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from costaware.glue import (
     tags_for,
 )
 from costaware.glue import try_key as _key
-from costaware.ledger_spool import STALE_CLAIM_SECONDS, drain, spool_dir, spool_entry
+from costaware.ledger_spool import STALE_CLAIM_SECONDS, drain, spool_dir, spool_entry, workers_ledger
 from costaware.ledger_spool import record_and_settle as _record_and_settle
 from costaware.plugins.reservation_release import (
     end_waiting_gate,
@@ -151,11 +151,13 @@ def _audit_overrides(ti: Any, context: Mapping[str, Any]) -> None:
 
 
 def _drain_every_ledger() -> None:
-    """Write what waits in this machine's spool, each entry to its own ledger; never raises."""
-    from costaware.hooks.ledger import CostLedgerHook
+    """Write what waits in this machine's spool, each entry to its own ledger; never raises.
 
+    A ledger this machine does not see (a scheduler without the workers' connection) is not replaced by the
+    hook's fallback SQLite file, which no budget reads: its entries wait, and the log says why.
+    """
     try:
-        result = drain(spool_dir(), lambda conn_id: CostLedgerHook(conn_id).get_conn())
+        result = drain(spool_dir(), workers_ledger)
     except Exception as e:  # a spool folder that cannot be read: said, and the component starts as ever
         log.error("costaware: could not drain the spool %s: %s", spool_dir(), e)
         return

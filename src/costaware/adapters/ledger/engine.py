@@ -29,6 +29,18 @@ from costaware.core.errors import (
 from costaware.settings import LEDGER_URL_ENV
 
 
+def missing_sqlite_file(url: str) -> str | None:
+    """The path of ``url``'s SQLite file when it does not exist; else None (also for another database)."""
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):  # ValueError: a port that is not a number
+        return None  # Ledger.from_url names what is wrong with it
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    path = Path(str(parsed.database)).expanduser().absolute()
+    return None if path.exists() else str(path)
+
+
 def safe_url(url: str) -> str:
     """The URL with its password masked, for messages."""
     try:

@@ -71,43 +71,6 @@ def _row(spooled: Any) -> list[Any]:
     ]
 
 
-def _workers_ledger(conn_id: str) -> Any:
-    """The ledger of ``conn_id`` as a worker opens it, unless this machine plainly does not see it.
-
-    The hook falls back to ``COSTAWARE_LEDGER_URL`` or a SQLite file under ``$AIRFLOW_HOME`` where the
-    connection is missing: run on a machine without the workers' settings, the drain emptied the spool into
-    a ledger no budget reads. A SQLite file that does not exist yet, or a connection other than the
-    default one that does not exist here, is refused instead (its entries wait).
-
-    Raises:
-        CostawareError: naming the connection and what to set.
-    """
-    from airflow.sdk.exceptions import AirflowNotFoundException
-
-    from costaware.cli.arguments import missing_sqlite_file
-    from costaware.core.errors import CostawareError
-    from costaware.glue import DEFAULT_LEDGER_CONN_ID
-    from costaware.hooks.ledger import CostLedgerHook
-
-    hook = CostLedgerHook(conn_id)
-    if conn_id != DEFAULT_LEDGER_CONN_ID:
-        try:
-            hook.get_connection(conn_id)
-        except AirflowNotFoundException:
-            raise CostawareError(
-                f"the connection {conn_id!r} does not exist on this machine: set AIRFLOW_CONN_"
-                f"{conn_id.upper()} as the workers have it (where they lack it too, to the ledger their "
-                "costs went to instead)"
-            ) from None
-    missing = missing_sqlite_file(hook.get_url())
-    if missing is not None:
-        raise CostawareError(
-            f"no ledger at {missing}: this machine does not see the workers' ledger; set "
-            f"AIRFLOW_CONN_{conn_id.upper()} or COSTAWARE_LEDGER_URL as they have it"
-        )
-    return hook.get_conn()
-
-
 def drain(args: argparse.Namespace) -> int:
     """Write every spooled entry to the ledger its task used; 1 when some could not be written.
 
@@ -115,7 +78,7 @@ def drain(args: argparse.Namespace) -> int:
         CostawareError: ``--ledger-url`` given (each entry names its own ledger), or a bad ``--spool-dir``.
     """
     from costaware.core.errors import CostawareError
-    from costaware.ledger_spool import REFUSED
+    from costaware.ledger_spool import REFUSED, workers_ledger
     from costaware.ledger_spool import drain as drain_spool
 
     if getattr(args, "ledger_url", None):
@@ -130,7 +93,7 @@ def drain(args: argparse.Namespace) -> int:
 
     def ledger_for(conn_id: str) -> Any:
         if conn_id not in ledgers:
-            ledgers[conn_id] = _workers_ledger(conn_id)
+            ledgers[conn_id] = workers_ledger(conn_id)
         return ledgers[conn_id]
 
     result = drain_spool(folder, ledger_for)
