@@ -92,7 +92,9 @@ def test_a_task_the_database_does_not_know_or_an_unreadable_database_needs_force
     ledger = _held(ledger_url)
     argv = ["--ledger-url", ledger_url, "budget", "release", "--holder", HOLDER]
     assert main(argv) == 2
-    assert "is not in Airflow's metadata database (nor is its run)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "is not in Airflow's metadata database (nor is its run), so it may still bill" in err
+    assert err.count("in Airflow's metadata database") == 1
     # A metadata database never migrated (the AIRFLOW_HOME of a laptop, not the deployment's).
     from airflow import settings
     from sqlalchemy import create_engine
@@ -133,3 +135,40 @@ def test_an_egress_hold_is_checked_as_its_task(
     argv = ["--ledger-url", ledger_url, "budget", "release", "--holder", "nightly/manual__1/copy/-1/egress"]
     assert main(argv) == 2
     assert "task 'copy' (map index -1) of DAG 'nightly' run 'manual__1' is running" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("holder", ["search/manual__1/3/9", "search/1a2b3c4d/tail"])
+def test_a_search_hold_is_not_read_as_a_task_and_needs_force(
+    holder: str,
+    ledger_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A rung's hold was read as task '3' (map index 9) of a DAG 'search' that does not exist.
+    put = airflow_metadata_db(tmp_path, monkeypatch)
+    put("tune", "manual__1", "search", "success", run_state="success")
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=x", "month", "5")
+    hold = ledger.reserve("project=x", "4", holder=holder, run_id="manual__1", dag_id="tune")
+    argv = ["--ledger-url", ledger_url, "budget", "release", "--holder", holder]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    search = holder.split("/")[1]
+    assert f"hold of {holder!r} not released: it is a rung of budgeted_search {search!r}" in err
+    assert f"expires by itself at {hold.expires_at:%Y-%m-%d %H:%M} UTC; give --force once the search" in err
+    assert "DAG 'search'" not in err and "metadata database" not in err
+    assert [r.holder for r in ledger.open_reservations()] == [holder]
+    assert main([*argv, "--force"]) == 0
+    assert ledger.open_reservations() == []
+
+
+def test_a_dag_named_search_keeps_its_task_check() -> None:
+    from costaware.adapters.airflow_tasks import TaskInstanceKey, search_of, task_instance_of
+
+    assert search_of("search/manual__1/train/-1") is None
+    assert task_instance_of("search/manual__1/train/-1") == TaskInstanceKey(
+        "search", "manual__1", "train", -1
+    )
+    assert task_instance_of("search/manual__1/3/9") is None
+    assert search_of("search/ab12cd34/3/9") == "ab12cd34"

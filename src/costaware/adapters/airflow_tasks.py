@@ -54,19 +54,40 @@ class TaskInstanceStanding:
         return not_started and self.run_found and self.run_state in ENDED_RUN_STATES
 
     def said(self) -> str:
-        """The state in words, for a refusal: 'running', 'not started (its run is running)', ..."""
+        """The state in words, for a refusal: 'running in Airflow's metadata database', ..."""
         if not self.found:
             run = f"its run is {self.run_state}" if self.run_found else "nor is its run"
             return f"not in Airflow's metadata database ({run})"
-        return self.state if self.state not in _NOT_STARTED else f"not started (its run is {self.run_state})"
+        state = self.state if self.state not in _NOT_STARTED else f"not started (its run is {self.run_state})"
+        return f"{state} in Airflow's metadata database"
+
+
+def search_of(holder: str | None) -> str | None:
+    """The search id of a ``budgeted_search`` hold (``search/<id>/<trial>/<rung>``, ``search/<id>/tail``).
+
+    Such a search runs in a process of its own (a notebook, a task's Python), under an id of its own (not an
+    Airflow run id): no task instance of Airflow's is named by its holder. Trial and rung are whole numbers
+    (a rung is never negative, as a task's unmapped map index -1 is), so a DAG named ``search`` with
+    numeric task ids is all it could be mistaken for. None for a holder of another form.
+    """
+    parts = (holder or "").split("/")
+    if len(parts) < 3 or parts[0] != "search" or not all(parts[1:]):
+        return None
+    if len(parts) == 3 and parts[2] == "tail":
+        return parts[1]
+    if len(parts) >= 4 and parts[-1].isdigit() and parts[-2].isdigit():
+        return "/".join(parts[1:-2])
+    return None
 
 
 def task_instance_of(holder: str | None) -> TaskInstanceKey | None:
-    """The task instance a holder names; None for a hold that names none (reserved from Python).
+    """The task instance a holder names; None for a hold that names none (reserved from Python, a search's).
 
     A DAG id and a task id have no ``/``, a run id may (a deployment's ``allowed_run_id_pattern``); a holder
     may end in a suffix of its own (a data-locality operator's ``.../egress``).
     """
+    if search_of(holder) is not None:
+        return None  # a search's rung: its trial and rung are no task id and map index
     parts = (holder or "").split("/")
     if len(parts) >= 5 and not _is_int(parts[-1]):
         parts = parts[:-1]

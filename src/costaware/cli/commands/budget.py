@@ -417,16 +417,28 @@ def _refuse_while_a_task_may_bill(holder: str, holds: list[Any]) -> None:
 
     Released while its task ran, a hold was settled by that task's cost after the money had been handed to
     others: a $5 budget read -$3.00 left. Holds that name no task instance (reserved from Python) are not
-    checked: nothing in Airflow settles them.
+    checked: nothing in Airflow settles them. A budgeted_search's hold is refused without ``--force``: the
+    search settles it, and nothing in Airflow says whether it still runs.
     """
     from costaware.adapters.airflow_tasks import (
         AirflowDatabaseUnreadable,
+        search_of,
         task_instance_of,
         task_instance_standing,
     )
     from costaware.core.errors import InvalidBudgetError
 
     for hold in holds:
+        search = search_of(hold.holder)
+        if search is not None:
+            # Its id is the search's own, not a run's: nothing in Airflow says whether it still trains.
+            raise InvalidBudgetError(
+                f"hold of {holder!r} not released: it is a rung of budgeted_search {search!r}, which runs "
+                "outside Airflow's task states, so whether it may still bill cannot be checked. It expires "
+                f"by itself at {hold.expires_at:%Y-%m-%d %H:%M} UTC; give --force once the search has "
+                "ended (a search still running settles its rung against the released hold, past the "
+                "budget's cap)"
+            )
         key = task_instance_of(hold.holder)
         if key is None:
             continue
@@ -441,8 +453,8 @@ def _refuse_while_a_task_may_bill(holder: str, holds: list[Any]) -> None:
             ) from e
         if not standing.ended:
             raise InvalidBudgetError(
-                f"hold of {holder!r} not released: {key} is {standing.said()} in Airflow's metadata "
-                "database, so it may still bill and would settle its cost against the released hold, past "
-                "the budget's cap. Let it end (its run's end releases the hold), or mark it failed; a run of "
+                f"hold of {holder!r} not released: {key} is {standing.said()}, so it may still bill and "
+                "would settle its cost against the released hold, past the budget's cap. Let it end (its "
+                "run's end releases the hold), or mark it failed; a run of "
                 "`airflow dags test` stopped with Ctrl-C still reads running: give --force for that one"
             )
