@@ -146,7 +146,7 @@ def drain(
     """
     from sqlalchemy.exc import DataError
 
-    from costaware.core.errors import LedgerUnavailableError
+    from costaware.core.errors import LedgerDatabaseMissingError, LedgerUnavailableError
     from costaware.core.ledger import entry_from_json
 
     result = DrainResult(unavailable={})
@@ -179,8 +179,10 @@ def drain(
                 result.waiting += 1
                 continue
             record(ledger, entry, retrying=bool(data.get("retrying", False)))
-        except LedgerUnavailableError as e:
-            if not isinstance(e.__cause__, DataError):  # down again: the rest of its entries wait with it
+        except (LedgerUnavailableError, LedgerDatabaseMissingError) as e:
+            # Down again, or its database not made (the deployment's to fix, not the entry's fault): the
+            # rest of its entries wait with it.
+            if not isinstance(e.__cause__, DataError):
                 _put_back(claimed, path)
                 log.warning("costaware: spooled entries wait for the ledger again (%s)", e)
                 result.waiting += 1

@@ -853,3 +853,24 @@ def test_a_scheduler_without_the_workers_ledger_leaves_their_spooled_entries_wai
         "ledger 'team_ledger' still wait (the connection 'team_ledger' does not exist on this machine"
         in logged
     )
+
+
+def test_a_ledger_whose_database_is_missing_keeps_its_spooled_entries_waiting(
+    postgres_url: str,
+    tmp_path,  # type: ignore[no-untyped-def]
+) -> None:
+    # LedgerDatabaseMissingError is a configuration error, not LedgerUnavailableError: the entries went to
+    # spool/refused, out of every later drain, for a database the deployment had yet to create.
+    from costaware.ledger_spool import drain
+
+    folder = tmp_path / "spool"
+    spooled = _spool(folder, "a", "b")
+    not_created = Ledger.from_url(postgres_url.rsplit("/", 1)[0] + "/costaware_not_created", create=False)
+    # Written by a plain record (the reservation look-up of record_and_settle reads, and a read of a missing
+    # database is reported as the ledger being down): the write itself meets the missing database.
+    result = drain(
+        folder, lambda _conn_id: not_created, record=lambda ledger, entry, **_: ledger.record(entry)
+    )
+    assert (result.written, result.refused, result.waiting) == (0, 0, 2)
+    assert sorted(folder.glob("*.json")) == sorted(spooled) and not (folder / "refused").exists()
+    assert 'database "costaware_not_created" does not exist' in (result.unavailable or {})["costaware_ledger"]
