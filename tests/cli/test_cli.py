@@ -771,6 +771,43 @@ def test_the_report_says_when_cost_entries_wait_in_this_machine_s_spool(
     assert json.loads(capsys.readouterr().out)["spooled_entries_here"] == 3
 
 
+def test_a_dag_whose_costs_only_wait_is_no_unknown_name(
+    ledger_url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its first run met a ledger that was down (or its first task only holds money yet): the report said
+    # "the ledger has no entries for DAG 'nightly': check the name" (exit 2) and never the spool's note.
+    from costaware.ledger_spool import REFUSED, spool_entry
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
+    ledger = Ledger.from_url(ledger_url)
+    ledger.record(LedgerEntry(dag_id="other", run_id="r0", task_id="t", kind=Kind.COMPUTE, usd=Decimal("1")))
+    spool = tmp_path / "costaware" / "spool"
+    nightly = LedgerEntry(dag_id="nightly", run_id="r1", task_id="train", kind=Kind.COMPUTE, usd=Decimal("7"))
+    spool_entry(spool, nightly, "costaware_ledger", retrying=False)
+    # One the ledger refused counts nowhere until fixed: it makes no DAG known.
+    spool_entry(spool / REFUSED, LedgerEntry(dag_id="refused", run_id="r", task_id="t", kind=Kind.COMPUTE,
+                usd=Decimal("1")), "costaware_ledger", retrying=False)  # fmt: skip
+    report = ["--ledger-url", ledger_url, "report"]
+    for asked in (["--dag-id", "nightly"], ["--dag-id", "nightly", "--run-id", "r1"]):
+        assert main([*report, *asked]) == 0
+        out, err = capsys.readouterr()
+        assert "(no entries" in out and f"spool: 1 cost entry waits in {spool}" in out
+        named = "run 'r1' of DAG 'nightly'" if "--run-id" in asked else "DAG 'nightly'"
+        assert f"has no entries for {named} yet; 1 cost entry of it waits in the spool {spool}" in err
+    assert main([*report, "--dag-id", "nightly", "--run-id", "r2"]) == 2
+    assert "the ledger has no entries for run 'r2' of DAG 'nightly'" in capsys.readouterr().err
+    for unknown in ("nightyl", "refused"):
+        assert main([*report, "--dag-id", unknown]) == 2
+        assert f"the ledger has no entries for DAG {unknown!r}: check the name" in capsys.readouterr().err
+    ledger.set_budget("project=x", "month", "5")
+    ledger.reserve("project=x", "4", holder="held/manual__1/train/-1", run_id="manual__1", dag_id="held")
+    assert main([*report, "--dag-id", "held"]) == 0
+    err = capsys.readouterr().err
+    assert (
+        "has no entries for DAG 'held' yet; 1 open hold of it reserves $4.00 (`costaware budget holds`" in err
+    )
+
+
 @pytest.mark.parametrize("json_logs", [False, True])
 def test_logs_go_to_stderr_even_when_airflow_is_imported_during_the_command(
     tmp_path: Path, json_logs: bool

@@ -255,23 +255,39 @@ def refuse_unknown_names(ledger: Any, dag_id: str | None, run_id: str | None) ->
 
     One rule for every command: a DAG or run id the ledger has never seen is an error (exit 2), as
     ``runs show --last`` and ``report --last-run`` always made it; a known one that a window or a scope
-    selects nothing of is an empty answer (exit 0).
+    selects nothing of is an empty answer (exit 0). So is one whose costs only wait (spooled on this
+    machine, or held by an open hold): a note on stderr says what waits.
 
     Raises:
         CostawareError: naming the id, with the DAGs the ledger has (and the closest one).
     """
+    from costaware.cli.pending import what_waits
     from costaware.core.errors import CostawareError
 
     if dag_id and ledger.last_run_id(dag_id) is None:
-        raise CostawareError(
-            f"the ledger has no entries for DAG {dag_id!r}: check the name (a DAG that has not run yet has "
-            f"none){dag_hint(ledger, dag_id)}"
-        )
+        waiting = what_waits(ledger, dag_id, None)
+        if not waiting:
+            raise CostawareError(
+                f"the ledger has no entries for DAG {dag_id!r}: check the name (a DAG that has not run yet "
+                f"has none){dag_hint(ledger, dag_id)}"
+            )
+        if not run_id:  # its costs are on their way (spooled, or held): a known name, answered as empty
+            print(
+                f"costaware: note: the ledger has no entries for DAG {dag_id!r} yet; {waiting}",
+                file=sys.stderr,
+            )
+            return
     if run_id and not ledger.entries(dag_id=dag_id, run_id=run_id, limit=1):
-        raise CostawareError(
-            f"the ledger has no entries for run {run_id!r}"
-            + (f" of DAG {dag_id!r}" if dag_id else "")
-            + ": check the run id: `costaware runs list` lists them"
+        of_dag = f" of DAG {dag_id!r}" if dag_id else ""
+        waiting = what_waits(ledger, dag_id, run_id)
+        if not waiting:
+            raise CostawareError(
+                f"the ledger has no entries for run {run_id!r}{of_dag}: check the run id: `costaware runs "
+                "list` lists them"
+            )
+        print(
+            f"costaware: note: the ledger has no entries for run {run_id!r}{of_dag} yet; {waiting}",
+            file=sys.stderr,
         )
 
 

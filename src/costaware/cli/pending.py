@@ -1,0 +1,56 @@
+"""What a DAG or run has outside the ledger's entries: costs spooled on this machine, and open holds.
+
+A DAG whose first run met a ledger that was down has its cost only in the spool, and one whose first task is
+running only a hold: neither is a mistyped name (:func:`costaware.cli.arguments.refuse_unknown_names`).
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+
+def what_waits(ledger: Any, dag_id: str | None, run_id: str | None) -> str:
+    """What of ``dag_id`` (and ``run_id``) waits outside the ledger's entries, in words; "" when nothing.
+
+    Counted: the spooled entries of this machine that a drain will write (not those set aside as refused,
+    which count nowhere until fixed), and the open holds whose holder names the DAG (and run).
+    """
+    from costaware.adapters.airflow_tasks import search_of
+    from costaware.core.ledger import holder_dag_id, holder_run_id
+    from costaware.core.money import format_usd_exact
+    from costaware.ledger_spool import REFUSED, spool_dir, spooled_files
+
+    def named(dag: object, run: object) -> bool:
+        return (dag_id is None or dag == dag_id) and (run_id is None or run == run_id)
+
+    folder = spool_dir()
+    spooled = 0
+    for spooled_file in spooled_files(folder):
+        if spooled_file.state == REFUSED or spooled_file.data is None:
+            continue
+        entry = spooled_file.data.get("entry", spooled_file.data)
+        if isinstance(entry, dict) and named(entry.get("dag_id"), entry.get("run_id")):
+            spooled += 1
+    holds = [
+        r
+        for r in ledger.open_reservations()
+        # A search's holder starts with its own id, not a DAG's.
+        if search_of(r.holder) is None and named(holder_dag_id(r.holder), holder_run_id(r.holder))
+    ]
+    said = []
+    if spooled:
+        one = spooled == 1
+        said.append(
+            f"{spooled} cost entr{'y' if one else 'ies'} of it wait{'s' if one else ''} in the spool "
+            f"{folder} (the ledger could not be written then): `costaware spool drain` writes "
+            f"{'it' if one else 'them'}"
+        )
+    if holds:
+        held = format_usd_exact(sum((r.usd for r in holds), Decimal(0)))
+        one = len(holds) == 1
+        said.append(
+            f"{len(holds)} open hold{'' if one else 's'} of it reserve{'s' if one else ''} {held} "
+            f"(`costaware budget holds` lists {'it' if one else 'them'}; its task's cost settles it)"
+        )
+    return "; ".join(said)
