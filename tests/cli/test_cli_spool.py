@@ -137,3 +137,21 @@ def test_drain_on_a_machine_without_the_workers_ledger_leaves_the_entries_waitin
     assert f"no ledger at {embedded}: this machine does not see the workers' ledger" in err
     assert "the connection 'team_ledger' does not exist on this machine: set AIRFLOW_CONN_TEAM_LEDGER" in err
     assert not embedded.exists() and len(list(spool.glob("*.json"))) == 2
+
+
+def test_drain_of_a_ledger_that_cannot_be_reached_names_no_option_the_command_refuses(
+    spool: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The ledger's error said "Check the URL (--ledger-url, the 'costaware_ledger' connection or ...)" for
+    # the connection 'team_ledger', inside the one command that refuses --ledger-url.
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_TEAM_LEDGER", json.dumps({"conn_type": "generic", "extra": {"url": UNREACHABLE}})
+    )
+    spool_entry(spool, _entry("theirs"), "team_ledger", retrying=False)
+    assert main(["spool", "drain"]) == 1
+    err = capsys.readouterr().err
+    assert "costaware: ledger 'team_ledger' could not be written (cannot reach the cost ledger at" in err
+    where = "the ledger connection (ledger_conn_id, e.g. AIRFLOW_CONN_<ID>) or COSTAWARE_LEDGER_URL"
+    assert f"Check the URL ({where})" in err
+    assert "--ledger-url" not in err and "'costaware_ledger' connection" not in err
+    assert len(list(spool.glob("*.json"))) == 1

@@ -83,11 +83,14 @@ class CostLedgerHook(BaseHook):
     def get_conn(self) -> Ledger:
         """The ledger, opened once per process and URL (engines pool their connections)."""
         from costaware.adapters.ledger.store import Ledger
+        from costaware.settings import LEDGER_URL_ENV
 
         url = self.get_url()
         with _LOCK:
             if url not in _LEDGERS:
-                _LEDGERS[url] = Ledger.from_url(url)
+                # Opened by a task, the scheduler or `costaware spool drain`: none has a --ledger-url to fix.
+                where = f"the ledger connection (ledger_conn_id, e.g. AIRFLOW_CONN_<ID>) or {LEDGER_URL_ENV}"
+                _LEDGERS[url] = Ledger.from_url(url, url_from=where)
             return _LEDGERS[url]
 
     @property

@@ -191,11 +191,15 @@ class LedgerDatabase:
 
     Args:
         engine: A SQLite or PostgreSQL engine (see :func:`ledger_engine`).
+        url_from: Where its URL was set, for "Check the URL (...)" when it cannot be reached; None: the
+            CLI's ``--ledger-url``, the ``costaware_ledger`` connection or ``COSTAWARE_LEDGER_URL``.
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, url_from: str | None = None) -> None:
         self.engine = engine
         self.is_sqlite = engine.dialect.name == "sqlite"
+        # Said as where the caller read it: a worker, or `costaware spool drain`, has no --ledger-url to fix.
+        self.url_from = url_from or f"--ledger-url, the 'costaware_ledger' connection or {LEDGER_URL_ENV}"
 
     def dispose(self) -> None:
         self.engine.dispose()
@@ -219,7 +223,7 @@ class LedgerDatabase:
             error = LedgerDatabaseMissingError if missing else LedgerUnavailableError
             raise error(
                 f"cannot reach the cost ledger at {safe_url(str(self.engine.url))}: {_reason(e)}. Check the "
-                f"URL (--ledger-url, the 'costaware_ledger' connection or {LEDGER_URL_ENV})"
+                f"URL ({self.url_from})"
                 f"{missing}{_sqlite_hint(self.engine, e)}; nothing was recorded or reserved"
             ) from e
         try:
@@ -230,7 +234,7 @@ class LedgerDatabase:
                 raise
             raise LedgerUnavailableError(
                 f"cannot write the cost ledger at {safe_url(str(self.engine.url))}: {_reason(e)}. Check the "
-                f"URL (--ledger-url, the 'costaware_ledger' connection or {LEDGER_URL_ENV})"
+                f"URL ({self.url_from})"
                 f"{_sqlite_hint(self.engine, e)}; nothing was recorded or reserved"
             ) from e
         except StatementError as e:

@@ -30,14 +30,17 @@ class Ledger(LedgerDatabase):
     # -- set-up -----------------------------------------------------------------------------------
 
     @classmethod
-    def from_url(cls, url: str | None = None, *, create: bool = True) -> Ledger:
+    def from_url(cls, url: str | None = None, *, create: bool = True, url_from: str | None = None) -> Ledger:
         """Open (and by default create) the ledger at ``url`` (default: ``costaware.settings.ledger_url()``).
+
+        ``url_from``: where the URL was set, named by the error when it cannot be reached (see
+        :class:`~costaware.adapters.ledger.engine.LedgerDatabase`).
 
         Raises:
             ConfigurationError: the URL is malformed or names a database costaware does not support.
             LedgerUnavailableError: the database cannot be reached.
         """
-        ledger = cls(ledger_engine(url or ledger_url()))
+        ledger = cls(ledger_engine(url or ledger_url()), url_from=url_from)
         if create:
             ledger.create_schema()
         return ledger
