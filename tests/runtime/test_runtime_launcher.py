@@ -176,22 +176,27 @@ time.sleep(60)
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
-def test_what_the_job_left_in_its_process_group_is_ended_before_the_upload(make_job: MakeJob) -> None:
-    # A helper the job started and never stopped ran on after the attempt, into the next one's machine time.
-    job = make_job("""
+@pytest.mark.parametrize("own_session", [False, True], ids=["in-its-group", "in-a-session-of-its-own"])
+def test_what_the_job_left_behind_is_ended_before_the_upload(make_job: MakeJob, own_session: bool) -> None:
+    # A helper the job started and never stopped ran on after the attempt, into the next one's machine time;
+    # one in a session of its own (as torchrun starts its ranks, or a daemon) was not reached at all.
+    job = make_job(
+        """
 import subprocess
 helper = subprocess.Popen([sys.executable, "-c", '''
 import pathlib, signal, sys, time
 signal.signal(signal.SIGTERM, lambda *_: (pathlib.Path(sys.argv[1]).touch(), sys.exit(0)))
 pathlib.Path(sys.argv[2]).touch()
 time.sleep(60)
-''', str(READY.parent / "helper-got-sigterm"), str(READY.parent / "helper-up")])
+''', str(READY.parent / "helper-got-sigterm"), str(READY.parent / "helper-up")],
+    start_new_session=OWN_SESSION, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 (READY.parent / "helper-pid").write_text(str(helper.pid))
 while not (READY.parent / "helper-up").exists():
     time.sleep(0.01)
 (cr.output_dir() / "model.bin").write_bytes(b"model")
 cr.write_metrics({"rmse": 1.0})
-""")
+""".replace("OWN_SESSION", str(own_session))
+    )
     done = job.run()
     pid = int((job.root / "helper-pid").read_text())
     try:
@@ -200,6 +205,49 @@ cr.write_metrics({"rmse": 1.0})
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+
+
+# The job starts a "rank" in a session of its own, as torchrun does (its process group is not the job's),
+# which notes its pid, ignores SIGTERM (a rank stuck in a collective) and would train on for a minute.
+SESSION_RANK_JOB = """
+import subprocess
+rank = subprocess.Popen([sys.executable, "-c", '''
+import os, pathlib, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+pathlib.Path(sys.argv[1]).write_text(str(os.getpid()))
+time.sleep(60)
+''', str(READY.parent / "rank-pid")],
+    start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+while not (READY.parent / "rank-pid").exists():
+    time.sleep(0.01)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+@pytest.mark.parametrize("how", ["grace-period-ends", "job-killed-outright"])
+def test_a_process_the_job_started_in_a_session_of_its_own_ends_with_the_attempt(
+    make_job: MakeJob, how: str
+) -> None:
+    # torchrun starts each rank in a session of its own: SIGKILL of torchrun's process group (the grace period
+    # over) or torchrun killed outright (the OOM killer) left the ranks training on, unwatched and unbilled.
+    ending = {
+        "grace-period-ends": "signal.signal(signal.SIGTERM, signal.SIG_IGN)\nREADY.touch()\ntime.sleep(60)",
+        "job-killed-outright": "os.kill(os.getpid(), signal.SIGKILL)",
+    }[how]
+    job = make_job(SESSION_RANK_JOB + ending + "\n")
+    launcher = job.start("--grace-seconds", "0.5")
+    try:
+        if how == "grace-period-ends":
+            code, stderr = job.preempt(launcher)
+            assert code == 77, stderr
+        else:
+            _, stderr = launcher.communicate(timeout=60)
+            assert launcher.returncode == 137, stderr
+        pid = int((job.root / "rank-pid").read_text())
+        assert pid_gone(pid, within=2), f"rank {pid} outlived the launcher:\n{stderr}"
+    finally:
+        with contextlib.suppress(ProcessLookupError, FileNotFoundError, ValueError):
+            os.kill(int((job.root / "rank-pid").read_text()), signal.SIGKILL)
 
 
 @pytest.fixture
@@ -223,6 +271,23 @@ def in_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Job], int]
     for signum, handler in handlers.items():
         signal.signal(signum, handler)
     logger.handlers[:] = handlers_before
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_CHILD_SUBREAPER is Linux's")
+def test_a_launcher_run_in_a_process_that_lives_on_leaves_it_no_subreaper(
+    make_job: MakeJob, in_process: Callable[[Job], int]
+) -> None:
+    # The launcher adopts the job's orphans while it runs; a process that lives on would adopt every orphan.
+    import ctypes
+
+    job = make_job("""
+(cr.output_dir() / "model.bin").write_bytes(b"model")
+cr.write_metrics({"rmse": 1.0})
+""")
+    assert in_process(job) == 0
+    subreaper = ctypes.c_int(-1)
+    assert ctypes.CDLL(None).prctl(37, ctypes.byref(subreaper), 0, 0, 0) == 0  # PR_GET_CHILD_SUBREAPER
+    assert subreaper.value == 0
 
 
 def test_a_notice_while_the_launcher_checks_its_stores_is_kept_and_the_job_not_started(
@@ -270,13 +335,13 @@ def test_a_notice_after_the_job_failed_keeps_its_exit_code(
     # A code error read as "preempted before any checkpoint" (77) was retried and paid again.
     from costaware_runtime import launcher
 
-    end_group, kill = launcher.end_group, os.kill
+    end_job, kill = launcher.end_job, os.kill
 
-    def notice_then_end_group(*args: Any, **kwargs: Any) -> Any:
+    def notice_then_end_job(*args: Any, **kwargs: Any) -> Any:
         kill(os.getpid(), signal.SIGTERM)
-        return end_group(*args, **kwargs)
+        return end_job(*args, **kwargs)
 
-    monkeypatch.setattr(launcher, "end_group", notice_then_end_group)
+    monkeypatch.setattr(launcher, "end_job", notice_then_end_job)
     job = make_job("raise SystemExit(1)")
     assert in_process(job) == 1
     stderr = capsys.readouterr().err

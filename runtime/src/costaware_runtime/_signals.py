@@ -14,8 +14,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from types import FrameType
+
+from costaware_runtime import _tree
 
 log = logging.getLogger("costaware_runtime.launcher")
 
@@ -110,33 +112,42 @@ def die_with_the_launcher() -> Callable[[], None] | None:
     return preexec
 
 
-def end_group(group: int, grace_seconds: float) -> None:
-    """SIGTERM what is left of the job's process group once its main process has exited.
+def end_job(group: int, grace_seconds: float, spared: Collection[int] = ()) -> None:
+    """SIGTERM what the job left once its main process has exited; SIGKILL what is left after a while.
 
-    SIGKILL after ``grace_seconds`` (at most :data:`GROUP_GRACE_SECONDS`): helpers the job left behind ran
-    on past the attempt, perhaps still writing into its folders while they were uploaded.
+    What it left: its process group, and on Linux every process under it in a group or session of its own
+    (torchrun's ranks, a daemon: found through ``/proc``, and reparented to the launcher, its subreaper, when
+    their parent died). ``spared`` are children the launcher had before the job (a test's). SIGKILL after
+    ``grace_seconds`` (at most :data:`GROUP_GRACE_SECONDS`): helpers the job left behind ran on past the
+    attempt, perhaps still writing into its folders while they were uploaded.
     """
+    left = _tree.left_behind(group, spared)
+    _tree.signal_each(left, signal.SIGTERM)
     try:
         os.killpg(group, signal.SIGTERM)
     except ProcessLookupError:
-        return  # none left
+        pass  # none left in the group
     except PermissionError:  # one it may not signal (another user's): left, not a launcher crash
         log.warning("processes the job left in its process group cannot be signalled: left running")
-        return
     deadline = time.monotonic() + min(grace_seconds, GROUP_GRACE_SECONDS)
-    while _reap(group) and time.monotonic() < deadline:
+    while _still_running(group, spared) and time.monotonic() < deadline:
         time.sleep(0.02)
-    if _reap(group):
-        log.warning("processes the job left in its process group did not exit on SIGTERM: SIGKILL")
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(group, signal.SIGKILL)
+    if _still_running(group, spared):
+        log.warning("processes the job left behind did not exit on SIGTERM: SIGKILL")
+        _tree.kill_tree(group, spared)
+        deadline = time.monotonic() + 1  # SIGKILL takes a moment: reap them, not leave zombies
+        while _still_running(group, spared) and time.monotonic() < deadline:
+            time.sleep(0.02)
 
 
-def _reap(group: int) -> bool:
-    """Whether ``group`` still has a process; reaps the ones that are this process's children (as PID 1)."""
+def _still_running(group: int, spared: Collection[int]) -> bool:
+    """Whether the job left a process running; reaps the ones that are this process's children."""
     with contextlib.suppress(ChildProcessError):
         while os.waitpid(-group, os.WNOHANG)[0]:
             pass
+    _tree.reap(spared)
+    if _tree.PROC:  # it tells a running process from a zombie its parent has yet to reap
+        return bool(_tree.left_behind(group, spared))
     try:
         os.killpg(group, 0)
     except (ProcessLookupError, PermissionError):

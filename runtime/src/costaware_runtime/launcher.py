@@ -24,8 +24,8 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from costaware_runtime import __version__, contract
-from costaware_runtime._signals import Notices, die_with_the_launcher, end_group
+from costaware_runtime import __version__, _tree, contract
+from costaware_runtime._signals import Notices, die_with_the_launcher, end_job
 from costaware_runtime.checkpoints import Marker, latest_step, read_marker, retired_marker
 from costaware_runtime.contract import JobEnvironment
 from costaware_runtime.errors import CheckpointChangedError, ContractError, CostawareRuntimeError, StoreError
@@ -38,6 +38,8 @@ log = logging.getLogger("costaware_runtime.launcher")
 
 #: The longest --poll-seconds: a checkpoint pushed an hour late is of little use after a preemption.
 MAX_POLL_SECONDS = 3600.0
+#: How often the job's orphans that have exited are reaped while it runs (each look reads /proc).
+REAP_SECONDS = 5.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -227,6 +229,15 @@ class Launcher:
         except ContractError as e:
             log.error("%s", e)
             return contract.EXIT_CONTRACT_ERROR
+        # Children of the launcher's own from before the job (a test runs launchers in turn): not the job's.
+        spared = _tree.children()
+        put_back = _tree.become_subreaper()
+        try:
+            return self._run_job(command, frozenset(spared))
+        finally:
+            put_back()
+
+    def _run_job(self, command: Sequence[str], spared: frozenset[int]) -> int:
         try:
             self.started_at = time.monotonic()
             self.process = subprocess.Popen(
@@ -246,8 +257,12 @@ class Launcher:
         watcher = _Watcher(self.sync, self.options.poll_seconds) if self.sync else None
         if watcher:
             watcher.start()
-        returncode = self._wait(self.process)
-        end_group(self.process.pid, self.grace_seconds)  # before the outputs are read and uploaded
+        try:
+            returncode = self._wait(self.process, spared)
+        finally:
+            # Before the outputs are read and uploaded, and on the launcher's own failure: nothing of the job
+            # (a torchrun rank in a session of its own either) outlives the attempt.
+            end_job(self.process.pid, self.grace_seconds, spared)
         if watcher:
             watcher.stop()
         return self.finish(returncode)
@@ -269,8 +284,9 @@ class Launcher:
             ) from e
         log.info("removed the metrics an earlier run left in %s: this run writes its own", self.metrics_path)
 
-    def _wait(self, process: subprocess.Popen[bytes]) -> int:
+    def _wait(self, process: subprocess.Popen[bytes], spared: frozenset[int]) -> int:
         killed = False
+        reaped_at = time.monotonic()
         while True:
             try:
                 return process.wait(timeout=0.1)
@@ -281,9 +297,14 @@ class Launcher:
             if (late or kill_now) and not killed:
                 if not kill_now:
                     log.error("the job did not exit within %gs of the notice: SIGKILL", self.grace_seconds)
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
+                # The whole tree: torchrun's ranks (in sessions of their own) outlived its group's SIGKILL.
+                _tree.kill_tree(process.pid, spared)
                 killed = True
+            if time.monotonic() - reaped_at >= REAP_SECONDS:
+                # The job's orphans are the launcher's children (it is their subreaper): those that exited
+                # are reaped, not left as zombies until the end. Never the job: its Popen would read exit 0.
+                _tree.reap(spared | {process.pid})
+                reaped_at = time.monotonic()
 
     def finish(self, returncode: int) -> int:
         """The launcher's exit code once the job has exited with ``returncode``."""
