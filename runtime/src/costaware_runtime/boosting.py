@@ -11,6 +11,10 @@ To save at the interval the provider asks for (``COSTAWARE_CHECKPOINT_EVERY_SECO
 :class:`~costaware_runtime.schedule.CheckpointTimer`), pass ``timer=CheckpointTimer()``, with
 ``every_rounds=None`` to save by time only.
 xgboost is imported when ``XGBoostCheckpoint`` is first looked up; LightGBM never needs importing here.
+
+For one process only: under distributed XGBoost (Dask, Spark, ``xgboost.collective``) or LightGBM the workers
+do not agree when to stop (no collective here, unlike ``costaware_runtime.torch``). A worker that hears the
+notice exits alone and the others hang in the next round until the grace period ends (runtime/README.md).
 """
 
 from __future__ import annotations
