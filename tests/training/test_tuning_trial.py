@@ -451,6 +451,45 @@ def test_a_one_class_validation_set_is_refused_before_any_slot_reserves(tmp_path
     assert optuna.load_study(study_name="one-class", storage=url).get_trials() == []
 
 
+@pytest.mark.parametrize("argument", ["train_path", "valid_path"])
+def test_a_trainer_path_that_cannot_be_read_is_refused_naming_it_before_any_slot_reserves(
+    tmp_path: Any, argument: str
+) -> None:
+    # A typo'd path failed every slot with a bare FileNotFoundError (not a configuration error), which
+    # Airflow retried: the run waited out each slot's retry delay for a file that would never appear.
+    import optuna
+
+    from costaware.training.tuning import boosting_trainer
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = study_spec("typo", max_usd="100", max_trials=2, fallback_trial_seconds=1.0)
+    create_study(url, ledger, spec)
+    kwargs = _label_files(tmp_path, [0, 1, 0, 1])
+    missing = str(tmp_path / "vaild.parquet")
+    not_parquet = tmp_path / "notes.txt"
+    not_parquet.write_text("delayed\n1\n")
+    for path, reason in ((missing, "no such file"), (str(not_parquet), "ArrowInvalid: ")):
+        with pytest.raises(ConfigurationError) as refused:
+            run_trial(
+                storage_url=url,
+                ledger=ledger,
+                study_name=spec.study_name,
+                trainer=boosting_trainer,
+                trainer_kwargs={**kwargs, argument: path},
+                holder="typo/slot-0",
+                slot=0,
+                settle_as=EntryOwner(dag_id="typo", run_id="r1", map_index=0),
+                meter=SteppedMeter(),
+            )
+        assert str(refused.value).startswith(
+            f"trainer_kwargs {argument}={path!r} cannot be read as a Parquet file ({reason}"
+        )
+        assert str(refused.value).endswith("give the path of an existing Parquet file")
+    assert ledger.open_reservations() == [] and ledger.entries() == []
+    assert optuna.load_study(study_name="typo", storage=url).get_trials() == []
+
+
 @pytest.mark.parametrize(
     ("valid_labels", "found"),
     [

@@ -87,21 +87,35 @@ def check_boosting_inputs(*, train_path: str, valid_path: str, label: str, rando
     Takes the trainer's keyword arguments (``random_state`` needs no check) and reads the label column only.
     Raises ``ConfigurationError`` as :func:`check_binary_label` does.
     """
-    for path, what in ((train_path, "training"), (valid_path, "validation")):
-        check_binary_label(_label_column(path, label), label, what, path=path)
+    files = ((train_path, "training", "train_path"), (valid_path, "validation", "valid_path"))
+    for path, what, argument in files:
+        check_binary_label(_label_column(path, label, argument), label, what, path=path)
 
 
 boosting_trainer.check_inputs = check_boosting_inputs  # type: ignore[attr-defined]
 
 
-def _label_column(path: str, label: str) -> Any:
-    """The ``label`` column of the Parquet file at ``path``, or the whole file when it has no such column."""
+def _label_column(path: str, label: str, argument: str) -> Any:
+    """The ``label`` column of the Parquet file at ``path``, or the whole file when it has no such column.
+
+    Raises:
+        ConfigurationError: ``path`` is no readable Parquet file, naming the trainer argument ``argument``
+            (a bare ``FileNotFoundError`` failed every slot, and Airflow retried each for a typo).
+    """
     import pandas as pd
 
     try:
         return pd.read_parquet(path, columns=[label])
     except Exception:  # pyarrow's words for a missing column are its own: the check names the columns
+        pass
+    try:
         return pd.read_parquet(path)
+    except Exception as e:
+        reason = "no such file" if isinstance(e, FileNotFoundError) else f"{type(e).__name__}: {e}"
+        raise ConfigurationError(
+            f"trainer_kwargs {argument}={path!r} cannot be read as a Parquet file ({reason}): give the path "
+            "of an existing Parquet file"
+        ) from e
 
 
 def check_binary_label(frame: Any, label: str, what: str, *, path: str = "") -> None:
