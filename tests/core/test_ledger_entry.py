@@ -41,3 +41,24 @@ def test_good_amounts_and_a_credit_are_taken() -> None:
     credit = _entry(usd=Decimal("-3"), on_demand_usd=Decimal("-4"), quantity=Decimal(2), kwh=None)
     assert (credit.usd, credit.on_demand_usd, credit.quantity) == (Decimal(-3), Decimal(-4), Decimal(2))
     assert _entry(gpu_hours=Decimal(0), kg_co2e=Decimal("0.25")).kg_co2e == Decimal("0.25")
+
+
+def test_amounts_given_as_text_or_floats_are_kept_as_decimals_and_recorded(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # reserve and set_budget take "4.20"; an entry took usd="3.95" too, then failed the write with
+    # "'str' object has no attribute 'is_finite'" and recorded nothing.
+    from costaware import Ledger
+
+    entry = _entry(usd="3.95", on_demand_usd=7.9, quantity="1.5", gpu_hours=1, tags={"project": "churn"})
+    assert (entry.usd, entry.on_demand_usd, entry.quantity, entry.gpu_hours) == (
+        Decimal("3.95"),
+        Decimal("7.9"),
+        Decimal("1.5"),
+        Decimal(1),
+    )
+    assert all(type(v) is Decimal for v in (entry.usd, entry.on_demand_usd, entry.quantity, entry.gpu_hours))
+    ledger = Ledger.from_url(f"sqlite:///{tmp_path / 'ledger.db'}")
+    ledger.set_budget("project=churn", "month", "500")
+    ledger.record(entry)
+    assert ledger.spent("project=churn") == Decimal("3.95")
+    (row,) = ledger.report(group_by="tag:project")
+    assert (row.usd, row.on_demand_usd, row.savings_usd) == (Decimal("3.95"), Decimal("7.9"), Decimal("3.95"))

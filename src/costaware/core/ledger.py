@@ -153,7 +153,10 @@ class LedgerEntry:
         object.__setattr__(self, "kind", Kind(self.kind))
         if self.market is not None:
             object.__setattr__(self, "market", Market.parse(self.market))
-        parse_usd(self.usd, name=f"usd of entry {self.dag_id}/{self.task_id}", allow_negative=True)
+        # Kept as parsed: an amount given as text or a float ("3.95", as reserve and set_budget take it)
+        # passed this check and then failed the write with "'str' object has no attribute 'is_finite'".
+        usd = parse_usd(self.usd, name=f"usd of entry {self.dag_id}/{self.task_id}", allow_negative=True)
+        object.__setattr__(self, "usd", usd)
         # Checked here, by name: a NaN or an infinite amount otherwise failed only in the write, with an error
         # that named no field, and a negative quantity was stored and summed.
         for name, negative in _AMOUNTS:
@@ -219,6 +222,7 @@ def _check_amount(entry: LedgerEntry, name: str, *, allow_negative: bool) -> Non
             f"ledger entry {entry.dag_id}/{entry.task_id}: {name} must be a finite number{bound} of at most "
             f"{int(MAX_USD):,}, got {value!r}: fix what computed it"
         )
+    object.__setattr__(entry, name, number)  # the write reads Decimals: "1.5" or 1.5 is kept as one
 
 
 @dataclass(frozen=True, slots=True)
