@@ -604,3 +604,21 @@ def test_on_free_compute_a_slot_waits_for_the_gpu_hours_running_trials_hold(tmp_
     with pytest.raises(BudgetExceededError):
         reserve_trial_cost(ledger, spec, lambda: 36.0, "third-slot", "r1", 3, 60.0)
     assert time.monotonic() - started < 30  # not one poll of 60 s
+
+
+def test_the_boosting_model_treats_string_columns_as_categories_without_changing_the_callers_frames() -> None:
+    # budgeted_search's example hands frames to BoostingFidelityModel: one with a string column (a carrier
+    # code) failed the first rung, after it was paid, with numpy's "could not convert string to float: 'UA'".
+    import pandas as pd
+
+    from costaware.training.tuning import BoostingFidelityModel
+
+    carriers = ["UA", "AA", "DL", "UA"] * 10
+    train = pd.DataFrame({"carrier": carriers, "f": [float(i % 7) for i in range(40)]})
+    train["y"] = [int(c == "UA") for c in carriers]
+    valid = train.iloc[:12].assign(carrier=["B6", "UA", "AA", "DL"] * 3)  # B6: a category train lacks
+    model = BoostingFidelityModel({"learning_rate": 0.3}, train, valid, "y")
+    score = model.advance(5)
+    assert 0.0 <= score <= 1.0
+    assert not isinstance(train["carrier"].dtype, pd.CategoricalDtype)
+    assert valid["carrier"].tolist()[:2] == ["B6", "UA"]

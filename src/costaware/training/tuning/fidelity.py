@@ -25,7 +25,8 @@ class BoostingFidelityModel:
     """scikit-learn ``HistGradientBoostingClassifier`` trained round by round; scored by validation ROC AUC.
 
     ``advance(n)`` continues boosting (warm start) up to ``n`` rounds in total, so a promoted trial pays only
-    for the rounds it adds. Columns of pandas ``category`` dtype are treated as categorical.
+    for the rounds it adds. Columns of pandas ``category`` dtype are treated as categorical, and so are
+    other non-numeric feature columns (strings such as a carrier code), with the categories of both frames.
 
     Args:
         params: ``HistGradientBoostingClassifier`` parameters (``learning_rate``, ``max_leaf_nodes``, ...).
@@ -46,6 +47,7 @@ class BoostingFidelityModel:
 
         check_binary_label(train, label, "training")
         check_binary_label(valid, label, "validation")
+        train, valid = _strings_as_categories(train, valid, label)
         features = [c for c in train.columns if c != label]
         self._x, self._y = train[features], train[label]
         self._vx, self._vy = valid[features], valid[label]
@@ -73,12 +75,34 @@ def boosting_trainer(
     import pandas as pd
 
     train, valid = pd.read_parquet(train_path), pd.read_parquet(valid_path)
-    for column in train.columns:
-        if column != label and not pd.api.types.is_numeric_dtype(train[column]):
-            categories = sorted(set(train[column].dropna()) | set(valid[column].dropna()))
-            train[column] = pd.Categorical(train[column], categories=categories)
-            valid[column] = pd.Categorical(valid[column], categories=categories)
     return BoostingFidelityModel(params, train, valid, label, random_state)
+
+
+def _strings_as_categories(train: Any, valid: Any, label: str) -> tuple[Any, Any]:
+    """Copies of the frames whose non-numeric feature columns are categoricals over both frames' values.
+
+    Given frames with a string column, the booster failed its first rung with numpy's "could not convert
+    string to float: 'UA'", after that rung was paid.
+    """
+    import pandas as pd
+
+    strings = [
+        column
+        for column in train.columns
+        if column != label
+        and not pd.api.types.is_numeric_dtype(train[column])
+        and not isinstance(train[column].dtype, pd.CategoricalDtype)
+    ]
+    if not strings:
+        return train, valid
+    train, valid = train.copy(), valid.copy()
+    for column in strings:
+        values = set(train[column].dropna()) | (set(valid[column].dropna()) if column in valid else set())
+        categories = sorted(values, key=str)
+        train[column] = pd.Categorical(train[column], categories=categories)
+        if column in valid:
+            valid[column] = pd.Categorical(valid[column], categories=categories)
+    return train, valid
 
 
 def check_boosting_inputs(*, train_path: str, valid_path: str, label: str, random_state: int = 0) -> None:
