@@ -454,6 +454,9 @@ def test_a_search_whose_model_raises_bills_what_ran_and_leaves_no_hold_or_budget
     # Its trial ended there, failed: billed as a bare rung (#0@9), `report --group-by trial` counted it as
     # a trial the budget cut.
     assert failed["trial"] == "#0 failed@9"
+    # Recorded as failed work, not a success: `costaware report --group-by outcome` tells them apart.
+    assert failed["outcome"] == "failed"
+    assert {e["outcome"] for e in ledger.entries() if e["id"] != failed["id"]} == {"success"}
 
 
 def test_the_bookkeeping_after_the_last_rung_is_billed_even_when_no_money_is_left_to_reserve(
@@ -578,8 +581,8 @@ def test_a_trial_that_diverges_at_a_later_rung_is_not_trained_on(ledger: Any) ->
     assert (trial.state, trial.rungs, trial.value) == ("failed", ((1, 0.5),), None)
     assert result.best_params is None and result.best_value is None
     assert clock.now == 3  # rungs 1 and 3 trained, rung 9 never paid
-    notes = sorted(e["note"] for e in ledger.entries() if e["trial"] != "tail")
-    assert notes == ["{'a': 0}: 0.5000", "{'a': 0}: nan; failed: not a number"]
+    notes = sorted((e["note"], e["outcome"]) for e in ledger.entries() if e["trial"] != "tail")
+    assert notes == [("{'a': 0}: 0.5000", "success"), ("{'a': 0}: nan; failed: not a number", "failed")]
 
 
 def test_a_one_class_validation_set_is_refused_before_a_rung_is_reserved(ledger: Any) -> None:

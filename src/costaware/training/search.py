@@ -374,7 +374,12 @@ def budgeted_search(
                     else None
                 )
                 label = f"#{trial.number}@{rung}" if ended is None else trial_label(trial.number, ended, rung)
-                billed = billing.bill(running[0], label, f"{note}; failed: not a number" if failed else note)
+                billed = billing.bill(
+                    running[0],
+                    label,
+                    f"{note}; failed: not a number" if failed else note,
+                    outcome="failed" if failed else "success",
+                )
                 running = None
                 if billed > seconds:
                     # Past its reservation (slower training, or the bookkeeping billed with it): that passes
@@ -502,6 +507,7 @@ def _bill_what_ran(
                 reservation_id,
                 trial_label(number, TrialState.FAILED, rung),
                 f"the rung failed: {type(error).__name__}: {error}",
+                outcome="failed",
             )
         billing.settle_tail("")
     except Exception:

@@ -64,8 +64,19 @@ class SearchBilling:
             usd_for_seconds(self.billed_seconds + (now - self.last_bill), self.usd_per_hour) - self.billed_usd
         )
 
-    def bill(self, reservation_id: str | None, label: str, note: str, now: float | None = None) -> float:
+    def bill(
+        self,
+        reservation_id: str | None,
+        label: str,
+        note: str,
+        now: float | None = None,
+        *,
+        outcome: str = "success",
+    ) -> float:
         """Settle the reservation with the seconds used since the last settlement; returns them.
+
+        ``outcome`` is ``failed`` for a rung that raised or scored no number: its time is billed all the
+        same, under the outcome reports and the docs give failed work.
 
         The USD brings the search's settled total up to all the time used so far, rounded up to the
         micro-dollar: rounding each settlement on its own would drop up to half a micro-dollar every time,
@@ -89,7 +100,7 @@ class SearchBilling:
             quantity=hours,
             unit_price_usd=self.usd_per_hour,
             tags=dict(self.tags),
-            outcome="success",
+            outcome=outcome,
             price_source="given",
             note=clipped_note(note),
             reservation_id=reservation_id,
