@@ -281,6 +281,11 @@ def test_a_cap_below_the_first_rung_trains_nothing(ledger: Any) -> None:
         ({"space": {}}, "space is empty"),
         # Free compute: cap_usd never stopped the search, and a cut divided by the price of 0.
         ({"usd_per_hour": Decimal(0)}, r"usd_per_hour must be more than \$0, got 0: the search stops when"),
+        # Said "must be zero or more USD", and zero is refused too.
+        ({"usd_per_hour": "-0.1"}, r"usd_per_hour must be more than \$0, got -0.1: the search stops when"),
+        # A $0 cap refused every rung, and the bookkeeping after them was billed past it.
+        ({"cap_usd": "0"}, r"^cap_usd must be at least \$0.000001, got '0': no rung could be paid; give"),
+        ({"cap_usd": "0.0000001"}, r"^cap_usd must be at least \$0.000001, got '0.0000001'"),
     ],
 )
 def test_bad_settings_are_refused_before_anything_is_written(
@@ -633,3 +638,20 @@ def test_the_report_by_trial_counts_a_searchs_trials_and_those_trained_in_full(
         ending = {"complete": "promoted"}.get(trial.state, trial.state)
         if last is not None and trial.state in ("complete", "pruned"):
             assert f"#{trial.number} {ending}@{last}" in labels
+
+
+def test_a_search_cut_by_its_own_budget_says_to_raise_cap_usd(ledger: Any) -> None:
+    # The stop said "raise the cap with `costaware budget set`": the search's budget is set from cap_usd and
+    # deleted when the search ends, so no command could raise it.
+    clock = Clock()
+    result = search(ledger, "0.5", clock)  # the first rung's estimate, 1 s at $1 a second, is over the cap
+    assert result.trials[0].state == "cut" and clock.now == 0
+    assert result.stop.startswith("budget 'search=")
+    assert result.stop.endswith(
+        "it is more than the whole cap, so no new period makes room: the search's budget is its cap_usd "
+        "($0.50): raise cap_usd"
+    )
+    assert "costaware budget set" not in result.stop
+    # Another budget over the scope is the user's: its advice stays.
+    ledger.set_budget("study=toy", "month", "0.5")
+    assert "raise the cap with `costaware budget set`" in search(ledger, "40", clock).stop

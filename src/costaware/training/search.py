@@ -49,8 +49,9 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from costaware.core.budgets import RAISE_THE_CAP, RAISE_THE_CAP_ONLY
 from costaware.core.errors import BudgetExceededError, ConfigurationError
-from costaware.core.money import format_usd_exact
+from costaware.core.money import MICRO_USD, format_usd_exact
 from costaware.core.tuning import TrialState, fall_adjusted_value, trial_label, usd_for_seconds
 from costaware.core.tuning.rungs import promotable
 from costaware.extras import require
@@ -187,8 +188,16 @@ def budgeted_search(
     from costaware.core.budgets import Scope
     from costaware.core.money import parse_usd
 
+    given_cap = cap_usd
     cap_usd = parse_usd(cap_usd, name="cap_usd")
-    usd_per_hour = parse_usd(usd_per_hour, name="usd_per_hour")
+    if cap_usd < MICRO_USD:
+        # A $0 cap refused every rung, yet the bookkeeping after it was billed past it, and the stop said
+        # to raise the cap with `costaware budget set`, on a budget the search deletes when it ends.
+        raise ConfigurationError(
+            f"cap_usd must be at least $0.000001, got {given_cap!r}: no rung could be paid; give what the "
+            "search may spend in USD, e.g. '0.50'"
+        )
+    usd_per_hour = parse_usd(usd_per_hour, name="usd_per_hour", allow_negative=True)
     if usd_per_hour <= 0:
         # Free compute: every rung's reservation is $0, so cap_usd never stops the search, and a cut (another
         # budget refusing) divided by the price.
@@ -333,7 +342,7 @@ def budgeted_search(
                     )
                     running = (reservation.id, trial.number, rung)
                 except BudgetExceededError as e:
-                    state, stop = "cut", str(e)
+                    state, stop = "cut", _own_budget_advice(e, budget_scope, cap_usd)
                     break
                 tick = meter()
                 value = float(model.advance(rung))
@@ -489,6 +498,21 @@ def budgeted_search(
         stop=stop,
         states=states,
         budget_scope=str(budget_scope),
+    )
+
+
+def _own_budget_advice(refused: BudgetExceededError, budget_scope: Any, cap_usd: Decimal) -> str:
+    """The refusal's message; where the search's own budget refused, it says to raise ``cap_usd``.
+
+    That budget is set from ``cap_usd`` and deleted when the search ends: `costaware budget set`, which the
+    ledger's message names, cannot raise it.
+    """
+    message = str(refused)
+    if not refused.scope.startswith(f"{budget_scope}/"):
+        return message
+    todo = RAISE_THE_CAP if RAISE_THE_CAP in message else RAISE_THE_CAP_ONLY
+    return message.replace(
+        todo, f"the search's budget is its cap_usd ({format_usd_exact(cap_usd)}): raise cap_usd"
     )
 
 
