@@ -347,6 +347,11 @@ def test_time_based_checkpoints_use_the_clock(tmp_path: Path) -> None:
         ),
         ({"feature_columns": "x1,x2"}, "feature_columns must be a list of column names, got the string"),
         ({"force_full": "maybe"}, "force_full must be true or false, got 'maybe'"),
+        # A ValueError traceback (exit 1) once the data was read, before.
+        (
+            {"label_threshold": "15m"},
+            "label_threshold must be a number (a label above it counts as 1), got '15m'",
+        ),
     ],
 )
 def test_a_bad_job_file_is_named_and_runs_nothing(
@@ -371,6 +376,14 @@ def test_force_full_false_as_text_warm_starts(tmp_path: Path) -> None:
     config = tmp_path / "job.json"
     config.write_text(json.dumps({**_fields(tmp_path, "ff"), "force_full": "false"}))
     assert job_from_file(str(config)).force_full is False
+
+
+def test_a_label_threshold_as_text_is_read_as_a_number(tmp_path: Path) -> None:
+    from costaware.training.runner import job_from_file
+
+    config = tmp_path / "job.json"
+    config.write_text(json.dumps({**_fields(tmp_path, "lt"), "label_threshold": " 15 "}))
+    assert job_from_file(str(config)).label_threshold == 15.0
 
 
 def test_a_save_after_a_resume_past_a_corrupt_file_keeps_the_good_one(tmp_path: Path) -> None:

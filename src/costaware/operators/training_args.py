@@ -7,7 +7,6 @@ into one :class:`~costaware.training.spec.TrainingSpec`.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from costaware.training.spec import (
     TrainingSpec,
     check_checkpoint_interval,
     check_training_arguments,
+    parse_label_threshold,
 )
 
 #: The templated ones among them.
@@ -210,25 +210,6 @@ class BuiltInTrainingArguments:
             checkpoint_every_steps=self.checkpoint_every_steps,
             seed=self.seed,
         )
-
-
-def parse_label_threshold(value: Any) -> float | None:
-    """``label_threshold`` as a number (a rendered template may be text); None when not given.
-
-    Raises:
-        ConfigurationError: not a finite number, naming the value.
-    """
-    if blank(value) is None:
-        return None
-    try:
-        number = float(str(value).strip()) if not isinstance(value, bool) else math.nan
-    except ValueError:
-        number = math.nan
-    if not math.isfinite(number):
-        raise ConfigurationError(
-            f"label_threshold must be a number (a label above it counts as 1), got {value!r}"
-        )
-    return number
 
 
 def check_choices(

@@ -36,7 +36,7 @@ from costaware.core.retrain_policy import (
 from costaware.training.checkpointing import PREEMPTED_EXIT_CODE, Checkpointer, PreemptedError
 from costaware.training.data import read_parquet, training_data
 from costaware.training.record import training_record
-from costaware.training.spec import RetrainJob
+from costaware.training.spec import RetrainJob, parse_label_threshold
 from costaware.training.trainers import resolve_trainer, same_trainer, trainer_path
 
 #: ``read_parquet``, ``training_data`` (``training.data``), ``RetrainJob`` (``training.spec``), ``POLICIES``
@@ -331,6 +331,10 @@ def job_from_file(path: str) -> RetrainJob:
         if flag.strip().lower() not in ("true", "false"):
             raise ConfigurationError(f"job file {path!r}: force_full must be true or false, got {flag!r}")
         given["force_full"] = flag.strip().lower() == "true"
+    try:  # "15m" was a ValueError traceback (exit 1) once the data was read, not this exit 2
+        given["label_threshold"] = parse_label_threshold(given.get("label_threshold"))
+    except ConfigurationError as e:
+        raise ConfigurationError(f"job file {path!r}: {e}") from e
     if isinstance(given["feature_columns"], str):
         names = [n.strip() for n in given["feature_columns"].split(",")]
         raise ConfigurationError(

@@ -117,6 +117,25 @@ def check_training_arguments(
     )
 
 
+def parse_label_threshold(value: Any) -> float | None:
+    """``label_threshold`` as a number (a rendered template or a job file may give text); None when not given.
+
+    Raises:
+        ConfigurationError: not a finite number, naming the value.
+    """
+    if value in (None, "", "None", "null"):  # what a template renders of a param left blank
+        return None
+    try:
+        number = float(str(value).strip()) if not isinstance(value, bool) else math.nan
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number):
+        raise ConfigurationError(
+            f"label_threshold must be a number (a label above it counts as 1), got {value!r}"
+        )
+    return number
+
+
 @dataclass(frozen=True)
 class RetrainJob:
     """Everything one retrain needs; see ``WarmStartRetrainOperator`` for each field's meaning."""
