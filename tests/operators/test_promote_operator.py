@@ -760,3 +760,23 @@ def test_promoting_a_champion_another_run_or_a_person_made_is_still_refused(
     ):
         other_run.execute(task_context("promote", dag_id="retrain_dag", run_id="run-2"))
     assert len(store.decisions()) == 1
+
+
+def test_a_holdout_label_read_at_another_threshold_than_the_candidates_is_refused(
+    tmp_path: Path, store: ModelStore
+) -> None:
+    # A retrain on arr_delay > 15 promoted with label_threshold=90 was scored on a label it never learned
+    # (ROC AUC 0.38 against 0.61) and nothing said why; it could as well have been promoted on it.
+    champion = _train(tmp_path, "a", 1)
+    _promote(tmp_path, champion)
+    candidate = _train(tmp_path, "b", 2)  # label y, its own 0/1 values
+    with pytest.raises(AirflowFailException) as refused:
+        _promote(tmp_path, candidate, label_threshold="0.5")
+    assert str(refused.value) == (
+        f"candidate {candidate!r} was trained on the label y (its own values), but this promotion scores "
+        "y > 0.5 (label_column='y', label_threshold='0.5'): both models would be judged on a label the "
+        "candidate never learned; give the retrain task's label_column and label_threshold"
+    )
+    assert [d["candidate"] for d in store.decisions()] == [champion]  # nothing recorded or switched
+    assert store.champion_pointer().version == champion  # type: ignore[union-attr]
+    assert _promote(tmp_path, candidate)["candidate"] == candidate  # the retrain's own label scores it

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from costaware.adapters.model_store import ModelStore
-from costaware.adapters.model_versions import IncompleteVersionError, ModelVersion
+from costaware.adapters.model_versions import UNRECORDED, IncompleteVersionError, ModelVersion
 from costaware.core.errors import ConfigurationError
 from costaware.core.promotion import (
     COMMAND,
@@ -40,8 +40,36 @@ from costaware.core.promotion import (
     validate_timeout,
 )
 from costaware.training.scoring import command_scores, holdout_scores
+from costaware.training.spec import parse_label_threshold
 
 log = logging.getLogger(__name__)
+
+
+def _label_mismatch(candidate: ModelVersion, label_column: Any, label_threshold: Any) -> str:
+    """Why the holdout's label column is read at another threshold than ``candidate`` was trained on.
+
+    Empty when it is not (or the candidate's threshold is unknown, or the holdout names another column).
+
+    A retrain on ``arr_delay > 15`` promoted with ``label_threshold=90`` was scored, and could be promoted,
+    on a label it never learned: its ROC AUC fell to 0.38 and nothing said why.
+    """
+    # A holdout may name its label column otherwise; one column read at another threshold is a typo.
+    if candidate.label_threshold == UNRECORDED or str(label_column) != candidate.label:
+        return ""
+    given = parse_label_threshold(label_threshold)
+    trained = None if candidate.label_threshold is None else float(candidate.label_threshold)
+    if given == trained:
+        return ""
+
+    def label(column: Any, threshold: float | None) -> str:
+        return f"{column!s} > {threshold:g}" if threshold is not None else f"{column!s} (its own values)"
+
+    return (
+        f"candidate {candidate.version!r} was trained on the label {label(candidate.label, trained)}, but "
+        f"this promotion scores {label(label_column, given)} (label_column={label_column!r}, "
+        f"label_threshold={label_threshold!r}): both models would be judged on a label the candidate never "
+        "learned; give the retrain task's label_column and label_threshold"
+    )
 
 
 def promote_candidate(
@@ -141,6 +169,9 @@ def promote_candidate(
                         fix=f"make the command write {metric!r}",
                     )
         else:
+            mismatch = _label_mismatch(meta, label_column, label_threshold)
+            if mismatch:
+                raise ConfigurationError(mismatch)
             found = holdout_scores(
                 store,
                 versions,
