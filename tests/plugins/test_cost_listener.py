@@ -448,6 +448,23 @@ def test_bad_worker_settings_still_record_the_try_and_name_the_setting(
     assert "the [costaware] worker_instance_type setting: fix it there" in row["note"]
 
 
+def test_a_misspelt_worker_region_names_its_own_setting(
+    ledger_env: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The note said "unknown region 'us-east1' ... (the [costaware] worker_instance_type setting: fix it
+    # there)": the setting that was right, not the one to fix.
+    monkeypatch.setenv("AIRFLOW__COSTAWARE__WORKER_REGION", "us-east1")
+    ti = fake_ti()
+    ti.task = SimpleNamespace(dag=ti.task.dag, params={})
+    CostListener().on_task_instance_running(None, ti)
+    CostListener().on_task_instance_success(None, ti)
+    (row,) = ledger_env.entries(dag_id="retrain")
+    assert row["price_source"] == "unpriced"
+    assert "unknown region 'us-east1'" in row["note"]
+    assert "(the [costaware] worker_region setting: fix it there)" in row["note"]
+    assert "worker_instance_type" not in row["note"]
+
+
 def test_a_rate_declared_for_a_type_no_catalog_knows_is_billed(ledger_env: Ledger) -> None:
     ti = fake_ti(instance_type="p5e.48xlarge-custom", usd_per_hour="98.32")
     ti.start_date = datetime(2026, 1, 1, tzinfo=timezone.utc)

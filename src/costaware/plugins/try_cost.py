@@ -184,7 +184,10 @@ def _entry(
         gpu_hours, source = charge.gpu_hours, charge.price_source
     except CostawareError as e:
         reason = str(e)
-        if compute["instance_type"] == option("worker_instance_type"):
+        # The setting that holds the bad value: a misspelt worker_region was blamed on the instance type.
+        if compute["region"] == option("worker_region") and f"unknown region {compute['region']!r}" in reason:
+            reason += " (the [costaware] worker_region setting: fix it there)"
+        elif compute["instance_type"] == option("worker_instance_type"):
             reason += " (the [costaware] worker_instance_type setting: fix it there)"
         log.error("costaware: cannot price task %s on %s: %s; recorded at $0", ti.task_id, compute, reason)
         usd = rate = gpu_hours = Decimal(0)
