@@ -729,6 +729,10 @@ def test_budget_show_names_the_per_run_budgets_it_cannot_show_without_a_run(
     assert "project=r/run (run:x)" in shown.out
     # A run the ledger has never seen (a typo) showed its whole cap left without a word.
     assert "the ledger has no entry or hold of run 'x': check the run id" in shown.err
+    # It pointed at `costaware runs list`, which lists retrain outcomes only, not a spend gate's runs.
+    assert "(`costaware report --dag-id DAG --group-by run` lists the runs with costs)" in shown.err
+    assert main([*argv, "show", "--scope", "project=r", "--run-id", "x", "--dag-id", "churn"]) == 0
+    assert "`costaware report --dag-id churn --group-by run` lists" in capsys.readouterr().err
     Ledger.from_url(ledger_url).reserve("project=r", "1", holder="d/x/train/-1", run_id="x")
     assert main([*argv, "show", "--scope", "project=r", "--run-id", "x"]) == 0
     assert "no entry or hold" not in capsys.readouterr().err

@@ -262,9 +262,11 @@ def budget_show(args: argparse.Namespace) -> int:
     if args.run_id is not None and not _run_is_known(ledger, args.run_id, args.dag_id):
         # A misspelt run id showed the full per-run cap left, as if the run had spent nothing.
         of_dag = f" of DAG {args.dag_id!r}" if args.dag_id else ""
+        # `costaware runs list` lists retrain outcomes only: a spend gate's DAG had no run in it.
         print(
             f"costaware: note: the ledger has no entry or hold of run {args.run_id!r}{of_dag}: check the run "
-            "id (`costaware runs list` lists runs)",
+            f"id (`costaware report --dag-id {args.dag_id or 'DAG'} --group-by run` lists the runs with "
+            "costs)",
             file=sys.stderr,
         )
     return 0
