@@ -145,9 +145,13 @@ def check_scope_is_tagged(scope: object, tags: Mapping[str, str], *, task_id: st
         ConfigurationError: a tag of the scope missing from ``tags`` or set otherwise, naming both and how to
             tag the run.
     """
-    from costaware.core.budgets import Scope
+    from costaware.core.budgets import Scope, unset_problem
 
     wanted = Scope.parse(scope if isinstance(scope, Scope | Mapping) else str(scope))
+    if any(unset_problem(key, value) for key, value in wanted.tags):
+        # 'project=None' (an unset param) is refused where it is reserved, with its own reason: this advice
+        # said to tag the DAG 'project:None' or give the run param project='None'.
+        return
     wrong = [(key, value) for key, value in wanted.tags if tags.get(key) != value]
     if not wrong:
         return

@@ -404,6 +404,25 @@ def test_a_task_the_listener_bills_is_only_warned_about_an_untagged_scope(
     assert len(env_ledger.open_reservations()) == 1
 
 
+def test_a_scope_of_an_unset_param_is_refused_without_advice_to_tag_the_dag_with_none(
+    env_ledger: Ledger, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # "project={{ params.project }}" with the param null: the gate first warned "Tag the DAG 'project:None'
+    # or give the run param project='None'", the value it then refused.
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG
+
+    with DAG("retrain", schedule=None):
+        gate = sensor(deferrable=False, estimated_usd="1", scope="project={{ params.project }}")
+        EmptyOperator(task_id="train")
+    gate.scope = "project=None"  # as rendered with the param null
+    with pytest.raises(AirflowFailException, match=r"tag 'project' has value 'None', which says it was"):
+        gate.poke(context())
+    out = capsys.readouterr().out
+    assert "project:None" not in out and "project='None'" not in out
+    assert env_ledger.open_reservations() == []
+
+
 def test_a_misspelt_for_task_id_is_refused_before_anything_is_reserved(env_ledger: Ledger) -> None:
     # The money was held for a task that never runs until the reservation expired (6 hours by default).
     from airflow.providers.standard.operators.empty import EmptyOperator
