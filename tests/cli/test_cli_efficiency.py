@@ -339,6 +339,22 @@ def test_runs_show_needs_a_run_id_or_last_with_a_dag(
     assert message in capsys.readouterr().err
 
 
+def test_runs_list_of_a_dag_with_costs_but_no_outcome_does_not_ask_for_another_dag(
+    measured: Ledger, ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A spend gate's DAG has entries, no retrain outcome: it read "did you mean 'nightly'? (DAGs in the
+    # ledger: nightly)", a list leaving out the DAG asked about.
+    measured.record(
+        LedgerEntry(dag_id="gated", run_id="m1", task_id="spend_gate", kind=Kind.COMPUTE, usd=Decimal("0.01"))
+    )
+    assert main(["--ledger-url", ledger_url, "runs", "list", "--dag-id", "gated"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("no retrain outcomes of DAG 'gated' yet: WarmStartRetrainOperator, Remote")
+    assert "did you mean" not in out and "DAGs in the ledger" not in out
+    assert main(["--ledger-url", ledger_url, "runs", "list", "--dag-id", "gatde"]) == 2
+    assert "did you mean 'gated'?" in capsys.readouterr().err  # a typo still gets its hint
+
+
 def test_runs_list_of_a_misspelt_dag_is_an_error(
     measured: Ledger, ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
