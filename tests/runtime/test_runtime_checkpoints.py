@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,7 @@ from costaware_runtime import (
     save_bytes,
 )
 from costaware_runtime.checkpoints import SAVE_HISTORY, parse_marker, read_marker
-from costaware_runtime.stores import LocalStore
+from costaware_runtime.stores import LocalStore, Store
 from costaware_runtime.sync import STALE_FOLDER_SECONDS, CheckpointSync
 
 
@@ -173,9 +174,10 @@ def test_a_job_that_went_back_never_deletes_the_later_steps(
     for step in (33, 65):
         save_bytes(f"step {step}".encode(), step=step, directory=local)
         sync.push_changed()
-    assert steps_held(remote) == [33, 65, 84]
+    # Its own folders go as it moves on, as usual; LATEST.json never goes back, a resume gets step 84.
+    assert steps_held(remote) == [65, 84]
     assert (earlier / "checkpoint-84" / "state.bin").read_bytes() == b"step 84"
-    assert json.loads((remote / "LATEST.json").read_text())["step"] == 65
+    assert json.loads((remote / "LATEST.json").read_text())["prefix"] == earlier.name
     assert "checkpoint step 33 is older than step 84" in caplog.text
     # Reaching step 84 again writes a folder of its own, never into the kept one (the two saves would mix).
     save_bytes(b"step 84 again", step=84, directory=local)
@@ -183,13 +185,100 @@ def test_a_job_that_went_back_never_deletes_the_later_steps(
     again = json.loads((remote / "LATEST.json").read_text())["prefix"]
     assert again.startswith("step-84-") and again != earlier.name
     assert (remote / again / "checkpoint-84" / "state.bin").read_bytes() == b"step 84 again"
-    # The earlier attempt's save is another writer's, written a minute ago: kept. The job's own step 33 goes.
-    assert steps_held(remote) == [65, 84, 84] and earlier.exists()
+    # The earlier attempt's save is another writer's, written a minute ago: kept. The job's own step 65 goes.
+    assert steps_held(remote) == [84, 84] and earlier.exists()
     # Once the job is past them, the old steps are pruned as usual, the other writer's once it is stale.
     now = EARLIER + STALE_FOLDER_SECONDS + 1
     save_bytes(b"step 90", step=90, directory=local)
     sync.push_changed()
     assert sorted(path.name for path in remote.glob("step-*")) == sorted([again, folder_of(remote, 90).name])
+
+
+def test_a_leftover_writer_behind_never_moves_latest_back(
+    remote: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A pod on a lost node still training pushed step 101 after the next attempt pushed step 300: the resume
+    # after that restored step 101, and the 199 steps between were paid for again.
+    leftover = CheckpointSync(str(remote), tmp_path / "leftover")
+    attempt = CheckpointSync(str(remote), tmp_path / "attempt")
+    save_bytes(b"leftover 100", step=100, directory=tmp_path / "leftover")
+    leftover.push_changed()
+    save_bytes(b"attempt 300", step=300, directory=tmp_path / "attempt")
+    attempt.push_changed()
+    save_bytes(b"leftover 101", step=101, directory=tmp_path / "leftover")
+    assert leftover.push_changed() == 101
+    assert json.loads((remote / "LATEST.json").read_text())["step"] == 300
+    assert (
+        "checkpoint step 101 is older than step 300" in caplog.text and "this writer is behind" in caplog.text
+    )
+    assert (
+        leftover.synced is not None and leftover.synced[0] == 300
+    )  # what a resume gets, as the launcher says
+    assert restore(str(remote), tmp_path / "resumed") == 300
+    assert load_bytes(directory=tmp_path / "resumed") == (300, b"attempt 300")
+    # Its folder is pushed all the same (pruned by the usual rules), and not pushed again at each call.
+    pushed = folder_of(remote, 101)
+    assert (pushed / "checkpoint-101" / "state.bin").read_bytes() == b"leftover 101"
+    caplog.clear()
+    assert leftover.push_changed() == 101 and caplog.text == "" and folder_of(remote, 101) == pushed
+
+
+class AnotherWriterBetween:
+    """Wrap ``store`` so that another writer's push lands right after this writer's next pointer read."""
+
+    def __init__(self, store: Store, push_of_another: Callable[[], object]) -> None:
+        self.read_versioned = store.read_versioned
+        self.push_of_another: Callable[[], object] | None = push_of_another
+
+    def __call__(self, key: str) -> tuple[bytes, str] | None:
+        current = self.read_versioned(key)
+        if self.push_of_another is not None:
+            push_of_another, self.push_of_another = self.push_of_another, None
+            push_of_another()
+        return current
+
+
+def test_latest_replaced_between_the_read_and_the_write_is_read_again(
+    remote: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    leftover = CheckpointSync(str(remote), tmp_path / "leftover")
+    save_bytes(b"leftover 100", step=100, directory=tmp_path / "leftover")
+    leftover.push_changed()
+    save_bytes(b"attempt 300", step=300, directory=tmp_path / "attempt")
+    attempt = CheckpointSync(str(remote), tmp_path / "attempt")
+    save_bytes(b"leftover 101", step=101, directory=tmp_path / "leftover")
+    between = AnotherWriterBetween(leftover.store, attempt.push_changed)
+    monkeypatch.setattr(leftover.store, "read_versioned", between)
+    leftover.push_changed()
+    assert between.push_of_another is None  # the other push did land between the read and the write
+    assert json.loads((remote / "LATEST.json").read_text())["step"] == 300
+
+
+CAS_COUNTER = """
+import sys
+from pathlib import Path
+from costaware_runtime.stores import LocalStore
+
+store, adds = LocalStore(Path(sys.argv[1])), int(sys.argv[2])
+for _ in range(adds):
+    while True:
+        current = store.read_versioned("counter")
+        count = 0 if current is None else int(current[0])
+        if store.put_bytes_if("counter", str(count + 1).encode(), None if current is None else current[1]):
+            break
+"""
+
+
+def test_a_folder_stores_conditional_writes_lose_no_update(tmp_path: Path) -> None:
+    # Three processes adding 1 through read, then write-if-unchanged: a write between another's check and
+    # its rename was lost (the pointer of a writer ahead replaced by one behind).
+    script = tmp_path / "counter.py"
+    script.write_text(CAS_COUNTER)
+    adders = [
+        subprocess.Popen([sys.executable, str(script), str(tmp_path / "store"), "150"]) for _ in range(3)
+    ]
+    assert [adder.wait(timeout=120) for adder in adders] == [0, 0, 0]
+    assert (tmp_path / "store" / "counter").read_bytes() == b"450"
 
 
 def test_the_same_step_saved_again_never_overwrites_what_latest_names(local: Path, remote: Path) -> None:
@@ -376,11 +465,13 @@ for step in range(first, last + 1, every):
 
 def test_two_writers_at_once_never_leave_latest_naming_pruned_files(tmp_path: Path) -> None:
     # A leftover attempt and the next one (or a launcher per rank) pushing to one location: each pruned the
-    # step the other had just pointed LATEST.json at, or was uploading, and a resume found its files gone.
+    # step the other had just pointed LATEST.json at, or was uploading, and a resume found its files gone;
+    # and the one behind pointed LATEST.json back at its lower step.
     remote = tmp_path / "remote"
     script = tmp_path / "writer.py"
     script.write_text(CONCURRENT_WRITER)
     broken: list[str] = []
+    steps_seen: list[int] = []
     done = threading.Event()
 
     def watch() -> None:
@@ -390,6 +481,8 @@ def test_two_writers_at_once_never_leave_latest_naming_pruned_files(tmp_path: Pa
             except FileNotFoundError:
                 continue
             latest = json.loads(raw)
+            if not steps_seen or steps_seen[-1] != latest["step"]:
+                steps_seen.append(latest["step"])
             missing = [
                 f["path"] for f in latest["files"] if not (remote / latest["prefix"] / f["path"]).is_file()
             ]
@@ -412,6 +505,8 @@ def test_two_writers_at_once_never_leave_latest_naming_pruned_files(tmp_path: Pa
     watcher.join()
     assert [writer.returncode for writer in writers] == [0, 0]
     assert broken == []
+    assert len(steps_seen) > 1 and steps_seen == sorted(steps_seen)  # LATEST.json never went back
+    assert json.loads((remote / "LATEST.json").read_text())["step"] == 40
     assert failures == ["", ""]  # neither took the other's folder from under its upload
     step = restore(str(remote), tmp_path / "resumed")
     assert step is not None and load_bytes(directory=tmp_path / "resumed") is not None

@@ -10,6 +10,7 @@ from pathlib import Path
 import boto3
 import pytest
 from costaware_runtime import StoreError, download_outputs, push, restore, save_bytes
+from costaware_runtime.stores import S3Store, Store
 from costaware_runtime.sync import STALE_UPLOAD_SECONDS, CheckpointSync
 from runtime_jobs import RESUMING_JOB, MakeJob
 
@@ -75,6 +76,59 @@ def test_push_and_restore_in_process(bucket: str, tmp_path: Path) -> None:
     assert push(tmp_path / "a", uri) == 3
     assert restore(uri, tmp_path / "b") == 3
     assert (tmp_path / "b" / "checkpoint-3" / "state.bin").read_bytes() == b"w" * 1000
+
+
+def test_s3_writes_latest_only_if_unchanged_since_read(
+    bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # S3's conditional PutObject checks and writes at once: no check of this runtime's own in between.
+    def checked_here(*args: object) -> bool:
+        raise AssertionError("the store did not check the condition itself")
+
+    monkeypatch.setattr(Store, "put_bytes_if", checked_here)
+    store = S3Store(bucket, "ckpt")
+    assert store.put_bytes_if("pointer.json", b"step 300", None)
+    assert not store.put_bytes_if("pointer.json", b"step 101", None)  # written by another since
+    read = store.read_versioned("pointer.json")
+    assert read is not None and read[0] == b"step 300"
+    store.put_bytes("pointer.json", b"step 301")
+    assert not store.put_bytes_if("pointer.json", b"step 101", read[1])
+    assert store.read("pointer.json") == b"step 301"
+    # Pushes go through it: a leftover writer behind leaves the pointer at the later step.
+    leftover = CheckpointSync(f"s3://{bucket}/ckpt", tmp_path / "leftover")
+    save_bytes(b"leftover 101", step=101, directory=tmp_path / "leftover")
+    save_bytes(b"attempt 300", step=300, directory=tmp_path / "attempt")
+    assert push(tmp_path / "attempt", f"s3://{bucket}/ckpt") == 300
+    assert leftover.push_changed() == 101
+    assert restore(f"s3://{bucket}/ckpt", tmp_path / "resumed") == 300
+
+
+def test_a_store_without_conditional_writes_checks_then_writes(
+    bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An S3-compatible store that answers conditional writes with 501: still no pointer written over a
+    # newer one it read, only the window between the check and the write stays.
+    from botocore.exceptions import ClientError
+
+    store = S3Store(bucket, "ckpt")
+    unconditional = store._client.put_object
+    refused: list[dict[str, object]] = []
+
+    def without_conditions(**kwargs: object) -> object:
+        if "IfMatch" in kwargs or "IfNoneMatch" in kwargs:
+            refused.append(kwargs)
+            raise ClientError(
+                {"Error": {"Code": "NotImplemented"}, "ResponseMetadata": {"HTTPStatusCode": 501}},
+                "PutObject",
+            )
+        return unconditional(**kwargs)
+
+    monkeypatch.setattr(store._client, "put_object", without_conditions)
+    assert store.put_bytes_if("pointer.json", b"step 300", None)
+    assert not store.put_bytes_if("pointer.json", b"step 101", None)
+    read = store.read_versioned("pointer.json")
+    assert read is not None and store.put_bytes_if("pointer.json", b"step 301", read[1])
+    assert store.read("pointer.json") == b"step 301" and len(refused) == 1  # asked once, then not again
 
 
 def unfinished_uploads(bucket: str, endpoint: str) -> dict[str, float]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import io
 import os
 import shutil
@@ -90,6 +91,23 @@ class Store(ABC):
     def put_bytes(self, key: str, data: bytes) -> None:
         """Store ``data`` under ``key``."""
         self.put(key, io.BytesIO(data))
+
+    def read_versioned(self, key: str) -> tuple[bytes, str] | None:
+        """The bytes under ``key`` and a tag that changes whenever ``key`` is replaced; None: no such key."""
+        data = self.read(key)
+        return None if data is None else (data, hashlib.sha256(data).hexdigest())
+
+    def put_bytes_if(self, key: str, data: bytes, tag: str | None) -> bool:
+        """Store ``data`` under ``key`` only if ``key`` still has ``tag`` (None: still does not exist).
+
+        Returns False, writing nothing, when another writer replaced (or wrote) ``key`` since. Here the check
+        and the write are two steps: a writer between them is overwritten (see the stores' overrides).
+        """
+        current = self.read_versioned(key)
+        if (None if current is None else current[1]) != tag:
+            return False
+        self.put_bytes(key, data)
+        return True
 
     def location(self) -> str:
         """What tells this store apart from another whatever way its URI was spelt."""
@@ -204,6 +222,15 @@ class LocalStore(Store):
                         newest = max(newest or 0.0, entry.stat().st_mtime)
         return newest
 
+    def put_bytes_if(self, key: str, data: bytes, tag: str | None) -> bool:
+        # Check and rename under a lock on the store's folder, which every writer of it takes here: no
+        # writer replaces the key between them. A filesystem without flock (some network mounts) leaves the
+        # base class's small window between the check and the rename.
+        with _local_errors(self.uri, "write"):
+            self.root.mkdir(parents=True, exist_ok=True)
+        with _folder_lock(self.root):
+            return super().put_bytes_if(key, data, tag)
+
     def delete(self, keys: Iterable[str]) -> None:
         with _local_errors(self.uri, "delete"):
             for key in keys:
@@ -229,6 +256,8 @@ class S3Store(Store):
         self.bucket = bucket
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
         self.uri = f"s3://{bucket}/{self.prefix}".rstrip("/")
+        #: False once the store refused a conditional write (an S3-compatible store without them).
+        self._conditional_writes = True
 
     @cached_property
     def _client(self) -> Any:
@@ -296,6 +325,38 @@ class S3Store(Store):
             body: bytes = response["Body"].read()
             return body
 
+    def read_versioned(self, key: str) -> tuple[bytes, str] | None:
+        with self._errors(key, "read"):
+            try:
+                response = self._client.get_object(Bucket=self.bucket, Key=self._key(key))
+            except self._client.exceptions.NoSuchKey:
+                return None
+            body: bytes = response["Body"].read()
+            return body, str(response["ETag"])
+
+    def put_bytes_if(self, key: str, data: bytes, tag: str | None) -> bool:
+        # S3's conditional PutObject (If-Match / If-None-Match) checks and writes at once. A store that
+        # refuses them falls back to the base class's check, then write; one that ignores the headers
+        # silently writes unchecked (the small window between this writer's read and write stays).
+        if not self._conditional_writes:
+            return super().put_bytes_if(key, data, tag)
+        from botocore.exceptions import ClientError
+
+        condition = {"IfNoneMatch": "*"} if tag is None else {"IfMatch": tag}
+        with self._errors(key, "write"):
+            try:
+                self._client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data, **condition)
+                return True
+            except ClientError as e:
+                code = str(e.response.get("Error", {}).get("Code", ""))
+                if code in ("PreconditionFailed", "ConditionalRequestConflict"):
+                    return False  # replaced meanwhile, or another conditional write to it in flight
+                status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+                if code != "NotImplemented" and status != 501:
+                    raise
+        self._conditional_writes = False
+        return super().put_bytes_if(key, data, tag)
+
     def download(self, key: str, destination: Path) -> None:
         with self._errors(key, "download"), _files.replacing(destination) as temp:
             self._client.download_file(self.bucket, self._key(key), str(temp))
@@ -362,6 +423,24 @@ class S3Store(Store):
                 f"could not {action} {self.url(key)}: {e}; check the bucket, the credentials and "
                 f"{S3_ENDPOINT_URL} (or AWS_ENDPOINT_URL) for an S3-compatible store"
             ) from e
+
+
+@contextmanager
+def _folder_lock(folder: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``folder`` where the platform and filesystem give one (else go unlocked)."""
+    try:
+        import fcntl
+
+        fd = os.open(folder, os.O_RDONLY)
+    except (ImportError, OSError):  # not POSIX, or a folder it may write but not open: unlocked
+        yield
+        return
+    try:
+        with contextlib.suppress(OSError):  # no flock on this filesystem: unlocked, as documented
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 @contextmanager

@@ -7,10 +7,16 @@ Remote layout, written in this order so that a reader never restores half a step
     <uri>/LATEST.json                                  3. last: {"step", "saved_at", "prefix", "files",
                                                           "pushed_at"} (and "save_seconds" when timed)
 
-Every push goes to a folder of its own, ``step-<n>-<random>``, so two writers (a leftover attempt, a launcher
-per rank) never write into one folder. Then step folders are pruned, never those of a later step than the
-one pushed (a job that went back never deletes the work ahead of it), nor the one ``LATEST.json`` named
-before this push (a restore may be reading it), nor the one it names when read again just before pruning:
+Every push goes to a folder of its own, ``step-<n>-<random>``, so two writers (a leftover attempt, a
+launcher per rank) never write into one folder. ``LATEST.json`` never goes back: a push of a lower step than
+the one it names (a leftover attempt still running on a lost node, a job that did not resume from its
+checkpoint) keeps its folder but leaves the pointer alone, else the next resume repeated the steps between.
+The pointer is replaced only if nothing replaced it since it was read (S3's conditional writes, a lock on a
+folder store's folder); a store without either leaves a window of one read and one write.
+
+Then step folders are pruned, never those of a later step than the one pushed (a job that went back never
+deletes the work ahead of it), nor the one ``LATEST.json`` named before this push (a restore may be reading
+it), nor the one it names when read again just before pruning:
 
 * a folder this sync pushed itself goes at once: it pointed ``LATEST.json`` elsewhere since, and no other
   writer ever points it at a folder it did not write;
@@ -53,6 +59,8 @@ _STEP_FOLDER = re.compile(r"step-(\d+)(-[0-9a-f]+)?")
 STALE_FOLDER_SECONDS = 6 * 3600.0
 #: How long ago an unfinished upload (an S3 multipart upload) under ``step-`` must have begun to be aborted.
 STALE_UPLOAD_SECONDS = 15 * 60.0
+#: How often a push reads ``LATEST.json`` again when another writer replaced it between its read and write.
+POINTER_TRIES = 5
 
 
 class CheckpointSync:
@@ -75,6 +83,8 @@ class CheckpointSync:
         self.synced: tuple[int, str] | None = None
         #: Whether this sync pushed a checkpoint of its own (a restore alone does not).
         self.pushed = False
+        #: The identity of the last checkpoint pushed without pointing ``LATEST.json`` at it (it was behind).
+        self._pushed_behind: tuple[int, str] | None = None
         self._lock = threading.Lock()
 
     def remote_latest(self) -> tuple[Marker, str] | None:
@@ -84,8 +94,9 @@ class CheckpointSync:
             StoreError: ``LATEST.json`` cannot be read or is not one this runtime wrote.
         """
         raw = self.store.read(LATEST_NAME)
-        if raw is None:
-            return None
+        return None if raw is None else self._parse_latest(raw)
+
+    def _parse_latest(self, raw: bytes) -> tuple[Marker, str]:
         where = self.store.url(LATEST_NAME)
         try:
             marker = parse_marker(raw, where)
@@ -145,7 +156,8 @@ class CheckpointSync:
         """Push the local committed checkpoint unless the remote already has it.
 
         Returns:
-            The step the remote now holds as latest, or None when the local folder has no checkpoint.
+            The step of the local checkpoint, now in the remote (``LATEST.json`` names it, or a later step
+            when this writer is behind: see :attr:`synced`), or None when the local folder has no checkpoint.
 
         Raises:
             CheckpointChangedError: A committed file changed or vanished after the commit (a newer save
@@ -156,7 +168,7 @@ class CheckpointSync:
             local = read_marker(self.directory)
             if local is None:
                 return None
-            if local.identity == self.synced:
+            if local.identity in (self.synced, self._pushed_behind):
                 return local.step
             latest = self.remote_latest()
             if latest is not None and latest[0].identity == local.identity:
@@ -165,26 +177,28 @@ class CheckpointSync:
             previous = None if latest is None else latest[1]
             # Never an existing folder's name: the same step saved again, or by another writer at once.
             prefix = f"step-{local.step}-{uuid.uuid4().hex[:8]}"
-            if latest is not None and latest[0].step > local.step:
-                # The job went back (it did not load the checkpoint it was given, or started over on
-                # purpose): its step becomes the latest, but the later steps' work is never deleted.
-                log.warning(
-                    "checkpoint step %s is older than step %s at %s: the job did not resume from the latest "
-                    "checkpoint; the later steps stay there (%s/%s holds step %s: copy it to a job's "
-                    "checkpoint folder to resume from it)",
-                    local.step,
-                    latest[0].step,
-                    self.store.uri,
-                    self.store.uri,
-                    latest[1],
-                    latest[0].step,
-                )
             self._claim()
             self._own.add(prefix)  # before the upload: a failed one leaves a folder of ours to prune
-            self._upload(local, prefix)
+            ahead = self._upload(local, prefix)
             self._prune(keep={prefix, previous}, newer_than=local.step)
-            self.synced, self.pushed = local.identity, True
-            log.info("pushed checkpoint step %s to %s", local.step, self.store.url(prefix))
+            self.pushed = True
+            if ahead is None:
+                self.synced, self._pushed_behind = local.identity, None
+                log.info("pushed checkpoint step %s to %s", local.step, self.store.url(prefix))
+                return local.step
+            self.synced, self._pushed_behind = ahead[0].identity, local.identity
+            log.warning(
+                "checkpoint step %s is older than step %s at %s, so %s still names step %s, which the next "
+                "attempt resumes from: this writer is behind (a leftover attempt still running, or a job "
+                "that did not resume from the latest checkpoint); step %s stays in %s until pruned",
+                local.step,
+                ahead[0].step,
+                self.store.uri,
+                LATEST_NAME,
+                ahead[0].step,
+                local.step,
+                self.store.url(prefix),
+            )
             return local.step
 
     def _check_origin(self, local: Marker) -> None:
@@ -218,7 +232,11 @@ class CheckpointSync:
         except OSError as e:  # a read-only folder: the check above is lost, not the training
             log.warning("could not record in %s whose checkpoints it holds: %s", path, e)
 
-    def _upload(self, marker: Marker, prefix: str) -> None:
+    def _upload(self, marker: Marker, prefix: str) -> tuple[Marker, str] | None:
+        """Upload ``marker``'s files into ``prefix``, then point ``LATEST.json`` at them.
+
+        Returns the later checkpoint ``LATEST.json`` names instead (and its prefix), else None.
+        """
         for file in marker.files:
             path = self.directory.joinpath(*file.path.split("/"))
             try:
@@ -239,7 +257,28 @@ class CheckpointSync:
         latest = marker.to_json() | {"prefix": prefix, "pushed_at": datetime.now(UTC).isoformat()}
         for entry in latest["files"]:
             del entry["mtime_ns"]  # local to the machine that saved it
-        self.store.put_bytes(LATEST_NAME, _dumps(latest))
+        return self._point_latest(marker.step, _dumps(latest))
+
+    def _point_latest(self, step: int, pointer: bytes) -> tuple[Marker, str] | None:
+        """Write ``pointer`` as ``LATEST.json`` unless it names a step later than ``step`` (then returned).
+
+        Read just before the write, and written only if unchanged since (see :meth:`Store.put_bytes_if`): a
+        leftover writer pushing step 101 after the next attempt pushed step 300 made the resume repeat 199
+        paid steps.
+        """
+        for _ in range(POINTER_TRIES):
+            current = self.store.read_versioned(LATEST_NAME)
+            if current is not None:
+                named = self._parse_latest(current[0])
+                if named[0].step > step:
+                    return named
+            if self.store.put_bytes_if(LATEST_NAME, pointer, None if current is None else current[1]):
+                return None
+        raise StoreError(
+            f"{self.store.url(LATEST_NAME)} was replaced by another writer {POINTER_TRIES} times while this "
+            f"one pointed it at step {step}: two writers push to one location (a leftover attempt?); the "
+            "push is tried again with the next commit"
+        )
 
     @staticmethod
     def _check_unchanged(fd: int, file: CommittedFile, path: Path) -> None:
