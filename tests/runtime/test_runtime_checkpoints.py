@@ -549,13 +549,26 @@ def test_only_rank_0_saves_in_a_multi_process_training(local: Path, monkeypatch:
     assert (local / "checkpoint-1" / "state.bin").read_bytes() == b"rank 0 at 1"
 
 
-@pytest.mark.parametrize("value", ["one", "-1", "0.5"])
+@pytest.mark.parametrize(("name", "other"), [("RANK", "LOCAL_RANK"), ("LOCAL_RANK", "RANK")])
+def test_rank_minus_1_is_a_single_process_that_saves(
+    local: Path, monkeypatch: pytest.MonkeyPatch, name: str, other: str
+) -> None:
+    # Hugging Face (local_rank=-1) and older DDP scripts export -1 for "not distributed": it was refused,
+    # and the job failed at its first save.
+    monkeypatch.delenv(other, raising=False)
+    monkeypatch.setenv(name, "-1")
+    assert save_bytes(b"single", step=1, directory=local) is not None
+    assert load_bytes(directory=local) == (1, b"single")
+
+
+@pytest.mark.parametrize("value", ["one", "-2", "0.5"])
 def test_a_rank_that_is_not_a_number_is_refused(
     local: Path, monkeypatch: pytest.MonkeyPatch, value: str
 ) -> None:
     monkeypatch.setenv("RANK", value)
     with pytest.raises(
-        ContractError, match=rf"RANK='{value}' is not a process rank: unset it, or set a whole"
+        ContractError,
+        match=rf"RANK='{value}' is not a process rank: unset it, or set a whole number >= 0 \(-1 for a",
     ):
         save_bytes(b"x", step=1, directory=local)
     assert not local.exists()

@@ -236,20 +236,28 @@ def market() -> str:
 #: The variables that give a process its rank in a multi-process training (torchrun, DeepSpeed and Accelerate
 #: set both), the global one first.
 RANK_VARIABLES = ("RANK", "LOCAL_RANK")
+#: The rank a single-process training may export (Hugging Face's ``local_rank`` default): rank 0.
+NOT_DISTRIBUTED_RANK = "-1"
 
 
 def process_rank() -> int:
     """This process's rank in a multi-process training (``RANK``, else ``LOCAL_RANK``); 0 when neither is set.
 
+    ``-1`` is 0 as well: Hugging Face and older DDP scripts export it for "not distributed", and refusing it
+    failed such a job at its first save.
+
     Raises:
-        ContractError: The variable is set to something that is not a whole number >= 0.
+        ContractError: The variable is set to something that is not a whole number >= 0, nor -1.
     """
     for name in RANK_VARIABLES:
         value = os.environ.get(name, "").strip()
         if value:
+            if value == NOT_DISTRIBUTED_RANK:
+                return 0
             if not value.isdigit():
                 raise ContractError(
-                    f"{name}={value!r} is not a process rank: unset it, or set a whole number >= 0"
+                    f"{name}={value!r} is not a process rank: unset it, or set a whole number >= 0 "
+                    f"({NOT_DISTRIBUTED_RANK} for a single process)"
                 )
             return int(value)
     return 0
