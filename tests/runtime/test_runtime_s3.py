@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
@@ -136,6 +138,34 @@ def unfinished_uploads(bucket: str, endpoint: str) -> dict[str, float]:
     return {upload["Key"]: upload["Initiated"].timestamp() for upload in listed.get("Uploads", [])}
 
 
+def last_activity(s3: Any, bucket: str, key: str, uploads: dict[str, str]) -> float:
+    """When the upload of ``key`` began or last received a part, as the store tells (epoch seconds)."""
+    (upload,) = (u for u in s3.list_multipart_uploads(Bucket=bucket)["Uploads"] if u["Key"] == key)
+    parts = s3.list_parts(Bucket=bucket, Key=key, UploadId=uploads[key]).get("Parts", [])
+    return max([upload["Initiated"].timestamp(), *(part["LastModified"].timestamp() for part in parts)])
+
+
+def test_a_live_upload_begun_long_ago_is_not_aborted(
+    bucket: str, s3_env: dict[str, str], tmp_path: Path
+) -> None:
+    # A leftover writer still uploading a large file (over 15 minutes at its bandwidth): every other sync
+    # aborted its upload for its age, so that writer never completed a push. Its parts keep coming.
+    s3 = boto3.client("s3", endpoint_url=s3_env["COSTAWARE_S3_ENDPOINT_URL"])
+    key = "ckpt/step-9-1ive/checkpoint-9/model.bin"
+    begun = time.time()
+    upload = s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+    time.sleep(2.0)  # the part comes after the start (S3 times parts to the second)
+    s3.upload_part(Bucket=bucket, Key=key, UploadId=upload, PartNumber=1, Body=b"p" * 1024)
+    # The clock says the upload began over STALE_UPLOAD_SECONDS ago, its part came within that.
+    now = begun + 1 + STALE_UPLOAD_SECONDS
+    assert CheckpointSync(f"s3://{bucket}/ckpt", tmp_path / "other", clock=lambda: now).restore() is None
+    assert [u["Key"] for u in s3.list_multipart_uploads(Bucket=bucket).get("Uploads", [])] == [key]
+    # Once it received nothing for that long, it goes.
+    later = last_activity(s3, bucket, key, {key: upload}) + STALE_UPLOAD_SECONDS + 1
+    assert CheckpointSync(f"s3://{bucket}/ckpt", tmp_path / "later", clock=lambda: later).restore() is None
+    assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+
+
 def test_unfinished_uploads_a_killed_push_left_are_aborted_at_the_next_start(
     bucket: str, s3_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -150,14 +180,13 @@ def test_unfinished_uploads_a_killed_push_left_are_aborted_at_the_next_start(
     def unfinished() -> list[str]:
         return sorted(upload["Key"] for upload in s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []))
 
-    listed = s3.list_multipart_uploads(Bucket=bucket, Prefix="ckpt/")["Uploads"]
-    begun = listed[0]["Initiated"].timestamp()
-    # A minute after it began: maybe a live writer's (a leftover attempt still pushing), left alone.
-    now = begun + 60
+    busy = last_activity(s3, bucket, "ckpt/step-3-5eed/checkpoint-3/state.bin", uploads)
+    # A minute after its last part: maybe a live writer's (a leftover attempt still pushing), left alone.
+    now = busy + 60
     assert CheckpointSync(f"s3://{bucket}/ckpt", tmp_path / "soon", clock=lambda: now).restore() is None
     assert unfinished() == ["ckpt/step-3-5eed/checkpoint-3/state.bin", "elsewhere/step-3/state.bin"]
-    # Past STALE_UPLOAD_SECONDS: the next start aborts it; another prefix's upload is not its to touch.
-    now = begun + STALE_UPLOAD_SECONDS + 1
+    # Idle past STALE_UPLOAD_SECONDS: the next start aborts it; another prefix's upload is not its to touch.
+    now = busy + STALE_UPLOAD_SECONDS + 1
     assert CheckpointSync(f"s3://{bucket}/ckpt", tmp_path / "later", clock=lambda: now).restore() is None
     assert unfinished() == ["elsewhere/step-3/state.bin"]
 

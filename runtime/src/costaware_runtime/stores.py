@@ -80,11 +80,12 @@ class Store(ABC):
     def check(self) -> None:  # noqa: B027  # a store with nothing to check needs no override
         """Fail now if the store cannot be used at all (an S3 store without boto3, a folder under a file)."""
 
-    def abort_uploads(self, prefix: str, started_before: float) -> list[str]:
-        """Abort the unfinished uploads to keys under ``prefix`` begun before ``started_before`` (epoch s).
+    def abort_uploads(self, prefix: str, idle_since: float) -> list[str]:
+        """Abort the unfinished uploads to keys under ``prefix`` that did nothing since ``idle_since``.
 
-        Returns the keys whose uploads were aborted. A folder store has none: what a killed copy left (a
-        temporary file) goes with its folder.
+        An upload counts as busy at its start and at each part it received (epoch seconds). Returns the keys
+        whose uploads were aborted. A folder store has none: what a killed copy left (a temporary file) goes
+        with its folder.
         """
         return []
 
@@ -382,7 +383,7 @@ class S3Store(Store):
                     newest = max(newest or 0.0, item["LastModified"].timestamp())
         return newest
 
-    def abort_uploads(self, prefix: str, started_before: float) -> list[str]:
+    def abort_uploads(self, prefix: str, idle_since: float) -> list[str]:
         # A push killed mid-file (SIGKILL, the instance reclaimed) leaves its multipart upload open: no key
         # lists or deletes its parts, which are billed until it is aborted.
         aborted = []
@@ -392,14 +393,30 @@ class S3Store(Store):
             )
             for page in pages:
                 for upload in page.get("Uploads", []):
-                    if upload["Initiated"].timestamp() >= started_before:
+                    if upload["Initiated"].timestamp() >= idle_since:
                         continue  # maybe a live writer's
+                    # A live writer's upload of a large file can have begun long ago: it still adds a part
+                    # every few seconds (boto3 sends 8 MiB parts), and aborting it failed its push each time.
+                    if self._last_part_at(upload) >= idle_since:
+                        continue
                     with contextlib.suppress(self._client.exceptions.NoSuchUpload):  # finished meanwhile
                         self._client.abort_multipart_upload(
                             Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
                         )
                     aborted.append(upload["Key"][len(self.prefix) :])
         return aborted
+
+    def _last_part_at(self, upload: dict[str, Any]) -> float:
+        """When the multipart ``upload`` last received a part (epoch seconds; 0 without one)."""
+        newest = 0.0
+        pages = self._client.get_paginator("list_parts").paginate(
+            Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
+        )
+        with contextlib.suppress(self._client.exceptions.NoSuchUpload):  # finished or aborted meanwhile
+            for page in pages:
+                for part in page.get("Parts", []):
+                    newest = max(newest, part["LastModified"].timestamp())
+        return newest
 
     def delete(self, keys: Iterable[str]) -> None:
         full = [{"Key": self._key(key)} for key in keys]

@@ -26,9 +26,12 @@ it), nor the one it names when read again just before pruning:
   folders stay until then, or until the run's checkpoints are deleted with the run's end.
 
 A push killed in the middle of a file left an S3 multipart upload open, its parts billed for good: the
-unfinished uploads under ``step-`` begun over :data:`STALE_UPLOAD_SECONDS` ago are aborted when a sync starts
-(its restore) and after each push. One that a live writer still runs only fails that writer's push (retried
-with its next commit): ``LATEST.json`` never names a folder before its upload is complete.
+unfinished uploads under ``step-`` that received nothing (no start, no part) for :data:`STALE_UPLOAD_SECONDS`
+are aborted when a sync starts (its restore) and after each push. A live writer's upload of a large file,
+however long ago it began, adds a part every few seconds and is left alone: aborting it when it began over 15
+minutes before failed that writer's every push of a file that takes longer. What remains: a writer stalled
+with no part sent for that long (not a live upload at 8 MiB a part) loses that push, retried with its next
+commit (``LATEST.json`` never names a folder before its upload is complete).
 """
 
 from __future__ import annotations
@@ -57,7 +60,8 @@ _STEP_FOLDER = re.compile(r"step-(\d+)(-[0-9a-f]+)?")
 #: How long another writer's step folder must have been left unchanged before a sync deletes it: longer than
 #: any one file's upload takes, so a live writer's folder is never taken from under it.
 STALE_FOLDER_SECONDS = 6 * 3600.0
-#: How long ago an unfinished upload (an S3 multipart upload) under ``step-`` must have begun to be aborted.
+#: How long an unfinished upload (an S3 multipart upload) under ``step-`` must have received no part (nor
+#: begun) to be aborted.
 STALE_UPLOAD_SECONDS = 15 * 60.0
 #: How often a push reads ``LATEST.json`` again when another writer replaced it between its read and write.
 POINTER_TRIES = 5
@@ -290,15 +294,16 @@ class CheckpointSync:
             )
 
     def _abort_stale_uploads(self) -> None:
-        """Abort the unfinished uploads under ``step-`` begun :data:`STALE_UPLOAD_SECONDS` ago or earlier."""
+        """Abort the unfinished uploads under ``step-`` idle for :data:`STALE_UPLOAD_SECONDS` or longer."""
         try:
             aborted = self.store.abort_uploads("step-", self.clock() - STALE_UPLOAD_SECONDS)
         except StoreError as e:  # a role that may not list or abort them: the training goes on
             if not self._abort_refused:
                 log.warning(
                     "could not abort unfinished uploads (their parts are billed until they are): %s; "
-                    "allow s3:ListBucketMultipartUploads and s3:AbortMultipartUpload, or give the bucket a "
-                    "lifecycle rule that aborts incomplete multipart uploads",
+                    "allow s3:ListBucketMultipartUploads, s3:ListMultipartUploadParts and "
+                    "s3:AbortMultipartUpload, or give the bucket a lifecycle rule that aborts incomplete "
+                    "multipart uploads",
                     e,
                 )
             self._abort_refused = True
