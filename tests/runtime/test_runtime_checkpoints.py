@@ -561,7 +561,7 @@ def test_rank_minus_1_is_a_single_process_that_saves(
     assert load_bytes(directory=local) == (1, b"single")
 
 
-@pytest.mark.parametrize("value", ["one", "-2", "0.5"])
+@pytest.mark.parametrize("value", ["one", "-2", "0.5", "²"])
 def test_a_rank_that_is_not_a_number_is_refused(
     local: Path, monkeypatch: pytest.MonkeyPatch, value: str
 ) -> None:

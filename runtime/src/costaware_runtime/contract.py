@@ -254,7 +254,7 @@ def process_rank() -> int:
         if value:
             if value == NOT_DISTRIBUTED_RANK:
                 return 0
-            if not value.isdigit():
+            if not (value.isascii() and value.isdigit()):  # isdigit alone takes "²", which int() refuses
                 raise ContractError(
                     f"{name}={value!r} is not a process rank: unset it, or set a whole number >= 0 "
                     f"({NOT_DISTRIBUTED_RANK} for a single process)"
