@@ -281,6 +281,29 @@ def test_a_folder_stores_conditional_writes_lose_no_update(tmp_path: Path) -> No
     assert (tmp_path / "store" / "counter").read_bytes() == b"450"
 
 
+def test_a_folder_whose_age_cannot_be_read_is_kept_and_the_push_stands(
+    local: Path,
+    remote: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Listing another writer's folder failed (S3 credentials that may not list unfinished uploads): the push,
+    # whose LATEST.json was already written, failed with it, and was retried for nothing.
+    save_bytes(b"other", step=1, directory=tmp_path / "other")
+    push(tmp_path / "other", str(remote))
+    sync = CheckpointSync(str(remote), local, clock=lambda: time.time() + STALE_FOLDER_SECONDS + 1)
+
+    def unreadable(folder: str) -> float | None:
+        raise StoreError(f"could not list {folder}: AccessDenied")
+
+    monkeypatch.setattr(sync.store, "modified", unreadable)
+    for step in (2, 3):  # at 3, step 1 is no longer the folder LATEST.json named before the push
+        save_bytes(b"mine", step=step, directory=local)
+        assert sync.push_changed() == step
+    assert steps_held(remote) == [1, 2, 3] and "AccessDenied" in caplog.text
+
+
 def test_the_same_step_saved_again_never_overwrites_what_latest_names(local: Path, remote: Path) -> None:
     save_bytes(b"first", step=4, directory=local)
     push(local, str(remote))

@@ -12,6 +12,7 @@ from typing import Any
 import boto3
 import pytest
 from costaware_runtime import StoreError, download_outputs, push, restore, save_bytes
+from costaware_runtime import sync as sync_module
 from costaware_runtime.stores import S3Store, Store
 from costaware_runtime.sync import STALE_UPLOAD_SECONDS, CheckpointSync
 from runtime_jobs import RESUMING_JOB, MakeJob
@@ -151,7 +152,7 @@ def test_a_live_upload_begun_long_ago_is_not_aborted(
     # A leftover writer still uploading a large file (over 15 minutes at its bandwidth): every other sync
     # aborted its upload for its age, so that writer never completed a push. Its parts keep coming.
     s3 = boto3.client("s3", endpoint_url=s3_env["COSTAWARE_S3_ENDPOINT_URL"])
-    key = "ckpt/step-9-1ive/checkpoint-9/model.bin"
+    key = "ckpt/step-9-b16f11e/checkpoint-9/model.bin"
     begun = time.time()
     upload = s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
     time.sleep(2.0)  # the part comes after the start (S3 times parts to the second)
@@ -164,6 +165,32 @@ def test_a_live_upload_begun_long_ago_is_not_aborted(
     later = last_activity(s3, bucket, key, {key: upload}) + STALE_UPLOAD_SECONDS + 1
     assert CheckpointSync(f"s3://{bucket}/ckpt", tmp_path / "later", clock=lambda: later).restore() is None
     assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+
+
+def test_another_writers_folder_still_uploading_a_large_file_is_not_pruned(
+    bucket: str, s3_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its small file done long ago, its large one uploading for longer than the folder rule: the folder
+    # counted as unchanged, another writer deleted the small file, and the live writer then pointed
+    # LATEST.json at a folder missing it (every resume failed).
+    monkeypatch.setattr(sync_module, "STALE_FOLDER_SECONDS", 1.0)  # the rule, scaled to the test's seconds
+    s3 = boto3.client("s3", endpoint_url=s3_env["COSTAWARE_S3_ENDPOINT_URL"])
+    small, large = "ckpt/step-5-b16f11e/checkpoint-5/small.bin", "ckpt/step-5-b16f11e/checkpoint-5/large.bin"
+    s3.put_object(Bucket=bucket, Key=small, Body=b"small")
+    done = s3.head_object(Bucket=bucket, Key=small)["LastModified"].timestamp()
+    upload = s3.create_multipart_upload(Bucket=bucket, Key=large)["UploadId"]
+    time.sleep(2.0)  # S3 times objects and parts to the second
+    s3.upload_part(Bucket=bucket, Key=large, UploadId=upload, PartNumber=1, Body=b"p" * 1024)
+    now = last_activity(s3, bucket, large, {large: upload}) + 0.5
+    assert now - done > sync_module.STALE_FOLDER_SECONDS  # by its finished files alone, the folder is stale
+    save_bytes(b"pusher", step=9, directory=tmp_path / "pusher")
+    CheckpointSync(f"s3://{bucket}/ckpt", tmp_path / "pusher", clock=lambda: now).push_changed()
+    assert small in keys(bucket, "ckpt/step-5-", s3_env["COSTAWARE_S3_ENDPOINT_URL"])
+    # Once nothing in it moved for that long, it goes.
+    later = now + sync_module.STALE_FOLDER_SECONDS + STALE_UPLOAD_SECONDS
+    save_bytes(b"pusher", step=10, directory=tmp_path / "pusher")
+    CheckpointSync(f"s3://{bucket}/ckpt", tmp_path / "pusher", clock=lambda: later).push_changed()
+    assert keys(bucket, "ckpt/step-5-", s3_env["COSTAWARE_S3_ENDPOINT_URL"]) == []
 
 
 def test_unfinished_uploads_a_killed_push_left_are_aborted_at_the_next_start(

@@ -67,7 +67,10 @@ class Store(ABC):
 
     @abstractmethod
     def modified(self, folder: str) -> float | None:
-        """When anything under the top-level ``folder`` last changed (epoch seconds); None: it is empty."""
+        """When anything under the top-level ``folder`` last changed (epoch seconds); None: it is empty.
+
+        A file written counts, and so does a part an unfinished upload into it received (a writer alive).
+        """
 
     def folders(self, prefix: str = "") -> list[str]:
         """The top-level folders whose names start with ``prefix``, sorted."""
@@ -381,6 +384,17 @@ class S3Store(Store):
             for page in pages:
                 for item in page.get("Contents", []):
                     newest = max(newest or 0.0, item["LastModified"].timestamp())
+        # A live writer uploading a large file into the folder: its parts are changes too. Counting only the
+        # finished files let another writer delete them once the upload ran 6 hours, and the live writer then
+        # pointed LATEST.json at a folder missing them.
+        with self._errors(folder, "list the unfinished uploads under"):
+            pages = self._client.get_paginator("list_multipart_uploads").paginate(
+                Bucket=self.bucket, Prefix=f"{self.prefix}{check_key(folder)}/"
+            )
+            for page in pages:
+                for upload in page.get("Uploads", []):
+                    busy = max(upload["Initiated"].timestamp(), self._last_part_at(upload))
+                    newest = max(newest or 0.0, busy)
         return newest
 
     def abort_uploads(self, prefix: str, idle_since: float) -> list[str]:

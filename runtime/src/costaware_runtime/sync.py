@@ -325,7 +325,11 @@ class CheckpointSync:
             if not found or folder in keep or folder == named or int(found.group(1)) > newer_than:
                 continue
             if folder not in self._own:
-                changed = self.store.modified(folder)
+                try:
+                    changed = self.store.modified(folder)
+                except StoreError as e:  # cannot tell whether its writer is alive: kept, as a live one's
+                    log.warning("not pruning %s: %s", self.store.url(folder), e)
+                    continue
                 if changed is not None and self.clock() - changed < STALE_FOLDER_SECONDS:
                     continue
             self.store.delete_folder(folder)
