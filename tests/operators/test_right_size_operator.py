@@ -9,6 +9,7 @@ from contexts import task_context
 
 from costaware import Ledger
 from costaware.adapters.price_files import bundled_catalog
+from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import Kind, LedgerEntry
 from costaware.operators.right_size import RightSizeOperator
 
@@ -190,3 +191,15 @@ def test_a_misspelt_for_task_id_and_a_bad_min_measured_tries_are_named(env_ledge
         ConfigurationError, match="min_measured_tries must be a whole number of 1 or more, got 0"
     ):
         _operator(min_measured_tries=0)
+
+
+@pytest.mark.parametrize(
+    ("reference_type", "said"),
+    [("m5.2xlarg", "did you mean m5.2xlarge"), ("m5", "instance family, not a type")],
+)
+def test_an_unknown_reference_type_is_refused_when_the_dag_is_parsed(reference_type: str, said: str) -> None:
+    # Recorded runs size the job without reading reference_type, so a typo went unnoticed at run time.
+    with pytest.raises(ConfigurationError) as refused:
+        _operator(fallback_hours="0.5", reference_type=reference_type)
+    assert f"reference_type {reference_type!r}" in str(refused.value)
+    assert said in str(refused.value)

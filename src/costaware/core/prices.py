@@ -240,6 +240,31 @@ class PriceCatalog:
     def regions(self) -> list[str]:
         return list(self._regions)
 
+    def check_instance_type(self, instance_type: str) -> None:
+        """Raise ``PriceNotFoundError`` when the catalog lists no such type, suggesting the closest names."""
+        if instance_type in self._types:
+            return
+        if instance_type.startswith("ml."):
+            # "did you mean m5.xlarge?" led a SageMaker user to a type SageMaker refuses.
+            raise PriceNotFoundError(
+                f"no price for the SageMaker type {instance_type!r}: the bundled table holds EC2 types, "
+                "and SageMaker prices its ml.* types apart; give its prices (a training's "
+                "spot_usd_per_hour and on_demand_usd_per_hour), or fetch them with `costaware prices "
+                "refresh --service sagemaker`"
+            )
+        sizes = sorted(
+            (t for t in self._types if t.startswith(f"{instance_type.strip().lower()}.")), key=_size_order
+        )
+        if "." not in instance_type and sizes:
+            # "m5": a family, whose closest name is no help (it pointed at `prices list`).
+            raise PriceNotFoundError(
+                f"{instance_type!r} is an instance family, not a type: give a size, e.g. "
+                f"{', '.join(sizes[:4])}"
+            )
+        raise PriceNotFoundError(
+            f"unknown instance type {instance_type!r}{_suggest(instance_type, self._types)}"
+        )
+
     def offer(self, instance_type: str, region: str) -> InstanceOffer:
         """The on-demand offer of a type in a region.
 
@@ -250,26 +275,7 @@ class PriceCatalog:
         found = self._offers.get((instance_type, region))
         if found is not None:
             return found
-        if instance_type not in self._types:
-            if instance_type.startswith("ml."):
-                # "did you mean m5.xlarge?" led a SageMaker user to a type SageMaker refuses.
-                raise PriceNotFoundError(
-                    f"no price for the SageMaker type {instance_type!r}: the bundled table holds EC2 types, "
-                    "and SageMaker prices its ml.* types apart; give its prices (a training's "
-                    "spot_usd_per_hour and on_demand_usd_per_hour), or fetch them with `costaware prices "
-                    "refresh --service sagemaker`"
-                )
-            sizes = sorted(
-                (t for t in self._types if t.startswith(f"{instance_type.strip().lower()}.")), key=_size_order
-            )
-            if "." not in instance_type and sizes:
-                # "m5": a family, whose closest name is no help (it pointed at `prices list`).
-                raise PriceNotFoundError(
-                    f"{instance_type!r} is an instance family, not a type: give a size, e.g. "
-                    f"{', '.join(sizes[:4])}"
-                )
-            hint = _suggest(instance_type, self._types)
-            raise PriceNotFoundError(f"unknown instance type {instance_type!r}{hint}")
+        self.check_instance_type(instance_type)
         if region not in self._regions:
             raise PriceNotFoundError(
                 f"unknown region {region!r}{_suggest(region, self._regions, region=True)}"

@@ -42,7 +42,8 @@ class RightSizeOperator(BaseOperator):
         deadline_hours: Hours from now by which the job must finish; None for no deadline (templated).
         region: Region to run in (templated).
         fallback_hours: Runtime assumed before the task has a recorded run (templated).
-        reference_type: Instance type ``fallback_hours`` was measured on (None: same on every type).
+        reference_type: Instance type ``fallback_hours`` was measured on (None: same on every type); a type
+            the price catalog does not list is refused when the DAG is parsed.
         instance_types: Only consider these types (default: every type in the region).
         markets: Markets to consider: ``on_demand`` and/or ``spot``.
         min_gpus: GPUs the job needs; by count alone, NVIDIA GPUs (the price list also counts Inferentia,
@@ -124,6 +125,8 @@ class RightSizeOperator(BaseOperator):
         self.deadline_hours = deadline_hours
         self.region = region
         self.fallback_hours = fallback_hours
+        if reference_type is not None:
+            _check_reference_type(reference_type)
         self.reference_type = reference_type
         self.instance_types = list(instance_types) if instance_types is not None else None
         self.markets = tuple(markets)
@@ -301,3 +304,20 @@ def _optional_float(value: object, name: str) -> float | None:
     if value in (None, "", "None"):
         return None
     return float(parse_decimal(value, name=name))
+
+
+def _check_reference_type(reference_type: str) -> None:
+    """Refuse a type the catalog does not list when the DAG is parsed.
+
+    Checked only when no run is recorded, "m5.2xlarg" passed unnoticed until the first run sized on it.
+    """
+    from costaware.adapters.price_files import bundled_catalog
+    from costaware.core.errors import PriceNotFoundError
+
+    try:
+        bundled_catalog().check_instance_type(reference_type)
+    except PriceNotFoundError as e:
+        raise ConfigurationError(
+            f"reference_type {reference_type!r} is not in the price catalog ({e}): give the instance type "
+            "fallback_hours was measured on, or leave reference_type unset (same runtime on every type)"
+        ) from e
