@@ -780,3 +780,16 @@ def test_a_holdout_label_read_at_another_threshold_than_the_candidates_is_refuse
     assert [d["candidate"] for d in store.decisions()] == [champion]  # nothing recorded or switched
     assert store.champion_pointer().version == champion  # type: ignore[union-attr]
     assert _promote(tmp_path, candidate)["candidate"] == candidate  # the retrain's own label scores it
+
+
+def test_a_relative_model_store_is_refused_when_the_dag_is_parsed() -> None:
+    # It was refused only when the task ran, against whatever folder the worker ran in.
+    args: dict[str, Any] = {
+        "task_id": "promote",
+        "candidate": "v1",
+        "holdout_path": "/h",
+        "label_column": "y",
+    }
+    with pytest.raises(ConfigurationError, match="model_store 'models/rel' is a relative path"):
+        ModelPromoteOperator(model_store="models/rel", **args)
+    ModelPromoteOperator(model_store="{{ params.store }}", **args)  # a template is checked once rendered

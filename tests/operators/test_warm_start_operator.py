@@ -269,3 +269,21 @@ def test_a_misspelt_drift_column_is_named_among_the_feature_columns(tmp_path: Pa
     op = _operator(tmp_path, 1, drift_columns=["x9"])
     with pytest.raises(AirflowFailException, match=r"drift_columns \['x9'\] are not feature columns of this"):
         op.execute(_context("r1"))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"model_store": "models/rel"}, "model_store 'models/rel' is a relative path"),
+        ({"model_store": "file:models/rel"}, "model_store 'file:models/rel' is a relative path"),
+        ({"checkpoint_store": "ckpt"}, "checkpoint_store 'ckpt' is a relative path"),
+    ],
+)
+def test_a_relative_store_is_refused_when_the_dag_is_parsed(
+    tmp_path: Path, kwargs: dict[str, Any], message: str
+) -> None:
+    # It was refused only when the task ran, against whatever folder the worker ran in.
+    with pytest.raises(ConfigurationError, match=f"{message}.*give an absolute folder such as '/srv/ml/"):
+        _operator(tmp_path, 1, **kwargs)
+    _operator(tmp_path, 1, model_store="{{ params.store }}")  # a template is checked once rendered
+    _operator(tmp_path, 1, model_store="~/models")  # expanded to the worker's home: absolute

@@ -24,7 +24,7 @@ from costaware.glue import (
     run_identity,
     storage_options,
 )
-from costaware.operators.templating import is_literal, is_template
+from costaware.operators.templating import is_literal, is_template, refuse_relative_store
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -140,6 +140,7 @@ class ModelPromoteOperator(BaseOperator):
             validate_margin(margin)  # it was checked only after the training had been paid for
         self.scoring_timeout_seconds = validate_timeout(scoring_timeout_seconds)
         self.ledger_conn_id = ledger_conn_id
+        refuse_relative_store(f"{type(self).__name__} {self.task_id!r}", "model_store", model_store)
         self.model_store = model_store
         self.candidate = candidate
         self.holdout_path = holdout_path

@@ -189,3 +189,36 @@ def rendered_keywords(value: Any, name: str) -> dict[str, Any]:
             f"{name} must name each argument with a string, got the keys {', '.join(keys)} in {shown}"
         )
     return dict(data)
+
+
+def refuse_relative_store(owner: str, name: str, value: object) -> None:
+    """Refuse a store written out in the DAG as a relative local path, when the DAG is parsed.
+
+    The store would resolve against the folder each worker runs the task in (a retry could read another
+    store than its first try wrote); it was refused only when the task ran. A template, an ``XComArg`` or a
+    ``dag.param`` is checked once rendered, by the store itself.
+
+    Raises:
+        ConfigurationError: ``value`` is a literal relative path (``models/rel``, ``file:models/rel``).
+    """
+    from pathlib import PurePosixPath
+    from urllib.parse import urlparse
+
+    if not isinstance(value, str) or not is_literal(value) or not value.strip():
+        return
+    text = value.strip()
+    if text == "None":  # what a template naming nothing renders to: the stores' own check says that
+        return
+    parsed = urlparse(text)
+    if parsed.scheme not in ("", "file") or parsed.netloc:
+        return
+    path = parsed.path if parsed.scheme == "file" else text
+    if path.startswith(("/", "~")):  # "~/models" is expanded to the worker's home, an absolute folder
+        return
+    from costaware.core.errors import ConfigurationError
+
+    raise ConfigurationError(
+        f"{owner}: {name} {value!r} is a relative path: it would resolve against the folder each worker "
+        f"runs the task in; give an absolute folder such as {str(PurePosixPath('/srv/ml') / path)!r} or an "
+        "s3:// URI"
+    )

@@ -18,6 +18,7 @@ from costaware.operators.templating import (
     is_template,
     keyword_arguments,
     native_rendered,
+    refuse_relative_store,
     refuse_template,
     rendered_keywords,
 )
@@ -103,6 +104,8 @@ class BuiltInTrainingArguments:
                 f"{owner}: model_store is {model_store!r}: give where the model versions go (an absolute "
                 "folder, file:///... or s3://...)"
             )
+        refuse_relative_store(owner, "model_store", model_store)
+        refuse_relative_store(owner, "checkpoint_store", checkpoint_store)
         # Neither is rendered by Airflow: a template's text would reach the training as it is.
         refuse_template("label_threshold", label_threshold, write="write the number")
         refuse_template("feature_columns", feature_columns, write="write the list of column names")
