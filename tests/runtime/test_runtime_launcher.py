@@ -748,6 +748,25 @@ if os.environ.get("WRITE_METRICS", "1") == "1":
 """
 
 
+@pytest.mark.parametrize(("options", "expected"), [(("--no-outputs",), 74), ((), 1)])
+def test_a_self_storing_jobs_own_74_is_passed_on_as_a_store_failure(
+    make_job: MakeJob, options: tuple[str, ...], expected: int
+) -> None:
+    # The built-in trainers (--no-outputs) read and write their own stores: their 74 became 1, a code error
+    # that failed the task for good on a transient outage. Any other job's 74 is still reserved.
+    job = make_job('cr.save_bytes(b"partial", step=2)\nsys.exit(74)\n')
+    env = job.env()
+    if options:
+        del env["COSTAWARE_OUTPUT_DIR"], env["COSTAWARE_OUTPUT_URI"]
+    done = job.run(*options, env=env)
+    assert done.returncode == expected, done.stderr
+    if options:
+        assert "the job exited 74: a store it reads or writes itself failed (retried)" in done.stderr
+    else:
+        assert "the job exited 74, a code the launcher reserves: reporting 1" in done.stderr
+    assert job.latest()["step"] == 2  # its checkpoint is still pushed
+
+
 def test_no_outputs_needs_only_the_metrics_and_reports_no_files(make_job: MakeJob) -> None:
     job = make_job(SELF_STORING_JOB)
     env = job.env()

@@ -90,12 +90,17 @@ def test_missing_spec_exits_2_with_one_line_reason(tmp_path: Path) -> None:
 
 
 def test_a_store_it_cannot_reach_is_no_bad_spec(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
-    # It exited 2 (bad spec, never retried) with "write the spec first", where the endpoint was wrong.
+    # It exited 2 (bad spec, never retried) with "write the spec first", where the endpoint was wrong; then 1,
+    # a code error that failed the task for good: a transient outage is the contract's 74, submitted again.
+    from costaware_runtime.contract import EXIT_SYNC_FAILED
+
     from costaware.training.entrypoint import main
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    assert main(["--spec", "s3://ml/jobs/spec.json", "--endpoint-url", "http://127.0.0.1:1"]) == 1
+    assert (
+        main(["--spec", "s3://ml/jobs/spec.json", "--endpoint-url", "http://127.0.0.1:1"]) == EXIT_SYNC_FAILED
+    )
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.startswith("store unavailable: cannot read the training spec 's3://ml/jobs/spec.json'")
     assert "through the endpoint 'http://127.0.0.1:1' (--endpoint-url" in last

@@ -68,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-outputs",
         action="store_true",
         help="the job stores its model itself (the provider's built-in trainers): no output folder is set, "
-        "checked or uploaded; the metrics are still required",
+        "checked or uploaded; the metrics are still required, and the job's own exit 74 (a store it reads or "
+        "writes failed) is passed on as 74, retried",
     )
     parser.add_argument(
         "--signal-group",
@@ -352,6 +353,11 @@ class Launcher:
         if returncode < 0:
             log.error("the job was killed by %s", _signal_name(-returncode))
             return 128 - returncode
+        if returncode == contract.EXIT_SYNC_FAILED and self.options.no_outputs:
+            # A job that stores its model itself (the built-in trainers) reads and writes its own stores: its
+            # 74 is the contract's "a store failed", retried, not a code error that fails the task for good.
+            log.error("the job exited %s: a store it reads or writes itself failed (retried)", returncode)
+            return contract.EXIT_SYNC_FAILED
         if returncode in contract.RESERVED_EXIT_CODES:
             log.error("the job exited %s, a code the launcher reserves: reporting 1", returncode)
             return 1

@@ -26,7 +26,9 @@ version is stored by the training itself, hence ``--no-outputs``; the summary st
 as the in-worker operator does.
 
 Exit codes: 0 done (summary JSON on stdout), 75 preempted after a checkpoint (``EXIT_PREEMPTED`` of the job
-contract: resubmit it), 2 bad spec or input (never retry), 1 anything else. The last stderr line is a one-line
+contract: resubmit it), 74 a store (data, checkpoints, model store, result) could not be reached
+(``EXIT_SYNC_FAILED``: resubmit it; the launcher passes it on under ``--no-outputs``), 2 bad spec or input
+(never retry), 1 anything else. The last stderr line is a one-line
 reason (the launcher's own lines follow it, prefixed ``costaware-run:``).
 """
 
@@ -42,7 +44,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
-from costaware_runtime.contract import CHECKPOINT_DIR, CHECKPOINT_URI, METRICS_PATH
+from costaware_runtime.contract import CHECKPOINT_DIR, CHECKPOINT_URI, EXIT_SYNC_FAILED, METRICS_PATH
 from costaware_runtime.metrics import write_metrics
 from costaware_runtime.preemption import preemption_requested
 
@@ -261,7 +263,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StoreUnavailableError as e:
         log.exception("a store is unavailable")
         print(f"store unavailable: {e}".replace("\n", " "), file=sys.stderr, flush=True)
-        return ERROR_EXIT_CODE
+        # The contract's "a store failed": the launcher (--no-outputs) passes it on and the attempt is
+        # submitted again; exit 1 read as a code error, and a transient outage failed the task for good.
+        return EXIT_SYNC_FAILED
     except Exception as e:  # the one-line reason is the contract with every backend
         log.exception("training failed")
         print(f"training failed: {type(e).__name__}: {e}".replace("\n", " "), file=sys.stderr, flush=True)
