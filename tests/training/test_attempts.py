@@ -592,3 +592,34 @@ def test_a_moves_bytes_and_earlier_tries_spend_travel_with_the_state() -> None:
     s = replace(s, first_attempt=3, current=current)
     assert AttemptState.from_json(json.loads(json.dumps(s.to_json()))) == s
     assert "earlier_usd" not in replace(s, earlier_usd=None).to_json()
+
+
+@pytest.mark.parametrize(
+    ("ended", "reason"),
+    [
+        ("failed", "Job attempt duration exceeded timeout"),  # Batch
+        ("failed", "DeadlineExceeded"),  # Kubernetes
+        ("interrupted", "MaxRuntimeExceeded"),  # SageMaker
+    ],
+)
+def test_a_spot_attempt_stopped_at_the_limit_its_deadline_set_falls_back_to_on_demand(
+    ended: str, reason: str
+) -> None:
+    # Batch and Kubernetes end it "failed": recorded as a code_error, it failed the task for good.
+    running = replace(state(done=1), plan=replace(PLAN, deadline=NOW))
+    step = next_step(running, JobEnded(job(ended, reason=reason)), NOW, max_attempts=10, latest_resume=None)
+    assert isinstance(step, Submit)
+    assert (step.record_cause, step.cause_of_previous, step.market) == ("deadline", "deadline", "on_demand")
+    assert (
+        step.market_reason == f"the spot attempt ran until the deadline {NOW.isoformat(timespec='seconds')}"
+    )
+    # Without a deadline the limit is a day, not the deadline's: the job ended as it says.
+    no_deadline = replace(state(done=1), plan=replace(PLAN, deadline=None))
+    plain = next_step(
+        no_deadline, JobEnded(job(ended, reason=reason)), NOW, max_attempts=10, latest_resume=None
+    )
+    assert plain.record_cause == ("code_error" if ended == "failed" else "preemption")
+    # Ended on its limit days before the deadline: the 5-day maximum, not the deadline's.
+    early = replace(state(done=1), plan=replace(PLAN, deadline=NOW + timedelta(days=6)))
+    step = next_step(early, JobEnded(job(ended, reason=reason)), NOW, max_attempts=10, latest_resume=None)
+    assert step.record_cause == ("code_error" if ended == "failed" else "preemption")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -583,20 +583,45 @@ def next_step(
     )
     if capped:
         cause = "max_usd"  # stopped at what was left of the cap: the next submit says whether more is left
+    deadline_stop = not capped and _stopped_at_the_deadline(state, job, now)
+    if deadline_stop:
+        # A spot attempt's limit is the time to the deadline: Batch and Kubernetes end it "failed", which
+        # was a code error that failed the task for good where the on-demand fallback was due.
+        cause = "deadline"
     if ended == "succeeded":
         return Finish(record_cause=cause)
-    if ended == "failed" and not capped:
+    if ended == "failed" and not capped and not deadline_stop:
         return _failure(state, job, cause)
     if cause == "store_error" and state.attempts and state.attempts[-1].cause == "store_error":
         return _store_unreachable_again(state, job)
     market = next_market(previous=str(job["market"]), now=now, latest_start=state.latest_start)
+    if deadline_stop:
+        market = "on_demand"  # the deadline has passed: the fallback, not another spot attempt
     why = ""
-    if market == "on_demand" and job["market"] == "spot":
+    if deadline_stop:
+        why = f"the spot attempt ran until the deadline {_instant(state.plan.deadline)}"
+    elif market == "on_demand" and job["market"] == "spot":
         why = f"{cause.replace('_', ' ')} past the latest safe start {_instant(state.latest_start)}"
     elif market == "on_demand" and state.current is not None:
         why = state.current.market_reason  # on-demand stays on-demand, for the reason it went there
     submit = Submit(market=market, cause_of_previous=cause, record_cause=cause, market_reason=why)
     return _within_attempts(state, submit, max_attempts)
+
+
+def _stopped_at_the_deadline(state: AttemptState, job: Mapping[str, Any], now: datetime) -> bool:
+    """Whether ``job``, a spot attempt, was ended by the runtime limit its deadline set (not by ``max_usd``).
+
+    A spot attempt's limit is the time to the deadline (``job_seconds_left``), at most 5 days: one that
+    ended on its limit well before the deadline ran into that maximum, not the deadline.
+    """
+    if state.plan.deadline is None or job.get("market") != "spot":
+        return False  # without a deadline, and on-demand, the limit is a day or more: not the deadline's
+    if now < state.plan.deadline - timedelta(minutes=1):
+        return False
+    if job.get("state") not in ("interrupted", "failed"):
+        return False
+    reason = str(job.get("reason") or "")
+    return any(said in reason for said in RUNTIME_LIMIT_REASONS)
 
 
 def _instant(moment: datetime | None) -> str:
