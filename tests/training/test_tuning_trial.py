@@ -340,6 +340,38 @@ def test_a_retried_trial_gets_its_hold_back_less_what_its_failed_try_paid(tmp_pa
     assert usage.spent_usd + usage.reserved_usd <= usage.cap_usd
 
 
+def test_a_retry_after_its_hold_expired_reserves_the_whole_estimate_again(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # docs/tuning.md said the retry pays from the same hold; Airflow's retry delay (5 min by default) outlives
+    # a hold of 2 x the estimate, and the retry then reserves anew: refused where the cap has no room for
+    # the whole estimate (never overspent), granted where it has.
+    from datetime import timedelta
+
+    from costaware.adapters.ledger import budgets, reservations
+    from costaware.core.ledger import Kind, LedgerEntry, utcnow
+    from costaware.training.tuning.reservations import reserve_trial_cost
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = study_spec("expired", max_usd="1", max_trials=2, fallback_trial_seconds=0.8)
+    create_study(url, ledger, spec)
+    holder = "tuning/r1/trial/0"
+    first = reserve_trial_cost(ledger, spec, lambda: 0.8, holder, "r1", 0, 0.01)
+    paid = LedgerEntry(
+        "tuning", "r1", "trial", Kind.COMPUTE, Decimal("0.5"), tags=spec.budget_scope.as_dict(),
+        reservation_id=first.id,
+    )  # fmt: skip
+    ledger.record(paid)  # the failed try, paid from the hold
+    retried_at = utcnow() + timedelta(minutes=5)  # the default retry delay: the 60 s hold has expired
+    for module in (reservations, budgets):
+        monkeypatch.setattr(module, "utcnow", lambda: retried_at)
+    with pytest.raises(BudgetExceededError, match=r"has \$0.50 left .* needs an estimated \$0.80"):
+        reserve_trial_cost(ledger, spec, lambda: 0.8, holder, "r1", 0, 0.01)
+    again = reserve_trial_cost(ledger, spec, lambda: 0.4, holder, "r1", 0, 0.01)  # room for this one
+    assert again.id != first.id and again.usd == Decimal("0.4")
+    (usage,) = [u for u in ledger.usage(spec.budget_scope) if u.label.endswith("/total")]
+    assert usage.spent_usd + usage.reserved_usd <= usage.cap_usd
+
+
 class Killed(BaseException):
     """What a worker sees when it is killed mid-trial (SIGTERM, spot notice): the trial stays RUNNING."""
 

@@ -129,7 +129,8 @@ def run_trial(
         trainer_kwargs: Extra keyword arguments for ``trainer`` (data paths, ...).
         holder: Reservation holder, unique per task instance (Airflow: ``dag/run/task/map_index``); a retry
             with the same holder trains the parameters of the trial its earlier try left running again, from
-            the first rung, as a new trial (that one fails), paid from the same hold.
+            the first rung, as a new trial (that one fails), paid from the same hold while it is open (else it
+            reserves anew: see docs/tuning.md, "Preemption").
         slot: Slot number; seeds the sampler, with ``holder``.
         run_id: DAG run id, for budgets with period ``run``.
         settle_as: Settle the reservation here with a compute entry owned by this (outside Airflow). In
