@@ -883,6 +883,9 @@ def test_budget_release_gives_back_a_hold_nothing_will_settle_and_audits_it(
     anonymous = ledger.reserve("project=x", "2")
     assert main([*argv, "holds"]) == 0
     assert f"(none: id {anonymous.id})" in capsys.readouterr().out
+    # A holder typed wrong lists it by the id to give, not as ''.
+    assert main([*argv, "release", "--holder", "d/manual__9/train/-1"]) == 2
+    assert f"(open holds: {anonymous.id!r}); give the holder" in capsys.readouterr().err
     assert main([*argv, "release", "--holder", anonymous.id]) == 0
     assert f"released $2.00 held by {anonymous.id} in project=x/month" in capsys.readouterr().out
     assert ledger.open_reservations() == []

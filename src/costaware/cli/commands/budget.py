@@ -368,7 +368,8 @@ def budget_release(args: argparse.Namespace) -> int:
     # Or its id: a hold reserved from Python without a holder could not be released at all.
     holds = [r for r in ledger.open_reservations() if holder in (r.holder, r.id)]
     if not holds:
-        open_holders = sorted({r.holder or "" for r in ledger.open_reservations()})
+        # A hold with no holder is released by its id: listed as '' it named nothing to type.
+        open_holders = sorted({r.holder or r.id for r in ledger.open_reservations()})
         listed = ", ".join(repr(h) for h in open_holders[:5]) or "none"
         raise InvalidBudgetError(
             f"no open hold of {holder!r} (open holds: {listed}{' ...' if len(open_holders) > 5 else ''}); "
