@@ -93,8 +93,10 @@ def test_a_task_the_database_does_not_know_or_an_unreadable_database_needs_force
     argv = ["--ledger-url", ledger_url, "budget", "release", "--holder", HOLDER]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert "is not in Airflow's metadata database (nor is its run), so it may still bill" in err
+    assert "is not in Airflow's metadata database (nor is its run), so whether it may still bill" in err
     assert err.count("in Airflow's metadata database") == 1
+    # No task or run to let end or mark failed: where to look instead, and --force.
+    assert "mark it failed" not in err and "deployment's AIRFLOW_HOME" in err and "give --force once" in err
     # A metadata database never migrated (the AIRFLOW_HOME of a laptop, not the deployment's).
     from airflow import settings
     from sqlalchemy import create_engine

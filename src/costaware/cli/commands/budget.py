@@ -454,6 +454,15 @@ def _refuse_while_a_task_may_bill(holder: str, holds: list[Any]) -> None:
                 "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN), or give --force once you know the task runs no more: "
                 "a task still running settles its cost against a released hold, past the budget's cap"
             ) from e
+        if not standing.found and not standing.run_found:
+            # Neither the task nor its run: "let it end or mark it failed" named nothing one could do.
+            raise InvalidBudgetError(
+                f"hold of {holder!r} not released: {key} is {standing.said()}, so whether it may still "
+                "bill cannot be checked. Run the command with the deployment's AIRFLOW_HOME (or "
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN) if this is another one's database; give --force once "
+                "you know the task runs no more (its run deleted): a task still running settles its cost "
+                "against a released hold, past the budget's cap"
+            )
         if not standing.ended:
             raise InvalidBudgetError(
                 f"hold of {holder!r} not released: {key} is {standing.said()}, so it may still bill and "
