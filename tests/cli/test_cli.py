@@ -810,6 +810,11 @@ def test_a_dag_whose_costs_only_wait_is_no_unknown_name(
     assert (
         "has no entries for DAG 'held' yet; 1 open hold of it reserves $4.00 (`costaware budget holds`" in err
     )
+    # runs show --last said it "has cost entries in the ledger" and to run `costaware runs show None`.
+    assert main(["--ledger-url", ledger_url, "runs", "show", "--last", "--dag-id", "held"]) == 2
+    err = capsys.readouterr().err
+    assert "DAG 'held' has no entries in the ledger yet and no recorded retrain outcome" in err
+    assert "runs show None" not in err and "has cost entries" not in err
 
 
 @pytest.mark.parametrize("json_logs", [False, True])

@@ -237,6 +237,13 @@ def show_run(args: argparse.Namespace) -> int:
             import shlex
 
             last = ledger.last_run_id(args.dag_id)
+            if last is None:
+                # Its costs only wait (the note above says where): no entry, no run to point at.
+                raise CostawareError(
+                    f"DAG {args.dag_id!r} has no entries in the ledger yet and no recorded retrain outcome: "
+                    "no run of it to show until its waiting costs are written (the note above says what "
+                    "waits)"
+                )
             raise CostawareError(
                 f"DAG {args.dag_id!r} has cost entries in the ledger but no recorded retrain outcome (a "
                 "tuning DAG, or runs that ended before a model was trained, record none; "
