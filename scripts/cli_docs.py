@@ -37,16 +37,17 @@ choices below, or `tag:<name>`); budgets have a `--period`. A keyword (a `--form
 or other choice, and the `tag:` of `tag:<name>`) is matched whatever its case (`--group-by TASK`); names of
 your own (tags, DAG ids, scopes) are matched exactly.
 
-Exit codes: 0 done; 1 `prices refresh` found no price; 2 an error: bad input (an unknown value, a missing
-argument, a malformed file) or a ledger, store or AWS API that could not be reached or refused (no
-credentials), with the reason on stderr (`costaware: error: ...`) and nothing written; 130 interrupted
-(Ctrl-C: `costaware: interrupted` on stderr). A `--dag-id` or run id the ledger has no entry of is an
-unknown value, exit 2 on every command (`report`, `report --efficiency`, `runs list`, `runs show`), with the
-DAGs the ledger has: a typo is never read as "it cost nothing" (a DAG that has not run yet has no entry
-either). A known DAG or run that the other filters (`--since`, `--until`, `--scope`) select nothing of is an
-empty answer, exit 0. A blank value
-(`--store ""`, most often an unset shell variable) is refused, never read as "not given"; only
-`alerts set --thresholds ''` means something (the defaults).
+Exit codes: 0 done; 1 `prices refresh` found no price, or `spool drain` left an entry unwritten; 2 an error:
+bad input (an unknown value, a missing argument, a malformed file) or a ledger, store or AWS API that could
+not be reached or refused (no credentials), with the reason on stderr (`costaware: error: ...`) and nothing
+written; 130 interrupted (Ctrl-C: `costaware: interrupted` on stderr). A `--dag-id` or run id the ledger has
+no entry of is an unknown value, exit 2 on every command (`report`, `report --efficiency`, `runs list`,
+`runs show`), with the DAGs the ledger has: a typo is never read as "it cost nothing" (a DAG that has not
+run yet has no entry either). A known DAG or run that the other filters (`--since`, `--until`, `--scope`)
+select nothing of is an empty answer, exit 0, and so is one whose costs only wait (spooled on this machine,
+or an open hold), with a note on stderr saying what waits. A blank value (`--store ""`, most often an unset
+shell variable) is refused, never read as "not given"; only `alerts set --thresholds ''` means something
+(the defaults).
 
 ```bash
 costaware budget set --scope project=churn --period month --cap-usd 500 --timezone Europe/Berlin
