@@ -798,6 +798,14 @@ def test_a_dag_whose_costs_only_wait_is_no_unknown_name(
         assert "(no entries" in out and f"spool: 1 cost entry waits in {spool}" in out
         named = "run 'r1' of DAG 'nightly'" if "--run-id" in asked else "DAG 'nightly'"
         assert f"has no entries for {named} yet; 1 cost entry of it waits in the spool {spool}" in err
+    assert main([*report, "--dag-id", "other", "--run-id", "r2"]) == 2
+    # `costaware runs list` it pointed at lists retrain outcomes only: none for a DAG without a retrain.
+    assert (
+        "the ledger has no entries for run 'r2' of DAG 'other': check the run id (`costaware report "
+        "--dag-id other --group-by run` lists the runs with costs)" in capsys.readouterr().err
+    )
+    assert main(["--ledger-url", ledger_url, "report", "--group-by", "run", "--dag-id", "other"]) == 0
+    assert "r0" in capsys.readouterr().out
     assert main([*report, "--dag-id", "nightly", "--run-id", "r2"]) == 2
     assert "the ledger has no entries for run 'r2' of DAG 'nightly'" in capsys.readouterr().err
     for unknown in ("nightyl", "refused"):

@@ -282,8 +282,9 @@ def refuse_unknown_names(ledger: Any, dag_id: str | None, run_id: str | None) ->
         waiting = what_waits(ledger, dag_id, run_id)
         if not waiting:
             raise CostawareError(
-                f"the ledger has no entries for run {run_id!r}{of_dag}: check the run id: `costaware runs "
-                "list` lists them"
+                # `costaware runs list` lists retrain outcomes only: a spend gate's DAG had no run in it.
+                f"the ledger has no entries for run {run_id!r}{of_dag}: check the run id (`costaware report "
+                f"--dag-id {dag_id or 'DAG'} --group-by run` lists the runs with costs)"
             )
         print(
             f"costaware: note: the ledger has no entries for run {run_id!r}{of_dag} yet; {waiting}",
