@@ -130,6 +130,7 @@ def test_alerts_set_and_list(ledger_url: str, capsys: pytest.CaptureFixture[str]
         "thresholds": ["80%", "forecast"],
         "notifiers": [smtp_class],
         "sent": [],
+        "covered": {},
         "per_run": False,
     }
     # Back to the [costaware] defaults: said as such, not a blank cell that reads as "no alerts".
@@ -312,3 +313,22 @@ def test_a_stored_notifier_that_cannot_be_built_is_refused_by_name() -> None:
     # A TypeError here escaped the worker's fallback: no alert of the budget was sent, none audited.
     with pytest.raises(ConfigurationError, match=r"notifier '.*SmtpNotifier' cannot be made with kwargs"):
         notifiers_from_spec(json.dumps([{"class": SMTP, "kwargs": {"subject": "x"}}]))
+
+
+def test_alerts_list_shows_a_percentage_covered_by_a_higher_one_as_not_sent(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # One spend from 0 to 90 % sends "passed 80%" alone; alerts list read "80%@..., 50%@..." as both sent.
+    from costaware.notifications.budget import check_budget_alerts
+
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=churn", "month", "10")
+    spend(ledger, "r1", "9")
+    sent = check_budget_alerts(ledger, "project=churn", thresholds="50%,80%", notifiers=[])
+    assert [a.threshold for a in sent] == ["80%"]
+    period = sent[0].period_key
+    assert main(["--ledger-url", ledger_url, "alerts", "list"]) == 0
+    assert f"80%@{period}, 50%@{period} (covered by 80%)" in capsys.readouterr().out
+    assert main(["--ledger-url", ledger_url, "alerts", "list", "--format", "json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["sent"] == [f"80%@{period}"] and row["covered"] == {f"50%@{period}": "80%"}

@@ -247,6 +247,7 @@ def alerts_list(args: argparse.Namespace) -> int:
     ledger = open_ledger(args, reading=True)
     rules = alert_rules(ledger)
     sent = alerts_sent(ledger)
+    covered = _covered_alerts(ledger)
     from costaware.core.budgets import Period
 
     rows: list[list[str]] = []
@@ -264,13 +265,20 @@ def alerts_list(args: argparse.Namespace) -> int:
         # None or empty: the [costaware] defaults apply (a blank cell read as "no alerts").
         thresholds = list(rule.thresholds or ()) if rule is not None else []
         notifiers = [n["class"] for n in (rule.notifiers or [])] if rule is not None else []
-        sent_here = [f"{t}@{p}" for name, p, t in sent if name == b.label]
+        # A percentage passed with a higher one was never sent: listed as sent, it read as a lost alert.
+        claimed = [(p, t) for name, p, t in sent if name == b.label]
+        sent_here = [f"{t}@{p}" for p, t in claimed if (b.label, p, t) not in covered]
+        covered_here = {f"{t}@{p}": covered[b.label, p, t] for p, t in claimed if (b.label, p, t) in covered}
+        shown = [
+            f"{t}@{p}" + (f" (covered by {covered[b.label, p, t]})" if (b.label, p, t) in covered else "")
+            for p, t in claimed
+        ]
         rows.append(
             [
                 b.label,
                 ",".join(thresholds) or "(defaults)",
                 ", ".join(n.rsplit(".", 1)[-1] for n in notifiers) or "(defaults)",
-                ", ".join(sent_here) or "-",
+                ", ".join(shown) or "-",
             ]
         )
         payload.append(
@@ -279,12 +287,26 @@ def alerts_list(args: argparse.Namespace) -> int:
                 "thresholds": thresholds or None,
                 "notifiers": notifiers or None,
                 "sent": sent_here,
+                "covered": covered_here,
                 "per_run": False,
             }
         )
     emit(rows, args.format, headers=["budget", "thresholds", "notifiers", "sent"], payload=payload)
     _warn_of_bad_defaults()
     return 0
+
+
+def _covered_alerts(ledger: Any) -> dict[tuple[str, str, str], str]:
+    """(budget, period key, threshold) of each percentage claimed as covered by a higher one sent with it."""
+    from costaware.adapters.ledger.audit import audit_log
+
+    covered: dict[tuple[str, str, str], str] = {}
+    for line in audit_log(ledger, action="alert"):
+        higher = line.details.get("covered_by")
+        budget, period_key = line.details.get("budget"), line.details.get("period")
+        if higher and budget and period_key:
+            covered[str(budget), str(period_key), str(line.details.get("threshold"))] = str(higher)
+    return covered
 
 
 def _warn_of_bad_defaults() -> None:
