@@ -435,8 +435,9 @@ def _refuse_while_a_task_may_bill(holder: str, holds: list[Any]) -> None:
         search = search_of(hold.holder)
         if search is not None:
             # Its id is the search's own, not a run's: nothing in Airflow says whether it still trains.
+            what = "its bookkeeping after the last rung" if hold.holder.endswith("/tail") else "a rung"
             raise InvalidBudgetError(
-                f"hold of {holder!r} not released: it is a rung of budgeted_search {search!r}, which runs "
+                f"hold of {holder!r} not released: it is {what} of budgeted_search {search!r}, which runs "
                 "outside Airflow's task states, so whether it may still bill cannot be checked. It expires "
                 f"by itself at {hold.expires_at:%Y-%m-%d %H:%M} UTC; give --force once the search has "
                 "ended (a search still running settles its rung against the released hold, past the "
