@@ -103,6 +103,11 @@ def test_drain_writes_each_entry_to_its_own_ledger_and_sets_aside_what_the_ledge
     assert main(["spool", "show", "--format", "json"]) == 0
     states = {row["file"]: row["state"] for row in json.loads(capsys.readouterr().out)}
     assert states == {working.name: "claimed", "0-bad.json": "refused"}
+    # Drained where it is mounted, the hints name that folder: a bare `spool show` lists this machine's.
+    assert main(["spool", "drain", "--spool-dir", str(spool)]) == 1
+    err = capsys.readouterr().err
+    assert f"(`costaware spool show --spool-dir {spool}` lists them" in err
+    assert f"run `costaware spool drain --spool-dir {spool}` again then" in err
     team.dispose()
 
 

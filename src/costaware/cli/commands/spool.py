@@ -36,6 +36,14 @@ def _folder(args: argparse.Namespace) -> Path:
     return folder
 
 
+def _command(args: argparse.Namespace, verb: str) -> str:
+    """``costaware spool <verb>`` for a hint, with the ``--spool-dir`` given: without it, another folder."""
+    import shlex
+
+    where = f" --spool-dir {shlex.quote(str(args.spool_dir))}" if args.spool_dir is not None else ""
+    return f"`costaware spool {verb}{where}`"
+
+
 def show(args: argparse.Namespace) -> int:
     """List the spooled entries: waiting, claimed by a drain, or refused by the ledger."""
     folder = _folder(args)
@@ -113,19 +121,19 @@ def drain(args: argparse.Namespace) -> int:
     for conn_id, why in sorted(unavailable.items()):
         print(
             f"costaware: ledger {conn_id!r} could not be written ({why}): its entries wait; fix it and run "
-            "`costaware spool drain` again",
+            f"{_command(args, 'drain')} again",
             file=sys.stderr,
         )
     if waiting and not unavailable:
         print(
             "costaware: entries claimed by another drain are written by it; one killed while it drained "
-            "is put back 15 minutes after it claimed it: run `costaware spool drain` again then",
+            f"is put back 15 minutes after it claimed it: run {_command(args, 'drain')} again then",
             file=sys.stderr,
         )
     if refused:
         print(
             f"costaware: {refused} entr{'y' if refused == 1 else 'ies'} the ledger refused "
-            f"{'is' if refused == 1 else 'are'} kept in {folder / REFUSED} (`costaware spool show` lists "
+            f"{'is' if refused == 1 else 'are'} kept in {folder / REFUSED} ({_command(args, 'show')} lists "
             "them; the ledger's reason is logged above): fix the file, move it back to the spool and drain "
             "again",
             file=sys.stderr,
