@@ -270,4 +270,8 @@ def _set_aside(claimed: Path, name: str, error: Exception) -> None:
     except OSError as e:  # kept under its claimed name: a later drain tries it again once it is stale
         log.error("costaware: could not set aside spooled %s (%s): %s", name, error, e)
         return
-    log.error("costaware: spooled %s refused by the ledger (%s): moved to %s", name, error, refused)
+    # A file that is no entry (cut short, edited by hand) never reached the ledger: said as what it is.
+    why = (
+        "is not a readable entry" if isinstance(error, json.JSONDecodeError) else "was refused by the ledger"
+    )
+    log.error("costaware: spooled %s %s (%s): moved to %s", name, why, error, refused)

@@ -95,7 +95,8 @@ def test_drain_writes_each_entry_to_its_own_ledger_and_sets_aside_what_the_ledge
     assert main(["spool", "drain"]) == 1
     out, err = capsys.readouterr()
     assert f"spool {spool}: 3 written, 1 still waiting, 1 refused" in out
-    assert "1 entry the ledger refused is kept in" in err and "claimed by another drain" in err
+    assert "1 entry that could not be written (unreadable, or refused by the ledger) is kept in" in err
+    assert "claimed by another drain" in err
     assert sorted(r["task_id"] for r in ledger.entries(dag_id="retrain")) == ["dead", "ours"]
     assert [r["task_id"] for r in team.entries(dag_id="retrain")] == ["theirs"]
     assert [p.name for p in (spool / "refused").iterdir()] == ["0-bad.json"]
@@ -160,3 +161,21 @@ def test_drain_of_a_ledger_that_cannot_be_reached_names_no_option_the_command_re
     assert f"Check the URL ({where})" in err
     assert "--ledger-url" not in err and "'costaware_ledger' connection" not in err
     assert len(list(spool.glob("*.json"))) == 1
+
+
+def test_drain_says_a_file_that_is_no_entry_is_unreadable_not_refused_by_the_ledger(
+    spool: Path,
+    ledger_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A file cut short read "refused by the ledger (Expecting property name ...)": the ledger never saw it.
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+    spool.mkdir(parents=True)
+    (spool / "cut.json").write_text("{not json")
+    assert main(["spool", "drain"]) == 1
+    logged = caplog.text + capsys.readouterr().err
+    assert "spooled cut.json is not a readable entry (Expecting property name" in logged
+    assert "refused by the ledger (Expecting" not in logged
+    assert [p.name for p in (spool / "refused").iterdir()] == ["cut.json"]

@@ -132,10 +132,10 @@ def drain(args: argparse.Namespace) -> int:
         )
     if refused:
         print(
-            f"costaware: {refused} entr{'y' if refused == 1 else 'ies'} the ledger refused "
-            f"{'is' if refused == 1 else 'are'} kept in {folder / REFUSED} ({_command(args, 'show')} lists "
-            "them; the ledger's reason is logged above): fix the file, move it back to the spool and drain "
-            "again",
+            f"costaware: {refused} entr{'y' if refused == 1 else 'ies'} that could not be written "
+            f"(unreadable, or refused by the ledger) {'is' if refused == 1 else 'are'} kept in "
+            f"{folder / REFUSED} ({_command(args, 'show')} lists them; the reason is logged above): fix the "
+            "file, move it back to the spool and drain again",
             file=sys.stderr,
         )
     return 1 if waiting or result.refused else 0
