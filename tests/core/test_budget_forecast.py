@@ -117,3 +117,11 @@ def test_a_bare_1_is_refused_as_ambiguous() -> None:
     # Meant as "at the cap" (1.0), it alerted at 1 % of it; 0.8 is refused, so 1 looked right.
     with pytest.raises(ConfigurationError, match=r"'1' is ambiguous: write '1%' .* or '100%' for the cap"):
         parse_thresholds("1,forecast")
+
+
+def test_a_percent_written_as_airflow_cfg_writes_it_is_refused_with_the_one_to_write() -> None:
+    # AIRFLOW__COSTAWARE__ALERT_THRESHOLDS=50%%,... copied from airflow.cfg read "neither a percentage".
+    with pytest.raises(
+        ConfigurationError, match=r"'50%%' has '%%', which only airflow.cfg needs .* write '50%'"
+    ):
+        parse_thresholds("50%%,80%,forecast")

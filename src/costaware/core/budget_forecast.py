@@ -141,6 +141,12 @@ def parse_thresholds(spec: str | Sequence[str | int]) -> tuple[str, ...]:
         if part.lower() == FORECAST:
             forecast = True
             continue
+        if part.endswith("%%"):
+            # airflow.cfg's way to write '%', copied to the command line or an environment variable.
+            raise ConfigurationError(
+                f"alert threshold {part!r} has '%%', which only airflow.cfg needs for '%': write "
+                f"{part.rstrip('%') + '%'!r} here (on the command line, in an environment variable or a rule)"
+            )
         digits = part.removesuffix("%")
         if digits == "1" and not part.endswith("%"):
             # A fraction's habit (0.8 is refused): "1" meant "at the cap" and alerted at 1 %.
