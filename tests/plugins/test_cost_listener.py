@@ -891,3 +891,22 @@ def test_a_ledger_whose_database_is_missing_keeps_its_spooled_entries_waiting(
     assert (result.written, result.refused, result.waiting) == (0, 0, 2)
     assert sorted(folder.glob("*.json")) == sorted(spooled) and not (folder / "refused").exists()
     assert 'database "costaware_not_created" does not exist' in (result.unavailable or {})["costaware_ledger"]
+
+
+def test_a_workers_task_process_still_creates_the_embedded_ledger_on_first_use(
+    tmp_path,  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Only the scheduler and the API server refuse a ledger they do not see: the demo's worker has no
+    # connection, and its first try creates $AIRFLOW_HOME/costaware/ledger.db.
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    monkeypatch.delenv("COSTAWARE_LEDGER_URL", raising=False)
+    monkeypatch.delenv("AIRFLOW_CONN_COSTAWARE_LEDGER", raising=False)
+    monkeypatch.setattr(listener_module, "spool_dir", lambda: tmp_path / "spool")
+    ti = fake_ti(instance_type="c5.xlarge", region="us-east-1", market="spot")
+    ti.start_date = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    ti.end_date = ti.start_date + timedelta(minutes=5)
+    CostListener().on_task_instance_success(None, ti)
+    embedded = Ledger.from_url(f"sqlite:///{tmp_path / 'airflow' / 'costaware' / 'ledger.db'}")
+    assert [r["task_id"] for r in embedded.entries(dag_id="retrain")] == ["train"]
+    assert not list((tmp_path / "spool").glob("*.json"))

@@ -169,8 +169,11 @@ def test_a_killed_remote_training_try_carries_the_operators_own_tags(
         )
     serialized = DagSerialization.from_dict(DagSerialization.to_dict(dag))
     monkeypatch.setattr(killed_tries, "_serialized_dag", lambda dag_id, session=None: serialized)
+    workers = Ledger.from_url(
+        ledger_url
+    )  # the workers' ledger exists: the scheduler writes only to one it sees
     CostListener().on_task_instance_failed(None, killed(dag_id="remote"), "marked failed")
-    (row,) = Ledger.from_url(ledger_url).entries(dag_id="remote")
+    (row,) = workers.entries(dag_id="remote")
     assert row["cause"] == "killed" and row["tags"] == {"project": "churn", "owner": "ana"}
 
 
@@ -377,3 +380,35 @@ def test_a_killed_try_is_priced_on_the_dag_version_it_ran_not_a_later_one(
         "g5.xlarge",
         (Decimal("1.006") / 2).quantize(Decimal("0.000001")),
     )
+
+
+@pytest.mark.parametrize("ledger_conn_id", ["costaware_ledger", "team_ledger"])
+def test_a_killed_try_on_a_machine_without_the_workers_ledger_is_spooled_not_written_to_a_fallback(
+    ledger_conn_id: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A scheduler or API server without the workers' connection (or COSTAWARE_LEDGER_URL) opened the hook's
+    # fallback: a new $AIRFLOW_HOME/costaware/ledger.db no budget reads got the try's cost, and the spooled
+    # entries of the same ledger with it.
+    import json
+    import logging
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    monkeypatch.delenv("COSTAWARE_LEDGER_URL", raising=False)
+    monkeypatch.delenv("AIRFLOW_CONN_COSTAWARE_LEDGER", raising=False)
+    monkeypatch.delenv("AIRFLOW_CONN_TEAM_LEDGER", raising=False)
+    spool = tmp_path / "spool"
+    monkeypatch.setattr(listener_module, "spool_dir", lambda: spool)
+    dag = serialized_dag()
+    monkeypatch.setattr(killed_tries, "_serialized_dag", lambda dag_id, session=None: dag)
+    from costaware import glue
+
+    monkeypatch.setattr(glue, "ledger_conn_id_of", lambda task: ledger_conn_id)  # as the task names it
+    with caplog.at_level(logging.ERROR, logger=listener_module.__name__):
+        CostListener().on_task_instance_failed(None, killed(), "marked failed")
+    assert not (tmp_path / "airflow" / "costaware" / "ledger.db").exists()
+    (spooled,) = spool.glob("*.json")
+    assert json.loads(spooled.read_text())["ledger_conn_id"] == ledger_conn_id
+    assert f"AIRFLOW_CONN_{ledger_conn_id.upper()}" in caplog.text

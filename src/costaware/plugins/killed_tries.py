@@ -95,7 +95,7 @@ def killed_try_pricing(ti: Any, outcome: str) -> tuple[str, Callable[[], Any]] |
         from costaware.core.ledger import clipped_note
 
         try:
-            entry = build_entry(view, outcome, None, seconds, {"params": params})
+            entry = build_entry(view, outcome, None, seconds, {"params": params}, in_task_process=False)
         except Exception:
             _said_unpriced(SimpleNamespace(dag_id=who[0], task_id=who[1], try_number=who[2]))
             return None

@@ -79,8 +79,20 @@ def _runtime_seconds(ti: Any) -> float | None:
     return None
 
 
-def write_entry(entry: Any, ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID, *, retrying: bool = False) -> None:
+def write_entry(
+    entry: Any,
+    ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID,
+    *,
+    retrying: bool = False,
+    in_task_process: bool = True,
+) -> None:
     """Record ``entry`` and settle its task's reservation; spool it when the ledger is unreachable.
+
+    ``in_task_process``: written by the try's own worker, which opens the ledger as its tasks do (creating
+    the embedded SQLite file on first use). Otherwise (a killed try, recorded by the scheduler or the API
+    server) a ledger this machine does not see is refused, as a drain refuses it
+    (:func:`costaware.ledger_spool.workers_ledger`): the hook's fallback is a ledger no budget reads, so the
+    entry is spooled and the log names what to set.
 
     ``retrying``: the try failed and the task will run again: its entry is paid from the task's hold, which
     stays open for the next try (settled by the first, the retries ran with no hold, and another task could
@@ -93,7 +105,10 @@ def write_entry(entry: Any, ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID, *, ret
     from costaware.hooks.ledger import CostLedgerHook
 
     try:
-        ledger = CostLedgerHook(ledger_conn_id).get_conn()
+        if in_task_process:
+            ledger = CostLedgerHook(ledger_conn_id).get_conn()
+        else:
+            ledger = workers_ledger(ledger_conn_id)
         _record_and_settle(ledger, entry, retrying=retrying)
     except Exception as e:
         target = spool_entry(spool_dir(), entry, ledger_conn_id, retrying=retrying)
@@ -124,9 +139,10 @@ def _drain_spool(ledger: Any, ledger_conn_id: str) -> None:
 
 
 def _write_priced(ledger_conn_id: str, price: Any, retrying: bool) -> None:
+    """Write a killed try's entry: in the scheduler or the API server, never in the try's own process."""
     entry = price()
     if entry is not None:
-        write_entry(entry, ledger_conn_id, retrying=retrying)
+        write_entry(entry, ledger_conn_id, retrying=retrying, in_task_process=False)
 
 
 def _will_retry(ti: Any) -> bool:

@@ -107,10 +107,14 @@ def build_entry(
     error: BaseException | None,
     seconds: float,
     context: Mapping[str, Any] | None = None,
+    *,
+    in_task_process: bool = True,
 ) -> Any:
     """The ledger entry of one finished try (pure apart from reading settings and the bundled catalog).
 
     ``context`` is the try's template context when the caller has it (the run's params); else it is read.
+    ``in_task_process``: False where a killed try is priced (the scheduler, the API server), whose price
+    cache is read only from a ledger that machine sees (see :func:`_list_price`).
     """
     from costaware.core.budgets import valid_tags
 
@@ -143,7 +147,7 @@ def build_entry(
         note = "; ".join(filter(None, [f"tags left out: {'; '.join(dropped.values())}", note]))
     note = redacted("; ".join(filter(None, [note_told, note])))
     try:
-        return _entry(ti, outcome, seconds, compute, tags, told, note, cause)
+        return _entry(ti, outcome, seconds, compute, tags, told, note, cause, in_task_process)
     except CostawareError as e:
         # The try's own compute cannot be recorded (a market 'preemptible', an instance type too long): its
         # time is billed as the worker's, so the entry, and the settlement of its reservation, are not lost.
@@ -157,7 +161,7 @@ def build_entry(
             worker,
         )
         note = "; ".join(filter(None, [f"recorded as the worker: {e}", note]))
-        return _entry(ti, outcome, seconds, worker, tags, told, note, cause)
+        return _entry(ti, outcome, seconds, worker, tags, told, note, cause, in_task_process)
 
 
 def _entry(
@@ -169,6 +173,7 @@ def _entry(
     told: Mapping[str, Any],
     note: str,
     cause: str,
+    in_task_process: bool,
 ) -> Any:
     """The entry of a try priced on ``compute``; raises CostawareError where a field cannot be recorded."""
     from costaware.adapters.price_files import bundled_catalog
@@ -178,7 +183,7 @@ def _entry(
     task = ti.task
     Market.parse(compute["market"])  # one the ledger cannot record ('preemptible'): the caller's fallback
     try:
-        listed = _list_price(compute, tags, ledger_conn_id_of(task))
+        listed = _list_price(compute, tags, ledger_conn_id_of(task), in_task_process=in_task_process)
         charge = price_compute(bundled_catalog(), seconds=seconds, **compute, **listed)
         usd, hours, rate, on_demand = charge.usd, charge.hours, charge.usd_per_hour, charge.on_demand_usd
         gpu_hours, source = charge.gpu_hours, charge.price_source
@@ -222,11 +227,15 @@ def _entry(
     )
 
 
-def _list_price(compute: Mapping[str, Any], tags: Mapping[str, str], ledger_conn_id: str) -> dict[str, Any]:
+def _list_price(
+    compute: Mapping[str, Any], tags: Mapping[str, str], ledger_conn_id: str, *, in_task_process: bool = True
+) -> dict[str, Any]:
     """On-demand figure (price cache -> live -> snapshot) and discount, as ``price_compute`` arguments.
 
     The price cache is the one in the ledger the task writes to (``ledger_conn_id``), where a team imported
-    its prices (``costaware prices import``), not the default ledger's.
+    its prices (``costaware prices import``), not the default ledger's. Outside the task's process that
+    ledger is opened only where the machine sees it: the hook's fallback created an empty SQLite file, which
+    the killed try's own entry then went to instead of the spool.
     """
     from costaware.adapters.price_source import configured_prices, discounts_from_settings
     from costaware.core.discounts import discount_for
@@ -241,7 +250,13 @@ def _list_price(compute: Mapping[str, Any], tags: Mapping[str, str], ledger_conn
     except Exception as e:  # a bad setting must not lose the entry: priced without the discount
         log.error("costaware: [costaware] discounts ignored: %s", e)
     try:
-        prices = configured_prices(CostLedgerHook(ledger_conn_id=ledger_conn_id).get_conn())
+        if in_task_process:
+            ledger = CostLedgerHook(ledger_conn_id=ledger_conn_id).get_conn()
+        else:
+            from costaware.ledger_spool import workers_ledger
+
+            ledger = workers_ledger(ledger_conn_id)
+        prices = configured_prices(ledger)
         service = "sagemaker" if instance_type.startswith("ml.") else "ec2"
         figure = prices.figure(instance_type, str(compute["region"]), service)
     except Exception as e:  # no figure anywhere, or the cache is unreachable: the snapshot's rules apply
