@@ -754,3 +754,30 @@ def test_a_budget_stored_with_a_never_set_tag_still_loads_and_can_be_deleted(led
     assert held.usd == Decimal("1")
     assert ledger.delete_budget("project=None", "month") is not None
     ledger.dispose()
+
+
+def test_settling_an_amount_with_no_entry_paid_from_the_hold_says_nothing_was_counted(
+    any_ledger: Ledger, caplog: pytest.LogCaptureFixture
+) -> None:
+    # settle(r.id, "3.95") with no entry= closed the hold and counted $0 spent, without a word: the library
+    # user's $3.95 was missing from every budget.
+    warnings = lambda: [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]  # noqa: E731
+    any_ledger.set_budget("project=churn", "month", "10")
+    with caplog.at_level("WARNING", logger="costaware.adapters.ledger.reservations"):
+        held = any_ledger.reserve("project=churn", "5", holder="d/r1/train/-1")
+        any_ledger.settle(held.id, "3.95")
+        assert any_ledger.usage("project=churn")[0].spent_usd == 0  # the behaviour stays, said
+        (said,) = warnings()
+        assert f"settled the hold {held.id} of d/r1/train/-1 with $3.95 but no entry" in said
+        assert "pass entry=" in said and "already_recorded=True" in said
+        # Settled with the cost paid from the hold (a remote training's attempts), or $0: nothing to say.
+        caplog.clear()
+        paid = any_ledger.reserve("project=churn", "5", holder="d/r2/train/-1")
+        any_ledger.record(entry("2", run_id="r2", reservation_id=paid.id))
+        any_ledger.settle(paid.id, "2")
+        unused = any_ledger.reserve("project=churn", "5", holder="d/r3/train/-1")
+        any_ledger.settle(unused.id, "0")
+        any_ledger.settle(held.id, "3.95")  # settled already: changes nothing, says nothing again
+        recorded = any_ledger.reserve("project=churn", "5", holder="d/r4/train/-1")
+        any_ledger.settle(recorded.id, "1", already_recorded=True)  # recorded before, without the hold's id
+        assert warnings() == []

@@ -408,7 +408,8 @@ def billed_not_followed(billed: list[EarlierAttempt]) -> Decimal:
 def settle_reservation(ledger: Ledger, state: AttemptState) -> None:
     """Settle the task's open reservation (the spend gate's, or our own) with the attempts' total."""
     for reservation in open_task_reservations(ledger, state.plan):
-        ledger.settle(reservation.id, total_usd(state))
+        # Every attempt was billed as it ended, an earlier try's under that try's hold.
+        ledger.settle(reservation.id, total_usd(state), already_recorded=True)
 
 
 def gate_reservation(ledger: Ledger, plan: RemotePlan) -> Reservation | None:

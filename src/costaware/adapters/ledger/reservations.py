@@ -297,9 +297,18 @@ def extend(ledger: LedgerDatabase, reservation_id: str, until: datetime) -> Rese
 
 
 def settle(
-    ledger: LedgerDatabase, reservation_id: str, actual_usd: object, *, entry: LedgerEntry | None = None
+    ledger: LedgerDatabase,
+    reservation_id: str,
+    actual_usd: object,
+    *,
+    entry: LedgerEntry | None = None,
+    already_recorded: bool = False,
 ) -> Reservation:
-    """Close a reservation with what was spent, recording ``entry``; a second call changes nothing."""
+    """Close a reservation with what was spent, recording ``entry``; a second call changes nothing.
+
+    ``already_recorded``: the cost was recorded before (no entry given, none paid from the hold), so no
+    warning that the budgets count nothing of ``actual_usd``.
+    """
     actual = parse_usd(actual_usd, name="actual cost")
     with ledger.transaction() as conn:
         current = reservation(conn, reservation_id)
@@ -322,8 +331,34 @@ def settle(
                 _say_budgets_passed_after_release(conn, current, entry)
         if current.status == "settled":
             return current
+        if entry is None and actual > 0 and not already_recorded:
+            _say_nothing_counted(conn, current, actual)
         close(conn, reservation_id, "settled", actual)
         return reservation(conn, reservation_id)
+
+
+def _say_nothing_counted(conn: Connection, current: Reservation, actual: Decimal) -> None:
+    """Warn where a hold settles a cost that no entry paid from it: the budgets count none of it.
+
+    Spend is the sum of the entries, not the amount given to ``settle``: ``settle(r.id, "3.95")`` alone
+    closed the hold and the $3.95 was missing from every budget without a word. An entry recorded with the
+    hold's ``reservation_id`` (a data-locality gate's) was paid from it: nothing to say then.
+    """
+    e = schema.entries
+    paid = conn.execute(
+        select(func.count()).where(e.c.reservation_id == current.id, e.c.estimated.is_(False))
+    ).scalar_one()
+    if paid:
+        return
+    log.warning(
+        "settled the hold %s of %s with %s but no entry, and no entry was recorded with its reservation_id: "
+        "the budgets count nothing of it. To count the cost, pass entry= to settle (or record the entry "
+        "with reservation_id=%r); where it was recorded already, pass already_recorded=True",
+        current.id,
+        current.holder,
+        format_usd_exact(actual),
+        current.id,
+    )
 
 
 def _say_budgets_passed_after_release(conn: Connection, current: Reservation, entry: LedgerEntry) -> None:

@@ -183,16 +183,26 @@ class Ledger(LedgerDatabase):
         return reservations.grow(self, reservation_id, usd)
 
     def settle(
-        self, reservation_id: str, actual_usd: object, *, entry: LedgerEntry | None = None
+        self,
+        reservation_id: str,
+        actual_usd: object,
+        *,
+        entry: LedgerEntry | None = None,
+        already_recorded: bool = False,
     ) -> Reservation:
         """Close a reservation with what was actually spent; ``entry`` (the actual cost) is recorded with it.
 
         Spend is the sum of the entries: without ``entry`` nothing counts against the budgets, so leave it
-        out only when the cost was recorded already. A second call changes nothing of the reservation, but
-        its ``entry`` is recorded: it is money spent (a second live try of the task). To retry a settle that
-        may have succeeded, pass the same entry (its ``entry_uid``): the ledger keeps one of each.
+        out only when the cost was recorded already. A non-zero ``actual_usd`` with no ``entry``, where no
+        entry was recorded with the hold's ``reservation_id`` either, logs a warning unless
+        ``already_recorded`` says the cost is in the ledger. A second call changes nothing of the
+        reservation, but its ``entry`` is recorded: it is money spent (a second live try of the task). To
+        retry a settle that may have succeeded, pass the same entry (its ``entry_uid``): the ledger keeps one
+        of each.
         """
-        return reservations.settle(self, reservation_id, actual_usd, entry=entry)
+        return reservations.settle(
+            self, reservation_id, actual_usd, entry=entry, already_recorded=already_recorded
+        )
 
     def extend(self, reservation_id: str, until: datetime) -> Reservation:
         """Keep an open reservation counting until ``until``: a task that outlives its hold's time limit.
