@@ -440,3 +440,16 @@ def test_the_alerts_after_a_try_count_a_bounded_number_of_runs(
     alerts_after_spend(ti, TAGS)
     # One count per window (the day's, the month's), each stopped at the task's bound.
     assert 0 < timetable.asked <= 2 * TASK_MAX_RUNS
+
+
+def test_a_running_search_holds_money_as_a_search_not_as_a_dag_named_search(ledger: Ledger) -> None:
+    # holding_dags read a budgeted_search's holds (search/<id>/<trial>/<rung>, search/<id>/tail) as DAG
+    # 'search': the Cost page's DAG list and a budget's involved DAGs named a DAG that does not exist.
+    from costaware.adapters.ledger.governance import holding_dags
+
+    ledger.set_budget("project=churn", "month", "100")
+    ledger.reserve("project=churn", "5", holder="search/s1/3/0")
+    ledger.reserve("project=churn", "5", holder="search/s2/tail")
+    ledger.reserve("project=churn", "5", holder="churn/manual__1/train/-1")
+    ledger.reserve("project=churn", "5", holder="churn/manual__1/copy/-1/egress")
+    assert holding_dags(ledger) == {"search s1", "search s2", "churn"}

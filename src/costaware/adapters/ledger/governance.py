@@ -193,12 +193,25 @@ def budget_dags(ledger: LedgerDatabase, budget: Budget) -> set[str]:
 
 
 def holder_dag_id(holder: str) -> str:
-    """The DAG in a reservation holder's key (``dag/run/task/map_index``; a tuning search's: ``search``)."""
+    """Who holds a reservation, by its holder key: the DAG of ``dag/run/task/map_index`` (``.../egress``).
+
+    A ``budgeted_search``'s hold (``search/<id>/<trial>/<rung>``, ``search/<id>/tail``) names no DAG: it is
+    ``search <id>``, which no DAG id can be (it has a space), so no reader is taken for a DAG named
+    ``search``, and a budget it holds money in stays shown only to those who may read every DAG.
+    """
+    from costaware.adapters.airflow_tasks import search_of
+
+    search = search_of(holder)
+    if search is not None:
+        return f"search {search}"
     return holder.split("/", 1)[0]
 
 
 def holding_dags(ledger: LedgerDatabase, budget: Budget | None = None) -> set[str]:
-    """The DAGs whose reservations hold money now (in ``budget``, or in any); a hold with no holder: none."""
+    """The DAGs whose reservations hold money now (in ``budget``, or in any); a hold with no holder: none.
+
+    A running search counts as ``search <id>`` (see :func:`holder_dag_id`).
+    """
     b, h, r = schema.budgets, schema.holds, schema.reservations
     query = (
         select(r.c.holder)
