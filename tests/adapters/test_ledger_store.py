@@ -781,3 +781,22 @@ def test_settling_an_amount_with_no_entry_paid_from_the_hold_says_nothing_was_co
         recorded = any_ledger.reserve("project=churn", "5", holder="d/r4/train/-1")
         any_ledger.settle(recorded.id, "1", already_recorded=True)  # recorded before, without the hold's id
         assert warnings() == []
+
+
+def test_a_read_of_a_postgresql_database_not_created_is_a_configuration_error_naming_the_fix(
+    postgres_url: str,
+) -> None:
+    # A write said LedgerDatabaseMissingError (fails at once, with the CREATE DATABASE to run) while a read
+    # of the same ledger said LedgerUnavailableError, retried as an outage that no retry ends.
+    from costaware.core.errors import LedgerDatabaseMissingError
+
+    not_created = Ledger.from_url(postgres_url.rsplit("/", 1)[0] + "/costaware_never_made", create=False)
+    try:
+        for use in (not_created.reading, not_created.transaction):
+            with pytest.raises(LedgerDatabaseMissingError) as raised, use() as conn:
+                conn.execute(select(1))
+            assert "CREATE DATABASE costaware_never_made;" in str(raised.value)
+        with pytest.raises(LedgerDatabaseMissingError):
+            not_created.entries(dag_id="d")
+    finally:
+        not_created.dispose()

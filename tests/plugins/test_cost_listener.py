@@ -883,8 +883,8 @@ def test_a_ledger_whose_database_is_missing_keeps_its_spooled_entries_waiting(
     folder = tmp_path / "spool"
     spooled = _spool(folder, "a", "b")
     not_created = Ledger.from_url(postgres_url.rsplit("/", 1)[0] + "/costaware_not_created", create=False)
-    # Written by a plain record (the reservation look-up of record_and_settle reads, and a read of a missing
-    # database is reported as the ledger being down): the write itself meets the missing database.
+    # Written by a plain record (no reservation look-up before it): the write itself meets the missing
+    # database.
     result = drain(
         folder, lambda _conn_id: not_created, record=lambda ledger, entry, **_: ledger.record(entry)
     )

@@ -243,9 +243,27 @@ class LedgerDatabase:
 
     @contextmanager
     def reading(self) -> Iterator[Connection]:
-        """A read-only transaction (on SQLite it does not take the write lock)."""
+        """A read-only transaction (on SQLite it does not take the write lock).
+
+        Raises:
+            LedgerUnavailableError: the database cannot be reached or read.
+            LedgerDatabaseMissingError: the PostgreSQL server has no database of the URL's name (as a write
+                says: a configuration error, which no retry ends).
+        """
         try:
-            with self.engine.connect().execution_options(costaware_read=True) as conn, conn.begin():
+            connected = self.engine.connect()
+        except (OperationalError, DBAPIError) as e:
+            missing = _missing_database_hint(self.engine, e)
+            if not missing:
+                raise LedgerUnavailableError(
+                    f"cannot read the cost ledger at {safe_url(str(self.engine.url))}: {_reason(e)}"
+                ) from e
+            raise LedgerDatabaseMissingError(
+                f"cannot reach the cost ledger at {safe_url(str(self.engine.url))}: {_reason(e)}. Check the "
+                f"URL ({self.url_from}){missing}"
+            ) from e
+        try:
+            with connected.execution_options(costaware_read=True) as conn, conn.begin():
                 yield conn
         except (OperationalError, DBAPIError) as e:
             raise LedgerUnavailableError(
