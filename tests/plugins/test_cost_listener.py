@@ -910,3 +910,18 @@ def test_a_workers_task_process_still_creates_the_embedded_ledger_on_first_use(
     embedded = Ledger.from_url(f"sqlite:///{tmp_path / 'airflow' / 'costaware' / 'ledger.db'}")
     assert [r["task_id"] for r in embedded.entries(dag_id="retrain")] == ["train"]
     assert not list((tmp_path / "spool").glob("*.json"))
+
+
+def test_a_runs_end_on_a_scheduler_without_the_workers_ledger_makes_no_ledger_file(
+    tmp_path,  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Releasing the run's holds opened the hook's fallback: an empty $AIRFLOW_HOME/costaware/ledger.db,
+    # which the killed tries and spool drains there then took for the workers' ledger (no longer missing).
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    monkeypatch.delenv("COSTAWARE_LEDGER_URL", raising=False)
+    monkeypatch.delenv("AIRFLOW_CONN_COSTAWARE_LEDGER", raising=False)
+    run = SimpleNamespace(dag_id="retrain", run_id="run1", dag=SimpleNamespace(tasks=[]))
+    CostListener().on_dag_run_failed(run, "marked failed")
+    CostListener().on_dag_run_success(run, "")
+    assert not (tmp_path / "airflow" / "costaware").exists()

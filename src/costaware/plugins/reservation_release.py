@@ -63,14 +63,15 @@ def release_reservations(
     expires at its TTL.
     """
     from costaware.core.money import format_usd_exact
-    from costaware.hooks.ledger import CostLedgerHook
 
     released: list[Any] = []
     run_prefix = f"{dag_id}/{run_id}/"  # holders are dag/run/task/map_index (core.ledger.reservation_holder)
     prefixes = [run_prefix] if task_ids is None else [f"{run_prefix}{t}/" for t in sorted(task_ids)]
     for conn_id in sorted(ledger_conn_ids):
         try:
-            ledger = CostLedgerHook(conn_id).get_conn()
+            ledger = _existing_ledger(conn_id)
+            if ledger is None:
+                continue
             for prefix in prefixes:
                 for reservation in ledger.open_reservations(holder_prefix=prefix):
                     released.append(ledger.release(reservation.id))
@@ -158,13 +159,15 @@ def end_waiting_gates(
     ``run_ended``. Never raises: the Cost page keeps showing "waiting" a while longer.
     """
     from costaware.adapters.ledger.gate_requests import close_open_requests
-    from costaware.hooks.ledger import CostLedgerHook
 
     closed = 0
     for conn_id in sorted(ledger_conn_ids):
         try:
+            ledger = _existing_ledger(conn_id)
+            if ledger is None:
+                continue
             closed += close_open_requests(
-                CostLedgerHook(conn_id).get_conn(),
+                ledger,
                 dag_id=dag_id,
                 run_id=run_id,
                 status=status,
@@ -199,6 +202,22 @@ def _is_spend_gate(task: Any) -> bool:
     """Whether ``task`` is a ``SpendCapSensor``: one can be only where its module was loaded (no import)."""
     spend_cap = sys.modules.get("costaware.sensors.spend_cap")
     return spend_cap is not None and isinstance(task, spend_cap.SpendCapSensor)
+
+
+def _existing_ledger(conn_id: str) -> Any | None:
+    """The ledger of ``conn_id``; None where it is a SQLite file not created yet, which holds nothing.
+
+    A run's end is heard on the scheduler or the API server: opening the hook's fallback there created an
+    empty ``$AIRFLOW_HOME/costaware/ledger.db``, which the killed tries and spool drains of that machine
+    then took for the workers' ledger (see :func:`costaware.ledger_spool.workers_ledger`).
+    """
+    from costaware.adapters.ledger.engine import missing_sqlite_file
+    from costaware.hooks.ledger import CostLedgerHook
+
+    hook = CostLedgerHook(conn_id)
+    if missing_sqlite_file(hook.get_url()) is not None:
+        return None
+    return hook.get_conn()
 
 
 def in_own_thread(work: Callable[[], Any], *, name: str, wait_seconds: float = 5.0) -> None:
