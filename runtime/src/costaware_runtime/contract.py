@@ -54,7 +54,8 @@ EXIT_PREEMPTED = 75
 EXIT_PREEMPTED_WITHOUT_CHECKPOINT = 76
 #: Preempted (the notice came) before the job committed any checkpoint: the next attempt starts over.
 EXIT_PREEMPTED_BEFORE_CHECKPOINT = 77
-#: Codes a job's own exit cannot report: the launcher turns a job's 74, 76 or 77 into 1.
+#: Codes a job's own exit cannot report: the launcher turns a job's 74, 76 or 77 into 1 (a job under
+#: ``--no-outputs``, which reads and writes its own stores, reports its own 74: its store failed).
 RESERVED_EXIT_CODES = frozenset(
     {EXIT_SYNC_FAILED, EXIT_PREEMPTED_WITHOUT_CHECKPOINT, EXIT_PREEMPTED_BEFORE_CHECKPOINT}
 )
