@@ -339,7 +339,7 @@ def budget_holds(args: argparse.Namespace) -> int:
         for r in holds
     ]
     headers = [
-        "held by (dag/run/task/map)",
+        "held by (dag/run/task/map, or search/id/trial/rung)",
         "scope",
         "held",
         "paid so far",
