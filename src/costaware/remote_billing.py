@@ -63,7 +63,7 @@ class AttemptBilling:
             return None  # no source has it there: the plan's price
 
     def _ran_on_scale(
-        self, plan: RemotePlan, job: Mapping[str, Any], *, raise_unavailable: bool = False
+        self, plan: RemotePlan, job: Mapping[str, Any], *, raise_unavailable: bool = False, say: bool = True
     ) -> Decimal:
         """The ratio of the on-demand prices of the type ``job`` ran on and the plan's; 1 where the same.
 
@@ -71,15 +71,16 @@ class AttemptBilling:
         than the plan's, which priced it: that type's price, as a ratio, so a dearer one is not under-billed.
         A Batch job's billed seconds that hold its copies' (``COPY_SECONDS_BY_TYPE``) get the mean of the
         ratios, weighted by the seconds on each type: each copy is priced at the type it ran on.
-        ``raise_unavailable``: a ledger that cannot be read raises :class:`LedgerUnavailableError` (a caller
-        that can ask again later) instead of reading as the plan's price.
+        ``raise_unavailable``: a ledger that cannot be read (or whose database is missing) raises instead of
+        reading as the plan's price: a bill or a stop worked out at the plan's price under-counts a dearer
+        type, so the caller asks again later. ``say``: log the ratio (a poll that asks each time does not).
         """
         own_type = str(job.get("instance_type") or "")
         copies = dict((job.get("metrics") or {}).get(COPY_SECONDS_BY_TYPE) or {})
         total = Decimal(str(job.get("billable_seconds") or 0))
 
         def scale(instance_type: str) -> Decimal:
-            return self._type_scale(plan, job, instance_type, raise_unavailable=raise_unavailable)
+            return self._type_scale(plan, job, instance_type, raise_unavailable=raise_unavailable, say=say)
 
         if not copies or total <= 0 or all(t == own_type for t in copies):
             return scale(own_type)
@@ -91,10 +92,16 @@ class AttemptBilling:
         return weighted / max(total, own_seconds + sum(copy_seconds.values()))
 
     def _type_scale(
-        self, plan: RemotePlan, job: Mapping[str, Any], instance_type: str, *, raise_unavailable: bool = False
+        self,
+        plan: RemotePlan,
+        job: Mapping[str, Any],
+        instance_type: str,
+        *,
+        raise_unavailable: bool = False,
+        say: bool = True,
     ) -> Decimal:
         """The ratio of the on-demand prices of ``instance_type`` (``job`` ran on it) and the plan's type."""
-        from costaware.core.errors import CostawareError, LedgerUnavailableError
+        from costaware.core.errors import CostawareError
 
         ran_on = instance_type.removeprefix("ml.")
         planned = plan.instance_type.removeprefix("ml.")
@@ -103,7 +110,7 @@ class AttemptBilling:
         try:
             scale = self._type_price_ratio(plan, ran_on)
         except (CostawareError, ArithmeticError) as e:
-            if raise_unavailable and isinstance(e, LedgerUnavailableError):
+            if raise_unavailable and ledger_unreadable(e):
                 raise
             self.log.warning(
                 "job %s ran on %s, not the planned %s, whose price is unknown (%s): billed at %s's price",
@@ -114,6 +121,8 @@ class AttemptBilling:
                 planned,
             )
             return Decimal(1)
+        if not say:
+            return scale
         self.log.warning(
             "job %s ran on %s, not the planned %s: billed at %.3fx its price (their on-demand prices)",
             job.get("job_id"),
@@ -231,7 +240,9 @@ class AttemptBilling:
         # An attempt in a zone of another region: its savings are against that region's on-demand price.
         zone = state.current.zone if state.current else ""
         on_demand = self._on_demand_in(state.plan, zone) or Decimal(state.plan.on_demand_usd_per_hour)
-        scale = self._ran_on_scale(state.plan, job)
+        # A ledger that cannot be read now raises (the bill is made again): read as the plan's price, an
+        # attempt on a dearer type was billed at a quarter of its cost, and max_usd's money left overstated.
+        scale = self._ran_on_scale(state.plan, job, raise_unavailable=True)
         entry, attempt = billed_attempt(
             state,
             job,
@@ -384,3 +395,10 @@ class KilledTrainingBilling(AttemptBilling):
     @property
     def log(self) -> Any:
         return self._log
+
+
+def ledger_unreadable(error: BaseException) -> bool:
+    """Whether ``error`` says the ledger could not be read (down, or its database missing), not the price."""
+    from costaware.core.errors import LedgerDatabaseMissingError, LedgerUnavailableError
+
+    return isinstance(error, (LedgerUnavailableError, LedgerDatabaseMissingError))

@@ -887,3 +887,113 @@ def test_auto_checkpoint_interval_weighs_how_long_a_multi_instance_run_ran(tmp_p
         restart_overhead_seconds=plan.placement.restart_overhead_seconds,
     )
     assert ran is not None and retuned == ran[0]
+
+
+def test_a_bill_whose_price_cannot_be_read_for_now_is_made_again_not_written_at_the_planned_price(
+    ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A ledger blip at the price read billed an hour on an m5.2xlarge (4 times the planned m5.large) at the
+    # planned price, $0.05 of $0.20, and max_usd's money left was overstated by the rest.
+    from attempt_states import CAPTURED  # tests/support/
+
+    import costaware.adapters.price_source as price_source
+    from costaware.core.errors import LedgerUnavailableError
+    from costaware.remote_billing import KilledTrainingBilling
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan
+
+    plan = RemotePlan.from_json(CAPTURED)
+    state = AttemptState(plan=plan, spot_usd_per_hour="0.05").submitted(job_id="train-a1", market="spot")
+    billing = KilledTrainingBilling(
+        ledger_conn_id="costaware_ledger", aws_conn_id=None, log=logging.getLogger(__name__)
+    )
+    job = {
+        "job_id": "train-a1",
+        "state": "succeeded",
+        "market": "spot",
+        "instance_type": "m5.2xlarge",
+        "billable_seconds": 3600.0,
+        "ended_at": time.time(),
+    }
+    real_list_price = price_source.list_price
+    calls: list[str] = []
+
+    def down_at_first(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args[1])
+        if len(calls) == 1:
+            raise LedgerUnavailableError("ledger down for a moment")
+        return real_list_price(*args, **kwargs)
+
+    monkeypatch.setattr(price_source, "list_price", down_at_first)
+    with pytest.raises(LedgerUnavailableError):
+        billing._bill_attempt(state, job, None)
+    assert [e for e in ledger.entries() if e["task_id"] == "train"] == []  # nothing written low
+    billing._bill_attempt(state, job, None)  # made again, the ledger back
+    (entry,) = [e for e in ledger.entries() if e["task_id"] == "train"]
+    assert Decimal(str(entry["usd"])) == Decimal("0.20")
+
+
+@pytest.mark.parametrize("copy_type", ["m5.large", None], ids=["copy_on_planned_type", "missing_database"])
+def test_a_dearer_types_stop_holds_whatever_its_copies_or_a_missing_database_say_at_the_first_poll(
+    ledger: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, copy_type: str | None
+) -> None:
+    # The limit was worked out once, at the first poll that saw the dearer type. A Batch copy that ran on
+    # the planned type weighed most then, and the job ran on to $0.1575 of a $0.10 cap; a missing ledger
+    # database (not an outage) at that poll read as the plan's price and the job was never stopped.
+    from attempt_states import CAPTURED  # tests/support/
+
+    import costaware.adapters.price_source as price_source
+    from costaware.adapters.compute.base import COPY_SECONDS_BY_TYPE, JobState, JobStatus
+    from costaware.core.errors import LedgerDatabaseMissingError
+    from costaware.remote_billing import KilledTrainingBilling
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan
+    from costaware.triggers.remote_training import RemoteTrainingJobTrigger
+
+    plan = replace(RemotePlan.from_json(CAPTURED), max_usd="0.10", billing=None)  # at its spot price
+    state = AttemptState(plan=plan, spot_usd_per_hour="0.05").submitted(
+        job_id="train-a1", market="spot", stop_after_seconds=7090
+    )
+    copy_seconds = 60.0 if copy_type else 0.0
+    metrics = {COPY_SECONDS_BY_TYPE: {copy_type: copy_seconds}} if copy_type else {}
+
+    def status(own_seconds: float, state: JobState = JobState.RUNNING) -> JobStatus:
+        return JobStatus(
+            job_id="train-a1",
+            state=state,
+            market="spot",
+            instance_type="m5.2xlarge",
+            billable_seconds=own_seconds + copy_seconds,
+            metrics=metrics,
+            ended_at=time.time() if state.done else None,
+        )
+
+    answers = [status(s) for s in (40.0, 1000.0, 1500.0, 1700.0)]
+    answers.append(status(1760.0, JobState.INTERRUPTED))
+    stops: list[str] = []
+    monkeypatch.setattr(LocalBackend, "poll", lambda self, job_id: answers.pop(0))
+    monkeypatch.setattr(LocalBackend, "stop", lambda self, job_id: stops.append(job_id))
+    if copy_type is None:
+        real_list_price = price_source.list_price
+        calls: list[str] = []
+
+        def missing_at_first(*args: Any, **kwargs: Any) -> Any:
+            calls.append(args[1])
+            if len(calls) == 1:
+                raise LedgerDatabaseMissingError("database 'costaware' does not exist")
+            return real_list_price(*args, **kwargs)
+
+        monkeypatch.setattr(price_source, "list_price", missing_at_first)
+    watch = RemoteTrainingJobTrigger(
+        backend="local", backend_options={"root": str(tmp_path)}, job_id="train-a1", state=state.to_json()
+    )
+    event = None
+    while event is None:
+        event = watch.poll_once(utcnow())
+    assert stops == ["train-a1"]
+    billing = KilledTrainingBilling(
+        ledger_conn_id="costaware_ledger", aws_conn_id=None, log=logging.getLogger(__name__)
+    )
+    billing._bill_attempt(AttemptState.from_json(event["state"]), event["job"], "max_usd")
+    (entry,) = [e for e in ledger.entries() if e["task_id"] == "train"]
+    assert Decimal(str(entry["usd"])) <= Decimal("0.10")  # within max_usd

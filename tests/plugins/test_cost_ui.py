@@ -215,6 +215,22 @@ def test_unreachable_ledger_is_503(client: TestClient, monkeypatch: pytest.Monke
     assert response.status_code == 503 and "cannot" in response.json()["detail"]
 
 
+def test_a_ledger_database_gone_missing_is_503_not_a_bad_request() -> None:
+    # Read from a ledger already open, a database dropped since raises LedgerDatabaseMissingError, a
+    # ConfigurationError: the page answered 422 "bad filters" with the CREATE DATABASE hint.
+    from fastapi import HTTPException
+
+    from costaware.core.errors import LedgerDatabaseMissingError
+    from costaware.plugins.ui.deps import guard
+
+    def read() -> None:
+        raise LedgerDatabaseMissingError("database 'ledger' does not exist: CREATE DATABASE ledger;")
+
+    with pytest.raises(HTTPException) as answered:
+        guard(read)
+    assert answered.value.status_code == 503 and "CREATE DATABASE" not in str(answered.value.detail)
+
+
 def test_the_form_s_defaults_show_the_page_not_json(client: TestClient) -> None:
     # What "Show" sends with the DAG and scope fields left empty.
     page = client.get("/", params={"days": "30", "dag_id": "", "group_by": "dag", "scope": ""})

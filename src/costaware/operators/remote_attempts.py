@@ -194,6 +194,7 @@ class RemoteAttemptSteps(AttemptBilling):
         backend did not say, or one no price source has (warned: the trigger still stops it in time).
         """
         from costaware.core.errors import CostawareError
+        from costaware.remote_billing import ledger_unreadable
 
         last = state.attempts[-1] if state.attempts else None
         if last is None:
@@ -204,6 +205,8 @@ class RemoteAttemptSteps(AttemptBilling):
         try:
             scale = self._type_price_ratio(state.plan, ran_on)
         except (CostawareError, ArithmeticError) as e:
+            if ledger_unreadable(e):
+                raise  # the submit is made again: sized at the planned price, it could outrun max_usd
             self.log.warning(
                 "attempt %d ran on %s, not the planned %s, whose price is unknown (%s): the next attempt is "
                 "sized at the planned price",

@@ -445,9 +445,9 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         job is stopped there (SIGTERM: it checkpoints); it ends recorded as stopped by ``max_usd``.
         """
         from costaware.adapters.compute.base import open_backend
-        from costaware.core.errors import LedgerUnavailableError
+        from costaware.core.errors import CostawareError
         from costaware.core.money import format_usd_exact
-        from costaware.remote_billing import KilledTrainingBilling
+        from costaware.remote_billing import KilledTrainingBilling, ledger_unreadable
         from costaware.training.attempt_effects import cap_rate, capped_seconds, instances, money_left
         from costaware.training.attempts import AttemptState
 
@@ -461,31 +461,37 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         plan, current = state.plan, state.current
         if current is None:
             return
-        if self._other_type_limit is None or self._other_type_limit[0] != job_id:
-            billing = KilledTrainingBilling(
-                ledger_conn_id=self.ledger_conn_id, aws_conn_id=self.aws_conn_id, log=self.log
+        # Worked out at each poll: a Batch job's billed seconds hold its copies', each priced at its type, so
+        # the ratio moves as the job runs on (kept from the first poll, a copy on the planned type let the
+        # job run 1.6 times what max_usd buys).
+        billing = KilledTrainingBilling(
+            ledger_conn_id=self.ledger_conn_id, aws_conn_id=self.aws_conn_id, log=self.log
+        )
+        try:
+            scale = billing._ran_on_scale(plan, status.to_dict(), raise_unavailable=True, say=False)
+        except CostawareError as e:
+            if not ledger_unreadable(e):
+                raise
+            # Read as the plan's price, the job would never be stopped, and its bill (the ledger back by
+            # then) would come at the dearer price, past max_usd: asked again at the next poll.
+            self.log.warning("price of %s unknown for now (%s): asked again at the next poll", job_id, e)
+            return
+        rate = cap_rate(state, current.market, billing._on_demand_in(plan, current.zone)) * scale
+        limit = capped_seconds(state, rate) if scale > 1 else None  # a cheaper type stays within it
+        said = self._other_type_limit
+        self._other_type_limit = (job_id, limit)
+        moved = said is None or said[0] != job_id or abs((said[1] or 0) - (limit or 0)) >= 60
+        if limit is not None and moved:  # said once, and again where the copies moved it a minute
+            self.log.warning(
+                "job %s runs on %s, not the planned %s: %s is left of max_usd at %s/hour there, so it is "
+                "stopped after %d s of running",
+                job_id,
+                status.instance_type,
+                plan.instance_type,
+                format_usd_exact(money_left(state) or Decimal(0)),
+                format_usd_exact(rate),
+                limit,
             )
-            try:
-                scale = billing._ran_on_scale(plan, status.to_dict(), raise_unavailable=True)
-            except LedgerUnavailableError as e:
-                # Not kept: read as the plan's price, the job would never be stopped, and its bill (the
-                # ledger back by then) would come at the dearer price, past max_usd.
-                self.log.warning("price of %s unknown for now (%s): asked again at the next poll", job_id, e)
-                return
-            rate = cap_rate(state, current.market, billing._on_demand_in(plan, current.zone)) * scale
-            limit = capped_seconds(state, rate) if scale > 1 else None  # a cheaper type stays within it
-            self._other_type_limit = (job_id, limit)
-            if limit is not None:
-                self.log.warning(
-                    "job %s runs on %s, not the planned %s: %s is left of max_usd at %s/hour there, so it is "
-                    "stopped after %d s of running",
-                    job_id,
-                    status.instance_type,
-                    plan.instance_type,
-                    format_usd_exact(money_left(state) or Decimal(0)),
-                    format_usd_exact(rate),
-                    limit,
-                )
         limit = self._other_type_limit[1]
         if limit is None or float(status.billable_seconds) / instances(plan) < limit:
             return

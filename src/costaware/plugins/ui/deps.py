@@ -15,7 +15,12 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from fastapi import Depends, HTTPException, Query, Request
 
-from costaware.core.errors import ConfigurationError, CostawareError, LedgerUnavailableError
+from costaware.core.errors import (
+    ConfigurationError,
+    CostawareError,
+    LedgerDatabaseMissingError,
+    LedgerUnavailableError,
+)
 from costaware.plugins.ui.filters import report_filters
 
 if TYPE_CHECKING:
@@ -63,7 +68,8 @@ def guard(call: Callable[[], T]) -> T:
     """Run a ledger call; bad filters are 422, an unusable ledger 503 (its reason logged, not answered)."""
     try:
         return call()
-    except LedgerUnavailableError as e:
+    except (LedgerUnavailableError, LedgerDatabaseMissingError) as e:
+        # A missing database is the deployment's to fix (a ConfigurationError), not the request's: not 422.
         log.warning("costaware Cost API: %s", e)
         raise HTTPException(503, LEDGER_UNAVAILABLE) from e
     except ConfigurationError as e:
