@@ -283,3 +283,62 @@ def test_a_download_that_runs_out_of_retries_is_a_store_error(
     with pytest.raises(StoreError, match=r"could not download s3://.*/ckpt/x: Max Retries Exceeded"):
         store.download("x", tmp_path / "x")
     assert not (tmp_path / "x").exists()
+
+
+def deny(client: Any, operation: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Have ``client`` answer ``operation`` as S3 does for credentials without its permission."""
+    from botocore.exceptions import ClientError
+
+    def denied(**kwargs: object) -> object:
+        raise ClientError({"Error": {"Code": "AccessDenied", "Message": "Access Denied"}}, operation)
+
+    monkeypatch.setattr(client, operation, denied)
+
+
+def test_without_list_parts_a_killed_push_is_aborted_by_its_start(
+    bucket: str, s3_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    # Credentials without s3:ListMultipartUploadParts (the permissions documented before parts counted):
+    # the abort raised at the first upload and aborted nothing, its parts billed for good.
+    s3 = boto3.client("s3", endpoint_url=s3_env["COSTAWARE_S3_ENDPOINT_URL"])
+    key = "ckpt/step-3-5eed/checkpoint-3/state.bin"
+    upload = s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+    s3.upload_part(Bucket=bucket, Key=key, UploadId=upload, PartNumber=1, Body=b"p" * 1024)
+    begun = unfinished_uploads(bucket, s3_env["COSTAWARE_S3_ENDPOINT_URL"])[key]
+
+    def restore_at(now: float, folder: str) -> None:
+        sync = CheckpointSync(f"s3://{bucket}/ckpt", tmp_path / folder, clock=lambda: now)
+        deny(sync.store._client, "list_parts", monkeypatch)  # type: ignore[attr-defined]
+        assert sync.restore() is None
+
+    # Its parts unseen, it may be a live writer's long upload: left alone within the folder rule's bound.
+    restore_at(begun + STALE_UPLOAD_SECONDS + 60, "soon")
+    assert list(unfinished_uploads(bucket, s3_env["COSTAWARE_S3_ENDPOINT_URL"])) == [key]
+    restore_at(begun + sync_module.STALE_FOLDER_SECONDS + 1, "later")
+    assert unfinished_uploads(bucket, s3_env["COSTAWARE_S3_ENDPOINT_URL"]) == {}
+    assert "refused s3:ListMultipartUploadParts" in caplog.text
+
+
+def test_without_list_uploads_another_writers_old_folder_is_still_pruned(
+    bucket: str, s3_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    # Credentials without s3:ListBucketMultipartUploads: every earlier attempt's folder was kept for good
+    # (its age unreadable) with a warning at each push. It is dated by its finished files, as before.
+    endpoint = s3_env["COSTAWARE_S3_ENDPOINT_URL"]
+    s3 = boto3.client("s3", endpoint_url=endpoint)
+    old = "ckpt/step-10-b16f11e/checkpoint-10/state.bin"
+    s3.put_object(Bucket=bucket, Key=old, Body=b"attempt 1")
+    done = s3.head_object(Bucket=bucket, Key=old)["LastModified"].timestamp()
+
+    def push_at(now: float, step: int) -> None:
+        save_bytes(b"attempt 2", step=step, directory=tmp_path / "pusher")
+        sync = CheckpointSync(f"s3://{bucket}/ckpt", tmp_path / "pusher", clock=lambda: now)
+        deny(sync.store._client, "list_multipart_uploads", monkeypatch)  # type: ignore[attr-defined]
+        sync.push_changed()
+
+    push_at(done + 60, 20)  # a minute old: maybe a live writer's, kept
+    assert old in keys(bucket, "ckpt/step-10-", endpoint)
+    push_at(done + sync_module.STALE_FOLDER_SECONDS + 1, 30)
+    assert keys(bucket, "ckpt/step-10-", endpoint) == []
+    assert "not pruning" not in caplog.text
+    assert "refused s3:ListBucketMultipartUploads" in caplog.text

@@ -10,6 +10,7 @@ import contextlib
 import errno
 import hashlib
 import io
+import logging
 import os
 import shutil
 import time
@@ -26,6 +27,8 @@ from costaware_runtime.contract import S3_ENDPOINT_URL
 from costaware_runtime.errors import ContractError, StoreError
 
 S3_INSTALL_HINT = "pip install 'costaware-runtime[s3]'"
+
+log = logging.getLogger(__name__)
 
 
 def check_key(key: str) -> str:
@@ -83,12 +86,13 @@ class Store(ABC):
     def check(self) -> None:  # noqa: B027  # a store with nothing to check needs no override
         """Fail now if the store cannot be used at all (an S3 store without boto3, a folder under a file)."""
 
-    def abort_uploads(self, prefix: str, idle_since: float) -> list[str]:
+    def abort_uploads(self, prefix: str, idle_since: float, started_before: float) -> list[str]:
         """Abort the unfinished uploads to keys under ``prefix`` that did nothing since ``idle_since``.
 
-        An upload counts as busy at its start and at each part it received (epoch seconds). Returns the keys
-        whose uploads were aborted. A folder store has none: what a killed copy left (a temporary file) goes
-        with its folder.
+        An upload counts as busy at its start and at each part it received (epoch seconds); one whose parts
+        may not be listed is aborted only if it began before ``started_before``. Returns the keys whose
+        uploads were aborted. A folder store has none: what a killed copy left (a temporary file) goes with
+        its folder.
         """
         return []
 
@@ -262,6 +266,8 @@ class S3Store(Store):
         self.uri = f"s3://{bucket}/{self.prefix}".rstrip("/")
         #: False once the store refused a conditional write (an S3-compatible store without them).
         self._conditional_writes = True
+        #: The S3 permissions found missing, each warned about once.
+        self._missing_permissions: set[str] = set()
 
     @cached_property
     def _client(self) -> Any:
@@ -386,18 +392,26 @@ class S3Store(Store):
                     newest = max(newest or 0.0, item["LastModified"].timestamp())
         # A live writer uploading a large file into the folder: its parts are changes too. Counting only the
         # finished files let another writer delete them once the upload ran 6 hours, and the live writer then
-        # pointed LATEST.json at a folder missing them.
+        # pointed LATEST.json at a folder missing it.
+        from botocore.exceptions import ClientError
+
         with self._errors(folder, "list the unfinished uploads under"):
             pages = self._client.get_paginator("list_multipart_uploads").paginate(
                 Bucket=self.bucket, Prefix=f"{self.prefix}{check_key(folder)}/"
             )
-            for page in pages:
-                for upload in page.get("Uploads", []):
-                    busy = max(upload["Initiated"].timestamp(), self._last_part_at(upload))
-                    newest = max(newest or 0.0, busy)
+            try:
+                for page in pages:
+                    for upload in page.get("Uploads", []):
+                        last_part = self._last_part_at(upload) or 0.0  # None: its start alone counts
+                        newest = max(newest or 0.0, upload["Initiated"].timestamp(), last_part)
+            except ClientError as e:
+                # Without the permission every other writer's folder was kept for good (and warned about
+                # at each push): dated by its finished files, as before uploads were counted.
+                if not self._refused(e, "s3:ListBucketMultipartUploads"):
+                    raise
         return newest
 
-    def abort_uploads(self, prefix: str, idle_since: float) -> list[str]:
+    def abort_uploads(self, prefix: str, idle_since: float, started_before: float) -> list[str]:
         # A push killed mid-file (SIGKILL, the instance reclaimed) leaves its multipart upload open: no key
         # lists or deletes its parts, which are billed until it is aborted.
         aborted = []
@@ -411,7 +425,10 @@ class S3Store(Store):
                         continue  # maybe a live writer's
                     # A live writer's upload of a large file can have begun long ago: it still adds a part
                     # every few seconds (boto3 sends 8 MiB parts), and aborting it failed its push each time.
-                    if self._last_part_at(upload) >= idle_since:
+                    last_part = self._last_part_at(upload)
+                    if last_part is None and upload["Initiated"].timestamp() >= started_before:
+                        continue  # its parts may not be listed: a live writer's, as far as can be told
+                    if last_part is not None and last_part >= idle_since:
                         continue
                     with contextlib.suppress(self._client.exceptions.NoSuchUpload):  # finished meanwhile
                         self._client.abort_multipart_upload(
@@ -420,17 +437,45 @@ class S3Store(Store):
                     aborted.append(upload["Key"][len(self.prefix) :])
         return aborted
 
-    def _last_part_at(self, upload: dict[str, Any]) -> float:
-        """When the multipart ``upload`` last received a part (epoch seconds; 0 without one)."""
+    def _last_part_at(self, upload: dict[str, Any]) -> float | None:
+        """When the multipart ``upload`` last received a part (epoch seconds; 0 without one).
+
+        None: the credentials may not list its parts (then the caller goes by when it began).
+        """
+        from botocore.exceptions import ClientError
+
         newest = 0.0
         pages = self._client.get_paginator("list_parts").paginate(
             Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
         )
-        with contextlib.suppress(self._client.exceptions.NoSuchUpload):  # finished or aborted meanwhile
-            for page in pages:
-                for part in page.get("Parts", []):
-                    newest = max(newest, part["LastModified"].timestamp())
+        try:
+            with contextlib.suppress(self._client.exceptions.NoSuchUpload):  # finished or aborted meanwhile
+                for page in pages:
+                    for part in page.get("Parts", []):
+                        newest = max(newest, part["LastModified"].timestamp())
+        except ClientError as e:
+            if not self._refused(e, "s3:ListMultipartUploadParts"):
+                raise
+            return None
         return newest
+
+    def _refused(self, error: Any, permission: str) -> bool:
+        """Whether ``error`` is S3 refusing ``permission`` (warned about once per store)."""
+        code = str(error.response.get("Error", {}).get("Code", ""))
+        if code != "AccessDenied":
+            return False
+        if permission not in self._missing_permissions:
+            self._missing_permissions.add(permission)
+            log.warning(
+                "%s refused %s (%s): checkpoint sync dates another writer's folder by its finished files and "
+                "an unfinished upload by its start (aborted only once it began 6 hours ago); allow %s to "
+                "have them dated by their newest part",
+                self.uri,
+                permission,
+                error,
+                permission,
+            )
+        return True
 
     def delete(self, keys: Iterable[str]) -> None:
         full = [{"Key": self._key(key)} for key in keys]

@@ -31,7 +31,9 @@ are aborted when a sync starts (its restore) and after each push. A live writer'
 however long ago it began, adds a part every few seconds and is left alone: aborting it when it began over 15
 minutes before failed that writer's every push of a file that takes longer. What remains: a writer stalled
 with no part sent for that long (not a live upload at 8 MiB a part) loses that push, retried with its next
-commit (``LATEST.json`` never names a folder before its upload is complete).
+commit (``LATEST.json`` never names a folder before its upload is complete). Credentials that may not list an
+upload's parts have it aborted only once it began :data:`STALE_FOLDER_SECONDS` ago; ones that may not list
+the uploads have a folder dated by its finished files alone.
 """
 
 from __future__ import annotations
@@ -296,7 +298,12 @@ class CheckpointSync:
     def _abort_stale_uploads(self) -> None:
         """Abort the unfinished uploads under ``step-`` idle for :data:`STALE_UPLOAD_SECONDS` or longer."""
         try:
-            aborted = self.store.abort_uploads("step-", self.clock() - STALE_UPLOAD_SECONDS)
+            now = self.clock()
+            # An upload whose parts may not be listed may be a live writer's however old: aborted only once
+            # it began as long ago as any one file's upload may take.
+            aborted = self.store.abort_uploads(
+                "step-", now - STALE_UPLOAD_SECONDS, started_before=now - STALE_FOLDER_SECONDS
+            )
         except StoreError as e:  # a role that may not list or abort them: the training goes on
             if not self._abort_refused:
                 log.warning(
