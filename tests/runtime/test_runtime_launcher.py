@@ -207,6 +207,29 @@ cr.write_metrics({"rmse": 1.0})
             os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+def test_a_child_the_launcher_starts_itself_is_not_the_jobs() -> None:
+    # boto3's credential_process runs a child from the launcher's sync thread: counted as the job's (every
+    # child of the launcher's but the ones from before the job), it was reaped before boto3 waited on it,
+    # which then read exit 0 for a failed helper, and was signalled with the job.
+    from costaware_runtime import _tree
+
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], process_group=0)
+    helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # the launcher's group
+    failed_helper = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"])
+    try:
+        while Path(f"/proc/{failed_helper.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            time.sleep(0.01)
+        found = _tree.left_behind(job.pid, spared=())
+        assert job.pid in found and helper.pid not in found
+        _tree.reap(spared={job.pid})
+        assert failed_helper.wait(timeout=10) == 3
+    finally:
+        for process in (job, helper):
+            process.kill()
+            process.wait()
+
+
 # The job starts a "rank" in a session of its own, as torchrun does (its process group is not the job's),
 # which notes its pid, ignores SIGTERM (a rank stuck in a collective) and would train on for a minute.
 SESSION_RANK_JOB = """

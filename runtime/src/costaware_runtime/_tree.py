@@ -49,18 +49,31 @@ def children() -> set[int]:
     return {pid for pid, (parent, _) in _processes().items() if parent == me}
 
 
+def _jobs_children(table: dict[int, tuple[int, int]], spared: Collection[int]) -> list[int]:
+    """This process's children that came from the job: all but ``spared`` and this process's own.
+
+    The job runs in a process group of its own, and whatever it starts in it or in groups and sessions of its
+    own; a child this process starts itself (boto3's ``credential_process`` from the sync thread) stays in
+    this process's group. Counted as the job's, such a child was reaped before boto3 waited on it (which then
+    read a wrong exit status) and signalled with the job.
+    """
+    me, own_group = os.getpid(), os.getpgrp()
+    return [
+        pid
+        for pid, (parent, pgid) in table.items()
+        if parent == me and pid not in spared and pgid != own_group
+    ]
+
+
 def left_behind(group: int, spared: Collection[int]) -> list[int]:
-    """The running processes of the job: ``group``'s, this process's children but ``spared``, all under them.
+    """The running processes of the job: ``group``'s, its orphans (:func:`_jobs_children`), all under them.
 
     Zombies are left out: they run no more. Parents come before their children.
     """
     table = _processes()
     me = os.getpid()
-    roots = [
-        pid
-        for pid, (parent, pgid) in table.items()
-        if pid != me and (pgid == group or (parent == me and pid not in spared))
-    ]
+    roots = [pid for pid, (_, pgid) in table.items() if pid != me and pgid == group]
+    roots += _jobs_children(table, spared)
     return [pid for pid in _under(roots, table) if _running(pid)]
 
 
@@ -83,8 +96,8 @@ def kill_tree(group: int, spared: Collection[int]) -> None:
 
 
 def reap(spared: Collection[int]) -> None:
-    """Reap the children of this process that have exited, but ``spared`` (the job's ``Popen`` reaps it)."""
-    for pid in children() - set(spared):
+    """Reap the job's orphans that have exited (:func:`_jobs_children`), never ``spared`` (the job's own)."""
+    for pid in _jobs_children(_processes(), spared):
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
 
