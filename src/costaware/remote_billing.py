@@ -214,8 +214,12 @@ class AttemptBilling:
         *,
         committed_step: int | None = None,
         keyed_by_name: bool = False,
+        price_unread_raises: bool = True,
     ) -> AttemptState:
         """Record the running attempt that ended as ``job`` (once: a retry seeing it again adds nothing).
+
+        ``price_unread_raises``: a ledger that cannot be read for the price of another type the job ran on
+        raises (the caller bills again later); a caller with no later (a kill) bills at the planned price.
 
         ``cause``: the entry's cause (None: from the job's state). ``keyed_by_name``: the job's end is not
         known yet (a killed task's job still stopping, billed to the latest it can run): the entry is keyed
@@ -242,7 +246,7 @@ class AttemptBilling:
         on_demand = self._on_demand_in(state.plan, zone) or Decimal(state.plan.on_demand_usd_per_hour)
         # A ledger that cannot be read now raises (the bill is made again): read as the plan's price, an
         # attempt on a dearer type was billed at a quarter of its cost, and max_usd's money left overstated.
-        scale = self._ran_on_scale(state.plan, job, raise_unavailable=True)
+        scale = self._ran_on_scale(state.plan, job, raise_unavailable=price_unread_raises)
         entry, attempt = billed_attempt(
             state,
             job,

@@ -997,3 +997,40 @@ def test_a_dearer_types_stop_holds_whatever_its_copies_or_a_missing_database_say
     billing._bill_attempt(AttemptState.from_json(event["state"]), event["job"], "max_usd")
     (entry,) = [e for e in ledger.entries() if e["task_id"] == "train"]
     assert Decimal(str(entry["usd"])) <= Decimal("0.10")  # within max_usd
+
+
+def test_a_kill_bills_its_job_even_where_the_price_of_the_type_it_ran_on_cannot_be_read(
+    ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A kill has no later to bill in: raising there left the stopped job unbilled, where the planned price
+    # at least counts it.
+    from attempt_states import CAPTURED  # tests/support/
+
+    import costaware.adapters.price_source as price_source
+    from costaware.core.errors import LedgerUnavailableError
+    from costaware.remote_billing import KilledTrainingBilling
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan
+
+    state = AttemptState(plan=RemotePlan.from_json(CAPTURED), spot_usd_per_hour="0.05").submitted(
+        job_id="train-a1", market="spot"
+    )
+    billing = KilledTrainingBilling(
+        ledger_conn_id="costaware_ledger", aws_conn_id=None, log=logging.getLogger(__name__)
+    )
+    job = {
+        "job_id": "train-a1",
+        "state": "interrupted",
+        "market": "spot",
+        "instance_type": "m5.2xlarge",
+        "billable_seconds": 3600.0,
+        "ended_at": time.time(),
+    }
+
+    def down(*args: Any, **kwargs: Any) -> Any:
+        raise LedgerUnavailableError("ledger down for a moment")
+
+    monkeypatch.setattr(price_source, "list_price", down)
+    billing._bill_attempt(state, job, "killed", price_unread_raises=False)
+    (entry,) = [e for e in ledger.entries() if e["task_id"] == "train"]
+    assert Decimal(str(entry["usd"])) == Decimal("0.05")  # the planned price: counted, if low

@@ -600,7 +600,10 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 if job is not None:
                     # A job that had ended on its own before the kill keeps its own cause, as does a success.
                     own_cause = None if own_end or job["state"] == "succeeded" else cause
-                    state = billing._bill_attempt(state, job, own_cause, keyed_by_name=not ended)
+                    # Billed now, whatever the ledger says of another type's price: nothing bills it later.
+                    state = billing._bill_attempt(
+                        state, job, own_cause, keyed_by_name=not ended, price_unread_raises=False
+                    )
                     self.log.warning(
                         "%s: job %s stopped and billed, %.0f s for $%s",
                         why,
