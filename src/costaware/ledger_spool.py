@@ -146,7 +146,7 @@ def drain(
     """
     from sqlalchemy.exc import DataError
 
-    from costaware.core.errors import LedgerDatabaseMissingError, LedgerUnavailableError
+    from costaware.core.errors import LEDGER_UNREADABLE
     from costaware.core.ledger import entry_from_json
 
     result = DrainResult(unavailable={})
@@ -179,7 +179,7 @@ def drain(
                 result.waiting += 1
                 continue
             record(ledger, entry, retrying=bool(data.get("retrying", False)))
-        except (LedgerUnavailableError, LedgerDatabaseMissingError) as e:
+        except LEDGER_UNREADABLE as e:
             # Down again, or its database not made (the deployment's to fix, not the entry's fault): the
             # rest of its entries wait with it.
             if not isinstance(e.__cause__, DataError):

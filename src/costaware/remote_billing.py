@@ -101,7 +101,7 @@ class AttemptBilling:
         say: bool = True,
     ) -> Decimal:
         """The ratio of the on-demand prices of ``instance_type`` (``job`` ran on it) and the plan's type."""
-        from costaware.core.errors import CostawareError
+        from costaware.core.errors import LEDGER_UNREADABLE, CostawareError
 
         ran_on = instance_type.removeprefix("ml.")
         planned = plan.instance_type.removeprefix("ml.")
@@ -110,7 +110,7 @@ class AttemptBilling:
         try:
             scale = self._type_price_ratio(plan, ran_on)
         except (CostawareError, ArithmeticError) as e:
-            if raise_unavailable and ledger_unreadable(e):
+            if raise_unavailable and isinstance(e, LEDGER_UNREADABLE):
                 raise
             self.log.warning(
                 "job %s ran on %s, not the planned %s, whose price is unknown (%s): billed at %s's price",
@@ -399,10 +399,3 @@ class KilledTrainingBilling(AttemptBilling):
     @property
     def log(self) -> Any:
         return self._log
-
-
-def ledger_unreadable(error: BaseException) -> bool:
-    """Whether ``error`` says the ledger could not be read (down, or its database missing), not the price."""
-    from costaware.core.errors import LedgerDatabaseMissingError, LedgerUnavailableError
-
-    return isinstance(error, (LedgerUnavailableError, LedgerDatabaseMissingError))

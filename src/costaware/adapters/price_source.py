@@ -342,13 +342,13 @@ _LEDGERS: dict[str, Ledger] = {}
 def _default_ledger() -> Ledger | None:
     """The ledger at the default URL, opened once per process (its engine pools connections)."""
     from costaware.adapters.ledger.store import Ledger
-    from costaware.core.errors import LedgerDatabaseMissingError, LedgerUnavailableError
+    from costaware.core.errors import LEDGER_UNREADABLE
 
     url = ledger_url()
     if url not in _LEDGERS:
         try:
             _LEDGERS[url] = Ledger.from_url(url)
-        except (LedgerUnavailableError, LedgerDatabaseMissingError) as e:
+        except LEDGER_UNREADABLE as e:
             log.warning("costaware: price cache unavailable (%s); using live and bundled prices", e)
             return None
     return _LEDGERS[url]

@@ -78,6 +78,11 @@ class LedgerDatabaseMissingError(ConfigurationError):
     """Raised when the ledger's PostgreSQL database does not exist; no retry creates it, so none is made."""
 
 
+#: The ledger could not be read or written at all (down, or its database missing): no fault of the request,
+#: so a caller keeps its work for later rather than treat it as refused. ``except LEDGER_UNREADABLE:``.
+LEDGER_UNREADABLE = (LedgerUnavailableError, LedgerDatabaseMissingError)
+
+
 class ReservationNotFoundError(CostawareError, LookupError):
     """Raised when settling or releasing a reservation id that the ledger does not hold."""
 

@@ -193,8 +193,7 @@ class RemoteAttemptSteps(AttemptBilling):
         ``(None, 1)`` where it ran on the planned type, a cheaper one (the planned price bounds it), one the
         backend did not say, or one no price source has (warned: the trigger still stops it in time).
         """
-        from costaware.core.errors import CostawareError
-        from costaware.remote_billing import ledger_unreadable
+        from costaware.core.errors import LEDGER_UNREADABLE, CostawareError
 
         last = state.attempts[-1] if state.attempts else None
         if last is None:
@@ -205,7 +204,7 @@ class RemoteAttemptSteps(AttemptBilling):
         try:
             scale = self._type_price_ratio(state.plan, ran_on)
         except (CostawareError, ArithmeticError) as e:
-            if ledger_unreadable(e):
+            if isinstance(e, LEDGER_UNREADABLE):
                 raise  # the submit is made again: sized at the planned price, it could outrun max_usd
             self.log.warning(
                 "attempt %d ran on %s, not the planned %s, whose price is unknown (%s): the next attempt is "
@@ -610,14 +609,14 @@ class RemoteAttemptSteps(AttemptBilling):
         with no retry left would leave it running unwatched and unbilled. The hold then lapses at its own
         time limit, said in the log.
         """
-        from costaware.core.errors import LedgerDatabaseMissingError, LedgerUnavailableError
+        from costaware.core.errors import LEDGER_UNREADABLE
         from costaware.training.attempt_effects import open_task_reservations
 
         try:
             ledger = self.ledger_hook.get_conn()
             for reservation in open_task_reservations(ledger, state.plan):
                 ledger.extend(reservation.id, until)
-        except (LedgerUnavailableError, LedgerDatabaseMissingError) as e:
+        except LEDGER_UNREADABLE as e:
             self.log.warning(
                 "could not keep the task's budget hold for the wait (%s); the job is watched on and billed "
                 "when it ends, but the hold lapses at its own time limit (reservation_ttl)",

@@ -445,9 +445,9 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         job is stopped there (SIGTERM: it checkpoints); it ends recorded as stopped by ``max_usd``.
         """
         from costaware.adapters.compute.base import open_backend
-        from costaware.core.errors import CostawareError
+        from costaware.core.errors import LEDGER_UNREADABLE
         from costaware.core.money import format_usd_exact
-        from costaware.remote_billing import KilledTrainingBilling, ledger_unreadable
+        from costaware.remote_billing import KilledTrainingBilling
         from costaware.training.attempt_effects import cap_rate, capped_seconds, instances, money_left
         from costaware.training.attempts import AttemptState
 
@@ -469,9 +469,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         )
         try:
             scale = billing._ran_on_scale(plan, status.to_dict(), raise_unavailable=True, say=False)
-        except CostawareError as e:
-            if not ledger_unreadable(e):
-                raise
+        except LEDGER_UNREADABLE as e:
             # Read as the plan's price, the job would never be stopped, and its bill (the ledger back by
             # then) would come at the dearer price, past max_usd: asked again at the next poll.
             self.log.warning("price of %s unknown for now (%s): asked again at the next poll", job_id, e)

@@ -215,17 +215,7 @@ class LedgerDatabase:
         """
         # Connecting apart from writing, so that a ledger that cannot be reached says so (every command opens
         # the ledger through a write: the schema check), not "cannot write" to someone who only reads.
-        try:
-            conn = self.engine.connect()
-        except (OperationalError, DBAPIError) as e:
-            missing = _missing_database_hint(self.engine, e)
-            # A database not created is no outage: retried as one, a task waited out its retries to fail.
-            error = LedgerDatabaseMissingError if missing else LedgerUnavailableError
-            raise error(
-                f"cannot reach the cost ledger at {safe_url(str(self.engine.url))}: {_reason(e)}. Check the "
-                f"URL ({self.url_from})"
-                f"{missing}{_sqlite_hint(self.engine, e)}; nothing was recorded or reserved"
-            ) from e
+        conn = self._connect(writing=True)
         try:
             with conn, conn.begin():
                 yield conn
@@ -250,18 +240,7 @@ class LedgerDatabase:
             LedgerDatabaseMissingError: the PostgreSQL server has no database of the URL's name (as a write
                 says: a configuration error, which no retry ends).
         """
-        try:
-            connected = self.engine.connect()
-        except (OperationalError, DBAPIError) as e:
-            missing = _missing_database_hint(self.engine, e)
-            if not missing:
-                raise LedgerUnavailableError(
-                    f"cannot read the cost ledger at {safe_url(str(self.engine.url))}: {_reason(e)}"
-                ) from e
-            raise LedgerDatabaseMissingError(
-                f"cannot reach the cost ledger at {safe_url(str(self.engine.url))}: {_reason(e)}. Check the "
-                f"URL ({self.url_from}){missing}"
-            ) from e
+        connected = self._connect(writing=False)
         try:
             with connected.execution_options(costaware_read=True) as conn, conn.begin():
                 yield conn
@@ -272,6 +251,29 @@ class LedgerDatabase:
         except StatementError as e:
             _raise_costaware_error_unwrapped(e)
             raise
+
+    def _connect(self, *, writing: bool) -> Connection:
+        """A connection; one that cannot be made raises as :meth:`transaction` and :meth:`reading` say.
+
+        A database not created is no outage (retried as one, a task waited out its retries to fail): it is
+        a :class:`LedgerDatabaseMissingError` for both. A write also says nothing was recorded.
+        """
+        try:
+            return self.engine.connect()
+        except (OperationalError, DBAPIError) as e:
+            missing = _missing_database_hint(self.engine, e)
+            where = f"the cost ledger at {safe_url(str(self.engine.url))}: {_reason(e)}"
+            if missing:
+                raise LedgerDatabaseMissingError(
+                    f"cannot reach {where}. Check the URL ({self.url_from}){missing}"
+                    + (f"{_sqlite_hint(self.engine, e)}; nothing was recorded or reserved" if writing else "")
+                ) from e
+            if writing:
+                raise LedgerUnavailableError(
+                    f"cannot reach {where}. Check the URL ({self.url_from}){_sqlite_hint(self.engine, e)}; "
+                    "nothing was recorded or reserved"
+                ) from e
+            raise LedgerUnavailableError(f"cannot read {where}") from e
 
     def advisory_lock(self, conn: Connection, key: int) -> None:
         """On PostgreSQL, serialise transactions that take the same ``key`` (SQLite's lock already does)."""

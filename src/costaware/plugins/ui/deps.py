@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 from fastapi import Depends, HTTPException, Query, Request
 
 from costaware.core.errors import (
+    LEDGER_UNREADABLE,
     ConfigurationError,
     CostawareError,
-    LedgerDatabaseMissingError,
     LedgerUnavailableError,
 )
 from costaware.plugins.ui.filters import report_filters
@@ -68,7 +68,7 @@ def guard(call: Callable[[], T]) -> T:
     """Run a ledger call; bad filters are 422, an unusable ledger 503 (its reason logged, not answered)."""
     try:
         return call()
-    except (LedgerUnavailableError, LedgerDatabaseMissingError) as e:
+    except LEDGER_UNREADABLE as e:
         # A missing database is the deployment's to fix (a ConfigurationError), not the request's: not 422.
         log.warning("costaware Cost API: %s", e)
         raise HTTPException(503, LEDGER_UNAVAILABLE) from e
