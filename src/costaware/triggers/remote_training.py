@@ -306,7 +306,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         #: The job's latest status and when it was seen: what a job deleted under us is billed from.
         self._last_seen: tuple[Any, datetime] | None = None
         #: Per job seen on another type than planned: how long it may run there under max_usd (None: no
-        #: bound), worked out once; and the job stopped for it (stopped once).
+        #: bound), as last logged (worked out at each poll, logged when it moves); and the job stopped for
+        #: it (stopped once).
         self._other_type_limit: tuple[str, int | None] | None = None
         self._stopped_for_cap: str | None = None
 
@@ -490,7 +491,6 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 format_usd_exact(rate),
                 limit,
             )
-        limit = self._other_type_limit[1]
         if limit is None or float(status.billable_seconds) / instances(plan) < limit:
             return
         self.log.warning(
