@@ -63,3 +63,18 @@ def test_a_text_feature_left_out_of_categorical_is_named() -> None:
     # Numbers written as text are still read as numbers; left to find itself, every text column is one.
     assert categorical_columns(features, ["plan", "region"]) == ["plan", "region"]
     assert categorical_columns(features, None) == ["plan", "region", "charges"]
+
+
+@pytest.mark.parametrize("seed", [1.5, -1, 2**32, "1.5", "abc", True, None])
+def test_a_trainer_seed_that_is_no_whole_number_in_range_is_refused_by_name(seed: object) -> None:
+    from costaware.training.trainers.sklearn import SGDTrainer
+
+    with pytest.raises(ConfigurationError, match=r"seed must be a whole number .*got"):
+        SGDTrainer(seed=seed)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("seed", "expected"), [(7, 7), (7.0, 7), ("42", 42), (0, 0)])
+def test_a_trainer_seed_given_as_a_whole_number_is_kept(seed: object, expected: int) -> None:
+    from costaware.training.trainers.sklearn import HistGradientBoostingTrainer
+
+    assert HistGradientBoostingTrainer(seed=seed).seed == expected  # type: ignore[arg-type]

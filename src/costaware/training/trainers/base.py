@@ -6,6 +6,7 @@ The contract a trainer keeps is in :mod:`costaware.training.trainers`.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -78,6 +79,24 @@ def check_positive(value: float, name: str) -> None:
     """Refuse a trainer argument that is not a finite number > 0."""
     if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
         raise ConfigurationError(f"{name} must be a number > 0, got {value!r}")
+
+
+def whole_seed(seed: Any) -> int:
+    """A trainer's seed as an int: a whole number from 0 to 2**32 - 1, the range scikit-learn and NumPy take.
+
+    A rendered template gives ``"42"`` (accepted); ``1.5`` was cut to 1, so two different seeds trained alike.
+    """
+    whole = (
+        (isinstance(seed, numbers.Integral) and not isinstance(seed, bool))
+        or (isinstance(seed, float) and seed.is_integer())
+        or (isinstance(seed, str) and seed.strip().isdigit())
+    )
+    value = int(seed) if whole else None
+    if value is None or not 0 <= value < 2**32:
+        raise ConfigurationError(
+            f"seed must be a whole number from 0 to 4294967295, got {seed!r}: give an integer such as 42"
+        )
+    return value
 
 
 def check_count(value: int, name: str) -> None:

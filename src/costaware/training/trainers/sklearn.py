@@ -10,7 +10,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from costaware.adapters.model_formats import DEFAULT_TRUSTED_TYPES, dump_skops, load_skops
-from costaware.training.trainers.base import TrainingData, categorical_columns, check_count, check_positive
+from costaware.training.trainers.base import (
+    TrainingData,
+    categorical_columns,
+    check_count,
+    check_positive,
+    whole_seed,
+)
 
 #: What a missing value of a categorical column is encoded as.
 MISSING = "__missing__"
@@ -24,7 +30,7 @@ class _SklearnTrainer:
 
     def __init__(self, *, categorical: Sequence[str] | None, seed: int, trusted_types: Sequence[str]) -> None:
         self.categorical = None if categorical is None else list(categorical)
-        self.seed = int(seed)
+        self.seed = whole_seed(seed)
         self.trusted_types = (*DEFAULT_TRUSTED_TYPES, *trusted_types)
         self._cache: tuple[int, int, Any] | None = None
 
