@@ -655,3 +655,14 @@ def test_a_search_cut_by_its_own_budget_says_to_raise_cap_usd(ledger: Any) -> No
     # Another budget over the scope is the user's: its advice stays.
     ledger.set_budget("study=toy", "month", "0.5")
     assert "raise the cap with `costaware budget set`" in search(ledger, "40", clock).stop
+
+
+def test_a_study_that_cannot_be_made_leaves_no_budget_behind(ledger: Any, monkeypatch: Any) -> None:
+    def refuse(**kwargs: Any) -> Any:
+        raise RuntimeError("the study's storage is unreachable")
+
+    monkeypatch.setattr(optuna, "create_study", refuse)
+    with pytest.raises(RuntimeError, match="unreachable"):
+        search(ledger, "10", Clock())
+
+    assert ledger.budgets() == []

@@ -247,12 +247,13 @@ def budgeted_search(
     # A budget of its own: set on the caller's scope, it capped (or freed) a whole project for all time.
     tags = {**scope, "search": run}
     budget_scope = Scope.of(tags)
-    ledger.set_budget(budget_scope, "total", cap_usd)
+    # The study first: one that cannot be made (a storage or sampler error) leaves no budget behind.
     study = optuna.create_study(
         direction="maximize" if direction == "maximize" else "minimize",
         sampler=sampler or optuna.samplers.TPESampler(seed=seed),
         pruner=pruner or optuna.pruners.NopPruner(),
     )
+    ledger.set_budget(budget_scope, "total", cap_usd)
     seen: dict[tuple[Any, ...], SearchTrial] = {}
     trials: list[SearchTrial] = []
     guess = first_rung_seconds / rung_list[0]
