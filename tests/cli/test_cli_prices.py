@@ -121,6 +121,25 @@ def test_an_imported_type_the_bundled_catalog_lacks_is_warned_of_with_the_closes
     assert "matching 'r7i.lrage' (did you mean r7i.large" in capsys.readouterr().err
 
 
+def test_types_takes_a_list_and_a_misspelt_name_in_it_imports_nothing(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    offer = str(FIXTURES / "ec2_offer_us-east-1.csv")
+    # One misspelt name of a list: 'g6.xlarge,r7i.lrage' matched nothing at all (no type has a comma), and
+    # the error hinted at neither name.
+    assert run(ledger_url, "prices", "import", offer, "--types", "g6.xlarge,r7i.lrage") == 2
+    err = capsys.readouterr().err
+    assert "--types 'r7i.lrage' (did you mean r7i.large" in err and "nothing was imported" in err
+    assert PriceCache(Ledger.from_url(ledger_url)).rows() == []
+    # A known type the file does not price is not "did you mean" itself.
+    assert run(ledger_url, "prices", "import", offer, "--types", "m5.large") == 2
+    assert "'m5.large' (a known type: the file has no price for it)" in capsys.readouterr().err
+    assert run(ledger_url, "prices", "import", offer, "--types", "g6.xlarge, r7i.*") == 0
+    assert "imported 2 ec2 price(s) for us-east-1" in capsys.readouterr().out
+    imported = {r.price.instance_type for r in PriceCache(Ledger.from_url(ledger_url)).rows()}
+    assert imported == {"g6.xlarge", "r7i.large"}
+
+
 def test_a_region_newer_than_the_snapshot_is_known_once_its_prices_are_imported(
     ledger_url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -390,7 +390,8 @@ ARG_SINCE = Arg(
 ARG_UNTIL = Arg("--until", type=when, help="ISO date (midnight UTC) or datetime with an offset, exclusive")
 ARG_TYPES = Arg(
     "--types",
-    help="instance types to keep: a name or a glob such as 'm5*' or 'ml.g5.*'",
+    help="instance types to keep: a name or a glob such as 'm5*' or 'ml.g5.*', or several separated by "
+    "commas ('m5.large,c5.*')",
     # It matched nothing, and the import blamed the file.
     if_empty="give a type or pattern such as 'g5.*' or 'm5*', or leave --types out for all",
 )

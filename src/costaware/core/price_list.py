@@ -225,6 +225,16 @@ def _keep(found: dict[tuple[str, str], ListPrice], price: ListPrice, as_of: str 
         found[key] = price
 
 
+def type_patterns(types: str) -> list[str]:
+    """The names or globs of a ``--types`` value: one, or several separated by commas (``m5.large,c5.*``)."""
+    return [pattern.strip() for pattern in types.split(",") if pattern.strip()]
+
+
+def matches_types(instance_type: str, types: str | None) -> bool:
+    """Does ``instance_type`` match one of the names or globs of ``types`` (``None``: every type)?"""
+    return types is None or any(fnmatch.fnmatchcase(instance_type, g) for g in type_patterns(types))
+
+
 def _selected(
     prices: Iterable[ListPrice], types: str | None, regions: Iterable[str] | None
 ) -> list[ListPrice]:
@@ -232,8 +242,7 @@ def _selected(
     chosen = [
         p
         for p in prices
-        if (types is None or fnmatch.fnmatchcase(p.instance_type, types))
-        and (wanted_regions is None or p.region in wanted_regions)
+        if matches_types(p.instance_type, types) and (wanted_regions is None or p.region in wanted_regions)
     ]
     return sorted(chosen, key=lambda p: (p.service, p.region, p.instance_type))
 
@@ -251,7 +260,8 @@ def prices_from_products(
     Args:
         items: The ``PriceList`` entries of every page.
         service: ``ec2`` or ``sagemaker`` (or the AWS service code).
-        types: Keep the instance types matching this glob (``m5*``, ``ml.g5.*``).
+        types: Keep the instance types matching this name or glob (``m5*``, ``ml.g5.*``), or one of several
+            separated by commas.
         regions: Keep these region codes.
         as_of: Today, as an ISO instant: a term that starts later (a published price change) loses to the
             one in force. None: the newest term.

@@ -373,7 +373,8 @@ def refresh_prices(args: argparse.Namespace) -> int:
     conn_id = args.aws_conn_id or option("price_aws_conn_id") or "aws_default"
     fetcher = PriceListFetcher.from_connection(conn_id)
     cache = PriceCache(open_ledger(args))
-    exact = args.types if args.types and not any(c in args.types for c in "*?[") else None
+    # One plain name is asked of the API itself; a glob or a list is filtered from every type it returns.
+    exact = args.types if args.types and not any(c in args.types for c in "*?[,") else None
     fetched = []  # every region first, then the cache: a region that fails writes nothing at all
     for region in regions:
         try:
@@ -418,7 +419,12 @@ def import_prices(args: argparse.Namespace) -> int:
     from costaware.adapters.price_source import PriceCache
     from costaware.core.ledger import utcnow
     from costaware.core.price_figures import OFFER_FILE
-    from costaware.core.price_list import prices_from_offer_csv, prices_from_offer_json
+    from costaware.core.price_list import (
+        matches_types,
+        prices_from_offer_csv,
+        prices_from_offer_json,
+        type_patterns,
+    )
 
     path = Path(args.file)
     if args.region:
@@ -444,8 +450,19 @@ def import_prices(args: argparse.Namespace) -> int:
     if not prices:
         raise InvalidPriceDataError(
             f"{path}: no Linux on-demand instance prices"
-            + (f" matching {args.types!r}{_types_hint(args.types)}" if args.types else "")
+            + (f" matching {_with_hints(type_patterns(args.types))}" if args.types else "")
             + " (an AmazonEC2 or AmazonSageMaker offer file is expected); nothing was imported"
+        )
+    # One misspelt name of a list ('m5.large,c5.xlarg') imported the others and lost that one without a word.
+    unmatched = [
+        g
+        for g in type_patterns(args.types or "")
+        if not any(matches_types(p.instance_type, g) for p in prices)
+    ]
+    if unmatched:
+        raise InvalidPriceDataError(
+            f"{path}: --types {_with_hints(unmatched)} matched no Linux "
+            "on-demand price of the file; nothing was imported: fix or drop it"
         )
     regions = sorted({p.region for p in prices})
     # A region typed into a file's row went into the cache, and from there `prices show` took it as known.
@@ -464,14 +481,22 @@ def import_prices(args: argparse.Namespace) -> int:
     return 0
 
 
+def _with_hints(patterns: list[str]) -> str:
+    """``'m5.larg' (did you mean m5.large?), 'c5*'``: each name or glob with the bundled names close to it."""
+    return ", ".join(repr(pattern) + _types_hint(pattern) for pattern in patterns)
+
+
 def _types_hint(types: str) -> str:
     """`` (did you mean m5.large?)`` for a ``--types`` name (no glob) close to a bundled type; else ""."""
     from costaware.adapters.price_files import bundled_catalog
     from costaware.core.prices import closest_names
 
-    if any(mark in types for mark in "*?[") or types.startswith("ml."):
+    if any(mark in types for mark in "*?[,") or types.startswith("ml."):
         return ""
-    close = closest_names(types.strip(), bundled_catalog().instance_types)
+    known = bundled_catalog().instance_types
+    if types.strip() in known:
+        return " (a known type: the file has no price for it)"  # "did you mean m5.large?" for m5.large
+    close = closest_names(types.strip(), known)
     return f" (did you mean {', '.join(close)}?)" if close else ""
 
 
