@@ -925,3 +925,59 @@ def test_a_runs_end_on_a_scheduler_without_the_workers_ledger_makes_no_ledger_fi
     CostListener().on_dag_run_failed(run, "marked failed")
     CostListener().on_dag_run_success(run, "")
     assert not (tmp_path / "airflow" / "costaware").exists()
+
+
+def test_a_runs_end_where_its_tasks_ledger_connection_is_missing_releases_nothing_in_another_ledger(
+    tmp_path,  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The scheduler lacked the workers' team_ledger connection: the hook's fallback (COSTAWARE_LEDGER_URL)
+    # stood in for it, and the run's holds were released in that database, while team_ledger's stayed open.
+    import json
+    import logging
+
+    from costaware.plugins import reservation_release
+
+    fallback = Ledger.from_url(f"sqlite:///{tmp_path / 'fallback.db'}")
+    fallback.set_budget("project=churn", "month", "5")
+    held = fallback.reserve("project=churn", "1", holder="retrain/run1/train/-1")
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", f"sqlite:///{tmp_path / 'fallback.db'}")
+    main_conn = {"conn_type": "sqlite", "host": str(tmp_path / "main.db")}
+    monkeypatch.setenv("AIRFLOW_CONN_COSTAWARE_LEDGER", json.dumps(main_conn))
+    monkeypatch.delenv("AIRFLOW_CONN_TEAM_LEDGER", raising=False)
+    main = Ledger.from_url(f"sqlite:///{tmp_path / 'main.db'}")
+    main.set_budget("project=churn", "month", "5")
+    main.reserve("project=churn", "1", holder="retrain/run1/gate/-1")
+    task = SimpleNamespace(task_id="train", ledger_conn_id="team_ledger")
+    run = SimpleNamespace(dag_id="retrain", run_id="run1", dag=SimpleNamespace(tasks=[task]))
+    with caplog.at_level(logging.ERROR, logger=reservation_release.__name__):
+        CostListener().on_dag_run_failed(run, "task_failure")
+    assert [r.id for r in fallback.open_reservations()] == [held.id]  # not released in the wrong database
+    assert main.open_reservations() == []  # the default ledger, which this machine has, is released
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert errors and all("'team_ledger' does not exist on this machine" in e for e in errors)
+    assert "AIRFLOW_CONN_TEAM_LEDGER" in errors[0]
+
+
+def test_a_worker_without_the_tasks_ledger_connection_releases_where_its_tasks_held(
+    tmp_path,  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A task process opens the ledger as its tasks do: the spend gate on a worker without team_ledger held
+    # in the fallback, so a failure for good there releases that hold (only a run's end, heard on the
+    # scheduler or the API server, refuses a stand-in ledger).
+    import json
+
+    fallback = Ledger.from_url(f"sqlite:///{tmp_path / 'fallback.db'}")
+    fallback.set_budget("project=churn", "month", "5")
+    fallback.reserve("project=churn", "1", holder="retrain/run1/train/-1")
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", f"sqlite:///{tmp_path / 'fallback.db'}")
+    main_conn = {"conn_type": "sqlite", "host": str(tmp_path / "main.db")}
+    monkeypatch.setenv("AIRFLOW_CONN_COSTAWARE_LEDGER", json.dumps(main_conn))
+    monkeypatch.delenv("AIRFLOW_CONN_TEAM_LEDGER", raising=False)
+    monkeypatch.setattr(listener_module, "spool_dir", lambda: tmp_path / "spool")
+    dag = _gate_then_train_dag()
+    dag.get_task("train").ledger_conn_id = "team_ledger"
+    CostListener().on_task_instance_failed(None, _ti_of(dag, "spot_window", "failed"), ValueError("typo"))
+    assert fallback.open_reservations() == []

@@ -56,8 +56,14 @@ def release_reservations(
     task_ids: set[str] | None,
     reason: str,
     ledger_conn_ids: set[str] | frozenset[str] = frozenset({"costaware_ledger"}),
+    *,
+    in_task_process: bool = False,
 ) -> list[Any]:
     """Release the open reservations held for ``task_ids`` of one run (all of the run's when None).
+
+    ``in_task_process``: called by a task's own worker, which opens each ledger as its tasks do; else (a
+    run's end, in the scheduler or the API server) a non-default connection missing there is not replaced
+    by another ledger (see :func:`_existing_ledger`).
 
     Never raises: a listener must not break the task or the scheduler; an unreleased reservation still
     expires at its TTL.
@@ -69,7 +75,7 @@ def release_reservations(
     prefixes = [run_prefix] if task_ids is None else [f"{run_prefix}{t}/" for t in sorted(task_ids)]
     for conn_id in sorted(ledger_conn_ids):
         try:
-            ledger = _existing_ledger(conn_id)
+            ledger = _existing_ledger(conn_id, in_task_process=in_task_process)
             if ledger is None:
                 continue
             for prefix in prefixes:
@@ -115,6 +121,7 @@ def release_for_doomed_downstream(ti: Any, outcome: str) -> list[Any]:
         doomed,
         f"upstream task {ti.task_id!r} {outcome}, so they cannot run",
         _ledger_conn_ids(dag_of(task)),
+        in_task_process=True,
     )
 
 
@@ -152,6 +159,7 @@ def end_waiting_gates(
     *,
     task_id: str | None = None,
     map_index: int = -1,
+    in_task_process: bool = False,
 ) -> int:
     """Close the run's spend gate requests still waiting or asking for approval (or one gate task's).
 
@@ -163,7 +171,7 @@ def end_waiting_gates(
     closed = 0
     for conn_id in sorted(ledger_conn_ids):
         try:
-            ledger = _existing_ledger(conn_id)
+            ledger = _existing_ledger(conn_id, in_task_process=in_task_process)
             if ledger is None:
                 continue
             closed += close_open_requests(
@@ -195,6 +203,7 @@ def end_waiting_gate(ti: Any) -> int:
         {ledger_conn_id_of(task)},
         task_id=ti.task_id,
         map_index=int(ti.map_index),
+        in_task_process=True,
     )
 
 
@@ -204,17 +213,39 @@ def _is_spend_gate(task: Any) -> bool:
     return spend_cap is not None and isinstance(task, spend_cap.SpendCapSensor)
 
 
-def _existing_ledger(conn_id: str) -> Any | None:
+def _existing_ledger(conn_id: str, *, in_task_process: bool) -> Any | None:
     """The ledger of ``conn_id``; None where it is a SQLite file not created yet, which holds nothing.
 
     A run's end is heard on the scheduler or the API server: opening the hook's fallback there created an
     empty ``$AIRFLOW_HOME/costaware/ledger.db``, which the killed tries and spool drains of that machine
     then took for the workers' ledger (see :func:`costaware.ledger_spool.workers_ledger`).
+
+    Outside a task process (a run's end), None too, with an error logged, where ``conn_id`` is not the
+    default and has no connection on this machine: the hook's fallback (``COSTAWARE_LEDGER_URL`` or the
+    embedded file) is another database, and the run's holds were released there while the ones in the
+    workers' ledger stayed open, unsaid. A task's own worker opens the ledger as its tasks did (a spend
+    gate there held in that same fallback).
     """
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
     from costaware.adapters.ledger.engine import missing_sqlite_file
+    from costaware.glue import DEFAULT_LEDGER_CONN_ID
     from costaware.hooks.ledger import CostLedgerHook
 
     hook = CostLedgerHook(conn_id)
+    if conn_id != DEFAULT_LEDGER_CONN_ID and not in_task_process:
+        try:
+            hook.get_connection(conn_id)
+        except AirflowNotFoundException:
+            log.error(
+                "costaware: the ledger connection %r does not exist on this machine: the run's holds and "
+                "waiting spend gates in it are left open (holds expire at their TTL), not looked for in "
+                "another ledger; set AIRFLOW_CONN_%s here as the workers have it, or release them with "
+                "`costaware budget release --holder ... --ledger-url ...`",
+                conn_id,
+                conn_id.upper(),
+            )
+            return None
     if missing_sqlite_file(hook.get_url()) is not None:
         return None
     return hook.get_conn()
