@@ -2,11 +2,11 @@
 
 When the ledger cannot be written, the listener keeps the entry in ``$AIRFLOW_HOME/costaware/spool`` as
 ``<entry_uid>.json`` (with the ledger connection it is for). It is written later by a drain: the listener's
-after its next entry succeeds (into that entry's ledger), a scheduler's as it starts, or ``costaware spool
-drain`` (:mod:`costaware.cli.commands.spool`) at any time, from any machine that sees the folder. The last
-two open each entry's ledger with :func:`workers_ledger`, which refuses one this machine does not see: its
-entries wait. Drains run at once (task processes ending together, the
-command beside them): each takes a file by renaming it (atomic) to ``<name>.<unix time>.<pid>.claimed``
+after its next entry succeeds (into that entry's ledger), a scheduler's or an API server's as it starts,
+or ``costaware spool drain`` (:mod:`costaware.cli.commands.spool`) at any time, from any machine that sees
+the folder. The last two open each entry's ledger with :func:`workers_ledger`, which refuses one this
+machine does not see: its entries wait. Drains run at once (task processes ending together, the command
+beside them): each takes a file by renaming it (atomic) to ``<name>.<unix time>.<pid>.claimed``
 before reading it, so each entry is written by one of them, and a file gone was taken by another. A claim
 older than :data:`STALE_CLAIM_SECONDS` belonged to a drain that was killed: it goes back to the spool. An
 entry the ledger refuses (not the ledger being down) moves to ``spool/refused``, kept and out of the way.

@@ -810,6 +810,51 @@ def test_a_scheduler_starting_drains_what_its_machine_spooled_and_a_task_process
     assert len(ledger_env.entries(dag_id="retrain")) == 2
 
 
+def test_the_api_server_starting_drains_what_its_machine_spooled(
+    ledger_env: Ledger,
+    tmp_path,  # type: ignore[no-untyped-def]
+) -> None:
+    # The API server runs no Job, so on_starting never drained there: a killed try it spooled while the
+    # ledger was down waited for the next try killed there, or for `costaware spool drain`.
+    import threading
+
+    from airflow.api_fastapi.app import lifespan
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from costaware.plugins.ui.app import cost_app
+
+    _spool(tmp_path / "spool", "a", "b")
+    server = FastAPI(lifespan=lifespan)  # Airflow's app, with the Cost app mounted as init_plugins does
+    server.mount("/costaware", cost_app)
+    with TestClient(server):
+        for thread in threading.enumerate():
+            if thread.name == "costaware-spool-drain":
+                thread.join(timeout=30)
+        assert sorted(r["task_id"] for r in ledger_env.entries(dag_id="retrain")) == ["a", "b"]
+    assert list((tmp_path / "spool").rglob("*")) == []
+
+
+def test_the_api_server_starts_when_its_spool_cannot_be_drained(
+    tmp_path,  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from airflow.api_fastapi.app import lifespan
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from costaware.plugins.ui.app import cost_app
+
+    def unreadable() -> Any:
+        raise PermissionError("[Errno 13] Permission denied: 'spool'")
+
+    monkeypatch.setattr(listener_module, "spool_dir", unreadable)
+    server = FastAPI(lifespan=lifespan)
+    server.mount("/costaware", cost_app)
+    with TestClient(server) as client:
+        assert client.get("/costaware/api/budgets").status_code == 401  # up, and asking for a login
+
+
 def test_a_try_is_priced_from_the_price_cache_of_the_ledger_its_task_writes_to(  # type: ignore[no-untyped-def]
     ledger_env: Ledger, monkeypatch: pytest.MonkeyPatch, tmp_path
 ) -> None:

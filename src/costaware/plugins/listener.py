@@ -9,7 +9,8 @@ A try killed before it could end in its worker (marked failed or success while i
 recorded where Airflow reports it, from the metadata database (:mod:`costaware.plugins.killed_tries`).
 A try is always recorded: a tag that cannot be stored is left out and named in the entry's note. When
 the ledger cannot be written the entry goes to a spool folder (:mod:`costaware.ledger_spool`) and is
-written with the next entry that succeeds, or by ``costaware spool drain``: no row is lost.
+written with the next entry that succeeds, by a scheduler or API server as it starts, or by ``costaware spool
+drain``: no row is lost.
 
 Money reserved for a task that will never run is given back at once: when a task fails for good (or
 skips), the reservations of the downstream tasks that can no longer run are released; when a run ends
@@ -181,6 +182,22 @@ def _drain_every_ledger() -> None:
         log.warning("costaware: spooled entries of ledger %r still wait (%s)", conn_id, why)
 
 
+def drain_spool_at_start(wait_seconds: float = 5.0) -> None:
+    """Drain this machine's spool in a thread of its own as a component starts; never raises.
+
+    Called by the scheduler, triggerer and DAG processor (``on_starting``, which Airflow calls for a Job) and
+    by the API server (the Cost app's start, :mod:`costaware.plugins.ui.app`), which runs no Job: a killed
+    try it spooled while the ledger was down otherwise waited for the next one killed there, or a
+    ``costaware spool drain``. The caller waits at most ``wait_seconds``; a slower ledger finishes after.
+    """
+    try:
+        if next(spool_dir().glob("*.json"), None) is None:
+            return  # nothing waits: no ledger is opened
+        in_own_thread(_drain_every_ledger, name="costaware-spool-drain", wait_seconds=wait_seconds)
+    except Exception as e:  # a spool folder that cannot be read: said, and the component starts as ever
+        log.error("costaware: could not drain the spool at start: %s; `costaware spool drain` writes it", e)
+
+
 class CostListener:
     """Airflow listener that writes one compute entry per finished task try."""
 
@@ -191,9 +208,7 @@ class CostListener:
         # process drains after its own entry instead, without delaying its start on a ledger still down.
         if type(component).__module__.startswith("airflow.sdk"):
             return
-        if next(spool_dir().glob("*.json"), None) is None:
-            return  # nothing waits: no ledger is opened
-        in_own_thread(_drain_every_ledger, name="costaware-spool-drain")
+        drain_spool_at_start()
 
     @hookimpl
     def on_task_instance_running(self, previous_state: Any, task_instance: Any) -> None:

@@ -9,6 +9,8 @@ the JSON routes answer 401. The routes live in ``api.py`` and ``efficiency.py`` 
 from __future__ import annotations
 
 import math
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
@@ -24,6 +26,20 @@ from costaware.plugins.ui.page import cost_page
 
 __all__ = ["cost_app"]
 
+
+@asynccontextmanager
+async def _at_start(app: FastAPI) -> AsyncIterator[None]:
+    """Drain the API server's spool as it starts (it runs no Job: the listener's ``on_starting`` never does).
+
+    Airflow's app enters the lifespan of each FastAPI app a plugin mounts. The drain runs in a thread of its
+    own, so the server's start neither waits for a slow ledger nor fails on one.
+    """
+    from costaware.plugins.listener import drain_spool_at_start
+
+    drain_spool_at_start(wait_seconds=0)
+    yield
+
+
 cost_app = FastAPI(
     title="costaware Cost API",
     version="1",
@@ -32,6 +48,7 @@ cost_app = FastAPI(
     docs_url=None,
     redoc_url=None,
     dependencies=[Depends(require_login)],
+    lifespan=_at_start,
 )
 cost_app.include_router(api.router)
 cost_app.include_router(efficiency.router)
