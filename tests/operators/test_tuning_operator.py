@@ -391,6 +391,71 @@ def test_a_killed_trial_is_resumed_by_its_retry_or_failed_when_its_lease_expires
     assert after.user_attrs["costaware"]["decision"] == "failed: its lease expired (the worker was killed)"
 
 
+def test_a_retry_after_the_tasks_retry_delay_is_paid_from_the_hold_its_failed_try_left(
+    env: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The hold lasted 2 x the estimate (at least 60 s), Airflow's retry came 5 minutes later: the hold had
+    # expired, and the retry reserved the whole estimate again (stopping the study where the budget had
+    # room only for what was left of it).
+    from costaware.adapters.ledger import budgets, reservations
+    from costaware.core.ledger import utcnow
+    from costaware.training.tuning import reservations as trial_reservations
+    from costaware.training.tuning import study as study_module
+    from costaware.training.tuning import trial as trial_module
+
+    plan = _plan(fallback_trial_seconds=60)
+    plan.execute({"ti": _ti(plan)})
+    delay = timedelta(minutes=5)  # Airflow's default retry_delay
+    first_try = BudgetedTuningOperator(
+        task_id="trial", study_name="s1", trainer=QuadraticTrainer, trainer_kwargs={"fail_at": 4},
+        retries=1, retry_delay=delay,
+    )  # fmt: skip
+    ti = _ti(first_try, map_index=0)
+    ti.state = "up_for_retry"  # as Airflow sets it before the listener hears of the failure
+    listener.cost_listener.on_task_instance_running(None, ti)
+    with pytest.raises(RuntimeError, match="diverged at step 4"):
+        first_try.execute({"ti": ti})
+    listener.cost_listener.on_task_instance_failed(None, ti, RuntimeError("diverged at step 4"))
+    (held,) = env.open_reservations()  # left open for the retry, paid in part
+
+    retried_at = utcnow() + delay + timedelta(seconds=1)
+    for module in (reservations, budgets, trial_reservations, study_module, trial_module):
+        monkeypatch.setattr(module, "utcnow", lambda: retried_at, raising=False)
+    retry = BudgetedTuningOperator(
+        task_id="trial", study_name="s1", trainer=QuadraticTrainer, retries=1, retry_delay=delay
+    )
+    listener.cost_listener.on_task_instance_running(None, _ti(retry, map_index=0, try_number=2))
+    retry.execute({"ti": _ti(retry, map_index=0, try_number=2)})
+    (kept,) = env.open_reservations()  # still open at the retry's start, until the listener settles it
+    assert kept.id == held.id
+    assert kept.expires_at >= retried_at + timedelta(seconds=60)  # the retry's own lease, from now
+    listener.cost_listener.on_task_instance_success(None, _ti(retry, map_index=0, try_number=2))
+    assert {row["reservation_id"] for row in env.entries(dag_id=DAG_ID)} == {held.id}
+
+
+def test_a_trials_hold_is_kept_for_as_long_as_airflow_waits_to_retry_its_task() -> None:
+    from airflow.providers.standard.operators.empty import EmptyOperator
+
+    from costaware.operators.tuning import MAX_KEEP_FOR_RETRY_SECONDS, retry_wait_seconds
+
+    def task(**kwargs: Any) -> Any:
+        return EmptyOperator(task_id="trial", **kwargs)
+
+    assert retry_wait_seconds(task(), 1) == 0  # no retries: nothing waits for the hold
+    five_minutes = task(retries=2)  # Airflow's default retry_delay
+    assert [retry_wait_seconds(five_minutes, n) for n in (1, 2, 3)] == [300, 300, 0]
+    assert retry_wait_seconds(task(retries=1, retry_delay=45), 1) == 45  # seconds, as Airflow takes them
+    # Exponential backoff waits up to twice delay x multiplier ** (try - 1), at most max_retry_delay.
+    backoff = task(retries=3, retry_delay=timedelta(seconds=60), retry_exponential_backoff=2.0)
+    assert [retry_wait_seconds(backoff, n) for n in (1, 2, 3)] == [120, 240, 480]
+    capped = task(retries=3, retry_delay=60, retry_exponential_backoff=2.0, max_retry_delay=200)
+    assert retry_wait_seconds(capped, 3) == 200
+    # A dead trial's hold never blocks the study's budget for hours: a later retry reserves anew.
+    assert (
+        retry_wait_seconds(task(retries=1, retry_delay=timedelta(hours=6)), 1) == MAX_KEEP_FOR_RETRY_SECONDS
+    )
+
+
 def test_summary_fails_trials_of_this_run_left_running(env: Ledger) -> None:
     plan = _plan()
     plan.execute({"ti": _ti(plan)})

@@ -372,6 +372,63 @@ def test_a_retry_after_its_hold_expired_reserves_the_whole_estimate_again(tmp_pa
     assert usage.spent_usd + usage.reserved_usd <= usage.cap_usd
 
 
+def test_a_hold_kept_for_the_retry_delay_is_found_again_and_kept_for_the_retrys_own_lease(
+    tmp_path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    # The retry 5 minutes later found the hold gone and reserved the whole $0.80 again, which the $0.50 left
+    # of the cap refused: the study stopped where the retry would have trained on what was left.
+    from datetime import timedelta
+
+    from costaware.adapters.ledger import budgets, reservations
+    from costaware.core.ledger import Kind, LedgerEntry, utcnow
+    from costaware.training.tuning import reservations as trial_reservations
+    from costaware.training.tuning.reservations import reserve_trial_cost
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = study_spec("kept", max_usd="1", max_trials=2, fallback_trial_seconds=0.8)
+    create_study(url, ledger, spec)
+    holder = "tuning/r1/trial/0"
+    first = reserve_trial_cost(ledger, spec, lambda: 0.8, holder, "r1", 0, 0.01, keep_for_retry_seconds=300)
+    paid = LedgerEntry(
+        "tuning", "r1", "trial", Kind.COMPUTE, Decimal("0.5"), tags=spec.budget_scope.as_dict(),
+        reservation_id=first.id,
+    )  # fmt: skip
+    ledger.record(paid)  # the failed try, paid from the hold
+    retried_at = utcnow() + timedelta(minutes=5)
+    for module in (reservations, budgets, trial_reservations):
+        monkeypatch.setattr(module, "utcnow", lambda: retried_at)
+    again = reserve_trial_cost(ledger, spec, lambda: 0.8, holder, "r1", 0, 0.01)  # the last try: no keep
+    assert again.id == first.id and again.usd == Decimal("0.5")
+    assert again.expires_at >= retried_at + timedelta(seconds=60)  # as long as a hold made now
+    (usage,) = [u for u in ledger.usage(spec.budget_scope) if u.label.endswith("/total")]
+    assert usage.spent_usd + usage.reserved_usd <= usage.cap_usd
+
+
+def test_a_retry_that_finds_its_hold_with_little_time_left_keeps_it_for_its_own_lease(
+    tmp_path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    # The hold found again ended where the earlier try's lease did: the retry's trial (whose Optuna lease is
+    # the hold's end) trained on past it, its hold expired under it and another slot failed the trial.
+    from datetime import timedelta
+
+    from costaware.adapters.ledger import budgets, reservations
+    from costaware.training.tuning import reservations as trial_reservations
+    from costaware.training.tuning.reservations import reserve_trial_cost
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = study_spec("late", max_usd="100", max_trials=2, fallback_trial_seconds=0.8)
+    create_study(url, ledger, spec)
+    first = reserve_trial_cost(ledger, spec, lambda: 0.8, "tuning/r1/trial/0", "r1", 0, 0.01)
+    retried_at = first.created_at + timedelta(seconds=50)  # 10 s of the 60 s hold left
+    for module in (reservations, budgets, trial_reservations):
+        monkeypatch.setattr(module, "utcnow", lambda: retried_at, raising=False)
+    again = reserve_trial_cost(ledger, spec, lambda: 0.8, "tuning/r1/trial/0", "r1", 0, 0.01)
+    assert again.id == first.id
+    assert again.expires_at >= retried_at + timedelta(seconds=60)
+
+
 class Killed(BaseException):
     """What a worker sees when it is killed mid-trial (SIGTERM, spot notice): the trial stays RUNNING."""
 

@@ -261,8 +261,10 @@ class BudgetedTuningOperator(_StudyOperator):
     ``#3 pruned@10``) with tags ``study``, ``trial_state``, ``fidelity`` and the rung results in its note.
 
     A retry of this task trains the parameters of the trial its earlier try left running again, from the
-    first rung, as a new trial (that one is marked failed); a trial whose worker was killed
-    without a retry is marked failed once its reservation expired (by the next slot or the summary).
+    first rung, as a new trial (that one is marked failed), paid from the hold the earlier try left: while
+    the task has a retry left, its hold is kept for the retry delay too (:func:`retry_wait_seconds`). A
+    trial whose worker was killed without a retry is marked failed once its reservation expired (by the
+    next slot or the summary).
 
     Returns (XCom) the trial: ``number``, ``label``, ``state``, ``value``, ``fidelity``, ``rungs``,
     ``decision``, ``params``, ``seconds``, ``reserved_usd``, ...
@@ -337,6 +339,7 @@ class BudgetedTuningOperator(_StudyOperator):
                 slot=int(self.slot),
                 run_id=ti.run_id,
                 on_label=label,
+                keep_for_retry_seconds=retry_wait_seconds(self, int(ti.try_number)),
             )
         if not result.ran:
             why = result.stop.value if result.stop is not None else "stopped"
@@ -344,6 +347,39 @@ class BudgetedTuningOperator(_StudyOperator):
         assert result.trial is not None
         self.log.info("trial %s %s: %s", result.trial.label, result.trial.params, result.trial.decision)
         return result.trial.to_json()
+
+
+#: The longest a trial's hold is kept for its task's retry: a dead trial's hold blocks the study's budget that
+#: long at most; a retry that comes later (a long exponential backoff) reserves anew.
+MAX_KEEP_FOR_RETRY_SECONDS = 3600.0
+
+
+def retry_wait_seconds(task: Any, try_number: int) -> float:
+    """The longest Airflow waits before retrying ``task``'s try ``try_number``; 0 where no retry is left.
+
+    As Airflow's ``TaskInstance.next_retry_datetime``: ``retry_delay``, or with ``retry_exponential_backoff``
+    (a multiplier other than 0 and 1) up to twice ``retry_delay x multiplier ** (try_number - 1)`` (a hash of
+    the try picks where in that range), at most ``max_retry_delay``; here at most
+    :data:`MAX_KEEP_FOR_RETRY_SECONDS` too. A ``retry_policy``'s own delay is not known before the try ends.
+    """
+    import math
+
+    def in_seconds(delay: Any) -> float:  # a timedelta, or seconds as Airflow also takes them
+        return float(delay.total_seconds() if hasattr(delay, "total_seconds") else delay or 0)
+
+    if try_number > int(getattr(task, "retries", 0) or 0):
+        return 0.0  # the last try: no retry will look for the hold
+    seconds = in_seconds(getattr(task, "retry_delay", None))
+    multiplier = float(getattr(task, "retry_exponential_backoff", 0) or 0) or 1.0
+    if multiplier > 0 and multiplier != 1.0:
+        try:
+            seconds = 2.0 * math.ceil(seconds * multiplier ** (try_number - 1))
+        except OverflowError:
+            seconds = MAX_KEEP_FOR_RETRY_SECONDS
+        longest = getattr(task, "max_retry_delay", None)
+        if longest:
+            seconds = min(seconds, in_seconds(longest))
+    return min(max(seconds, 0.0), MAX_KEEP_FOR_RETRY_SECONDS)
 
 
 class TuningStudySummarizeOperator(_StudyOperator):

@@ -10,7 +10,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from costaware.core.errors import BudgetExceededError
-from costaware.core.ledger import Kind, LedgerEntry, Market, clipped_note, holder_dag_id
+from costaware.core.ledger import Kind, LedgerEntry, Market, clipped_note, holder_dag_id, utcnow
 from costaware.core.money import format_usd
 from costaware.core.tuning import StudySpec, usd_for_seconds
 from costaware.training.tuning.results import EntryOwner
@@ -30,8 +30,15 @@ def reserve_trial_cost(
     run_id: str | None,
     slot: int,
     poll_seconds: float,
+    keep_for_retry_seconds: float = 0.0,
 ) -> Reservation:
     """Reserve the trial's cost; while refused only because other trials hold money, wait for them.
+
+    The hold lasts 2 x the trial's time (at least 60 s), plus ``keep_for_retry_seconds``: how long Airflow
+    waits before the task's retry, where it has one left. A failed or killed try leaves its hold open,
+    paid in part, and the retry finds it again by its holder; a hold gone by then made the retry reserve
+    the whole estimate anew, and stopped the study where the budget had room only for what was left. A hold
+    found again is kept as long again from now, so that the retry's own trial has its whole lease.
 
     ``seconds_needed`` is asked again before each attempt: the slot is paid while it waits, and that time
     is settled with the trial, so each attempt reserves it too (a trial granted after a long wait would
@@ -49,6 +56,8 @@ def reserve_trial_cost(
     while True:
         usd = usd_for_seconds(seconds, spec.usd_per_hour)
         gpu_hours = (Decimal(str(seconds)) / 3600 * spec.gpus).quantize(Decimal("0.000001"))
+        lease = timedelta(seconds=max(2 * seconds, 60.0) + keep_for_retry_seconds)
+        asked_at = utcnow()
         try:
             held = ledger.reserve(
                 spec.budget_scope,
@@ -57,9 +66,12 @@ def reserve_trial_cost(
                 holder=holder,
                 run_id=run_id,
                 dag_id=holder_dag_id(holder),  # Airflow's holder: the trial task's DAG
-                ttl=timedelta(seconds=max(2 * seconds, 60.0)),
+                ttl=lease,
                 purpose=f"trial slot {slot} of study '{spec.study_name}'",
             )
+            # An earlier try's hold, found by its holder, ends where that try's lease did: extended (never
+            # shortened, so a hold made just now is left as it is).
+            held = ledger.extend(held.id, asked_at + lease)
             return _unpaid(ledger, held, usd)
         except BudgetExceededError:
             own = study_usage(ledger, spec)

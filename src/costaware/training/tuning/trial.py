@@ -118,6 +118,7 @@ def run_trial(
     on_label: OnLabel | None = None,
     meter: Callable[[], float] = time.monotonic,
     wait_poll_seconds: float = 1.0,
+    keep_for_retry_seconds: float = 0.0,
 ) -> SlotResult:
     """Run one trial of the study in this slot, within the money it reserves.
 
@@ -140,6 +141,8 @@ def run_trial(
         meter: The clock that measures the trial (seconds); time.monotonic by default.
         wait_poll_seconds: When the reservation is refused while other trials of the study hold money that
             may come back, ask again this often until they settled (then a refusal stops the study).
+        keep_for_retry_seconds: Keep the trial's hold this much longer than its lease, for a retry of its
+            task to find it again (Airflow: the task's retry delay, where it has a retry left; 0: none).
 
     Returns:
         The slot's result; ``ran=False`` with the stop reason when the study is over.
@@ -154,7 +157,7 @@ def run_trial(
     if isinstance(opened, SlotResult):
         return opened
     s = opened
-    reserved = _reserve_trial(s, ledger, holder, run_id, slot, wait_poll_seconds)
+    reserved = _reserve_trial(s, ledger, holder, run_id, slot, wait_poll_seconds, keep_for_retry_seconds)
     if isinstance(reserved, SlotResult):
         return reserved
     reservation, estimate = reserved
@@ -236,7 +239,13 @@ def _open_slot(
 
 
 def _reserve_trial(
-    s: _Slot, ledger: Ledger, holder: str, run_id: str | None, slot: int, wait_poll_seconds: float
+    s: _Slot,
+    ledger: Ledger,
+    holder: str,
+    run_id: str | None,
+    slot: int,
+    wait_poll_seconds: float,
+    keep_for_retry_seconds: float,
 ) -> tuple[Reservation, TrialEstimate] | SlotResult:
     """Estimate the trial's full-fidelity cost and reserve it; a refusal stops the study for good."""
     spec = s.spec
@@ -251,7 +260,7 @@ def _reserve_trial(
 
     try:
         reservation = reserve_trial_cost(
-            ledger, spec, seconds_needed, holder, run_id, slot, wait_poll_seconds
+            ledger, spec, seconds_needed, holder, run_id, slot, wait_poll_seconds, keep_for_retry_seconds
         )
     except BudgetExceededError as e:
         if s.resumed is not None:
