@@ -151,6 +151,30 @@ def test_group_by_is_read_whatever_its_case_as_the_cli_reads_it(client: TestClie
 
 
 @pytest.mark.parametrize(
+    "typed",
+    [
+        "task",
+        "TASK",
+        "Task",
+        " task ",
+        "Outcome",
+        "tag:team",
+        "TAG:team",
+        "Tag:Team",
+        "week",
+        "tag:",
+        "TAG:1x",
+    ],
+)
+def test_the_openapi_group_by_pattern_takes_what_the_api_takes(client: TestClient, typed: str) -> None:
+    # The schema published the lowercase-only pattern, so a client validating by it refused TASK.
+    schema = client.get("/openapi.json").json()
+    (group_by,) = [p for p in schema["paths"]["/api/spend"]["get"]["parameters"] if p["name"] == "group_by"]
+    accepted = client.get("/api/spend", params={"group_by": typed}).status_code == 200
+    assert bool(re.search(group_by["schema"]["pattern"], typed)) == accepted, (typed, accepted)
+
+
+@pytest.mark.parametrize(
     ("path", "params"),
     [
         ("/api/spend", {"group_by": "dag; DROP TABLE costaware_entries"}),

@@ -25,6 +25,19 @@ if TYPE_CHECKING:
 #: A tag's name, as ``costaware.core.budgets.tag_problem`` allows it (a test holds the two to the same rule).
 TAG_NAME = TAG_NAME_PATTERN
 GROUP_BY_PATTERN = rf"^({'|'.join(GROUP_BYS)}|tag:{TAG_NAME})$"
+
+
+def any_case(word: str) -> str:
+    """``word`` as a regex matching it in any case, spelled for JSON Schema's ECMA 262 regex (no ``(?i)``)."""
+    return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else re.escape(c) for c in word)
+
+
+#: What the ``group_by`` query parameter accepts, as its OpenAPI schema publishes it: ``group_by_name`` reads
+#: a keyword and ``tag:`` in any case, with spaces around, before :data:`GROUP_BY_PATTERN` checks the result.
+#: The lowercase pattern published before told clients that ``TASK``, which the API takes, was invalid.
+GROUP_BY_QUERY_PATTERN = (
+    rf"^\s*({'|'.join(any_case(grouping) for grouping in GROUP_BYS)}|{any_case('tag')}:{TAG_NAME})\s*$"
+)
 PERIOD_PATTERN = rf"^({'|'.join(p.value for p in Period)})$"
 DAG_ID_PATTERN = r"^[A-Za-z0-9_.-]{1,250}$"
 #: A value as ``tag_problem`` allows it: no control characters (a NUL failed the query on PostgreSQL).
@@ -93,7 +106,7 @@ def checked_group_by(
     group_by: Annotated[
         str,
         Query(
-            json_schema_extra={"pattern": GROUP_BY_PATTERN},
+            json_schema_extra={"pattern": GROUP_BY_QUERY_PATTERN},
             description=f"{', '.join(GROUP_BYS)} or tag:<name>; keywords in any case (TASK is task), "
             "tag names exactly.",
         ),
