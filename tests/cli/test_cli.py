@@ -380,6 +380,35 @@ def test_budget_holds_lists_what_is_reserved_and_by_which_task(
     assert "argument --scope: empty: give a value (only holds of" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("holder", "kind"),
+    [
+        ("retrain/scheduled__1/train/-1", "task (dag/run/task/map)"),
+        ("retrain/scheduled__1/fetch/-1/egress", "task egress (dag/run/task/map/egress)"),
+        ("search/s-7/3/0", "search rung (search/id/trial/rung)"),
+        ("search/s-7/tail", "search tail (search/id/tail)"),
+        (None, "none (release by id)"),
+    ],
+)
+def test_budget_holds_says_which_form_each_holder_has(
+    ledger_url: str, capsys: pytest.CaptureFixture[str], holder: str | None, kind: str
+) -> None:
+    # One title, "held by (dag/run/task/map, or search/id/trial/rung)", misread a search's tail, a task's
+    # egress and a hold with no holder: each row now names its own holder's form.
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=churn", "month", "10")
+    held = ledger.reserve("project=churn", "1", holder=holder, run_id="r")
+    argv = ["--ledger-url", ledger_url, "budget", "holds"]
+    assert main(argv) == 0
+    header, _, row = capsys.readouterr().out.splitlines()
+    assert header.split()[:4] == ["held", "by", "holder", "is"]
+    assert row.split("  ")[0] == (holder or f"(none: id {held.id})")
+    assert f"  {kind}  " in row
+    assert main([*argv, "--format", "json"]) == 0
+    (shown,) = json.loads(capsys.readouterr().out)
+    assert (shown["holder"], shown["holder_kind"]) == (holder, kind.partition(" (")[0])
+
+
 def test_budget_show_gives_the_gpu_hours_beside_the_dollars_where_a_budget_caps_them(
     ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

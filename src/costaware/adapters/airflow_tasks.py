@@ -96,6 +96,27 @@ def task_instance_of(holder: str | None) -> TaskInstanceKey | None:
     return TaskInstanceKey(parts[0], "/".join(parts[1:-2]), parts[-2], int(parts[-1]))
 
 
+def holder_kind(holder: str | None) -> str:
+    """What a hold's holder names, in the words ``costaware budget holds`` shows beside it.
+
+    Read as ``budget release`` reads it (:func:`search_of`, :func:`task_instance_of`): ``task
+    (dag/run/task/map)``, ``task egress (dag/run/task/map/egress)`` for a data-locality hold, ``search rung
+    (search/id/trial/rung)``, ``search tail (search/id/tail)`` for a search's bookkeeping after its last
+    rung, ``none (release by id)`` for a hold reserved from Python without a holder, ``other`` otherwise.
+    """
+    if not holder:
+        return "none (release by id)"
+    if search_of(holder) is not None:
+        if holder.endswith("/tail"):
+            return "search tail (search/id/tail)"
+        return "search rung (search/id/trial/rung)"
+    if task_instance_of(holder) is None:
+        return "other"
+    if holder.split("/")[-1] == "egress":
+        return "task egress (dag/run/task/map/egress)"
+    return "task (dag/run/task/map)"
+
+
 def _is_int(text: str) -> bool:
     try:
         int(text)

@@ -118,8 +118,8 @@ BUDGET_COMMANDS = (
             Arg(
                 "--holder",
                 required=True,
-                help="the hold's holder as `budget holds` shows it (dag/run/task/map), or the id it shows "
-                "for a hold with no holder",
+                help="the hold's holder as `budget holds` shows it under 'held by' (dag/run/task/map, "
+                "search/id/trial/rung, ...), or the id it shows for a hold with no holder",
             ),
             Arg(
                 "--force",

@@ -290,6 +290,7 @@ def budget_holds(args: argparse.Namespace) -> int:
     A hold is a task's money set aside before it spends it (a spend gate's estimate, a remote training's
     ``max_usd``); it is settled with what the task billed, or released when its run ends.
     """
+    from costaware.adapters.airflow_tasks import holder_kind
     from costaware.core.budgets import Scope
 
     ledger = open_ledger(args, reading=True)
@@ -314,6 +315,7 @@ def budget_holds(args: argparse.Namespace) -> int:
     rows = [
         [
             r.holder or f"(none: id {r.id})",  # one reserved from Python without a holder: released by its id
+            holder_kind(r.holder),
             str(r.scope),
             format_usd_exact(r.usd),
             format_usd_exact(paid.get(r.id, Decimal(0))),
@@ -328,6 +330,7 @@ def budget_holds(args: argparse.Namespace) -> int:
         {
             "id": r.id,
             "holder": r.holder,
+            "holder_kind": holder_kind(r.holder).partition(" (")[0],
             "scope": str(r.scope),
             "usd": str(r.usd),
             "paid_usd": str(paid.get(r.id, Decimal(0))),
@@ -339,7 +342,10 @@ def budget_holds(args: argparse.Namespace) -> int:
         for r in holds
     ]
     headers = [
-        "held by (dag/run/task/map, or search/id/trial/rung)",
+        # One title for every holder's form read wrong for all but one: a search's tail, a task's egress, no
+        # holder. Each row says which form its holder has instead.
+        "held by",
+        "holder is",
         "scope",
         "held",
         "paid so far",
@@ -348,7 +354,7 @@ def budget_holds(args: argparse.Namespace) -> int:
         "until",
         "counted in",
     ]
-    emit(rows, args.format, headers=headers, payload=payload)
+    emit(rows, args.format, headers=headers, payload=payload, labels=3)
     return 0
 
 
