@@ -759,9 +759,9 @@ def test_budget_show_names_the_per_run_budgets_it_cannot_show_without_a_run(
     # A run the ledger has never seen (a typo) showed its whole cap left without a word.
     assert "the ledger has no entry or hold of run 'x': check the run id" in shown.err
     # It pointed at `costaware runs list`, which lists retrain outcomes only, not a spend gate's runs.
-    assert "(`costaware report --dag-id DAG --group-by run` lists the runs with costs)" in shown.err
+    assert "(`costaware report --group-by run` lists the runs with costs)" in shown.err
     assert main([*argv, "show", "--scope", "project=r", "--run-id", "x", "--dag-id", "churn"]) == 0
-    assert "`costaware report --dag-id churn --group-by run` lists" in capsys.readouterr().err
+    assert "the ledger has no entry or hold of DAG 'churn': check the DAG id" in capsys.readouterr().err
     Ledger.from_url(ledger_url).reserve("project=r", "1", holder="d/x/train/-1", run_id="x")
     assert main([*argv, "show", "--scope", "project=r", "--run-id", "x"]) == 0
     assert "no entry or hold" not in capsys.readouterr().err
@@ -778,9 +778,38 @@ def test_budget_show_names_the_per_run_budgets_it_cannot_show_without_a_run(
     shown = capsys.readouterr()
     assert "project=r/run (run@d/x)" in shown.out and "no entry or hold" not in shown.err
     assert main([*argv, "show", "--scope", "project=r", "--run-id", "x", "--dag-id", "other"]) == 0
-    assert "no entry or hold of run 'x' of DAG 'other'" in capsys.readouterr().err
+    assert "no entry or hold of DAG 'other'" in capsys.readouterr().err
     assert main([*argv, "show", "--scope", "project=r", "--dag-id", "d"]) == 2
     assert "--dag-id d names the DAG of a run: give --run-id RUN too" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("named", "said"),
+    [
+        (["--run-id", "r9"], "no entry or hold of run 'r9': check the run id (`costaware report --group-by"),
+        (["--run-id", "r9", "--dag-id", "retrain"], "of run 'r9' of DAG 'retrain': check the run id (`"),
+        (
+            ["--run-id", "r1", "--dag-id", "retrian"],
+            "no entry or hold of DAG 'retrian': check the DAG id; did you mean 'retrain'? (DAGs in the",
+        ),
+    ],
+    ids=["no-dag", "known-dag", "misspelt-dag"],
+)
+def test_budget_show_hints_only_a_command_that_works(
+    ledger_url: str, capsys: pytest.CaptureFixture[str], named: list[str], said: str
+) -> None:
+    # With a misspelt --dag-id it hinted `costaware report --dag-id <the typo> --group-by run`, refused
+    # (exit 2) as an unknown DAG; with none, `--dag-id DAG`, refused as much when copied.
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=churn", "run", "10")
+    ledger.record(LedgerEntry("retrain", "r1", "train", Kind.COMPUTE, Decimal(1), tags={"project": "churn"}))
+    argv = ["--ledger-url", ledger_url, "budget", "show", "--scope", "project=churn", "--no-schedule"]
+    assert main([*argv, *named]) == 0
+    note = capsys.readouterr().err
+    assert said in note
+    for hinted in re.findall(r"`costaware ([^`]*)`", note):
+        assert main(["--ledger-url", ledger_url, *shlex.split(hinted)]) == 0, hinted
+        assert "r1" in capsys.readouterr().out
 
 
 def test_the_report_says_when_cost_entries_wait_in_this_machine_s_spool(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import math
+import shlex
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -283,13 +284,22 @@ def refuse_unknown_names(ledger: Any, dag_id: str | None, run_id: str | None) ->
         if not waiting:
             raise CostawareError(
                 # `costaware runs list` lists retrain outcomes only: a spend gate's DAG had no run in it.
-                f"the ledger has no entries for run {run_id!r}{of_dag}: check the run id (`costaware report "
-                f"--dag-id {dag_id or 'DAG'} --group-by run` lists the runs with costs)"
+                f"the ledger has no entries for run {run_id!r}{of_dag}: check the run id "
+                f"({runs_listed(dag_id)})"
             )
         print(
             f"costaware: note: the ledger has no entries for run {run_id!r}{of_dag} yet; {waiting}",
             file=sys.stderr,
         )
+
+
+def runs_listed(dag_id: str | None) -> str:
+    """The ``costaware report`` that lists the runs with costs (of ``dag_id``, a DAG the ledger knows).
+
+    Not ``--dag-id DAG`` for no DAG: copied as shown, that placeholder is refused as an unknown DAG (exit 2).
+    """
+    of_dag = f"--dag-id {shlex.quote(dag_id)} " if dag_id else ""
+    return f"`costaware report {of_dag}--group-by run` lists the runs with costs"
 
 
 def why_empty(ledger: Any, args: argparse.Namespace) -> str:

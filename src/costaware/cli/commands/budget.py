@@ -261,15 +261,25 @@ def budget_show(args: argparse.Namespace) -> int:
         print(f"per-run budget(s) {', '.join(per_run)} also apply: give --run-id to see one run against them")
     if args.run_id is not None and not _run_is_known(ledger, args.run_id, args.dag_id):
         # A misspelt run id showed the full per-run cap left, as if the run had spent nothing.
-        of_dag = f" of DAG {args.dag_id!r}" if args.dag_id else ""
-        # `costaware runs list` lists retrain outcomes only: a spend gate's DAG had no run in it.
-        print(
-            f"costaware: note: the ledger has no entry or hold of run {args.run_id!r}{of_dag}: check the run "
-            f"id (`costaware report --dag-id {args.dag_id or 'DAG'} --group-by run` lists the runs with "
-            "costs)",
-            file=sys.stderr,
-        )
+        print(f"costaware: note: {_unknown_run_note(ledger, args.run_id, args.dag_id)}", file=sys.stderr)
     return 0
+
+
+def _unknown_run_note(ledger: Any, run_id: str, dag_id: str | None) -> str:
+    """Why ``run_id`` (of ``dag_id``) may be mistyped, and a command that lists the right ids and works."""
+    from costaware.cli.arguments import dag_hint, runs_listed
+    from costaware.cli.pending import what_waits
+
+    if dag_id and ledger.last_run_id(dag_id) is None and not what_waits(ledger, dag_id, None):
+        # A misspelt DAG: the `costaware report --dag-id <it> --group-by run` shown here was refused (exit 2).
+        return (
+            f"the ledger has no entry or hold of DAG {dag_id!r}: check the DAG id{dag_hint(ledger, dag_id)}"
+        )
+    of_dag = f" of DAG {dag_id!r}" if dag_id else ""
+    # `costaware runs list` lists retrain outcomes only: a spend gate's DAG had no run in it.
+    return (
+        f"the ledger has no entry or hold of run {run_id!r}{of_dag}: check the run id ({runs_listed(dag_id)})"
+    )
 
 
 def _run_is_known(ledger: Any, run_id: str, dag_id: str | None) -> bool:
