@@ -537,6 +537,37 @@ def test_trial_report_over_several_runs_counts_each_run_s_trials_apart(
     assert (shown["trials"], shown["successful"]) == (5, 3)
 
 
+def test_trial_report_rows_keep_each_run_s_trials_apart(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The summary counted each run's trials apart, but the rows summed one label over every run: "#0
+    # promoted@9" read $6.00 over 2 entries where run r1's trial cost $1.00 and r2's $5.00.
+    ledger = Ledger.from_url(ledger_url)
+    for run_id, usd in (("r1", "1"), ("r2", "5")):
+        ledger.record(
+            LedgerEntry("search", run_id, "search", Kind.COMPUTE, Decimal(usd), trial="#0 promoted@9")
+        )
+    ledger.record(LedgerEntry("other", "r1", "t", Kind.COMPUTE, Decimal(2), trial="#0 promoted@9"))
+    ledger.record(LedgerEntry("search", "r2", "prep", Kind.COMPUTE, Decimal("0.5")))  # no trial
+    report = ["--ledger-url", ledger_url, "report", "--group-by", "trial"]
+    assert main([*report, "--format", "json"]) == 0
+    rows = {r["group"]: (r["entries"], r["usd"]) for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert rows == {
+        "search/r2 #0 promoted@9": (1, "5.000000"),
+        "other/r1 #0 promoted@9": (1, "2.000000"),
+        "search/r1 #0 promoted@9": (1, "1.000000"),
+        "(none)": (1, "0.500000"),
+    }
+    # One DAG's rows name the run only; one run's the label alone, as before.
+    assert main([*report, "--dag-id", "search"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split("  ")[0] for line in lines[3:6]] == ["r2 #0 promoted@9", "r1 #0 promoted@9", "(none)"]
+    assert main([*report, "--dag-id", "search", "--last-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "cost report for DAG search, run r2"
+    assert lines[3].startswith("#0 promoted@9 ") and "$5.00" in lines[3]
+
+
 def test_report_writes_dollars_like_the_cost_page_with_decimal_points_lined_up(
     ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

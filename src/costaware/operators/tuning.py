@@ -392,7 +392,7 @@ class TuningStudySummarizeOperator(_StudyOperator):
 
     Returns (XCom) the summary: ``best`` (number, value, params), ``trials`` (state, fidelity, value and
     decision of each), ``states`` (counts), ``stop``, ``spent_usd``, ``cost_per_trial_usd``,
-    ``cost_per_successful_trial_usd``, ``cost_by_trial``.
+    ``cost_per_successful_trial_usd``, ``cost_by_trial`` (each trial of each run, ``<dag>/<run> <label>``).
 
     Args:
         study_name: The study (templated).

@@ -26,7 +26,9 @@ GROUP_COLUMNS: Mapping[str, ColumnElement[Any]] = {
     "task": _e.c.dag_id + "." + _e.c.task_id,
     # A run id alone is no run: every daily DAG's scheduled run of a day has the same one.
     "run": _e.c.dag_id + "/" + _e.c.run_id,
-    "trial": _e.c.trial,
+    # A trial's label is numbered within its run (every run of a search starts at #0): by label alone, the
+    # trials of different runs were summed into one row. NULL (no trial) stays NULL: `||` with NULL is NULL.
+    "trial": _e.c.dag_id + "/" + _e.c.run_id + " " + func.nullif(_e.c.trial, ""),
     "kind": _e.c.kind,
     "market": _e.c.market,
     "cause": _e.c.cause,

@@ -60,10 +60,14 @@ def report(args: argparse.Namespace) -> int:
     total_hours = sum((r.hours for r in rows), Decimal(0))
     total_kg, total_unknown = total_kg_co2e(rows)
     headers = [args.group_by, "entries", "hours", "actual", "estimated", "on-demand", "savings", "kg CO2e"]
-    # One DAG's rows need not repeat its name (a task's group is "<dag>.<task>", a run's "<dag>/<run>"), as
-    # the README's report shows them; JSON keeps the groups whole.
+    # One DAG's rows need not repeat its name (a task's group is "<dag>.<task>", a run's "<dag>/<run>", a
+    # trial's "<dag>/<run> <label>"), nor one run's its id, as the README's report shows them; JSON keeps the
+    # groups whole.
+    trial_prefix = f"{args.dag_id}/{run_id} " if run_id else f"{args.dag_id}/"
     prefix = (
-        {"task": f"{args.dag_id}.", "run": f"{args.dag_id}/"}.get(args.group_by, "") if args.dag_id else ""
+        {"task": f"{args.dag_id}.", "run": f"{args.dag_id}/", "trial": trial_prefix}.get(args.group_by, "")
+        if args.dag_id
+        else ""
     )
     table = [
         [
