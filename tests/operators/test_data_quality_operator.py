@@ -385,6 +385,37 @@ def test_a_quarantine_inside_the_landing_folder_is_refused_before_validating(tmp
     assert landed.exists() and not (tmp_path / "quality").exists()
 
 
+@pytest.mark.parametrize("earlier", ["flights_2012-12-31.parquet", "2012-12-31/part-0.parquet"])
+def test_a_quarantine_beside_a_batch_folder_in_the_landing_folder_is_refused(
+    tmp_path: Path, earlier: str
+) -> None:
+    # Refused for a batch file, not for a batch folder: landing/day/ moved to landing/quarantine/ was still
+    # trained on by the readers of landing/.
+    day = tmp_path / "landing" / "2013-01-01"
+    day.mkdir(parents=True)
+    landed = _batch(tmp_path, distance=[1400, -5, 1576, 762])
+    landed.rename(day / "part-0.parquet")
+    (tmp_path / "landing" / earlier).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "landing" / earlier).write_bytes((day / "part-0.parquet").read_bytes())  # an accepted day
+    gate = _gate(tmp_path, day)
+    gate.quarantine_path = str(tmp_path / "landing" / "quarantine")
+    with pytest.raises(AirflowFailException) as caught:
+        gate.execute(_context())
+    assert (
+        f"quarantine_path '{tmp_path}/landing/quarantine' is inside '{tmp_path}/landing', the landing folder "
+        f"of the batch folder '{day}' (it holds another batch, '{earlier.split('/')[0]}'): readers of that "
+        f"folder walk its sub-folders and would still train on a refused batch; give a folder outside "
+        f"'{tmp_path}/landing'"
+    ) in str(caught.value)
+    assert (day / "part-0.parquet").exists() and not (tmp_path / "landing" / "quarantine").exists()
+    assert not (tmp_path / "quality").exists()
+    # Outside the landing folder, the same batch is refused and moved as before.
+    gate.quarantine_path = str(tmp_path / "refused")
+    with pytest.raises(AirflowFailException, match="the batch was moved to"):
+        gate.execute(_context())
+    assert not day.exists()
+
+
 def test_a_relative_results_path_is_refused_at_parse_time() -> None:
     # Accepted, and the results were written under whatever folder the worker ran in.
     with pytest.raises(ConfigurationError, match="results_path 'qres' is not an absolute folder or an s3://"):

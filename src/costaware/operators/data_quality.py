@@ -261,6 +261,58 @@ def check_quarantine_outside(data_path: str, quarantine_path: str) -> None:
         )
 
 
+#: How many of a batch folder's neighbours are looked into for a batch of their own (one listing each).
+_NEIGHBOURS_LOOKED_INTO = 20
+
+
+def check_quarantine_beside_batch_folder(
+    data_path: str, quarantine_path: str, options: Mapping[str, Any]
+) -> None:
+    """Refuse a quarantine beside a batch folder, inside the landing folder that holds them both.
+
+    ``landing/day2/`` refused and moved to ``landing/quarantine/`` was still trained on by the readers of
+    ``landing/``, as a batch file's is (:func:`check_quarantine_outside`). From the paths alone this is the
+    layout of a batch that is a whole landing folder with its quarantine beside it (``data/landing/``,
+    ``data/refused/``), which nothing reads: the batch's parent is taken for a landing folder when it holds
+    another batch besides the batch and the quarantine (a Parquet file, or a folder with one in it).
+
+    Raises:
+        ConfigurationError: naming both paths and the other batch found beside the batch folder.
+    """
+    from pyarrow import fs
+
+    from costaware.adapters.blob_dir import BlobDir
+
+    parent, _, name = data_path.rstrip("/").rpartition("/")
+    inside = quarantine_path.rstrip("/")
+    if not parent or Path(name).suffix or not inside.startswith(parent + "/"):
+        return  # a batch file (check_quarantine_outside's), or a quarantine outside the batch's parent
+    top = inside[len(parent) + 1 :].split("/")[0]
+    if top == name:
+        return  # inside the batch itself: quarantine() refuses that one
+    folder = BlobDir.from_uri(parent, create=False, **options)
+    listed = folder.fs.get_file_info(fs.FileSelector(folder.root, allow_not_found=True))
+    neighbours = [i for i in listed if i.base_name not in (name, top)]
+    neighbours.sort(key=lambda i: i.type != fs.FileType.File)  # a file answers without a listing
+    for info in neighbours[:_NEIGHBOURS_LOOKED_INTO]:
+        if info.type == fs.FileType.Directory:
+            inner = folder.fs.get_file_info(fs.FileSelector(info.path, allow_not_found=True))
+            found = any(i.type == fs.FileType.File and _is_parquet(i.base_name) for i in inner)
+        else:
+            found = info.type == fs.FileType.File and _is_parquet(info.base_name)
+        if found:
+            raise ConfigurationError(
+                f"quarantine_path {quarantine_path!r} is inside {parent!r}, the landing folder of the batch "
+                f"folder {data_path!r} (it holds another batch, {info.base_name!r}): readers of that folder "
+                f"walk its sub-folders and would still train on a refused batch; give a folder outside "
+                f"{parent!r}"
+            )
+
+
+def _is_parquet(file_name: str) -> bool:
+    return file_name.lower().endswith((".parquet", ".pq"))
+
+
 def quarantine(data_path: str, quarantine_path: str, key: str, options: Mapping[str, Any]) -> str:
     """Move the refused batch (a file, or a folder's files) to ``quarantine_path/key``; returns where.
 
@@ -462,6 +514,7 @@ class DataQualityOperator(BaseOperator):
             where = _folder_location(self.quarantine_path)
             if where:
                 check_quarantine_outside(str(self.data_path), where)
+                check_quarantine_beside_batch_folder(str(self.data_path), where, options)
             frame, fingerprint = self._read(where, facts, options)  # a misspelt column is named here
             check_columns_read(suite, self.columns)
             result = validate_frame(frame, suite)
