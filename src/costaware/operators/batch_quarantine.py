@@ -1,0 +1,189 @@
+"""Where ``DataQualityOperator`` moves a refused batch: the quarantine's place checked, the move made whole.
+
+A refused batch left where readers of its landing folder find it is trained on by the next run: the
+quarantine must be outside the batch and outside the landing folder, and a batch moved there is copied and
+checked before anything is deleted, so it is never lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from costaware.core.errors import ConfigurationError
+
+
+def quarantined_copy(
+    data_path: str, quarantine_path: str, key: str, options: Mapping[str, Any]
+) -> str | None:
+    """Where :func:`quarantine` put ``data_path`` under ``key``, when it is there; else None."""
+    from costaware.adapters.blob_dir import BlobDir
+
+    target = BlobDir.from_uri(quarantine_path, create=False, **options).child(key)
+    name = data_path.rstrip("/").rpartition("/")[2]
+    return f"{target.uri}/{name}" if name and target.exists(name) else None
+
+
+def check_quarantine_outside(data_path: str, quarantine_path: str) -> None:
+    """Refuse a quarantine inside the folder a batch file landed in.
+
+    Readers of a landing folder walk its sub-folders (the retraining's ``read_parquet``, pyarrow datasets):
+    a refused ``landing/day.parquet`` moved to ``landing/quarantine`` was still trained on. (A batch that is
+    a folder is checked by :func:`quarantine`: the quarantine must not be inside it.)
+    """
+    landing, _, name = data_path.rstrip("/").rpartition("/")
+    if landing and Path(name).suffix and (quarantine_path.rstrip("/") + "/").startswith(landing + "/"):
+        raise ConfigurationError(
+            f"quarantine_path {quarantine_path!r} is inside {landing!r}, the folder the batch landed in: "
+            "readers of that folder walk its sub-folders and would still train on a refused batch; give a "
+            "folder outside it"
+        )
+
+
+#: How many of a batch folder's neighbours are looked into for a batch of their own (one listing each).
+_NEIGHBOURS_LOOKED_INTO = 20
+
+
+def check_quarantine_beside_batch_folder(
+    data_path: str, quarantine_path: str, options: Mapping[str, Any]
+) -> None:
+    """Refuse a quarantine beside a batch folder, inside the landing folder that holds them both.
+
+    ``landing/day2/`` refused and moved to ``landing/quarantine/`` was still trained on by the readers of
+    ``landing/``, as a batch file's is (:func:`check_quarantine_outside`). From the paths alone this is the
+    layout of a batch that is a whole landing folder with its quarantine beside it (``data/landing/``,
+    ``data/refused/``), which nothing reads: the batch's parent is taken for a landing folder when it holds
+    another batch besides the batch and the quarantine (a Parquet file, or a folder with one in it).
+
+    Raises:
+        ConfigurationError: naming both paths and the other batch found beside the batch folder.
+    """
+    from pyarrow import fs
+
+    from costaware.adapters.blob_dir import BlobDir
+
+    parent, _, name = data_path.rstrip("/").rpartition("/")
+    inside = quarantine_path.rstrip("/")
+    if not parent or Path(name).suffix or not inside.startswith(parent + "/"):
+        return  # a batch file (check_quarantine_outside's), or a quarantine outside the batch's parent
+    top = inside[len(parent) + 1 :].split("/")[0]
+    if top == name:
+        return  # inside the batch itself: quarantine() refuses that one
+    folder = BlobDir.from_uri(parent, create=False, **options)
+    listed = folder.fs.get_file_info(fs.FileSelector(folder.root, allow_not_found=True))
+    neighbours = [i for i in listed if i.base_name not in (name, top)]
+    neighbours.sort(key=lambda i: i.type != fs.FileType.File)  # a file answers without a listing
+    for info in neighbours[:_NEIGHBOURS_LOOKED_INTO]:
+        if info.type == fs.FileType.Directory:
+            inner = folder.fs.get_file_info(fs.FileSelector(info.path, allow_not_found=True))
+            found = any(i.type == fs.FileType.File and _is_parquet(i.base_name) for i in inner)
+        else:
+            found = info.type == fs.FileType.File and _is_parquet(info.base_name)
+        if found:
+            raise ConfigurationError(
+                f"quarantine_path {quarantine_path!r} is inside {parent!r}, the landing folder of the batch "
+                f"folder {data_path!r} (it holds another batch, {info.base_name!r}): readers of that folder "
+                f"walk its sub-folders and would still train on a refused batch; give a folder outside "
+                f"{parent!r}"
+            )
+
+
+def _is_parquet(file_name: str) -> bool:
+    return file_name.lower().endswith((".parquet", ".pq"))
+
+
+def quarantine(data_path: str, quarantine_path: str, key: str, options: Mapping[str, Any]) -> str:
+    """Move the refused batch (a file, or a folder's files) to ``quarantine_path/key``; returns where.
+
+    Each file is copied and its copy's size checked before any is deleted, and only the files copied are
+    deleted: a failure part way leaves the batch where it was, or in both places, never in neither, and a
+    file that lands in the folder meanwhile stays. A file already at a copy's place is never overwritten:
+    one with the same bytes (an earlier try's copy) counts as the copy, any other stops the move before
+    anything is copied. The two may be on different stores (local data, an ``s3://`` quarantine).
+
+    Raises:
+        ConfigurationError: the quarantine is the batch's own folder or inside it (the batch's deletion
+            would take the copy too).
+        FileExistsError: another file is already where a copy would go (nothing was copied or deleted).
+        OSError: a store could not be read or written, or a copy came out short.
+    """
+    from pyarrow import fs
+
+    from costaware.adapters.blob_dir import BlobDir
+
+    source = BlobDir.from_uri(data_path, create=False, **options)
+    target = BlobDir.from_uri(quarantine_path, create=False, **options).child(key)
+    if type(source.fs) is type(target.fs) and (target.root + "/").startswith(source.root.rstrip("/") + "/"):
+        raise ConfigurationError(
+            f"quarantine_path {quarantine_path!r} is inside the batch {data_path!r}: deleting the batch "
+            "would delete its copy too; give a folder outside it"
+        )
+    name = source.root.rstrip("/").rpartition("/")[2]
+    info = source.fs.get_file_info(source.root)
+    if info.type == fs.FileType.File:
+        files = [(source.root, name, info.size)]
+    else:
+        listed = source.fs.get_file_info(fs.FileSelector(source.root, recursive=True))
+        files = [
+            (i.path, f"{name}/{i.path[len(source.root) :].lstrip('/')}", i.size)
+            for i in listed
+            if i.type == fs.FileType.File
+        ]
+    to_copy = []
+    for path, relative, size in files:
+        copy = target.path(relative)
+        found = target.fs.get_file_info(copy)
+        if found.type == fs.FileType.NotFound:
+            to_copy.append((path, copy, size))
+        elif not _same_bytes(source.fs, path, target.fs, copy, size):
+            # copy_files overwrites: an earlier refused batch of the same name was lost with its source.
+            raise FileExistsError(
+                f"{target.uri}/{relative} already holds another file than {path}: nothing was moved; move "
+                "that file away, or the batch out of the landing folder by hand"
+            )
+    for path, copy, size in to_copy:
+        if target.is_local:
+            Path(copy).parent.mkdir(parents=True, exist_ok=True)
+        fs.copy_files(path, copy, source_filesystem=source.fs, destination_filesystem=target.fs)
+        if target.fs.get_file_info(copy).size != size:
+            with contextlib.suppress(OSError):  # ours: left there, it would block the next try's move
+                target.fs.delete_file(copy)
+            raise OSError(f"the copy of {path} at {copy} is not whole: nothing was deleted")
+    for path, _, _ in files:
+        source.fs.delete_file(path)
+    if info.type == fs.FileType.Directory:
+        if source.is_local:
+            _remove_empty_folders(Path(source.root))
+        else:
+            # S3 keeps an empty marker for a prefix whose last file went: the next run saw an empty batch.
+            left = source.fs.get_file_info(fs.FileSelector(source.root, recursive=True, allow_not_found=True))
+            if not any(i.type == fs.FileType.File for i in left):
+                source.fs.delete_dir(source.root)
+    return f"{target.uri}/{name}"
+
+
+def _same_bytes(source_fs: Any, source: str, target_fs: Any, target: str, size: int | None) -> bool:
+    """Whether the file at ``target`` holds the bytes of ``source`` (read in chunks: batches can be large)."""
+    if target_fs.get_file_info(target).size != size:
+        return False
+    chunk = 8 << 20
+    with source_fs.open_input_stream(source) as mine, target_fs.open_input_stream(target) as theirs:
+        while True:
+            block = mine.read(chunk)
+            if block != theirs.read(chunk):
+                return False
+            if not block:
+                return True
+
+
+def _remove_empty_folders(root: Path) -> None:
+    """Remove ``root`` and the folders under it that are empty now; a folder with a file stays."""
+    for folder in sorted(
+        (p for p in root.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True
+    ):
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+    with contextlib.suppress(OSError):
+        root.rmdir()
