@@ -416,6 +416,13 @@ def test_a_quarantine_beside_a_batch_folder_in_the_landing_folder_is_refused(
     assert not day.exists()
 
 
+def test_a_batch_that_is_a_whole_bucket_has_no_landing_folder_to_check() -> None:
+    from costaware.operators.batch_quarantine import check_quarantine_beside_batch_folder
+
+    # Its parent read as "s3:/", opened as a bucketless S3 URI: the gate failed before validating.
+    assert check_quarantine_beside_batch_folder("s3://landing-bucket/", "s3://refused/q", {}) is None
+
+
 def test_a_relative_results_path_is_refused_at_parse_time() -> None:
     # Accepted, and the results were written under whatever folder the worker ran in.
     with pytest.raises(ConfigurationError, match="results_path 'qres' is not an absolute folder or an s3://"):

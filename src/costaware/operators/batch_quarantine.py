@@ -68,6 +68,8 @@ def check_quarantine_beside_batch_folder(
     inside = quarantine_path.rstrip("/")
     if not parent or Path(name).suffix or not inside.startswith(parent + "/"):
         return  # a batch file (check_quarantine_outside's), or a quarantine outside the batch's parent
+    if parent.endswith(":/"):
+        return  # the batch is a whole bucket (s3://bucket): no folder holds it
     top = inside[len(parent) + 1 :].split("/")[0]
     if top == name:
         return  # inside the batch itself: quarantine() refuses that one
