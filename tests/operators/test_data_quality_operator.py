@@ -423,6 +423,25 @@ def test_a_batch_that_is_a_whole_bucket_has_no_landing_folder_to_check() -> None
     assert check_quarantine_beside_batch_folder("s3://landing-bucket/", "s3://refused/q", {}) is None
 
 
+def test_a_landing_folder_that_cannot_be_listed_skips_the_check_said_and_the_gate_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from costaware.adapters.blob_dir import BlobDir
+    from costaware.operators.batch_quarantine import check_quarantine_beside_batch_folder
+
+    # A credential that reads the batch but may not list its parent: the check's OSError failed every batch
+    # of a gate that ran before the check came.
+    def denied(cls: Any, uri: str, **kwargs: Any) -> Any:
+        raise PermissionError(f"AWS Error ACCESS_DENIED during ListObjectsV2 of {uri}")
+
+    monkeypatch.setattr(BlobDir, "from_uri", classmethod(denied))
+    landing = tmp_path / "landing"
+    with caplog.at_level("WARNING", logger="costaware.operators.batch_quarantine"):
+        assert check_quarantine_beside_batch_folder(f"{landing}/day", f"{landing}/quarantine", {}) is None
+    assert f"could not list {landing} to check that quarantine_path {landing}/quarantine" in caplog.text
+    assert "ACCESS_DENIED" in caplog.text
+
+
 def test_a_relative_results_path_is_refused_at_parse_time() -> None:
     # Accepted, and the results were written under whatever folder the worker ran in.
     with pytest.raises(ConfigurationError, match="results_path 'qres' is not an absolute folder or an s3://"):

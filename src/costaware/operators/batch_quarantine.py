@@ -8,11 +8,14 @@ checked before anything is deleted, so it is never lost.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from costaware.core.errors import ConfigurationError
+
+log = logging.getLogger(__name__)
 
 
 def quarantined_copy(
@@ -73,23 +76,40 @@ def check_quarantine_beside_batch_folder(
     top = inside[len(parent) + 1 :].split("/")[0]
     if top == name:
         return  # inside the batch itself: quarantine() refuses that one
-    folder = BlobDir.from_uri(parent, create=False, **options)
-    listed = folder.fs.get_file_info(fs.FileSelector(folder.root, allow_not_found=True))
-    neighbours = [i for i in listed if i.base_name not in (name, top)]
-    neighbours.sort(key=lambda i: i.type != fs.FileType.File)  # a file answers without a listing
-    for info in neighbours[:_NEIGHBOURS_LOOKED_INTO]:
-        if info.type == fs.FileType.Directory:
-            inner = folder.fs.get_file_info(fs.FileSelector(info.path, allow_not_found=True))
-            found = any(i.type == fs.FileType.File and _is_parquet(i.base_name) for i in inner)
-        else:
-            found = info.type == fs.FileType.File and _is_parquet(info.base_name)
-        if found:
-            raise ConfigurationError(
-                f"quarantine_path {quarantine_path!r} is inside {parent!r}, the landing folder of the batch "
-                f"folder {data_path!r} (it holds another batch, {info.base_name!r}): readers of that folder "
-                f"walk its sub-folders and would still train on a refused batch; give a folder outside "
-                f"{parent!r}"
-            )
+    try:
+        folder = BlobDir.from_uri(parent, create=False, **options)
+        listed = folder.fs.get_file_info(fs.FileSelector(folder.root, allow_not_found=True))
+        neighbours = [i for i in listed if i.base_name not in (name, top)]
+        neighbours.sort(key=lambda i: i.type != fs.FileType.File)  # a file answers without a listing
+        beside = None
+        for info in neighbours[:_NEIGHBOURS_LOOKED_INTO]:
+            if info.type == fs.FileType.Directory:
+                inner = folder.fs.get_file_info(fs.FileSelector(info.path, allow_not_found=True))
+                found = any(i.type == fs.FileType.File and _is_parquet(i.base_name) for i in inner)
+            else:
+                found = info.type == fs.FileType.File and _is_parquet(info.base_name)
+            if found:
+                beside = info
+                break
+    except OSError as e:
+        # A credential that may read the batch but not list its parent (S3 without s3:ListBucket there):
+        # the gate ran before this check came, so it runs on, said, rather than fail every batch.
+        log.warning(
+            "could not list %s to check that quarantine_path %s is outside the landing folder of %s (%s): "
+            "make sure it is, or readers of that folder would still train on a refused batch",
+            parent,
+            quarantine_path,
+            data_path,
+            e,
+        )
+        return
+    if beside is not None:
+        raise ConfigurationError(
+            f"quarantine_path {quarantine_path!r} is inside {parent!r}, the landing folder of the batch "
+            f"folder {data_path!r} (it holds another batch, {beside.base_name!r}): readers of that folder "
+            f"walk its sub-folders and would still train on a refused batch; give a folder outside "
+            f"{parent!r}"
+        )
 
 
 def _is_parquet(file_name: str) -> bool:
