@@ -343,6 +343,52 @@ def test_a_newer_local_checkpoint_is_kept_and_pushed_next(local: Path, remote: P
     assert json.loads((remote / "LATEST.json").read_text())["step"] == 2
 
 
+def writers_died_before_moving_latest(remote: Path, tmp_path: Path) -> bytes:
+    """Push steps 100, 200, 250 and 300 as four writers; each after the first died before moving the pointer.
+
+    Step 250's folder then lost a file (deleted in part), step 300's never got its marker (its push was cut
+    short). Returns ``LATEST.json`` as the first writer left it (step 100), which the remote holds.
+    """
+    for step in (100, 200, 250, 300):
+        save_bytes(f"step {step}".encode(), step=step, directory=tmp_path / f"writer {step}")
+        push(tmp_path / f"writer {step}", str(remote))
+        if step == 100:
+            pointer = (remote / "LATEST.json").read_bytes()
+    (folder_of(remote, 250) / "checkpoint-250" / "state.bin").unlink()
+    (folder_of(remote, 300) / "_costaware_checkpoint.json").unlink()
+    (remote / "LATEST.json").write_bytes(pointer)
+    return pointer
+
+
+def test_a_whole_step_above_latest_is_resumed_never_a_partial_one(
+    remote: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The writer of step 200 pushed its folder and its marker, then died before moving LATEST.json: the
+    # resume took step 100 and the 100 steps between were trained (and paid for) again.
+    writers_died_before_moving_latest(remote, tmp_path)
+    fresh = tmp_path / "fresh"
+    sync = CheckpointSync(str(remote), fresh)
+    assert sync.restore() == 200
+    assert load_bytes(directory=fresh) == (200, b"step 200")
+    assert (
+        f"resuming from checkpoint step 200 in {folder_of(remote, 200)}, newer than step 100 that "
+        f"{remote}/LATEST.json names: its writer pushed the whole step" in caplog.text
+    )
+    assert "not resuming from" in caplog.text and str(folder_of(remote, 250)) in caplog.text
+    # LATEST.json names it now, as its writer would have, and the same checkpoint is not uploaded again.
+    latest = json.loads((remote / "LATEST.json").read_text())
+    assert (latest["step"], latest["prefix"]) == (200, folder_of(remote, 200).name)
+    assert sync.push_changed() == 200 and steps_held(remote) == [100, 200, 250, 300]
+
+
+def test_a_whole_step_is_resumed_where_no_latest_was_ever_written(remote: Path, tmp_path: Path) -> None:
+    # The first writer died between its marker and its first LATEST.json: the next attempt started over.
+    writers_died_before_moving_latest(remote, tmp_path)
+    (remote / "LATEST.json").unlink()
+    assert restore(str(remote), tmp_path / "fresh") == 200
+    assert load_bytes(directory=tmp_path / "fresh") == (200, b"step 200")
+
+
 def test_restore_without_a_remote_checkpoint_starts_fresh(local: Path, remote: Path) -> None:
     assert restore(str(remote), local) is None
 

@@ -81,6 +81,22 @@ def test_push_and_restore_in_process(bucket: str, tmp_path: Path) -> None:
     assert (tmp_path / "b" / "checkpoint-3" / "state.bin").read_bytes() == b"w" * 1000
 
 
+def test_a_whole_step_its_writer_did_not_point_latest_at_is_resumed(
+    bucket: str, s3_env: dict[str, str], tmp_path: Path
+) -> None:
+    # Killed between its folder's marker and LATEST.json: the resume went back to the step the pointer named.
+    s3 = boto3.client("s3", endpoint_url=s3_env["COSTAWARE_S3_ENDPOINT_URL"])
+    uri = f"s3://{bucket}/ckpt"
+    save_bytes(b"step 100", step=100, directory=tmp_path / "first")
+    push(tmp_path / "first", uri)
+    pointer = s3.get_object(Bucket=bucket, Key="ckpt/LATEST.json")["Body"].read()
+    save_bytes(b"step 200", step=200, directory=tmp_path / "second")
+    push(tmp_path / "second", uri)
+    s3.put_object(Bucket=bucket, Key="ckpt/LATEST.json", Body=pointer)
+    assert restore(uri, tmp_path / "fresh") == 200
+    assert json.loads(s3.get_object(Bucket=bucket, Key="ckpt/LATEST.json")["Body"].read())["step"] == 200
+
+
 def test_s3_writes_latest_only_if_unchanged_since_read(
     bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

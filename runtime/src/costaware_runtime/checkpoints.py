@@ -353,7 +353,9 @@ def restore(uri: str, directory: Path | str | None = None) -> int | None:
     """Download the newest complete checkpoint at ``uri`` into ``directory``; returns its step or None.
 
     ``uri`` is a local folder, ``file://`` or ``s3://bucket/prefix`` laid out by :func:`push`. A step whose
-    upload did not finish is never restored: only the one ``LATEST.json`` names.
+    upload did not finish is never restored: the one ``LATEST.json`` names, or a later step folder whose
+    marker (written after its files) and every file it lists are there (its writer died before moving the
+    pointer).
     """
     from costaware_runtime.sync import CheckpointSync
 

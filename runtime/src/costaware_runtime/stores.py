@@ -60,9 +60,13 @@ class Store(ABC):
     def download(self, key: str, destination: Path) -> None:
         """Copy ``key`` to the local file ``destination`` (atomically); StoreError when it is missing."""
 
-    @abstractmethod
     def keys(self, prefix: str = "") -> list[str]:
         """Every key that starts with ``prefix``, sorted."""
+        return sorted(self.sizes(prefix))
+
+    @abstractmethod
+    def sizes(self, prefix: str = "") -> dict[str, int]:
+        """The size in bytes of every key that starts with ``prefix``."""
 
     @abstractmethod
     def delete(self, keys: Iterable[str]) -> None:
@@ -192,19 +196,21 @@ class LocalStore(Store):
         with _local_errors(self.url(key), "read"), _files.replacing(destination) as temp:
             shutil.copyfile(source, temp)
 
-    def keys(self, prefix: str = "") -> list[str]:
+    def sizes(self, prefix: str = "") -> dict[str, int]:
         if not self.root.is_dir():
-            return []
-        found = []
+            return {}
+        found = {}
         with _local_errors(self.uri, "list"):
             for folder, _, names in os.walk(self.root):
                 for name in names:
                     if name.startswith(".") and name.endswith(".tmp"):
                         continue  # another writer's file, not yet renamed into place
-                    key = Path(folder, name).relative_to(self.root).as_posix()
+                    path = Path(folder, name)
+                    key = path.relative_to(self.root).as_posix()
                     if key.startswith(prefix):
-                        found.append(key)
-        return sorted(found)
+                        with contextlib.suppress(FileNotFoundError):  # deleted meanwhile
+                            found[key] = path.stat().st_size
+        return found
 
     def folders(self, prefix: str = "") -> list[str]:
         # From the folder itself: one holding only a killed writer's temporary file lists no key.
@@ -371,15 +377,17 @@ class S3Store(Store):
         with self._errors(key, "download"), _files.replacing(destination) as temp:
             self._client.download_file(self.bucket, self._key(key), str(temp))
 
-    def keys(self, prefix: str = "") -> list[str]:
-        found: list[str] = []
+    def sizes(self, prefix: str = "") -> dict[str, int]:
+        found: dict[str, int] = {}
         with self._errors(prefix, "list"):
             pages = self._client.get_paginator("list_objects_v2").paginate(
                 Bucket=self.bucket, Prefix=self.prefix + prefix
             )
             for page in pages:
-                found.extend(item["Key"][len(self.prefix) :] for item in page.get("Contents", []))
-        return sorted(found)
+                found.update(
+                    (item["Key"][len(self.prefix) :], item["Size"]) for item in page.get("Contents", [])
+                )
+        return found
 
     def modified(self, folder: str) -> float | None:
         newest: float | None = None

@@ -7,6 +7,10 @@ Remote layout, written in this order so that a reader never restores half a step
     <uri>/LATEST.json                                  3. last: {"step", "saved_at", "prefix", "files",
                                                           "pushed_at"} (and "save_seconds" when timed)
 
+A writer killed between its folder's marker and ``LATEST.json`` left a complete step that the pointer does not
+name: a restore resumes from the newest complete folder of a later step than the pointer's (its marker there
+and every file it lists, at its size), says so, and points ``LATEST.json`` at it.
+
 Every push goes to a folder of its own, ``step-<n>-<random>``, so two writers (a leftover attempt, a
 launcher per rank) never write into one folder. ``LATEST.json`` never goes back: a push of a lower step than
 the one it names (a leftover attempt still running on a lost node, a job that did not resume from its
@@ -124,10 +128,13 @@ class CheckpointSync:
             latest = self.remote_latest()
             self._claim()
             self._abort_stale_uploads()  # what the attempt before left, killed mid-push
+            self.synced = None if latest is None else latest[0].identity
+            unpointed = self._newest_unpointed(None if latest is None else latest[0].step)
+            if unpointed is not None:
+                latest = self._repoint(*unpointed, latest)
             if latest is None:
                 return None if local is None else local.step
             remote, prefix = latest
-            self.synced = remote.identity
             if local is not None and (local.identity == remote.identity and self._complete(local)):
                 return local.step
             if local is not None and local.step > remote.step:
@@ -260,10 +267,81 @@ class CheckpointSync:
                     f"{path} of checkpoint step {marker.step} is gone: a newer save replaced it"
                 ) from None
         self.store.put_bytes(f"{prefix}/{CHECKPOINT_MARKER}", _dumps(marker.to_json()))
-        latest = marker.to_json() | {"prefix": prefix, "pushed_at": datetime.now(UTC).isoformat()}
-        for entry in latest["files"]:
-            del entry["mtime_ns"]  # local to the machine that saved it
-        return self._point_latest(marker.step, _dumps(latest))
+        return self._point_latest(marker.step, _pointer(marker, prefix))
+
+    def _newest_unpointed(self, above: int | None) -> tuple[Marker, str] | None:
+        """The newest complete step folder of a later step than ``above`` (None: any), and its marker.
+
+        A writer killed between its folder's marker and ``LATEST.json`` left a whole checkpoint that the
+        pointer does not name: resuming from the pointer repeated (and paid for) the steps between. Complete
+        means what a push writes last, the folder's marker, is there and every file it lists is there at its
+        size; a folder without it is an unfinished push (or a live writer's, still uploading), never used.
+        """
+        candidates = sorted(
+            (
+                (int(found.group(1)), folder)
+                for folder in self.store.folders("step-")
+                if (found := _STEP_FOLDER.fullmatch(folder))
+                and (above is None or int(found.group(1)) > above)
+            ),
+            reverse=True,
+        )
+        for step, folder in candidates:
+            where = self.store.url(f"{folder}/{CHECKPOINT_MARKER}")
+            raw = self.store.read(f"{folder}/{CHECKPOINT_MARKER}")
+            if raw is None:
+                log.info(
+                    "not resuming from %s: it has no marker (an unfinished push)", self.store.url(folder)
+                )
+                continue
+            try:
+                marker = parse_marker(raw, where)
+            except ContractError as e:
+                log.warning("not resuming from %s: %s", self.store.url(folder), e)
+                continue
+            held = self.store.sizes(f"{folder}/")
+            short = [f.path for f in marker.files if held.get(f"{folder}/{f.path}") != f.bytes]
+            if marker.step != step or short:
+                log.warning(
+                    "not resuming from %s: its marker says step %s, and %s of the files it lists are missing "
+                    "or of another size (deleted in part?)",
+                    self.store.url(folder),
+                    marker.step,
+                    len(short),
+                )
+                continue
+            return marker, folder
+        return None
+
+    def _repoint(self, marker: Marker, prefix: str, latest: tuple[Marker, str] | None) -> tuple[Marker, str]:
+        """Say why the complete folder ``prefix``, which ``LATEST.json`` does not name, is resumed from.
+
+        Then point ``LATEST.json`` at it, as its writer would have: the provider reads the step from there,
+        and a push of this same checkpoint would upload it again. A failure only warns: the next push does.
+        Returns the checkpoint to resume from: this one, or a later one another writer pointed at meanwhile.
+        """
+        pointer = self.store.url(LATEST_NAME)
+        named = (
+            f"newer than step {latest[0].step} that {pointer} names" if latest else f"{pointer} is missing"
+        )
+        log.warning(
+            "resuming from checkpoint step %s in %s, %s: its writer pushed the whole step (its marker lists "
+            "every file, each there) and was stopped before it moved %s to it",
+            marker.step,
+            self.store.url(prefix),
+            named,
+            LATEST_NAME,
+        )
+        try:
+            ahead = self._point_latest(marker.step, _pointer(marker, prefix))
+        except StoreError as e:
+            log.warning("could not point %s at step %s (%s): the next push does", LATEST_NAME, marker.step, e)
+            return marker, prefix
+        if ahead is not None:  # another writer moved it past this step since it was read: that one
+            self.synced = ahead[0].identity
+            return ahead
+        self.synced = marker.identity
+        return marker, prefix
 
     def _point_latest(self, step: int, pointer: bytes) -> tuple[Marker, str] | None:
         """Write ``pointer`` as ``LATEST.json`` unless it names a step later than ``step`` (then returned).
@@ -348,6 +426,14 @@ class CheckpointSync:
             if not path.is_file() or path.stat().st_size != file.bytes:
                 return False
         return True
+
+
+def _pointer(marker: Marker, prefix: str) -> bytes:
+    """``LATEST.json`` naming ``marker``'s checkpoint in the step folder ``prefix``."""
+    latest = marker.to_json() | {"prefix": prefix, "pushed_at": datetime.now(UTC).isoformat()}
+    for entry in latest["files"]:
+        del entry["mtime_ns"]  # local to the machine that saved it
+    return _dumps(latest)
 
 
 def _dumps(value: object) -> bytes:
