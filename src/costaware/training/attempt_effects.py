@@ -523,13 +523,30 @@ def reserve_estimate(
 def clear_checkpoints(plan: RemotePlan, storage_options: Mapping[str, Any]) -> bool:
     """Delete the training's checkpoints (no other run resumes them); False when the URI names no folder.
 
+    On S3 the unfinished multipart uploads under it are aborted too (a push killed mid-file left one, its
+    parts billed while open, and no object listing shows it): best effort, since the objects are gone
+    either way; credentials that may not list or abort them get a warning naming the permission and the
+    bucket lifecycle rule that aborts them instead.
+
     Raises:
         OSError: the store could not delete them.
     """
     from costaware.adapters.blob_dir import BlobDir
+    from costaware.adapters.object_store.clients import S3Options
+    from costaware.adapters.object_store.location import parse_uri
+    from costaware.adapters.object_store.s3 import abort_open_uploads
 
     parent, _, leaf = plan.checkpoint_uri.rstrip("/").rpartition("/")
     if not parent or not leaf:
         return False
     BlobDir.from_uri(parent, create=False, **storage_options).delete(leaf)
+    if plan.checkpoint_uri.startswith("s3://"):
+        location = parse_uri(plan.checkpoint_uri, what="checkpoint_uri")
+        try:
+            aborted = abort_open_uploads(location, S3Options(**storage_options))
+        except OSError as e:
+            log.warning("deleted the checkpoints, but their unfinished uploads may stay open: %s", e)
+        else:
+            if aborted:
+                log.info("aborted %d unfinished uploads under %s", len(aborted), plan.checkpoint_uri)
     return True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 from costaware.adapters.object_store.base import ObjectInfo, ObjectStore
@@ -162,3 +163,52 @@ class S3ObjectStore(ObjectStore):
             self.client.delete_objects(
                 Bucket=self.root.bucket, Delete={"Objects": keys[start : start + 1000]}
             )
+
+
+#: The S3 permission without which the unfinished uploads of a prefix cannot be found.
+LIST_UPLOADS_PERMISSION = "s3:ListBucketMultipartUploads"
+
+
+def abort_open_uploads(folder: Location, options: S3Options | None = None) -> list[str]:
+    """Abort every unfinished multipart upload to a key under the S3 ``folder``; returns the keys aborted.
+
+    A push killed in the middle of a file left its upload open: no object listing shows it, so deleting the
+    folder's objects left its parts billed until a lifecycle rule (if any) aborted them. Call it once nothing
+    writes there any more: a live writer's upload is aborted too.
+
+    Raises:
+        PermissionError: The credentials may not list the uploads (``s3:ListBucketMultipartUploads``) or
+            abort one (``s3:AbortMultipartUpload``); the message names the permission.
+        OSError: S3 could not be asked.
+    """
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    client = s3_client(options)
+    prefix = f"{folder.path.rstrip('/')}/" if folder.path else ""
+    try:
+        pages = client.get_paginator("list_multipart_uploads").paginate(Bucket=folder.bucket, Prefix=prefix)
+        uploads = [upload for page in pages for upload in page.get("Uploads", [])]
+    except (BotoCoreError, ClientError) as e:
+        raise _upload_error(e, folder, LIST_UPLOADS_PERMISSION) from e
+    aborted: list[str] = []
+    for upload in uploads:
+        try:
+            with contextlib.suppress(client.exceptions.NoSuchUpload):  # completed or aborted meanwhile
+                client.abort_multipart_upload(
+                    Bucket=folder.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
+                )
+        except (BotoCoreError, ClientError) as e:
+            raise _upload_error(e, folder, "s3:AbortMultipartUpload") from e
+        aborted.append(upload["Key"])
+    return aborted
+
+
+def _upload_error(error: Exception, folder: Location, permission: str) -> OSError:
+    """``error`` of S3 about ``folder``'s unfinished uploads, as a PermissionError naming ``permission``."""
+    if _s3_error_code(error) == "AccessDenied":
+        return PermissionError(
+            f"{folder.uri} refused {permission} ({error}): allow it, or give the bucket a lifecycle "
+            "rule that aborts incomplete multipart uploads (AbortIncompleteMultipartUpload, "
+            "DaysAfterInitiation: 1)"
+        )
+    return OSError(f"could not abort the unfinished uploads under {folder.uri}: {error}")
