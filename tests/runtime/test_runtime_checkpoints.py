@@ -19,6 +19,7 @@ from costaware_runtime import (
     ContractError,
     StoreError,
     checkpoint_folder,
+    clear_checkpoints,
     commit,
     latest_step,
     load_bytes,
@@ -387,6 +388,24 @@ def test_a_whole_step_is_resumed_where_no_latest_was_ever_written(remote: Path, 
     (remote / "LATEST.json").unlink()
     assert restore(str(remote), tmp_path / "fresh") == 200
     assert load_bytes(directory=tmp_path / "fresh") == (200, b"step 200")
+
+
+def test_a_job_started_over_on_purpose_clears_the_location_first(
+    local: Path, remote: Path, tmp_path: Path
+) -> None:
+    # Without it every attempt resumed the old step 84, and the new pushes never became LATEST.json.
+    save_bytes(b"old 84", step=84, directory=tmp_path / "old run")
+    push(tmp_path / "old run", str(remote))
+    writers_died_before_moving_latest(remote, tmp_path)  # and whole and partial steps above it
+    (remote / "step-7-dead").mkdir()
+    (remote / "step-7-dead" / ".state.bin.1f3a.tmp").write_bytes(b"a killed copy")
+    (remote / "notes.txt").write_text("not a checkpoint")
+    cleared = clear_checkpoints(f"file://{remote}")
+    assert len(cleared) == 6 and sorted(path.name for path in remote.iterdir()) == ["notes.txt"]
+    assert restore(str(remote), tmp_path / "fresh") is None  # the next attempt starts over
+    save_bytes(b"new 33", step=33, directory=local)
+    push(local, str(remote))
+    assert json.loads((remote / "LATEST.json").read_text())["step"] == 33
 
 
 def test_restore_without_a_remote_checkpoint_starts_fresh(local: Path, remote: Path) -> None:

@@ -11,7 +11,14 @@ from typing import Any
 
 import boto3
 import pytest
-from costaware_runtime import StoreError, download_outputs, push, restore, save_bytes
+from costaware_runtime import (
+    StoreError,
+    clear_checkpoints,
+    download_outputs,
+    push,
+    restore,
+    save_bytes,
+)
 from costaware_runtime import sync as sync_module
 from costaware_runtime.stores import S3Store, Store
 from costaware_runtime.sync import STALE_UPLOAD_SECONDS, CheckpointSync
@@ -95,6 +102,21 @@ def test_a_whole_step_its_writer_did_not_point_latest_at_is_resumed(
     s3.put_object(Bucket=bucket, Key="ckpt/LATEST.json", Body=pointer)
     assert restore(uri, tmp_path / "fresh") == 200
     assert json.loads(s3.get_object(Bucket=bucket, Key="ckpt/LATEST.json")["Body"].read())["step"] == 200
+
+
+def test_clearing_a_location_deletes_its_checkpoints_and_aborts_its_open_uploads(
+    bucket: str, s3_env: dict[str, str], tmp_path: Path
+) -> None:
+    s3 = boto3.client("s3", endpoint_url=s3_env["COSTAWARE_S3_ENDPOINT_URL"])
+    save_bytes(b"step 100", step=100, directory=tmp_path / "first")
+    push(tmp_path / "first", f"s3://{bucket}/ckpt")
+    key = "ckpt/step-101-5eed/checkpoint-101/state.bin"  # a push killed mid-file, a second ago
+    upload = s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+    s3.upload_part(Bucket=bucket, Key=key, UploadId=upload, PartNumber=1, Body=b"p" * 1024)
+    assert len(clear_checkpoints(f"s3://{bucket}/ckpt")) == 1
+    assert keys(bucket, "ckpt/", s3_env["COSTAWARE_S3_ENDPOINT_URL"]) == []
+    assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+    assert restore(f"s3://{bucket}/ckpt", tmp_path / "fresh") is None
 
 
 def test_s3_writes_latest_only_if_unchanged_since_read(

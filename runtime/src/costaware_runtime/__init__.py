@@ -12,6 +12,7 @@ __version__ = "0.1.2"
 
 from costaware_runtime.checkpoints import (
     checkpoint_folder,
+    clear_checkpoints,
     commit,
     latest_step,
     load_bytes,
@@ -65,6 +66,7 @@ __all__ = [
     "checkpoint_dir",
     "checkpoint_every_seconds",
     "checkpoint_folder",
+    "clear_checkpoints",
     "commit",
     "download_outputs",
     "exit_preempted",

@@ -362,6 +362,22 @@ def restore(uri: str, directory: Path | str | None = None) -> int | None:
     return CheckpointSync(uri, _folder(directory)).restore()
 
 
+def clear_checkpoints(uri: str) -> list[str]:
+    """Delete every checkpoint at ``uri`` (``LATEST.json`` first, then each ``step-*`` folder) to start over.
+
+    A job started over from step 0 in a location that holds checkpoints resumes the old step at every
+    attempt, and its pushes never become ``LATEST.json`` (it never goes back). Stop every writer of ``uri``
+    first. Open multipart uploads under it are aborted too (S3). Returns the step folders deleted.
+
+    Raises:
+        ContractError: ``uri`` is not a location a store can use.
+        StoreError: The store could not be listed or written.
+    """
+    from costaware_runtime.sync import clear
+
+    return clear(uri)
+
+
 def push(directory: Path | str | None, uri: str) -> int:
     """Upload the committed checkpoint of ``directory`` to ``uri``; returns its step.
 

@@ -45,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import re
 import threading
@@ -426,6 +427,34 @@ class CheckpointSync:
             if not path.is_file() or path.stat().st_size != file.bytes:
                 return False
         return True
+
+
+def clear(uri: str) -> list[str]:
+    """Delete every checkpoint at ``uri``, so that the next attempt starts over from step 0.
+
+    ``LATEST.json`` goes first, then every ``step-*`` folder, then the unfinished uploads under them are
+    aborted (best effort: credentials that may not list or abort them get a warning). A clear cut short
+    leaves at worst whole steps, which a restore would resume from (and say so): run it again. Stop every
+    writer first, else its next push puts a checkpoint back. Returns the step folders deleted.
+
+    Raises:
+        ContractError: ``uri`` is not a location a store can use (see :func:`open_store`).
+        StoreError: The store could not be listed or written.
+    """
+    store = open_store(uri)
+    store.check()
+    store.delete([LATEST_NAME])
+    folders = [folder for folder in store.folders("step-") if _STEP_FOLDER.fullmatch(folder)]
+    for folder in folders:
+        store.delete_folder(folder)
+    try:
+        store.abort_uploads(
+            "step-", math.inf, started_before=math.inf
+        )  # all of them: nothing writes here now
+    except StoreError as e:
+        log.warning("deleted the checkpoints at %s, but their unfinished uploads may stay open: %s", uri, e)
+    log.info("deleted %s and %s step folders at %s", LATEST_NAME, len(folders), store.uri)
+    return folders
 
 
 def _pointer(marker: Marker, prefix: str) -> bytes:
