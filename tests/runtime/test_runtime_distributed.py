@@ -135,13 +135,41 @@ except SystemExit as e:
 """
 
 
-def run_on_two_ranks(tmp_path: Path, body: str) -> tuple[list[dict[str, object]], str]:
+# Only rank 0 takes the per-step decision (a callback given to rank 0 alone); rank 1 trains on without it.
+ALONE_JOB = """
+import datetime
+import torch.distributed as dist
+from costaware_runtime import ContractError
+from costaware_runtime import torch as ct
+
+# The group's own timeout (gloo's default: 30 minutes), scaled to the test's seconds.
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=float(os.environ["GROUP_TIMEOUT"])))
+wait = float(os.environ["WAIT"]) if os.environ["WAIT"] else None
+if RANK == 0:
+    began = time.monotonic()
+    try:
+        ct.checkpoint_decision(wait_seconds=wait)
+    except ContractError as e:
+        record("end", {"error": str(e), "seconds": time.monotonic() - began})
+        raise
+    record("end", {"decided": True})
+else:
+    # Trains on (here: waits) without it, until the test has seen rank 0 fail.
+    for _ in range(600):
+        if (RECORD / "end-0.json").exists():
+            break
+        time.sleep(0.1)
+"""
+
+
+def run_on_two_ranks(tmp_path: Path, body: str, **variables: str) -> tuple[list[dict[str, object]], str]:
     """Run ``body`` under torchrun with two CPU ranks; each rank's ``end`` record, and torchrun's output."""
     script = tmp_path / "job.py"
     script.write_text(PRELUDE + body)
     records = tmp_path / "records"
     records.mkdir()
     env = os.environ | {"COSTAWARE_CHECKPOINT_DIR": str(tmp_path / "checkpoints"), "RECORD": str(records)}
+    env |= variables
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     log = tmp_path / "torchrun.log"
     with log.open("w") as out:
@@ -192,6 +220,33 @@ def test_torch_loop_ranks_agree_and_exit_once_rank_0_has_committed(tmp_path: Pat
     assert [end.get("committed") for end in ends] == [4, 4], tail
     marker = read_marker(tmp_path / "checkpoints")
     assert marker is not None and [file.path for file in marker.files] == ["checkpoint-4/torch.pt"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("wait", "group_timeout", "within"),
+    [("3", "600", (3.0, 20.0)), ("", "4", (4.0, 20.0))],
+    ids=["wait_seconds", "the group's timeout"],
+)
+def test_a_rank_that_never_joins_the_decision_fails_the_others_with_a_clear_error(
+    tmp_path: Path, wait: str, group_timeout: str, within: tuple[float, float]
+) -> None:
+    # Rank 0 waited in the decision's all-reduce for a rank that never came, silent until the group's
+    # timeout (30 minutes on gloo), then failed with "Timed out waiting 1800000ms for recv".
+    ends, output = run_on_two_ranks(tmp_path, ALONE_JOB, WAIT=wait, GROUP_TIMEOUT=group_timeout)
+    error, seconds = str(ends[0].get("error")), float(ends[0].get("seconds", -1))  # type: ignore[arg-type]
+    assert "rank 0 of 2 waited" in error and "for the other ranks to agree on when to save and stop" in error
+    assert "call it on every rank at the same point of every step" in error, output[-3000:]
+    assert within[0] - 0.5 <= seconds <= within[1], output[-3000:]
+
+
+def test_a_wait_that_is_not_seconds_is_refused() -> None:
+    from costaware_runtime import ContractError
+    from costaware_runtime import torch as ct
+
+    for bad in (0, -1.0, float("nan"), "30", True):
+        with pytest.raises(ContractError, match=rf"wait_seconds={bad!r} is not a wait: pass seconds > 0"):
+            ct.checkpoint_decision(wait_seconds=bad)  # type: ignore[arg-type]
 
 
 def test_a_single_process_never_touches_torch_distributed(

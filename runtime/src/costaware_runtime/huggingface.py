@@ -60,11 +60,17 @@ def _callback_class() -> type:
 
         Set ``TrainingArguments.output_dir`` to ``COSTAWARE_CHECKPOINT_DIR``: that is where the launcher
         looks for commits. ``timer``: also save at the end of a step whenever it says a checkpoint is due.
+        Under torchrun give it to every rank's Trainer: its per-step agreement is a collective, and the
+        ranks that call it fail with ``ContractError`` once one has not joined for ``wait_seconds`` (None:
+        the process group's own timeout; give more than a save takes).
         """
 
-        def __init__(self, *, timer: CheckpointTimer | None = None) -> None:
+        def __init__(
+            self, *, timer: CheckpointTimer | None = None, wait_seconds: float | None = None
+        ) -> None:
             self.stopping = False
             self.timer = timer
+            self.wait_seconds = _ranks.check_wait_seconds(wait_seconds)
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
             preemption_requested()  # installs the SIGTERM handler before the first step
@@ -81,7 +87,7 @@ def _callback_class() -> type:
             # its own, and a rank that stopped alone left the others in the next step's all-reduce. The
             # interval is rank 0's, so ranks whose timers tick a step apart do not save twice.
             timer_due = self.timer is not None and _ranks.is_rank_zero() and self.timer.due()
-            notice, timer_due = _ranks.any_rank([preemption_requested(), timer_due])
+            notice, timer_due = _ranks.any_rank([preemption_requested(), timer_due], self.wait_seconds)
             if notice:
                 self.stopping = True
                 control.should_save = True
@@ -102,13 +108,13 @@ def _callback_class() -> type:
             # The Trainer calls on_save once checkpoint-<global_step>/ is complete (and old ones rotated) on
             # this rank; each rank writes its own rng_state_<rank>.pth there, so rank 0 commits only once
             # every rank has written (else the commit missed, or caught half-written, another rank's file).
-            _ranks.wait_for_all()
+            _ranks.wait_for_all(self.wait_seconds)
             folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
             if state.is_world_process_zero and folder.is_dir():
                 commit(args.output_dir, state.global_step, [folder])
             if self.stopping:
                 # A rank that exited first failed the group: torchrun stopped the others, rank 0 committing.
-                _ranks.wait_for_all()
+                _ranks.wait_for_all(self.wait_seconds)
                 exit_preempted()
             return control
 

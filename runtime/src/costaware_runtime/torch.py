@@ -40,7 +40,9 @@ class Decision(NamedTuple):
     stop: bool
 
 
-def checkpoint_decision(timer: CheckpointTimer | None = None) -> Decision:
+def checkpoint_decision(
+    timer: CheckpointTimer | None = None, *, wait_seconds: float | None = None
+) -> Decision:
     """Whether to save and stop after this step, the same on every rank: call it on each rank every step.
 
     ``stop`` is true once any rank has the preemption notice; ``save`` as well, or when ``timer`` (rank 0's:
@@ -48,19 +50,24 @@ def checkpoint_decision(timer: CheckpointTimer | None = None) -> Decision:
     ranks agree with one small all-reduce: a rank deciding alone (``cr.preemption_requested()``) stopped at
     its step while the others waited for it in the next one's gradient all-reduce, until torchrun killed
     the group. In a single process it is ``cr.preemption_requested()`` and ``timer.due()``, nothing more.
+
+    A rank that never calls it leaves the others waiting in it: they fail with ``ContractError`` after
+    ``wait_seconds`` (None: the process group's own timeout, ``init_process_group(timeout=...)``). Give
+    more than rank 0 may spend alone between two calls (its save, an evaluation of its own).
     """
     timer_due = timer is not None and _ranks.is_rank_zero() and timer.due()
-    notice, timer_due = _ranks.any_rank([preemption.preemption_requested(), timer_due])
+    notice, timer_due = _ranks.any_rank([preemption.preemption_requested(), timer_due], wait_seconds)
     return Decision(save=notice or timer_due, stop=notice)
 
 
-def exit_preempted() -> NoReturn:
+def exit_preempted(*, wait_seconds: float | None = None) -> NoReturn:
     """Exit 75 on every rank together, once rank 0 has saved; ``cr.exit_preempted()`` in a single process.
 
     Call it on every rank when :func:`checkpoint_decision` says stop. A rank that exited first failed the
-    group, and torchrun stopped the others, rank 0 in the middle of its save.
+    group, and torchrun stopped the others, rank 0 in the middle of its save. ``wait_seconds``: as for
+    :func:`checkpoint_decision` (give more than rank 0's save takes).
     """
-    _ranks.wait_for_all()
+    _ranks.wait_for_all(wait_seconds)
     preemption.exit_preempted()
 
 
