@@ -235,15 +235,16 @@ class AttemptBilling:
             # Where the backend says the job ran, among the zones the plan prices (a followed job whose zone
             # was not known at its follow); any other label (a node's) says nothing of its price.
             state = replace(state, current=replace(state.current, zone=ran_in))
+        # An attempt in a zone of another region pays that region's on-demand price, and its savings are
+        # reckoned against it.
+        zone = state.current.zone if state.current else ""
+        on_demand = self._on_demand_in(state.plan, zone) or Decimal(state.plan.on_demand_usd_per_hour)
         if job["market"] == "spot" and not (job.get("metrics") or {}).get(BILLED_AT_ON_DEMAND):
             rate = self._billed_spot_rate(state, job)
         else:
             # On-demand, or SageMaker managed spot's billable time, which holds the spot saving already:
             # priced at the spot rate, the saving was taken twice and the ledger under-counted.
-            rate = Decimal(state.plan.on_demand_usd_per_hour)
-        # An attempt in a zone of another region: its savings are against that region's on-demand price.
-        zone = state.current.zone if state.current else ""
-        on_demand = self._on_demand_in(state.plan, zone) or Decimal(state.plan.on_demand_usd_per_hour)
+            rate = on_demand
         # A ledger that cannot be read now raises (the bill is made again): read as the plan's price, an
         # attempt on a dearer type was billed at a quarter of its cost, and max_usd's money left overstated.
         scale = self._ran_on_scale(state.plan, job, raise_unavailable=price_unread_raises)

@@ -1034,3 +1034,37 @@ def test_a_kill_bills_its_job_even_where_the_price_of_the_type_it_ran_on_cannot_
     billing._bill_attempt(state, job, "killed", price_unread_raises=False)
     (entry,) = [e for e in ledger.entries() if e["task_id"] == "train"]
     assert Decimal(str(entry["usd"])) == Decimal("0.05")  # the planned price: counted, if low
+
+
+def test_an_on_demand_attempt_in_another_region_is_billed_at_that_regions_price(ledger: Any) -> None:
+    # An on-demand job the backend ran in a zone of another region (a followed job, or one that reports its
+    # zone) was billed at the plan region's on-demand price, while its savings were reckoned against its own.
+    from attempt_states import CAPTURED  # tests/support/
+
+    from costaware.adapters.price_source import list_price
+    from costaware.remote_billing import KilledTrainingBilling
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan
+    from costaware.training.plan.remote_plan import Placement
+
+    plan = RemotePlan.from_json(CAPTURED)  # m5.large in us-east-1 at $2.00/hour on-demand
+    plan = replace(plan, placement=Placement(zones=("us-east-1a", "us-west-2a")))
+    billing = KilledTrainingBilling(
+        ledger_conn_id="costaware_ledger", aws_conn_id=None, log=logging.getLogger(__name__)
+    )
+    there = list_price(billing.ledger_hook.get_conn(), "m5.large", "us-west-2")
+    assert there != Decimal(plan.on_demand_usd_per_hour)
+    state = AttemptState(plan=plan).submitted(job_id="train-a1", market="on_demand", zone="us-west-2a")
+    job = {
+        "job_id": "train-a1",
+        "state": "succeeded",
+        "market": "on_demand",
+        "instance_type": "m5.large",
+        "availability_zone": "us-west-2a",
+        "billable_seconds": 3600.0,
+        "ended_at": time.time(),
+    }
+    billing._bill_attempt(state, job, None)
+    (entry,) = [e for e in ledger.entries() if e["task_id"] == "train" and e["kind"] == "compute"]
+    assert Decimal(str(entry["usd"])) == there
+    assert Decimal(str(entry["on_demand_usd"])) == there  # no saving: it ran on-demand there
