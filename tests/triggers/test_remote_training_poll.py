@@ -219,3 +219,43 @@ def test_dags_test_interrupted_while_it_waits_stops_and_bills_the_job(
 
     asyncio.run(interrupt_the_wait())
     assert stops == ["stopped"]
+
+
+def test_only_a_job_never_seen_is_stopped_when_it_is_billed_as_gone(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A job seen and then gone was deleted by its backend (a drain deleting the pod): a stop of it was a
+    # 404 no-op on Kubernetes, logged as if it could still run. Only a job never listed may exist after all.
+    from datetime import datetime, timedelta, timezone
+
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.adapters.compute.local import LocalBackend
+    from costaware.core.errors import JobNotFoundError
+    from costaware.triggers.remote_training import NOT_LISTED_GRACE_SECONDS
+
+    stops: list[str] = []
+    monkeypatch.setattr(LocalBackend, "stop", lambda self, job_id: stops.append(job_id))
+    submitted = datetime(2026, 3, 1, 9, tzinfo=timezone.utc)
+    state = {**STATE, "current": {**STATE["current"], "submitted_at": submitted.isoformat()}}  # type: ignore[dict-item]
+
+    def watch() -> RemoteTrainingJobTrigger:
+        return RemoteTrainingJobTrigger(
+            backend="local", backend_options={"root": str(tmp_path)}, job_id="j", state=state
+        )
+
+    running = JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=60.0)
+    answering(monkeypatch, [running, JobNotFoundError("404")])
+    seen = watch()
+    assert seen.poll_once(submitted + timedelta(minutes=1)) is None
+    capsys.readouterr()
+    assert seen.poll_once(submitted + timedelta(minutes=2)) is not None
+    assert stops == []
+    said = capsys.readouterr().out
+    assert "job j on local was seen at 2026-03-01T09:01:00+00:00 and is gone now: nothing to stop" in said
+
+    answering(monkeypatch, [JobNotFoundError("404")])
+    capsys.readouterr()
+    assert watch().poll_once(submitted + timedelta(seconds=NOT_LISTED_GRACE_SECONDS + 60)) is not None
+    assert stops == ["j"]
+    said = capsys.readouterr().out
+    assert "stopping job j, which local has not listed in the 660 s since its submit" in said

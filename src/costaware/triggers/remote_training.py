@@ -357,7 +357,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                     self.log.info("job %s is not listed on %s yet: polled again", self.job_id, self.backend)
                     return None
                 self.log.warning("job %s on %s: %s", self.job_id, self.backend, status.reason)
-                self._stop_unlisted()
+                self._stop_unlisted(now)
         else:
             self._last_seen = (status, now)
         fallback_at = parse_instant(self.fallback_at, name="fallback_at") if self.fallback_at else None
@@ -385,15 +385,33 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 return {**paused, "job": status.to_dict(), "seen_at": now.isoformat()}
         return None
 
-    def _stop_unlisted(self) -> None:
-        """Stop the job billed as gone, best effort, before its attempt is resubmitted.
+    def _stop_unlisted(self, now: datetime) -> None:
+        """Stop a job billed as gone that was never seen, best effort, before its attempt is resubmitted.
 
         A Batch or SageMaker job still not listed 10 minutes after its submit may exist after all (a listing
-        that lags): it ran on beside the resubmitted attempt, billed to nobody. A pod already gone is
-        nothing to stop.
+        that lags): it ran on beside the resubmitted attempt, billed to nobody. A job seen here and gone now
+        was deleted by its backend (a drain deleting the pod): there is nothing left to stop (on Kubernetes
+        the delete was a 404 that did nothing).
         """
         from costaware.adapters.compute.base import open_backend
 
+        if self._last_seen is not None:
+            self.log.info(
+                "job %s on %s was seen at %s and is gone now: nothing to stop",
+                self.job_id,
+                self.backend,
+                self._last_seen[1].isoformat(),
+            )
+            return
+        submitted = (self.state.get("current") or {}).get("submitted_at")
+        since = (now - parse_instant(submitted, name="submitted_at")).total_seconds() if submitted else 0.0
+        self.log.warning(
+            "stopping job %s, which %s has not listed in the %.0f s since its submit, in case it exists "
+            "after all: it is billed only up to now",
+            self.job_id,
+            self.backend,
+            since,
+        )
         try:
             open_backend(self.backend, self.backend_options).stop(str(self.job_id))
         except Exception as e:
