@@ -748,19 +748,37 @@ def test_a_copys_run_is_added_to_the_jobs_billed_seconds() -> None:
     stopped_copy = {"jobId": "c", "status": "FAILED", "attempts": [{"startedAt": 1_000, "stoppedAt": 46_000}]}
     running_copy = {"jobId": "d", "status": "RUNNING", "startedAt": 2_000}
     billed = batch.with_copies(status, [stopped_copy, running_copy], now_ms=12_000)
-    assert billed.billable_seconds == 600 + 45 + 10
+    # The running copy of an ended job: up to now and ECS's default stop timeout (30 s) more.
+    assert billed.billable_seconds == 600 + 45 + 10 + 30
     assert billed.metrics == {
         "batch_attempts": 1,
         "batch_copies": 2,
-        "batch_copy_seconds": 55,
-        "batch_copy_seconds_by_type": {"m5.large": 55},
+        "batch_copy_seconds": 85,
+        "batch_copy_seconds_by_type": {"m5.large": 85},
     }
     # A copy the compute environment placed on another type: its seconds are priced at that type.
     elsewhere = {**stopped_copy, "container": {"instanceType": "m5.2xlarge"}}
     billed = batch.with_copies(status, [elsewhere, running_copy], now_ms=12_000)
-    assert billed.metrics["batch_copy_seconds_by_type"] == {"m5.2xlarge": 45, "m5.large": 10}
+    assert billed.metrics["batch_copy_seconds_by_type"] == {"m5.2xlarge": 45, "m5.large": 40}
     assert (billed.state, billed.ended_at) == (status.state, status.ended_at)  # the job's own end
     assert batch.with_copies(status, [], now_ms=12_000) == status
+
+
+def test_a_copy_still_shutting_down_at_the_jobs_end_is_billed_to_its_stop_timeout() -> None:
+    # The job's last poll is its bill: a copy still shutting down then (terminated, not stopped yet) was
+    # billed up to that poll, though ECS lets it run until its stop timeout after the SIGTERM.
+    job = {"jobId": "j", "status": "SUCCEEDED", "attempts": [{"startedAt": 0, "stoppedAt": 600_000}]}
+    ended = batch.status_from_description(job, "spot", "m5.large")
+    running_copy = {"jobId": "d", "status": "RUNNING", "startedAt": 2_000}
+    billed = batch.with_copies(ended, [running_copy], now_ms=12_000, stop_timeout_seconds=30)
+    assert billed.billable_seconds == 600 + 10 + 30
+    assert billed.metrics["batch_copy_seconds_by_type"] == {"m5.large": 40}
+    # While the job runs, a later poll bills the copy again: up to that poll only.
+    running = batch.status_from_description({**job, "status": "RUNNING"}, "spot", "m5.large")
+    assert batch.with_copies(running, [running_copy], now_ms=12_000).metrics["batch_copy_seconds"] == 10
+    # A copy Batch shows stopped is billed to its stop.
+    stopped_copy = {"jobId": "c", "status": "FAILED", "attempts": [{"startedAt": 1_000, "stoppedAt": 46_000}]}
+    assert batch.with_copies(ended, [stopped_copy], now_ms=60_000).metrics["batch_copy_seconds"] == 45
 
 
 def test_a_batch_job_not_listed_right_after_its_submit_is_polled_again(

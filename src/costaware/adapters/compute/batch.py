@@ -176,19 +176,32 @@ def copy_reason(job_name: str, job_id: str) -> str:
     return f"a second submit of costaware job {job_name} (it runs as {job_id})"
 
 
-def with_copies(status: JobStatus, copies: Sequence[Mapping[str, Any]], *, now_ms: int) -> JobStatus:
+def with_copies(
+    status: JobStatus,
+    copies: Sequence[Mapping[str, Any]],
+    *,
+    now_ms: int,
+    stop_timeout_seconds: float = ECS_STOP_TIMEOUT_SECONDS,
+) -> JobStatus:
     """``status`` billed with the time its submit's ``copies`` ran before their stop (pure).
 
     Batch bills each copy as the job it is, on the same queue (market): their seconds are the job's, said
     in its reason and counted in its metrics, per the instance type each ran on (``container.instanceType``,
-    else the job's) in ``COPY_SECONDS_BY_TYPE``.
+    else the job's) in ``COPY_SECONDS_BY_TYPE``. A copy still running when the job has ended is billed
+    ``stop_timeout_seconds`` past ``now_ms`` (see below).
     """
     if not copies:
         return status
     by_type: dict[str, float] = {}
     for copy in copies:
         ran_on = str((copy.get("container") or {}).get("instanceType") or status.instance_type)
-        billed = status_from_description(copy, status.market, ran_on, now_ms=now_ms).billable_seconds
+        seen = status_from_description(copy, status.market, ran_on, now_ms=now_ms)
+        billed = seen.billable_seconds
+        if status.state.done and seen.state == JobState.RUNNING:
+            # The job's end is its last poll and its bill: nothing looks at this copy again. It was
+            # terminated before now (its tag is set just before the stop) and still shuts down, and ECS
+            # gives it its stop timeout from the SIGTERM to the SIGKILL: the most it can run on.
+            billed += stop_timeout_seconds
         by_type[ran_on] = by_type.get(ran_on, 0.0) + billed
     seconds = sum(by_type.values())
     return replace(
@@ -625,7 +638,7 @@ class BatchBackend:
         except Exception as e:  # the job's own status stands; the next poll looks for its copies again
             log.warning("cannot look for copies of Batch job %s to bill with it: %s", job_id, e)
             return status
-        return with_copies(status, copies, now_ms=now_ms)
+        return with_copies(status, copies, now_ms=now_ms, stop_timeout_seconds=self.stop_timeout_seconds)
 
     def stop(self, job_id: str) -> None:
         try:
