@@ -1068,3 +1068,52 @@ def test_an_on_demand_attempt_in_another_region_is_billed_at_that_regions_price(
     (entry,) = [e for e in ledger.entries() if e["task_id"] == "train" and e["kind"] == "compute"]
     assert Decimal(str(entry["usd"])) == there
     assert Decimal(str(entry["on_demand_usd"])) == there  # no saving: it ran on-demand there
+
+
+def test_a_followed_job_is_stopped_at_what_is_left_of_the_cap_now(
+    ledger: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A retry re-attaching to the job an earlier try submitted kept that job's older, longer time limit:
+    # with the cap lowered since (the budgets' room), the job ran on past what is left of max_usd.
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.training.attempt_effects import cap_rate, capped_seconds
+    from costaware.training.attempts import AttemptState
+    from costaware.training.remote import job_name
+    from costaware.triggers.remote_training import RemoteTrainingJobTrigger
+
+    op = operator(tmp_path, max_usd="0.10")
+    op._retry = True  # as execute sets it on try 2
+    state = op._start(context_for(try_number=2))
+    name = job_name(state.plan.base_name, 1)
+    running = {"job_id": name, "market": "spot", "instance_type": "p3.2xlarge"}
+    answers = [JobStatus(state=JobState.RUNNING, billable_seconds=100.0, **running)]
+    stops: list[str] = []
+    monkeypatch.setattr(LocalBackend, "find", lambda self, job: name if job == name else None)
+    monkeypatch.setattr(LocalBackend, "poll", lambda self, job_id: answers.pop(0))
+    monkeypatch.setattr(LocalBackend, "submit", lambda self, request: request.job_name)  # found: kept
+    monkeypatch.setattr(LocalBackend, "stop", lambda self, job_id: stops.append(job_id))
+    followed = op._submit(state, "spot")
+    assert followed.current is not None
+    limit = capped_seconds(followed, cap_rate(followed, "spot"))
+    assert limit is not None and 0 < limit < 3600  # $0.10 at $0.918/hour less the grace period
+    assert followed.current.stop_after_seconds == limit
+    assert f"stopped after {limit} s of running" in capsys.readouterr().out
+
+    watch = RemoteTrainingJobTrigger(
+        backend="local", backend_options=op.backend_options, job_id=name, state=followed.to_json()
+    )
+    answers.extend(
+        [
+            JobStatus(state=JobState.RUNNING, billable_seconds=limit - 1.0, **running),
+            JobStatus(state=JobState.RUNNING, billable_seconds=float(limit), **running),
+            JobStatus(state=JobState.RUNNING, billable_seconds=limit + 30.0, **running),  # its grace period
+            JobStatus(state=JobState.INTERRUPTED, billable_seconds=limit + 60.0, ended_at=1.0, **running),
+        ]
+    )
+    assert watch.poll_once(utcnow()) is None and stops == []
+    assert watch.poll_once(utcnow()) is None and stops == [name]
+    assert watch.poll_once(utcnow()) is None and stops == [name]  # asked once
+    event = watch.poll_once(utcnow())
+    assert event is not None and event["job"]["state"] == "interrupted"
+    ended = AttemptState.from_json(event["state"])
+    assert ended.current is not None and ended.current.stopped_by_cap(event["job"])  # cause max_usd

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from airflow.sdk.exceptions import TaskDeferred
+from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 from remote_support import command_operator_args, context_for, drive, reimported
 
 from costaware.adapters.compute.base import JobState, open_backend
@@ -835,21 +835,25 @@ def test_a_retry_the_budgets_have_no_room_for_follows_and_bills_the_job_its_fail
     tmp_path: Path, ledger: Any
 ) -> None:
     # The retry's budget_scope hold was refused, and the try failed before it looked for the earlier job:
-    # attempt 1 ran on, watched and billed by nobody. Now it is followed to its end and billed, and no new
-    # attempt starts (max_usd is lowered to what the earlier tries billed), as behind a spend gate.
+    # attempt 1 ran on, watched and billed by nobody. Now it is followed and billed, and no new attempt
+    # starts (max_usd is lowered to what the earlier tries billed), as behind a spend gate. Nothing is left
+    # of that cap: the job is stopped (it checkpoints) rather than run on to the limit try 1 gave it.
     from costaware.core.ledger import Kind, LedgerEntry
 
     ledger.set_budget("project=churn", "month", "10")
     scoped = {"budget_scope": "project=churn", "max_usd": "5"}
-    trigger = deferred_trigger(operator(tmp_path, "ok", **scoped))
+    trigger = deferred_trigger(operator(tmp_path, "wait-for-notice", **scoped))
     assert trigger.job_id is not None
+    wait_for(tmp_path / "seen.jsonl.ready")  # the job runs
     for hold in ledger.open_reservations():  # try 1 failed: the cost listener settles its hold
         ledger.settle(hold.id, "0")
     ledger.record(LedgerEntry("other", "o", "t", Kind.COMPUTE, Decimal("8"), tags={"project": "churn"}))
-    result, _ = drive(operator(tmp_path, "ok", deferrable=False, **scoped), context_for(try_number=2))
-    assert [a["attempt"] for a in result["attempts"]] == [1]
+    retry = operator(tmp_path, "wait-for-notice", deferrable=False, **scoped)
+    with pytest.raises(AirflowFailException, match="the budgets have no room for this retry"):
+        drive(retry, context_for(try_number=2))
+    assert open_backend("local", {"root": str(tmp_path / "jobs")}).poll(trigger.job_id).state.done
     (billed,) = train_entries(ledger)
-    assert billed["cause"] == "success" and Decimal(billed["usd"]) > 0
+    assert billed["cause"] == "max_usd" and Decimal(billed["usd"]) > 0
 
 
 def test_a_killed_job_the_backend_does_not_list_yet_is_stopped_all_the_same(

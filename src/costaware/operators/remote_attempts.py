@@ -112,30 +112,36 @@ class RemoteAttemptSteps(AttemptBilling):
         sized_on, scale = self._dearer_type_ran_on(state) if plan.max_usd is not None else (None, Decimal(1))
         rate *= scale
         allowed = capped_seconds(state, rate)
-        if allowed is not None and allowed < MIN_CAPPED_SECONDS:
-            if followed is None:
-                self._settle(state)
-                # SageMaker syncs its checkpoints itself, without the marker: there, none read says nothing.
-                newest = self._newest_step(state) if state.attempts and plan.backend != "sagemaker" else None
-                raise AirflowFailException(
-                    cap_spent_message(state, market, rate, newest_step=newest, instance_type=sized_on)
-                )
-            # An earlier try of this task started it (the cap or a price has changed since): follow it to its
-            # end and bill it, under the limit it was given, rather than leave it running unrecorded.
-            self.log.warning(
-                "attempt %d was started by an earlier try as %s: following it, although what is left of "
-                "max_usd would not start it now",
-                state.next_attempt,
-                followed.job_id,
+        # A job an earlier try started (the cap or a price has changed since) is followed and billed rather
+        # than left running unrecorded, whatever is left: the wait stops it there (below), at once if nothing.
+        if allowed is not None and allowed < MIN_CAPPED_SECONDS and followed is None:
+            self._settle(state)
+            # SageMaker syncs its checkpoints itself, without the marker: there, none read says nothing.
+            newest = self._newest_step(state) if state.attempts and plan.backend != "sagemaker" else None
+            raise AirflowFailException(
+                cap_spent_message(state, market, rate, newest_step=newest, instance_type=sized_on)
             )
-            allowed = None
         every = self._retune_interval(state) if market == "spot" and not following else None
         request = job_request(
             state, market, utcnow(), zone=zone, checkpoint_every_seconds=every, stop_after_seconds=allowed
         )
         left = money_left(state)
-        # A followed job has the limit an earlier try gave it: none is said here.
-        if allowed is not None and left is not None and not following:
+        # A followed job's backend keeps the limit an earlier try gave it, sized at the cap of then: the
+        # budgets may have lowered the cap since. The wait stops it at what is left now, as the dearer
+        # type's stop does (a job that has ended is only billed).
+        stop_by_poll = following and allowed is not None and not (followed and followed.state.done)
+        if stop_by_poll and left is not None:
+            self.log.warning(
+                "attempt %d was started by an earlier try as %s under the time limit of that try: %s is left "
+                "of max_usd now, at %s/hour%s, so it is stopped after %d s of running",
+                request.attempt,
+                followed.job_id if followed is not None else request.job_name,
+                format_usd_exact(left),
+                format_usd_exact(rate),
+                f" on {sized_on}" if sized_on else "",
+                allowed,
+            )
+        elif allowed is not None and left is not None and not following:
             self.log.info(
                 "attempt %d is stopped after %d s at the latest: %s is left of max_usd, at %s/hour%s",
                 request.attempt,
@@ -159,7 +165,8 @@ class RemoteAttemptSteps(AttemptBilling):
             zone=zone,
             restored_step=restored,
             market_reason=market_reason if market == "on_demand" else "",
-            stop_after_seconds=allowed if binding else None,
+            stop_after_seconds=allowed if binding or stop_by_poll else None,
+            stop_by_poll=stop_by_poll,
             submitted_at=submitted_at.isoformat(),
             moved_bytes=moved,
         )

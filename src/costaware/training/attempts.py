@@ -143,6 +143,9 @@ class Current:
     restored_step: int | None = None  # see Attempt.restored_step
     market_reason: str = ""  # see Attempt.market_reason
     stop_after_seconds: int | None = None  # what was left of max_usd when it was submitted (None: no cap)
+    # A job an earlier try submitted keeps the time limit it got then, whatever the cap is now: the wait
+    # stops it once it has run ``stop_after_seconds`` (its backend does not).
+    stop_by_poll: bool = False
     submitted_at: str | None = None  # ISO time of the submit (older states: None)
     # The data and checkpoint bytes (at the submit) a run in another region than the plan's reads across,
     # where the plan allows zones there (else 0): egress, recorded once the attempt ran in such a zone.
@@ -159,6 +162,8 @@ class Current:
             data["market_reason"] = self.market_reason
         if self.stop_after_seconds is not None:
             data["stop_after_seconds"] = self.stop_after_seconds
+        if self.stop_by_poll:
+            data["stop_by_poll"] = True
         if self.submitted_at is not None:
             data["submitted_at"] = self.submitted_at
         if self.moved_bytes:
@@ -182,6 +187,7 @@ class Current:
             restored_step=_step_or_none(data.get("restored_step")),
             market_reason=str(data.get("market_reason") or ""),
             stop_after_seconds=_step_or_none(data.get("stop_after_seconds")),
+            stop_by_poll=bool(data.get("stop_by_poll")),
             submitted_at=str(data["submitted_at"]) if data.get("submitted_at") else None,
             moved_bytes=int(data.get("moved_bytes") or 0),
         )
@@ -283,6 +289,7 @@ class AttemptState:
         restored_step: int | None = None,
         market_reason: str = "",
         stop_after_seconds: int | None = None,
+        stop_by_poll: bool = False,
         submitted_at: str | None = None,
         moved_bytes: int = 0,
     ) -> AttemptState:
@@ -290,7 +297,8 @@ class AttemptState:
 
         ``restored_step``: the newest pushed checkpoint's step at the submit, where it was read;
         ``market_reason``: why it runs on on-demand, where something chose that (see
-        :attr:`Attempt.market_reason`); ``stop_after_seconds``: when ``max_usd`` stops it;
+        :attr:`Attempt.market_reason`); ``stop_after_seconds``: when ``max_usd`` stops it (``stop_by_poll``:
+        the wait stops it there, not its backend: a job an earlier try submitted under another limit);
         ``submitted_at``: when (ISO), the most a job the backend has not priced yet can have run;
         ``moved_bytes``: what a run in another region would read across (see :attr:`Current.moved_bytes`).
         """
@@ -302,6 +310,7 @@ class AttemptState:
             restored_step=restored_step,
             market_reason=market_reason,
             stop_after_seconds=stop_after_seconds,
+            stop_by_poll=stop_by_poll,
             submitted_at=submitted_at,
             moved_bytes=moved_bytes,
         )

@@ -369,6 +369,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             self._last = status.state.value
         if status.state == JobState.RUNNING and status.instance_type:
             self._stop_within_cap_on_other_type(status)
+        if status.state == JobState.RUNNING:
+            self._stop_followed_job_at_cap(status)
         if self.price_watch and status.state == JobState.RUNNING and status.market == "spot":
             try:
                 paused = watch_event(self.price_watch, self.state, now=now)
@@ -453,6 +455,38 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             return None
         self._poll_errors = 0
         return event
+
+    def _stop_followed_job_at_cap(self, status: Any) -> None:
+        """Stop a job an earlier try submitted once it has run what is left of ``max_usd`` now.
+
+        Its backend holds the time limit that try gave it, sized at the cap of then: the budgets may have
+        lowered the cap since (a retry holds only what they have room for). The operator worked out what is
+        left when it followed the job (``stop_after_seconds``, ``stop_by_poll``); the job is stopped there
+        (SIGTERM: it checkpoints; at its first poll running where nothing is left), and it ends recorded as
+        stopped by ``max_usd``.
+        """
+        from costaware.adapters.compute.base import billed_instances, open_backend
+
+        current = self.state.get("current") or {}
+        limit = current.get("stop_after_seconds")
+        job_id = str(status.job_id or self.job_id)
+        if not current.get("stop_by_poll") or limit is None or self._stopped_for_cap == job_id:
+            return
+        ran = float(status.billable_seconds) / billed_instances(self.backend_options)
+        if ran < float(limit):
+            return
+        self.log.warning(
+            "job %s, which an earlier try submitted, has run %.0f s, what is left of max_usd now buys: "
+            "stopping it (it checkpoints in its grace period)",
+            job_id,
+            ran,
+        )
+        try:
+            open_backend(self.backend, self.backend_options).stop(job_id)
+        except Exception as e:  # asked again at the next poll
+            self.log.warning("stopping job %s failed (%s): asked again at the next poll", job_id, e)
+            return
+        self._stopped_for_cap = job_id
 
     def _stop_within_cap_on_other_type(self, status: Any) -> None:
         """Stop a job that runs on a dearer type than planned once it has run what ``max_usd`` buys there.
