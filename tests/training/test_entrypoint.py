@@ -181,3 +181,23 @@ def test_a_missing_result_names_the_job_and_what_to_check(tmp_path: Path) -> Non
     message = str(e.value)
     assert message.startswith("training job 'train-1-a1' ended successfully but its result ")
     assert "check that aws_conn_id reaches the job's S3 endpoint" in message and "spec" not in message
+
+
+def test_a_result_it_cannot_write_is_a_store_failure_not_a_code_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    # The model was trained and stored, then the result's write failed (a store error): the job exited 1,
+    # "training failed: ...", which the provider records as a code error and fails the task for good,
+    # where a store that failed is the contract's 74, submitted again.
+    from costaware_runtime.contract import EXIT_SYNC_FAILED
+
+    from costaware.training.entrypoint import main, write_spec
+
+    monkeypatch.syspath_prepend(str(HERE))  # slow_trainer
+    write_data(tmp_path / "data", rows=300)
+    (tmp_path / "out").write_text("a file where the result's folder should be")
+    spec = spec_for(tmp_path, trainer_params={"epochs": 1, "batch_size": 256, "step_seconds": 0.0})
+    spec_uri = write_spec(str(tmp_path / "spec.json"), spec)
+    assert main(["--spec", spec_uri]) == EXIT_SYNC_FAILED
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith(f"store unavailable: cannot write the result {spec['result_uri']!r}")

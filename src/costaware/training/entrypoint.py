@@ -227,7 +227,16 @@ def run_spec(spec: Mapping[str, Any], environ: Mapping[str, str] | None = None) 
         preemption_notice=preemption_requested if folder is not None else None,
     )
     if spec.get("result_uri"):
-        write_spec(str(spec["result_uri"]), result, **dict(spec.get("storage_options") or {}))
+        uri = str(spec["result_uri"])
+        try:
+            write_spec(uri, result, **dict(spec.get("storage_options") or {}))
+        except OSError as e:
+            # A store that failed, as for the model store: exit 74, submitted again. Read as "training
+            # failed" (exit 1), the job that left no result was a code error that failed the task for good.
+            raise StoreUnavailableError(
+                f"cannot write the result {uri!r} ({e}): check that the job (its role or service account "
+                "on a cloud backend) can create and write the folder of its spec"
+            ) from e
     metrics_path = env.get(METRICS_PATH, "").strip()
     if metrics_path:
         write_metrics(summary_metrics(result), metrics_path)
