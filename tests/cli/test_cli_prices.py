@@ -224,6 +224,32 @@ def test_refresh_through_the_connection(
     assert [(r.price.instance_type, r.origin) for r in rows] == [("ml.g5.xlarge", "aws-price-list")]
 
 
+def test_a_refresh_of_a_list_with_a_misspelt_name_caches_nothing(
+    ledger_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stubber, _ = stubbed_pricing(monkeypatch)
+    items = [json.dumps(i) for i in json.loads((FIXTURES / "sagemaker_get_products.json").read_text())]
+    stubber.add_response("get_products", {"PriceList": items})
+    # ml.g5.xlarge was cached and the misspelt one dropped, exit 0, without a word.
+    with stubber:
+        code = run(
+            ledger_url, "prices", "refresh", "--service", "sagemaker", "--types", "ml.g5.xlarge,ml.g5.xlarg"
+        )
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "--types 'ml.g5.xlarg' matched no sagemaker price in us-east-1; nothing was cached" in err
+    assert PriceCache(Ledger.from_url(ledger_url)).rows() == []
+
+
+@pytest.mark.parametrize("types", [",", " , ", ""])
+def test_types_with_no_name_in_it_is_refused_as_it_is_parsed(
+    ledger_url: str, capsys: pytest.CaptureFixture[str], types: str
+) -> None:
+    with pytest.raises(SystemExit):
+        run(ledger_url, "prices", "import", str(FIXTURES / "ec2_offer_us-east-1.csv"), "--types", types)
+    assert f"no instance type in {types!r}: give a type or pattern" in capsys.readouterr().err
+
+
 def test_refresh_refused_by_aws_is_a_clear_error(
     ledger_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, moto_endpoint: str
 ) -> None:

@@ -65,7 +65,7 @@ def test_a_text_feature_left_out_of_categorical_is_named() -> None:
     assert categorical_columns(features, None) == ["plan", "region", "charges"]
 
 
-@pytest.mark.parametrize("seed", [1.5, -1, 2**32, "1.5", "abc", True, None])
+@pytest.mark.parametrize("seed", [1.5, -1, 2**32, "1.5", "abc", "²", True, None])
 def test_a_trainer_seed_that_is_no_whole_number_in_range_is_refused_by_name(seed: object) -> None:
     from costaware.training.trainers.sklearn import SGDTrainer
 

@@ -144,6 +144,21 @@ def refuse_blank(hint: str) -> Callable[[str], str]:
     return text
 
 
+def instance_type_patterns(value: str) -> str:
+    """``--types``: one or more names or globs, separated by commas; blank or only commas is refused.
+
+    Blank (an unset variable) or ``,`` matched nothing, and the import blamed the file.
+    """
+    from costaware.core.price_list import type_patterns
+
+    if not type_patterns(value):
+        raise argparse.ArgumentTypeError(
+            f"no instance type in {value!r}: give a type or pattern such as 'g5.*' or 'm5*' (several "
+            "separated by commas), or leave --types out for all"
+        )
+    return value
+
+
 def midnight_utc(text: str) -> datetime | None:
     """A date alone (``2026-11-01``) as its midnight UTC; None for text of another length (a time).
 
@@ -402,7 +417,6 @@ ARG_TYPES = Arg(
     "--types",
     help="instance types to keep: a name or a glob such as 'm5*' or 'ml.g5.*', or several separated by "
     "commas ('m5.large,c5.*')",
-    # It matched nothing, and the import blamed the file.
-    if_empty="give a type or pattern such as 'g5.*' or 'm5*', or leave --types out for all",
+    type=instance_type_patterns,
 )
 ARG_SERVICE = Arg("--service", choices=("ec2", "sagemaker"), default=None, help="default: from the type")

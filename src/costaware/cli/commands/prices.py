@@ -365,6 +365,7 @@ def refresh_prices(args: argparse.Namespace) -> int:
     from costaware.adapters.price_source import PriceCache
     from costaware.core.ledger import utcnow
     from costaware.core.price_figures import LIVE
+    from costaware.core.price_list import matches_types, type_patterns
     from costaware.settings import option
 
     regions = args.region or ["us-east-1"]
@@ -400,6 +401,18 @@ def refresh_prices(args: argparse.Namespace) -> int:
                 f"{said}; {check}, or use `costaware prices import FILE` on a machine without AWS access"
             ) from e
         fetched.append((region, prices))
+    # A name of a list that matched nothing in every region is a typo ('g5.xlarge,g5.xlarg'): said, nothing
+    # cached, as an import does (it went to the API as one name, which matched nothing).
+    unmatched = [
+        pattern
+        for pattern in type_patterns(args.types or "")
+        if not any(matches_types(p.instance_type, pattern) for _, prices in fetched for p in prices)
+    ]
+    if unmatched and len(type_patterns(args.types)) > 1:
+        raise ConfigurationError(
+            f"--types {_with_hints(unmatched)} matched no {args.service} price in {', '.join(regions)}; "
+            "nothing was cached: fix or drop it"
+        )
     total = 0
     for region, prices in fetched:
         written = cache.put(prices, origin=LIVE, fetched_at=utcnow())

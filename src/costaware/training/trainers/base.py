@@ -89,7 +89,7 @@ def whole_seed(seed: Any) -> int:
     whole = (
         (isinstance(seed, numbers.Integral) and not isinstance(seed, bool))
         or (isinstance(seed, float) and seed.is_integer())
-        or (isinstance(seed, str) and seed.strip().isdigit())
+        or (isinstance(seed, str) and seed.strip().isascii() and seed.strip().isdigit())
     )
     value = int(seed) if whole else None
     if value is None or not 0 <= value < 2**32:
