@@ -263,6 +263,27 @@ def test_a_scope_that_is_not_tags_is_a_422_that_names_it(client: TestClient, pat
     assert "should match pattern" not in response.text
 
 
+@pytest.mark.parametrize("path", [*JSON_ROUTES, "/api/budgets"])
+def test_a_scope_naming_a_tag_twice_is_a_422_that_names_the_field_and_what_to_do(
+    client: TestClient, path: str
+) -> None:
+    # Well-formed, so the pattern let it through, and the read refused it with no field named and no remedy.
+    response = client.get(path, params={"scope": "project=churn,project=fraud"})
+    assert response.status_code == 422, response.text
+    detail = response.json()["detail"]
+    assert detail.startswith("scope: 'project=churn,project=fraud' names tag 'project' twice"), detail
+    assert "keep one, e.g. 'project=churn'" in detail
+
+
+def test_a_scope_naming_a_tag_twice_is_a_message_on_the_page_by_field(client: TestClient) -> None:
+    page = client.get("/", params={"scope": "project=churn, project=fraud"})
+    assert page.status_code == 422 and "Cannot show costs" in page.text
+    text = unescape(page.text)
+    assert "Scope: 'project=churn,project=fraud' names tag 'project' twice" in text
+    assert "keep one, e.g. 'project=churn'" in text
+    assert 'value="project=churn, project=fraud"' in text  # the form keeps what was typed
+
+
 def test_the_scope_filter_keeps_its_pattern_in_the_openapi(client: TestClient) -> None:
     from costaware.plugins.ui.filters import SCOPE_PATTERN
 

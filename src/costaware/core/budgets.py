@@ -131,7 +131,12 @@ class Scope:
                     "write e.g. 'project=churn,team=ml'"
                 )
             if key in pairs and pairs[key] != value:
-                raise InvalidBudgetError(f"scope {raw!r} names tag {key!r} twice with different values")
+                # A scope is an AND of tags, and an entry has one value per tag: no entry could match.
+                raise InvalidBudgetError(
+                    f"scope {raw!r} names tag {key!r} twice with different values ({pairs[key]!r} and "
+                    f"{value!r}), which no entry has: keep one, e.g. '{key}={pairs[key]}', and look at the "
+                    "other on its own"
+                )
             pairs[key] = value
         return cls.of(pairs)
 

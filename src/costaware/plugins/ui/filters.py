@@ -16,7 +16,8 @@ from urllib.parse import urlencode
 
 from fastapi import Depends, HTTPException, Query
 
-from costaware.core.budgets import TAG_NAME_PATTERN, Period
+from costaware.core.budgets import TAG_NAME_PATTERN, Period, Scope
+from costaware.core.errors import InvalidBudgetError
 from costaware.core.ledger import GROUP_BYS, INDEXED_TAGS, group_by_name
 
 if TYPE_CHECKING:
@@ -162,6 +163,12 @@ def scope_problem(scope: str) -> str | None:
             f"{scope!r} is not a tag filter such as project=churn or project=churn,team=ml (a tag name "
             "starts with a letter, no spaces around ',' and '=', no ',' or '=' in a value); * for all spend"
         )
+    try:
+        # Well-formed yet unreadable (one tag twice): refused here, by field, as the other bad filters;
+        # the read refused it later with no field named on the page.
+        Scope.parse(scope)
+    except InvalidBudgetError as e:
+        return str(e).removeprefix("scope ")  # after "Scope: " as the other fields' messages are
     return None
 
 
