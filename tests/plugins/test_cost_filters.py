@@ -368,6 +368,12 @@ def test_filters_that_select_nothing_say_why_they_may_be_mistyped(client: TestCl
     assert answer["note"] == "the ledger has no entries for DAG 'Early_Dag': check its name (case counts)"
     typo = client.get("/api/summary", params={"scope": "project=Churn"}).json()["note"]
     assert typo.startswith("no recent entry has project=Churn; check its spelling and case (project: ")
+    name_typo = client.get("/api/summary", params={"scope": "proj=churn"}).json()["note"]
+    # It named the values of 'proj' ("proj: none"), not that no entry has a tag of that name.
+    assert name_typo == (
+        "no recent entry has a tag 'proj'; did you mean 'project'? check its spelling and case "
+        "(tags: project, team)"
+    )
     assert client.get("/api/summary", params={"dag_id": "early_dag"}).json()["note"] is None
     page = client.get("/", params={"dag_id": "Early_Dag"}).text
     assert "No entries: the ledger has no entries for DAG &#x27;Early_Dag&#x27;" in page

@@ -8,6 +8,7 @@ bound parameter.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
@@ -64,8 +65,15 @@ def scope_hint(ledger: Ledger, scope: str, dag_ids: frozenset[str] | None = None
     """
     wanted = Scope.parse(scope)
     recent = [e for e in ledger.entries(limit=500) if dag_ids is None or e["dag_id"] in dag_ids]
+    names = sorted({name for e in recent for name in e["tags"]})
     for key, value in wanted.tags:
         seen = sorted({str(e["tags"][key]) for e in recent if key in e["tags"]})
+        if not seen and names:
+            # A misspelt tag name ("proj"): its values, "none", pointed at the value, not at the name.
+            close = difflib.get_close_matches(key, names, n=1)
+            meant = f"did you mean {close[0]!r}? " if close else ""
+            listed = ", ".join(names[:10])
+            return f"no recent entry has a tag {key!r}; {meant}check its spelling and case (tags: {listed})"
         if value not in seen:
             listed = ", ".join(seen[:10]) or "none"
             return f"no recent entry has {key}={value}; check its spelling and case ({key}: {listed})"
