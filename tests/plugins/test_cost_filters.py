@@ -196,9 +196,13 @@ def test_gates_follow_the_scope_filter(client: TestClient, ledger: Ledger) -> No
 def test_since_after_until_is_refused(client: TestClient) -> None:
     backwards = {"since": RANGE["until"], "until": RANGE["since"]}
     response = client.get("/api/summary", params=backwards)
-    assert response.status_code == 422 and "is not before until" in response.json()["detail"]
+    assert response.status_code == 422 and "is not before Until" in response.json()["detail"]
+    assert response.json()["detail"].endswith(": swap them")
     page = client.get("/", params=backwards)
-    assert page.status_code == 422 and "Cannot show costs" in page.text and "is not before until" in page.text
+    assert page.status_code == 422 and "Cannot show costs" in page.text and "is not before Until" in page.text
+    assert ": swap them." in page.text
+    same = client.get("/", params={"since": RANGE["since"], "until": RANGE["since"]})
+    assert "the range is empty: Until is exclusive, give a later one." in same.text
 
 
 # -- D3: times outside UTC's range are bad input, not a crash -------------------------------------

@@ -186,7 +186,9 @@ def check_filters(
             problems.append((name, problem))
     start, end = instants["since"], instants["until"]
     if start is not None and end is not None and start >= end:
-        problems.append(("since", f"{start.isoformat()} is not before until {end.isoformat()}"))
+        # What to do, as the CLI's --since/--until says it: the two were named and left to guess.
+        remedy = "the range is empty: Until is exclusive, give a later one" if start == end else "swap them"
+        problems.append(("since", f"{start.isoformat()} is not before Until {end.isoformat()}: {remedy}"))
     problem = scope_problem(scope)
     if problem:
         problems.append(("scope", problem))
