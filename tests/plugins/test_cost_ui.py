@@ -227,6 +227,17 @@ def test_page_renders_svg_charts_and_numbers(client: TestClient) -> None:
     assert "retrain.train" in html and "http" not in html.split("<body>")[1].replace("http-equiv", "")
 
 
+def test_counts_on_the_page_are_grouped_in_thousands(filled: Ledger, client: TestClient) -> None:
+    # "1001 entries" beside "$1,001.00": a count read at a glance as a tenth of itself.
+    for n in range(1000):
+        filled.record(entry("1", task_id="score", run_id=f"bulk-{n}", outcome="failed"))
+    html = client.get("/", params={"group_by": "task"}).text
+    assert "1,005 entries, last 30 days" in html
+    failed = '<div class="label">Failed tries</div><div class="value">1,001</div>'
+    assert failed + '<div class="note">1 preempted</div>' in html
+    assert "<td>retrain.score</td><td>1,000</td>" in html
+
+
 def test_openapi_lists_the_routes(client: TestClient) -> None:
     paths = client.get("/openapi.json").json()["paths"]
     assert {"/api/summary", "/api/spend", "/api/daily", "/api/budgets", "/api/top-tries", "/"} <= set(paths)

@@ -40,6 +40,8 @@ def _environment() -> Environment:
     )
     env.filters.update(
         money=lambda usd: format_usd_exact(Decimal(usd)),
+        # Counts grouped as the charts' "+ 1,730 more runs" and the money are: "15000 entries" read as 1,500.
+        count=lambda value: f"{value:,}",
         fixed=lambda value, digits: f"{value:.{digits}f}",
         percent=lambda value: f"{value:.1%}",
         general=lambda value: f"{value:g}",
