@@ -143,6 +143,24 @@ def test_show_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert "'nowhere' is not 'recorded', 'bundled', 'live'" in capsys.readouterr().err
 
 
+def test_an_unknown_zone_is_not_told_to_move_its_start(capsys: pytest.CaptureFixture[str]) -> None:
+    # "or pass --start within the recorded hours" ended the error of a zone no file records at any hour.
+    for zone, said in (("gb", "did you mean 'GB'?"), ("US-EAST", "import a file with")):
+        assert main(["carbon", "show", "--zone", zone, "--source", "bundled"]) == 2
+        err = capsys.readouterr().err
+        assert said in err and "--start" not in err, err
+
+
+def test_an_imported_zone_without_a_bundled_year_is_told_its_recorded_hours(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["carbon", "import", str(RECORDED), "--zone", "PL"]) == 0
+    capsys.readouterr()
+    assert main(["carbon", "show", "--zone", "PL", "--start", "2023-06-01", "--hours", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "or pass --start within the recorded hours" in err, err
+
+
 def test_import_then_show_finds_it(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["carbon", "import", str(RECORDED), "--zone", "GB"]) == 0
     out = capsys.readouterr().out

@@ -62,6 +62,11 @@ def show(args: argparse.Namespace) -> int:
         # Past hours no file records are priced by the ledger's emissions at the typical year too: show that.
         typical = _typical_year(source, args.zone, start, args.hours)
         if typical is None:
+            # A --start helps only a zone the source records: for an unknown or miscased zone ("gb",
+            # "US-EAST") it sent the user hunting for hours that no file has.
+            recorded = getattr(source, "zones", None)
+            if recorded is not None and args.zone not in recorded:
+                raise
             raise PriceNotFoundError(f"{e}; or pass --start within the recorded hours") from e
         series = typical
     kind = _kind(series.name, forecast)
