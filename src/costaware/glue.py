@@ -278,6 +278,30 @@ def audit_run_overrides(ledger: Any, dag: Any, dag_run: Any, dag_id: str, run_id
     return {}
 
 
+def misspelt_run_params(dag: Any, dag_run: Any) -> list[str]:
+    """Problems of the run's conf keys that name no param of the DAG but look like one (``train_budjet_usd``).
+
+    Airflow passes such a key through unchecked, and the param it meant keeps its default: a typo'd budget
+    reserved the default one. A key like no param is left alone (a DAG may read its own conf keys).
+    """
+    import difflib
+
+    given = dict(getattr(dag_run, "conf", None) or {})
+    params = getattr(dag, "params", None)
+    if not given or params is None:
+        return []
+    names = [str(name) for name in (params.dump() if hasattr(params, "dump") else params)]
+    problems = []
+    for key in sorted(str(k) for k in given if k not in names):
+        close = difflib.get_close_matches(key, names, n=1, cutoff=0.8)
+        if close:
+            problems.append(
+                f"the run's conf key {key!r} is no param of this DAG: did you mean {close[0]!r}? "
+                f"({close[0]!r} kept its default); trigger the run again with {close[0]!r}"
+            )
+    return problems
+
+
 def try_key(ti: Any) -> tuple[str, str, str, int, int]:
     """The key of one task try: dag_id, run_id, task_id, map_index, try_number."""
     return (ti.dag_id, ti.run_id, ti.task_id, int(ti.map_index), int(ti.try_number))

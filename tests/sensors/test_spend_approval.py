@@ -202,6 +202,30 @@ def test_trigger_params_that_override_the_defaults_are_audited_once(env_ledger: 
     assert override.details == {"train_budget_usd": {"default": 2.0, "given": 9.0}}
 
 
+def test_a_misspelt_param_in_the_run_s_conf_fails_the_gate_before_it_reserves(env_ledger: Ledger) -> None:
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG, Param
+
+    with DAG("retrain", schedule=None, params={"train_budget_usd": Param(2.0), "team": Param("ml")}):
+        spend_gate = SpendCapSensor(
+            task_id="spend_gate", scope="project=churn", estimated_usd="1", for_task_id="train", timeout=5
+        )
+        EmptyOperator(task_id="train")
+    # Airflow ran it: train_budget_usd kept its default, and the gate reserved that, not the $9 asked.
+    typo = {"train_budjet_usd": 9.0, "my_own_key": "x"}
+    ctx = {**context(), "dag_run": SimpleNamespace(conf=typo, triggering_user_name="ann")}
+    with pytest.raises(
+        AirflowFailException,
+        match=r"conf key 'train_budjet_usd' is no param of this DAG: did you mean 'train_budget_usd'\?",
+    ) as refused:
+        spend_gate.poke(ctx)
+    assert "my_own_key" not in str(refused.value)  # a key like no param is the DAG's own business
+    assert [r.holder for r in env_ledger.open_reservations()] == ["retrain/earlier/train/-1"]
+    meant = {"train_budget_usd": 9.0, "my_own_key": "x"}
+    ctx["dag_run"] = SimpleNamespace(conf=meant, triggering_user_name="ann")
+    assert spend_gate.poke(ctx)
+
+
 def test_a_run_the_gate_refuses_is_audited_too(env_ledger: Ledger) -> None:
     """Overrides are audited before anything is checked: a typo in the form still leaves its trace."""
     from airflow.providers.standard.operators.empty import EmptyOperator

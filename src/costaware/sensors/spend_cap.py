@@ -292,8 +292,12 @@ class SpendCapSensor(BaseSensorOperator):
             self.log.warning("%s, or tag its cost as it runs with costaware.glue.annotate_task(tags=...)", e)
 
     def _audit_overrides(self, context: Any, ledger: Any) -> None:
-        """Record in the audit trail, once per run, the trigger params that differ from the DAG's defaults."""
-        from costaware.glue import audit_run_overrides
+        """Record in the audit trail, once per run, the trigger params that differ from the DAG's defaults.
+
+        Then refuse a conf key that is a misspelt param (``train_budjet_usd``), whose default would be used.
+        """
+        from costaware.core.errors import ConfigurationError
+        from costaware.glue import audit_run_overrides, misspelt_run_params
 
         if not self.has_dag():
             return
@@ -301,6 +305,10 @@ class SpendCapSensor(BaseSensorOperator):
         changed = audit_run_overrides(ledger, self.dag, context.get("dag_run"), ti.dag_id, ti.run_id)
         if changed:
             self.log.info("Run params that override the DAG's defaults (audited): %s", changed)
+        problems = misspelt_run_params(self.dag, context.get("dag_run"))
+        if problems:
+            # Before any money is held: the misspelt param's default (a budget, say) is not what was asked.
+            raise ConfigurationError("; ".join(problems))
 
     def _check_approvers(self) -> None:
         """Fail when none of ``approvers`` is a user of this Airflow: nobody could answer the request."""
