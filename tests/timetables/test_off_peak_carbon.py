@@ -110,7 +110,11 @@ def test_bad_objective_arguments_are_named(kwargs: dict[str, object], message: s
     ("kwargs", "message"),
     [
         ({"objective": "carbon", "region": "mars-1"}, "region 'mars-1' has no known grid zone: pass carbon="),
-        ({"objective": "carbon"}, "region None has no known grid zone"),
+        # It read "region None has no known grid zone".
+        (
+            {"objective": "carbon"},
+            r"neither carbon= nor a region= whose grid is known \(e\.g\. 'us-west-1'\) was given",
+        ),
         ({"objective": "carbon", "carbon": "XX"}, "no bundled carbon intensity for grid zone 'XX': bundled"),
         ({"objective": "carbon", "carbon": "gb"}, "grid zone 'gb': did you mean 'GB'\\?"),
         ({"objective": "carbon", "carbon": "/no/such/GB.csv"}, "carbon='/no/such/GB.csv' is not a file"),

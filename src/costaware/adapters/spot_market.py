@@ -308,10 +308,15 @@ def carbon_intensity(
         return load_carbon(text)
     zone = text or (grid_zone(region) if region else None)
     if zone is None:
+        # Without a region (OffPeakTimetable has none by default) this read "region None has no known grid".
+        missing = (
+            f"region {region!r} has no known grid zone"
+            if region
+            else "neither carbon= nor a region= whose grid is known (e.g. 'us-west-1') was given"
+        )
         raise ConfigurationError(
-            f"objective {objective.name!r} needs the grid carbon intensity, and region {region!r} has no "
-            "known grid zone: pass carbon= a grid zone (e.g. 'GB', 'US-CAL-CISO') or a recorded "
-            "carbon intensity CSV path"
+            f"objective {objective.name!r} needs the grid carbon intensity, and {missing}: pass carbon= a "
+            "grid zone (e.g. 'GB', 'US-CAL-CISO') or a recorded carbon intensity CSV path"
         )
     series = imported_carbon(zone, at or utcnow())
     if series is None:
