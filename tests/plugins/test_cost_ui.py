@@ -238,6 +238,17 @@ def test_counts_on_the_page_are_grouped_in_thousands(filled: Ledger, client: Tes
     assert "<td>retrain.score</td><td>1,000</td>" in html
 
 
+def test_a_grouping_by_a_tag_no_entry_has_says_so_on_the_page(client: TestClient) -> None:
+    # "tag:proj" showed one "(none)" row of every dollar, as if no run had been tagged.
+    html = client.get("/", params={"group_by": "tag:proj"}).text
+    assert "<td>(none)</td>" in html
+    assert (
+        "no entry in this report has the tag &#x27;proj&#x27;: check its spelling (tags on the ledger&#x27;s "
+        "newest entries: project, team)."
+    ) in html
+    assert "no entry in this report has the tag" not in client.get("/", params={"group_by": "tag:team"}).text
+
+
 def test_openapi_lists_the_routes(client: TestClient) -> None:
     paths = client.get("/openapi.json").json()["paths"]
     assert {"/api/summary", "/api/spend", "/api/daily", "/api/budgets", "/api/top-tries", "/"} <= set(paths)

@@ -9,6 +9,7 @@ bound parameter.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
@@ -78,6 +79,27 @@ def scope_hint(ledger: Ledger, scope: str, dag_ids: frozenset[str] | None = None
             listed = ", ".join(seen[:10]) or "none"
             return f"no recent entry has {key}={value}; check its spelling and case ({key}: {listed})"
     return ""
+
+
+def untagged_grouping_hint(
+    ledger: Ledger, group_by: str, groups: Sequence[str], dag_ids: frozenset[str] | None = None
+) -> str:
+    """Where a ``tag:<name>`` grouping put every entry under "(none)": whether the tag is misspelt, else "".
+
+    A misspelt tag (``tag:proj``) gave one plausible-looking "(none)" row. ``dag_ids``: only the entries of
+    these DAGs are looked at (a Cost page user's readable ones).
+    """
+    if not group_by.startswith("tag:") or not groups or any(group != "(none)" for group in groups):
+        return ""
+    recent = [e for e in ledger.entries(limit=500) if dag_ids is None or e["dag_id"] in dag_ids]
+    seen = sorted({key for e in recent for key in e["tags"]})  # the ledger's, not the selection's
+    tag = group_by.removeprefix("tag:")
+    if tag in seen:
+        return f"no entry in this report has the tag {tag!r} (entries outside this selection do)"
+    return (
+        f"no entry in this report has the tag {tag!r}: check its spelling (tags on the ledger's newest "
+        f"entries: {', '.join(seen) or 'none'})"
+    )
 
 
 def empty_filters_hint(ledger: Ledger, filters: Filters) -> str:

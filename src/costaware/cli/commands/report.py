@@ -114,19 +114,10 @@ def report(args: argparse.Namespace) -> int:
     spooled = _spooled_entries()
     if spooled:
         payload["spooled_entries_here"] = spooled
-    untagged_note = None
-    if args.group_by.startswith("tag:") and rows and all(r.group == "(none)" for r in rows):
-        # A misspelled tag groups everything under (none): say so instead of a plausible-looking table.
-        seen = sorted(
-            {key for e in ledger.entries(limit=500) for key in e["tags"]}  # the ledger's, not the selection's
-        )
-        tag = args.group_by[4:]
-        untagged_note = (
-            f"no entry in this report has the tag {tag!r} (entries outside this selection do)"
-            if tag in seen
-            else f"no entry in this report has the tag {tag!r}: check its spelling (tags on the ledger's "
-            f"newest entries: {', '.join(seen) or 'none'})"
-        )
+    from costaware.adapters.ledger.views import untagged_grouping_hint
+
+    untagged_note = untagged_grouping_hint(ledger, args.group_by, [r.group for r in rows]) or None
+    if untagged_note:
         payload["note"] = untagged_note
     if args.format == "table":
         title = "cost report"

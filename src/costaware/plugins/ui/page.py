@@ -60,7 +60,7 @@ def read_report(f: Filters, group_by: str) -> Report:
         summary,
         top_groups,
     )
-    from costaware.adapters.ledger.views import empty_filters_hint, gates_in, spend_by
+    from costaware.adapters.ledger.views import empty_filters_hint, gates_in, spend_by, untagged_grouping_hint
     from costaware.plugins.ui.api import budgets_for
     from costaware.plugins.ui.efficiency import efficiency_data
     from costaware.plugins.ui.view import Report
@@ -76,6 +76,9 @@ def read_report(f: Filters, group_by: str) -> Report:
         other_day_group=other_label(folded) if folded else None,
         by_group=by_group,
         by_group_rest=rest,
+        group_note=untagged_grouping_hint(
+            ledger, group_by, [r.group for r in by_group + ([rest] if rest else [])], f.dag_ids
+        ),
         by_team=spend_by(ledger, f, "tag:team"),
         by_project=spend_by(ledger, f, "tag:project"),
         by_run=spend_by(ledger, f, "run"),

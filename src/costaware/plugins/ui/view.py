@@ -49,6 +49,7 @@ class Report:
     efficiency: EfficiencyData
     gates: list[GateRequest]
     note: str = ""  # with no entry in range: why the filters may be mistyped
+    group_note: str = ""  # a tag grouping with every entry under "(none)": why the tag may be mistyped
 
 
 @dataclass(frozen=True, slots=True)
