@@ -1059,6 +1059,19 @@ def test_budget_release_reports_and_audits_what_was_still_reserved_not_the_whole
 
 
 @pytest.mark.parametrize(
+    ("zone", "meant"), [("europe/berlin", "Europe/Berlin"), ("Europe/Berln", "Europe/Berlin")]
+)
+def test_a_misspelt_budget_time_zone_names_the_one_meant(
+    ledger_url: str, capsys: pytest.CaptureFixture[str], zone: str, meant: str
+) -> None:
+    # It said only "unknown time zone", where a timetable's zone names the one meant.
+    argv = ["--ledger-url", ledger_url, "budget", "set", "--scope", "project=x", "--period", "day"]
+    assert main([*argv, "--cap-usd", "3", "--timezone", zone]) == 2
+    assert f"unknown time zone {zone!r} (did you mean {meant!r}?)" in capsys.readouterr().err
+    assert Ledger.from_url(ledger_url).budgets() == []
+
+
+@pytest.mark.parametrize(
     ("argv", "message"),
     [
         # An unset shell variable: it set a catch-all budget that gated every run.

@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from costaware.core.errors import BudgetExceededError, ConfigurationError, InvalidBudgetError
 from costaware.core.money import MICRO_USD, format_usd_exact, parse_gpu_hours, parse_usd
+from costaware.core.windows import zone_name_hint
 
 #: A tag name (``team``, ``cost-center``): the ledger, the CLI and the Cost page's filters all use this.
 TAG_NAME_PATTERN = r"[A-Za-z][A-Za-z0-9_.-]{0,63}"
@@ -189,8 +190,10 @@ def parse_timezone(name: str) -> ZoneInfo:
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError) as e:
+        # The timetables' zones name the one meant ('europe/berlin'); a budget's said only "unknown".
         raise InvalidBudgetError(
-            f"unknown time zone {name!r}: use an IANA name such as 'Europe/Berlin' or 'UTC'"
+            f"unknown time zone {name!r}{zone_name_hint(str(name))}: use an IANA name such as "
+            "'Europe/Berlin' or 'UTC'"
         ) from e
 
 

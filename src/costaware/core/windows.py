@@ -154,12 +154,12 @@ def zone(name: str) -> ZoneInfo:
         return ZoneInfo(str(name))
     except (ZoneInfoNotFoundError, ValueError) as e:
         raise ConfigurationError(
-            f"unknown time zone {name!r}{_zone_hint(str(name))}; use an IANA name such as 'America/New_York' "
-            "or 'UTC'"
+            f"unknown time zone {name!r}{zone_name_hint(str(name))}; use an IANA name such as "
+            "'America/New_York' or 'UTC'"
         ) from e
 
 
-def _zone_hint(name: str) -> str:
+def zone_name_hint(name: str) -> str:
     """`` (did you mean 'America/New_York'?)`` for a misspelt zone ("America/NewYork"), else "".
 
     Read only on the error path: listing the zones reads the tz database's folder.
