@@ -168,6 +168,8 @@ def test_scope_and_dag_filter_the_budgets_and_the_page_says_time_does_not(
     budgets = section(html, "Budgets")
     assert "Budget project=churn/month" in budgets and "project=fraud" not in budgets
     assert "whatever Days, Since and Until say" in " ".join(budgets.split())
+    # A per-run budget is in no list here: the page said nothing of where it went.
+    assert "Per-run budgets have no period to draw and are not listed" in " ".join(budgets.split())
     # A DAG filter keeps the budgets that DAG spent in: early_dag never spent as team t-inside.
     by_dag = client.get("/api/budgets", params={"dag_id": "early_dag"}).json()["budgets"]
     assert {b["budget"] for b in by_dag} == {"project=churn/month", "*/month"}
