@@ -371,7 +371,10 @@ def test_filters_that_select_nothing_say_why_they_may_be_mistyped(client: TestCl
     # A misspelt DAG id or a tag in the wrong case showed $0 as if it were a real figure.
     answer = client.get("/api/summary", params={"dag_id": "Early_Dag"}).json()
     assert answer["entries"] == 0
-    assert answer["note"] == "the ledger has no entries for DAG 'Early_Dag': check its name (case counts)"
+    assert answer["note"] == (
+        "the ledger has no entries for DAG 'Early_Dag' (did you mean 'early_dag'?): "
+        "check its name (case counts)"
+    )
     typo = client.get("/api/summary", params={"scope": "project=Churn"}).json()["note"]
     assert typo.startswith("no recent entry has project=Churn; check its spelling and case (project: ")
     name_typo = client.get("/api/summary", params={"scope": "proj=churn"}).json()["note"]
@@ -382,7 +385,11 @@ def test_filters_that_select_nothing_say_why_they_may_be_mistyped(client: TestCl
     )
     assert client.get("/api/summary", params={"dag_id": "early_dag"}).json()["note"] is None
     page = client.get("/", params={"dag_id": "Early_Dag"}).text
-    assert "No entries: the ledger has no entries for DAG &#x27;Early_Dag&#x27;" in page
+    assert "No entries: the ledger has no entries for DAG &#x27;Early_Dag&#x27; (did you mean" in page
+    # Only a DAG the user may read is offered: others are not named to them.
+    cost_app.dependency_overrides[readable_dags] = lambda: frozenset({"late_dag"})
+    hidden = client.get("/api/summary", params={"dag_id": "Early_Dag"}).json()["note"]
+    assert "early_dag" not in hidden and hidden.startswith("the ledger has no entries for DAG 'Early_Dag'")
 
 
 def test_an_until_with_no_days_before_it_is_a_422_not_a_500(client: TestClient) -> None:

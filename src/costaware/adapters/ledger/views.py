@@ -20,6 +20,7 @@ from costaware.adapters.ledger import schema
 from costaware.adapters.ledger.queries import scope_conditions
 from costaware.adapters.ledger.reports import BurnDown, Filters, burn_down
 from costaware.core.budgets import Scope
+from costaware.core.errors import did_you_mean
 
 if TYPE_CHECKING:
     from costaware.adapters.ledger.gate_requests import GateRequest
@@ -111,7 +112,17 @@ def empty_filters_hint(ledger: Ledger, filters: Filters) -> str:
         ledger.last_run_id(filters.dag_id) is None
         or (filters.dag_ids is not None and filters.dag_id not in filters.dag_ids)
     ):
-        return f"the ledger has no entries for DAG {filters.dag_id!r}: check its name (case counts)"
+        # The DAG meant, among those the user may read: the CLI named it, the page left the user to guess.
+        known = ledger_dag_ids(ledger) - {filters.dag_id}
+        if filters.dag_ids is not None:
+            known &= filters.dag_ids
+        by_case = {dag.lower(): dag for dag in known}
+        meant = (
+            f" (did you mean {by_case[filters.dag_id.lower()]!r}?)"
+            if filters.dag_id.lower() in by_case
+            else did_you_mean(filters.dag_id, sorted(known))
+        )
+        return f"the ledger has no entries for DAG {filters.dag_id!r}{meant}: check its name (case counts)"
     return scope_hint(ledger, filters.scope, filters.dag_ids) if filters.scope != "*" else ""
 
 
