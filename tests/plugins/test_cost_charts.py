@@ -245,3 +245,30 @@ def test_many_credits_are_counted_past_the_first_five() -> None:
     svg = charts.stacked_bars(points, "Spend")
     assert bars(svg) == [] and "-$36.00 in all" in svg and "and 3 more." in svg
     assert svg.count("(credit_") == 5
+
+
+@pytest.mark.parametrize(
+    ("spent", "forecast", "cap"),
+    [("11.83", "278.72", "500"), ("11.59", "255.92", "25"), ("5", "99", "100"), ("80", "20", "100")],
+    ids=["rising-under-cap", "rising-past-cap", "rising-to-cap", "falling"],
+)
+def test_the_forecast_label_is_not_struck_through_by_its_line(spent: str, forecast: str, cap: str) -> None:
+    # Under the line's end, a rising forecast's label was crossed by the dotted line coming up to it.
+    central = Decimal(forecast)
+    svg = charts.burn_down_line(
+        [(date(2026, 12, 1), Decimal(spent))], Decimal(cap), "Budget", (central, central / 2, central * 2)
+    )
+    line = re.search(r'<line x1="([\d.]+)" x2="([\d.]+)" y1="([\d.]+)" y2="([\d.]+)" class="forecast"/>', svg)
+    label = re.search(r'<text x="([\d.]+)" y="([\d.]+)" [^>]*>(forecast [^<]*)</text>', svg)
+    cap_label = re.search(r'<text x="[\d.]+" y="([\d.]+)"[^>]*>cap ', svg)
+    assert line and label and cap_label
+    x1, x2, y1, y2 = (float(v) for v in line.groups())
+    right, baseline = float(label.group(1)), float(label.group(2))
+    left, top, bottom = right - charts.text_px(label.group(3)), baseline - 11, baseline + 3
+    for step in range(101):  # the line, sampled across the label's width
+        x = left + (right - left) * step / 100
+        if x1 <= x <= x2:
+            y = y1 + (y2 - y1) * (x - x1) / (x2 - x1)
+            assert not top <= y <= bottom, (label.group(3), x, y, (top, bottom))
+    if central > Decimal(spent):  # moved above the line's end: clear of the cap's label too
+        assert abs(float(cap_label.group(1)) - baseline) >= charts.LINE_PX

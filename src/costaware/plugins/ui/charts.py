@@ -44,6 +44,8 @@ WIDTH, HEIGHT, PAD = 720, 240, 48
 LEFT = 84  # the narrowest room for the y-axis amount; wider amounts get more (axis_left)
 #: Width of one character of the charts' 11px monospace text (0.6 em, plus a margin for wider fonts).
 CHAR_PX = 6.8
+#: The height of one line of chart text, baseline to baseline: labels closer than this overlap.
+LINE_PX = 14
 #: Longest bar label in characters: longer names are shortened (keeping what tells them apart).
 MAX_LABEL_CHARS = 44
 
@@ -249,7 +251,7 @@ def burn_down_line(
     )
     slots = len(cumulative) - 1 + (forecast is not None)
     if forecast is not None:
-        parts.append(_forecast_marks(cumulative, forecast, top, left))
+        parts.append(_forecast_marks(cumulative, forecast, top, left, cap_label_y=cap_y - 4))
     if cumulative:
         step = (WIDTH - left - PAD) / max(1, slots)
         xy = [
@@ -272,6 +274,7 @@ def _forecast_marks(
     forecast: tuple[Decimal, Decimal, Decimal],
     top: Decimal,
     left: float,
+    cap_label_y: float,
 ) -> str:
     def y(v: Decimal) -> float:
         return HEIGHT - PAD - float(v / top) * (HEIGHT - 2 * PAD)
@@ -282,12 +285,19 @@ def _forecast_marks(
         left + (WIDTH - left - PAD) * (len(cumulative) - 1) / max(1, len(cumulative)) if cumulative else left
     )
     start_v = cumulative[-1][1] if cumulative else Decimal(0)
+    # Under the end, the label of a rising line was struck through by the line coming up from the left:
+    # above the end for a rise (one line higher where the cap's label is), under it for a fall.
+    label_y = y(central) + 14
+    if central > start_v:
+        label_y = y(central) - 6
+        if abs(label_y - cap_label_y) < LINE_PX:
+            label_y = min(label_y, cap_label_y) - LINE_PX
     return (
         f'<line x1="{end_x:.1f}" x2="{end_x:.1f}" y1="{y(low):.1f}" y2="{y(high):.1f}" '
         f'class="forecast-band"/>'
         f'<line x1="{start_x:.1f}" x2="{end_x:.1f}" y1="{y(start_v):.1f}" y2="{y(central):.1f}" '
         f'class="forecast"/>'
-        f'<text x="{end_x - 4:.1f}" y="{y(central) + 14:.1f}" class="value" text-anchor="end">'
+        f'<text x="{end_x - 4:.1f}" y="{label_y:.1f}" class="value" text-anchor="end">'
         f"forecast {money(central)} ({money(low)}-{money(high)})</text>"
     )
 
