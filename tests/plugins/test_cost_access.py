@@ -258,6 +258,12 @@ def test_bad_budget_changes_are_refused_and_not_recorded(
         ({"scope": ""}, "scope is empty: give the tags it counts"),
         ({"scope": "1project=churn"}, "tag name '1project' is not allowed: start with a letter"),
         ({"period": "monthly"}, "unknown budget period 'monthly': use one of run, day, month, total"),
+        # It said "Extra inputs are not permitted", naming neither the field meant nor those it takes.
+        (
+            {"cap_gpu_hour": 5},
+            "'cap_gpu_hour' is not a field of a budget change (did you mean 'cap_gpu_hours'?); "
+            "the fields are scope, period, cap_usd, cap_gpu_hours, timezone",
+        ),
     ],
 )
 def test_a_scope_or_period_the_api_cannot_read_names_the_value(body: dict[str, str], said: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from costaware.plugins.ui.datamodels.common import Answer, usd_field
 from costaware.plugins.ui.filters import PERIOD_PATTERN, SCOPE_PATTERN, tidy_scope
@@ -92,6 +92,26 @@ class BudgetChange(BaseModel):
         max_length=64,
         description="Where days and months start; left out: the budget's own, else UTC.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_fields(cls, body: Any) -> Any:
+        """Refuse a field the change does not take by name, with the one meant ("cap_gpu_hour").
+
+        ``extra="forbid"`` alone answered "Extra inputs are not permitted", naming no field it takes.
+        """
+        from costaware.core.errors import did_you_mean
+
+        if not isinstance(body, dict):
+            return body
+        fields = list(cls.model_fields)
+        for name in body:
+            if name not in fields:
+                raise ValueError(
+                    f"{name!r} is not a field of a budget change{did_you_mean(name, fields)}; "
+                    f"the fields are {', '.join(fields)}"
+                )
+        return body
 
     @field_validator("scope", mode="before")
     @classmethod
