@@ -372,8 +372,9 @@ def test_a_whole_step_above_latest_is_resumed_never_a_partial_one(
     assert sync.restore() == 200
     assert load_bytes(directory=fresh) == (200, b"step 200")
     assert (
-        f"resuming from checkpoint step 200 in {folder_of(remote, 200)}, newer than step 100 that "
-        f"{remote}/LATEST.json names: its writer pushed the whole step" in caplog.text
+        f"resuming from checkpoint step 200 in {folder_of(remote, 200)}, whole (its marker lists every file, "
+        f"each there), newer than step 100 that {remote}/LATEST.json names: its writer pushed the whole step"
+        in caplog.text
     )
     assert "not resuming from" in caplog.text and str(folder_of(remote, 250)) in caplog.text
     # LATEST.json names it now, as its writer would have, and the same checkpoint is not uploaded again.
@@ -382,12 +383,19 @@ def test_a_whole_step_above_latest_is_resumed_never_a_partial_one(
     assert sync.push_changed() == 200 and steps_held(remote) == [100, 200, 250, 300]
 
 
-def test_a_whole_step_is_resumed_where_no_latest_was_ever_written(remote: Path, tmp_path: Path) -> None:
+def test_a_whole_step_is_resumed_where_no_latest_was_ever_written(
+    remote: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     # The first writer died between its marker and its first LATEST.json: the next attempt started over.
     writers_died_before_moving_latest(remote, tmp_path)
     (remote / "LATEST.json").unlink()
     assert restore(str(remote), tmp_path / "fresh") == 200
     assert load_bytes(directory=tmp_path / "fresh") == (200, b"step 200")
+    # Deleted by hand to start over, it read as a writer's death: the warning says how to start over.
+    assert (
+        f"{remote}/LATEST.json is missing; to start over instead, stop every writer and call " in caplog.text
+    )
+    assert "costaware_runtime.clear_checkpoints" in caplog.text and "was stopped before" not in caplog.text
 
 
 def test_a_job_started_over_on_purpose_clears_the_location_first(
@@ -415,7 +423,8 @@ def test_restore_without_a_remote_checkpoint_starts_fresh(local: Path, remote: P
 def test_a_damaged_latest_is_reported(local: Path, remote: Path) -> None:
     remote.mkdir()
     (remote / "LATEST.json").write_text('{"step": "three"}')
-    with pytest.raises(StoreError, match=r"LATEST\.json is damaged .*: delete it to start over"):
+    start_over = r"restore it, or start over with costaware_runtime\.clear_checkpoints"
+    with pytest.raises(StoreError, match=rf"LATEST\.json is damaged .*: {start_over}"):
         restore(str(remote), local)
 
 

@@ -113,7 +113,11 @@ class CheckpointSync:
             marker = parse_marker(raw, where)
             prefix = check_key(str(json.loads(raw)["prefix"]).rstrip("/"))
         except (ContractError, KeyError) as e:
-            raise StoreError(f"{where} is damaged ({e}): delete it to start over, or restore it") from e
+            raise StoreError(
+                f"{where} is damaged ({e}): restore it, or start over with "
+                f"costaware_runtime.clear_checkpoints({self.store.url('')!r}) (deleting {LATEST_NAME} alone "
+                "resumes the newest whole step folder)"
+            ) from e
         return marker, prefix
 
     def restore(self) -> int | None:
@@ -322,16 +326,22 @@ class CheckpointSync:
         Returns the checkpoint to resume from: this one, or a later one another writer pointed at meanwhile.
         """
         pointer = self.store.url(LATEST_NAME)
-        named = (
-            f"newer than step {latest[0].step} that {pointer} names" if latest else f"{pointer} is missing"
-        )
+        if latest:
+            # Its writer pushed the whole step and was stopped before it moved the pointer.
+            why = (
+                f"newer than step {latest[0].step} that {pointer} names: its writer pushed the whole step "
+                f"and was stopped before it moved {LATEST_NAME} to it"
+            )
+        else:  # never written, or deleted (by hand, to start over: clear_checkpoints deletes the folders too)
+            why = (
+                f"{pointer} is missing; to start over instead, stop every writer and call "
+                "costaware_runtime.clear_checkpoints on the location"
+            )
         log.warning(
-            "resuming from checkpoint step %s in %s, %s: its writer pushed the whole step (its marker lists "
-            "every file, each there) and was stopped before it moved %s to it",
+            "resuming from checkpoint step %s in %s, whole (its marker lists every file, each there), %s",
             marker.step,
             self.store.url(prefix),
-            named,
-            LATEST_NAME,
+            why,
         )
         try:
             ahead = self._point_latest(marker.step, _pointer(marker, prefix))
