@@ -416,6 +416,22 @@ def test_a_quarantine_beside_a_batch_folder_in_the_landing_folder_is_refused(
     assert not day.exists()
 
 
+def test_a_whole_data_set_beside_another_with_its_quarantine_beside_them_is_warned_of_not_refused(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from costaware.operators.batch_quarantine import check_quarantine_beside_batch_folder
+
+    # datasets/churn/ validated whole, quarantine datasets/refused/: refused as soon as datasets/fraud/ held
+    # Parquet, though nothing that reads datasets/churn/ reads it; a gate that passed began to fail for good.
+    for data_set in ("churn", "fraud"):
+        (tmp_path / "datasets" / data_set).mkdir(parents=True)
+        (tmp_path / "datasets" / data_set / "part-0.parquet").write_bytes(b"PAR1")
+    batch, refused = tmp_path / "datasets" / "churn", tmp_path / "datasets" / "refused"
+    with caplog.at_level("WARNING", logger="costaware.operators.batch_quarantine"):
+        assert check_quarantine_beside_batch_folder(f"{batch}/", f"{refused}/", {}) is None
+    assert f"quarantine_path {refused}/ is inside {tmp_path}/datasets, which also holds fraud" in caplog.text
+
+
 def test_a_batch_that_is_a_whole_bucket_has_no_landing_folder_to_check() -> None:
     from costaware.operators.batch_quarantine import check_quarantine_beside_batch_folder
 

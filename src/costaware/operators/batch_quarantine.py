@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,9 @@ def check_quarantine_beside_batch_folder(
     ``landing/``, as a batch file's is (:func:`check_quarantine_outside`). From the paths alone this is the
     layout of a batch that is a whole landing folder with its quarantine beside it (``data/landing/``,
     ``data/refused/``), which nothing reads: the batch's parent is taken for a landing folder when it holds
-    another batch besides the batch and the quarantine (a Parquet file, or a folder with one in it).
+    another batch besides the batch and the quarantine (a Parquet file, or a folder with one in it), both
+    named by a date or number (``2013-01-01`` beside ``2013-01-02``). Neighbours named otherwise
+    (``datasets/fraud/`` beside ``datasets/churn/``) are warned of only.
 
     Raises:
         ConfigurationError: naming both paths and the other batch found beside the batch folder.
@@ -103,13 +106,33 @@ def check_quarantine_beside_batch_folder(
             e,
         )
         return
-    if beside is not None:
-        raise ConfigurationError(
-            f"quarantine_path {quarantine_path!r} is inside {parent!r}, the landing folder of the batch "
-            f"folder {data_path!r} (it holds another batch, {beside.base_name!r}): readers of that folder "
-            f"walk its sub-folders and would still train on a refused batch; give a folder outside "
-            f"{parent!r}"
+    if beside is None:
+        return
+    if not (_numbered(beside.base_name) and _numbered(name)):
+        # datasets/churn/ beside datasets/fraud/: likely other data sets, not one series of dated or numbered
+        # batches, and a gate that passed for months would fail for good; said, not refused.
+        log.warning(
+            "quarantine_path %s is inside %s, which also holds %s: if readers of %s train on its sub-folders "
+            "(a landing folder of batches), they would still train on a refused batch; give a folder "
+            "outside %s",
+            quarantine_path,
+            parent,
+            beside.base_name,
+            parent,
+            parent,
         )
+        return
+    raise ConfigurationError(
+        f"quarantine_path {quarantine_path!r} is inside {parent!r}, the landing folder of the batch "
+        f"folder {data_path!r} (it holds another batch, {beside.base_name!r}): readers of that folder "
+        f"walk its sub-folders and would still train on a refused batch; give a folder outside "
+        f"{parent!r}"
+    )
+
+
+def _numbered(file_name: str) -> bool:
+    """Is the name one of a series of batches, dated or numbered (``2013-01-02``, ``day-3.parquet``)?"""
+    return re.search(r"\d", file_name) is not None
 
 
 def _is_parquet(file_name: str) -> bool:
