@@ -34,7 +34,7 @@ from costaware.operators.data_locality import DataLocalityCheckOperator
 from costaware.operators.data_quality import DataQualityOperator
 from costaware.operators.promote import ModelPromoteOperator
 from costaware.operators.warm_start import WarmStartRetrainOperator
-from costaware.params import tag_param
+from costaware.params import check_run_conf, tag_param
 from costaware.sensors.spend_cap import SpendCapSensor
 from costaware.sensors.spot_window import SpotWindowSensor
 from costaware.timetables import OffPeakTimetable
@@ -189,6 +189,7 @@ def cost_aware_retrain() -> None:
         from costaware.examples import flights
 
         context = get_current_context()
+        check_run_conf(context["dag_run"].conf, context["dag"].params)  # a misspelt param, before any work
         day = flights.replay_date(
             context.get("logical_date") or context["dag_run"].run_after, context["params"].get("replay_date")
         )

@@ -36,6 +36,7 @@ from costaware.operators.promote import ModelPromoteOperator
 from costaware.operators.remote_training import RemoteTrainingOperator
 from costaware.params import (
     check_local_command,
+    check_run_conf,
     remote_backend_params,
     seconds_param,
     spot_deadline_param,
@@ -113,6 +114,7 @@ def own_training() -> None:
 
         context = get_current_context()
         try:  # before the spend gate reserves the training's money
+            check_run_conf(context["dag_run"].conf, context["dag"].params)
             check_local_command(context["params"])
         except ConfigurationError as e:
             raise AirflowFailException(str(e)) from e

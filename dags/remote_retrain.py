@@ -32,7 +32,7 @@ from airflow.sdk import Param, dag, get_current_context, task
 
 from costaware.operators.promote import ModelPromoteOperator
 from costaware.operators.remote_training import RemoteTrainingOperator
-from costaware.params import tag_param, usd_param
+from costaware.params import check_run_conf, tag_param, usd_param
 from costaware.sensors.spend_cap import SpendCapSensor
 from costaware.sensors.spot_window import SpotWindowSensor
 from costaware.timetables import OffPeakTimetable
@@ -157,6 +157,7 @@ def remote_retrain() -> None:
         from costaware.examples import flights
 
         context = get_current_context()
+        check_run_conf(context["dag_run"].conf, context["dag"].params)  # a misspelt param, before any work
         day = flights.replay_date(
             context.get("logical_date") or context["dag_run"].run_after, context["params"].get("replay_date")
         )

@@ -52,6 +52,7 @@ from costaware.operators.remote_training import RemoteTrainingOperator
 from costaware.params import (
     bounded_param,
     check_local_command,
+    check_run_conf,
     remote_backend_params,
     seconds_param,
     spot_deadline_param,
@@ -315,9 +316,14 @@ def spot_tuning() -> None:
     @task
     def prepare() -> dict[str, str]:
         """Land the days up to the replayed one (and the next, the holdout), then write the arrays."""
+        from costaware.core.errors import ConfigurationError
         from costaware.examples import flights
 
         context = get_current_context()
+        try:  # a misspelt param, before data lands or the window records its estimate
+            check_run_conf(context["dag_run"].conf, context["dag"].params)
+        except ConfigurationError as e:
+            raise AirflowFailException(str(e)) from e
         check_params(context["params"])
         return flights.replay_arrays(context, "spot_tuning", train_days=int(context["params"]["train_days"]))
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from airflow.sdk.definitions.param import ParamValidationError
 
 from costaware.core.errors import ConfigurationError
-from costaware.params import check_local_command, seconds_param, usd_param
+from costaware.params import check_local_command, check_run_conf, seconds_param, usd_param
 
 
 @pytest.mark.parametrize("given", ["1.50", "0", "999999.999999"])
@@ -70,10 +71,42 @@ def test_own_training_refuses_a_misspelt_script_before_its_spend_gate(
     dag = DagBag(dag_folder=str(root / "dags" / "own_training.py")).dags["own_training"]
     prepare = dag.get_task("prepare").python_callable
     params = {"backend": "local", "script": str(tmp_path / "trian_delay.py"), "python": sys.executable}
-    context = {"params": params}
+    context = {"params": params, "dag_run": SimpleNamespace(conf={"script": params["script"]}), "dag": dag}
     monkeypatch.setitem(prepare.__globals__, "get_current_context", lambda: context)
     with pytest.raises(AirflowFailException, match=r"trian_delay\.py' is not a file on this worker"):
         prepare()  # the check comes first: nothing is landed or written
+
+
+def test_check_run_conf_refuses_a_param_the_dag_does_not_declare() -> None:
+    declared = ["epochs", "script", "spot_deadline"]
+    check_run_conf({"epochs": 2, "spot_deadline": "2026-12-01T05:00:00Z"}, declared)
+    check_run_conf(None, declared)  # a run triggered without a conf
+    with pytest.raises(ConfigurationError) as refused:
+        check_run_conf({"epoch": 2, "spot_dedline": "x", "zzz": 1}, declared)
+    message = str(refused.value)
+    assert "'epoch' (did you mean 'epochs'?)" in message
+    assert "'spot_dedline' (did you mean 'spot_deadline'?)" in message
+    assert "'zzz'. Its params" in message  # no close name: none offered
+    assert "Its params are epochs, script, spot_deadline: fix the name and trigger the run again" in message
+
+
+def test_own_training_refuses_a_misspelt_param_before_its_spend_gate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # -c '{"epoch": 2}' trained for the default 4 epochs and paid for them: Airflow keeps unknown names.
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.sdk.exceptions import AirflowFailException
+
+    root = Path(__file__).resolve().parents[1]
+    dag = DagBag(dag_folder=str(root / "dags" / "own_training.py")).dags["own_training"]
+    prepare = dag.get_task("prepare").python_callable
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    params = {"backend": "local", "script": str(script), "python": sys.executable, "epoch": 2}
+    context = {"params": params, "dag_run": SimpleNamespace(conf={"epoch": 2}), "dag": dag}
+    monkeypatch.setitem(prepare.__globals__, "get_current_context", lambda: context)
+    with pytest.raises(AirflowFailException, match=r"'epoch' \(did you mean 'epochs'\?\)"):
+        prepare()
 
 
 def test_an_example_dag_s_data_root_is_a_folder_or_an_s3_prefix(

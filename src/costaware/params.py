@@ -12,7 +12,7 @@ trigger with such a value before the run starts, naming the param::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from costaware.core.budgets import TAG_VALUE_PATTERN, TAG_VALUE_RULE
@@ -21,6 +21,7 @@ __all__ = [
     "TAG_VALUE_PATTERN",
     "bounded_param",
     "check_local_command",
+    "check_run_conf",
     "spot_tuning_params",
     "tag_param",
     "usd_param",
@@ -218,6 +219,28 @@ def check_local_command(params: Mapping[str, Any], *, script: str = "script") ->
         raise ConfigurationError(
             f"python {python!r} is not an executable on this worker: give an interpreter's path (the default "
             "is this Airflow's own)"
+        )
+
+
+def check_run_conf(conf: Mapping[str, Any] | None, params: Iterable[str]) -> None:
+    """Refuse a run whose conf names a param the DAG does not declare.
+
+    Airflow merges such a name into the run's params and the run goes on with the default of the param
+    meant: ``-c '{"epoch": 2}'`` trained for the default epochs, and paid for them. A DAG calls this in its
+    first task, ahead of its spend gate.
+
+    Raises:
+        ConfigurationError: naming each unknown name, the declared one closest to it and all of them.
+    """
+    from costaware.core.errors import ConfigurationError, did_you_mean
+
+    declared = sorted(params)
+    unknown = [name for name in (conf or {}) if name not in declared]
+    if unknown:
+        named = "; ".join(f"{name!r}{did_you_mean(name, declared)}" for name in unknown)
+        raise ConfigurationError(
+            f"the run's conf names a param this DAG does not have: {named}. Its params are "
+            f"{', '.join(declared)}: fix the name and trigger the run again"
         )
 
 
