@@ -62,7 +62,10 @@ def test_from_env_defaults() -> None:
     [
         ({"COSTAWARE_ATTEMPT": "0"}, "COSTAWARE_ATTEMPT='0' is not an attempt number: use 1 for the first"),
         ({"COSTAWARE_MARKET": "Spot"}, "COSTAWARE_MARKET='Spot' is not a market: use one of spot, on_demand"),
-        ({"COSTAWARE_GRACE_SECONDS": "nan"}, "grace period 'nan' is not a number of seconds >= 0"),
+        (
+            {"COSTAWARE_GRACE_SECONDS": "nan"},
+            "COSTAWARE_GRACE_SECONDS='nan' is not a grace period, a number of seconds >= 0",
+        ),
         (
             {"COSTAWARE_CHECKPOINT_EVERY_SECONDS": "auto"},
             "COSTAWARE_CHECKPOINT_EVERY_SECONDS='auto' is not a checkpoint interval: give seconds > 0",

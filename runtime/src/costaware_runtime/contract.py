@@ -171,8 +171,11 @@ def parse_market(value: str | None) -> str:
     return value
 
 
-def parse_grace_seconds(value: str | None) -> float:
+def parse_grace_seconds(value: str | None, *, flag: str | None = None) -> float:
     """The grace period in ``value`` (:data:`DEFAULT_GRACE_SECONDS` when unset).
+
+    ``flag`` is the option it was given with (``--grace-seconds``); None: the variable
+    :data:`GRACE_SECONDS`. The message names the one to fix.
 
     Raises:
         ContractError: ``value`` is not a finite number of seconds of at least 0.
@@ -184,8 +187,9 @@ def parse_grace_seconds(value: str | None) -> float:
     except ValueError:
         seconds = -1.0
     if not math.isfinite(seconds) or seconds < 0:
+        given = f"{flag} {value!r}" if flag else f"{GRACE_SECONDS}={value!r}"
         raise ContractError(
-            f"grace period {value!r} is not a number of seconds >= 0: give the seconds the job may take to "
+            f"{given} is not a grace period, a number of seconds >= 0: give the seconds the job may take to "
             "exit after the preemption notice (AWS gives 120 s from notice to stop: 110 leaves a margin)"
         )
     return seconds

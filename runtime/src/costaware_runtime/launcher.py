@@ -119,7 +119,11 @@ class Launcher:
         self.env = env
         self.options = options
         given = options.grace_seconds
-        self.grace_seconds = env.grace_seconds if given is None else contract.parse_grace_seconds(given)
+        self.grace_seconds = (
+            env.grace_seconds
+            if given is None
+            else contract.parse_grace_seconds(given, flag="--grace-seconds")
+        )
         # At most an hour: inf or 1e10 passed, and the watcher's wait died with OverflowError (no pushes).
         if not 0 < options.poll_seconds <= MAX_POLL_SECONDS:
             raise ContractError(
