@@ -61,6 +61,12 @@ def local_data(data: str) -> Path:
     ``COSTAWARE_S3_ENDPOINT_URL`` as the launcher does.)
     """
     if "://" not in data:
+        missing = [name for name in ("train.npz", "holdout.npz") if not (Path(data) / name).is_file()]
+        if missing:  # not numpy's bare FileNotFoundError, which named neither --data nor what to give
+            raise SystemExit(
+                f"train_delay.py: --data {data!r} holds no {' or '.join(missing)}: give the folder (or s3:// "
+                "prefix) with train.npz and holdout.npz, such as the one dags/own_training.py's prepare wrote"
+            )
         return Path(data)
     import tempfile
 

@@ -47,3 +47,16 @@ def test_arrays_on_s3_are_written_there_and_read_back_by_the_script(
         assert len(data["y"]) == int(written["train_rows"])
     local_too = flights.write_delay_arrays(tmp_path / "landing", date(2013, 1, 7), tmp_path / "arrays")
     assert script.local_data(local_too["folder"]) == tmp_path / "arrays"
+
+
+def test_a_data_folder_without_the_arrays_is_named_with_what_to_give(tmp_path: Path) -> None:
+    # np.load's FileNotFoundError traceback named neither --data nor the folder the script wants.
+    spec = importlib.util.spec_from_file_location("train_delay", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    (tmp_path / "train.npz").write_bytes(b"")
+    with pytest.raises(SystemExit, match=r"--data '.*' holds no holdout\.npz: give the folder \(or s3://"):
+        script.local_data(str(tmp_path))
+    with pytest.raises(SystemExit, match=r"holds no train\.npz or holdout\.npz"):
+        script.local_data(str(tmp_path / "nodata"))
