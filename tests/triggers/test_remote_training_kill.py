@@ -443,6 +443,29 @@ def test_a_deferred_wait_cancelled_by_ctrl_c_of_dags_test_stops_and_bills_its_jo
     assert ended is inline
 
 
+@pytest.mark.parametrize("inline", [True, False], ids=["dags_test", "worker"])
+def test_sigterm_of_dags_test_during_its_inline_deferred_wait_ends_it_as_ctrl_c(
+    tmp_path: Path, ledger: Any, inline: bool
+) -> None:
+    # `airflow dags test` keeps the task's SIGTERM handler (on_kill) while it runs the trigger inline, and
+    # nothing ended the process after it: `timeout` or `kill` logged "task killed between two waits" and
+    # the command waited on while the job trained on. It now raises KeyboardInterrupt there, which cancels
+    # the inline trigger, and the trigger stops and bills the job (the deferred Ctrl-C test above).
+    from airflow.sdk.execution_time.supervisor import InProcessSupervisorComms, set_supervisor_comms
+
+    op = operator(tmp_path, "wait-for-notice")
+    comms = InProcessSupervisorComms(supervisor=None) if inline else None  # type: ignore[arg-type]
+    with set_supervisor_comms(comms):
+        with pytest.raises(TaskDeferred):
+            op.execute(context_for())
+        if inline:
+            with pytest.raises(KeyboardInterrupt):
+                op.on_kill()
+            op.on_kill()  # a second SIGTERM (`timeout` signals the group too) leaves the stop and bill be
+        else:  # a worker's deferred task has left its process: the triggerer's on_kill is the trigger's
+            op.on_kill()
+
+
 def test_an_execution_timeout_in_the_worker_stops_and_bills_the_job(tmp_path: Path, ledger: Any) -> None:
     # Airflow raises AirflowTaskTimeout inside execute, then calls on_kill: the job was left running, and
     # with no retry left it was never billed.

@@ -398,6 +398,8 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         self.deferrable = deferrable
         self._kill_handled = False  # the job of the wait was stopped and billed
         self._waiting_on: Any = None  # the trigger a wait in the worker polls: what on_kill stops and bills
+        # Deferred in `airflow dags test`, whose trigger then runs inline, in this task's process.
+        self._deferred_inline = False
 
     # -- plan --------------------------------------------------------------------------------------------
 
@@ -556,6 +558,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
 
     def execute(self, context: Context) -> Any:
         """Write the spec, submit attempt 1 (or find it, on a retry) and wait for it."""
+        self._deferred_inline = False
         self._retry = _try_number(context) > 1
         with self._stops_unwatched_job(context):
             with airflow_errors():
@@ -618,6 +621,9 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
             if self.deferrable:
                 self._waiting_on = None  # the triggerer watches it from here
                 self._keep_wait_state(context, state)
+                from costaware.triggers.remote_training import in_dags_test
+
+                self._deferred_inline = in_dags_test()
                 self.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
             # In the worker: poll the same trigger (its price watch and state-change logging) until it fires.
             try:
@@ -669,6 +675,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         """Resume after the trigger: record the attempt, then finish, fail or wait for the next attempt."""
         from costaware.training.attempts import AttemptState
 
+        self._deferred_inline = False  # the trigger has fired: this process runs the task again
         if not event or "state" not in event:
             raise AirflowException(f"remote training trigger ended without a job status: {event!r}")
         if event.get("status") != "success":
@@ -796,6 +803,16 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         """
         self._killed = True
         trigger = self._waiting_on
+        if trigger is None and self._deferred_inline:
+            # `airflow dags test` runs the deferred wait inline, and Airflow's SIGTERM handler (a `kill`, a
+            # `timeout`) still calls this: nothing ended the process after it, and the command waited on
+            # while the job trained on. Ended as its Ctrl-C is: the inline trigger, cancelled, stops and
+            # bills the job.
+            self.log.warning("SIGTERM during the inline deferred wait of `airflow dags test`: as a Ctrl-C")
+            # Once: `timeout` signals the process and then its group, and a second KeyboardInterrupt cut
+            # short the trigger's stop and bill.
+            self._deferred_inline = False
+            raise KeyboardInterrupt
         if trigger is None:
             # Between two waits: the step under way bills the attempt that ended, and starts no new one.
             self.log.info("task killed between two waits: no new attempt starts")
