@@ -36,6 +36,7 @@ from costaware.operators.promote import ModelPromoteOperator
 from costaware.operators.remote_training import RemoteTrainingOperator
 from costaware.params import (
     check_local_command,
+    check_remote_backend,
     check_run_conf,
     remote_backend_params,
     seconds_param,
@@ -116,6 +117,11 @@ def own_training() -> None:
         try:  # before the spend gate reserves the training's money
             check_run_conf(context["dag_run"].conf, context["dag"].params)
             check_local_command(context["params"])
+            check_remote_backend(
+                context["params"],
+                job="the training",
+                data_root_default="$AIRFLOW_HOME/costaware/own_training",
+            )
         except ConfigurationError as e:
             raise AirflowFailException(str(e)) from e
         return flights.replay_arrays(context, "own_training")

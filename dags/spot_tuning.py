@@ -52,6 +52,7 @@ from costaware.operators.remote_training import RemoteTrainingOperator
 from costaware.params import (
     bounded_param,
     check_local_command,
+    check_remote_backend,
     check_run_conf,
     remote_backend_params,
     seconds_param,
@@ -188,28 +189,16 @@ def check_params(params: Any) -> None:
 def check_backend(params: Any) -> None:
     """Refuse a remote backend the trials could not run on, every problem at once, before the study is set.
 
-    They failed each warm-up after ``plan`` had set the study's budget and reserved, one per run: options
-    the backend needs, a local data folder its jobs cannot reach, SageMaker without an image.
+    They failed each warm-up after ``plan`` had set the study's budget and reserved, one per run.
     """
-    from costaware.adapters.compute.base import check_backend_options, open_backend, require_s3
-    from costaware.core.errors import CostawareError
+    from costaware.core.errors import ConfigurationError
 
-    backend = str(params.get("backend") or "local")
-    options = dict(params.get("backend_options") or {})
-    problems: list[str] = []
     try:
-        check_backend_options(backend, options)
-        open_backend(backend, options)  # what the backend itself checks (Batch's queues); no AWS call
-    except CostawareError as e:
-        problems.append(str(e))
-    try:
-        require_s3(backend, data_root=str(params.get("data_root") or "$AIRFLOW_HOME/costaware/spot_tuning"))
-    except CostawareError as e:
-        problems.append(str(e))
-    if backend == "sagemaker" and not (params.get("image") or options.get("image_uri")):
-        problems.append("SageMaker trials need an image: the image param, or image_uri in backend_options")
-    if problems:
-        raise AirflowFailException(f"the {backend} backend cannot run the trials: " + "; ".join(problems))
+        check_remote_backend(
+            params, job="the trials", data_root_default="$AIRFLOW_HOME/costaware/spot_tuning"
+        )
+    except ConfigurationError as e:
+        raise AirflowFailException(str(e)) from e
 
 
 def trial_backend(params: Any) -> dict[str, Any]:

@@ -133,3 +133,28 @@ def test_an_example_dag_s_data_root_is_a_folder_or_an_s3_prefix(
     (tmp_path / "a-file").write_text("x")
     with pytest.raises(AirflowFailException, match="is a file: give a folder"):
         data_root_param(str(tmp_path / "a-file"), "/default")
+
+
+def test_own_training_refuses_a_remote_backend_its_job_cannot_run_on_before_its_spend_gate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # backend=sagemaker with the default (local) data_root failed only in `train`, after the spend gate had
+    # reserved, naming checkpoint_store, which this DAG's user does not set.
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.sdk.exceptions import AirflowFailException
+
+    root = Path(__file__).resolve().parents[1]
+    dag = DagBag(dag_folder=str(root / "dags" / "own_training.py")).dags["own_training"]
+    prepare = dag.get_task("prepare").python_callable
+    params = {"backend": "sagemaker", "backend_options": {"role_arn": "arn:aws:iam::1:role/x"}, "image": None}
+    context = {"params": params, "dag_run": SimpleNamespace(conf={"backend": "sagemaker"}), "dag": dag}
+    monkeypatch.setitem(prepare.__globals__, "get_current_context", lambda: context)
+    with pytest.raises(AirflowFailException) as refused:
+        prepare()
+    message = str(refused.value)
+    assert message.startswith("the sagemaker backend cannot run the training: ")  # every problem at once:
+    assert "the sagemaker backend needs backend_options 'output_s3_uri'" in message
+    assert "SageMaker jobs need an s3:// data_root, got '$AIRFLOW_HOME/costaware/own_training'" in message
+    assert message.endswith(
+        "SageMaker runs the training in an image: give the image param, or image_uri in backend_options"
+    )

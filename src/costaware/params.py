@@ -21,6 +21,7 @@ __all__ = [
     "TAG_VALUE_PATTERN",
     "bounded_param",
     "check_local_command",
+    "check_remote_backend",
     "check_run_conf",
     "spot_tuning_params",
     "tag_param",
@@ -220,6 +221,39 @@ def check_local_command(params: Mapping[str, Any], *, script: str = "script") ->
             f"python {python!r} is not an executable on this worker: give an interpreter's path (the default "
             "is this Airflow's own)"
         )
+
+
+def check_remote_backend(params: Mapping[str, Any], *, job: str, data_root_default: str) -> None:
+    """Refuse a remote backend ``job`` (``"the training"``) could not run on, every problem at once.
+
+    Its options, a local ``data_root`` (``data_root_default`` where the param is empty) that a job on
+    another machine cannot reach, SageMaker without an image: a DAG calls this ahead of its spend gate, as
+    a typo failed only in the training task, after the gate had reserved its money.
+
+    Raises:
+        ConfigurationError: naming each problem and what to give.
+    """
+    from costaware.adapters.compute.base import check_backend_options, open_backend, require_s3
+    from costaware.core.errors import ConfigurationError, CostawareError
+
+    backend = str(params.get("backend") or "local")
+    options = dict(params.get("backend_options") or {})
+    problems: list[str] = []
+    try:
+        check_backend_options(backend, options)
+        open_backend(backend, options)  # what the backend itself checks (Batch's queues); no AWS call
+    except CostawareError as e:
+        problems.append(str(e))
+    try:
+        require_s3(backend, data_root=str(params.get("data_root") or data_root_default))
+    except CostawareError as e:
+        problems.append(str(e))
+    if backend == "sagemaker" and not (params.get("image") or options.get("image_uri")):
+        problems.append(
+            f"SageMaker runs {job} in an image: give the image param, or image_uri in backend_options"
+        )
+    if problems:
+        raise ConfigurationError(f"the {backend} backend cannot run {job}: " + "; ".join(problems))
 
 
 def check_run_conf(conf: Mapping[str, Any] | None, params: Iterable[str]) -> None:
