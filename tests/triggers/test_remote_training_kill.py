@@ -443,6 +443,48 @@ def test_a_deferred_wait_cancelled_by_ctrl_c_of_dags_test_stops_and_bills_its_jo
     assert ended is inline
 
 
+def test_a_second_ctrl_c_of_dags_test_waits_for_the_stop_and_bill_of_its_job(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A hurried person presses Ctrl-C twice: the second KeyboardInterrupt landed in the stop and bill of the
+    # first, whose `finally` settled the hold, and the stopped job (23 s) was never billed.
+    from airflow.sdk.execution_time.supervisor import InProcessSupervisorComms, set_supervisor_comms
+
+    trigger = deferred_trigger(operator(tmp_path, "wait-for-notice"))
+    wait_for(tmp_path / "seen.jsonl.ready")
+    real_stop_job = RemoteTrainingJobTrigger._stop_job
+
+    def stop_job_then_ctrl_c(self: RemoteTrainingJobTrigger, *args: Any, **kwargs: Any) -> Any:
+        # Two, as asyncio.run takes the first to cancel its task (`dags test`'s first Ctrl-C did that)
+        # and raises KeyboardInterrupt on the next, here while the job is being stopped.
+        for _ in range(2):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+        return real_stop_job(self, *args, **kwargs)
+
+    monkeypatch.setattr(RemoteTrainingJobTrigger, "_stop_job", stop_job_then_ctrl_c)
+
+    async def cancel_the_watch() -> None:
+        watch = asyncio.ensure_future(anext(trigger.run(), None))
+        await asyncio.sleep(0.5)
+        watch.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await watch
+
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # as at a terminal
+    try:
+        with set_supervisor_comms(InProcessSupervisorComms(supervisor=None)):  # type: ignore[arg-type]
+            try:
+                asyncio.run(cancel_the_watch())
+            except KeyboardInterrupt:
+                pytest.fail("the second Ctrl-C broke into the stop and bill")
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # given back
+    finally:
+        signal.signal(signal.SIGINT, before)
+    (entry,) = train_entries(ledger)
+    assert entry["cause"] == "killed" and Decimal(str(entry["usd"])) > 0
+
+
 @pytest.mark.parametrize("inline", [True, False], ids=["dags_test", "worker"])
 def test_sigterm_of_dags_test_during_its_inline_deferred_wait_ends_it_as_ctrl_c(
     tmp_path: Path, ledger: Any, inline: bool

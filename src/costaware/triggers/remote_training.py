@@ -27,7 +27,10 @@ resume stops and bills the job then, on the last try (``RemoteTrainingOperator.r
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+import signal
+import threading
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -576,8 +579,37 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             # from there (stopping and billing it as killed logged a kill and settled the hold too early).
             if in_dags_test() and not delivered:
                 self.log.warning("interrupted: stopping job %s and billing it, as for a kill", self.job_id)
-                self.stop_and_bill()
+                with self._interrupts_wait_for_the_bill():
+                    self.stop_and_bill()
             raise
+
+    @contextmanager
+    def _interrupts_wait_for_the_bill(self) -> Iterator[None]:
+        """A second Ctrl-C (or SIGTERM) of `airflow dags test` waits for the stop and bill under way.
+
+        It raised in the middle of it: the hold was settled (``stop_and_bill``'s ``finally``) and the
+        stopped job never billed. The stop takes at most ``KILL_WAIT_SECONDS``. Only the main thread
+        can set a handler, and the inline trigger runs there; elsewhere nothing changes.
+        """
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def wait_for_the_bill(signum: int, frame: object) -> None:
+            self.log.warning(
+                "%s: still stopping and billing job %s, which takes at most %.0f s: wait for it",
+                signal.Signals(signum).name,
+                self.job_id,
+                KILL_WAIT_SECONDS,
+            )
+
+        handled = (signal.SIGINT, signal.SIGTERM)
+        previous = {signum: signal.signal(signum, wait_for_the_bill) for signum in handled}
+        try:
+            yield
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
     async def _watch(self) -> AsyncIterator[TriggerEvent]:
         while True:
