@@ -405,6 +405,80 @@ def test_a_hold_kept_for_the_retry_delay_is_found_again_and_kept_for_the_retrys_
     assert usage.spent_usd + usage.reserved_usd <= usage.cap_usd
 
 
+class FakeClock:
+    """The ledger's ``utcnow`` and a slot's wait (``time``) on one clock, moved only by the wait's sleep."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from datetime import UTC, datetime
+        from types import SimpleNamespace
+
+        from costaware.adapters.ledger import budgets, reservations
+        from costaware.training.tuning import reservations as trial_reservations
+
+        self.seconds = 0.0
+        self.base = datetime(2026, 12, 1, tzinfo=UTC)
+        for module in (reservations, budgets, trial_reservations):
+            monkeypatch.setattr(module, "utcnow", self.utcnow)
+        monkeypatch.setattr(
+            trial_reservations, "time", SimpleNamespace(monotonic=self.monotonic, sleep=self.sleep)
+        )
+
+    def utcnow(self) -> Any:
+        from datetime import timedelta
+
+        return self.base + timedelta(seconds=self.seconds)
+
+    def monotonic(self) -> float:
+        return self.seconds
+
+    def sleep(self, seconds: float) -> None:
+        self.seconds += seconds
+
+
+def test_a_slot_waits_for_a_hold_kept_for_a_retry_instead_of_stopping_the_study(
+    tmp_path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    # Slot 0's try failed with a retry left: its $0.80 hold is kept 60 s + the 300 s retry delay. Slot 1,
+    # refused the $0.80 the $1 cap has no room for, waited only its own 60 s, then stopped the study for good;
+    # the kept hold's end (or the retry settling it) would have made room.
+    from costaware.training.tuning.reservations import reserve_trial_cost
+
+    clock = FakeClock(monkeypatch)
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = study_spec("kept-wait", max_usd="1", max_trials=5, fallback_trial_seconds=0.8)
+    create_study(url, ledger, spec)
+    kept = reserve_trial_cost(
+        ledger, spec, lambda: 0.8, "tune/r1/trial/0", "r1", 0, 1.0, keep_for_retry_seconds=300
+    )
+    clock.seconds += 1  # slot 0's trainer raised; its task is up for retry
+    granted = reserve_trial_cost(ledger, spec, lambda: 0.8, "tune/r1/trial/1", "r1", 1, 1.0)
+    assert granted.id != kept.id and granted.usd == Decimal("0.8")
+    assert clock.utcnow() >= kept.expires_at  # granted once the kept hold ended, not before
+    assert clock.seconds - 1 < 60 + 300 + 1.0  # and within a poll of it
+    (usage,) = [u for u in ledger.usage(spec.budget_scope) if u.label.endswith("/total")]
+    assert usage.spent_usd + usage.reserved_usd <= usage.cap_usd  # never two holds of $0.80 in the $1
+
+
+def test_a_slot_waits_for_the_studys_holds_an_hour_past_its_own_wait_at_most(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # A hold kept longer than any retry delay (held three hours) does not keep a slot paid to wait for hours.
+    from datetime import timedelta
+
+    from costaware.core.tuning import MAX_KEEP_FOR_RETRY_SECONDS
+    from costaware.training.tuning.reservations import reserve_trial_cost
+
+    clock = FakeClock(monkeypatch)
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = study_spec("long-hold", max_usd="1", max_trials=5, fallback_trial_seconds=0.8)
+    create_study(url, ledger, spec)
+    held = reserve_trial_cost(ledger, spec, lambda: 0.8, "tune/r1/trial/0", "r1", 0, 1.0)
+    ledger.extend(held.id, clock.utcnow() + timedelta(hours=3))
+    with pytest.raises(BudgetExceededError):
+        reserve_trial_cost(ledger, spec, lambda: 0.8, "tune/r1/trial/1", "r1", 1, 10.0)
+    assert 60 + MAX_KEEP_FOR_RETRY_SECONDS <= clock.seconds < 60 + MAX_KEEP_FOR_RETRY_SECONDS + 10.0
+
+
 def test_a_retry_that_finds_its_hold_with_little_time_left_keeps_it_for_its_own_lease(
     tmp_path, monkeypatch
 ) -> None:  # type: ignore[no-untyped-def]

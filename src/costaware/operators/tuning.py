@@ -25,6 +25,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from costaware.core.errors import ConfigurationError
 from costaware.core.tuning.caps import StopReason
+from costaware.core.tuning.costs import MAX_KEEP_FOR_RETRY_SECONDS
 from costaware.extras import require
 from costaware.glue import DEFAULT_LEDGER_CONN_ID, airflow_errors
 from costaware.importing import split_path
@@ -347,11 +348,6 @@ class BudgetedTuningOperator(_StudyOperator):
         assert result.trial is not None
         self.log.info("trial %s %s: %s", result.trial.label, result.trial.params, result.trial.decision)
         return result.trial.to_json()
-
-
-#: The longest a trial's hold is kept for its task's retry: a dead trial's hold blocks the study's budget that
-#: long at most; a retry that comes later (a long exponential backoff) reserves anew.
-MAX_KEEP_FOR_RETRY_SECONDS = 3600.0
 
 
 def retry_wait_seconds(task: Any, try_number: int) -> float:

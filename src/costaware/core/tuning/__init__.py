@@ -24,6 +24,7 @@ from costaware.core.tuning.caps import (
     wall_clock_left,
 )
 from costaware.core.tuning.costs import (
+    MAX_KEEP_FOR_RETRY_SECONDS,
     TrialCosts,
     TrialEstimate,
     TrialTiming,
@@ -60,6 +61,7 @@ from costaware.core.tuning.trials import FinishedTrial, TrialState, fall_adjuste
 
 __all__ = [
     "DIRECTIONS",
+    "MAX_KEEP_FOR_RETRY_SECONDS",
     "PARAM_KINDS",
     "PRUNERS",
     "SAMPLERS",

@@ -14,6 +14,11 @@ from decimal import Decimal
 from costaware.core.errors import ConfigurationError
 from costaware.core.tuning.trials import TrialState
 
+#: The longest a trial's hold is kept for its task's retry, past its lease: a dead trial's hold blocks the
+#: study's budget that long at most (a retry that comes later reserves anew), and a slot waiting for the
+#: study's holds waits that long at most past its own wait.
+MAX_KEEP_FOR_RETRY_SECONDS = 3600.0
+
 
 @dataclass(frozen=True, slots=True)
 class TrialTiming:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from costaware.core.errors import BudgetExceededError
 from costaware.core.ledger import Kind, LedgerEntry, Market, clipped_note, holder_dag_id, utcnow
 from costaware.core.money import format_usd
-from costaware.core.tuning import StudySpec, usd_for_seconds
+from costaware.core.tuning import MAX_KEEP_FOR_RETRY_SECONDS, StudySpec, usd_for_seconds
 from costaware.training.tuning.results import EntryOwner
 
 if TYPE_CHECKING:
@@ -47,12 +47,17 @@ def reserve_trial_cost(
     Other trials' reservations are mostly returned when they settle (pruned trials spend a fraction of
     their estimate), so a refusal stops the study only when nothing else of the study is in flight, or
     what was already spent leaves no room for this trial (dollars, and GPU-hours under ``max_gpu_hours``).
-    Waiting ends when those reservations expire.
+    Waiting ends when those reservations expire: at the end of this slot's own lease (2 x its time, at least
+    60 s) or of the study's last open hold, whichever is later, at most
+    :data:`~costaware.core.tuning.MAX_KEEP_FOR_RETRY_SECONDS` past the former. A hold kept for a retry
+    outlives the slot's own lease; a slot that gave up at its own lease stopped the study for good, where
+    the hold's end would have made room.
     """
     seconds = seconds_needed()
     # Real time, not the trial's meter: what is waited for is other trials' holds, whose ttl the ledger
     # counts in real time.
-    deadline = time.monotonic() + max(2 * seconds, 60.0)
+    waiting_since = time.monotonic()
+    own_wait = max(2 * seconds, 60.0)
     while True:
         usd = usd_for_seconds(seconds, spec.usd_per_hour)
         gpu_hours = (Decimal(str(seconds)) / 3600 * spec.gpus).quantize(Decimal("0.000001"))
@@ -77,16 +82,26 @@ def reserve_trial_cost(
             own = study_usage(ledger, spec)
             if own is None or not _may_come_back(own, usd, gpu_hours):
                 raise
-            if time.monotonic() >= deadline:
+            waited = time.monotonic() - waiting_since
+            if waited >= own_wait and (
+                waited >= own_wait + MAX_KEEP_FOR_RETRY_SECONDS or _seconds_until_holds_end(ledger, own) <= 0
+            ):
                 raise
             log.info(
-                "slot %d waits for %s and %s GPU-hours reserved by running trials",
+                "slot %d waits for %s and %s GPU-hours held by running trials (or kept for their retry)",
                 slot,
                 format_usd(own.reserved_usd),
                 own.reserved_gpu_hours,
             )
             time.sleep(poll_seconds)
             seconds = seconds_needed()
+
+
+def _seconds_until_holds_end(ledger: Ledger, own: BudgetUsage) -> float:
+    """Seconds until the last open hold in the study's budget ``own`` expires (0: none is open)."""
+    now = utcnow()
+    ends = [r.expires_at for r in ledger.open_reservations() if own.label in r.budgets]
+    return max(((end - now).total_seconds() for end in ends), default=0.0)
 
 
 def _may_come_back(own: BudgetUsage, usd: Decimal, gpu_hours: Decimal) -> bool:
