@@ -172,7 +172,13 @@ def test_tuning_trial_passes_templated_numbers_to_the_trainer(ledger_url: str) -
 
     def ti(task: Any) -> SimpleNamespace:
         return SimpleNamespace(
-            dag_id="tune", run_id="manual__1", task_id=task.task_id, map_index=0, try_number=1, task=task
+            dag_id="tune",
+            run_id="manual__1",
+            task_id=task.task_id,
+            map_index=0,
+            try_number=1,
+            max_tries=0,
+            task=task,
         )
 
     plan.execute({"ti": ti(plan)})
@@ -308,7 +314,7 @@ def test_budgeted_tuning_takes_trainer_kwargs_from_a_whole_template(ledger_url: 
             fallback_trial_seconds=5,
         )
     plan = next(t for t in group.children.values() if t.task_id == "tuning.plan")
-    ident = {"dag_id": "tune", "run_id": "manual__1", "map_index": 0, "try_number": 1}
+    ident = {"dag_id": "tune", "run_id": "manual__1", "map_index": 0, "try_number": 1, "max_tries": 0}
     plan.execute({"ti": SimpleNamespace(task_id="tuning.plan", task=plan, **ident)})
     trial = BudgetedTuningOperator(
         task_id="trial", study_name="whole", trainer=RecordingTrainer, trainer_kwargs="{{ params.kw }}"

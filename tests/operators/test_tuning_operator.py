@@ -58,13 +58,14 @@ def env(ledger_url: str, monkeypatch: pytest.MonkeyPatch) -> Ledger:
     return Ledger.from_url(ledger_url)
 
 
-def _ti(task: Any, map_index: int = -1, try_number: int = 1) -> SimpleNamespace:
+def _ti(task: Any, map_index: int = -1, try_number: int = 1, max_tries: int | None = None) -> SimpleNamespace:
     return SimpleNamespace(
         dag_id=DAG_ID,
         run_id=RUN_ID,
         task_id=task.task_id,
         map_index=map_index,
         try_number=try_number,
+        max_tries=task.retries if max_tries is None else max_tries,  # as Airflow sets it before any clear
         task=task,
         get_template_context=lambda: {"params": {}},
     )
@@ -441,19 +442,36 @@ def test_a_trials_hold_is_kept_for_as_long_as_airflow_waits_to_retry_its_task() 
     def task(**kwargs: Any) -> Any:
         return EmptyOperator(task_id="trial", **kwargs)
 
-    assert retry_wait_seconds(task(), 1) == 0  # no retries: nothing waits for the hold
+    assert retry_wait_seconds(task(), 1, 0) == 0  # no retries: nothing waits for the hold
     five_minutes = task(retries=2)  # Airflow's default retry_delay
-    assert [retry_wait_seconds(five_minutes, n) for n in (1, 2, 3)] == [300, 300, 0]
-    assert retry_wait_seconds(task(retries=1, retry_delay=45), 1) == 45  # seconds, as Airflow takes them
+    assert [retry_wait_seconds(five_minutes, n, 2) for n in (1, 2, 3)] == [300, 300, 0]
+    assert retry_wait_seconds(task(retries=1, retry_delay=45), 1, 1) == 45  # seconds, as Airflow takes them
     # Exponential backoff waits up to twice delay x multiplier ** (try - 1), at most max_retry_delay.
     backoff = task(retries=3, retry_delay=timedelta(seconds=60), retry_exponential_backoff=2.0)
-    assert [retry_wait_seconds(backoff, n) for n in (1, 2, 3)] == [120, 240, 480]
+    assert [retry_wait_seconds(backoff, n, 3) for n in (1, 2, 3)] == [120, 240, 480]
     capped = task(retries=3, retry_delay=60, retry_exponential_backoff=2.0, max_retry_delay=200)
-    assert retry_wait_seconds(capped, 3) == 200
+    assert retry_wait_seconds(capped, 3, 3) == 200
     # A dead trial's hold never blocks the study's budget for hours: a later retry reserves anew.
     assert (
-        retry_wait_seconds(task(retries=1, retry_delay=timedelta(hours=6)), 1) == MAX_KEEP_FOR_RETRY_SECONDS
+        retry_wait_seconds(task(retries=1, retry_delay=timedelta(hours=6)), 1, 1)
+        == MAX_KEEP_FOR_RETRY_SECONDS
     )
+
+
+def test_a_cleared_trials_try_with_a_retry_left_keeps_its_hold_for_the_retry_delay(env: Ledger) -> None:
+    # After tries 1 and 2 of a task with retries=1 failed, a clear sets the task instance's max_tries to
+    # 2 + 1 = 3: try 3 has a retry left (Airflow retries it), but its hold was kept as if it had none
+    # (try 3 > retries), expired at 60 s, and the retry reserved the whole estimate anew.
+    from costaware.operators.tuning import retry_wait_seconds
+
+    plan = _plan()
+    plan.execute({"ti": _ti(plan)})
+    cleared = BudgetedTuningOperator(task_id="trial", study_name="s1", trainer=QuadraticTrainer, retries=1)
+    cleared.execute({"ti": _ti(cleared, map_index=0, try_number=3, max_tries=3)})
+    (held,) = env.open_reservations()  # the listener would settle it; here it is as the try left it
+    assert held.expires_at - held.created_at >= timedelta(seconds=60 + 300)  # lease + the 5 min delay
+    # Try 4 is the last: nothing is kept for it.
+    assert [retry_wait_seconds(cleared, n, 3) for n in (3, 4)] == [300, 0]
 
 
 def test_summary_fails_trials_of_this_run_left_running(env: Ledger) -> None:

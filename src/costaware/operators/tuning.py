@@ -340,7 +340,7 @@ class BudgetedTuningOperator(_StudyOperator):
                 slot=int(self.slot),
                 run_id=ti.run_id,
                 on_label=label,
-                keep_for_retry_seconds=retry_wait_seconds(self, int(ti.try_number)),
+                keep_for_retry_seconds=retry_wait_seconds(self, int(ti.try_number), int(ti.max_tries)),
             )
         if not result.ran:
             why = result.stop.value if result.stop is not None else "stopped"
@@ -350,8 +350,11 @@ class BudgetedTuningOperator(_StudyOperator):
         return result.trial.to_json()
 
 
-def retry_wait_seconds(task: Any, try_number: int) -> float:
+def retry_wait_seconds(task: Any, try_number: int, max_tries: int) -> float:
     """The longest Airflow waits before retrying ``task``'s try ``try_number``; 0 where no retry is left.
+
+    A retry is left while ``try_number <= max_tries`` (the task instance's, as Airflow decides): a clear sets
+    it to the try number then plus ``retries``, so a cleared task's later tries have retries left too.
 
     As Airflow's ``TaskInstance.next_retry_datetime``: ``retry_delay``, or with ``retry_exponential_backoff``
     (a multiplier other than 0 and 1) up to twice ``retry_delay x multiplier ** (try_number - 1)`` (a hash of
@@ -363,7 +366,7 @@ def retry_wait_seconds(task: Any, try_number: int) -> float:
     def in_seconds(delay: Any) -> float:  # a timedelta, or seconds as Airflow also takes them
         return float(delay.total_seconds() if hasattr(delay, "total_seconds") else delay or 0)
 
-    if try_number > int(getattr(task, "retries", 0) or 0):
+    if not getattr(task, "retries", 0) or try_number > max_tries:
         return 0.0  # the last try: no retry will look for the hold
     seconds = in_seconds(getattr(task, "retry_delay", None))
     multiplier = float(getattr(task, "retry_exponential_backoff", 0) or 0) or 1.0
