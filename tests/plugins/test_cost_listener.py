@@ -1005,6 +1005,62 @@ def test_a_runs_end_where_its_tasks_ledger_connection_is_missing_releases_nothin
     assert "AIRFLOW_CONN_TEAM_LEDGER" in errors[0]
 
 
+def test_a_runs_end_where_no_ledger_connection_exists_says_the_fallback_released_the_holds(
+    tmp_path,  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # One machine, no ledger connection at all: the task's team_ledger hold went to COSTAWARE_LEDGER_URL, the
+    # default connection's fallback too, which released it at the run's end; the error said "left open".
+    import logging
+
+    from costaware.plugins import reservation_release
+
+    url = f"sqlite:///{tmp_path / 'fallback.db'}"
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", url)
+    monkeypatch.delenv("AIRFLOW_CONN_COSTAWARE_LEDGER", raising=False)
+    monkeypatch.delenv("AIRFLOW_CONN_TEAM_LEDGER", raising=False)
+    fallback = Ledger.from_url(url)
+    fallback.set_budget("project=churn", "month", "5")
+    fallback.reserve("project=churn", "4", holder="retrain/run1/train/-1")
+    task = SimpleNamespace(task_id="train", ledger_conn_id="team_ledger")
+    run = SimpleNamespace(dag_id="retrain", run_id="run1", dag=SimpleNamespace(tasks=[task]))
+    with caplog.at_level(logging.INFO, logger=reservation_release.__name__):
+        CostListener().on_dag_run_success(run, "")
+    assert fallback.open_reservations() == []
+    said = [r for r in caplog.records if "'team_ledger' does not exist" in r.getMessage()]
+    assert said and all(r.levelno == logging.WARNING for r in said)
+    holds = next(r.getMessage() for r in said if "the run's holds" in r.getMessage())
+    assert "left open" not in holds.split(";")[0]  # not said of the holds it released
+    assert f"the run's holds in {url} " in holds and "were released through the ledger connection" in holds
+    assert "'costaware_ledger'" in holds and "AIRFLOW_CONN_TEAM_LEDGER" in holds
+
+
+def test_a_runs_end_where_the_tasks_ledger_connection_is_set_but_unreadable_says_so(
+    tmp_path,  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # AIRFLOW_CONN_TEAM_LEDGER was set but Airflow could not parse it: the error said the connection "does
+    # not exist", and its fix was to set the variable already set.
+    import logging
+
+    from costaware.plugins import reservation_release
+
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", f"sqlite:///{tmp_path / 'fallback.db'}")
+    monkeypatch.delenv("AIRFLOW_CONN_COSTAWARE_LEDGER", raising=False)
+    monkeypatch.setenv("AIRFLOW_CONN_TEAM_LEDGER", "{not json")
+    task = SimpleNamespace(task_id="train", ledger_conn_id="team_ledger")
+    run = SimpleNamespace(dag_id="retrain", run_id="run1", dag=SimpleNamespace(tasks=[task]))
+    with caplog.at_level(logging.ERROR, logger=reservation_release.__name__):
+        CostListener().on_dag_run_failed(run, "task_failure")
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert errors and not any("does not exist" in e for e in errors)
+    holds = next(e for e in errors if "the run's holds" in e)
+    assert "AIRFLOW_CONN_TEAM_LEDGER is set on this machine but Airflow cannot read it" in holds
+    assert "ledger 'team_ledger' are left open" in holds and "fix it here" in holds
+
+
 def test_a_worker_without_the_tasks_ledger_connection_releases_where_its_tasks_held(
     tmp_path,  # type: ignore[no-untyped-def]
     monkeypatch: pytest.MonkeyPatch,

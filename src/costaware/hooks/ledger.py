@@ -48,8 +48,8 @@ class CostLedgerHook(BaseHook):
         try:
             conn = self.get_connection(self.ledger_conn_id)
         except AirflowNotFoundException:
-            variable = f"AIRFLOW_CONN_{self.ledger_conn_id.upper()}"
-            if os.environ.get(variable, "").strip():
+            variable = self.unreadable_variable()
+            if variable is not None:
                 # Airflow skips a variable it cannot parse as if it were unset: every worker then kept its
                 # own SQLite ledger, and no budget held across them.
                 from costaware.core.errors import ConfigurationError
@@ -79,6 +79,15 @@ class CostLedgerHook(BaseHook):
             conn.schema,
             conn.extra,
         )
+
+    def unreadable_variable(self) -> str | None:
+        """``AIRFLOW_CONN_<ID>`` of the connection where it is set, else None.
+
+        Asked once Airflow found no such connection: a variable set then is one Airflow cannot read (it
+        skips it as if it were unset), not a connection that does not exist.
+        """
+        variable = f"AIRFLOW_CONN_{self.ledger_conn_id.upper()}"
+        return variable if os.environ.get(variable, "").strip() else None
 
     def get_conn(self) -> Ledger:
         """The ledger, opened once per process and URL (engines pool their connections)."""

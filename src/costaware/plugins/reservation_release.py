@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from costaware.plugins.try_cost import dag_of
@@ -73,22 +74,24 @@ def release_reservations(
     released: list[Any] = []
     run_prefix = f"{dag_id}/{run_id}/"  # holders are dag/run/task/map_index (core.ledger.reservation_holder)
     prefixes = [run_prefix] if task_ids is None else [f"{run_prefix}{t}/" for t in sorted(task_ids)]
-    for conn_id in sorted(ledger_conn_ids):
-        try:
-            ledger = _existing_ledger(conn_id, in_task_process=in_task_process)
-            if ledger is None:
-                continue
-            for prefix in prefixes:
-                for reservation in ledger.open_reservations(holder_prefix=prefix):
-                    released.append(ledger.release(reservation.id))
-        except Exception as e:
-            log.warning(
-                "costaware: could not release reservations of %s/%s (%s): %s; they expire at their TTL",
-                dag_id,
-                run_id,
-                reason,
-                e,
-            )
+
+    def release(ledger: Any) -> None:
+        for prefix in prefixes:
+            for reservation in ledger.open_reservations(holder_prefix=prefix):
+                released.append(ledger.release(reservation.id))
+
+    def could_not(e: Exception) -> None:
+        log.warning(
+            "costaware: could not release reservations of %s/%s (%s): %s; they expire at their TTL",
+            dag_id,
+            run_id,
+            reason,
+            e,
+        )
+
+    _in_each_ledger(
+        ledger_conn_ids, release, could_not, in_task_process=in_task_process, what="holds", done="released"
+    )
     for reservation in released:
         log.info(
             "costaware: released %s reserved in %s for %s: %s",
@@ -169,21 +172,24 @@ def end_waiting_gates(
     from costaware.adapters.ledger.gate_requests import close_open_requests
 
     closed = 0
-    for conn_id in sorted(ledger_conn_ids):
-        try:
-            ledger = _existing_ledger(conn_id, in_task_process=in_task_process)
-            if ledger is None:
-                continue
-            closed += close_open_requests(
-                ledger,
-                dag_id=dag_id,
-                run_id=run_id,
-                status=status,
-                task_id=task_id,
-                map_index=map_index,
-            )
-        except Exception as e:
-            log.warning("costaware: could not close the waiting spend gates of %s/%s: %s", dag_id, run_id, e)
+
+    def close(ledger: Any) -> None:
+        nonlocal closed
+        closed += close_open_requests(
+            ledger, dag_id=dag_id, run_id=run_id, status=status, task_id=task_id, map_index=map_index
+        )
+
+    def could_not(e: Exception) -> None:
+        log.warning("costaware: could not close the waiting spend gates of %s/%s: %s", dag_id, run_id, e)
+
+    _in_each_ledger(
+        ledger_conn_ids,
+        close,
+        could_not,
+        in_task_process=in_task_process,
+        what="waiting spend gates",
+        done="closed",
+    )
     return closed
 
 
@@ -213,42 +219,130 @@ def _is_spend_gate(task: Any) -> bool:
     return spend_cap is not None and isinstance(task, spend_cap.SpendCapSensor)
 
 
-def _existing_ledger(conn_id: str, *, in_task_process: bool) -> Any | None:
-    """The ledger of ``conn_id``; None where it is a SQLite file not created yet, which holds nothing.
+@dataclass(frozen=True, slots=True)
+class _Unseen:
+    """A task's non-default ledger connection that a run's end cannot use on this machine."""
+
+    conn_id: str
+    #: ``AIRFLOW_CONN_<ID>`` where it is set but Airflow cannot read it; None where nothing names it here.
+    unreadable_variable: str | None
+    #: Where a task without the connection held instead: ``COSTAWARE_LEDGER_URL`` or the embedded file.
+    fallback_url: str
+
+
+def _in_each_ledger(
+    conn_ids: set[str] | frozenset[str],
+    work: Callable[[Any], None],
+    on_error: Callable[[Exception], None],
+    *,
+    in_task_process: bool,
+    what: str,
+    done: str,
+) -> None:
+    """Run ``work`` on the ledger of each of ``conn_ids``, ``on_error`` where it raises; never raises.
+
+    Then say, for each connection this machine lacks, whether its ``what`` were reached all the same: its
+    fallback database is the ledger of another connection searched in the same pass (the default one,
+    missing here too), where ``work`` ``done`` them; or not, and they are left open.
+    """
+    searched: dict[str, str] = {}  # URL -> the connection through which it was searched
+    unseen: list[_Unseen] = []
+    for conn_id in sorted(conn_ids):
+        try:
+            found = _existing_ledger(conn_id, in_task_process=in_task_process)
+            if isinstance(found, _Unseen):
+                unseen.append(found)
+                continue
+            url, ledger = found
+            if ledger is not None:  # None: a SQLite file not created yet, which holds nothing
+                work(ledger)
+            searched.setdefault(url, conn_id)
+        except Exception as e:
+            on_error(e)
+    for missing in unseen:
+        _say_unseen(missing, searched.get(missing.fallback_url), what, done)
+
+
+def _existing_ledger(conn_id: str, *, in_task_process: bool) -> tuple[str, Any | None] | _Unseen:
+    """The URL and ledger of ``conn_id``; the ledger None where it is a SQLite file not created yet.
 
     A run's end is heard on the scheduler or the API server: opening the hook's fallback there created an
     empty ``$AIRFLOW_HOME/costaware/ledger.db``, which the killed tries and spool drains of that machine
     then took for the workers' ledger (see :func:`costaware.ledger_spool.workers_ledger`).
 
-    Outside a task process (a run's end), None too, with an error logged, where ``conn_id`` is not the
-    default and has no connection on this machine: the hook's fallback (``COSTAWARE_LEDGER_URL`` or the
-    embedded file) is another database, and the run's holds were released there while the ones in the
-    workers' ledger stayed open, unsaid. A task's own worker opens the ledger as its tasks did (a spend
-    gate there held in that same fallback).
+    Outside a task process (a run's end), :class:`_Unseen` where ``conn_id`` is not the default and has no
+    connection on this machine (or one Airflow cannot read): the hook's fallback (``COSTAWARE_LEDGER_URL``
+    or the embedded file) is not opened in its stead, as it may be another database than the workers'. A
+    task's own worker opens the ledger as its tasks did (a spend gate there held in that same fallback).
     """
     from airflow.sdk.exceptions import AirflowNotFoundException
 
     from costaware.adapters.ledger.engine import missing_sqlite_file
     from costaware.glue import DEFAULT_LEDGER_CONN_ID
     from costaware.hooks.ledger import CostLedgerHook
+    from costaware.settings import ledger_url
 
     hook = CostLedgerHook(conn_id)
     if conn_id != DEFAULT_LEDGER_CONN_ID and not in_task_process:
         try:
             hook.get_connection(conn_id)
         except AirflowNotFoundException:
-            log.error(
-                "costaware: the ledger connection %r does not exist on this machine: the run's holds and "
-                "waiting spend gates in it are left open (holds expire at their TTL), not looked for in "
-                "another ledger; set AIRFLOW_CONN_%s here as the workers have it, or release them with "
-                "`costaware budget release --holder ... --ledger-url ...`",
-                conn_id,
-                conn_id.upper(),
-            )
-            return None
-    if missing_sqlite_file(hook.get_url()) is not None:
-        return None
-    return hook.get_conn()
+            return _Unseen(conn_id, hook.unreadable_variable(), ledger_url())
+    url = hook.get_url()
+    if missing_sqlite_file(url) is not None:
+        return url, None
+    return url, hook.get_conn()
+
+
+def _say_unseen(missing: _Unseen, fallback_searched_as: str | None, what: str, done: str) -> None:
+    """Log what a run's end ``done`` to ``what`` of a ledger connection this machine lacks, and the fix."""
+    from costaware.adapters.ledger.engine import safe_url
+
+    conn_id, variable = missing.conn_id, f"AIRFLOW_CONN_{missing.conn_id.upper()}"
+    holds = what == "holds"  # only holds expire, and have a command to give them back
+    left_open = "left open (they expire at their TTL)" if holds else "left open"
+    release = (
+        ", or release them with `costaware budget release --holder ... --ledger-url ...`" if holds else ""
+    )
+    if missing.unreadable_variable is not None:
+        log.error(
+            "costaware: %s is set on this machine but Airflow cannot read it as a connection: the run's %s "
+            "in ledger %r are %s, not looked for in another ledger; fix it here as the workers have it "
+            "(a URI such as postgresql://user:password@host:5432/costaware, or a JSON object with conn_type, "
+            "host, login, ...)%s",
+            variable,
+            what,
+            conn_id,
+            left_open,
+            release,
+        )
+    elif fallback_searched_as is not None:
+        # The database a worker without the connection held in: what is there was reached all the same.
+        log.warning(
+            "costaware: the ledger connection %r does not exist on this machine: the run's %s in %s "
+            "(COSTAWARE_LEDGER_URL or the embedded SQLite file, where a task without that connection "
+            "holds), if any, were %s through the ledger connection %r, the same database here; any the "
+            "workers have through %r in another database are %s: set %s here as the workers have it%s",
+            conn_id,
+            what,
+            safe_url(missing.fallback_url),
+            done,
+            fallback_searched_as,
+            conn_id,
+            left_open,
+            variable,
+            release,
+        )
+    else:
+        log.error(
+            "costaware: the ledger connection %r does not exist on this machine: the run's %s in it are %s, "
+            "not looked for in another ledger; set %s here as the workers have it%s",
+            conn_id,
+            what,
+            left_open,
+            variable,
+            release,
+        )
 
 
 def in_own_thread(work: Callable[[], Any], *, name: str, wait_seconds: float = 5.0) -> None:
