@@ -504,6 +504,25 @@ def test_code_error_fails_the_task_with_its_reason_and_records_the_attempt(
     assert not (tmp_path / "models").exists() or ModelStore.open(str(tmp_path / "models")).versions() == []
 
 
+def test_a_result_the_job_cannot_write_fails_the_task_once_and_keeps_the_one_version_it_stored(
+    tmp_path: Path, data: Path, ledger: Any
+) -> None:
+    # The job stored its model and cleared its checkpoints, then could not write result.json: exit 74 had the
+    # attempt submitted again, which trained from step 0 (billed twice) and stored a second version.
+    jobspec = tmp_path / "jobspec"
+    (jobspec / "result.json").mkdir(parents=True)  # a folder where the result file should go: lasting
+    op = operator(tmp_path, spec_uri=str(jobspec / "spec.json"), deferrable=False)
+    with pytest.raises(AirflowFailException) as failed:
+        drive(op, context_for())
+    (version,) = ModelStore.open(str(tmp_path / "models")).versions()
+    message = str(failed.value)
+    assert f"failed: result not written: model version {version.version!r} was stored" in message
+    assert str(jobspec / "result.json") in message and "nothing was registered" not in message
+    (entry,) = [e for e in ledger.entries() if e["task_id"] == "train"]  # one attempt, billed once
+    assert entry["outcome"] == "failed" and Decimal(str(entry["usd"])) > 0
+    assert len(list((tmp_path / "jobs").iterdir())) == 1
+
+
 def test_a_task_cleared_after_a_code_error_runs_a_new_attempt(
     tmp_path: Path, data: Path, ledger: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:

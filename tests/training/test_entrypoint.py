@@ -183,21 +183,45 @@ def test_a_missing_result_names_the_job_and_what_to_check(tmp_path: Path) -> Non
     assert "check that aws_conn_id reaches the job's S3 endpoint" in message and "spec" not in message
 
 
-def test_a_result_it_cannot_write_is_a_store_failure_not_a_code_error(
+def test_a_result_it_cannot_write_fails_the_attempt_for_good_naming_the_stored_version(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
-    # The model was trained and stored, then the result's write failed (a store error): the job exited 1,
-    # "training failed: ...", which the provider records as a code error and fails the task for good,
-    # where a store that failed is the contract's 74, submitted again.
+    # The model was trained and stored and its checkpoints cleared, then the result's write failed: exit 74
+    # had the attempt submitted again, which trained from step 0 (paid twice) and stored a second version.
     from costaware_runtime.contract import EXIT_SYNC_FAILED
 
-    from costaware.training.entrypoint import main, write_spec
+    monkeypatch.syspath_prepend(str(HERE))  # slow_trainer
+    monkeypatch.setattr(entrypoint, "RESULT_WRITE_RETRY_SECONDS", (0.0, 0.0))
+    write_data(tmp_path / "data", rows=300)
+    (tmp_path / "out").write_text("a file where the result's folder should be")
+    spec = spec_for(tmp_path, trainer_params={"epochs": 1, "batch_size": 256, "step_seconds": 0.0})
+    spec_uri = entrypoint.write_spec(str(tmp_path / "spec.json"), spec)
+    code = entrypoint.main(["--spec", spec_uri])
+    assert code == entrypoint.ERROR_EXIT_CODE != EXIT_SYNC_FAILED  # recorded failed: never submitted again
+    (version,) = ModelStore.open(str(tmp_path / "models")).versions()
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith(
+        f"result not written: model version {version.version!r} was stored in {str(tmp_path / 'models')!r} "
+        f"but its result {spec['result_uri']!r} could not be written (3 tries: "
+    )
+    assert "a new attempt would train again" in last and "nothing was registered" not in last
 
+
+def test_a_result_write_that_fails_once_is_tried_again_in_the_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A passing store error (throttling) at the result's write cost a new attempt, trained from step 0.
     monkeypatch.syspath_prepend(str(HERE))  # slow_trainer
     write_data(tmp_path / "data", rows=300)
     (tmp_path / "out").write_text("a file where the result's folder should be")
     spec = spec_for(tmp_path, trainer_params={"epochs": 1, "batch_size": 256, "step_seconds": 0.0})
-    spec_uri = write_spec(str(tmp_path / "spec.json"), spec)
-    assert main(["--spec", spec_uri]) == EXIT_SYNC_FAILED
-    last = capsys.readouterr().err.strip().splitlines()[-1]
-    assert last.startswith(f"store unavailable: cannot write the result {spec['result_uri']!r}")
+    waits: list[float] = []
+
+    def wait_while_the_store_recovers(seconds: float) -> None:
+        waits.append(seconds)
+        (tmp_path / "out").unlink()
+
+    result = entrypoint.run_spec(spec, environ={}, sleep=wait_while_the_store_recovers)
+    assert waits == [entrypoint.RESULT_WRITE_RETRY_SECONDS[0]]
+    assert entrypoint.read_result(spec["result_uri"])["version"] == result["version"]
+    assert [v.version for v in ModelStore.open(str(tmp_path / "models")).versions()] == [result["version"]]

@@ -103,6 +103,10 @@ class StoreUnavailableError(CostawareError):
     """Raised when an object store cannot be read or written for a reason a retry may fix; retried."""
 
 
+class ResultNotWrittenError(CostawareError):
+    """Raised when a training job stored its model version but could not write its result; not retried."""
+
+
 class StoreNotWritableError(ConfigurationError):
     """Raised when a local store's folder refuses writes (a read-only mount, no permission)."""
 

@@ -28,8 +28,9 @@ as the in-worker operator does.
 Exit codes: 0 done (summary JSON on stdout), 75 preempted after a checkpoint (``EXIT_PREEMPTED`` of the job
 contract: resubmit it), 74 a store (data, checkpoints, model store, result) could not be reached
 (``EXIT_SYNC_FAILED``: resubmit it; the launcher passes it on under ``--no-outputs``), 2 bad spec or input
-(never retry), 1 anything else. The last stderr line is a one-line
-reason (the launcher's own lines follow it, prefixed ``costaware-run:``).
+(never retry), 1 anything else, a result that could not be written after the model was stored too (its
+write is tried again in the job first; a resubmit would train again and store a second version). The last
+stderr line is a one-line reason (the launcher's own lines follow it, prefixed ``costaware-run:``).
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ import logging
 import math
 import os
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
@@ -49,7 +51,12 @@ from costaware_runtime.metrics import write_metrics
 from costaware_runtime.preemption import preemption_requested
 
 from costaware.adapters.checkpoint_store import CheckpointFolder
-from costaware.core.errors import ConfigurationError, ResultMissingError, StoreUnavailableError
+from costaware.core.errors import (
+    ConfigurationError,
+    ResultMissingError,
+    ResultNotWrittenError,
+    StoreUnavailableError,
+)
 from costaware.training.checkpointing import PREEMPTED_EXIT_CODE, PreemptedError
 from costaware.training.spec import RetrainJob
 
@@ -61,6 +68,9 @@ ERROR_EXIT_CODE = 1
 EXTRA_KEYS = ("seed", "result_uri")
 #: The only storage options a spec may carry: credentials come from the environment, never from a file.
 SPEC_STORAGE_OPTIONS = ("endpoint_url", "region")
+#: Waits before each new try of a failed result write (throttling, a dropped connection): the model is
+#: stored by then, and a new attempt would train it again.
+RESULT_WRITE_RETRY_SECONDS = (1.0, 3.0, 6.0)
 #: The environment variable with the S3 endpoint the spec is read through (``BlobDir`` honours it too).
 ENDPOINT_ENV = "COSTAWARE_S3_ENDPOINT_URL"
 
@@ -209,13 +219,54 @@ def summary_metrics(result: Mapping[str, Any]) -> dict[str, float | int]:
     }
 
 
-def run_spec(spec: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+def write_result(
+    uri: str,
+    result: Mapping[str, Any],
+    storage_options: Mapping[str, Any],
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Write a stored model's summary to ``uri``, tried again after each of ``RESULT_WRITE_RETRY_SECONDS``.
+
+    The model version is stored and its checkpoints cleared by then: a new attempt would train again from
+    step 0 and store a second version, so a passing store error is waited out here, and a lasting one fails
+    the attempt for good, naming the version.
+
+    Raises:
+        ResultNotWrittenError: every try failed; the message names the stored version and what to check.
+    """
+    for wait in (*RESULT_WRITE_RETRY_SECONDS, None):
+        try:
+            write_spec(uri, result, **storage_options)
+            return
+        except OSError as e:
+            if wait is None:
+                tries = len(RESULT_WRITE_RETRY_SECONDS) + 1
+                raise ResultNotWrittenError(
+                    f"model version {result.get('version')!r} was stored in {result.get('model_store')!r} "
+                    f"but its result {uri!r} could not be written ({tries} tries: {e}); not retried, as a "
+                    "new attempt would train again and store a second version: check that the job (its "
+                    "role or service account on a cloud backend) can create and write that folder, then "
+                    "promote the version by hand (ModelPromoteOperator candidate) or delete it before "
+                    "clearing the task"
+                ) from e
+            log.warning("cannot write the result %r (%s): trying again in %.0f s", uri, e, wait)
+            sleep(wait)
+
+
+def run_spec(
+    spec: Mapping[str, Any],
+    environ: Mapping[str, str] | None = None,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, Any]:
     """Run the retrain a spec describes (the one code path of every backend) and publish its summary.
 
     Args:
         spec: The training spec.
         environ: The job's environment (default ``os.environ``): under ``costaware-run`` the checkpoints go
             to its folder, the runtime's flag is the preemption notice and the metrics file is written.
+        sleep: Waits between tries of the result's write.
     """
     from costaware.training.runner import run_retrain
 
@@ -227,16 +278,7 @@ def run_spec(spec: Mapping[str, Any], environ: Mapping[str, str] | None = None) 
         preemption_notice=preemption_requested if folder is not None else None,
     )
     if spec.get("result_uri"):
-        uri = str(spec["result_uri"])
-        try:
-            write_spec(uri, result, **dict(spec.get("storage_options") or {}))
-        except OSError as e:
-            # A store that failed, as for the model store: exit 74, submitted again. Read as "training
-            # failed" (exit 1), the job that left no result was a code error that failed the task for good.
-            raise StoreUnavailableError(
-                f"cannot write the result {uri!r} ({e}): check that the job (its role or service account "
-                "on a cloud backend) can create and write the folder of its spec"
-            ) from e
+        write_result(str(spec["result_uri"]), result, dict(spec.get("storage_options") or {}), sleep=sleep)
     metrics_path = env.get(METRICS_PATH, "").strip()
     if metrics_path:
         write_metrics(summary_metrics(result), metrics_path)
@@ -269,6 +311,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigurationError as e:
         print(f"bad training spec or input: {e}", file=sys.stderr, flush=True)
         return CONFIG_EXIT_CODE
+    except ResultNotWrittenError as e:
+        log.exception("the result cannot be written")
+        print(f"result not written: {e}".replace("\n", " "), file=sys.stderr, flush=True)
+        # Exit 1, a failure never retried: 74 submitted it again, which trained again from step 0 (the
+        # checkpoints are cleared once the model is stored) and stored a second version.
+        return ERROR_EXIT_CODE
     except StoreUnavailableError as e:
         log.exception("a store is unavailable")
         print(f"store unavailable: {e}".replace("\n", " "), file=sys.stderr, flush=True)
