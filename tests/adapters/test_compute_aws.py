@@ -877,3 +877,86 @@ def test_a_sagemaker_job_not_listed_is_not_listed_yet_for_the_wait(aws: str) -> 
 
     with pytest.raises(JobNotFoundError, match="SageMaker training job 'not-yet' does not exist"):
         sagemaker_backend().poll("not-yet")
+
+
+def test_a_copy_whose_stop_failed_is_stopped_again_at_each_poll_and_billed_to_its_time_limit(
+    aws: str, batch_queues: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # _end_duplicates tags a copy, then stops it: a stop that failed (throttling, no batch:TerminateJob) left
+    # the copy running to its attemptDurationSeconds, stopped by nobody, billed only to the job's end + 30 s.
+    import time_machine
+    from botocore.exceptions import ClientError
+
+    spot = request(instance_type="m5.large")
+    backend = open_backend("batch", {**batch_queues, "aws_conn_id": "moto_aws"})
+    job_id = backend.submit(spot)
+    client = aws_client("batch", aws)
+    queue, definition = batch_queues["spot_queue"], batch_queues["job_definition"]
+    copy_id = client.submit_job(jobName=spot.job_name, jobQueue=queue, jobDefinition=definition)["jobId"]
+    stops: list[str] = []
+    refused = {"now": False}
+
+    def terminate(params: dict[str, Any], **_: Any) -> None:
+        stops.append(params["jobId"])
+        if refused["now"]:
+            error = {"Code": "ThrottlingException", "Message": "Rate exceeded"}
+            raise ClientError({"Error": error}, "TerminateJob")
+
+    client.meta.events.register("before-parameter-build.batch.TerminateJob", terminate)
+    monkeypatch.setattr(type(backend), "client", property(lambda self: client))
+    now_ms = 1_796_083_200_000  # 2026-12-01T00:00:00Z, the polls' clock
+    limit = {"attemptDurationSeconds": 3600}
+    job = {
+        "jobId": job_id,
+        "jobName": spot.job_name,
+        "jobQueue": queue,
+        "status": "RUNNING",
+        "startedAt": now_ms - 600_000,
+        "timeout": limit,
+        "tags": {"costaware:market": "spot"},
+    }
+    # What Batch shows of a copy whose stop failed: tagged, still running, no reason.
+    copy = {
+        "jobId": copy_id,
+        "jobName": spot.job_name,
+        "jobQueue": queue,
+        "status": "RUNNING",
+        "startedAt": now_ms - 100_000,
+        "timeout": limit,
+        "tags": {batch.COPY_OF_TAG: job_id},
+    }
+    monkeypatch.setattr(type(backend), "_describe", lambda self, _: job)
+    monkeypatch.setattr(type(backend), "_copies", lambda self, _: [copy])
+
+    with time_machine.travel(now_ms / 1000, tick=False):
+        refused["now"] = True
+        backend.poll(job_id)
+        assert stops == [copy_id]  # sent again at each poll while the job runs
+        job.update(status="SUCCEEDED", attempts=[{"startedAt": now_ms - 600_000, "stoppedAt": now_ms}])
+        ended = backend.poll(job_id)
+        assert stops == [copy_id, copy_id]
+        # Nothing looks at it again and it may run to its time limit: billed all of it and the stop timeout.
+        assert ended.metrics["batch_copy_seconds"] == 3600 + 30
+        assert f"{copy_id} could not be stopped: billed to its time limit" in ended.reason
+        # A stop that went through at the last poll: billed up to it and ECS's stop timeout.
+        refused["now"] = False
+        ended = backend.poll(job_id)
+    assert ended.metrics["batch_copy_seconds"] == 100 + 30
+    assert "could not be stopped" not in ended.reason
+
+
+def test_a_copy_whose_stop_failed_at_the_jobs_end_is_billed_to_its_time_limit() -> None:
+    job = {"jobId": "j", "status": "SUCCEEDED", "attempts": [{"startedAt": 0, "stoppedAt": 600_000}]}
+    ended = batch.status_from_description(job, "spot", "m5.large")
+    running_copy = {"jobId": "d", "status": "RUNNING", "startedAt": 2_000}
+    queued_copy = {"jobId": "q", "status": "RUNNABLE"}
+    billed = batch.with_copies(
+        ended, [running_copy, queued_copy], now_ms=12_000, unstopped=["d", "q"], attempt_limit_seconds=900
+    )
+    # Each may run (or start and run) its whole limit: the job's where the copy's own is not shown.
+    assert billed.metrics["batch_copy_seconds"] == 2 * (900 + 30)
+    timed = {**running_copy, "timeout": {"attemptDurationSeconds": 120}}
+    billed = batch.with_copies(ended, [timed], now_ms=12_000, unstopped=["d"], attempt_limit_seconds=900)
+    assert billed.metrics["batch_copy_seconds"] == 120 + 30
+    # A stopped copy queued at the job's end never runs: nothing more.
+    assert batch.with_copies(ended, [queued_copy], now_ms=12_000).metrics["batch_copy_seconds"] == 0

@@ -31,7 +31,7 @@ import hashlib
 import logging
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -176,39 +176,60 @@ def copy_reason(job_name: str, job_id: str) -> str:
     return f"a second submit of costaware job {job_name} (it runs as {job_id})"
 
 
+def _attempt_limit_seconds(job: Mapping[str, Any]) -> float | None:
+    """A job's ``attemptDurationSeconds`` as DescribeJobs shows it (None: not shown)."""
+    limit = (job.get("timeout") or {}).get("attemptDurationSeconds")
+    return float(limit) if limit is not None else None
+
+
 def with_copies(
     status: JobStatus,
     copies: Sequence[Mapping[str, Any]],
     *,
     now_ms: int,
     stop_timeout_seconds: float = ECS_STOP_TIMEOUT_SECONDS,
+    unstopped: Collection[str] = (),
+    attempt_limit_seconds: float | None = None,
 ) -> JobStatus:
     """``status`` billed with the time its submit's ``copies`` ran before their stop (pure).
 
     Batch bills each copy as the job it is, on the same queue (market): their seconds are the job's, said
     in its reason and counted in its metrics, per the instance type each ran on (``container.instanceType``,
-    else the job's) in ``COPY_SECONDS_BY_TYPE``. A copy still running when the job has ended is billed
-    ``stop_timeout_seconds`` past ``now_ms`` (see below).
+    else the job's) in ``COPY_SECONDS_BY_TYPE``. A copy not stopped yet when the job has ended is billed
+    for the longest it can still run, as nothing looks at it again: ``stop_timeout_seconds`` past ``now_ms``
+    when its stop was sent at this poll, and its whole attempt limit (its ``attemptDurationSeconds``, else
+    ``attempt_limit_seconds``, the job's) and the stop timeout when it is in ``unstopped`` (the ids whose
+    stop failed at this poll).
     """
     if not copies:
         return status
     by_type: dict[str, float] = {}
+    running_on: list[str] = []
     for copy in copies:
         ran_on = str((copy.get("container") or {}).get("instanceType") or status.instance_type)
         seen = status_from_description(copy, status.market, ran_on, now_ms=now_ms)
         billed = seen.billable_seconds
-        if status.state.done and seen.state == JobState.RUNNING:
-            # The job's end is its last poll and its bill: nothing looks at this copy again. It was
-            # terminated before now (its tag is set just before the stop) and still shuts down, and ECS
-            # gives it its stop timeout from the SIGTERM to the SIGKILL: the most it can run on.
-            billed += stop_timeout_seconds
+        if status.state.done and not seen.state.done:
+            # The job's end is its last poll and its bill. ECS gives a stopped copy its stop timeout from
+            # the SIGTERM to the SIGKILL; one whose stop failed runs on (or starts) until its time limit.
+            limit = _attempt_limit_seconds(copy) or attempt_limit_seconds
+            if str(copy.get("jobId", "")) in unstopped and limit is not None:
+                billed = max(billed, limit) + stop_timeout_seconds
+                running_on.append(str(copy.get("jobId", "")))
+            elif seen.state == JobState.RUNNING:
+                billed += stop_timeout_seconds
         by_type[ran_on] = by_type.get(ran_on, 0.0) + billed
     seconds = sum(by_type.values())
+    reason = (
+        f"{status.reason}; billed with {len(copies)} {'copy' if len(copies) == 1 else 'copies'} "
+        f"of its submit, stopped after {seconds:g} s in all"
+    )
+    if running_on:
+        reason += f" ({', '.join(running_on)} could not be stopped: billed to its time limit)"
     return replace(
         status,
         billable_seconds=status.billable_seconds + seconds,
-        reason=f"{status.reason}; billed with {len(copies)} {'copy' if len(copies) == 1 else 'copies'} "
-        f"of its submit, stopped after {seconds:g} s in all",
+        reason=reason,
         metrics={
             **status.metrics,
             "batch_copies": len(copies),
@@ -545,20 +566,21 @@ class BatchBackend:
         """
         try:
             copies = self._other_jobs_named(job_name, queue, job_id)
-            for copy in copies:
-                self._mark_copy(copy, job_id)
-                self.client.terminate_job(jobId=copy, reason=copy_reason(job_name, job_id))
         except Exception as e:
             log.warning(
                 "cannot look for copies of Batch job %s (%s) in queue %s: %s", job_name, job_id, queue, e
             )
             return
+        for copy in copies:
+            self._mark_copy(copy, job_id)
+        # Each stop is sent after its tag: a poll stops again (and bills) a tagged copy whose stop failed.
+        unstopped = self._stop_copies(job_id, [{"jobId": copy, "jobName": job_name} for copy in copies])
         if copies:
             log.warning(
                 "Batch took the submit of job %s more than once (its answer came late and was sent again): "
                 "terminated the copies %s; it runs as %s. The time they ran is billed with it",
                 job_name,
-                ", ".join(copies),
+                ", ".join(c for c in copies if c not in unstopped) or "(none yet)",
                 job_id,
             )
 
@@ -638,7 +660,45 @@ class BatchBackend:
         except Exception as e:  # the job's own status stands; the next poll looks for its copies again
             log.warning("cannot look for copies of Batch job %s to bill with it: %s", job_id, e)
             return status
-        return with_copies(status, copies, now_ms=now_ms, stop_timeout_seconds=self.stop_timeout_seconds)
+        unstopped = self._stop_copies(job_id, copies)
+        return with_copies(
+            status,
+            copies,
+            now_ms=now_ms,
+            stop_timeout_seconds=self.stop_timeout_seconds,
+            unstopped=unstopped,
+            attempt_limit_seconds=_attempt_limit_seconds(job),
+        )
+
+    def _stop_copies(self, job_id: str, copies: Sequence[Mapping[str, Any]]) -> list[str]:
+        """Send the stop again to each copy not stopped yet; returns the ids whose stop failed.
+
+        :meth:`_end_duplicates` tags a copy before its stop: a stop that failed there (throttling, no
+        ``batch:TerminateJob``) left a copy running, paid for, until its time limit. A stop is idempotent.
+        """
+        failed = []
+        for copy in copies:
+            if str(copy.get("status", "")) in ("SUCCEEDED", "FAILED"):
+                continue
+            copy_id = str(copy.get("jobId", ""))
+            try:
+                self.client.terminate_job(
+                    jobId=copy_id, reason=copy_reason(str(copy.get("jobName", "")), job_id)
+                )
+            except Exception as e:
+                failed.append(copy_id)
+                log.warning(
+                    "cannot stop Batch job %s, a copy of %s's submit (%s): it runs on and is billed with %s; "
+                    "the next poll tries again. Check the connection's batch:TerminateJob permission, or "
+                    "stop it yourself: aws batch terminate-job --job-id %s --reason 'copy of %s'",
+                    copy_id,
+                    job_id,
+                    e,
+                    job_id,
+                    copy_id,
+                    job_id,
+                )
+        return failed
 
     def stop(self, job_id: str) -> None:
         try:
