@@ -48,10 +48,18 @@ class AttemptBilling:
 
         return CostLedgerHook(ledger_conn_id=self.ledger_conn_id)
 
-    def _on_demand_in(self, plan: RemotePlan, zone: str) -> Decimal | None:
-        """The on-demand price in ``zone``'s region where it is another than the plan's (None: the plan's)."""
+    def _on_demand_in(
+        self, plan: RemotePlan, zone: str, *, raise_unavailable: bool = False, say: bool = True
+    ) -> Decimal | None:
+        """The on-demand price in ``zone``'s region where it is another than the plan's (None: the plan's).
+
+        ``raise_unavailable``: a ledger that cannot be read raises (the caller asks again later) instead of
+        reading as the plan's price, which under-bills a dearer region and sizes max_usd's stop past the cap.
+        A price no source has there is the plan region's, with a warning (``say``: a poll that asks each
+        time does not log it).
+        """
         from costaware.adapters.price_source import list_price
-        from costaware.core.errors import CostawareError
+        from costaware.core.errors import LEDGER_UNREADABLE, CostawareError
         from costaware.core.zone_choice import region_of
 
         region = region_of(zone, plan.region) if zone else plan.region
@@ -59,8 +67,22 @@ class AttemptBilling:
             return None
         try:
             return list_price(self.ledger_hook.get_conn(), plan.instance_type, region)
-        except CostawareError:
-            return None  # no source has it there: the plan's price
+        except CostawareError as e:
+            if raise_unavailable and isinstance(e, LEDGER_UNREADABLE):
+                raise
+            if say:
+                self.log.warning(
+                    "the on-demand price of %s in %s (zone %s) is unknown (%s): billed at %s's, %s USD/hour; "
+                    "import or refresh prices for %s (costaware prices import / refresh)",
+                    plan.instance_type,
+                    region,
+                    zone,
+                    e,
+                    plan.region,
+                    plan.on_demand_usd_per_hour,
+                    region,
+                )
+            return None
 
     def _ran_on_scale(
         self, plan: RemotePlan, job: Mapping[str, Any], *, raise_unavailable: bool = False, say: bool = True
@@ -146,7 +168,9 @@ class AttemptBilling:
             conn, planned, plan.region
         )
 
-    def _billed_spot_rate(self, state: AttemptState, job: Mapping[str, Any]) -> Decimal:
+    def _billed_spot_rate(
+        self, state: AttemptState, job: Mapping[str, Any], *, price_unread_raises: bool = True
+    ) -> Decimal:
         """The spot USD/hour an attempt is billed at.
 
         Its starting price or, given ``prices``, the time-weighted mean of the price in force over its run
@@ -181,7 +205,8 @@ class AttemptBilling:
             self.log.warning("attempt billed at its starting spot price %s USD/hour: %s", started_at, e)
             return started_at
         zone = (state.current.zone if state.current else "") or billing.availability_zone or ""
-        on_demand = self._on_demand_in(plan, zone) or Decimal(plan.on_demand_usd_per_hour)
+        on_demand = self._on_demand_in(plan, zone, raise_unavailable=price_unread_raises, say=False)
+        on_demand = on_demand or Decimal(plan.on_demand_usd_per_hour)
         if rate > on_demand:
             # AWS interrupts a spot instance whose price passes its maximum, by default the on-demand
             # price: no hour is billed above it (and max_usd bounds a spot attempt at it).
@@ -238,9 +263,10 @@ class AttemptBilling:
         # An attempt in a zone of another region pays that region's on-demand price, and its savings are
         # reckoned against it.
         zone = state.current.zone if state.current else ""
-        on_demand = self._on_demand_in(state.plan, zone) or Decimal(state.plan.on_demand_usd_per_hour)
+        on_demand = self._on_demand_in(state.plan, zone, raise_unavailable=price_unread_raises)
+        on_demand = on_demand or Decimal(state.plan.on_demand_usd_per_hour)
         if job["market"] == "spot" and not (job.get("metrics") or {}).get(BILLED_AT_ON_DEMAND):
-            rate = self._billed_spot_rate(state, job)
+            rate = self._billed_spot_rate(state, job, price_unread_raises=price_unread_raises)
         else:
             # On-demand, or SageMaker managed spot's billable time, which holds the spot saving already:
             # priced at the spot rate, the saving was taken twice and the ledger under-counted.

@@ -14,7 +14,7 @@ import signal
 import sys
 import time
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 from types import SimpleNamespace
@@ -1117,3 +1117,156 @@ def test_a_followed_job_is_stopped_at_what_is_left_of_the_cap_now(
     assert event is not None and event["job"]["state"] == "interrupted"
     ended = AttemptState.from_json(event["state"])
     assert ended.current is not None and ended.current.stopped_by_cap(event["job"])  # cause max_usd
+
+
+def _on_demand_in_us_west_2() -> tuple[Any, Any, dict[str, Any]]:
+    """An ended on-demand attempt that ran in us-west-2a, planned in us-east-1, and its billing."""
+    from attempt_states import CAPTURED  # tests/support/
+
+    from costaware.remote_billing import KilledTrainingBilling
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan
+    from costaware.training.plan.remote_plan import Placement
+
+    plan = RemotePlan.from_json(CAPTURED)  # m5.large in us-east-1 at $2.00/hour on-demand
+    plan = replace(plan, placement=Placement(zones=("us-east-1a", "us-west-2a")))
+    billing = KilledTrainingBilling(
+        ledger_conn_id="costaware_ledger", aws_conn_id=None, log=logging.getLogger(__name__)
+    )
+    state = AttemptState(plan=plan).submitted(job_id="train-a1", market="on_demand", zone="us-west-2a")
+    job = {
+        "job_id": "train-a1",
+        "state": "succeeded",
+        "market": "on_demand",
+        "instance_type": "m5.large",
+        "availability_zone": "us-west-2a",
+        "billable_seconds": 3600.0,
+        "ended_at": 1_796_083_200.0,
+    }
+    return billing, state, job
+
+
+def test_an_attempt_in_another_region_is_billed_later_where_the_ledger_cannot_be_read_for_its_price(
+    ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The other region's on-demand price read as the plan region's whenever the ledger could not be read:
+    # an m5.large that ran in us-west-2 was billed at us-east-1's $2.00, unsaid, where the bill is made again.
+    import costaware.adapters.price_source as price_source
+    from costaware.core.errors import LedgerUnavailableError
+
+    billing, state, job = _on_demand_in_us_west_2()
+
+    def down(*args: Any, **kwargs: Any) -> Any:
+        raise LedgerUnavailableError("ledger database locked")
+
+    monkeypatch.setattr(price_source, "list_price", down)
+    with pytest.raises(LedgerUnavailableError, match="ledger database locked"):
+        billing._bill_attempt(state, job, None)
+    assert [e for e in ledger.entries() if e["task_id"] == "train"] == []  # billed when it is read again
+    # A kill has no later: the plan region's price, counted at least.
+    billing._bill_attempt(state, job, "killed", price_unread_raises=False)
+    (entry,) = [e for e in ledger.entries() if e["task_id"] == "train"]
+    assert Decimal(str(entry["usd"])) == Decimal("2.00")
+
+
+def test_an_attempt_in_a_region_no_price_source_has_is_billed_at_the_plans_price_with_a_warning(
+    ledger: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import costaware.adapters.price_source as price_source
+    from costaware.core.errors import PriceNotFoundError
+
+    billing, state, job = _on_demand_in_us_west_2()
+
+    def unpriced(conn: Any, instance_type: str, region: str) -> Any:
+        raise PriceNotFoundError(f"no on-demand price for {instance_type} in {region}")
+
+    monkeypatch.setattr(price_source, "list_price", unpriced)
+    with caplog.at_level(logging.WARNING):
+        billing._bill_attempt(state, job, None)
+    (entry,) = [e for e in ledger.entries() if e["task_id"] == "train"]
+    assert Decimal(str(entry["usd"])) == Decimal("2.00")
+    assert (
+        "the on-demand price of m5.large in us-west-2 (zone us-west-2a) is unknown (no on-demand price for "
+        "m5.large in us-west-2): billed at us-east-1's, 2.00 USD/hour" in caplog.text
+    )
+
+
+def test_a_poll_that_cannot_read_the_price_of_the_jobs_region_asks_again_rather_than_size_the_stop(
+    ledger: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The dearer type's stop read another region's on-demand price as the plan region's when the ledger
+    # could not be read: a job in us-west-2 (m5.large $0.096/hour there) was sized at us-east-1's $2.00 and
+    # stopped 20 times too early; a region dearer than the plan's would have run past max_usd.
+    from attempt_states import CAPTURED  # tests/support/
+
+    import costaware.adapters.price_source as price_source
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.core.errors import LedgerUnavailableError
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan
+    from costaware.training.plan.remote_plan import Placement
+    from costaware.triggers.remote_training import RemoteTrainingJobTrigger
+
+    plan = replace(
+        RemotePlan.from_json(CAPTURED),
+        max_usd="0.10",
+        billing=None,
+        placement=Placement(zones=("us-east-1a", "us-west-2a")),
+    )
+    state = AttemptState(plan=plan).submitted(job_id="train-a1", market="on_demand", zone="us-west-2a")
+    ran_on = {"job_id": "train-a1", "market": "on_demand", "instance_type": "m5.2xlarge"}
+    answers = [JobStatus(state=JobState.RUNNING, billable_seconds=100.0, **ran_on) for _ in range(2)]
+    stops: list[str] = []
+    monkeypatch.setattr(LocalBackend, "poll", lambda self, job_id: answers.pop(0))
+    monkeypatch.setattr(LocalBackend, "stop", lambda self, job_id: stops.append(job_id))
+    real_list_price = price_source.list_price
+    down = {"us-west-2": True}
+
+    def down_there_at_first(conn: Any, instance_type: str, region: str) -> Any:
+        if down.pop(region, False):
+            raise LedgerUnavailableError("ledger down for one poll")
+        return real_list_price(conn, instance_type, region)
+
+    monkeypatch.setattr(price_source, "list_price", down_there_at_first)
+    watch = RemoteTrainingJobTrigger(
+        backend="local", backend_options={"root": str(tmp_path)}, job_id="train-a1", state=state.to_json()
+    )
+    now = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    assert watch.poll_once(now) is None and stops == []  # the price unknown: asked again
+    # $0.10 buys 937 s at 4 x $0.096/hour: 100 s in, not stopped.
+    assert watch.poll_once(now + timedelta(seconds=10)) is None and stops == []
+
+
+def test_an_attempt_in_another_region_is_not_sized_while_the_ledger_cannot_be_read_for_its_price(
+    ledger: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its max_usd limit was sized at the plan region's on-demand price where the other region's could not
+    # be read (what bounds an on-demand attempt, or spot billed at the price in force): in a dearer region
+    # the limit outran the cap. The submit is made again instead, as for a dearer type's price.
+    from attempt_states import CAPTURED  # tests/support/
+
+    import costaware.adapters.price_source as price_source
+    from costaware.core.errors import LedgerUnavailableError
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan
+    from costaware.training.plan.remote_plan import Placement
+
+    plan = replace(
+        RemotePlan.from_json(CAPTURED),
+        max_usd="0.10",
+        billing=None,
+        backend_options={"root": str(tmp_path / "jobs")},
+        checkpoint_uri=str(tmp_path / "ckpt"),
+        placement=Placement(first_zone="us-west-2a"),
+    )
+    state = AttemptState(plan=plan, spot_usd_per_hour="0.05")
+    submitted: list[Any] = []
+    monkeypatch.setattr(LocalBackend, "submit", lambda self, request: submitted.append(request) or "train-a1")
+
+    def down(conn: Any, instance_type: str, region: str) -> Any:
+        raise LedgerUnavailableError("ledger database locked")
+
+    monkeypatch.setattr(price_source, "list_price", down)
+    with pytest.raises(LedgerUnavailableError, match="ledger database locked"):
+        operator(tmp_path, deferrable=False)._submit(state, "spot")
+    assert submitted == []

@@ -106,7 +106,8 @@ class RemoteAttemptSteps(AttemptBilling):
             state, market, zone, market_reason, moved = self._follow(state, followed, market, market_reason)
         elif market == "spot":
             state, market, zone, market_reason = self._place(state)
-        rate = cap_rate(state, market, self._on_demand_in(plan, zone))
+        # A ledger that cannot be read raises (the submit is made again), as for a dearer type below.
+        rate = cap_rate(state, market, self._on_demand_in(plan, zone, raise_unavailable=True))
         # The backend that put the last attempt on a dearer type than planned likely does so again: sized
         # at the planned price, the attempt got a limit the trigger cut short, or started with too little.
         sized_on, scale = self._dearer_type_ran_on(state) if plan.max_usd is not None else (None, Decimal(1))

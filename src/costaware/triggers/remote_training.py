@@ -525,12 +525,13 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         )
         try:
             scale = billing._ran_on_scale(plan, status.to_dict(), raise_unavailable=True, say=False)
+            on_demand = billing._on_demand_in(plan, current.zone, raise_unavailable=True, say=False)
         except LEDGER_UNREADABLE as e:
             # Read as the plan's price, the job would never be stopped, and its bill (the ledger back by
             # then) would come at the dearer price, past max_usd: asked again at the next poll.
             self.log.warning("price of %s unknown for now (%s): asked again at the next poll", job_id, e)
             return
-        rate = cap_rate(state, current.market, billing._on_demand_in(plan, current.zone)) * scale
+        rate = cap_rate(state, current.market, on_demand) * scale
         limit = capped_seconds(state, rate) if scale > 1 else None  # a cheaper type stays within it
         said = self._other_type_limit
         self._other_type_limit = (job_id, limit)
