@@ -207,6 +207,44 @@ def test_a_result_it_cannot_write_fails_the_attempt_for_good_naming_the_stored_v
     assert "a new attempt would train again" in last and "nothing was registered" not in last
 
 
+def test_a_model_store_it_cannot_write_is_a_store_failure_and_keeps_the_checkpoints(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    # The docs promise exit 74 for a model store the job cannot reach; it exited 1 ("training failed"),
+    # recorded code_error and never submitted again, and a failed save lost nothing only by luck.
+    from costaware_runtime.contract import EXIT_SYNC_FAILED
+
+    from costaware.adapters.model_store import ModelStore as Store
+
+    monkeypatch.syspath_prepend(str(HERE))  # slow_trainer
+    write_data(tmp_path / "data", rows=300)
+    (tmp_path / "models").write_text("a file where the model store's folder should be")
+    spec = spec_for(tmp_path, trainer_params={"epochs": 1, "batch_size": 256, "step_seconds": 0.0})
+    assert (
+        entrypoint.main(["--spec", entrypoint.write_spec(str(tmp_path / "spec.json"), spec)])
+        == EXIT_SYNC_FAILED
+    )
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith(f"store unavailable: cannot open the model store {str(tmp_path / 'models')!r}")
+    # A save that fails after training: 74 too, and the checkpoints stay for the next attempt's resume.
+    (tmp_path / "models").unlink()
+
+    def refused(self: Any, meta: Any, model: bytes) -> Any:
+        raise PermissionError("Access Denied writing versions/")
+
+    monkeypatch.setattr(Store, "save", refused)
+    spec.update(
+        trainer_params={"epochs": 3, "batch_size": 256, "step_seconds": 0.0}, checkpoint_every_steps=1
+    )
+    assert (
+        entrypoint.main(["--spec", entrypoint.write_spec(str(tmp_path / "spec.json"), spec)])
+        == EXIT_SYNC_FAILED
+    )
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "store unavailable: cannot store the model version in" in last and "Access Denied" in last
+    assert [p.name for p in (tmp_path / "ckpt").rglob("*") if p.is_file()]  # kept for the resume
+
+
 def test_a_result_write_that_fails_once_is_tried_again_in_the_job(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

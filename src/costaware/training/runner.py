@@ -22,7 +22,7 @@ from typing import Any
 from costaware.adapters.checkpoint_store import CheckpointStorage, CheckpointStore
 from costaware.adapters.model_store import ModelStore
 from costaware.adapters.model_versions import UNRECORDED, ModelVersion, new_version_id
-from costaware.core.errors import ConfigurationError
+from costaware.core.errors import ConfigurationError, StoreUnavailableError
 from costaware.core.ledger import compute_cost
 from costaware.core.money import parse_usd
 from costaware.core.retrain_policy import (
@@ -129,7 +129,13 @@ def run_retrain(
             f"drift_columns {unknown} are not feature columns of this training ({', '.join(features)}): "
             "fix the names"
         )
-    store = ModelStore.open(job.model_store, **opts)
+    try:
+        store = ModelStore.open(job.model_store, **opts)
+    except OSError as e:  # as at the save below: the contract's "a store failed", not a code error
+        raise StoreUnavailableError(
+            f"cannot open the model store {job.model_store!r} ({e}): check that this job can reach and write "
+            "it (its endpoint, credentials, a file where a folder should be)"
+        ) from e
     columns = [*features, job.label_column]
 
     new_frame, new_fingerprint = read_parquet(job.new_data_path or job.data_path, columns, opts)
@@ -231,27 +237,34 @@ def run_retrain(
         "seconds": round(seconds, 4),
         "cpu_seconds": round(time.process_time() - cpu_started, 4),
     }
-    stored = store.save(
-        ModelVersion(
-            version=new_version_id(),
-            trainer=name,
-            model_format=trainer.model_format,
-            mode=decision.mode.value,
-            parent=parent,
-            data_fingerprint=fingerprint,
-            features=tuple(features),
-            label=job.label_column,
-            label_threshold=threshold,
-            params=dict(job.trainer_params),
-            metrics=metrics,
-            cost_usd=cost,
-            warm_steps_since_full=warm_steps,
-            reference_profile=reference_profile,
-            reason=decision.reason,
-            run=dict(job.run),
-        ),
-        blob,
+    candidate = ModelVersion(
+        version=new_version_id(),
+        trainer=name,
+        model_format=trainer.model_format,
+        mode=decision.mode.value,
+        parent=parent,
+        data_fingerprint=fingerprint,
+        features=tuple(features),
+        label=job.label_column,
+        label_threshold=threshold,
+        params=dict(job.trainer_params),
+        metrics=metrics,
+        cost_usd=cost,
+        warm_steps_since_full=warm_steps,
+        reference_profile=reference_profile,
+        reason=decision.reason,
+        run=dict(job.run),
     )
+    try:
+        stored = store.save(candidate, blob)
+    except OSError as e:
+        # A store that failed mid-save leaves a version without metadata, which nothing reads; the
+        # checkpoints are kept, so the next attempt (a job exits 74) resumes at the last step, not step 0.
+        raise StoreUnavailableError(
+            f"cannot store the model version in {store.uri!r} ({e}): check that this job can reach and write "
+            "the model store (its endpoint, credentials, a file where a folder should be); its checkpoints "
+            "are kept for the next attempt"
+        ) from e
     checkpointer.finish()
     return {
         "version": stored.version,
