@@ -241,15 +241,6 @@ def test_a_refresh_of_a_list_with_a_misspelt_name_caches_nothing(
     assert PriceCache(Ledger.from_url(ledger_url)).rows() == []
 
 
-@pytest.mark.parametrize("types", [",", " , ", ""])
-def test_types_with_no_name_in_it_is_refused_as_it_is_parsed(
-    ledger_url: str, capsys: pytest.CaptureFixture[str], types: str
-) -> None:
-    with pytest.raises(SystemExit):
-        run(ledger_url, "prices", "import", str(FIXTURES / "ec2_offer_us-east-1.csv"), "--types", types)
-    assert f"no instance type in {types!r}: give a type or pattern" in capsys.readouterr().err
-
-
 def test_refresh_refused_by_aws_is_a_clear_error(
     ledger_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, moto_endpoint: str
 ) -> None:
@@ -406,3 +397,24 @@ def test_an_offer_file_with_a_misspelt_region_writes_nothing(
     assert PriceCache(Ledger.from_url(ledger_url)).rows() == []
     assert run(ledger_url, "prices", "show", "r7i.large", "--region", "us-eats-1") == 2
     assert "unknown region 'us-eats-1'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("types", "said"),
+    [
+        # Read as one name with a space in it, it was "did you mean r7i.16xlarge, ...".
+        ("r7i.large g6.xlarge", "separate them with commas (--types 'r7i.large,g6.xlarge')"),
+        # Named no type, and the import blamed the file with an empty list of names.
+        (",", "',' names no type: give a type or pattern"),
+    ],
+)
+def test_types_that_name_no_type_or_use_blanks_are_refused_before_reading_the_file(
+    ledger_url: str, capsys: pytest.CaptureFixture[str], types: str, said: str
+) -> None:
+    offer = str(FIXTURES / "ec2_offer_us-east-1.csv")
+    with pytest.raises(SystemExit) as exited:
+        run(ledger_url, "prices", "import", offer, "--types", types)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --types" in err and said in err
+    assert PriceCache(Ledger.from_url(ledger_url)).rows() == []

@@ -144,21 +144,6 @@ def refuse_blank(hint: str) -> Callable[[str], str]:
     return text
 
 
-def instance_type_patterns(value: str) -> str:
-    """``--types``: one or more names or globs, separated by commas; blank or only commas is refused.
-
-    Blank (an unset variable) or ``,`` matched nothing, and the import blamed the file.
-    """
-    from costaware.core.price_list import type_patterns
-
-    if not type_patterns(value):
-        raise argparse.ArgumentTypeError(
-            f"no instance type in {value!r}: give a type or pattern such as 'g5.*' or 'm5*' (several "
-            "separated by commas), or leave --types out for all"
-        )
-    return value
-
-
 def midnight_utc(text: str) -> datetime | None:
     """A date alone (``2026-11-01``) as its midnight UTC; None for text of another length (a time).
 
@@ -413,10 +398,35 @@ ARG_SINCE = Arg(
     help="ISO date (midnight UTC) or datetime with an offset (2026-11-01T00:00+01:00), inclusive",
 )
 ARG_UNTIL = Arg("--until", type=when, help="ISO date (midnight UTC) or datetime with an offset, exclusive")
+
+
+def instance_type_list(text: str) -> str:
+    """A ``--types`` value: names or globs separated by commas, each without blanks inside.
+
+    ``','`` named no type and the import blamed the file; ``'m5.large c5.xlarge'`` was read as one name with
+    a space in it, and the error suggested types close to that.
+    """
+    hint = "give a type or pattern such as 'g5.*' or 'm5*', or several separated by commas ('m5.large,c5.*')"
+    if not text.strip():  # most often a script's unset variable, as for every text option
+        raise argparse.ArgumentTypeError(f"empty: {hint}, or leave --types out for all")
+    patterns = [pattern.strip() for pattern in text.split(",")]
+    named = [pattern for pattern in patterns if pattern]
+    if not named:
+        raise argparse.ArgumentTypeError(f"{text!r} names no type: {hint}, or leave --types out for all")
+    spaced = [pattern for pattern in named if len(pattern.split()) > 1]
+    if spaced:
+        separated = ",".join(name for pattern in named for name in pattern.split())
+        raise argparse.ArgumentTypeError(
+            f"{spaced[0]!r} is several names separated by blanks: separate them with commas "
+            f"(--types '{separated}')"
+        )
+    return ",".join(named)
+
+
 ARG_TYPES = Arg(
     "--types",
+    type=instance_type_list,
     help="instance types to keep: a name or a glob such as 'm5*' or 'ml.g5.*', or several separated by "
     "commas ('m5.large,c5.*')",
-    type=instance_type_patterns,
 )
 ARG_SERVICE = Arg("--service", choices=("ec2", "sagemaker"), default=None, help="default: from the type")
