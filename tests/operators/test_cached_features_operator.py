@@ -392,7 +392,12 @@ def test_an_input_that_is_not_parquet_fails_without_retry_or_cache_entry(
     folder.mkdir()
     (folder / "2013-01-01.parquet").write_bytes(b"route,delay\nJFK-LAX,10\n")  # a CSV named .parquet
     op = operator(transform_module(), {"flights": str(folder)}, str(tmp_path / "cache"))
-    with pytest.raises(AirflowFailException, match=r"input '.*/flights' is not readable as parquet"):
+    with pytest.raises(
+        AirflowFailException, match=r"input '.*/flights' is not readable as parquet"
+    ) as failed:
         op.execute(context())
+    # The file, and what to do with a stray or broken one (it only said to wait for a writer).
+    assert "2013-01-01.parquet" in str(failed.value)
+    assert "fix the file it names or move it out of the input" in str(failed.value)
     assert ledger_conn.entries() == []
     assert not list((tmp_path / "cache").rglob("*.parquet"))

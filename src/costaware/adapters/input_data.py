@@ -234,6 +234,7 @@ def read_frame(uri: str, options: S3Options | None = None) -> Any:
     except pa.ArrowInvalid as e:
         # Not data a retry could fix (a file that is not Parquet, a CSV with ragged rows): said once, plainly.
         raise ConfigurationError(
-            f"input {uri!r} is not readable as {fmt}: {e}; if a writer was still writing it, clear the task "
-            "once the file is whole"
+            f"input {uri!r} is not readable as {fmt}: {e}; fix the file it names or move it out of the input "
+            "(every file of a folder is read), then clear the task; if a writer was still writing it, clear "
+            "the task once the file is whole"
         ) from e
