@@ -958,6 +958,18 @@ def test_budget_show_refuses_an_empty_scope_and_notes_one_no_budget_names(
     assert "no budget names scope 'project=chrun': only the catch-all" in capsys.readouterr().err
     assert main([*argv, "show", "--scope", "project=churn"]) == 0
     assert "no budget names" not in capsys.readouterr().err
+    # A study's scope with a mistyped run id showed the project's budget alone, the study's unsaid.
+    assert (
+        main([*argv, "set", "--scope", "project=churn,study=run-1", "--period", "total", "--cap-usd", "9"])
+        == 0
+    )
+    capsys.readouterr()
+    assert main([*argv, "show", "--scope", "project=churn,study=run-l"]) == 0
+    shown = capsys.readouterr()
+    assert "project=churn/month" in shown.out and "study=run-1" not in shown.out
+    assert "no budget names scope 'project=churn,study=run-l': only the broader budget(s) above" in shown.err
+    assert main([*argv, "show", "--scope", "study=run-1,project=churn"]) == 0
+    assert "no budget names" not in capsys.readouterr().err
 
 
 def test_budget_release_gives_back_a_hold_nothing_will_settle_and_audits_it(

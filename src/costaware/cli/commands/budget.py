@@ -247,11 +247,18 @@ def budget_show(args: argparse.Namespace) -> int:
             cap = "" if u.cap_gpu_hours is None else plain(u.cap_gpu_hours)
             row += [cap, plain(u.spent_gpu_hours), plain(u.reserved_gpu_hours)]
     emit(rows, args.format, headers=headers, payload=payload)
-    if str(scope) != "*" and all(u.label.rpartition("/")[0] == "*" for u in usages):
-        # "project=chrun" (a typo) showed the catch-all budget alone, as if that were all there is.
+    named = {u.label.rpartition("/")[0] for u in usages}
+    if str(scope) != "*" and str(scope) not in named:
+        # "project=chrun" (a typo) showed the catch-all budget alone, as if that were all there is; and
+        # "project=x,study=<mistyped run id>" showed the project's budget alone, the study's left unsaid.
+        covering = (
+            "only the catch-all budget(s) above cover it"
+            if named <= {"*"}
+            else "only the broader budget(s) above cover it: check the tags' values (a study's is its run id)"
+        )
         print(
-            f"costaware: note: no budget names scope {str(scope)!r}: only the catch-all budget(s) above "
-            "cover it (`costaware budget list` lists the budgets)",
+            f"costaware: note: no budget names scope {str(scope)!r}: {covering} "
+            "(`costaware budget list` lists the budgets)",
             file=sys.stderr,
         )
     _say_unpriced(ledger, scope, usages, args.run_id)
