@@ -153,3 +153,13 @@ def test_s3_without_credentials_says_what_to_give(moto_endpoint: str) -> None:
         ConfigurationError, match=r"cannot list s3://ml-data/flights: Unable to locate credentials\. Give"
     ):
         total_bytes("s3://ml-data/flights", options)
+
+
+def test_s3_bucket_that_does_not_exist_is_named(moto_endpoint: str) -> None:
+    # A mistyped bucket (the data-locality snippet's 's3://ml-data-eu/...' typed 'ml-data-ue') ended in
+    # botocore's NoSuchBucket traceback, and Airflow retried the task for it.
+    with pytest.raises(
+        ConfigurationError,
+        match=r"cannot list s3://ml-data-ue-\w+/flights: bucket 'ml-data-ue-\w+' does not exist: check",
+    ):
+        total_bytes(f"s3://ml-data-ue-{uuid.uuid4().hex[:8]}/flights/", options(moto_endpoint))

@@ -67,12 +67,20 @@ def _list_s3(location: Location, options: S3Options | None) -> list[dict[str, An
     """Objects of an S3 object or prefix: ``Key``, ``Size``, ``ETag`` (``VersionId`` of a single object).
 
     Raises:
-        ConfigurationError: no AWS credentials were found (a raw botocore traceback before).
+        ConfigurationError: no AWS credentials were found, or the bucket does not exist (raw botocore
+            tracebacks before; a mistyped bucket was retried as if S3 could create it meanwhile).
     """
-    from botocore.exceptions import NoCredentialsError, PartialCredentialsError
+    from botocore.exceptions import ClientError, NoCredentialsError, PartialCredentialsError
 
     try:
         return _list_s3_objects(location, options)
+    except ClientError as e:
+        if e.response.get("Error", {}).get("Code") != "NoSuchBucket":
+            raise
+        raise ConfigurationError(
+            f"cannot list {location.uri}: bucket {location.bucket!r} does not exist: check the bucket's name "
+            "(and the endpoint the connection points at, for MinIO or moto), or the upstream task"
+        ) from e
     except (NoCredentialsError, PartialCredentialsError) as e:
         raise ConfigurationError(
             f"cannot list {location.uri}: {e}. Give the task's AWS connection (aws_conn_id, default "
