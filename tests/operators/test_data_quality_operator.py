@@ -246,7 +246,12 @@ def test_a_suite_in_code_survives_airflows_rendering(tmp_path: Path) -> None:
     [
         (
             {"expectations": [{"type": "expect_nonsense", "kwargs": {}}]},
-            r"expectation #0 \('expect_nonsense'\)",
+            r"expectation #0 \('expect_nonsense'\) .*; give the 'type' of a Great Expectations 1.x",
+        ),
+        # A typo said only "... not found": now the close names, as for instance types.
+        (
+            [{"type": "expect_column_values_to_not_be_nul", "kwargs": {"column": "a"}}],
+            r"not found; did you mean expect_column_values_to_not_be_null, .*\? Fix its 'type'",
         ),
         ({"expectations": []}, "has no expectations"),
         ({"name": "x"}, "needs an 'expectations' list"),

@@ -79,6 +79,23 @@ def _suite_json(suite: SuiteSpec, name: str) -> dict[str, Any] | None:
     return {"name": name, "expectations": list(suite)}
 
 
+def _expectation_hint(expectation_type: object, error: Exception) -> str:
+    """``; did you mean expect_column_values_to_not_be_null?`` for a misspelt expectation type; else ""."""
+    from great_expectations.exceptions.exceptions import ExpectationNotFoundError
+    from great_expectations.expectations.registry import list_registered_expectation_implementations
+
+    from costaware.core.prices import closest_names
+
+    if not isinstance(error, ExpectationNotFoundError):
+        return ""
+    close = closest_names(str(expectation_type), list_registered_expectation_implementations())
+    if close:
+        return f"; did you mean {', '.join(close)}? Fix its 'type'"
+    return (
+        "; give the 'type' of a Great Expectations 1.x expectation, e.g. expect_column_values_to_not_be_null"
+    )
+
+
 def build_suite(suite: SuiteSpec, name: str) -> Any:
     """A ``gx.ExpectationSuite`` from a JSON form (see ``DataQualityOperator``) or a callable."""
     gx = _import_great_expectations()
@@ -100,7 +117,9 @@ def build_suite(suite: SuiteSpec, name: str) -> Any:
             config = ExpectationConfiguration(type=item["type"], kwargs=dict(item.get("kwargs") or {}))
             expectations.append(config.to_domain_obj())
         except Exception as e:
-            raise ConfigurationError(f"expectation #{i} ({item['type']!r}) is not valid: {e}") from e
+            raise ConfigurationError(
+                f"expectation #{i} ({item['type']!r}) is not valid: {e}{_expectation_hint(item['type'], e)}"
+            ) from e
     if not expectations:
         raise ConfigurationError("expectation suite has no expectations: add at least one")
     return gx.ExpectationSuite(name=spec["name"], expectations=expectations)
