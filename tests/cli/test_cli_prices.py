@@ -418,3 +418,23 @@ def test_types_that_name_no_type_or_use_blanks_are_refused_before_reading_the_fi
     err = capsys.readouterr().err
     assert "argument --types" in err and said in err
     assert PriceCache(Ledger.from_url(ledger_url)).rows() == []
+
+
+def test_a_discount_for_a_family_no_type_belongs_to_is_warned_of_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from costaware.adapters.price_source import discounts_from_settings
+
+    # family:p4 (for p4d) applied to nothing, silently: every p4d hour was billed at the list price.
+    monkeypatch.setenv(
+        "AIRFLOW__COSTAWARE__DISCOUNTS", "family:p4=30, family:ml.g5=8, family:c5=4, team:ml=5"
+    )
+    with caplog.at_level("WARNING", logger="costaware.adapters.price_source"):
+        rules = discounts_from_settings()
+        discounts_from_settings()
+    assert [r.label for r in rules] == ["family:p4", "family:ml.g5", "family:c5", "team:ml"]
+    warned = [r.getMessage() for r in caplog.records if "discounts" in r.getMessage()]
+    assert len(warned) == 1
+    assert (
+        "family:p4 matches no instance family of the bundled price list (did you mean p4d, p4de" in warned[0]
+    )

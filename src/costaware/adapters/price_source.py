@@ -393,4 +393,40 @@ def discounts_from_settings() -> tuple[Discount, ...]:
     """
     from costaware.core.discounts import parse_discounts
 
-    return parse_discounts(option("discounts"))
+    text = option("discounts")
+    rules = parse_discounts(text)
+    _warn_of_unknown_families(text, rules)
+    return rules
+
+
+#: The discount settings already checked for unknown families: each is warned of once a process.
+_FAMILIES_CHECKED: set[str] = set()
+
+
+def _warn_of_unknown_families(text: str, rules: Iterable[Discount]) -> None:
+    """Warn of a family rule no bundled instance type belongs to (``family:p4`` for ``p4d``).
+
+    It applied to nothing, silently: every hour of the family it meant was billed at the list price.
+    Warned, not refused: a family launched since the snapshot is right.
+    """
+    if text in _FAMILIES_CHECKED:
+        return
+    _FAMILIES_CHECKED.add(text)
+    from costaware.adapters.price_files import bundled_catalog
+    from costaware.core.discounts import instance_family
+    from costaware.core.prices import closest_names
+
+    known = {instance_family(t) for t in bundled_catalog().instance_types}
+    for rule in rules:
+        family = rule.name.removeprefix("ml.")  # SageMaker's ml.g5 is EC2's g5
+        if rule.kind != "family" or family in known:
+            continue
+        close = closest_names(family, known)
+        log.warning(
+            "[costaware] discounts: %s matches no instance family of the bundled price list%s; it applies "
+            "only to types of a family named exactly %r (fix the name, or ignore this for a family newer "
+            "than the list)",
+            rule.label,
+            f" (did you mean {', '.join(close)}?)" if close else "",
+            rule.name,
+        )
