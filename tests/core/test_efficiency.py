@@ -8,7 +8,7 @@ import pytest
 
 from costaware.adapters.price_files import bundled_catalog
 from costaware.core.discounts import parse_discounts
-from costaware.core.efficiency import GIB, Measurement, advise, measured_requirements
+from costaware.core.efficiency import GIB, Measurement, advise, measured_requirements, sized_needs
 from costaware.core.errors import ConfigurationError
 
 T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
@@ -193,3 +193,11 @@ def test_xen_era_families_are_never_suggested() -> None:
         if LEGACY.match(o.instance_type)
     ]
     assert {o.instance_type.split(".")[0] for o in legacy} >= {"m1", "m3", "c3", "r3"}  # still in the catalog
+
+
+def test_a_bad_margin_is_refused_before_there_are_enough_tries_to_use_it() -> None:
+    # RightSizeOperator(sizing="measured", memory_margin=-0.1) sized from the declared needs for two runs
+    # and failed the third, the first with min_tries measured tries.
+    with pytest.raises(ConfigurationError, match="memory_margin must be between 0 and 10"):
+        sized_needs(Decimal("16"), 2, tries(2), min_tries=3, memory_margin=-0.1)
+    assert sized_needs(Decimal("16"), 2, tries(2), min_tries=3)[:2] == (Decimal("16"), 2)

@@ -72,6 +72,9 @@ def sized_needs(
     """
     if min_tries < 1:
         raise ConfigurationError(f"min_tries must be at least 1, got {min_tries}")
+    # Checked before any try is measured: a bad margin failed only the run that had min_tries of them.
+    _check_margin(memory_margin, "memory_margin")
+    _check_margin(cpu_margin, "cpu_margin")
     if len(measurements) < min_tries:
         return (
             declared_memory_gib,
