@@ -438,3 +438,19 @@ def test_a_discount_for_a_family_no_type_belongs_to_is_warned_of_once(
     assert (
         "family:p4 matches no instance family of the bundled price list (did you mean p4d, p4de" in warned[0]
     )
+
+
+def test_list_that_nothing_fits_says_so_and_where_something_does(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # An empty table, exit 0 and no word: --region eu-west-1 --gpu-model L4 read as "no L4 anywhere".
+    assert run(ledger_url, "prices", "list", "--region", "eu-west-1", "--gpu-model", "L4") == 0
+    captured = capsys.readouterr()
+    assert "g6" not in captured.out
+    assert "no instance type of the bundled list in eu-west-1 fits these filters; some do in us-east-1, " in (
+        captured.err
+    )
+    assert run(ledger_url, "prices", "list", "--region", "us-east-1", "--min-vcpus", "100000") == 0
+    assert "fits these filters: loosen one (--min-vcpus" in capsys.readouterr().err
+    assert run(ledger_url, "prices", "list", "--region", "us-east-1", "--gpu-model", "L4") == 0
+    assert "note" not in capsys.readouterr().err

@@ -127,14 +127,30 @@ def list_prices(args: argparse.Namespace) -> int:
         ("--min-gpus", args.min_gpus),
     ):
         check_range(flag, value, low=0)
-    offers = bundled_catalog().instances(
-        region=args.region,
-        min_vcpus=args.min_vcpus,
-        min_memory_gib=Decimal(str(args.min_memory_gib)),
-        min_gpus=Decimal(str(args.min_gpus)),
-        gpu_model=args.gpu_model or None,
-        arch=args.arch,
-    )[: args.limit]  # checked >= 1 above: a negative limit sliced rows off the end
+    filters: dict[str, Any] = {
+        "min_vcpus": args.min_vcpus,
+        "min_memory_gib": Decimal(str(args.min_memory_gib)),
+        "min_gpus": Decimal(str(args.min_gpus)),
+        "gpu_model": args.gpu_model or None,
+        "arch": args.arch,
+    }
+    catalog = bundled_catalog()
+    # [: limit]: checked >= 1 above, as a negative limit sliced rows off the end.
+    offers = catalog.instances(region=args.region, **filters)[: args.limit]
+    if not offers:
+        # An empty table, exit 0, said nothing: --region eu-west-1 --gpu-model L4 read as "no L4 anywhere".
+        # us-east-1 first: the bundled list has every type there, other regions a part of them.
+        found_in = {o.region for o in catalog.instances(region=None, **filters)} if args.region else set()
+        elsewhere = sorted(found_in, key=lambda region: (region != "us-east-1", region))
+        print(
+            f"costaware: note: no instance type of the bundled list in {args.region} fits these filters; "
+            f"some do in {', '.join(elsewhere[:5])}{', ...' if len(elsewhere) > 5 else ''} "
+            f"({len(elsewhere)} region(s)): try one of them, or loosen a filter"
+            if elsewhere
+            else "costaware: note: no instance type of the bundled list fits these filters: loosen one "
+            "(--min-vcpus, --min-memory-gib, --min-gpus, --gpu-model, --arch)",
+            file=sys.stderr,
+        )
     headers = ["instance type", "region", "vCPUs", "memory GiB", "GPUs", "GPU model", "arch", "USD/hour"]
     rows = [
         [
