@@ -293,7 +293,11 @@ def test_refresh_through_a_connection_that_does_not_exist_says_so(
         (["prices", "show", "m5.large", "--region", "eu-wset-1"], "unknown region 'eu-wset-1'"),
         # Without a type it read "the price cache is empty", exit 0; an empty one was us-east-1, unsaid.
         (["prices", "show", "--region", "us-east-9"], "unknown region 'us-east-9'"),
-        (["prices", "import", "missing.json"], "cannot read offer file 'missing.json'"),
+        (
+            ["prices", "import", "missing.json"],
+            "cannot read offer file 'missing.json': No such file or directory: check the path, or download "
+            "the region's file first (https://pricing.us-east-1.amazonaws.com/offers/v1.0/aws/AmazonEC2/",
+        ),
         (["prices", "list", "--arch", "sparc"], "unknown architecture 'sparc'"),
         # An empty table (exit 0) read as "nothing fits" where the model was mistyped.
         (["prices", "list", "--gpu-model", "H1000"], "carries GPU model 'H1000'; did you mean H100"),

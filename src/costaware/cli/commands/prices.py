@@ -470,6 +470,13 @@ def import_prices(args: argparse.Namespace) -> int:
                 prices = prices_from_offer_json(text, region=args.region, types=args.types, as_of=today)
             else:  # streamed: a region's EC2 offer CSV is hundreds of MB
                 prices = prices_from_offer_csv(handle, region=args.region, types=args.types, as_of=today)
+    except FileNotFoundError as e:
+        # The doc's `costaware prices import index.csv`, typed before the file was downloaded.
+        raise ConfigurationError(
+            f"cannot read offer file {str(path)!r}: {e.strerror}: check the path, or download the region's "
+            "file first (https://pricing.us-east-1.amazonaws.com/offers/v1.0/aws/AmazonEC2/current/"
+            "<region>/index.csv, AmazonSageMaker for SageMaker)"
+        ) from e
     except OSError as e:
         raise ConfigurationError(f"cannot read offer file {str(path)!r}: {e.strerror}") from e
     except UnicodeDecodeError as e:
