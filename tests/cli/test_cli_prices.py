@@ -299,6 +299,16 @@ def test_refresh_through_a_connection_that_does_not_exist_says_so(
             "the region's file first (https://pricing.us-east-1.amazonaws.com/offers/v1.0/aws/AmazonEC2/",
         ),
         (["prices", "list", "--arch", "sparc"], "unknown architecture 'sparc'"),
+        # Each paged through every product of the service for a name it never has, then "no prices found".
+        (
+            ["prices", "refresh", "--types", "ml.g5.*", "--aws-conn-id", "no_such_conn"],
+            "--types 'ml.g5.*' names a SageMaker type (ml.*), and --service is ec2: add --service sagemaker",
+        ),
+        (
+            ["prices", "refresh", "--service", "sagemaker", "--types", "g5.xlarge", "--aws-conn-id", "none"],
+            "--types 'g5.xlarge' is no SageMaker name: SageMaker's instance types are named with 'ml.', e.g. "
+            "'ml.g5.xlarge'",
+        ),
         # An empty table (exit 0) read as "nothing fits" where the model was mistyped.
         (["prices", "list", "--gpu-model", "H1000"], "carries GPU model 'H1000'; did you mean H100"),
         (["prices", "list", "--limit", "-5"], "--limit must be 1 or more, got -5"),  # sliced rows off before

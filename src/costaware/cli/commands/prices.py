@@ -387,6 +387,7 @@ def refresh_prices(args: argparse.Namespace) -> int:
     regions = args.region or ["us-east-1"]
     for region in regions:
         _check_region(region, any_aws_region=True)
+    _check_types_of_service(args.service, args.types)
     conn_id = args.aws_conn_id or option("price_aws_conn_id") or "aws_default"
     fetcher = PriceListFetcher.from_connection(conn_id)
     cache = PriceCache(open_ledger(args))
@@ -441,6 +442,30 @@ def refresh_prices(args: argparse.Namespace) -> int:
         print(f"no prices found: check --types {args.types!r}" if args.types else "no prices found")
         return 1
     return 0
+
+
+def _check_types_of_service(service: str, types: str | None) -> None:
+    """Refuse --types that the service never names, before the Price List API is paged through for them.
+
+    ``--types 'ml.g5.*'`` without ``--service sagemaker`` fetched every EC2 product of the region, kept none,
+    and said "no prices found".
+
+    Raises:
+        ConfigurationError: a name or glob of the other service (``ml.`` names are SageMaker's only).
+    """
+    from costaware.core.price_list import type_patterns
+
+    for pattern in type_patterns(types or ""):
+        if service == "ec2" and pattern.startswith("ml."):
+            raise ConfigurationError(
+                f"--types {pattern!r} names a SageMaker type (ml.*), and --service is ec2: add --service "
+                "sagemaker"
+            )
+        if service == "sagemaker" and not pattern.startswith(("ml.", "*", "?", "[")):
+            raise ConfigurationError(
+                f"--types {pattern!r} is no SageMaker name: SageMaker's instance types are named with 'ml.', "
+                f"e.g. 'ml.{pattern}'"
+            )
 
 
 def import_prices(args: argparse.Namespace) -> int:
