@@ -133,6 +133,11 @@ def test_efficiency_says_a_misspelt_dag_and_hidden_savings_as_they_are(
     out = capsys.readouterr().out  # "no cheaper type fits" before: one fits, and saves under the floor
     assert "right-sizing: 1 cheaper type(s) fit, each saving under $1,000.00/month" in out
     assert "no cheaper type fits" not in out
+    # "No cheaper type fits" read as a verdict where no task had enough tries to be sized at all.
+    assert main([*base, "--dag-id", "nightly", "--min-tries", "10"]) == 0
+    out = capsys.readouterr().out
+    assert "right-sizing: no task has 10 measured successful tries yet (the most: 3, nightly.train)" in out
+    assert "run it more, or lower --min-tries" in out and "no cheaper type fits" not in out
     # 0 runs a month saved $0 on every suggestion and hid them all: refused, with what to give instead.
     assert main([*base, "--dag-id", "nightly", "--runs-per-month", "0"]) == 2
     err = capsys.readouterr().err

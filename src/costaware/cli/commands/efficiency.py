@@ -133,6 +133,14 @@ def report_efficiency(args: argparse.Namespace) -> int:
             "(--min-saving-usd 0 shows them)"
         )
         return 0
+    most = max(rows, key=lambda r: int(r["tries"]))
+    if not advice and int(most["tries"]) < args.min_tries:
+        # "No cheaper type fits" read as a verdict, where no task had been sized at all.
+        print(
+            f"right-sizing: no task has {args.min_tries} measured successful tries yet (the most: "
+            f"{most['tries']}, {most['dag_id']}.{most['task_id']}): run it more, or lower --min-tries"
+        )
+        return 0
     if not advice:
         print(
             f"right-sizing: no cheaper type fits (tasks need {args.min_tries}+ measured tries; "
