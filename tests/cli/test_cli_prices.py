@@ -468,3 +468,18 @@ def test_list_that_nothing_fits_says_so_and_where_something_does(
     assert "fits these filters: loosen one (--min-vcpus" in capsys.readouterr().err
     assert run(ledger_url, "prices", "list", "--region", "us-east-1", "--gpu-model", "L4") == 0
     assert "note" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("given", [["--types", "r7i.large,"], ["--types=r7i.large,"]])
+def test_a_types_list_split_by_the_shell_says_to_quote_it(
+    ledger_url: str, capsys: pytest.CaptureFixture[str], given: list[str]
+) -> None:
+    # `--types r7i.large, g6.*` (a blank after the comma) said only "unrecognized arguments: g6.*".
+    offer = str(FIXTURES / "ec2_offer_us-east-1.csv")
+    with pytest.raises(SystemExit):
+        run(ledger_url, "prices", "import", offer, *given, "g6.*")
+    err = capsys.readouterr().err
+    assert (
+        "unrecognized arguments: g6.* (--types takes one value: write its names without blanks, quoted" in err
+    )
+    assert PriceCache(Ledger.from_url(ledger_url)).rows() == []

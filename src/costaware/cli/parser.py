@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import configparser
+import itertools
 import os
 import sys
 from collections.abc import Sequence
@@ -59,6 +60,12 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
             for m in difflib.get_close_matches(e.split("=")[0], options, n=1)
         ]
         hint = f" (did you mean {', '.join(meant)}?)" if meant else ""
+        if any(value.endswith(",") for value in _values_of("--types", argv)):
+            # `--types m5.large, g5.*`: the shell split the list at the blank, and g5.* was "unrecognized".
+            hint += (
+                " (--types takes one value: write its names without blanks, quoted, e.g. "
+                "--types 'm5.large,g5.*')"
+            )
         command.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
     after = getattr(args, "ledger_url_after", None)
     if after is not None:
@@ -71,6 +78,13 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
             )
         args.ledger_url = after
     return args
+
+
+def _values_of(flag: str, argv: Sequence[str] | None) -> list[str]:
+    """The values given to ``flag`` on the command line (``--flag VALUE`` and ``--flag=VALUE``)."""
+    tokens = list(sys.argv[1:] if argv is None else argv)
+    spaced = [value for given, value in itertools.pairwise(tokens) if given == flag]
+    return spaced + [token.split("=", 1)[1] for token in tokens if token.startswith(f"{flag}=")]
 
 
 def build_parser() -> argparse.ArgumentParser:
