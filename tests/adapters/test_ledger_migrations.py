@@ -80,7 +80,7 @@ def as_read_now(expected: dict[str, Any]) -> dict[str, Any]:
     team now (its discount prices the efficiency advice): read from the same entry row. The summary counts
     the entries that could not be priced now (none of the fixtures'). A run's group is ``<dag>/<run id>`` now
     (two DAGs' runs of one id were one group; the fixtures' run ids are each one DAG's, so no row merges or
-    splits). The data itself is unchanged.
+    splits), and a trial's ``<dag>/<run id> <label>``. The data itself is unchanged.
     """
     now = copy.deepcopy(expected)
     now["summary"]["unpriced_entries"] = 0
@@ -90,6 +90,12 @@ def as_read_now(expected: dict[str, Any]) -> dict[str, Any]:
     dag_of_run = {e["run_id"]: e["dag_id"] for e in now["entries"]}
     for row in now["reports"]["run"]:
         row["group"] = f"{dag_of_run[row['group']]}/{row['group']}"
+    # A trial's group is ``<dag>/<run id> <label>`` now: every run numbers its trials from #0, and one label
+    # added up the trials of several runs. The fixtures' one trial is one run's, so no row merges or splits.
+    run_of_trial = {e["trial"]: f"{e['dag_id']}/{e['run_id']}" for e in now["entries"] if e["trial"]}
+    for row in now["reports"]["trial"]:
+        if row["group"] != "(none)":
+            row["group"] = f"{run_of_trial[row['group']]} {row['group']}"
     del now["costliest"]  # entries then, tries now: checked against the entries (see before_emissions)
     teams = {(e["dag_id"], e["run_id"], e["task_id"], e["try_number"]): e["team"] for e in now["entries"]}
     for m in now["measurements"]:
