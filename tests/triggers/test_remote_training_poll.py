@@ -221,41 +221,67 @@ def test_dags_test_interrupted_while_it_waits_stops_and_bills_the_job(
     assert stops == ["stopped"]
 
 
-def test_only_a_job_never_seen_is_stopped_when_it_is_billed_as_gone(
-    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+class _Listing:
+    """A backend whose polls answer ``answers`` in turn (an exception is raised), its stops kept."""
+
+    def __init__(self, answers: list[Any]) -> None:
+        self.answers, self.stops = answers, []  # type: list[Any], list[str]
+
+    def poll(self, job_id: str) -> Any:
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def stop(self, job_id: str) -> None:
+        self.stops.append(job_id)
+
+
+@pytest.mark.parametrize(("backend", "stopped"), [("batch", ["j"]), ("sagemaker", ["j"]), ("kubernetes", [])])
+def test_a_job_seen_and_then_not_listed_is_stopped_unless_its_backend_deleted_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], backend: str, stopped: list[str]
 ) -> None:
-    # A job seen and then gone was deleted by its backend (a drain deleting the pod): a stop of it was a
-    # 404 no-op on Kubernetes, logged as if it could still run. Only a job never listed may exist after all.
+    # Batch's DescribeJobs is eventually consistent: a job seen once (SUBMITTED) may drop out of it and run
+    # on beside the resubmitted attempt, unbilled. Only a pod seen and then gone was deleted (a 404 is final).
     from datetime import datetime, timedelta, timezone
 
+    import costaware.adapters.compute.base as compute
     from costaware.adapters.compute.base import JobState, JobStatus
-    from costaware.adapters.compute.local import LocalBackend
+    from costaware.core.errors import JobNotFoundError
+
+    submitted = datetime(2026, 3, 1, 9, tzinfo=timezone.utc)
+    state = {**STATE, "current": {**STATE["current"], "submitted_at": submitted.isoformat()}}  # type: ignore[dict-item]
+    waiting = JobStatus(job_id="j", state=JobState.PENDING, market="spot")
+    listing = _Listing([waiting, JobNotFoundError("DescribeJobs does not list it")])
+    monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
+    watch = RemoteTrainingJobTrigger(backend=backend, backend_options={}, job_id="j", state=state)
+    assert watch.poll_once(submitted + timedelta(seconds=10)) is None
+    capsys.readouterr()
+    assert watch.poll_once(submitted + timedelta(seconds=40)) is not None
+    assert listing.stops == stopped
+    said = capsys.readouterr().out
+    seen_at = "2026-03-01T09:00:10+00:00"
+    if stopped:
+        assert f"stopping job j, which {backend} has not listed since it was seen at {seen_at}" in said
+    else:
+        assert f"job j on kubernetes was seen at {seen_at} and is gone now: nothing to stop" in said
+
+
+def test_a_job_never_listed_is_stopped_when_it_is_billed_as_gone(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    import costaware.adapters.compute.base as compute
     from costaware.core.errors import JobNotFoundError
     from costaware.triggers.remote_training import NOT_LISTED_GRACE_SECONDS
 
-    stops: list[str] = []
-    monkeypatch.setattr(LocalBackend, "stop", lambda self, job_id: stops.append(job_id))
     submitted = datetime(2026, 3, 1, 9, tzinfo=timezone.utc)
     state = {**STATE, "current": {**STATE["current"], "submitted_at": submitted.isoformat()}}  # type: ignore[dict-item]
-
-    def watch() -> RemoteTrainingJobTrigger:
-        return RemoteTrainingJobTrigger(
-            backend="local", backend_options={"root": str(tmp_path)}, job_id="j", state=state
-        )
-
-    running = JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=60.0)
-    answering(monkeypatch, [running, JobNotFoundError("404")])
-    seen = watch()
-    assert seen.poll_once(submitted + timedelta(minutes=1)) is None
-    capsys.readouterr()
-    assert seen.poll_once(submitted + timedelta(minutes=2)) is not None
-    assert stops == []
+    listing = _Listing([JobNotFoundError("404")])
+    monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
+    watch = RemoteTrainingJobTrigger(backend="kubernetes", backend_options={}, job_id="j", state=state)
+    assert watch.poll_once(submitted + timedelta(seconds=NOT_LISTED_GRACE_SECONDS + 60)) is not None
+    assert listing.stops == ["j"]
     said = capsys.readouterr().out
-    assert "job j on local was seen at 2026-03-01T09:01:00+00:00 and is gone now: nothing to stop" in said
-
-    answering(monkeypatch, [JobNotFoundError("404")])
-    capsys.readouterr()
-    assert watch().poll_once(submitted + timedelta(seconds=NOT_LISTED_GRACE_SECONDS + 60)) is not None
-    assert stops == ["j"]
-    said = capsys.readouterr().out
-    assert "stopping job j, which local has not listed in the 660 s since its submit" in said
+    assert "stopping job j, which kubernetes has not listed in the 660 s since its submit" in said

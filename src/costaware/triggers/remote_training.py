@@ -49,6 +49,10 @@ from costaware.triggers import MAX_POLL_ERRORS
 KILL_WAIT_SECONDS = 20.0
 #: How long after its submit a job the backend does not know counts as gone (before: not listed yet).
 NOT_LISTED_GRACE_SECONDS = 600.0
+#: The backends whose "no such job" is final for a job seen before: it was deleted (a pod a drain deleted),
+#: and a stop of it is a 404 that does nothing. Elsewhere a listing may lag (Batch's DescribeJobs is
+#: eventually consistent): a job seen and then not listed may run on, so it is stopped all the same.
+GONE_IS_FINAL_BACKENDS = frozenset({"kubernetes"})
 #: The states of a task that will not run again: a kill that leaves one settles the task's hold.
 ENDED_STATES = frozenset({"success", "failed", "skipped", "upstream_failed", "removed"})
 #: The states of a task no person ended: its trigger moved to another triggerer, or its worker is going
@@ -391,16 +395,16 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         return None
 
     def _stop_unlisted(self, now: datetime) -> None:
-        """Stop a job billed as gone that was never seen, best effort, before its attempt is resubmitted.
+        """Stop a job billed as gone, best effort, before its attempt is resubmitted.
 
-        A Batch or SageMaker job still not listed 10 minutes after its submit may exist after all (a listing
-        that lags): it ran on beside the resubmitted attempt, billed to nobody. A job seen here and gone now
-        was deleted by its backend (a drain deleting the pod): there is nothing left to stop (on Kubernetes
-        the delete was a 404 that did nothing).
+        A Batch or SageMaker job the backend does not list may exist after all (a listing that lags: Batch's
+        DescribeJobs is eventually consistent, a job seen once may drop out of it): it would run on beside
+        the resubmitted attempt, billed to nobody. Only where the backend's "no such job" is final for a job
+        seen before (:data:`GONE_IS_FINAL_BACKENDS`: a deleted pod) is there nothing left to stop.
         """
         from costaware.adapters.compute.base import open_backend
 
-        if self._last_seen is not None:
+        if self._last_seen is not None and self.backend in GONE_IS_FINAL_BACKENDS:
             self.log.info(
                 "job %s on %s was seen at %s and is gone now: nothing to stop",
                 self.job_id,
@@ -408,14 +412,17 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 self._last_seen[1].isoformat(),
             )
             return
-        submitted = (self.state.get("current") or {}).get("submitted_at")
-        since = (now - parse_instant(submitted, name="submitted_at")).total_seconds() if submitted else 0.0
+        if self._last_seen is not None:
+            unlisted = f"has not listed since it was seen at {self._last_seen[1].isoformat()}"
+        else:
+            submitted = (self.state.get("current") or {}).get("submitted_at")
+            since = (now - parse_instant(submitted, name="submitted_at")).total_seconds() if submitted else 0
+            unlisted = f"has not listed in the {since:.0f} s since its submit"
         self.log.warning(
-            "stopping job %s, which %s has not listed in the %.0f s since its submit, in case it exists "
-            "after all: it is billed only up to now",
+            "stopping job %s, which %s %s, in case it exists after all: it is billed only up to now",
             self.job_id,
             self.backend,
-            since,
+            unlisted,
         )
         try:
             open_backend(self.backend, self.backend_options).stop(str(self.job_id))
