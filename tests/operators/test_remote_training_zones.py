@@ -695,6 +695,71 @@ def test_a_job_on_a_dearer_type_is_stopped_within_max_usd_at_that_types_price(
     assert Decimal(str(entry["usd"])) == Decimal("0.10")  # within max_usd, billed at the dearer type
 
 
+@pytest.mark.parametrize(
+    ("ran_on", "stop_by_poll", "limit"),
+    [("m5.2xlarge", False, 1690), ("m5.large", True, 1690)],  # a dearer type's stop, a followed job's
+    ids=["dearer-type", "followed"],
+)
+def test_the_wait_wakes_when_a_stop_at_the_cap_falls_due_not_a_poll_later(
+    ledger: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ran_on: str, stop_by_poll: bool, limit: int
+) -> None:
+    # Sent at the first poll after it fell due, the stop let the job run up to one poll_interval past what
+    # max_usd buys: $0.10 left and polls every 300 s billed a followed job ~$0.176.
+    import asyncio
+    from datetime import datetime, timezone
+
+    from attempt_states import CAPTURED  # tests/support/
+
+    import costaware.triggers.remote_training as remote_trigger
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan
+
+    plan = replace(RemotePlan.from_json(CAPTURED), max_usd="0.10", billing=None)
+    state = AttemptState(plan=plan, spot_usd_per_hour="0.05").submitted(
+        job_id="train-a1",
+        market="spot",
+        stop_after_seconds=limit if stop_by_poll else 7090,
+        stop_by_poll=stop_by_poll,
+    )
+    start = datetime(2026, 3, 1, 9, tzinfo=timezone.utc)
+    clock = [start + timedelta(seconds=1000)]
+    stopped_at: list[float] = []
+
+    def ran() -> float:
+        return (clock[0] - start).total_seconds()
+
+    def poll(self: LocalBackend, job_id: str) -> JobStatus:
+        if stopped_at:  # it checkpoints and ends within its grace period
+            return JobStatus(job_id, JobState.INTERRUPTED, billable_seconds=stopped_at[0] + 60.0, **job)
+        return JobStatus(job_id, JobState.RUNNING, billable_seconds=ran(), **job)
+
+    async def sleep(seconds: float) -> None:
+        clock[0] += timedelta(seconds=seconds)
+
+    job = {"market": "spot", "instance_type": ran_on}
+    monkeypatch.setattr(LocalBackend, "poll", poll)
+    monkeypatch.setattr(LocalBackend, "stop", lambda self, job_id: stopped_at.append(ran()))
+    monkeypatch.setattr(remote_trigger, "utcnow", lambda: clock[0])
+    monkeypatch.setattr(remote_trigger.asyncio, "sleep", sleep)
+    watch = remote_trigger.RemoteTrainingJobTrigger(
+        backend="local",
+        backend_options={"root": str(tmp_path)},
+        job_id="train-a1",
+        state=state.to_json(),
+        poll_interval=300.0,
+    )
+
+    async def wait() -> Any:
+        async for event in watch._watch():
+            return event.payload
+
+    event = asyncio.run(wait())
+    assert event["job"]["state"] == "interrupted"
+    (at,) = stopped_at
+    assert limit <= at <= limit + remote_trigger.MIN_CAP_STOP_WAIT_SECONDS  # at the limit, not 300 s on
+
+
 def test_a_job_on_the_planned_or_a_cheaper_type_keeps_the_stop_it_was_given(
     ledger: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -761,6 +826,44 @@ def test_a_wait_in_the_worker_records_the_dearer_types_stop_as_max_usd(
         op._wait(context_for(), state)
     (entry,) = [e for e in ledger.entries() if e["task_id"] == "train"]
     assert (entry["cause"], Decimal(str(entry["usd"]))) == ("max_usd", Decimal("0.10"))
+
+
+def test_a_wait_in_the_worker_wakes_when_the_dearer_types_stop_falls_due(
+    ledger: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The worker's wait slept poll_interval between polls whatever was due: the stop came up to a poll late.
+    from attempt_states import CAPTURED  # tests/support/
+
+    import costaware.operators.remote_training as remote_operator
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan
+
+    plan = replace(
+        RemotePlan.from_json(CAPTURED),
+        max_usd="0.10",
+        billing=None,
+        backend_options={"root": str(tmp_path / "jobs")},
+        checkpoint_uri=str(tmp_path / "ckpt"),
+    )
+    state = AttemptState(plan=plan, spot_usd_per_hour="0.05").submitted(
+        job_id="train-a1", market="spot", stop_after_seconds=7090
+    )
+    ran_on = {"job_id": "train-a1", "market": "spot", "instance_type": "m5.2xlarge"}
+    answers = [
+        JobStatus(state=JobState.RUNNING, billable_seconds=1600.0, **ran_on),  # its stop is due at 1690 s
+        JobStatus(state=JobState.RUNNING, billable_seconds=1690.0, **ran_on),
+        JobStatus(state=JobState.INTERRUPTED, billable_seconds=1800.0, ended_at=time.time(), **ran_on),
+    ]
+    slept: list[float] = []
+    monkeypatch.setattr(LocalBackend, "poll", lambda self, job_id: answers.pop(0))
+    monkeypatch.setattr(LocalBackend, "stop", lambda self, job_id: None)
+    monkeypatch.setattr(remote_operator.time, "sleep", slept.append)
+    op = operator(tmp_path, deferrable=False)
+    op.poll_interval = 300
+    with pytest.raises(AirflowFailException, match=r"max_usd \$0.10 cannot start another attempt"):
+        op._wait(context_for(), state)
+    assert slept == [90.0, 300.0]  # woken at the stop, then polled as usual
 
 
 def test_a_price_unknown_for_one_poll_does_not_turn_off_the_dearer_types_stop(

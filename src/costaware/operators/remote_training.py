@@ -630,7 +630,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
                 with airflow_errors():
                     event = trigger.poll_tolerant(utcnow())
                     while event is None and not self._killed:
-                        time.sleep(self.poll_interval)
+                        time.sleep(trigger.next_poll_in())  # sooner where a stop at the cap falls due
                         event = trigger.poll_tolerant(utcnow())
             except KeyboardInterrupt as e:
                 # Ctrl-C of `airflow dags test`, which runs the task in its own process and calls no

@@ -53,6 +53,9 @@ NOT_LISTED_GRACE_SECONDS = 600.0
 #: and a stop of it is a 404 that does nothing. Elsewhere a listing may lag (Batch's DescribeJobs is
 #: eventually consistent): a job seen and then not listed may run on, so it is stopped all the same.
 GONE_IS_FINAL_BACKENDS = frozenset({"kubernetes"})
+#: The shortest wait before the poll that sends a stop at the cap: a backend's billed time that lags a
+#: little behind the wall clock brings the job a second short of it, not a poll after poll at once.
+MIN_CAP_STOP_WAIT_SECONDS = 1.0
 #: The states of a task that will not run again: a kill that leaves one settles the task's hold.
 ENDED_STATES = frozenset({"success", "failed", "skipped", "upstream_failed", "removed"})
 #: The states of a task no person ended: its trigger moved to another triggerer, or its worker is going
@@ -317,6 +320,9 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         #: it (stopped once).
         self._other_type_limit: tuple[str, int | None] | None = None
         self._stopped_for_cap: str | None = None
+        #: How many more seconds of running the job has, at the last poll, before a stop at the cap is due
+        #: (None: none is due): the next poll comes then, not up to a ``poll_interval`` later.
+        self._cap_stop_due_in: float | None = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -345,6 +351,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         if self.job_id is None:
             assert self.price_watch is not None  # checked in __init__
             return watch_event(self.price_watch, self.state, now=now)
+        self._cap_stop_due_in = None  # worked out again from this poll's status
         try:
             status = open_backend(self.backend, self.backend_options).poll(self.job_id)
         except JobNotFoundError:
@@ -436,6 +443,21 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 e,
             )
 
+    def next_poll_in(self) -> float:
+        """Seconds to wait before the next poll: ``poll_interval``, or less where a stop at the cap falls due.
+
+        A stop at what is left of ``max_usd`` (a followed job's, a dearer type's) sent at the first poll
+        after it fell due let the job run up to one ``poll_interval`` past it, billed past the cap.
+        """
+        if self._cap_stop_due_in is None:
+            return self.poll_interval
+        return min(self.poll_interval, max(MIN_CAP_STOP_WAIT_SECONDS, self._cap_stop_due_in))
+
+    def _cap_stop_due_after(self, seconds: float) -> None:
+        """A stop at the cap falls due after ``seconds`` more of running (the sooner of two is kept)."""
+        due = self._cap_stop_due_in
+        self._cap_stop_due_in = seconds if due is None else min(due, seconds)
+
     def poll_tolerant(self, now: datetime) -> dict[str, Any] | None:
         """:meth:`poll_once`; a passing failure is polled again, up to ``MAX_POLL_ERRORS`` in a row.
 
@@ -484,6 +506,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             return
         ran = float(status.billable_seconds) / billed_instances(self.backend_options)
         if ran < float(limit):
+            self._cap_stop_due_after(float(limit) - ran)
             return
         self.log.warning(
             "job %s, which an earlier try submitted, has run %.0f s, what is left of max_usd now buys: "
@@ -554,7 +577,10 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 format_usd_exact(rate),
                 limit,
             )
-        if limit is None or float(status.billable_seconds) / instances(plan) < limit:
+        if limit is None:
+            return
+        if float(status.billable_seconds) / instances(plan) < limit:
+            self._cap_stop_due_after(limit - float(status.billable_seconds) / instances(plan))
             return
         self.log.warning(
             "job %s on %s has run %.0f s, what max_usd buys there: stopping it (it checkpoints in its grace "
@@ -639,7 +665,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             if event is not None:
                 yield TriggerEvent(event)
                 return
-            await asyncio.sleep(self.poll_interval)
+            await asyncio.sleep(self.next_poll_in())
 
     async def on_kill(self) -> None:
         """A person killed the waiting task: stop its job and bill it (see :meth:`stop_and_bill`)."""
