@@ -1373,3 +1373,40 @@ def test_an_attempt_in_another_region_is_not_sized_while_the_ledger_cannot_be_re
     with pytest.raises(LedgerUnavailableError, match="ledger database locked"):
         operator(tmp_path, deferrable=False)._submit(state, "spot")
     assert submitted == []
+
+
+def test_a_followed_job_with_nothing_left_of_the_cap_is_stopped_while_it_waits_to_start(
+    ledger: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A retry the budgets had no room for followed a job still waiting for spot capacity: it was stopped only
+    # at its first poll running, after its boot and into its grace period, all billed past the cap.
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.training.attempt_effects import MIN_CAPPED_SECONDS
+    from costaware.training.attempts import AttemptState
+    from costaware.training.remote import job_name
+    from costaware.triggers.remote_training import RemoteTrainingJobTrigger
+
+    op = operator(tmp_path, max_usd="0.001")  # next to nothing left: no room for a run
+    op._retry = True  # as execute sets it on try 2
+    state = op._start(context_for(try_number=2))
+    name = job_name(state.plan.base_name, 1)
+    waiting = JobStatus(job_id=name, state=JobState.PENDING, market="spot", instance_type="p3.2xlarge")
+    answers = [waiting, waiting]
+    stops: list[str] = []
+    monkeypatch.setattr(LocalBackend, "find", lambda self, job: name if job == name else None)
+    monkeypatch.setattr(LocalBackend, "poll", lambda self, job_id: answers.pop(0))
+    monkeypatch.setattr(LocalBackend, "submit", lambda self, request: request.job_name)  # found: kept
+    monkeypatch.setattr(LocalBackend, "stop", lambda self, job_id: stops.append(job_id))
+    followed = op._submit(state, "spot")
+    assert followed.current is not None and followed.current.stop_by_poll
+    assert followed.current.stop_after_seconds is not None
+    assert followed.current.stop_after_seconds < MIN_CAPPED_SECONDS
+    watch = RemoteTrainingJobTrigger(
+        backend="local", backend_options=op.backend_options, job_id=name, state=followed.to_json()
+    )
+    assert watch.poll_once(utcnow()) is None and stops == [name]  # stopped while it waits
+    answers.append(JobStatus(job_id=name, state=JobState.INTERRUPTED, market="spot", ended_at=1.0))
+    event = watch.poll_once(utcnow())
+    assert event is not None and stops == [name]
+    ended = AttemptState.from_json(event["state"])
+    assert ended.current is not None and ended.current.stopped_by_cap(event["job"])  # cause max_usd

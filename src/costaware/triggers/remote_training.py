@@ -383,8 +383,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             self._last = status.state.value
         if status.state == JobState.RUNNING and status.instance_type:
             self._stop_within_cap_on_other_type(status)
-        if status.state == JobState.RUNNING:
-            self._stop_followed_job_at_cap(status)
+        self._stop_followed_job_at_cap(status)  # waiting to start too, where nothing is left
         if self.price_watch and status.state == JobState.RUNNING and status.market == "spot":
             try:
                 paused = watch_event(self.price_watch, self.state, now=now)
@@ -494,32 +493,50 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         Its backend holds the time limit that try gave it, sized at the cap of then: the budgets may have
         lowered the cap since (a retry holds only what they have room for). The operator worked out what is
         left when it followed the job (``stop_after_seconds``, ``stop_by_poll``); the job is stopped there
-        (SIGTERM: it checkpoints; at its first poll running where nothing is left), and it ends recorded as
-        stopped by ``max_usd``.
+        (SIGTERM: it checkpoints), and it ends recorded as stopped by ``max_usd``. Where what is left buys
+        less than ``MIN_CAPPED_SECONDS`` (the budgets had no room for the retry), it is stopped at once in
+        any state: one still waiting for capacity would otherwise boot and run into its grace period first.
         """
-        from costaware.adapters.compute.base import billed_instances, open_backend
+        from costaware.adapters.compute.base import JobState, billed_instances, open_backend
+        from costaware.training.attempt_effects import MIN_CAPPED_SECONDS
 
         current = self.state.get("current") or {}
         limit = current.get("stop_after_seconds")
         job_id = str(status.job_id or self.job_id)
         if not current.get("stop_by_poll") or limit is None or self._stopped_for_cap == job_id:
             return
+        no_room = float(limit) < MIN_CAPPED_SECONDS
         ran = float(status.billable_seconds) / billed_instances(self.backend_options)
-        if ran < float(limit):
-            self._cap_stop_due_after(float(limit) - ran)
-            return
-        self.log.warning(
-            "job %s, which an earlier try submitted, has run %.0f s, what is left of max_usd now buys: "
-            "stopping it (it checkpoints in its grace period)",
-            job_id,
-            ran,
-        )
+        if not no_room:
+            if status.state != JobState.RUNNING:
+                return  # waiting to start: it runs (and is billed) nothing yet
+            if ran < float(limit):
+                self._cap_stop_due_after(float(limit) - ran)
+                return
+        if no_room and status.state != JobState.RUNNING:
+            self.log.warning(
+                "job %s, which an earlier try submitted, is %s and what is left of max_usd buys no run: "
+                "stopping it before it starts",
+                job_id,
+                status.state.value,
+            )
+        else:
+            self.log.warning(
+                "job %s, which an earlier try submitted, has run %.0f s, what is left of max_usd now buys: "
+                "stopping it (it checkpoints in its grace period)",
+                job_id,
+                ran,
+            )
         try:
             open_backend(self.backend, self.backend_options).stop(job_id)
         except Exception as e:  # asked again at the next poll
             self.log.warning("stopping job %s failed (%s): asked again at the next poll", job_id, e)
             return
         self._stopped_for_cap = job_id
+        if ran < float(limit):
+            # Stopped short of its limit (nothing left to run on): its end is recorded as stopped by
+            # max_usd, not as a preemption that a new attempt would follow.
+            self.state = {**self.state, "current": {**current, "stop_after_seconds": int(ran)}}
 
     def _stop_within_cap_on_other_type(self, status: Any) -> None:
         """Stop a job that runs on a dearer type than planned once it has run what ``max_usd`` buys there.
