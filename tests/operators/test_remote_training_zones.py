@@ -1410,3 +1410,57 @@ def test_a_followed_job_with_nothing_left_of_the_cap_is_stopped_while_it_waits_t
     assert event is not None and stops == [name]
     ended = AttemptState.from_json(event["state"])
     assert ended.current is not None and ended.current.stopped_by_cap(event["job"])  # cause max_usd
+
+
+def test_a_followed_job_the_wait_never_saw_is_billed_with_what_it_ran_before_the_re_attach(
+    ledger: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Its submitted_at is this try's re-attach: gone before the wait saw it (a triggerer restart, a drained
+    # pod), it was billed from then, and the 2 h it ran under the earlier try were billed to nobody.
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.core.errors import JobNotFoundError
+    from costaware.core.series import parse_instant
+    from costaware.training.remote import job_name
+    from costaware.triggers.remote_training import RemoteTrainingJobTrigger
+
+    op = operator(tmp_path, max_usd="10")
+    op._retry = True  # as execute sets it on try 2
+    state = op._start(context_for(try_number=2))
+    name = job_name(state.plan.base_name, 1)
+    ran_before = JobStatus(
+        job_id=name,
+        state=JobState.RUNNING,
+        market="spot",
+        instance_type="p3.2xlarge",
+        billable_seconds=7200.0,
+    )
+    answers: list[Any] = [ran_before]
+    stops: list[str] = []
+
+    def poll(self: LocalBackend, job_id: str) -> Any:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(LocalBackend, "find", lambda self, job: name if job == name else None)
+    monkeypatch.setattr(LocalBackend, "poll", poll)
+    monkeypatch.setattr(LocalBackend, "submit", lambda self, request: request.job_name)  # found: kept
+    monkeypatch.setattr(LocalBackend, "stop", lambda self, job_id: stops.append(job_id))
+    followed = op._submit(state, "spot")
+    assert followed.current is not None and followed.current.followed is not None
+    found_at = parse_instant(followed.current.followed["seen_at"], name="seen_at")
+    watch = RemoteTrainingJobTrigger(  # rebuilt after a restart: it never saw the job
+        backend="local", backend_options=op.backend_options, job_id=name, state=followed.to_json()
+    )
+    answers.append(JobNotFoundError("404"))
+    capsys.readouterr()
+    event = watch.poll_once(found_at + timedelta(seconds=700))
+    assert event is not None and event["job"]["state"] == "interrupted"
+    assert event["job"]["billable_seconds"] == 7200.0 + 700.0  # what it ran before, and since at the most
+    assert stops == [name]  # a listing that lags: it may run on
+    said = capsys.readouterr().out
+    assert (
+        f"which local has not listed since this try found it (an earlier try's job) at {found_at.isoformat()}"
+        in said
+    )

@@ -100,6 +100,7 @@ class RemoteAttemptSteps(AttemptBilling):
         backend = self._backend(plan)
         # A retry follows the job an earlier try submitted under this attempt's name, where it runs.
         followed = self._earlier_job(backend, job_name(plan.base_name, state.next_attempt))
+        found_at = utcnow()
         following = followed is not None
         zone, moved = "", None
         if followed is not None:
@@ -170,6 +171,8 @@ class RemoteAttemptSteps(AttemptBilling):
             stop_by_poll=stop_by_poll,
             submitted_at=submitted_at.isoformat(),
             moved_bytes=moved,
+            # What it ran before this try: a job the wait never sees is billed from it, not from now.
+            followed={"job": followed.to_dict(), "seen_at": found_at.isoformat()} if followed else None,
         )
         self._live, self._submitting = submitted, None  # one step: never neither while the job runs
         self.log.info(

@@ -150,6 +150,9 @@ class Current:
     # The data and checkpoint bytes (at the submit) a run in another region than the plan's reads across,
     # where the plan allows zones there (else 0): egress, recorded once the attempt ran in such a zone.
     moved_bytes: int = 0
+    # A job an earlier try submitted, as this try found it (``{"job": {...}, "seen_at": iso}``): it ran
+    # before ``submitted_at`` (this try's re-attach), so one the wait never sees is billed from this status.
+    followed: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         # Older states have no pausing/stopped keys until a pause: leave them out when unset.
@@ -172,11 +175,13 @@ class Current:
             data["pausing"] = self.pausing
         if self.stopped is not None:
             data["stopped"] = dict(self.stopped)
+        if self.followed is not None:
+            data["followed"] = dict(self.followed)
         return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Current:
-        stopped = data.get("stopped")
+        stopped, followed = data.get("stopped"), data.get("followed")
         return cls(
             attempt=int(data["attempt"]),
             job_id=str(data["job_id"]),
@@ -190,6 +195,7 @@ class Current:
             stop_by_poll=bool(data.get("stop_by_poll")),
             submitted_at=str(data["submitted_at"]) if data.get("submitted_at") else None,
             moved_bytes=int(data.get("moved_bytes") or 0),
+            followed=dict(followed) if followed else None,
         )
 
     def stopped_by_cap(self, job: Mapping[str, Any], *, instances: int = 1) -> bool:
@@ -292,6 +298,7 @@ class AttemptState:
         stop_by_poll: bool = False,
         submitted_at: str | None = None,
         moved_bytes: int = 0,
+        followed: Mapping[str, Any] | None = None,
     ) -> AttemptState:
         """Attempt :attr:`next_attempt` runs as ``job_id`` on ``market`` (in ``zone``, where chosen).
 
@@ -300,7 +307,8 @@ class AttemptState:
         :attr:`Attempt.market_reason`); ``stop_after_seconds``: when ``max_usd`` stops it (``stop_by_poll``:
         the wait stops it there, not its backend: a job an earlier try submitted under another limit);
         ``submitted_at``: when (ISO), the most a job the backend has not priced yet can have run;
-        ``moved_bytes``: what a run in another region would read across (see :attr:`Current.moved_bytes`).
+        ``moved_bytes``: what a run in another region would read across (see :attr:`Current.moved_bytes`);
+        ``followed``: the status of a job an earlier try submitted, as found (see :attr:`Current.followed`).
         """
         current = Current(
             attempt=self.next_attempt,
@@ -313,6 +321,7 @@ class AttemptState:
             stop_by_poll=stop_by_poll,
             submitted_at=submitted_at,
             moved_bytes=moved_bytes,
+            followed=followed,
         )
         return replace(self, current=current)
 

@@ -127,16 +127,22 @@ def vanished_job_status(
     A Kubernetes drain or spot reclaim deletes the bare pod (its node too), so the exit 75 is never seen:
     the pod's 404 is the interruption. It is billed as the status last seen plus the time since on its
     ``instances`` (seen waiting: from then); never seen (the triggerer restarted), from the attempt's
-    submit, which may count time it queued: never less than it ran. A job never seen is "not listed yet"
-    (a backend's eventual consistency) until ``listed_grace`` seconds after its submit (pure).
+    submit, which may count time it queued: never less than it ran. A job an earlier try submitted that the
+    wait never saw is billed from its status when this try found it (what it ran before then included).
+    A job never seen is "not listed yet" (a backend's eventual consistency) until ``listed_grace`` seconds
+    after its submit (pure).
     """
     from costaware.adapters.compute.base import JobState, JobStatus
 
+    current = state.get("current") or {}
+    followed = current.get("followed")
+    if last_seen is None and followed:
+        found_at = parse_instant(followed["seen_at"], name="seen_at")
+        last_seen = (JobStatus.from_dict(followed["job"]), found_at)
     if last_seen is not None:  # waiting when seen: it can have run since then at the most
         seen, seen_at = last_seen
         reason = "the backend no longer has the job (a drain or a reclaim deleted it): billed up to now"
         return _ended_by_now(seen, seen_at, now=now, instances=instances, reason=reason)
-    current = state.get("current") or {}
     submitted = current.get("submitted_at")
     if not submitted:
         return None
@@ -410,16 +416,20 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         """
         from costaware.adapters.compute.base import open_backend
 
-        if self._last_seen is not None and self.backend in GONE_IS_FINAL_BACKENDS:
+        followed = (self.state.get("current") or {}).get("followed")
+        seen_at = self._last_seen[1].isoformat() if self._last_seen else followed and followed["seen_at"]
+        if seen_at and self.backend in GONE_IS_FINAL_BACKENDS:
             self.log.info(
                 "job %s on %s was seen at %s and is gone now: nothing to stop",
                 self.job_id,
                 self.backend,
-                self._last_seen[1].isoformat(),
+                seen_at,
             )
             return
         if self._last_seen is not None:
-            unlisted = f"has not listed since it was seen at {self._last_seen[1].isoformat()}"
+            unlisted = f"has not listed since it was seen at {seen_at}"
+        elif seen_at:
+            unlisted = f"has not listed since this try found it (an earlier try's job) at {seen_at}"
         else:
             submitted = (self.state.get("current") or {}).get("submitted_at")
             since = (now - parse_instant(submitted, name="submitted_at")).total_seconds() if submitted else 0
