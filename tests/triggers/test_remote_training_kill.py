@@ -969,3 +969,44 @@ def test_a_workers_forwarded_sigint_outside_the_wait_leaves_the_job_to_the_retry
     assert not open_backend("local", {"root": str(tmp_path / "jobs")}).poll(job).state.done
     assert train_entries(ledger) == []  # the retry follows it and bills it
     open_backend("local", {"root": str(tmp_path / "jobs")}).stop(job)
+
+
+def test_a_killed_followed_job_that_does_not_answer_is_billed_with_what_it_ran_before_the_re_attach(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Billed from this try's submit (the re-attach) where its poll did not answer, a followed job's 2 h
+    # under the earlier try went unbilled.
+    from datetime import datetime, timedelta, timezone
+
+    from attempt_states import CAPTURED  # tests/support/
+
+    import costaware.triggers.remote_training as remote_trigger
+    from costaware.adapters.compute.base import JobStatus
+    from costaware.adapters.compute.local import LocalBackend
+    from costaware.core.errors import ComputeBackendError
+    from costaware.training.attempt_effects import stop_seconds
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan
+
+    def poll(self: LocalBackend, job_id: str) -> Any:
+        raise ComputeBackendError("ThrottlingException: Rate exceeded")
+
+    monkeypatch.setattr(LocalBackend, "poll", poll)
+    monkeypatch.setattr(LocalBackend, "stop", lambda self, job_id: None)
+    now = datetime(2026, 3, 1, 9, tzinfo=timezone.utc)
+    monkeypatch.setattr(remote_trigger, "utcnow", lambda: now)
+    found_at = now - timedelta(seconds=60)
+    ran_before = JobStatus(job_id="train-a1", state=JobState.RUNNING, market="spot", billable_seconds=7200.0)
+    state = AttemptState(plan=RemotePlan.from_json(CAPTURED)).submitted(
+        job_id="train-a1",
+        market="spot",
+        submitted_at=found_at.isoformat(),
+        followed={"job": ran_before.to_dict(), "seen_at": found_at.isoformat()},
+    )
+    trigger = RemoteTrainingJobTrigger(
+        backend="local", backend_options={"root": str(tmp_path)}, job_id="train-a1", state=state.to_json()
+    )
+    job, ended, _ = trigger._stop_job(state, wait_seconds=0, poll_seconds=0)
+    assert job is not None and not ended
+    # What it ran before the re-attach, since then, and its grace period after the stop.
+    assert job["billable_seconds"] == 7200.0 + 60.0 + stop_seconds(state)

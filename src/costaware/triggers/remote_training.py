@@ -881,6 +881,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 # which may count time the job queued.
                 since = latest_end - parse_instant(submitted, name="submitted_at")
                 since_submit = count * since.total_seconds()
+                if state.current.followed:  # an earlier try's job: what it ran before this try found it too
+                    since_submit += float(state.current.followed["job"].get("billable_seconds") or 0)
                 billable = max(billable, since_submit)
         if gone:
             reason = f"stopped when {why}; the backend no longer has it, billed up to then"
