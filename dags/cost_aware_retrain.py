@@ -27,8 +27,10 @@ from typing import Any
 
 import pendulum
 from airflow.sdk import Param, dag, get_current_context, task
+from airflow.sdk.exceptions import AirflowFailException
 
 import costaware.examples  # noqa: F401  # without the examples extra the DAG fails to parse, with the pip line
+from costaware.core.errors import ConfigurationError
 from costaware.operators.cached_features import CachedFeaturesOperator
 from costaware.operators.data_locality import DataLocalityCheckOperator
 from costaware.operators.data_quality import DataQualityOperator
@@ -189,7 +191,10 @@ def cost_aware_retrain() -> None:
         from costaware.examples import flights
 
         context = get_current_context()
-        check_run_conf(context["dag_run"].conf, context["dag"].params)  # a misspelt param, before any work
+        try:  # a misspelt param, before any work
+            check_run_conf(context["dag_run"].conf, context["dag"].params)
+        except ConfigurationError as e:  # the same conf fails every retry: none
+            raise AirflowFailException(str(e)) from e
         day = flights.replay_date(
             context.get("logical_date") or context["dag_run"].run_after, context["params"].get("replay_date")
         )

@@ -29,7 +29,9 @@ from pathlib import Path
 
 import pendulum
 from airflow.sdk import Param, dag, get_current_context, task
+from airflow.sdk.exceptions import AirflowFailException
 
+from costaware.core.errors import ConfigurationError
 from costaware.operators.promote import ModelPromoteOperator
 from costaware.operators.remote_training import RemoteTrainingOperator
 from costaware.params import check_run_conf, tag_param, usd_param
@@ -157,7 +159,10 @@ def remote_retrain() -> None:
         from costaware.examples import flights
 
         context = get_current_context()
-        check_run_conf(context["dag_run"].conf, context["dag"].params)  # a misspelt param, before any work
+        try:  # a misspelt param, before any work
+            check_run_conf(context["dag_run"].conf, context["dag"].params)
+        except ConfigurationError as e:  # the same conf fails every retry: none
+            raise AirflowFailException(str(e)) from e
         day = flights.replay_date(
             context.get("logical_date") or context["dag_run"].run_after, context["params"].get("replay_date")
         )

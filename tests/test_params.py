@@ -82,6 +82,8 @@ def test_check_run_conf_refuses_a_param_the_dag_does_not_declare() -> None:
     declared = ["epochs", "script", "spot_deadline"]
     check_run_conf({"epochs": 2, "spot_deadline": "2026-12-01T05:00:00Z"}, declared)
     check_run_conf(None, declared)  # a run triggered without a conf
+    # An owner, team or project in the conf tags the run's costs, declared or not: refused, it lost the tag.
+    check_run_conf({"owner": "jane", "team": "ml", "project": "churn"}, declared)
     with pytest.raises(ConfigurationError) as refused:
         check_run_conf({"epoch": 2, "spot_dedline": "x", "zzz": 1}, declared)
     message = str(refused.value)
@@ -108,6 +110,26 @@ def test_own_training_refuses_a_misspelt_param_before_its_spend_gate(
     monkeypatch.setitem(prepare.__globals__, "get_current_context", lambda: context)
     with pytest.raises(AirflowFailException, match=r"'epoch' \(did you mean 'epochs'\?\)"):
         prepare()
+
+
+@pytest.mark.parametrize(
+    ("file", "dag_id"),
+    [("cost_aware_retrain.py", "cost_aware_retrain"), ("remote_retrain.py", "remote_retrain")],
+)
+def test_a_misspelt_param_fails_the_first_task_without_a_retry(
+    monkeypatch: pytest.MonkeyPatch, file: str, dag_id: str
+) -> None:
+    # A ConfigurationError there: Airflow retried the same conf (default_task_retries) before it failed.
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.sdk.exceptions import AirflowFailException
+
+    root = Path(__file__).resolve().parents[1]
+    dag = DagBag(dag_folder=str(root / "dags" / file)).dags[dag_id]
+    land = dag.get_task("land_new_data").python_callable
+    context = {"params": {}, "dag_run": SimpleNamespace(conf={"replay_dat": "2013-02-01"}), "dag": dag}
+    monkeypatch.setitem(land.__globals__, "get_current_context", lambda: context)
+    with pytest.raises(AirflowFailException, match=r"'replay_dat' \(did you mean 'replay_date'\?\)"):
+        land()
 
 
 def test_an_example_dag_s_data_root_is_a_folder_or_an_s3_prefix(

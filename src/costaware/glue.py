@@ -282,7 +282,9 @@ def misspelt_run_params(dag: Any, dag_run: Any) -> list[str]:
     """Problems of the run's conf keys that name no param of the DAG but look like one (``train_budjet_usd``).
 
     Airflow passes such a key through unchecked, and the param it meant keeps its default: a typo'd budget
-    reserved the default one. A key like no param is left alone (a DAG may read its own conf keys).
+    reserved the default one. A key like no param is left alone (a DAG may read its own conf keys), and so is
+    a param's name lengthened or shortened (``project_id`` or ``teams`` beside ``project`` and ``team``: keys
+    of the DAG's own, most likely, where a typo changes letters).
     """
     import difflib
 
@@ -294,10 +296,11 @@ def misspelt_run_params(dag: Any, dag_run: Any) -> list[str]:
     problems = []
     for key in sorted(str(k) for k in given if k not in names):
         close = difflib.get_close_matches(key, names, n=1, cutoff=0.8)
-        if close:
+        if close and not (key.startswith(close[0]) or close[0].startswith(key)):
             problems.append(
                 f"the run's conf key {key!r} is no param of this DAG: did you mean {close[0]!r}? "
-                f"({close[0]!r} kept its default); trigger the run again with {close[0]!r}"
+                f"({close[0]!r} kept its default); trigger the run again with {close[0]!r} (a key of the "
+                "DAG's own this close to a param's name: rename it)"
             )
     return problems
 

@@ -267,9 +267,11 @@ def check_run_conf(conf: Mapping[str, Any] | None, params: Iterable[str]) -> Non
         ConfigurationError: naming each unknown name, the declared one closest to it and all of them.
     """
     from costaware.core.errors import ConfigurationError, did_you_mean
+    from costaware.glue import TAG_NAMES
 
     declared = sorted(params)
-    unknown = [name for name in (conf or {}) if name not in declared]
+    # team, project and owner in the conf tag the run's costs whether the DAG declares them or not.
+    unknown = [name for name in (conf or {}) if name not in declared and name not in TAG_NAMES]
     if unknown:
         named = "; ".join(f"{name!r}{did_you_mean(name, declared)}" for name in unknown)
         raise ConfigurationError(

@@ -221,7 +221,8 @@ def test_a_misspelt_param_in_the_run_s_conf_fails_the_gate_before_it_reserves(en
         spend_gate.poke(ctx)
     assert "my_own_key" not in str(refused.value)  # a key like no param is the DAG's own business
     assert [r.holder for r in env_ledger.open_reservations()] == ["retrain/earlier/train/-1"]
-    meant = {"train_budget_usd": 9.0, "my_own_key": "x"}
+    # A param's name lengthened or shortened is a key of the DAG's own (a GCP project_id, a list of teams).
+    meant = {"train_budget_usd": 9.0, "my_own_key": "x", "teams": ["a", "b"], "train_budget_usd_max": 20}
     ctx["dag_run"] = SimpleNamespace(conf=meant, triggering_user_name="ann")
     assert spend_gate.poke(ctx)
 
