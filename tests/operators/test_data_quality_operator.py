@@ -437,6 +437,20 @@ def test_a_whole_data_set_beside_another_with_its_quarantine_beside_them_is_warn
     assert f"quarantine_path {refused}/ is inside {tmp_path}/datasets, which also holds fraud" in caplog.text
 
 
+def test_a_dated_series_beside_an_undated_file_is_still_refused(tmp_path: Path) -> None:
+    from costaware.operators.batch_quarantine import check_quarantine_beside_batch_folder
+
+    # reference.parquet was looked at first (a file answers without a listing): warned only, and the
+    # refused 2013-01-02/ was moved into landing/quarantine/, where readers of landing/ train on it.
+    landing = tmp_path / "landing"
+    for day in ("2013-01-01", "2013-01-02"):
+        (landing / day).mkdir(parents=True)
+        (landing / day / "part-0.parquet").write_bytes(b"PAR1")
+    (landing / "reference.parquet").write_bytes(b"PAR1")
+    with pytest.raises(ConfigurationError, match=r"it holds another batch, '2013-01-01'"):
+        check_quarantine_beside_batch_folder(f"{landing}/2013-01-02", f"{landing}/quarantine", {})
+
+
 def test_a_batch_that_is_a_whole_bucket_has_no_landing_folder_to_check() -> None:
     from costaware.operators.batch_quarantine import check_quarantine_beside_batch_folder
 

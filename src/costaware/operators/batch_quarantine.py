@@ -83,7 +83,9 @@ def check_quarantine_beside_batch_folder(
         folder = BlobDir.from_uri(parent, create=False, **options)
         listed = folder.fs.get_file_info(fs.FileSelector(folder.root, allow_not_found=True))
         neighbours = [i for i in listed if i.base_name not in (name, top)]
-        neighbours.sort(key=lambda i: i.type != fs.FileType.File)  # a file answers without a listing
+        # Numbered ones first (a batch of the series refuses, any other only warns), and among them a file
+        # first: it answers without a listing.
+        neighbours.sort(key=lambda i: (not _numbered(i.base_name), i.type != fs.FileType.File))
         beside = None
         for info in neighbours[:_NEIGHBOURS_LOOKED_INTO]:
             if info.type == fs.FileType.Directory:
@@ -93,7 +95,7 @@ def check_quarantine_beside_batch_folder(
                 found = info.type == fs.FileType.File and _is_parquet(info.base_name)
             if found:
                 beside = info
-                break
+                break  # the sort put any numbered batch before the rest
     except OSError as e:
         # A credential that may read the batch but not list its parent (S3 without s3:ListBucket there):
         # the gate ran before this check came, so it runs on, said, rather than fail every batch.
