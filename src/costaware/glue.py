@@ -283,8 +283,8 @@ def misspelt_run_params(dag: Any, dag_run: Any) -> list[str]:
 
     Airflow passes such a key through unchecked, and the param it meant keeps its default: a typo'd budget
     reserved the default one. A key like no param is left alone (a DAG may read its own conf keys), and so is
-    a param's name lengthened or shortened (``project_id`` or ``teams`` beside ``project`` and ``team``: keys
-    of the DAG's own, most likely, where a typo changes letters).
+    a param's name with a word added (``project_id`` beside ``project``) or, for a param that is no amount, a
+    plural (``teams`` beside ``team``): keys of the DAG's own, most likely.
     """
     import difflib
 
@@ -296,13 +296,26 @@ def misspelt_run_params(dag: Any, dag_run: Any) -> list[str]:
     problems = []
     for key in sorted(str(k) for k in given if k not in names):
         close = difflib.get_close_matches(key, names, n=1, cutoff=0.8)
-        if close and not (key.startswith(close[0]) or close[0].startswith(key)):
+        if close and not _own_key_beside(key, close[0]):
             problems.append(
                 f"the run's conf key {key!r} is no param of this DAG: did you mean {close[0]!r}? "
                 f"({close[0]!r} kept its default); trigger the run again with {close[0]!r} (a key of the "
                 "DAG's own this close to a param's name: rename it)"
             )
     return problems
+
+
+def _own_key_beside(key: str, param: str) -> bool:
+    """Is ``key``, close to ``param``, most likely a conf key of the DAG's own rather than a typo of it?
+
+    ``project_id`` (a word added) or ``teams`` (a plural): yes. A letter dropped or added at the end
+    (``train_budget_us``, ``train_budget_usdd``) or a name cut short (``train_budget``): a typo, which left
+    the budget at its default. No plural is left alone beside an amount (``max_usds``).
+    """
+    if key.startswith(param + "_"):
+        return True
+    amount = param.endswith("_usd") or param.startswith("max_") or "budget" in param
+    return key == param + "s" and not amount
 
 
 def try_key(ti: Any) -> tuple[str, str, str, int, int]:

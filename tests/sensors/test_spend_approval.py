@@ -221,10 +221,30 @@ def test_a_misspelt_param_in_the_run_s_conf_fails_the_gate_before_it_reserves(en
         spend_gate.poke(ctx)
     assert "my_own_key" not in str(refused.value)  # a key like no param is the DAG's own business
     assert [r.holder for r in env_ledger.open_reservations()] == ["retrain/earlier/train/-1"]
-    # A param's name lengthened or shortened is a key of the DAG's own (a GCP project_id, a list of teams).
+    # A param's name with a word added, or a plural, is a key of the DAG's own (a GCP project_id, teams).
     meant = {"train_budget_usd": 9.0, "my_own_key": "x", "teams": ["a", "b"], "train_budget_usd_max": 20}
     ctx["dag_run"] = SimpleNamespace(conf=meant, triggering_user_name="ann")
     assert spend_gate.poke(ctx)
+
+
+@pytest.mark.parametrize(
+    ("key", "refused"),
+    [
+        ("train_budget", True),  # cut short: the budget kept its default
+        ("train_budget_us", True),
+        ("train_budget_usdd", True),
+        ("train_budget_usds", True),  # no plural beside an amount
+        ("project_id", False),  # a word added: the DAG's own key
+        ("teams", False),
+        ("projet", True),
+    ],
+)
+def test_which_conf_keys_close_to_a_param_are_taken_for_typos(key: str, refused: bool) -> None:
+    from costaware.glue import misspelt_run_params
+
+    dag = SimpleNamespace(params={"train_budget_usd": 2.0, "project": "churn", "team": "ml"})
+    problems = misspelt_run_params(dag, SimpleNamespace(conf={key: 1}))
+    assert bool(problems) is refused, problems
 
 
 def test_a_run_the_gate_refuses_is_audited_too(env_ledger: Ledger) -> None:
