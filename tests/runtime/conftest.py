@@ -34,6 +34,9 @@ def make_job(tmp_path: Path) -> MakeJob:
 def sigterm_restored() -> Iterator[None]:
     """The runtime installs its SIGTERM handler on first use; put pytest's back, and its state, afterwards."""
     previous = signal.getsignal(signal.SIGTERM)
+    # A test elsewhere in this worker may have called preemption_requested(), which keeps its handler.
+    preemption._installed = False
+    preemption._requested.clear()
     yield
     signal.signal(signal.SIGTERM, previous)
     preemption._installed = False
