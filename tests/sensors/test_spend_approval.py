@@ -300,3 +300,18 @@ def test_approvers_nobody_could_be_are_said_at_a_run_within_the_cap_too(
     with pytest.raises(AirflowFailException, match=r"approvers \['nosuchuser'\] are not users of"):
         gate(approvers=["nosuchuser"], estimated_usd="0.5", deferrable=False).execute(context())
     assert gate(estimated_usd="0.5", deferrable=False).execute(context())["usd"] == "0.500000"
+
+
+def test_a_request_only_read_only_approvers_could_see_fails_at_once(
+    env_ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A VIEWER gets 403 on the answer (a write on the DAG): named alone, the request waited its timeout.
+    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "admin:admin,ann:user,vic:VIEWER")
+    with pytest.raises(AirflowFailException, match=r"approvers \['vic'\] have the role \['VIEWER'\].*USER"):
+        gate(approvers=["vic"], deferrable=False).execute(context())
+    with pytest.raises(
+        AirflowFailException, match=r"\['nosuchuser'\] are not users.*\['vic'\] have the role"
+    ):
+        gate(approvers=["nosuchuser", "vic"], deferrable=False).execute(context())
+    assert env_ledger.usage("project=churn")[0].reserved_usd == 8  # nothing reserved for them
+    assert gate(approvers=["ann", "vic"], estimated_usd="0.5", deferrable=False).execute(context())

@@ -58,6 +58,29 @@ def unknown_approvers(approvers: Sequence[str]) -> list[str]:
     return [a for a in approvers if a not in users]
 
 
+def read_only_approvers(approvers: Sequence[str]) -> dict[str, str]:
+    """The approvers whose simple-auth-manager role may only read DAGs, with that role (else {}).
+
+    Answering a request is a write on the DAG (``USER`` or above): a ``VIEWER`` is refused (403) and, named
+    alone, leaves a request nobody may answer until ``approval_timeout``.
+    """
+    from airflow.configuration import conf
+
+    if not approvers or "SimpleAuthManager" not in conf.get("core", "auth_manager", fallback=""):
+        return {}
+    if conf.getboolean("core", "simple_auth_manager_all_admins", fallback=False):
+        return {}
+    roles = {
+        name.strip(): role.strip()
+        for name, _, role in (
+            pair.partition(":")
+            for pair in conf.get("core", "simple_auth_manager_users", fallback="").split(",")
+        )
+        if name.strip()
+    }
+    return {a: roles[a] for a in approvers if roles.get(a, "").lower() == "viewer"}
+
+
 @dataclass(frozen=True, slots=True)
 class PassedBudget:
     """One budget the request would pass, as the approver reads it.

@@ -311,18 +311,30 @@ class SpendCapSensor(BaseSensorOperator):
             raise ConfigurationError("; ".join(problems))
 
     def _check_approvers(self) -> None:
-        """Fail when none of ``approvers`` is a user of this Airflow: nobody could answer the request."""
-        from costaware.sensors.spend_approval import unknown_approvers
+        """Fail when none of ``approvers`` could answer the request (no user, or one who may only read)."""
+        from costaware.sensors.spend_approval import read_only_approvers, unknown_approvers
 
         unknown = unknown_approvers(self.approvers)
-        if unknown and len(unknown) == len(self.approvers):
+        read_only = read_only_approvers(self.approvers)
+        problems = []
+        if unknown:
+            problems.append(
+                f"approvers {unknown} are not users of this Airflow (its simple auth manager lists them in "
+                "[core] simple_auth_manager_users)"
+            )
+        if read_only:
+            problems.append(
+                f"approvers {list(read_only)} have the role {sorted(set(read_only.values()))} in [core] "
+                "simple_auth_manager_users, which may only read: answering needs USER or above"
+            )
+        if problems and len(unknown) + len(read_only) == len(self.approvers):
             # Nobody could answer: the run would wait approval_timeout (12 h by default) for nothing.
             raise AirflowFailException(
-                f"approvers {unknown} are not users of this Airflow (its simple auth manager lists them in "
-                "[core] simple_auth_manager_users): fix approvers; nothing was reserved"
+                "; ".join(problems)
+                + ": fix approvers (or give them a role that may answer); nothing was reserved"
             )
-        if unknown:
-            self.log.warning("approvers %s are not users of this Airflow: the others may answer", unknown)
+        if problems:
+            self.log.warning("%s: the other approvers may answer", "; ".join(problems))
 
     def _ask_approval(self, context: Any, error: Any, target: str, usd: Any, gpu_hours: Any) -> None:
         """Ask the approvers whether to spend past the cap; parks the task (``TaskAwaitingInput``).
