@@ -315,6 +315,26 @@ def test_a_stored_notifier_that_cannot_be_built_is_refused_by_name() -> None:
         notifiers_from_spec(json.dumps([{"class": SMTP, "kwargs": {"subject": "x"}}]))
 
 
+def test_a_configured_notifier_with_a_misspelt_class_says_so_not_install_its_provider(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # [costaware] alert_notifiers with SmtpNotifer: "cannot be imported ...; install its provider", though
+    # the provider was installed; the workers' log and `alerts list` said the same.
+    from costaware.notifications.budget import configured_notifiers
+
+    misspelt = SMTP.replace("SmtpNotifier", "SmtpNotifer")
+    monkeypatch.setenv("AIRFLOW__COSTAWARE__ALERT_NOTIFIERS", json.dumps([{"class": misspelt, "kwargs": {}}]))
+    with pytest.raises(ConfigurationError) as refused:
+        configured_notifiers()
+    assert "has no 'SmtpNotifer' (did you mean " + SMTP + "?); fix the class name" in str(refused.value)
+    assert "install its provider" not in str(refused.value)
+    monkeypatch.setenv("AIRFLOW__COSTAWARE__ALERT_NOTIFIERS", '[{"class": "no.such.Notifier"}]')
+    with pytest.raises(
+        ConfigurationError, match=r"'no\.such\.Notifier' cannot be imported.*install its provider"
+    ):
+        configured_notifiers()
+
+
 def test_alerts_list_shows_a_percentage_covered_by_a_higher_one_as_not_sent(
     ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -17,6 +17,7 @@ others see the row and stay quiet. A notifier that fails is logged; the task goe
 from __future__ import annotations
 
 import copy
+import difflib
 import importlib
 import json
 import logging
@@ -110,11 +111,20 @@ def notifiers_from_spec(raw: str | Sequence[Mapping[str, Any]]) -> list[Any]:
             )
         module, _, name = spec["class"].rpartition(".")
         try:
-            cls = getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError, ValueError) as e:
+            imported = importlib.import_module(module)
+        except (ImportError, ValueError) as e:
             raise ConfigurationError(
                 f"alert notifier class {spec['class']!r} cannot be imported: {e}; install its provider"
             ) from e
+        cls = getattr(imported, name, None)
+        if cls is None:
+            # The module is there: a misspelt class name, which no provider install would fix.
+            close = difflib.get_close_matches(name, [n for n in dir(imported) if not n.startswith("_")], n=1)
+            hint = f" (did you mean {module}.{close[0]}?)" if close else ""
+            raise ConfigurationError(
+                f"alert notifier class {spec['class']!r}: module {module!r} has no {name!r}{hint}; "
+                "fix the class name"
+            )
         require_notifier_class(cls, spec["class"])
         kwargs = dict(spec.get("kwargs") or {})
         try:
