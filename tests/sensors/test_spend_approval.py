@@ -85,7 +85,8 @@ def test_an_approval_reserves_the_overage_and_is_audited(env_ledger: Ledger) -> 
 def test_a_rejection_or_timeout_fails_or_skips_and_is_audited(
     env_ledger: Ledger, on_rejected: str, answer: dict[str, Any], raised: type[Exception], who: str
 ) -> None:
-    with pytest.raises(raised, match=rf"not approved \({who}\)"):
+    # The error said who, not what to do next: the person reading the failed task was left to guess.
+    with pytest.raises(raised, match=rf"not approved \({who}\): nothing was reserved; to ask again, clear"):
         gate(on_rejected=on_rejected).approval_complete(context(), answer)
     assert env_ledger.usage("project=churn")[0].reserved_usd == 8  # nothing more reserved
     (rejection,) = audit_log(env_ledger, action="rejection")

@@ -442,7 +442,11 @@ class SpendCapSensor(BaseSensorOperator):
                     target=holder,
                     details={**details, "usd": str(usd), "scope": str(self.scope)},
                 )
-                message = f"spending ${usd} past the budget of {self.scope!r} was not approved ({who})"
+                message = (
+                    f"spending ${usd} past the budget of {self.scope!r} was not approved ({who}): nothing "
+                    "was reserved; to ask again, clear this task or trigger the run again, or raise the cap "
+                    "with `costaware budget set`"
+                )
                 self._note(ledger, context, target, usd, "rejected", "", f"not approved ({who})")
                 if self.on_rejected == "skip":
                     raise AirflowSkipException(message)
