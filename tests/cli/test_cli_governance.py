@@ -232,6 +232,25 @@ def test_alerts_set_refuses_a_class_its_module_lacks(
     assert alert_rules(ledger) == {}
 
 
+def test_alerts_set_refuses_templates_a_budgets_own_notifier_cannot_render(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # {{ ti.task_id }} was stored; each alert then failed "'ti' is undefined", was given back unsent and
+    # failed again at every check of the period.
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=churn", "month", "100")
+    args = ["--ledger-url", ledger_url, "alerts", "set", "--scope", "project=churn", "--period", "month"]
+    unseen = {"to": "a@b", "subject": "{{ ti.task_id }}", "html_content": ["{{ var.value.x }} {{ ds }}"]}
+    spec = json.dumps([{"class": SMTP, "kwargs": unseen}])
+    assert main([*args, "--notifiers", spec]) == 2
+    err = capsys.readouterr().err
+    assert "its templates use ['ti', 'var'], which a budget's own notifiers do not see" in err
+    assert "'costaware_alert', 'dag_id', 'run_id', 'task_id', 'ds', 'ts'" in err
+    assert alert_rules(ledger) == {}
+    seen = {"to": "a@b", "subject": "{{ costaware_alert.message }} {{ dag_id }}/{{ run_id }} {{ range(1) }}"}
+    assert main([*args, "--notifiers", json.dumps([{"class": SMTP, "kwargs": seen}])]) == 0
+
+
 def test_alerts_set_changes_what_it_is_given_and_keeps_the_rest(
     ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -136,6 +136,10 @@ def notifiers_from_spec(raw: str | Sequence[Mapping[str, Any]]) -> list[Any]:
     return out
 
 
+# What a budget's own notifiers' templates see (rule_context): no secrets reachable from the ledger's rows.
+RULE_TEMPLATE_NAMES = ("costaware_alert", "dag_id", "run_id", "task_id", "ds", "ts")
+
+
 def rule_context(context: Mapping[str, Any]) -> dict[str, Any]:
     """The alert and the run's names, as plain values: no ``conn``, ``var``, ``ti`` or other live objects."""
     ti = context.get("ti") or context.get("task_instance")
@@ -339,3 +343,36 @@ def alerts_after_spend(
         )
     except Exception as e:
         log.error("costaware: budget alerts for %s.%s not checked: %s", ti.dag_id, ti.task_id, e)
+
+
+def names_a_rule_template_cannot_see(kwargs: object) -> list[str]:
+    """The names the Jinja templates in ``kwargs`` (strings at any depth) use that ``rule_context`` lacks.
+
+    ``{{ ti.task_id }}`` in a budget's own notifier failed at every alert ("'ti' is undefined"): the alert was
+    given back unsent and failed again at the next check, all period long.
+
+    Raises:
+        ConfigurationError: a string is not valid Jinja.
+    """
+    import jinja2
+    from jinja2 import meta
+    from jinja2.sandbox import SandboxedEnvironment
+
+    env = SandboxedEnvironment()
+    found: set[str] = set()
+
+    def walk(value: object) -> None:
+        if isinstance(value, str):
+            try:
+                found.update(meta.find_undeclared_variables(env.parse(value)))
+            except jinja2.TemplateSyntaxError as e:
+                raise ConfigurationError(f"notifier kwarg {value!r} is not a valid template: {e}") from e
+        elif isinstance(value, Mapping):
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list | tuple):
+            for item in value:
+                walk(item)
+
+    walk(kwargs)
+    return sorted(found - set(RULE_TEMPLATE_NAMES) - set(env.globals))

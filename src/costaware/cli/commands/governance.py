@@ -128,7 +128,11 @@ def alerts_set(args: argparse.Namespace) -> int:
     from costaware.adapters.ledger.governance import set_alert_rule
     from costaware.core.budgets import Period, Scope
     from costaware.core.errors import ConfigurationError
-    from costaware.notifications.budget import require_notifier_class
+    from costaware.notifications.budget import (
+        RULE_TEMPLATE_NAMES,
+        names_a_rule_template_cannot_see,
+        require_notifier_class,
+    )
 
     try:
         notifiers = None if args.notifiers is None else json.loads(args.notifiers)
@@ -151,6 +155,14 @@ def alerts_set(args: argparse.Namespace) -> int:
             _check_kwargs(found, spec)
         elif isinstance(spec, dict) and isinstance(spec.get("class"), str):
             _refuse_a_misspelt_class(spec["class"])
+        unseen = names_a_rule_template_cannot_see(spec.get("kwargs") if isinstance(spec, dict) else None)
+        if unseen:
+            # Rendered without the task's context (its conn and var would read secrets): undefined there.
+            raise ConfigurationError(
+                f"notifier {spec['class']!r}: its templates use {unseen}, which a budget's own notifiers do "
+                f"not see; use only {list(RULE_TEMPLATE_NAMES)} (e.g. {{{{ costaware_alert.message }}}}), "
+                "or set the notifier in [costaware] alert_notifiers, whose templates get the task's context"
+            )
     label = f"{Scope.parse(args.scope)}/{Period.parse(args.period).value}"
     rule = set_alert_rule(
         # A rule needs its budget, so a ledger that does not exist (a mistyped URL) is not made for it.
