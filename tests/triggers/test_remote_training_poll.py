@@ -285,3 +285,89 @@ def test_a_job_never_listed_is_stopped_when_it_is_billed_as_gone(
     assert listing.stops == ["j"]
     said = capsys.readouterr().out
     assert "stopping job j, which kubernetes has not listed in the 660 s since its submit" in said
+
+
+class _RefusingStops(_Listing):
+    """A backend whose stops fail (a throttled or refused TerminateJob)."""
+
+    def stop(self, job_id: str) -> None:
+        self.stops.append(job_id)
+        raise ComputeBackendError("AccessDenied batch:TerminateJob")
+
+
+@pytest.mark.parametrize("miss", ["stop fails", "poll fails"])
+def test_a_stop_at_the_cap_that_was_not_sent_is_asked_again_soon_not_a_poll_interval_later(
+    monkeypatch: pytest.MonkeyPatch, miss: str
+) -> None:
+    # The wait slept poll_interval (300 s) after a due stop at what is left of max_usd failed, or after the
+    # poll that was to send it failed: the job ran up to 300 s past the cap.
+    from datetime import datetime, timedelta, timezone
+
+    import costaware.adapters.compute.base as compute
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.triggers.remote_training import CAP_STOP_RETRY_MAX_SECONDS, CAP_STOP_RETRY_SECONDS
+
+    t0 = datetime(2026, 3, 1, 9, tzinfo=timezone.utc)
+    current = {
+        **STATE["current"],
+        "submitted_at": t0.isoformat(),
+        "stop_after_seconds": 600,
+        "stop_by_poll": True,
+    }  # type: ignore[dict-item]
+
+    def running(seconds: float) -> JobStatus:
+        return JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=seconds)
+
+    due = running(590.0)
+    later: list[Any] = [running(601.0)] if miss == "stop fails" else [ComputeBackendError("throttled")]
+    listing = _RefusingStops([due, *later, *[running(620.0 + 10 * i) for i in range(6)]])
+    monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
+    watch = RemoteTrainingJobTrigger(
+        backend="batch",
+        backend_options={},
+        job_id="j",
+        state={**STATE, "current": current},
+        poll_interval=300,
+    )
+    assert watch.poll_tolerant(t0) is None and watch.next_poll_in() == 10.0  # due in 10 s
+    assert watch.poll_tolerant(t0 + timedelta(seconds=11)) is None
+    assert watch.next_poll_in() == CAP_STOP_RETRY_SECONDS
+    waits = []
+    for i in range(6):  # refused on: asked again, backing off, never a poll_interval later
+        assert watch.poll_tolerant(t0 + timedelta(seconds=20 + 10 * i)) is None
+        waits.append(watch.next_poll_in())
+    assert waits == sorted(waits) and waits[-1] == CAP_STOP_RETRY_MAX_SECONDS
+    assert listing.stops == ["j"] * (7 if miss == "stop fails" else 6)
+
+
+def test_a_dearer_type_whose_price_is_unknown_is_asked_again_soon(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Its stop at the cap cannot be worked out while the ledger is unreadable: asked a poll_interval later,
+    # the job could run that long past what max_usd buys there.
+    from datetime import datetime, timezone
+
+    from attempt_states import CAPTURED  # tests/support/
+
+    import costaware.adapters.compute.base as compute
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.core.errors import LedgerUnavailableError
+    from costaware.remote_billing import KilledTrainingBilling
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan
+    from costaware.triggers.remote_training import CAP_STOP_RETRY_SECONDS
+
+    def unreadable(*args: Any, **kwargs: Any) -> Any:
+        raise LedgerUnavailableError("database is locked")
+
+    monkeypatch.setattr(KilledTrainingBilling, "_ran_on_scale", unreadable)
+    on_dearer = JobStatus(job_id="j", state=JobState.RUNNING, market="spot", instance_type="p4d.24xlarge")
+    listing = _Listing([on_dearer])
+    monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
+    plan = RemotePlan.from_json({**CAPTURED, "max_usd": "5"})
+    state = AttemptState(plan=plan).submitted(
+        job_id="j", market="spot", submitted_at="2026-03-01T09:00:00+00:00"
+    )
+    watch = RemoteTrainingJobTrigger(
+        backend="batch", backend_options={}, job_id="j", state=state.to_json(), poll_interval=300
+    )
+    assert watch.poll_once(datetime(2026, 3, 1, 9, 5, tzinfo=timezone.utc)) is None
+    assert watch.next_poll_in() == CAP_STOP_RETRY_SECONDS

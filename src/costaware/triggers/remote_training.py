@@ -56,6 +56,12 @@ GONE_IS_FINAL_BACKENDS = frozenset({"kubernetes"})
 #: The shortest wait before the poll that sends a stop at the cap: a backend's billed time that lags a
 #: little behind the wall clock brings the job a second short of it, not a poll after poll at once.
 MIN_CAP_STOP_WAIT_SECONDS = 1.0
+#: How soon a stop at the cap that fell due and was not sent (it failed, the price was unknown, the poll
+#: failed) is asked again; doubled per such retry in a row up to ``CAP_STOP_RETRY_MAX_SECONDS``. Asked at
+#: the next ``poll_interval``, the job ran up to that long past the cap; a stop refused for good (no
+#: permission) is not asked every few seconds for the rest of the job.
+CAP_STOP_RETRY_SECONDS = 5.0
+CAP_STOP_RETRY_MAX_SECONDS = 60.0
 #: The states of a task that will not run again: a kill that leaves one settles the task's hold.
 ENDED_STATES = frozenset({"success", "failed", "skipped", "upstream_failed", "removed"})
 #: The states of a task no person ended: its trigger moved to another triggerer, or its worker is going
@@ -329,6 +335,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         #: How many more seconds of running the job has, at the last poll, before a stop at the cap is due
         #: (None: none is due): the next poll comes then, not up to a ``poll_interval`` later.
         self._cap_stop_due_in: float | None = None
+        #: Retries in a row of a stop at the cap that was due and not sent (see ``CAP_STOP_RETRY_SECONDS``).
+        self._cap_stop_retries = 0
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -357,7 +365,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         if self.job_id is None:
             assert self.price_watch is not None  # checked in __init__
             return watch_event(self.price_watch, self.state, now=now)
-        self._cap_stop_due_in = None  # worked out again from this poll's status
+        due_before, self._cap_stop_due_in = self._cap_stop_due_in, None  # worked out again from this poll
         try:
             status = open_backend(self.backend, self.backend_options).poll(self.job_id)
         except JobNotFoundError:
@@ -375,9 +383,13 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                     # Not listed yet (a backend's eventual consistency): no failure. Counted as one, five
                     # polls failed the wait long before NOT_LISTED_GRACE_SECONDS could bill it as gone.
                     self.log.info("job %s is not listed on %s yet: polled again", self.job_id, self.backend)
+                    self._keep_cap_stop_due(due_before)
                     return None
                 self.log.warning("job %s on %s: %s", self.job_id, self.backend, status.reason)
                 self._stop_unlisted(now)
+        except Exception:
+            self._keep_cap_stop_due(due_before)  # a poll that failed sends no stop: asked again soon
+            raise
         else:
             self._last_seen = (status, now)
         fallback_at = parse_instant(self.fallback_at, name="fallback_at") if self.fallback_at else None
@@ -467,6 +479,25 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         due = self._cap_stop_due_in
         self._cap_stop_due_in = seconds if due is None else min(due, seconds)
 
+    def _retry_cap_stop(self) -> None:
+        """A stop at the cap was due (or may be) and was not sent: the next poll comes soon to ask again."""
+        self._cap_stop_retries += 1
+        wait = CAP_STOP_RETRY_SECONDS * 2 ** (self._cap_stop_retries - 1)
+        self._cap_stop_due_after(min(CAP_STOP_RETRY_MAX_SECONDS, wait))
+
+    def _keep_cap_stop_due(self, due_before: float | None) -> None:
+        """A poll gave no status to weigh the cap on: the stop due at the last poll stays due.
+
+        The wait slept up to it (or a ``poll_interval``): what is left of it after that, or a retry soon.
+        """
+        if due_before is None:
+            return
+        left = due_before - self.poll_interval
+        if left > CAP_STOP_RETRY_SECONDS:
+            self._cap_stop_due_after(left)
+        else:
+            self._retry_cap_stop()
+
     def poll_tolerant(self, now: datetime) -> dict[str, Any] | None:
         """:meth:`poll_once`; a passing failure is polled again, up to ``MAX_POLL_ERRORS`` in a row.
 
@@ -491,7 +522,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 type(e).__name__,
                 e,
                 self._poll_errors,
-                self.poll_interval,
+                self.next_poll_in(),
             )
             return None
         self._poll_errors = 0
@@ -539,10 +570,13 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             )
         try:
             open_backend(self.backend, self.backend_options).stop(job_id)
-        except Exception as e:  # asked again at the next poll
-            self.log.warning("stopping job %s failed (%s): asked again at the next poll", job_id, e)
+        except Exception as e:
+            self._retry_cap_stop()
+            self.log.warning(
+                "stopping job %s failed (%s): asked again in %g s", job_id, e, self.next_poll_in()
+            )
             return
-        self._stopped_for_cap = job_id
+        self._stopped_for_cap, self._cap_stop_retries = job_id, 0
         if ran < float(limit):
             # Stopped short of its limit (nothing left to run on): its end is recorded as stopped by
             # max_usd, not as a preemption that a new attempt would follow.
@@ -586,7 +620,10 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         except LEDGER_UNREADABLE as e:
             # Read as the plan's price, the job would never be stopped, and its bill (the ledger back by
             # then) would come at the dearer price, past max_usd: asked again at the next poll.
-            self.log.warning("price of %s unknown for now (%s): asked again at the next poll", job_id, e)
+            self._retry_cap_stop()
+            self.log.warning(
+                "price of %s unknown for now (%s): asked again in %g s", job_id, e, self.next_poll_in()
+            )
             return
         rate = cap_rate(state, current.market, on_demand) * scale
         limit = capped_seconds(state, rate) if scale > 1 else None  # a cheaper type stays within it
@@ -607,6 +644,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         if limit is None:
             return
         if float(status.billable_seconds) / instances(plan) < limit:
+            self._cap_stop_retries = 0  # its price is known again
             self._cap_stop_due_after(limit - float(status.billable_seconds) / instances(plan))
             return
         self.log.warning(
@@ -618,10 +656,13 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         )
         try:
             open_backend(self.backend, self.backend_options).stop(job_id)
-        except Exception as e:  # asked again at the next poll
-            self.log.warning("stopping job %s failed (%s): asked again at the next poll", job_id, e)
+        except Exception as e:
+            self._retry_cap_stop()
+            self.log.warning(
+                "stopping job %s failed (%s): asked again in %g s", job_id, e, self.next_poll_in()
+            )
             return
-        self._stopped_for_cap = job_id
+        self._stopped_for_cap, self._cap_stop_retries = job_id, 0
         # Its end is then recorded as stopped by max_usd (the stop it ran into), not as a preemption.
         current_json = dict(self.state.get("current") or {})
         current_json["stop_after_seconds"] = limit
