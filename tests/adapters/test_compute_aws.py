@@ -960,3 +960,29 @@ def test_a_copy_whose_stop_failed_at_the_jobs_end_is_billed_to_its_time_limit() 
     assert billed.metrics["batch_copy_seconds"] == 120 + 30
     # A stopped copy queued at the job's end never runs: nothing more.
     assert batch.with_copies(ended, [queued_copy], now_ms=12_000).metrics["batch_copy_seconds"] == 0
+
+
+def test_a_copy_whose_stop_failed_while_the_job_runs_keeps_its_limit_for_a_bill_with_no_last_poll() -> None:
+    # A kill bills the job's last poll while it runs: the copy whose stop failed was billed only what it had
+    # run (600 s) though it runs on to its time limit (7200 s).
+    from costaware.adapters.compute.base import COPY_SECONDS_LEFT, with_copies_run_out
+
+    job = {"jobId": "j", "status": "RUNNING", "startedAt": 0}
+    running = batch.status_from_description(job, "spot", "m5.large", now_ms=1_000_000)
+    copy = {
+        "jobId": "c1",
+        "status": "RUNNING",
+        "startedAt": 400_000,
+        "timeout": {"attemptDurationSeconds": 7200},
+    }
+    polled = batch.with_copies(running, [copy], now_ms=1_000_000, unstopped=["c1"], stop_timeout_seconds=30)
+    assert polled.billable_seconds == 1000 + 600  # a poll while it runs: up to now
+    assert polled.metrics[COPY_SECONDS_LEFT] == {
+        "seconds_by_type": {"m5.large": 7200 + 30 - 600},
+        "unstopped": ["c1"],
+    }
+    billed = with_copies_run_out(polled)
+    assert billed.billable_seconds == 1000 + 7200 + 30
+    assert billed.metrics["batch_copy_seconds"] == 7200 + 30
+    assert "c1 could not be stopped: billed to its time limit" in billed.reason
+    assert with_copies_run_out(running) == running  # no copies: as it is

@@ -1010,3 +1010,59 @@ def test_a_killed_followed_job_that_does_not_answer_is_billed_with_what_it_ran_b
     assert job is not None and not ended
     # What it ran before the re-attach, since then, and its grace period after the stop.
     assert job["billable_seconds"] == 7200.0 + 60.0 + stop_seconds(state)
+
+
+def test_a_killed_batch_job_is_billed_with_its_copies_to_their_stop_and_one_unstopped_to_its_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A kill bills the job's last poll, not its end: a copy of its submit whose terminate failed, billed
+    # only the 600 s it had run, went on to its attemptDurationSeconds (7200 s) unbilled.
+    from datetime import datetime, timezone
+
+    from attempt_states import CAPTURED  # tests/support/
+
+    import costaware.adapters.compute.base as compute
+    import costaware.triggers.remote_training as remote_trigger
+    from costaware.adapters.compute.base import JobStatus
+    from costaware.adapters.compute.batch import with_copies
+    from costaware.training.attempt_effects import stop_seconds
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan
+
+    now = datetime(2026, 3, 1, 9, tzinfo=timezone.utc)
+    monkeypatch.setattr(remote_trigger, "utcnow", lambda: now)
+    now_ms = int(now.timestamp() * 1000)
+    own = JobStatus(
+        job_id="j", state=JobState.RUNNING, market="spot", instance_type="m5.large", billable_seconds=1000.0
+    )
+    unstopped = {"jobId": "c1", "jobName": "n", "status": "RUNNING", "startedAt": now_ms - 600_000}
+    stopping = {"jobId": "c2", "jobName": "n", "status": "RUNNING", "startedAt": now_ms - 50_000}
+    polled = with_copies(
+        own,
+        [unstopped, stopping],
+        now_ms=now_ms,
+        unstopped=["c1"],
+        attempt_limit_seconds=7200,
+        stop_timeout_seconds=30,
+    )
+    assert polled.billable_seconds == 1000 + 600 + 50  # while it runs: up to this poll
+
+    class Batch:
+        def poll(self, job_id: str) -> JobStatus:
+            return polled
+
+        def stop(self, job_id: str) -> None:
+            pass
+
+    monkeypatch.setattr(compute, "open_backend", lambda name, options: Batch())
+    state = AttemptState(plan=RemotePlan.from_json(CAPTURED)).submitted(
+        job_id="j", market="spot", submitted_at=now.isoformat()
+    )
+    trigger = RemoteTrainingJobTrigger(backend="batch", backend_options={}, job_id="j", state=state.to_json())
+    job, ended, _ = trigger._stop_job(state, wait_seconds=0, poll_seconds=0)
+    assert job is not None and not ended
+    # The job to its grace period's end; c1 to its limit and ECS's stop timeout; c2 to its stop timeout.
+    assert job["billable_seconds"] == 1000 + stop_seconds(state) + (7200 + 30) + (50 + 30)
+    assert job["metrics"]["batch_copy_seconds_by_type"] == {"m5.large": 7200 + 30 + 50 + 30}
+    assert "batch_copy_seconds_left" not in job["metrics"]
+    assert "c1 could not be stopped: billed to its time limit" in job["reason"]

@@ -842,7 +842,13 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         import time
         from dataclasses import replace
 
-        from costaware.adapters.compute.base import JobState, JobStatus, billed_instances, open_backend
+        from costaware.adapters.compute.base import (
+            JobState,
+            JobStatus,
+            billed_instances,
+            open_backend,
+            with_copies_run_out,
+        )
         from costaware.core.errors import ComputeBackendError, JobNotFoundError
         from costaware.training.attempt_effects import stop_seconds
 
@@ -943,7 +949,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             instance_type=status.instance_type or state.plan.instance_type,
             reason=reason,
         )
-        return dict(ended.to_dict()), False, False
+        # Not polled to its end: what its copies still run (a Batch copy whose stop failed: to its limit).
+        return dict(with_copies_run_out(ended).to_dict()), False, False
 
 
 def in_dags_test() -> bool:

@@ -66,6 +66,11 @@ class JobState(str, Enum):
 #: A ``JobStatus.metrics`` key: the seconds of a Batch job's copies (a resent submit's) per instance type they
 #: ran on, which the billing prices each at its own type (a compute environment may place a copy on another).
 COPY_SECONDS_BY_TYPE = "batch_copy_seconds_by_type"
+#: A ``JobStatus.metrics`` key of a Batch job still running: ``{"seconds_by_type": {type: s}, "unstopped":
+#: [ids]}``, what its copies may still run after this poll (a stopped one's stop timeout, one whose stop
+#: failed its time limit), not billed yet. A poll of the job's end bills it; a bill without one (a kill) adds
+#: it with :func:`with_copies_run_out`.
+COPY_SECONDS_LEFT = "batch_copy_seconds_left"
 #: A ``JobStatus.metrics`` key: true where its billed seconds are priced at the on-demand rate though the
 #: job ran on spot (SageMaker managed spot's billable time, which holds the spot saving already).
 BILLED_AT_ON_DEMAND = "billed_at_on_demand"
@@ -576,6 +581,37 @@ class JobStatus:
         values = dict(data)
         values["state"] = JobState(values["state"])
         return cls(**values)
+
+
+def with_copies_run_out(status: JobStatus) -> JobStatus:
+    """``status`` billed with what its copies may still run (``COPY_SECONDS_LEFT``), where it holds that.
+
+    For a job billed as ended without a poll of its end (a kill): nothing looks at its copies again, and a
+    copy whose stop failed runs to its time limit (pure).
+    """
+    from dataclasses import replace
+
+    left = status.metrics.get(COPY_SECONDS_LEFT)
+    if not left:
+        return status
+    seconds_by_type = {str(t): float(s) for t, s in dict(left.get("seconds_by_type") or {}).items()}
+    seconds = sum(seconds_by_type.values())
+    by_type = dict(status.metrics.get(COPY_SECONDS_BY_TYPE) or {})
+    for instance_type, more in seconds_by_type.items():
+        by_type[instance_type] = float(by_type.get(instance_type, 0.0)) + more
+    metrics = {k: v for k, v in status.metrics.items() if k != COPY_SECONDS_LEFT}
+    metrics[COPY_SECONDS_BY_TYPE] = by_type
+    metrics["batch_copy_seconds"] = float(metrics.get("batch_copy_seconds") or 0.0) + seconds
+    unstopped = list(left.get("unstopped") or [])
+    said = f"; its copies billed {seconds:g} s more, to their stop"
+    if unstopped:
+        said += f" ({', '.join(unstopped)} could not be stopped: billed to its time limit)"
+    return replace(
+        status,
+        billable_seconds=status.billable_seconds + seconds,
+        reason=status.reason + said,
+        metrics=metrics,
+    )
 
 
 def whole_number(value: object, name: str, *, low: int, high: int) -> int:

@@ -38,6 +38,7 @@ from typing import Any
 from costaware.adapters.compute.aws_errors import aws_error
 from costaware.adapters.compute.base import (
     COPY_SECONDS_BY_TYPE,
+    COPY_SECONDS_LEFT,
     JobRequest,
     JobState,
     JobStatus,
@@ -199,44 +200,49 @@ def with_copies(
     for the longest it can still run, as nothing looks at it again: ``stop_timeout_seconds`` past ``now_ms``
     when its stop was sent at this poll, and its whole attempt limit (its ``attemptDurationSeconds``, else
     ``attempt_limit_seconds``, the job's) and the stop timeout when it is in ``unstopped`` (the ids whose
-    stop failed at this poll).
+    stop failed at this poll). While the job runs, that time to come is kept apart (``COPY_SECONDS_LEFT``):
+    a wait that stops the job and bills it without a poll of its end (a kill) bills it then.
     """
     if not copies:
         return status
     by_type: dict[str, float] = {}
+    left_by_type: dict[str, float] = {}
     running_on: list[str] = []
     for copy in copies:
         ran_on = str((copy.get("container") or {}).get("instanceType") or status.instance_type)
         seen = status_from_description(copy, status.market, ran_on, now_ms=now_ms)
         billed = seen.billable_seconds
-        if status.state.done and not seen.state.done:
-            # The job's end is its last poll and its bill. ECS gives a stopped copy its stop timeout from
-            # the SIGTERM to the SIGKILL; one whose stop failed runs on (or starts) until its time limit.
+        left = 0.0
+        if not seen.state.done:
+            # ECS gives a stopped copy its stop timeout from the SIGTERM to the SIGKILL; one whose stop
+            # failed runs on (or starts) until its time limit.
             limit = _attempt_limit_seconds(copy) or attempt_limit_seconds
             if str(copy.get("jobId", "")) in unstopped and limit is not None:
-                billed = max(billed, limit) + stop_timeout_seconds
+                left = max(billed, limit) + stop_timeout_seconds - billed
                 running_on.append(str(copy.get("jobId", "")))
             elif seen.state == JobState.RUNNING:
-                billed += stop_timeout_seconds
+                left = stop_timeout_seconds
+        if status.state.done:  # the job's end is its last poll and its bill: nothing looks at a copy again
+            billed += left
+        elif left:
+            left_by_type[ran_on] = left_by_type.get(ran_on, 0.0) + left
         by_type[ran_on] = by_type.get(ran_on, 0.0) + billed
     seconds = sum(by_type.values())
     reason = (
         f"{status.reason}; billed with {len(copies)} {'copy' if len(copies) == 1 else 'copies'} "
         f"of its submit, stopped after {seconds:g} s in all"
     )
-    if running_on:
+    if running_on and status.state.done:
         reason += f" ({', '.join(running_on)} could not be stopped: billed to its time limit)"
-    return replace(
-        status,
-        billable_seconds=status.billable_seconds + seconds,
-        reason=reason,
-        metrics={
-            **status.metrics,
-            "batch_copies": len(copies),
-            "batch_copy_seconds": seconds,
-            COPY_SECONDS_BY_TYPE: by_type,
-        },
-    )
+    metrics = {
+        **status.metrics,
+        "batch_copies": len(copies),
+        "batch_copy_seconds": seconds,
+        COPY_SECONDS_BY_TYPE: by_type,
+    }
+    if left_by_type:
+        metrics[COPY_SECONDS_LEFT] = {"seconds_by_type": left_by_type, "unstopped": running_on}
+    return replace(status, billable_seconds=status.billable_seconds + seconds, reason=reason, metrics=metrics)
 
 
 def status_from_description(
