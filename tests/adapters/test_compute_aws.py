@@ -986,3 +986,30 @@ def test_a_copy_whose_stop_failed_while_the_job_runs_keeps_its_limit_for_a_bill_
     assert billed.metrics["batch_copy_seconds"] == 7200 + 30
     assert "c1 could not be stopped: billed to its time limit" in billed.reason
     assert with_copies_run_out(running) == running  # no copies: as it is
+
+
+def test_a_copy_already_stopped_is_not_sent_its_stop_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Sent again at the job's last poll and throttled, a copy already terminated (its reason says so, still
+    # shutting down) counted as unstopped: billed to its whole time limit (7200 s for 40 s run).
+    from botocore.exceptions import ClientError
+
+    sent: list[str] = []
+
+    class Client:
+        def terminate_job(self, jobId: str, reason: str) -> None:
+            sent.append(jobId)
+            raise ClientError(
+                {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}, "TerminateJob"
+            )
+
+    backend = batch.BatchBackend(spot_queue="s", on_demand_queue="o", job_definition="d")
+    monkeypatch.setattr(batch.BatchBackend, "client", property(lambda self: Client()))
+    stopped = {
+        "jobId": "c1",
+        "jobName": "n",
+        "status": "RUNNING",
+        "statusReason": batch.copy_reason("n", "j"),
+    }
+    unstopped = {"jobId": "c2", "jobName": "n", "status": "RUNNING", "tags": {batch.COPY_OF_TAG: "j"}}
+    assert backend._stop_copies("j", [stopped, unstopped]) == ["c2"]
+    assert sent == ["c2"]

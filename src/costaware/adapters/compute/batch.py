@@ -686,11 +686,13 @@ class BatchBackend:
         for copy in copies:
             if str(copy.get("status", "")) in ("SUCCEEDED", "FAILED"):
                 continue
-            copy_id = str(copy.get("jobId", ""))
+            copy_id, reason = str(copy.get("jobId", "")), copy_reason(str(copy.get("jobName", "")), job_id)
+            if copy.get("statusReason") == reason:
+                # Its stop went through (the reason shows): shutting down, billed to its stop timeout. Sent
+                # again and throttled, it counted as unstopped, billed to its whole time limit.
+                continue
             try:
-                self.client.terminate_job(
-                    jobId=copy_id, reason=copy_reason(str(copy.get("jobName", "")), job_id)
-                )
+                self.client.terminate_job(jobId=copy_id, reason=reason)
             except Exception as e:
                 failed.append(copy_id)
                 log.warning(
