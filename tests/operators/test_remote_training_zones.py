@@ -1420,6 +1420,7 @@ def test_a_followed_job_the_wait_never_saw_is_billed_with_what_it_ran_before_the
     from costaware.adapters.compute.base import JobState, JobStatus
     from costaware.core.errors import JobNotFoundError
     from costaware.core.series import parse_instant
+    from costaware.training.attempt_effects import stop_seconds
     from costaware.training.remote import job_name
     from costaware.triggers.remote_training import RemoteTrainingJobTrigger
 
@@ -1457,7 +1458,8 @@ def test_a_followed_job_the_wait_never_saw_is_billed_with_what_it_ran_before_the
     capsys.readouterr()
     event = watch.poll_once(found_at + timedelta(seconds=700))
     assert event is not None and event["job"]["state"] == "interrupted"
-    assert event["job"]["billable_seconds"] == 7200.0 + 700.0  # what it ran before, and since at the most
+    # What it ran before, since at the most, and its grace period after the stop (it may run on).
+    assert event["job"]["billable_seconds"] == 7200.0 + 700.0 + stop_seconds(followed)
     assert stops == [name]  # a listing that lags: it may run on
     said = capsys.readouterr().out
     assert (

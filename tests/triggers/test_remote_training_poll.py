@@ -96,15 +96,16 @@ def test_a_job_deleted_under_the_watch_is_an_interruption_billed_from_what_was_s
     # polls later, the paid attempt never reached the ledger, and a retry bought attempt 1 again.
     from datetime import datetime, timedelta, timezone
 
+    import costaware.adapters.compute.base as compute
     from costaware.adapters.compute.base import JobState, JobStatus
     from costaware.core.errors import JobNotFoundError
 
     running = JobStatus(
         job_id="j", state=JobState.RUNNING, market="spot", instance_type="g5.xlarge", billable_seconds=600.0
     )
-    answers: list[Any] = [running, JobNotFoundError("404")]
-    answering(monkeypatch, answers)
-    watch = trigger(tmp_path)
+    listing = _Listing([running, JobNotFoundError("404")])
+    monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
+    watch = RemoteTrainingJobTrigger(backend="kubernetes", backend_options={}, job_id="j", state=STATE)
     t0 = datetime(2026, 3, 1, 12, tzinfo=timezone.utc)
     assert watch.poll_once(t0) is None  # running: 600 s so far
     event = watch.poll_once(t0 + timedelta(seconds=45))
@@ -152,17 +153,16 @@ def test_a_job_seen_waiting_then_deleted_is_billed_from_when_it_was_seen_not_its
     # A spot pod that waited three hours for capacity was billed those hours as a run once deleted.
     from datetime import datetime, timedelta, timezone
 
+    import costaware.adapters.compute.base as compute
     from costaware.adapters.compute.base import JobState, JobStatus
     from costaware.core.errors import JobNotFoundError
 
     submitted = datetime(2026, 3, 1, 9, tzinfo=timezone.utc)
     waiting = JobStatus(job_id="j", state=JobState.PENDING, market="spot", instance_type="")
-    answers: list[Any] = [waiting, JobNotFoundError("404")]
-    answering(monkeypatch, answers)
+    listing = _Listing([waiting, JobNotFoundError("404")])
+    monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
     state = {**STATE, "current": {**STATE["current"], "submitted_at": submitted.isoformat()}}  # type: ignore[dict-item]
-    watch = RemoteTrainingJobTrigger(
-        backend="local", backend_options={"root": str(tmp_path)}, job_id="j", state=state, poll_interval=0.01
-    )
+    watch = RemoteTrainingJobTrigger(backend="kubernetes", backend_options={}, job_id="j", state=state)
     seen = submitted + timedelta(hours=3)
     assert watch.poll_once(seen) is None
     event = watch.poll_once(seen + timedelta(seconds=30))
@@ -248,23 +248,82 @@ def test_a_job_seen_and_then_not_listed_is_stopped_unless_its_backend_deleted_it
     import costaware.adapters.compute.base as compute
     from costaware.adapters.compute.base import JobState, JobStatus
     from costaware.core.errors import JobNotFoundError
+    from costaware.triggers.remote_training import NOT_LISTED_GRACE_SECONDS
 
     submitted = datetime(2026, 3, 1, 9, tzinfo=timezone.utc)
     state = {**STATE, "current": {**STATE["current"], "submitted_at": submitted.isoformat()}}  # type: ignore[dict-item]
     waiting = JobStatus(job_id="j", state=JobState.PENDING, market="spot")
-    listing = _Listing([waiting, JobNotFoundError("DescribeJobs does not list it")])
+    listing = _Listing([waiting, *[JobNotFoundError("DescribeJobs does not list it")] * 2])
     monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
     watch = RemoteTrainingJobTrigger(backend=backend, backend_options={}, job_id="j", state=state)
-    assert watch.poll_once(submitted + timedelta(seconds=10)) is None
+    seen = submitted + timedelta(seconds=10)
+    assert watch.poll_once(seen) is None
     capsys.readouterr()
-    assert watch.poll_once(submitted + timedelta(seconds=40)) is not None
+    if backend != "kubernetes":  # one listing that missed it: not listed yet, for as long as a new job's
+        assert watch.poll_once(seen + timedelta(seconds=30)) is None and listing.stops == []
+        assert f"job j is not listed on {backend} now, after it was seen" in capsys.readouterr().out
+    event = watch.poll_once(
+        seen + timedelta(seconds=30 if backend == "kubernetes" else NOT_LISTED_GRACE_SECONDS)
+    )
+    assert event is not None
     assert listing.stops == stopped
     said = capsys.readouterr().out
     seen_at = "2026-03-01T09:00:10+00:00"
     if stopped:
         assert f"stopping job j, which {backend} has not listed since it was seen at {seen_at}" in said
+        assert (
+            f"{backend} has not listed the job in the 600 s since it was last seen" in event["job"]["reason"]
+        )
+        assert "drain" not in event["job"]["reason"]
     else:
         assert f"job j on kubernetes was seen at {seen_at} and is gone now: nothing to stop" in said
+        assert "a drain or a reclaim deleted it" in event["job"]["reason"]
+
+
+class _FailingStops(_Listing):
+    def stop(self, job_id: str) -> None:
+        self.stops.append(job_id)
+        raise ComputeBackendError("AccessDenied batch:TerminateJob")
+
+
+@pytest.mark.parametrize("stop_fails", [False, True], ids=["stopped", "stop failed"])
+def test_a_batch_job_billed_as_gone_is_billed_to_its_latest_end(
+    monkeypatch: pytest.MonkeyPatch, stop_fails: bool
+) -> None:
+    # Billed only up to now, a Batch job that DescribeJobs dropped ran on through its grace period after
+    # the stop, and where the stop failed, beside the resubmitted attempt to its time limit, unbilled.
+    from datetime import datetime, timedelta, timezone
+
+    from attempt_states import CAPTURED  # tests/support/
+
+    import costaware.adapters.compute.base as compute
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.core.errors import JobNotFoundError
+    from costaware.training.attempt_effects import stop_seconds
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan, job_seconds_left
+    from costaware.triggers.remote_training import NOT_LISTED_GRACE_SECONDS
+
+    t0 = datetime(2026, 11, 26, 9, tzinfo=timezone.utc)
+    plan = RemotePlan.from_json({**CAPTURED, "backend": "batch", "backend_options": {}})
+    state = AttemptState(plan=plan).submitted(job_id="j", market="spot", submitted_at=t0.isoformat())
+    running = JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=3600.0)
+    gone = [JobNotFoundError("DescribeJobs does not list it")] * 2
+    listing = (_FailingStops if stop_fails else _Listing)([running, *gone])
+    monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
+    watch = RemoteTrainingJobTrigger(backend="batch", backend_options={}, job_id="j", state=state.to_json())
+    seen = t0 + timedelta(seconds=3700)
+    assert watch.poll_once(seen) is None
+    assert watch.poll_once(seen + timedelta(seconds=10)) is None  # one DescribeJobs missed it: polled again
+    event = watch.poll_once(seen + timedelta(seconds=NOT_LISTED_GRACE_SECONDS))
+    assert event is not None and listing.stops == ["j"]
+    billed = event["job"]["billable_seconds"]
+    if stop_fails:  # it may run on to the limit its submit gave it, and its grace period
+        limit = job_seconds_left(plan, t0, "spot")
+        assert billed == limit + stop_seconds(state)
+        assert f"its stop failed: billed to its time limit ({limit} s)" in event["job"]["reason"]
+    else:
+        assert billed == 3600 + NOT_LISTED_GRACE_SECONDS + stop_seconds(state)
 
 
 def test_a_job_never_listed_is_stopped_when_it_is_billed_as_gone(

@@ -50,8 +50,9 @@ KILL_WAIT_SECONDS = 20.0
 #: How long after its submit a job the backend does not know counts as gone (before: not listed yet).
 NOT_LISTED_GRACE_SECONDS = 600.0
 #: The backends whose "no such job" is final for a job seen before: it was deleted (a pod a drain deleted),
-#: and a stop of it is a 404 that does nothing. Elsewhere a listing may lag (Batch's DescribeJobs is
-#: eventually consistent): a job seen and then not listed may run on, so it is stopped all the same.
+#: and a stop of it is a 404 that does nothing. Elsewhere a listing may lag (Batch's
+#: DescribeJobs is eventually consistent): a job seen and then not listed is "not listed yet" for
+#: ``NOT_LISTED_GRACE_SECONDS`` after it was last seen, and stopped when billed as gone (it may run on).
 GONE_IS_FINAL_BACKENDS = frozenset({"kubernetes"})
 #: The shortest wait before the poll that sends a stop at the cap: a backend's billed time that lags a
 #: little behind the wall clock brings the job a second short of it, not a poll after poll at once.
@@ -127,6 +128,7 @@ def vanished_job_status(
     now: datetime,
     instances: int = 1,
     listed_grace: float = NOT_LISTED_GRACE_SECONDS,
+    backend: str,
 ) -> Any:
     """The end of a job its backend no longer has though nobody here stopped it, or None: not gone yet.
 
@@ -136,7 +138,9 @@ def vanished_job_status(
     submit, which may count time it queued: never less than it ran. A job an earlier try submitted that the
     wait never saw is billed from its status when this try found it (what it ran before then included).
     A job never seen is "not listed yet" (a backend's eventual consistency) until ``listed_grace`` seconds
-    after its submit (pure).
+    after its submit; on a ``backend`` whose listing may lag (not in :data:`GONE_IS_FINAL_BACKENDS`: one
+    DescribeJobs may miss a Batch job it listed before), a job seen is too, until ``listed_grace`` seconds
+    after it was last seen (pure).
     """
     from costaware.adapters.compute.base import JobState, JobStatus
 
@@ -147,7 +151,16 @@ def vanished_job_status(
         last_seen = (JobStatus.from_dict(followed["job"]), found_at)
     if last_seen is not None:  # waiting when seen: it can have run since then at the most
         seen, seen_at = last_seen
-        reason = "the backend no longer has the job (a drain or a reclaim deleted it): billed up to now"
+        unlisted_for = max(0.0, (now - seen_at).total_seconds())
+        if backend in GONE_IS_FINAL_BACKENDS:
+            reason = "the backend no longer has the job (a drain or a reclaim deleted it): billed up to now"
+        elif unlisted_for < listed_grace:
+            return None
+        else:
+            reason = (
+                f"{backend} has not listed the job in the {unlisted_for:.0f} s since it was last seen, at "
+                f"{seen_at.isoformat()}: taken as gone, billed up to now"
+            )
         return _ended_by_now(seen, seen_at, now=now, instances=instances, reason=reason)
     submitted = current.get("submitted_at")
     if not submitted:
@@ -374,19 +387,27 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             if stopped:
                 status = stopped_job_status(stopped, now=now, instances=count)
             else:
+                current = self.state.get("current") or {}
                 status = vanished_job_status(
-                    self.job_id, self.state, last_seen=self._last_seen, now=now, instances=count
+                    self.job_id,
+                    self.state,
+                    last_seen=self._last_seen,
+                    now=now,
+                    instances=count,
+                    backend=self.backend,
                 )
                 if status is None:
-                    if not (self.state.get("current") or {}).get("submitted_at"):
+                    seen = self._last_seen is not None or current.get("followed")
+                    if not seen and not current.get("submitted_at"):
                         raise  # no submit time to tell "not listed yet" from gone: a failure, polled again
                     # Not listed yet (a backend's eventual consistency): no failure. Counted as one, five
                     # polls failed the wait long before NOT_LISTED_GRACE_SECONDS could bill it as gone.
-                    self.log.info("job %s is not listed on %s yet: polled again", self.job_id, self.backend)
+                    said = "not listed on %s now, after it was seen" if seen else "not listed on %s yet"
+                    self.log.info(f"job %s is {said}: polled again", self.job_id, self.backend)
                     self._keep_cap_stop_due(due_before)
                     return None
                 self.log.warning("job %s on %s: %s", self.job_id, self.backend, status.reason)
-                self._stop_unlisted(now)
+                status = self._billed_as_gone(status, stop_sent=self._stop_unlisted(now))
         except Exception:
             self._keep_cap_stop_due(due_before)  # a poll that failed sends no stop: asked again soon
             raise
@@ -418,13 +439,14 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 return {**paused, "job": status.to_dict(), "seen_at": now.isoformat()}
         return None
 
-    def _stop_unlisted(self, now: datetime) -> None:
+    def _stop_unlisted(self, now: datetime) -> bool | None:
         """Stop a job billed as gone, best effort, before its attempt is resubmitted.
 
         A Batch or SageMaker job the backend does not list may exist after all (a listing that lags: Batch's
         DescribeJobs is eventually consistent, a job seen once may drop out of it): it would run on beside
         the resubmitted attempt, billed to nobody. Only where the backend's "no such job" is final for a job
         seen before (:data:`GONE_IS_FINAL_BACKENDS`: a deleted pod) is there nothing left to stop.
+        Returns whether the stop went through (None: nothing to stop).
         """
         from costaware.adapters.compute.base import open_backend
 
@@ -437,7 +459,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 self.backend,
                 seen_at,
             )
-            return
+            return None
         if self._last_seen is not None:
             unlisted = f"has not listed since it was seen at {seen_at}"
         elif seen_at:
@@ -447,7 +469,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             since = (now - parse_instant(submitted, name="submitted_at")).total_seconds() if submitted else 0
             unlisted = f"has not listed in the {since:.0f} s since its submit"
         self.log.warning(
-            "stopping job %s, which %s %s, in case it exists after all: it is billed only up to now",
+            "stopping job %s, which %s %s, in case it exists after all: it is billed to the end of its "
+            "grace period after the stop",
             self.job_id,
             self.backend,
             unlisted,
@@ -457,12 +480,56 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         except Exception as e:
             self.log.warning(
                 "stopping job %s, which %s does not list, failed (%s: %s); if it exists after all, stop it "
-                "by hand: it is billed only up to now",
+                "by hand: it is billed to its time limit",
                 self.job_id,
                 self.backend,
                 type(e).__name__,
                 e,
             )
+            return False
+        return True
+
+    def _billed_as_gone(self, status: Any, *, stop_sent: bool | None) -> Any:
+        """``status`` (billed up to now) of a job billed as gone that may run on, billed to its latest end.
+
+        A job its backend does not list may exist after all (:meth:`_stop_unlisted`): stopped, it runs to
+        the end of its grace period (or the backend's own kill); where the stop failed, to its time limit,
+        with nothing to watch it. Where nothing was stopped (:data:`GONE_IS_FINAL_BACKENDS`), as it is.
+        """
+        from dataclasses import replace
+
+        from costaware.adapters.compute.base import billed_instances
+        from costaware.training.attempt_effects import stop_seconds
+        from costaware.training.attempts import AttemptState
+        from costaware.training.plan.arguments import job_seconds_left
+
+        if stop_sent is None or self.backend in GONE_IS_FINAL_BACKENDS:
+            return status
+        if not self.state.get("backend"):  # a state without its plan (not the operator's): nothing to size by
+            return status
+        state = AttemptState.from_json(self.state)
+        if state.current is None:
+            return status
+        count = billed_instances(self.backend_options)
+        grace = stop_seconds(state)
+        if stop_sent:
+            more = f"; stopped, billed {grace:.0f} s more, its grace period after the stop"
+            return replace(
+                status,
+                billable_seconds=status.billable_seconds + count * grace,
+                reason=status.reason + more,
+            )
+        # The limit it was given at its submit (what max_usd left binds it where the backend holds it).
+        submitted = state.current.submitted_at
+        start = parse_instant(submitted, name="submitted_at") if submitted else utcnow()
+        limit = float(job_seconds_left(state.plan, start, state.current.market))
+        if state.current.stop_after_seconds is not None and not state.current.stop_by_poll:
+            limit = min(limit, float(state.current.stop_after_seconds))
+        latest = count * (limit + grace)
+        more = f"; its stop failed: billed to its time limit ({limit:.0f} s) and grace period ({grace:.0f} s)"
+        return replace(
+            status, billable_seconds=max(status.billable_seconds, latest), reason=status.reason + more
+        )
 
     def next_poll_in(self) -> float:
         """Seconds to wait before the next poll: ``poll_interval``, or less where a stop at the cap falls due.
@@ -880,6 +947,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                     now=utcnow(),
                     instances=count,
                     listed_grace=0,
+                    backend=self.backend,
                 )
                 if vanished is None:  # no submit time (an older state): nothing to bill it from
                     self.log.warning("the task was killed; job %s is gone, nothing is billed", self.job_id)
