@@ -1466,3 +1466,45 @@ def test_a_followed_job_the_wait_never_saw_is_billed_with_what_it_ran_before_the
         f"which local has not listed since this try found it (an earlier try's job) at {found_at.isoformat()}"
         in said
     )
+
+
+def test_a_retry_reads_an_earlier_tries_job_again_where_its_first_poll_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Unread at the re-attach (throttled), the job was followed as waiting with 0 s run: a wait that never
+    # saw it (a kill while its polls failed, a job gone) billed 170 s of a job that had run 7200 s.
+    import time
+
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.core.errors import ComputeBackendError
+    from costaware.operators.remote_attempts import EARLIER_JOB_POLL_WAITS_SECONDS
+
+    ran_before = JobStatus(job_id="train-a1", state=JobState.RUNNING, market="spot", billable_seconds=7200.0)
+    answers: list[Any] = [
+        ComputeBackendError("ThrottlingException"),
+        TimeoutError("read timed out"),
+        ran_before,
+    ]
+
+    class Backend:
+        name = "batch"
+
+        def find(self, job_name: str) -> str:
+            return "train-a1"
+
+        def poll(self, job_id: str) -> Any:
+            answer = answers.pop(0)
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+
+    slept: list[float] = []
+    monkeypatch.setattr(time, "sleep", slept.append)
+    op = operator(tmp_path)
+    op._retry = True
+    assert op._earlier_job(Backend(), "train-a1") == ran_before  # type: ignore[arg-type]
+    assert slept == list(EARLIER_JOB_POLL_WAITS_SECONDS[:2])
+    # Unread every time: followed as unknown, after the last wait, as before.
+    answers.extend([ComputeBackendError("ThrottlingException")] * (len(EARLIER_JOB_POLL_WAITS_SECONDS) + 1))
+    unread = op._earlier_job(Backend(), "train-a1")  # type: ignore[arg-type]
+    assert unread is not None and unread.state == JobState.PENDING and answers == []

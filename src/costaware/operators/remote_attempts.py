@@ -37,6 +37,10 @@ if TYPE_CHECKING:
 #: The causes of an attempt whose failure fails the task without a retry: a later try is a person's clear
 #: (after a fix), which goes on with a new attempt instead of following the failed job to its failure.
 FAILED_FOR_GOOD = ("code_error", "store_error")
+#: The waits between the polls of an earlier try's job found by its name, where one fails (throttling, a
+#: listing that lags): what it ran under that try is in its status only. Unread, the job was followed as
+#: waiting with 0 s run, and a wait that never saw it billed it from the re-attach: the earlier run unbilled.
+EARLIER_JOB_POLL_WAITS_SECONDS = (2.0, 5.0, 10.0)
 
 
 class RemoteAttemptSteps(AttemptBilling):
@@ -283,19 +287,37 @@ class RemoteAttemptSteps(AttemptBilling):
         first zone.
         """
         from costaware.adapters.compute.base import JobState, JobStatus
+        from costaware.core.errors import ConfigurationError
 
         if not self._retry:
             return None
         job_id = backend.find(name)
         if job_id is None:
             return None
-        try:
-            return backend.poll(job_id)
-        except Exception as e:  # best effort: the wait polls it again, and fails there if it must
-            self.log.warning(
-                "job %s of an earlier try cannot be read now (%s): market and zone unknown", job_id, e
-            )
-            return JobStatus(job_id=job_id, state=JobState.PENDING)
+        import time
+
+        for wait in (*EARLIER_JOB_POLL_WAITS_SECONDS, None):
+            try:
+                return backend.poll(job_id)
+            except Exception as e:  # best effort: the wait polls it again, and fails there if it must
+                if wait is not None and not isinstance(e, ConfigurationError):  # that fails the same way
+                    self.log.warning(
+                        "job %s of an earlier try cannot be read now (%s): read again in %g s",
+                        job_id,
+                        e,
+                        wait,
+                    )
+                    time.sleep(wait)
+                    continue
+                self.log.warning(
+                    "job %s of an earlier try cannot be read now (%s): market and zone unknown, and what it "
+                    "ran under that try is billed only once the wait reads it; if the task ends before "
+                    "then, check the job's run time on the %s backend against its ledger entry",
+                    job_id,
+                    e,
+                    backend.name,
+                )
+        return JobStatus(job_id=job_id, state=JobState.PENDING)
 
     def _moved_bytes(self, state: AttemptState, *, following: bool = False) -> int:
         """What an attempt reads across regions where it runs in another: the data and the checkpoint (IO).
