@@ -485,27 +485,92 @@ def test_a_second_ctrl_c_of_dags_test_waits_for_the_stop_and_bill_of_its_job(
     assert entry["cause"] == "killed" and Decimal(str(entry["usd"])) > 0
 
 
-@pytest.mark.parametrize("inline", [True, False], ids=["dags_test", "worker"])
+def _inline_comms() -> Any:
+    """What `airflow dags test` runs a task and its trigger under (``in_dags_test()`` is true)."""
+    from airflow.sdk.execution_time.supervisor import InProcessSupervisorComms, set_supervisor_comms
+
+    return set_supervisor_comms(InProcessSupervisorComms(supervisor=None))  # type: ignore[arg-type]
+
+
 def test_sigterm_of_dags_test_during_its_inline_deferred_wait_ends_it_as_ctrl_c(
-    tmp_path: Path, ledger: Any, inline: bool
+    tmp_path: Path, ledger: Any
 ) -> None:
     # `airflow dags test` keeps the task's SIGTERM handler (on_kill) while it runs the trigger inline, and
     # nothing ended the process after it: `timeout` or `kill` logged "task killed between two waits" and
     # the command waited on while the job trained on. It now raises KeyboardInterrupt there, which cancels
-    # the inline trigger, and the trigger stops and bills the job (the deferred Ctrl-C test above).
-    from airflow.sdk.execution_time.supervisor import InProcessSupervisorComms, set_supervisor_comms
-
+    # the inline trigger, and the trigger stops and bills the job.
     op = operator(tmp_path, "wait-for-notice")
-    comms = InProcessSupervisorComms(supervisor=None) if inline else None  # type: ignore[arg-type]
-    with set_supervisor_comms(comms):
-        with pytest.raises(TaskDeferred):
-            op.execute(context_for())
-        if inline:
-            with pytest.raises(KeyboardInterrupt):
-                op.on_kill()
-            op.on_kill()  # a second SIGTERM (`timeout` signals the group too) leaves the stop and bill be
-        else:  # a worker's deferred task has left its process: the triggerer's on_kill is the trigger's
-            op.on_kill()
+
+    async def sigterm_during_the_wait(trigger: RemoteTrainingJobTrigger) -> None:
+        watch = asyncio.ensure_future(anext(trigger.run(), None))
+        await asyncio.to_thread(wait_for, tmp_path / "seen.jsonl.ready")
+        op.on_kill()  # Airflow's SIGTERM handler, in the main thread the loop runs in
+        await watch
+
+    with _inline_comms():
+        trigger = deferred_trigger(op)
+        with pytest.raises(KeyboardInterrupt):
+            asyncio.run(sigterm_during_the_wait(trigger))
+        op.on_kill()  # a second SIGTERM (`timeout` signals the group too) leaves the stop and bill be
+    (entry,) = train_entries(ledger)
+    assert entry["cause"] == "killed" and Decimal(str(entry["usd"])) > 0
+    assert ledger.open_reservations() == []
+
+
+def test_sigterm_of_dags_test_after_its_inline_wait_took_the_event_bills_the_ended_job(
+    tmp_path: Path, ledger: Any
+) -> None:
+    # The job ended and the inline trigger delivered its event; the SIGTERM handler still called the
+    # deferred copy's on_kill, which raised KeyboardInterrupt: the command ended before execute_complete,
+    # the ended attempt was never billed and its hold stayed open until its TTL.
+    op = operator(tmp_path, "ok", poll_interval=0.2)
+    with _inline_comms():
+        trigger = deferred_trigger(op)
+        event = asyncio.run(anext(trigger.run(), None))
+        assert event is not None and event.payload["status"] == "success"
+        op.on_kill()  # returns: the resumed run bills the job
+        resumed = operator(tmp_path, "ok", poll_interval=0.2)  # Airflow resumes a fresh copy of the task
+        result = resumed.execute_complete(context_for(), event.payload)
+    assert result is not None
+    (entry,) = train_entries(ledger)
+    assert entry["cause"] == "success" and Decimal(str(entry["usd"])) > 0
+    assert ledger.open_reservations() == []
+
+
+def test_sigterm_of_dags_test_after_a_preemption_event_starts_no_new_attempt(
+    tmp_path: Path, ledger: Any
+) -> None:
+    # Attempt 1 is preempted: the resumed run bills it and, killed, starts no attempt 2 and fails for good.
+    op = operator(tmp_path, "preempt-once", poll_interval=0.2)
+    with _inline_comms():
+        trigger = deferred_trigger(op)
+        event = asyncio.run(anext(trigger.run(), None))
+        assert event is not None
+        op.on_kill()
+        resumed = operator(tmp_path, "preempt-once", poll_interval=0.2)
+        with pytest.raises(AirflowFailException, match=r"killed \(SIGTERM\) as its wait ended"):
+            resumed.execute_complete(context_for(), event.payload)
+    assert [e["cause"] for e in train_entries(ledger)] == ["preemption"]
+    assert len(list((tmp_path / "jobs").iterdir())) == 1  # no attempt 2
+    assert ledger.open_reservations() == []
+
+
+def test_sigterm_of_dags_test_before_its_inline_wait_started_stops_and_bills_the_job(
+    tmp_path: Path, ledger: Any
+) -> None:
+    # Deferred, the wait not started yet (Airflow writes the deferral first): a KeyboardInterrupt there ended
+    # the command with the job training on, unbilled. The wait stops and bills it as it starts.
+    op = operator(tmp_path, "wait-for-notice")
+    with _inline_comms():
+        trigger = deferred_trigger(op)
+        wait_for(tmp_path / "seen.jsonl.ready")
+        op.on_kill()
+        with pytest.raises(KeyboardInterrupt):
+            asyncio.run(anext(trigger.run(), None))
+    assert trigger.job_id is not None
+    assert open_backend("local", {"root": str(tmp_path / "jobs")}).poll(trigger.job_id).state.done
+    assert [e["cause"] for e in train_entries(ledger)] == ["killed"]
+    assert ledger.open_reservations() == []
 
 
 def test_an_execution_timeout_in_the_worker_stops_and_bills_the_job(tmp_path: Path, ledger: Any) -> None:

@@ -398,8 +398,9 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         self.deferrable = deferrable
         self._kill_handled = False  # the job of the wait was stopped and billed
         self._waiting_on: Any = None  # the trigger a wait in the worker polls: what on_kill stops and bills
-        # Deferred in `airflow dags test`, whose trigger then runs inline, in this task's process.
-        self._deferred_inline = False
+        # Deferred in `airflow dags test`, whose trigger then runs inline, in this task's process: the
+        # training deferred (its jobs' name stem), None where not.
+        self._deferred_inline: str | None = None
 
     # -- plan --------------------------------------------------------------------------------------------
 
@@ -558,7 +559,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
 
     def execute(self, context: Context) -> Any:
         """Write the spec, submit attempt 1 (or find it, on a retry) and wait for it."""
-        self._deferred_inline = False
+        self._deferred_inline = None
         self._retry = _try_number(context) > 1
         with self._stops_unwatched_job(context):
             with airflow_errors():
@@ -623,7 +624,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
                 self._keep_wait_state(context, state)
                 from costaware.triggers.remote_training import in_dags_test
 
-                self._deferred_inline = in_dags_test()
+                self._deferred_inline = state.plan.base_name if in_dags_test() else None
                 self.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
             # In the worker: poll the same trigger (its price watch and state-change logging) until it fires.
             try:
@@ -674,8 +675,9 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
         """Resume after the trigger: record the attempt, then finish, fail or wait for the next attempt."""
         from costaware.training.attempts import AttemptState
+        from costaware.triggers.remote_training import take_kill_outside_inline_wait
 
-        self._deferred_inline = False  # the trigger has fired: this process runs the task again
+        self._deferred_inline = None  # the trigger has fired: this process runs the task again
         if not event or "state" not in event:
             raise AirflowException(f"remote training trigger ended without a job status: {event!r}")
         if event.get("status") != "success":
@@ -695,11 +697,22 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         _tag_this_try(context, state)
         self._retry = _try_number(context) > 1
         self._live = state if state.current is not None else None
+        # `airflow dags test` killed after its inline wait took the event: the attempt that ended is billed
+        # below, then the task ends, as for a kill during the wait (no new attempt, no retry).
+        self._killed = take_kill_outside_inline_wait(state.plan.base_name)
         with self._stops_unwatched_job(context):
-            outcome = self._on_event(context, state, event)
-            if isinstance(outcome, dict):
-                return outcome
-            return self._wait(context, outcome)
+            try:
+                outcome = self._on_event(context, state, event)
+                if isinstance(outcome, dict):
+                    return outcome
+                return self._wait(context, outcome)
+            except (AirflowException, _TaskKilled) as e:
+                if not self._killed or isinstance(e, AirflowFailException):
+                    raise
+                raise AirflowFailException(
+                    f"killed (SIGTERM) as its wait ended: {e}; the task fails without a retry (clear it to "
+                    "train on from its newest checkpoint)"
+                ) from e
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
         """Airflow's resume; a wait that ended with no event stops and bills its job on the last try.
@@ -803,15 +816,26 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         """
         self._killed = True
         trigger = self._waiting_on
-        if trigger is None and self._deferred_inline:
+        if trigger is None and self._deferred_inline is not None:
+            from costaware.triggers.remote_training import inline_wait_running, note_kill_outside_inline_wait
+
             # `airflow dags test` runs the deferred wait inline, and Airflow's SIGTERM handler (a `kill`, a
-            # `timeout`) still calls this: nothing ended the process after it, and the command waited on
-            # while the job trained on. Ended as its Ctrl-C is: the inline trigger, cancelled, stops and
-            # bills the job.
+            # `timeout`) still calls this, until the task's resumed run binds its own: nothing ended the
+            # process after it, and the command waited on while the job trained on.
+            if not inline_wait_running():
+                # Before the wait started or after it took its event (the job ended): a KeyboardInterrupt
+                # here ended the command with the job unbilled. The wait, or the resumed run, ends it.
+                self.log.warning(
+                    "SIGTERM while the task is deferred in `airflow dags test`: the training is stopped and "
+                    "billed as its wait starts, or its ended attempt billed as the task resumes; then it ends"
+                )
+                note_kill_outside_inline_wait(self._deferred_inline)
+                return
+            # Ended as its Ctrl-C is: the inline trigger, cancelled, stops and bills the job.
             self.log.warning("SIGTERM during the inline deferred wait of `airflow dags test`: as a Ctrl-C")
             # Once: `timeout` signals the process and then its group, and a second KeyboardInterrupt cut
             # short the trigger's stop and bill.
-            self._deferred_inline = False
+            self._deferred_inline = None
             raise KeyboardInterrupt
         if trigger is None:
             # Between two waits: the step under way bills the attempt that ended, and starts no new one.

@@ -351,6 +351,11 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         #: Retries in a row of a stop at the cap that was due and not sent (see ``CAP_STOP_RETRY_SECONDS``).
         self._cap_stop_retries = 0
 
+    @property
+    def training(self) -> str:
+        """The training this wait is part of: its jobs' name stem (``RemotePlan.base_name``)."""
+        return str(self.state.get("base_name") or "")  # the plan's keys are at the state's top
+
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
@@ -737,9 +742,25 @@ class RemoteTrainingJobTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         delivered = False
+        # `airflow dags test` keeps the task's SIGTERM handler (its on_kill) bound while it runs this inline:
+        # it may end the wait (see inline_wait_running), never the handing over of an event already taken.
+        inline = in_dags_test()
+        if inline:
+            _INLINE_WAITS.running += 1
         try:
+            if inline and take_kill_outside_inline_wait(self.training):
+                # Its SIGTERM came between the deferral and this wait: ended now, as one during the wait.
+                self.log.warning(
+                    "SIGTERM before the inline wait: stopping job %s and billing it", self.job_id
+                )
+                with self._interrupts_wait_for_the_bill():
+                    self.stop_and_bill()
+                raise KeyboardInterrupt
             async for event in self._watch():
                 delivered = True
+                if inline:
+                    inline = False
+                    _INLINE_WAITS.running -= 1
                 yield event
         except asyncio.CancelledError:
             # A triggerer cancels a trigger it hands to another (the job is watched on), but `airflow dags
@@ -751,6 +772,9 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 with self._interrupts_wait_for_the_bill():
                     self.stop_and_bill()
             raise
+        finally:
+            if inline:
+                _INLINE_WAITS.running -= 1
 
     @contextmanager
     def _interrupts_wait_for_the_bill(self) -> Iterator[None]:
@@ -1019,6 +1043,41 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         )
         # Not polled to its end: what its copies still run (a Batch copy whose stop failed: to its limit).
         return dict(with_copies_run_out(ended).to_dict()), False, False
+
+
+class _InlineWaits:
+    """The waits `airflow dags test` runs inline in this process (one at a time, in its main thread)."""
+
+    def __init__(self) -> None:
+        self.running = 0
+        #: The trainings (``RemoteTrainingJobTrigger.training``) whose task got a SIGTERM while deferred,
+        #: outside its inline wait: the wait about to start, or the resume about to bill its event.
+        self.killed_outside: set[str] = set()
+
+
+_INLINE_WAITS = _InlineWaits()
+
+
+def note_kill_outside_inline_wait(training: str) -> None:
+    """A SIGTERM came while ``training``'s task was deferred in `airflow dags test`, but no wait ran."""
+    _INLINE_WAITS.killed_outside.add(training)
+
+
+def take_kill_outside_inline_wait(training: str) -> bool:
+    """Whether ``training`` was killed outside its inline wait (see above); the kill is handled once."""
+    killed = training in _INLINE_WAITS.killed_outside
+    _INLINE_WAITS.killed_outside.discard(training)
+    return killed
+
+
+def inline_wait_running() -> bool:
+    """Whether `airflow dags test` runs a trigger's wait inline now, and has taken no event from it yet.
+
+    A KeyboardInterrupt then cancels the wait, and the trigger stops and bills its job. Once the wait has
+    delivered its event (its job ended, say), the task's resumed run bills the job: a KeyboardInterrupt
+    before that run starts ended the command with the attempt unbilled and its hold open.
+    """
+    return _INLINE_WAITS.running > 0
 
 
 def in_dags_test() -> bool:
