@@ -7,12 +7,18 @@ running with no task to watch it and, with no retry left, no one to bill it.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from typing import Any
 
 import pytest
 
 from costaware.core.errors import ComputeBackendError, ConfigurationError
-from costaware.triggers.remote_training import MAX_POLL_ERRORS, RemoteTrainingJobTrigger
+from costaware.triggers.remote_training import (
+    BILL_PATIENCE_SECONDS,
+    MAX_POLL_ERRORS,
+    RemoteTrainingJobTrigger,
+)
 
 STATE = {"attempts": [], "current": {"attempt": 1, "job_id": "j", "market": "spot"}}
 ENDED = {"status": "success", "job": {"state": "succeeded"}, "state": STATE, "fallback": False}
@@ -219,6 +225,32 @@ def test_dags_test_interrupted_while_it_waits_stops_and_bills_the_job(
 
     asyncio.run(interrupt_the_wait())
     assert stops == ["stopped"]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "sigterm"])
+def test_a_signal_long_into_a_hung_stop_and_bill_goes_through_and_says_what_is_unbilled(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str], signum: signal.Signals
+) -> None:
+    # Both signals were ignored for the whole stop and bill: a backend or ledger call that hung left
+    # `airflow dags test` stoppable only by SIGKILL, though the warning said "at most 20 s".
+    watch = trigger(tmp_path)
+    seconds = [0.0]
+    before = signal.signal(signum, signal.default_int_handler)  # a terminal's handler
+    try:
+        with pytest.raises(KeyboardInterrupt), watch._interrupts_wait_for_the_bill(clock=lambda: seconds[0]):
+            os.kill(os.getpid(), signum)  # a hurried second Ctrl-C: the stop and bill goes on
+            seconds[0] = BILL_PATIENCE_SECONDS - 1
+            os.kill(os.getpid(), signum)
+            seconds[0] = BILL_PATIENCE_SECONDS
+            os.kill(os.getpid(), signum)  # it hangs: this one goes through
+            pytest.fail("a signal after BILL_PATIENCE_SECONDS was ignored")
+        assert signal.getsignal(signum) is signal.default_int_handler  # given back
+    finally:
+        signal.signal(signum, before)
+    said = capsys.readouterr().out.splitlines()  # the trigger's log
+    assert len([line for line in said if "wait for it" in line]) == 2
+    (gave_up,) = [line for line in said if "given up" in line]
+    assert "job j on 'local'" in gave_up and "not billed" in gave_up and "clear the task" in gave_up
 
 
 class _Listing:

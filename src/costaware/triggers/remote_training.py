@@ -29,7 +29,8 @@ from __future__ import annotations
 import asyncio
 import signal
 import threading
-from collections.abc import AsyncIterator, Iterator, Mapping
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -47,6 +48,9 @@ from costaware.triggers import MAX_POLL_ERRORS
 #: Airflow 3.3 stops awaiting ``on_kill`` after about a second (it cancels the trigger again at its next
 #: loop): the work runs in a thread, which finishes on its own.
 KILL_WAIT_SECONDS = 20.0
+#: How long a Ctrl-C (or SIGTERM) of `airflow dags test` waits for a stop and bill under way before it goes
+#: through: the stop's own wait and as long again for the backend's and the ledger's calls around it.
+BILL_PATIENCE_SECONDS = 2 * KILL_WAIT_SECONDS
 #: How long after its submit a job the backend does not know counts as gone (before: not listed yet).
 NOT_LISTED_GRACE_SECONDS = 600.0
 #: The backends whose "no such job" is final for a job seen before: it was deleted (a pod a drain deleted),
@@ -777,27 +781,50 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 _INLINE_WAITS.running -= 1
 
     @contextmanager
-    def _interrupts_wait_for_the_bill(self) -> Iterator[None]:
+    def _interrupts_wait_for_the_bill(self, clock: Callable[[], float] = time.monotonic) -> Iterator[None]:
         """A second Ctrl-C (or SIGTERM) of `airflow dags test` waits for the stop and bill under way.
 
         It raised in the middle of it: the hold was settled (``stop_and_bill``'s ``finally``) and the
-        stopped job never billed. The stop takes at most ``KILL_WAIT_SECONDS``. Only the main thread
-        can set a handler, and the inline trigger runs there; elsewhere nothing changes.
+        stopped job never billed. The stop takes at most ``KILL_WAIT_SECONDS``, but the backend's calls and
+        the ledger's writes around it have no bound of their own: a signal after ``BILL_PATIENCE_SECONDS``
+        goes through, saying what is left unbilled, so that a hung backend or ledger never leaves the
+        command stoppable only by SIGKILL. Only the main thread can set a handler, and the inline trigger
+        runs there; elsewhere nothing changes.
         """
         if threading.current_thread() is not threading.main_thread():
             yield
             return
+        started = clock()
+        handled = (signal.SIGINT, signal.SIGTERM)
+        previous: dict[int, Any] = {}
 
         def wait_for_the_bill(signum: int, frame: object) -> None:
-            self.log.warning(
-                "%s: still stopping and billing job %s, which takes at most %.0f s: wait for it",
-                signal.Signals(signum).name,
+            name = signal.Signals(signum).name
+            waited = clock() - started
+            if waited < BILL_PATIENCE_SECONDS:
+                self.log.warning(
+                    "%s: still stopping and billing job %s, which takes at most %.0f s: wait for it (a "
+                    "signal after %.0f s ends it unbilled)",
+                    name,
+                    self.job_id,
+                    KILL_WAIT_SECONDS,
+                    BILL_PATIENCE_SECONDS,
+                )
+                return
+            for number, handler in previous.items():
+                signal.signal(number, handler)
+            self.log.error(
+                "%s after %.0f s of stopping and billing job %s on %r: given up; the job may run on and is "
+                "not billed: stop it on the backend, then clear the task (its new try follows the job by "
+                "its name and bills it)",
+                name,
+                waited,
                 self.job_id,
-                KILL_WAIT_SECONDS,
+                self.backend,
             )
+            raise KeyboardInterrupt
 
-        handled = (signal.SIGINT, signal.SIGTERM)
-        previous = {signum: signal.signal(signum, wait_for_the_bill) for signum in handled}
+        previous.update({signum: signal.signal(signum, wait_for_the_bill) for signum in handled})
         try:
             yield
         finally:
@@ -930,7 +957,6 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         time, or no answer), the time since its submit. That is not its end: the entry is keyed by the job's
         name.
         """
-        import time
         from dataclasses import replace
 
         from costaware.adapters.compute.base import (
