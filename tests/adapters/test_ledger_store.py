@@ -525,6 +525,26 @@ def test_extend_keeps_an_open_hold_counting_and_never_revives_an_expired_one(any
         assert any_ledger.usage("project=churn")[0].reserved_usd == 8
 
 
+def test_hold_ends_are_those_of_the_budgets_own_open_holds(any_ledger: Ledger) -> None:
+    # What a tuning slot past its own wait sleeps towards: one query, other budgets' holds left out.
+    import time_machine
+
+    any_ledger.set_budget("study=s", "total", "10")
+    any_ledger.set_budget("project=other", "total", "10")
+    t0 = datetime(2026, 11, 2, 9, 0, tzinfo=timezone.utc)
+    with time_machine.travel(t0, tick=False) as clock:
+        assert any_ledger.hold_ends("study=s/total") is None
+        any_ledger.reserve("study=s", "1", holder="t/r/trial/0", ttl=timedelta(minutes=10))
+        any_ledger.reserve("study=s", "1", holder="t/r/trial/1", ttl=timedelta(minutes=30))
+        released = any_ledger.reserve("study=s", "1", holder="t/r/trial/2", ttl=timedelta(hours=5))
+        any_ledger.release(released.id)
+        any_ledger.reserve("project=other", "1", holder="o/r/gate/-1", ttl=timedelta(hours=2))
+        ends = any_ledger.hold_ends("study=s/total")
+        assert ends == (t0 + timedelta(minutes=10), t0 + timedelta(minutes=30))
+        clock.move_to(t0 + timedelta(minutes=20))  # the first expired
+        assert any_ledger.hold_ends("study=s/total") == (t0 + timedelta(minutes=30),) * 2
+
+
 def test_record_is_idempotent_on_entry_uid(any_ledger: Ledger) -> None:
     e = entry("1.25")
     assert any_ledger.record(e) is True

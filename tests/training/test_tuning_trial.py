@@ -460,6 +460,57 @@ def test_a_slot_waits_for_a_hold_kept_for_a_retry_instead_of_stopping_the_study(
     assert usage.spent_usd + usage.reserved_usd <= usage.cap_usd  # never two holds of $0.80 in the $1
 
 
+def test_a_slot_past_its_own_wait_asks_once_per_poll_and_sleeps_towards_the_holds_end(
+    tmp_path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    # Past its own 60 s, a refused slot read every open hold in the ledger each 1 s poll (one query per
+    # hold: 300 other DAGs' gates made 310 statements a poll), for up to an hour. It now asks for the end
+    # of the study's own holds in one query, and sleeps towards the first one's expiry (30 s at most).
+    from datetime import timedelta
+
+    import sqlalchemy
+
+    from costaware.core.budgets import Scope
+    from costaware.training.tuning import reservations as trial_reservations
+    from costaware.training.tuning.reservations import LATE_POLL_SECONDS, reserve_trial_cost
+
+    clock = FakeClock(monkeypatch)
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = study_spec("late-polls", max_usd="1", max_trials=5, fallback_trial_seconds=0.8)
+    create_study(url, ledger, spec)
+    kept = reserve_trial_cost(
+        ledger, spec, lambda: 0.8, "tune/r1/trial/0", "r1", 0, 1.0, keep_for_retry_seconds=300
+    )
+    other_holds = 40  # other DAGs' spend gates, open meanwhile
+    ledger.set_budget(Scope.of({"project": "other"}), "total", Decimal("1000"))
+    for i in range(other_holds):
+        ledger.reserve(
+            Scope.of({"project": "other"}), Decimal("1"), holder=f"other/r{i}/gate/-1", run_id=f"r{i}",
+            dag_id="other", ttl=timedelta(hours=2), purpose="gate",
+        )  # fmt: skip
+    statements: list[float] = []  # the clock at each statement
+    sqlalchemy.event.listen(
+        ledger.engine, "before_cursor_execute", lambda *_: statements.append(clock.seconds)
+    )
+    sleeps: list[tuple[float, float]] = []  # (at, for how long)
+
+    def recorded_sleep(seconds: float) -> None:
+        sleeps.append((clock.seconds, seconds))
+        clock.sleep(seconds)
+
+    monkeypatch.setattr(trial_reservations.time, "sleep", recorded_sleep)
+
+    granted = reserve_trial_cost(ledger, spec, lambda: 0.8, "tune/r1/trial/1", "r1", 1, 1.0)
+
+    assert granted.id != kept.id and clock.utcnow() >= kept.expires_at  # granted once the kept hold ended
+    late = [seconds for at, seconds in sleeps if at >= 60]
+    assert late and max(late) == LATE_POLL_SECONDS  # towards the hold's end, 300 s away: not each second
+    assert len(late) <= 300 / LATE_POLL_SECONDS + 2
+    late_statements = [at for at in statements if at >= 60]
+    assert len(late_statements) / len(late) < other_holds  # what the study holds only, in one query
+
+
 def test_a_slot_waits_for_the_studys_holds_an_hour_past_its_own_wait_at_most(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     # A hold kept longer than any retry delay (held three hours) does not keep a slot paid to wait for hours.
     from datetime import timedelta

@@ -415,6 +415,23 @@ def open_reservations(ledger: LedgerDatabase, *, holder_prefix: str | None = Non
         return [reservation(conn, rid) for rid in ids]
 
 
+def hold_ends(ledger: LedgerDatabase, budget_label: str) -> tuple[datetime, datetime] | None:
+    """When the first and the last open, unexpired hold in the budget ``scope/period`` expire (one query).
+
+    None: no hold of it is open.
+    """
+    scope, _, period = budget_label.rpartition("/")
+    t, h = schema.budgets, schema.holds
+    query = (
+        select(func.min(h.c.expires_at), func.max(h.c.expires_at))
+        .select_from(h.join(t, t.c.id == h.c.budget_id))
+        .where(t.c.scope == scope, t.c.period == period, h.c.open.is_(True), h.c.expires_at > utcnow())
+    )
+    with ledger.reading() as conn:
+        first, last = conn.execute(query).one()
+    return None if first is None or last is None else (first, last)
+
+
 def paid_from(
     ledger: LedgerDatabase, reservation_ids: list[str], *, gpu_hours: bool = False
 ) -> dict[str, Decimal]:

@@ -220,6 +220,13 @@ class Ledger(LedgerDatabase):
         """Open, unexpired reservations (optionally those whose holder starts with a prefix)."""
         return reservations.open_reservations(self, holder_prefix=holder_prefix)
 
+    def hold_ends(self, budget_label: str) -> tuple[datetime, datetime] | None:
+        """When the first and the last open hold in budget ``budget_label`` (``scope/period``) expire.
+
+        None: no hold of it is open. One query, whatever else the ledger holds.
+        """
+        return reservations.hold_ends(self, budget_label)
+
     def paid_from(self, reservation_ids: list[str], *, gpu_hours: bool = False) -> dict[str, Decimal]:
         """What the entries paid from each reservation cost so far (ids with none are left out).
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     from costaware.core.ledger import BudgetUsage, Reservation
 
 log = logging.getLogger(__name__)
+
+#: The longest a slot past its own lease sleeps between two asks (see _pause_until_first_hold_ends).
+LATE_POLL_SECONDS = 30.0
 
 
 def reserve_trial_cost(
@@ -83,25 +86,32 @@ def reserve_trial_cost(
             if own is None or not _may_come_back(own, usd, gpu_hours):
                 raise
             waited = time.monotonic() - waiting_since
-            if waited >= own_wait and (
-                waited >= own_wait + MAX_KEEP_FOR_RETRY_SECONDS or _seconds_until_holds_end(ledger, own) <= 0
-            ):
-                raise
+            pause = poll_seconds
+            if waited >= own_wait:
+                ends = ledger.hold_ends(own.label)
+                if ends is None or waited >= own_wait + MAX_KEEP_FOR_RETRY_SECONDS:
+                    raise
+                pause = _pause_until_first_hold_ends(ends[0], poll_seconds)
             log.info(
                 "slot %d waits for %s and %s GPU-hours held by running trials (or kept for their retry)",
                 slot,
                 format_usd(own.reserved_usd),
                 own.reserved_gpu_hours,
             )
-            time.sleep(poll_seconds)
+            time.sleep(pause)
             seconds = seconds_needed()
 
 
-def _seconds_until_holds_end(ledger: Ledger, own: BudgetUsage) -> float:
-    """Seconds until the last open hold in the study's budget ``own`` expires (0: none is open)."""
-    now = utcnow()
-    ends = [r.expires_at for r in ledger.open_reservations() if own.label in r.budgets]
-    return max(((end - now).total_seconds() for end in ends), default=0.0)
+def _pause_until_first_hold_ends(first_end: datetime, poll_seconds: float) -> float:
+    """How long a slot past its own lease sleeps: until the study's first open hold expires, within bounds.
+
+    It waits for holds kept past their trial (for a retry, hours at most), which end when their retry
+    settles them or when they expire: asked every ``poll_seconds`` (a query of its own, and the reserve's)
+    for up to an hour, such a slot kept the ledger busy for nothing. ``LATE_POLL_SECONDS`` at most: a
+    settle frees the money before the expiry.
+    """
+    until_expiry = (first_end - utcnow()).total_seconds()
+    return min(max(until_expiry, poll_seconds), max(LATE_POLL_SECONDS, poll_seconds))
 
 
 def _may_come_back(own: BudgetUsage, usd: Decimal, gpu_hours: Decimal) -> bool:
