@@ -11,6 +11,7 @@ The module imports no Airflow at import time.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from decimal import Decimal, InvalidOperation
@@ -309,13 +310,15 @@ def _own_key_beside(key: str, param: str) -> bool:
     """Is ``key``, close to ``param``, most likely a conf key of the DAG's own rather than a typo of it?
 
     ``project_id`` (a word added) or ``teams`` (a plural): yes. A letter dropped or added at the end
-    (``train_budget_us``, ``train_budget_usdd``) or a name cut short (``train_budget``): a typo, which left
-    the budget at its default. No plural is left alone beside an amount (``max_usds``).
+    (``train_budget_us``, ``train_budget_usdd``, ``project_``) or a name cut short (``train_budget``): a typo.
+    Nothing close to an amount's param (``max_usd_d``, ``train_budget_usd_max``) is left alone: its default
+    would be reserved or capped at.
     """
-    if key.startswith(param + "_"):
-        return True
     amount = param.endswith("_usd") or param.startswith("max_") or "budget" in param
-    return key == param + "s" and not amount
+    if amount:
+        return False  # a typo there reserves or caps at the default: never taken for the DAG's own key
+    # A word, not a letter or a bare underscore (project_i, project_ are typos).
+    return re.fullmatch(re.escape(param) + r"(_[a-z][a-z0-9]+)+", key) is not None or key == param + "s"
 
 
 def try_key(ti: Any) -> tuple[str, str, str, int, int]:

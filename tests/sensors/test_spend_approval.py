@@ -223,7 +223,7 @@ def test_a_misspelt_param_in_the_run_s_conf_fails_the_gate_before_it_reserves(en
     assert "my_own_key" not in str(refused.value)  # a key like no param is the DAG's own business
     assert [r.holder for r in env_ledger.open_reservations()] == ["retrain/earlier/train/-1"]
     # A param's name with a word added, or a plural, is a key of the DAG's own (a GCP project_id, teams).
-    meant = {"train_budget_usd": 9.0, "my_own_key": "x", "teams": ["a", "b"], "train_budget_usd_max": 20}
+    meant = {"train_budget_usd": 9.0, "my_own_key": "x", "teams": ["a", "b"], "team_name": "ml"}
     ctx["dag_run"] = SimpleNamespace(conf=meant, triggering_user_name="ann")
     assert spend_gate.poke(ctx)
 
@@ -238,6 +238,11 @@ def test_a_misspelt_param_in_the_run_s_conf_fails_the_gate_before_it_reserves(en
         ("project_id", False),  # a word added: the DAG's own key
         ("teams", False),
         ("projet", True),
+        ("project_", True),  # an underscore or one letter is no word
+        ("project_i", True),
+        ("train_budget_usd_", True),
+        ("train_budget_usd_d", True),
+        ("train_budget_usd_max", True),  # nothing close to an amount is left alone
     ],
 )
 def test_which_conf_keys_close_to_a_param_are_taken_for_typos(key: str, refused: bool) -> None:
