@@ -462,3 +462,37 @@ def test_a_dearer_type_whose_price_is_unknown_is_asked_again_soon(monkeypatch: p
     )
     assert watch.poll_once(datetime(2026, 3, 1, 9, 5, tzinfo=timezone.utc)) is None
     assert watch.next_poll_in() == CAP_STOP_RETRY_SECONDS
+
+
+def test_a_stop_at_the_cap_that_falls_due_while_the_job_is_not_listed_is_sent_by_its_id(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A poll that found the job not listed (DescribeJobs lags) returned before the cap was weighed: the stop
+    # due 10 s later was never sent, and the job ran up to NOT_LISTED_GRACE_SECONDS past max_usd.
+    from datetime import datetime, timedelta, timezone
+
+    import costaware.adapters.compute.base as compute
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.core.errors import JobNotFoundError
+
+    t0 = datetime(2026, 3, 1, 9, tzinfo=timezone.utc)
+    current = {
+        **STATE["current"],
+        "submitted_at": t0.isoformat(),
+        "stop_after_seconds": 600,
+        "stop_by_poll": True,
+    }  # type: ignore[dict-item]
+    due = JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=590.0)
+    listing = _Listing([due, JobNotFoundError("DescribeJobs lags")])
+    monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
+    watch = RemoteTrainingJobTrigger(
+        backend="batch",
+        backend_options={},
+        job_id="j",
+        state={**STATE, "current": current},
+        poll_interval=300,
+    )
+    assert watch.poll_tolerant(t0) is None and watch.next_poll_in() == 10.0
+    assert watch.poll_tolerant(t0 + timedelta(seconds=10)) is None  # not listed: polled again
+    assert listing.stops == ["j"]
+    assert watch._stopped_for_cap == "j" and watch.next_poll_in() == 300  # sent once, not asked again

@@ -413,7 +413,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                     # polls failed the wait long before NOT_LISTED_GRACE_SECONDS could bill it as gone.
                     said = "not listed on %s now, after it was seen" if seen else "not listed on %s yet"
                     self.log.info(f"job %s is {said}: polled again", self.job_id, self.backend)
-                    self._keep_cap_stop_due(due_before)
+                    self._stop_unlisted_at_cap(due_before)
                     return None
                 self.log.warning("job %s on %s: %s", self.job_id, self.backend, status.reason)
                 status = self._billed_as_gone(status, stop_sent=self._stop_unlisted(now))
@@ -573,6 +573,42 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             self._cap_stop_due_after(left)
         else:
             self._retry_cap_stop()
+
+    def _stop_unlisted_at_cap(self, due_before: float | None) -> None:
+        """Send the stop at the cap that falls due while the job is not listed (a listing that lags).
+
+        Kept due and never sent, the job ran on for up to ``NOT_LISTED_GRACE_SECONDS`` past ``max_usd``:
+        a stop goes by the job's id (Batch's TerminateJob), whether or not DescribeJobs lists it now.
+        """
+        from costaware.adapters.compute.base import open_backend
+
+        job_id = str(self.job_id)
+        if due_before is None or self._stopped_for_cap == job_id:
+            return
+        if due_before - self.poll_interval > CAP_STOP_RETRY_SECONDS:
+            self._keep_cap_stop_due(due_before)  # not due yet: the wait sleeps up to it
+            return
+        self.log.warning(
+            "job %s, not listed on %s now, has run what is left of max_usd: stopping it by its id",
+            job_id,
+            self.backend,
+        )
+        try:
+            open_backend(self.backend, self.backend_options).stop(job_id)
+        except Exception as e:
+            self._retry_cap_stop()
+            self.log.warning(
+                "stopping job %s failed (%s): asked again in %g s", job_id, e, self.next_poll_in()
+            )
+            return
+        self._stopped_for_cap, self._cap_stop_retries = job_id, 0
+        # Its end is recorded as stopped by max_usd, as the stop the poll sends (a dearer type's limit).
+        other = self._other_type_limit
+        if other is not None and other[0] == job_id and other[1] is not None:
+            current = dict(self.state.get("current") or {})
+            held = current.get("stop_after_seconds") if current.get("stop_by_poll") else None
+            current["stop_after_seconds"] = other[1] if held is None else min(int(held), other[1])
+            self.state = {**self.state, "current": current}
 
     def poll_tolerant(self, now: datetime) -> dict[str, Any] | None:
         """:meth:`poll_once`; a passing failure is polled again, up to ``MAX_POLL_ERRORS`` in a row.
