@@ -485,6 +485,30 @@ def test_a_second_ctrl_c_of_dags_test_waits_for_the_stop_and_bill_of_its_job(
     assert entry["cause"] == "killed" and Decimal(str(entry["usd"])) > 0
 
 
+def test_a_stop_and_bill_given_up_leaves_the_tasks_hold_held(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The give-up's KeyboardInterrupt (a hung backend, a signal after BILL_PATIENCE_SECONDS) unwound through
+    # the stop and bill's `finally`, which settled the hold without the unbilled job: its money was freed
+    # while the job trained on.
+    ledger.set_budget("project=churn", "month", "10")
+    gate = ledger.reserve("project=churn", "1.00", holder=HOLDER, run_id="r")
+    trigger = deferred_trigger(operator(tmp_path, "wait-for-notice"))
+    wait_for(tmp_path / "seen.jsonl.ready")
+
+    def hung_until_given_up(self: RemoteTrainingJobTrigger, *args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt  # what the give-up handler raises inside the hung stop
+
+    monkeypatch.setattr(RemoteTrainingJobTrigger, "_stop_job", hung_until_given_up)
+    with pytest.raises(KeyboardInterrupt):
+        trigger.stop_and_bill(ask_state=False)
+
+    assert train_entries(ledger) == []
+    (held,) = ledger.open_reservations()
+    assert held.id == gate.id
+    assert "the task's budget hold stays held" in capsys.readouterr().out
+
+
 def _inline_comms() -> Any:
     """What `airflow dags test` runs a task and its trigger under (``in_dags_test()`` is true)."""
     from airflow.sdk.execution_time.supervisor import InProcessSupervisorComms, set_supervisor_comms

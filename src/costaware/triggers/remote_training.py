@@ -851,8 +851,9 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 signal.signal(number, handler)
             self.log.error(
                 "%s after %.0f s of stopping and billing job %s on %r: given up; the job may run on and is "
-                "not billed: stop it on the backend, then clear the task (its new try follows the job by "
-                "its name and bills it)",
+                "not billed, and the task's budget hold stays held (to its expiry, or until a new try takes "
+                "it over): stop it on the backend, then clear the task (its new try follows the job by its "
+                "name, bills it and settles the hold)",
                 name,
                 waited,
                 self.job_id,
@@ -949,8 +950,19 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                         float(job["billable_seconds"]),
                         state.attempts[-1].usd,
                     )
+        except KeyboardInterrupt:
+            # Given up (a hung backend or ledger, see _interrupts_wait_for_the_bill): the job may train on
+            # unbilled, so its money stays held; settled here, it was freed while the job spent it.
+            verdict = "given up"
+            raise
         finally:
-            if verdict == "cleared":
+            if verdict == "given up":
+                self.log.warning(
+                    "job %s not billed: the task's budget hold stays held until it expires or a new try "
+                    "takes it over",
+                    self.job_id,
+                )
+            elif verdict == "cleared":
                 # Its new try took over the task's hold (it may have started already) and settles it with
                 # all the attempts, this one included, when it ends.
                 self.log.info("the task was cleared: its new try keeps the task's budget hold")
