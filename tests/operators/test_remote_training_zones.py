@@ -1508,3 +1508,34 @@ def test_a_retry_reads_an_earlier_tries_job_again_where_its_first_poll_fails(
     answers.extend([ComputeBackendError("ThrottlingException")] * (len(EARLIER_JOB_POLL_WAITS_SECONDS) + 1))
     unread = op._earlier_job(Backend(), "train-a1")  # type: ignore[arg-type]
     assert unread is not None and unread.state == JobState.PENDING and answers == []
+
+
+def test_a_retry_reads_an_earlier_tries_job_once_where_the_read_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A configuration error (no permission) fails the same way each time: the loop went on after it, four
+    # polls and four identical warnings.
+    import time
+
+    from costaware.adapters.compute.base import JobState
+    from costaware.core.errors import ConfigurationError
+
+    class Backend:
+        name = "batch"
+        polls = 0
+
+        def find(self, job_name: str) -> str:
+            return "train-a1"
+
+        def poll(self, job_id: str) -> Any:
+            self.polls += 1
+            raise ConfigurationError("AccessDenied batch:DescribeJobs: check the connection's permissions")
+
+    monkeypatch.setattr(time, "sleep", lambda seconds: pytest.fail("slept after a configuration error"))
+    op = operator(tmp_path)
+    op._retry = True
+    backend = Backend()
+    unread = op._earlier_job(backend, "train-a1")  # type: ignore[arg-type]
+    assert unread is not None and unread.state == JobState.PENDING
+    assert backend.polls == 1
+    assert capsys.readouterr().out.count("cannot be read now") == 1

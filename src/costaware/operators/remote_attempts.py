@@ -317,6 +317,7 @@ class RemoteAttemptSteps(AttemptBilling):
                     e,
                     backend.name,
                 )
+                break  # the last read, or a configuration error that fails the same way each time
         return JobStatus(job_id=job_id, state=JobState.PENDING)
 
     def _moved_bytes(self, state: AttemptState, *, following: bool = False) -> int:
