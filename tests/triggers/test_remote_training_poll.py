@@ -496,3 +496,47 @@ def test_a_stop_at_the_cap_that_falls_due_while_the_job_is_not_listed_is_sent_by
     assert watch.poll_tolerant(t0 + timedelta(seconds=10)) is None  # not listed: polled again
     assert listing.stops == ["j"]
     assert watch._stopped_for_cap == "j" and watch.next_poll_in() == 300  # sent once, not asked again
+
+
+def test_polls_failing_while_a_cap_stop_is_due_fail_the_wait_only_after_as_long_as_at_a_poll_interval(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # With a stop at the cap due, failed polls come 5, 10, 20, 40 s apart: the fifth failed the wait after
+    # 75 s of throttling, leaving the job to run on unwatched past the cap.
+    from datetime import datetime, timedelta, timezone
+
+    import costaware.adapters.compute.base as compute
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.triggers.remote_training import CAP_STOP_RETRY_SECONDS
+
+    t0 = datetime(2026, 3, 1, 9, tzinfo=timezone.utc)
+    current = {
+        **STATE["current"],
+        "submitted_at": t0.isoformat(),
+        "stop_after_seconds": 3600,
+        "stop_by_poll": True,
+    }  # type: ignore[dict-item]
+    due = JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=3400.0)
+    throttled = [ComputeBackendError("ThrottlingException: Rate exceeded")] * 100
+    listing = _RefusingStops([due, *throttled])
+    monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
+    watch = RemoteTrainingJobTrigger(
+        backend="batch",
+        backend_options={},
+        job_id="j",
+        state={**STATE, "current": current},
+        poll_interval=300,
+    )
+    now = t0
+    assert watch.poll_tolerant(now) is None and watch.next_poll_in() == 200
+    now += timedelta(seconds=200)
+    failing_from = now
+    with pytest.raises(ComputeBackendError):
+        while True:
+            watch.poll_tolerant(now)
+            now += timedelta(seconds=watch.next_poll_in())
+    assert (now - failing_from).total_seconds() >= (MAX_POLL_ERRORS - 1) * 300
+    # A poll that answers again asks a refused stop again from the shortest wait, not a minute later.
+    listing.answers = [JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=3700.0)]
+    assert watch.poll_tolerant(now) is None and listing.stops == ["j"]  # due, and refused
+    assert watch.next_poll_in() == CAP_STOP_RETRY_SECONDS

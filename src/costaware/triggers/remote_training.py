@@ -354,6 +354,9 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         self._cap_stop_due_in: float | None = None
         #: Retries in a row of a stop at the cap that was due and not sent (see ``CAP_STOP_RETRY_SECONDS``).
         self._cap_stop_retries = 0
+        #: When the failed polls in a row began (see :meth:`poll_tolerant`), and whether the last poll failed.
+        self._failing_since: datetime | None = None
+        self._last_poll_failed = False
 
     @property
     def training(self) -> str:
@@ -419,9 +422,14 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 status = self._billed_as_gone(status, stop_sent=self._stop_unlisted(now))
         except Exception:
             self._keep_cap_stop_due(due_before)  # a poll that failed sends no stop: asked again soon
+            self._last_poll_failed = True
             raise
         else:
             self._last_seen = (status, now)
+            if self._last_poll_failed:
+                # The backoff was for polls that failed, not for a refused stop: a stop this poll finds
+                # due (and may be refused) is asked again from the shortest wait, not a minute later.
+                self._last_poll_failed, self._cap_stop_retries = False, 0
         fallback_at = parse_instant(self.fallback_at, name="fallback_at") if self.fallback_at else None
         event = job_event(status, self.state, fallback_at=fallback_at, now=now)
         if event is not None:
@@ -615,7 +623,10 @@ class RemoteTrainingJobTrigger(BaseTrigger):
 
         A passing failure: a network error, throttling, a job not listed yet. The job runs on while the poll
         fails; a task failed for it would leave the job unwatched and, with no retry left, unbilled. A
-        configuration error fails at once: polling again would fail the same way.
+        configuration error fails at once: polling again would fail the same way. Where a stop at the cap is
+        due, the failed polls come seconds apart (``CAP_STOP_RETRY_SECONDS``): they fail the wait only once
+        they have also failed for ``MAX_POLL_ERRORS - 1`` poll intervals (75 s of throttling failed it, the
+        job left running unwatched past the cap).
         """
         from costaware.core.errors import ConfigurationError
 
@@ -624,8 +635,13 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         except ConfigurationError:
             raise
         except Exception as e:
+            if self._poll_errors == 0:
+                self._failing_since = now
             self._poll_errors += 1
-            if self._poll_errors >= MAX_POLL_ERRORS:
+            failing_for = (now - (self._failing_since or now)).total_seconds()
+            polled_sooner = self._cap_stop_due_in is not None  # a due cap stop asks again soon
+            lasted = failing_for >= (MAX_POLL_ERRORS - 1) * self.poll_interval
+            if self._poll_errors >= MAX_POLL_ERRORS and (lasted or not polled_sooner):
                 raise
             self.log.warning(
                 "polling job %s on %s failed (%s: %s), %d time(s) in a row: polling again in %g s",
