@@ -540,3 +540,30 @@ def test_polls_failing_while_a_cap_stop_is_due_fail_the_wait_only_after_as_long_
     listing.answers = [JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=3700.0)]
     assert watch.poll_tolerant(now) is None and listing.stops == ["j"]  # due, and refused
     assert watch.next_poll_in() == CAP_STOP_RETRY_SECONDS
+
+
+def test_a_wait_rebuilt_by_another_triggerer_gives_a_job_it_has_not_seen_its_own_grace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Rebuilt from its deferral's kwargs, the wait knew nothing of the job seen running a minute before:
+    # one DescribeJobs that missed it billed it as gone, stopped it and resubmitted its attempt.
+    from datetime import datetime, timedelta, timezone
+
+    import costaware.adapters.compute.base as compute
+    from costaware.core.errors import JobNotFoundError
+    from costaware.triggers.remote_training import NOT_LISTED_GRACE_SECONDS
+
+    submitted = datetime(2026, 3, 1, 9, tzinfo=timezone.utc)
+    state = {**STATE, "current": {**STATE["current"], "submitted_at": submitted.isoformat()}}  # type: ignore[dict-item]
+    listing = _Listing([JobNotFoundError("DescribeJobs lags")] * 3)
+    monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
+    _, kwargs = RemoteTrainingJobTrigger(
+        backend="batch", backend_options={}, job_id="j", state=state
+    ).serialize()
+    rebuilt = RemoteTrainingJobTrigger(**kwargs)
+    first = submitted + timedelta(hours=1)
+    assert rebuilt.poll_once(first) is None
+    assert rebuilt.poll_once(first + timedelta(seconds=NOT_LISTED_GRACE_SECONDS - 1)) is None
+    assert listing.stops == []
+    gone = rebuilt.poll_once(first + timedelta(seconds=NOT_LISTED_GRACE_SECONDS))
+    assert gone is not None and listing.stops == ["j"]

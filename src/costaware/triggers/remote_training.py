@@ -133,6 +133,7 @@ def vanished_job_status(
     instances: int = 1,
     listed_grace: float = NOT_LISTED_GRACE_SECONDS,
     backend: str,
+    watched_since: datetime | None = None,
 ) -> Any:
     """The end of a job its backend no longer has though nobody here stopped it, or None: not gone yet.
 
@@ -144,10 +145,16 @@ def vanished_job_status(
     A job never seen is "not listed yet" (a backend's eventual consistency) until ``listed_grace`` seconds
     after its submit; on a ``backend`` whose listing may lag (not in :data:`GONE_IS_FINAL_BACKENDS`: one
     DescribeJobs may miss a Batch job it listed before), a job seen is too, until ``listed_grace`` seconds
-    after it was last seen (pure).
+    after it was last seen. There, a wait that has not seen the job itself (``last_seen`` None: rebuilt
+    by another triggerer from its deferral, which knew nothing of its polls) counts it not listed yet until
+    ``listed_grace`` seconds after its own first poll, ``watched_since``: one DescribeJobs that missed it
+    would otherwise bill, stop and resubmit a job seen running a minute before (pure).
     """
     from costaware.adapters.compute.base import JobState, JobStatus
 
+    watched_for = (now - watched_since).total_seconds() if watched_since is not None else listed_grace
+    if last_seen is None and backend not in GONE_IS_FINAL_BACKENDS and watched_for < listed_grace:
+        return None
     current = state.get("current") or {}
     followed = current.get("followed")
     if last_seen is None and followed:
@@ -344,6 +351,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         self._poll_errors = 0
         #: The job's latest status and when it was seen: what a job deleted under us is billed from.
         self._last_seen: tuple[Any, datetime] | None = None
+        #: This wait's first poll: a job it never saw is not listed yet until NOT_LISTED_GRACE_SECONDS after.
+        self._first_poll_at: datetime | None = None
         #: Per job seen on another type than planned: how long it may run there under max_usd (None: no
         #: bound), as last logged (worked out at each poll, logged when it moves); and the job stopped for
         #: it (stopped once).
@@ -391,6 +400,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             assert self.price_watch is not None  # checked in __init__
             return watch_event(self.price_watch, self.state, now=now)
         due_before, self._cap_stop_due_in = self._cap_stop_due_in, None  # worked out again from this poll
+        if self._first_poll_at is None:
+            self._first_poll_at = now
         try:
             status = open_backend(self.backend, self.backend_options).poll(self.job_id)
         except JobNotFoundError:
@@ -407,6 +418,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                     now=now,
                     instances=count,
                     backend=self.backend,
+                    watched_since=self._first_poll_at,
                 )
                 if status is None:
                     seen = self._last_seen is not None or current.get("followed")
