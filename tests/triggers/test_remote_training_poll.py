@@ -567,3 +567,49 @@ def test_a_wait_rebuilt_by_another_triggerer_gives_a_job_it_has_not_seen_its_own
     assert listing.stops == []
     gone = rebuilt.poll_once(first + timedelta(seconds=NOT_LISTED_GRACE_SECONDS))
     assert gone is not None and listing.stops == ["j"]
+
+
+@pytest.mark.parametrize("stop_fails", [False, True], ids=["stopped", "stop failed"])
+def test_a_batch_job_billed_as_gone_bills_and_stops_its_copies_too(
+    monkeypatch: pytest.MonkeyPatch, stop_fails: bool
+) -> None:
+    # Billed as gone, the job's copies lost what they may still run (a copy whose stop failed, to its time
+    # limit) and were not stopped; where the job's own stop failed, its time limit swallowed their seconds.
+    from datetime import datetime, timedelta, timezone
+
+    from attempt_states import CAPTURED  # tests/support/
+
+    import costaware.adapters.compute.base as compute
+    from costaware.adapters.compute.base import COPY_SECONDS_LEFT, JobState, JobStatus
+    from costaware.core.errors import JobNotFoundError
+    from costaware.training.attempt_effects import stop_seconds
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan, job_seconds_left
+    from costaware.triggers.remote_training import NOT_LISTED_GRACE_SECONDS
+
+    t0 = datetime(2026, 11, 26, 9, tzinfo=timezone.utc)
+    plan = RemotePlan.from_json({**CAPTURED, "backend": "batch", "backend_options": {}})
+    state = AttemptState(plan=plan).submitted(job_id="j", market="spot", submitted_at=t0.isoformat())
+    left = {"seconds_by_type": {"g5.xlarge": 2330.0}, "unstopped": ["c1"]}
+    metrics = {
+        "batch_copies": 1,
+        "batch_copy_seconds": 5000.0,
+        "batch_copy_seconds_by_type": {"g5.xlarge": 5000.0},
+        COPY_SECONDS_LEFT: left,
+    }
+    running = JobStatus(
+        job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=3600.0 + 5000.0, metrics=metrics
+    )
+    gone = [JobNotFoundError("DescribeJobs does not list it")]
+    listing = (_FailingStops if stop_fails else _Listing)([running, *gone])
+    monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
+    watch = RemoteTrainingJobTrigger(backend="batch", backend_options={}, job_id="j", state=state.to_json())
+    seen = t0 + timedelta(seconds=3700)
+    assert watch.poll_once(seen) is None
+    event = watch.poll_once(seen + timedelta(seconds=NOT_LISTED_GRACE_SECONDS))
+    assert event is not None and listing.stops == ["c1", "j"]
+    job = event["job"]
+    own = job_seconds_left(plan, t0, "spot") if stop_fails else 3600 + NOT_LISTED_GRACE_SECONDS
+    assert job["billable_seconds"] == own + stop_seconds(state) + 5000 + 2330
+    assert COPY_SECONDS_LEFT not in job["metrics"]
+    assert job["metrics"]["batch_copy_seconds_by_type"] == {"g5.xlarge": 7330.0}

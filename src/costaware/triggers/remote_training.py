@@ -431,7 +431,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                     self._stop_unlisted_at_cap(due_before)
                     return None
                 self.log.warning("job %s on %s: %s", self.job_id, self.backend, status.reason)
-                status = self._billed_as_gone(status, stop_sent=self._stop_unlisted(now))
+                status = self._billed_as_gone(status, stop_sent=self._stop_unlisted(now, status))
         except Exception:
             self._keep_cap_stop_due(due_before)  # a poll that failed sends no stop: asked again soon
             self._last_poll_failed = True
@@ -468,16 +468,18 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 return {**paused, "job": status.to_dict(), "seen_at": now.isoformat()}
         return None
 
-    def _stop_unlisted(self, now: datetime) -> bool | None:
+    def _stop_unlisted(self, now: datetime, status: Any) -> bool | None:
         """Stop a job billed as gone, best effort, before its attempt is resubmitted.
 
         A Batch or SageMaker job the backend does not list may exist after all (a listing that lags: Batch's
         DescribeJobs is eventually consistent, a job seen once may drop out of it): it would run on beside
         the resubmitted attempt, billed to nobody. Only where the backend's "no such job" is final for a job
         seen before (:data:`GONE_IS_FINAL_BACKENDS`: a deleted pod) is there nothing left to stop.
-        Returns whether the stop went through (None: nothing to stop).
+        The copies of its submit whose stop failed at the last poll (``status``'s ``COPY_SECONDS_LEFT``) are
+        stopped too: nothing polls the job, which stopped them again, after this.
+        Returns whether the job's own stop went through (None: nothing to stop).
         """
-        from costaware.adapters.compute.base import open_backend
+        from costaware.adapters.compute.base import COPY_SECONDS_LEFT, open_backend
 
         followed = (self.state.get("current") or {}).get("followed")
         seen_at = self._last_seen[1].isoformat() if self._last_seen else followed and followed["seen_at"]
@@ -504,8 +506,21 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             self.backend,
             unlisted,
         )
+        backend = open_backend(self.backend, self.backend_options)
+        for copy_id in (status.metrics.get(COPY_SECONDS_LEFT) or {}).get("unstopped") or []:
+            try:
+                backend.stop(str(copy_id))
+            except Exception as e:
+                self.log.warning(
+                    "stopping job %s, a copy of %s's submit, failed (%s: %s): stop it by hand; it is billed "
+                    "to its time limit",
+                    copy_id,
+                    self.job_id,
+                    type(e).__name__,
+                    e,
+                )
         try:
-            open_backend(self.backend, self.backend_options).stop(str(self.job_id))
+            backend.stop(str(self.job_id))
         except Exception as e:
             self.log.warning(
                 "stopping job %s, which %s does not list, failed (%s: %s); if it exists after all, stop it "
@@ -527,26 +542,29 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         """
         from dataclasses import replace
 
-        from costaware.adapters.compute.base import billed_instances
+        from costaware.adapters.compute.base import billed_instances, with_copies_run_out
         from costaware.training.attempt_effects import stop_seconds
         from costaware.training.attempts import AttemptState
         from costaware.training.plan.arguments import job_seconds_left
 
         if stop_sent is None or self.backend in GONE_IS_FINAL_BACKENDS:
             return status
+        # Nothing polls it again: its copies are billed what they may still run (a failed stop's time limit).
         if not self.state.get("backend"):  # a state without its plan (not the operator's): nothing to size by
-            return status
+            return with_copies_run_out(status)
         state = AttemptState.from_json(self.state)
         if state.current is None:
-            return status
+            return with_copies_run_out(status)
         count = billed_instances(self.backend_options)
         grace = stop_seconds(state)
         if stop_sent:
             more = f"; stopped, billed {grace:.0f} s more, its grace period after the stop"
-            return replace(
-                status,
-                billable_seconds=status.billable_seconds + count * grace,
-                reason=status.reason + more,
+            return with_copies_run_out(
+                replace(
+                    status,
+                    billable_seconds=status.billable_seconds + count * grace,
+                    reason=status.reason + more,
+                )
             )
         # The limit it was given at its submit (what max_usd left binds it where the backend holds it).
         submitted = state.current.submitted_at
@@ -554,10 +572,12 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         limit = float(job_seconds_left(state.plan, start, state.current.market))
         if state.current.stop_after_seconds is not None and not state.current.stop_by_poll:
             limit = min(limit, float(state.current.stop_after_seconds))
-        latest = count * (limit + grace)
+        # The time limit binds the job itself: its copies' seconds (billed with it) come on top.
+        copy_seconds = float(status.metrics.get("batch_copy_seconds") or 0.0)
+        own = max(status.billable_seconds - copy_seconds, count * (limit + grace))
         more = f"; its stop failed: billed to its time limit ({limit:.0f} s) and grace period ({grace:.0f} s)"
-        return replace(
-            status, billable_seconds=max(status.billable_seconds, latest), reason=status.reason + more
+        return with_copies_run_out(
+            replace(status, billable_seconds=own + copy_seconds, reason=status.reason + more)
         )
 
     def next_poll_in(self) -> float:
