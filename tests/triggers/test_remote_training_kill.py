@@ -1155,3 +1155,46 @@ def test_a_killed_batch_job_is_billed_with_its_copies_to_their_stop_and_one_unst
     assert job["metrics"]["batch_copy_seconds_by_type"] == {"m5.large": 7200 + 30 + 50 + 30}
     assert "batch_copy_seconds_left" not in job["metrics"]
     assert "c1 could not be stopped: billed to its time limit" in job["reason"]
+
+
+@pytest.mark.parametrize("stop_fails", [False, True], ids=["stopped", "stop failed"])
+def test_a_killed_batch_job_describejobs_misses_is_billed_as_gone_to_its_latest_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stop_fails: bool
+) -> None:
+    # One DescribeJobs that missed it at the kill billed the job only to now, as ended on its own and keyed
+    # by attempt: its grace period after the stop, and where the stop failed its run to its time limit,
+    # went unbilled.
+    from datetime import datetime, timedelta, timezone
+
+    from attempt_states import CAPTURED  # tests/support/
+
+    import costaware.adapters.compute.base as compute
+    import costaware.triggers.remote_training as remote_trigger
+    from costaware.core.errors import ComputeBackendError, JobNotFoundError
+    from costaware.training.attempt_effects import stop_seconds
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan, job_seconds_left
+
+    stops: list[str] = []
+
+    class Lagging:
+        def poll(self, job_id: str) -> Any:
+            raise JobNotFoundError("DescribeJobs does not list it")
+
+        def stop(self, job_id: str) -> None:
+            stops.append(job_id)
+            if stop_fails:
+                raise ComputeBackendError("ThrottlingException on TerminateJob")
+
+    monkeypatch.setattr(compute, "open_backend", lambda name, options: Lagging())
+    now = datetime(2026, 11, 26, 10, tzinfo=timezone.utc)
+    monkeypatch.setattr(remote_trigger, "utcnow", lambda: now)
+    submitted = now - timedelta(seconds=3600)
+    plan = RemotePlan.from_json({**CAPTURED, "backend": "batch", "backend_options": {}})
+    state = AttemptState(plan=plan).submitted(job_id="j", market="spot", submitted_at=submitted.isoformat())
+    trigger = RemoteTrainingJobTrigger(backend="batch", backend_options={}, job_id="j", state=state.to_json())
+    job, ended, own_end = trigger._stop_job(state, wait_seconds=0, poll_seconds=0)
+    assert job is not None and stops == ["j"]
+    assert (ended, own_end) == (False, False)  # keyed by name: a cleared try following it bills it once
+    own = job_seconds_left(plan, submitted, "spot") if stop_fails else 3600
+    assert job["billable_seconds"] == own + stop_seconds(state)

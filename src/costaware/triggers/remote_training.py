@@ -1078,11 +1078,13 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             status = backend.poll(self.job_id)
         except JobNotFoundError:
             if not stopped:  # gone before we stopped it (a drain deleted the pod): billed from its submit
+                stop_sent = True
                 try:
                     # Or not listed yet (a Batch job just submitted): it may start still, so stopped all
                     # the same (a pod already gone is nothing to stop).
                     backend.stop(self.job_id)
                 except Exception as e:
+                    stop_sent = False
                     self.log.warning(
                         "stopping job %s, which the backend does not list, failed: %s", self.job_id, e
                     )
@@ -1098,6 +1100,13 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 if vanished is None:  # no submit time (an older state): nothing to bill it from
                     self.log.warning("the task was killed; job %s is gone, nothing is billed", self.job_id)
                     return None, True, True
+                if self.backend not in GONE_IS_FINAL_BACKENDS:
+                    # A listing that lags (one DescribeJobs missed it): it may run on after the kill, to
+                    # its grace period's end, or its time limit where the stop failed. Keyed by name, as a
+                    # cleared try that follows it bills it once.
+                    vanished = self._billed_as_gone(vanished, stop_sent=stop_sent)
+                    self.log.warning("%s: job %s: %s", why, self.job_id, vanished.reason)
+                    return dict(vanished.to_dict()), False, False
                 self.log.warning("the task was killed; job %s: %s", self.job_id, vanished.reason)
                 return dict(vanished.to_dict()), True, True  # ended on its own: an interruption
             gone = stopped_job_status(stopped, now=utcnow(), instances=count)
