@@ -595,6 +595,21 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         due = self._cap_stop_due_in
         self._cap_stop_due_in = seconds if due is None else min(due, seconds)
 
+    def _send_cap_stop(self, job_id: str) -> bool:
+        """Send the stop at the cap (SIGTERM: it checkpoints); False, asked again soon, where it failed."""
+        from costaware.adapters.compute.base import open_backend
+
+        try:
+            open_backend(self.backend, self.backend_options).stop(job_id)
+        except Exception as e:
+            self._retry_cap_stop()
+            self.log.warning(
+                "stopping job %s failed (%s): asked again in %g s", job_id, e, self.next_poll_in()
+            )
+            return False
+        self._stopped_for_cap, self._cap_stop_retries = job_id, 0
+        return True
+
     def _retry_cap_stop(self) -> None:
         """A stop at the cap was due (or may be) and was not sent: the next poll comes soon to ask again."""
         self._cap_stop_retries += 1
@@ -620,8 +635,6 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         Kept due and never sent, the job ran on for up to ``NOT_LISTED_GRACE_SECONDS`` past ``max_usd``:
         a stop goes by the job's id (Batch's TerminateJob), whether or not DescribeJobs lists it now.
         """
-        from costaware.adapters.compute.base import open_backend
-
         job_id = str(self.job_id)
         if due_before is None or self._stopped_for_cap == job_id:
             return
@@ -633,15 +646,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             job_id,
             self.backend,
         )
-        try:
-            open_backend(self.backend, self.backend_options).stop(job_id)
-        except Exception as e:
-            self._retry_cap_stop()
-            self.log.warning(
-                "stopping job %s failed (%s): asked again in %g s", job_id, e, self.next_poll_in()
-            )
+        if not self._send_cap_stop(job_id):
             return
-        self._stopped_for_cap, self._cap_stop_retries = job_id, 0
         # Its end is recorded as stopped by max_usd, as the stop the poll sends (a dearer type's limit).
         other = self._other_type_limit
         if other is not None and other[0] == job_id and other[1] is not None:
@@ -698,7 +704,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         less than ``MIN_CAPPED_SECONDS`` (the budgets had no room for the retry), it is stopped at once in
         any state: one still waiting for capacity would otherwise boot and run into its grace period first.
         """
-        from costaware.adapters.compute.base import JobState, billed_instances, open_backend
+        from costaware.adapters.compute.base import JobState, billed_instances
         from costaware.training.attempt_effects import MIN_CAPPED_SECONDS
 
         current = self.state.get("current") or {}
@@ -728,15 +734,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 job_id,
                 ran,
             )
-        try:
-            open_backend(self.backend, self.backend_options).stop(job_id)
-        except Exception as e:
-            self._retry_cap_stop()
-            self.log.warning(
-                "stopping job %s failed (%s): asked again in %g s", job_id, e, self.next_poll_in()
-            )
+        if not self._send_cap_stop(job_id):
             return
-        self._stopped_for_cap, self._cap_stop_retries = job_id, 0
         if ran < float(limit):
             # Stopped short of its limit (nothing left to run on): its end is recorded as stopped by
             # max_usd, not as a preemption that a new attempt would follow.
@@ -751,7 +750,6 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         worked out again at that type's price (its grace period before the cap, as at the submit), and the
         job is stopped there (SIGTERM: it checkpoints); it ends recorded as stopped by ``max_usd``.
         """
-        from costaware.adapters.compute.base import open_backend
         from costaware.core.errors import LEDGER_UNREADABLE
         from costaware.core.money import format_usd_exact
         from costaware.remote_billing import KilledTrainingBilling
@@ -814,15 +812,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             status.instance_type,
             float(status.billable_seconds) / instances(plan),
         )
-        try:
-            open_backend(self.backend, self.backend_options).stop(job_id)
-        except Exception as e:
-            self._retry_cap_stop()
-            self.log.warning(
-                "stopping job %s failed (%s): asked again in %g s", job_id, e, self.next_poll_in()
-            )
+        if not self._send_cap_stop(job_id):
             return
-        self._stopped_for_cap, self._cap_stop_retries = job_id, 0
         # Its end is then recorded as stopped by max_usd (the stop it ran into), not as a preemption.
         current_json = dict(self.state.get("current") or {})
         current_json["stop_after_seconds"] = limit
