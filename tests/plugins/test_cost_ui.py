@@ -314,6 +314,19 @@ def test_a_bad_filter_is_a_readable_message_on_the_page(
     assert api.status_code == 422 and api.json()["detail"]
 
 
+@pytest.mark.parametrize("route", ["/api/daily", "/api/spend", "/api/summary"])
+def test_a_since_that_is_no_iso_time_names_the_format_in_the_api(client: TestClient, route: str) -> None:
+    # Pydantic's 422 said "Input should be a valid datetime or date, input is too short": no format to give.
+    for field in ("since", "until"):
+        answer = client.get(route, params={field: "yesterday"})
+        assert answer.status_code == 422
+        assert (
+            answer.json()["detail"]
+            == f"{field}: 'yesterday' is not an ISO time such as 2026-11-01T00:00+00:00"
+        )
+    assert client.get(route, params={"since": "2026-01-01T00:00+00:00"}).status_code == 200
+
+
 def test_group_by_offers_the_valid_choices(client: TestClient) -> None:
     html = client.get("/", params={"group_by": "tag:owner"}).text
     select = html[html.index('<select name="group_by">') : html.index("</select>")]

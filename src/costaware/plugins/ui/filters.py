@@ -54,8 +54,13 @@ GROUP_BY_CHOICES = (*GROUP_BYS, *(f"tag:{tag}" for tag in INDEXED_TAGS))
 FORM_FIELDS = ("days", "since", "until", "dag_id", "scope", "group_by")
 
 Days = Annotated[int, Query(ge=1, le=366, description="How many days back from now (default 30).")]
-Since = Annotated[datetime | None, Query(description="ISO datetime with a zone; overrides `days`.")]
-Until = Annotated[datetime | None, Query(description="ISO datetime with a zone (exclusive).")]
+# Text, read here: pydantic's own 422 ("input is too short") named no format for `since=yesterday`.
+Since = Annotated[
+    str | None, Query(description="ISO datetime with a zone (2026-11-01T00:00+00:00); overrides `days`.")
+]
+Until = Annotated[
+    str | None, Query(description="ISO datetime with a zone (2026-11-01T00:00+00:00), exclusive.")
+]
 
 
 def tidy_scope(text: str) -> str:
@@ -208,7 +213,15 @@ def report_filters(
     days: Days = 30, since: Since = None, until: Until = None, dag_id: DagId = None, scope: ScopeQ = "*"
 ) -> Filters:
     """The filters every JSON report route takes, validated (422 when not)."""
-    filters, problems = check_filters(days, since, until, dag_id, scope)
+    instants: dict[str, datetime | None] = {}
+    for name, text in (("since", since), ("until", until)):
+        try:
+            instants[name] = datetime.fromisoformat(text.strip()) if text and text.strip() else None
+        except ValueError:
+            raise HTTPException(
+                422, f"{name}: {text!r} is not an ISO time such as 2026-11-01T00:00+00:00"
+            ) from None
+    filters, problems = check_filters(days, instants["since"], instants["until"], dag_id, scope)
     if filters is None:
         raise HTTPException(422, "; ".join(f"{field}: {problem}" for field, problem in problems))
     return filters
