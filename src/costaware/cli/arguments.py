@@ -409,8 +409,9 @@ def instance_type_list(text: str) -> str:
     hint = "give a type or pattern such as 'g5.*' or 'm5*', or several separated by commas ('m5.large,c5.*')"
     if not text.strip():  # most often a script's unset variable, as for every text option
         raise argparse.ArgumentTypeError(f"empty: {hint}, or leave --types out for all")
-    patterns = [pattern.strip() for pattern in text.split(",")]
-    named = [pattern for pattern in patterns if pattern]
+    from costaware.core.price_list import type_patterns  # the reading the price filters apply
+
+    named = type_patterns(text)
     if not named:
         raise argparse.ArgumentTypeError(f"{text!r} names no type: {hint}, or leave --types out for all")
     spaced = [pattern for pattern in named if len(pattern.split()) > 1]

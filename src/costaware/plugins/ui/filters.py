@@ -138,6 +138,17 @@ ScopeQ = Annotated[
 GroupBy = Annotated[str, Depends(checked_group_by)]
 
 
+def iso_time(text: str) -> tuple[datetime | None, str | None]:
+    """``text`` (stripped) read as an ISO time, or None and what is wrong with it; None, None when blank."""
+    text = text.strip()
+    if not text:
+        return None, None
+    try:
+        return datetime.fromisoformat(text), None
+    except ValueError:
+        return None, f"{text!r} is not an ISO time such as 2026-11-01T00:00+00:00"
+
+
 def utc_instant(value: datetime) -> tuple[datetime | None, str | None]:
     """``value`` in UTC, or None and what is wrong with it (no zone, or outside UTC's range).
 
@@ -215,12 +226,9 @@ def report_filters(
     """The filters every JSON report route takes, validated (422 when not)."""
     instants: dict[str, datetime | None] = {}
     for name, text in (("since", since), ("until", until)):
-        try:
-            instants[name] = datetime.fromisoformat(text.strip()) if text and text.strip() else None
-        except ValueError:
-            raise HTTPException(
-                422, f"{name}: {text!r} is not an ISO time such as 2026-11-01T00:00+00:00"
-            ) from None
+        instants[name], problem = iso_time(text or "")
+        if problem:
+            raise HTTPException(422, f"{name}: {problem}")
     filters, problems = check_filters(days, instants["since"], instants["until"], dag_id, scope)
     if filters is None:
         raise HTTPException(422, "; ".join(f"{field}: {problem}" for field, problem in problems))
@@ -277,14 +285,9 @@ def page_filters(
             span = 30
     instants: dict[str, datetime | None] = {"since": None, "until": None}
     for name in instants:
-        if not typed[name]:
-            continue
-        try:
-            instants[name] = datetime.fromisoformat(typed[name])
-        except ValueError:
-            errors.append(
-                f"{name.title()}: {typed[name]!r} is not an ISO time such as 2026-11-01T00:00+00:00."
-            )
+        instants[name], problem = iso_time(typed[name])
+        if problem:
+            errors.append(f"{name.title()}: {problem}.")
     if typed["dag_id"] and dag_id_problem(typed["dag_id"]):
         errors.append(
             f"DAG: {typed['dag_id']!r} is not a DAG id (letters, digits, '_', '.', '-'); "
