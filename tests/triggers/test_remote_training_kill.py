@@ -546,7 +546,9 @@ def test_sigterm_of_dags_test_after_its_inline_wait_took_the_event_bills_the_end
 ) -> None:
     # The job ended and the inline trigger delivered its event; the SIGTERM handler still called the
     # deferred copy's on_kill, which raised KeyboardInterrupt: the command ended before execute_complete,
-    # the ended attempt was never billed and its hold stayed open until its TTL.
+    # the ended attempt was never billed and its hold stayed open until its TTL. Then the resumed run
+    # billed it and returned, and `dags test` ran the downstream tasks it was asked to stop before: the
+    # task now fails for good once the success is billed and recorded.
     op = operator(tmp_path, "ok", poll_interval=0.2)
     with _inline_comms():
         trigger = deferred_trigger(op)
@@ -554,8 +556,28 @@ def test_sigterm_of_dags_test_after_its_inline_wait_took_the_event_bills_the_end
         assert event is not None and event.payload["status"] == "success"
         op.on_kill()  # returns: the resumed run bills the job
         resumed = operator(tmp_path, "ok", poll_interval=0.2)  # Airflow resumes a fresh copy of the task
-        result = resumed.execute_complete(context_for(), event.payload)
-    assert result is not None
+        with pytest.raises(AirflowFailException, match=r"killed \(SIGTERM\).*succeeded and was billed"):
+            resumed.execute_complete(context_for(), event.payload)
+    (entry,) = train_entries(ledger)
+    assert entry["cause"] == "success" and Decimal(str(entry["usd"])) > 0
+    assert ledger.open_reservations() == []
+
+
+def test_sigterm_of_dags_test_as_its_worker_wait_handles_a_success_stops_the_command(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Not deferred: the SIGTERM lands while the ended job is handled ("killed between two waits"); the
+    # task returned its success and `dags test` went on to the downstream tasks.
+    op = operator(tmp_path, "ok", deferrable=False, poll_interval=0.2)
+    handle_the_end = RemoteTrainingOperator._on_event
+
+    def sigterm_as_the_end_is_handled(self: RemoteTrainingOperator, *args: Any) -> Any:
+        self.on_kill()
+        return handle_the_end(self, *args)
+
+    monkeypatch.setattr(RemoteTrainingOperator, "_on_event", sigterm_as_the_end_is_handled)
+    with _inline_comms(), pytest.raises(AirflowFailException, match=r"succeeded and was billed \(\$"):
+        op.execute(context_for())
     (entry,) = train_entries(ledger)
     assert entry["cause"] == "success" and Decimal(str(entry["usd"])) > 0
     assert ledger.open_reservations() == []

@@ -662,6 +662,12 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
             # A kill from here on: the ended attempt is billed below, and no new one starts (_submit).
             outcome = self._on_event(context, state, event)
             if isinstance(outcome, dict):
+                from costaware.triggers.remote_training import in_dags_test
+
+                if self._killed and in_dags_test():
+                    # Killed as the job's end was handled: `airflow dags test` stops, as it asked (in a
+                    # worker the kill is Airflow's: the task's state is already the person's).
+                    raise AirflowFailException(_killed_after_success(outcome))
                 return outcome
             state = outcome
 
@@ -704,6 +710,10 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
             try:
                 outcome = self._on_event(context, state, event)
                 if isinstance(outcome, dict):
+                    if self._killed:
+                        # Returned, the task succeeded and `dags test` ran its downstream tasks, though the
+                        # command was asked to stop: the training is billed and stored, the task fails.
+                        raise AirflowFailException(_killed_after_success(outcome))
                     return outcome
                 return self._wait(context, outcome)
             except (AirflowException, _TaskKilled) as e:
@@ -903,6 +913,17 @@ def _ctrl_c_of_dags_test(error: BaseException) -> bool:
     from costaware.triggers.remote_training import in_dags_test
 
     return isinstance(error, KeyboardInterrupt) and in_dags_test()
+
+
+def _killed_after_success(outcome: Mapping[str, Any]) -> str:
+    """Why a training that succeeded fails its task: `airflow dags test` was killed as its wait ended."""
+    version = outcome.get("version")
+    stored = f"its model version {version} is stored" if version else "its result is recorded"
+    return (
+        f"killed (SIGTERM) as its wait ended: the training succeeded and was billed (${outcome.get('usd')}), "
+        f"{stored}; the task fails without a retry so that `airflow dags test` stops here and runs none of "
+        "its downstream tasks (run the command again to run them: it trains again)"
+    )
 
 
 def _interrupted(done: str) -> AirflowFailException:
