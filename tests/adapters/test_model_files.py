@@ -69,6 +69,25 @@ def test_a_staged_folder_becomes_a_complete_files_version(store: ModelStore, tmp
     assert hashlib.sha256(store.model_bytes(got)).hexdigest() == got.model_sha256
 
 
+def test_a_files_version_whose_metadata_write_landed_but_timed_out_is_stored_once(
+    store: ModelStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The save raised though the version was complete: the task's retry stored the outputs a second time.
+    from costaware.adapters.blob_dir import BlobDir
+
+    stage(store)
+    write = BlobDir.write_bytes
+
+    def timing_out(self: BlobDir, name: str, data: bytes) -> None:
+        write(self, name, data)
+        if name.endswith("metadata.json"):
+            raise OSError("Read timeout on endpoint URL")
+
+    monkeypatch.setattr(BlobDir, "write_bytes", timing_out)
+    stored = store.save_files(meta(), STAGING)
+    assert [v.version for v in store.versions()] == [stored.version]
+
+
 def test_an_unfinished_upload_is_refused_and_nothing_is_stored(store: ModelStore) -> None:
     stage(store, manifest=False)
     with pytest.raises(

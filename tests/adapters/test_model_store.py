@@ -125,6 +125,40 @@ def test_unknown_version_and_immutable_versions(store: ModelStore) -> None:
     assert store.model_bytes(store.get(meta.version)) == blob
 
 
+def _metadata_writes(monkeypatch: pytest.MonkeyPatch, *, land: bool) -> None:
+    """A store whose metadata writes fail: after the write landed (its reply timed out) or before it."""
+    write = BlobDir.write_bytes
+
+    def timing_out(self: BlobDir, name: str, data: bytes) -> None:
+        if name.endswith("metadata.json"):
+            if land:
+                write(self, name, data)
+            raise OSError("Read timeout on endpoint URL")
+        write(self, name, data)
+
+    monkeypatch.setattr(BlobDir, "write_bytes", timing_out)
+
+
+def test_a_metadata_write_that_landed_but_timed_out_saves_the_version_once(
+    store: ModelStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The save raised though its version was complete, and the retry that followed stored a second one.
+    blob = dump_skops(_model())
+    _metadata_writes(monkeypatch, land=True)
+    saved = store.save(_meta(), blob)
+    assert [v.version for v in store.versions()] == [saved.version]
+    assert store.model_bytes(store.get(saved.version)) == blob
+
+
+def test_a_metadata_write_that_did_not_land_still_fails_the_save(
+    store: ModelStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _metadata_writes(monkeypatch, land=False)
+    with pytest.raises(OSError, match="Read timeout"):
+        store.save(_meta(), dump_skops(_model()))
+    assert store.versions() == []
+
+
 def test_interrupted_or_half_written_versions_never_become_champion(store: ModelStore) -> None:
     good = store.save(_meta(), dump_skops(_model()))
     store.set_champion(good.version)

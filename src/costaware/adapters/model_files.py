@@ -140,9 +140,34 @@ def save_files_version(store: ModelStore, meta: ModelVersion, staging: str) -> M
         created_at=meta.created_at or datetime.now(timezone.utc).isoformat(),
     )
     store.blobs.write_bytes(f"{folder}/{stored.model_file}", listing)
-    store.blobs.write_bytes(f"{folder}/metadata.json", _json(stored.to_dict()))
+    write_metadata(store.blobs, folder, _json(stored.to_dict()))
     log.info("saved model version %s (%d files) to %s", stored.version, len(files), store.uri)
     return stored
+
+
+def write_metadata(blobs: BlobDir, folder: str, metadata: bytes) -> None:
+    """Write a version's ``metadata.json``, which completes it; a write that landed but failed counts as done.
+
+    A store that writes and then reports an error (an S3 PUT whose reply timed out) failed the save of a
+    complete version, and the retry that followed stored a second one. The metadata is read back: the same
+    bytes there are this save's own (they name its new version id), so the version is complete.
+    """
+    name = f"{folder}/metadata.json"
+    try:
+        blobs.write_bytes(name, metadata)
+    except OSError as error:
+        try:
+            landed = blobs.read_bytes(name) == metadata
+        except OSError:
+            landed = False
+        if not landed:
+            raise
+        log.warning(
+            "writing %s/%s reported an error (%s), but it landed: the version is complete",
+            blobs.uri,
+            name,
+            error,
+        )
 
 
 def _json(data: Any) -> bytes:

@@ -101,7 +101,7 @@ class ModelStore:
             created_at=meta.created_at or datetime.now(timezone.utc).isoformat(),
         )
         self.blobs.write_bytes(f"{folder}/{stored.model_file}", model)
-        self.blobs.write_bytes(f"{folder}/metadata.json", _json(stored.to_dict()))
+        model_files.write_metadata(self.blobs, folder, _json(stored.to_dict()))
         log.info(
             "saved model version %s (%s, %s) to %s", stored.version, stored.mode, stored.status, self.uri
         )
