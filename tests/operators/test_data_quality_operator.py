@@ -437,6 +437,31 @@ def test_a_whole_data_set_beside_another_with_its_quarantine_beside_them_is_warn
     assert f"quarantine_path {refused}/ is inside {tmp_path}/datasets, which also holds fraud" in caplog.text
 
 
+def test_the_first_dated_batch_of_an_empty_landing_folder_warns_of_a_quarantine_beside_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from costaware.operators.batch_quarantine import check_quarantine_beside_batch_folder
+
+    # Nothing beside landing/2013-01-01/ to tell the layout by: passed in silence, a refused first day moved
+    # to landing/quarantine/ was trained on by readers of landing/ once 2013-01-02/ landed. Not refused: a
+    # good first batch of another layout would fail.
+    (tmp_path / "landing" / "2013-01-01").mkdir(parents=True)
+    (tmp_path / "landing" / "2013-01-01" / "part-0.parquet").write_bytes(b"PAR1")
+    landing, quarantine = tmp_path / "landing", tmp_path / "landing" / "quarantine"
+    with caplog.at_level("WARNING", logger="costaware.operators.batch_quarantine"):
+        assert check_quarantine_beside_batch_folder(f"{landing}/2013-01-01", str(quarantine), {}) is None
+    assert (
+        f"quarantine_path {quarantine} is inside {landing}, which holds no other batch yet to tell "
+        f"whether it is a landing folder: if batches land beside 2013-01-01"
+    ) in caplog.text
+    # A whole data set named otherwise (data/landing/ beside data/refused/) is no series: nothing to say.
+    caplog.clear()
+    (tmp_path / "data" / "landing").mkdir(parents=True)
+    with caplog.at_level("WARNING", logger="costaware.operators.batch_quarantine"):
+        check_quarantine_beside_batch_folder(f"{tmp_path}/data/landing", f"{tmp_path}/data/refused", {})
+    assert caplog.text == ""
+
+
 def test_a_dated_series_beside_an_undated_file_is_still_refused(tmp_path: Path) -> None:
     from costaware.operators.batch_quarantine import check_quarantine_beside_batch_folder
 

@@ -109,6 +109,22 @@ def check_quarantine_beside_batch_folder(
         )
         return
     if beside is None:
+        if _numbered(name):
+            # The first batch of a landing folder has nothing beside it to tell the layout by: refused, a good
+            # first batch of any other layout would fail; passed in silence, a refused one moved here was
+            # trained on by readers of the folder once more batches landed. Said, and refused from then on.
+            log.warning(
+                "quarantine_path %s is inside %s, which holds no other batch yet to tell whether it is a "
+                "landing folder: if batches land beside %s (dated or numbered, as it is), readers of %s "
+                "would still train on a refused batch moved there, and this gate refuses the layout once one "
+                "does; "
+                "give a folder outside %s",
+                quarantine_path,
+                parent,
+                name,
+                parent,
+                parent,
+            )
         return
     if not (_numbered(beside.base_name) and _numbered(name)):
         # datasets/churn/ beside datasets/fraud/: likely other data sets, not one series of dated or numbered
