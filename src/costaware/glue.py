@@ -326,6 +326,26 @@ def try_key(ti: Any) -> tuple[str, str, str, int, int]:
     return (ti.dag_id, ti.run_id, ti.task_id, int(ti.map_index), int(ti.try_number))
 
 
+def first_failed_tasks(ti: Any) -> list[str]:
+    """The tasks of ``ti``'s run that failed first: failed, with no failed task upstream of them.
+
+    A task that runs "all_done" and misses an upstream task's result names these: that upstream task may
+    only have failed for theirs (``upstream_failed``), and its log says nothing. Empty where Airflow cannot
+    say (outside a run, a test's stand-in).
+    """
+    try:
+        crumbs = ti.get_task_breadcrumbs(dag_id=ti.dag_id, run_id=ti.run_id)
+        failed = {c["task_id"] for c in crumbs if str(getattr(c["state"], "value", c["state"])) == "failed"}
+        dag = ti.task.dag
+        return sorted(
+            task_id
+            for task_id in failed
+            if not failed & dag.get_task(task_id).get_flat_relative_ids(upstream=True)
+        )
+    except Exception:  # a pointer for people: the failure it goes into stands without it
+        return []
+
+
 def annotate_task(ti: Any, **fields: Any) -> None:
     """Tell the listener, from inside a running task, what this try really ran on or was.
 

@@ -76,6 +76,39 @@ def test_select_and_best_fail_naming_the_plan_when_it_did_not_finish() -> None:
 
 
 @pytest.mark.parametrize(
+    ("failed", "said"),
+    [
+        # `plan` did not run for `prepare`'s failure: its own log says nothing.
+        (
+            {"prepare": "failed", "spot_window": "upstream_failed", "plan": "upstream_failed"},
+            "(it did not run, as 'prepare' failed first: that log says why)",
+        ),
+        ({"prepare": "success", "spot_window": "success", "plan": "failed"}, "(its log says why)"),
+    ],
+)
+def test_select_and_best_name_the_task_that_failed_first(failed: dict[str, str], said: str) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    dag = DagBag(dag_folder=str(DAG_FILE)).dags["spot_tuning"]
+    upstream_result = runpy.run_path(str(DAG_FILE))["upstream_result"]
+
+    class Run:
+        dag_id, run_id, task = "spot_tuning", "manual__1", dag.get_task("select")
+
+        def xcom_pull(self, *, task_ids: str, key: str) -> Any:
+            return None
+
+        def get_task_breadcrumbs(self, *, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+            return [
+                {"task_id": task_id, "map_index": -1, "state": state} for task_id, state in failed.items()
+            ]
+
+    with pytest.raises(AirflowFailException) as caught:
+        upstream_result(Run(), "plan", "study")
+    assert str(caught.value) == f"'plan' did not finish: nothing to rank, so this run fails with it {said}"
+
+
+@pytest.mark.parametrize(
     ("changes", "message"),
     [
         ({"warmup_epochs": 5, "full_epochs": 3}, "full_epochs 3 must be more than warmup_epochs 5"),

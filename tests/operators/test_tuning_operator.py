@@ -361,6 +361,29 @@ def test_a_run_whose_plan_failed_fails_its_summary_even_when_earlier_runs_left_a
         summary_op.execute({"ti": ti})
 
 
+def test_a_run_whose_plan_did_not_run_names_the_task_that_failed_first(env: Ledger) -> None:
+    # `plan` only failed for an upstream task's failure (upstream_failed), its log empty: the summary's
+    # "see its log" sent people to a task that said nothing.
+    from airflow.providers.standard.operators.empty import EmptyOperator
+
+    plan = _plan()
+    plan.execute({"ti": _ti(plan)})
+    with DAG(DAG_ID, schedule=None) as dag:
+        summary_op = TuningStudySummarizeOperator(task_id="summarize", study_name="s1", trial_task_id="trial")
+        EmptyOperator(task_id="prepare") >> EmptyOperator(task_id="plan") >> EmptyOperator(task_id="trial")
+        dag.get_task("trial") >> summary_op
+    ti = _ti(summary_op)
+    ti.get_task_states = lambda **_: {RUN_ID: {"trial": "upstream_failed"}}
+    ti.get_task_breadcrumbs = lambda **_: [
+        {"task_id": "prepare", "map_index": -1, "state": "failed"},
+        {"task_id": "plan", "map_index": -1, "state": "upstream_failed"},
+    ]
+    with pytest.raises(
+        AirflowFailException, match=r"ran no trial: see the log of 'prepare', the first to fail"
+    ):
+        summary_op.execute({"ti": ti})
+
+
 def test_a_killed_trial_is_resumed_by_its_retry_or_failed_when_its_lease_expires(env: Ledger) -> None:
     plan = _plan()
     plan.execute({"ti": _ti(plan)})

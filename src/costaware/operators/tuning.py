@@ -27,7 +27,7 @@ from costaware.core.errors import ConfigurationError
 from costaware.core.tuning.caps import StopReason
 from costaware.core.tuning.costs import MAX_KEEP_FOR_RETRY_SECONDS
 from costaware.extras import require
-from costaware.glue import DEFAULT_LEDGER_CONN_ID, airflow_errors
+from costaware.glue import DEFAULT_LEDGER_CONN_ID, airflow_errors, first_failed_tasks
 from costaware.importing import split_path
 from costaware.operators.templating import (
     as_written,
@@ -456,9 +456,12 @@ class TuningStudySummarizeOperator(_StudyOperator):
         states = self._trial_task_states(ti)
         if states and all(state == "upstream_failed" for state in states):
             # The plan failed: a study of a name used before would otherwise end green with its old summary.
+            # The plan may only have failed for an upstream task's failure, its log empty: named here.
+            first = first_failed_tasks(ti)
+            where = f"the log of {', '.join(map(repr, first))}, the first to fail" if first else "its log"
             raise AirflowFailException(
                 f"study {summary['study_name']}: the plan task failed or did not run, so this run ran no "
-                "trial: see its log (the summary above is the study as earlier runs left it)"
+                f"trial: see {where} (the summary above is the study as earlier runs left it)"
             )
         failed = sum(1 for state in states if state in ("failed", "upstream_failed")) if best is None else 0
         if failed:
