@@ -98,6 +98,31 @@ def test_a_command_with_metrics_becomes_a_files_version_with_its_metrics(
     assert attempt == {"attempt": 1, "market": "spot", "start": 0, "grace": "110", "every": 300.0}
 
 
+def test_a_retry_after_the_registration_marker_failed_reuses_the_version_stored(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The version was stored and then the write of registered.json failed: the task's retry found no
+    # marker and stored the job's outputs a second time, as a second version.
+    from costaware.adapters.blob_dir import BlobDir
+
+    write = BlobDir.write_bytes
+    failed: list[str] = []
+
+    def marker_fails_once(self: BlobDir, name: str, data: bytes) -> None:
+        if name.endswith("registered.json") and not failed:
+            failed.append(name)
+            raise OSError("Read timeout on endpoint URL")
+        write(self, name, data)
+
+    monkeypatch.setattr(BlobDir, "write_bytes", marker_fails_once)
+    with pytest.raises(OSError, match="Read timeout"):
+        drive(operator(tmp_path, "ok"), context_for())
+    assert failed and len(store(tmp_path).versions()) == 1
+    result, _ = drive(operator(tmp_path, "ok"), context_for(try_number=2))
+    assert [v.version for v in store(tmp_path).versions()] == [result["version"]]
+    assert result["files"] == 2 and not list((tmp_path / "models" / "_staging").rglob("model.txt"))
+
+
 def test_exit_75_resubmits_and_the_next_attempt_resumes_from_the_checkpoint(
     tmp_path: Path, ledger: Any
 ) -> None:

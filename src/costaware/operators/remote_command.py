@@ -20,6 +20,9 @@ from costaware.core.errors import ConfigurationError, ResultMissingError, StoreU
 log = logging.getLogger(__name__)
 
 #: The built-in trainer's arguments, which a command job does not take.
+#: Beside ``registered.json``: the id of the version a registration began to store, written before it.
+REGISTERING_FILE = "registering.json"
+
 TRAINER_ARGUMENTS = (
     "data_path",
     "label_column",
@@ -134,13 +137,14 @@ def register_outputs(
     """Store the succeeded attempt's outputs as a ``files`` version; returns version, metrics and sizes.
 
     Idempotent: the attempt's folder gets ``registered.json`` after the version is complete, so a retry of
-    the task returns the same version instead of storing a second one.
+    the task returns the same version instead of storing a second one; and ``registering.json``, the new
+    version's id, before it is stored, so a retry after a try that failed in between reuses that version.
 
     Raises:
         ConfigurationError: the result is missing or malformed, or the outputs are not a finished upload.
     """
     from costaware.adapters.model_store import ModelStore
-    from costaware.adapters.model_versions import ModelVersion, VersionNotFoundError, new_version_id
+    from costaware.adapters.model_versions import VersionNotFoundError
 
     store = ModelStore.open(str(state["model_store"]), **dict(storage_options))
     folder, attempt, job_id = _attempt_key(state)
@@ -161,6 +165,41 @@ def register_outputs(
     )
     for warning in result.warnings:
         log.warning("costaware-run in job %s: %s", job_id, warning)
+    begun = f"{folder}/{REGISTERING_FILE}"
+    stored = _version_begun_before(store, begun)
+    if stored is None:
+        stored = _store_outputs(store, state, result, usd, begun)
+    done = {"version": stored.version, "files": result.files, "bytes": result.bytes}
+    store.blobs.write_bytes(marker, json.dumps(done).encode())
+    try:  # the version has its own copy now; the staged one only costs storage
+        store.blobs.delete(f"{folder}/{job_contract.OUTPUT_FOLDER}")
+    except OSError as e:
+        log.warning("could not delete the staged outputs %s/%s: %s", store.uri, folder, e)
+    return {**done, "metrics": dict(result.metrics)}
+
+
+def _version_begun_before(store: Any, begun: str) -> Any:
+    """The complete version an earlier try of this registration stored, or None (none, or not complete).
+
+    A try that stored the version and failed before its ``registered.json`` (a store that timed out) left
+    no marker: its retry stored the outputs again, as a second version.
+    """
+    from costaware.adapters.model_versions import IncompleteVersionError, VersionNotFoundError
+
+    try:
+        version = str(json.loads(store.blobs.read_bytes(begun))["version"])
+        found = store.get(version)
+    except (FileNotFoundError, VersionNotFoundError, IncompleteVersionError):
+        return None
+    log.info("model version %s was stored by an earlier try of this registration: reused", version)
+    return found
+
+
+def _store_outputs(store: Any, state: Mapping[str, Any], result: Any, usd: str, begun: str) -> Any:
+    """Store the staged outputs as a new ``files`` version, its id written at ``begun`` first."""
+    from costaware.adapters.model_versions import ModelVersion, new_version_id
+
+    folder, attempt, job_id = _attempt_key(state)
     identity = dict(state["identity"])
     meta = ModelVersion(
         version=new_version_id(),
@@ -176,14 +215,8 @@ def register_outputs(
         cost_usd=usd,
         run={**identity, "job_id": job_id, "attempt": attempt, "checkpoint_step": result.checkpoint_step},
     )
-    stored = store.save_files(meta, f"{folder}/{job_contract.OUTPUT_FOLDER}")
-    done = {"version": stored.version, "files": result.files, "bytes": result.bytes}
-    store.blobs.write_bytes(marker, json.dumps(done).encode())
-    try:  # the version has its own copy now; the staged one only costs storage
-        store.blobs.delete(f"{folder}/{job_contract.OUTPUT_FOLDER}")
-    except OSError as e:
-        log.warning("could not delete the staged outputs %s/%s: %s", store.uri, folder, e)
-    return {**done, "metrics": dict(result.metrics)}
+    store.blobs.write_bytes(begun, json.dumps({"version": meta.version}).encode())
+    return store.save_files(meta, f"{folder}/{job_contract.OUTPUT_FOLDER}")
 
 
 def format_metrics(metrics: Mapping[str, float]) -> str:
