@@ -87,8 +87,8 @@ def test_check_run_conf_refuses_a_param_the_dag_does_not_declare() -> None:
     with pytest.raises(ConfigurationError) as refused:
         check_run_conf({"epoch": 2, "spot_dedline": "x", "zzz": 1}, declared)
     message = str(refused.value)
-    assert "'epoch' (did you mean 'epochs'?)" in message
-    assert "'spot_dedline' (did you mean 'spot_deadline'?)" in message
+    assert "'epoch' (did you mean 'epochs'? 'epochs' kept its default)" in message
+    assert "'spot_dedline' (did you mean 'spot_deadline'? 'spot_deadline' kept its default)" in message
     assert "'zzz'. Its params" in message  # no close name: none offered
     assert "Its params are epochs, script, spot_deadline: fix the name and trigger the run again" in message
 
@@ -108,7 +108,7 @@ def test_own_training_refuses_a_misspelt_param_before_its_spend_gate(
     params = {"backend": "local", "script": str(script), "python": sys.executable, "epoch": 2}
     context = {"params": params, "dag_run": SimpleNamespace(conf={"epoch": 2}), "dag": dag}
     monkeypatch.setitem(prepare.__globals__, "get_current_context", lambda: context)
-    with pytest.raises(AirflowFailException, match=r"'epoch' \(did you mean 'epochs'\?\)"):
+    with pytest.raises(AirflowFailException, match=r"'epoch' \(did you mean 'epochs'\? 'epochs' kept"):
         prepare()
 
 
@@ -128,7 +128,9 @@ def test_a_misspelt_param_fails_the_first_task_without_a_retry(
     land = dag.get_task("land_new_data").python_callable
     context = {"params": {}, "dag_run": SimpleNamespace(conf={"replay_dat": "2013-02-01"}), "dag": dag}
     monkeypatch.setitem(land.__globals__, "get_current_context", lambda: context)
-    with pytest.raises(AirflowFailException, match=r"'replay_dat' \(did you mean 'replay_date'\?\)"):
+    with pytest.raises(
+        AirflowFailException, match=r"'replay_dat' \(did you mean 'replay_date'\? 'replay_date' kept"
+    ):
         land()
 
 

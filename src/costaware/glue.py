@@ -11,12 +11,12 @@ The module imports no Airflow at import time.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from costaware.core.budgets import TAG_NAMES as TAG_NAMES  # re-exported: the listener reads it here
 from costaware.core.errors import BudgetExceededError, ConfigurationError, CrossRegionEgressError
 
 DEFAULT_LEDGER_CONN_ID = "costaware_ledger"
@@ -24,7 +24,6 @@ DEFAULT_LEDGER_CONN_ID = "costaware_ledger"
 DEFAULT_AWS_CONN_ID = "aws_default"
 """The AWS connection that live spot prices use unless told otherwise (Airflow's own default)."""
 
-TAG_NAMES = ("team", "project", "owner")
 ANNOTATION_FIELDS = ("trial", "instance_type", "region", "market", "usd_per_hour", "cause", "note", "tags")
 
 _ANNOTATIONS: dict[tuple[str, str, str, int, int], dict[str, Any]] = {}
@@ -277,48 +276,6 @@ def audit_run_overrides(ledger: Any, dag: Any, dag_run: Any, dag_id: str, run_id
     if record_run_overrides(ledger, target=f"{dag_id}/{run_id}", actor=actor, overrides=changed):
         return changed
     return {}
-
-
-def misspelt_run_params(dag: Any, dag_run: Any) -> list[str]:
-    """Problems of the run's conf keys that name no param of the DAG but look like one (``train_budjet_usd``).
-
-    Airflow passes such a key through unchecked, and the param it meant keeps its default: a typo'd budget
-    reserved the default one. A key like no param is left alone (a DAG may read its own conf keys), and so is
-    a param's name with a word added (``project_id`` beside ``project``) or, for a param that is no amount, a
-    plural (``teams`` beside ``team``): keys of the DAG's own, most likely.
-    """
-    import difflib
-
-    given = dict(getattr(dag_run, "conf", None) or {})
-    params = getattr(dag, "params", None)
-    if not given or params is None:
-        return []
-    names = [str(name) for name in (params.dump() if hasattr(params, "dump") else params)]
-    problems = []
-    for key in sorted(str(k) for k in given if k not in names):
-        close = difflib.get_close_matches(key, names, n=1, cutoff=0.8)
-        if close and not _own_key_beside(key, close[0]):
-            problems.append(
-                f"the run's conf key {key!r} is no param of this DAG: did you mean {close[0]!r}? "
-                f"({close[0]!r} kept its default); trigger the run again with {close[0]!r} (a key of the "
-                "DAG's own this close to a param's name: rename it)"
-            )
-    return problems
-
-
-def _own_key_beside(key: str, param: str) -> bool:
-    """Is ``key``, close to ``param``, most likely a conf key of the DAG's own rather than a typo of it?
-
-    ``project_id`` (a word added) or ``teams`` (a plural): yes. A letter dropped or added at the end
-    (``train_budget_us``, ``train_budget_usdd``, ``project_``) or a name cut short (``train_budget``): a typo.
-    Nothing close to an amount's param (``max_usd_d``, ``train_budget_usd_max``) is left alone: its default
-    would be reserved or capped at.
-    """
-    amount = param.endswith("_usd") or param.startswith("max_") or "budget" in param
-    if amount:
-        return False  # a typo there reserves or caps at the default: never taken for the DAG's own key
-    # A word, not a letter or a bare underscore (project_i, project_ are typos).
-    return re.fullmatch(re.escape(param) + r"(_[a-z][a-z0-9]+)+", key) is not None or key == param + "s"
 
 
 def try_key(ti: Any) -> tuple[str, str, str, int, int]:

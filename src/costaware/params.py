@@ -12,10 +12,11 @@ trigger with such a value before the run starts, naming the param::
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from costaware.core.budgets import TAG_VALUE_PATTERN, TAG_VALUE_RULE
+from costaware.core.run_conf import check_run_conf  # the example DAGs' first task calls it
 
 __all__ = [
     "TAG_VALUE_PATTERN",
@@ -254,30 +255,6 @@ def check_remote_backend(params: Mapping[str, Any], *, job: str, data_root_defau
         )
     if problems:
         raise ConfigurationError(f"the {backend} backend cannot run {job}: " + "; ".join(problems))
-
-
-def check_run_conf(conf: Mapping[str, Any] | None, params: Iterable[str]) -> None:
-    """Refuse a run whose conf names a param the DAG does not declare.
-
-    Airflow merges such a name into the run's params and the run goes on with the default of the param
-    meant: ``-c '{"epoch": 2}'`` trained for the default epochs, and paid for them. A DAG calls this in its
-    first task, ahead of its spend gate.
-
-    Raises:
-        ConfigurationError: naming each unknown name, the declared one closest to it and all of them.
-    """
-    from costaware.core.errors import ConfigurationError, did_you_mean
-    from costaware.glue import TAG_NAMES
-
-    declared = sorted(params)
-    # team, project and owner in the conf tag the run's costs whether the DAG declares them or not.
-    unknown = [name for name in (conf or {}) if name not in declared and name not in TAG_NAMES]
-    if unknown:
-        named = "; ".join(f"{name!r}{did_you_mean(name, declared)}" for name in unknown)
-        raise ConfigurationError(
-            f"the run's conf names a param this DAG does not have: {named}. Its params are "
-            f"{', '.join(declared)}: fix the name and trigger the run again"
-        )
 
 
 def spot_tuning_params(

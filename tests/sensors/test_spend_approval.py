@@ -217,7 +217,7 @@ def test_a_misspelt_param_in_the_run_s_conf_fails_the_gate_before_it_reserves(en
     ctx = {**context(), "dag_run": SimpleNamespace(conf=typo, triggering_user_name="ann")}
     with pytest.raises(
         AirflowFailException,
-        match=r"conf key 'train_budjet_usd' is no param of this DAG: did you mean 'train_budget_usd'\?",
+        match=r"'train_budjet_usd' \(did you mean 'train_budget_usd'\? 'train_budget_usd' kept its default\)",
     ) as refused:
         spend_gate.poke(ctx)
     assert "my_own_key" not in str(refused.value)  # a key like no param is the DAG's own business
@@ -246,11 +246,17 @@ def test_a_misspelt_param_in_the_run_s_conf_fails_the_gate_before_it_reserves(en
     ],
 )
 def test_which_conf_keys_close_to_a_param_are_taken_for_typos(key: str, refused: bool) -> None:
-    from costaware.glue import misspelt_run_params
+    from costaware.core.errors import ConfigurationError
+    from costaware.core.run_conf import check_run_conf
 
-    dag = SimpleNamespace(params={"train_budget_usd": 2.0, "project": "churn", "team": "ml"})
-    problems = misspelt_run_params(dag, SimpleNamespace(conf={key: 1}))
-    assert bool(problems) is refused, problems
+    params = ["train_budget_usd", "project", "team"]
+    if refused:
+        with pytest.raises(ConfigurationError, match=rf"'{key}' \(did you mean"):
+            check_run_conf({key: 1}, params, own_keys=True)
+    else:
+        check_run_conf({key: 1}, params, own_keys=True)  # the gate leaves a key of the DAG's own alone
+        with pytest.raises(ConfigurationError, match=rf"'{key}'\. Its params"):
+            check_run_conf({key: 1}, params)  # an example DAG, which reads none, refuses it
 
 
 def test_a_run_the_gate_refuses_is_audited_too(env_ledger: Ledger) -> None:
@@ -321,3 +327,10 @@ def test_a_request_only_read_only_approvers_could_see_fails_at_once(
         gate(approvers=["nosuchuser", "vic"], deferrable=False).execute(context())
     assert env_ledger.usage("project=churn")[0].reserved_usd == 8  # nothing reserved for them
     assert gate(approvers=["ann", "vic"], estimated_usd="0.5", deferrable=False).execute(context())
+
+
+def test_a_tag_in_the_conf_is_no_typo_of_a_param_beside_it() -> None:
+    # owner in the conf tags the run's costs, declared or not: the gate took it for a typo of 'owners'.
+    from costaware.core.run_conf import check_run_conf
+
+    check_run_conf({"owner": "jane", "team": "ml"}, ["owners", "teams"], own_keys=True)

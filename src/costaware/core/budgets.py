@@ -21,6 +21,8 @@ from costaware.core.windows import zone_name_hint
 #: A tag name (``team``, ``cost-center``): the ledger, the CLI and the Cost page's filters all use this.
 TAG_NAME_PATTERN = r"[A-Za-z][A-Za-z0-9_.-]{0,63}"
 _TAG_KEY = re.compile(rf"^{TAG_NAME_PATTERN}$")
+#: The tags a run's params or conf give every cost it records, declared by the DAG or not.
+TAG_NAMES = ("team", "project", "owner")
 _ALL = "*"
 
 TAG_VALUE_PATTERN = r"^[^,=]*[^,=\s][^,=]*$"

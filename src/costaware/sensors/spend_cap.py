@@ -296,19 +296,19 @@ class SpendCapSensor(BaseSensorOperator):
 
         Then refuse a conf key that is a misspelt param (``train_budjet_usd``), whose default would be used.
         """
-        from costaware.core.errors import ConfigurationError
-        from costaware.glue import audit_run_overrides, misspelt_run_params
+        from costaware.core.run_conf import check_run_conf
+        from costaware.glue import audit_run_overrides
 
         if not self.has_dag():
             return
         ti = context["ti"]
-        changed = audit_run_overrides(ledger, self.dag, context.get("dag_run"), ti.dag_id, ti.run_id)
+        dag_run = context.get("dag_run")
+        changed = audit_run_overrides(ledger, self.dag, dag_run, ti.dag_id, ti.run_id)
         if changed:
             self.log.info("Run params that override the DAG's defaults (audited): %s", changed)
-        problems = misspelt_run_params(self.dag, context.get("dag_run"))
-        if problems:
-            # Before any money is held: the misspelt param's default (a budget, say) is not what was asked.
-            raise ConfigurationError("; ".join(problems))
+        # Before any money is held: a misspelt param's default (a budget, say) is not what was asked. Any DAG
+        # may read conf keys of its own, so only a key that looks like a misspelt param is refused.
+        check_run_conf(getattr(dag_run, "conf", None), self.dag.params or {}, own_keys=True)
 
     def _check_approvers(self) -> None:
         """Fail when none of ``approvers`` could answer the request (no user, or one who may only read)."""

@@ -1,0 +1,69 @@
+"""A run's conf checked against its DAG's params: one rule for the example DAGs' first task and the gate.
+
+Airflow merges a conf key that names no param into the run's params and the run goes on with the default of
+the param meant: ``-c '{"epoch": 2}'`` trained for the default epochs, and paid for them; a misspelt
+``train_budjet_usd`` reserved the default budget.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from costaware.core.budgets import TAG_NAMES
+from costaware.core.errors import ConfigurationError
+
+
+def check_run_conf(conf: Mapping[str, Any] | None, params: Iterable[str], *, own_keys: bool = False) -> None:
+    """Refuse a run whose conf names a param the DAG does not declare.
+
+    ``team``, ``project`` and ``owner`` tag the run's costs whether the DAG declares them or not: always
+    taken. A key that looks like a misspelt param (:func:`param_meant`) is refused, naming the param meant.
+
+    Args:
+        conf: The run's conf (None for a run triggered without one).
+        params: The names of the DAG's params (a ``ParamsDict`` iterates them).
+        own_keys: The DAG may read conf keys of its own (the spend gate, which cannot know): a key like no
+            param is left to it. False (the example DAGs, which read none): every key that names no
+            param is refused.
+
+    Raises:
+        ConfigurationError: naming each refused key, the param it meant where one is close, and all params.
+    """
+    declared = sorted(str(name) for name in params)
+    refused = []
+    for key in sorted(str(name) for name in conf or {}):
+        if key in declared or key in TAG_NAMES:
+            continue
+        meant = param_meant(key, declared)
+        if meant is not None:
+            refused.append(f"{key!r} (did you mean {meant!r}? {meant!r} kept its default)")
+        elif not own_keys:
+            refused.append(repr(key))
+    if refused:
+        own = " (a key of the DAG's own this close to a param's name: rename it)" if own_keys else ""
+        raise ConfigurationError(
+            f"the run's conf names a param this DAG does not have: {'; '.join(refused)}. Its params are "
+            f"{', '.join(declared)}: fix the name and trigger the run again{own}"
+        )
+
+
+def param_meant(key: str, params: Iterable[str]) -> str | None:
+    """The param a conf key that names none is a typo of (``train_budjet_usd``); None when it is like none.
+
+    A key like no param, a param's name with a word added (``project_id`` beside ``project``) or, for a
+    param that is no amount, a plural (``teams`` beside ``team``) is meant as it is. A letter dropped or added
+    at the end (``train_budget_us``, ``project_``) or a name cut short (``train_budget``) is a typo, and so is
+    anything close to an amount's param (``train_budget_usd_max``): its default would be reserved or capped.
+    """
+    close = difflib.get_close_matches(key, list(params), n=1, cutoff=0.8)
+    if not close:
+        return None
+    param = close[0]
+    if param.endswith("_usd") or param.startswith("max_") or "budget" in param:
+        return param
+    # A word, not a letter or a bare underscore (project_i, project_ are typos).
+    own = re.fullmatch(re.escape(param) + r"(_[a-z][a-z0-9]+)+", key) is not None or key == param + "s"
+    return None if own else param
