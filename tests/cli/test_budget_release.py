@@ -176,3 +176,28 @@ def test_a_dag_named_search_keeps_its_task_check() -> None:
     )
     assert task_instance_of("search/manual__1/3/9") is None
     assert search_of("search/ab12cd34/3/9") == "ab12cd34"
+
+
+@pytest.mark.parametrize(
+    "holder",
+    [
+        "d/manual/2026-12-01/train/-1",
+        "d/r/train/3/egress",
+        "search/manual/2026-12-01/train/-1",  # a DAG named search
+        "search/ab12cd34/3/9",
+        "search/ab12cd34/tail",
+        "search/manual/2026-12-01/tail",
+    ],
+)
+def test_the_ledger_and_budget_release_read_a_holder_alike(holder: str) -> None:
+    # Two parsers read holders: a search's rung was DAG 'search' to the ledger, a search's tail whose id
+    # has a '/' was the search's run to the ledger but no search to `budget release`.
+    from costaware.adapters.airflow_tasks import search_of, task_instance_of
+    from costaware.core.ledger import holder_dag_id, holder_run_id
+
+    search, task = search_of(holder), task_instance_of(holder)
+    assert (search is None) is (task is not None), holder
+    if task is not None:
+        assert (holder_dag_id(holder), holder_run_id(holder)) == (task.dag_id, task.run_id)
+    else:
+        assert (holder_dag_id(holder), holder_run_id(holder)) == (None, search)

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from costaware.core.ledger import read_holder
+
 #: A task instance in one of these states ran its last try (or never will): it bills nothing more.
 ENDED_TASK_STATES = frozenset({"success", "failed", "skipped", "upstream_failed", "removed"})
 #: A run in one of these states starts no task: one of its tasks not yet started never will.
@@ -66,63 +68,41 @@ def search_of(holder: str | None) -> str | None:
     """The search id of a ``budgeted_search`` hold (``search/<id>/<trial>/<rung>``, ``search/<id>/tail``).
 
     Such a search runs in a process of its own (a notebook, a task's Python), under an id of its own (not an
-    Airflow run id): no task instance of Airflow's is named by its holder. Trial and rung are whole numbers
-    (a rung is never negative, as a task's unmapped map index -1 is), so a DAG named ``search`` with
-    numeric task ids is all it could be mistaken for. None for a holder of another form.
+    Airflow run id): no task instance of Airflow's is named by its holder. None for a holder of another form
+    (see :func:`~costaware.core.ledger.read_holder`).
     """
-    parts = (holder or "").split("/")
-    if len(parts) < 3 or parts[0] != "search" or not all(parts[1:]):
-        return None
-    if len(parts) == 3 and parts[2] == "tail":
-        return parts[1]
-    if len(parts) >= 4 and parts[-1].isdigit() and parts[-2].isdigit():
-        return "/".join(parts[1:-2])
-    return None
+    key = read_holder(holder)
+    return key.run_id if key is not None and key.search else None
 
 
 def task_instance_of(holder: str | None) -> TaskInstanceKey | None:
-    """The task instance a holder names; None for a hold that names none (reserved from Python, a search's).
-
-    A DAG id and a task id have no ``/``, a run id may (a deployment's ``allowed_run_id_pattern``); a holder
-    may end in a suffix of its own (a data-locality operator's ``.../egress``).
-    """
-    if search_of(holder) is not None:
+    """The task instance a holder names; None for one that names none (reserved from Python, a search's)."""
+    key = read_holder(holder)
+    if key is None or key.dag_id is None or key.task_id is None or key.map_index is None:
         return None  # a search's rung: its trial and rung are no task id and map index
-    parts = (holder or "").split("/")
-    if len(parts) >= 5 and not _is_int(parts[-1]):
-        parts = parts[:-1]
-    if len(parts) < 4 or not _is_int(parts[-1]) or not all(parts[:-1]):
-        return None
-    return TaskInstanceKey(parts[0], "/".join(parts[1:-2]), parts[-2], int(parts[-1]))
+    return TaskInstanceKey(key.dag_id, key.run_id, key.task_id, key.map_index)
 
 
 def holder_kind(holder: str | None) -> str:
     """What a hold's holder names, in the words ``costaware budget holds`` shows beside it.
 
-    Read as ``budget release`` reads it (:func:`search_of`, :func:`task_instance_of`): ``task
+    Read as ``budget release`` reads it (:func:`~costaware.core.ledger.read_holder`): ``task
     (dag/run/task/map)``, ``task egress (dag/run/task/map/egress)`` for a data-locality hold, ``search rung
     (search/id/trial/rung)``, ``search tail (search/id/tail)`` for a search's bookkeeping after its last
     rung, ``none (release by id)`` for a hold reserved from Python without a holder, ``other`` otherwise.
     """
     if not holder:
         return "none (release by id)"
-    if search_of(holder) is not None:
-        if holder.endswith("/tail"):
-            return "search tail (search/id/tail)"
-        return "search rung (search/id/trial/rung)"
-    if task_instance_of(holder) is None:
+    key = read_holder(holder)
+    if key is None:
         return "other"
-    if holder.split("/")[-1] == "egress":
+    if key.search == "tail":
+        return "search tail (search/id/tail)"
+    if key.search == "rung":
+        return "search rung (search/id/trial/rung)"
+    if key.suffix == "egress":
         return "task egress (dag/run/task/map/egress)"
     return "task (dag/run/task/map)"
-
-
-def _is_int(text: str) -> bool:
-    try:
-        int(text)
-    except ValueError:
-        return False
-    return True
 
 
 def task_instance_standing(key: TaskInstanceKey) -> TaskInstanceStanding:

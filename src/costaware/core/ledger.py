@@ -337,31 +337,71 @@ def reservation_holder(dag_id: str, run_id: str, task_id: str, map_index: int = 
     return f"{dag_id}/{run_id}/{task_id}/{map_index}"
 
 
-def holder_run_id(holder: str | None) -> str | None:
-    """The run id in a holder key: :func:`reservation_holder`'s, or a search's ``search/<run>/...``.
+@dataclass(frozen=True)
+class HolderKey:
+    """What a hold's holder key names: a task instance of a DAG run, or a ``budgeted_search``'s rung or tail.
 
-    The forms are ``dag/run/task/map_index`` (a data-locality hold adds ``/egress``),
-    ``search/run/trial/rung`` and ``search/run/tail``. A DAG id has no ``/`` but a run id may, where a
-    deployment's ``allowed_run_id_pattern`` allows it: the run id is all between the first part and the
-    last two (one for a search's tail). None for a holder of another form.
+    ``search`` is set for a search's hold, whose ``run_id`` is the search's own id (no Airflow run id) and
+    which names no DAG, task or map index; ``suffix`` is what a task's holder adds (a data-locality
+    operator's ``egress``).
+    """
+
+    run_id: str
+    dag_id: str | None = None
+    task_id: str | None = None
+    map_index: int | None = None
+    suffix: str | None = None
+    search: str | None = None  # "rung" or "tail"
+
+
+def read_holder(holder: str | None) -> HolderKey | None:
+    """The one reading of a holder key; None for a holder of another form (reserved from Python, say).
+
+    The forms are :func:`reservation_holder`'s ``dag/run/task/map_index`` (a data-locality hold adds
+    ``/egress``), a search's ``search/<id>/<trial>/<rung>`` and ``search/<id>/tail``. A DAG id and a task
+    id have no ``/``, a run id may (a deployment's ``allowed_run_id_pattern``): the run id is all between
+    the first part and the last two (the last one for a search's tail). A search's trial and rung are whole
+    numbers (a rung is never negative, as a task's unmapped map index -1 is), so a DAG named ``search``
+    with numeric task ids is all it could be mistaken for.
     """
     parts = (holder or "").split("/")
-    if parts[-1] == "egress" and len(parts) >= 5:
-        parts = parts[:-1]
-    if parts[0] == "search" and parts[-1] == "tail" and len(parts) >= 3:
-        return "/".join(parts[1:-1])
-    if len(parts) >= 4:
-        return "/".join(parts[1:-2])
-    return parts[1] if len(parts) == 3 else None
+    if len(parts) >= 3 and parts[0] == "search" and all(parts[1:]):
+        if parts[-1] == "tail":
+            return HolderKey(run_id="/".join(parts[1:-1]), search="tail")
+        if len(parts) >= 4 and parts[-1].isdigit() and parts[-2].isdigit():
+            return HolderKey(run_id="/".join(parts[1:-2]), search="rung")
+    suffix = None
+    if len(parts) >= 5 and not _is_int(parts[-1]):
+        suffix = parts.pop()
+    if len(parts) < 4 or not _is_int(parts[-1]) or not all(parts[:-1]):
+        return None
+    return HolderKey(
+        run_id="/".join(parts[1:-2]),
+        dag_id=parts[0],
+        task_id=parts[-2],
+        map_index=int(parts[-1]),
+        suffix=suffix,
+    )
+
+
+def _is_int(text: str) -> bool:
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
+
+
+def holder_run_id(holder: str | None) -> str | None:
+    """The run id in a holder key (a search's id for a search's hold); None for a holder of another form."""
+    key = read_holder(holder)
+    return key.run_id if key is not None else None
 
 
 def holder_dag_id(holder: str | None) -> str | None:
-    """The DAG id in a :func:`reservation_holder` key (``dag/run/task/map_index``); None for another form.
-
-    A DAG id has no ``/``: the first part, also where the run id has one.
-    """
-    parts = (holder or "").split("/")
-    return parts[0] if len(parts) >= 4 and parts[0] else None  # a run id may hold a '/' where allowed
+    """The DAG id in a :func:`reservation_holder` key; None for a search's hold or a holder of other form."""
+    key = read_holder(holder)
+    return key.dag_id if key is not None else None
 
 
 def entry_to_json(entry: LedgerEntry) -> dict[str, object]:
