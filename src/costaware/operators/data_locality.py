@@ -321,17 +321,9 @@ class DataLocalityCheckOperator(BaseOperator):
         total = sum((e.usd for _, e in moving), Decimal(0))
         what = "; ".join(_describe(e) for _, e in moving)
         if self.policy == "block":
-            for i, e in moving:
-                ledger.record(
-                    self._entry(
-                        who,
-                        e,
-                        actual=False,
-                        outcome="blocked",
-                        note="avoided egress, run blocked",
-                        position=i,
-                    )
-                )
+            self._record_moving(
+                ledger, who, moving, actual=False, outcome="blocked", note="avoided egress, run blocked"
+            )
             raise CrossRegionEgressError(
                 f"cross-region egress blocked: {what}. Run the compute in {moving[0][1].placement.region}, "
                 f"configure a replica in {self.compute_region} (replicas=), or set "
@@ -339,12 +331,9 @@ class DataLocalityCheckOperator(BaseOperator):
             )
         if self.policy == "warn":
             self.log.warning("cross-region egress of an estimated $%s: %s", total, what)
-            for i, e in moving:
-                ledger.record(
-                    self._entry(
-                        who, e, actual=True, outcome="warned", note="cross-region egress allowed", position=i
-                    )
-                )
+            self._record_moving(
+                ledger, who, moving, actual=True, outcome="warned", note="cross-region egress allowed"
+            )
             return
         holder = f"{who['dag_id']}/{who['run_id']}/{who['task_id']}/{who['map_index']}/egress"
         if self.budget_scope is not None:  # given (a template may render it empty): refused, not "*"
@@ -363,17 +352,9 @@ class DataLocalityCheckOperator(BaseOperator):
                 purpose=f"cross-region egress ({what})",
             )
         except BudgetExceededError:
-            for i, e in moving:
-                ledger.record(
-                    self._entry(
-                        who,
-                        e,
-                        actual=False,
-                        outcome="blocked",
-                        note="avoided egress, over budget",
-                        position=i,
-                    )
-                )
+            self._record_moving(
+                ledger, who, moving, actual=False, outcome="blocked", note="avoided egress, over budget"
+            )
             raise
         # The position among the moving inputs, as the hold's entries had it before (the same uids).
         for position, (_, e) in enumerate(moving):
@@ -393,6 +374,22 @@ class DataLocalityCheckOperator(BaseOperator):
         self.log.info(
             "reserved and recorded $%s of cross-region egress from budget '%s': %s", total, scope, what
         )
+
+    def _record_moving(
+        self,
+        ledger: Ledger,
+        who: dict[str, Any],
+        moving: list[tuple[int, EgressEstimate]],
+        *,
+        actual: bool,
+        outcome: str,
+        note: str,
+    ) -> None:
+        """Record each cross-region input's estimate with one outcome, at its place among all the inputs."""
+        for position, estimate in moving:
+            ledger.record(
+                self._entry(who, estimate, actual=actual, outcome=outcome, note=note, position=position)
+            )
 
     def _report(self, found: list[tuple[str, EgressEstimate, EgressEstimate | None]]) -> dict[str, Any]:
         rows: list[dict[str, Any]] = []
