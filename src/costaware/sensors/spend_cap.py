@@ -14,7 +14,7 @@ from airflow.sdk.exceptions import (
     AirflowSkipException,
 )
 
-from costaware.core.ledger import utcnow
+from costaware.core.ledger import Reservation, utcnow
 from costaware.glue import DEFAULT_LEDGER_CONN_ID
 from costaware.triggers.budget import BudgetAvailableTrigger
 
@@ -250,13 +250,7 @@ class SpendCapSensor(BaseSensorOperator):
             self._budget_names(ledger, ti, reservation.budgets),
             reservation.id,
         )
-        return {
-            "reservation_id": reservation.id,
-            "usd": str(reservation.usd),
-            "scope": str(reservation.scope),
-            "budgets": list(reservation.budgets),
-            "for_task_id": target,
-        }
+        return _handed_on(reservation, target)
 
     def _check_scope_is_tagged(self, context: Any, target: str) -> None:
         """Refuse a scope the target task's ledger entries will not carry (the budget would not be charged).
@@ -467,14 +461,7 @@ class SpendCapSensor(BaseSensorOperator):
         self.log.warning(
             "%s approved $%s past the cap of %s (reservation %s)", who, usd, self.scope, reservation.id
         )
-        return {
-            "reservation_id": reservation.id,
-            "usd": str(reservation.usd),
-            "scope": str(reservation.scope),
-            "budgets": list(reservation.budgets),
-            "for_task_id": target,
-            "approved_by": who,
-        }
+        return {**_handed_on(reservation, target), "approved_by": who}
 
     def _budget_names(self, ledger: Any, ti: Any, labels: Any) -> str:
         """``project=churn/month (2026-11)``: the names the Cost page and the CLI use."""
@@ -661,3 +648,14 @@ def _check_written(scope: Any, estimated_usd: Any, estimated_gpu_hours: Any) -> 
         parse_usd(estimated_usd, name="estimated_usd")
     if is_literal(estimated_gpu_hours):
         parse_gpu_hours(estimated_gpu_hours, name="estimated_gpu_hours")
+
+
+def _handed_on(reservation: Reservation, target: str) -> dict[str, Any]:
+    """The gate's return value, its XCom: the reservation it made for ``target``."""
+    return {
+        "reservation_id": reservation.id,
+        "usd": str(reservation.usd),
+        "scope": str(reservation.scope),
+        "budgets": list(reservation.budgets),
+        "for_task_id": target,
+    }
