@@ -20,7 +20,7 @@ from costaware.core.errors import (
     LedgerUnavailableError,
     ReservationNotFoundError,
 )
-from costaware.core.ledger import Kind, LedgerEntry
+from costaware.core.ledger import Kind, LedgerEntry, Reservation
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -136,6 +136,33 @@ def test_holder_makes_reserve_idempotent(any_ledger: Ledger) -> None:
     b = any_ledger.reserve("project=churn", "6", holder="d/r/train/-1")
     assert a.id == b.id
     assert any_ledger.usage("project=churn")[0].reserved_usd == 6
+
+
+def test_a_hold_committed_while_a_reserve_waited_for_the_budgets_is_the_one(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two tries of one task at once: the other's hold commits after this reserve looked for one and before
+    # it took the budgets' locks. PostgreSQL only: SQLite serializes the whole reserve.
+    from costaware.adapters.ledger import reservations
+
+    ledger = Ledger.from_url(fresh_postgres_database(postgres_url))
+    ledger.set_budget("project=churn", "month", "10")
+    holder = "d/r1/train/-1"
+    real_applicable = reservations.applicable
+    other: list[Reservation] = []
+
+    def the_other_try_commits_first(*args: object, **kwargs: object) -> object:
+        monkeypatch.setattr(reservations, "applicable", real_applicable)  # the other try's reserve: as it is
+        other.append(ledger.reserve("project=churn", "3", holder=holder))  # on a connection of its own
+        return real_applicable(*args, **kwargs)
+
+    monkeypatch.setattr(reservations, "applicable", the_other_try_commits_first)
+    try:
+        held = ledger.reserve("project=churn", "3", holder=holder)
+        assert held.id == other[0].id
+        assert [r.id for r in ledger.open_reservations()] == [held.id]
+    finally:
+        ledger.dispose()
 
 
 def test_every_covering_budget_is_checked(any_ledger: Ledger) -> None:

@@ -67,11 +67,9 @@ def reserve(
     r, h = schema.reservations, schema.holds
     with ledger.transaction() as conn:
         if holder:
-            existing = conn.execute(
-                select(r.c.id).where(r.c.holder == holder, r.c.status == "open", r.c.expires_at > now)
-            ).first()
-            if existing:
-                return reservation(conn, existing[0])
+            existing = _open_hold_of(conn, holder, now)
+            if existing is not None:
+                return existing
         # The periods at the reservation's own instant: a hold made at a period's last moment is keyed as
         # its created_at says (grow finds its window from it).
         covering = applicable(
@@ -80,11 +78,9 @@ def reserve(
         if holder and not ledger.is_sqlite:
             # Again under the budgets' locks: a reservation for this holder committed while this one
             # waited for them (two tries of one task at once) is the one, not a second hold.
-            existing = conn.execute(
-                select(r.c.id).where(r.c.holder == holder, r.c.status == "open", r.c.expires_at > now)
-            ).first()
-            if existing:
-                return reservation(conn, existing[0])
+            existing = _open_hold_of(conn, holder, now)
+            if existing is not None:
+                return existing
         standing = []
         refusals: list[tuple[Any, BudgetExceededError]] = []
         for budget_id, budget, window in covering:
@@ -150,6 +146,15 @@ def reserve(
         names = ", ".join(f"{b.label} ({w.key})" for _, b, w in covering)  # as BudgetUsage.name
         log.info("reserved %s in %s for %s", format_usd_exact(amount), names, purpose)
         return reservation(conn, reservation_id)
+
+
+def _open_hold_of(conn: Connection, holder: str, now: datetime) -> Reservation | None:
+    """The open, unexpired reservation of ``holder``: a retried task's own, returned instead of a second."""
+    r = schema.reservations
+    found = conn.execute(
+        select(r.c.id).where(r.c.holder == holder, r.c.status == "open", r.c.expires_at > now)
+    ).first()
+    return reservation(conn, found[0]) if found else None
 
 
 def _all_refusals(refusals: list[tuple[Any, BudgetExceededError]]) -> BudgetExceededError:
