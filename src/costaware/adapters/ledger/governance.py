@@ -25,7 +25,7 @@ from costaware.adapters.ledger.queries import scope_conditions
 from costaware.core.budget_forecast import SpendForecast, forecast_spend, outlooks_from
 from costaware.core.budgets import Budget, Period, PeriodWindow, Scope, period_window
 from costaware.core.errors import ConfigurationError
-from costaware.core.ledger import BudgetUsage, utcnow
+from costaware.core.ledger import BudgetUsage, read_holder, utcnow
 from costaware.core.money import from_micros
 
 RECENT_RUNS = 10
@@ -192,25 +192,24 @@ def budget_dags(ledger: LedgerDatabase, budget: Budget) -> set[str]:
         return {row[0] for row in conn.execute(query)}
 
 
-def holder_dag_id(holder: str) -> str:
+def _holding_dag(holder: str) -> str:
     """Who holds a reservation, by its holder key: the DAG of ``dag/run/task/map_index`` (``.../egress``).
 
     A ``budgeted_search``'s hold (``search/<id>/<trial>/<rung>``, ``search/<id>/tail``) names no DAG: it is
     ``search <id>``, which no DAG id can be (it has a space), so no reader is taken for a DAG named
-    ``search``, and a budget it holds money in stays shown only to those who may read every DAG.
+    ``search``, and a budget it holds money in stays shown only to those who may read every DAG. A holder
+    of another form counts as its first part.
     """
-    from costaware.adapters.airflow_tasks import search_of
-
-    search = search_of(holder)
-    if search is not None:
-        return f"search {search}"
+    key = read_holder(holder)
+    if key is not None and key.search:
+        return f"search {key.run_id}"
     return holder.split("/", 1)[0]
 
 
 def holding_dags(ledger: LedgerDatabase, budget: Budget | None = None) -> set[str]:
     """The DAGs whose reservations hold money now (in ``budget``, or in any); a hold with no holder: none.
 
-    A running search counts as ``search <id>`` (see :func:`holder_dag_id`).
+    A running search counts as ``search <id>`` (see :func:`_holding_dag`).
     """
     b, h, r = schema.budgets, schema.holds, schema.reservations
     query = (
@@ -222,7 +221,7 @@ def holding_dags(ledger: LedgerDatabase, budget: Budget | None = None) -> set[st
     if budget is not None:
         query = query.where(b.c.scope == str(budget.scope), b.c.period == budget.period.value)
     with ledger.reading() as conn:
-        return {holder_dag_id(row[0]) for row in conn.execute(query)}
+        return {_holding_dag(row[0]) for row in conn.execute(query)}
 
 
 def _gate_scopes(ledger: LedgerDatabase) -> list[tuple[str, Scope]]:
