@@ -155,6 +155,7 @@ def test_a_retry_after_a_failed_settle_records_the_transfer_once(
 ) -> None:
     # The retry got the same open hold back and wrote a second "allowed" entry: $2 spent for one transfer.
     from costaware.core.errors import LedgerUnavailableError
+    from costaware.core.ledger import read_holder
 
     ledger_conn.set_budget("project=flights", "month", "1.00")
     usd = expected_usd("eu-west-1", "us-east-1")
@@ -168,6 +169,9 @@ def test_a_retry_after_a_failed_settle_records_the_transfer_once(
     op = check({"flights": f"s3://{buckets['eu']}/flights"}, policy="allow_within_budget")
     with pytest.raises(Exception, match="server closed the connection"):
         op.execute(CONTEXT)
+    [hold] = ledger_conn.open_reservations()  # the retry finds it by its holder: its task's, egress
+    key = read_holder(hold.holder)
+    assert key is not None and (key.task_id, key.suffix) == (op.task_id, "egress"), hold.holder
     op.execute(CONTEXT)  # the retry
     [entry] = ledger_conn.entries()
     assert (entry["outcome"], entry["usd"]) == ("allowed", usd)

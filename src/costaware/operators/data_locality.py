@@ -335,7 +335,11 @@ class DataLocalityCheckOperator(BaseOperator):
                 ledger, who, moving, actual=True, outcome="warned", note="cross-region egress allowed"
             )
             return
-        holder = f"{who['dag_id']}/{who['run_id']}/{who['task_id']}/{who['map_index']}/egress"
+        from costaware.core.ledger import reservation_holder
+
+        # The task's holder with the suffix that core.ledger.read_holder knows as a data-locality hold.
+        task_holder = reservation_holder(who["dag_id"], who["run_id"], who["task_id"], who["map_index"])
+        holder = f"{task_holder}/egress"
         if self.budget_scope is not None:  # given (a template may render it empty): refused, not "*"
             from costaware.core.budgets import Scope
 
