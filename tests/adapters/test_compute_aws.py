@@ -1016,3 +1016,33 @@ def test_a_copy_already_stopped_is_not_sent_its_stop_again(monkeypatch: pytest.M
     unstopped = {"jobId": "c2", "jobName": "n", "status": "RUNNING", "tags": {batch.COPY_OF_TAG: "j"}}
     assert backend._stop_copies("j", [stopped, unstopped]) == ["c2"]
     assert sent == ["c2"]
+
+
+def test_a_sagemaker_job_found_by_its_name_says_when_it_was_created_and_started(aws: str) -> None:
+    # A retry that cannot poll the job it follows bills it from these, not from its own re-attach.
+    backend = sagemaker_backend()
+    spot = request()
+    backend.submit(spot)
+    described = aws_client("sagemaker", aws).describe_training_job(TrainingJobName=spot.job_name)
+    found = backend.find(spot.job_name)
+    assert found is not None and found.job_id == spot.job_name
+    assert found.created_at == described["CreationTime"].timestamp()
+    started = described.get("TrainingStartTime")
+    assert found.started_at == (started.timestamp() if started else None)
+    assert found.running_since == (found.started_at or found.created_at)
+    assert backend.find("no-such-job") is None
+
+
+def test_a_batch_job_found_by_its_name_says_when_it_was_created_and_started(
+    aws: str, batch_queues: dict[str, str]
+) -> None:
+    backend = open_backend("batch", {**batch_queues, "aws_conn_id": "moto_aws"})
+    spot = request(instance_type="m5.large")
+    job_id = backend.submit(spot)
+    described = aws_client("batch", aws).describe_jobs(jobs=[job_id])["jobs"][0]
+    found = backend.find(spot.job_name)
+    assert found is not None and found.job_id == job_id
+    assert found.created_at == described["createdAt"] / 1000  # epoch ms in Batch's answers
+    started = described.get("startedAt")
+    assert found.started_at == (started / 1000 if started else None)
+    assert backend.find("no-such-job") is None

@@ -574,3 +574,21 @@ def test_a_pod_on_a_node_unreachable_too_long_is_deleted_at_the_poll(monkeypatch
     assert (polled.state, polled.instance_type, api.deleted) == (JobState.RUNNING, "g5.xlarge", [])
     monkeypatch.setattr(kubernetes, "utcnow", lambda: tainted_at.replace(minute=10))
     assert backend.poll("p").state == JobState.INTERRUPTED and api.deleted == ["p"]
+
+
+def test_a_pod_found_by_its_name_says_when_it_was_created_and_started(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A retry that cannot poll the pod it follows bills it from these, not from its own re-attach.
+    backend = open_backend("kubernetes", {"image": "costaware:1", "namespace": "ml"})
+    pod = _pod("Running", startTime="2026-01-01T00:00:05Z")
+    pod["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+    monkeypatch.setattr(backend, "_api", lambda: _OnePodApi(pod))
+    found = backend.find("p")
+    assert found is not None and found.job_id == "p"
+    assert found.started_at == datetime(2026, 1, 1, 0, 0, 5, tzinfo=timezone.utc).timestamp()
+    assert found.created_at == datetime(2026, 1, 1, tzinfo=timezone.utc).timestamp()
+    del pod["status"]["startTime"]  # not started by a kubelet yet: from its creation
+    assert backend.find("p").running_since == found.created_at  # type: ignore[union-attr]
+    monkeypatch.setattr(backend, "_api", lambda: _PodGoneApi(404))
+    assert backend.find("p") is None

@@ -520,3 +520,21 @@ def test_kubernetes_zones_a_node_selector_pin_excludes_are_refused_before_any_jo
         require_zone_placement("kubernetes", ["us-east-1a", "us-east-1b"], pinned)
     require_zone_placement("kubernetes", ["us-east-1a"], pinned)
     require_zone_placement("kubernetes", ["us-east-1a", "us-east-1b"], {"image": "i"})
+
+
+def test_a_local_job_found_by_its_name_says_when_it_was_submitted_and_started(tmp_path: Path) -> None:
+    # A retry that cannot poll the job it follows bills it from these, not from its own re-attach.
+    import json
+    import os
+
+    backend = LocalBackend(root=str(tmp_path / "jobs"))
+    folder = tmp_path / "jobs" / "train-a1"
+    folder.mkdir(parents=True)
+    (folder / "request.json").write_text(json.dumps({"market": "spot", "instance_type": "m5.large"}))
+    os.utime(folder / "request.json", (1_700_000_000.0, 1_700_000_000.0))
+    found = backend.find("train-a1")
+    assert found is not None and (found.started_at, found.created_at) == (None, 1_700_000_000.0)
+    (folder / "started").write_text("1700000060.5")
+    found = backend.find("train-a1")
+    assert found is not None and found.running_since == found.started_at == 1_700_000_060.5
+    assert backend.find("train-a2") is None

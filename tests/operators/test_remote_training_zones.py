@@ -24,6 +24,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 from remote_support import TRAINING, context_for, drive, local_operator_args, write_data
 
+from costaware.adapters.compute.base import FoundJob
 from costaware.adapters.compute.local import LocalBackend
 from costaware.adapters.compute.replay import PreemptionInjector
 from costaware.core.errors import ConfigurationError
@@ -1191,7 +1192,7 @@ def test_a_followed_job_is_stopped_at_what_is_left_of_the_cap_now(
     running = {"job_id": name, "market": "spot", "instance_type": "p3.2xlarge"}
     answers = [JobStatus(state=JobState.RUNNING, billable_seconds=100.0, **running)]
     stops: list[str] = []
-    monkeypatch.setattr(LocalBackend, "find", lambda self, job: name if job == name else None)
+    monkeypatch.setattr(LocalBackend, "find", lambda self, job: FoundJob(name) if job == name else None)
     monkeypatch.setattr(LocalBackend, "poll", lambda self, job_id: answers.pop(0))
     monkeypatch.setattr(LocalBackend, "submit", lambda self, request: request.job_name)  # found: kept
     monkeypatch.setattr(LocalBackend, "stop", lambda self, job_id: stops.append(job_id))
@@ -1393,7 +1394,7 @@ def test_a_followed_job_with_nothing_left_of_the_cap_is_stopped_while_it_waits_t
     waiting = JobStatus(job_id=name, state=JobState.PENDING, market="spot", instance_type="p3.2xlarge")
     answers = [waiting, waiting]
     stops: list[str] = []
-    monkeypatch.setattr(LocalBackend, "find", lambda self, job: name if job == name else None)
+    monkeypatch.setattr(LocalBackend, "find", lambda self, job: FoundJob(name) if job == name else None)
     monkeypatch.setattr(LocalBackend, "poll", lambda self, job_id: answers.pop(0))
     monkeypatch.setattr(LocalBackend, "submit", lambda self, request: request.job_name)  # found: kept
     monkeypatch.setattr(LocalBackend, "stop", lambda self, job_id: stops.append(job_id))
@@ -1444,7 +1445,7 @@ def test_a_followed_job_the_wait_never_saw_is_billed_with_what_it_ran_before_the
             raise answer
         return answer
 
-    monkeypatch.setattr(LocalBackend, "find", lambda self, job: name if job == name else None)
+    monkeypatch.setattr(LocalBackend, "find", lambda self, job: FoundJob(name) if job == name else None)
     monkeypatch.setattr(LocalBackend, "poll", poll)
     monkeypatch.setattr(LocalBackend, "submit", lambda self, request: request.job_name)  # found: kept
     monkeypatch.setattr(LocalBackend, "stop", lambda self, job_id: stops.append(job_id))
@@ -1491,8 +1492,8 @@ def test_a_retry_reads_an_earlier_tries_job_again_where_its_first_poll_fails(
     class Backend:
         name = "batch"
 
-        def find(self, job_name: str) -> str:
-            return "train-a1"
+        def find(self, job_name: str) -> FoundJob:
+            return FoundJob("train-a1")
 
         def poll(self, job_id: str) -> Any:
             answer = answers.pop(0)
@@ -1526,8 +1527,8 @@ def test_a_retry_reads_an_earlier_tries_job_once_where_the_read_is_refused(
         name = "batch"
         polls = 0
 
-        def find(self, job_name: str) -> str:
-            return "train-a1"
+        def find(self, job_name: str) -> FoundJob:
+            return FoundJob("train-a1")
 
         def poll(self, job_id: str) -> Any:
             self.polls += 1
@@ -1541,3 +1542,55 @@ def test_a_retry_reads_an_earlier_tries_job_once_where_the_read_is_refused(
     assert unread is not None and unread.state == JobState.PENDING
     assert backend.polls == 1
     assert capsys.readouterr().out.count("cannot be read now") == 1
+
+
+@pytest.mark.parametrize(("started", "created"), [(7200.0, 7500.0), (None, 7500.0)])
+def test_a_followed_job_unread_at_the_re_attach_is_billed_from_its_start_where_the_wait_never_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, started: float | None, created: float
+) -> None:
+    # Each poll of the re-attach failed (throttling): the job was followed as waiting with 0 s run, and a
+    # wait that never read it (gone later) billed it from the re-attach: its 2 h, earlier try unbilled.
+    from costaware.core.errors import ComputeBackendError, JobNotFoundError
+    from costaware.operators import remote_attempts
+    from costaware.training.attempt_effects import stop_seconds
+    from costaware.training.remote import job_name
+    from costaware.triggers.remote_training import RemoteTrainingJobTrigger
+
+    now = datetime(2026, 11, 30, 12, tzinfo=timezone.utc)
+    monkeypatch.setattr(remote_attempts, "utcnow", lambda: now)
+    monkeypatch.setattr(time, "sleep", lambda seconds: None)
+    op = operator(tmp_path, max_usd="10")
+    op._retry = True  # as execute sets it on try 2
+    state = op._start(context_for(try_number=2))
+    name = job_name(state.plan.base_name, 1)
+    found = FoundJob(
+        name,
+        started_at=None if started is None else now.timestamp() - started,
+        created_at=now.timestamp() - created,
+    )
+    answers: list[Any] = [ComputeBackendError("ThrottlingException")] * 4
+    stops: list[str] = []
+
+    def poll(self: LocalBackend, job_id: str) -> Any:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(LocalBackend, "find", lambda self, job: found if job == name else None)
+    monkeypatch.setattr(LocalBackend, "poll", poll)
+    monkeypatch.setattr(LocalBackend, "submit", lambda self, request: request.job_name)  # found: kept
+    monkeypatch.setattr(LocalBackend, "stop", lambda self, job_id: stops.append(job_id))
+    followed = op._submit(state, "spot")
+    assert answers == []  # every read of the re-attach failed
+    watch = RemoteTrainingJobTrigger(
+        backend="local", backend_options=op.backend_options, job_id=name, state=followed.to_json()
+    )
+    answers.extend([JobNotFoundError("404")] * 2)
+    assert watch.poll_once(now + timedelta(seconds=100)) is None  # not listed yet: a listing that lags
+    event = watch.poll_once(now + timedelta(seconds=700))
+    assert event is not None and event["job"]["state"] == "interrupted"
+    # From its start (its creation where the backend gives no start), and its grace period after the stop.
+    since = created if started is None else started
+    assert event["job"]["billable_seconds"] == since + 700.0 + stop_seconds(followed)
+    assert stops == [name]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timezone
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -85,6 +85,7 @@ class RemoteAttemptSteps(AttemptBilling):
 
         ``market_reason``: why on-demand, where a rule chose it (kept on the attempt, in its ledger note).
         """
+        from costaware.adapters.compute.base import billed_instances
         from costaware.core.money import format_usd_exact
         from costaware.core.zone_choice import region_of
         from costaware.training.attempt_effects import (
@@ -103,7 +104,11 @@ class RemoteAttemptSteps(AttemptBilling):
         plan = state.plan
         backend = self._backend(plan)
         # A retry follows the job an earlier try submitted under this attempt's name, where it runs.
-        followed = self._earlier_job(backend, job_name(plan.base_name, state.next_attempt))
+        followed = self._earlier_job(
+            backend,
+            job_name(plan.base_name, state.next_attempt),
+            instances=billed_instances(plan.backend_options),
+        )
         found_at = utcnow()
         following = followed is not None
         zone, moved = "", None
@@ -242,14 +247,14 @@ class RemoteAttemptSteps(AttemptBilling):
             return self._live
         state, name, market, zone, submitted_at, moved = self._submitting
         try:
-            job_id = self._backend(state.plan).find(name)
+            found = self._backend(state.plan).find(name)
         except Exception as e:  # best effort: the task's own failure is what it reports
             self.log.warning("cannot tell whether job %s was submitted: %s", name, e)
             return None
-        if job_id is None:
+        if found is None:
             return None
         return state.submitted(
-            job_id=job_id, market=market, zone=zone, submitted_at=submitted_at, moved_bytes=moved
+            job_id=found.job_id, market=market, zone=zone, submitted_at=submitted_at, moved_bytes=moved
         )
 
     def _follow(
@@ -279,21 +284,23 @@ class RemoteAttemptSteps(AttemptBilling):
         )
         return state, market, zone, market_reason, moved
 
-    def _earlier_job(self, backend: ComputeBackend, name: str) -> JobStatus | None:
+    def _earlier_job(self, backend: ComputeBackend, name: str, *, instances: int = 1) -> JobStatus | None:
         """The job an earlier try of this task submitted as ``name``, as the backend sees it now (IO).
 
         None on a first try (nothing to follow), and where the backend has no such job. A job found that
         cannot be read now says neither market nor zone: it is taken on the market asked for, in the plan's
-        first zone.
+        first zone, as waiting with the time since its start (or creation) billed, where its backend's
+        listing says when that was: a wait that never reads it bills what it ran under the earlier try.
         """
         from costaware.adapters.compute.base import JobState, JobStatus
         from costaware.core.errors import ConfigurationError
 
         if not self._retry:
             return None
-        job_id = backend.find(name)
-        if job_id is None:
+        found = backend.find(name)
+        if found is None:
             return None
+        job_id = found.job_id
         import time
 
         for wait in (*EARLIER_JOB_POLL_WAITS_SECONDS, None):
@@ -309,16 +316,30 @@ class RemoteAttemptSteps(AttemptBilling):
                     )
                     time.sleep(wait)
                     continue
-                self.log.warning(
-                    "job %s of an earlier try cannot be read now (%s): market and zone unknown, and what it "
-                    "ran under that try is billed only once the wait reads it; if the task ends before "
-                    "then, check the job's run time on the %s backend against its ledger entry",
-                    job_id,
-                    e,
-                    backend.name,
-                )
+                since = found.running_since
+                if since is None:
+                    self.log.warning(
+                        "job %s of an earlier try cannot be read now (%s): market and zone unknown, and what "
+                        "it ran under that try is billed only once the wait reads it; if the task ends "
+                        "before then, check the job's run time on the %s backend against its ledger entry",
+                        job_id,
+                        e,
+                        backend.name,
+                    )
+                else:
+                    self.log.warning(
+                        "job %s of an earlier try cannot be read now (%s): market and zone unknown; if the "
+                        "wait never reads it, it is billed from its %s at %s",
+                        job_id,
+                        e,
+                        "start" if found.started_at is not None else "creation",
+                        datetime.fromtimestamp(since, timezone.utc).isoformat(timespec="seconds"),
+                    )
                 break  # the last read, or a configuration error that fails the same way each time
-        return JobStatus(job_id=job_id, state=JobState.PENDING)
+        since = found.running_since
+        # Its run up to now on each instance, the most it can have run under the earlier try.
+        ran = 0.0 if since is None else max(0.0, utcnow().timestamp() - since) * instances
+        return JobStatus(job_id=job_id, state=JobState.PENDING, billable_seconds=ran)
 
     def _moved_bytes(self, state: AttemptState, *, following: bool = False) -> int:
         """What an attempt reads across regions where it runs in another: the data and the checkpoint (IO).

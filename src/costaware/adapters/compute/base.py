@@ -583,6 +583,25 @@ class JobStatus:
         return cls(**values)
 
 
+@dataclass(frozen=True, slots=True)
+class FoundJob:
+    """A job ``find`` found under its name: its id and, where the backend reports them, when it began.
+
+    ``started_at``: when it started running, ``created_at``: when the backend took it (epoch seconds; None
+    where the backend does not say). A retry that cannot poll the job it follows bills it from them, not
+    from the retry's re-attach: what it ran under the earlier try is never lost.
+    """
+
+    job_id: str
+    started_at: float | None = None
+    created_at: float | None = None
+
+    @property
+    def running_since(self) -> float | None:
+        """The earliest it can have started running: its start, else its creation (never less than it ran)."""
+        return self.started_at if self.started_at is not None else self.created_at
+
+
 def with_copies_run_out(status: JobStatus) -> JobStatus:
     """``status`` billed with what its copies may still run (``COPY_SECONDS_LEFT``), where it holds that.
 
@@ -662,8 +681,8 @@ class ComputeBackend(Protocol):
         """Start the job (or find the one already started under this name); returns its id."""
         ...
 
-    def find(self, job_name: str) -> str | None:
-        """The id of a job already submitted under ``job_name`` (an earlier try's), or None."""
+    def find(self, job_name: str) -> FoundJob | None:
+        """The job already submitted under ``job_name`` (an earlier try's), with when it began, or None."""
         ...
 
     def poll(self, job_id: str) -> JobStatus:

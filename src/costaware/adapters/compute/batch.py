@@ -39,6 +39,7 @@ from costaware.adapters.compute.aws_errors import aws_error
 from costaware.adapters.compute.base import (
     COPY_SECONDS_BY_TYPE,
     COPY_SECONDS_LEFT,
+    FoundJob,
     JobRequest,
     JobState,
     JobStatus,
@@ -415,12 +416,21 @@ class BatchBackend:
 
         return BatchClientHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name).client
 
-    def find(self, job_name: str) -> str | None:
+    def find(self, job_name: str) -> FoundJob | None:
         found = self._found_in(job_name)
-        return found[0] if found is not None else None
+        if found is None:
+            return None
+        summary = found[2]
+        # ListJobs' summary holds createdAt and startedAt (epoch ms): no DescribeJobs needed for them.
+        started, created = summary.get("startedAt"), summary.get("createdAt")
+        return FoundJob(
+            job_id=str(summary["jobId"]),
+            started_at=int(started) / 1000 if started else None,
+            created_at=int(created) / 1000 if created else None,
+        )
 
-    def _found_in(self, job_name: str) -> tuple[str, str] | None:
-        """The id and queue of the job submitted under ``job_name`` before (idempotent submit), or None.
+    def _found_in(self, job_name: str) -> tuple[str, str, dict[str, Any]] | None:
+        """The id, queue and ``ListJobs`` summary of the job submitted under ``job_name`` before, or None.
 
         The newest where Batch took several (see :meth:`_end_duplicates`).
 
@@ -446,7 +456,7 @@ class BatchBackend:
             named = [j for j in response.get("jobSummaryList", []) if j.get("jobName") == job_name]
             if named:
                 newest = max(named, key=lambda j: int(j.get("createdAt") or 0))
-                return str(newest["jobId"]), queue
+                return str(newest["jobId"]), queue, dict(newest)
         return None
 
     def _active(self, name: str) -> list[dict[str, Any]]:

@@ -29,6 +29,7 @@ from typing import Any
 
 from costaware.adapters.compute.base import (
     MARKETS,
+    FoundJob,
     JobRequest,
     JobState,
     JobStatus,
@@ -539,14 +540,22 @@ class KubernetesBackend:
             raise ComputeBackendError(f"cannot create pod {request.job_name!r}: {e}") from e
         return request.job_name
 
-    def find(self, job_name: str) -> str | None:
+    def find(self, job_name: str) -> FoundJob | None:
+        api = self._api()
         try:
-            self._api().read_namespaced_pod(job_name, self.namespace)
+            pod = api.api_client.sanitize_for_serialization(api.read_namespaced_pod(job_name, self.namespace))
         except Exception as e:
             if getattr(e, "status", None) == 404:
                 return None
             raise ComputeBackendError(f"cannot read pod {job_name!r}: {e}") from e
-        return job_name
+        # The kubelet's start of the pod (before its image pull: never less than it ran), else its creation.
+        started = _instant((pod.get("status") or {}).get("startTime"))
+        created = _instant((pod.get("metadata") or {}).get("creationTimestamp"))
+        return FoundJob(
+            job_id=job_name,
+            started_at=started.timestamp() if started else None,
+            created_at=created.timestamp() if created else None,
+        )
 
     def poll(self, job_id: str) -> JobStatus:
         api = self._api()

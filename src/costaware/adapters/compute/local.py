@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from costaware.adapters.compute import job_contract
-from costaware.adapters.compute.base import JobRequest, JobState, JobStatus
+from costaware.adapters.compute.base import FoundJob, JobRequest, JobState, JobStatus
 from costaware.core.errors import ComputeBackendError, ConfigurationError
 from costaware.core.ledger import clipped_note
 from costaware.settings import default_store
@@ -225,8 +225,19 @@ class LocalBackend:
             raise ComputeBackendError(f"cannot start local job {request.job_name!r}: {e}") from e
         return request.job_name
 
-    def find(self, job_name: str) -> str | None:
-        return job_name if self._dir(job_name).exists() else None
+    def find(self, job_name: str) -> FoundJob | None:
+        folder = self._dir(job_name)
+        if not folder.exists():
+            return None
+        try:
+            started: float | None = float((folder / "started").read_text())
+        except (FileNotFoundError, ValueError):
+            started = None  # not started yet (or an older release's empty file)
+        try:
+            created: float | None = (folder / "request.json").stat().st_mtime  # written at the submit
+        except FileNotFoundError:
+            created = None
+        return FoundJob(job_id=job_name, started_at=started, created_at=created)
 
     def _request(self, folder: Path) -> dict[str, Any]:
         try:

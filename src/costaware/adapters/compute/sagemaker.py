@@ -24,6 +24,7 @@ from typing import Any
 from costaware.adapters.compute.aws_errors import aws_error, error_code
 from costaware.adapters.compute.base import (
     BILLED_AT_ON_DEMAND,
+    FoundJob,
     JobRequest,
     JobState,
     JobStatus,
@@ -314,8 +315,15 @@ class SageMakerBackend:
         except Exception:
             return False
 
-    def find(self, job_name: str) -> str | None:
-        return job_name if self._describe(job_name) is not None else None
+    def find(self, job_name: str) -> FoundJob | None:
+        job = self._describe(job_name)
+        if job is None:
+            return None
+        return FoundJob(
+            job_id=job_name,
+            started_at=_epoch_seconds(job.get("TrainingStartTime")),
+            created_at=_epoch_seconds(job.get("CreationTime")),
+        )
 
     def poll(self, job_id: str) -> JobStatus:
         job = self._describe(job_id)
