@@ -613,3 +613,39 @@ def test_a_batch_job_billed_as_gone_bills_and_stops_its_copies_too(
     assert job["billable_seconds"] == own + stop_seconds(state) + 5000 + 2330
     assert COPY_SECONDS_LEFT not in job["metrics"]
     assert job["metrics"]["batch_copy_seconds_by_type"] == {"g5.xlarge": 7330.0}
+
+
+@pytest.mark.parametrize(("seen_run", "cause"), [(2500.0, "preemption"), (3000.0, "max_usd")])
+def test_a_job_billed_as_gone_past_its_cap_stop_is_a_preemption_unless_it_was_seen_to_reach_it(
+    monkeypatch: pytest.MonkeyPatch, seen_run: float, cause: str
+) -> None:
+    # Billed up to the poll that took it as gone, a Batch job last seen 500 s short of its stop at the cap
+    # was billed past it: recorded as stopped by max_usd, its reclaim was no preemption for the next attempt.
+    from datetime import datetime, timedelta, timezone
+
+    from attempt_states import CAPTURED  # tests/support/
+
+    import costaware.adapters.compute.base as compute
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.core.errors import JobNotFoundError
+    from costaware.training.attempts import AttemptState, JobEnded, next_step
+    from costaware.training.plan import RemotePlan
+    from costaware.triggers.remote_training import NOT_LISTED_GRACE_SECONDS
+
+    t0 = datetime(2026, 11, 26, 9, tzinfo=timezone.utc)
+    plan = RemotePlan.from_json({**CAPTURED, "backend": "batch", "backend_options": {}})
+    state = AttemptState(plan=plan).submitted(
+        job_id="j", market="spot", submitted_at=t0.isoformat(), stop_after_seconds=3000
+    )
+    running = JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=seen_run)
+    listing = _Listing([running, *[JobNotFoundError("DescribeJobs does not list it")] * 2])
+    monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
+    watch = RemoteTrainingJobTrigger(backend="batch", backend_options={}, job_id="j", state=state.to_json())
+    seen = t0 + timedelta(seconds=seen_run + 60)
+    assert watch.poll_once(seen) is None
+    assert watch.poll_once(seen + timedelta(seconds=10)) is None  # one DescribeJobs missed it
+    event = watch.poll_once(seen + timedelta(seconds=NOT_LISTED_GRACE_SECONDS))
+    assert event is not None and event["job"]["billable_seconds"] > 3000  # the most it may have run
+    now = seen + timedelta(seconds=NOT_LISTED_GRACE_SECONDS)
+    step = next_step(state, JobEnded(job=event["job"]), now, max_attempts=10, latest_resume=None)
+    assert step.record_cause == cause  # type: ignore[union-attr]

@@ -172,7 +172,7 @@ def vanished_job_status(
                 f"{backend} has not listed the job in the {unlisted_for:.0f} s since it was last seen, at "
                 f"{seen_at.isoformat()}: taken as gone, billed up to now"
             )
-        return _ended_by_now(seen, seen_at, now=now, instances=instances, reason=reason)
+        return _seen_run(seen, _ended_by_now(seen, seen_at, now=now, instances=instances, reason=reason))
     submitted = current.get("submitted_at")
     if not submitted:
         return None
@@ -187,7 +187,20 @@ def vanished_job_status(
         "the backend no longer has the job, and it was not seen here: billed from its submit up to now, "
         "the most it can have run"
     )
-    return _ended_by_now(unseen, submitted_at, now=now, instances=instances, reason=reason)
+    return _seen_run(unseen, _ended_by_now(unseen, submitted_at, now=now, instances=instances, reason=reason))
+
+
+def _seen_run(seen: Any, gone: Any) -> Any:
+    """``gone`` (billed the most it may have run) with what ``seen`` surely ran: not a stop at the cap (pure).
+
+    Its bill may reach the stop that ``max_usd`` set though nothing stopped it there: recorded as stopped
+    at the cap, a reclaimed job was no preemption to the ledger, the zone choice or the restart guard.
+    """
+    from dataclasses import replace
+
+    from costaware.adapters.compute.base import SEEN_BILLABLE_SECONDS
+
+    return replace(gone, metrics={**gone.metrics, SEEN_BILLABLE_SECONDS: seen.billable_seconds})
 
 
 def price_event(

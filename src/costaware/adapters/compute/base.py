@@ -74,6 +74,10 @@ COPY_SECONDS_LEFT = "batch_copy_seconds_left"
 #: A ``JobStatus.metrics`` key: true where its billed seconds are priced at the on-demand rate though the
 #: job ran on spot (SageMaker managed spot's billable time, which holds the spot saving already).
 BILLED_AT_ON_DEMAND = "billed_at_on_demand"
+#: A ``JobStatus.metrics`` key of a job billed as gone (its backend no longer lists it) without a poll of its
+#: end: the billed seconds it was last seen at, what it surely ran; its ``billable_seconds`` are the most it
+#: may have run, time it may never have run included.
+SEEN_BILLABLE_SECONDS = "seen_billable_seconds"
 
 
 @dataclass(frozen=True, slots=True)
