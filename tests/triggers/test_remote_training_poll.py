@@ -649,3 +649,44 @@ def test_a_job_billed_as_gone_past_its_cap_stop_is_a_preemption_unless_it_was_se
     now = seen + timedelta(seconds=NOT_LISTED_GRACE_SECONDS)
     step = next_step(state, JobEnded(job=event["job"]), now, max_attempts=10, latest_resume=None)
     assert step.record_cause == cause  # type: ignore[union-attr]
+
+
+def test_a_job_stopped_at_the_cap_while_not_listed_and_then_gone_ends_stopped_at_the_cap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Stopped by its id at the cap while DescribeJobs missed it, then billed as gone 600 s later: it ended
+    # interrupted (a preemption) and was billed up to then, ~600 s past the stop its grace period bounds.
+    from datetime import datetime, timedelta, timezone
+
+    from attempt_states import CAPTURED  # tests/support/
+
+    import costaware.adapters.compute.base as compute
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.core.errors import JobNotFoundError
+    from costaware.training.attempt_effects import stop_seconds
+    from costaware.training.attempts import AttemptState, JobEnded, next_step
+    from costaware.training.plan import RemotePlan
+    from costaware.triggers.remote_training import NOT_LISTED_GRACE_SECONDS
+
+    t0 = datetime(2026, 11, 26, 9, tzinfo=timezone.utc)
+    plan = RemotePlan.from_json({**CAPTURED, "backend": "batch", "backend_options": {}})
+    state = AttemptState(plan=plan).submitted(
+        job_id="j", market="spot", submitted_at=t0.isoformat(), stop_after_seconds=600, stop_by_poll=True
+    )
+    due = JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=590.0)
+    listing = _Listing([due, *[JobNotFoundError("DescribeJobs lags")] * 3])
+    monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
+    watch = RemoteTrainingJobTrigger(
+        backend="batch", backend_options={}, job_id="j", state=state.to_json(), poll_interval=300
+    )
+    seen = t0 + timedelta(seconds=600)
+    assert watch.poll_tolerant(seen) is None and watch.next_poll_in() == 10.0
+    assert watch.poll_tolerant(seen + timedelta(seconds=10)) is None and listing.stops == ["j"]  # by its id
+    assert watch.poll_tolerant(seen + timedelta(seconds=300)) is None  # not listed yet
+    now = seen + timedelta(seconds=NOT_LISTED_GRACE_SECONDS)
+    event = watch.poll_tolerant(now)
+    assert event is not None and listing.stops == ["j"]  # stopped once
+    # To its grace period's end after the stop, not up to the poll that took it as gone.
+    assert event["job"]["billable_seconds"] == 590.0 + 10 + stop_seconds(state)
+    step = next_step(state, JobEnded(job=event["job"]), now, max_attempts=10, latest_resume=None)
+    assert step.record_cause == "max_usd"  # type: ignore[union-attr]

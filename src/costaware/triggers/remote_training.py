@@ -371,6 +371,10 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         #: it (stopped once).
         self._other_type_limit: tuple[str, int | None] | None = None
         self._stopped_for_cap: str | None = None
+        #: The poll under way, and the one that sent the stop at the cap: a job gone after that stop is
+        #: billed to its grace period's end after it.
+        self._polled_at: datetime | None = None
+        self._cap_stopped_at: datetime | None = None
         #: How many more seconds of running the job has, at the last poll, before a stop at the cap is due
         #: (None: none is due): the next poll comes then, not up to a ``poll_interval`` later.
         self._cap_stop_due_in: float | None = None
@@ -413,6 +417,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             assert self.price_watch is not None  # checked in __init__
             return watch_event(self.price_watch, self.state, now=now)
         due_before, self._cap_stop_due_in = self._cap_stop_due_in, None  # worked out again from this poll
+        self._polled_at = now
         if self._first_poll_at is None:
             self._first_poll_at = now
         try:
@@ -443,8 +448,11 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                     self.log.info(f"job %s is {said}: polled again", self.job_id, self.backend)
                     self._stop_unlisted_at_cap(due_before)
                     return None
-                self.log.warning("job %s on %s: %s", self.job_id, self.backend, status.reason)
-                status = self._billed_as_gone(status, stop_sent=self._stop_unlisted(now, status))
+                if self._stopped_for_cap == self.job_id and self._cap_stopped_at is not None:
+                    status = self._gone_after_cap_stop(status, now=now, instances=count)
+                else:
+                    self.log.warning("job %s on %s: %s", self.job_id, self.backend, status.reason)
+                    status = self._billed_as_gone(status, stop_sent=self._stop_unlisted(now, status))
         except Exception:
             self._keep_cap_stop_due(due_before)  # a poll that failed sends no stop: asked again soon
             self._last_poll_failed = True
@@ -593,6 +601,35 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             replace(status, billable_seconds=own + copy_seconds, reason=status.reason + more)
         )
 
+    def _gone_after_cap_stop(self, status: Any, *, now: datetime, instances: int) -> Any:
+        """``status`` (billed as gone up to ``now``) of a job this wait stopped at the cap before it went.
+
+        The stop went through: it ran to its grace period's end after the stop at the latest, and ended
+        stopped by ``max_usd`` as the cap's other stops do (billed up to now, it was an interruption billed
+        up to ``NOT_LISTED_GRACE_SECONDS`` past the stop).
+        """
+        from dataclasses import replace
+
+        from costaware.adapters.compute.base import with_copies_run_out
+        from costaware.training.attempt_effects import stop_seconds
+        from costaware.training.attempts import AttemptState
+
+        stopped_at = self._cap_stopped_at
+        if self._last_seen is None or stopped_at is None:
+            return with_copies_run_out(status)
+        seen, seen_at = self._last_seen
+        end = now
+        if self.state.get("backend") and self.state.get("current"):  # a plan to size the grace period by
+            end = min(now, stopped_at + timedelta(seconds=stop_seconds(AttemptState.from_json(self.state))))
+        billed = seen.billable_seconds + instances * max(0.0, (end - seen_at).total_seconds())
+        reason = (
+            f"stopped at what was left of max_usd at {stopped_at.isoformat()}; {self.backend} has not listed "
+            "it since: billed to the end of its grace period after the stop"
+        )
+        self.log.warning("job %s on %s: %s", self.job_id, self.backend, reason)
+        ended = replace(status, billable_seconds=billed, ended_at=end.timestamp(), reason=reason)
+        return with_copies_run_out(ended)
+
     def next_poll_in(self) -> float:
         """Seconds to wait before the next poll: ``poll_interval``, or less where a stop at the cap falls due.
 
@@ -621,6 +658,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             )
             return False
         self._stopped_for_cap, self._cap_stop_retries = job_id, 0
+        self._cap_stopped_at = self._polled_at
         return True
 
     def _retry_cap_stop(self) -> None:
