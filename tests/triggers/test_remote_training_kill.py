@@ -1220,3 +1220,47 @@ def test_a_killed_batch_job_describejobs_misses_is_billed_as_gone_to_its_latest_
     assert (ended, own_end) == (False, False)  # keyed by name: a cleared try following it bills it once
     own = job_seconds_left(plan, submitted, "spot") if stop_fails else 3600
     assert job["billable_seconds"] == own + stop_seconds(state)
+
+
+def test_a_killed_job_describejobs_misses_is_billed_from_the_status_the_wait_saw_last_not_its_submit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Missed at the kill, a job the wait had seen running 1000 s after it queued 2000 s was billed from its
+    # submit as if it had run all along: 3600 s and its grace period, where it can have run 1600 s.
+    from datetime import datetime, timedelta, timezone
+
+    from attempt_states import CAPTURED  # tests/support/
+
+    import costaware.adapters.compute.base as compute
+    import costaware.triggers.remote_training as remote_trigger
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.core.errors import JobNotFoundError
+    from costaware.training.attempt_effects import stop_seconds
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan
+
+    now = datetime(2026, 11, 26, 10, tzinfo=timezone.utc)
+    submitted = now - timedelta(seconds=3600)
+    seen = JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=1000.0)
+    answers: list[Any] = [seen, JobNotFoundError("DescribeJobs does not list it")]
+    stops: list[str] = []
+
+    class Lagging:
+        def poll(self, job_id: str) -> Any:
+            answer = answers.pop(0)
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+
+        def stop(self, job_id: str) -> None:
+            stops.append(job_id)
+
+    monkeypatch.setattr(compute, "open_backend", lambda name, options: Lagging())
+    monkeypatch.setattr(remote_trigger, "utcnow", lambda: now)
+    plan = RemotePlan.from_json({**CAPTURED, "backend": "batch", "backend_options": {}})
+    state = AttemptState(plan=plan).submitted(job_id="j", market="spot", submitted_at=submitted.isoformat())
+    trigger = RemoteTrainingJobTrigger(backend="batch", backend_options={}, job_id="j", state=state.to_json())
+    assert trigger.poll_once(now - timedelta(seconds=600)) is None  # seen running, 1000 s in
+    job, ended, own_end = trigger._stop_job(state, wait_seconds=0, poll_seconds=0)
+    assert job is not None and stops == ["j"] and (ended, own_end) == (False, False)
+    assert job["billable_seconds"] == 1000 + 600 + stop_seconds(state)

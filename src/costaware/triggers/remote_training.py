@@ -1119,7 +1119,9 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         try:
             status = backend.poll(self.job_id)
         except JobNotFoundError:
-            if not stopped:  # gone before we stopped it (a drain deleted the pod): billed from its submit
+            if (
+                not stopped
+            ):  # gone before we stopped it (a drain deleted the pod): billed from its last status
                 stop_sent = True
                 try:
                     # Or not listed yet (a Batch job just submitted): it may start still, so stopped all
@@ -1133,7 +1135,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 vanished = vanished_job_status(
                     self.job_id,
                     state.to_json(),
-                    last_seen=None,
+                    last_seen=self._last_seen,  # from its submit, it was billed time it may have queued
                     now=utcnow(),
                     instances=count,
                     listed_grace=0,
