@@ -1583,6 +1583,9 @@ def test_a_followed_job_unread_at_the_re_attach_is_billed_from_its_start_where_t
     monkeypatch.setattr(LocalBackend, "stop", lambda self, job_id: stops.append(job_id))
     followed = op._submit(state, "spot")
     assert answers == []  # every read of the re-attach failed
+    # Its submit under the earlier try, where its time limit runs from (a stop that fails bills it to there).
+    assert followed.current is not None and followed.current.followed is not None
+    assert followed.current.followed["created_at"] == (now - timedelta(seconds=created)).isoformat()
     watch = RemoteTrainingJobTrigger(
         backend="local", backend_options=op.backend_options, job_id=name, state=followed.to_json()
     )

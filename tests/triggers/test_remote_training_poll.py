@@ -690,3 +690,46 @@ def test_a_job_stopped_at_the_cap_while_not_listed_and_then_gone_ends_stopped_at
     assert event["job"]["billable_seconds"] == 590.0 + 10 + stop_seconds(state)
     step = next_step(state, JobEnded(job=event["job"]), now, max_attempts=10, latest_resume=None)
     assert step.record_cause == "max_usd"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("created_known", [True, False], ids=["created", "no creation time"])
+def test_a_followed_job_gone_whose_stop_fails_is_billed_to_the_limit_its_own_submit_gave_it(
+    monkeypatch: pytest.MonkeyPatch, created_known: bool
+) -> None:
+    # Its limit was worked out from this try's re-attach: a spot job's limit runs to the deadline from its
+    # submit, 2 h earlier under the earlier try, so 2 h of the run it may go on to were billed to nobody.
+    from datetime import timedelta
+
+    from attempt_states import CAPTURED  # tests/support/
+
+    import costaware.adapters.compute.base as compute
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.core.errors import JobNotFoundError
+    from costaware.training.attempt_effects import stop_seconds
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan, job_seconds_left
+    from costaware.triggers.remote_training import NOT_LISTED_GRACE_SECONDS
+
+    plan = RemotePlan.from_json({**CAPTURED, "backend": "batch", "backend_options": {}})
+    assert plan.deadline is not None
+    reattach = plan.deadline - timedelta(hours=4)
+    created = reattach - timedelta(hours=2)
+    # Found running 7000 s in (queued 200 s first): read at the re-attach, or billed from its start.
+    found = JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=7000.0)
+    followed = {"job": found.to_dict(), "seen_at": reattach.isoformat()}
+    if created_known:
+        followed["created_at"] = created.isoformat()
+    state = AttemptState(plan=plan).submitted(
+        job_id="j", market="spot", submitted_at=reattach.isoformat(), followed=followed
+    )
+    listing = _FailingStops([JobNotFoundError("DescribeJobs does not list it")] * 2)
+    monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
+    watch = RemoteTrainingJobTrigger(backend="batch", backend_options={}, job_id="j", state=state.to_json())
+    assert watch.poll_once(reattach + timedelta(seconds=10)) is None  # not listed yet
+    event = watch.poll_once(reattach + timedelta(seconds=NOT_LISTED_GRACE_SECONDS + 10))
+    assert event is not None and listing.stops == ["j"]
+    # From its submit where the backend said when that was, else from its start (at most its queue later).
+    since = created if created_known else reattach - timedelta(seconds=7000)
+    limit = job_seconds_left(plan, since, "spot")
+    assert event["job"]["billable_seconds"] == limit + stop_seconds(state)
+    assert f"billed to its time limit ({limit} s)" in event["job"]["reason"]

@@ -55,6 +55,7 @@ class RemoteAttemptSteps(AttemptBilling):
     # failure inside the submit (an execution_timeout) may come after the backend took the job.
     _submitting: tuple[AttemptState, str, str, str, str, int] | None = None
     _retry = False  # a later try of the task: its submits may find the jobs an earlier try submitted
+    _earlier_created_at: float | None = None  # when the job _earlier_job found last was created (epoch s)
     poll_interval: float
     budget_scope: str | None
     ledger_conn_id: str
@@ -181,7 +182,7 @@ class RemoteAttemptSteps(AttemptBilling):
             submitted_at=submitted_at.isoformat(),
             moved_bytes=moved,
             # What it ran before this try: a job the wait never sees is billed from it, not from now.
-            followed={"job": followed.to_dict(), "seen_at": found_at.isoformat()} if followed else None,
+            followed=self._followed_record(followed, found_at),
         )
         self._live, self._submitting = submitted, None  # one step: never neither while the job runs
         self.log.info(
@@ -284,6 +285,20 @@ class RemoteAttemptSteps(AttemptBilling):
         )
         return state, market, zone, market_reason, moved
 
+    def _followed_record(self, followed: JobStatus | None, found_at: datetime) -> dict[str, Any] | None:
+        """What a followed job's attempt keeps of it (``Current.followed``): its status, and its submit.
+
+        Its submit (the backend's creation time, where :meth:`_earlier_job` found it) is where the time limit
+        the earlier try gave it runs from: a stop that fails bills it to there.
+        """
+        if followed is None:
+            return None
+        record: dict[str, Any] = {"job": followed.to_dict(), "seen_at": found_at.isoformat()}
+        created = self._earlier_created_at
+        if created is not None:
+            record["created_at"] = datetime.fromtimestamp(created, timezone.utc).isoformat()
+        return record
+
     def _earlier_job(self, backend: ComputeBackend, name: str, *, instances: int = 1) -> JobStatus | None:
         """The job an earlier try of this task submitted as ``name``, as the backend sees it now (IO).
 
@@ -298,6 +313,7 @@ class RemoteAttemptSteps(AttemptBilling):
         if not self._retry:
             return None
         found = backend.find(name)
+        self._earlier_created_at = found.created_at if found is not None else None
         if found is None:
             return None
         job_id = found.job_id

@@ -590,6 +590,16 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         # The limit it was given at its submit (what max_usd left binds it where the backend holds it).
         submitted = state.current.submitted_at
         start = parse_instant(submitted, name="submitted_at") if submitted else utcnow()
+        followed = state.current.followed
+        if followed:
+            # An earlier try's job: submitted then, not at this try's re-attach (from there, a spot job's
+            # limit to the deadline was short by its whole earlier run). Where the backend gave no creation
+            # time, from its start as found, at most its queue later.
+            if followed.get("created_at"):
+                start = parse_instant(followed["created_at"], name="created_at")
+            else:
+                ran = float(followed["job"].get("billable_seconds") or 0) / count
+                start = parse_instant(followed["seen_at"], name="seen_at") - timedelta(seconds=ran)
         limit = float(job_seconds_left(state.plan, start, state.current.market))
         if state.current.stop_after_seconds is not None and not state.current.stop_by_poll:
             limit = min(limit, float(state.current.stop_after_seconds))
