@@ -610,3 +610,65 @@ def test_the_json_api_link_answers_for_the_filters_the_page_took(
     assert answer.status_code == 200, answer.text
     card = page.text[page.text.index("Spent") :]
     assert format_usd_exact(Decimal(answer.json()["usd"])) in card[:200]  # the figure the page shows
+
+
+@pytest.mark.parametrize(
+    ("path", "params", "said"),
+    [
+        (
+            "/api/summary",
+            {"days": "abc"},
+            "days: 'abc' is not a whole number from 1 to 366: give one in that range, or leave days out for "
+            "the default 30",
+        ),
+        ("/api/daily", {"days": "0"}, "days: '0' is not a whole number from 1 to 366"),
+        (
+            "/api/spend",
+            {"limit": "0"},
+            "limit: '0' is not a whole number from 1 to 10000: give one in that range, or leave limit out",
+        ),
+        ("/api/top-tries", {"limit": "1000"}, "limit: '1000' is not a whole number from 1 to 100"),
+        ("/api/gates", {"limit": "1.5"}, "limit: '1.5' is not a whole number from 1 to 500"),
+        (
+            "/api/efficiency",
+            {"runs_per_month": "x"},
+            "runs_per_month: 'x' is not a number from 0 to 100000: give one in that range",
+        ),
+        (
+            "/api/spend",
+            {"days": "999", "limit": "x"},
+            "days: '999' is not a whole number from 1 to 366: give one in that range, or leave days out for "
+            "the default 30; limit: 'x' is not a whole number from 1 to 10000",
+        ),
+    ],
+)
+def test_a_bad_number_is_answered_in_the_same_shape_as_the_other_filters(
+    client: TestClient, path: str, params: dict[str, str], said: str
+) -> None:
+    # days and limit came as pydantic's list ("Input should be greater than or equal to 1"), the other
+    # filters as one line: a client had to read two shapes, and the list named no range.
+    response = client.get(path, params=params)
+    assert response.status_code == 422
+    detail = response.json()["detail"]
+    assert isinstance(detail, str) and detail.startswith(said), detail
+
+
+def test_every_json_route_documents_the_422_it_answers(client: TestClient) -> None:
+    schema = client.get("/openapi.json").json()
+    components = schema["components"]["schemas"]
+    json_routes = {path: methods for path, methods in schema["paths"].items() if path.startswith("/api/")}
+    assert len(json_routes) >= 8
+    for path, methods in json_routes.items():
+        for method, operation in methods.items():
+            ref = operation["responses"]["422"]["content"]["application/json"]["schema"]["$ref"]
+            detail = components[ref.rsplit("/", 1)[-1]]["properties"]["detail"]
+            if method == "get":
+                assert detail["type"] == "string", (path, detail)  # the shape every bad parameter gets
+                for parameter in operation.get("parameters", []):
+                    declared = parameter["schema"]
+                    kind = declared.get("type") or declared.get("anyOf", [{}])[0].get("type")
+                    if kind in ("integer", "number"):
+                        answer = client.get(path, params={parameter["name"]: "x"})
+                        assert answer.status_code == 422 and isinstance(answer.json()["detail"], str), path
+            else:  # a bad body is still FastAPI's list of fields, or one line
+                assert "anyOf" in detail, (path, detail)

@@ -19,7 +19,7 @@ from costaware.plugins.ui.datamodels.budgets import (
     Gate,
     Gates,
 )
-from costaware.plugins.ui.datamodels.common import ERRORS
+from costaware.plugins.ui.datamodels.common import BAD_BODY, ERRORS
 from costaware.plugins.ui.datamodels.reports import (
     Daily,
     DailyPoint,
@@ -112,7 +112,11 @@ def budgets_for(readable: frozenset[str] | None, dag_id: str | None, scope: str)
     return budget_views(open_ledger(), AirflowSchedule(), readable=readable, dag_id=dag_id, scope=scope)
 
 
-@router.post("/budgets", summary="Create or change a budget (needs the budget permission); audited")
+@router.post(
+    "/budgets",
+    summary="Create or change a budget (needs the budget permission); audited",
+    responses=BAD_BODY,
+)
 def api_set_budget(change: BudgetChange, user: User) -> BudgetSet:
     """Create or change a budget; 403 without the permission. The audit trail records who and the caps."""
     from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser

@@ -9,19 +9,21 @@ the JSON routes answer 401. The routes live in ``api.py`` and ``efficiency.py`` 
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, get_args
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from costaware.plugins.ui import api, efficiency, page
 from costaware.plugins.ui.deps import require_login
+from costaware.plugins.ui.filters import number_problem
 from costaware.plugins.ui.page import cost_page
 
 __all__ = ["cost_app"]
@@ -77,7 +79,10 @@ async def login_or_error(request: Request, exc: StarletteHTTPException) -> Respo
 
 @cost_app.exception_handler(RequestValidationError)
 async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
-    """FastAPI's 422, with inputs JSON cannot hold written as text.
+    """FastAPI's 422: bad query parameters in one line of words; a bad body as FastAPI's list.
+
+    A query parameter's error names it, its value and what to give, as the API's own checks of the other
+    filters do. In a body's list, inputs JSON cannot hold are written as text.
 
     A JSON number too large for a float (``1e400``) arrives as ``inf``, which the default answer echoed and
     could not encode: the client got a 500.
@@ -92,8 +97,59 @@ async def invalid_request(request: Request, exc: RequestValidationError) -> Resp
             return [safe(v) for v in value]
         return value
 
-    errors = jsonable_encoder([safe(error) for error in exc.errors()])
-    return JSONResponse(status_code=422, content={"detail": errors})
+    errors = exc.errors()
+    if errors and all(error["loc"][:1] == ("query",) for error in errors):
+        # One line naming each bad parameter, as the API's other filters answer (dag_id, scope, since).
+        route = request.scope.get("route")
+        detail = "; ".join(query_problem(error, route) for error in errors)
+        return JSONResponse(status_code=422, content={"detail": detail})
+    return JSONResponse(status_code=422, content={"detail": jsonable_encoder([safe(e) for e in errors])})
+
+
+#: pydantic's error types for a number that does not parse or is out of its parameter's bounds.
+_NUMBER_ERRORS = frozenset(
+    {
+        "int_parsing",
+        "int_from_float",
+        "float_parsing",
+        "finite_number",
+        "greater_than",
+        "greater_than_equal",
+        "less_than",
+        "less_than_equal",
+    }
+)
+
+
+def query_problem(error: Mapping[str, Any], route: Any) -> str:
+    """What pydantic's ``error`` about a query parameter of ``route`` means, said as for the other filters."""
+    name = str(error["loc"][-1])
+    field = _query_field(route, name)
+    if field is None or error["type"] not in _NUMBER_ERRORS:
+        return f"{name}: {error.get('input')!r} is not valid: {error['msg']}"
+    info = field.field_info
+    annotation = info.annotation
+    return number_problem(
+        name,
+        error.get("input"),
+        whole=int in (annotation, *get_args(annotation)),
+        # Query(ge=, le=) is kept as annotated_types' Ge and Le in the field's metadata.
+        low=next((m.ge for m in info.metadata if hasattr(m, "ge")), None),
+        high=next((m.le for m in info.metadata if hasattr(m, "le")), None),
+        default=info.default,
+    )
+
+
+def _query_field(route: Any, name: str) -> Any:
+    """The declaration of ``route``'s query parameter ``name``, in its dependencies too; None if none."""
+    pending = [route.dependant] if isinstance(route, APIRoute) else []
+    while pending:
+        dependant = pending.pop()
+        for field in dependant.query_params:
+            if field.name == name:
+                return field
+        pending.extend(dependant.dependencies)
+    return None
 
 
 @cost_app.get("/openapi.json", include_in_schema=False)

@@ -95,6 +95,21 @@ def group_by_problem(group_by: str) -> str | None:
     )
 
 
+def number_problem(
+    name: str, value: object, *, whole: bool, low: object, high: object, default: object
+) -> str:
+    """What is wrong with ``value`` for the numeric query parameter ``name``, in the API's words.
+
+    pydantic's own 422 (``Input should be greater than or equal to 1``) came as a list beside this API's one
+    line for the other filters, and named neither the range nor what to give.
+    """
+    kind = "a whole number" if whole else "a number"
+    bounds = f" from {low} to {high}" if low is not None and high is not None else ""
+    leave = f"leave {name} out for the default {default}" if default is not None else f"leave {name} out"
+    give = "give one in that range" if bounds else "give one"
+    return f"{name}: {value!r} is not {kind}{bounds}: {give}, or {leave}"
+
+
 def checked_dag_id(
     # Checked by dag_id_problem, whose 422 names the value: the pattern's own error showed only the regex.
     dag_id: Annotated[

@@ -24,16 +24,30 @@ class Problem(BaseModel):
     detail: str
 
 
+class BadQuery(BaseModel):
+    """A bad query parameter (422): one line naming each bad parameter, its value and what to give."""
+
+    detail: str = Field(
+        description="e.g. \"days: '0' is not a whole number from 1 to 366: give one in that range, or leave "
+        "days out for the default 30\"; several bad parameters are joined with '; '."
+    )
+
+
 class BadRequest(BaseModel):
-    """A bad filter or body (422): one readable message, or FastAPI's list of the fields that are wrong."""
+    """A bad body (422): one readable message, or FastAPI's list of the fields that are wrong."""
 
     detail: str | list[dict[str, Any]]
 
+
+#: The answer of a route with a body (``POST /budgets``) to a bad one, in place of :data:`ERRORS`' 422.
+BAD_BODY: dict[int | str, dict[str, Any]] = {
+    422: {"model": BadRequest, "description": "A body field that is not valid: which and why."},
+}
 
 #: The answers every route may give besides its own (documented in the OpenAPI page).
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": Problem, "description": "Not logged in to Airflow (no token, or an expired one)."},
     403: {"model": Problem, "description": "Logged in, but not allowed."},
-    422: {"model": BadRequest, "description": "A filter or field that is not valid: which and why."},
+    422: {"model": BadQuery, "description": "A bad query parameter: which, its value, what to give."},
     503: {"model": Problem, "description": "The ledger cannot be read now (the reason is logged)."},
 }
