@@ -249,6 +249,20 @@ def test_a_grouping_by_a_tag_no_entry_has_says_so_on_the_page(client: TestClient
     assert "no entry in this report has the tag" not in client.get("/", params={"group_by": "tag:team"}).text
 
 
+@pytest.mark.parametrize("path", ["/api/spend", "/api/daily"])
+def test_a_grouping_by_a_tag_no_entry_has_says_so_in_the_api(client: TestClient, path: str) -> None:
+    # The page and `costaware report` said so; the API answered one "(none)" group of every dollar, no word.
+    answer = client.get(path, params={"group_by": "tag:proj"}).json()
+    groups = {row["group"] for row in answer["rows" if path == "/api/spend" else "points"]}
+    assert groups == {"(none)"}
+    assert answer["note"] == (
+        "no entry in this report has the tag 'proj': check its spelling (tags on the ledger's newest "
+        "entries: project, team)"
+    )
+    assert client.get(path, params={"group_by": "tag:team"}).json()["note"] is None
+    assert client.get(path, params={"group_by": "task"}).json()["note"] is None
+
+
 def test_openapi_lists_the_routes(client: TestClient) -> None:
     paths = client.get("/openapi.json").json()["paths"]
     assert {"/api/summary", "/api/spend", "/api/daily", "/api/budgets", "/api/top-tries", "/"} <= set(paths)

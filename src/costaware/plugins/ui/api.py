@@ -35,6 +35,8 @@ from costaware.plugins.ui.deps import Limit, Readable, ReportFilters, User, guar
 from costaware.plugins.ui.filters import DagId, GroupBy, ScopeQ, scope_problem
 
 if TYPE_CHECKING:
+    from costaware.adapters.ledger.reports import Filters
+    from costaware.adapters.ledger.store import Ledger
     from costaware.adapters.ledger.views import BudgetView
     from costaware.core.budgets import Budget
 
@@ -59,12 +61,14 @@ def api_spend(filters: ReportFilters, group_by: GroupBy, limit: Limit = None) ->
     from costaware.adapters.ledger.reports import top_groups
     from costaware.adapters.ledger.views import spend_by
 
-    rows = guard(lambda: spend_by(open_ledger(), filters, group_by))
+    ledger = guard(open_ledger)
+    rows = guard(lambda: spend_by(ledger, filters, group_by))
     shown, rest = top_groups(rows, limit) if limit else (rows, None)
     other = None
     if rest is not None:
         other = SpendRest(**SpendRow.of(rest).model_dump(), groups=len(rows) - len(shown))
-    return Spend(group_by=group_by, rows=[SpendRow.of(r) for r in shown], other=other)
+    note = grouping_note(ledger, filters, group_by, [r.group for r in rows])
+    return Spend(group_by=group_by, rows=[SpendRow.of(r) for r in shown], other=other, note=note)
 
 
 @router.get("/daily", summary="Actual spend per UTC day and group")
@@ -72,7 +76,9 @@ def api_daily(filters: ReportFilters, group_by: GroupBy, limit: Limit = None) ->
     """Actual spend per UTC day and group, for charts; with ``limit``, the other groups summed per day."""
     from costaware.adapters.ledger.reports import daily_spend, fold_daily, other_label
 
-    points = guard(lambda: daily_spend(open_ledger(), filters, group_by))
+    ledger = guard(open_ledger)
+    points = guard(lambda: daily_spend(ledger, filters, group_by))
+    note = grouping_note(ledger, filters, group_by, [group for _, group, _ in points])
     folded = 0
     if limit:
         points, folded = fold_daily(points, limit)
@@ -80,7 +86,18 @@ def api_daily(filters: ReportFilters, group_by: GroupBy, limit: Limit = None) ->
         group_by=group_by,
         points=[DailyPoint.of(*point) for point in points],
         other=DailyRest(group=other_label(folded), groups=folded) if folded else None,
+        note=note,
     )
+
+
+def grouping_note(ledger: Ledger, filters: Filters, group_by: str, groups: list[str]) -> str | None:
+    """Where ``tag:<name>`` put every entry under "(none)", why the tag may be misspelt; None otherwise.
+
+    The page and ``costaware report`` said so for ``tag:proj``; the API answered one "(none)" row, no word.
+    """
+    from costaware.adapters.ledger.views import untagged_grouping_hint
+
+    return guard(lambda: untagged_grouping_hint(ledger, group_by, groups, filters.dag_ids)) or None
 
 
 def budget_filters(dag_id: DagId = None, scope: ScopeQ = "*") -> tuple[str | None, str]:

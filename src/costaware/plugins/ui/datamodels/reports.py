@@ -15,6 +15,13 @@ if TYPE_CHECKING:
     from costaware.core.ledger import ReportRow
 
 
+#: The ``note`` of the grouped answers: the page's and ``costaware report``'s note for a tag no entry has.
+GROUPING_NOTE = (
+    "A `tag:<name>` grouping that put every entry under `(none)`: whether the tag may be misspelt, with the "
+    "tags the ledger's newest entries have; null otherwise."
+)
+
+
 class SpendSummary(Answer):
     """Totals of the entries in range: spend, on-demand equivalent, savings, cache reuse, egress."""
 
@@ -95,6 +102,7 @@ class Spend(Answer):
     group_by: str
     rows: list[SpendRow]
     other: SpendRest | None = Field(description="The groups past `limit`, totalled; null when none is left.")
+    note: str | None = Field(default=None, description=GROUPING_NOTE)
 
 
 class DailyPoint(Answer):
@@ -122,6 +130,7 @@ class Daily(Answer):
     group_by: str
     points: list[DailyPoint]
     other: DailyRest | None = Field(description="The group summing the others past `limit`; null: none.")
+    note: str | None = Field(default=None, description=GROUPING_NOTE)
 
 
 class TaskTry(Answer):
