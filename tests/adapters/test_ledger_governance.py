@@ -20,7 +20,7 @@ from costaware.adapters.ledger.audit import audit_log, record_audit
 from costaware.adapters.ledger.governance import NoSchedule, alerts_sent, budget_outlook, claim_alert
 from costaware.core.errors import BudgetExceededError, ConfigurationError
 from costaware.core.ledger import Kind, LedgerEntry, utcnow
-from costaware.notifications.budget import check_budget_alerts
+from costaware.notifications.budget import check_budget_alerts, rule_context
 
 pytestmark = pytest.mark.usefixtures("clock")
 
@@ -348,7 +348,9 @@ def test_a_budgets_own_notifiers_see_the_alert_and_names_only_and_a_refused_rule
     ledger.set_budget("project=churn", "month", "10", actor="lead")
     ledger.set_budget("*", "month", "10", actor="lead")
     out = tmp_path / "sent.txt"
-    message = "{{ costaware_alert.threshold }}|{{ dag_id }}|{{ conn is defined }}|{{ var is defined }}"
+    # A template naming `conn` or `var` (even `{{ conn is defined }}`) is refused as a whole, by `alerts set`
+    # and by the worker (see test_a_stored_rule_whose_templates_cannot_render_...): it may use only these.
+    message = "{{ costaware_alert.threshold }}|{{ dag_id }}|{{ task_id }}"
     notifier = [{"class": "file_notifier.FileNotifier", "kwargs": {"path": str(out), "message": message}}]
     set_alert_rule(ledger, "project=churn/month", thresholds="50%", notifiers=notifier, actor="lead")
     # A rule stored before notifiers were checked (or written by hand): refused, and the defaults send it.
@@ -367,9 +369,43 @@ def test_a_budgets_own_notifiers_see_the_alert_and_names_only_and_a_refused_rule
     }
     alerts = check_budget_alerts(ledger, TAGS, context=context, notifiers=[ListNotifier(sent, "{{ conn }}")])
     assert sorted(a.budget for a in alerts) == ["*/month", "project=churn/month"]
-    assert out.read_text() == "50%|retrain|False|False\n"
+    assert out.read_text() == "50%|retrain|t\n"
+    assert set(rule_context({**context, "costaware_alert": {}})) == {
+        "costaware_alert",
+        "dag_id",
+        "run_id",
+        "task_id",
+    }
     assert sent == ["SECRET"]  # the [costaware] notifiers (the deployment's config) get the whole context
     assert "the alert notifiers of budget */month are refused" in caplog.text
+
+
+def test_a_stored_rule_whose_templates_cannot_render_is_refused_by_name_and_the_defaults_send_it(
+    ledger: Ledger, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A rule stored before `alerts set` checked templates failed every alert of its budget on the worker with
+    # only "'ti' is undefined": given back unsent, failed again at every check of the period.
+    from types import SimpleNamespace
+
+    from costaware.adapters.ledger.governance import set_alert_rule
+
+    ledger.set_budget("project=churn", "month", "10", actor="lead")
+    out = tmp_path / "sent.txt"
+    message = "{{ ti.task_id }}: {{ costaware_alert.message }}"
+    notifier = [{"class": "file_notifier.FileNotifier", "kwargs": {"path": str(out), "message": message}}]
+    set_alert_rule(ledger, "project=churn/month", thresholds="50%", notifiers=notifier, actor="lead")
+    run_cost(ledger, 1, "6")
+    sent: list[str] = []
+    context = {"ti": SimpleNamespace(dag_id="retrain", run_id="r", task_id="t")}
+    (alert,) = check_budget_alerts(ledger, TAGS, context=context, notifiers=[ListNotifier(sent)])
+    assert sent == [alert.message] and not out.exists()  # the [costaware] notifiers sent it
+    assert (
+        "the alert rule of budget 'project=churn/month' has notifier 'file_notifier.FileNotifier' with "
+        "template '{{ ti.task_id }}: {{ costaware_alert.message }}', which uses ['ti']: a budget's own "
+        "notifiers see only ['costaware_alert', 'dag_id', 'run_id', 'task_id', 'ds', 'ts']"
+    ) in caplog.text
+    assert "costaware alerts set --scope project=churn --period month --notifiers '[...]'" in caplog.text
+    assert "is undefined" not in caplog.text
 
 
 def test_a_bad_configured_alert_setting_silences_no_budget(

@@ -251,6 +251,30 @@ def test_alerts_set_refuses_templates_a_budgets_own_notifier_cannot_render(
     assert main([*args, "--notifiers", json.dumps([{"class": SMTP, "kwargs": seen}])]) == 0
 
 
+def test_alerts_list_warns_of_a_stored_rule_whose_templates_cannot_render(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Stored before `alerts set` checked templates: the workers refuse it, and the list showed it as fine.
+    from costaware.adapters.ledger.governance import set_alert_rule
+
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=churn", "month", "100")
+    spec = [{"class": SMTP, "kwargs": {"to": "a@b", "subject": "{{ ti.task_id }}"}}]
+    set_alert_rule(ledger, "project=churn/month", thresholds=None, notifiers=spec, actor="lead")
+    assert main(["--ledger-url", ledger_url, "alerts", "list"]) == 0
+    err = capsys.readouterr().err
+    assert (
+        f"warning: the alert rule of budget 'project=churn/month' has notifier '{SMTP}' with template "
+        "'{{ ti.task_id }}', which uses ['ti']"
+    ) in err
+    assert "costaware alerts set --scope project=churn --period month --notifiers '[...]'" in err
+    fixed = json.dumps([{"class": SMTP, "kwargs": {"to": "a@b", "subject": "{{ task_id }}"}}])
+    args = ["alerts", "set", "--scope", "project=churn", "--period", "month", "--notifiers", fixed]
+    assert main(["--ledger-url", ledger_url, *args]) == 0
+    assert main(["--ledger-url", ledger_url, "alerts", "list"]) == 0
+    assert "warning" not in capsys.readouterr().err
+
+
 def test_alerts_set_changes_what_it_is_given_and_keeps_the_rest(
     ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -241,13 +241,15 @@ def check_budget_alerts(
         targets, own = default_targets, False
         if rule and rule.notifiers:
             try:
+                refuse_a_rule_that_cannot_render(budget.label, rule.notifiers)
                 targets, own = notifiers_from_spec(rule.notifiers), True
             except ConfigurationError as e:  # one bad rule must not silence the other budgets' alerts
                 out_log.error(
                     "costaware: the alert notifiers of budget %s are refused (%s): the [costaware] ones are "
-                    "used; fix them with `costaware alerts set`",
+                    "used%s",
                     budget.label,
                     e,
+                    "" if "costaware alerts set" in str(e) else "; fix them with `costaware alerts set`",
                 )
         outlook = budget_outlook(ledger, budget, schedule or NoSchedule(), at=at)
         usage, forecast = outlook.usage, outlook.forecast
@@ -354,19 +356,31 @@ def names_a_rule_template_cannot_see(kwargs: object) -> list[str]:
     Raises:
         ConfigurationError: a string is not valid Jinja.
     """
+    return sorted({name for names in templates_a_rule_cannot_render(kwargs).values() for name in names})
+
+
+def templates_a_rule_cannot_render(kwargs: object) -> dict[str, list[str]]:
+    """Each Jinja template in ``kwargs`` (strings at any depth) that uses names ``rule_context`` lacks: those.
+
+    Raises:
+        ConfigurationError: a string is not valid Jinja.
+    """
     import jinja2
     from jinja2 import meta
     from jinja2.sandbox import SandboxedEnvironment
 
     env = SandboxedEnvironment()
-    found: set[str] = set()
+    seen = set(RULE_TEMPLATE_NAMES) | set(env.globals)
+    found: dict[str, list[str]] = {}
 
     def walk(value: object) -> None:
         if isinstance(value, str):
             try:
-                found.update(meta.find_undeclared_variables(env.parse(value)))
+                unseen = meta.find_undeclared_variables(env.parse(value)) - seen
             except jinja2.TemplateSyntaxError as e:
                 raise ConfigurationError(f"notifier kwarg {value!r} is not a valid template: {e}") from e
+            if unseen:
+                found[value] = sorted(unseen)
         elif isinstance(value, Mapping):
             for item in value.values():
                 walk(item)
@@ -375,4 +389,30 @@ def names_a_rule_template_cannot_see(kwargs: object) -> list[str]:
                 walk(item)
 
     walk(kwargs)
-    return sorted(found - set(RULE_TEMPLATE_NAMES) - set(env.globals))
+    return found
+
+
+def refuse_a_rule_that_cannot_render(budget: str, notifiers: Sequence[object]) -> None:
+    """Refuse a budget's stored notifiers whose templates use names they do not see, naming what to fix.
+
+    ``alerts set`` refuses them, but a rule stored before it did (or written past it) reached the worker,
+    where every alert of the budget failed with only "'ti' is undefined", given back and failed again.
+
+    Raises:
+        ConfigurationError: a template uses a name ``rule_context`` lacks, or is not valid Jinja.
+    """
+    for spec in notifiers:
+        kwargs = spec.get("kwargs") if isinstance(spec, Mapping) else None
+        unrenderable = templates_a_rule_cannot_render(kwargs)
+        if not unrenderable:
+            continue
+        template, names = next(iter(unrenderable.items()))
+        scope, _, period = budget.rpartition("/")
+        class_path = spec.get("class") if isinstance(spec, Mapping) else spec
+        raise ConfigurationError(
+            f"the alert rule of budget {budget!r} has notifier {class_path!r} with template {template!r}, "
+            f"which uses {names}: a budget's own notifiers see only {list(RULE_TEMPLATE_NAMES)}; set its "
+            f"notifiers again with templates that use only those (e.g. {{{{ costaware_alert.message }}}}): "
+            f"costaware alerts set --scope {scope} --period {period} --notifiers '[...]', or --notifiers "
+            "'[]' for the [costaware] notifiers"
+        )

@@ -12,7 +12,7 @@ import getpass
 import importlib
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from costaware.cli.arguments import open_ledger
@@ -305,7 +305,24 @@ def alerts_list(args: argparse.Namespace) -> int:
         )
     emit(rows, args.format, headers=["budget", "thresholds", "notifiers", "sent"], payload=payload)
     _warn_of_bad_defaults()
+    _warn_of_rules_that_cannot_render(rules.values())
     return 0
+
+
+def _warn_of_rules_that_cannot_render(rules: Iterable[Any]) -> None:
+    """Say on stderr which stored rules the workers refuse for their templates (stored before the check)."""
+    from costaware.core.errors import ConfigurationError
+    from costaware.notifications.budget import refuse_a_rule_that_cannot_render
+
+    for rule in rules:
+        try:
+            refuse_a_rule_that_cannot_render(rule.budget, rule.notifiers or [])
+        except ConfigurationError as e:
+            print(
+                f"costaware: warning: {e}; until then the workers send its alerts through the [costaware] "
+                "notifiers",
+                file=sys.stderr,
+            )
 
 
 def _covered_alerts(ledger: Any) -> dict[tuple[str, str, str], str]:
