@@ -7,6 +7,8 @@ Here ``approval_complete`` gets the events Airflow's HITL sends on resume.
 
 from __future__ import annotations
 
+import html
+import re
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal as D
 from types import SimpleNamespace
@@ -139,12 +141,12 @@ def test_the_request_shows_budget_spent_cap_need_and_forecast() -> None:
         approvers=["ann", "bob"],
     )
     for text in (
-        "**Budget** `project=churn/month (2026-11)`",
+        "Budget project=churn/month (2026-11)\n\n",
         "spent and reserved: $8.50\n",
         "cap: $10.00\n",
-        "Task `t` needs an estimated $4.000125.",
+        "Task t needs an estimated $4.000125.",
         "with this request: $35.000125",  # the pending request is in the forecast
-        "**Who may answer:** `ann`, `bob`.",
+        "Who may answer: ann, bob.",
         "past the cap;",
     ):
         assert text in body
@@ -152,6 +154,29 @@ def test_the_request_shows_budget_spent_cap_need_and_forecast() -> None:
     assert body.count("\n\n") == 4 and "\n\n- spent" in body
     assert "any user" in approval_body(budgets=[PassedBudget("b", D(1), D(1))], needed_usd="1", task="t")
     assert gate().approval_timeout == timedelta(hours=12)
+
+
+def test_the_request_reads_the_same_through_the_api_and_rendered_in_the_ui() -> None:
+    # The UI's Required actions page renders the body as Markdown; GET .../hitlDetails returns it raw, where
+    # "**Budget** `project=churn/month`" and "**Who may answer:** `ann`" were markup to read around.
+    markdown_it = pytest.importorskip("markdown_it")
+    body = approval_body(
+        budgets=[
+            PassedBudget("project=churn/month (2026-11)", D("8.5"), D("10"), forecast_usd=D("31")),
+            PassedBudget("*/day (2026-11-30)", D("0"), D("3")),
+        ],
+        needed_usd="4",
+        task="train_model",
+        approvers=["ann", "_lead_", "a*b*", "x<y>"],
+    )
+    assert "**" not in body and "`" not in body
+    assert "Budget project=churn/month (2026-11)\n" in body and "Budget */day (2026-11-30)\n" in body
+    assert "Task train_model needs" in body  # no escape where Markdown sees no markup
+    # What the UI shows, tags stripped, is the raw text less the escapes it needed.
+    rendered = html.unescape(re.sub(r"<[^>]+>", "", markdown_it.MarkdownIt().render(body)))
+    shown = [line for line in rendered.splitlines() if line]
+    assert shown == [line.lstrip("- ").replace("\\", "") for line in body.splitlines() if line]
+    assert "Who may answer: ann, _lead_, a*b*, x<y>." in shown
 
 
 def test_the_request_lists_every_budget_it_would_pass(env_ledger: Ledger) -> None:
@@ -164,7 +189,8 @@ def test_the_request_lists_every_budget_it_would_pass(env_ledger: Ledger) -> Non
     assert names == ["project=churn/month", "*/day"]
     assert [(b.committed_usd, b.cap_usd) for b in passed] == [(D(8), D(10)), (D(0), D(3))]
     body = approval_body(budgets=passed, needed_usd=D(4), task="train")
-    assert body.count("**Budget**") == 2 and "past the caps of all 2 budgets above" in body
+    assert body.count("\n\nBudget ") == 1 and body.startswith("Budget ")
+    assert "Budget */day (" in body and "past the caps of all 2 budgets above" in body
 
 
 def test_a_gpu_hour_cap_passed_is_shown_in_gpu_hours(env_ledger: Ledger) -> None:

@@ -9,6 +9,7 @@ module is the only place that uses them, and :func:`require_hitl` checks them wh
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -104,7 +105,11 @@ def approval_body(
     needed_gpu_hours: object = 0,
     approvers: Sequence[str] = (),
 ) -> str:
-    """The text a person reads before approving, as Markdown with one figure a line.
+    """The text a person reads before approving: one figure a line, the same read raw or rendered.
+
+    Airflow's **Required actions** page renders it as Markdown; ``GET .../hitlDetails`` in the REST API
+    returns it as it is. So it uses no markup but paragraphs and a list (``**Budget**`` and backticks were
+    noise to a script's reader), and names are escaped only where Markdown would read them as markup.
 
     Every budget the request would pass is listed: an approval reserves past all of them. Every amount is
     written the same way (:func:`costaware.core.money.format_usd_exact`). A forecast is the period-end spend
@@ -127,21 +132,36 @@ def approval_body(
         if b.forecast_usd is not None:
             with_request = format_usd_exact(b.forecast_usd + need)
             figures.append(f"- forecast at the end of the period, with this request: {with_request}")
-        blocks += [f"**Budget** `{b.name}`", "\n".join(figures)]
-    asked = f"Task `{task}` needs an estimated {format_usd_exact(need)}" + (
+        blocks += [f"Budget {markdown_literal(b.name)}", "\n".join(figures)]
+    asked = f"Task {markdown_literal(task)} needs an estimated {format_usd_exact(need)}" + (
         f" and {gpu_need} GPU-hours" if gpu_need else ""
     )
-    who = ", ".join(f"`{a}`" for a in approvers) if approvers else "any user who may edit this DAG's runs"
+    who = (
+        ", ".join(markdown_literal(a) for a in approvers)
+        if approvers
+        else "any user who may edit this DAG's runs"
+    )
     passes = "the cap" if len(budgets) == 1 else f"the caps of all {len(budgets)} budgets above"
     # Blank lines between blocks: the UI renders Markdown, where single line breaks run together.
     return "\n\n".join(
         [
             *blocks,
             f"{asked}.",
-            f"**Who may answer:** {who}.",
+            f"Who may answer: {who}.",
             f"Approve to reserve the overage past {passes}; Reject to stop the run.",
         ]
     )
+
+
+#: What Markdown reads as markup inside a line: escaped. ``_`` only at a word's edge (``train_model`` is
+#: no emphasis), ``*`` only where a name holds two (the lone one of the ``*`` scope pairs with nothing).
+_MARKUP = re.compile(r"[\\`\[\]<>]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+
+
+def markdown_literal(name: str) -> str:
+    """``name`` as Markdown that renders as ``name``, unchanged where nothing in it is markup."""
+    escaped = _MARKUP.sub(lambda m: "\\" + m.group(0), name)
+    return escaped.replace("*", "\\*") if name.count("*") > 1 else escaped
 
 
 def ask(
