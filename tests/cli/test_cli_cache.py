@@ -98,6 +98,30 @@ def test_bad_input(
     assert Ledger.from_url(ledger_url).entries() == []
 
 
+@pytest.mark.parametrize(
+    ("limits", "said"),
+    [
+        (["--max-entries", "0"], "--max-entries 0 keeps no entry: it would evict all 2 entries of the cache"),
+        (["--max-total-gb", "0"], "--max-total-gb 0 keeps no entry: it would evict all 2 entries"),
+        (["--max-entries", "0", "--max-total-gb", "0"], "--max-entries 0 and --max-total-gb 0 keep no entry"),
+    ],
+)
+def test_a_limit_of_zero_empties_the_cache_only_with_force(
+    store: FeatureStore, ledger_url: str, capsys: pytest.CaptureFixture[str], limits: list[str], said: str
+) -> None:
+    # `--max-entries 0` evicted every entry without a word of warning.
+    assert cache("evict", *limits, "--store", store.root_uri, ledger_url=ledger_url) == 2
+    err = capsys.readouterr().err
+    assert said in err and "nothing was evicted. To clear the cache, run it again with --force" in err
+    assert len(store.entries()) == 2 and Ledger.from_url(ledger_url).entries() == []
+    assert cache("evict", *limits, "--dry-run", "--store", store.root_uri) == 0  # lists, asks nothing
+    assert "would evict 2 entries" in capsys.readouterr().out and len(store.entries()) == 2
+    assert cache("evict", *limits, "--force", "--store", store.root_uri, ledger_url=ledger_url) == 0
+    assert "evicted 2 entries" in capsys.readouterr().out and store.entries() == []
+    # An empty cache has nothing to lose: no refusal.
+    assert cache("evict", *limits, "--store", store.root_uri, ledger_url=ledger_url) == 0
+
+
 @pytest.mark.parametrize("command", ["list", "bill", "gc", "evict --max-entries 0"])
 def test_a_store_that_is_missing_or_a_file_is_named_not_read_as_empty_or_made(
     command: str, tmp_path: Path, ledger_url: str, capsys: pytest.CaptureFixture[str]

@@ -494,6 +494,11 @@ CACHE_COMMANDS = (
                 help="evict exactly this key (repeatable; not with the limits)",
             ),
             Arg("--dry-run", action="store_true", help="only say what would be evicted"),
+            Arg(
+                "--force",
+                action="store_true",
+                help="with --max-entries 0 or --max-total-gb 0: evict every entry (refused without it)",
+            ),
             ARG_LEDGER_URL,
         ),
     ),

@@ -209,6 +209,7 @@ def evict(args: argparse.Namespace) -> int:
     if args.dry_run:
         _print_rows([_row(e) for e in chosen], args.format, f"would evict {len(chosen)} entries")
         return 0
+    _refuse_to_empty_unasked(args, len(chosen))
     charges = store.storage_charges_for(chosen, usd_per_gb_month=price) if chosen else []
     if charges:
         # An existing ledger only, checked before anything is evicted: the last charges of the evicted
@@ -219,6 +220,25 @@ def evict(args: argparse.Namespace) -> int:
     store.evict(policy, only=[e.key for e in chosen])
     _print_rows([_row(e) for e in chosen], args.format, f"evicted {len(chosen)} entries")
     return 0
+
+
+def _refuse_to_empty_unasked(args: argparse.Namespace, chosen: int) -> None:
+    """Refuse a limit of 0 (keep nothing) without ``--force``: it emptied the whole cache, unasked.
+
+    Other limits evict what they evict: a scheduled ``--max-age-days 30`` must not fail on a cache all old.
+    """
+    keep_nothing = [
+        f"{name} 0"
+        for name, value in (("--max-entries", args.max_entries), ("--max-total-gb", args.max_total_gb))
+        if value == 0
+    ]
+    if keep_nothing and chosen and not args.force:
+        raise ConfigurationError(
+            f"{' and '.join(keep_nothing)} {'keep' if len(keep_nothing) > 1 else 'keeps'} no entry: it would "
+            f"evict all {chosen} entries of the cache; "
+            "nothing was evicted. To clear the cache, run it again with --force (--dry-run lists them); to "
+            "keep some, give a limit above 0"
+        )
 
 
 @_store_errors
