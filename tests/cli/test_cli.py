@@ -1121,6 +1121,53 @@ def test_blank_text_is_refused_by_the_parser_and_nothing_is_written(
     assert not ledger_file.exists() and not store.exists()
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["cache", "evict", "--max-age-days", "x"],
+            "argument --max-age-days: 'x' is not a number: type it in digits, e.g. 2.5",
+        ),
+        (
+            ["prices", "list", "--min-memory-gib", "2,5"],
+            "argument --min-memory-gib: '2,5' is not a number: type it in digits, e.g. 2.5 (a '.' before the "
+            "decimals, not ',')",
+        ),
+        (
+            ["cache", "gc", "--older-than-minutes", "ten"],
+            "argument --older-than-minutes: 'ten' is not a number: type it in digits, e.g. 60",
+        ),
+        (
+            ["report", "--efficiency", "--memory-margin", "25%"],
+            "argument --memory-margin: '25%' is not a number: type it in digits, e.g. 0.25",
+        ),
+        (
+            ["cache", "evict", "--max-entries", "1.5"],
+            "argument --max-entries: '1.5' is not a whole number: type it in digits, e.g. 20",
+        ),
+    ],
+)
+def test_a_number_that_does_not_parse_is_said_with_the_option_the_value_and_what_to_type(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    # argparse said "invalid float value: 'x'": Python's type name, not what to type.
+    ledger_file = tmp_path / "ledger.db"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COSTAWARE_LEDGER_URL", f"sqlite:///{ledger_file}")
+        with pytest.raises(SystemExit, match="2"):
+            main(argv)
+    err = capsys.readouterr().err
+    assert message in err and "invalid" not in err
+    assert not ledger_file.exists()
+
+
+def test_numbers_still_parse_as_python_reads_them() -> None:
+    from costaware.cli.arguments import number_type
+
+    assert number_type(float)(" 2.5 ") == 2.5 and number_type(float)("1e3") == 1000.0
+    assert number_type(int)("7") == 7 and isinstance(number_type(int)("7"), int)
+
+
 def test_budget_show_says_entries_that_count_nothing_because_they_could_not_be_priced(
     ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -53,6 +53,9 @@ class Arg:
             what = f" ({kwargs['help'].replace('%%', '%')})" if "help" in kwargs else ""
             generic = f"give a value{what}" + (", or leave the option out" if optional else "")
             kwargs["type"] = refuse_blank(self.if_empty or generic)
+        if kwargs.get("type") in (float, int):
+            # argparse said "invalid float value: 'x'", naming Python's type and not what to type.
+            kwargs["type"] = number_type(kwargs["type"], kwargs.get("default"))
         if "choices" in kwargs and "type" not in kwargs:
             # A keyword is matched whatever its case (--format JSON, --service EC2), as --period Month was.
             kwargs["type"] = lowercase
@@ -142,6 +145,28 @@ def refuse_blank(hint: str) -> Callable[[str], str]:
         return value
 
     return text
+
+
+def number_type(kind: type[float] | type[int], default: object = None) -> Callable[[str], float | int]:
+    """An argument type reading a ``float`` or ``int`` as Python does, refusing anything else in words.
+
+    argparse names the option before the message: ``argument --max-age-days: 'x' is not a number: ...``.
+    """
+    whole = kind is int
+    example = f"{default:g}" if isinstance(default, int | float) and default else ("20" if whole else "2.5")
+
+    def read(text: str) -> float | int:
+        try:
+            return kind(text)
+        except ValueError:
+            what = "a whole number" if whole else "a number"
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not {what}: type it in digits, e.g. {example}"
+                + (" (a '.' before the decimals, not ',')" if "," in text and not whole else "")
+            ) from None
+
+    read.__name__ = kind.__name__  # what argparse's own messages and `--help` call the type
+    return read
 
 
 def midnight_utc(text: str) -> datetime | None:
