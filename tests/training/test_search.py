@@ -279,6 +279,12 @@ def test_a_cap_below_the_first_rung_trains_nothing(ledger: Any) -> None:
         ({"safety_factor": float("nan")}, r"safety_factor must be a number >= 1, got nan"),
         ({"safety_factor": "2"}, r"safety_factor must be a number >= 1, got '2'"),
         ({"space": {}}, "space is empty"),
+        # budgeted_tuning's JSON form failed in Optuna: "'dict' object has no attribute 'single'".
+        (
+            {"space": {"x": {"type": "float", "low": -1.0, "high": 1.0}}},
+            r"^space\['x'\] is \{'type': 'float', 'low': -1.0, 'high': 1.0\}, not an Optuna distribution: "
+            r"write it as, e.g., optuna.distributions.FloatDistribution\(",
+        ),
         # Free compute: cap_usd never stopped the search, and a cut divided by the price of 0.
         ({"usd_per_hour": Decimal(0)}, r"usd_per_hour must be more than \$0, got 0: the search stops when"),
         # Said "must be zero or more USD", and zero is refused too.

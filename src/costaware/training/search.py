@@ -236,6 +236,14 @@ def budgeted_search(
         raise ConfigurationError(f"safety_factor must be a number >= 1, got {safety_factor!r}")
     if not space:
         raise ConfigurationError("space is empty: give at least one hyperparameter distribution")
+    for name, distribution in space.items():
+        # budgeted_tuning's JSON form ({"type": "float", ...}) failed deep in Optuna with an AttributeError.
+        if not isinstance(distribution, optuna.distributions.BaseDistribution):
+            raise ConfigurationError(
+                f"space[{name!r}] is {distribution!r}, not an Optuna distribution: write it as, e.g., "
+                "optuna.distributions.FloatDistribution(0.01, 0.3, log=True) or "
+                "CategoricalDistribution([7, 15, 31]) (the JSON form is budgeted_tuning's search_space)"
+            )
     started = meter()  # what comes before the first rung (the budget, the study) is billed with it
     early = rung_list[:-1]
     # The default pruner: Hyperband's brackets at the rungs the fair evidence trusts (none before it).
