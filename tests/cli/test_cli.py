@@ -1254,8 +1254,22 @@ def test_a_ledger_url_naming_a_database_not_created_says_to_create_it(
     assert (
         'database "costaware_not_created" does not exist. Check the URL (--ledger-url, the '
         "'costaware_ledger' connection or COSTAWARE_LEDGER_URL), or create the database first (CREATE "
-        "DATABASE costaware_not_created;): costaware creates its tables, not it; nothing was recorded"
+        "DATABASE costaware_not_created;): costaware creates its tables, not the database; nothing was "
+        "recorded"
     ) in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["postgres://airflow:secret@127.0.0.1:1", "postgres://airflow:secret@127.0.0.1:1/", "postgresql://db"],
+)
+def test_a_ledger_url_naming_no_database_is_refused(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # postgres://airflow:...@host:5432 (the database forgotten) made the ledger's tables in the user's own
+    # database, 'airflow': Airflow's metadata, with no word said.
+    assert main(["--ledger-url", url, "budget", "show", "--scope", "project=x"]) == 2
+    err = capsys.readouterr().err
+    assert "names no database: add one, e.g. postgresql+psycopg2://" in err and "/costaware (CREATE" in err
+    assert "secret" not in err
 
 
 def test_a_database_not_created_fails_the_task_without_retry(postgres_url: str) -> None:

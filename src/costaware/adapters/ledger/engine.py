@@ -132,6 +132,14 @@ def ledger_engine(url: str) -> Engine:
         )
     if parsed.get_backend_name() == "sqlite":
         return sqlite_engine(parsed.database)
+    if not parsed.database:
+        # PostgreSQL would open the user's own database: 'airflow' is Airflow's metadata, where the ledger's
+        # tables were made without a word.
+        raise ConfigurationError(
+            f"ledger URL {safe_url(url)} names no database: add one, e.g. "
+            f"{safe_url(parsed.set(database='costaware').render_as_string(hide_password=False))} "
+            "(CREATE DATABASE costaware; first), so the ledger does not land in the user's default database"
+        )
     try:
         return create_engine(parsed, pool_pre_ping=True, connect_args={"connect_timeout": 10})
     except ModuleNotFoundError as e:  # postgresql+psycopg (3), +asyncpg: a driver costaware does not ship
@@ -159,7 +167,10 @@ def _missing_database_hint(engine: Engine, error: Exception) -> str:
     name = engine.url.database
     if engine.url.get_backend_name() != "postgresql" or f'database "{name}" does not exist' not in str(error):
         return ""
-    return f", or create the database first (CREATE DATABASE {name};): costaware creates its tables, not it"
+    return (
+        f", or create the database first (CREATE DATABASE {name};): costaware creates its tables, "
+        "not the database"
+    )
 
 
 def sqlite_engine(database: str | None) -> Engine:
