@@ -569,6 +569,11 @@ def test_bad_study_settings_fail_without_writing(env: Ledger, kwargs: dict, mess
         # Both were refused only when the plan task ran.
         ({"safety_factor": 0.5}, r"safety_factor must be >= 1 \(estimates are multiplied by it"),
         ({"fallback_trial_seconds": -5}, "fallback_trial_seconds must be"),
+        # The compute was refused only by the plan task, after the tasks before it had run.
+        ({"market": "spto"}, "unknown market 'spto': use one of spot, on_demand, local"),
+        ({"instance_type": "m5.larg"}, r"unknown instance type 'm5.larg'; did you mean m5.large"),
+        ({"region": "us-east1", "usd_per_hour": None}, r"unknown region 'us-east1'; did you mean us-east-1"),
+        ({"usd_per_hour": "abc"}, "usd_per_hour must be a number of USD such as '4.20', got 'abc'"),
     ],
 )
 def test_settings_that_are_not_templated_fail_when_the_dag_is_parsed(
@@ -576,6 +581,11 @@ def test_settings_that_are_not_templated_fail_when_the_dag_is_parsed(
 ) -> None:
     with pytest.raises(ConfigurationError, match=message):
         _plan(**kwargs)
+
+
+def test_a_templated_compute_is_checked_by_the_plan_not_at_parse() -> None:
+    plan = _plan(instance_type="{{ ti.xcom_pull(task_ids='right_size')['instance_type'] }}")
+    assert plan.instance_type.startswith("{{")
 
 
 @pytest.mark.parametrize(

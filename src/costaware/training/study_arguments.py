@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from costaware.core.errors import ConfigurationError
 
 if TYPE_CHECKING:
+    from costaware.core.ledger import Market
     from costaware.core.tuning import RungSchedule, StudySpec, TuningCaps
 
 
@@ -57,8 +58,8 @@ class StudyArguments:
     def check_written(self, written_out: Callable[[Any], bool]) -> None:
         """Check, when the DAG is parsed, each group of settings that ``written_out`` says has no template.
 
-        The search space, the rungs, the caps and the scope are checked as :meth:`spec` would check them;
-        the price is not (it reads the catalog, and the instance and market may be templates).
+        The search space, the rungs, the caps, the scope and the compute (instance type, region, market,
+        price) are checked as :meth:`spec` would check them.
 
         Raises:
             ConfigurationError: a value that is wrong; the message names it.
@@ -83,6 +84,10 @@ class StudyArguments:
                 f"safety_factor must be >= 1 (estimates are multiplied by it before reserving), got "
                 f"{self.safety_factor!r}"
             )
+        if written(self.instance_type, self.region, self.market, self.usd_per_hour):
+            # A misspelt market or instance type ('spto', 'm5.larg') failed the plan only after the tasks
+            # before it had run.
+            self._compute()
         if written(self.scope):
             from costaware.core.budgets import Scope
             from costaware.core.tuning.study import check_study_scope
@@ -126,25 +131,10 @@ class StudyArguments:
         Raises:
             ConfigurationError: a value that is missing or wrong; the message names it.
         """
-        from costaware.adapters.price_files import bundled_catalog
-        from costaware.core.ledger import Market
-        from costaware.core.money import parse_usd
         from costaware.core.tuning import StudySpec, parse_search_space
         from costaware.core.tuning.caps import positive_number
 
-        catalog = bundled_catalog()
-        market = Market.parse(self.market)
-        if self.usd_per_hour in (None, "", "None"):
-            rate = (
-                catalog.spot_estimate_usd_per_hour(self.instance_type, self.region)
-                if market is Market.SPOT
-                else catalog.on_demand_usd_per_hour(self.instance_type, self.region)
-            )
-        else:
-            rate = parse_usd(self.usd_per_hour, name="usd_per_hour")
-        gpus = (
-            catalog.offer(self.instance_type, self.region).gpus if market is not Market.LOCAL else Decimal(0)
-        )
+        market, rate, gpus = self._compute()
         return StudySpec(
             study_name=str(self.study_name),
             direction=self.direction,
@@ -164,6 +154,27 @@ class StudyArguments:
             safety_factor=positive_number(self.safety_factor, "safety_factor"),
             slack_seconds=positive_number(self.slack_seconds, "slack_seconds", allow_zero=True),
         )
+
+    def _compute(self) -> tuple[Market, Decimal, Decimal]:
+        """The trials' market, USD per hour (the catalog's unless given) and GPUs (the catalog's)."""
+        from costaware.adapters.price_files import bundled_catalog
+        from costaware.core.ledger import Market
+        from costaware.core.money import parse_usd
+
+        catalog = bundled_catalog()
+        market = Market.parse(self.market)
+        if self.usd_per_hour in (None, "", "None"):
+            rate = (
+                catalog.spot_estimate_usd_per_hour(self.instance_type, self.region)
+                if market is Market.SPOT
+                else catalog.on_demand_usd_per_hour(self.instance_type, self.region)
+            )
+        else:
+            rate = parse_usd(self.usd_per_hour, name="usd_per_hour")
+        gpus = (
+            catalog.offer(self.instance_type, self.region).gpus if market is not Market.LOCAL else Decimal(0)
+        )
+        return market, rate, gpus
 
 
 def resolve_trial_trainer(trainer: Callable[..., Any] | str) -> Callable[..., Any]:
