@@ -53,3 +53,24 @@ def test_a_relative_store_folder_is_refused(tmp_path, monkeypatch: pytest.Monkey
     # Only where a store is written: a file read by hand may be relative (`--spec ./spec.json`).
     (tmp_path / "spec.json").write_text("{}")
     assert BlobDir.from_uri(".", create=False).read_bytes("spec.json") == b"{}"
+
+
+def test_a_store_location_typed_in_haste_is_read_or_refused_for_what_is_wrong(
+    tmp_path,
+    monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+) -> None:
+    from costaware.adapters.object_store.location import parse_uri
+    from costaware.core.errors import ConfigurationError
+
+    # COSTAWARE_FEATURE_CACHE='~/features' (quoted in .env, so unexpanded) was refused as "a relative path",
+    # though the stores (model_store=, BlobDir) read '~' as the worker's home.
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert parse_uri("~/features", what="the feature cache").path == str(tmp_path / "features")
+    # One slash was told only that bucket '' is no bucket name.
+    one_slash = r"names bucket '', .*: write it as s3://<bucket>/<prefix>, with two slashes"
+    with pytest.raises(ConfigurationError, match=one_slash):
+        parse_uri("s3:/bucket/prefix", what="the feature cache")
+    with pytest.raises(
+        ConfigurationError, match=r"names bucket '', which is not a valid S3 bucket name \(3-63 .*'-'\)$"
+    ):
+        parse_uri("s3://", what="the feature cache")  # two slashes already: no advice about them

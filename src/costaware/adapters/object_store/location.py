@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import ParseResult, urlparse
 
 from costaware.core.errors import ConfigurationError
@@ -57,7 +58,7 @@ def refuse_cut_uri(parsed: ParseResult, text: str, what: str) -> None:
 
 
 def parse_uri(uri: str, *, what: str = "URI") -> Location:
-    """Parse ``/abs/path``, ``file:///abs/path`` or ``s3://bucket/prefix``.
+    """Parse ``/abs/path`` (``~`` is the home folder), ``file:///abs/path`` or ``s3://bucket/prefix``.
 
     Raises:
         ConfigurationError: a relative local path, a path with ``..`` segments, a malformed bucket name,
@@ -69,15 +70,23 @@ def parse_uri(uri: str, *, what: str = "URI") -> Location:
     if parsed.scheme == "s3":
         bucket = parsed.netloc
         if not _BUCKET.match(bucket):
+            # 's3:/bucket/prefix' (one slash) was told only that bucket '' is no bucket name.
+            slashes = (
+                "" if text.startswith("s3://") else ": write it as s3://<bucket>/<prefix>, with two slashes"
+            )
             raise ConfigurationError(
                 f"{what} {uri!r} names bucket {bucket!r}, which is not a valid S3 bucket name "
-                "(3-63 characters: lower-case letters, digits, '.', '-')"
+                f"(3-63 characters: lower-case letters, digits, '.', '-'){slashes}"
             )
         key = parsed.path[1:] if parsed.path.startswith("/") else parsed.path
         plain = "write the key without '.', '..' or empty segments, e.g. 's3://bucket/team/features'"
         return Location("s3", bucket, safe_relative_path(key, what=f"key of {what} {uri!r}", advice=plain))
     if parsed.scheme in ("", "file"):
         path = parsed.path if parsed.scheme == "file" else text
+        if path.startswith("~"):
+            # '~/features' quoted in .env reaches here unexpanded and was refused as a relative path; the
+            # stores (BlobDir, model_store=) expand it to the worker's home, and so does this.
+            path = str(Path(path).expanduser())
         if not path.startswith("/"):
             raise ConfigurationError(
                 f"{what} {uri!r} is a relative path: workers run in changing folders, so give an absolute "
