@@ -365,3 +365,28 @@ def test_a_ledger_at_the_baseline_gets_the_emissions_columns_and_keeps_its_rows(
     [row] = ledger.report(group_by="dag")
     assert (row.kg_co2e, row.co2e_unknown, row.kg_co2e_text) == (Decimal("0.125"), 1, "0.125+?")
     ledger.dispose()
+
+
+def test_a_user_who_may_not_create_tables_is_told_the_grant_and_not_retried(postgres_url: str) -> None:
+    # PostgreSQL 15 lets only a database's owner create tables in 'public': the ledger's user was refused,
+    # retried by Airflow as an outage, and told to look for "a table or index of that name made by hand".
+    import uuid
+
+    from costaware.core.errors import LEDGER_UNREADABLE, LedgerUnavailableError
+
+    url = fresh_postgres_database(postgres_url, prefix="noperm")
+    user = f"reader_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE ROLE {user} LOGIN PASSWORD 'reader-pw'"))
+        conn.execute(text("REVOKE CREATE ON SCHEMA public FROM PUBLIC"))
+    admin.dispose()
+    as_reader = make_url(url).set(username=user, password="reader-pw").render_as_string(hide_password=False)
+    with pytest.raises(ConfigurationError) as refused:
+        Ledger.from_url(as_reader)
+    message = str(refused.value)
+    assert "cannot create the cost ledger's tables at" in message and "permission denied" in message
+    assert f"GRANT CREATE ON SCHEMA public TO {user};) or connect as the owner" in message
+    assert "reader-pw" not in message
+    assert not isinstance(refused.value, LedgerUnavailableError)  # a retry grants nothing
+    assert isinstance(refused.value, LEDGER_UNREADABLE)  # a task's cost waits in the spool all the same

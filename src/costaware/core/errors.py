@@ -78,9 +78,14 @@ class LedgerDatabaseMissingError(ConfigurationError):
     """Raised when the ledger's PostgreSQL database does not exist; no retry creates it, so none is made."""
 
 
-#: The ledger could not be read or written at all (down, or its database missing): no fault of the request,
-#: so a caller keeps its work for later rather than treat it as refused. ``except LEDGER_UNREADABLE:``.
-LEDGER_UNREADABLE = (LedgerUnavailableError, LedgerDatabaseMissingError)
+class LedgerNotPermittedError(ConfigurationError):
+    """Raised when the ledger's database refuses its user the tables (no CREATE); no retry grants it."""
+
+
+#: The ledger could not be read or written at all (down, its database missing or closed to its user): no
+#: fault of the request, so a caller keeps its work for later rather than treat it as refused.
+#: ``except LEDGER_UNREADABLE:``.
+LEDGER_UNREADABLE = (LedgerUnavailableError, LedgerDatabaseMissingError, LedgerNotPermittedError)
 
 
 class ReservationNotFoundError(CostawareError, LookupError):

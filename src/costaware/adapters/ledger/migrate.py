@@ -19,7 +19,7 @@ from sqlalchemy.exc import DBAPIError
 
 from costaware.adapters.ledger import schema
 from costaware.adapters.ledger.engine import LedgerDatabase, safe_url
-from costaware.core.errors import ConfigurationError, LedgerUnavailableError
+from costaware.core.errors import ConfigurationError, LedgerNotPermittedError, LedgerUnavailableError
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -32,6 +32,8 @@ HEAD = "0003"
 MIGRATIONS = Path(__file__).with_name("migrations")
 #: One upgrader at a time on PostgreSQL (SQLite's write lock already serialises them).
 UPGRADE_LOCK = 74210031
+#: PostgreSQL's SQLSTATE of "permission denied".
+INSUFFICIENT_PRIVILEGE = "42501"
 #: Alembic's ``alembic.context`` is one per process: two threads upgrading two ledgers would share it.
 _ALEMBIC_CONTEXT = threading.Lock()
 
@@ -55,6 +57,15 @@ def upgrade(ledger: LedgerDatabase) -> None:
                 # Said as what it is: the engine's message told a person to check the URL of a ledger it
                 # had reached. The transaction rolls back, so the ledger stays as it was.
                 reason = " ".join(str(e.orig or e).split()).rstrip(".")
+                if getattr(e.orig, "pgcode", None) == INSUFFICIENT_PRIVILEGE:
+                    # PostgreSQL 15 lets only the database's owner create tables in 'public': retried as an
+                    # outage, and told to look for a table made by hand.
+                    user = ledger.engine.url.username or "<user>"
+                    raise LedgerNotPermittedError(
+                        f"cannot create the cost ledger's tables at {url}: the database refused it "
+                        f"({reason}). Let the user create tables there (as the database's owner: GRANT "
+                        f"CREATE ON SCHEMA public TO {user};) or connect as the owner; nothing was changed"
+                    ) from e
                 raise LedgerUnavailableError(
                     f"cannot upgrade the cost ledger at {url} from schema revision {revision or 'none'} to "
                     f"{HEAD}: the database refused it ({reason}). Nothing was changed: the ledger stays at "
