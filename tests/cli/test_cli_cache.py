@@ -188,7 +188,7 @@ def test_evict_records_storage_and_deletes(
     store: FeatureStore, ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert cache("evict", "--max-entries", "1", "--dry-run", "--store", store.root_uri) == 0
-    assert "would evict 1 entries" in capsys.readouterr().out and len(store.entries()) == 2
+    assert "would evict 1 entry\n" in capsys.readouterr().out and len(store.entries()) == 2
     later = datetime.now(timezone.utc) + timedelta(days=3650)
     evicted_key = store.evict(None, dry_run=True, only=[KEYS[0]])[0].key
     charges = store.storage_charges_for(store.evict(None, dry_run=True, only=[KEYS[0]]), now=later)

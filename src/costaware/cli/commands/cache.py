@@ -207,7 +207,7 @@ def evict(args: argparse.Namespace) -> int:
         )
     price = _price(args)  # checked on a dry run too: it passed one and failed the real evict
     if args.dry_run:
-        _print_rows([_row(e) for e in chosen], args.format, f"would evict {len(chosen)} entries")
+        _print_rows([_row(e) for e in chosen], args.format, f"would evict {_entries(len(chosen))}")
         return 0
     _refuse_to_empty_unasked(args, len(chosen))
     charges = store.storage_charges_for(chosen, usd_per_gb_month=price) if chosen else []
@@ -218,8 +218,12 @@ def evict(args: argparse.Namespace) -> int:
         for charge in charges:
             ledger.record(charge)
     store.evict(policy, only=[e.key for e in chosen])
-    _print_rows([_row(e) for e in chosen], args.format, f"evicted {len(chosen)} entries")
+    _print_rows([_row(e) for e in chosen], args.format, f"evicted {_entries(len(chosen))}")
     return 0
+
+
+def _entries(count: int) -> str:
+    return f"{count} entry" if count == 1 else f"{count} entries"
 
 
 def _refuse_to_empty_unasked(args: argparse.Namespace, chosen: int) -> None:
