@@ -352,6 +352,16 @@ def test_time_based_checkpoints_use_the_clock(tmp_path: Path) -> None:
             {"label_threshold": "15m"},
             "label_threshold must be a number (a label above it counts as 1), got '15m'",
         ),
+        # These failed only once the data was read, naming Checkpointer's "every_seconds", not the field.
+        (
+            {"checkpoint_every_seconds": -5},
+            "job.json': checkpoint_every_seconds must be a number > 0 or None, got -5",
+        ),
+        (
+            {"checkpoint_every_seconds": "300"},
+            "checkpoint_every_seconds must be a number > 0 or None, got '300' (a string: write 300",
+        ),
+        ({"feature_columns": ["x1", "y"]}, "job.json': label column 'y' is also a feature"),
     ],
 )
 def test_a_bad_job_file_is_named_and_runs_nothing(

@@ -36,7 +36,7 @@ from costaware.core.retrain_policy import (
 from costaware.training.checkpointing import PREEMPTED_EXIT_CODE, Checkpointer, PreemptedError
 from costaware.training.data import read_parquet, training_data
 from costaware.training.record import training_record
-from costaware.training.spec import RetrainJob, parse_label_threshold
+from costaware.training.spec import RetrainJob, check_training_arguments, parse_label_threshold
 from costaware.training.trainers import resolve_trainer, same_trainer, trainer_path
 
 #: ``read_parquet``, ``training_data`` (``training.data``), ``RetrainJob`` (``training.spec``), ``POLICIES``
@@ -354,6 +354,19 @@ def job_from_file(path: str) -> RetrainJob:
             f"job file {path!r}: feature_columns must be a list of column names, got the string "
             f"{given['feature_columns']!r}: write {json.dumps(names)}"
         )
+    try:  # a bad interval or the label among the features failed only once the data was read
+        check_training_arguments(
+            label_column=given["label_column"],
+            feature_columns=given["feature_columns"],
+            checkpoint_every_seconds=given.get(
+                "checkpoint_every_seconds", fields["checkpoint_every_seconds"].default
+            ),
+            checkpoint_every_steps=given.get(
+                "checkpoint_every_steps", fields["checkpoint_every_steps"].default
+            ),
+        )
+    except ConfigurationError as e:
+        raise ConfigurationError(f"job file {path!r}: {e}") from e
     return RetrainJob(**given)
 
 
