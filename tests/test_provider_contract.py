@@ -210,6 +210,9 @@ def test_the_costaware_ledger_connection_type_takes_postgres_fields() -> None:
         ConfigurationError, match=r"has type '': .* write the type costaware-ledger:// or postgres://"
     ):
         url_from_connection_fields("costaware_ledger", "", "h", None, None, None, None, None)
+    # AIRFLOW_CONN_COSTAWARE_LEDGER=ledger.db (no scheme at all) was told only about '_' it never wrote.
+    with pytest.raises(ConfigurationError, match=r"a URL without a scheme, or with costaware_ledger://"):
+        url_from_connection_fields("costaware_ledger", "", "ledger.db", None, None, None, None, None)
 
 
 def test_airflow_s_example_dag_discovery_finds_the_provider_without_an_error(

@@ -95,8 +95,12 @@ def url_from_connection_fields(
     if kind == "sqlite":
         return f"sqlite:///{host or schema}"
     hint = ""
-    if not conn_type:  # a URL like costaware_ledger://... has no scheme to Airflow ('_' is none)
-        hint = " (as a URL, write the type costaware-ledger:// or postgres://: '_' is no URL scheme)"
+    # A URL like costaware_ledger://... has no scheme to Airflow ('_' is none), nor has a bare path.
+    if not conn_type:
+        hint = (
+            " (as a URL, write the type costaware-ledger:// or postgres://, or sqlite:////PATH: a URL without"
+            " a scheme, or with costaware_ledger:// ('_' is no URL scheme), has none)"
+        )
     elif "+" in conn_type:  # a SQLAlchemy URL with a driver costaware does not ship (psycopg2 only)
         hint = f" (as a URL, write postgres://... instead of {conn_type}://...)"
     raise ConfigurationError(
