@@ -347,6 +347,19 @@ def test_the_reservation_log_names_the_budget_like_the_page(
     assert f"reserved $0.001655 in {usage.name} for task 'train'" in caplog.text  # the ledger's own line
 
 
+def test_a_scope_only_the_catch_all_budget_covers_is_warned_about(
+    env_ledger: Ledger, capsys: pytest.CaptureFixture[str]
+) -> None:
+    env_ledger.set_budget("*", "month", "1000")
+    sensor(scope="project=chrun", deferrable=False).poke(context())  # a typo: the catch-all takes it
+    assert (
+        "scope 'project=chrun' has no budget of its own: only the catch-all */month"
+        in capsys.readouterr().out
+    )
+    sensor(scope="project=churn", deferrable=False).poke(context("manual__2"))  # its own budget, and *
+    assert "no budget of its own" not in capsys.readouterr().out
+
+
 def test_a_scope_the_target_task_is_not_tagged_with_is_refused_before_reserving(
     env_ledger: Ledger, tmp_path: Path
 ) -> None:

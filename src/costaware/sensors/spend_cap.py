@@ -250,6 +250,17 @@ class SpendCapSensor(BaseSensorOperator):
             self._budget_names(ledger, ti, reservation.budgets),
             reservation.id,
         )
+        catch_all_only = all(b.rpartition("/")[0] == "*" for b in reservation.budgets)
+        if str(reservation.scope) != "*" and reservation.budgets and catch_all_only:
+            # A misspelt scope (project=chrun) passes through the catch-all as if it had a budget.
+            self.log.warning(
+                "scope %r has no budget of its own: only the catch-all %s holds its money. Check its "
+                "spelling (`costaware budget list` lists the budgets), or set one with `costaware budget "
+                "set --scope %r ...`",
+                str(reservation.scope),
+                ", ".join(reservation.budgets),
+                str(reservation.scope),
+            )
         return _handed_on(reservation, target)
 
     def _check_scope_is_tagged(self, context: Any, target: str) -> None:
