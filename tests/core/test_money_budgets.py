@@ -107,6 +107,10 @@ def test_scope_parse_canonical_and_matching() -> None:
         ("project=", "not key=value"),
         ("1x=a", "tag name '1x'"),
         ("a=1,a=2", "twice"),
+        # A DAG tag's spelling: the example was 'project=churn,team=ml', not the scope meant.
+        ("project:churn", "'project:churn' of 'project:churn' is not key=value: write e.g. 'project=churn'$"),
+        ("project=x,team:ml", "write e.g. 'team=ml'$"),
+        ("project", "write e.g. 'project=churn,team=ml'$"),
     ],
 )
 def test_scope_rejects(text: str, message: str) -> None:

@@ -129,9 +129,15 @@ class Scope:
             key, sep, value = part.partition("=")
             key, value = key.strip(), value.strip()
             if not sep or not value:
+                tag_name, colon, tag_value = part.strip().partition(":")
+                # project:churn is how a DAG tag is written; the scope of that tag is project=churn.
+                example = (
+                    f"{tag_name.strip()}={tag_value.strip()}"
+                    if colon and not sep and tag_name.strip() and tag_value.strip()
+                    else "project=churn,team=ml"
+                )
                 raise InvalidBudgetError(
-                    f"scope part {part.strip()!r} of {raw!r} is not key=value: "
-                    "write e.g. 'project=churn,team=ml'"
+                    f"scope part {part.strip()!r} of {raw!r} is not key=value: write e.g. {example!r}"
                 )
             if key in pairs and pairs[key] != value:
                 # A scope is an AND of tags, and an entry has one value per tag: no entry could match.
