@@ -210,6 +210,10 @@ def test_the_costaware_ledger_connection_type_takes_postgres_fields() -> None:
         ConfigurationError, match=r"has type '': .* write the type costaware-ledger:// or postgres://"
     ):
         url_from_connection_fields("costaware_ledger", "", "h", None, None, None, None, None)
+    # `airflow connections add costaware_ledger --conn-type postgres` without the postgres provider stores
+    # 'generic': the error named a type the user never gave, and no way to give the one meant.
+    with pytest.raises(ConfigurationError, match=r"type 'generic' when that provider is not installed: give"):
+        url_from_connection_fields("costaware_ledger", "generic", "db", "u", "p", 5432, "led", None)
     # AIRFLOW_CONN_COSTAWARE_LEDGER=ledger.db (no scheme at all) was told only about '_' it never wrote.
     with pytest.raises(ConfigurationError, match=r"a URL without a scheme, or with costaware_ledger://"):
         url_from_connection_fields("costaware_ledger", "", "ledger.db", None, None, None, None, None)

@@ -101,6 +101,12 @@ def url_from_connection_fields(
             " (as a URL, write the type costaware-ledger:// or postgres://, or sqlite:////PATH: a URL without"
             " a scheme, or with costaware_ledger:// ('_' is no URL scheme), has none)"
         )
+    elif kind == "generic":  # what Airflow stores for a --conn-type whose provider is not installed
+        hint = (
+            " (`airflow connections add --conn-type postgres` or `sqlite` stores the type 'generic' when"
+            " that provider is not installed: give --conn-type costaware_ledger (PostgreSQL's fields),"
+            " or --conn-uri 'postgres://USER:PASSWORD@HOST/DB' or 'sqlite:////PATH')"
+        )
     elif "+" in conn_type:  # a SQLAlchemy URL with a driver costaware does not ship (psycopg2 only)
         hint = f" (as a URL, write postgres://... instead of {conn_type}://...)"
     raise ConfigurationError(
