@@ -112,6 +112,10 @@ def test_audit_rejects_a_bad_since(ledger_url: str, capsys: pytest.CaptureFixtur
     with pytest.raises(SystemExit):
         main(["--ledger-url", ledger_url, "audit", "--since", "yesterday"])
     assert "'yesterday' is not an ISO date" in capsys.readouterr().err
+    # A compact date was told to add a time zone ("e.g. 2026-11-01T00:00+01:00"), as if it were a time.
+    with pytest.raises(SystemExit):
+        main(["--ledger-url", ledger_url, "audit", "--since", "20261201"])
+    assert "'20261201' is a date without dashes: write 2026-12-01 (midnight UTC)" in capsys.readouterr().err
 
 
 def test_alerts_set_and_list(ledger_url: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -186,6 +186,10 @@ def when(text: str) -> datetime:
         value = midnight_utc(text) or datetime.fromisoformat(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(f"{text!r} is not an ISO date (2026-11-01) or datetime") from e
+    if value.tzinfo is None and len(text) == 8 and text.isdigit():
+        # 20261201 parses as a datetime without a zone, and "add one" is no answer for a date.
+        dashed = f"{text[:4]}-{text[4:6]}-{text[6:]}"
+        raise argparse.ArgumentTypeError(f"{text!r} is a date without dashes: write {dashed} (midnight UTC)")
     if value.tzinfo is None:
         # Only a datetime gets the example: "20260201+00:00" is no date either.
         example = f"{text}+00:00" if "T" in text or " " in text else "2026-11-01T00:00+01:00"
