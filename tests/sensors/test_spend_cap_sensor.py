@@ -337,6 +337,35 @@ def test_nothing_is_reserved_without_a_budget(ledger_url: str, monkeypatch: pyte
     assert noted.status == "refused" and "no budget covers scope 'project=churn'" in noted.message
 
 
+def test_a_missing_budget_names_a_ledger_connection_the_command_does_not_read(
+    ledger_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow.sdk import Connection
+
+    from costaware.hooks.ledger import CostLedgerHook
+
+    # The connection kept in Airflow's metadata database (the UI, `airflow connections add`), not in the
+    # environment: `costaware budget set` wrote its budget to the SQLite file instead, and the refusal said
+    # only "set one with `costaware budget set`".
+    monkeypatch.delenv("AIRFLOW_CONN_COSTAWARE_LEDGER", raising=False)
+    path = ledger_url.removeprefix("sqlite:///")
+    connection = Connection(conn_id="costaware_ledger", conn_type="sqlite", host=path)
+    monkeypatch.setattr(CostLedgerHook, "get_connection", classmethod(lambda cls, conn_id: connection))
+    with pytest.raises(AirflowFailException) as refused:
+        sensor(deferrable=False).poke(context())
+    assert "no budget covers scope 'project=churn'" in str(refused.value)
+    assert (
+        f"This gate read the ledger of connection 'costaware_ledger' ({ledger_url}), which the `costaware` "
+        "command does not read unless AIRFLOW_CONN_COSTAWARE_LEDGER is set where it runs: give it "
+        "--ledger-url"
+    ) in str(refused.value)
+    # Set in the environment, the command reads it too: nothing to add.
+    monkeypatch.setenv("AIRFLOW_CONN_COSTAWARE_LEDGER", f"sqlite:///{path}")
+    with pytest.raises(AirflowFailException) as refused:
+        sensor(deferrable=False).poke(context("manual__2"))
+    assert "This gate read" not in str(refused.value)
+
+
 def test_the_reservation_log_names_the_budget_like_the_page(
     env_ledger: Ledger, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:

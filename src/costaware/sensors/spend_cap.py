@@ -240,8 +240,9 @@ class SpendCapSensor(BaseSensorOperator):
             except BudgetNotFoundError as e:
                 # No budget covers the scope (a typo in the project): refused too, and the Cost page lists
                 # it with the others that did not get their money (it showed only a failed try).
-                self._note(ledger, context, target, usd, "refused", "", str(e))
-                raise
+                message = f"{e}{self._unseen_ledger_hint()}"
+                self._note(ledger, context, target, usd, "refused", "", message)
+                raise BudgetNotFoundError(message) from None
         self._note(ledger, context, target, usd, "reserved", "", "")
         self.log.info(
             "Reserved %s for task %r in %s (reservation %s)",
@@ -262,6 +263,39 @@ class SpendCapSensor(BaseSensorOperator):
                 str(reservation.scope),
             )
         return _handed_on(reservation, target)
+
+    def _unseen_ledger_hint(self) -> str:
+        """Where this gate's ledger is one the ``costaware`` command does not read by default, say which.
+
+        The command reads ``AIRFLOW_CONN_COSTAWARE_LEDGER`` (else ``COSTAWARE_LEDGER_URL``, else the SQLite
+        file), never Airflow's metadata database: a budget set with it beside a connection kept there went
+        to another ledger, and "set one with `costaware budget set`" sent the user back to the same mistake.
+        """
+        import os
+
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        from costaware.adapters.ledger.engine import safe_url
+        from costaware.hooks.ledger import CostLedgerHook
+
+        variable = f"AIRFLOW_CONN_{self.ledger_conn_id.upper()}"
+        if self.ledger_conn_id == DEFAULT_LEDGER_CONN_ID and os.environ.get(variable, "").strip():
+            return ""
+        hook = CostLedgerHook(self.ledger_conn_id)
+        try:
+            hook.get_connection(self.ledger_conn_id)
+        except AirflowNotFoundException:
+            return ""  # no such connection: the gate read the fallback, as the command does
+        url = safe_url(hook.get_url())
+        unless = (
+            f" unless {variable} is set where it runs"
+            if self.ledger_conn_id == DEFAULT_LEDGER_CONN_ID
+            else ""
+        )
+        return (
+            f". This gate read the ledger of connection {self.ledger_conn_id!r} ({url}), "
+            f"which the `costaware` command does not read{unless}: give it --ledger-url with that URL"
+        )
 
     def _check_scope_is_tagged(self, context: Any, target: str) -> None:
         """Refuse a scope the target task's ledger entries will not carry (the budget would not be charged).
