@@ -143,6 +143,13 @@ def test_efficiency_says_a_misspelt_dag_and_hidden_savings_as_they_are(
     err = capsys.readouterr().err
     assert "--runs-per-month must be more than 0, got 0: the monthly saving is per run times runs" in err
     assert "leave it out to use each DAG's schedule" in err
+    # A margin given as a percentage: "invalid float value: '25%'", or out of range, with no word of the form.
+    with pytest.raises(SystemExit):
+        main([*base, "--dag-id", "nightly", "--memory-margin", "25%"])
+    assert "'25%' is no fraction: give one as a number, e.g. 0.25 for 25%" in capsys.readouterr().err
+    assert main([*base, "--dag-id", "nightly", "--memory-margin", "25"]) == 2
+    err = capsys.readouterr().err
+    assert "--memory-margin must be 0 or more and at most 10, got 25: a fraction of the measured peak" in err
 
 
 def test_efficiency_takes_the_reports_scope_and_run(

@@ -214,6 +214,21 @@ def check_range(
         raise ConfigurationError(f"{flag} must be {number}{least}{most}, got {value:g}")
 
 
+def fraction(text: str) -> float:
+    """A share as a number (0.25); '25%' was refused as "invalid float value", naming no form to use."""
+    try:
+        return float(text)
+    except ValueError:
+        percent = text.strip().removesuffix("%")
+        try:
+            example = f"{float(percent) / 100:g} for {percent}%"
+        except ValueError:
+            example = "0.25 for 25%"
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is no fraction: give one as a number, e.g. {example}"
+        ) from None
+
+
 def lowercase(text: str) -> str:
     """``Month`` -> ``month``: a choice is matched whatever its case."""
     return text.strip().lower()

@@ -22,6 +22,7 @@ from costaware.cli.arguments import (
     Arg,
     GroupCommand,
     LazyChoices,
+    fraction,
     lazy_load_command,
     when,
 )
@@ -164,7 +165,7 @@ REPORT_ARGS = (
     ),
     Arg(
         "--memory-margin",
-        type=float,
+        type=fraction,
         default=0.25,
         help="with --efficiency: headroom over the measured peak memory (default: 0.25 = 25%%)",
     ),

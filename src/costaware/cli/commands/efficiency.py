@@ -34,7 +34,11 @@ def report_efficiency(args: argparse.Namespace) -> int:
                 f"{e}: the monthly saving is per run times runs a month; give how often the DAG runs, or "
                 "leave it out to use each DAG's schedule"
             ) from e
-    check_range("--memory-margin", args.memory_margin, low=0, high=10)
+    try:
+        check_range("--memory-margin", args.memory_margin, low=0, high=10)
+    except ConfigurationError as e:
+        # 25 (meant as 25%) was refused as out of range, without saying the margin is a fraction.
+        raise ConfigurationError(f"{e}: a fraction of the measured peak memory, 0.25 for 25%") from e
     if args.group_by != "task":
         raise CostawareError(
             f"--group-by {args.group_by} does not apply to --efficiency: its rows are always one per task"
