@@ -362,6 +362,8 @@ def test_time_based_checkpoints_use_the_clock(tmp_path: Path) -> None:
             "checkpoint_every_seconds must be a number > 0 or None, got '300' (a string: write 300",
         ),
         ({"feature_columns": ["x1", "y"]}, "job.json': label column 'y' is also a feature"),
+        # A ValueError traceback (exit 1) once the store was opened, before.
+        ({"storage_options": "anon=true"}, "storage_options must be a JSON object of names and values"),
     ],
 )
 def test_a_bad_job_file_is_named_and_runs_nothing(

@@ -354,6 +354,12 @@ def job_from_file(path: str) -> RetrainJob:
             f"job file {path!r}: feature_columns must be a list of column names, got the string "
             f"{given['feature_columns']!r}: write {json.dumps(names)}"
         )
+    for name in ("trainer_params", "policy_params", "storage_options", "run"):
+        if not isinstance(given.get(name, {}), dict):  # "anon=true" was a ValueError traceback, exit 1
+            raise ConfigurationError(
+                f"job file {path!r}: {name} must be a JSON object of names and values, such as "
+                f'{{"anon": true}}, got {given[name]!r}'
+            )
     try:  # a bad interval or the label among the features failed only once the data was read
         check_training_arguments(
             label_column=given["label_column"],
