@@ -18,11 +18,12 @@ from typing import Any
 
 import pendulum
 from airflow.sdk import Param, dag, get_current_context, task
+from airflow.sdk.exceptions import AirflowFailException
 
 import costaware.examples  # noqa: F401  # without the examples extra the DAG fails to parse, with the pip line
 from costaware.operators.right_size import RightSizeOperator
 from costaware.operators.tuning import budgeted_tuning
-from costaware.params import bounded_param, tag_param
+from costaware.params import bounded_param, check_run_conf, tag_param
 
 TEAM = "ml-platform"
 PROJECT = "flight-delays"
@@ -78,9 +79,15 @@ def budgeted_tuning_dag() -> None:
         """Land January 2013; features of the first ``train_days`` days to train, the next week to score."""
         from datetime import timedelta
 
+        from costaware.core.errors import ConfigurationError
         from costaware.examples import flights
 
-        params = get_current_context()["params"]
+        context = get_current_context()
+        try:  # before any data is landed or trial reserved: -c '{"max_trial": 3}' ran the default 8 trials
+            check_run_conf(context["dag_run"].conf, context["dag"].params)
+        except ConfigurationError as e:  # the same conf fails every retry: none
+            raise AirflowFailException(str(e)) from e
+        params = context["params"]
         days = int(params["train_days"])
         last_train = flights.FIRST_DAY + timedelta(days=days - 1)
         landing = _data_root(params) / "landing"

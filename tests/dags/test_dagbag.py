@@ -111,3 +111,33 @@ def test_tag_params_refuse_what_the_ledger_cannot_store(dag_id: str) -> None:
         for bad in ("Doe, Jane", "a=b", "", "   "):
             with pytest.raises(ParamValidationError):
                 param.resolve(bad)
+
+
+def test_every_example_dag_s_first_task_refuses_a_misspelt_conf_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    # budgeted_tuning took -c '{"max_trial": 3}' without a word and ran the default 8 trials.
+    from types import SimpleNamespace
+
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from costaware.core.budgets import TAG_NAMES
+    from costaware.core.errors import ConfigurationError
+    from costaware.params import check_run_conf
+
+    bag = DagBag(dag_folder=str(DAGS))
+    assert sorted(bag.dag_ids) == sorted(EXAMPLE_DAGS)  # a new example DAG is checked here too
+    for dag_id, dag in bag.dags.items():
+        untagged = [name for name in dag.params if name not in TAG_NAMES]
+        for name in untagged:  # a letter dropped at the end of any param is refused, naming that param
+            with pytest.raises(ConfigurationError, match=rf"'{name[:-1]}' \(did you mean '{name}'\?"):
+                check_run_conf({name[:-1]: 1}, dag.params)
+        (first,) = dag.roots  # the one task before any data is landed or money reserved
+        typo = untagged[0][:-1]
+        conf = {typo: 1, "team": "ml", "project": "churn", "owner": "jane"}  # the tags are always taken
+        context = {"params": {}, "dag_run": SimpleNamespace(conf=conf), "dag": dag}
+        monkeypatch.setitem(first.python_callable.__globals__, "get_current_context", lambda c=context: c)
+        with pytest.raises(AirflowFailException) as refused:
+            first.python_callable()
+        message = str(refused.value)
+        assert f"{typo!r} (did you mean {untagged[0]!r}? {untagged[0]!r} kept its default)" in message, dag_id
+        assert "'team'" not in message and "'owner'" not in message, dag_id
+        assert "fix the name and trigger the run again" in message, dag_id
