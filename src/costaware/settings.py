@@ -15,11 +15,16 @@ in ``costaware.adapters.compute.job_contract`` and the runtime.
 from __future__ import annotations
 
 import configparser
+import difflib
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 SECTION = "costaware"
+ENV_PREFIX = f"AIRFLOW__{SECTION.upper()}__"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,10 +135,16 @@ def option(name: str) -> str:
         KeyError: ``name`` is not in :data:`OPTIONS` (document an option before reading it).
     """
     default = OPTIONS[name].default
+    log_section_problems()
+    return _read(name, default)
+
+
+def _read(name: str, default: str) -> str:
+    """The option as Airflow reads it (the file or its variable), without the section's check."""
     try:
         from airflow.sdk import conf
     except ImportError:  # the CLI on a machine without Airflow reads the variable Airflow would
-        return os.environ.get(f"AIRFLOW__{SECTION.upper()}__{name.upper()}", default)
+        return os.environ.get(env_name(name), default)
     except configparser.Error as e:  # Airflow reads airflow.cfg on import
         from costaware.core.errors import ConfigurationError
 
@@ -147,8 +158,106 @@ def option(name: str) -> str:
         # alert check after every try and `costaware alerts list` with configparser's traceback.
         raise ConfigurationError(
             f"[costaware] {name} in airflow.cfg cannot be read ({e}): write each '%' as '%%' there "
-            f"(e.g. 50%%,80%%), or set AIRFLOW__{SECTION.upper()}__{name.upper()} with a single '%'"
+            f"(e.g. 50%%,80%%), or set {env_name(name)} with a single '%'"
         ) from e
+
+
+def env_name(name: str) -> str:
+    """The variable Airflow reads ``[costaware] <name>`` from: ``AIRFLOW__COSTAWARE__<NAME>``."""
+    return f"{ENV_PREFIX}{name.upper()}"
+
+
+def section_problems() -> list[str]:
+    """What is wrong in the ``[costaware]`` section, one line each naming the value and what to set.
+
+    An option no costaware code reads (``worker_instancetype``) is ignored by Airflow without a word, so its
+    value never applies; a ``worker_instance_type`` or ``worker_region`` the bundled price catalog does not
+    know prices every try that names no compute of its own at $0 (recorded as unpriced).
+    """
+    problems = [
+        f"{where} is no [costaware] option, so it is ignored: {_known_option_hint(name)}"
+        for name, where in sorted(_set_options().items())
+        if name not in OPTIONS
+    ]
+    problems.extend(_worker_compute_problems())
+    return problems
+
+
+def _set_options() -> dict[str, str]:
+    """Each ``[costaware]`` option set in airflow.cfg or the environment, and where it is set."""
+    found: dict[str, str] = {}
+    for variable in sorted(os.environ):
+        if variable.startswith(ENV_PREFIX):
+            name = variable[len(ENV_PREFIX) :].lower().removesuffix("_cmd").removesuffix("_secret")
+            found[name] = variable
+    try:
+        from airflow.sdk import conf
+
+        in_file = conf.options(SECTION) if conf.has_section(SECTION) else []
+    except ImportError:  # the CLI without Airflow reads only the variables
+        in_file = []
+    for option_name in in_file:
+        name = option_name.lower().removesuffix("_cmd").removesuffix("_secret")
+        found.setdefault(name, f"[{SECTION}] {option_name} in airflow.cfg")
+    return found
+
+
+def _known_option_hint(name: str) -> str:
+    close = difflib.get_close_matches(name, list(OPTIONS), n=1, cutoff=0.6)
+    if close:
+        return f"did you mean {close[0]!r} ({env_name(close[0])})? Rename it"
+    return f"the options are {', '.join(OPTIONS)}; rename or delete it"
+
+
+def _worker_compute_problems() -> list[str]:
+    """The worker's instance type and region, where the bundled price catalog knows either not."""
+    from costaware.adapters.price_files import bundled_catalog
+    from costaware.core.errors import PriceNotFoundError
+    from costaware.core.prices import closest_names
+
+    catalog = bundled_catalog()
+    found = {}
+    instance_type = _read("worker_instance_type", OPTIONS["worker_instance_type"].default).strip()
+    try:
+        catalog.check_instance_type(instance_type)
+    except PriceNotFoundError as e:
+        found["worker_instance_type"] = (instance_type, str(e))
+    region = _read("worker_region", OPTIONS["worker_region"].default).strip()
+    if region not in catalog.regions:
+        close = closest_names(region, catalog.regions)
+        found["worker_region"] = (
+            region,
+            "unknown region" + (f"; did you mean {', '.join(close)}?" if close else ""),
+        )
+    return [
+        f"[costaware] {name} {value!r} is not in the bundled price catalog ({why}). Set it "
+        f"({env_name(name)}) to the workers' own, e.g. {OPTIONS[name].default}: until then a try that names "
+        "none of its own is "
+        "recorded at $0 (unpriced), unless `costaware prices import` or `costaware prices refresh` priced it"
+        for name, (value, why) in found.items()
+    ]
+
+
+_section_checked = False
+
+
+def log_section_problems() -> None:
+    """Log each :func:`section_problems` at error level, once per process (the first option read).
+
+    A typo must not stop Airflow or a task from starting, so nothing is raised; the check itself failing
+    (an unreadable airflow.cfg) is left to the read that follows.
+    """
+    global _section_checked
+    if _section_checked:
+        return
+    _section_checked = True
+    try:
+        problems = section_problems()
+    except Exception as e:  # the option read that follows says what is wrong with airflow.cfg
+        log.debug("costaware: the [costaware] section was not checked: %s", e)
+        return
+    for problem in problems:
+        log.error("costaware: %s", problem)
 
 
 def airflow_cfg_problem(error: configparser.Error) -> str:

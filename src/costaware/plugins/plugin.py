@@ -10,9 +10,13 @@ from airflow.sdk import conf
 
 from costaware.plugins.listener import cost_listener
 from costaware.plugins.ui.app import cost_app
+from costaware.settings import log_section_problems
 from costaware.timetables.off_peak import OffPeakTimetable
 
 URL_PREFIX = "/costaware"
+# Every Airflow process loads the plugin: a misspelt [costaware] option or a worker instance type with no
+# price is logged as an error when the scheduler, api-server or a task starts, not found from $0 tries.
+log_section_problems()
 # The UI may live under a sub-path ([api] base_url); the nav link must include it.
 _BASE_PATH = urlsplit(conf.get("api", "base_url", fallback="") or "").path.rstrip("/")
 
