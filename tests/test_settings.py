@@ -103,3 +103,13 @@ def test_loading_the_plugin_logs_a_misspelt_option() -> None:
     assert "did you mean 'worker_instance_type' (AIRFLOW__COSTAWARE__WORKER_INSTANCE_TYPE)" in (
         done.stdout + done.stderr
     )
+
+
+def test_a_worker_market_that_is_no_market_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 'spto' was said once per try, each priced on-demand; nothing at start.
+    monkeypatch.setenv("AIRFLOW__COSTAWARE__WORKER_MARKET", "spto")
+    assert settings.section_problems() == [
+        "[costaware] worker_market: unknown market 'spto': use one of spot, on_demand, local. Set it "
+        "(AIRFLOW__COSTAWARE__WORKER_MARKET) to the market the workers run on: until then a try that names "
+        "none of its own is priced on-demand"
+    ]

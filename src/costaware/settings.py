@@ -210,7 +210,7 @@ def _known_option_hint(name: str) -> str:
 
 
 def _worker_compute_problems() -> list[str]:
-    """The worker's instance type and region, where the bundled price catalog knows either not."""
+    """The worker's type and region the bundled price catalog does not know; a market that is none."""
     from costaware.adapters.price_files import bundled_catalog
     from costaware.core.errors import PriceNotFoundError
     from costaware.core.prices import closest_names
@@ -229,13 +229,25 @@ def _worker_compute_problems() -> list[str]:
             region,
             "unknown region" + (f"; did you mean {', '.join(close)}?" if close else ""),
         )
-    return [
+    problems = [
         f"[costaware] {name} {value!r} is not in the bundled price catalog ({why}). Set it "
         f"({env_name(name)}) to the workers' own, e.g. {OPTIONS[name].default}: until then a try that names "
         "none of its own is "
         "recorded at $0 (unpriced), unless `costaware prices import` or `costaware prices refresh` priced it"
         for name, (value, why) in found.items()
     ]
+    from costaware.core.errors import ConfigurationError
+    from costaware.core.ledger import Market
+
+    market = _read("worker_market", OPTIONS["worker_market"].default)
+    try:
+        Market.parse(market)
+    except ConfigurationError as e:
+        problems.append(
+            f"[costaware] worker_market: {e}. Set it ({env_name('worker_market')}) to the market the workers "
+            "run on: until then a try that names none of its own is priced on-demand"
+        )
+    return problems
 
 
 _section_checked = False
