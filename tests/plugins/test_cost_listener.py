@@ -593,6 +593,30 @@ def test_run_end_releases_every_reservation_still_open_for_the_run(ledger_env: L
     assert ledger_env.usage("project=churn")[0].reserved_usd == Decimal("2")
 
 
+def test_run_end_leaves_the_holds_of_a_run_whose_id_continues_its_own_after_a_slash(
+    ledger_env: Ledger,
+) -> None:
+    # An allowed_run_id_pattern may allow '/': run 'run1/x' is still running when run 'run1' ends.
+    ledger_env.set_budget("project=churn", "month", "50")
+    ledger_env.reserve("project=churn", "1", holder="retrain/run1/train/-1")
+    ledger_env.reserve("project=churn", "2", holder="retrain/run1/train/-1/egress")
+    ledger_env.reserve("project=churn", "4", holder="retrain/run1/x/train/-1")
+    ledger_env.reserve("project=churn", "8", holder="retrain/run1/train/train/-1")  # run 'run1/train'
+    CostListener().on_dag_run_failed(SimpleNamespace(dag_id="retrain", run_id="run1"), "task_failure")
+    left = sorted(r.holder for r in ledger_env.open_reservations())
+    assert left == ["retrain/run1/train/train/-1", "retrain/run1/x/train/-1"]
+    assert ledger_env.usage("project=churn")[0].reserved_usd == Decimal("12")
+
+
+def test_a_task_failing_releases_only_its_own_runs_doomed_holds(ledger_env: Ledger) -> None:
+    ledger_env.set_budget("project=churn", "month", "50")
+    ledger_env.reserve("project=churn", "1", holder="retrain/run1/train/-1")
+    ledger_env.reserve("project=churn", "4", holder="retrain/run1/train/train/-1")  # run 'run1/train'
+    dag = _gate_then_train_dag()
+    CostListener().on_task_instance_failed(None, _ti_of(dag, "spot_window", "failed"), ValueError("typo"))
+    assert [r.holder for r in ledger_env.open_reservations()] == ["retrain/run1/train/train/-1"]
+
+
 def _gate_waits(ledger: Ledger, run_id: str, task_id: str = "gate", status: str = "waiting") -> None:
     from costaware.adapters.ledger.gate_requests import note_gate_request
 

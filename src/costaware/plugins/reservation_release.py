@@ -69,16 +69,29 @@ def release_reservations(
     Never raises: a listener must not break the task or the scheduler; an unreleased reservation still
     expires at its TTL.
     """
+    from costaware.core.ledger import read_holder
     from costaware.core.money import format_usd_exact
 
     released: list[Any] = []
     run_prefix = f"{dag_id}/{run_id}/"  # holders are dag/run/task/map_index (core.ledger.reservation_holder)
     prefixes = [run_prefix] if task_ids is None else [f"{run_prefix}{t}/" for t in sorted(task_ids)]
 
+    def is_ours(holder: str | None) -> bool:
+        # A run id may hold a '/': the prefix of run 'r' also matches run 'r/x''s holds, still running.
+        key = read_holder(holder)
+        return (
+            key is not None
+            and key.search is None
+            and key.dag_id == dag_id
+            and key.run_id == run_id
+            and (task_ids is None or key.task_id in task_ids)
+        )
+
     def release(ledger: Any) -> None:
         for prefix in prefixes:
             for reservation in ledger.open_reservations(holder_prefix=prefix):
-                released.append(ledger.release(reservation.id))
+                if is_ours(reservation.holder):
+                    released.append(ledger.release(reservation.id))
 
     def could_not(e: Exception) -> None:
         log.warning(
