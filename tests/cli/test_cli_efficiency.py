@@ -285,6 +285,10 @@ def test_runs_that_trained_no_model_are_counted_beside_the_list(
     assert "cost $1.70, not counted above" in out  # run1 and run2, $0.85 each
     # A run whose task still holds budget is running, not failed: it is said apart.
     measured.set_budget("team=ml", "month", "100")
+    # ... but a hold of run 'run2/x' (a run id may hold '/') is not run2's.
+    measured.reserve("team=ml", "1", holder="nightly/run2/x/train/-1", run_id="run2/x")
+    assert main(["--ledger-url", ledger_url, "runs", "list", "--dag-id", "nightly"]) == 0
+    assert "2 more run(s) of these DAGs since the oldest above trained no model" in capsys.readouterr().out
     measured.reserve("team=ml", "1", holder="nightly/run2/train/-1", run_id="run2")
     assert main(["--ledger-url", ledger_url, "runs", "list", "--dag-id", "nightly"]) == 0
     out = capsys.readouterr().out
