@@ -462,6 +462,34 @@ def test_the_first_dated_batch_of_an_empty_landing_folder_warns_of_a_quarantine_
     assert caplog.text == ""
 
 
+def test_a_dated_batch_whose_quarantine_beside_it_already_holds_a_refused_batch_is_refused(
+    tmp_path: Path,
+) -> None:
+    # Day 1 was refused and moved to landing/quarantine/... (a warning only: nothing beside it yet). Day 2
+    # found "no other batch" again and warned only, while readers of landing/ trained on the refused day 1.
+    landing = tmp_path / "landing"
+    day1 = _batch(tmp_path, distance=[1400, -5, 1576, 762])
+    (landing / "2013-01-01").mkdir()
+    day1 = day1.rename(landing / "2013-01-01" / "part-0.parquet").parent
+    gate = _gate(tmp_path, day1)
+    gate.quarantine_path = str(landing / "quarantine")
+    with pytest.raises(AirflowFailException, match="the batch was moved to"):
+        gate.execute(_context())
+    (landing / "2013-01-02").mkdir()
+    _batch(tmp_path).rename(landing / "2013-01-02" / "part-0.parquet")  # a good day: it passed
+    gate.data_path = str(landing / "2013-01-02")
+    moved = "quarantine/retrain_dag/scheduled__2013-01-01/quality_gate/2013-01-01/part-0.parquet"
+    with pytest.raises(AirflowFailException) as caught:
+        gate.execute(_context())
+    assert (
+        f"quarantine_path '{landing}/quarantine' is inside '{landing}', the landing folder of the batch "
+        f"folder '{landing}/2013-01-02' (it holds another batch, '{moved}', refused and moved into the "
+        f"quarantine): readers of that folder walk its sub-folders and would still train on a refused batch; "
+        f"move it out, and give a folder outside '{landing}'"
+    ) in str(caught.value)
+    assert (landing / "2013-01-02" / "part-0.parquet").exists()
+
+
 def test_a_dated_series_beside_an_undated_file_is_still_refused(tmp_path: Path) -> None:
     from costaware.operators.batch_quarantine import check_quarantine_beside_batch_folder
 

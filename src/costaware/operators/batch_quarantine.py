@@ -61,10 +61,13 @@ def check_quarantine_beside_batch_folder(
     ``data/refused/``), which nothing reads: the batch's parent is taken for a landing folder when it holds
     another batch besides the batch and the quarantine (a Parquet file, or a folder with one in it), both
     named by a date or number (``2013-01-01`` beside ``2013-01-02``). Neighbours named otherwise
-    (``datasets/fraud/`` beside ``datasets/churn/``) are warned of only.
+    (``datasets/fraud/`` beside ``datasets/churn/``) are warned of only. A dated or numbered batch with
+    nothing beside it is refused too where the quarantine already holds a refused batch (a Parquet file):
+    moved there, it is trained on by the folder's readers as any batch beside it is.
 
     Raises:
-        ConfigurationError: naming both paths and the other batch found beside the batch folder.
+        ConfigurationError: naming both paths and the other batch found beside the batch folder (or in
+            the quarantine).
     """
     from pyarrow import fs
 
@@ -72,6 +75,7 @@ def check_quarantine_beside_batch_folder(
 
     parent, _, name = data_path.rstrip("/").rpartition("/")
     inside = quarantine_path.rstrip("/")
+    refused_before: str | None = None
     if not parent or Path(name).suffix or not inside.startswith(parent + "/"):
         return  # a batch file (check_quarantine_outside's), or a quarantine outside the batch's parent
     if parent.endswith(":/"):
@@ -96,6 +100,8 @@ def check_quarantine_beside_batch_folder(
             if found:
                 beside = info
                 break  # the sort put any numbered batch before the rest
+        if beside is None and _numbered(name):
+            refused_before = _parquet_under(folder, f"{folder.root}/{inside[len(parent) + 1 :]}")
     except OSError as e:
         # A credential that may read the batch but not list its parent (S3 without s3:ListBucket there):
         # the gate ran before this check came, so it runs on, said, rather than fail every batch.
@@ -108,6 +114,15 @@ def check_quarantine_beside_batch_folder(
             e,
         )
         return
+    if beside is None and refused_before is not None:
+        # A batch refused and moved here earlier (the first one of the folder, say) lies inside the landing
+        # folder: its readers train on it, so the layout is a landing folder's.
+        raise ConfigurationError(
+            f"quarantine_path {quarantine_path!r} is inside {parent!r}, the landing folder of the batch "
+            f"folder {data_path!r} (it holds another batch, {refused_before!r}, refused and moved into the "
+            f"quarantine): readers of that folder walk its sub-folders and would still train on a refused "
+            f"batch; move it out, and give a folder outside {parent!r}"
+        )
     if beside is None:
         if _numbered(name):
             # The first batch of a landing folder has nothing beside it to tell the layout by: refused, a good
@@ -117,7 +132,7 @@ def check_quarantine_beside_batch_folder(
                 "quarantine_path %s is inside %s, which holds no other batch yet to tell whether it is a "
                 "landing folder: if batches land beside %s (dated or numbered, as it is), readers of %s "
                 "would still train on a refused batch moved there, and this gate refuses the layout once one "
-                "does; "
+                "does, or once it has moved a refused batch there; "
                 "give a folder outside %s",
                 quarantine_path,
                 parent,
@@ -146,6 +161,17 @@ def check_quarantine_beside_batch_folder(
         f"walk its sub-folders and would still train on a refused batch; give a folder outside "
         f"{parent!r}"
     )
+
+
+def _parquet_under(folder: Any, path: str) -> str | None:
+    """The first Parquet file under ``path`` (a folder inside ``folder``), relative to ``folder``; or None."""
+    from pyarrow import fs
+
+    listed = folder.fs.get_file_info(fs.FileSelector(path, recursive=True, allow_not_found=True))
+    for info in listed:
+        if info.type == fs.FileType.File and _is_parquet(info.base_name):
+            return str(info.path)[len(folder.root.rstrip("/")) + 1 :]
+    return None
 
 
 def _numbered(file_name: str) -> bool:
