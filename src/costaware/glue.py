@@ -288,7 +288,8 @@ def first_failed_tasks(ti: Any) -> list[str]:
 
     A task that runs "all_done" and misses an upstream task's result names these: that upstream task may
     only have failed for theirs (``upstream_failed``), and its log says nothing. Empty where Airflow cannot
-    say (outside a run, a test's stand-in).
+    say (outside a run, a test's stand-in). A failed task no longer in the DAG (removed since the run began)
+    is left out: its place in the DAG is unknown.
     """
     try:
         crumbs = ti.get_task_breadcrumbs(dag_id=ti.dag_id, run_id=ti.run_id)
@@ -297,7 +298,8 @@ def first_failed_tasks(ti: Any) -> list[str]:
         return sorted(
             task_id
             for task_id in failed
-            if not failed & dag.get_task(task_id).get_flat_relative_ids(upstream=True)
+            if task_id in dag.task_dict
+            and not failed & dag.get_task(task_id).get_flat_relative_ids(upstream=True)
         )
     except Exception:  # a pointer for people: the failure it goes into stands without it
         return []

@@ -84,6 +84,16 @@ def test_select_and_best_fail_naming_the_plan_when_it_did_not_finish() -> None:
             "(it did not run, as 'prepare' failed first: that log says why)",
         ),
         ({"prepare": "success", "spot_window": "success", "plan": "failed"}, "(its log says why)"),
+        # A failed task removed from the DAG since (its place unknown) is left out, not the whole pointer.
+        (
+            {
+                "retired": "failed",
+                "prepare": "failed",
+                "spot_window": "upstream_failed",
+                "plan": "upstream_failed",
+            },
+            "(it did not run, as 'prepare' failed first: that log says why)",
+        ),
     ],
 )
 def test_select_and_best_name_the_task_that_failed_first(failed: dict[str, str], said: str) -> None:
