@@ -93,15 +93,16 @@ def upstream_result(ti: Any, task_id: str, key: str) -> Any:
 
     ``select`` and ``best`` run whatever their trials did, but without the study (``plan`` refused the
     settings, the caps, the instance type) or the selection there is nothing to rank. They fail, without a
-    retry, pointing at the task that failed first (``plan`` only failed for ``prepare``'s failure, say, and
-    its log says nothing): a skip here would end the run "successful" (Airflow judges a run by its last
-    tasks), and a scheduled study that never ran must alert.
+    retry, pointing at the task that failed first where the missing task did not run (``plan`` only failed
+    for ``prepare``'s failure, say, and its log says nothing), at its own log where it ran and failed
+    (``select`` after a failed warm-up trial, which is normal): a skip here would end the run "successful"
+    (Airflow judges a run by its last tasks), and a scheduled study that never ran must alert.
     """
     from costaware.glue import first_failed_tasks
 
     value = ti.xcom_pull(task_ids=task_id, key=key)
     if value is None:
-        first = first_failed_tasks(ti)
+        first = first_failed_tasks(ti, missed=task_id)  # none where task_id ran and failed on its own
         why = (
             f"it did not run, as {', '.join(map(repr, first))} failed first: that log says why"
             if first and task_id not in first

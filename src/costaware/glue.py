@@ -283,17 +283,24 @@ def try_key(ti: Any) -> tuple[str, str, str, int, int]:
     return (ti.dag_id, ti.run_id, ti.task_id, int(ti.map_index), int(ti.try_number))
 
 
-def first_failed_tasks(ti: Any) -> list[str]:
+def first_failed_tasks(ti: Any, *, missed: str | None = None) -> list[str]:
     """The tasks of ``ti``'s run that failed first: failed, with no failed task upstream of them.
 
     A task that runs "all_done" and misses an upstream task's result names these: that upstream task may
     only have failed for theirs (``upstream_failed``), and its log says nothing. Empty where Airflow cannot
     say (outside a run, a test's stand-in). A failed task no longer in the DAG (removed since the run began)
     is left out: its place in the DAG is unknown.
+
+    ``missed``: the upstream task whose result is missing. Empty unless it did not run (``upstream_failed``,
+    or no state): one that ran and failed (an "all_done" task after a failed trial, say) is to blame
+    itself, and its own log says why.
     """
     try:
         crumbs = ti.get_task_breadcrumbs(dag_id=ti.dag_id, run_id=ti.run_id)
-        failed = {c["task_id"] for c in crumbs if str(getattr(c["state"], "value", c["state"])) == "failed"}
+        states = [(c["task_id"], _state_name(c["state"])) for c in crumbs]
+        if missed is not None and any(t == missed and s not in ("upstream_failed", None) for t, s in states):
+            return []
+        failed = {task_id for task_id, state in states if state == "failed"}
         dag = ti.task.dag
         return sorted(
             task_id
@@ -303,6 +310,11 @@ def first_failed_tasks(ti: Any) -> list[str]:
         )
     except Exception:  # a pointer for people: the failure it goes into stands without it
         return []
+
+
+def _state_name(state: Any) -> str | None:
+    """A task state (an enum or its text) as text; None for a task with no state yet."""
+    return None if state is None else str(getattr(state, "value", state))
 
 
 def annotate_task(ti: Any, **fields: Any) -> None:

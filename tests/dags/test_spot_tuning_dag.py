@@ -97,13 +97,33 @@ def test_select_and_best_fail_naming_the_plan_when_it_did_not_finish() -> None:
     ],
 )
 def test_select_and_best_name_the_task_that_failed_first(failed: dict[str, str], said: str) -> None:
+    _fails_saying(failed, "plan", "select", said)
+
+
+@pytest.mark.parametrize(
+    ("failed", "said"),
+    [
+        # select runs all_done: a failed warm-up trial is normal; select then failing is its own doing.
+        ({"warmup": "failed", "select": "failed"}, "(its log says why)"),
+        # No state for select (not run): the task that failed first is named, as for plan.
+        (
+            {"prepare": "failed", "plan": "upstream_failed", "warmup": "upstream_failed", "select": None},
+            "(it did not run, as 'prepare' failed first: that log says why)",
+        ),
+    ],
+)
+def test_best_blames_select_itself_when_select_ran_and_failed(failed: dict[str, Any], said: str) -> None:
+    _fails_saying(failed, "select", "best", said)
+
+
+def _fails_saying(failed: dict[str, Any], missed: str, asking: str, said: str) -> None:
     from airflow.sdk.exceptions import AirflowFailException
 
     dag = DagBag(dag_folder=str(DAG_FILE)).dags["spot_tuning"]
     upstream_result = runpy.run_path(str(DAG_FILE))["upstream_result"]
 
     class Run:
-        dag_id, run_id, task = "spot_tuning", "manual__1", dag.get_task("select")
+        dag_id, run_id, task = "spot_tuning", "manual__1", dag.get_task(asking)
 
         def xcom_pull(self, *, task_ids: str, key: str) -> Any:
             return None
@@ -114,8 +134,10 @@ def test_select_and_best_name_the_task_that_failed_first(failed: dict[str, str],
             ]
 
     with pytest.raises(AirflowFailException) as caught:
-        upstream_result(Run(), "plan", "study")
-    assert str(caught.value) == f"'plan' did not finish: nothing to rank, so this run fails with it {said}"
+        upstream_result(Run(), missed, "study")
+    assert (
+        str(caught.value) == f"{missed!r} did not finish: nothing to rank, so this run fails with it {said}"
+    )
 
 
 @pytest.mark.parametrize(
