@@ -281,8 +281,8 @@ def test_which_conf_keys_close_to_a_param_are_taken_for_typos(key: str, refused:
             check_run_conf({key: 1}, params, own_keys=True)
     else:
         check_run_conf({key: 1}, params, own_keys=True)  # the gate leaves a key of the DAG's own alone
-        with pytest.raises(ConfigurationError, match=rf"'{key}'\. Its params"):
-            check_run_conf({key: 1}, params)  # an example DAG, which reads none, refuses it
+        with pytest.raises(ConfigurationError, match=rf"'{key}' \(did you mean '(project|team)'"):
+            check_run_conf({key: 1}, params)  # an example DAG, which reads none, refuses it, naming the like
 
 
 def test_a_run_the_gate_refuses_is_audited_too(env_ledger: Ledger) -> None:
@@ -353,6 +353,42 @@ def test_a_request_only_read_only_approvers_could_see_fails_at_once(
         gate(approvers=["nosuchuser", "vic"], deferrable=False).execute(context())
     assert env_ledger.usage("project=churn")[0].reserved_usd == 8  # nothing reserved for them
     assert gate(approvers=["ann", "vic"], estimated_usd="0.5", deferrable=False).execute(context())
+
+
+@pytest.mark.parametrize(
+    ("key", "meant", "kept"),
+    [
+        # A mistyped tag dropped the tag, so the tagged budget was never charged.
+        ("projct", "project", "'project' tags the run's costs, 'projct' tags nothing"),
+        ("tema", "team", "'team' tags the run's costs, 'tema' tags nothing"),  # two letters swapped
+        ("TRAIN_BUDGET_USD", "train_budget_usd", "'train_budget_usd' kept its default"),
+        ("Epochs", "epochs", "'epochs' kept its default"),
+    ],
+)
+def test_the_gate_refuses_a_mistyped_tag_a_swap_and_a_name_in_other_case(
+    key: str, meant: str, kept: str
+) -> None:
+    from costaware.core.errors import ConfigurationError
+    from costaware.core.run_conf import check_run_conf
+
+    params = ["train_budget_usd", "max_usd", "epochs", "spot_deadline"]
+    for own_keys in (True, False):
+        with pytest.raises(ConfigurationError) as refused:
+            check_run_conf({key: "x"}, params, own_keys=own_keys)
+        assert f"{key!r} (did you mean {meant!r}? {kept})" in str(refused.value)
+
+
+def test_a_key_refused_anyway_names_a_loosely_close_param() -> None:
+    from costaware.core.errors import ConfigurationError
+    from costaware.core.run_conf import check_run_conf
+
+    params = ["train_budget_usd", "max_usd", "epochs", "spot_deadline"]
+    check_run_conf({"deadline": "x"}, params, own_keys=True)  # the gate: maybe the DAG's own key
+    with pytest.raises(ConfigurationError) as refused:
+        check_run_conf({"deadline": "x", "zzz": 1}, params)  # an example DAG reads none: refused
+    message = str(refused.value)
+    assert "'deadline' (did you mean 'spot_deadline'? 'spot_deadline' kept its default)" in message
+    assert "'zzz'. Its params" in message
 
 
 def test_a_tag_in_the_conf_is_no_typo_of_a_param_beside_it() -> None:
