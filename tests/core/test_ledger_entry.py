@@ -62,3 +62,20 @@ def test_amounts_given_as_text_or_floats_are_kept_as_decimals_and_recorded(tmp_p
     assert ledger.spent("project=churn") == Decimal("3.95")
     (row,) = ledger.report(group_by="tag:project")
     assert (row.usd, row.on_demand_usd, row.savings_usd) == (Decimal("3.95"), Decimal("7.9"), Decimal("3.95"))
+
+
+def test_a_holder_key_is_slotted_as_the_other_value_classes_are() -> None:
+    import dataclasses
+
+    from costaware.core.ledger import read_holder
+
+    key = read_holder("d/r/x/train/-1")
+    assert key is not None and (key.dag_id, key.run_id, key.task_id, key.map_index) == (
+        "d",
+        "r/x",
+        "train",
+        -1,
+    )
+    assert not hasattr(key, "__dict__")  # one per open hold read: no dict each
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        key.run_id = "r"  # type: ignore[misc]

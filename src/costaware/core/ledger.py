@@ -337,7 +337,7 @@ def reservation_holder(dag_id: str, run_id: str, task_id: str, map_index: int = 
     return f"{dag_id}/{run_id}/{task_id}/{map_index}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HolderKey:
     """What a hold's holder key names: a task instance of a DAG run, or a ``budgeted_search``'s rung or tail.
 
