@@ -836,3 +836,22 @@ def test_the_boosting_model_treats_string_columns_as_categories_without_changing
     assert 0.0 <= score <= 1.0
     assert not isinstance(train["carrier"].dtype, pd.CategoricalDtype)
     assert valid["carrier"].tolist()[:2] == ["B6", "UA"]
+
+
+def test_a_summary_fails_its_own_runs_trials_not_those_of_a_run_whose_id_continues_its_own() -> None:
+    import optuna
+
+    from costaware.training.tuning.study import TRIAL_ATTR, fail_stale_trials
+
+    # A run id may hold '/': the select of run 'r' (prefix 'd/r/trial/') failed the still-running trials of
+    # run 'r/trial' (holders 'd/r/trial/trial/<i>') of a study both share.
+    study = optuna.create_study()
+    mine, theirs = study.ask(), study.ask()
+    for trial, holder in ((mine, "d/r/trial/0"), (theirs, "d/r/trial/trial/0")):
+        trial.set_user_attr(TRIAL_ATTR, {"holder": holder})
+    assert fail_stale_trials(study, holder_prefix="d/r/trial/") == [mine.number]
+    states = {t.number: t.state for t in study.get_trials(deepcopy=False)}
+    assert states == {
+        mine.number: optuna.trial.TrialState.FAIL,
+        theirs.number: optuna.trial.TrialState.RUNNING,
+    }

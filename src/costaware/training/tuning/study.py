@@ -236,7 +236,7 @@ def fail_stale_trials(
     holder_prefix: str | None = None,
     trials: list[optuna.trial.FrozenTrial] | None = None,
 ) -> list[int]:
-    """Mark failed the ``RUNNING`` trials whose lease expired (or, with ``holder_prefix``, held by it).
+    """Mark failed the ``RUNNING`` trials whose lease expired (or held by ``holder_prefix`` and a map index).
 
     Returns the numbers of the trials failed here. Safe against another process doing the same.
     """
@@ -248,7 +248,14 @@ def fail_stale_trials(
         info = trial_info(trial)
         lease = info.get("lease_until")
         expired = lease is not None and datetime.fromisoformat(lease) <= now
-        held = holder_prefix is not None and str(info.get("holder", "")).startswith(holder_prefix)
+        holder = str(info.get("holder", ""))
+        # Only a map index may follow the prefix: a run id may hold '/', and the prefix of run 'r''s trial
+        # task also begins the holders of run 'r/<trial task>', whose trials are still running.
+        held = (
+            holder_prefix is not None
+            and holder.startswith(holder_prefix)
+            and "/" not in holder[len(holder_prefix) :]
+        )
         if not (expired or held):
             continue
         reason = "its lease expired (the worker was killed)" if expired else "its task ended without telling"
