@@ -1264,3 +1264,33 @@ def test_a_killed_job_describejobs_misses_is_billed_from_the_status_the_wait_saw
     job, ended, own_end = trigger._stop_job(state, wait_seconds=0, poll_seconds=0)
     assert job is not None and stops == ["j"] and (ended, own_end) == (False, False)
     assert job["billable_seconds"] == 1000 + 600 + stop_seconds(state)
+
+
+def test_sigterm_of_a_worker_as_its_resumed_run_handles_a_success_keeps_the_success(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A worker shut down (SIGTERM) while the task resumed from its deferred wait handles the job's success:
+    # the task failed for good, with a message about `airflow dags test`, and a training that succeeded,
+    # billed and stored had to be run again. Only `dags test` stops there; a worker's task succeeds.
+    op = operator(tmp_path, "ok", poll_interval=0.2)
+    trigger = deferred_trigger(op)
+
+    async def first_event() -> Any:
+        async for event in trigger.run():
+            return event
+
+    event = asyncio.run(first_event())
+    assert event is not None and event.payload["status"] == "success"
+    handle_the_end = RemoteTrainingOperator._on_event
+
+    def sigterm_as_the_end_is_handled(self: RemoteTrainingOperator, *args: Any) -> Any:
+        self.on_kill()
+        return handle_the_end(self, *args)
+
+    monkeypatch.setattr(RemoteTrainingOperator, "_on_event", sigterm_as_the_end_is_handled)
+    resumed = operator(tmp_path, "ok", poll_interval=0.2)  # Airflow resumes a fresh copy of the task
+    result = resumed.execute_complete(context_for(), event.payload)
+    (entry,) = train_entries(ledger)
+    assert entry["cause"] == "success" and Decimal(str(entry["usd"])) > 0
+    assert isinstance(result, dict) and Decimal(str(result["usd"])) == Decimal(str(entry["usd"]))
+    assert ledger.open_reservations() == []

@@ -681,7 +681,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
         """Resume after the trigger: record the attempt, then finish, fail or wait for the next attempt."""
         from costaware.training.attempts import AttemptState
-        from costaware.triggers.remote_training import take_kill_outside_inline_wait
+        from costaware.triggers.remote_training import in_dags_test, take_kill_outside_inline_wait
 
         self._deferred_inline = None  # the trigger has fired: this process runs the task again
         if not event or "state" not in event:
@@ -710,9 +710,10 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
             try:
                 outcome = self._on_event(context, state, event)
                 if isinstance(outcome, dict):
-                    if self._killed:
+                    if self._killed and in_dags_test():
                         # Returned, the task succeeded and `dags test` ran its downstream tasks, though the
-                        # command was asked to stop: the training is billed and stored, the task fails.
+                        # command was asked to stop: the training is billed and stored, the task fails. A
+                        # worker's SIGTERM (its shutdown) is Airflow's: the success stands.
                         raise AirflowFailException(_killed_after_success(outcome))
                     return outcome
                 return self._wait(context, outcome)
