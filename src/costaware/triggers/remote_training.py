@@ -1129,9 +1129,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         try:
             status = backend.poll(self.job_id)
         except JobNotFoundError:
-            if (
-                not stopped
-            ):  # gone before we stopped it (a drain deleted the pod): billed from its last status
+            # Gone before we stopped it (a drain deleted the pod): billed from its last status.
+            if not stopped:
                 stop_sent = True
                 try:
                     # Or not listed yet (a Batch job just submitted): it may start still, so stopped all
