@@ -1546,7 +1546,7 @@ def test_a_retry_reads_an_earlier_tries_job_once_where_the_read_is_refused(
 
 @pytest.mark.parametrize(("started", "created"), [(7200.0, 7500.0), (None, 7500.0)])
 def test_a_followed_job_unread_at_the_re_attach_is_billed_from_its_start_where_the_wait_never_reads_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, started: float | None, created: float
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ledger: Any, started: float | None, created: float
 ) -> None:
     # Each poll of the re-attach failed (throttling): the job was followed as waiting with 0 s run, and a
     # wait that never read it (gone later) billed it from the re-attach: its 2 h, earlier try unbilled.
@@ -1597,3 +1597,7 @@ def test_a_followed_job_unread_at_the_re_attach_is_billed_from_its_start_where_t
     since = created if started is None else started
     assert event["job"]["billable_seconds"] == since + 700.0 + stop_seconds(followed)
     assert stops == [name]
+    # Billed on the market it was followed on (unread, it said none: its bill failed on market '').
+    recorded = op._bill_attempt(followed, event["job"], None)
+    (entry,) = [e for e in ledger.entries() if e["task_id"] == "train"]
+    assert entry["market"] == "spot" and recorded.attempts[-1].market == "spot"

@@ -115,6 +115,10 @@ class RemoteAttemptSteps(AttemptBilling):
         zone, moved = "", None
         if followed is not None:
             state, market, zone, market_reason, moved = self._follow(state, followed, market, market_reason)
+            if not followed.market:
+                # Unread, it says no market: billed (gone before the wait reads it) on the one it is followed
+                # on, as its attempt is; with none, its bill failed on the unknown market ''.
+                followed = replace(followed, market=market)
         elif market == "spot":
             state, market, zone, market_reason = self._place(state)
         # A ledger that cannot be read raises (the submit is made again), as for a dearer type below.
