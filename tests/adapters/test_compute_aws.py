@@ -1046,3 +1046,61 @@ def test_a_batch_job_found_by_its_name_says_when_it_was_created_and_started(
     started = described.get("startedAt")
     assert found.started_at == (started / 1000 if started else None)
     assert backend.find("no-such-job") is None
+
+
+@pytest.mark.parametrize(
+    ("status", "reason", "exit_code", "state"),
+    [
+        ("SUCCEEDED", "Essential container in task exited", 0, JobState.SUCCEEDED),
+        ("FAILED", "Host EC2 (instance i-1) terminated.", None, JobState.INTERRUPTED),
+        ("FAILED", "Essential container in task exited", 75, JobState.INTERRUPTED),
+        ("FAILED", "Essential container in task exited", 1, JobState.FAILED),
+    ],
+)
+def test_a_batch_job_found_by_its_name_after_it_ended_says_when_and_how_from_its_listing(
+    monkeypatch: pytest.MonkeyPatch, status: str, reason: str, exit_code: int | None, state: JobState
+) -> None:
+    # The job's name is the same on every try and clear: one that ended days ago was billed up to now. Its
+    # ListJobs summary says how and when it ended, as DescribeJobs would.
+    summary = {
+        "jobId": "j1",
+        "jobName": "n",
+        "status": status,
+        "statusReason": reason,
+        "createdAt": 1_700_000_000_000,
+        "startedAt": 1_700_000_100_000,
+        "stoppedAt": 1_700_003_700_000,
+        **({"container": {"exitCode": exit_code}} if exit_code is not None else {}),
+    }
+    monkeypatch.setattr(batch.BatchBackend, "_found_in", lambda self, name: ("j1", "q", summary))
+    found = batch.BatchBackend.find(batch.BatchBackend.__new__(batch.BatchBackend), "n")
+    described = batch.status_from_description(summary, "spot", "m5.large")
+    assert found is not None and (found.end_state, found.ended_at) == (state, 1_700_003_700.0)
+    assert (described.state, described.ended_at) == (found.end_state, found.ended_at)  # a poll's end
+    running = {**summary, "status": "RUNNING"}
+    monkeypatch.setattr(batch.BatchBackend, "_found_in", lambda self, name: ("j1", "q", running))
+    found = batch.BatchBackend.find(batch.BatchBackend.__new__(batch.BatchBackend), "n")
+    assert found is not None and (found.end_state, found.ended_at) == (None, None)
+
+
+def test_a_sagemaker_job_found_by_its_name_after_it_ended_says_when_and_how(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from datetime import datetime, timezone
+
+    at = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    job = {
+        "TrainingJobName": "n",
+        "TrainingJobStatus": "Stopped",
+        "CreationTime": at,
+        "TrainingStartTime": at.replace(minute=5),
+        "TrainingEndTime": at.replace(hour=1),
+    }
+    monkeypatch.setattr(sagemaker.SageMakerBackend, "_describe", lambda self, name: job)
+    backend = sagemaker.SageMakerBackend.__new__(sagemaker.SageMakerBackend)
+    found = sagemaker.SageMakerBackend.find(backend, "n")
+    assert found is not None and found.end_state == JobState.INTERRUPTED
+    assert found.ended_at == at.replace(hour=1).timestamp()
+    job.update(TrainingJobStatus="InProgress", TrainingEndTime=None)
+    found = sagemaker.SageMakerBackend.find(backend, "n")
+    assert found is not None and (found.end_state, found.ended_at) == (None, None)

@@ -592,3 +592,23 @@ def test_a_pod_found_by_its_name_says_when_it_was_created_and_started(
     assert backend.find("p").running_since == found.created_at  # type: ignore[union-attr]
     monkeypatch.setattr(backend, "_api", lambda: _PodGoneApi(404))
     assert backend.find("p") is None
+
+
+def test_a_pod_found_by_its_name_after_it_ended_says_when_and_how_as_its_poll_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The pod's name is the same on every try and clear: one that ended days ago was billed up to now.
+    backend = open_backend("kubernetes", {"image": "costaware:1", "namespace": "ml"})
+    ended = {"exitCode": 75, "startedAt": "2026-01-01T00:00:05Z", "finishedAt": "2026-01-01T01:00:05Z"}
+    pod = _pod("Failed", ended, startTime="2026-01-01T00:00:05Z")
+    monkeypatch.setattr(backend, "_api", lambda: _OnePodApi(pod))
+    found = backend.find("p")
+    polled = backend.poll("p")
+    assert found is not None and found.end_state == JobState.INTERRUPTED == polled.state
+    assert found.ended_at == polled.ended_at == datetime(2026, 1, 1, 1, 0, 5, tzinfo=timezone.utc).timestamp()
+    # Ended only for us (its training container done beside a running sidecar): it runs on, not ended.
+    monkeypatch.setattr(backend, "_api", lambda: _OnePodApi(_pod("Running", ended)))
+    assert backend.find("p").ended_at is None  # type: ignore[union-attr]
+    monkeypatch.setattr(backend, "_api", lambda: _OnePodApi(_pod("Running")))
+    running = backend.find("p")
+    assert running is not None and (running.ended_at, running.end_state) == (None, None)

@@ -538,3 +538,27 @@ def test_a_local_job_found_by_its_name_says_when_it_was_submitted_and_started(tm
     found = backend.find("train-a1")
     assert found is not None and found.running_since == found.started_at == 1_700_000_060.5
     assert backend.find("train-a2") is None
+
+
+@pytest.mark.parametrize(("exit_code", "state"), [(0, "succeeded"), (75, "interrupted"), (1, "failed")])
+def test_a_local_job_found_by_its_name_after_it_ended_says_when_and_how_as_its_poll_does(
+    tmp_path: Path, exit_code: int, state: str
+) -> None:
+    # The job's name is the same on every try and clear: one that ended days ago was billed up to now.
+    import json
+
+    backend = LocalBackend(root=str(tmp_path / "jobs"))
+    folder = tmp_path / "jobs" / "train-a1"
+    folder.mkdir(parents=True)
+    (folder / "request.json").write_text(json.dumps({"market": "spot", "instance_type": "m5.large"}))
+    (folder / "started").write_text("1700000060.5")
+    found = backend.find("train-a1")
+    assert found is not None and (found.ended_at, found.end_state) == (None, None)
+    ended = {"exit_code": exit_code, "started_at": 1_700_000_060.5, "stopped_at": 1_700_003_660.5}
+    (folder / "exit.json").write_text(json.dumps(ended))
+    found, polled = backend.find("train-a1"), backend.poll("train-a1")
+    assert found is not None and found.end_state is not None and found.end_state.value == state
+    assert (found.end_state, found.ended_at) == (
+        polled.state,
+        polled.ended_at,
+    ) and found.ended_at == 1_700_003_660.5

@@ -24,7 +24,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 from remote_support import TRAINING, context_for, drive, local_operator_args, write_data
 
-from costaware.adapters.compute.base import FoundJob
+from costaware.adapters.compute.base import FoundJob, JobState, JobStatus
 from costaware.adapters.compute.local import LocalBackend
 from costaware.adapters.compute.replay import PreemptionInjector
 from costaware.core.errors import ConfigurationError
@@ -1601,3 +1601,72 @@ def test_a_followed_job_unread_at_the_re_attach_is_billed_from_its_start_where_t
     recorded = op._bill_attempt(followed, event["job"], None)
     (entry,) = [e for e in ledger.entries() if e["task_id"] == "train"]
     assert entry["market"] == "spot" and recorded.attempts[-1].market == "spot"
+
+
+@pytest.mark.parametrize("end_state", [JobState.INTERRUPTED, JobState.SUCCEEDED])
+def test_a_followed_job_that_had_ended_when_found_unread_is_billed_to_its_end_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ledger: Any, end_state: JobState
+) -> None:
+    # The job's name is the same on every try and clear: a clear days later found the job that ran 1 h and
+    # ended 2 days before, its polls failed, and it was followed as waiting and billed from its start up to
+    # now (2 days), and once gone, billed again beside the entry the earlier try had made for it.
+    from costaware.core.errors import ComputeBackendError, JobNotFoundError
+    from costaware.operators import remote_attempts
+    from costaware.training.remote import job_name
+    from costaware.triggers.remote_training import RemoteTrainingJobTrigger
+
+    now = datetime(2026, 11, 30, 12, tzinfo=timezone.utc)
+    ended_at = now - timedelta(days=2)
+    monkeypatch.setattr(remote_attempts, "utcnow", lambda: now)
+    monkeypatch.setattr(time, "sleep", lambda seconds: None)
+    op = operator(tmp_path, max_usd="10")
+    op._retry = True  # as execute sets it on a later try
+    state = op._start(context_for(try_number=2))
+    name = job_name(state.plan.base_name, 1)
+    found = FoundJob(
+        name,
+        started_at=ended_at.timestamp() - 3600,
+        created_at=ended_at.timestamp() - 3700,
+        ended_at=ended_at.timestamp(),
+        end_state=end_state,
+    )
+    answers: list[Any] = [ComputeBackendError("ThrottlingException")] * 4
+    stops: list[str] = []
+
+    def poll(self: LocalBackend, job_id: str) -> Any:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(LocalBackend, "find", lambda self, job: found if job == name else None)
+    monkeypatch.setattr(LocalBackend, "poll", poll)
+    monkeypatch.setattr(LocalBackend, "submit", lambda self, request: request.job_name)  # found: kept
+    monkeypatch.setattr(LocalBackend, "stop", lambda self, job_id: stops.append(job_id))
+    followed = op._submit(state, "spot")
+    assert answers == []  # every read of the re-attach failed
+    assert followed.current is not None and not followed.current.stop_by_poll  # ended: nothing to stop
+    # The earlier try saw it end and billed it, at its poll's figure (its end keys the entry).
+    polled = JobStatus(
+        job_id=name,
+        state=end_state,
+        billable_seconds=3600.0,
+        market="spot",
+        instance_type="m5.large",
+        ended_at=ended_at.timestamp(),
+    )
+    op._bill_attempt(followed, polled.to_dict(), None)
+    (earlier,) = [e for e in ledger.entries() if e["task_id"] == "train"]
+    watch = RemoteTrainingJobTrigger(
+        backend="local", backend_options=op.backend_options, job_id=name, state=followed.to_json()
+    )
+    answers.extend([JobNotFoundError("404")] * 2)
+    assert watch.poll_once(now + timedelta(seconds=100)) is None  # not listed yet: a listing that lags
+    event = watch.poll_once(now + timedelta(seconds=700))
+    assert event is not None and event["job"]["state"] == end_state.value
+    # From its start to its end, as its backend ended it: not to now, and nothing stopped or run on since.
+    assert event["job"]["billable_seconds"] == 3600.0 and event["job"]["ended_at"] == ended_at.timestamp()
+    assert stops == []
+    recorded = op._bill_attempt(followed, event["job"], None)
+    assert [e["entry_uid"] for e in ledger.entries() if e["task_id"] == "train"] == [earlier["entry_uid"]]
+    assert Decimal(recorded.attempts[-1].usd) == Decimal(str(earlier["usd"]))  # counted, not billed again

@@ -28,7 +28,7 @@ from costaware.remote_billing import AttemptBilling
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from costaware.adapters.compute.base import ComputeBackend, JobStatus
+    from costaware.adapters.compute.base import ComputeBackend, FoundJob, JobStatus
     from costaware.training.attempt_effects import EarlierAttempt
     from costaware.training.attempts import AttemptState, Event, Fail
     from costaware.training.plan import RemotePlan
@@ -311,7 +311,6 @@ class RemoteAttemptSteps(AttemptBilling):
         first zone, as waiting with the time since its start (or creation) billed, where its backend's
         listing says when that was: a wait that never reads it bills what it ran under the earlier try.
         """
-        from costaware.adapters.compute.base import JobState, JobStatus
         from costaware.core.errors import ConfigurationError
 
         if not self._retry:
@@ -337,7 +336,17 @@ class RemoteAttemptSteps(AttemptBilling):
                     time.sleep(wait)
                     continue
                 since = found.running_since
-                if since is None:
+                if found.ended_at is not None:
+                    self.log.warning(
+                        "job %s of an earlier try cannot be read now (%s): market and zone unknown; it %s at "
+                        "%s, as the look-up by name says: billed from its %s to then",
+                        job_id,
+                        e,
+                        found.end_state.value if found.end_state is not None else "ended",
+                        datetime.fromtimestamp(found.ended_at, timezone.utc).isoformat(timespec="seconds"),
+                        "start" if found.started_at is not None else "creation",
+                    )
+                elif since is None:
                     self.log.warning(
                         "job %s of an earlier try cannot be read now (%s): market and zone unknown, and what "
                         "it ran under that try is billed only once the wait reads it; if the task ends "
@@ -356,10 +365,7 @@ class RemoteAttemptSteps(AttemptBilling):
                         datetime.fromtimestamp(since, timezone.utc).isoformat(timespec="seconds"),
                     )
                 break  # the last read, or a configuration error that fails the same way each time
-        since = found.running_since
-        # Its run up to now on each instance, the most it can have run under the earlier try.
-        ran = 0.0 if since is None else max(0.0, utcnow().timestamp() - since) * instances
-        return JobStatus(job_id=job_id, state=JobState.PENDING, billable_seconds=ran)
+        return _found_unread(found, now=utcnow(), instances=instances)
 
     def _moved_bytes(self, state: AttemptState, *, following: bool = False) -> int:
         """What an attempt reads across regions where it runs in another: the data and the checkpoint (IO).
@@ -1142,4 +1148,28 @@ def ran_nothing(state: AttemptState) -> str:
         f". The {state.plan.backend} backend reported job {last.job_id!r} succeeded after 0 s billed: it "
         "ran nothing there (a stand-in such as moto's server completes jobs without running a container), "
         "so the store is not the cause; run it on the real service, or on the local backend"
+    )
+
+
+def _found_unread(found: FoundJob, *, now: datetime, instances: int) -> JobStatus:
+    """The status a retry follows ``found`` (an earlier try's job) with where no poll could read it (pure).
+
+    Billed from its start (else its creation) to its end where it ended (the name is the same on every try
+    and clear: a job that ended days ago billed up to now was billed those days), else up to ``now``: the
+    most it can have run on its ``instances``, its queue included, so an estimate, not time seen to run.
+    An ended job keeps its backend's end: its ledger entry is keyed by it, so a job an earlier try billed
+    is counted at that try's figure, not billed again.
+    """
+    from costaware.adapters.compute.base import JobState, JobStatus
+
+    since = found.running_since
+    ended = found.ended_at is not None and found.end_state is not None
+    until = found.ended_at if ended and found.ended_at is not None else now.timestamp()
+    ran = 0.0 if since is None else max(0.0, until - since) * instances
+    return JobStatus(
+        job_id=found.job_id,
+        state=found.end_state if ended and found.end_state is not None else JobState.PENDING,
+        billable_seconds=ran,
+        reason="ended before this try found it; its polls failed" if ended else "",
+        ended_at=found.ended_at if ended else None,
     )

@@ -157,6 +157,9 @@ def vanished_job_status(
         return None
     current = state.get("current") or {}
     followed = current.get("followed")
+    ended = ended_when_found(state, last_seen)
+    if ended is not None:
+        return ended  # it had ended before this try found it: billed to its end, as its backend ended it
     if last_seen is None and followed:
         found_at = parse_instant(followed["seen_at"], name="seen_at")
         last_seen = (JobStatus.from_dict(followed["job"]), found_at)
@@ -188,6 +191,21 @@ def vanished_job_status(
         "the most it can have run"
     )
     return _seen_run(unseen, _ended_by_now(unseen, submitted_at, now=now, instances=instances, reason=reason))
+
+
+def ended_when_found(state: Mapping[str, Any], last_seen: tuple[Any, datetime] | None) -> Any:
+    """The status of the followed job (an earlier try's) where it had ended when found, and none seen since.
+
+    Found by its name after it ended (its polls failed then), it is billed to the end its backend gave,
+    and nothing runs on to stop or bill past it. None otherwise (pure).
+    """
+    from costaware.adapters.compute.base import JobStatus
+
+    followed = (state.get("current") or {}).get("followed")
+    if last_seen is not None or not followed:
+        return None
+    found = JobStatus.from_dict(followed["job"])
+    return found if found.state.done and found.ended_at is not None else None
 
 
 def _seen_run(seen: Any, gone: Any) -> Any:
@@ -450,6 +468,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                     return None
                 if self._stopped_for_cap == self.job_id and self._cap_stopped_at is not None:
                     status = self._gone_after_cap_stop(status, now=now, instances=count)
+                elif ended_when_found(self.state, self._last_seen) is not None:
+                    self.log.warning("job %s on %s: %s; gone since", self.job_id, self.backend, status.reason)
                 else:
                     self.log.warning("job %s on %s: %s", self.job_id, self.backend, status.reason)
                     status = self._billed_as_gone(status, stop_sent=self._stop_unlisted(now, status))
@@ -570,6 +590,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
 
         if stop_sent is None or self.backend in GONE_IS_FINAL_BACKENDS:
             return status
+        if ended_when_found(self.state, self._last_seen) is not None:
+            return status  # it had ended when this try found it: nothing ran on after its end
         # Nothing polls it again: its copies are billed what they may still run (a failed stop's time limit).
         if not self.state.get("backend"):  # a state without its plan (not the operator's): nothing to size by
             return with_copies_run_out(status)

@@ -78,6 +78,10 @@ BILLED_AT_ON_DEMAND = "billed_at_on_demand"
 #: end: the billed seconds it was last seen at, what it surely ran; its ``billable_seconds`` are the most it
 #: may have run, time it may never have run included.
 SEEN_BILLABLE_SECONDS = "seen_billable_seconds"
+#: A ``JobStatus.metrics`` key: true where its ``billable_seconds`` were not read from the backend but worked
+#: out from when the job began (a job found by name whose polls failed): the most it may have run, its
+#: queue included; what it was seen to run is 0 s.
+ESTIMATED_SECONDS = "billable_seconds_estimated"
 
 
 @dataclass(frozen=True, slots=True)
@@ -593,12 +597,16 @@ class FoundJob:
 
     ``started_at``: when it started running, ``created_at``: when the backend took it (epoch seconds; None
     where the backend does not say). A retry that cannot poll the job it follows bills it from them, not
-    from the retry's re-attach: what it ran under the earlier try is never lost.
+    from the retry's re-attach: what it ran under the earlier try is never lost. ``ended_at`` and
+    ``end_state``: when and how it ended, where it has (both or neither): billed up to its end, not up to
+    now (the name is the same on every try and clear, so the job found may have ended days before).
     """
 
     job_id: str
     started_at: float | None = None
     created_at: float | None = None
+    ended_at: float | None = None
+    end_state: JobState | None = None
 
     @property
     def running_since(self) -> float | None:

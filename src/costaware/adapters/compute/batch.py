@@ -274,7 +274,9 @@ def status_from_description(
         seconds += max(0, now_ms - since) / 1000
     last_reason = str(attempts[-1].get("statusReason", "")) if attempts else ""
     reason = str(job.get("statusReason") or last_reason or status)
-    exit_code = attempts[-1].get("container", {}).get("exitCode") if attempts else None
+    # The job's container is its last attempt's (all a ListJobs summary has).
+    last_container = attempts[-1].get("container", {}) if attempts else job.get("container") or {}
+    exit_code = last_container.get("exitCode")
     if status == "SUCCEEDED":
         state = JobState.SUCCEEDED
     elif status == "FAILED":
@@ -421,12 +423,16 @@ class BatchBackend:
         if found is None:
             return None
         summary = found[2]
-        # ListJobs' summary holds createdAt and startedAt (epoch ms): no DescribeJobs needed for them.
+        # ListJobs' summary holds createdAt, startedAt and, once it ended, status and stoppedAt (epoch ms):
+        # no DescribeJobs needed for them. Read as DescribeJobs' job is, its end is the one a poll gives.
         started, created = summary.get("startedAt"), summary.get("createdAt")
+        ended = status_from_description(summary, "", "")
         return FoundJob(
             job_id=str(summary["jobId"]),
             started_at=int(started) / 1000 if started else None,
             created_at=int(created) / 1000 if created else None,
+            ended_at=ended.ended_at,
+            end_state=ended.state if ended.ended_at is not None else None,
         )
 
     def _found_in(self, job_name: str) -> tuple[str, str, dict[str, Any]] | None:

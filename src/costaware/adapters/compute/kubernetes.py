@@ -551,10 +551,16 @@ class KubernetesBackend:
         # The kubelet's start of the pod (before its image pull: never less than it ran), else its creation.
         started = _instant((pod.get("status") or {}).get("startTime"))
         created = _instant((pod.get("metadata") or {}).get("creationTimestamp"))
+        # Ended where Kubernetes ended it too (a pod ended only for us runs on until a poll deletes it).
+        status = status_from_pod(pod, now=utcnow())
+        phase = str((pod.get("status") or {}).get("phase"))
+        ended = status.state.done and status.ended_at is not None and phase in ("Succeeded", "Failed")
         return FoundJob(
             job_id=job_name,
             started_at=started.timestamp() if started else None,
             created_at=created.timestamp() if created else None,
+            ended_at=status.ended_at if ended else None,
+            end_state=status.state if ended else None,
         )
 
     def poll(self, job_id: str) -> JobStatus:

@@ -86,6 +86,13 @@ def _write_text(path: Path, text: str) -> None:
 _PASSED_ON = re.compile(r"costaware-run: the job (exited -?\d+|was killed by SIG\w+)")
 
 
+def _end_state(exit_code: int) -> JobState:
+    """How a local job that exited with ``exit_code`` ended."""
+    if exit_code == 0:
+        return JobState.SUCCEEDED
+    return JobState.INTERRUPTED if exit_code in INTERRUPTED_CODES else JobState.FAILED
+
+
 def _reason(path: Path) -> str:
     """The last line of the job's stderr that says why it ended (not the launcher's "the job exited N")."""
     try:
@@ -237,7 +244,18 @@ class LocalBackend:
             created: float | None = (folder / "request.json").stat().st_mtime  # written at the submit
         except FileNotFoundError:
             created = None
-        return FoundJob(job_id=job_name, started_at=started, created_at=created)
+        try:
+            # Its end, as a poll reads it (the same end keys its ledger entry).
+            ended = json.loads((folder / "exit.json").read_text())
+            ended_at: float | None = float(ended["stopped_at"])
+            end_state: JobState | None = _end_state(int(ended["exit_code"]))
+        except FileNotFoundError:
+            ended_at, end_state = None, None  # not ended yet
+        except (ValueError, KeyError, TypeError) as e:
+            raise ComputeBackendError(f"cannot read how local job {job_name!r} ended: {e}") from e
+        return FoundJob(
+            job_id=job_name, started_at=started, created_at=created, ended_at=ended_at, end_state=end_state
+        )
 
     def _request(self, folder: Path) -> dict[str, Any]:
         try:
@@ -263,13 +281,10 @@ class LocalBackend:
             code = int(ended["exit_code"])
             seconds = max(0.0, float(ended["stopped_at"]) - float(ended["started_at"]))
             reason = _reason(folder / "stderr.log")
-            if code == 0:
-                state = JobState.SUCCEEDED
-            elif code in INTERRUPTED_CODES:
-                state = JobState.INTERRUPTED
+            state = _end_state(code)
+            if state == JobState.INTERRUPTED:
                 reason = (reason or f"exit code {code}") if code >= 0 else f"killed by signal {-code}"
-            else:
-                state = JobState.FAILED
+            elif state == JobState.FAILED:
                 reason = reason or f"exit code {code}"
             if ended.get("supervisor_gone"):
                 at = datetime.fromtimestamp(float(ended["stopped_at"]), timezone.utc)

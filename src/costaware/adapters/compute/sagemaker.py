@@ -319,10 +319,15 @@ class SageMakerBackend:
         job = self._describe(job_name)
         if job is None:
             return None
+        ended_at = _epoch_seconds(job.get("TrainingEndTime"))
+        state = status_from_description(job).state
+        ended = ended_at is not None and state.done
         return FoundJob(
             job_id=job_name,
             started_at=_epoch_seconds(job.get("TrainingStartTime")),
             created_at=_epoch_seconds(job.get("CreationTime")),
+            ended_at=ended_at if ended else None,
+            end_state=state if ended else None,
         )
 
     def poll(self, job_id: str) -> JobStatus:
