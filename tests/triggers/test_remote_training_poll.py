@@ -733,3 +733,78 @@ def test_a_followed_job_gone_whose_stop_fails_is_billed_to_the_limit_its_own_sub
     limit = job_seconds_left(plan, since, "spot")
     assert event["job"]["billable_seconds"] == limit + stop_seconds(state)
     assert f"billed to its time limit ({limit} s)" in event["job"]["reason"]
+
+
+@pytest.mark.parametrize("started", [None, 2900.0])
+def test_a_followed_job_never_read_and_gone_past_its_cap_stop_is_a_preemption(
+    monkeypatch: pytest.MonkeyPatch, started: float | None
+) -> None:
+    # A retry found the job by its name and could not read it: it was followed with the time since its
+    # creation (or start) billed, an upper bound with its queue in it. Drained later, never read, it was
+    # taken as seen to run that long, so recorded as stopped at max_usd, not as the preemption it was.
+    from datetime import datetime, timedelta, timezone
+
+    from attempt_states import CAPTURED  # tests/support/
+
+    import costaware.adapters.compute.base as compute
+    from costaware.adapters.compute.base import SEEN_BILLABLE_SECONDS, FoundJob
+    from costaware.core.errors import JobNotFoundError
+    from costaware.operators.remote_attempts import _found_unread
+    from costaware.training.attempts import AttemptState, JobEnded, next_step
+    from costaware.training.plan import RemotePlan
+
+    found_at = datetime(2026, 11, 30, 12, tzinfo=timezone.utc)
+    found = FoundJob(
+        "p",
+        started_at=None if started is None else found_at.timestamp() - started,
+        created_at=found_at.timestamp() - 3000,  # it queued 2900 s, ran 100 s at the most
+    )
+    followed = _found_unread(found, now=found_at, instances=1)
+    assert followed.billable_seconds == (3000.0 if started is None else started)  # the bill's upper bound
+    plan = RemotePlan.from_json({**CAPTURED, "backend": "kubernetes", "backend_options": {}})
+    state = AttemptState(plan=plan).submitted(
+        job_id="p",
+        market="spot",
+        submitted_at=found_at.isoformat(),
+        stop_after_seconds=2500,
+        stop_by_poll=True,
+        followed={"job": followed.to_dict(), "seen_at": found_at.isoformat()},
+    )
+    listing = _Listing([JobNotFoundError("pod 'p' is not in namespace 'ml'")])
+    monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
+    watch = RemoteTrainingJobTrigger(
+        backend="kubernetes", backend_options={}, job_id="p", state=state.to_json()
+    )
+    now = found_at + timedelta(seconds=600)
+    event = watch.poll_once(now)
+    assert event is not None and event["job"]["state"] == "interrupted"
+    assert event["job"]["billable_seconds"] == followed.billable_seconds + 600  # billed the most, still
+    assert event["job"]["metrics"][SEEN_BILLABLE_SECONDS] == 0.0  # seen to run nothing
+    step = next_step(state, JobEnded(job=event["job"]), now, max_attempts=10, latest_resume=None)
+    assert step.record_cause == "preemption"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("started", "at_the_cap"), [(None, False), (3600.0, True)])
+def test_a_followed_job_found_ended_is_stopped_at_the_cap_only_where_its_run_is_known(
+    started: float | None, at_the_cap: bool
+) -> None:
+    # Found ended and never read, billed from its creation to its end (its queue in it): that is no run
+    # into the stop max_usd set. From its start to its end it is what it ran.
+    from datetime import datetime, timezone
+
+    from costaware.adapters.compute.base import FoundJob, JobState
+    from costaware.operators.remote_attempts import _found_unread
+    from costaware.training.attempts import Current
+
+    ended_at = datetime(2026, 11, 30, 12, tzinfo=timezone.utc).timestamp()
+    found = FoundJob(
+        "p",
+        started_at=None if started is None else ended_at - started,
+        created_at=ended_at - 3600,
+        ended_at=ended_at,
+        end_state=JobState.INTERRUPTED,
+    )
+    job = _found_unread(found, now=datetime(2026, 12, 1, tzinfo=timezone.utc), instances=1)
+    assert job.billable_seconds == 3600.0
+    attempt = Current(attempt=1, job_id="p", market="spot", stop_after_seconds=2500)
+    assert attempt.stopped_by_cap(job.to_dict()) is at_the_cap

@@ -1160,10 +1160,12 @@ def _found_unread(found: FoundJob, *, now: datetime, instances: int) -> JobStatu
     An ended job keeps its backend's end: its ledger entry is keyed by it, so a job an earlier try billed
     is counted at that try's figure, not billed again.
     """
-    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.adapters.compute.base import ESTIMATED_SECONDS, JobState, JobStatus
 
     since = found.running_since
     ended = found.ended_at is not None and found.end_state is not None
+    # Its start to its end is what it ran; to now, or from its creation, it is the most it may have run.
+    estimated = not ended or found.started_at is None
     until = found.ended_at if ended and found.ended_at is not None else now.timestamp()
     ran = 0.0 if since is None else max(0.0, until - since) * instances
     return JobStatus(
@@ -1172,4 +1174,5 @@ def _found_unread(found: FoundJob, *, now: datetime, instances: int) -> JobStatu
         billable_seconds=ran,
         reason="ended before this try found it; its polls failed" if ended else "",
         ended_at=found.ended_at if ended else None,
+        metrics={ESTIMATED_SECONDS: True} if estimated else {},
     )

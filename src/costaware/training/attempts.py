@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from costaware.adapters.compute.base import SEEN_BILLABLE_SECONDS, billed_instances
+from costaware.adapters.compute.base import ESTIMATED_SECONDS, SEEN_BILLABLE_SECONDS, billed_instances
 from costaware.adapters.compute.job_contract import (
     EXIT_PREEMPTED,
     EXIT_PREEMPTED_BEFORE_CHECKPOINT,
@@ -212,8 +212,12 @@ class Current:
         if any(said in reason for said in RUNTIME_LIMIT_REASONS):
             return True
         # Ran that long and was stopped; a job that failed on its own then is still a failure. A job billed
-        # as gone is billed the most it may have run: it ran into the stop only if it was seen to.
-        seen = (job.get("metrics") or {}).get(SEEN_BILLABLE_SECONDS)
+        # as gone, or with an estimate (found by its name, never read), is billed the most it may have run:
+        # it ran into the stop only if it was seen to.
+        metrics = job.get("metrics") or {}
+        seen = metrics.get(SEEN_BILLABLE_SECONDS)
+        if seen is None and metrics.get(ESTIMATED_SECONDS):
+            seen = 0.0
         ran = float(job.get("billable_seconds") or 0) if seen is None else float(seen)
         ran_out = ran / instances >= self.stop_after_seconds
         return ran_out and job.get("state") == "interrupted"

@@ -212,13 +212,16 @@ def _seen_run(seen: Any, gone: Any) -> Any:
     """``gone`` (billed the most it may have run) with what ``seen`` surely ran: not a stop at the cap (pure).
 
     Its bill may reach the stop that ``max_usd`` set though nothing stopped it there: recorded as stopped
-    at the cap, a reclaimed job was no preemption to the ledger, the zone choice or the restart guard.
+    at the cap, a reclaimed job was no preemption to the ledger, the zone choice or the restart guard. A
+    ``seen`` whose billed time is an estimate (a followed job never read: the time since its start or
+    creation, an upper bound) was seen to run nothing.
     """
     from dataclasses import replace
 
-    from costaware.adapters.compute.base import SEEN_BILLABLE_SECONDS
+    from costaware.adapters.compute.base import ESTIMATED_SECONDS, SEEN_BILLABLE_SECONDS
 
-    return replace(gone, metrics={**gone.metrics, SEEN_BILLABLE_SECONDS: seen.billable_seconds})
+    ran = 0.0 if seen.metrics.get(ESTIMATED_SECONDS) else seen.billable_seconds
+    return replace(gone, metrics={**gone.metrics, SEEN_BILLABLE_SECONDS: ran})
 
 
 def price_event(
