@@ -808,3 +808,47 @@ def test_a_followed_job_found_ended_is_stopped_at_the_cap_only_where_its_run_is_
     assert job.billable_seconds == 3600.0
     attempt = Current(attempt=1, job_id="p", market="spot", stop_after_seconds=2500)
     assert attempt.stopped_by_cap(job.to_dict()) is at_the_cap
+
+
+def test_a_job_billed_as_gone_whose_stop_went_through_is_billed_within_its_time_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Batch stops it at the 3000 s limit max_usd left (its attemptDurationSeconds): last seen at 2500 s and
+    # billed as gone 600 s later, it was billed 2500 + 600 + its grace period, 100 s past what it can run.
+    from datetime import datetime, timedelta, timezone
+
+    from attempt_states import CAPTURED  # tests/support/
+
+    import costaware.adapters.compute.base as compute
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.core.errors import JobNotFoundError
+    from costaware.training.attempt_effects import stop_seconds
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan
+    from costaware.triggers.remote_training import NOT_LISTED_GRACE_SECONDS
+
+    t0 = datetime(2026, 11, 26, 9, tzinfo=timezone.utc)
+    plan = RemotePlan.from_json({**CAPTURED, "backend": "batch", "backend_options": {}})
+    state = AttemptState(plan=plan).submitted(
+        job_id="j", market="spot", submitted_at=t0.isoformat(), stop_after_seconds=3000
+    )
+    running = JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=2500.0)
+    listing = _Listing([running, *[JobNotFoundError("DescribeJobs does not list it")] * 2])
+    monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
+    watch = RemoteTrainingJobTrigger(backend="batch", backend_options={}, job_id="j", state=state.to_json())
+    seen = t0 + timedelta(seconds=2560)
+    assert watch.poll_once(seen) is None
+    assert watch.poll_once(seen + timedelta(seconds=10)) is None  # one DescribeJobs missed it
+    event = watch.poll_once(seen + timedelta(seconds=NOT_LISTED_GRACE_SECONDS))
+    assert event is not None and listing.stops == ["j"]  # the stop went through
+    assert event["job"]["billable_seconds"] == 3000 + stop_seconds(state)
+    # Short of its limit, it is billed up to the poll and the grace period after the stop, as before.
+    running = JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=1000.0)
+    listing = _Listing([running, *[JobNotFoundError("DescribeJobs does not list it")] * 2])
+    monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
+    watch = RemoteTrainingJobTrigger(backend="batch", backend_options={}, job_id="j", state=state.to_json())
+    assert watch.poll_once(seen) is None
+    assert watch.poll_once(seen + timedelta(seconds=10)) is None
+    event = watch.poll_once(seen + timedelta(seconds=NOT_LISTED_GRACE_SECONDS))
+    assert event is not None
+    assert event["job"]["billable_seconds"] == 1000 + NOT_LISTED_GRACE_SECONDS + stop_seconds(state)

@@ -587,9 +587,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         from dataclasses import replace
 
         from costaware.adapters.compute.base import billed_instances, with_copies_run_out
-        from costaware.training.attempt_effects import stop_seconds
+        from costaware.training.attempt_effects import MIN_CAPPED_SECONDS, stop_seconds
         from costaware.training.attempts import AttemptState
-        from costaware.training.plan.arguments import job_seconds_left
 
         if stop_sent is None or self.backend in GONE_IS_FINAL_BACKENDS:
             return status
@@ -603,16 +602,40 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             return with_copies_run_out(status)
         count = billed_instances(self.backend_options)
         grace = stop_seconds(state)
+        # The time limit binds the job itself: its copies' seconds (billed with it) come on top.
+        copy_seconds = float(status.metrics.get("batch_copy_seconds") or 0.0)
+        current = state.current
         if stop_sent:
+            own = status.billable_seconds - copy_seconds + count * grace
             more = f"; stopped, billed {grace:.0f} s more, its grace period after the stop"
+            if current.stop_after_seconds is not None and not current.stop_by_poll and not current.followed:
+                # The limit max_usd left, which its submit gave it and its backend holds (Batch's is 60 s at
+                # the least): billed up to the poll that took it as gone, it was billed past that (the cap).
+                held_limit = max(MIN_CAPPED_SECONDS, current.stop_after_seconds)
+                held = count * (float(held_limit) + grace)
+                if own > held:
+                    own = held
+                    more += f", within its time limit ({held_limit} s)"
             return with_copies_run_out(
-                replace(
-                    status,
-                    billable_seconds=status.billable_seconds + count * grace,
-                    reason=status.reason + more,
-                )
+                replace(status, billable_seconds=own + copy_seconds, reason=status.reason + more)
             )
-        # The limit it was given at its submit (what max_usd left binds it where the backend holds it).
+        limit = self._time_limit_held(state, count)
+        own = max(status.billable_seconds - copy_seconds, count * (limit + grace))
+        more = f"; its stop failed: billed to its time limit ({limit:.0f} s) and grace period ({grace:.0f} s)"
+        return with_copies_run_out(
+            replace(status, billable_seconds=own + copy_seconds, reason=status.reason + more)
+        )
+
+    def _time_limit_held(self, state: Any, count: int) -> float:
+        """The time limit ``state``'s running job was given at its submit, as near as can be told (s).
+
+        What ``max_usd`` left binds it where the backend holds that (not a stop by a poll). ``count``: its
+        billed instances. A followed job's from its creation, else its start as found (at most its queue
+        later: then no upper bound).
+        """
+        from costaware.training.plan.arguments import job_seconds_left
+
+        assert state.current is not None
         submitted = state.current.submitted_at
         start = parse_instant(submitted, name="submitted_at") if submitted else utcnow()
         followed = state.current.followed
@@ -628,13 +651,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         limit = float(job_seconds_left(state.plan, start, state.current.market))
         if state.current.stop_after_seconds is not None and not state.current.stop_by_poll:
             limit = min(limit, float(state.current.stop_after_seconds))
-        # The time limit binds the job itself: its copies' seconds (billed with it) come on top.
-        copy_seconds = float(status.metrics.get("batch_copy_seconds") or 0.0)
-        own = max(status.billable_seconds - copy_seconds, count * (limit + grace))
-        more = f"; its stop failed: billed to its time limit ({limit:.0f} s) and grace period ({grace:.0f} s)"
-        return with_copies_run_out(
-            replace(status, billable_seconds=own + copy_seconds, reason=status.reason + more)
-        )
+        return limit
 
     def _gone_after_cap_stop(self, status: Any, *, now: datetime, instances: int) -> Any:
         """``status`` (billed as gone up to ``now``) of a job this wait stopped at the cap before it went.
