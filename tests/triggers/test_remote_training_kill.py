@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 from remote_support import command_operator_args, context_for, drive, reimported
 
 from costaware.adapters.compute.base import JobState, open_backend
@@ -596,6 +596,32 @@ def test_sigterm_of_dags_test_after_a_preemption_event_starts_no_new_attempt(
         resumed = operator(tmp_path, "preempt-once", poll_interval=0.2)
         with pytest.raises(AirflowFailException, match=r"killed \(SIGTERM\) as its wait ended"):
             resumed.execute_complete(context_for(), event.payload)
+    assert [e["cause"] for e in train_entries(ledger)] == ["preemption"]
+    assert len(list((tmp_path / "jobs").iterdir())) == 1  # no attempt 2
+    assert ledger.open_reservations() == []
+
+
+def test_sigterm_of_a_worker_after_a_preemption_event_keeps_the_tasks_retries(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A worker shutting down (SIGTERM) as the resumed run handled a preemption failed the task for good
+    # ("clear it to train on"), where a kill during the wait leaves the retry to it: the same kill, in a
+    # worker, now ends the task as a failure Airflow retries. Still no attempt 2 in this try.
+    op = operator(tmp_path, "preempt-once", poll_interval=0.2)
+    trigger = deferred_trigger(op)
+    event = asyncio.run(anext(trigger.run(), None))
+    assert event is not None
+    handle_the_end = RemoteTrainingOperator._on_event
+
+    def sigterm_as_the_end_is_handled(self: RemoteTrainingOperator, *args: Any) -> Any:
+        self.on_kill()
+        return handle_the_end(self, *args)
+
+    monkeypatch.setattr(RemoteTrainingOperator, "_on_event", sigterm_as_the_end_is_handled)
+    resumed = operator(tmp_path, "preempt-once", poll_interval=0.2)
+    with pytest.raises(AirflowException) as raised:
+        resumed.execute_complete(context_for(), event.payload)
+    assert not isinstance(raised.value, AirflowFailException), raised.value
     assert [e["cause"] for e in train_entries(ledger)] == ["preemption"]
     assert len(list((tmp_path / "jobs").iterdir())) == 1  # no attempt 2
     assert ledger.open_reservations() == []
