@@ -252,18 +252,55 @@ def test_rounding_to_the_micro_dollar_is_carried_not_dropped(ledger: Any) -> Non
     price = Decimal("0.00144")  # USD per hour: $0.0000004 a second
     result = search(ledger, "0.001", clock, usd_per_hour=price, pruner=optuna.pruners.NopPruner())
     used = Decimal(str(clock.now)) * price / 3600
-    assert used <= result.spent_usd < used + Decimal("0.000001")
+    assert used <= result.spent_usd <= used + Decimal("0.000001")  # the float sum of seconds may round up
     assert sum(Decimal(str(e["usd"])) for e in ledger.entries()) == result.spent_usd
 
 
-def test_a_cap_below_the_first_rung_trains_nothing(ledger: Any) -> None:
-    clock = Clock()
-    result = search(ledger, "1", clock)
+class Ticking(Clock):
+    """A meter whose every reading takes ``tick`` seconds: the search's own bookkeeping is not free."""
 
-    assert result.trials[0].state == "cut" and not result.trials[0].rungs
-    assert result.best_params is None
-    assert clock.now == 0 and result.spent_usd == 0
-    assert ledger.entries() == []
+    def __init__(self, tick: float) -> None:
+        super().__init__()
+        self.tick = tick
+
+    def __call__(self) -> float:
+        self.now += self.tick
+        return self.now
+
+
+@pytest.mark.parametrize("cap", ["3.5", "3.75", "4", "4.5", "5", "6.25", "7", "9.5", "12", "20"])
+def test_the_searchs_own_bookkeeping_is_paid_within_the_cap(ledger: Any, cap: str) -> None:
+    # Reserved only when the search ended, the time after the last rung found the cap spent by the rungs
+    # and was billed past it ("spent 0.000008" of a cap of 0.000001 with no rung run).
+    clock = Ticking(0.1)
+    result = search(ledger, cap, clock)
+
+    assert result.spent_usd <= Decimal(cap), result.stop
+    assert "past the cap" not in result.stop
+    # Billed all the same: every second from the meter's first reading to its last is in the ledger, rounded
+    # up to the micro-dollar.
+    used = Decimal(str(round(clock.now - clock.tick, 6)))
+    assert sum(Decimal(str(e["usd"])) for e in ledger.entries()) == result.spent_usd
+    assert used <= result.spent_usd <= used + Decimal("0.000001")  # the float sum of seconds may round up
+    assert not ledger.open_reservations() and ledger.budgets() == []
+
+
+def test_a_cap_below_the_first_rung_and_the_bookkeeping_is_refused_before_anything_is_spent(
+    ledger: Any,
+) -> None:
+    # The first rung's reservation was refused, and the setup and bookkeeping were billed past the cap.
+    clock = Ticking(0.1)
+    with pytest.raises(ConfigurationError) as refused:
+        search(ledger, "3.49", clock)
+    assert str(refused.value) == (
+        "cap_usd $3.49 cannot pay one rung: the first rung's reservation (first_rung_seconds=1 x "
+        "safety_factor=1.5: $1.50) and the search's own bookkeeping (slack_seconds=2) cost $3.50 at "
+        "usd_per_hour 3600; set cap_usd to at least $3.50 (or lower first_rung_seconds, if the first rung "
+        "is shorter)"
+    )
+    assert ledger.entries() == [] and ledger.budgets() == [] and ledger.open_reservations() == []
+    # A smaller slack_seconds is what a fast ledger needs; the cap must pay it all the same.
+    assert search(ledger, "3.49", Ticking(0.01), slack_seconds=1.0).spent_usd <= Decimal("3.49")
 
 
 @pytest.mark.parametrize(
@@ -292,6 +329,9 @@ def test_a_cap_below_the_first_rung_trains_nothing(ledger: Any) -> None:
         # A $0 cap refused every rung, and the bookkeeping after them was billed past it.
         ({"cap_usd": "0"}, r"^cap_usd must be at least \$0.000001, got '0': no rung could be paid; give"),
         ({"cap_usd": "0.0000001"}, r"^cap_usd must be at least \$0.000001, got '0.0000001'"),
+        ({"slack_seconds": 0}, r"^slack_seconds must be seconds > 0, got 0: the search's own bookkeeping"),
+        ({"slack_seconds": float("inf")}, r"^slack_seconds must be seconds > 0, got inf"),
+        ({"cap_usd": "3"}, r"^cap_usd \$3.00 cannot pay one rung: .* set cap_usd to at least \$3.50 "),
     ],
 )
 def test_bad_settings_are_refused_before_anything_is_written(
@@ -498,6 +538,65 @@ def test_the_bookkeeping_after_the_last_rung_is_billed_even_when_no_money_is_lef
     assert sum(Decimal(str(e["usd"])) for e in ledger.entries()) == Decimal("1.5")
 
 
+def held_billing(ledger: Any, clock: Clock, cap: str, run: str = "x") -> Any:
+    from costaware.training.search_billing import SearchBilling
+
+    ledger.set_budget(f"search={run}", "total", cap)
+    return SearchBilling(
+        ledger,
+        budget_scope=f"search={run}",  # type: ignore[arg-type]
+        tags={"search": run},
+        usd_per_hour=PRICE,
+        owner=("search", "search"),
+        run=run,
+        meter=clock,
+        started=clock.now,
+    )
+
+
+def test_the_bookkeeping_after_the_last_rung_is_paid_from_a_hold_no_rung_can_take(ledger: Any) -> None:
+    # The tail was reserved only when the search ended: the rungs had spent the cap, and it was billed past.
+    from costaware.core.errors import BudgetExceededError
+
+    clock = Clock()
+    billing = held_billing(ledger, clock, "5")
+    assert billing.hold_bookkeeping(2.0) == ""
+    with pytest.raises(BudgetExceededError):
+        ledger.reserve("search=x", "3.000001", holder="search/x/0/1")
+    rung = ledger.reserve("search=x", "3", holder="search/x/0/1")
+    clock.now = 3.0
+    billing.bill(rung.id, "#0@1", "rung")
+    clock.now = 4.5
+    assert billing.settle_tail("budget spent") == "budget spent"
+    assert sorted((e["trial"], Decimal(str(e["usd"]))) for e in ledger.entries()) == [
+        ("#0@1", Decimal(3)),
+        ("tail", Decimal("1.5")),
+    ]
+    assert ledger.open_reservations() == []
+
+
+def test_a_tail_longer_than_its_hold_grows_it_as_far_as_the_cap_has_room_and_says_what_passed_it(
+    ledger: Any,
+) -> None:
+    clock = Clock()
+    roomy = held_billing(ledger, clock, "6", run="roomy")
+    roomy.hold_bookkeeping(2.0)
+    clock.now = 3.0  # no rung: the cap has $4 beside the hold, $1 of which the tail uses past it
+    assert roomy.settle_tail("cut") == "cut"
+    assert roomy.billed_usd == 3
+
+    tight = held_billing(ledger, clock, "2", run="tight")
+    tight.hold_bookkeeping(1.0)
+    clock.now = 5.5  # 2.5 s of bookkeeping, $1 held, $1 more of room: billed all the same, $0.50 past the cap
+    stop = tight.settle_tail("cut")
+    assert tight.billed_usd == Decimal("2.5")
+    assert stop == (
+        "cut; the last 2.500 s (bookkeeping after the last rung) were billed past the cap by $0.50: they "
+        "took longer than slack_seconds, and the cap had no room left; raise slack_seconds"
+    )
+    assert ledger.open_reservations() == []
+
+
 def test_by_default_a_rung_is_billed_the_time_it_ran_not_this_process_cpu_time(ledger: Any) -> None:
     # The default meter was CPU time: a rung waiting on a GPU (here, asleep) was billed almost nothing.
     import time
@@ -650,14 +749,15 @@ def test_a_search_cut_by_its_own_budget_says_to_raise_cap_usd(ledger: Any) -> No
     # The stop said "raise the cap with `costaware budget set`": the search's budget is set from cap_usd and
     # deleted when the search ends, so no command could raise it.
     clock = Clock()
-    result = search(ledger, "0.5", clock)  # the first rung's estimate, 1 s at $1 a second, is over the cap
-    assert result.trials[0].state == "cut" and clock.now == 0
+    result = search(ledger, "5", clock)  # rung 3's estimate, 3 s at $1 a second, is over what is left
+    assert result.trials[0].state == "cut" and clock.now == 1
     assert result.stop.startswith("budget 'search=")
-    assert result.stop.endswith(
-        "it is more than the whole cap, so no new period makes room: the search's budget is its cap_usd "
-        "($0.50): raise cap_usd"
+    assert (
+        "the search's budget is its cap_usd ($5.00): raise cap_usd; the $2.00 reserved is held for the "
+        "search's own bookkeeping (slack_seconds)" in result.stop
     )
-    assert "costaware budget set" not in result.stop
+    # Its reserved money is the search's own hold, which no `costaware budget release` should give back.
+    assert "costaware budget" not in result.stop
     # Another budget over the scope is the user's: its advice stays.
     ledger.set_budget("study=toy", "month", "0.5")
     assert "raise the cap with `costaware budget set`" in search(ledger, "40", clock).stop
@@ -672,3 +772,15 @@ def test_a_study_that_cannot_be_made_leaves_no_budget_behind(ledger: Any, monkey
         search(ledger, "10", Clock())
 
     assert ledger.budgets() == []
+
+
+def test_a_ledger_that_fails_the_bookkeeping_hold_leaves_no_budget_behind(
+    ledger: Any, monkeypatch: Any
+) -> None:
+    def unreachable(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the ledger's database went away")
+
+    monkeypatch.setattr(ledger, "reserve", unreachable)
+    with pytest.raises(RuntimeError, match="went away"):
+        search(ledger, "10", Clock())
+    assert ledger.budgets() == [] and ledger.entries() == []

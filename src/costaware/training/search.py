@@ -17,20 +17,24 @@ fell from its best rung (:meth:`SearchTrial.score`): a configuration whose metri
 is past its best, and the lucky end of a falling curve would otherwise win the search and do worse on new
 data than its value said. ``SearchResult.best_value`` stays the winner's value at full fidelity.
 
-The money is ours: before every rung the search reserves that rung's estimated cost in the cost ledger, and
-settles it with what the rung really used once it ran. A rung that cannot be reserved is not run, so the
-spend passes the cap only where a rung, or the bookkeeping billed with it, ran past its reservation when the
-budget had no room left beside it (a rung is one call to the model and is not interrupted: what it used is
-billed, and a warning says by how much the cap was passed). After a cut the search goes on only while the
-money left could carry the fastest configuration seen through every rung (no money on trials that can no
-longer finish), and none sits idle in a reservation for a whole trial.
+The money is ours: a cap that cannot pay the first rung and the search's own bookkeeping (``slack_seconds``)
+is refused before anything is spent. When it starts the search holds ``slack_seconds`` of its bookkeeping
+in the cost ledger; before every rung it reserves, from what is left beside that hold, the rung's estimated
+cost and the time used since the last settlement (proposals, the model's making), and settles it with what
+the rung really used once it ran. A rung that cannot be reserved is not run, so the spend passes the cap
+only where a rung ran past its reservation when the budget had no room left beside it (a rung is one call
+to the model and is not interrupted: what it used is billed, and a warning says by how much the cap was
+passed), or the bookkeeping after the last rung took longer than ``slack_seconds`` and the money left.
+After a cut the search goes on only while the money left could carry the fastest configuration seen through
+every rung (no money on trials that can no longer finish), and none sits idle in a reservation for a whole
+trial.
 
 Every second the search uses (training, Optuna, the ledger) is settled against some rung: each settlement
 bills the time since the previous one (the first, since the search started). The ledger counts whole
 micro-dollars, and a rung can cost only a few: each settlement therefore brings what was billed up to the
 time used so far rounded up (the rounding is carried, never dropped, so the ledger's total is never below
 the time it was given), and the time after the last rung (the last proposal, the refused reservation) is
-settled on a reservation of its own when the search ends.
+settled on the bookkeeping hold when the search ends.
 
 This is the sequential form, for one worker (a notebook, a benchmark, one Airflow task). The Airflow
 tuning operator runs trials in parallel slots with :func:`costaware.training.tuning.run_trial`.
@@ -41,6 +45,7 @@ from __future__ import annotations
 import logging
 import math
 import numbers
+import re
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -132,6 +137,7 @@ def budgeted_search(
     pruner: optuna.pruners.BasePruner | None = None,
     reduction_factor: int = 3,
     safety_factor: float = 1.5,
+    slack_seconds: float = 2.0,
     max_trials: int = 10_000,
     max_repeats: int = 200,
     meter: Callable[[], float] = time.monotonic,
@@ -174,6 +180,9 @@ def budgeted_search(
         safety_factor: Reserve this many times a rung's estimated seconds (a first rung: the slowest time
             it took before, else at the slowest speed seen; a later rung: at the trial's own speed on its
             latest rung).
+        slack_seconds: Seconds of the search's own bookkeeping (Optuna, the ledger) held for its whole run
+            and paid after its last rung. ``cap_usd`` must pay them and the first rung's reservation
+            (``first_rung_seconds`` x ``safety_factor``); raise it where the ledger is slow (a busy database).
         max_trials: Stop after this many configurations were trained.
         max_repeats: Stop after this many proposals in a row repeated a configuration already tried.
         meter: The clock that measures what the search uses: wall-clock seconds by default, as a machine
@@ -234,6 +243,28 @@ def budgeted_search(
         or not (math.isfinite(safety_factor) and safety_factor >= 1)
     ):
         raise ConfigurationError(f"safety_factor must be a number >= 1, got {safety_factor!r}")
+    if (
+        isinstance(slack_seconds, bool)
+        or not isinstance(slack_seconds, int | float)
+        or not (math.isfinite(slack_seconds) and slack_seconds > 0)
+    ):
+        raise ConfigurationError(
+            f"slack_seconds must be seconds > 0, got {slack_seconds!r}: the search's own bookkeeping "
+            "(Optuna, the ledger) is paid from it; the default is 2.0"
+        )
+    # The first rung is reserved at first_rung_seconds x safety_factor beside the bookkeeping's hold: a cap
+    # below both cut the first rung, and the setup and bookkeeping were billed past it.
+    first_rung_usd = usd_for_seconds(first_rung_seconds * safety_factor, usd_per_hour)
+    least_usd = usd_for_seconds(first_rung_seconds * safety_factor + slack_seconds, usd_per_hour)
+    if cap_usd < least_usd:
+        raise ConfigurationError(
+            f"cap_usd {format_usd_exact(cap_usd)} cannot pay one rung: the first rung's reservation "
+            f"(first_rung_seconds={first_rung_seconds:g} x safety_factor={safety_factor:g}: "
+            f"{format_usd_exact(first_rung_usd)}) and the search's own bookkeeping (slack_seconds="
+            f"{slack_seconds:g}) cost {format_usd_exact(least_usd)} at usd_per_hour {usd_per_hour}; set "
+            f"cap_usd to at least {format_usd_exact(least_usd)} (or lower first_rung_seconds, if the first "
+            "rung is shorter)"
+        )
     if not space:
         raise ConfigurationError("space is empty: give at least one hyperparameter distribution")
     for name, distribution in space.items():
@@ -299,7 +330,10 @@ def budgeted_search(
     # The rung reserved and not billed yet: (its reservation, trial number, rung).
     running: tuple[str, int, int] | None = None
     try:
-        while len(trials) < max_trials:
+        # Held before any rung: reserved only at the end, it found the cap spent by the rungs and was billed
+        # past it. No rung is run where even it cannot be held (another budget over the scope has no room).
+        refused = billing.hold_bookkeeping(slack_seconds)
+        while not refused and len(trials) < max_trials:
             trial = study.ask(dict(space))
             key = tuple(sorted(trial.params.items()))
             if key in seen:
@@ -338,7 +372,11 @@ def budgeted_search(
                     estimate = slowest_first
                 else:
                     estimate = (measured or guess) * (rung - previous)
-                seconds = estimate * safety_factor + overhead
+                # The time since the last settlement (the setup, the proposals, making the model) is billed
+                # with this rung: reserved with it, it cannot spend the bookkeeping's hold.
+                unbilled = meter() - billing.last_bill
+                seconds = unbilled + estimate * safety_factor + overhead
+                billing.keep_hold()
                 try:
                     reservation = ledger.reserve(
                         budget_scope,
@@ -402,13 +440,18 @@ def budgeted_search(
                 if billed > seconds:
                     # Past its reservation (slower training, or the bookkeeping billed with it): that passes
                     # the cap only where the budget had no room left beside it, which is what is said.
-                    over = -min((u.left_usd for u in ledger.usage(budget_scope)), default=Decimal(0))
-                    if over > 0:
+                    # Counted with the bookkeeping's hold: money the rung took from it passes the cap when the
+                    # search ends, unless the tail is shorter than the hold.
+                    short = -min((u.left_usd for u in ledger.usage(budget_scope)), default=Decimal(0))
+                    if short > 0:
+                        over = short - billing.held_usd
                         log.warning(
-                            "the spend passed the cap by %s: rung %d of trial %d was billed %.2f s against "
-                            "the %.2f s reserved for it (its training took %.2f s, estimated at %.2f s); a "
-                            "rung is not interrupted, so it is billed as it ran",
-                            format_usd_exact(over),
+                            "the spend %s: rung %d of trial %d was billed %.2f s against the %.2f s reserved "
+                            "for it (its training took %.2f s, estimated at %.2f s); a rung is not "
+                            "interrupted, so it is billed as it ran",
+                            f"passed the cap by {format_usd_exact(over)}"
+                            if over > 0
+                            else f"took {format_usd_exact(short)} of the money held for its bookkeeping",
                             rung,
                             trial.number,
                             billed,
@@ -472,12 +515,13 @@ def budgeted_search(
                 # used, else the fastest speed seen over every unit); else new trials would pay first rungs
                 # and be cut in turn, and the rest of the money is better left unspent.
                 trial_seconds = cheapest if cheapest is not None else fastest * rung_list[-1]
-                left = float(cap_usd - ledger.spent(budget_scope)) * 3600 / float(usd_per_hour)
+                left_usd = cap_usd - ledger.spent(budget_scope) - billing.held_usd
+                left = float(left_usd) * 3600 / float(usd_per_hour)
                 if left < trial_seconds * safety_factor + len(rung_list) * overhead:
                     stop = f"{stop}; not even the fastest configuration seen could reach the last rung"
                     break
         else:
-            stop = f"max_trials={max_trials} configurations trained"
+            stop = refused or f"max_trials={max_trials} configurations trained"
     except BaseException as e:
         # A model that raised (out of memory, a configuration it cannot train): what ran is billed, on the
         # rung's reservation, and the search's budget goes, as at its end; else the hold counted against the
@@ -514,11 +558,17 @@ def _own_budget_advice(refused: BudgetExceededError, budget_scope: Any, cap_usd:
     """The refusal's message; where the search's own budget refused, it says to raise ``cap_usd``.
 
     That budget is set from ``cap_usd`` and deleted when the search ends: `costaware budget set`, which the
-    ledger's message names, cannot raise it.
+    ledger's message names, cannot raise it. What it has reserved is the search's own bookkeeping hold, not
+    a killed run's hold for `costaware budget release` to give back.
     """
     message = str(refused)
     if not refused.scope.startswith(f"{budget_scope}/"):
         return message
+    message = re.sub(
+        r"; the (\S+) reserved is held by open holds: .*$",
+        r"; the \1 reserved is held for the search's own bookkeeping (slack_seconds)",
+        message,
+    )
     todo = RAISE_THE_CAP if RAISE_THE_CAP in message else RAISE_THE_CAP_ONLY
     return message.replace(
         todo, f"the search's budget is its cap_usd ({format_usd_exact(cap_usd)}): raise cap_usd"

@@ -2,23 +2,29 @@
 
 Each settlement bills the time since the previous one and brings what was billed up to the time used so far
 rounded up to the micro-dollar, so the rounding is carried, never dropped; the time after the last rung is
-settled on a reservation of its own (:meth:`SearchBilling.settle_tail`).
+settled on a hold of its own, reserved when the search starts (:meth:`SearchBilling.hold_bookkeeping`), so
+that no rung can spend the money it needs (:meth:`SearchBilling.settle_tail`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from costaware.core.errors import BudgetExceededError
-from costaware.core.ledger import Kind, LedgerEntry, Market, clipped_note, compute_cost
+from costaware.core.ledger import Kind, LedgerEntry, Market, Reservation, clipped_note, compute_cost, utcnow
 from costaware.core.money import format_usd_exact
 from costaware.core.tuning import usd_for_seconds
 
 if TYPE_CHECKING:
     from costaware.adapters.ledger.store import Ledger
     from costaware.core.budgets import Scope
+
+#: How long the bookkeeping hold counts; before a rung it is renewed where less than an hour is left.
+BOOKKEEPING_HOLD_TTL = timedelta(hours=6)
+BOOKKEEPING_HOLD_RENEWED_WITHIN = timedelta(hours=1)
 
 
 class SearchBilling:
@@ -57,6 +63,39 @@ class SearchBilling:
         self.last_bill = started
         self.billed_seconds = 0.0  # the time settled so far, and what it was settled with
         self.billed_usd = Decimal(0)
+        #: The money set aside for the time after the last rung (None: none could be reserved, or settled).
+        self.hold: Reservation | None = None
+
+    @property
+    def held_usd(self) -> Decimal:
+        """What the bookkeeping hold sets aside (no rung may spend it)."""
+        return self.hold.usd if self.hold is not None else Decimal(0)
+
+    def hold_bookkeeping(self, seconds: float) -> str:
+        """Reserve ``seconds`` of the search's own bookkeeping before any rung; returns the refusal, or "".
+
+        Reserved only at the end, the time after the last rung found the cap spent by the rungs and was billed
+        past it. Held from the start, every rung is reserved from what is left beside it.
+        """
+        usd = usd_for_seconds(seconds, self.usd_per_hour)
+        try:
+            self.hold = self.ledger.reserve(
+                self.budget_scope,
+                usd,
+                holder=f"search/{self.run}/tail",
+                run_id=self.run,
+                dag_id=self.owner[0],
+                ttl=BOOKKEEPING_HOLD_TTL,
+                purpose=f"the search's own bookkeeping (slack_seconds={seconds:g})",
+            )
+        except BudgetExceededError as e:
+            return f"no rung was run: {e}"
+        return ""
+
+    def keep_hold(self) -> None:
+        """Keep the bookkeeping hold counting for as long as the search runs (it may run for days)."""
+        if self.hold is not None and self.hold.expires_at - utcnow() < BOOKKEEPING_HOLD_RENEWED_WITHIN:
+            self.hold = self.ledger.extend(self.hold.id, utcnow() + BOOKKEEPING_HOLD_TTL)
 
     def owed(self, now: float) -> Decimal:
         """What settles the time up to ``now``: the total to date rounded up, less what was settled."""
@@ -116,14 +155,40 @@ class SearchBilling:
         return seconds
 
     def settle_tail(self, stop: str) -> str:
-        """Settle the time after the last rung on a reservation of its own; returns the stop note.
+        """Settle the time after the last rung on the bookkeeping hold; returns the stop note.
 
-        Nothing is reserved when the rounding carried so far covers it. When even that cannot be reserved
-        (the budget is spent to the micro-dollar) the tail is billed all the same, past the cap as a rung
-        that ran long is, and the stop note says so.
+        A tail longer than the hold grows it as far as the cap has room. Only what is past both (the
+        bookkeeping ran longer than ``slack_seconds`` and the cap was spent to the micro-dollar) is billed
+        past the cap, as a rung that ran long is, and the stop note says so: the time was used, and a bill
+        left out is money that no budget sees. With no hold (none could be reserved), the tail is reserved
+        now, else recorded past the cap.
         """
         now = self.meter()
         usd = self.owed(now)
+        hold = self.hold
+        if hold is not None:
+            if usd <= 0:  # the rounding carried so far covers it
+                self.ledger.release(hold.id)
+                self.hold = None
+                return stop
+            if usd > hold.usd:
+                hold = self.ledger.grow(hold.id, usd)
+            seconds = self.bill(hold.id, "tail", "bookkeeping after the last rung", now)
+            self.hold = None
+            if usd > hold.usd:
+                return (
+                    f"{stop}; the last {seconds:.3f} s (bookkeeping after the last rung) were billed past "
+                    f"the cap by {format_usd_exact(usd - hold.usd)}: they took longer than slack_seconds, "
+                    "and the cap had no room left; raise slack_seconds"
+                )
+            # Within its hold, yet a rung that ran past its reservation may have spent the hold's money.
+            over = -min((u.left_usd for u in self.ledger.usage(self.budget_scope)), default=Decimal(0))
+            if over > 0:
+                return (
+                    f"{stop}; the spend is {format_usd_exact(over)} past the cap: a rung ran past its "
+                    "reservation into the money held for the bookkeeping (the warnings name it)"
+                )
+            return stop
         if usd <= 0:
             return stop
         try:
