@@ -814,6 +814,27 @@ def test_budget_show_names_the_per_run_budgets_it_cannot_show_without_a_run(
     assert "--dag-id d names the DAG of a run: give --run-id RUN too" in capsys.readouterr().err
 
 
+def test_budget_show_counts_a_search_that_holds_money_as_a_known_run(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A search bills its entries to DAG "search" (its owner) and run <search id>; before its first rung was
+    # billed it had only holds, whose holder names no DAG, and `budget show --dag-id search --run-id <id>`
+    # said "the ledger has no entry or hold of DAG 'search'".
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=r", "run", "5")
+    ledger.reserve(
+        "project=r,search=ab12cd34", "1", holder="search/ab12cd34/tail", run_id="ab12cd34", dag_id="search"
+    )
+    argv = ["--ledger-url", ledger_url, "budget", "show", "--scope", "project=r", "--run-id", "ab12cd34"]
+    for named, row in (([], "(run:ab12cd34)"), (["--dag-id", "search"], "(run@search/ab12cd34)")):
+        assert main([*argv, *named]) == 0
+        shown = capsys.readouterr()
+        assert f"project=r/run {row}  $5.00    $0.00       $1.00   $4.00" in shown.out  # the hold counted
+        assert "no entry or hold" not in shown.err
+    assert main([*argv[:-1], "ab12cd3"]) == 0  # a mistyped search id is still said
+    assert "the ledger has no entry or hold of run 'ab12cd3'" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("named", "said"),
     [

@@ -290,13 +290,18 @@ def _unknown_run_note(ledger: Any, run_id: str, dag_id: str | None) -> str:
 
 
 def _run_is_known(ledger: Any, run_id: str, dag_id: str | None) -> bool:
-    """Whether the ledger has an entry of ``run_id`` (of ``dag_id``), or an open hold of one of its tasks."""
+    """Whether the ledger has an entry of ``run_id`` (of ``dag_id``), or an open hold of one of its tasks.
+
+    A search's hold (``search/<id>/...``) names its search, not the DAG its entries are billed to (its
+    ``owner``, ``search`` by default): it is its search's run whatever ``dag_id`` was given. Read as no hold,
+    a search holding money before its first rung was billed was said to be a run the ledger never saw.
+    """
     if ledger.entries(run_id=run_id, dag_id=dag_id, limit=1):
         return True
     from costaware.core.ledger import holder_dag_id, holder_run_id
 
     return any(
-        holder_run_id(r.holder) == run_id and dag_id in (None, holder_dag_id(r.holder))
+        holder_run_id(r.holder) == run_id and (dag_id is None or holder_dag_id(r.holder) in (None, dag_id))
         for r in ledger.open_reservations()
     )
 
