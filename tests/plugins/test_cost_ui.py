@@ -341,6 +341,28 @@ def test_a_since_that_is_no_iso_time_names_the_format_in_the_api(client: TestCli
     assert client.get(route, params={"since": "2026-01-01T00:00+00:00"}).status_code == 200
 
 
+@pytest.mark.parametrize(
+    ("typed", "fixed"),
+    [
+        ("2026-11-01", "2026-11-01T00:00+00:00"),
+        ("2026-11-01T06:30", "2026-11-01T06:30+00:00"),
+        ("2026-11-01T06:30:15", "2026-11-01T06:30:15+00:00"),
+    ],
+)
+def test_a_time_without_a_zone_is_named_as_typed_with_one_to_copy(
+    client: TestClient, typed: str, fixed: str
+) -> None:
+    # '2026-11-01' was told "2026-11-01T00:00:00 has no time zone: add one, e.g. +00:00": a value the user
+    # never typed, and a suffix a date alone does not take.
+    message = f"{typed!r} has no time zone: add one, e.g. {fixed}"
+    page = client.get("/", params={"since": typed})
+    assert page.status_code == 422 and escape(f"Since: {message}.") in page.text
+    for field in ("since", "until"):
+        answer = client.get("/api/summary", params={field: typed})
+        assert answer.status_code == 422 and answer.json()["detail"] == f"{field}: {message}"
+    assert client.get("/api/summary", params={"since": fixed}).status_code == 200
+
+
 def test_group_by_offers_the_valid_choices(client: TestClient) -> None:
     html = client.get("/", params={"group_by": "tag:owner"}).text
     select = html[html.index('<select name="group_by">') : html.index("</select>")]

@@ -154,14 +154,21 @@ GroupBy = Annotated[str, Depends(checked_group_by)]
 
 
 def iso_time(text: str) -> tuple[datetime | None, str | None]:
-    """``text`` (stripped) read as an ISO time, or None and what is wrong with it; None, None when blank."""
+    """``text`` (stripped) as an ISO time with a zone, or None and what is wrong; None, None when blank."""
     text = text.strip()
     if not text:
         return None, None
     try:
-        return datetime.fromisoformat(text), None
+        value = datetime.fromisoformat(text)
     except ValueError:
         return None, f"{text!r} is not an ISO time such as 2026-11-01T00:00+00:00"
+    if value.tzinfo is None:
+        # Named as typed, with the fixed value to copy: '2026-11-01' was told that 2026-11-01T00:00:00, a
+        # time the user never wrote, lacked a zone, and to add '+00:00' (which a date alone does not take).
+        precision = "auto" if value.second or value.microsecond else "minutes"
+        fixed = value.replace(tzinfo=timezone.utc).isoformat(timespec=precision)
+        return None, f"{text!r} has no time zone: add one, e.g. {fixed}"
+    return value, None
 
 
 def utc_instant(value: datetime) -> tuple[datetime | None, str | None]:
