@@ -198,8 +198,11 @@ def test_gates_follow_the_scope_filter(client: TestClient, ledger: Ledger) -> No
 def test_since_after_until_is_refused(client: TestClient) -> None:
     backwards = {"since": RANGE["until"], "until": RANGE["since"]}
     response = client.get("/api/summary", params=backwards)
-    assert response.status_code == 422 and "is not before Until" in response.json()["detail"]
+    # The API names until as its query spells it ("since: ... is not before Until ..." mixed the two).
+    assert response.status_code == 422 and "is not before until 20" in response.json()["detail"]
     assert response.json()["detail"].endswith(": swap them")
+    empty = client.get("/api/summary", params={"since": RANGE["since"], "until": RANGE["since"]})
+    assert "the range is empty: until is exclusive, give a later one" in empty.json()["detail"]
     page = client.get("/", params=backwards)
     assert page.status_code == 422 and "Cannot show costs" in page.text and "is not before Until" in page.text
     assert ": swap them." in page.text

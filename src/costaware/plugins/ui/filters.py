@@ -211,9 +211,18 @@ def scope_problem(scope: str) -> str | None:
 
 
 def check_filters(
-    days: int, since: datetime | None, until: datetime | None, dag_id: str | None, scope: str
+    days: int,
+    since: datetime | None,
+    until: datetime | None,
+    dag_id: str | None,
+    scope: str,
+    until_name: str = "until",
 ) -> tuple[Filters | None, list[tuple[str, str]]]:
-    """The ``ledger.reports.Filters`` of well-formed values, or None and (field, what is wrong) pairs."""
+    """The ``ledger.reports.Filters`` of well-formed values, or None and (field, what is wrong) pairs.
+
+    ``until_name`` is Until as the caller's reader knows it: the query parameter ``until`` for the API
+    (whose ``detail`` names every parameter as spelled in the query), the field **Until** for the page.
+    """
     from costaware.adapters.ledger.reports import Filters
 
     problems: list[tuple[str, str]] = []
@@ -225,8 +234,14 @@ def check_filters(
     start, end = instants["since"], instants["until"]
     if start is not None and end is not None and start >= end:
         # What to do, as the CLI's --since/--until says it: the two were named and left to guess.
-        remedy = "the range is empty: Until is exclusive, give a later one" if start == end else "swap them"
-        problems.append(("since", f"{start.isoformat()} is not before Until {end.isoformat()}: {remedy}"))
+        remedy = (
+            f"the range is empty: {until_name} is exclusive, give a later one"
+            if start == end
+            else "swap them"
+        )
+        problems.append(
+            ("since", f"{start.isoformat()} is not before {until_name} {end.isoformat()}: {remedy}")
+        )
     problem = scope_problem(scope)
     if problem:
         problems.append(("scope", problem))
@@ -326,7 +341,7 @@ def page_filters(
     if group_by_problem(grouping):
         errors.append(f"Group by: {grouping!r} is not one of {', '.join(GROUP_BY_CHOICES)} or tag:<name>.")
     filters, problems = check_filters(
-        span, instants["since"], instants["until"], typed["dag_id"] or None, scope_text
+        span, instants["since"], instants["until"], typed["dag_id"] or None, scope_text, until_name="Until"
     )
     errors += [f"{field.title()}: {problem}." for field, problem in problems]
     if errors:
