@@ -190,7 +190,9 @@ def test_the_request_lists_every_budget_it_would_pass(env_ledger: Ledger) -> Non
     assert [(b.committed_usd, b.cap_usd) for b in passed] == [(D(8), D(10)), (D(0), D(3))]
     body = approval_body(budgets=passed, needed_usd=D(4), task="train")
     assert body.count("\n\nBudget ") == 1 and body.startswith("Budget ")
-    assert "Budget */day (" in body and "past the caps of all 2 budgets above" in body
+    assert "Budget */day (" in body and "past the caps of both budgets above;" in body
+    three = approval_body(budgets=[*passed, passed[0]], needed_usd=D(4), task="train")
+    assert "past the caps of all 3 budgets above;" in three
 
 
 def test_a_gpu_hour_cap_passed_is_shown_in_gpu_hours(env_ledger: Ledger) -> None:

@@ -141,7 +141,9 @@ def approval_body(
         if approvers
         else "any user who may edit this DAG's runs"
     )
-    passes = "the cap" if len(budgets) == 1 else f"the caps of all {len(budgets)} budgets above"
+    # "all 2 budgets" read as a form letter's slip.
+    counted = {1: "", 2: "both "}.get(len(budgets), f"all {len(budgets)} ")
+    passes = "the cap" if len(budgets) == 1 else f"the caps of {counted}budgets above"
     # Blank lines between blocks: the UI renders Markdown, where single line breaks run together.
     return "\n\n".join(
         [
