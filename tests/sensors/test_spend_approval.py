@@ -88,7 +88,9 @@ def test_a_rejection_or_timeout_fails_or_skips_and_is_audited(
     env_ledger: Ledger, on_rejected: str, answer: dict[str, Any], raised: type[Exception], who: str
 ) -> None:
     # The error said who, not what to do next: the person reading the failed task was left to guess.
-    with pytest.raises(raised, match=rf"not approved \({who}\): nothing was reserved; to ask again, clear"):
+    # The amount as every other one is written ("4" read "spending $4").
+    spent = r"spending \$4\.00 past the budget of 'project=churn' was not approved"
+    with pytest.raises(raised, match=rf"{spent} \({who}\): nothing was reserved; to ask again, clear"):
         gate(on_rejected=on_rejected).approval_complete(context(), answer)
     assert env_ledger.usage("project=churn")[0].reserved_usd == 8  # nothing more reserved
     (rejection,) = audit_log(env_ledger, action="rejection")

@@ -461,7 +461,7 @@ class SpendCapSensor(BaseSensorOperator):
         """Resume after a person answered (or the wait timed out): reserve the overage, or fail/skip."""
         from costaware.adapters.ledger.audit import record_audit
         from costaware.core.ledger import reservation_holder
-        from costaware.core.money import parse_gpu_hours, parse_usd
+        from costaware.core.money import format_usd_exact, parse_gpu_hours, parse_usd
         from costaware.glue import airflow_errors
         from costaware.hooks.ledger import CostLedgerHook
         from costaware.sensors.spend_approval import decision
@@ -481,8 +481,10 @@ class SpendCapSensor(BaseSensorOperator):
                     target=holder,
                     details={**details, "usd": str(usd), "scope": str(self.scope)},
                 )
+                # Written as every other amount (format_usd_exact): an estimate of "4" read "spending $4".
                 message = (
-                    f"spending ${usd} past the budget of {self.scope!r} was not approved ({who}): nothing "
+                    f"spending {format_usd_exact(usd)} past the budget of {self.scope!r} was not approved "
+                    f"({who}): nothing "
                     "was reserved; to ask again, clear this task or trigger the run again, or raise the cap "
                     "with `costaware budget set`"
                 )
