@@ -714,7 +714,8 @@ def test_grouping_by_a_tag_no_entry_has_says_so(ledger_url: str, capsys: pytest.
     )
     assert main(["--ledger-url", ledger_url, "report", "--group-by", "tag:stgae"]) == 0
     out = capsys.readouterr().out
-    assert "no entry in this report has the tag 'stgae': check its spelling (tags on the ledger's" in out
+    meant = "no entry in this report has the tag 'stgae' (did you mean 'stage'?): check its spelling and case"
+    assert meant + " (tags on the ledger's" in out
     assert "stage" in out.split("newest entries:")[1]
     assert main(["--ledger-url", ledger_url, "report", "--group-by", "tag:stgae", "--format", "json"]) == 0
     assert "check its spelling" in json.loads(capsys.readouterr().out)["note"]

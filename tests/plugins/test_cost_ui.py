@@ -243,8 +243,8 @@ def test_a_grouping_by_a_tag_no_entry_has_says_so_on_the_page(client: TestClient
     html = client.get("/", params={"group_by": "tag:proj"}).text
     assert "<td>(none)</td>" in html
     assert (
-        "no entry in this report has the tag &#x27;proj&#x27;: check its spelling (tags on the ledger&#x27;s "
-        "newest entries: project, team)."
+        "no entry in this report has the tag &#x27;proj&#x27; (did you mean &#x27;project&#x27;?): check its "
+        "spelling and case (tags on the ledger&#x27;s newest entries: project, team)."
     ) in html
     assert "no entry in this report has the tag" not in client.get("/", params={"group_by": "tag:team"}).text
 
@@ -256,9 +256,12 @@ def test_a_grouping_by_a_tag_no_entry_has_says_so_in_the_api(client: TestClient,
     groups = {row["group"] for row in answer["rows" if path == "/api/spend" else "points"]}
     assert groups == {"(none)"}
     assert answer["note"] == (
-        "no entry in this report has the tag 'proj': check its spelling (tags on the ledger's newest "
-        "entries: project, team)"
+        "no entry in this report has the tag 'proj' (did you mean 'project'?): check its spelling and case "
+        "(tags on the ledger's newest entries: project, team)"
     )
+    # A tag in the wrong case is named as the entries spell it, as a scope's tag is.
+    cased = client.get(path, params={"group_by": "tag:Team"}).json()["note"]
+    assert cased.startswith("no entry in this report has the tag 'Team' (did you mean 'team'?): check")
     assert client.get(path, params={"group_by": "tag:team"}).json()["note"] is None
     assert client.get(path, params={"group_by": "task"}).json()["note"] is None
 

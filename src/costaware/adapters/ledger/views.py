@@ -97,9 +97,14 @@ def untagged_grouping_hint(
     tag = group_by.removeprefix("tag:")
     if tag in seen:
         return f"no entry in this report has the tag {tag!r} (entries outside this selection do)"
+    # The tag meant, as the scope's and the DAG's hints name theirs: tag:Team was told only to check it.
+    by_case = {key.lower(): key for key in seen}
+    meant = (
+        f" (did you mean {by_case[tag.lower()]!r}?)" if tag.lower() in by_case else did_you_mean(tag, seen)
+    )
     return (
-        f"no entry in this report has the tag {tag!r}: check its spelling (tags on the ledger's newest "
-        f"entries: {', '.join(seen) or 'none'})"
+        f"no entry in this report has the tag {tag!r}{meant}: check its spelling and case (tags on the "
+        f"ledger's newest entries: {', '.join(seen) or 'none'})"
     )
 
 
