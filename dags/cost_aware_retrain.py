@@ -122,7 +122,8 @@ def flight_delay_features(inputs: dict[str, Any], *, replay_date: str) -> Any:
             exclusiveMinimum=0,
             exclusiveMaximum=1_000_000,
             title="Training budget (USD)",
-            description="Reserved from the project's monthly budget before training: more than 0 and less "
+            # Markdown: the trigger form renders description_md (code spans); a description shows as typed.
+            description_md="Reserved from the project's monthly budget before training: more than 0 and less "
             "than 1,000,000. A value beyond what the budget has left is refused with the budget's figures; "
             "raise the cap with `costaware budget set`.",
         ),
@@ -137,7 +138,7 @@ def flight_delay_features(inputs: dict[str, Any], *, replay_date: str) -> Any:
             type="string",
             pattern=r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$",
             title="Training instance type",
-            description="AWS instance type the training is priced on (see `costaware prices list`); "
+            description_md="AWS instance type the training is priced on (see `costaware prices list`); "
             "checked by the spend gate before any money is reserved.",
         ),
         "spot_deadline": Param(
