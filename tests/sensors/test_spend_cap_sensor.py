@@ -595,3 +595,36 @@ def test_a_gate_in_the_mapped_task_group_of_its_task_reserves_for_the_task_of_it
     assert gate.poke(task_context("per_shard.spend_gate", map_index=1))
     (held,) = env_ledger.open_reservations()
     assert held.holder == reservation_holder("retrain", "manual__1", "per_shard.train", 1)
+
+
+@pytest.mark.parametrize("own_tags", [False, True])
+def test_a_scope_tag_the_ledger_can_never_store_is_refused_before_reserving(
+    env_ledger: Ledger, tmp_path: Path, own_tags: bool
+) -> None:
+    # project='churn,team=x' from a plain param: the listener recorded the cost without the tag, the gate
+    # only warned and reserved, and the budget was never charged.
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG, Param
+
+    from costaware.operators.remote_training import RemoteTrainingOperator
+
+    with DAG("retrain", schedule=None, params={"project": Param("churn")}):
+        gate = sensor(deferrable=False, estimated_usd="1")
+        if own_tags:
+            RemoteTrainingOperator(
+                task_id="train", command=["true"], instance_type="m5.large", model_store=str(tmp_path)
+            )
+        else:
+            EmptyOperator(task_id="train")
+    with pytest.raises(
+        AirflowFailException,
+        match=r"reserves in scope 'project=churn' for task 'train', but tag 'project' has value "
+        r"'churn,team=x': it must be non-empty, without ',' or '='.*never be charged\. Nothing was reserved: "
+        r"trigger the run again with another project value, and declare the param 'project' with "
+        r"costaware\.params\.tag_param",
+    ):
+        gate.poke({**context(), "params": {"project": "churn,team=x"}})
+    assert env_ledger.open_reservations() == []
+    # A value the ledger stores is still only warned about for a task the listener bills.
+    if not own_tags:
+        assert gate.poke({**context("manual__2"), "params": {"project": "fraud"}})

@@ -323,12 +323,41 @@ class SpendCapSensor(BaseSensorOperator):
                         self.log.warning("cannot render tag %s=%r of %r here: %s", key, text, target, e)
                         continue
                 tags[str(key)] = text
+        self._check_scope_tags_storable(tags, target)
         try:
             check_scope_is_tagged(self.scope, tags, task_id=target, gate=f"spend gate {self.task_id!r}")
         except ConfigurationError as e:
             if isinstance(own, Mapping):
                 raise
             self.log.warning("%s, or tag its cost as it runs with costaware.glue.annotate_task(tags=...)", e)
+
+    def _check_scope_tags_storable(self, tags: Mapping[str, str], target: str) -> None:
+        """Refuse a scope whose tag the target task's cost carries with a value no ledger entry can hold.
+
+        Such a tag (``project='churn,team=x'``, from a plain run param) is left out of every entry the task
+        records, so the budget reserved in would never be charged: warning and reserving lost that cost.
+        """
+        from costaware.core.budgets import Scope, tag_problem
+        from costaware.core.errors import ConfigurationError
+        from costaware.glue import TAG_NAMES
+
+        scope = self.scope if isinstance(self.scope, Scope | Mapping) else str(self.scope)
+        for key, _ in Scope.parse(scope).tags:
+            problem = tag_problem(key, tags[key]) if key in tags else None
+            if problem is None:
+                continue
+            where = (
+                f"and declare the param {key!r} with costaware.params.tag_param, so the trigger form refuses "
+                "such a value"
+                if key in TAG_NAMES
+                else f"or fix the DAG's '{key}:...' tag or the operator's tags"
+            )
+            raise ConfigurationError(
+                f"spend gate {self.task_id!r} reserves in scope '{Scope.parse(scope)}' for task {target!r}, "
+                f"but {problem}: the ledger would record that task's cost without the tag, and the budget "
+                f"would never be charged. Nothing was reserved: trigger the run again with another {key} "
+                f"value, {where}"
+            )
 
     def _audit_overrides(self, context: Any, ledger: Any) -> None:
         """Record in the audit trail, once per run, the trigger params that differ from the DAG's defaults.
