@@ -192,6 +192,44 @@ def test_the_workers_ledger_connection_is_the_clis_default(
     assert not (tmp_path / "other.db").exists()
 
 
+def test_a_ledger_connection_kept_in_airflows_metadata_database_is_the_clis_default(tmp_path: Path) -> None:
+    # `airflow connections add costaware_ledger` (or the UI) keeps it in the metadata database, which the
+    # workers read: `costaware budget set` wrote its budget to COSTAWARE_LEDGER_URL's file instead, and the
+    # gate then found no budget.
+    from services import migrated_airflow_env, run_command
+
+    shared = tmp_path / "shared.db"
+    env = migrated_airflow_env(tmp_path / "home", tmp_path / "dags")
+    added = run_command(
+        env, "airflow", "connections", "add", "costaware_ledger", "--conn-uri", f"sqlite:///{shared}"
+    )
+    assert added.returncode == 0, added.stderr
+    done = run_command(
+        env, "costaware", "budget", "set", "--scope", "project=x", "--period", "month", "--cap-usd", "100"
+    )
+    assert done.returncode == 0, done.stderr
+    assert [b.label for b in Ledger.from_url(f"sqlite:///{shared}").budgets()] == ["project=x/month"]
+    assert not Path(env["COSTAWARE_LEDGER_URL"].removeprefix("sqlite:///")).exists()
+    # --ledger-url still wins.
+    other = tmp_path / "other.db"
+    done = run_command(
+        env,
+        "costaware",
+        "--ledger-url",
+        f"sqlite:///{other}",
+        "budget",
+        "set",
+        "--scope",
+        "project=y",
+        "--period",
+        "month",
+        "--cap-usd",
+        "5",
+    )
+    assert done.returncode == 0, done.stderr
+    assert [b.label for b in Ledger.from_url(f"sqlite:///{other}").budgets()] == ["project=y/month"]
+
+
 def test_a_scope_no_entry_has_names_the_values_there_are(
     ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

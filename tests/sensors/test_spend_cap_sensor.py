@@ -356,8 +356,8 @@ def test_a_missing_budget_names_a_ledger_connection_the_command_does_not_read(
     assert "no budget covers scope 'project=churn'" in str(refused.value)
     assert (
         f"This gate read the ledger of connection 'costaware_ledger' ({ledger_url}), which the `costaware` "
-        "command does not read unless AIRFLOW_CONN_COSTAWARE_LEDGER is set where it runs: give it "
-        "--ledger-url"
+        "command reads only where it sees that connection (AIRFLOW_CONN_COSTAWARE_LEDGER, or the metadata "
+        "database of this deployment's AIRFLOW_HOME): elsewhere give it --ledger-url"
     ) in str(refused.value)
     # Set in the environment, the command reads it too: nothing to add.
     monkeypatch.setenv("AIRFLOW_CONN_COSTAWARE_LEDGER", f"sqlite:///{path}")

@@ -265,8 +265,9 @@ def open_ledger(args: argparse.Namespace, *, reading: bool = False) -> Ledger:
     if missing is not None and reading:
         raise CostawareError(
             f"no ledger at {missing}: check --ledger-url, AIRFLOW_CONN_COSTAWARE_LEDGER or "
-            "COSTAWARE_LEDGER_URL; a ledger is made by the first DAG run that records a cost or by "
-            "`costaware budget set`"
+            "COSTAWARE_LEDGER_URL (or run with the AIRFLOW_HOME of the deployment whose metadata database "
+            "keeps the costaware_ledger connection); a ledger is made by the first DAG run that records a "
+            "cost or by `costaware budget set`"
         )
     return Ledger.from_url(url)
 
@@ -377,10 +378,11 @@ def default_ledger_url() -> str:
     """The ledger the workers use, read in ``CostLedgerHook``'s order.
 
     The ``costaware_ledger`` connection when the environment gives it (``AIRFLOW_CONN_COSTAWARE_LEDGER``, as
-    the docker compose file does), else ``COSTAWARE_LEDGER_URL``, else the embedded SQLite file.
+    the docker compose file does), else when Airflow's metadata database of ``AIRFLOW_HOME`` keeps it (the
+    UI, ``airflow connections add``), else ``COSTAWARE_LEDGER_URL``, else the embedded SQLite file.
 
-    Without the first, a budget set from a compose container went to a SQLite file inside it, unseen by
-    the workers. Airflow is imported only then: the other commands stay quick.
+    Without the first two, a budget set from a compose container, or beside a connection added in the UI,
+    went to a SQLite file no worker reads. Airflow is imported only then: the other commands stay quick.
     """
     import os
 
@@ -390,14 +392,83 @@ def default_ledger_url() -> str:
         from costaware.hooks.ledger import CostLedgerHook
 
         return CostLedgerHook().get_url()
-    return ledger_url()
+    return ledger_url_in_airflow_database() or ledger_url()
+
+
+def ledger_url_in_airflow_database() -> str | None:
+    """The URL of the ``costaware_ledger`` connection Airflow's metadata database keeps, else None.
+
+    The workers read it through the API server; the command reads it as ``airflow connections get`` does.
+    Not asked where ``AIRFLOW_HOME`` has no such database (a SQLite file that is not there): importing
+    Airflow costs seconds. A database that cannot be read is said on stderr, with the ledger used instead.
+    """
+    if not _airflow_database_may_exist():
+        return None
+    from costaware.adapters.ledger.engine import url_from_connection_fields
+    from costaware.glue import DEFAULT_LEDGER_CONN_ID
+
+    try:
+        from airflow.models.connection import Connection
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        try:
+            conn = Connection.get_connection_from_secrets(DEFAULT_LEDGER_CONN_ID)
+        except AirflowNotFoundException:
+            return None
+    except Exception as e:
+        from costaware.adapters.ledger.engine import safe_url
+        from costaware.settings import ledger_url
+
+        said = " ".join(str(e).split())[:200] or type(e).__name__
+        print(
+            f"costaware: cannot read Airflow's metadata database for connection {DEFAULT_LEDGER_CONN_ID!r} "
+            f"({said}): using {safe_url(ledger_url())}; give --ledger-url if the workers use another ledger",
+            file=sys.stderr,
+        )
+        return None
+    return url_from_connection_fields(
+        conn.conn_id, conn.conn_type, conn.host, conn.login, conn.password, conn.port, conn.schema, conn.extra
+    )
+
+
+def _airflow_database_may_exist() -> bool:
+    """Whether ``AIRFLOW_HOME``'s metadata database may be there: False only for a SQLite file that is not.
+
+    Read from ``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN`` or airflow.cfg without importing Airflow.
+    """
+    import configparser
+    import os
+    from pathlib import Path
+
+    from costaware.settings import airflow_home
+
+    url = os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "").strip()
+    if not url:
+        parser = configparser.RawConfigParser(strict=False)
+        try:
+            parser.read(airflow_home() / "airflow.cfg")
+        except configparser.Error:
+            return True  # Airflow says what is wrong with it
+        url = parser.get("database", "sql_alchemy_conn", fallback="").strip()
+        if not url and (
+            parser.has_option("database", "sql_alchemy_conn_cmd")
+            or parser.has_option("database", "sql_alchemy_conn_secret")
+            or any(os.environ.get(f"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_{k}") for k in ("CMD", "SECRET"))
+        ):
+            return True
+        url = url or f"sqlite:///{airflow_home() / 'airflow.db'}"
+    if not url.startswith("sqlite"):
+        return True
+    path = url.partition(":///")[2].partition("?")[0]
+    return not path or path == ":memory:" or Path(path).is_file()
 
 
 # -- shared arguments -----------------------------------------------------------------------------
 
 LEDGER_URL_HELP = (
-    "SQLAlchemy URL of the ledger (default: the connection in $AIRFLOW_CONN_COSTAWARE_LEDGER, else "
-    "$COSTAWARE_LEDGER_URL, else $AIRFLOW_HOME/costaware/ledger.db)"
+    "SQLAlchemy URL of the ledger (default: the costaware_ledger connection in "
+    "$AIRFLOW_CONN_COSTAWARE_LEDGER or Airflow's metadata database, else $COSTAWARE_LEDGER_URL, else "
+    "$AIRFLOW_HOME/costaware/ledger.db)"
 )
 #: Before the command (``costaware --ledger-url URL report``); the same flag after it sets it only if given.
 LEDGER_URL_IF_EMPTY = (

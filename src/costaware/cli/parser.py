@@ -1,7 +1,8 @@
 """The ``costaware`` parser, built from the declarations in :mod:`costaware.cli.config`, and the entry point.
 
-The ledger URL comes from ``--ledger-url``, else ``COSTAWARE_LEDGER_URL``, else the SQLite file at
-``$AIRFLOW_HOME/costaware/ledger.db`` (the same default the Airflow side uses).
+The ledger URL comes from ``--ledger-url``, else the ``costaware_ledger`` connection (the environment's, else
+Airflow's metadata database's), else ``COSTAWARE_LEDGER_URL``, else the SQLite file at
+``$AIRFLOW_HOME/costaware/ledger.db`` (the same order the Airflow side uses).
 """
 
 from __future__ import annotations

@@ -267,9 +267,10 @@ class SpendCapSensor(BaseSensorOperator):
     def _unseen_ledger_hint(self) -> str:
         """Where this gate's ledger is one the ``costaware`` command does not read by default, say which.
 
-        The command reads ``AIRFLOW_CONN_COSTAWARE_LEDGER`` (else ``COSTAWARE_LEDGER_URL``, else the SQLite
-        file), never Airflow's metadata database: a budget set with it beside a connection kept there went
-        to another ledger, and "set one with `costaware budget set`" sent the user back to the same mistake.
+        The command reads ``AIRFLOW_CONN_COSTAWARE_LEDGER``, else the ``costaware_ledger`` connection in the
+        metadata database of its ``AIRFLOW_HOME`` (else ``COSTAWARE_LEDGER_URL``, else the SQLite file): run
+        with another home, a budget it set went to another ledger, and "set one with `costaware budget set`"
+        sent the user back to the same mistake.
         """
         import os
 
@@ -287,14 +288,15 @@ class SpendCapSensor(BaseSensorOperator):
         except AirflowNotFoundException:
             return ""  # no such connection: the gate read the fallback, as the command does
         url = safe_url(hook.get_url())
-        unless = (
-            f" unless {variable} is set where it runs"
+        reads = (
+            f"reads only where it sees that connection ({variable}, or the metadata database of this "
+            "deployment's AIRFLOW_HOME): elsewhere"
             if self.ledger_conn_id == DEFAULT_LEDGER_CONN_ID
-            else ""
+            else "does not read:"
         )
         return (
             f". This gate read the ledger of connection {self.ledger_conn_id!r} ({url}), "
-            f"which the `costaware` command does not read{unless}: give it --ledger-url with that URL"
+            f"which the `costaware` command {reads} give it --ledger-url with that URL"
         )
 
     def _check_scope_is_tagged(self, context: Any, target: str) -> None:
