@@ -924,6 +924,29 @@ def test_the_report_says_when_cost_entries_wait_in_this_machine_s_spool(
     assert json.loads(capsys.readouterr().out)["spooled_entries_here"] == 3
 
 
+def test_a_missing_ledger_file_says_how_many_entries_wait_in_the_spool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The first runs met a ledger that could not be written: the report said only "no ledger at ...".
+    from costaware.ledger_spool import REFUSED, spool_entry
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
+    monkeypatch.delenv("COSTAWARE_LEDGER_URL", raising=False)
+    spool = tmp_path / "costaware" / "spool"
+    for run_id in ("r1", "r2"):
+        entry = LedgerEntry(dag_id="nightly", run_id=run_id, task_id="t", kind=Kind.COMPUTE, usd=Decimal("7"))
+        spool_entry(spool, entry, "costaware_ledger", retrying=False)
+    refused = LedgerEntry(dag_id="nightly", run_id="r3", task_id="t", kind=Kind.COMPUTE, usd=Decimal("1"))
+    spool_entry(spool / REFUSED, refused, "costaware_ledger", retrying=False)  # counts nowhere until fixed
+    assert main(["report"]) == 2
+    assert (
+        f"no ledger at {tmp_path / 'costaware' / 'ledger.db'} (2 cost entries of this machine wait in the "
+        f"spool {spool} for the ledger the tasks used: `costaware spool show` lists them, `costaware spool "
+        "drain` writes them there): check --ledger-url"
+    ) in capsys.readouterr().err
+    assert not (tmp_path / "costaware" / "ledger.db").exists()
+
+
 def test_a_dag_whose_costs_only_wait_is_no_unknown_name(
     ledger_url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

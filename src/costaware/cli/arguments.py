@@ -263,8 +263,19 @@ def open_ledger(args: argparse.Namespace, *, reading: bool = False) -> Ledger:
         # is seen before anything is written to a ledger no worker reads.
         print(f"costaware: no ledger at {missing} yet: creating one there", file=sys.stderr)
     if missing is not None and reading:
+        from costaware.cli.pending import spooled_here
+
+        folder, spooled = spooled_here()
+        one = spooled == 1
+        waiting = (
+            f" ({spooled} cost entr{'y' if one else 'ies'} of this machine wait{'s' if one else ''} in the "
+            f"spool {folder} for the ledger the tasks used: `costaware spool show` lists "
+            f"{'it' if one else 'them'}, `costaware spool drain` writes {'it' if one else 'them'} there)"
+            if spooled
+            else ""
+        )
         raise CostawareError(
-            f"no ledger at {missing}: check --ledger-url, AIRFLOW_CONN_COSTAWARE_LEDGER or "
+            f"no ledger at {missing}{waiting}: check --ledger-url, AIRFLOW_CONN_COSTAWARE_LEDGER or "
             "COSTAWARE_LEDGER_URL (or run with the AIRFLOW_HOME of the deployment whose metadata database "
             "keeps the costaware_ledger connection); a ledger is made by the first DAG run that records a "
             "cost or by `costaware budget set`"

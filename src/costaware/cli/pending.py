@@ -7,6 +7,7 @@ running only a hold: neither is a mistyped name (:func:`costaware.cli.arguments.
 from __future__ import annotations
 
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 
@@ -19,19 +20,11 @@ def what_waits(ledger: Any, dag_id: str | None, run_id: str | None) -> str:
     from costaware.adapters.airflow_tasks import search_of
     from costaware.core.ledger import holder_dag_id, holder_run_id
     from costaware.core.money import format_usd_exact
-    from costaware.ledger_spool import REFUSED, spool_dir, spooled_files
 
     def named(dag: object, run: object) -> bool:
         return (dag_id is None or dag == dag_id) and (run_id is None or run == run_id)
 
-    folder = spool_dir()
-    spooled = 0
-    for spooled_file in spooled_files(folder):
-        if spooled_file.state == REFUSED or spooled_file.data is None:
-            continue
-        entry = spooled_file.data.get("entry", spooled_file.data)
-        if isinstance(entry, dict) and named(entry.get("dag_id"), entry.get("run_id")):
-            spooled += 1
+    folder, spooled = spooled_here(dag_id, run_id)
     holds = [
         r
         for r in ledger.open_reservations()
@@ -54,3 +47,25 @@ def what_waits(ledger: Any, dag_id: str | None, run_id: str | None) -> str:
             f"(`costaware budget holds` lists {'it' if one else 'them'}; its task's cost settles it)"
         )
     return "; ".join(said)
+
+
+def spooled_here(dag_id: str | None = None, run_id: str | None = None) -> tuple[Path, int]:
+    """This machine's spool and how many of its entries (of ``dag_id`` and ``run_id``) a drain will write.
+
+    Not those set aside as refused, which count nowhere until fixed.
+    """
+    from costaware.ledger_spool import REFUSED, spool_dir, spooled_files
+
+    folder = spool_dir()
+    spooled = 0
+    for spooled_file in spooled_files(folder):
+        if spooled_file.state == REFUSED or spooled_file.data is None:
+            continue
+        entry = spooled_file.data.get("entry", spooled_file.data)
+        if (
+            isinstance(entry, dict)
+            and (dag_id is None or entry.get("dag_id") == dag_id)
+            and (run_id is None or entry.get("run_id") == run_id)
+        ):
+            spooled += 1
+    return folder, spooled
