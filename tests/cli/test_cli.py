@@ -990,6 +990,15 @@ def test_a_dag_whose_costs_only_wait_is_no_unknown_name(
     assert (
         "has no entries for DAG 'held' yet; 1 open hold of it reserves $4.00 (`costaware budget holds`" in err
     )
+    # --last-run said "the ledger has no entries for DAG 'held' yet" (exit 2), unlike --dag-id alone.
+    for efficiency in ([], ["--efficiency"]):
+        assert main([*report, "--dag-id", "held", "--last-run", *efficiency]) == 0
+        out, err = capsys.readouterr()
+        assert "(no " in out
+        assert (
+            "note: the ledger has no entries for DAG 'held' yet, so no last run; 1 open hold of it reserves "
+            "$4.00" in err
+        )
     # runs show --last said it "has cost entries in the ledger" and to run `costaware runs show None`.
     assert main(["--ledger-url", ledger_url, "runs", "show", "--last", "--dag-id", "held"]) == 2
     err = capsys.readouterr().err

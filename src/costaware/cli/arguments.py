@@ -302,6 +302,17 @@ def run_asked_for(args: argparse.Namespace, ledger: Any) -> str | None:
         raise CostawareError(f"--last-run and --run-id {args.run_id!r} both name a run: give one of them")
     run_id = ledger.last_run_id(args.dag_id)
     if run_id is None:
+        from costaware.cli.pending import what_waits
+
+        waiting = what_waits(ledger, args.dag_id, None)
+        if waiting:
+            # As `--dag-id` alone answers it: an empty report with a note, not an unknown name (exit 2).
+            print(
+                f"costaware: note: the ledger has no entries for DAG {args.dag_id!r} yet, so no last run; "
+                f"{waiting}",
+                file=sys.stderr,
+            )
+            return None
         hint = dag_hint(ledger, args.dag_id)
         raise CostawareError(f"the ledger has no entries for DAG {args.dag_id!r} yet{hint}")
     return run_id  # type: ignore[no-any-return]
