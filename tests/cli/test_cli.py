@@ -1176,6 +1176,55 @@ def test_a_misspelt_budget_time_zone_names_the_one_meant(
 
 
 @pytest.mark.parametrize(
+    ("zone", "said"),
+    [
+        ("UTC+1", "(UTC+01:00 is the IANA zone 'Etc/GMT-1': the Etc/GMT names invert the sign; or give"),
+        ("GMT-5", "(UTC-05:00 is the IANA zone 'Etc/GMT+5': the Etc/GMT names invert the sign; or give"),
+        ("UTC+05:30", "(no IANA zone is a fixed UTC+05:30: give the region's"),
+        ("UTC+0", "(UTC+00:00 is the IANA zone 'UTC')"),
+    ],
+)
+def test_a_budget_time_zone_typed_as_an_offset_names_the_iana_zone(
+    ledger_url: str, capsys: pytest.CaptureFixture[str], zone: str, said: str
+) -> None:
+    # "UTC+1" was refused with "use an IANA name such as 'Europe/Berlin'", never naming Etc/GMT-1.
+    argv = ["--ledger-url", ledger_url, "budget", "set", "--scope", "project=x", "--period", "day"]
+    assert main([*argv, "--cap-usd", "3", "--timezone", zone]) == 2
+    assert f"unknown time zone {zone!r} {said}" in capsys.readouterr().err
+    assert Ledger.from_url(ledger_url).budgets() == []
+
+
+def test_an_etc_gmt_budget_time_zone_is_set_with_a_note_of_its_inverted_sign(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Etc/GMT+1 is UTC-1 (POSIX's sign): it was accepted without a word, the day starting 2 hours off.
+    argv = [
+        "--ledger-url",
+        ledger_url,
+        "budget",
+        "set",
+        "--scope",
+        "project=x",
+        "--period",
+        "day",
+        "--cap-usd",
+    ]
+    assert main([*argv, "3", "--timezone", "Etc/GMT+1"]) == 0
+    assert (
+        "note: time zone 'Etc/GMT+1' is UTC-01:00 (the Etc/GMT names invert the sign, POSIX style); for "
+        "UTC+01:00 give 'Etc/GMT-1'"
+    ) in capsys.readouterr().err
+    assert [b.timezone for b in Ledger.from_url(ledger_url).budgets()] == ["Etc/GMT+1"]
+    assert main([*argv, "3", "--timezone", "Etc/GMT-1"]) == 0  # either sign: it says which offset it is
+    assert "note: time zone 'Etc/GMT-1' is UTC+01:00" in capsys.readouterr().err
+    for zone in ("Europe/Berlin", "Etc/GMT+0"):
+        assert main([*argv, "3", "--timezone", zone]) == 0
+        assert "note: time zone" not in capsys.readouterr().err
+    assert main([*argv, "4"]) == 0  # the zone kept, not given again: no note each time
+    assert "note: time zone" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
     ("argv", "message"),
     [
         # An unset shell variable: it set a catch-all budget that gated every run.

@@ -159,6 +159,50 @@ def zone(name: str) -> ZoneInfo:
         ) from e
 
 
+#: A fixed offset as people type it (``UTC+1``, ``GMT-05:00``), which the tz database does not name so.
+_TYPED_OFFSET = re.compile(r"(?i)^(?:UTC|GMT)\s*([+-])\s*(\d{1,2})(?::?(\d{2}))?$")
+#: The tz database's fixed offsets, whose sign is POSIX's: ``Etc/GMT+1`` is one hour *behind* UTC.
+_POSIX_OFFSET = re.compile(r"(?i)^(?:Etc/)?GMT([+-])(\d{1,2})$")
+
+
+def _offset_hint(sign: str, hours: str, minutes: str | None) -> str:
+    """`` (UTC+1 is the IANA zone 'Etc/GMT-1' ...)`` for a typed fixed offset."""
+    typed = f"UTC{sign}{int(hours):02d}:{minutes or '00'}"
+    inverted = f"Etc/GMT{'-' if sign == '+' else '+'}{int(hours)}"
+    if not int(minutes or 0) and not int(hours):
+        return f" ({typed} is the IANA zone 'UTC')"
+    if int(minutes or 0) or inverted not in _available_zones():
+        return f" (no IANA zone is a fixed {typed}: give the region's, which follows its summer time too)"
+    return (
+        f" ({typed} is the IANA zone {inverted!r}: the Etc/GMT names invert the sign; or give the region's, "
+        "e.g. 'Europe/Berlin', which follows its summer time too)"
+    )
+
+
+def _available_zones() -> set[str]:
+    from zoneinfo import available_timezones
+
+    return available_timezones()
+
+
+def inverted_offset_note(name: str) -> str | None:
+    """What an ``Etc/GMT+1``-style zone means (UTC-01:00: POSIX's inverted sign), or None for other zones.
+
+    Accepted as it is a valid zone, but most who type ``Etc/GMT+1`` mean UTC+1: their day starts two hours
+    off.
+    """
+    found = _POSIX_OFFSET.match(str(name).strip())
+    if found is None or int(found.group(2)) == 0:
+        return None
+    sign, hours = found.groups()
+    actual = f"UTC{'-' if sign == '+' else '+'}{int(hours):02d}:00"
+    meant = f"Etc/GMT{'-' if sign == '+' else '+'}{int(hours)}"
+    return (
+        f"time zone {name!r} is {actual} (the Etc/GMT names invert the sign, POSIX style); for "
+        f"UTC{sign}{int(hours):02d}:00 give {meant!r}"
+    )
+
+
 def zone_name_hint(name: str) -> str:
     """`` (did you mean 'America/New_York'?)`` for a misspelt zone ("America/NewYork"), else "".
 
@@ -167,6 +211,9 @@ def zone_name_hint(name: str) -> str:
     import difflib
     from zoneinfo import available_timezones
 
+    offset = _TYPED_OFFSET.match(name.strip())
+    if offset is not None:
+        return _offset_hint(*offset.groups())
     known = sorted(available_timezones())
     by_case = {zone.lower(): zone for zone in known}
     close = [by_case[name.lower()]] if name.lower() in by_case else []

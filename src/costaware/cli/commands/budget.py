@@ -50,6 +50,12 @@ def budget_set(args: argparse.Namespace) -> int:
         + gpu
         + (f" (kept its {' and '.join(kept)})" if kept else "")
     )
+    from costaware.core.windows import inverted_offset_note
+
+    zone_note = inverted_offset_note(budget.timezone) if args.timezone is not None else None
+    if zone_note:
+        # Etc/GMT+1 is a valid zone, but one hour behind UTC: most who type it mean the other way round.
+        print(f"note: {zone_note}; its periods start at midnight there", file=sys.stderr)
     if budget.cap_usd == 0 and args.cap_usd is not None:
         # "--cap-usd $500" unquoted: the shell reads $5 as a variable (empty) and passes "00".
         print(
