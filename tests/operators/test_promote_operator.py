@@ -793,3 +793,16 @@ def test_a_relative_model_store_is_refused_when_the_dag_is_parsed() -> None:
     with pytest.raises(ConfigurationError, match="model_store 'models/rel' is a relative path"):
         ModelPromoteOperator(model_store="models/rel", **args)
     ModelPromoteOperator(model_store="{{ params.store }}", **args)  # a template is checked once rendered
+
+
+def test_a_relative_holdout_path_is_refused_when_the_dag_is_parsed() -> None:
+    # It was read from the folder the worker ran in: both models scored on whatever file was there, or none.
+    args: dict[str, Any] = {"task_id": "promote", "candidate": "v1", "label_column": "y", "model_store": "/m"}
+    with pytest.raises(
+        ConfigurationError,
+        match=r"ModelPromoteOperator 'promote': holdout_path 'data/holdout\.parquet' is a relative path.*"
+        r"an s3:// URI",
+    ):
+        ModelPromoteOperator(holdout_path="data/holdout.parquet", **args)
+    for fine in ("/data/holdout.parquet", "s3://b/holdout/", "{{ params.holdout }}"):
+        ModelPromoteOperator(holdout_path=fine, **args)

@@ -178,6 +178,24 @@ def test_bad_configuration_fails_without_retry_and_writes_nothing(
     assert not any((tmp_path / "ckpt").rglob("*.ckpt"))
 
 
+def test_an_instance_type_no_price_source_knows_fails_before_any_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The cost listener recorded its tries at $0, unpriced: the training's cost was never counted.
+    _day(tmp_path / "landing", 1)
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", f"sqlite:///{tmp_path / 'ledger.db'}")
+    op = _operator(tmp_path, 1, instance_type="m5.larg", region="us-east-1", usd_per_hour=None)
+    with pytest.raises(AirflowFailException, match=r"'m5\.larg'.*did you mean m5\.large"):
+        op.execute(_context())
+    assert ModelStore.open(str(tmp_path / "models")).version_ids() == []
+    assert not any((tmp_path / "ckpt").rglob("*.ckpt"))
+    # Given its own rate, the type is only a label: not priced, not checked; a templated rate stays unchecked.
+    _operator(tmp_path, 1, instance_type="m5.larg", usd_per_hour="{{ params.rate }}")
+    assert _operator(tmp_path, 1, instance_type="m5.large", region="us-east-1", usd_per_hour=None).execute(
+        _context()
+    )["version"]
+
+
 def test_a_market_misspelt_in_a_template_fails_when_rendered_before_any_training(tmp_path: Path) -> None:
     _day(tmp_path / "landing", 1)
     op = _operator(tmp_path, 1, market="{{ ti.xcom_pull(task_ids='spot_window')['market'] }}")
@@ -220,6 +238,9 @@ def test_a_market_misspelt_in_a_template_fails_when_rendered_before_any_training
         ),
         # Read letter by letter before.
         ({"feature_columns": "x1, x2"}, r"feature_columns must be a list of column names, .*\['x1', 'x2'\]"),
+        # The cost listener ignored it with a warning and priced the catalog's rate instead.
+        ({"usd_per_hour": -1}, r"'retrain': usd_per_hour must be zero or more USD, got -1"),
+        ({"usd_per_hour": "0.4/h"}, r"'retrain': usd_per_hour .*'0\.4/h'"),
     ],
 )
 def test_arguments_that_need_no_rendering_fail_when_the_dag_is_parsed(

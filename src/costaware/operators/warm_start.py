@@ -146,6 +146,11 @@ class WarmStartRetrainOperator(BuiltInTrainingArguments, BaseOperator):
             Market.parse(str(market))  # a typo was priced at the worker's market, with only a logged error
         self.market = market
         self.drift_columns = None if drift_columns is None else list(drift_columns)
+        if blank(usd_per_hour) is not None and is_literal(usd_per_hour):
+            from costaware.core.money import parse_usd
+
+            # -1 passed the parse: the cost listener then ignored it with a warning and priced the catalog's.
+            parse_usd(usd_per_hour, name=f"{type(self).__name__} {self.task_id!r}: usd_per_hour")
         self.usd_per_hour = usd_per_hour
         self.aws_conn_id = aws_conn_id
         self._checkpointer: Checkpointer | None = None
@@ -162,6 +167,7 @@ class WarmStartRetrainOperator(BuiltInTrainingArguments, BaseOperator):
         with airflow_errors():
             if blank(self.market) is not None:
                 Market.parse(str(self.market))  # rendered: checked before the training is paid for
+            self._check_priced()
             spec = self.training_spec()
             job = spec.retrain_job(
                 checkpoint_key=checkpoint_key(
@@ -184,6 +190,21 @@ class WarmStartRetrainOperator(BuiltInTrainingArguments, BaseOperator):
             features_key=str(self.features_key or ""),
         )
         return result
+
+    def _check_priced(self) -> None:
+        """Refuse an ``instance_type`` no price source knows (without ``usd_per_hour``), before training.
+
+        The cost listener recorded a misspelt type's tries at $0, unpriced: the training's cost was lost.
+        Checked here, not when the DAG is parsed: a type only a refreshed or imported price knows is valid.
+        """
+        if blank(self.instance_type) is None or blank(self.usd_per_hour) is not None:
+            return
+        from costaware.adapters.price_source import list_price
+        from costaware.hooks.ledger import CostLedgerHook
+        from costaware.settings import option
+
+        region = str(blank(self.region) or option("worker_region"))
+        list_price(CostLedgerHook(self.ledger_conn_id).get_conn(), str(self.instance_type), region)
 
     def on_kill(self) -> None:
         """Airflow's SIGTERM path: ask the training to checkpoint and stop after the current step."""
