@@ -364,6 +364,12 @@ def test_time_based_checkpoints_use_the_clock(tmp_path: Path) -> None:
         ({"feature_columns": ["x1", "y"]}, "job.json': label column 'y' is also a feature"),
         # A ValueError traceback (exit 1) once the store was opened, before.
         ({"storage_options": "anon=true"}, "storage_options must be a JSON object of names and values"),
+        # Refused by the checkpoint store only once the data had been read.
+        (
+            {"checkpoint_key": "../escape"},
+            "job.json': checkpoint_key '../escape' is not a safe relative path",
+        ),
+        ({"checkpoint_key": ""}, "job.json': checkpoint_key '' is not a safe relative path"),
     ],
 )
 def test_a_bad_job_file_is_named_and_runs_nothing(

@@ -39,6 +39,13 @@ _STEP_FILE = re.compile(r"^step-(\d{9})\.ckpt$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=-]+")
 
 
+def is_safe_key(key: object) -> bool:
+    """Whether ``key`` is a relative path of safe parts (no ``..``, ``.`` or empty part): a store key."""
+    if not isinstance(key, str) or not key:
+        return False
+    return not any(p in ("", ".", "..") for p in key.split("/")) and not _UNSAFE.search(key.replace("/", ""))
+
+
 def checkpoint_key(*parts: object) -> str:
     """A store key from parts such as dag id, task id and run id (unsafe characters become ``_``)."""
     cleaned = [_UNSAFE.sub("_", str(p)).strip("._") or "_" for p in parts]
@@ -122,8 +129,7 @@ class CheckpointStore:
         return f"{self.uri}/{key}"
 
     def _check_key(self, key: str) -> str:
-        parts = key.split("/")
-        if not key or any(p in ("", ".", "..") for p in parts) or _UNSAFE.search(key.replace("/", "")):
+        if not is_safe_key(key):
             raise ConfigurationError(
                 f"checkpoint key {key!r} is not a safe relative path: build it with checkpoint_key()"
             )

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from costaware.adapters.checkpoint_store import CheckpointStorage, CheckpointStore
+from costaware.adapters.checkpoint_store import CheckpointStorage, CheckpointStore, is_safe_key
 from costaware.adapters.model_store import ModelStore
 from costaware.adapters.model_versions import UNRECORDED, ModelVersion, new_version_id
 from costaware.core.errors import ConfigurationError, StoreUnavailableError
@@ -360,6 +360,13 @@ def job_from_file(path: str) -> RetrainJob:
                 f"job file {path!r}: {name} must be a JSON object of names and values, such as "
                 f'{{"anon": true}}, got {given[name]!r}'
             )
+    if not is_safe_key(given["checkpoint_key"]):
+        # The checkpoint store refused it only once the data had been read.
+        raise ConfigurationError(
+            f"job file {path!r}: checkpoint_key {given['checkpoint_key']!r} is not a safe relative path: "
+            "give parts of letters, digits, '.', '_', '=' or '-' joined by '/', such as "
+            "\"dag/retrain/run-1\" (no '..', '.' or empty part)"
+        )
     try:  # a bad interval or the label among the features failed only once the data was read
         check_training_arguments(
             label_column=given["label_column"],
