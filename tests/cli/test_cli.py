@@ -210,6 +210,16 @@ def test_a_ledger_connection_kept_in_airflows_metadata_database_is_the_clis_defa
     assert done.returncode == 0, done.stderr
     assert [b.label for b in Ledger.from_url(f"sqlite:///{shared}").budgets()] == ["project=x/month"]
     assert not Path(env["COSTAWARE_LEDGER_URL"].removeprefix("sqlite:///")).exists()
+    # A drain wrote the workers' spooled entries to COSTAWARE_LEDGER_URL's (or the SQLite) file instead.
+    from costaware.ledger_spool import spool_entry
+
+    entry = LedgerEntry(dag_id="nightly", run_id="r1", task_id="t", kind=Kind.COMPUTE, usd=Decimal("7"))
+    spool_entry(tmp_path / "home" / "costaware" / "spool", entry, "costaware_ledger", retrying=False)
+    drained = run_command(env, "costaware", "spool", "drain")
+    assert drained.returncode == 0, drained.stderr
+    assert "1 written, 0 still waiting" in drained.stdout
+    assert [e["dag_id"] for e in Ledger.from_url(f"sqlite:///{shared}").entries()] == ["nightly"]
+    assert not Path(env["COSTAWARE_LEDGER_URL"].removeprefix("sqlite:///")).exists()
     # --ledger-url still wins.
     other = tmp_path / "other.db"
     done = run_command(

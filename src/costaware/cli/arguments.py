@@ -417,8 +417,8 @@ def default_ledger_url() -> str:
     return ledger_url_in_airflow_database() or ledger_url()
 
 
-def ledger_url_in_airflow_database() -> str | None:
-    """The URL of the ``costaware_ledger`` connection Airflow's metadata database keeps, else None.
+def ledger_url_in_airflow_database(conn_id: str | None = None) -> str | None:
+    """The URL of connection ``conn_id`` (default ``costaware_ledger``) kept in Airflow's metadata database.
 
     The workers read it through the API server; the command reads it as ``airflow connections get`` does.
     Not asked where ``AIRFLOW_HOME`` has no such database (a SQLite file that is not there): importing
@@ -429,12 +429,13 @@ def ledger_url_in_airflow_database() -> str | None:
     from costaware.adapters.ledger.engine import url_from_connection_fields
     from costaware.glue import DEFAULT_LEDGER_CONN_ID
 
+    conn_id = conn_id or DEFAULT_LEDGER_CONN_ID
     try:
         from airflow.models.connection import Connection
         from airflow.sdk.exceptions import AirflowNotFoundException
 
         try:
-            conn = Connection.get_connection_from_secrets(DEFAULT_LEDGER_CONN_ID)
+            conn = Connection.get_connection_from_secrets(conn_id)
         except AirflowNotFoundException:
             return None
     except Exception as e:
@@ -443,7 +444,7 @@ def ledger_url_in_airflow_database() -> str | None:
 
         said = " ".join(str(e).split())[:200] or type(e).__name__
         print(
-            f"costaware: cannot read Airflow's metadata database for connection {DEFAULT_LEDGER_CONN_ID!r} "
+            f"costaware: cannot read Airflow's metadata database for connection {conn_id!r} "
             f"({said}): using {safe_url(ledger_url())}; give --ledger-url if the workers use another ledger",
             file=sys.stderr,
         )

@@ -79,6 +79,36 @@ def _row(spooled: Any) -> list[Any]:
     ]
 
 
+def _kept_in_airflow_database(conn_id: str) -> Any:
+    """The ledger of ``conn_id`` where only Airflow's metadata database keeps it (the UI), else None.
+
+    The hook outside a task does not read that database: the drain wrote the workers' entries to the SQLite
+    file under ``$AIRFLOW_HOME``, a ledger no budget reads.
+
+    Raises:
+        CostawareError: the connection names a SQLite file that does not exist here.
+    """
+    import os
+
+    from costaware.adapters.ledger.engine import missing_sqlite_file
+    from costaware.adapters.ledger.store import Ledger
+    from costaware.cli.arguments import ledger_url_in_airflow_database
+    from costaware.core.errors import CostawareError
+
+    if os.environ.get(f"AIRFLOW_CONN_{conn_id.upper()}", "").strip():
+        return None  # the hook reads it, as a worker does
+    url = ledger_url_in_airflow_database(conn_id)
+    if url is None:
+        return None
+    missing = missing_sqlite_file(url)
+    if missing is not None:
+        raise CostawareError(
+            f"no ledger at {missing}, which connection {conn_id!r} in Airflow's metadata database names: "
+            "this machine does not see the workers' ledger file; run the drain where it is"
+        )
+    return Ledger.from_url(url)
+
+
 def drain(args: argparse.Namespace) -> int:
     """Write every spooled entry to the ledger its task used; 1 when some could not be written.
 
@@ -101,7 +131,7 @@ def drain(args: argparse.Namespace) -> int:
 
     def ledger_for(conn_id: str) -> Any:
         if conn_id not in ledgers:
-            ledgers[conn_id] = workers_ledger(conn_id)
+            ledgers[conn_id] = _kept_in_airflow_database(conn_id) or workers_ledger(conn_id)
         return ledgers[conn_id]
 
     result = drain_spool(folder, ledger_for)
