@@ -1290,7 +1290,7 @@ def test_blank_text_is_refused_by_the_parser_and_nothing_is_written(
         ),
         (
             ["report", "--efficiency", "--memory-margin", "25%"],
-            "argument --memory-margin: '25%' is not a number: type it in digits, e.g. 0.25",
+            "argument --memory-margin: '25%' is no fraction: give one as a number, e.g. 0.25 for 25%",
         ),
         (
             ["cache", "evict", "--max-entries", "1.5"],
