@@ -346,6 +346,8 @@ def test_time_based_checkpoints_use_the_clock(tmp_path: Path) -> None:
             "'feature_colums' is no RetrainJob field (did you mean 'feature_columns'?)",
         ),
         ({"feature_columns": "x1,x2"}, "feature_columns must be a list of column names, got the string"),
+        ({"feature_columns": 5}, "feature_columns must be a list of column names, such as"),
+        ({"feature_columns": ["x1", 2]}, "feature_columns must be a list of column names, such as"),
         ({"force_full": "maybe"}, "force_full must be true or false, got 'maybe'"),
         # A ValueError traceback (exit 1) once the data was read, before.
         (

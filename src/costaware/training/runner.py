@@ -354,6 +354,13 @@ def job_from_file(path: str) -> RetrainJob:
             f"job file {path!r}: feature_columns must be a list of column names, got the string "
             f"{given['feature_columns']!r}: write {json.dumps(names)}"
         )
+    columns = given["feature_columns"]
+    if not isinstance(columns, list) or not all(isinstance(c, str) and c for c in columns):
+        # 5 was "argument of type 'int' is not iterable", naming neither the file nor the field.
+        raise ConfigurationError(
+            f"job file {path!r}: feature_columns must be a list of column names, such as "
+            f'["dep_delay", "distance"], got {columns!r}'
+        )
     for name in ("trainer_params", "policy_params", "storage_options", "run"):
         if not isinstance(given.get(name, {}), dict):  # "anon=true" was a ValueError traceback, exit 1
             raise ConfigurationError(
