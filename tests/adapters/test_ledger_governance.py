@@ -348,9 +348,7 @@ def test_a_budgets_own_notifiers_see_the_alert_and_names_only_and_a_refused_rule
     ledger.set_budget("project=churn", "month", "10", actor="lead")
     ledger.set_budget("*", "month", "10", actor="lead")
     out = tmp_path / "sent.txt"
-    # A template naming `conn` or `var` (even `{{ conn is defined }}`) is refused as a whole, by `alerts set`
-    # and by the worker (see test_a_stored_rule_whose_templates_cannot_render_...): it may use only these.
-    message = "{{ costaware_alert.threshold }}|{{ dag_id }}|{{ task_id }}"
+    message = "{{ costaware_alert.threshold }}|{{ dag_id }}|{{ conn is defined }}|{{ var is defined }}"
     notifier = [{"class": "file_notifier.FileNotifier", "kwargs": {"path": str(out), "message": message}}]
     set_alert_rule(ledger, "project=churn/month", thresholds="50%", notifiers=notifier, actor="lead")
     # A rule stored before notifiers were checked (or written by hand): refused, and the defaults send it.
@@ -369,7 +367,7 @@ def test_a_budgets_own_notifiers_see_the_alert_and_names_only_and_a_refused_rule
     }
     alerts = check_budget_alerts(ledger, TAGS, context=context, notifiers=[ListNotifier(sent, "{{ conn }}")])
     assert sorted(a.budget for a in alerts) == ["*/month", "project=churn/month"]
-    assert out.read_text() == "50%|retrain|t\n"
+    assert out.read_text() == "50%|retrain|False|False\n"
     assert set(rule_context({**context, "costaware_alert": {}})) == {
         "costaware_alert",
         "dag_id",
@@ -401,11 +399,59 @@ def test_a_stored_rule_whose_templates_cannot_render_is_refused_by_name_and_the_
     assert sent == [alert.message] and not out.exists()  # the [costaware] notifiers sent it
     assert (
         "the alert rule of budget 'project=churn/month' has notifier 'file_notifier.FileNotifier' with "
-        "template '{{ ti.task_id }}: {{ costaware_alert.message }}', which uses ['ti']: a budget's own "
-        "notifiers see only ['costaware_alert', 'dag_id', 'run_id', 'task_id', 'ds', 'ts']"
+        "template '{{ ti.task_id }}: {{ costaware_alert.message }}', which fails to render (UndefinedError: "
+        "'ti' is undefined): a budget's own notifiers see only ['costaware_alert', 'dag_id', 'run_id', "
+        "'task_id', 'ds', 'ts']"
     ) in caplog.text
     assert "costaware alerts set --scope project=churn --period month --notifiers '[...]'" in caplog.text
-    assert "is undefined" not in caplog.text
+    assert "notifier FileNotifier failed" not in caplog.text  # refused by name, never tried and failed
+
+
+def test_a_stored_rule_renders_what_its_notifier_renders_and_only_a_failing_template_is_refused(
+    ledger: Ledger, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Every name outside rule_context was refused, guarded ones that render too, and kwargs the notifier never
+    # renders (not in its template_fields): rules that worked went to the [costaware] notifiers.
+    from types import SimpleNamespace
+
+    from costaware.adapters.ledger.governance import set_alert_rule
+
+    ledger.set_budget("project=churn", "month", "10", actor="lead")
+    out = tmp_path / "{{ ti.task_id }}.txt"  # not a template field of FileNotifier: never rendered
+    message = "{% if ti is defined %}{{ ti.task_id }}{% endif %}{{ costaware_alert.threshold }}|{{ ti }}"
+    notifier = [{"class": "file_notifier.FileNotifier", "kwargs": {"path": str(out), "message": message}}]
+    set_alert_rule(ledger, "project=churn/month", thresholds="50%", notifiers=notifier, actor="lead")
+    run_cost(ledger, 1, "6")
+    sent: list[str] = []
+    context = {"ti": SimpleNamespace(dag_id="retrain", run_id="r", task_id="t")}
+    assert len(check_budget_alerts(ledger, TAGS, context=context, notifiers=[ListNotifier(sent)])) == 1
+    assert out.read_text() == "50%|\n" and sent == []
+    assert "refused" not in caplog.text
+
+
+def test_a_refused_rule_without_configured_notifiers_keeps_its_alert_unsent_until_it_is_fixed(
+    ledger: Ledger, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Refused with no [costaware] notifiers, the alert was claimed and recorded as sent, delivered nowhere:
+    # fixing the rule never sent it.
+    from costaware.adapters.ledger.governance import set_alert_rule
+
+    ledger.set_budget("*", "month", "10", actor="lead")
+    out = tmp_path / "sent.txt"
+    bad = [
+        {"class": "file_notifier.FileNotifier", "kwargs": {"path": str(out), "message": "{{ ti.task_id }}"}}
+    ]
+    set_alert_rule(ledger, "*/month", thresholds="50%", notifiers=bad, actor="lead")
+    run_cost(ledger, 1, "6")
+    assert check_budget_alerts(ledger, TAGS, context={}, notifiers=[]) == []
+    assert alerts_sent(ledger) == [] and not out.exists()
+    assert "no [costaware] alert_notifiers are set: its alerts are kept unsent" in caplog.text
+    assert "costaware alerts set --scope '*' --period month" in caplog.text  # quoted: a shell globs *
+    good = [{"class": "file_notifier.FileNotifier", "kwargs": {"path": str(out)}}]
+    set_alert_rule(ledger, "*/month", thresholds="50%", notifiers=good, actor="lead")
+    (alert,) = check_budget_alerts(ledger, TAGS, context={}, notifiers=[])
+    assert out.read_text() == f"{alert.message}\n"
+    assert [t for _, _, t in alerts_sent(ledger)] == ["50%"]
 
 
 def test_a_bad_configured_alert_setting_silences_no_budget(

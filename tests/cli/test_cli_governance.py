@@ -248,11 +248,34 @@ def test_alerts_set_refuses_templates_a_budgets_own_notifier_cannot_render(
     spec = json.dumps([{"class": SMTP, "kwargs": unseen}])
     assert main([*args, "--notifiers", spec]) == 2
     err = capsys.readouterr().err
-    assert "its templates use ['ti', 'var'], which a budget's own notifiers do not see" in err
+    assert (
+        "its template '{{ ti.task_id }}' fails to render (UndefinedError: 'ti' is undefined) with what a "
+        "budget's own notifiers see"
+    ) in err
     assert "'costaware_alert', 'dag_id', 'run_id', 'task_id', 'ds', 'ts'" in err
     assert alert_rules(ledger) == {}
     seen = {"to": "a@b", "subject": "{{ costaware_alert.message }} {{ dag_id }}/{{ run_id }} {{ range(1) }}"}
     assert main([*args, "--notifiers", json.dumps([{"class": SMTP, "kwargs": seen}])]) == 0
+
+
+def test_alerts_set_takes_guarded_templates_that_render(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Any name outside what a rule's notifiers see was refused, even guarded ones that render on the workers.
+    from costaware.adapters.ledger.governance import alert_rules
+
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=churn", "month", "100")
+    args = ["--ledger-url", ledger_url, "alerts", "set", "--scope", "project=churn", "--period", "month"]
+    guarded = {
+        "to": "a@b",
+        "subject": "{% if ti is defined %}{{ ti.task_id }}{% endif %}{{ conn is defined }}",
+    }
+    spec = [{"class": SMTP, "kwargs": guarded}]
+    assert main([*args, "--notifiers", json.dumps(spec)]) == 0
+    assert alert_rules(ledger)["project=churn/month"].notifiers == spec
+    assert main(["--ledger-url", ledger_url, "alerts", "list"]) == 0
+    assert "warning" not in capsys.readouterr().err
 
 
 def test_alerts_list_warns_of_a_stored_rule_whose_templates_cannot_render(
@@ -269,7 +292,7 @@ def test_alerts_list_warns_of_a_stored_rule_whose_templates_cannot_render(
     err = capsys.readouterr().err
     assert (
         f"warning: the alert rule of budget 'project=churn/month' has notifier '{SMTP}' with template "
-        "'{{ ti.task_id }}', which uses ['ti']"
+        "'{{ ti.task_id }}', which fails to render (UndefinedError: 'ti' is undefined)"
     ) in err
     assert "costaware alerts set --scope project=churn --period month --notifiers '[...]'" in err
     fixed = json.dumps([{"class": SMTP, "kwargs": {"to": "a@b", "subject": "{{ task_id }}"}}])

@@ -21,6 +21,7 @@ import difflib
 import importlib
 import json
 import logging
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -241,16 +242,10 @@ def check_budget_alerts(
         targets, own = default_targets, False
         if rule and rule.notifiers:
             try:
-                refuse_a_rule_that_cannot_render(budget.label, rule.notifiers)
                 targets, own = notifiers_from_spec(rule.notifiers), True
             except ConfigurationError as e:  # one bad rule must not silence the other budgets' alerts
-                out_log.error(
-                    "costaware: the alert notifiers of budget %s are refused (%s): the [costaware] ones are "
-                    "used%s",
-                    budget.label,
-                    e,
-                    "" if "costaware alerts set" in str(e) else "; fix them with `costaware alerts set`",
-                )
+                _log_refused_rule(out_log, budget.label, e, default_targets)
+        rendered_once = False  # the rule's templates are tried with this check's first alert of the budget
         outlook = budget_outlook(ledger, budget, schedule or NoSchedule(), at=at)
         usage, forecast = outlook.usage, outlook.forecast
         higher: str | None = None  # the highest percentage reached, sent now or by an earlier check
@@ -281,10 +276,32 @@ def check_budget_alerts(
             out_log.warning("%s", alert.message)
             sent.append(alert)
             notify_context = {**(context or {}), "costaware_alert": alert.as_dict()}
+            if own and rule and not rendered_once:
+                rendered_once = True
+                try:
+                    # A stored rule whose template fails to render (`{{ ti.task_id }}`) failed every alert
+                    # of its budget, given back and failed again all period: it is refused, by name.
+                    refuse_a_rule_that_cannot_render(
+                        budget.label, rule.notifiers or [], rule_context(notify_context), targets
+                    )
+                except ConfigurationError as e:
+                    _log_refused_rule(out_log, budget.label, e, default_targets)
+                    targets, own = default_targets, False
             if own:
                 # A budget's own notifiers come from a ledger row, not the deployment's config: their
                 # templates get the alert and the run's names, not the context (`conn`, `var` read secrets).
                 notify_context = rule_context(notify_context)
+            if not targets and rule and rule.notifiers:
+                # Its own notifiers refused and no [costaware] ones: sent nowhere, it was recorded as sent
+                # and never sent once the rule was fixed. Given back, the next check sends it again.
+                try:
+                    unclaim_alert(
+                        ledger, budget.label, usage.period_key, threshold, why="its alert rule is refused"
+                    )
+                except Exception as e:
+                    out_log.error("costaware: alert %s stays claimed, unsent: %s", alert, e)
+                sent.remove(alert)
+                continue
             failures = []
             for notifier in targets:
                 try:
@@ -303,6 +320,21 @@ def check_budget_alerts(
                     out_log.error("costaware: alert %s stays claimed, unsent: %s", alert, e)
                 sent.remove(alert)
     return sent
+
+
+def _log_refused_rule(
+    out_log: Any, budget: str, error: ConfigurationError, default_targets: Sequence[Any]
+) -> None:
+    """Say that a budget's own notifiers are refused, what sends its alerts instead and how to fix it."""
+    instead = (
+        "the [costaware] ones are used"
+        if default_targets
+        else "no [costaware] alert_notifiers are set: its alerts are kept unsent, to be sent once it is fixed"
+    )
+    fix = "" if "costaware alerts set" in str(error) else "; fix them with `costaware alerts set`"
+    out_log.error(
+        "costaware: the alert notifiers of budget %s are refused (%s): %s%s", budget, error, instead, fix
+    )
 
 
 def _highest_first(thresholds: Sequence[str]) -> list[str]:
@@ -347,72 +379,102 @@ def alerts_after_spend(
         log.error("costaware: budget alerts for %s.%s not checked: %s", ti.dag_id, ti.task_id, e)
 
 
-def names_a_rule_template_cannot_see(kwargs: object) -> list[str]:
-    """The names the Jinja templates in ``kwargs`` (strings at any depth) use that ``rule_context`` lacks.
+def sample_rule_context(budget: str) -> dict[str, Any]:
+    """What a budget's own notifiers would render with at an alert of ``budget``, for checks before one."""
+    alert = BudgetAlert(budget, "2026-01", "80%", Decimal("8"), Decimal("10"), Decimal("12"))
+    names = {name: f"<{name}>" for name in RULE_TEMPLATE_NAMES if name != "costaware_alert"}
+    return {**names, "costaware_alert": alert.as_dict()}
 
-    ``{{ ti.task_id }}`` in a budget's own notifier failed at every alert ("'ti' is undefined"): the alert was
-    given back unsent and failed again at the next check, all period long.
 
-    Raises:
-        ConfigurationError: a string is not valid Jinja.
+def rule_template_failure(
+    spec: object, context: Mapping[str, Any], notifier: Any = None
+) -> tuple[str, str] | None:
+    """The first template of a budget's own notifier that fails to render with ``context``, and why.
+
+    Rendered as the notifier renders when it sends (its ``template_fields``, its Jinja environment), so that
+    what renders there is never refused: ``{{ conn is defined }}`` renders, ``{{ ti.task_id }}`` fails
+    ("'ti' is undefined") at every alert of the budget. ``notifier`` is the one built from ``spec``; where
+    its class cannot be imported here, every string in the kwargs is rendered as a notifier would.
     """
-    return sorted({name for names in templates_a_rule_cannot_render(kwargs).values() for name in names})
-
-
-def templates_a_rule_cannot_render(kwargs: object) -> dict[str, list[str]]:
-    """Each Jinja template in ``kwargs`` (strings at any depth) that uses names ``rule_context`` lacks: those.
-
-    Raises:
-        ConfigurationError: a string is not valid Jinja.
-    """
-    import jinja2
-    from jinja2 import meta
+    if notifier is not None:
+        trial = copy.copy(notifier)  # a notifier renders in place
+        fields = [(field, getattr(trial, field, None)) for field in trial.template_fields]
+        # As BaseNotifier.__call__: the template fields join the context; falsy ones are not rendered.
+        merged = {**context, **dict(fields)}
+        env = trial.get_template_env(dag=merged.get("dag"))
+        for _, value in fields:
+            if not value or callable(value):
+                continue
+            try:
+                trial.render_template(value, merged, env, set())
+            except Exception as e:  # whatever fails here fails at every alert of the budget
+                return _first_template(value), f"{type(e).__name__}: {e}"
+        return None
     from jinja2.sandbox import SandboxedEnvironment
 
-    env = SandboxedEnvironment()
-    seen = set(RULE_TEMPLATE_NAMES) | set(env.globals)
-    found: dict[str, list[str]] = {}
-
-    def walk(value: object) -> None:
-        if isinstance(value, str):
-            try:
-                unseen = meta.find_undeclared_variables(env.parse(value)) - seen
-            except jinja2.TemplateSyntaxError as e:
-                raise ConfigurationError(f"notifier kwarg {value!r} is not a valid template: {e}") from e
-            if unseen:
-                found[value] = sorted(unseen)
-        elif isinstance(value, Mapping):
-            for item in value.values():
-                walk(item)
-        elif isinstance(value, list | tuple):
-            for item in value:
-                walk(item)
-
-    walk(kwargs)
-    return found
+    env = SandboxedEnvironment(cache_size=0)  # a notifier's own, without a DAG
+    kwargs = spec.get("kwargs") if isinstance(spec, Mapping) else None
+    for template in _strings(kwargs):
+        try:
+            env.from_string(template).render(context)
+        except Exception as e:
+            return template, f"{type(e).__name__}: {e}"
+    return None
 
 
-def refuse_a_rule_that_cannot_render(budget: str, notifiers: Sequence[object]) -> None:
-    """Refuse a budget's stored notifiers whose templates use names they do not see, naming what to fix.
+def _strings(value: object) -> list[str]:
+    """The strings in ``value``, at any depth of mappings and lists."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Mapping):
+        return [s for item in value.values() for s in _strings(item)]
+    if isinstance(value, list | tuple):
+        return [s for item in value for s in _strings(item)]
+    return []
+
+
+def _first_template(value: object) -> str:
+    """The template to name of a template field's value (a list of templates is named whole)."""
+    return value if isinstance(value, str) else repr(value)
+
+
+def refuse_a_rule_that_cannot_render(
+    budget: str, specs: Sequence[object], context: Mapping[str, Any], notifiers: Sequence[Any] | None = None
+) -> None:
+    """Refuse a budget's stored notifiers when one fails to render its templates, naming what to fix.
 
     ``alerts set`` refuses them, but a rule stored before it did (or written past it) reached the worker,
     where every alert of the budget failed with only "'ti' is undefined", given back and failed again.
 
+    Args:
+        budget: The budget's label (``scope/period``).
+        specs: The rule's notifiers as stored (``{"class": ..., "kwargs": ...}``).
+        context: What they render with: ``rule_context`` of the alert, or ``sample_rule_context``.
+        notifiers: The notifiers built from ``specs``, one each; default: built here where importable.
+
     Raises:
-        ConfigurationError: a template uses a name ``rule_context`` lacks, or is not valid Jinja.
+        ConfigurationError: a notifier's template fails to render with ``context``.
     """
-    for spec in notifiers:
-        kwargs = spec.get("kwargs") if isinstance(spec, Mapping) else None
-        unrenderable = templates_a_rule_cannot_render(kwargs)
-        if not unrenderable:
+    for index, spec in enumerate(specs):
+        notifier = notifiers[index] if notifiers is not None else _built_or_none(spec)
+        failure = rule_template_failure(spec, context, notifier)
+        if failure is None:
             continue
-        template, names = next(iter(unrenderable.items()))
+        template, why = failure
         scope, _, period = budget.rpartition("/")
         class_path = spec.get("class") if isinstance(spec, Mapping) else spec
         raise ConfigurationError(
             f"the alert rule of budget {budget!r} has notifier {class_path!r} with template {template!r}, "
-            f"which uses {names}: a budget's own notifiers see only {list(RULE_TEMPLATE_NAMES)}; set its "
-            f"notifiers again with templates that use only those (e.g. {{{{ costaware_alert.message }}}}): "
-            f"costaware alerts set --scope {scope} --period {period} --notifiers '[...]', or --notifiers "
-            "'[]' for the [costaware] notifiers"
+            f"which fails to render ({why}): a budget's own notifiers see only {list(RULE_TEMPLATE_NAMES)}; "
+            f"set its notifiers again with templates that use only those (e.g. "
+            f"{{{{ costaware_alert.message }}}}): costaware alerts set --scope {shlex.quote(scope)} --period "
+            f"{period} --notifiers '[...]', or --notifiers '[]' for the [costaware] notifiers"
         )
+
+
+def _built_or_none(spec: object) -> Any:
+    """The notifier ``spec`` names, built; None where it cannot be here (its class is checked elsewhere)."""
+    try:
+        return notifiers_from_spec([spec])[0]  # type: ignore[list-item]
+    except ConfigurationError:
+        return None

@@ -130,8 +130,9 @@ def alerts_set(args: argparse.Namespace) -> int:
     from costaware.core.errors import ConfigurationError
     from costaware.notifications.budget import (
         RULE_TEMPLATE_NAMES,
-        names_a_rule_template_cannot_see,
         require_notifier_class,
+        rule_template_failure,
+        sample_rule_context,
     )
 
     try:
@@ -144,26 +145,31 @@ def alerts_set(args: argparse.Namespace) -> int:
         ) from e
     if notifiers is not None and not isinstance(notifiers, list):
         raise ConfigurationError(f"--notifiers must be a JSON list, got {args.notifiers!r}")
+    label = f"{Scope.parse(args.scope)}/{Period.parse(args.period).value}"
     for spec in notifiers or []:
         found = (
             _importable(spec["class"])
             if isinstance(spec, dict) and isinstance(spec.get("class"), str)
             else None
         )
+        built = None
         if found is not None:  # what cannot be imported here is warned about below; workers check it again
             require_notifier_class(found, spec["class"])
             _check_kwargs(found, spec)
+            built = _built(found, spec)
         elif isinstance(spec, dict) and isinstance(spec.get("class"), str):
             _refuse_a_misspelt_class(spec["class"])
-        unseen = names_a_rule_template_cannot_see(spec.get("kwargs") if isinstance(spec, dict) else None)
-        if unseen:
-            # Rendered without the task's context (its conn and var would read secrets): undefined there.
+        # Rendered as the workers render it, without the task's context (its conn and var read secrets):
+        # the one rule for both, so that what renders there (`{{ conn is defined }}`) is taken here.
+        failure = rule_template_failure(spec, sample_rule_context(label), built)
+        if failure:
+            template, failed_with = failure
             raise ConfigurationError(
-                f"notifier {spec['class']!r}: its templates use {unseen}, which a budget's own notifiers do "
-                f"not see; use only {list(RULE_TEMPLATE_NAMES)} (e.g. {{{{ costaware_alert.message }}}}), "
-                "or set the notifier in [costaware] alert_notifiers, whose templates get the task's context"
+                f"notifier {spec['class']!r}: its template {template!r} fails to render ({failed_with}) with "
+                f"what a budget's own notifiers see: use only {list(RULE_TEMPLATE_NAMES)} (e.g. "
+                "{{ costaware_alert.message }}), or set the notifier in [costaware] alert_notifiers, whose "
+                "templates get the task's context"
             )
-    label = f"{Scope.parse(args.scope)}/{Period.parse(args.period).value}"
     rule = set_alert_rule(
         # A rule needs its budget, so a ledger that does not exist (a mistyped URL) is not made for it.
         open_ledger(args, reading=True),
@@ -184,6 +190,14 @@ def alerts_set(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
     return 0
+
+
+def _built(cls: Any, spec: dict[str, Any]) -> Any:
+    """The notifier ``spec`` names, built to render its templates; None where its constructor refuses here."""
+    try:
+        return cls(**(spec.get("kwargs") or {}))
+    except Exception:  # e.g. a connection this machine lacks: its strings are rendered without it
+        return None
 
 
 def _check_kwargs(cls: object, spec: dict[str, Any]) -> None:
@@ -312,15 +326,17 @@ def alerts_list(args: argparse.Namespace) -> int:
 def _warn_of_rules_that_cannot_render(rules: Iterable[Any]) -> None:
     """Say on stderr which stored rules the workers refuse for their templates (stored before the check)."""
     from costaware.core.errors import ConfigurationError
-    from costaware.notifications.budget import refuse_a_rule_that_cannot_render
+    from costaware.notifications.budget import refuse_a_rule_that_cannot_render, sample_rule_context
 
     for rule in rules:
         try:
-            refuse_a_rule_that_cannot_render(rule.budget, rule.notifiers or [])
+            refuse_a_rule_that_cannot_render(
+                rule.budget, rule.notifiers or [], sample_rule_context(rule.budget)
+            )
         except ConfigurationError as e:
             print(
                 f"costaware: warning: {e}; until then the workers send its alerts through the [costaware] "
-                "notifiers",
+                "alert_notifiers, or, where none are set, keep them unsent and send them once it is fixed",
                 file=sys.stderr,
             )
 
