@@ -390,3 +390,37 @@ def test_a_user_who_may_not_create_tables_is_told_the_grant_and_not_retried(post
     assert "reader-pw" not in message
     assert not isinstance(refused.value, LedgerUnavailableError)  # a retry grants nothing
     assert isinstance(refused.value, LEDGER_UNREADABLE)  # a task's cost waits in the spool all the same
+
+
+def test_a_user_who_does_not_own_the_tables_is_told_to_upgrade_as_their_owner_not_a_grant(
+    postgres_url: str,
+) -> None:
+    # A worker of the next release upgrading tables another role made was told to GRANT CREATE ON SCHEMA
+    # public, which does not let it change another role's table ("must be owner of table").
+    import uuid
+
+    from alembic import command
+
+    from costaware.adapters.ledger.engine import ledger_engine
+
+    url = fresh_postgres_database(postgres_url, prefix="notowner")
+    engine = ledger_engine(url)
+    with engine.begin() as conn:
+        command.upgrade(migrate._config(conn), "0002")
+    user = f"writer_{uuid.uuid4().hex[:8]}"
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text(f"CREATE ROLE {user} LOGIN PASSWORD 'writer-pw'"))
+        conn.execute(text(f"GRANT CREATE, USAGE ON SCHEMA public TO {user}"))
+        conn.execute(text(f"GRANT ALL ON ALL TABLES IN SCHEMA public TO {user}"))
+    engine.dispose()
+    as_writer = make_url(url).set(username=user, password="writer-pw").render_as_string(hide_password=False)
+    with pytest.raises(ConfigurationError) as refused:
+        Ledger.from_url(as_writer)
+    message = str(refused.value)
+    assert "must be owner of table costaware_entries" in message
+    assert "from schema revision 0002 to" in message and "open the ledger once as that role" in message
+    assert f"ALTER TABLE <table> OWNER TO {user};" in message
+    assert "GRANT CREATE ON SCHEMA" not in message and "writer-pw" not in message
+    revision_engine = ledger_engine(url)
+    assert revision(revision_engine) == ["0002"]  # nothing was changed
+    revision_engine.dispose()

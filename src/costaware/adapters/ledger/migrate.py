@@ -60,12 +60,7 @@ def upgrade(ledger: LedgerDatabase) -> None:
                 if getattr(e.orig, "pgcode", None) == INSUFFICIENT_PRIVILEGE:
                     # PostgreSQL 15 lets only the database's owner create tables in 'public': retried as an
                     # outage, and told to look for a table made by hand.
-                    user = ledger.engine.url.username or "<user>"
-                    raise LedgerNotPermittedError(
-                        f"cannot create the cost ledger's tables at {url}: the database refused it "
-                        f"({reason}). Let the user create tables there (as the database's owner: GRANT "
-                        f"CREATE ON SCHEMA public TO {user};) or connect as the owner; nothing was changed"
-                    ) from e
+                    raise LedgerNotPermittedError(_not_permitted(ledger, url, revision, reason)) from e
                 raise LedgerUnavailableError(
                     f"cannot upgrade the cost ledger at {url} from schema revision {revision or 'none'} to "
                     f"{HEAD}: the database refused it ({reason}). Nothing was changed: the ledger stays at "
@@ -74,6 +69,26 @@ def upgrade(ledger: LedgerDatabase) -> None:
                 ) from e
             log.info("ledger at %s: schema revision %s -> %s", url, revision or "none", HEAD)
         _write_schema_version(conn)
+
+
+def _not_permitted(ledger: LedgerDatabase, url: str, revision: str | None, reason: str) -> str:
+    """What to do about a revision PostgreSQL refused for the user's privileges (SQLSTATE 42501)."""
+    user = ledger.engine.url.username or "<user>"
+    if "must be owner of" in reason:
+        # A revision that changes a table (an index, a column) needs its owner: a GRANT on the schema, which
+        # lets the user create tables, does not let it change another role's.
+        return (
+            f"cannot upgrade the cost ledger at {url} from schema revision {revision or 'none'} to {HEAD}: "
+            f"the database refused it ({reason}). Its tables belong to another role: open the ledger once as "
+            "that role, which upgrades it (e.g. any costaware command with --ledger-url naming the tables' "
+            f"owner), or, as their owner, make {user} their owner (ALTER TABLE <table> OWNER TO {user}; for "
+            "each costaware_ table); nothing was changed"
+        )
+    return (
+        f"cannot create the cost ledger's tables at {url}: the database refused it ({reason}). Let the user "
+        f"create tables there (as the database's owner: GRANT CREATE ON SCHEMA public TO {user};) or connect "
+        "as the owner; nothing was changed"
+    )
 
 
 def current_revision(conn: Connection) -> str | None:
