@@ -1423,6 +1423,33 @@ def test_a_ledger_url_naming_no_database_is_refused(url: str, capsys: pytest.Cap
     assert "secret" not in err
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql+psycopg2://?service=costaware",
+        "postgresql://u@h/?dbname=costaware",
+        "postgres://u@h?dbname=costaware&sslmode=require",
+    ],
+)
+def test_a_ledger_url_naming_its_database_in_the_query_is_taken(url: str) -> None:
+    # libpq reads the database from ?dbname= or a ?service= entry: such URLs were refused as naming none.
+    from costaware.adapters.ledger.engine import ledger_engine
+
+    engine = ledger_engine(url)  # connects lazily: nothing to reach here
+    assert engine.url.get_backend_name() == "postgresql"
+    engine.dispose()
+
+
+def test_a_ledger_url_naming_no_database_suggests_one_url_that_names_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["--ledger-url", "postgres://u@h/?sslmode=require", "budget", "show", "--scope", "x=y"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "names no database: add one, e.g. postgresql+psycopg2://u@h/costaware?sslmode=require (CREATE" in err
+    )
+
+
 def test_a_database_not_created_fails_the_task_without_retry(postgres_url: str) -> None:
     # It was a LedgerUnavailableError, which Airflow retries as an outage: a task waited out every retry
     # to fail on what no retry creates. It is a configuration error now; a server that is down stays one.

@@ -142,12 +142,14 @@ def ledger_engine(url: str) -> Engine:
         )
     if parsed.get_backend_name() == "sqlite":
         return sqlite_engine(parsed.database)
-    if not parsed.database:
+    # libpq also takes the database from ?dbname= or a ?service= (pg_service.conf) entry.
+    if not (parsed.database or parsed.query.get("dbname") or parsed.query.get("service")):
         # PostgreSQL would open the user's own database: 'airflow' is Airflow's metadata, where the ledger's
         # tables were made without a word.
+        suggested = parsed.difference_update_query(["dbname", "service"]).set(database="costaware")
         raise ConfigurationError(
             f"ledger URL {safe_url(url)} names no database: add one, e.g. "
-            f"{safe_url(parsed.set(database='costaware').render_as_string(hide_password=False))} "
+            f"{safe_url(suggested.render_as_string(hide_password=False))} "
             "(CREATE DATABASE costaware; first), so the ledger does not land in the user's default database"
         )
     try:
