@@ -104,6 +104,11 @@ def test_bad_input(
         (["--max-entries", "0"], "--max-entries 0 keeps no entry: it would evict all 2 entries of the cache"),
         (["--max-total-gb", "0"], "--max-total-gb 0 keeps no entry: it would evict all 2 entries"),
         (["--max-entries", "0", "--max-total-gb", "0"], "--max-entries 0 and --max-total-gb 0 keep no entry"),
+        # 1e-10 GB is 0 bytes to the policy: it emptied the cache without --force.
+        (
+            ["--max-total-gb", "1e-10"],
+            "--max-total-gb 1e-10 (under 1 byte) keeps no entry: it would evict all",
+        ),
     ],
 )
 def test_a_limit_of_zero_empties_the_cache_only_with_force(

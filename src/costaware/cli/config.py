@@ -498,7 +498,10 @@ CACHE_COMMANDS = (
             Arg(
                 "--force",
                 action="store_true",
-                help="with --max-entries 0 or --max-total-gb 0: evict every entry (refused without it)",
+                help=(
+                    "with --max-entries 0 or --max-total-gb 0 (or under 1 byte): evict every entry (refused "
+                    "without it)"
+                ),
             ),
             ARG_LEDGER_URL,
         ),

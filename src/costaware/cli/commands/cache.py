@@ -111,7 +111,7 @@ def _policy(args: argparse.Namespace) -> Any:
         policies.append(MaxAgePolicy(timedelta(days=args.max_age_days)))
     if args.max_total_gb is not None:
         check_range("--max-total-gb", args.max_total_gb, low=0, high=10**9)
-        policies.append(MaxTotalSizePolicy(int(args.max_total_gb * 10**9)))
+        policies.append(MaxTotalSizePolicy(_limit_bytes(args.max_total_gb)))
     if args.max_entries is not None:
         check_range("--max-entries", args.max_entries, low=0, high=10**12)
         policies.append(LeastRecentlyUsedPolicy(args.max_entries))
@@ -222,6 +222,11 @@ def evict(args: argparse.Namespace) -> int:
     return 0
 
 
+def _limit_bytes(max_total_gb: float) -> int:
+    """``--max-total-gb`` as the bytes the size policy keeps."""
+    return int(max_total_gb * 10**9)
+
+
 def _entries(count: int) -> str:
     return f"{count} entry" if count == 1 else f"{count} entries"
 
@@ -231,15 +236,17 @@ def _refuse_to_empty_unasked(args: argparse.Namespace, chosen: int) -> None:
 
     Other limits evict what they evict: a scheduled ``--max-age-days 30`` must not fail on a cache all old.
     """
-    keep_nothing = [
-        f"{name} 0"
-        for name, value in (("--max-entries", args.max_entries), ("--max-total-gb", args.max_total_gb))
-        if value == 0
-    ]
+    keep_nothing = []
+    if args.max_entries == 0:
+        keep_nothing.append("--max-entries 0")
+    if args.max_total_gb is not None and _limit_bytes(args.max_total_gb) == 0:
+        # 1e-10 GB is 0 bytes as the policy counts them: it emptied the cache as 0 would, unasked.
+        under = "" if args.max_total_gb == 0 else " (under 1 byte)"
+        keep_nothing.append(f"--max-total-gb {args.max_total_gb:g}{under}")
     if keep_nothing and chosen and not args.force:
         raise ConfigurationError(
             f"{' and '.join(keep_nothing)} {'keep' if len(keep_nothing) > 1 else 'keeps'} no entry: it would "
-            f"evict all {chosen} entries of the cache; "
+            f"evict all {_entries(chosen)} of the cache; "
             "nothing was evicted. To clear the cache, run it again with --force (--dry-run lists them); to "
             "keep some, give a limit above 0"
         )
