@@ -259,3 +259,18 @@ def test_bill_counts_only_what_the_ledger_did_not_hold(
     assert cache("bill", "--store", store.root_uri, "--format", "json", ledger_url=ledger_url) == 0
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["entries"] == 1
     assert len(ledger.entries()) == 2
+
+
+def test_one_entry_is_said_as_one_entry(
+    store: FeatureStore, ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `cache list` and the refusal of a limit of 0 said "1 entries".
+    Ledger.from_url(ledger_url)  # the evict bills the evicted entry's storage into an existing ledger
+    assert cache("evict", "--max-entries", "1", "--store", store.root_uri, ledger_url=ledger_url) == 0
+    capsys.readouterr()
+    assert cache("list", "--store", store.root_uri) == 0
+    out = capsys.readouterr().out
+    assert f"1 entry, 0.01 MB at {store.root_uri}" in out and "entries" not in out
+    assert cache("evict", "--max-entries", "0", "--store", store.root_uri, ledger_url=ledger_url) == 2
+    err = capsys.readouterr().err
+    assert "it would evict all 1 entry of the cache" in err and "1 entries" not in err

@@ -168,7 +168,7 @@ def list_entries(args: argparse.Namespace) -> int:
     _print_rows(
         [_row(e) for e in entries],
         args.format,
-        f"{len(entries)} entries, {total / 1e6:,.2f} MB at {store.root_uri}",
+        f"{_entries(len(entries))}, {total / 1e6:,.2f} MB at {store.root_uri}",
     )
     return 0
 
