@@ -74,3 +74,25 @@ def test_a_store_location_typed_in_haste_is_read_or_refused_for_what_is_wrong(
         ConfigurationError, match=r"names bucket '', which is not a valid S3 bucket name \(3-63 .*'-'\)$"
     ):
         parse_uri("s3://", what="the feature cache")  # two slashes already: no advice about them
+
+
+def test_a_home_folder_location_is_checked_as_typed_and_an_unknown_user_is_said(
+    tmp_path,
+    monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+) -> None:
+    from costaware.adapters.object_store.location import parse_uri
+    from costaware.core.errors import ConfigurationError
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    # A bare RuntimeError ('Could not determine home directory.'), a traceback.
+    unknown = r"'~nosuchuser/features' starts with the home folder of user 'nosuchuser', whom this machine"
+    with pytest.raises(ConfigurationError, match=unknown):
+        parse_uri("~nosuchuser/features", what="the feature cache")
+    # '~/a//b/' was normalised to '<home>/a/b' where '/a//b/' is refused for its empty segment.
+    with pytest.raises(ConfigurationError, match=r"'~/a//b/' has an empty, '.' or '..' segment"):
+        parse_uri("~/a//b/", what="the feature cache")
+    assert parse_uri("~/a/b/", what="the feature cache").path == str(tmp_path / "a" / "b")
+    # Three slashes were told only that bucket '' is no bucket name, as one slash was.
+    three = r"names bucket '', .*: write it as s3://<bucket>/<prefix>, with two slashes"
+    with pytest.raises(ConfigurationError, match=three):
+        parse_uri("s3:///bucket/x", what="the feature cache")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from urllib.parse import ParseResult, urlparse
 
 from costaware.core.errors import ConfigurationError
@@ -71,9 +71,9 @@ def parse_uri(uri: str, *, what: str = "URI") -> Location:
         bucket = parsed.netloc
         if not _BUCKET.match(bucket):
             # 's3:/bucket/prefix' (one slash) was told only that bucket '' is no bucket name.
-            slashes = (
-                "" if text.startswith("s3://") else ": write it as s3://<bucket>/<prefix>, with two slashes"
-            )
+            # So was 's3:///bucket/prefix' (three slashes).
+            two_slashes = text.startswith("s3://") and not text.startswith("s3:///")
+            slashes = "" if two_slashes else ": write it as s3://<bucket>/<prefix>, with two slashes"
             raise ConfigurationError(
                 f"{what} {uri!r} names bucket {bucket!r}, which is not a valid S3 bucket name "
                 f"(3-63 characters: lower-case letters, digits, '.', '-'){slashes}"
@@ -86,7 +86,14 @@ def parse_uri(uri: str, *, what: str = "URI") -> Location:
         if path.startswith("~"):
             # '~/features' quoted in .env reaches here unexpanded and was refused as a relative path; the
             # stores (BlobDir, model_store=) expand it to the worker's home, and so does this.
-            path = str(Path(path).expanduser())
+            # os.path, not Path: Path('~/a//b/') dropped the empty segment refused in '/a//b/' below.
+            path = os.path.expanduser(path)  # noqa: PTH111
+            if path.startswith("~"):  # Path.expanduser raised a bare RuntimeError, a traceback
+                user = path[1:].split("/")[0]
+                raise ConfigurationError(
+                    f"{what} {uri!r} starts with the home folder of user {user!r}, whom this machine does "
+                    "not know: give an absolute path such as '/data/flights' or '~/features' (your own home)"
+                )
         if not path.startswith("/"):
             raise ConfigurationError(
                 f"{what} {uri!r} is a relative path: workers run in changing folders, so give an absolute "
