@@ -1020,6 +1020,18 @@ def test_a_script_that_cannot_run_says_why(
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize(("value", "said"), [("x", ""), ("0,5", " (a '.' before the decimals, not ',')")])
+def test_a_poll_interval_that_is_not_a_number_is_refused_in_words(
+    make_job: MakeJob, value: str, said: str
+) -> None:
+    # argparse said only "invalid float value: 'x'".
+    job = make_job(RESUMING_JOB)
+    done = job.run("--poll-seconds", value)
+    assert done.returncode == 2, done.stderr
+    expected = f"argument --poll-seconds: {value!r} is not a number: type it in digits, e.g. 1{said}\n"
+    assert expected in done.stderr and "invalid float value" not in done.stderr
+
+
 @pytest.mark.parametrize("value", ["inf", "nan", "1e10", "0"])
 def test_a_poll_interval_that_is_not_a_usable_number_of_seconds_is_refused(
     make_job: MakeJob, value: str
@@ -1057,7 +1069,7 @@ def test_no_command_is_a_usage_error() -> None:
 def test_the_console_script_is_installed() -> None:
     script = Path(sys.executable).with_name("costaware-run")
     done = subprocess.run([str(script), "--version"], capture_output=True, text=True)
-    assert done.stdout.strip() == "costaware-runtime 0.1.3"
+    assert done.stdout.strip() == "costaware-runtime 0.1.4"
 
 
 # The job starts a helper process (like a DataLoader worker) that notes whether it got SIGTERM.

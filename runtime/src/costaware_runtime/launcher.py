@@ -42,6 +42,21 @@ MAX_POLL_SECONDS = 3600.0
 REAP_SECONDS = 5.0
 
 
+def _seconds(text: str) -> float:
+    """A number of seconds as Python reads a float, refused in words (as the costaware CLI does)."""
+    try:
+        return float(text)
+    except ValueError:
+        # argparse said only "invalid float value: 'x'"; it names the option before this.
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number: type it in digits, e.g. 1"
+            + (" (a '.' before the decimals, not ',')" if "," in text else "")
+        ) from None
+
+
+_seconds.__name__ = "float"  # what argparse's own messages and --help call the type
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line of ``costaware-run``."""
     parser = argparse.ArgumentParser(
@@ -57,7 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
         f"(default: ${contract.GRACE_SECONDS} or {contract.DEFAULT_GRACE_SECONDS:g})",
     )
     parser.add_argument(
-        "--poll-seconds", type=float, default=None, help="how often to look for a new checkpoint (default: 1)"
+        "--poll-seconds",
+        type=_seconds,
+        default=None,
+        help="how often to look for a new checkpoint (default: 1)",
     )
     parser.add_argument(
         "--no-sync",
