@@ -490,6 +490,43 @@ def test_a_dated_batch_whose_quarantine_beside_it_already_holds_a_refused_batch_
     assert (landing / "2013-01-02" / "part-0.parquet").exists()
 
 
+@pytest.mark.parametrize(
+    "refused_before",
+    [
+        "retrain_dag/scheduled__2026-11-30/quality_gate/features_v2/part-0.parquet",  # the gate's own move
+        "features_v2-20261130T0100/part-0.parquet",  # moved by hand, stamped
+    ],
+)
+def test_a_fixed_batch_folder_refused_once_into_a_quarantine_beside_it_is_warned_of_not_refused(
+    tmp_path: Path, refused_before: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from costaware.operators.batch_quarantine import check_quarantine_beside_batch_folder
+
+    # churn/features_v2/ (a fixed folder; its '2' is no date) refused once: its own copy in churn/quarantine/
+    # is no other batch of a series, yet every later valid batch was refused for good, said to 'hold another
+    # batch'. A dated batch's refused sibling there is still refused.
+    churn = tmp_path / "churn"
+    (churn / "features_v2").mkdir(parents=True)
+    (churn / "features_v2" / "part-0.parquet").write_bytes(b"PAR1")
+    (churn / "quarantine" / refused_before).parent.mkdir(parents=True)
+    (churn / "quarantine" / refused_before).write_bytes(b"PAR1")
+    with caplog.at_level("WARNING", logger="costaware.operators.batch_quarantine"):
+        assert (
+            check_quarantine_beside_batch_folder(f"{churn}/features_v2/", f"{churn}/quarantine/", {}) is None
+        )
+    assert (
+        f"quarantine_path {churn}/quarantine/ is inside {churn}, which holds no other batch yet"
+        in caplog.text
+    )
+    sibling = churn / "quarantine" / "retrain_dag" / "scheduled__2026-11-29" / "quality_gate" / "features_v1"
+    sibling.mkdir(parents=True)
+    (sibling / "part-0.parquet").write_bytes(b"PAR1")
+    with pytest.raises(
+        ConfigurationError, match=r"it holds another batch, 'quarantine/.*/features_v1/part-0"
+    ):
+        check_quarantine_beside_batch_folder(f"{churn}/features_v2/", f"{churn}/quarantine/", {})
+
+
 def test_a_dated_series_beside_an_undated_file_is_still_refused(tmp_path: Path) -> None:
     from costaware.operators.batch_quarantine import check_quarantine_beside_batch_folder
 

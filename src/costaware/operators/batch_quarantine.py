@@ -62,8 +62,9 @@ def check_quarantine_beside_batch_folder(
     another batch besides the batch and the quarantine (a Parquet file, or a folder with one in it), both
     named by a date or number (``2013-01-01`` beside ``2013-01-02``). Neighbours named otherwise
     (``datasets/fraud/`` beside ``datasets/churn/``) are warned of only. A dated or numbered batch with
-    nothing beside it is refused too where the quarantine already holds a refused batch (a Parquet file):
-    moved there, it is trained on by the folder's readers as any batch beside it is.
+    nothing beside it is refused too where the quarantine already holds a refused batch of its series (a
+    Parquet file moved from ``2013-01-01/``): there, it is trained on by the folder's readers as any batch
+    beside it is. This batch's own earlier refusal (a fixed ``features_v2/``) is warned of only.
 
     Raises:
         ConfigurationError: naming both paths and the other batch found beside the batch folder (or in
@@ -101,7 +102,7 @@ def check_quarantine_beside_batch_folder(
                 beside = info
                 break  # the sort put any numbered batch before the rest
         if beside is None and _numbered(name):
-            refused_before = _parquet_under(folder, f"{folder.root}/{inside[len(parent) + 1 :]}")
+            refused_before = _sibling_refused(folder, f"{folder.root}/{inside[len(parent) + 1 :]}", name)
     except OSError as e:
         # A credential that may read the batch but not list its parent (S3 without s3:ListBucket there):
         # the gate ran before this check came, so it runs on, said, rather than fail every batch.
@@ -132,7 +133,7 @@ def check_quarantine_beside_batch_folder(
                 "quarantine_path %s is inside %s, which holds no other batch yet to tell whether it is a "
                 "landing folder: if batches land beside %s (dated or numbered, as it is), readers of %s "
                 "would still train on a refused batch moved there, and this gate refuses the layout once one "
-                "does, or once it has moved a refused batch there; "
+                "does, or once another of them was refused and moved there; "
                 "give a folder outside %s",
                 quarantine_path,
                 parent,
@@ -163,15 +164,43 @@ def check_quarantine_beside_batch_folder(
     )
 
 
-def _parquet_under(folder: Any, path: str) -> str | None:
-    """The first Parquet file under ``path`` (a folder inside ``folder``), relative to ``folder``; or None."""
+def _sibling_refused(folder: Any, path: str, batch_name: str) -> str | None:
+    """A Parquet file in the quarantine at ``path`` moved there from another batch of ``batch_name``'s series.
+
+    The gate moves a batch folder to ``<quarantine>/<dag>/<run>/<task>/<batch name>/``: the last folder on
+    a file's way named like this batch (``2013-01-01`` for ``2013-01-02``, digits aside) is the batch it
+    came from. One of this batch's own name (a fixed ``features_v2/`` refused once) or of no such name says
+    nothing of a landing folder. Walked folder by folder, files first, so it stops at the first one found
+    rather than listing the whole quarantine, and never looks into this batch's own refused copies.
+
+    Returns:
+        The file's path relative to ``folder``, or None.
+    """
     from pyarrow import fs
 
-    listed = folder.fs.get_file_info(fs.FileSelector(path, recursive=True, allow_not_found=True))
-    for info in listed:
-        if info.type == fs.FileType.File and _is_parquet(info.base_name):
-            return str(info.path)[len(folder.root.rstrip("/")) + 1 :]
+    shape = _series_shape(batch_name)
+    root = folder.root.rstrip("/")
+    # (folder path, the series batch it is in, if any); depth first, so a hit comes after a few listings.
+    to_walk: list[tuple[str, str | None]] = [(path, None)]
+    while to_walk:
+        here, batch = to_walk.pop()
+        listed = folder.fs.get_file_info(fs.FileSelector(here, allow_not_found=True))
+        if batch is not None:
+            for info in listed:
+                if info.type == fs.FileType.File and _is_parquet(info.base_name):
+                    return str(info.path)[len(root) + 1 :]
+        inner = [i for i in listed if i.type == fs.FileType.Directory]
+        for info in sorted(inner, key=lambda i: i.base_name, reverse=True):
+            if info.base_name == batch_name:
+                continue  # this batch's own earlier refusal: no other batch of a series
+            in_series = _numbered(info.base_name) and _series_shape(info.base_name) == shape
+            to_walk.append((info.path, info.base_name if in_series else batch))
     return None
+
+
+def _series_shape(name: str) -> str:
+    """A batch name with its numbers blanked: ``2013-01-01`` and ``2013-01-02`` are of one series."""
+    return re.sub(r"\d+", "0", name)
 
 
 def _numbered(file_name: str) -> bool:
