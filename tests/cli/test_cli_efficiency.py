@@ -297,6 +297,35 @@ def test_runs_that_trained_no_model_are_counted_beside_the_list(
     assert "1 run(s) still running (a task holds budget) have cost $0.85 so far" in out
 
 
+def test_a_run_whose_id_has_an_empty_part_and_holds_budget_is_running(
+    measured: Ledger, ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # read_holder cannot read 'nightly/run3//train/-1' alone: run 'run3/' was counted as ended, not running.
+    record_outcome(
+        measured, RunOutcome("nightly", "run0", "v1", metric="roc_auc", metric_value=0.7, recorded_at=T0)
+    )
+    measured.record(
+        LedgerEntry(
+            dag_id="nightly",
+            run_id="run3/",
+            task_id="train",
+            kind=Kind.COMPUTE,
+            usd=Decimal("0.5"),
+            instance_type="c5.4xlarge",
+            region="us-east-1",
+            market="on_demand",
+            quantity=Decimal(1),
+            incurred_at=T0 + timedelta(days=3),
+        )
+    )
+    measured.set_budget("team=ml", "month", "100")
+    measured.reserve("team=ml", "1", holder="nightly/run3//train/-1", run_id="run3/")
+    assert main(["--ledger-url", ledger_url, "runs", "list", "--dag-id", "nightly"]) == 0
+    out = capsys.readouterr().out
+    assert "2 more run(s) of these DAGs since the oldest above trained no model" in out  # run1, run2
+    assert "1 run(s) still running (a task holds budget) have cost $0.50 so far" in out
+
+
 def test_runs_show_of_an_unknown_run_is_an_error(
     measured: Ledger, ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

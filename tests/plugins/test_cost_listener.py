@@ -608,6 +608,19 @@ def test_run_end_leaves_the_holds_of_a_run_whose_id_continues_its_own_after_a_sl
     assert ledger_env.usage("project=churn")[0].reserved_usd == Decimal("12")
 
 
+@pytest.mark.parametrize("run_id", ["nightly/", "a//b"])
+def test_run_end_releases_the_holds_of_a_run_id_with_an_empty_part(ledger_env: Ledger, run_id: str) -> None:
+    # read_holder cannot read 'retrain/nightly//train/-1' alone (an empty part): no run's end freed it, and
+    # the budget stayed held until its 6 h TTL. A run continuing this one's id after a '/' keeps its holds.
+    ledger_env.set_budget("project=churn", "month", "50")
+    ledger_env.reserve("project=churn", "1", holder=f"retrain/{run_id}/train/-1")
+    ledger_env.reserve("project=churn", "2", holder=f"retrain/{run_id}/train/-1/egress")
+    ledger_env.reserve("project=churn", "4", holder=f"retrain/{run_id}/x/train/-1")
+    CostListener().on_dag_run_failed(SimpleNamespace(dag_id="retrain", run_id=run_id), "task_failure")
+    assert [r.holder for r in ledger_env.open_reservations()] == [f"retrain/{run_id}/x/train/-1"]
+    assert ledger_env.usage("project=churn")[0].reserved_usd == Decimal("4")
+
+
 def test_a_task_failing_releases_only_its_own_runs_doomed_holds(ledger_env: Ledger) -> None:
     ledger_env.set_budget("project=churn", "month", "50")
     ledger_env.reserve("project=churn", "1", holder="retrain/run1/train/-1")

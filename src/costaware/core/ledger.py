@@ -384,6 +384,22 @@ def read_holder(holder: str | None) -> HolderKey | None:
     )
 
 
+def holder_task_of_run(holder: str | None, dag_id: str, run_id: str) -> str | None:
+    """The task id of ``holder`` where it is a :func:`reservation_holder` key of this very DAG run; else None.
+
+    Read against the run it is asked of, so it also knows the holders :func:`read_holder` cannot read alone:
+    a run id with an empty part (``nightly/``, ``a//b``, where ``allowed_run_id_pattern`` allows ``/``).
+    A data-locality hold's suffix (``/egress``) is allowed, as :func:`read_holder` allows it.
+    """
+    prefix = f"{dag_id}/{run_id}/"
+    if not holder or not holder.startswith(prefix):
+        return None
+    rest = holder[len(prefix) :].split("/")
+    if len(rest) == 3 and rest[2] and not _is_int(rest[2]):
+        rest = rest[:2]
+    return rest[0] if len(rest) == 2 and rest[0] and _is_int(rest[1]) else None
+
+
 def _is_int(text: str) -> bool:
     try:
         int(text)
