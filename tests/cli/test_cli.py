@@ -284,6 +284,22 @@ def test_budget_delete_removes_a_budget_once_nothing_is_held_in_it(
     assert [b.label for b in ledger.budgets()] == ["*/month"]
 
 
+def test_budget_show_of_everything_lists_the_budgets_instead_of_advising_a_catch_all(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 'budget show --scope *' (a newcomer asking for every budget) was told to set a catch-all cap on every
+    # team's runs; the reservation's own hint (kept for a SpendCapSensor over '*') is not the CLI's answer.
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=churn", "month", "50")
+    assert main(["--ledger-url", ledger_url, "budget", "show", "--scope", "*"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "no budget has the catch-all scope '*' (budgets: 'project=churn/month'): `costaware budget list` "
+        "lists them all; give one's scope to see its spend (e.g. --scope 'project=churn')"
+    ) in err
+    assert "budget set" not in err
+
+
 def test_changing_a_budget_keeps_what_is_not_given(
     ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

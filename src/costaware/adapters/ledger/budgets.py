@@ -216,15 +216,6 @@ def applicable(
         # A budget over this scope and more tags (a study's 'project=churn,study=s1'): that is the one asked
         # for; setting one over the shorter scope, as the generic hint says, would make a second budget.
         narrower = [b for b in map(budget_from_row, rows) if wanted.covers(b.scope) and b.scope != wanted]
-        if narrower and str(wanted) == "*":
-            # Asked for everything ('costaware budget show --scope *'): the answer is the list of budgets, not
-            # a catch-all budget to set, which would cap every run of every team.
-            labels = ", ".join(f"'{b.label}'" for b in narrower)
-            raise BudgetNotFoundError(
-                f"no budget has the catch-all scope '*' (budgets: {labels}): `costaware budget list` lists "
-                "them all; give one's scope to see its spend (e.g. --scope "
-                f"'{narrower[0].scope}')"
-            )
         if narrower:
             labels = ", ".join(f"'{b.label}'" for b in narrower)
             raise BudgetNotFoundError(

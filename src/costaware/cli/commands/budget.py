@@ -202,6 +202,15 @@ def budget_show(args: argparse.Namespace) -> int:
                 f"only per-run budgets cover scope {str(scope)!r} ({', '.join(per_run)}): give --run-id RUN "
                 "to see a run against them"
             ) from e
+        others = [b.label for b in ledger.budgets()]
+        if str(scope) == "*" and others:
+            # Asked for everything: the answer is the list of budgets, not the reservation's hint to set a
+            # catch-all budget, which would cap every run of every team.
+            labels = ", ".join(f"'{label}'" for label in others)
+            raise BudgetNotFoundError(
+                f"no budget has the catch-all scope '*' (budgets: {labels}): `costaware budget list` lists "
+                f"them all; give one's scope to see its spend (e.g. --scope '{ledger.budgets()[0].scope}')"
+            ) from e
         raise
     forecasts = forecast_rows(ledger, usages, schedule=NoSchedule() if args.no_schedule else None)
     headers = ["budget", "cap", "spent", "reserved", "left", "forecast (low-high)"]
