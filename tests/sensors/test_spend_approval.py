@@ -266,6 +266,8 @@ def test_a_misspelt_param_in_the_run_s_conf_fails_the_gate_before_it_reserves(en
         ("train_budget_usdd", True),
         ("train_budget_usds", True),  # no plural beside an amount
         ("project_id", False),  # a word added: the DAG's own key
+        ("projectid", False),  # with or without its underscore, as team_id and teamname
+        ("projectx", True),
         ("teams", False),
         ("projet", True),
         ("project_", True),  # an underscore or one letter is no word
@@ -287,6 +289,16 @@ def test_which_conf_keys_close_to_a_param_are_taken_for_typos(key: str, refused:
         check_run_conf({key: 1}, params, own_keys=True)  # the gate leaves a key of the DAG's own alone
         with pytest.raises(ConfigurationError, match=rf"'{key}' \(did you mean '(project|team)'"):
             check_run_conf({key: 1}, params)  # an example DAG, which reads none, refuses it, naming the like
+
+
+def test_a_two_letter_key_reversing_a_two_letter_param_is_no_swap_typo() -> None:
+    from costaware.core.errors import ConfigurationError
+    from costaware.core.run_conf import check_run_conf
+
+    # 'rl' beside 'lr' was refused as two letters swapped: as likely another name of the DAG's own.
+    check_run_conf({"rl": 1}, ["lr", "l2", "epochs"], own_keys=True)
+    with pytest.raises(ConfigurationError, match=r"'mdoel' \(did you mean 'model'"):
+        check_run_conf({"mdoel": 1}, ["lr", "model"], own_keys=True)  # 4 letters or more: still a typo
 
 
 def test_a_run_the_gate_refuses_is_audited_too(env_ledger: Ledger) -> None:

@@ -67,9 +67,10 @@ def _kept(key: str, meant: str, declared: list[str]) -> str:
 def param_meant(key: str, params: Iterable[str]) -> str | None:
     """The param a conf key that names none is a typo of (``train_budjet_usd``); None when it is like none.
 
-    Case is ignored (``TRAIN_BUDGET_USD``), two letters swapped are a typo (``tema``). A key like no param,
-    a param's name with a word added (``project_id`` beside ``project``) or, for a param that is no amount,
-    a plural (``teams`` beside ``team``) is meant as it is. A letter dropped or added at the end
+    Case is ignored (``TRAIN_BUDGET_USD``), two letters swapped are a typo in a name of 4 letters or more
+    (``tema``; ``rl`` beside ``lr`` is not). A key like no param or, for a param that is no amount, a
+    param's name with a word added (``project_id``, ``projectid`` beside ``project``) or a plural (``teams``
+    beside ``team``) is meant as it is. A letter dropped or added at the end
     (``train_budget_us``, ``project_``) or a name cut short (``train_budget``) is a typo, and so is anything
     close to an amount's param (``train_budget_usd_max``): its default would be reserved or capped.
     """
@@ -82,13 +83,19 @@ def param_meant(key: str, params: Iterable[str]) -> str | None:
     param = names[close[0]]
     if param.endswith("_usd") or param.startswith("max_") or "budget" in param or lowered == param.lower():
         return param
-    # A word, not a letter or a bare underscore (project_i, project_ are typos).
-    own = re.fullmatch(re.escape(close[0]) + r"(_[a-z][a-z0-9]+)+", lowered) is not None
+    # A word, with or without its underscore (project_id, projectid, as team_id and teamname), not a letter
+    # or a bare underscore (project_i, projectx, project_ are typos).
+    own = re.fullmatch(re.escape(close[0]) + r"(_?[a-z][a-z0-9]+)+", lowered) is not None
     return None if own or lowered == close[0] + "s" else param
 
 
 def _two_letters_swapped(key: str, name: str) -> bool:
-    """Whether ``key`` is ``name`` with two neighbouring letters swapped (``tema`` for ``team``)."""
+    """Whether ``key`` is ``name`` with two neighbouring letters swapped (``tema`` for ``team``).
+
+    Not for names under 4 letters: ``rl`` beside ``lr`` is as likely another name as a typo.
+    """
+    if len(name) < 4:
+        return False
     differ = [i for i, (a, b) in enumerate(zip(key, name, strict=False)) if a != b]
     return (
         len(key) == len(name)
