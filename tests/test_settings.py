@@ -7,10 +7,13 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 
-from costaware import settings
+from costaware import Ledger, settings
+from costaware.adapters.price_files import bundled_catalog
 
 
 @pytest.fixture(autouse=True)
@@ -57,24 +60,72 @@ def test_a_misspelt_option_in_airflow_cfg_is_named_too() -> None:
 def test_a_worker_instance_type_or_region_with_no_price_is_named_with_what_to_set(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Found only from a task log line per try, each recorded at $0 as unpriced.
+    # Found only from a task log line per try. On-demand, a price imported into the ledger's cache (or a
+    # live one) prices it: a warning saying so, not an error claiming every try is recorded at $0.
     monkeypatch.setenv("AIRFLOW__COSTAWARE__WORKER_INSTANCE_TYPE", "m5.larg")
     monkeypatch.setenv("AIRFLOW__COSTAWARE__WORKER_REGION", "us-east1")
-    instance_type, region = settings.section_problems()
+    assert settings.section_problems() == []
+    instance_type, region = settings.unpriced_worker_compute()
     assert instance_type.startswith(
         "[costaware] worker_instance_type 'm5.larg' is not in the bundled price catalog (unknown instance "
         "type 'm5.larg'; did you mean m5.large"
     )
     assert (
-        "Set it (AIRFLOW__COSTAWARE__WORKER_INSTANCE_TYPE) to the workers' own, e.g. m5.large"
-        in instance_type
-    )
-    assert "recorded at $0 (unpriced)" in instance_type
+        "priced on it only from the ledger's price cache (`costaware prices import`, `costaware prices "
+        "refresh`) or live prices (price_aws_conn_id), else recorded at $0 (unpriced): price it there (then "
+        "ignore this), or set it (AIRFLOW__COSTAWARE__WORKER_INSTANCE_TYPE) to the workers' own, e.g. "
+        "m5.large"
+    ) in instance_type
     assert region.startswith(
         "[costaware] worker_region 'us-east1' is not in the bundled price catalog (unknown region; did you "
         "mean us-east-1"
     )
-    assert "Set it (AIRFLOW__COSTAWARE__WORKER_REGION)" in region
+    assert "or set it (AIRFLOW__COSTAWARE__WORKER_REGION)" in region
+    # On spot, a try's price is the catalog's on-demand one less its saving: no imported price helps.
+    monkeypatch.setenv("AIRFLOW__COSTAWARE__WORKER_MARKET", "spot")
+    assert settings.unpriced_worker_compute() == []
+    instance_type, region = settings.section_problems()
+    assert (
+        "with worker_market spot, every try that names no compute of its own is recorded at $0 (unpriced), "
+        "whatever prices were imported: set it (AIRFLOW__COSTAWARE__WORKER_INSTANCE_TYPE)"
+    ) in instance_type
+    assert "recorded at $0 (unpriced), whatever prices were imported" in region
+
+
+def test_an_on_demand_worker_type_a_price_import_can_price_is_warned_of_not_an_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from decimal import Decimal
+
+    from costaware.adapters.price_source import PriceCache, configured_prices
+    from costaware.core.price_list import ListPrice
+    from costaware.core.pricing import price_compute
+
+    # A deployment that priced its workers with `costaware prices import` had an error in every process's log
+    # saying its tries were recorded at $0, which they were not.
+    monkeypatch.setenv("AIRFLOW__COSTAWARE__WORKER_INSTANCE_TYPE", "zz9.large")
+    ledger = Ledger.from_url(f"sqlite:///{tmp_path}/ledger.db")
+    listed = ListPrice(
+        service="ec2", instance_type="zz9.large", region="us-east-1", usd_per_hour=Decimal("0.5")
+    )
+    # Fresh or stale by the clock, a cached price is used: the date only has to be aware.
+    PriceCache(ledger).put([listed], origin="import", fetched_at=datetime(2026, 11, 1, tzinfo=timezone.utc))
+    figure = configured_prices(ledger, aws_conn_id="").figure("zz9.large", "us-east-1", "ec2")
+    charge = price_compute(
+        bundled_catalog(),
+        instance_type="zz9.large",
+        region="us-east-1",
+        market="on_demand",
+        seconds=3600,
+        on_demand_usd_per_hour=figure.usd_per_hour,
+        on_demand_source=figure.price_source,
+    )
+    assert charge.usd == Decimal("0.5")  # priced, as the try-cost listener prices it
+    with caplog.at_level(logging.WARNING, logger="costaware.settings"):
+        settings.log_section_problems()
+    logged = [r.levelno for r in caplog.records if r.name == "costaware.settings"]
+    assert logged == [logging.WARNING]
+    assert "worker_instance_type 'zz9.large' is not in the bundled price catalog" in caplog.text
 
 
 def test_the_first_option_read_logs_each_problem_once_and_goes_on(

@@ -171,15 +171,19 @@ def section_problems() -> list[str]:
     """What is wrong in the ``[costaware]`` section, one line each naming the value and what to set.
 
     An option no costaware code reads (``worker_instancetype``) is ignored by Airflow without a word, so its
-    value never applies; a ``worker_instance_type`` or ``worker_region`` the bundled price catalog does not
-    know prices every try that names no compute of its own at $0 (recorded as unpriced).
+    value never applies; a ``worker_market`` that is no market prices every try on-demand; a
+    ``worker_instance_type`` or ``worker_region`` the bundled price catalog does not know, with
+    ``worker_market`` spot, records every try that names no compute of its own at $0 (unpriced): a spot
+    price is the catalog's on-demand one less its typical saving, which no imported price gives.
     """
     problems = [
         f"{where} is no [costaware] option, so it is ignored: {_known_option_hint(name)}"
         for name, where in sorted(_set_options().items())
         if name not in OPTIONS
     ]
-    problems.extend(_worker_compute_problems())
+    problems.extend(_worker_market_problems())
+    if _worker_market() == "spot":
+        problems.extend(_unpriced_worker_lines(spot=True))
     return problems
 
 
@@ -209,8 +213,30 @@ def _known_option_hint(name: str) -> str:
     return f"the options are {', '.join(OPTIONS)}; rename or delete it"
 
 
-def _worker_compute_problems() -> list[str]:
-    """The worker's type and region the bundled price catalog does not know; a market that is none."""
+def unpriced_worker_compute() -> list[str]:
+    """On-demand workers' type and region the bundled price catalog does not know, one line each.
+
+    Not an error: an on-demand try is also priced from the ledger's price cache (``costaware prices
+    import``, ``costaware prices refresh``) and live prices (``price_aws_conn_id``), as the try-cost listener
+    looks them up, which a process's start does not open. Where none has it, the try is recorded at $0.
+    (Spot workers' are :func:`section_problems`; local ones are priced at their own rate.)
+    """
+    return _unpriced_worker_lines(spot=False) if _worker_market() == "on_demand" else []
+
+
+def _worker_market() -> str:
+    """The workers' market as a try is priced on it (one that is no market: on-demand)."""
+    from costaware.core.errors import ConfigurationError
+    from costaware.core.ledger import Market
+
+    try:
+        return Market.parse(_read("worker_market", OPTIONS["worker_market"].default)).value
+    except ConfigurationError:
+        return Market.ON_DEMAND.value
+
+
+def _unpriced_worker_lines(*, spot: bool) -> list[str]:
+    """The worker's type and region the bundled price catalog does not know, with what that costs."""
     from costaware.adapters.price_files import bundled_catalog
     from costaware.core.errors import PriceNotFoundError
     from costaware.core.prices import closest_names
@@ -229,13 +255,27 @@ def _worker_compute_problems() -> list[str]:
             region,
             "unknown region" + (f"; did you mean {', '.join(close)}?" if close else ""),
         )
-    problems = [
-        f"[costaware] {name} {value!r} is not in the bundled price catalog ({why}). Set it "
-        f"({env_name(name)}) to the workers' own, e.g. {OPTIONS[name].default}: until then a try that names "
-        "none of its own is "
-        "recorded at $0 (unpriced), unless `costaware prices import` or `costaware prices refresh` priced it"
+    if spot:
+        # A spot try's price is the catalog's on-demand one less its typical saving: no import helps.
+        consequence = (
+            "with worker_market spot, every try that names no compute of its own is recorded at $0 "
+            "(unpriced), whatever prices were imported: set it"
+        )
+    else:
+        consequence = (
+            "a try that names no compute of its own is priced on it only from the ledger's price cache "
+            "(`costaware prices import`, `costaware prices refresh`) or live prices (price_aws_conn_id), "
+            "else recorded at $0 (unpriced): price it there (then ignore this), or set it"
+        )
+    return [
+        f"[costaware] {name} {value!r} is not in the bundled price catalog ({why}); {consequence} "
+        f"({env_name(name)}) to the workers' own, e.g. {OPTIONS[name].default}"
         for name, (value, why) in found.items()
     ]
+
+
+def _worker_market_problems() -> list[str]:
+    """A ``worker_market`` that is no market."""
     from costaware.core.errors import ConfigurationError
     from costaware.core.ledger import Market
 
@@ -243,11 +283,11 @@ def _worker_compute_problems() -> list[str]:
     try:
         Market.parse(market)
     except ConfigurationError as e:
-        problems.append(
+        return [
             f"[costaware] worker_market: {e}. Set it ({env_name('worker_market')}) to the market the workers "
             "run on: until then a try that names none of its own is priced on-demand"
-        )
-    return problems
+        ]
+    return []
 
 
 _section_checked = False
@@ -255,6 +295,8 @@ _section_checked = False
 
 def log_section_problems() -> None:
     """Log each :func:`section_problems` at error level, once per process (the first option read).
+
+    :func:`unpriced_worker_compute` is logged at warning level: imported or live prices may price it.
 
     A typo must not stop Airflow or a task from starting, so nothing is raised; the check itself failing
     (an unreadable airflow.cfg) is left to the read that follows.
@@ -265,11 +307,14 @@ def log_section_problems() -> None:
     _section_checked = True
     try:
         problems = section_problems()
+        unpriced = unpriced_worker_compute()
     except Exception as e:  # the option read that follows says what is wrong with airflow.cfg
         log.debug("costaware: the [costaware] section was not checked: %s", e)
         return
     for problem in problems:
         log.error("costaware: %s", problem)
+    for line in unpriced:
+        log.warning("costaware: %s", line)
 
 
 def airflow_cfg_problem(error: configparser.Error) -> str:
