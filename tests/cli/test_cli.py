@@ -900,6 +900,21 @@ def test_budget_show_counts_a_search_that_holds_money_as_a_known_run(
     assert "the ledger has no entry or hold of run 'ab12cd3'" in capsys.readouterr().err
 
 
+def test_budget_show_counts_a_run_whose_id_has_an_empty_part_and_holds_money_as_known(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # read_holder cannot read 'd/nightly//train/-1' alone: the run holding money was 'no entry or hold'.
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=r", "run", "5")
+    ledger.reserve("project=r", "1", holder="d/nightly//train/-1", run_id="nightly/", dag_id="d")
+    argv = ["--ledger-url", ledger_url, "budget", "show", "--scope", "project=r", "--run-id", "nightly/"]
+    for named in ([], ["--dag-id", "d"]):
+        assert main([*argv, *named]) == 0
+        assert "no entry or hold" not in capsys.readouterr().err
+    assert main([*argv, "--dag-id", "e"]) == 0  # another DAG is still said unknown
+    assert "the ledger has no entry or hold of DAG 'e'" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("named", "said"),
     [

@@ -313,12 +313,16 @@ def _run_is_known(ledger: Any, run_id: str, dag_id: str | None) -> bool:
     """
     if ledger.entries(run_id=run_id, dag_id=dag_id, limit=1):
         return True
-    from costaware.core.ledger import holder_dag_id, holder_run_id
+    from costaware.core.ledger import holder_dag_id, holder_run_id, holder_task_of_run
 
-    return any(
-        holder_run_id(r.holder) == run_id and (dag_id is None or holder_dag_id(r.holder) in (None, dag_id))
-        for r in ledger.open_reservations()
-    )
+    def holds_it(holder: str | None) -> bool:
+        if holder_run_id(holder) == run_id:
+            return dag_id is None or holder_dag_id(holder) in (None, dag_id)
+        # A run id with an empty part ('nightly/') makes holders read_holder cannot read alone.
+        dag = dag_id if dag_id is not None else (holder or "").split("/", 1)[0]
+        return holder_run_id(holder) is None and holder_task_of_run(holder, dag, run_id) is not None
+
+    return any(holds_it(r.holder) for r in ledger.open_reservations())
 
 
 def budget_holds(args: argparse.Namespace) -> int:
