@@ -398,3 +398,35 @@ def test_filters_that_select_nothing_say_why_they_may_be_mistyped(client: TestCl
 def test_an_until_with_no_days_before_it_is_a_422_not_a_500(client: TestClient) -> None:
     response = client.get("/api/summary", params={"until": "0001-01-10T00:00:00+00:00", "days": 30})
     assert response.status_code == 422 and "leaves no 30 days before it" in response.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("path", "params", "named"),
+    [
+        (
+            "/api/summary",
+            {"since": "yesterday", "until": "tomorrow"},
+            ("since: 'yesterday'", "until: 'tomorrow'"),
+        ),
+        ("/api/summary", {"since": "yesterday", "days": "0"}, ("since: 'yesterday'", "days: '0'")),
+        ("/api/spend", {"group_by": "x", "limit": "0"}, ("group_by: 'x'", "limit: '0'")),
+        (
+            "/api/spend",
+            {"dag_id": "a b", "scope": "nope", "until": "soon"},
+            ("dag_id: 'a b'", "scope: 'nope'", "until: 'soon'"),
+        ),
+        ("/api/budgets", {"dag_id": "a b", "scope": "nope"}, ("dag_id: 'a b'", "scope: 'nope'")),
+    ],
+)
+def test_a_422_names_every_bad_query_parameter_one_line_each(
+    client: TestClient, path: str, params: dict[str, str], named: tuple[str, ...]
+) -> None:
+    response = client.get(path, params=params)
+    assert response.status_code == 422, response.text
+    detail = response.json()["detail"]
+    assert isinstance(detail, str), detail
+    parts = detail.split("; ")
+    for name in named:
+        assert sum(part.startswith(name) for part in parts) == 1, (name, detail)
+    assert len(parts) == len(named), detail
+    assert "Value error" not in detail and "pattern" not in detail, detail

@@ -32,7 +32,7 @@ from costaware.plugins.ui.datamodels.reports import (
     TopTries,
 )
 from costaware.plugins.ui.deps import Limit, Readable, ReportFilters, User, guard, open_ledger
-from costaware.plugins.ui.filters import DagId, GroupBy, ScopeQ, scope_problem
+from costaware.plugins.ui.filters import DagId, GroupBy, ScopeQ
 
 if TYPE_CHECKING:
     from costaware.adapters.ledger.reports import Filters
@@ -102,9 +102,6 @@ def grouping_note(ledger: Ledger, filters: Filters, group_by: str, groups: list[
 
 def budget_filters(dag_id: DagId = None, scope: ScopeQ = "*") -> tuple[str | None, str]:
     """The filters that choose budgets (a budget's period is its own: no time range applies)."""
-    problem = scope_problem(scope)
-    if problem:
-        raise HTTPException(422, f"scope: {problem}")
     return dag_id, scope
 
 

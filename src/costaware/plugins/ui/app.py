@@ -124,6 +124,9 @@ _NUMBER_ERRORS = frozenset(
 def query_problem(error: Mapping[str, Any], route: Any) -> str:
     """What pydantic's ``error`` about a query parameter of ``route`` means, said as for the other filters."""
     name = str(error["loc"][-1])
+    if error["type"] == "value_error" and "error" in error.get("ctx", {}):
+        # A problem found by filters.refused_by, already in the API's words (pydantic adds "Value error, ").
+        return f"{name}: {error['ctx']['error']}"
     field = _query_field(route, name)
     if field is None or error["type"] not in _NUMBER_ERRORS:
         return f"{name}: {error.get('input')!r} is not valid: {error['msg']}"

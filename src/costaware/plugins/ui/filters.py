@@ -9,12 +9,14 @@ ones offered in the form) and the budget periods (``Period``).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Annotated
 from urllib.parse import urlencode
 
 from fastapi import Depends, HTTPException, Query
+from pydantic import AfterValidator
 
 from costaware.core.budgets import TAG_NAME_PATTERN, Period, Scope
 from costaware.core.errors import InvalidBudgetError
@@ -53,13 +55,39 @@ GROUP_BY_CHOICES = (*GROUP_BYS, *(f"tag:{tag}" for tag in INDEXED_TAGS))
 #: The form's fields, in the order the page's links carry them.
 FORM_FIELDS = ("days", "since", "until", "dag_id", "scope", "group_by")
 
+
+def refused_by(problem_of: Callable[[str], str | None]) -> AfterValidator:
+    """A query parameter's check by ``problem_of``, as a validator: pydantic collects every parameter's error.
+
+    Checked in a route's dependency, the first bad parameter raised its 422 alone: ``since=yesterday&days=0``
+    named only days, ``group_by=x&limit=0`` only group_by. ``invalid_request`` (app.py) words the problem.
+    """
+
+    def check(value: str) -> str:
+        problem = problem_of(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    return AfterValidator(check)
+
+
+def time_problem(text: str) -> str | None:
+    """What is wrong with ``text`` as an ISO time with a zone, or None when nothing is (or it is blank)."""
+    return iso_time(text)[1]
+
+
 Days = Annotated[int, Query(ge=1, le=366, description="How many days back from now (default 30).")]
 # Text, read here: pydantic's own 422 ("input is too short") named no format for `since=yesterday`.
 Since = Annotated[
-    str | None, Query(description="ISO datetime with a zone (2026-11-01T00:00+00:00); overrides `days`.")
+    str | None,
+    Query(description="ISO datetime with a zone (2026-11-01T00:00+00:00); overrides `days`."),
+    refused_by(time_problem),
 ]
 Until = Annotated[
-    str | None, Query(description="ISO datetime with a zone (2026-11-01T00:00+00:00), exclusive.")
+    str | None,
+    Query(description="ISO datetime with a zone (2026-11-01T00:00+00:00), exclusive."),
+    refused_by(time_problem),
 ]
 
 
@@ -113,13 +141,12 @@ def number_problem(
 def checked_dag_id(
     # Checked by dag_id_problem, whose 422 names the value: the pattern's own error showed only the regex.
     dag_id: Annotated[
-        str | None, Query(json_schema_extra={"pattern": DAG_ID_PATTERN}, description="Only this DAG.")
+        str | None,
+        Query(json_schema_extra={"pattern": DAG_ID_PATTERN}, description="Only this DAG."),
+        refused_by(dag_id_problem),
     ] = None,
 ) -> str | None:
     """The ``dag_id`` filter of the JSON routes; 422 naming the value when it is no DAG id."""
-    problem = None if dag_id is None else dag_id_problem(dag_id)
-    if problem:
-        raise HTTPException(422, f"dag_id: {problem}")
     return dag_id
 
 
@@ -131,14 +158,11 @@ def checked_group_by(
             description=f"{', '.join(GROUP_BYS)} or tag:<name>; keywords in any case (TASK is task), "
             "tag names exactly.",
         ),
+        refused_by(lambda text: group_by_problem(group_by_name(text))),
     ] = "dag",
 ) -> str:
     """The ``group_by`` of the JSON routes, read in any case as the CLI reads it; 422 naming a bad one."""
-    grouping = group_by_name(group_by)
-    problem = group_by_problem(grouping)
-    if problem:
-        raise HTTPException(422, f"group_by: {problem}")
-    return grouping
+    return group_by_name(group_by)
 
 
 DagId = Annotated[str | None, Depends(checked_dag_id)]
@@ -149,6 +173,7 @@ ScopeQ = Annotated[
         json_schema_extra={"pattern": SCOPE_PATTERN},
         description=f"Tag filter such as project=churn,team=ml (at most {MAX_SCOPE_TAGS} tags).",
     ),
+    refused_by(lambda text: scope_problem(text)),  # defined below
 ]
 GroupBy = Annotated[str, Depends(checked_group_by)]
 
@@ -199,7 +224,8 @@ def scope_problem(scope: str) -> str | None:
     if not re.fullmatch(SCOPE_PATTERN, scope):
         return (
             f"{scope!r} is not a tag filter such as project=churn or project=churn,team=ml (a tag name "
-            "starts with a letter, no spaces around ',' and '=', no ',' or '=' in a value); * for all spend"
+            "starts with a letter, no spaces around ',' and '=', no ',' or '=' in a value), "
+            "or * for all spend"
         )
     try:
         # Well-formed yet unreadable (one tag twice): refused here, by field, as the other bad filters;
@@ -260,12 +286,12 @@ def check_filters(
 def report_filters(
     days: Days = 30, since: Since = None, until: Until = None, dag_id: DagId = None, scope: ScopeQ = "*"
 ) -> Filters:
-    """The filters every JSON report route takes, validated (422 when not)."""
-    instants: dict[str, datetime | None] = {}
-    for name, text in (("since", since), ("until", until)):
-        instants[name], problem = iso_time(text or "")
-        if problem:
-            raise HTTPException(422, f"{name}: {problem}")
+    """The filters every JSON report route takes, validated (422 when not).
+
+    Each parameter alone was checked as it was read (``refused_by``); what is left are the checks of them
+    together (Since before Until) and of an instant outside UTC's range.
+    """
+    instants = {name: iso_time(text or "")[0] for name, text in (("since", since), ("until", until))}
     filters, problems = check_filters(days, instants["since"], instants["until"], dag_id, scope)
     if filters is None:
         raise HTTPException(422, "; ".join(f"{field}: {problem}" for field, problem in problems))
