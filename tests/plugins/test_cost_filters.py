@@ -149,7 +149,7 @@ def test_the_form_keeps_since_and_until_and_the_json_link_carries_the_filters(cl
     form = html[html.index('<form method="get">') : html.index("</form>")]
     assert f'name="since" value="{escape(RANGE["since"])}"' in form
     assert f'name="until" value="{escape(RANGE["until"])}"' in form
-    link = unescape(re.search(r'href="(api/summary\?[^"]*)"', html).group(1))  # type: ignore[union-attr]
+    link = unescape(re.search(r'href="(api/spend\?[^"]*)">JSON API', html).group(1))  # type: ignore[union-attr]
     assert "since=" in link and "until=" in link and "scope=project%3Dchurn" in link
     card = html[html.index('<div class="cards">') :]
     assert f"{SINCE:%Y-%m-%d %H:%M} UTC to {UNTIL:%Y-%m-%d %H:%M} UTC" in card  # not "last 30 days"
@@ -430,3 +430,12 @@ def test_a_422_names_every_bad_query_parameter_one_line_each(
         assert sum(part.startswith(name) for part in parts) == 1, (name, detail)
     assert len(parts) == len(named), detail
     assert "Value error" not in detail and "pattern" not in detail, detail
+
+
+def test_the_json_link_opens_a_route_that_groups_as_the_page_does(client: TestClient) -> None:
+    """The link sent group_by to /api/summary, which has no grouping: the page's Spend by was not in it."""
+    html = client.get("/", params={**RANGE, "group_by": "tag:team"}).text
+    link = unescape(re.search(r'href="([^"]*)">JSON API', html).group(1))  # type: ignore[union-attr]
+    answer = client.get(f"/{link}").json()
+    assert answer["group_by"] == "tag:team", answer
+    assert [row["group"] for row in answer["rows"]] == ["t-inside"], answer

