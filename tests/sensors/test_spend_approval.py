@@ -412,3 +412,44 @@ def test_a_tag_in_the_conf_is_no_typo_of_a_param_beside_it() -> None:
     from costaware.core.run_conf import check_run_conf
 
     check_run_conf({"owner": "jane", "team": "ml"}, ["owners", "teams"], own_keys=True)
+
+
+def test_the_request_names_as_who_may_answer_only_approvers_who_can(
+    env_ledger: Ledger, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # '_lead_' (no user) and 'vic' (a VIEWER) were listed under "Who may answer", and the log warned twice.
+    import costaware.sensors.spend_approval as spend_approval
+
+    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "admin:admin,ann:user,vic:viewer")
+    asked: dict[str, Any] = {}
+
+    def ask(context: Any, **request: Any) -> None:
+        asked.update(request)
+        raise RuntimeError("parked")
+
+    monkeypatch.setattr(spend_approval, "ask", ask)
+    with pytest.raises(RuntimeError, match="parked"):
+        gate(approvers=["ann", "_lead_", "vic"], deferrable=False).execute(context())
+    lines = asked["body"].split("\n\n")
+    assert "Who may answer: ann." in lines, asked["body"]
+    assert (
+        "Named as approvers but cannot answer: \\_lead\\_ (not a user of this Airflow), "
+        "vic (may only read)." in lines
+    ), asked["body"]
+    assert capsys.readouterr().out.count("are not users of this Airflow") == 1
+
+
+def test_approvers_who_cannot_answer_render_as_given_in_the_ui() -> None:
+    markdown_it = pytest.importorskip("markdown_it")
+    body = approval_body(
+        budgets=[PassedBudget("b", D(1), D(1))],
+        needed_usd="1",
+        task="t",
+        approvers=["ann", "_lead_", "x<y>"],
+        cannot_answer={"_lead_": "not a user of this Airflow", "x<y>": "not a user of this Airflow"},
+    )
+    rendered = html.unescape(re.sub(r"<[^>]+>", "", markdown_it.MarkdownIt().render(body)))
+    assert "Who may answer: ann." in rendered
+    assert (
+        "cannot answer: _lead_ (not a user of this Airflow), x<y> (not a user of this Airflow)." in rendered
+    )

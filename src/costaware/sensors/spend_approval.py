@@ -104,6 +104,7 @@ def approval_body(
     task: str,
     needed_gpu_hours: object = 0,
     approvers: Sequence[str] = (),
+    cannot_answer: Mapping[str, str] | None = None,
 ) -> str:
     """The text a person reads before approving: one figure a line, the same read raw or rendered.
 
@@ -115,6 +116,9 @@ def approval_body(
     written the same way (:func:`costaware.core.money.format_usd_exact`). A forecast is the period-end spend
     *with this request approved*: the ledger's forecast counts only what is spent or reserved, and the
     pending request is neither yet.
+
+    ``cannot_answer`` maps approvers who cannot answer to why (no user, may only read): they are named apart,
+    not under "Who may answer", where they read as people the request waits for.
     """
     from costaware.core.money import format_usd_exact
 
@@ -136,11 +140,14 @@ def approval_body(
     asked = f"Task {markdown_literal(task)} needs an estimated {format_usd_exact(need)}" + (
         f" and {gpu_need} GPU-hours" if gpu_need else ""
     )
+    cannot_answer = cannot_answer or {}
+    answering = [a for a in approvers if a not in cannot_answer]
     who = (
-        ", ".join(markdown_literal(a) for a in approvers)
-        if approvers
+        ", ".join(markdown_literal(a) for a in answering)
+        if answering
         else "any user who may edit this DAG's runs"
     )
+    apart = ", ".join(f"{markdown_literal(a)} ({why})" for a, why in cannot_answer.items())
     # "all 2 budgets" read as a form letter's slip.
     counted = {1: "", 2: "both "}.get(len(budgets), f"all {len(budgets)} ")
     passes = "the cap" if len(budgets) == 1 else f"the caps of {counted}budgets above"
@@ -150,6 +157,7 @@ def approval_body(
             *blocks,
             f"{asked}.",
             f"Who may answer: {who}.",
+            *([f"Named as approvers but cannot answer: {apart}."] if apart else []),
             f"Approve to reserve the overage past {passes}; Reject to stop the run.",
         ]
     )

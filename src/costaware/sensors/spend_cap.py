@@ -380,12 +380,15 @@ class SpendCapSensor(BaseSensorOperator):
         # may read conf keys of its own, so only a key that looks like a misspelt param is refused.
         check_run_conf(getattr(dag_run, "conf", None), self.dag.params or {}, own_keys=True)
 
-    def _check_approvers(self) -> None:
-        """Fail when none of ``approvers`` could answer the request (no user, or one who may only read)."""
+    def _approvers_who_cannot_answer(self) -> tuple[list[str], dict[str, str]]:
+        """The ``approvers`` that are no user, and those whose role may only read (with it)."""
         from costaware.sensors.spend_approval import read_only_approvers, unknown_approvers
 
-        unknown = unknown_approvers(self.approvers)
-        read_only = read_only_approvers(self.approvers)
+        return unknown_approvers(self.approvers), read_only_approvers(self.approvers)
+
+    def _check_approvers(self) -> None:
+        """Fail when none of ``approvers`` could answer the request (no user, or one who may only read)."""
+        unknown, read_only = self._approvers_who_cannot_answer()
         problems = []
         if unknown:
             problems.append(
@@ -414,7 +417,10 @@ class SpendCapSensor(BaseSensorOperator):
         """
         from costaware.sensors.spend_approval import approval_body, ask
 
-        self._check_approvers()
+        # execute checked them (and warned) before reserving: here they are only kept apart in the request.
+        unknown, read_only = self._approvers_who_cannot_answer()
+        cannot_answer = {name: "not a user of this Airflow" for name in unknown}
+        cannot_answer |= {name: "may only read" for name in read_only}
         passed = self._passed_budgets(context["ti"], usd, gpu_hours) or [self._passed_from(error)]
         names = ", ".join(f"'{b.name}'" for b in passed)
         self.log.warning("Budget exceeded, asking %s for approval: %s", self.approvers or "any user", error)
@@ -427,6 +433,7 @@ class SpendCapSensor(BaseSensorOperator):
                 needed_gpu_hours=gpu_hours,
                 task=target,
                 approvers=self.approvers,
+                cannot_answer=cannot_answer,
             ),
             approvers=self.approvers,
             timeout=self.approval_timeout,
