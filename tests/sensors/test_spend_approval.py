@@ -89,7 +89,7 @@ def test_a_rejection_or_timeout_fails_or_skips_and_is_audited(
 ) -> None:
     # The error said who, not what to do next: the person reading the failed task was left to guess.
     # The amount as every other one is written ("4" read "spending $4").
-    spent = r"spending \$4\.00 past the budget of 'project=churn' was not approved"
+    spent = r"spending \$4\.00 past the budget 'project=churn/month \(\d{4}-\d\d\)' was not approved"
     with pytest.raises(raised, match=rf"{spent} \({who}\): nothing was reserved; to ask again, clear"):
         gate(on_rejected=on_rejected).approval_complete(context(), answer)
     assert env_ledger.usage("project=churn")[0].reserved_usd == 8  # nothing more reserved
@@ -453,3 +453,27 @@ def test_approvers_who_cannot_answer_render_as_given_in_the_ui() -> None:
     assert (
         "cannot answer: _lead_ (not a user of this Airflow), x<y> (not a user of this Airflow)." in rendered
     )
+
+
+def test_a_gate_passing_two_budgets_names_both_on_the_cost_page_and_in_the_rejection(
+    env_ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The Cost page's gate list showed the month budget only, the rejection "the budget of 'project=churn'".
+    import costaware.sensors.spend_approval as spend_approval
+    from costaware.adapters.ledger.gate_requests import gate_requests
+
+    env_ledger.set_budget("*", "day", "3")  # $4 passes it too
+    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "admin:admin,ann:user")
+
+    def ask(context: Any, **request: Any) -> None:
+        raise RuntimeError("parked")
+
+    monkeypatch.setattr(spend_approval, "ask", ask)
+    with pytest.raises(RuntimeError, match="parked"):
+        gate(deferrable=False).execute(context())
+    (noted,) = gate_requests(env_ledger, since=datetime.now(timezone.utc) - timedelta(hours=1))
+    names = noted.budget.split(", ")
+    assert [name.split(" (")[0] for name in names] == ["project=churn/month", "*/day"], noted.budget
+    with pytest.raises(AirflowFailException) as rejected:
+        gate().approval_complete(context(), event("Reject"))
+    assert f"past the budgets {names[0]!r}, {names[1]!r} was not approved (ann)" in str(rejected.value)

@@ -233,8 +233,7 @@ class SpendCapSensor(BaseSensorOperator):
                 )
             except BudgetExceededError as e:
                 if self.on_exceeded == "approve":
-                    self._note(ledger, context, target, usd, "approval", e.scope, str(e))
-                    self._ask_approval(context, e, target, usd, gpu_hours)
+                    self._ask_approval(ledger, context, e, target, usd, gpu_hours)
                 self._refused(ledger, context, target, usd, e)
                 return None
             except BudgetNotFoundError as e:
@@ -409,7 +408,9 @@ class SpendCapSensor(BaseSensorOperator):
         if problems:
             self.log.warning("%s: the other approvers may answer", "; ".join(problems))
 
-    def _ask_approval(self, context: Any, error: Any, target: str, usd: Any, gpu_hours: Any) -> None:
+    def _ask_approval(
+        self, ledger: Any, context: Any, error: Any, target: str, usd: Any, gpu_hours: Any
+    ) -> None:
         """Ask the approvers whether to spend past the cap; parks the task (``TaskAwaitingInput``).
 
         The request lists every budget covering the scope that the amount would pass, not only the first
@@ -423,6 +424,8 @@ class SpendCapSensor(BaseSensorOperator):
         cannot_answer |= {name: "may only read" for name in read_only}
         passed = self._passed_budgets(context["ti"], usd, gpu_hours) or [self._passed_from(error)]
         names = ", ".join(f"'{b.name}'" for b in passed)
+        # Every budget passed, as the request lists them: the Cost page showed the first refusing one only.
+        self._note(ledger, context, target, usd, "approval", ", ".join(b.name for b in passed), str(error))
         self.log.warning("Budget exceeded, asking %s for approval: %s", self.approvers or "any user", error)
         ask(
             context,
@@ -519,9 +522,21 @@ class SpendCapSensor(BaseSensorOperator):
                     target=holder,
                     details={**details, "usd": str(usd), "scope": str(self.scope)},
                 )
+                # The budgets it would pass, as the request named them: the scope alone named none of them.
+                passed = [
+                    b.name
+                    for b in self._passed_budgets(
+                        ti, usd, parse_gpu_hours(self.estimated_gpu_hours, name="estimated_gpu_hours")
+                    )
+                ]
+                past = (
+                    f"the budget{'s' if len(passed) > 1 else ''} {', '.join(map(repr, passed))}"
+                    if passed
+                    else f"the budget of {self.scope!r}"
+                )
                 # Written as every other amount (format_usd_exact): an estimate of "4" read "spending $4".
                 message = (
-                    f"spending {format_usd_exact(usd)} past the budget of {self.scope!r} was not approved "
+                    f"spending {format_usd_exact(usd)} past {past} was not approved "
                     f"({who}): nothing "
                     "was reserved; to ask again, clear this task or trigger the run again, or raise the cap "
                     "with `costaware budget set`"
