@@ -745,3 +745,22 @@ def test_a_gpu_hour_cap_on_an_instance_without_gpus_is_warned_about(
     plan.execute({"ti": _ti(plan)})
     out = capsys.readouterr()
     assert "max_gpu_hours=5.0 binds nothing: m5.large has no GPU" in " ".join((out.out + out.err).split())
+
+
+def test_the_time_the_try_spent_before_the_trial_is_in_its_reservation(env: Ledger) -> None:
+    # A slow study store or a slow task start: the try began 30 s before execute reached the trial, the
+    # listener bills the whole try, and the reservation held only the trial's 5 + 2 s, so a study with room
+    # for one reservation ($0.07 of $0.08) spent $0.37.
+    plan = _plan(max_usd="0.08", fallback_trial_seconds=5)
+    plan.execute({"ti": _ti(plan)})
+    op = BudgetedTuningOperator(task_id="trial", study_name="s1", trainer=QuadraticTrainer, slot=0)
+    ti = _ti(op, map_index=0)
+    ti.start_date = datetime.now(timezone.utc) - timedelta(seconds=30)
+    listener.cost_listener.on_task_instance_running(None, ti)
+    listener._STARTS[listener._key(ti)] -= 30  # the listener's own measure of the try, begun as Airflow's
+    with pytest.raises(AirflowSkipException, match=r"stopped \(budget\)"):
+        op.execute({"ti": ti})
+    listener.cost_listener.on_task_instance_skipped(None, ti)
+    assert env.open_reservations() == []
+    study = optuna.load_study(study_name="s1", storage=env.engine.url.render_as_string(hide_password=False))
+    assert study.get_trials() == []  # no trial was started on money the study did not have

@@ -341,6 +341,7 @@ class BudgetedTuningOperator(_StudyOperator):
                 run_id=ti.run_id,
                 on_label=label,
                 keep_for_retry_seconds=retry_wait_seconds(self, int(ti.try_number), int(ti.max_tries)),
+                seconds_already_used=seconds_since_try_began(ti),
             )
         if not result.ran:
             why = result.stop.value if result.stop is not None else "stopped"
@@ -348,6 +349,20 @@ class BudgetedTuningOperator(_StudyOperator):
         assert result.trial is not None
         self.log.info("trial %s %s: %s", result.trial.label, result.trial.params, result.trial.decision)
         return result.trial.to_json()
+
+
+def seconds_since_try_began(ti: Any) -> float:
+    """How long this task try has run (since Airflow's ``start_date``); 0 where the try has no start.
+
+    The cost listener bills the whole try, so the trial's reservation holds this time too: loading the study
+    and the task's start are not in a trial's estimate.
+    """
+    from costaware.core.ledger import utcnow
+
+    began = getattr(ti, "start_date", None)
+    if began is None:
+        return 0.0
+    return max(float((utcnow() - began).total_seconds()), 0.0)
 
 
 def retry_wait_seconds(task: Any, try_number: int, max_tries: int) -> float:

@@ -119,6 +119,7 @@ def run_trial(
     meter: Callable[[], float] = time.monotonic,
     wait_poll_seconds: float = 1.0,
     keep_for_retry_seconds: float = 0.0,
+    seconds_already_used: float = 0.0,
 ) -> SlotResult:
     """Run one trial of the study in this slot, within the money it reserves.
 
@@ -143,6 +144,8 @@ def run_trial(
             may come back, ask again this often until they settled (then a refusal stops the study).
         keep_for_retry_seconds: Keep the trial's hold this much longer than its lease, for a retry of its
             task to find it again (Airflow: the task's retry delay, where it has a retry left; 0: none).
+        seconds_already_used: What the caller's try has run before this call (Airflow: since the task try
+            began), paid from the trial's reservation as the cost listener bills the whole try.
 
     Returns:
         The slot's result; ``ran=False`` with the stop reason when the study is over.
@@ -153,7 +156,7 @@ def run_trial(
         Exception: whatever the trainer raised (the trial is marked failed first).
     """
     _check_trainer_call(trainer, trainer_kwargs or {})
-    opened = _open_slot(storage_url, study_name, holder, slot, meter)
+    opened = _open_slot(storage_url, study_name, holder, slot, meter, seconds_already_used)
     if isinstance(opened, SlotResult):
         return opened
     s = opened
@@ -210,10 +213,18 @@ def _check_trainer_call(trainer: TrainerFactory, trainer_kwargs: Mapping[str, An
 
 
 def _open_slot(
-    storage_url: str, study_name: str, holder: str, slot: int, meter: Callable[[], float]
+    storage_url: str,
+    study_name: str,
+    holder: str,
+    slot: int,
+    meter: Callable[[], float],
+    seconds_already_used: float = 0.0,
 ) -> _Slot | SlotResult:
     """Load the study, fail its stale trials, and apply the stop rules (unless this holder resumes)."""
-    started = meter()
+    # The slot's clock starts where its bill starts: the caller's time before this call is paid from the
+    # reservation too (a slow study store or task start once pushed a try past its hold and a study past
+    # max_usd).
+    started = meter() - max(seconds_already_used, 0.0)
     study, spec = load_study(storage_url, study_name, slot, holder)
     trials = study.get_trials(deepcopy=False)
     if fail_stale_trials(study, trials=trials):
