@@ -855,3 +855,37 @@ def test_a_summary_fails_its_own_runs_trials_not_those_of_a_run_whose_id_continu
         mine.number: optuna.trial.TrialState.FAIL,
         theirs.number: optuna.trial.TrialState.RUNNING,
     }
+
+
+def test_a_skipped_slot_outside_airflow_records_the_time_it_took_to_decide(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # Six slots of a full study each loaded it and read its stop rules on the caller's paid machine, and the
+    # ledger held no entry of theirs: in Airflow the listener bills a skipped try; here nothing did.
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = study_spec("full", max_usd="100.00", max_trials=1, fallback_trial_seconds=1.0)
+    create_study(url, ledger, spec)
+    owner = EntryOwner(dag_id="full", run_id="r1", map_index=0)
+    run_trial(
+        storage_url=url, ledger=ledger, study_name="full", trainer=InstantTrainer, holder="slot-0", slot=0,
+        settle_as=owner, meter=SteppedMeter(),
+    )  # fmt: skip
+    spent_by_the_trial = ledger.spent(spec.budget_scope)
+
+    class SlowToDecide(SteppedMeter):
+        def __call__(self) -> float:
+            self.now += 2.0  # each reading of the clock two seconds after the last
+            return super().__call__()
+
+    for slot in range(1, 7):
+        result = run_trial(
+            storage_url=url, ledger=ledger, study_name="full", trainer=InstantTrainer, holder=f"slot-{slot}",
+            slot=slot, settle_as=EntryOwner(dag_id="full", run_id="r1", map_index=slot), meter=SlowToDecide(),
+        )  # fmt: skip
+        assert not result.ran
+    skipped = [row for row in ledger.entries(dag_id="full") if row["outcome"] == "skipped"]
+    assert sorted(row["map_index"] for row in skipped) == [1, 2, 3, 4, 5, 6]
+    for row in skipped:
+        assert row["usd"] == Decimal(2) and row["trial"] == "skipped"  # $1 a second, 2 s read between
+        assert row["tags"]["project"] == "full" and row["reservation_id"] is None
+        assert "max_trials" in row["note"]
+    assert ledger.spent(spec.budget_scope) == spent_by_the_trial + Decimal(12)

@@ -37,7 +37,7 @@ from costaware.core.tuning import (
 )
 from costaware.training.tuning.fidelity import FidelityModel, TrainerFactory
 from costaware.training.tuning.optuna_glue import distributions, pruning_note
-from costaware.training.tuning.reservations import reserve_trial_cost, settle_trial
+from costaware.training.tuning.reservations import record_skipped_slot, reserve_trial_cost, settle_trial
 from costaware.training.tuning.results import EntryOwner, SlotResult, TrialResult
 from costaware.training.tuning.study import (
     STARTED_ATTR,
@@ -156,12 +156,20 @@ def run_trial(
         Exception: whatever the trainer raised (the trial is marked failed first).
     """
     _check_trainer_call(trainer, trainer_kwargs or {})
-    opened = _open_slot(storage_url, study_name, holder, slot, meter, seconds_already_used)
+    # The slot's clock starts where its bill starts: the caller's time before this call is paid from the
+    # reservation too (a slow study store or task start once pushed a try past its hold and a study past
+    # max_usd).
+    started = meter() - max(seconds_already_used, 0.0)
+    spec, opened = _open_slot(storage_url, study_name, holder, slot, meter, started)
     if isinstance(opened, SlotResult):
+        if settle_as is not None:
+            record_skipped_slot(ledger, spec, meter() - started, settle_as, opened.reason)
         return opened
     s = opened
     reserved = _reserve_trial(s, ledger, holder, run_id, slot, wait_poll_seconds, keep_for_retry_seconds)
     if isinstance(reserved, SlotResult):
+        if settle_as is not None:  # in Airflow the cost listener bills the skipped try
+            record_skipped_slot(ledger, spec, meter() - started, settle_as, reserved.reason)
         return reserved
     reservation, estimate = reserved
     tick = meter()
@@ -218,13 +226,9 @@ def _open_slot(
     holder: str,
     slot: int,
     meter: Callable[[], float],
-    seconds_already_used: float = 0.0,
-) -> _Slot | SlotResult:
+    started: float,
+) -> tuple[StudySpec, _Slot | SlotResult]:
     """Load the study, fail its stale trials, and apply the stop rules (unless this holder resumes)."""
-    # The slot's clock starts where its bill starts: the caller's time before this call is paid from the
-    # reservation too (a slow study store or task start once pushed a try past its hold and a study past
-    # max_usd).
-    started = meter() - max(seconds_already_used, 0.0)
     study, spec = load_study(storage_url, study_name, slot, holder)
     trials = study.get_trials(deepcopy=False)
     if fail_stale_trials(study, trials=trials):
@@ -235,7 +239,7 @@ def _open_slot(
     if resumed is None:
         stopped = study_attrs.get(STOP_ATTR)
         if stopped:
-            return SlotResult(ran=False, reason=stopped["message"], stop=StopReason(stopped["reason"]))
+            return spec, SlotResult(ran=False, reason=stopped["message"], stop=StopReason(stopped["reason"]))
         why = stop_reason(
             spec.caps,
             direction=spec.direction,
@@ -245,8 +249,8 @@ def _open_slot(
             now=utcnow(),
         )
         if why is not None:
-            return _stop(study, *why)
-    return _Slot(study, spec, trials, started_at, resumed, started, meter)
+            return spec, _stop(study, *why)
+    return spec, _Slot(study, spec, trials, started_at, resumed, started, meter)
 
 
 def _reserve_trial(
