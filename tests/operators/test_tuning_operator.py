@@ -764,3 +764,29 @@ def test_the_time_the_try_spent_before_the_trial_is_in_its_reservation(env: Ledg
     assert env.open_reservations() == []
     study = optuna.load_study(study_name="s1", storage=env.engine.url.render_as_string(hide_password=False))
     assert study.get_trials() == []  # no trial was started on money the study did not have
+
+
+def test_a_run_whose_study_was_never_made_names_the_task_that_failed_first(env: Ledger) -> None:
+    # A study named after its run ('s-manual__1'), its plan upstream_failed after prepare failed: the summary
+    # said only "no tuning study named ... the plan task has not run or it failed (its log says why)", and
+    # the plan's log is empty.
+    from airflow.providers.standard.operators.empty import EmptyOperator
+
+    with DAG(DAG_ID, schedule=None) as dag:
+        summary_op = TuningStudySummarizeOperator(
+            task_id="summarize", study_name="s-manual__1", trial_task_id="trial"
+        )
+        EmptyOperator(task_id="prepare") >> EmptyOperator(task_id="plan") >> EmptyOperator(task_id="trial")
+        dag.get_task("trial") >> summary_op
+    ti = _ti(summary_op)
+    ti.get_task_states = lambda **_: {RUN_ID: {"trial": "upstream_failed"}}
+    ti.get_task_breadcrumbs = lambda **_: [
+        {"task_id": "prepare", "map_index": -1, "state": "failed"},
+        {"task_id": "plan", "map_index": -1, "state": "upstream_failed"},
+    ]
+    with pytest.raises(AirflowFailException) as failed:
+        summary_op.execute({"ti": ti})
+    said = str(failed.value)
+    assert "study s-manual__1: the plan task failed or did not run, so this run made no study" in said
+    assert "see the log of 'prepare', the first to fail" in said
+    assert "has not run or it failed" not in said

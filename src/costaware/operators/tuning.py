@@ -435,10 +435,22 @@ class TuningStudySummarizeOperator(_StudyOperator):
 
         ti = context["ti"]
         prefix = reservation_holder(ti.dag_id, ti.run_id, self.trial_task_id, 0).rsplit("/", 1)[0] + "/"
+        states = self._trial_task_states(ti)
+        plan_missed = bool(states) and all(state == "upstream_failed" for state in states)
         with airflow_errors():
-            summary = summarize_study(
-                self.study_storage(), self.hook.get_conn(), str(self.study_name), holder_prefix=prefix
-            )
+            try:
+                summary = summarize_study(
+                    self.study_storage(), self.hook.get_conn(), str(self.study_name), holder_prefix=prefix
+                )
+            except ConfigurationError as e:
+                if not plan_missed:
+                    raise
+                # A study named after its run has no earlier summary: "the plan has not run or it failed"
+                # alone sent people to a plan whose log is empty when a task before it failed.
+                raise AirflowFailException(
+                    f"study {self.study_name}: the plan task failed or did not run, so this run made "
+                    f"no study and ran no trial: see {self._first_failed_text(ti)}"
+                ) from e
         best = summary["best"]
         ran = sum(summary["states"].values())
 
@@ -468,15 +480,12 @@ class TuningStudySummarizeOperator(_StudyOperator):
                 row["value"],
                 row["decision"],
             )
-        states = self._trial_task_states(ti)
-        if states and all(state == "upstream_failed" for state in states):
+        if plan_missed:
             # The plan failed: a study of a name used before would otherwise end green with its old summary.
-            # The plan may only have failed for an upstream task's failure, its log empty: named here.
-            first = first_failed_tasks(ti)
-            where = f"the log of {', '.join(map(repr, first))}, the first to fail" if first else "its log"
             raise AirflowFailException(
                 f"study {summary['study_name']}: the plan task failed or did not run, so this run ran no "
-                f"trial: see {where} (the summary above is the study as earlier runs left it)"
+                f"trial: see {self._first_failed_text(ti)} (the summary above is the study as earlier runs "
+                "left it)"
             )
         failed = sum(1 for state in states if state in ("failed", "upstream_failed")) if best is None else 0
         if failed:
@@ -522,6 +531,12 @@ class TuningStudySummarizeOperator(_StudyOperator):
                 "above; raise max_wall_seconds or max_usd, or check the trainer's metric)"
             )
         return summary
+
+    @staticmethod
+    def _first_failed_text(ti: Any) -> str:
+        """Whose log says why the plan did not run: the plan may only have failed for an upstream task's."""
+        first = first_failed_tasks(ti)
+        return f"the log of {', '.join(map(repr, first))}, the first to fail" if first else "its log"
 
     @staticmethod
     def _stop_text(summary: dict[str, Any], ran: int) -> str:
