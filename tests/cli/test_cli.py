@@ -331,6 +331,32 @@ def test_changing_a_budget_keeps_what_is_not_given(
     assert [(b.cap_gpu_hours, b.timezone) for b in Ledger.from_url(ledger_url).budgets()][1] == (None, "UTC")
 
 
+def test_a_budget_whose_tags_no_entry_or_hold_has_names_the_close_value_they_have(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 'flight delays' beside entries tagged 'flight-delays': set without a word, it capped nothing.
+    ledger = Ledger.from_url(ledger_url)
+    ledger.record(
+        LedgerEntry(dag_id="d", run_id="r", task_id="t", kind=Kind.COMPUTE, usd=Decimal(1),
+                    tags={"project": "flight-delays"})
+    )  # fmt: skip
+
+    def budget_set(scope: str) -> str:
+        argv = ["--ledger-url", ledger_url, "budget", "set", "--scope", scope, "--period", "month"]
+        assert main([*argv, "--cap-usd", "100"]) == 0
+        return capsys.readouterr().err
+
+    err = budget_set("project=flight delays")
+    assert "note: no entry or open hold of the ledger is tagged project=flight delays" in err
+    assert "did you mean 'flight-delays'?" in err and "--scope project=flight-delays" in err
+    assert "note:" not in budget_set("project=flight-delays")  # the ledger's own value: nothing to say
+    assert "note:" not in budget_set("project=churn")  # a new project, nothing close: nothing to say
+    # A hold carries the tags too: a task holding money under them before its first entry.
+    assert "note:" not in budget_set("project=loans")
+    ledger.reserve("project=loans", Decimal(1), holder="d/r/t/-1")
+    assert "did you mean 'loans'?" in budget_set("project=loan")
+
+
 def test_a_scope_differing_only_in_case_is_a_second_budget_and_says_so(
     ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -64,6 +64,7 @@ def budget_set(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     _say_over_cap(ledger, budget)
+    _say_close_tags(ledger, budget.scope)
     scope = str(budget.scope)
     same_period = [s for s, period in existing if period == budget.period]
     twins = sorted(s for s in same_period if s != scope and s.casefold() == scope.casefold())
@@ -77,6 +78,36 @@ def budget_set(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _say_close_tags(ledger: Any, scope: Any) -> None:
+    """Say when no entry or open hold has the scope's tags but some have a close value ('flight-delays').
+
+    'project=flight delays' beside entries tagged 'flight-delays' was set without a word and capped nothing.
+    Read as ``report`` reads a tag: the ledger's newest 500 entries, and every open hold.
+    """
+    import difflib
+
+    wanted = dict(scope.tags)
+    tagged = [dict(e["tags"]) for e in ledger.entries(limit=500)]
+    tagged += [dict(r.scope.tags) for r in ledger.open_reservations()]
+    if not wanted or any(all(tags.get(k) == v for k, v in wanted.items()) for tags in tagged):
+        return
+    meant = dict(wanted)
+    for key, value in wanted.items():
+        seen = sorted({tags[key] for tags in tagged if key in tags})
+        close = difflib.get_close_matches(value, seen, n=1) if value not in seen else []
+        if close:
+            meant[key] = close[0]
+    if meant == wanted:
+        return  # a new project, say: nothing close to suggest
+    changed = " and ".join(repr(meant[k]) for k in wanted if meant[k] != wanted[k])
+    print(
+        f"note: no entry or open hold of the ledger is tagged {scope}, so this budget caps nothing yet; "
+        f"did you mean {changed}? (--scope {','.join(f'{k}={v}' for k, v in meant.items())}); scopes match "
+        "tags exactly",
+        file=sys.stderr,
+    )
 
 
 def _say_over_cap(ledger: Any, budget: Any) -> None:
