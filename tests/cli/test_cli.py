@@ -210,6 +210,9 @@ def test_a_ledger_connection_kept_in_airflows_metadata_database_is_the_clis_defa
     assert done.returncode == 0, done.stderr
     assert [b.label for b in Ledger.from_url(f"sqlite:///{shared}").budgets()] == ["project=x/month"]
     assert not Path(env["COSTAWARE_LEDGER_URL"].removeprefix("sqlite:///")).exists()
+    # Airflow's import turned its INFO logging on: the new ledger's migration steps and the budget were
+    # logged as `[info]` lines, which the same command without that database does not write.
+    assert "info" not in done.stderr.lower(), done.stderr
     # A drain wrote the workers' spooled entries to COSTAWARE_LEDGER_URL's (or the SQLite) file instead.
     from costaware.ledger_spool import spool_entry
 
@@ -238,6 +241,49 @@ def test_a_ledger_connection_kept_in_airflows_metadata_database_is_the_clis_defa
     )
     assert done.returncode == 0, done.stderr
     assert [b.label for b in Ledger.from_url(f"sqlite:///{other}").budgets()] == ["project=y/month"]
+
+
+def test_an_airflow_metadata_database_that_cannot_be_read_refuses_writes_and_is_warned_of_by_reads(
+    tmp_path: Path,
+) -> None:
+    # An unmigrated (empty) airflow.db: Airflow's look-up logged that failure at debug level and answered
+    # "no such connection", so budget set (and spool drain) wrote COSTAWARE_LEDGER_URL's ledger without a
+    # word, where the workers' costaware_ledger connection may name another.
+    from services import airflow_env, run_command
+
+    from costaware.ledger_spool import spool_entry
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "airflow.db").write_bytes(b"")
+    env = airflow_env(home, tmp_path / "dags")
+    fallback_url = env["COSTAWARE_LEDGER_URL"]
+    unreadable = "cannot read connection 'costaware_ledger' from Airflow's metadata database (no such table"
+    budget_set = ["budget", "set", "--scope", "project=x", "--period", "month", "--cap-usd", "7"]
+
+    refused = run_command(env, "costaware", *budget_set)
+    assert refused.returncode == 2, refused.stderr
+    assert unreadable in refused.stderr
+    assert "`airflow db migrate`" in refused.stderr and "give --ledger-url" in refused.stderr
+    assert not Path(fallback_url.removeprefix("sqlite:///")).exists()
+
+    # --ledger-url asks no database; a command that only reads says it and reads the fallback.
+    done = run_command(env, "costaware", "--ledger-url", fallback_url, *budget_set)
+    assert done.returncode == 0, done.stderr
+    listed = run_command(env, "costaware", "budget", "list")
+    assert listed.returncode == 0, listed.stderr
+    assert "project=x" in listed.stdout
+    assert f"costaware: warning: {unreadable}" in listed.stderr
+
+    spool = home / "costaware" / "spool"
+    entry = LedgerEntry(dag_id="nightly", run_id="r1", task_id="t", kind=Kind.COMPUTE, usd=Decimal("7"))
+    spool_entry(spool, entry, "costaware_ledger", retrying=False)
+    drained = run_command(env, "costaware", "spool", "drain")
+    assert drained.returncode == 2, drained.stderr
+    assert unreadable in drained.stderr and "nothing drained" in drained.stderr
+    assert "AIRFLOW_CONN_COSTAWARE_LEDGER" in drained.stderr
+    assert Ledger.from_url(fallback_url).entries() == []
+    assert len(list(spool.glob("*.json"))) == 1  # still waiting, unclaimed
 
 
 def test_a_scope_no_entry_has_names_the_values_there_are(

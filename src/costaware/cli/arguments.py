@@ -9,6 +9,7 @@ light ``core`` modules: ``costaware --help`` must not pay for SQLAlchemy, pandas
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import math
 import shlex
@@ -241,22 +242,26 @@ def group_by_name(text: str) -> str:
     return grouping_of(text)
 
 
-def open_ledger(args: argparse.Namespace, *, reading: bool = False) -> Ledger:
+def open_ledger(args: argparse.Namespace, *, reading: bool = False, read_only: bool = False) -> Ledger:
     """The ledger that ``--ledger-url`` names, else :func:`default_ledger_url`.
 
-    ``reading``: the command only reads, so a SQLite file that does not exist is a mistyped location (or
-    nothing was recorded yet), not a ledger to create: opening it would make an empty one there and report
-    "nothing" as if it were the real ledger.
+    ``reading``: the command needs an existing ledger, so a SQLite file that does not exist is a mistyped
+    location (or nothing was recorded yet), not a ledger to create: opening it would make an empty one there
+    and report "nothing" as if it were the real ledger.
+
+    ``read_only``: the command writes nothing, so Airflow's metadata database that cannot be read (where the
+    workers' ledger connection may be kept) is a warning, not a refusal.
 
     Raises:
-        CostawareError: ``reading`` and the SQLite file does not exist.
+        CostawareError: ``reading`` and the SQLite file does not exist; not ``read_only`` and the metadata
+            database could not be read.
     """
     from costaware.adapters.ledger.engine import missing_sqlite_file
     from costaware.adapters.ledger.store import Ledger
     from costaware.core.errors import CostawareError
 
     # A blank --ledger-url (a script's unset variable) is refused by the parser: not the default ledger.
-    url = getattr(args, "ledger_url", None) or default_ledger_url()
+    url = getattr(args, "ledger_url", None) or default_ledger_url(read_only=read_only)
     missing = missing_sqlite_file(url)
     if missing is not None and not reading:
         # Said, so that a mistyped path (sqlite:///tmp/x.db under the current folder, for sqlite:////tmp/x.db)
@@ -396,7 +401,7 @@ def dag_hint(ledger: Any, dag_id: str) -> str:
     return (f"; did you mean {meant[0]!r}?" if meant else "") + f" (DAGs in the ledger: {listed})"
 
 
-def default_ledger_url() -> str:
+def default_ledger_url(*, read_only: bool = False) -> str:
     """The ledger the workers use, read in ``CostLedgerHook``'s order.
 
     The ``costaware_ledger`` connection when the environment gives it (``AIRFLOW_CONN_COSTAWARE_LEDGER``, as
@@ -405,24 +410,60 @@ def default_ledger_url() -> str:
 
     Without the first two, a budget set from a compose container, or beside a connection added in the UI,
     went to a SQLite file no worker reads. Airflow is imported only then: the other commands stay quick.
+
+    ``read_only``: a metadata database that cannot be read is said on stderr and the fallback ledger read;
+    otherwise it is refused, as the workers may keep their ledger there.
+
+    Raises:
+        CostawareError: not ``read_only`` and Airflow's metadata database (or a secrets backend) failed.
     """
     import os
 
+    from costaware.adapters.ledger.engine import safe_url
+    from costaware.core.errors import CostawareError
     from costaware.settings import ledger_url
 
     if os.environ.get("AIRFLOW_CONN_COSTAWARE_LEDGER", "").strip():
         from costaware.hooks.ledger import CostLedgerHook
 
         return CostLedgerHook().get_url()
-    return ledger_url_in_airflow_database() or ledger_url()
+    try:
+        return ledger_url_in_airflow_database() or ledger_url()
+    except ConnectionLookupError as e:
+        if not read_only:
+            # The fallback would take a budget (or prices) that no gate reads, where the workers' ledger is
+            # the one that connection names.
+            raise CostawareError(
+                f"{e}: nothing written, as the workers may use the ledger that connection names; fix it "
+                "(`airflow db migrate`, or the deployment's AIRFLOW_HOME) or give --ledger-url with the "
+                "workers' ledger"
+            ) from e
+        print(
+            f"costaware: warning: {e}: reading {safe_url(ledger_url())}; give --ledger-url if the workers "
+            "use another ledger",
+            file=sys.stderr,
+        )
+        return ledger_url()
+
+
+class ConnectionLookupError(Exception):
+    """Airflow's metadata database (or a secrets backend) failed when asked for a connection.
+
+    Not "no such connection": Airflow's own look-up logs that failure at debug level and answers "not
+    defined", and the command then wrote to a ledger the workers do not use.
+    """
 
 
 def ledger_url_in_airflow_database(conn_id: str | None = None) -> str | None:
     """The URL of connection ``conn_id`` (default ``costaware_ledger``) kept in Airflow's metadata database.
 
-    The workers read it through the API server; the command reads it as ``airflow connections get`` does.
-    Not asked where ``AIRFLOW_HOME`` has no such database (a SQLite file that is not there): importing
-    Airflow costs seconds. A database that cannot be read is said on stderr, with the ledger used instead.
+    Asked in the order of ``airflow connections get``: the secrets backend of airflow.cfg, the environment,
+    then the metadata database. Not asked where ``AIRFLOW_HOME`` has no such database (a SQLite file that is
+    not there): importing Airflow costs about 2 s.
+
+    Raises:
+        ConnectionLookupError: Airflow's configuration, a secrets backend or the metadata database failed
+            (not migrated, down): whether it keeps the connection is not known.
     """
     if not _airflow_database_may_exist():
         return None
@@ -430,28 +471,74 @@ def ledger_url_in_airflow_database(conn_id: str | None = None) -> str | None:
     from costaware.glue import DEFAULT_LEDGER_CONN_ID
 
     conn_id = conn_id or DEFAULT_LEDGER_CONN_ID
-    try:
-        from airflow.models.connection import Connection
-        from airflow.sdk.exceptions import AirflowNotFoundException
-
-        try:
-            conn = Connection.get_connection_from_secrets(conn_id)
-        except AirflowNotFoundException:
-            return None
-    except Exception as e:
-        from costaware.adapters.ledger.engine import safe_url
-        from costaware.settings import ledger_url
-
-        said = " ".join(str(e).split())[:200] or type(e).__name__
-        print(
-            f"costaware: cannot read Airflow's metadata database for connection {conn_id!r} "
-            f"({said}): using {safe_url(ledger_url())}; give --ledger-url if the workers use another ledger",
-            file=sys.stderr,
-        )
+    with _logging_as_before_airflow():
+        conn = _connection_from_secrets_backends(conn_id)
+    if conn is None:
         return None
     return url_from_connection_fields(
         conn.conn_id, conn.conn_type, conn.host, conn.login, conn.password, conn.port, conn.schema, conn.extra
     )
+
+
+def _connection_from_secrets_backends(conn_id: str) -> Any:
+    """Connection ``conn_id`` from Airflow's secrets backends, None where none keeps it.
+
+    ``Connection.get_connection_from_secrets`` is not used: it takes a backend's failure for "not there".
+
+    Raises:
+        ConnectionLookupError: Airflow could not be set up, or a backend failed.
+    """
+
+    def said(e: BaseException) -> str:
+        driver_error = getattr(e, "orig", None)  # SQLAlchemy's, without the long SELECT it adds
+        return " ".join(str(driver_error or e).split())[:300] or type(e).__name__
+
+    try:
+        from airflow.configuration import ensure_secrets_loaded
+        from airflow.secrets.metastore import MetastoreBackend
+
+        backends = ensure_secrets_loaded()
+    except Exception as e:
+        raise ConnectionLookupError(
+            f"cannot load Airflow's configuration or secrets backends to read connection {conn_id!r} "
+            f"({said(e)})"
+        ) from e
+    for backend in backends:
+        try:
+            conn = backend.get_connection(conn_id=conn_id)
+        except Exception as e:
+            where = (
+                "Airflow's metadata database"
+                if isinstance(backend, MetastoreBackend)
+                else f"Airflow's secrets backend {type(backend).__name__}"
+            )
+            raise ConnectionLookupError(f"cannot read connection {conn_id!r} from {where} ({said(e)})") from e
+        if conn is not None:
+            return conn
+    return None
+
+
+@contextlib.contextmanager
+def _logging_as_before_airflow() -> Iterator[None]:
+    """Keep the logging levels Airflow's import changes as they were: the command's stderr stays quiet.
+
+    Airflow sets the root logger (and its own) to INFO when imported: the ledger's migration and a budget
+    set then logged ``[info]`` lines that the same command without Airflow does not. A process that
+    imported Airflow itself keeps its settings.
+    """
+    import logging
+
+    if "airflow" in sys.modules:
+        yield
+        return
+    root = logging.getLogger()
+    level = root.level
+    try:
+        yield
+    finally:
+        root.setLevel(level)
+        if "airflow" in logging.Logger.manager.loggerDict:
+            logging.getLogger("airflow").setLevel(logging.NOTSET)  # as the root logger, as before
 
 
 def _airflow_database_may_exist() -> bool:

@@ -574,8 +574,9 @@ SPOOL_COMMANDS = (
             "Writes every cost entry waiting in the spool to the ledger its task used (its Airflow "
             "connection, read here as the workers read it, from the environment or the metadata database "
             "of AIRFLOW_HOME: one missing here, or a SQLite ledger not made yet, leaves its entries "
-            "waiting), settling the task's hold, as the listener's own "
-            "drain does and safely beside it: each file is claimed by renaming it first. Prints how many "
+            "waiting; a metadata database that cannot be read refuses the drain, exit 2), settling the "
+            "task's hold, as the listener's own drain does and safely beside it: each file is claimed by "
+            "renaming it first. Prints how many "
             "were written, still wait (their ledger still cannot be written, or another drain holds them) "
             "and were refused (moved to refused/ in the spool); exits 1 when any was not written."
         ),

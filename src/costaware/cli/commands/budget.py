@@ -182,7 +182,7 @@ def budget_delete(args: argparse.Namespace) -> int:
 
 def budget_list(args: argparse.Namespace) -> int:
     """Print every budget."""
-    budgets = open_ledger(args, reading=True).budgets()
+    budgets = open_ledger(args, reading=True, read_only=True).budgets()
     rows = [
         [
             str(b.scope),
@@ -221,7 +221,7 @@ def budget_show(args: argparse.Namespace) -> int:
 
     if args.dag_id and not args.run_id:
         raise ConfigurationError(f"--dag-id {args.dag_id} names the DAG of a run: give --run-id RUN too")
-    ledger = open_ledger(args, reading=True)
+    ledger = open_ledger(args, reading=True, read_only=True)
     scope = Scope.parse(args.scope)
     # A per-run budget has no usage without a run: said, rather than left out unsaid.
     per_run = [b.label for b in ledger.budgets() if b.period == Period.RUN and b.scope.covers(scope)]
@@ -365,7 +365,7 @@ def budget_holds(args: argparse.Namespace) -> int:
     from costaware.adapters.airflow_tasks import holder_kind
     from costaware.core.budgets import Scope
 
-    ledger = open_ledger(args, reading=True)
+    ledger = open_ledger(args, reading=True, read_only=True)
     wanted = Scope.parse(args.scope)
     holds = [r for r in ledger.open_reservations() if wanted.covers(r.scope)]
     holds.sort(key=lambda r: r.created_at)

@@ -43,7 +43,7 @@ def report_efficiency(args: argparse.Namespace) -> int:
         raise CostawareError(
             f"--group-by {args.group_by} does not apply to --efficiency: its rows are always one per task"
         )
-    ledger = open_ledger(args, reading=True)
+    ledger = open_ledger(args, reading=True, read_only=True)
     # The tries of the runs the filters select, as the Cost page reads them: --scope and a run too.
     filters = Filters(args.since, args.until, args.dag_id, args.scope, run_asked_for(args, ledger))
     measured = measurements_in(ledger, filters)

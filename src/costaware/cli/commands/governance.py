@@ -92,7 +92,7 @@ def audit(args: argparse.Namespace) -> int:
     """Print the audit trail: who changed which budget, approved or overrode what, and when."""
     from costaware.adapters.ledger.audit import audit_log
 
-    entries = audit_log(open_ledger(args, reading=True), since=args.since, action=args.action)
+    entries = audit_log(open_ledger(args, reading=True, read_only=True), since=args.since, action=args.action)
     if not entries and args.format == "table":
         print("no audit entries" + (f" since {args.since.isoformat()}" if args.since else ""))
         return 0
@@ -270,7 +270,7 @@ def alerts_list(args: argparse.Namespace) -> int:
     """Print every budget's alert settings and the alerts sent."""
     from costaware.adapters.ledger.governance import alert_rules, alerts_sent
 
-    ledger = open_ledger(args, reading=True)
+    ledger = open_ledger(args, reading=True, read_only=True)
     rules = alert_rules(ledger)
     sent = alerts_sent(ledger)
     covered = _covered_alerts(ledger)

@@ -43,7 +43,7 @@ def _prices(args: argparse.Namespace) -> OnDemandPrices:
 
     try:
         # A look-up makes no ledger: one at a mistyped --ledger-url was made empty and its cache read as such.
-        ledger = open_ledger(args, reading=True)
+        ledger = open_ledger(args, reading=True, read_only=True)
     except LedgerUnavailableError as e:  # the snapshot still answers
         print(f"costaware: warning: price cache unavailable ({e})", file=sys.stderr)
         return configured_prices(aws_conn_id=args.aws_conn_id, cache=False)
@@ -297,7 +297,7 @@ def _show_cache(args: argparse.Namespace) -> int:
     from costaware.core.price_figures import format_age, is_stale
 
     try:
-        cache = PriceCache(open_ledger(args, reading=True))
+        cache = PriceCache(open_ledger(args, reading=True, read_only=True))
     except CostawareError:
         if args.region_given:
             _check_region(args.region_given)  # a typo first: it is the mistake to fix

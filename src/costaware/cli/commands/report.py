@@ -44,7 +44,7 @@ def report(args: argparse.Namespace) -> int:
             f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} only with --efficiency: add "
             f"it, or leave {'it' if len(given) == 1 else 'them'} out"
         )
-    ledger = open_ledger(args, reading=True)
+    ledger = open_ledger(args, reading=True, read_only=True)
     run_id = run_asked_for(args, ledger)
     rows = ledger.report(
         group_by=args.group_by,

@@ -23,7 +23,7 @@ def list_runs(args: argparse.Namespace) -> int:
     from costaware.core.outcomes import summarize
 
     check_range("--limit", args.limit, low=1)  # 0 read "no retrain outcomes yet", and -1 listed everything
-    ledger = open_ledger(args, reading=True)
+    ledger = open_ledger(args, reading=True, read_only=True)
     refuse_unknown_names(ledger, args.dag_id, None)
     found = outcomes(ledger, dag_id=args.dag_id, limit=args.limit)
     headers = ["run", "model", "metric", "value", "champion", "promoted", "rows", "trained", "cost"]
@@ -231,7 +231,7 @@ def show_run(args: argparse.Namespace) -> int:
     from costaware.adapters.ledger.efficiency import outcomes, run_outcome
     from costaware.core.errors import ConfigurationError, CostawareError
 
-    ledger = open_ledger(args, reading=True)
+    ledger = open_ledger(args, reading=True, read_only=True)
     run_id = args.run_id
     if args.last:
         if run_id or not args.dag_id:

@@ -79,27 +79,44 @@ def _row(spooled: Any) -> list[Any]:
     ]
 
 
-def _kept_in_airflow_database(conn_id: str) -> Any:
-    """The ledger of ``conn_id`` where only Airflow's metadata database keeps it (the UI), else None.
+def _kept_in_airflow_database(conn_id: str) -> str | None:
+    """The ledger URL of ``conn_id`` where only Airflow's metadata database keeps it (the UI), else None.
 
     The hook outside a task does not read that database: the drain wrote the workers' entries to the SQLite
     file under ``$AIRFLOW_HOME``, a ledger no budget reads.
 
     Raises:
-        CostawareError: the connection names a SQLite file that does not exist here.
+        CostawareError: the metadata database could not be read (the entries would go to the fallback
+            ledger where that connection may name another).
     """
     import os
 
-    from costaware.adapters.ledger.engine import missing_sqlite_file
-    from costaware.adapters.ledger.store import Ledger
-    from costaware.cli.arguments import ledger_url_in_airflow_database
+    from costaware.cli.arguments import ConnectionLookupError, ledger_url_in_airflow_database
     from costaware.core.errors import CostawareError
 
     if os.environ.get(f"AIRFLOW_CONN_{conn_id.upper()}", "").strip():
         return None  # the hook reads it, as a worker does
-    url = ledger_url_in_airflow_database(conn_id)
-    if url is None:
-        return None
+    try:
+        url = ledger_url_in_airflow_database(conn_id)
+    except ConnectionLookupError as e:
+        raise CostawareError(
+            f"{e}: nothing drained, as the entries of {conn_id!r} would go to a ledger the workers may not "
+            f"use; fix it (`airflow db migrate`, or the deployment's AIRFLOW_HOME) or give this machine the "
+            f"workers' ledger connection as AIRFLOW_CONN_{conn_id.upper()}, and drain again"
+        ) from e
+    return url
+
+
+def _ledger_kept_in_airflow_database(conn_id: str, url: str) -> Any:
+    """The ledger at ``url``, which connection ``conn_id`` in Airflow's metadata database names.
+
+    Raises:
+        CostawareError: a SQLite file that does not exist here (its entries wait).
+    """
+    from costaware.adapters.ledger.engine import missing_sqlite_file
+    from costaware.adapters.ledger.store import Ledger
+    from costaware.core.errors import CostawareError
+
     missing = missing_sqlite_file(url)
     if missing is not None:
         raise CostawareError(
@@ -109,11 +126,23 @@ def _kept_in_airflow_database(conn_id: str) -> Any:
     return Ledger.from_url(url)
 
 
+def _waiting_conn_ids(folder: Path) -> set[str]:
+    """The ledger connections of the entries waiting in ``folder`` (an unreadable file names none)."""
+    from costaware.glue import DEFAULT_LEDGER_CONN_ID
+
+    return {
+        str(spooled.data.get("ledger_conn_id", DEFAULT_LEDGER_CONN_ID))
+        for spooled in _spooled_files(folder)
+        if spooled.state == "waiting" and spooled.data is not None
+    }
+
+
 def drain(args: argparse.Namespace) -> int:
     """Write every spooled entry to the ledger its task used; 1 when some could not be written.
 
     Raises:
-        CostawareError: ``--ledger-url`` given (each entry names its own ledger), or a bad ``--spool-dir``.
+        CostawareError: ``--ledger-url`` given (each entry names its own ledger), a bad ``--spool-dir``, or
+            Airflow's metadata database, where a waiting entry's connection may be kept, cannot be read.
     """
     from costaware.core.errors import CostawareError
     from costaware.ledger_spool import REFUSED, workers_ledger
@@ -127,11 +156,16 @@ def drain(args: argparse.Namespace) -> int:
             "machine the workers' ledger connection (AIRFLOW_CONN_<ID> or COSTAWARE_LEDGER_URL)"
         )
     folder = _folder(args)
+    # Asked before anything is claimed: a metadata database that cannot be read refuses the whole drain.
+    kept = {conn_id: _kept_in_airflow_database(conn_id) for conn_id in sorted(_waiting_conn_ids(folder))}
     ledgers: dict[str, Any] = {}
 
     def ledger_for(conn_id: str) -> Any:
         if conn_id not in ledgers:
-            ledgers[conn_id] = _kept_in_airflow_database(conn_id) or workers_ledger(conn_id)
+            url = kept[conn_id] if conn_id in kept else _kept_in_airflow_database(conn_id)
+            ledgers[conn_id] = (
+                _ledger_kept_in_airflow_database(conn_id, url) if url else workers_ledger(conn_id)
+            )
         return ledgers[conn_id]
 
     result = drain_spool(folder, ledger_for)
