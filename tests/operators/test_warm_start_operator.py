@@ -196,6 +196,25 @@ def test_an_instance_type_no_price_source_knows_fails_before_any_training(
     )["version"]
 
 
+def test_a_local_try_on_a_type_of_the_teams_own_is_not_priced_before_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The cost listener prices no local try from the catalog: a warm start on the team's own box was refused
+    # before training for a type name no price source can know.
+    _day(tmp_path / "landing", 1)
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", f"sqlite:///{tmp_path / 'ledger.db'}")
+    local = _operator(tmp_path, 1, instance_type="dgx-box-1", market="{{ params.market }}", usd_per_hour=None)
+    local.market = "local"  # as rendered
+    assert local.execute(_context())["version"]
+    # The workers' market when the task names none.
+    monkeypatch.setenv("AIRFLOW__COSTAWARE__WORKER_MARKET", "local")
+    assert _operator(tmp_path, 1, instance_type="dgx-box-1", usd_per_hour=None).execute(_context())["version"]
+    # Any other market is priced from the catalog, so the type is checked.
+    spot = _operator(tmp_path, 1, instance_type="dgx-box-1", market="spot", usd_per_hour=None)
+    with pytest.raises(AirflowFailException, match=r"'dgx-box-1'"):
+        spot.execute(_context())
+
+
 def test_a_market_misspelt_in_a_template_fails_when_rendered_before_any_training(tmp_path: Path) -> None:
     _day(tmp_path / "landing", 1)
     op = _operator(tmp_path, 1, market="{{ ti.xcom_pull(task_ids='spot_window')['market'] }}")

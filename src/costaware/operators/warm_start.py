@@ -196,13 +196,23 @@ class WarmStartRetrainOperator(BuiltInTrainingArguments, BaseOperator):
 
         The cost listener recorded a misspelt type's tries at $0, unpriced: the training's cost was lost.
         Checked here, not when the DAG is parsed: a type only a refreshed or imported price knows is valid.
+        A ``local`` try (the team's own hardware, its type a name of theirs like 'dgx-box-1') is skipped, as
+        the listener prices none from the catalog.
         """
         if blank(self.instance_type) is None or blank(self.usd_per_hour) is not None:
             return
         from costaware.adapters.price_source import list_price
+        from costaware.core.errors import ConfigurationError
         from costaware.hooks.ledger import CostLedgerHook
         from costaware.settings import option
 
+        try:
+            # The listener's market: the task's (rendered, checked in execute), else the workers'.
+            market = Market.parse(str(blank(self.market) or option("worker_market")))
+        except ConfigurationError:
+            market = Market.ON_DEMAND  # a bad worker_market: the listener prices the try on-demand
+        if market is Market.LOCAL:
+            return
         region = str(blank(self.region) or option("worker_region"))
         list_price(CostLedgerHook(self.ledger_conn_id).get_conn(), str(self.instance_type), region)
 
