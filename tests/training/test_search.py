@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
@@ -277,6 +278,9 @@ def test_the_searchs_own_bookkeeping_is_paid_within_the_cap(ledger: Any, cap: st
 
     assert result.spent_usd <= Decimal(cap), result.stop
     assert "past the cap" not in result.stop
+    # Each cap here is at least the least one named ($3.50): it pays a rung. The setup was reserved with the
+    # first rung, beyond what that cap leaves beside the bookkeeping's hold, and none ran at $3.50 to $3.60.
+    assert result.trials and result.trials[0].rungs, result.stop
     # Billed all the same: every second from the meter's first reading to its last is in the ledger, rounded
     # up to the micro-dollar.
     used = Decimal(str(round(clock.now - clock.tick, 6)))
@@ -299,6 +303,13 @@ def test_a_cap_below_the_first_rung_and_the_bookkeeping_is_refused_before_anythi
         "is shorter)"
     )
     assert ledger.entries() == [] and ledger.budgets() == [] and ledger.open_reservations() == []
+    # The cap it names pays a rung, however long the setup before it took (paid from the bookkeeping's hold).
+    named = re.search(r"set cap_usd to at least \$([0-9.]+) ", str(refused.value))
+    assert named is not None
+    for tick in (0.1, 0.001):
+        least = search(ledger, named.group(1), Ticking(tick))
+        assert least.trials and least.trials[0].rungs, least.stop
+        assert least.spent_usd <= Decimal(named.group(1)) and "past the cap" not in least.stop
     # A smaller slack_seconds is what a fast ledger needs; the cap must pay it all the same.
     assert search(ledger, "3.49", Ticking(0.01), slack_seconds=1.0).spent_usd <= Decimal("3.49")
 

@@ -252,10 +252,11 @@ def budgeted_search(
             f"slack_seconds must be seconds > 0, got {slack_seconds!r}: the search's own bookkeeping "
             "(Optuna, the ledger) is paid from it; the default is 2.0"
         )
-    # The first rung is reserved at first_rung_seconds x safety_factor beside the bookkeeping's hold: a cap
-    # below both cut the first rung, and the setup and bookkeeping were billed past it.
+    # The first rung is reserved at first_rung_seconds x safety_factor beside the bookkeeping's hold (which
+    # pays the setup before it): a cap below both cut the first rung, and the setup and bookkeeping were
+    # billed past it. Each rounded up as it is reserved, so the first rung fits at exactly this cap.
     first_rung_usd = usd_for_seconds(first_rung_seconds * safety_factor, usd_per_hour)
-    least_usd = usd_for_seconds(first_rung_seconds * safety_factor + slack_seconds, usd_per_hour)
+    least_usd = first_rung_usd + usd_for_seconds(slack_seconds, usd_per_hour)
     if cap_usd < least_usd:
         raise ConfigurationError(
             f"cap_usd {format_usd_exact(cap_usd)} cannot pay one rung: the first rung's reservation "
@@ -295,7 +296,6 @@ def budgeted_search(
     ledger.set_budget(budget_scope, "total", cap_usd)
     seen: dict[tuple[Any, ...], SearchTrial] = {}
     trials: list[SearchTrial] = []
-    guess = first_rung_seconds / rung_list[0]
     measured: float | None = None  # seconds per unit of resource: the slowest rung seen
     fastest: float | None = None  # seconds per unit of the fastest configuration seen
     cheapest: float | None = None  # training seconds of the cheapest trial that reached the last rung
@@ -325,8 +325,6 @@ def budgeted_search(
         ]
         return promotable(value, competing, reduction_factor, direction)
 
-    # Billed with the first rung, but no part of what every rung needs besides its training.
-    setup = meter() - started
     # The rung reserved and not billed yet: (its reservation, trial number, rung).
     running: tuple[str, int, int] | None = None
     try:
@@ -370,11 +368,18 @@ def budgeted_search(
                     estimate = latest * (rung - previous)
                 elif slowest_first:
                     estimate = slowest_first
+                elif measured:
+                    estimate = measured * (rung - previous)
                 else:
-                    estimate = (measured or guess) * (rung - previous)
-                # The time since the last settlement (the setup, the proposals, making the model) is billed
-                # with this rung: reserved with it, it cannot spend the bookkeeping's hold.
-                unbilled = meter() - billing.last_bill
+                    estimate = first_rung_seconds  # as the least cap was named: guess x the first rung
+                now = meter()
+                if not trials and not done:
+                    # The setup (the budget, the study, the first proposal) is the bookkeeping's: paid from
+                    # its hold, not reserved with the first rung, which the least cap named leaves room for.
+                    billing.bill_setup(now)
+                # The time since the last settlement (the proposals, making the model) is billed with this
+                # rung: reserved with it, it cannot spend the bookkeeping's hold.
+                unbilled = now - billing.last_bill
                 seconds = unbilled + estimate * safety_factor + overhead
                 billing.keep_hold()
                 try:
@@ -459,8 +464,7 @@ def budgeted_search(
                             trained,
                             estimate,
                         )
-                overhead = max(overhead, billed - trained - setup)
-                setup = 0.0
+                overhead = max(overhead, billed - trained)
                 if failed:
                     state = "failed"
                     log.warning(

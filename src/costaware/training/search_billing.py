@@ -1,9 +1,10 @@
 """The bill of a budgeted search (:mod:`costaware.training.search`): what it used, settled rung by rung.
 
 Each settlement bills the time since the previous one and brings what was billed up to the time used so far
-rounded up to the micro-dollar, so the rounding is carried, never dropped; the time after the last rung is
-settled on a hold of its own, reserved when the search starts (:meth:`SearchBilling.hold_bookkeeping`), so
-that no rung can spend the money it needs (:meth:`SearchBilling.settle_tail`).
+rounded up to the micro-dollar, so the rounding is carried, never dropped; the search's own bookkeeping (its
+setup before the first rung, :meth:`SearchBilling.bill_setup`, and the time after the last rung,
+:meth:`SearchBilling.settle_tail`) is paid from a hold of its own, reserved when the search starts
+(:meth:`SearchBilling.hold_bookkeeping`), so that no rung can spend the money it needs.
 """
 
 from __future__ import annotations
@@ -63,13 +64,15 @@ class SearchBilling:
         self.last_bill = started
         self.billed_seconds = 0.0  # the time settled so far, and what it was settled with
         self.billed_usd = Decimal(0)
-        #: The money set aside for the time after the last rung (None: none could be reserved, or settled).
+        #: The money set aside for the bookkeeping (None: none could be reserved, or settled).
         self.hold: Reservation | None = None
+        #: What the hold has paid already (the setup), while it stays open for the time after the last rung.
+        self.hold_paid = Decimal(0)
 
     @property
     def held_usd(self) -> Decimal:
-        """What the bookkeeping hold sets aside (no rung may spend it)."""
-        return self.hold.usd if self.hold is not None else Decimal(0)
+        """What the bookkeeping hold still sets aside (no rung may spend it)."""
+        return max(self.hold.usd - self.hold_paid, Decimal(0)) if self.hold is not None else Decimal(0)
 
     def hold_bookkeeping(self, seconds: float) -> str:
         """Reserve ``seconds`` of the search's own bookkeeping before any rung; returns the refusal, or "".
@@ -92,6 +95,18 @@ class SearchBilling:
             return f"no rung was run: {e}"
         return ""
 
+    def bill_setup(self, now: float) -> None:
+        """Bill the time before the first rung (the budget, the study, the first proposal) from the hold.
+
+        Reserved with the first rung, it made that reservation more than the least cap named leaves beside
+        the hold, so a search given that cap ran no rung. Paid from the hold, which stays open for the rest.
+        """
+        if self.hold is None or now <= self.last_bill:
+            return  # no time used (a meter that moves only as models train)
+        usd = self.owed(now)
+        self.bill(self.hold.id, "setup", "the search's setup before its first rung", now, settle=False)
+        self.hold_paid += usd
+
     def keep_hold(self) -> None:
         """Keep the bookkeeping hold counting for as long as the search runs (it may run for days)."""
         if self.hold is not None and self.hold.expires_at - utcnow() < BOOKKEEPING_HOLD_RENEWED_WITHIN:
@@ -111,6 +126,7 @@ class SearchBilling:
         now: float | None = None,
         *,
         outcome: str = "success",
+        settle: bool = True,
     ) -> float:
         """Settle the reservation with the seconds used since the last settlement; returns them.
 
@@ -120,7 +136,8 @@ class SearchBilling:
         The USD brings the search's settled total up to all the time used so far, rounded up to the
         micro-dollar: rounding each settlement on its own would drop up to half a micro-dollar every time,
         as much as a short rung costs. With no reservation (none could be taken) the entry is recorded
-        alone: the time was used, and a bill left out is money that no budget sees.
+        alone: the time was used, and a bill left out is money that no budget sees. ``settle`` False: the
+        entry is paid from the reservation, which stays open.
         """
         now = self.meter() if now is None else now
         seconds = now - self.last_bill
@@ -144,10 +161,12 @@ class SearchBilling:
             note=clipped_note(note),
             reservation_id=reservation_id,
         )
-        if reservation_id is None:
+        if reservation_id is None or not settle:
             self.ledger.record(entry)
         else:
-            self.ledger.settle(reservation_id, usd, entry=entry)
+            # The hold's total: what it paid before (the setup) and now.
+            paid_before = self.hold_paid if self.hold is not None and reservation_id == self.hold.id else 0
+            self.ledger.settle(reservation_id, usd + paid_before, entry=entry)
         # Moved on once written: a write that failed leaves these seconds to the next bill.
         self.billed_seconds += seconds
         self.billed_usd += usd
@@ -168,18 +187,22 @@ class SearchBilling:
         hold = self.hold
         if hold is not None:
             if usd <= 0:  # the rounding carried so far covers it
-                self.ledger.release(hold.id)
+                if self.hold_paid > 0:  # the setup's entry counts already
+                    self.ledger.settle(hold.id, self.hold_paid, already_recorded=True)
+                else:
+                    self.ledger.release(hold.id)
                 self.hold = None
                 return stop
-            if usd > hold.usd:
-                hold = self.ledger.grow(hold.id, usd)
+            if usd > hold.usd - self.hold_paid:
+                hold = self.ledger.grow(hold.id, self.hold_paid + usd)
+            room = hold.usd - self.hold_paid
             seconds = self.bill(hold.id, "tail", "bookkeeping after the last rung", now)
             self.hold = None
-            if usd > hold.usd:
+            if usd > room:
                 return (
                     f"{stop}; the last {seconds:.3f} s (bookkeeping after the last rung) were billed past "
-                    f"the cap by {format_usd_exact(usd - hold.usd)}: they took longer than slack_seconds, "
-                    "and the cap had no room left; raise slack_seconds"
+                    f"the cap by {format_usd_exact(usd - max(room, Decimal(0)))}: they took longer than "
+                    "slack_seconds, and the cap had no room left; raise slack_seconds"
                 )
             # Within its hold, yet a rung that ran past its reservation may have spent the hold's money.
             over = -min((u.left_usd for u in self.ledger.usage(self.budget_scope)), default=Decimal(0))
