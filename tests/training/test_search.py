@@ -521,6 +521,29 @@ def test_a_search_whose_model_raises_bills_what_ran_and_leaves_no_hold_or_budget
     assert {e["outcome"] for e in ledger.entries() if e["id"] != failed["id"]} == {"success"}
 
 
+def test_a_search_whose_failed_rung_cannot_be_billed_still_settles_its_bookkeeping_hold(
+    ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The failed rung's bill raising skipped the tail's settlement: the bookkeeping hold counted against the
+    # project's budgets for six hours, and the time after the rung was billed nowhere.
+    from costaware.training.search_billing import SearchBilling
+
+    real_bill = SearchBilling.bill
+
+    def bill(self: SearchBilling, *args: Any, **kwargs: Any) -> float:
+        if kwargs.get("outcome") == "failed":
+            raise ConnectionError("ledger went away")
+        return real_bill(self, *args, **kwargs)
+
+    monkeypatch.setattr(SearchBilling, "bill", bill)
+    clock = Clock()
+    with pytest.raises(MemoryError, match="CUDA out of memory"):
+        search(ledger, "40", clock, make_model=lambda params: RunsOutOfMemory(params, clock))
+    assert [r.holder for r in ledger.open_reservations() if r.holder.endswith("/tail")] == []
+    # The seconds the rung ran are billed with the bookkeeping instead: none is lost.
+    assert sum(Decimal(str(e["usd"])) for e in ledger.entries()) == Decimal(str(clock.now))
+
+
 def test_the_bookkeeping_after_the_last_rung_is_billed_even_when_no_money_is_left_to_reserve(
     ledger: Any,
 ) -> None:

@@ -596,9 +596,14 @@ def _bill_what_ran(
                 f"the rung failed: {type(error).__name__}: {error}",
                 outcome="failed",
             )
+    except Exception:
+        log.exception("search %s: the rung that failed could not be billed", billing.run)
+    # Settled whatever became of the rung's bill: skipped, the bookkeeping hold counted against the project's
+    # budgets for hours (its time limit), and the time since was billed nowhere.
+    try:
         billing.settle_tail("")
     except Exception:
-        log.exception("search %s: what ran before it failed could not be billed", billing.run)
+        log.exception("search %s: its bookkeeping after it failed could not be billed", billing.run)
 
 
 def _delete_search_budget(ledger: Ledger, budget_scope: Any, run: str) -> None:
