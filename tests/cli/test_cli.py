@@ -1295,6 +1295,10 @@ def test_a_misspelt_budget_time_zone_names_the_one_meant(
         ("GMT-5", "(UTC-05:00 is the IANA zone 'Etc/GMT+5': the Etc/GMT names invert the sign; or give"),
         ("UTC+05:30", "(no IANA zone is a fixed UTC+05:30: give the region's"),
         ("UTC+0", "(UTC+00:00 is the IANA zone 'UTC')"),
+        # A bare offset, as an ISO time writes it, got no hint at all.
+        ("+01:00", "(UTC+01:00 is the IANA zone 'Etc/GMT-1': the Etc/GMT names invert the sign; or give"),
+        ("-0500", "(UTC-05:00 is the IANA zone 'Etc/GMT+5': the Etc/GMT names invert the sign; or give"),
+        ("+05:30", "(no IANA zone is a fixed UTC+05:30: give the region's"),
     ],
 )
 def test_a_budget_time_zone_typed_as_an_offset_names_the_iana_zone(

@@ -159,8 +159,9 @@ def zone(name: str) -> ZoneInfo:
         ) from e
 
 
-#: A fixed offset as people type it (``UTC+1``, ``GMT-05:00``), which the tz database does not name so.
-_TYPED_OFFSET = re.compile(r"(?i)^(?:UTC|GMT)\s*([+-])\s*(\d{1,2})(?::?(\d{2}))?$")
+#: A fixed offset as people type it (``UTC+1``, ``GMT-05:00``, or bare as an ISO time writes it: ``+01:00``),
+#: which the tz database does not name so.
+_TYPED_OFFSET = re.compile(r"(?i)^(?:(?:UTC|GMT)\s*)?([+-])\s*(\d{1,2})(?::?(\d{2}))?$")
 #: The tz database's fixed offsets, whose sign is POSIX's: ``Etc/GMT+1`` is one hour *behind* UTC.
 _POSIX_OFFSET = re.compile(r"(?i)^(?:Etc/)?GMT([+-])(\d{1,2})$")
 
