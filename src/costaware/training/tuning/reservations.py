@@ -175,10 +175,50 @@ def settle_trial(
     note: str,
 ) -> Decimal:
     """Settle the trial's reservation with one compute entry owned by ``owner`` (outside Airflow)."""
+    entry = _slot_entry(
+        spec,
+        seconds,
+        owner,
+        label=label,
+        tags=tags,
+        outcome=outcome,
+        note=note,
+        reservation_id=reservation_id,
+    )
+    ledger.settle(reservation_id, entry.usd, entry=entry)
+    return entry.usd
+
+
+def record_skipped_slot(
+    ledger: Ledger, spec: StudySpec, seconds: float, owner: EntryOwner, why: str
+) -> Decimal:
+    """Record the time a slot that ran no trial took to decide (outside Airflow); returns its cost.
+
+    In Airflow the listener bills a skipped try; here loading the study and waiting for money ran on the
+    machine the study pays for too, and nothing else records it.
+    """
+    tags = spec.budget_scope.as_dict()
+    entry = _slot_entry(spec, seconds, owner, label="skipped", tags=tags, outcome="skipped", note=why)
+    ledger.record(entry)
+    return entry.usd
+
+
+def _slot_entry(
+    spec: StudySpec,
+    seconds: float,
+    owner: EntryOwner,
+    *,
+    label: str,
+    tags: Mapping[str, str],
+    outcome: str,
+    note: str,
+    reservation_id: str | None = None,
+) -> LedgerEntry:
+    """The compute entry of ``seconds`` a slot ran at the study's price, owned by ``owner``."""
     from costaware.core.ledger import compute_cost
 
     hours, usd = compute_cost(seconds, spec.usd_per_hour)
-    entry = LedgerEntry(
+    return LedgerEntry(
         dag_id=owner.dag_id,
         run_id=owner.run_id,
         task_id=owner.task_id,
@@ -198,40 +238,3 @@ def settle_trial(
         note=clipped_note(note),
         reservation_id=reservation_id,
     )
-    ledger.settle(reservation_id, usd, entry=entry)
-    return usd
-
-
-def record_skipped_slot(
-    ledger: Ledger, spec: StudySpec, seconds: float, owner: EntryOwner, why: str
-) -> Decimal:
-    """Record the time a slot that ran no trial took to decide (outside Airflow); returns its cost.
-
-    In Airflow the listener bills a skipped try; here loading the study and waiting for money ran on the
-    machine the study pays for too, and nothing else records it.
-    """
-    from costaware.core.ledger import compute_cost
-
-    hours, usd = compute_cost(seconds, spec.usd_per_hour)
-    ledger.record(
-        LedgerEntry(
-            dag_id=owner.dag_id,
-            run_id=owner.run_id,
-            task_id=owner.task_id,
-            map_index=owner.map_index,
-            trial="skipped",
-            kind=Kind.COMPUTE,
-            usd=usd,
-            instance_type=spec.instance_type,
-            region=spec.region,
-            market=Market.parse(spec.market),
-            quantity=hours,
-            unit_price_usd=spec.usd_per_hour,
-            gpu_hours=(hours * spec.gpus).quantize(Decimal("0.000001")),
-            tags={**spec.budget_scope.as_dict(), **dict(owner.extra_tags)},
-            outcome="skipped",
-            price_source="given",
-            note=clipped_note(why),
-        )
-    )
-    return usd
