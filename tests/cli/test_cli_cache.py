@@ -107,7 +107,12 @@ def test_bad_input(
         # 1e-10 GB is 0 bytes to the policy: it emptied the cache without --force.
         (
             ["--max-total-gb", "1e-10"],
-            "--max-total-gb 1e-10 (under 1 byte) keeps no entry: it would evict all",
+            "--max-total-gb 1e-10 (0 bytes, under the smallest entry) keeps no entry: it would evict all",
+        ),
+        # 1 byte keeps no entry either: only a limit of exactly 0 bytes was refused.
+        (
+            ["--max-total-gb", "1e-9"],
+            "--max-total-gb 1e-09 (1 bytes, under the smallest entry) keeps no entry: it would evict all",
         ),
     ],
 )
@@ -125,6 +130,14 @@ def test_a_limit_of_zero_empties_the_cache_only_with_force(
     assert "evicted 2 entries" in capsys.readouterr().out and store.entries() == []
     # An empty cache has nothing to lose: no refusal.
     assert cache("evict", *limits, "--store", store.root_uri, ledger_url=ledger_url) == 0
+
+
+def test_a_size_limit_that_keeps_some_entries_evicts_without_force(
+    store: FeatureStore, ledger: Any, ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 10 kB holds one of the two entries (4-7 kB each): a limit that keeps something is no request to empty.
+    assert cache("evict", "--max-total-gb", "1e-5", "--store", store.root_uri, ledger_url=ledger_url) == 0
+    assert "evicted 1 entry" in capsys.readouterr().out and len(store.entries()) == 1
 
 
 @pytest.mark.parametrize("command", ["list", "bill", "gc", "evict --max-entries 0"])

@@ -499,8 +499,8 @@ CACHE_COMMANDS = (
                 "--force",
                 action="store_true",
                 help=(
-                    "with --max-entries 0 or --max-total-gb 0 (or under 1 byte): evict every entry (refused "
-                    "without it)"
+                    "with --max-entries 0 or a --max-total-gb under the smallest entry: evict every entry "
+                    "(refused without it)"
                 ),
             ),
             ARG_LEDGER_URL,

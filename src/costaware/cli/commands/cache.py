@@ -209,7 +209,7 @@ def evict(args: argparse.Namespace) -> int:
     if args.dry_run:
         _print_rows([_row(e) for e in chosen], args.format, f"would evict {_entries(len(chosen))}")
         return 0
-    _refuse_to_empty_unasked(args, len(chosen))
+    _refuse_to_empty_unasked(args, chosen, in_cache=len(store.entries()) if chosen else 0)
     charges = store.storage_charges_for(chosen, usd_per_gb_month=price) if chosen else []
     if charges:
         # An existing ledger only, checked before anything is evicted: the last charges of the evicted
@@ -231,22 +231,24 @@ def _entries(count: int) -> str:
     return f"{count} entry" if count == 1 else f"{count} entries"
 
 
-def _refuse_to_empty_unasked(args: argparse.Namespace, chosen: int) -> None:
-    """Refuse a limit of 0 (keep nothing) without ``--force``: it emptied the whole cache, unasked.
+def _refuse_to_empty_unasked(args: argparse.Namespace, chosen: list[Any], *, in_cache: int) -> None:
+    """Refuse a limit that keeps no entry without ``--force``: it emptied the whole cache, unasked.
 
     Other limits evict what they evict: a scheduled ``--max-age-days 30`` must not fail on a cache all old.
     """
     keep_nothing = []
     if args.max_entries == 0:
         keep_nothing.append("--max-entries 0")
-    if args.max_total_gb is not None and _limit_bytes(args.max_total_gb) == 0:
-        # 1e-10 GB is 0 bytes as the policy counts them: it emptied the cache as 0 would, unasked.
-        under = "" if args.max_total_gb == 0 else " (under 1 byte)"
-        keep_nothing.append(f"--max-total-gb {args.max_total_gb:g}{under}")
+    if args.max_total_gb is not None and chosen and len(chosen) >= in_cache:
+        limit = _limit_bytes(args.max_total_gb)
+        # Below the smallest entry (1e-9 GB is 1 byte), a size limit keeps none of them, as 0 does.
+        if limit < min(int(e.manifest.bytes or 0) for e in chosen):
+            under = "" if args.max_total_gb == 0 else f" ({limit} bytes, under the smallest entry)"
+            keep_nothing.append(f"--max-total-gb {args.max_total_gb:g}{under}")
     if keep_nothing and chosen and not args.force:
         raise ConfigurationError(
             f"{' and '.join(keep_nothing)} {'keep' if len(keep_nothing) > 1 else 'keeps'} no entry: it would "
-            f"evict all {_entries(chosen)} of the cache; "
+            f"evict all {_entries(len(chosen))} of the cache; "
             "nothing was evicted. To clear the cache, run it again with --force (--dry-run lists them); to "
             "keep some, give a limit above 0"
         )
