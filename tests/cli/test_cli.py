@@ -401,6 +401,12 @@ def test_a_budget_whose_tags_no_entry_or_hold_has_names_the_close_value_they_hav
     assert "note:" not in budget_set("project=loans")
     ledger.reserve("project=loans", Decimal(1), holder="d/r/t/-1")
     assert "did you mean 'loans'?" in budget_set("project=loan")
+    # A value with a space is shell-quoted: pasted as printed, it was two arguments.
+    ledger.record(
+        LedgerEntry(dag_id="d", run_id="r", task_id="t2", kind=Kind.COMPUTE, usd=Decimal(1),
+                    tags={"project": "flight ops"})
+    )  # fmt: skip
+    assert "(--scope 'project=flight ops')" in budget_set("project=flight-ops")
 
 
 def test_a_scope_differing_only_in_case_is_a_second_budget_and_says_so(

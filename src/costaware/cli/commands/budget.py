@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from decimal import Decimal
 from typing import Any
@@ -104,7 +105,8 @@ def _say_close_tags(ledger: Any, scope: Any) -> None:
     changed = " and ".join(repr(meant[k]) for k in wanted if meant[k] != wanted[k])
     print(
         f"note: no entry or open hold of the ledger is tagged {scope}, so this budget caps nothing yet; "
-        f"did you mean {changed}? (--scope {','.join(f'{k}={v}' for k, v in meant.items())}); scopes match "
+        f"did you mean {changed}? (--scope {shlex.quote(','.join(f'{k}={v}' for k, v in meant.items()))}); "
+        "scopes match "
         "tags exactly",
         file=sys.stderr,
     )
