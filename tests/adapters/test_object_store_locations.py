@@ -96,3 +96,20 @@ def test_a_home_folder_location_is_checked_as_typed_and_an_unknown_user_is_said(
     three = r"names bucket '', .*: write it as s3://<bucket>/<prefix>, with two slashes"
     with pytest.raises(ConfigurationError, match=three):
         parse_uri("s3:///bucket/x", what="the feature cache")
+
+
+def test_a_home_folder_location_in_a_process_without_a_home_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pwd
+
+    from costaware.adapters.object_store.location import parse_uri
+    from costaware.core.errors import ConfigurationError
+
+    # No HOME and a uid with no passwd entry (OpenShift): '~/features' was told of an unknown user ''.
+    monkeypatch.delenv("HOME", raising=False)
+
+    def no_entry(uid: int) -> None:
+        raise KeyError(uid)
+
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+    with pytest.raises(ConfigurationError, match=r"'~/features' starts with '~', but this process has no"):
+        parse_uri("~/features", what="the feature cache")

@@ -90,6 +90,11 @@ def parse_uri(uri: str, *, what: str = "URI") -> Location:
             path = os.path.expanduser(path)  # noqa: PTH111
             if path.startswith("~"):  # Path.expanduser raised a bare RuntimeError, a traceback
                 user = path[1:].split("/")[0]
+                if not user:  # no HOME and a uid without a passwd entry (OpenShift): '~' is nobody's
+                    raise ConfigurationError(
+                        f"{what} {uri!r} starts with '~', but this process has no home folder (HOME is unset "
+                        "and its user has none): give an absolute path such as '/data/flights'"
+                    )
                 raise ConfigurationError(
                     f"{what} {uri!r} starts with the home folder of user {user!r}, whom this machine does "
                     "not know: give an absolute path such as '/data/flights' or '~/features' (your own home)"
