@@ -454,6 +454,36 @@ def test_a_refused_rule_without_configured_notifiers_keeps_its_alert_unsent_unti
     assert [t for _, _, t in alerts_sent(ledger)] == ["50%"]
 
 
+def test_a_refused_rule_without_configured_notifiers_is_said_and_audited_once_and_sent_once_fixed(
+    ledger: Ledger, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Every check (each task end in scope) claimed it again, logged it as refused, audited two lines and gave
+    # the claim back: 10 checks, 21 audit lines and 10 errors; the lower threshold was claimed as covered.
+    from costaware.adapters.ledger.governance import set_alert_rule
+
+    ledger.set_budget("*", "month", "10", actor="lead")
+    out = tmp_path / "sent.txt"
+    bad = [
+        {"class": "file_notifier.FileNotifier", "kwargs": {"path": str(out), "message": "{{ ti.task_id }}"}}
+    ]
+    set_alert_rule(ledger, "*/month", thresholds="50%,80%", notifiers=bad, actor="lead")
+    run_cost(ledger, 1, "9")
+    for _ in range(10):
+        assert check_budget_alerts(ledger, TAGS, context={}, notifiers=[]) == []
+    alert_lines = [e for e in audit_log(ledger) if e.action == "alert"]
+    assert [(e.details["threshold"], e.details["unsent"]) for e in alert_lines] == [
+        ("80%", "its alert rule is refused")
+    ]
+    assert caplog.text.count("are refused") == 1 and caplog.text.count("passed 80%") == 1
+    assert alerts_sent(ledger) == [] and not out.exists()
+    good = [{"class": "file_notifier.FileNotifier", "kwargs": {"path": str(out)}}]
+    set_alert_rule(ledger, "*/month", thresholds="50%,80%", notifiers=good, actor="lead")
+    (alert,) = check_budget_alerts(ledger, TAGS, context={}, notifiers=[])
+    assert alert.threshold == "80%" and out.read_text() == f"{alert.message}\n"
+    assert check_budget_alerts(ledger, TAGS, context={}, notifiers=[]) == []
+    assert sorted(t for _, _, t in alerts_sent(ledger)) == ["50%", "80%"]
+
+
 def test_a_bad_configured_alert_setting_silences_no_budget(
     ledger: Ledger, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

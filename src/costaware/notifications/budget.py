@@ -199,8 +199,11 @@ def check_budget_alerts(
     from costaware.adapters.ledger.governance import (
         NoSchedule,
         alert_rules,
+        alerts_sent,
         budget_outlook,
         claim_alert,
+        record_refused_alert,
+        rule_fingerprint,
         unclaim_alert,
     )
     from costaware.core.budgets import Period, Scope
@@ -240,11 +243,15 @@ def check_budget_alerts(
         rule = rules.get(budget.label)
         chosen = rule.thresholds if rule and rule.thresholds else default_thresholds
         targets, own = default_targets, False
+        refused: ConfigurationError | None = None  # its own notifiers, refused with no [costaware] ones
         if rule and rule.notifiers:
             try:
                 targets, own = notifiers_from_spec(rule.notifiers), True
             except ConfigurationError as e:  # one bad rule must not silence the other budgets' alerts
-                _log_refused_rule(out_log, budget.label, e, default_targets)
+                if default_targets:
+                    _log_refused_rule(out_log, budget.label, e, default_targets)
+                else:
+                    refused = e
         rendered_once = False  # the rule's templates are tried with this check's first alert of the budget
         outlook = budget_outlook(ledger, budget, schedule or NoSchedule(), at=at)
         usage, forecast = outlook.usage, outlook.forecast
@@ -271,6 +278,35 @@ def check_budget_alerts(
                 continue
             if threshold != FORECAST:
                 higher = threshold
+            if own and rule and not default_targets and not rendered_once:
+                # Nothing else would send it: tried before the claim, so that a refused rule claims nothing.
+                rendered_once = True
+                try:
+                    refuse_a_rule_that_cannot_render(
+                        budget.label,
+                        rule.notifiers or [],
+                        rule_context({**(context or {}), "costaware_alert": alert.as_dict()}),
+                        targets,
+                    )
+                except ConfigurationError as e:
+                    refused, targets, own = e, [], False
+            if refused is not None and rule:
+                if (budget.label, usage.period_key, threshold) in set(alerts_sent(ledger, budget.label)):
+                    continue  # sent before the rule went bad
+                # Claimed, logged and given back at every check of the period (10 checks: 21 audit lines,
+                # 10 errors), and its lower thresholds claimed as covered by an alert never sent: kept
+                # unclaimed instead, said and audited once per rule as stored, sent once the rule changes.
+                if record_refused_alert(
+                    ledger,
+                    budget.label,
+                    usage.period_key,
+                    threshold,
+                    rule_fingerprint=rule_fingerprint(rule.notifiers or []),
+                    details={**alert.as_dict(), "unsent": "its alert rule is refused"},
+                ):
+                    out_log.warning("%s", alert.message)
+                    _log_refused_rule(out_log, budget.label, refused, default_targets)
+                break
             if not claim_alert(ledger, budget.label, usage.period_key, threshold, details=alert.as_dict()):
                 continue
             out_log.warning("%s", alert.message)
@@ -291,17 +327,6 @@ def check_budget_alerts(
                 # A budget's own notifiers come from a ledger row, not the deployment's config: their
                 # templates get the alert and the run's names, not the context (`conn`, `var` read secrets).
                 notify_context = rule_context(notify_context)
-            if not targets and rule and rule.notifiers:
-                # Its own notifiers refused and no [costaware] ones: sent nowhere, it was recorded as sent
-                # and never sent once the rule was fixed. Given back, the next check sends it again.
-                try:
-                    unclaim_alert(
-                        ledger, budget.label, usage.period_key, threshold, why="its alert rule is refused"
-                    )
-                except Exception as e:
-                    out_log.error("costaware: alert %s stays claimed, unsent: %s", alert, e)
-                sent.remove(alert)
-                continue
             failures = []
             for notifier in targets:
                 try:

@@ -6,8 +6,10 @@ once, the one whose insert succeeds sends the alert. Every change is audited (``
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -76,6 +78,47 @@ def unclaim_alert(ledger: LedgerDatabase, budget: str, period_key: str, threshol
             target=f"{budget}@{period_key}",
             details={"threshold": threshold, "unsent": why},
         )
+
+
+def rule_fingerprint(notifiers: Sequence[Mapping[str, Any]]) -> str:
+    """A short hash of a budget's notifiers as stored: it changes whenever `alerts set` changes them."""
+    stored = json.dumps(list(notifiers), sort_keys=True, default=str)
+    return hashlib.sha256(stored.encode()).hexdigest()[:16]
+
+
+def record_refused_alert(
+    ledger: LedgerDatabase,
+    budget: str,
+    period_key: str,
+    threshold: str,
+    *,
+    rule_fingerprint: str,
+    details: Mapping[str, Any],
+) -> bool:
+    """Audit an alert kept unsent because its budget's rule is refused; False when this rule was audited.
+
+    Once per (rule as stored, threshold, period): every check of the period wrote two lines and an error.
+    """
+    a = schema.audit
+    with ledger.transaction() as conn:
+        rows = conn.execute(
+            select(a.c.details).where(a.c.action == "alert", a.c.target == f"{budget}@{period_key}")
+        ).scalars()
+        if any(
+            isinstance(d, Mapping)
+            and d.get("threshold") == threshold
+            and d.get("refused_rule") == rule_fingerprint
+            for d in rows
+        ):
+            return False
+        append_audit(
+            conn,
+            actor="costaware",
+            action="alert",
+            target=f"{budget}@{period_key}",
+            details={"threshold": threshold, **details, "refused_rule": rule_fingerprint},
+        )
+    return True
 
 
 def alerts_sent(ledger: LedgerDatabase, budget: str | None = None) -> list[tuple[str, str, str]]:
