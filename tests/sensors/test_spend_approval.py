@@ -477,3 +477,28 @@ def test_a_gate_passing_two_budgets_names_both_on_the_cost_page_and_in_the_rejec
     with pytest.raises(AirflowFailException) as rejected:
         gate().approval_complete(context(), event("Reject"))
     assert f"past the budgets {names[0]!r}, {names[1]!r} was not approved (ann)" in str(rejected.value)
+
+
+def test_a_rejection_names_the_budgets_the_request_was_asked_with(
+    env_ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The rejection read the passed budgets again when the answer came: a month cap raised meanwhile left
+    # "past the budget '*/day (...)'", where the request and the Cost page named the month budget too.
+    import costaware.sensors.spend_approval as spend_approval
+    from costaware.adapters.ledger.gate_requests import gate_requests
+
+    env_ledger.set_budget("*", "day", "3")
+    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "admin:admin,ann:user")
+
+    def ask(context: Any, **request: Any) -> None:
+        raise RuntimeError("parked")
+
+    monkeypatch.setattr(spend_approval, "ask", ask)
+    with pytest.raises(RuntimeError, match="parked"):
+        gate(deferrable=False).execute(context())
+    (noted,) = gate_requests(env_ledger, since=datetime(2000, 1, 1, tzinfo=timezone.utc))  # any time
+    names = noted.budget.split(", ")
+    env_ledger.set_budget("project=churn", "month", "100", actor="lead")  # raised while it waited
+    with pytest.raises(AirflowFailException) as rejected:
+        gate().approval_complete(context(), event("Reject"))
+    assert f"past the budgets {names[0]!r}, {names[1]!r} was not approved (ann)" in str(rejected.value)

@@ -522,8 +522,9 @@ class SpendCapSensor(BaseSensorOperator):
                     target=holder,
                     details={**details, "usd": str(usd), "scope": str(self.scope)},
                 )
-                # The budgets it would pass, as the request named them: the scope alone named none of them.
-                passed = [
+                # The budgets the request was asked with, as the Cost page lists them: read again when the
+                # answer came (hours later), a cap raised meanwhile named other budgets than the request.
+                passed = self._asked_budgets(ledger, ti) or [
                     b.name
                     for b in self._passed_budgets(
                         ti, usd, parse_gpu_hours(self.estimated_gpu_hours, name="estimated_gpu_hours")
@@ -562,6 +563,18 @@ class SpendCapSensor(BaseSensorOperator):
             "%s approved $%s past the cap of %s (reservation %s)", who, usd, self.scope, reservation.id
         )
         return {**_handed_on(reservation, target), "approved_by": who}
+
+    def _asked_budgets(self, ledger: Any, ti: Any) -> list[str]:
+        """The budget names noted with this gate's open approval request; [] when they cannot be read."""
+        from costaware.adapters.ledger.gate_requests import asked_budgets
+
+        try:
+            return asked_budgets(
+                ledger, dag_id=ti.dag_id, run_id=ti.run_id, task_id=ti.task_id, map_index=int(ti.map_index)
+            )
+        except Exception as e:  # the budgets passed now stand in
+            self.log.info("Could not read the budgets this request was asked with: %s", e)
+            return []
 
     def _budget_names(self, ledger: Any, ti: Any, labels: Any) -> str:
         """``project=churn/month (2026-11)``: the names the Cost page and the CLI use."""

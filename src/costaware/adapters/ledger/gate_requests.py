@@ -108,6 +108,29 @@ def note_gate_request(
         )
 
 
+def asked_budgets(
+    ledger: LedgerDatabase, *, dag_id: str, run_id: str, task_id: str, map_index: int
+) -> list[str]:
+    """The budgets an open approval request of this gate was asked with, as noted; [] when none is open.
+
+    Names are joined with ``", "``, which no budget name holds (a tag value has no ``,``).
+    """
+    t = schema.gate_requests
+    with ledger.reading() as conn:
+        noted = conn.execute(
+            select(t.c.budget)
+            .where(
+                t.c.dag_id == dag_id,
+                t.c.run_id == run_id,
+                t.c.task_id == task_id,
+                t.c.map_index == map_index,
+                t.c.status == "approval",
+            )
+            .order_by(t.c.id.desc())
+        ).first()
+    return [name for name in (noted[0] if noted else "").split(", ") if name]
+
+
 def close_open_requests(
     ledger: LedgerDatabase,
     *,
