@@ -426,7 +426,8 @@ def default_ledger_url(*, read_only: bool = False) -> str:
     if os.environ.get("AIRFLOW_CONN_COSTAWARE_LEDGER", "").strip():
         from costaware.hooks.ledger import CostLedgerHook
 
-        return CostLedgerHook().get_url()
+        with _logging_as_before_airflow():  # the hook imports Airflow, which turns its INFO lines on
+            return CostLedgerHook().get_url()
     try:
         return ledger_url_in_airflow_database() or ledger_url()
     except ConnectionLookupError as e:
@@ -435,8 +436,8 @@ def default_ledger_url(*, read_only: bool = False) -> str:
             # the one that connection names.
             raise CostawareError(
                 f"{e}: nothing written, as the workers may use the ledger that connection names; fix it "
-                "(`airflow db migrate`, or the deployment's AIRFLOW_HOME) or give --ledger-url with the "
-                "workers' ledger"
+                "(`airflow db migrate`, the deployment's AIRFLOW_HOME, or the secrets backend) or give "
+                "--ledger-url with the workers' ledger"
             ) from e
         print(
             f"costaware: warning: {e}: reading {safe_url(ledger_url())}; give --ledger-url if the workers "
@@ -459,7 +460,7 @@ def ledger_url_in_airflow_database(conn_id: str | None = None) -> str | None:
 
     Asked in the order of ``airflow connections get``: the secrets backend of airflow.cfg, the environment,
     then the metadata database. Not asked where ``AIRFLOW_HOME`` has no such database (a SQLite file that is
-    not there): importing Airflow costs about 2 s.
+    not there) and no secrets backend is set: importing Airflow costs about 2 s.
 
     Raises:
         ConnectionLookupError: Airflow's configuration, a secrets backend or the metadata database failed
@@ -542,9 +543,10 @@ def _logging_as_before_airflow() -> Iterator[None]:
 
 
 def _airflow_database_may_exist() -> bool:
-    """Whether ``AIRFLOW_HOME``'s metadata database may be there: False only for a SQLite file that is not.
+    """Whether Airflow may keep connections: False only for no SQLite metadata file and no secrets backend.
 
-    Read from ``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN`` or airflow.cfg without importing Airflow.
+    A Vault's connection was ignored where ``AIRFLOW_HOME`` had no airflow.db. Read from the environment or
+    airflow.cfg without importing Airflow.
     """
     import configparser
     import os
@@ -552,13 +554,18 @@ def _airflow_database_may_exist() -> bool:
 
     from costaware.settings import airflow_home
 
+    parser = configparser.RawConfigParser(strict=False)
+    try:
+        parser.read(airflow_home() / "airflow.cfg")
+    except configparser.Error:
+        return True  # Airflow says what is wrong with it
+    if (
+        os.environ.get("AIRFLOW__SECRETS__BACKEND", "").strip()
+        or parser.get("secrets", "backend", fallback="").strip()
+    ):
+        return True
     url = os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "").strip()
     if not url:
-        parser = configparser.RawConfigParser(strict=False)
-        try:
-            parser.read(airflow_home() / "airflow.cfg")
-        except configparser.Error:
-            return True  # Airflow says what is wrong with it
         url = parser.get("database", "sql_alchemy_conn", fallback="").strip()
         if not url and (
             parser.has_option("database", "sql_alchemy_conn_cmd")

@@ -101,8 +101,9 @@ def _kept_in_airflow_database(conn_id: str) -> str | None:
     except ConnectionLookupError as e:
         raise CostawareError(
             f"{e}: nothing drained, as the entries of {conn_id!r} would go to a ledger the workers may not "
-            f"use; fix it (`airflow db migrate`, or the deployment's AIRFLOW_HOME) or give this machine the "
-            f"workers' ledger connection as AIRFLOW_CONN_{conn_id.upper()}, and drain again"
+            "use; fix it (`airflow db migrate`, the deployment's AIRFLOW_HOME, or the secrets backend) or "
+            f"give this machine the workers' ledger connection as AIRFLOW_CONN_{conn_id.upper()}, and drain "
+            "again"
         ) from e
     return url
 
