@@ -107,12 +107,18 @@ def test_bad_input(
         # 1e-10 GB is 0 bytes to the policy: it emptied the cache without --force.
         (
             ["--max-total-gb", "1e-10"],
-            "--max-total-gb 1e-10 (0 bytes, under the smallest entry) keeps no entry: it would evict all",
+            "--max-total-gb 1e-10 (0 bytes) keeps no entry: it would evict all",
         ),
         # 1 byte keeps no entry either: only a limit of exactly 0 bytes was refused.
         (
             ["--max-total-gb", "1e-9"],
-            "--max-total-gb 1e-09 (1 bytes, under the smallest entry) keeps no entry: it would evict all",
+            "--max-total-gb 1e-09 (1 bytes) keeps no entry: it would evict all",
+        ),
+        # Between the old small entry (4,275 bytes) and the new large one (6,878): least recently used
+        # first, the small one goes, then the large one does not fit either: nothing kept, unasked.
+        (
+            ["--max-total-gb", "5e-6"],
+            "--max-total-gb 5e-06 (5000 bytes) keeps no entry: it would evict all",
         ),
     ],
 )

@@ -499,7 +499,7 @@ CACHE_COMMANDS = (
                 "--force",
                 action="store_true",
                 help=(
-                    "with --max-entries 0 or a --max-total-gb under the smallest entry: evict every entry "
+                    "with --max-entries 0 or a --max-total-gb that keeps no entry: evict every entry "
                     "(refused without it)"
                 ),
             ),

@@ -240,11 +240,11 @@ def _refuse_to_empty_unasked(args: argparse.Namespace, chosen: list[Any], *, in_
     if args.max_entries == 0:
         keep_nothing.append("--max-entries 0")
     if args.max_total_gb is not None and chosen and len(chosen) >= in_cache:
+        # A size limit the policy keeps no entry within (1e-9 GB is 1 byte; or one between a small old entry
+        # and a large new one, the old evicted first) empties the cache as 0 does.
         limit = _limit_bytes(args.max_total_gb)
-        # Below the smallest entry (1e-9 GB is 1 byte), a size limit keeps none of them, as 0 does.
-        if limit < min(int(e.manifest.bytes or 0) for e in chosen):
-            under = "" if args.max_total_gb == 0 else f" ({limit} bytes, under the smallest entry)"
-            keep_nothing.append(f"--max-total-gb {args.max_total_gb:g}{under}")
+        under = "" if args.max_total_gb == 0 else f" ({limit} bytes)"
+        keep_nothing.append(f"--max-total-gb {args.max_total_gb:g}{under}")
     if keep_nothing and chosen and not args.force:
         raise ConfigurationError(
             f"{' and '.join(keep_nothing)} {'keep' if len(keep_nothing) > 1 else 'keeps'} no entry: it would "
