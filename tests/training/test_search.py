@@ -631,6 +631,19 @@ def test_a_tail_longer_than_its_hold_grows_it_as_far_as_the_cap_has_room_and_say
     assert ledger.open_reservations() == []
 
 
+def test_a_setup_longer_than_its_hold_is_no_spend_past_a_cap_that_had_room(ledger: Any) -> None:
+    # 3 s of setup paid from a 2 s hold: the hold read as overdrawn and the stop said the tail was "billed
+    # past the cap" where $3.10 of a $3.50 cap was spent.
+    clock = Clock()
+    billing = held_billing(ledger, clock, "3.5", run="slow-setup")
+    billing.hold_bookkeeping(2.0)
+    clock.now = 3.0
+    billing.bill_setup(clock.now)
+    clock.now = 3.1
+    assert billing.settle_tail("cut") == "cut"
+    assert billing.billed_usd == Decimal("3.1") and ledger.open_reservations() == []
+
+
 def test_by_default_a_rung_is_billed_the_time_it_ran_not_this_process_cpu_time(ledger: Any) -> None:
     # The default meter was CPU time: a rung waiting on a GPU (here, asleep) was billed almost nothing.
     import time

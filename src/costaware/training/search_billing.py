@@ -195,23 +195,25 @@ class SearchBilling:
                 return stop
             if usd > hold.usd - self.hold_paid:
                 hold = self.ledger.grow(hold.id, self.hold_paid + usd)
-            room = hold.usd - self.hold_paid
+            beyond_hold = usd > hold.usd - self.hold_paid
             seconds = self.bill(hold.id, "tail", "bookkeeping after the last rung", now)
             self.hold = None
-            if usd > room:
+            # Said from the budget as settled: a setup longer than slack_seconds left the hold "overdrawn"
+            # and read as past the cap where the cap still had room.
+            over = -min((u.left_usd for u in self.ledger.usage(self.budget_scope)), default=Decimal(0))
+            if over <= 0:
+                return stop
+            if beyond_hold:
                 return (
                     f"{stop}; the last {seconds:.3f} s (bookkeeping after the last rung) were billed past "
-                    f"the cap by {format_usd_exact(usd - max(room, Decimal(0)))}: they took longer than "
-                    "slack_seconds, and the cap had no room left; raise slack_seconds"
+                    f"the cap by {format_usd_exact(over)}: they took longer than slack_seconds, "
+                    "and the cap had no room left; raise slack_seconds"
                 )
             # Within its hold, yet a rung that ran past its reservation may have spent the hold's money.
-            over = -min((u.left_usd for u in self.ledger.usage(self.budget_scope)), default=Decimal(0))
-            if over > 0:
-                return (
-                    f"{stop}; the spend is {format_usd_exact(over)} past the cap: a rung ran past its "
-                    "reservation into the money held for the bookkeeping (the warnings name it)"
-                )
-            return stop
+            return (
+                f"{stop}; the spend is {format_usd_exact(over)} past the cap: a rung ran past its "
+                "reservation into the money held for the bookkeeping (the warnings name it)"
+            )
         if usd <= 0:
             return stop
         try:
