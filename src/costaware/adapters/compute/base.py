@@ -82,10 +82,6 @@ SEEN_BILLABLE_SECONDS = "seen_billable_seconds"
 #: out from when the job began (a job found by its name whose polls failed): the most it may have run, its
 #: queue included, an upper bound to bill, not time it was seen to run (it was seen to run 0 s).
 ESTIMATED_SECONDS = "billable_seconds_estimated"
-#: A ``JobStatus.metrics`` key: true where its ``billable_seconds`` were not read from the backend but worked
-#: out from when the job began (a job found by name whose polls failed): the most it may have run, its
-#: queue included; what it was seen to run is 0 s.
-ESTIMATED_SECONDS = "billable_seconds_estimated"
 
 
 @dataclass(frozen=True, slots=True)
