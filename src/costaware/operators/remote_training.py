@@ -662,21 +662,22 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
             # A kill from here on: the ended attempt is billed below, and no new one starts (_submit).
             outcome = self._on_event(context, state, event)
             if isinstance(outcome, dict):
-                from costaware.triggers.remote_training import in_dags_test
-
-                if self._killed and in_dags_test():
-                    # Killed as the job's end was handled: `airflow dags test` stops, as it asked (in a
-                    # worker the kill is Airflow's: the task's state is already the person's).
-                    raise AirflowFailException(_killed_after_success(outcome))
                 return outcome
             state = outcome
 
     def _on_event(self, context: Context, state: AttemptState, event: Mapping[str, Any]) -> Any:
         """Act on a trigger event: resume a pause, pause a job, or handle a job that ended."""
         from costaware.training.attempts import event_from_trigger
+        from costaware.triggers.remote_training import in_dags_test
 
         with airflow_errors():
-            return self._step(context, state, event_from_trigger(event))
+            outcome = self._step(context, state, event_from_trigger(event))
+        if isinstance(outcome, dict) and self._killed and in_dags_test():
+            # Killed as the job's end was handled: returned, the task succeeded and `dags test` ran its
+            # downstream tasks, though the command was asked to stop. The training is billed and stored, the
+            # task fails. A worker's SIGTERM (its shutdown) is Airflow's: the success stands.
+            raise AirflowFailException(_killed_after_success(outcome))
+        return outcome
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
         """Resume after the trigger: record the attempt, then finish, fail or wait for the next attempt."""
@@ -710,11 +711,6 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
             try:
                 outcome = self._on_event(context, state, event)
                 if isinstance(outcome, dict):
-                    if self._killed and in_dags_test():
-                        # Returned, the task succeeded and `dags test` ran its downstream tasks, though the
-                        # command was asked to stop: the training is billed and stored, the task fails. A
-                        # worker's SIGTERM (its shutdown) is Airflow's: the success stands.
-                        raise AirflowFailException(_killed_after_success(outcome))
                     return outcome
                 return self._wait(context, outcome)
             except (AirflowException, _TaskKilled) as e:
