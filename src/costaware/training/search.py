@@ -447,7 +447,7 @@ def budgeted_search(
                     # the cap only where the budget had no room left beside it, which is what is said.
                     # Counted with the bookkeeping's hold: money the rung took from it passes the cap when the
                     # search ends, unless the tail is shorter than the hold.
-                    short = -min((u.left_usd for u in ledger.usage(budget_scope)), default=Decimal(0))
+                    short = billing.past_cap()
                     if short > 0:
                         over = short - billing.held_usd
                         log.warning(

@@ -103,9 +103,11 @@ class SearchBilling:
         """
         if self.hold is None or now <= self.last_bill:
             return  # no time used (a meter that moves only as models train)
-        usd = self.owed(now)
         self.bill(self.hold.id, "setup", "the search's setup before its first rung", now, settle=False)
-        self.hold_paid += usd
+
+    def past_cap(self) -> Decimal:
+        """How far the spend is past the tightest budget over the search (0 or less: within them all)."""
+        return -min((u.left_usd for u in self.ledger.usage(self.budget_scope)), default=Decimal(0))
 
     def keep_hold(self) -> None:
         """Keep the bookkeeping hold counting for as long as the search runs (it may run for days)."""
@@ -163,6 +165,8 @@ class SearchBilling:
         )
         if reservation_id is None or not settle:
             self.ledger.record(entry)
+            if reservation_id is not None and self.hold is not None and reservation_id == self.hold.id:
+                self.hold_paid += usd  # paid from the hold, which stays open for the time after the last rung
         else:
             # The hold's total: what it paid before (the setup) and now.
             paid_before = self.hold_paid if self.hold is not None and reservation_id == self.hold.id else 0
@@ -193,14 +197,14 @@ class SearchBilling:
                     self.ledger.release(hold.id)
                 self.hold = None
                 return stop
-            if usd > hold.usd - self.hold_paid:
-                hold = self.ledger.grow(hold.id, self.hold_paid + usd)
-            beyond_hold = usd > hold.usd - self.hold_paid
+            if usd > self.held_usd:
+                self.hold = hold = self.ledger.grow(hold.id, self.hold_paid + usd)
+            beyond_hold = usd > self.held_usd
             seconds = self.bill(hold.id, "tail", "bookkeeping after the last rung", now)
             self.hold = None
             # Said from the budget as settled: a setup longer than slack_seconds left the hold "overdrawn"
             # and read as past the cap where the cap still had room.
-            over = -min((u.left_usd for u in self.ledger.usage(self.budget_scope)), default=Decimal(0))
+            over = self.past_cap()
             if over <= 0:
                 return stop
             if beyond_hold:
