@@ -226,7 +226,8 @@ def budget_show(args: argparse.Namespace) -> int:
     ledger = open_ledger(args, reading=True, read_only=True)
     scope = Scope.parse(args.scope)
     # A per-run budget has no usage without a run: said, rather than left out unsaid.
-    per_run = [b.label for b in ledger.budgets() if b.period == Period.RUN and b.scope.covers(scope)]
+    budgets = ledger.budgets()
+    per_run = [b.label for b in budgets if b.period == Period.RUN and b.scope.covers(scope)]
     try:
         usages = ledger.usage(args.scope, run_id=args.run_id, dag_id=args.dag_id)
     except BudgetNotFoundError as e:
@@ -235,14 +236,14 @@ def budget_show(args: argparse.Namespace) -> int:
                 f"only per-run budgets cover scope {str(scope)!r} ({', '.join(per_run)}): give --run-id RUN "
                 "to see a run against them"
             ) from e
-        others = [b.label for b in ledger.budgets()]
+        others = [b.label for b in budgets]
         if str(scope) == "*" and others:
             # Asked for everything: the answer is the list of budgets, not the reservation's hint to set a
             # catch-all budget, which would cap every run of every team.
             labels = ", ".join(f"'{label}'" for label in others)
             raise BudgetNotFoundError(
                 f"no budget has the catch-all scope '*' (budgets: {labels}): `costaware budget list` lists "
-                f"them all; give one's scope to see its spend (e.g. --scope '{ledger.budgets()[0].scope}')"
+                f"them all; give one's scope to see its spend (e.g. --scope '{budgets[0].scope}')"
             ) from e
         raise
     forecasts = forecast_rows(ledger, usages, schedule=NoSchedule() if args.no_schedule else None)
@@ -346,14 +347,15 @@ def _run_is_known(ledger: Any, run_id: str, dag_id: str | None) -> bool:
     """
     if ledger.entries(run_id=run_id, dag_id=dag_id, limit=1):
         return True
-    from costaware.core.ledger import holder_dag_id, holder_run_id, holder_task_of_run
+    from costaware.core.ledger import holder_task_of_run, read_holder
 
     def holds_it(holder: str | None) -> bool:
-        if holder_run_id(holder) == run_id:
-            return dag_id is None or holder_dag_id(holder) in (None, dag_id)
+        key = read_holder(holder)  # once: it was parsed three times a hold
+        if key is not None and key.run_id == run_id:
+            return dag_id is None or key.dag_id in (None, dag_id)
         # A run id with an empty part ('nightly/') makes holders read_holder cannot read alone.
         dag = dag_id if dag_id is not None else (holder or "").split("/", 1)[0]
-        return holder_run_id(holder) is None and holder_task_of_run(holder, dag, run_id) is not None
+        return (key is None or key.run_id is None) and holder_task_of_run(holder, dag, run_id) is not None
 
     return any(holds_it(r.holder) for r in ledger.open_reservations())
 
