@@ -209,7 +209,9 @@ def evict(args: argparse.Namespace) -> int:
     if args.dry_run:
         _print_rows([_row(e) for e in chosen], args.format, f"would evict {_entries(len(chosen))}")
         return 0
-    _refuse_to_empty_unasked(args, chosen, in_cache=len(store.entries()) if chosen else 0)
+    # Counted only where a size limit asks (a second listing of the whole cache).
+    in_cache = len(store.entries()) if chosen and args.max_total_gb is not None else 0
+    _refuse_to_empty_unasked(args, chosen, in_cache=in_cache)
     charges = store.storage_charges_for(chosen, usd_per_gb_month=price) if chosen else []
     if charges:
         # An existing ledger only, checked before anything is evicted: the last charges of the evicted
