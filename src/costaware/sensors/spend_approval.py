@@ -45,18 +45,11 @@ def unknown_approvers(approvers: Sequence[str]) -> list[str]:
     simple_auth_manager_users``, ``name:role`` pairs); with another auth manager, or with every user an
     admin (``simple_auth_manager_all_admins``), nothing can be said here.
     """
-    from airflow.configuration import conf
-
-    if not approvers or "SimpleAuthManager" not in conf.get("core", "auth_manager", fallback=""):
+    users = _simple_auth_users() if approvers else None
+    if users is None:
         return []
-    if conf.getboolean("core", "simple_auth_manager_all_admins", fallback=False):
-        return []
-    users = {
-        pair.split(":", 1)[0].strip()
-        for pair in conf.get("core", "simple_auth_manager_users", fallback="").split(",")
-        if pair.strip()
-    }
-    return [a for a in approvers if a not in users]
+    names = {name for name, _ in users}
+    return [a for a in approvers if a not in names]
 
 
 def read_only_approvers(approvers: Sequence[str]) -> dict[str, str]:
@@ -65,21 +58,26 @@ def read_only_approvers(approvers: Sequence[str]) -> dict[str, str]:
     Answering a request is a write on the DAG (``USER`` or above): a ``VIEWER`` is refused (403) and, named
     alone, leaves a request nobody may answer until ``approval_timeout``.
     """
+    users = _simple_auth_users() if approvers else None
+    if users is None:
+        return {}
+    roles = {name: role for name, role in users if name}
+    return {a: roles[a] for a in approvers if roles.get(a, "").lower() == "viewer"}
+
+
+def _simple_auth_users() -> list[tuple[str, str]] | None:
+    """The simple auth manager's ``(name, role)`` users; None where they cannot tell who may answer.
+
+    None with another auth manager, or with every user an admin (``simple_auth_manager_all_admins``).
+    """
     from airflow.configuration import conf
 
-    if not approvers or "SimpleAuthManager" not in conf.get("core", "auth_manager", fallback=""):
-        return {}
+    if "SimpleAuthManager" not in conf.get("core", "auth_manager", fallback=""):
+        return None
     if conf.getboolean("core", "simple_auth_manager_all_admins", fallback=False):
-        return {}
-    roles = {
-        name.strip(): role.strip()
-        for name, _, role in (
-            pair.partition(":")
-            for pair in conf.get("core", "simple_auth_manager_users", fallback="").split(",")
-        )
-        if name.strip()
-    }
-    return {a: roles[a] for a in approvers if roles.get(a, "").lower() == "viewer"}
+        return None
+    pairs = conf.get("core", "simple_auth_manager_users", fallback="").split(",")
+    return [(name.strip(), role.strip()) for name, _, role in (p.partition(":") for p in pairs if p.strip())]
 
 
 @dataclass(frozen=True, slots=True)
