@@ -215,6 +215,80 @@ def test_a_local_try_on_a_type_of_the_teams_own_is_not_priced_before_training(
         spot.execute(_context())
 
 
+def _billed(op: WarmStartRetrainOperator) -> Any:
+    """The ledger entry the cost listener writes for an hour's try of ``op``."""
+    from types import SimpleNamespace
+
+    from costaware.plugins.try_cost import build_entry
+
+    ti = SimpleNamespace(
+        dag_id="retrain_dag", run_id="r1", task_id=op.task_id, map_index=-1, try_number=1, task=op, id=None
+    )
+    return build_entry(ti, "success", None, 3600, {"params": {}})
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "refused"),
+    [
+        # Only the team's imported on-demand price knows the type; a spot try is priced at the catalog's
+        # spot saving: the check passed, the listener recorded the training at $0.
+        (
+            {"instance_type": "x9.teamtype", "region": "us-east-1", "market": "spot"},
+            r"'x9\.teamtype' in 'us-east-1' has an on-demand price \(import-cache\), but a spot try is "
+            r"priced at the bundled catalog's typical spot saving.*give usd_per_hour \(the spot rate\), "
+            "or run it on_demand",
+        ),
+        # The same type on-demand is billed at the imported price.
+        ({"instance_type": "x9.teamtype", "region": "us-east-1", "market": "on_demand"}, None),
+        # A rate the task's costaware_compute param gives is the bill: the check refused the type.
+        ({"instance_type": "dgx-box-1", "params": {"costaware_compute": {"usd_per_hour": "2.5"}}}, None),
+        (
+            {
+                "instance_type": "dgx-box-1",
+                "params": {"costaware_compute": {"market": "local", "usd_per_hour": 1}},
+            },
+            None,
+        ),
+        # A type misspelt in the param went unchecked and was recorded at $0.
+        (
+            {"params": {"costaware_compute": {"instance_type": "g5.xlarg"}}},
+            r"task 'retrain' on 'g5\.xlarg' in 'us-east-1' \(on_demand\) cannot be priced, so its cost would "
+            r"be recorded at \$0: unknown instance type 'g5\.xlarg'; did you mean g5\.xlarge",
+        ),
+        (
+            {"params": {"costaware_compute": {"market": "spto"}}},
+            r"task 'retrain': its costaware_compute param's market: unknown market 'spto'",
+        ),
+    ],
+)
+def test_the_price_check_refuses_exactly_what_the_listener_would_record_at_zero(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kwargs: dict[str, Any], refused: str | None
+) -> None:
+    from decimal import Decimal
+
+    from costaware.adapters.ledger.store import Ledger
+    from costaware.adapters.price_source import PriceCache
+    from costaware.core.ledger import utcnow
+    from costaware.core.price_list import ListPrice
+
+    _day(tmp_path / "landing", 1)
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", url)
+    imported = ListPrice("ec2", "x9.teamtype", "us-east-1", Decimal("2.0"))
+    PriceCache(Ledger.from_url(url)).put([imported], origin="import", fetched_at=utcnow())
+    op = _operator(tmp_path, 1, usd_per_hour=None, **kwargs)
+    if refused is None:
+        assert op.execute(_context())["version"]
+        assert _billed(op).price_source != "unpriced"
+        return
+    with pytest.raises(AirflowFailException, match=refused):
+        op.execute(_context())
+    assert ModelStore.open(str(tmp_path / "models")).version_ids() == []
+    assert not any((tmp_path / "ckpt").rglob("*.ckpt"))
+    if "market" not in refused:  # a param's bad market is billed as the worker's compute
+        assert (_billed(op).usd, _billed(op).price_source) == (0, "unpriced")
+
+
 def test_a_market_misspelt_in_a_template_fails_when_rendered_before_any_training(tmp_path: Path) -> None:
     _day(tmp_path / "landing", 1)
     op = _operator(tmp_path, 1, market="{{ ti.xcom_pull(task_ids='spot_window')['market'] }}")

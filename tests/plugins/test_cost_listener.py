@@ -772,9 +772,9 @@ def test_a_task_scoped_costaware_compute_param_prices_that_task_only(ledger_env:
 def test_sensors_and_waiting_tasks_are_priced_on_the_worker(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """The spend gate and spot window *name* the training instance; they run on the worker."""
     from costaware.operators.warm_start import WarmStartRetrainOperator
-    from costaware.plugins.try_cost import compute_of
     from costaware.sensors.spend_cap import SpendCapSensor
     from costaware.sensors.spot_window import SpotWindowSensor
+    from costaware.try_pricing import compute_of
 
     gate = SpendCapSensor(
         task_id="spend_gate", scope="project=churn", estimated_usd="4", for_task_id="retrain",

@@ -192,29 +192,40 @@ class WarmStartRetrainOperator(BuiltInTrainingArguments, BaseOperator):
         return result
 
     def _check_priced(self) -> None:
-        """Refuse an ``instance_type`` no price source knows (without ``usd_per_hour``), before training.
+        """Refuse, before training, a compute the cost listener would record at $0 (unpriced).
 
-        The cost listener recorded a misspelt type's tries at $0, unpriced: the training's cost was lost.
-        Checked here, not when the DAG is parsed: a type only a refreshed or imported price knows is valid.
-        A ``local`` try (the team's own hardware, its type a name of theirs like 'dgx-box-1') is skipped, as
-        the listener prices none from the catalog.
+        The check prices the try as the listener bills it (:mod:`costaware.try_pricing`): the compute this
+        task's arguments, its ``costaware_compute`` param or the ``worker_*`` settings name, priced from the
+        task's ledger's price cache, live prices and the bundled catalog. A check of its own refused a rate
+        given in the param, and passed a misspelt type in it, or a spot type only imported prices know,
+        which the listener then recorded at $0. Checked here, not when the DAG is parsed: a type only a
+        refreshed or imported price knows is valid. A ``local`` try (the team's own hardware, its type a
+        name of theirs like 'dgx-box-1') is skipped, as the listener prices none from the catalog.
         """
-        if blank(self.instance_type) is None or blank(self.usd_per_hour) is not None:
-            return
-        from costaware.adapters.price_source import list_price
-        from costaware.core.errors import ConfigurationError
-        from costaware.hooks.ledger import CostLedgerHook
-        from costaware.settings import option
+        from costaware.core.errors import ConfigurationError, PriceNotFoundError
+        from costaware.core.money import parse_usd
+        from costaware.glue import ledger_conn_id_of
+        from costaware.try_pricing import PRICING_PARAM, charge_of, compute_of
 
+        if blank(self.usd_per_hour) is not None:
+            # As rendered: a rate that is no amount is named, not hidden behind the catalog's price.
+            parse_usd(self.usd_per_hour, name=f"{type(self).__name__} {self.task_id!r}: usd_per_hour")
+        compute = compute_of(self)
         try:
-            # The listener's market: the task's (rendered, checked in execute), else the workers'.
-            market = Market.parse(str(blank(self.market) or option("worker_market")))
-        except ConfigurationError:
-            market = Market.ON_DEMAND  # a bad worker_market: the listener prices the try on-demand
-        if market is Market.LOCAL:
-            return
-        region = str(blank(self.region) or option("worker_region"))
-        list_price(CostLedgerHook(self.ledger_conn_id).get_conn(), str(self.instance_type), region)
+            # The task's own market was checked in execute, a bad worker_market reads as on_demand: only the
+            # param's can be bad here.
+            if Market.parse(compute["market"]) is Market.LOCAL:
+                return
+        except ConfigurationError as e:
+            raise ConfigurationError(f"task {self.task_id!r}: its {PRICING_PARAM} param's market: {e}") from e
+        try:
+            charge_of(compute, {}, ledger_conn_id_of(self), seconds=3600)
+        except ConfigurationError as e:
+            error = PriceNotFoundError if isinstance(e, PriceNotFoundError) else ConfigurationError
+            raise error(
+                f"task {self.task_id!r} on {compute['instance_type']!r} in {compute['region']!r} "
+                f"({compute['market']}) cannot be priced, so its cost would be recorded at $0: {e}"
+            ) from e
 
     def on_kill(self) -> None:
         """Airflow's SIGTERM path: ask the training to checkpoint and stop after the current step."""

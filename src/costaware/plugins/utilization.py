@@ -170,7 +170,7 @@ def measurement_of(ti: Any, entry: Any, reading: Any) -> Any:
 
 def carbon_overrides(task: Any) -> dict[str, Any]:
     """``power_kw`` and ``grid_zone`` of a task: its operator attributes, else its ``costaware_compute``."""
-    from costaware.plugins.try_cost import CARBON_FIELDS, PRICING_PARAM
+    from costaware.try_pricing import CARBON_FIELDS, PRICING_PARAM
 
     try:
         param = (getattr(task, "params", None) or {}).get(PRICING_PARAM)
