@@ -253,6 +253,7 @@ def check_budget_alerts(
                 else:
                     refused = e
         rendered_once = False  # the rule's templates are tried with this check's first alert of the budget
+        sent_before: set[tuple[str, str, str]] | None = None  # read where a refused rule needs it, once
         outlook = budget_outlook(ledger, budget, schedule or NoSchedule(), at=at)
         usage, forecast = outlook.usage, outlook.forecast
         higher: str | None = None  # the highest percentage reached, sent now or by an earlier check
@@ -281,17 +282,13 @@ def check_budget_alerts(
             if own and rule and not default_targets and not rendered_once:
                 # Nothing else would send it: tried before the claim, so that a refused rule claims nothing.
                 rendered_once = True
-                try:
-                    refuse_a_rule_that_cannot_render(
-                        budget.label,
-                        rule.notifiers or [],
-                        rule_context({**(context or {}), "costaware_alert": alert.as_dict()}),
-                        targets,
-                    )
-                except ConfigurationError as e:
-                    refused, targets, own = e, [], False
+                refused = _rule_render_refusal(budget.label, rule, context, alert, targets)
+                if refused is not None:
+                    targets, own = [], False
             if refused is not None and rule:
-                if (budget.label, usage.period_key, threshold) in set(alerts_sent(ledger, budget.label)):
+                if sent_before is None:
+                    sent_before = set(alerts_sent(ledger, budget.label))
+                if (budget.label, usage.period_key, threshold) in sent_before:
                     continue  # sent before the rule went bad
                 # Claimed, logged and given back at every check of the period (10 checks: 21 audit lines,
                 # 10 errors), and its lower thresholds claimed as covered by an alert never sent: kept
@@ -313,15 +310,11 @@ def check_budget_alerts(
             sent.append(alert)
             notify_context = {**(context or {}), "costaware_alert": alert.as_dict()}
             if own and rule and not rendered_once:
+                # With [costaware] notifiers to fall back on, tried once the alert is claimed.
                 rendered_once = True
-                try:
-                    # A stored rule whose template fails to render (`{{ ti.task_id }}`) failed every alert
-                    # of its budget, given back and failed again all period: it is refused, by name.
-                    refuse_a_rule_that_cannot_render(
-                        budget.label, rule.notifiers or [], rule_context(notify_context), targets
-                    )
-                except ConfigurationError as e:
-                    _log_refused_rule(out_log, budget.label, e, default_targets)
+                render_refusal = _rule_render_refusal(budget.label, rule, context, alert, targets)
+                if render_refusal is not None:
+                    _log_refused_rule(out_log, budget.label, render_refusal, default_targets)
                     targets, own = default_targets, False
             if own:
                 # A budget's own notifiers come from a ledger row, not the deployment's config: their
@@ -345,6 +338,26 @@ def check_budget_alerts(
                     out_log.error("costaware: alert %s stays claimed, unsent: %s", alert, e)
                 sent.remove(alert)
     return sent
+
+
+def _rule_render_refusal(
+    budget: str, rule: Any, context: Mapping[str, Any] | None, alert: BudgetAlert, notifiers: Sequence[Any]
+) -> ConfigurationError | None:
+    """Why the budget's own notifiers cannot send ``alert`` (a template fails to render), or None.
+
+    A stored rule whose template fails to render (`{{ ti.task_id }}`) failed every alert of its budget,
+    given back and failed again all period: it is refused, by name.
+    """
+    try:
+        refuse_a_rule_that_cannot_render(
+            budget,
+            rule.notifiers or [],
+            rule_context({**(context or {}), "costaware_alert": alert.as_dict()}),
+            notifiers,
+        )
+    except ConfigurationError as e:
+        return e
+    return None
 
 
 def _log_refused_rule(
