@@ -120,8 +120,8 @@ def notifiers_from_spec(raw: str | Sequence[Mapping[str, Any]]) -> list[Any]:
         cls = getattr(imported, name, None)
         if cls is None:
             # The module is there: a misspelt class name, which no provider install would fix.
-            close = difflib.get_close_matches(name, [n for n in dir(imported) if not n.startswith("_")], n=1)
-            hint = f" (did you mean {module}.{close[0]}?)" if close else ""
+            close = close_class_path(imported, module, name)
+            hint = f" (did you mean {close}?)" if close else ""
             raise ConfigurationError(
                 f"alert notifier class {spec['class']!r}: module {module!r} has no {name!r}{hint}; "
                 "fix the class name"
@@ -135,6 +135,15 @@ def notifiers_from_spec(raw: str | Sequence[Mapping[str, Any]]) -> list[Any]:
                 f"alert notifier {spec['class']!r} cannot be made with kwargs {sorted(kwargs)}: {e}"
             ) from e
     return out
+
+
+def close_class_path(module: object, module_name: str, name: str) -> str | None:
+    """The path of the public name in ``module`` closest to a misspelt class ``name``, or None.
+
+    ``notifiers_from_spec`` (the workers) and ``costaware alerts set`` suggest it alike.
+    """
+    close = difflib.get_close_matches(name, [n for n in dir(module) if not n.startswith("_")], n=1)
+    return f"{module_name}.{close[0]}" if close else None
 
 
 # What a budget's own notifiers' templates see (rule_context): no secrets reachable from the ledger's rows.

@@ -231,9 +231,8 @@ def _refuse_a_misspelt_class(class_path: str) -> None:
     Raises:
         ConfigurationError: the module imports and has no such name.
     """
-    import difflib
-
     from costaware.core.errors import ConfigurationError
+    from costaware.notifications.budget import close_class_path
 
     module_name, _, name = class_path.rpartition(".")
     try:
@@ -242,8 +241,8 @@ def _refuse_a_misspelt_class(class_path: str) -> None:
         return
     if hasattr(module, name):
         return
-    close = difflib.get_close_matches(name, [n for n in dir(module) if not n.startswith("_")], n=1)
-    hint = f": did you mean {module_name}.{close[0]}?" if close else ""
+    close = close_class_path(module, module_name, name)
+    hint = f": did you mean {close}?" if close else ""
     raise ConfigurationError(f"notifier class {class_path!r}: module {module_name!r} has no {name!r}{hint}")
 
 
