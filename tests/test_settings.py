@@ -164,3 +164,14 @@ def test_a_worker_market_that_is_no_market_is_named(monkeypatch: pytest.MonkeyPa
         "(AIRFLOW__COSTAWARE__WORKER_MARKET) to the market the workers run on: until then a try that names "
         "none of its own is priced on-demand"
     ]
+
+
+def test_default_worker_compute_is_in_the_bundled_catalog_so_the_check_does_not_parse_it() -> None:
+    # Every process loads the plugin, which checks the section: with the defaults, parsing the catalog
+    # (~50 ms) only found them there. The check skips them, right only while the catalog has them.
+    instance_type = settings.OPTIONS["worker_instance_type"].default
+    region = settings.OPTIONS["worker_region"].default
+    assert bundled_catalog().offer(instance_type, region).usd_per_hour > 0
+    bundled_catalog.cache_clear()
+    settings.log_section_problems()
+    assert bundled_catalog.cache_info().currsize == 0

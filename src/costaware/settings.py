@@ -176,15 +176,21 @@ def section_problems() -> list[str]:
     ``worker_market`` spot, records every try that names no compute of its own at $0 (unpriced): a spot
     price is the catalog's on-demand one less its typical saving, which no imported price gives.
     """
+    return _section_lines()[0]
+
+
+def _section_lines() -> tuple[list[str], list[str]]:
+    """:func:`section_problems` and :func:`unpriced_worker_compute`, from one read of ``worker_market``."""
     problems = [
         f"{where} is no [costaware] option, so it is ignored: {_known_option_hint(name)}"
         for name, where in sorted(_set_options().items())
         if name not in OPTIONS
     ]
-    problems.extend(_worker_market_problems())
-    if _worker_market() == "spot":
-        problems.extend(_unpriced_worker_lines(spot=True))
-    return problems
+    market, market_problem = _worker_market()
+    problems.extend(market_problem)
+    if market == "spot":
+        return [*problems, *_unpriced_worker_lines(spot=True)], []
+    return problems, _unpriced_worker_lines(spot=False) if market == "on_demand" else []
 
 
 def _set_options() -> dict[str, str]:
@@ -221,18 +227,21 @@ def unpriced_worker_compute() -> list[str]:
     looks them up, which a process's start does not open. Where none has it, the try is recorded at $0.
     (Spot workers' are :func:`section_problems`; local ones are priced at their own rate.)
     """
-    return _unpriced_worker_lines(spot=False) if _worker_market() == "on_demand" else []
+    return _section_lines()[1]
 
 
-def _worker_market() -> str:
-    """The workers' market as a try is priced on it (one that is no market: on-demand)."""
+def _worker_market() -> tuple[str, list[str]]:
+    """The workers' market as a try is priced on it, and the problem of one that is no market (on-demand)."""
     from costaware.core.errors import ConfigurationError
     from costaware.core.ledger import Market
 
     try:
-        return Market.parse(_read("worker_market", OPTIONS["worker_market"].default)).value
-    except ConfigurationError:
-        return Market.ON_DEMAND.value
+        return Market.parse(_read("worker_market", OPTIONS["worker_market"].default)).value, []
+    except ConfigurationError as e:
+        return Market.ON_DEMAND.value, [
+            f"[costaware] worker_market: {e}. Set it ({env_name('worker_market')}) to the market the workers "
+            "run on: until then a try that names none of its own is priced on-demand"
+        ]
 
 
 def _unpriced_worker_lines(*, spot: bool) -> list[str]:
@@ -241,14 +250,18 @@ def _unpriced_worker_lines(*, spot: bool) -> list[str]:
     from costaware.core.errors import PriceNotFoundError
     from costaware.core.prices import closest_names
 
+    instance_type = _read("worker_instance_type", OPTIONS["worker_instance_type"].default).strip()
+    region = _read("worker_region", OPTIONS["worker_region"].default).strip()
+    if (instance_type, region) == (OPTIONS["worker_instance_type"].default, OPTIONS["worker_region"].default):
+        # The defaults are in the catalog (a test says so): every process loads the plugin, and parsing the
+        # catalog (~50 ms) only to find them there was paid by those that price nothing.
+        return []
     catalog = bundled_catalog()
     found = {}
-    instance_type = _read("worker_instance_type", OPTIONS["worker_instance_type"].default).strip()
     try:
         catalog.check_instance_type(instance_type)
     except PriceNotFoundError as e:
         found["worker_instance_type"] = (instance_type, str(e))
-    region = _read("worker_region", OPTIONS["worker_region"].default).strip()
     if region not in catalog.regions:
         close = closest_names(region, catalog.regions)
         found["worker_region"] = (
@@ -274,22 +287,6 @@ def _unpriced_worker_lines(*, spot: bool) -> list[str]:
     ]
 
 
-def _worker_market_problems() -> list[str]:
-    """A ``worker_market`` that is no market."""
-    from costaware.core.errors import ConfigurationError
-    from costaware.core.ledger import Market
-
-    market = _read("worker_market", OPTIONS["worker_market"].default)
-    try:
-        Market.parse(market)
-    except ConfigurationError as e:
-        return [
-            f"[costaware] worker_market: {e}. Set it ({env_name('worker_market')}) to the market the workers "
-            "run on: until then a try that names none of its own is priced on-demand"
-        ]
-    return []
-
-
 _section_checked = False
 
 
@@ -306,8 +303,7 @@ def log_section_problems() -> None:
         return
     _section_checked = True
     try:
-        problems = section_problems()
-        unpriced = unpriced_worker_compute()
+        problems, unpriced = _section_lines()
     except Exception as e:  # the option read that follows says what is wrong with airflow.cfg
         log.debug("costaware: the [costaware] section was not checked: %s", e)
         return
