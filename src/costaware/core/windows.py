@@ -166,10 +166,15 @@ _TYPED_OFFSET = re.compile(r"(?i)^(?:(?:UTC|GMT)\s*)?([+-])\s*(\d{1,2})(?::?(\d{
 _POSIX_OFFSET = re.compile(r"(?i)^(?:Etc/)?GMT([+-])(\d{1,2})$")
 
 
+def _etc_gmt_name(sign: str, hours: str) -> str:
+    """The tz database's name of UTC``<sign><hours>``: ``Etc/GMT-1`` for UTC+1 (POSIX's inverted sign)."""
+    return f"Etc/GMT{'-' if sign == '+' else '+'}{int(hours)}"
+
+
 def _offset_hint(sign: str, hours: str, minutes: str | None) -> str:
     """`` (UTC+1 is the IANA zone 'Etc/GMT-1' ...)`` for a typed fixed offset."""
     typed = f"UTC{sign}{int(hours):02d}:{minutes or '00'}"
-    inverted = f"Etc/GMT{'-' if sign == '+' else '+'}{int(hours)}"
+    inverted = _etc_gmt_name(sign, hours)
     if not int(minutes or 0) and not int(hours):
         return f" ({typed} is the IANA zone 'UTC')"
     if int(minutes or 0) or inverted not in _available_zones():
@@ -197,7 +202,7 @@ def inverted_offset_note(name: str) -> str | None:
         return None
     sign, hours = found.groups()
     actual = f"UTC{'-' if sign == '+' else '+'}{int(hours):02d}:00"
-    meant = f"Etc/GMT{'-' if sign == '+' else '+'}{int(hours)}"
+    meant = _etc_gmt_name(sign, hours)
     return (
         f"time zone {name!r} is {actual} (the Etc/GMT names invert the sign, POSIX style); for "
         f"UTC{sign}{int(hours):02d}:00 give {meant!r}"
