@@ -201,3 +201,27 @@ def test_the_ledger_and_budget_release_read_a_holder_alike(holder: str) -> None:
         assert (holder_dag_id(holder), holder_run_id(holder)) == (task.dag_id, task.run_id)
     else:
         assert (holder_dag_id(holder), holder_run_id(holder)) == (None, search)
+
+
+@pytest.mark.parametrize("run_id", ["nightly/", "a//b"])
+def test_a_hold_of_a_run_id_with_an_empty_part_is_kept_while_its_task_runs(
+    run_id: str,
+    ledger_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Its holder ('d/nightly//train/-1') named no task instance: released unchecked while the task ran.
+    put = airflow_metadata_db(tmp_path, monkeypatch)
+    put("d", run_id, "train", "running")
+    holder = f"d/{run_id}/train/-1"
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=x", "month", "5")
+    ledger.reserve("project=x", "4", holder=holder, run_id=run_id, dag_id="d")
+    assert main(["--ledger-url", ledger_url, "budget", "holds", "--format", "json"]) == 0
+    (shown,) = json.loads(capsys.readouterr().out)
+    assert shown["holder_kind"] == "task"
+    assert main(["--ledger-url", ledger_url, "budget", "release", "--holder", holder]) == 2
+    err = capsys.readouterr().err
+    assert f"task 'train' (map index -1) of DAG 'd' run {run_id!r} is running" in err
+    assert [r.holder for r in ledger.open_reservations()] == [holder]

@@ -999,7 +999,7 @@ def test_budget_show_counts_a_search_that_holds_money_as_a_known_run(
 def test_budget_show_counts_a_run_whose_id_has_an_empty_part_and_holds_money_as_known(
     ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # read_holder cannot read 'd/nightly//train/-1' alone: the run holding money was 'no entry or hold'.
+    # read_holder could not read 'd/nightly//train/-1': the run holding money was 'no entry or hold'.
     ledger = Ledger.from_url(ledger_url)
     ledger.set_budget("project=r", "run", "5")
     ledger.reserve("project=r", "1", holder="d/nightly//train/-1", run_id="nightly/", dag_id="d")
@@ -1009,6 +1009,21 @@ def test_budget_show_counts_a_run_whose_id_has_an_empty_part_and_holds_money_as_
         assert "no entry or hold" not in capsys.readouterr().err
     assert main([*argv, "--dag-id", "e"]) == 0  # another DAG is still said unknown
     assert "the ledger has no entry or hold of DAG 'e'" in capsys.readouterr().err
+
+
+def test_report_of_a_run_whose_id_has_an_empty_part_says_its_hold_waits(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # "What waits" read 'd/nightly//train/-1' as no holder: a run holding money was a mistyped name (exit 2).
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=r", "month", "5")
+    ledger.reserve("project=r", "1", holder="d/nightly//train/-1", run_id="nightly/", dag_id="d")
+    report = ["--ledger-url", ledger_url, "report", "--dag-id", "d"]
+    for named in ([], ["--run-id", "nightly/"]):
+        assert main([*report, *named]) == 0
+        assert "1 open hold of it reserves $1.00" in capsys.readouterr().err
+    assert main([*report, "--run-id", "nightly"]) == 2  # another run is still said unknown
+    assert "the ledger has no entries for run 'nightly' of DAG 'd'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

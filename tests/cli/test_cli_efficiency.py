@@ -300,7 +300,7 @@ def test_runs_that_trained_no_model_are_counted_beside_the_list(
 def test_a_run_whose_id_has_an_empty_part_and_holds_budget_is_running(
     measured: Ledger, ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # read_holder cannot read 'nightly/run3//train/-1' alone: run 'run3/' was counted as ended, not running.
+    # read_holder could not read 'nightly/run3//train/-1': run 'run3/' was counted as ended, not running.
     record_outcome(
         measured, RunOutcome("nightly", "run0", "v1", metric="roc_auc", metric_value=0.7, recorded_at=T0)
     )

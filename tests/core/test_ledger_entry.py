@@ -79,3 +79,26 @@ def test_a_holder_key_is_slotted_as_the_other_value_classes_are() -> None:
     assert not hasattr(key, "__dict__")  # one per open hold read: no dict each
     with pytest.raises(dataclasses.FrozenInstanceError):
         key.run_id = "r"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("holder", "read"),
+    [
+        ("d/nightly//train/-1", ("d", "nightly/", "train", -1, None)),
+        ("d/a//b/train/3/egress", ("d", "a//b", "train", 3, "egress")),
+        ("d//x/train/-1", ("d", "/x", "train", -1, None)),
+        ("d//train/-1", None),  # no run id at all
+        ("/r/train/-1", None),  # no DAG id
+        ("d/r//-1", None),  # no task id
+    ],
+)
+def test_a_holder_whose_run_id_has_an_empty_part_is_read(
+    holder: str, read: tuple[object, ...] | None
+) -> None:
+    # A custom allowed_run_id_pattern allows 'nightly/': its holders read as no holder, so `budget release`
+    # checked no task state (released a hold whose task still ran) and "what waits" missed the hold.
+    from costaware.core.ledger import read_holder
+
+    key = read_holder(holder)
+    got = None if key is None else (key.dag_id, key.run_id, key.task_id, key.map_index, key.suffix)
+    assert got == read

@@ -610,7 +610,7 @@ def test_run_end_leaves_the_holds_of_a_run_whose_id_continues_its_own_after_a_sl
 
 @pytest.mark.parametrize("run_id", ["nightly/", "a//b"])
 def test_run_end_releases_the_holds_of_a_run_id_with_an_empty_part(ledger_env: Ledger, run_id: str) -> None:
-    # read_holder cannot read 'retrain/nightly//train/-1' alone (an empty part): no run's end freed it, and
+    # read_holder could not read 'retrain/nightly//train/-1' (an empty part): no run's end freed it, and
     # the budget stayed held until its 6 h TTL. A run continuing this one's id after a '/' keeps its holds.
     ledger_env.set_budget("project=churn", "month", "50")
     ledger_env.reserve("project=churn", "1", holder=f"retrain/{run_id}/train/-1")

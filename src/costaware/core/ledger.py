@@ -360,9 +360,10 @@ def read_holder(holder: str | None) -> HolderKey | None:
     The forms are :func:`reservation_holder`'s ``dag/run/task/map_index`` (a data-locality hold adds
     ``/egress``), a search's ``search/<id>/<trial>/<rung>`` and ``search/<id>/tail``. A DAG id and a task
     id have no ``/``, a run id may (a deployment's ``allowed_run_id_pattern``): the run id is all between
-    the first part and the last two (the last one for a search's tail). A search's trial and rung are whole
-    numbers (a rung is never negative, as a task's unmapped map index -1 is), so a DAG named ``search``
-    with numeric task ids is all it could be mistaken for.
+    the first part and the last two (the last one for a search's tail), empty parts included: ``nightly/``
+    and ``a//b`` are run ids (only the DAG id, the task id and the whole run id cannot be empty). A
+    search's trial and rung are whole numbers (a rung is never negative, as a task's unmapped map index -1
+    is), so a DAG named ``search`` with numeric task ids is all it could be mistaken for.
     """
     parts = (holder or "").split("/")
     if len(parts) >= 3 and parts[0] == "search" and all(parts[1:]):
@@ -373,31 +374,16 @@ def read_holder(holder: str | None) -> HolderKey | None:
     suffix = None
     if len(parts) >= 5 and not _is_int(parts[-1]):
         suffix = parts.pop()
-    if len(parts) < 4 or not _is_int(parts[-1]) or not all(parts[:-1]):
+    run_id = "/".join(parts[1:-2])
+    if len(parts) < 4 or not _is_int(parts[-1]) or not (parts[0] and parts[-2] and run_id):
         return None
     return HolderKey(
-        run_id="/".join(parts[1:-2]),
+        run_id=run_id,
         dag_id=parts[0],
         task_id=parts[-2],
         map_index=int(parts[-1]),
         suffix=suffix,
     )
-
-
-def holder_task_of_run(holder: str | None, dag_id: str, run_id: str) -> str | None:
-    """The task id of ``holder`` where it is a :func:`reservation_holder` key of this very DAG run; else None.
-
-    Read against the run it is asked of, so it also knows the holders :func:`read_holder` cannot read alone:
-    a run id with an empty part (``nightly/``, ``a//b``, where ``allowed_run_id_pattern`` allows ``/``).
-    A data-locality hold's suffix (``/egress``) is allowed, as :func:`read_holder` allows it.
-    """
-    prefix = f"{dag_id}/{run_id}/"
-    if not holder or not holder.startswith(prefix):
-        return None
-    rest = holder[len(prefix) :].split("/")
-    if len(rest) == 3 and rest[2] and not _is_int(rest[2]):
-        rest = rest[:2]
-    return rest[0] if len(rest) == 2 and rest[0] and _is_int(rest[1]) else None
 
 
 def _is_int(text: str) -> bool:

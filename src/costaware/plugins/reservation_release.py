@@ -69,7 +69,7 @@ def release_reservations(
     Never raises: a listener must not break the task or the scheduler; an unreleased reservation still
     expires at its TTL.
     """
-    from costaware.core.ledger import holder_task_of_run, read_holder
+    from costaware.core.ledger import read_holder
     from costaware.core.money import format_usd_exact
 
     released: list[Any] = []
@@ -79,13 +79,9 @@ def release_reservations(
     def is_ours(holder: str | None) -> bool:
         # A run id may hold a '/': the prefix of run 'r' also matches run 'r/x''s holds, still running.
         key = read_holder(holder)
-        if key is None:
-            # A run id with an empty part ('nightly/', 'a//b') makes holders read_holder cannot read alone:
-            # read against this run, else they stayed held until their TTL.
-            task_id = holder_task_of_run(holder, dag_id, run_id)
-            return task_id is not None and (task_ids is None or task_id in task_ids)
         return (
-            key.search is None
+            key is not None
+            and key.search is None
             and key.dag_id == dag_id
             and key.run_id == run_id
             and (task_ids is None or key.task_id in task_ids)

@@ -347,15 +347,11 @@ def _run_is_known(ledger: Any, run_id: str, dag_id: str | None) -> bool:
     """
     if ledger.entries(run_id=run_id, dag_id=dag_id, limit=1):
         return True
-    from costaware.core.ledger import holder_task_of_run, read_holder
+    from costaware.core.ledger import read_holder
 
     def holds_it(holder: str | None) -> bool:
         key = read_holder(holder)  # once: it was parsed three times a hold
-        if key is not None and key.run_id == run_id:
-            return dag_id is None or key.dag_id in (None, dag_id)
-        # A run id with an empty part ('nightly/') makes holders read_holder cannot read alone.
-        dag = dag_id if dag_id is not None else (holder or "").split("/", 1)[0]
-        return (key is None or key.run_id is None) and holder_task_of_run(holder, dag, run_id) is not None
+        return key is not None and key.run_id == run_id and (dag_id is None or key.dag_id in (None, dag_id))
 
     return any(holds_it(r.holder) for r in ledger.open_reservations())
 

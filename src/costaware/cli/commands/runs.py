@@ -9,7 +9,7 @@ from typing import Any
 
 from costaware.cli.arguments import check_range, open_ledger, refuse_unknown_names
 from costaware.cli.output import emit
-from costaware.core.ledger import holder_task_of_run, read_holder
+from costaware.core.ledger import read_holder
 from costaware.core.money import format_usd_exact
 
 
@@ -69,12 +69,8 @@ def list_runs(args: argparse.Namespace) -> int:
         print(_summary_line(summary))
     unlisted = _runs_without_a_model(ledger, found)
     # A run whose task still holds budget is running: it has no model yet, which is not a failure.
-    holders = [r.holder for r in ledger.open_reservations() if r.holder]
-    holds = [(holder, read_holder(holder)) for holder in holders]
-    holding = {(key.dag_id, key.run_id) for _, key in holds if key is not None and key.dag_id is not None}
-    # A run id with an empty part ('nightly/') makes holders read_holder cannot read alone: read per run.
-    unread = [holder for holder, key in holds if key is None]
-    holding |= {run for run in unlisted if any(holder_task_of_run(h, *run) for h in unread)}
+    holds = [read_holder(r.holder) for r in ledger.open_reservations() if r.holder]
+    holding = {(key.dag_id, key.run_id) for key in holds if key is not None and key.dag_id is not None}
     running = {run: usd for run, usd in unlisted.items() if run in holding}
     ended = {run: usd for run, usd in unlisted.items() if run not in holding}
     if ended:
