@@ -304,6 +304,26 @@ def test_a_per_run_budget_counts_one_dags_run_not_every_dag_run_of_that_id(any_l
     assert b.reserved_usd == Decimal("0.5")
 
 
+def test_a_run_window_of_any_dag_counts_the_holds_of_its_own_run_id_only(any_ledger: Ledger) -> None:
+    # Matched by its ending, run 'r' of every DAG counted run 'x/r''s hold ('run@d/x/r'), and on SQLite
+    # (LIKE ignores case) run 'R''s: $9 of others' holds refused its $5 of a $10 cap.
+    any_ledger.set_budget("project=churn", "run", "10")
+    any_ledger.set_budget("project=churn", "total", "100")  # holds keyed 'total', shorter than 'run@' + '/r'
+    any_ledger.reserve("project=churn", "6", run_id="x/r", dag_id="d", holder="d/x/r/train/-1")
+    any_ledger.reserve("project=churn", "3", run_id="R", dag_id="d", holder="d/R/train/-1")
+    any_ledger.reserve("project=churn", "0.5", run_id="r", dag_id="d", holder="d/r/train/-1")
+    any_ledger.reserve("project=churn", "0.25", run_id="r", dag_id="e", holder="e/r/train/-1")
+    any_ledger.reserve("project=churn", "0.125", run_id="r")  # no DAG: 'run:r'
+    held = {
+        run: [u.reserved_usd for u in any_ledger.usage("project=churn", run_id=run)]
+        for run in ("r", "x/r", "R")
+    }
+    total = Decimal("9.875")
+    assert held == {"r": [Decimal("0.875"), total], "x/r": [6, total], "R": [3, total]}
+    any_ledger.reserve("project=churn", "5", run_id="r")
+    assert any_ledger.usage("project=churn", run_id="r")[0].reserved_usd == Decimal("5.875")
+
+
 def test_a_run_id_with_a_slash_is_never_read_as_a_dag(any_ledger: Ledger) -> None:
     # A deployment's allowed_run_id_pattern may allow '/': the key of a window without a DAG,
     # 'run:manual/2026-12-01', was read as DAG 'manual', run '2026-12-01', which spent nothing, and a

@@ -241,9 +241,20 @@ def _holds_of_run(period_key: Any, key: str) -> Any:
     any_dag = run_key(run_id)
     if dag_id:
         return period_key.in_([key, any_dag])
+    # 'run@<dag>/<run>' whose run is exactly this one: the DAG id (which has no '/') is all before it. Not
+    # LIKE: ending in '/r' also matched run 'x/r' of DAG 'd' ('run@d/x/r'), and SQLite's LIKE ignores case.
+    # The '/'s are counted, not the DAG id cut out: PostgreSQL refuses a negative substr length (a short key).
+    tail = f"/{run_id}"
+    length = func.length(period_key)
+    slashes = length - func.length(func.replace(period_key, "/", ""))
     return or_(
         period_key == any_dag,
-        and_(period_key.startswith("run@"), period_key.endswith(f"/{run_id}", autoescape=True)),
+        and_(
+            func.substr(period_key, 1, len("run@")) == "run@",
+            length > len("run@") + len(tail),
+            func.substr(period_key, length - len(tail) + 1) == tail,
+            slashes == tail.count("/"),
+        ),
     )
 
 
