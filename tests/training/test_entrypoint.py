@@ -229,7 +229,7 @@ def test_a_model_store_it_cannot_write_is_a_store_failure_and_keeps_the_checkpoi
     # A save that fails after training: 74 too, and the checkpoints stay for the next attempt's resume.
     (tmp_path / "models").unlink()
 
-    def refused(self: Any, meta: Any, model: bytes) -> Any:
+    def refused(self: Any, meta: Any, model: bytes, **options: Any) -> Any:
         raise PermissionError("Access Denied writing versions/")
 
     monkeypatch.setattr(Store, "save", refused)

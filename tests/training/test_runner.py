@@ -254,3 +254,73 @@ def test_model_version_keeps_its_threshold_through_a_round_trip(threshold: float
         label_threshold=threshold,
     )
     assert ModelVersion.from_dict(json.loads(json.dumps(meta.to_dict()))) == meta
+
+
+# -- a save that failed after (or before) its version was complete ------------------------------------------
+
+
+def _failing_metadata(monkeypatch: pytest.MonkeyPatch, *, land: bool) -> None:
+    """Metadata writes fail (after landing: a reply that timed out; or before), and so do its reads."""
+    from costaware.adapters.blob_dir import BlobDir
+
+    write, read = BlobDir.write_bytes, BlobDir.read_bytes
+
+    def timing_out(self: BlobDir, name: str, data: bytes) -> None:
+        if name.endswith("metadata.json"):
+            if land:
+                write(self, name, data)
+            raise OSError("Read timeout on endpoint URL")
+        write(self, name, data)
+
+    def unreadable(self: BlobDir, name: str) -> bytes:
+        if name.endswith("metadata.json"):
+            raise OSError("Read timeout on endpoint URL")
+        return read(self, name)
+
+    monkeypatch.setattr(BlobDir, "write_bytes", timing_out)
+    monkeypatch.setattr(BlobDir, "read_bytes", unreadable)
+
+
+def test_the_next_attempt_finds_the_version_a_failed_save_left_complete(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its metadata landed, the write and its read-back failed: the next attempt trained the last steps
+    # again and stored the model a second time.
+    from costaware.core.errors import StoreUnavailableError
+
+    _batch(tmp_path / "landing" / "day-001.parquet", "ABC", seed=1)
+    job = _job(tmp_path)
+    with monkeypatch.context() as failing:
+        _failing_metadata(failing, land=True)
+        with pytest.raises(StoreUnavailableError, match="Read timeout"):
+            run_retrain(job)
+    store = ModelStore.open(job.model_store)
+    (landed,) = store.versions()
+    result = run_retrain(job)
+    assert result["version"] == landed.version and result["mode"] == landed.mode
+    assert result["steps"] == landed.metrics["steps"] and result["cost_usd"] == landed.cost_usd
+    assert [v.version for v in store.versions()] == [landed.version]
+    assert not list((tmp_path / "models" / "attempts").iterdir())  # the note goes with the training
+    assert not [p for p in (tmp_path / "ckpt").rglob("*") if p.is_file()]  # its checkpoints too
+    # A later run of other data trains and stores its own.
+    day2 = _batch(tmp_path / "landing" / "day-002.parquet", "ABC", seed=2)
+    other = run_retrain(_job(tmp_path, day2))
+    assert [v.version for v in store.versions()] == [landed.version, other["version"]]
+
+
+def test_a_version_whose_save_stopped_before_its_metadata_is_never_reused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from costaware.core.errors import StoreUnavailableError
+
+    _batch(tmp_path / "landing" / "day-001.parquet", "ABC", seed=1)
+    job = _job(tmp_path)
+    with monkeypatch.context() as failing:
+        _failing_metadata(failing, land=False)
+        with pytest.raises(StoreUnavailableError, match="Read timeout"):
+            run_retrain(job)
+    store = ModelStore.open(job.model_store)
+    (half_written,) = store.version_ids()
+    result = run_retrain(job)
+    assert result["version"] != half_written
+    assert [v.version for v in store.versions()] == [result["version"]]

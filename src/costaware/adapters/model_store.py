@@ -4,6 +4,7 @@ Layout under the store's root (a local folder or ``s3://bucket/prefix``)::
 
     versions/<version>/model.<ext>       the model, in a format that loads without pickle
     versions/<version>/metadata.json     written last: a version without it is incomplete and never used
+    attempts/<key hash>.json             the version a training's save began, found by its next attempt
     champion.json                        the pointer to the champion, replaced in one write
     decisions/<time>-<id>.json           promotion decisions with both metrics
 
@@ -85,8 +86,12 @@ class ModelStore:
     def uri(self) -> str:
         return self.blobs.uri
 
-    def save(self, meta: ModelVersion, model: bytes) -> ModelVersion:
-        """Write a new version: the model file first, the metadata (with the model's checksum) last."""
+    def save(self, meta: ModelVersion, model: bytes, *, attempt_key: str | None = None) -> ModelVersion:
+        """Write a new version: the model file first, the metadata (with the model's checksum) last.
+
+        ``attempt_key`` names one training across its attempts: the version's id is noted under it before
+        anything else, so that a next attempt finds the version a failed save left (:meth:`saved_before`).
+        """
         if meta.status not in STATUSES:
             raise ConfigurationError(f"status {meta.status!r} is not one of {', '.join(STATUSES)}")
         _check_version_id(meta.version, "use new_version_id()")
@@ -100,12 +105,34 @@ class ModelStore:
             model_sha256=sha256_hex(model),
             created_at=meta.created_at or datetime.now(timezone.utc).isoformat(),
         )
+        if attempt_key is not None:
+            noted = {"attempt_key": attempt_key, "version": stored.version}
+            self.blobs.write_bytes(_attempt_marker(attempt_key), _json(noted))
         self.blobs.write_bytes(f"{folder}/{stored.model_file}", model)
         model_files.write_metadata(self.blobs, folder, _json(stored.to_dict()))
         log.info(
             "saved model version %s (%s, %s) to %s", stored.version, stored.mode, stored.status, self.uri
         )
         return stored
+
+    def saved_before(self, attempt_key: str) -> ModelVersion | None:
+        """The complete version an earlier attempt's save under ``attempt_key`` stored; else None.
+
+        A save whose metadata write landed but reported an error, and whose read-back failed too, failed
+        though its version was complete: the next attempt stored the model a second time. A version whose
+        save stopped before its metadata is incomplete: None, and it is never used.
+        """
+        try:
+            noted = json.loads(self.blobs.read_bytes(_attempt_marker(attempt_key)))
+            if noted["attempt_key"] != attempt_key:  # another key of the same hash: not this training's
+                return None
+            return self.get(str(noted["version"]))
+        except (FileNotFoundError, VersionNotFoundError, IncompleteVersionError):
+            return None
+
+    def forget_attempt(self, attempt_key: str) -> None:
+        """Drop the note of ``attempt_key``'s save (its training is done): a later run trains anew."""
+        self.blobs.delete(_attempt_marker(attempt_key))
 
     def save_files(self, meta: ModelVersion, staging: str) -> ModelVersion:
         """Write a new version whose model is the folder of files staged at ``staging`` (inside this store).
@@ -330,6 +357,11 @@ def _finite(value: Any) -> Any:
 
 def _json(data: Mapping[str, Any]) -> bytes:
     return json.dumps(data, indent=2, sort_keys=True, default=str).encode()
+
+
+def _attempt_marker(attempt_key: str) -> str:
+    """Where the version a save under ``attempt_key`` began is noted (any key: hashed to a plain name)."""
+    return f"attempts/{sha256_hex(attempt_key.encode())[:40]}.json"
 
 
 def _check_version_id(version: str, advice: str) -> None:

@@ -199,6 +199,35 @@ def run_retrain(
     if checkpoints is None:
         checkpoints = CheckpointStore.open(job.checkpoint_store, **opts)
     _refuse_foreign_checkpoint(checkpoints, job.checkpoint_key, name)
+    total = trainer.n_steps(data, warm=decision.warm)
+    # How to reproduce it, from the trainer that ran: the task that records the outcome may have none.
+    record = functools.partial(
+        training_record,
+        trainer,
+        trainer_name=name,
+        trainer_params=job.trainer_params,
+        steps=total,
+        data_fingerprint=fingerprint,
+    )
+    # One training across its attempts: its run's checkpoint key and its plan, as its checkpoints resume.
+    plan_digest = hashlib.sha256(json.dumps(plan, sort_keys=True, default=str).encode()).hexdigest()
+    attempt_key = f"{job.checkpoint_key}#{plan_digest}"
+    try:
+        earlier = store.saved_before(attempt_key)
+    except OSError as e:  # as at the save below: the contract's "a store failed"
+        raise StoreUnavailableError(
+            f"cannot read the model store {store.uri!r} ({e}): check that this job can reach it"
+        ) from e
+    if earlier is not None:
+        # An earlier attempt's save failed though its version was complete: not trained or stored again.
+        log.info(
+            "model version %s was stored by an earlier attempt of this training: reused", earlier.version
+        )
+        checkpoints.clear(job.checkpoint_key)
+        _forget_attempt(store, attempt_key)
+        return _summary(
+            store, earlier, decision.reason, drift, dict(earlier.metrics), record(), started, cpu_started
+        )
     checkpointer = Checkpointer(
         checkpoints,
         job.checkpoint_key,
@@ -209,7 +238,6 @@ def run_retrain(
     )
     if on_checkpointer:
         on_checkpointer(checkpointer)
-    total = trainer.n_steps(data, warm=decision.warm)
     fit_started = time.perf_counter()
     with checkpointer:
         checkpoint = checkpointer.resume()
@@ -256,7 +284,7 @@ def run_retrain(
         run=dict(job.run),
     )
     try:
-        stored = store.save(candidate, blob)
+        stored = store.save(candidate, blob, attempt_key=attempt_key)
     except OSError as e:
         # A store that failed mid-save leaves a version without metadata, which nothing reads; the
         # checkpoints are kept, so the next attempt (a job exits 74) resumes at the last step, not step 0.
@@ -266,26 +294,42 @@ def run_retrain(
             "are kept for the next attempt"
         ) from e
     checkpointer.finish()
+    _forget_attempt(store, attempt_key)
+    return _summary(store, stored, decision.reason, drift, metrics, record(), started, cpu_started)
+
+
+def _summary(
+    store: ModelStore,
+    stored: ModelVersion,
+    reason: str,
+    drift: Any,
+    metrics: dict[str, Any],
+    record: dict[str, Any],
+    started: float,
+    cpu_started: float,
+) -> dict[str, Any]:
+    """What ``run_retrain`` returns of the version ``stored`` (``metrics``: the training's facts)."""
     return {
         "version": stored.version,
         "mode": stored.mode,
-        "reason": decision.reason,
-        "parent": parent,
+        "reason": reason,
+        "parent": stored.parent,
         "model_store": store.uri,
         "drift": drift.to_dict() if drift else None,
-        "cost_usd": cost,
+        "cost_usd": stored.cost_usd,
         **metrics,
-        # How to reproduce it, from the trainer that ran: the task that records the outcome may have none.
-        "record": training_record(
-            trainer,
-            trainer_name=name,
-            trainer_params=job.trainer_params,
-            steps=total,
-            data_fingerprint=fingerprint,
-        ),
+        "record": record,
         "seconds": round(time.perf_counter() - started, 4),
         "cpu_seconds": round(time.process_time() - cpu_started, 4),
     }
+
+
+def _forget_attempt(store: ModelStore, attempt_key: str) -> None:
+    """Drop the note of a stored training's save: one left behind makes a rerun of it reuse the version."""
+    try:
+        store.forget_attempt(attempt_key)
+    except OSError as e:
+        log.warning("could not delete the note of the stored version's save in %s: %s", store.uri, e)
 
 
 # -- promote -------------------------------------------------------------------------------------------------
