@@ -527,6 +527,65 @@ def test_a_fixed_batch_folder_refused_once_into_a_quarantine_beside_it_is_warned
         check_quarantine_beside_batch_folder(f"{churn}/features_v2/", f"{churn}/quarantine/", {})
 
 
+def _counting_listings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The folders listed through ``BlobDir`` from now on (the real file system lists them)."""
+    from pyarrow import fs
+
+    from costaware.adapters.blob_dir import BlobDir
+
+    listed: list[str] = []
+
+    class Counting:
+        def __init__(self, inner: Any) -> None:
+            self._inner = inner
+
+        def get_file_info(self, what: Any) -> Any:
+            if isinstance(what, fs.FileSelector):
+                listed.append(what.base_dir)
+            return self._inner.get_file_info(what)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._inner, name)
+
+    from_uri = BlobDir.from_uri.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: Any, uri: str, **options: Any) -> BlobDir:
+        blobs = from_uri(cls, uri, **options)
+        blobs.fs = Counting(blobs.fs)
+        return blobs
+
+    monkeypatch.setattr(BlobDir, "from_uri", classmethod(counted))
+    return listed
+
+
+def test_a_fixed_batch_refused_in_many_runs_costs_the_quarantine_check_a_few_listings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from costaware.operators.batch_quarantine import check_quarantine_beside_batch_folder
+
+    # Walked folder by folder, churn/features_v2/ refused in 60 runs cost 2 listings a run (<run>/, <task>/):
+    # 122 for one check, at every run of the gate; listed whole it is one (a page per 1,000 files on S3).
+    churn = tmp_path / "churn"
+    (churn / "features_v2").mkdir(parents=True)
+    (churn / "features_v2" / "part-0.parquet").write_bytes(b"PAR1")
+    for day in range(60):
+        own = churn / "quarantine" / "retrain_dag" / f"scheduled__2026-{1 + day // 28:02d}-{1 + day % 28:02d}"
+        (own / "quality_gate" / "features_v2").mkdir(parents=True)
+        (own / "quality_gate" / "features_v2" / "part-0.parquet").write_bytes(b"PAR1")
+    listed = _counting_listings(monkeypatch)
+    assert check_quarantine_beside_batch_folder(f"{churn}/features_v2/", f"{churn}/quarantine/", {}) is None
+    assert len([folder for folder in listed if "/quarantine" in folder]) <= 6
+    # A refused batch of its series after them all is still found, the first in walking order.
+    for day in ("2026-12-30", "2026-12-31"):
+        sibling = churn / "quarantine" / "retrain_dag" / f"scheduled__{day}" / "quality_gate" / "features_v1"
+        sibling.mkdir(parents=True)
+        (sibling / "part-1.parquet").write_bytes(b"PAR1")
+        (sibling / "part-0.parquet").write_bytes(b"PAR1")
+    first = "quarantine/retrain_dag/scheduled__2026-12-30/quality_gate/features_v1/part-0.parquet"
+    with pytest.raises(ConfigurationError, match=f"it holds another batch, '{first}'"):
+        check_quarantine_beside_batch_folder(f"{churn}/features_v2/", f"{churn}/quarantine/", {})
+
+
 def test_a_dated_series_beside_an_undated_file_is_still_refused(tmp_path: Path) -> None:
     from costaware.operators.batch_quarantine import check_quarantine_beside_batch_folder
 

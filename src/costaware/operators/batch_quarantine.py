@@ -48,6 +48,9 @@ def check_quarantine_outside(data_path: str, quarantine_path: str) -> None:
 
 #: How many of a batch folder's neighbours are looked into for a batch of their own (one listing each).
 _NEIGHBOURS_LOOKED_INTO = 20
+#: Folder listings that walk the quarantine for a refused batch of the series before it is listed whole: as
+#: deep as the gate moves one (the quarantine, ``<dag>/``, ``<run>/``, ``<task>/``, ``<batch>/``).
+_QUARANTINE_FOLDERS_WALKED = 5
 
 
 def check_quarantine_beside_batch_folder(
@@ -170,8 +173,12 @@ def _sibling_refused(folder: Any, path: str, batch_name: str) -> str | None:
     The gate moves a batch folder to ``<quarantine>/<dag>/<run>/<task>/<batch name>/``: the last folder on
     a file's way named like this batch (``2013-01-01`` for ``2013-01-02``, digits aside) is the batch it
     came from. One of this batch's own name (a fixed ``features_v2/`` refused once) or of no such name says
-    nothing of a landing folder. Walked folder by folder, files first, so it stops at the first one found
-    rather than listing the whole quarantine, and never looks into this batch's own refused copies.
+    nothing of a landing folder. The first such file in walking order (folder by folder, by name, a folder's
+    files before its sub-folders) is the one found.
+
+    A few listings walk the quarantine, which finds a file where the gate puts one; past them it is listed
+    whole, at once (a page per 1,000 files on S3): walked on, a fixed-name batch, which has no such file to
+    stop at, cost two listings per run it was refused in (``<run>/``, ``<task>/``).
 
     Returns:
         The file's path relative to ``folder``, or None.
@@ -180,22 +187,41 @@ def _sibling_refused(folder: Any, path: str, batch_name: str) -> str | None:
 
     shape = _series_shape(batch_name)
     root = folder.root.rstrip("/")
+
+    def in_series(name: str) -> bool:  # this batch's own earlier refusal is no other batch of a series
+        return name != batch_name and _numbered(name) and _series_shape(name) == shape
+
     # (folder path, the series batch it is in, if any); depth first, so a hit comes after a few listings.
     to_walk: list[tuple[str, str | None]] = [(path, None)]
-    while to_walk:
+    for _ in range(_QUARANTINE_FOLDERS_WALKED):
+        if not to_walk:
+            return None
         here, batch = to_walk.pop()
-        listed = folder.fs.get_file_info(fs.FileSelector(here, allow_not_found=True))
+        listed = sorted(
+            folder.fs.get_file_info(fs.FileSelector(here, allow_not_found=True)), key=lambda i: i.base_name
+        )
         if batch is not None:
             for info in listed:
                 if info.type == fs.FileType.File and _is_parquet(info.base_name):
                     return str(info.path)[len(root) + 1 :]
-        inner = [i for i in listed if i.type == fs.FileType.Directory]
-        for info in sorted(inner, key=lambda i: i.base_name, reverse=True):
-            if info.base_name == batch_name:
-                continue  # this batch's own earlier refusal: no other batch of a series
-            in_series = _numbered(info.base_name) and _series_shape(info.base_name) == shape
-            to_walk.append((info.path, info.base_name if in_series else batch))
-    return None
+        for info in reversed(listed):
+            if info.type == fs.FileType.Directory and info.base_name != batch_name:
+                to_walk.append((info.path, info.base_name if in_series(info.base_name) else batch))
+    if not to_walk:
+        return None
+    # The rest from one listing of it all, in the walk's order; a file under its own refusal is pruned.
+    found = []
+    for info in folder.fs.get_file_info(fs.FileSelector(path, allow_not_found=True, recursive=True)):
+        *folders, name = str(info.path)[len(path) + 1 :].split("/")
+        pruned = batch_name in folders
+        if (
+            info.type == fs.FileType.File
+            and _is_parquet(name)
+            and not pruned
+            and any(map(in_series, folders))
+        ):
+            found.append(([(1, f) for f in folders] + [(0, name)], info.path))
+    return str(min(found)[1])[len(root) + 1 :] if found else None
 
 
 def _series_shape(name: str) -> str:
