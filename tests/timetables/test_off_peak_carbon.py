@@ -109,7 +109,13 @@ def test_bad_objective_arguments_are_named(kwargs: dict[str, object], message: s
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"objective": "carbon", "region": "mars-1"}, "region 'mars-1' has no known grid zone: pass carbon="),
+        ({"objective": "carbon", "region": "us-east-1"}, "region 'us-east-1' has no known grid zone: pass"),
+        # A misspelt region read "has no known grid zone", as if it were a real one with no data.
+        (
+            {"objective": "carbon", "region": "us-est-1"},
+            r"region 'us-est-1' is not an AWS region; did you mean .*us-east-1",
+        ),
+        ({"objective": "carbon", "region": "us-west-1a"}, "region 'us-west-1a' is a zone"),
         # It read "region None has no known grid zone".
         (
             {"objective": "carbon"},

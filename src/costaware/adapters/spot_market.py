@@ -308,6 +308,11 @@ def carbon_intensity(
         return load_carbon(text)
     zone = text or (grid_zone(region) if region else None)
     if zone is None:
+        if region:
+            from costaware.adapters.compute.base import check_aws_regions
+
+            # A misspelt region ("us-est-1") read "has no known grid zone", as if it were a real one.
+            check_aws_regions([region], name="region")
         # Without a region (OffPeakTimetable has none by default) this read "region None has no known grid".
         missing = (
             f"region {region!r} has no known grid zone"
