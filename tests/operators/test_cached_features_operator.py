@@ -199,6 +199,9 @@ def _bad_transform(inputs: dict[str, pd.DataFrame]) -> dict[str, int]:
     [
         ({"transform_params": {"model": object()}}, "has no stable fingerprint"),
         ({"inputs": {"t": "bigquery://proj/ds/t"}}, "no event of it in inlet_events"),
+        # S3 spelt another way was told to add an Asset to the task's inlets.
+        ({"inputs": {"t": "S3://ml-data/flights"}}, "spelt another way: write it 's3://ml-data/flights'"),
+        ({"inputs": {"t": "s3a://ml-data/flights"}}, "spelt another way: write it 's3://ml-data/flights'"),
         ({"instance_type": "m5.2xlarge", "usd_per_hour": None}, "needs region= to look up its price"),
         (
             {"instance_type": "m5.huge", "region": "us-east-1", "usd_per_hour": None},

@@ -282,6 +282,9 @@ def test_a_replica_matches_its_source_with_or_without_a_trailing_slash(
         ({"inputs": [" "]}, r"name no data \(empty: \['0'\]\)"),
         ({"inputs": "[s3://a/x]"}, "is text that is no list or dict of URIs"),
         ({"inputs": 42}, "inputs must be a list of URIs or {name: URI}, got int 42"),
+        # S3 spelt another way was told to declare a region and size, so the input went unlisted.
+        ({"inputs": ["S3://ml-data/flights"]}, "spelt another way: write it 's3://ml-data/flights'"),
+        ({"inputs": ["s3a://ml-data/flights"]}, "spelt another way: write it 's3://ml-data/flights'"),
         ({"compute_region": None}, "compute_region is None: name the AWS region the compute runs in"),
     ],
 )

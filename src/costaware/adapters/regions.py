@@ -10,6 +10,7 @@ from typing import Any
 
 from costaware.adapters.input_data import total_bytes
 from costaware.adapters.object_store import S3Options, parse_uri, s3_client
+from costaware.adapters.object_store.location import s3_spelling
 from costaware.core.errors import ConfigurationError
 
 log = logging.getLogger(__name__)
@@ -114,6 +115,9 @@ def locate(
     # "gs://x/flights/" declared for "gs://x/flights": told to declare what was declared.
     sizes = {str(k).rstrip("/"): v for k, v in (declared_bytes or {}).items()}
     uri = uri.rstrip("/")
+    meant = s3_spelling(uri)
+    if meant and (region is None or uri not in sizes):
+        raise ConfigurationError(f"input {uri!r} is an S3 location spelt another way: write it {meant!r}")
     if region is None or uri not in sizes:
         raise ConfigurationError(
             f"input {uri!r} is neither a local path nor s3://: declare its region in declared_regions="

@@ -85,6 +85,7 @@ def fingerprint_inputs(
         ConfigurationError: an input cannot be fingerprinted (no data and no Asset event to go by).
     """
     from costaware.adapters.input_data import fingerprint_uri
+    from costaware.adapters.object_store.location import s3_spelling
     from costaware.core.errors import ConfigurationError
     from costaware.core.fingerprint import FileStat, fingerprint_input
 
@@ -106,6 +107,11 @@ def fingerprint_inputs(
                 events = None
         last = events[-1] if events else None
         if last is None:
+            meant = s3_spelling(uri)
+            if meant:
+                raise ConfigurationError(
+                    f"input {name!r} ({uri}) is an S3 location spelt another way: write it {meant!r}"
+                )
             raise ConfigurationError(
                 f"input {name!r} ({uri}) is neither a local path nor s3://, and the task has no event of "
                 "it in inlet_events: add the Asset to the task's inlets, or point the input at its data"

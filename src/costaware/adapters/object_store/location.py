@@ -57,6 +57,18 @@ def refuse_cut_uri(parsed: ParseResult, text: str, what: str) -> None:
         )
 
 
+def s3_spelling(uri: str) -> str | None:
+    """``uri`` written the one way the S3 readers take (``s3://``), where it is S3 spelt another way.
+
+    ``S3://bucket/x`` or Spark's ``s3a://bucket/x`` was refused as "neither a local path nor s3://" and told
+    to declare a region and size (or an Asset event) for it: advice that makes an S3 input go unlisted.
+    """
+    scheme, sep, rest = str(uri).strip().partition("://")
+    if sep and scheme != "s3" and scheme.lower() in ("s3", "s3a", "s3n"):
+        return f"s3://{rest}"
+    return None
+
+
 def parse_uri(uri: str, *, what: str = "URI") -> Location:
     """Parse ``/abs/path`` (``~`` is the home folder), ``file:///abs/path`` or ``s3://bucket/prefix``.
 
