@@ -304,6 +304,21 @@ def test_s3_inputs_and_s3_store_through_an_airflow_connection(
     assert third["hit"] is False and third["key"] != first["key"]
 
 
+def test_a_store_in_a_bucket_that_does_not_exist_is_named_and_not_retried(
+    moto_endpoint: str, moto_aws_conn: str, flights_dir: Path, ledger_conn: Ledger
+) -> None:
+    # It failed on botocore's "The specified bucket does not exist" (retried), naming no bucket or store.
+    missing = f"ml-cahce-{uuid.uuid4().hex[:10]}"
+    op = operator(
+        _paths_transform, {"flights": str(flights_dir)}, f"s3://{missing}/features", aws_conn_id="moto_aws"
+    )
+    with pytest.raises(
+        AirflowFailException, match=f"store s3://{missing}/features: bucket '{missing}' does not"
+    ):
+        op.execute(context())
+    assert ledger_conn.entries() == []
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

@@ -56,11 +56,21 @@ class S3ObjectStore(ObjectStore):
         """See :meth:`ObjectStore.read`."""
         from botocore.exceptions import ClientError
 
+        from costaware.core.errors import ConfigurationError
+
         try:
             got = self.client.get_object(Bucket=self.root.bucket, Key=self.key(rel))
         except ClientError as e:
             if _s3_error_code(e) in ("NoSuchKey", "404", "NotFound"):
                 return None
+            if _s3_error_code(e) == "NoSuchBucket":
+                # A store's first call: a misspelt bucket failed the task (with retries) on botocore's
+                # "The specified bucket does not exist", naming neither the bucket nor the store.
+                raise ConfigurationError(
+                    f"store {self.root.uri}: bucket {self.root.bucket!r} does not exist: check the bucket's "
+                    "name and the S3 endpoint in use (a connection's endpoint_url or --endpoint-url, for "
+                    "MinIO or moto), or create the bucket"
+                ) from e
             raise
         return got["Body"].read(), str(got["ETag"])
 
