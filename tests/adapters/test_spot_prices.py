@@ -105,6 +105,18 @@ def test_bad_spot_files(text: str, message: str) -> None:
         spot_history_from_text(text, source="prices")
 
 
+def test_a_bad_csv_row_is_named_by_its_line_in_the_file() -> None:
+    # It said "record 1", the row's place among its zone's rows: line 4 here, after another zone's row.
+    text = (
+        "timestamp,region,availability_zone,instance_type,product_description,usd_per_hour\n"
+        "2021-03-01T00:00:00Z,us-east-1,us-east-1a,m5.large,Linux/UNIX,0.30\n"
+        "2021-03-01T00:00:00Z,us-east-1,us-east-1b,m5.large,Linux/UNIX,0.31\n"
+        "2021-03-01T01:00:00Z,us-east-1,us-east-1a,m5.large,Linux/UNIX,0.3O\n"
+    )
+    with pytest.raises(InvalidPriceDataError, match=r"\(prices\) line 4: price '0\.3O' is not a number"):
+        spot_history_from_text(text, source="prices")
+
+
 def test_unsorted_and_duplicated_csv_rows_are_fixed_and_reported() -> None:
     rows = [
         "2021-03-01T02:00:00Z,us-east-1,us-east-1a,m5.large,Linux/UNIX,0.30",

@@ -41,6 +41,12 @@ def _wanted(product: str, products: Sequence[str]) -> bool:
     return any(product == p or product.startswith(f"{p} (") for p in products)
 
 
+def _file_lines(lines: Sequence[int | None]) -> list[int] | None:
+    """The file line of each record, where every record has one (a CSV's rows), else None."""
+    known = [n for n in lines if n is not None]
+    return known if len(known) == len(lines) else None
+
+
 class SpotPriceHistory:
     """Spot price records, one step-function series per (instance type, availability zone).
 
@@ -62,6 +68,8 @@ class SpotPriceHistory:
             InvalidPriceDataError: a record lacks a key or has a bad time or price; no record is left.
         """
         grouped: dict[tuple[str, str], list[tuple[object, object]]] = {}
+        # A CSV row's file line ("_line"): the series' own record count pointed nowhere in the file.
+        lines: dict[tuple[str, str], list[int | None]] = {}
         seen_products: set[str] = set()
         for number, record in enumerate(records):
             missing = [k for k in _RECORD_KEYS if k not in record]
@@ -75,13 +83,16 @@ class SpotPriceHistory:
                 continue
             key = (str(record["InstanceType"]), str(record["AvailabilityZone"]))
             grouped.setdefault(key, []).append((record["Timestamp"], record["SpotPrice"]))
+            lines.setdefault(key, []).append(record.get("_line"))
         if not grouped:
             raise InvalidPriceDataError(
                 f"{source} has no {' / '.join(products)} records (products present: "
                 f"{', '.join(sorted(seen_products)) or 'none'})"
             )
         series = {
-            key: PriceSeries.from_points(points, name=f"spot {key[0]} {key[1]} ({source})")
+            key: PriceSeries.from_points(
+                points, name=f"spot {key[0]} {key[1]} ({source})", lines=_file_lines(lines[key])
+            )
             for key, points in grouped.items()
         }
         return cls(series, source=source)
@@ -210,6 +221,7 @@ def spot_history_from_text(text: str, *, source: str, products: Sequence[str] = 
             "ProductDescription": row["product_description"],
             "SpotPrice": row["usd_per_hour"],
             "Timestamp": row["timestamp"],
+            "_line": reader.line_num,
         }
         for row in reader
     )
