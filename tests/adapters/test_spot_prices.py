@@ -16,6 +16,7 @@ from costaware.adapters import spot_prices
 from costaware.adapters.spot_prices import (
     LiveSpotPrices,
     electricity_from_text,
+    is_electricity_csv,
     load_availability,
     load_electricity,
     load_spot_history,
@@ -167,6 +168,20 @@ def test_unknown_names_are_reported_with_what_is_known() -> None:
 def test_bad_electricity_files(text: str, message: str) -> None:
     with pytest.raises(InvalidPriceDataError, match=message):
         electricity_from_text(text, source="power.csv")
+
+
+@pytest.mark.parametrize(
+    ("header", "electricity"),
+    [
+        ("timestamp_utc,usd_per_mwh", True),
+        # A misnamed price column was read as a spot CSV and refused for lacking five spot columns.
+        ("timestamp_utc,usd_per_kwh", True),
+        ('"timestamp_utc","price"', True),
+        ("timestamp,region,availability_zone,instance_type,product_description,usd_per_hour", False),
+    ],
+)
+def test_an_electricity_csv_is_told_by_either_of_its_columns(header: str, electricity: bool) -> None:
+    assert is_electricity_csv(f"{header}\n2023-01-01T00:00:00Z,1\n") is electricity
 
 
 # -- live prices ----------------------------------------------------------------------------------------

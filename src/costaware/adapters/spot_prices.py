@@ -234,9 +234,14 @@ def load_spot_history(path: str | Path, *, products: Sequence[str] = LINUX) -> S
 
 
 def is_electricity_csv(text: str) -> bool:
-    """Whether ``text`` is an hourly electricity price CSV (``timestamp_utc,usd_per_mwh``)."""
+    """Whether ``text`` is, or is meant as, an hourly electricity price CSV (``timestamp_utc,usd_per_mwh``).
+
+    Either column is enough: a file with ``timestamp_utc`` and a misnamed price column (``usd_per_kwh``) was
+    read as a spot CSV and refused for lacking five spot columns, none of which it should have.
+    """
     header = text.lstrip("\ufeff").split("\n", 1)[0]
-    return all(column in header for column in ELECTRICITY_COLUMNS)
+    columns = {column.strip().strip('"') for column in header.split(",")}
+    return any(column in columns for column in ELECTRICITY_COLUMNS)
 
 
 def electricity_from_text(text: str, *, source: str) -> PriceSeries:
