@@ -49,6 +49,9 @@ def test_impossible_windows_name_the_value(text: str, message: str) -> None:
         ("daily", set(range(7))),
         (["Monday", "wed"], {0, 2}),
         ("thurs-saturday", {3, 4, 5}),
+        # Spaces around the dash, as a window takes them ("22:00 - 06:00"): it was "not a day".
+        ("mon - fri", {0, 1, 2, 3, 4}),
+        ("fri -mon, wed", {4, 5, 6, 0, 2}),
     ],
 )
 def test_parse_days(text: str | list[str], days: set[int]) -> None:

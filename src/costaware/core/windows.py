@@ -129,7 +129,8 @@ def parse_days(text: str | Sequence[str]) -> frozenset[int]:
         if token in ("daily", "*", "all", "mon-sun"):
             days.update(range(7))
             continue
-        ends = token.split("-")
+        # "mon - fri" was refused as no day, while its window beside it, "22:00 - 06:00", was read.
+        ends = [end.strip() for end in token.split("-")]
         if len(ends) > 2 or not all(_is_day(e) for e in ends):
             raise ConfigurationError(
                 f"days {text!r}: {token!r} is not a day or a range of days; "
