@@ -46,7 +46,7 @@ def test_a_source_file_that_does_not_cover_the_hours_says_the_bundled_year_is_sh
     captured = capsys.readouterr()
     assert "from carbon GB_2023.csv" in captured.out
     assert (
-        f"note: {RECORDED} does not cover GB over these 2 hour(s) (GB_2026-11.csv): they are the bundled"
+        f"note: {RECORDED} does not cover GB over 2 of these 2 hour(s) (GB_2026-11.csv): they are the bundled"
         in (captured.err)
     )
     assert main([*argv, "--zone", "DE-LU", "--format", "json"]) == 0
@@ -54,6 +54,22 @@ def test_a_source_file_that_does_not_cover_the_hours_says_the_bundled_year_is_sh
     covered = ["carbon", "show", "--zone", "GB", "--source", str(RECORDED), "--start", "2026-11-20T01:00Z"]
     assert main([*covered, "--format", "json"]) == 0
     assert "note" not in json.loads(capsys.readouterr().out)
+
+
+def test_hours_a_file_covers_keep_its_values_where_the_window_runs_past_its_end(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The file ends at 2026-11-22 00:00: the whole window was shown as the bundled year, its two recorded
+    # hours (166, 167) too, and labelled "nothing recorded from 2026-11-21 22:00".
+    argv = ["carbon", "show", "--zone", "GB", "--source", str(RECORDED), "--start", "2026-11-21T22:00Z"]
+    with time_machine.travel("2026-11-30T00:00:00Z", tick=False):
+        assert main([*argv, "--hours", "4", "--format", "json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    values = [h["g_co2e_per_kwh"] for h in shown["hours"]]
+    assert values[:2] == ["166", "167"] and "166" not in values[2:] and "167" not in values[2:]
+    assert shown["kind"] == "recorded, and a typical-year estimate for the other hours"
+    assert shown["series"].startswith("recorded (GB_2026-11.csv) for 2 of 4 hour(s), else typical year: ")
+    assert "over 2 of these 4 hour(s)" in shown["note"]
 
 
 def test_show_json_of_the_bundled_files(capsys: pytest.CaptureFixture[str]) -> None:

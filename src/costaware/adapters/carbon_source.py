@@ -186,6 +186,18 @@ class RecordedCarbon:
             s.start <= start and end <= s.last + _HOUR for s in map(self._load, self.files.get(zone, []))
         )
 
+    def covered_hours(self, zone: str, start: datetime, hours: int) -> dict[datetime, Decimal]:
+        """The hours from ``start`` that a file given (not the bundled year) covers, with their values."""
+        start = _utc(start, "start")
+        series = [self._load(f) for f in self.files.get(zone, [])]
+        covered: dict[datetime, Decimal] = {}
+        for hour in (start + i * _HOUR for i in range(hours)):
+            for one in series:
+                if one.start <= hour and hour < one.last + _HOUR:
+                    covered[hour] = one.mean_usd_per_hour(hour, hour + _HOUR)
+                    break
+        return covered
+
     def _load(self, file: Path) -> PriceSeries:
         """A file's series, read once."""
         if file not in self._loaded:

@@ -34,6 +34,8 @@ def _plain(value: Decimal) -> str:
 def _kind(name: str, forecast: bool) -> str:
     if name.startswith("typical year"):
         return "typical-year estimate"
+    if name.startswith("recorded ("):
+        return "recorded, and a typical-year estimate for the other hours"
     if "perfect forecast" in name:
         return "recorded (as a perfect forecast)"
     if forecast:
@@ -126,11 +128,20 @@ def _typical_year(source: object, zone: str, start: datetime, hours: int) -> Pri
         return None
     bundled = bundled_carbon(zone)
     values = hourly_series(bundled, start, hours)
+    times = [start + i * _HOUR for i in range(hours)]
+    # The hours a file does cover keep its values: a window running past an import's end showed the
+    # bundled year for every hour, the imported ones too, as "nothing recorded".
+    recorded = source.covered_hours(zone, start, hours)
+    typical = f"{bundled.name} at the same dates and hours"
+    if recorded:
+        files = ", ".join(f.name for f in source.files.get(zone, []))
+        name = f"recorded ({files}) for {len(recorded)} of {hours} hour(s), else typical year: {typical}"
+    else:
+        name = f"typical year: {typical} (nothing recorded from {start:%Y-%m-%d %H:%M} UTC)"
     return PriceSeries(
-        [start + i * _HOUR for i in range(hours)],
-        [Decimal(repr(round(value, 2))) for value in values],
-        name=f"typical year: {bundled.name} at the same dates and hours (nothing recorded from "
-        f"{start:%Y-%m-%d %H:%M} UTC)",
+        times,
+        [recorded.get(t, Decimal(repr(round(value, 2)))) for t, value in zip(times, values, strict=True)],
+        name=name,
     )
 
 
@@ -143,9 +154,10 @@ def _fallback_note(source: object, args: argparse.Namespace, start: datetime) ->
     if source.files_cover(args.zone, start, start + args.hours * _HOUR):
         return None
     names = ", ".join(f.name for f in source.files.get(args.zone, [])) or f"no {args.zone}_*.csv file"
+    missing = args.hours - len(source.covered_hours(args.zone, start, args.hours))
     return (
-        f"{args.source} does not cover {args.zone} over these {args.hours} hour(s) ({names}): they are the "
-        "bundled 2023 data, the fallback of a recorded source"
+        f"{args.source} does not cover {args.zone} over {missing} of these {args.hours} hour(s) ({names}): "
+        "they are the bundled 2023 data, the fallback of a recorded source"
     )
 
 
