@@ -405,6 +405,14 @@ def test_a_price_written_with_a_dollar_sign_is_read_as_the_price() -> None:
 def test_constructor_rejects_bad_static_arguments() -> None:
     with pytest.raises(ValueError, match="history_days must be 7 or more"):
         make_sensor(history_days=2)
+    # A unit in the text failed the parse with a bare TypeError that named no argument.
+    with pytest.raises(
+        ConfigurationError, match="restart_overhead_minutes must be a number of minutes, got '10m'"
+    ):
+        make_sensor(restart_overhead_minutes="10m")
+    with pytest.raises(ConfigurationError, match="history_days must be a number of days, got '4w'"):
+        make_sensor(history_days="4w")
+    assert make_sensor(restart_overhead_minutes="5", history_days="14").restart_overhead_minutes == 5.0
 
 
 def test_no_dags_folder_import_is_needed() -> None:

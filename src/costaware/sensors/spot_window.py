@@ -159,13 +159,17 @@ class SpotWindowSensor(BaseSensorOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if restart_overhead_minutes < 0:
+        # "10m" or "7d" failed the parse with a bare TypeError ("'<' not supported between ... 'str'").
+        overhead = _number(restart_overhead_minutes, "restart_overhead_minutes", "minutes")
+        if overhead < 0:
             raise ConfigurationError(
                 f"restart_overhead_minutes must be >= 0, got {restart_overhead_minutes!r}"
             )
-        if history_days < 7:
+        days = _number(history_days, "history_days", "days")
+        if days < 7 or days != int(days):
             raise ConfigurationError(
-                f"history_days must be 7 or more (one week of prices), got {history_days!r}"
+                f"history_days must be 7 or more (one week of prices), a whole number of days, "
+                f"got {history_days!r}"
             )
         _check_written(
             expected_runtime_hours=expected_runtime_hours,
@@ -187,8 +191,8 @@ class SpotWindowSensor(BaseSensorOperator):
         self.earliest_start = earliest_start
         self.target_usd_per_hour = target_usd_per_hour
         self.on_demand_usd_per_hour = on_demand_usd_per_hour
-        self.restart_overhead_minutes = restart_overhead_minutes
-        self.history_days = history_days
+        self.restart_overhead_minutes = overhead
+        self.history_days = int(days)
         self.aws_conn_id = aws_conn_id
         self.cache_seconds = cache_seconds
         self.products = list(products)
@@ -551,6 +555,19 @@ def _written(value: Any) -> bool:
     """Whether ``value`` is given and holds no template (so it can be checked when the DAG is parsed)."""
     # A datetime written out too: a naive one passed the parse, and failed the run.
     return blank(value) is not None and (is_literal(value) or isinstance(value, datetime))
+
+
+def _number(value: object, name: str, unit: str) -> float:
+    """``value`` as a finite number, or a ConfigurationError naming the argument and its unit."""
+    import math
+
+    try:
+        number = math.nan if isinstance(value, bool) else float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        number = math.nan
+    if not math.isfinite(number):
+        raise ConfigurationError(f"{name} must be a number of {unit}, got {value!r}")
+    return number
 
 
 def _check_written(
