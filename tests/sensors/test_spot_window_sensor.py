@@ -550,6 +550,19 @@ def test_priority_and_zone_traces_are_checked(tmp_path: Path, ledger_env: Ledger
         prices=str(prices), availability_zones=["us-east-1b"], availability=str(tmp_path / "b.json")
     )
     assert one._observe_kwargs()["zone_availability"] == {"us-east-1b": str(tmp_path / "b.json")}
+    # A misspelt zone key was ignored, and the zone meant was judged by its price alone, in silence.
+    typo = make_sensor(
+        prices=str(prices),
+        deadline=(now() + timedelta(hours=8)).isoformat(),
+        availability_zones=["us-east-1a", "us-east-1b"],
+        availability={"us-east-1a": str(tmp_path / "a.json"), "us-east-1x": str(tmp_path / "b.json")},
+    )
+    with pytest.raises(
+        AirflowFailException,
+        match=r"availability maps zone\(s\) 'us-east-1x' \(did you mean us-east-1[ab]\?\) that availability",
+    ):
+        typo.execute(context())
+    assert ledger_env.entries(dag_id="spot_window_test") == []
 
 
 def _ui_run_context(windows: str) -> dict[str, Any]:

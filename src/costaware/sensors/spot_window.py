@@ -423,6 +423,18 @@ class SpotWindowSensor(BaseSensorOperator):
                     "is not set; list the zones, or give one trace path"
                 )
             zone_traces, availability = {str(k): str(v) for k, v in availability.items()}, None
+            unlisted = [zone for zone in zone_traces if zone not in zones]
+            if unlisted:
+                # A misspelt zone ("us-east-1x" for "us-east-1b") was ignored, and the zone meant was judged
+                # by its price alone, with no word said.
+                import difflib
+
+                close = sorted({m for z in unlisted for m in difflib.get_close_matches(z, zones, n=1)})
+                hint = f" (did you mean {', '.join(close)}?)" if close else ""
+                raise ConfigurationError(
+                    f"availability maps zone(s) {', '.join(map(repr, unlisted))}{hint} that "
+                    f"availability_zones ({', '.join(zones)}) does not list; key each trace by one of them"
+                )
         elif availability and zones and len(zones) == 1:
             # One zone, one trace: that zone's (it was refused as "lists 1 zones").
             zone_traces, availability = {zones[0]: str(availability)}, None
