@@ -692,6 +692,86 @@ def test_a_job_stopped_at_the_cap_while_not_listed_and_then_gone_ends_stopped_at
     assert step.record_cause == "max_usd"  # type: ignore[union-attr]
 
 
+def keeping_wait_state(monkeypatch: pytest.MonkeyPatch) -> dict[tuple[Any, ...], Any]:
+    """Airflow's XComs kept in a dict (as JSON, as Airflow keeps them), shared by the waits of one task."""
+    import json
+
+    from airflow.sdk.execution_time.xcom import XCom
+
+    kept: dict[tuple[Any, ...], Any] = {}
+
+    def set_xcom(key: str, value: Any, *, dag_id: str, task_id: str, run_id: str, map_index: int) -> None:
+        kept[(key, dag_id, task_id, run_id, map_index)] = json.loads(json.dumps(value))
+
+    def get_one(*, key: str, dag_id: str, task_id: str, run_id: str, map_index: int) -> Any:
+        return kept.get((key, dag_id, task_id, run_id, map_index))
+
+    monkeypatch.setattr(XCom, "set", set_xcom)
+    monkeypatch.setattr(XCom, "get_one", get_one)
+    return kept
+
+
+@pytest.mark.parametrize("seen_again", [True, False], ids=["seen again", "gone at once"])
+def test_a_stop_at_the_cap_survives_a_triggerer_restart(
+    monkeypatch: pytest.MonkeyPatch, seen_again: bool
+) -> None:
+    # A triggerer restart re-creates the wait from its deferral's arguments: the stop at the cap it had
+    # sent was lost, so it was sent again, and a job gone after it was billed as gone (from its submit,
+    # up to NOT_LISTED_GRACE_SECONDS past its grace period's end).
+    from datetime import datetime, timedelta, timezone
+    from types import SimpleNamespace
+
+    from attempt_states import CAPTURED  # tests/support/
+
+    import costaware.adapters.compute.base as compute
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.core.errors import JobNotFoundError
+    from costaware.training.attempt_effects import stop_seconds
+    from costaware.training.attempts import AttemptState, JobEnded, next_step
+    from costaware.training.plan import RemotePlan
+    from costaware.triggers.remote_training import NOT_LISTED_GRACE_SECONDS
+
+    keeping_wait_state(monkeypatch)
+    t0 = datetime(2026, 11, 26, 9, tzinfo=timezone.utc)
+    plan = RemotePlan.from_json({**CAPTURED, "backend": "batch", "backend_options": {}})
+    state = AttemptState(plan=plan).submitted(
+        job_id="j", market="spot", submitted_at=t0.isoformat(), stop_after_seconds=600, stop_by_poll=True
+    )
+
+    def running(seconds: float) -> JobStatus:
+        return JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=seconds)
+
+    gone = JobNotFoundError("DescribeJobs does not list it")
+    after_restart = [running(620.0)] if seen_again else []
+    listing = _Listing([running(590.0), running(600.0), *after_restart, *[gone] * 3])
+    monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
+    deferred = {"backend": "batch", "backend_options": {}, "job_id": "j", "state": state.to_json()}
+    task = SimpleNamespace(dag_id="remote_dag", task_id="train", run_id="r", map_index=-1)
+    first = RemoteTrainingJobTrigger(**deferred, poll_interval=300)  # type: ignore[arg-type]
+    first.task_instance = task  # type: ignore[assignment]
+    seen = t0 + timedelta(seconds=610)
+    assert first.poll_tolerant(seen) is None and first.next_poll_in() == 10.0
+    stopped_at = seen + timedelta(seconds=10)
+    assert first.poll_tolerant(stopped_at) is None and listing.stops == ["j"]
+
+    rebuilt = RemoteTrainingJobTrigger(**deferred, poll_interval=300)  # type: ignore[arg-type]
+    rebuilt.task_instance = task  # type: ignore[assignment]
+    now = stopped_at + timedelta(seconds=20)
+    assert rebuilt.poll_tolerant(now) is None  # still in its grace period, or not listed yet
+    assert rebuilt.poll_tolerant(now + timedelta(seconds=30)) is None
+    event = rebuilt.poll_tolerant(now + timedelta(seconds=NOT_LISTED_GRACE_SECONDS))
+    assert event is not None and listing.stops == ["j"]  # stopped once
+    assert event["job"]["billable_seconds"] == 600.0 + stop_seconds(state)  # to its grace period's end
+    ended = next_step(
+        AttemptState.from_json(event["state"]),
+        JobEnded(job=event["job"]),
+        now,
+        max_attempts=10,
+        latest_resume=None,
+    )
+    assert ended.record_cause == "max_usd"  # type: ignore[union-attr]
+
+
 @pytest.mark.parametrize("created_known", [True, False], ids=["created", "no creation time"])
 def test_a_followed_job_gone_whose_stop_fails_is_billed_to_the_limit_its_own_submit_gave_it(
     monkeypatch: pytest.MonkeyPatch, created_known: bool

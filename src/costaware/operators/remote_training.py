@@ -25,6 +25,7 @@ from costaware.operators.remote_command import check_job_kind
 from costaware.operators.remote_training_args import RemotePlanArguments
 from costaware.operators.templating import is_literal
 from costaware.operators.training_args import TRAINING_TEMPLATE_FIELDS, BuiltInTrainingArguments
+from costaware.triggers.remote_training import WAIT_STATE_XCOM_KEY
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -41,10 +42,6 @@ UNWATCHED_WHY = "its task failed with no retry left to follow it"
 WORKER_KILL_WAIT_SECONDS = 0.0
 #: What AWS leaves between a spot interruption notice and the stop (EC2, hence Batch and SageMaker).
 AWS_SPOT_NOTICE_SECONDS = 120
-#: The XCom (of the waiting try) holding the attempt state a deferred wait watches. Airflow resumes a wait
-#: that timed out (or whose trigger failed) with nothing of the deferral but the error: this is how that
-#: resume finds the job to stop and bill.
-WAIT_STATE_XCOM_KEY = "costaware_wait_state"
 
 
 def grace_warning(backend: str, grace_seconds: float) -> str | None:

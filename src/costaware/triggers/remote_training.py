@@ -20,8 +20,10 @@ With a ``price_watch`` it also reads the spot price at each poll (see :func:`wat
 Where a person kills the waiting task (marks it failed or succeeded, or clears it), Airflow calls the
 trigger's ``on_kill``: it stops the job and bills what it ran, and settles the task's hold
 (:meth:`RemoteTrainingJobTrigger.stop_and_bill`); no task is left to do it. A triggerer restart calls no
-``on_kill``: the job runs on, and the trigger goes on watching it. Nor does a deferral timeout: the operator's
-resume stops and bills the job then, on the last try (``RemoteTrainingOperator.resume_execution``).
+``on_kill``: the job runs on, and the trigger goes on watching it (a stop at the cap it had sent is read
+back from the task's wait state XCom, ``WAIT_STATE_XCOM_KEY``, and not sent again). Nor does a deferral
+timeout: the operator's resume stops and bills the job then, on the last try
+(``RemoteTrainingOperator.resume_execution``).
 """
 
 from __future__ import annotations
@@ -72,6 +74,14 @@ ENDED_STATES = frozenset({"success", "failed", "skipped", "upstream_failed", "re
 #: The states of a task no person ended: its trigger moved to another triggerer, or its worker is going
 #: away (shutdown, ``execution_timeout``); the job runs on for the task, or its retry, to follow.
 WAITING_STATES = frozenset({"deferred", "running"})
+#: The XCom (of the waiting try) holding the attempt state a deferred wait watches. Airflow resumes a wait
+#: that timed out (or whose trigger failed) with nothing of the deferral but the error: this is how that
+#: resume finds the job to stop and bill. The wait keeps a stop at the cap it sent there too.
+WAIT_STATE_XCOM_KEY = "costaware_wait_state"
+#: The state's ``current`` key of a stop at the cap this wait sent: ``{"job_id", "sent_at"}``, with the
+#: job's ``job`` status and ``seen_at`` as last seen before it. Kept (see ``_keep_cap_stop``) so that a
+#: wait re-created by a triggerer restart stops the job once and bills it to its grace period's end.
+CAP_STOP_KEY = "cap_stop"
 
 
 def job_event(
@@ -396,6 +406,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         #: billed to its grace period's end after it.
         self._polled_at: datetime | None = None
         self._cap_stopped_at: datetime | None = None
+        #: The job's status seen before a stop at the cap that the wait this one replaces sent.
+        self._cap_stop_seen: tuple[Any, datetime] | None = None
         #: How many more seconds of running the job has, at the last poll, before a stop at the cap is due
         #: (None: none is due): the next poll comes then, not up to a ``poll_interval`` later.
         self._cap_stop_due_in: float | None = None
@@ -441,6 +453,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         self._polled_at = now
         if self._first_poll_at is None:
             self._first_poll_at = now
+            self._restore_cap_stop()
         try:
             status = open_backend(self.backend, self.backend_options).poll(self.job_id)
         except JobNotFoundError:
@@ -667,9 +680,10 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         from costaware.training.attempts import AttemptState
 
         stopped_at = self._cap_stopped_at
-        if self._last_seen is None or stopped_at is None:
+        last_seen = self._last_seen or self._cap_stop_seen  # a re-created wait: as seen at the stop
+        if last_seen is None or stopped_at is None:
             return with_copies_run_out(status)
-        seen, seen_at = self._last_seen
+        seen, seen_at = last_seen
         end = now
         if self.state.get("backend") and self.state.get("current"):  # a plan to size the grace period by
             end = min(now, stopped_at + timedelta(seconds=stop_seconds(AttemptState.from_json(self.state))))
@@ -697,8 +711,13 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         due = self._cap_stop_due_in
         self._cap_stop_due_in = seconds if due is None else min(due, seconds)
 
-    def _send_cap_stop(self, job_id: str) -> bool:
-        """Send the stop at the cap (SIGTERM: it checkpoints); False, asked again soon, where it failed."""
+    def _send_cap_stop(self, job_id: str, *, stop_after_seconds: int | None = None) -> bool:
+        """Send the stop at the cap (SIGTERM: it checkpoints); False, asked again soon, where it failed.
+
+        Once sent, the job's end is recorded as stopped by ``max_usd`` after ``stop_after_seconds`` of
+        running (None: as the state says), and the stop is kept where a re-created wait reads it
+        (:meth:`_keep_cap_stop`).
+        """
         from costaware.adapters.compute.base import open_backend
 
         try:
@@ -711,7 +730,95 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             return False
         self._stopped_for_cap, self._cap_stop_retries = job_id, 0
         self._cap_stopped_at = self._polled_at
+        current = dict(self.state.get("current") or {})
+        if stop_after_seconds is not None:
+            current["stop_after_seconds"] = stop_after_seconds
+        sent_at = self._cap_stopped_at or utcnow()
+        current[CAP_STOP_KEY] = {"job_id": job_id, "sent_at": sent_at.isoformat()}
+        if self._last_seen is not None:
+            seen, seen_at = self._last_seen
+            current[CAP_STOP_KEY].update(job=seen.to_dict(), seen_at=seen_at.isoformat())
+        self.state = {**self.state, "current": current}
+        self._keep_cap_stop()
         return True
+
+    def _wait_state_xcom(self) -> dict[str, Any] | None:
+        """Where this wait's task keeps its wait state (the operator's XCom), or None: no task (tests)."""
+        ti = getattr(self, "task_instance", None)
+        if ti is None or not getattr(ti, "task_id", None):
+            return None
+        map_index = ti.map_index if ti.map_index is not None else -1
+        return {
+            "key": WAIT_STATE_XCOM_KEY,
+            "dag_id": ti.dag_id,
+            "task_id": ti.task_id,
+            "run_id": ti.run_id,
+            "map_index": map_index,
+        }
+
+    def _keep_cap_stop(self) -> None:
+        """Keep the state with the stop at the cap sent where a re-created wait reads it (blocking IO).
+
+        A triggerer restart re-creates the wait from its deferral's arguments, which knew nothing of the
+        stop: it sent the stop again (a second SIGTERM to a local job), and billed a job gone after it as
+        gone, up to ``NOT_LISTED_GRACE_SECONDS`` past its grace period. The operator's wait state XCom
+        (which a deferral timeout reads too) carries it; a failure only warns.
+        """
+        where = self._wait_state_xcom()
+        if where is None:
+            return
+        try:
+            from airflow.sdk.execution_time.xcom import XCom
+
+            key = where.pop("key")
+            XCom.set(key, self.state, **where)
+        except Exception as e:
+            self.log.warning(
+                "could not keep the stop at the cap of job %s in XCom (%s: %s): a triggerer restart would "
+                "send it again",
+                self.job_id,
+                type(e).__name__,
+                e,
+            )
+
+    def _restore_cap_stop(self) -> None:
+        """Take over a stop at the cap that the wait this one replaces sent (see :meth:`_keep_cap_stop`)."""
+        where = self._wait_state_xcom()
+        if where is None or self.job_id is None:
+            return
+        try:
+            from airflow.sdk.execution_time.xcom import XCom
+
+            kept = XCom.get_one(**where)
+        except Exception as e:
+            self.log.warning(
+                "cannot read the wait's kept state (%s: %s): none taken over", type(e).__name__, e
+            )
+            return
+        kept_current = (kept or {}).get("current") if isinstance(kept, Mapping) else None
+        current = self.state.get("current") or {}
+        if not isinstance(kept_current, Mapping) or not isinstance(kept_current.get(CAP_STOP_KEY), Mapping):
+            return
+        same_attempt = kept_current.get("attempt") == current.get("attempt")
+        sent = kept_current[CAP_STOP_KEY]
+        if not same_attempt or kept_current.get("job_id") != self.job_id or sent.get("job_id") != self.job_id:
+            return  # an earlier wait's, of another job
+        from costaware.adapters.compute.base import JobStatus
+
+        self.state = {**self.state, "current": dict(kept_current)}
+        self._stopped_for_cap = self.job_id
+        self._cap_stopped_at = parse_instant(sent["sent_at"], name="sent_at")
+        if sent.get("job") and sent.get("seen_at"):
+            self._cap_stop_seen = (
+                JobStatus.from_dict(sent["job"]),
+                parse_instant(sent["seen_at"], name="seen_at"),
+            )
+        self.log.info(
+            "job %s was stopped at what was left of max_usd at %s, before this wait took over: not "
+            "stopped again",
+            self.job_id,
+            sent["sent_at"],
+        )
 
     def _retry_cap_stop(self) -> None:
         """A stop at the cap was due (or may be) and was not sent: the next poll comes soon to ask again."""
@@ -749,15 +856,14 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             job_id,
             self.backend,
         )
-        if not self._send_cap_stop(job_id):
-            return
         # Its end is recorded as stopped by max_usd, as the stop the poll sends (a dearer type's limit).
+        stop_after = None
         other = self._other_type_limit
         if other is not None and other[0] == job_id and other[1] is not None:
-            current = dict(self.state.get("current") or {})
+            current = self.state.get("current") or {}
             held = current.get("stop_after_seconds") if current.get("stop_by_poll") else None
-            current["stop_after_seconds"] = other[1] if held is None else min(int(held), other[1])
-            self.state = {**self.state, "current": current}
+            stop_after = other[1] if held is None else min(int(held), other[1])
+        self._send_cap_stop(job_id, stop_after_seconds=stop_after)
 
     def poll_tolerant(self, now: datetime) -> dict[str, Any] | None:
         """:meth:`poll_once`; a passing failure is polled again, up to ``MAX_POLL_ERRORS`` in a row.
@@ -837,12 +943,9 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 job_id,
                 ran,
             )
-        if not self._send_cap_stop(job_id):
-            return
-        if ran < float(limit):
-            # Stopped short of its limit (nothing left to run on): its end is recorded as stopped by
-            # max_usd, not as a preemption that a new attempt would follow.
-            self.state = {**self.state, "current": {**current, "stop_after_seconds": int(ran)}}
+        # Stopped short of its limit (nothing left to run on): its end is recorded as stopped by max_usd,
+        # not as a preemption that a new attempt would follow.
+        self._send_cap_stop(job_id, stop_after_seconds=int(ran) if ran < float(limit) else None)
 
     def _stop_within_cap_on_other_type(self, status: Any) -> None:
         """Stop a job that runs on a dearer type than planned once it has run what ``max_usd`` buys there.
@@ -915,12 +1018,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             status.instance_type,
             float(status.billable_seconds) / instances(plan),
         )
-        if not self._send_cap_stop(job_id):
-            return
         # Its end is then recorded as stopped by max_usd (the stop it ran into), not as a preemption.
-        current_json = dict(self.state.get("current") or {})
-        current_json["stop_after_seconds"] = limit
-        self.state = {**self.state, "current": current_json}
+        self._send_cap_stop(job_id, stop_after_seconds=limit)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         delivered = False
