@@ -612,3 +612,34 @@ def test_a_pod_found_by_its_name_after_it_ended_says_when_and_how_as_its_poll_do
     monkeypatch.setattr(backend, "_api", lambda: _OnePodApi(_pod("Running")))
     running = backend.find("p")
     assert running is not None and (running.ended_at, running.end_state) == (None, None)
+
+
+@pytest.mark.parametrize("started", [True, False], ids=["started", "never started"])
+def test_a_pod_failed_before_its_container_ended_is_found_ended_when_the_pod_says(
+    monkeypatch: pytest.MonkeyPatch, started: bool
+) -> None:
+    # Evicted before its container started (no finishedAt), the pod was found unended by a retry: followed
+    # as pending, billed up to now, though it ended when its conditions last moved.
+    from costaware.adapters.compute import kubernetes
+
+    backend = open_backend("kubernetes", {"image": "costaware:1", "namespace": "ml"})
+    midnight = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    waiting = {"waiting": {"reason": "ContainerCreating"}}
+    pod: dict[str, Any] = {
+        "metadata": {"name": "p", "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {"nodeName": "n1"},
+        "status": {"phase": "Failed", "reason": "Evicted", "containerStatuses": [{"state": waiting}]},
+    }
+    if started:
+        pod["status"]["startTime"] = "2026-01-01T00:00:05Z"
+        pod["status"]["conditions"] = [
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-01-01T00:00:01Z"},
+            {"type": "Ready", "status": "False", "lastTransitionTime": "2026-01-01T00:01:05Z"},
+        ]
+    monkeypatch.setattr(backend, "_api", lambda: _OnePodApi(pod))
+    monkeypatch.setattr(kubernetes, "utcnow", lambda: midnight.replace(hour=5))
+    found, polled = backend.find("p"), backend.poll("p")
+    end = midnight.replace(minute=1, second=5) if started else midnight  # never started: ran 0 s
+    assert found is not None and found.end_state == JobState.INTERRUPTED == polled.state
+    assert found.ended_at == polled.ended_at == end.timestamp()
+    assert polled.billable_seconds == 0.0  # its container never ran

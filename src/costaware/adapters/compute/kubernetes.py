@@ -192,6 +192,23 @@ def out_of_contact_since(pod: Mapping[str, Any]) -> datetime | None:
     return _instant(meta.get("deletionTimestamp"))
 
 
+def failed_pod_end(pod: Mapping[str, Any]) -> datetime | None:
+    """When a pod in phase ``Failed`` whose training container has no end (evicted before it started) ended.
+
+    What the pod says: its conditions' last transition (the kubelet marks it not ready as it fails it), else
+    its deletion time, else its start; a pod that never started (none of these) ended at its creation, so
+    it ran nothing. None where it says none of these either.
+    """
+    status, meta = pod.get("status") or {}, pod.get("metadata") or {}
+    moved = [_instant(c.get("lastTransitionTime")) for c in status.get("conditions") or []]
+    if known := [t for t in moved if t is not None]:
+        return max(known)
+    for said in (meta.get("deletionTimestamp"), status.get("startTime"), meta.get("creationTimestamp")):
+        if (instant := _instant(said)) is not None:
+            return instant
+    return None
+
+
 def interrupted_while_running_from(
     pod: Mapping[str, Any], node_taints: Sequence[Mapping[str, Any]] = ()
 ) -> tuple[datetime, str] | None:
@@ -375,6 +392,10 @@ def status_from_pod(
             preempted = False
             reason = f"Evicted: {message.strip()} (raise the pod's ephemeral-storage limit in resources=)"
         job_state = JobState.INTERRUPTED if preempted else JobState.FAILED
+        if not terminated and (finished := failed_pod_end(pod)) is not None:
+            # Its container never ended (evicted before it started): read as not ended, a retry that
+            # found it followed it as pending, billed up to now. A container seen running ran until then.
+            seconds = _seconds(running.get("startedAt"), finished) if running else 0.0
     elif waiting and str(waiting.get("reason")) in CANNOT_START_REASONS:
         # A bad image or container setting stays Pending until activeDeadlineSeconds (a day), its node
         # paid the while; no retry mends it.
