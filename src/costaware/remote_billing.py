@@ -401,14 +401,17 @@ def _started_before(job: Mapping[str, Any], moment: datetime, plan: RemotePlan) 
     """Whether ``job``'s run began before ``moment``: the run a kill billed then, not one started after.
 
     A backend that lost the stopped job takes a new one under the same name; that run starts after the
-    kill's entry and is billed on its own. A job that gives no end is the same run on SageMaker, whose
-    names are never reused, and taken as another elsewhere.
+    kill's entry and is billed on its own. On SageMaker, whose names are never reused, it is the same run
+    (its start worked back from a managed spot job's billed time, which is less than it ran, could fall
+    after the kill); elsewhere a job that gives no end is taken as another.
     """
     from costaware.training.attempt_effects import instances
 
+    if plan.backend == "sagemaker":
+        return True
     ended = job.get("ended_at")
     if ended is None:
-        return plan.backend == "sagemaker"
+        return False
     started = datetime.fromtimestamp(float(ended), tz=timezone.utc) - timedelta(
         seconds=float(job["billable_seconds"]) / instances(plan)  # billed seconds count every instance
     )

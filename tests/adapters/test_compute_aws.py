@@ -1083,6 +1083,24 @@ def test_a_batch_job_found_by_its_name_after_it_ended_says_when_and_how_from_its
     assert found is not None and (found.end_state, found.ended_at) == (None, None)
 
 
+def test_an_ended_sagemaker_job_is_keyed_by_the_same_end_whether_found_or_polled(aws: str) -> None:
+    # Its poll gave no end, its find one: a job found unread by a retry (keyed by its end) and then billed
+    # from a poll (keyed "ended=none"), or the other way round, got two ledger entries.
+    from costaware.training.remote import attempt_key
+
+    backend = sagemaker_backend()
+    spot = request()
+    backend.submit(spot)  # moto completes it at once
+    described = aws_client("sagemaker", aws).describe_training_job(TrainingJobName=spot.job_name)
+    found, polled = backend.find(spot.job_name), backend.poll(spot.job_name)
+    assert found is not None and found.ended_at == described["TrainingEndTime"].timestamp()
+    assert polled.ended_at == found.ended_at
+    identity = {"dag_id": "dag", "run_id": "run", "task_id": "train"}
+    assert attempt_key(identity, spot.job_name, polled.ended_at) == attempt_key(
+        identity, spot.job_name, found.ended_at
+    )
+
+
 def test_a_sagemaker_job_found_by_its_name_after_it_ended_says_when_and_how(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -178,6 +178,9 @@ def status_from_description(job: Mapping[str, Any], *, now: float | None = None)
         instance_type=str(job.get("ResourceConfig", {}).get("InstanceType", "")),
         reason=str(job.get("FailureReason") or secondary or status),
         exit_code=exit_code,
+        # Its end, as find reads it: the same end keys its ledger entry (given by one and not the other, a
+        # job found unread by a retry and billed from a poll too was billed twice).
+        ended_at=ended if state.done else None,
         metrics={
             "training_seconds": job.get("TrainingTimeInSeconds"),
             "spot_interruptions": len(restarts),
@@ -319,15 +322,14 @@ class SageMakerBackend:
         job = self._describe(job_name)
         if job is None:
             return None
-        ended_at = _epoch_seconds(job.get("TrainingEndTime"))
-        state = status_from_description(job).state
-        ended = ended_at is not None and state.done
+        status = status_from_description(job)
+        ended = status.ended_at is not None
         return FoundJob(
             job_id=job_name,
             started_at=_epoch_seconds(job.get("TrainingStartTime")),
             created_at=_epoch_seconds(job.get("CreationTime")),
-            ended_at=ended_at if ended else None,
-            end_state=state if ended else None,
+            ended_at=status.ended_at,
+            end_state=status.state if ended else None,
         )
 
     def poll(self, job_id: str) -> JobStatus:
