@@ -1030,6 +1030,7 @@ def test_a_sagemaker_job_found_by_its_name_says_when_it_was_created_and_started(
     started = described.get("TrainingStartTime")
     assert found.started_at == (started.timestamp() if started else None)
     assert found.running_since == (found.started_at or found.created_at)
+    assert found.market == "spot"  # as submitted: a retry that cannot read it bills it there
     assert backend.find("no-such-job") is None
 
 
@@ -1045,6 +1046,7 @@ def test_a_batch_job_found_by_its_name_says_when_it_was_created_and_started(
     assert found.created_at == described["createdAt"] / 1000  # epoch ms in Batch's answers
     started = described.get("startedAt")
     assert found.started_at == (started / 1000 if started else None)
+    assert found.market == "spot"  # its queue's: a retry that cannot read it bills it there
     assert backend.find("no-such-job") is None
 
 
@@ -1072,15 +1074,18 @@ def test_a_batch_job_found_by_its_name_after_it_ended_says_when_and_how_from_its
         "stoppedAt": 1_700_003_700_000,
         **({"container": {"exitCode": exit_code}} if exit_code is not None else {}),
     }
+    backend = open_backend("batch", {"spot_queue": "q", "on_demand_queue": "o", "job_definition": "d"})
     monkeypatch.setattr(batch.BatchBackend, "_found_in", lambda self, name: ("j1", "q", summary))
-    found = batch.BatchBackend.find(batch.BatchBackend.__new__(batch.BatchBackend), "n")
+    found = backend.find("n")
     described = batch.status_from_description(summary, "spot", "m5.large")
     assert found is not None and (found.end_state, found.ended_at) == (state, 1_700_003_700.0)
     assert (described.state, described.ended_at) == (found.end_state, found.ended_at)  # a poll's end
+    assert found.market == "spot"  # found in the spot queue
     running = {**summary, "status": "RUNNING"}
-    monkeypatch.setattr(batch.BatchBackend, "_found_in", lambda self, name: ("j1", "q", running))
-    found = batch.BatchBackend.find(batch.BatchBackend.__new__(batch.BatchBackend), "n")
+    monkeypatch.setattr(batch.BatchBackend, "_found_in", lambda self, name: ("j1", "o", running))
+    found = backend.find("n")
     assert found is not None and (found.end_state, found.ended_at) == (None, None)
+    assert found.market == "on_demand"
 
 
 def test_an_ended_sagemaker_job_is_keyed_by_the_same_end_whether_found_or_polled(aws: str) -> None:

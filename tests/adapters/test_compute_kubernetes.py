@@ -588,6 +588,7 @@ def test_a_pod_found_by_its_name_says_when_it_was_created_and_started(
     assert found is not None and found.job_id == "p"
     assert found.started_at == datetime(2026, 1, 1, 0, 0, 5, tzinfo=timezone.utc).timestamp()
     assert found.created_at == datetime(2026, 1, 1, tzinfo=timezone.utc).timestamp()
+    assert found.market == "spot"  # its label: a retry that cannot read it bills it there
     del pod["status"]["startTime"]  # not started by a kubelet yet: from its creation
     assert backend.find("p").running_since == found.created_at  # type: ignore[union-attr]
     monkeypatch.setattr(backend, "_api", lambda: _PodGoneApi(404))

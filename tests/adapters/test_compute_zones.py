@@ -534,6 +534,7 @@ def test_a_local_job_found_by_its_name_says_when_it_was_submitted_and_started(tm
     os.utime(folder / "request.json", (1_700_000_000.0, 1_700_000_000.0))
     found = backend.find("train-a1")
     assert found is not None and (found.started_at, found.created_at) == (None, 1_700_000_000.0)
+    assert found.market == "spot"  # as submitted: a retry that cannot read it bills it there
     (folder / "started").write_text("1700000060.5")
     found = backend.find("train-a1")
     assert found is not None and found.running_since == found.started_at == 1_700_000_060.5

@@ -1603,6 +1603,48 @@ def test_a_followed_job_unread_at_the_re_attach_is_billed_from_its_start_where_t
     assert entry["market"] == "spot" and recorded.attempts[-1].market == "spot"
 
 
+@pytest.mark.parametrize("submitted_on", ["spot", "on_demand"])
+def test_a_followed_job_unread_at_the_re_attach_is_billed_on_the_market_it_was_submitted_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ledger: Any, submitted_on: str
+) -> None:
+    # Unread, it was taken on the market the retry would choose now: a spot job an earlier try submitted,
+    # followed past its latest safe start (on-demand now), was billed at the on-demand price, and an
+    # on-demand one followed on spot at the spot price, under its cost.
+    from costaware.core.errors import ComputeBackendError
+    from costaware.operators import remote_attempts
+    from costaware.training.remote import job_name
+
+    now = datetime(2026, 11, 30, 12, tzinfo=timezone.utc)
+    monkeypatch.setattr(remote_attempts, "utcnow", lambda: now)
+    monkeypatch.setattr(time, "sleep", lambda seconds: None)
+    op = operator(tmp_path, max_usd="10")
+    op._retry = True  # as execute sets it on try 2
+    state = op._start(context_for(try_number=2))
+    name = job_name(state.plan.base_name, 1)
+    ended_at = now - timedelta(hours=1)
+    found = FoundJob(
+        name,
+        started_at=ended_at.timestamp() - 3600,
+        ended_at=ended_at.timestamp(),
+        end_state=JobState.INTERRUPTED,
+        market=submitted_on,
+    )
+
+    def poll(self: LocalBackend, job_id: str) -> Any:
+        raise ComputeBackendError("ThrottlingException")
+
+    monkeypatch.setattr(LocalBackend, "find", lambda self, job: found if job == name else None)
+    monkeypatch.setattr(LocalBackend, "poll", poll)
+    monkeypatch.setattr(LocalBackend, "submit", lambda self, request: request.job_name)  # found: kept
+    retry_on = "on_demand" if submitted_on == "spot" else "spot"
+    followed = op._submit(state, retry_on)
+    assert followed.current is not None and followed.current.market == submitted_on
+    assert followed.current.followed is not None
+    recorded = op._bill_attempt(followed, followed.current.followed["job"], None)
+    (entry,) = [e for e in ledger.entries() if e["task_id"] == "train"]
+    assert entry["market"] == submitted_on == recorded.attempts[-1].market
+
+
 @pytest.mark.parametrize("end_state", [JobState.INTERRUPTED, JobState.SUCCEEDED])
 def test_a_followed_job_that_had_ended_when_found_unread_is_billed_to_its_end_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ledger: Any, end_state: JobState

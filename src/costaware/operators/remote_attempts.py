@@ -116,8 +116,8 @@ class RemoteAttemptSteps(AttemptBilling):
         if followed is not None:
             state, market, zone, market_reason, moved = self._follow(state, followed, market, market_reason)
             if not followed.market:
-                # Unread, it says no market: billed (gone before the wait reads it) on the one it is followed
-                # on, as its attempt is; with none, its bill failed on the unknown market ''.
+                # Unread, and its look-up by name said no market either: billed (gone before the wait reads
+                # it) on the one it is followed on, as its attempt is; with none, its bill failed on ''.
                 followed = replace(followed, market=market)
         elif market == "spot":
             state, market, zone, market_reason = self._place(state)
@@ -1175,4 +1175,5 @@ def _found_unread(found: FoundJob, *, now: datetime, instances: int) -> JobStatu
         reason="ended before this try found it; its polls failed" if ended else "",
         ended_at=found.ended_at if ended else None,
         metrics={ESTIMATED_SECONDS: True} if estimated else {},
+        market=found.market,  # as its backend's record says: the market the earlier try submitted it on
     )

@@ -600,6 +600,8 @@ class FoundJob:
     from the retry's re-attach: what it ran under the earlier try is never lost. ``ended_at`` and
     ``end_state``: when and how it ended, where it has (both or neither): billed up to its end, not up to
     now (the name is the same on every try and clear, so the job found may have ended days before).
+    ``market``: the market it was submitted on, as its backend's record of it says (``""``: unknown): a job
+    that cannot be read then is billed on it, not on the one the retry would choose now.
     """
 
     job_id: str
@@ -607,6 +609,7 @@ class FoundJob:
     created_at: float | None = None
     ended_at: float | None = None
     end_state: JobState | None = None
+    market: str = ""
 
     @property
     def running_since(self) -> float | None:

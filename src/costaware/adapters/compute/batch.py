@@ -422,7 +422,7 @@ class BatchBackend:
         found = self._found_in(job_name)
         if found is None:
             return None
-        summary = found[2]
+        queue, summary = found[1], found[2]
         # ListJobs' summary holds createdAt, startedAt and, once it ended, status and stoppedAt (epoch ms):
         # no DescribeJobs needed for them. Read as DescribeJobs' job is, its end is the one a poll gives.
         started, created = summary.get("startedAt"), summary.get("createdAt")
@@ -433,7 +433,16 @@ class BatchBackend:
             created_at=int(created) / 1000 if created else None,
             ended_at=ended.ended_at,
             end_state=ended.state if ended.ended_at is not None else None,
+            market=self._market_of_queue(queue),
         )
+
+    def _market_of_queue(self, queue: str) -> str:
+        """The market of the jobs of ``queue`` (one of ours), ``""`` where it serves both."""
+        spot = queue == self.spot_queue or queue in self.spot_queues.values()
+        on_demand = queue == self.on_demand_queue
+        if spot == on_demand:
+            return ""
+        return "spot" if spot else "on_demand"
 
     def _found_in(self, job_name: str) -> tuple[str, str, dict[str, Any]] | None:
         """The id, queue and ``ListJobs`` summary of the job submitted under ``job_name`` before, or None.

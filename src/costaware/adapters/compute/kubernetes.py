@@ -582,6 +582,7 @@ class KubernetesBackend:
             created_at=created.timestamp() if created else None,
             ended_at=status.ended_at if ended else None,
             end_state=status.state if ended else None,
+            market=status.market,  # its costaware/market label
         )
 
     def poll(self, job_id: str) -> JobStatus:

@@ -253,8 +253,17 @@ class LocalBackend:
             ended_at, end_state = None, None  # not ended yet
         except (ValueError, KeyError, TypeError) as e:
             raise ComputeBackendError(f"cannot read how local job {job_name!r} ended: {e}") from e
+        try:
+            market = str(json.loads((folder / "request.json").read_text()).get("market") or "")
+        except (FileNotFoundError, ValueError, AttributeError):
+            market = ""  # not written yet, or unreadable: unknown, as a job that cannot be read
         return FoundJob(
-            job_id=job_name, started_at=started, created_at=created, ended_at=ended_at, end_state=end_state
+            job_id=job_name,
+            started_at=started,
+            created_at=created,
+            ended_at=ended_at,
+            end_state=end_state,
+            market=market,
         )
 
     def _request(self, folder: Path) -> dict[str, Any]:

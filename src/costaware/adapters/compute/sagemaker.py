@@ -330,6 +330,7 @@ class SageMakerBackend:
             created_at=_epoch_seconds(job.get("CreationTime")),
             ended_at=status.ended_at,
             end_state=status.state if ended else None,
+            market=status.market,  # EnableManagedSpotTraining
         )
 
     def poll(self, job_id: str) -> JobStatus:
